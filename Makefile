@@ -1,0 +1,229 @@
+# toolhost - build, test, bench, fuzz, install.
+#
+#   make                 build everything into build/
+#   make run             install missing packages, build, run the host on
+#                        configs/default.yaml
+#   make test            install missing packages, build, run every suite,
+#                        again under ASan+UBSan, the manager suites under
+#                        TSan, and the integration suite under valgrind
+#   make check           run the unit and integration suites of this build
+#   make bench | fuzz | install PREFIX=... | clean
+#   SANITIZER=address|undefined|thread (or a comma list) builds into
+#   build/san-<list>/ with those sanitizers.
+
+MAKEFLAGS += -r
+.SUFFIXES:
+
+comma := ,
+empty :=
+space := $(empty) $(empty)
+
+SANITIZER ?=
+ifneq ($(strip $(SANITIZER)),)
+  SAN_LIST := $(subst $(comma),$(space),$(SANITIZER))
+  SAN_BAD := $(filter-out address undefined thread,$(SAN_LIST))
+  ifneq ($(SAN_BAD),)
+    $(error SANITIZER: unknown value '$(SAN_BAD)' (use address, undefined, thread, or a comma list such as address,undefined))
+  endif
+  ifneq ($(filter thread,$(SAN_LIST)),)
+    ifneq ($(filter address,$(SAN_LIST)),)
+      $(error SANITIZER: thread and address cannot be combined)
+    endif
+  endif
+  SAN_FLAGS := -fsanitize=$(SANITIZER) -fno-omit-frame-pointer -fno-sanitize-recover=all
+  BUILD ?= build/san-$(subst $(space),-,$(SAN_LIST))
+  OPT ?= -O1
+else
+  SAN_FLAGS :=
+  BUILD ?= build
+  OPT ?= -O2
+endif
+
+PREFIX ?= /usr/local
+CC ?= cc
+CXX ?= c++
+VERSION := 0.1.0
+
+PKGS := msgpack yaml-0.1 libuv jansson lua5.4
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+WARN := -Wall -Wextra -Werror
+CFLAGS_ALL = -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) -g $(SAN_FLAGS) \
+	-Iplugin-api -Isdk -Ihost/include $(PKG_CFLAGS) \
+	-DTOOLHOST_VERSION='"$(VERSION)"' $(CFLAGS)
+LDFLAGS_ALL = $(SAN_FLAGS) $(LDFLAGS)
+LIBS_ALL = $(PKG_LIBS) -lpthread -ldl -lm
+
+# ---- sources -------------------------------------------------------------
+
+HOST_SRC := $(sort $(filter-out host/cli/%,$(wildcard host/*/*.c)))
+CLI_SRC := $(sort $(wildcard host/cli/*.c))
+SDK_SRC := $(sort $(wildcard sdk/*.c))
+PLUGINS := $(sort $(notdir $(patsubst %/,%,$(dir $(wildcard plugins/*/*.c)))))
+FIX_C := $(sort $(wildcard tests/fixtures/*.c))
+FIX_CXX := $(sort $(wildcard tests/fixtures/*.cpp))
+UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
+INTEG_SRC := $(sort $(wildcard tests/integration/test_*.c))
+TCOMMON_SRC := $(sort $(wildcard tests/common/*.c))
+BENCH_SRC := $(sort $(wildcard bench/*.c))
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+
+HOST_OBJ := $(call obj,$(HOST_SRC))
+CLI_OBJ := $(call obj,$(CLI_SRC))
+SDK_OBJ := $(call obj,$(SDK_SRC))
+TCOMMON_OBJ := $(call obj,$(TCOMMON_SRC))
+
+LIBTH := $(BUILD)/libtoolhost.a
+LIBSDK := $(BUILD)/libtoolhost-sdk.a
+TOOLHOST := $(BUILD)/toolhost
+PLUGIN_SO := $(patsubst %,$(BUILD)/plugins/%.so,$(PLUGINS))
+FIX_SO := $(patsubst tests/fixtures/%.c,$(BUILD)/fixtures/%.so,$(FIX_C)) \
+	$(patsubst tests/fixtures/%.cpp,$(BUILD)/fixtures/%.so,$(FIX_CXX))
+UNIT_BIN := $(BUILD)/tests/unit-tests
+INTEG_BIN := $(BUILD)/tests/integration-tests
+BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+
+TEST_DEFS = -DTH_BUILD_DIR='"$(abspath $(BUILD))"' -DTH_SOURCE_DIR='"$(abspath .)"' -Itests
+
+.PHONY: all deps run test check check-unit check-integration check-tsan \
+	valgrind bench fuzz install clean
+.DEFAULT_GOAL := all
+
+all: $(TOOLHOST) $(LIBSDK) $(PLUGIN_SO) $(FIX_SO) $(UNIT_BIN) $(INTEG_BIN)
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+# ---- compile rules ---------------------------------------------------------
+
+# Host, CLI and tests: position-dependent code, full warnings.
+$(BUILD)/obj/host/%.o: host/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+
+# SDK and plugins go into shared objects: PIC, hidden symbols.
+$(BUILD)/obj/sdk/%.o: sdk/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -fPIC -fvisibility=hidden -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/plugins/%.o: plugins/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -fPIC -fvisibility=hidden -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/tests/fixtures/%.o: tests/fixtures/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -fPIC -fvisibility=hidden -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/tests/%.o: tests/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(TEST_DEFS) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/bench/%.o: bench/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(TEST_DEFS) -MMD -MP -c $< -o $@
+
+# ---- libraries and programs -------------------------------------------------
+
+$(LIBTH): $(HOST_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIBSDK): $(SDK_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(TOOLHOST): $(CLI_OBJ) $(LIBTH)
+	$(CC) $(LDFLAGS_ALL) -rdynamic -o $@ $(CLI_OBJ) $(LIBTH) $(LIBS_ALL)
+
+.SECONDARY:
+.SECONDEXPANSION:
+$(BUILD)/plugins/%.so: $$(call obj,$$(wildcard plugins/%/*.c)) $(LIBSDK)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_ALL) -shared -fvisibility=hidden -o $@ $(filter %.o,$^) $(LIBSDK) $(PKG_LIBS)
+
+$(BUILD)/fixtures/%.so: $(BUILD)/obj/tests/fixtures/%.o $(LIBSDK)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_ALL) -shared -fvisibility=hidden -o $@ $< $(LIBSDK) $(PKG_LIBS) -lpthread
+
+$(BUILD)/fixtures/%.so: tests/fixtures/%.cpp plugin-api/toolhost/plugin.h
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 -Wall -Wextra -Werror -Wno-missing-field-initializers $(OPT) -g $(SAN_FLAGS) -Iplugin-api -fPIC -fvisibility=hidden -shared -o $@ $<
+
+# Test runners: every tests/<kind>/test_NAME.c defines th_suite_NAME().
+$(BUILD)/gen/%_suites.h: $$(sort $$(wildcard tests/%/test_*.c))
+	@mkdir -p $(dir $@)
+	@{ for f in $^; do n=$$(basename $$f .c); echo "TH_SUITE($${n#test_})"; done; } > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/obj/tests/runner-%.o: tests/runner.c $(BUILD)/gen/%_suites.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(TEST_DEFS) -DTH_SUITES_H='"$(abspath $(BUILD))/gen/$*_suites.h"' -DTH_RUNNER_KIND='"$*"' -MMD -MP -c $< -o $@
+
+$(UNIT_BIN): $(BUILD)/obj/tests/runner-unit.o $(call obj,$(UNIT_SRC)) $(TCOMMON_OBJ) $(LIBTH)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_ALL) -rdynamic -o $@ $(filter %.o,$^) $(LIBTH) $(LIBS_ALL) -lcunit
+
+$(INTEG_BIN): $(BUILD)/obj/tests/runner-integration.o $(call obj,$(INTEG_SRC)) $(TCOMMON_OBJ) $(LIBTH) | $(TOOLHOST) $(PLUGIN_SO) $(FIX_SO)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_ALL) -rdynamic -o $@ $(filter %.o,$^) $(LIBTH) $(LIBS_ALL) -lcunit
+
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBTH) | $(TOOLHOST) $(PLUGIN_SO)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_ALL) -rdynamic -o $@ $< $(LIBTH) $(LIBS_ALL)
+
+# ---- the two commands -------------------------------------------------------
+
+deps:
+	@scripts/install-deps
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	@scripts/run-default $(BUILD)
+
+test: deps
+	@scripts/run-tests
+
+# ---- suites -------------------------------------------------------------------
+
+check: check-unit check-integration
+
+check-unit: $(UNIT_BIN) $(PLUGIN_SO) $(FIX_SO) $(TOOLHOST)
+	$(UNIT_BIN) $(SUITES)
+
+check-integration: $(INTEG_BIN)
+	$(INTEG_BIN) $(SUITES)
+
+# The manager and reload suites under ThreadSanitizer.
+TSAN_SUITES ?= manager
+check-tsan:
+	@$(MAKE) --no-print-directory SANITIZER=thread all
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+	  build/san-thread/tests/unit-tests $(TSAN_SUITES)
+
+VALGRIND := valgrind --quiet --error-exitcode=99 --leak-check=full \
+	--show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible \
+	--track-fds=no --suppressions=tests/valgrind.supp
+valgrind: $(INTEG_BIN)
+	TH_VALGRIND="$(VALGRIND)" $(VALGRIND) $(INTEG_BIN) $(SUITES)
+
+bench: all $(BENCH_BIN)
+	@scripts/run-bench $(BUILD) $(BENCH_BIN)
+
+FUZZ_SECONDS ?= 30
+fuzz:
+	@scripts/run-fuzz $(FUZZ_SECONDS)
+
+# ---- install --------------------------------------------------------------------
+
+install: $(TOOLHOST) $(LIBSDK) $(PLUGIN_SO)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include/toolhost \
+	  $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/lib/toolhost/plugins
+	install -m 0755 $(TOOLHOST) $(DESTDIR)$(PREFIX)/bin/toolhost
+	install -m 0644 plugin-api/toolhost/plugin.h sdk/toolhost/sdk.h $(DESTDIR)$(PREFIX)/include/toolhost/
+	install -m 0644 $(LIBSDK) $(DESTDIR)$(PREFIX)/lib/
+	install -m 0755 $(PLUGIN_SO) $(DESTDIR)$(PREFIX)/lib/toolhost/plugins/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
+	  sdk/toolhost-plugin.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/toolhost-plugin.pc
+
+clean:
+	rm -rf build

@@ -1,0 +1,254 @@
+/* th/config.h - the host's YAML configuration, parsed and checked.
+ *
+ * th_config_load() reads a YAML file with libyaml into a tree of nodes that
+ * keep their file:line:col, then maps it onto the structs below through a
+ * table of keys (one entry per key: name, type, offset, range).  Every
+ * error reads "FILE:LINE:COL: message", with a "did you mean" for unknown
+ * keys that are close to a known one.
+ *
+ * A th_config owns all of its strings and nodes; th_config_free() releases
+ * everything.  Nothing in it changes after th_config_load() returns, so it
+ * may be read from any thread.
+ */
+#ifndef TH_CONFIG_H
+#define TH_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "th/err.h"
+
+struct th_param;
+struct th_buf;
+
+/* ---- YAML nodes with marks -------------------------------------------- */
+
+typedef enum th_ynode_kind {
+    TH_Y_SCALAR = 1,
+    TH_Y_SEQ = 2,
+    TH_Y_MAP = 3
+} th_ynode_kind;
+
+typedef struct th_ynode {
+    th_ynode_kind kind;
+    int line, col;        /* 1-based, where the node starts */
+    char *str;            /* TH_Y_SCALAR: the text, NUL-terminated */
+    size_t len;           /* TH_Y_SCALAR: its length */
+    bool plain;           /* TH_Y_SCALAR: unquoted (so "3" is a number) */
+    struct th_ynode **kids; /* SEQ: items; MAP: key0, value0, key1, ... */
+    size_t n;             /* number of entries in kids */
+} th_ynode;
+
+/* Looks up `key` in a TH_Y_MAP node; NULL when absent or not a map. */
+const th_ynode *th_ynode_get(const th_ynode *map, const char *key);
+
+/* Packs a node as msgpack: plain scalars typed by YAML's core schema
+ * (null/~, true/false, integers, floats), quoted scalars as strings,
+ * sequences as arrays, maps as maps.  0 or TH_ENOMEM/TH_EINVAL. */
+struct msgpack_packer;
+int th_ynode_pack(const th_ynode *n, struct msgpack_packer *pk);
+
+/* ---- Enumerations ------------------------------------------------------ */
+
+typedef enum th_dup_policy {
+    TH_DUP_ALLOW = 0,
+    TH_DUP_REJECT,
+    TH_DUP_REPLACE,
+    TH_DUP_CONFIRM
+} th_dup_policy;
+
+typedef enum th_dup_scope {
+    TH_DUPSCOPE_NAME_AND_ARGS = 0,
+    TH_DUPSCOPE_NAME
+} th_dup_scope;
+
+typedef enum th_task_scope {
+    TH_SCOPE_SESSION = 0,
+    TH_SCOPE_TOOLSET
+} th_task_scope;
+
+typedef enum th_perm_action {
+    TH_PERM_DENY = 0,
+    TH_PERM_ALLOW,
+    TH_PERM_ASK
+} th_perm_action;
+
+typedef enum th_reload_mode {
+    TH_RELOAD_SIGNAL = 0, /* SIGHUP and the host.reload method */
+    TH_RELOAD_WATCH,      /* plus watching plugin and config files */
+    TH_RELOAD_OFF
+} th_reload_mode;
+
+/* Number of semantic types, indexable by toolhost_semantic (1..12). */
+#define TH_SEM_COUNT 13
+
+/* Per-semantic-type byte limits; 0 in an override means "inherit". */
+typedef struct th_limits {
+    uint64_t bytes[TH_SEM_COUNT];
+} th_limits;
+
+/* ---- Sections ---------------------------------------------------------- */
+
+typedef struct th_host_cfg {
+    uint32_t workers;          /* worker threads; default 2 x cores      */
+    uint32_t async_workers;    /* cap on workers busy with long-running
+                                  tasks; default workers / 2, at least 1 */
+    uint32_t queue_size;       /* bounded call queue; default 1024       */
+    int log_level;             /* TOOLHOST_LOG_*; default info           */
+    char *listen;              /* "unix:/path" or NULL                   */
+    uint32_t socket_mode;      /* default 0600                           */
+    char *socket_group;        /* NULL: the host's group                 */
+    uint64_t max_frame;        /* bytes; default 16 MiB                  */
+    uint32_t max_inflight;     /* per connection; default 256            */
+    uint64_t max_outbuf;       /* per connection; default 64 MiB         */
+    uint64_t shutdown_grace_ms;/* default 5000                           */
+    uint64_t default_timeout_ms; /* default 60000                        */
+    uint64_t max_timeout_ms;   /* cap on per-call timeouts; 3600000      */
+    uint64_t session_grace_ms; /* wait for session tasks at close; 2000  */
+    uint64_t result_ttl_ms;    /* toolset-scoped results kept; 600000    */
+    uint64_t permission_timeout_ms; /* "ask" answered within; 60000      */
+    bool expose_task_tools;    /* always list the task tools; false      */
+    th_reload_mode reload;     /* default signal                         */
+    uint64_t reload_debounce_ms; /* default 200                          */
+    char *state_dir;           /* private plugin copies; NULL: a
+                                  0700 folder under $TMPDIR              */
+    char *spill_dir;           /* full outputs saved here; NULL: off     */
+    uint64_t spill_max_bytes;  /* per file; default 64 MiB               */
+    uint64_t spill_max_age_ms; /* default 1 h                            */
+    int line, col;             /* where the section starts (0 if absent) */
+} th_host_cfg;
+
+typedef struct th_plugin_cfg {
+    char *name;            /* required, unique                          */
+    char *path;            /* absolute (resolved against the config dir) */
+    bool optional;         /* a failure to load is a warning            */
+    bool allow_insecure;   /* skip the writable-by-others check         */
+    const th_ynode *config;/* the `config:` block or NULL; owned by the
+                              th_config                                 */
+    int line, col;
+} th_plugin_cfg;
+
+typedef struct th_perm_rule {
+    char *match;         /* a glob over tool names (fnmatch), or NULL   */
+    uint32_t flags;      /* TOOLHOST_TOOL_* bits that must all be set, or
+                            TH_PERM_FLAG_NEEDS for "needs_permission"   */
+    th_perm_action action;
+    int line, col;       /* names the rule in messages */
+} th_perm_rule;
+
+#define TH_PERM_FLAG_NEEDS (1u << 31) /* the tool's needs_permission said 1 */
+
+typedef struct th_tool_override {
+    char *tool;
+    uint64_t timeout_ms;        /* 0: inherit */
+    uint32_t max_concurrency;   /* 0: inherit */
+    int on_duplicate_call;      /* -1: inherit, else th_dup_policy */
+    int duplicate_scope;        /* -1: inherit, else th_dup_scope */
+    th_limits limits;           /* 0 entries inherit */
+    int line, col;
+} th_tool_override;
+
+typedef struct th_run_code_cfg {
+    bool enabled;
+    uint64_t timeout_ms;   /* default 10000 */
+    uint64_t memory;       /* bytes; default 64 MiB */
+    uint32_t max_calls;    /* default 1000 */
+    uint64_t output_limit; /* bytes; default 64 KiB */
+} th_run_code_cfg;
+
+typedef struct th_toolset_cfg {
+    char *name;
+    char **tools;          /* tool names; a single "*" means every tool */
+    size_t n_tools;
+    uint64_t timeout_ms;   /* 0: host default */
+    uint32_t max_concurrency; /* 0: unlimited */
+    th_dup_policy on_duplicate_call;
+    th_dup_scope duplicate_scope;
+    th_task_scope scope;
+    char **allow_users;    /* names or numeric uids; NULL: anyone */
+    size_t n_allow_users;
+    char **allow_groups;   /* names or numeric gids */
+    size_t n_allow_groups;
+    th_perm_rule *rules;   /* in order; the first that matches decides */
+    size_t n_rules;
+    th_perm_action perm_default; /* when no rule matches; default deny for
+                                    tools that need permission, see docs */
+    th_limits limits;      /* 0 entries inherit the host's */
+    th_tool_override *overrides;
+    size_t n_overrides;
+    th_run_code_cfg run_code;
+    int line, col;
+} th_toolset_cfg;
+
+typedef struct th_mock_progress {
+    char *message;
+    double fraction;       /* < 0: unknown */
+    uint64_t delay_ms;     /* wait before sending it */
+} th_mock_progress;
+
+typedef struct th_mock_cfg {
+    char *tool;
+    bool ok;               /* default true */
+    char *stdout_text;     /* may be NULL */
+    char *stderr_text;
+    uint8_t *meta;         /* msgpack map or NULL */
+    size_t meta_len;
+    th_mock_progress *progress;
+    size_t n_progress;
+    uint64_t delay_ms;     /* before the result */
+    int line, col;
+} th_mock_cfg;
+
+typedef struct th_config {
+    char *path;            /* the file as given */
+    char *dir;             /* its folder, absolute */
+    th_host_cfg host;
+    th_limits limits;      /* host-wide, defaults filled in */
+    th_plugin_cfg *plugins;
+    size_t n_plugins;
+    th_toolset_cfg *toolsets; /* when the file has none: one toolset
+                                 "default" with tools ["*"] */
+    size_t n_toolsets;
+    th_mock_cfg *mocks;
+    size_t n_mocks;
+    th_ynode *root;        /* the whole document */
+} th_config;
+
+/* Reads and checks `path`.  On success *out is a new config (free with
+ * th_config_free).  On failure returns TH_ECONFIG or TH_EIO with
+ * "FILE:LINE:COL: message" in err; *out is NULL. */
+int th_config_load(const char *path, th_config **out, th_error *err);
+/* The same for YAML text in memory; `name` stands for the file in
+ * messages and `dir` resolves relative plugin paths (NULL: cwd). */
+int th_config_parse(const char *name, const char *dir, const char *text,
+                    size_t len, th_config **out, th_error *err);
+void th_config_free(th_config *cfg);
+
+/* Checks a plugin's `config:` block against the plugin's declared keys
+ * (with th_validate_params) and packs it as a msgpack map with defaults
+ * filled in.  Errors name FILE:LINE:COL of the offending key or value. */
+int th_config_plugin_block(const th_config *cfg, const th_plugin_cfg *pc,
+                           const struct th_param *params, size_t n_params,
+                           struct th_buf *out, th_error *err);
+
+/* Checks, once the plugins are loaded, that every tool a toolset, an
+ * override or a mock names exists.  `has_tool` answers for a name. */
+int th_config_check_tools(const th_config *cfg,
+                          bool (*has_tool)(void *ud, const char *name),
+                          void *ud, th_error *err);
+
+/* Parsers of the value forms, shared with the CLI: "64KiB", "1MiB", "512"
+ * and "500ms", "30s", "2m", "1h".  0 or TH_EINVAL. */
+int th_parse_size(const char *s, uint64_t *out);
+int th_parse_duration_ms(const char *s, uint64_t *out);
+
+/* The config name of a semantic type ("file_content", ...) and back
+ * (0 when unknown). */
+const char *th_sem_name(uint32_t sem);
+uint32_t th_sem_from_name(const char *name);
+
+/* The default limits (bytes per semantic type). */
+void th_limits_defaults(th_limits *l);
+
+#endif

@@ -1,0 +1,164 @@
+/* th/host.h - one running host, its sessions, and the one call path.
+ *
+ * Every front (CLI, msgpack-RPC, MCP, the Lua code runtime) calls tools
+ * through th_call_start(): registry lookup (pins the plugin generation) ->
+ * policy (toolset membership, caller ACL, permission) -> validation (the one
+ * place, th_validate_call) -> the async manager (duplicates, queue, worker,
+ * deadline, cancel, progress) -> execute -> output limits -> events.
+ *
+ * Threads: th_host_open/close from one thread.  Sessions and calls from any
+ * thread.  Event callbacks run on whatever thread finishes the work (a
+ * worker, a plugin's own thread, or the caller's own thread inside
+ * th_call_start when a short sync call runs inline); a front that lives on
+ * an event loop hands them over to its loop itself.
+ */
+#ifndef TH_HOST_H
+#define TH_HOST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "th/config.h"
+#include "th/err.h"
+#include "th/tool.h"
+
+typedef struct th_host th_host;
+typedef struct th_session th_session;
+
+/* Loads the plugins of `cfg` (taking ownership of it, even on failure),
+ * builds the registry, checks toolsets against the tools, starts the
+ * manager's workers.  Plugins marked optional that fail are logged and
+ * skipped. */
+int th_host_open(th_config *cfg, th_host **out, th_error *err);
+/* Stops accepting calls, cancels what runs after the shutdown grace, waits
+ * for every call, closes every plugin, frees everything. */
+void th_host_close(th_host *h);
+
+const th_config *th_host_config(const th_host *h);
+th_registry *th_host_registry(th_host *h);
+
+/* ---- Sessions ---------------------------------------------------------- */
+
+typedef struct th_principal {
+    uint32_t uid, gid;
+    bool trusted; /* the in-process CLI: every toolset, no ACL */
+} th_principal;
+
+/* What a front offers the core; every member may be NULL. */
+typedef struct th_front_ops {
+    /* Asks whoever drives the session whether call `call_id` of `tool`
+     * may run.  The front answers later, from any thread, with
+     * th_permission_answer(); until then the call waits (bounded by the
+     * host's permission_timeout, then denied).  Returns 0, or nonzero when
+     * it cannot ask (the call is then denied). */
+    int (*ask_permission)(void *front_ud, uint64_t call_id, const char *tool,
+                          const uint8_t *args, size_t args_len,
+                          const char *reason);
+    /* The session's tool list changed (task tools came or went, reload). */
+    void (*tools_changed)(void *front_ud);
+} th_front_ops;
+
+th_session *th_session_open(th_host *h, const th_principal *who,
+                            const th_front_ops *ops, void *front_ud);
+/* Ends the session: its session-scoped tasks are cancelled and waited for
+ * (bounded by session_grace); toolset-scoped ones go on.  No event callback
+ * of this session runs after th_session_close() returns. */
+void th_session_close(th_session *s);
+uint64_t th_session_id(const th_session *s);
+
+/* The tools the session may call, in name order, with the task tools while
+ * the session has a live task (or always, per config).  Each th_tool is
+ * valid during the callback only. */
+int th_session_tools(th_session *s, int (*fn)(const th_tool *t, void *ud),
+                     void *ud);
+/* A tool the session may call, pinned (th_tool_release()), or NULL. */
+const th_tool *th_session_acquire(th_session *s, const char *name);
+
+/* ---- Calls ---------------------------------------------------------------- */
+
+typedef struct th_call_opts {
+    int64_t timeout_ms; /* <= 0: the toolset's, capped by max_timeout */
+    bool no_progress;   /* do not deliver progress events */
+    bool may_block;     /* the caller may block: a short sync call may run
+                           inline on the calling thread */
+} th_call_opts;
+
+typedef enum th_result_kind {
+    TH_RESULT_DONE = 1,    /* the tool ran: ok, stdout, stderr, meta */
+    TH_RESULT_ERROR = 2,   /* a tool error: code + message */
+    TH_RESULT_RUNNING = 3  /* an async task was acknowledged */
+} th_result_kind;
+
+/* A result; every pointer is valid only during the event callback. */
+typedef struct th_result {
+    th_result_kind kind;
+    bool ok;                  /* DONE */
+    const uint8_t *out;       /* DONE: stdout after limits */
+    size_t out_len;
+    const uint8_t *err;       /* DONE: stderr after limits */
+    size_t err_len;
+    const uint8_t *meta;      /* DONE: msgpack map, or NULL */
+    size_t meta_len;
+    int error;                /* ERROR: a TH_E* code (th_err_name) */
+    const char *message;      /* ERROR: the message; RUNNING: the ack */
+    uint64_t task_id;         /* RUNNING, and the DONE event of a task */
+} th_result;
+
+typedef enum th_event_kind {
+    TH_EV_RESULT = 1,   /* the call's answer: exactly once per call */
+    TH_EV_PROGRESS = 2, /* after a RUNNING result: a progress update */
+    TH_EV_DONE = 3      /* after a RUNNING result: the final result,
+                           exactly once */
+} th_event_kind;
+
+typedef struct th_event {
+    th_event_kind kind;
+    uint64_t call_id;
+    uint64_t task_id;         /* 0 before acknowledgement */
+    const th_result *result;  /* RESULT and DONE */
+    double fraction;          /* PROGRESS: < 0 when unknown */
+    const char *message;      /* PROGRESS, may be NULL */
+    const uint8_t *data;      /* PROGRESS: msgpack value or NULL */
+    size_t data_len;
+    uint32_t coalesced;       /* PROGRESS: updates folded into this one */
+} th_event;
+
+typedef void (*th_event_fn)(const th_event *ev, void *ud);
+
+/* Starts a call.  Always returns 0 after assigning *call_id: every outcome,
+ * errors included, arrives through fn (possibly before th_call_start
+ * returns, on the calling thread).  Returns a negative code only when fn
+ * will never be called (out of memory, session closing). */
+int th_call_start(th_session *s, const char *tool, const uint8_t *args,
+                  size_t len, const th_call_opts *opts, th_event_fn fn,
+                  void *ud, uint64_t *call_id);
+
+/* Cancels a call or task of this session (by call id or task id). */
+int th_call_cancel(th_session *s, uint64_t id);
+
+/* Answers an ask_permission. */
+int th_permission_answer(th_session *s, uint64_t call_id, bool allow);
+
+/* A result copied into owned memory, for callers that wait. */
+typedef struct th_result_copy {
+    th_result_kind kind;
+    bool ok;
+    th_buf out, err, meta;
+    int error;
+    char *message;
+    uint64_t task_id;
+} th_result_copy;
+void th_result_copy_free(th_result_copy *r);
+int th_result_copy_from(th_result_copy *dst, const th_result *src);
+
+/* Runs a call to its end on the calling thread's behalf (waiting through an
+ * async task's acknowledgement to its DONE), calling `progress` (may be
+ * NULL) for progress events.  `cancel_flag`, when not NULL, is polled: once
+ * it reads nonzero the call is cancelled.  Fills *out with the final
+ * result. */
+int th_call_sync(th_session *s, const char *tool, const uint8_t *args,
+                 size_t len, const th_call_opts *opts, th_event_fn progress,
+                 void *ud, volatile int *cancel_flag, th_result_copy *out);
+
+#endif

@@ -1,0 +1,182 @@
+/* th/tool.h - loaded plugins, tools, the registry, and argument validation.
+ *
+ * The loader turns a .so into a th_plugin (one "generation" of a plugin):
+ * dlopen, entry symbol, ABI and struct_size checks, every tool and
+ * parameter checked and copied into host-owned th_tool/th_param, then
+ * init() with the plugin's config block.  The registry maps tool names to
+ * th_tools; a call pins its tool's plugin generation (reference count) from
+ * lookup until the call ends, so a reload can swap generations while old
+ * calls finish on the old code.
+ */
+#ifndef TH_TOOL_H
+#define TH_TOOL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "th/buf.h"
+#include "th/err.h"
+#include "toolhost/plugin.h"
+
+/* A parameter, normalized and owned by the host. */
+typedef struct th_param {
+    char *name;
+    char *description;
+    toolhost_type type;
+    uint32_t item_type;   /* for arrays, 0 = any */
+    bool required;
+    char **enum_values;   /* NULL or n_enum strings */
+    size_t n_enum;
+    uint8_t *default_mp;  /* msgpack of the default, or NULL */
+    size_t default_len;
+} th_param;
+
+typedef struct th_plugin th_plugin;
+
+/* A tool, as the host sees it.  Owned by its th_plugin. */
+typedef struct th_tool {
+    char *name;
+    char *description;
+    char *long_description;      /* may be NULL */
+    th_param *params;
+    size_t n_params;
+    uint32_t stdout_type, stderr_type, flags;
+    const toolhost_tool *desc;   /* the plugin's descriptor (execute, ...) */
+    th_plugin *plugin;           /* the generation that provides it */
+} th_tool;
+
+/* One loaded generation of a plugin. */
+struct th_plugin {
+    char *name;                  /* the config name (or the descriptor's) */
+    char *path;                  /* the file as configured */
+    char *load_path;             /* the file dlopen()ed (a private copy
+                                    after a reload), owned */
+    void *dl;                    /* dlopen handle; NULL for built-ins */
+    const toolhost_plugin *desc;
+    toolhost_host_api api;       /* the api given to init(); the host finds
+                                    the plugin from it (container_of) */
+    void *state;                 /* what init() stored */
+    bool initialized;            /* init() succeeded: fini() is owed */
+    th_tool *tools;
+    size_t n_tools;
+    uint64_t generation;         /* 1 for the first load, +1 per reload */
+    atomic_long refs;            /* 1 held by the registry + 1 per call */
+    void (*on_last_unref)(th_plugin *p); /* hook for the reload module */
+    void *user;                  /* for the owner of the plugin */
+};
+
+/* ---- Loader ------------------------------------------------------------ */
+
+typedef struct th_load_opts {
+    const char *name;        /* config name; NULL: the descriptor's name */
+    bool allow_insecure;     /* skip the writable-by-others check */
+    const char *load_path;   /* dlopen this file instead of `path` (a
+                                private copy); NULL: `path` */
+    uint64_t generation;     /* 0 means 1 */
+} th_load_opts;
+
+/* Opens and checks a plugin without calling init().  *out is a new
+ * th_plugin with refs = 1.  Errors (TH_ELOAD) name the file and the
+ * reason: not a shared object, entry symbol missing, ABI major mismatch,
+ * struct too small, invalid or duplicate tool name, bad parameter table,
+ * writable by others. */
+int th_plugin_open(const char *path, const th_load_opts *opts,
+                   th_plugin **out, th_error *err);
+
+/* Calls init() with a msgpack config map (NULL/0 for none).  On failure
+ * returns TH_ELOAD with the plugin's own message. */
+int th_plugin_init(th_plugin *p, const uint8_t *config, size_t len,
+                   th_error *err);
+
+/* Pins / unpins a generation.  The last unref calls fini() (when init()
+ * succeeded), dlclose()s, and frees everything. */
+void th_plugin_ref(th_plugin *p);
+void th_plugin_unref(th_plugin *p);
+
+/* The th_plugin whose api is `api` (for host callbacks such as log). */
+th_plugin *th_plugin_from_api(const toolhost_host_api *api);
+
+/* Fills the host API table given to plugins (write, progress, ...); the
+ * manager provides the call callbacks, see th/manager.h. */
+void th_host_api_fill(toolhost_host_api *api);
+
+/* Checks that `name` matches ^[a-zA-Z0-9_-]{1,64}$. */
+bool th_tool_name_valid(const char *name);
+
+/* Normalizes a parameter table from a plugin (walking by struct_size) into
+ * host-owned th_params: names valid and unique, types known, description
+ * present, enum only on strings, default parses as JSON and matches.
+ * `what` names the table in errors ("tool fs_read", "config of fs"). */
+int th_params_from_abi(const char *what, const toolhost_param *params,
+                       uint32_t n, th_param **out, size_t *n_out,
+                       th_error *err);
+void th_params_free(th_param *params, size_t n);
+
+/* ---- Registry ----------------------------------------------------------- */
+
+typedef struct th_registry th_registry;
+
+th_registry *th_registry_new(void);
+/* Unrefs every plugin it holds, then frees itself. */
+void th_registry_free(th_registry *reg);
+
+/* Adds every tool of `p` (the registry takes one reference).  Fails with
+ * TH_ELOAD naming both plugins if a tool name is taken; nothing is added
+ * then. */
+int th_registry_add(th_registry *reg, th_plugin *p, th_error *err);
+
+/* Atomically replaces generation `old` by `p` (same plugin name): new
+ * lookups see `p`; `old` loses the registry's reference. */
+int th_registry_replace(th_registry *reg, th_plugin *old, th_plugin *p,
+                        th_error *err);
+/* Removes `p` and drops the registry's reference. */
+void th_registry_remove(th_registry *reg, th_plugin *p);
+
+/* Looks up a tool and pins its generation; NULL when unknown.  Pair with
+ * th_tool_release().  Safe from any thread. */
+const th_tool *th_registry_acquire(th_registry *reg, const char *name);
+void th_tool_release(const th_tool *tool);
+
+/* The plugin of that config name (not pinned), or NULL. */
+th_plugin *th_registry_plugin(th_registry *reg, const char *name);
+
+/* Calls fn for every tool, in name order, with the registry read-locked;
+ * fn must not call back into the registry.  Stops when fn returns nonzero
+ * and returns that value. */
+int th_registry_foreach(th_registry *reg,
+                        int (*fn)(const th_tool *tool, void *ud), void *ud);
+size_t th_registry_count(th_registry *reg);
+
+/* ---- Validation: the one place ------------------------------------------ */
+
+/* What failed, for messages that point at one key. */
+typedef struct th_verr {
+    th_error e;
+    char key[72]; /* the offending parameter, "" when the args as a whole */
+} th_verr;
+
+/* Checks a msgpack map against a parameter table: a map, no unknown key,
+ * every required key present, each value of its type (an integer is
+ * accepted for a number; nothing else is coerced), in the enum.  When a
+ * default must be filled in, *out receives the completed map and
+ * *filled = true; otherwise `out` is untouched and the input stands.
+ * `what` starts the message: "Error parsing arguments for fs_read: missing
+ * required parameter 'path'".  Returns 0 or TH_EARGS. */
+int th_validate_params(const char *what, const th_param *params, size_t n,
+                       const uint8_t *args, size_t len, th_buf *out,
+                       bool *filled, th_verr *err);
+
+/* th_validate_params for a tool, then the tool's own validate_args().
+ * *args_out/*len_out point at the bytes to pass to execute() (the input,
+ * or out->data). */
+int th_validate_call(const th_tool *tool, const uint8_t *args, size_t len,
+                     th_buf *out, const uint8_t **args_out, size_t *len_out,
+                     th_error *err);
+
+/* Re-encodes a msgpack value in canonical form (map keys sorted bytewise,
+ * integers in their shortest form), for comparing arguments. */
+int th_msgpack_canonical(const uint8_t *data, size_t len, th_buf *out);
+
+#endif

@@ -1,0 +1,233 @@
+/* th_test.c - helpers shared by the test suites (see th_test.h). */
+#include "common/th_test.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static void die(const char *what)
+{
+    fprintf(stderr, "test helper: %s: %s\n", what, strerror(errno));
+    abort();
+}
+
+static const char *rotate(const char *base, const char *rel)
+{
+    static __thread char slots[8][4096];
+    static __thread int next;
+    char *s = slots[next++ % 8];
+    snprintf(s, 4096, "%s/%s", base, rel);
+    return s;
+}
+
+const char *th_test_build_path(const char *rel)
+{
+    return rotate(TH_BUILD_DIR, rel);
+}
+
+const char *th_test_source_path(const char *rel)
+{
+    return rotate(TH_SOURCE_DIR, rel);
+}
+
+char *th_test_tmpdir(void)
+{
+    const char *t = getenv("TMPDIR");
+    char tmpl[4096];
+    snprintf(tmpl, sizeof tmpl, "%s/toolhost-test-XXXXXX", t && *t ? t : "/tmp");
+    if (!mkdtemp(tmpl))
+        die("mkdtemp");
+    char *p = strdup(tmpl);
+    if (!p)
+        die("strdup");
+    return p;
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag,
+                  struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+void th_test_rmtree(const char *path)
+{
+    if (path)
+        nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+char *th_test_write_file(const char *dir, const char *name, const char *text,
+                         size_t len)
+{
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    if (!p)
+        die("malloc");
+    snprintf(p, n, "%s/%s", dir, name);
+    if (len == (size_t)-1)
+        len = strlen(text);
+    FILE *f = fopen(p, "wb");
+    if (!f)
+        die("fopen");
+    if (len && fwrite(text, 1, len, f) != len)
+        die("fwrite");
+    fclose(f);
+    return p;
+}
+
+static void append(char **buf, size_t *len, size_t *cap, const char *d,
+                   size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        size_t c = *cap ? *cap : 4096;
+        while (c < *len + n + 1)
+            c *= 2;
+        char *p = realloc(*buf, c);
+        if (!p)
+            die("realloc");
+        *buf = p;
+        *cap = c;
+    }
+    memcpy(*buf + *len, d, n);
+    *len += n;
+    (*buf)[*len] = '\0';
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+int th_test_run_argv(char *const argv[], const char *input, int timeout_s,
+                     int wrap, th_test_run *out)
+{
+    int pin[2], pout[2], perr[2];
+    if (pipe(pin) || pipe(pout) || pipe(perr))
+        die("pipe");
+    const char *vg = wrap ? getenv("TH_VALGRIND") : NULL;
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork");
+    if (pid == 0) {
+        dup2(pin[0], 0);
+        dup2(pout[1], 1);
+        dup2(perr[1], 2);
+        close(pin[1]);
+        close(pout[0]);
+        close(perr[0]);
+        if (vg && *vg) {
+            char *cmd = NULL;
+            size_t len = 0, cap = 0;
+            append(&cmd, &len, &cap, "exec ", 5);
+            append(&cmd, &len, &cap, vg, strlen(vg));
+            for (int i = 0; argv[i]; i++) {
+                append(&cmd, &len, &cap, " '", 2);
+                append(&cmd, &len, &cap, argv[i], strlen(argv[i]));
+                append(&cmd, &len, &cap, "'", 1);
+            }
+            execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        } else {
+            execv(argv[0], argv);
+        }
+        _exit(127);
+    }
+    close(pin[0]);
+    close(pout[1]);
+    close(perr[1]);
+    if (input) {
+        size_t n = strlen(input), off = 0;
+        while (off < n) {
+            ssize_t w = write(pin[1], input + off, n - off);
+            if (w <= 0)
+                break;
+            off += (size_t)w;
+        }
+    }
+    close(pin[1]);
+    memset(out, 0, sizeof *out);
+    size_t ocap = 0, ecap = 0;
+    append(&out->out, &out->out_len, &ocap, "", 0);
+    append(&out->err, &out->err_len, &ecap, "", 0);
+    struct pollfd fds[2] = {{pout[0], POLLIN, 0}, {perr[0], POLLIN, 0}};
+    int open_fds = 2;
+    double end = now_s() + timeout_s;
+    int killed = 0;
+    while (open_fds > 0) {
+        int left = (int)((end - now_s()) * 1000);
+        if (left <= 0) {
+            kill(pid, SIGKILL);
+            killed = 1;
+            break;
+        }
+        if (poll(fds, 2, left) < 0 && errno != EINTR)
+            die("poll");
+        for (int i = 0; i < 2; i++) {
+            if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP)))
+                continue;
+            char b[65536];
+            ssize_t r = read(fds[i].fd, b, sizeof b);
+            if (r <= 0) {
+                close(fds[i].fd);
+                fds[i].fd = -1;
+                open_fds--;
+            } else if (i == 0) {
+                append(&out->out, &out->out_len, &ocap, b, (size_t)r);
+            } else {
+                append(&out->err, &out->err_len, &ecap, b, (size_t)r);
+            }
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        if (fds[i].fd >= 0)
+            close(fds[i].fd);
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    if (killed || WIFSIGNALED(st))
+        out->status = 128 + (killed ? SIGKILL : WTERMSIG(st));
+    else
+        out->status = WEXITSTATUS(st);
+    return 0;
+}
+
+int th_test_toolhost(th_test_run *out, const char *first, ...)
+{
+    char *argv[64];
+    int n = 0;
+    argv[n++] = (char *)th_test_build_path("toolhost");
+    char *bin = strdup(argv[0]);
+    if (!bin)
+        die("strdup");
+    argv[0] = bin;
+    va_list ap;
+    va_start(ap, first);
+    for (const char *a = first; a && n < 63; a = va_arg(ap, const char *))
+        argv[n++] = (char *)a;
+    va_end(ap);
+    argv[n] = NULL;
+    int rc = th_test_run_argv(argv, NULL, 60, 1, out);
+    free(bin);
+    return rc;
+}
+
+void th_test_run_free(th_test_run *r)
+{
+    free(r->out);
+    free(r->err);
+    r->out = r->err = NULL;
+}

@@ -1,0 +1,46 @@
+/* th_test.h - small helpers shared by the test suites: paths into the build,
+ * temporary folders and files, running a program and capturing its output.
+ * Every helper aborts the test run on an internal failure (out of memory,
+ * fork failure): they are for tests only. */
+#ifndef TH_TEST_H
+#define TH_TEST_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/* "<build dir>/<rel>" and "<source dir>/<rel>" in a static rotating buffer
+ * (8 slots): copy the result if you need it long. */
+const char *th_test_build_path(const char *rel);
+const char *th_test_source_path(const char *rel);
+
+/* A new empty folder under $TMPDIR (or /tmp), removed with everything in
+ * it by th_test_rmtree().  Returns a malloc()ed path. */
+char *th_test_tmpdir(void);
+void th_test_rmtree(const char *path);
+
+/* Writes `len` bytes (or strlen(text) when len is (size_t)-1) to
+ * dir/name; returns the malloc()ed full path. */
+char *th_test_write_file(const char *dir, const char *name, const char *text,
+                         size_t len);
+
+/* The output of a finished program. */
+typedef struct th_test_run {
+    int status;  /* exit status, or 128 + signal number */
+    char *out;   /* stdout, NUL-terminated, malloc()ed */
+    size_t out_len;
+    char *err;   /* stderr */
+    size_t err_len;
+} th_test_run;
+
+/* Runs argv (argv[0] a path) with `input` on stdin (NULL: empty), waits at
+ * most timeout_s seconds (then kills it: status 128+9), captures both
+ * streams.  When TH_VALGRIND is set in the environment and `wrap` is
+ * nonzero, the program runs under that valgrind command line. */
+int th_test_run_argv(char *const argv[], const char *input, int timeout_s,
+                     int wrap, th_test_run *out);
+/* The same, with a toolhost command line: th_test_toolhost(&r, "call",
+ * "-c", cfg, "echo", "text=hi", NULL). */
+int th_test_toolhost(th_test_run *out, const char *first, ...);
+void th_test_run_free(th_test_run *r);
+
+#endif
