@@ -137,6 +137,11 @@ int th_call_start(th_session *s, const char *tool, const uint8_t *args,
 /* Cancels a call or task of this session (by call id or task id). */
 int th_call_cancel(th_session *s, uint64_t id);
 
+/* For built-in tools (task tools, run_code): the session a call runs in,
+ * and its host.  Only for calls the manager made. */
+th_session *th_call_session(const toolhost_call *call);
+th_host *th_session_host(th_session *s);
+
 /* Answers an ask_permission. */
 int th_permission_answer(th_session *s, uint64_t call_id, bool allow);
 

@@ -98,9 +98,38 @@ void th_plugin_unref(th_plugin *p);
 /* The th_plugin whose api is `api` (for host callbacks such as log). */
 th_plugin *th_plugin_from_api(const toolhost_host_api *api);
 
-/* Fills the host API table given to plugins (write, progress, ...); the
- * manager provides the call callbacks, see th/manager.h. */
+/* Every toolhost_call the host hands a plugin is the first member of a
+ * th_call_base: the host API's call callbacks (write, set_meta, progress,
+ * is_cancelled, time_left_ms, suspend, complete) dispatch through its
+ * vtable, so the manager, mocks and test harnesses each provide their own
+ * call implementation behind the one ABI table. */
+typedef struct th_call_vtbl {
+    int (*write)(toolhost_call *call, int stream, const void *data,
+                 size_t len);
+    int (*set_meta)(toolhost_call *call, const uint8_t *map, size_t len);
+    int (*progress)(toolhost_call *call, double fraction, const char *message,
+                    const uint8_t *data, size_t data_len);
+    int (*is_cancelled)(const toolhost_call *call);
+    int64_t (*time_left_ms)(const toolhost_call *call);
+    int (*suspend)(toolhost_call *call);
+    void (*complete)(toolhost_call *call, int status);
+} th_call_vtbl;
+
+typedef struct th_call_base {
+    toolhost_call pub; /* first: a toolhost_call* is a th_call_base* */
+    const th_call_vtbl *vt;
+} th_call_base;
+
+/* Fills the host API table given to plugins: struct_size, ABI version,
+ * the call callbacks (dispatching through th_call_base.vt) and log (which
+ * logs under the plugin's name, found with th_plugin_from_api). */
 void th_host_api_fill(toolhost_host_api *api);
+
+/* Builds a plugin generation from a descriptor linked into the host (the
+ * built-in tools: task tools, run_code, mocks): the same checks as
+ * th_plugin_open(), no dlopen, refs = 1.  init() is not called. */
+int th_plugin_builtin(const toolhost_plugin *desc, th_plugin **out,
+                      th_error *err);
 
 /* Checks that `name` matches ^[a-zA-Z0-9_-]{1,64}$. */
 bool th_tool_name_valid(const char *name);

@@ -1,0 +1,30 @@
+/* th/log.h - the host's log: one line per event on stderr.
+ *
+ *   2026-11-25T21:30:00.123Z info  session=3 tool=echo call=17 dur=0.2ms ok
+ *
+ * th_log() may be called from any thread; each line is written with one
+ * write(2), so lines from different threads never interleave.
+ */
+#ifndef TH_LOG_H
+#define TH_LOG_H
+
+#include "toolhost/plugin.h" /* TOOLHOST_LOG_* levels */
+
+/* The current level (TOOLHOST_LOG_*); lines above it are dropped. */
+void th_log_set_level(int level);
+int th_log_get_level(void);
+/* Sends lines to `fd` instead of 2 (tests); -1 silences the log. */
+void th_log_set_fd(int fd);
+/* "error", "warn", "info", "debug" -> level, or -1. */
+int th_log_level_from_name(const char *name);
+const char *th_log_level_name(int level);
+
+void th_log(int level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#define th_log_error(...) th_log(TOOLHOST_LOG_ERROR, __VA_ARGS__)
+#define th_log_warn(...) th_log(TOOLHOST_LOG_WARN, __VA_ARGS__)
+#define th_log_info(...) th_log(TOOLHOST_LOG_INFO, __VA_ARGS__)
+#define th_log_debug(...) th_log(TOOLHOST_LOG_DEBUG, __VA_ARGS__)
+
+#endif
