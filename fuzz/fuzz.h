@@ -1,0 +1,121 @@
+/* fuzz/fuzz.h - shared by the libFuzzer targets and by the unit suite that
+ * replays their corpora (tests/unit/test_fuzz_regressions.c).
+ *
+ * Each target fuzz/NAME.c defines `static int fuzz_NAME(const uint8_t *,
+ * size_t)` and, unless TH_FUZZ_NO_ENTRY is defined, the libFuzzer entry
+ * point calling it.  The unit suite defines TH_FUZZ_NO_ENTRY, includes
+ * every target file and runs each fuzz_NAME over the files of
+ * fuzz/corpus/NAME/, so every input ever committed there (seeds and past
+ * crashes) is replayed by the normal suite under gcc, ASan and valgrind as
+ * well as by `make fuzz-replay` under clang.  Every static name in a target
+ * therefore carries the target's prefix.
+ *
+ * TH_FUZZ_CHECK(cond) states a property the target checks beyond "does not
+ * crash" (a round trip, an error code set): in a fuzzer it aborts with the
+ * condition, which libFuzzer records as a crash; the unit suite redefines
+ * it as a CUnit assertion.
+ */
+#ifndef TH_FUZZ_H
+#define TH_FUZZ_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#ifndef TH_FUZZ_CHECK
+#define TH_FUZZ_CHECK(cond)                                                   \
+    do {                                                                      \
+        if (!(cond)) {                                                        \
+            fprintf(stderr, "%s:%d: fuzz check failed: %s\n", __FILE__,       \
+                    __LINE__, #cond);                                         \
+            abort();                                                          \
+        }                                                                     \
+    } while (0)
+#endif
+
+/* Walks the first msgpack value in data[0..len) without allocating and
+ * says whether msgpack-c can unpack it with bounded memory: every array or
+ * map header announces no more elements than bytes remain (msgpack-c
+ * allocates for the announced count up front, so 23 bytes announcing 2^31
+ * entries make it ask for gigabytes).  Returns 1 when plausible, 0 when a
+ * count is impossible or the value is cut short.  Depth is bounded. */
+static inline int th_fuzz_msgpack_plausible(const uint8_t *p, size_t len)
+{
+    size_t pos = 0;
+    uint64_t left = 1; /* values still to walk */
+    while (left > 0) {
+        if (pos >= len)
+            return 0;
+        uint8_t c = p[pos++];
+        uint64_t skip = 0, kids = 0;
+        size_t hdr = 0; /* length bytes that follow c */
+        left--;
+        if (c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3) {
+            /* fixint, nil, bool */
+        } else if (c >= 0x80 && c <= 0x8f) {
+            kids = 2u * (c & 0x0f);
+        } else if (c >= 0x90 && c <= 0x9f) {
+            kids = c & 0x0f;
+        } else if (c >= 0xa0 && c <= 0xbf) {
+            skip = c & 0x1f;
+        } else {
+            switch (c) {
+            case 0xc4: case 0xd9: hdr = 1; break;           /* bin8 str8 */
+            case 0xc5: case 0xda: hdr = 2; break;           /* bin16 str16 */
+            case 0xc6: case 0xdb: hdr = 4; break;           /* bin32 str32 */
+            case 0xc7: hdr = 1; skip = 1; break;            /* ext8 + type */
+            case 0xc8: hdr = 2; skip = 1; break;
+            case 0xc9: hdr = 4; skip = 1; break;
+            case 0xca: skip = 4; break;
+            case 0xcb: skip = 8; break;
+            case 0xcc: case 0xd0: skip = 1; break;
+            case 0xcd: case 0xd1: skip = 2; break;
+            case 0xce: case 0xd2: skip = 4; break;
+            case 0xcf: case 0xd3: skip = 8; break;
+            case 0xd4: skip = 2; break;                     /* fixext */
+            case 0xd5: skip = 3; break;
+            case 0xd6: skip = 5; break;
+            case 0xd7: skip = 9; break;
+            case 0xd8: skip = 17; break;
+            case 0xdc: case 0xde: hdr = 2; break;           /* array/map16 */
+            case 0xdd: case 0xdf: hdr = 4; break;           /* array/map32 */
+            default: return 0;                              /* 0xc1 */
+            }
+        }
+        if (hdr) {
+            if (len - pos < hdr)
+                return 0;
+            uint64_t n = 0;
+            for (size_t i = 0; i < hdr; i++)
+                n = (n << 8) | p[pos + i];
+            pos += hdr;
+            if (c == 0xdc || c == 0xdd)
+                kids = n;
+            else if (c == 0xde || c == 0xdf)
+                kids = 2 * n;
+            else
+                skip += n;
+        }
+        if (skip > len - pos)
+            return 0;
+        pos += (size_t)skip;
+        if (kids > len - pos) /* each element takes a byte at least */
+            return 0;
+        left += kids;
+    }
+    return 1;
+}
+
+#ifdef TH_FUZZ_NO_ENTRY
+#define TH_FUZZ_ENTRY(fn)
+#else
+#define TH_FUZZ_ENTRY(fn)                                                     \
+    int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);             \
+    int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)              \
+    {                                                                         \
+        return fn(data, size);                                                \
+    }
+#endif
+
+#endif
