@@ -1,0 +1,227 @@
+/* bench/bench.h - helpers shared by the benchmarks (header only: the build
+ * makes one program of each bench/NAME.c).
+ *
+ * Every benchmark prints a readable table and exactly one JSON line
+ * starting with {"bench": ...}.  The machine is stated first (cores online,
+ * the CPUs this process may run on, CPU model from /proc/cpuinfo), and
+ * every figure stands beside a floor measured in the same run, as a ratio,
+ * since absolute times on a shared virtual machine drift.  A run pinned to
+ * one CPU (scripts/run-bench re-runs each program under `taskset -c 0`)
+ * says "pinned": cross-thread figures are compared only like with like.
+ *
+ * TH_BENCH_QUICK=1 in the environment shortens every loop (a smoke run).
+ */
+#ifndef TH_BENCH_H
+#define TH_BENCH_H
+
+#include <errno.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "th/buf.h"
+
+static inline uint64_t bench_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline int bench_quick(void)
+{
+    const char *q = getenv("TH_BENCH_QUICK");
+    return q && *q && strcmp(q, "0") != 0;
+}
+
+/* n, or n/div (at least `min`) in a quick run. */
+static inline long bench_iters(long n, long div, long min)
+{
+    if (!bench_quick())
+        return n;
+    long q = n / div;
+    return q < min ? min : q;
+}
+
+static inline void bench_die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("bench: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+/* ---- the machine --------------------------------------------------------- */
+
+typedef struct bench_machine {
+    int cores;        /* online */
+    int cpus_allowed; /* in this process's affinity mask */
+    char model[128];
+    int pinned;       /* cpus_allowed == 1 */
+} bench_machine;
+
+static inline void bench_machine_get(bench_machine *m)
+{
+    memset(m, 0, sizeof *m);
+    m->cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        m->cpus_allowed = CPU_COUNT(&set);
+    else
+        m->cpus_allowed = m->cores;
+    m->pinned = m->cpus_allowed == 1;
+    snprintf(m->model, sizeof m->model, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        char line[512];
+        while (fgets(line, sizeof line, f)) {
+            if (strncmp(line, "model name", 10) == 0) {
+                char *p = strchr(line, ':');
+                if (p) {
+                    p++;
+                    while (*p == ' ' || *p == '\t')
+                        p++;
+                    p[strcspn(p, "\n")] = '\0';
+                    snprintf(m->model, sizeof m->model, "%s", p);
+                }
+                break;
+            }
+        }
+        fclose(f);
+    }
+}
+
+static inline void bench_machine_print(const char *bench,
+                                       const bench_machine *m)
+{
+    printf("== %s ==\n", bench);
+    printf("machine: %d cores online, %d allowed%s, CPU \"%s\"\n", m->cores,
+           m->cpus_allowed, m->pinned ? " (pinned: taskset -c 0)" : "",
+           m->model);
+}
+
+/* ---- samples --------------------------------------------------------------- */
+
+static int bench_cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Sorts v and returns the q-th quantile (0..1). */
+static inline uint64_t bench_quantile(uint64_t *v, size_t n, double q)
+{
+    if (n == 0)
+        return 0;
+    qsort(v, n, sizeof v[0], bench_cmp_u64);
+    size_t i = (size_t)(q * (double)(n - 1) + 0.5);
+    return v[i < n ? i : n - 1];
+}
+
+typedef struct bench_stats {
+    double mean_ns; /* wall / count */
+    uint64_t p50_ns, p99_ns;
+} bench_stats;
+
+static inline void bench_stats_from(bench_stats *s, uint64_t *samples,
+                                    size_t n, uint64_t wall_ns, size_t count)
+{
+    s->mean_ns = count ? (double)wall_ns / (double)count : 0;
+    s->p50_ns = bench_quantile(samples, n, 0.50);
+    s->p99_ns = bench_quantile(samples, n, 0.99);
+}
+
+/* ---- the JSON line ----------------------------------------------------------- */
+
+/* Builds {"bench":NAME,"machine":{...},...}: bench_json_num/str add
+ * members, bench_json_end prints the line. */
+typedef struct bench_json {
+    th_buf b;
+} bench_json;
+
+static inline void bench_json_begin(bench_json *j, const char *bench,
+                                    const bench_machine *m)
+{
+    th_buf_init(&j->b);
+    char date[32];
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    if (th_buf_printf(&j->b,
+                      "{\"bench\":\"%s\",\"date\":\"%s\",\"machine\":{"
+                      "\"cores\":%d,\"cpus_allowed\":%d,\"pinned\":%s,"
+                      "\"cpu\":\"%s\"}",
+                      bench, date, m->cores, m->cpus_allowed,
+                      m->pinned ? "true" : "false", m->model) < 0)
+        bench_die("out of memory");
+}
+
+static inline void bench_json_num(bench_json *j, const char *key, double v)
+{
+    if (th_buf_printf(&j->b, ",\"%s\":%.6g", key, v) < 0)
+        bench_die("out of memory");
+}
+
+static inline void bench_json_str(bench_json *j, const char *key,
+                                  const char *v)
+{
+    if (th_buf_printf(&j->b, ",\"%s\":\"%s\"", key, v) < 0)
+        bench_die("out of memory");
+}
+
+static inline void bench_json_end(bench_json *j)
+{
+    if (th_buf_puts(&j->b, "}") < 0)
+        bench_die("out of memory");
+    printf("%s\n", (const char *)j->b.data);
+    fflush(stdout);
+    th_buf_free(&j->b);
+}
+
+/* ---- the table --------------------------------------------------------------- */
+
+static inline void bench_row_head(void)
+{
+    printf("%-44s %12s %10s %10s %8s  %s\n", "figure", "mean", "p50", "p99",
+           "ratio", "floor");
+}
+
+/* One row: figure, mean/p50/p99 in ns, and the ratio of the mean to the
+ * floor's mean (0: no floor). */
+static inline void bench_row_ns(const char *name, const bench_stats *s,
+                                double floor_ns, const char *floor_name)
+{
+    char ratio[32] = "";
+    if (floor_ns > 0)
+        snprintf(ratio, sizeof ratio, "%.2fx", s->mean_ns / floor_ns);
+    printf("%-44s %10.0fns %8lluns %8lluns %8s  %s\n", name, s->mean_ns,
+           (unsigned long long)s->p50_ns, (unsigned long long)s->p99_ns,
+           ratio, floor_name ? floor_name : "");
+}
+
+/* Resident memory of this process in KiB (VmRSS), or 0. */
+static inline long bench_rss_kib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    long kib = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
+            break;
+    fclose(f);
+    return kib;
+}
+
+#endif

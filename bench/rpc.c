@@ -1,0 +1,501 @@
+/* bench/rpc.c - msgpack-RPC over a Unix socket: `toolhost serve` driven by
+ * a C client (raw sockets + msgpack-c), against a socketpair floor.
+ *
+ * Floor, in this process: the same request and response frames, packed and
+ * unpacked with msgpack-c exactly as the client and a server must, bounced
+ * over a socketpair between two threads (the echo thread unpacks the
+ * request, reads the text, packs the response).  It is what any msgpack
+ * RPC over a local socket costs before the host does anything.
+ *
+ * Figures (each as scheduled, and pinned when scripts/run-bench re-runs
+ * the program under `taskset -c 0`; the server inherits the pinning):
+ *   - one connection, sequential: round trip p50/p99, against the floor's
+ *     sequential round trip (target <= 2x);
+ *   - one connection, 64 calls in flight: calls/s (target >= 200,000),
+ *     against the floor with 64 in flight;
+ *   - 16 connections, one call in flight on each: calls/s.
+ *
+ * The server runs with log_level warn (the per-call info line would
+ * otherwise be a write(2) per call to the log); see bench/README.md.
+ */
+#include <fcntl.h>
+#include <msgpack.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+
+#include "bench.h"
+
+#define TEXT "hello"
+
+/* ---- frames ----------------------------------------------------------------- */
+
+/* [0, id, "tools.call", ["echo", {"text": TEXT}]] */
+static void pack_request(msgpack_sbuffer *sb, uint64_t id)
+{
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+    msgpack_pack_array(&pk, 4);
+    msgpack_pack_int(&pk, 0);
+    msgpack_pack_uint64(&pk, id);
+    msgpack_pack_str_with_body(&pk, "tools.call", 10);
+    msgpack_pack_array(&pk, 2);
+    msgpack_pack_str_with_body(&pk, "echo", 4);
+    msgpack_pack_map(&pk, 1);
+    msgpack_pack_str_with_body(&pk, "text", 4);
+    msgpack_pack_str_with_body(&pk, TEXT, sizeof TEXT - 1);
+}
+
+static const msgpack_object *map_get(const msgpack_object *m, const char *key)
+{
+    if (m->type != MSGPACK_OBJECT_MAP)
+        return NULL;
+    size_t kl = strlen(key);
+    for (uint32_t i = 0; i < m->via.map.size; i++) {
+        const msgpack_object *k = &m->via.map.ptr[i].key;
+        if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == kl &&
+            memcmp(k->via.str.ptr, key, kl) == 0)
+            return &m->via.map.ptr[i].val;
+    }
+    return NULL;
+}
+
+/* Checks a response [1, id, nil, {ok: true, stdout: TEXT...}]; returns its
+ * msgid or dies. */
+static uint64_t check_response(const msgpack_object *o)
+{
+    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 4 ||
+        o->via.array.ptr[0].via.u64 != 1)
+        bench_die("not a response");
+    const msgpack_object *err = &o->via.array.ptr[2];
+    if (err->type != MSGPACK_OBJECT_NIL)
+        bench_die("the call failed (error in the response)");
+    const msgpack_object *ok = map_get(&o->via.array.ptr[3], "ok");
+    if (!ok || ok->type != MSGPACK_OBJECT_BOOLEAN || !ok->via.boolean)
+        bench_die("the call did not return ok: true");
+    return o->via.array.ptr[1].via.u64;
+}
+
+static void write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            bench_die("write: %s", strerror(errno));
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+/* Reads once into the unpacker (blocking); dies at end of stream. */
+static void read_some(int fd, msgpack_unpacker *up)
+{
+    if (!msgpack_unpacker_reserve_buffer(up, 65536))
+        bench_die("out of memory");
+    ssize_t r;
+    do
+        r = read(fd, msgpack_unpacker_buffer(up),
+                 msgpack_unpacker_buffer_capacity(up));
+    while (r < 0 && errno == EINTR);
+    if (r <= 0)
+        bench_die("connection closed (%s)", r < 0 ? strerror(errno) : "EOF");
+    msgpack_unpacker_buffer_consumed(up, (size_t)r);
+}
+
+/* ---- the floor: an echo thread on a socketpair -------------------------------- */
+
+static void *floor_echo(void *arg)
+{
+    int fd = *(int *)arg;
+    msgpack_unpacker up;
+    msgpack_unpacker_init(&up, 65536);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    msgpack_sbuffer out;
+    msgpack_sbuffer_init(&out);
+    for (;;) {
+        if (!msgpack_unpacker_reserve_buffer(&up, 65536))
+            break;
+        ssize_t r = read(fd, msgpack_unpacker_buffer(&up),
+                         msgpack_unpacker_buffer_capacity(&up));
+        if (r <= 0)
+            break;
+        msgpack_unpacker_buffer_consumed(&up, (size_t)r);
+        msgpack_sbuffer_clear(&out);
+        while (msgpack_unpacker_next(&up, &u) == MSGPACK_UNPACK_SUCCESS) {
+            /* what a server must do: read the id, method, args, the text */
+            const msgpack_object *a = u.data.via.array.ptr;
+            uint64_t id = a[1].via.u64;
+            const msgpack_object *params = &a[3];
+            const msgpack_object *text =
+                map_get(&params->via.array.ptr[1], "text");
+            msgpack_packer pk;
+            msgpack_packer_init(&pk, &out, msgpack_sbuffer_write);
+            msgpack_pack_array(&pk, 4);
+            msgpack_pack_int(&pk, 1);
+            msgpack_pack_uint64(&pk, id);
+            msgpack_pack_nil(&pk);
+            msgpack_pack_map(&pk, 4);
+            msgpack_pack_str_with_body(&pk, "ok", 2);
+            msgpack_pack_true(&pk);
+            msgpack_pack_str_with_body(&pk, "stdout", 6);
+            msgpack_pack_str_with_body(&pk, text->via.str.ptr,
+                                       text->via.str.size);
+            msgpack_pack_str_with_body(&pk, "stderr", 6);
+            msgpack_pack_str_with_body(&pk, "", 0);
+            msgpack_pack_str_with_body(&pk, "meta", 4);
+            msgpack_pack_map(&pk, 0);
+        }
+        if (out.size)
+            write_all(fd, out.data, out.size);
+    }
+    msgpack_sbuffer_destroy(&out);
+    msgpack_unpacked_destroy(&u);
+    msgpack_unpacker_destroy(&up);
+    return NULL;
+}
+
+/* ---- the client loops ------------------------------------------------------------ */
+
+typedef struct conn {
+    int fd;
+    msgpack_unpacker up;
+    msgpack_unpacked u;
+    msgpack_sbuffer sb;
+    uint64_t next_id;
+    uint64_t sent, done;
+    uint64_t t_sent; /* sequential: when the request left */
+} conn;
+
+static void conn_init(conn *c, int fd)
+{
+    memset(c, 0, sizeof *c);
+    c->fd = fd;
+    if (!msgpack_unpacker_init(&c->up, 65536))
+        bench_die("out of memory");
+    msgpack_unpacked_init(&c->u);
+    msgpack_sbuffer_init(&c->sb);
+    c->next_id = 1;
+}
+
+static void conn_destroy(conn *c)
+{
+    msgpack_unpacker_destroy(&c->up);
+    msgpack_unpacked_destroy(&c->u);
+    msgpack_sbuffer_destroy(&c->sb);
+    close(c->fd);
+}
+
+/* n sequential round trips; samples[i] = ns of each. */
+static uint64_t run_sequential(conn *c, long n, uint64_t *samples)
+{
+    uint64_t t0 = bench_now_ns();
+    for (long i = 0; i < n; i++) {
+        msgpack_sbuffer_clear(&c->sb);
+        uint64_t id = c->next_id++;
+        pack_request(&c->sb, id);
+        uint64_t a = bench_now_ns();
+        write_all(c->fd, c->sb.data, c->sb.size);
+        for (;;) {
+            int rc = msgpack_unpacker_next(&c->up, &c->u);
+            if (rc == MSGPACK_UNPACK_SUCCESS) {
+                if (check_response(&c->u.data) != id)
+                    bench_die("response to the wrong request");
+                break;
+            }
+            if (rc < 0)
+                bench_die("the server sent bytes that are not msgpack");
+            read_some(c->fd, &c->up);
+        }
+        samples[i] = bench_now_ns() - a;
+    }
+    return bench_now_ns() - t0;
+}
+
+/* n calls with `depth` in flight on one connection; returns wall ns. */
+static uint64_t run_pipelined(conn *c, long n, int depth)
+{
+    uint64_t t0 = bench_now_ns();
+    long sent = 0, done = 0;
+    while (done < n) {
+        msgpack_sbuffer_clear(&c->sb);
+        while (sent - done < depth && sent < n) {
+            pack_request(&c->sb, c->next_id++);
+            sent++;
+        }
+        if (c->sb.size)
+            write_all(c->fd, c->sb.data, c->sb.size);
+        read_some(c->fd, &c->up);
+        int rc;
+        while ((rc = msgpack_unpacker_next(&c->up, &c->u)) ==
+               MSGPACK_UNPACK_SUCCESS) {
+            check_response(&c->u.data);
+            done++;
+        }
+        if (rc < 0)
+            bench_die("the server sent bytes that are not msgpack");
+    }
+    return bench_now_ns() - t0;
+}
+
+/* n calls in total over nc connections, one in flight on each, driven by
+ * poll() from this thread; returns wall ns. */
+static uint64_t run_many(conn *cs, int nc, long n)
+{
+    struct pollfd *pf = calloc((size_t)nc, sizeof *pf);
+    if (!pf)
+        bench_die("out of memory");
+    long sent = 0, done = 0;
+    uint64_t t0 = bench_now_ns();
+    for (int i = 0; i < nc && sent < n; i++) {
+        msgpack_sbuffer_clear(&cs[i].sb);
+        pack_request(&cs[i].sb, cs[i].next_id++);
+        write_all(cs[i].fd, cs[i].sb.data, cs[i].sb.size);
+        sent++;
+    }
+    while (done < n) {
+        for (int i = 0; i < nc; i++) {
+            pf[i].fd = cs[i].fd;
+            pf[i].events = POLLIN;
+            pf[i].revents = 0;
+        }
+        if (poll(pf, (nfds_t)nc, 10000) <= 0)
+            bench_die("no response within 10 s");
+        for (int i = 0; i < nc; i++) {
+            if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            read_some(cs[i].fd, &cs[i].up);
+            int rc;
+            while ((rc = msgpack_unpacker_next(&cs[i].up, &cs[i].u)) ==
+                   MSGPACK_UNPACK_SUCCESS) {
+                check_response(&cs[i].u.data);
+                done++;
+                if (sent < n) {
+                    msgpack_sbuffer_clear(&cs[i].sb);
+                    pack_request(&cs[i].sb, cs[i].next_id++);
+                    write_all(cs[i].fd, cs[i].sb.data, cs[i].sb.size);
+                    sent++;
+                }
+            }
+            if (rc < 0)
+                bench_die("the server sent bytes that are not msgpack");
+        }
+    }
+    free(pf);
+    return bench_now_ns() - t0;
+}
+
+/* ---- the server ---------------------------------------------------------------------- */
+
+static char tmpdir[256];
+static char sock_path[300];
+static pid_t server_pid = -1;
+
+static void stop_server(void)
+{
+    if (server_pid > 0) {
+        kill(server_pid, SIGTERM);
+        int st;
+        for (int i = 0; i < 500; i++) { /* 5 s, then SIGKILL */
+            if (waitpid(server_pid, &st, WNOHANG) == server_pid) {
+                server_pid = -1;
+                break;
+            }
+            usleep(10000);
+        }
+        if (server_pid > 0) {
+            kill(server_pid, SIGKILL);
+            waitpid(server_pid, &st, 0);
+            server_pid = -1;
+        }
+    }
+    if (tmpdir[0]) {
+        char cmd[400];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "bench: could not remove %s\n", tmpdir);
+        tmpdir[0] = '\0';
+    }
+}
+
+static int connect_unix(const char *path)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        bench_die("socket: %s", strerror(errno));
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof sa.sun_path)
+        bench_die("socket path too long: %s", path);
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static void start_server(const char *build)
+{
+    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(tmpdir, sizeof tmpdir, "%s/th-bench-rpc-XXXXXX", base);
+    if (!mkdtemp(tmpdir))
+        bench_die("mkdtemp: %s", strerror(errno));
+    atexit(stop_server);
+    char cfg[400], log[400];
+    snprintf(cfg, sizeof cfg, "%s/bench.yaml", tmpdir);
+    snprintf(log, sizeof log, "%s/server.log", tmpdir);
+    snprintf(sock_path, sizeof sock_path, "%s/s.sock", tmpdir);
+    FILE *f = fopen(cfg, "w");
+    if (!f)
+        bench_die("%s: %s", cfg, strerror(errno));
+    fprintf(f,
+            "host:\n"
+            "  log_level: warn\n"
+            "plugins:\n"
+            "  - name: echo\n"
+            "    path: %s/plugins/echo.so\n",
+            build);
+    fclose(f);
+    char exe[400], listen[400];
+    snprintf(exe, sizeof exe, "%s/toolhost", build);
+    snprintf(listen, sizeof listen, "unix:%s", sock_path);
+    server_pid = fork();
+    if (server_pid < 0)
+        bench_die("fork: %s", strerror(errno));
+    if (server_pid == 0) {
+        int lfd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (lfd >= 0) {
+            dup2(lfd, 1);
+            dup2(lfd, 2);
+        }
+        execl(exe, exe, "serve", "-c", cfg, "--listen", listen, (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 1000; i++) { /* 10 s */
+        int fd = connect_unix(sock_path);
+        if (fd >= 0) {
+            close(fd);
+            return;
+        }
+        int st;
+        if (waitpid(server_pid, &st, WNOHANG) == server_pid) {
+            server_pid = -1;
+            char cmd[500];
+            snprintf(cmd, sizeof cmd, "cat '%s' >&2", log);
+            if (system(cmd) != 0)
+                fprintf(stderr, "(no log)\n");
+            bench_die("toolhost serve exited before listening (log above)");
+        }
+        usleep(10000);
+    }
+    bench_die("toolhost serve did not listen on %s within 10 s", sock_path);
+}
+
+/* ---- main ---------------------------------------------------------------------------- */
+
+int main(int argc, char **argv)
+{
+    const char *build = argc > 1 ? argv[1] : TH_BUILD_DIR;
+    signal(SIGPIPE, SIG_IGN);
+    bench_machine m;
+    bench_machine_get(&m);
+    bench_machine_print("rpc: msgpack-RPC over a Unix socket", &m);
+
+    long n_seq = bench_iters(20000, 10, 500);
+    long n_pipe = bench_iters(200000, 10, 5000);
+    long n_many = bench_iters(100000, 10, 2000);
+    uint64_t *samples = malloc(sizeof(uint64_t) * (size_t)n_seq);
+    if (!samples)
+        bench_die("out of memory");
+
+    /* the floor */
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+        bench_die("socketpair: %s", strerror(errno));
+    pthread_t echo;
+    if (pthread_create(&echo, NULL, floor_echo, &sv[1]) != 0)
+        bench_die("pthread_create");
+    conn fc;
+    conn_init(&fc, sv[0]);
+    run_sequential(&fc, n_seq / 10, samples); /* warm-up */
+    uint64_t wall = run_sequential(&fc, n_seq, samples);
+    bench_stats floor_seq;
+    bench_stats_from(&floor_seq, samples, (size_t)n_seq, wall, (size_t)n_seq);
+    uint64_t floor_pipe_ns = run_pipelined(&fc, n_pipe, 64);
+    double floor_pipe_cps = (double)n_pipe * 1e9 / (double)floor_pipe_ns;
+    conn_destroy(&fc); /* closes sv[0]: the echo thread ends */
+    pthread_join(echo, NULL);
+    close(sv[1]);
+
+    /* the server */
+    start_server(build);
+    conn c1;
+    int fd = connect_unix(sock_path);
+    if (fd < 0)
+        bench_die("connect: %s", strerror(errno));
+    conn_init(&c1, fd);
+    run_sequential(&c1, n_seq / 10, samples); /* warm-up */
+    wall = run_sequential(&c1, n_seq, samples);
+    bench_stats seq;
+    bench_stats_from(&seq, samples, (size_t)n_seq, wall, (size_t)n_seq);
+    run_pipelined(&c1, n_pipe / 10, 64); /* warm-up */
+    uint64_t pipe_ns = run_pipelined(&c1, n_pipe, 64);
+    double pipe_cps = (double)n_pipe * 1e9 / (double)pipe_ns;
+    conn_destroy(&c1);
+
+    enum { NCONN = 16 };
+    conn cs[NCONN];
+    for (int i = 0; i < NCONN; i++) {
+        fd = connect_unix(sock_path);
+        if (fd < 0)
+            bench_die("connect: %s", strerror(errno));
+        conn_init(&cs[i], fd);
+    }
+    uint64_t many_ns = run_many(cs, NCONN, n_many);
+    double many_cps = (double)n_many * 1e9 / (double)many_ns;
+    for (int i = 0; i < NCONN; i++)
+        conn_destroy(&cs[i]);
+    stop_server();
+
+    printf("\n");
+    bench_row_head();
+    bench_row_ns("floor: socketpair frame round trip", &floor_seq, 0, NULL);
+    bench_row_ns("1 connection, sequential round trip", &seq,
+                 floor_seq.mean_ns, "socketpair round trip");
+    printf("\n%-44s %14s %8s  %s\n", "figure", "calls/s", "ratio", "floor");
+    printf("%-44s %14.0f %8s  %s\n", "floor: socketpair, 64 in flight",
+           floor_pipe_cps, "", "");
+    printf("%-44s %14.0f %7.2fx  %s\n", "1 connection, 64 in flight", pipe_cps,
+           pipe_cps / floor_pipe_cps, "socketpair, 64 in flight");
+    printf("%-44s %14.0f %7.2fx  %s\n", "16 connections, 1 in flight each",
+           many_cps, many_cps / floor_pipe_cps, "socketpair, 64 in flight");
+    printf("\ntargets: sequential round trip <= 2x floor: %s (%.2fx); "
+           ">= 200000 calls/s pipelined: %s (%.0f)\n",
+           seq.mean_ns <= 2 * floor_seq.mean_ns ? "met" : "NOT met",
+           seq.mean_ns / floor_seq.mean_ns,
+           pipe_cps >= 200000 ? "met" : "NOT met", pipe_cps);
+
+    bench_json j;
+    bench_json_begin(&j, "rpc", &m);
+    bench_json_num(&j, "floor_rtt_mean_ns", floor_seq.mean_ns);
+    bench_json_num(&j, "floor_rtt_p50_ns", (double)floor_seq.p50_ns);
+    bench_json_num(&j, "floor_rtt_p99_ns", (double)floor_seq.p99_ns);
+    bench_json_num(&j, "seq_rtt_mean_ns", seq.mean_ns);
+    bench_json_num(&j, "seq_rtt_p50_ns", (double)seq.p50_ns);
+    bench_json_num(&j, "seq_rtt_p99_ns", (double)seq.p99_ns);
+    bench_json_num(&j, "seq_ratio", seq.mean_ns / floor_seq.mean_ns);
+    bench_json_num(&j, "floor_pipe64_cps", floor_pipe_cps);
+    bench_json_num(&j, "pipe64_cps", pipe_cps);
+    bench_json_num(&j, "pipe64_ratio", pipe_cps / floor_pipe_cps);
+    bench_json_num(&j, "conn16_cps", many_cps);
+    bench_json_end(&j);
+    free(samples);
+    return 0;
+}
