@@ -39,18 +39,26 @@
  * map header announces no more elements than bytes remain (msgpack-c
  * allocates for the announced count up front, so 23 bytes announcing 2^31
  * entries make it ask for gigabytes).  Returns 1 when plausible, 0 when a
- * count is impossible or the value is cut short.  Depth is bounded. */
-static inline int th_fuzz_msgpack_plausible(const uint8_t *p, size_t len)
+ * count is impossible, the value is cut short or nests deeper than 68;
+ * *depth_out (may be NULL) gets the nesting depth. */
+static inline int th_fuzz_msgpack_walk(const uint8_t *p, size_t len,
+                                       int *depth_out)
 {
     size_t pos = 0;
-    uint64_t left = 1; /* values still to walk */
-    while (left > 0) {
+    uint64_t stack[70]; /* values left at each open level */
+    int depth = 0, max_depth = 0;
+    stack[0] = 1;
+    for (;;) {
+        while (depth >= 0 && stack[depth] == 0)
+            depth--;
+        if (depth < 0)
+            break;
         if (pos >= len)
             return 0;
         uint8_t c = p[pos++];
         uint64_t skip = 0, kids = 0;
         size_t hdr = 0; /* length bytes that follow c */
-        left--;
+        stack[depth]--;
         if (c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3) {
             /* fixint, nil, bool */
         } else if (c >= 0x80 && c <= 0x8f) {
@@ -102,9 +110,30 @@ static inline int th_fuzz_msgpack_plausible(const uint8_t *p, size_t len)
         pos += (size_t)skip;
         if (kids > len - pos) /* each element takes a byte at least */
             return 0;
-        left += kids;
+        if (kids > 0) {
+            if (depth + 1 >= (int)(sizeof stack / sizeof stack[0]))
+                return 0; /* deeper than anything we accept */
+            stack[++depth] = kids;
+            if (depth > max_depth)
+                max_depth = depth;
+        }
     }
+    if (depth_out)
+        *depth_out = max_depth;
     return 1;
+}
+
+static inline int th_fuzz_msgpack_plausible(const uint8_t *p, size_t len)
+{
+    return th_fuzz_msgpack_walk(p, len, NULL);
+}
+
+/* Nesting depth of the first value (a scalar is 0, [1] is 1), or -1 when
+ * it is not plausible (see above) or deeper than 68. */
+static inline int th_fuzz_msgpack_depth(const uint8_t *p, size_t len)
+{
+    int d = 0;
+    return th_fuzz_msgpack_walk(p, len, &d) ? d : -1;
 }
 
 #ifdef TH_FUZZ_NO_ENTRY
