@@ -65,6 +65,11 @@ struct th_plugin {
     atomic_long refs;            /* 1 held by the registry + 1 per call */
     void (*on_last_unref)(th_plugin *p); /* hook for the reload module */
     void *user;                  /* for the owner of the plugin */
+    /* Appended members (core): */
+    char *version;               /* the descriptor's version, or "" */
+    char *description;           /* the descriptor's description */
+    th_param *config_params;     /* the schema of its config block */
+    size_t n_config_params;
 };
 
 /* ---- Loader ------------------------------------------------------------ */
@@ -90,10 +95,16 @@ int th_plugin_open(const char *path, const th_load_opts *opts,
 int th_plugin_init(th_plugin *p, const uint8_t *config, size_t len,
                    th_error *err);
 
-/* Pins / unpins a generation.  The last unref calls fini() (when init()
- * succeeded), dlclose()s, and frees everything. */
+/* Pins / unpins a generation.  The last unref calls p->on_last_unref(p)
+ * when set (the hook then owns p and ends it with th_plugin_destroy()),
+ * else th_plugin_destroy().  Any thread; the refcount is atomic. */
 void th_plugin_ref(th_plugin *p);
 void th_plugin_unref(th_plugin *p);
+
+/* Calls fini() when init() succeeded, dlclose()s, and frees everything,
+ * whatever the refcount.  Load class: not concurrently with other Load
+ * functions of the plugin, and only once no call uses it.  NULL is ok. */
+void th_plugin_destroy(th_plugin *p);
 
 /* The th_plugin whose api is `api` (for host callbacks such as log). */
 th_plugin *th_plugin_from_api(const toolhost_host_api *api);
@@ -133,6 +144,10 @@ int th_plugin_builtin(const toolhost_plugin *desc, th_plugin **out,
 
 /* Checks that `name` matches ^[a-zA-Z0-9_-]{1,64}$. */
 bool th_tool_name_valid(const char *name);
+/* Checks that `name` matches ^[a-zA-Z_][a-zA-Z0-9_]{0,63}$. */
+bool th_param_name_valid(const char *name);
+/* "string", "integer", ... for a toolhost_type; "unknown" otherwise. */
+const char *th_type_name(uint32_t type);
 
 /* Normalizes a parameter table from a plugin (walking by struct_size) into
  * host-owned th_params: names valid and unique, types known, description
@@ -191,21 +206,57 @@ typedef struct th_verr {
  * accepted for a number; nothing else is coerced), in the enum.  When a
  * default must be filled in, *out receives the completed map and
  * *filled = true; otherwise `out` is untouched and the input stands.
- * `what` starts the message: "Error parsing arguments for fs_read: missing
- * required parameter 'path'".  Returns 0 or TH_EARGS. */
+ * Returns 0, TH_EARGS, or TH_ENOMEM.
+ *
+ * Messages.  err->e.msg is "Error parsing arguments for " WHAT ": " REASON
+ * when `what` is not NULL, and REASON alone when it is NULL (for config
+ * blocks, whose caller puts file:line:col in front).  err->key is the
+ * offending parameter name ("" when the arguments as a whole are wrong).
+ * REASON is one of (P a parameter, T "a string", "an integer", "a number",
+ * "a boolean", "an array", "an object"; G what was sent, in the same words
+ * or "null", "a number with a fraction", "binary data"):
+ *   the arguments are empty; send an object (...), {} when there are none
+ *   the arguments must be an object (a map of parameter names to values),
+ *     got G
+ *   the arguments are not valid msgpack (truncated, malformed, or nested
+ *     too deeply)
+ *   the arguments are followed by N extra bytes; send exactly one object
+ *   parameter names must be strings, got G
+ *   unknown parameter 'P' (accepted parameters: a, b, c)
+ *   unknown parameter 'P' (this takes no parameters)
+ *   parameter 'P' is given twice
+ *   parameter 'P' must be T, got G
+ *   parameter 'P' must be an array of strings; P[3] is G
+ *   parameter 'P' must be one of 'a', 'b'; got 'c'
+ *   missing required parameter 'P'
+ * Checks run in map order, then required parameters in table order; the
+ * first failure is reported.  `err` may be NULL.
+ *
+ * Speed and threads: any thread.  The map is decoded in a per-thread
+ * msgpack zone that is reused, so no allocation happens unless a default
+ * is filled in (into `out`, which is reset first) or the table has more
+ * than 256 parameters.  `out` may be NULL when no parameter has a default. */
 int th_validate_params(const char *what, const th_param *params, size_t n,
                        const uint8_t *args, size_t len, th_buf *out,
                        bool *filled, th_verr *err);
 
-/* th_validate_params for a tool, then the tool's own validate_args().
- * *args_out/*len_out point at the bytes to pass to execute() (the input,
- * or out->data). */
+/* th_validate_params for a tool (what = the tool's name), then the tool's
+ * own validate_args() (Call class: from any thread), whose message is
+ * wrapped the same way: "Error parsing arguments for NAME: <its message>".
+ * *args_out and *len_out point at the bytes to pass to execute() (the input,
+ * or out->data), valid while both stay untouched.  0 or TH_EARGS (or
+ * TH_ENOMEM). */
 int th_validate_call(const th_tool *tool, const uint8_t *args, size_t len,
                      th_buf *out, const uint8_t **args_out, size_t *len_out,
                      th_error *err);
 
 /* Re-encodes a msgpack value in canonical form (map keys sorted bytewise,
- * integers in their shortest form), for comparing arguments. */
+ * integers in their shortest form), for comparing arguments.  `out` is
+ * reset first.  String keys compare by their bytes (a prefix first) and
+ * follow every non-string key; non-string keys compare by their canonical
+ * encoding; maps and arrays are canonical all the way down.  0, TH_EINVAL
+ * (not one msgpack value; trailing bytes are ignored) or TH_ENOMEM.  Any
+ * thread. */
 int th_msgpack_canonical(const uint8_t *data, size_t len, th_buf *out);
 
 #endif
