@@ -166,20 +166,28 @@ th_registry *th_registry_new(void);
 /* Unrefs every plugin it holds, then frees itself. */
 void th_registry_free(th_registry *reg);
 
-/* Adds every tool of `p` (the registry takes one reference).  Fails with
- * TH_ELOAD naming both plugins if a tool name is taken; nothing is added
- * then. */
+/* Adds every tool of `p`.  On success the registry takes over the
+ * caller's reference (the one th_plugin_open() returned); on failure the
+ * caller keeps it.  Fails with TH_ELOAD naming both plugins if a tool name
+ * is taken, or if a plugin of the same name is already in; nothing is
+ * added then.  Any thread (writers are serialized by the registry lock). */
 int th_registry_add(th_registry *reg, th_plugin *p, th_error *err);
 
 /* Atomically replaces generation `old` by `p` (same plugin name): new
- * lookups see `p`; `old` loses the registry's reference. */
+ * lookups see `p`; `old` loses the registry's reference (dropped after the
+ * lock is released, so its fini() runs here only if no call pins it).  The
+ * registry takes over the caller's reference on `p` on success.  Fails
+ * (changing nothing) with TH_EINVAL if names differ, TH_ENOTFOUND if `old`
+ * is not held, TH_ELOAD if a new tool name clashes with another plugin. */
 int th_registry_replace(th_registry *reg, th_plugin *old, th_plugin *p,
                         th_error *err);
-/* Removes `p` and drops the registry's reference. */
+/* Removes `p` and drops the registry's reference; no-op if not held. */
 void th_registry_remove(th_registry *reg, th_plugin *p);
 
 /* Looks up a tool and pins its generation; NULL when unknown.  Pair with
- * th_tool_release().  Safe from any thread. */
+ * th_tool_release().  Safe from any thread: a read lock, a binary search
+ * and one atomic increment.  The tool stays valid until released, even if
+ * its plugin is removed or replaced meanwhile. */
 const th_tool *th_registry_acquire(th_registry *reg, const char *name);
 void th_tool_release(const th_tool *tool);
 
