@@ -315,9 +315,85 @@ static int check_tool(const char *shown, const toolhost_tool *d, uint32_t idx,
     return 0;
 }
 
+/* Where problems go in "report every problem" mode (th_load_opts.on_problem):
+ * a problem that does not stop the checks is reported and counted, and
+ * the checks go on; the first one is returned at the end. */
+typedef struct reporter {
+    void (*fn)(void *ud, const char *msg);
+    void *ud;
+    int count;
+    th_error first;
+} reporter;
+
+/* After `err` was set: 0 to go on (reported), or the code to return. */
+static int problem(reporter *r, th_error *err, int code)
+{
+    if (!r || !r->fn || code != TH_ELOAD || !err)
+        return code;
+    r->fn(r->ud, err->msg);
+    if (r->count++ == 0)
+        r->first = *err;
+    return 0;
+}
+
+static int check_tools(const char *shown, const toolhost_plugin *d,
+                       th_plugin *p, reporter *r, th_error *err)
+{
+    if (d->n_tools == 0)
+        return 0;
+    if (!d->tools)
+        return th_error_set(err, TH_ELOAD,
+                            "%s: n_tools is %u but tools is NULL", shown,
+                            d->n_tools);
+    uint32_t stride = d->tools[0].struct_size;
+    if (stride < sizeof(toolhost_tool))
+        return th_error_set(err, TH_ELOAD,
+                            "%s: toolhost_tool struct_size %u is smaller than "
+                            "the %zu bytes of ABI 1.0",
+                            shown, stride, sizeof(toolhost_tool));
+    if (stride % alignof(toolhost_tool))
+        return th_error_set(err, TH_ELOAD,
+                            "%s: toolhost_tool struct_size %u is not a "
+                            "multiple of its alignment %zu",
+                            shown, stride, alignof(toolhost_tool));
+    p->tools = calloc(d->n_tools, sizeof *p->tools);
+    if (!p->tools)
+        return th_error_set(err, TH_ENOMEM, "%s: out of memory", shown);
+    int rc;
+    for (uint32_t i = 0; i < d->n_tools; i++) {
+        const toolhost_tool *td =
+            (const toolhost_tool *)((const char *)d->tools +
+                                    (size_t)i * stride);
+        if (td->struct_size != stride)
+            return th_error_set(err, TH_ELOAD,
+                                "%s: tool #%u has struct_size %u, the first "
+                                "has %u (all must be the same)",
+                                shown, i + 1, td->struct_size, stride);
+        th_tool *t = &p->tools[i];
+        p->n_tools = i + 1;
+        t->plugin = p;
+        if ((rc = check_tool(shown, td, i, t, err))) {
+            if ((rc = problem(r, err, rc)))
+                return rc;
+            continue;
+        }
+        for (uint32_t k = 0; k < i; k++) {
+            if (p->tools[k].name && strcmp(p->tools[k].name, t->name) == 0) {
+                rc = th_error_set(err, TH_ELOAD,
+                                  "%s: tool name '%s' appears twice", shown,
+                                  t->name);
+                if ((rc = problem(r, err, rc)))
+                    return rc;
+                break;
+            }
+        }
+    }
+    return 0;
+}
+
 /* Checks a descriptor and fills p (name, tools, config params). */
 static int check_desc(const char *shown, const toolhost_plugin *d,
-                      th_plugin *p, th_error *err)
+                      th_plugin *p, reporter *r, th_error *err)
 {
     if (!d)
         return th_error_set(err, TH_ELOAD, "%s: the entry point returned NULL",
@@ -344,60 +420,36 @@ static int check_desc(const char *shown, const toolhost_plugin *d,
                             "%s: plugin name '%.100s' is invalid (allowed: "
                             "letters, digits, _ and -, 1 to 64)",
                             shown, d->name);
-    if (!d->description || !d->description[0])
-        return th_error_set(err, TH_ELOAD,
-                            "%s: plugin '%s' has no description", shown,
-                            d->name);
+    int rc;
+    if (!d->description || !d->description[0]) {
+        rc = th_error_set(err, TH_ELOAD, "%s: plugin '%s' has no description",
+                          shown, d->name);
+        if ((rc = problem(r, err, rc)))
+            return rc;
+    }
     if (!(p->version = strdup(d->version ? d->version : "")) ||
-        !(p->description = strdup(d->description)))
+        !(p->description = strdup(d->description ? d->description : "")))
         return th_error_set(err, TH_ENOMEM, "%s: out of memory", shown);
     char what[96];
     snprintf(what, sizeof what, "config of plugin '%s'", d->name);
-    int rc = th_params_from_abi(what, d->config_params, d->n_config_params,
-                                &p->config_params, &p->n_config_params, err);
+    rc = th_params_from_abi(what, d->config_params, d->n_config_params,
+                            &p->config_params, &p->n_config_params, err);
     if (rc) {
         th_error_prefix(err, "%s: ", shown);
-        return rc;
-    }
-    if (d->n_tools == 0)
-        return 0;
-    if (!d->tools)
-        return th_error_set(err, TH_ELOAD,
-                            "%s: n_tools is %u but tools is NULL", shown,
-                            d->n_tools);
-    uint32_t stride = d->tools[0].struct_size;
-    if (stride < sizeof(toolhost_tool))
-        return th_error_set(err, TH_ELOAD,
-                            "%s: toolhost_tool struct_size %u is smaller than "
-                            "the %zu bytes of ABI 1.0",
-                            shown, stride, sizeof(toolhost_tool));
-    if (stride % alignof(toolhost_tool))
-        return th_error_set(err, TH_ELOAD,
-                            "%s: toolhost_tool struct_size %u is not a "
-                            "multiple of its alignment %zu",
-                            shown, stride, alignof(toolhost_tool));
-    p->tools = calloc(d->n_tools, sizeof *p->tools);
-    if (!p->tools)
-        return th_error_set(err, TH_ENOMEM, "%s: out of memory", shown);
-    for (uint32_t i = 0; i < d->n_tools; i++) {
-        const toolhost_tool *td =
-            (const toolhost_tool *)((const char *)d->tools +
-                                    (size_t)i * stride);
-        if (td->struct_size != stride)
-            return th_error_set(err, TH_ELOAD,
-                                "%s: tool #%u has struct_size %u, the first "
-                                "has %u (all must be the same)",
-                                shown, i + 1, td->struct_size, stride);
-        th_tool *t = &p->tools[i];
-        p->n_tools = i + 1;
-        t->plugin = p;
-        if ((rc = check_tool(shown, td, i, t, err)))
+        if ((rc = problem(r, err, rc)))
             return rc;
-        for (uint32_t k = 0; k < i; k++)
-            if (strcmp(p->tools[k].name, t->name) == 0)
-                return th_error_set(err, TH_ELOAD,
-                                    "%s: tool name '%s' appears twice", shown,
-                                    t->name);
+    }
+    if ((rc = check_tools(shown, d, p, r, err)))
+        return rc;
+    if (r && r->count) {
+        *err = r->first;
+        if (r->count > 1) {
+            size_t n = strlen(err->msg);
+            snprintf(err->msg + n, sizeof err->msg - n,
+                     " (and %d more problem%s)", r->count - 1,
+                     r->count > 2 ? "s" : "");
+        }
+        return TH_ELOAD;
     }
     return 0;
 }
@@ -481,7 +533,8 @@ int th_plugin_open(const char *path, const th_load_opts *opts,
     toolhost_entry_fn entry;
     memcpy(&entry, &sym, sizeof entry); /* object to function pointer */
     p->desc = entry();
-    if ((rc = check_desc(path, p->desc, p, err))) {
+    reporter rep = {opts->on_problem, opts->problem_ud, 0, {0, ""}};
+    if ((rc = check_desc(path, p->desc, p, &rep, err))) {
         th_plugin_destroy(p);
         return rc;
     }
@@ -508,7 +561,7 @@ int th_plugin_builtin(const toolhost_plugin *desc, th_plugin **out,
     if (!p)
         return th_error_set(err, TH_ENOMEM, "%s: out of memory", shown);
     p->desc = desc;
-    int rc = check_desc(shown, desc, p, err);
+    int rc = check_desc(shown, desc, p, NULL, err);
     if (rc) {
         th_plugin_destroy(p);
         return rc;

@@ -367,12 +367,17 @@ static int validate_map(const char *what, const th_param *params, size_t n,
             need_fill = true;
     }
     if (need_fill) {
-        if (!out || fill_defaults(map, params, n, seen, out)) {
-            if (err) {
+        if (!out) {
+            if (err)
+                th_error_set(&err->e, TH_EINVAL,
+                             "internal error: defaults to fill in but no "
+                             "output buffer");
+            return TH_EINVAL;
+        }
+        if (fill_defaults(map, params, n, seen, out)) {
+            if (err)
                 th_error_set(&err->e, TH_ENOMEM,
                              "out of memory filling in defaults");
-                err->key[0] = '\0';
-            }
             return TH_ENOMEM;
         }
         *filled = true;

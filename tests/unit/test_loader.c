@@ -328,6 +328,66 @@ static void cxx_plugin(void)
     th_plugin_unref(p);
 }
 
+typedef struct problems {
+    int n;
+    char text[8192];
+} problems;
+
+static void on_problem(void *ud, const char *msg)
+{
+    problems *pr = ud;
+    pr->n++;
+    size_t len = strlen(pr->text);
+    snprintf(pr->text + len, sizeof pr->text - len, "%s\n", msg);
+}
+
+static void every_problem(void)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s",
+             th_test_build_path("fixtures/bad_many.so"));
+    problems pr = {0, ""};
+    th_load_opts o = {.allow_insecure = true, .on_problem = on_problem,
+                      .problem_ud = &pr};
+    th_plugin *p;
+    th_error e;
+    CU_ASSERT_EQUAL(th_plugin_open(path, &o, &p, &e), TH_ELOAD);
+    CU_ASSERT_PTR_NULL(p);
+    CU_ASSERT_EQUAL(pr.n, 5);
+    char want[8192];
+    snprintf(want, sizeof want,
+             "%s: tool 'bad name!' has an invalid name (allowed: letters, "
+             "digits, _ and -, 1 to 64)\n"
+             "%s: tool 'no_desc' has no description (a model needs one line "
+             "saying what it does)\n"
+             "%s: tool 'sem' has an unknown stdout semantic type 99 (known: "
+             "1 to 12, see toolhost_semantic)\n"
+             "%s: tool name 'twice' appears twice\n"
+             "%s: tool 'param': parameter 'n' has a default \"x\" that is not "
+             "of its type integer\n",
+             path, path, path, path, path);
+    CU_ASSERT_STRING_EQUAL(pr.text, want);
+    snprintf(want, sizeof want,
+             "%s: tool 'bad name!' has an invalid name (allowed: letters, "
+             "digits, _ and -, 1 to 64) (and 4 more problems)",
+             path);
+    CU_ASSERT_STRING_EQUAL(e.msg, want);
+    /* Without the callback: the first problem only. */
+    CU_ASSERT_EQUAL(th_plugin_open(path, &insecure, &p, &e), TH_ELOAD);
+    snprintf(want, sizeof want,
+             "%s: tool 'bad name!' has an invalid name (allowed: letters, "
+             "digits, _ and -, 1 to 64)",
+             path);
+    CU_ASSERT_STRING_EQUAL(e.msg, want);
+    /* Fatal problems are returned, not reported. */
+    pr.n = 0;
+    snprintf(path, sizeof path, "%s",
+             th_test_build_path("fixtures/bad_abi_major.so"));
+    CU_ASSERT_EQUAL(th_plugin_open(path, &o, &p, &e), TH_ELOAD);
+    CU_ASSERT_EQUAL(pr.n, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "ABI major 2"));
+}
+
 /* ---- the file-safety check ------------------------------------------------------- */
 
 static int copy_file(const char *from, const char *to)
@@ -657,6 +717,7 @@ void th_suite_loader(void)
     CU_add_test(s, "init_fails", init_fails);
     CU_add_test(s, "not_shared_object", not_shared_object);
     CU_add_test(s, "cxx_plugin", cxx_plugin);
+    CU_add_test(s, "every_problem", every_problem);
     CU_add_test(s, "writable_by_others", writable_by_others);
     CU_add_test(s, "builtin", builtin);
     CU_add_test(s, "newer_minor", newer_minor);

@@ -517,6 +517,12 @@ static void no_prefix(void)
                            "parameter 'offset' must be an integer, got a "
                            "string");
     CU_ASSERT_STRING_EQUAL(ve.key, "offset");
+    /* A default to fill in but nowhere to put it. */
+    mp(&in, "{\"path\":\"p\"}");
+    CU_ASSERT_EQUAL(th_validate_params("fs_read", tp, ntp, in.data, in.len,
+                                       NULL, NULL, &ve),
+                    TH_EINVAL);
+    mp(&in, "{\"offset\":\"x\",\"path\":\"p\"}");
     /* err may be NULL */
     CU_ASSERT_EQUAL(th_validate_params(NULL, tp, ntp, in.data, in.len, NULL,
                                        NULL, NULL),

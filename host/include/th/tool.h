@@ -80,18 +80,51 @@ typedef struct th_load_opts {
     const char *load_path;   /* dlopen this file instead of `path` (a
                                 private copy); NULL: `path` */
     uint64_t generation;     /* 0 means 1 */
+    /* Appended (core): "report every problem" mode for `toolhost check`.
+     * When set, each problem that does not stop the checks (a bad tool, a
+     * duplicate tool name, a bad parameter table, a missing description)
+     * is passed to on_problem (msg valid during the call) and the checks go
+     * on; th_plugin_open() still fails, with the first problem and
+     * " (and N more problems)".  Problems that stop everything (file,
+     * dlopen, entry symbol, ABI, struct sizes, plugin name) are only
+     * returned.  Called on the thread of th_plugin_open(). */
+    void (*on_problem)(void *ud, const char *msg);
+    void *problem_ud;
 } th_load_opts;
 
 /* Opens and checks a plugin without calling init().  *out is a new
- * th_plugin with refs = 1.  Errors (TH_ELOAD) name the file and the
- * reason: not a shared object, entry symbol missing, ABI major mismatch,
- * struct too small, invalid or duplicate tool name, bad parameter table,
- * writable by others. */
+ * th_plugin with refs = 1 (the caller's), or NULL on failure.  Errors
+ * (TH_ELOAD) read "PATH: reason", PATH as given:
+ *   cannot open: No such file or directory
+ *   refused: the file|folder F is writable by others|its group (mode M),
+ *     ...; fix it with 'chmod go-w F', or set 'allow_insecure: true' ...
+ *   refused: the file|folder F belongs to another user (uid U), ...
+ *   not a shared object: <dlerror>      (the file is not ELF)
+ *   cannot be loaded: <dlerror>         (ELF, but dlopen failed)
+ *   entry symbol 'toolhost_plugin_v1' not found (...)
+ *   ABI major 2, this host speaks 1 (...)
+ *   toolhost_plugin struct_size 8 is smaller than the N bytes of ABI 1.0
+ *   tool 'bad name!' has an invalid name (allowed: letters, digits, _ and
+ *     -, 1 to 64)
+ *   tool name 'x' appears twice
+ *   tool 'x' has no description | no execute function | an unknown
+ *     stdout/stderr semantic type N | unknown flag bits 0xN
+ *   tool 'x': parameter 'p' ... (see th_params_from_abi)
+ * The safety check (skipped with allow_insecure) covers `path` and, when
+ * given, `load_path`: the file and its folder must not be writable by
+ * group or others (a sticky folder such as /tmp is fine) and must belong
+ * to root or to the host's user.  Load class. */
 int th_plugin_open(const char *path, const th_load_opts *opts,
                    th_plugin **out, th_error *err);
 
-/* Calls init() with a msgpack config map (NULL/0 for none).  On failure
- * returns TH_ELOAD with the plugin's own message. */
+/* Calls init() with a msgpack config map (NULL/0 for none).  The map is
+ * first checked against p->config_params with th_validate_params() (what =
+ * NULL) and its defaults filled in, so init() always gets a valid,
+ * complete map (an empty one when the plugin declares no config); a bad
+ * block fails with "PATH: config of plugin 'NAME': <reason>".  On init()
+ * failure returns TH_ELOAD "PATH: init failed: <the plugin's message>";
+ * fini() will not be called then.  A plugin without init() counts as
+ * initialized.  TH_ESTATE if called twice.  Load class. */
 int th_plugin_init(th_plugin *p, const uint8_t *config, size_t len,
                    th_error *err);
 
@@ -214,7 +247,8 @@ typedef struct th_verr {
  * accepted for a number; nothing else is coerced), in the enum.  When a
  * default must be filled in, *out receives the completed map and
  * *filled = true; otherwise `out` is untouched and the input stands.
- * Returns 0, TH_EARGS, or TH_ENOMEM.
+ * Returns 0, TH_EARGS, TH_ENOMEM, or TH_EINVAL when a default must be
+ * filled in and `out` is NULL.
  *
  * Messages.  err->e.msg is "Error parsing arguments for " WHAT ": " REASON
  * when `what` is not NULL, and REASON alone when it is NULL (for config
