@@ -6,12 +6,12 @@
  * th_param outlives the plugin that declared it.  Pure functions, safe from
  * any thread. */
 #include <jansson.h>
-#include <msgpack.h>
 #include <stdalign.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "th/json.h"
 #include "th/tool.h"
 
 #define MAX_ENUM 1024 /* a guard against a missing NULL terminator */
@@ -87,54 +87,6 @@ void th_params_free(th_param *params, size_t n)
     free(params);
 }
 
-/* Packs a JSON value as msgpack (integers as integers, reals as float64). */
-static int json_to_mp(msgpack_packer *pk, const json_t *j)
-{
-    switch (json_typeof(j)) {
-    case JSON_OBJECT: {
-        if (msgpack_pack_map(pk, json_object_size(j)))
-            return TH_ENOMEM;
-        const char *k;
-        json_t *v;
-        json_object_foreach((json_t *)j, k, v)
-        {
-            if (msgpack_pack_str_with_body(pk, k, strlen(k)) ||
-                json_to_mp(pk, v))
-                return TH_ENOMEM;
-        }
-        return 0;
-    }
-    case JSON_ARRAY: {
-        if (msgpack_pack_array(pk, json_array_size(j)))
-            return TH_ENOMEM;
-        size_t i;
-        json_t *v;
-        json_array_foreach(j, i, v)
-        {
-            if (json_to_mp(pk, v))
-                return TH_ENOMEM;
-        }
-        return 0;
-    }
-    case JSON_STRING:
-        return msgpack_pack_str_with_body(pk, json_string_value(j),
-                                          json_string_length(j))
-                   ? TH_ENOMEM
-                   : 0;
-    case JSON_INTEGER:
-        return msgpack_pack_int64(pk, json_integer_value(j)) ? TH_ENOMEM : 0;
-    case JSON_REAL:
-        return msgpack_pack_double(pk, json_real_value(j)) ? TH_ENOMEM : 0;
-    case JSON_TRUE:
-        return msgpack_pack_true(pk) ? TH_ENOMEM : 0;
-    case JSON_FALSE:
-        return msgpack_pack_false(pk) ? TH_ENOMEM : 0;
-    case JSON_NULL:
-    default:
-        return msgpack_pack_nil(pk) ? TH_ENOMEM : 0;
-    }
-}
-
 /* Does a JSON value have the parameter type `type` (0 = any)? */
 static bool json_matches(uint32_t type, const json_t *j)
 {
@@ -205,11 +157,13 @@ static int convert_default(const char *what, const char *json, th_param *p,
         }
     }
     th_buf b = TH_BUF_INIT;
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
-    if (json_to_mp(&pk, j)) {
+    if (th_json_to_msgpack(j, &b)) {
         th_buf_free(&b);
-        rc = th_error_set(err, TH_ENOMEM, "%s: out of memory", what);
+        rc = th_error_set(err, TH_ELOAD,
+                          "%s: parameter '%s' has a default that cannot be "
+                          "converted to msgpack (out of memory, or an "
+                          "integer beyond 64 bits): %s",
+                          what, p->name, json);
         goto out;
     }
     p->default_mp = th_buf_take(&b, &p->default_len);
