@@ -342,8 +342,8 @@ static int validate_map(const char *what, const th_param *params, size_t n,
         uint32_t klen = kv->key.via.str.size;
         size_t j;
         for (j = 0; j < n; j++)
-            if (strncmp(params[j].name, k, klen) == 0 &&
-                params[j].name[klen] == '\0')
+            if (strnlen(params[j].name, (size_t)klen + 1) == klen &&
+                memcmp(params[j].name, k, klen) == 0)
                 break;
         if (j == n)
             return unknown_key(what, params, n, k, klen, err);

@@ -387,6 +387,15 @@ static void duplicate_key(void)
     CU_ASSERT_STRING_EQUAL(ve.e.msg, "Error parsing arguments for fs_read: "
                                      "parameter 'path' is given twice");
     CU_ASSERT_STRING_EQUAL(ve.key, "path");
+    /* A key with a NUL inside is not "path". */
+    th_buf_reset(&b);
+    msgpack_pack_map(&pk, 1);
+    msgpack_pack_str_with_body(&pk, "path\0long key", 13);
+    msgpack_pack_str_with_body(&pk, "a", 1);
+    CU_ASSERT_EQUAL(th_validate_params("fs_read", tp, ntp, b.data, b.len, NULL,
+                                       NULL, &ve),
+                    TH_EARGS);
+    CU_ASSERT_STRING_EQUAL(ve.key, "path?long key");
     th_buf_free(&b);
 }
 
