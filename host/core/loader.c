@@ -4,8 +4,9 @@
  * generation alive by reference count until its last call ends.
  *
  * Order of checks (each failure is TH_ELOAD, "PATH: reason"): the file
- * exists; it and its folder are not writable by group or others and are
- * owned by root or us (unless allow_insecure); dlopen(RTLD_NOW|RTLD_LOCAL)
+ * exists; it and every folder above it are not writable by group or
+ * others (sticky folders such as /tmp are fine) and are owned by root or
+ * us (unless allow_insecure); dlopen(RTLD_NOW|RTLD_LOCAL)
  * (a copy of dlerror() kept; "not a shared object" when the file is not
  * ELF); the entry symbol; struct_size read first, then abi_major, then
  * struct_size against the ABI 1.0 size; name and description; every tool.
@@ -17,7 +18,6 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <limits.h>
 #include <stdalign.h>
 #include <stdio.h>
@@ -230,9 +230,24 @@ static int check_file_safety(const char *path, th_error *err)
     int rc = check_owner_mode(path, "file", real, err);
     if (rc)
         return rc;
+    /* Every folder up to the root: whoever can rename one of them can
+     * swap the file (as ssh's StrictModes does). */
     char dir[PATH_MAX];
     memcpy(dir, real, sizeof dir);
-    return check_owner_mode(path, "folder", dirname(dir), err);
+    for (;;) {
+        char *slash = strrchr(dir, '/');
+        if (!slash)
+            break;
+        if (slash == dir)
+            slash[1] = '\0'; /* "/" itself */
+        else
+            *slash = '\0';
+        if ((rc = check_owner_mode(path, "folder", dir, err)))
+            return rc;
+        if (slash == dir)
+            break;
+    }
+    return 0;
 }
 
 static bool is_elf(const char *path)

@@ -457,6 +457,25 @@ static void writable_by_others(void)
     th_plugin_unref(p);
     chmod(dir, 0700);
 
+    /* A folder further up counts too: whoever can rename it can swap the
+     * file. */
+    char sub[1100], deep[1200];
+    snprintf(sub, sizeof sub, "%s/sub", dir);
+    mkdir(sub, 0700);
+    snprintf(deep, sizeof deep, "%s/plug.so", sub);
+    CU_ASSERT_EQUAL_FATAL(copy_file(path, deep), 0);
+    chmod(deep, 0644);
+    CU_ASSERT_EQUAL(th_plugin_open(deep, NULL, &p, &e), 0);
+    th_plugin_unref(p);
+    chmod(dir, 0775);
+    CU_ASSERT_EQUAL(th_plugin_open(deep, NULL, &p, &e), TH_ELOAD);
+    snprintf(want, sizeof want,
+             "%s: refused: the folder %s is writable by its group (mode "
+             "0775)",
+             deep, dir);
+    CU_ASSERT_EQUAL(strncmp(e.msg, want, strlen(want)), 0);
+    chmod(dir, 0700);
+
     /* load_path: a private copy is what gets dlopen()ed. */
     char copy[1100];
     snprintf(copy, sizeof copy, "%s/copy.so", dir);

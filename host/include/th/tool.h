@@ -111,9 +111,10 @@ typedef struct th_load_opts {
  *     stdout/stderr semantic type N | unknown flag bits 0xN
  *   tool 'x': parameter 'p' ... (see th_params_from_abi)
  * The safety check (skipped with allow_insecure) covers `path` and, when
- * given, `load_path`: the file and its folder must not be writable by
- * group or others (a sticky folder such as /tmp is fine) and must belong
- * to root or to the host's user.  Load class. */
+ * given, `load_path`: the file and every folder above it (after
+ * symlinks are resolved) must not be writable by group or others (a
+ * sticky folder such as /tmp is fine) and must belong to root or to the
+ * host's user.  Load class. */
 int th_plugin_open(const char *path, const th_load_opts *opts,
                    th_plugin **out, th_error *err);
 
