@@ -11,6 +11,8 @@
  *     refuses (tools are said to exist when their name starts with 'e').
  * Plugin paths are resolved against a folder that does not exist: parsing
  * must not need the files.
+ *
+ * needs: host/core/config.c
  */
 #include <msgpack.h>
 #include <string.h>

@@ -23,6 +23,8 @@
  * an array or map header announcing more elements than the input holds
  * (msgpack_unpack_next allocates for them up front: 23 bytes ask for 2 GiB).
  * Remove a clause here once its fix lands.
+ *
+ * needs: host/core/json.c
  */
 #include <jansson.h>
 #include <math.h>

@@ -24,6 +24,8 @@
  * nested deeper than 32 levels come back as TH_ENOMEM ("out of memory",
  * tool error "internal") instead of TH_EARGS: msgpack_unpack() reports its
  * fixed nesting stack running out as MSGPACK_UNPACK_NOMEM_ERROR.
+ *
+ * needs: host/core/validate.c host/core/canonical.c
  */
 #include <msgpack.h>
 #include <string.h>

@@ -36,6 +36,7 @@ static const char *fr_input = "?"; /* the input being replayed */
 
 /* Each landed target, included whole. */
 #include "../../fuzz/json.c"
+#include "../../fuzz/validate.c"
 
 typedef struct fr_target {
     const char *name;
@@ -44,6 +45,7 @@ typedef struct fr_target {
 
 static const fr_target fr_targets[] = {
     {"json", fuzz_json},
+    {"validate", fuzz_validate},
 };
 
 static uint8_t *fr_read(const char *path, size_t *len)
