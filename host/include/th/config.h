@@ -42,12 +42,34 @@ typedef struct th_ynode {
 
 /* Looks up `key` in a TH_Y_MAP node; NULL when absent or not a map. */
 const th_ynode *th_ynode_get(const th_ynode *map, const char *key);
+/* The same, but returns the key node itself (for its mark). */
+const th_ynode *th_ynode_get_key(const th_ynode *map, const char *key);
+
+/* Parses YAML text (one document) into a tree; *out is NULL for an empty
+ * document.  Duplicate keys in one map, aliases, more than one document
+ * and nesting deeper than 64 are errors.  Errors are TH_ECONFIG with
+ * "NAME:LINE:COL: message" (libyaml's syntax errors included) or
+ * TH_ENOMEM.  The caller owns *out: th_ynode_free(). */
+int th_ynode_parse(const char *name, const char *text, size_t len,
+                   th_ynode **out, th_error *err);
+void th_ynode_free(th_ynode *n);
+
+/* YAML 1.2 core-schema typing of a plain scalar: null ("", ~, null),
+ * booleans (true/false, True, TRUE, ...).  th_ynode_bool gives 1, 0, or
+ * -1 when `n` is not a plain boolean.  A NULL node counts as null. */
+bool th_ynode_is_null(const th_ynode *n);
+int th_ynode_bool(const th_ynode *n);
 
 /* Packs a node as msgpack: plain scalars typed by YAML's core schema
  * (null/~, true/false, integers, floats), quoted scalars as strings,
  * sequences as arrays, maps as maps.  0 or TH_ENOMEM/TH_EINVAL. */
 struct msgpack_packer;
 int th_ynode_pack(const th_ynode *n, struct msgpack_packer *pk);
+
+/* A position in the config file (1-based; 0 when not from the file). */
+typedef struct th_mark {
+    int line, col;
+} th_mark;
 
 /* ---- Enumerations ------------------------------------------------------ */
 
@@ -179,6 +201,7 @@ typedef struct th_toolset_cfg {
     size_t n_overrides;
     th_run_code_cfg run_code;
     int line, col;
+    th_mark *tool_marks;   /* n_tools marks, parallel to `tools` */
 } th_toolset_cfg;
 
 typedef struct th_mock_progress {
