@@ -866,6 +866,18 @@ static bool name_valid(const char *s)
     return n > 0;
 }
 
+/* The mark of byte `off` of a scalar's text: exact for a scalar on one
+ * line without escapes, else the scalar's start. */
+static th_ynode mark_at(const th_ynode *n, size_t off)
+{
+    th_ynode m = {.line = n->line, .col = n->col};
+    bool quoted = !n->plain;
+    size_t width = n->len + (quoted ? 2 : 0);
+    if (n->end_line == n->line && (size_t)(n->end_col - n->col) == width)
+        m.col = n->col + (quoted ? 1 : 0) + (int)off;
+    return m;
+}
+
 /* Expands ${CONFIG_DIR}, ${NAME} and ${NAME:-default} in one scalar;
  * $$ stands for a literal $. */
 static int expand_scalar(cfctx *c, th_ynode *n, const char *where)
@@ -890,7 +902,8 @@ static int expand_scalar(cfctx *c, th_ynode *n, const char *where)
         }
         const char *close = strchr(s + 2, '}');
         if (!close) {
-            rc = cf_err(c, n, "unterminated ${ in %s", where);
+            th_ynode at = mark_at(n, (size_t)(s - n->str));
+            rc = cf_err(c, &at, "unterminated ${ in %s", where);
             goto out;
         }
         char name[256];
@@ -907,7 +920,8 @@ static int expand_scalar(cfctx *c, th_ynode *n, const char *where)
         for (size_t i = 0; ok && i < nlen; i++)
             ok = isalnum((unsigned char)s[2 + i]) || s[2 + i] == '_';
         if (!ok) {
-            rc = cf_err(c, n, "invalid variable name '${%.*s}' in %s",
+            th_ynode at = mark_at(n, (size_t)(s - n->str));
+            rc = cf_err(c, &at, "invalid variable name '${%.*s}' in %s",
                         (int)(len > 64 ? 64 : len), s + 2, where);
             goto out;
         }
@@ -919,7 +933,8 @@ static int expand_scalar(cfctx *c, th_ynode *n, const char *where)
             if (th_buf_append(&b, dflt, (size_t)(close - dflt)) < 0)
                 goto nomem;
         } else if (!val) {
-            rc = cf_err(c, n,
+            th_ynode at = mark_at(n, (size_t)(s - n->str));
+            rc = cf_err(c, &at,
                         "environment variable '%s' is not set (used in %s; "
                         "write ${%s:-default} for a fallback)",
                         name, where, name);

@@ -116,6 +116,8 @@ static int ybuild(yparse *p, yaml_event_t *ev, int depth, th_ynode **out)
         memcpy(n->str, ev->data.scalar.value, n->len);
         n->str[n->len] = '\0';
         n->plain = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+        n->end_line = (int)ev->end_mark.line + 1;
+        n->end_col = (int)ev->end_mark.column + 1;
         const char *tag = (const char *)ev->data.scalar.tag;
         if (tag && (strcmp(tag, "tag:yaml.org,2002:str") == 0 ||
                     strcmp(tag, "!") == 0))
@@ -145,6 +147,8 @@ static int ybuild(yparse *p, yaml_event_t *ev, int depth, th_ynode **out)
                 goto fail;
             if (e.type == YAML_SEQUENCE_END_EVENT ||
                 e.type == YAML_MAPPING_END_EVENT) {
+                n->end_line = (int)e.end_mark.line + 1;
+                n->end_col = (int)e.end_mark.column + 1;
                 yaml_event_delete(&e);
                 break;
             }

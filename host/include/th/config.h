@@ -38,6 +38,7 @@ typedef struct th_ynode {
     bool plain;           /* TH_Y_SCALAR: unquoted (so "3" is a number) */
     struct th_ynode **kids; /* SEQ: items; MAP: key0, value0, key1, ... */
     size_t n;             /* number of entries in kids */
+    int end_line, end_col; /* 1-based, just past the node's end */
 } th_ynode;
 
 /* Looks up `key` in a TH_Y_MAP node; NULL when absent or not a map. */
