@@ -1385,7 +1385,7 @@ static const cfkey top_keys[] = {
 static int unknown_key(cfctx *c, const th_ynode *key, const cfkey *table,
                        const char *what)
 {
-    const char *names[64];
+    const char *names[64] = {NULL};
     size_t n = 0;
     for (const cfkey *k = table; k->name && n < 64; k++)
         names[n++] = k->name;
