@@ -1199,6 +1199,59 @@ static void test_shipped_configs(void)
     th_config_free(cfg);
 }
 
+/* Every prefix of the example and deterministic byte mutations of it: each
+ * parse succeeds or fails with "t.yaml:LINE:COL: ..." (never a crash or a
+ * leak under the sanitizers). */
+static void test_mangled_input(void)
+{
+    FILE *f = fopen(th_test_source_path("configs/example.yaml"), "rb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    static char text[65536];
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    CU_ASSERT_FATAL(len > 1000);
+    char *buf = malloc(len + 1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(buf);
+    unsigned ok = 0, failed = 0, bad_msg = 0;
+    uint32_t seed = 12345;
+    static const char subst[] = "{}[]:-,#&*!|>'\"%@`\t\n x0";
+    for (size_t i = 0; i < len + 3000; i++) {
+        size_t n = len;
+        memcpy(buf, text, len);
+        if (i < len) {
+            n = i; /* a prefix */
+        } else {
+            for (int k = 0; k < 3; k++) {
+                seed = seed * 1103515245u + 12345u;
+                size_t at = (seed >> 8) % len;
+                buf[at] = subst[(seed >> 20) % (sizeof subst - 1)];
+            }
+        }
+        buf[n] = '\0';
+        th_config *cfg = NULL;
+        th_error err;
+        int rc = th_config_parse("t.yaml", "/cfg", buf, n, &cfg, &err);
+        if (rc == 0) {
+            ok++;
+            th_config_free(cfg);
+            continue;
+        }
+        failed++;
+        int line, col;
+        char rest[8];
+        if (rc != TH_ECONFIG ||
+            sscanf(err.msg, "t.yaml:%d:%d: %7s", &line, &col, rest) != 3 ||
+            line < 1 || col < 1) {
+            if (bad_msg++ < 5)
+                printf("\n  bad message (rc %d): %s\n", rc, err.msg);
+        }
+    }
+    free(buf);
+    CU_ASSERT_EQUAL(bad_msg, 0);
+    CU_ASSERT(ok > 0);
+    CU_ASSERT(failed > 0);
+}
+
 void th_suite_config(void)
 {
     CU_pSuite s = CU_add_suite("config", NULL, NULL);
@@ -1225,4 +1278,5 @@ void th_suite_config(void)
     CU_add_test(s, "pack_typing", test_pack_typing);
     CU_add_test(s, "check_tools", test_check_tools);
     CU_add_test(s, "shipped_configs", test_shipped_configs);
+    CU_add_test(s, "mangled_input", test_mangled_input);
 }
