@@ -944,7 +944,7 @@ static int expand_scalar(cfctx *c, th_ynode *n, const char *where)
         }
         s = close + 1;
     }
-    if (th_buf_reserve(&b, 1) < 0)
+    if (th_buf_append(&b, "", 0) < 0) /* allocated and NUL-terminated */
         goto nomem;
     free(n->str);
     n->str = (char *)th_buf_take(&b, &n->len);
