@@ -1632,6 +1632,23 @@ int th_config_load(const char *path, th_config **out, th_error *err)
     return rc;
 }
 
+const th_toolset_cfg *th_config_toolset(const th_config *cfg,
+                                        const char *name)
+{
+    for (size_t i = 0; cfg && name && i < cfg->n_toolsets; i++)
+        if (strcmp(cfg->toolsets[i].name, name) == 0)
+            return &cfg->toolsets[i];
+    return NULL;
+}
+
+bool th_plugin_cfg_equal(const th_plugin_cfg *a, const th_plugin_cfg *b)
+{
+    return strcmp(a->name, b->name) == 0 && strcmp(a->path, b->path) == 0 &&
+           a->optional == b->optional &&
+           a->allow_insecure == b->allow_insecure &&
+           th_ynode_equal(a->config, b->config);
+}
+
 /* ---- after the plugins are loaded ------------------------------------------------ */
 
 int th_config_check_tools(const th_config *cfg,

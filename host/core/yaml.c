@@ -260,6 +260,21 @@ const th_ynode *th_ynode_get_key(const th_ynode *map, const char *key)
     return NULL;
 }
 
+bool th_ynode_equal(const th_ynode *a, const th_ynode *b)
+{
+    if (!a || !b)
+        return a == b;
+    if (a->kind != b->kind || a->n != b->n)
+        return false;
+    if (a->kind == TH_Y_SCALAR)
+        return a->plain == b->plain && a->len == b->len &&
+               memcmp(a->str, b->str, a->len) == 0;
+    for (size_t i = 0; i < a->n; i++)
+        if (!th_ynode_equal(a->kids[i], b->kids[i]))
+            return false;
+    return true;
+}
+
 /* ---- typing of plain scalars (YAML 1.2 core schema) -------------------- */
 
 bool th_ynode_is_null(const th_ynode *n)

@@ -1115,6 +1115,55 @@ static void test_check_tools(void)
     th_config_free(cfg);
 }
 
+static void test_helpers(void)
+{
+    const char *y1 = "plugins:\n"
+                     "  - {name: a, path: a.so, config: {k: 1, l: [x]}}\n"
+                     "  - {name: b, path: b.so}\n"
+                     "toolsets:\n  - {name: one, tools: ['*']}\n"
+                     "  - {name: two, tools: [x]}\n";
+    const char *y2 = "# moved down a line\nplugins:\n"
+                     "  - name: a\n    path: a.so\n"
+                     "    config: {k: 1, l: [x]}\n"
+                     "  - {name: b, path: b.so, config: {k: '1'}}\n"
+                     "  - {name: c, path: a.so, config: {k: 1, l: [x]}}\n"
+                     "  - {name: a2, path: a.so, config: {k: 1, l: [y]}}\n"
+                     "  - {name: a3, path: a.so, optional: true, "
+                     "config: {k: 1, l: [x]}}\n";
+    th_config *c1 = parse(y1), *c2 = parse(y2);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c2);
+    CU_ASSERT_TRUE(th_plugin_cfg_equal(&c1->plugins[0], &c2->plugins[0]));
+    CU_ASSERT_TRUE(th_plugin_cfg_equal(&c1->plugins[1], &c1->plugins[1]));
+    /* a config block appeared; a different name; a different value */
+    CU_ASSERT_FALSE(th_plugin_cfg_equal(&c1->plugins[1], &c2->plugins[1]));
+    CU_ASSERT_FALSE(th_plugin_cfg_equal(&c1->plugins[0], &c2->plugins[2]));
+    CU_ASSERT_FALSE(th_ynode_equal(c2->plugins[0].config,
+                                   c2->plugins[3].config));
+    CU_ASSERT_TRUE(th_ynode_equal(c2->plugins[0].config,
+                                  c2->plugins[4].config));
+    CU_ASSERT_FALSE(th_plugin_cfg_equal(&c2->plugins[0], &c2->plugins[4]));
+    CU_ASSERT_TRUE(th_ynode_equal(NULL, NULL));
+    CU_ASSERT_FALSE(th_ynode_equal(c1->root, NULL));
+    /* plain 1 and quoted '1' differ */
+    th_ynode *a, *b;
+    th_error err;
+    CU_ASSERT_EQUAL_FATAL(th_ynode_parse("t", "[1]", 3, &a, &err), 0);
+    CU_ASSERT_EQUAL_FATAL(th_ynode_parse("t", "['1']", 5, &b, &err), 0);
+    CU_ASSERT_FALSE(th_ynode_equal(a, b));
+    th_ynode_free(a);
+    th_ynode_free(b);
+
+    const th_toolset_cfg *ts = th_config_toolset(c1, "two");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ts);
+    CU_ASSERT_STRING_EQUAL(ts->tools[0], "x");
+    CU_ASSERT_PTR_EQUAL(th_config_toolset(c1, "one"), &c1->toolsets[0]);
+    CU_ASSERT_PTR_NULL(th_config_toolset(c1, "three"));
+    CU_ASSERT_PTR_NULL(th_config_toolset(c1, NULL));
+    th_config_free(c1);
+    th_config_free(c2);
+}
+
 /* ---- the shipped configs ------------------------------------------------- */
 
 static th_config *load_shipped(const char *name)
@@ -1277,6 +1326,7 @@ void th_suite_config(void)
     CU_add_test(s, "expansion", test_expansion);
     CU_add_test(s, "pack_typing", test_pack_typing);
     CU_add_test(s, "check_tools", test_check_tools);
+    CU_add_test(s, "helpers", test_helpers);
     CU_add_test(s, "shipped_configs", test_shipped_configs);
     CU_add_test(s, "mangled_input", test_mangled_input);
 }

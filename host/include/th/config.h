@@ -61,6 +61,10 @@ void th_ynode_free(th_ynode *n);
 bool th_ynode_is_null(const th_ynode *n);
 int th_ynode_bool(const th_ynode *n);
 
+/* Same shape and text (plain-ness included), marks ignored; two NULLs are
+ * equal.  For reloads: an unchanged `config:` block needs no re-init. */
+bool th_ynode_equal(const th_ynode *a, const th_ynode *b);
+
 /* Packs a node as msgpack: plain scalars typed by YAML's core schema
  * (null/~, true/false, integers, floats), quoted scalars as strings,
  * sequences as arrays, maps as maps.  0 or TH_ENOMEM/TH_EINVAL. */
@@ -255,6 +259,16 @@ void th_config_free(th_config *cfg);
 int th_config_plugin_block(const th_config *cfg, const th_plugin_cfg *pc,
                            const struct th_param *params, size_t n_params,
                            struct th_buf *out, th_error *err);
+
+/* The toolset called `name`, or NULL. */
+const th_toolset_cfg *th_config_toolset(const th_config *cfg,
+                                        const char *name);
+
+/* True when two plugin entries would load the same way: name, path,
+ * optional, allow_insecure and an equal `config:` block (after ${}
+ * expansion).  A reload keeps such a plugin running untouched (unless its
+ * file changed). */
+bool th_plugin_cfg_equal(const th_plugin_cfg *a, const th_plugin_cfg *b);
 
 /* Checks, once the plugins are loaded, that every tool a toolset, an
  * override or a mock names exists.  `has_tool` answers for a name. */
