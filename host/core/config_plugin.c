@@ -32,13 +32,11 @@ int th_config_plugin_block(const th_config *cfg, const th_plugin_cfg *pc,
         th_buf_free(&packed);
         return th_error_set(err, TH_ENOMEM, "%s: out of memory", cfg->path);
     }
-    char what[128];
-    snprintf(what, sizeof what, "config of plugin '%s'",
-             pc->name);
     bool filled = false;
     th_verr verr;
     memset(&verr, 0, sizeof verr);
-    rc = th_validate_params(what, params, n_params, packed.data, packed.len,
+    /* No `what`: the message is the bare reason, prefixed below. */
+    rc = th_validate_params(NULL, params, n_params, packed.data, packed.len,
                             &filled_buf, &filled, &verr);
     if (rc < 0) {
         /* Point at the key the validator names, else at the block. */
@@ -52,8 +50,9 @@ int th_config_plugin_block(const th_config *cfg, const th_plugin_cfg *pc,
             line = at->line;
             col = at->col;
         }
-        th_error_set(err, TH_ECONFIG, "%s:%d:%d: %s", cfg->path, line, col,
-                     verr.e.msg[0] ? verr.e.msg : "invalid plugin config");
+        th_error_set(err, TH_ECONFIG, "%s:%d:%d: in the config of plugin "
+                     "'%s': %s", cfg->path, line, col, pc->name,
+                     verr.e.msg[0] ? verr.e.msg : "invalid config block");
         th_buf_free(&packed);
         th_buf_free(&filled_buf);
         return TH_ECONFIG;
