@@ -70,8 +70,26 @@ static int yerr(th_error *err, const char *name, int line, int col,
 typedef struct yparse {
     yaml_parser_t parser;
     const char *name;
+    const char *text;
+    size_t len;
     th_error *err;
 } yparse;
+
+/* 1-based line and column (in characters) of byte `off` of the text. */
+static void offset_mark(const yparse *p, size_t off, int *line, int *col)
+{
+    *line = 1;
+    *col = 1;
+    for (size_t i = 0; i < off && i < p->len; i++) {
+        unsigned char ch = (unsigned char)p->text[i];
+        if (ch == '\n') {
+            (*line)++;
+            *col = 1;
+        } else if ((ch & 0xc0) != 0x80) {
+            (*col)++;
+        }
+    }
+}
 
 static int ynext(yparse *p, yaml_event_t *ev)
 {
@@ -81,6 +99,17 @@ static int ynext(yparse *p, yaml_event_t *ev)
     if (ps->error == YAML_MEMORY_ERROR)
         return th_error_set(p->err, TH_ENOMEM, "%s: out of memory", p->name);
     const char *problem = ps->problem ? ps->problem : "invalid YAML";
+    if (ps->error == YAML_READER_ERROR) {
+        /* Bad bytes: libyaml gives an offset, not a mark. */
+        int line, col;
+        offset_mark(p, ps->problem_offset, &line, &col);
+        if (ps->problem_value >= 0)
+            return yerr(p->err, p->name, line, col,
+                        "YAML syntax error: %s (byte 0x%02x)", problem,
+                        (unsigned)ps->problem_value & 0xffu);
+        return yerr(p->err, p->name, line, col, "YAML syntax error: %s",
+                    problem);
+    }
     yaml_mark_t m = ps->problem_mark;
     if (ps->context)
         return yerr(p->err, p->name, (int)m.line + 1, (int)m.column + 1,
@@ -194,7 +223,8 @@ int th_ynode_parse(const char *name, const char *text, size_t len,
                    th_ynode **out, th_error *err)
 {
     *out = NULL;
-    yparse p = {.name = name ? name : "<config>", .err = err};
+    yparse p = {.name = name ? name : "<config>", .text = text, .len = len,
+                .err = err};
     if (!yaml_parser_initialize(&p.parser))
         return th_error_set(err, TH_ENOMEM, "%s: out of memory", p.name);
     yaml_parser_set_input_string(&p.parser, (const unsigned char *)text, len);

@@ -124,6 +124,20 @@ static void test_syntax_errors(void)
                "t.yaml:2:1: YAML syntax error: found character that cannot "
                "start any token while scanning for the next token (line 2, "
                "column 1)");
+    /* bad bytes: libyaml gives an offset, turned into line:col */
+    EXPECT_ERR("host:\n  workers: \xff\n",
+               "t.yaml:2:12: YAML syntax error: invalid leading UTF-8 octet "
+               "(byte 0xff)");
+    EXPECT_ERR("host:\n  listen: 'caf\xc3\xa9'\n  x: \x01\n",
+               "t.yaml:3:6: YAML syntax error: control characters are not "
+               "allowed (byte 0x01)");
+    th_config *cfg = NULL;
+    th_error err;
+    CU_ASSERT_EQUAL(th_config_parse("t.yaml", "/cfg", "a: 'x\0y'\n", 9, &cfg,
+                                    &err),
+                    TH_ECONFIG);
+    CU_ASSERT_STRING_EQUAL(err.msg, "t.yaml:1:6: YAML syntax error: control "
+                                    "characters are not allowed (byte 0x00)");
     char deep[400] = "";
     for (int i = 0; i < 70; i++)
         strcat(deep, "[");
