@@ -255,7 +255,11 @@ void th_config_free(th_config *cfg);
 
 /* Checks a plugin's `config:` block against the plugin's declared keys
  * (with th_validate_params) and packs it as a msgpack map with defaults
- * filled in.  Errors name FILE:LINE:COL of the offending key or value. */
+ * filled in, appended to `out` (caller-initialized; an empty map when the
+ * plugin has no block).  Errors are TH_ECONFIG, "FILE:LINE:COL: in the
+ * config of plugin 'NAME': REASON", at the offending key, or at the block
+ * (or the plugin entry) when a key is missing; `out` is untouched then.
+ * Reads cfg only: safe from any thread. */
 int th_config_plugin_block(const th_config *cfg, const th_plugin_cfg *pc,
                            const struct th_param *params, size_t n_params,
                            struct th_buf *out, th_error *err);
@@ -271,22 +275,29 @@ const th_toolset_cfg *th_config_toolset(const th_config *cfg,
 bool th_plugin_cfg_equal(const th_plugin_cfg *a, const th_plugin_cfg *b);
 
 /* Checks, once the plugins are loaded, that every tool a toolset, an
- * override or a mock names exists.  `has_tool` answers for a name. */
+ * override or a mock names exists.  `has_tool` answers for a name (called
+ * on this thread only).  The first missing tool is a TH_ECONFIG error at
+ * the line:col of its name. */
 int th_config_check_tools(const th_config *cfg,
                           bool (*has_tool)(void *ud, const char *name),
                           void *ud, th_error *err);
 
 /* Parsers of the value forms, shared with the CLI: "64KiB", "1MiB", "512"
- * and "500ms", "30s", "2m", "1h".  0 or TH_EINVAL. */
+ * and "500ms", "30s", "2m", "1h".  0 or TH_EINVAL.  Sizes: B, KiB, MiB,
+ * GiB, TiB (x1024) and kB/KB, MB, GB, TB (x1000), fractions with a unit
+ * ("1.5MiB", rounded down).  Durations: ms, s, m, h, d, fractions and sums
+ * ("1h30m"); a number without a unit is refused except "0".  See
+ * docs/config.md. */
 int th_parse_size(const char *s, uint64_t *out);
 int th_parse_duration_ms(const char *s, uint64_t *out);
 
-/* The config name of a semantic type ("file_content", ...) and back
- * (0 when unknown). */
+/* The config name of a semantic type ("file_content", ...; "unknown"
+ * outside 1..12, static storage) and back (0 when unknown). */
 const char *th_sem_name(uint32_t sem);
 uint32_t th_sem_from_name(const char *name);
 
-/* The default limits (bytes per semantic type). */
+/* The default limits (bytes per semantic type; bytes[0], for an unknown
+ * type, is the text limit).  See docs/config.md for the table. */
 void th_limits_defaults(th_limits *l);
 
 #endif
