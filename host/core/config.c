@@ -456,7 +456,9 @@ static int set_mode(cfctx *c, const cfkey *k, th_ynode *v, void *base)
 
 static void fmt_size(uint64_t n, char *buf, size_t size)
 {
-    if (n >= MIB && n % MIB == 0)
+    if (n >= GIB && n % GIB == 0)
+        snprintf(buf, size, "%lluGiB", (unsigned long long)(n / GIB));
+    else if (n >= MIB && n % MIB == 0)
         snprintf(buf, size, "%lluMiB", (unsigned long long)(n / MIB));
     else if (n >= KIB && n % KIB == 0)
         snprintf(buf, size, "%lluKiB", (unsigned long long)(n / KIB));

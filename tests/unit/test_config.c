@@ -467,7 +467,7 @@ static void test_out_of_range(void)
                "'99999999999999999999999'");
     EXPECT_ERR("host:\n  max_frame: 100\n",
                "t.yaml:2:14: 'max_frame' is out of range: 100 is not between "
-               "1KiB and 1024MiB");
+               "1KiB and 1GiB");
     EXPECT_ERR("host:\n  reload_debounce: 2m\n",
                "t.yaml:2:20: 'reload_debounce' is out of range: 2m is not "
                "between 0ms and 1m");
@@ -485,11 +485,11 @@ static void test_out_of_range(void)
                "t.yaml:5:23: 'timeout' (2h) exceeds host.max_timeout (1h)");
     EXPECT_ERR("limits:\n  text: 0\n",
                "t.yaml:2:9: 'text' is out of range: 0 is not between 1 and "
-               "1048576MiB");
+               "1024GiB");
     EXPECT_ERR("toolsets:\n  - name: a\n    tools: ['*']\n    run_code: "
                "{memory: 10KiB}\n",
                "t.yaml:4:24: 'memory' is out of range: 10KiB is not between "
-               "1MiB and 65536MiB");
+               "1MiB and 64GiB");
     EXPECT_ERR("mocks:\n  - tool: echo\n    progress:\n      - progress: 1.5\n",
                "t.yaml:4:19: 'progress' must be a number from 0 to 1, got "
                "'1.5'");
