@@ -11,12 +11,7 @@
 #include <string.h>
 
 #include "th/buf.h"
-/* th/tool.h on main has a comment opener inside a comment (th_validate_call); until
- * its owner fixes it, do not let -Wcomment stop this file. */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wcomment"
 #include "th/tool.h"
-#pragma GCC diagnostic pop
 
 int th_config_plugin_block(const th_config *cfg, const th_plugin_cfg *pc,
                            const struct th_param *params, size_t n_params,

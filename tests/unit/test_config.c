@@ -15,6 +15,7 @@
 #include "th/buf.h"
 #include "th/config.h"
 #include "th/err.h"
+#include "th/tool.h"
 #include "toolhost/plugin.h"
 
 /* Parses `yaml` as "t.yaml" in folder /cfg; NULL (and a printed reason)
@@ -1178,6 +1179,138 @@ static void test_helpers(void)
     th_config_free(c2);
 }
 
+/* ---- a plugin's config block, checked by the validator ------------------ */
+
+/* Parameters root (string, required), depth (integer, default 2), mode
+ * (string enum a|b). */
+static void block_params(th_param p[3])
+{
+    static char *modes[] = {"a", "b"};
+    static uint8_t two = 0x02;
+    memset(p, 0, 3 * sizeof p[0]);
+    p[0].name = "root";
+    p[0].description = "the root";
+    p[0].type = TOOLHOST_TYPE_STRING;
+    p[0].required = true;
+    p[1].name = "depth";
+    p[1].description = "how deep";
+    p[1].type = TOOLHOST_TYPE_INTEGER;
+    p[1].default_mp = &two;
+    p[1].default_len = 1;
+    p[2].name = "mode";
+    p[2].description = "the mode";
+    p[2].type = TOOLHOST_TYPE_STRING;
+    p[2].enum_values = modes;
+    p[2].n_enum = 2;
+}
+
+/* Runs th_config_plugin_block on the first plugin of `yaml`; returns its
+ * code, with the message in msg and the packed block in *out. */
+static int run_block(const char *yaml, char *msg, size_t size, th_buf *out)
+{
+    th_config *cfg = parse(yaml);
+    if (!cfg)
+        return 1;
+    th_param p[3];
+    block_params(p);
+    th_error err;
+    int rc = th_config_plugin_block(cfg, &cfg->plugins[0], p, 3, out, &err);
+    snprintf(msg, size, "%s", rc ? err.msg : "");
+    th_config_free(cfg);
+    return rc;
+}
+
+#define EXPECT_BLOCK_ERR(yaml, want)                                        \
+    do {                                                                    \
+        char m_[1024];                                                      \
+        th_buf b_ = TH_BUF_INIT;                                            \
+        CU_ASSERT_EQUAL(run_block(yaml, m_, sizeof m_, &b_), TH_ECONFIG);   \
+        if (strncmp(m_, want, strlen(want)) != 0)                           \
+            printf("\n  line %d: want: %s...\n           got:  %s\n",       \
+                   __LINE__, want, m_);                                     \
+        CU_ASSERT_EQUAL(strncmp(m_, want, strlen(want)), 0);                \
+        CU_ASSERT_EQUAL(b_.len, 0);                                         \
+        th_buf_free(&b_);                                                   \
+    } while (0)
+
+static void test_plugin_block(void)
+{
+    char msg[1024];
+    th_buf b = TH_BUF_INIT;
+    setenv("TH_CFG_TEST_ROOT", "/srv", 1);
+    int rc = run_block("plugins:\n  - name: p\n    path: p.so\n    config:\n"
+                       "      root: ${TH_CFG_TEST_ROOT}/data\n      mode: b\n",
+                       msg, sizeof msg, &b);
+    unsetenv("TH_CFG_TEST_ROOT");
+    if (rc)
+        printf("\n  %s\n", msg);
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    CU_ASSERT_EQUAL_FATAL(msgpack_unpack_next(&u, (const char *)b.data, b.len,
+                                              NULL),
+                          MSGPACK_UNPACK_SUCCESS);
+    msgpack_object o = u.data;
+    CU_ASSERT_EQUAL_FATAL(o.type, MSGPACK_OBJECT_MAP);
+    CU_ASSERT_EQUAL_FATAL(o.via.map.size, 3); /* depth filled in */
+    bool saw_root = false, saw_depth = false;
+    for (uint32_t i = 0; i < o.via.map.size; i++) {
+        msgpack_object_kv *kv = &o.via.map.ptr[i];
+        if (kv->key.via.str.size == 4 &&
+            memcmp(kv->key.via.str.ptr, "root", 4) == 0) {
+            saw_root = kv->val.type == MSGPACK_OBJECT_STR &&
+                       kv->val.via.str.size == 9 &&
+                       memcmp(kv->val.via.str.ptr, "/srv/data", 9) == 0;
+        } else if (kv->key.via.str.size == 5 &&
+                   memcmp(kv->key.via.str.ptr, "depth", 5) == 0) {
+            saw_depth = kv->val.type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
+                        kv->val.via.u64 == 2;
+        }
+    }
+    CU_ASSERT_TRUE(saw_root);
+    CU_ASSERT_TRUE(saw_depth);
+    msgpack_unpacked_destroy(&u);
+    th_buf_free(&b);
+
+    /* nothing to fill in: the block as written; `out` is appended to */
+    th_buf_puts(&b, "X");
+    rc = run_block("plugins:\n  - name: p\n    path: p.so\n    config: "
+                   "{root: /r, depth: 7, mode: a}\n",
+                   msg, sizeof msg, &b);
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+    CU_ASSERT_EQUAL(b.data[0], 'X');
+    CU_ASSERT_EQUAL(b.data[1], 0x83);
+    th_buf_free(&b);
+
+    /* each error points at the key at fault */
+    EXPECT_BLOCK_ERR("plugins:\n  - name: p\n    path: p.so\n    config:\n"
+                     "      root: /r\n      roots: /x\n",
+                     "t.yaml:6:7: in the config of plugin 'p': unknown "
+                     "parameter 'roots'");
+    EXPECT_BLOCK_ERR("plugins:\n  - name: p\n    path: p.so\n    config:\n"
+                     "      root: /r\n      depth: deep\n",
+                     "t.yaml:6:7: in the config of plugin 'p': parameter "
+                     "'depth' must be an integer");
+    /* a quoted number is a string */
+    EXPECT_BLOCK_ERR("plugins:\n  - name: p\n    path: p.so\n    config:\n"
+                     "      root: /r\n      depth: '3'\n",
+                     "t.yaml:6:7: in the config of plugin 'p': parameter "
+                     "'depth' must be an integer");
+    EXPECT_BLOCK_ERR("plugins:\n  - name: p\n    path: p.so\n    config:\n"
+                     "      mode: c\n      root: /r\n",
+                     "t.yaml:5:7: in the config of plugin 'p': parameter "
+                     "'mode' must be one of");
+    /* a missing key: the block's mark, or the plugin's without a block */
+    EXPECT_BLOCK_ERR("plugins:\n  - name: p\n    path: p.so\n    config:\n"
+                     "      depth: 3\n",
+                     "t.yaml:5:7: in the config of plugin 'p': missing "
+                     "required parameter 'root'");
+    EXPECT_BLOCK_ERR("plugins:\n  - name: x\n    path: x.so\n  - name: p\n"
+                     "    path: p.so\n",
+                     "t.yaml:2:5: in the config of plugin 'x': missing "
+                     "required parameter 'root'");
+}
+
 /* ---- the shipped configs ------------------------------------------------- */
 
 static th_config *load_shipped(const char *name)
@@ -1341,6 +1474,7 @@ void th_suite_config(void)
     CU_add_test(s, "pack_typing", test_pack_typing);
     CU_add_test(s, "check_tools", test_check_tools);
     CU_add_test(s, "helpers", test_helpers);
+    CU_add_test(s, "plugin_block", test_plugin_block);
     CU_add_test(s, "shipped_configs", test_shipped_configs);
     CU_add_test(s, "mangled_input", test_mangled_input);
 }
