@@ -15,6 +15,7 @@
 #include "th/buf.h"
 #include "th/config.h"
 #include "th/err.h"
+#include "th/log.h"
 #include "th/tool.h"
 #include "toolhost/plugin.h"
 
@@ -1311,6 +1312,97 @@ static void test_plugin_block(void)
                      "required parameter 'root'");
 }
 
+/* The whole path with a real plugin: parse, open, check the block, init,
+ * register, check the toolsets' tools against the registry. */
+static bool registry_has(void *ud, const char *name)
+{
+    const th_tool *t = th_registry_acquire(ud, name);
+    if (t)
+        th_tool_release(t);
+    return t != NULL;
+}
+
+static int load_with_block(const char *block, th_registry *reg, char *msg,
+                           size_t size)
+{
+    char yaml[8192];
+    snprintf(yaml, sizeof yaml,
+             "plugins:\n"
+             "  - name: greeter\n"
+             "    path: '%s'\n"
+             "    allow_insecure: true\n"
+             "%s"
+             "toolsets:\n"
+             "  - name: main\n"
+             "    tools: [gb_greet, gb_echo]\n"
+             "  - name: other\n"
+             "    tools: [gb_greet, gb_nope]\n",
+             th_test_build_path("fixtures/good_basic.so"), block);
+    th_config *cfg = parse(yaml);
+    if (!cfg)
+        return 1;
+    th_error e;
+    const th_plugin_cfg *pc = &cfg->plugins[0];
+    th_load_opts lo = {.name = pc->name, .allow_insecure = pc->allow_insecure};
+    th_plugin *p = NULL;
+    th_param *params = NULL;
+    size_t np = 0;
+    th_buf b = TH_BUF_INIT;
+    int rc = th_plugin_open(pc->path, &lo, &p, &e);
+    if (rc == 0)
+        rc = th_params_from_abi("config of greeter", p->desc->config_params,
+                                p->desc->n_config_params, &params, &np, &e);
+    if (rc == 0)
+        rc = th_config_plugin_block(cfg, pc, params, np, &b, &e);
+    if (rc == 0)
+        rc = th_plugin_init(p, b.data, b.len, &e);
+    if (rc == 0) {
+        rc = th_registry_add(reg, p, &e);
+        p = NULL; /* the registry's now, or freed */
+    }
+    if (rc == 0)
+        rc = th_config_check_tools(cfg, registry_has, reg, &e);
+    snprintf(msg, size, "%s", rc ? e.msg : "");
+    if (p)
+        th_plugin_unref(p);
+    th_params_free(params, np);
+    th_buf_free(&b);
+    th_config_free(cfg);
+    return rc;
+}
+
+static void test_with_plugin(void)
+{
+    char msg[1024];
+    th_log_set_fd(-1);
+    th_registry *reg = th_registry_new();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
+    int rc = load_with_block("    config:\n      greting: hey\n", reg, msg,
+                             sizeof msg);
+    CU_ASSERT_EQUAL(rc, TH_ECONFIG);
+    CU_ASSERT_STRING_EQUAL(msg, "t.yaml:6:7: in the config of plugin "
+                                "'greeter': unknown parameter 'greting' "
+                                "(accepted parameters: greeting)");
+    CU_ASSERT_EQUAL(th_registry_count(reg), 0);
+    rc = load_with_block("    config:\n      greeting: 7\n", reg, msg,
+                         sizeof msg);
+    CU_ASSERT_EQUAL(rc, TH_ECONFIG);
+    const char *want = "t.yaml:6:7: in the config of plugin 'greeter': "
+                       "parameter 'greeting' must be a string";
+    CU_ASSERT_EQUAL(strncmp(msg, want, strlen(want)), 0);
+    /* a good block: the plugin loads; then the toolsets are checked */
+    rc = load_with_block("    config:\n      greeting: hey\n", reg, msg,
+                         sizeof msg);
+    CU_ASSERT_EQUAL(rc, TH_ECONFIG);
+    if (rc != TH_ECONFIG || strstr(msg, "gb_nope") == NULL)
+        printf("\n  %s\n", msg);
+    CU_ASSERT_STRING_EQUAL(msg, "t.yaml:11:23: toolset 'other' names tool "
+                                "'gb_nope', which no plugin provides");
+    CU_ASSERT(th_registry_count(reg) > 0);
+    th_registry_free(reg);
+    th_log_set_fd(2);
+}
+
 /* ---- the shipped configs ------------------------------------------------- */
 
 static th_config *load_shipped(const char *name)
@@ -1475,6 +1567,7 @@ void th_suite_config(void)
     CU_add_test(s, "check_tools", test_check_tools);
     CU_add_test(s, "helpers", test_helpers);
     CU_add_test(s, "plugin_block", test_plugin_block);
+    CU_add_test(s, "with_plugin", test_with_plugin);
     CU_add_test(s, "shipped_configs", test_shipped_configs);
     CU_add_test(s, "mangled_input", test_mangled_input);
 }
