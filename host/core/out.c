@@ -145,6 +145,10 @@ static void ring_put(th_out *o, const uint8_t *p, size_t n)
     size_t cap = o->ring_cap;
     if (cap == 0)
         return;
+    if (n > cap)
+        o->ring_prev = p[n - cap - 1];
+    else /* the last byte this write overwrites */
+        o->ring_prev = o->ring[(o->ring_pos + n - 1) % cap];
     if (n >= cap) {
         memcpy(o->ring, p + n - cap, cap);
         o->ring_pos = 0;
@@ -261,6 +265,8 @@ int th_out_write(th_out *o, const void *data, size_t len)
                 o->ring = o->head.data + o->head_keep;
                 o->ring_cap = o->ring_len = (size_t)o->limit - o->head_keep;
                 o->ring_pos = 0;
+                o->ring_prev = o->head_keep ? o->head.data[o->head_keep - 1]
+                                            : 0;
             }
         }
     }
@@ -453,7 +459,9 @@ static int finish_head_tail(th_out *o, th_out_info *info)
     /* tail: start after a line end in its first quarter, else at a char */
     const uint8_t *r = o->ring;
     const uint8_t *tnl = cap / 4 ? memchr(r, '\n', cap / 4) : NULL;
-    size_t t0 = tnl ? (size_t)(tnl - r) + 1 : utf8_skip(r, cap);
+    size_t t0 = o->ring_prev == '\n' ? 0
+                : tnl                 ? (size_t)(tnl - r) + 1
+                                      : utf8_skip(r, cap);
     size_t tl = cap - t0;
 
     uint64_t kept_nl = count_nl(d, h) + count_nl(r + t0, tl);

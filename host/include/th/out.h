@@ -45,6 +45,7 @@ typedef struct th_out {
     uint8_t *ring;       /* the last bytes (head+tail types, once over the
                             limit): points into head.data, not freed alone */
     size_t ring_cap, ring_pos, ring_len;
+    uint8_t ring_prev;   /* the byte just before the oldest ring byte */
     size_t head_keep;    /* head bytes kept once over the limit */
     bool over;           /* the limit was reached: counting only */
     uint8_t last;        /* the last byte written (for the line count) */
