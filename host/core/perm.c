@@ -2,6 +2,7 @@
 #include "th/perm.h"
 
 #include <fnmatch.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -19,6 +20,19 @@ static const struct {
     {TOOLHOST_TOOL_SERIAL, "serial"},
     {TH_PERM_FLAG_NEEDS, "needs_permission"},
 };
+
+/* snprintf that may cut (the decision text is bounded on purpose);
+ * returns the length it wanted. */
+static size_t textf(char *buf, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static size_t textf(char *buf, size_t size, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, size, fmt, ap);
+    va_end(ap);
+    return n > 0 ? (size_t)n : 0;
+}
 
 const char *th_perm_flag_name(uint32_t bit)
 {
@@ -49,11 +63,8 @@ size_t th_perm_flags_str(uint32_t flags, char *buf, size_t size)
     for (size_t i = 0; i < sizeof flag_names / sizeof flag_names[0]; i++) {
         if (!(flags & flag_names[i].bit))
             continue;
-        int w = snprintf(buf + (n < size ? n : size),
-                         n < size ? size - n : 0, "%s%s", n ? "+" : "",
-                         flag_names[i].name);
-        if (w > 0)
-            n += (size_t)w;
+        n += textf(buf + (n < size ? n : size), n < size ? size - n : 0,
+                   "%s%s", n ? "+" : "", flag_names[i].name);
     }
     return n;
 }
@@ -78,30 +89,29 @@ void th_perm_decide(const th_toolset_cfg *ts, const char *cfg_path,
         char what[160] = "";
         size_t n = 0;
         if (r->match)
-            n += (size_t)snprintf(what, sizeof what, "match '%s', ",
-                                  r->match);
+            n += textf(what, sizeof what, "match '%s', ", r->match);
         if (r->flags && n < sizeof what) {
             char fl[96];
             th_perm_flags_str(r->flags, fl, sizeof fl);
-            snprintf(what + n, sizeof what - n, "flags %s, ", fl);
+            textf(what + n, sizeof what - n, "flags %s, ", fl);
         }
         char at[96] = "";
         if (cfg_path)
-            snprintf(at, sizeof at, " at %s:%d:%d", cfg_path, r->line, r->col);
+            textf(at, sizeof at, " at %s:%d:%d", cfg_path, r->line, r->col);
         out->action = r->action;
-        snprintf(out->rule, sizeof out->rule,
-                 "rule %zu (%saction %s) of toolset '%s'%s", i + 1, what,
-                 th_perm_action_name(r->action), tsname, at);
+        textf(out->rule, sizeof out->rule,
+              "rule %zu (%saction %s) of toolset '%s'%s", i + 1, what,
+              th_perm_action_name(r->action), tsname, at);
         return;
     }
     uint32_t needs = TH_PERM_FLAG_NEEDS | TOOLHOST_TOOL_DESTRUCTIVE |
                      TOOLHOST_TOOL_OPEN_WORLD;
     if (flags & needs) {
         out->action = ts ? ts->perm_default : TH_PERM_DENY;
-        snprintf(out->rule, sizeof out->rule, "default (%s) of toolset '%s'",
-                 th_perm_action_name(out->action), tsname);
+        textf(out->rule, sizeof out->rule, "default (%s) of toolset '%s'",
+              th_perm_action_name(out->action), tsname);
         return;
     }
     out->action = TH_PERM_ALLOW;
-    snprintf(out->rule, sizeof out->rule, "no permission needed");
+    textf(out->rule, sizeof out->rule, "no permission needed");
 }
