@@ -439,7 +439,11 @@ static const char *spill_note(const th_out *o, char *buf, size_t size)
 {
     if (!o->spill_path)
         return "";
-    snprintf(buf, size, "; full output in %s", o->spill_path);
+    if (o->spill_bytes == o->total)
+        snprintf(buf, size, "; full output in %s", o->spill_path);
+    else
+        snprintf(buf, size, "; first %" PRIu64 " bytes in %s",
+                 o->spill_bytes, o->spill_path);
     return buf;
 }
 

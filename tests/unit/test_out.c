@@ -1,6 +1,7 @@
 /* test_out.c - output limits by semantic type (th/out.h), driven directly
  * and through the flood fixture plugin with a stand-in call. */
 #include <CUnit/CUnit.h>
+#include <ctype.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -64,9 +65,10 @@ static void run_out(uint32_t sem, uint64_t limit, const void *data, size_t n,
     th_out o;
     th_out_init(&o, sem, limit);
     const uint8_t *p = data;
+    int rc = 0;
     for (size_t i = 0; i < n; i += chunk)
-        CU_ASSERT_EQUAL_FATAL(
-            th_out_write(&o, p + i, n - i < chunk ? n - i : chunk), 0);
+        rc |= th_out_write(&o, p + i, n - i < chunk ? n - i : chunk);
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
     th_buf_init(dst);
     CU_ASSERT_EQUAL_FATAL(th_out_finish(&o, dst, info), 0);
     info->spill_path = NULL; /* freed below */
@@ -526,8 +528,10 @@ static void test_bounded_memory(void)
         long before = vm_hwm_kb();
         th_out o;
         th_out_init(&o, sems[s], 64 * 1024);
+        int werr = 0;
         for (uint64_t w = 0; w < total; w += chunk)
-            CU_ASSERT_EQUAL_FATAL(th_out_write(&o, buf, chunk), 0);
+            werr |= th_out_write(&o, buf, chunk);
+        CU_ASSERT_EQUAL(werr, 0);
         th_buf dst = TH_BUF_INIT;
         th_out_info info;
         CU_ASSERT_EQUAL(th_out_finish(&o, &dst, &info), 0);
@@ -544,6 +548,100 @@ static void test_bounded_memory(void)
         th_out_free(&o);
     }
     free(buf);
+}
+
+/* Random inputs, chunkings, limits and types against what each strategy
+ * promises: the head is a prefix of the input, the tail a suffix, the
+ * marker's count is what is missing, nothing valid becomes invalid. */
+static uint64_t rng = 0x1234567;
+
+static uint32_t rnd(uint32_t n)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng % n);
+}
+
+static int is_prefix(const uint8_t *p, size_t n, const uint8_t *of)
+{
+    return memcmp(p, of, n) == 0;
+}
+
+static void test_random_model(void)
+{
+    static const char *atoms[] = {"a", "b", "\n", "\xc3\xa9",
+                                  "\xe2\x82\xac", "\xf0\x9f\x98\x80"};
+    static const uint32_t sems[] = {
+        TOOLHOST_SEM_COMMAND_OUTPUT, TOOLHOST_SEM_LOG,
+        TOOLHOST_SEM_SEARCH_RESULTS, TOOLHOST_SEM_FILE_CONTENT,
+        TOOLHOST_SEM_FILE_VIEW, TOOLHOST_SEM_BINARY};
+    int bad = 0;
+    for (int round = 0; round < 3000; round++) {
+        th_buf in = TH_BUF_INIT;
+        size_t atoms_n = rnd(1500);
+        for (size_t i = 0; i < atoms_n; i++)
+            th_buf_puts(&in, atoms[rnd(6)]);
+        uint32_t sem = sems[rnd(6)];
+        uint64_t limit = 1 + rnd(700);
+        th_out o;
+        th_out_init(&o, sem, limit);
+        for (size_t pos = 0; pos < in.len;) {
+            size_t c = 1 + rnd(rnd(2) ? 9 : 3000);
+            if (c > in.len - pos)
+                c = in.len - pos;
+            th_out_write(&o, in.data + pos, c);
+            pos += c;
+        }
+        th_buf out = TH_BUF_INIT;
+        th_out_info info;
+        th_out_finish(&o, &out, &info);
+        th_out_free(&o);
+        const uint8_t *od = out.data ? out.data : (const uint8_t *)"";
+        int ok = info.total_bytes == in.len && info.kept_bytes <= limit;
+        if (in.len <= limit) {
+            ok = ok && !info.truncated && out.len == in.len &&
+                 (in.len == 0 || memcmp(od, in.data, in.len) == 0);
+        } else if (sem == TOOLHOST_SEM_BINARY) {
+            ok = ok && out.len == limit && is_prefix(od, limit, in.data);
+        } else {
+            ok = ok && info.truncated && utf8_valid(od, out.len);
+            const char *m = sem == TOOLHOST_SEM_FILE_CONTENT ||
+                                    sem == TOOLHOST_SEM_FILE_VIEW
+                                ? "[... "
+                                : "... [";
+            const char *mk = strstr((const char *)od, m);
+            ok = ok && mk;
+            if (ok) {
+                size_t h = (size_t)(mk - (const char *)od);
+                const char *end = strchr(mk, '\n');
+                size_t t = end ? out.len - (size_t)(end + 1 - (char *)od) : 0;
+                /* "x\n" + marker or "x" + "\n" + marker: kept_bytes says */
+                if (h >= 1 && od[h - 1] == '\n' && h + t == info.kept_bytes + 1)
+                    h--;
+                unsigned long long cut = 0;
+                const char *num = mk + 5;
+                char digits[32];
+                size_t k = 0;
+                while (k < 31 && (isdigit((unsigned char)*num) || *num == ','))
+                    if (*num++ != ',')
+                        digits[k++] = num[-1];
+                digits[k] = '\0';
+                cut = strtoull(digits, NULL, 10);
+                ok = end && is_prefix(od, h, in.data) &&
+                     h + t == info.kept_bytes &&
+                     cut == in.len - info.kept_bytes &&
+                     memcmp(od + out.len - t, in.data + in.len - t, t) == 0;
+            }
+        }
+        if (!ok && bad++ < 3)
+            fprintf(stderr, "\nmodel: sem %u limit %llu len %zu kept %llu\n",
+                    sem, (unsigned long long)limit, in.len,
+                    (unsigned long long)info.kept_bytes);
+        th_buf_free(&out);
+        th_buf_free(&in);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
 }
 
 static void test_flood_fixture(void)
@@ -651,6 +749,9 @@ static void test_spill(void)
         th_out_write(&o, "abcd\n", 5);
     CU_ASSERT_EQUAL(th_out_finish(&o, &dst, &info), 0);
     CU_ASSERT_EQUAL(info.spill_bytes, 1234);
+    snprintf(want, sizeof want, "; first 1234 bytes in %s]\n",
+             info.spill_path);
+    CU_ASSERT_PTR_NOT_NULL(strstr((char *)dst.data, want));
     CU_ASSERT_EQUAL(stat(info.spill_path, &sb), 0);
     CU_ASSERT_EQUAL(sb.st_size, 1234);
     th_buf_free(&dst);
@@ -791,6 +892,7 @@ void th_suite_out(void)
     CU_add_test(s, "structured", test_structured);
     CU_add_test(s, "binary", test_binary);
     CU_add_test(s, "bounded_memory", test_bounded_memory);
+    CU_add_test(s, "random_model", test_random_model);
     CU_add_test(s, "flood_fixture", test_flood_fixture);
     CU_add_test(s, "spill", test_spill);
     CU_add_test(s, "spill_gc", test_spill_gc);
