@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "th/config.h"
 #include "th/err.h"
 #include "toolhost/plugin.h"
 
@@ -50,6 +51,22 @@ void th_out_init(th_out *o, uint32_t sem, uint64_t limit)
 void th_out_set_offset_base(th_out *o, uint64_t base)
 {
     o->offset_base = base;
+}
+
+uint64_t th_out_limit(const th_limits *host, const th_toolset_cfg *ts,
+                      const char *tool, uint32_t sem)
+{
+    uint32_t i = sem < TH_SEM_COUNT ? sem : 0;
+    if (ts) {
+        for (size_t k = 0; tool && k < ts->n_overrides; k++)
+            if (ts->overrides[k].tool &&
+                strcmp(ts->overrides[k].tool, tool) == 0 &&
+                ts->overrides[k].limits.bytes[i])
+                return ts->overrides[k].limits.bytes[i];
+        if (ts->limits.bytes[i])
+            return ts->limits.bytes[i];
+    }
+    return host ? host->bytes[i] : 0;
 }
 
 /* ---- UTF-8 and counting ------------------------------------------------ */

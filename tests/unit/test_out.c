@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/th_test.h"
+#include "th/config.h"
 #include "th/err.h"
 #include "th/out.h"
 #include "toolhost/plugin.h"
@@ -881,6 +882,35 @@ static void test_pack_info(void)
     th_buf_free(&b);
 }
 
+static void test_limit_lookup(void)
+{
+    th_limits host;
+    memset(&host, 0, sizeof host);
+    host.bytes[0] = 8000;
+    host.bytes[TOOLHOST_SEM_FILE_CONTENT] = 60000;
+    host.bytes[TOOLHOST_SEM_LOG] = 8000;
+    th_tool_override ov[2];
+    memset(ov, 0, sizeof ov);
+    ov[0].tool = "fs_read";
+    ov[0].limits.bytes[TOOLHOST_SEM_FILE_CONTENT] = 200000;
+    ov[1].tool = "tail";
+    th_toolset_cfg ts;
+    memset(&ts, 0, sizeof ts);
+    ts.limits.bytes[TOOLHOST_SEM_LOG] = 4000;
+    ts.overrides = ov;
+    ts.n_overrides = 2;
+    CU_ASSERT_EQUAL(th_out_limit(&host, &ts, "fs_read",
+                                 TOOLHOST_SEM_FILE_CONTENT), 200000);
+    CU_ASSERT_EQUAL(th_out_limit(&host, &ts, "cat",
+                                 TOOLHOST_SEM_FILE_CONTENT), 60000);
+    CU_ASSERT_EQUAL(th_out_limit(&host, &ts, "fs_read", TOOLHOST_SEM_LOG),
+                    4000);
+    CU_ASSERT_EQUAL(th_out_limit(&host, &ts, "tail", TOOLHOST_SEM_LOG), 4000);
+    CU_ASSERT_EQUAL(th_out_limit(&host, NULL, "tail", TOOLHOST_SEM_LOG),
+                    8000);
+    CU_ASSERT_EQUAL(th_out_limit(&host, NULL, NULL, 99), 8000);
+}
+
 void th_suite_out(void)
 {
     CU_pSuite s = CU_add_suite("out", NULL, suite_clean);
@@ -897,4 +927,5 @@ void th_suite_out(void)
     CU_add_test(s, "spill", test_spill);
     CU_add_test(s, "spill_gc", test_spill_gc);
     CU_add_test(s, "pack_info", test_pack_info);
+    CU_add_test(s, "limit_lookup", test_limit_lookup);
 }

@@ -36,6 +36,8 @@
 #include "th/buf.h"
 
 struct msgpack_packer;
+struct th_limits;
+struct th_toolset_cfg;
 
 typedef struct th_out {
     uint32_t sem;        /* toolhost_semantic */
@@ -108,6 +110,14 @@ int th_out_pack_info(struct msgpack_packer *pk, const th_out_info *out,
  * files were removed, or TH_EIO when `dir` cannot be read (a missing dir
  * is 0).  Safe from any thread. */
 int th_out_spill_gc(const char *dir, uint64_t max_age_ms, uint64_t max_total);
+
+/* The byte limit for a `sem` stream of tool `tool` in toolset `ts`: the
+ * toolset's override for that tool if it sets one, else the toolset's
+ * limits, else `host` (the config's limits, defaults filled in).  0 entries
+ * inherit; a type out of range uses entry 0.  `ts` may be NULL.  Pure. */
+uint64_t th_out_limit(const struct th_limits *host,
+                      const struct th_toolset_cfg *ts, const char *tool,
+                      uint32_t sem);
 
 /* Returns the number of bytes of buf[0..n) to keep so that no valid UTF-8
  * sequence is split at the end (invalid bytes count as single units). */
