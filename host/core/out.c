@@ -123,7 +123,7 @@ static const char *fmt_num(uint64_t v, char buf[32])
     return buf;
 }
 
-/* ---- Memory ---------------------------------------------------------- */
+/* ---- Memory -------------------------------------------------------------- */
 
 /* Room for `need` content bytes plus the NUL; grows by doubling but never
  * past limit + 1 while the stream is limited. */
@@ -196,7 +196,7 @@ static void rotate(uint8_t *a, size_t n, size_t k)
     reverse(a, n);
 }
 
-/* ---- Spill ------------------------------------------------------------- */
+/* ---- Spill --------------------------------------------------------------- */
 
 int th_out_spill(th_out *o, const char *dir, uint64_t max_bytes)
 {
@@ -254,7 +254,7 @@ static void spill_write(th_out *o, const uint8_t *p, size_t n)
     }
 }
 
-/* ---- Writing ----------------------------------------------------------- */
+/* ---- Writing ------------------------------------------------------------- */
 
 int th_out_write(th_out *o, const void *data, size_t len)
 {
@@ -427,7 +427,7 @@ static void json_scan(const uint8_t *s, size_t n, size_t budget, jscan *st)
     }
 }
 
-/* ---- Finishing ------------------------------------------------------------ */
+/* ---- Finishing ----------------------------------------------------------- */
 
 /* Resizes the head to exactly `need` content bytes + NUL. */
 static int head_exact(th_out *o, size_t need)

@@ -12,7 +12,7 @@
 #include "th/perm.h"
 #include "toolhost/plugin.h"
 
-/* ---- names ------------------------------------------------------------ */
+/* ---- names --------------------------------------------------------------- */
 
 /* The config names of the semantic types (the same spelling as
  * th_sem_name() of the config module, kept here so this module stands
@@ -142,7 +142,7 @@ json_t *th_schema_params(const th_tool *tool)
     return s;
 }
 
-/* ---- descriptions --------------------------------------------------------- */
+/* ---- descriptions -------------------------------------------------------- */
 
 static size_t utf8_chars(const char *s, size_t n)
 {
@@ -223,8 +223,8 @@ char *th_schema_description(const th_tool *tool, size_t max_chars)
             const char *q = strstr(p, "\n\n");
             if (!q)
                 q = end;
-            if (strncmp(p, "## ", 3) == 0 && !memchr(p, '\n', (size_t)(q - p)) &&
-                q < end) {
+            if (strncmp(p, "## ", 3) == 0 &&
+                !memchr(p, '\n', (size_t)(q - p)) && q < end) {
                 const char *q2 = strstr(q + 2, "\n\n");
                 q = q2 ? q2 : end;
             }
@@ -317,7 +317,7 @@ char *th_schema_describe(const th_tool *tool)
     return (char *)th_buf_take(&b, NULL);
 }
 
-/* ---- exports ---------------------------------------------------------------- */
+/* ---- exports ------------------------------------------------------------- */
 
 static int by_name(const void *a, const void *b)
 {
@@ -417,7 +417,7 @@ char *th_schema_export_text(const th_tool *const *tools, size_t n,
     return r;
 }
 
-/* ---- tools.list ---------------------------------------------------------------- */
+/* ---- tools.list ---------------------------------------------------------- */
 
 #define PACK_KEY(pk, s) msgpack_pack_str_with_body((pk), (s), sizeof(s) - 1)
 

@@ -19,7 +19,7 @@
 #include "th/out.h"
 #include "toolhost/plugin.h"
 
-/* ---- helpers ------------------------------------------------------------ */
+/* ---- helpers ------------------------------------------------------------- */
 
 static int utf8_valid(const uint8_t *s, size_t n)
 {
@@ -171,7 +171,7 @@ static void flood(const char *tool, const char *pattern, uint64_t size,
     th_out_free(&err);
 }
 
-/* ---- tests ----------------------------------------------------------------- */
+/* ---- tests --------------------------------------------------------------- */
 
 static void test_fast_path(void)
 {

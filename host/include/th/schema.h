@@ -70,9 +70,9 @@ char *th_schema_export_text(const th_tool *const *tools, size_t n,
 
 /* Packs the tools.list entry of one tool as a msgpack map: name,
  * description, long_description (nil when absent), parameters (the JSON
- * Schema of th_schema_params, converted with th_json_pack), stdout_type and stderr_type (names
- * such as "file_content"), flags (a list of names such as "read_only").
- * 0 or TH_ENOMEM. */
+ * Schema of th_schema_params, converted with th_json_pack), stdout_type
+ * and stderr_type (names such as "file_content"), flags (a list of names
+ * such as "read_only").  0 or TH_ENOMEM. */
 int th_schema_pack_tool(struct msgpack_packer *pk, const th_tool *tool);
 
 /* The JSON Schema type name of a toolhost_type ("string", ...), or NULL. */
