@@ -18,6 +18,9 @@
  *       so the text stays valid JSON; no marker (meta says it)
  *   binary: head only, nothing added to the bytes (meta says it)
  *
+ * UTF-8: no cut splits a valid sequence; invalid bytes pass through
+ * untouched and count as one-byte units when a cut is placed.
+ *
  * Memory: the head grows by doubling up to limit + 1 bytes; once the limit
  * is reached, the tail of head+tail types lives in the same allocation (a
  * ring over its second half), so a stream never holds more than limit + 1
