@@ -200,27 +200,46 @@ static void rotate(uint8_t *a, size_t n, size_t k)
 
 int th_out_spill(th_out *o, const char *dir, uint64_t max_bytes)
 {
-    if (!dir || o->spill_fd >= 0 || o->total > 0)
+    if (!dir || o->spill_dir || o->total > 0)
         return TH_EINVAL;
     if (mkdir(dir, 0700) != 0 && errno != EEXIST)
         return TH_EIO;
-    size_t n = strlen(dir) + sizeof "/" SPILL_PREFIX "XXXXXX";
-    char *path = malloc(n);
-    if (!path)
-        return TH_ENOMEM;
-    snprintf(path, n, "%s/" SPILL_PREFIX "XXXXXX", dir);
-    int fd = mkostemp(path, O_CLOEXEC);
-    if (fd < 0) {
-        free(path);
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode) ||
+        access(dir, W_OK | X_OK) != 0)
         return TH_EIO;
-    }
-    (void)fchmod(fd, 0600);
-    o->spill_fd = fd;
-    o->spill_path = path;
+    o->spill_dir = strdup(dir);
+    if (!o->spill_dir)
+        return TH_ENOMEM;
     o->spill_max = max_bytes;
     o->spill_bytes = 0;
     o->spill_failed = false;
     return 0;
+}
+
+static void spill_write(th_out *o, const uint8_t *p, size_t n);
+
+/* Creates the file when the stream first passes its limit: until then
+ * every byte is still in the head, which goes into the file first. */
+static void spill_open(th_out *o)
+{
+    size_t n = strlen(o->spill_dir) + sizeof "/" SPILL_PREFIX "XXXXXX";
+    char *path = malloc(n);
+    if (!path) {
+        o->spill_failed = true;
+        return;
+    }
+    snprintf(path, n, "%s/" SPILL_PREFIX "XXXXXX", o->spill_dir);
+    int fd = mkostemp(path, O_CLOEXEC); /* mode 0600 */
+    if (fd < 0) {
+        free(path);
+        o->spill_failed = true;
+        return;
+    }
+    (void)fchmod(fd, 0600);
+    o->spill_fd = fd;
+    o->spill_path = path;
+    spill_write(o, o->head.data, o->head.len);
 }
 
 static void spill_drop(th_out *o)
@@ -277,6 +296,8 @@ int th_out_write(th_out *o, const void *data, size_t len)
             o->over = true;
             p += room;
             n -= (size_t)room;
+            if (o->spill_dir && !o->spill_failed)
+                spill_open(o);
             if (strategy(o->sem) == ST_HEAD_TAIL) {
                 o->head_keep = (size_t)(o->limit / 2);
                 o->ring = o->head.data + o->head_keep;
@@ -289,9 +310,8 @@ int th_out_write(th_out *o, const void *data, size_t len)
     }
     if (p && o->ring)
         ring_put(o, p, n);
-
-    if (o->spill_fd >= 0)
-        spill_write(o, data, len);
+    if (p && o->spill_fd >= 0)
+        spill_write(o, p, n);
     o->total += len;
     o->lines += count_nl(data, len);
     o->last = ((const uint8_t *)data)[len - 1];
@@ -598,11 +618,6 @@ int th_out_finish(th_out *o, th_buf *dst, th_out_info *info)
         close(o->spill_fd);
         o->spill_fd = -1;
     }
-    if (!o->over && o->spill_path) {
-        unlink(o->spill_path); /* nothing cut: no need for the copy */
-        free(o->spill_path);
-        o->spill_path = NULL;
-    }
 
     int rc = 0;
     if (!o->over) {
@@ -653,6 +668,8 @@ void th_out_free(th_out *o)
         spill_drop(o); /* never finished: the copy goes too */
     free(o->spill_path);
     o->spill_path = NULL;
+    free(o->spill_dir);
+    o->spill_dir = NULL;
 }
 
 /* ---- Meta ---------------------------------------------------------------- */

@@ -2,6 +2,7 @@
  * and through the flood fixture plugin with a stand-in call. */
 #include <CUnit/CUnit.h>
 #include <ctype.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -711,6 +712,18 @@ static void test_flood_fixture(void)
     th_buf_free(&whole);
 }
 
+static int count_files(const char *dir)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d)) != NULL)
+        n += de->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    return n;
+}
+
 static void test_spill(void)
 {
     char *dir = th_test_tmpdir();
@@ -733,6 +746,17 @@ static void test_spill(void)
     CU_ASSERT_EQUAL(stat(info.spill_path, &sb), 0);
     CU_ASSERT_EQUAL(sb.st_mode & 0777, 0600);
     CU_ASSERT_EQUAL(sb.st_size, 5000);
+    FILE *sf = fopen(info.spill_path, "r");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(sf);
+    char whole[5001];
+    size_t got = fread(whole, 1, 5000, sf);
+    fclose(sf);
+    int same = got == 5000;
+    for (int i = 0; same && i < 1000; i++) {
+        snprintf(line, sizeof line, "%04d\n", i);
+        same = memcmp(whole + 5 * i, line, 5) == 0;
+    }
+    CU_ASSERT_TRUE(same); /* the head, then the rest, in order */
     char want[600];
     snprintf(want, sizeof want, "lines cut; full output in %s] ...\n",
              info.spill_path);
@@ -758,26 +782,37 @@ static void test_spill(void)
     th_buf_free(&dst);
     th_out_free(&o);
 
-    /* not truncated: no copy left behind */
+    /* not truncated: no file at all */
+    int files = count_files(sub);
     th_out_init(&o, TOOLHOST_SEM_COMMAND_OUTPUT, 100);
     CU_ASSERT_EQUAL(th_out_spill(&o, sub, 0), 0);
-    char *tmp = strdup(o.spill_path);
     th_out_write(&o, "short", 5);
+    CU_ASSERT_EQUAL(o.spill_fd, -1);
     CU_ASSERT_EQUAL(th_out_finish(&o, &dst, &info), 0);
     CU_ASSERT_PTR_NULL(info.spill_path);
-    CU_ASSERT_NOT_EQUAL(access(tmp, F_OK), 0);
+    CU_ASSERT_EQUAL(count_files(sub), files);
     th_buf_free(&dst);
     th_out_free(&o);
 
-    /* freed without finishing: removed too */
-    th_out_init(&o, TOOLHOST_SEM_COMMAND_OUTPUT, 100);
+    /* freed without finishing: removed */
+    th_out_init(&o, TOOLHOST_SEM_COMMAND_OUTPUT, 10);
     CU_ASSERT_EQUAL(th_out_spill(&o, sub, 0), 0);
-    free(tmp);
-    tmp = strdup(o.spill_path);
-    th_out_write(&o, "abc", 3);
+    th_out_write(&o, "abcdefghijklmnop", 16);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(o.spill_path);
+    char *tmp = strdup(o.spill_path);
+    CU_ASSERT_EQUAL(access(tmp, F_OK), 0);
+    CU_ASSERT_EQUAL(count_files(sub), files + 1);
     th_out_free(&o);
     CU_ASSERT_NOT_EQUAL(access(tmp, F_OK), 0);
+    CU_ASSERT_EQUAL(count_files(sub), files);
     free(tmp);
+
+    /* a regular file is no folder */
+    char *plain = th_test_write_file(dir, "plain", "x", 1);
+    th_out_init(&o, TOOLHOST_SEM_COMMAND_OUTPUT, 100);
+    CU_ASSERT_EQUAL(th_out_spill(&o, plain, 0), TH_EIO);
+    th_out_free(&o);
+    free(plain);
 
     /* a folder that cannot be made */
     th_out_init(&o, TOOLHOST_SEM_COMMAND_OUTPUT, 100);

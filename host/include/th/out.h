@@ -58,6 +58,7 @@ typedef struct th_out {
     uint64_t lines;      /* newlines written */
     uint64_t offset_base;/* lines (files) or bytes (knowledge) before this
                             output, for the "offset=" of the marker */
+    char *spill_dir;     /* spill wanted (th_out_spill), or NULL */
     int spill_fd;        /* full output saved here, or -1 */
     char *spill_path;
     uint64_t spill_max, spill_bytes;
@@ -84,10 +85,12 @@ typedef struct th_out_info {
 /* Starts an empty stream on caller storage.  `limit` 0 keeps everything. */
 void th_out_init(th_out *o, uint32_t sem, uint64_t limit);
 /* Saves the whole stream to a new 0600 file "th-spill-XXXXXX" in `dir`
- * (created 0700 when missing) as well, up to max_bytes (0: no cap).  Call
- * before the first write.  When the output was not truncated, finish
- * removes the file again.  0, or TH_EIO (no spill then; the stream works
- * as before). */
+ * (created 0700 when missing) as well, up to max_bytes (0: no cap), when
+ * the stream passes its limit: the file is created at that moment (the
+ * head, still whole, goes in first), so an output that fits never touches
+ * the disk.  Call before the first write.  0, TH_ENOMEM, or TH_EIO when
+ * `dir` is not a writable folder (no spill then; the stream works as
+ * before).  A file that cannot be created or written later is dropped. */
 int th_out_spill(th_out *o, const char *dir, uint64_t max_bytes);
 /* Sets where the output starts in its source, for the read-on offset of
  * head-only markers (e.g. the `offset` argument of a file reader). */
