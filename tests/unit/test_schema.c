@@ -3,6 +3,7 @@
  * Draft 2020-12 and Draft 7 meta-schemas) and the tools.list entry. */
 #include <CUnit/CUnit.h>
 #include <msgpack.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -448,6 +449,63 @@ static void test_pack_tool(void)
     th_buf_free(&b);
 }
 
+/* The real loader's th_tools (flood fixture): parameters with defaults
+ * and enums normalized by th_params_from_abi, then exported. */
+static void test_from_loader(void)
+{
+    th_plugin *p = NULL;
+    th_error err;
+    th_load_opts opts;
+    memset(&opts, 0, sizeof opts);
+    opts.allow_insecure = true; /* build dirs may be group-writable */
+    int rc = th_plugin_open(th_test_build_path("fixtures/flood.so"), &opts,
+                            &p, &err);
+    if (rc != 0)
+        fprintf(stderr, "\n%s\n", err.msg);
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+    const th_tool **tools = calloc(p->n_tools, sizeof *tools);
+    for (size_t i = 0; i < p->n_tools; i++)
+        tools[i] = &p->tools[i];
+    json_t *js = th_schema_export(tools, p->n_tools, TH_EXPORT_JSONSCHEMA,
+                                  &err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(js);
+    CU_ASSERT_EQUAL(json_object_size(js), p->n_tools);
+    json_t *props =
+        json_object_get(json_object_get(js, "flood_json"), "properties");
+    char *t = json_dumps(props, JSON_COMPACT);
+    CU_ASSERT_STRING_EQUAL(
+        t, "{\"size\":{\"type\":\"integer\",\"description\":\"Bytes to write "
+           "in all.\",\"default\":1048576},\"chunk\":{\"type\":\"integer\","
+           "\"description\":\"Bytes per write call (1 for one byte at a "
+           "time).\",\"default\":4096},\"pattern\":{\"type\":\"string\","
+           "\"description\":\"What to write.\",\"enum\":[\"ascii\",\"lines\","
+           "\"utf8\",\"invalid_utf8\",\"json\",\"binary\"],\"default\":"
+           "\"lines\"},\"stream\":{\"type\":\"string\",\"description\":"
+           "\"Which output stream to flood.\",\"enum\":[\"stdout\","
+           "\"stderr\"],\"default\":\"stdout\"}}");
+    free(t);
+    const char *k;
+    json_t *v;
+    int n = 0;
+    json_object_foreach(js, k, v)
+    {
+        CU_ASSERT_EQUAL(strncmp(k, "flood_", 6), 0);
+        CU_ASSERT_PTR_NULL(json_object_get(v, "required"));
+        n++;
+    }
+    CU_ASSERT_EQUAL(n, 6);
+    json_decref(js);
+    char *d = th_schema_describe(tools[0]);
+    CU_ASSERT_PTR_NOT_NULL(strstr(d, "- `pattern` (string, optional; one of "
+                                     "\"ascii\", \"lines\", \"utf8\", "
+                                     "\"invalid_utf8\", \"json\", \"binary\"; "
+                                     "default \"lines\"): What to write.\n"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(d, "Flags: read_only.\n"));
+    free(d);
+    free(tools);
+    th_plugin_unref(p);
+}
+
 void th_suite_schema(void)
 {
     CU_pSuite s = CU_add_suite("schema", suite_init, suite_clean);
@@ -457,4 +515,5 @@ void th_suite_schema(void)
     CU_add_test(s, "export_shapes", test_export_shapes);
     CU_add_test(s, "validate_with_jsonschema", test_validate_with_jsonschema);
     CU_add_test(s, "pack_tool", test_pack_tool);
+    CU_add_test(s, "from_loader", test_from_loader);
 }

@@ -18,11 +18,7 @@
 #include <stdint.h>
 
 #include "th/err.h"
-/* th/tool.h has a slash-star inside a comment: silence -Wcomment. */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wcomment"
 #include "th/tool.h"
-#pragma GCC diagnostic pop
 
 struct msgpack_packer;
 
