@@ -326,6 +326,8 @@ typedef struct jscan {
     bool err;     /* not JSON (or nested too deep) */
     bool have;    /* best is set */
     size_t best;  /* the last cut point with best + depth <= budget */
+    /* the last such cut point at each depth, SIZE_MAX when none */
+    size_t at[JSON_MAX_DEPTH + 1];
 } jscan;
 
 static void jcandidate(jscan *st, size_t i, size_t budget)
@@ -333,19 +335,35 @@ static void jcandidate(jscan *st, size_t i, size_t budget)
     if (i + st->depth <= budget) {
         st->best = i;
         st->have = true;
+        st->at[st->depth] = i;
     }
 }
 
+/* The cut to use: the shallowest boundary that keeps at least half of what
+ * the last boundary would, so whole records of an array (or whole lines of
+ * NDJSON) are preferred to a record cut in its middle. */
+static size_t jchoose(const jscan *st)
+{
+    for (size_t d = 0; d <= JSON_MAX_DEPTH; d++)
+        if (st->at[d] != SIZE_MAX && st->at[d] >= st->best / 2)
+            return st->at[d];
+    return st->best;
+}
+
 /* Scans s[0..n) and notes every place where the text can be cut and
- * closed: right after '{' or '[', and right after a complete value inside
- * a container.  Stops quietly at an incomplete token at the end. */
+ * closed: right after '{' or '[', right after a complete value inside a
+ * container, and right after a complete top-level value (so one JSON value
+ * per line is cut between lines).  Stops quietly at an incomplete token at
+ * the end. */
 static void json_scan(const uint8_t *s, size_t n, size_t budget, jscan *st)
 {
-    enum { W_VALUE, W_KEY, W_COLON, W_AFTER, W_END } want = W_VALUE;
+    enum { W_VALUE, W_KEY, W_COLON, W_AFTER } want = W_VALUE;
     bool just_opened = false;
     size_t i = 0;
     st->depth = 0;
     st->err = st->have = false;
+    for (size_t d = 0; d <= JSON_MAX_DEPTH; d++)
+        st->at[d] = SIZE_MAX;
     while (i < n) {
         uint8_t c = s[i];
         if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
@@ -431,18 +449,13 @@ static void json_scan(const uint8_t *s, size_t n, size_t budget, jscan *st)
                 return;
             }
             break;
-        case W_END:
-            st->err = true; /* text after the document */
-            return;
         }
         if (value_done) {
             just_opened = false;
-            if (st->depth == 0) {
-                want = W_END;
-            } else {
-                want = W_AFTER;
-                jcandidate(st, i, budget);
-            }
+            /* at the top level another value may follow (NDJSON, JSON
+             * text sequences): a complete one is a boundary too */
+            want = st->depth == 0 ? W_VALUE : W_AFTER;
+            jcandidate(st, i, budget);
         }
     }
 }
@@ -588,7 +601,7 @@ static int finish_json(th_out *o, th_out_info *info)
         info->kept_bytes = info->kept_lines = 0;
         return 0;
     }
-    size_t cut = st->best;
+    size_t cut = jchoose(st);
     json_scan(o->head.data, cut, cut, st); /* the containers open there */
     o->head.len = cut;
     char close[JSON_MAX_DEPTH];
@@ -598,7 +611,9 @@ static int finish_json(th_out *o, th_out_info *info)
     free(st);
     if (head_add_marker(o, close, depth) != 0)
         return TH_ENOMEM;
-    o->note = "cut at a JSON element boundary; the open brackets were closed";
+    o->note = depth ? "cut at a JSON element boundary; the open brackets "
+                      "were closed"
+                    : "cut between whole JSON values";
     info->kept_bytes = cut;
     info->kept_lines = count_nl(o->head.data, cut);
     return 0;

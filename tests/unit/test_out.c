@@ -457,6 +457,19 @@ static void test_structured(void)
                                       "open brackets were closed");
     th_buf_free(&dst);
 
+    /* one JSON value per line: cut between whole lines */
+    th_buf nd = TH_BUF_INIT;
+    for (int i = 0; i < 100; i++)
+        th_buf_printf(&nd, "{\"i\": %d, \"s\": \"x\"}\n", i);
+    run_out(TOOLHOST_SEM_STRUCTURED, 70, nd.data, nd.len, 9, &dst, &info);
+    CU_ASSERT_STRING_EQUAL((char *)dst.data,
+                           "{\"i\": 0, \"s\": \"x\"}\n{\"i\": 1, \"s\": \"x\"}\n"
+                           "{\"i\": 2, \"s\": \"x\"}");
+    CU_ASSERT_TRUE(info.truncated);
+    CU_ASSERT_STRING_EQUAL(info.note, "cut between whole JSON values");
+    th_buf_free(&dst);
+    th_buf_free(&nd);
+
     /* a top-level scalar past the limit: nothing can be kept */
     run_out(TOOLHOST_SEM_STRUCTURED, 5, "\"abcdefgh\"", 10, 10, &dst, &info);
     CU_ASSERT_EQUAL(dst.len, 0);
@@ -690,6 +703,13 @@ static void test_flood_fixture(void)
         json_t *j = json_loadb((char *)dst.data, dst.len, 0, NULL);
         CU_ASSERT_PTR_NOT_NULL(j);
         CU_ASSERT_TRUE(json_is_array(json_object_get(j, "items")));
+        /* whole records are preferred to a record cut in its middle */
+        size_t idx;
+        json_t *it;
+        json_array_foreach(json_object_get(j, "items"), idx, it)
+            CU_ASSERT_PTR_NOT_NULL(json_object_get(it, "s"));
+        CU_ASSERT_TRUE(json_array_size(json_object_get(j, "items")) >=
+                       (limit - 12) / 37 / 2);
         CU_ASSERT_TRUE(utf8_valid(dst.data, dst.len));
         json_decref(j);
         th_buf_free(&dst);
