@@ -188,3 +188,23 @@ int th_sdk_path_resolve(const char *root, const char *path, unsigned flags,
     *out = real;
     return TH_SDK_OK;
 }
+
+int th_sdk_root_from_config(const uint8_t *config, size_t len,
+                            const char *key, char **out, char *err,
+                            size_t err_size)
+{
+    th_sdk_args a;
+    const char *root = NULL;
+    int rc = th_sdk_args_init(&a, config, len);
+    if (rc == 0)
+        rc = th_sdk_arg_cstr(&a, key, &root);
+    if (rc) {
+        th_sdk_args_destroy(&a);
+        return fail(err, err_size, rc, "config key '%s': %s", key ? key : "",
+                    rc == TH_SDK_EABSENT ? "missing (a folder path)"
+                                         : th_sdk_strerror(rc));
+    }
+    rc = th_sdk_root_resolve(root, out, err, err_size);
+    th_sdk_args_destroy(&a);
+    return rc;
+}

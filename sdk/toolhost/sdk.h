@@ -300,6 +300,13 @@ void th_sdk_log(const toolhost_host_api *host, int level, const char *fmt,
 int th_sdk_root_resolve(const char *root, char **out, char *err,
                         size_t err_size);
 
+/* Load.  For init(): reads the string `key` of a config map and resolves
+ * it with th_sdk_root_resolve().  *out is malloc()ed (free it in fini()).
+ * Returns 0 or a negative code with a message naming the key. */
+int th_sdk_root_from_config(const uint8_t *config, size_t len,
+                            const char *key, char **out, char *err,
+                            size_t err_size);
+
 /* th_sdk_path_resolve() flags. */
 #define TH_SDK_PATH_MAY_NOT_EXIST 1u /* the last component may be missing
                                         (for a file the tool will create):
