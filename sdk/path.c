@@ -73,12 +73,13 @@ const char *th_sdk_path_relative(const char *root, const char *resolved)
 }
 
 /* Normalizes an absolute path lexically ("." and ".." removed, slashes
- * collapsed), in place.  ".." at the top stays at "/". */
+ * collapsed), in place; ".." at the top stays at "/".  The output never
+ * runs ahead of the input: each component it writes had a slash before it
+ * in the input. */
 static void normalize(char *p)
 {
-    char *w = p; /* write position; p[0] is '/' */
+    char *w = p; /* end of the output, which is "" or "/c1/c2..." */
     const char *r = p;
-    *w++ = '/';
     while (*r) {
         while (*r == '/')
             r++;
@@ -91,19 +92,16 @@ static void normalize(char *p)
         if (n == 1 && s[0] == '.')
             continue;
         if (n == 2 && s[0] == '.' && s[1] == '.') {
-            if (w > p + 1) {
-                w--; /* the slash after the last component */
-                while (w > p + 1 && w[-1] != '/')
-                    w--;
-            }
+            while (w > p && *--w != '/')
+                ; /* drop the last "/component" */
             continue;
         }
+        *w++ = '/';
         memmove(w, s, n);
         w += n;
-        *w++ = '/';
     }
-    if (w > p + 1)
-        w--; /* no trailing slash */
+    if (w == p)
+        *w++ = '/';
     *w = '\0';
 }
 
