@@ -67,7 +67,7 @@ static int pack_json(msgpack_packer *pk, const json_t *j)
 int th_harness_json_to_mp(const char *json, th_buf *out)
 {
     json_error_t je;
-    json_t *j = json_loads(json, JSON_DECODE_ANY, &je);
+    json_t *j = json_loads(json, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
     if (!j)
         return -1;
     msgpack_packer pk;
