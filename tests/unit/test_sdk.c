@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/plugin_harness.h"
 #include "common/th_test.h"
 #include "th/buf.h"
 #include "toolhost/sdk.h"
@@ -606,6 +607,76 @@ static void test_root(void)
     free(tmpd);
 }
 
+/* ---- the template `toolhost new` copies ------------------------------------ */
+
+/* Instantiates sdk/template/plugin.c.in as "demo", builds it with the cc on
+ * PATH against this tree's headers and SDK library, loads it and calls its
+ * tool: the template keeps compiling and working. */
+static void test_template(void)
+{
+    char *dir = th_test_tmpdir();
+    FILE *in = fopen(th_test_source_path("sdk/template/plugin.c.in"), "r");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(in);
+    th_buf src = TH_BUF_INIT;
+    char line[512];
+    while (fgets(line, sizeof line, in)) {
+        for (char *p = line; *p; p++) {
+            if (strncmp(p, "@NAME@", 6) == 0) {
+                th_buf_puts(&src, "demo");
+                p += 5;
+            } else {
+                th_buf_append(&src, p, 1);
+            }
+        }
+    }
+    fclose(in);
+    CU_ASSERT_PTR_NULL(strstr((char *)src.data, "@"));
+    char *c_file = th_test_write_file(dir, "demo.c", (char *)src.data,
+                                      src.len);
+    th_buf_free(&src);
+    char so[4200], inc1[4200], inc2[4200], lib[4200];
+    snprintf(so, sizeof so, "%s/demo.so", dir);
+    snprintf(inc1, sizeof inc1, "-I%s", th_test_source_path("plugin-api"));
+    snprintf(inc2, sizeof inc2, "-I%s", th_test_source_path("sdk"));
+    snprintf(lib, sizeof lib, "%s", th_test_build_path("libtoolhost-sdk.a"));
+    /* sanitizer builds put instrumented code in the SDK library */
+    const char *san = strstr(TH_BUILD_DIR, "/san-") ? "-fsanitize=address,undefined" : "-O0";
+    char *argv[] = {"/bin/sh", "-c", "exec \"${CC:-cc}\" \"$@\"", "sh",
+                    "-std=c11", "-Wall", "-Wextra", "-Werror", "-fPIC",
+                    "-fvisibility=hidden", "-shared", (char *)san, inc1, inc2,
+                    "-o", so, c_file, lib, "-lmsgpackc", NULL};
+    th_test_run r;
+    CU_ASSERT_EQUAL_FATAL(th_test_run_argv(argv, NULL, 60, 0, &r), 0);
+    if (r.status != 0)
+        fprintf(stderr, "\n%s\n", r.err);
+    CU_ASSERT_EQUAL(r.status, 0);
+    th_test_run_free(&r);
+
+    char err[1024];
+    th_harness *h = th_harness_load(so, NULL, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL(h);
+    if (h) {
+        CU_ASSERT_STRING_EQUAL(th_harness_plugin(h)->name, "demo");
+        th_harness_call c;
+        CU_ASSERT_EQUAL(th_harness_run(h, "demo_hello",
+                                       "{\"name\": \"you\", \"times\": 2}", 0,
+                                       &c),
+                        TOOLHOST_OK);
+        CU_ASSERT_STRING_EQUAL(c.out.data ? (char *)c.out.data : "",
+                               "hello, you\nhello, you\n");
+        th_harness_call_free(&c);
+        CU_ASSERT_EQUAL(th_harness_run(h, "demo_hello", "{}", 0, &c),
+                        TOOLHOST_OK);
+        CU_ASSERT_STRING_EQUAL(c.out.data ? (char *)c.out.data : "",
+                               "hello, world\n");
+        th_harness_call_free(&c);
+        th_harness_unload(h);
+    }
+    free(c_file);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
 void th_suite_sdk(void)
 {
     CU_pSuite s = CU_add_suite("sdk", NULL, NULL);
@@ -619,4 +690,5 @@ void th_suite_sdk(void)
     CU_add_test(s, "macros", test_macros);
     CU_add_test(s, "paths", test_paths);
     CU_add_test(s, "root", test_root);
+    CU_add_test(s, "template", test_template);
 }
