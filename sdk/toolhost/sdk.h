@@ -122,19 +122,19 @@ const char *th_sdk_strerror(int code);
  * Use once per plugin, at file scope: name, version, the tools array, the
  * description, then optional `.init`, `.fini`, TH_SDK_CONFIG(). */
 #define TH_SDK_PLUGIN(pname, pversion, ptools, ...)                          \
-    static const toolhost_plugin th_sdk_plugin_descriptor_ = {               \
-        .struct_size = sizeof(toolhost_plugin),                              \
-        .abi_major = TOOLHOST_ABI_MAJOR,                                     \
-        .abi_minor = TOOLHOST_ABI_MINOR,                                     \
-        .name = (pname),                                                     \
-        .version = (pversion),                                               \
-        .tools = (ptools),                                                   \
-        .n_tools = TH_SDK_COUNT(ptools),                                     \
-        .description = __VA_ARGS__};                                         \
     TOOLHOST_EXPORT const toolhost_plugin *toolhost_plugin_v1(void);         \
     TOOLHOST_EXPORT const toolhost_plugin *toolhost_plugin_v1(void)          \
     {                                                                        \
-        return &th_sdk_plugin_descriptor_;                                   \
+        static const toolhost_plugin descriptor = {                          \
+            .struct_size = sizeof(toolhost_plugin),                          \
+            .abi_major = TOOLHOST_ABI_MAJOR,                                 \
+            .abi_minor = TOOLHOST_ABI_MINOR,                                 \
+            .name = (pname),                                                 \
+            .version = (pversion),                                           \
+            .tools = (ptools),                                               \
+            .n_tools = TH_SDK_COUNT(ptools),                                 \
+            .description = __VA_ARGS__};                                     \
+        return &descriptor;                                                  \
     }
 /* The keys of the plugin's config block (a toolhost_param array). */
 #define TH_SDK_CONFIG(arr)                                                   \

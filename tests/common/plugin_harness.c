@@ -276,25 +276,13 @@ static th_harness *load_fail(th_harness *h, char *err, size_t size,
     return NULL;
 }
 
-th_harness *th_harness_load(const char *so_path, const char *config_json,
-                            char *err, size_t err_size)
+/* Checks the descriptor and calls init(); frees `h` on failure. */
+static th_harness *start(th_harness *h, const char *what,
+                         const char *config_json, char *err, size_t err_size)
 {
-    th_harness *h = calloc(1, sizeof *h);
-    if (!h)
-        oom();
-    pthread_mutex_init(&h->log_mu, NULL);
-    api_fill(&h->api);
-    h->dl = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
-    if (!h->dl)
-        return load_fail(h, err, err_size, "%s", dlerror());
-    toolhost_entry_fn entry;
-    *(void **)&entry = dlsym(h->dl, TOOLHOST_ENTRY_SYMBOL);
-    if (!entry)
-        return load_fail(h, err, err_size, "%s: no entry symbol", so_path);
-    h->desc = entry();
     if (!h->desc || h->desc->struct_size < sizeof *h->desc ||
         h->desc->abi_major != TOOLHOST_ABI_MAJOR)
-        return load_fail(h, err, err_size, "%s: bad descriptor", so_path);
+        return load_fail(h, err, err_size, "%s: bad descriptor", what);
     th_buf cfg = TH_BUF_INIT;
     if (config_json && th_harness_json_to_mp(config_json, &cfg) != 0) {
         th_buf_free(&cfg);
@@ -311,6 +299,41 @@ th_harness *th_harness_load(const char *so_path, const char *config_json,
     }
     th_buf_free(&cfg);
     return h;
+}
+
+static th_harness *harness_new(void)
+{
+    th_harness *h = calloc(1, sizeof *h);
+    if (!h)
+        oom();
+    pthread_mutex_init(&h->log_mu, NULL);
+    api_fill(&h->api);
+    return h;
+}
+
+th_harness *th_harness_load(const char *so_path, const char *config_json,
+                            char *err, size_t err_size)
+{
+    th_harness *h = harness_new();
+    h->dl = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
+    if (!h->dl)
+        return load_fail(h, err, err_size, "%s", dlerror());
+    toolhost_entry_fn entry;
+    *(void **)&entry = dlsym(h->dl, TOOLHOST_ENTRY_SYMBOL);
+    if (!entry)
+        return load_fail(h, err, err_size, "%s: no entry symbol", so_path);
+    h->desc = entry();
+    return start(h, so_path, config_json, err, err_size);
+}
+
+th_harness *th_harness_load_desc(const toolhost_plugin *desc,
+                                 const char *config_json, char *err,
+                                 size_t err_size)
+{
+    th_harness *h = harness_new();
+    h->desc = desc;
+    return start(h, desc && desc->name ? desc->name : "plugin", config_json,
+                 err, err_size);
 }
 
 void th_harness_unload(th_harness *h)

@@ -40,6 +40,10 @@ typedef struct th_harness th_harness;
  * the plugin's message). */
 th_harness *th_harness_load(const char *so_path, const char *config_json,
                             char *err, size_t err_size);
+/* The same for a descriptor linked into the test program (no dlopen). */
+th_harness *th_harness_load_desc(const toolhost_plugin *desc,
+                                 const char *config_json, char *err,
+                                 size_t err_size);
 /* Calls fini() (when init() succeeded), dlclose()s and frees.  NULL ok. */
 void th_harness_unload(th_harness *h);
 

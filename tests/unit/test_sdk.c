@@ -3,6 +3,7 @@
  * paths. */
 #include <CUnit/CUnit.h>
 #include <msgpack.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -607,6 +608,90 @@ static void test_root(void)
     free(tmpd);
 }
 
+/* ---- a tool that finishes on its own thread (AUTHORING.md, section 9) ---- */
+
+typedef struct job {
+    toolhost_call *call;
+    char *text;
+} job;
+
+static void *run_job(void *p)
+{
+    job *j = p;
+    toolhost_call *call = j->call;
+    th_sdk_progress(call, 0.5, "half");
+    int ok = th_sdk_printf(call, "%s\n", j->text) == 0;
+    free(j->text);
+    free(j);
+    call->host->complete(call, ok ? TOOLHOST_OK : TOOLHOST_FAILED);
+    return NULL;
+}
+
+static int later(void *state, const toolhost_tool *tool, toolhost_call *call,
+                 const uint8_t *args, size_t len)
+{
+    (void)state, (void)tool;
+    th_sdk_args a;
+    const char *text = NULL;
+    job *j = NULL;
+    if (th_sdk_args_init(&a, args, len) == 0 &&
+        th_sdk_arg_cstr(&a, "text", &text) == 0 && (j = calloc(1, sizeof *j)))
+        j->text = strdup(text);
+    th_sdk_args_destroy(&a);
+    if (!j || !j->text) {
+        free(j);
+        return th_sdk_fail(call, "out of memory");
+    }
+    j->call = call;
+    if (call->host->suspend(call) != 0) {
+        free(j->text);
+        free(j);
+        return th_sdk_fail(call, "cannot suspend");
+    }
+    pthread_t t;
+    if (pthread_create(&t, NULL, run_job, j) != 0) {
+        th_sdk_eprintf(call, "cannot start a thread\n");
+        free(j->text);
+        free(j);
+        call->host->complete(call, TOOLHOST_FAILED);
+    } else {
+        pthread_detach(t);
+    }
+    return TOOLHOST_PENDING;
+}
+
+static const toolhost_param later_params[] = {
+    TH_SDK_PARAM("text", STRING, "Text.", TH_SDK_REQUIRED),
+};
+static const toolhost_tool later_tools[] = {
+    TH_SDK_TOOL("later", later, "Writes text from its own thread.",
+                TH_SDK_PARAMS(later_params), TH_SDK_OUTPUT(TEXT, ERROR),
+                .flags = TOOLHOST_TOOL_ASYNC),
+};
+#define toolhost_plugin_v1 test_sdk_later_entry
+TH_SDK_PLUGIN("later", "0.1", later_tools, "Suspend test.")
+#undef toolhost_plugin_v1
+
+static void test_suspend_complete(void)
+{
+    char err[1024];
+    th_harness *h = th_harness_load_desc(test_sdk_later_entry(), NULL, err,
+                                         sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(h);
+    for (int i = 0; i < 20; i++) {
+        th_harness_call c;
+        CU_ASSERT_EQUAL(th_harness_run(h, "later", "{\"text\": \"bye\"}", 0,
+                                       &c),
+                        TOOLHOST_OK);
+        CU_ASSERT_TRUE(c.suspended);
+        CU_ASSERT_TRUE(c.completed);
+        CU_ASSERT_EQUAL(c.n_progress, 1);
+        CU_ASSERT_STRING_EQUAL(c.out.data ? (char *)c.out.data : "", "bye\n");
+        th_harness_call_free(&c);
+    }
+    th_harness_unload(h);
+}
+
 /* ---- the template `toolhost new` copies ------------------------------------ */
 
 /* Instantiates sdk/template/plugin.c.in as "demo", builds it with the cc on
@@ -690,5 +775,6 @@ void th_suite_sdk(void)
     CU_add_test(s, "macros", test_macros);
     CU_add_test(s, "paths", test_paths);
     CU_add_test(s, "root", test_root);
+    CU_add_test(s, "suspend_complete", test_suspend_complete);
     CU_add_test(s, "template", test_template);
 }
