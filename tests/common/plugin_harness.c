@@ -1,7 +1,8 @@
 /* plugin_harness.c - a fake host for plugin tests (plugin_harness.h). */
 #include "common/plugin_harness.h"
 
-#include <dlfcn.h>
+#include "th/json.h"
+
 #include <jansson.h>
 #include <msgpack.h>
 #include <stdarg.h>
@@ -10,13 +11,7 @@
 #include <string.h>
 
 struct th_harness {
-    void *dl;
-    const toolhost_plugin *desc;
-    toolhost_host_api api; /* call->host of every call, init()'s host */
-    void *state;
-    bool initialized;
-    pthread_mutex_t log_mu;
-    th_buf log;
+    th_plugin *p; /* loaded and initialized by the host's own loader */
 };
 
 static void oom(void)
@@ -27,124 +22,15 @@ static void oom(void)
 
 /* ---- JSON to msgpack ---------------------------------------------------- */
 
-static int pack_json(msgpack_packer *pk, const json_t *j)
-{
-    switch (json_typeof(j)) {
-    case JSON_OBJECT: {
-        msgpack_pack_map(pk, json_object_size(j));
-        const char *k;
-        json_t *v;
-        json_object_foreach((json_t *)j, k, v) {
-            msgpack_pack_str_with_body(pk, k, strlen(k));
-            pack_json(pk, v);
-        }
-        return 0;
-    }
-    case JSON_ARRAY: {
-        msgpack_pack_array(pk, json_array_size(j));
-        size_t i;
-        json_t *v;
-        json_array_foreach(j, i, v) pack_json(pk, v);
-        return 0;
-    }
-    case JSON_STRING:
-        return msgpack_pack_str_with_body(pk, json_string_value(j),
-                                          json_string_length(j));
-    case JSON_INTEGER:
-        return msgpack_pack_int64(pk, json_integer_value(j));
-    case JSON_REAL:
-        return msgpack_pack_double(pk, json_real_value(j));
-    case JSON_TRUE:
-        return msgpack_pack_true(pk);
-    case JSON_FALSE:
-        return msgpack_pack_false(pk);
-    case JSON_NULL:
-    default:
-        return msgpack_pack_nil(pk);
-    }
-}
-
 int th_harness_json_to_mp(const char *json, th_buf *out)
 {
     json_error_t je;
     json_t *j = json_loads(json, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
     if (!j)
         return -1;
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, out, th_buf_msgpack_write);
-    pack_json(&pk, j);
+    int rc = th_json_to_msgpack(j, out);
     json_decref(j);
-    return 0;
-}
-
-/* ---- the host API: dispatch through the call's vtable ------------------- */
-
-static const th_call_vtbl *vt(const toolhost_call *call)
-{
-    return ((const th_call_base *)call)->vt;
-}
-
-static int api_write(toolhost_call *call, int stream, const void *data,
-                     size_t len)
-{
-    return call ? vt(call)->write(call, stream, data, len) : TOOLHOST_EINVAL;
-}
-static int api_set_meta(toolhost_call *call, const uint8_t *map, size_t len)
-{
-    return call ? vt(call)->set_meta(call, map, len) : TOOLHOST_EINVAL;
-}
-static int api_progress(toolhost_call *call, double fraction,
-                        const char *message, const uint8_t *data,
-                        size_t data_len)
-{
-    return call ? vt(call)->progress(call, fraction, message, data, data_len)
-                : TOOLHOST_EINVAL;
-}
-static int api_is_cancelled(const toolhost_call *call)
-{
-    return call ? vt(call)->is_cancelled(call) : 1;
-}
-static int64_t api_time_left_ms(const toolhost_call *call)
-{
-    return call ? vt(call)->time_left_ms(call) : -1;
-}
-static int api_suspend(toolhost_call *call)
-{
-    return call ? vt(call)->suspend(call) : TOOLHOST_EINVAL;
-}
-static void api_complete(toolhost_call *call, int status)
-{
-    if (call)
-        vt(call)->complete(call, status);
-}
-
-static void api_log(const toolhost_host_api *host, int level,
-                    const char *message)
-{
-    th_harness *h = (th_harness *)((char *)host - offsetof(th_harness, api));
-    static const char *names[] = {"error", "warn", "info", "debug"};
-    pthread_mutex_lock(&h->log_mu);
-    if (th_buf_printf(&h->log, "%s %s\n",
-                      level >= 0 && level <= 3 ? names[level] : "?",
-                      message ? message : "") != 0)
-        oom();
-    pthread_mutex_unlock(&h->log_mu);
-}
-
-static void api_fill(toolhost_host_api *api)
-{
-    memset(api, 0, sizeof *api);
-    api->struct_size = sizeof *api;
-    api->abi_major = TOOLHOST_ABI_MAJOR;
-    api->abi_minor = TOOLHOST_ABI_MINOR;
-    api->write = api_write;
-    api->set_meta = api_set_meta;
-    api->progress = api_progress;
-    api->is_cancelled = api_is_cancelled;
-    api->time_left_ms = api_time_left_ms;
-    api->suspend = api_suspend;
-    api->complete = api_complete;
-    api->log = api_log;
+    return rc == 0 ? 0 : -1;
 }
 
 /* ---- the fake call -------------------------------------------------------- */
@@ -260,233 +146,85 @@ static const th_call_vtbl harness_vtbl = {
 
 /* ---- loading ---------------------------------------------------------------- */
 
-static th_harness *load_fail(th_harness *h, char *err, size_t size,
-                             const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static th_harness *load_fail(th_harness *h, char *err, size_t size,
-                             const char *fmt, ...)
+/* init() through the host's loader (config validated, defaults filled);
+ * drops `p` on failure. */
+static th_harness *start(th_plugin *p, const char *config_json, char *err,
+                         size_t err_size)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    if (err && size)
-        vsnprintf(err, size, fmt, ap);
-    va_end(ap);
-    th_harness_unload(h);
-    return NULL;
-}
-
-/* Checks the descriptor and calls init(); frees `h` on failure. */
-static th_harness *start(th_harness *h, const char *what,
-                         const char *config_json, char *err, size_t err_size)
-{
-    if (!h->desc || h->desc->struct_size < sizeof *h->desc ||
-        h->desc->abi_major != TOOLHOST_ABI_MAJOR)
-        return load_fail(h, err, err_size, "%s: bad descriptor", what);
+    th_error e;
+    th_error_clear(&e);
     th_buf cfg = TH_BUF_INIT;
     if (config_json && th_harness_json_to_mp(config_json, &cfg) != 0) {
+        snprintf(err, err_size, "config is not JSON");
         th_buf_free(&cfg);
-        return load_fail(h, err, err_size, "config is not JSON");
+        th_plugin_unref(p);
+        return NULL;
     }
-    if (h->desc->init) {
-        char msg[1024] = "";
-        int rc = h->desc->init(&h->api, cfg.data, cfg.len, &h->state, msg,
-                               sizeof msg);
-        th_buf_free(&cfg);
-        if (rc != 0)
-            return load_fail(h, err, err_size, "init failed: %s", msg);
-        h->initialized = true;
-    }
+    int rc = th_plugin_init(p, cfg.data, cfg.len, &e);
     th_buf_free(&cfg);
-    return h;
-}
-
-static th_harness *harness_new(void)
-{
+    if (rc != 0) {
+        snprintf(err, err_size, "%s", e.msg);
+        th_plugin_unref(p);
+        return NULL;
+    }
     th_harness *h = calloc(1, sizeof *h);
     if (!h)
         oom();
-    pthread_mutex_init(&h->log_mu, NULL);
-    api_fill(&h->api);
+    h->p = p;
     return h;
 }
 
 th_harness *th_harness_load(const char *so_path, const char *config_json,
                             char *err, size_t err_size)
 {
-    th_harness *h = harness_new();
-    h->dl = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
-    if (!h->dl)
-        return load_fail(h, err, err_size, "%s", dlerror());
-    toolhost_entry_fn entry;
-    *(void **)&entry = dlsym(h->dl, TOOLHOST_ENTRY_SYMBOL);
-    if (!entry)
-        return load_fail(h, err, err_size, "%s: no entry symbol", so_path);
-    h->desc = entry();
-    return start(h, so_path, config_json, err, err_size);
+    th_load_opts opts = {.allow_insecure = true}; /* tests' temp folders */
+    th_plugin *p;
+    th_error e;
+    if (th_plugin_open(so_path, &opts, &p, &e) != 0) {
+        snprintf(err, err_size, "%s", e.msg);
+        return NULL;
+    }
+    return start(p, config_json, err, err_size);
 }
 
 th_harness *th_harness_load_desc(const toolhost_plugin *desc,
                                  const char *config_json, char *err,
                                  size_t err_size)
 {
-    th_harness *h = harness_new();
-    h->desc = desc;
-    return start(h, desc && desc->name ? desc->name : "plugin", config_json,
-                 err, err_size);
+    th_plugin *p;
+    th_error e;
+    if (th_plugin_builtin(desc, &p, &e) != 0) {
+        snprintf(err, err_size, "%s", e.msg);
+        return NULL;
+    }
+    return start(p, config_json, err, err_size);
 }
 
 void th_harness_unload(th_harness *h)
 {
     if (!h)
         return;
-    if (h->initialized && h->desc->fini)
-        h->desc->fini(h->state);
-    if (h->dl)
-        dlclose(h->dl);
-    th_buf_free(&h->log);
-    pthread_mutex_destroy(&h->log_mu);
+    th_plugin_unref(h->p); /* fini(), dlclose() */
     free(h);
 }
 
 const toolhost_plugin *th_harness_plugin(const th_harness *h)
 {
-    return h->desc;
+    return h->p->desc;
+}
+
+static const th_tool *find_tool(const th_harness *h, const char *name)
+{
+    for (size_t i = 0; i < h->p->n_tools; i++)
+        if (strcmp(h->p->tools[i].name, name) == 0)
+            return &h->p->tools[i];
+    return NULL;
 }
 
 const toolhost_tool *th_harness_tool(const th_harness *h, const char *name)
 {
-    for (uint32_t i = 0; i < h->desc->n_tools; i++)
-        if (strcmp(h->desc->tools[i].name, name) == 0)
-            return &h->desc->tools[i];
-    return NULL;
-}
-
-const char *th_harness_log(const th_harness *h)
-{
-    return h->log.data ? (const char *)h->log.data : "";
-}
-
-/* ---- validation (what the host does before execute) ------------------------- */
-
-static bool type_ok(uint32_t type, const msgpack_object *o)
-{
-    switch (type) {
-    case TOOLHOST_TYPE_STRING: return o->type == MSGPACK_OBJECT_STR;
-    case TOOLHOST_TYPE_INTEGER:
-        return o->type == MSGPACK_OBJECT_POSITIVE_INTEGER ||
-               o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER;
-    case TOOLHOST_TYPE_NUMBER:
-        return o->type == MSGPACK_OBJECT_POSITIVE_INTEGER ||
-               o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER ||
-               o->type == MSGPACK_OBJECT_FLOAT32 ||
-               o->type == MSGPACK_OBJECT_FLOAT64;
-    case TOOLHOST_TYPE_BOOLEAN: return o->type == MSGPACK_OBJECT_BOOLEAN;
-    case TOOLHOST_TYPE_ARRAY: return o->type == MSGPACK_OBJECT_ARRAY;
-    case TOOLHOST_TYPE_OBJECT: return o->type == MSGPACK_OBJECT_MAP;
-    default: return false;
-    }
-}
-
-static const msgpack_object *find_key(const msgpack_object *map,
-                                      const char *key)
-{
-    size_t n = strlen(key);
-    for (uint32_t i = 0; i < map->via.map.size; i++) {
-        const msgpack_object *k = &map->via.map.ptr[i].key;
-        if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == n &&
-            memcmp(k->via.str.ptr, key, n) == 0)
-            return &map->via.map.ptr[i].val;
-    }
-    return NULL;
-}
-
-static const toolhost_param *param_at(const toolhost_tool *t, uint32_t i)
-{
-    size_t stride = t->params[0].struct_size;
-    return (const toolhost_param *)((const char *)t->params + stride * i);
-}
-
-/* Checks `args` and writes the map to pass to execute() into `out`
- * (defaults filled in).  0, or TH_EARGS with c->verr. */
-static int validate(const toolhost_tool *t, const uint8_t *args, size_t len,
-                    th_buf *out, th_harness_call *c)
-{
-    msgpack_unpacked u;
-    msgpack_unpacked_init(&u);
-    size_t off = 0;
-    int rc = TH_EARGS;
-    if (msgpack_unpack_next(&u, (const char *)args, len, &off) !=
-            MSGPACK_UNPACK_SUCCESS ||
-        off != len || u.data.type != MSGPACK_OBJECT_MAP) {
-        snprintf(c->verr, sizeof c->verr,
-                 "Error parsing arguments for %s: arguments must be a map",
-                 t->name);
-        goto done;
-    }
-    const msgpack_object *map = &u.data;
-    for (uint32_t i = 0; i < map->via.map.size; i++) {
-        const msgpack_object *k = &map->via.map.ptr[i].key;
-        bool known = false;
-        for (uint32_t p = 0; p < t->n_params && k->type == MSGPACK_OBJECT_STR;
-             p++) {
-            const toolhost_param *pp = param_at(t, p);
-            if (strlen(pp->name) == k->via.str.size &&
-                memcmp(pp->name, k->via.str.ptr, k->via.str.size) == 0)
-                known = true;
-        }
-        if (!known) {
-            snprintf(c->verr, sizeof c->verr,
-                     "Error parsing arguments for %s: unknown parameter '%.*s'",
-                     t->name,
-                     k->type == MSGPACK_OBJECT_STR ? (int)k->via.str.size : 1,
-                     k->type == MSGPACK_OBJECT_STR ? k->via.str.ptr : "?");
-            goto done;
-        }
-    }
-    uint32_t n_out = map->via.map.size;
-    for (uint32_t p = 0; p < t->n_params; p++) {
-        const toolhost_param *pp = param_at(t, p);
-        const msgpack_object *v = find_key(map, pp->name);
-        if (!v && pp->required) {
-            snprintf(c->verr, sizeof c->verr,
-                     "Error parsing arguments for %s: missing required "
-                     "parameter '%s'",
-                     t->name, pp->name);
-            goto done;
-        }
-        if (v && !type_ok(pp->type, v)) {
-            snprintf(c->verr, sizeof c->verr,
-                     "Error parsing arguments for %s: parameter '%s' has "
-                     "the wrong type",
-                     t->name, pp->name);
-            goto done;
-        }
-        if (!v && pp->default_json)
-            n_out++;
-    }
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, out, th_buf_msgpack_write);
-    msgpack_pack_map(&pk, n_out);
-    for (uint32_t i = 0; i < map->via.map.size; i++) {
-        msgpack_pack_object(&pk, map->via.map.ptr[i].key);
-        msgpack_pack_object(&pk, map->via.map.ptr[i].val);
-    }
-    for (uint32_t p = 0; p < t->n_params; p++) {
-        const toolhost_param *pp = param_at(t, p);
-        if (find_key(map, pp->name) || !pp->default_json)
-            continue;
-        msgpack_pack_str_with_body(&pk, pp->name, strlen(pp->name));
-        if (th_harness_json_to_mp(pp->default_json, out) != 0) {
-            snprintf(c->verr, sizeof c->verr, "bad default of '%s'",
-                     pp->name);
-            goto done;
-        }
-    }
-    rc = 0;
-done:
-    msgpack_unpacked_destroy(&u);
-    return rc;
+    const th_tool *t = find_tool(h, name);
+    return t ? t->desc : NULL;
 }
 
 /* ---- running ----------------------------------------------------------------- */
@@ -496,7 +234,7 @@ static void call_init(th_harness *h, th_harness_call *c, int cancel_after)
     memset(c, 0, sizeof *c);
     static atomic_ullong next_id = 1;
     c->base.pub.struct_size = sizeof c->base.pub;
-    c->base.pub.host = &h->api;
+    c->base.pub.host = &h->p->api; /* th_host_api_fill()ed by the loader */
     c->base.pub.call_id = atomic_fetch_add(&next_id, 1);
     c->base.vt = &harness_vtbl;
     th_buf_init(&c->out);
@@ -512,24 +250,21 @@ int th_harness_run_mp(th_harness *h, const char *tool, const uint8_t *args,
                       th_harness_call *c)
 {
     call_init(h, c, cancel_after_progress);
-    const toolhost_tool *t = th_harness_tool(h, tool);
+    const th_tool *t = find_tool(h, tool);
     if (!t) {
         snprintf(c->verr, sizeof c->verr, "unknown tool '%s'", tool);
         return TH_EUNKNOWN_TOOL;
     }
+    /* the host's one validation: types, required, defaults, validate_args */
     th_buf full = TH_BUF_INIT;
-    int rc = validate(t, args, len, &full, c);
-    if (rc == 0 && t->validate_args) {
-        char msg[512] = "";
-        if (t->validate_args(h->state, t, full.data, full.len, msg,
-                             sizeof msg) != 0) {
-            snprintf(c->verr, sizeof c->verr,
-                     "Error parsing arguments for %s: %s", t->name, msg);
-            rc = TH_EARGS;
-        }
-    }
-    if (rc == 0) {
-        rc = t->execute(h->state, t, &c->base.pub, full.data, full.len);
+    const uint8_t *a;
+    size_t alen;
+    th_error e;
+    int rc = th_validate_call(t, args, len, &full, &a, &alen, &e);
+    if (rc != 0) {
+        snprintf(c->verr, sizeof c->verr, "%s", e.msg);
+    } else {
+        rc = t->desc->execute(h->p->state, t->desc, &c->base.pub, a, alen);
         if (rc == TOOLHOST_PENDING) {
             pthread_mutex_lock(&c->mu);
             while (!c->completed)
@@ -568,6 +303,19 @@ void th_harness_call_free(th_harness_call *c)
 }
 
 /* ---- reading meta -------------------------------------------------------------- */
+
+static const msgpack_object *find_key(const msgpack_object *map,
+                                      const char *key)
+{
+    size_t n = strlen(key);
+    for (uint32_t i = 0; i < map->via.map.size; i++) {
+        const msgpack_object *k = &map->via.map.ptr[i].key;
+        if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == n &&
+            memcmp(k->via.str.ptr, key, n) == 0)
+            return &map->via.map.ptr[i].val;
+    }
+    return NULL;
+}
 
 static int meta_get(const th_harness_call *c, const char *key,
                     msgpack_unpacked *u, const msgpack_object **v)

@@ -1,17 +1,19 @@
 /* plugin_harness.h - a fake host for plugin tests: loads a built plugin
- * .so, calls init() with a config given as JSON, and runs a tool's
- * execute() with a fake call that captures stdout, stderr, meta, progress
- * updates and log lines, and can be cancelled after the Nth progress update.
+ * .so with the host's own loader (th_plugin_open, allow_insecure for test
+ * folders; th_plugin_init with a config given as JSON, validated against
+ * the plugin's config table), and runs a tool's execute() with a fake call
+ * that captures stdout, stderr, meta and progress updates, and can be
+ * cancelled after the Nth progress update.
  *
- * The fake call is a th_call_base with its own th_call_vtbl (th/tool.h), so
- * the host API table dispatches exactly as the real host's does.  Arguments
- * go through the same steps as in the host before execute(): a map, known
- * keys, required keys present, defaults filled in, then the tool's own
- * validate_args().
+ * The fake call is a th_call_base with its own th_call_vtbl (th/tool.h);
+ * the host API is the loader's th_host_api_fill() table, so callbacks
+ * dispatch exactly as in the host.  Arguments go through th_validate_call()
+ * (the host's one validation: types, required keys, defaults filled in,
+ * then the tool's validate_args()) before execute().
  *
- * For tests only: helpers abort on out-of-memory.  One harness call runs
- * on the test thread; a tool that suspends may complete from its own
- * thread (th_harness_run waits for complete()).
+ * For tests only: helpers abort on out-of-memory.  A call runs on the test
+ * thread; a tool that suspends may complete from its own thread
+ * (th_harness_run waits for complete()).
  */
 #ifndef TH_PLUGIN_HARNESS_H
 #define TH_PLUGIN_HARNESS_H
@@ -23,21 +25,16 @@
 #include <stdint.h>
 
 #include "th/buf.h"
-/* th/tool.h has a comment opener inside a comment (th_validate_call): until it is
- * fixed on main, keep -Wcomment from failing the build here. */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wcomment"
 #include "th/tool.h"
-#pragma GCC diagnostic pop
 #include "toolhost/plugin.h"
 
 typedef struct th_harness th_harness;
 
 /* Loads `so_path` (e.g. th_test_build_path("plugins/fs.so")), checks the
- * ABI major, and calls init() with `config_json` (a JSON object; NULL for
+ * ABI and tables, and calls init() with `config_json` (a JSON object; NULL for
  * no config) converted to msgpack.  Returns NULL and writes a message into
- * err on failure (dlopen, entry symbol, ABI, bad JSON, init() failing with
- * the plugin's message). */
+ * err on failure (the loader's message: dlopen, entry symbol, ABI, a bad
+ * config block, init() failing with the plugin's message). */
 th_harness *th_harness_load(const char *so_path, const char *config_json,
                             char *err, size_t err_size);
 /* The same for a descriptor linked into the test program (no dlopen). */
@@ -50,9 +47,6 @@ void th_harness_unload(th_harness *h);
 const toolhost_plugin *th_harness_plugin(const th_harness *h);
 /* The tool of that name, or NULL. */
 const toolhost_tool *th_harness_tool(const th_harness *h, const char *name);
-/* The log lines the plugin wrote through host->log, "LEVEL message\n"
- * each (owned by the harness). */
-const char *th_harness_log(const th_harness *h);
 
 /* One captured progress update. */
 typedef struct th_harness_progress {
