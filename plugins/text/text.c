@@ -99,7 +99,10 @@ static void grep_file(grep *g, const char *path)
     int64_t lineno = 0;
     ssize_t n;
     while (!g->stop && (n = getline(&g->line, &g->cap, f)) >= 0) {
-        lineno++;
+        if ((++lineno & 4095) == 0 && th_sdk_cancelled(g->call)) {
+            g->stop = true; /* a long file: look up now and then */
+            break;
+        }
         if (n > 0 && g->line[n - 1] == '\n')
             g->line[--n] = '\0';
         if (regexec(&g->re, g->line, 0, NULL, 0) != 0)

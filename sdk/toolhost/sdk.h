@@ -152,7 +152,10 @@ const char *th_sdk_strerror(int code);
  * value has another msgpack type; nil is a type too), TH_SDK_ERANGE (the
  * value does not fit), or TH_SDK_EINVAL (a NULL argument).  After the
  * host's validation a required parameter is present and of its declared
- * type, and a parameter with a default is present. */
+ * type, and a parameter with a default is present.
+ *
+ * Threads: Any, one th_sdk_args used by one thread at a time (typically
+ * on the stack of execute(), validate_args() or init()). */
 typedef struct th_sdk_args {
     msgpack_unpacked unp;     /* private */
     const msgpack_object *map; /* private: the map, or NULL when empty */
