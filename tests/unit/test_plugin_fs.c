@@ -244,6 +244,30 @@ static void test_stat(void)
     th_harness_call_free(&c);
 }
 
+/* As configs/default.yaml sets it up: the project root. */
+static void test_project_root(void)
+{
+    char cfg[4200], e[1024];
+    snprintf(cfg, sizeof cfg, "{\"root\": \"%s\"}", th_test_source_path("."));
+    th_harness *p = th_harness_load(th_test_build_path("plugins/fs.so"), cfg,
+                                    e, sizeof e);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+    th_harness_call c;
+    CU_ASSERT_EQUAL(th_harness_run(p, "fs_read",
+                                   "{\"path\": \"README.md\", \"limit\": 1}",
+                                   0, &c),
+                    TOOLHOST_OK);
+    CU_ASSERT_TRUE(c.out.len > 0);
+    th_harness_call_free(&c);
+    CU_ASSERT_EQUAL(th_harness_run(p, "fs_read",
+                                   "{\"path\": \"../../etc/passwd\"}", 0, &c),
+                    TOOLHOST_FAILED);
+    CU_ASSERT_EQUAL(c.out.len, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err(&c), "outside the allowed root"));
+    th_harness_call_free(&c);
+    th_harness_unload(p);
+}
+
 void th_suite_plugin_fs(void)
 {
     CU_pSuite s = CU_add_suite("plugin_fs", setup, teardown);
@@ -252,4 +276,5 @@ void th_suite_plugin_fs(void)
     CU_add_test(s, "escapes", test_escapes);
     CU_add_test(s, "list", test_list);
     CU_add_test(s, "stat", test_stat);
+    CU_add_test(s, "project_root", test_project_root);
 }
