@@ -21,30 +21,34 @@ static int echo(void *state, const toolhost_tool *tool, toolhost_call *call,
     return rc == 0 ? TOOLHOST_OK : TOOLHOST_FAILED;
 }
 
+/* Async: the first progress update acknowledges the call; the caller gets
+ * the others as events.  Cancellation is checked between steps. */
 static int echo_async(void *state, const toolhost_tool *tool,
                       toolhost_call *call, const uint8_t *args, size_t len)
 {
     (void)state, (void)tool;
     th_sdk_args a;
-    if (th_sdk_args_init(&a, args, len) != 0) {
+    const char *text;
+    size_t n;
+    if (th_sdk_args_init(&a, args, len) != 0 ||
+        th_sdk_arg_string(&a, "text", &text, &n) != 0) {
         th_sdk_args_destroy(&a);
-        return th_sdk_fail(call, "arguments are not a map");
+        return th_sdk_fail(call, "'text' must be a string");
     }
     int64_t steps = th_sdk_arg_int_or(&a, "steps", 3);
     int64_t delay_ms = th_sdk_arg_int_or(&a, "delay_ms", 10);
-    int status = TOOLHOST_OK;
-    for (int64_t i = 1; i <= steps && status == TOOLHOST_OK; i++) {
-        th_sdk_progress(call, (double)i / (double)steps,
-                        "step %lld/%lld", (long long)i, (long long)steps);
-        if (th_sdk_sleep_ms(call, delay_ms) != 0)
-            status = th_sdk_fail(call, "cancelled");
+    for (int64_t i = 1; i <= steps; i++) {
+        th_sdk_progress(call, (double)i / (double)steps, "step %lld/%lld",
+                        (long long)i, (long long)steps);
+        /* th_sdk_sleep_ms() wakes up early when the call is cancelled */
+        if (th_sdk_cancelled(call) || th_sdk_sleep_ms(call, delay_ms) != 0) {
+            th_sdk_args_destroy(&a);
+            return th_sdk_fail(call, "cancelled");
+        }
     }
-    const char *text;
-    size_t n;
-    if (status == TOOLHOST_OK && th_sdk_arg_string(&a, "text", &text, &n) == 0)
-        th_sdk_write(call, TOOLHOST_STDOUT, text, n);
+    int rc = th_sdk_write(call, TOOLHOST_STDOUT, text, n);
     th_sdk_args_destroy(&a);
-    return status;
+    return rc == 0 ? TOOLHOST_OK : TOOLHOST_FAILED;
 }
 
 /* steps and delay_ms may not be negative: the parameter table cannot say
