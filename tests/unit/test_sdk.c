@@ -15,12 +15,6 @@
 #include "th/buf.h"
 #include "toolhost/sdk.h"
 
-/* The unit runner links libtoolhost.a only; until it also links
- * libtoolhost-sdk.a, the SDK sources are compiled into this test. */
-#include "../../sdk/args.c"
-#include "../../sdk/meta.c"
-#include "../../sdk/out.c"
-#include "../../sdk/path.c"
 
 /* ---- a tiny fake call ----------------------------------------------------- */
 
