@@ -35,6 +35,7 @@ static const char *fr_input = "?"; /* the input being replayed */
     } while (0)
 
 /* Each landed target, included whole. */
+#include "../../fuzz/config.c"
 #include "../../fuzz/json.c"
 #include "../../fuzz/validate.c"
 
@@ -44,6 +45,7 @@ typedef struct fr_target {
 } fr_target;
 
 static const fr_target fr_targets[] = {
+    {"config", fuzz_config},
     {"json", fuzz_json},
     {"validate", fuzz_validate},
 };
