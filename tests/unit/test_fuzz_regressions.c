@@ -37,6 +37,7 @@ static const char *fr_input = "?"; /* the input being replayed */
 /* Each landed target, included whole. */
 #include "../../fuzz/config.c"
 #include "../../fuzz/json.c"
+#include "../../fuzz/out.c"
 #include "../../fuzz/validate.c"
 
 typedef struct fr_target {
@@ -47,6 +48,7 @@ typedef struct fr_target {
 static const fr_target fr_targets[] = {
     {"config", fuzz_config},
     {"json", fuzz_json},
+    {"out", fuzz_out},
     {"validate", fuzz_validate},
 };
 
