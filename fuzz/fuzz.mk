@@ -29,8 +29,9 @@ HOST_CFLAGS := $(BASE) -Wall -Wextra -fsanitize=fuzzer-no-link
 TARGET_CFLAGS := $(BASE) -Wall -Wextra -Werror -fsanitize=fuzzer-no-link
 
 HOST_SRC := $(sort $(filter-out host/cli/%,$(wildcard host/*/*.c)))
-# CLI files without main() that hold parsers of outside input.
-FUZZ_CLI_SRC ?= $(sort $(filter-out host/cli/main.c,$(wildcard host/cli/args*.c host/cli/kv*.c)))
+# CLI files without main() that hold parsers of outside input (common.c:
+# the key=value typing).
+FUZZ_CLI_SRC ?= $(sort $(wildcard host/cli/common.c))
 TARGET_SRC := $(sort $(wildcard fuzz/*.c))
 TARGETS := $(patsubst fuzz/%.c,$(FUZZ_BUILD)/%,$(TARGET_SRC))
 
