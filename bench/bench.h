@@ -59,6 +59,16 @@ static inline void bench_die(const char *fmt, ...)
     exit(1);
 }
 
+/* The build folder as an absolute path (configs resolve plugin paths
+ * against their own folder).  Static storage. */
+static inline const char *bench_build_dir(const char *dir)
+{
+    static char abs[4096];
+    if (!realpath(dir, abs))
+        bench_die("build folder %s: %s", dir, strerror(errno));
+    return abs;
+}
+
 /* ---- the machine --------------------------------------------------------- */
 
 typedef struct bench_machine {

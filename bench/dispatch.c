@@ -429,12 +429,12 @@ static void run_all_cores(int nt, long n, int floor, bench_stats *st)
 
 static th_host *open_host(const char *build, char *dir)
 {
-    char path[512];
-    snprintf(path, 512, "%s/plugins/echo.so", build);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/plugins/echo.so", build);
     struct stat stt;
     if (stat(path, &stt) != 0)
         bench_die("%s is missing: run make first", path);
-    char yaml[1024];
+    char yaml[4400];
     snprintf(yaml, sizeof yaml,
              "host:\n"
              "  log_level: warn\n"
@@ -455,7 +455,7 @@ static th_host *open_host(const char *build, char *dir)
 
 int main(int argc, char **argv)
 {
-    const char *build = argc > 1 ? argv[1] : TH_BUILD_DIR;
+    const char *build = bench_build_dir(argc > 1 ? argv[1] : TH_BUILD_DIR);
     bench_machine m;
     bench_machine_get(&m);
     bench_machine_print("dispatch: the in-process call path of echo", &m);

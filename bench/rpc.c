@@ -363,7 +363,7 @@ static void start_server(const char *build)
             "    path: %s/plugins/echo.so\n",
             build);
     fclose(f);
-    char exe[400], listen[400];
+    char exe[4200], listen[400];
     snprintf(exe, sizeof exe, "%s/toolhost", build);
     snprintf(listen, sizeof listen, "unix:%s", sock_path);
     server_pid = fork();
@@ -402,7 +402,7 @@ static void start_server(const char *build)
 
 int main(int argc, char **argv)
 {
-    const char *build = argc > 1 ? argv[1] : TH_BUILD_DIR;
+    const char *build = bench_build_dir(argc > 1 ? argv[1] : TH_BUILD_DIR);
     signal(SIGPIPE, SIG_IGN);
     bench_machine m;
     bench_machine_get(&m);

@@ -91,7 +91,7 @@ static void child_load(long arg, figure *f)
     th_buf y = TH_BUF_INIT;
     th_buf_puts(&y, "host:\n  log_level: warn\nplugins:\n");
     for (long i = 1; i <= n; i++) {
-        char p[512], name[16];
+        char p[4400], name[32];
         plugin_path(arg > 0 ? i : 0, p, sizeof p);
         if (arg > 0)
             snprintf(name, sizeof name, "e%03ld", i);
@@ -126,7 +126,7 @@ static void child_dlopen(long arg, figure *f)
     long rss0 = bench_rss_kib();
     uint64_t t0 = bench_now_ns();
     for (long i = 1; i <= n; i++) {
-        char p[512];
+        char p[4400];
         plugin_path(arg > 0 ? i : 0, p, sizeof p);
         void *h = dlopen(p, RTLD_NOW | RTLD_LOCAL);
         if (!h)
@@ -164,7 +164,7 @@ static void pack_async_args(th_buf *b)
 static void child_tasks(long n, figure *f)
 {
     th_log_set_level(TOOLHOST_LOG_ERROR);
-    char yaml[1024];
+    char yaml[4600];
     snprintf(yaml, sizeof yaml,
              "host:\n  log_level: error\n  queue_size: %ld\n"
              "plugins:\n  - name: echo\n    path: %s/plugins/echo.so\n",
@@ -258,7 +258,7 @@ static void cleanup(void)
 
 int main(int argc, char **argv)
 {
-    build = argc > 1 ? argv[1] : TH_BUILD_DIR;
+    build = bench_build_dir(argc > 1 ? argv[1] : TH_BUILD_DIR);
     bench_machine m;
     bench_machine_get(&m);
     bench_machine_print("startup: loading plugins, memory per task", &m);
