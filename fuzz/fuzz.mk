@@ -21,7 +21,7 @@ PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
 SAN := -fsanitize=address,undefined -fno-sanitize-recover=all \
 	-fno-omit-frame-pointer
-BASE := -std=c11 -D_GNU_SOURCE -O1 -g $(SAN) -Iplugin-api -Isdk \
+BASE := -DTH_BUILD_DIR='"$(abspath build)"' -std=c11 -D_GNU_SOURCE -O1 -g $(SAN) -Iplugin-api -Isdk \
 	-Ihost/include -Ifuzz $(PKG_CFLAGS) -DTOOLHOST_VERSION='"$(VERSION)"'
 # Other modules' code is compiled with warnings shown but not fatal: it is
 # -Werror clean under gcc, and a clang-only warning must not stop fuzzing.
