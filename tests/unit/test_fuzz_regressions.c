@@ -39,6 +39,7 @@ static const char *fr_input = "?"; /* the input being replayed */
 #include "../../fuzz/json.c"
 #include "../../fuzz/out.c"
 #include "../../fuzz/validate.c"
+#include "../../fuzz/values.c"
 
 typedef struct fr_target {
     const char *name;
@@ -50,6 +51,7 @@ static const fr_target fr_targets[] = {
     {"json", fuzz_json},
     {"out", fuzz_out},
     {"validate", fuzz_validate},
+    {"values", fuzz_values},
 };
 
 static uint8_t *fr_read(const char *path, size_t *len)
