@@ -76,6 +76,7 @@ typedef struct bench_machine {
     int cpus_allowed; /* in this process's affinity mask */
     char model[128];
     int pinned;       /* cpus_allowed == 1 */
+    double load1;     /* load average over the last minute at the start */
 } bench_machine;
 
 static inline void bench_machine_get(bench_machine *m)
@@ -89,6 +90,8 @@ static inline void bench_machine_get(bench_machine *m)
     else
         m->cpus_allowed = m->cores;
     m->pinned = m->cpus_allowed == 1;
+    double la[1];
+    m->load1 = getloadavg(la, 1) == 1 ? la[0] : -1;
     snprintf(m->model, sizeof m->model, "unknown");
     FILE *f = fopen("/proc/cpuinfo", "r");
     if (f) {
@@ -114,9 +117,9 @@ static inline void bench_machine_print(const char *bench,
                                        const bench_machine *m)
 {
     printf("== %s ==\n", bench);
-    printf("machine: %d cores online, %d allowed%s, CPU \"%s\"\n", m->cores,
-           m->cpus_allowed, m->pinned ? " (pinned: taskset -c 0)" : "",
-           m->model);
+    printf("machine: %d cores online, %d allowed%s, CPU \"%s\", load %.2f\n",
+           m->cores, m->cpus_allowed,
+           m->pinned ? " (pinned: taskset -c 0)" : "", m->model, m->load1);
 }
 
 /* ---- samples --------------------------------------------------------------- */
@@ -170,9 +173,9 @@ static inline void bench_json_begin(bench_json *j, const char *bench,
     if (th_buf_printf(&j->b,
                       "{\"bench\":\"%s\",\"date\":\"%s\",\"machine\":{"
                       "\"cores\":%d,\"cpus_allowed\":%d,\"pinned\":%s,"
-                      "\"cpu\":\"%s\"}",
+                      "\"cpu\":\"%s\",\"load1\":%.2f}",
                       bench, date, m->cores, m->cpus_allowed,
-                      m->pinned ? "true" : "false", m->model) < 0)
+                      m->pinned ? "true" : "false", m->model, m->load1) < 0)
         bench_die("out of memory");
 }
 
@@ -206,14 +209,15 @@ static inline void bench_row_head(void)
            "ratio", "floor");
 }
 
-/* One row: figure, mean/p50/p99 in ns, and the ratio of the mean to the
- * floor's mean (0: no floor). */
+/* One row: figure, mean/p50/p99 in ns, and the ratio of the p50 to the
+ * floor's p50 (floor_p50 0: no floor).  Medians, because on a shared
+ * machine a few preempted samples move a mean by tens of percent. */
 static inline void bench_row_ns(const char *name, const bench_stats *s,
-                                double floor_ns, const char *floor_name)
+                                double floor_p50, const char *floor_name)
 {
     char ratio[32] = "";
-    if (floor_ns > 0)
-        snprintf(ratio, sizeof ratio, "%.2fx", s->mean_ns / floor_ns);
+    if (floor_p50 > 0)
+        snprintf(ratio, sizeof ratio, "%.2fx", (double)s->p50_ns / floor_p50);
     printf("%-44s %10.0fns %8lluns %8lluns %8s  %s\n", name, s->mean_ns,
            (unsigned long long)s->p50_ns, (unsigned long long)s->p99_ns,
            ratio, floor_name ? floor_name : "");

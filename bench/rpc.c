@@ -468,7 +468,7 @@ int main(int argc, char **argv)
     bench_row_head();
     bench_row_ns("floor: socketpair frame round trip", &floor_seq, 0, NULL);
     bench_row_ns("1 connection, sequential round trip", &seq,
-                 floor_seq.mean_ns, "socketpair round trip");
+                 (double)floor_seq.p50_ns, "socketpair round trip");
     printf("\n%-44s %14s %8s  %s\n", "figure", "calls/s", "ratio", "floor");
     printf("%-44s %14.0f %8s  %s\n", "floor: socketpair, 64 in flight",
            floor_pipe_cps, "", "");
@@ -476,10 +476,10 @@ int main(int argc, char **argv)
            pipe_cps / floor_pipe_cps, "socketpair, 64 in flight");
     printf("%-44s %14.0f %7.2fx  %s\n", "16 connections, 1 in flight each",
            many_cps, many_cps / floor_pipe_cps, "socketpair, 64 in flight");
-    printf("\ntargets: sequential round trip <= 2x floor: %s (%.2fx); "
+    printf("\ntargets: sequential round trip (p50) <= 2x floor: %s (%.2fx); "
            ">= 200000 calls/s pipelined: %s (%.0f)\n",
-           seq.mean_ns <= 2 * floor_seq.mean_ns ? "met" : "NOT met",
-           seq.mean_ns / floor_seq.mean_ns,
+           seq.p50_ns <= 2 * floor_seq.p50_ns ? "met" : "NOT met",
+           (double)seq.p50_ns / (double)floor_seq.p50_ns,
            pipe_cps >= 200000 ? "met" : "NOT met", pipe_cps);
 
     bench_json j;
@@ -490,7 +490,7 @@ int main(int argc, char **argv)
     bench_json_num(&j, "seq_rtt_mean_ns", seq.mean_ns);
     bench_json_num(&j, "seq_rtt_p50_ns", (double)seq.p50_ns);
     bench_json_num(&j, "seq_rtt_p99_ns", (double)seq.p99_ns);
-    bench_json_num(&j, "seq_ratio", seq.mean_ns / floor_seq.mean_ns);
+    bench_json_num(&j, "seq_ratio", (double)seq.p50_ns / (double)floor_seq.p50_ns);
     bench_json_num(&j, "floor_pipe64_cps", floor_pipe_cps);
     bench_json_num(&j, "pipe64_cps", pipe_cps);
     bench_json_num(&j, "pipe64_ratio", pipe_cps / floor_pipe_cps);
