@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "th/perm.h"
 #include "th/schema.h"
 
 static const char list_usage[] =
@@ -28,16 +29,22 @@ typedef struct list_ctx {
 static int print_row(const th_tool *t, void *ud)
 {
     list_ctx *lc = ud;
+    char flags[96];
+    th_perm_flags_str(t->flags, flags, sizeof flags);
     if (lc->arr) {
-        json_t *j = th_schema_tool_json(t);
+        json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:o}", "name",
+                              t->name, "plugin",
+                              t->plugin ? t->plugin->name : "",
+                              "description", t->description, "flags", flags,
+                              "stdout_type", th_sem_name(t->stdout_type),
+                              "stderr_type", th_sem_name(t->stderr_type),
+                              "parameters", th_schema_params(t));
         if (!j || json_array_append_new(lc->arr, j) != 0) {
             lc->rc = CLI_FAILED;
             return 1;
         }
         return 0;
     }
-    char flags[96];
-    th_schema_flags_text(t->flags, flags, sizeof flags);
     char types[64];
     snprintf(types, sizeof types, "%s/%s", th_sem_name(t->stdout_type),
              th_sem_name(t->stderr_type));
