@@ -2,6 +2,9 @@
  * their acknowledgement, coalescing, duplicates and scopes, deadlines,
  * cancellation, backpressure, concurrency limits, suspend/complete, mocks,
  * task tools, nested calls. */
+#include <sched.h>
+#include <stdint.h>
+
 #include "unit/test_manager_fx.h"
 
 static th_host *H;
@@ -820,6 +823,186 @@ static void test_stats(void)
     close_all();
 }
 
+/* ---- Stress ------------------------------------------------------------------------------ */
+
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define STRESS_DEFAULT 20000 /* the sanitizers are 5-20x slower */
+#else
+#define STRESS_DEFAULT 200000
+#endif
+
+typedef struct stress_ctx {
+    size_t cap;
+    atomic_uchar *started, *acks, *finals, *dones;
+    atomic_long inflight;
+    atomic_long bad;
+    atomic_long timeouts, cancels, dups, busy, ok;
+    th_session *s[4];
+    long per_thread;
+} stress_ctx;
+
+static stress_ctx SX;
+
+static void stress_cb(const th_event *ev, void *ud)
+{
+    (void)ud;
+    size_t i = (size_t)ev->call_id;
+    if (i >= SX.cap) {
+        atomic_fetch_add(&SX.bad, 1);
+        return;
+    }
+    if (atomic_load(&SX.finals[i]))
+        atomic_fetch_add(&SX.bad, 1); /* an event after the final one */
+    if (ev->kind == TH_EV_PROGRESS) {
+        if (!atomic_load(&SX.acks[i]))
+            atomic_fetch_add(&SX.bad, 1);
+        return;
+    }
+    if (ev->result->kind == TH_RESULT_RUNNING) {
+        atomic_fetch_add(&SX.acks[i], 1);
+        return;
+    }
+    if (ev->kind == TH_EV_DONE) {
+        atomic_fetch_add(&SX.dones[i], 1);
+        if (!atomic_load(&SX.acks[i]))
+            atomic_fetch_add(&SX.bad, 1);
+    } else if (atomic_load(&SX.acks[i])) {
+        atomic_fetch_add(&SX.bad, 1); /* a task must end with DONE */
+    }
+    const th_result *r = ev->result;
+    if (r->kind == TH_RESULT_ERROR) {
+        switch (r->error) {
+        case TH_ETIMEOUT: atomic_fetch_add(&SX.timeouts, 1); break;
+        case TH_ECANCELLED: atomic_fetch_add(&SX.cancels, 1); break;
+        case TH_EDUPLICATE: atomic_fetch_add(&SX.dups, 1); break;
+        case TH_EBUSY: atomic_fetch_add(&SX.busy, 1); break;
+        default: atomic_fetch_add(&SX.bad, 1); break;
+        }
+    } else if (r->ok) {
+        atomic_fetch_add(&SX.ok, 1);
+    }
+    atomic_fetch_add(&SX.finals[i], 1);
+    atomic_fetch_sub(&SX.inflight, 1);
+}
+
+static void *stress_thread(void *arg)
+{
+    long t = (long)(intptr_t)arg;
+    uint64_t x = 0x9E3779B97F4A7C15ull * (uint64_t)(t + 1);
+    for (long n = 0; n < SX.per_thread; n++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        unsigned r = (unsigned)(x % 1000);
+        th_session *s = SX.s[(t * 2 + (long)(x >> 32) % 2) % 4];
+        while (atomic_load(&SX.inflight) > 512)
+            sched_yield();
+        th_call_opts o = {.may_block = (x >> 20) & 1};
+        const char *tool;
+        th_buf a;
+        if (r < 600) {
+            tool = "t_echo";
+            a = A(1, "text", 's', "s");
+        } else if (r < 700) {
+            tool = "t_async";
+            a = A(3, "text", 's', "a", "steps", 'i', (long long)((x >> 8) % 3), "delay_ms", 'i', 0LL);
+        } else if (r < 710) {
+            tool = "t_stubborn";
+            a = A(1, "ms", 'i', 2LL);
+            o.timeout_ms = 1;
+        } else if (r < 850) {
+            tool = "t_dup";
+            a = A(1, "ms", 'i', 0LL);
+        } else {
+            tool = "t_sleep";
+            a = A(1, "ms", 'i', 0LL);
+        }
+        atomic_fetch_add(&SX.inflight, 1);
+        uint64_t id = 0;
+        int rc = th_call_start(s, tool, a.data, a.len, &o, stress_cb, NULL, &id);
+        th_buf_free(&a);
+        if (rc != 0 || id >= SX.cap) {
+            atomic_fetch_add(&SX.bad, 1);
+            atomic_fetch_sub(&SX.inflight, 1);
+            continue;
+        }
+        atomic_store(&SX.started[id], 1);
+        if ((x >> 40) % 100 < 8)
+            th_call_cancel(s, id);
+    }
+    return NULL;
+}
+
+static void test_stress(void)
+{
+    long total = STRESS_DEFAULT;
+    const char *env = getenv("TH_STRESS_CALLS");
+    if (env && atol(env) > 0)
+        total = atol(env);
+    th_config *c = cfg_new(0, 0, 4096);
+    static const char *const dup_tools[] = {"t_dup", NULL};
+    th_toolset_cfg *ts = cfg_toolset(c, "dups", dup_tools);
+    ts->on_duplicate_call = TH_DUP_REJECT;
+    ts->duplicate_scope = TH_DUPSCOPE_NAME;
+    cfg_toolset(c, "default", all_tools);
+    H = host_new(c);
+    memset(&SX, 0, sizeof SX);
+    SX.cap = (size_t)total + 1000;
+    SX.started = calloc(SX.cap, 1);
+    SX.acks = calloc(SX.cap, 1);
+    SX.finals = calloc(SX.cap, 1);
+    SX.dones = calloc(SX.cap, 1);
+    for (int i = 0; i < 4; i++)
+        SX.s[i] = open_trusted(H);
+    SX.per_thread = total / 2;
+    int64_t t0 = mono_ms();
+    pthread_t th[2];
+    for (long i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, stress_thread, (void *)(intptr_t)i);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    int64_t until = mono_ms() + 30000;
+    while (atomic_load(&SX.inflight) > 0 && mono_ms() < until)
+        nap_ms(1);
+    int64_t dt = mono_ms() - t0;
+    CU_ASSERT_EQUAL(atomic_load(&SX.inflight), 0);
+    CU_ASSERT_EQUAL(atomic_load(&SX.bad), 0);
+    long started = 0, wrong = 0;
+    for (size_t i = 0; i < SX.cap; i++) {
+        if (!atomic_load(&SX.started[i]))
+            continue;
+        started++;
+        if (atomic_load(&SX.finals[i]) != 1 || atomic_load(&SX.acks[i]) > 1 ||
+            atomic_load(&SX.dones[i]) != atomic_load(&SX.acks[i]))
+            wrong++;
+    }
+    CU_ASSERT_EQUAL(started, SX.per_thread * 2);
+    CU_ASSERT_EQUAL(wrong, 0);
+    /* every kind of ending happened */
+    CU_ASSERT_TRUE(atomic_load(&SX.timeouts) > 0);
+    CU_ASSERT_TRUE(atomic_load(&SX.cancels) > 0);
+    CU_ASSERT_TRUE(atomic_load(&SX.dups) > 0);
+    CU_ASSERT_TRUE(atomic_load(&SX.ok) > started / 2);
+    if (getenv("TH_TEST_VERBOSE"))
+        fprintf(stderr, "\nstress: %ld calls in %lld ms: ok %ld timeouts %ld cancels %ld dups %ld busy %ld\n",
+                started, (long long)dt, atomic_load(&SX.ok), atomic_load(&SX.timeouts),
+                atomic_load(&SX.cancels), atomic_load(&SX.dups), atomic_load(&SX.busy));
+    for (int i = 0; i < 4; i++)
+        th_session_close(SX.s[i]);
+    /* nothing leaks: every call object is freed once the stubborn tools
+     * (which ignore cancel) have returned */
+    until = mono_ms() + 5000;
+    while (atomic_load(&H->live_calls) > 0 && mono_ms() < until)
+        nap_ms(1);
+    CU_ASSERT_EQUAL(atomic_load(&H->live_calls), 0);
+    th_host_close(H);
+    H = NULL;
+    free(SX.started);
+    free(SX.acks);
+    free(SX.finals);
+    free(SX.dones);
+}
+
 void th_suite_manager(void)
 {
     CU_pSuite s = CU_add_suite("manager", NULL, NULL);
@@ -850,4 +1033,5 @@ void th_suite_manager(void)
     CU_add_test(s, "nested_call_one_worker", test_nested_call_one_worker);
     CU_add_test(s, "call_sync_progress_and_cancel", test_call_sync_progress_and_cancel);
     CU_add_test(s, "stats", test_stats);
+    CU_add_test(s, "stress", test_stress);
 }
