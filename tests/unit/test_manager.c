@@ -528,7 +528,7 @@ static void run_parallel(const char *tool, int n, int ms)
     atomic_store(&fx_conc_max, 0);
     for (int i = 0; i < n; i++) {
         rec_init(&r[i]);
-        char tag[8];
+        char tag[16];
         snprintf(tag, sizeof tag, "%d", i);
         start(S, tool, A(2, "ms", 'i', (long long)ms, "tag", 's', tag), NULL, &r[i]);
     }
@@ -587,7 +587,7 @@ static void test_async_capacity_keeps_echo_fast(void)
     rec t[4], e;
     for (int i = 0; i < 4; i++) {
         rec_init(&t[i]);
-        char tx[8];
+        char tx[16];
         snprintf(tx, sizeof tx, "%d", i);
         start(S, "t_async", A(3, "text", 's', tx, "steps", 'i', 10LL, "delay_ms", 'i', 30LL), NULL, &t[i]);
     }
