@@ -621,7 +621,7 @@ static int cb_progress(toolhost_call *call, double fraction,
         deliver_locked(c);
         pthread_mutex_unlock(&c->mu);
         /* A task that holds a worker counts against the async cap. */
-        if (tl_cur == c && th_mgr_tl_worker && !tl_async) {
+        if (tl_cur == c && th_mgr_tl_worker && !c->inline_run && !tl_async) {
             tl_async = true;
             th_mgr_async_take(h);
         }

@@ -71,7 +71,7 @@ int th_host_pick_toolset(th_host *h, th_session *s, const th_tool *tool,
 th_stat *th_stat_get(th_host *h, const char *tool)
 {
     size_t b = th_hash_bytes(tool, strlen(tool)) & 255;
-    th_stat *_Atomic *slot = (th_stat *_Atomic *)&h->stat_b[b];
+    _Atomic(th_stat *) *slot = &h->stat_b[b];
     for (th_stat *s = atomic_load_explicit(slot, memory_order_acquire); s; s = s->next)
         if (strcmp(s->tool, tool) == 0)
             return s;
@@ -141,7 +141,7 @@ int th_host_stats_foreach(th_host *h, int (*fn)(const th_tool_stats *st, void *u
                           void *ud)
 {
     for (size_t b = 0; b < 256; b++) {
-        th_stat *_Atomic *slot = (th_stat *_Atomic *)&h->stat_b[b];
+        _Atomic(th_stat *) *slot = &h->stat_b[b];
         for (th_stat *s = atomic_load_explicit(slot, memory_order_acquire); s; s = s->next) {
             th_tool_stats t;
             memset(&t, 0, sizeof t);
@@ -271,7 +271,7 @@ static void host_free(th_host *h)
     th_mgr_fini(h);
     th_tasks_free(h);
     for (size_t b = 0; b < 256; b++) {
-        th_stat *s = h->stat_b[b];
+        th_stat *s = atomic_load(&h->stat_b[b]);
         while (s) {
             th_stat *n = s->next;
             free(s->tool);

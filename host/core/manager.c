@@ -6,6 +6,7 @@
  * mgr->tmu the deadline heap; mgr->nmu the notifier queue.  None of them is
  * held while a call's mu is taken (see th/manager.h for the order). */
 #include <sched.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -238,9 +239,7 @@ static void *worker_main(void *arg)
             while (atomic_load_explicit(&m->nqueued, memory_order_relaxed) == 0) {
                 if ((++n & 63) == 0 && th_now_ns() > until)
                     break;
-#if defined(__x86_64__) || defined(__i386__)
-                __builtin_ia32_pause();
-#endif
+                sched_yield(); /* let a runnable caller have the core */
             }
             pthread_mutex_lock(&m->mu);
             atomic_fetch_sub(&m->spinners, 1);
@@ -449,7 +448,9 @@ int th_mgr_arm(th_host *h, th_mcall *c)
     th_mcall_ref(c);
     heap_set(m, m->hn++, c);
     sift_up(m, c->heap_idx);
-    if (c->heap_idx == 0)
+    /* Wake the deadline thread only when it sleeps past this deadline
+     * (with one timeout for all calls: about once per timeout period). */
+    if (c->heap_idx == 0 && atomic_load(&c->deadline_ns) < m->timer_wake_ns)
         pthread_cond_signal(&m->tcv);
     pthread_mutex_unlock(&m->tmu);
     return 0;
@@ -474,6 +475,7 @@ static void *timer_main(void *arg)
     pthread_mutex_lock(&m->tmu);
     while (!m->tstop) {
         if (m->hn == 0) {
+            m->timer_wake_ns = INT64_MAX;
             pthread_cond_wait(&m->tcv, &m->tmu);
             continue;
         }
@@ -482,6 +484,7 @@ static void *timer_main(void *arg)
         if (d > th_now_ns()) {
             struct timespec ts;
             abs_time(&ts, d);
+            m->timer_wake_ns = d;
             pthread_cond_timedwait(&m->tcv, &m->tmu, &ts);
             continue;
         }
@@ -563,6 +566,7 @@ int th_mgr_init(th_host *h, th_error *err)
     pthread_cond_init(&m->slot_cv, NULL);
     pthread_mutex_init(&m->tmu, NULL);
     cond_init_mono(&m->tcv);
+    m->timer_wake_ns = INT64_MAX;
     pthread_mutex_init(&m->nmu, NULL);
     pthread_cond_init(&m->ncv, NULL);
     size_t nts = h->cfg->n_toolsets;

@@ -225,6 +225,7 @@ typedef struct th_mgr {
     pthread_cond_t tcv;
     th_mcall **heap;
     size_t hn, hcap;
+    int64_t timer_wake_ns;      /* when the deadline thread wakes next */
     bool tstop, timer_started;
     pthread_t timer;
 
@@ -293,7 +294,7 @@ struct th_host {
     th_kept *kept_head, *kept_tail;
 
     pthread_mutex_t stmu;       /* stats table (insert only) */
-    th_stat *stat_b[256];
+    _Atomic(th_stat *) stat_b[256]; /* lock-free reads */
     atomic_ulong live_calls;    /* calls not yet freed */
 };
 
