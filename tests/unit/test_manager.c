@@ -548,10 +548,10 @@ static void test_toolset_concurrency(void)
     cfg_toolset(c, "default", all_tools);
     H = host_new(c);
     S = open_trusted(H);
-    run_parallel("t_conc", 6, 30);
+    run_parallel("t_conc", 6, 80);
     CU_ASSERT_EQUAL(atomic_load(&fx_conc_max), 2);
     /* other toolsets are not held back */
-    run_parallel("t_sleep", 4, 30);
+    run_parallel("t_sleep", 4, 80);
     CU_ASSERT_EQUAL(atomic_load(&fx_conc_max), 4);
     close_all();
 }
@@ -568,7 +568,9 @@ static void test_override_concurrency(void)
     ts->n_overrides = 1;
     H = host_new(c);
     S = open_trusted(H);
-    run_parallel("t_conc", 7, 30);
+    run_parallel("t_conc", 7, 80);
+    if (atomic_load(&fx_conc_max) != 3)
+        fprintf(stderr, "override_concurrency: max %d\n", atomic_load(&fx_conc_max));
     CU_ASSERT_EQUAL(atomic_load(&fx_conc_max), 3);
     close_all();
 }
