@@ -228,21 +228,22 @@ static void *worker_main(void *arg)
         }
         if (m->stop)
             break;
-        if (!spun && atomic_load(&m->spinners) == 0) {
+        if (!spun && m->spinning == 0) {
             /* Spin a little before parking: a call that arrives now costs
-             * no sleep/wake pair. */
+             * no sleep/wake pair.  An enqueuer that sees us spinning
+             * leaves one call to us (spin_claimed) instead of waking a
+             * parked worker; we always look at the queue again below. */
             spun = true;
-            atomic_fetch_add(&m->spinners, 1);
+            m->spinning++;
             pthread_mutex_unlock(&m->mu);
             int64_t until = th_now_ns() + SPIN_NS;
-            int n = 0;
-            while (atomic_load_explicit(&m->nqueued, memory_order_relaxed) == 0) {
-                if ((++n & 63) == 0 && th_now_ns() > until)
-                    break;
+            while (atomic_load_explicit(&m->nqueued, memory_order_relaxed) == 0 &&
+                   th_now_ns() < until)
                 sched_yield(); /* let a runnable caller have the core */
-            }
             pthread_mutex_lock(&m->mu);
-            atomic_fetch_sub(&m->spinners, 1);
+            m->spinning--;
+            if (m->spin_claimed)
+                m->spin_claimed--;
             continue;
         }
         spun = false;
@@ -361,7 +362,9 @@ void th_mgr_submit(th_mcall *c)
     q_push(m->q[c->is_async ? 1 : 0], c);
     m->waiting++;
     atomic_fetch_add(&m->nqueued, 1);
-    if (m->idle && atomic_load(&m->spinners) == 0)
+    if (m->spinning > m->spin_claimed)
+        m->spin_claimed++;
+    else if (m->idle)
         pthread_cond_signal(&m->cv);
     pthread_mutex_unlock(&m->mu);
 }

@@ -521,22 +521,33 @@ static void test_busy_refusal(void)
     close_all();
 }
 
-static void run_parallel(const char *tool, int n, int ms)
+/* Starts n gated calls of `tool`; checks that exactly `expect` of them
+ * run at once (never more), then opens the gate and waits for all. */
+static void run_gated(const char *tool, int n, int expect)
 {
     rec r[8];
     atomic_store(&fx_conc, 0);
     atomic_store(&fx_conc_max, 0);
+    atomic_store(&fx_gate_open, 0);
     for (int i = 0; i < n; i++) {
         rec_init(&r[i]);
         char tag[16];
         snprintf(tag, sizeof tag, "%d", i);
-        start(S, tool, A(2, "ms", 'i', (long long)ms, "tag", 's', tag), NULL, &r[i]);
+        start(S, tool, A(1, "tag", 's', tag), NULL, &r[i]);
     }
+    int64_t until = mono_ms() + 5000;
+    while (atomic_load(&fx_conc) < expect && mono_ms() < until)
+        nap_ms(1);
+    nap_ms(30); /* room for a wrong extra one to start */
+    CU_ASSERT_EQUAL(atomic_load(&fx_conc), expect);
+    CU_ASSERT_EQUAL(atomic_load(&fx_conc_max), expect);
+    atomic_store(&fx_gate_open, 1);
     for (int i = 0; i < n; i++) {
         CU_ASSERT_TRUE(rec_wait(&r[i], 5000));
         CU_ASSERT_TRUE(r[i].final.ok);
         rec_free(&r[i]);
     }
+    CU_ASSERT_EQUAL(atomic_load(&fx_conc_max), expect);
 }
 
 static void test_toolset_concurrency(void)
@@ -548,11 +559,9 @@ static void test_toolset_concurrency(void)
     cfg_toolset(c, "default", all_tools);
     H = host_new(c);
     S = open_trusted(H);
-    run_parallel("t_conc", 6, 80);
-    CU_ASSERT_EQUAL(atomic_load(&fx_conc_max), 2);
+    run_gated("t_conc", 6, 2);
     /* other toolsets are not held back */
-    run_parallel("t_sleep", 4, 80);
-    CU_ASSERT_EQUAL(atomic_load(&fx_conc_max), 4);
+    run_gated("t_gate", 4, 4);
     close_all();
 }
 
@@ -568,18 +577,14 @@ static void test_override_concurrency(void)
     ts->n_overrides = 1;
     H = host_new(c);
     S = open_trusted(H);
-    run_parallel("t_conc", 7, 80);
-    if (atomic_load(&fx_conc_max) != 3)
-        fprintf(stderr, "override_concurrency: max %d\n", atomic_load(&fx_conc_max));
-    CU_ASSERT_EQUAL(atomic_load(&fx_conc_max), 3);
+    run_gated("t_conc", 7, 3);
     close_all();
 }
 
 static void test_serial_tool(void)
 {
     open_default(4, 2, 64);
-    run_parallel("t_serial", 5, 20);
-    CU_ASSERT_EQUAL(atomic_load(&fx_conc_max), 1);
+    run_gated("t_serial", 5, 1);
     close_all();
 }
 

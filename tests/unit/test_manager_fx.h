@@ -190,6 +190,21 @@ static int fx_async(void *st, const toolhost_tool *t, toolhost_call *c, const ui
     return TOOLHOST_OK;
 }
 
+/* Waits at the gate until the test opens it (or the call is cancelled). */
+static atomic_int fx_gate_open;
+static int fx_gate(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
+{
+    (void)st;
+    (void)t;
+    (void)a;
+    (void)l;
+    conc_enter();
+    while (!atomic_load(&fx_gate_open) && !c->host->is_cancelled(c))
+        nap_ms(1);
+    atomic_fetch_sub(&fx_conc, 1);
+    return TOOLHOST_OK;
+}
+
 static int fx_fail(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
 {
     (void)st;
@@ -303,9 +318,10 @@ static const toolhost_param p_async[] = {P("text", TOOLHOST_TYPE_STRING, 0, "tex
 static const toolhost_tool fx_tools[] = {
     T("t_echo", p_text, 1, 0, fx_echo),
     T("t_sleep", p_ms, 2, 0, fx_sleep),
-    T("t_conc", p_ms, 2, 0, fx_sleep),
+    T("t_conc", p_ms, 2, 0, fx_gate),
+    T("t_gate", p_ms, 2, 0, fx_gate),
     T("t_dup", p_ms, 2, 0, fx_sleep),
-    T("t_serial", p_ms, 2, TOOLHOST_TOOL_SERIAL, fx_sleep),
+    T("t_serial", p_ms, 2, TOOLHOST_TOOL_SERIAL, fx_gate),
     T("t_stubborn", p_ms, 2, 0, fx_stubborn),
     T("t_async", p_async, 3, TOOLHOST_TOOL_ASYNC, fx_async),
     T("t_fail", NULL, 0, 0, fx_fail),

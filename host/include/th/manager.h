@@ -211,7 +211,8 @@ typedef struct th_mgr {
     size_t cap;
     uint32_t nworkers, async_cap, async_running;
     int idle;
-    atomic_int spinners;
+    int spinning;               /* workers spinning before they park */
+    int spin_claimed;           /* queued calls left to the spinner */
     atomic_size_t nqueued;
     bool stop;
     pthread_t *threads;
