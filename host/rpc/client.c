@@ -161,8 +161,8 @@ static int answer_request(th_rpc_client *c, const th_rpc_msg *m,
     int rc;
     if (m->method_len == 18 && memcmp(m->method, "permission.request", 18) == 0) {
         bool allow = false;
-        if (c->perm_fn && m->params->via.array.size >= 1)
-            allow = c->perm_fn(&m->params->via.array.ptr[0], c->perm_ud);
+        if (c->perm_fn)
+            allow = c->perm_fn(m->params, c->perm_ud);
         const uint8_t v = allow ? 0xc3 : 0xc2;
         rc = th_rpc_pack_response(&b, m->msgid, NULL, 0, &v, 1);
     } else {

@@ -739,18 +739,14 @@ static void handle_perm_event(rpc_ev *ev)
     msgpack_packer_init(&pk, &params, th_buf_msgpack_write);
     int e = !p;
     if (!e) {
-        e |= msgpack_pack_array(&pk, 1);
-        e |= msgpack_pack_map(&pk, 4);
-        e |= PK_STR(&pk, "call_id");
+        /* [call_id, tool, args, reason] */
+        e |= msgpack_pack_array(&pk, 4);
         e |= msgpack_pack_uint64(&pk, ev->call_id);
-        e |= PK_STR(&pk, "tool");
         e |= PK_STR(&pk, ev->tool);
-        e |= PK_STR(&pk, "args");
         if (ev->data)
             e |= th_buf_append(&params, ev->data, ev->data_len);
         else
             e |= msgpack_pack_map(&pk, 0);
-        e |= PK_STR(&pk, "reason");
         e |= PK_STR(&pk, ev->reason);
     }
     if (!e) {
