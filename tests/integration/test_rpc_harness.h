@@ -290,6 +290,16 @@ RPC_H void rpc_srv_free(rpc_srv *s)
     memset(s, 0, sizeof *s);
 }
 
+RPC_H void rpc_dump_log(rpc_srv *s)
+{
+    th_test_run r = {0};
+    char *argv[] = {"/usr/bin/tail", "-n", "40", s->log, NULL};
+    th_test_run_argv(argv, NULL, 5, 0, &r);
+    fprintf(stderr, "\nserver log tail:\n%s\n", r.out);
+    th_test_run_free(&r);
+}
+
+/* The server's log has a line containing `needle` (else it is shown). */
 RPC_H bool rpc_log_has(rpc_srv *s, const char *needle)
 {
     FILE *f = fopen(s->log, "r");
@@ -300,6 +310,10 @@ RPC_H bool rpc_log_has(rpc_srv *s, const char *needle)
     while (!found && fgets(line, sizeof line, f))
         found = strstr(line, needle) != NULL;
     fclose(f);
+    if (!found) {
+        fprintf(stderr, "\nno '%s' in the server log\n", needle);
+        rpc_dump_log(s);
+    }
     return found;
 }
 
