@@ -88,7 +88,7 @@ BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 TEST_DEFS = -DTH_BUILD_DIR='"$(abspath $(BUILD))"' -DTH_SOURCE_DIR='"$(abspath .)"' -Itests
 
 .PHONY: all deps run test check check-unit check-integration check-tsan \
-	valgrind bench fuzz install clean
+	valgrind bench fuzz fuzz-replay install clean
 .DEFAULT_GOAL := all
 
 all: $(TOOLHOST) $(LIBSDK) $(PLUGIN_SO) $(FIX_SO) $(UNIT_BIN) $(INTEG_BIN)
@@ -194,7 +194,7 @@ check-integration: $(INTEG_BIN)
 	$(INTEG_BIN) $(SUITES)
 
 # The manager and reload suites under ThreadSanitizer.
-TSAN_SUITES ?= manager
+TSAN_SUITES ?= manager registry validate
 check-tsan:
 	@$(MAKE) --no-print-directory SANITIZER=thread all
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
@@ -210,8 +210,13 @@ bench: all $(BENCH_BIN)
 	@scripts/run-bench $(BUILD) $(BENCH_BIN)
 
 FUZZ_SECONDS ?= 30
-fuzz:
-	@scripts/run-fuzz $(FUZZ_SECONDS)
+fuzz: deps
+	@scripts/run-fuzz run $(FUZZ_SECONDS)
+
+# Replays the seed corpora and every past crash through the fuzz targets
+# (no fuzzing): what `make test` runs so regressions stay caught.
+fuzz-replay:
+	@scripts/run-fuzz replay
 
 # ---- install --------------------------------------------------------------------
 
