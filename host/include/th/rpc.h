@@ -28,12 +28,7 @@
 
 #include "th/buf.h"
 #include "th/err.h"
-/* th/tool.h has a "/" "*" inside a comment (-Wcomment); until it is fixed
- * there, keep that warning from failing the files that include this one. */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wcomment"
 #include "th/host.h"
-#pragma GCC diagnostic pop
 
 /* ---- Frames ------------------------------------------------------------ */
 
