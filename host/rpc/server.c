@@ -34,6 +34,7 @@
 #include <uv.h>
 
 #include "th/log.h"
+#include "th/schema.h"
 
 #define DEF_MAX_FRAME ((uint64_t)16 << 20)
 #define DEF_MAX_INFLIGHT 256
@@ -344,107 +345,12 @@ static int pack_result(th_buf *out, const th_result_copy *r)
     return e ? TH_ENOMEM : 0;
 }
 
-static const char *type_name(toolhost_type t)
-{
-    switch (t) {
-    case TOOLHOST_TYPE_STRING: return "string";
-    case TOOLHOST_TYPE_INTEGER: return "integer";
-    case TOOLHOST_TYPE_NUMBER: return "number";
-    case TOOLHOST_TYPE_BOOLEAN: return "boolean";
-    case TOOLHOST_TYPE_ARRAY: return "array";
-    case TOOLHOST_TYPE_OBJECT: return "object";
-    }
-    return "string";
-}
-
-static const char *sem_name(uint32_t sem)
-{
-    static const char *const names[TH_SEM_COUNT] = {
-        "text", "text", "status", "error", "file_content", "file_view",
-        "command_output", "search_results", "knowledge", "structured", "log",
-        "diff", "binary"};
-    return sem < TH_SEM_COUNT ? names[sem] : "text";
-}
-
-/* One tool as the protocol shows it (docs/protocol.md, "Tool"). */
+/* One tool as the protocol shows it: the schema module's tools.list entry
+ * (docs/protocol.md, "tools.list"). */
 static int pack_tool(msgpack_packer *pk, th_buf *out, const th_tool *t)
 {
-    int e = 0;
-    e |= msgpack_pack_map(pk, 6);
-    e |= PK_STR(pk, "name");
-    e |= PK_STR(pk, t->name);
-    e |= PK_STR(pk, "description");
-    e |= PK_STR(pk, t->description ? t->description : "");
-    e |= PK_STR(pk, "long_description");
-    if (t->long_description)
-        e |= PK_STR(pk, t->long_description);
-    else
-        e |= msgpack_pack_nil(pk);
-    e |= PK_STR(pk, "parameters");
-    e |= msgpack_pack_map(pk, 4);
-    e |= PK_STR(pk, "type");
-    e |= PK_STR(pk, "object");
-    e |= PK_STR(pk, "properties");
-    e |= msgpack_pack_map(pk, t->n_params);
-    size_t n_req = 0;
-    for (size_t i = 0; i < t->n_params; i++) {
-        const th_param *p = &t->params[i];
-        n_req += p->required;
-        uint32_t n = 2 + (p->n_enum > 0) + (p->default_mp != NULL) +
-                     (p->type == TOOLHOST_TYPE_ARRAY && p->item_type);
-        e |= PK_STR(pk, p->name);
-        e |= msgpack_pack_map(pk, n);
-        e |= PK_STR(pk, "type");
-        e |= PK_STR(pk, type_name(p->type));
-        e |= PK_STR(pk, "description");
-        e |= PK_STR(pk, p->description ? p->description : "");
-        if (p->n_enum) {
-            e |= PK_STR(pk, "enum");
-            e |= msgpack_pack_array(pk, p->n_enum);
-            for (size_t k = 0; k < p->n_enum; k++)
-                e |= PK_STR(pk, p->enum_values[k]);
-        }
-        if (p->default_mp) {
-            e |= PK_STR(pk, "default");
-            e |= th_buf_append(out, p->default_mp, p->default_len);
-        }
-        if (p->type == TOOLHOST_TYPE_ARRAY && p->item_type) {
-            e |= PK_STR(pk, "items");
-            e |= msgpack_pack_map(pk, 1);
-            e |= PK_STR(pk, "type");
-            e |= PK_STR(pk, type_name((toolhost_type)p->item_type));
-        }
-    }
-    e |= PK_STR(pk, "required");
-    e |= msgpack_pack_array(pk, n_req);
-    for (size_t i = 0; i < t->n_params; i++)
-        if (t->params[i].required)
-            e |= PK_STR(pk, t->params[i].name);
-    e |= PK_STR(pk, "additionalProperties");
-    e |= msgpack_pack_false(pk);
-    e |= PK_STR(pk, "semantic_types");
-    e |= msgpack_pack_map(pk, 2);
-    e |= PK_STR(pk, "stdout");
-    e |= PK_STR(pk, sem_name(t->stdout_type));
-    e |= PK_STR(pk, "stderr");
-    e |= PK_STR(pk, sem_name(t->stderr_type));
-    static const struct {
-        uint32_t bit;
-        const char *name;
-    } flags[] = {{TOOLHOST_TOOL_ASYNC, "async"},
-                 {TOOLHOST_TOOL_READ_ONLY, "read_only"},
-                 {TOOLHOST_TOOL_DESTRUCTIVE, "destructive"},
-                 {TOOLHOST_TOOL_IDEMPOTENT, "idempotent"},
-                 {TOOLHOST_TOOL_OPEN_WORLD, "open_world"},
-                 {TOOLHOST_TOOL_SERIAL, "serial"}};
-    e |= PK_STR(pk, "flags");
-    e |= msgpack_pack_map(pk, sizeof flags / sizeof flags[0]);
-    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
-        e |= PK_STR(pk, flags[i].name);
-        e |= (t->flags & flags[i].bit) ? msgpack_pack_true(pk)
-                                       : msgpack_pack_false(pk);
-    }
-    return e ? TH_ENOMEM : 0;
+    (void)out;
+    return th_schema_pack_tool(pk, t);
 }
 
 /* ---- Statistics ---------------------------------------------------------- */

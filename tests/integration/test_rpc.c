@@ -51,16 +51,12 @@ static void test_methods(void)
     CU_ASSERT(req && req->type == MSGPACK_OBJECT_ARRAY &&
               req->via.array.size == 1 &&
               th_rpc_obj_streq(&req->via.array.ptr[0], "text"));
-    const msgpack_object *flags = th_rpc_map_get(echo, "flags");
-    CU_ASSERT(th_rpc_map_get(flags, "read_only") &&
-              th_rpc_map_get(flags, "read_only")->via.boolean);
-    CU_ASSERT(th_rpc_map_get(flags, "async") &&
-              !th_rpc_map_get(flags, "async")->via.boolean);
-    CU_ASSERT_PTR_NOT_NULL(
-        th_rpc_map_get(th_rpc_map_get(echo, "semantic_types"), "stdout"));
+    CU_ASSERT(rpc_has_flag(echo, "read_only"));
+    CU_ASSERT(!rpc_has_flag(echo, "async"));
+    CU_ASSERT_PTR_NOT_NULL(th_rpc_map_get(echo, "stdout_type"));
+    CU_ASSERT_PTR_NOT_NULL(th_rpc_map_get(echo, "stderr_type"));
     const msgpack_object *ea = rpc_find_tool(r.res, "echo_async");
-    CU_ASSERT(ea && th_rpc_map_get(th_rpc_map_get(ea, "flags"), "async")
-                        ->via.boolean);
+    CU_ASSERT(ea && rpc_has_flag(ea, "async"));
     rpc_res_free(&r);
 
     CU_ASSERT(rpc_call(c, "tools.describe", "[\"echo\"]", &r) == 0);

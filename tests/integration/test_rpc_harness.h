@@ -484,6 +484,18 @@ RPC_H const msgpack_object *rpc_find_tool(const msgpack_object *list,
     return NULL;
 }
 
+/* The tool map's flags list has `flag`. */
+RPC_H bool rpc_has_flag(const msgpack_object *tool, const char *flag)
+{
+    const msgpack_object *f = th_rpc_map_get(tool, "flags");
+    if (!f || f->type != MSGPACK_OBJECT_ARRAY)
+        return false;
+    for (uint32_t i = 0; i < f->via.array.size; i++)
+        if (th_rpc_obj_streq(&f->via.array.ptr[i], flag))
+            return true;
+    return false;
+}
+
 /* A fresh connection makes a normal call. */
 RPC_H bool rpc_alive(rpc_srv *s)
 {
