@@ -1325,6 +1325,9 @@ static void conn_close(rpc_conn *c, bool graceful, const char *fmt, ...)
     c->closing = true;
     th_log_info("session=%llu disconnect: %s (%u calls in flight)",
                 (unsigned long long)c->id, reason, (unsigned)c->inflight);
+    /* In stdio mode the one session is the whole server. */
+    if (c->srv->stdio && !c->srv->stopping)
+        server_begin_stop(c->srv, reason);
     uv_close((uv_handle_t *)&c->in, on_handle_closed);
     if (c->two_handles)
         uv_close((uv_handle_t *)&c->out, on_handle_closed);

@@ -574,6 +574,32 @@ static void test_stdio(void)
     rpc_srv_free(&s);
 }
 
+/* Garbage on stdin ends the one session, and with it the server. */
+static void test_stdio_bad_input(void)
+{
+    rpc_srv s;
+    rpc_opts o = {.stdio = true};
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
+    th_buf in = TH_BUF_INIT;
+    th_rpc_pack_request(&in, 1, "host.ping", NULL, 0);
+    const uint8_t bad[] = {0x94, 0x00, 0x02, 0xc1};
+    th_buf_append(&in, bad, sizeof bad);
+    CU_ASSERT(write(s.in_fd, in.data, in.len) == (ssize_t)in.len);
+    th_buf_free(&in);
+    rpc_raw w = {.fd = s.out_fd};
+    th_rpc_reader_init(&w.rd, 1 << 20);
+    msgpack_unpacked_init(&w.msg);
+    const msgpack_object *m = rpc_raw_next(&w, rpc_wait_ms());
+    CU_ASSERT(m && m->via.array.ptr[1].via.u64 == 1);
+    CU_ASSERT(rpc_raw_next(&w, rpc_wait_ms()) == NULL); /* then EOF */
+    CU_ASSERT(!w.rd.failed && th_rpc_reader_pending(&w.rd) == 0);
+    msgpack_unpacked_destroy(&w.msg);
+    th_rpc_reader_destroy(&w.rd);
+    CU_ASSERT_EQUAL(rpc_srv_wait(&s), 0);
+    CU_ASSERT(rpc_log_has(&s, "not msgpack"));
+    rpc_srv_free(&s);
+}
+
 /* ---- a client not written in C ---------------------------------------- */
 
 static void test_python_interop(void)
@@ -633,6 +659,7 @@ void th_suite_rpc(void)
     CU_add_test(s, "disconnect_mid_call", test_disconnect_mid_call);
     CU_add_test(s, "sigterm_in_flight", test_sigterm_in_flight);
     CU_add_test(s, "stdio", test_stdio);
+    CU_add_test(s, "stdio_bad_input", test_stdio_bad_input);
     CU_add_test(s, "python_interop", test_python_interop);
     CU_add_test(s, "socket_file", test_socket_file);
 }
