@@ -4,6 +4,11 @@
 #   rpc_interop.py /path/to/socket
 # Prints one line per check and "interop: ok" at the end; exits 1 on the
 # first failed check.
+#   rpc_interop.py --view /path/to/socket TOOL ARGS_JSON
+# prints, as one JSON line, what this connection sees: the names from
+# tools.list, tools.describe TOOL (the error, if any) and tools.call TOOL
+# ARGS (the access-control test runs it as another user).
+import json
 import socket
 import sys
 
@@ -125,5 +130,22 @@ def main():
     print("interop: ok")
 
 
+def view(path, tool, args):
+    c = Client(path)
+    _, tools = c.call("tools.list", [])
+    derr, _ = c.call("tools.describe", [tool])
+    cerr, res = c.call("tools.call", [tool, json.loads(args)])
+
+    def text(v):
+        return v.decode("utf-8", "replace") if isinstance(v, bytes) else v
+    out = {"tools": [t["name"] for t in tools],
+           "describe_error": derr, "call_error": cerr,
+           "call": {k: text(v) for k, v in res.items()} if res else None}
+    print(json.dumps(out, default=str))
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 5 and sys.argv[1] == "--view":
+        view(sys.argv[2], sys.argv[3], sys.argv[4])
+    else:
+        main()
