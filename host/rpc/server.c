@@ -134,9 +134,10 @@ struct th_rpc_server {
     bool signals;
     uv_async_t wake;
     uv_timer_t grace, hard;
-    pthread_mutex_t mu;         /* guards evq_*, stop_req */
+    pthread_mutex_t mu;         /* guards evq_*, stop_req, wake_closed */
     rpc_ev *evq_head, *evq_tail;
     bool stop_req;
+    bool wake_closed;           /* no uv_async_send() any more */
     bool stopping, cancelled_rest;
     rpc_conn *conns;
     uint32_t n_conns;
@@ -1552,6 +1553,9 @@ static void server_check_drained(th_rpc_server *srv)
     }
     close_if_open((uv_handle_t *)&srv->grace);
     close_if_open((uv_handle_t *)&srv->hard);
+    pthread_mutex_lock(&srv->mu);
+    srv->wake_closed = true;
+    pthread_mutex_unlock(&srv->mu);
     close_if_open((uv_handle_t *)&srv->wake);
 }
 
@@ -1593,8 +1597,9 @@ void th_rpc_server_stop(th_rpc_server *srv)
 {
     pthread_mutex_lock(&srv->mu);
     srv->stop_req = true;
+    if (!srv->wake_closed)
+        uv_async_send(&srv->wake);
     pthread_mutex_unlock(&srv->mu);
-    uv_async_send(&srv->wake);
 }
 
 /* ---- Listening ------------------------------------------------------------ */

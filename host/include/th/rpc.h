@@ -142,11 +142,13 @@ typedef struct th_rpc_serve_opts {
  * session, removes the socket file.  Returns 0 after a clean shutdown;
  * TH_ECONFIG (no listen address), TH_ESTATE (another host answers on the
  * socket), TH_EIO (bind, listen, stdio) with a sentence in err.  The host
- * stays owned by the caller and is not closed. */
+ * stays owned by the caller and is not closed.  Side effect: SIGPIPE is
+ * ignored in the process (a client that hangs up must not kill the host).
+ * One server per host at a time; th_rpc_serve() blocks its thread. */
 int th_rpc_serve(th_host *h, const th_rpc_serve_opts *o, th_error *err);
 
-/* Asks a running server to shut down as on SIGTERM.  Any thread; safe
- * until th_rpc_serve() returns. */
+/* Asks a running server to shut down as on SIGTERM.  Any thread, from
+ * on_ready() until th_rpc_serve() returns (then `srv` is freed). */
 void th_rpc_server_stop(th_rpc_server *srv);
 
 /* Splits "unix:PATH" (or a bare absolute path).  0, or TH_EINVAL.  *path
