@@ -60,19 +60,11 @@ static int ask_permission(void *ud, uint64_t call_id, const char *tool,
     (void)args;
     (void)args_len;
     call_ctx *cc = ud;
-    bool allow = false;
-    if (cc->yes) {
-        allow = true;
-    } else if (isatty(STDIN_FILENO) && isatty(STDERR_FILENO)) {
-        cli_progress_end();
-        fprintf(stderr, "Allow %s? %s [y/N] ", tool, reason ? reason : "");
-        fflush(stderr);
-        char line[32];
-        if (fgets(line, sizeof line, stdin))
-            allow = line[0] == 'y' || line[0] == 'Y';
-    } else {
+    bool allow = cc->yes;
+    if (!allow && !isatty(STDIN_FILENO))
         return -1; /* nobody to ask: the policy denies */
-    }
+    if (!allow)
+        allow = cli_ask_terminal(tool, reason);
     return th_permission_answer(cc->session, call_id, allow);
 }
 
@@ -139,18 +131,9 @@ int cli_call(int argc, char **argv)
     char **kv = argv + optind + 1;
     int n_kv = argc - optind - 1;
 
-    if (connect) {
-        /* The remote host types the values from its tools.describe. */
-        json_t *args = NULL;
-        int rc = cli_call_remote_prepare(connect, tool, kv, n_kv, json_text,
-                                         &args);
-        if (rc != CLI_OK)
-            return rc;
-        rc = cli_call_remote(connect, tool, args, (int64_t)timeout_ms,
-                             show_meta, cc.yes);
-        json_decref(args);
-        return rc;
-    }
+    if (connect)
+        return cli_call_remote(connect, tool, kv, n_kv, json_text,
+                               (int64_t)timeout_ms, show_meta, cc.yes);
 
     th_front_ops ops = {.ask_permission = ask_permission};
     cli_host ch;

@@ -3,6 +3,7 @@
 #define TH_CLI_H
 
 #include <jansson.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 
@@ -70,14 +71,17 @@ void cli_show_progress(double fraction, const char *message,
 void cli_progress_end(void);
 
 /* --connect: the same commands against a running host (remote.c). */
-int cli_call_remote_prepare(const char *connect, const char *tool, char **kv,
-                            int n_kv, const char *json_text, json_t **args);
-int cli_call_remote(const char *connect, const char *tool, json_t *args,
-                    int64_t timeout_ms, bool show_meta, bool yes);
+int cli_call_remote(const char *connect, const char *tool, char **kv,
+                    int n_kv, const char *json_text, int64_t timeout_ms,
+                    bool show_meta, bool yes);
 int cli_list_remote(const char *connect, bool json);
 
+/* Asks "Allow TOOL? REASON [y/N]" on the terminal; false when there is
+ * none (with --yes the caller does not ask). */
+bool cli_ask_terminal(const char *tool, const char *reason);
+
 /* Set by the SIGINT handler that cli_catch_sigint() installs. */
-extern volatile int cli_interrupted;
+extern volatile sig_atomic_t cli_interrupted;
 void cli_catch_sigint(void);
 
 #endif

@@ -12,7 +12,7 @@
 #include "th/json.h"
 #include "th/log.h"
 
-volatile int cli_interrupted;
+volatile sig_atomic_t cli_interrupted;
 
 void cli_error(const char *fmt, ...)
 {
@@ -316,4 +316,17 @@ void cli_catch_sigint(void)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+}
+
+bool cli_ask_terminal(const char *tool, const char *reason)
+{
+    if (!isatty(STDIN_FILENO) || !isatty(STDERR_FILENO))
+        return false;
+    cli_progress_end();
+    fprintf(stderr, "Allow %s? %s [y/N] ", tool, reason ? reason : "");
+    fflush(stderr);
+    char line[32];
+    if (!fgets(line, sizeof line, stdin))
+        return false;
+    return line[0] == 'y' || line[0] == 'Y';
 }

@@ -209,7 +209,9 @@ int th_host_add_builtin_ex(th_host *h, const toolhost_plugin *desc,
         return th_error_set(err, TH_ENOMEM, "out of memory adding built-in %s", desc->name);
     }
     h->builtins = nb;
+    th_plugin_ref(p); /* one for the registry, which takes it over */
     if ((rc = th_registry_add(h->reg, p, err)) != 0) {
+        th_plugin_unref(p);
         th_plugin_unref(p);
         return rc;
     }
@@ -262,7 +264,8 @@ static int load_plugin(th_host *h, const th_plugin_cfg *pc, th_error *err)
         rc = th_registry_add(h->reg, p, err);
     th_params_free(params, np);
     th_buf_free(&block);
-    th_plugin_unref(p); /* the registry holds it now, or it is gone */
+    if (rc != 0)
+        th_plugin_unref(p); /* on success the registry took our reference */
     return rc;
 }
 
@@ -342,8 +345,13 @@ int th_host_open_ex(th_config *cfg, const th_host_opts *opts, th_host **out,
         host_free(h);
         return rc;
     }
-    if ((rc = th_plugin_builtin(&th_task_tools_plugin, &h->task_plugin, err)) != 0 ||
-        (rc = th_registry_add(h->reg, h->task_plugin, err)) != 0) {
+    if ((rc = th_plugin_builtin(&th_task_tools_plugin, &h->task_plugin, err)) != 0) {
+        host_free(h);
+        return rc;
+    }
+    th_plugin_ref(h->task_plugin); /* the registry takes this one over */
+    if ((rc = th_registry_add(h->reg, h->task_plugin, err)) != 0) {
+        th_plugin_unref(h->task_plugin);
         host_free(h);
         return rc;
     }
