@@ -375,10 +375,21 @@ static void start_server(const char *build)
             dup2(lfd, 1);
             dup2(lfd, 2);
         }
-        execl(exe, exe, "serve", "-c", cfg, "--listen", listen, (char *)NULL);
+        /* TH_BENCH_SERVER_WRAP="valgrind --tool=callgrind" (say) runs
+         * the server under a profiler */
+        const char *wrap = getenv("TH_BENCH_SERVER_WRAP");
+        if (wrap && *wrap) {
+            char cmd[9000];
+            snprintf(cmd, sizeof cmd, "exec %s '%s' serve -c '%s' --listen '%s'",
+                     wrap, exe, cfg, listen);
+            execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        } else {
+            execl(exe, exe, "serve", "-c", cfg, "--listen", listen,
+                  (char *)NULL);
+        }
         _exit(127);
     }
-    for (int i = 0; i < 1000; i++) { /* 10 s */
+    for (int i = 0; i < 6000; i++) { /* 60 s (a profiler starts slowly) */
         int fd = connect_unix(sock_path);
         if (fd >= 0) {
             close(fd);
@@ -395,7 +406,7 @@ static void start_server(const char *build)
         }
         usleep(10000);
     }
-    bench_die("toolhost serve did not listen on %s within 10 s", sock_path);
+    bench_die("toolhost serve did not listen on %s within 60 s", sock_path);
 }
 
 /* ---- main ---------------------------------------------------------------------------- */
@@ -414,6 +425,24 @@ int main(int argc, char **argv)
     uint64_t *samples = malloc(sizeof(uint64_t) * (size_t)n_seq);
     if (!samples)
         bench_die("out of memory");
+
+    /* TH_BENCH_PROFILE=1: only the server, 64 in flight, no table (for
+     * TH_BENCH_SERVER_WRAP) */
+    if (getenv("TH_BENCH_PROFILE")) {
+        start_server(build);
+        int pfd = connect_unix(sock_path);
+        if (pfd < 0)
+            bench_die("connect: %s", strerror(errno));
+        conn pc;
+        conn_init(&pc, pfd);
+        uint64_t ns = run_pipelined(&pc, n_pipe, 64);
+        printf("profile: %ld calls, 64 in flight: %.0f calls/s\n", n_pipe,
+               (double)n_pipe * 1e9 / (double)ns);
+        conn_destroy(&pc);
+        stop_server();
+        free(samples);
+        return 0;
+    }
 
     /* the floor */
     int sv[2];
