@@ -110,12 +110,15 @@ static inline int th_fuzz_msgpack_walk(const uint8_t *p, size_t len,
         pos += (size_t)skip;
         if (kids > len - pos) /* each element takes a byte at least */
             return 0;
+        int container = (c >= 0x80 && c <= 0x9f) || (c >= 0xdc && c <= 0xdf);
         if (kids > 0) {
             if (depth + 1 >= (int)(sizeof stack / sizeof stack[0]))
                 return 0; /* deeper than anything we accept */
             stack[++depth] = kids;
             if (depth > max_depth)
                 max_depth = depth;
+        } else if (container && depth + 1 > max_depth) {
+            max_depth = depth + 1; /* an empty one is a level too */
         }
     }
     if (depth_out)
