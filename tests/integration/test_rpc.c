@@ -6,6 +6,7 @@
  * test_rpc_fault.c; both share tests/integration/test_rpc_harness.h. */
 #include <CUnit/CUnit.h>
 #include <grp.h>
+#include <pthread.h>
 #include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
@@ -277,6 +278,75 @@ static void test_async_progress(void)
 
     th_buf_free(&args);
     th_rpc_client_close(c);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+}
+
+/* ---- the client's cancel flag ------------------------------------------- */
+
+typedef struct flag_later {
+    volatile sig_atomic_t flag;
+    int after_ms;
+} flag_later;
+
+static void *set_flag_later(void *arg)
+{
+    flag_later *fl = arg;
+    usleep((useconds_t)fl->after_ms * 1000);
+    fl->flag = 1;
+    return NULL;
+}
+
+/* Runs `tool` with the cancel flag set after `after_ms`; true when the
+ * final result is the `cancelled` tool error. */
+static bool cancelled_call(rpc_srv *s, const char *tool, const char *json,
+                           int after_ms)
+{
+    th_rpc_client *c = rpc_connect(s);
+    if (!c)
+        return false;
+    flag_later fl = {.flag = 0, .after_ms = after_ms};
+    th_rpc_client_set_cancel_flag(c, &fl.flag);
+    pthread_t th;
+    pthread_create(&th, NULL, set_flag_later, &fl);
+    th_buf args = TH_BUF_INIT;
+    rpc_pack_json(&args, json);
+    uint8_t *res = NULL;
+    size_t len = 0;
+    th_error e;
+    int rc = th_rpc_client_call_tool(c, tool, args.data, args.len, 0, NULL,
+                                     NULL, &res, &len, &e);
+    pthread_join(th, NULL);
+    bool ok = false;
+    if (rc == 0) {
+        msgpack_unpacked u;
+        msgpack_unpacked_init(&u);
+        size_t off = 0;
+        if (msgpack_unpack_next(&u, (const char *)res, len, &off) ==
+            MSGPACK_UNPACK_SUCCESS)
+            ok = rpc_tool_error_is(&u.data, "cancelled");
+        msgpack_unpacked_destroy(&u);
+    }
+    free(res);
+    th_buf_free(&args);
+    th_rpc_client_close(c);
+    return ok;
+}
+
+static void test_client_cancel(void)
+{
+    rpc_srv s;
+    CU_ASSERT_FATAL(rpc_srv_start(&s, NULL) == 0);
+    /* After the acknowledgement: tasks.cancel. */
+    int64_t t0 = rpc_now_ms();
+    CU_ASSERT(cancelled_call(&s, "echo_async",
+                             "{\"text\": \"x\", \"steps\": 400, "
+                             "\"delay_ms\": 50}",
+                             300));
+    CU_ASSERT(rpc_now_ms() - t0 < 10000); /* not the 20 s it would take */
+    /* Before an answer (a sync call): tools.cancel by msgid. */
+    CU_ASSERT(cancelled_call(&s, "text_count", "{\"path\": \"x\"}", 100));
+    CU_ASSERT(rpc_alive(&s));
     CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
     rpc_srv_free(&s);
 }
@@ -678,6 +748,7 @@ void th_suite_rpc(void)
     CU_add_test(s, "methods", test_methods);
     CU_add_test(s, "shapes_raw", test_shapes_raw);
     CU_add_test(s, "async_progress", test_async_progress);
+    CU_add_test(s, "client_cancel", test_client_cancel);
     CU_add_test(s, "pipelining", test_pipelining);
     CU_add_test(s, "permission", test_permission);
     CU_add_test(s, "access_control", test_access_control);
