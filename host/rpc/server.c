@@ -1226,6 +1226,10 @@ static void dispatch(rpc_conn *c, const msgpack_object *o)
         on_response(c, &m);
         return;
     }
+    if (m.kind == TH_RPC_REQUEST && c->srv->stopping) {
+        send_error(c, m.msgid, TH_ESTATE, "the host is shutting down");
+        return;
+    }
     for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++) {
         if (strlen(methods[i].name) != m.method_len ||
             memcmp(methods[i].name, m.method, m.method_len) != 0)
@@ -1577,12 +1581,8 @@ static void server_begin_stop(th_rpc_server *srv, const char *why)
         if (srv->bound)
             unlink(srv->sock_path);
     }
-    /* No new requests; answers to running calls still go out. */
-    for (rpc_conn *c = srv->conns; c; c = c->next)
-        if (c->reading) {
-            uv_read_stop((uv_stream_t *)&c->in);
-            c->reading = false;
-        }
+    /* Connections stay open and read on: answers to permission requests
+     * and cancels still count; new requests are refused (dispatch). */
     uv_timer_start(&srv->grace, on_grace, srv->grace_ms, 0);
     server_check_drained(srv);
 }

@@ -601,6 +601,15 @@ static void test_sigterm_in_flight(void)
     rpc_raw_request(&w, 3, "host.ping", "[]");
     CU_ASSERT(rpc_raw_response(&w, 3, rpc_wait_ms()) != NULL);
     kill(s.pid, SIGTERM);
+    /* Stopping: the socket file goes first; new requests are refused. */
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    while (access(s.sock, F_OK) == 0 && rpc_now_ms() < end)
+        usleep(2000);
+    CU_ASSERT(access(s.sock, F_OK) != 0);
+    rpc_raw_request(&w, 4, "host.ping", "[]");
+    const msgpack_object *m4 = rpc_raw_response(&w, 4, rpc_wait_ms());
+    CU_ASSERT(m4 && m4->via.array.ptr[2].type == MSGPACK_OBJECT_ARRAY &&
+              m4->via.array.ptr[2].via.array.ptr[0].via.i64 == TH_ESTATE);
     /* The short call finishes within the grace; the long task is
      * cancelled after it; then the server hangs up and exits 0. */
     const msgpack_object *m = rpc_raw_response(&w, 2, rpc_wait_ms());
