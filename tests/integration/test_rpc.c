@@ -6,7 +6,8 @@
  * test_rpc_fault.c; both share tests/integration/test_rpc_harness.h. */
 #include <CUnit/CUnit.h>
 #include <grp.h>
-#include <pthread.h>
+#include <signal.h>
+#include <time.h>
 #include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
@@ -284,17 +285,14 @@ static void test_async_progress(void)
 
 /* ---- the client's cancel flag ------------------------------------------- */
 
-typedef struct flag_later {
-    volatile sig_atomic_t flag;
-    int after_ms;
-} flag_later;
+/* The flag is set by a signal handler, as the CLI's Ctrl-C handler does:
+ * a POSIX timer sends SIGUSR1 after a while. */
+static volatile sig_atomic_t cancel_flag;
 
-static void *set_flag_later(void *arg)
+static void on_usr1(int sig)
 {
-    flag_later *fl = arg;
-    usleep((useconds_t)fl->after_ms * 1000);
-    fl->flag = 1;
-    return NULL;
+    (void)sig;
+    cancel_flag = 1;
 }
 
 /* Runs `tool` with the cancel flag set after `after_ms`; true when the
@@ -305,10 +303,18 @@ static bool cancelled_call(rpc_srv *s, const char *tool, const char *json,
     th_rpc_client *c = rpc_connect(s);
     if (!c)
         return false;
-    flag_later fl = {.flag = 0, .after_ms = after_ms};
-    th_rpc_client_set_cancel_flag(c, &fl.flag);
-    pthread_t th;
-    pthread_create(&th, NULL, set_flag_later, &fl);
+    cancel_flag = 0;
+    th_rpc_client_set_cancel_flag(c, &cancel_flag);
+    struct sigaction sa = {.sa_handler = on_usr1}, old_sa;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR1, &sa, &old_sa);
+    struct sigevent sev = {.sigev_notify = SIGEV_SIGNAL,
+                           .sigev_signo = SIGUSR1};
+    timer_t timer;
+    timer_create(CLOCK_MONOTONIC, &sev, &timer);
+    struct itimerspec its = {.it_value = {after_ms / 1000,
+                                          (after_ms % 1000) * 1000000L}};
+    timer_settime(timer, 0, &its, NULL);
     th_buf args = TH_BUF_INIT;
     rpc_pack_json(&args, json);
     uint8_t *res = NULL;
@@ -316,15 +322,18 @@ static bool cancelled_call(rpc_srv *s, const char *tool, const char *json,
     th_error e;
     int rc = th_rpc_client_call_tool(c, tool, args.data, args.len, 0, NULL,
                                      NULL, &res, &len, &e);
-    pthread_join(th, NULL);
-    bool ok = false;
+    timer_delete(timer);
+    sigaction(SIGUSR1, &old_sa, NULL);
+    bool ok = cancel_flag == 1;
+    if (rc != 0)
+        ok = false;
     if (rc == 0) {
         msgpack_unpacked u;
         msgpack_unpacked_init(&u);
         size_t off = 0;
         if (msgpack_unpack_next(&u, (const char *)res, len, &off) ==
             MSGPACK_UNPACK_SUCCESS)
-            ok = rpc_tool_error_is(&u.data, "cancelled");
+            ok = ok && rpc_tool_error_is(&u.data, "cancelled");
         msgpack_unpacked_destroy(&u);
     }
     free(res);
