@@ -9,27 +9,11 @@
 
 #include "th/buf.h"
 #include "th/json.h"
+#include "th/config.h"
 #include "th/perm.h"
 #include "toolhost/plugin.h"
 
 /* ---- names --------------------------------------------------------------- */
-
-/* The config names of the semantic types (the same spelling as
- * th_sem_name() of the config module, kept here so this module stands
- * alone). */
-static const char *const sem_names[] = {
-    NULL,           "text",           "status",    "error",
-    "file_content", "file_view",      "command_output",
-    "search_results", "knowledge",    "structured", "log",
-    "diff",         "binary",
-};
-
-static const char *sem_name(uint32_t sem)
-{
-    if (sem < sizeof sem_names / sizeof sem_names[0] && sem_names[sem])
-        return sem_names[sem];
-    return "text";
-}
 
 const char *th_schema_type_name(uint32_t type)
 {
@@ -297,8 +281,8 @@ char *th_schema_describe(const th_tool *tool)
     for (size_t i = 0; i < tool->n_params; i++)
         rc |= describe_param(&b, &tool->params[i]);
     rc |= th_buf_printf(&b, "\n## Output\n\nstdout: %s; stderr: %s.\n",
-                        sem_name(tool->stdout_type),
-                        sem_name(tool->stderr_type));
+                        th_sem_name(tool->stdout_type),
+                        th_sem_name(tool->stderr_type));
     uint32_t fl = tool->flags & ~TH_PERM_FLAG_NEEDS;
     if (fl) {
         rc |= th_buf_puts(&b, "Flags:");
@@ -445,9 +429,9 @@ int th_schema_pack_tool(struct msgpack_packer *pk, const th_tool *tool)
         rc = th_json_pack(params, pk);
     json_decref(params);
     rc |= PACK_KEY(pk, "stdout_type");
-    rc |= pack_cstr(pk, sem_name(tool->stdout_type));
+    rc |= pack_cstr(pk, th_sem_name(tool->stdout_type));
     rc |= PACK_KEY(pk, "stderr_type");
-    rc |= pack_cstr(pk, sem_name(tool->stderr_type));
+    rc |= pack_cstr(pk, th_sem_name(tool->stderr_type));
     rc |= PACK_KEY(pk, "flags");
     uint32_t fl = tool->flags & ~TH_PERM_FLAG_NEEDS;
     size_t nf = 0;
