@@ -123,8 +123,14 @@ static void test_methods(void)
     CU_ASSERT(th_rpc_map_get(r.res, "uptime_ms") != NULL);
     CU_ASSERT(th_rpc_map_get(th_rpc_map_get(r.res, "memory"), "rss_bytes")
                   ->via.u64 > 0);
+    const msgpack_object *mgr = th_rpc_map_get(r.res, "manager");
+    CU_ASSERT(th_rpc_map_get(mgr, "workers") &&
+              th_rpc_map_get(mgr, "workers")->via.u64 > 0);
     const msgpack_object *ts = th_rpc_map_get(r.res, "tools");
-    CU_ASSERT(th_rpc_map_get(th_rpc_map_get(ts, "echo"), "calls") != NULL);
+    const msgpack_object *ec =
+        th_rpc_map_get(th_rpc_map_get(ts, "echo"), "calls");
+    CU_ASSERT(ec && ec->via.u64 >= 3);
+    CU_ASSERT(th_rpc_map_get(th_rpc_map_get(ts, "echo"), "p99_ms") != NULL);
     rpc_res_free(&r);
 
     /* Protocol errors: [code, message]. */
@@ -256,11 +262,18 @@ static void test_async_progress(void)
     task = th_rpc_map_get(ack, "task_id")->via.u64;
     rpc_raw_request(&w, 2, "tasks.list", "[]");
     m = rpc_raw_response(&w, 2, rpc_wait_ms());
-    CU_ASSERT(m && m->via.array.ptr[3].via.array.size == 1 &&
-              th_rpc_obj_streq(th_rpc_map_get(&m->via.array.ptr[3]
-                                                   .via.array.ptr[0],
-                                              "status"),
-                               "running"));
+    CU_ASSERT_FATAL(m && m->via.array.ptr[3].type == MSGPACK_OBJECT_ARRAY);
+    /* the running one (from the manager) and the finished one */
+    const msgpack_object *running = NULL;
+    for (uint32_t i = 0; i < m->via.array.ptr[3].via.array.size; i++) {
+        const msgpack_object *ti = &m->via.array.ptr[3].via.array.ptr[i];
+        if (th_rpc_map_get(ti, "task_id")->via.u64 == task)
+            running = ti;
+    }
+    CU_ASSERT_EQUAL(m->via.array.ptr[3].via.array.size, 1);
+    CU_ASSERT(running &&
+              th_rpc_obj_streq(th_rpc_map_get(running, "status"), "running") &&
+              th_rpc_obj_streq(th_rpc_map_get(running, "scope"), "session"));
     snprintf(p, sizeof p, "[%llu]", (unsigned long long)task);
     rpc_raw_request(&w, 3, "tasks.result", p);
     m = rpc_raw_response(&w, 3, rpc_wait_ms());
