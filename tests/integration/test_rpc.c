@@ -296,6 +296,57 @@ static void test_async_progress(void)
     rpc_srv_free(&s);
 }
 
+/* A toolset-scoped task outlives the session that started it; another
+ * session reads its result with tasks.result. */
+static void test_toolset_task_result(void)
+{
+    rpc_srv s;
+    rpc_opts o = {.public_extra = "    scope: toolset\n"};
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
+    rpc_raw w;
+    CU_ASSERT_FATAL(rpc_raw_open(&w, &s) == 0);
+    rpc_raw_request(&w, 1, "tools.call",
+                    "[\"echo_async\", {\"text\": \"kept\", \"steps\": 4, "
+                    "\"delay_ms\": 50}]");
+    const msgpack_object *m = rpc_raw_response(&w, 1, rpc_wait_ms());
+    CU_ASSERT_FATAL(m != NULL);
+    const msgpack_object *tid =
+        th_rpc_map_get(&m->via.array.ptr[3], "task_id");
+    CU_ASSERT_FATAL(tid != NULL);
+    uint64_t task = tid->via.u64;
+    rpc_raw_close(&w); /* the task goes on without its session */
+
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    char p[64];
+    snprintf(p, sizeof p, "[%llu]", (unsigned long long)task);
+    bool done = false;
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    while (!done && rpc_now_ms() < end) {
+        rpc_res r;
+        CU_ASSERT_FATAL(rpc_call(c, "tasks.result", p, &r) == 0);
+        if (r.res && th_rpc_map_get(r.res, "ok")) {
+            CU_ASSERT(rpc_ok(r.res) && rpc_stdout_is(r.res, "kept"));
+            done = true;
+        } else {
+            /* still running: {status: running} */
+            CU_ASSERT(r.res && th_rpc_obj_streq(th_rpc_map_get(r.res,
+                                                               "status"),
+                                                "running"));
+            usleep(20000);
+        }
+        rpc_res_free(&r);
+    }
+    CU_ASSERT(done);
+    rpc_res r;
+    CU_ASSERT(rpc_call(c, "tasks.result", "[987654]", &r) == 0);
+    CU_ASSERT(rpc_is_error(&r, TH_ENOTFOUND));
+    rpc_res_free(&r);
+    th_rpc_client_close(c);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+}
+
 /* ---- the client's cancel flag ------------------------------------------- */
 
 /* The flag is set by a signal handler, as the CLI's Ctrl-C handler does:
@@ -779,6 +830,7 @@ void th_suite_rpc(void)
     CU_add_test(s, "methods", test_methods);
     CU_add_test(s, "shapes_raw", test_shapes_raw);
     CU_add_test(s, "async_progress", test_async_progress);
+    CU_add_test(s, "toolset_task_result", test_toolset_task_result);
     CU_add_test(s, "client_cancel", test_client_cancel);
     CU_add_test(s, "pipelining", test_pipelining);
     CU_add_test(s, "permission", test_permission);
