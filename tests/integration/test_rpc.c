@@ -817,7 +817,17 @@ static void test_socket_file(void)
     rpc_srv_wait(&s);
     CU_ASSERT(access(s.sock, F_OK) == 0);
     o.no_wait = false;
+    /* ... with the configured group and mode */
+    struct group *gr = getgrnam("nogroup");
+    char extra[128];
+    snprintf(extra, sizeof extra, "  socket_group: \"%s\"\n",
+             gr ? "nogroup" : "0");
+    o.host_extra = extra;
+    o.socket_mode = "0660";
     CU_ASSERT_FATAL(rpc_srv_start(&s2, &o) == 0);
+    struct stat st;
+    CU_ASSERT(stat(s2.sock, &st) == 0 && (st.st_mode & 0777) == 0660 &&
+              st.st_gid == (gr ? gr->gr_gid : 0));
     CU_ASSERT(rpc_alive(&s2));
     CU_ASSERT_EQUAL(rpc_srv_stop(&s2, SIGINT), 0);
     rpc_srv_free(&s2);
