@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -176,6 +177,8 @@ RPC_H int rpc_srv_start(rpc_srv *s, const rpc_opts *o)
     if (pid < 0)
         rpc_die("fork");
     if (pid == 0) {
+        /* If the test run dies, the server goes with it. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (stdio) {
             dup2(pin[0], 0);
             dup2(pout[1], 1);
