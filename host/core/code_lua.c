@@ -31,6 +31,12 @@
 #include <string.h>
 #include <time.h>
 
+/* th/tool.h has a comment containing slash-star: tolerate it here. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wcomment"
+#include "th/tool.h"
+#pragma GCC diagnostic pop
+
 #define HOOK_EVERY 1000
 #define MAX_DEPTH 64 /* nesting of tables converted to or from msgpack */
 
@@ -108,6 +114,19 @@ static bool lua_valid_ident(const char *s, char *why, size_t why_size)
 }
 
 const th_proj_lang th_code_lua_lang = {"Lua", lua_map_name, lua_valid_ident};
+
+int th_code_projection_add(th_projection *p, const th_tool *tool,
+                           th_error *err)
+{
+    static const char *const skip[] = {TH_CODE_TOOL_NAME, "get_running_tasks",
+                                       "cancel_task", NULL};
+    if (!tool || !tool->name)
+        return th_error_set(err, TH_EINVAL, "projection: no tool");
+    for (size_t i = 0; skip[i]; i++)
+        if (strcmp(tool->name, skip[i]) == 0)
+            return 0;
+    return th_projection_add(p, tool, err);
+}
 
 /* ---- Result ------------------------------------------------------------------ */
 
@@ -845,6 +864,7 @@ static void make_tools(lua_State *L, run *r)
 static int sb_help(lua_State *L)
 {
     run *r = get_run(L);
+    lua_settop(L, 1); /* the buffer below lives above argument 1 */
     luaL_Buffer b;
     luaL_buffinit(L, &b);
     if (lua_isnoneornil(L, 1)) {

@@ -35,6 +35,14 @@
  * identifiers [A-Za-z_][A-Za-z0-9_]* that are not Lua keywords. */
 extern const th_proj_lang th_code_lua_lang;
 
+struct th_tool;
+
+/* th_projection_add() for a code runtime: skips run_code itself (no
+ * recursion) and the task tools get_running_tasks / cancel_task (calls
+ * from code wait for their tasks), returning 0 for them. */
+int th_code_projection_add(th_projection *p, const struct th_tool *tool,
+                           th_error *err);
+
 typedef struct th_code_limits {
     int64_t timeout_ms;    /* <= 0: no deadline */
     uint64_t memory;       /* bytes of Lua heap; 0: no cap */

@@ -1,0 +1,767 @@
+/* test_code.c - the Lua code runtime against fake tools: many calls, the
+ * deadline (in Lua and inside tool calls), the memory cap, errors with
+ * tracebacks, sandbox escape attempts, recursion, call and output limits,
+ * progress and cancellation. */
+#include <CUnit/CUnit.h>
+#include <msgpack.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "th/code.h"
+#include "th/projection.h"
+
+/* ---- fake tools ----------------------------------------------------------- */
+
+typedef struct fake {
+    int calls;
+    th_buf last_args;   /* msgpack of the last call's args */
+    char last_tool[64];
+    int64_t last_timeout;
+    int progress_seen;
+    char progress_tool[64];
+    int cancel_after;   /* is_cancelled: nonzero after this many polls */
+    int polls;
+    th_buf sink_out, sink_err;
+} fake;
+
+static int64_t map_int(const msgpack_object *m, const char *key, int64_t def)
+{
+    if (m->type != MSGPACK_OBJECT_MAP)
+        return def;
+    for (uint32_t i = 0; i < m->via.map.size; i++) {
+        const msgpack_object_kv *kv = &m->via.map.ptr[i];
+        if (kv->key.type == MSGPACK_OBJECT_STR &&
+            kv->key.via.str.size == strlen(key) &&
+            memcmp(kv->key.via.str.ptr, key, kv->key.via.str.size) == 0) {
+            if (kv->val.type == MSGPACK_OBJECT_POSITIVE_INTEGER ||
+                kv->val.type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
+                return kv->val.via.i64;
+        }
+    }
+    return def;
+}
+
+static const msgpack_object *map_get(const msgpack_object *m, const char *key)
+{
+    if (m->type != MSGPACK_OBJECT_MAP)
+        return NULL;
+    for (uint32_t i = 0; i < m->via.map.size; i++) {
+        const msgpack_object_kv *kv = &m->via.map.ptr[i];
+        if (kv->key.type == MSGPACK_OBJECT_STR &&
+            kv->key.via.str.size == strlen(key) &&
+            memcmp(kv->key.via.str.ptr, key, kv->key.via.str.size) == 0)
+            return &kv->val;
+    }
+    return NULL;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static int fake_call(void *ud, const char *tool, const uint8_t *args,
+                     size_t len, int64_t timeout_ms, th_proj_progress_fn pf,
+                     void *pud, th_proj_result *out)
+{
+    fake *f = ud;
+    f->calls++;
+    snprintf(f->last_tool, sizeof f->last_tool, "%s", tool);
+    f->last_timeout = timeout_ms;
+    th_buf_reset(&f->last_args);
+    th_buf_append(&f->last_args, args, len);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    CU_ASSERT_EQUAL_FATAL(
+        msgpack_unpack_next(&u, (const char *)args, len, NULL),
+        MSGPACK_UNPACK_SUCCESS);
+    CU_ASSERT_EQUAL(u.data.type, MSGPACK_OBJECT_MAP);
+    out->kind = TH_PROJ_DONE;
+    out->ok = true;
+    int rc = 0;
+    if (strcmp(tool, "echo") == 0 || strcmp(tool, "my-tool") == 0) {
+        const msgpack_object *t = map_get(&u.data, "text");
+        if (t && t->type == MSGPACK_OBJECT_STR)
+            th_buf_append(&out->out, t->via.str.ptr, t->via.str.size);
+    } else if (strcmp(tool, "add") == 0) {
+        int64_t s = map_int(&u.data, "a", 0) + map_int(&u.data, "b", 0);
+        th_buf_printf(&out->out, "%lld", (long long)s);
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &out->meta, th_buf_msgpack_write);
+        msgpack_pack_map(&pk, 2);
+        msgpack_pack_str_with_body(&pk, "sum", 3);
+        msgpack_pack_int64(&pk, s);
+        msgpack_pack_str_with_body(&pk, "tags", 4);
+        msgpack_pack_array(&pk, 2);
+        msgpack_pack_str_with_body(&pk, "x", 1);
+        msgpack_pack_true(&pk);
+    } else if (strcmp(tool, "fail") == 0) {
+        out->ok = false;
+        th_buf_puts(&out->err, "disk on fire");
+    } else if (strcmp(tool, "bad") == 0) {
+        out->kind = TH_PROJ_ERROR;
+        out->error = TH_EARGS;
+        out->message = strdup("Error parsing arguments for bad: missing "
+                              "required parameter 'x'");
+    } else if (strcmp(tool, "sleep") == 0) {
+        /* honours its timeout like the manager would */
+        int64_t ms = map_int(&u.data, "ms", 0);
+        int64_t waited = 0;
+        while (waited < ms && (timeout_ms <= 0 || waited < timeout_ms)) {
+            sleep_ms(5);
+            waited += 5;
+        }
+        if (waited < ms) {
+            out->kind = TH_PROJ_ERROR;
+            out->error = TH_ETIMEOUT;
+        }
+    } else if (strcmp(tool, "progress") == 0) {
+        for (int i = 1; i <= 3; i++)
+            if (pf)
+                pf(pud, i / 3.0, "step", NULL, 0);
+    } else {
+        rc = TH_EUNKNOWN_TOOL;
+    }
+    msgpack_unpacked_destroy(&u);
+    return rc;
+}
+
+static th_projection *make_proj(fake *f)
+{
+    th_proj_caller c = {fake_call, f};
+    th_projection *p = th_projection_new(&th_code_lua_lang, &c);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+    th_proj_param text = {"text", TOOLHOST_TYPE_STRING, true};
+    th_proj_param ab[2] = {{"a", TOOLHOST_TYPE_INTEGER, true},
+                           {"b", TOOLHOST_TYPE_INTEGER, true}};
+    th_proj_param ms = {"ms", TOOLHOST_TYPE_INTEGER, true};
+    th_proj_param list = {"list", TOOLHOST_TYPE_ARRAY, false};
+    th_proj_param echo_params[2] = {text, list};
+    th_error e;
+    CU_ASSERT_EQUAL(th_projection_add_raw(p, NULL, "echo", "Echoes text.",
+                                          echo_params, 2, 0, &e), 0);
+    CU_ASSERT_EQUAL(
+        th_projection_add_raw(p, NULL, "add", "Adds a and b.", ab, 2, 0, &e),
+        0);
+    CU_ASSERT_EQUAL(
+        th_projection_add_raw(p, NULL, "fail", "Fails.", NULL, 0, 0, &e), 0);
+    CU_ASSERT_EQUAL(
+        th_projection_add_raw(p, NULL, "bad", "Errors.", NULL, 0, 0, &e), 0);
+    CU_ASSERT_EQUAL(th_projection_add_raw(p, NULL, "sleep", "Sleeps ms.", &ms,
+                                          1, TOOLHOST_TOOL_ASYNC, &e), 0);
+    CU_ASSERT_EQUAL(th_projection_add_raw(p, NULL, "progress", "Reports.",
+                                          NULL, 0, TOOLHOST_TOOL_ASYNC, &e),
+                    0);
+    CU_ASSERT_EQUAL(th_projection_add_raw(p, NULL, "my-tool", "Dashed.",
+                                          &text, 1, 0, &e), 0);
+    return p;
+}
+
+/* Runs `code` with the fake tools and the given limits. */
+typedef struct ran {
+    fake f;
+    th_code_result res;
+    int rc;
+    double secs;
+} ran;
+
+static void run_with(ran *r, const char *code, const th_code_limits *lim,
+                     const th_code_io *io)
+{
+    th_projection *p = make_proj(&r->f);
+    th_code_result_init(&r->res);
+    th_error e;
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    r->rc = th_code_run(p, code, strlen(code), lim, io, &r->res, &e);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    r->secs = (double)(b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9;
+    th_projection_free(p);
+}
+
+static void ran_free(ran *r)
+{
+    th_code_result_free(&r->res);
+    th_buf_free(&r->f.last_args);
+    th_buf_free(&r->f.sink_out);
+    th_buf_free(&r->f.sink_err);
+}
+
+static const th_code_limits default_lim = {5000, 32u << 20, 1000, 65536};
+
+static void run_code(ran *r, const char *code)
+{
+    memset(r, 0, sizeof *r);
+    run_with(r, code, &default_lim, NULL);
+}
+
+static const char *out_of(const ran *r)
+{
+    return r->res.out.data ? (const char *)r->res.out.data : "";
+}
+
+static const char *err_of(const ran *r)
+{
+    return r->res.error ? r->res.error : "";
+}
+
+/* ---- tests ------------------------------------------------------------------- */
+
+static void test_hundred_calls(void)
+{
+    ran r;
+    run_code(&r, "local sum, n = 0, 0\n"
+                 "for i = 1, 100 do\n"
+                 "  local res = tools.add{a = i, b = 1}\n"
+                 "  assert(res.ok, 'call failed')\n"
+                 "  sum = sum + res.meta.sum\n"
+                 "  n = n + tonumber(res.stdout) - res.meta.sum + 1\n"
+                 "end\n"
+                 "print('sum', sum)\n"
+                 "return {sum = sum, n = n, tag = tools.add{a=1,b=1}.meta.tags[1]}\n");
+    CU_ASSERT_EQUAL(r.rc, 0);
+    CU_ASSERT_EQUAL(r.res.return_code, 0);
+    CU_ASSERT_PTR_NULL(r.res.error);
+    CU_ASSERT_EQUAL(r.res.calls, 101);
+    CU_ASSERT_EQUAL(r.f.calls, 101);
+    CU_ASSERT_STRING_EQUAL(out_of(&r), "sum\t5150\n");
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    CU_ASSERT_EQUAL_FATAL(msgpack_unpack_next(&u, (const char *)r.res.value.data,
+                                              r.res.value.len, NULL),
+                          MSGPACK_UNPACK_SUCCESS);
+    CU_ASSERT_EQUAL(map_int(&u.data, "sum", -1), 5150);
+    CU_ASSERT_EQUAL(map_int(&u.data, "n", -1), 100);
+    const msgpack_object *tag = map_get(&u.data, "tag");
+    CU_ASSERT_TRUE(tag && tag->type == MSGPACK_OBJECT_STR &&
+                   tag->via.str.size == 1 && tag->via.str.ptr[0] == 'x');
+    msgpack_unpacked_destroy(&u);
+    ran_free(&r);
+}
+
+static void test_output(void)
+{
+    ran r;
+    run_code(&r, "print('a', 1, true, nil)\n"
+                 "stdout:write('x', 2, '\\n')\n"
+                 "stderr:write('e1', 'e2')\n"
+                 "stderr.write('e3')\n");
+    CU_ASSERT_EQUAL(r.res.return_code, 0);
+    CU_ASSERT_STRING_EQUAL(out_of(&r), "a\t1\ttrue\tnil\nx2\n");
+    CU_ASSERT_STRING_EQUAL((char *)r.res.err.data, "e1e2e3");
+    CU_ASSERT_EQUAL(r.res.value.len, 0);
+    ran_free(&r);
+}
+
+static int sink_write(void *ud, int stream, const void *data, size_t len)
+{
+    fake *f = ud;
+    th_buf_append(stream == TOOLHOST_STDOUT ? &f->sink_out : &f->sink_err,
+                  data, len);
+    return 0;
+}
+
+static void test_output_limit_and_sink(void)
+{
+    ran r;
+    memset(&r, 0, sizeof r);
+    th_code_limits lim = default_lim;
+    lim.output_limit = 100;
+    th_code_io io = {sink_write, NULL, NULL, &r.f};
+    run_with(&r, "print(string.rep('y', 1000)) stderr:write('oops')", &lim,
+             &io);
+    CU_ASSERT_EQUAL(r.res.return_code, 0);
+    CU_ASSERT_EQUAL(r.res.out.len, 0); /* went to the sink */
+    CU_ASSERT_EQUAL(r.res.out_bytes, 1001);
+    CU_ASSERT_TRUE(r.f.sink_out.len > 100 && r.f.sink_out.len < 300);
+    CU_ASSERT_EQUAL(memcmp(r.f.sink_out.data, "yyyyyyyyyy", 10), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr((char *)r.f.sink_out.data,
+                                  "901 more bytes of stdout dropped"));
+    CU_ASSERT_STRING_EQUAL((char *)r.f.sink_err.data, "oops");
+    ran_free(&r);
+}
+
+static void test_return_value(void)
+{
+    ran r;
+    run_code(&r, "return {list = {1, 2.5, 'three'}, flag = false, "
+                 "nested = {a = {b = {}}}, f = print}");
+    CU_ASSERT_EQUAL(r.res.return_code, 0);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    CU_ASSERT_EQUAL_FATAL(msgpack_unpack_next(&u, (const char *)r.res.value.data,
+                                              r.res.value.len, NULL),
+                          MSGPACK_UNPACK_SUCCESS);
+    const msgpack_object *list = map_get(&u.data, "list");
+    CU_ASSERT_TRUE_FATAL(list && list->type == MSGPACK_OBJECT_ARRAY);
+    CU_ASSERT_EQUAL(list->via.array.size, 3);
+    CU_ASSERT_EQUAL(list->via.array.ptr[1].type, MSGPACK_OBJECT_FLOAT64);
+    const msgpack_object *f = map_get(&u.data, "f");
+    CU_ASSERT_TRUE(f && f->type == MSGPACK_OBJECT_STR); /* tostring'd */
+    msgpack_unpacked_destroy(&u);
+    ran_free(&r);
+
+    run_code(&r, "local t = {} t.me = t return t");
+    CU_ASSERT_EQUAL(r.res.return_code, 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err_of(&r), "cannot be carried"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err_of(&r), "cycle"));
+    ran_free(&r);
+}
+
+static void test_runtime_error(void)
+{
+    ran r;
+    run_code(&r, "local x = 1\n"
+                 "local function f()\n"
+                 "  error('boom')\n"
+                 "end\n"
+                 "print('before')\n"
+                 "f()\n");
+    CU_ASSERT_EQUAL(r.rc, 0);
+    CU_ASSERT_EQUAL(r.res.return_code, 1);
+    CU_ASSERT_FALSE(r.res.timed_out);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err_of(&r), "code:3: boom"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err_of(&r), "stack traceback:"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err_of(&r), "code:6:"));
+    CU_ASSERT_STRING_EQUAL(out_of(&r), "before\n"); /* output kept */
+    ran_free(&r);
+
+    run_code(&r, "local a = 1\nlocal b = = 2\n");
+    CU_ASSERT_EQUAL(r.res.return_code, 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err_of(&r), "code:2:"));
+    ran_free(&r);
+
+    run_code(&r, "error({code = 1})");
+    CU_ASSERT_EQUAL(r.res.return_code, 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err_of(&r), "error object is a table"));
+    ran_free(&r);
+
+    run_code(&r, "local n = nil\nreturn n.field");
+    CU_ASSERT_PTR_NOT_NULL(strstr(err_of(&r), "code:2: attempt to index"));
+    ran_free(&r);
+}
+
+static void test_infinite_loop(void)
+{
+    const char *scripts[] = {
+        "while true do end",
+        "local i = 0\nwhile true do i = i + 1 end",
+        /* pcall cannot keep a killed script alive */
+        "while true do pcall(function() while true do end end) end",
+        "local co = coroutine.wrap(function() while true do end end)\nco()",
+        "local function f() return f() end\nreturn f()",
+        "while true do local ok = pcall(error, 'x') end",
+    };
+    for (size_t i = 0; i < sizeof scripts / sizeof scripts[0]; i++) {
+        ran r;
+        memset(&r, 0, sizeof r);
+        th_code_limits lim = default_lim;
+        lim.timeout_ms = 150;
+        run_with(&r, scripts[i], &lim, NULL);
+        CU_ASSERT_EQUAL(r.rc, 0);
+        CU_ASSERT_EQUAL(r.res.return_code, 1);
+        CU_ASSERT_TRUE(r.res.timed_out);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err_of(&r), "timed out"));
+        CU_ASSERT_TRUE(r.secs < 2.0);
+        if (!r.res.timed_out)
+            fprintf(stderr, "script %zu: %s\n", i, err_of(&r));
+        ran_free(&r);
+    }
+}
+
+static void test_long_tool_call(void)
+{
+    ran r;
+    memset(&r, 0, sizeof r);
+    th_code_limits lim = default_lim;
+    lim.timeout_ms = 200;
+    /* one call that would take 10 s */
+    run_with(&r, "print('start')\nlocal res = tools.sleep{ms = 10000}\n"
+                 "print('not reached')",
+             &lim, NULL);
+    CU_ASSERT_EQUAL(r.res.return_code, 1);
+    CU_ASSERT_TRUE(r.res.timed_out);
+    CU_ASSERT_TRUE(r.secs < 2.0);
+    CU_ASSERT_TRUE(r.f.last_timeout > 0 && r.f.last_timeout <= 200);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err_of(&r), "code:2: timed out"));
+    CU_ASSERT_STRING_EQUAL(out_of(&r), "start\n");
+    ran_free(&r);
+
+    /* a loop of calls, the time spent in tools counts */
+    memset(&r, 0, sizeof r);
+    run_with(&r, "while true do tools.sleep{ms = 30} end", &lim, NULL);
+    CU_ASSERT_EQUAL(r.res.return_code, 1);
+    CU_ASSERT_TRUE(r.res.timed_out);
+    CU_ASSERT_TRUE(r.secs < 2.0);
+    CU_ASSERT_TRUE(r.f.calls >= 3 && r.f.calls <= 10);
+    ran_free(&r);
+}
+
+static void test_memory_bomb(void)
+{
+    const char *scripts[] = {
+        "local t = {}\nfor i = 1, 1e9 do t[i] = string.rep('x', 1000) .. i end",
+        "local s = string.rep('x', 1 << 30)",
+        "local s = 'x'\nwhile true do s = s .. s end",
+        /* catching the error does not get around the cap */
+        "local t = {}\nwhile true do pcall(function() t[#t+1] = "
+        "string.rep('y', 4096) .. #t end) end",
+    };
+    for (size_t i = 0; i < sizeof scripts / sizeof scripts[0]; i++) {
+        ran r;
+        memset(&r, 0, sizeof r);
+        th_code_limits lim = default_lim;
+        lim.memory = 8u << 20;
+        lim.timeout_ms = 3000;
+        run_with(&r, scripts[i], &lim, NULL);
+        CU_ASSERT_EQUAL(r.rc, 0);
+        CU_ASSERT_EQUAL(r.res.return_code, 1);
+        if (i < 3) {
+            CU_ASSERT_TRUE(r.res.out_of_memory);
+            CU_ASSERT_PTR_NOT_NULL(strstr(err_of(&r), "memory"));
+        } else {
+            /* ends by memory or, at worst, by the deadline */
+            CU_ASSERT_TRUE(r.res.out_of_memory || r.res.timed_out);
+        }
+        ran_free(&r);
+    }
+    /* the host is unharmed: a normal run works */
+    ran r;
+    run_code(&r, "return #string.rep('z', 1000)");
+    CU_ASSERT_EQUAL(r.res.return_code, 0);
+    CU_ASSERT_EQUAL(r.res.value.len, 3); /* int16 1000 */
+    ran_free(&r);
+}
+
+static void test_tiny_memory(void)
+{
+    fake f;
+    memset(&f, 0, sizeof f);
+    th_projection *p = make_proj(&f);
+    th_code_result res;
+    th_code_result_init(&res);
+    th_code_limits lim = {1000, 1024, 10, 100};
+    th_error e;
+    int rc = th_code_run(p, "return 1", 8, &lim, NULL, &res, &e);
+    CU_ASSERT_TRUE(rc < 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "memory"));
+    th_code_result_free(&res);
+    th_projection_free(p);
+}
+
+/* Each escape attempt fails with a clear message. */
+static void test_sandbox(void)
+{
+    static const struct {
+        const char *code, *expect;
+    } cases[] = {
+        {"os.execute('touch /tmp/toolhost-escaped')", "os.execute is not available"},
+        {"return os.getenv('HOME')", "os.getenv is not available"},
+        {"os.exit(1)", "os.exit is not available"},
+        {"io.open('/etc/passwd')", "'io' is not available"},
+        {"require('os')", "'require' is not available"},
+        {"package.loadlib('libc.so.6', 'system')", "'package' is not available"},
+        {"dofile('/etc/passwd')", "'dofile' is not available"},
+        {"loadfile('/etc/passwd')", "'loadfile' is not available"},
+        {"return string.dump(print)", "string.dump is not available"},
+        {"return (''):dump()", "string.dump is not available"},
+        {"return assert(load('\\27Lua\\84\\0\\25\\147\\r\\n\\26\\n'))",
+         "binary chunk"},
+        {"return load('return 1', 'x', 'b')", "mode \"b\" refused"},
+        {"return load('return 1', 'x', 'bt')", "mode \"bt\" refused"},
+        {"debug.getregistry()", "'debug' is not available"},
+        {"debug.sethook()", "'debug' is not available"},
+        {"collectgarbage('stop')", "collectgarbage(\"stop\") is not available"},
+        {"collectgarbage()", "collectgarbage(\"collect\") is not available"},
+        {"collectgarbage('setpause', 1000)", "is not available"},
+        {"getmetatable('').__index = {}", "metatable of strings is read-only"},
+        {"return getmetatable('').__index == string", NULL},
+        {"setmetatable(_G, {})", "cannot change a protected metatable"},
+        {"getmetatable(_G).__index = function() end",
+         "metatable of the global table is read-only"},
+        {"setmetatable(tools, {})", "cannot change a protected metatable"},
+        {"tools.echo = nil", "tools is read-only"},
+        {"tools.echo.doc = 'x'", "tools.echo is read-only"},
+        {"setmetatable(getmetatable(''), nil)", "cannot change a protected"},
+        {"return load('return os.execute(\"id\")', 'x', 't', {os = os})()",
+         "os.execute is not available"},
+        {"return load('return io.open', 'x', 't', "
+         "setmetatable({}, {__index = _G}))()",
+         "'io' is not available"},
+        {"return load('return debug', 'x', 't', 42)", "table expected"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ran r;
+        run_code(&r, cases[i].code);
+        CU_ASSERT_EQUAL(r.rc, 0);
+        if (cases[i].expect) {
+            CU_ASSERT_EQUAL(r.res.return_code, 1);
+            if (!strstr(err_of(&r), cases[i].expect)) {
+                fprintf(stderr, "\ncase %zu: %s\n  got: %s\n", i,
+                        cases[i].code, err_of(&r));
+                CU_FAIL("escape attempt not refused as expected");
+            }
+        } else {
+            CU_ASSERT_EQUAL(r.res.return_code, 0);
+        }
+        ran_free(&r);
+    }
+    /* nothing escaped and the next run starts clean */
+    FILE *fp = fopen("/tmp/toolhost-escaped", "r");
+    CU_ASSERT_PTR_NULL(fp);
+    if (fp)
+        fclose(fp);
+    ran r;
+    run_code(&r, "string.upper = nil rawset(_G, 'leak', 1)");
+    CU_ASSERT_EQUAL(r.res.return_code, 0);
+    ran_free(&r);
+    run_code(&r, "assert(leak == nil) return ('abc'):upper()");
+    CU_ASSERT_EQUAL(r.res.return_code, 0);
+    CU_ASSERT_PTR_NULL(r.res.error);
+    ran_free(&r);
+}
+
+static void test_sandbox_has(void)
+{
+    ran r;
+    run_code(&r, "assert(type(os.time()) == 'number')\n"
+                 "assert(type(os.clock()) == 'number')\n"
+                 "assert(type(os.date('%Y')) == 'string')\n"
+                 "assert(math.floor(2.5) == 2)\n"
+                 "assert(table.concat({1, 2}, ',') == '1,2')\n"
+                 "assert(utf8.len('h\\u{e9}') == 2)\n"
+                 "assert(('%d'):format(3) == '3')\n"
+                 "assert(load('return 1 + 1')() == 2)\n"
+                 "assert(load('return x', 'c', 't', {x = 5})() == 5)\n"
+                 "assert(select('#', load('(')) == 2)\n"
+                 "assert(collectgarbage('count') > 0)\n"
+                 "local co = coroutine.create(function(a) coroutine.yield(a) end)\n"
+                 "assert(select(2, coroutine.resume(co, 7)) == 7)\n"
+                 "assert(pcall(error, 'x') == false)\n"
+                 "local n = 0 for k in pairs(tools) do n = n + 1 end\n"
+                 "assert(n == 7, n)\n"
+                 "return 'fine'");
+    CU_ASSERT_EQUAL(r.res.return_code, 0);
+    if (r.res.error)
+        fprintf(stderr, "%s\n", r.res.error);
+    ran_free(&r);
+}
+
+static void test_recursion_refused(void)
+{
+    ran r;
+    run_code(&r, "return tools.run_code{code = 'print(1)'}");
+    CU_ASSERT_EQUAL(r.res.return_code, 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err_of(&r), "run_code cannot call itself"));
+    CU_ASSERT_EQUAL(r.f.calls, 0);
+    ran_free(&r);
+
+    run_code(&r, "return tools.nope{}");
+    CU_ASSERT_EQUAL(r.res.return_code, 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err_of(&r), "no tool 'nope'"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err_of(&r), "echo, add"));
+    ran_free(&r);
+}
+
+static void test_max_calls(void)
+{
+    ran r;
+    memset(&r, 0, sizeof r);
+    th_code_limits lim = default_lim;
+    lim.max_calls = 5;
+    run_with(&r, "for i = 1, 10 do tools.echo{text = 'x'} end", &lim, NULL);
+    CU_ASSERT_EQUAL(r.res.return_code, 1);
+    CU_ASSERT_EQUAL(r.res.calls, 5);
+    CU_ASSERT_EQUAL(r.f.calls, 5);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err_of(&r), "tool call limit reached"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err_of(&r), "at most 5"));
+    ran_free(&r);
+}
+
+static void test_tool_results(void)
+{
+    ran r;
+    run_code(&r, "local a = tools.fail{}\n"
+                 "assert(a.ok == false and a.stderr == 'disk on fire')\n"
+                 "assert(a.error.code == 'tool_failed')\n"
+                 "local b = tools.bad{}\n"
+                 "assert(b.ok == false and b.stdout == nil)\n"
+                 "assert(b.error.code == 'invalid_arguments', b.error.code)\n"
+                 "assert(b.error.message:find('missing required'))\n"
+                 "local c = tools.echo{text = 'hi'}\n"
+                 "assert(c.ok and c.stdout == 'hi' and c.stderr == '')\n"
+                 "assert(type(c.meta) == 'table')\n"
+                 "local d = tools.my_tool{text = 'dash'}\n"
+                 "assert(d.stdout == 'dash')\n"
+                 "return 1");
+    CU_ASSERT_EQUAL(r.res.return_code, 0);
+    if (r.res.error)
+        fprintf(stderr, "%s\n", r.res.error);
+    CU_ASSERT_STRING_EQUAL(r.f.last_tool, "my-tool");
+    ran_free(&r);
+}
+
+static void test_arguments(void)
+{
+    ran r;
+    run_code(&r, "tools.echo{text = 'a', list = {}, n = 2.0, "
+                 "nested = {x = {1, 2}, y = {}}}");
+    CU_ASSERT_EQUAL_FATAL(r.res.return_code, 0);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    CU_ASSERT_EQUAL_FATAL(
+        msgpack_unpack_next(&u, (const char *)r.f.last_args.data,
+                            r.f.last_args.len, NULL),
+        MSGPACK_UNPACK_SUCCESS);
+    const msgpack_object *list = map_get(&u.data, "list");
+    CU_ASSERT_TRUE(list && list->type == MSGPACK_OBJECT_ARRAY); /* by hint */
+    const msgpack_object *n = map_get(&u.data, "n");
+    CU_ASSERT_TRUE(n && n->type == MSGPACK_OBJECT_FLOAT64);
+    const msgpack_object *nested = map_get(&u.data, "nested");
+    CU_ASSERT_TRUE_FATAL(nested && nested->type == MSGPACK_OBJECT_MAP);
+    const msgpack_object *x = map_get(nested, "x");
+    CU_ASSERT_TRUE(x && x->type == MSGPACK_OBJECT_ARRAY);
+    const msgpack_object *y = map_get(nested, "y");
+    CU_ASSERT_TRUE(y && y->type == MSGPACK_OBJECT_MAP);
+    msgpack_unpacked_destroy(&u);
+    ran_free(&r);
+
+    run_code(&r, "tools.add{a = 4.0, b = 1}");
+    CU_ASSERT_EQUAL(r.res.return_code, 0);
+    CU_ASSERT_EQUAL(r.f.last_args.data[0], 0x82);
+    ran_free(&r);
+
+    static const struct {
+        const char *code, *expect;
+    } bad[] = {
+        {"local t = {} t.t = t tools.echo{text = t}", "cycle"},
+        {"tools.echo{'positional'}", "named arguments"},
+        {"tools.echo{text = print}", "function value cannot be passed"},
+        {"tools.echo('hi')", "takes a table of named arguments"},
+        {"tools.echo({}, {})", "takes one table"},
+        {"tools.echo{[{}] = 1}", "keys must be strings or numbers"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        run_code(&r, bad[i].code);
+        CU_ASSERT_EQUAL(r.res.return_code, 1);
+        if (!strstr(err_of(&r), bad[i].expect)) {
+            fprintf(stderr, "\nargs %zu: got %s\n", i, err_of(&r));
+            CU_FAIL("bad arguments not refused as expected");
+        }
+        CU_ASSERT_EQUAL(r.f.calls, 0);
+        ran_free(&r);
+    }
+}
+
+static void test_doc_and_help(void)
+{
+    ran r;
+    run_code(&r, "assert(tools.echo.doc:find('text %(string, required%)'))\n"
+                 "assert(tools.my_tool.tool == 'my-tool')\n"
+                 "assert(tools.add.signature == 'add{a: integer, b: integer}')\n"
+                 "assert(tostring(tools.add) == 'tool add')\n"
+                 "help(tools.add)\n"
+                 "help()\n");
+    CU_ASSERT_EQUAL(r.res.return_code, 0);
+    if (r.res.error)
+        fprintf(stderr, "%s\n", r.res.error);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out_of(&r), "add - Adds a and b."));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out_of(&r), "Tools (call as"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out_of(&r), "  my_tool{text: string}"));
+    ran_free(&r);
+
+    run_code(&r, "help(42)");
+    CU_ASSERT_PTR_NOT_NULL(strstr(err_of(&r), "no help for a number"));
+    ran_free(&r);
+}
+
+static void on_progress(void *ud, const char *tool, double fraction,
+                        const char *message, const uint8_t *data,
+                        size_t data_len)
+{
+    (void)fraction, (void)data, (void)data_len;
+    fake *f = ud;
+    f->progress_seen++;
+    snprintf(f->progress_tool, sizeof f->progress_tool, "%s", tool);
+    CU_ASSERT_STRING_EQUAL(message, "step");
+}
+
+static int cancel_poll(void *ud)
+{
+    fake *f = ud;
+    return ++f->polls > f->cancel_after;
+}
+
+static void test_progress_and_cancel(void)
+{
+    ran r;
+    memset(&r, 0, sizeof r);
+    th_code_io io = {NULL, on_progress, NULL, &r.f};
+    run_with(&r, "tools.progress{} tools.progress{}", &default_lim, &io);
+    CU_ASSERT_EQUAL(r.res.return_code, 0);
+    CU_ASSERT_EQUAL(r.f.progress_seen, 6);
+    CU_ASSERT_STRING_EQUAL(r.f.progress_tool, "progress");
+    ran_free(&r);
+
+    memset(&r, 0, sizeof r);
+    r.f.cancel_after = 3;
+    th_code_io io2 = {NULL, NULL, cancel_poll, &r.f};
+    run_with(&r, "while true do end", &default_lim, &io2);
+    CU_ASSERT_EQUAL(r.res.return_code, 1);
+    CU_ASSERT_TRUE(r.res.cancelled);
+    CU_ASSERT_FALSE(r.res.timed_out);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err_of(&r), "cancelled"));
+    ran_free(&r);
+}
+
+static void test_no_tools(void)
+{
+    th_code_result res;
+    th_code_result_init(&res);
+    th_error e;
+    CU_ASSERT_EQUAL(th_code_run(NULL, "print(1+1)", 10, NULL, NULL, &res, &e),
+                    0);
+    CU_ASSERT_EQUAL(res.return_code, 0);
+    CU_ASSERT_STRING_EQUAL((char *)res.out.data, "2\n");
+    th_code_result_free(&res);
+
+    /* a projection that fails its check is refused before running */
+    fake f;
+    memset(&f, 0, sizeof f);
+    th_proj_caller c = {fake_call, &f};
+    th_projection *p = th_projection_new(&th_code_lua_lang, &c);
+    th_projection_add_raw(p, NULL, "a-b", "x", NULL, 0, 0, &e);
+    th_projection_add_raw(p, NULL, "a_b", "y", NULL, 0, 0, &e);
+    th_code_result_init(&res);
+    CU_ASSERT_EQUAL(th_code_run(p, "return 1", 8, NULL, NULL, &res, &e),
+                    TH_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "both become 'a_b'"));
+    th_code_result_free(&res);
+    th_projection_free(p);
+}
+
+void th_suite_code(void)
+{
+    CU_pSuite s = CU_add_suite("code", NULL, NULL);
+    CU_add_test(s, "hundred_calls", test_hundred_calls);
+    CU_add_test(s, "output", test_output);
+    CU_add_test(s, "output_limit_and_sink", test_output_limit_and_sink);
+    CU_add_test(s, "return_value", test_return_value);
+    CU_add_test(s, "runtime_error", test_runtime_error);
+    CU_add_test(s, "infinite_loop", test_infinite_loop);
+    CU_add_test(s, "long_tool_call", test_long_tool_call);
+    CU_add_test(s, "memory_bomb", test_memory_bomb);
+    CU_add_test(s, "tiny_memory", test_tiny_memory);
+    CU_add_test(s, "sandbox", test_sandbox);
+    CU_add_test(s, "sandbox_has", test_sandbox_has);
+    CU_add_test(s, "recursion_refused", test_recursion_refused);
+    CU_add_test(s, "max_calls", test_max_calls);
+    CU_add_test(s, "tool_results", test_tool_results);
+    CU_add_test(s, "arguments", test_arguments);
+    CU_add_test(s, "doc_and_help", test_doc_and_help);
+    CU_add_test(s, "progress_and_cancel", test_progress_and_cancel);
+    CU_add_test(s, "no_tools", test_no_tools);
+}
