@@ -524,6 +524,54 @@ static void test_sandbox(void)
     ran_free(&r);
 }
 
+/* Pattern matching runs in C, out of the hook's reach: costly patterns are
+ * refused up front, ordinary ones run. */
+static void test_pattern_guard(void)
+{
+    static const char *const refused[] = {
+        "return string.rep('a', 300):find('.-.-.-.-b')",
+        "return string.rep('a', 100000):find('a*b')",
+        "return string.rep('a', 100000):match('(a+)+b')",
+        "for x in string.rep('(', 50000):gmatch('%b()') do end",
+        "return (string.rep('ab', 50000)):gsub('.-.-.-x', '')",
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        ran r;
+        memset(&r, 0, sizeof r);
+        th_code_limits lim = default_lim;
+        lim.timeout_ms = 2000;
+        run_with(&r, refused[i], &lim, NULL);
+        CU_ASSERT_EQUAL(r.res.return_code, 1);
+        CU_ASSERT_FALSE(r.res.timed_out);
+        CU_ASSERT_TRUE(r.secs < 1.5);
+        if (!strstr(err_of(&r), "could take too long")) {
+            fprintf(stderr, "\npattern %zu: %s\n", i, err_of(&r));
+            CU_FAIL("costly pattern not refused");
+        }
+        ran_free(&r);
+    }
+    ran r;
+    run_code(&r, "local text = string.rep('hello world  foo=bar\\n', 20000)\n"
+                 "local s, n = text:gsub('%s+', ' ')\n"
+                 "assert(n == 60000, n)\n"
+                 "local lines = 0\n"
+                 "for l in text:gmatch('[^\\n]+') do lines = lines + 1 end\n"
+                 "assert(lines == 20000)\n"
+                 "local k = 0\n"
+                 "for a, b in text:gmatch('(%w+)=(%w+)') do k = k + 1 end\n"
+                 "assert(k == 20000)\n"
+                 "assert(('  x  '):match('^%s*(.-)%s*$') == 'x')\n"
+                 "assert(text:find('foo=bar', 1, true) == 14)\n"
+                 "assert(('a.b'):find('.', 1, true) == 2)\n"
+                 "assert(('key: value'):match('^(%w+):%s*(.*)$') == 'key')\n"
+                 "assert(select(2, pcall(string.find, 'x', '[a')):find('malformed'))\n"
+                 "return lines");
+    CU_ASSERT_EQUAL(r.res.return_code, 0);
+    if (r.res.error)
+        fprintf(stderr, "%s\n", r.res.error);
+    ran_free(&r);
+}
+
 static void test_sandbox_has(void)
 {
     ran r;
@@ -757,6 +805,7 @@ void th_suite_code(void)
     CU_add_test(s, "tiny_memory", test_tiny_memory);
     CU_add_test(s, "sandbox", test_sandbox);
     CU_add_test(s, "sandbox_has", test_sandbox_has);
+    CU_add_test(s, "pattern_guard", test_pattern_guard);
     CU_add_test(s, "recursion_refused", test_recursion_refused);
     CU_add_test(s, "max_calls", test_max_calls);
     CU_add_test(s, "tool_results", test_tool_results);
