@@ -56,6 +56,7 @@ typedef struct run {
     bool has_deadline;
     struct timespec deadline;
     int kill;
+    bool warn_cont; /* a warning is being continued */
     /* output */
     uint64_t kept[3], dropped[3];
     /* scratch C memory that a Lua error may skip over */
@@ -1208,6 +1209,60 @@ static int sb_pattern_fn(lua_State *L)
     return lua_gettop(L);
 }
 
+/* table.move(a1, f, e, t [, a2]) loops in C over e - f + 1 indices, even
+ * when the table is empty: refuse a range the time left cannot cover.
+ * Upvalue 1: the original function. */
+static int sb_table_move(lua_State *L)
+{
+    run *r = get_run(L);
+    lua_Integer f = luaL_checkinteger(L, 2);
+    lua_Integer e = luaL_checkinteger(L, 3);
+    if (r->has_deadline && e >= f) {
+        double left = (double)ms_left(r);
+        double budget = (left > 1 ? left : 1) * STEPS_PER_MS;
+        if ((double)e - (double)f + 1 > budget)
+            return luaL_error(L,
+                              "table.move: %I elements or more are too many "
+                              "to move in the time left",
+                              (lua_Integer)budget);
+    }
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+    return lua_gettop(L);
+}
+
+/* setmetatable(t, mt) without __gc: Lua runs finalizers with hooks off
+ * (during collection steps and at lua_close), so a finalizer would be out
+ * of the deadline's reach.  Upvalue 1: the original function. */
+static int sb_setmetatable(lua_State *L)
+{
+    if (lua_type(L, 2) == LUA_TTABLE &&
+        lua_getfield(L, 2, "__gc") != LUA_TNIL)
+        return luaL_error(L, "setmetatable: __gc metamethods are not "
+                             "available in the toolhost sandbox (finalizers "
+                             "would run outside the deadline)");
+    lua_settop(L, 2);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, 2, 1);
+    return 1;
+}
+
+/* Lua's warn(): "Lua warning: ..." lines on the script's stderr. */
+static void sb_warnf(void *ud, const char *msg, int tocont)
+{
+    run *r = ud;
+    if (!r->warn_cont && msg[0] == '@') /* control messages: ignored */
+        return;
+    if (!r->warn_cont)
+        (void)out_write(r, TOOLHOST_STDERR, "Lua warning: ", 13);
+    (void)out_write(r, TOOLHOST_STDERR, msg, strlen(msg));
+    if (!tocont)
+        (void)out_write(r, TOOLHOST_STDERR, "\n", 1);
+    r->warn_cont = tocont != 0;
+}
+
 static void guard_patterns(lua_State *L)
 {
     static const char *const fns[] = {"find", "match", "gmatch", "gsub",
@@ -1220,7 +1275,14 @@ static void guard_patterns(lua_State *L)
         lua_pushcclosure(L, sb_pattern_fn, 3);
         lua_setfield(L, -2, fns[i]);
     }
-    lua_pop(L, 1);
+    lua_getglobal(L, "setmetatable");
+    lua_pushcclosure(L, sb_setmetatable, 1);
+    lua_setglobal(L, "setmetatable");
+    lua_getglobal(L, "table");
+    lua_getfield(L, -1, "move");
+    lua_pushcclosure(L, sb_table_move, 1);
+    lua_setfield(L, -2, "move");
+    lua_pop(L, 2);
 }
 
 static void make_stream(lua_State *L, const char *name, int stream)
@@ -1394,6 +1456,7 @@ int th_code_run(const th_projection *proj, const char *code, size_t len,
     }
     r->L = L;
     *(run **)lua_getextraspace(L) = r;
+    lua_setwarnf(L, sb_warnf, r);
 
     int rc = 0;
     lua_pushcfunction(L, setup);
@@ -1438,6 +1501,12 @@ int th_code_run(const th_projection *proj, const char *code, size_t len,
             res->error = dup_msg(buf);
         } else {
             res->error = dup_msg(m);
+            /* the last frame is the C function that ran the chunk */
+            static const char tail[] = "\n\t[C]: in ?";
+            size_t el = res->error ? strlen(res->error) : 0;
+            if (el > sizeof tail - 1 &&
+                strcmp(res->error + el - (sizeof tail - 1), tail) == 0)
+                res->error[el - (sizeof tail - 1)] = '\0';
         }
         th_buf_reset(&res->value);
         res->value.len = 0;

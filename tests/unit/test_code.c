@@ -326,6 +326,7 @@ static void test_runtime_error(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(err_of(&r), "code:3: boom"));
     CU_ASSERT_PTR_NOT_NULL(strstr(err_of(&r), "stack traceback:"));
     CU_ASSERT_PTR_NOT_NULL(strstr(err_of(&r), "code:6:"));
+    CU_ASSERT_PTR_NULL(strstr(err_of(&r), "[C]: in ?"));
     CU_ASSERT_STRING_EQUAL(out_of(&r), "before\n"); /* output kept */
     ran_free(&r);
 
@@ -486,6 +487,10 @@ static void test_sandbox(void)
         {"tools.echo = nil", "tools is read-only"},
         {"tools.echo.doc = 'x'", "tools.echo is read-only"},
         {"setmetatable(getmetatable(''), nil)", "cannot change a protected"},
+        {"setmetatable({}, {__gc = function() while true do end end})",
+         "__gc metamethods are not available"},
+        {"local mt = {__gc = false} setmetatable({}, mt)",
+         "__gc metamethods are not available"},
         {"return load('return os.execute(\"id\")', 'x', 't', {os = os})()",
          "os.execute is not available"},
         {"return load('return io.open', 'x', 't', "
@@ -507,6 +512,25 @@ static void test_sandbox(void)
         } else {
             CU_ASSERT_EQUAL(r.res.return_code, 0);
         }
+        ran_free(&r);
+    }
+    /* C loops the hook cannot see */
+    {
+        ran r;
+        memset(&r, 0, sizeof r);
+        th_code_limits lim = default_lim;
+        lim.timeout_ms = 1000;
+        run_with(&r, "table.move({}, 1, math.maxinteger - 1, 2)", &lim, NULL);
+        CU_ASSERT_EQUAL(r.res.return_code, 1);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err_of(&r), "too many to move"));
+        CU_ASSERT_TRUE(r.secs < 1.0);
+        ran_free(&r);
+        run_code(&r, "local t = table.move({1, 2, 3}, 1, 3, 2) "
+                     "assert(#t == 4) warn('careful') "
+                     "warn('@on') warn('a', 'b')");
+        CU_ASSERT_EQUAL(r.res.return_code, 0);
+        CU_ASSERT_STRING_EQUAL(r.res.err.data ? (char *)r.res.err.data : "",
+                               "Lua warning: careful\nLua warning: ab\n");
         ran_free(&r);
     }
     /* nothing escaped and the next run starts clean */
