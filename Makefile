@@ -71,7 +71,8 @@ BENCH_SRC := $(sort $(wildcard bench/*.c))
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
 HOST_OBJ := $(call obj,$(HOST_SRC))
-CLI_OBJ := $(call obj,$(CLI_SRC))
+CLI_OBJ := $(call obj,$(CLI_SRC)) $(BUILD)/obj/gen/template.o
+TEMPLATE_FILES := $(sort $(wildcard sdk/template/*))
 SDK_OBJ := $(call obj,$(SDK_SRC))
 TCOMMON_OBJ := $(call obj,$(TCOMMON_SRC))
 
@@ -123,6 +124,15 @@ $(BUILD)/obj/bench/%.o: bench/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(TEST_DEFS) -MMD -MP -c $< -o $@
 
+# The plugin template that `toolhost new` writes, embedded in the binary.
+$(BUILD)/gen/template.c: $(TEMPLATE_FILES) scripts/embed-files
+	@mkdir -p $(dir $@)
+	scripts/embed-files $@ th_plugin_template $(TEMPLATE_FILES)
+
+$(BUILD)/obj/gen/template.o: $(BUILD)/gen/template.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
 # ---- libraries and programs -------------------------------------------------
 
 $(LIBTH): $(HOST_OBJ)
@@ -159,13 +169,13 @@ $(BUILD)/obj/tests/runner-%.o: tests/runner.c $(BUILD)/gen/%_suites.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(TEST_DEFS) -DTH_SUITES_H='"$(abspath $(BUILD))/gen/$*_suites.h"' -DTH_RUNNER_KIND='"$*"' -MMD -MP -c $< -o $@
 
-$(UNIT_BIN): $(BUILD)/obj/tests/runner-unit.o $(call obj,$(UNIT_SRC)) $(TCOMMON_OBJ) $(LIBTH)
+$(UNIT_BIN): $(BUILD)/obj/tests/runner-unit.o $(call obj,$(UNIT_SRC)) $(TCOMMON_OBJ) $(LIBTH) $(LIBSDK)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_ALL) -rdynamic -o $@ $(filter %.o,$^) $(LIBTH) $(LIBS_ALL) -lcunit
+	$(CC) $(LDFLAGS_ALL) -rdynamic -o $@ $(filter %.o,$^) $(LIBTH) $(LIBSDK) $(LIBS_ALL) -lcunit
 
-$(INTEG_BIN): $(BUILD)/obj/tests/runner-integration.o $(call obj,$(INTEG_SRC)) $(TCOMMON_OBJ) $(LIBTH) | $(TOOLHOST) $(PLUGIN_SO) $(FIX_SO)
+$(INTEG_BIN): $(BUILD)/obj/tests/runner-integration.o $(call obj,$(INTEG_SRC)) $(TCOMMON_OBJ) $(LIBTH) $(LIBSDK) | $(TOOLHOST) $(PLUGIN_SO) $(FIX_SO)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_ALL) -rdynamic -o $@ $(filter %.o,$^) $(LIBTH) $(LIBS_ALL) -lcunit
+	$(CC) $(LDFLAGS_ALL) -rdynamic -o $@ $(filter %.o,$^) $(LIBTH) $(LIBSDK) $(LIBS_ALL) -lcunit
 
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBTH) | $(TOOLHOST) $(PLUGIN_SO)
 	@mkdir -p $(dir $@)
