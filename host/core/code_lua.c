@@ -32,11 +32,7 @@
 #include <string.h>
 #include <time.h>
 
-/* th/tool.h has a comment containing slash-star: tolerate it here. */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wcomment"
 #include "th/tool.h"
-#pragma GCC diagnostic pop
 
 #define HOOK_EVERY 1000
 #define MAX_DEPTH 64 /* nesting of tables converted to or from msgpack */

@@ -9,12 +9,8 @@
 
 #include "th/code.h"
 #include "th/config.h"
-/* th/tool.h has a comment containing slash-star: tolerate it here. */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wcomment"
 #include "th/host.h"
 #include "th/tool.h"
-#pragma GCC diagnostic pop
 
 #ifndef TOOLHOST_VERSION
 #define TOOLHOST_VERSION "0"

@@ -6,11 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* th/tool.h has a comment containing slash-star: tolerate it here. */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wcomment"
 #include "th/tool.h"
-#pragma GCC diagnostic pop
 
 void th_proj_result_init(th_proj_result *r)
 {

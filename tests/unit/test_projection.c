@@ -6,10 +6,7 @@
 
 #include "th/code.h"
 #include "th/projection.h"
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wcomment"
 #include "th/tool.h"
-#pragma GCC diagnostic pop
 
 static int no_call(void *ud, const char *tool, const uint8_t *args,
                    size_t len, int64_t timeout_ms, th_proj_progress_fn pf,
