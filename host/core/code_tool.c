@@ -261,6 +261,33 @@ int th_code_builtin_new(th_registry *reg, const th_config *cfg,
     return 0;
 }
 
+/* run_code belongs to the toolsets that enable it, and to no other. */
+static bool code_member(const th_toolset_cfg *ts, const char *tool, void *ud)
+{
+    (void)tool, (void)ud;
+    return ts->run_code.enabled;
+}
+
+int th_code_register(th_host *h, th_code_builtin **out, th_error *err)
+{
+    *out = NULL;
+    const th_config *cfg = th_host_config(h);
+    if (!code_toolset(cfg))
+        return 0;
+    th_code_builtin *b;
+    int rc = th_code_builtin_new(th_host_registry(h), cfg, &b, err);
+    if (rc)
+        return rc;
+    rc = th_host_add_builtin_ex(h, th_code_builtin_plugin(b), code_member,
+                                NULL, err);
+    if (rc) {
+        th_code_builtin_free(b);
+        return rc;
+    }
+    *out = b;
+    return 0;
+}
+
 const toolhost_plugin *th_code_builtin_plugin(const th_code_builtin *b)
 {
     return b ? &b->plugin : NULL;

@@ -10,7 +10,10 @@
 #include <time.h>
 
 #include "th/code.h"
+#include "th/config.h"
+#include "th/host.h"
 #include "th/projection.h"
+#include "common/th_test.h"
 
 /* ---- fake tools ----------------------------------------------------------- */
 
@@ -815,6 +818,261 @@ static void test_no_tools(void)
     th_projection_free(p);
 }
 
+/* ---- Through a real host (th_host_open + th_call_sync) ------------------- */
+
+typedef struct host_fx {
+    th_host *h;
+    th_session *s;
+    th_code_builtin *b;
+} host_fx;
+
+static int host_up(host_fx *fx, uint32_t workers, bool enabled)
+{
+    char yaml[2048];
+    snprintf(yaml, sizeof yaml,
+             "host:\n"
+             "  workers: %u\n"
+             "  async_workers: 1\n"
+             "  log_level: error\n"
+             "plugins:\n"
+             "  - name: echo\n"
+             "    path: %s\n"
+             "toolsets:\n"
+             "  - name: default\n"
+             "    tools: [\"*\"]\n"
+             "    run_code:\n"
+             "      enabled: %s\n"
+             "      timeout: 5s\n"
+             "      max_calls: 500\n",
+             workers, th_test_build_path("plugins/echo.so"),
+             enabled ? "true" : "false");
+    th_config *cfg = NULL;
+    th_error e;
+    th_error_clear(&e);
+    memset(fx, 0, sizeof *fx);
+    if (th_config_parse("test.yaml", NULL, yaml, strlen(yaml), &cfg, &e)) {
+        fprintf(stderr, "config: %s\n", e.msg);
+        return -1;
+    }
+    if (th_host_open(cfg, &fx->h, &e)) {
+        fprintf(stderr, "host: %s\n", e.msg);
+        return -1;
+    }
+    if (th_code_register(fx->h, &fx->b, &e)) {
+        fprintf(stderr, "register: %s\n", e.msg);
+        th_host_close(fx->h);
+        return -1;
+    }
+    th_principal who = {0, 0, true};
+    fx->s = th_session_open(fx->h, &who, NULL, NULL);
+    return fx->s ? 0 : -1;
+}
+
+static void host_down(host_fx *fx)
+{
+    if (fx->s)
+        th_session_close(fx->s);
+    th_host_close(fx->h);
+    th_code_builtin_free(fx->b);
+}
+
+/* Runs code through run_code; fills *out. */
+static int host_run(host_fx *fx, const char *code, int64_t timeout_ms,
+                    th_result_copy *out)
+{
+    th_buf args = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &args, th_buf_msgpack_write);
+    msgpack_pack_map(&pk, timeout_ms > 0 ? 2 : 1);
+    msgpack_pack_str_with_body(&pk, "code", 4);
+    msgpack_pack_str_with_body(&pk, code, strlen(code));
+    if (timeout_ms > 0) {
+        msgpack_pack_str_with_body(&pk, "timeout_ms", 10);
+        msgpack_pack_int64(&pk, timeout_ms);
+    }
+    th_call_opts o;
+    memset(&o, 0, sizeof o);
+    o.may_block = true;
+    memset(out, 0, sizeof *out);
+    int rc = th_call_sync(fx->s, "run_code", args.data, args.len, &o, NULL,
+                          NULL, NULL, out);
+    th_buf_free(&args);
+    return rc;
+}
+
+/* meta[key] as an object of the unpacked result (valid while u lives). */
+static const msgpack_object *meta_get(msgpack_unpacked *u,
+                                      const th_result_copy *r,
+                                      const char *key)
+{
+    msgpack_unpacked_init(u);
+    if (!r->meta.len ||
+        msgpack_unpack_next(u, (const char *)r->meta.data, r->meta.len,
+                            NULL) != MSGPACK_UNPACK_SUCCESS)
+        return NULL;
+    return map_get(&u->data, key);
+}
+
+static void test_host_acceptance(void)
+{
+    host_fx fx;
+    CU_ASSERT_EQUAL_FATAL(host_up(&fx, 2, true), 0);
+    th_result_copy r;
+    CU_ASSERT_EQUAL(host_run(&fx, "for i=1,3 do print(tools.echo{text=\"n\"..i}.stdout) end", 0, &r), 0);
+    CU_ASSERT_EQUAL(r.kind, TH_RESULT_DONE);
+    CU_ASSERT_TRUE(r.ok);
+    CU_ASSERT_STRING_EQUAL(r.out.data ? (char *)r.out.data : "", "n1\nn2\nn3\n");
+    msgpack_unpacked u;
+    const msgpack_object *rc = meta_get(&u, &r, "return_code");
+    CU_ASSERT_TRUE(rc && rc->type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
+                   rc->via.u64 == 0);
+    msgpack_unpacked_destroy(&u);
+    const msgpack_object *calls = meta_get(&u, &r, "tool_calls");
+    CU_ASSERT_TRUE(calls && calls->via.u64 == 3);
+    msgpack_unpacked_destroy(&u);
+    th_result_copy_free(&r);
+
+    /* the returned value travels in meta.value */
+    CU_ASSERT_EQUAL(host_run(&fx, "return {n = 7, list = {'a'}}", 0, &r), 0);
+    const msgpack_object *v = meta_get(&u, &r, "value");
+    CU_ASSERT_TRUE(v && map_int(v, "n", -1) == 7);
+    msgpack_unpacked_destroy(&u);
+    th_result_copy_free(&r);
+    host_down(&fx);
+}
+
+static void test_host_one_worker(void)
+{
+    host_fx fx;
+    CU_ASSERT_EQUAL_FATAL(host_up(&fx, 1, true), 0);
+    th_result_copy r;
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    CU_ASSERT_EQUAL(host_run(&fx,
+                             "local n = 0\n"
+                             "for i = 1, 100 do\n"
+                             "  local r = tools.echo{text = tostring(i)}\n"
+                             "  n = n + tonumber(r.stdout)\n"
+                             "end\n"
+                             "local a = tools.echo_async{text = 'done', steps = 2, delay_ms = 1}\n"
+                             "print(n, a.ok, a.stdout)\n",
+                             0, &r),
+                    0);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    CU_ASSERT_EQUAL(r.kind, TH_RESULT_DONE);
+    CU_ASSERT_TRUE(r.ok);
+    CU_ASSERT_STRING_EQUAL(r.out.data ? (char *)r.out.data : "",
+                           "5050\ttrue\tdone\n");
+    if (!r.ok)
+        fprintf(stderr, "one worker: %s %s\n",
+                r.err.data ? (char *)r.err.data : "",
+                r.message ? r.message : "");
+    CU_ASSERT_TRUE((b.tv_sec - a.tv_sec) < 4); /* no deadlock to the deadline */
+    th_result_copy_free(&r);
+    host_down(&fx);
+}
+
+static void test_host_errors(void)
+{
+    host_fx fx;
+    CU_ASSERT_EQUAL_FATAL(host_up(&fx, 1, true), 0);
+    th_result_copy r;
+    msgpack_unpacked u;
+    /* validation happens in the one place, for calls from code too */
+    CU_ASSERT_EQUAL(host_run(&fx,
+                             "local r = tools.echo{}\n"
+                             "assert(not r.ok)\n"
+                             "print(r.error.code)\n"
+                             "local r2 = tools.echo{text = 'x', nope = 1}\n"
+                             "print(r2.error.code)\n",
+                             0, &r),
+                    0);
+    CU_ASSERT_TRUE(r.ok);
+    CU_ASSERT_STRING_EQUAL(r.out.data ? (char *)r.out.data : "",
+                           "invalid_arguments\ninvalid_arguments\n");
+    th_result_copy_free(&r);
+
+    /* a runtime error: ok false, the line in meta.error and in stderr */
+    CU_ASSERT_EQUAL(host_run(&fx, "print('a')\nerror('boom')\n", 0, &r), 0);
+    CU_ASSERT_EQUAL(r.kind, TH_RESULT_DONE);
+    CU_ASSERT_FALSE(r.ok);
+    const msgpack_object *e = meta_get(&u, &r, "error");
+    CU_ASSERT_TRUE(e && e->type == MSGPACK_OBJECT_STR &&
+                   memmem(e->via.str.ptr, e->via.str.size, "code:2: boom", 12));
+    msgpack_unpacked_destroy(&u);
+    CU_ASSERT_PTR_NOT_NULL(r.err.data && strstr((char *)r.err.data, "code:2: boom"));
+    th_result_copy_free(&r);
+
+    /* recursion: run_code is not projected */
+    CU_ASSERT_EQUAL(host_run(&fx,
+                             "for k in pairs(tools) do print(k) end\n"
+                             "tools.run_code{code = 'print(1)'}\n",
+                             0, &r),
+                    0);
+    CU_ASSERT_FALSE(r.ok);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out.data ? (char *)r.out.data : "", "echo"));
+    CU_ASSERT_PTR_NULL(strstr(r.out.data ? (char *)r.out.data : "", "run_code"));
+    CU_ASSERT_PTR_NOT_NULL(r.err.data && strstr((char *)r.err.data, "cannot call itself"));
+    th_result_copy_free(&r);
+
+    /* a long tool call ended by the deadline (timeout_ms argument) */
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    CU_ASSERT_EQUAL(host_run(&fx,
+                             "while true do tools.echo_async{text = 'x', steps = 100, delay_ms = 100} end",
+                             300, &r),
+                    0);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    CU_ASSERT_FALSE(r.ok);
+    const msgpack_object *to = meta_get(&u, &r, "timed_out");
+    CU_ASSERT_TRUE(to && to->type == MSGPACK_OBJECT_BOOLEAN && to->via.boolean);
+    msgpack_unpacked_destroy(&u);
+    CU_ASSERT_TRUE((b.tv_sec - a.tv_sec) < 3);
+    th_result_copy_free(&r);
+
+    /* an infinite loop */
+    CU_ASSERT_EQUAL(host_run(&fx, "while true do end", 200, &r), 0);
+    CU_ASSERT_FALSE(r.ok);
+    to = meta_get(&u, &r, "timed_out");
+    CU_ASSERT_TRUE(to && to->via.boolean);
+    msgpack_unpacked_destroy(&u);
+    th_result_copy_free(&r);
+
+    /* the host is unharmed */
+    CU_ASSERT_EQUAL(host_run(&fx, "print(tools.echo{text = 'still'}.stdout)", 0, &r), 0);
+    CU_ASSERT_TRUE(r.ok);
+    CU_ASSERT_STRING_EQUAL(r.out.data ? (char *)r.out.data : "", "still\n");
+    th_result_copy_free(&r);
+    host_down(&fx);
+}
+
+static void test_host_description(void)
+{
+    host_fx fx;
+    CU_ASSERT_EQUAL_FATAL(host_up(&fx, 1, true), 0);
+    const th_tool *t = th_session_acquire(fx.s, "run_code");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+    const char *ld = t->long_description ? t->long_description : "";
+    CU_ASSERT_PTR_NOT_NULL(strstr(ld, "## Tools"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(ld, "echo - Writes `text` to stdout"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(ld, "text (string, required)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(ld, "echo_async - "));
+    CU_ASSERT_PTR_NOT_NULL(strstr(ld, "tools.echo{text = \"...\"}"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(ld, "## Limits"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(ld, "Deadline 5000 ms"));
+    CU_ASSERT_PTR_NULL(strstr(ld, "run_code - "));
+    CU_ASSERT_EQUAL(t->n_params, 2);
+    CU_ASSERT_EQUAL(t->stdout_type, TOOLHOST_SEM_COMMAND_OUTPUT);
+    th_tool_release(t);
+    host_down(&fx);
+
+    /* not enabled: not registered, not callable */
+    CU_ASSERT_EQUAL_FATAL(host_up(&fx, 1, false), 0);
+    CU_ASSERT_PTR_NULL(fx.b);
+    CU_ASSERT_PTR_NULL(th_session_acquire(fx.s, "run_code"));
+    host_down(&fx);
+}
+
 void th_suite_code(void)
 {
     CU_pSuite s = CU_add_suite("code", NULL, NULL);
@@ -837,4 +1095,8 @@ void th_suite_code(void)
     CU_add_test(s, "doc_and_help", test_doc_and_help);
     CU_add_test(s, "progress_and_cancel", test_progress_and_cancel);
     CU_add_test(s, "no_tools", test_no_tools);
+    CU_add_test(s, "host_acceptance", test_host_acceptance);
+    CU_add_test(s, "host_one_worker", test_host_one_worker);
+    CU_add_test(s, "host_errors", test_host_errors);
+    CU_add_test(s, "host_description", test_host_description);
 }

@@ -117,6 +117,18 @@ int th_code_builtin_new(struct th_registry *reg, const struct th_config *cfg,
 const toolhost_plugin *th_code_builtin_plugin(const th_code_builtin *b);
 void th_code_builtin_free(th_code_builtin *b);
 
+struct th_host;
+
+/* Registers run_code in a host that was just opened (from the thread that
+ * opened it, before sessions call tools), when at least one toolset enables
+ * it (*out stays NULL otherwise, and 0 is returned): builds the descriptor
+ * from the host's registry and config, and adds it with
+ * th_host_add_builtin_ex() so that run_code belongs exactly to the toolsets
+ * with run_code.enabled.  The caller frees *out with
+ * th_code_builtin_free() after th_host_close(). */
+int th_code_register(struct th_host *h, th_code_builtin **out,
+                     th_error *err);
+
 /* The static descriptor (its run_code has a generic long description);
  * th_code_builtin_new() is the one to register. */
 const toolhost_plugin *th_code_plugin_static(void);
