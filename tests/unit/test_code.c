@@ -4,6 +4,7 @@
  * progress and cancellation. */
 #include <CUnit/CUnit.h>
 #include <msgpack.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1073,6 +1074,74 @@ static void test_host_description(void)
     host_down(&fx);
 }
 
+typedef struct prog_seen {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int n;
+    bool running, done;
+    char last[128];
+    th_result_copy fin;
+} prog_seen;
+
+static void on_host_event(const th_event *ev, void *ud)
+{
+    prog_seen *p = ud;
+    pthread_mutex_lock(&p->mu);
+    if (ev->kind == TH_EV_PROGRESS) {
+        p->n++;
+        snprintf(p->last, sizeof p->last, "%s",
+                 ev->message ? ev->message : "");
+    } else if (ev->result->kind == TH_RESULT_RUNNING) {
+        p->running = true;
+    } else {
+        th_result_copy_from(&p->fin, ev->result);
+        p->done = true;
+        pthread_cond_signal(&p->cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* run_code on a worker (as a front calls it): an async tool's updates
+ * become updates of run_code, which turns into a task at the first one. */
+static void test_host_progress(void)
+{
+    host_fx fx;
+    CU_ASSERT_EQUAL_FATAL(host_up(&fx, 2, true), 0);
+    const char *code = "print(tools.echo_async{text = 'fin', steps = 4, "
+                       "delay_ms = 30}.stdout)";
+    th_buf args = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &args, th_buf_msgpack_write);
+    msgpack_pack_map(&pk, 1);
+    msgpack_pack_str_with_body(&pk, "code", 4);
+    msgpack_pack_str_with_body(&pk, code, strlen(code));
+    th_call_opts o;
+    memset(&o, 0, sizeof o);
+    prog_seen seen;
+    memset(&seen, 0, sizeof seen);
+    pthread_mutex_init(&seen.mu, NULL);
+    pthread_cond_init(&seen.cv, NULL);
+    uint64_t id;
+    CU_ASSERT_EQUAL(th_call_start(fx.s, "run_code", args.data, args.len, &o,
+                                  on_host_event, &seen, &id),
+                    0);
+    pthread_mutex_lock(&seen.mu);
+    while (!seen.done)
+        pthread_cond_wait(&seen.cv, &seen.mu);
+    pthread_mutex_unlock(&seen.mu);
+    CU_ASSERT_TRUE(seen.fin.ok);
+    CU_ASSERT_STRING_EQUAL(seen.fin.out.data ? (char *)seen.fin.out.data : "",
+                           "fin\n");
+    CU_ASSERT_TRUE(seen.running);
+    CU_ASSERT_TRUE(seen.n >= 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(seen.last, "echo_async: step"));
+    th_result_copy_free(&seen.fin);
+    pthread_mutex_destroy(&seen.mu);
+    pthread_cond_destroy(&seen.cv);
+    th_buf_free(&args);
+    host_down(&fx);
+}
+
 void th_suite_code(void)
 {
     CU_pSuite s = CU_add_suite("code", NULL, NULL);
@@ -1099,4 +1168,5 @@ void th_suite_code(void)
     CU_add_test(s, "host_one_worker", test_host_one_worker);
     CU_add_test(s, "host_errors", test_host_errors);
     CU_add_test(s, "host_description", test_host_description);
+    CU_add_test(s, "host_progress", test_host_progress);
 }
