@@ -942,33 +942,97 @@ static void test_host_acceptance(void)
     host_down(&fx);
 }
 
+typedef struct prog_seen {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int n;
+    bool running, done;
+    char last[128];
+    th_result_copy fin;
+} prog_seen;
+
+static void on_host_event(const th_event *ev, void *ud)
+{
+    prog_seen *p = ud;
+    pthread_mutex_lock(&p->mu);
+    if (ev->kind == TH_EV_PROGRESS) {
+        p->n++;
+        snprintf(p->last, sizeof p->last, "%s",
+                 ev->message ? ev->message : "");
+    } else if (ev->result->kind == TH_RESULT_RUNNING) {
+        p->running = true;
+    } else {
+        th_result_copy_from(&p->fin, ev->result);
+        p->done = true;
+        pthread_cond_signal(&p->cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Starts run_code without may_block, so that it runs on a worker (as a
+ * front's call does), and waits for its final result in seen->fin. */
+static void host_run_on_worker(host_fx *fx, const char *code, prog_seen *seen)
+{
+    th_buf args = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &args, th_buf_msgpack_write);
+    msgpack_pack_map(&pk, 1);
+    msgpack_pack_str_with_body(&pk, "code", 4);
+    msgpack_pack_str_with_body(&pk, code, strlen(code));
+    th_call_opts o;
+    memset(&o, 0, sizeof o);
+    memset(seen, 0, sizeof *seen);
+    pthread_mutex_init(&seen->mu, NULL);
+    pthread_cond_init(&seen->cv, NULL);
+    uint64_t id;
+    CU_ASSERT_EQUAL(th_call_start(fx->s, "run_code", args.data, args.len, &o,
+                                  on_host_event, seen, &id),
+                    0);
+    pthread_mutex_lock(&seen->mu);
+    while (!seen->done)
+        pthread_cond_wait(&seen->cv, &seen->mu);
+    pthread_mutex_unlock(&seen->mu);
+    pthread_mutex_destroy(&seen->mu);
+    pthread_cond_destroy(&seen->cv);
+    th_buf_free(&args);
+}
+
+/* A pool of one worker: run_code occupies it, and the tools it calls (sync
+ * ones inline on that worker, an async one on the async slot) still run. */
 static void test_host_one_worker(void)
 {
     host_fx fx;
     CU_ASSERT_EQUAL_FATAL(host_up(&fx, 1, true), 0);
-    th_result_copy r;
     struct timespec a, b;
     clock_gettime(CLOCK_MONOTONIC, &a);
-    CU_ASSERT_EQUAL(host_run(&fx,
-                             "local n = 0\n"
-                             "for i = 1, 100 do\n"
-                             "  local r = tools.echo{text = tostring(i)}\n"
-                             "  n = n + tonumber(r.stdout)\n"
-                             "end\n"
-                             "local a = tools.echo_async{text = 'done', steps = 2, delay_ms = 1}\n"
-                             "print(n, a.ok, a.stdout)\n",
-                             0, &r),
-                    0);
+    prog_seen seen;
+    host_run_on_worker(&fx,
+                       "local n = 0\n"
+                       "for i = 1, 100 do\n"
+                       "  local r = tools.echo{text = tostring(i)}\n"
+                       "  n = n + tonumber(r.stdout)\n"
+                       "end\n"
+                       "local a = tools.echo_async{text = 'done', steps = 2, delay_ms = 1}\n"
+                       "print(n, a.ok, a.stdout)\n",
+                       &seen);
     clock_gettime(CLOCK_MONOTONIC, &b);
-    CU_ASSERT_EQUAL(r.kind, TH_RESULT_DONE);
-    CU_ASSERT_TRUE(r.ok);
-    CU_ASSERT_STRING_EQUAL(r.out.data ? (char *)r.out.data : "",
+    CU_ASSERT_EQUAL(seen.fin.kind, TH_RESULT_DONE);
+    CU_ASSERT_TRUE(seen.fin.ok);
+    CU_ASSERT_STRING_EQUAL(seen.fin.out.data ? (char *)seen.fin.out.data : "",
                            "5050\ttrue\tdone\n");
-    if (!r.ok)
+    if (!seen.fin.ok)
         fprintf(stderr, "one worker: %s %s\n",
-                r.err.data ? (char *)r.err.data : "",
-                r.message ? r.message : "");
+                seen.fin.err.data ? (char *)seen.fin.err.data : "",
+                seen.fin.message ? seen.fin.message : "");
     CU_ASSERT_TRUE((b.tv_sec - a.tv_sec) < 4); /* no deadlock to the deadline */
+    th_result_copy_free(&seen.fin);
+
+    /* the same inline on the caller's thread (th_call_sync) */
+    th_result_copy r;
+    CU_ASSERT_EQUAL(host_run(&fx, "print(tools.echo{text = 'x'}.stdout)", 0,
+                             &r),
+                    0);
+    CU_ASSERT_TRUE(r.ok);
     th_result_copy_free(&r);
     host_down(&fx);
 }
@@ -1074,61 +1138,17 @@ static void test_host_description(void)
     host_down(&fx);
 }
 
-typedef struct prog_seen {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int n;
-    bool running, done;
-    char last[128];
-    th_result_copy fin;
-} prog_seen;
-
-static void on_host_event(const th_event *ev, void *ud)
-{
-    prog_seen *p = ud;
-    pthread_mutex_lock(&p->mu);
-    if (ev->kind == TH_EV_PROGRESS) {
-        p->n++;
-        snprintf(p->last, sizeof p->last, "%s",
-                 ev->message ? ev->message : "");
-    } else if (ev->result->kind == TH_RESULT_RUNNING) {
-        p->running = true;
-    } else {
-        th_result_copy_from(&p->fin, ev->result);
-        p->done = true;
-        pthread_cond_signal(&p->cv);
-    }
-    pthread_mutex_unlock(&p->mu);
-}
-
 /* run_code on a worker (as a front calls it): an async tool's updates
  * become updates of run_code, which turns into a task at the first one. */
 static void test_host_progress(void)
 {
     host_fx fx;
     CU_ASSERT_EQUAL_FATAL(host_up(&fx, 2, true), 0);
-    const char *code = "print(tools.echo_async{text = 'fin', steps = 4, "
-                       "delay_ms = 30}.stdout)";
-    th_buf args = TH_BUF_INIT;
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &args, th_buf_msgpack_write);
-    msgpack_pack_map(&pk, 1);
-    msgpack_pack_str_with_body(&pk, "code", 4);
-    msgpack_pack_str_with_body(&pk, code, strlen(code));
-    th_call_opts o;
-    memset(&o, 0, sizeof o);
     prog_seen seen;
-    memset(&seen, 0, sizeof seen);
-    pthread_mutex_init(&seen.mu, NULL);
-    pthread_cond_init(&seen.cv, NULL);
-    uint64_t id;
-    CU_ASSERT_EQUAL(th_call_start(fx.s, "run_code", args.data, args.len, &o,
-                                  on_host_event, &seen, &id),
-                    0);
-    pthread_mutex_lock(&seen.mu);
-    while (!seen.done)
-        pthread_cond_wait(&seen.cv, &seen.mu);
-    pthread_mutex_unlock(&seen.mu);
+    host_run_on_worker(&fx,
+                       "print(tools.echo_async{text = 'fin', steps = 4, "
+                       "delay_ms = 30}.stdout)",
+                       &seen);
     CU_ASSERT_TRUE(seen.fin.ok);
     CU_ASSERT_STRING_EQUAL(seen.fin.out.data ? (char *)seen.fin.out.data : "",
                            "fin\n");
@@ -1136,9 +1156,6 @@ static void test_host_progress(void)
     CU_ASSERT_TRUE(seen.n >= 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(seen.last, "echo_async: step"));
     th_result_copy_free(&seen.fin);
-    pthread_mutex_destroy(&seen.mu);
-    pthread_cond_destroy(&seen.cv);
-    th_buf_free(&args);
     host_down(&fx);
 }
 
