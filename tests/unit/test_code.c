@@ -13,6 +13,7 @@
 #include "th/code.h"
 #include "th/config.h"
 #include "th/host.h"
+#include "th/log.h"
 #include "th/projection.h"
 #include "common/th_test.h"
 
@@ -822,6 +823,7 @@ static void test_no_tools(void)
 /* ---- Through a real host (th_host_open + th_call_sync) ------------------- */
 
 typedef struct host_fx {
+    int log_level; /* restored at host_down: the host sets the global level */
     th_host *h;
     th_session *s;
     th_code_builtin *b;
@@ -851,17 +853,20 @@ static int host_up(host_fx *fx, uint32_t workers, bool enabled)
     th_error e;
     th_error_clear(&e);
     memset(fx, 0, sizeof *fx);
+    fx->log_level = th_log_get_level();
     if (th_config_parse("test.yaml", NULL, yaml, strlen(yaml), &cfg, &e)) {
         fprintf(stderr, "config: %s\n", e.msg);
         return -1;
     }
     if (th_host_open(cfg, &fx->h, &e)) {
         fprintf(stderr, "host: %s\n", e.msg);
+        th_log_set_level(fx->log_level);
         return -1;
     }
     if (th_code_register(fx->h, &fx->b, &e)) {
         fprintf(stderr, "register: %s\n", e.msg);
         th_host_close(fx->h);
+        th_log_set_level(fx->log_level);
         return -1;
     }
     th_principal who = {0, 0, true};
@@ -875,6 +880,7 @@ static void host_down(host_fx *fx)
         th_session_close(fx->s);
     th_host_close(fx->h);
     th_code_builtin_free(fx->b);
+    th_log_set_level(fx->log_level);
 }
 
 /* Runs code through run_code; fills *out. */
