@@ -260,6 +260,14 @@ static void test_async_progress(void)
     const msgpack_object *ack = &m->via.array.ptr[3];
     CU_ASSERT(th_rpc_obj_streq(th_rpc_map_get(ack, "status"), "running"));
     task = th_rpc_map_get(ack, "task_id")->via.u64;
+    /* A live task brings the task tools: tools.changed, and they are
+     * listed. */
+    CU_ASSERT(rpc_raw_notification(&w, "tools.changed", rpc_wait_ms()) !=
+              NULL);
+    rpc_raw_request(&w, 5, "tools.list", "[]");
+    m = rpc_raw_response(&w, 5, rpc_wait_ms());
+    CU_ASSERT(m && rpc_find_tool(&m->via.array.ptr[3], "get_running_tasks") &&
+              rpc_find_tool(&m->via.array.ptr[3], "cancel_task"));
     rpc_raw_request(&w, 2, "tasks.list", "[]");
     m = rpc_raw_response(&w, 2, rpc_wait_ms());
     CU_ASSERT_FATAL(m && m->via.array.ptr[3].type == MSGPACK_OBJECT_ARRAY);
@@ -288,6 +296,12 @@ static void test_async_progress(void)
     const msgpack_object *dp = &m->via.array.ptr[2];
     CU_ASSERT(dp->via.array.ptr[0].via.u64 == task);
     CU_ASSERT(rpc_tool_error_is(&dp->via.array.ptr[1], "cancelled"));
+    /* ... and they go again with the last task. */
+    CU_ASSERT(rpc_raw_notification(&w, "tools.changed", rpc_wait_ms()) !=
+              NULL);
+    rpc_raw_request(&w, 6, "tools.list", "[]");
+    m = rpc_raw_response(&w, 6, rpc_wait_ms());
+    CU_ASSERT(m && !rpc_find_tool(&m->via.array.ptr[3], "get_running_tasks"));
     rpc_raw_close(&w);
 
     th_buf_free(&args);
