@@ -512,7 +512,8 @@ static void test_permission(void)
         return;
     }
     rpc_srv s;
-    CU_ASSERT_FATAL(rpc_srv_start(&s, NULL) == 0);
+    rpc_opts o = {.host_extra = "  permission_timeout: 300ms\n"};
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
     th_rpc_client *c = rpc_connect(&s);
     CU_ASSERT_PTR_NOT_NULL_FATAL(c);
     int mode[2] = {1, 0};
@@ -530,6 +531,19 @@ static void test_permission(void)
     CU_ASSERT_EQUAL(mode[1], 2);
     rpc_res_free(&r);
     th_rpc_client_close(c);
+    /* Not answered at all: denied after host.permission_timeout. */
+    rpc_raw w;
+    CU_ASSERT_FATAL(rpc_raw_open(&w, &s) == 0);
+    rpc_raw_request(&w, 1, "tools.call", "[\"fs_list\", {\"path\": \".\"}]");
+    const msgpack_object *m = rpc_raw_next(&w, rpc_wait_ms());
+    CU_ASSERT_FATAL(m != NULL);
+    CU_ASSERT(m->via.array.ptr[0].via.u64 == 0 &&
+              th_rpc_obj_streq(&m->via.array.ptr[2], "permission.request") &&
+              m->via.array.ptr[3].via.array.size == 4);
+    m = rpc_raw_response(&w, 1, rpc_wait_ms());
+    CU_ASSERT(m && rpc_tool_error_is(&m->via.array.ptr[3],
+                                     "permission_denied"));
+    rpc_raw_close(&w);
     CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
     rpc_srv_free(&s);
 }
