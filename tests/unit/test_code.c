@@ -826,7 +826,6 @@ typedef struct host_fx {
     int log_level; /* restored at host_down: the host sets the global level */
     th_host *h;
     th_session *s;
-    th_code_builtin *b;
 } host_fx;
 
 static int host_up(host_fx *fx, uint32_t workers, bool enabled)
@@ -863,12 +862,7 @@ static int host_up(host_fx *fx, uint32_t workers, bool enabled)
         th_log_set_level(fx->log_level);
         return -1;
     }
-    if (th_code_register(fx->h, &fx->b, &e)) {
-        fprintf(stderr, "register: %s\n", e.msg);
-        th_host_close(fx->h);
-        th_log_set_level(fx->log_level);
-        return -1;
-    }
+    /* th_host_open registered run_code for the toolsets enabling it */
     th_principal who = {0, 0, true};
     fx->s = th_session_open(fx->h, &who, NULL, NULL);
     return fx->s ? 0 : -1;
@@ -879,7 +873,6 @@ static void host_down(host_fx *fx)
     if (fx->s)
         th_session_close(fx->s);
     th_host_close(fx->h);
-    th_code_builtin_free(fx->b);
     th_log_set_level(fx->log_level);
 }
 
@@ -1139,7 +1132,6 @@ static void test_host_description(void)
 
     /* not enabled: not registered, not callable */
     CU_ASSERT_EQUAL_FATAL(host_up(&fx, 1, false), 0);
-    CU_ASSERT_PTR_NULL(fx.b);
     CU_ASSERT_PTR_NULL(th_session_acquire(fx.s, "run_code"));
     host_down(&fx);
 }
