@@ -38,16 +38,43 @@ typedef struct th_ynode {
     bool plain;           /* TH_Y_SCALAR: unquoted (so "3" is a number) */
     struct th_ynode **kids; /* SEQ: items; MAP: key0, value0, key1, ... */
     size_t n;             /* number of entries in kids */
+    int end_line, end_col; /* 1-based, just past the node's end */
 } th_ynode;
 
 /* Looks up `key` in a TH_Y_MAP node; NULL when absent or not a map. */
 const th_ynode *th_ynode_get(const th_ynode *map, const char *key);
+/* The same, but returns the key node itself (for its mark). */
+const th_ynode *th_ynode_get_key(const th_ynode *map, const char *key);
+
+/* Parses YAML text (one document) into a tree; *out is NULL for an empty
+ * document.  Duplicate keys in one map, aliases, more than one document
+ * and nesting deeper than 64 are errors.  Errors are TH_ECONFIG with
+ * "NAME:LINE:COL: message" (libyaml's syntax errors included) or
+ * TH_ENOMEM.  The caller owns *out: th_ynode_free(). */
+int th_ynode_parse(const char *name, const char *text, size_t len,
+                   th_ynode **out, th_error *err);
+void th_ynode_free(th_ynode *n);
+
+/* YAML 1.2 core-schema typing of a plain scalar: null ("", ~, null),
+ * booleans (true/false, True, TRUE, ...).  th_ynode_bool gives 1, 0, or
+ * -1 when `n` is not a plain boolean.  A NULL node counts as null. */
+bool th_ynode_is_null(const th_ynode *n);
+int th_ynode_bool(const th_ynode *n);
+
+/* Same shape and text (plain-ness included), marks ignored; two NULLs are
+ * equal.  For reloads: an unchanged `config:` block needs no re-init. */
+bool th_ynode_equal(const th_ynode *a, const th_ynode *b);
 
 /* Packs a node as msgpack: plain scalars typed by YAML's core schema
  * (null/~, true/false, integers, floats), quoted scalars as strings,
  * sequences as arrays, maps as maps.  0 or TH_ENOMEM/TH_EINVAL. */
 struct msgpack_packer;
 int th_ynode_pack(const th_ynode *n, struct msgpack_packer *pk);
+
+/* A position in the config file (1-based; 0 when not from the file). */
+typedef struct th_mark {
+    int line, col;
+} th_mark;
 
 /* ---- Enumerations ------------------------------------------------------ */
 
@@ -179,6 +206,7 @@ typedef struct th_toolset_cfg {
     size_t n_overrides;
     th_run_code_cfg run_code;
     int line, col;
+    th_mark *tool_marks;   /* n_tools marks, parallel to `tools` */
 } th_toolset_cfg;
 
 typedef struct th_mock_progress {
@@ -227,28 +255,49 @@ void th_config_free(th_config *cfg);
 
 /* Checks a plugin's `config:` block against the plugin's declared keys
  * (with th_validate_params) and packs it as a msgpack map with defaults
- * filled in.  Errors name FILE:LINE:COL of the offending key or value. */
+ * filled in, appended to `out` (caller-initialized; an empty map when the
+ * plugin has no block).  Errors are TH_ECONFIG, "FILE:LINE:COL: in the
+ * config of plugin 'NAME': REASON", at the offending key, or at the block
+ * (or the plugin entry) when a key is missing; `out` is untouched then.
+ * Reads cfg only: safe from any thread. */
 int th_config_plugin_block(const th_config *cfg, const th_plugin_cfg *pc,
                            const struct th_param *params, size_t n_params,
                            struct th_buf *out, th_error *err);
 
+/* The toolset called `name`, or NULL. */
+const th_toolset_cfg *th_config_toolset(const th_config *cfg,
+                                        const char *name);
+
+/* True when two plugin entries would load the same way: name, path,
+ * optional, allow_insecure and an equal `config:` block (after ${}
+ * expansion).  A reload keeps such a plugin running untouched (unless its
+ * file changed). */
+bool th_plugin_cfg_equal(const th_plugin_cfg *a, const th_plugin_cfg *b);
+
 /* Checks, once the plugins are loaded, that every tool a toolset, an
- * override or a mock names exists.  `has_tool` answers for a name. */
+ * override or a mock names exists.  `has_tool` answers for a name (called
+ * on this thread only).  The first missing tool is a TH_ECONFIG error at
+ * the line:col of its name. */
 int th_config_check_tools(const th_config *cfg,
                           bool (*has_tool)(void *ud, const char *name),
                           void *ud, th_error *err);
 
 /* Parsers of the value forms, shared with the CLI: "64KiB", "1MiB", "512"
- * and "500ms", "30s", "2m", "1h".  0 or TH_EINVAL. */
+ * and "500ms", "30s", "2m", "1h".  0 or TH_EINVAL.  Sizes: B, KiB, MiB,
+ * GiB, TiB (x1024) and kB/KB, MB, GB, TB (x1000), fractions with a unit
+ * ("1.5MiB", rounded down).  Durations: ms, s, m, h, d, fractions and sums
+ * ("1h30m"); a number without a unit is refused except "0".  See
+ * docs/config.md. */
 int th_parse_size(const char *s, uint64_t *out);
 int th_parse_duration_ms(const char *s, uint64_t *out);
 
-/* The config name of a semantic type ("file_content", ...) and back
- * (0 when unknown). */
+/* The config name of a semantic type ("file_content", ...; "unknown"
+ * outside 1..12, static storage) and back (0 when unknown). */
 const char *th_sem_name(uint32_t sem);
 uint32_t th_sem_from_name(const char *name);
 
-/* The default limits (bytes per semantic type). */
+/* The default limits (bytes per semantic type; bytes[0], for an unknown
+ * type, is the text limit).  See docs/config.md for the table. */
 void th_limits_defaults(th_limits *l);
 
 #endif

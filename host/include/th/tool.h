@@ -65,6 +65,11 @@ struct th_plugin {
     atomic_long refs;            /* 1 held by the registry + 1 per call */
     void (*on_last_unref)(th_plugin *p); /* hook for the reload module */
     void *user;                  /* for the owner of the plugin */
+    /* Appended members (core): */
+    char *version;               /* the descriptor's version, or "" */
+    char *description;           /* the descriptor's description */
+    th_param *config_params;     /* the schema of its config block */
+    size_t n_config_params;
 };
 
 /* ---- Loader ------------------------------------------------------------ */
@@ -75,25 +80,65 @@ typedef struct th_load_opts {
     const char *load_path;   /* dlopen this file instead of `path` (a
                                 private copy); NULL: `path` */
     uint64_t generation;     /* 0 means 1 */
+    /* Appended (core): "report every problem" mode for `toolhost check`.
+     * When set, each problem that does not stop the checks (a bad tool, a
+     * duplicate tool name, a bad parameter table, a missing description)
+     * is passed to on_problem (msg valid during the call) and the checks go
+     * on; th_plugin_open() still fails, with the first problem and
+     * " (and N more problems)".  Problems that stop everything (file,
+     * dlopen, entry symbol, ABI, struct sizes, plugin name) are only
+     * returned.  Called on the thread of th_plugin_open(). */
+    void (*on_problem)(void *ud, const char *msg);
+    void *problem_ud;
 } th_load_opts;
 
 /* Opens and checks a plugin without calling init().  *out is a new
- * th_plugin with refs = 1.  Errors (TH_ELOAD) name the file and the
- * reason: not a shared object, entry symbol missing, ABI major mismatch,
- * struct too small, invalid or duplicate tool name, bad parameter table,
- * writable by others. */
+ * th_plugin with refs = 1 (the caller's), or NULL on failure.  Errors
+ * (TH_ELOAD) read "PATH: reason", PATH as given:
+ *   cannot open: No such file or directory
+ *   refused: the file|folder F is writable by others|its group (mode M),
+ *     ...; fix it with 'chmod go-w F', or set 'allow_insecure: true' ...
+ *   refused: the file|folder F belongs to another user (uid U), ...
+ *   not a shared object: <dlerror>      (the file is not ELF)
+ *   cannot be loaded: <dlerror>         (ELF, but dlopen failed)
+ *   entry symbol 'toolhost_plugin_v1' not found (...)
+ *   ABI major 2, this host speaks 1 (...)
+ *   toolhost_plugin struct_size 8 is smaller than the N bytes of ABI 1.0
+ *   tool 'bad name!' has an invalid name (allowed: letters, digits, _ and
+ *     -, 1 to 64)
+ *   tool name 'x' appears twice
+ *   tool 'x' has no description | no execute function | an unknown
+ *     stdout/stderr semantic type N | unknown flag bits 0xN
+ *   tool 'x': parameter 'p' ... (see th_params_from_abi)
+ * The safety check (skipped with allow_insecure) covers `path` and, when
+ * given, `load_path`: the file and every folder above it (after
+ * symlinks are resolved) must not be writable by group or others (a
+ * sticky folder such as /tmp is fine) and must belong to root or to the
+ * host's user.  Load class. */
 int th_plugin_open(const char *path, const th_load_opts *opts,
                    th_plugin **out, th_error *err);
 
-/* Calls init() with a msgpack config map (NULL/0 for none).  On failure
- * returns TH_ELOAD with the plugin's own message. */
+/* Calls init() with a msgpack config map (NULL/0 for none).  The map is
+ * first checked against p->config_params with th_validate_params() (what =
+ * NULL) and its defaults filled in, so init() always gets a valid,
+ * complete map (an empty one when the plugin declares no config); a bad
+ * block fails with "PATH: config of plugin 'NAME': <reason>".  On init()
+ * failure returns TH_ELOAD "PATH: init failed: <the plugin's message>";
+ * fini() will not be called then.  A plugin without init() counts as
+ * initialized.  TH_ESTATE if called twice.  Load class. */
 int th_plugin_init(th_plugin *p, const uint8_t *config, size_t len,
                    th_error *err);
 
-/* Pins / unpins a generation.  The last unref calls fini() (when init()
- * succeeded), dlclose()s, and frees everything. */
+/* Pins / unpins a generation.  The last unref calls p->on_last_unref(p)
+ * when set (the hook then owns p and ends it with th_plugin_destroy()),
+ * else th_plugin_destroy().  Any thread; the refcount is atomic. */
 void th_plugin_ref(th_plugin *p);
 void th_plugin_unref(th_plugin *p);
+
+/* Calls fini() when init() succeeded, dlclose()s, and frees everything,
+ * whatever the refcount.  Load class: not concurrently with other Load
+ * functions of the plugin, and only once no call uses it.  NULL is ok. */
+void th_plugin_destroy(th_plugin *p);
 
 /* The th_plugin whose api is `api` (for host callbacks such as log). */
 th_plugin *th_plugin_from_api(const toolhost_host_api *api);
@@ -133,6 +178,10 @@ int th_plugin_builtin(const toolhost_plugin *desc, th_plugin **out,
 
 /* Checks that `name` matches ^[a-zA-Z0-9_-]{1,64}$. */
 bool th_tool_name_valid(const char *name);
+/* Checks that `name` matches ^[a-zA-Z_][a-zA-Z0-9_]{0,63}$. */
+bool th_param_name_valid(const char *name);
+/* "string", "integer", ... for a toolhost_type; "unknown" otherwise. */
+const char *th_type_name(uint32_t type);
 
 /* Normalizes a parameter table from a plugin (walking by struct_size) into
  * host-owned th_params: names valid and unique, types known, description
@@ -151,20 +200,28 @@ th_registry *th_registry_new(void);
 /* Unrefs every plugin it holds, then frees itself. */
 void th_registry_free(th_registry *reg);
 
-/* Adds every tool of `p` (the registry takes one reference).  Fails with
- * TH_ELOAD naming both plugins if a tool name is taken; nothing is added
- * then. */
+/* Adds every tool of `p`.  On success the registry takes over the
+ * caller's reference (the one th_plugin_open() returned); on failure the
+ * caller keeps it.  Fails with TH_ELOAD naming both plugins if a tool name
+ * is taken, or if a plugin of the same name is already in; nothing is
+ * added then.  Any thread (writers are serialized by the registry lock). */
 int th_registry_add(th_registry *reg, th_plugin *p, th_error *err);
 
 /* Atomically replaces generation `old` by `p` (same plugin name): new
- * lookups see `p`; `old` loses the registry's reference. */
+ * lookups see `p`; `old` loses the registry's reference (dropped after the
+ * lock is released, so its fini() runs here only if no call pins it).  The
+ * registry takes over the caller's reference on `p` on success.  Fails
+ * (changing nothing) with TH_EINVAL if names differ, TH_ENOTFOUND if `old`
+ * is not held, TH_ELOAD if a new tool name clashes with another plugin. */
 int th_registry_replace(th_registry *reg, th_plugin *old, th_plugin *p,
                         th_error *err);
-/* Removes `p` and drops the registry's reference. */
+/* Removes `p` and drops the registry's reference; no-op if not held. */
 void th_registry_remove(th_registry *reg, th_plugin *p);
 
 /* Looks up a tool and pins its generation; NULL when unknown.  Pair with
- * th_tool_release().  Safe from any thread. */
+ * th_tool_release().  Safe from any thread: a read lock, a binary search
+ * and one atomic increment.  The tool stays valid until released, even if
+ * its plugin is removed or replaced meanwhile. */
 const th_tool *th_registry_acquire(th_registry *reg, const char *name);
 void th_tool_release(const th_tool *tool);
 
@@ -191,21 +248,58 @@ typedef struct th_verr {
  * accepted for a number; nothing else is coerced), in the enum.  When a
  * default must be filled in, *out receives the completed map and
  * *filled = true; otherwise `out` is untouched and the input stands.
- * `what` starts the message: "Error parsing arguments for fs_read: missing
- * required parameter 'path'".  Returns 0 or TH_EARGS. */
+ * Returns 0, TH_EARGS, TH_ENOMEM, or TH_EINVAL when a default must be
+ * filled in and `out` is NULL.
+ *
+ * Messages.  err->e.msg is "Error parsing arguments for " WHAT ": " REASON
+ * when `what` is not NULL, and REASON alone when it is NULL (for config
+ * blocks, whose caller puts file:line:col in front).  err->key is the
+ * offending parameter name ("" when the arguments as a whole are wrong).
+ * REASON is one of (P a parameter, T "a string", "an integer", "a number",
+ * "a boolean", "an array", "an object"; G what was sent, in the same words
+ * or "null", "a number with a fraction", "binary data"):
+ *   the arguments are empty; send an object (...), {} when there are none
+ *   the arguments must be an object (a map of parameter names to values),
+ *     got G
+ *   the arguments are not valid msgpack (truncated, malformed, or nested
+ *     too deeply)
+ *   the arguments are followed by N extra bytes; send exactly one object
+ *   parameter names must be strings, got G
+ *   unknown parameter 'P' (accepted parameters: a, b, c)
+ *   unknown parameter 'P' (this takes no parameters)
+ *   parameter 'P' is given twice
+ *   parameter 'P' must be T, got G
+ *   parameter 'P' must be an array of strings; P[3] is G
+ *   parameter 'P' must be one of 'a', 'b'; got 'c'
+ *   missing required parameter 'P'
+ * Checks run in map order, then required parameters in table order; the
+ * first failure is reported.  `err` may be NULL.
+ *
+ * Speed and threads: any thread.  The map is decoded in a per-thread
+ * msgpack zone that is reused, so no allocation happens unless a default
+ * is filled in (into `out`, which is reset first) or the table has more
+ * than 256 parameters.  `out` may be NULL when no parameter has a default. */
 int th_validate_params(const char *what, const th_param *params, size_t n,
                        const uint8_t *args, size_t len, th_buf *out,
                        bool *filled, th_verr *err);
 
-/* th_validate_params for a tool, then the tool's own validate_args().
- * *args_out/*len_out point at the bytes to pass to execute() (the input,
- * or out->data). */
+/* th_validate_params for a tool (what = the tool's name), then the tool's
+ * own validate_args() (Call class: from any thread), whose message is
+ * wrapped the same way: "Error parsing arguments for NAME: <its message>".
+ * *args_out and *len_out point at the bytes to pass to execute() (the input,
+ * or out->data), valid while both stay untouched.  0 or TH_EARGS (or
+ * TH_ENOMEM). */
 int th_validate_call(const th_tool *tool, const uint8_t *args, size_t len,
                      th_buf *out, const uint8_t **args_out, size_t *len_out,
                      th_error *err);
 
 /* Re-encodes a msgpack value in canonical form (map keys sorted bytewise,
- * integers in their shortest form), for comparing arguments. */
+ * integers in their shortest form), for comparing arguments.  `out` is
+ * reset first.  String keys compare by their bytes (a prefix first) and
+ * follow every non-string key; non-string keys compare by their canonical
+ * encoding; maps and arrays are canonical all the way down.  0, TH_EINVAL
+ * (not one msgpack value; trailing bytes are ignored) or TH_ENOMEM.  Any
+ * thread. */
 int th_msgpack_canonical(const uint8_t *data, size_t len, th_buf *out);
 
 #endif

@@ -1,0 +1,1694 @@
+/* config.c - the YAML config: a table of keys per section, mapped onto the
+ * structs of th/config.h with offsetof and shared setters.
+ *
+ * Threads: th_config_load/parse build a new th_config on the caller's
+ * thread; the result is never changed again, so any thread may read it.
+ * Environment variables are read (getenv) while loading.
+ */
+#include "th/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <msgpack.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "th/buf.h"
+#include "toolhost/plugin.h"
+
+_Static_assert(sizeof(th_dup_policy) == sizeof(int), "enum size");
+_Static_assert(sizeof(th_dup_scope) == sizeof(int), "enum size");
+_Static_assert(sizeof(th_task_scope) == sizeof(int), "enum size");
+_Static_assert(sizeof(th_perm_action) == sizeof(int), "enum size");
+_Static_assert(sizeof(th_reload_mode) == sizeof(int), "enum size");
+
+#define KIB 1024ull
+#define MIB (1024ull * 1024)
+#define GIB (1024ull * 1024 * 1024)
+#define SEC 1000ull
+#define MINUTE (60 * SEC)
+#define HOUR (60 * MINUTE)
+#define DAY (24 * HOUR)
+
+/* ---- value forms ------------------------------------------------------- */
+
+/* Reads "123" or "1.5" at *p: integer part and up to 18 fraction digits
+ * as frac / 10^fdig.  0 or -1 (no digits, overflow). */
+static int read_decimal(const char **p, uint64_t *ip, uint64_t *frac,
+                        unsigned *fdig)
+{
+    const char *s = *p;
+    uint64_t v = 0;
+    size_t nd = 0;
+    while (*s >= '0' && *s <= '9') {
+        unsigned d = (unsigned)(*s - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return -1;
+        v = v * 10 + d;
+        s++;
+        nd++;
+    }
+    *frac = 0;
+    *fdig = 0;
+    if (*s == '.') {
+        s++;
+        size_t nf = 0;
+        while (*s >= '0' && *s <= '9') {
+            if (*fdig < 18) {
+                *frac = *frac * 10 + (uint64_t)(*s - '0');
+                (*fdig)++;
+            }
+            s++;
+            nf++;
+        }
+        if (!nf)
+            return -1;
+    }
+    if (!nd && !*fdig)
+        return -1;
+    *ip = v;
+    *p = s;
+    return 0;
+}
+
+static uint64_t pow10u(unsigned n)
+{
+    uint64_t r = 1;
+    while (n--)
+        r *= 10;
+    return r;
+}
+
+/* v * mult + frac / 10^fdig * mult, rounded down; -1 on overflow. */
+static int scale(uint64_t v, uint64_t frac, unsigned fdig, uint64_t mult,
+                 uint64_t *out)
+{
+    unsigned __int128 r = (unsigned __int128)v * mult;
+    r += (unsigned __int128)frac * mult / pow10u(fdig);
+    if (r > UINT64_MAX)
+        return -1;
+    *out = (uint64_t)r;
+    return 0;
+}
+
+int th_parse_size(const char *s, uint64_t *out)
+{
+    static const struct {
+        const char *unit;
+        uint64_t mult;
+    } units[] = {{"", 1},           {"B", 1},
+                 {"KiB", KIB},      {"MiB", MIB},
+                 {"GiB", GIB},      {"TiB", GIB * KIB},
+                 {"kB", 1000},      {"KB", 1000},
+                 {"MB", 1000000},   {"GB", 1000000000ull},
+                 {"TB", 1000000000000ull}};
+    if (!s || !out)
+        return TH_EINVAL;
+    const char *p = s;
+    uint64_t v, frac;
+    unsigned fdig;
+    if (read_decimal(&p, &v, &frac, &fdig) < 0)
+        return TH_EINVAL;
+    if (*p == ' ')
+        p++;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (strcmp(p, units[i].unit) != 0)
+            continue;
+        if (units[i].mult == 1 && frac)
+            return TH_EINVAL; /* no fractions of a byte */
+        if (p > s && p[-1] == ' ' && !*p)
+            return TH_EINVAL; /* a trailing space */
+        return scale(v, frac, fdig, units[i].mult, out) < 0 ? TH_EINVAL : 0;
+    }
+    return TH_EINVAL;
+}
+
+int th_parse_duration_ms(const char *s, uint64_t *out)
+{
+    if (!s || !out || !*s)
+        return TH_EINVAL;
+    if (strcmp(s, "0") == 0) {
+        *out = 0;
+        return 0;
+    }
+    const char *p = s;
+    uint64_t total = 0;
+    while (*p) {
+        uint64_t v, frac, part;
+        unsigned fdig;
+        if (read_decimal(&p, &v, &frac, &fdig) < 0)
+            return TH_EINVAL;
+        uint64_t mult;
+        if (p[0] == 'm' && p[1] == 's') {
+            mult = 1;
+            p += 2;
+        } else if (p[0] == 's') {
+            mult = SEC;
+            p++;
+        } else if (p[0] == 'm') {
+            mult = MINUTE;
+            p++;
+        } else if (p[0] == 'h') {
+            mult = HOUR;
+            p++;
+        } else if (p[0] == 'd') {
+            mult = DAY;
+            p++;
+        } else {
+            return TH_EINVAL; /* a number without its unit */
+        }
+        if (scale(v, frac, fdig, mult, &part) < 0 || total + part < total)
+            return TH_EINVAL;
+        total += part;
+    }
+    *out = total;
+    return 0;
+}
+
+/* ---- semantic types and limits ----------------------------------------- */
+
+static const char *const sem_names[TH_SEM_COUNT] = {
+    NULL,         "text",     "status",         "error",
+    "file_content", "file_view", "command_output", "search_results",
+    "knowledge",  "structured", "log",          "diff",
+    "binary"};
+
+const char *th_sem_name(uint32_t sem)
+{
+    return sem > 0 && sem < TH_SEM_COUNT ? sem_names[sem] : "unknown";
+}
+
+uint32_t th_sem_from_name(const char *name)
+{
+    if (!name)
+        return 0;
+    for (uint32_t i = 1; i < TH_SEM_COUNT; i++)
+        if (strcmp(name, sem_names[i]) == 0)
+            return i;
+    return 0;
+}
+
+void th_limits_defaults(th_limits *l)
+{
+    l->bytes[0] = 8000; /* an unknown type is limited like text */
+    l->bytes[TOOLHOST_SEM_TEXT] = 8000;
+    l->bytes[TOOLHOST_SEM_STATUS] = 2000;
+    l->bytes[TOOLHOST_SEM_ERROR] = 8000;
+    l->bytes[TOOLHOST_SEM_FILE_CONTENT] = 60000;
+    l->bytes[TOOLHOST_SEM_FILE_VIEW] = 60000;
+    l->bytes[TOOLHOST_SEM_COMMAND_OUTPUT] = 8000;
+    l->bytes[TOOLHOST_SEM_SEARCH_RESULTS] = 8000;
+    l->bytes[TOOLHOST_SEM_KNOWLEDGE] = 60000;
+    l->bytes[TOOLHOST_SEM_STRUCTURED] = 60000;
+    l->bytes[TOOLHOST_SEM_LOG] = 8000;
+    l->bytes[TOOLHOST_SEM_DIFF] = 8000;
+    l->bytes[TOOLHOST_SEM_BINARY] = MIB;
+}
+
+/* ---- loading context and errors ---------------------------------------- */
+
+typedef struct cfctx {
+    const char *file; /* names the file in messages */
+    const char *dir;  /* absolute folder for relative paths */
+    th_config *cfg;
+    th_error *err;
+} cfctx;
+
+static int cf_err(cfctx *c, const th_ynode *at, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int cf_err(cfctx *c, const th_ynode *at, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    th_error_setv(c->err, TH_ECONFIG, fmt, ap);
+    va_end(ap);
+    th_error_prefix(c->err, "%s:%d:%d: ", c->file, at ? at->line : 1,
+                    at ? at->col : 1);
+    return TH_ECONFIG;
+}
+
+static int cf_nomem(cfctx *c)
+{
+    return th_error_set(c->err, TH_ENOMEM, "%s: out of memory", c->file);
+}
+
+/* "'abc'", "a list", "a map" - for "got ..." in messages. */
+static const char *describe(const th_ynode *v, char *buf, size_t size)
+{
+    if (!v || th_ynode_is_null(v))
+        return "nothing";
+    if (v->kind == TH_Y_SEQ)
+        return "a list";
+    if (v->kind == TH_Y_MAP)
+        return "a map";
+    if (v->len > 40)
+        snprintf(buf, size, "'%.37s...'", v->str);
+    else
+        snprintf(buf, size, "'%s'", v->str);
+    return buf;
+}
+
+/* Optimal-string-alignment distance (Levenshtein plus transpositions),
+ * ASCII case folded; capped at 99 for long words. */
+static unsigned edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63)
+        return 99;
+    unsigned d[64][64];
+    for (size_t i = 0; i <= la; i++)
+        d[i][0] = (unsigned)i;
+    for (size_t j = 0; j <= lb; j++)
+        d[0][j] = (unsigned)j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= lb; j++) {
+            unsigned cost = tolower((unsigned char)a[i - 1]) !=
+                            tolower((unsigned char)b[j - 1]);
+            unsigned m = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < m)
+                m = d[i][j - 1] + 1;
+            if (d[i - 1][j - 1] + cost < m)
+                m = d[i - 1][j - 1] + cost;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] &&
+                a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < m)
+                m = d[i - 2][j - 2] + 1;
+            d[i][j] = m;
+        }
+    return d[la][lb];
+}
+
+/* The candidate closest to `word`, if close enough to be a likely typo. */
+static const char *closest(const char *word, const char *const *cands,
+                           size_t n)
+{
+    size_t len = strlen(word);
+    unsigned limit = len <= 4 ? 1 : len <= 12 ? 2 : 3;
+    const char *best = NULL;
+    unsigned bestd = limit + 1;
+    for (size_t i = 0; i < n; i++) {
+        if (!cands[i])
+            continue;
+        unsigned d = edit_distance(word, cands[i]);
+        if (d < bestd) {
+            bestd = d;
+            best = cands[i];
+        }
+    }
+    return best;
+}
+
+/* ---- the key table ------------------------------------------------------ */
+
+typedef struct cfkey cfkey;
+typedef int (*cfset_fn)(cfctx *c, const cfkey *k, th_ynode *v, void *base);
+
+#define CF_REQUIRED 1u
+#define CF_PATH 2u /* strings: resolve against the config's folder */
+
+struct cfkey {
+    const char *name;
+    cfset_fn set;
+    size_t off;               /* the field in the struct at `base` */
+    size_t off2;              /* its count, for lists */
+    uint64_t min, max;        /* numbers, sizes, durations (ms) */
+    const char *const *names; /* enum values, NULL-terminated, = 0, 1, ... */
+    const cfkey *sub;         /* keys of a nested map or of list items */
+    size_t elem_size;         /* list items */
+    void (*init)(cfctx *c, void *elem);
+    int (*check)(cfctx *c, th_ynode *n, void *elem);
+    unsigned flags;
+    const char *what;         /* names a list item or section in messages */
+};
+
+static int apply_map(cfctx *c, th_ynode *node, const cfkey *table,
+                     void *base, const char *what);
+
+static int want_scalar(cfctx *c, const cfkey *k, const th_ynode *v,
+                       const char *kind)
+{
+    if (v->kind == TH_Y_SCALAR)
+        return 0;
+    char b[64];
+    return cf_err(c, v, "'%s' must be %s, got %s", k->name, kind,
+                  describe(v, b, sizeof b));
+}
+
+static char *resolve_path(cfctx *c, const char *s)
+{
+    if (s[0] == '/')
+        return strdup(s);
+    while (s[0] == '.' && s[1] == '/') {
+        s += 2;
+        while (*s == '/')
+            s++;
+    }
+    th_buf b = TH_BUF_INIT;
+    if (th_buf_printf(&b, "%s%s%s", c->dir,
+                      c->dir[strlen(c->dir) - 1] == '/' ? "" : "/", s) < 0) {
+        th_buf_free(&b);
+        return NULL;
+    }
+    if (b.len > 1 && b.data[b.len - 1] == '/' && !*s)
+        b.data[--b.len] = '\0';
+    return (char *)th_buf_take(&b, NULL);
+}
+
+static int set_str(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+{
+    char **f = (char **)((char *)base + k->off);
+    if (th_ynode_is_null(v))
+        return 0;
+    int rc = want_scalar(c, k, v, "a string");
+    if (rc < 0)
+        return rc;
+    if ((k->flags & CF_PATH) && v->len == 0)
+        return cf_err(c, v, "'%s' must not be empty", k->name);
+    free(*f);
+    *f = (k->flags & CF_PATH) ? resolve_path(c, v->str) : strdup(v->str);
+    return *f ? 0 : cf_nomem(c);
+}
+
+static int set_bool(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+{
+    int b = th_ynode_bool(v);
+    if (b < 0) {
+        char d[64];
+        return cf_err(c, v, "'%s' must be true or false, got %s", k->name,
+                      v->kind == TH_Y_SCALAR && !v->plain
+                          ? "a quoted string"
+                          : describe(v, d, sizeof d));
+    }
+    *(bool *)((char *)base + k->off) = b == 1;
+    return 0;
+}
+
+static int parse_uint(const th_ynode *v, int base, uint64_t *out)
+{
+    if (v->kind != TH_Y_SCALAR || v->len == 0)
+        return -1;
+    const char *s = v->str;
+    if (base == 8 && s[0] == '0' && s[1] == 'o')
+        s += 2;
+    if (!*s)
+        return -1;
+    for (const char *p = s; *p; p++)
+        if (*p < '0' || *p > (base == 8 ? '7' : '9'))
+            return -1;
+    errno = 0;
+    unsigned long long x = strtoull(s, NULL, base);
+    if (errno == ERANGE)
+        return -1;
+    *out = x;
+    return 0;
+}
+
+static int range_err(cfctx *c, const cfkey *k, const th_ynode *v,
+                     const char *lo, const char *hi)
+{
+    return cf_err(c, v, "'%s' is out of range: %s is not between %s and %s",
+                  k->name, v->str, lo, hi);
+}
+
+static int set_u32(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+{
+    uint64_t x;
+    int rc = want_scalar(c, k, v, "a whole number");
+    if (rc < 0)
+        return rc;
+    if (parse_uint(v, 10, &x) < 0) {
+        char d[64];
+        return cf_err(c, v, "'%s' must be a whole number, got %s", k->name,
+                      describe(v, d, sizeof d));
+    }
+    if (x < k->min || x > k->max) {
+        char lo[32], hi[32];
+        snprintf(lo, sizeof lo, "%llu", (unsigned long long)k->min);
+        snprintf(hi, sizeof hi, "%llu", (unsigned long long)k->max);
+        return range_err(c, k, v, lo, hi);
+    }
+    *(uint32_t *)((char *)base + k->off) = (uint32_t)x;
+    return 0;
+}
+
+/* File modes are octal whether written 0600, 600 or 0o600. */
+static int set_mode(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+{
+    uint64_t x;
+    int rc = want_scalar(c, k, v, "an octal file mode");
+    if (rc < 0)
+        return rc;
+    if (parse_uint(v, 8, &x) < 0 || x > 0777) {
+        char d[64];
+        return cf_err(c, v,
+                      "'%s' must be an octal file mode such as 0600 "
+                      "(at most 0777), got %s",
+                      k->name, describe(v, d, sizeof d));
+    }
+    *(uint32_t *)((char *)base + k->off) = (uint32_t)x;
+    return 0;
+}
+
+static void fmt_size(uint64_t n, char *buf, size_t size)
+{
+    if (n >= GIB && n % GIB == 0)
+        snprintf(buf, size, "%lluGiB", (unsigned long long)(n / GIB));
+    else if (n >= MIB && n % MIB == 0)
+        snprintf(buf, size, "%lluMiB", (unsigned long long)(n / MIB));
+    else if (n >= KIB && n % KIB == 0)
+        snprintf(buf, size, "%lluKiB", (unsigned long long)(n / KIB));
+    else
+        snprintf(buf, size, "%llu", (unsigned long long)n);
+}
+
+static void fmt_duration(uint64_t ms, char *buf, size_t size)
+{
+    if (ms >= DAY && ms % DAY == 0)
+        snprintf(buf, size, "%llud", (unsigned long long)(ms / DAY));
+    else if (ms >= HOUR && ms % HOUR == 0)
+        snprintf(buf, size, "%lluh", (unsigned long long)(ms / HOUR));
+    else if (ms >= MINUTE && ms % MINUTE == 0)
+        snprintf(buf, size, "%llum", (unsigned long long)(ms / MINUTE));
+    else if (ms >= SEC && ms % SEC == 0)
+        snprintf(buf, size, "%llus", (unsigned long long)(ms / SEC));
+    else
+        snprintf(buf, size, "%llums", (unsigned long long)ms);
+}
+
+static int set_size(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+{
+    uint64_t x;
+    int rc = want_scalar(c, k, v, "a size");
+    if (rc < 0)
+        return rc;
+    if (th_parse_size(v->str, &x) < 0) {
+        char d[64];
+        return cf_err(c, v,
+                      "'%s' must be a size such as 512, 64KiB or 1.5MiB, "
+                      "got %s",
+                      k->name, describe(v, d, sizeof d));
+    }
+    if (x < k->min || x > k->max) {
+        char lo[32], hi[32];
+        fmt_size(k->min, lo, sizeof lo);
+        fmt_size(k->max, hi, sizeof hi);
+        return range_err(c, k, v, lo, hi);
+    }
+    *(uint64_t *)((char *)base + k->off) = x;
+    return 0;
+}
+
+static int set_duration(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+{
+    uint64_t x;
+    int rc = want_scalar(c, k, v, "a duration");
+    if (rc < 0)
+        return rc;
+    if (th_parse_duration_ms(v->str, &x) < 0) {
+        char d[64];
+        return cf_err(c, v,
+                      "'%s' must be a duration such as 500ms, 30s, 2m or 1h, "
+                      "got %s",
+                      k->name, describe(v, d, sizeof d));
+    }
+    if (x < k->min || x > k->max) {
+        char lo[32], hi[32];
+        fmt_duration(k->min, lo, sizeof lo);
+        fmt_duration(k->max, hi, sizeof hi);
+        return range_err(c, k, v, lo, hi);
+    }
+    *(uint64_t *)((char *)base + k->off) = x;
+    return 0;
+}
+
+static int enum_err(cfctx *c, const char *key, const th_ynode *v,
+                    const char *const *names)
+{
+    char allowed[256] = "";
+    size_t used = 0;
+    for (size_t i = 0; names[i]; i++) {
+        int n = snprintf(allowed + used, sizeof allowed - used, "%s%s",
+                         i ? ", " : "", names[i]);
+        if (n < 0 || (size_t)n >= sizeof allowed - used)
+            break;
+        used += (size_t)n;
+    }
+    char d[64];
+    return cf_err(c, v, "invalid value %s for '%s' (allowed: %s)",
+                  describe(v, d, sizeof d), key, allowed);
+}
+
+static int enum_index(const th_ynode *v, const char *const *names)
+{
+    if (v->kind != TH_Y_SCALAR)
+        return -1;
+    for (int i = 0; names[i]; i++)
+        if (strcmp(v->str, names[i]) == 0)
+            return i;
+    return -1;
+}
+
+static int set_enum(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+{
+    int i = enum_index(v, k->names);
+    if (i < 0)
+        return enum_err(c, k->name, v, k->names);
+    *(int *)((char *)base + k->off) = i;
+    return 0;
+}
+
+static int set_fraction(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+{
+    char *end = NULL;
+    double d = -1;
+    if (v->kind == TH_Y_SCALAR && v->plain && v->len) {
+        errno = 0;
+        d = strtod(v->str, &end);
+    }
+    if (!end || *end || errno || !(d >= 0.0 && d <= 1.0)) {
+        char b[64];
+        return cf_err(c, v, "'%s' must be a number from 0 to 1, got %s",
+                      k->name, describe(v, b, sizeof b));
+    }
+    *(double *)((char *)base + k->off) = d;
+    return 0;
+}
+
+/* A nested map whose keys are fields of the struct at base + off. */
+static int set_section(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+{
+    void *sub = (char *)base + k->off;
+    int rc = apply_map(c, v, k->sub, sub, k->what ? k->what : k->name);
+    if (rc == 0 && k->check)
+        rc = k->check(c, v, sub);
+    return rc;
+}
+
+/* A list of maps: an array of elem_size items at off, its count at off2. */
+static int set_list(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+{
+    void **arr = (void **)((char *)base + k->off);
+    size_t *cnt = (size_t *)((char *)base + k->off2);
+    if (th_ynode_is_null(v))
+        return 0;
+    if (v->kind != TH_Y_SEQ) {
+        char d[64];
+        return cf_err(c, v, "'%s' must be a list of %ss, got %s", k->name,
+                      k->what, describe(v, d, sizeof d));
+    }
+    if (v->n == 0)
+        return 0;
+    *arr = calloc(v->n, k->elem_size);
+    if (!*arr)
+        return cf_nomem(c);
+    for (size_t i = 0; i < v->n; i++) {
+        void *el = (char *)*arr + i * k->elem_size;
+        th_ynode *item = v->kids[i];
+        if (k->init)
+            k->init(c, el);
+        *cnt = i + 1;
+        if (item->kind != TH_Y_MAP) {
+            char d[64];
+            return cf_err(c, item, "each item of '%s' must be a map (a %s), "
+                          "got %s", k->name, k->what,
+                          describe(item, d, sizeof d));
+        }
+        int rc = apply_map(c, item, k->sub, el, k->what);
+        if (rc == 0 && k->check)
+            rc = k->check(c, item, el);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* A list of strings (one scalar counts as a list of one). */
+static int strlist(cfctx *c, const cfkey *k, th_ynode *v, char ***out,
+                   size_t *n_out, th_mark **marks)
+{
+    if (th_ynode_is_null(v))
+        return 0;
+    th_ynode *one[1] = {v};
+    th_ynode **items = v->kind == TH_Y_SEQ ? v->kids : one;
+    size_t n = v->kind == TH_Y_SEQ ? v->n : 1;
+    if (v->kind == TH_Y_MAP)
+        return cf_err(c, v, "'%s' must be a list of names, got a map",
+                      k->name);
+    if (n == 0)
+        return 0;
+    *out = calloc(n, sizeof **out);
+    if (!*out)
+        return cf_nomem(c);
+    if (marks && !(*marks = calloc(n, sizeof **marks)))
+        return cf_nomem(c);
+    for (size_t i = 0; i < n; i++) {
+        if (items[i]->kind != TH_Y_SCALAR || th_ynode_is_null(items[i])) {
+            char d[64];
+            return cf_err(c, items[i],
+                          "each item of '%s' must be a name, got %s", k->name,
+                          describe(items[i], d, sizeof d));
+        }
+        if (!((*out)[i] = strdup(items[i]->str)))
+            return cf_nomem(c);
+        *n_out = i + 1;
+        if (marks) {
+            (*marks)[i].line = items[i]->line;
+            (*marks)[i].col = items[i]->col;
+        }
+    }
+    return 0;
+}
+
+static int set_strlist(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+{
+    return strlist(c, k, v, (char ***)((char *)base + k->off),
+                   (size_t *)((char *)base + k->off2), NULL);
+}
+
+/* Per-semantic-type sizes into the th_limits at base + off. */
+static int set_limits(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+{
+    th_limits *l = (th_limits *)((char *)base + k->off);
+    if (th_ynode_is_null(v))
+        return 0;
+    if (v->kind != TH_Y_MAP) {
+        char d[64];
+        return cf_err(c, v, "'%s' must be a map of semantic type to size, "
+                      "got %s", k->name, describe(v, d, sizeof d));
+    }
+    for (size_t i = 0; i + 1 < v->n; i += 2) {
+        th_ynode *key = v->kids[i], *val = v->kids[i + 1];
+        uint32_t sem = key->kind == TH_Y_SCALAR ? th_sem_from_name(key->str)
+                                                : 0;
+        if (!sem) {
+            char d[64];
+            const char *near = key->kind == TH_Y_SCALAR
+                                   ? closest(key->str, sem_names + 1,
+                                             TH_SEM_COUNT - 1)
+                                   : NULL;
+            if (near)
+                return cf_err(c, key,
+                              "unknown semantic type %s in '%s' (did you "
+                              "mean '%s'?)",
+                              describe(key, d, sizeof d), k->name, near);
+            return cf_err(c, key,
+                          "unknown semantic type %s in '%s' (known: text, "
+                          "status, error, file_content, file_view, "
+                          "command_output, search_results, knowledge, "
+                          "structured, log, diff, binary)",
+                          describe(key, d, sizeof d), k->name);
+        }
+        cfkey one = {.name = key->str, .min = 1, .max = 1024 * GIB,
+                     .off = offsetof(th_limits, bytes) +
+                            sem * sizeof l->bytes[0]};
+        int rc = set_size(c, &one, val, l);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* ---- host ------------------------------------------------------------------ */
+
+static const char *const log_levels[] = {"error", "warn", "info", "debug",
+                                         NULL};
+static const char *const reload_modes[] = {"signal", "watch", "off", NULL};
+static const char *const dup_policies[] = {"allow", "reject", "replace",
+                                           "confirm", NULL};
+static const char *const dup_scopes[] = {"name_and_args", "name", NULL};
+static const char *const task_scopes[] = {"session", "toolset", NULL};
+static const char *const perm_actions[] = {"deny", "allow", "ask", NULL};
+
+#define H(f) offsetof(th_host_cfg, f)
+static const cfkey host_keys[] = {
+    {.name = "workers", .set = set_u32, .off = H(workers), .min = 1,
+     .max = 1024},
+    {.name = "async_workers", .set = set_u32, .off = H(async_workers),
+     .min = 1, .max = 1024},
+    {.name = "queue_size", .set = set_u32, .off = H(queue_size), .min = 1,
+     .max = 1000000},
+    {.name = "log_level", .set = set_enum, .off = H(log_level),
+     .names = log_levels},
+    {.name = "listen", .set = set_str, .off = H(listen)},
+    {.name = "socket_mode", .set = set_mode, .off = H(socket_mode)},
+    {.name = "socket_group", .set = set_str, .off = H(socket_group)},
+    {.name = "max_frame", .set = set_size, .off = H(max_frame), .min = KIB,
+     .max = GIB},
+    {.name = "max_inflight", .set = set_u32, .off = H(max_inflight),
+     .min = 1, .max = 65536},
+    {.name = "max_outbuf", .set = set_size, .off = H(max_outbuf),
+     .min = 64 * KIB, .max = 64 * GIB},
+    {.name = "shutdown_grace", .set = set_duration,
+     .off = H(shutdown_grace_ms), .min = 0, .max = HOUR},
+    {.name = "default_timeout", .set = set_duration,
+     .off = H(default_timeout_ms), .min = 1, .max = 7 * DAY},
+    {.name = "max_timeout", .set = set_duration, .off = H(max_timeout_ms),
+     .min = 1, .max = 7 * DAY},
+    {.name = "session_grace", .set = set_duration,
+     .off = H(session_grace_ms), .min = 0, .max = HOUR},
+    {.name = "result_ttl", .set = set_duration, .off = H(result_ttl_ms),
+     .min = 0, .max = 7 * DAY},
+    {.name = "permission_timeout", .set = set_duration,
+     .off = H(permission_timeout_ms), .min = 1, .max = DAY},
+    {.name = "expose_task_tools", .set = set_bool,
+     .off = H(expose_task_tools)},
+    {.name = "reload", .set = set_enum, .off = H(reload),
+     .names = reload_modes},
+    {.name = "reload_debounce", .set = set_duration,
+     .off = H(reload_debounce_ms), .min = 0, .max = MINUTE},
+    {.name = "state_dir", .set = set_str, .off = H(state_dir),
+     .flags = CF_PATH},
+    {.name = "spill_dir", .set = set_str, .off = H(spill_dir),
+     .flags = CF_PATH},
+    {.name = "spill_max_bytes", .set = set_size, .off = H(spill_max_bytes),
+     .min = 1, .max = 1024 * GIB},
+    {.name = "spill_max_age", .set = set_duration,
+     .off = H(spill_max_age_ms), .min = SEC, .max = 30 * DAY},
+    {.name = NULL}};
+#undef H
+
+static void host_init(th_host_cfg *h)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores < 1)
+        cores = 1;
+    if (cores > 512)
+        cores = 512;
+    memset(h, 0, sizeof *h);
+    h->workers = (uint32_t)(2 * cores);
+    h->async_workers = 0; /* computed after loading */
+    h->queue_size = 1024;
+    h->log_level = TOOLHOST_LOG_INFO;
+    h->socket_mode = 0600;
+    h->max_frame = 16 * MIB;
+    h->max_inflight = 256;
+    h->max_outbuf = 64 * MIB;
+    h->shutdown_grace_ms = 5 * SEC;
+    h->default_timeout_ms = 60 * SEC;
+    h->max_timeout_ms = HOUR;
+    h->session_grace_ms = 2 * SEC;
+    h->result_ttl_ms = 10 * MINUTE;
+    h->permission_timeout_ms = 60 * SEC;
+    h->reload = TH_RELOAD_SIGNAL;
+    h->reload_debounce_ms = 200;
+    h->spill_max_bytes = 64 * MIB;
+    h->spill_max_age_ms = HOUR;
+}
+
+static int host_check(cfctx *c, th_ynode *n, void *el)
+{
+    th_host_cfg *h = el;
+    if (n && n->kind == TH_Y_MAP) {
+        h->line = n->line;
+        h->col = n->col;
+    }
+    const th_ynode *v;
+    if (h->async_workers == 0) {
+        h->async_workers = h->workers / 2 ? h->workers / 2 : 1;
+    } else if (h->async_workers > h->workers) {
+        v = th_ynode_get(n, "async_workers");
+        return cf_err(c, v,
+                      "'async_workers' (%u) must not exceed 'workers' (%u)",
+                      h->async_workers, h->workers);
+    }
+    if (h->default_timeout_ms > h->max_timeout_ms) {
+        v = th_ynode_get(n, "default_timeout");
+        if (!v)
+            v = th_ynode_get(n, "max_timeout");
+        char a[32], b[32];
+        fmt_duration(h->default_timeout_ms, a, sizeof a);
+        fmt_duration(h->max_timeout_ms, b, sizeof b);
+        return cf_err(c, v,
+                      "'default_timeout' (%s) must not exceed 'max_timeout' "
+                      "(%s)",
+                      a, b);
+    }
+    if (h->listen) {
+        v = th_ynode_get(n, "listen");
+        if (strncmp(h->listen, "unix:", 5) != 0 || !h->listen[5])
+            return cf_err(c, v,
+                          "'listen' must be unix:PATH (a Unix socket), got "
+                          "'%s'",
+                          h->listen);
+        if (h->listen[5] != '/') {
+            char *p = resolve_path(c, h->listen + 5);
+            if (!p)
+                return cf_nomem(c);
+            size_t len = strlen(p);
+            char *s = malloc(len + 6);
+            if (!s) {
+                free(p);
+                return cf_nomem(c);
+            }
+            memcpy(s, "unix:", 5);
+            memcpy(s + 5, p, len + 1);
+            free(p);
+            free(h->listen);
+            h->listen = s;
+        }
+    }
+    return 0;
+}
+
+/* ---- plugins ------------------------------------------------------------- */
+
+static bool name_valid(const char *s)
+{
+    size_t n = 0;
+    for (; s[n]; n++) {
+        unsigned char ch = (unsigned char)s[n];
+        if (!(isalnum(ch) || ch == '_' || ch == '-') || n >= 64)
+            return false;
+    }
+    return n > 0;
+}
+
+/* The mark of byte `off` of a scalar's text: exact for a scalar on one
+ * line without escapes, else the scalar's start. */
+static th_ynode mark_at(const th_ynode *n, size_t off)
+{
+    th_ynode m = {.line = n->line, .col = n->col};
+    bool quoted = !n->plain;
+    size_t width = n->len + (quoted ? 2 : 0);
+    if (n->end_line == n->line && (size_t)(n->end_col - n->col) == width)
+        m.col = n->col + (quoted ? 1 : 0) + (int)off;
+    return m;
+}
+
+/* Expands ${CONFIG_DIR}, ${NAME} and ${NAME:-default} in one scalar;
+ * $$ stands for a literal $. */
+static int expand_scalar(cfctx *c, th_ynode *n, const char *where)
+{
+    if (!memchr(n->str, '$', n->len))
+        return 0;
+    th_buf b = TH_BUF_INIT;
+    const char *s = n->str;
+    int rc = 0;
+    while (*s) {
+        if (s[0] != '$' || (s[1] != '{' && s[1] != '$')) {
+            if (th_buf_append(&b, s, 1) < 0)
+                goto nomem;
+            s++;
+            continue;
+        }
+        if (s[1] == '$') {
+            if (th_buf_append(&b, "$", 1) < 0)
+                goto nomem;
+            s += 2;
+            continue;
+        }
+        const char *close = strchr(s + 2, '}');
+        if (!close) {
+            th_ynode at = mark_at(n, (size_t)(s - n->str));
+            rc = cf_err(c, &at, "unterminated ${ in %s", where);
+            goto out;
+        }
+        char name[256];
+        size_t len = (size_t)(close - (s + 2));
+        const char *dflt = NULL;
+        const char *sep = strstr(s + 2, ":-");
+        size_t nlen = len;
+        if (sep && sep < close) {
+            nlen = (size_t)(sep - (s + 2));
+            dflt = sep + 2;
+        }
+        bool ok = nlen > 0 && nlen < sizeof name &&
+                  !isdigit((unsigned char)s[2]);
+        for (size_t i = 0; ok && i < nlen; i++)
+            ok = isalnum((unsigned char)s[2 + i]) || s[2 + i] == '_';
+        if (!ok) {
+            th_ynode at = mark_at(n, (size_t)(s - n->str));
+            rc = cf_err(c, &at, "invalid variable name '${%.*s}' in %s",
+                        (int)(len > 64 ? 64 : len), s + 2, where);
+            goto out;
+        }
+        memcpy(name, s + 2, nlen);
+        name[nlen] = '\0';
+        const char *val = strcmp(name, "CONFIG_DIR") == 0 ? c->dir
+                                                          : getenv(name);
+        if (dflt && (!val || !*val)) {
+            if (th_buf_append(&b, dflt, (size_t)(close - dflt)) < 0)
+                goto nomem;
+        } else if (!val) {
+            th_ynode at = mark_at(n, (size_t)(s - n->str));
+            rc = cf_err(c, &at,
+                        "environment variable '%s' is not set (used in %s; "
+                        "write ${%s:-default} for a fallback)",
+                        name, where, name);
+            goto out;
+        } else if (th_buf_puts(&b, val) < 0) {
+            goto nomem;
+        }
+        s = close + 1;
+    }
+    if (th_buf_append(&b, "", 0) < 0) /* allocated and NUL-terminated */
+        goto nomem;
+    free(n->str);
+    n->str = (char *)th_buf_take(&b, &n->len);
+    return 0;
+nomem:
+    rc = cf_nomem(c);
+out:
+    th_buf_free(&b);
+    return rc;
+}
+
+static int expand_tree(cfctx *c, th_ynode *n, const char *where)
+{
+    if (n->kind == TH_Y_SCALAR)
+        return expand_scalar(c, n, where);
+    for (size_t i = n->kind == TH_Y_MAP ? 1 : 0; i < n->n;
+         i += n->kind == TH_Y_MAP ? 2 : 1) {
+        int rc = expand_tree(c, n->kids[i], where);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* The plugin's `path` is expanded before it is resolved. */
+static int set_plugin_path(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+{
+    if (th_ynode_is_null(v))
+        return cf_err(c, v, "'%s' must not be empty", k->name);
+    int rc = want_scalar(c, k, v, "a file path");
+    if (rc == 0)
+        rc = expand_scalar(c, v, "a plugin path");
+    return rc < 0 ? rc : set_str(c, k, v, base);
+}
+
+static int set_plugin_config(cfctx *c, const cfkey *k, th_ynode *v,
+                             void *base)
+{
+    th_plugin_cfg *pc = base;
+    (void)k;
+    if (th_ynode_is_null(v))
+        return 0;
+    if (v->kind != TH_Y_MAP) {
+        char d[64];
+        return cf_err(c, v, "'config' must be a map of the plugin's keys, "
+                      "got %s", describe(v, d, sizeof d));
+    }
+    pc->config = v;
+    return 0;
+}
+
+#define P(f) offsetof(th_plugin_cfg, f)
+static const cfkey plugin_keys[] = {
+    {.name = "name", .set = set_str, .off = P(name), .flags = CF_REQUIRED},
+    {.name = "path", .set = set_plugin_path, .off = P(path),
+     .flags = CF_REQUIRED | CF_PATH},
+    {.name = "optional", .set = set_bool, .off = P(optional)},
+    {.name = "allow_insecure", .set = set_bool, .off = P(allow_insecure)},
+    {.name = "config", .set = set_plugin_config},
+    {.name = NULL}};
+#undef P
+
+static int plugin_check(cfctx *c, th_ynode *n, void *el)
+{
+    th_plugin_cfg *pc = el;
+    th_config *cfg = c->cfg;
+    pc->line = n->line;
+    pc->col = n->col;
+    const th_ynode *nv = th_ynode_get(n, "name");
+    if (!pc->name || !name_valid(pc->name))
+        return cf_err(c, nv,
+                      "invalid plugin name '%s' (use 1 to 64 letters, digits, "
+                      "'_' or '-')",
+                      pc->name ? pc->name : "");
+    for (th_plugin_cfg *o = cfg->plugins; o < pc; o++)
+        if (strcmp(o->name, pc->name) == 0)
+            return cf_err(c, nv,
+                          "duplicate plugin name '%s' (first at line %d, "
+                          "column %d)",
+                          pc->name, o->line, o->col);
+    if (pc->config) {
+        char where[128];
+        snprintf(where, sizeof where, "the config of plugin '%s'", pc->name);
+        return expand_tree(c, (th_ynode *)pc->config, where);
+    }
+    return 0;
+}
+
+/* ---- toolsets -------------------------------------------------------------- */
+
+static int set_tools(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+{
+    th_toolset_cfg *ts = base;
+    if (th_ynode_is_null(v) || (v->kind == TH_Y_SEQ && v->n == 0))
+        return cf_err(c, v,
+                      "'tools' must list at least one tool name (or \"*\" "
+                      "for every tool)");
+    int rc = strlist(c, k, v, &ts->tools, &ts->n_tools, &ts->tool_marks);
+    if (rc < 0)
+        return rc;
+    for (size_t i = 0; i < ts->n_tools; i++) {
+        const th_ynode *item = v->kind == TH_Y_SEQ ? v->kids[i] : v;
+        if (strcmp(ts->tools[i], "*") != 0 && !name_valid(ts->tools[i]))
+            return cf_err(c, item,
+                          "invalid tool name '%s' (tool names are 1 to 64 "
+                          "letters, digits, '_' or '-'; \"*\" means every "
+                          "tool)",
+                          ts->tools[i]);
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(ts->tools[j], ts->tools[i]) == 0)
+                return cf_err(c, item,
+                              "tool '%s' is listed twice (first at line %d, "
+                              "column %d)",
+                              ts->tools[i], ts->tool_marks[j].line,
+                              ts->tool_marks[j].col);
+    }
+    return 0;
+}
+
+static const struct {
+    const char *name;
+    uint32_t bit;
+} perm_flags[] = {{"async", TOOLHOST_TOOL_ASYNC},
+                  {"read_only", TOOLHOST_TOOL_READ_ONLY},
+                  {"destructive", TOOLHOST_TOOL_DESTRUCTIVE},
+                  {"idempotent", TOOLHOST_TOOL_IDEMPOTENT},
+                  {"open_world", TOOLHOST_TOOL_OPEN_WORLD},
+                  {"serial", TOOLHOST_TOOL_SERIAL},
+                  {"needs_permission", TH_PERM_FLAG_NEEDS}};
+#define N_PERM_FLAGS (sizeof perm_flags / sizeof perm_flags[0])
+
+static int set_flags(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+{
+    uint32_t *bits = (uint32_t *)((char *)base + k->off);
+    th_ynode *one[1] = {v};
+    th_ynode **items = v->kind == TH_Y_SEQ ? v->kids : one;
+    size_t n = v->kind == TH_Y_SEQ ? v->n : 1;
+    static const char *const names[N_PERM_FLAGS + 1] = {
+        "async",      "read_only", "destructive",      "idempotent",
+        "open_world", "serial",    "needs_permission", NULL};
+    for (size_t i = 0; i < n; i++) {
+        int idx = enum_index(items[i], names);
+        if (idx < 0)
+            return enum_err(c, k->name, items[i], names);
+        *bits |= perm_flags[idx].bit;
+    }
+    return 0;
+}
+
+#define R(f) offsetof(th_perm_rule, f)
+static const cfkey rule_keys[] = {
+    {.name = "match", .set = set_str, .off = R(match)},
+    {.name = "flag", .set = set_flags, .off = R(flags)},
+    {.name = "flags", .set = set_flags, .off = R(flags)},
+    {.name = "action", .set = set_enum, .off = R(action),
+     .names = perm_actions, .flags = CF_REQUIRED},
+    {.name = NULL}};
+#undef R
+
+static int rule_check(cfctx *c, th_ynode *n, void *el)
+{
+    th_perm_rule *r = el;
+    r->line = n->line;
+    r->col = n->col;
+    if (th_ynode_get(n, "flag") && th_ynode_get(n, "flags"))
+        return cf_err(c, th_ynode_get_key(n, "flags"),
+                      "give either 'flag' or 'flags', not both");
+    return 0;
+}
+
+#define T(f) offsetof(th_toolset_cfg, f)
+static const cfkey perm_keys[] = {
+    {.name = "default", .set = set_enum, .off = T(perm_default),
+     .names = perm_actions},
+    {.name = "rules", .set = set_list, .off = T(rules), .off2 = T(n_rules),
+     .sub = rule_keys, .elem_size = sizeof(th_perm_rule),
+     .check = rule_check, .what = "rule"},
+    {.name = NULL}};
+
+#define RC(f) offsetof(th_run_code_cfg, f)
+static const cfkey run_code_keys[] = {
+    {.name = "enabled", .set = set_bool, .off = RC(enabled)},
+    {.name = "timeout", .set = set_duration, .off = RC(timeout_ms), .min = 1,
+     .max = DAY},
+    {.name = "memory", .set = set_size, .off = RC(memory), .min = MIB,
+     .max = 64 * GIB},
+    {.name = "max_calls", .set = set_u32, .off = RC(max_calls), .min = 1,
+     .max = 10000000},
+    {.name = "output_limit", .set = set_size, .off = RC(output_limit),
+     .min = 1, .max = GIB},
+    {.name = NULL}};
+#undef RC
+
+#define O(f) offsetof(th_tool_override, f)
+static const cfkey override_keys[] = {
+    {.name = "timeout", .set = set_duration, .off = O(timeout_ms), .min = 1,
+     .max = 7 * DAY},
+    {.name = "max_concurrency", .set = set_u32, .off = O(max_concurrency),
+     .min = 1, .max = 65536},
+    {.name = "on_duplicate_call", .set = set_enum,
+     .off = O(on_duplicate_call), .names = dup_policies},
+    {.name = "duplicate_scope", .set = set_enum, .off = O(duplicate_scope),
+     .names = dup_scopes},
+    {.name = "limits", .set = set_limits, .off = O(limits)},
+    {.name = NULL}};
+#undef O
+
+static int set_overrides(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+{
+    th_toolset_cfg *ts = base;
+    if (th_ynode_is_null(v))
+        return 0;
+    if (v->kind != TH_Y_MAP) {
+        char d[64];
+        return cf_err(c, v, "'%s' must be a map of tool name to settings, "
+                      "got %s", k->name, describe(v, d, sizeof d));
+    }
+    size_t n = v->n / 2;
+    if (n == 0)
+        return 0;
+    ts->overrides = calloc(n, sizeof *ts->overrides);
+    if (!ts->overrides)
+        return cf_nomem(c);
+    for (size_t i = 0; i < n; i++) {
+        th_ynode *key = v->kids[2 * i], *val = v->kids[2 * i + 1];
+        th_tool_override *o = &ts->overrides[i];
+        o->on_duplicate_call = -1;
+        o->duplicate_scope = -1;
+        o->line = key->line;
+        o->col = key->col;
+        ts->n_overrides = i + 1;
+        if (key->kind != TH_Y_SCALAR || !name_valid(key->str)) {
+            char d[64];
+            return cf_err(c, key, "invalid tool name %s in '%s'",
+                          describe(key, d, sizeof d), k->name);
+        }
+        if (!(o->tool = strdup(key->str)))
+            return cf_nomem(c);
+        char what[96];
+        snprintf(what, sizeof what, "the override of '%s'", o->tool);
+        int rc = apply_map(c, val, override_keys, o, what);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static const cfkey toolset_keys[] = {
+    {.name = "name", .set = set_str, .off = T(name), .flags = CF_REQUIRED},
+    {.name = "tools", .set = set_tools, .flags = CF_REQUIRED},
+    {.name = "timeout", .set = set_duration, .off = T(timeout_ms), .min = 1,
+     .max = 7 * DAY},
+    {.name = "max_concurrency", .set = set_u32, .off = T(max_concurrency),
+     .min = 0, .max = 65536},
+    {.name = "on_duplicate_call", .set = set_enum,
+     .off = T(on_duplicate_call), .names = dup_policies},
+    {.name = "duplicate_scope", .set = set_enum, .off = T(duplicate_scope),
+     .names = dup_scopes},
+    {.name = "scope", .set = set_enum, .off = T(scope), .names = task_scopes},
+    {.name = "allow_users", .set = set_strlist, .off = T(allow_users),
+     .off2 = T(n_allow_users)},
+    {.name = "allow_groups", .set = set_strlist, .off = T(allow_groups),
+     .off2 = T(n_allow_groups)},
+    {.name = "permissions", .set = set_section, .off = 0, .sub = perm_keys,
+     .what = "permissions"},
+    {.name = "limits", .set = set_limits, .off = T(limits)},
+    {.name = "tool_overrides", .set = set_overrides},
+    {.name = "run_code", .set = set_section, .off = T(run_code),
+     .sub = run_code_keys, .what = "run_code"},
+    {.name = NULL}};
+#undef T
+
+static void toolset_init(cfctx *c, void *el)
+{
+    (void)c;
+    th_toolset_cfg *ts = el;
+    ts->on_duplicate_call = TH_DUP_ALLOW;
+    ts->duplicate_scope = TH_DUPSCOPE_NAME_AND_ARGS;
+    ts->scope = TH_SCOPE_SESSION;
+    ts->perm_default = TH_PERM_DENY;
+    ts->run_code.enabled = false;
+    ts->run_code.timeout_ms = 10 * SEC;
+    ts->run_code.memory = 64 * MIB;
+    ts->run_code.max_calls = 1000;
+    ts->run_code.output_limit = 64 * KIB;
+}
+
+static int toolset_check(cfctx *c, th_ynode *n, void *el)
+{
+    th_toolset_cfg *ts = el;
+    th_config *cfg = c->cfg;
+    const th_host_cfg *h = &cfg->host;
+    ts->line = n->line;
+    ts->col = n->col;
+    const th_ynode *nv = th_ynode_get(n, "name");
+    if (!ts->name || !name_valid(ts->name))
+        return cf_err(c, nv,
+                      "invalid toolset name '%s' (use 1 to 64 letters, "
+                      "digits, '_' or '-')",
+                      ts->name ? ts->name : "");
+    for (th_toolset_cfg *o = cfg->toolsets; o < ts; o++)
+        if (strcmp(o->name, ts->name) == 0)
+            return cf_err(c, nv,
+                          "duplicate toolset name '%s' (first at line %d, "
+                          "column %d)",
+                          ts->name, o->line, o->col);
+    char a[32], b[32];
+    fmt_duration(h->max_timeout_ms, b, sizeof b);
+    if (ts->timeout_ms > h->max_timeout_ms) {
+        fmt_duration(ts->timeout_ms, a, sizeof a);
+        return cf_err(c, th_ynode_get(n, "timeout"),
+                      "'timeout' (%s) exceeds host.max_timeout (%s)", a, b);
+    }
+    const th_ynode *ov = th_ynode_get(n, "tool_overrides");
+    bool all = false;
+    for (size_t i = 0; i < ts->n_tools; i++)
+        all |= strcmp(ts->tools[i], "*") == 0;
+    for (size_t i = 0; i < ts->n_overrides; i++) {
+        th_tool_override *o = &ts->overrides[i];
+        const th_ynode *key = ov->kids[2 * i];
+        if (o->timeout_ms > h->max_timeout_ms) {
+            fmt_duration(o->timeout_ms, a, sizeof a);
+            return cf_err(c, th_ynode_get(ov->kids[2 * i + 1], "timeout"),
+                          "'timeout' (%s) exceeds host.max_timeout (%s)", a,
+                          b);
+        }
+        bool listed = all;
+        for (size_t j = 0; !listed && j < ts->n_tools; j++)
+            listed = strcmp(ts->tools[j], o->tool) == 0;
+        if (!listed)
+            return cf_err(c, key,
+                          "'tool_overrides' names '%s', which is not in the "
+                          "tools of toolset '%s'",
+                          o->tool, ts->name);
+    }
+    return 0;
+}
+
+/* ---- mocks ----------------------------------------------------------------- */
+
+static int set_meta(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+{
+    th_mock_cfg *m = base;
+    if (th_ynode_is_null(v))
+        return 0;
+    if (v->kind != TH_Y_MAP) {
+        char d[64];
+        return cf_err(c, v, "'%s' must be a map, got %s", k->name,
+                      describe(v, d, sizeof d));
+    }
+    th_buf b = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
+    if (th_ynode_pack(v, &pk) < 0) {
+        th_buf_free(&b);
+        return cf_nomem(c);
+    }
+    m->meta = th_buf_take(&b, &m->meta_len);
+    return 0;
+}
+
+#define MP(f) offsetof(th_mock_progress, f)
+static const cfkey progress_keys[] = {
+    {.name = "message", .set = set_str, .off = MP(message)},
+    {.name = "progress", .set = set_fraction, .off = MP(fraction)},
+    {.name = "delay", .set = set_duration, .off = MP(delay_ms), .min = 0,
+     .max = HOUR},
+    {.name = NULL}};
+#undef MP
+
+static void progress_init(cfctx *c, void *el)
+{
+    (void)c;
+    ((th_mock_progress *)el)->fraction = -1;
+}
+
+#define M(f) offsetof(th_mock_cfg, f)
+static const cfkey mock_keys[] = {
+    {.name = "tool", .set = set_str, .off = M(tool), .flags = CF_REQUIRED},
+    {.name = "ok", .set = set_bool, .off = M(ok)},
+    {.name = "stdout", .set = set_str, .off = M(stdout_text)},
+    {.name = "stderr", .set = set_str, .off = M(stderr_text)},
+    {.name = "meta", .set = set_meta},
+    {.name = "progress", .set = set_list, .off = M(progress),
+     .off2 = M(n_progress), .sub = progress_keys,
+     .elem_size = sizeof(th_mock_progress), .init = progress_init,
+     .what = "progress update"},
+    {.name = "delay", .set = set_duration, .off = M(delay_ms), .min = 0,
+     .max = HOUR},
+    {.name = NULL}};
+#undef M
+
+static void mock_init(cfctx *c, void *el)
+{
+    (void)c;
+    ((th_mock_cfg *)el)->ok = true;
+}
+
+static int mock_check(cfctx *c, th_ynode *n, void *el)
+{
+    th_mock_cfg *m = el;
+    const th_ynode *tv = th_ynode_get(n, "tool");
+    m->line = tv->line;
+    m->col = tv->col;
+    if (!m->tool || !name_valid(m->tool))
+        return cf_err(c, tv, "invalid tool name '%s' in a mock",
+                      m->tool ? m->tool : "");
+    for (th_mock_cfg *o = c->cfg->mocks; o < m; o++)
+        if (strcmp(o->tool, m->tool) == 0)
+            return cf_err(c, tv,
+                          "duplicate mock of tool '%s' (first at line %d, "
+                          "column %d)",
+                          m->tool, o->line, o->col);
+    return 0;
+}
+
+/* ---- the document ---------------------------------------------------------- */
+
+#define C(f) offsetof(th_config, f)
+static const cfkey top_keys[] = {
+    {.name = "host", .set = set_section, .off = C(host), .sub = host_keys,
+     .check = host_check, .what = "host"},
+    {.name = "limits", .set = set_limits, .off = C(limits)},
+    {.name = "plugins", .set = set_list, .off = C(plugins),
+     .off2 = C(n_plugins), .sub = plugin_keys,
+     .elem_size = sizeof(th_plugin_cfg), .check = plugin_check,
+     .what = "plugin"},
+    {.name = "toolsets", .set = set_list, .off = C(toolsets),
+     .off2 = C(n_toolsets), .sub = toolset_keys,
+     .elem_size = sizeof(th_toolset_cfg), .init = toolset_init,
+     .check = toolset_check, .what = "toolset"},
+    {.name = "mocks", .set = set_list, .off = C(mocks), .off2 = C(n_mocks),
+     .sub = mock_keys, .elem_size = sizeof(th_mock_cfg), .init = mock_init,
+     .check = mock_check, .what = "mock"},
+    {.name = NULL}};
+#undef C
+
+static int unknown_key(cfctx *c, const th_ynode *key, const cfkey *table,
+                       const char *what)
+{
+    const char *names[64] = {NULL};
+    size_t n = 0;
+    for (const cfkey *k = table; k->name && n < 64; k++)
+        names[n++] = k->name;
+    const char *near = closest(key->str, names, n);
+    if (near)
+        return cf_err(c, key, "unknown key '%s' in %s (did you mean '%s'?)",
+                      key->str, what, near);
+    char known[512] = "";
+    size_t used = 0;
+    for (size_t i = 0; i < n; i++) {
+        int w = snprintf(known + used, sizeof known - used, "%s%s",
+                         i ? ", " : "", names[i]);
+        if (w < 0 || (size_t)w >= sizeof known - used)
+            break;
+        used += (size_t)w;
+    }
+    return cf_err(c, key, "unknown key '%s' in %s (known keys: %s)",
+                  key->str, what, known);
+}
+
+/* Applies every key of `node` (a map, or null for an empty one) through
+ * `table`: unknown keys first (in file order), then each known key in
+ * table order (so a section may rely on an earlier one), then the
+ * required keys that are missing. */
+static int apply_map(cfctx *c, th_ynode *node, const cfkey *table,
+                     void *base, const char *what)
+{
+    if (node && !th_ynode_is_null(node) && node->kind != TH_Y_MAP) {
+        char d[64];
+        return cf_err(c, node, "%s must be a map of keys, got %s", what,
+                      describe(node, d, sizeof d));
+    }
+    size_t n = node && node->kind == TH_Y_MAP ? node->n : 0;
+    for (size_t i = 0; i + 1 < n; i += 2) {
+        const th_ynode *key = node->kids[i];
+        if (key->kind != TH_Y_SCALAR)
+            return cf_err(c, key, "keys in %s must be plain names", what);
+        const cfkey *k = table;
+        while (k->name && strcmp(k->name, key->str) != 0)
+            k++;
+        if (!k->name)
+            return unknown_key(c, key, table, what);
+    }
+    for (const cfkey *k = table; k->name; k++) {
+        for (size_t i = 0; i + 1 < n; i += 2) {
+            if (strcmp(node->kids[i]->str, k->name) != 0)
+                continue;
+            int rc = k->set(c, k, node->kids[i + 1], base);
+            if (rc < 0)
+                return rc;
+        }
+    }
+    for (const cfkey *k = table; k->name; k++)
+        if ((k->flags & CF_REQUIRED) && !th_ynode_get(node, k->name))
+            return cf_err(c, node, "missing required key '%s' in %s",
+                          k->name, what);
+    return 0;
+}
+
+/* ---- free --------------------------------------------------------------------- */
+
+static void free_strv(char **v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+void th_config_free(th_config *cfg)
+{
+    if (!cfg)
+        return;
+    free(cfg->path);
+    free(cfg->dir);
+    th_host_cfg *h = &cfg->host;
+    free(h->listen);
+    free(h->socket_group);
+    free(h->state_dir);
+    free(h->spill_dir);
+    for (size_t i = 0; i < cfg->n_plugins; i++) {
+        free(cfg->plugins[i].name);
+        free(cfg->plugins[i].path);
+    }
+    free(cfg->plugins);
+    for (size_t i = 0; i < cfg->n_toolsets; i++) {
+        th_toolset_cfg *ts = &cfg->toolsets[i];
+        free(ts->name);
+        free_strv(ts->tools, ts->n_tools);
+        free(ts->tool_marks);
+        free_strv(ts->allow_users, ts->n_allow_users);
+        free_strv(ts->allow_groups, ts->n_allow_groups);
+        for (size_t j = 0; j < ts->n_rules; j++)
+            free(ts->rules[j].match);
+        free(ts->rules);
+        for (size_t j = 0; j < ts->n_overrides; j++)
+            free(ts->overrides[j].tool);
+        free(ts->overrides);
+    }
+    free(cfg->toolsets);
+    for (size_t i = 0; i < cfg->n_mocks; i++) {
+        th_mock_cfg *m = &cfg->mocks[i];
+        free(m->tool);
+        free(m->stdout_text);
+        free(m->stderr_text);
+        free(m->meta);
+        for (size_t j = 0; j < m->n_progress; j++)
+            free(m->progress[j].message);
+        free(m->progress);
+    }
+    free(cfg->mocks);
+    th_ynode_free(cfg->root);
+    free(cfg);
+}
+
+/* ---- load ----------------------------------------------------------------------- */
+
+static int default_toolset(cfctx *c, th_config *cfg)
+{
+    cfg->toolsets = calloc(1, sizeof *cfg->toolsets);
+    if (!cfg->toolsets)
+        return cf_nomem(c);
+    th_toolset_cfg *ts = cfg->toolsets;
+    cfg->n_toolsets = 1;
+    toolset_init(c, ts);
+    ts->name = strdup("default");
+    ts->tools = calloc(1, sizeof *ts->tools);
+    ts->tool_marks = calloc(1, sizeof *ts->tool_marks);
+    if (!ts->name || !ts->tools || !ts->tool_marks)
+        return cf_nomem(c);
+    if (!(ts->tools[0] = strdup("*")))
+        return cf_nomem(c);
+    ts->n_tools = 1;
+    return 0;
+}
+
+static char *abs_dir(const char *dir)
+{
+    char cwd[PATH_MAX];
+    if (dir && dir[0] == '/')
+        return strdup(dir);
+    if (!getcwd(cwd, sizeof cwd))
+        return NULL;
+    if (!dir || !*dir || strcmp(dir, ".") == 0)
+        return strdup(cwd);
+    th_buf b = TH_BUF_INIT;
+    if (th_buf_printf(&b, "%s/%s", cwd, dir) < 0) {
+        th_buf_free(&b);
+        return NULL;
+    }
+    return (char *)th_buf_take(&b, NULL);
+}
+
+int th_config_parse(const char *name, const char *dir, const char *text,
+                    size_t len, th_config **out, th_error *err)
+{
+    *out = NULL;
+    th_error_clear(err);
+    if (!name)
+        name = "<config>";
+    th_config *cfg = calloc(1, sizeof *cfg);
+    if (!cfg)
+        return th_error_set(err, TH_ENOMEM, "%s: out of memory", name);
+    cfctx c = {.file = name, .cfg = cfg, .err = err};
+    int rc;
+    cfg->path = strdup(name);
+    cfg->dir = abs_dir(dir);
+    if (!cfg->path || !cfg->dir) {
+        rc = cf_nomem(&c);
+        goto fail;
+    }
+    c.dir = cfg->dir;
+    host_init(&cfg->host);
+    th_limits_defaults(&cfg->limits);
+    if ((rc = th_ynode_parse(name, text, len, &cfg->root, err)) < 0)
+        goto fail;
+    if (cfg->root && !th_ynode_is_null(cfg->root) &&
+        cfg->root->kind != TH_Y_MAP) {
+        char d[64];
+        rc = cf_err(&c, cfg->root,
+                    "the config must be a map with keys such as host, "
+                    "plugins, toolsets; got %s",
+                    describe(cfg->root, d, sizeof d));
+        goto fail;
+    }
+    if ((rc = apply_map(&c, cfg->root, top_keys, cfg, "the config")) < 0)
+        goto fail;
+    if (!th_ynode_get(cfg->root, "host") &&
+        (rc = host_check(&c, NULL, &cfg->host)) < 0)
+        goto fail;
+    if (cfg->n_toolsets == 0 && (rc = default_toolset(&c, cfg)) < 0)
+        goto fail;
+    *out = cfg;
+    return 0;
+fail:
+    th_config_free(cfg);
+    return rc;
+}
+
+int th_config_load(const char *path, th_config **out, th_error *err)
+{
+    *out = NULL;
+    th_error_clear(err);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return th_error_set(err, TH_EIO, "%s: cannot open: %s", path,
+                            strerror(errno));
+    th_buf b = TH_BUF_INIT;
+    char chunk[8192];
+    size_t n;
+    int rc = 0;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+        if (th_buf_append(&b, chunk, n) < 0) {
+            rc = th_error_set(err, TH_ENOMEM, "%s: out of memory", path);
+            break;
+        }
+    if (rc == 0 && ferror(f))
+        rc = th_error_set(err, TH_EIO, "%s: cannot read: %s", path,
+                          strerror(errno));
+    fclose(f);
+    if (rc < 0) {
+        th_buf_free(&b);
+        return rc;
+    }
+    /* The folder, canonical: ${CONFIG_DIR} and relative paths use it. */
+    char *copy = strdup(path);
+    if (!copy) {
+        th_buf_free(&b);
+        return th_error_set(err, TH_ENOMEM, "%s: out of memory", path);
+    }
+    char *slash = strrchr(copy, '/');
+    const char *dir = ".";
+    if (slash == copy)
+        dir = "/";
+    else if (slash) {
+        *slash = '\0';
+        dir = copy;
+    }
+    char *real = realpath(dir, NULL);
+    rc = th_config_parse(path, real ? real : dir,
+                         b.data ? (const char *)b.data : "", b.len, out, err);
+    free(real);
+    free(copy);
+    th_buf_free(&b);
+    return rc;
+}
+
+const th_toolset_cfg *th_config_toolset(const th_config *cfg,
+                                        const char *name)
+{
+    for (size_t i = 0; cfg && name && i < cfg->n_toolsets; i++)
+        if (strcmp(cfg->toolsets[i].name, name) == 0)
+            return &cfg->toolsets[i];
+    return NULL;
+}
+
+bool th_plugin_cfg_equal(const th_plugin_cfg *a, const th_plugin_cfg *b)
+{
+    return strcmp(a->name, b->name) == 0 && strcmp(a->path, b->path) == 0 &&
+           a->optional == b->optional &&
+           a->allow_insecure == b->allow_insecure &&
+           th_ynode_equal(a->config, b->config);
+}
+
+/* ---- after the plugins are loaded ------------------------------------------------ */
+
+int th_config_check_tools(const th_config *cfg,
+                          bool (*has_tool)(void *ud, const char *name),
+                          void *ud, th_error *err)
+{
+    th_error_clear(err);
+    const char *f = cfg->path;
+    for (size_t i = 0; i < cfg->n_toolsets; i++) {
+        const th_toolset_cfg *ts = &cfg->toolsets[i];
+        for (size_t j = 0; j < ts->n_tools; j++) {
+            if (strcmp(ts->tools[j], "*") == 0 || has_tool(ud, ts->tools[j]))
+                continue;
+            return th_error_set(err, TH_ECONFIG,
+                                "%s:%d:%d: toolset '%s' names tool '%s', "
+                                "which no plugin provides",
+                                f, ts->tool_marks[j].line,
+                                ts->tool_marks[j].col, ts->name,
+                                ts->tools[j]);
+        }
+        for (size_t j = 0; j < ts->n_overrides; j++) {
+            const th_tool_override *o = &ts->overrides[j];
+            if (has_tool(ud, o->tool))
+                continue;
+            return th_error_set(err, TH_ECONFIG,
+                                "%s:%d:%d: 'tool_overrides' of toolset '%s' "
+                                "names tool '%s', which no plugin provides",
+                                f, o->line, o->col, ts->name, o->tool);
+        }
+    }
+    for (size_t i = 0; i < cfg->n_mocks; i++) {
+        const th_mock_cfg *m = &cfg->mocks[i];
+        if (has_tool(ud, m->tool))
+            continue;
+        return th_error_set(err, TH_ECONFIG,
+                            "%s:%d:%d: a mock names tool '%s', which no "
+                            "plugin provides",
+                            f, m->line, m->col, m->tool);
+    }
+    return 0;
+}

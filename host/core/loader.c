@@ -1,0 +1,646 @@
+/* loader.c - opens a plugin .so (or takes a built-in descriptor), checks
+ * the ABI and every tool before trusting anything, copies what it declares
+ * into host-owned th_plugin/th_tool/th_param, calls init(), and keeps the
+ * generation alive by reference count until its last call ends.
+ *
+ * Order of checks (each failure is TH_ELOAD, "PATH: reason"): the file
+ * exists; it and every folder above it are not writable by group or
+ * others (sticky folders such as /tmp are fine) and are owned by root or
+ * us (unless allow_insecure); dlopen(RTLD_NOW|RTLD_LOCAL)
+ * (a copy of dlerror() kept; "not a shared object" when the file is not
+ * ELF); the entry symbol; struct_size read first, then abi_major, then
+ * struct_size against the ABI 1.0 size; name and description; every tool.
+ *
+ * Threads: th_plugin_open/_builtin/_init/_destroy are Load class (one at a
+ * time per plugin); th_plugin_ref/_unref and the host API callbacks may be
+ * called from any thread.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdalign.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "th/log.h"
+#include "th/tool.h"
+
+/* ---- host API callbacks --------------------------------------------------- */
+
+static const th_call_vtbl *vt_of(const toolhost_call *call)
+{
+    return call ? ((const th_call_base *)call)->vt : NULL;
+}
+
+static int api_write(toolhost_call *call, int stream, const void *data,
+                     size_t len)
+{
+    const th_call_vtbl *vt = vt_of(call);
+    if (!vt || !vt->write)
+        return TOOLHOST_EINVAL;
+    return vt->write(call, stream, data, len);
+}
+
+static int api_set_meta(toolhost_call *call, const uint8_t *map, size_t len)
+{
+    const th_call_vtbl *vt = vt_of(call);
+    if (!vt || !vt->set_meta)
+        return TOOLHOST_EINVAL;
+    return vt->set_meta(call, map, len);
+}
+
+static int api_progress(toolhost_call *call, double fraction,
+                        const char *message, const uint8_t *data,
+                        size_t data_len)
+{
+    const th_call_vtbl *vt = vt_of(call);
+    if (!vt || !vt->progress)
+        return TOOLHOST_EINVAL;
+    return vt->progress(call, fraction, message, data, data_len);
+}
+
+static int api_is_cancelled(const toolhost_call *call)
+{
+    const th_call_vtbl *vt = vt_of(call);
+    return vt && vt->is_cancelled ? vt->is_cancelled(call) : 0;
+}
+
+static int64_t api_time_left_ms(const toolhost_call *call)
+{
+    const th_call_vtbl *vt = vt_of(call);
+    return vt && vt->time_left_ms ? vt->time_left_ms(call) : -1;
+}
+
+static int api_suspend(toolhost_call *call)
+{
+    const th_call_vtbl *vt = vt_of(call);
+    if (!vt)
+        return TOOLHOST_EINVAL;
+    return vt->suspend ? vt->suspend(call) : TOOLHOST_ESTATE;
+}
+
+static void api_complete(toolhost_call *call, int status)
+{
+    const th_call_vtbl *vt = vt_of(call);
+    if (vt && vt->complete)
+        vt->complete(call, status);
+}
+
+static void api_log(const toolhost_host_api *host, int level,
+                    const char *message)
+{
+    if (!host || !message)
+        return;
+    if (level < TOOLHOST_LOG_ERROR)
+        level = TOOLHOST_LOG_ERROR;
+    if (level > TOOLHOST_LOG_DEBUG)
+        level = TOOLHOST_LOG_DEBUG;
+    if (level > th_log_get_level())
+        return;
+    const th_plugin *p = th_plugin_from_api(host);
+    /* One line: control characters become spaces.  Long messages are cut
+     * with a visible marker. */
+    char line[2048];
+    size_t n = 0, i;
+    for (i = 0; message[i] && n < sizeof line - 16; i++) {
+        unsigned char c = (unsigned char)message[i];
+        line[n++] = (c < 0x20 || c == 0x7f) ? ' ' : (char)c;
+    }
+    if (message[i]) {
+        memcpy(line + n, " [cut]", 6);
+        n += 6;
+    }
+    line[n] = '\0';
+    th_log(level, "plugin %s: %s", p->name, line);
+}
+
+void th_host_api_fill(toolhost_host_api *api)
+{
+    memset(api, 0, sizeof *api);
+    api->struct_size = sizeof *api;
+    api->abi_major = TOOLHOST_ABI_MAJOR;
+    api->abi_minor = TOOLHOST_ABI_MINOR;
+    api->write = api_write;
+    api->set_meta = api_set_meta;
+    api->progress = api_progress;
+    api->is_cancelled = api_is_cancelled;
+    api->time_left_ms = api_time_left_ms;
+    api->suspend = api_suspend;
+    api->complete = api_complete;
+    api->log = api_log;
+}
+
+th_plugin *th_plugin_from_api(const toolhost_host_api *api)
+{
+    return (th_plugin *)((char *)(uintptr_t)api - offsetof(th_plugin, api));
+}
+
+/* ---- lifetime ----------------------------------------------------------------- */
+
+static void free_tools(th_tool *tools, size_t n)
+{
+    if (!tools)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        free(tools[i].name);
+        free(tools[i].description);
+        free(tools[i].long_description);
+        th_params_free(tools[i].params, tools[i].n_params);
+    }
+    free(tools);
+}
+
+void th_plugin_destroy(th_plugin *p)
+{
+    if (!p)
+        return;
+    if (p->initialized && p->desc && p->desc->fini)
+        p->desc->fini(p->state);
+    p->initialized = false;
+    free_tools(p->tools, p->n_tools);
+    th_params_free(p->config_params, p->n_config_params);
+    if (p->dl)
+        dlclose(p->dl);
+    free(p->name);
+    free(p->path);
+    free(p->load_path);
+    free(p->version);
+    free(p->description);
+    free(p);
+}
+
+void th_plugin_ref(th_plugin *p)
+{
+    atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed);
+}
+
+void th_plugin_unref(th_plugin *p)
+{
+    if (!p)
+        return;
+    if (atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    if (p->on_last_unref)
+        p->on_last_unref(p);
+    else
+        th_plugin_destroy(p);
+}
+
+/* ---- checks -------------------------------------------------------------------- */
+
+/* Refuses a file or folder that others could change under us. */
+static int check_owner_mode(const char *shown, const char *what,
+                            const char *path, th_error *err)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return th_error_set(err, TH_ELOAD, "%s: cannot read %s %s: %s", shown,
+                            what, path, strerror(errno));
+    bool is_dir = S_ISDIR(st.st_mode);
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(is_dir && (st.st_mode & S_ISVTX)))
+        return th_error_set(err, TH_ELOAD,
+                            "%s: refused: the %s %s is writable by %s (mode "
+                            "%04o), so another user could change the code "
+                            "the host runs; fix it with 'chmod go-w %s', or "
+                            "set 'allow_insecure: true' for this plugin",
+                            shown, what, path,
+                            (st.st_mode & S_IWOTH) ? "others" : "its group",
+                            (unsigned)(st.st_mode & 07777), path);
+    if (st.st_uid != 0 && st.st_uid != geteuid())
+        return th_error_set(err, TH_ELOAD,
+                            "%s: refused: the %s %s belongs to another user "
+                            "(uid %u), who could change the code the host "
+                            "runs; give it to root or to uid %u, or set "
+                            "'allow_insecure: true' for this plugin",
+                            shown, what, path, (unsigned)st.st_uid,
+                            (unsigned)geteuid());
+    return 0;
+}
+
+static int check_file_safety(const char *path, th_error *err)
+{
+    char real[PATH_MAX];
+    if (!realpath(path, real))
+        return th_error_set(err, TH_ELOAD, "%s: cannot open: %s", path,
+                            strerror(errno));
+    int rc = check_owner_mode(path, "file", real, err);
+    if (rc)
+        return rc;
+    /* Every folder up to the root: whoever can rename one of them can
+     * swap the file (as ssh's StrictModes does). */
+    char dir[PATH_MAX];
+    memcpy(dir, real, sizeof dir);
+    for (;;) {
+        char *slash = strrchr(dir, '/');
+        if (!slash)
+            break;
+        if (slash == dir)
+            slash[1] = '\0'; /* "/" itself */
+        else
+            *slash = '\0';
+        if ((rc = check_owner_mode(path, "folder", dir, err)))
+            return rc;
+        if (slash == dir)
+            break;
+    }
+    return 0;
+}
+
+static bool is_elf(const char *path)
+{
+    unsigned char magic[4] = {0};
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return true; /* let dlerror() speak */
+    ssize_t n = read(fd, magic, sizeof magic);
+    close(fd);
+    return n == 4 && memcmp(magic, "\177ELF", 4) == 0;
+}
+
+static bool semantic_ok(uint32_t t)
+{
+    return t >= TOOLHOST_SEM_TEXT && t <= TOOLHOST_SEM_BINARY;
+}
+
+#define KNOWN_FLAGS                                                           \
+    (TOOLHOST_TOOL_ASYNC | TOOLHOST_TOOL_READ_ONLY |                          \
+     TOOLHOST_TOOL_DESTRUCTIVE | TOOLHOST_TOOL_IDEMPOTENT |                   \
+     TOOLHOST_TOOL_OPEN_WORLD | TOOLHOST_TOOL_SERIAL)
+
+/* Checks one tool and copies it into *t.  `shown` prefixes messages. */
+static int check_tool(const char *shown, const toolhost_tool *d, uint32_t idx,
+                      th_tool *t, th_error *err)
+{
+    if (!d->name)
+        return th_error_set(err, TH_ELOAD, "%s: tool #%u has no name", shown,
+                            idx + 1);
+    if (!th_tool_name_valid(d->name))
+        return th_error_set(err, TH_ELOAD,
+                            "%s: tool '%.100s' has an invalid name (allowed: "
+                            "letters, digits, _ and -, 1 to 64)",
+                            shown, d->name);
+    if (!d->description || !d->description[0])
+        return th_error_set(err, TH_ELOAD,
+                            "%s: tool '%s' has no description (a model needs "
+                            "one line saying what it does)",
+                            shown, d->name);
+    if (!d->execute)
+        return th_error_set(err, TH_ELOAD,
+                            "%s: tool '%s' has no execute function", shown,
+                            d->name);
+    if (!semantic_ok(d->stdout_type))
+        return th_error_set(err, TH_ELOAD,
+                            "%s: tool '%s' has an unknown stdout semantic "
+                            "type %u (known: %d to %d, see toolhost_semantic)",
+                            shown, d->name, d->stdout_type, TOOLHOST_SEM_TEXT,
+                            TOOLHOST_SEM_BINARY);
+    if (!semantic_ok(d->stderr_type))
+        return th_error_set(err, TH_ELOAD,
+                            "%s: tool '%s' has an unknown stderr semantic "
+                            "type %u (known: %d to %d, see toolhost_semantic)",
+                            shown, d->name, d->stderr_type, TOOLHOST_SEM_TEXT,
+                            TOOLHOST_SEM_BINARY);
+    if (d->flags & ~KNOWN_FLAGS)
+        return th_error_set(err, TH_ELOAD,
+                            "%s: tool '%s' has unknown flag bits 0x%x (known: "
+                            "TOOLHOST_TOOL_* = 0x%x)",
+                            shown, d->name, d->flags & ~KNOWN_FLAGS,
+                            KNOWN_FLAGS);
+    if (!(t->name = strdup(d->name)) ||
+        !(t->description = strdup(d->description)) ||
+        (d->long_description &&
+         !(t->long_description = strdup(d->long_description))))
+        return th_error_set(err, TH_ENOMEM, "%s: out of memory", shown);
+    char what[96];
+    snprintf(what, sizeof what, "tool '%s'", d->name);
+    int rc = th_params_from_abi(what, d->params, d->n_params, &t->params,
+                                &t->n_params, err);
+    if (rc) {
+        th_error_prefix(err, "%s: ", shown);
+        return rc;
+    }
+    t->stdout_type = d->stdout_type;
+    t->stderr_type = d->stderr_type;
+    t->flags = d->flags;
+    t->desc = d;
+    return 0;
+}
+
+/* Where problems go in "report every problem" mode (th_load_opts.on_problem):
+ * a problem that does not stop the checks is reported and counted, and
+ * the checks go on; the first one is returned at the end. */
+typedef struct reporter {
+    void (*fn)(void *ud, const char *msg);
+    void *ud;
+    int count;
+    th_error first;
+} reporter;
+
+/* After `err` was set: 0 to go on (reported), or the code to return. */
+static int problem(reporter *r, th_error *err, int code)
+{
+    if (!r || !r->fn || code != TH_ELOAD || !err)
+        return code;
+    r->fn(r->ud, err->msg);
+    if (r->count++ == 0)
+        r->first = *err;
+    return 0;
+}
+
+static int check_tools(const char *shown, const toolhost_plugin *d,
+                       th_plugin *p, reporter *r, th_error *err)
+{
+    if (d->n_tools == 0)
+        return 0;
+    if (!d->tools)
+        return th_error_set(err, TH_ELOAD,
+                            "%s: n_tools is %u but tools is NULL", shown,
+                            d->n_tools);
+    uint32_t stride = d->tools[0].struct_size;
+    if (stride < sizeof(toolhost_tool))
+        return th_error_set(err, TH_ELOAD,
+                            "%s: toolhost_tool struct_size %u is smaller than "
+                            "the %zu bytes of ABI 1.0",
+                            shown, stride, sizeof(toolhost_tool));
+    if (stride % alignof(toolhost_tool))
+        return th_error_set(err, TH_ELOAD,
+                            "%s: toolhost_tool struct_size %u is not a "
+                            "multiple of its alignment %zu",
+                            shown, stride, alignof(toolhost_tool));
+    p->tools = calloc(d->n_tools, sizeof *p->tools);
+    if (!p->tools)
+        return th_error_set(err, TH_ENOMEM, "%s: out of memory", shown);
+    int rc;
+    for (uint32_t i = 0; i < d->n_tools; i++) {
+        const toolhost_tool *td =
+            (const toolhost_tool *)((const char *)d->tools +
+                                    (size_t)i * stride);
+        if (td->struct_size != stride)
+            return th_error_set(err, TH_ELOAD,
+                                "%s: tool #%u has struct_size %u, the first "
+                                "has %u (all must be the same)",
+                                shown, i + 1, td->struct_size, stride);
+        th_tool *t = &p->tools[i];
+        p->n_tools = i + 1;
+        t->plugin = p;
+        if ((rc = check_tool(shown, td, i, t, err))) {
+            if ((rc = problem(r, err, rc)))
+                return rc;
+            continue;
+        }
+        for (uint32_t k = 0; k < i; k++) {
+            if (p->tools[k].name && strcmp(p->tools[k].name, t->name) == 0) {
+                rc = th_error_set(err, TH_ELOAD,
+                                  "%s: tool name '%s' appears twice", shown,
+                                  t->name);
+                if ((rc = problem(r, err, rc)))
+                    return rc;
+                break;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Checks a descriptor and fills p (name, tools, config params). */
+static int check_desc(const char *shown, const toolhost_plugin *d,
+                      th_plugin *p, reporter *r, th_error *err)
+{
+    if (!d)
+        return th_error_set(err, TH_ELOAD, "%s: the entry point returned NULL",
+                            shown);
+    /* struct_size first, then the major version, then the full size. */
+    uint32_t size = d->struct_size;
+    if (size >= offsetof(toolhost_plugin, abi_major) + sizeof d->abi_major &&
+        d->abi_major != TOOLHOST_ABI_MAJOR)
+        return th_error_set(err, TH_ELOAD,
+                            "%s: ABI major %u, this host speaks %d (rebuild "
+                            "the plugin against this host's "
+                            "toolhost/plugin.h)",
+                            shown, d->abi_major, TOOLHOST_ABI_MAJOR);
+    if (size < sizeof(toolhost_plugin))
+        return th_error_set(err, TH_ELOAD,
+                            "%s: toolhost_plugin struct_size %u is smaller "
+                            "than the %zu bytes of ABI 1.0",
+                            shown, size, sizeof(toolhost_plugin));
+    if (!d->name)
+        return th_error_set(err, TH_ELOAD, "%s: the plugin has no name",
+                            shown);
+    if (!th_tool_name_valid(d->name))
+        return th_error_set(err, TH_ELOAD,
+                            "%s: plugin name '%.100s' is invalid (allowed: "
+                            "letters, digits, _ and -, 1 to 64)",
+                            shown, d->name);
+    int rc;
+    if (!d->description || !d->description[0]) {
+        rc = th_error_set(err, TH_ELOAD, "%s: plugin '%s' has no description",
+                          shown, d->name);
+        if ((rc = problem(r, err, rc)))
+            return rc;
+    }
+    if (!(p->version = strdup(d->version ? d->version : "")) ||
+        !(p->description = strdup(d->description ? d->description : "")))
+        return th_error_set(err, TH_ENOMEM, "%s: out of memory", shown);
+    char what[96];
+    snprintf(what, sizeof what, "config of plugin '%s'", d->name);
+    rc = th_params_from_abi(what, d->config_params, d->n_config_params,
+                            &p->config_params, &p->n_config_params, err);
+    if (rc) {
+        th_error_prefix(err, "%s: ", shown);
+        if ((rc = problem(r, err, rc)))
+            return rc;
+    }
+    if ((rc = check_tools(shown, d, p, r, err)))
+        return rc;
+    if (r && r->count) {
+        *err = r->first;
+        if (r->count > 1) {
+            size_t n = strlen(err->msg);
+            snprintf(err->msg + n, sizeof err->msg - n,
+                     " (and %d more problem%s)", r->count - 1,
+                     r->count > 2 ? "s" : "");
+        }
+        return TH_ELOAD;
+    }
+    return 0;
+}
+
+static th_plugin *plugin_alloc(void)
+{
+    th_plugin *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    th_host_api_fill(&p->api);
+    atomic_init(&p->refs, 1);
+    p->generation = 1;
+    return p;
+}
+
+/* ---- open ----------------------------------------------------------------------- */
+
+int th_plugin_open(const char *path, const th_load_opts *opts,
+                   th_plugin **out, th_error *err)
+{
+    static const th_load_opts no_opts;
+    if (!opts)
+        opts = &no_opts;
+    *out = NULL;
+    if (!path || !path[0])
+        return th_error_set(err, TH_ELOAD, "a plugin path is empty");
+    const char *file = opts->load_path ? opts->load_path : path;
+    int rc;
+    if (!opts->allow_insecure) {
+        if ((rc = check_file_safety(path, err)))
+            return rc;
+        if (file != path && (rc = check_file_safety(file, err)))
+            return rc;
+    } else {
+        struct stat st;
+        if (stat(file, &st) != 0)
+            return th_error_set(err, TH_ELOAD, "%s: cannot open: %s", path,
+                                strerror(errno));
+    }
+
+    th_plugin *p = plugin_alloc();
+    if (!p)
+        return th_error_set(err, TH_ENOMEM, "%s: out of memory", path);
+    if (!(p->path = strdup(path)) || !(p->load_path = strdup(file))) {
+        th_plugin_destroy(p);
+        return th_error_set(err, TH_ENOMEM, "%s: out of memory", path);
+    }
+    if (opts->generation)
+        p->generation = opts->generation;
+
+    /* dlopen() searches the library path for a name without a slash. */
+    char dlpath[PATH_MAX];
+    if (snprintf(dlpath, sizeof dlpath, "%s%s", strchr(file, '/') ? "" : "./",
+                 file) >= (int)sizeof dlpath) {
+        th_plugin_destroy(p);
+        return th_error_set(err, TH_ELOAD, "%s: path too long", path);
+    }
+    dlerror();
+    p->dl = dlopen(dlpath, RTLD_NOW | RTLD_LOCAL);
+    if (!p->dl) {
+        const char *e = dlerror();
+        char why[512];
+        snprintf(why, sizeof why, "%s", e ? e : "unknown dlopen error");
+        th_plugin_destroy(p);
+        if (!is_elf(file))
+            return th_error_set(err, TH_ELOAD,
+                                "%s: not a shared object: %s", path, why);
+        return th_error_set(err, TH_ELOAD, "%s: cannot be loaded: %s", path,
+                            why);
+    }
+    dlerror();
+    void *sym = dlsym(p->dl, TOOLHOST_ENTRY_SYMBOL);
+    if (!sym) {
+        th_plugin_destroy(p);
+        return th_error_set(err, TH_ELOAD,
+                            "%s: entry symbol '%s' not found (export it with "
+                            "TOOLHOST_EXPORT; is this a toolhost plugin of "
+                            "ABI %d?)",
+                            path, TOOLHOST_ENTRY_SYMBOL, TOOLHOST_ABI_MAJOR);
+    }
+    toolhost_entry_fn entry;
+    memcpy(&entry, &sym, sizeof entry); /* object to function pointer */
+    p->desc = entry();
+    reporter rep = {opts->on_problem, opts->problem_ud, 0, {0, ""}};
+    if ((rc = check_desc(path, p->desc, p, &rep, err))) {
+        th_plugin_destroy(p);
+        return rc;
+    }
+    p->name = strdup(opts->name ? opts->name : p->desc->name);
+    if (!p->name) {
+        th_plugin_destroy(p);
+        return th_error_set(err, TH_ENOMEM, "%s: out of memory", path);
+    }
+    *out = p;
+    return 0;
+}
+
+int th_plugin_builtin(const toolhost_plugin *desc, th_plugin **out,
+                      th_error *err)
+{
+    *out = NULL;
+    char shown[128];
+    snprintf(shown, sizeof shown, "built-in plugin '%.64s'",
+             desc && desc->struct_size >= sizeof(toolhost_plugin) &&
+                     desc->name
+                 ? desc->name
+                 : "?");
+    th_plugin *p = plugin_alloc();
+    if (!p)
+        return th_error_set(err, TH_ENOMEM, "%s: out of memory", shown);
+    p->desc = desc;
+    int rc = check_desc(shown, desc, p, NULL, err);
+    if (rc) {
+        th_plugin_destroy(p);
+        return rc;
+    }
+    char path[128];
+    snprintf(path, sizeof path, "builtin:%s", desc->name);
+    if (!(p->name = strdup(desc->name)) || !(p->path = strdup(path)) ||
+        !(p->load_path = strdup(path))) {
+        th_plugin_destroy(p);
+        return th_error_set(err, TH_ENOMEM, "%s: out of memory", shown);
+    }
+    *out = p;
+    return 0;
+}
+
+/* ---- init ---------------------------------------------------------------------- */
+
+int th_plugin_init(th_plugin *p, const uint8_t *config, size_t len,
+                   th_error *err)
+{
+    if (p->initialized)
+        return th_error_set(err, TH_ESTATE, "%s: init() was already called",
+                            p->path);
+    /* The config block is checked here too (cheap, and a NULL config gets
+     * its defaults): init() only ever sees a valid, complete map. */
+    static const uint8_t empty_map[] = {0x80};
+    if (!config || len == 0) {
+        config = empty_map;
+        len = sizeof empty_map;
+    }
+    th_buf filled_cfg = TH_BUF_INIT;
+    bool filled = false;
+    th_verr ve;
+    int rc = th_validate_params(NULL, p->config_params, p->n_config_params,
+                                config, len, &filled_cfg, &filled, &ve);
+    if (rc) {
+        th_buf_free(&filled_cfg);
+        return th_error_set(err, rc == TH_EARGS ? TH_ELOAD : rc,
+                            "%s: config of plugin '%s': %s", p->path, p->name,
+                            ve.e.msg);
+    }
+    if (filled) {
+        config = filled_cfg.data;
+        len = filled_cfg.len;
+    }
+    if (p->desc->init) {
+        char msg[1024];
+        msg[0] = '\0';
+        void *state = NULL;
+        int r = p->desc->init(&p->api, config, len, &state, msg, sizeof msg);
+        msg[sizeof msg - 1] = '\0';
+        if (r != 0) {
+            th_buf_free(&filled_cfg);
+            if (msg[0])
+                return th_error_set(err, TH_ELOAD, "%s: init failed: %s",
+                                    p->path, msg);
+            return th_error_set(err, TH_ELOAD,
+                                "%s: init failed (returned %d) without a "
+                                "message",
+                                p->path, r);
+        }
+        p->state = state;
+    }
+    th_buf_free(&filled_cfg);
+    p->initialized = true;
+    return 0;
+}

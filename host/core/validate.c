@@ -1,0 +1,483 @@
+/* validate.c - argument validation, the one place: a msgpack map checked
+ * against a parameter table, defaults filled in, then the tool's own
+ * validate_args().
+ *
+ * Speed: this runs on every call.  The map is unpacked with msgpack_unpack()
+ * into a zone that each thread keeps and clears after use (strings are not
+ * copied: objects point into the caller's bytes), so a call whose arguments
+ * need no default allocates nothing once its thread has validated before.
+ * The zone of a thread is freed when the thread exits (pthread key
+ * destructor); the main thread's zone stays reachable until exit.
+ *
+ * Threads: every function here may be called from any thread at once.
+ */
+#include <msgpack.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "th/tool.h"
+
+#define ZONE_CHUNK 4096
+
+/* ---- the per-thread zone --------------------------------------------------- */
+
+static pthread_key_t zone_key;
+static pthread_once_t zone_once = PTHREAD_ONCE_INIT;
+static int zone_key_ok;
+static _Thread_local int zone_busy;
+
+static void zone_destroy(void *z)
+{
+    msgpack_zone_free(z);
+}
+
+static void zone_key_make(void)
+{
+    zone_key_ok = pthread_key_create(&zone_key, zone_destroy) == 0;
+}
+
+/* A cleared zone for this thread (*cached = true), or a new one when the
+ * thread's zone is in use or cannot be kept.  NULL when out of memory. */
+static msgpack_zone *zone_get(bool *cached)
+{
+    *cached = false;
+    pthread_once(&zone_once, zone_key_make);
+    if (zone_key_ok && !zone_busy) {
+        msgpack_zone *z = pthread_getspecific(zone_key);
+        if (!z) {
+            z = msgpack_zone_new(ZONE_CHUNK);
+            if (z && pthread_setspecific(zone_key, z) != 0) {
+                msgpack_zone_free(z);
+                z = NULL;
+            }
+        }
+        if (z) {
+            zone_busy = 1;
+            *cached = true;
+            return z;
+        }
+    }
+    return msgpack_zone_new(ZONE_CHUNK);
+}
+
+static void zone_put(msgpack_zone *z, bool cached)
+{
+    if (cached) {
+        msgpack_zone_clear(z);
+        zone_busy = 0;
+    } else {
+        msgpack_zone_free(z);
+    }
+}
+
+/* ---- messages ---------------------------------------------------------------- */
+
+static int verr_set(th_verr *err, const char *what, const char *key,
+                    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static int verr_set(th_verr *err, const char *what, const char *key,
+                    const char *fmt, ...)
+{
+    if (!err)
+        return TH_EARGS;
+    char reason[sizeof err->e.msg];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(reason, sizeof reason, fmt, ap);
+    va_end(ap);
+    if (what)
+        th_error_set(&err->e, TH_EARGS, "Error parsing arguments for %s: %s",
+                     what, reason);
+    else
+        th_error_set(&err->e, TH_EARGS, "%s", reason);
+    snprintf(err->key, sizeof err->key, "%s", key ? key : "");
+    return TH_EARGS;
+}
+
+/* "a string", "an integer", ... for a parameter type. */
+static const char *want_name(uint32_t type)
+{
+    switch (type) {
+    case TOOLHOST_TYPE_STRING:
+        return "a string";
+    case TOOLHOST_TYPE_INTEGER:
+        return "an integer";
+    case TOOLHOST_TYPE_NUMBER:
+        return "a number";
+    case TOOLHOST_TYPE_BOOLEAN:
+        return "a boolean";
+    case TOOLHOST_TYPE_ARRAY:
+        return "an array";
+    case TOOLHOST_TYPE_OBJECT:
+        return "an object";
+    default:
+        return "a value";
+    }
+}
+
+/* Plural, for "an array of strings". */
+static const char *items_name(uint32_t type)
+{
+    switch (type) {
+    case TOOLHOST_TYPE_STRING:
+        return "strings";
+    case TOOLHOST_TYPE_INTEGER:
+        return "integers";
+    case TOOLHOST_TYPE_NUMBER:
+        return "numbers";
+    case TOOLHOST_TYPE_BOOLEAN:
+        return "booleans";
+    case TOOLHOST_TYPE_ARRAY:
+        return "arrays";
+    case TOOLHOST_TYPE_OBJECT:
+        return "objects";
+    default:
+        return "values";
+    }
+}
+
+/* What a model sent, in JSON words. */
+static const char *got_name(const msgpack_object *o)
+{
+    switch (o->type) {
+    case MSGPACK_OBJECT_NIL:
+        return "null";
+    case MSGPACK_OBJECT_BOOLEAN:
+        return "a boolean";
+    case MSGPACK_OBJECT_POSITIVE_INTEGER:
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+        return "an integer";
+    case MSGPACK_OBJECT_FLOAT32:
+    case MSGPACK_OBJECT_FLOAT64:
+        return "a number with a fraction";
+    case MSGPACK_OBJECT_STR:
+        return "a string";
+    case MSGPACK_OBJECT_BIN:
+        return "binary data";
+    case MSGPACK_OBJECT_ARRAY:
+        return "an array";
+    case MSGPACK_OBJECT_MAP:
+        return "an object";
+    default:
+        return "an extension value";
+    }
+}
+
+/* Copies at most 64 bytes of a string for a message, '?' for controls. */
+static void quote_bytes(char *dst, size_t cap, const char *p, size_t n)
+{
+    size_t max = n > 64 ? 64 : n;
+    if (max > cap - 4)
+        max = cap - 4;
+    size_t i;
+    for (i = 0; i < max; i++)
+        dst[i] = ((unsigned char)p[i] < 0x20 || p[i] == 0x7f) ? '?' : p[i];
+    if (max < n) {
+        memcpy(dst + i, "...", 3);
+        i += 3;
+    }
+    dst[i] = '\0';
+}
+
+/* Joins n strings (each `q`-quoted) with ", " into dst, ending with "..."
+ * when they do not fit.  The i-th string is at (char **)((char *)first +
+ * i * stride), stride 0 meaning an array of char *. */
+static void join_list(char *dst, size_t cap, const char *q,
+                      const char *const *first, size_t n, size_t stride)
+{
+    size_t used = 0;
+    dst[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        const char *const *sp =
+            stride ? (const char *const *)((const char *)first + i * stride)
+                   : first + i;
+        if (used + 80 > cap) {
+            snprintf(dst + used, cap - used, ", ...");
+            return;
+        }
+        int w = snprintf(dst + used, cap - used - 8, "%s%s%.60s%s",
+                         i ? ", " : "", q, *sp, q);
+        if (w > 0)
+            used += (size_t)w < cap - used - 8 ? (size_t)w : cap - used - 9;
+    }
+}
+
+/* ---- checks ------------------------------------------------------------------ */
+
+static bool is_string(const msgpack_object *o)
+{
+    return o->type == MSGPACK_OBJECT_STR || o->type == MSGPACK_OBJECT_BIN;
+}
+
+static bool type_ok(uint32_t type, const msgpack_object *o)
+{
+    switch (type) {
+    case 0:
+        return true;
+    case TOOLHOST_TYPE_STRING:
+        return is_string(o);
+    case TOOLHOST_TYPE_INTEGER:
+        return o->type == MSGPACK_OBJECT_POSITIVE_INTEGER ||
+               o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER;
+    case TOOLHOST_TYPE_NUMBER:
+        return o->type == MSGPACK_OBJECT_POSITIVE_INTEGER ||
+               o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER ||
+               o->type == MSGPACK_OBJECT_FLOAT32 ||
+               o->type == MSGPACK_OBJECT_FLOAT64;
+    case TOOLHOST_TYPE_BOOLEAN:
+        return o->type == MSGPACK_OBJECT_BOOLEAN;
+    case TOOLHOST_TYPE_ARRAY:
+        return o->type == MSGPACK_OBJECT_ARRAY;
+    case TOOLHOST_TYPE_OBJECT:
+        return o->type == MSGPACK_OBJECT_MAP;
+    default:
+        return false;
+    }
+}
+
+static int check_value(const char *what, const th_param *p,
+                       const msgpack_object *v, th_verr *err)
+{
+    if (!type_ok(p->type, v))
+        return verr_set(err, what, p->name, "parameter '%s' must be %s, got %s",
+                        p->name, want_name(p->type), got_name(v));
+    if (p->type == TOOLHOST_TYPE_ARRAY && p->item_type) {
+        for (uint32_t i = 0; i < v->via.array.size; i++) {
+            const msgpack_object *it = &v->via.array.ptr[i];
+            if (!type_ok(p->item_type, it))
+                return verr_set(err, what, p->name,
+                                "parameter '%s' must be an array of %s; "
+                                "%s[%u] is %s",
+                                p->name, items_name(p->item_type), p->name, i,
+                                got_name(it));
+        }
+    }
+    if (p->n_enum) {
+        const char *s = v->via.str.ptr; /* str and bin share the layout */
+        uint32_t n = v->type == MSGPACK_OBJECT_STR ? v->via.str.size
+                                                   : v->via.bin.size;
+        if (v->type == MSGPACK_OBJECT_BIN)
+            s = v->via.bin.ptr;
+        for (size_t i = 0; i < p->n_enum; i++) {
+            if (strlen(p->enum_values[i]) == n &&
+                memcmp(p->enum_values[i], s, n) == 0)
+                return 0;
+        }
+        char allowed[640];
+        join_list(allowed, sizeof allowed, "'", (const char *const *)p->enum_values,
+                  p->n_enum, 0);
+        char got[80];
+        quote_bytes(got, sizeof got, s, n);
+        return verr_set(err, what, p->name,
+                        "parameter '%s' must be one of %s; got '%s'", p->name,
+                        allowed, got);
+    }
+    return 0;
+}
+
+static int unknown_key(const char *what, const th_param *params, size_t n,
+                       const char *k, uint32_t klen, th_verr *err)
+{
+    char key[80];
+    quote_bytes(key, sizeof key, k, klen);
+    if (n == 0)
+        return verr_set(err, what, key,
+                        "unknown parameter '%s' (this takes no parameters)",
+                        key);
+    char names[640];
+    join_list(names, sizeof names, "", (const char *const *)&params[0].name, n,
+              sizeof *params);
+    return verr_set(err, what, key,
+                    "unknown parameter '%s' (accepted parameters: %s)", key,
+                    names);
+}
+
+static int fill_defaults(const msgpack_object *map, const th_param *params,
+                         size_t n, const uint64_t *seen, th_buf *out)
+{
+    size_t extra = 0;
+    for (size_t i = 0; i < n; i++)
+        if (params[i].default_mp && !(seen[i / 64] >> (i % 64) & 1))
+            extra++;
+    th_buf_reset(out);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, out, th_buf_msgpack_write);
+    if (msgpack_pack_map(&pk, map->via.map.size + extra))
+        return TH_ENOMEM;
+    for (uint32_t i = 0; i < map->via.map.size; i++) {
+        if (msgpack_pack_object(&pk, map->via.map.ptr[i].key) ||
+            msgpack_pack_object(&pk, map->via.map.ptr[i].val))
+            return TH_ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const th_param *p = &params[i];
+        if (!p->default_mp || (seen[i / 64] >> (i % 64) & 1))
+            continue;
+        if (msgpack_pack_str_with_body(&pk, p->name, strlen(p->name)) ||
+            th_buf_append(out, p->default_mp, p->default_len))
+            return TH_ENOMEM;
+    }
+    return 0;
+}
+
+static int validate_map(const char *what, const th_param *params, size_t n,
+                        const msgpack_object *map, uint64_t *seen,
+                        th_buf *out, bool *filled, th_verr *err)
+{
+    if (map->type != MSGPACK_OBJECT_MAP)
+        return verr_set(err, what, NULL,
+                        "the arguments must be an object (a map of parameter "
+                        "names to values), got %s",
+                        got_name(map));
+    for (uint32_t i = 0; i < map->via.map.size; i++) {
+        const msgpack_object_kv *kv = &map->via.map.ptr[i];
+        if (kv->key.type != MSGPACK_OBJECT_STR)
+            return verr_set(err, what, NULL,
+                            "parameter names must be strings, got %s",
+                            got_name(&kv->key));
+        const char *k = kv->key.via.str.ptr;
+        uint32_t klen = kv->key.via.str.size;
+        size_t j;
+        for (j = 0; j < n; j++)
+            if (strnlen(params[j].name, (size_t)klen + 1) == klen &&
+                memcmp(params[j].name, k, klen) == 0)
+                break;
+        if (j == n)
+            return unknown_key(what, params, n, k, klen, err);
+        if (seen[j / 64] >> (j % 64) & 1)
+            return verr_set(err, what, params[j].name,
+                            "parameter '%s' is given twice", params[j].name);
+        seen[j / 64] |= (uint64_t)1 << (j % 64);
+        int rc = check_value(what, &params[j], &kv->val, err);
+        if (rc)
+            return rc;
+    }
+    bool need_fill = false;
+    for (size_t j = 0; j < n; j++) {
+        if (seen[j / 64] >> (j % 64) & 1)
+            continue;
+        if (params[j].required)
+            return verr_set(err, what, params[j].name,
+                            "missing required parameter '%s'",
+                            params[j].name);
+        if (params[j].default_mp)
+            need_fill = true;
+    }
+    if (need_fill) {
+        if (!out) {
+            if (err)
+                th_error_set(&err->e, TH_EINVAL,
+                             "internal error: defaults to fill in but no "
+                             "output buffer");
+            return TH_EINVAL;
+        }
+        if (fill_defaults(map, params, n, seen, out)) {
+            if (err)
+                th_error_set(&err->e, TH_ENOMEM,
+                             "out of memory filling in defaults");
+            return TH_ENOMEM;
+        }
+        *filled = true;
+    }
+    return 0;
+}
+
+int th_validate_params(const char *what, const th_param *params, size_t n,
+                       const uint8_t *args, size_t len, th_buf *out,
+                       bool *filled, th_verr *err)
+{
+    bool dummy;
+    if (!filled)
+        filled = &dummy;
+    *filled = false;
+    if (err) {
+        th_error_clear(&err->e);
+        err->key[0] = '\0';
+    }
+    if (!args || len == 0)
+        return verr_set(err, what, NULL,
+                        "the arguments are empty; send an object (a map of "
+                        "parameter names to values), {} when there are none");
+
+    uint64_t seen_stack[4] = {0, 0, 0, 0};
+    uint64_t *seen = seen_stack;
+    if (n > 4 * 64) {
+        seen = calloc((n + 63) / 64, sizeof *seen);
+        if (!seen)
+            return th_error_set(err ? &err->e : NULL, TH_ENOMEM,
+                                "out of memory");
+    }
+    bool cached;
+    msgpack_zone *zone = zone_get(&cached);
+    int rc;
+    if (!zone) {
+        rc = th_error_set(err ? &err->e : NULL, TH_ENOMEM, "out of memory");
+        goto out;
+    }
+    msgpack_object obj;
+    size_t off = 0;
+    msgpack_unpack_return ur =
+        msgpack_unpack((const char *)args, len, &off, zone, &obj);
+    switch (ur) {
+    case MSGPACK_UNPACK_SUCCESS:
+        rc = validate_map(what, params, n, &obj, seen, out, filled, err);
+        break;
+    case MSGPACK_UNPACK_EXTRA_BYTES:
+        rc = verr_set(err, what, NULL,
+                      "the arguments are followed by %zu extra bytes; send "
+                      "exactly one object",
+                      len - off);
+        break;
+    case MSGPACK_UNPACK_NOMEM_ERROR:
+        rc = th_error_set(err ? &err->e : NULL, TH_ENOMEM, "out of memory");
+        break;
+    default:
+        rc = verr_set(err, what, NULL,
+                      "the arguments are not valid msgpack (truncated, "
+                      "malformed, or nested too deeply)");
+        break;
+    }
+    zone_put(zone, cached);
+out:
+    if (seen != seen_stack)
+        free(seen);
+    return rc;
+}
+
+int th_validate_call(const th_tool *tool, const uint8_t *args, size_t len,
+                     th_buf *out, const uint8_t **args_out, size_t *len_out,
+                     th_error *err)
+{
+    th_verr ve;
+    bool filled = false;
+    int rc = th_validate_params(tool->name, tool->params, tool->n_params, args,
+                                len, out, &filled, &ve);
+    if (rc) {
+        if (err)
+            *err = ve.e;
+        return rc;
+    }
+    const uint8_t *a = filled ? out->data : args;
+    size_t n = filled ? out->len : len;
+    if (tool->desc && tool->desc->validate_args) {
+        char msg[512];
+        msg[0] = '\0';
+        void *state = tool->plugin ? tool->plugin->state : NULL;
+        if (tool->desc->validate_args(state, tool->desc, a, n, msg,
+                                      sizeof msg) != 0) {
+            msg[sizeof msg - 1] = '\0';
+            return th_error_set(err, TH_EARGS,
+                                "Error parsing arguments for %s: %s",
+                                tool->name,
+                                msg[0] ? msg
+                                       : "the tool rejected the arguments "
+                                         "without saying why");
+        }
+    }
+    *args_out = a;
+    *len_out = n;
+    return 0;
+}

@@ -1,0 +1,467 @@
+/* yaml.c - YAML text to a tree of th_ynode with 1-based marks (libyaml
+ * event API), lookups, and packing a node as msgpack (YAML 1.2 core schema).
+ *
+ * Threads: every function here works on the caller's data only; a finished
+ * tree is read-only and may be read from any thread.
+ */
+#include "th/config.h"
+
+#include <errno.h>
+#include <math.h>
+#include <msgpack.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+#define YAML_MAX_DEPTH 64
+
+void th_ynode_free(th_ynode *n)
+{
+    if (!n)
+        return;
+    for (size_t i = 0; i < n->n; i++)
+        th_ynode_free(n->kids[i]);
+    free(n->kids);
+    free(n->str);
+    free(n);
+}
+
+static th_ynode *ynode_new(th_ynode_kind kind, yaml_mark_t m)
+{
+    th_ynode *n = calloc(1, sizeof *n);
+    if (!n)
+        return NULL;
+    n->kind = kind;
+    n->line = (int)m.line + 1;
+    n->col = (int)m.column + 1;
+    return n;
+}
+
+static int ynode_push(th_ynode *parent, th_ynode *kid, size_t *cap)
+{
+    if (parent->n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 4;
+        th_ynode **k = realloc(parent->kids, nc * sizeof *k);
+        if (!k)
+            return TH_ENOMEM;
+        parent->kids = k;
+        *cap = nc;
+    }
+    parent->kids[parent->n++] = kid;
+    return 0;
+}
+
+static int yerr(th_error *err, const char *name, int line, int col,
+                const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+static int yerr(th_error *err, const char *name, int line, int col,
+                const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    th_error_setv(err, TH_ECONFIG, fmt, ap);
+    va_end(ap);
+    th_error_prefix(err, "%s:%d:%d: ", name, line, col);
+    return TH_ECONFIG;
+}
+
+typedef struct yparse {
+    yaml_parser_t parser;
+    const char *name;
+    const char *text;
+    size_t len;
+    th_error *err;
+} yparse;
+
+/* 1-based line and column (in characters) of byte `off` of the text. */
+static void offset_mark(const yparse *p, size_t off, int *line, int *col)
+{
+    *line = 1;
+    *col = 1;
+    for (size_t i = 0; i < off && i < p->len; i++) {
+        unsigned char ch = (unsigned char)p->text[i];
+        if (ch == '\n') {
+            (*line)++;
+            *col = 1;
+        } else if ((ch & 0xc0) != 0x80) {
+            (*col)++;
+        }
+    }
+}
+
+static int ynext(yparse *p, yaml_event_t *ev)
+{
+    if (yaml_parser_parse(&p->parser, ev))
+        return 0;
+    yaml_parser_t *ps = &p->parser;
+    if (ps->error == YAML_MEMORY_ERROR)
+        return th_error_set(p->err, TH_ENOMEM, "%s: out of memory", p->name);
+    const char *problem = ps->problem ? ps->problem : "invalid YAML";
+    if (ps->error == YAML_READER_ERROR) {
+        /* Bad bytes: libyaml gives an offset, not a mark. */
+        int line, col;
+        offset_mark(p, ps->problem_offset, &line, &col);
+        if (ps->problem_value >= 0)
+            return yerr(p->err, p->name, line, col,
+                        "YAML syntax error: %s (byte 0x%02x)", problem,
+                        (unsigned)ps->problem_value & 0xffu);
+        return yerr(p->err, p->name, line, col, "YAML syntax error: %s",
+                    problem);
+    }
+    yaml_mark_t m = ps->problem_mark;
+    if (ps->context)
+        return yerr(p->err, p->name, (int)m.line + 1, (int)m.column + 1,
+                    "YAML syntax error: %s %s (line %d, column %d)", problem,
+                    ps->context, (int)ps->context_mark.line + 1,
+                    (int)ps->context_mark.column + 1);
+    return yerr(p->err, p->name, (int)m.line + 1, (int)m.column + 1,
+                "YAML syntax error: %s", problem);
+}
+
+/* Builds the node that starts with `ev` (consumed); *out owned by caller. */
+static int ybuild(yparse *p, yaml_event_t *ev, int depth, th_ynode **out)
+{
+    *out = NULL;
+    int rc = 0;
+    th_ynode *n = NULL;
+    switch (ev->type) {
+    case YAML_ALIAS_EVENT:
+        rc = yerr(p->err, p->name, (int)ev->start_mark.line + 1,
+                  (int)ev->start_mark.column + 1,
+                  "YAML aliases (*%s) are not supported in toolhost configs",
+                  (const char *)ev->data.alias.anchor);
+        yaml_event_delete(ev);
+        return rc;
+    case YAML_SCALAR_EVENT: {
+        n = ynode_new(TH_Y_SCALAR, ev->start_mark);
+        if (!n)
+            goto nomem;
+        n->len = ev->data.scalar.length;
+        n->str = malloc(n->len + 1);
+        if (!n->str)
+            goto nomem;
+        memcpy(n->str, ev->data.scalar.value, n->len);
+        n->str[n->len] = '\0';
+        n->plain = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+        n->end_line = (int)ev->end_mark.line + 1;
+        n->end_col = (int)ev->end_mark.column + 1;
+        const char *tag = (const char *)ev->data.scalar.tag;
+        if (tag && (strcmp(tag, "tag:yaml.org,2002:str") == 0 ||
+                    strcmp(tag, "!") == 0))
+            n->plain = false;
+        yaml_event_delete(ev);
+        *out = n;
+        return 0;
+    }
+    case YAML_SEQUENCE_START_EVENT:
+    case YAML_MAPPING_START_EVENT: {
+        bool is_map = ev->type == YAML_MAPPING_START_EVENT;
+        n = ynode_new(is_map ? TH_Y_MAP : TH_Y_SEQ, ev->start_mark);
+        yaml_event_delete(ev);
+        if (!n)
+            return th_error_set(p->err, TH_ENOMEM, "%s: out of memory",
+                                p->name);
+        if (depth >= YAML_MAX_DEPTH) {
+            rc = yerr(p->err, p->name, n->line, n->col,
+                      "nesting deeper than %d levels", YAML_MAX_DEPTH);
+            th_ynode_free(n);
+            return rc;
+        }
+        size_t cap = 0;
+        for (;;) {
+            yaml_event_t e;
+            if ((rc = ynext(p, &e)) < 0)
+                goto fail;
+            if (e.type == YAML_SEQUENCE_END_EVENT ||
+                e.type == YAML_MAPPING_END_EVENT) {
+                n->end_line = (int)e.end_mark.line + 1;
+                n->end_col = (int)e.end_mark.column + 1;
+                yaml_event_delete(&e);
+                break;
+            }
+            th_ynode *kid;
+            if ((rc = ybuild(p, &e, depth + 1, &kid)) < 0)
+                goto fail;
+            if ((rc = ynode_push(n, kid, &cap)) < 0) {
+                th_ynode_free(kid);
+                goto nomem;
+            }
+            /* A duplicate key is an error at the second occurrence. */
+            if (is_map && n->n % 2 == 1 && kid->kind == TH_Y_SCALAR) {
+                for (size_t i = 0; i + 1 < n->n; i += 2) {
+                    const th_ynode *k = n->kids[i];
+                    if (k->kind == TH_Y_SCALAR && k->len == kid->len &&
+                        memcmp(k->str, kid->str, k->len) == 0) {
+                        rc = yerr(p->err, p->name, kid->line, kid->col,
+                                  "duplicate key '%s' (first at line %d, "
+                                  "column %d)",
+                                  kid->str, k->line, k->col);
+                        goto fail;
+                    }
+                }
+            }
+        }
+        *out = n;
+        return 0;
+    }
+    default:
+        rc = yerr(p->err, p->name, (int)ev->start_mark.line + 1,
+                  (int)ev->start_mark.column + 1, "unexpected YAML event");
+        yaml_event_delete(ev);
+        return rc;
+    }
+nomem:
+    rc = th_error_set(p->err, TH_ENOMEM, "%s: out of memory", p->name);
+fail:
+    th_ynode_free(n);
+    return rc;
+}
+
+int th_ynode_parse(const char *name, const char *text, size_t len,
+                   th_ynode **out, th_error *err)
+{
+    *out = NULL;
+    yparse p = {.name = name ? name : "<config>", .text = text, .len = len,
+                .err = err};
+    if (!yaml_parser_initialize(&p.parser))
+        return th_error_set(err, TH_ENOMEM, "%s: out of memory", p.name);
+    yaml_parser_set_input_string(&p.parser, (const unsigned char *)text, len);
+    th_ynode *root = NULL;
+    int rc = 0, docs = 0;
+    for (;;) {
+        yaml_event_t ev;
+        if ((rc = ynext(&p, &ev)) < 0)
+            break;
+        yaml_event_type_t t = ev.type;
+        if (t == YAML_STREAM_END_EVENT) {
+            yaml_event_delete(&ev);
+            break;
+        }
+        if (t == YAML_DOCUMENT_START_EVENT) {
+            if (++docs > 1) {
+                rc = yerr(err, p.name, (int)ev.start_mark.line + 1,
+                          (int)ev.start_mark.column + 1,
+                          "only one YAML document is allowed in a config");
+                yaml_event_delete(&ev);
+                break;
+            }
+            yaml_event_delete(&ev);
+            continue;
+        }
+        if (t == YAML_STREAM_START_EVENT || t == YAML_DOCUMENT_END_EVENT) {
+            yaml_event_delete(&ev);
+            continue;
+        }
+        if ((rc = ybuild(&p, &ev, 0, &root)) < 0)
+            break;
+    }
+    yaml_parser_delete(&p.parser);
+    if (rc < 0) {
+        th_ynode_free(root);
+        return rc;
+    }
+    *out = root;
+    return 0;
+}
+
+const th_ynode *th_ynode_get(const th_ynode *map, const char *key)
+{
+    if (!map || map->kind != TH_Y_MAP || !key)
+        return NULL;
+    for (size_t i = 0; i + 1 < map->n; i += 2) {
+        const th_ynode *k = map->kids[i];
+        if (k->kind == TH_Y_SCALAR && strcmp(k->str, key) == 0)
+            return map->kids[i + 1];
+    }
+    return NULL;
+}
+
+const th_ynode *th_ynode_get_key(const th_ynode *map, const char *key)
+{
+    if (!map || map->kind != TH_Y_MAP || !key)
+        return NULL;
+    for (size_t i = 0; i + 1 < map->n; i += 2) {
+        const th_ynode *k = map->kids[i];
+        if (k->kind == TH_Y_SCALAR && strcmp(k->str, key) == 0)
+            return k;
+    }
+    return NULL;
+}
+
+bool th_ynode_equal(const th_ynode *a, const th_ynode *b)
+{
+    if (!a || !b)
+        return a == b;
+    if (a->kind != b->kind || a->n != b->n)
+        return false;
+    if (a->kind == TH_Y_SCALAR)
+        return a->plain == b->plain && a->len == b->len &&
+               memcmp(a->str, b->str, a->len) == 0;
+    for (size_t i = 0; i < a->n; i++)
+        if (!th_ynode_equal(a->kids[i], b->kids[i]))
+            return false;
+    return true;
+}
+
+/* ---- typing of plain scalars (YAML 1.2 core schema) -------------------- */
+
+bool th_ynode_is_null(const th_ynode *n)
+{
+    if (!n)
+        return true;
+    if (n->kind != TH_Y_SCALAR || !n->plain)
+        return false;
+    return n->len == 0 || strcmp(n->str, "~") == 0 ||
+           strcmp(n->str, "null") == 0 || strcmp(n->str, "Null") == 0 ||
+           strcmp(n->str, "NULL") == 0;
+}
+
+int th_ynode_bool(const th_ynode *n)
+{
+    if (!n || n->kind != TH_Y_SCALAR || !n->plain)
+        return -1;
+    const char *s = n->str;
+    if (!strcmp(s, "true") || !strcmp(s, "True") || !strcmp(s, "TRUE"))
+        return 1;
+    if (!strcmp(s, "false") || !strcmp(s, "False") || !strcmp(s, "FALSE"))
+        return 0;
+    return -1;
+}
+
+/* 1: fits in int64 (*neg set when negative, value in *i / *u); 2: an
+ * integer too large for 64 bits; 0: not an integer. */
+static int scalar_int(const char *s, int64_t *i, uint64_t *u, bool *neg)
+{
+    const char *p = s;
+    *neg = false;
+    int base = 10;
+    if (*p == '-' || *p == '+') {
+        *neg = *p == '-';
+        p++;
+    }
+    if (p[0] == '0' && p[1] == 'o' && p == s) {
+        base = 8;
+        p += 2;
+    } else if (p[0] == '0' && p[1] == 'x' && p == s) {
+        base = 16;
+        p += 2;
+    }
+    if (!*p)
+        return 0;
+    for (const char *q = p; *q; q++) {
+        int ok = base == 16   ? (*q >= '0' && *q <= '9') ||
+                                  (*q >= 'a' && *q <= 'f') ||
+                                  (*q >= 'A' && *q <= 'F')
+                 : base == 8 ? *q >= '0' && *q <= '7'
+                             : *q >= '0' && *q <= '9';
+        if (!ok)
+            return 0;
+    }
+    errno = 0;
+    unsigned long long v = strtoull(p, NULL, base);
+    if (errno == ERANGE)
+        return 2;
+    if (*neg) {
+        if (v > (unsigned long long)INT64_MAX + 1)
+            return 2;
+        *i = v == (unsigned long long)INT64_MAX + 1 ? INT64_MIN
+                                                     : -(int64_t)v;
+    } else {
+        *u = v;
+    }
+    return 1;
+}
+
+static bool scalar_float(const char *s, double *d)
+{
+    const char *p = s;
+    if (*p == '-' || *p == '+')
+        p++;
+    if (!strcmp(p, ".inf") || !strcmp(p, ".Inf") || !strcmp(p, ".INF")) {
+        *d = s[0] == '-' ? -INFINITY : INFINITY;
+        return true;
+    }
+    if (p == s &&
+        (!strcmp(p, ".nan") || !strcmp(p, ".NaN") || !strcmp(p, ".NAN"))) {
+        *d = NAN;
+        return true;
+    }
+    /* [-+]? ( \. [0-9]+ | [0-9]+ ( \. [0-9]* )? ) ( [eE] [-+]? [0-9]+ )? */
+    size_t digits = 0;
+    while (*p >= '0' && *p <= '9') {
+        p++;
+        digits++;
+    }
+    if (*p == '.') {
+        p++;
+        while (*p >= '0' && *p <= '9') {
+            p++;
+            digits++;
+        }
+    }
+    if (!digits)
+        return false;
+    if (*p == 'e' || *p == 'E') {
+        p++;
+        if (*p == '-' || *p == '+')
+            p++;
+        if (!(*p >= '0' && *p <= '9'))
+            return false;
+        while (*p >= '0' && *p <= '9')
+            p++;
+    }
+    if (*p)
+        return false;
+    *d = strtod(s, NULL);
+    return true;
+}
+
+int th_ynode_pack(const th_ynode *n, struct msgpack_packer *pk)
+{
+    if (!n || !pk)
+        return TH_EINVAL;
+    int rc = 0;
+    switch (n->kind) {
+    case TH_Y_SCALAR: {
+        if (!n->plain)
+            return msgpack_pack_str_with_body(pk, n->str, n->len) ? TH_ENOMEM
+                                                                  : 0;
+        if (th_ynode_is_null(n))
+            return msgpack_pack_nil(pk) ? TH_ENOMEM : 0;
+        int b = th_ynode_bool(n);
+        if (b == 1)
+            return msgpack_pack_true(pk) ? TH_ENOMEM : 0;
+        if (b == 0)
+            return msgpack_pack_false(pk) ? TH_ENOMEM : 0;
+        int64_t i;
+        uint64_t u;
+        bool neg;
+        double d;
+        int k = scalar_int(n->str, &i, &u, &neg);
+        if (k == 1)
+            rc = neg ? msgpack_pack_int64(pk, i) : msgpack_pack_uint64(pk, u);
+        else if (k == 2 || scalar_float(n->str, &d))
+            rc = msgpack_pack_double(pk, k == 2 ? strtod(n->str, NULL) : d);
+        else
+            rc = msgpack_pack_str_with_body(pk, n->str, n->len);
+        return rc ? TH_ENOMEM : 0;
+    }
+    case TH_Y_SEQ:
+        if (msgpack_pack_array(pk, n->n))
+            return TH_ENOMEM;
+        for (size_t i = 0; i < n->n; i++)
+            if ((rc = th_ynode_pack(n->kids[i], pk)) < 0)
+                return rc;
+        return 0;
+    case TH_Y_MAP:
+        if (msgpack_pack_map(pk, n->n / 2))
+            return TH_ENOMEM;
+        for (size_t i = 0; i < n->n; i++)
+            if ((rc = th_ynode_pack(n->kids[i], pk)) < 0)
+                return rc;
+        return 0;
+    }
+    return TH_EINVAL;
+}

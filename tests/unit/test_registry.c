@@ -1,0 +1,313 @@
+/* test_registry.c - the tool registry: lookups, duplicate names across
+ * plugins, replace/remove, pinning (a removed generation lives until its
+ * last call is released, fini() exactly once), and concurrent
+ * acquire/release against replacement from several threads. */
+#include <CUnit/CUnit.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "th/tool.h"
+
+static atomic_int inits, finis;
+
+static int run(void *s, const toolhost_tool *t, toolhost_call *c,
+               const uint8_t *a, size_t n)
+{
+    (void)s, (void)t, (void)c, (void)a, (void)n;
+    return TOOLHOST_OK;
+}
+
+static int p_init(const toolhost_host_api *host, const uint8_t *c, size_t n,
+                  void **state, char *err, size_t size)
+{
+    (void)host, (void)c, (void)n, (void)err, (void)size;
+    atomic_fetch_add(&inits, 1);
+    *state = (void *)&inits;
+    return 0;
+}
+
+static void p_fini(void *state)
+{
+    (void)state;
+    atomic_fetch_add(&finis, 1);
+}
+
+#define T(name)                                                               \
+    {sizeof(toolhost_tool), name, "Tool " name, NULL, NULL, 0,                 \
+     TOOLHOST_SEM_TEXT, TOOLHOST_SEM_ERROR, 0, run, NULL, NULL, NULL}
+#define PLUGIN(name, tools, n)                                                \
+    {sizeof(toolhost_plugin), TOOLHOST_ABI_MAJOR, TOOLHOST_ABI_MINOR, name,   \
+     "1", "Plugin " name, NULL, 0, p_init, p_fini, tools, n}
+
+static const toolhost_tool alpha_tools[] = {T("zeta"), T("alpha_a"),
+                                            T("mid")};
+static const toolhost_plugin alpha = PLUGIN("alpha", alpha_tools, 3);
+static const toolhost_tool beta_tools[] = {T("beta_b"), T("beta_c")};
+static const toolhost_plugin beta = PLUGIN("beta", beta_tools, 2);
+/* Same plugin name as beta, a later generation: drops beta_c, adds beta_d. */
+static const toolhost_tool beta2_tools[] = {T("beta_b"), T("beta_d")};
+static const toolhost_plugin beta2 = PLUGIN("beta", beta2_tools, 2);
+/* Clashes with alpha's "mid". */
+static const toolhost_tool clash_tools[] = {T("gamma"), T("mid")};
+static const toolhost_plugin clash = PLUGIN("gamma", clash_tools, 2);
+static const toolhost_plugin beta_clash = PLUGIN("beta", clash_tools, 2);
+
+/* A built-in generation with init() done. */
+static th_plugin *make(const toolhost_plugin *d)
+{
+    th_plugin *p = NULL;
+    th_error e;
+    if (th_plugin_builtin(d, &p, &e) != 0 || th_plugin_init(p, NULL, 0, &e)) {
+        fprintf(stderr, "make: %s\n", e.msg);
+        return NULL;
+    }
+    return p;
+}
+
+static void reset(void)
+{
+    atomic_store(&inits, 0);
+    atomic_store(&finis, 0);
+}
+
+static int collect(const th_tool *t, void *ud)
+{
+    char *s = ud;
+    strcat(s, t->name);
+    strcat(s, " ");
+    return 0;
+}
+
+static int stop_at_mid(const th_tool *t, void *ud)
+{
+    (void)ud;
+    return strcmp(t->name, "mid") == 0 ? 42 : 0;
+}
+
+static void add_lookup(void)
+{
+    reset();
+    th_registry *reg = th_registry_new();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
+    th_plugin *a = make(&alpha), *b = make(&beta);
+    th_error e;
+    CU_ASSERT_EQUAL(th_registry_add(reg, a, &e), 0);
+    CU_ASSERT_EQUAL(th_registry_add(reg, b, &e), 0);
+    CU_ASSERT_EQUAL(th_registry_count(reg), 5);
+    char names[256] = "";
+    CU_ASSERT_EQUAL(th_registry_foreach(reg, collect, names), 0);
+    CU_ASSERT_STRING_EQUAL(names, "alpha_a beta_b beta_c mid zeta ");
+    CU_ASSERT_EQUAL(th_registry_foreach(reg, stop_at_mid, NULL), 42);
+    const th_tool *t = th_registry_acquire(reg, "beta_c");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+    CU_ASSERT_STRING_EQUAL(t->name, "beta_c");
+    CU_ASSERT_PTR_EQUAL(t->plugin, b);
+    CU_ASSERT_EQUAL(atomic_load(&b->refs), 2);
+    th_tool_release(t);
+    CU_ASSERT_EQUAL(atomic_load(&b->refs), 1);
+    CU_ASSERT_PTR_NULL(th_registry_acquire(reg, "nope"));
+    CU_ASSERT_PTR_NULL(th_registry_acquire(reg, ""));
+    CU_ASSERT_PTR_NULL(th_registry_acquire(reg, NULL));
+    CU_ASSERT_PTR_EQUAL(th_registry_plugin(reg, "alpha"), a);
+    CU_ASSERT_PTR_NULL(th_registry_plugin(reg, "nope"));
+    /* Adding the same generation twice is refused. */
+    CU_ASSERT_EQUAL(th_registry_add(reg, a, &e), TH_ESTATE);
+    th_registry_free(reg);
+    CU_ASSERT_EQUAL(atomic_load(&inits), 2);
+    CU_ASSERT_EQUAL(atomic_load(&finis), 2);
+}
+
+static void duplicates(void)
+{
+    reset();
+    th_registry *reg = th_registry_new();
+    th_plugin *a = make(&alpha), *c = make(&clash);
+    th_error e;
+    CU_ASSERT_EQUAL(th_registry_add(reg, a, &e), 0);
+    CU_ASSERT_EQUAL(th_registry_add(reg, c, &e), TH_ELOAD);
+    CU_ASSERT_STRING_EQUAL(e.msg,
+                           "builtin:gamma: tool 'mid' of plugin 'gamma' is "
+                           "already provided by plugin 'alpha' "
+                           "(builtin:alpha); tool names must be unique "
+                           "across the host");
+    /* Nothing of gamma was added, not even its free name. */
+    CU_ASSERT_EQUAL(th_registry_count(reg), 3);
+    CU_ASSERT_PTR_NULL(th_registry_acquire(reg, "gamma"));
+    CU_ASSERT_PTR_NULL(th_registry_plugin(reg, "gamma"));
+    /* The caller kept its reference. */
+    CU_ASSERT_EQUAL(atomic_load(&c->refs), 1);
+    th_plugin_unref(c);
+    /* A second plugin of the same name. */
+    th_plugin *a2 = make(&alpha);
+    CU_ASSERT_EQUAL(th_registry_add(reg, a2, &e), TH_ELOAD);
+    CU_ASSERT_STRING_EQUAL(e.msg, "builtin:alpha: a plugin named 'alpha' is "
+                                  "already loaded (from builtin:alpha)");
+    th_plugin_unref(a2);
+    th_registry_free(reg);
+    CU_ASSERT_EQUAL(atomic_load(&finis), 3);
+}
+
+static void pinning(void)
+{
+    reset();
+    th_registry *reg = th_registry_new();
+    th_plugin *b = make(&beta);
+    th_error e;
+    CU_ASSERT_EQUAL_FATAL(th_registry_add(reg, b, &e), 0);
+    const th_tool *t1 = th_registry_acquire(reg, "beta_b");
+    const th_tool *t2 = th_registry_acquire(reg, "beta_c");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t2);
+    th_registry_remove(reg, b);
+    CU_ASSERT_EQUAL(th_registry_count(reg), 0);
+    CU_ASSERT_PTR_NULL(th_registry_acquire(reg, "beta_b"));
+    /* The calls still hold the generation: no fini() yet, tools valid. */
+    CU_ASSERT_EQUAL(atomic_load(&finis), 0);
+    CU_ASSERT_STRING_EQUAL(t1->name, "beta_b");
+    CU_ASSERT_TRUE(t1->plugin->initialized);
+    th_tool_release(t1);
+    CU_ASSERT_EQUAL(atomic_load(&finis), 0);
+    th_tool_release(t2);
+    CU_ASSERT_EQUAL(atomic_load(&finis), 1);
+    /* Removing what is not held is a no-op. */
+    th_plugin *a = make(&alpha);
+    th_registry_remove(reg, a);
+    CU_ASSERT_EQUAL(atomic_load(&a->refs), 1);
+    th_plugin_unref(a);
+    CU_ASSERT_EQUAL(atomic_load(&finis), 2);
+    th_registry_free(reg);
+    CU_ASSERT_EQUAL(atomic_load(&finis), 2);
+}
+
+static void replace(void)
+{
+    reset();
+    th_registry *reg = th_registry_new();
+    th_plugin *a = make(&alpha), *b1 = make(&beta);
+    th_error e;
+    CU_ASSERT_EQUAL(th_registry_add(reg, a, &e), 0);
+    CU_ASSERT_EQUAL(th_registry_add(reg, b1, &e), 0);
+    const th_tool *old = th_registry_acquire(reg, "beta_b");
+    th_plugin *b2 = make(&beta2);
+    b2->generation = 2;
+    CU_ASSERT_EQUAL_FATAL(th_registry_replace(reg, b1, b2, &e), 0);
+    CU_ASSERT_EQUAL(atomic_load(&finis), 0); /* b1 pinned by `old` */
+    const th_tool *nw = th_registry_acquire(reg, "beta_b");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(nw);
+    CU_ASSERT_EQUAL(nw->plugin->generation, 2);
+    CU_ASSERT_EQUAL(old->plugin->generation, 1);
+    CU_ASSERT_PTR_NULL(th_registry_acquire(reg, "beta_c"));
+    const th_tool *d = th_registry_acquire(reg, "beta_d");
+    CU_ASSERT_PTR_NOT_NULL(d);
+    th_tool_release(d);
+    CU_ASSERT_PTR_EQUAL(th_registry_plugin(reg, "beta"), b2);
+    char names[256] = "";
+    th_registry_foreach(reg, collect, names);
+    CU_ASSERT_STRING_EQUAL(names, "alpha_a beta_b beta_d mid zeta ");
+    th_tool_release(old);
+    CU_ASSERT_EQUAL(atomic_load(&finis), 1);
+    th_tool_release(nw);
+
+    /* A failing replace changes nothing. */
+    th_plugin *bc = make(&beta_clash);
+    CU_ASSERT_EQUAL(th_registry_replace(reg, b2, bc, &e), TH_ELOAD);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "tool 'mid' of plugin 'beta' is "
+                                         "already provided by plugin "
+                                         "'alpha'"));
+    CU_ASSERT_PTR_EQUAL(th_registry_plugin(reg, "beta"), b2);
+    CU_ASSERT_EQUAL(th_registry_count(reg), 5);
+    CU_ASSERT_EQUAL(th_registry_replace(reg, a, bc, &e), TH_EINVAL);
+    CU_ASSERT_STRING_EQUAL(e.msg, "builtin:beta: cannot replace plugin "
+                                  "'alpha' by plugin 'beta' (names differ)");
+    CU_ASSERT_EQUAL(th_registry_replace(reg, bc, bc, &e),
+                    TH_ENOTFOUND);
+    th_plugin_unref(bc);
+    th_registry_free(reg);
+    CU_ASSERT_EQUAL(atomic_load(&inits), 4);
+    CU_ASSERT_EQUAL(atomic_load(&finis), 4);
+}
+
+/* ---- threads ----------------------------------------------------------------- */
+
+typedef struct worker {
+    th_registry *reg;
+    atomic_int *stop;
+    long acquired, bad;
+} worker;
+
+static void *acquire_loop(void *arg)
+{
+    worker *w = arg;
+    static const char *const names[] = {"beta_b", "alpha_a", "zeta"};
+    for (long i = 0; !atomic_load(w->stop) || i < 20000; i++) {
+        const th_tool *t = th_registry_acquire(w->reg, names[i % 3]);
+        if (!t) {
+            w->bad++;
+            continue;
+        }
+        /* The generation must be alive while pinned. */
+        if (!t->plugin->initialized || strcmp(t->name, names[i % 3]) != 0 ||
+            atomic_load(&t->plugin->refs) < 1)
+            w->bad++;
+        w->acquired++;
+        th_tool_release(t);
+        if (i > 200000)
+            break;
+    }
+    return NULL;
+}
+
+static void concurrent(void)
+{
+    reset();
+    th_registry *reg = th_registry_new();
+    th_error e;
+    th_plugin *a = make(&alpha), *cur = make(&beta);
+    CU_ASSERT_EQUAL_FATAL(th_registry_add(reg, a, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(th_registry_add(reg, cur, &e), 0);
+    atomic_int stop = 0;
+    worker w[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        w[i] = (worker){reg, &stop, 0, 0};
+        CU_ASSERT_EQUAL_FATAL(pthread_create(&th[i], NULL, acquire_loop, &w[i]),
+                              0);
+    }
+    /* Swap generations of beta while the workers look tools up. */
+    int swaps = 0;
+    for (int i = 0; i < 300; i++) {
+        th_plugin *next = make(i % 2 ? &beta : &beta2);
+        if (th_registry_replace(reg, cur, next, &e) != 0) {
+            th_plugin_unref(next);
+            break;
+        }
+        cur = next;
+        swaps++;
+    }
+    atomic_store(&stop, 1);
+    long acquired = 0;
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        CU_ASSERT_EQUAL(w[i].bad, 0);
+        acquired += w[i].acquired;
+    }
+    CU_ASSERT_EQUAL(swaps, 300);
+    CU_ASSERT_TRUE(acquired >= 4 * 20000);
+    /* Every replaced generation was finished exactly once. */
+    CU_ASSERT_EQUAL(atomic_load(&finis), swaps);
+    th_registry_free(reg);
+    CU_ASSERT_EQUAL(atomic_load(&inits), swaps + 2);
+    CU_ASSERT_EQUAL(atomic_load(&finis), swaps + 2);
+}
+
+void th_suite_registry(void)
+{
+    CU_pSuite s = CU_add_suite("registry", NULL, NULL);
+    CU_add_test(s, "add_lookup", add_lookup);
+    CU_add_test(s, "duplicates", duplicates);
+    CU_add_test(s, "pinning", pinning);
+    CU_add_test(s, "replace", replace);
+    CU_add_test(s, "concurrent", concurrent);
+}

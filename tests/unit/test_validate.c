@@ -1,0 +1,718 @@
+/* test_validate.c - parameter tables from the ABI, argument validation
+ * (every rule with its exact message), defaults, validate_args, and the
+ * canonical msgpack form. */
+#include <CUnit/CUnit.h>
+#include <jansson.h>
+#include <msgpack.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "th/tool.h"
+
+/* ---- helpers ------------------------------------------------------------- */
+
+static void pack_json(msgpack_packer *pk, const json_t *j)
+{
+    switch (json_typeof(j)) {
+    case JSON_OBJECT: {
+        msgpack_pack_map(pk, json_object_size(j));
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *)j, k, v)
+        {
+            msgpack_pack_str_with_body(pk, k, strlen(k));
+            pack_json(pk, v);
+        }
+        break;
+    }
+    case JSON_ARRAY: {
+        msgpack_pack_array(pk, json_array_size(j));
+        size_t i;
+        json_t *v;
+        json_array_foreach(j, i, v) pack_json(pk, v);
+        break;
+    }
+    case JSON_STRING:
+        msgpack_pack_str_with_body(pk, json_string_value(j),
+                                   json_string_length(j));
+        break;
+    case JSON_INTEGER:
+        msgpack_pack_int64(pk, json_integer_value(j));
+        break;
+    case JSON_REAL:
+        msgpack_pack_double(pk, json_real_value(j));
+        break;
+    case JSON_TRUE:
+        msgpack_pack_true(pk);
+        break;
+    case JSON_FALSE:
+        msgpack_pack_false(pk);
+        break;
+    default:
+        msgpack_pack_nil(pk);
+    }
+}
+
+/* JSON text (keys in the order written) -> msgpack in b. */
+static void mp(th_buf *b, const char *json)
+{
+    json_error_t e;
+    json_t *j = json_loads(json, JSON_DECODE_ANY | JSON_PRESERVE_ORDER, &e);
+    if (!j) {
+        fprintf(stderr, "bad test JSON: %s\n", json);
+        abort();
+    }
+    th_buf_reset(b);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, b, th_buf_msgpack_write);
+    pack_json(&pk, j);
+    json_decref(j);
+}
+
+/* msgpack -> compact JSON-ish text via msgpack_object_print_buffer. */
+static void mp_print(const uint8_t *d, size_t n, char *dst, size_t cap)
+{
+    msgpack_zone z;
+    msgpack_zone_init(&z, 1024);
+    msgpack_object o;
+    size_t off = 0;
+    dst[0] = '\0';
+    if (msgpack_unpack((const char *)d, n, &off, &z, &o) ==
+        MSGPACK_UNPACK_SUCCESS)
+        msgpack_object_print_buffer(dst, cap, o);
+    msgpack_zone_destroy(&z);
+}
+
+static const char *const modes[] = {"fast", "slow", NULL};
+
+#define P(...) {sizeof(toolhost_param), __VA_ARGS__}
+
+/* The table most tests use. */
+static const toolhost_param fs_params[] = {
+    P("path", TOOLHOST_TYPE_STRING, 1, "File to read", NULL, NULL, 0),
+    P("offset", TOOLHOST_TYPE_INTEGER, 0, "First line", NULL, "1", 0),
+    P("ratio", TOOLHOST_TYPE_NUMBER, 0, "A ratio", NULL, NULL, 0),
+    P("mode", TOOLHOST_TYPE_STRING, 0, "Speed", modes, "\"fast\"", 0),
+    P("follow", TOOLHOST_TYPE_BOOLEAN, 0, "Follow links", NULL, NULL, 0),
+    P("tags", TOOLHOST_TYPE_ARRAY, 0, "Tags", NULL, NULL,
+      TOOLHOST_TYPE_STRING),
+    P("opts", TOOLHOST_TYPE_OBJECT, 0, "Options", NULL, NULL, 0),
+};
+
+static th_param *tp;
+static size_t ntp;
+
+static int suite_init(void)
+{
+    th_error e;
+    return th_params_from_abi("tool 'fs_read'", fs_params, 7, &tp, &ntp, &e);
+}
+
+static int suite_clean(void)
+{
+    th_params_free(tp, ntp);
+    return 0;
+}
+
+/* Validates JSON args against tp; returns rc, message in ve. */
+static int check(const char *json, th_verr *ve)
+{
+    th_buf in = TH_BUF_INIT, out = TH_BUF_INIT;
+    mp(&in, json);
+    bool filled = false;
+    int rc = th_validate_params("fs_read", tp, ntp, in.data, in.len, &out,
+                                &filled, ve);
+    th_buf_free(&in);
+    th_buf_free(&out);
+    return rc;
+}
+
+#define EXPECT(json_, key_, msg_)                                                \
+    do {                                                                      \
+        th_verr ve_;                                                          \
+        CU_ASSERT_EQUAL(check(json_, &ve_), TH_EARGS);                         \
+        CU_ASSERT_EQUAL(ve_.e.code, TH_EARGS);                                \
+        CU_ASSERT_STRING_EQUAL(ve_.e.msg,                                     \
+                               "Error parsing arguments for fs_read: " msg_);  \
+        CU_ASSERT_STRING_EQUAL(ve_.key, key_);                                 \
+        if (strcmp(ve_.e.msg, "Error parsing arguments for fs_read: " msg_))   \
+            fprintf(stderr, "\n  got: %s\n", ve_.e.msg);                      \
+    } while (0)
+
+/* ---- parameter tables ------------------------------------------------------- */
+
+static void params_converted(void)
+{
+    CU_ASSERT_EQUAL_FATAL(ntp, 7);
+    CU_ASSERT_STRING_EQUAL(tp[0].name, "path");
+    CU_ASSERT_TRUE(tp[0].required);
+    CU_ASSERT_PTR_NULL(tp[0].default_mp);
+    CU_ASSERT_EQUAL(tp[1].default_len, 1);
+    CU_ASSERT_EQUAL(tp[1].default_mp[0], 0x01);
+    CU_ASSERT_EQUAL(tp[3].n_enum, 2);
+    CU_ASSERT_STRING_EQUAL(tp[3].enum_values[1], "slow");
+    CU_ASSERT_EQUAL(tp[3].default_len, 5); /* fixstr "fast" */
+    CU_ASSERT_EQUAL(tp[5].item_type, TOOLHOST_TYPE_STRING);
+}
+
+static void bad_table(const toolhost_param *ps, uint32_t n, const char *msg)
+{
+    th_param *out = (th_param *)1;
+    size_t nout = 99;
+    th_error e;
+    CU_ASSERT_EQUAL(th_params_from_abi("tool 't'", ps, n, &out, &nout, &e),
+                    TH_ELOAD);
+    CU_ASSERT_PTR_NULL(out);
+    CU_ASSERT_EQUAL(nout, 0);
+    CU_ASSERT_STRING_EQUAL(e.msg, msg);
+    if (strcmp(e.msg, msg))
+        fprintf(stderr, "\n  got: %s\n", e.msg);
+}
+
+static void params_bad(void)
+{
+    static const char *const empty[] = {NULL};
+    static const char *const twice[] = {"a", "a", NULL};
+    const toolhost_param bad_name[] = {P("1x", 1, 0, "d", NULL, NULL, 0)};
+    bad_table(bad_name, 1,
+              "tool 't': parameter '1x' has an invalid name (allowed: a "
+              "letter or _, then letters, digits or _, at most 64)");
+    const toolhost_param no_name[] = {P("a", 1, 0, "d", NULL, NULL, 0),
+                                      P(NULL, 1, 0, "d", NULL, NULL, 0)};
+    bad_table(no_name, 2, "tool 't': parameter #2 has no name");
+    const toolhost_param dup[] = {P("a", 1, 0, "d", NULL, NULL, 0),
+                                  P("a", 2, 0, "d", NULL, NULL, 0)};
+    bad_table(dup, 2, "tool 't': parameter 'a' appears twice");
+    const toolhost_param type[] = {P("a", 7, 0, "d", NULL, NULL, 0)};
+    bad_table(type, 1,
+              "tool 't': parameter 'a' has an unknown type 7 (known: 1 "
+              "string, 2 integer, 3 number, 4 boolean, 5 array, 6 object)");
+    const toolhost_param desc[] = {P("a", 1, 0, "", NULL, NULL, 0)};
+    bad_table(desc, 1,
+              "tool 't': parameter 'a' has no description (a model needs "
+              "one line saying what it is)");
+    const toolhost_param en[] = {P("a", 2, 0, "d", modes, NULL, 0)};
+    bad_table(en, 1,
+              "tool 't': parameter 'a' has enum values but is of type "
+              "integer (enums are only for strings)");
+    const toolhost_param en0[] = {P("a", 1, 0, "d", empty, NULL, 0)};
+    bad_table(en0, 1,
+              "tool 't': parameter 'a' has an empty enum (give at least one "
+              "value, or enum_values = NULL)");
+    const toolhost_param en2[] = {P("a", 1, 0, "d", twice, NULL, 0)};
+    bad_table(en2, 1, "tool 't': parameter 'a' lists the enum value 'a' twice");
+    const toolhost_param def_type[] = {P("a", 2, 0, "d", NULL, "\"x\"", 0)};
+    bad_table(def_type, 1,
+              "tool 't': parameter 'a' has a default \"x\" that is not of "
+              "its type integer");
+    const toolhost_param def_num[] = {P("a", 2, 0, "d", NULL, "1.5", 0)};
+    bad_table(def_num, 1,
+              "tool 't': parameter 'a' has a default 1.5 that is not of its "
+              "type integer");
+    const toolhost_param def_req[] = {P("a", 2, 1, "d", NULL, "1", 0)};
+    bad_table(def_req, 1,
+              "tool 't': parameter 'a' is required and has a default (a "
+              "default is only for optional parameters)");
+    const toolhost_param def_json[] = {P("a", 1, 0, "d", NULL, "'x'", 0)};
+    th_param *o;
+    size_t no;
+    th_error e;
+    CU_ASSERT_EQUAL(th_params_from_abi("tool 't'", def_json, 1, &o, &no, &e),
+                    TH_ELOAD);
+    CU_ASSERT_PTR_NOT_NULL(
+        strstr(e.msg, "parameter 'a' has a default that is not valid JSON"));
+    const toolhost_param def_enum[] = {P("a", 1, 0, "d", modes, "\"x\"", 0)};
+    bad_table(def_enum, 1,
+              "tool 't': parameter 'a' has a default \"x\" that is not one "
+              "of its enum values");
+    const toolhost_param def_items[] = {P("a", 5, 0, "d", NULL, "[1,\"x\"]",
+                                          TOOLHOST_TYPE_INTEGER)};
+    bad_table(def_items, 1,
+              "tool 't': parameter 'a' has a default whose item 1 is not of "
+              "the item type integer");
+    const toolhost_param item[] = {P("a", 1, 0, "d", NULL, NULL, 1)};
+    bad_table(item, 1,
+              "tool 't': parameter 'a' has an item_type but is of type "
+              "string (item_type is only for arrays)");
+    toolhost_param small[] = {P("a", 1, 0, "d", NULL, NULL, 0)};
+    small[0].struct_size = 8;
+    char want[200];
+    snprintf(want, sizeof want,
+             "tool 't': toolhost_param struct_size 8 is smaller than the %zu "
+             "bytes of ABI 1.0",
+             sizeof(toolhost_param));
+    bad_table(small, 1, want);
+    toolhost_param mixed[] = {P("a", 1, 0, "d", NULL, NULL, 0),
+                              P("b", 1, 0, "d", NULL, NULL, 0)};
+    mixed[1].struct_size = 8;
+    snprintf(want, sizeof want,
+             "tool 't': parameter #2 has struct_size 8, the first has %zu "
+             "(all must be the same)",
+             sizeof(toolhost_param));
+    bad_table(mixed, 2, want);
+    bad_table(NULL, 2, "tool 't': n_params is 2 but params is NULL");
+    /* Zero parameters is fine. */
+    CU_ASSERT_EQUAL(th_params_from_abi("t", NULL, 0, &o, &no, &e), 0);
+    CU_ASSERT_EQUAL(no, 0);
+}
+
+/* A table from a newer plugin (bigger struct_size) is walked by its stride. */
+typedef struct param_v2 {
+    toolhost_param v1;
+    uint64_t future;
+} param_v2;
+
+static void params_stride(void)
+{
+    param_v2 ps[2];
+    memset(ps, 0, sizeof ps);
+    for (int i = 0; i < 2; i++) {
+        ps[i].v1.struct_size = sizeof(param_v2);
+        ps[i].v1.type = TOOLHOST_TYPE_STRING;
+        ps[i].v1.description = "d";
+        ps[i].future = 0xdeadbeef;
+    }
+    ps[0].v1.name = "first";
+    ps[1].v1.name = "second";
+    th_param *o;
+    size_t n;
+    th_error e;
+    CU_ASSERT_EQUAL_FATAL(th_params_from_abi("t", &ps[0].v1, 2, &o, &n, &e),
+                          0);
+    CU_ASSERT_STRING_EQUAL(o[1].name, "second");
+    th_params_free(o, n);
+}
+
+static void names(void)
+{
+    CU_ASSERT_TRUE(th_tool_name_valid("fs_read"));
+    CU_ASSERT_TRUE(th_tool_name_valid("a-b_9"));
+    CU_ASSERT_FALSE(th_tool_name_valid(""));
+    CU_ASSERT_FALSE(th_tool_name_valid(NULL));
+    CU_ASSERT_FALSE(th_tool_name_valid("bad name!"));
+    CU_ASSERT_FALSE(th_tool_name_valid("a.b"));
+    char n64[66];
+    memset(n64, 'x', 64);
+    n64[64] = '\0';
+    CU_ASSERT_TRUE(th_tool_name_valid(n64));
+    n64[64] = 'x';
+    n64[65] = '\0';
+    CU_ASSERT_FALSE(th_tool_name_valid(n64));
+    CU_ASSERT_TRUE(th_param_name_valid("_x1"));
+    CU_ASSERT_FALSE(th_param_name_valid("9x"));
+    CU_ASSERT_FALSE(th_param_name_valid("a-b"));
+}
+
+/* ---- validation rules ---------------------------------------------------------- */
+
+static void not_map(void)
+{
+    EXPECT("[1,2]", "",
+           "the arguments must be an object (a map of parameter names to "
+           "values), got an array");
+    EXPECT("\"x\"", "",
+           "the arguments must be an object (a map of parameter names to "
+           "values), got a string");
+    th_verr ve;
+    CU_ASSERT_EQUAL(th_validate_params("fs_read", tp, ntp, NULL, 0, NULL,
+                                       NULL, &ve),
+                    TH_EARGS);
+    CU_ASSERT_STRING_EQUAL(ve.e.msg,
+                           "Error parsing arguments for fs_read: the "
+                           "arguments are empty; send an object (a map of "
+                           "parameter names to values), {} when there are "
+                           "none");
+    const uint8_t trunc[] = {0x81, 0xa4, 'p', 'a'};
+    CU_ASSERT_EQUAL(th_validate_params("fs_read", tp, ntp, trunc, sizeof trunc,
+                                       NULL, NULL, &ve),
+                    TH_EARGS);
+    CU_ASSERT_STRING_EQUAL(ve.e.msg,
+                           "Error parsing arguments for fs_read: the "
+                           "arguments are not valid msgpack (truncated, "
+                           "malformed, or nested too deeply)");
+    const uint8_t extra[] = {0x80, 0x01, 0x02};
+    CU_ASSERT_EQUAL(th_validate_params("fs_read", tp, ntp, extra, sizeof extra,
+                                       NULL, NULL, &ve),
+                    TH_EARGS);
+    CU_ASSERT_STRING_EQUAL(ve.e.msg,
+                           "Error parsing arguments for fs_read: the "
+                           "arguments are followed by 2 extra bytes; send "
+                           "exactly one object");
+    const uint8_t intkey[] = {0x81, 0x01, 0x02};
+    CU_ASSERT_EQUAL(th_validate_params("fs_read", tp, ntp, intkey,
+                                       sizeof intkey, NULL, NULL, &ve),
+                    TH_EARGS);
+    CU_ASSERT_STRING_EQUAL(ve.e.msg,
+                           "Error parsing arguments for fs_read: parameter "
+                           "names must be strings, got an integer");
+}
+
+static void unknown(void)
+{
+    EXPECT("{\"path\":\"a\",\"pth\":1}", "pth",
+           "unknown parameter 'pth' (accepted parameters: path, offset, "
+           "ratio, mode, follow, tags, opts)");
+    th_verr ve;
+    th_buf in = TH_BUF_INIT;
+    mp(&in, "{\"x\":1}");
+    CU_ASSERT_EQUAL(th_validate_params("noargs", NULL, 0, in.data, in.len,
+                                       NULL, NULL, &ve),
+                    TH_EARGS);
+    CU_ASSERT_STRING_EQUAL(ve.e.msg, "Error parsing arguments for noargs: "
+                                     "unknown parameter 'x' (this takes no "
+                                     "parameters)");
+    mp(&in, "{}");
+    CU_ASSERT_EQUAL(th_validate_params("noargs", NULL, 0, in.data, in.len,
+                                       NULL, NULL, &ve),
+                    0);
+    th_buf_free(&in);
+}
+
+static void duplicate_key(void)
+{
+    th_buf b = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
+    msgpack_pack_map(&pk, 2);
+    msgpack_pack_str_with_body(&pk, "path", 4);
+    msgpack_pack_str_with_body(&pk, "a", 1);
+    msgpack_pack_str_with_body(&pk, "path", 4);
+    msgpack_pack_str_with_body(&pk, "b", 1);
+    th_verr ve;
+    CU_ASSERT_EQUAL(th_validate_params("fs_read", tp, ntp, b.data, b.len, NULL,
+                                       NULL, &ve),
+                    TH_EARGS);
+    CU_ASSERT_STRING_EQUAL(ve.e.msg, "Error parsing arguments for fs_read: "
+                                     "parameter 'path' is given twice");
+    CU_ASSERT_STRING_EQUAL(ve.key, "path");
+    /* A key with a NUL inside is not "path". */
+    th_buf_reset(&b);
+    msgpack_pack_map(&pk, 1);
+    msgpack_pack_str_with_body(&pk, "path\0long key", 13);
+    msgpack_pack_str_with_body(&pk, "a", 1);
+    CU_ASSERT_EQUAL(th_validate_params("fs_read", tp, ntp, b.data, b.len, NULL,
+                                       NULL, &ve),
+                    TH_EARGS);
+    CU_ASSERT_STRING_EQUAL(ve.key, "path?long key");
+    th_buf_free(&b);
+}
+
+static void missing_required(void)
+{
+    EXPECT("{}", "path", "missing required parameter 'path'");
+    EXPECT("{\"offset\":3}", "path", "missing required parameter 'path'");
+}
+
+static void wrong_type(void)
+{
+    EXPECT("{\"path\":3}", "path", "parameter 'path' must be a string, got "
+                                   "an integer");
+    EXPECT("{\"path\":\"a\",\"offset\":\"3\"}", "offset",
+           "parameter 'offset' must be an integer, got a string");
+    EXPECT("{\"path\":\"a\",\"offset\":3.0}", "offset",
+           "parameter 'offset' must be an integer, got a number with a "
+           "fraction");
+    EXPECT("{\"path\":\"a\",\"offset\":null}", "offset",
+           "parameter 'offset' must be an integer, got null");
+    EXPECT("{\"path\":\"a\",\"ratio\":\"0.5\"}", "ratio",
+           "parameter 'ratio' must be a number, got a string");
+    EXPECT("{\"path\":\"a\",\"follow\":1}", "follow",
+           "parameter 'follow' must be a boolean, got an integer");
+    EXPECT("{\"path\":\"a\",\"follow\":\"true\"}", "follow",
+           "parameter 'follow' must be a boolean, got a string");
+    EXPECT("{\"path\":\"a\",\"tags\":\"x\"}", "tags",
+           "parameter 'tags' must be an array, got a string");
+    EXPECT("{\"path\":\"a\",\"tags\":[\"x\",\"y\",7]}", "tags",
+           "parameter 'tags' must be an array of strings; tags[2] is an "
+           "integer");
+    EXPECT("{\"path\":\"a\",\"opts\":[]}", "opts",
+           "parameter 'opts' must be an object, got an array");
+    EXPECT("{\"path\":{}}", "path",
+           "parameter 'path' must be a string, got an object");
+}
+
+static void accepted(void)
+{
+    th_verr ve;
+    /* An integer for a number, negative too; floats for numbers. */
+    CU_ASSERT_EQUAL(check("{\"path\":\"a\",\"ratio\":2,\"offset\":1,"
+                          "\"mode\":\"slow\"}",
+                          &ve),
+                    0);
+    CU_ASSERT_EQUAL(check("{\"path\":\"a\",\"ratio\":-2,\"offset\":-1,"
+                          "\"mode\":\"fast\"}",
+                          &ve),
+                    0);
+    CU_ASSERT_EQUAL(check("{\"path\":\"a\",\"ratio\":0.25,\"offset\":1,"
+                          "\"mode\":\"fast\",\"follow\":false,"
+                          "\"tags\":[],\"opts\":{\"k\":[1]}}",
+                          &ve),
+                    0);
+    CU_ASSERT_STRING_EQUAL(ve.e.msg, "");
+    /* bin counts as a string, for plain and enum parameters. */
+    th_buf b = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
+    msgpack_pack_map(&pk, 3);
+    msgpack_pack_str_with_body(&pk, "path", 4);
+    msgpack_pack_bin_with_body(&pk, "a.txt", 5);
+    msgpack_pack_str_with_body(&pk, "mode", 4);
+    msgpack_pack_bin_with_body(&pk, "slow", 4);
+    msgpack_pack_str_with_body(&pk, "offset", 6);
+    msgpack_pack_int(&pk, 1);
+    bool filled = true;
+    CU_ASSERT_EQUAL(th_validate_params("fs_read", tp, ntp, b.data, b.len, NULL,
+                                       &filled, &ve),
+                    0);
+    CU_ASSERT_FALSE(filled);
+    th_buf_free(&b);
+}
+
+static void enum_values(void)
+{
+    EXPECT("{\"path\":\"a\",\"mode\":\"medium\"}", "mode",
+           "parameter 'mode' must be one of 'fast', 'slow'; got 'medium'");
+    EXPECT("{\"path\":\"a\",\"mode\":\"fas\"}", "mode",
+           "parameter 'mode' must be one of 'fast', 'slow'; got 'fas'");
+    EXPECT("{\"path\":\"a\",\"mode\":\"fastt\"}", "mode",
+           "parameter 'mode' must be one of 'fast', 'slow'; got 'fastt'");
+}
+
+static void defaults_filled(void)
+{
+    th_buf in = TH_BUF_INIT, out = TH_BUF_INIT;
+    mp(&in, "{\"path\":\"a.txt\"}");
+    bool filled = false;
+    th_verr ve;
+    CU_ASSERT_EQUAL(th_validate_params("fs_read", tp, ntp, in.data, in.len,
+                                       &out, &filled, &ve),
+                    0);
+    CU_ASSERT_TRUE(filled);
+    char text[256];
+    mp_print(out.data, out.len, text, sizeof text);
+    CU_ASSERT_STRING_EQUAL(text,
+                           "{\"path\"=>\"a.txt\", \"offset\"=>1, "
+                           "\"mode\"=>\"fast\"}");
+    /* The filled map passes validation unchanged. */
+    filled = true;
+    CU_ASSERT_EQUAL(th_validate_params("fs_read", tp, ntp, out.data, out.len,
+                                       NULL, &filled, &ve),
+                    0);
+    CU_ASSERT_FALSE(filled);
+    /* Given values win over defaults; only the absent one is filled. */
+    mp(&in, "{\"mode\":\"slow\",\"path\":\"b\"}");
+    CU_ASSERT_EQUAL(th_validate_params("fs_read", tp, ntp, in.data, in.len,
+                                       &out, &filled, &ve),
+                    0);
+    CU_ASSERT_TRUE(filled);
+    mp_print(out.data, out.len, text, sizeof text);
+    CU_ASSERT_STRING_EQUAL(text,
+                           "{\"mode\"=>\"slow\", \"path\"=>\"b\", \"offset\"=>1}");
+    th_buf_free(&in);
+    th_buf_free(&out);
+}
+
+static void no_prefix(void)
+{
+    th_buf in = TH_BUF_INIT;
+    mp(&in, "{\"offset\":\"x\",\"path\":\"p\"}");
+    th_verr ve;
+    CU_ASSERT_EQUAL(th_validate_params(NULL, tp, ntp, in.data, in.len, NULL,
+                                       NULL, &ve),
+                    TH_EARGS);
+    CU_ASSERT_STRING_EQUAL(ve.e.msg,
+                           "parameter 'offset' must be an integer, got a "
+                           "string");
+    CU_ASSERT_STRING_EQUAL(ve.key, "offset");
+    /* A default to fill in but nowhere to put it. */
+    mp(&in, "{\"path\":\"p\"}");
+    CU_ASSERT_EQUAL(th_validate_params("fs_read", tp, ntp, in.data, in.len,
+                                       NULL, NULL, &ve),
+                    TH_EINVAL);
+    mp(&in, "{\"offset\":\"x\",\"path\":\"p\"}");
+    /* err may be NULL */
+    CU_ASSERT_EQUAL(th_validate_params(NULL, tp, ntp, in.data, in.len, NULL,
+                                       NULL, NULL),
+                    TH_EARGS);
+    th_buf_free(&in);
+}
+
+/* ---- th_validate_call --------------------------------------------------------- */
+
+static int range_check(void *state, const toolhost_tool *tool,
+                       const uint8_t *args, size_t len, char *err,
+                       size_t size)
+{
+    (void)state;
+    (void)tool;
+    /* {"a": x, "b": y} with a <= b; the host filled b's default. */
+    msgpack_zone z;
+    msgpack_zone_init(&z, 256);
+    msgpack_object o;
+    size_t off = 0;
+    int64_t a = 0, b = 0;
+    if (msgpack_unpack((const char *)args, len, &off, &z, &o) ==
+        MSGPACK_UNPACK_SUCCESS) {
+        for (uint32_t i = 0; i < o.via.map.size; i++) {
+            const msgpack_object_kv *kv = &o.via.map.ptr[i];
+            if (kv->key.via.str.ptr[0] == 'a')
+                a = kv->val.via.i64;
+            else
+                b = kv->val.via.i64;
+        }
+    }
+    msgpack_zone_destroy(&z);
+    if (a > b) {
+        snprintf(err, size, "'a' (%lld) must not be greater than 'b' (%lld)",
+                 (long long)a, (long long)b);
+        return 1;
+    }
+    return 0;
+}
+
+static int silent_reject(void *state, const toolhost_tool *tool,
+                         const uint8_t *args, size_t len, char *err,
+                         size_t size)
+{
+    (void)state, (void)tool, (void)args, (void)len, (void)err, (void)size;
+    return 1;
+}
+
+static void validate_call(void)
+{
+    static const toolhost_param ab[] = {
+        P("a", TOOLHOST_TYPE_INTEGER, 1, "low", NULL, NULL, 0),
+        P("b", TOOLHOST_TYPE_INTEGER, 0, "high", NULL, "10", 0),
+    };
+    toolhost_tool desc = {.struct_size = sizeof desc,
+                          .name = "range",
+                          .validate_args = range_check};
+    th_tool t = {.name = "range", .desc = &desc};
+    th_error e;
+    CU_ASSERT_EQUAL_FATAL(
+        th_params_from_abi("tool 'range'", ab, 2, &t.params, &t.n_params, &e),
+        0);
+    th_buf in = TH_BUF_INIT, out = TH_BUF_INIT;
+    const uint8_t *a;
+    size_t n;
+    mp(&in, "{\"a\":3}");
+    CU_ASSERT_EQUAL(th_validate_call(&t, in.data, in.len, &out, &a, &n, &e), 0);
+    CU_ASSERT_PTR_EQUAL(a, out.data); /* b filled in */
+    CU_ASSERT_EQUAL(n, out.len);
+    mp(&in, "{\"a\":3,\"b\":4}");
+    CU_ASSERT_EQUAL(th_validate_call(&t, in.data, in.len, &out, &a, &n, &e), 0);
+    CU_ASSERT_PTR_EQUAL(a, in.data); /* the input stands */
+    mp(&in, "{\"a\":30}");
+    CU_ASSERT_EQUAL(th_validate_call(&t, in.data, in.len, &out, &a, &n, &e),
+                    TH_EARGS);
+    CU_ASSERT_STRING_EQUAL(e.msg, "Error parsing arguments for range: 'a' (30) "
+                                  "must not be greater than 'b' (10)");
+    mp(&in, "{\"b\":30}");
+    CU_ASSERT_EQUAL(th_validate_call(&t, in.data, in.len, &out, &a, &n, &e),
+                    TH_EARGS);
+    CU_ASSERT_STRING_EQUAL(e.msg, "Error parsing arguments for range: missing "
+                                  "required parameter 'a'");
+    desc.validate_args = silent_reject;
+    mp(&in, "{\"a\":1}");
+    CU_ASSERT_EQUAL(th_validate_call(&t, in.data, in.len, &out, &a, &n, &e),
+                    TH_EARGS);
+    CU_ASSERT_STRING_EQUAL(e.msg, "Error parsing arguments for range: the tool "
+                                  "rejected the arguments without saying why");
+    th_buf_free(&in);
+    th_buf_free(&out);
+    th_params_free(t.params, t.n_params);
+}
+
+/* ---- canonical form ---------------------------------------------------------- */
+
+static void canonical(void)
+{
+    th_buf a = TH_BUF_INIT, b = TH_BUF_INIT, ca = TH_BUF_INIT,
+           cb = TH_BUF_INIT;
+    mp(&a, "{\"b\":1,\"a\":{\"d\":[{\"y\":1,\"x\":2}],\"c\":3},\"aa\":0}");
+    mp(&b, "{\"a\":{\"c\":3,\"d\":[{\"x\":2,\"y\":1}]},\"aa\":0,\"b\":1}");
+    CU_ASSERT_EQUAL(th_msgpack_canonical(a.data, a.len, &ca), 0);
+    CU_ASSERT_EQUAL(th_msgpack_canonical(b.data, b.len, &cb), 0);
+    CU_ASSERT_EQUAL_FATAL(ca.len, cb.len);
+    CU_ASSERT_EQUAL(memcmp(ca.data, cb.data, ca.len), 0);
+    char text[256];
+    mp_print(ca.data, ca.len, text, sizeof text);
+    CU_ASSERT_STRING_EQUAL(text, "{\"a\"=>{\"c\"=>3, \"d\"=>[{\"x\"=>2, "
+                                 "\"y\"=>1}]}, \"aa\"=>0, \"b\"=>1}");
+    /* "b" sorts after "aa" although its encoding is shorter. */
+    /* Integers in their shortest form: 5 as uint32 becomes a fixint. */
+    const uint8_t wide[] = {0x81, 0xa1, 'k', 0xce, 0, 0, 0, 5};
+    CU_ASSERT_EQUAL(th_msgpack_canonical(wide, sizeof wide, &ca), 0);
+    const uint8_t want[] = {0x81, 0xa1, 'k', 0x05};
+    CU_ASSERT_EQUAL_FATAL(ca.len, sizeof want);
+    CU_ASSERT_EQUAL(memcmp(ca.data, want, sizeof want), 0);
+    /* Non-string keys first, ordered by their encoding. */
+    const uint8_t mixed[] = {0x83, 0xa1, 'a', 0x01, 0x02, 0x02, 0x01, 0x03};
+    CU_ASSERT_EQUAL(th_msgpack_canonical(mixed, sizeof mixed, &ca), 0);
+    const uint8_t mwant[] = {0x83, 0x01, 0x03, 0x02, 0x02, 0xa1, 'a', 0x01};
+    CU_ASSERT_EQUAL_FATAL(ca.len, sizeof mwant);
+    CU_ASSERT_EQUAL(memcmp(ca.data, mwant, sizeof mwant), 0);
+    const uint8_t bad[] = {0x92, 0x01};
+    CU_ASSERT_EQUAL(th_msgpack_canonical(bad, sizeof bad, &ca), TH_EINVAL);
+    th_buf_free(&a);
+    th_buf_free(&b);
+    th_buf_free(&ca);
+    th_buf_free(&cb);
+}
+
+/* ---- threads ------------------------------------------------------------------ */
+
+static void *validate_many(void *arg)
+{
+    (void)arg;
+    th_buf in = TH_BUF_INIT, out = TH_BUF_INIT;
+    long bad = 0;
+    for (int i = 0; i < 2000; i++) {
+        th_verr ve;
+        bool filled;
+        mp(&in, (i & 1) ? "{\"path\":\"a\"}" : "{\"path\":\"a\",\"mode\":\"x\"}");
+        int rc = th_validate_params("fs_read", tp, ntp, in.data, in.len, &out,
+                                    &filled, &ve);
+        if ((i & 1) ? (rc != 0 || !filled) : rc != TH_EARGS)
+            bad++;
+    }
+    th_buf_free(&in);
+    th_buf_free(&out);
+    return (void *)bad;
+}
+
+static void threads(void)
+{
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++)
+        CU_ASSERT_EQUAL_FATAL(pthread_create(&t[i], NULL, validate_many, NULL),
+                              0);
+    for (int i = 0; i < 4; i++) {
+        void *r;
+        pthread_join(t[i], &r);
+        CU_ASSERT_EQUAL((long)r, 0);
+    }
+}
+
+void th_suite_validate(void)
+{
+    CU_pSuite s = CU_add_suite("validate", suite_init, suite_clean);
+    CU_add_test(s, "params_converted", params_converted);
+    CU_add_test(s, "params_bad", params_bad);
+    CU_add_test(s, "params_stride", params_stride);
+    CU_add_test(s, "names", names);
+    CU_add_test(s, "not_map", not_map);
+    CU_add_test(s, "unknown", unknown);
+    CU_add_test(s, "duplicate_key", duplicate_key);
+    CU_add_test(s, "missing_required", missing_required);
+    CU_add_test(s, "wrong_type", wrong_type);
+    CU_add_test(s, "accepted", accepted);
+    CU_add_test(s, "enum_values", enum_values);
+    CU_add_test(s, "defaults_filled", defaults_filled);
+    CU_add_test(s, "no_prefix", no_prefix);
+    CU_add_test(s, "validate_call", validate_call);
+    CU_add_test(s, "canonical", canonical);
+    CU_add_test(s, "threads", threads);
+}
