@@ -21,11 +21,7 @@
 
 #include "th/config.h"
 #include "th/err.h"
-/* Until th/tool.h loses the comment-in-comment at th_validate_call. */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wcomment"
 #include "th/tool.h"
-#pragma GCC diagnostic pop
 
 typedef struct th_host th_host;
 typedef struct th_session th_session;
