@@ -213,7 +213,7 @@ int th_host_add_builtin_ex(th_host *h, const toolhost_plugin *desc,
         th_plugin_unref(p);
         return rc;
     }
-    /* The builtins table keeps the plugin's own reference. */
+    /* The registry took our reference and keeps it until it is freed. */
     h->builtins[h->n_builtins++] = (th_builtin){p, member, ud};
     return 0;
 }
@@ -259,10 +259,11 @@ static int load_plugin(th_host *h, const th_plugin_cfg *pc, th_error *err)
     if (rc == 0)
         rc = th_plugin_init(p, block.data, block.len, err);
     if (rc == 0)
-        rc = th_registry_add(h->reg, p, err);
+        rc = th_registry_add(h->reg, p, err); /* takes our reference */
     th_params_free(params, np);
     th_buf_free(&block);
-    th_plugin_unref(p); /* the registry holds it now, or it is gone */
+    if (rc)
+        th_plugin_unref(p);
     return rc;
 }
 
@@ -279,11 +280,7 @@ static void host_free(th_host *h)
             s = n;
         }
     }
-    for (size_t i = 0; i < h->n_builtins; i++)
-        th_plugin_unref(h->builtins[i].p);
-    free(h->builtins);
-    if (h->task_plugin)
-        th_plugin_unref(h->task_plugin);
+    free(h->builtins); /* their plugins belong to the registry */
     if (h->reg)
         th_registry_free(h->reg);
     free(h->dup_b);
@@ -342,8 +339,13 @@ int th_host_open_ex(th_config *cfg, const th_host_opts *opts, th_host **out,
         host_free(h);
         return rc;
     }
-    if ((rc = th_plugin_builtin(&th_task_tools_plugin, &h->task_plugin, err)) != 0 ||
-        (rc = th_registry_add(h->reg, h->task_plugin, err)) != 0) {
+    if ((rc = th_plugin_builtin(&th_task_tools_plugin, &h->task_plugin, err)) != 0) {
+        host_free(h);
+        return rc;
+    }
+    if ((rc = th_registry_add(h->reg, h->task_plugin, err)) != 0) {
+        th_plugin_unref(h->task_plugin);
+        h->task_plugin = NULL;
         host_free(h);
         return rc;
     }

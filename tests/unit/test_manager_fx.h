@@ -18,6 +18,8 @@
 #include "th/log.h"
 #include "th/manager.h"
 
+#pragma GCC diagnostic ignored "-Wunused-function" /* each suite uses a part */
+
 /* ---- Arguments --------------------------------------------------------------- */
 
 /* A(n, key, 's'|'i'|'b', value, ...): a msgpack map in a th_buf. */
