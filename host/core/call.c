@@ -959,6 +959,10 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
             never_run(c, TH_EPERM, m);
             return 0;
         }
+        if (d.action == TH_PERM_ALLOW && (flags & TH_PERM_FLAG_NEEDS))
+            th_log_info("session=%llu tool=%s call=%llu permission granted by %s",
+                        (unsigned long long)s->id, t->name,
+                        (unsigned long long)id, d.rule);
         if (d.action == TH_PERM_ASK) {
             th_log_info("session=%llu tool=%s call=%llu asking permission (%s)",
                         (unsigned long long)s->id, t->name,
@@ -1160,7 +1164,7 @@ int th_call_sync(th_session *s, const char *tool, const uint8_t *args,
     bool cancelled = false;
     if (rc == 0) {
         pthread_mutex_lock(&w.mu);
-        while (!w.done) {
+        while (!w.done || w.pend) { /* progress first, then the end */
             if (w.pend) {
                 th_event ev;
                 memset(&ev, 0, sizeof ev);
@@ -1185,6 +1189,8 @@ int th_call_sync(th_session *s, const char *tool, const uint8_t *args,
                 pthread_mutex_lock(&w.mu);
                 continue;
             }
+            if (w.done)
+                break;
             if (cancel_flag && !cancelled && *cancel_flag) {
                 cancelled = true;
                 pthread_mutex_unlock(&w.mu);
