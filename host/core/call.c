@@ -985,8 +985,10 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
                          "permission denied for tool %s: %s asks, and no one can be asked",
                          t->name, d.rule);
                 answer_error(c, TH_EPERM, m);
-                perm_settle(c);
             }
+            /* Answered meanwhile (cancelled, session closed, refused):
+             * whoever leaves PERM_WAIT drops the execution reference. */
+            perm_settle(c);
             th_mcall_unref(c);
             return 0;
         }
