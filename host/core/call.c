@@ -1128,9 +1128,36 @@ static void sync_cb(const th_event *ev, void *ud)
         return;
     }
     if (ev->result->kind == TH_RESULT_RUNNING) {
+        /* The acknowledgement is the task's first update: the waiter sees
+         * it as progress too (its message; the fraction is not carried). */
+        if (w->progress && pthread_equal(pthread_self(), w->self)) {
+            /* inline on the waiting thread: in order, right now */
+            th_event pe;
+            memset(&pe, 0, sizeof pe);
+            pe.kind = TH_EV_PROGRESS;
+            pe.call_id = ev->call_id;
+            pe.task_id = ev->task_id;
+            pe.fraction = -1;
+            pe.message = ev->result->message;
+            pthread_mutex_lock(&w->mu);
+            w->task_id = ev->task_id;
+            pthread_mutex_unlock(&w->mu);
+            w->progress(&pe, w->ud);
+            return;
+        }
+        char *m = ev->result->message ? strdup(ev->result->message) : NULL;
         pthread_mutex_lock(&w->mu);
         w->task_id = ev->task_id;
+        if (w->progress && !w->pend) {
+            free(w->msg);
+            w->msg = m;
+            m = NULL;
+            w->frac = -1;
+            w->pend = true;
+            pthread_cond_signal(&w->cv);
+        }
         pthread_mutex_unlock(&w->mu);
+        free(m);
         return;
     }
     th_result_copy tmp;

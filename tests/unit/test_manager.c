@@ -1012,7 +1012,7 @@ static void test_stress(void)
 
 void th_suite_manager(void)
 {
-    CU_pSuite s = CU_add_suite("manager", NULL, NULL);
+    CU_pSuite s = CU_add_suite("manager", suite_init, suite_cleanup);
     CU_add_test(s, "sync_result", test_sync_result);
     CU_add_test(s, "errors_before_run", test_errors_before_run);
     CU_add_test(s, "async_ack_progress_done", test_async_ack_progress_done);

@@ -20,6 +20,19 @@
 
 #pragma GCC diagnostic ignored "-Wunused-function" /* each suite uses a part */
 
+/* Hosts set the log level from their config: the suites put it back. */
+static int saved_log_level;
+static int suite_init(void)
+{
+    saved_log_level = th_log_get_level();
+    return 0;
+}
+static int suite_cleanup(void)
+{
+    th_log_set_level(saved_log_level);
+    return 0;
+}
+
 /* ---- Arguments --------------------------------------------------------------- */
 
 /* A(n, key, 's'|'i'|'b', value, ...): a msgpack map in a th_buf. */
