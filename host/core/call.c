@@ -921,6 +921,12 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
         le = ov->limits.bytes[se];
     th_out_init(&c->out, so, lo);
     th_out_init(&c->err, se, le);
+    if (h->cfg->host.spill_dir) {
+        /* Full outputs that get cut are saved there (no file otherwise);
+         * a folder that cannot be used only means no spill. */
+        (void)th_out_spill(&c->out, h->cfg->host.spill_dir, h->cfg->host.spill_max_bytes);
+        (void)th_out_spill(&c->err, h->cfg->host.spill_dir, h->cfg->host.spill_max_bytes);
+    }
     atomic_fetch_add(&h->live_calls, 1);
 
     pthread_mutex_lock(&s->mu);

@@ -7,6 +7,7 @@
 
 #include "th/log.h"
 #include "th/manager.h"
+#include "th/out.h"
 
 static const char *const reserved[] = {"get_running_tasks", "cancel_task",
                                        "run_code", NULL};
@@ -359,6 +360,8 @@ int th_host_open_ex(th_config *cfg, const th_host_opts *opts, th_host **out,
         host_free(h);
         return rc;
     }
+    if (cfg->host.spill_dir) /* old spill files of an earlier run */
+        (void)th_out_spill_gc(cfg->host.spill_dir, cfg->host.spill_max_age_ms, 0);
     if ((rc = th_mgr_init(h, err)) != 0) {
         host_free(h);
         return rc;

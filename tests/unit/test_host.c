@@ -2,6 +2,8 @@
  * and failing plugins, toolset ACLs, permissions (deny, ask answered yes,
  * no, and not at all), built-ins added by later pieces, output limits and
  * mocks from the config. */
+#include <dirent.h>
+
 #include "common/th_test.h"
 #include "unit/test_manager_fx.h"
 
@@ -319,13 +321,14 @@ static bool meta_truncated(const th_result_copy *r)
 
 static void test_limits_and_mocks(void)
 {
-    th_host *h = must_open("host: {log_level: error}\n"
+    char *spill = th_test_tmpdir();
+    th_host *h = must_open("host: {log_level: error, spill_dir: \"%s\"}\n"
                            "toolsets:\n"
                            "  - name: small\n    tools: [\"*\"]\n    limits: {text: 64}\n"
                            "mocks:\n"
                            "  - tool: t_fail\n    stdout: \"canned\"\n"
                            "    progress:\n      - message: working\n        progress: 0.5\n"
-                           "      - message: still\n        delay: 20ms\n");
+                           "      - message: still\n        delay: 20ms\n", spill);
     th_session *s = open_trusted(h);
     char big[1001];
     memset(big, 'a', 1000);
@@ -336,8 +339,17 @@ static void test_limits_and_mocks(void)
     CU_ASSERT_TRUE(r.ok);
     CU_ASSERT_TRUE(r.out.len < 300);
     CU_ASSERT_TRUE(meta_truncated(&r));
+    CU_ASSERT_PTR_NOT_NULL(memmem(r.meta.data, r.meta.len, spill, strlen(spill)));
     th_result_copy_free(&r);
     th_buf_free(&a);
+    /* the whole output was saved */
+    int files = 0;
+    DIR *dp = opendir(spill);
+    for (struct dirent *de; dp && (de = readdir(dp));)
+        files += strncmp(de->d_name, "th-spill-", 9) == 0;
+    if (dp)
+        closedir(dp);
+    CU_ASSERT_EQUAL(files, 1);
     progress_n = 0;
     CU_ASSERT_EQUAL(th_call_sync(s, "t_fail", NULL, 0, NULL, count_progress, NULL, NULL, &r), 0);
     CU_ASSERT_EQUAL(r.kind, TH_RESULT_DONE);
@@ -348,6 +360,8 @@ static void test_limits_and_mocks(void)
     th_result_copy_free(&r);
     th_session_close(s);
     th_host_close(h);
+    th_test_rmtree(spill);
+    free(spill);
 }
 
 void th_suite_host(void)
