@@ -53,10 +53,20 @@ static void call_free(th_mcall *c)
     pthread_cond_destroy(&c->cv);
     th_tool_release(c->tool);
     th_session_unref(c->s);
+    th_mcall *parent = c->parent;
     free(c);
-    if (atomic_fetch_sub(&h->live_calls, 1) == 1) {
+    if (parent)
+        th_mcall_unref(parent);
+    /* The last call goes to zero under h->mu, which th_host_close() holds
+     * when it reads the count: it cannot free the host before we are
+     * done with h->mu. */
+    unsigned long v = atomic_load(&h->live_calls);
+    while (v > 1 && !atomic_compare_exchange_weak(&h->live_calls, &v, v - 1))
+        ;
+    if (v <= 1) {
         pthread_mutex_lock(&h->mu);
-        pthread_cond_broadcast(&h->cv);
+        if (atomic_fetch_sub(&h->live_calls, 1) == 1)
+            pthread_cond_broadcast(&h->cv);
         pthread_mutex_unlock(&h->mu);
     }
 }
@@ -254,15 +264,19 @@ static bool answer_locked(th_mcall *c, th_result_copy *res)
         changed = s->live_tasks == 0 && !h->cfg->host.expose_task_tools;
     }
     pthread_mutex_unlock(&s->mu);
-    if (c->in_tasks) {
+    if (c->in_tasks || (c->acked && c->scope == TH_SCOPE_TOOLSET)) {
+        /* One step: a reader sees the task live or its result kept. */
         pthread_mutex_lock(&h->tmu);
-        th_u64map_del(&h->tasks, c->base.pub.call_id);
+        if (c->in_tasks)
+            th_u64map_del(&h->tasks, c->base.pub.call_id);
+        if (c->acked && c->scope == TH_SCOPE_TOOLSET)
+            th_tasks_keep_locked(h, c->base.pub.call_id, c->ts_idx, &c->final);
         pthread_mutex_unlock(&h->tmu);
-        c->in_tasks = false;
-        ref_drop_nonlast(c);
+        if (c->in_tasks) {
+            c->in_tasks = false;
+            ref_drop_nonlast(c);
+        }
     }
-    if (c->acked && c->scope == TH_SCOPE_TOOLSET)
-        th_tasks_keep(h, c->base.pub.call_id, c->ts_idx, &c->final);
     if (c->st)
         th_stat_latency(c->st, th_now_ns() - c->start_ns);
     return changed;
@@ -520,6 +534,17 @@ void th_mgr_run(th_mcall *c)
 
 /* ---- Host callbacks (Owner class) ----------------------------------------- */
 
+/* A call nested inline in another (a tool calling tools on its own
+ * thread) is also cancelled when an ancestor is (each call holds a
+ * reference to its parent). */
+static bool cancelled(th_mcall *c)
+{
+    for (; c; c = c->inline_run ? c->parent : NULL)
+        if (atomic_load_explicit(&c->abort_code, memory_order_relaxed))
+            return true;
+    return false;
+}
+
 static int cb_write(toolhost_call *call, int stream, const void *data,
                     size_t len)
 {
@@ -527,7 +552,7 @@ static int cb_write(toolhost_call *call, int stream, const void *data,
     if ((stream != TOOLHOST_STDOUT && stream != TOOLHOST_STDERR) ||
         (!data && len))
         return TOOLHOST_EINVAL;
-    if (atomic_load_explicit(&c->abort_code, memory_order_relaxed))
+    if (cancelled(c))
         return TOOLHOST_ECANCELLED;
     if (!len)
         return 0;
@@ -660,9 +685,7 @@ static int cb_progress(toolhost_call *call, double fraction,
 
 static int cb_is_cancelled(const toolhost_call *call)
 {
-    const th_mcall *c = (const th_mcall *)call;
-    return atomic_load_explicit(&((th_mcall *)c)->abort_code,
-                                memory_order_relaxed) != 0;
+    return cancelled((th_mcall *)call);
 }
 
 static int64_t cb_time_left_ms(const toolhost_call *call)
@@ -900,7 +923,9 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
     c->last_update_ms = c->start_wall_ms;
     c->last_frac = -1;
     c->heap_idx = SIZE_MAX;
-    c->parent = tl_cur;
+    c->parent = tl_cur; /* referenced: read by cancelled() */
+    if (c->parent)
+        th_mcall_ref(c->parent);
     c->fn = fn;
     c->ud = ud;
     atomic_init(&c->refs, 1); /* the execution reference */
