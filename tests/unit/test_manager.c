@@ -762,6 +762,27 @@ static void test_nested_call_one_worker(void)
     close_all();
 }
 
+static void test_nested_sees_parent_cancel(void)
+{
+    open_default(1, 1, 64);
+    atomic_store(&fx_nested_long_done, 0);
+    atomic_store(&fx_cancel_seen, 0);
+    rec r;
+    rec_init(&r);
+    th_call_opts o = {.timeout_ms = 50};
+    start(S, "t_nested_long", A(0), &o, &r);
+    CU_ASSERT_TRUE(rec_wait(&r, 2000));
+    CU_ASSERT_EQUAL(r.final.error, TH_ETIMEOUT);
+    /* the inner call, inline on the same worker, stops soon too */
+    int64_t until = mono_ms() + 1000;
+    while (!atomic_load(&fx_nested_long_done) && mono_ms() < until)
+        nap_ms(1);
+    CU_ASSERT_EQUAL(atomic_load(&fx_nested_long_done), 1);
+    CU_ASSERT_EQUAL(atomic_load(&fx_cancel_seen), 1);
+    rec_free(&r);
+    close_all();
+}
+
 static atomic_int sync_progress_n;
 static volatile int sync_cancel;
 static void sync_progress(const th_event *ev, void *ud)
@@ -1038,6 +1059,7 @@ void th_suite_manager(void)
     CU_add_test(s, "mocks", test_mocks);
     CU_add_test(s, "task_tools", test_task_tools);
     CU_add_test(s, "nested_call_one_worker", test_nested_call_one_worker);
+    CU_add_test(s, "nested_sees_parent_cancel", test_nested_sees_parent_cancel);
     CU_add_test(s, "call_sync_progress_and_cancel", test_call_sync_progress_and_cancel);
     CU_add_test(s, "stats", test_stats);
     CU_add_test(s, "stress", test_stress);
