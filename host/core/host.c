@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "th/code.h"
 #include "th/log.h"
 #include "th/manager.h"
 #include "th/out.h"
@@ -284,6 +285,7 @@ static void host_free(th_host *h)
     free(h->builtins); /* their plugins belong to the registry */
     if (h->reg)
         th_registry_free(h->reg);
+    th_code_builtin_free(h->code); /* its plugin is gone with the registry */
     free(h->dup_b);
     pthread_mutex_destroy(&h->mu);
     pthread_cond_destroy(&h->cv);
@@ -356,6 +358,12 @@ int th_host_open_ex(th_config *cfg, const th_host_opts *opts, th_host **out,
                 host_free(h);
                 return rc;
             }
+    /* run_code, for the toolsets that enable it: its description lists
+     * the tools it may call, so it comes after every plugin. */
+    if ((rc = th_code_register(h, &h->code, err)) != 0) {
+        host_free(h);
+        return rc;
+    }
     if ((rc = th_config_check_tools(cfg, has_tool, h, err)) != 0) {
         host_free(h);
         return rc;

@@ -277,6 +277,7 @@ struct th_host {
     th_plugin *task_plugin;
     th_builtin *builtins;
     size_t n_builtins;
+    struct th_code_builtin *code; /* run_code's descriptor, or NULL */
     atomic_ulong next_id;
     th_mgr mgr;
 
