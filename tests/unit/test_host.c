@@ -250,7 +250,7 @@ static int b_exec(void *st, const toolhost_tool *t, toolhost_call *c, const uint
 }
 
 static const toolhost_tool b_tools[] = {
-    {.struct_size = sizeof(toolhost_tool), .name = "run_code", .description = "stand-in",
+    {.struct_size = sizeof(toolhost_tool), .name = "b_tool", .description = "a built-in added after open",
      .stdout_type = TOOLHOST_SEM_TEXT, .stderr_type = TOOLHOST_SEM_ERROR, .execute = b_exec},
 };
 static const toolhost_plugin b_plugin = {
@@ -280,10 +280,10 @@ static void test_add_builtin(void)
     th_session *s1 = th_session_open(h, &u1, NULL, NULL);
     th_session *s2 = th_session_open(h, &u2, NULL, NULL);
     th_result_copy r;
-    CU_ASSERT_EQUAL(th_call_sync(s1, "run_code", NULL, 0, NULL, NULL, NULL, NULL, &r), 0);
+    CU_ASSERT_EQUAL(th_call_sync(s1, "b_tool", NULL, 0, NULL, NULL, NULL, NULL, &r), 0);
     CU_ASSERT_EQUAL(r.kind, TH_RESULT_ERROR); /* "*" but not enabled there */
     th_result_copy_free(&r);
-    CU_ASSERT_EQUAL(th_call_sync(s2, "run_code", NULL, 0, NULL, NULL, NULL, NULL, &r), 0);
+    CU_ASSERT_EQUAL(th_call_sync(s2, "b_tool", NULL, 0, NULL, NULL, NULL, NULL, &r), 0);
     CU_ASSERT_TRUE(out_is(&r, "builtin"));
     th_result_copy_free(&r);
     th_session_close(s1);
