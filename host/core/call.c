@@ -621,6 +621,7 @@ static int cb_progress(toolhost_call *call, double fraction,
     if (!c->acked) {
         /* The first update acknowledges: the call becomes a task. */
         c->acked = true;
+        atomic_store(&c->is_task, true);
         c->pend_ack = true;
         c->ack_msg = msg;
         free(d);
@@ -930,6 +931,7 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
     c->ud = ud;
     atomic_init(&c->refs, 1); /* the execution reference */
     atomic_init(&c->abort_code, 0);
+    atomic_init(&c->is_task, false);
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     const th_limits *hl = &h->cfg->limits;

@@ -96,9 +96,9 @@ int th_dup_register(th_mcall *c)
             refuse = TH_EDUPLICATE;
         } else if (pol == TH_DUP_REPLACE) {
             for (th_mcall *o = n->head; o; o = o->dup_next) {
-                /* Another session's call that is not a shared task is not
-                 * ours to cancel. */
-                if (o->s != c->s && o->scope != TH_SCOPE_TOOLSET) {
+                /* Another session's call that is not (yet) a shared task
+                 * is not ours to cancel. */
+                if (o->s != c->s && !atomic_load(&o->is_task)) {
                     snprintf(msg, sizeof msg,
                              "call %llu of %s cannot be replaced: it belongs to another session",
                              (unsigned long long)o->base.pub.call_id, c->tool->name);

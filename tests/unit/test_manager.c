@@ -271,6 +271,41 @@ static void test_dup_replace(void)
     CU_ASSERT_EQUAL(atomic_load(&fx_cancel_seen), 1);
 }
 
+static void test_dup_replace_other_session(void)
+{
+    /* toolset scope: one domain for all sessions */
+    dup_host(TH_DUP_REPLACE, TH_DUPSCOPE_NAME, TH_SCOPE_TOOLSET);
+    th_session *s2 = open_trusted(H);
+    rec a, b, d, e;
+    rec_init(&a);
+    rec_init(&b);
+    rec_init(&d);
+    rec_init(&e);
+    /* another session's running sync call is not ours to cancel */
+    start(S, "t_dup", A(1, "ms", 'i', 300LL), NULL, &a);
+    nap_ms(20);
+    start(s2, "t_dup", A(1, "ms", 'i', 1LL), NULL, &b);
+    CU_ASSERT_TRUE(rec_wait(&b, 200));
+    CU_ASSERT_EQUAL(b.final.error, TH_EDUPLICATE);
+    CU_ASSERT_PTR_NOT_NULL(b.final.message ? strstr(b.final.message, "another session") : NULL);
+    CU_ASSERT_TRUE(rec_wait(&a, 3000));
+    CU_ASSERT_TRUE(a.final.ok);
+    /* a shared (acknowledged) task is */
+    start(S, "t_async", A(3, "text", 's', "x", "steps", 'i', 1000LL, "delay_ms", 'i', 5LL), NULL, &d);
+    CU_ASSERT_TRUE(rec_wait_running(&d, 2000));
+    start(s2, "t_async", A(3, "text", 's', "y", "steps", 'i', 0LL, "delay_ms", 'i', 0LL), NULL, &e);
+    CU_ASSERT_TRUE(rec_wait(&d, 2000));
+    CU_ASSERT_EQUAL(d.final.error, TH_ECANCELLED);
+    CU_ASSERT_TRUE(rec_wait(&e, 2000));
+    CU_ASSERT_TRUE(out_is(&e.final, "y"));
+    rec_free(&a);
+    rec_free(&b);
+    rec_free(&d);
+    rec_free(&e);
+    th_session_close(s2);
+    close_all();
+}
+
 static int has_confirm_param(const th_tool *t, void *ud)
 {
     if (strcmp(t->name, (const char *)ud) != 0)
@@ -1042,6 +1077,7 @@ void th_suite_manager(void)
     CU_add_test(s, "no_progress_option", test_no_progress_option);
     CU_add_test(s, "dup_reject", test_dup_reject);
     CU_add_test(s, "dup_replace", test_dup_replace);
+    CU_add_test(s, "dup_replace_other_session", test_dup_replace_other_session);
     CU_add_test(s, "dup_confirm", test_dup_confirm);
     CU_add_test(s, "dup_scopes_across_sessions", test_dup_scopes_across_sessions);
     CU_add_test(s, "scope_session_cancels_at_close", test_scope_session_cancels_at_close);

@@ -115,6 +115,7 @@ struct th_mcall {
     atomic_int refs;
     atomic_int abort_code;      /* the cancel flag: 0, TH_ECANCELLED or
                                    TH_ETIMEOUT */
+    atomic_bool is_task;        /* acknowledged (readable without mu) */
 
     /* Duplicate table (host->dmu). */
     uint8_t *dupkey;
