@@ -39,6 +39,7 @@ static const char *fr_input = "?"; /* the input being replayed */
  * only): its source comes in here as well. */
 #include "../../host/cli/common.c"
 #include "../../fuzz/cli_args.c"
+#include "../../fuzz/code.c"
 #include "../../fuzz/config.c"
 #include "../../fuzz/json.c"
 #include "../../fuzz/out.c"
@@ -55,6 +56,7 @@ typedef struct fr_target {
 
 static const fr_target fr_targets[] = {
     {"cli_args", fuzz_cli_args, NULL},
+    {"code", fuzz_code, NULL},
     {"config", fuzz_config, NULL},
     {"json", fuzz_json, NULL},
     {"out", fuzz_out, NULL},
