@@ -586,6 +586,22 @@ static int cb_set_meta(toolhost_call *call, const uint8_t *map, size_t len)
     return 0;
 }
 
+/* True when `c` runs inline on this thread: it is the thread's call, or
+ * an ancestor of it through inline calls (run_code forwarding an update of
+ * a tool it called).  Its caller then waits on this very thread (inside
+ * th_call_start), so an update must be delivered here and now: handed to
+ * the notifier it would reach th_call_sync's pending slot, which the
+ * caller only reads once the call is over. */
+static bool inline_here(const th_mcall *c)
+{
+    if (!c->inline_run)
+        return false;
+    for (const th_mcall *p = tl_cur; p; p = p->inline_run ? p->parent : NULL)
+        if (p == c)
+            return true;
+    return false;
+}
+
 static int cb_progress(toolhost_call *call, double fraction,
                        const char *message, const uint8_t *data,
                        size_t data_len)
@@ -672,7 +688,7 @@ static int cb_progress(toolhost_call *call, double fraction,
     c->prog_data = d;
     c->prog_data_len = d ? data_len : 0;
     if (!c->delivering) {
-        if (tl_cur == c && c->inline_run) {
+        if (inline_here(c)) {
             deliver_locked(c); /* inline: the caller's own thread */
         } else if (!c->notify_queued) {
             c->notify_queued = true;
@@ -1108,6 +1124,14 @@ th_session *th_call_session(const toolhost_call *call)
     if (!call || b->vt != &th_mcall_vtbl)
         return NULL;
     return ((const th_mcall *)call)->s;
+}
+
+const th_toolset_cfg *th_call_toolset(const toolhost_call *call)
+{
+    const th_call_base *b = (const th_call_base *)call;
+    if (!call || b->vt != &th_mcall_vtbl)
+        return NULL;
+    return ((const th_mcall *)call)->ts;
 }
 
 /* ---- th_call_sync ---------------------------------------------------------- */

@@ -83,8 +83,9 @@ struct th_code_builtin {
     char *long_description;
 };
 
-/* The run_code section that applies: the first toolset that enables it.
- * (Until the host tells a call's toolset, see the report.) */
+/* The first toolset that enables run_code: whether to register it at all,
+ * and the limits the (one, registry-wide) description states.  A call
+ * takes its limits from its own toolset (th_call_toolset). */
 static const th_toolset_cfg *code_toolset(const th_config *cfg)
 {
     for (size_t i = 0; cfg && i < cfg->n_toolsets; i++)
@@ -532,9 +533,10 @@ static int run_code_execute(void *state, const toolhost_tool *tool,
     th_session *s = th_call_session(call);
     if (!s)
         return fail(call, "run_code: no session for this call (internal)");
-    const th_config *cfg = th_host_config(th_session_host(s));
-    const th_toolset_cfg *ts = code_toolset(cfg);
-    if (!ts)
+    /* The limits of the toolset this call runs under (several toolsets
+     * may enable run_code with different limits). */
+    const th_toolset_cfg *ts = th_call_toolset(call);
+    if (!ts || !ts->run_code.enabled)
         return fail(call, "run_code is not enabled in this toolset "
                           "(toolsets.NAME.run_code.enabled)");
 
