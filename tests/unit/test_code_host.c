@@ -240,6 +240,26 @@ static void test_limits_of_own_toolset(void)
     chost_down(&fx);
 }
 
+/* The one description states each toolset's limits when they differ. */
+static void test_description_limits(void)
+{
+    chost fx;
+    CU_ASSERT_EQUAL_FATAL(chost_up(&fx, 1), 0);
+    th_session *s = open_as(&fx, 1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    const th_tool *t = th_session_acquire(s, "run_code");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+    const char *ld = t->long_description ? t->long_description : "";
+    CU_ASSERT_PTR_NOT_NULL(strstr(ld, "They depend on the toolset"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(ld, "- narrow: deadline 5000 ms, 64 MiB of "
+                                      "Lua memory, at most 2 tool calls, 1 KiB"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(ld, "- wide: deadline 5000 ms, 64 MiB of "
+                                      "Lua memory, at most 50 tool calls, 64 KiB"));
+    th_tool_release(t);
+    th_session_close(s);
+    chost_down(&fx);
+}
+
 /* th_call_toolset() names the toolset of a call; NULL outside calls. */
 static void test_call_toolset_null(void)
 {
@@ -289,5 +309,6 @@ void th_suite_code_host(void)
     CU_pSuite s = CU_add_suite("code_host", NULL, NULL);
     CU_add_test(s, "limits_of_own_toolset", test_limits_of_own_toolset);
     CU_add_test(s, "call_toolset_null", test_call_toolset_null);
+    CU_add_test(s, "description_limits", test_description_limits);
     CU_add_test(s, "progress_inline", test_progress_inline);
 }
