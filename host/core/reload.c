@@ -253,6 +253,16 @@ static int prepare(th_reloader *r, const th_config *cfg, const th_plugin_cfg *pc
             *incomplete = true;
         return rc;
     }
+    /* A truncated object must not reach dlopen(): mapping a segment past
+     * the end of the file faults (SIGBUS) during relocation. */
+    if (th_elf_incomplete(copy)) {
+        *incomplete = true;
+        th_copydir_remove(r->dir, copy);
+        free(copy);
+        return th_error_set(err, TH_ELOAD, "%s: cannot be loaded: the file is "
+                            "truncated (empty, or its ELF headers reach past "
+                            "its end)", pc->path);
+    }
     th_load_opts lo;
     memset(&lo, 0, sizeof lo);
     lo.name = pc->name;
@@ -262,8 +272,6 @@ static int prepare(th_reloader *r, const th_config *cfg, const th_plugin_cfg *pc
     th_plugin *p = NULL;
     rc = th_plugin_open(pc->path, &lo, &p, err);
     if (rc) {
-        if (th_elf_incomplete(copy))
-            *incomplete = true;
         th_copydir_remove(r->dir, copy);
         free(copy);
         return rc;
@@ -819,11 +827,14 @@ int th_reload_request(th_reloader *r, th_reload_done_fn done, void *ud)
         return TH_ESTATE;
     }
     r->st.requests++;
-    if (w) {
+    if (w) { /* FIFO: answered in the order they came */
         w->fn = done;
         w->ud = ud;
-        w->next = r->want;
-        r->want = w;
+        w->next = NULL;
+        waiter **pp = &r->want;
+        while (*pp)
+            pp = &(*pp)->next;
+        *pp = w;
     }
     r->want_any = true;
     pthread_cond_signal(&r->cv);

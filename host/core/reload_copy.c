@@ -31,12 +31,13 @@ static void id_from_stat(const struct stat *st, th_file_id *id)
     id->ino = (uint64_t)st->st_ino;
     id->size = (uint64_t)st->st_size;
     id->mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+    id->ctime_ns = (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec;
 }
 
 bool th_file_id_equal(const th_file_id *a, const th_file_id *b)
 {
     return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
-           a->mtime_ns == b->mtime_ns;
+           a->mtime_ns == b->mtime_ns && a->ctime_ns == b->ctime_ns;
 }
 
 int th_file_id_of(const char *path, th_file_id *out, th_error *err)

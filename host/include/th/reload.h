@@ -40,10 +40,11 @@ typedef struct th_reloader th_reloader;
 /* ---- Private copies ---------------------------------------------------- */
 
 /* The identity of a plugin file: an unchanged entry whose file has the
- * same identity is not reloaded.  mtime is in nanoseconds. */
+ * same identity is not reloaded.  Times in nanoseconds (as precise as the
+ * file system keeps them). */
 typedef struct th_file_id {
     uint64_t dev, ino, size;
-    int64_t mtime_ns;
+    int64_t mtime_ns, ctime_ns;
 } th_file_id;
 
 bool th_file_id_equal(const th_file_id *a, const th_file_id *b);
