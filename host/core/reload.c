@@ -1001,6 +1001,13 @@ void th_reloader_free(th_reloader *r)
 
 /* ---- queries --------------------------------------------------------------------------- */
 
+void th_reload_note_retry(th_reloader *r)
+{
+    pthread_mutex_lock(&r->mu);
+    r->st.retries++;
+    pthread_mutex_unlock(&r->mu);
+}
+
 void th_reload_get_stats(th_reloader *r, th_reload_stats *out)
 {
     pthread_mutex_lock(&r->mu);

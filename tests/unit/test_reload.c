@@ -24,6 +24,7 @@
 #include "th/buf.h"
 #include "th/log.h"
 #include "th/reload.h"
+#include <uv.h>
 
 /* ---- helpers ------------------------------------------------------------------- */
 
@@ -319,7 +320,7 @@ static void test_copydir(void)
     char stale[4300];
     snprintf(stale, sizeof stale, "%s/run-%ld-abcdef", state, (long)pid);
     CU_ASSERT_EQUAL(mkdir(stale, 0700), 0);
-    th_test_write_file(stale, "old.so", "x", 1);
+    free(th_test_write_file(stale, "old.so", "x", 1));
 
     th_copydir *d = NULL;
     th_error e;
@@ -844,6 +845,134 @@ static void test_watch_paths(void)
     fx_close(&f);
 }
 
+
+/* ---- the watcher on a libuv loop -------------------------------------------------- */
+
+typedef struct wt {
+    fx *f;
+    uv_loop_t loop;
+    uv_timer_t timeout, later;
+    int results;
+    th_reload_result last;
+    int want;            /* stop the loop after this many results */
+    void (*later_fn)(struct wt *);
+} wt;
+
+static void wt_result(const th_reload_result *res, void *ud)
+{
+    wt *t = ud;
+    t->results++;
+    t->last = *res;
+    if (t->results >= t->want)
+        uv_stop(&t->loop);
+}
+
+static void wt_timeout(uv_timer_t *h)
+{
+    uv_stop(h->loop);
+}
+
+static void wt_later(uv_timer_t *h)
+{
+    wt *t = h->data;
+    t->later_fn(t);
+}
+
+/* Runs the loop until `want` more results came, at most 10 s. */
+static void wt_wait(wt *t, int want)
+{
+    t->want = t->results + want;
+    uv_timer_start(&t->timeout, wt_timeout, 10000, 0);
+    uv_run(&t->loop, UV_RUN_DEFAULT);
+    uv_timer_stop(&t->timeout);
+}
+
+static void complete_file(wt *t)
+{
+    put_file(th_test_build_path("fixtures/reload_a.so"), t->f->so, (size_t)-1);
+}
+
+static void send_sighup(wt *t)
+{
+    (void)t;
+    raise(SIGHUP);
+}
+
+static void test_watcher(void)
+{
+    fx f;
+    CU_ASSERT_EQUAL_FATAL(fx_open(&f), 0);
+    wt t;
+    memset(&t, 0, sizeof t);
+    t.f = &f;
+    uv_loop_init(&t.loop);
+    uv_timer_init(&t.loop, &t.timeout);
+    uv_timer_init(&t.loop, &t.later);
+    t.later.data = &t;
+    th_reload_watch_opts o = {TH_RELOAD_WATCH, 30, 0, false, wt_result, &t};
+    th_reload_watch *w = NULL;
+    th_error e;
+    CU_ASSERT_EQUAL_FATAL(th_reload_watch_start(f.r, &t.loop, &o, &w, &e), 0);
+
+    /* A rebuild: one reload, the new code answers. */
+    put_file(th_test_build_path("fixtures/reload_b.so"), f.so, (size_t)-1);
+    wt_wait(&t, 1);
+    CU_ASSERT_EQUAL(t.results, 1);
+    CU_ASSERT_EQUAL(t.last.rc, 0);
+    CU_ASSERT_EQUAL(t.last.n_changed, 1);
+    char out[64];
+    CU_ASSERT_EQUAL(call(f.reg, "rl_answer", NULL, out, sizeof out), TOOLHOST_OK);
+    CU_ASSERT_STRING_EQUAL(out, "B");
+
+    /* A half-written file, completed 120 ms later: retried, not reported
+     * as broken; one result, the good one. */
+    th_log_set_fd(-1);
+    put_file(th_test_build_path("fixtures/reload_a.so"), f.so, 9000);
+    t.later_fn = complete_file;
+    uv_timer_start(&t.later, wt_later, 120, 0);
+    wt_wait(&t, 1);
+    th_log_set_fd(2);
+    CU_ASSERT_EQUAL(t.results, 2);
+    CU_ASSERT_EQUAL(t.last.rc, 0);
+    CU_ASSERT_EQUAL(t.last.n_changed, 1);
+    CU_ASSERT_EQUAL(call(f.reg, "rl_answer", NULL, out, sizeof out), TOOLHOST_OK);
+    CU_ASSERT_STRING_EQUAL(out, "A");
+    th_reload_stats st;
+    th_reload_get_stats(f.r, &st);
+    CU_ASSERT(st.retries >= 1);
+
+    /* SIGHUP: a reload (nothing changed). */
+    t.later_fn = send_sighup;
+    uv_timer_start(&t.later, wt_later, 1, 0);
+    wt_wait(&t, 1);
+    CU_ASSERT_EQUAL(t.results, 3);
+    CU_ASSERT_EQUAL(t.last.rc, 0);
+    CU_ASSERT_EQUAL(t.last.n_unchanged, 1);
+
+    /* A config edit that fails: reported, nothing changed. */
+    th_log_set_fd(-1);
+    write_config(&f, "      fail_init: true\n", NULL);
+    wt_wait(&t, 1);
+    th_log_set_fd(2);
+    CU_ASSERT_EQUAL(t.results, 4);
+    CU_ASSERT_EQUAL(t.last.rc, TH_ELOAD);
+    CU_ASSERT(!t.last.incomplete);
+    CU_ASSERT_EQUAL(gen_of(&f), 3);
+
+    /* A file next to them that no reload reads: nothing. */
+    put_text(f.gate, "x");
+    uv_timer_start(&t.timeout, wt_timeout, 150, 0);
+    uv_run(&t.loop, UV_RUN_DEFAULT);
+    CU_ASSERT_EQUAL(t.results, 4);
+
+    th_reload_watch_stop(w);
+    uv_close((uv_handle_t *)&t.timeout, NULL);
+    uv_close((uv_handle_t *)&t.later, NULL);
+    uv_run(&t.loop, UV_RUN_DEFAULT);
+    CU_ASSERT_EQUAL(uv_loop_close(&t.loop), 0);
+    fx_close(&f);
+}
+
 void th_suite_reload(void)
 {
     CU_pSuite s = CU_add_suite("reload", NULL, NULL);
@@ -858,4 +987,5 @@ void th_suite_reload(void)
     CU_add_test(s, "add_and_remove_in_flight", test_add_and_remove_in_flight);
     CU_add_test(s, "requests_fold", test_requests_fold);
     CU_add_test(s, "watch_paths", test_watch_paths);
+    CU_add_test(s, "watcher", test_watcher);
 }

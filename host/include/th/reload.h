@@ -213,6 +213,9 @@ int th_reload_request(th_reloader *r, th_reload_done_fn done, void *ud);
 /* A request that waits for its result (any thread but the reloader's). */
 int th_reload_run(th_reloader *r, th_reload_result *res);
 
+/* Counts a retry after an incomplete file (the watcher's).  Any thread. */
+void th_reload_note_retry(th_reloader *r);
+
 /* Copies the counters.  Any thread. */
 void th_reload_get_stats(th_reloader *r, th_reload_stats *out);
 
