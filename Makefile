@@ -159,13 +159,13 @@ $(BUILD)/obj/tests/runner-%.o: tests/runner.c $(BUILD)/gen/%_suites.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(TEST_DEFS) -DTH_SUITES_H='"$(abspath $(BUILD))/gen/$*_suites.h"' -DTH_RUNNER_KIND='"$*"' -MMD -MP -c $< -o $@
 
-$(UNIT_BIN): $(BUILD)/obj/tests/runner-unit.o $(call obj,$(UNIT_SRC)) $(TCOMMON_OBJ) $(LIBTH)
+$(UNIT_BIN): $(BUILD)/obj/tests/runner-unit.o $(call obj,$(UNIT_SRC)) $(TCOMMON_OBJ) $(LIBTH) $(LIBSDK)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_ALL) -rdynamic -o $@ $(filter %.o,$^) $(LIBTH) $(LIBS_ALL) -lcunit
+	$(CC) $(LDFLAGS_ALL) -rdynamic -o $@ $(filter %.o,$^) $(LIBTH) $(LIBSDK) $(LIBS_ALL) -lcunit
 
-$(INTEG_BIN): $(BUILD)/obj/tests/runner-integration.o $(call obj,$(INTEG_SRC)) $(TCOMMON_OBJ) $(LIBTH) | $(TOOLHOST) $(PLUGIN_SO) $(FIX_SO)
+$(INTEG_BIN): $(BUILD)/obj/tests/runner-integration.o $(call obj,$(INTEG_SRC)) $(TCOMMON_OBJ) $(LIBTH) $(LIBSDK) | $(TOOLHOST) $(PLUGIN_SO) $(FIX_SO)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_ALL) -rdynamic -o $@ $(filter %.o,$^) $(LIBTH) $(LIBS_ALL) -lcunit
+	$(CC) $(LDFLAGS_ALL) -rdynamic -o $@ $(filter %.o,$^) $(LIBTH) $(LIBSDK) $(LIBS_ALL) -lcunit
 
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBTH) | $(TOOLHOST) $(PLUGIN_SO)
 	@mkdir -p $(dir $@)

@@ -34,10 +34,12 @@
  *           case the host never runs two execute() of that tool at once.
  *           Never concurrently with Load functions of the same plugin.
  *   Owner - host callbacks that take a toolhost_call: called by the thread
- *           that currently owns the call, which is the thread running
- *           execute() until it returns, and, after suspend() and a return of
- *           TOOLHOST_PENDING, any single plugin thread at a time until
- *           complete().
+ *           that currently owns the call.  That is the thread running
+ *           execute(); after suspend() returns 0, execute() may hand the
+ *           call to one plugin thread, which owns it from then until
+ *           complete() (possibly before execute() has returned: execute()
+ *           MUST NOT touch the call after the hand-off, and MUST still
+ *           return TOOLHOST_PENDING).
  *   Any   - may be called from any thread at any time while the plugin is
  *           loaded.
  *
@@ -185,10 +187,11 @@ typedef struct toolhost_host_api {
 
     /* Owner, from execute() only.  Detaches the call from the host worker:
      * after suspend() returns 0, execute() MUST return TOOLHOST_PENDING, and
-     * the plugin MUST later call complete() exactly once, from any one
-     * thread it owns.  Until then the plugin may use the call's other
-     * callbacks from that thread.  The worker is free as soon as execute()
-     * returns.  Returns 0 or TOOLHOST_ESTATE (already suspended). */
+     * the plugin MUST call complete() exactly once, from the thread it
+     * handed the call to (see the Owner class: that may happen before
+     * execute() returns).  Until then that thread may use the call's other
+     * callbacks.  The worker is free as soon as execute() returns.
+     * Returns 0 or TOOLHOST_ESTATE (already suspended). */
     int (*suspend)(toolhost_call *call);
 
     /* Owner, after suspend().  Finishes a suspended call with `status`

@@ -2,7 +2,9 @@
  * someone be asked?
  *
  * A toolset's rules (th_toolset_cfg.rules) are tried in order; the first
- * whose tool-name glob and flags match decides.  Flags are the tool's
+ * whose tool-name glob and flags match decides: a rule matches when its
+ * glob (fnmatch(3), no flags) matches the tool name, or it has none, and
+ * every flag bit it names is set in the call's flags.  Flags are the tool's
  * TOOLHOST_TOOL_* bits plus TH_PERM_FLAG_NEEDS when the tool's
  * needs_permission() said 1 for these arguments.  When no rule matches:
  * a call that needs permission (needs_permission said 1, or the tool is
@@ -31,5 +33,14 @@ typedef struct th_perm_decision {
 void th_perm_decide(const th_toolset_cfg *ts, const char *cfg_path,
                     const char *tool_name, uint32_t flags,
                     th_perm_decision *out);
+
+/* "allow", "deny", "ask".  Static storage. */
+const char *th_perm_action_name(th_perm_action a);
+/* The name of one flag bit ("destructive", "open_world", ...,
+ * "needs_permission" for TH_PERM_FLAG_NEEDS), or NULL.  Static storage. */
+const char *th_perm_flag_name(uint32_t bit);
+/* Writes the set bits of `flags` as "destructive+open_world" into buf
+ * (always NUL-terminated when size > 0); returns the length it needed. */
+size_t th_perm_flags_str(uint32_t flags, char *buf, size_t size);
 
 #endif

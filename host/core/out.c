@@ -1,0 +1,812 @@
+/* out.c - output streams limited by semantic type while the tool writes. */
+#include "th/out.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <msgpack.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "th/config.h"
+#include "th/err.h"
+#include "toolhost/plugin.h"
+
+#define SPILL_PREFIX "th-spill-"
+#define JSON_MAX_DEPTH 512
+
+typedef enum strat { ST_HEAD_TAIL, ST_HEAD, ST_JSON, ST_BINARY } strat;
+
+static strat strategy(uint32_t sem)
+{
+    switch (sem) {
+    case TOOLHOST_SEM_FILE_CONTENT:
+    case TOOLHOST_SEM_FILE_VIEW:
+    case TOOLHOST_SEM_KNOWLEDGE:
+        return ST_HEAD;
+    case TOOLHOST_SEM_STRUCTURED:
+        return ST_JSON;
+    case TOOLHOST_SEM_BINARY:
+        return ST_BINARY;
+    default:
+        return ST_HEAD_TAIL;
+    }
+}
+
+void th_out_init(th_out *o, uint32_t sem, uint64_t limit)
+{
+    memset(o, 0, sizeof *o);
+    o->sem = sem;
+    o->limit = limit;
+    th_buf_init(&o->head);
+    o->spill_fd = -1;
+}
+
+void th_out_set_offset_base(th_out *o, uint64_t base)
+{
+    o->offset_base = base;
+}
+
+uint64_t th_out_limit(const th_limits *host, const th_toolset_cfg *ts,
+                      const char *tool, uint32_t sem)
+{
+    uint32_t i = sem < TH_SEM_COUNT ? sem : 0;
+    if (ts) {
+        for (size_t k = 0; tool && k < ts->n_overrides; k++)
+            if (ts->overrides[k].tool &&
+                strcmp(ts->overrides[k].tool, tool) == 0 &&
+                ts->overrides[k].limits.bytes[i])
+                return ts->overrides[k].limits.bytes[i];
+        if (ts->limits.bytes[i])
+            return ts->limits.bytes[i];
+    }
+    return host ? host->bytes[i] : 0;
+}
+
+/* ---- UTF-8 and counting ------------------------------------------------ */
+
+size_t th_utf8_cut(const uint8_t *b, size_t n)
+{
+    for (size_t k = 1; k <= 4 && k <= n; k++) {
+        uint8_t c = b[n - k];
+        if ((c & 0xC0) == 0x80)
+            continue; /* a continuation byte: look further back */
+        size_t len = c < 0x80            ? 1
+                     : (c & 0xE0) == 0xC0 ? 2
+                     : (c & 0xF0) == 0xE0 ? 3
+                     : (c & 0xF8) == 0xF0 ? 4
+                                          : 1;
+        return len > k ? n - k : n; /* drop a sequence the cut would split */
+    }
+    return n;
+}
+
+/* Skips the continuation bytes (at most 3) that open a tail cut out of
+ * the middle of a sequence. */
+static size_t utf8_skip(const uint8_t *b, size_t n)
+{
+    size_t i = 0;
+    while (i < n && i < 3 && (b[i] & 0xC0) == 0x80)
+        i++;
+    return i;
+}
+
+static uint64_t count_nl(const uint8_t *p, size_t n)
+{
+    uint64_t c = 0;
+    const uint8_t *end = p + n;
+    while (p < end && (p = memchr(p, '\n', (size_t)(end - p))) != NULL) {
+        c++;
+        p++;
+    }
+    return c;
+}
+
+/* "1,234,567" */
+static const char *fmt_num(uint64_t v, char buf[32])
+{
+    char tmp[32];
+    int n = snprintf(tmp, sizeof tmp, "%" PRIu64, v);
+    int o = 0;
+    for (int i = 0; i < n; i++) {
+        if (i > 0 && (n - i) % 3 == 0)
+            buf[o++] = ',';
+        buf[o++] = tmp[i];
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+/* ---- Memory -------------------------------------------------------------- */
+
+/* Room for `need` content bytes plus the NUL; grows by doubling but never
+ * past limit + 1 while the stream is limited. */
+static int head_reserve(th_out *o, size_t need)
+{
+    if (need < o->head.cap)
+        return 0;
+    if (need == SIZE_MAX)
+        return TH_ENOMEM;
+    size_t cap = o->head.cap ? o->head.cap : 256;
+    while (cap < need + 1)
+        cap = cap > SIZE_MAX / 2 ? need + 1 : cap * 2;
+    if (o->limit && need <= o->limit && cap > o->limit + 1)
+        cap = (size_t)o->limit + 1;
+    uint8_t *p = realloc(o->head.data, cap);
+    if (!p)
+        return TH_ENOMEM;
+    o->head.data = p;
+    o->head.cap = cap;
+    return 0;
+}
+
+static int head_append(th_out *o, const uint8_t *p, size_t n)
+{
+    if (head_reserve(o, o->head.len + n) != 0)
+        return TH_ENOMEM;
+    if (n)
+        memcpy(o->head.data + o->head.len, p, n);
+    o->head.len += n;
+    o->head.data[o->head.len] = '\0';
+    return 0;
+}
+
+static void ring_put(th_out *o, const uint8_t *p, size_t n)
+{
+    size_t cap = o->ring_cap;
+    if (cap == 0)
+        return;
+    if (n > cap)
+        o->ring_prev = p[n - cap - 1];
+    else /* the last byte this write overwrites */
+        o->ring_prev = o->ring[(o->ring_pos + n - 1) % cap];
+    if (n >= cap) {
+        memcpy(o->ring, p + n - cap, cap);
+        o->ring_pos = 0;
+        return;
+    }
+    size_t first = cap - o->ring_pos < n ? cap - o->ring_pos : n;
+    memcpy(o->ring + o->ring_pos, p, first);
+    memcpy(o->ring, p + first, n - first);
+    o->ring_pos = (o->ring_pos + n) % cap;
+}
+
+static void reverse(uint8_t *a, size_t n)
+{
+    for (size_t i = 0, j = n; i + 1 < j; i++, j--) {
+        uint8_t t = a[i];
+        a[i] = a[j - 1];
+        a[j - 1] = t;
+    }
+}
+
+/* Rotates a[0..n) left by k in place (oldest byte of the ring first). */
+static void rotate(uint8_t *a, size_t n, size_t k)
+{
+    if (k == 0 || k >= n)
+        return;
+    reverse(a, k);
+    reverse(a + k, n - k);
+    reverse(a, n);
+}
+
+/* ---- Spill --------------------------------------------------------------- */
+
+int th_out_spill(th_out *o, const char *dir, uint64_t max_bytes)
+{
+    if (!dir || o->spill_dir || o->total > 0)
+        return TH_EINVAL;
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+        return TH_EIO;
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode) ||
+        access(dir, W_OK | X_OK) != 0)
+        return TH_EIO;
+    o->spill_dir = strdup(dir);
+    if (!o->spill_dir)
+        return TH_ENOMEM;
+    o->spill_max = max_bytes;
+    o->spill_bytes = 0;
+    o->spill_failed = false;
+    return 0;
+}
+
+static void spill_write(th_out *o, const uint8_t *p, size_t n);
+
+/* Creates the file when the stream first passes its limit: until then
+ * every byte is still in the head, which goes into the file first. */
+static void spill_open(th_out *o)
+{
+    size_t n = strlen(o->spill_dir) + sizeof "/" SPILL_PREFIX "XXXXXX";
+    char *path = malloc(n);
+    if (!path) {
+        o->spill_failed = true;
+        return;
+    }
+    snprintf(path, n, "%s/" SPILL_PREFIX "XXXXXX", o->spill_dir);
+    int fd = mkostemp(path, O_CLOEXEC); /* mode 0600 */
+    if (fd < 0) {
+        free(path);
+        o->spill_failed = true;
+        return;
+    }
+    (void)fchmod(fd, 0600);
+    o->spill_fd = fd;
+    o->spill_path = path;
+    spill_write(o, o->head.data, o->head.len);
+}
+
+static void spill_drop(th_out *o)
+{
+    if (o->spill_fd >= 0)
+        close(o->spill_fd);
+    o->spill_fd = -1;
+    if (o->spill_path) {
+        unlink(o->spill_path);
+        free(o->spill_path);
+        o->spill_path = NULL;
+    }
+}
+
+static void spill_write(th_out *o, const uint8_t *p, size_t n)
+{
+    if (o->spill_max && o->spill_bytes + n > o->spill_max)
+        n = (size_t)(o->spill_max - o->spill_bytes);
+    while (n > 0) {
+        ssize_t w = write(o->spill_fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            o->spill_failed = true;
+            spill_drop(o);
+            return;
+        }
+        p += w;
+        n -= (size_t)w;
+        o->spill_bytes += (uint64_t)w;
+    }
+}
+
+/* ---- Writing ------------------------------------------------------------- */
+
+int th_out_write(th_out *o, const void *data, size_t len)
+{
+    if (len == 0)
+        return 0;
+    if (!data)
+        return TH_EINVAL;
+    const uint8_t *p = data;
+    size_t n = len;
+
+    if (!o->over) {
+        uint64_t room = o->limit ? o->limit - o->head.len : UINT64_MAX;
+        if (n <= room) { /* the fast path: an append */
+            if (head_append(o, p, n) != 0)
+                return TH_ENOMEM;
+            p = NULL;
+        } else {
+            if (head_append(o, p, (size_t)room) != 0)
+                return TH_ENOMEM;
+            o->over = true;
+            p += room;
+            n -= (size_t)room;
+            if (o->spill_dir && !o->spill_failed)
+                spill_open(o);
+            if (strategy(o->sem) == ST_HEAD_TAIL) {
+                o->head_keep = (size_t)(o->limit / 2);
+                o->ring = o->head.data + o->head_keep;
+                o->ring_cap = o->ring_len = (size_t)o->limit - o->head_keep;
+                o->ring_pos = 0;
+                o->ring_prev = o->head_keep ? o->head.data[o->head_keep - 1]
+                                            : 0;
+            }
+        }
+    }
+    if (p && o->ring)
+        ring_put(o, p, n);
+    if (p && o->spill_fd >= 0)
+        spill_write(o, p, n);
+    o->total += len;
+    o->lines += count_nl(data, len);
+    o->last = ((const uint8_t *)data)[len - 1];
+    return 0;
+}
+
+/* ---- JSON element boundaries --------------------------------------------- */
+
+typedef struct jscan {
+    char stack[JSON_MAX_DEPTH]; /* closers of the open containers */
+    size_t depth;
+    bool err;     /* not JSON (or nested too deep) */
+    bool have;    /* best is set */
+    size_t best;  /* the last cut point with best + depth <= budget */
+    /* the last such cut point at each depth, SIZE_MAX when none */
+    size_t at[JSON_MAX_DEPTH + 1];
+} jscan;
+
+static void jcandidate(jscan *st, size_t i, size_t budget)
+{
+    if (i + st->depth <= budget) {
+        st->best = i;
+        st->have = true;
+        st->at[st->depth] = i;
+    }
+}
+
+/* The cut to use: the shallowest boundary that keeps at least half of what
+ * the last boundary would, so whole records of an array (or whole lines of
+ * NDJSON) are preferred to a record cut in its middle. */
+static size_t jchoose(const jscan *st)
+{
+    for (size_t d = 0; d <= JSON_MAX_DEPTH; d++)
+        if (st->at[d] != SIZE_MAX && st->at[d] >= st->best / 2)
+            return st->at[d];
+    return st->best;
+}
+
+/* Scans s[0..n) and notes every place where the text can be cut and
+ * closed: right after '{' or '[', right after a complete value inside a
+ * container, and right after a complete top-level value (so one JSON value
+ * per line is cut between lines).  Stops quietly at an incomplete token at
+ * the end. */
+static void json_scan(const uint8_t *s, size_t n, size_t budget, jscan *st)
+{
+    enum { W_VALUE, W_KEY, W_COLON, W_AFTER } want = W_VALUE;
+    bool just_opened = false;
+    size_t i = 0;
+    st->depth = 0;
+    st->err = st->have = false;
+    for (size_t d = 0; d <= JSON_MAX_DEPTH; d++)
+        st->at[d] = SIZE_MAX;
+    while (i < n) {
+        uint8_t c = s[i];
+        if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+            i++;
+            continue;
+        }
+        bool value_done = false;
+        switch (want) {
+        case W_VALUE:
+        case W_KEY:
+            if (just_opened && st->depth &&
+                c == (uint8_t)st->stack[st->depth - 1]) {
+                st->depth--;
+                i++;
+                value_done = true;
+                break;
+            }
+            if (c == '"') {
+                size_t j = i + 1;
+                while (j < n && s[j] != '"')
+                    j += s[j] == '\\' ? 2 : 1;
+                if (j >= n)
+                    return; /* incomplete */
+                i = j + 1;
+                if (want == W_KEY)
+                    want = W_COLON;
+                else
+                    value_done = true;
+                just_opened = false;
+                break;
+            }
+            if (want == W_KEY) {
+                st->err = true;
+                return;
+            }
+            if (c == '{' || c == '[') {
+                if (st->depth >= JSON_MAX_DEPTH) {
+                    st->err = true;
+                    return;
+                }
+                st->stack[st->depth++] = c == '{' ? '}' : ']';
+                i++;
+                jcandidate(st, i, budget);
+                want = c == '{' ? W_KEY : W_VALUE;
+                just_opened = true;
+                break;
+            }
+            if (c == '-' || (c >= '0' && c <= '9') || c == 't' ||
+                c == 'f' || c == 'n') {
+                size_t j = i;
+                while (j < n && (s[j] == '-' || s[j] == '+' || s[j] == '.' ||
+                                 (s[j] >= '0' && s[j] <= '9') ||
+                                 (s[j] >= 'a' && s[j] <= 'z') ||
+                                 s[j] == 'E'))
+                    j++;
+                if (j >= n)
+                    return; /* a number may go on: incomplete */
+                i = j;
+                value_done = true;
+                just_opened = false;
+                break;
+            }
+            st->err = true;
+            return;
+        case W_COLON:
+            if (c != ':') {
+                st->err = true;
+                return;
+            }
+            i++;
+            want = W_VALUE;
+            break;
+        case W_AFTER:
+            if (c == ',') {
+                i++;
+                want = st->stack[st->depth - 1] == '}' ? W_KEY : W_VALUE;
+            } else if (c == (uint8_t)st->stack[st->depth - 1]) {
+                st->depth--;
+                i++;
+                value_done = true;
+            } else {
+                st->err = true;
+                return;
+            }
+            break;
+        }
+        if (value_done) {
+            just_opened = false;
+            /* at the top level another value may follow (NDJSON, JSON
+             * text sequences): a complete one is a boundary too */
+            want = st->depth == 0 ? W_VALUE : W_AFTER;
+            jcandidate(st, i, budget);
+        }
+    }
+}
+
+/* ---- Finishing ----------------------------------------------------------- */
+
+/* Resizes the head to exactly `need` content bytes + NUL. */
+static int head_exact(th_out *o, size_t need)
+{
+    if (need + 1 <= o->head.cap)
+        return 0;
+    uint8_t *p = realloc(o->head.data, need + 1);
+    if (!p)
+        return TH_ENOMEM;
+    o->head.data = p;
+    o->head.cap = need + 1;
+    return 0;
+}
+
+static int head_add_marker(th_out *o, const char *m, size_t mlen)
+{
+    if (head_exact(o, o->head.len + mlen) != 0)
+        return TH_ENOMEM;
+    memcpy(o->head.data + o->head.len, m, mlen);
+    o->head.len += mlen;
+    o->head.data[o->head.len] = '\0';
+    return 0;
+}
+
+static const char *spill_note(const th_out *o, char *buf, size_t size)
+{
+    if (!o->spill_path)
+        return "";
+    if (o->spill_bytes == o->total)
+        snprintf(buf, size, "; full output in %s", o->spill_path);
+    else
+        snprintf(buf, size, "; first %" PRIu64 " bytes in %s",
+                 o->spill_bytes, o->spill_path);
+    return buf;
+}
+
+static int finish_head_tail(th_out *o, th_out_info *info)
+{
+    uint8_t *d = o->head.data;
+    size_t cap = o->ring_cap;
+    rotate(o->ring, cap, o->ring_pos);
+    o->ring_pos = 0;
+
+    /* head: end at a line end in its last quarter, else at a char end */
+    size_t h = o->head_keep;
+    size_t lo = h - h / 4;
+    const uint8_t *nl = h > lo ? memrchr(d + lo, '\n', h - lo) : NULL;
+    h = nl ? (size_t)(nl - d) + 1 : th_utf8_cut(d, h);
+
+    /* tail: start after a line end in its first quarter, else at a char */
+    const uint8_t *r = o->ring;
+    const uint8_t *tnl = cap / 4 ? memchr(r, '\n', cap / 4) : NULL;
+    size_t t0 = o->ring_prev == '\n' ? 0
+                : tnl                 ? (size_t)(tnl - r) + 1
+                                      : utf8_skip(r, cap);
+    size_t tl = cap - t0;
+
+    uint64_t kept_nl = count_nl(d, h) + count_nl(r + t0, tl);
+    uint64_t cut_bytes = o->total - h - tl;
+    uint64_t cut_lines = o->lines - kept_nl;
+
+    char m[PATH_MAX + 160], a[32], b[32], sp[PATH_MAX + 32];
+    int ml = snprintf(m, sizeof m, "%s... [%s byte%s, %s line%s cut%s] ...\n",
+                      h > 0 && d[h - 1] != '\n' ? "\n" : "",
+                      fmt_num(cut_bytes, a), cut_bytes == 1 ? "" : "s",
+                      fmt_num(cut_lines, b), cut_lines == 1 ? "" : "s",
+                      spill_note(o, sp, sizeof sp));
+    if (ml < 0 || (size_t)ml >= sizeof m)
+        ml = 0;
+    size_t out = h + (size_t)ml + tl;
+    size_t ring_off = o->head_keep + t0;
+    if (head_exact(o, out) != 0)
+        return TH_ENOMEM;
+    d = o->head.data;
+    o->ring = NULL;
+    memmove(d + h + ml, d + ring_off, tl);
+    memcpy(d + h, m, (size_t)ml);
+    o->head.len = out;
+    d[out] = '\0';
+    info->kept_bytes = h + tl;
+    info->kept_lines = kept_nl;
+    return 0;
+}
+
+static int finish_head(th_out *o, th_out_info *info, bool read_on)
+{
+    uint8_t *d = o->head.data;
+    size_t h = o->head.len;
+    const uint8_t *nl = h ? memrchr(d, '\n', h) : NULL;
+    h = nl ? (size_t)(nl - d) + 1 : th_utf8_cut(d, h);
+    o->head.len = h;
+    uint64_t kept_nl = count_nl(d, h);
+    uint64_t more = o->total - h;
+    uint64_t total_lines = o->lines + (o->last != '\n');
+    uint64_t more_lines = total_lines - kept_nl;
+
+    char m[PATH_MAX + 200], a[32], b[32], sp[PATH_MAX + 32], ro[96];
+    ro[0] = '\0';
+    if (read_on) {
+        if (o->sem == TOOLHOST_SEM_KNOWLEDGE)
+            snprintf(ro, sizeof ro, "; read on with offset=%" PRIu64
+                     " (bytes)", o->offset_base + h);
+        else
+            snprintf(ro, sizeof ro, "; read on with offset=%" PRIu64,
+                     o->offset_base + kept_nl);
+    }
+    int ml = snprintf(m, sizeof m,
+                      "%s[... %s more byte%s (%s line%s) not shown%s%s]\n",
+                      h > 0 && d[h - 1] != '\n' ? "\n" : "",
+                      fmt_num(more, a), more == 1 ? "" : "s",
+                      fmt_num(more_lines, b), more_lines == 1 ? "" : "s", ro,
+                      spill_note(o, sp, sizeof sp));
+    if (ml < 0 || (size_t)ml >= sizeof m)
+        ml = 0;
+    if (head_add_marker(o, m, (size_t)ml) != 0)
+        return TH_ENOMEM;
+    info->kept_bytes = h;
+    info->kept_lines = kept_nl;
+    return 0;
+}
+
+static int finish_json(th_out *o, th_out_info *info)
+{
+    jscan *st = malloc(sizeof *st);
+    if (!st)
+        return TH_ENOMEM;
+    json_scan(o->head.data, o->head.len, o->head.len, st);
+    if (st->err) {
+        free(st);
+        o->note = "not valid JSON: cut as text";
+        return finish_head(o, info, false);
+    }
+    if (!st->have) {
+        free(st);
+        o->note = "no JSON element boundary within the limit: nothing kept";
+        o->head.len = 0;
+        o->head.data[0] = '\0';
+        info->kept_bytes = info->kept_lines = 0;
+        return 0;
+    }
+    size_t cut = jchoose(st);
+    json_scan(o->head.data, cut, cut, st); /* the containers open there */
+    o->head.len = cut;
+    char close[JSON_MAX_DEPTH];
+    for (size_t i = 0; i < st->depth; i++)
+        close[i] = st->stack[st->depth - 1 - i];
+    size_t depth = st->depth;
+    free(st);
+    if (head_add_marker(o, close, depth) != 0)
+        return TH_ENOMEM;
+    o->note = depth ? "cut at a JSON element boundary; the open brackets "
+                      "were closed"
+                    : "cut between whole JSON values";
+    info->kept_bytes = cut;
+    info->kept_lines = count_nl(o->head.data, cut);
+    return 0;
+}
+
+int th_out_finish(th_out *o, th_buf *dst, th_out_info *info)
+{
+    th_out_info dummy;
+    if (!info)
+        info = &dummy;
+    memset(info, 0, sizeof *info);
+    info->total_bytes = o->total;
+    info->total_lines = o->lines + (o->total > 0 && o->last != '\n');
+    info->truncated = o->over;
+
+    if (o->spill_fd >= 0) {
+        close(o->spill_fd);
+        o->spill_fd = -1;
+    }
+
+    int rc = 0;
+    if (!o->over) {
+        info->kept_bytes = o->head.len;
+        info->kept_lines = o->lines;
+    } else {
+        switch (strategy(o->sem)) {
+        case ST_HEAD_TAIL:
+            rc = finish_head_tail(o, info);
+            break;
+        case ST_HEAD:
+            rc = finish_head(o, info, true);
+            break;
+        case ST_JSON:
+            rc = finish_json(o, info);
+            break;
+        case ST_BINARY:
+            o->note = "binary: the first kept_bytes bytes are kept, nothing "
+                      "was added";
+            info->kept_bytes = o->head.len;
+            info->kept_lines = count_nl(o->head.data, o->head.len);
+            break;
+        }
+        o->over = false; /* finished: the head holds the final text */
+        o->ring = NULL;
+    }
+    if (rc != 0)
+        return rc;
+    info->note = o->note;
+    info->spill_path = o->spill_path;
+    info->spill_bytes = o->spill_path ? o->spill_bytes : 0;
+
+    if (!dst->data) { /* a move */
+        *dst = o->head;
+        th_buf_init(&o->head);
+        return 0;
+    }
+    if (th_buf_append(dst, o->head.data, o->head.len) != 0)
+        return TH_ENOMEM;
+    return 0;
+}
+
+void th_out_free(th_out *o)
+{
+    th_buf_free(&o->head);
+    o->ring = NULL;
+    if (o->spill_fd >= 0)
+        spill_drop(o); /* never finished: the copy goes too */
+    free(o->spill_path);
+    o->spill_path = NULL;
+    free(o->spill_dir);
+    o->spill_dir = NULL;
+}
+
+/* ---- Meta ---------------------------------------------------------------- */
+
+#define PACK_KEY(pk, s) msgpack_pack_str_with_body((pk), (s), sizeof(s) - 1)
+
+static int pack_one(msgpack_packer *pk, const th_out_info *i)
+{
+    size_t n = 4 + (i->spill_path ? 2 : 0) + (i->note ? 1 : 0);
+    int rc = msgpack_pack_map(pk, n);
+    rc |= PACK_KEY(pk, "truncated");
+    rc |= i->truncated ? msgpack_pack_true(pk) : msgpack_pack_false(pk);
+    rc |= PACK_KEY(pk, "total_bytes");
+    rc |= msgpack_pack_uint64(pk, i->total_bytes);
+    rc |= PACK_KEY(pk, "kept_bytes");
+    rc |= msgpack_pack_uint64(pk, i->kept_bytes);
+    rc |= PACK_KEY(pk, "total_lines");
+    rc |= msgpack_pack_uint64(pk, i->total_lines);
+    if (i->spill_path) {
+        rc |= PACK_KEY(pk, "spill_path");
+        rc |= msgpack_pack_str_with_body(pk, i->spill_path,
+                                         strlen(i->spill_path));
+        rc |= PACK_KEY(pk, "spill_bytes");
+        rc |= msgpack_pack_uint64(pk, i->spill_bytes);
+    }
+    if (i->note) {
+        rc |= PACK_KEY(pk, "note");
+        rc |= msgpack_pack_str_with_body(pk, i->note, strlen(i->note));
+    }
+    return rc;
+}
+
+int th_out_pack_info(struct msgpack_packer *pk, const th_out_info *out,
+                     const th_out_info *err)
+{
+    int rc = msgpack_pack_map(pk, (out ? 1 : 0) + (err ? 1 : 0));
+    if (out) {
+        rc |= PACK_KEY(pk, "stdout");
+        rc |= pack_one(pk, out);
+    }
+    if (err) {
+        rc |= PACK_KEY(pk, "stderr");
+        rc |= pack_one(pk, err);
+    }
+    return rc ? TH_ENOMEM : 0;
+}
+
+/* ---- Spill directory cleaning -------------------------------------------- */
+
+typedef struct spill_ent {
+    char name[256];
+    int64_t mtime_ms;
+    uint64_t size;
+} spill_ent;
+
+static int ent_cmp(const void *a, const void *b)
+{
+    const spill_ent *x = a, *y = b;
+    if (x->mtime_ms != y->mtime_ms)
+        return x->mtime_ms < y->mtime_ms ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+int th_out_spill_gc(const char *dir, uint64_t max_age_ms, uint64_t max_total)
+{
+    DIR *dp = opendir(dir);
+    if (!dp)
+        return errno == ENOENT ? 0 : TH_EIO;
+    int dfd = dirfd(dp);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    int64_t now_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    uid_t me = geteuid();
+    spill_ent *ents = NULL;
+    size_t n = 0, cap = 0;
+    int removed = 0, rc = 0;
+    struct dirent *de;
+    while ((de = readdir(dp)) != NULL) {
+        if (strncmp(de->d_name, SPILL_PREFIX, sizeof SPILL_PREFIX - 1) != 0 ||
+            strlen(de->d_name) >= sizeof ents->name)
+            continue;
+        struct stat sb;
+        if (fstatat(dfd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 ||
+            !S_ISREG(sb.st_mode) || sb.st_uid != me)
+            continue;
+        int64_t mt = (int64_t)sb.st_mtim.tv_sec * 1000 +
+                     sb.st_mtim.tv_nsec / 1000000;
+        if (max_age_ms && now_ms - mt > (int64_t)max_age_ms) {
+            if (unlinkat(dfd, de->d_name, 0) == 0)
+                removed++;
+            continue;
+        }
+        if (!max_total)
+            continue;
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 16;
+            spill_ent *p = realloc(ents, nc * sizeof *p);
+            if (!p) {
+                rc = TH_ENOMEM;
+                break;
+            }
+            ents = p;
+            cap = nc;
+        }
+        snprintf(ents[n].name, sizeof ents[n].name, "%s", de->d_name);
+        ents[n].mtime_ms = mt;
+        ents[n].size = (uint64_t)sb.st_size;
+        n++;
+    }
+    if (rc == 0 && max_total && n) {
+        qsort(ents, n, sizeof *ents, ent_cmp);
+        uint64_t sum = 0;
+        for (size_t i = 0; i < n; i++)
+            sum += ents[i].size;
+        for (size_t i = 0; i < n && sum > max_total; i++) {
+            if (unlinkat(dfd, ents[i].name, 0) == 0) {
+                removed++;
+                sum -= ents[i].size;
+            }
+        }
+    }
+    free(ents);
+    closedir(dp);
+    return rc ? rc : removed;
+}

@@ -1,0 +1,77 @@
+/* th/schema.h - LLM-ready tool descriptions: the JSON Schema of a tool's
+ * parameters, the detailed description for prompts, the function-calling
+ * exports (OpenAI, Anthropic, plain JSON Schema) and the tools.list entry
+ * for msgpack-RPC, all from one schema builder (docs/descriptions.md).
+ *
+ * Everything here reads host-owned th_tool/th_param structs and allocates
+ * fresh results; nothing is cached, so every function is safe from any
+ * thread as long as the tools stay alive (hold them pinned or the registry
+ * read-locked).  Ownership: a returned json_t* is a new reference (the
+ * caller json_decref()s it); a returned char* is malloc()ed (free() it).
+ * NULL means out of memory unless said otherwise.
+ */
+#ifndef TH_SCHEMA_H
+#define TH_SCHEMA_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "th/err.h"
+#include "th/tool.h"
+
+struct msgpack_packer;
+
+typedef enum th_export_format {
+    TH_EXPORT_OPENAI = 1,  /* [{"type":"function","function":{name,
+                              description, parameters}}, ...]            */
+    TH_EXPORT_ANTHROPIC,   /* [{name, description, input_schema}, ...]    */
+    TH_EXPORT_JSONSCHEMA   /* {name: schema (with $schema, title,
+                              description), ...}                         */
+} th_export_format;
+
+/* OpenAI's function description limit (characters); the openai export
+ * keeps the description within it. */
+#define TH_SCHEMA_OPENAI_DESC_MAX 1024
+
+/* "openai", "anthropic", "jsonschema" and back; 0 / NULL when unknown. */
+th_export_format th_export_format_from_name(const char *name);
+const char *th_export_format_name(th_export_format f);
+
+/* The JSON Schema of the tool's parameters: {"type": "object",
+ * "properties": {name: {type, description, enum?, items?, default?}},
+ * "required": [...] (left out when empty), "additionalProperties": false},
+ * properties in declaration order. */
+json_t *th_schema_params(const th_tool *tool);
+
+/* The description for function-calling APIs: the one-line description,
+ * then the long description (normalized, sections kept) after a blank
+ * line.  max_chars > 0 keeps it within that many characters (code
+ * points), dropping whole trailing paragraphs first. */
+char *th_schema_description(const th_tool *tool, size_t max_chars);
+
+/* The detailed description for prompts and `toolhost describe`:
+ * "# name", the description, the long description with its sections, a
+ * "## Parameters" list, and "## Output" (semantic types and flags). */
+char *th_schema_describe(const th_tool *tool);
+
+/* The tools in the export format, sorted by name (a stable order whatever
+ * order `tools` has).  NULL with err set (TH_EINVAL for an unknown format,
+ * TH_ENOMEM). */
+json_t *th_schema_export(const th_tool *const *tools, size_t n,
+                         th_export_format fmt, th_error *err);
+/* The same as JSON text, indented by 2, with a final newline. */
+char *th_schema_export_text(const th_tool *const *tools, size_t n,
+                            th_export_format fmt, th_error *err);
+
+/* Packs the tools.list entry of one tool as a msgpack map: name,
+ * description, long_description (nil when absent), parameters (the JSON
+ * Schema of th_schema_params, converted with th_json_pack), stdout_type
+ * and stderr_type (names such as "file_content"), flags (a list of names
+ * such as "read_only").  0 or TH_ENOMEM. */
+int th_schema_pack_tool(struct msgpack_packer *pk, const th_tool *tool);
+
+/* The JSON Schema type name of a toolhost_type ("string", ...), or NULL. */
+const char *th_schema_type_name(uint32_t type);
+
+#endif

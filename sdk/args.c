@@ -1,0 +1,287 @@
+/* args.c - typed getters over a msgpack map of arguments (toolhost/sdk.h). */
+#include "toolhost/sdk.h"
+
+#include <string.h>
+
+const char *th_sdk_strerror(int code)
+{
+    switch (code) {
+    case TH_SDK_OK: return "ok";
+    case TH_SDK_EINVAL: return "invalid argument";
+    case TH_SDK_ENOMEM: return "out of memory";
+    case TH_SDK_ECANCELLED: return "cancelled";
+    case TH_SDK_ESTATE: return "not allowed now";
+    case TH_SDK_EABSENT: return "absent";
+    case TH_SDK_ETYPE: return "wrong type";
+    case TH_SDK_ERANGE: return "out of range";
+    case TH_SDK_EPATH: return "outside the root";
+    case TH_SDK_ENOENT: return "no such file or folder";
+    case TH_SDK_EIO: return "system error";
+    default: return "unknown error";
+    }
+}
+
+int th_sdk_args_init(th_sdk_args *a, const uint8_t *data, size_t len)
+{
+    if (!a)
+        return TH_SDK_EINVAL;
+    msgpack_unpacked_init(&a->unp);
+    a->map = NULL;
+    if (!data || len == 0)
+        return TH_SDK_OK;
+    size_t off = 0;
+    msgpack_unpack_return r =
+        msgpack_unpack_next(&a->unp, (const char *)data, len, &off);
+    if (r == MSGPACK_UNPACK_NOMEM_ERROR)
+        return TH_SDK_ENOMEM;
+    if (r != MSGPACK_UNPACK_SUCCESS || off != len ||
+        a->unp.data.type != MSGPACK_OBJECT_MAP)
+        return TH_SDK_EINVAL;
+    a->map = &a->unp.data;
+    return TH_SDK_OK;
+}
+
+void th_sdk_args_destroy(th_sdk_args *a)
+{
+    if (!a)
+        return;
+    msgpack_unpacked_destroy(&a->unp);
+    a->map = NULL;
+}
+
+/* The value of `key`, or NULL. */
+static const msgpack_object *lookup(const th_sdk_args *a, const char *key)
+{
+    if (!a || !key || !a->map)
+        return NULL;
+    size_t klen = strlen(key);
+    const msgpack_object_map *m = &a->map->via.map;
+    for (uint32_t i = 0; i < m->size; i++) {
+        const msgpack_object *k = &m->ptr[i].key;
+        if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == klen &&
+            memcmp(k->via.str.ptr, key, klen) == 0)
+            return &m->ptr[i].val;
+    }
+    return NULL;
+}
+
+/* Finds `key`, distinguishing a bad call from an absent key. */
+static int find(const th_sdk_args *a, const char *key,
+                const msgpack_object **o)
+{
+    if (!a || !key)
+        return TH_SDK_EINVAL;
+    *o = lookup(a, key);
+    return *o ? TH_SDK_OK : TH_SDK_EABSENT;
+}
+
+/* Copies a msgpack string into the args' zone as a C string. */
+static int zone_cstr(th_sdk_args *a, const msgpack_object *o, const char **s)
+{
+    const char *p = o->via.str.ptr;
+    uint32_t n = o->via.str.size;
+    if (n && memchr(p, '\0', n))
+        return TH_SDK_EINVAL;
+    char *c = msgpack_zone_malloc(a->unp.zone, (size_t)n + 1);
+    if (!c)
+        return TH_SDK_ENOMEM;
+    if (n)
+        memcpy(c, p, n);
+    c[n] = '\0';
+    *s = c;
+    return TH_SDK_OK;
+}
+
+bool th_sdk_arg_has(const th_sdk_args *a, const char *key)
+{
+    return lookup(a, key) != NULL;
+}
+
+int th_sdk_arg_object(const th_sdk_args *a, const char *key,
+                      const msgpack_object **out)
+{
+    const msgpack_object *o;
+    int rc = find(a, key, &o);
+    if (rc == 0 && out)
+        *out = o;
+    return out ? rc : TH_SDK_EINVAL;
+}
+
+int th_sdk_arg_string(const th_sdk_args *a, const char *key, const char **s,
+                      size_t *len)
+{
+    const msgpack_object *o;
+    if (!s)
+        return TH_SDK_EINVAL;
+    int rc = find(a, key, &o);
+    if (rc)
+        return rc;
+    if (o->type != MSGPACK_OBJECT_STR)
+        return TH_SDK_ETYPE;
+    *s = o->via.str.ptr;
+    if (len)
+        *len = o->via.str.size;
+    return TH_SDK_OK;
+}
+
+int th_sdk_arg_cstr(th_sdk_args *a, const char *key, const char **s)
+{
+    const msgpack_object *o;
+    if (!s)
+        return TH_SDK_EINVAL;
+    int rc = find(a, key, &o);
+    if (rc)
+        return rc;
+    if (o->type != MSGPACK_OBJECT_STR)
+        return TH_SDK_ETYPE;
+    return zone_cstr(a, o, s);
+}
+
+/* A msgpack integer as int64_t. */
+static int to_int(const msgpack_object *o, int64_t *v)
+{
+    if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
+        if (o->via.u64 > (uint64_t)INT64_MAX)
+            return TH_SDK_ERANGE;
+        *v = (int64_t)o->via.u64;
+        return TH_SDK_OK;
+    }
+    if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) {
+        *v = o->via.i64;
+        return TH_SDK_OK;
+    }
+    return TH_SDK_ETYPE;
+}
+
+int th_sdk_arg_int(const th_sdk_args *a, const char *key, int64_t *v)
+{
+    const msgpack_object *o;
+    if (!v)
+        return TH_SDK_EINVAL;
+    int rc = find(a, key, &o);
+    if (rc)
+        return rc;
+    int64_t x;
+    rc = to_int(o, &x);
+    if (rc == 0)
+        *v = x;
+    return rc;
+}
+
+int th_sdk_arg_number(const th_sdk_args *a, const char *key, double *v)
+{
+    const msgpack_object *o;
+    if (!v)
+        return TH_SDK_EINVAL;
+    int rc = find(a, key, &o);
+    if (rc)
+        return rc;
+    switch (o->type) {
+    case MSGPACK_OBJECT_FLOAT32:
+    case MSGPACK_OBJECT_FLOAT64:
+        *v = o->via.f64;
+        return TH_SDK_OK;
+    case MSGPACK_OBJECT_POSITIVE_INTEGER:
+        *v = (double)o->via.u64;
+        return TH_SDK_OK;
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+        *v = (double)o->via.i64;
+        return TH_SDK_OK;
+    default:
+        return TH_SDK_ETYPE;
+    }
+}
+
+int th_sdk_arg_bool(const th_sdk_args *a, const char *key, bool *v)
+{
+    const msgpack_object *o;
+    if (!v)
+        return TH_SDK_EINVAL;
+    int rc = find(a, key, &o);
+    if (rc)
+        return rc;
+    if (o->type != MSGPACK_OBJECT_BOOLEAN)
+        return TH_SDK_ETYPE;
+    *v = o->via.boolean;
+    return TH_SDK_OK;
+}
+
+int th_sdk_arg_strings(th_sdk_args *a, const char *key,
+                       const char *const **out, size_t *n)
+{
+    const msgpack_object *o;
+    if (!out || !n)
+        return TH_SDK_EINVAL;
+    int rc = find(a, key, &o);
+    if (rc)
+        return rc;
+    if (o->type != MSGPACK_OBJECT_ARRAY)
+        return TH_SDK_ETYPE;
+    uint32_t size = o->via.array.size;
+    for (uint32_t i = 0; i < size; i++)
+        if (o->via.array.ptr[i].type != MSGPACK_OBJECT_STR)
+            return TH_SDK_ETYPE;
+    const char **v = msgpack_zone_malloc(a->unp.zone,
+                                         sizeof *v * (size ? size : 1));
+    if (!v)
+        return TH_SDK_ENOMEM;
+    for (uint32_t i = 0; i < size; i++) {
+        rc = zone_cstr(a, &o->via.array.ptr[i], &v[i]);
+        if (rc)
+            return rc;
+    }
+    *out = v;
+    *n = size;
+    return TH_SDK_OK;
+}
+
+int th_sdk_arg_ints(th_sdk_args *a, const char *key, const int64_t **out,
+                    size_t *n)
+{
+    const msgpack_object *o;
+    if (!out || !n)
+        return TH_SDK_EINVAL;
+    int rc = find(a, key, &o);
+    if (rc)
+        return rc;
+    if (o->type != MSGPACK_OBJECT_ARRAY)
+        return TH_SDK_ETYPE;
+    uint32_t size = o->via.array.size;
+    int64_t *v = msgpack_zone_malloc(a->unp.zone,
+                                     sizeof *v * (size ? size : 1));
+    if (!v)
+        return TH_SDK_ENOMEM;
+    for (uint32_t i = 0; i < size; i++) {
+        rc = to_int(&o->via.array.ptr[i], &v[i]);
+        if (rc)
+            return rc;
+    }
+    *out = v;
+    *n = size;
+    return TH_SDK_OK;
+}
+
+int64_t th_sdk_arg_int_or(const th_sdk_args *a, const char *key, int64_t def)
+{
+    int64_t v;
+    return th_sdk_arg_int(a, key, &v) == 0 ? v : def;
+}
+
+double th_sdk_arg_number_or(const th_sdk_args *a, const char *key, double def)
+{
+    double v;
+    return th_sdk_arg_number(a, key, &v) == 0 ? v : def;
+}
+
+bool th_sdk_arg_bool_or(const th_sdk_args *a, const char *key, bool def)
+{
+    bool v;
+    return th_sdk_arg_bool(a, key, &v) == 0 ? v : def;
+}
+
+const char *th_sdk_arg_cstr_or(th_sdk_args *a, const char *key,
+                               const char *def)
+{
+    const char *v;
+    return th_sdk_arg_cstr(a, key, &v) == 0 ? v : def;
+}

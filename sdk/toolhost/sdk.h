@@ -1,0 +1,335 @@
+/* toolhost/sdk.h - helpers for writing toolhost plugins: declaration macros,
+ * typed argument getters, output writers, a meta builder, progress and
+ * cancellation helpers, and root-confined path resolution.
+ *
+ * The SDK is a static library (libtoolhost-sdk.a, `pkg-config --libs
+ * toolhost-plugin`) built on msgpack-c.  It sits on top of the ABI in
+ * <toolhost/plugin.h> and adds nothing to it: a plugin built with the SDK
+ * is an ordinary plugin, and everything here can be done by hand.
+ *
+ * Return codes.  Every SDK function that can fail returns 0 (TH_SDK_OK) or
+ * a negative TH_SDK_E* code.  The first four equal the host callbacks'
+ * TOOLHOST_E* codes, so a writer passes the host's answer through
+ * unchanged.
+ *
+ * Threading.  The classes are plugin.h's: Load (init/fini), Call
+ * (execute, validate_args, needs_permission), Owner (the thread that owns a
+ * toolhost_call), Any.  Functions that take a toolhost_call are Owner;
+ * functions on caller-owned objects (th_sdk_args, th_sdk_meta) are safe on
+ * any thread as long as one object is used by one thread at a time.
+ *
+ * Ownership.  Stated at each function.  In short: pointers returned by the
+ * argument getters point into the argument bytes or into the th_sdk_args,
+ * and are valid until th_sdk_args_destroy() or until the bytes go away,
+ * whichever comes first; strings returned with a `char **` out parameter
+ * are malloc()ed and the caller free()s them.
+ */
+#ifndef TOOLHOST_SDK_H
+#define TOOLHOST_SDK_H
+
+#include <msgpack.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "toolhost/plugin.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define TH_SDK_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define TH_SDK_PRINTF(f, a)
+#endif
+
+/* ---- Return codes ------------------------------------------------------ */
+
+#define TH_SDK_OK 0
+#define TH_SDK_EINVAL TOOLHOST_EINVAL         /* bad argument, bad msgpack  */
+#define TH_SDK_ENOMEM TOOLHOST_ENOMEM         /* out of memory              */
+#define TH_SDK_ECANCELLED TOOLHOST_ECANCELLED /* the call was cancelled     */
+#define TH_SDK_ESTATE TOOLHOST_ESTATE         /* not allowed now            */
+#define TH_SDK_EABSENT (-10) /* the key is not in the map                  */
+#define TH_SDK_ETYPE (-11)   /* the value has another type                 */
+#define TH_SDK_ERANGE (-12)  /* the value does not fit the C type          */
+#define TH_SDK_EPATH (-13)   /* a path escapes its root                    */
+#define TH_SDK_ENOENT (-14)  /* no such file or folder                     */
+#define TH_SDK_EIO (-15)     /* another system error (errno kept)          */
+
+/* A short English name for a TH_SDK_* code ("absent", "wrong type", ...).
+ * Static storage.  Any. */
+const char *th_sdk_strerror(int code);
+
+/* ---- Declaration macros --------------------------------------------------
+ *
+ * They fill struct_size and the ABI fields; everything else is given as
+ * designated initializers, so a table reads like the ABI it builds:
+ *
+ *   static const toolhost_param echo_params[] = {
+ *       TH_SDK_PARAM("text", STRING, "The text to write.", TH_SDK_REQUIRED),
+ *       TH_SDK_PARAM("times", INTEGER, "How often.", TH_SDK_DEFAULT("1")),
+ *   };
+ *   static const toolhost_tool echo_tools[] = {
+ *       TH_SDK_TOOL("echo", echo_execute, "Writes text to stdout.",
+ *                   TH_SDK_PARAMS(echo_params), TH_SDK_OUTPUT(TEXT, ERROR),
+ *                   .flags = TOOLHOST_TOOL_READ_ONLY),
+ *   };
+ *   TH_SDK_PLUGIN("echo", "1.0.0", echo_tools, "Echoes text back.");
+ *
+ * The macros are for C (C99 designated initializers and compound
+ * literals); C++ authors fill the structs by hand. */
+
+/* Number of elements of a static array, as the ABI's uint32_t. */
+#define TH_SDK_COUNT(arr) ((uint32_t)(sizeof(arr) / sizeof((arr)[0])))
+
+/* A parameter: name, type (STRING, INTEGER, NUMBER, BOOLEAN, ARRAY,
+ * OBJECT), description, then optional TH_SDK_REQUIRED, TH_SDK_DEFAULT(),
+ * TH_SDK_ENUM(), TH_SDK_ITEMS(). */
+#define TH_SDK_PARAM(pname, ptype, ...)                                      \
+    {                                                                        \
+        .struct_size = sizeof(toolhost_param), .name = (pname),              \
+        .type = TOOLHOST_TYPE_##ptype, .description = __VA_ARGS__            \
+    }
+#define TH_SDK_REQUIRED .required = 1
+/* The default as JSON text: TH_SDK_DEFAULT("3"), TH_SDK_DEFAULT("\"a\""). */
+#define TH_SDK_DEFAULT(json) .default_json = (json)
+/* The allowed values of a string: TH_SDK_ENUM("fast", "slow"). */
+#define TH_SDK_ENUM(...)                                                     \
+    .enum_values = (const char *const[]) { __VA_ARGS__, NULL }
+/* The element type of an array: TH_SDK_ITEMS(STRING). */
+#define TH_SDK_ITEMS(itype) .item_type = TOOLHOST_TYPE_##itype
+
+/* A tool: name, execute function, one-line description, then designated
+ * initializers.  TH_SDK_OUTPUT() is required (the host refuses a tool
+ * without semantic types); add TH_SDK_PARAMS() when it has parameters,
+ * `.flags`, `.long_description`, `.validate_args`, `.needs_permission`,
+ * `.user_data` as needed. */
+#define TH_SDK_TOOL(tname, texec, ...)                                       \
+    {                                                                        \
+        .struct_size = sizeof(toolhost_tool), .name = (tname),               \
+        .execute = (texec), .description = __VA_ARGS__                       \
+    }
+#define TH_SDK_PARAMS(arr) .params = (arr), .n_params = TH_SDK_COUNT(arr)
+/* Semantic types of stdout and stderr: TH_SDK_OUTPUT(FILE_CONTENT, ERROR).
+ * Names are the TOOLHOST_SEM_* suffixes. */
+#define TH_SDK_OUTPUT(out, err)                                              \
+    .stdout_type = TOOLHOST_SEM_##out, .stderr_type = TOOLHOST_SEM_##err
+
+/* The plugin descriptor and the exported entry point toolhost_plugin_v1().
+ * Use once per plugin, at file scope: name, version, the tools array, the
+ * description, then optional `.init`, `.fini`, TH_SDK_CONFIG(). */
+#define TH_SDK_PLUGIN(pname, pversion, ptools, ...)                          \
+    TOOLHOST_EXPORT const toolhost_plugin *toolhost_plugin_v1(void);         \
+    TOOLHOST_EXPORT const toolhost_plugin *toolhost_plugin_v1(void)          \
+    {                                                                        \
+        static const toolhost_plugin descriptor = {                          \
+            .struct_size = sizeof(toolhost_plugin),                          \
+            .abi_major = TOOLHOST_ABI_MAJOR,                                 \
+            .abi_minor = TOOLHOST_ABI_MINOR,                                 \
+            .name = (pname),                                                 \
+            .version = (pversion),                                           \
+            .tools = (ptools),                                               \
+            .n_tools = TH_SDK_COUNT(ptools),                                 \
+            .description = __VA_ARGS__};                                     \
+        return &descriptor;                                                  \
+    }
+/* The keys of the plugin's config block (a toolhost_param array). */
+#define TH_SDK_CONFIG(arr)                                                   \
+    .config_params = (arr), .n_config_params = TH_SDK_COUNT(arr)
+
+/* ---- Arguments ------------------------------------------------------------
+ *
+ * A parsed view of a msgpack map: the arguments execute() gets, or the
+ * config block init() gets.  Init it on caller storage, read keys, destroy
+ * it.  The map bytes are not copied: they MUST outlive the th_sdk_args
+ * (execute()'s `args` do, until execute() returns).
+ *
+ * Every getter returns 0 and stores the value, or leaves the output
+ * untouched and returns TH_SDK_EABSENT (no such key), TH_SDK_ETYPE (the
+ * value has another msgpack type; nil is a type too), TH_SDK_ERANGE (the
+ * value does not fit), or TH_SDK_EINVAL (a NULL argument).  After the
+ * host's validation a required parameter is present and of its declared
+ * type, and a parameter with a default is present.
+ *
+ * Threads: Any, one th_sdk_args used by one thread at a time (typically
+ * on the stack of execute(), validate_args() or init()). */
+typedef struct th_sdk_args {
+    msgpack_unpacked unp;     /* private */
+    const msgpack_object *map; /* private: the map, or NULL when empty */
+} th_sdk_args;
+
+/* Parses `data`/`len` (a msgpack map; NULL/0 reads as an empty map).
+ * Returns 0, TH_SDK_EINVAL (not one msgpack map) or TH_SDK_ENOMEM.  Call
+ * th_sdk_args_destroy() in every case. */
+int th_sdk_args_init(th_sdk_args *a, const uint8_t *data, size_t len);
+/* Frees what the th_sdk_args holds, including th_sdk_arg_cstr() copies.
+ * Safe to call twice. */
+void th_sdk_args_destroy(th_sdk_args *a);
+
+/* Nonzero when `key` is in the map (whatever its value). */
+bool th_sdk_arg_has(const th_sdk_args *a, const char *key);
+
+/* The raw value of `key` (valid while `a` lives).  For objects, arrays of
+ * mixed types, or anything the typed getters do not cover. */
+int th_sdk_arg_object(const th_sdk_args *a, const char *key,
+                      const msgpack_object **out);
+
+/* A string as bytes: *s points into the argument bytes and is NOT
+ * NUL-terminated; *len is its length (len may be NULL). */
+int th_sdk_arg_string(const th_sdk_args *a, const char *key, const char **s,
+                      size_t *len);
+/* A string as a NUL-terminated copy owned by `a` (freed by
+ * th_sdk_args_destroy()).  TH_SDK_EINVAL when the string holds a NUL byte
+ * (a C string would silently cut it), TH_SDK_ENOMEM. */
+int th_sdk_arg_cstr(th_sdk_args *a, const char *key, const char **s);
+/* An integer (msgpack positive or negative int).  TH_SDK_ERANGE above
+ * INT64_MAX. */
+int th_sdk_arg_int(const th_sdk_args *a, const char *key, int64_t *v);
+/* A number: a float or an integer. */
+int th_sdk_arg_number(const th_sdk_args *a, const char *key, double *v);
+int th_sdk_arg_bool(const th_sdk_args *a, const char *key, bool *v);
+/* An array of strings as NUL-terminated copies: *out is an array of *n
+ * pointers, owned by `a`.  TH_SDK_ETYPE when the value or any element is
+ * not a string, TH_SDK_EINVAL when an element holds a NUL byte. */
+int th_sdk_arg_strings(th_sdk_args *a, const char *key,
+                       const char *const **out, size_t *n);
+/* An array of integers: *out is an array of *n values owned by `a`. */
+int th_sdk_arg_ints(th_sdk_args *a, const char *key, const int64_t **out,
+                    size_t *n);
+
+/* Shorthands for optional parameters: the value, or `def` when the key is
+ * absent or unusable. */
+int64_t th_sdk_arg_int_or(const th_sdk_args *a, const char *key, int64_t def);
+double th_sdk_arg_number_or(const th_sdk_args *a, const char *key,
+                            double def);
+bool th_sdk_arg_bool_or(const th_sdk_args *a, const char *key, bool def);
+const char *th_sdk_arg_cstr_or(th_sdk_args *a, const char *key,
+                               const char *def);
+
+/* ---- Output ----------------------------------------------------------------
+ *
+ * Owner.  All go through call->host->write(); the host copies the bytes.
+ * They return 0, TH_SDK_EINVAL, TH_SDK_ENOMEM (formatting), or
+ * TH_SDK_ECANCELLED once the call is cancelled (the bytes are dropped:
+ * stop soon). */
+
+/* Writes `len` bytes to stream TOOLHOST_STDOUT or TOOLHOST_STDERR. */
+int th_sdk_write(toolhost_call *call, int stream, const void *data,
+                 size_t len);
+/* Writes a NUL-terminated string to stdout. */
+int th_sdk_puts(toolhost_call *call, const char *s);
+/* printf to stdout / to stderr / to `stream`. */
+int th_sdk_printf(toolhost_call *call, const char *fmt, ...)
+    TH_SDK_PRINTF(2, 3);
+int th_sdk_eprintf(toolhost_call *call, const char *fmt, ...)
+    TH_SDK_PRINTF(2, 3);
+int th_sdk_vprintf(toolhost_call *call, int stream, const char *fmt,
+                   va_list ap) TH_SDK_PRINTF(3, 0);
+/* Writes the message and a newline to stderr and returns TOOLHOST_FAILED,
+ * so a tool can `return th_sdk_fail(call, "no such file: %s", path);`. */
+int th_sdk_fail(toolhost_call *call, const char *fmt, ...)
+    TH_SDK_PRINTF(2, 3);
+
+/* ---- Meta -------------------------------------------------------------------
+ *
+ * Builds the msgpack map a tool sets as its meta.  Init on caller storage,
+ * add keys, set it on the call (or take the bytes), destroy.  Errors are
+ * sticky: after a failed add the others are no-ops and th_sdk_meta_set()
+ * returns the first error.  Keys should be unique (not checked); keys
+ * under "toolhost" are the host's.  One th_sdk_meta per thread at a time. */
+typedef struct th_sdk_meta {
+    msgpack_sbuffer body; /* private: the packed entries */
+    msgpack_sbuffer out;  /* private: header + body, built on finish */
+    msgpack_packer pk;    /* private */
+    uint32_t count;       /* entries added so far */
+    int err;              /* first error, 0 */
+} th_sdk_meta;
+
+void th_sdk_meta_init(th_sdk_meta *m);
+void th_sdk_meta_destroy(th_sdk_meta *m);
+int th_sdk_meta_str(th_sdk_meta *m, const char *key, const char *value);
+int th_sdk_meta_strn(th_sdk_meta *m, const char *key, const char *value,
+                     size_t len);
+int th_sdk_meta_int(th_sdk_meta *m, const char *key, int64_t value);
+int th_sdk_meta_bool(th_sdk_meta *m, const char *key, bool value);
+int th_sdk_meta_double(th_sdk_meta *m, const char *key, double value);
+/* Packs `key` and returns the packer, on which the caller MUST pack
+ * exactly one value (an array, a nested map, ...).  NULL after an error.
+ * The packer belongs to `m`. */
+msgpack_packer *th_sdk_meta_value(th_sdk_meta *m, const char *key);
+/* The finished map: *data is owned by `m`, valid until the next add or
+ * th_sdk_meta_destroy().  Returns 0 or the sticky error. */
+int th_sdk_meta_finish(th_sdk_meta *m, const uint8_t **data, size_t *len);
+/* Owner.  Finishes the map and hands it to call->host->set_meta() (which
+ * copies it).  Returns 0, the sticky error, or the host's code. */
+int th_sdk_meta_set(th_sdk_meta *m, toolhost_call *call);
+
+/* ---- Progress, cancellation, logging --------------------------------------- */
+
+/* Owner.  Reports progress with a formatted message (fmt may be NULL).
+ * `fraction` in [0, 1] or negative when unknown.  For an async tool the
+ * first update acknowledges the call.  Returns 0 or a negative code. */
+int th_sdk_progress(toolhost_call *call, double fraction, const char *fmt,
+                    ...) TH_SDK_PRINTF(3, 4);
+/* Owner.  Nonzero once the call is cancelled or past its deadline. */
+bool th_sdk_cancelled(const toolhost_call *call);
+/* Owner.  Sleeps `ms` milliseconds in short slices, returning early with
+ * TH_SDK_ECANCELLED as soon as the call is cancelled; 0 otherwise. */
+int th_sdk_sleep_ms(const toolhost_call *call, int64_t ms);
+/* Any.  A formatted line in the host's log (dropped when host or its log
+ * callback is NULL). */
+void th_sdk_log(const toolhost_host_api *host, int level, const char *fmt,
+                ...) TH_SDK_PRINTF(3, 4);
+
+/* ---- Paths confined to a root ------------------------------------------------
+ *
+ * For plugins that give a model access to one folder.  The root is
+ * resolved once (in init()); every path a caller gives is then resolved
+ * against it and refused when it leaves it: by "..", by an absolute path
+ * elsewhere, or through a symlink that points outside.  Symlinks that stay
+ * inside the root are followed.  The check is made on the resolved path
+ * (realpath(3)); a root that an adversary can modify concurrently can race
+ * it, so give a plugin a root only trusted users write to.
+ *
+ * Messages are one line, NUL-terminated, at most err_size bytes, and name
+ * the path as the caller gave it.  Call class: Any (no shared state). */
+
+/* Resolves `root` (must be an existing folder) to an absolute path without
+ * symlinks: *out is malloc()ed, the caller frees it.  Returns 0,
+ * TH_SDK_ENOENT, TH_SDK_EINVAL (not a folder), TH_SDK_EIO, TH_SDK_ENOMEM. */
+int th_sdk_root_resolve(const char *root, char **out, char *err,
+                        size_t err_size);
+
+/* Load.  For init(): reads the string `key` of a config map and resolves
+ * it with th_sdk_root_resolve().  *out is malloc()ed (free it in fini()).
+ * Returns 0 or a negative code with a message naming the key. */
+int th_sdk_root_from_config(const uint8_t *config, size_t len,
+                            const char *key, char **out, char *err,
+                            size_t err_size);
+
+/* th_sdk_path_resolve() flags. */
+#define TH_SDK_PATH_MAY_NOT_EXIST 1u /* the last component may be missing
+                                        (for a file the tool will create):
+                                        its folder must exist in the root */
+
+/* Resolves `path` (relative to `root`, or absolute inside it; "" and "."
+ * are the root itself) against `root`, a th_sdk_root_resolve() result.
+ * *out is the malloc()ed absolute resolved path (the caller frees it).
+ * Returns 0, TH_SDK_EPATH (outside the root), TH_SDK_ENOENT, TH_SDK_EIO,
+ * TH_SDK_EINVAL (NULL argument), TH_SDK_ENOMEM. */
+int th_sdk_path_resolve(const char *root, const char *path, unsigned flags,
+                        char **out, char *err, size_t err_size);
+
+/* The part of `resolved` (a th_sdk_path_resolve() result) below `root`:
+ * "" for the root itself, else a pointer into `resolved` after the
+ * root and its slash. */
+const char *th_sdk_path_relative(const char *root, const char *resolved);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TOOLHOST_SDK_H */
