@@ -673,6 +673,8 @@ static int do_reload(th_reloader *r, th_reload_result *res)
     }
     if (rc == 0)
         rc = check_future(r, nc, steps, n, &res->err);
+    if (rc == 0 && r->t.check_config)
+        rc = r->t.check_config(r->t.ud, nc, &res->err);
     res->prepare_ns = now_ns() - t0;
 
     if (rc == 0) {

@@ -265,7 +265,7 @@ static int fx_open(fx *f)
         return -1;
     }
     f->reg = th_registry_new();
-    th_reload_target t = {f->reg, NULL, NULL, on_tools_changed, f};
+    th_reload_target t = {.reg = f->reg, .tools_changed = on_tools_changed, .ud = f};
     if (th_reloader_new(&t, f->cfg, &f->r, &e) != 0) {
         fprintf(stderr, "reloader: %s\n", e.msg);
         return -1;
@@ -909,7 +909,8 @@ static void test_watcher(void)
     uv_timer_init(&t.loop, &t.timeout);
     uv_timer_init(&t.loop, &t.later);
     t.later.data = &t;
-    th_reload_watch_opts o = {TH_RELOAD_WATCH, 30, 0, false, wt_result, &t};
+    th_reload_watch_opts o = {.mode = TH_RELOAD_WATCH, .debounce_ms = 30,
+                              .on_result = wt_result, .ud = &t};
     th_reload_watch *w = NULL;
     th_error e;
     CU_ASSERT_EQUAL_FATAL(th_reload_watch_start(f.r, &t.loop, &o, &w, &e), 0);

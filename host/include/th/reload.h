@@ -112,6 +112,10 @@ typedef struct th_reload_target {
      * removed, config changed): tell the sessions.  May be NULL. */
     void (*tools_changed)(void *ud);
     void *ud;
+    /* Appended: a last check of the new config before anything changes
+     * (e.g. what the running host cannot take without a restart); 0, or a
+     * TH_E* code with err, which fails the reload.  May be NULL. */
+    int (*check_config)(void *ud, const th_config *cfg, th_error *err);
 } th_reload_target;
 
 /* Per-plugin outcome. */
@@ -245,6 +249,13 @@ bool th_reload_quiesce(th_reloader *r, int64_t timeout_ms);
 
 /* The reloader's config path (borrowed; valid while the reloader lives). */
 const char *th_reload_config_path(th_reloader *r);
+
+/* ---- The host's reloader ------------------------------------------------------ */
+
+struct th_host;
+/* The reloader of a host opened with host.reload other than off (made by
+ * th_host_open, freed by th_host_close), or NULL.  Any thread. */
+th_reloader *th_host_reloader(struct th_host *h);
 
 /* ---- The watcher (libuv) ------------------------------------------------------ */
 
