@@ -257,6 +257,19 @@ struct th_host;
  * th_host_open, freed by th_host_close), or NULL.  Any thread. */
 th_reloader *th_host_reloader(struct th_host *h);
 
+/* Host glue (reload_host.c), called by host.c only.  th_reload_host_open:
+ * after the registry exists and before plugins load, makes the host's
+ * reloader unless host.reload is off.  th_reload_host_load: loads, checks
+ * and initialises one configured plugin (from a private copy when the host
+ * has a reloader), *out holding one reference for th_registry_add().
+ * th_reload_host_close: after the registry is freed and every call ended,
+ * closes what drained, frees the reloader and the configs reloads
+ * replaced. */
+int th_reload_host_open(struct th_host *h, th_error *err);
+int th_reload_host_load(struct th_host *h, const th_plugin_cfg *pc,
+                        th_plugin **out, th_error *err);
+void th_reload_host_close(struct th_host *h);
+
 /* ---- The watcher (libuv) ------------------------------------------------------ */
 
 struct uv_loop_s;
