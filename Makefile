@@ -71,7 +71,8 @@ BENCH_SRC := $(sort $(wildcard bench/*.c))
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
 HOST_OBJ := $(call obj,$(HOST_SRC))
-CLI_OBJ := $(call obj,$(CLI_SRC))
+CLI_OBJ := $(call obj,$(CLI_SRC)) $(BUILD)/obj/gen/template.o
+TEMPLATE_FILES := $(sort $(wildcard sdk/template/*))
 SDK_OBJ := $(call obj,$(SDK_SRC))
 TCOMMON_OBJ := $(call obj,$(TCOMMON_SRC))
 
@@ -122,6 +123,15 @@ $(BUILD)/obj/tests/%.o: tests/%.c
 $(BUILD)/obj/bench/%.o: bench/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(TEST_DEFS) -MMD -MP -c $< -o $@
+
+# The plugin template that `toolhost new` writes, embedded in the binary.
+$(BUILD)/gen/template.c: $(TEMPLATE_FILES) scripts/embed-files
+	@mkdir -p $(dir $@)
+	scripts/embed-files $@ th_plugin_template $(TEMPLATE_FILES)
+
+$(BUILD)/obj/gen/template.o: $(BUILD)/gen/template.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
 # ---- libraries and programs -------------------------------------------------
 

@@ -1,13 +1,62 @@
-/* main.c - the toolhost command line: dispatches to the subcommands. */
+/* main.c - the toolhost command line: global options and subcommands. */
 #include <stdio.h>
 #include <string.h>
 
+#include "cli.h"
+
+static const cli_command commands[] = {
+    {"serve", "run the host: msgpack-RPC on a Unix socket or on stdio",
+     cli_serve},
+    {"list", "list the tools of a config or of a running host", cli_list},
+    {"describe", "show a tool's detailed description and JSON Schema",
+     cli_describe},
+    {"call", "call a tool in-process or on a running host", cli_call},
+    {"check", "lint a plugin .so without a config", cli_check},
+    {"config", "config check FILE: validate a config and load its plugins",
+     cli_config},
+    {"export", "write the tools as function-calling JSON", cli_export},
+    {"new", "create a plugin project from the template", cli_new},
+    {"reload", "ask a running host to reload its plugins and config",
+     cli_reload},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: toolhost [--version] [--help] COMMAND [ARGS]\n"
+            "\n"
+            "Runs LLM tools shipped as shared objects.\n"
+            "\n"
+            "Commands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f,
+            "\n"
+            "'toolhost COMMAND --help' describes a command.\n"
+            "Exit status: 0 ok, 1 the tool or check failed, 2 usage or "
+            "validation error.\n");
+}
+
 int main(int argc, char **argv)
 {
-    if (argc > 1 && strcmp(argv[1], "--version") == 0) {
-        printf("toolhost %s\n", TOOLHOST_VERSION);
-        return 0;
+    if (argc < 2) {
+        usage(stderr);
+        return CLI_USAGE;
     }
-    fprintf(stderr, "usage: toolhost --version\n");
-    return 2;
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0) {
+        printf("toolhost %s (plugin ABI %d.%d)\n", TOOLHOST_VERSION,
+               TOOLHOST_ABI_MAJOR, TOOLHOST_ABI_MINOR);
+        return CLI_OK;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return CLI_OK;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(argv[1], commands[i].name) == 0)
+            return commands[i].run(argc - 1, argv + 1);
+    cli_error("unknown command '%s'", argv[1]);
+    usage(stderr);
+    return CLI_USAGE;
 }

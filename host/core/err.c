@@ -70,3 +70,13 @@ void th_error_prefix(th_error *err, const char *fmt, ...)
     memcpy(err->msg, pre, plen);
     err->msg[plen + mlen] = '\0';
 }
+
+int th_err_from_name(const char *name)
+{
+#define TH_ERR_FROM(ename, num, code, msg)                                    \
+    if (strcmp(name, code) == 0)                                              \
+        return num;
+    TH_ERRNO_MAP(TH_ERR_FROM)
+#undef TH_ERR_FROM
+    return TH_EINTERNAL;
+}

@@ -42,6 +42,10 @@ enum {
  * "internal" for an unknown value.  Static storage. */
 const char *th_err_name(int err);
 
+/* The first TH_E* code whose tool error code is `name` ("timeout" ->
+ * TH_ETIMEOUT); TH_EINTERNAL when none is. */
+int th_err_from_name(const char *name);
+
 /* The default message for `err`.  Static storage. */
 const char *th_strerror(int err);
 

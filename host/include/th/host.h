@@ -21,7 +21,11 @@
 
 #include "th/config.h"
 #include "th/err.h"
+/* Until th/tool.h loses the comment-in-comment at th_validate_call. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wcomment"
 #include "th/tool.h"
+#pragma GCC diagnostic pop
 
 typedef struct th_host th_host;
 typedef struct th_session th_session;
@@ -31,6 +35,36 @@ typedef struct th_session th_session;
  * manager's workers.  Plugins marked optional that fail are logged and
  * skipped. */
 int th_host_open(th_config *cfg, th_host **out, th_error *err);
+
+/* th_host_open() with built-in plugins registered before the toolsets are
+ * checked, so a toolset may name their tools (the Lua runtime's run_code,
+ * test fixtures).  Each descriptor is static data of the caller and must
+ * outlive the host; init() (if any) is called with an empty config and
+ * fini() at close.  A built-in tool belongs to the toolsets that name it or
+ * list "*", like any tool, unless `member` says otherwise (below). */
+typedef struct th_host_opts {
+    const toolhost_plugin *const *builtins;
+    size_t n_builtins;
+} th_host_opts;
+int th_host_open_ex(th_config *cfg, const th_host_opts *opts, th_host **out,
+                    th_error *err);
+
+/* Decides whether built-in tool `tool` belongs to toolset `ts` (e.g.
+ * run_code: only where ts->run_code.enabled).  Pure; any thread. */
+typedef bool (*th_builtin_member_fn)(const th_toolset_cfg *ts,
+                                     const char *tool, void *ud);
+
+/* Registers one more built-in plugin after th_host_open() (from the thread
+ * that opened the host, before sessions call its tools).  `desc` is static
+ * data that must outlive the host.  `member` may be NULL (membership as for
+ * any tool: named in the toolset or "*").  Fails with TH_ELOAD when a tool
+ * name is taken.  The names "get_running_tasks", "cancel_task" and
+ * "run_code" are reserved: a toolset may name them before they exist. */
+int th_host_add_builtin_ex(th_host *h, const toolhost_plugin *desc,
+                           th_builtin_member_fn member, void *ud,
+                           th_error *err);
+int th_host_add_builtin(th_host *h, const toolhost_plugin *desc,
+                        th_error *err);
 /* Stops accepting calls, cancels what runs after the shutdown grace, waits
  * for every call, closes every plugin, frees everything. */
 void th_host_close(th_host *h);
@@ -165,5 +199,72 @@ int th_result_copy_from(th_result_copy *dst, const th_result *src);
 int th_call_sync(th_session *s, const char *tool, const uint8_t *args,
                  size_t len, const th_call_opts *opts, th_event_fn progress,
                  void *ud, volatile int *cancel_flag, th_result_copy *out);
+
+/* ---- Tasks ------------------------------------------------------------------ */
+
+/* A live async task, as listed by th_tasks_list(); pointers are valid
+ * during the callback only. */
+typedef struct th_task_info {
+    uint64_t task_id;        /* the call id of the call that started it */
+    uint64_t session_id;     /* the session that started it */
+    const char *tool;
+    const uint8_t *args;     /* validated arguments (msgpack map) */
+    size_t args_len;
+    int64_t started_ms;      /* Unix time in ms */
+    int64_t last_update_ms;  /* Unix time in ms of the last progress */
+    const char *message;     /* last progress message, may be NULL */
+    double fraction;         /* last progress fraction, < 0 unknown */
+    th_task_scope scope;
+} th_task_info;
+
+/* Calls fn for each live task of the session (acknowledged, not yet done),
+ * in start order.  Any thread; fn must not close the session. */
+int th_tasks_list(th_session *s, int (*fn)(const th_task_info *t, void *ud),
+                  void *ud);
+
+/* The final result of a finished toolset-scoped task of a toolset the
+ * session may use, kept for result_ttl_ms after it ended: 0 and *out
+ * filled (free with th_result_copy_free), TH_ESTATE while the task still
+ * runs, TH_ENOTFOUND when unknown or expired. */
+int th_task_result(th_session *s, uint64_t task_id, th_result_copy *out);
+
+/* Number of live tasks the session started. */
+size_t th_session_live_tasks(th_session *s);
+
+/* ---- Numbers ------------------------------------------------------------------ */
+
+/* Per tool, since the host opened.  Latency is from th_call_start to the
+ * final result (DONE for tasks), read from a log-scale histogram (each
+ * bucket 19% wide), so p50/p99 are upper bounds within that precision. */
+typedef struct th_tool_stats {
+    const char *tool;
+    uint64_t calls;               /* every th_call_start that named it */
+    uint64_t ok, failed;          /* the tool ran: ok / reported failure */
+    uint64_t errors;              /* other tool errors (arguments, ...) */
+    uint64_t timeouts, cancels;
+    uint64_t duplicates_rejected;
+    uint64_t busy;                /* refused: queue full */
+    uint64_t permission_denied;
+    uint64_t late_results;        /* results discarded after timeout or
+                                     cancel */
+    double p50_ms, p99_ms;        /* 0 when no call finished */
+} th_tool_stats;
+
+/* Calls fn for every tool that has numbers, in no particular order; stops
+ * when fn returns nonzero and returns that.  Any thread. */
+int th_host_stats_foreach(th_host *h,
+                          int (*fn)(const th_tool_stats *st, void *ud),
+                          void *ud);
+
+/* Host-wide numbers of the manager, a snapshot. */
+typedef struct th_mgr_stats {
+    uint32_t workers, async_workers;
+    uint64_t queued;      /* waiting for a worker (incl. held by limits) */
+    uint64_t running;     /* executing now (workers + inline + suspended) */
+    uint64_t live_tasks;  /* acknowledged async tasks not yet done */
+    uint64_t calls_total;
+    uint64_t inline_calls;/* ran on the caller's thread */
+} th_mgr_stats;
+void th_host_mgr_stats(th_host *h, th_mgr_stats *out);
 
 #endif

@@ -1,0 +1,184 @@
+/* call.c - `toolhost call` and `toolhost list`: in-process through the
+ * same call path the server uses (th_call_sync -> manager), or on a
+ * running host with --connect. */
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "th/json.h"
+
+static const char call_usage[] =
+    "usage: toolhost call -c FILE TOOL [key=value ...] [--json '{...}'] [options]\n"
+    "       toolhost call --connect unix:PATH TOOL [key=value ...] [options]\n"
+    "\n"
+    "Calls TOOL and prints its stdout to stdout and its stderr to stderr.\n"
+    "Values are typed by the tool's parameters (integer, number, boolean;\n"
+    "arrays and objects as JSON); key=@FILE reads a string from FILE and\n"
+    "key=@@text passes \"@text\". An async tool shows its progress; Ctrl-C\n"
+    "cancels the call.\n"
+    "\n"
+    "Options:\n"
+    "  -c, --config FILE     run the tool in-process with this config\n"
+    "      --connect ADDR    call a running host (unix:PATH)\n"
+    "      --json OBJECT     arguments as a JSON object (key=value adds to it)\n"
+    "      --meta            print the result's meta (JSON) on stderr\n"
+    "      --timeout TIME    deadline for the call (500ms, 30s, 2m)\n"
+    "  -y, --yes             answer yes when the policy asks for permission\n"
+    "  -h, --help            this help\n"
+    "\n"
+    "Exit status: 0 the tool succeeded, 1 it failed (or timed out, was\n"
+    "denied, ...), 2 usage or argument error, 130 cancelled with Ctrl-C.\n";
+
+typedef struct call_ctx {
+    bool yes;
+    th_session *session; /* set once the session is open */
+} call_ctx;
+
+static int tool_param_type(void *ud, const char *name)
+{
+    const th_tool *t = ud;
+    for (size_t i = 0; t && i < t->n_params; i++)
+        if (strcmp(t->params[i].name, name) == 0)
+            return (int)t->params[i].type;
+    return 0;
+}
+
+static void on_progress(const th_event *ev, void *ud)
+{
+    (void)ud;
+    if (ev->kind == TH_EV_PROGRESS)
+        cli_show_progress(ev->fraction, ev->message, ev->coalesced);
+}
+
+/* Asks on the terminal (or takes --yes); with neither, denies. */
+static int ask_permission(void *ud, uint64_t call_id, const char *tool,
+                          const uint8_t *args, size_t args_len,
+                          const char *reason)
+{
+    (void)args;
+    (void)args_len;
+    call_ctx *cc = ud;
+    bool allow = cc->yes;
+    if (!allow && !isatty(STDIN_FILENO))
+        return -1; /* nobody to ask: the policy denies */
+    if (!allow)
+        allow = cli_ask_terminal(tool, reason);
+    return th_permission_answer(cc->session, call_id, allow);
+}
+
+
+int cli_call(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"config", required_argument, NULL, 'c'},
+        {"connect", required_argument, NULL, 'C'},
+        {"json", required_argument, NULL, 'j'},
+        {"meta", no_argument, NULL, 'm'},
+        {"timeout", required_argument, NULL, 't'},
+        {"yes", no_argument, NULL, 'y'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    const char *config = NULL, *connect = NULL, *json_text = NULL;
+    bool show_meta = false;
+    uint64_t timeout_ms = 0;
+    call_ctx cc = {.yes = false};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "c:yh", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c':
+            config = optarg;
+            break;
+        case 'C':
+            connect = optarg;
+            break;
+        case 'j':
+            json_text = optarg;
+            break;
+        case 'm':
+            show_meta = true;
+            break;
+        case 't':
+            if (th_parse_duration_ms(optarg, &timeout_ms) != 0) {
+                cli_error("--timeout: '%s' is not a duration (500ms, 30s, 2m)",
+                          optarg);
+                return CLI_USAGE;
+            }
+            break;
+        case 'y':
+            cc.yes = true;
+            break;
+        case 'h':
+            fputs(call_usage, stdout);
+            return CLI_OK;
+        default:
+            fputs(call_usage, stderr);
+            return CLI_USAGE;
+        }
+    }
+    if (optind >= argc) {
+        cli_error("call: which tool? (toolhost list -c FILE shows them)");
+        fputs(call_usage, stderr);
+        return CLI_USAGE;
+    }
+    if (!config == !connect) {
+        cli_error("call: give exactly one of -c FILE and --connect ADDR");
+        return CLI_USAGE;
+    }
+    const char *tool = argv[optind];
+    char **kv = argv + optind + 1;
+    int n_kv = argc - optind - 1;
+
+    if (connect)
+        return cli_call_remote(connect, tool, kv, n_kv, json_text,
+                               (int64_t)timeout_ms, show_meta, cc.yes);
+
+    th_front_ops ops = {.ask_permission = ask_permission};
+    cli_host ch;
+    int rc = cli_host_open(config, &ops, &cc, &ch);
+    if (rc != CLI_OK)
+        return rc;
+    cc.session = ch.session;
+    const th_tool *t = th_session_acquire(ch.session, tool);
+    json_t *args = cli_build_args(kv, n_kv, json_text, tool_param_type,
+                                  (void *)t);
+    if (t)
+        th_tool_release(t);
+    if (!args) {
+        cli_host_close(&ch);
+        return CLI_USAGE;
+    }
+    th_buf mp = TH_BUF_INIT;
+    if (th_json_to_msgpack(args, &mp) != 0) {
+        cli_error("out of memory");
+        json_decref(args);
+        th_buf_free(&mp);
+        cli_host_close(&ch);
+        return CLI_FAILED;
+    }
+    json_decref(args);
+
+    cli_catch_sigint();
+    th_call_opts copts = {.timeout_ms = (int64_t)timeout_ms,
+                          .may_block = true};
+    th_result_copy res;
+    memset(&res, 0, sizeof res);
+    rc = th_call_sync(ch.session, tool, mp.data, mp.len, &copts, on_progress,
+                      NULL, &cli_interrupted, &res);
+    cli_progress_end();
+    th_buf_free(&mp);
+    if (rc != 0) {
+        cli_error("call failed: %s", th_strerror(rc));
+        cli_host_close(&ch);
+        return CLI_FAILED;
+    }
+    rc = cli_print_result(&res, show_meta, tool);
+    if (res.kind == TH_RESULT_ERROR && res.error == TH_ECANCELLED &&
+        cli_interrupted)
+        fprintf(stderr, "%s: cancelled\n", tool);
+    th_result_copy_free(&res);
+    cli_host_close(&ch);
+    return rc;
+}

@@ -1,0 +1,87 @@
+/* cli.h - shared pieces of the toolhost command line. */
+#ifndef TH_CLI_H
+#define TH_CLI_H
+
+#include <jansson.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "th/host.h"
+
+/* Exit statuses, the same for every subcommand. */
+#define CLI_OK 0
+#define CLI_FAILED 1    /* the tool (or the check) reported failure */
+#define CLI_USAGE 2     /* bad command line, bad arguments, bad config */
+#define CLI_CANCELLED 130
+
+/* One subcommand: name, one-line summary, entry point. */
+typedef struct cli_command {
+    const char *name;
+    const char *summary;
+    int (*run)(int argc, char **argv);
+} cli_command;
+
+int cli_serve(int argc, char **argv);
+int cli_list(int argc, char **argv);
+int cli_describe(int argc, char **argv);
+int cli_call(int argc, char **argv);
+int cli_check(int argc, char **argv);
+int cli_config(int argc, char **argv);
+int cli_export(int argc, char **argv);
+int cli_new(int argc, char **argv);
+int cli_reload(int argc, char **argv);
+
+/* Prints "toolhost: <message>" to stderr. */
+void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* True when argv holds -h or --help (before a "--"). */
+bool cli_wants_help(int argc, char **argv);
+
+/* Loads a config and opens a host with a trusted in-process session.
+ * Prints the error and returns CLI_USAGE on failure. */
+typedef struct cli_host {
+    th_host *host;
+    th_session *session;
+} cli_host;
+int cli_host_open(const char *config, const th_front_ops *ops, void *ud,
+                  cli_host *out);
+void cli_host_close(cli_host *ch);
+
+/* The JSON type name a parameter expects, looked up by the caller:
+ * returns a toolhost_type or 0 when unknown. */
+typedef int (*cli_param_type_fn)(void *ud, const char *name);
+
+/* Builds the argument object from `key=value` words and an optional
+ * --json object: values are typed by the tool's parameter table (an
+ * integer parameter gets an integer when the text is one, and so on;
+ * text that does not convert stays a string, so the host's validation
+ * reports it); `key=@path` reads a string value from a file (`@@x` gives
+ * "@x").  Returns a new object or NULL after printing the reason. */
+json_t *cli_build_args(char **kv, int n_kv, const char *json_text,
+                       cli_param_type_fn type_of, void *ud);
+
+/* Prints a result the way `toolhost call` does; returns the exit status. */
+int cli_print_result(const th_result_copy *r, bool show_meta,
+                     const char *tool);
+
+/* Progress display: a live line on a terminal, plain lines otherwise. */
+void cli_show_progress(double fraction, const char *message,
+                       unsigned coalesced);
+void cli_progress_end(void);
+
+/* --connect: the same commands against a running host (remote.c). */
+int cli_call_remote(const char *connect, const char *tool, char **kv,
+                    int n_kv, const char *json_text, int64_t timeout_ms,
+                    bool show_meta, bool yes);
+int cli_list_remote(const char *connect, bool json);
+
+/* Asks "Allow TOOL? REASON [y/N]" on the terminal; false when there is
+ * none (with --yes the caller does not ask). */
+bool cli_ask_terminal(const char *tool, const char *reason);
+
+/* Set by the SIGINT handler that cli_catch_sigint() installs. */
+extern volatile sig_atomic_t cli_interrupted;
+void cli_catch_sigint(void);
+
+#endif

@@ -1,0 +1,332 @@
+/* common.c - pieces every toolhost subcommand shares: errors, opening a
+ * host from a config, typing key=value arguments, printing results and
+ * progress, Ctrl-C. */
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "th/json.h"
+#include "th/log.h"
+
+volatile sig_atomic_t cli_interrupted;
+
+void cli_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("toolhost: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+bool cli_wants_help(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0)
+            break;
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0)
+            return true;
+    }
+    return false;
+}
+
+int cli_host_open(const char *config, const th_front_ops *ops, void *ud,
+                  cli_host *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!config) {
+        cli_error("no config given (use -c FILE)");
+        return CLI_USAGE;
+    }
+    /* The in-process CLI keeps its stderr for the tool's own output:
+     * only warnings and errors from the host. */
+    if (th_log_get_level() > TOOLHOST_LOG_WARN)
+        th_log_set_level(TOOLHOST_LOG_WARN);
+    th_error err;
+    th_error_clear(&err);
+    th_config *cfg = NULL;
+    if (th_config_load(config, &cfg, &err) != 0) {
+        fprintf(stderr, "%s\n", err.msg);
+        return CLI_USAGE;
+    }
+    if (th_host_open(cfg, &out->host, &err) != 0) {
+        fprintf(stderr, "%s\n", err.msg);
+        return CLI_USAGE;
+    }
+    th_principal who = {.uid = (uint32_t)getuid(),
+                        .gid = (uint32_t)getgid(),
+                        .trusted = true};
+    out->session = th_session_open(out->host, &who, ops, ud);
+    if (!out->session) {
+        cli_error("cannot open a session: out of memory");
+        th_host_close(out->host);
+        out->host = NULL;
+        return CLI_FAILED;
+    }
+    return CLI_OK;
+}
+
+void cli_host_close(cli_host *ch)
+{
+    if (ch->session)
+        th_session_close(ch->session);
+    if (ch->host)
+        th_host_close(ch->host);
+    ch->session = NULL;
+    ch->host = NULL;
+}
+
+/* Reads a whole file for `key=@path`. */
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    th_buf b = TH_BUF_INIT;
+    char chunk[65536];
+    size_t n;
+    int rc = 0;
+    while (rc == 0 && (n = fread(chunk, 1, sizeof chunk, f)) > 0)
+        rc = th_buf_append(&b, chunk, n);
+    int bad = ferror(f) || rc != 0;
+    fclose(f);
+    if (bad) {
+        th_buf_free(&b);
+        return NULL;
+    }
+    if (th_buf_reserve(&b, 0) != 0) /* a NUL even for empty files */
+        return NULL;
+    return (char *)th_buf_take(&b, len);
+}
+
+/* Types one `value` for a parameter of type `type` (0: unknown). */
+static json_t *typed_value(const char *key, const char *value, int type)
+{
+    char *end;
+    switch (type) {
+    case TOOLHOST_TYPE_INTEGER: {
+        errno = 0;
+        long long v = strtoll(value, &end, 10);
+        if (*value && !*end && errno == 0)
+            return json_integer(v);
+        break;
+    }
+    case TOOLHOST_TYPE_NUMBER: {
+        errno = 0;
+        long long iv = strtoll(value, &end, 10);
+        if (*value && !*end && errno == 0)
+            return json_integer(iv);
+        double v = strtod(value, &end);
+        if (*value && !*end)
+            return json_real(v);
+        break;
+    }
+    case TOOLHOST_TYPE_BOOLEAN:
+        if (!strcmp(value, "true") || !strcmp(value, "yes") ||
+            !strcmp(value, "1"))
+            return json_true();
+        if (!strcmp(value, "false") || !strcmp(value, "no") ||
+            !strcmp(value, "0"))
+            return json_false();
+        break;
+    case TOOLHOST_TYPE_ARRAY:
+    case TOOLHOST_TYPE_OBJECT: {
+        json_t *j = json_loads(value, JSON_DECODE_ANY, NULL);
+        if (j)
+            return j;
+        break;
+    }
+    default:
+        break;
+    }
+    if (value[0] == '@') {
+        if (value[1] == '@')
+            return json_string(value + 1);
+        size_t len;
+        char *text = read_file(value + 1, &len);
+        if (!text) {
+            cli_error("%s=@%s: cannot read the file: %s", key, value + 1,
+                      strerror(errno ? errno : EIO));
+            return NULL;
+        }
+        json_t *j = json_stringn(text, len);
+        if (!j)
+            cli_error("%s=@%s: the file is not UTF-8 text", key, value + 1);
+        free(text);
+        return j;
+    }
+    return json_string(value);
+}
+
+json_t *cli_build_args(char **kv, int n_kv, const char *json_text,
+                       cli_param_type_fn type_of, void *ud)
+{
+    json_t *args;
+    if (json_text) {
+        json_error_t je;
+        args = json_loads(json_text, 0, &je);
+        if (!args) {
+            cli_error("--json: %s (at character %d)", je.text, je.position);
+            return NULL;
+        }
+        if (!json_is_object(args)) {
+            cli_error("--json: the arguments must be a JSON object");
+            json_decref(args);
+            return NULL;
+        }
+    } else {
+        args = json_object();
+        if (!args)
+            return NULL;
+    }
+    for (int i = 0; i < n_kv; i++) {
+        const char *eq = strchr(kv[i], '=');
+        if (!eq || eq == kv[i]) {
+            cli_error("'%s' is not key=value", kv[i]);
+            json_decref(args);
+            return NULL;
+        }
+        char key[128];
+        size_t klen = (size_t)(eq - kv[i]);
+        if (klen >= sizeof key) {
+            cli_error("parameter name too long in '%s'", kv[i]);
+            json_decref(args);
+            return NULL;
+        }
+        memcpy(key, kv[i], klen);
+        key[klen] = '\0';
+        json_t *v = typed_value(key, eq + 1, type_of ? type_of(ud, key) : 0);
+        if (!v || json_object_set_new(args, key, v) != 0) {
+            json_decref(args);
+            return NULL;
+        }
+    }
+    return args;
+}
+
+static void print_meta(const th_result_copy *r)
+{
+    if (!r->meta.len) {
+        fprintf(stderr, "meta: {}\n");
+        return;
+    }
+    th_error err;
+    json_t *j = th_json_from_msgpack(r->meta.data, r->meta.len, &err);
+    if (!j) {
+        fprintf(stderr, "meta: (not printable: %s)\n", err.msg);
+        return;
+    }
+    char *s = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
+    fprintf(stderr, "meta: %s\n", s ? s : "?");
+    free(s);
+    json_decref(j);
+}
+
+int cli_print_result(const th_result_copy *r, bool show_meta,
+                     const char *tool)
+{
+    switch (r->kind) {
+    case TH_RESULT_DONE:
+        if (r->out.len)
+            fwrite(r->out.data, 1, r->out.len, stdout);
+        if (r->out.len && r->out.data[r->out.len - 1] != '\n' &&
+            isatty(STDOUT_FILENO))
+            fputc('\n', stdout);
+        fflush(stdout);
+        if (r->err.len)
+            fwrite(r->err.data, 1, r->err.len, stderr);
+        if (show_meta)
+            print_meta(r);
+        return r->ok ? CLI_OK : CLI_FAILED;
+    case TH_RESULT_ERROR:
+        fprintf(stderr, "%s: %s (%s)\n", tool,
+                r->message ? r->message : th_strerror(r->error),
+                th_err_name(r->error));
+        if (r->error == TH_EARGS || r->error == TH_EUNKNOWN_TOOL)
+            return CLI_USAGE;
+        if (r->error == TH_ECANCELLED && cli_interrupted)
+            return CLI_CANCELLED;
+        return CLI_FAILED;
+    case TH_RESULT_RUNNING:
+        fprintf(stderr, "%s: task %llu is running: %s\n", tool,
+                (unsigned long long)r->task_id,
+                r->message ? r->message : "");
+        return CLI_OK;
+    }
+    return CLI_FAILED;
+}
+
+static bool progress_live;
+
+void cli_show_progress(double fraction, const char *message,
+                       unsigned coalesced)
+{
+    const char *msg = message ? message : "";
+    if (isatty(STDERR_FILENO)) {
+        char bar[21];
+        int filled = fraction >= 0 ? (int)(fraction * 20 + 0.5) : 0;
+        if (filled > 20)
+            filled = 20;
+        for (int i = 0; i < 20; i++)
+            bar[i] = i < filled ? '#' : (fraction >= 0 ? '.' : ' ');
+        bar[20] = '\0';
+        if (fraction >= 0)
+            fprintf(stderr, "\r\033[K[%s] %3d%% %s", bar,
+                    (int)(fraction * 100 + 0.5), msg);
+        else
+            fprintf(stderr, "\r\033[K[working] %s", msg);
+        progress_live = true;
+    } else {
+        if (fraction >= 0)
+            fprintf(stderr, "progress: %d%% %s", (int)(fraction * 100 + 0.5),
+                    msg);
+        else
+            fprintf(stderr, "progress: %s", msg);
+        if (coalesced)
+            fprintf(stderr, " (+%u earlier updates folded in)", coalesced);
+        fputc('\n', stderr);
+    }
+    fflush(stderr);
+}
+
+void cli_progress_end(void)
+{
+    if (progress_live) {
+        fputs("\r\033[K", stderr);
+        progress_live = false;
+    }
+}
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    cli_interrupted = 1;
+}
+
+void cli_catch_sigint(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+bool cli_ask_terminal(const char *tool, const char *reason)
+{
+    if (!isatty(STDIN_FILENO) || !isatty(STDERR_FILENO))
+        return false;
+    cli_progress_end();
+    fprintf(stderr, "Allow %s? %s [y/N] ", tool, reason ? reason : "");
+    fflush(stderr);
+    char line[32];
+    if (!fgets(line, sizeof line, stdin))
+        return false;
+    return line[0] == 'y' || line[0] == 'Y';
+}

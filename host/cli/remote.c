@@ -1,0 +1,373 @@
+/* remote.c - `call`, `list` and `reload` against a running host
+ * (--connect unix:PATH), with the same output and exit statuses as the
+ * in-process commands. */
+#include <msgpack.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "th/json.h"
+#include "th/perm.h"
+#include "th/rpc.h"
+#include "th/schema.h"
+
+static th_rpc_client *connect_or_say(const char *addr)
+{
+    th_error err;
+    th_error_clear(&err);
+    th_rpc_client *c = NULL;
+    if (th_rpc_client_connect(addr, &c, &err) != 0) {
+        cli_error("cannot connect to %s: %s", addr, err.msg);
+        return NULL;
+    }
+    return c;
+}
+
+/* Prints a protocol error response [code, message]; returns CLI_USAGE for
+ * the codes a caller fixes (unknown tool, bad arguments), else CLI_FAILED. */
+static int say_rpc_error(const char *what, const uint8_t *error, size_t len)
+{
+    th_error err;
+    json_t *j = th_json_from_msgpack(error, len, &err);
+    int code = j && json_is_array(j)
+                   ? (int)json_integer_value(json_array_get(j, 0))
+                   : 0;
+    const char *msg = j && json_is_array(j)
+                          ? json_string_value(json_array_get(j, 1))
+                          : NULL;
+    fprintf(stderr, "%s: %s (%s)\n", what, msg ? msg : "error",
+            th_err_name(code));
+    json_decref(j);
+    return code == TH_EUNKNOWN_TOOL || code == TH_EARGS || code == TH_EINVAL
+               ? CLI_USAGE
+               : CLI_FAILED;
+}
+
+/* ---- call ---------------------------------------------------------------- */
+
+static int schema_param_type(void *ud, const char *name)
+{
+    json_t *props = ud;
+    json_t *p = json_object_get(props, name);
+    const char *t = json_string_value(json_object_get(p, "type"));
+    if (!t)
+        return 0;
+    for (uint32_t k = TOOLHOST_TYPE_STRING; k <= TOOLHOST_TYPE_OBJECT; k++)
+        if (strcmp(th_type_name(k), t) == 0)
+            return (int)k;
+    return 0;
+}
+
+static int on_progress(const char *method, size_t method_len,
+                       const msgpack_object *params, void *ud)
+{
+    (void)ud;
+    if (method_len != 13 || memcmp(method, "task.progress", 13) != 0 ||
+        params->type != MSGPACK_OBJECT_ARRAY || params->via.array.size < 2)
+        return 0;
+    const msgpack_object *info = &params->via.array.ptr[1];
+    const msgpack_object *m = th_rpc_map_get(info, "message");
+    const msgpack_object *p = th_rpc_map_get(info, "progress");
+    const msgpack_object *co = th_rpc_map_get(info, "coalesced");
+    char msg[512] = "";
+    const char *s;
+    size_t n;
+    if (m && th_rpc_obj_str(m, &s, &n))
+        snprintf(msg, sizeof msg, "%.*s", (int)n, s);
+    double fraction = -1;
+    if (p && (p->type == MSGPACK_OBJECT_FLOAT64 ||
+              p->type == MSGPACK_OBJECT_FLOAT32))
+        fraction = p->via.f64;
+    else if (p && p->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+        fraction = (double)p->via.u64;
+    unsigned coalesced = co && co->type == MSGPACK_OBJECT_POSITIVE_INTEGER
+                             ? (unsigned)co->via.u64
+                             : 0;
+    cli_show_progress(fraction, msg, coalesced);
+    return 0;
+}
+
+static bool on_permission(const msgpack_object *req, void *ud)
+{
+    bool yes = *(bool *)ud;
+    if (yes)
+        return true;
+    char tool[128] = "?", reason[512] = "";
+    const char *s;
+    size_t n;
+    if (req->type == MSGPACK_OBJECT_ARRAY && req->via.array.size >= 4) {
+        if (th_rpc_obj_str(&req->via.array.ptr[1], &s, &n))
+            snprintf(tool, sizeof tool, "%.*s", (int)n, s);
+        if (th_rpc_obj_str(&req->via.array.ptr[3], &s, &n))
+            snprintf(reason, sizeof reason, "%.*s", (int)n, s);
+    }
+    return cli_ask_terminal(tool, reason);
+}
+
+static int append_str(th_buf *b, const msgpack_object *o)
+{
+    const char *s;
+    size_t n;
+    if (o && th_rpc_obj_str(o, &s, &n))
+        return th_buf_append(b, s, n);
+    return 0;
+}
+
+/* The result map of tools.call / task.done as a th_result_copy. */
+static int result_from_map(const uint8_t *data, size_t len,
+                           th_result_copy *r)
+{
+    memset(r, 0, sizeof *r);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    int rc = TH_EPROTO;
+    if (msgpack_unpack_next(&u, (const char *)data, len, &off) !=
+            MSGPACK_UNPACK_SUCCESS ||
+        u.data.type != MSGPACK_OBJECT_MAP)
+        goto out;
+    const msgpack_object *ok = th_rpc_map_get(&u.data, "ok");
+    const msgpack_object *error = th_rpc_map_get(&u.data, "error");
+    if (error && error->type == MSGPACK_OBJECT_MAP) {
+        r->kind = TH_RESULT_ERROR;
+        const msgpack_object *code = th_rpc_map_get(error, "code");
+        const msgpack_object *msg = th_rpc_map_get(error, "message");
+        char name[64] = "internal";
+        const char *s;
+        size_t n;
+        if (code && th_rpc_obj_str(code, &s, &n))
+            snprintf(name, sizeof name, "%.*s", (int)n, s);
+        r->error = th_err_from_name(name);
+        if (msg && th_rpc_obj_str(msg, &s, &n))
+            r->message = strndup(s, n);
+        rc = 0;
+        goto out;
+    }
+    r->kind = TH_RESULT_DONE;
+    r->ok = ok && ok->type == MSGPACK_OBJECT_BOOLEAN && ok->via.boolean;
+    rc = append_str(&r->out, th_rpc_map_get(&u.data, "stdout"));
+    if (rc == 0)
+        rc = append_str(&r->err, th_rpc_map_get(&u.data, "stderr"));
+    const msgpack_object *meta = th_rpc_map_get(&u.data, "meta");
+    if (rc == 0 && meta && meta->type == MSGPACK_OBJECT_MAP) {
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &r->meta, th_buf_msgpack_write);
+        rc = msgpack_pack_object(&pk, *meta) == 0 ? 0 : TH_ENOMEM;
+    }
+out:
+    msgpack_unpacked_destroy(&u);
+    return rc;
+}
+
+/* tools.describe [tool] -> the properties of its parameters schema (for
+ * typing key=value), or NULL after saying why. */
+static json_t *remote_properties(th_rpc_client *c, const char *tool,
+                                 int *rc)
+{
+    th_buf params = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &params, th_buf_msgpack_write);
+    msgpack_pack_array(&pk, 1);
+    msgpack_pack_str_with_body(&pk, tool, strlen(tool));
+    th_rpc_reply reply;
+    memset(&reply, 0, sizeof reply);
+    th_error err;
+    json_t *props = NULL;
+    *rc = CLI_FAILED;
+    if (th_rpc_client_call(c, "tools.describe", params.data, params.len, NULL,
+                           NULL, &reply, &err) != 0) {
+        cli_error("tools.describe: %s", err.msg);
+    } else if (reply.error) {
+        *rc = say_rpc_error(tool, reply.error, reply.error_len);
+    } else {
+        json_t *d = th_json_from_msgpack(reply.result, reply.result_len, &err);
+        props = json_incref(
+            json_object_get(json_object_get(d, "parameters"), "properties"));
+        if (!props)
+            props = json_object();
+        json_decref(d);
+        *rc = CLI_OK;
+    }
+    th_rpc_reply_free(&reply);
+    th_buf_free(&params);
+    return props;
+}
+
+int cli_call_remote(const char *connect, const char *tool, char **kv,
+                    int n_kv, const char *json_text, int64_t timeout_ms,
+                    bool show_meta, bool yes)
+{
+    th_rpc_client *c = connect_or_say(connect);
+    if (!c)
+        return CLI_FAILED;
+    int rc;
+    json_t *props = remote_properties(c, tool, &rc);
+    if (!props) {
+        th_rpc_client_close(c);
+        return rc;
+    }
+    json_t *args =
+        cli_build_args(kv, n_kv, json_text, schema_param_type, props);
+    json_decref(props);
+    th_buf mp = TH_BUF_INIT;
+    if (!args || th_json_to_msgpack(args, &mp) != 0) {
+        json_decref(args);
+        th_buf_free(&mp);
+        th_rpc_client_close(c);
+        return CLI_USAGE;
+    }
+    json_decref(args);
+
+    cli_catch_sigint();
+    th_rpc_client_set_cancel_flag(c, &cli_interrupted);
+    th_rpc_client_on_permission(c, on_permission, &yes);
+    uint8_t *result = NULL;
+    size_t result_len = 0;
+    th_error err;
+    th_error_clear(&err);
+    rc = th_rpc_client_call_tool(c, tool, mp.data, mp.len, timeout_ms,
+                                 on_progress, NULL, &result, &result_len,
+                                 &err);
+    cli_progress_end();
+    th_buf_free(&mp);
+    if (rc != 0) {
+        cli_error("call failed: %s", err.msg[0] ? err.msg : th_strerror(rc));
+        th_rpc_client_close(c);
+        return CLI_FAILED;
+    }
+    th_result_copy r;
+    if (result_from_map(result, result_len, &r) != 0) {
+        cli_error("the host sent a result of the wrong shape");
+        rc = CLI_FAILED;
+    } else {
+        rc = cli_print_result(&r, show_meta, tool);
+        if (r.kind == TH_RESULT_ERROR && r.error == TH_ECANCELLED &&
+            cli_interrupted)
+            fprintf(stderr, "%s: cancelled\n", tool);
+    }
+    th_result_copy_free(&r);
+    free(result);
+    th_rpc_client_close(c);
+    return rc;
+}
+
+/* ---- list ------------------------------------------------------------------ */
+
+int cli_list_remote(const char *connect, bool json)
+{
+    th_rpc_client *c = connect_or_say(connect);
+    if (!c)
+        return CLI_FAILED;
+    th_rpc_reply reply;
+    memset(&reply, 0, sizeof reply);
+    th_error err;
+    int rc = CLI_FAILED;
+    if (th_rpc_client_call(c, "tools.list", NULL, 0, NULL, NULL, &reply,
+                           &err) != 0) {
+        cli_error("tools.list: %s", err.msg);
+        goto out;
+    }
+    if (reply.error) {
+        rc = say_rpc_error("tools.list", reply.error, reply.error_len);
+        goto out;
+    }
+    json_t *tools = th_json_from_msgpack(reply.result, reply.result_len, &err);
+    if (!json_is_array(tools)) {
+        cli_error("tools.list: the host sent a result of the wrong shape");
+        json_decref(tools);
+        goto out;
+    }
+    if (json) {
+        char *s = json_dumps(tools, JSON_INDENT(2));
+        if (s)
+            printf("%s\n", s);
+        free(s);
+    } else {
+        printf("%-20s %-22s %-24s %s\n", "TOOL", "FLAGS", "STDOUT/STDERR",
+               "DESCRIPTION");
+        size_t i;
+        json_t *t;
+        json_array_foreach(tools, i, t)
+        {
+            char flags[128] = "";
+            size_t k;
+            json_t *f;
+            json_array_foreach(json_object_get(t, "flags"), k, f)
+            {
+                if (k)
+                    strncat(flags, "+", sizeof flags - strlen(flags) - 1);
+                strncat(flags, json_string_value(f) ? json_string_value(f) : "",
+                        sizeof flags - strlen(flags) - 1);
+            }
+            char types[64];
+            snprintf(types, sizeof types, "%s/%s",
+                     json_string_value(json_object_get(t, "stdout_type")),
+                     json_string_value(json_object_get(t, "stderr_type")));
+            printf("%-20s %-22s %-24s %s\n",
+                   json_string_value(json_object_get(t, "name")),
+                   flags[0] ? flags : "-", types,
+                   json_string_value(json_object_get(t, "description")));
+        }
+    }
+    json_decref(tools);
+    rc = CLI_OK;
+out:
+    th_rpc_reply_free(&reply);
+    th_rpc_client_close(c);
+    return rc;
+}
+
+/* ---- reload ------------------------------------------------------------------ */
+
+static const char reload_usage[] =
+    "usage: toolhost reload --connect unix:PATH\n"
+    "\n"
+    "Asks a running host to reload: the config is read again, changed\n"
+    "plugins are loaded from private copies and swapped in while calls in\n"
+    "flight finish on the old code. A reload that fails changes nothing.\n"
+    "Prints the host's answer; exit 0 when the reload succeeded, 1 when it\n"
+    "failed.\n";
+
+int cli_reload(int argc, char **argv)
+{
+    if (cli_wants_help(argc, argv)) {
+        fputs(reload_usage, stdout);
+        return CLI_OK;
+    }
+    const char *connect = NULL;
+    if (argc == 3 && strcmp(argv[1], "--connect") == 0)
+        connect = argv[2];
+    else if (argc == 2 && strncmp(argv[1], "--connect=", 10) == 0)
+        connect = argv[1] + 10;
+    if (!connect) {
+        fputs(reload_usage, stderr);
+        return CLI_USAGE;
+    }
+    th_rpc_client *c = connect_or_say(connect);
+    if (!c)
+        return CLI_FAILED;
+    th_rpc_reply reply;
+    memset(&reply, 0, sizeof reply);
+    th_error err;
+    int rc = CLI_FAILED;
+    if (th_rpc_client_call(c, "host.reload", NULL, 0, NULL, NULL, &reply,
+                           &err) != 0) {
+        cli_error("host.reload: %s", err.msg);
+    } else if (reply.error) {
+        rc = say_rpc_error("reload", reply.error, reply.error_len);
+        if (rc == CLI_USAGE)
+            rc = CLI_FAILED;
+    } else {
+        json_t *j = th_json_from_msgpack(reply.result, reply.result_len, &err);
+        char *s = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
+        printf("%s\n", s ? s : "(no answer)");
+        json_t *ok = json_object_get(j, "ok");
+        rc = !ok || json_is_true(ok) ? CLI_OK : CLI_FAILED;
+        free(s);
+        json_decref(j);
+    }
+    th_rpc_reply_free(&reply);
+    th_rpc_client_close(c);
+    return rc;
+}

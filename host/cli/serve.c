@@ -1,0 +1,104 @@
+/* serve.c - `toolhost serve`: the host behind msgpack-RPC on a Unix socket
+ * or on stdio, until SIGTERM/SIGINT (or end of input on stdio). */
+#include <getopt.h>
+#include <string.h>
+
+#include "cli.h"
+#include "th/log.h"
+#include "th/rpc.h"
+
+static const char serve_usage[] =
+    "usage: toolhost serve -c FILE [--listen unix:PATH | --stdio] "
+    "[--log-level LEVEL]\n"
+    "\n"
+    "Loads the config's plugins and serves msgpack-RPC (see docs/protocol.md):\n"
+    "on a Unix socket (--listen, or host.listen in the config; the socket\n"
+    "file is created with mode 0600 unless host.socket_mode says otherwise)\n"
+    "or on stdin/stdout (--stdio: one session; nothing but frames is written\n"
+    "to stdout). Each connection is a session. SIGTERM or SIGINT stops\n"
+    "accepting, lets calls finish within host.shutdown_grace, cancels the\n"
+    "rest and exits 0. Logs go to stderr, one line per event.\n"
+    "\n"
+    "Options:\n"
+    "  -c, --config FILE      the config to serve\n"
+    "  -l, --listen ADDR      unix:PATH (overrides host.listen)\n"
+    "      --stdio            serve one session on stdin/stdout\n"
+    "      --log-level LEVEL  error, warn, info or debug (overrides\n"
+    "                         host.log_level)\n"
+    "  -h, --help             this help\n";
+
+int cli_serve(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"config", required_argument, NULL, 'c'},
+        {"listen", required_argument, NULL, 'l'},
+        {"stdio", no_argument, NULL, 's'},
+        {"log-level", required_argument, NULL, 'L'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    const char *config = NULL, *listen = NULL;
+    bool stdio = false;
+    int level = -1;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "c:l:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c':
+            config = optarg;
+            break;
+        case 'l':
+            listen = optarg;
+            break;
+        case 's':
+            stdio = true;
+            break;
+        case 'L':
+            level = th_log_level_from_name(optarg);
+            if (level < 0) {
+                cli_error("--log-level: '%s' is not error, warn, info or "
+                          "debug",
+                          optarg);
+                return CLI_USAGE;
+            }
+            break;
+        case 'h':
+            fputs(serve_usage, stdout);
+            return CLI_OK;
+        default:
+            fputs(serve_usage, stderr);
+            return CLI_USAGE;
+        }
+    }
+    if (optind != argc || !config || (stdio && listen)) {
+        cli_error(!config ? "serve: no config given (use -c FILE)"
+                  : optind != argc ? "serve: unexpected argument"
+                                   : "serve: --listen and --stdio exclude "
+                                     "each other");
+        fputs(serve_usage, stderr);
+        return CLI_USAGE;
+    }
+    th_error err;
+    th_error_clear(&err);
+    th_config *cfg = NULL;
+    if (th_config_load(config, &cfg, &err) != 0) {
+        fprintf(stderr, "%s\n", err.msg);
+        return CLI_USAGE;
+    }
+    th_log_set_level(level >= 0 ? level : cfg->host.log_level);
+    th_host *h = NULL;
+    if (th_host_open(cfg, &h, &err) != 0) {
+        fprintf(stderr, "%s\n", err.msg);
+        return CLI_USAGE;
+    }
+    th_rpc_serve_opts so;
+    memset(&so, 0, sizeof so);
+    so.listen = listen;
+    so.stdio = stdio;
+    int rc = th_rpc_serve(h, &so, &err);
+    th_host_close(h);
+    if (rc != 0) {
+        cli_error("serve: %s", err.msg);
+        return rc == TH_ECONFIG ? CLI_USAGE : CLI_FAILED;
+    }
+    return CLI_OK;
+}

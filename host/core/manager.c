@@ -1,0 +1,643 @@
+/* manager.c - the async manager's machinery: the worker pool with its
+ * bounded two-class queue and concurrency groups, the inline fast path, the
+ * deadline thread and the progress notifier thread.
+ *
+ * mgr->mu guards the queues, the groups and the counters beside them;
+ * mgr->tmu the deadline heap; mgr->nmu the notifier queue.  None of them is
+ * held while a call's mu is taken (see th/manager.h for the order). */
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "th/log.h"
+#include "th/manager.h"
+
+__thread bool th_mgr_tl_worker;
+
+#define SPIN_NS 30000 /* a worker spins this long before it parks */
+
+int64_t th_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t th_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void abs_time(struct timespec *ts, int64_t mono_ns)
+{
+    /* condvars below use CLOCK_MONOTONIC */
+    ts->tv_sec = (time_t)(mono_ns / 1000000000);
+    ts->tv_nsec = (long)(mono_ns % 1000000000);
+}
+
+static int cond_init_mono(pthread_cond_t *cv)
+{
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    int rc = pthread_cond_init(cv, &a);
+    pthread_condattr_destroy(&a);
+    return rc;
+}
+
+/* ---- Groups ------------------------------------------------------------------ */
+
+static th_group *group_get(th_mgr *m, const char *key, uint32_t limit)
+{
+    for (th_group *g = m->tool_groups; g; g = g->next)
+        if (strcmp(g->key, key) == 0)
+            return g;
+    th_group *g = calloc(1, sizeof *g);
+    if (!g || !(g->key = strdup(key))) {
+        free(g);
+        return NULL;
+    }
+    g->limit = limit;
+    g->next = m->tool_groups;
+    m->tool_groups = g;
+    return g;
+}
+
+/* Under m->mu: the groups whose limits the call obeys. */
+static void groups_of(th_host *h, th_mcall *c)
+{
+    th_mgr *m = &h->mgr;
+    c->n_groups = 0;
+    if (c->ts && c->ts->max_concurrency)
+        c->groups[c->n_groups++] = &m->ts_groups[c->ts_idx];
+    const th_tool_override *ov = c->ts ? th_host_override(c->ts, c->tool->name) : NULL;
+    char key[160];
+    if (ov && ov->max_concurrency) {
+        snprintf(key, sizeof key, "o/%d/%s", c->ts_idx, c->tool->name);
+        th_group *g = group_get(m, key, ov->max_concurrency);
+        if (g)
+            c->groups[c->n_groups++] = g;
+    }
+    if (c->tool->flags & TOOLHOST_TOOL_SERIAL) {
+        snprintf(key, sizeof key, "s/%s", c->tool->name);
+        th_group *g = group_get(m, key, 1);
+        if (g)
+            c->groups[c->n_groups++] = g;
+    }
+}
+
+static th_group *group_full(th_mcall *c)
+{
+    for (int i = 0; i < c->n_groups; i++)
+        if (c->groups[i]->limit && c->groups[i]->running >= c->groups[i]->limit)
+            return c->groups[i];
+    return NULL;
+}
+
+static void take_slots(th_mcall *c)
+{
+    for (int i = 0; i < c->n_groups; i++)
+        c->groups[i]->running++;
+    c->has_slots = true;
+}
+
+static void q_push(th_mcall **q, th_mcall *c)
+{
+    c->qnext = NULL;
+    if (q[1])
+        q[1]->qnext = c;
+    else
+        q[0] = c;
+    q[1] = c;
+}
+
+static th_mcall *q_pop(th_mcall **q)
+{
+    th_mcall *c = q[0];
+    if (c) {
+        q[0] = c->qnext;
+        if (!q[0])
+            q[1] = NULL;
+        c->qnext = NULL;
+    }
+    return c;
+}
+
+/* Under m->mu: the next call a worker may run, parking the ones a group
+ * holds back.  *async tells which class it came from. */
+static th_mcall *pick_locked(th_mgr *m, bool *async)
+{
+    for (;;) {
+        th_mcall *s = m->q[0][0];
+        th_mcall *a = m->async_running < m->async_cap ? m->q[1][0] : NULL;
+        if (!s && !a)
+            return NULL;
+        int qi = (!s || (a && a->qseq < s->qseq)) ? 1 : 0;
+        th_mcall *c = q_pop(m->q[qi]);
+        atomic_fetch_sub(&m->nqueued, 1);
+        *async = qi == 1;
+        if (atomic_load(&c->abort_code) != 0) {
+            *async = false; /* never runs: needs no slot */
+            return c;
+        }
+        th_group *g = group_full(c);
+        if (!g)
+            return c;
+        q_push(g->park[qi], c);
+    }
+}
+
+void th_mgr_release(th_host *h, th_mcall *c)
+{
+    th_mgr *m = &h->mgr;
+    if (!c->has_slots)
+        return;
+    pthread_mutex_lock(&m->mu);
+    size_t moved = 0;
+    for (int i = 0; i < c->n_groups; i++) {
+        th_group *g = c->groups[i];
+        g->running--;
+        for (int qi = 0; qi < 2; qi++) {
+            if (!g->park[qi][0])
+                continue;
+            /* Splice the parked calls back in front of their queue, in
+             * order: they are older than anything queued. */
+            for (th_mcall *p = g->park[qi][0]; p; p = p->qnext)
+                moved++;
+            g->park[qi][1]->qnext = m->q[qi][0];
+            if (!m->q[qi][0])
+                m->q[qi][1] = g->park[qi][1];
+            m->q[qi][0] = g->park[qi][0];
+            g->park[qi][0] = g->park[qi][1] = NULL;
+        }
+    }
+    c->has_slots = false;
+    if (moved) {
+        atomic_fetch_add(&m->nqueued, moved);
+        if (m->idle)
+            pthread_cond_broadcast(&m->cv);
+    }
+    pthread_cond_broadcast(&m->slot_cv);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void th_mgr_async_take(th_host *h)
+{
+    pthread_mutex_lock(&h->mgr.mu);
+    h->mgr.async_running++;
+    pthread_mutex_unlock(&h->mgr.mu);
+}
+
+/* ---- Workers ------------------------------------------------------------------ */
+
+static void *worker_main(void *arg)
+{
+    th_host *h = arg;
+    th_mgr *m = &h->mgr;
+    th_mgr_tl_worker = true;
+    bool spun = false;
+    pthread_mutex_lock(&m->mu);
+    for (;;) {
+        bool async = false;
+        th_mcall *c = pick_locked(m, &async);
+        if (c) {
+            spun = false;
+            m->waiting--;
+            if (atomic_load(&c->abort_code) == 0)
+                take_slots(c);
+            if (async)
+                m->async_running++;
+            pthread_mutex_unlock(&m->mu);
+            th_mgr_tl_async_set(async);
+            th_mgr_run(c);
+            bool held = th_mgr_tl_async_get();
+            th_mgr_tl_async_set(false);
+            pthread_mutex_lock(&m->mu);
+            if (held) {
+                m->async_running--;
+                if (m->q[1][0] && m->idle)
+                    pthread_cond_signal(&m->cv);
+            }
+            continue;
+        }
+        if (m->stop)
+            break;
+        if (!spun && m->spinning == 0) {
+            /* Spin a little before parking: a call that arrives now costs
+             * no sleep/wake pair.  An enqueuer that sees us spinning
+             * leaves one call to us (spin_claimed) instead of waking a
+             * parked worker; we always look at the queue again below. */
+            spun = true;
+            m->spinning++;
+            pthread_mutex_unlock(&m->mu);
+            int64_t until = th_now_ns() + SPIN_NS;
+            while (atomic_load_explicit(&m->nqueued, memory_order_relaxed) == 0 &&
+                   th_now_ns() < until)
+                sched_yield(); /* let a runnable caller have the core */
+            pthread_mutex_lock(&m->mu);
+            m->spinning--;
+            if (m->spin_claimed)
+                m->spin_claimed--;
+            continue;
+        }
+        spun = false;
+        m->idle++;
+        pthread_cond_wait(&m->cv, &m->mu);
+        m->idle--;
+    }
+    pthread_mutex_unlock(&m->mu);
+    return NULL;
+}
+
+/* ---- Submit: duplicates, deadline, inline or queue ------------------------ */
+
+static int64_t timeout_of(th_host *h, th_mcall *c)
+{
+    const th_host_cfg *hc = &h->cfg->host;
+    uint64_t max = hc->max_timeout_ms;
+    uint64_t t;
+    if (c->opt_timeout_ms > 0) {
+        t = (uint64_t)c->opt_timeout_ms;
+    } else {
+        const th_tool_override *ov = c->ts ? th_host_override(c->ts, c->tool->name) : NULL;
+        t = ov && ov->timeout_ms ? ov->timeout_ms
+            : c->ts && c->ts->timeout_ms ? c->ts->timeout_ms
+                                         : hc->default_timeout_ms;
+    }
+    if (max && t > max)
+        t = max;
+    return (int64_t)t;
+}
+
+static bool has_delays(const th_mock_cfg *mk)
+{
+    if (!mk)
+        return false;
+    if (mk->delay_ms || mk->n_progress)
+        return true;
+    return false;
+}
+
+void th_mgr_submit(th_mcall *c)
+{
+    th_host *h = c->h;
+    th_mgr *m = &h->mgr;
+    if (th_dup_register(c) != 0) {
+        th_mcall_exec_end(c, TOOLHOST_FAILED, false);
+        th_mcall_unref(c);
+        return;
+    }
+    c->timeout_ms = timeout_of(h, c);
+    if (c->timeout_ms > 0) {
+        atomic_store(&c->deadline_ns, c->start_ns + c->timeout_ms * 1000000);
+        th_mgr_arm(h, c);
+    }
+
+    th_mcall *cur = th_mcall_current();
+    bool nested = c->may_block && cur != NULL;
+    bool try_inline = c->may_block &&
+                      (nested || (!c->is_async && !has_delays(c->mock)));
+    pthread_mutex_lock(&m->mu);
+    groups_of(h, c);
+    if (try_inline && nested) {
+        /* A call made by a running call on its own thread: run it here so
+         * the pool can never deadlock (one worker running code that calls
+         * tools).  It runs on its parent's slot: only a serial tool is
+         * waited for, and a serial tool calling itself is refused. */
+        th_group *serial = NULL;
+        for (int i = 0; i < c->n_groups; i++)
+            if (c->groups[i]->limit == 1 && c->groups[i]->key &&
+                c->groups[i]->key[0] == 's')
+                serial = c->groups[i];
+        if (serial) {
+            for (th_mcall *p = c->parent; p; p = p->parent)
+                if (p->tool == c->tool || strcmp(p->tool->name, c->tool->name) == 0) {
+                    pthread_mutex_unlock(&m->mu);
+                    th_mcall_never_run(c, TH_EBUSY,
+                                       "serial tool called from its own call: refused");
+                    return;
+                }
+            while (serial->running >= 1 && atomic_load(&c->abort_code) == 0)
+                pthread_cond_wait(&m->slot_cv, &m->mu);
+            serial->running++;
+            c->groups[0] = serial;
+            c->n_groups = 1;
+            c->has_slots = true;
+        } else {
+            c->n_groups = 0;
+        }
+        pthread_mutex_unlock(&m->mu);
+        atomic_fetch_add(&m->inline_calls, 1);
+        c->inline_run = true;
+        th_mgr_run(c);
+        return;
+    }
+    if (try_inline && !group_full(c) && !m->stop) {
+        take_slots(c);
+        pthread_mutex_unlock(&m->mu);
+        atomic_fetch_add(&m->inline_calls, 1);
+        c->inline_run = true;
+        th_mgr_run(c);
+        return;
+    }
+    if (m->stop || m->waiting >= m->cap) {
+        pthread_mutex_unlock(&m->mu);
+        char msg[200];
+        snprintf(msg, sizeof msg,
+                 "the host is busy (%zu calls waiting): try again later", m->cap);
+        th_mcall_never_run(c, TH_EBUSY, msg);
+        return;
+    }
+    pthread_mutex_lock(&c->mu);
+    if (c->phase == TH_PH_NEW)
+        c->phase = TH_PH_QUEUED;
+    pthread_mutex_unlock(&c->mu);
+    c->qseq = ++m->qseq;
+    q_push(m->q[c->is_async ? 1 : 0], c);
+    m->waiting++;
+    atomic_fetch_add(&m->nqueued, 1);
+    if (m->spinning > m->spin_claimed)
+        m->spin_claimed++;
+    else if (m->idle)
+        pthread_cond_signal(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* ---- Deadline heap ------------------------------------------------------------- */
+
+static bool earlier(th_mcall *a, th_mcall *b)
+{
+    return atomic_load_explicit(&a->deadline_ns, memory_order_relaxed) <
+           atomic_load_explicit(&b->deadline_ns, memory_order_relaxed);
+}
+
+static void heap_set(th_mgr *m, size_t i, th_mcall *c)
+{
+    m->heap[i] = c;
+    c->heap_idx = i;
+}
+
+static void sift_up(th_mgr *m, size_t i)
+{
+    th_mcall *c = m->heap[i];
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!earlier(c, m->heap[p]))
+            break;
+        heap_set(m, i, m->heap[p]);
+        i = p;
+    }
+    heap_set(m, i, c);
+}
+
+static void sift_down(th_mgr *m, size_t i)
+{
+    th_mcall *c = m->heap[i];
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, b = i;
+        th_mcall *best = c;
+        if (l < m->hn && earlier(m->heap[l], best)) {
+            b = l;
+            best = m->heap[l];
+        }
+        if (r < m->hn && earlier(m->heap[r], best)) {
+            b = r;
+            best = m->heap[r];
+        }
+        if (b == i)
+            break;
+        heap_set(m, i, best);
+        i = b;
+    }
+    heap_set(m, i, c);
+}
+
+static void heap_remove_at(th_mgr *m, size_t i)
+{
+    th_mcall *c = m->heap[i];
+    c->heap_idx = SIZE_MAX;
+    m->hn--;
+    if (i < m->hn) {
+        heap_set(m, i, m->heap[m->hn]);
+        sift_down(m, i);
+        sift_up(m, m->heap[i]->heap_idx);
+    }
+}
+
+int th_mgr_arm(th_host *h, th_mcall *c)
+{
+    th_mgr *m = &h->mgr;
+    pthread_mutex_lock(&m->tmu);
+    if (c->heap_idx != SIZE_MAX) {
+        pthread_mutex_unlock(&m->tmu);
+        return 0;
+    }
+    if (m->hn == m->hcap) {
+        size_t cap = m->hcap ? m->hcap * 2 : 256;
+        th_mcall **nh = realloc(m->heap, cap * sizeof *nh);
+        if (!nh) {
+            pthread_mutex_unlock(&m->tmu);
+            return TH_ENOMEM; /* the call runs without a deadline */
+        }
+        m->heap = nh;
+        m->hcap = cap;
+    }
+    th_mcall_ref(c);
+    heap_set(m, m->hn++, c);
+    sift_up(m, c->heap_idx);
+    /* Wake the deadline thread only when it sleeps past this deadline
+     * (with one timeout for all calls: about once per timeout period). */
+    if (c->heap_idx == 0 && atomic_load(&c->deadline_ns) < m->timer_wake_ns)
+        pthread_cond_signal(&m->tcv);
+    pthread_mutex_unlock(&m->tmu);
+    return 0;
+}
+
+void th_mgr_disarm(th_host *h, th_mcall *c)
+{
+    th_mgr *m = &h->mgr;
+    pthread_mutex_lock(&m->tmu);
+    bool was = c->heap_idx != SIZE_MAX;
+    if (was)
+        heap_remove_at(m, c->heap_idx);
+    pthread_mutex_unlock(&m->tmu);
+    if (was) /* the caller holds a reference: never the last */
+        atomic_fetch_sub(&c->refs, 1);
+}
+
+static void *timer_main(void *arg)
+{
+    th_host *h = arg;
+    th_mgr *m = &h->mgr;
+    pthread_mutex_lock(&m->tmu);
+    while (!m->tstop) {
+        if (m->hn == 0) {
+            m->timer_wake_ns = INT64_MAX;
+            pthread_cond_wait(&m->tcv, &m->tmu);
+            continue;
+        }
+        th_mcall *c = m->heap[0];
+        int64_t d = atomic_load(&c->deadline_ns);
+        if (d > th_now_ns()) {
+            struct timespec ts;
+            abs_time(&ts, d);
+            m->timer_wake_ns = d;
+            pthread_cond_timedwait(&m->tcv, &m->tmu, &ts);
+            continue;
+        }
+        heap_remove_at(m, 0);
+        pthread_mutex_unlock(&m->tmu);
+        pthread_mutex_lock(&c->mu);
+        bool perm = c->phase == TH_PH_PERM_WAIT;
+        pthread_mutex_unlock(&c->mu);
+        if (perm)
+            th_mcall_perm_expired(c);
+        else
+            th_mcall_abort(c, TH_ETIMEOUT, "the call of %s timed out after %lld ms",
+                           c->tool->name, (long long)c->timeout_ms);
+        th_mcall_unref(c);
+        pthread_mutex_lock(&m->tmu);
+    }
+    pthread_mutex_unlock(&m->tmu);
+    return NULL;
+}
+
+/* ---- Notifier -------------------------------------------------------------------- */
+
+void th_mgr_notify(th_host *h, th_mcall *c)
+{
+    th_mgr *m = &h->mgr;
+    pthread_mutex_lock(&m->nmu);
+    c->nnext = NULL;
+    if (m->nq_tail)
+        m->nq_tail->nnext = c;
+    else
+        m->nq_head = c;
+    m->nq_tail = c;
+    pthread_cond_signal(&m->ncv);
+    pthread_mutex_unlock(&m->nmu);
+}
+
+static void *notifier_main(void *arg)
+{
+    th_host *h = arg;
+    th_mgr *m = &h->mgr;
+    pthread_mutex_lock(&m->nmu);
+    for (;;) {
+        th_mcall *c = m->nq_head;
+        if (!c) {
+            if (m->nstop)
+                break;
+            pthread_cond_wait(&m->ncv, &m->nmu);
+            continue;
+        }
+        m->nq_head = c->nnext;
+        if (!m->nq_head)
+            m->nq_tail = NULL;
+        pthread_mutex_unlock(&m->nmu);
+        th_mcall_notified(c);
+        pthread_mutex_lock(&m->nmu);
+    }
+    pthread_mutex_unlock(&m->nmu);
+    return NULL;
+}
+
+/* ---- Start and stop ------------------------------------------------------------- */
+
+int th_mgr_init(th_host *h, th_error *err)
+{
+    th_mgr *m = &h->mgr;
+    const th_host_cfg *hc = &h->cfg->host;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (ncpu < 1)
+        ncpu = 1;
+    m->nworkers = hc->workers ? hc->workers : (uint32_t)(2 * ncpu);
+    m->async_cap = hc->async_workers ? hc->async_workers : m->nworkers / 2;
+    if (m->async_cap < 1)
+        m->async_cap = 1;
+    if (m->async_cap > m->nworkers)
+        m->async_cap = m->nworkers;
+    m->cap = hc->queue_size ? hc->queue_size : 1024;
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_cond_init(&m->cv, NULL);
+    pthread_cond_init(&m->slot_cv, NULL);
+    pthread_mutex_init(&m->tmu, NULL);
+    cond_init_mono(&m->tcv);
+    m->timer_wake_ns = INT64_MAX;
+    pthread_mutex_init(&m->nmu, NULL);
+    pthread_cond_init(&m->ncv, NULL);
+    size_t nts = h->cfg->n_toolsets;
+    m->ts_groups = calloc(nts ? nts : 1, sizeof *m->ts_groups);
+    m->threads = calloc(m->nworkers, sizeof *m->threads);
+    if (!m->ts_groups || !m->threads)
+        return th_error_set(err, TH_ENOMEM, "out of memory starting the manager");
+    for (size_t i = 0; i < nts; i++)
+        m->ts_groups[i].limit = h->cfg->toolsets[i].max_concurrency;
+    if (pthread_create(&m->timer, NULL, timer_main, h) != 0)
+        return th_error_set(err, TH_EINTERNAL, "cannot start the deadline thread");
+    m->timer_started = true;
+    if (pthread_create(&m->notifier, NULL, notifier_main, h) != 0)
+        return th_error_set(err, TH_EINTERNAL, "cannot start the notifier thread");
+    m->notifier_started = true;
+    for (uint32_t i = 0; i < m->nworkers; i++) {
+        if (pthread_create(&m->threads[i], NULL, worker_main, h) != 0)
+            return th_error_set(err, TH_EINTERNAL, "cannot start worker %u", i);
+        m->nthreads++;
+    }
+    return 0;
+}
+
+void th_mgr_fini(th_host *h)
+{
+    th_mgr *m = &h->mgr;
+    if (!m->threads && !m->ts_groups)
+        return;
+    pthread_mutex_lock(&m->mu);
+    m->stop = true;
+    pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    for (uint32_t i = 0; i < m->nthreads; i++)
+        pthread_join(m->threads[i], NULL);
+    if (m->timer_started) {
+        pthread_mutex_lock(&m->tmu);
+        m->tstop = true;
+        pthread_cond_signal(&m->tcv);
+        pthread_mutex_unlock(&m->tmu);
+        pthread_join(m->timer, NULL);
+    }
+    if (m->notifier_started) {
+        pthread_mutex_lock(&m->nmu);
+        m->nstop = true;
+        pthread_cond_signal(&m->ncv);
+        pthread_mutex_unlock(&m->nmu);
+        pthread_join(m->notifier, NULL);
+    }
+    /* Calls still armed (none when every call ended) lose their entry. */
+    for (size_t i = 0; i < m->hn; i++) {
+        m->heap[i]->heap_idx = SIZE_MAX;
+        th_mcall_unref(m->heap[i]);
+    }
+    free(m->heap);
+    while (m->tool_groups) {
+        th_group *g = m->tool_groups;
+        m->tool_groups = g->next;
+        free(g->key);
+        free(g);
+    }
+    free(m->ts_groups);
+    free(m->threads);
+    pthread_mutex_destroy(&m->mu);
+    pthread_cond_destroy(&m->cv);
+    pthread_cond_destroy(&m->slot_cv);
+    pthread_mutex_destroy(&m->tmu);
+    pthread_cond_destroy(&m->tcv);
+    pthread_mutex_destroy(&m->nmu);
+    pthread_cond_destroy(&m->ncv);
+    memset(m, 0, sizeof *m);
+}

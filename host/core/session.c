@@ -1,0 +1,342 @@
+/* session.c - sessions: who calls (principal and toolset ACLs), which tools
+ * they see, and what happens to their calls when they end. */
+#include <grp.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "th/log.h"
+#include "th/manager.h"
+
+/* ---- ACL ---------------------------------------------------------------------- */
+
+static bool parse_id(const char *s, uint32_t *out)
+{
+    if (!*s)
+        return false;
+    char *end;
+    unsigned long v = strtoul(s, &end, 10);
+    if (*end || v > UINT32_MAX)
+        return false;
+    *out = (uint32_t)v;
+    return true;
+}
+
+static bool user_is(const char *entry, uint32_t uid)
+{
+    uint32_t n;
+    if (parse_id(entry, &n))
+        return n == uid;
+    struct passwd pw, *res = NULL;
+    char buf[4096];
+    if (getpwnam_r(entry, &pw, buf, sizeof buf, &res) != 0 || !res)
+        return false;
+    return pw.pw_uid == uid;
+}
+
+/* Whether uid/gid (primary, or supplementary of the uid's user) is in
+ * group `entry` (a name or a number). */
+static bool group_has(const char *entry, uint32_t uid, uint32_t gid)
+{
+    uint32_t g;
+    if (!parse_id(entry, &g)) {
+        struct group gr, *res = NULL;
+        char buf[8192];
+        if (getgrnam_r(entry, &gr, buf, sizeof buf, &res) != 0 || !res)
+            return false;
+        g = gr.gr_gid;
+    }
+    if (g == gid)
+        return true;
+    struct passwd pw, *pres = NULL;
+    char buf[4096];
+    if (getpwuid_r(uid, &pw, buf, sizeof buf, &pres) != 0 || !pres)
+        return false;
+    gid_t groups[256];
+    int n = 256;
+    if (getgrouplist(pw.pw_name, pw.pw_gid, groups, &n) < 0)
+        n = 256;
+    for (int i = 0; i < n; i++)
+        if ((uint32_t)groups[i] == g)
+            return true;
+    return false;
+}
+
+static bool acl_allows(const th_toolset_cfg *ts, const th_principal *who)
+{
+    if (who->trusted)
+        return true;
+    if (ts->n_allow_users == 0 && ts->n_allow_groups == 0)
+        return true;
+    for (size_t i = 0; i < ts->n_allow_users; i++)
+        if (user_is(ts->allow_users[i], who->uid))
+            return true;
+    for (size_t i = 0; i < ts->n_allow_groups; i++)
+        if (group_has(ts->allow_groups[i], who->uid, who->gid))
+            return true;
+    return false;
+}
+
+/* ---- Life ----------------------------------------------------------------------- */
+
+th_session *th_session_open(th_host *h, const th_principal *who,
+                            const th_front_ops *ops, void *front_ud)
+{
+    th_session *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    size_t n = h->cfg->n_toolsets;
+    s->usable = calloc(n ? n : 1, sizeof *s->usable);
+    if (!s->usable) {
+        free(s);
+        return NULL;
+    }
+    s->h = h;
+    if (who)
+        s->who = *who;
+    if (ops)
+        s->ops = *ops;
+    s->front_ud = front_ud;
+    for (size_t i = 0; i < n; i++)
+        s->usable[i] = acl_allows(&h->cfg->toolsets[i], &s->who);
+    atomic_init(&s->refs, 1);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    th_u64map_init(&s->calls);
+    s->id = atomic_fetch_add(&h->next_id, 1);
+    pthread_mutex_lock(&h->mu);
+    if (h->closing) {
+        pthread_mutex_unlock(&h->mu);
+        s->h = NULL;
+        th_session_unref(s);
+        return NULL;
+    }
+    s->next = h->sessions;
+    if (h->sessions)
+        h->sessions->prev = s;
+    h->sessions = s;
+    pthread_mutex_unlock(&h->mu);
+    return s;
+}
+
+uint64_t th_session_id(const th_session *s)
+{
+    return s->id;
+}
+
+th_host *th_session_host(th_session *s)
+{
+    return s->h;
+}
+
+void th_session_ref(th_session *s)
+{
+    atomic_fetch_add(&s->refs, 1);
+}
+
+void th_session_unref(th_session *s)
+{
+    if (atomic_fetch_sub(&s->refs, 1) != 1)
+        return;
+    th_u64map_free(&s->calls);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s->usable);
+    free(s);
+}
+
+size_t th_session_live_tasks(th_session *s)
+{
+    pthread_mutex_lock(&s->mu);
+    size_t n = s->live_tasks;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+void th_session_tools_changed(th_session *s)
+{
+    if (!s->ops.tools_changed)
+        return;
+    pthread_mutex_lock(&s->mu);
+    if (s->closing) {
+        pthread_mutex_unlock(&s->mu);
+        return;
+    }
+    s->ops_inflight++;
+    pthread_mutex_unlock(&s->mu);
+    s->ops.tools_changed(s->front_ud);
+    pthread_mutex_lock(&s->mu);
+    s->ops_inflight--;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void collect(uint64_t k, void *v, void *ud)
+{
+    (void)k;
+    th_mcall ***pp = ud;
+    th_mcall_ref(v);
+    *(*pp)++ = v;
+}
+
+void th_session_close(th_session *s)
+{
+    if (!s)
+        return;
+    th_host *h = s->h;
+    pthread_mutex_lock(&s->mu);
+    s->closing = true;
+    size_t n = s->calls.n;
+    th_mcall **v = calloc(n ? n : 1, sizeof *v), **p = v;
+    if (v)
+        th_u64map_each(&s->calls, collect, &p);
+    pthread_mutex_unlock(&s->mu);
+    /* Cancel what is the session's; toolset-scoped tasks go on, detached
+     * from the front.  (Out of memory here: the calls end on their own.) */
+    for (size_t i = 0; v && i < (size_t)(p - v); i++) {
+        th_mcall *c = v[i];
+        pthread_mutex_lock(&c->mu);
+        bool keep = c->acked && c->scope == TH_SCOPE_TOOLSET;
+        pthread_mutex_unlock(&c->mu);
+        if (!keep)
+            th_mcall_abort(c, TH_ECANCELLED, "the session ended");
+        th_mcall_detach(c);
+        th_mcall_unref(c);
+    }
+    free(v);
+    /* A bounded grace for the cancelled calls to stop; tools_changed
+     * callbacks in flight always finish before we return. */
+    int64_t until = th_now_ns() + (int64_t)h->cfg->host.session_grace_ms * 1000000;
+    pthread_mutex_lock(&s->mu);
+    while (s->ops_inflight > 0 || (s->exec_live > 0 && th_now_ns() < until)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 5 * 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    }
+    if (s->exec_live > 0)
+        th_log_warn("session=%llu closed with %zu calls still stopping",
+                    (unsigned long long)s->id, s->exec_live);
+    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&h->mu);
+    if (s->prev)
+        s->prev->next = s->next;
+    else if (h->sessions == s)
+        h->sessions = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    s->prev = s->next = NULL;
+    pthread_mutex_unlock(&h->mu);
+    th_session_unref(s);
+}
+
+/* ---- Tools ------------------------------------------------------------------------ */
+
+static bool visible(th_session *s, const th_tool *t, int *ts_idx)
+{
+    th_host *h = s->h;
+    *ts_idx = -1;
+    if (th_host_is_task_tool(t->name)) {
+        if (h->cfg->host.expose_task_tools)
+            return true;
+        pthread_mutex_lock(&s->mu);
+        bool v = s->live_tasks > 0;
+        pthread_mutex_unlock(&s->mu);
+        return v;
+    }
+    bool any;
+    *ts_idx = th_host_pick_toolset(h, s, t, &any);
+    return *ts_idx >= 0;
+}
+
+typedef struct pinned {
+    const th_tool **v;
+    size_t n, cap;
+    bool oom;
+} pinned;
+
+static int pin_one(const th_tool *t, void *ud)
+{
+    pinned *p = ud;
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? p->cap * 2 : 32;
+        const th_tool **nv = realloc(p->v, cap * sizeof *nv);
+        if (!nv) {
+            p->oom = true;
+            return 1;
+        }
+        p->v = nv;
+        p->cap = cap;
+    }
+    th_plugin_ref(t->plugin);
+    p->v[p->n++] = t;
+    return 0;
+}
+
+static char confirm_name[] = "confirm_duplicate";
+static char confirm_desc[] =
+    "Set to true to run this call even though the same call is still running "
+    "(otherwise it is refused as a duplicate).";
+
+int th_session_tools(th_session *s, int (*fn)(const th_tool *t, void *ud),
+                     void *ud)
+{
+    th_host *h = s->h;
+    pinned p;
+    memset(&p, 0, sizeof p);
+    th_registry_foreach(h->reg, pin_one, &p);
+    int rc = p.oom ? TH_ENOMEM : 0;
+    for (size_t i = 0; i < p.n && rc == 0; i++) {
+        const th_tool *t = p.v[i];
+        int ts_idx;
+        if (!visible(s, t, &ts_idx))
+            continue;
+        const th_toolset_cfg *ts = ts_idx >= 0 ? &h->cfg->toolsets[ts_idx] : NULL;
+        const th_tool_override *ov = ts ? th_host_override(ts, t->name) : NULL;
+        int pol = ts ? (ov && ov->on_duplicate_call >= 0 ? ov->on_duplicate_call
+                                                         : (int)ts->on_duplicate_call)
+                     : TH_DUP_ALLOW;
+        if (pol != TH_DUP_CONFIRM) {
+            rc = fn(t, ud);
+            continue;
+        }
+        /* confirm tools publish the host's confirm_duplicate parameter. */
+        th_param *params = calloc(t->n_params + 1, sizeof *params);
+        if (!params) {
+            rc = TH_ENOMEM;
+            break;
+        }
+        if (t->n_params)
+            memcpy(params, t->params, t->n_params * sizeof *params);
+        params[t->n_params].name = confirm_name;
+        params[t->n_params].description = confirm_desc;
+        params[t->n_params].type = TOOLHOST_TYPE_BOOLEAN;
+        th_tool copy = *t;
+        copy.params = params;
+        copy.n_params = t->n_params + 1;
+        rc = fn(&copy, ud);
+        free(params);
+    }
+    for (size_t i = 0; i < p.n; i++)
+        th_tool_release(p.v[i]);
+    free(p.v);
+    return rc;
+}
+
+const th_tool *th_session_acquire(th_session *s, const char *name)
+{
+    const th_tool *t = th_registry_acquire(s->h->reg, name);
+    if (!t)
+        return NULL;
+    int ts_idx;
+    if (!visible(s, t, &ts_idx)) {
+        th_tool_release(t);
+        return NULL;
+    }
+    return t;
+}

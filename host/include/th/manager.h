@@ -1,0 +1,372 @@
+/* th/manager.h - internals of the host core: the host, sessions, calls and
+ * the async manager (worker pool, deadline thread, progress notifier).
+ * Not a public header: only host/core/{host,session,call,manager,tasks,
+ * mocks,mgr_*}.c include it.  docs/manager.md is the picture in words.
+ *
+ * Lock order (a thread holding one may take those to its right only):
+ *
+ *   call->mu  ->  session->mu | host->dmu | host->tmu | mgr->tmu |
+ *                 mgr->nmu | mgr->mu | host->stmu
+ *
+ * No two locks of the right-hand group are ever held together, and no
+ * thread takes a call->mu while holding any of them (they collect
+ * references, unlock, then lock each call).  Event callbacks and front ops
+ * run with no lock held.
+ */
+#ifndef TH_MANAGER_H
+#define TH_MANAGER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "th/buf.h"
+#include "th/config.h"
+#include "th/host.h"
+#include "th/out.h"
+#include "th/tool.h"
+
+/* ---- Small maps (mgr_map.c) ------------------------------------------- */
+
+typedef struct th_u64map_node {
+    uint64_t key;
+    void *val;
+    struct th_u64map_node *next;
+} th_u64map_node;
+
+/* uint64 -> pointer, chained; not locked (the owner's lock guards it). */
+typedef struct th_u64map {
+    th_u64map_node **b;
+    size_t nb, n;
+} th_u64map;
+
+void th_u64map_init(th_u64map *m);
+void th_u64map_free(th_u64map *m);
+/* 0, or TH_ENOMEM. Replaces an existing value. */
+int th_u64map_put(th_u64map *m, uint64_t key, void *val);
+void *th_u64map_get(const th_u64map *m, uint64_t key);
+void *th_u64map_del(th_u64map *m, uint64_t key);
+/* Calls fn for every entry (fn must not change the map). */
+void th_u64map_each(const th_u64map *m, void (*fn)(uint64_t k, void *v,
+                                                    void *ud), void *ud);
+
+uint64_t th_hash_bytes(const void *data, size_t len);
+
+/* ---- Numbers (host.c) ---------------------------------------------------- */
+
+#define TH_HIST_BUCKETS 128 /* 4 per power of two of microseconds */
+
+typedef struct th_stat {
+    char *tool;
+    atomic_ulong calls, ok, failed, errors, timeouts, cancels, dup_rejected,
+        busy, perm_denied, late;
+    atomic_ulong hist[TH_HIST_BUCKETS];
+    struct th_stat *next;
+} th_stat;
+
+/* The entry of `tool`, created on first use; NULL when out of memory. */
+th_stat *th_stat_get(th_host *h, const char *tool);
+void th_stat_latency(th_stat *st, int64_t ns);
+
+/* ---- Calls ------------------------------------------------------------------ */
+
+typedef struct th_mcall th_mcall;
+
+/* A concurrency limit shared by calls (toolset, tool override, serial). */
+typedef struct th_group {
+    uint32_t limit;      /* 0: unlimited */
+    uint32_t running;    /* calls holding a slot; under mgr->mu */
+    th_mcall *park[2][2];/* [sync|async][head|tail] waiting for a slot */
+    char *key;           /* for the group table */
+    struct th_group *next;
+} th_group;
+
+typedef enum th_phase {
+    TH_PH_NEW = 0,
+    TH_PH_PERM_WAIT,  /* waiting for a permission answer */
+    TH_PH_QUEUED,     /* in the pool's queue or parked on a group */
+    TH_PH_RUNNING,    /* execute() or suspended */
+    TH_PH_OVER        /* execution over (or never ran) */
+} th_phase;
+
+struct th_mcall {
+    th_call_base base;          /* first: toolhost_call* is a th_mcall* */
+    th_host *h;
+    th_session *s;              /* a reference */
+    th_mcall *parent;           /* the call running on the thread that
+                                   started this one inline, or NULL */
+    const th_tool *tool;        /* pinned until the call is freed */
+    th_stat *st;
+    const th_toolset_cfg *ts;   /* NULL for the task tools */
+    int ts_idx;
+    const th_mock_cfg *mock;
+    uint8_t *args;              /* validated arguments, owned */
+    size_t args_len;
+    th_task_scope scope;
+    bool is_async;              /* TOOLHOST_TOOL_ASYNC */
+    bool no_progress, may_block;
+    int64_t timeout_ms;
+    int64_t start_ns;           /* monotonic */
+    int64_t start_wall_ms;
+    _Atomic int64_t deadline_ns;/* 0: none */
+    int64_t opt_timeout_ms;
+
+    atomic_int refs;
+    atomic_int abort_code;      /* the cancel flag: 0, TH_ECANCELLED or
+                                   TH_ETIMEOUT */
+
+    /* Duplicate table (host->dmu). */
+    uint8_t *dupkey;
+    size_t dupkey_len;
+    bool confirm;               /* confirm_duplicate: true */
+    th_mcall *dup_prev, *dup_next;
+    bool in_dup;
+    void *dup_node;
+
+    /* Pool (mgr->mu). */
+    th_mcall *qnext;
+    uint64_t qseq;
+    th_group *groups[3];
+    int n_groups;
+    bool has_slots;             /* holds a slot in each group */
+
+    /* Deadline heap (mgr->tmu). */
+    size_t heap_idx;            /* SIZE_MAX: not in the heap */
+
+    /* Notifier queue (mgr->nmu). */
+    th_mcall *nnext;
+
+    /* Owner-only (the thread running execute(), then the plugin's). */
+    th_out out, err;
+    uint8_t *meta;
+    size_t meta_len;
+    bool in_execute, suspended;
+    int set_error;              /* built-ins: a tool error instead */
+    char *set_error_msg;
+    bool ran;                   /* execute() was entered */
+    bool inline_run;            /* runs on the caller's thread */
+
+    /* Everything below: under mu. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    th_phase phase;
+    bool answered;              /* the final answer is decided */
+    bool acked;                 /* a task: RUNNING was (or is) sent */
+    bool live_counted;          /* counted in the session's live tasks */
+    bool in_session;            /* in s->calls */
+    bool in_tasks;              /* in host->tasks */
+    bool exec_counted;          /* counted in s->exec_live */
+    bool delivering;
+    pthread_t deliverer;
+    bool notify_queued;
+    th_event_fn fn;             /* NULL once detached */
+    void *ud;
+    bool pend_ack;
+    char *ack_msg;
+    bool pend_prog;
+    double prog_frac;
+    char *prog_msg;
+    uint8_t *prog_data;
+    size_t prog_data_len;
+    uint32_t prog_coalesced;
+    bool pend_final;
+    th_result_copy final;
+    int64_t last_update_ms;
+    char *last_msg;
+    double last_frac;
+};
+
+/* The thread's running call (worker or inline), or NULL. */
+th_mcall *th_mcall_current(void);
+
+void th_mcall_ref(th_mcall *c);
+void th_mcall_unref(th_mcall *c);
+
+/* Answers the call with a tool error (code, message) unless it is already
+ * answered; with TH_ECANCELLED or TH_ETIMEOUT also sets the cancel flag.
+ * Returns true when this answer won.  Any thread, no lock held. */
+bool th_mcall_abort(th_mcall *c, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Built-in tools: finish with a tool error instead of a result. */
+void th_mcall_set_error(toolhost_call *call, int code, const char *msg);
+
+/* Submits a policy-checked call to the manager (duplicates, deadline,
+ * inline or queue).  Consumes the caller's reference. */
+void th_mgr_submit(th_mcall *c);
+
+/* Runs the call on this thread (a worker, or inline). */
+void th_mgr_run(th_mcall *c);
+
+/* ---- The manager (manager.c) ------------------------------------------------ */
+
+typedef struct th_mgr {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;          /* workers wait here */
+    pthread_cond_t slot_cv;     /* nested inline calls wait for a slot */
+    th_mcall *q[2][2];          /* [sync|async][head|tail] */
+    uint64_t qseq;
+    size_t waiting;             /* queued + parked */
+    size_t cap;
+    uint32_t nworkers, async_cap, async_running;
+    int idle;
+    int spinning;               /* workers spinning before they park */
+    int spin_claimed;           /* queued calls left to the spinner */
+    atomic_size_t nqueued;
+    bool stop;
+    pthread_t *threads;
+    uint32_t nthreads;
+    th_group *ts_groups;        /* one per toolset */
+    th_group *tool_groups;      /* overrides and serial tools, by key */
+    atomic_ulong running, inline_calls, calls_total;
+
+    /* Deadline heap. */
+    pthread_mutex_t tmu;
+    pthread_cond_t tcv;
+    th_mcall **heap;
+    size_t hn, hcap;
+    int64_t timer_wake_ns;      /* when the deadline thread wakes next */
+    bool tstop, timer_started;
+    pthread_t timer;
+
+    /* Progress notifier. */
+    pthread_mutex_t nmu;
+    pthread_cond_t ncv;
+    th_mcall *nq_head, *nq_tail;
+    bool nstop, notifier_started;
+    pthread_t notifier;
+} th_mgr;
+
+int th_mgr_init(th_host *h, th_error *err);
+/* Stops and joins the threads (calls must be over). */
+void th_mgr_fini(th_host *h);
+
+/* Deadline heap: (re)arms the call at c->deadline_ns, or disarms it. */
+int th_mgr_arm(th_host *h, th_mcall *c);
+void th_mgr_disarm(th_host *h, th_mcall *c);
+
+/* Hands a call with pending progress to the notifier thread. */
+void th_mgr_notify(th_host *h, th_mcall *c);
+
+/* Releases the call's group slots (wakes parked calls). */
+void th_mgr_release(th_host *h, th_mcall *c);
+
+int64_t th_now_ns(void);
+int64_t th_wall_ms(void);
+
+/* ---- Host, sessions --------------------------------------------------------- */
+
+typedef struct th_builtin {
+    th_plugin *p;
+    th_builtin_member_fn member;
+    void *ud;
+} th_builtin;
+
+typedef struct th_kept {
+    uint64_t task_id;
+    int ts_idx;
+    int64_t expires_ns;
+    th_result_copy res;
+    struct th_kept *next;
+} th_kept;
+
+struct th_host {
+    th_config *cfg;
+    th_registry *reg;
+    th_plugin *task_plugin;
+    th_builtin *builtins;
+    size_t n_builtins;
+    atomic_ulong next_id;
+    th_mgr mgr;
+
+    pthread_mutex_t mu;         /* sessions list */
+    pthread_cond_t cv;
+    th_session *sessions;
+    bool closing;
+
+    pthread_mutex_t dmu;        /* duplicate table */
+    void **dup_b;
+    size_t dup_nb, dup_n;
+
+    pthread_mutex_t tmu;        /* toolset-scoped tasks, kept results */
+    th_u64map tasks;            /* live toolset-scoped tasks -> call (ref) */
+    th_u64map kept;             /* finished ones -> th_kept */
+    th_kept *kept_head, *kept_tail;
+
+    pthread_mutex_t stmu;       /* stats table (insert only) */
+    _Atomic(th_stat *) stat_b[256]; /* lock-free reads */
+    atomic_ulong live_calls;    /* calls not yet freed */
+};
+
+struct th_session {
+    th_host *h;
+    uint64_t id;
+    th_principal who;
+    th_front_ops ops;
+    void *front_ud;
+    bool *usable;               /* per toolset */
+    atomic_int refs;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool closing;
+    th_u64map calls;            /* in-flight calls and live tasks (refs) */
+    size_t live_tasks;
+    size_t exec_live;           /* session-scoped calls still executing */
+    int ops_inflight;           /* tools_changed running */
+    th_session *prev, *next;
+};
+
+void th_session_ref(th_session *s);
+void th_session_unref(th_session *s);
+/* Calls tools_changed outside every lock, unless the session closes. */
+void th_session_tools_changed(th_session *s);
+
+/* The toolset a session's call of `tool` runs under (first in config order
+ * that contains it and that the session may use): its index, or -1 with
+ * *any set when some toolset contains it. */
+int th_host_pick_toolset(th_host *h, th_session *s, const th_tool *tool,
+                         bool *any);
+bool th_host_toolset_has(th_host *h, const th_toolset_cfg *ts,
+                         const th_tool *tool);
+bool th_host_is_task_tool(const char *name);
+const th_tool_override *th_host_override(const th_toolset_cfg *ts,
+                                         const char *tool);
+
+/* tasks.c */
+extern const toolhost_plugin th_task_tools_plugin;
+/* Keeps a finished toolset-scoped task's result (copied). */
+void th_tasks_keep(th_host *h, uint64_t task_id, int ts_idx,
+                   const th_result_copy *res);
+void th_tasks_free(th_host *h);
+
+/* Duplicates (tasks.c): checks and registers atomically.  0, or a tool
+ * error already answered to the call (returns nonzero). */
+int th_dup_register(th_mcall *c);
+void th_dup_remove(th_mcall *c);
+
+/* mocks.c */
+const th_mock_cfg *th_mock_find(const th_config *cfg, const char *tool);
+int th_mock_execute(th_mcall *c);
+
+/* call.c */
+extern const th_call_vtbl th_mcall_vtbl;
+extern __thread bool th_mgr_tl_worker; /* manager.c: a pool worker */
+/* Whether this worker holds an async slot for the call it runs. */
+bool th_mgr_tl_async_get(void);
+void th_mgr_tl_async_set(bool v);
+/* Takes one async slot for a worker whose call became a task. */
+void th_mgr_async_take(th_host *h);
+/* The notifier's delivery of a call's pending progress (drops the ref). */
+void th_mcall_notified(th_mcall *c);
+/* Stops events to the front; waits for a callback running elsewhere. */
+void th_mcall_detach(th_mcall *c);
+/* The timer's work for a call whose permission question expired. */
+void th_mcall_perm_expired(th_mcall *c);
+/* Answers a call that never runs and drops the execution reference. */
+void th_mcall_never_run(th_mcall *c, int code, const char *msg);
+/* Finishes execution with `status` (TOOLHOST_OK / FAILED), answering the
+ * call unless it is already answered.  Owner thread. */
+void th_mcall_exec_end(th_mcall *c, int status, bool ran);
+
+#endif

@@ -1,0 +1,374 @@
+/* frame.c - msgpack-RPC frames: stream splitting, message shapes, builders. */
+#include "th/rpc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define READER_INITIAL (64 * 1024)
+
+int th_rpc_reader_init(th_rpc_reader *r, size_t max_frame)
+{
+    memset(r, 0, sizeof *r);
+    r->max_frame = max_frame ? max_frame : (size_t)16 << 20;
+    if (!msgpack_unpacker_init(&r->up, READER_INITIAL))
+        return TH_ENOMEM;
+    return 0;
+}
+
+void th_rpc_reader_destroy(th_rpc_reader *r)
+{
+    msgpack_unpacker_destroy(&r->up);
+}
+
+int th_rpc_reader_space(th_rpc_reader *r, size_t want, char **buf,
+                        size_t *cap)
+{
+    if (msgpack_unpacker_buffer_capacity(&r->up) < want &&
+        !msgpack_unpacker_reserve_buffer(&r->up, want))
+        return TH_ENOMEM;
+    *buf = msgpack_unpacker_buffer(&r->up);
+    *cap = msgpack_unpacker_buffer_capacity(&r->up);
+    return 0;
+}
+
+void th_rpc_reader_commit(th_rpc_reader *r, size_t n)
+{
+    msgpack_unpacker_buffer_consumed(&r->up, n);
+}
+
+int th_rpc_reader_feed(th_rpc_reader *r, const void *data, size_t len)
+{
+    char *buf;
+    size_t cap;
+    int rc = th_rpc_reader_space(r, len, &buf, &cap);
+    if (rc)
+        return rc;
+    memcpy(buf, data, len);
+    th_rpc_reader_commit(r, len);
+    return 0;
+}
+
+size_t th_rpc_reader_pending(const th_rpc_reader *r)
+{
+    return r->up.used - r->up.off;
+}
+
+static uint64_t be(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* Walks the buffered bytes of the current frame, resuming where the last
+ * walk stopped, without building anything.  1 with *frame_len when the
+ * frame is complete, 0 when more bytes are needed, TH_EPROTO/TH_ELIMIT. */
+static int skim(th_rpc_reader *r, const uint8_t *p, size_t n,
+                size_t *frame_len, th_error *err)
+{
+    if (!r->skim_started) {
+        r->skim_pos = 0;
+        r->skim_left = 1;
+        r->skim_started = true;
+    }
+    while (r->skim_left > 0) {
+        size_t pos = r->skim_pos;
+        if (pos >= n)
+            return 0;
+        uint8_t b = p[pos];
+        size_t hdr = 1;     /* bytes before the payload */
+        int lenb = 0;       /* bytes of the length field after the type */
+        uint64_t payload = 0, kids = 0;
+        int kid_mult = 0;   /* 1 for arrays, 2 for maps */
+        if (b <= 0x7f || b >= 0xe0) {
+            /* fixint */
+        } else if (b <= 0x8f) {
+            kids = 2u * (b & 0x0fu);
+        } else if (b <= 0x9f) {
+            kids = b & 0x0fu;
+        } else if (b <= 0xbf) {
+            payload = b & 0x1fu;
+        } else {
+            switch (b) {
+            case 0xc0: case 0xc2: case 0xc3: break;
+            case 0xc1:
+                return th_error_set(err, TH_EPROTO,
+                                    "byte 0xc1 at offset %zu is not msgpack",
+                                    pos);
+            case 0xc4: case 0xd9: hdr = 2; lenb = 1; break;
+            case 0xc5: case 0xda: hdr = 3; lenb = 2; break;
+            case 0xc6: case 0xdb: hdr = 5; lenb = 4; break;
+            case 0xc7: hdr = 3; lenb = 1; break; /* ext: len, type */
+            case 0xc8: hdr = 4; lenb = 2; break;
+            case 0xc9: hdr = 6; lenb = 4; break;
+            case 0xca: payload = 4; break;
+            case 0xcb: payload = 8; break;
+            case 0xcc: case 0xd0: payload = 1; break;
+            case 0xcd: case 0xd1: payload = 2; break;
+            case 0xce: case 0xd2: payload = 4; break;
+            case 0xcf: case 0xd3: payload = 8; break;
+            case 0xd4: payload = 2; break;
+            case 0xd5: payload = 3; break;
+            case 0xd6: payload = 5; break;
+            case 0xd7: payload = 9; break;
+            case 0xd8: payload = 17; break;
+            case 0xdc: hdr = 3; lenb = 2; kid_mult = 1; break;
+            case 0xdd: hdr = 5; lenb = 4; kid_mult = 1; break;
+            case 0xde: hdr = 3; lenb = 2; kid_mult = 2; break;
+            case 0xdf: hdr = 5; lenb = 4; kid_mult = 2; break;
+            default: break;
+            }
+        }
+        if (n - pos < hdr)
+            return 0;
+        if (lenb) {
+            uint64_t v = be(p + pos + 1, lenb);
+            if (kid_mult)
+                kids = v * (uint64_t)kid_mult;
+            else
+                payload = v;
+        }
+        uint64_t end = (uint64_t)pos + hdr + payload;
+        /* Every value still to come takes at least one byte. */
+        uint64_t left = r->skim_left - 1 + kids;
+        if (end + left > r->max_frame)
+            return th_error_set(err, TH_ELIMIT,
+                                "frame larger than the maximum of %zu bytes",
+                                r->max_frame);
+        if (end > n)
+            return 0;
+        r->skim_pos = (size_t)end;
+        r->skim_left = left;
+    }
+    *frame_len = r->skim_pos;
+    r->skim_started = false;
+    return 1;
+}
+
+int th_rpc_reader_next(th_rpc_reader *r, msgpack_unpacked *out, th_error *err)
+{
+    if (r->failed)
+        return th_error_set(err, TH_EPROTO, "the stream already failed");
+    const uint8_t *p = (const uint8_t *)r->up.buffer + r->up.off;
+    size_t n = r->up.used - r->up.off;
+    size_t flen = 0;
+    int rc = skim(r, p, n, &flen, err);
+    if (rc <= 0) {
+        if (rc < 0)
+            r->failed = true;
+        return rc;
+    }
+    msgpack_unpack_return ur = msgpack_unpacker_next(&r->up, out);
+    switch (ur) {
+    case MSGPACK_UNPACK_SUCCESS:
+        return 1;
+    case MSGPACK_UNPACK_NOMEM_ERROR:
+        r->failed = true;
+        return th_error_set(err, TH_ENOMEM, "out of memory unpacking a frame");
+    default:
+        r->failed = true;
+        return th_error_set(err, TH_EPROTO,
+                            "malformed msgpack in a frame of %zu bytes", flen);
+    }
+}
+
+/* ---- Shapes ---------------------------------------------------------------- */
+
+bool th_rpc_obj_str(const msgpack_object *o, const char **p, size_t *n)
+{
+    if (o->type == MSGPACK_OBJECT_STR) {
+        *p = o->via.str.ptr;
+        *n = o->via.str.size;
+        return true;
+    }
+    if (o->type == MSGPACK_OBJECT_BIN) {
+        *p = o->via.bin.ptr;
+        *n = o->via.bin.size;
+        return true;
+    }
+    return false;
+}
+
+bool th_rpc_obj_streq(const msgpack_object *o, const char *s)
+{
+    const char *p;
+    size_t n;
+    return th_rpc_obj_str(o, &p, &n) && n == strlen(s) && memcmp(p, s, n) == 0;
+}
+
+const msgpack_object *th_rpc_map_get(const msgpack_object *map,
+                                     const char *key)
+{
+    if (!map || map->type != MSGPACK_OBJECT_MAP)
+        return NULL;
+    for (uint32_t i = 0; i < map->via.map.size; i++)
+        if (th_rpc_obj_streq(&map->via.map.ptr[i].key, key))
+            return &map->via.map.ptr[i].val;
+    return NULL;
+}
+
+int th_rpc_msg_parse(const msgpack_object *o, th_rpc_msg *m, bool *has_msgid,
+                     th_error *err)
+{
+    memset(m, 0, sizeof *m);
+    if (has_msgid)
+        *has_msgid = false;
+    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size < 3)
+        return th_error_set(err, TH_EPROTO,
+                            "a message must be an array of 3 or 4 elements");
+    const msgpack_object *a = o->via.array.ptr;
+    uint32_t n = o->via.array.size;
+    if (a[0].type != MSGPACK_OBJECT_POSITIVE_INTEGER || a[0].via.u64 > 2)
+        return th_error_set(err, TH_EPROTO,
+                            "the message type must be 0, 1 or 2");
+    m->kind = (int)a[0].via.u64;
+    if (m->kind == TH_RPC_NOTIFY) {
+        if (n != 3)
+            return th_error_set(err, TH_EPROTO,
+                                "a notification is [2, method, params]");
+        if (!th_rpc_obj_str(&a[1], &m->method, &m->method_len))
+            return th_error_set(err, TH_EPROTO,
+                                "a notification's method must be a string");
+        if (a[2].type != MSGPACK_OBJECT_ARRAY)
+            return th_error_set(err, TH_EPROTO,
+                                "a notification's params must be an array");
+        m->params = &a[2];
+        return 0;
+    }
+    if (n != 4)
+        return th_error_set(err, TH_EPROTO, "a %s has 4 elements",
+                            m->kind == TH_RPC_REQUEST ? "request" : "response");
+    if (a[1].type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
+        a[1].via.u64 > UINT32_MAX)
+        return th_error_set(err, TH_EPROTO,
+                            "the msgid must be an unsigned 32-bit integer");
+    m->msgid = a[1].via.u64;
+    if (m->kind == TH_RPC_RESPONSE) {
+        m->error = &a[2];
+        m->result = &a[3];
+        return 0;
+    }
+    if (has_msgid)
+        *has_msgid = true;
+    if (!th_rpc_obj_str(&a[2], &m->method, &m->method_len))
+        return th_error_set(err, TH_EPROTO,
+                            "a request's method must be a string");
+    if (a[3].type != MSGPACK_OBJECT_ARRAY)
+        return th_error_set(err, TH_EPROTO,
+                            "a request's params must be an array");
+    m->params = &a[3];
+    return 0;
+}
+
+/* ---- Builders -------------------------------------------------------------- */
+
+static int pack_raw_or_nil(msgpack_packer *pk, th_buf *out, const uint8_t *v,
+                           size_t len)
+{
+    if (!v || len == 0)
+        return msgpack_pack_nil(pk) ? TH_ENOMEM : 0;
+    return th_buf_append(out, v, len);
+}
+
+static int pack_str(msgpack_packer *pk, const char *s)
+{
+    size_t n = strlen(s);
+    return msgpack_pack_str_with_body(pk, s, n) ? TH_ENOMEM : 0;
+}
+
+int th_rpc_pack_request(th_buf *out, uint64_t msgid, const char *method,
+                        const uint8_t *params, size_t params_len)
+{
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, out, th_buf_msgpack_write);
+    size_t mark = out->len;
+    int rc = 0;
+    if (msgpack_pack_array(&pk, 4) || msgpack_pack_uint64(&pk, 0) ||
+        msgpack_pack_uint64(&pk, msgid) || pack_str(&pk, method))
+        rc = TH_ENOMEM;
+    if (!rc) {
+        if (params && params_len)
+            rc = th_buf_append(out, params, params_len);
+        else
+            rc = msgpack_pack_array(&pk, 0) ? TH_ENOMEM : 0;
+    }
+    if (rc)
+        out->len = mark;
+    return rc;
+}
+
+int th_rpc_pack_notify(th_buf *out, const char *method, const uint8_t *params,
+                       size_t params_len)
+{
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, out, th_buf_msgpack_write);
+    size_t mark = out->len;
+    int rc = 0;
+    if (msgpack_pack_array(&pk, 3) || msgpack_pack_uint64(&pk, 2) ||
+        pack_str(&pk, method))
+        rc = TH_ENOMEM;
+    if (!rc) {
+        if (params && params_len)
+            rc = th_buf_append(out, params, params_len);
+        else
+            rc = msgpack_pack_array(&pk, 0) ? TH_ENOMEM : 0;
+    }
+    if (rc)
+        out->len = mark;
+    return rc;
+}
+
+int th_rpc_pack_response(th_buf *out, uint64_t msgid, const uint8_t *error,
+                         size_t error_len, const uint8_t *result,
+                         size_t result_len)
+{
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, out, th_buf_msgpack_write);
+    size_t mark = out->len;
+    int rc = 0;
+    if (msgpack_pack_array(&pk, 4) || msgpack_pack_uint64(&pk, 1) ||
+        msgpack_pack_uint64(&pk, msgid))
+        rc = TH_ENOMEM;
+    if (!rc)
+        rc = pack_raw_or_nil(&pk, out, error, error_len);
+    if (!rc)
+        rc = pack_raw_or_nil(&pk, out, result, result_len);
+    if (rc)
+        out->len = mark;
+    return rc;
+}
+
+int th_rpc_pack_error(th_buf *out, uint64_t msgid, int code,
+                      const char *message)
+{
+    th_buf e = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &e, th_buf_msgpack_write);
+    int rc = 0;
+    if (msgpack_pack_array(&pk, 2) || msgpack_pack_int(&pk, code) ||
+        pack_str(&pk, message))
+        rc = TH_ENOMEM;
+    if (!rc)
+        rc = th_rpc_pack_response(out, msgid, e.data, e.len, NULL, 0);
+    th_buf_free(&e);
+    return rc;
+}
+
+int th_rpc_parse_addr(const char *addr, const char **path, th_error *err)
+{
+    if (!addr || !*addr)
+        return th_error_set(err, TH_EINVAL, "no listen address");
+    if (strncmp(addr, "unix:", 5) == 0)
+        addr += 5;
+    else if (addr[0] != '/')
+        return th_error_set(err, TH_EINVAL,
+                            "listen address '%s': use unix:PATH", addr);
+    if (!*addr)
+        return th_error_set(err, TH_EINVAL, "listen address: empty path");
+    if (strlen(addr) >= 108)
+        return th_error_set(err, TH_EINVAL,
+                            "socket path '%s' is longer than 107 bytes", addr);
+    *path = addr;
+    return 0;
+}

@@ -1,0 +1,1823 @@
+/* server.c - the msgpack-RPC server: a libuv loop on a Unix socket or stdio.
+ *
+ * Threads.  Everything in this file runs on the loop thread except three
+ * entry points the core calls from any thread: on_call_event(),
+ * front_ask_permission() and front_tools_changed().  They copy what they
+ * are given into an rpc_ev, append it to srv->evq under srv->mu and wake
+ * the loop with one uv_async_send() (libuv folds many sends into one
+ * wake-up; the loop drains the whole queue each time).  th_rpc_server_stop()
+ * also only takes srv->mu and sends.  Lock order: srv->mu is a leaf.
+ *
+ * Lifetimes.  A connection (rpc_conn) is one session.  It is freed when
+ * its stream handles are closed AND its session is closed.
+ * th_session_close() may wait (session_grace) for session-scoped tasks, so
+ * it runs on the libuv threadpool; its after-work callback, on the loop,
+ * first drains the event queue (every event of that session is queued by
+ * then: no callback runs after th_session_close() returns) and then frees
+ * the calls still recorded (toolset-scoped tasks that go on without us).
+ * A call record (rpc_call) lives from tools.call until its final event (the
+ * result of a sync call, task.done of a task) or the end of its
+ * connection.
+ */
+#include "th/rpc.h"
+
+#include <errno.h>
+#include <grp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "th/log.h"
+#include "th/schema.h"
+
+#define DEF_MAX_FRAME ((uint64_t)16 << 20)
+#define DEF_MAX_INFLIGHT 256
+#define DEF_MAX_OUTBUF ((uint64_t)64 << 20)
+#define DEF_GRACE_MS 5000
+#define KEEP_DONE_TASKS 64 /* finished tasks kept per connection */
+#define HARD_CLOSE_MS 3000 /* after the grace and the cancel */
+
+typedef struct rpc_conn rpc_conn;
+typedef struct rpc_call rpc_call;
+
+/* A tools.call. */
+struct rpc_call {
+    rpc_call *next, *prev;      /* conn->calls */
+    rpc_conn *conn;
+    uint64_t msgid;
+    uint64_t call_id, task_id;
+    char *tool;
+    uint64_t t0;                /* uv_hrtime() at the request */
+    bool responded;             /* the response was sent */
+    bool finished;              /* final event seen (task: DONE) */
+    uint8_t *final;             /* task: the final result map (packed) */
+    size_t final_len;
+    char *last_message;         /* task: the last progress message */
+    double last_fraction;
+};
+
+/* A permission.request sent and not yet answered. */
+typedef struct rpc_perm {
+    struct rpc_perm *next;
+    uint64_t msgid, call_id;
+} rpc_perm;
+
+struct rpc_conn {
+    rpc_conn *next, *prev;      /* srv->conns */
+    th_rpc_server *srv;
+    uint64_t id;                /* the session id, for logs */
+    uv_pipe_t in, out;          /* socket: only `in` (both ways) */
+    bool two_handles;           /* stdio */
+    int handles_open;
+    th_rpc_reader rd;
+    msgpack_unpacked msg;
+    th_principal who;
+    th_session *session;
+    rpc_call *calls;
+    uint32_t inflight;          /* calls not yet answered */
+    uint32_t n_done;            /* finished tasks kept */
+    uint64_t outbuf;            /* bytes in uv_write()s not yet done */
+    uint64_t next_msgid;        /* for our requests to the client */
+    rpc_perm *perms;
+    bool reading;
+    bool closing;               /* no more reads or writes */
+    bool flush_close;           /* close once outbuf drains */
+    char *flush_reason;
+    bool session_closed;
+    uv_work_t close_work;
+};
+
+typedef enum { EV_CALL = 1, EV_PERM, EV_TOOLS_CHANGED } rpc_ev_type;
+
+typedef struct rpc_ev {
+    struct rpc_ev *next;
+    rpc_ev_type type;
+    rpc_call *call;             /* EV_CALL */
+    rpc_conn *conn;             /* EV_PERM, EV_TOOLS_CHANGED */
+    th_event_kind kind;
+    uint64_t call_id, task_id;
+    bool has_result;
+    th_result_copy res;
+    double fraction;
+    char *message;
+    uint8_t *data;              /* progress data, permission args */
+    size_t data_len;
+    uint32_t coalesced;
+    char *tool, *reason;        /* EV_PERM */
+} rpc_ev;
+
+typedef struct tool_stat {
+    struct tool_stat *next;
+    char *name;
+    uint64_t calls, ok, failed, errors, running;
+    double total_ms;
+} tool_stat;
+
+struct th_rpc_server {
+    uv_loop_t loop;
+    th_host *host;
+    const th_host_cfg *cfg;
+    uint64_t max_frame, max_outbuf, grace_ms;
+    uint32_t max_inflight;
+    bool stdio;
+    uv_pipe_t listener;
+    bool listening;
+    char *sock_path;            /* to unlink at the end */
+    bool bound;                 /* sock_path is ours */
+    uv_signal_t sigterm, sigint;
+    bool signals;
+    uv_async_t wake;
+    uv_timer_t grace, hard;
+    pthread_mutex_t mu;         /* guards evq_*, stop_req, wake_closed */
+    rpc_ev *evq_head, *evq_tail;
+    bool stop_req;
+    bool wake_closed;           /* no uv_async_send() any more */
+    bool stopping, cancelled_rest;
+    rpc_conn *conns;
+    uint32_t n_conns;
+    uint64_t conns_total, calls_total;
+    uint64_t start;             /* uv_hrtime() */
+    tool_stat *stats;
+    th_front_ops ops;
+    void (*on_ready)(th_rpc_server *, void *);
+    void *ready_ud;
+};
+
+static void conn_close(rpc_conn *c, bool graceful, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void server_begin_stop(th_rpc_server *srv, const char *why);
+static void server_check_drained(th_rpc_server *srv);
+static void drain_events(th_rpc_server *srv);
+
+static double ms_since(uint64_t t0)
+{
+    return (double)(uv_hrtime() - t0) / 1e6;
+}
+
+/* ---- Writing --------------------------------------------------------------- */
+
+typedef struct rpc_write {
+    uv_write_t req;
+    rpc_conn *conn;
+    uint8_t *data;
+    size_t len;
+} rpc_write;
+
+static void on_write(uv_write_t *req, int status)
+{
+    rpc_write *w = (rpc_write *)req;
+    rpc_conn *c = w->conn;
+    c->outbuf -= w->len;
+    free(w->data);
+    free(w);
+    if (status < 0 && status != UV_ECANCELED && !c->closing)
+        conn_close(c, false, "write failed: %s", uv_strerror(status));
+    else if (c->flush_close && c->outbuf == 0 && !c->closing)
+        conn_close(c, false, "%s", c->flush_reason ? c->flush_reason : "done");
+}
+
+/* Sends the frame in `b` (taken: `b` is left empty). */
+static void conn_send(rpc_conn *c, th_buf *b)
+{
+    if (c->closing || b->len == 0) {
+        th_buf_free(b);
+        return;
+    }
+    rpc_write *w = calloc(1, sizeof *w);
+    if (!w) {
+        th_buf_free(b);
+        conn_close(c, false, "out of memory sending a frame");
+        return;
+    }
+    w->conn = c;
+    w->data = th_buf_take(b, &w->len);
+    uv_buf_t ub = uv_buf_init((char *)w->data, (unsigned)w->len);
+    uv_stream_t *s = (uv_stream_t *)(c->two_handles ? &c->out : &c->in);
+    int rc = uv_write(&w->req, s, &ub, 1, on_write);
+    if (rc < 0) {
+        free(w->data);
+        free(w);
+        conn_close(c, false, "write failed: %s", uv_strerror(rc));
+        return;
+    }
+    c->outbuf += w->len;
+    if (c->outbuf > c->srv->max_outbuf)
+        conn_close(c, false,
+                   "outbound buffer over %llu bytes: the client does not read",
+                   (unsigned long long)c->srv->max_outbuf);
+}
+
+static void send_error(rpc_conn *c, uint64_t msgid, int code, const char *fmt,
+                       ...) __attribute__((format(printf, 4, 5)));
+static void send_error(rpc_conn *c, uint64_t msgid, int code, const char *fmt,
+                       ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    th_buf b = TH_BUF_INIT;
+    if (th_rpc_pack_error(&b, msgid, code, msg) == 0)
+        conn_send(c, &b);
+    th_buf_free(&b);
+    th_log_debug("session=%llu msgid=%llu error %s: %s",
+                 (unsigned long long)c->id, (unsigned long long)msgid,
+                 th_err_name(code), msg);
+}
+
+/* Sends a response whose result is in `res` (a packed value). */
+static void send_result(rpc_conn *c, uint64_t msgid, th_buf *res)
+{
+    th_buf b = TH_BUF_INIT;
+    if (th_rpc_pack_response(&b, msgid, NULL, 0, res->data, res->len) == 0)
+        conn_send(c, &b);
+    else
+        conn_close(c, false, "out of memory packing a response");
+    th_buf_free(&b);
+}
+
+static void send_notify(rpc_conn *c, const char *method, th_buf *params)
+{
+    th_buf b = TH_BUF_INIT;
+    if (th_rpc_pack_notify(&b, method, params->data, params->len) == 0)
+        conn_send(c, &b);
+    th_buf_free(&b);
+}
+
+/* ---- Packing helpers ----------------------------------------------------- */
+
+#define PK_STR(pk, s) msgpack_pack_str_with_body((pk), (s), strlen(s))
+
+static bool utf8_valid(const uint8_t *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        size_t k;
+        uint32_t cp;
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if ((c & 0xe0) == 0xc0) {
+            k = 1;
+            cp = c & 0x1f;
+        } else if ((c & 0xf0) == 0xe0) {
+            k = 2;
+            cp = c & 0x0f;
+        } else if ((c & 0xf8) == 0xf0) {
+            k = 3;
+            cp = c & 0x07;
+        } else {
+            return false;
+        }
+        if (n - i <= k)
+            return false;
+        for (size_t j = 1; j <= k; j++) {
+            if ((s[i + j] & 0xc0) != 0x80)
+                return false;
+            cp = (cp << 6) | (s[i + j] & 0x3f);
+        }
+        if ((k == 1 && cp < 0x80) || (k == 2 && cp < 0x800) ||
+            (k == 3 && (cp < 0x10000 || cp > 0x10ffff)) ||
+            (cp >= 0xd800 && cp <= 0xdfff))
+            return false;
+        i += k + 1;
+    }
+    return true;
+}
+
+/* Text as str when it is UTF-8, as bin otherwise. */
+static int pack_text(msgpack_packer *pk, const uint8_t *p, size_t n)
+{
+    if (!p)
+        n = 0;
+    if (n == 0 || utf8_valid(p, n))
+        return msgpack_pack_str_with_body(pk, p ? (const char *)p : "", n);
+    return msgpack_pack_bin_with_body(pk, p, n);
+}
+
+/* The result map of a finished call: {ok, stdout, stderr, meta} or
+ * {ok: false, error: {code, message}}, or {status: "running", ...}. */
+static int pack_result(th_buf *out, const th_result_copy *r)
+{
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, out, th_buf_msgpack_write);
+    int e = 0;
+    if (r->kind == TH_RESULT_DONE) {
+        e |= msgpack_pack_map(&pk, 4);
+        e |= PK_STR(&pk, "ok");
+        e |= r->ok ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk);
+        e |= PK_STR(&pk, "stdout");
+        e |= pack_text(&pk, r->out.data, r->out.len);
+        e |= PK_STR(&pk, "stderr");
+        e |= pack_text(&pk, r->err.data, r->err.len);
+        e |= PK_STR(&pk, "meta");
+        if (r->meta.len)
+            e |= th_buf_append(out, r->meta.data, r->meta.len);
+        else
+            e |= msgpack_pack_map(&pk, 0);
+    } else if (r->kind == TH_RESULT_RUNNING) {
+        e |= msgpack_pack_map(&pk, 3);
+        e |= PK_STR(&pk, "status");
+        e |= PK_STR(&pk, "running");
+        e |= PK_STR(&pk, "task_id");
+        e |= msgpack_pack_uint64(&pk, r->task_id);
+        e |= PK_STR(&pk, "message");
+        e |= PK_STR(&pk, r->message ? r->message : "");
+    } else {
+        const char *msg = r->message ? r->message : th_strerror(r->error);
+        e |= msgpack_pack_map(&pk, 2);
+        e |= PK_STR(&pk, "ok");
+        e |= msgpack_pack_false(&pk);
+        e |= PK_STR(&pk, "error");
+        e |= msgpack_pack_map(&pk, 2);
+        e |= PK_STR(&pk, "code");
+        e |= PK_STR(&pk, th_err_name(r->error));
+        e |= PK_STR(&pk, "message");
+        e |= PK_STR(&pk, msg);
+    }
+    return e ? TH_ENOMEM : 0;
+}
+
+/* One tool as the protocol shows it: the schema module's tools.list entry
+ * (docs/protocol.md, "tools.list"). */
+static int pack_tool(msgpack_packer *pk, th_buf *out, const th_tool *t)
+{
+    (void)out;
+    return th_schema_pack_tool(pk, t);
+}
+
+/* ---- Statistics ---------------------------------------------------------- */
+
+static tool_stat *stat_of(th_rpc_server *srv, const char *tool)
+{
+    for (tool_stat *s = srv->stats; s; s = s->next)
+        if (strcmp(s->name, tool) == 0)
+            return s;
+    tool_stat *s = calloc(1, sizeof *s);
+    if (!s || !(s->name = strdup(tool))) {
+        free(s);
+        return NULL;
+    }
+    s->next = srv->stats;
+    srv->stats = s;
+    return s;
+}
+
+static void stat_record(th_rpc_server *srv, rpc_call *call,
+                        const th_result_copy *r)
+{
+    tool_stat *s = stat_of(srv, call->tool);
+    if (!s)
+        return;
+    if (r->kind == TH_RESULT_RUNNING) {
+        s->running++;
+        return;
+    }
+    if (call->task_id && s->running)
+        s->running--;
+    s->calls++;
+    s->total_ms += ms_since(call->t0);
+    if (r->kind == TH_RESULT_ERROR)
+        s->errors++;
+    else if (r->ok)
+        s->ok++;
+    else
+        s->failed++;
+}
+
+/* ---- Calls ------------------------------------------------------------------ */
+
+static void call_free(rpc_call *call)
+{
+    rpc_conn *c = call->conn;
+    if (call->prev)
+        call->prev->next = call->next;
+    else
+        c->calls = call->next;
+    if (call->next)
+        call->next->prev = call->prev;
+    if (!call->responded && c->inflight)
+        c->inflight--;
+    if (call->finished && call->task_id && c->n_done)
+        c->n_done--;
+    free(call->tool);
+    free(call->final);
+    free(call->last_message);
+    free(call);
+}
+
+static void log_outcome(rpc_call *call, const th_result_copy *r,
+                        const char *what)
+{
+    char outcome[160];
+    if (r->kind == TH_RESULT_DONE)
+        snprintf(outcome, sizeof outcome, "%s", r->ok ? "ok" : "failed");
+    else if (r->kind == TH_RESULT_RUNNING)
+        snprintf(outcome, sizeof outcome, "running task=%llu",
+                 (unsigned long long)r->task_id);
+    else
+        snprintf(outcome, sizeof outcome, "error=%s", th_err_name(r->error));
+    th_log_info("session=%llu tool=%s call=%llu dur=%.1fms %s %s",
+                (unsigned long long)call->conn->id, call->tool,
+                (unsigned long long)call->call_id, ms_since(call->t0), what,
+                outcome);
+}
+
+/* Drops the oldest finished tasks beyond KEEP_DONE_TASKS. */
+static void trim_done(rpc_conn *c)
+{
+    while (c->n_done > KEEP_DONE_TASKS) {
+        rpc_call *oldest = NULL;
+        for (rpc_call *k = c->calls; k; k = k->next)
+            if (k->finished && k->task_id)
+                oldest = k; /* the list is newest first */
+        if (!oldest)
+            return;
+        call_free(oldest);
+    }
+}
+
+static void handle_call_event(th_rpc_server *srv, rpc_ev *ev)
+{
+    rpc_call *call = ev->call;
+    rpc_conn *c = call->conn;
+    if (ev->task_id && !call->task_id)
+        call->task_id = ev->task_id;
+    if (ev->kind == TH_EV_RESULT && ev->has_result) {
+        if (ev->res.kind == TH_RESULT_RUNNING && ev->res.task_id)
+            call->task_id = ev->res.task_id;
+        stat_record(srv, call, &ev->res);
+        log_outcome(call, &ev->res, "result");
+        if (!call->responded) {
+            th_buf res = TH_BUF_INIT;
+            if (pack_result(&res, &ev->res) == 0)
+                send_result(c, call->msgid, &res);
+            else
+                send_error(c, call->msgid, TH_ENOMEM, "out of memory");
+            th_buf_free(&res);
+            call->responded = true;
+            if (c->inflight)
+                c->inflight--;
+        }
+        if (ev->res.kind != TH_RESULT_RUNNING) {
+            call_free(call);
+            server_check_drained(srv);
+        }
+        return;
+    }
+    if (ev->kind == TH_EV_PROGRESS) {
+        free(call->last_message);
+        call->last_message = ev->message ? strdup(ev->message) : NULL;
+        call->last_fraction = ev->fraction;
+        th_buf p = TH_BUF_INIT;
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &p, th_buf_msgpack_write);
+        int e = 0;
+        uint32_t n = 2 + (ev->fraction >= 0) + (ev->data != NULL);
+        e |= msgpack_pack_array(&pk, 2);
+        e |= msgpack_pack_uint64(&pk, call->task_id);
+        e |= msgpack_pack_map(&pk, n);
+        e |= PK_STR(&pk, "message");
+        e |= PK_STR(&pk, ev->message ? ev->message : "");
+        if (ev->fraction >= 0) {
+            e |= PK_STR(&pk, "progress");
+            e |= msgpack_pack_double(&pk, ev->fraction);
+        }
+        if (ev->data) {
+            e |= PK_STR(&pk, "data");
+            e |= th_buf_append(&p, ev->data, ev->data_len);
+        }
+        e |= PK_STR(&pk, "coalesced");
+        e |= msgpack_pack_uint32(&pk, ev->coalesced);
+        if (!e)
+            send_notify(c, "task.progress", &p);
+        th_buf_free(&p);
+        return;
+    }
+    if (ev->kind == TH_EV_DONE && ev->has_result) {
+        stat_record(srv, call, &ev->res);
+        log_outcome(call, &ev->res, "task done");
+        th_buf res = TH_BUF_INIT;
+        if (pack_result(&res, &ev->res) == 0) {
+            th_buf p = TH_BUF_INIT;
+            msgpack_packer pk;
+            msgpack_packer_init(&pk, &p, th_buf_msgpack_write);
+            if (!msgpack_pack_array(&pk, 2) &&
+                !msgpack_pack_uint64(&pk, call->task_id) &&
+                !th_buf_append(&p, res.data, res.len))
+                send_notify(c, "task.done", &p);
+            th_buf_free(&p);
+            call->final = th_buf_take(&res, &call->final_len);
+        }
+        th_buf_free(&res);
+        if (!call->responded) { /* a DONE without an ack: answer now */
+            call->responded = true;
+            if (c->inflight)
+                c->inflight--;
+        }
+        call->finished = true;
+        c->n_done++;
+        trim_done(c);
+        server_check_drained(srv);
+    }
+}
+
+/* Any thread: the core's event callback for one call. */
+static void on_call_event(const th_event *e, void *ud)
+{
+    rpc_call *call = ud;
+    th_rpc_server *srv = call->conn->srv;
+    rpc_ev *ev = calloc(1, sizeof *ev);
+    if (!ev)
+        goto oom;
+    ev->type = EV_CALL;
+    ev->call = call;
+    ev->kind = e->kind;
+    ev->call_id = e->call_id;
+    ev->task_id = e->task_id;
+    ev->fraction = e->fraction;
+    ev->coalesced = e->coalesced;
+    if (e->result) {
+        if (th_result_copy_from(&ev->res, e->result) != 0)
+            goto oom_ev;
+        ev->has_result = true;
+    }
+    if (e->message && !(ev->message = strdup(e->message)))
+        goto oom_ev;
+    if (e->data && e->data_len) {
+        if (!(ev->data = malloc(e->data_len)))
+            goto oom_ev;
+        memcpy(ev->data, e->data, e->data_len);
+        ev->data_len = e->data_len;
+    }
+    pthread_mutex_lock(&srv->mu);
+    if (srv->evq_tail)
+        srv->evq_tail->next = ev;
+    else
+        srv->evq_head = ev;
+    srv->evq_tail = ev;
+    pthread_mutex_unlock(&srv->mu);
+    uv_async_send(&srv->wake);
+    return;
+oom_ev:
+    if (ev->has_result)
+        th_result_copy_free(&ev->res);
+    free(ev->message);
+    free(ev->data);
+    free(ev);
+oom:
+    /* A lost progress update is harmless; a lost result would leave the
+     * call open until its connection ends, which then frees it. */
+    th_log_error("session=%llu call=%llu out of memory queuing an event",
+                 (unsigned long long)call->conn->id,
+                 (unsigned long long)e->call_id);
+}
+
+static void push_ev(th_rpc_server *srv, rpc_ev *ev)
+{
+    pthread_mutex_lock(&srv->mu);
+    if (srv->evq_tail)
+        srv->evq_tail->next = ev;
+    else
+        srv->evq_head = ev;
+    srv->evq_tail = ev;
+    pthread_mutex_unlock(&srv->mu);
+    uv_async_send(&srv->wake);
+}
+
+/* Any thread: the core asks whether a call may run. */
+static int front_ask_permission(void *front_ud, uint64_t call_id,
+                                const char *tool, const uint8_t *args,
+                                size_t args_len, const char *reason)
+{
+    rpc_conn *c = front_ud;
+    rpc_ev *ev = calloc(1, sizeof *ev);
+    if (!ev)
+        return -1;
+    ev->type = EV_PERM;
+    ev->conn = c;
+    ev->call_id = call_id;
+    ev->tool = strdup(tool ? tool : "");
+    ev->reason = strdup(reason ? reason : "");
+    if (args && args_len && (ev->data = malloc(args_len))) {
+        memcpy(ev->data, args, args_len);
+        ev->data_len = args_len;
+    }
+    if (!ev->tool || !ev->reason || (args_len && !ev->data)) {
+        free(ev->tool);
+        free(ev->reason);
+        free(ev->data);
+        free(ev);
+        return -1;
+    }
+    push_ev(c->srv, ev);
+    return 0;
+}
+
+/* Any thread: the session's tool list changed. */
+static void front_tools_changed(void *front_ud)
+{
+    rpc_conn *c = front_ud;
+    rpc_ev *ev = calloc(1, sizeof *ev);
+    if (!ev)
+        return;
+    ev->type = EV_TOOLS_CHANGED;
+    ev->conn = c;
+    push_ev(c->srv, ev);
+}
+
+static void handle_perm_event(rpc_ev *ev)
+{
+    rpc_conn *c = ev->conn;
+    /* A closing session denies its pending asks itself. */
+    if (c->session_closed || c->closing)
+        return;
+    rpc_perm *p = calloc(1, sizeof *p);
+    th_buf params = TH_BUF_INIT, frame = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &params, th_buf_msgpack_write);
+    int e = !p;
+    if (!e) {
+        /* [call_id, tool, args, reason] */
+        e |= msgpack_pack_array(&pk, 4);
+        e |= msgpack_pack_uint64(&pk, ev->call_id);
+        e |= PK_STR(&pk, ev->tool);
+        if (ev->data)
+            e |= th_buf_append(&params, ev->data, ev->data_len);
+        else
+            e |= msgpack_pack_map(&pk, 0);
+        e |= PK_STR(&pk, ev->reason);
+    }
+    if (!e) {
+        p->msgid = c->next_msgid++ & 0xffffffffu;
+        p->call_id = ev->call_id;
+        e |= th_rpc_pack_request(&frame, p->msgid, "permission.request",
+                                 params.data, params.len);
+    }
+    th_buf_free(&params);
+    if (e) {
+        free(p);
+        th_buf_free(&frame);
+        th_permission_answer(c->session, ev->call_id, false);
+        return;
+    }
+    p->next = c->perms;
+    c->perms = p;
+    th_log_info("session=%llu tool=%s call=%llu permission asked: %s",
+                (unsigned long long)c->id, ev->tool,
+                (unsigned long long)ev->call_id, ev->reason);
+    conn_send(c, &frame);
+}
+
+static void ev_free(rpc_ev *ev)
+{
+    if (ev->has_result)
+        th_result_copy_free(&ev->res);
+    free(ev->message);
+    free(ev->data);
+    free(ev->tool);
+    free(ev->reason);
+    free(ev);
+}
+
+static void drain_events(th_rpc_server *srv)
+{
+    for (;;) {
+        pthread_mutex_lock(&srv->mu);
+        rpc_ev *ev = srv->evq_head;
+        srv->evq_head = srv->evq_tail = NULL;
+        pthread_mutex_unlock(&srv->mu);
+        if (!ev)
+            return;
+        while (ev) {
+            rpc_ev *next = ev->next;
+            if (ev->type == EV_CALL)
+                handle_call_event(srv, ev);
+            else if (ev->type == EV_PERM)
+                handle_perm_event(ev);
+            else if (ev->type == EV_TOOLS_CHANGED && !ev->conn->closing) {
+                th_buf p = TH_BUF_INIT;
+                send_notify(ev->conn, "tools.changed", &p);
+            }
+            ev_free(ev);
+            ev = next;
+        }
+    }
+}
+
+static void on_wake(uv_async_t *a)
+{
+    th_rpc_server *srv = a->data;
+    pthread_mutex_lock(&srv->mu);
+    bool stop = srv->stop_req;
+    srv->stop_req = false;
+    pthread_mutex_unlock(&srv->mu);
+    drain_events(srv);
+    if (stop)
+        server_begin_stop(srv, "stop requested");
+}
+
+/* ---- Methods ---------------------------------------------------------------- */
+
+typedef void (*method_fn)(rpc_conn *c, uint64_t msgid,
+                          const msgpack_object *params);
+
+static bool param_u64(const msgpack_object *params, uint32_t i, uint64_t *v)
+{
+    if (params->via.array.size <= i)
+        return false;
+    const msgpack_object *o = &params->via.array.ptr[i];
+    if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+        return false;
+    *v = o->via.u64;
+    return true;
+}
+
+static void m_ping(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
+{
+    (void)params;
+    th_buf r = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &r, th_buf_msgpack_write);
+    PK_STR(&pk, "pong");
+    send_result(c, msgid, &r);
+    th_buf_free(&r);
+}
+
+static uint64_t rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long size = 0, rss = 0;
+    if (!f)
+        return 0;
+    if (fscanf(f, "%lu %lu", &size, &rss) != 2)
+        rss = 0;
+    fclose(f);
+    return (uint64_t)rss * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+static void m_stats(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
+{
+    (void)params;
+    th_rpc_server *srv = c->srv;
+    th_buf r = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &r, th_buf_msgpack_write);
+    uint32_t n_tools = 0, inflight = 0;
+    for (tool_stat *s = srv->stats; s; s = s->next)
+        n_tools++;
+    for (rpc_conn *k = srv->conns; k; k = k->next)
+        inflight += k->inflight;
+    int e = 0;
+    e |= msgpack_pack_map(&pk, 6);
+    e |= PK_STR(&pk, "version");
+    e |= PK_STR(&pk, TOOLHOST_VERSION);
+    e |= PK_STR(&pk, "uptime_ms");
+    e |= msgpack_pack_uint64(&pk, (uv_hrtime() - srv->start) / 1000000u);
+    e |= PK_STR(&pk, "connections");
+    e |= msgpack_pack_map(&pk, 2);
+    e |= PK_STR(&pk, "current");
+    e |= msgpack_pack_uint32(&pk, srv->n_conns);
+    e |= PK_STR(&pk, "total");
+    e |= msgpack_pack_uint64(&pk, srv->conns_total);
+    e |= PK_STR(&pk, "calls");
+    e |= msgpack_pack_map(&pk, 2);
+    e |= PK_STR(&pk, "total");
+    e |= msgpack_pack_uint64(&pk, srv->calls_total);
+    e |= PK_STR(&pk, "in_flight");
+    e |= msgpack_pack_uint32(&pk, inflight);
+    e |= PK_STR(&pk, "memory");
+    e |= msgpack_pack_map(&pk, 1);
+    e |= PK_STR(&pk, "rss_bytes");
+    e |= msgpack_pack_uint64(&pk, rss_bytes());
+    e |= PK_STR(&pk, "tools");
+    e |= msgpack_pack_map(&pk, n_tools);
+    for (tool_stat *s = srv->stats; s; s = s->next) {
+        e |= PK_STR(&pk, s->name);
+        e |= msgpack_pack_map(&pk, 6);
+        e |= PK_STR(&pk, "calls");
+        e |= msgpack_pack_uint64(&pk, s->calls);
+        e |= PK_STR(&pk, "ok");
+        e |= msgpack_pack_uint64(&pk, s->ok);
+        e |= PK_STR(&pk, "failed");
+        e |= msgpack_pack_uint64(&pk, s->failed);
+        e |= PK_STR(&pk, "errors");
+        e |= msgpack_pack_uint64(&pk, s->errors);
+        e |= PK_STR(&pk, "running");
+        e |= msgpack_pack_uint64(&pk, s->running);
+        e |= PK_STR(&pk, "avg_ms");
+        e |= msgpack_pack_double(&pk, s->calls ? s->total_ms / (double)s->calls
+                                               : 0.0);
+    }
+    if (e)
+        send_error(c, msgid, TH_ENOMEM, "out of memory");
+    else
+        send_result(c, msgid, &r);
+    th_buf_free(&r);
+}
+
+typedef struct list_ctx {
+    msgpack_packer pk;
+    th_buf *out;
+    uint32_t n;
+    int rc;
+} list_ctx;
+
+static int list_one(const th_tool *t, void *ud)
+{
+    list_ctx *lc = ud;
+    lc->n++;
+    if (pack_tool(&lc->pk, lc->out, t))
+        lc->rc = TH_ENOMEM;
+    return lc->rc;
+}
+
+static void m_list(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
+{
+    (void)params;
+    /* Pack the tools first, then the array header in front of them. */
+    th_buf tools = TH_BUF_INIT, r = TH_BUF_INIT;
+    list_ctx lc = {.out = &tools};
+    msgpack_packer_init(&lc.pk, &tools, th_buf_msgpack_write);
+    int rc = th_session_tools(c->session, list_one, &lc);
+    if (rc == 0)
+        rc = lc.rc;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &r, th_buf_msgpack_write);
+    if (rc == 0 && (msgpack_pack_array(&pk, lc.n) ||
+                    th_buf_append(&r, tools.data, tools.len)))
+        rc = TH_ENOMEM;
+    if (rc)
+        send_error(c, msgid, rc, "listing the tools failed: %s",
+                   th_strerror(rc));
+    else
+        send_result(c, msgid, &r);
+    th_buf_free(&tools);
+    th_buf_free(&r);
+}
+
+/* Copies a str/bin param into `buf`; false when absent, not a string or
+ * too long. */
+static bool param_str(const msgpack_object *params, uint32_t i, char *buf,
+                      size_t cap)
+{
+    const char *p;
+    size_t n;
+    if (params->via.array.size <= i ||
+        !th_rpc_obj_str(&params->via.array.ptr[i], &p, &n) || n >= cap ||
+        memchr(p, '\0', n))
+        return false;
+    memcpy(buf, p, n);
+    buf[n] = '\0';
+    return true;
+}
+
+static void m_describe(rpc_conn *c, uint64_t msgid,
+                       const msgpack_object *params)
+{
+    char name[128];
+    if (!param_str(params, 0, name, sizeof name)) {
+        send_error(c, msgid, TH_EINVAL,
+                   "tools.describe takes [name]: name must be a string");
+        return;
+    }
+    const th_tool *t = th_session_acquire(c->session, name);
+    if (!t) {
+        send_error(c, msgid, TH_EUNKNOWN_TOOL, "unknown tool '%s'", name);
+        return;
+    }
+    th_buf r = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &r, th_buf_msgpack_write);
+    int rc = pack_tool(&pk, &r, t);
+    th_tool_release(t);
+    if (rc)
+        send_error(c, msgid, TH_ENOMEM, "out of memory");
+    else
+        send_result(c, msgid, &r);
+    th_buf_free(&r);
+}
+
+static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
+{
+    th_rpc_server *srv = c->srv;
+    char name[128];
+    uint32_t np = params->via.array.size;
+    if (np < 1 || np > 3 || !param_str(params, 0, name, sizeof name)) {
+        send_error(c, msgid, TH_EINVAL,
+                   "tools.call takes [name, args, options?]: name must be a "
+                   "string");
+        return;
+    }
+    const msgpack_object *args = np >= 2 ? &params->via.array.ptr[1] : NULL;
+    if (args && args->type == MSGPACK_OBJECT_NIL)
+        args = NULL;
+    if (args && args->type != MSGPACK_OBJECT_MAP) {
+        send_error(c, msgid, TH_EINVAL, "tools.call: args must be a map");
+        return;
+    }
+    th_call_opts opts = {0};
+    const msgpack_object *o = np == 3 ? &params->via.array.ptr[2] : NULL;
+    if (o && o->type != MSGPACK_OBJECT_NIL) {
+        if (o->type != MSGPACK_OBJECT_MAP) {
+            send_error(c, msgid, TH_EINVAL,
+                       "tools.call: options must be a map");
+            return;
+        }
+        for (uint32_t i = 0; i < o->via.map.size; i++) {
+            const msgpack_object *k = &o->via.map.ptr[i].key;
+            const msgpack_object *v = &o->via.map.ptr[i].val;
+            if (th_rpc_obj_streq(k, "timeout_ms")) {
+                if (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
+                    v->via.u64 > INT64_MAX) {
+                    send_error(c, msgid, TH_EINVAL,
+                               "tools.call: timeout_ms must be a positive "
+                               "integer");
+                    return;
+                }
+                opts.timeout_ms = (int64_t)v->via.u64;
+            } else if (th_rpc_obj_streq(k, "progress")) {
+                if (v->type != MSGPACK_OBJECT_BOOLEAN) {
+                    send_error(c, msgid, TH_EINVAL,
+                               "tools.call: progress must be a boolean");
+                    return;
+                }
+                opts.no_progress = !v->via.boolean;
+            } else {
+                const char *kp = "?";
+                size_t kn = 1;
+                th_rpc_obj_str(k, &kp, &kn);
+                send_error(c, msgid, TH_EINVAL,
+                           "tools.call: unknown option '%.*s' (known: "
+                           "timeout_ms, progress)",
+                           (int)(kn > 64 ? 64 : kn), kp);
+                return;
+            }
+        }
+    }
+    if (c->inflight >= srv->max_inflight) {
+        conn_close(c, false, "more than %u calls in flight",
+                   (unsigned)srv->max_inflight);
+        return;
+    }
+    th_buf ab = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &ab, th_buf_msgpack_write);
+    int prc = args ? msgpack_pack_object(&pk, *args) : msgpack_pack_map(&pk, 0);
+    rpc_call *call = calloc(1, sizeof *call);
+    if (prc || !call || !(call->tool = strdup(name))) {
+        if (call)
+            free(call->tool);
+        free(call);
+        th_buf_free(&ab);
+        send_error(c, msgid, TH_ENOMEM, "out of memory");
+        return;
+    }
+    call->conn = c;
+    call->msgid = msgid;
+    call->t0 = uv_hrtime();
+    call->last_fraction = -1;
+    call->next = c->calls;
+    if (c->calls)
+        c->calls->prev = call;
+    c->calls = call;
+    c->inflight++;
+    srv->calls_total++;
+    int rc = th_call_start(c->session, name, ab.data, ab.len, &opts,
+                           on_call_event, call, &call->call_id);
+    th_buf_free(&ab);
+    if (rc < 0) {
+        send_error(c, msgid, rc, "the call could not start: %s",
+                   th_strerror(rc));
+        call->responded = true;
+        c->inflight--;
+        call_free(call);
+        return;
+    }
+    th_log_debug("session=%llu tool=%s call=%llu msgid=%llu started",
+                 (unsigned long long)c->id, name,
+                 (unsigned long long)call->call_id,
+                 (unsigned long long)msgid);
+}
+
+static void m_tools_cancel(rpc_conn *c, uint64_t msgid,
+                           const msgpack_object *params, bool reply)
+{
+    uint64_t target;
+    if (!param_u64(params, 0, &target)) {
+        if (reply)
+            send_error(c, msgid, TH_EINVAL,
+                       "tools.cancel takes [msgid of a tools.call]");
+        return;
+    }
+    rpc_call *call = c->calls;
+    while (call && !(call->msgid == target && !call->responded))
+        call = call->next;
+    int rc = call ? th_call_cancel(c->session, call->call_id) : TH_ENOTFOUND;
+    if (!reply)
+        return;
+    if (rc < 0) {
+        send_error(c, msgid, rc, "no call in flight with msgid %llu",
+                   (unsigned long long)target);
+        return;
+    }
+    th_buf r = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &r, th_buf_msgpack_write);
+    msgpack_pack_true(&pk);
+    send_result(c, msgid, &r);
+    th_buf_free(&r);
+}
+
+static void m_cancel_req(rpc_conn *c, uint64_t msgid,
+                         const msgpack_object *params)
+{
+    m_tools_cancel(c, msgid, params, true);
+}
+
+static rpc_call *find_task(rpc_conn *c, uint64_t task_id)
+{
+    for (rpc_call *k = c->calls; k; k = k->next)
+        if (k->task_id == task_id)
+            return k;
+    return NULL;
+}
+
+static void m_tasks_list(rpc_conn *c, uint64_t msgid,
+                         const msgpack_object *params)
+{
+    (void)params;
+    uint32_t n = 0;
+    for (rpc_call *k = c->calls; k; k = k->next)
+        n += k->task_id != 0;
+    th_buf r = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &r, th_buf_msgpack_write);
+    int e = msgpack_pack_array(&pk, n);
+    for (rpc_call *k = c->calls; k; k = k->next) {
+        if (!k->task_id)
+            continue;
+        e |= msgpack_pack_map(&pk, 6);
+        e |= PK_STR(&pk, "task_id");
+        e |= msgpack_pack_uint64(&pk, k->task_id);
+        e |= PK_STR(&pk, "tool");
+        e |= PK_STR(&pk, k->tool);
+        e |= PK_STR(&pk, "status");
+        e |= PK_STR(&pk, k->finished ? "done" : "running");
+        e |= PK_STR(&pk, "elapsed_ms");
+        e |= msgpack_pack_double(&pk, ms_since(k->t0));
+        e |= PK_STR(&pk, "message");
+        e |= PK_STR(&pk, k->last_message ? k->last_message : "");
+        e |= PK_STR(&pk, "progress");
+        if (k->last_fraction >= 0)
+            e |= msgpack_pack_double(&pk, k->last_fraction);
+        else
+            e |= msgpack_pack_nil(&pk);
+    }
+    if (e)
+        send_error(c, msgid, TH_ENOMEM, "out of memory");
+    else
+        send_result(c, msgid, &r);
+    th_buf_free(&r);
+}
+
+static void m_tasks_cancel(rpc_conn *c, uint64_t msgid,
+                           const msgpack_object *params)
+{
+    uint64_t id;
+    if (!param_u64(params, 0, &id)) {
+        send_error(c, msgid, TH_EINVAL, "tasks.cancel takes [task_id]");
+        return;
+    }
+    rpc_call *k = find_task(c, id);
+    if (k && k->finished) {
+        send_error(c, msgid, TH_ESTATE, "task %llu already finished",
+                   (unsigned long long)id);
+        return;
+    }
+    int rc = th_call_cancel(c->session, id);
+    if (rc < 0) {
+        send_error(c, msgid, rc, "no running task %llu",
+                   (unsigned long long)id);
+        return;
+    }
+    th_buf r = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &r, th_buf_msgpack_write);
+    msgpack_pack_true(&pk);
+    send_result(c, msgid, &r);
+    th_buf_free(&r);
+}
+
+static void m_tasks_result(rpc_conn *c, uint64_t msgid,
+                           const msgpack_object *params)
+{
+    uint64_t id;
+    if (!param_u64(params, 0, &id)) {
+        send_error(c, msgid, TH_EINVAL, "tasks.result takes [task_id]");
+        return;
+    }
+    rpc_call *k = find_task(c, id);
+    if (!k) {
+        send_error(c, msgid, TH_ENOTFOUND, "no task %llu in this session",
+                   (unsigned long long)id);
+        return;
+    }
+    th_buf r = TH_BUF_INIT;
+    if (k->finished && k->final) {
+        th_buf_append(&r, k->final, k->final_len);
+    } else {
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &r, th_buf_msgpack_write);
+        msgpack_pack_map(&pk, 3);
+        PK_STR(&pk, "status");
+        PK_STR(&pk, "running");
+        PK_STR(&pk, "task_id");
+        msgpack_pack_uint64(&pk, k->task_id);
+        PK_STR(&pk, "message");
+        PK_STR(&pk, k->last_message ? k->last_message : "");
+    }
+    send_result(c, msgid, &r);
+    th_buf_free(&r);
+}
+
+/* host.reload arrives with the hot reload module: it will call into the
+ * core and answer {reloaded: [...], errors: [...]}; tools.changed reaches
+ * every session through th_front_ops.tools_changed. */
+static void m_reload(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
+{
+    (void)params;
+    send_error(c, msgid, TH_ESTATE, "host.reload is not available yet");
+}
+
+static const struct {
+    const char *name;
+    method_fn fn;
+} methods[] = {
+    {"tools.list", m_list},
+    {"tools.describe", m_describe},
+    {"tools.call", m_call},
+    {"tools.cancel", m_cancel_req},
+    {"tasks.list", m_tasks_list},
+    {"tasks.cancel", m_tasks_cancel},
+    {"tasks.result", m_tasks_result},
+    {"host.ping", m_ping},
+    {"host.stats", m_stats},
+    {"host.reload", m_reload},
+};
+
+static void on_response(rpc_conn *c, const th_rpc_msg *m)
+{
+    rpc_perm **pp = &c->perms;
+    while (*pp && (*pp)->msgid != m->msgid)
+        pp = &(*pp)->next;
+    if (!*pp) {
+        th_log_debug("session=%llu response to unknown msgid %llu ignored",
+                     (unsigned long long)c->id,
+                     (unsigned long long)m->msgid);
+        return;
+    }
+    rpc_perm *p = *pp;
+    *pp = p->next;
+    bool allow = m->error->type == MSGPACK_OBJECT_NIL &&
+                 m->result->type == MSGPACK_OBJECT_BOOLEAN &&
+                 m->result->via.boolean;
+    th_log_info("session=%llu call=%llu permission %s by the client",
+                (unsigned long long)c->id, (unsigned long long)p->call_id,
+                allow ? "granted" : "refused");
+    th_permission_answer(c->session, p->call_id, allow);
+    free(p);
+}
+
+static void dispatch(rpc_conn *c, const msgpack_object *o)
+{
+    th_rpc_msg m;
+    bool has_id;
+    th_error err;
+    if (th_rpc_msg_parse(o, &m, &has_id, &err) != 0) {
+        th_log_warn("session=%llu bad message: %s", (unsigned long long)c->id,
+                    err.msg);
+        if (has_id) {
+            send_error(c, m.msgid, TH_EPROTO, "%s", err.msg);
+        } else {
+            /* Without a msgid there is no response to send: say it in a
+             * notification the client may ignore. */
+            th_buf p = TH_BUF_INIT;
+            msgpack_packer pk;
+            msgpack_packer_init(&pk, &p, th_buf_msgpack_write);
+            msgpack_pack_array(&pk, 1);
+            msgpack_pack_array(&pk, 2);
+            msgpack_pack_int(&pk, TH_EPROTO);
+            PK_STR(&pk, err.msg);
+            send_notify(c, "host.protocol_error", &p);
+            th_buf_free(&p);
+        }
+        return;
+    }
+    if (m.kind == TH_RPC_RESPONSE) {
+        on_response(c, &m);
+        return;
+    }
+    for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++) {
+        if (strlen(methods[i].name) != m.method_len ||
+            memcmp(methods[i].name, m.method, m.method_len) != 0)
+            continue;
+        if (m.kind == TH_RPC_NOTIFY) {
+            /* Only cancellation makes sense without an answer. */
+            if (methods[i].fn == m_cancel_req)
+                m_tools_cancel(c, 0, m.params, false);
+            return;
+        }
+        methods[i].fn(c, m.msgid, m.params);
+        return;
+    }
+    if (m.kind == TH_RPC_NOTIFY) {
+        th_log_debug("session=%llu notification '%.*s' ignored",
+                     (unsigned long long)c->id,
+                     (int)(m.method_len > 64 ? 64 : m.method_len), m.method);
+        return;
+    }
+    send_error(c, m.msgid, TH_ENOTFOUND, "unknown method '%.*s'",
+               (int)(m.method_len > 64 ? 64 : m.method_len), m.method);
+}
+
+/* ---- Connections ---------------------------------------------------------- */
+
+static void conn_maybe_free(rpc_conn *c)
+{
+    if (c->handles_open > 0 || !c->session_closed)
+        return;
+    th_rpc_server *srv = c->srv;
+    while (c->calls)
+        call_free(c->calls);
+    while (c->perms) {
+        rpc_perm *p = c->perms;
+        c->perms = p->next;
+        free(p);
+    }
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        srv->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    srv->n_conns--;
+    msgpack_unpacked_destroy(&c->msg);
+    th_rpc_reader_destroy(&c->rd);
+    free(c->flush_reason);
+    free(c);
+    server_check_drained(srv);
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    rpc_conn *c = h->data;
+    c->handles_open--;
+    conn_maybe_free(c);
+}
+
+static void session_close_work(uv_work_t *w)
+{
+    rpc_conn *c = w->data;
+    th_session_close(c->session);
+}
+
+static void session_close_after(uv_work_t *w, int status)
+{
+    (void)status;
+    rpc_conn *c = w->data;
+    /* Every event of the session is queued by now: handle them (the
+     * connection is closing, so nothing is written) before freeing. */
+    drain_events(c->srv);
+    c->session = NULL;
+    c->session_closed = true;
+    conn_maybe_free(c);
+}
+
+static void conn_close(rpc_conn *c, bool graceful, const char *fmt, ...)
+{
+    if (c->closing)
+        return;
+    char reason[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(reason, sizeof reason, fmt, ap);
+    va_end(ap);
+    if (c->reading) {
+        uv_read_stop((uv_stream_t *)&c->in);
+        c->reading = false;
+    }
+    if (graceful && c->outbuf > 0) {
+        /* Let the writes drain first (on_write comes back here). */
+        if (!c->flush_close) {
+            c->flush_close = true;
+            c->flush_reason = strdup(reason);
+        }
+        return;
+    }
+    c->closing = true;
+    th_log_info("session=%llu disconnect: %s (%u calls in flight)",
+                (unsigned long long)c->id, reason, (unsigned)c->inflight);
+    /* In stdio mode the one session is the whole server. */
+    if (c->srv->stdio && !c->srv->stopping)
+        server_begin_stop(c->srv, reason);
+    uv_close((uv_handle_t *)&c->in, on_handle_closed);
+    if (c->two_handles)
+        uv_close((uv_handle_t *)&c->out, on_handle_closed);
+    if (c->session) {
+        c->close_work.data = c;
+        if (uv_queue_work(&c->srv->loop, &c->close_work, session_close_work,
+                          session_close_after) != 0) {
+            th_session_close(c->session);
+            session_close_after(&c->close_work, 0);
+        }
+    } else {
+        c->session_closed = true;
+    }
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    (void)suggested;
+    rpc_conn *c = h->data;
+    char *p;
+    size_t cap;
+    if (th_rpc_reader_space(&c->rd, 64 * 1024, &p, &cap) != 0) {
+        buf->base = NULL;
+        buf->len = 0;
+        return;
+    }
+    buf->base = p;
+    buf->len = cap > (1u << 30) ? (1u << 30) : cap;
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    (void)buf;
+    rpc_conn *c = s->data;
+    th_rpc_server *srv = c->srv;
+    if (nread == UV_ENOBUFS) {
+        conn_close(c, false, "out of memory reading");
+        return;
+    }
+    if (nread < 0) {
+        if (nread == UV_EOF) {
+            if (srv->stdio) {
+                uv_read_stop(s);
+                c->reading = false;
+                server_begin_stop(srv, "end of input");
+            } else {
+                conn_close(c, false, "the client closed the connection");
+            }
+        } else {
+            conn_close(c, false, "read failed: %s", uv_strerror((int)nread));
+        }
+        return;
+    }
+    if (nread == 0)
+        return;
+    th_rpc_reader_commit(&c->rd, (size_t)nread);
+    for (;;) {
+        th_error err;
+        int rc = th_rpc_reader_next(&c->rd, &c->msg, &err);
+        if (rc == 0)
+            break;
+        if (rc < 0) {
+            conn_close(c, false, "%s", err.msg);
+            return;
+        }
+        dispatch(c, &c->msg.data);
+        if (c->closing || !c->reading)
+            return;
+    }
+}
+
+/* A new connection, linked into srv->conns.  Its handles are not
+ * initialised yet: the caller does that and counts them in handles_open.
+ * Until a session is opened, session_closed stays true so that closing
+ * the handles frees it. */
+static rpc_conn *conn_new(th_rpc_server *srv)
+{
+    rpc_conn *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    if (th_rpc_reader_init(&c->rd, (size_t)srv->max_frame) != 0) {
+        free(c);
+        return NULL;
+    }
+    msgpack_unpacked_init(&c->msg);
+    c->srv = srv;
+    c->next_msgid = 1;
+    c->in.data = c;
+    c->out.data = c;
+    c->session_closed = true;
+    c->next = srv->conns;
+    if (srv->conns)
+        srv->conns->prev = c;
+    srv->conns = c;
+    srv->n_conns++;
+    return c;
+}
+
+/* Opens the session, starts reading.  On failure closes the connection. */
+static void conn_start(rpc_conn *c)
+{
+    th_rpc_server *srv = c->srv;
+    srv->conns_total++;
+    c->session = th_session_open(srv->host, &c->who, &srv->ops, c);
+    if (!c->session) {
+        conn_close(c, false, "the host refused a new session");
+        return;
+    }
+    c->session_closed = false;
+    c->id = th_session_id(c->session);
+    th_log_info("session=%llu connect uid=%u gid=%u",
+                (unsigned long long)c->id, (unsigned)c->who.uid,
+                (unsigned)c->who.gid);
+    int rc = uv_read_start((uv_stream_t *)&c->in, on_alloc, on_read);
+    if (rc < 0) {
+        conn_close(c, false, "cannot read: %s", uv_strerror(rc));
+        return;
+    }
+    c->reading = true;
+}
+
+static void on_connection(uv_stream_t *server, int status)
+{
+    th_rpc_server *srv = server->data;
+    if (status < 0) {
+        th_log_warn("accept failed: %s", uv_strerror(status));
+        return;
+    }
+    rpc_conn *c = conn_new(srv);
+    if (!c) {
+        /* Accept and drop, so the listen queue does not fill up. */
+        uv_os_fd_t lfd;
+        if (uv_fileno((uv_handle_t *)server, &lfd) == 0) {
+            int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+            if (fd >= 0)
+                close(fd);
+        }
+        th_log_error("out of memory: connection dropped");
+        return;
+    }
+    uv_pipe_init(&srv->loop, &c->in, 0);
+    c->handles_open = 1;
+    int rc = uv_accept(server, (uv_stream_t *)&c->in);
+    if (rc < 0) {
+        conn_close(c, false, "accept failed: %s", uv_strerror(rc));
+        return;
+    }
+    uv_os_fd_t fd;
+    struct ucred cr;
+    socklen_t len = sizeof cr;
+    if (uv_fileno((uv_handle_t *)&c->in, &fd) == 0 &&
+        getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) == 0) {
+        c->who.uid = cr.uid;
+        c->who.gid = cr.gid;
+    } else {
+        c->who.uid = c->who.gid = (uint32_t)-1; /* nobody we know */
+    }
+    c->who.trusted = false;
+    conn_start(c);
+}
+
+/* ---- Shutdown -------------------------------------------------------------- */
+
+static void on_hard(uv_timer_t *t)
+{
+    th_rpc_server *srv = t->data;
+    for (rpc_conn *c = srv->conns, *n; c; c = n) {
+        n = c->next;
+        conn_close(c, false, "shutdown: calls did not end after cancel");
+    }
+}
+
+static void on_grace(uv_timer_t *t)
+{
+    th_rpc_server *srv = t->data;
+    srv->cancelled_rest = true;
+    uint32_t n = 0;
+    for (rpc_conn *c = srv->conns; c; c = c->next) {
+        if (c->closing || !c->session)
+            continue;
+        for (rpc_call *k = c->calls; k; k = k->next) {
+            if (k->finished)
+                continue;
+            th_call_cancel(c->session, k->task_id ? k->task_id : k->call_id);
+            n++;
+        }
+    }
+    th_log_info("shutdown: grace of %llu ms over, %u calls cancelled",
+                (unsigned long long)srv->grace_ms, (unsigned)n);
+    uv_timer_start(&srv->hard, on_hard, HARD_CLOSE_MS, 0);
+    server_check_drained(srv);
+}
+
+static void close_if_open(uv_handle_t *h)
+{
+    if (!uv_is_closing(h))
+        uv_close(h, NULL);
+}
+
+/* While stopping: once no call is in flight (or after the cancel), close
+ * the connections; once none is left, close the loop's own handles. */
+static void server_check_drained(th_rpc_server *srv)
+{
+    if (!srv->stopping)
+        return;
+    bool busy = false;
+    for (rpc_conn *c = srv->conns; c; c = c->next)
+        for (rpc_call *k = c->calls; k; k = k->next)
+            if (!k->finished)
+                busy = true;
+    if (!busy) {
+        for (rpc_conn *c = srv->conns, *n; c; c = n) {
+            n = c->next;
+            conn_close(c, true, "shutdown");
+        }
+    }
+    if (srv->conns)
+        return;
+    if (srv->signals) {
+        close_if_open((uv_handle_t *)&srv->sigterm);
+        close_if_open((uv_handle_t *)&srv->sigint);
+    }
+    close_if_open((uv_handle_t *)&srv->grace);
+    close_if_open((uv_handle_t *)&srv->hard);
+    pthread_mutex_lock(&srv->mu);
+    srv->wake_closed = true;
+    pthread_mutex_unlock(&srv->mu);
+    close_if_open((uv_handle_t *)&srv->wake);
+}
+
+static void server_begin_stop(th_rpc_server *srv, const char *why)
+{
+    if (srv->stopping) {
+        /* A second signal: do not wait out the grace. */
+        if (!srv->cancelled_rest) {
+            uv_timer_stop(&srv->grace);
+            on_grace(&srv->grace);
+        }
+        return;
+    }
+    srv->stopping = true;
+    th_log_info("shutdown: %s", why);
+    if (srv->listening) {
+        uv_close((uv_handle_t *)&srv->listener, NULL);
+        srv->listening = false;
+        if (srv->bound)
+            unlink(srv->sock_path);
+    }
+    /* No new requests; answers to running calls still go out. */
+    for (rpc_conn *c = srv->conns; c; c = c->next)
+        if (c->reading) {
+            uv_read_stop((uv_stream_t *)&c->in);
+            c->reading = false;
+        }
+    uv_timer_start(&srv->grace, on_grace, srv->grace_ms, 0);
+    server_check_drained(srv);
+}
+
+static void on_signal(uv_signal_t *s, int signum)
+{
+    th_rpc_server *srv = s->data;
+    server_begin_stop(srv, signum == SIGINT ? "SIGINT" : "SIGTERM");
+}
+
+void th_rpc_server_stop(th_rpc_server *srv)
+{
+    pthread_mutex_lock(&srv->mu);
+    srv->stop_req = true;
+    if (!srv->wake_closed)
+        uv_async_send(&srv->wake);
+    pthread_mutex_unlock(&srv->mu);
+}
+
+/* ---- Listening ------------------------------------------------------------ */
+
+/* A socket file at `path`: a live host is an error, a stale file is
+ * removed, anything else that is not a socket is an error. */
+static int check_socket_path(const char *path, th_error *err)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT ? 0
+                               : th_error_set(err, TH_EIO, "%s: %s", path,
+                                              strerror(errno));
+    if (!S_ISSOCK(st.st_mode))
+        return th_error_set(err, TH_EIO,
+                            "%s exists and is not a socket; not replacing it",
+                            path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return th_error_set(err, TH_EIO, "socket: %s", strerror(errno));
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    int rc = connect(fd, (struct sockaddr *)&sa, sizeof sa);
+    int e = errno;
+    close(fd);
+    if (rc == 0)
+        return th_error_set(err, TH_ESTATE,
+                            "another host is listening on %s", path);
+    if (e != ECONNREFUSED && e != ENOENT)
+        return th_error_set(err, TH_EIO, "%s: %s", path, strerror(e));
+    th_log_info("removing stale socket %s", path);
+    if (unlink(path) != 0 && errno != ENOENT)
+        return th_error_set(err, TH_EIO, "cannot remove stale socket %s: %s",
+                            path, strerror(errno));
+    return 0;
+}
+
+static int start_listen(th_rpc_server *srv, const char *addr, th_error *err)
+{
+    const char *path;
+    int rc = th_rpc_parse_addr(addr, &path, err);
+    if (rc)
+        return th_error_set(err, TH_ECONFIG, "%s", err->msg);
+    if ((rc = check_socket_path(path, err)))
+        return rc;
+    if (!(srv->sock_path = strdup(path)))
+        return th_error_set(err, TH_ENOMEM, "out of memory");
+    if ((rc = uv_pipe_init(&srv->loop, &srv->listener, 0)) < 0)
+        return th_error_set(err, TH_EIO, "pipe: %s", uv_strerror(rc));
+    srv->listener.data = srv;
+    srv->listening = true;
+    /* Nobody may connect between bind and chmod: bind with no access. */
+    mode_t old = umask(0777);
+    rc = uv_pipe_bind(&srv->listener, path);
+    umask(old);
+    if (rc < 0)
+        return th_error_set(err, TH_EIO, "bind %s: %s", path, uv_strerror(rc));
+    srv->bound = true;
+    uint32_t mode = srv->cfg->socket_mode ? srv->cfg->socket_mode : 0600;
+    if (srv->cfg->socket_group) {
+        struct group gr, *res = NULL;
+        char buf[4096];
+        char *end;
+        unsigned long gid = strtoul(srv->cfg->socket_group, &end, 10);
+        if (*end != '\0' || end == srv->cfg->socket_group) {
+            if (getgrnam_r(srv->cfg->socket_group, &gr, buf, sizeof buf,
+                           &res) != 0 || !res)
+                return th_error_set(err, TH_ECONFIG,
+                                    "socket_group '%s': no such group",
+                                    srv->cfg->socket_group);
+            gid = res->gr_gid;
+        }
+        if (chown(path, (uid_t)-1, (gid_t)gid) != 0)
+            return th_error_set(err, TH_EIO, "chown %s: %s", path,
+                                strerror(errno));
+    }
+    if (chmod(path, (mode_t)mode) != 0)
+        return th_error_set(err, TH_EIO, "chmod %s: %s", path,
+                            strerror(errno));
+    if ((rc = uv_listen((uv_stream_t *)&srv->listener, 128, on_connection)) <
+        0)
+        return th_error_set(err, TH_EIO, "listen %s: %s", path,
+                            uv_strerror(rc));
+    th_log_info("listening on unix:%s mode %04o", path, (unsigned)mode);
+    return 0;
+}
+
+static int start_stdio(th_rpc_server *srv, const th_rpc_serve_opts *o,
+                       th_error *err)
+{
+    int in = o->in_fd, out = o->out_fd;
+    if (in == 0 && out == 0)
+        out = 1;
+    rpc_conn *c = conn_new(srv);
+    if (!c)
+        return th_error_set(err, TH_ENOMEM, "out of memory");
+    c->two_handles = true;
+    uv_pipe_init(&srv->loop, &c->in, 0);
+    uv_pipe_init(&srv->loop, &c->out, 0);
+    c->handles_open = 2;
+    int rc = uv_pipe_open(&c->in, in);
+    if (rc < 0)
+        return th_error_set(err, TH_EIO, "stdin: %s", uv_strerror(rc));
+    if ((rc = uv_pipe_open(&c->out, out)) < 0)
+        return th_error_set(err, TH_EIO, "stdout: %s", uv_strerror(rc));
+    c->who.uid = (uint32_t)getuid();
+    c->who.gid = (uint32_t)getgid();
+    c->who.trusted = false;
+    conn_start(c);
+    return 0;
+}
+
+/* ---- The loop ---------------------------------------------------------------- */
+
+static void free_server(th_rpc_server *srv)
+{
+    drain_events(srv);
+    while (srv->stats) {
+        tool_stat *s = srv->stats;
+        srv->stats = s->next;
+        free(s->name);
+        free(s);
+    }
+    free(srv->sock_path);
+    pthread_mutex_destroy(&srv->mu);
+    free(srv);
+}
+
+/* Closes what is open after a failed start and runs the loop until the
+ * handles are gone. */
+static void abort_start(th_rpc_server *srv)
+{
+    srv->stopping = true;
+    srv->cancelled_rest = true;
+    if (srv->listening) {
+        uv_close((uv_handle_t *)&srv->listener, NULL);
+        srv->listening = false;
+        if (srv->bound)
+            unlink(srv->sock_path);
+    }
+    for (rpc_conn *c = srv->conns, *n; c; c = n) {
+        n = c->next;
+        conn_close(c, false, "startup failed");
+    }
+    server_check_drained(srv);
+    uv_run(&srv->loop, UV_RUN_DEFAULT);
+}
+
+int th_rpc_serve(th_host *h, const th_rpc_serve_opts *o, th_error *err)
+{
+    th_rpc_serve_opts def = {0};
+    if (!o)
+        o = &def;
+    th_error_clear(err);
+    const th_host_cfg *cfg = &th_host_config(h)->host;
+    const char *addr = o->listen ? o->listen : cfg->listen;
+    if (!o->stdio && !addr)
+        return th_error_set(err, TH_ECONFIG,
+                            "no listen address: give --listen unix:PATH or "
+                            "set host.listen in the config");
+    th_rpc_server *srv = calloc(1, sizeof *srv);
+    if (!srv)
+        return th_error_set(err, TH_ENOMEM, "out of memory");
+    srv->host = h;
+    srv->cfg = cfg;
+    srv->stdio = o->stdio;
+    srv->max_frame = cfg->max_frame ? cfg->max_frame : DEF_MAX_FRAME;
+    srv->max_inflight = cfg->max_inflight ? cfg->max_inflight
+                                          : DEF_MAX_INFLIGHT;
+    srv->max_outbuf = cfg->max_outbuf ? cfg->max_outbuf : DEF_MAX_OUTBUF;
+    srv->grace_ms = cfg->shutdown_grace_ms ? cfg->shutdown_grace_ms
+                                           : DEF_GRACE_MS;
+    srv->ops.ask_permission = front_ask_permission;
+    srv->ops.tools_changed = front_tools_changed;
+    srv->on_ready = o->on_ready;
+    srv->ready_ud = o->ready_ud;
+    srv->start = uv_hrtime();
+    if (pthread_mutex_init(&srv->mu, NULL) != 0) {
+        free(srv);
+        return th_error_set(err, TH_ENOMEM, "mutex");
+    }
+    int rc = uv_loop_init(&srv->loop);
+    if (rc < 0) {
+        pthread_mutex_destroy(&srv->mu);
+        free(srv);
+        return th_error_set(err, TH_EIO, "event loop: %s", uv_strerror(rc));
+    }
+    uv_async_init(&srv->loop, &srv->wake, on_wake);
+    srv->wake.data = srv;
+    uv_timer_init(&srv->loop, &srv->grace);
+    uv_timer_init(&srv->loop, &srv->hard);
+    srv->grace.data = srv->hard.data = srv;
+    if (!o->no_signals) {
+        srv->signals = true;
+        uv_signal_init(&srv->loop, &srv->sigterm);
+        uv_signal_init(&srv->loop, &srv->sigint);
+        srv->sigterm.data = srv->sigint.data = srv;
+        uv_signal_start(&srv->sigterm, on_signal, SIGTERM);
+        uv_signal_start(&srv->sigint, on_signal, SIGINT);
+    }
+    /* A client that goes away must not kill the host. */
+    signal(SIGPIPE, SIG_IGN);
+
+    rc = o->stdio ? start_stdio(srv, o, err) : start_listen(srv, addr, err);
+    if (rc) {
+        abort_start(srv);
+        uv_loop_close(&srv->loop);
+        free_server(srv);
+        return rc;
+    }
+    if (srv->on_ready)
+        srv->on_ready(srv, srv->ready_ud);
+    uv_run(&srv->loop, UV_RUN_DEFAULT);
+    rc = uv_loop_close(&srv->loop);
+    if (rc != 0)
+        th_log_warn("event loop closed with handles open: %s",
+                    uv_strerror(rc));
+    th_log_info("shutdown complete");
+    free_server(srv);
+    return 0;
+}

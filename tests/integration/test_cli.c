@@ -1,0 +1,234 @@
+/* test_cli.c - the toolhost binary run as a subprocess, as a user would:
+ * list, describe, call, check, config check, export, exit statuses. */
+#include <CUnit/CUnit.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/th_test.h"
+
+static const char *default_cfg(void)
+{
+    return th_test_source_path("configs/default.yaml");
+}
+
+#define RUN(r, ...) th_test_toolhost(&(r), __VA_ARGS__, NULL)
+
+static void test_version_help(void)
+{
+    th_test_run r;
+    RUN(r, "--version");
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "toolhost "));
+    th_test_run_free(&r);
+    RUN(r, "--help");
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "call"));
+    th_test_run_free(&r);
+    const char *cmds[] = {"serve", "list", "describe", "call", "check",
+                          "config", "export", "new", "reload"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        RUN(r, cmds[i], "--help");
+        CU_ASSERT_EQUAL(r.status, 0);
+        CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "usage: toolhost"));
+        th_test_run_free(&r);
+    }
+    RUN(r, "frobnicate");
+    CU_ASSERT_EQUAL(r.status, 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "unknown command"));
+    th_test_run_free(&r);
+}
+
+static void test_call_echo(void)
+{
+    th_test_run r;
+    RUN(r, "call", "-c", default_cfg(), "echo", "text=hello");
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_STRING_EQUAL(r.out, "hello");
+    th_test_run_free(&r);
+}
+
+static void test_call_missing_param(void)
+{
+    th_test_run r;
+    RUN(r, "call", "-c", default_cfg(), "echo");
+    CU_ASSERT_EQUAL(r.status, 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "missing required parameter 'text'"));
+    th_test_run_free(&r);
+}
+
+static void test_call_errors(void)
+{
+    th_test_run r;
+    RUN(r, "call", "-c", default_cfg(), "no_such_tool");
+    CU_ASSERT_EQUAL(r.status, 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "unknown_tool"));
+    th_test_run_free(&r);
+    RUN(r, "call", "-c", default_cfg(), "echo", "text=a", "bogus=1");
+    CU_ASSERT_EQUAL(r.status, 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "bogus"));
+    th_test_run_free(&r);
+    RUN(r, "call", "-c", default_cfg(), "echo", "--json", "{not json");
+    CU_ASSERT_EQUAL(r.status, 2);
+    th_test_run_free(&r);
+    RUN(r, "call", "echo", "text=x");
+    CU_ASSERT_EQUAL(r.status, 2);
+    th_test_run_free(&r);
+}
+
+static void test_call_json_and_file_args(void)
+{
+    char *dir = th_test_tmpdir();
+    char *f = th_test_write_file(dir, "t.txt", "from a file", (size_t)-1);
+    char arg[4200];
+    snprintf(arg, sizeof arg, "text=@%s", f);
+    th_test_run r;
+    RUN(r, "call", "-c", default_cfg(), "echo", arg);
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_STRING_EQUAL(r.out, "from a file");
+    th_test_run_free(&r);
+    RUN(r, "call", "-c", default_cfg(), "echo", "text=@@literal");
+    CU_ASSERT_STRING_EQUAL(r.out, "@literal");
+    th_test_run_free(&r);
+    RUN(r, "call", "-c", default_cfg(), "echo", "--json", "{\"text\": \"js\"}");
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_STRING_EQUAL(r.out, "js");
+    th_test_run_free(&r);
+    free(f);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+static void test_call_fs_escape(void)
+{
+    th_test_run r;
+    RUN(r, "call", "-c", default_cfg(), "fs_read", "path=../../etc/passwd");
+    CU_ASSERT_EQUAL(r.status, 1);
+    CU_ASSERT_PTR_NULL(strstr(r.out, "root:"));
+    CU_ASSERT_TRUE(strlen(r.err) > 0);
+    th_test_run_free(&r);
+    RUN(r, "call", "-c", default_cfg(), "fs_read", "path=README.md");
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "toolhost"));
+    th_test_run_free(&r);
+}
+
+static void test_call_async_progress(void)
+{
+    th_test_run r;
+    RUN(r, "call", "-c", default_cfg(), "echo_async", "text=hi", "steps=5",
+        "delay_ms=20");
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_STRING_EQUAL(r.out, "hi");
+    int lines = 0;
+    for (const char *p = r.err; (p = strstr(p, "progress:")); p++)
+        lines++;
+    /* the first update acknowledges; the rest arrive as progress (some
+     * may be coalesced, never lost at the end) */
+    CU_ASSERT_TRUE(lines >= 1 && lines <= 5);
+    th_test_run_free(&r);
+}
+
+static void test_list_describe(void)
+{
+    th_test_run r;
+    RUN(r, "list", "-c", default_cfg());
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "echo_async"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "fs_read"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "text_grep"));
+    th_test_run_free(&r);
+    RUN(r, "list", "-c", default_cfg(), "--json");
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_EQUAL(r.out[0], '[');
+    th_test_run_free(&r);
+    RUN(r, "describe", "-c", default_cfg(), "fs_read");
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "path"));
+    th_test_run_free(&r);
+    RUN(r, "describe", "-c", default_cfg(), "nope");
+    CU_ASSERT_EQUAL(r.status, 2);
+    th_test_run_free(&r);
+}
+
+static void test_check(void)
+{
+    th_test_run r;
+    RUN(r, "check", th_test_build_path("plugins/echo.so"));
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "0 errors"));
+    th_test_run_free(&r);
+    struct {
+        const char *fixture, *expect;
+    } bad[] = {
+        {"fixtures/bad_no_entry.so", "toolhost_plugin_v1"},
+        {"fixtures/bad_abi_major.so", "ABI"},
+        {"fixtures/bad_struct_small.so", "struct_size"},
+        {"fixtures/bad_dup_tool.so", "twice"},
+        {"fixtures/bad_tool_name.so", "invalid name"},
+        {"fixtures/bad_init_fails.so", "init"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        RUN(r, "check", th_test_build_path(bad[i].fixture));
+        CU_ASSERT_EQUAL(r.status, 1);
+        if (!strstr(r.out, bad[i].expect))
+            fprintf(stderr, "check %s said: %s\n", bad[i].fixture, r.out);
+        CU_ASSERT_PTR_NOT_NULL(strstr(r.out, bad[i].expect));
+        th_test_run_free(&r);
+    }
+    char *dir = th_test_tmpdir();
+    char *f = th_test_write_file(dir, "text.so", "not an ELF file\n", (size_t)-1);
+    RUN(r, "check", f);
+    CU_ASSERT_EQUAL(r.status, 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "not a shared object"));
+    th_test_run_free(&r);
+    free(f);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+static void test_config_check(void)
+{
+    th_test_run r;
+    RUN(r, "config", "check", default_cfg());
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "ok"));
+    th_test_run_free(&r);
+
+    char *dir = th_test_tmpdir();
+    char *f = th_test_write_file(dir, "bad.yaml",
+                                 "host:\n"
+                                 "  workres: 4\n",
+                                 (size_t)-1);
+    RUN(r, "config", "check", f);
+    CU_ASSERT_EQUAL(r.status, 2);
+    char expect[4200];
+    snprintf(expect, sizeof expect, "%s:2:3:", f);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, expect));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "workers"));
+    th_test_run_free(&r);
+    free(f);
+    f = th_test_write_file(dir, "syntax.yaml", "host: [\n", (size_t)-1);
+    RUN(r, "config", "check", f);
+    CU_ASSERT_EQUAL(r.status, 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "syntax.yaml:"));
+    th_test_run_free(&r);
+    free(f);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+void th_suite_cli(void)
+{
+    CU_pSuite s = CU_add_suite("cli", NULL, NULL);
+    CU_add_test(s, "version_help", test_version_help);
+    CU_add_test(s, "call_echo", test_call_echo);
+    CU_add_test(s, "call_missing_param", test_call_missing_param);
+    CU_add_test(s, "call_errors", test_call_errors);
+    CU_add_test(s, "call_json_and_file_args", test_call_json_and_file_args);
+    CU_add_test(s, "call_fs_escape", test_call_fs_escape);
+    CU_add_test(s, "call_async_progress", test_call_async_progress);
+    CU_add_test(s, "list_describe", test_list_describe);
+    CU_add_test(s, "check", test_check);
+    CU_add_test(s, "config_check", test_config_check);
+}

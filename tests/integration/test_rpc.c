@@ -1,0 +1,690 @@
+/* test_rpc.c - the msgpack-RPC server end to end: the real `toolhost serve`
+ * over a Unix socket and over stdio, every method, pipelining, progress,
+ * permissions, access control, disconnects, shutdown, and a Python client.
+ * The fault tests (random bytes, truncated and oversized frames, connect
+ * cycles, a client that never reads, too many calls in flight) are in
+ * test_rpc_fault.c; both share tests/integration/test_rpc_harness.h. */
+#include <CUnit/CUnit.h>
+#include <grp.h>
+#include <pwd.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "integration/test_rpc_harness.h"
+
+/* ---- every method ------------------------------------------------------- */
+
+static void test_methods(void)
+{
+    rpc_srv s;
+    CU_ASSERT_FATAL(rpc_srv_start(&s, NULL) == 0);
+    struct stat st;
+    CU_ASSERT(stat(s.sock, &st) == 0 && S_ISSOCK(st.st_mode) &&
+              (st.st_mode & 0777) == 0600);
+
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    rpc_res r;
+
+    CU_ASSERT(rpc_call(c, "host.ping", "[]", &r) == 0);
+    CU_ASSERT(r.err == NULL && th_rpc_obj_streq(r.res, "pong"));
+    rpc_res_free(&r);
+
+    /* tools.list: echo with its schema; fs_stat is in a toolset for root
+     * only, and the test runs as root or not: checked in access_control. */
+    CU_ASSERT(rpc_call(c, "tools.list", "[]", &r) == 0);
+    CU_ASSERT_FATAL(r.res && r.res->type == MSGPACK_OBJECT_ARRAY);
+    const msgpack_object *echo = rpc_find_tool(r.res, "echo");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(echo);
+    CU_ASSERT(th_rpc_obj_streq(th_rpc_map_get(echo, "name"), "echo"));
+    CU_ASSERT_PTR_NOT_NULL(th_rpc_map_get(echo, "description"));
+    CU_ASSERT_PTR_NOT_NULL(th_rpc_map_get(echo, "long_description"));
+    const msgpack_object *params = th_rpc_map_get(echo, "parameters");
+    CU_ASSERT(th_rpc_obj_streq(th_rpc_map_get(params, "type"), "object"));
+    const msgpack_object *props = th_rpc_map_get(params, "properties");
+    CU_ASSERT(th_rpc_obj_streq(
+        th_rpc_map_get(th_rpc_map_get(props, "text"), "type"), "string"));
+    const msgpack_object *req = th_rpc_map_get(params, "required");
+    CU_ASSERT(req && req->type == MSGPACK_OBJECT_ARRAY &&
+              req->via.array.size == 1 &&
+              th_rpc_obj_streq(&req->via.array.ptr[0], "text"));
+    CU_ASSERT(rpc_has_flag(echo, "read_only"));
+    CU_ASSERT(!rpc_has_flag(echo, "async"));
+    CU_ASSERT_PTR_NOT_NULL(th_rpc_map_get(echo, "stdout_type"));
+    CU_ASSERT_PTR_NOT_NULL(th_rpc_map_get(echo, "stderr_type"));
+    const msgpack_object *ea = rpc_find_tool(r.res, "echo_async");
+    CU_ASSERT(ea && rpc_has_flag(ea, "async"));
+    rpc_res_free(&r);
+
+    CU_ASSERT(rpc_call(c, "tools.describe", "[\"echo\"]", &r) == 0);
+    CU_ASSERT(r.err == NULL &&
+              th_rpc_obj_streq(th_rpc_map_get(r.res, "name"), "echo"));
+    rpc_res_free(&r);
+    CU_ASSERT(rpc_call(c, "tools.describe", "[\"no_such_tool\"]", &r) == 0);
+    CU_ASSERT(rpc_is_error(&r, TH_EUNKNOWN_TOOL));
+    rpc_res_free(&r);
+    CU_ASSERT(rpc_call(c, "tools.describe", "[]", &r) == 0);
+    CU_ASSERT(rpc_is_error(&r, TH_EINVAL));
+    rpc_res_free(&r);
+
+    /* tools.call: a result, and tool errors as results. */
+    CU_ASSERT(rpc_call(c, "tools.call", "[\"echo\", {\"text\": \"hi\"}]",
+                       &r) == 0);
+    CU_ASSERT(r.err == NULL);
+    CU_ASSERT(rpc_ok(r.res));
+    CU_ASSERT(rpc_stdout_is(r.res, "hi"));
+    CU_ASSERT_PTR_NOT_NULL(th_rpc_map_get(r.res, "stderr"));
+    CU_ASSERT_PTR_NOT_NULL(th_rpc_map_get(r.res, "meta"));
+    rpc_res_free(&r);
+    CU_ASSERT(rpc_call(c, "tools.call", "[\"echo\", {}]", &r) == 0);
+    CU_ASSERT(rpc_tool_error_is(r.res, "invalid_arguments"));
+    rpc_res_free(&r);
+    CU_ASSERT(rpc_call(c, "tools.call", "[\"nope\", {}]", &r) == 0);
+    CU_ASSERT(rpc_tool_error_is(r.res, "unknown_tool"));
+    rpc_res_free(&r);
+    CU_ASSERT(rpc_call(c, "tools.call",
+                       "[\"echo\", {\"text\": \"x\"}, {\"timeout_ms\": 5000, "
+                       "\"progress\": false}]",
+                       &r) == 0);
+    CU_ASSERT(rpc_ok(r.res));
+    rpc_res_free(&r);
+    CU_ASSERT(rpc_call(c, "tools.call",
+                       "[\"echo\", {\"text\": \"x\"}, {\"bogus\": 1}]",
+                       &r) == 0);
+    CU_ASSERT(rpc_is_error(&r, TH_EINVAL));
+    rpc_res_free(&r);
+    CU_ASSERT(rpc_call(c, "tools.call", "[\"echo\", [1, 2]]", &r) == 0);
+    CU_ASSERT(rpc_is_error(&r, TH_EINVAL));
+    rpc_res_free(&r);
+
+    /* tasks.*: nothing yet; unknown ids are errors. */
+    CU_ASSERT(rpc_call(c, "tasks.list", "[]", &r) == 0);
+    CU_ASSERT(r.res && r.res->type == MSGPACK_OBJECT_ARRAY &&
+              r.res->via.array.size == 0);
+    rpc_res_free(&r);
+    CU_ASSERT(rpc_call(c, "tasks.result", "[424242]", &r) == 0);
+    CU_ASSERT(rpc_is_error(&r, TH_ENOTFOUND));
+    rpc_res_free(&r);
+    CU_ASSERT(rpc_call(c, "tasks.cancel", "[424242]", &r) == 0);
+    CU_ASSERT(r.err != NULL);
+    rpc_res_free(&r);
+    CU_ASSERT(rpc_call(c, "tasks.cancel", "[\"x\"]", &r) == 0);
+    CU_ASSERT(rpc_is_error(&r, TH_EINVAL));
+    rpc_res_free(&r);
+
+    CU_ASSERT(rpc_call(c, "host.stats", "[]", &r) == 0);
+    const msgpack_object *conns = th_rpc_map_get(r.res, "connections");
+    CU_ASSERT(conns && th_rpc_map_get(conns, "current")->via.u64 == 1);
+    CU_ASSERT(th_rpc_map_get(r.res, "uptime_ms") != NULL);
+    CU_ASSERT(th_rpc_map_get(th_rpc_map_get(r.res, "memory"), "rss_bytes")
+                  ->via.u64 > 0);
+    const msgpack_object *ts = th_rpc_map_get(r.res, "tools");
+    CU_ASSERT(th_rpc_map_get(th_rpc_map_get(ts, "echo"), "calls") != NULL);
+    rpc_res_free(&r);
+
+    /* Protocol errors: [code, message]. */
+    CU_ASSERT(rpc_call(c, "no.such.method", "[]", &r) == 0);
+    CU_ASSERT(rpc_is_error(&r, TH_ENOTFOUND));
+    rpc_res_free(&r);
+    CU_ASSERT(rpc_call(c, "host.reload", "[]", &r) == 0);
+    CU_ASSERT(r.err != NULL);
+    rpc_res_free(&r);
+    /* An unknown notification is ignored; the connection goes on. */
+    th_error e;
+    CU_ASSERT(th_rpc_client_notify(c, "client.hello", NULL, 0, &e) == 0);
+    CU_ASSERT(rpc_call(c, "host.ping", "[]", &r) == 0 && r.err == NULL);
+    rpc_res_free(&r);
+    th_rpc_client_close(c);
+
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    CU_ASSERT(access(s.sock, F_OK) != 0); /* the socket file is removed */
+    rpc_srv_free(&s);
+}
+
+/* A well-formed message of the wrong shape gets an error response; the
+ * method may be bin. */
+static void test_shapes_raw(void)
+{
+    rpc_srv s;
+    CU_ASSERT_FATAL(rpc_srv_start(&s, NULL) == 0);
+    rpc_raw w;
+    CU_ASSERT_FATAL(rpc_raw_open(&w, &s) == 0);
+    /* [0, 5, bin "host.ping", []] */
+    const uint8_t binreq[] = {0x94, 0x00, 0x05, 0xc4, 9,   'h', 'o', 's',
+                              't',  '.',  'p',  'i',  'n', 'g', 0x90};
+    rpc_raw_send(&w, binreq, sizeof binreq);
+    const msgpack_object *m = rpc_raw_next(&w, rpc_wait_ms());
+    CU_ASSERT_FATAL(m != NULL);
+    CU_ASSERT(m->via.array.ptr[1].via.u64 == 5 &&
+              th_rpc_obj_streq(&m->via.array.ptr[3], "pong"));
+    /* [0, 6, "tools.list", {}]: params not an array */
+    const uint8_t bad[] = {0x94, 0x00, 0x06, 0xaa, 't', 'o', 'o', 'l',
+                           's',  '.',  'l',  'i',  's', 't', 0x80};
+    rpc_raw_send(&w, bad, sizeof bad);
+    m = rpc_raw_next(&w, rpc_wait_ms());
+    CU_ASSERT_FATAL(m != NULL);
+    CU_ASSERT(m->via.array.ptr[1].via.u64 == 6);
+    CU_ASSERT(m->via.array.ptr[2].type == MSGPACK_OBJECT_ARRAY &&
+              m->via.array.ptr[2].via.array.ptr[0].via.i64 == TH_EPROTO);
+    /* A bare integer: no msgid to answer; the connection stays. */
+    const uint8_t one[] = {0x01};
+    rpc_raw_send(&w, one, 1);
+    m = rpc_raw_next(&w, rpc_wait_ms());
+    CU_ASSERT(m && th_rpc_obj_streq(&m->via.array.ptr[1],
+                                    "host.protocol_error"));
+    rpc_raw_send(&w, binreq, sizeof binreq);
+    m = rpc_raw_next(&w, rpc_wait_ms());
+    CU_ASSERT(m && m->via.array.ptr[1].via.u64 == 5);
+    rpc_raw_close(&w);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+}
+
+/* ---- async tasks, progress, tasks.* ------------------------------------ */
+
+static int count_progress(const char *method, size_t len,
+                          const msgpack_object *params, void *ud)
+{
+    (void)method;
+    (void)len;
+    int *n = ud;
+    const msgpack_object *info = &params->via.array.ptr[1];
+    if (th_rpc_map_get(info, "message") && th_rpc_map_get(info, "coalesced"))
+        (*n)++;
+    return 0;
+}
+
+static void test_async_progress(void)
+{
+    rpc_srv s;
+    CU_ASSERT_FATAL(rpc_srv_start(&s, NULL) == 0);
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    th_buf args = TH_BUF_INIT;
+    rpc_pack_json(&args, "{\"text\": \"later\", \"steps\": 3, "
+                         "\"delay_ms\": 30}");
+    int progress = 0;
+    uint8_t *res = NULL;
+    size_t len = 0;
+    th_error e;
+    CU_ASSERT(th_rpc_client_call_tool(c, "echo_async", args.data, args.len, 0,
+                                      count_progress, &progress, &res, &len,
+                                      &e) == 0);
+    CU_ASSERT(progress >= 1);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    CU_ASSERT_FATAL(res && msgpack_unpack_next(&u, (const char *)res, len,
+                                               &off) ==
+                               MSGPACK_UNPACK_SUCCESS);
+    CU_ASSERT(rpc_ok(&u.data));
+    CU_ASSERT(rpc_stdout_is(&u.data, "later"));
+    msgpack_unpacked_destroy(&u);
+    free(res);
+
+    /* The finished task is listed and its result can be fetched again. */
+    rpc_res r;
+    CU_ASSERT(rpc_call(c, "tasks.list", "[]", &r) == 0);
+    CU_ASSERT_FATAL(r.res && r.res->type == MSGPACK_OBJECT_ARRAY &&
+                    r.res->via.array.size == 1);
+    const msgpack_object *t = &r.res->via.array.ptr[0];
+    CU_ASSERT(th_rpc_obj_streq(th_rpc_map_get(t, "status"), "done"));
+    CU_ASSERT(th_rpc_obj_streq(th_rpc_map_get(t, "tool"), "echo_async"));
+    uint64_t task = th_rpc_map_get(t, "task_id")->via.u64;
+    rpc_res_free(&r);
+    char p[64];
+    snprintf(p, sizeof p, "[%llu]", (unsigned long long)task);
+    CU_ASSERT(rpc_call(c, "tasks.result", p, &r) == 0);
+    CU_ASSERT(rpc_ok(r.res) && rpc_stdout_is(r.res, "later"));
+    rpc_res_free(&r);
+
+    /* A long task cancelled with tasks.cancel ends with task.done. */
+    rpc_raw w;
+    CU_ASSERT_FATAL(rpc_raw_open(&w, &s) == 0);
+    rpc_raw_request(&w, 1, "tools.call",
+                    "[\"echo_async\", {\"text\": \"x\", \"steps\": 200, "
+                    "\"delay_ms\": 50}]");
+    const msgpack_object *m = rpc_raw_response(&w, 1, rpc_wait_ms());
+    CU_ASSERT_FATAL(m != NULL);
+    const msgpack_object *ack = &m->via.array.ptr[3];
+    CU_ASSERT(th_rpc_obj_streq(th_rpc_map_get(ack, "status"), "running"));
+    task = th_rpc_map_get(ack, "task_id")->via.u64;
+    rpc_raw_request(&w, 2, "tasks.list", "[]");
+    m = rpc_raw_response(&w, 2, rpc_wait_ms());
+    CU_ASSERT(m && m->via.array.ptr[3].via.array.size == 1 &&
+              th_rpc_obj_streq(th_rpc_map_get(&m->via.array.ptr[3]
+                                                   .via.array.ptr[0],
+                                              "status"),
+                               "running"));
+    snprintf(p, sizeof p, "[%llu]", (unsigned long long)task);
+    rpc_raw_request(&w, 3, "tasks.result", p);
+    m = rpc_raw_response(&w, 3, rpc_wait_ms());
+    CU_ASSERT(m && th_rpc_obj_streq(th_rpc_map_get(&m->via.array.ptr[3],
+                                                   "status"),
+                                    "running"));
+    rpc_raw_request(&w, 4, "tasks.cancel", p);
+    m = rpc_raw_response(&w, 4, rpc_wait_ms());
+    CU_ASSERT(m && m->via.array.ptr[2].type == MSGPACK_OBJECT_NIL);
+    m = rpc_raw_notification(&w, "task.done", rpc_wait_ms());
+    CU_ASSERT_FATAL(m != NULL);
+    const msgpack_object *dp = &m->via.array.ptr[2];
+    CU_ASSERT(dp->via.array.ptr[0].via.u64 == task);
+    CU_ASSERT(rpc_tool_error_is(&dp->via.array.ptr[1], "cancelled"));
+    rpc_raw_close(&w);
+
+    th_buf_free(&args);
+    th_rpc_client_close(c);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+}
+
+/* ---- pipelining ---------------------------------------------------------- */
+
+static void test_pipelining(void)
+{
+    rpc_srv s;
+    CU_ASSERT_FATAL(rpc_srv_start(&s, NULL) == 0);
+    rpc_raw w;
+    CU_ASSERT_FATAL(rpc_raw_open(&w, &s) == 0);
+    /* text_count is mocked to take 400 ms; echo answers at once. */
+    rpc_raw_request(&w, 1, "tools.call", "[\"text_count\", {\"path\": \"x\"}]");
+    rpc_raw_request(&w, 2, "tools.call", "[\"echo\", {\"text\": \"fast\"}]");
+    const msgpack_object *m = rpc_raw_next(&w, rpc_wait_ms());
+    CU_ASSERT_FATAL(m != NULL);
+    CU_ASSERT_EQUAL(m->via.array.ptr[0].via.u64, 1);
+    CU_ASSERT_EQUAL(m->via.array.ptr[1].via.u64, 2); /* the later one first */
+    CU_ASSERT(rpc_stdout_is(&m->via.array.ptr[3], "fast"));
+    m = rpc_raw_next(&w, rpc_wait_ms());
+    CU_ASSERT_FATAL(m != NULL);
+    CU_ASSERT_EQUAL(m->via.array.ptr[1].via.u64, 1);
+    CU_ASSERT(rpc_ok(&m->via.array.ptr[3]));
+
+    /* Many requests in one write, every one answered once. */
+    enum { N = 30 }; /* max_inflight is 32 */
+    th_buf all = TH_BUF_INIT;
+    for (int i = 0; i < N; i++) {
+        char js[64];
+        snprintf(js, sizeof js, "[\"echo\", {\"text\": \"m%d\"}]", i);
+        th_buf p = TH_BUF_INIT;
+        rpc_pack_json(&p, js);
+        th_rpc_pack_request(&all, 100 + (uint64_t)i, "tools.call", p.data,
+                            p.len);
+        th_buf_free(&p);
+    }
+    rpc_raw_send(&w, all.data, all.len);
+    th_buf_free(&all);
+    int seen[N] = {0};
+    for (int i = 0; i < N; i++) {
+        m = rpc_raw_next(&w, rpc_wait_ms());
+        CU_ASSERT_FATAL(m != NULL);
+        uint64_t id = m->via.array.ptr[1].via.u64;
+        CU_ASSERT_FATAL(id >= 100 && id < 100 + N);
+        char want[16];
+        snprintf(want, sizeof want, "m%d", (int)(id - 100));
+        CU_ASSERT(rpc_stdout_is(&m->via.array.ptr[3], want));
+        seen[id - 100]++;
+    }
+    for (int i = 0; i < N; i++)
+        CU_ASSERT_EQUAL(seen[i], 1);
+    rpc_raw_close(&w);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+}
+
+/* ---- permission.request -------------------------------------------------- */
+
+static bool answer(const msgpack_object *req, void *ud)
+{
+    int *mode = ud;
+    /* [call_id, tool, args, reason] */
+    if (req->type != MSGPACK_OBJECT_ARRAY || req->via.array.size != 4 ||
+        !th_rpc_obj_streq(&req->via.array.ptr[1], "fs_list"))
+        return false;
+    mode[1]++;
+    return mode[0] == 1;
+}
+
+static void test_permission(void)
+{
+    if (geteuid() != 0) {
+        /* The toolset with the `ask` rule allows root only. */
+        CU_PASS("needs root: skipped");
+        return;
+    }
+    rpc_srv s;
+    CU_ASSERT_FATAL(rpc_srv_start(&s, NULL) == 0);
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    int mode[2] = {1, 0};
+    th_rpc_client_on_permission(c, answer, mode);
+    rpc_res r;
+    CU_ASSERT(rpc_call(c, "tools.call", "[\"fs_list\", {\"path\": \".\"}]",
+                       &r) == 0);
+    CU_ASSERT(rpc_ok(r.res));
+    CU_ASSERT_EQUAL(mode[1], 1);
+    rpc_res_free(&r);
+    mode[0] = 0;
+    CU_ASSERT(rpc_call(c, "tools.call", "[\"fs_list\", {\"path\": \".\"}]",
+                       &r) == 0);
+    CU_ASSERT(rpc_tool_error_is(r.res, "permission_denied"));
+    CU_ASSERT_EQUAL(mode[1], 2);
+    rpc_res_free(&r);
+    th_rpc_client_close(c);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+}
+
+/* ---- access control: two users' views --------------------------------- */
+
+/* What a session of uid/gid sees: the Python client's --view run as that
+ * user (a child that execs, so that nothing of this process is left in it
+ * under valgrind).  The JSON it printed, or NULL. */
+static json_t *view_as(rpc_srv *s, uid_t uid, gid_t gid, const char *tool,
+                       const char *args)
+{
+    int p[2];
+    if (pipe(p) != 0)
+        return NULL;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        return NULL;
+    if (pid == 0) {
+        dup2(p[1], 1);
+        close(p[0]);
+        close(p[1]);
+        if (setgroups(0, NULL) != 0 || setgid(gid) != 0 || setuid(uid) != 0)
+            _exit(10);
+        char *argv[] = {"/usr/bin/python3",
+                        (char *)th_test_source_path(
+                            "tests/integration/rpc_interop.py"),
+                        "--view", s->sock, (char *)tool, (char *)args, NULL};
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(p[1]);
+    char buf[65536];
+    size_t len = 0;
+    ssize_t n;
+    while (len < sizeof buf - 1 &&
+           (n = read(p[0], buf + len, sizeof buf - 1 - len)) > 0)
+        len += (size_t)n;
+    buf[len] = '\0';
+    close(p[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "\nview as uid %u: status %d: %s\n", (unsigned)uid,
+                status, buf);
+        return NULL;
+    }
+    return json_loads(buf, 0, NULL);
+}
+
+static bool view_has_tool(json_t *v, const char *name)
+{
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(v, "tools"), i, t) if (
+        strcmp(json_string_value(t), name) == 0) return true;
+    return false;
+}
+
+static void test_access_control(void)
+{
+    struct passwd *pw = getpwnam("nobody");
+    if (geteuid() != 0 || !pw) {
+        CU_PASS("needs root and a 'nobody' user: skipped");
+        return;
+    }
+    rpc_srv s;
+    rpc_opts o = {.socket_mode = "0666"};
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
+    chmod(s.dir, 0755);
+    struct stat st;
+    CU_ASSERT(stat(s.sock, &st) == 0 && (st.st_mode & 0777) == 0666);
+
+    /* root's view */
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    rpc_res r;
+    CU_ASSERT(rpc_call(c, "tools.list", "[]", &r) == 0);
+    CU_ASSERT(rpc_find_tool(r.res, "echo") && rpc_find_tool(r.res, "fs_stat"));
+    rpc_res_free(&r);
+    CU_ASSERT(rpc_call(c, "tools.call", "[\"fs_stat\", {\"path\": \".\"}]",
+                       &r) == 0);
+    CU_ASSERT(rpc_ok(r.res));
+    rpc_res_free(&r);
+
+    /* nobody's view: no fs_* tools, fs_stat cannot be described or
+     * called; echo works. */
+    json_t *v = view_as(&s, pw->pw_uid, pw->pw_gid, "fs_stat",
+                        "{\"path\": \".\"}");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+    CU_ASSERT(view_has_tool(v, "echo"));
+    CU_ASSERT(!view_has_tool(v, "fs_stat") && !view_has_tool(v, "fs_list"));
+    CU_ASSERT(json_is_array(json_object_get(v, "describe_error")));
+    json_t *call = json_object_get(v, "call");
+    CU_ASSERT(json_is_false(json_object_get(call, "ok")));
+    json_decref(v);
+    v = view_as(&s, pw->pw_uid, pw->pw_gid, "echo", "{\"text\": \"n\"}");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+    const char *so =
+        json_string_value(json_object_get(json_object_get(v, "call"),
+                                          "stdout"));
+    CU_ASSERT(so && strcmp(so, "n") == 0);
+    json_decref(v);
+    /* and root's view is the same as before */
+    json_t *rv = view_as(&s, 0, 0, "fs_stat", "{\"path\": \".\"}");
+    CU_ASSERT(rv && view_has_tool(rv, "fs_stat") &&
+              json_is_true(json_object_get(json_object_get(rv, "call"), "ok")));
+    json_decref(rv);
+    /* root still sees its own after the other session */
+    CU_ASSERT(rpc_call(c, "tools.describe", "[\"fs_stat\"]", &r) == 0);
+    CU_ASSERT(r.err == NULL);
+    rpc_res_free(&r);
+    th_rpc_client_close(c);
+    CU_ASSERT(rpc_log_has(&s, "uid=65534") || pw->pw_uid != 65534);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+}
+
+/* ---- disconnect mid-call; SIGTERM with calls in flight ------------------- */
+
+static void test_disconnect_mid_call(void)
+{
+    rpc_srv s;
+    CU_ASSERT_FATAL(rpc_srv_start(&s, NULL) == 0);
+    for (int round = 0; round < 3; round++) {
+        rpc_raw w;
+        CU_ASSERT_FATAL(rpc_raw_open(&w, &s) == 0);
+        rpc_raw_request(&w, 1, "tools.call",
+                        "[\"echo_async\", {\"text\": \"x\", \"steps\": 100, "
+                        "\"delay_ms\": 50}]");
+        rpc_raw_request(&w, 2, "tools.call",
+                        "[\"text_count\", {\"path\": \"x\"}]");
+        CU_ASSERT(rpc_raw_response(&w, 1, rpc_wait_ms()) != NULL);
+        /* text_count is still running: hang up. */
+        rpc_raw_close(&w);
+    }
+    /* The sessions end; the host goes on. */
+    CU_ASSERT(rpc_wait_connections(&s, 0, rpc_wait_ms()));
+    CU_ASSERT(rpc_alive(&s));
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+}
+
+static void test_sigterm_in_flight(void)
+{
+    rpc_srv s;
+    CU_ASSERT_FATAL(rpc_srv_start(&s, NULL) == 0); /* shutdown_grace 1s */
+    rpc_raw w;
+    CU_ASSERT_FATAL(rpc_raw_open(&w, &s) == 0);
+    rpc_raw_request(&w, 1, "tools.call",
+                    "[\"echo_async\", {\"text\": \"x\", \"steps\": 400, "
+                    "\"delay_ms\": 50}]");
+    CU_ASSERT_FATAL(rpc_raw_response(&w, 1, rpc_wait_ms()) != NULL);
+    rpc_raw_request(&w, 2, "tools.call", "[\"text_count\", {\"path\": \"x\"}]");
+    rpc_raw_request(&w, 3, "host.ping", "[]");
+    CU_ASSERT(rpc_raw_response(&w, 3, rpc_wait_ms()) != NULL);
+    kill(s.pid, SIGTERM);
+    /* The short call finishes within the grace; the long task is
+     * cancelled after it; then the server hangs up and exits 0. */
+    const msgpack_object *m = rpc_raw_response(&w, 2, rpc_wait_ms());
+    CU_ASSERT(m && rpc_ok(&m->via.array.ptr[3]));
+    m = rpc_raw_notification(&w, "task.done", rpc_wait_ms());
+    CU_ASSERT(m && rpc_tool_error_is(&m->via.array.ptr[2].via.array.ptr[1],
+                                     "cancelled"));
+    CU_ASSERT(rpc_raw_eof(&w, rpc_wait_ms()));
+    rpc_raw_close(&w);
+    CU_ASSERT_EQUAL(rpc_srv_wait(&s), 0);
+    CU_ASSERT(access(s.sock, F_OK) != 0);
+    CU_ASSERT(rpc_log_has(&s, "shutdown"));
+    rpc_srv_free(&s);
+}
+
+/* ---- stdio ------------------------------------------------------------- */
+
+static void test_stdio(void)
+{
+    rpc_srv s;
+    rpc_opts o = {.stdio = true};
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
+    th_buf in = TH_BUF_INIT, p = TH_BUF_INIT;
+    th_rpc_pack_notify(&in, "client.hello", NULL, 0);
+    th_rpc_pack_request(&in, 1, "host.ping", NULL, 0);
+    rpc_pack_json(&p, "[\"echo\", {\"text\": \"over stdio\"}]");
+    th_rpc_pack_request(&in, 2, "tools.call", p.data, p.len);
+    th_buf_reset(&p);
+    rpc_pack_json(&p, "[\"echo_async\", {\"text\": \"bg\", \"steps\": 2, "
+                      "\"delay_ms\": 20}]");
+    th_rpc_pack_request(&in, 3, "tools.call", p.data, p.len);
+    th_rpc_pack_request(&in, 4, "tools.list", NULL, 0);
+    th_buf_free(&p);
+    CU_ASSERT(write(s.in_fd, in.data, in.len) == (ssize_t)in.len);
+    th_buf_free(&in);
+    /* End of input: answer what is in flight, then exit 0. */
+    close(s.in_fd);
+    s.in_fd = -1;
+    rpc_raw w = {.fd = s.out_fd};
+    th_rpc_reader_init(&w.rd, 64 << 20);
+    msgpack_unpacked_init(&w.msg);
+    bool got[5] = {0};
+    bool done = false;
+    const msgpack_object *m;
+    while ((m = rpc_raw_next(&w, rpc_wait_ms())) != NULL) {
+        uint64_t kind = m->via.array.ptr[0].via.u64;
+        if (kind == 1 && m->via.array.ptr[1].via.u64 <= 4) {
+            uint64_t id = m->via.array.ptr[1].via.u64;
+            got[id] = true;
+            CU_ASSERT(m->via.array.ptr[2].type == MSGPACK_OBJECT_NIL);
+            if (id == 2)
+                CU_ASSERT(rpc_stdout_is(&m->via.array.ptr[3], "over stdio"));
+        } else if (kind == 2 &&
+                   th_rpc_obj_streq(&m->via.array.ptr[1], "task.done")) {
+            done = rpc_stdout_is(&m->via.array.ptr[2].via.array.ptr[1], "bg");
+        }
+    }
+    /* Every byte on stdout was a frame (the reader did not fail). */
+    CU_ASSERT(!w.rd.failed && th_rpc_reader_pending(&w.rd) == 0);
+    CU_ASSERT(got[1] && got[2] && got[3] && got[4]);
+    CU_ASSERT(done);
+    msgpack_unpacked_destroy(&w.msg);
+    th_rpc_reader_destroy(&w.rd);
+    CU_ASSERT_EQUAL(rpc_srv_wait(&s), 0);
+    CU_ASSERT(rpc_log_has(&s, "end of input"));
+    rpc_srv_free(&s);
+}
+
+/* Garbage on stdin ends the one session, and with it the server. */
+static void test_stdio_bad_input(void)
+{
+    rpc_srv s;
+    rpc_opts o = {.stdio = true};
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
+    th_buf in = TH_BUF_INIT;
+    th_rpc_pack_request(&in, 1, "host.ping", NULL, 0);
+    const uint8_t bad[] = {0x94, 0x00, 0x02, 0xc1};
+    th_buf_append(&in, bad, sizeof bad);
+    CU_ASSERT(write(s.in_fd, in.data, in.len) == (ssize_t)in.len);
+    th_buf_free(&in);
+    rpc_raw w = {.fd = s.out_fd};
+    th_rpc_reader_init(&w.rd, 1 << 20);
+    msgpack_unpacked_init(&w.msg);
+    const msgpack_object *m = rpc_raw_next(&w, rpc_wait_ms());
+    CU_ASSERT(m && m->via.array.ptr[1].via.u64 == 1);
+    CU_ASSERT(rpc_raw_next(&w, rpc_wait_ms()) == NULL); /* then EOF */
+    CU_ASSERT(!w.rd.failed && th_rpc_reader_pending(&w.rd) == 0);
+    msgpack_unpacked_destroy(&w.msg);
+    th_rpc_reader_destroy(&w.rd);
+    CU_ASSERT_EQUAL(rpc_srv_wait(&s), 0);
+    CU_ASSERT(rpc_log_has(&s, "not msgpack"));
+    rpc_srv_free(&s);
+}
+
+/* ---- a client not written in C ---------------------------------------- */
+
+static void test_python_interop(void)
+{
+    rpc_srv s;
+    CU_ASSERT_FATAL(rpc_srv_start(&s, NULL) == 0);
+    char *argv[] = {"/usr/bin/python3",
+                    (char *)th_test_source_path(
+                        "tests/integration/rpc_interop.py"),
+                    s.sock, NULL};
+    th_test_run run;
+    th_test_run_argv(argv, NULL, 60, 0, &run);
+    CU_ASSERT_EQUAL(run.status, 0);
+    CU_ASSERT(strstr(run.out, "interop: ok") != NULL);
+    if (run.status != 0)
+        fprintf(stderr, "\n%s%s\n", run.out, run.err);
+    th_test_run_free(&run);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+}
+
+/* ---- the listen address --------------------------------------------------- */
+
+static void test_socket_file(void)
+{
+    rpc_srv s;
+    CU_ASSERT_FATAL(rpc_srv_start(&s, NULL) == 0);
+    /* A second host on the same live socket is refused. */
+    rpc_srv s2;
+    rpc_opts o = {.sock = s.sock, .no_wait = true};
+    CU_ASSERT_FATAL(rpc_srv_start(&s2, &o) == 0);
+    CU_ASSERT(rpc_srv_wait(&s2) != 0);
+    CU_ASSERT(rpc_log_has(&s2, "another host"));
+    rpc_srv_free(&s2);
+    CU_ASSERT(rpc_alive(&s));
+    /* SIGKILL leaves a stale socket file: the next host replaces it. */
+    kill(s.pid, SIGKILL);
+    rpc_srv_wait(&s);
+    CU_ASSERT(access(s.sock, F_OK) == 0);
+    o.no_wait = false;
+    CU_ASSERT_FATAL(rpc_srv_start(&s2, &o) == 0);
+    CU_ASSERT(rpc_alive(&s2));
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s2, SIGINT), 0);
+    rpc_srv_free(&s2);
+    rpc_srv_free(&s);
+}
+
+void th_suite_rpc(void)
+{
+    CU_pSuite s = CU_add_suite("rpc", NULL, NULL);
+    CU_add_test(s, "methods", test_methods);
+    CU_add_test(s, "shapes_raw", test_shapes_raw);
+    CU_add_test(s, "async_progress", test_async_progress);
+    CU_add_test(s, "pipelining", test_pipelining);
+    CU_add_test(s, "permission", test_permission);
+    CU_add_test(s, "access_control", test_access_control);
+    CU_add_test(s, "disconnect_mid_call", test_disconnect_mid_call);
+    CU_add_test(s, "sigterm_in_flight", test_sigterm_in_flight);
+    CU_add_test(s, "stdio", test_stdio);
+    CU_add_test(s, "stdio_bad_input", test_stdio_bad_input);
+    CU_add_test(s, "python_interop", test_python_interop);
+    CU_add_test(s, "socket_file", test_socket_file);
+}

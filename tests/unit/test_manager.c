@@ -1,0 +1,1044 @@
+/* test_manager.c - the async manager, rule by rule: results, tasks and
+ * their acknowledgement, coalescing, duplicates and scopes, deadlines,
+ * cancellation, backpressure, concurrency limits, suspend/complete, mocks,
+ * task tools, nested calls. */
+#include <sched.h>
+#include <stdint.h>
+
+#include "unit/test_manager_fx.h"
+
+static th_host *H;
+static th_session *S;
+
+static void open_default(uint32_t workers, uint32_t async_workers, uint32_t queue)
+{
+    th_config *c = cfg_new(workers, async_workers, queue);
+    cfg_toolset(c, "default", all_tools);
+    H = host_new(c);
+    S = open_trusted(H);
+}
+
+static void close_all(void)
+{
+    if (S)
+        th_session_close(S);
+    S = NULL;
+    if (H)
+        th_host_close(H);
+    H = NULL;
+}
+
+/* ---- Results ----------------------------------------------------------------- */
+
+static void test_sync_result(void)
+{
+    open_default(2, 1, 64);
+    for (int inl = 0; inl < 2; inl++) {
+        rec r;
+        rec_init(&r);
+        th_call_opts o = {.may_block = inl};
+        start(S, "t_echo", A(1, "text", 's', "hi"), &o, &r);
+        CU_ASSERT_TRUE(rec_wait(&r, 2000));
+        CU_ASSERT_EQUAL(r.final.kind, TH_RESULT_DONE);
+        CU_ASSERT_TRUE(r.final.ok);
+        CU_ASSERT_TRUE(out_is(&r.final, "hi"));
+        CU_ASSERT_EQUAL(r.running, 0);
+        CU_ASSERT_EQUAL(r.dones, 0);
+        /* meta carries the host's output record */
+        CU_ASSERT_PTR_NOT_NULL(r.final.meta.data);
+        CU_ASSERT_PTR_NOT_NULL(memmem(r.final.meta.data, r.final.meta.len, "toolhost", 8));
+        rec_free(&r);
+    }
+    /* failure with the tool's own meta merged */
+    rec r;
+    rec_init(&r);
+    start(S, "t_fail", A(0), NULL, &r);
+    CU_ASSERT_TRUE(rec_wait(&r, 2000));
+    CU_ASSERT_EQUAL(r.final.kind, TH_RESULT_DONE);
+    CU_ASSERT_FALSE(r.final.ok);
+    CU_ASSERT_EQUAL(r.final.err.len, 6);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    CU_ASSERT_EQUAL(msgpack_unpack_next(&u, (const char *)r.final.meta.data, r.final.meta.len, &off),
+                    MSGPACK_UNPACK_SUCCESS);
+    CU_ASSERT_EQUAL(u.data.type, MSGPACK_OBJECT_MAP);
+    CU_ASSERT_EQUAL(u.data.via.map.size, 2); /* "x" and "toolhost" */
+    msgpack_unpacked_destroy(&u);
+    rec_free(&r);
+    close_all();
+}
+
+static void test_errors_before_run(void)
+{
+    open_default(2, 1, 64);
+    rec r;
+    rec_init(&r);
+    start(S, "no_such_tool", A(0), NULL, &r);
+    CU_ASSERT_TRUE(rec_wait(&r, 100));
+    CU_ASSERT_EQUAL(r.final.kind, TH_RESULT_ERROR);
+    CU_ASSERT_EQUAL(r.final.error, TH_EUNKNOWN_TOOL);
+    rec_free(&r);
+    rec_init(&r);
+    start(S, "t_echo", A(0), NULL, &r);
+    CU_ASSERT_TRUE(rec_wait(&r, 100));
+    CU_ASSERT_EQUAL(r.final.error, TH_EARGS);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.final.message, "text"));
+    rec_free(&r);
+    CU_ASSERT_EQUAL(atomic_load(&H->live_calls), 0);
+    close_all();
+}
+
+/* ---- Tasks ---------------------------------------------------------------------- */
+
+static atomic_int tools_changed_n;
+static void on_tools_changed(void *ud)
+{
+    (void)ud;
+    atomic_fetch_add(&tools_changed_n, 1);
+}
+
+static int find_tool(const th_tool *t, void *ud)
+{
+    return strcmp(t->name, (const char *)ud) == 0 ? 1 : 0;
+}
+
+static void test_async_ack_progress_done(void)
+{
+    th_config *c = cfg_new(2, 1, 64);
+    cfg_toolset(c, "default", all_tools);
+    H = host_new(c);
+    th_principal p = {.uid = 1, .gid = 1, .trusted = true};
+    th_front_ops ops = {.tools_changed = on_tools_changed};
+    atomic_store(&tools_changed_n, 0);
+    S = th_session_open(H, &p, &ops, NULL);
+    CU_ASSERT_EQUAL(th_session_tools(S, find_tool, "get_running_tasks"), 0);
+
+    rec r;
+    rec_init(&r);
+    uint64_t id = start(S, "t_async", A(3, "text", 's', "fin", "steps", 'i', 4LL, "delay_ms", 'i', 30LL),
+                        NULL, &r);
+    CU_ASSERT_TRUE(rec_wait_running(&r, 2000));
+    CU_ASSERT_EQUAL(r.task_id, id);
+    CU_ASSERT_EQUAL(r.finals, 0);
+    /* the task tools appear while the task lives */
+    CU_ASSERT_EQUAL(th_session_tools(S, find_tool, "get_running_tasks"), 1);
+    CU_ASSERT_EQUAL(th_session_tools(S, find_tool, "cancel_task"), 1);
+    CU_ASSERT_EQUAL(th_session_live_tasks(S), 1);
+    CU_ASSERT_TRUE(rec_wait(&r, 3000));
+    CU_ASSERT_EQUAL(r.running, 1);
+    CU_ASSERT_EQUAL(r.finals, 1);
+    CU_ASSERT_EQUAL(r.dones, 1);
+    CU_ASSERT_EQUAL(r.final.kind, TH_RESULT_DONE);
+    CU_ASSERT_TRUE(out_is(&r.final, "fin"));
+    CU_ASSERT_EQUAL(r.final.task_id, id);
+    CU_ASSERT_EQUAL(r.progress + (int)r.coalesced, 3);
+    CU_ASSERT_FALSE(r.order_bad);
+    /* ... and disappear when none is left */
+    CU_ASSERT_EQUAL(th_session_tools(S, find_tool, "get_running_tasks"), 0);
+    CU_ASSERT_EQUAL(atomic_load(&tools_changed_n), 2);
+    rec_free(&r);
+    close_all();
+}
+
+static void test_async_finishing_first_is_sync(void)
+{
+    open_default(2, 1, 64);
+    rec r;
+    rec_init(&r);
+    start(S, "t_async", A(2, "text", 's', "quick", "steps", 'i', 0LL), NULL, &r);
+    CU_ASSERT_TRUE(rec_wait(&r, 2000));
+    CU_ASSERT_EQUAL(r.running, 0);
+    CU_ASSERT_EQUAL(r.dones, 0);
+    CU_ASSERT_EQUAL(r.final.kind, TH_RESULT_DONE);
+    CU_ASSERT_TRUE(out_is(&r.final, "quick"));
+    CU_ASSERT_EQUAL(r.final.task_id, 0);
+    rec_free(&r);
+    close_all();
+}
+
+static void test_coalescing_slow_consumer(void)
+{
+    open_default(2, 1, 64);
+    rec r;
+    rec_init(&r);
+    r.slow_ms = 20;
+    start(S, "t_async", A(3, "text", 's', "x", "steps", 'i', 300LL, "delay_ms", 'i', 0LL), NULL, &r);
+    CU_ASSERT_TRUE(rec_wait(&r, 10000));
+    /* every update after the acknowledgement was delivered or folded */
+    CU_ASSERT_EQUAL(r.progress + (int)r.coalesced, 299);
+    CU_ASSERT_TRUE(r.progress < 100);
+    CU_ASSERT_TRUE(r.coalesced > 0);
+    CU_ASSERT_EQUAL(r.finals, 1);
+    CU_ASSERT_FALSE(r.order_bad);
+    /* the latest update wins */
+    CU_ASSERT_STRING_EQUAL(r.last_progress, "step 300");
+    rec_free(&r);
+    close_all();
+}
+
+static void test_no_progress_option(void)
+{
+    open_default(2, 1, 64);
+    rec r;
+    rec_init(&r);
+    th_call_opts o = {.no_progress = true};
+    start(S, "t_async", A(3, "text", 's', "x", "steps", 'i', 5LL, "delay_ms", 'i', 1LL), &o, &r);
+    CU_ASSERT_TRUE(rec_wait(&r, 3000));
+    CU_ASSERT_EQUAL(r.running, 1);
+    CU_ASSERT_EQUAL(r.progress, 0);
+    CU_ASSERT_EQUAL(r.dones, 1);
+    rec_free(&r);
+    close_all();
+}
+
+/* ---- Duplicates ------------------------------------------------------------------ */
+
+static void dup_host(th_dup_policy pol, th_dup_scope scope, th_task_scope tscope)
+{
+    th_config *c = cfg_new(4, 2, 64);
+    static const char *const dup_tools[] = {"t_dup", "t_async", NULL};
+    th_toolset_cfg *ts = cfg_toolset(c, "dups", dup_tools);
+    ts->on_duplicate_call = pol;
+    ts->duplicate_scope = scope;
+    ts->scope = tscope;
+    cfg_toolset(c, "default", all_tools);
+    H = host_new(c);
+    S = open_trusted(H);
+}
+
+static void test_dup_reject(void)
+{
+    dup_host(TH_DUP_REJECT, TH_DUPSCOPE_NAME_AND_ARGS, TH_SCOPE_SESSION);
+    rec a, b, d, e;
+    rec_init(&a);
+    rec_init(&b);
+    rec_init(&d);
+    rec_init(&e);
+    start(S, "t_dup", A(1, "ms", 'i', 300LL), NULL, &a);
+    start(S, "t_dup", A(1, "ms", 'i', 300LL), NULL, &b);
+    CU_ASSERT_TRUE(rec_wait(&b, 200));
+    CU_ASSERT_EQUAL(b.final.error, TH_EDUPLICATE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(b.final.message, "cancel_task"));
+    /* other arguments are no duplicate under name_and_args */
+    start(S, "t_dup", A(1, "ms", 'i', 5LL), NULL, &d);
+    CU_ASSERT_TRUE(rec_wait(&d, 2000));
+    CU_ASSERT_TRUE(d.final.ok);
+    CU_ASSERT_TRUE(rec_wait(&a, 3000));
+    CU_ASSERT_TRUE(a.final.ok);
+    /* once it finished, the same call runs again */
+    start(S, "t_dup", A(1, "ms", 'i', 1LL), NULL, &e);
+    CU_ASSERT_TRUE(rec_wait(&e, 2000));
+    CU_ASSERT_TRUE(e.final.ok);
+    rec_free(&a);
+    rec_free(&b);
+    rec_free(&d);
+    rec_free(&e);
+    close_all();
+
+    dup_host(TH_DUP_REJECT, TH_DUPSCOPE_NAME, TH_SCOPE_SESSION);
+    rec_init(&a);
+    rec_init(&b);
+    start(S, "t_dup", A(1, "ms", 'i', 200LL), NULL, &a);
+    start(S, "t_dup", A(1, "ms", 'i', 7LL), NULL, &b);
+    CU_ASSERT_TRUE(rec_wait(&b, 200));
+    CU_ASSERT_EQUAL(b.final.error, TH_EDUPLICATE);
+    CU_ASSERT_TRUE(rec_wait(&a, 3000));
+    rec_free(&a);
+    rec_free(&b);
+    /* numbers */
+    close_all();
+}
+
+static void test_dup_replace(void)
+{
+    dup_host(TH_DUP_REPLACE, TH_DUPSCOPE_NAME, TH_SCOPE_SESSION);
+    rec a, b;
+    rec_init(&a);
+    rec_init(&b);
+    atomic_store(&fx_cancel_seen, 0);
+    start(S, "t_dup", A(1, "ms", 'i', 5000LL), NULL, &a);
+    nap_ms(20);
+    start(S, "t_dup", A(1, "ms", 'i', 5LL), NULL, &b);
+    CU_ASSERT_TRUE(rec_wait(&a, 500));
+    CU_ASSERT_EQUAL(a.final.error, TH_ECANCELLED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(a.final.message, "replaced"));
+    CU_ASSERT_TRUE(rec_wait(&b, 2000));
+    CU_ASSERT_TRUE(b.final.ok);
+    rec_free(&a);
+    rec_free(&b);
+    close_all();
+    CU_ASSERT_EQUAL(atomic_load(&fx_cancel_seen), 1);
+}
+
+static int has_confirm_param(const th_tool *t, void *ud)
+{
+    if (strcmp(t->name, (const char *)ud) != 0)
+        return 0;
+    for (size_t i = 0; i < t->n_params; i++)
+        if (strcmp(t->params[i].name, "confirm_duplicate") == 0)
+            return 1;
+    return 2;
+}
+
+static void test_dup_confirm(void)
+{
+    dup_host(TH_DUP_CONFIRM, TH_DUPSCOPE_NAME_AND_ARGS, TH_SCOPE_SESSION);
+    CU_ASSERT_EQUAL(th_session_tools(S, has_confirm_param, "t_dup"), 1);
+    CU_ASSERT_EQUAL(th_session_tools(S, has_confirm_param, "t_echo"), 2);
+    rec a, b, d, e;
+    rec_init(&a);
+    rec_init(&b);
+    rec_init(&d);
+    rec_init(&e);
+    start(S, "t_dup", A(1, "ms", 'i', 300LL), NULL, &a);
+    start(S, "t_dup", A(1, "ms", 'i', 300LL), NULL, &b);
+    CU_ASSERT_TRUE(rec_wait(&b, 200));
+    CU_ASSERT_EQUAL(b.final.error, TH_EDUPLICATE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(b.final.message, "confirm_duplicate"));
+    /* confirmed: runs, and the parameter never reaches the tool (the
+     * tool's validation would refuse an unknown key) */
+    start(S, "t_dup", A(2, "ms", 'i', 300LL, "confirm_duplicate", 'b', 1), NULL, &d);
+    CU_ASSERT_TRUE(rec_wait(&d, 3000));
+    CU_ASSERT_TRUE(d.final.ok);
+    start(S, "t_dup", A(2, "ms", 'i', 1LL, "confirm_duplicate", 's', "yes"), NULL, &e);
+    CU_ASSERT_TRUE(rec_wait(&e, 200));
+    CU_ASSERT_EQUAL(e.final.error, TH_EARGS);
+    CU_ASSERT_TRUE(rec_wait(&a, 3000));
+    rec_free(&a);
+    rec_free(&b);
+    rec_free(&d);
+    rec_free(&e);
+    close_all();
+}
+
+static void test_dup_scopes_across_sessions(void)
+{
+    /* session scope: another session's identical call is no duplicate */
+    dup_host(TH_DUP_REJECT, TH_DUPSCOPE_NAME, TH_SCOPE_SESSION);
+    th_session *s2 = open_trusted(H);
+    rec a, b;
+    rec_init(&a);
+    rec_init(&b);
+    start(S, "t_dup", A(1, "ms", 'i', 200LL), NULL, &a);
+    start(s2, "t_dup", A(1, "ms", 'i', 200LL), NULL, &b);
+    CU_ASSERT_TRUE(rec_wait(&a, 3000));
+    CU_ASSERT_TRUE(rec_wait(&b, 3000));
+    CU_ASSERT_TRUE(a.final.ok);
+    CU_ASSERT_TRUE(b.final.ok);
+    rec_free(&a);
+    rec_free(&b);
+    th_session_close(s2);
+    close_all();
+    /* toolset scope: the toolset is one domain */
+    dup_host(TH_DUP_REJECT, TH_DUPSCOPE_NAME, TH_SCOPE_TOOLSET);
+    s2 = open_trusted(H);
+    rec_init(&a);
+    rec_init(&b);
+    start(S, "t_dup", A(1, "ms", 'i', 200LL), NULL, &a);
+    start(s2, "t_dup", A(1, "ms", 'i', 200LL), NULL, &b);
+    CU_ASSERT_TRUE(rec_wait(&b, 300));
+    CU_ASSERT_EQUAL(b.final.error, TH_EDUPLICATE);
+    CU_ASSERT_TRUE(rec_wait(&a, 3000));
+    rec_free(&a);
+    rec_free(&b);
+    th_session_close(s2);
+    close_all();
+}
+
+/* ---- Scopes ------------------------------------------------------------------------ */
+
+static void test_scope_session_cancels_at_close(void)
+{
+    open_default(2, 1, 64);
+    rec r;
+    rec_init(&r);
+    atomic_store(&fx_cancel_seen, 0);
+    start(S, "t_async", A(3, "text", 's', "x", "steps", 'i', 1000LL, "delay_ms", 'i', 5LL), NULL, &r);
+    CU_ASSERT_TRUE(rec_wait_running(&r, 2000));
+    int64_t t0 = mono_ms();
+    th_session_close(S);
+    S = NULL;
+    CU_ASSERT_TRUE(mono_ms() - t0 < 1500);
+    /* the DONE (cancelled) came before close returned */
+    CU_ASSERT_EQUAL(r.finals, 1);
+    CU_ASSERT_EQUAL(r.dones, 1);
+    CU_ASSERT_EQUAL(r.final.error, TH_ECANCELLED);
+    CU_ASSERT_EQUAL(atomic_load(&fx_cancel_seen), 1);
+    rec_free(&r);
+    close_all();
+}
+
+static void test_scope_toolset_outlives_session(void)
+{
+    dup_host(TH_DUP_ALLOW, TH_DUPSCOPE_NAME, TH_SCOPE_TOOLSET);
+    rec r;
+    rec_init(&r);
+    uint64_t id = start(S, "t_async",
+                        A(3, "text", 's', "kept", "steps", 'i', 3LL, "delay_ms", 'i', 40LL), NULL, &r);
+    CU_ASSERT_TRUE(rec_wait_running(&r, 2000));
+    th_session_close(S);
+    S = NULL;
+    CU_ASSERT_EQUAL(r.finals, 0); /* goes on, and no event reaches the closed front */
+    th_session *s2 = open_trusted(H);
+    th_result_copy res;
+    CU_ASSERT_EQUAL(th_task_result(s2, id, &res), TH_ESTATE);
+    int64_t until = mono_ms() + 3000;
+    int rc;
+    while ((rc = th_task_result(s2, id, &res)) == TH_ESTATE && mono_ms() < until)
+        nap_ms(5);
+    CU_ASSERT_EQUAL(rc, 0);
+    if (rc == 0) {
+        CU_ASSERT_EQUAL(res.kind, TH_RESULT_DONE);
+        CU_ASSERT_TRUE(out_is(&res, "kept"));
+        th_result_copy_free(&res);
+    }
+    CU_ASSERT_EQUAL(th_task_result(s2, 999999, &res), TH_ENOTFOUND);
+    CU_ASSERT_EQUAL(r.finals, 0);
+    th_session_close(s2);
+    rec_free(&r);
+    close_all();
+}
+
+/* ---- Deadlines and cancellation ------------------------------------------------- */
+
+static int late_of(const th_tool_stats *st, void *ud)
+{
+    if (strcmp(st->tool, "t_stubborn") == 0) {
+        *(uint64_t *)ud = st->late_results * 1000 + st->timeouts;
+        return 1;
+    }
+    return 0;
+}
+
+static void test_deadline_tool_ignores_cancel(void)
+{
+    open_default(2, 1, 64);
+    atomic_store(&fx_stubborn_done, 0);
+    rec r;
+    rec_init(&r);
+    th_call_opts o = {.timeout_ms = 50};
+    int64_t t0 = mono_ms();
+    start(S, "t_stubborn", A(1, "ms", 'i', 400LL), &o, &r);
+    CU_ASSERT_TRUE(rec_wait(&r, 2000));
+    int64_t dt = mono_ms() - t0;
+    CU_ASSERT_TRUE(dt >= 45 && dt < 300);
+    CU_ASSERT_EQUAL(r.final.error, TH_ETIMEOUT);
+    CU_ASSERT_EQUAL(atomic_load(&fx_stubborn_done), 0);
+    int64_t until = mono_ms() + 2000;
+    while (atomic_load(&fx_stubborn_done) == 0 && mono_ms() < until)
+        nap_ms(5);
+    nap_ms(20);
+    uint64_t v = 0;
+    th_host_stats_foreach(H, late_of, &v);
+    CU_ASSERT_EQUAL(v, 1001); /* one late result discarded, one timeout */
+    CU_ASSERT_EQUAL(r.finals, 1);
+    rec_free(&r);
+    close_all();
+}
+
+static void test_timeout_capped_and_inline(void)
+{
+    th_config *c = cfg_new(2, 1, 64);
+    c->host.max_timeout_ms = 40;
+    cfg_toolset(c, "default", all_tools);
+    H = host_new(c);
+    S = open_trusted(H);
+    rec r;
+    rec_init(&r);
+    th_call_opts o = {.timeout_ms = 100000, .may_block = true};
+    int64_t t0 = mono_ms();
+    /* inline on this thread: the answer still arrives at the deadline */
+    start(S, "t_sleep", A(1, "ms", 'i', 2000LL), &o, &r);
+    CU_ASSERT_TRUE(rec_wait(&r, 3000));
+    CU_ASSERT_EQUAL(r.final.error, TH_ETIMEOUT);
+    CU_ASSERT_TRUE(mono_ms() - t0 < 1000);
+    rec_free(&r);
+    close_all();
+}
+
+static void test_cancel_before_start(void)
+{
+    open_default(1, 1, 64);
+    rec a, b;
+    rec_init(&a);
+    rec_init(&b);
+    atomic_store(&fx_echo_runs, 0);
+    start(S, "t_sleep", A(1, "ms", 'i', 150LL), NULL, &a);
+    nap_ms(10);
+    uint64_t id = start(S, "t_echo", A(1, "text", 's', "never"), NULL, &b);
+    CU_ASSERT_EQUAL(th_call_cancel(S, id), 0);
+    CU_ASSERT_TRUE(rec_wait(&b, 50)); /* answered at once */
+    CU_ASSERT_EQUAL(b.final.error, TH_ECANCELLED);
+    CU_ASSERT_TRUE(rec_wait(&a, 2000));
+    nap_ms(20);
+    CU_ASSERT_EQUAL(atomic_load(&fx_echo_runs), 0);
+    CU_ASSERT_EQUAL(th_call_cancel(S, id), TH_ENOTFOUND);
+    CU_ASSERT_EQUAL(b.finals, 1);
+    rec_free(&a);
+    rec_free(&b);
+    close_all();
+}
+
+static void test_cancel_running_task(void)
+{
+    open_default(2, 1, 64);
+    rec r;
+    rec_init(&r);
+    uint64_t id = start(S, "t_async", A(3, "text", 's', "x", "steps", 'i', 1000LL, "delay_ms", 'i', 5LL),
+                        NULL, &r);
+    CU_ASSERT_TRUE(rec_wait_running(&r, 2000));
+    CU_ASSERT_EQUAL(th_call_cancel(S, id), 0);
+    CU_ASSERT_TRUE(rec_wait(&r, 100));
+    CU_ASSERT_EQUAL(r.dones, 1);
+    CU_ASSERT_EQUAL(r.final.error, TH_ECANCELLED);
+    CU_ASSERT_EQUAL(th_call_cancel(S, id), TH_ENOTFOUND);
+    rec_free(&r);
+    close_all();
+}
+
+/* ---- Queue and limits --------------------------------------------------------------- */
+
+static void test_busy_refusal(void)
+{
+    open_default(1, 1, 2);
+    rec r[4];
+    for (int i = 0; i < 4; i++)
+        rec_init(&r[i]);
+    start(S, "t_sleep", A(1, "ms", 'i', 150LL), NULL, &r[0]);
+    nap_ms(20); /* the worker took it */
+    start(S, "t_sleep", A(1, "ms", 'i', 1LL), NULL, &r[1]);
+    start(S, "t_sleep", A(1, "ms", 'i', 2LL), NULL, &r[2]);
+    start(S, "t_sleep", A(1, "ms", 'i', 3LL), NULL, &r[3]);
+    CU_ASSERT_TRUE(rec_wait(&r[3], 20));
+    CU_ASSERT_EQUAL(r[3].final.error, TH_EBUSY);
+    for (int i = 0; i < 3; i++) {
+        CU_ASSERT_TRUE(rec_wait(&r[i], 3000));
+        CU_ASSERT_TRUE(r[i].final.ok);
+    }
+    for (int i = 0; i < 4; i++)
+        rec_free(&r[i]);
+    close_all();
+}
+
+/* Starts n gated calls of `tool`; checks that exactly `expect` of them
+ * run at once (never more), then opens the gate and waits for all. */
+static void run_gated(const char *tool, int n, int expect)
+{
+    rec r[8];
+    atomic_store(&fx_conc, 0);
+    atomic_store(&fx_conc_max, 0);
+    atomic_store(&fx_gate_open, 0);
+    for (int i = 0; i < n; i++) {
+        rec_init(&r[i]);
+        char tag[16];
+        snprintf(tag, sizeof tag, "%d", i);
+        start(S, tool, A(1, "tag", 's', tag), NULL, &r[i]);
+    }
+    int64_t until = mono_ms() + 5000;
+    while (atomic_load(&fx_conc) < expect && mono_ms() < until)
+        nap_ms(1);
+    nap_ms(30); /* room for a wrong extra one to start */
+    CU_ASSERT_EQUAL(atomic_load(&fx_conc), expect);
+    CU_ASSERT_EQUAL(atomic_load(&fx_conc_max), expect);
+    atomic_store(&fx_gate_open, 1);
+    for (int i = 0; i < n; i++) {
+        CU_ASSERT_TRUE(rec_wait(&r[i], 5000));
+        CU_ASSERT_TRUE(r[i].final.ok);
+        rec_free(&r[i]);
+    }
+    CU_ASSERT_EQUAL(atomic_load(&fx_conc_max), expect);
+}
+
+static void test_toolset_concurrency(void)
+{
+    th_config *c = cfg_new(4, 2, 64);
+    static const char *const tl[] = {"t_conc", NULL};
+    th_toolset_cfg *ts = cfg_toolset(c, "limited", tl);
+    ts->max_concurrency = 2;
+    cfg_toolset(c, "default", all_tools);
+    H = host_new(c);
+    S = open_trusted(H);
+    run_gated("t_conc", 6, 2);
+    /* other toolsets are not held back */
+    run_gated("t_gate", 4, 4);
+    close_all();
+}
+
+static void test_override_concurrency(void)
+{
+    th_config *c = cfg_new(4, 2, 64);
+    th_toolset_cfg *ts = cfg_toolset(c, "default", all_tools);
+    ts->overrides = calloc(1, sizeof *ts->overrides);
+    ts->overrides[0].tool = strdup("t_conc");
+    ts->overrides[0].max_concurrency = 3;
+    ts->overrides[0].on_duplicate_call = -1;
+    ts->overrides[0].duplicate_scope = -1;
+    ts->n_overrides = 1;
+    H = host_new(c);
+    S = open_trusted(H);
+    run_gated("t_conc", 7, 3);
+    close_all();
+}
+
+static void test_serial_tool(void)
+{
+    open_default(4, 2, 64);
+    run_gated("t_serial", 5, 1);
+    close_all();
+}
+
+static void test_async_capacity_keeps_echo_fast(void)
+{
+    open_default(3, 2, 64);
+    rec t[4], e;
+    for (int i = 0; i < 4; i++) {
+        rec_init(&t[i]);
+        char tx[16];
+        snprintf(tx, sizeof tx, "%d", i);
+        start(S, "t_async", A(3, "text", 's', tx, "steps", 'i', 10LL, "delay_ms", 'i', 30LL), NULL, &t[i]);
+    }
+    nap_ms(30);
+    rec_init(&e);
+    int64_t t0 = mono_ms();
+    start(S, "t_echo", A(1, "text", 's', "fast"), NULL, &e);
+    CU_ASSERT_TRUE(rec_wait(&e, 2000));
+    CU_ASSERT_TRUE(mono_ms() - t0 < 100);
+    CU_ASSERT_TRUE(out_is(&e.final, "fast"));
+    for (int i = 0; i < 4; i++) {
+        CU_ASSERT_TRUE(rec_wait(&t[i], 5000));
+        CU_ASSERT_TRUE(t[i].final.ok);
+        rec_free(&t[i]);
+    }
+    rec_free(&e);
+    close_all();
+}
+
+static void test_suspend_complete_from_thread(void)
+{
+    open_default(1, 1, 64);
+    rec a, b;
+    rec_init(&a);
+    rec_init(&b);
+    start(S, "t_suspend", A(1, "ms", 'i', 100LL), NULL, &a);
+    nap_ms(10);
+    /* the only worker is free while the call is suspended */
+    int64_t t0 = mono_ms();
+    start(S, "t_echo", A(1, "text", 's', "meanwhile"), NULL, &b);
+    CU_ASSERT_TRUE(rec_wait(&b, 2000));
+    CU_ASSERT_TRUE(mono_ms() - t0 < 80);
+    CU_ASSERT_EQUAL(a.finals, 0);
+    CU_ASSERT_TRUE(rec_wait(&a, 2000));
+    CU_ASSERT_TRUE(a.final.ok);
+    CU_ASSERT_TRUE(out_is(&a.final, "from thread"));
+    rec_free(&a);
+    rec_free(&b);
+    close_all();
+}
+
+/* ---- Mocks ---------------------------------------------------------------------------- */
+
+static void test_mocks(void)
+{
+    th_config *c = cfg_new(2, 1, 64);
+    cfg_toolset(c, "default", all_tools);
+    c->mocks = calloc(2, sizeof *c->mocks);
+    c->n_mocks = 2;
+    c->mocks[0].tool = strdup("t_echo");
+    c->mocks[0].ok = true;
+    c->mocks[0].stdout_text = strdup("mocked");
+    c->mocks[1].tool = strdup("t_sleep");
+    c->mocks[1].ok = false;
+    c->mocks[1].stderr_text = strdup("mock failure");
+    c->mocks[1].n_progress = 2;
+    c->mocks[1].progress = calloc(2, sizeof *c->mocks[1].progress);
+    c->mocks[1].progress[0].message = strdup("one");
+    c->mocks[1].progress[0].fraction = 0.5;
+    c->mocks[1].progress[1].message = strdup("two");
+    c->mocks[1].progress[1].fraction = 1;
+    c->mocks[1].progress[1].delay_ms = 30;
+    c->mocks[1].delay_ms = 30;
+    H = host_new(c);
+    S = open_trusted(H);
+    atomic_store(&fx_echo_runs, 0);
+    rec r;
+    rec_init(&r);
+    th_call_opts o = {.may_block = true};
+    start(S, "t_echo", A(1, "text", 's', "real"), &o, &r);
+    CU_ASSERT_TRUE(rec_wait(&r, 2000));
+    CU_ASSERT_TRUE(out_is(&r.final, "mocked"));
+    CU_ASSERT_EQUAL(atomic_load(&fx_echo_runs), 0);
+    rec_free(&r);
+    /* validation still applies */
+    rec_init(&r);
+    start(S, "t_echo", A(0), NULL, &r);
+    CU_ASSERT_TRUE(rec_wait(&r, 2000));
+    CU_ASSERT_EQUAL(r.final.error, TH_EARGS);
+    rec_free(&r);
+    /* progress: acknowledgement, progress, done */
+    rec_init(&r);
+    start(S, "t_sleep", A(0), NULL, &r);
+    CU_ASSERT_TRUE(rec_wait(&r, 2000));
+    CU_ASSERT_EQUAL(r.running, 1);
+    CU_ASSERT_EQUAL(r.progress, 1);
+    CU_ASSERT_EQUAL(r.dones, 1);
+    CU_ASSERT_FALSE(r.final.ok);
+    CU_ASSERT_EQUAL(r.final.err.len, strlen("mock failure"));
+    rec_free(&r);
+    /* and cancellation */
+    rec_init(&r);
+    uint64_t id = start(S, "t_sleep", A(0), NULL, &r);
+    CU_ASSERT_TRUE(rec_wait_running(&r, 2000));
+    CU_ASSERT_EQUAL(th_call_cancel(S, id), 0);
+    CU_ASSERT_TRUE(rec_wait(&r, 100));
+    CU_ASSERT_EQUAL(r.final.error, TH_ECANCELLED);
+    rec_free(&r);
+    close_all();
+}
+
+/* ---- Task tools ------------------------------------------------------------------------ */
+
+static void test_task_tools(void)
+{
+    open_default(2, 1, 64);
+    rec t;
+    rec_init(&t);
+    uint64_t id = start(S, "t_async", A(3, "text", 's', "x", "steps", 'i', 1000LL, "delay_ms", 'i', 5LL),
+                        NULL, &t);
+    CU_ASSERT_TRUE(rec_wait_running(&t, 2000));
+    th_result_copy r;
+    CU_ASSERT_EQUAL(th_call_sync(S, "get_running_tasks", NULL, 0, NULL, NULL, NULL, NULL, &r), 0);
+    CU_ASSERT_EQUAL(r.kind, TH_RESULT_DONE);
+    char want[64];
+    snprintf(want, sizeof want, "\"task_id\":%llu", (unsigned long long)id);
+    CU_ASSERT_PTR_NOT_NULL(r.out.data ? strstr((char *)r.out.data, want) : NULL);
+    CU_ASSERT_PTR_NOT_NULL(r.out.data ? strstr((char *)r.out.data, "\"tool\":\"t_async\"") : NULL);
+    CU_ASSERT_PTR_NOT_NULL(r.out.data ? strstr((char *)r.out.data, "\"steps\":1000") : NULL);
+    th_result_copy_free(&r);
+    th_buf a = A(1, "task_id", 'i', (long long)id);
+    CU_ASSERT_EQUAL(th_call_sync(S, "cancel_task", a.data, a.len, NULL, NULL, NULL, NULL, &r), 0);
+    CU_ASSERT_EQUAL(r.kind, TH_RESULT_DONE);
+    CU_ASSERT_TRUE(r.ok);
+    th_result_copy_free(&r);
+    CU_ASSERT_TRUE(rec_wait(&t, 100));
+    CU_ASSERT_EQUAL(t.final.error, TH_ECANCELLED);
+    /* again: already finished */
+    CU_ASSERT_EQUAL(th_call_sync(S, "cancel_task", a.data, a.len, NULL, NULL, NULL, NULL, &r), 0);
+    CU_ASSERT_EQUAL(r.kind, TH_RESULT_ERROR);
+    CU_ASSERT_EQUAL(r.error, TH_ENOTFOUND);
+    th_result_copy_free(&r);
+    th_buf_free(&a);
+    CU_ASSERT_EQUAL(th_session_tools(S, find_tool, "cancel_task"), 0);
+    rec_free(&t);
+    close_all();
+    /* expose_task_tools: always listed */
+    th_config *c = cfg_new(2, 1, 64);
+    c->host.expose_task_tools = true;
+    cfg_toolset(c, "default", all_tools);
+    H = host_new(c);
+    S = open_trusted(H);
+    CU_ASSERT_EQUAL(th_session_tools(S, find_tool, "cancel_task"), 1);
+    CU_ASSERT_EQUAL(th_session_tools(S, find_tool, "get_running_tasks"), 1);
+    close_all();
+}
+
+/* ---- Nested calls and th_call_sync ------------------------------------------------------- */
+
+static void test_nested_call_one_worker(void)
+{
+    open_default(1, 1, 64);
+    th_result_copy r;
+    /* on the worker (no may_block): the inner calls run inline there */
+    rec x;
+    rec_init(&x);
+    start(S, "t_nested", A(0), NULL, &x);
+    CU_ASSERT_TRUE(rec_wait(&x, 3000));
+    CU_ASSERT_TRUE(x.final.ok);
+    CU_ASSERT_TRUE(out_is(&x.final, "inner+async"));
+    rec_free(&x);
+    CU_ASSERT_EQUAL(th_call_sync(S, "t_nested", NULL, 0, NULL, NULL, NULL, NULL, &r), 0);
+    CU_ASSERT_TRUE(out_is(&r, "inner+async"));
+    th_result_copy_free(&r);
+    close_all();
+}
+
+static atomic_int sync_progress_n;
+static volatile int sync_cancel;
+static void sync_progress(const th_event *ev, void *ud)
+{
+    (void)ud;
+    CU_ASSERT_EQUAL(ev->kind, TH_EV_PROGRESS);
+    if (atomic_fetch_add(&sync_progress_n, 1) == 1)
+        sync_cancel = 1;
+}
+
+static void test_call_sync_progress_and_cancel(void)
+{
+    open_default(2, 1, 64);
+    th_result_copy r;
+    atomic_store(&sync_progress_n, 0);
+    th_buf a = A(3, "text", 's', "done", "steps", 'i', 4LL, "delay_ms", 'i', 10LL);
+    CU_ASSERT_EQUAL(th_call_sync(S, "t_async", a.data, a.len, NULL, sync_progress, NULL, NULL, &r), 0);
+    CU_ASSERT_TRUE(out_is(&r, "done"));
+    CU_ASSERT_TRUE(atomic_load(&sync_progress_n) >= 1);
+    th_result_copy_free(&r);
+    th_buf_free(&a);
+    atomic_store(&sync_progress_n, 0);
+    sync_cancel = 0;
+    a = A(3, "text", 's', "x", "steps", 'i', 1000LL, "delay_ms", 'i', 5LL);
+    CU_ASSERT_EQUAL(th_call_sync(S, "t_async", a.data, a.len, NULL, sync_progress, NULL, &sync_cancel, &r), 0);
+    CU_ASSERT_EQUAL(r.kind, TH_RESULT_ERROR);
+    CU_ASSERT_EQUAL(r.error, TH_ECANCELLED);
+    th_result_copy_free(&r);
+    th_buf_free(&a);
+    close_all();
+}
+
+static int stats_of(const th_tool_stats *st, void *ud)
+{
+    if (strcmp(st->tool, "t_echo") == 0) {
+        *(th_tool_stats *)ud = *st;
+        return 1;
+    }
+    return 0;
+}
+
+static void test_stats(void)
+{
+    open_default(2, 1, 64);
+    for (int i = 0; i < 20; i++) {
+        th_result_copy r;
+        th_buf a = A(1, "text", 's', "s");
+        th_call_sync(S, "t_echo", a.data, a.len, NULL, NULL, NULL, NULL, &r);
+        th_result_copy_free(&r);
+        th_buf_free(&a);
+    }
+    th_result_copy r;
+    th_call_sync(S, "t_echo", NULL, 0, NULL, NULL, NULL, NULL, &r);
+    th_result_copy_free(&r);
+    th_tool_stats st;
+    memset(&st, 0, sizeof st);
+    CU_ASSERT_EQUAL(th_host_stats_foreach(H, stats_of, &st), 1);
+    CU_ASSERT_EQUAL(st.calls, 21);
+    CU_ASSERT_EQUAL(st.ok, 20);
+    CU_ASSERT_EQUAL(st.errors, 1);
+    CU_ASSERT_TRUE(st.p50_ms > 0 && st.p50_ms <= st.p99_ms);
+    th_mgr_stats ms;
+    th_host_mgr_stats(H, &ms);
+    CU_ASSERT_EQUAL(ms.workers, 2);
+    CU_ASSERT_TRUE(ms.inline_calls >= 20);
+    close_all();
+}
+
+/* ---- Stress ------------------------------------------------------------------------------ */
+
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define STRESS_DEFAULT 20000 /* the sanitizers are 5-20x slower */
+#else
+#define STRESS_DEFAULT 200000
+#endif
+
+typedef struct stress_ctx {
+    size_t cap;
+    atomic_uchar *started, *acks, *finals, *dones;
+    atomic_long inflight;
+    atomic_long bad;
+    atomic_long timeouts, cancels, dups, busy, ok;
+    th_session *s[4];
+    long per_thread;
+} stress_ctx;
+
+static stress_ctx SX;
+
+static void stress_cb(const th_event *ev, void *ud)
+{
+    (void)ud;
+    size_t i = (size_t)ev->call_id;
+    if (i >= SX.cap) {
+        atomic_fetch_add(&SX.bad, 1);
+        return;
+    }
+    if (atomic_load(&SX.finals[i]))
+        atomic_fetch_add(&SX.bad, 1); /* an event after the final one */
+    if (ev->kind == TH_EV_PROGRESS) {
+        if (!atomic_load(&SX.acks[i]))
+            atomic_fetch_add(&SX.bad, 1);
+        return;
+    }
+    if (ev->result->kind == TH_RESULT_RUNNING) {
+        atomic_fetch_add(&SX.acks[i], 1);
+        return;
+    }
+    if (ev->kind == TH_EV_DONE) {
+        atomic_fetch_add(&SX.dones[i], 1);
+        if (!atomic_load(&SX.acks[i]))
+            atomic_fetch_add(&SX.bad, 1);
+    } else if (atomic_load(&SX.acks[i])) {
+        atomic_fetch_add(&SX.bad, 1); /* a task must end with DONE */
+    }
+    const th_result *r = ev->result;
+    if (r->kind == TH_RESULT_ERROR) {
+        switch (r->error) {
+        case TH_ETIMEOUT: atomic_fetch_add(&SX.timeouts, 1); break;
+        case TH_ECANCELLED: atomic_fetch_add(&SX.cancels, 1); break;
+        case TH_EDUPLICATE: atomic_fetch_add(&SX.dups, 1); break;
+        case TH_EBUSY: atomic_fetch_add(&SX.busy, 1); break;
+        default: atomic_fetch_add(&SX.bad, 1); break;
+        }
+    } else if (r->ok) {
+        atomic_fetch_add(&SX.ok, 1);
+    }
+    atomic_fetch_add(&SX.finals[i], 1);
+    atomic_fetch_sub(&SX.inflight, 1);
+}
+
+static void *stress_thread(void *arg)
+{
+    long t = (long)(intptr_t)arg;
+    uint64_t x = 0x9E3779B97F4A7C15ull * (uint64_t)(t + 1);
+    for (long n = 0; n < SX.per_thread; n++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        unsigned r = (unsigned)(x % 1000);
+        th_session *s = SX.s[(t * 2 + (long)(x >> 32) % 2) % 4];
+        while (atomic_load(&SX.inflight) > 512)
+            sched_yield();
+        th_call_opts o = {.may_block = (x >> 20) & 1};
+        const char *tool;
+        th_buf a;
+        if (r < 600) {
+            tool = "t_echo";
+            a = A(1, "text", 's', "s");
+        } else if (r < 700) {
+            tool = "t_async";
+            a = A(3, "text", 's', "a", "steps", 'i', (long long)((x >> 8) % 3), "delay_ms", 'i', 0LL);
+        } else if (r < 710) {
+            tool = "t_stubborn";
+            a = A(1, "ms", 'i', 2LL);
+            o.timeout_ms = 1;
+        } else if (r < 850) {
+            tool = "t_dup";
+            a = A(1, "ms", 'i', 0LL);
+        } else {
+            tool = "t_sleep";
+            a = A(1, "ms", 'i', 0LL);
+        }
+        atomic_fetch_add(&SX.inflight, 1);
+        uint64_t id = 0;
+        int rc = th_call_start(s, tool, a.data, a.len, &o, stress_cb, NULL, &id);
+        th_buf_free(&a);
+        if (rc != 0 || id >= SX.cap) {
+            atomic_fetch_add(&SX.bad, 1);
+            atomic_fetch_sub(&SX.inflight, 1);
+            continue;
+        }
+        atomic_store(&SX.started[id], 1);
+        if ((x >> 40) % 100 < 8)
+            th_call_cancel(s, id);
+    }
+    return NULL;
+}
+
+static void test_stress(void)
+{
+    long total = STRESS_DEFAULT;
+    const char *env = getenv("TH_STRESS_CALLS");
+    if (env && atol(env) > 0)
+        total = atol(env);
+    th_config *c = cfg_new(0, 0, 4096);
+    static const char *const dup_tools[] = {"t_dup", NULL};
+    th_toolset_cfg *ts = cfg_toolset(c, "dups", dup_tools);
+    ts->on_duplicate_call = TH_DUP_REJECT;
+    ts->duplicate_scope = TH_DUPSCOPE_NAME;
+    cfg_toolset(c, "default", all_tools);
+    H = host_new(c);
+    memset(&SX, 0, sizeof SX);
+    SX.cap = (size_t)total + 1000;
+    SX.started = calloc(SX.cap, 1);
+    SX.acks = calloc(SX.cap, 1);
+    SX.finals = calloc(SX.cap, 1);
+    SX.dones = calloc(SX.cap, 1);
+    for (int i = 0; i < 4; i++)
+        SX.s[i] = open_trusted(H);
+    SX.per_thread = total / 2;
+    int64_t t0 = mono_ms();
+    pthread_t th[2];
+    for (long i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, stress_thread, (void *)(intptr_t)i);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    int64_t until = mono_ms() + 30000;
+    while (atomic_load(&SX.inflight) > 0 && mono_ms() < until)
+        nap_ms(1);
+    int64_t dt = mono_ms() - t0;
+    CU_ASSERT_EQUAL(atomic_load(&SX.inflight), 0);
+    CU_ASSERT_EQUAL(atomic_load(&SX.bad), 0);
+    long started = 0, wrong = 0;
+    for (size_t i = 0; i < SX.cap; i++) {
+        if (!atomic_load(&SX.started[i]))
+            continue;
+        started++;
+        if (atomic_load(&SX.finals[i]) != 1 || atomic_load(&SX.acks[i]) > 1 ||
+            atomic_load(&SX.dones[i]) != atomic_load(&SX.acks[i]))
+            wrong++;
+    }
+    CU_ASSERT_EQUAL(started, SX.per_thread * 2);
+    CU_ASSERT_EQUAL(wrong, 0);
+    /* every kind of ending happened */
+    CU_ASSERT_TRUE(atomic_load(&SX.timeouts) > 0);
+    CU_ASSERT_TRUE(atomic_load(&SX.cancels) > 0);
+    CU_ASSERT_TRUE(atomic_load(&SX.dups) > 0);
+    CU_ASSERT_TRUE(atomic_load(&SX.ok) > started / 2);
+    if (getenv("TH_TEST_VERBOSE"))
+        fprintf(stderr, "\nstress: %ld calls in %lld ms: ok %ld timeouts %ld cancels %ld dups %ld busy %ld\n",
+                started, (long long)dt, atomic_load(&SX.ok), atomic_load(&SX.timeouts),
+                atomic_load(&SX.cancels), atomic_load(&SX.dups), atomic_load(&SX.busy));
+    for (int i = 0; i < 4; i++)
+        th_session_close(SX.s[i]);
+    /* nothing leaks: every call object is freed once the stubborn tools
+     * (which ignore cancel) have returned */
+    until = mono_ms() + 5000;
+    while (atomic_load(&H->live_calls) > 0 && mono_ms() < until)
+        nap_ms(1);
+    CU_ASSERT_EQUAL(atomic_load(&H->live_calls), 0);
+    th_host_close(H);
+    H = NULL;
+    free(SX.started);
+    free(SX.acks);
+    free(SX.finals);
+    free(SX.dones);
+}
+
+void th_suite_manager(void)
+{
+    CU_pSuite s = CU_add_suite("manager", NULL, NULL);
+    CU_add_test(s, "sync_result", test_sync_result);
+    CU_add_test(s, "errors_before_run", test_errors_before_run);
+    CU_add_test(s, "async_ack_progress_done", test_async_ack_progress_done);
+    CU_add_test(s, "async_finishing_first_is_sync", test_async_finishing_first_is_sync);
+    CU_add_test(s, "coalescing_slow_consumer", test_coalescing_slow_consumer);
+    CU_add_test(s, "no_progress_option", test_no_progress_option);
+    CU_add_test(s, "dup_reject", test_dup_reject);
+    CU_add_test(s, "dup_replace", test_dup_replace);
+    CU_add_test(s, "dup_confirm", test_dup_confirm);
+    CU_add_test(s, "dup_scopes_across_sessions", test_dup_scopes_across_sessions);
+    CU_add_test(s, "scope_session_cancels_at_close", test_scope_session_cancels_at_close);
+    CU_add_test(s, "scope_toolset_outlives_session", test_scope_toolset_outlives_session);
+    CU_add_test(s, "deadline_tool_ignores_cancel", test_deadline_tool_ignores_cancel);
+    CU_add_test(s, "timeout_capped_and_inline", test_timeout_capped_and_inline);
+    CU_add_test(s, "cancel_before_start", test_cancel_before_start);
+    CU_add_test(s, "cancel_running_task", test_cancel_running_task);
+    CU_add_test(s, "busy_refusal", test_busy_refusal);
+    CU_add_test(s, "toolset_concurrency", test_toolset_concurrency);
+    CU_add_test(s, "override_concurrency", test_override_concurrency);
+    CU_add_test(s, "serial_tool", test_serial_tool);
+    CU_add_test(s, "async_capacity_keeps_echo_fast", test_async_capacity_keeps_echo_fast);
+    CU_add_test(s, "suspend_complete_from_thread", test_suspend_complete_from_thread);
+    CU_add_test(s, "mocks", test_mocks);
+    CU_add_test(s, "task_tools", test_task_tools);
+    CU_add_test(s, "nested_call_one_worker", test_nested_call_one_worker);
+    CU_add_test(s, "call_sync_progress_and_cancel", test_call_sync_progress_and_cancel);
+    CU_add_test(s, "stats", test_stats);
+    CU_add_test(s, "stress", test_stress);
+}

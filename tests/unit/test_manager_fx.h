@@ -1,0 +1,508 @@
+/* test_manager_fx.h - fixture tools, a hand-built config and an event recorder
+ * shared by the manager and host suites (tests/unit/test_manager*.c,
+ * test_host.c).  Everything is static: each test file gets its own copy. */
+#ifndef TEST_MANAGER_FX_H
+#define TEST_MANAGER_FX_H
+
+#include <CUnit/CUnit.h>
+#include <msgpack.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "th/host.h"
+#include "th/log.h"
+#include "th/manager.h"
+
+/* ---- Arguments --------------------------------------------------------------- */
+
+/* A(n, key, 's'|'i'|'b', value, ...): a msgpack map in a th_buf. */
+static __attribute__((unused)) th_buf A(int n, ...)
+{
+    th_buf b = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
+    msgpack_pack_map(&pk, (size_t)n);
+    va_list ap;
+    va_start(ap, n);
+    for (int i = 0; i < n; i++) {
+        const char *k = va_arg(ap, const char *);
+        int t = va_arg(ap, int);
+        msgpack_pack_str_with_body(&pk, k, strlen(k));
+        if (t == 's') {
+            const char *v = va_arg(ap, const char *);
+            msgpack_pack_str_with_body(&pk, v, strlen(v));
+        } else if (t == 'i') {
+            msgpack_pack_int64(&pk, va_arg(ap, long long));
+        } else {
+            if (va_arg(ap, int))
+                msgpack_pack_true(&pk);
+            else
+                msgpack_pack_false(&pk);
+        }
+    }
+    va_end(ap);
+    return b;
+}
+
+static long long arg_int(const uint8_t *args, size_t len, const char *key, long long dflt)
+{
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    long long v = dflt;
+    if (msgpack_unpack_next(&u, (const char *)args, len, &off) == MSGPACK_UNPACK_SUCCESS &&
+        u.data.type == MSGPACK_OBJECT_MAP)
+        for (uint32_t i = 0; i < u.data.via.map.size; i++) {
+            msgpack_object_kv *kv = &u.data.via.map.ptr[i];
+            if (kv->key.type == MSGPACK_OBJECT_STR && kv->key.via.str.size == strlen(key) &&
+                memcmp(kv->key.via.str.ptr, key, strlen(key)) == 0) {
+                if (kv->val.type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+                    v = (long long)kv->val.via.u64;
+                else if (kv->val.type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
+                    v = kv->val.via.i64;
+            }
+        }
+    msgpack_unpacked_destroy(&u);
+    return v;
+}
+
+/* Copies string arg `key` into buf ("" when absent). */
+static void arg_str(const uint8_t *args, size_t len, const char *key, char *buf, size_t n)
+{
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    buf[0] = '\0';
+    if (msgpack_unpack_next(&u, (const char *)args, len, &off) == MSGPACK_UNPACK_SUCCESS &&
+        u.data.type == MSGPACK_OBJECT_MAP)
+        for (uint32_t i = 0; i < u.data.via.map.size; i++) {
+            msgpack_object_kv *kv = &u.data.via.map.ptr[i];
+            if (kv->key.type == MSGPACK_OBJECT_STR && kv->key.via.str.size == strlen(key) &&
+                memcmp(kv->key.via.str.ptr, key, strlen(key)) == 0 &&
+                kv->val.type == MSGPACK_OBJECT_STR) {
+                size_t l = kv->val.via.str.size < n - 1 ? kv->val.via.str.size : n - 1;
+                memcpy(buf, kv->val.via.str.ptr, l);
+                buf[l] = '\0';
+            }
+        }
+    msgpack_unpacked_destroy(&u);
+}
+
+static void nap_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static int64_t mono_ms(void)
+{
+    return th_now_ns() / 1000000;
+}
+
+/* ---- Fixture tools --------------------------------------------------------------- */
+
+static atomic_int fx_echo_runs;
+static atomic_int fx_conc, fx_conc_max;
+static atomic_int fx_cancel_seen;
+static atomic_int fx_stubborn_done;
+
+static void conc_enter(void)
+{
+    int n = atomic_fetch_add(&fx_conc, 1) + 1;
+    int m = atomic_load(&fx_conc_max);
+    while (n > m && !atomic_compare_exchange_weak(&fx_conc_max, &m, n))
+        ;
+}
+
+static int fx_echo(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
+{
+    (void)st;
+    (void)t;
+    char text[256];
+    arg_str(a, l, "text", text, sizeof text);
+    atomic_fetch_add(&fx_echo_runs, 1);
+    c->host->write(c, TOOLHOST_STDOUT, text, strlen(text));
+    return TOOLHOST_OK;
+}
+
+/* Sleeps `ms` (arg) in 1 ms steps; stops early when cancelled. */
+static int fx_sleep(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
+{
+    (void)st;
+    (void)t;
+    long long ms = arg_int(a, l, "ms", 10);
+    conc_enter();
+    int64_t until = mono_ms() + ms;
+    while (mono_ms() < until) {
+        if (c->host->is_cancelled(c)) {
+            atomic_fetch_add(&fx_cancel_seen, 1);
+            atomic_fetch_sub(&fx_conc, 1);
+            return TOOLHOST_FAILED;
+        }
+        nap_ms(1);
+    }
+    atomic_fetch_sub(&fx_conc, 1);
+    c->host->write(c, TOOLHOST_STDOUT, "slept", 5);
+    return TOOLHOST_OK;
+}
+
+/* Ignores cancellation: sleeps the whole `ms`, then writes. */
+static int fx_stubborn(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
+{
+    (void)st;
+    (void)t;
+    nap_ms((long)arg_int(a, l, "ms", 100));
+    c->host->write(c, TOOLHOST_STDOUT, "late", 4);
+    atomic_fetch_add(&fx_stubborn_done, 1);
+    return TOOLHOST_OK;
+}
+
+/* Async: `steps` progress updates `delay_ms` apart, then writes `text`. */
+static int fx_async(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
+{
+    (void)st;
+    (void)t;
+    char text[256];
+    arg_str(a, l, "text", text, sizeof text);
+    long long steps = arg_int(a, l, "steps", 3), delay = arg_int(a, l, "delay_ms", 10);
+    for (long long i = 0; i < steps; i++) {
+        char m[64];
+        snprintf(m, sizeof m, "step %lld", i + 1);
+        c->host->progress(c, (double)(i + 1) / (double)steps, m, NULL, 0);
+        for (long long k = 0; k < delay; k++) {
+            if (c->host->is_cancelled(c)) {
+                atomic_fetch_add(&fx_cancel_seen, 1);
+                return TOOLHOST_FAILED;
+            }
+            nap_ms(1);
+        }
+        if (c->host->is_cancelled(c)) {
+            atomic_fetch_add(&fx_cancel_seen, 1);
+            return TOOLHOST_FAILED;
+        }
+    }
+    c->host->write(c, TOOLHOST_STDOUT, text, strlen(text));
+    return TOOLHOST_OK;
+}
+
+/* Waits at the gate until the test opens it (or the call is cancelled). */
+static atomic_int fx_gate_open;
+static int fx_gate(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
+{
+    (void)st;
+    (void)t;
+    (void)a;
+    (void)l;
+    conc_enter();
+    while (!atomic_load(&fx_gate_open) && !c->host->is_cancelled(c))
+        nap_ms(1);
+    atomic_fetch_sub(&fx_conc, 1);
+    return TOOLHOST_OK;
+}
+
+static int fx_fail(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
+{
+    (void)st;
+    (void)t;
+    (void)a;
+    (void)l;
+    static const uint8_t meta[] = {0x81, 0xa1, 'x', 0x07}; /* {"x": 7} */
+    c->host->write(c, TOOLHOST_STDERR, "broken", 6);
+    c->host->set_meta(c, meta, sizeof meta);
+    return TOOLHOST_FAILED;
+}
+
+typedef struct fx_susp {
+    toolhost_call *c;
+    long ms;
+} fx_susp;
+
+static void *fx_susp_thread(void *arg)
+{
+    fx_susp *s = arg;
+    nap_ms(s->ms);
+    s->c->host->write(s->c, TOOLHOST_STDOUT, "from thread", 11);
+    s->c->host->complete(s->c, TOOLHOST_OK);
+    free(s);
+    return NULL;
+}
+
+/* Suspends and completes from a thread of its own after `ms`. */
+static int fx_suspend(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
+{
+    (void)st;
+    (void)t;
+    if (c->host->suspend(c) != 0)
+        return TOOLHOST_FAILED;
+    CU_ASSERT_EQUAL(c->host->suspend(c), TOOLHOST_ESTATE);
+    fx_susp *s = malloc(sizeof *s);
+    s->c = c;
+    s->ms = (long)arg_int(a, l, "ms", 20);
+    pthread_t th;
+    pthread_create(&th, NULL, fx_susp_thread, s);
+    pthread_detach(th);
+    return TOOLHOST_PENDING;
+}
+
+static int nested_collect(const th_event *ev, void *ud)
+{
+    (void)ev;
+    (void)ud;
+    return 0;
+}
+
+/* Calls t_echo (and t_async) through the manager from inside a call. */
+static int fx_nested(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
+{
+    (void)st;
+    (void)t;
+    (void)a;
+    (void)l;
+    th_session *s = th_call_session(c);
+    if (!s)
+        return TOOLHOST_FAILED;
+    th_buf args = A(1, "text", 's', "inner");
+    th_result_copy r;
+    int rc = th_call_sync(s, "t_echo", args.data, args.len, NULL, NULL, NULL, NULL, &r);
+    th_buf_free(&args);
+    if (rc || r.kind != TH_RESULT_DONE) {
+        th_result_copy_free(&r);
+        return TOOLHOST_FAILED;
+    }
+    c->host->write(c, TOOLHOST_STDOUT, r.out.data, r.out.len);
+    th_result_copy_free(&r);
+    args = A(3, "text", 's', "+async", "steps", 'i', 2LL, "delay_ms", 'i', 1LL);
+    rc = th_call_sync(s, "t_async", args.data, args.len, NULL, NULL, NULL, NULL, &r);
+    th_buf_free(&args);
+    (void)nested_collect;
+    if (rc || r.kind != TH_RESULT_DONE) {
+        th_result_copy_free(&r);
+        return TOOLHOST_FAILED;
+    }
+    c->host->write(c, TOOLHOST_STDOUT, r.out.data, r.out.len);
+    th_result_copy_free(&r);
+    return TOOLHOST_OK;
+}
+
+static int fx_needs(void *st, const toolhost_tool *t, const uint8_t *a, size_t l,
+                    char *reason, size_t n)
+{
+    (void)st;
+    (void)t;
+    (void)a;
+    (void)l;
+    snprintf(reason, n, "it writes");
+    return 1;
+}
+
+#define P(nm, ty, req, d) \
+    {.struct_size = sizeof(toolhost_param), .name = nm, .type = ty, .required = req, .description = d}
+
+static const toolhost_param p_text[] = {P("text", TOOLHOST_TYPE_STRING, 1, "text")};
+static const toolhost_param p_ms[] = {P("ms", TOOLHOST_TYPE_INTEGER, 0, "ms"),
+                                      P("tag", TOOLHOST_TYPE_STRING, 0, "tag")};
+static const toolhost_param p_async[] = {P("text", TOOLHOST_TYPE_STRING, 0, "text"),
+                                         P("steps", TOOLHOST_TYPE_INTEGER, 0, "steps"),
+                                         P("delay_ms", TOOLHOST_TYPE_INTEGER, 0, "delay")};
+
+#define T(nm, prm, np, fl, fn) \
+    {.struct_size = sizeof(toolhost_tool), .name = nm, .description = nm " fixture", \
+     .params = prm, .n_params = np, .stdout_type = TOOLHOST_SEM_TEXT,               \
+     .stderr_type = TOOLHOST_SEM_ERROR, .flags = fl, .execute = fn}
+
+static const toolhost_tool fx_tools[] = {
+    T("t_echo", p_text, 1, 0, fx_echo),
+    T("t_sleep", p_ms, 2, 0, fx_sleep),
+    T("t_conc", p_ms, 2, 0, fx_gate),
+    T("t_gate", p_ms, 2, 0, fx_gate),
+    T("t_dup", p_ms, 2, 0, fx_sleep),
+    T("t_serial", p_ms, 2, TOOLHOST_TOOL_SERIAL, fx_gate),
+    T("t_stubborn", p_ms, 2, 0, fx_stubborn),
+    T("t_async", p_async, 3, TOOLHOST_TOOL_ASYNC, fx_async),
+    T("t_fail", NULL, 0, 0, fx_fail),
+    T("t_suspend", p_ms, 2, 0, fx_suspend),
+    T("t_nested", NULL, 0, 0, fx_nested),
+    {.struct_size = sizeof(toolhost_tool), .name = "t_guarded", .description = "needs permission",
+     .params = p_text, .n_params = 1, .stdout_type = TOOLHOST_SEM_TEXT,
+     .stderr_type = TOOLHOST_SEM_ERROR, .execute = fx_echo, .needs_permission = fx_needs},
+};
+
+static const toolhost_plugin fx_plugin = {
+    .struct_size = sizeof(toolhost_plugin),
+    .abi_major = TOOLHOST_ABI_MAJOR,
+    .abi_minor = TOOLHOST_ABI_MINOR,
+    .name = "fixtures",
+    .version = "1",
+    .description = "manager test fixtures",
+    .tools = fx_tools,
+    .n_tools = sizeof fx_tools / sizeof fx_tools[0],
+};
+
+/* ---- Config ------------------------------------------------------------------------ */
+
+static th_config *cfg_new(uint32_t workers, uint32_t async_workers, uint32_t queue)
+{
+    th_config *c = calloc(1, sizeof *c);
+    c->path = strdup("test.yaml");
+    c->dir = strdup("/tmp");
+    c->host.workers = workers;
+    c->host.async_workers = async_workers;
+    c->host.queue_size = queue;
+    c->host.log_level = TOOLHOST_LOG_ERROR;
+    c->host.default_timeout_ms = 20000;
+    c->host.max_timeout_ms = 60000;
+    c->host.session_grace_ms = 2000;
+    c->host.shutdown_grace_ms = 2000;
+    c->host.result_ttl_ms = 60000;
+    c->host.permission_timeout_ms = 100;
+    th_limits_defaults(&c->limits);
+    return c;
+}
+
+/* Adds a toolset; `tools` is a NULL-terminated list. */
+static th_toolset_cfg *cfg_toolset(th_config *c, const char *name, const char *const *tools)
+{
+    c->toolsets = realloc(c->toolsets, (c->n_toolsets + 1) * sizeof *c->toolsets);
+    th_toolset_cfg *ts = &c->toolsets[c->n_toolsets++];
+    memset(ts, 0, sizeof *ts);
+    ts->name = strdup(name);
+    size_t n = 0;
+    while (tools[n])
+        n++;
+    ts->tools = calloc(n, sizeof *ts->tools);
+    for (size_t i = 0; i < n; i++)
+        ts->tools[i] = strdup(tools[i]);
+    ts->n_tools = n;
+    ts->perm_default = TH_PERM_ALLOW;
+    return ts;
+}
+
+static const char *const all_tools[] = {"*", NULL};
+
+static th_host *host_new(th_config *c)
+{
+    static const toolhost_plugin *const b[] = {&fx_plugin};
+    th_host_opts o = {b, 1};
+    th_host *h = NULL;
+    th_error e;
+    th_error_clear(&e);
+    int rc = th_host_open_ex(c, &o, &h, &e);
+    if (rc)
+        fprintf(stderr, "host open: %s\n", e.msg);
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+    return h;
+}
+
+/* ---- Recorder ----------------------------------------------------------------------- */
+
+typedef struct rec {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int running, progress, finals, dones;
+    uint32_t coalesced;
+    uint64_t task_id;
+    th_result_copy final;
+    int slow_ms;             /* sleep in each progress callback */
+    char last_progress[64];
+    bool order_bad;          /* an event after the final, or progress first */
+} rec;
+
+static void rec_init(rec *r)
+{
+    memset(r, 0, sizeof *r);
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+}
+
+static void rec_free(rec *r)
+{
+    th_result_copy_free(&r->final);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+}
+
+static void rec_cb(const th_event *ev, void *ud)
+{
+    rec *r = ud;
+    if (ev->kind == TH_EV_PROGRESS && r->slow_ms)
+        nap_ms(r->slow_ms);
+    pthread_mutex_lock(&r->mu);
+    if (r->finals)
+        r->order_bad = true;
+    if (ev->kind == TH_EV_PROGRESS) {
+        if (!r->running)
+            r->order_bad = true;
+        r->progress++;
+        r->coalesced += ev->coalesced;
+        snprintf(r->last_progress, sizeof r->last_progress, "%s", ev->message ? ev->message : "");
+    } else if (ev->result->kind == TH_RESULT_RUNNING) {
+        r->running++;
+        r->task_id = ev->task_id;
+    } else {
+        r->finals++;
+        if (ev->kind == TH_EV_DONE)
+            r->dones++;
+        th_result_copy_free(&r->final);
+        th_result_copy_from(&r->final, ev->result);
+    }
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Waits until the final event (or `ms`); returns whether it came. */
+static bool rec_wait(rec *r, int ms)
+{
+    int64_t until = mono_ms() + ms;
+    pthread_mutex_lock(&r->mu);
+    while (!r->finals && mono_ms() < until) {
+        pthread_mutex_unlock(&r->mu);
+        nap_ms(1);
+        pthread_mutex_lock(&r->mu);
+    }
+    bool ok = r->finals > 0;
+    pthread_mutex_unlock(&r->mu);
+    return ok;
+}
+
+static bool rec_wait_running(rec *r, int ms)
+{
+    int64_t until = mono_ms() + ms;
+    pthread_mutex_lock(&r->mu);
+    while (!r->running && !r->finals && mono_ms() < until) {
+        pthread_mutex_unlock(&r->mu);
+        nap_ms(1);
+        pthread_mutex_lock(&r->mu);
+    }
+    bool ok = r->running > 0;
+    pthread_mutex_unlock(&r->mu);
+    return ok;
+}
+
+static uint64_t start(th_session *s, const char *tool, th_buf args, const th_call_opts *o, rec *r)
+{
+    uint64_t id = 0;
+    int rc = th_call_start(s, tool, args.data, args.len, o, rec_cb, r, &id);
+    CU_ASSERT_EQUAL(rc, 0);
+    th_buf_free(&args);
+    return id;
+}
+
+static bool out_is(const th_result_copy *r, const char *s)
+{
+    return r->out.len == strlen(s) && memcmp(r->out.data, s, r->out.len) == 0;
+}
+
+static th_session *open_trusted(th_host *h)
+{
+    th_principal p = {.uid = 1000, .gid = 1000, .trusted = true};
+    th_session *s = th_session_open(h, &p, NULL, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    return s;
+}
+
+#endif

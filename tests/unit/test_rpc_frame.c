@@ -1,0 +1,268 @@
+/* test_rpc_frame.c - msgpack-RPC frames: splitting, limits, shapes, builders. */
+#include <CUnit/CUnit.h>
+#include <msgpack.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "th/rpc.h"
+
+/* Three frames back to back: a request, a notification, a response. */
+static void build_stream(th_buf *b)
+{
+    th_buf p = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &p, th_buf_msgpack_write);
+    msgpack_pack_array(&pk, 2);
+    msgpack_pack_str_with_body(&pk, "echo", 4);
+    msgpack_pack_map(&pk, 1);
+    msgpack_pack_str_with_body(&pk, "text", 4);
+    msgpack_pack_str_with_body(&pk, "hi there", 8);
+    CU_ASSERT_EQUAL(th_rpc_pack_request(b, 7, "tools.call", p.data, p.len), 0);
+    CU_ASSERT_EQUAL(th_rpc_pack_notify(b, "client.hello", NULL, 0), 0);
+    CU_ASSERT_EQUAL(th_rpc_pack_error(b, 9, TH_ENOTFOUND, "nope"), 0);
+    th_buf_free(&p);
+}
+
+static int drain(th_rpc_reader *r, msgpack_unpacked *u, int *kinds, int max)
+{
+    int n = 0;
+    th_error e;
+    for (;;) {
+        int rc = th_rpc_reader_next(r, u, &e);
+        CU_ASSERT(rc >= 0);
+        if (rc <= 0)
+            return n;
+        th_rpc_msg m;
+        bool has_id;
+        CU_ASSERT_EQUAL(th_rpc_msg_parse(&u->data, &m, &has_id, &e), 0);
+        if (n < max)
+            kinds[n] = m.kind;
+        n++;
+    }
+}
+
+static void test_split_every_boundary(void)
+{
+    th_buf s = TH_BUF_INIT;
+    build_stream(&s);
+    for (size_t cut = 0; cut <= s.len; cut++) {
+        th_rpc_reader r;
+        CU_ASSERT_EQUAL_FATAL(th_rpc_reader_init(&r, 1024), 0);
+        msgpack_unpacked u;
+        msgpack_unpacked_init(&u);
+        int kinds[4] = {-1, -1, -1, -1};
+        int got = 0;
+        CU_ASSERT_EQUAL(th_rpc_reader_feed(&r, s.data, cut), 0);
+        got += drain(&r, &u, kinds, 4);
+        CU_ASSERT_EQUAL(th_rpc_reader_feed(&r, s.data + cut, s.len - cut), 0);
+        got += drain(&r, &u, kinds + (got < 4 ? got : 3), 4 - got);
+        CU_ASSERT_EQUAL(got, 3);
+        CU_ASSERT_EQUAL(th_rpc_reader_pending(&r), 0);
+        msgpack_unpacked_destroy(&u);
+        th_rpc_reader_destroy(&r);
+    }
+    /* One byte at a time. */
+    th_rpc_reader r;
+    th_rpc_reader_init(&r, 1024);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    int kinds[3] = {-1, -1, -1}, got = 0;
+    for (size_t i = 0; i < s.len; i++) {
+        th_rpc_reader_feed(&r, s.data + i, 1);
+        got += drain(&r, &u, kinds + got, 3 - got);
+    }
+    CU_ASSERT_EQUAL(got, 3);
+    CU_ASSERT_EQUAL(kinds[0], TH_RPC_REQUEST);
+    CU_ASSERT_EQUAL(kinds[1], TH_RPC_NOTIFY);
+    CU_ASSERT_EQUAL(kinds[2], TH_RPC_RESPONSE);
+    msgpack_unpacked_destroy(&u);
+    th_rpc_reader_destroy(&r);
+    th_buf_free(&s);
+}
+
+static int feed_and_next(size_t max, const void *bytes, size_t n)
+{
+    th_rpc_reader r;
+    th_rpc_reader_init(&r, max);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    th_error e;
+    th_rpc_reader_feed(&r, bytes, n);
+    int rc = th_rpc_reader_next(&r, &u, &e);
+    if (rc < 0) /* and it stays failed */
+        CU_ASSERT(th_rpc_reader_next(&r, &u, &e) < 0);
+    msgpack_unpacked_destroy(&u);
+    th_rpc_reader_destroy(&r);
+    return rc;
+}
+
+static void test_malformed(void)
+{
+    const uint8_t c1[] = {0x94, 0x00, 0x01, 0xc1};
+    CU_ASSERT_EQUAL(feed_and_next(1024, c1, sizeof c1), TH_EPROTO);
+    const uint8_t trunc[] = {0x94, 0x00, 0x01, 0xa4, 'e', 'c'};
+    CU_ASSERT_EQUAL(feed_and_next(1024, trunc, sizeof trunc), 0);
+}
+
+static void test_limits(void)
+{
+    /* A str32 announcing 4 GiB: refused from its header alone. */
+    const uint8_t bigstr[] = {0xdb, 0xff, 0xff, 0xff, 0xff};
+    CU_ASSERT_EQUAL(feed_and_next(1 << 20, bigstr, sizeof bigstr), TH_ELIMIT);
+    /* An array32 of 4G elements: refused before msgpack-c allocates. */
+    const uint8_t bigarr[] = {0xdd, 0xff, 0xff, 0xff, 0xff};
+    CU_ASSERT_EQUAL(feed_and_next(1 << 20, bigarr, sizeof bigarr), TH_ELIMIT);
+    const uint8_t bigmap[] = {0xdf, 0x00, 0x10, 0x00, 0x00};
+    CU_ASSERT_EQUAL(feed_and_next(1 << 20, bigmap, sizeof bigmap), TH_ELIMIT);
+    /* Exactly at the limit passes; one more byte does not. */
+    uint8_t s[10] = {0xa9, 'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i'};
+    CU_ASSERT_EQUAL(feed_and_next(10, s, 10), 1);
+    CU_ASSERT_EQUAL(feed_and_next(9, s, 10), TH_ELIMIT);
+    /* Many small values in a frame that grows past the limit. */
+    th_rpc_reader r;
+    th_rpc_reader_init(&r, 100);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    th_error e;
+    const uint8_t hdr[] = {0xdc, 0x00, 0x60}; /* array of 96 */
+    th_rpc_reader_feed(&r, hdr, 3);
+    CU_ASSERT_EQUAL(th_rpc_reader_next(&r, &u, &e), 0);
+    uint8_t ones[120];
+    memset(ones, 0x01, sizeof ones);
+    th_rpc_reader_feed(&r, ones, 96);
+    CU_ASSERT_EQUAL(th_rpc_reader_next(&r, &u, &e), 1);
+    CU_ASSERT_EQUAL(u.data.via.array.size, 96);
+    const uint8_t hdr2[] = {0xdc, 0x00, 0x70}; /* array of 112 > 100 */
+    th_rpc_reader_feed(&r, hdr2, 3);
+    CU_ASSERT_EQUAL(th_rpc_reader_next(&r, &u, &e), TH_ELIMIT);
+    CU_ASSERT(strstr(e.msg, "maximum") != NULL);
+    msgpack_unpacked_destroy(&u);
+    th_rpc_reader_destroy(&r);
+}
+
+static int parse_bytes(const uint8_t *b, size_t n, th_rpc_msg *m,
+                       bool *has_id, msgpack_unpacked *u)
+{
+    size_t off = 0;
+    CU_ASSERT_EQUAL_FATAL(msgpack_unpack_next(u, (const char *)b, n, &off),
+                          MSGPACK_UNPACK_SUCCESS);
+    th_error e;
+    return th_rpc_msg_parse(&u->data, m, has_id, &e);
+}
+
+static void test_shapes(void)
+{
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    th_rpc_msg m;
+    bool id;
+    /* [0, 5, bin "host.ping", []]: bin accepted for the method. */
+    const uint8_t binreq[] = {0x94, 0x00, 0x05, 0xc4, 9, 'h', 'o', 's', 't',
+                              '.', 'p', 'i', 'n', 'g', 0x90};
+    CU_ASSERT_EQUAL(parse_bytes(binreq, sizeof binreq, &m, &id, &u), 0);
+    CU_ASSERT_EQUAL(m.kind, TH_RPC_REQUEST);
+    CU_ASSERT_EQUAL(m.msgid, 5);
+    CU_ASSERT_EQUAL(m.method_len, 9);
+    CU_ASSERT(memcmp(m.method, "host.ping", 9) == 0);
+    /* params not an array: an error, but the msgid is known. */
+    const uint8_t badparams[] = {0x94, 0x00, 0x06, 0xa1, 'x', 0x80};
+    CU_ASSERT_EQUAL(parse_bytes(badparams, sizeof badparams, &m, &id, &u),
+                    TH_EPROTO);
+    CU_ASSERT(id);
+    CU_ASSERT_EQUAL(m.msgid, 6);
+    /* method an integer */
+    const uint8_t badmethod[] = {0x94, 0x00, 0x07, 0x01, 0x90};
+    CU_ASSERT_EQUAL(parse_bytes(badmethod, sizeof badmethod, &m, &id, &u),
+                    TH_EPROTO);
+    CU_ASSERT(id);
+    /* not an array; type 3; negative msgid; wrong lengths */
+    const uint8_t notarr[] = {0x81, 0xa1, 'a', 0x01};
+    CU_ASSERT_EQUAL(parse_bytes(notarr, sizeof notarr, &m, &id, &u), TH_EPROTO);
+    CU_ASSERT(!id);
+    const uint8_t type3[] = {0x93, 0x03, 0xa1, 'a', 0x90};
+    CU_ASSERT_EQUAL(parse_bytes(type3, sizeof type3, &m, &id, &u), TH_EPROTO);
+    const uint8_t negid[] = {0x94, 0x00, 0xff, 0xa1, 'a', 0x90};
+    CU_ASSERT_EQUAL(parse_bytes(negid, sizeof negid, &m, &id, &u), TH_EPROTO);
+    CU_ASSERT(!id);
+    const uint8_t notify4[] = {0x94, 0x02, 0xa1, 'a', 0x90, 0x90};
+    CU_ASSERT_EQUAL(parse_bytes(notify4, sizeof notify4, &m, &id, &u),
+                    TH_EPROTO);
+    const uint8_t resp[] = {0x94, 0x01, 0x09, 0xc0, 0xc3};
+    CU_ASSERT_EQUAL(parse_bytes(resp, sizeof resp, &m, &id, &u), 0);
+    CU_ASSERT_EQUAL(m.kind, TH_RPC_RESPONSE);
+    CU_ASSERT_EQUAL(m.result->type, MSGPACK_OBJECT_BOOLEAN);
+    msgpack_unpacked_destroy(&u);
+}
+
+static void test_builders_and_helpers(void)
+{
+    th_buf b = TH_BUF_INIT;
+    CU_ASSERT_EQUAL(th_rpc_pack_error(&b, 42, TH_EPROTO, "bad"), 0);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    th_rpc_msg m;
+    bool id;
+    CU_ASSERT_EQUAL(parse_bytes(b.data, b.len, &m, &id, &u), 0);
+    CU_ASSERT_EQUAL(m.msgid, 42);
+    CU_ASSERT_EQUAL(m.error->type, MSGPACK_OBJECT_ARRAY);
+    CU_ASSERT_EQUAL(m.error->via.array.ptr[0].via.i64, TH_EPROTO);
+    CU_ASSERT(th_rpc_obj_streq(&m.error->via.array.ptr[1], "bad"));
+    CU_ASSERT_EQUAL(m.result->type, MSGPACK_OBJECT_NIL);
+    th_buf_free(&b);
+
+    const uint8_t map[] = {0x82, 0xa1, 'a', 0x01, 0xc4, 1, 'b', 0x02};
+    size_t off = 0;
+    msgpack_unpack_next(&u, (const char *)map, sizeof map, &off);
+    const msgpack_object *v = th_rpc_map_get(&u.data, "b");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+    CU_ASSERT_EQUAL(v->via.u64, 2);
+    CU_ASSERT_PTR_NULL(th_rpc_map_get(&u.data, "c"));
+    msgpack_unpacked_destroy(&u);
+
+    const char *path;
+    th_error e;
+    CU_ASSERT_EQUAL(th_rpc_parse_addr("unix:/tmp/x.sock", &path, &e), 0);
+    CU_ASSERT_STRING_EQUAL(path, "/tmp/x.sock");
+    CU_ASSERT_EQUAL(th_rpc_parse_addr("tcp:1.2.3.4:5", &path, &e), TH_EINVAL);
+    CU_ASSERT_EQUAL(th_rpc_parse_addr("unix:", &path, &e), TH_EINVAL);
+}
+
+/* Random bytes never crash the reader and never make it loop: it either
+ * stops for more input or fails once. */
+static void test_random_bytes(void)
+{
+    unsigned seed = 12345;
+    for (int round = 0; round < 200; round++) {
+        uint8_t bytes[256];
+        for (size_t i = 0; i < sizeof bytes; i++) {
+            seed = seed * 1103515245u + 12345u;
+            bytes[i] = (uint8_t)(seed >> 16);
+        }
+        th_rpc_reader r;
+        th_rpc_reader_init(&r, 4096);
+        msgpack_unpacked u;
+        msgpack_unpacked_init(&u);
+        th_error e;
+        th_rpc_reader_feed(&r, bytes, sizeof bytes);
+        int rc, guard = 0;
+        while ((rc = th_rpc_reader_next(&r, &u, &e)) == 1 && guard < 1000) {
+            th_rpc_msg m;
+            (void)th_rpc_msg_parse(&u.data, &m, NULL, &e);
+            guard++;
+        }
+        CU_ASSERT(guard < 1000);
+        msgpack_unpacked_destroy(&u);
+        th_rpc_reader_destroy(&r);
+    }
+}
+
+void th_suite_rpc_frame(void)
+{
+    CU_pSuite s = CU_add_suite("rpc_frame", NULL, NULL);
+    CU_add_test(s, "split_every_boundary", test_split_every_boundary);
+    CU_add_test(s, "malformed", test_malformed);
+    CU_add_test(s, "limits", test_limits);
+    CU_add_test(s, "shapes", test_shapes);
+    CU_add_test(s, "builders_and_helpers", test_builders_and_helpers);
+    CU_add_test(s, "random_bytes", test_random_bytes);
+}
