@@ -194,7 +194,7 @@ int main(int argc, char **argv)
     snprintf(cfgp, sizeof cfgp, "%s/bench.yaml", dir);
     put(plugin, so[0], so_len[0]);
     snprintf(text, sizeof text,
-             "host:\n  workers: 4\n  log_level: warn\n  reload: watch\n"
+             "host:\n  workers: 4\n  log_level: debug\n  reload: watch\n"
              "  reload_debounce: 0\n"
              "plugins:\n  - name: fx\n    path: %s\n", plugin);
     put(cfgp, text, strlen(text));
@@ -204,7 +204,7 @@ int main(int argc, char **argv)
     th_error e;
     if (th_config_load(cfgp, &cfg, &e) != 0 || th_host_open(cfg, &h, &e) != 0)
         die("%s", e.msg);
-    th_log_set_level(TOOLHOST_LOG_WARN);
+    if (getenv("TH_BENCH_DEBUG") == NULL) th_log_set_level(TOOLHOST_LOG_WARN);
     rl = th_host_reloader(h);
     if (!rl)
         die("%s", "the host has no reloader");

@@ -7,6 +7,7 @@
 
 #include "th/log.h"
 #include "th/manager.h"
+#include "th/reload.h"
 
 static const char *const reserved[] = {"get_running_tasks", "cancel_task",
                                        "run_code", NULL};
@@ -239,33 +240,16 @@ static bool has_tool(void *ud, const char *name)
     return t != NULL;
 }
 
+/* From a private copy when the host reloads (th/reload.h). */
 static int load_plugin(th_host *h, const th_plugin_cfg *pc, th_error *err)
 {
-    th_load_opts lo;
-    memset(&lo, 0, sizeof lo);
-    lo.name = pc->name;
-    lo.allow_insecure = pc->allow_insecure;
     th_plugin *p = NULL;
-    int rc = th_plugin_open(pc->path, &lo, &p, err);
+    int rc = th_reload_host_load(h, pc, &p, err);
     if (rc)
         return rc;
-    th_param *params = NULL;
-    size_t np = 0;
-    th_buf block = TH_BUF_INIT;
-    char what[128];
-    snprintf(what, sizeof what, "config of %s", pc->name);
-    rc = th_params_from_abi(what, p->desc->config_params, p->desc->n_config_params,
-                            &params, &np, err);
-    if (rc == 0)
-        rc = th_config_plugin_block(h->cfg, pc, params, np, &block, err);
-    if (rc == 0)
-        rc = th_plugin_init(p, block.data, block.len, err);
-    if (rc == 0)
-        rc = th_registry_add(h->reg, p, err);
-    th_params_free(params, np);
-    th_buf_free(&block);
-    if (rc != 0)
-        th_plugin_unref(p); /* on success the registry took our reference */
+    rc = th_registry_add(h->reg, p, err);
+    if (rc) /* on success the registry took over our reference */
+        th_plugin_unref(p);
     return rc;
 }
 
@@ -289,6 +273,7 @@ static void host_free(th_host *h)
         th_plugin_unref(h->task_plugin);
     if (h->reg)
         th_registry_free(h->reg);
+    th_reload_host_close(h); /* closes what the registry released */
     free(h->dup_b);
     pthread_mutex_destroy(&h->mu);
     pthread_cond_destroy(&h->cv);
@@ -329,6 +314,10 @@ int th_host_open_ex(th_config *cfg, const th_host_opts *opts, th_host **out,
         th_log_set_level(cfg->host.log_level);
 
     int rc;
+    if ((rc = th_reload_host_open(h, err)) != 0) {
+        host_free(h);
+        return rc;
+    }
     for (size_t i = 0; i < cfg->n_plugins; i++) {
         const th_plugin_cfg *pc = &cfg->plugins[i];
         th_error e;
