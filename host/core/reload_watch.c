@@ -30,6 +30,15 @@ typedef struct wdir {
     struct wdir *next;
 } wdir;
 
+/* A request of th_reload_watch_request(), answered on the loop. */
+typedef struct wreq {
+    struct th_reload_watch *w;
+    void (*fn)(const th_reload_result *res, void *ud);
+    void *ud;
+    th_reload_result res;
+    struct wreq *next;
+} wreq;
+
 struct th_reload_watch {
     th_reloader *r;
     uv_loop_t *loop;
@@ -48,6 +57,7 @@ struct th_reload_watch {
     int outstanding;      /* requests the reloader has not answered */
     bool have_res;
     th_reload_result res; /* the latest result */
+    wreq *answered;       /* th_reload_watch_request()s answered */
 };
 
 static void handle_closed(uv_handle_t *h)
@@ -77,6 +87,70 @@ static void done_cb(const th_reload_result *res, void *ud)
     w->outstanding--;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
+}
+
+static void wreq_done(const th_reload_result *res, void *ud)
+{
+    wreq *q = ud;
+    th_reload_watch *w = q->w;
+    q->res = *res;
+    pthread_mutex_lock(&w->mu);
+    q->next = w->answered;
+    w->answered = q;
+    uv_async_send(&w->async);
+    w->outstanding--;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Hands the answered requests to their callbacks, oldest first (loop);
+ * how many. */
+static int deliver(th_reload_watch *w)
+{
+    pthread_mutex_lock(&w->mu);
+    wreq *q = w->answered, *rev = NULL;
+    w->answered = NULL;
+    pthread_mutex_unlock(&w->mu);
+    while (q) {
+        wreq *n = q->next;
+        q->next = rev;
+        rev = q;
+        q = n;
+    }
+    int k = 0;
+    while (rev) {
+        wreq *n = rev->next;
+        rev->fn(&rev->res, rev->ud);
+        free(rev);
+        rev = n;
+        k++;
+    }
+    return k;
+}
+
+int th_reload_watch_request(th_reload_watch *w,
+                            void (*fn)(const th_reload_result *res, void *ud),
+                            void *ud)
+{
+    if (w->stopping)
+        return TH_ESTATE;
+    wreq *q = calloc(1, sizeof *q);
+    if (!q)
+        return TH_ENOMEM;
+    q->w = w;
+    q->fn = fn;
+    q->ud = ud;
+    pthread_mutex_lock(&w->mu);
+    w->outstanding++;
+    pthread_mutex_unlock(&w->mu);
+    int rc = th_reload_request(w->r, wreq_done, q);
+    if (rc) {
+        pthread_mutex_lock(&w->mu);
+        w->outstanding--;
+        pthread_mutex_unlock(&w->mu);
+        free(q);
+    }
+    return rc;
 }
 
 static void request(th_reload_watch *w)
@@ -178,6 +252,8 @@ static void resync(th_reload_watch *w)
 static void async_cb(uv_async_t *a)
 {
     th_reload_watch *w = a->data;
+    if (deliver(w) > 0)
+        resync(w); /* a reload may have added plugins in new folders */
     pthread_mutex_lock(&w->mu);
     bool have = w->have_res;
     w->have_res = false;
@@ -278,6 +354,7 @@ void th_reload_watch_stop(th_reload_watch *w)
     while (w->outstanding > 0)
         pthread_cond_wait(&w->cv, &w->mu);
     pthread_mutex_unlock(&w->mu);
+    (void)deliver(w);
     uv_timer_stop(&w->debounce);
     uv_close((uv_handle_t *)&w->debounce, handle_closed);
     if (w->has_sighup) {

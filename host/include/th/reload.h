@@ -247,6 +247,20 @@ bool th_reload_is_watched(th_reloader *r, const char *dir, const char *base);
  * True when it is.  For tests and for clean shutdown. */
 bool th_reload_quiesce(th_reloader *r, int64_t timeout_ms);
 
+/* msgpack forms, for host.reload and host.stats (docs/reload.md):
+ *   result: {ok, seq, error: {code, message} (when not ok), incomplete,
+ *            config_changed, tools_changed, plugins: [{name, action,
+ *            generation}], unchanged, prepare_ms, swap_ms, total_ms}
+ *   stats:  {reloads, ok, failed, requests, retries, last_ok, last_error,
+ *            last_at_ms, last_swap_ms, max_swap_ms, draining, closed,
+ *            unloaded, still_mapped, plugins: {NAME: {generation, path,
+ *            loaded_from}}}
+ * 0, or nonzero when the packer failed. */
+struct msgpack_packer;
+int th_reload_result_pack(const th_reload_result *res,
+                          struct msgpack_packer *pk);
+int th_reload_stats_pack(th_reloader *r, struct msgpack_packer *pk);
+
 /* The reloader's config path (borrowed; valid while the reloader lives). */
 const char *th_reload_config_path(th_reloader *r);
 
@@ -298,9 +312,14 @@ int th_reload_watch_start(th_reloader *r, struct uv_loop_s *loop,
  * the loop has run the close callbacks (uv_run after this, as for any
  * handle).  A reload running on the reloader's thread is waited for. */
 void th_reload_watch_stop(th_reload_watch *w);
-/* A reload as SIGHUP would trigger it (loop thread), e.g. for the RPC
- * method that wants the result on the loop: the result comes through
- * opts->on_result. */
+/* A reload as SIGHUP would trigger it (loop thread); the result comes
+ * through opts->on_result. */
 void th_reload_watch_trigger(th_reload_watch *w);
+/* A reload whose result goes to fn(res, ud) on the loop's thread (the RPC
+ * method): not retried, not passed to opts->on_result.  Call on the loop
+ * thread.  0, or TH_ENOMEM / TH_ESTATE (stopping: fn is not called). */
+int th_reload_watch_request(th_reload_watch *w,
+                            void (*fn)(const th_reload_result *res, void *ud),
+                            void *ud);
 
 #endif
