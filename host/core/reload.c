@@ -567,11 +567,14 @@ static void finish(th_reloader *r, th_reload_result *res, int64_t t0)
         snprintf(r->st.last_error, sizeof r->st.last_error, "%s", res->err.msg);
     }
     pthread_mutex_unlock(&r->mu);
+    if (res->rc && res->incomplete) { /* the watcher retries: not broken */
+        th_log_info("reload #%llu: nothing changed, a file is still being "
+                    "written: %s", (unsigned long long)res->seq, res->err.msg);
+        return;
+    }
     if (res->rc) {
-        th_log_error("reload #%llu failed, nothing changed%s: %s",
-                     (unsigned long long)res->seq,
-                     res->incomplete ? " (a file is still being written)" : "",
-                     res->err.msg);
+        th_log_error("reload #%llu failed, nothing changed: %s",
+                     (unsigned long long)res->seq, res->err.msg);
         return;
     }
     char line[768];
@@ -1090,11 +1093,22 @@ static int add_path(char ***v, size_t *n, const char *p)
     return 0;
 }
 
-static int add_dir_of(char ***v, size_t *n, const char *file)
+/* The folder of `file` with "..", "." and folder symlinks resolved (the
+ * file itself may be a symlink: its own folder is meant); NULL when the
+ * folder does not exist. */
+static char *norm_dir(const char *file, char *out)
 {
     char buf[PATH_MAX];
     snprintf(buf, sizeof buf, "%s", file);
-    return add_path(v, n, dirname(buf));
+    return realpath(dirname(buf), out);
+}
+
+static int add_dir_of(char ***v, size_t *n, const char *file)
+{
+    char d[PATH_MAX];
+    if (!norm_dir(file, d))
+        return 0; /* nothing to watch there yet */
+    return add_path(v, n, d);
 }
 
 void th_reload_paths_free(char **v, size_t n)
@@ -1110,8 +1124,7 @@ int th_reload_watch_paths(th_reloader *r, char ***out, size_t *nout)
     size_t n = 0;
     int rc = 0;
     pthread_mutex_lock(&r->mu);
-    if (r->cfg->dir)
-        rc = add_path(&v, &n, r->cfg->dir);
+    rc = add_dir_of(&v, &n, r->cfg->path);
     char real[PATH_MAX];
     if (rc == 0 && realpath(r->cfg->path, real))
         rc = add_dir_of(&v, &n, real);
@@ -1135,35 +1148,39 @@ int th_reload_watch_paths(th_reloader *r, char ***out, size_t *nout)
     return 0;
 }
 
+/* Whether dir/base names `path`: through its folder (normalized), or,
+ * for a symlink, through the folder of what it points to. */
 static bool same_file(const char *dir, const char *base, const char *path)
 {
     if (!path)
         return false;
-    size_t dl = strlen(dir);
     const char *slash = strrchr(path, '/');
-    if (!slash)
+    if (!slash || strcmp(slash + 1, base) != 0)
         return false;
-    return (size_t)(slash - path) == dl && strncmp(path, dir, dl) == 0 &&
-           strcmp(slash + 1, base) == 0;
+    char d[PATH_MAX];
+    return norm_dir(path, d) && strcmp(d, dir) == 0;
+}
+
+static bool same_file_or_target(const char *dir, const char *base,
+                                const char *path)
+{
+    if (same_file(dir, base, path))
+        return true;
+    char real[PATH_MAX];
+    return path && realpath(path, real) && same_file(dir, base, real);
 }
 
 bool th_reload_is_watched(th_reloader *r, const char *dir, const char *base)
 {
     bool hit = false;
-    char real[PATH_MAX];
     pthread_mutex_lock(&r->mu);
     const th_config *c = r->cfg;
-    if (c->dir) {
-        const char *cb = strrchr(c->path, '/');
-        cb = cb ? cb + 1 : c->path;
-        hit = strcmp(dir, c->dir) == 0 && strcmp(base, cb) == 0;
-    }
-    if (!hit && realpath(c->path, real))
-        hit = same_file(dir, base, real);
+    hit = same_file_or_target(dir, base, c->path);
     for (th_gen *g = r->gens; !hit && g; g = g->next)
-        hit = g->current && (same_file(dir, base, g->path) || same_file(dir, base, g->real));
+        hit = g->current && (same_file_or_target(dir, base, g->path) ||
+                             same_file(dir, base, g->real));
     for (size_t i = 0; !hit && i < c->n_plugins; i++)
-        hit = same_file(dir, base, c->plugins[i].path);
+        hit = same_file_or_target(dir, base, c->plugins[i].path);
     pthread_mutex_unlock(&r->mu);
     return hit;
 }

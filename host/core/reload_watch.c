@@ -280,6 +280,10 @@ static void async_cb(uv_async_t *a)
         free(res);
         return;
     }
+    if (res->rc != 0 && res->incomplete)
+        th_log_error("reload #%llu failed, nothing changed: a file was still "
+                     "incomplete after %u tries: %s",
+                     (unsigned long long)res->seq, w->retries + 1, res->err.msg);
     w->retries = 0;
     if (w->o.on_result)
         w->o.on_result(res, w->o.ud);

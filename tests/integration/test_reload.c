@@ -119,6 +119,9 @@ static bool sock_answers(srv *s)
     return true;
 }
 
+static void dump_log(srv *s);
+static void srv_free(srv *s);
+
 static int srv_start(srv *s, const char *reload)
 {
     memset(s, 0, sizeof *s);
@@ -164,6 +167,9 @@ static int srv_start(srv *s, const char *reload)
         }
         usleep(10000);
     }
+    fprintf(stderr, "\nthe server did not come up\n");
+    dump_log(s);
+    srv_free(s);
     return -1;
 }
 
@@ -208,9 +214,12 @@ static void srv_free(srv *s)
     if (s->pid > 0) {
         kill(s->pid, SIGKILL);
         waitpid(s->pid, NULL, 0);
+        s->pid = 0;
     }
-    th_test_rmtree(s->dir);
+    if (s->dir)
+        th_test_rmtree(s->dir);
     free(s->dir);
+    s->dir = NULL;
 }
 
 /* ---- calls ------------------------------------------------------------------------------ */
