@@ -53,10 +53,20 @@ static void call_free(th_mcall *c)
     pthread_cond_destroy(&c->cv);
     th_tool_release(c->tool);
     th_session_unref(c->s);
+    th_mcall *parent = c->parent;
     free(c);
-    if (atomic_fetch_sub(&h->live_calls, 1) == 1) {
+    if (parent)
+        th_mcall_unref(parent);
+    /* The last call goes to zero under h->mu, which th_host_close() holds
+     * when it reads the count: it cannot free the host before we are
+     * done with h->mu. */
+    unsigned long v = atomic_load(&h->live_calls);
+    while (v > 1 && !atomic_compare_exchange_weak(&h->live_calls, &v, v - 1))
+        ;
+    if (v <= 1) {
         pthread_mutex_lock(&h->mu);
-        pthread_cond_broadcast(&h->cv);
+        if (atomic_fetch_sub(&h->live_calls, 1) == 1)
+            pthread_cond_broadcast(&h->cv);
         pthread_mutex_unlock(&h->mu);
     }
 }
@@ -254,15 +264,19 @@ static bool answer_locked(th_mcall *c, th_result_copy *res)
         changed = s->live_tasks == 0 && !h->cfg->host.expose_task_tools;
     }
     pthread_mutex_unlock(&s->mu);
-    if (c->in_tasks) {
+    if (c->in_tasks || (c->acked && c->scope == TH_SCOPE_TOOLSET)) {
+        /* One step: a reader sees the task live or its result kept. */
         pthread_mutex_lock(&h->tmu);
-        th_u64map_del(&h->tasks, c->base.pub.call_id);
+        if (c->in_tasks)
+            th_u64map_del(&h->tasks, c->base.pub.call_id);
+        if (c->acked && c->scope == TH_SCOPE_TOOLSET)
+            th_tasks_keep_locked(h, c->base.pub.call_id, c->ts_idx, &c->final);
         pthread_mutex_unlock(&h->tmu);
-        c->in_tasks = false;
-        ref_drop_nonlast(c);
+        if (c->in_tasks) {
+            c->in_tasks = false;
+            ref_drop_nonlast(c);
+        }
     }
-    if (c->acked && c->scope == TH_SCOPE_TOOLSET)
-        th_tasks_keep(h, c->base.pub.call_id, c->ts_idx, &c->final);
     if (c->st)
         th_stat_latency(c->st, th_now_ns() - c->start_ns);
     return changed;
@@ -520,6 +534,17 @@ void th_mgr_run(th_mcall *c)
 
 /* ---- Host callbacks (Owner class) ----------------------------------------- */
 
+/* A call nested inline in another (a tool calling tools on its own
+ * thread) is also cancelled when an ancestor is (each call holds a
+ * reference to its parent). */
+static bool cancelled(th_mcall *c)
+{
+    for (; c; c = c->inline_run ? c->parent : NULL)
+        if (atomic_load_explicit(&c->abort_code, memory_order_relaxed))
+            return true;
+    return false;
+}
+
 static int cb_write(toolhost_call *call, int stream, const void *data,
                     size_t len)
 {
@@ -527,7 +552,7 @@ static int cb_write(toolhost_call *call, int stream, const void *data,
     if ((stream != TOOLHOST_STDOUT && stream != TOOLHOST_STDERR) ||
         (!data && len))
         return TOOLHOST_EINVAL;
-    if (atomic_load_explicit(&c->abort_code, memory_order_relaxed))
+    if (cancelled(c))
         return TOOLHOST_ECANCELLED;
     if (!len)
         return 0;
@@ -596,6 +621,7 @@ static int cb_progress(toolhost_call *call, double fraction,
     if (!c->acked) {
         /* The first update acknowledges: the call becomes a task. */
         c->acked = true;
+        atomic_store(&c->is_task, true);
         c->pend_ack = true;
         c->ack_msg = msg;
         free(d);
@@ -660,9 +686,7 @@ static int cb_progress(toolhost_call *call, double fraction,
 
 static int cb_is_cancelled(const toolhost_call *call)
 {
-    const th_mcall *c = (const th_mcall *)call;
-    return atomic_load_explicit(&((th_mcall *)c)->abort_code,
-                                memory_order_relaxed) != 0;
+    return cancelled((th_mcall *)call);
 }
 
 static int64_t cb_time_left_ms(const toolhost_call *call)
@@ -900,11 +924,14 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
     c->last_update_ms = c->start_wall_ms;
     c->last_frac = -1;
     c->heap_idx = SIZE_MAX;
-    c->parent = tl_cur;
+    c->parent = tl_cur; /* referenced: read by cancelled() */
+    if (c->parent)
+        th_mcall_ref(c->parent);
     c->fn = fn;
     c->ud = ud;
     atomic_init(&c->refs, 1); /* the execution reference */
     atomic_init(&c->abort_code, 0);
+    atomic_init(&c->is_task, false);
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     const th_limits *hl = &h->cfg->limits;
@@ -921,6 +948,12 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
         le = ov->limits.bytes[se];
     th_out_init(&c->out, so, lo);
     th_out_init(&c->err, se, le);
+    if (h->cfg->host.spill_dir) {
+        /* Full outputs that get cut are saved there (no file otherwise);
+         * a folder that cannot be used only means no spill. */
+        (void)th_out_spill(&c->out, h->cfg->host.spill_dir, h->cfg->host.spill_max_bytes);
+        (void)th_out_spill(&c->err, h->cfg->host.spill_dir, h->cfg->host.spill_max_bytes);
+    }
     atomic_fetch_add(&h->live_calls, 1);
 
     pthread_mutex_lock(&s->mu);
@@ -959,6 +992,10 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
             never_run(c, TH_EPERM, m);
             return 0;
         }
+        if (d.action == TH_PERM_ALLOW && (flags & TH_PERM_FLAG_NEEDS))
+            th_log_info("session=%llu tool=%s call=%llu permission granted by %s",
+                        (unsigned long long)s->id, t->name,
+                        (unsigned long long)id, d.rule);
         if (d.action == TH_PERM_ASK) {
             th_log_info("session=%llu tool=%s call=%llu asking permission (%s)",
                         (unsigned long long)s->id, t->name,
@@ -981,8 +1018,10 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
                          "permission denied for tool %s: %s asks, and no one can be asked",
                          t->name, d.rule);
                 answer_error(c, TH_EPERM, m);
-                perm_settle(c);
             }
+            /* Answered meanwhile (cancelled, session closed, refused):
+             * whoever leaves PERM_WAIT drops the execution reference. */
+            perm_settle(c);
             th_mcall_unref(c);
             return 0;
         }
@@ -1124,6 +1163,21 @@ static void sync_cb(const th_event *ev, void *ud)
     if (ev->result->kind == TH_RESULT_RUNNING) {
         /* The acknowledgement is the task's first update: the waiter sees
          * it as progress too (its message; the fraction is not carried). */
+        if (w->progress && pthread_equal(pthread_self(), w->self)) {
+            /* inline on the waiting thread: in order, right now */
+            th_event pe;
+            memset(&pe, 0, sizeof pe);
+            pe.kind = TH_EV_PROGRESS;
+            pe.call_id = ev->call_id;
+            pe.task_id = ev->task_id;
+            pe.fraction = -1;
+            pe.message = ev->result->message;
+            pthread_mutex_lock(&w->mu);
+            w->task_id = ev->task_id;
+            pthread_mutex_unlock(&w->mu);
+            w->progress(&pe, w->ud);
+            return;
+        }
         char *m = ev->result->message ? strdup(ev->result->message) : NULL;
         pthread_mutex_lock(&w->mu);
         w->task_id = ev->task_id;
@@ -1172,7 +1226,7 @@ int th_call_sync(th_session *s, const char *tool, const uint8_t *args,
     bool cancelled = false;
     if (rc == 0) {
         pthread_mutex_lock(&w.mu);
-        while (!w.done) {
+        while (!w.done || w.pend) { /* progress first, then the end */
             if (w.pend) {
                 th_event ev;
                 memset(&ev, 0, sizeof ev);
@@ -1197,6 +1251,8 @@ int th_call_sync(th_session *s, const char *tool, const uint8_t *args,
                 pthread_mutex_lock(&w.mu);
                 continue;
             }
+            if (w.done)
+                break;
             if (cancel_flag && !cancelled && *cancel_flag) {
                 cancelled = true;
                 pthread_mutex_unlock(&w.mu);

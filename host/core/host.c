@@ -5,8 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "th/code.h"
 #include "th/log.h"
 #include "th/manager.h"
+#include "th/out.h"
 #include "th/reload.h"
 
 static const char *const reserved[] = {"get_running_tasks", "cancel_task",
@@ -210,13 +212,11 @@ int th_host_add_builtin_ex(th_host *h, const toolhost_plugin *desc,
         return th_error_set(err, TH_ENOMEM, "out of memory adding built-in %s", desc->name);
     }
     h->builtins = nb;
-    th_plugin_ref(p); /* one for the registry, which takes it over */
     if ((rc = th_registry_add(h->reg, p, err)) != 0) {
-        th_plugin_unref(p);
         th_plugin_unref(p);
         return rc;
     }
-    /* The builtins table keeps the plugin's own reference. */
+    /* The registry took our reference and keeps it until it is freed. */
     h->builtins[h->n_builtins++] = (th_builtin){p, member, ud};
     return 0;
 }
@@ -266,14 +266,11 @@ static void host_free(th_host *h)
             s = n;
         }
     }
-    for (size_t i = 0; i < h->n_builtins; i++)
-        th_plugin_unref(h->builtins[i].p);
-    free(h->builtins);
-    if (h->task_plugin)
-        th_plugin_unref(h->task_plugin);
+    free(h->builtins); /* their plugins belong to the registry */
     if (h->reg)
         th_registry_free(h->reg);
     th_reload_host_close(h); /* closes what the registry released */
+    th_code_builtin_free(h->code); /* its plugin is gone with the registry */
     free(h->dup_b);
     pthread_mutex_destroy(&h->mu);
     pthread_cond_destroy(&h->cv);
@@ -338,9 +335,9 @@ int th_host_open_ex(th_config *cfg, const th_host_opts *opts, th_host **out,
         host_free(h);
         return rc;
     }
-    th_plugin_ref(h->task_plugin); /* the registry takes this one over */
     if ((rc = th_registry_add(h->reg, h->task_plugin, err)) != 0) {
         th_plugin_unref(h->task_plugin);
+        h->task_plugin = NULL;
         host_free(h);
         return rc;
     }
@@ -350,10 +347,18 @@ int th_host_open_ex(th_config *cfg, const th_host_opts *opts, th_host **out,
                 host_free(h);
                 return rc;
             }
+    /* run_code, for the toolsets that enable it: its description lists
+     * the tools it may call, so it comes after every plugin. */
+    if ((rc = th_code_register(h, &h->code, err)) != 0) {
+        host_free(h);
+        return rc;
+    }
     if ((rc = th_config_check_tools(cfg, has_tool, h, err)) != 0) {
         host_free(h);
         return rc;
     }
+    if (cfg->host.spill_dir) /* old spill files of an earlier run */
+        (void)th_out_spill_gc(cfg->host.spill_dir, cfg->host.spill_max_age_ms, 0);
     if ((rc = th_mgr_init(h, err)) != 0) {
         host_free(h);
         return rc;

@@ -272,6 +272,8 @@ static int64_t timeout_of(th_host *h, th_mcall *c)
     }
     if (max && t > max)
         t = max;
+    if (t > (uint64_t)INT64_MAX / 4000000) /* no overflow in ns (~73 days) */
+        t = (uint64_t)INT64_MAX / 4000000;
     return (int64_t)t;
 }
 

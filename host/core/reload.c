@@ -252,6 +252,8 @@ static int prepare(th_reloader *r, const th_config *cfg, const th_plugin_cfg *pc
     if (rc) {
         if (rc == TH_ESTATE || th_elf_incomplete(pc->path))
             *incomplete = true;
+        if (rc == TH_EIO && err) /* as the loader says it */
+            err->code = rc = TH_ELOAD;
         return rc;
     }
     /* A truncated object must not reach dlopen(): mapping a segment past

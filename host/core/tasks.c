@@ -96,9 +96,9 @@ int th_dup_register(th_mcall *c)
             refuse = TH_EDUPLICATE;
         } else if (pol == TH_DUP_REPLACE) {
             for (th_mcall *o = n->head; o; o = o->dup_next) {
-                /* Another session's call that is not a shared task is not
-                 * ours to cancel. */
-                if (o->s != c->s && o->scope != TH_SCOPE_TOOLSET) {
+                /* Another session's call that is not (yet) a shared task
+                 * is not ours to cancel. */
+                if (o->s != c->s && !atomic_load(&o->is_task)) {
                     snprintf(msg, sizeof msg,
                              "call %llu of %s cannot be replaced: it belongs to another session",
                              (unsigned long long)o->base.pub.call_id, c->tool->name);
@@ -216,9 +216,10 @@ static int copy_result(th_result_copy *dst, const th_result_copy *src)
     return th_result_copy_from(dst, &r);
 }
 
-void th_tasks_keep(th_host *h, uint64_t task_id, int ts_idx,
-                   const th_result_copy *res)
+void th_tasks_keep_locked(th_host *h, uint64_t task_id, int ts_idx,
+                          const th_result_copy *res)
 {
+    expire_locked(h);
     th_kept *k = calloc(1, sizeof *k);
     if (!k)
         return;
@@ -229,10 +230,7 @@ void th_tasks_keep(th_host *h, uint64_t task_id, int ts_idx,
     k->task_id = task_id;
     k->ts_idx = ts_idx;
     k->expires_ns = th_now_ns() + (int64_t)h->cfg->host.result_ttl_ms * 1000000;
-    pthread_mutex_lock(&h->tmu);
-    expire_locked(h);
     if (th_u64map_put(&h->kept, task_id, k) != 0) {
-        pthread_mutex_unlock(&h->tmu);
         th_result_copy_free(&k->res);
         free(k);
         return;
@@ -242,7 +240,6 @@ void th_tasks_keep(th_host *h, uint64_t task_id, int ts_idx,
     else
         h->kept_head = k;
     h->kept_tail = k;
-    pthread_mutex_unlock(&h->tmu);
 }
 
 void th_tasks_free(th_host *h)

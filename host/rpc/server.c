@@ -61,6 +61,7 @@ struct rpc_call {
     size_t final_len;
     char *last_message;         /* task: the last progress message */
     double last_fraction;
+    double done_ms;             /* task: how long it ran */
 };
 
 /* A permission.request sent and not yet answered. */
@@ -113,13 +114,6 @@ typedef struct rpc_ev {
     char *tool, *reason;        /* EV_PERM */
 } rpc_ev;
 
-typedef struct tool_stat {
-    struct tool_stat *next;
-    char *name;
-    uint64_t calls, ok, failed, errors, running;
-    double total_ms;
-} tool_stat;
-
 struct th_rpc_server {
     uv_loop_t loop;
     th_host *host;
@@ -145,7 +139,6 @@ struct th_rpc_server {
     uint32_t n_conns;
     uint64_t conns_total, calls_total;
     uint64_t start;             /* uv_hrtime() */
-    tool_stat *stats;
     th_front_ops ops;
     void (*on_ready)(th_rpc_server *, void *);
     void *ready_ud;
@@ -356,45 +349,6 @@ static int pack_tool(msgpack_packer *pk, th_buf *out, const th_tool *t)
     return th_schema_pack_tool(pk, t);
 }
 
-/* ---- Statistics ---------------------------------------------------------- */
-
-static tool_stat *stat_of(th_rpc_server *srv, const char *tool)
-{
-    for (tool_stat *s = srv->stats; s; s = s->next)
-        if (strcmp(s->name, tool) == 0)
-            return s;
-    tool_stat *s = calloc(1, sizeof *s);
-    if (!s || !(s->name = strdup(tool))) {
-        free(s);
-        return NULL;
-    }
-    s->next = srv->stats;
-    srv->stats = s;
-    return s;
-}
-
-static void stat_record(th_rpc_server *srv, rpc_call *call,
-                        const th_result_copy *r)
-{
-    tool_stat *s = stat_of(srv, call->tool);
-    if (!s)
-        return;
-    if (r->kind == TH_RESULT_RUNNING) {
-        s->running++;
-        return;
-    }
-    if (call->task_id && s->running)
-        s->running--;
-    s->calls++;
-    s->total_ms += ms_since(call->t0);
-    if (r->kind == TH_RESULT_ERROR)
-        s->errors++;
-    else if (r->ok)
-        s->ok++;
-    else
-        s->failed++;
-}
-
 /* ---- Calls ------------------------------------------------------------------ */
 
 static void call_free(rpc_call *call)
@@ -456,7 +410,6 @@ static void handle_call_event(th_rpc_server *srv, rpc_ev *ev)
     if (ev->kind == TH_EV_RESULT && ev->has_result) {
         if (ev->res.kind == TH_RESULT_RUNNING && ev->res.task_id)
             call->task_id = ev->res.task_id;
-        stat_record(srv, call, &ev->res);
         log_outcome(call, &ev->res, "result");
         if (!call->responded) {
             th_buf res = TH_BUF_INIT;
@@ -505,7 +458,6 @@ static void handle_call_event(th_rpc_server *srv, rpc_ev *ev)
         return;
     }
     if (ev->kind == TH_EV_DONE && ev->has_result) {
-        stat_record(srv, call, &ev->res);
         log_outcome(call, &ev->res, "task done");
         th_buf res = TH_BUF_INIT;
         if (pack_result(&res, &ev->res) == 0) {
@@ -526,6 +478,7 @@ static void handle_call_event(th_rpc_server *srv, rpc_ev *ev)
                 c->inflight--;
         }
         call->finished = true;
+        call->done_ms = ms_since(call->t0);
         c->n_done++;
         trim_done(c);
         server_check_drained(srv);
@@ -766,21 +719,67 @@ static uint64_t rss_bytes(void)
     return (uint64_t)rss * (uint64_t)sysconf(_SC_PAGESIZE);
 }
 
+typedef struct stats_ctx {
+    msgpack_packer *pk;
+    th_buf *tools;
+    uint32_t n;
+    int e;
+} stats_ctx;
+
+static int stats_one(const th_tool_stats *st, void *ud)
+{
+    stats_ctx *sc = ud;
+    msgpack_packer *pk = sc->pk;
+    int e = 0;
+    sc->n++;
+    e |= PK_STR(pk, st->tool);
+    e |= msgpack_pack_map(pk, 12);
+    e |= PK_STR(pk, "calls");
+    e |= msgpack_pack_uint64(pk, st->calls);
+    e |= PK_STR(pk, "ok");
+    e |= msgpack_pack_uint64(pk, st->ok);
+    e |= PK_STR(pk, "failed");
+    e |= msgpack_pack_uint64(pk, st->failed);
+    e |= PK_STR(pk, "errors");
+    e |= msgpack_pack_uint64(pk, st->errors);
+    e |= PK_STR(pk, "timeouts");
+    e |= msgpack_pack_uint64(pk, st->timeouts);
+    e |= PK_STR(pk, "cancels");
+    e |= msgpack_pack_uint64(pk, st->cancels);
+    e |= PK_STR(pk, "duplicates_rejected");
+    e |= msgpack_pack_uint64(pk, st->duplicates_rejected);
+    e |= PK_STR(pk, "busy");
+    e |= msgpack_pack_uint64(pk, st->busy);
+    e |= PK_STR(pk, "permission_denied");
+    e |= msgpack_pack_uint64(pk, st->permission_denied);
+    e |= PK_STR(pk, "late_results");
+    e |= msgpack_pack_uint64(pk, st->late_results);
+    e |= PK_STR(pk, "p50_ms");
+    e |= msgpack_pack_double(pk, st->p50_ms);
+    e |= PK_STR(pk, "p99_ms");
+    e |= msgpack_pack_double(pk, st->p99_ms);
+    sc->e |= e;
+    return 0;
+}
+
 static void m_stats(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
 {
     (void)params;
     th_rpc_server *srv = c->srv;
-    th_buf r = TH_BUF_INIT;
-    msgpack_packer pk;
+    th_buf r = TH_BUF_INIT, tools = TH_BUF_INIT;
+    msgpack_packer pk, tpk;
     msgpack_packer_init(&pk, &r, th_buf_msgpack_write);
-    uint32_t n_tools = 0, inflight = 0;
-    for (tool_stat *s = srv->stats; s; s = s->next)
-        n_tools++;
+    msgpack_packer_init(&tpk, &tools, th_buf_msgpack_write);
+    uint32_t inflight = 0;
     for (rpc_conn *k = srv->conns; k; k = k->next)
         inflight += k->inflight;
-    int e = 0;
+    stats_ctx sc = {.pk = &tpk, .tools = &tools};
+    th_host_stats_foreach(srv->host, stats_one, &sc);
+    th_mgr_stats ms;
+    th_host_mgr_stats(srv->host, &ms);
+    int e = sc.e;
     th_reloader *rl = th_host_reloader(srv->host);
-    e |= msgpack_pack_map(&pk, rl ? 7 : 6);
+    e |= msgpack_pack_map(&pk, rl ? 8 : 7);
     if (rl) {
         e |= PK_STR(&pk, "reload");
         e |= th_reload_stats_pack(rl, &pk);
@@ -805,30 +804,31 @@ static void m_stats(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
     e |= msgpack_pack_map(&pk, 1);
     e |= PK_STR(&pk, "rss_bytes");
     e |= msgpack_pack_uint64(&pk, rss_bytes());
+    e |= PK_STR(&pk, "manager");
+    e |= msgpack_pack_map(&pk, 7);
+    e |= PK_STR(&pk, "workers");
+    e |= msgpack_pack_uint32(&pk, ms.workers);
+    e |= PK_STR(&pk, "async_workers");
+    e |= msgpack_pack_uint32(&pk, ms.async_workers);
+    e |= PK_STR(&pk, "queued");
+    e |= msgpack_pack_uint64(&pk, ms.queued);
+    e |= PK_STR(&pk, "running");
+    e |= msgpack_pack_uint64(&pk, ms.running);
+    e |= PK_STR(&pk, "live_tasks");
+    e |= msgpack_pack_uint64(&pk, ms.live_tasks);
+    e |= PK_STR(&pk, "calls_total");
+    e |= msgpack_pack_uint64(&pk, ms.calls_total);
+    e |= PK_STR(&pk, "inline_calls");
+    e |= msgpack_pack_uint64(&pk, ms.inline_calls);
     e |= PK_STR(&pk, "tools");
-    e |= msgpack_pack_map(&pk, n_tools);
-    for (tool_stat *s = srv->stats; s; s = s->next) {
-        e |= PK_STR(&pk, s->name);
-        e |= msgpack_pack_map(&pk, 6);
-        e |= PK_STR(&pk, "calls");
-        e |= msgpack_pack_uint64(&pk, s->calls);
-        e |= PK_STR(&pk, "ok");
-        e |= msgpack_pack_uint64(&pk, s->ok);
-        e |= PK_STR(&pk, "failed");
-        e |= msgpack_pack_uint64(&pk, s->failed);
-        e |= PK_STR(&pk, "errors");
-        e |= msgpack_pack_uint64(&pk, s->errors);
-        e |= PK_STR(&pk, "running");
-        e |= msgpack_pack_uint64(&pk, s->running);
-        e |= PK_STR(&pk, "avg_ms");
-        e |= msgpack_pack_double(&pk, s->calls ? s->total_ms / (double)s->calls
-                                               : 0.0);
-    }
+    e |= msgpack_pack_map(&pk, sc.n);
+    e |= th_buf_append(&r, tools.data, tools.len);
     if (e)
         send_error(c, msgid, TH_ENOMEM, "out of memory");
     else
         send_result(c, msgid, &r);
     th_buf_free(&r);
+    th_buf_free(&tools);
 }
 
 typedef struct list_ctx {
@@ -1058,41 +1058,73 @@ static rpc_call *find_task(rpc_conn *c, uint64_t task_id)
     return NULL;
 }
 
+typedef struct tasks_ctx {
+    msgpack_packer *pk;
+    uint32_t n;
+    int e;
+} tasks_ctx;
+
+static int pack_task(msgpack_packer *pk, uint64_t id, const char *tool,
+                     bool running, double elapsed_ms, const char *message,
+                     double fraction, const char *scope)
+{
+    int e = msgpack_pack_map(pk, 7);
+    e |= PK_STR(pk, "task_id");
+    e |= msgpack_pack_uint64(pk, id);
+    e |= PK_STR(pk, "tool");
+    e |= PK_STR(pk, tool);
+    e |= PK_STR(pk, "status");
+    e |= PK_STR(pk, running ? "running" : "done");
+    e |= PK_STR(pk, "elapsed_ms");
+    e |= msgpack_pack_double(pk, elapsed_ms);
+    e |= PK_STR(pk, "message");
+    e |= PK_STR(pk, message ? message : "");
+    e |= PK_STR(pk, "progress");
+    e |= fraction >= 0 ? msgpack_pack_double(pk, fraction)
+                       : msgpack_pack_nil(pk);
+    e |= PK_STR(pk, "scope");
+    e |= PK_STR(pk, scope);
+    return e;
+}
+
+static int live_one(const th_task_info *t, void *ud)
+{
+    tasks_ctx *tc = ud;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    int64_t now_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    tc->n++;
+    tc->e |= pack_task(tc->pk, t->task_id, t->tool, true,
+                       (double)(now_ms - t->started_ms), t->message,
+                       t->fraction,
+                       t->scope == TH_SCOPE_TOOLSET ? "toolset" : "session");
+    return 0;
+}
+
 static void m_tasks_list(rpc_conn *c, uint64_t msgid,
                          const msgpack_object *params)
 {
     (void)params;
-    uint32_t n = 0;
-    for (rpc_call *k = c->calls; k; k = k->next)
-        n += k->task_id != 0;
-    th_buf r = TH_BUF_INIT;
-    msgpack_packer pk;
+    th_buf live = TH_BUF_INIT, r = TH_BUF_INIT;
+    msgpack_packer lpk, pk;
+    msgpack_packer_init(&lpk, &live, th_buf_msgpack_write);
     msgpack_packer_init(&pk, &r, th_buf_msgpack_write);
-    int e = msgpack_pack_array(&pk, n);
-    for (rpc_call *k = c->calls; k; k = k->next) {
-        if (!k->task_id)
-            continue;
-        e |= msgpack_pack_map(&pk, 6);
-        e |= PK_STR(&pk, "task_id");
-        e |= msgpack_pack_uint64(&pk, k->task_id);
-        e |= PK_STR(&pk, "tool");
-        e |= PK_STR(&pk, k->tool);
-        e |= PK_STR(&pk, "status");
-        e |= PK_STR(&pk, k->finished ? "done" : "running");
-        e |= PK_STR(&pk, "elapsed_ms");
-        e |= msgpack_pack_double(&pk, ms_since(k->t0));
-        e |= PK_STR(&pk, "message");
-        e |= PK_STR(&pk, k->last_message ? k->last_message : "");
-        e |= PK_STR(&pk, "progress");
-        if (k->last_fraction >= 0)
-            e |= msgpack_pack_double(&pk, k->last_fraction);
-        else
-            e |= msgpack_pack_nil(&pk);
-    }
+    tasks_ctx tc = {.pk = &lpk};
+    th_tasks_list(c->session, live_one, &tc);
+    uint32_t n = tc.n;
+    for (rpc_call *k = c->calls; k; k = k->next)
+        n += k->task_id && k->finished;
+    int e = tc.e | msgpack_pack_array(&pk, n);
+    e |= th_buf_append(&r, live.data, live.len);
+    for (rpc_call *k = c->calls; k; k = k->next)
+        if (k->task_id && k->finished)
+            e |= pack_task(&pk, k->task_id, k->tool, false, k->done_ms,
+                           k->last_message, k->last_fraction, "session");
     if (e)
         send_error(c, msgid, TH_ENOMEM, "out of memory");
     else
         send_result(c, msgid, &r);
+    th_buf_free(&live);
     th_buf_free(&r);
 }
 
@@ -1133,13 +1165,29 @@ static void m_tasks_result(rpc_conn *c, uint64_t msgid,
         return;
     }
     rpc_call *k = find_task(c, id);
-    if (!k) {
-        send_error(c, msgid, TH_ENOTFOUND, "no task %llu in this session",
-                   (unsigned long long)id);
-        return;
-    }
     th_buf r = TH_BUF_INIT;
-    if (k->finished && k->final) {
+    if (!k || !k->finished) {
+        /* A toolset-scoped task, maybe of another session. */
+        th_result_copy rc;
+        memset(&rc, 0, sizeof rc);
+        int st = th_task_result(c->session, id, &rc);
+        if (st == 0) {
+            if (pack_result(&r, &rc) == 0)
+                send_result(c, msgid, &r);
+            else
+                send_error(c, msgid, TH_ENOMEM, "out of memory");
+            th_result_copy_free(&rc);
+            th_buf_free(&r);
+            return;
+        }
+        if (!k && st != TH_ESTATE) {
+            send_error(c, msgid, TH_ENOTFOUND,
+                       "no task %llu (unknown, expired, or not yours)",
+                       (unsigned long long)id);
+            return;
+        }
+    }
+    if (k && k->finished && k->final) {
         th_buf_append(&r, k->final, k->final_len);
     } else {
         msgpack_packer pk;
@@ -1148,9 +1196,9 @@ static void m_tasks_result(rpc_conn *c, uint64_t msgid,
         PK_STR(&pk, "status");
         PK_STR(&pk, "running");
         PK_STR(&pk, "task_id");
-        msgpack_pack_uint64(&pk, k->task_id);
+        msgpack_pack_uint64(&pk, id);
         PK_STR(&pk, "message");
-        PK_STR(&pk, k->last_message ? k->last_message : "");
+        PK_STR(&pk, k && k->last_message ? k->last_message : "");
     }
     send_result(c, msgid, &r);
     th_buf_free(&r);
@@ -1273,6 +1321,10 @@ static void dispatch(rpc_conn *c, const msgpack_object *o)
     }
     if (m.kind == TH_RPC_RESPONSE) {
         on_response(c, &m);
+        return;
+    }
+    if (m.kind == TH_RPC_REQUEST && c->srv->stopping) {
+        send_error(c, m.msgid, TH_ESTATE, "the host is shutting down");
         return;
     }
     for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++) {
@@ -1630,12 +1682,8 @@ static void server_begin_stop(th_rpc_server *srv, const char *why)
         if (srv->bound)
             unlink(srv->sock_path);
     }
-    /* No new requests; answers to running calls still go out. */
-    for (rpc_conn *c = srv->conns; c; c = c->next)
-        if (c->reading) {
-            uv_read_stop((uv_stream_t *)&c->in);
-            c->reading = false;
-        }
+    /* Connections stay open and read on: answers to permission requests
+     * and cancels still count; new requests are refused (dispatch). */
     uv_timer_start(&srv->grace, on_grace, srv->grace_ms, 0);
     server_check_drained(srv);
 }
@@ -1770,12 +1818,6 @@ static int start_stdio(th_rpc_server *srv, const th_rpc_serve_opts *o,
 static void free_server(th_rpc_server *srv)
 {
     drain_events(srv);
-    while (srv->stats) {
-        tool_stat *s = srv->stats;
-        srv->stats = s->next;
-        free(s->name);
-        free(s);
-    }
     free(srv->sock_path);
     pthread_mutex_destroy(&srv->mu);
     free(srv);

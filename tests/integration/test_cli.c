@@ -129,6 +129,34 @@ static void test_call_async_progress(void)
     th_test_run_free(&r);
 }
 
+static void test_call_run_code(void)
+{
+    th_test_run r;
+    RUN(r, "call", "-c", default_cfg(), "run_code",
+        "code=for i=1,3 do print(tools.echo{text=\"n\"..i}.stdout) end");
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_STRING_EQUAL(r.out, "n1\nn2\nn3\n");
+    th_test_run_free(&r);
+    /* a script error: exit 1, the line in the message */
+    RUN(r, "call", "-c", default_cfg(), "run_code", "code=local x = 1\nerror('boom')");
+    CU_ASSERT_EQUAL(r.status, 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, ":2:"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "boom"));
+    th_test_run_free(&r);
+    /* code from a file */
+    char *dir = th_test_tmpdir();
+    char *f = th_test_write_file(dir, "s.lua", "return tools.echo{text='f'}.stdout", (size_t)-1);
+    char arg[4200];
+    snprintf(arg, sizeof arg, "code=@%s", f);
+    RUN(r, "call", "-c", default_cfg(), "run_code", arg, "--meta");
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "return_code"));
+    th_test_run_free(&r);
+    free(f);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
 static void test_list_describe(void)
 {
     th_test_run r;
@@ -228,6 +256,7 @@ void th_suite_cli(void)
     CU_add_test(s, "call_json_and_file_args", test_call_json_and_file_args);
     CU_add_test(s, "call_fs_escape", test_call_fs_escape);
     CU_add_test(s, "call_async_progress", test_call_async_progress);
+    CU_add_test(s, "call_run_code", test_call_run_code);
     CU_add_test(s, "list_describe", test_list_describe);
     CU_add_test(s, "check", test_check);
     CU_add_test(s, "config_check", test_config_check);

@@ -6,6 +6,8 @@
  * test_rpc_fault.c; both share tests/integration/test_rpc_harness.h. */
 #include <CUnit/CUnit.h>
 #include <grp.h>
+#include <signal.h>
+#include <time.h>
 #include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,16 +123,23 @@ static void test_methods(void)
     CU_ASSERT(th_rpc_map_get(r.res, "uptime_ms") != NULL);
     CU_ASSERT(th_rpc_map_get(th_rpc_map_get(r.res, "memory"), "rss_bytes")
                   ->via.u64 > 0);
+    const msgpack_object *mgr = th_rpc_map_get(r.res, "manager");
+    CU_ASSERT(th_rpc_map_get(mgr, "workers") &&
+              th_rpc_map_get(mgr, "workers")->via.u64 > 0);
     const msgpack_object *ts = th_rpc_map_get(r.res, "tools");
-    CU_ASSERT(th_rpc_map_get(th_rpc_map_get(ts, "echo"), "calls") != NULL);
+    const msgpack_object *ec =
+        th_rpc_map_get(th_rpc_map_get(ts, "echo"), "calls");
+    CU_ASSERT(ec && ec->via.u64 >= 3);
+    CU_ASSERT(th_rpc_map_get(th_rpc_map_get(ts, "echo"), "p99_ms") != NULL);
     rpc_res_free(&r);
 
     /* Protocol errors: [code, message]. */
     CU_ASSERT(rpc_call(c, "no.such.method", "[]", &r) == 0);
     CU_ASSERT(rpc_is_error(&r, TH_ENOTFOUND));
     rpc_res_free(&r);
+    /* host.reload answers with the reload's result (docs/reload.md). */
     CU_ASSERT(rpc_call(c, "host.reload", "[]", &r) == 0);
-    CU_ASSERT(r.err != NULL);
+    CU_ASSERT(r.err == NULL);
     rpc_res_free(&r);
     /* An unknown notification is ignored; the connection goes on. */
     th_error e;
@@ -252,13 +261,28 @@ static void test_async_progress(void)
     const msgpack_object *ack = &m->via.array.ptr[3];
     CU_ASSERT(th_rpc_obj_streq(th_rpc_map_get(ack, "status"), "running"));
     task = th_rpc_map_get(ack, "task_id")->via.u64;
+    /* A live task brings the task tools: tools.changed, and they are
+     * listed. */
+    CU_ASSERT(rpc_raw_notification(&w, "tools.changed", rpc_wait_ms()) !=
+              NULL);
+    rpc_raw_request(&w, 5, "tools.list", "[]");
+    m = rpc_raw_response(&w, 5, rpc_wait_ms());
+    CU_ASSERT(m && rpc_find_tool(&m->via.array.ptr[3], "get_running_tasks") &&
+              rpc_find_tool(&m->via.array.ptr[3], "cancel_task"));
     rpc_raw_request(&w, 2, "tasks.list", "[]");
     m = rpc_raw_response(&w, 2, rpc_wait_ms());
-    CU_ASSERT(m && m->via.array.ptr[3].via.array.size == 1 &&
-              th_rpc_obj_streq(th_rpc_map_get(&m->via.array.ptr[3]
-                                                   .via.array.ptr[0],
-                                              "status"),
-                               "running"));
+    CU_ASSERT_FATAL(m && m->via.array.ptr[3].type == MSGPACK_OBJECT_ARRAY);
+    /* the running one (from the manager) and the finished one */
+    const msgpack_object *running = NULL;
+    for (uint32_t i = 0; i < m->via.array.ptr[3].via.array.size; i++) {
+        const msgpack_object *ti = &m->via.array.ptr[3].via.array.ptr[i];
+        if (th_rpc_map_get(ti, "task_id")->via.u64 == task)
+            running = ti;
+    }
+    CU_ASSERT_EQUAL(m->via.array.ptr[3].via.array.size, 1);
+    CU_ASSERT(running &&
+              th_rpc_obj_streq(th_rpc_map_get(running, "status"), "running") &&
+              th_rpc_obj_streq(th_rpc_map_get(running, "scope"), "session"));
     snprintf(p, sizeof p, "[%llu]", (unsigned long long)task);
     rpc_raw_request(&w, 3, "tasks.result", p);
     m = rpc_raw_response(&w, 3, rpc_wait_ms());
@@ -273,10 +297,144 @@ static void test_async_progress(void)
     const msgpack_object *dp = &m->via.array.ptr[2];
     CU_ASSERT(dp->via.array.ptr[0].via.u64 == task);
     CU_ASSERT(rpc_tool_error_is(&dp->via.array.ptr[1], "cancelled"));
+    /* ... and they go again with the last task. */
+    CU_ASSERT(rpc_raw_notification(&w, "tools.changed", rpc_wait_ms()) !=
+              NULL);
+    rpc_raw_request(&w, 6, "tools.list", "[]");
+    m = rpc_raw_response(&w, 6, rpc_wait_ms());
+    CU_ASSERT(m && !rpc_find_tool(&m->via.array.ptr[3], "get_running_tasks"));
     rpc_raw_close(&w);
 
     th_buf_free(&args);
     th_rpc_client_close(c);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+}
+
+/* A toolset-scoped task outlives the session that started it; another
+ * session reads its result with tasks.result. */
+static void test_toolset_task_result(void)
+{
+    rpc_srv s;
+    rpc_opts o = {.public_extra = "    scope: toolset\n"};
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
+    rpc_raw w;
+    CU_ASSERT_FATAL(rpc_raw_open(&w, &s) == 0);
+    rpc_raw_request(&w, 1, "tools.call",
+                    "[\"echo_async\", {\"text\": \"kept\", \"steps\": 4, "
+                    "\"delay_ms\": 50}]");
+    const msgpack_object *m = rpc_raw_response(&w, 1, rpc_wait_ms());
+    CU_ASSERT_FATAL(m != NULL);
+    const msgpack_object *tid =
+        th_rpc_map_get(&m->via.array.ptr[3], "task_id");
+    CU_ASSERT_FATAL(tid != NULL);
+    uint64_t task = tid->via.u64;
+    rpc_raw_close(&w); /* the task goes on without its session */
+
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    char p[64];
+    snprintf(p, sizeof p, "[%llu]", (unsigned long long)task);
+    bool done = false;
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    while (!done && rpc_now_ms() < end) {
+        rpc_res r;
+        CU_ASSERT_FATAL(rpc_call(c, "tasks.result", p, &r) == 0);
+        if (r.res && th_rpc_map_get(r.res, "ok")) {
+            CU_ASSERT(rpc_ok(r.res) && rpc_stdout_is(r.res, "kept"));
+            done = true;
+        } else {
+            /* still running: {status: running} */
+            CU_ASSERT(r.res && th_rpc_obj_streq(th_rpc_map_get(r.res,
+                                                               "status"),
+                                                "running"));
+            usleep(20000);
+        }
+        rpc_res_free(&r);
+    }
+    CU_ASSERT(done);
+    rpc_res r;
+    CU_ASSERT(rpc_call(c, "tasks.result", "[987654]", &r) == 0);
+    CU_ASSERT(rpc_is_error(&r, TH_ENOTFOUND));
+    rpc_res_free(&r);
+    th_rpc_client_close(c);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+}
+
+/* ---- the client's cancel flag ------------------------------------------- */
+
+/* The flag is set by a signal handler, as the CLI's Ctrl-C handler does:
+ * a POSIX timer sends SIGUSR1 after a while. */
+static volatile sig_atomic_t cancel_flag;
+
+static void on_usr1(int sig)
+{
+    (void)sig;
+    cancel_flag = 1;
+}
+
+/* Runs `tool` with the cancel flag set after `after_ms`; true when the
+ * final result is the `cancelled` tool error. */
+static bool cancelled_call(rpc_srv *s, const char *tool, const char *json,
+                           int after_ms)
+{
+    th_rpc_client *c = rpc_connect(s);
+    if (!c)
+        return false;
+    cancel_flag = 0;
+    th_rpc_client_set_cancel_flag(c, &cancel_flag);
+    struct sigaction sa = {.sa_handler = on_usr1}, old_sa;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR1, &sa, &old_sa);
+    struct sigevent sev = {.sigev_notify = SIGEV_SIGNAL,
+                           .sigev_signo = SIGUSR1};
+    timer_t timer;
+    timer_create(CLOCK_MONOTONIC, &sev, &timer);
+    struct itimerspec its = {.it_value = {after_ms / 1000,
+                                          (after_ms % 1000) * 1000000L}};
+    timer_settime(timer, 0, &its, NULL);
+    th_buf args = TH_BUF_INIT;
+    rpc_pack_json(&args, json);
+    uint8_t *res = NULL;
+    size_t len = 0;
+    th_error e;
+    int rc = th_rpc_client_call_tool(c, tool, args.data, args.len, 0, NULL,
+                                     NULL, &res, &len, &e);
+    timer_delete(timer);
+    sigaction(SIGUSR1, &old_sa, NULL);
+    bool ok = cancel_flag == 1;
+    if (rc != 0)
+        ok = false;
+    if (rc == 0) {
+        msgpack_unpacked u;
+        msgpack_unpacked_init(&u);
+        size_t off = 0;
+        if (msgpack_unpack_next(&u, (const char *)res, len, &off) ==
+            MSGPACK_UNPACK_SUCCESS)
+            ok = ok && rpc_tool_error_is(&u.data, "cancelled");
+        msgpack_unpacked_destroy(&u);
+    }
+    free(res);
+    th_buf_free(&args);
+    th_rpc_client_close(c);
+    return ok;
+}
+
+static void test_client_cancel(void)
+{
+    rpc_srv s;
+    CU_ASSERT_FATAL(rpc_srv_start(&s, NULL) == 0);
+    /* After the acknowledgement: tasks.cancel. */
+    int64_t t0 = rpc_now_ms();
+    CU_ASSERT(cancelled_call(&s, "echo_async",
+                             "{\"text\": \"x\", \"steps\": 400, "
+                             "\"delay_ms\": 50}",
+                             300));
+    CU_ASSERT(rpc_now_ms() - t0 < 10000); /* not the 20 s it would take */
+    /* Before an answer (a sync call): tools.cancel by msgid. */
+    CU_ASSERT(cancelled_call(&s, "text_count", "{\"path\": \"x\"}", 100));
+    CU_ASSERT(rpc_alive(&s));
     CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
     rpc_srv_free(&s);
 }
@@ -355,7 +513,8 @@ static void test_permission(void)
         return;
     }
     rpc_srv s;
-    CU_ASSERT_FATAL(rpc_srv_start(&s, NULL) == 0);
+    rpc_opts o = {.host_extra = "  permission_timeout: 300ms\n"};
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
     th_rpc_client *c = rpc_connect(&s);
     CU_ASSERT_PTR_NOT_NULL_FATAL(c);
     int mode[2] = {1, 0};
@@ -373,6 +532,19 @@ static void test_permission(void)
     CU_ASSERT_EQUAL(mode[1], 2);
     rpc_res_free(&r);
     th_rpc_client_close(c);
+    /* Not answered at all: denied after host.permission_timeout. */
+    rpc_raw w;
+    CU_ASSERT_FATAL(rpc_raw_open(&w, &s) == 0);
+    rpc_raw_request(&w, 1, "tools.call", "[\"fs_list\", {\"path\": \".\"}]");
+    const msgpack_object *m = rpc_raw_next(&w, rpc_wait_ms());
+    CU_ASSERT_FATAL(m != NULL);
+    CU_ASSERT(m->via.array.ptr[0].via.u64 == 0 &&
+              th_rpc_obj_streq(&m->via.array.ptr[2], "permission.request") &&
+              m->via.array.ptr[3].via.array.size == 4);
+    m = rpc_raw_response(&w, 1, rpc_wait_ms());
+    CU_ASSERT(m && rpc_tool_error_is(&m->via.array.ptr[3],
+                                     "permission_denied"));
+    rpc_raw_close(&w);
     CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
     rpc_srv_free(&s);
 }
@@ -531,6 +703,15 @@ static void test_sigterm_in_flight(void)
     rpc_raw_request(&w, 3, "host.ping", "[]");
     CU_ASSERT(rpc_raw_response(&w, 3, rpc_wait_ms()) != NULL);
     kill(s.pid, SIGTERM);
+    /* Stopping: the socket file goes first; new requests are refused. */
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    while (access(s.sock, F_OK) == 0 && rpc_now_ms() < end)
+        usleep(2000);
+    CU_ASSERT(access(s.sock, F_OK) != 0);
+    rpc_raw_request(&w, 4, "host.ping", "[]");
+    const msgpack_object *m4 = rpc_raw_response(&w, 4, rpc_wait_ms());
+    CU_ASSERT(m4 && m4->via.array.ptr[2].type == MSGPACK_OBJECT_ARRAY &&
+              m4->via.array.ptr[2].via.array.ptr[0].via.i64 == TH_ESTATE);
     /* The short call finishes within the grace; the long task is
      * cancelled after it; then the server hangs up and exits 0. */
     const msgpack_object *m = rpc_raw_response(&w, 2, rpc_wait_ms());
@@ -665,7 +846,17 @@ static void test_socket_file(void)
     rpc_srv_wait(&s);
     CU_ASSERT(access(s.sock, F_OK) == 0);
     o.no_wait = false;
+    /* ... with the configured group and mode */
+    struct group *gr = getgrnam("nogroup");
+    char extra[128];
+    snprintf(extra, sizeof extra, "  socket_group: \"%s\"\n",
+             gr ? "nogroup" : "0");
+    o.host_extra = extra;
+    o.socket_mode = "0660";
     CU_ASSERT_FATAL(rpc_srv_start(&s2, &o) == 0);
+    struct stat st;
+    CU_ASSERT(stat(s2.sock, &st) == 0 && (st.st_mode & 0777) == 0660 &&
+              st.st_gid == (gr ? gr->gr_gid : 0));
     CU_ASSERT(rpc_alive(&s2));
     CU_ASSERT_EQUAL(rpc_srv_stop(&s2, SIGINT), 0);
     rpc_srv_free(&s2);
@@ -678,6 +869,8 @@ void th_suite_rpc(void)
     CU_add_test(s, "methods", test_methods);
     CU_add_test(s, "shapes_raw", test_shapes_raw);
     CU_add_test(s, "async_progress", test_async_progress);
+    CU_add_test(s, "toolset_task_result", test_toolset_task_result);
+    CU_add_test(s, "client_cancel", test_client_cancel);
     CU_add_test(s, "pipelining", test_pipelining);
     CU_add_test(s, "permission", test_permission);
     CU_add_test(s, "access_control", test_access_control);

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -62,6 +63,7 @@ typedef struct rpc_opts {
     const char *sock;        /* listen here instead of DIR/th.sock */
     bool no_wait;            /* do not wait for the socket to answer */
     const char *host_extra;  /* more lines under host: */
+    const char *public_extra;/* more lines in the toolset "public" */
 } rpc_opts;
 
 typedef struct rpc_srv {
@@ -100,6 +102,7 @@ RPC_H void rpc_write_config(rpc_srv *s, const rpc_opts *o)
              "toolsets:\n"
              "  - name: public\n"
              "    tools: [echo, echo_async, text_count]\n"
+             "%s"
              "  - name: private\n"
              "    tools: [fs_stat, fs_list]\n"
              "    allow_users: [root]\n"
@@ -113,7 +116,7 @@ RPC_H void rpc_write_config(rpc_srv *s, const rpc_opts *o)
              "    delay: 400ms\n",
              o && o->socket_mode ? o->socket_mode : "0600",
              o && o->host_extra ? o->host_extra : "", b, b, s->dir, b,
-             s->dir);
+             s->dir, o && o->public_extra ? o->public_extra : "");
     s->cfg = th_test_write_file(s->dir, "rpc.yaml", text, (size_t)-1);
 }
 
@@ -174,6 +177,8 @@ RPC_H int rpc_srv_start(rpc_srv *s, const rpc_opts *o)
     if (pid < 0)
         rpc_die("fork");
     if (pid == 0) {
+        /* If the test run dies, the server goes with it. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (stdio) {
             dup2(pin[0], 0);
             dup2(pout[1], 1);

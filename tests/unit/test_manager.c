@@ -271,6 +271,41 @@ static void test_dup_replace(void)
     CU_ASSERT_EQUAL(atomic_load(&fx_cancel_seen), 1);
 }
 
+static void test_dup_replace_other_session(void)
+{
+    /* toolset scope: one domain for all sessions */
+    dup_host(TH_DUP_REPLACE, TH_DUPSCOPE_NAME, TH_SCOPE_TOOLSET);
+    th_session *s2 = open_trusted(H);
+    rec a, b, d, e;
+    rec_init(&a);
+    rec_init(&b);
+    rec_init(&d);
+    rec_init(&e);
+    /* another session's running sync call is not ours to cancel */
+    start(S, "t_dup", A(1, "ms", 'i', 300LL), NULL, &a);
+    nap_ms(20);
+    start(s2, "t_dup", A(1, "ms", 'i', 1LL), NULL, &b);
+    CU_ASSERT_TRUE(rec_wait(&b, 200));
+    CU_ASSERT_EQUAL(b.final.error, TH_EDUPLICATE);
+    CU_ASSERT_PTR_NOT_NULL(b.final.message ? strstr(b.final.message, "another session") : NULL);
+    CU_ASSERT_TRUE(rec_wait(&a, 3000));
+    CU_ASSERT_TRUE(a.final.ok);
+    /* a shared (acknowledged) task is */
+    start(S, "t_async", A(3, "text", 's', "x", "steps", 'i', 1000LL, "delay_ms", 'i', 5LL), NULL, &d);
+    CU_ASSERT_TRUE(rec_wait_running(&d, 2000));
+    start(s2, "t_async", A(3, "text", 's', "y", "steps", 'i', 0LL, "delay_ms", 'i', 0LL), NULL, &e);
+    CU_ASSERT_TRUE(rec_wait(&d, 2000));
+    CU_ASSERT_EQUAL(d.final.error, TH_ECANCELLED);
+    CU_ASSERT_TRUE(rec_wait(&e, 2000));
+    CU_ASSERT_TRUE(out_is(&e.final, "y"));
+    rec_free(&a);
+    rec_free(&b);
+    rec_free(&d);
+    rec_free(&e);
+    th_session_close(s2);
+    close_all();
+}
+
 static int has_confirm_param(const th_tool *t, void *ud)
 {
     if (strcmp(t->name, (const char *)ud) != 0)
@@ -762,6 +797,27 @@ static void test_nested_call_one_worker(void)
     close_all();
 }
 
+static void test_nested_sees_parent_cancel(void)
+{
+    open_default(1, 1, 64);
+    atomic_store(&fx_nested_long_done, 0);
+    atomic_store(&fx_cancel_seen, 0);
+    rec r;
+    rec_init(&r);
+    th_call_opts o = {.timeout_ms = 50};
+    start(S, "t_nested_long", A(0), &o, &r);
+    CU_ASSERT_TRUE(rec_wait(&r, 2000));
+    CU_ASSERT_EQUAL(r.final.error, TH_ETIMEOUT);
+    /* the inner call, inline on the same worker, stops soon too */
+    int64_t until = mono_ms() + 1000;
+    while (!atomic_load(&fx_nested_long_done) && mono_ms() < until)
+        nap_ms(1);
+    CU_ASSERT_EQUAL(atomic_load(&fx_nested_long_done), 1);
+    CU_ASSERT_EQUAL(atomic_load(&fx_cancel_seen), 1);
+    rec_free(&r);
+    close_all();
+}
+
 static atomic_int sync_progress_n;
 static volatile int sync_cancel;
 static void sync_progress(const th_event *ev, void *ud)
@@ -1012,7 +1068,7 @@ static void test_stress(void)
 
 void th_suite_manager(void)
 {
-    CU_pSuite s = CU_add_suite("manager", NULL, NULL);
+    CU_pSuite s = CU_add_suite("manager", suite_init, suite_cleanup);
     CU_add_test(s, "sync_result", test_sync_result);
     CU_add_test(s, "errors_before_run", test_errors_before_run);
     CU_add_test(s, "async_ack_progress_done", test_async_ack_progress_done);
@@ -1021,6 +1077,7 @@ void th_suite_manager(void)
     CU_add_test(s, "no_progress_option", test_no_progress_option);
     CU_add_test(s, "dup_reject", test_dup_reject);
     CU_add_test(s, "dup_replace", test_dup_replace);
+    CU_add_test(s, "dup_replace_other_session", test_dup_replace_other_session);
     CU_add_test(s, "dup_confirm", test_dup_confirm);
     CU_add_test(s, "dup_scopes_across_sessions", test_dup_scopes_across_sessions);
     CU_add_test(s, "scope_session_cancels_at_close", test_scope_session_cancels_at_close);
@@ -1038,6 +1095,7 @@ void th_suite_manager(void)
     CU_add_test(s, "mocks", test_mocks);
     CU_add_test(s, "task_tools", test_task_tools);
     CU_add_test(s, "nested_call_one_worker", test_nested_call_one_worker);
+    CU_add_test(s, "nested_sees_parent_cancel", test_nested_sees_parent_cancel);
     CU_add_test(s, "call_sync_progress_and_cancel", test_call_sync_progress_and_cancel);
     CU_add_test(s, "stats", test_stats);
     CU_add_test(s, "stress", test_stress);

@@ -18,6 +18,21 @@
 #include "th/log.h"
 #include "th/manager.h"
 
+#pragma GCC diagnostic ignored "-Wunused-function" /* each suite uses a part */
+
+/* Hosts set the log level from their config: the suites put it back. */
+static int saved_log_level;
+static int suite_init(void)
+{
+    saved_log_level = th_log_get_level();
+    return 0;
+}
+static int suite_cleanup(void)
+{
+    th_log_set_level(saved_log_level);
+    return 0;
+}
+
 /* ---- Arguments --------------------------------------------------------------- */
 
 /* A(n, key, 's'|'i'|'b', value, ...): a msgpack map in a th_buf. */
@@ -289,6 +304,24 @@ static int fx_nested(void *st, const toolhost_tool *t, toolhost_call *c, const u
     return TOOLHOST_OK;
 }
 
+/* Calls t_sleep (long) from inside itself: it runs inline, and must see
+ * this call's cancellation. */
+static atomic_int fx_nested_long_done;
+static int fx_nested_long(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
+{
+    (void)st;
+    (void)t;
+    (void)a;
+    (void)l;
+    th_buf args = A(1, "ms", 'i', 5000LL);
+    th_result_copy r;
+    th_call_sync(th_call_session(c), "t_sleep", args.data, args.len, NULL, NULL, NULL, NULL, &r);
+    th_buf_free(&args);
+    th_result_copy_free(&r);
+    atomic_store(&fx_nested_long_done, 1);
+    return TOOLHOST_OK;
+}
+
 static int fx_needs(void *st, const toolhost_tool *t, const uint8_t *a, size_t l,
                     char *reason, size_t n)
 {
@@ -327,6 +360,7 @@ static const toolhost_tool fx_tools[] = {
     T("t_fail", NULL, 0, 0, fx_fail),
     T("t_suspend", p_ms, 2, 0, fx_suspend),
     T("t_nested", NULL, 0, 0, fx_nested),
+    T("t_nested_long", NULL, 0, 0, fx_nested_long),
     {.struct_size = sizeof(toolhost_tool), .name = "t_guarded", .description = "needs permission",
      .params = p_text, .n_params = 1, .stdout_type = TOOLHOST_SEM_TEXT,
      .stderr_type = TOOLHOST_SEM_ERROR, .execute = fx_echo, .needs_permission = fx_needs},

@@ -1,9 +1,18 @@
-/* test_rpc_frame.c - msgpack-RPC frames: splitting, limits, shapes, builders. */
+/* test_rpc_frame.c - msgpack-RPC frames: splitting, limits, shapes,
+ * builders; and the server's dispatch in-process (th_rpc_serve in stdio
+ * mode on a thread, over socket pairs), which the integration suites test
+ * through the real binary. */
 #include <CUnit/CUnit.h>
 #include <msgpack.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include "common/th_test.h"
+#include "th/log.h"
 #include "th/rpc.h"
 
 /* Three frames back to back: a request, a notification, a response. */
@@ -256,6 +265,193 @@ static void test_random_bytes(void)
     }
 }
 
+/* ---- dispatch, in-process ------------------------------------------------ */
+
+typedef struct inproc {
+    th_host *host;
+    int to_srv, from_srv;      /* our ends */
+    int srv_in, srv_out;       /* the server's ends */
+    pthread_t th;
+    th_rpc_server *_Atomic srv; /* set by on_ready */
+    int rc;
+    th_error err;
+    th_rpc_reader rd;
+    msgpack_unpacked msg;
+} inproc;
+
+static void on_ready(th_rpc_server *srv, void *ud)
+{
+    inproc *ip = ud;
+    ip->srv = srv;
+}
+
+static void *serve_thread(void *arg)
+{
+    inproc *ip = arg;
+    th_rpc_serve_opts o = {.stdio = true, .in_fd = ip->srv_in,
+                           .out_fd = ip->srv_out, .no_signals = true,
+                           .on_ready = on_ready, .ready_ud = ip};
+    ip->rc = th_rpc_serve(ip->host, &o, &ip->err);
+    return NULL;
+}
+
+static int inproc_start(inproc *ip)
+{
+    memset(ip, 0, sizeof *ip);
+    char yaml[1024];
+    snprintf(yaml, sizeof yaml,
+             "host:\n  log_level: error\n  shutdown_grace: 1s\n"
+             "plugins:\n  - name: echo\n    path: %s\n",
+             th_test_build_path("plugins/echo.so"));
+    th_config *cfg;
+    th_error err;
+    if (th_config_parse("rpc.yaml", NULL, yaml, strlen(yaml), &cfg, &err) ||
+        th_host_open(cfg, &ip->host, &err)) {
+        fprintf(stderr, "\nhost: %s\n", err.msg);
+        return -1;
+    }
+    int a[2], b[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, a) ||
+        socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, b))
+        return -1;
+    ip->to_srv = a[0];
+    ip->srv_in = a[1];
+    ip->srv_out = b[1];
+    ip->from_srv = b[0];
+    th_rpc_reader_init(&ip->rd, 1 << 20);
+    msgpack_unpacked_init(&ip->msg);
+    return pthread_create(&ip->th, NULL, serve_thread, ip);
+}
+
+static void inproc_send(inproc *ip, const th_buf *b)
+{
+    CU_ASSERT(write(ip->to_srv, b->data, b->len) == (ssize_t)b->len);
+}
+
+/* The next message from the server, or NULL after 10 s / at its end. */
+static const msgpack_object *inproc_next(inproc *ip)
+{
+    th_error e;
+    for (;;) {
+        int rc = th_rpc_reader_next(&ip->rd, &ip->msg, &e);
+        if (rc == 1)
+            return &ip->msg.data;
+        if (rc < 0)
+            return NULL;
+        struct pollfd pfd = {.fd = ip->from_srv, .events = POLLIN};
+        if (poll(&pfd, 1, 10000) <= 0)
+            return NULL;
+        char *buf;
+        size_t cap;
+        th_rpc_reader_space(&ip->rd, 65536, &buf, &cap);
+        ssize_t n = read(ip->from_srv, buf, cap);
+        if (n <= 0)
+            return NULL;
+        th_rpc_reader_commit(&ip->rd, (size_t)n);
+    }
+}
+
+static int inproc_finish(inproc *ip)
+{
+    pthread_join(ip->th, NULL);
+    close(ip->to_srv);
+    close(ip->from_srv);
+    msgpack_unpacked_destroy(&ip->msg);
+    th_rpc_reader_destroy(&ip->rd);
+    th_host_close(ip->host);
+    return ip->rc;
+}
+
+static void test_dispatch_inproc(void)
+{
+    int level = th_log_get_level();
+    th_log_set_level(TOOLHOST_LOG_ERROR);
+    inproc ip;
+    CU_ASSERT_FATAL(inproc_start(&ip) == 0);
+    th_buf b = TH_BUF_INIT, p = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &p, th_buf_msgpack_write);
+    msgpack_pack_array(&pk, 2);
+    msgpack_pack_str_with_body(&pk, "echo", 4);
+    msgpack_pack_map(&pk, 1);
+    msgpack_pack_str_with_body(&pk, "text", 4);
+    msgpack_pack_str_with_body(&pk, "in", 2);
+    th_rpc_pack_request(&b, 1, "host.ping", NULL, 0);
+    th_rpc_pack_request(&b, 2, "tools.call", p.data, p.len);
+    th_rpc_pack_request(&b, 3, "no.such", NULL, 0);
+    th_rpc_pack_notify(&b, "ignored", NULL, 0);
+    th_rpc_pack_request(&b, 4, "tools.describe", NULL, 0); /* no name */
+    inproc_send(&ip, &b);
+    bool seen[5] = {0};
+    for (int i = 0; i < 4; i++) {
+        const msgpack_object *m = inproc_next(&ip);
+        CU_ASSERT_FATAL(m != NULL && m->via.array.size == 4);
+        uint64_t id = m->via.array.ptr[1].via.u64;
+        CU_ASSERT_FATAL(id >= 1 && id <= 4);
+        seen[id] = true;
+        const msgpack_object *err = &m->via.array.ptr[2];
+        const msgpack_object *res = &m->via.array.ptr[3];
+        if (id == 1)
+            CU_ASSERT(th_rpc_obj_streq(res, "pong"));
+        if (id == 2) {
+            const msgpack_object *so = th_rpc_map_get(res, "stdout");
+            CU_ASSERT(so && th_rpc_obj_streq(so, "in"));
+        }
+        if (id == 3)
+            CU_ASSERT(err->type == MSGPACK_OBJECT_ARRAY &&
+                      err->via.array.ptr[0].via.i64 == TH_ENOTFOUND);
+        if (id == 4)
+            CU_ASSERT(err->type == MSGPACK_OBJECT_ARRAY &&
+                      err->via.array.ptr[0].via.i64 == TH_EINVAL);
+    }
+    CU_ASSERT(seen[1] && seen[2] && seen[3] && seen[4]);
+    /* End of input: the server stops and returns 0. */
+    shutdown(ip.to_srv, SHUT_WR);
+    CU_ASSERT(inproc_next(&ip) == NULL);
+    CU_ASSERT_EQUAL(inproc_finish(&ip), 0);
+    th_buf_free(&b);
+    th_buf_free(&p);
+    th_log_set_level(level);
+}
+
+/* th_rpc_server_stop() from another thread, with a task running: it is
+ * cancelled after the grace and still answered (task.done). */
+static void test_stop_inproc(void)
+{
+    int level = th_log_get_level();
+    th_log_set_level(TOOLHOST_LOG_ERROR);
+    inproc ip;
+    CU_ASSERT_FATAL(inproc_start(&ip) == 0);
+    th_buf b = TH_BUF_INIT, p = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &p, th_buf_msgpack_write);
+    msgpack_pack_array(&pk, 2);
+    msgpack_pack_str_with_body(&pk, "echo_async", 10);
+    msgpack_pack_map(&pk, 3);
+    msgpack_pack_str_with_body(&pk, "text", 4);
+    msgpack_pack_str_with_body(&pk, "x", 1);
+    msgpack_pack_str_with_body(&pk, "steps", 5);
+    msgpack_pack_int(&pk, 1000);
+    msgpack_pack_str_with_body(&pk, "delay_ms", 8);
+    msgpack_pack_int(&pk, 20);
+    th_rpc_pack_request(&b, 1, "tools.call", p.data, p.len);
+    inproc_send(&ip, &b);
+    const msgpack_object *m = inproc_next(&ip);
+    CU_ASSERT_FATAL(m != NULL && m->via.array.ptr[0].via.u64 == 1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ip.srv);
+    th_rpc_server_stop(ip.srv);
+    bool done = false;
+    while ((m = inproc_next(&ip)) != NULL)
+        if (m->via.array.size == 3 &&
+            th_rpc_obj_streq(&m->via.array.ptr[1], "task.done"))
+            done = true;
+    CU_ASSERT(done);
+    CU_ASSERT_EQUAL(inproc_finish(&ip), 0);
+    th_buf_free(&b);
+    th_buf_free(&p);
+    th_log_set_level(level);
+}
+
 void th_suite_rpc_frame(void)
 {
     CU_pSuite s = CU_add_suite("rpc_frame", NULL, NULL);
@@ -265,4 +461,6 @@ void th_suite_rpc_frame(void)
     CU_add_test(s, "shapes", test_shapes);
     CU_add_test(s, "builders_and_helpers", test_builders_and_helpers);
     CU_add_test(s, "random_bytes", test_random_bytes);
+    CU_add_test(s, "dispatch_inproc", test_dispatch_inproc);
+    CU_add_test(s, "stop_inproc", test_stop_inproc);
 }

@@ -10,7 +10,15 @@
  * thread.  Event callbacks run on whatever thread finishes the work (a
  * worker, a plugin's own thread, or the caller's own thread inside
  * th_call_start when a short sync call runs inline); a front that lives on
- * an event loop hands them over to its loop itself.
+ * an event loop hands them over to its loop itself.  Events of one call
+ * never run concurrently and arrive in order (RESULT, then for a task
+ * PROGRESS* and DONE).  An event callback may start and cancel calls but
+ * must not close its session or the host.  docs/manager.md has the whole
+ * picture (threads, locks, the life of a task).
+ *
+ * Which toolset a call runs under (its timeout, limits, duplicate policy,
+ * scope, concurrency, permission rules): the first toolset in config order
+ * that contains the tool and that the session's principal may use.
  */
 #ifndef TH_HOST_H
 #define TH_HOST_H
@@ -21,11 +29,7 @@
 
 #include "th/config.h"
 #include "th/err.h"
-/* Until th/tool.h loses the comment-in-comment at th_validate_call. */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wcomment"
 #include "th/tool.h"
-#pragma GCC diagnostic pop
 
 typedef struct th_host th_host;
 typedef struct th_session th_session;
@@ -95,9 +99,13 @@ typedef struct th_front_ops {
 
 th_session *th_session_open(th_host *h, const th_principal *who,
                             const th_front_ops *ops, void *front_ud);
-/* Ends the session: its session-scoped tasks are cancelled and waited for
- * (bounded by session_grace); toolset-scoped ones go on.  No event callback
- * of this session runs after th_session_close() returns. */
+/* Ends the session: its calls and session-scoped tasks are cancelled (each
+ * gets its final event now) and waited for (bounded by session_grace);
+ * acknowledged toolset-scoped tasks go on, detached, and keep their result
+ * for result_ttl (th_task_result).  No event callback of this session runs
+ * after th_session_close() returns.  Not from an event callback or a front
+ * op of this session.  Sessions still open at th_host_close() are closed
+ * there. */
 void th_session_close(th_session *s);
 uint64_t th_session_id(const th_session *s);
 
@@ -168,7 +176,11 @@ int th_call_start(th_session *s, const char *tool, const uint8_t *args,
                   size_t len, const th_call_opts *opts, th_event_fn fn,
                   void *ud, uint64_t *call_id);
 
-/* Cancels a call or task of this session (by call id or task id). */
+/* Cancels a call or task (by call id = task id) of this session, or a
+ * toolset-scoped task of a toolset the session may use: its caller gets
+ * `cancelled` at once, the tool sees is_cancelled(), a call not yet started
+ * never runs.  0, TH_ENOTFOUND (unknown or already answered) or TH_ESTATE
+ * (answered meanwhile).  Any thread. */
 int th_call_cancel(th_session *s, uint64_t id);
 
 /* For built-in tools (task tools, run_code): the session a call runs in,
@@ -193,9 +205,16 @@ int th_result_copy_from(th_result_copy *dst, const th_result *src);
 
 /* Runs a call to its end on the calling thread's behalf (waiting through an
  * async task's acknowledgement to its DONE), calling `progress` (may be
- * NULL) for progress events.  `cancel_flag`, when not NULL, is polled: once
- * it reads nonzero the call is cancelled.  Fills *out with the final
- * result. */
+ * NULL) for progress events, always on the calling thread.  `cancel_flag`,
+ * when not NULL, is polled every 5 ms: once it reads nonzero the call is
+ * cancelled.  Fills *out with the final result (DONE or ERROR; task_id set
+ * when the call was acknowledged); returns 0, or what th_call_start
+ * returned.  Sets may_block: a sync tool runs on this thread.  From inside
+ * a running call (a tool calling tools), the call always runs inline on
+ * this thread, async tools too, so a pool of one worker cannot deadlock;
+ * it then ignores the queue and toolset limits (it uses its parent's slot)
+ * and waits only for a serial tool (a serial tool calling itself is
+ * refused with `busy`). */
 int th_call_sync(th_session *s, const char *tool, const uint8_t *args,
                  size_t len, const th_call_opts *opts, th_event_fn progress,
                  void *ud, volatile int *cancel_flag, th_result_copy *out);

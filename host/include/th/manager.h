@@ -94,7 +94,7 @@ struct th_mcall {
     th_call_base base;          /* first: toolhost_call* is a th_mcall* */
     th_host *h;
     th_session *s;              /* a reference */
-    th_mcall *parent;           /* the call running on the thread that
+    th_mcall *parent;           /* (a reference) the call running on the thread that
                                    started this one inline, or NULL */
     const th_tool *tool;        /* pinned until the call is freed */
     th_stat *st;
@@ -115,6 +115,7 @@ struct th_mcall {
     atomic_int refs;
     atomic_int abort_code;      /* the cancel flag: 0, TH_ECANCELLED or
                                    TH_ETIMEOUT */
+    atomic_bool is_task;        /* acknowledged (readable without mu) */
 
     /* Duplicate table (host->dmu). */
     uint8_t *dupkey;
@@ -277,6 +278,7 @@ struct th_host {
     th_plugin *task_plugin;
     th_builtin *builtins;
     size_t n_builtins;
+    struct th_code_builtin *code; /* run_code's descriptor, or NULL */
     atomic_ulong next_id;
     th_mgr mgr;
 
@@ -335,9 +337,10 @@ const th_tool_override *th_host_override(const th_toolset_cfg *ts,
 
 /* tasks.c */
 extern const toolhost_plugin th_task_tools_plugin;
-/* Keeps a finished toolset-scoped task's result (copied). */
-void th_tasks_keep(th_host *h, uint64_t task_id, int ts_idx,
-                   const th_result_copy *res);
+/* Keeps a finished toolset-scoped task's result (copied); host->tmu
+ * held. */
+void th_tasks_keep_locked(th_host *h, uint64_t task_id, int ts_idx,
+                          const th_result_copy *res);
 void th_tasks_free(th_host *h);
 
 /* Duplicates (tasks.c): checks and registers atomically.  0, or a tool

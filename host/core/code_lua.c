@@ -1,0 +1,1520 @@
+/* code_lua.c - the sandboxed Lua 5.4 code runtime (th/code.h).
+ *
+ * One run = one fresh lua_State.  Everything that may raise a Lua error
+ * (allocation included) runs inside lua_pcall, so a failure never reaches
+ * the panic handler.  C memory that a Lua error could skip over (argument
+ * buffers, tool results, unpacked msgpack) lives in the run struct and is
+ * released when the run ends, so a longjmp never leaks it.
+ *
+ * Limits:
+ *   memory   - a counting lua_Alloc refuses growth past the cap; Lua then
+ *              collects garbage and retries, then raises "not enough
+ *              memory" (LUA_ERRMEM).
+ *   deadline - a count hook (every HOOK_EVERY instructions) compares the
+ *              monotonic clock to the deadline and polls io->is_cancelled;
+ *              every tool call gets what is left of the deadline as its
+ *              timeout, and is checked again when it returns.  Once a run is
+ *              killed (deadline, cancel) the hook fires at every instruction
+ *              and raises again, so pcall cannot keep a killed script alive.
+ *   calls    - the call function counts and refuses past max_calls.
+ *   output   - at most output_limit bytes per stream reach the sink; the
+ *              rest is counted and a marker line says how much was dropped.
+ */
+#include "th/code.h"
+
+#include <ctype.h>
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+#include <msgpack.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "th/tool.h"
+
+#define HOOK_EVERY 1000
+#define MAX_DEPTH 64 /* nesting of tables converted to or from msgpack */
+
+enum { KILL_NONE = 0, KILL_TIMEOUT, KILL_CANCEL };
+
+typedef struct run {
+    lua_State *L;
+    const th_projection *proj;
+    th_code_limits lim;
+    th_code_io io;
+    th_code_result *res;
+    /* memory */
+    size_t used, limit;
+    bool mem_hit;
+    /* time */
+    bool has_deadline;
+    struct timespec deadline;
+    int kill;
+    bool warn_cont; /* a warning is being continued */
+    /* output */
+    uint64_t kept[3], dropped[3];
+    /* scratch C memory that a Lua error may skip over */
+    th_buf args;
+    th_proj_result pres;
+    msgpack_unpacked unp;
+    bool unp_live;
+    char msg[512];
+} run;
+
+/* ---- Lua naming rules ----------------------------------------------------- */
+
+static const char *const lua_keywords[] = {
+    "and",  "break", "do",     "else", "elseif", "end",   "false",
+    "for",  "function", "goto", "if",  "in",     "local", "nil",
+    "not",  "or",    "repeat", "return", "then", "true",  "until",
+    "while", NULL};
+
+static int lua_map_name(const char *tool, char *out, size_t size)
+{
+    size_t n = strlen(tool);
+    if (n == 0 || n + 2 > size)
+        return TH_EINVAL;
+    size_t o = 0;
+    if (tool[0] >= '0' && tool[0] <= '9')
+        out[o++] = '_';
+    for (size_t i = 0; i < n; i++)
+        out[o++] = tool[i] == '-' ? '_' : tool[i];
+    out[o] = '\0';
+    return 0;
+}
+
+static bool lua_valid_ident(const char *s, char *why, size_t why_size)
+{
+    if (!s[0] || !(s[0] == '_' || (s[0] >= 'a' && s[0] <= 'z') ||
+                   (s[0] >= 'A' && s[0] <= 'Z'))) {
+        snprintf(why, why_size,
+                 "a Lua name starts with a letter or '_'");
+        return false;
+    }
+    for (const char *c = s; *c; c++) {
+        if (!(*c == '_' || (*c >= 'a' && *c <= 'z') ||
+              (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9'))) {
+            snprintf(why, why_size,
+                     "a Lua name holds only letters, digits and '_' "
+                     "(found '%c')",
+                     *c);
+            return false;
+        }
+    }
+    for (size_t i = 0; lua_keywords[i]; i++)
+        if (strcmp(s, lua_keywords[i]) == 0) {
+            snprintf(why, why_size, "'%s' is a Lua keyword", s);
+            return false;
+        }
+    return true;
+}
+
+const th_proj_lang th_code_lua_lang = {"Lua", lua_map_name, lua_valid_ident};
+
+int th_code_projection_add(th_projection *p, const th_tool *tool,
+                           th_error *err)
+{
+    static const char *const skip[] = {TH_CODE_TOOL_NAME, "get_running_tasks",
+                                       "cancel_task", NULL};
+    if (!tool || !tool->name)
+        return th_error_set(err, TH_EINVAL, "projection: no tool");
+    for (size_t i = 0; skip[i]; i++)
+        if (strcmp(tool->name, skip[i]) == 0)
+            return 0;
+    return th_projection_add(p, tool, err);
+}
+
+/* ---- Result ------------------------------------------------------------------ */
+
+void th_code_result_init(th_code_result *r)
+{
+    memset(r, 0, sizeof *r);
+    th_buf_init(&r->value);
+    th_buf_init(&r->out);
+    th_buf_init(&r->err);
+}
+
+void th_code_result_free(th_code_result *r)
+{
+    free(r->error);
+    th_buf_free(&r->value);
+    th_buf_free(&r->out);
+    th_buf_free(&r->err);
+    th_code_result_init(r);
+}
+
+/* ---- Allocator, clock, hook --------------------------------------------- */
+
+static run *get_run(lua_State *L)
+{
+    return *(run **)lua_getextraspace(L);
+}
+
+static void *run_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
+{
+    run *r = ud;
+    if (!ptr)
+        osize = 0; /* osize is a type tag for new blocks */
+    if (nsize == 0) {
+        free(ptr);
+        r->used -= osize;
+        return NULL;
+    }
+    if (r->limit && nsize > osize &&
+        (nsize - osize > r->limit || r->used > r->limit - (nsize - osize))) {
+        r->mem_hit = true;
+        return NULL;
+    }
+    void *n = realloc(ptr, nsize);
+    if (!n)
+        return nsize <= osize ? ptr : NULL;
+    r->used = r->used - osize + nsize;
+    return n;
+}
+
+static struct timespec now_mono(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t;
+}
+
+/* Milliseconds left before the deadline (may be <= 0). */
+static int64_t ms_left(const run *r)
+{
+    struct timespec t = now_mono();
+    return (int64_t)(r->deadline.tv_sec - t.tv_sec) * 1000 +
+           (r->deadline.tv_nsec - t.tv_nsec) / 1000000;
+}
+
+static void hook(lua_State *L, lua_Debug *ar);
+
+static void set_kill(run *r, lua_State *L, int why)
+{
+    if (!r->kill)
+        r->kill = why;
+    /* From now on the hook fires at every instruction, of this thread and
+     * of the main one. */
+    lua_sethook(L, hook, LUA_MASKCOUNT, 1);
+    if (r->L && r->L != L)
+        lua_sethook(r->L, hook, LUA_MASKCOUNT, 1);
+}
+
+/* Checks deadline and cancellation; sets r->kill. */
+static void poll_limits(run *r, lua_State *L)
+{
+    if (r->kill)
+        return;
+    if (r->has_deadline && ms_left(r) <= 0)
+        set_kill(r, L, KILL_TIMEOUT);
+    else if (r->io.is_cancelled && r->io.is_cancelled(r->io.ud))
+        set_kill(r, L, KILL_CANCEL);
+}
+
+/* Raises the kill error, with the position of the function `level` up
+ * the stack (0 from the hook, 1 from a C function called by the script). */
+static int raise_kill(lua_State *L, run *r, int level)
+{
+    luaL_where(L, level);
+    if (r->kill == KILL_TIMEOUT)
+        lua_pushfstring(L,
+                        "timed out: the script ran past its deadline of "
+                        "%I ms",
+                        (lua_Integer)r->lim.timeout_ms);
+    else
+        lua_pushliteral(L, "cancelled: the run_code call was cancelled");
+    lua_concat(L, 2);
+    return lua_error(L);
+}
+
+static void hook(lua_State *L, lua_Debug *ar)
+{
+    (void)ar;
+    run *r = get_run(L);
+    poll_limits(r, L);
+    if (r->kill) {
+        if (L != r->L) /* a coroutine: keep it at every instruction too */
+            lua_sethook(L, hook, LUA_MASKCOUNT, 1);
+        raise_kill(L, r, 0);
+    }
+}
+
+/* ---- Output ------------------------------------------------------------------ */
+
+/* Sends bytes to a stream within the output limit.  Returns nonzero when
+ * the sink asks to stop. */
+static int out_write(run *r, int stream, const void *data, size_t len)
+{
+    if (stream == TOOLHOST_STDOUT)
+        r->res->out_bytes += len;
+    else
+        r->res->err_bytes += len;
+    size_t keep = len;
+    if (r->lim.output_limit) {
+        uint64_t room = r->kept[stream] >= r->lim.output_limit
+                            ? 0
+                            : r->lim.output_limit - r->kept[stream];
+        if (keep > room)
+            keep = (size_t)room;
+    }
+    r->dropped[stream] += len - keep;
+    r->kept[stream] += keep;
+    if (!keep)
+        return 0;
+    if (r->io.write)
+        return r->io.write(r->io.ud, stream, data, keep);
+    th_buf *b = stream == TOOLHOST_STDOUT ? &r->res->out : &r->res->err;
+    if (th_buf_append(b, data, keep) != 0) {
+        r->kept[stream] -= keep;
+        r->dropped[stream] += keep;
+    }
+    return 0;
+}
+
+static void out_finish(run *r)
+{
+    static const char *const names[3] = {"", "stdout", "stderr"};
+    for (int s = TOOLHOST_STDOUT; s <= TOOLHOST_STDERR; s++) {
+        if (!r->dropped[s])
+            continue;
+        char line[256];
+        int n = snprintf(line, sizeof line,
+                         "\n[toolhost: %llu more bytes of %s dropped: the "
+                         "run_code output limit is %llu bytes]\n",
+                         (unsigned long long)r->dropped[s], names[s],
+                         (unsigned long long)r->lim.output_limit);
+        if (n <= 0)
+            continue;
+        if (r->io.write)
+            (void)r->io.write(r->io.ud, s, line, (size_t)n);
+        else
+            (void)th_buf_append(s == TOOLHOST_STDOUT ? &r->res->out
+                                                     : &r->res->err,
+                                line, (size_t)n);
+    }
+}
+
+static void write_or_kill(lua_State *L, run *r, int stream, const char *s,
+                          size_t n)
+{
+    if (out_write(r, stream, s, n) != 0) {
+        set_kill(r, L, KILL_CANCEL);
+        raise_kill(L, r, 1);
+    }
+}
+
+static int sb_print(lua_State *L)
+{
+    run *r = get_run(L);
+    int n = lua_gettop(L);
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    for (int i = 1; i <= n; i++) {
+        if (i > 1)
+            luaL_addchar(&b, '\t');
+        luaL_tolstring(L, i, NULL);
+        luaL_addvalue(&b);
+    }
+    luaL_addchar(&b, '\n');
+    luaL_pushresult(&b);
+    size_t len;
+    const char *s = lua_tolstring(L, -1, &len);
+    write_or_kill(L, r, TOOLHOST_STDOUT, s, len);
+    return 0;
+}
+
+/* stream:write(...) for the stdout and stderr objects; upvalue 1 is the
+ * stream number, upvalue 2 the object (skipped when passed as self). */
+static int sb_stream_write(lua_State *L)
+{
+    run *r = get_run(L);
+    int stream = (int)lua_tointeger(L, lua_upvalueindex(1));
+    int first = lua_rawequal(L, 1, lua_upvalueindex(2)) ? 2 : 1;
+    int n = lua_gettop(L);
+    for (int i = first; i <= n; i++) {
+        size_t len;
+        const char *s = luaL_checklstring(L, i, &len);
+        write_or_kill(L, r, stream, s, len);
+    }
+    lua_pushvalue(L, lua_upvalueindex(2));
+    return 1;
+}
+
+/* ---- Lua -> msgpack ------------------------------------------------------------ */
+
+typedef struct pack_ctx {
+    run *r;
+    msgpack_packer pk;
+    int visiting; /* stack index of the set of tables being packed */
+    bool lenient; /* unsupported values become their tostring() text */
+    const th_proj_tool *tool; /* for argument hints, or NULL */
+} pack_ctx;
+
+static int pack_fail(pack_ctx *c, const char *fmt, const char *a)
+{
+    snprintf(c->r->msg, sizeof c->r->msg, fmt, a);
+    return -1;
+}
+
+static int pack_value(lua_State *L, pack_ctx *c, int idx, int depth,
+                      uint32_t hint);
+
+/* Packs the table at idx (absolute). */
+static int pack_table(lua_State *L, pack_ctx *c, int idx, int depth,
+                      uint32_t hint)
+{
+    if (depth > MAX_DEPTH)
+        return pack_fail(c, "a table is nested more than %s levels deep",
+                         "64");
+    lua_pushvalue(L, idx);
+    if (lua_rawget(L, c->visiting) != LUA_TNIL) {
+        lua_pop(L, 1);
+        return pack_fail(c, "%s",
+                         "a table contains itself (a cycle); tool arguments "
+                         "and returned values must be trees");
+    }
+    lua_pop(L, 1);
+    lua_pushvalue(L, idx);
+    lua_pushboolean(L, 1);
+    lua_rawset(L, c->visiting);
+
+    size_t n = 0;
+    lua_Integer max = 0;
+    bool arr = true;
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        n++;
+        if (arr) {
+            if (lua_isinteger(L, -2)) {
+                lua_Integer k = lua_tointeger(L, -2);
+                if (k < 1)
+                    arr = false;
+                else if (k > max)
+                    max = k;
+            } else {
+                arr = false;
+            }
+        }
+        lua_pop(L, 1);
+    }
+    arr = arr && (n ? (size_t)max == n : hint == TOOLHOST_TYPE_ARRAY);
+    if (depth == 0 && c->tool) {
+        if (arr && n) {
+            lua_pushvalue(L, idx);
+            lua_pushnil(L);
+            lua_rawset(L, c->visiting);
+            return pack_fail(c,
+                             "tools.%s takes named arguments, e.g. "
+                             "tools.NAME{key=value}, not a list",
+                             c->tool->key);
+        }
+        arr = false;
+    }
+    int rc = 0;
+    if (arr) {
+        rc = msgpack_pack_array(&c->pk, (uint32_t)n);
+        for (size_t i = 1; i <= n && !rc; i++) {
+            lua_rawgeti(L, idx, (lua_Integer)i);
+            rc = pack_value(L, c, lua_gettop(L), depth + 1, 0);
+            lua_pop(L, 1);
+        }
+    } else {
+        rc = msgpack_pack_map(&c->pk, (uint32_t)n);
+        lua_pushnil(L);
+        while (!rc && lua_next(L, idx)) {
+            int kt = lua_type(L, -2);
+            if (kt == LUA_TSTRING) {
+                size_t kl;
+                const char *k = lua_tolstring(L, -2, &kl);
+                rc = msgpack_pack_str_with_body(&c->pk, k, kl);
+            } else if (kt == LUA_TNUMBER || kt == LUA_TBOOLEAN) {
+                if (depth == 0 && c->tool) {
+                    lua_pop(L, 2);
+                    return pack_fail(c,
+                                     "tools.%s takes named arguments, e.g. "
+                                     "tools.NAME{key=value}; found a "
+                                     "positional or numeric key",
+                                     c->tool->key);
+                }
+                rc = pack_value(L, c, lua_gettop(L) - 1, depth + 1, 0);
+            } else {
+                lua_pop(L, 2);
+                return pack_fail(c, "table keys must be strings or numbers, "
+                                    "not %s values",
+                                 lua_typename(L, kt));
+            }
+            uint32_t h = 0;
+            if (!rc && depth == 0 && c->tool && kt == LUA_TSTRING) {
+                const char *k = lua_tostring(L, -2);
+                for (size_t i = 0; i < c->tool->n_params; i++)
+                    if (strcmp(c->tool->params[i].name, k) == 0)
+                        h = c->tool->params[i].type;
+            }
+            if (!rc)
+                rc = pack_value(L, c, lua_gettop(L), depth + 1, h);
+            if (rc) {
+                lua_pop(L, 2);
+                break;
+            }
+            lua_pop(L, 1);
+        }
+    }
+    lua_pushvalue(L, idx);
+    lua_pushnil(L);
+    lua_rawset(L, c->visiting);
+    if (rc && !c->r->msg[0])
+        snprintf(c->r->msg, sizeof c->r->msg, "out of memory");
+    return rc ? -1 : 0;
+}
+
+static int pack_value(lua_State *L, pack_ctx *c, int idx, int depth,
+                      uint32_t hint)
+{
+    luaL_checkstack(L, 8, "tables nested too deeply");
+    switch (lua_type(L, idx)) {
+    case LUA_TNIL:
+        return msgpack_pack_nil(&c->pk);
+    case LUA_TBOOLEAN:
+        return lua_toboolean(L, idx) ? msgpack_pack_true(&c->pk)
+                                     : msgpack_pack_false(&c->pk);
+    case LUA_TNUMBER:
+        if (lua_isinteger(L, idx))
+            return msgpack_pack_int64(&c->pk, lua_tointeger(L, idx));
+        else {
+            lua_Number d = lua_tonumber(L, idx);
+            lua_Integer i;
+            if (hint == TOOLHOST_TYPE_INTEGER && lua_numbertointeger(d, &i) &&
+                (lua_Number)i == d)
+                return msgpack_pack_int64(&c->pk, i);
+            return msgpack_pack_double(&c->pk, d);
+        }
+    case LUA_TSTRING: {
+        size_t n;
+        const char *s = lua_tolstring(L, idx, &n);
+        return msgpack_pack_str_with_body(&c->pk, s, n);
+    }
+    case LUA_TTABLE:
+        return pack_table(L, c, idx, depth, hint);
+    default:
+        if (c->lenient) {
+            size_t n;
+            const char *s = luaL_tolstring(L, idx, &n);
+            int rc = msgpack_pack_str_with_body(&c->pk, s, n);
+            lua_pop(L, 1);
+            return rc;
+        }
+        return pack_fail(c,
+                         "a %s value cannot be passed to a tool (only "
+                         "nil, booleans, numbers, strings and tables)",
+                         luaL_typename(L, idx));
+    }
+}
+
+/* Packs the value at idx into buf; on failure r->msg says why. */
+static int pack_into(lua_State *L, run *r, int idx, th_buf *buf,
+                     bool lenient, const th_proj_tool *tool)
+{
+    idx = lua_absindex(L, idx);
+    pack_ctx c;
+    c.r = r;
+    c.lenient = lenient;
+    c.tool = tool;
+    r->msg[0] = '\0';
+    th_buf_reset(buf);
+    msgpack_packer_init(&c.pk, buf, th_buf_msgpack_write);
+    lua_newtable(L);
+    c.visiting = lua_gettop(L);
+    int rc = pack_value(L, &c, idx, 0, 0);
+    lua_pop(L, 1);
+    if (rc && !r->msg[0])
+        snprintf(r->msg, sizeof r->msg, "out of memory");
+    return rc ? -1 : 0;
+}
+
+/* ---- msgpack -> Lua ---------------------------------------------------------- */
+
+static void push_object(lua_State *L, const msgpack_object *o, int depth)
+{
+    luaL_checkstack(L, 4, "result nested too deeply");
+    if (depth > MAX_DEPTH) {
+        lua_pushnil(L);
+        return;
+    }
+    switch (o->type) {
+    case MSGPACK_OBJECT_BOOLEAN:
+        lua_pushboolean(L, o->via.boolean);
+        break;
+    case MSGPACK_OBJECT_POSITIVE_INTEGER:
+        if (o->via.u64 > (uint64_t)LUA_MAXINTEGER)
+            lua_pushnumber(L, (lua_Number)o->via.u64);
+        else
+            lua_pushinteger(L, (lua_Integer)o->via.u64);
+        break;
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+        lua_pushinteger(L, (lua_Integer)o->via.i64);
+        break;
+    case MSGPACK_OBJECT_FLOAT32:
+    case MSGPACK_OBJECT_FLOAT64:
+        lua_pushnumber(L, o->via.f64);
+        break;
+    case MSGPACK_OBJECT_STR:
+        lua_pushlstring(L, o->via.str.ptr, o->via.str.size);
+        break;
+    case MSGPACK_OBJECT_BIN:
+        lua_pushlstring(L, o->via.bin.ptr, o->via.bin.size);
+        break;
+    case MSGPACK_OBJECT_ARRAY:
+        lua_createtable(L, (int)o->via.array.size, 0);
+        for (uint32_t i = 0; i < o->via.array.size; i++) {
+            push_object(L, &o->via.array.ptr[i], depth + 1);
+            lua_rawseti(L, -2, (lua_Integer)i + 1);
+        }
+        break;
+    case MSGPACK_OBJECT_MAP:
+        lua_createtable(L, 0, (int)o->via.map.size);
+        for (uint32_t i = 0; i < o->via.map.size; i++) {
+            const msgpack_object_kv *kv = &o->via.map.ptr[i];
+            if (kv->key.type == MSGPACK_OBJECT_NIL)
+                continue;
+            push_object(L, &kv->key, depth + 1);
+            push_object(L, &kv->val, depth + 1);
+            if (lua_isnil(L, -2) ||
+                (lua_type(L, -2) == LUA_TNUMBER &&
+                 lua_tonumber(L, -2) != lua_tonumber(L, -2)))
+                lua_pop(L, 2); /* nil or NaN key */
+            else
+                lua_rawset(L, -3);
+        }
+        break;
+    default: /* nil, ext */
+        lua_pushnil(L);
+        break;
+    }
+}
+
+/* Pushes the msgpack value in buf, or an empty table when there is none. */
+static void push_msgpack(lua_State *L, run *r, const th_buf *b)
+{
+    if (!b->len) {
+        lua_newtable(L);
+        return;
+    }
+    if (r->unp_live)
+        msgpack_unpacked_destroy(&r->unp);
+    msgpack_unpacked_init(&r->unp);
+    r->unp_live = true;
+    if (msgpack_unpack_next(&r->unp, (const char *)b->data, b->len, NULL) !=
+        MSGPACK_UNPACK_SUCCESS) {
+        lua_newtable(L);
+        return;
+    }
+    push_object(L, &r->unp.data, 0);
+}
+
+/* ---- Tools ----------------------------------------------------------------- */
+
+typedef struct progress_ctx {
+    run *r;
+    const char *tool;
+} progress_ctx;
+
+static void progress_tramp(void *ud, double fraction, const char *message,
+                           const uint8_t *data, size_t data_len)
+{
+    progress_ctx *p = ud;
+    if (p->r->io.progress)
+        p->r->io.progress(p->r->io.ud, p->tool, fraction, message, data,
+                          data_len);
+}
+
+static void set_str(lua_State *L, const char *k, const char *v, size_t n)
+{
+    lua_pushlstring(L, v ? v : "", v ? n : 0);
+    lua_setfield(L, -2, k);
+}
+
+static void push_error_table(lua_State *L, const char *code,
+                             const char *message)
+{
+    lua_createtable(L, 0, 2);
+    lua_createtable(L, 0, 2);
+    set_str(L, "code", code, strlen(code));
+    set_str(L, "message", message, strlen(message));
+    lua_setfield(L, -2, "error");
+    lua_pushboolean(L, 0);
+    lua_setfield(L, -2, "ok");
+}
+
+/* __call of a tool object: upvalue 1 = index in the projection. */
+static int tool_call(lua_State *L)
+{
+    run *r = get_run(L);
+    lua_Integer idx = lua_tointeger(L, lua_upvalueindex(1));
+    const th_proj_tool *t = &r->proj->tools[idx];
+    if (lua_gettop(L) > 2)
+        return luaL_error(L,
+                          "tools.%s takes one table of named arguments, "
+                          "e.g. tools.%s{...}",
+                          t->key, t->key);
+    if (!lua_isnoneornil(L, 2) && !lua_istable(L, 2))
+        return luaL_error(L,
+                          "tools.%s takes a table of named arguments, "
+                          "e.g. tools.%s{...}, not a %s",
+                          t->key, t->key, luaL_typename(L, 2));
+    poll_limits(r, L);
+    if (r->kill)
+        return raise_kill(L, r, 1);
+    if (r->lim.max_calls && r->res->calls >= r->lim.max_calls)
+        return luaL_error(L,
+                          "tool call limit reached: a run may make at most "
+                          "%d tool calls (run_code max_calls)",
+                          (int)r->lim.max_calls);
+    if (lua_isnoneornil(L, 2)) {
+        th_buf_reset(&r->args);
+        if (th_buf_append(&r->args, "\x80", 1) != 0)
+            return luaL_error(L, "out of memory");
+    } else if (pack_into(L, r, 2, &r->args, false, t) != 0) {
+        return luaL_error(L, "tools.%s: bad arguments: %s", t->key, r->msg);
+    }
+    int64_t timeout = 0;
+    if (r->has_deadline) {
+        timeout = ms_left(r);
+        if (timeout <= 0) {
+            set_kill(r, L, KILL_TIMEOUT);
+            return raise_kill(L, r, 1);
+        }
+    }
+    r->res->calls++;
+    th_proj_result_free(&r->pres);
+    progress_ctx pc = {r, t->name};
+    int rc = r->proj->caller.call(r->proj->caller.ud, t->name, r->args.data,
+                                  r->args.len, timeout, progress_tramp, &pc,
+                                  &r->pres);
+    poll_limits(r, L);
+    if (r->kill)
+        return raise_kill(L, r, 1);
+    if (rc < 0) {
+        push_error_table(L, th_err_name(rc), th_strerror(rc));
+    } else if (r->pres.kind == TH_PROJ_ERROR) {
+        push_error_table(L, th_err_name(r->pres.error),
+                         r->pres.message ? r->pres.message
+                                         : th_strerror(r->pres.error));
+    } else {
+        lua_createtable(L, 0, 5);
+        lua_pushboolean(L, r->pres.ok);
+        lua_setfield(L, -2, "ok");
+        set_str(L, "stdout", (const char *)r->pres.out.data, r->pres.out.len);
+        set_str(L, "stderr", (const char *)r->pres.err.data, r->pres.err.len);
+        push_msgpack(L, r, &r->pres.meta);
+        lua_setfield(L, -2, "meta");
+        if (!r->pres.ok) {
+            lua_createtable(L, 0, 2);
+            set_str(L, "code", "tool_failed", 11);
+            if (r->pres.err.len)
+                set_str(L, "message", (const char *)r->pres.err.data,
+                        r->pres.err.len);
+            else
+                set_str(L, "message", "the tool reported a failure", 27);
+            lua_setfield(L, -2, "error");
+        }
+    }
+    th_proj_result_free(&r->pres);
+    return 1;
+}
+
+/* Raises "NAME is read-only"; upvalue 1 is the name. */
+static int ro_newindex(lua_State *L)
+{
+    return luaL_error(L, "%s is read-only in the sandbox",
+                      lua_tostring(L, lua_upvalueindex(1)));
+}
+
+/* Sets a metatable on the table at -1 that protects it: __metatable is a
+ * read-only view of the metatable, writes through __newindex raise.  The
+ * metatable is at the top of the stack; it is consumed. */
+static void lock_metatable(lua_State *L, const char *what, bool ro)
+{
+    int mt = lua_gettop(L);
+    if (ro) {
+        lua_pushstring(L, what);
+        lua_pushcclosure(L, ro_newindex, 1);
+        lua_setfield(L, mt, "__newindex");
+    }
+    /* the view: an empty table reading through to mt, itself locked */
+    lua_newtable(L);
+    lua_newtable(L);
+    lua_pushvalue(L, mt);
+    lua_setfield(L, -2, "__index");
+    lua_pushfstring(L, "the metatable of %s", what);
+    lua_pushcclosure(L, ro_newindex, 1);
+    lua_setfield(L, -2, "__newindex");
+    lua_pushboolean(L, 0);
+    lua_setfield(L, -2, "__metatable");
+    lua_setmetatable(L, -2);
+    lua_setfield(L, mt, "__metatable");
+    lua_setmetatable(L, mt - 1);
+}
+
+/* __index of `tools`: upvalue 1 = the real table. */
+static int tools_index(lua_State *L)
+{
+    lua_pushvalue(L, 2);
+    if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL)
+        return 1;
+    run *r = get_run(L);
+    const char *k = lua_tostring(L, 2);
+    if (k && strcmp(k, TH_CODE_TOOL_NAME) == 0)
+        return luaL_error(L, "tools.run_code does not exist: run_code "
+                             "cannot call itself from code (no recursion)");
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    for (size_t i = 0; i < r->proj->n_tools && i < 40; i++) {
+        if (i)
+            luaL_addstring(&b, ", ");
+        luaL_addstring(&b, r->proj->tools[i].key);
+    }
+    if (r->proj->n_tools > 40)
+        luaL_addstring(&b, ", ...");
+    if (!r->proj->n_tools)
+        luaL_addstring(&b, "(none)");
+    luaL_pushresult(&b);
+    return luaL_error(L, "no tool '%s' in this toolset; the tools are: %s",
+                      k ? k : luaL_typename(L, 2), lua_tostring(L, -1));
+}
+
+/* next() over the real tools table (upvalue 1), whatever the state. */
+static int tools_next(lua_State *L)
+{
+    lua_settop(L, 2);
+    if (lua_next(L, lua_upvalueindex(1)))
+        return 2;
+    lua_pushnil(L);
+    return 1;
+}
+
+static int tools_pairs(lua_State *L)
+{
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_pushcclosure(L, tools_next, 1);
+    lua_pushvalue(L, 1);
+    lua_pushnil(L);
+    return 3;
+}
+
+static int tool_tostring(lua_State *L)
+{
+    lua_pushfstring(L, "tool %s", lua_tostring(L, lua_upvalueindex(1)));
+    return 1;
+}
+
+/* Builds the global `tools`. */
+static void make_tools(lua_State *L, run *r)
+{
+    lua_newtable(L); /* real */
+    int real = lua_gettop(L);
+    size_t n = r->proj ? r->proj->n_tools : 0;
+    for (size_t i = 0; i < n; i++) {
+        const th_proj_tool *t = &r->proj->tools[i];
+        lua_newtable(L); /* proxy */
+        lua_newtable(L); /* mt */
+        lua_createtable(L, 0, 5); /* fields */
+        lua_pushstring(L, t->key);
+        lua_setfield(L, -2, "name");
+        lua_pushstring(L, t->name);
+        lua_setfield(L, -2, "tool");
+        lua_pushstring(L, t->doc);
+        lua_setfield(L, -2, "doc");
+        lua_pushstring(L, t->description);
+        lua_setfield(L, -2, "description");
+        lua_pushstring(L, t->signature);
+        lua_setfield(L, -2, "signature");
+        lua_setfield(L, -2, "__index");
+        lua_pushinteger(L, (lua_Integer)i);
+        lua_pushcclosure(L, tool_call, 1);
+        lua_setfield(L, -2, "__call");
+        lua_pushstring(L, t->key);
+        lua_pushcclosure(L, tool_tostring, 1);
+        lua_setfield(L, -2, "__tostring");
+        lua_pushstring(L, "__toolhost_tool");
+        lua_pushboolean(L, 1);
+        lua_rawset(L, -3);
+        char what[160];
+        snprintf(what, sizeof what, "tools.%s", t->key);
+        lock_metatable(L, what, true);
+        lua_setfield(L, real, t->key);
+    }
+    lua_newtable(L); /* proxy */
+    lua_newtable(L); /* mt */
+    lua_pushvalue(L, real);
+    lua_pushcclosure(L, tools_index, 1);
+    lua_setfield(L, -2, "__index");
+    lua_pushvalue(L, real);
+    lua_pushcclosure(L, tools_pairs, 1);
+    lua_setfield(L, -2, "__pairs");
+    lock_metatable(L, "tools", true);
+    lua_setglobal(L, "tools");
+    lua_pop(L, 1); /* real (kept alive by the closures) */
+}
+
+/* help(x): prints the doc of a tool, or the list of tools. */
+static int sb_help(lua_State *L)
+{
+    run *r = get_run(L);
+    lua_settop(L, 1); /* the buffer below lives above argument 1 */
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    if (lua_isnoneornil(L, 1)) {
+        luaL_addstring(&b, "Tools (call as tools.NAME{...}; help(tools.NAME) "
+                           "for details):\n");
+        for (size_t i = 0; r->proj && i < r->proj->n_tools; i++) {
+            const th_proj_tool *t = &r->proj->tools[i];
+            lua_pushfstring(L, "  %s - %s\n", t->signature, t->description);
+            luaL_addvalue(&b);
+        }
+    } else {
+        if (lua_getmetatable(L, 1) &&
+            lua_getfield(L, -1, "__index") == LUA_TTABLE &&
+            lua_getfield(L, -1, "doc") == LUA_TSTRING) {
+            lua_remove(L, -2);
+            lua_remove(L, -2);
+            luaL_addvalue(&b);
+        } else {
+            return luaL_error(L, "help: no help for a %s value; try help() "
+                                 "or help(tools.NAME)",
+                              luaL_typename(L, 1));
+        }
+    }
+    luaL_pushresult(&b);
+    size_t len;
+    const char *s = lua_tolstring(L, -1, &len);
+    write_or_kill(L, r, TOOLHOST_STDOUT, s, len);
+    return 0;
+}
+
+/* ---- The sandbox ------------------------------------------------------------ */
+
+static int sb_unavailable(lua_State *L)
+{
+    return luaL_error(L, "%s is not available in the toolhost sandbox%s",
+                      lua_tostring(L, lua_upvalueindex(1)),
+                      lua_tostring(L, lua_upvalueindex(2)));
+}
+
+static void push_unavailable(lua_State *L, const char *what, const char *why)
+{
+    lua_pushstring(L, what);
+    lua_pushstring(L, why);
+    lua_pushcclosure(L, sb_unavailable, 2);
+}
+
+/* __index of _G: a clear error for the libraries the sandbox leaves out. */
+static int globals_index(lua_State *L)
+{
+    static const char *const gone[] = {"io",      "debug",    "package",
+                                       "require", "dofile",   "loadfile",
+                                       "loadstring", "module", NULL};
+    const char *k = lua_tostring(L, 2);
+    for (size_t i = 0; k && gone[i]; i++)
+        if (strcmp(k, gone[i]) == 0)
+            return luaL_error(L,
+                              "'%s' is not available in the toolhost "
+                              "sandbox: no files, processes, modules or "
+                              "debug access (use tools.NAME{...}, print, "
+                              "stderr:write)",
+                              k);
+    return 0;
+}
+
+/* __index of os: only time, clock and date are there. */
+static int os_index(lua_State *L)
+{
+    const char *k = lua_tostring(L, 2);
+    return luaL_error(L,
+                      "os.%s is not available in the toolhost sandbox: only "
+                      "os.time, os.clock and os.date are",
+                      k ? k : "?");
+}
+
+static int sb_collectgarbage(lua_State *L)
+{
+    const char *opt = luaL_optstring(L, 1, "collect");
+    if (strcmp(opt, "count") != 0)
+        return luaL_error(L,
+                          "collectgarbage(\"%s\") is not available in the "
+                          "toolhost sandbox: only collectgarbage(\"count\")",
+                          opt);
+    int k = lua_gc(L, LUA_GCCOUNT, 0);
+    int b = lua_gc(L, LUA_GCCOUNTB, 0);
+    lua_pushnumber(L, (lua_Number)k + ((lua_Number)b / 1024));
+    return 1;
+}
+
+/* load(chunk [, chunkname [, mode [, env]]]): text only; env defaults to
+ * the sandbox's globals.  Upvalue 1 is the base library's load. */
+static int sb_load(lua_State *L)
+{
+    int top = lua_gettop(L);
+    if (top >= 3 && !lua_isnil(L, 3)) {
+        const char *mode = luaL_checkstring(L, 3);
+        if (strcmp(mode, "t") != 0)
+            return luaL_error(L,
+                              "load: mode \"%s\" refused: the toolhost "
+                              "sandbox loads text chunks only (mode \"t\")",
+                              mode);
+    }
+    if (top >= 4 && !lua_isnil(L, 4))
+        luaL_checktype(L, 4, LUA_TTABLE);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_pushvalue(L, 1);
+    if (top >= 2 && !lua_isnil(L, 2))
+        lua_pushvalue(L, 2);
+    else
+        lua_pushliteral(L, "=(load)");
+    lua_pushliteral(L, "t");
+    if (top >= 4 && !lua_isnil(L, 4))
+        lua_pushvalue(L, 4);
+    else
+        lua_pushglobaltable(L);
+    lua_call(L, 4, LUA_MULTRET);
+    return lua_gettop(L) - top;
+}
+
+/* ---- Pattern cost guard -------------------------------------------------------
+ *
+ * Lua's pattern matcher is C code: the count hook cannot stop it, and a
+ * backtracking pattern on a large subject (("a"):rep(1e5):find("a*b"),
+ * s:find(".-.-.-x")) can run for minutes.  Before string.find, match,
+ * gmatch and gsub run, the sandbox estimates the worst-case number of
+ * matcher steps from the pattern's items and the subject, and refuses a
+ * call whose estimate does not fit in the time left.  The estimate reads the
+ * pattern grammar of the Lua manual (classes, sets, quantifiers, %b, %f,
+ * anchors); the matching itself is always Lua's.
+ *
+ * For the first item quantified with *, + or - the work over all start
+ * positions is about the sum, over maximal runs of subject bytes in its
+ * class, of L^2/2 (anchored: the first run only); every later such item
+ * multiplies by its longest run + 1, every ? by 2. */
+
+#define STEPS_PER_MS 100000.0 /* measured: 3e5 or more per ms */
+
+static bool class_has(int c, int cl)
+{
+    int r;
+    switch (tolower(cl)) {
+    case 'a': r = isalpha(c); break;
+    case 'c': r = iscntrl(c); break;
+    case 'd': r = isdigit(c); break;
+    case 'g': r = isgraph(c); break;
+    case 'l': r = islower(c); break;
+    case 'p': r = ispunct(c); break;
+    case 's': r = isspace(c); break;
+    case 'u': r = isupper(c); break;
+    case 'w': r = isalnum(c); break;
+    case 'x': r = isxdigit(c); break;
+    default: return cl == c;
+    }
+    return isupper(cl) ? !r : r != 0;
+}
+
+static void set_add(uint8_t set[32], int c)
+{
+    set[(unsigned)c >> 3] |= (uint8_t)(1u << (c & 7));
+}
+
+static bool set_has(const uint8_t set[32], unsigned char c)
+{
+    return set[c >> 3] & (1u << (c & 7));
+}
+
+/* Parses one single-character class at p into set; returns the position
+ * after it, or NULL when the pattern is malformed (Lua will say so). */
+static const char *parse_class(const char *p, const char *end, uint8_t set[32])
+{
+    memset(set, 0, 32);
+    if (*p == '.') {
+        memset(set, 0xff, 32);
+        return p + 1;
+    }
+    if (*p == '%') {
+        if (p + 1 >= end)
+            return NULL;
+        for (int c = 0; c < 256; c++)
+            if (class_has(c, (unsigned char)p[1]))
+                set_add(set, c);
+        return p + 2;
+    }
+    if (*p != '[') {
+        set_add(set, (unsigned char)*p);
+        return p + 1;
+    }
+    const char *q = p + 1;
+    bool neg = q < end && *q == '^';
+    if (neg)
+        q++;
+    bool first = true;
+    while (q < end && (*q != ']' || first)) {
+        first = false;
+        if (*q == '%' && q + 1 < end) {
+            for (int c = 0; c < 256; c++)
+                if (class_has(c, (unsigned char)q[1]))
+                    set_add(set, c);
+            q += 2;
+        } else if (q + 2 < end && q[1] == '-' && q[2] != ']') {
+            for (int c = (unsigned char)q[0]; c <= (unsigned char)q[2]; c++)
+                set_add(set, c);
+            q += 3;
+        } else {
+            set_add(set, (unsigned char)*q);
+            q++;
+        }
+    }
+    if (q >= end)
+        return NULL;
+    if (neg)
+        for (int i = 0; i < 32; i++)
+            set[i] = (uint8_t)~set[i];
+    return q + 1;
+}
+
+/* Longest run and sum of squared runs of subject bytes in set. */
+static void runs(const unsigned char *s, size_t n, const uint8_t set[32],
+                 double *longest, double *sumsq)
+{
+    double L = 0, best = 0, sq = 0;
+    for (size_t i = 0; i <= n; i++) {
+        if (i < n && set_has(set, s[i])) {
+            L++;
+            continue;
+        }
+        sq += L * L;
+        if (L > best)
+            best = L;
+        L = 0;
+    }
+    *longest = best;
+    *sumsq = sq;
+}
+
+/* The estimated worst-case matcher steps, or -1 when the pattern is
+ * malformed (Lua reports that itself). */
+static double pattern_cost(const char *s, size_t n, const char *p, size_t pl,
+                           bool can_anchor)
+{
+    const char *end = p + pl;
+    bool anchored = false;
+    if (can_anchor && p < end && *p == '^') {
+        anchored = true;
+        p++;
+    }
+    double first = -1, rest = 1, items = 1;
+    uint8_t set[32];
+    while (p < end) {
+        char c = *p;
+        items++;
+        if (c == '(' || c == ')' || (c == '$' && p + 1 == end)) {
+            p++;
+            continue;
+        }
+        if (c == '%' && p + 1 < end && p[1] == 'b') {
+            if (p + 3 >= end)
+                return -1;
+            /* a balance scan may run to the end from every opener */
+            double openers = 0;
+            for (size_t i = 0; i < n; i++)
+                openers += s[i] == (unsigned char)p[2];
+            if (first < 0)
+                first = openers * (double)n + (double)n;
+            else
+                rest *= (double)n + 1;
+            p += 4;
+            continue;
+        }
+        if (c == '%' && p + 1 < end && p[1] == 'f') {
+            p += 2;
+            if (p >= end || *p != '[' || !(p = parse_class(p, end, set)))
+                return -1;
+            continue;
+        }
+        if (c == '%' && p + 1 < end && isdigit((unsigned char)p[1])) {
+            p += 2;
+            continue;
+        }
+        const char *q = parse_class(p, end, set);
+        if (!q)
+            return -1;
+        char quant = q < end ? *q : 0;
+        if (quant == '*' || quant == '+' || quant == '-') {
+            double longest, sumsq;
+            runs((const unsigned char *)s, n, set, &longest, &sumsq);
+            if (first < 0)
+                first = anchored ? longest + 1 : sumsq / 2 + (double)n;
+            else
+                rest *= longest + 1;
+            q++;
+        } else if (quant == '?') {
+            rest *= 2;
+            q++;
+        }
+        p = q;
+        if (rest > 1e30)
+            rest = 1e30;
+    }
+    if (first < 0) /* no quantifier: a scan per start position */
+        return (anchored ? 1.0 : (double)n + 1) * items;
+    return first * rest * items;
+}
+
+/* string.find/match/gmatch/gsub with the cost guard.  Upvalue 1: the
+ * original function; upvalue 2: its name; upvalue 3: true for find. */
+static int sb_pattern_fn(lua_State *L)
+{
+    run *r = get_run(L);
+    const char *name = lua_tostring(L, lua_upvalueindex(2));
+    bool is_find = lua_toboolean(L, lua_upvalueindex(3));
+    if (r->has_deadline && lua_type(L, 1) == LUA_TSTRING &&
+        lua_type(L, 2) == LUA_TSTRING) {
+        size_t n, pl;
+        const char *s = lua_tolstring(L, 1, &n);
+        const char *p = lua_tolstring(L, 2, &pl);
+        double left = (double)ms_left(r);
+        double budget = (left > 1 ? left : 1) * STEPS_PER_MS;
+        double cost;
+        if (is_find && (lua_toboolean(L, 4) ||
+                        strpbrk(p, "^$*+?.([%-") == NULL ||
+                        strlen(p) != pl))
+            cost = (double)n * (double)(pl ? pl : 1) / 20; /* memcmp */
+        else
+            cost = pattern_cost(s, n, p, pl, strcmp(name, "gmatch") != 0);
+        if (cost > budget) {
+            char msg[400];
+            snprintf(msg, sizeof msg,
+                     "string.%s: this pattern could take too long on a "
+                     "%zu-byte string (about %.3g matcher steps; the time "
+                     "left allows %.3g): match smaller pieces, e.g. one line "
+                     "at a time with for line in s:gmatch(\"[^\\n]+\") do "
+                     "... end, or use a plain search: s:find(text, 1, true)",
+                     name, n, cost, budget);
+            return luaL_error(L, "%s", msg);
+        }
+    }
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+    return lua_gettop(L);
+}
+
+/* table.move(a1, f, e, t [, a2]) loops in C over e - f + 1 indices, even
+ * when the table is empty: refuse a range the time left cannot cover.
+ * Upvalue 1: the original function. */
+static int sb_table_move(lua_State *L)
+{
+    run *r = get_run(L);
+    lua_Integer f = luaL_checkinteger(L, 2);
+    lua_Integer e = luaL_checkinteger(L, 3);
+    if (r->has_deadline && e >= f) {
+        double left = (double)ms_left(r);
+        double budget = (left > 1 ? left : 1) * STEPS_PER_MS;
+        if ((double)e - (double)f + 1 > budget)
+            return luaL_error(L,
+                              "table.move: %I elements or more are too many "
+                              "to move in the time left",
+                              (lua_Integer)budget);
+    }
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+    return lua_gettop(L);
+}
+
+/* setmetatable(t, mt) without __gc: Lua runs finalizers with hooks off
+ * (during collection steps and at lua_close), so a finalizer would be out
+ * of the deadline's reach.  Upvalue 1: the original function. */
+static int sb_setmetatable(lua_State *L)
+{
+    if (lua_type(L, 2) == LUA_TTABLE &&
+        lua_getfield(L, 2, "__gc") != LUA_TNIL)
+        return luaL_error(L, "setmetatable: __gc metamethods are not "
+                             "available in the toolhost sandbox (finalizers "
+                             "would run outside the deadline)");
+    lua_settop(L, 2);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, 2, 1);
+    return 1;
+}
+
+/* Lua's warn(): "Lua warning: ..." lines on the script's stderr. */
+static void sb_warnf(void *ud, const char *msg, int tocont)
+{
+    run *r = ud;
+    if (!r->warn_cont && msg[0] == '@') /* control messages: ignored */
+        return;
+    if (!r->warn_cont)
+        (void)out_write(r, TOOLHOST_STDERR, "Lua warning: ", 13);
+    (void)out_write(r, TOOLHOST_STDERR, msg, strlen(msg));
+    if (!tocont)
+        (void)out_write(r, TOOLHOST_STDERR, "\n", 1);
+    r->warn_cont = tocont != 0;
+}
+
+static void guard_patterns(lua_State *L)
+{
+    static const char *const fns[] = {"find", "match", "gmatch", "gsub",
+                                      NULL};
+    lua_getglobal(L, "string");
+    for (size_t i = 0; fns[i]; i++) {
+        lua_getfield(L, -1, fns[i]);
+        lua_pushstring(L, fns[i]);
+        lua_pushboolean(L, i == 0);
+        lua_pushcclosure(L, sb_pattern_fn, 3);
+        lua_setfield(L, -2, fns[i]);
+    }
+    lua_getglobal(L, "setmetatable");
+    lua_pushcclosure(L, sb_setmetatable, 1);
+    lua_setglobal(L, "setmetatable");
+    lua_getglobal(L, "table");
+    lua_getfield(L, -1, "move");
+    lua_pushcclosure(L, sb_table_move, 1);
+    lua_setfield(L, -2, "move");
+    lua_pop(L, 2);
+}
+
+static void make_stream(lua_State *L, const char *name, int stream)
+{
+    lua_newtable(L); /* the object */
+    lua_newtable(L); /* mt */
+    lua_newtable(L); /* methods */
+    lua_pushinteger(L, stream);
+    lua_pushvalue(L, -4);
+    lua_pushcclosure(L, sb_stream_write, 2);
+    lua_setfield(L, -2, "write");
+    lua_setfield(L, -2, "__index");
+    lock_metatable(L, name, true);
+    lua_setglobal(L, name);
+}
+
+/* Runs protected: builds the sandbox.  Argument 1: the run. */
+static int setup(lua_State *L)
+{
+    run *r = lua_touserdata(L, 1);
+    luaL_requiref(L, LUA_GNAME, luaopen_base, 1);
+    luaL_requiref(L, LUA_STRLIBNAME, luaopen_string, 1);
+    luaL_requiref(L, LUA_TABLIBNAME, luaopen_table, 1);
+    luaL_requiref(L, LUA_MATHLIBNAME, luaopen_math, 1);
+    luaL_requiref(L, LUA_UTF8LIBNAME, luaopen_utf8, 1);
+    luaL_requiref(L, LUA_COLIBNAME, luaopen_coroutine, 1);
+    lua_settop(L, 1);
+
+    /* os: time, clock, date only; the full library is never global */
+    lua_pushcfunction(L, luaopen_os);
+    lua_call(L, 0, 1);
+    int fullos = lua_gettop(L);
+    lua_createtable(L, 0, 3);
+    static const char *const keep[] = {"time", "clock", "date", NULL};
+    for (size_t i = 0; keep[i]; i++) {
+        lua_getfield(L, fullos, keep[i]);
+        lua_setfield(L, -2, keep[i]);
+    }
+    lua_newtable(L);
+    lua_pushcfunction(L, os_index);
+    lua_setfield(L, -2, "__index");
+    lock_metatable(L, "os", true);
+    lua_setglobal(L, "os");
+    lua_settop(L, 1);
+    /* nothing needs the loaded-modules table after this */
+    lua_pushnil(L);
+    lua_setfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+
+    /* base: replace or remove */
+    lua_getglobal(L, "load");
+    lua_pushcclosure(L, sb_load, 1);
+    lua_setglobal(L, "load");
+    lua_pushcfunction(L, sb_collectgarbage);
+    lua_setglobal(L, "collectgarbage");
+    lua_pushcfunction(L, sb_print);
+    lua_setglobal(L, "print");
+    lua_pushcfunction(L, sb_help);
+    lua_setglobal(L, "help");
+    lua_pushnil(L);
+    lua_setglobal(L, "dofile");
+    lua_pushnil(L);
+    lua_setglobal(L, "loadfile");
+
+    guard_patterns(L);
+
+    /* string.dump */
+    lua_getglobal(L, "string");
+    push_unavailable(L, "string.dump",
+                     ": binary chunks are refused (load takes text only)");
+    lua_setfield(L, -2, "dump");
+    lua_pop(L, 1);
+
+    /* the string metatable: __index kept, the metatable locked */
+    lua_pushliteral(L, "");
+    lua_getmetatable(L, -1);
+    lock_metatable(L, "strings", false);
+    lua_pop(L, 1);
+
+    make_stream(L, "stdout", TOOLHOST_STDOUT);
+    make_stream(L, "stderr", TOOLHOST_STDERR);
+    make_tools(L, r);
+
+    /* _G: clear errors for what is left out; its metatable locked */
+    lua_pushglobaltable(L);
+    lua_newtable(L);
+    lua_pushcfunction(L, globals_index);
+    lua_setfield(L, -2, "__index");
+    lock_metatable(L, "the global table", false);
+    lua_pop(L, 1);
+    return 0;
+}
+
+/* Message handler: the message and a traceback. */
+static int msgh(lua_State *L)
+{
+    const char *msg = lua_tostring(L, 1);
+    if (!msg) {
+        if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
+            msg = lua_tostring(L, -1);
+        else
+            msg = lua_pushfstring(L, "(error object is a %s value)",
+                                  luaL_typename(L, 1));
+    }
+    luaL_traceback(L, L, msg, 1);
+    return 1;
+}
+
+/* Runs protected: the chunk (argument 2), then packs its first result.
+ * Argument 1: the run. */
+static int run_chunk(lua_State *L)
+{
+    run *r = lua_touserdata(L, 1);
+    lua_pushvalue(L, 2);
+    lua_call(L, 0, 1);
+    if (!lua_isnil(L, -1) &&
+        pack_into(L, r, -1, &r->res->value, true, NULL) != 0)
+        return luaL_error(L, "the returned value cannot be carried: %s",
+                          r->msg);
+    return 0;
+}
+
+static char *dup_msg(const char *s)
+{
+    char *d = strdup(s ? s : "unknown error");
+    return d;
+}
+
+int th_code_run(const th_projection *proj, const char *code, size_t len,
+                const th_code_limits *lim, const th_code_io *io,
+                th_code_result *res, th_error *err)
+{
+    if (!code || !res)
+        return th_error_set(err, TH_EINVAL, "th_code_run: no code");
+    if (proj) {
+        int rc = th_projection_check(proj, err);
+        if (rc)
+            return rc;
+    }
+    th_projection empty;
+    memset(&empty, 0, sizeof empty);
+    empty.lang = &th_code_lua_lang;
+    run *r = calloc(1, sizeof *r);
+    if (!r)
+        return th_error_set(err, TH_ENOMEM, "out of memory");
+    r->proj = proj ? proj : &empty;
+    if (lim)
+        r->lim = *lim;
+    if (io)
+        r->io = *io;
+    r->res = res;
+    r->limit = (size_t)r->lim.memory;
+    th_buf_init(&r->args);
+    th_proj_result_init(&r->pres);
+    if (r->lim.timeout_ms > 0) {
+        r->has_deadline = true;
+        r->deadline = now_mono();
+        r->deadline.tv_sec += r->lim.timeout_ms / 1000;
+        r->deadline.tv_nsec += (r->lim.timeout_ms % 1000) * 1000000;
+        if (r->deadline.tv_nsec >= 1000000000) {
+            r->deadline.tv_sec++;
+            r->deadline.tv_nsec -= 1000000000;
+        }
+    }
+
+    lua_State *L = lua_newstate(run_alloc, r);
+    if (!L) {
+        free(r);
+        return th_error_set(err, TH_ENOMEM,
+                            "cannot create a Lua state (out of memory, or "
+                            "the memory limit is too small)");
+    }
+    r->L = L;
+    *(run **)lua_getextraspace(L) = r;
+    lua_setwarnf(L, sb_warnf, r);
+
+    int rc = 0;
+    lua_pushcfunction(L, setup);
+    lua_pushlightuserdata(L, r);
+    int st = lua_pcall(L, 1, 0, 0);
+    if (st != LUA_OK) {
+        const char *m = lua_tostring(L, -1);
+        th_error_set(err, st == LUA_ERRMEM ? TH_ELIMIT : TH_EINTERNAL,
+                     "cannot build the Lua sandbox: %s%s",
+                     m ? m : "unknown error",
+                     st == LUA_ERRMEM ? " (the memory limit is too small)"
+                                      : "");
+        rc = err ? err->code : TH_EINTERNAL;
+        goto done;
+    }
+    lua_sethook(L, hook, LUA_MASKCOUNT, HOOK_EVERY);
+
+    lua_pushcfunction(L, msgh);
+    int h = lua_gettop(L);
+    lua_pushcfunction(L, run_chunk);
+    lua_pushlightuserdata(L, r);
+    st = luaL_loadbufferx(L, code, len, "=code", "t");
+    if (st == LUA_OK)
+        st = lua_pcall(L, 2, 0, h);
+    if (st == LUA_OK && r->kill)
+        st = LUA_ERRRUN; /* killed after its last instruction */
+    if (st != LUA_OK) {
+        res->return_code = 1;
+        res->timed_out = r->kill == KILL_TIMEOUT;
+        res->cancelled = r->kill == KILL_CANCEL;
+        res->out_of_memory = !r->kill && (st == LUA_ERRMEM || r->mem_hit);
+        const char *m = lua_tostring(L, -1);
+        if (r->kill && !m)
+            m = r->kill == KILL_TIMEOUT ? "timed out" : "cancelled";
+        if (st == LUA_ERRMEM) {
+            char buf[256];
+            snprintf(buf, sizeof buf,
+                     "memory limit exceeded: the script needed more than "
+                     "%llu bytes (%s)",
+                     (unsigned long long)r->lim.memory,
+                     m ? m : "not enough memory");
+            res->error = dup_msg(buf);
+        } else {
+            res->error = dup_msg(m);
+            /* the last frame is the C function that ran the chunk */
+            static const char tail[] = "\n\t[C]: in ?";
+            size_t el = res->error ? strlen(res->error) : 0;
+            if (el > sizeof tail - 1 &&
+                strcmp(res->error + el - (sizeof tail - 1), tail) == 0)
+                res->error[el - (sizeof tail - 1)] = '\0';
+        }
+        th_buf_reset(&res->value);
+        res->value.len = 0;
+    }
+
+done:
+    lua_close(L);
+    out_finish(r);
+    th_buf_free(&r->args);
+    th_proj_result_free(&r->pres);
+    if (r->unp_live)
+        msgpack_unpacked_destroy(&r->unp);
+    free(r);
+    return rc;
+}

@@ -1,0 +1,64 @@
+/* test_install.c - `make install` into a temporary prefix, then what a
+ * plugin author does with it: `toolhost new`, build against the installed
+ * SDK with pkg-config, `toolhost check`, and a call through a config. */
+#include <CUnit/CUnit.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/th_test.h"
+
+static int sh(const char *script, th_test_run *r)
+{
+    char *argv[] = {"/bin/sh", "-c", (char *)script, NULL};
+    return th_test_run_argv(argv, NULL, 300, 0, r);
+}
+
+static void test_install_and_build_out_of_tree(void)
+{
+    if (strstr(TH_BUILD_DIR, "/san-")) {
+        /* The installed files come from the plain build; a sanitizer run
+         * has nothing to add here. */
+        return;
+    }
+    char *dir = th_test_tmpdir();
+    char script[16384];
+    snprintf(script, sizeof script,
+             "set -e\n"
+             "cd '%s'\n"
+             "make --no-print-directory -s install PREFIX='%s/prefix' >/dev/null\n"
+             "export PKG_CONFIG_PATH='%s/prefix/lib/pkgconfig'\n"
+             "pkg-config --cflags --libs toolhost-plugin\n"
+             "cd '%s'\n"
+             "'%s/prefix/bin/toolhost' new greeter >/dev/null\n"
+             "cd greeter\n"
+             "make -s >/dev/null\n"
+             "'%s/prefix/bin/toolhost' check ./greeter.so\n"
+             "cat > '%s/cfg.yaml' <<EOF\n"
+             "plugins:\n"
+             "  - name: greeter\n"
+             "    path: greeter/greeter.so\n"
+             "EOF\n"
+             "'%s/prefix/bin/toolhost' call -c '%s/cfg.yaml' greeter_hello "
+             "name=installer times=2\n",
+             TH_SOURCE_DIR, dir, dir, dir, dir, dir, dir, dir, dir);
+    th_test_run r;
+    sh(script, &r);
+    if (r.status != 0)
+        fprintf(stderr, "install script failed (%d):\n%s\n%s\n", r.status,
+                r.out, r.err);
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "-ltoolhost-sdk"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "0 errors"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "hello, installer\nhello, installer\n"));
+    th_test_run_free(&r);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+void th_suite_install(void)
+{
+    CU_pSuite s = CU_add_suite("install", NULL, NULL);
+    CU_add_test(s, "install_and_build_out_of_tree",
+                test_install_and_build_out_of_tree);
+}
