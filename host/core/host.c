@@ -20,9 +20,11 @@ bool th_host_is_task_tool(const char *name)
            strcmp(name, "cancel_task") == 0;
 }
 
+/* A reload swaps h->cfg for new calls (reload_host.c): read it with an
+ * acquire load; the config read stays valid while the host lives. */
 const th_config *th_host_config(const th_host *h)
 {
-    return h->cfg;
+    return __atomic_load_n(&h->cfg, __ATOMIC_ACQUIRE);
 }
 
 th_registry *th_host_registry(th_host *h)
@@ -59,8 +61,9 @@ int th_host_pick_toolset(th_host *h, th_session *s, const th_tool *tool,
                          bool *any)
 {
     *any = false;
-    for (size_t i = 0; i < h->cfg->n_toolsets; i++) {
-        if (!th_host_toolset_has(h, &h->cfg->toolsets[i], tool))
+    const th_config *cfg = th_host_config(h);
+    for (size_t i = 0; i < cfg->n_toolsets; i++) {
+        if (!th_host_toolset_has(h, &cfg->toolsets[i], tool))
             continue;
         *any = true;
         if (s->usable[i])
