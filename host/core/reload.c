@@ -983,6 +983,17 @@ void th_reloader_free(th_reloader *r)
         pthread_mutex_unlock(&r->mu);
         pthread_join(r->thread, NULL);
     }
+    /* Released after the thread's last look: close them here (no call
+     * can use them any more). */
+    pthread_mutex_lock(&r->mu);
+    th_gen *q = r->q_head;
+    r->q_head = r->q_tail = NULL;
+    pthread_mutex_unlock(&r->mu);
+    while (q) {
+        th_gen *nx = q->qnext;
+        close_gen(r, q);
+        q = nx;
+    }
     /* Generations still held by someone (a leak elsewhere): detach them so
      * a late unref destroys them in place instead of reaching us. */
     for (th_gen *g = r->gens, *n; g; g = n) {
