@@ -206,3 +206,51 @@ int th_sdk_root_from_config(const uint8_t *config, size_t len,
     th_sdk_args_destroy(&a);
     return rc;
 }
+
+int th_sdk_rooted_init(const toolhost_host_api *host, const uint8_t *config,
+                       size_t len, void **state, char *err, size_t err_size)
+{
+    (void)host;
+    th_sdk_rooted *st = calloc(1, sizeof *st);
+    if (!st)
+        return fail(err, err_size, TH_SDK_ENOMEM, "out of memory");
+    int rc = th_sdk_root_from_config(config, len, "root", &st->root, err,
+                                     err_size);
+    if (rc != 0) {
+        free(st);
+        return rc;
+    }
+    *state = st;
+    return 0;
+}
+
+void th_sdk_rooted_fini(void *state)
+{
+    th_sdk_rooted *st = state;
+    if (st)
+        free(st->root);
+    free(st);
+}
+
+int th_sdk_rooted_arg_path(const th_sdk_rooted *st, th_sdk_args *a,
+                           toolhost_call *call, const char *key,
+                           const char *dflt, char **out)
+{
+    const char *path = th_sdk_arg_cstr_or(a, key, dflt);
+    if (!path) {
+        th_sdk_fail(call, "'%s' must be a string without NUL bytes", key);
+        return 1;
+    }
+    char err[512];
+    if (th_sdk_path_resolve(st->root, path, 0, out, err, sizeof err) != 0) {
+        th_sdk_fail(call, "%s", err);
+        return 1;
+    }
+    return 0;
+}
+
+const char *th_sdk_rooted_rel(const th_sdk_rooted *st, const char *resolved)
+{
+    const char *r = th_sdk_path_relative(st->root, resolved);
+    return *r ? r : ".";
+}

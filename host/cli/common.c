@@ -216,7 +216,8 @@ static void print_meta(const th_result_copy *r)
         return;
     }
     th_error err;
-    json_t *j = th_json_from_msgpack(r->meta.data, r->meta.len, &err);
+    /* lossy: tool meta may hold any bytes; this only prints it */
+    json_t *j = th_json_from_msgpack_lossy(r->meta.data, r->meta.len, &err);
     if (!j) {
         fprintf(stderr, "meta: (not printable: %s)\n", err.msg);
         return;

@@ -252,26 +252,40 @@ int cli_call_remote(const char *connect, const char *tool, char **kv,
     return rc;
 }
 
-/* ---- list ------------------------------------------------------------------ */
+/* ---- list and reload ----------------------------------------------------- */
 
-int cli_list_remote(const char *connect, bool json)
+/* Connects, sends `method` with no params and waits for its answer.  On
+ * CLI_OK *reply holds the result (free it with th_rpc_reply_free); any
+ * other status was already explained on stderr. */
+static int simple_request(const char *connect, const char *method,
+                          th_rpc_reply *reply)
 {
+    memset(reply, 0, sizeof *reply);
     th_rpc_client *c = connect_or_say(connect);
     if (!c)
         return CLI_FAILED;
-    th_rpc_reply reply;
-    memset(&reply, 0, sizeof reply);
     th_error err;
-    int rc = CLI_FAILED;
-    if (th_rpc_client_call(c, "tools.list", NULL, 0, NULL, NULL, &reply,
-                           &err) != 0) {
-        cli_error("tools.list: %s", err.msg);
-        goto out;
+    int rc = CLI_OK;
+    if (th_rpc_client_call(c, method, NULL, 0, NULL, NULL, reply, &err) != 0) {
+        cli_error("%s: %s", method, err.msg);
+        rc = CLI_FAILED;
+    } else if (reply->error) {
+        rc = say_rpc_error(method, reply->error, reply->error_len);
     }
-    if (reply.error) {
-        rc = say_rpc_error("tools.list", reply.error, reply.error_len);
-        goto out;
-    }
+    th_rpc_client_close(c);
+    if (rc != CLI_OK)
+        th_rpc_reply_free(reply);
+    return rc;
+}
+
+int cli_list_remote(const char *connect, bool json)
+{
+    th_rpc_reply reply;
+    int rc = simple_request(connect, "tools.list", &reply);
+    if (rc != CLI_OK)
+        return rc;
+    rc = CLI_FAILED;
+    th_error err;
     json_t *tools = th_json_from_msgpack(reply.result, reply.result_len, &err);
     if (!json_is_array(tools)) {
         cli_error("tools.list: the host sent a result of the wrong shape");
@@ -314,7 +328,6 @@ int cli_list_remote(const char *connect, bool json)
     rc = CLI_OK;
 out:
     th_rpc_reply_free(&reply);
-    th_rpc_client_close(c);
     return rc;
 }
 
@@ -344,30 +357,18 @@ int cli_reload(int argc, char **argv)
         fputs(reload_usage, stderr);
         return CLI_USAGE;
     }
-    th_rpc_client *c = connect_or_say(connect);
-    if (!c)
-        return CLI_FAILED;
     th_rpc_reply reply;
-    memset(&reply, 0, sizeof reply);
+    int rc = simple_request(connect, "host.reload", &reply);
+    if (rc != CLI_OK)
+        return CLI_FAILED;
     th_error err;
-    int rc = CLI_FAILED;
-    if (th_rpc_client_call(c, "host.reload", NULL, 0, NULL, NULL, &reply,
-                           &err) != 0) {
-        cli_error("host.reload: %s", err.msg);
-    } else if (reply.error) {
-        rc = say_rpc_error("reload", reply.error, reply.error_len);
-        if (rc == CLI_USAGE)
-            rc = CLI_FAILED;
-    } else {
-        json_t *j = th_json_from_msgpack(reply.result, reply.result_len, &err);
-        char *s = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
-        printf("%s\n", s ? s : "(no answer)");
-        json_t *ok = json_object_get(j, "ok");
-        rc = !ok || json_is_true(ok) ? CLI_OK : CLI_FAILED;
-        free(s);
-        json_decref(j);
-    }
+    json_t *j = th_json_from_msgpack(reply.result, reply.result_len, &err);
+    char *s = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
+    printf("%s\n", s ? s : "(no answer)");
+    json_t *ok = json_object_get(j, "ok");
+    rc = !ok || json_is_true(ok) ? CLI_OK : CLI_FAILED;
+    free(s);
+    json_decref(j);
     th_rpc_reply_free(&reply);
-    th_rpc_client_close(c);
     return rc;
 }

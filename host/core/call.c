@@ -586,6 +586,22 @@ static int cb_set_meta(toolhost_call *call, const uint8_t *map, size_t len)
     return 0;
 }
 
+/* True when `c` runs inline on this thread: it is the thread's call, or
+ * an ancestor of it through inline calls (run_code forwarding an update of
+ * a tool it called).  Its caller then waits on this very thread (inside
+ * th_call_start), so an update must be delivered here and now: handed to
+ * the notifier it would reach th_call_sync's pending slot, which the
+ * caller only reads once the call is over. */
+static bool inline_here(const th_mcall *c)
+{
+    if (!c->inline_run)
+        return false;
+    for (const th_mcall *p = tl_cur; p; p = p->inline_run ? p->parent : NULL)
+        if (p == c)
+            return true;
+    return false;
+}
+
 static int cb_progress(toolhost_call *call, double fraction,
                        const char *message, const uint8_t *data,
                        size_t data_len)
@@ -672,7 +688,7 @@ static int cb_progress(toolhost_call *call, double fraction,
     c->prog_data = d;
     c->prog_data_len = d ? data_len : 0;
     if (!c->delivering) {
-        if (tl_cur == c && c->inline_run) {
+        if (inline_here(c)) {
             deliver_locked(c); /* inline: the caller's own thread */
         } else if (!c->notify_queued) {
             c->notify_queued = true;
@@ -775,6 +791,37 @@ static int strip_confirm(const uint8_t *args, size_t len, th_buf *out,
     }
     msgpack_unpacked_destroy(&u);
     return rc;
+}
+
+/* A head-only output (file content, file view, knowledge) of a tool with
+ * an integer `offset` parameter starts where the call's `offset` says, so
+ * its "read on with offset=N" marker counts from there. */
+static void set_read_on_base(th_mcall *c)
+{
+    uint32_t sem = c->out.sem;
+    if (sem != TOOLHOST_SEM_FILE_CONTENT && sem != TOOLHOST_SEM_FILE_VIEW &&
+        sem != TOOLHOST_SEM_KNOWLEDGE)
+        return;
+    bool has = false;
+    for (size_t i = 0; i < c->tool->n_params && !has; i++)
+        has = c->tool->params[i].type == TOOLHOST_TYPE_INTEGER &&
+              strcmp(c->tool->params[i].name, "offset") == 0;
+    if (!has)
+        return;
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    if (msgpack_unpack_next(&u, (const char *)c->args, c->args_len, NULL) ==
+            MSGPACK_UNPACK_SUCCESS &&
+        u.data.type == MSGPACK_OBJECT_MAP) {
+        const msgpack_object_map *m = &u.data.via.map;
+        for (uint32_t i = 0; i < m->size; i++)
+            if (m->ptr[i].key.type == MSGPACK_OBJECT_STR &&
+                m->ptr[i].key.via.str.size == 6 &&
+                memcmp(m->ptr[i].key.via.str.ptr, "offset", 6) == 0 &&
+                m->ptr[i].val.type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+                th_out_set_offset_base(&c->out, m->ptr[i].val.via.u64);
+    }
+    msgpack_unpacked_destroy(&u);
 }
 
 int th_call_start(th_session *s, const char *name, const uint8_t *args,
@@ -934,20 +981,14 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
     atomic_init(&c->is_task, false);
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
+    /* Limits: the tool's override in its toolset, else the toolset's,
+     * else the host's (th_out_limit). */
     const th_limits *hl = &h->cfg->limits;
     uint32_t so = t->stdout_type < TH_SEM_COUNT ? t->stdout_type : TOOLHOST_SEM_TEXT;
     uint32_t se = t->stderr_type < TH_SEM_COUNT ? t->stderr_type : TOOLHOST_SEM_TEXT;
-    uint64_t lo = hl->bytes[so], le = hl->bytes[se];
-    if (ts && ts->limits.bytes[so])
-        lo = ts->limits.bytes[so];
-    if (ts && ts->limits.bytes[se])
-        le = ts->limits.bytes[se];
-    if (ov && ov->limits.bytes[so])
-        lo = ov->limits.bytes[so];
-    if (ov && ov->limits.bytes[se])
-        le = ov->limits.bytes[se];
-    th_out_init(&c->out, so, lo);
-    th_out_init(&c->err, se, le);
+    th_out_init(&c->out, so, th_out_limit(hl, ts, t->name, so));
+    th_out_init(&c->err, se, th_out_limit(hl, ts, t->name, se));
+    set_read_on_base(c);
     if (h->cfg->host.spill_dir) {
         /* Full outputs that get cut are saved there (no file otherwise);
          * a folder that cannot be used only means no spill. */
@@ -1108,6 +1149,14 @@ th_session *th_call_session(const toolhost_call *call)
     if (!call || b->vt != &th_mcall_vtbl)
         return NULL;
     return ((const th_mcall *)call)->s;
+}
+
+const th_toolset_cfg *th_call_toolset(const toolhost_call *call)
+{
+    const th_call_base *b = (const th_call_base *)call;
+    if (!call || b->vt != &th_mcall_vtbl)
+        return NULL;
+    return ((const th_mcall *)call)->ts;
 }
 
 /* ---- th_call_sync ---------------------------------------------------------- */

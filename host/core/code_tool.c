@@ -83,14 +83,31 @@ struct th_code_builtin {
     char *long_description;
 };
 
-/* The run_code section that applies: the first toolset that enables it.
- * (Until the host tells a call's toolset, see the report.) */
+/* The first toolset that enables run_code: whether to register it at all,
+ * and the limits the (one, registry-wide) description states.  A call
+ * takes its limits from its own toolset (th_call_toolset). */
 static const th_toolset_cfg *code_toolset(const th_config *cfg)
 {
     for (size_t i = 0; cfg && i < cfg->n_toolsets; i++)
         if (cfg->toolsets[i].run_code.enabled)
             return &cfg->toolsets[i];
     return NULL;
+}
+
+/* Whether every toolset that enables run_code gives it the same limits. */
+static bool same_limits(const th_config *cfg)
+{
+    const th_toolset_cfg *f = code_toolset(cfg);
+    for (size_t i = 0; f && i < cfg->n_toolsets; i++) {
+        const th_run_code_cfg *r = &cfg->toolsets[i].run_code;
+        if (r->enabled &&
+            (r->timeout_ms != f->run_code.timeout_ms ||
+             r->memory != f->run_code.memory ||
+             r->max_calls != f->run_code.max_calls ||
+             r->output_limit != f->run_code.output_limit))
+            return false;
+    }
+    return true;
 }
 
 static bool toolset_has(const th_config *cfg, const char *name)
@@ -152,8 +169,9 @@ static const char *example_value(uint32_t type)
 /* The long description: what code can do, every tool with its
  * parameters, an example, the sandbox and the limits. */
 static int describe(th_buf *b, const th_projection *p,
-                    const th_toolset_cfg *ts)
+                    const th_config *cfg)
 {
+    const th_toolset_cfg *ts = code_toolset(cfg);
     int rc = th_buf_puts(
         b, "Runs a sandboxed Lua 5.4 script that calls the tools below as "
            "functions, so that many tool calls cost one request: loop, "
@@ -209,7 +227,7 @@ static int describe(th_buf *b, const th_projection *p,
                "the rest of os, require, package, debug, dofile, loadfile, "
                "string.dump, binary chunks, collectgarbage other than "
                "\"count\". run_code cannot call itself.\n");
-    if (!rc && ts)
+    if (!rc && ts && same_limits(cfg))
         rc = th_buf_printf(
             b,
             "\n## Limits\n"
@@ -222,6 +240,29 @@ static int describe(th_buf *b, const th_projection *p,
             (unsigned long long)(ts->run_code.memory >> 20),
             (unsigned)ts->run_code.max_calls,
             (unsigned long long)(ts->run_code.output_limit >> 10));
+    else if (!rc && ts) {
+        /* Toolsets differ: each call gets those of its own toolset. */
+        rc = th_buf_puts(b, "\n## Limits\n"
+                            "They depend on the toolset (timeout_ms may lower "
+                            "the deadline):\n");
+        for (size_t i = 0; !rc && i < cfg->n_toolsets; i++) {
+            const th_toolset_cfg *t = &cfg->toolsets[i];
+            if (!t->run_code.enabled)
+                continue;
+            rc = th_buf_printf(
+                b,
+                "- %s: deadline %llu ms, %llu MiB of Lua memory, at most %u "
+                "tool calls, %llu KiB of output per stream\n",
+                t->name, (unsigned long long)t->run_code.timeout_ms,
+                (unsigned long long)(t->run_code.memory >> 20),
+                (unsigned)t->run_code.max_calls,
+                (unsigned long long)(t->run_code.output_limit >> 10));
+        }
+        if (!rc)
+            rc = th_buf_puts(b, "The result's meta holds return_code (0 or "
+                                "1), error (with the line and a traceback), "
+                                "timed_out and value.\n");
+    }
     return rc;
 }
 
@@ -247,7 +288,7 @@ int th_code_builtin_new(th_registry *reg, const th_config *cfg,
     if (!rc && c.rc)
         rc = c.rc;
     th_buf text = TH_BUF_INIT;
-    if (!rc && describe(&text, p, code_toolset(cfg)) != 0)
+    if (!rc && describe(&text, p, cfg) != 0)
         rc = th_error_set(err, TH_ENOMEM, "out of memory");
     th_projection_free(p);
     if (rc) {
@@ -532,9 +573,10 @@ static int run_code_execute(void *state, const toolhost_tool *tool,
     th_session *s = th_call_session(call);
     if (!s)
         return fail(call, "run_code: no session for this call (internal)");
-    const th_config *cfg = th_host_config(th_session_host(s));
-    const th_toolset_cfg *ts = code_toolset(cfg);
-    if (!ts)
+    /* The limits of the toolset this call runs under (several toolsets
+     * may enable run_code with different limits). */
+    const th_toolset_cfg *ts = th_call_toolset(call);
+    if (!ts || !ts->run_code.enabled)
         return fail(call, "run_code is not enabled in this toolset "
                           "(toolsets.NAME.run_code.enabled)");
 

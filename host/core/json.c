@@ -2,6 +2,7 @@
 #include "th/json.h"
 
 #include <msgpack.h>
+#include <stdbool.h>
 #include <string.h>
 
 int th_json_pack(const json_t *j, msgpack_packer *pk)
@@ -60,24 +61,92 @@ int th_json_to_msgpack(const json_t *j, th_buf *out)
     return th_json_pack(j, &pk);
 }
 
-static int utf8_valid(const char *s, size_t n)
+/* The length of the well-formed UTF-8 sequence at s[0..n) (1..4), or 0
+ * when it is not one; *bad is then the length of its maximal subpart (the
+ * bytes that a replacement character stands for, at least 1).  Overlongs,
+ * surrogates and code points past U+10FFFF are not well formed. */
+static size_t utf8_seq(const unsigned char *s, size_t n, size_t *bad)
 {
-    size_t i = 0;
-    while (i < n) {
-        unsigned char c = (unsigned char)s[i];
-        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3
-                                 : (c >> 3) == 30 ? 4 : 0;
-        if (len == 0 || i + len > n)
+    unsigned char c = s[0];
+    size_t len;
+    unsigned char lo = 0x80, hi = 0xBF; /* range of the second byte */
+    *bad = 1;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xC2 && c <= 0xDF)
+        len = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        len = 3;
+        if (c == 0xE0)
+            lo = 0xA0;
+        else if (c == 0xED)
+            hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        len = 4;
+        if (c == 0xF0)
+            lo = 0x90;
+        else if (c == 0xF4)
+            hi = 0x8F;
+    } else
+        return 0;
+    for (size_t k = 1; k < len; k++) {
+        if (k >= n)
             return 0;
-        for (size_t k = 1; k < len; k++)
-            if (((unsigned char)s[i + k] >> 6) != 2)
-                return 0;
-        i += len;
+        unsigned char b = s[k];
+        if (k == 1 ? (b < lo || b > hi) : (b & 0xC0) != 0x80)
+            return 0;
+        *bad = k + 1;
     }
-    return 1;
+    return len;
 }
 
-json_t *th_json_from_object(const msgpack_object *o, th_error *err)
+static bool utf8_valid(const char *s, size_t n)
+{
+    size_t i = 0, bad;
+    while (i < n) {
+        size_t l = utf8_seq((const unsigned char *)s + i, n - i, &bad);
+        if (!l)
+            return false;
+        i += l;
+    }
+    return true;
+}
+
+/* A JSON string of bytes s[0..n): as they are when they are UTF-8;
+ * otherwise refused (strict) or with every maximal ill-formed subpart
+ * replaced by U+FFFD (lossy). */
+static json_t *text_value(const char *s, size_t n, bool lossy,
+                          const char *what, th_error *err)
+{
+    if (utf8_valid(s, n))
+        return json_stringn_nocheck(s, n);
+    if (!lossy) {
+        th_error_set(err, TH_EINVAL, "%s is not UTF-8 text", what);
+        return NULL;
+    }
+    th_buf b = TH_BUF_INIT;
+    size_t i = 0, bad;
+    int rc = 0;
+    while (rc == 0 && i < n) {
+        size_t l = utf8_seq((const unsigned char *)s + i, n - i, &bad);
+        if (l) {
+            rc = th_buf_append(&b, s + i, l);
+            i += l;
+        } else {
+            rc = th_buf_append(&b, "\xEF\xBF\xBD", 3);
+            i += bad;
+        }
+    }
+    json_t *j = rc == 0 ? json_stringn_nocheck(b.data ? (const char *)b.data : "",
+                                               b.len)
+                        : NULL;
+    th_buf_free(&b);
+    if (!j)
+        th_error_set(err, TH_ENOMEM, "out of memory");
+    return j;
+}
+
+static json_t *from_object(const msgpack_object *o, bool lossy, th_error *err)
 {
     switch (o->type) {
     case MSGPACK_OBJECT_NIL:
@@ -97,17 +166,17 @@ json_t *th_json_from_object(const msgpack_object *o, th_error *err)
     case MSGPACK_OBJECT_FLOAT64:
         return json_real(o->via.f64);
     case MSGPACK_OBJECT_STR:
-        return json_stringn_nocheck(o->via.str.ptr, o->via.str.size);
+        return text_value(o->via.str.ptr, o->via.str.size, lossy, "a string",
+                          err);
     case MSGPACK_OBJECT_BIN:
-        if (!utf8_valid(o->via.bin.ptr, o->via.bin.size)) {
-            th_error_set(err, TH_EINVAL, "binary data is not UTF-8 text");
-            return NULL;
-        }
-        return json_stringn_nocheck(o->via.bin.ptr, o->via.bin.size);
+        return text_value(o->via.bin.ptr, o->via.bin.size, lossy,
+                          "binary data", err);
     case MSGPACK_OBJECT_ARRAY: {
         json_t *a = json_array();
+        if (!a)
+            th_error_set(err, TH_ENOMEM, "out of memory");
         for (uint32_t i = 0; a && i < o->via.array.size; i++) {
-            json_t *v = th_json_from_object(&o->via.array.ptr[i], err);
+            json_t *v = from_object(&o->via.array.ptr[i], lossy, err);
             if (!v || json_array_append_new(a, v) != 0) {
                 json_decref(a);
                 return NULL;
@@ -117,6 +186,8 @@ json_t *th_json_from_object(const msgpack_object *o, th_error *err)
     }
     case MSGPACK_OBJECT_MAP: {
         json_t *m = json_object();
+        if (!m)
+            th_error_set(err, TH_ENOMEM, "out of memory");
         for (uint32_t i = 0; m && i < o->via.map.size; i++) {
             const msgpack_object *k = &o->via.map.ptr[i].key;
             if (k->type != MSGPACK_OBJECT_STR && k->type != MSGPACK_OBJECT_BIN) {
@@ -124,9 +195,17 @@ json_t *th_json_from_object(const msgpack_object *o, th_error *err)
                 json_decref(m);
                 return NULL;
             }
-            json_t *v = th_json_from_object(&o->via.map.ptr[i].val, err);
-            if (!v || json_object_setn_new_nocheck(m, k->via.str.ptr,
-                                                   k->via.str.size, v) != 0) {
+            /* str and bin share their layout (ptr, size) */
+            json_t *key = text_value(k->via.str.ptr, k->via.str.size, lossy,
+                                     "a map key", err);
+            json_t *v = key ? from_object(&o->via.map.ptr[i].val, lossy, err)
+                            : NULL;
+            int rc = v ? json_object_setn_new_nocheck(
+                             m, json_string_value(key), json_string_length(key),
+                             v)
+                       : -1;
+            json_decref(key);
+            if (rc != 0) {
                 json_decref(m);
                 return NULL;
             }
@@ -139,7 +218,18 @@ json_t *th_json_from_object(const msgpack_object *o, th_error *err)
     }
 }
 
-json_t *th_json_from_msgpack(const uint8_t *data, size_t len, th_error *err)
+json_t *th_json_from_object(const msgpack_object *o, th_error *err)
+{
+    return from_object(o, false, err);
+}
+
+json_t *th_json_from_object_lossy(const msgpack_object *o, th_error *err)
+{
+    return from_object(o, true, err);
+}
+
+static json_t *from_msgpack(const uint8_t *data, size_t len, bool lossy,
+                            th_error *err)
 {
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
@@ -147,9 +237,20 @@ json_t *th_json_from_msgpack(const uint8_t *data, size_t len, th_error *err)
     json_t *j = NULL;
     if (msgpack_unpack_next(&u, (const char *)data, len, &off) ==
         MSGPACK_UNPACK_SUCCESS)
-        j = th_json_from_object(&u.data, err);
+        j = from_object(&u.data, lossy, err);
     else
         th_error_set(err, TH_EINVAL, "not a msgpack value");
     msgpack_unpacked_destroy(&u);
     return j;
+}
+
+json_t *th_json_from_msgpack_lossy(const uint8_t *data, size_t len,
+                                   th_error *err)
+{
+    return from_msgpack(data, len, true, err);
+}
+
+json_t *th_json_from_msgpack(const uint8_t *data, size_t len, th_error *err)
+{
+    return from_msgpack(data, len, false, err);
 }

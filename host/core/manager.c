@@ -473,24 +473,39 @@ void th_mgr_disarm(th_host *h, th_mcall *c)
         atomic_fetch_sub(&c->refs, 1);
 }
 
+/* The deadline thread also cleans host.spill_dir (age limit) once per
+ * gc_every_ns, outside every lock. */
 static void *timer_main(void *arg)
 {
     th_host *h = arg;
     th_mgr *m = &h->mgr;
+    const char *spill = h->cfg->host.spill_dir;
     pthread_mutex_lock(&m->tmu);
     while (!m->tstop) {
-        if (m->hn == 0) {
-            m->timer_wake_ns = INT64_MAX;
-            pthread_cond_wait(&m->tcv, &m->tmu);
+        int64_t now = th_now_ns();
+        if (spill && m->gc_every_ns > 0 && now >= m->gc_next_ns) {
+            m->gc_next_ns = now + m->gc_every_ns;
+            pthread_mutex_unlock(&m->tmu);
+            int n = th_out_spill_gc(spill, h->cfg->host.spill_max_age_ms, 0);
+            if (n > 0)
+                th_log_debug("removed %d old spill file%s from %s", n,
+                             n == 1 ? "" : "s", spill);
+            pthread_mutex_lock(&m->tmu);
             continue;
         }
-        th_mcall *c = m->heap[0];
-        int64_t d = atomic_load(&c->deadline_ns);
-        if (d > th_now_ns()) {
-            struct timespec ts;
-            abs_time(&ts, d);
-            m->timer_wake_ns = d;
-            pthread_cond_timedwait(&m->tcv, &m->tmu, &ts);
+        int64_t wake = spill && m->gc_every_ns > 0 ? m->gc_next_ns : INT64_MAX;
+        th_mcall *c = m->hn ? m->heap[0] : NULL;
+        int64_t d = c ? atomic_load(&c->deadline_ns) : INT64_MAX;
+        if (!c || d > now) {
+            int64_t w = d < wake ? d : wake;
+            m->timer_wake_ns = w;
+            if (w == INT64_MAX) {
+                pthread_cond_wait(&m->tcv, &m->tmu);
+            } else {
+                struct timespec ts;
+                abs_time(&ts, w);
+                pthread_cond_timedwait(&m->tcv, &m->tmu, &ts);
+            }
             continue;
         }
         heap_remove_at(m, 0);
@@ -508,6 +523,16 @@ static void *timer_main(void *arg)
     }
     pthread_mutex_unlock(&m->tmu);
     return NULL;
+}
+
+void th_mgr_set_spill_gc_every(th_host *h, int64_t ms)
+{
+    th_mgr *m = &h->mgr;
+    pthread_mutex_lock(&m->tmu);
+    m->gc_every_ns = ms > 0 ? ms * 1000000 : 0;
+    m->gc_next_ns = th_now_ns() + m->gc_every_ns;
+    pthread_cond_signal(&m->tcv);
+    pthread_mutex_unlock(&m->tmu);
 }
 
 /* ---- Notifier -------------------------------------------------------------------- */
@@ -572,6 +597,8 @@ int th_mgr_init(th_host *h, th_error *err)
     pthread_mutex_init(&m->tmu, NULL);
     cond_init_mono(&m->tcv);
     m->timer_wake_ns = INT64_MAX;
+    m->gc_every_ns = (int64_t)60 * 1000000000; /* host open cleaned once */
+    m->gc_next_ns = th_now_ns() + m->gc_every_ns;
     pthread_mutex_init(&m->nmu, NULL);
     pthread_cond_init(&m->ncv, NULL);
     size_t nts = h->cfg->n_toolsets;

@@ -25,26 +25,6 @@ void th_proj_result_free(th_proj_result *r)
     th_proj_result_init(r);
 }
 
-const char *th_proj_type_name(uint32_t type)
-{
-    switch (type) {
-    case TOOLHOST_TYPE_STRING:
-        return "string";
-    case TOOLHOST_TYPE_INTEGER:
-        return "integer";
-    case TOOLHOST_TYPE_NUMBER:
-        return "number";
-    case TOOLHOST_TYPE_BOOLEAN:
-        return "boolean";
-    case TOOLHOST_TYPE_ARRAY:
-        return "array";
-    case TOOLHOST_TYPE_OBJECT:
-        return "object";
-    default:
-        return "any";
-    }
-}
-
 th_projection *th_projection_new(const th_proj_lang *lang,
                                  const th_proj_caller *caller)
 {
@@ -150,12 +130,12 @@ static int make_doc(th_proj_tool *t, const doc_param *dp, size_t n)
     for (size_t i = 0; i < n && !rc; i++) {
         const doc_param *q = &dp[i];
         rc = th_buf_printf(&sig, "%s%s%s: %s", i ? ", " : "", q->name,
-                           q->required ? "" : "?", th_proj_type_name(q->type));
+                           q->required ? "" : "?", th_type_name(q->type));
         if (!rc)
             rc = th_buf_printf(&doc, "  %s (%s", q->name,
-                               th_proj_type_name(q->type));
+                               th_type_name(q->type));
         if (!rc && q->type == TOOLHOST_TYPE_ARRAY && q->item_type)
-            rc = th_buf_printf(&doc, " of %s", th_proj_type_name(q->item_type));
+            rc = th_buf_printf(&doc, " of %s", th_type_name(q->item_type));
         if (!rc)
             rc = th_buf_puts(&doc, q->required ? ", required" : ", optional");
         if (!rc && q->default_mp)

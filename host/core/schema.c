@@ -15,26 +15,6 @@
 
 /* ---- names --------------------------------------------------------------- */
 
-const char *th_schema_type_name(uint32_t type)
-{
-    switch (type) {
-    case TOOLHOST_TYPE_STRING:
-        return "string";
-    case TOOLHOST_TYPE_INTEGER:
-        return "integer";
-    case TOOLHOST_TYPE_NUMBER:
-        return "number";
-    case TOOLHOST_TYPE_BOOLEAN:
-        return "boolean";
-    case TOOLHOST_TYPE_ARRAY:
-        return "array";
-    case TOOLHOST_TYPE_OBJECT:
-        return "object";
-    default:
-        return NULL;
-    }
-}
-
 th_export_format th_export_format_from_name(const char *name)
 {
     if (!name)
@@ -69,7 +49,7 @@ static json_t *param_schema(const th_param *p)
     if (!s)
         return NULL;
     int rc = 0;
-    const char *t = th_schema_type_name(p->type);
+    const char *t = th_type_name(p->type);
     if (t)
         rc |= json_object_set_new(s, "type", json_string(t));
     if (p->description)
@@ -82,7 +62,7 @@ static json_t *param_schema(const th_param *p)
             rc |= json_array_append_new(e, json_string(p->enum_values[i]));
     }
     if (p->type == TOOLHOST_TYPE_ARRAY && p->item_type) {
-        const char *it = th_schema_type_name(p->item_type);
+        const char *it = th_type_name(p->item_type);
         if (it)
             rc |= json_object_set_new(s, "items", json_pack("{s:s}", "type",
                                                             it));
@@ -233,13 +213,9 @@ char *th_schema_description(const th_tool *tool, size_t max_chars)
 
 static int describe_param(th_buf *b, const th_param *p)
 {
-    int rc = th_buf_printf(b, "- `%s` (%s", p->name,
-                           th_schema_type_name(p->type)
-                               ? th_schema_type_name(p->type)
-                               : "any");
-    if (p->type == TOOLHOST_TYPE_ARRAY && p->item_type &&
-        th_schema_type_name(p->item_type))
-        rc |= th_buf_printf(b, " of %s", th_schema_type_name(p->item_type));
+    int rc = th_buf_printf(b, "- `%s` (%s", p->name, th_type_name(p->type));
+    if (p->type == TOOLHOST_TYPE_ARRAY && p->item_type)
+        rc |= th_buf_printf(b, " of %s", th_type_name(p->item_type));
     rc |= th_buf_puts(b, p->required ? ", required" : ", optional");
     if (p->n_enum) {
         rc |= th_buf_puts(b, "; one of ");

@@ -13,60 +13,17 @@
 
 #include <toolhost/sdk.h>
 
-typedef struct fs_state {
-    char *root; /* realpath of the configured root; owned */
-} fs_state;
+/* The plugin's state: its root folder (th_sdk_rooted_init from the
+ * config key "root"). */
+typedef th_sdk_rooted fs_state;
 
-static int fs_init(const toolhost_host_api *host, const uint8_t *config,
-                   size_t len, void **state, char *err, size_t err_size)
-{
-    (void)host;
-    fs_state *st = calloc(1, sizeof *st);
-    if (!st) {
-        snprintf(err, err_size, "out of memory");
-        return 1;
-    }
-    if (th_sdk_root_from_config(config, len, "root", &st->root, err,
-                                err_size) != 0) {
-        free(st);
-        return 1;
-    }
-    *state = st;
-    return 0;
-}
-
-static void fs_fini(void *state)
-{
-    fs_state *st = state;
-    if (st)
-        free(st->root);
-    free(st);
-}
-
-/* Resolves the "path" argument (or `dflt` when absent) inside the root.
- * On failure writes the reason to stderr and returns nonzero. */
+/* Resolves the "path" argument (or `dflt` when absent) inside the root. */
 static int arg_path(const fs_state *st, th_sdk_args *a, toolhost_call *call,
                     const char *dflt, char **out)
 {
-    const char *path = th_sdk_arg_cstr_or(a, "path", dflt);
-    if (!path) {
-        th_sdk_fail(call, "'path' must be a string without NUL bytes");
-        return 1;
-    }
-    char err[512];
-    if (th_sdk_path_resolve(st->root, path, 0, out, err, sizeof err) != 0) {
-        th_sdk_fail(call, "%s", err);
-        return 1;
-    }
-    return 0;
+    return th_sdk_rooted_arg_path(st, a, call, "path", dflt, out);
 }
 
-/* The root-relative name of a resolved path, "." for the root. */
-static const char *rel(const fs_state *st, const char *resolved)
-{
-    const char *r = th_sdk_path_relative(st->root, resolved);
-    return *r ? r : ".";
-}
 
 /* ---- fs_read ---------------------------------------------------------- */
 
@@ -90,13 +47,13 @@ static int fs_read(void *state, const toolhost_tool *tool, toolhost_call *call,
     f = fopen(path, "rb");
     struct stat sb;
     if (!f || fstat(fileno(f), &sb) != 0) {
-        th_sdk_fail(call, "cannot open '%s': %s", rel(st, path),
+        th_sdk_fail(call, "cannot open '%s': %s", th_sdk_rooted_rel(st, path),
                     strerror(errno));
         goto out;
     }
     if (S_ISDIR(sb.st_mode)) {
         th_sdk_fail(call, "'%s' is a folder; use fs_list to list it",
-                    rel(st, path));
+                    th_sdk_rooted_rel(st, path));
         goto out;
     }
     int64_t lineno = 0, written = 0;
@@ -110,14 +67,14 @@ static int fs_read(void *state, const toolhost_tool *tool, toolhost_call *call,
         written++;
     }
     if (ferror(f)) {
-        th_sdk_fail(call, "error reading '%s': %s", rel(st, path),
+        th_sdk_fail(call, "error reading '%s': %s", th_sdk_rooted_rel(st, path),
                     strerror(errno));
         goto out;
     }
     bool more = !feof(f) && getc(f) != EOF;
     th_sdk_meta m;
     th_sdk_meta_init(&m);
-    th_sdk_meta_str(&m, "path", rel(st, path));
+    th_sdk_meta_str(&m, "path", th_sdk_rooted_rel(st, path));
     th_sdk_meta_int(&m, "offset", offset);
     th_sdk_meta_int(&m, "lines", written);
     th_sdk_meta_bool(&m, "more", more);
@@ -176,7 +133,7 @@ static int fs_list(void *state, const toolhost_tool *tool, toolhost_call *call,
     const char *glob = th_sdk_arg_cstr_or(&a, "glob", NULL);
     n = scandir(path, &list, NULL, alphasort);
     if (n < 0) {
-        th_sdk_fail(call, "cannot list '%s': %s", rel(st, path),
+        th_sdk_fail(call, "cannot list '%s': %s", th_sdk_rooted_rel(st, path),
                     errno == ENOTDIR ? "not a folder" : strerror(errno));
         goto out;
     }
@@ -194,7 +151,7 @@ static int fs_list(void *state, const toolhost_tool *tool, toolhost_call *call,
     }
     th_sdk_meta m;
     th_sdk_meta_init(&m);
-    th_sdk_meta_str(&m, "path", rel(st, path));
+    th_sdk_meta_str(&m, "path", th_sdk_rooted_rel(st, path));
     th_sdk_meta_int(&m, "entries", shown);
     th_sdk_meta_set(&m, call);
     th_sdk_meta_destroy(&m);
@@ -237,7 +194,7 @@ static int fs_stat(void *state, const toolhost_tool *tool, toolhost_call *call,
         goto out;
     struct stat sb;
     if (stat(path, &sb) != 0) {
-        th_sdk_fail(call, "cannot stat '%s': %s", rel(st, path),
+        th_sdk_fail(call, "cannot stat '%s': %s", th_sdk_rooted_rel(st, path),
                     strerror(errno));
         goto out;
     }
@@ -246,7 +203,7 @@ static int fs_stat(void *state, const toolhost_tool *tool, toolhost_call *call,
     snprintf(mode, sizeof mode, "%04o", (unsigned)(sb.st_mode & 07777));
     gmtime_r(&sb.st_mtime, &tm);
     strftime(mtime, sizeof mtime, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    j = json_pack("{s:s, s:s, s:I, s:s, s:s}", "path", rel(st, path), "type",
+    j = json_pack("{s:s, s:s, s:I, s:s, s:s}", "path", th_sdk_rooted_rel(st, path), "type",
                   type_name(sb.st_mode), "size", (json_int_t)sb.st_size,
                   "mode", mode, "mtime", mtime);
     text = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
@@ -327,4 +284,5 @@ static const toolhost_tool fs_tools[] = {
 
 TH_SDK_PLUGIN("fs", "1.0.0", fs_tools,
               "Reads, lists and inspects files below a root folder.",
-              TH_SDK_CONFIG(config_params), .init = fs_init, .fini = fs_fini)
+              TH_SDK_CONFIG(config_params), .init = th_sdk_rooted_init,
+              .fini = th_sdk_rooted_fini)

@@ -11,59 +11,17 @@
 
 #include <toolhost/sdk.h>
 
-typedef struct text_state {
-    char *root; /* realpath of the configured root; owned */
-} text_state;
+/* The plugin's state: its root folder (th_sdk_rooted_init from the
+ * config key "root"). */
+typedef th_sdk_rooted text_state;
 
-static int text_init(const toolhost_host_api *host, const uint8_t *config,
-                     size_t len, void **state, char *err, size_t err_size)
-{
-    (void)host;
-    text_state *st = calloc(1, sizeof *st);
-    if (!st) {
-        snprintf(err, err_size, "out of memory");
-        return 1;
-    }
-    if (th_sdk_root_from_config(config, len, "root", &st->root, err,
-                                err_size) != 0) {
-        free(st);
-        return 1;
-    }
-    *state = st;
-    return 0;
-}
-
-static void text_fini(void *state)
-{
-    text_state *st = state;
-    if (st)
-        free(st->root);
-    free(st);
-}
-
-/* Resolves the "path" argument (or `dflt`) inside the root, or writes the
- * reason to stderr and returns nonzero. */
+/* Resolves the "path" argument (or `dflt` when absent) inside the root. */
 static int arg_path(const text_state *st, th_sdk_args *a, toolhost_call *call,
                     const char *dflt, char **out)
 {
-    const char *path = th_sdk_arg_cstr_or(a, "path", dflt);
-    if (!path) {
-        th_sdk_fail(call, "'path' must be a string without NUL bytes");
-        return 1;
-    }
-    char err[512];
-    if (th_sdk_path_resolve(st->root, path, 0, out, err, sizeof err) != 0) {
-        th_sdk_fail(call, "%s", err);
-        return 1;
-    }
-    return 0;
+    return th_sdk_rooted_arg_path(st, a, call, "path", dflt, out);
 }
 
-static const char *rel(const text_state *st, const char *resolved)
-{
-    const char *r = th_sdk_path_relative(st->root, resolved);
-    return *r ? r : ".";
-}
 
 /* ---- text_grep ----------------------------------------------------------- */
 
@@ -112,7 +70,7 @@ static void grep_file(grep *g, const char *path)
             break;
         }
         g->matches++;
-        if (th_sdk_printf(g->call, "%s:%lld:%s\n", rel(g->st, path),
+        if (th_sdk_printf(g->call, "%s:%lld:%s\n", th_sdk_rooted_rel(g->st, path),
                           (long long)lineno, g->line) != 0)
             g->stop = true;
     }
@@ -179,13 +137,13 @@ static int text_grep(void *state, const toolhost_tool *tool,
     compiled = true;
     struct stat sb;
     if (stat(path, &sb) != 0) {
-        th_sdk_fail(call, "cannot read '%s': %s", rel(g.st, path),
+        th_sdk_fail(call, "cannot read '%s': %s", th_sdk_rooted_rel(g.st, path),
                     strerror(errno));
         goto out;
     }
     if (S_ISDIR(sb.st_mode)) {
         if (grep_tree(&g, path) != 0) {
-            th_sdk_fail(call, "cannot walk '%s': %s", rel(g.st, path),
+            th_sdk_fail(call, "cannot walk '%s': %s", th_sdk_rooted_rel(g.st, path),
                         strerror(errno));
             goto out;
         }
@@ -242,7 +200,7 @@ static int text_count(void *state, const toolhost_tool *tool,
     struct stat sb;
     f = fopen(path, "rb");
     if (!f || fstat(fileno(f), &sb) != 0 || S_ISDIR(sb.st_mode)) {
-        th_sdk_fail(call, "cannot count '%s': %s", rel(st, path),
+        th_sdk_fail(call, "cannot count '%s': %s", th_sdk_rooted_rel(st, path),
                     f ? "it is a folder" : strerror(errno));
         goto out;
     }
@@ -262,7 +220,7 @@ static int text_count(void *state, const toolhost_tool *tool,
         }
     }
     if (ferror(f)) {
-        th_sdk_fail(call, "error reading '%s'", rel(st, path));
+        th_sdk_fail(call, "error reading '%s'", th_sdk_rooted_rel(st, path));
         goto out;
     }
     th_sdk_printf(call, "lines: %lld\nwords: %lld\nbytes: %lld\n",
@@ -336,5 +294,5 @@ static const toolhost_tool text_tools[] = {
 
 TH_SDK_PLUGIN("text", "1.0.0", text_tools,
               "Searches and counts text in files below a root folder.",
-              TH_SDK_CONFIG(config_params), .init = text_init,
-              .fini = text_fini)
+              TH_SDK_CONFIG(config_params), .init = th_sdk_rooted_init,
+              .fini = th_sdk_rooted_fini)

@@ -328,6 +328,35 @@ int th_sdk_path_resolve(const char *root, const char *path, unsigned flags,
  * root and its slash. */
 const char *th_sdk_path_relative(const char *root, const char *resolved);
 
+/* ---- A plugin confined to one folder ----------------------------------------
+ *
+ * The common case above as ready-made pieces: a plugin whose config has a
+ * string key "root" uses th_sdk_rooted_init / th_sdk_rooted_fini as its
+ * init and fini, and its tools resolve their path arguments with
+ * th_sdk_rooted_arg_path(state, ...). */
+
+typedef struct th_sdk_rooted {
+    char *root; /* the resolved root (th_sdk_root_resolve); owned */
+} th_sdk_rooted;
+
+/* Load.  An init() for toolhost_plugin: resolves the config key "root"
+ * into a new th_sdk_rooted stored in *state. */
+int th_sdk_rooted_init(const toolhost_host_api *host, const uint8_t *config,
+                       size_t len, void **state, char *err, size_t err_size);
+/* Load.  The matching fini(). */
+void th_sdk_rooted_fini(void *state);
+
+/* Call.  Resolves the string argument `key` (or `dflt` when absent; NULL:
+ * required) inside the root.  On failure writes the reason to the call's
+ * stderr and returns nonzero (return TOOLHOST_FAILED then); on success
+ * *out is malloc()ed (free it). */
+int th_sdk_rooted_arg_path(const th_sdk_rooted *st, th_sdk_args *a,
+                           toolhost_call *call, const char *key,
+                           const char *dflt, char **out);
+
+/* Any.  The root-relative name of a resolved path, "." for the root. */
+const char *th_sdk_rooted_rel(const th_sdk_rooted *st, const char *resolved);
+
 #ifdef __cplusplus
 }
 #endif

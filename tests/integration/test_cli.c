@@ -3,7 +3,11 @@
 #include <CUnit/CUnit.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "common/th_test.h"
 
@@ -246,6 +250,68 @@ static void test_config_check(void)
     free(dir);
 }
 
+/* `call --connect` and `list --connect` against a real `toolhost serve`:
+ * the same output and exit statuses as in-process. */
+static void test_connect(void)
+{
+    char *dir = th_test_tmpdir();
+    char sock[4200], addr[4300];
+    snprintf(sock, sizeof sock, "%s/th.sock", dir);
+    snprintf(addr, sizeof addr, "unix:%s", sock);
+    pid_t pid = fork();
+    CU_ASSERT_FATAL(pid >= 0);
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0)
+            dup2(devnull, 2);
+        execl(th_test_build_path("toolhost"), "toolhost", "serve", "-c",
+              default_cfg(), "--listen", addr, (char *)NULL);
+        _exit(127);
+    }
+    struct stat st;
+    for (int i = 0; i < 500 && stat(sock, &st) != 0; i++)
+        usleep(10000);
+    CU_ASSERT_EQUAL(stat(sock, &st), 0);
+
+    th_test_run r;
+    RUN(r, "call", "--connect", addr, "echo", "text=hi");
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_STRING_EQUAL(r.out, "hi");
+    th_test_run_free(&r);
+    RUN(r, "call", "--connect", addr, "echo");
+    CU_ASSERT_EQUAL(r.status, 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "missing required parameter 'text'"));
+    th_test_run_free(&r);
+    RUN(r, "call", "--connect", addr, "nope");
+    CU_ASSERT_EQUAL(r.status, 2);
+    th_test_run_free(&r);
+    RUN(r, "call", "--connect", addr, "echo_async", "text=done", "steps=3",
+        "delay_ms=10");
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_STRING_EQUAL(r.out, "done");
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "progress:"));
+    th_test_run_free(&r);
+    RUN(r, "list", "--connect", addr);
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "fs_read"));
+    th_test_run_free(&r);
+    RUN(r, "list", "--connect", addr, "--json");
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_EQUAL(r.out[0], '[');
+    th_test_run_free(&r);
+
+    kill(pid, SIGTERM);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CU_ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    RUN(r, "list", "--connect", addr);
+    CU_ASSERT_EQUAL(r.status, 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "cannot connect"));
+    th_test_run_free(&r);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
 void th_suite_cli(void)
 {
     CU_pSuite s = CU_add_suite("cli", NULL, NULL);
@@ -260,4 +326,5 @@ void th_suite_cli(void)
     CU_add_test(s, "list_describe", test_list_describe);
     CU_add_test(s, "check", test_check);
     CU_add_test(s, "config_check", test_config_check);
+    CU_add_test(s, "connect", test_connect);
 }

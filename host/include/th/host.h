@@ -187,6 +187,11 @@ int th_call_cancel(th_session *s, uint64_t id);
  * and its host.  Only for calls the manager made. */
 th_session *th_call_session(const toolhost_call *call);
 th_host *th_session_host(th_session *s);
+/* The toolset a call runs under (see the top of this file): its section of
+ * the host's config, valid while the host is open.  NULL for calls the
+ * manager did not make and for the task tools (they run under none).  Pure;
+ * any thread. */
+const th_toolset_cfg *th_call_toolset(const toolhost_call *call);
 
 /* Answers an ask_permission. */
 int th_permission_answer(th_session *s, uint64_t call_id, bool allow);

@@ -6,9 +6,11 @@
  *
  * Mapping: null <-> nil, true/false <-> bool, integer <-> int (JSON
  * integers beyond int64 are refused), real <-> float64, string <-> str,
- * array <-> array, object <-> map.  msgpack -> JSON: bin becomes a string
- * when it is valid UTF-8 and is refused otherwise; map keys must be
- * strings; ext is refused.
+ * array <-> array, object <-> map.  msgpack -> JSON: str and bin become
+ * strings when they are well-formed UTF-8 (jansson holds nothing else) and
+ * are refused otherwise; map keys must be strings; ext is refused.  The
+ * _lossy variants, for printing results and meta (tool output may hold any
+ * bytes), replace each maximal ill-formed subsequence with U+FFFD instead.
  */
 #ifndef TH_JSON_H
 #define TH_JSON_H
@@ -33,5 +35,12 @@ int th_json_to_msgpack(const json_t *j, th_buf *out);
  * JSON. */
 json_t *th_json_from_object(const struct msgpack_object *o, th_error *err);
 json_t *th_json_from_msgpack(const uint8_t *data, size_t len, th_error *err);
+/* The same, never refusing text for its bytes: invalid UTF-8 in strings,
+ * bin and map keys becomes U+FFFD (two keys may then coincide: the later
+ * one wins).  For printing, never for arguments. */
+json_t *th_json_from_object_lossy(const struct msgpack_object *o,
+                                  th_error *err);
+json_t *th_json_from_msgpack_lossy(const uint8_t *data, size_t len,
+                                   th_error *err);
 
 #endif

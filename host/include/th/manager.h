@@ -228,6 +228,8 @@ typedef struct th_mgr {
     th_mcall **heap;
     size_t hn, hcap;
     int64_t timer_wake_ns;      /* when the deadline thread wakes next */
+    int64_t gc_every_ns;        /* spill_dir cleaning period (0: off) */
+    int64_t gc_next_ns;         /* next cleaning (monotonic) */
     bool tstop, timer_started;
     pthread_t timer;
 
@@ -246,6 +248,11 @@ void th_mgr_fini(th_host *h);
 /* Deadline heap: (re)arms the call at c->deadline_ns, or disarms it. */
 int th_mgr_arm(th_host *h, th_mcall *c);
 void th_mgr_disarm(th_host *h, th_mcall *c);
+
+/* Sets the period of the deadline thread's spill_dir cleaning (default
+ * 60 s; the first one is at host open) and starts it over from now.  For
+ * tests.  Any thread. */
+void th_mgr_set_spill_gc_every(th_host *h, int64_t ms);
 
 /* Hands a call with pending progress to the notifier thread. */
 void th_mgr_notify(th_host *h, th_mcall *c);

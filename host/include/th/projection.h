@@ -147,7 +147,5 @@ int th_projection_check(const th_projection *p, th_error *err);
 const th_proj_tool *th_projection_find(const th_projection *p,
                                        const char *key);
 
-/* The type name a model reads for a toolhost_type ("string", ...). */
-const char *th_proj_type_name(uint32_t type);
 
 #endif

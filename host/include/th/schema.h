@@ -71,7 +71,5 @@ char *th_schema_export_text(const th_tool *const *tools, size_t n,
  * such as "read_only").  0 or TH_ENOMEM. */
 int th_schema_pack_tool(struct msgpack_packer *pk, const th_tool *tool);
 
-/* The JSON Schema type name of a toolhost_type ("string", ...), or NULL. */
-const char *th_schema_type_name(uint32_t type);
 
 #endif

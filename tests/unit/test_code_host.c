@@ -1,0 +1,314 @@
+/* test_code_host.c - run_code through a real host: the limits come from the
+ * toolset the call runs under (several toolsets enabling run_code with
+ * different limits), and progress forwarded from an async tool called by a
+ * script reaches the caller both on a worker and inline (th_call_sync). */
+#include <CUnit/CUnit.h>
+#include <msgpack.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/th_test.h"
+#include "th/config.h"
+#include "th/host.h"
+#include "th/log.h"
+
+typedef struct chost {
+    int log_level;
+    th_host *h;
+} chost;
+
+/* Toolset "narrow" (uid 4242 only): run_code with max_calls 2 and a 1 KiB
+ * output limit; toolset "wide" (anyone): max_calls 50, 64 KiB.  (The host's
+ * command_output limit, 8000 bytes, applies on top.) */
+static int chost_up(chost *fx, uint32_t workers)
+{
+    char yaml[2048];
+    snprintf(yaml, sizeof yaml,
+             "host:\n"
+             "  workers: %u\n"
+             "  async_workers: 1\n"
+             "  log_level: error\n"
+             "plugins:\n"
+             "  - name: echo\n"
+             "    path: %s\n"
+             "toolsets:\n"
+             "  - name: narrow\n"
+             "    tools: [echo, echo_async]\n"
+             "    allow_users: [\"4242\"]\n"
+             "    run_code:\n"
+             "      enabled: true\n"
+             "      max_calls: 2\n"
+             "      timeout: 5s\n"
+             "      output_limit: 1KiB\n"
+             "  - name: wide\n"
+             "    tools: [\"*\"]\n"
+             "    run_code:\n"
+             "      enabled: true\n"
+             "      max_calls: 50\n"
+             "      timeout: 5s\n"
+             "      output_limit: 64KiB\n",
+             workers, th_test_build_path("plugins/echo.so"));
+    th_config *cfg = NULL;
+    th_error e;
+    th_error_clear(&e);
+    memset(fx, 0, sizeof *fx);
+    fx->log_level = th_log_get_level();
+    if (th_config_parse("test.yaml", NULL, yaml, strlen(yaml), &cfg, &e)) {
+        fprintf(stderr, "config: %s\n", e.msg);
+        return -1;
+    }
+    if (th_host_open(cfg, &fx->h, &e)) {
+        fprintf(stderr, "host: %s\n", e.msg);
+        th_log_set_level(fx->log_level);
+        return -1;
+    }
+    return 0;
+}
+
+static void chost_down(chost *fx)
+{
+    th_host_close(fx->h);
+    th_log_set_level(fx->log_level);
+}
+
+static th_session *open_as(chost *fx, uint32_t uid)
+{
+    th_principal who = {uid, uid, false};
+    return th_session_open(fx->h, &who, NULL, NULL);
+}
+
+static void pack_code(th_buf *args, const char *code)
+{
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, args, th_buf_msgpack_write);
+    msgpack_pack_map(&pk, 1);
+    msgpack_pack_str_with_body(&pk, "code", 4);
+    msgpack_pack_str_with_body(&pk, code, strlen(code));
+}
+
+typedef struct seen {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int progress;   /* PROGRESS events */
+    int running;    /* RUNNING results */
+    bool done;
+    char last[160];
+    pthread_t thread; /* the thread of the last progress event */
+    th_result_copy fin;
+} seen;
+
+static void seen_init(seen *s)
+{
+    memset(s, 0, sizeof *s);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+}
+
+static void seen_free(seen *s)
+{
+    th_result_copy_free(&s->fin);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+}
+
+static void on_event(const th_event *ev, void *ud)
+{
+    seen *s = ud;
+    pthread_mutex_lock(&s->mu);
+    if (ev->kind == TH_EV_PROGRESS) {
+        s->progress++;
+        s->thread = pthread_self();
+        snprintf(s->last, sizeof s->last, "%s", ev->message ? ev->message : "");
+    } else if (ev->result->kind == TH_RESULT_RUNNING) {
+        s->running++;
+    } else {
+        th_result_copy_from(&s->fin, ev->result);
+        s->done = true;
+        pthread_cond_signal(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* run_code inline on this thread through th_call_sync. */
+static int run_sync(th_session *s, const char *code, seen *out)
+{
+    th_buf args = TH_BUF_INIT;
+    pack_code(&args, code);
+    th_call_opts o;
+    memset(&o, 0, sizeof o);
+    o.may_block = true;
+    int rc = th_call_sync(s, "run_code", args.data, args.len, &o, on_event,
+                          out, NULL, &out->fin);
+    th_buf_free(&args);
+    return rc;
+}
+
+/* run_code on a worker (th_call_start without may_block). */
+static void run_worker(th_session *s, const char *code, seen *out)
+{
+    th_buf args = TH_BUF_INIT;
+    pack_code(&args, code);
+    th_call_opts o;
+    memset(&o, 0, sizeof o);
+    uint64_t id;
+    CU_ASSERT_EQUAL(th_call_start(s, "run_code", args.data, args.len, &o,
+                                  on_event, out, &id),
+                    0);
+    pthread_mutex_lock(&out->mu);
+    while (!out->done)
+        pthread_cond_wait(&out->cv, &out->mu);
+    pthread_mutex_unlock(&out->mu);
+    th_buf_free(&args);
+}
+
+static const char *out_text(const th_result_copy *r)
+{
+    return r->out.data ? (const char *)r->out.data : "";
+}
+
+static const char *err_text(const th_result_copy *r)
+{
+    return r->err.data ? (const char *)r->err.data : "";
+}
+
+/* ---- 1: limits of the call's own toolset ------------------------------ */
+
+static const char five_calls[] =
+    "local n = 0\n"
+    "for i = 1, 5 do\n"
+    "  if tools.echo{text = 'x'}.ok then n = n + 1 end\n"
+    "end\n"
+    "print(n)\n";
+
+static void test_limits_of_own_toolset(void)
+{
+    chost fx;
+    CU_ASSERT_EQUAL_FATAL(chost_up(&fx, 2), 0);
+
+    /* uid 1: only "wide" applies (max_calls 50): five calls run */
+    th_session *wide = open_as(&fx, 1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(wide);
+    seen a;
+    seen_init(&a);
+    CU_ASSERT_EQUAL(run_sync(wide, five_calls, &a), 0);
+    CU_ASSERT_EQUAL(a.fin.kind, TH_RESULT_DONE);
+    CU_ASSERT_TRUE(a.fin.ok);
+    CU_ASSERT_STRING_EQUAL(out_text(&a.fin), "5\n");
+    if (!a.fin.ok)
+        fprintf(stderr, "wide: %s\n", err_text(&a.fin));
+    seen_free(&a);
+
+    /* 4000 bytes of output fit wide's limit */
+    seen b;
+    seen_init(&b);
+    CU_ASSERT_EQUAL(run_sync(wide, "print(string.rep('y', 4000))", &b), 0);
+    CU_ASSERT_TRUE(b.fin.ok);
+    CU_ASSERT_EQUAL(b.fin.out.len, 4001);
+    seen_free(&b);
+
+    /* the same on a worker */
+    seen w;
+    seen_init(&w);
+    run_worker(wide, five_calls, &w);
+    CU_ASSERT_TRUE(w.fin.ok);
+    CU_ASSERT_STRING_EQUAL(out_text(&w.fin), "5\n");
+    seen_free(&w);
+    th_session_close(wide);
+
+    /* uid 4242: "narrow" comes first (max_calls 2): the third call fails */
+    th_session *narrow = open_as(&fx, 4242);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(narrow);
+    seen c;
+    seen_init(&c);
+    CU_ASSERT_EQUAL(run_sync(narrow, five_calls, &c), 0);
+    CU_ASSERT_EQUAL(c.fin.kind, TH_RESULT_DONE);
+    CU_ASSERT_STRING_NOT_EQUAL(out_text(&c.fin), "5\n");
+    CU_ASSERT_PTR_NOT_NULL(strstr(err_text(&c.fin), "2"));
+    seen_free(&c);
+
+    /* and its 1 KiB output limit cuts them */
+    seen d;
+    seen_init(&d);
+    CU_ASSERT_EQUAL(run_sync(narrow, "print(string.rep('y', 4000))", &d), 0);
+    CU_ASSERT_TRUE(d.fin.out.len < 1500);
+    if (d.fin.out.len >= 1500)
+        fprintf(stderr, "narrow: %zu bytes, %d: %s / %s\n", d.fin.out.len, d.fin.kind, err_text(&d.fin), d.fin.message ? d.fin.message : "");
+    seen_free(&d);
+    th_session_close(narrow);
+    chost_down(&fx);
+}
+
+/* The one description states each toolset's limits when they differ. */
+static void test_description_limits(void)
+{
+    chost fx;
+    CU_ASSERT_EQUAL_FATAL(chost_up(&fx, 1), 0);
+    th_session *s = open_as(&fx, 1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    const th_tool *t = th_session_acquire(s, "run_code");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+    const char *ld = t->long_description ? t->long_description : "";
+    CU_ASSERT_PTR_NOT_NULL(strstr(ld, "They depend on the toolset"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(ld, "- narrow: deadline 5000 ms, 64 MiB of "
+                                      "Lua memory, at most 2 tool calls, 1 KiB"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(ld, "- wide: deadline 5000 ms, 64 MiB of "
+                                      "Lua memory, at most 50 tool calls, 64 KiB"));
+    th_tool_release(t);
+    th_session_close(s);
+    chost_down(&fx);
+}
+
+/* th_call_toolset() names the toolset of a call; NULL outside calls. */
+static void test_call_toolset_null(void)
+{
+    CU_ASSERT_PTR_NULL(th_call_toolset(NULL));
+}
+
+/* ---- 2: progress through run_code, inline and on a worker ------------- */
+
+static const char async_code[] =
+    "print(tools.echo_async{text = 'fin', steps = 4, delay_ms = 20}.stdout)";
+
+static void test_progress_inline(void)
+{
+    chost fx;
+    CU_ASSERT_EQUAL_FATAL(chost_up(&fx, 2), 0);
+    th_session *s = open_as(&fx, 1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+
+    seen a;
+    seen_init(&a);
+    CU_ASSERT_EQUAL(run_sync(s, async_code, &a), 0);
+    CU_ASSERT_TRUE(a.fin.ok);
+    CU_ASSERT_STRING_EQUAL(out_text(&a.fin), "fin\n");
+    /* the acknowledgement and the four steps, each on this thread */
+    CU_ASSERT_TRUE(a.progress >= 4);
+    if (a.progress < 4)
+        fprintf(stderr, "inline: %d progress events\n", a.progress);
+    CU_ASSERT_TRUE(pthread_equal(a.thread, pthread_self()));
+    CU_ASSERT_PTR_NOT_NULL(strstr(a.last, "echo_async: step 4/4"));
+    seen_free(&a);
+
+    seen w;
+    seen_init(&w);
+    run_worker(s, async_code, &w);
+    CU_ASSERT_TRUE(w.fin.ok);
+    CU_ASSERT_EQUAL(w.running, 1);
+    CU_ASSERT_TRUE(w.progress >= 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(w.last, "echo_async: step"));
+    seen_free(&w);
+
+    th_session_close(s);
+    chost_down(&fx);
+}
+
+void th_suite_code_host(void)
+{
+    CU_pSuite s = CU_add_suite("code_host", NULL, NULL);
+    CU_add_test(s, "limits_of_own_toolset", test_limits_of_own_toolset);
+    CU_add_test(s, "call_toolset_null", test_call_toolset_null);
+    CU_add_test(s, "description_limits", test_description_limits);
+    CU_add_test(s, "progress_inline", test_progress_inline);
+}
