@@ -82,11 +82,6 @@ void th_copydir_remove(th_copydir *d, const char *copy);
 /* True when the two files hold the same bytes. */
 bool th_file_same_content(const char *a, const char *b);
 
-/* Whether `path` looks like a shared object still being written: empty,
- * or an ELF header whose program headers or segments, or section table,
- * reach past the end of the file.  A complete ELF file, or a file that is
- * not ELF at all (and long enough to tell), is not "incomplete". */
-bool th_elf_incomplete(const char *path);
 
 /* After dlclose(): whether an object loaded from `path` is still mapped
  * (dlopen(RTLD_NOLOAD)).  Needs the file to still exist. */
