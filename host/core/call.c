@@ -261,7 +261,7 @@ static bool answer_locked(th_mcall *c, th_result_copy *res)
     if (c->live_counted) {
         c->live_counted = false;
         s->live_tasks--;
-        changed = s->live_tasks == 0 && !h->cfg->host.expose_task_tools;
+        changed = s->live_tasks == 0 && !th_host_config(h)->host.expose_task_tools;
     }
     pthread_mutex_unlock(&s->mu);
     if (c->in_tasks || (c->acked && c->scope == TH_SCOPE_TOOLSET)) {
@@ -645,7 +645,7 @@ static int cb_progress(toolhost_call *call, double fraction,
         pthread_mutex_lock(&s->mu);
         s->live_tasks++;
         c->live_counted = true;
-        changed = s->live_tasks == 1 && !h->cfg->host.expose_task_tools;
+        changed = s->live_tasks == 1 && !th_host_config(h)->host.expose_task_tools;
         if (c->scope == TH_SCOPE_TOOLSET && c->exec_counted) {
             c->exec_counted = false;
             s->exec_live--;
@@ -882,7 +882,7 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
             th_tool_release(t);
             return 0;
         }
-        ts = &h->cfg->toolsets[ts_idx];
+        ts = &th_host_config(h)->toolsets[ts_idx];
     }
     const th_tool_override *ov = ts ? th_host_override(ts, t->name) : NULL;
     th_dup_policy pol = TH_DUP_ALLOW;
@@ -957,7 +957,7 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
     c->st = st;
     c->ts = ts;
     c->ts_idx = ts_idx;
-    c->mock = th_mock_find(h->cfg, t->name);
+    c->mock = th_mock_find(th_host_config(h), t->name);
     c->args = copy;
     c->args_len = vl;
     c->scope = ts ? ts->scope : TH_SCOPE_SESSION;
@@ -983,17 +983,17 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
     pthread_cond_init(&c->cv, NULL);
     /* Limits: the tool's override in its toolset, else the toolset's,
      * else the host's (th_out_limit). */
-    const th_limits *hl = &h->cfg->limits;
+    const th_limits *hl = &th_host_config(h)->limits;
     uint32_t so = t->stdout_type < TH_SEM_COUNT ? t->stdout_type : TOOLHOST_SEM_TEXT;
     uint32_t se = t->stderr_type < TH_SEM_COUNT ? t->stderr_type : TOOLHOST_SEM_TEXT;
     th_out_init(&c->out, so, th_out_limit(hl, ts, t->name, so));
     th_out_init(&c->err, se, th_out_limit(hl, ts, t->name, se));
     set_read_on_base(c);
-    if (h->cfg->host.spill_dir) {
+    if (th_host_config(h)->host.spill_dir) {
         /* Full outputs that get cut are saved there (no file otherwise);
          * a folder that cannot be used only means no spill. */
-        (void)th_out_spill(&c->out, h->cfg->host.spill_dir, h->cfg->host.spill_max_bytes);
-        (void)th_out_spill(&c->err, h->cfg->host.spill_dir, h->cfg->host.spill_max_bytes);
+        (void)th_out_spill(&c->out, th_host_config(h)->host.spill_dir, th_host_config(h)->host.spill_max_bytes);
+        (void)th_out_spill(&c->err, th_host_config(h)->host.spill_dir, th_host_config(h)->host.spill_max_bytes);
     }
     atomic_fetch_add(&h->live_calls, 1);
 
@@ -1022,7 +1022,7 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
         reason[sizeof reason - 1] = '\0';
         th_perm_decision d;
         memset(&d, 0, sizeof d);
-        th_perm_decide(ts, h->cfg->path, t->name, flags, &d);
+        th_perm_decide(ts, th_host_config(h)->path, t->name, flags, &d);
         if (d.action == TH_PERM_DENY) {
             th_log_info("session=%llu tool=%s call=%llu permission denied by %s",
                         (unsigned long long)s->id, t->name,
@@ -1044,7 +1044,7 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
             pthread_mutex_lock(&c->mu);
             c->phase = TH_PH_PERM_WAIT;
             pthread_mutex_unlock(&c->mu);
-            uint64_t pt = h->cfg->host.permission_timeout_ms;
+            uint64_t pt = th_host_config(h)->host.permission_timeout_ms;
             atomic_store(&c->deadline_ns, th_now_ns() + (int64_t)(pt ? pt : 60000) * 1000000);
             th_mgr_arm(h, c);
             th_mcall_ref(c);
@@ -1076,7 +1076,7 @@ void th_mcall_perm_expired(th_mcall *c)
 {
     char m[256];
     snprintf(m, sizeof m, "permission denied for tool %s: no answer within %llu ms",
-             c->tool->name, (unsigned long long)c->h->cfg->host.permission_timeout_ms);
+             c->tool->name, (unsigned long long)th_host_config(c->h)->host.permission_timeout_ms);
     answer_error(c, TH_EPERM, m);
     perm_settle(c);
 }

@@ -9,6 +9,7 @@
 #include "th/log.h"
 #include "th/manager.h"
 #include "th/out.h"
+#include "th/reload.h"
 
 static const char *const reserved[] = {"get_running_tasks", "cancel_task",
                                        "run_code", NULL};
@@ -19,9 +20,11 @@ bool th_host_is_task_tool(const char *name)
            strcmp(name, "cancel_task") == 0;
 }
 
+/* A reload swaps h->cfg for new calls (reload_host.c): read it with an
+ * acquire load; the config read stays valid while the host lives. */
 const th_config *th_host_config(const th_host *h)
 {
-    return h->cfg;
+    return __atomic_load_n(&h->cfg, __ATOMIC_ACQUIRE);
 }
 
 th_registry *th_host_registry(th_host *h)
@@ -58,8 +61,9 @@ int th_host_pick_toolset(th_host *h, th_session *s, const th_tool *tool,
                          bool *any)
 {
     *any = false;
-    for (size_t i = 0; i < h->cfg->n_toolsets; i++) {
-        if (!th_host_toolset_has(h, &h->cfg->toolsets[i], tool))
+    const th_config *cfg = th_host_config(h);
+    for (size_t i = 0; i < cfg->n_toolsets; i++) {
+        if (!th_host_toolset_has(h, &cfg->toolsets[i], tool))
             continue;
         *any = true;
         if (s->usable[i])
@@ -239,32 +243,15 @@ static bool has_tool(void *ud, const char *name)
     return t != NULL;
 }
 
+/* From a private copy when the host reloads (th/reload.h). */
 static int load_plugin(th_host *h, const th_plugin_cfg *pc, th_error *err)
 {
-    th_load_opts lo;
-    memset(&lo, 0, sizeof lo);
-    lo.name = pc->name;
-    lo.allow_insecure = pc->allow_insecure;
     th_plugin *p = NULL;
-    int rc = th_plugin_open(pc->path, &lo, &p, err);
+    int rc = th_reload_host_load(h, pc, &p, err);
     if (rc)
         return rc;
-    th_param *params = NULL;
-    size_t np = 0;
-    th_buf block = TH_BUF_INIT;
-    char what[128];
-    snprintf(what, sizeof what, "config of %s", pc->name);
-    rc = th_params_from_abi(what, p->desc->config_params, p->desc->n_config_params,
-                            &params, &np, err);
-    if (rc == 0)
-        rc = th_config_plugin_block(h->cfg, pc, params, np, &block, err);
-    if (rc == 0)
-        rc = th_plugin_init(p, block.data, block.len, err);
-    if (rc == 0)
-        rc = th_registry_add(h->reg, p, err); /* takes our reference */
-    th_params_free(params, np);
-    th_buf_free(&block);
-    if (rc)
+    rc = th_registry_add(h->reg, p, err);
+    if (rc) /* on success the registry took over our reference */
         th_plugin_unref(p);
     return rc;
 }
@@ -285,6 +272,7 @@ static void host_free(th_host *h)
     free(h->builtins); /* their plugins belong to the registry */
     if (h->reg)
         th_registry_free(h->reg);
+    th_reload_host_close(h); /* closes what the registry released */
     th_code_builtin_free(h->code); /* its plugin is gone with the registry */
     free(h->dup_b);
     pthread_mutex_destroy(&h->mu);
@@ -326,6 +314,10 @@ int th_host_open_ex(th_config *cfg, const th_host_opts *opts, th_host **out,
         th_log_set_level(cfg->host.log_level);
 
     int rc;
+    if ((rc = th_reload_host_open(h, err)) != 0) {
+        host_free(h);
+        return rc;
+    }
     for (size_t i = 0; i < cfg->n_plugins; i++) {
         const th_plugin_cfg *pc = &cfg->plugins[i];
         th_error e;

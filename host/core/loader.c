@@ -16,6 +16,7 @@
  * called from any thread.
  */
 #include <dlfcn.h>
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -482,6 +483,55 @@ static th_plugin *plugin_alloc(void)
 
 /* ---- open ----------------------------------------------------------------------- */
 
+/* A shared object still being written (see th/tool.h): dlopen() of a
+ * truncated object can kill the process with SIGBUS, so look first. */
+bool th_elf_incomplete(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false; /* missing: not "being written", a real error */
+    struct stat st;
+    Elf64_Ehdr eh;
+    bool inc = false;
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        return false;
+    }
+    uint64_t size = (uint64_t)st.st_size;
+    ssize_t n = pread(fd, &eh, sizeof eh, 0);
+    if (n < 0) {
+        close(fd);
+        return false;
+    }
+    if (size == 0) {
+        inc = true;
+    } else if ((size_t)n < SELFMAG) {
+        /* Too short to tell: a prefix of the ELF magic is being written. */
+        inc = memcmp(&eh, ELFMAG, (size_t)n) == 0;
+    } else if (memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) {
+        inc = false; /* not ELF at all: broken, not half-written */
+    } else if ((size_t)n < sizeof eh || eh.e_ident[EI_CLASS] != ELFCLASS64) {
+        inc = (size_t)n < sizeof eh;
+    } else {
+        /* Section table at the end of the file: written last. */
+        if (eh.e_shoff && eh.e_shoff + (uint64_t)eh.e_shnum * eh.e_shentsize > size)
+            inc = true;
+        if (eh.e_phoff + (uint64_t)eh.e_phnum * eh.e_phentsize > size)
+            inc = true;
+        for (unsigned i = 0; !inc && i < eh.e_phnum && i < 64; i++) {
+            Elf64_Phdr ph;
+            if (eh.e_phentsize < sizeof ph ||
+                pread(fd, &ph, sizeof ph, (off_t)(eh.e_phoff + (uint64_t)i * eh.e_phentsize)) !=
+                    (ssize_t)sizeof ph)
+                break;
+            if (ph.p_type == PT_LOAD && ph.p_offset + ph.p_filesz > size)
+                inc = true;
+        }
+    }
+    close(fd);
+    return inc;
+}
+
 int th_plugin_open(const char *path, const th_load_opts *opts,
                    th_plugin **out, th_error *err)
 {
@@ -521,6 +571,14 @@ int th_plugin_open(const char *path, const th_load_opts *opts,
                  file) >= (int)sizeof dlpath) {
         th_plugin_destroy(p);
         return th_error_set(err, TH_ELOAD, "%s: path too long", path);
+    }
+    if (th_elf_incomplete(file)) {
+        th_plugin_destroy(p);
+        return th_error_set(err, TH_ELOAD,
+                            "%s: incomplete shared object (still being "
+                            "written?): its headers reach past the end of "
+                            "the file",
+                            path);
     }
     dlerror();
     p->dl = dlopen(dlpath, RTLD_NOW | RTLD_LOCAL);

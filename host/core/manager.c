@@ -259,7 +259,7 @@ static void *worker_main(void *arg)
 
 static int64_t timeout_of(th_host *h, th_mcall *c)
 {
-    const th_host_cfg *hc = &h->cfg->host;
+    const th_host_cfg *hc = &th_host_config(h)->host;
     uint64_t max = hc->max_timeout_ms;
     uint64_t t;
     if (c->opt_timeout_ms > 0) {
@@ -479,14 +479,14 @@ static void *timer_main(void *arg)
 {
     th_host *h = arg;
     th_mgr *m = &h->mgr;
-    const char *spill = h->cfg->host.spill_dir;
+    const char *spill = th_host_config(h)->host.spill_dir;
     pthread_mutex_lock(&m->tmu);
     while (!m->tstop) {
         int64_t now = th_now_ns();
         if (spill && m->gc_every_ns > 0 && now >= m->gc_next_ns) {
             m->gc_next_ns = now + m->gc_every_ns;
             pthread_mutex_unlock(&m->tmu);
-            int n = th_out_spill_gc(spill, h->cfg->host.spill_max_age_ms, 0);
+            int n = th_out_spill_gc(spill, th_host_config(h)->host.spill_max_age_ms, 0);
             if (n > 0)
                 th_log_debug("removed %d old spill file%s from %s", n,
                              n == 1 ? "" : "s", spill);
@@ -580,7 +580,7 @@ static void *notifier_main(void *arg)
 int th_mgr_init(th_host *h, th_error *err)
 {
     th_mgr *m = &h->mgr;
-    const th_host_cfg *hc = &h->cfg->host;
+    const th_host_cfg *hc = &th_host_config(h)->host;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     if (ncpu < 1)
         ncpu = 1;
@@ -601,13 +601,13 @@ int th_mgr_init(th_host *h, th_error *err)
     m->gc_next_ns = th_now_ns() + m->gc_every_ns;
     pthread_mutex_init(&m->nmu, NULL);
     pthread_cond_init(&m->ncv, NULL);
-    size_t nts = h->cfg->n_toolsets;
+    size_t nts = th_host_config(h)->n_toolsets;
     m->ts_groups = calloc(nts ? nts : 1, sizeof *m->ts_groups);
     m->threads = calloc(m->nworkers, sizeof *m->threads);
     if (!m->ts_groups || !m->threads)
         return th_error_set(err, TH_ENOMEM, "out of memory starting the manager");
     for (size_t i = 0; i < nts; i++)
-        m->ts_groups[i].limit = h->cfg->toolsets[i].max_concurrency;
+        m->ts_groups[i].limit = th_host_config(h)->toolsets[i].max_concurrency;
     if (pthread_create(&m->timer, NULL, timer_main, h) != 0)
         return th_error_set(err, TH_EINTERNAL, "cannot start the deadline thread");
     m->timer_started = true;

@@ -86,7 +86,7 @@ th_session *th_session_open(th_host *h, const th_principal *who,
     th_session *s = calloc(1, sizeof *s);
     if (!s)
         return NULL;
-    size_t n = h->cfg->n_toolsets;
+    size_t n = th_host_config(h)->n_toolsets;
     s->usable = calloc(n ? n : 1, sizeof *s->usable);
     if (!s->usable) {
         free(s);
@@ -99,7 +99,7 @@ th_session *th_session_open(th_host *h, const th_principal *who,
         s->ops = *ops;
     s->front_ud = front_ud;
     for (size_t i = 0; i < n; i++)
-        s->usable[i] = acl_allows(&h->cfg->toolsets[i], &s->who);
+        s->usable[i] = acl_allows(&th_host_config(h)->toolsets[i], &s->who);
     atomic_init(&s->refs, 1);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
@@ -207,7 +207,7 @@ void th_session_close(th_session *s)
     free(v);
     /* A bounded grace for the cancelled calls to stop; tools_changed
      * callbacks in flight always finish before we return. */
-    int64_t until = th_now_ns() + (int64_t)h->cfg->host.session_grace_ms * 1000000;
+    int64_t until = th_now_ns() + (int64_t)th_host_config(h)->host.session_grace_ms * 1000000;
     pthread_mutex_lock(&s->mu);
     while (s->ops_inflight > 0 || (s->exec_live > 0 && th_now_ns() < until)) {
         struct timespec ts;
@@ -242,7 +242,7 @@ static bool visible(th_session *s, const th_tool *t, int *ts_idx)
     th_host *h = s->h;
     *ts_idx = -1;
     if (th_host_is_task_tool(t->name)) {
-        if (h->cfg->host.expose_task_tools)
+        if (th_host_config(h)->host.expose_task_tools)
             return true;
         pthread_mutex_lock(&s->mu);
         bool v = s->live_tasks > 0;
@@ -296,7 +296,7 @@ int th_session_tools(th_session *s, int (*fn)(const th_tool *t, void *ud),
         int ts_idx;
         if (!visible(s, t, &ts_idx))
             continue;
-        const th_toolset_cfg *ts = ts_idx >= 0 ? &h->cfg->toolsets[ts_idx] : NULL;
+        const th_toolset_cfg *ts = ts_idx >= 0 ? &th_host_config(h)->toolsets[ts_idx] : NULL;
         const th_tool_override *ov = ts ? th_host_override(ts, t->name) : NULL;
         int pol = ts ? (ov && ov->on_duplicate_call >= 0 ? ov->on_duplicate_call
                                                          : (int)ts->on_duplicate_call)

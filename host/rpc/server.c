@@ -34,6 +34,7 @@
 #include <uv.h>
 
 #include "th/log.h"
+#include "th/reload.h"
 #include "th/schema.h"
 
 #define DEF_MAX_FRAME ((uint64_t)16 << 20)
@@ -126,6 +127,7 @@ struct th_rpc_server {
     bool bound;                 /* sock_path is ours */
     uv_signal_t sigterm, sigint;
     bool signals;
+    th_reload_watch *reload;    /* hot reload triggers (th/reload.h) */
     uv_async_t wake;
     uv_timer_t grace, hard;
     pthread_mutex_t mu;         /* guards evq_*, stop_req, wake_closed */
@@ -776,7 +778,12 @@ static void m_stats(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
     th_mgr_stats ms;
     th_host_mgr_stats(srv->host, &ms);
     int e = sc.e;
-    e |= msgpack_pack_map(&pk, 7);
+    th_reloader *rl = th_host_reloader(srv->host);
+    e |= msgpack_pack_map(&pk, rl ? 8 : 7);
+    if (rl) {
+        e |= PK_STR(&pk, "reload");
+        e |= th_reload_stats_pack(rl, &pk);
+    }
     e |= PK_STR(&pk, "version");
     e |= PK_STR(&pk, TOOLHOST_VERSION);
     e |= PK_STR(&pk, "uptime_ms");
@@ -1197,13 +1204,55 @@ static void m_tasks_result(rpc_conn *c, uint64_t msgid,
     th_buf_free(&r);
 }
 
-/* host.reload arrives with the hot reload module: it will call into the
- * core and answer {reloaded: [...], errors: [...]}; tools.changed reaches
+/* host.reload: a reload on the reloader's thread; the answer (the
+ * th_reload_result_pack map) goes to the connection if it is still there
+ * (looked up by id: it may have closed meanwhile).  tools.changed reaches
  * every session through th_front_ops.tools_changed. */
+typedef struct reload_req {
+    th_rpc_server *srv;
+    uint64_t conn_id, msgid;
+} reload_req;
+
+static void reload_answered(const th_reload_result *res, void *ud)
+{
+    reload_req *q = ud;
+    rpc_conn *c = q->srv->conns;
+    while (c && c->id != q->conn_id)
+        c = c->next;
+    if (c && !c->closing) {
+        th_buf r = TH_BUF_INIT;
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &r, th_buf_msgpack_write);
+        if (th_reload_result_pack(res, &pk) != 0)
+            send_error(c, q->msgid, TH_ENOMEM, "out of memory");
+        else
+            send_result(c, q->msgid, &r);
+        th_buf_free(&r);
+    }
+    free(q);
+}
+
 static void m_reload(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
 {
     (void)params;
-    send_error(c, msgid, TH_ESTATE, "host.reload is not available yet");
+    th_rpc_server *srv = c->srv;
+    if (!srv->reload) {
+        send_error(c, msgid, TH_ESTATE,
+                   "reloads are off on this host (host.reload: off)");
+        return;
+    }
+    reload_req *q = malloc(sizeof *q);
+    if (!q) {
+        send_error(c, msgid, TH_ENOMEM, "out of memory");
+        return;
+    }
+    *q = (reload_req){srv, c->id, msgid};
+    int rc = th_reload_watch_request(srv->reload, reload_answered, q);
+    if (rc) {
+        free(q);
+        send_error(c, msgid, rc, "%s", rc == TH_ESTATE ? "the host is stopping"
+                                                      : "out of memory");
+    }
 }
 
 static const struct {
@@ -1599,6 +1648,10 @@ static void server_check_drained(th_rpc_server *srv)
     }
     if (srv->conns)
         return;
+    if (srv->reload) {
+        th_reload_watch_stop(srv->reload);
+        srv->reload = NULL;
+    }
     if (srv->signals) {
         close_if_open((uv_handle_t *)&srv->sigterm);
         close_if_open((uv_handle_t *)&srv->sigint);
@@ -1851,6 +1904,15 @@ int th_rpc_serve(th_host *h, const th_rpc_serve_opts *o, th_error *err)
         uv_loop_close(&srv->loop);
         free_server(srv);
         return rc;
+    }
+    th_reloader *rl = th_host_reloader(h);
+    if (rl) {
+        th_reload_watch_opts wo = {.mode = cfg->reload,
+                                   .debounce_ms = cfg->reload_debounce_ms,
+                                   .no_sighup = o->no_signals};
+        th_error we;
+        if (th_reload_watch_start(rl, &srv->loop, &wo, &srv->reload, &we) != 0)
+            th_log_warn("hot reload triggers are off: %s", we.msg);
     }
     if (srv->on_ready)
         srv->on_ready(srv, srv->ready_ud);

@@ -136,8 +136,14 @@ int th_test_run_argv(char *const argv[], const char *input, int timeout_s,
             append(&cmd, &len, &cap, "exec ", 5);
             append(&cmd, &len, &cap, vg, strlen(vg));
             for (int i = 0; argv[i]; i++) {
+                /* single-quoted; a quote inside becomes '\'' */
                 append(&cmd, &len, &cap, " '", 2);
-                append(&cmd, &len, &cap, argv[i], strlen(argv[i]));
+                for (const char *p = argv[i]; *p; p++) {
+                    if (*p == '\'')
+                        append(&cmd, &len, &cap, "'\\''", 4);
+                    else
+                        append(&cmd, &len, &cap, p, 1);
+                }
                 append(&cmd, &len, &cap, "'", 1);
             }
             execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);

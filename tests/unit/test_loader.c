@@ -312,6 +312,27 @@ static void not_shared_object(void)
     free(dir);
 }
 
+/* A truncated object (a plugin being rebuilt while the host starts) is
+ * refused before dlopen(), which could otherwise die of SIGBUS. */
+static void truncated_object(void)
+{
+    FILE *f = fopen(th_test_build_path("plugins/echo.so"), "rb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    CU_ASSERT_FATAL(n > 4096);
+    char *dir = th_test_tmpdir();
+    char *path = th_test_write_file(dir, "half.so", buf, n / 2);
+    th_plugin *p;
+    th_error e;
+    CU_ASSERT_EQUAL(th_plugin_open(path, &insecure, &p, &e), TH_ELOAD);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "incomplete shared object"));
+    free(path);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
 static void cxx_plugin(void)
 {
     const char *path = th_test_build_path("fixtures/cxx_plugin.so");
@@ -739,6 +760,7 @@ void th_suite_loader(void)
     CU_add_test(s, "bad_params", bad_params);
     CU_add_test(s, "init_fails", init_fails);
     CU_add_test(s, "not_shared_object", not_shared_object);
+    CU_add_test(s, "truncated_object", truncated_object);
     CU_add_test(s, "cxx_plugin", cxx_plugin);
     CU_add_test(s, "every_problem", every_problem);
     CU_add_test(s, "writable_by_others", writable_by_others);

@@ -118,6 +118,12 @@ typedef struct th_load_opts {
 int th_plugin_open(const char *path, const th_load_opts *opts,
                    th_plugin **out, th_error *err);
 
+/* Whether `path` looks like a shared object still being written: empty,
+ * or an ELF header whose program headers or segments, or section table,
+ * reach past the end of the file.  A complete ELF file, or a file that is
+ * not ELF at all (and long enough to tell), is not "incomplete". */
+bool th_elf_incomplete(const char *path);
+
 /* Calls init() with a msgpack config map (NULL/0 for none).  The map is
  * first checked against p->config_params with th_validate_params() (what =
  * NULL) and its defaults filled in, so init() always gets a valid,

@@ -1,0 +1,1323 @@
+/* reload.c - the reloader: plan a reload from the whole new config, load
+ * every new generation from a private copy before touching the running set,
+ * swap them into the registry, drain and close the old ones on the
+ * reloader's own thread.
+ *
+ * Threads.  One reloader thread runs the requested reloads and closes the
+ * generations whose last call ended (fini, dlclose, residency check, copy
+ * removal): never a worker mid-call.  th_reload_now() runs a reload on the
+ * caller's thread instead.  Reloads are serialized by run_mu.
+ *
+ * Locks: run_mu (held for a whole reload) -> mu (the generation list, the
+ * queues, the stats, the current config pointer).  mu is never held while
+ * calling into the registry, a plugin or a target callback.  The
+ * on_last_unref hook takes mu only.
+ */
+#include <errno.h>
+#include <libgen.h>
+#include <msgpack.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "th/buf.h"
+#include "th/log.h"
+#include "th/reload.h"
+
+/* One generation the reloader knows, from load (or adoption) to close. */
+typedef struct th_gen {
+    th_reloader *r;
+    th_plugin *p;         /* not a reference: valid until closed */
+    char *name;
+    char *path;           /* as configured */
+    char *real;           /* realpath() of `path` at load, or NULL */
+    char *copy;           /* the private copy, NULL when adopted */
+    th_file_id id;        /* identity of `path` when it was copied */
+    uint64_t generation;
+    bool current;         /* the registry's generation for `name` */
+    bool draining;        /* counted in stats.draining */
+    bool linked;          /* in r->gens */
+    struct th_gen *prev, *next;
+    struct th_gen *qnext; /* close queue */
+} th_gen;
+
+typedef struct waiter {
+    th_reload_done_fn fn;
+    void *ud;
+    struct waiter *next;
+} waiter;
+
+struct th_reloader {
+    th_reload_target t;
+    th_copydir *dir;
+
+    pthread_mutex_t run_mu;   /* one reload at a time */
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;        /* the thread waits for work */
+    pthread_cond_t idle_cv;   /* the close queue emptied */
+    const th_config *cfg;     /* the current config (see header) */
+    th_config **owned;        /* configs kept when there is no swap_config */
+    size_t n_owned;
+    th_gen *gens;             /* every generation not closed yet */
+    th_gen *q_head, *q_tail;  /* generations to close */
+    bool closing_batch;       /* the thread is closing a batch */
+    waiter *want;             /* requests for the next reload */
+    bool want_any;
+    bool stop;
+    uint64_t seq;
+    th_reload_stats st;
+
+    pthread_t thread;
+    bool started;
+};
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+const char *th_reload_action_name(th_reload_action a)
+{
+    switch (a) {
+    case TH_RL_UNCHANGED: return "unchanged";
+    case TH_RL_CHANGED: return "changed";
+    case TH_RL_ADDED: return "added";
+    case TH_RL_REMOVED: return "removed";
+    case TH_RL_SKIPPED: return "skipped";
+    }
+    return "unknown";
+}
+
+/* ---- generations ----------------------------------------------------------------- */
+
+static void gen_free(th_gen *g)
+{
+    free(g->name);
+    free(g->path);
+    free(g->real);
+    free(g->copy);
+    free(g);
+}
+
+static void link_gen(th_reloader *r, th_gen *g) /* mu held */
+{
+    g->prev = NULL;
+    g->next = r->gens;
+    if (r->gens)
+        r->gens->prev = g;
+    r->gens = g;
+    g->linked = true;
+}
+
+static void unlink_gen(th_reloader *r, th_gen *g) /* mu held */
+{
+    if (!g->linked)
+        return;
+    if (g->prev)
+        g->prev->next = g->next;
+    else
+        r->gens = g->next;
+    if (g->next)
+        g->next->prev = g->prev;
+    g->linked = false;
+}
+
+/* The plugin's last reference is gone (any thread, maybe a worker that
+ * just finished the last call): hand the generation to the reloader's
+ * thread.  No allocation, one lock. */
+static void on_last_unref(th_plugin *p)
+{
+    th_gen *g = p->user;
+    th_reloader *r = g->r;
+    pthread_mutex_lock(&r->mu);
+    g->qnext = NULL;
+    if (r->q_tail)
+        r->q_tail->qnext = g;
+    else
+        r->q_head = g;
+    r->q_tail = g;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static th_gen *gen_new(th_reloader *r, th_plugin *p, const char *path,
+                       const char *copy, const th_file_id *id)
+{
+    th_gen *g = calloc(1, sizeof *g);
+    if (!g)
+        return NULL;
+    g->r = r;
+    g->p = p;
+    g->generation = p->generation;
+    char real[PATH_MAX];
+    if (!(g->name = strdup(p->name)) || !(g->path = strdup(path)) ||
+        (copy && !(g->copy = strdup(copy))) ||
+        (realpath(path, real) && !(g->real = strdup(real)))) {
+        gen_free(g);
+        return NULL;
+    }
+    if (id)
+        g->id = *id;
+    return g;
+}
+
+/* fini, dlclose, residency check, copy removal.  The reloader's thread
+ * (or the reload's, for generations that never served). */
+static void close_gen(th_reloader *r, th_gen *g)
+{
+    char lp[PATH_MAX];
+    bool had_dl = g->p->dl != NULL;
+    snprintf(lp, sizeof lp, "%s", g->p->load_path ? g->p->load_path : "");
+    th_plugin_destroy(g->p);
+    g->p = NULL;
+    bool mapped = had_dl && lp[0] && th_dl_still_loaded(lp);
+    if (g->copy)
+        th_copydir_remove(r->dir, g->copy);
+    if (mapped)
+        th_log_warn("reload: plugin %s generation %llu is closed but its object "
+                    "stays in memory (%s): it cannot be unloaded (nodelete, "
+                    "unique symbols or thread-local destructors)",
+                    g->name, (unsigned long long)g->generation, lp);
+    else
+        th_log_debug("reload: plugin %s generation %llu closed", g->name,
+                     (unsigned long long)g->generation);
+    pthread_mutex_lock(&r->mu);
+    unlink_gen(r, g);
+    if (g->draining)
+        r->st.draining--;
+    r->st.closed++;
+    if (mapped)
+        r->st.still_mapped++;
+    else if (had_dl)
+        r->st.unloaded++;
+    pthread_mutex_unlock(&r->mu);
+    gen_free(g);
+}
+
+/* A prepared generation that never entered the registry. */
+static void discard(th_reloader *r, th_plugin *p, th_gen *g)
+{
+    if (!p)
+        return;
+    p->on_last_unref = NULL;
+    p->user = NULL;
+    th_plugin_destroy(p);
+    if (g) {
+        if (g->copy)
+            th_copydir_remove(r->dir, g->copy);
+        gen_free(g);
+    }
+}
+
+static th_gen *current_gen(th_reloader *r, const char *name) /* mu held */
+{
+    for (th_gen *g = r->gens; g; g = g->next)
+        if (g->current && strcmp(g->name, name) == 0)
+            return g;
+    return NULL;
+}
+
+static const th_plugin_cfg *cfg_entry(const th_config *c, const char *name)
+{
+    for (size_t i = 0; c && i < c->n_plugins; i++)
+        if (strcmp(c->plugins[i].name, name) == 0)
+            return &c->plugins[i];
+    return NULL;
+}
+
+/* Copy, open, config block, init: generation `gen` of entry `pc`.  On
+ * failure *incomplete says whether the file looked half-written. */
+static int prepare(th_reloader *r, const th_config *cfg, const th_plugin_cfg *pc,
+                   uint64_t gen, th_plugin **pout, th_gen **gout,
+                   bool *incomplete, th_error *err)
+{
+    *pout = NULL;
+    *gout = NULL;
+    char *copy = NULL;
+    th_file_id id;
+    int rc = th_copydir_copy(r->dir, pc->path, pc->name, gen, &copy, &id, err);
+    if (rc) {
+        if (rc == TH_ESTATE || th_elf_incomplete(pc->path))
+            *incomplete = true;
+        if (rc == TH_EIO && err) /* as the loader says it */
+            err->code = rc = TH_ELOAD;
+        return rc;
+    }
+    /* A truncated object must not reach dlopen(): mapping a segment past
+     * the end of the file faults (SIGBUS) during relocation. */
+    if (th_elf_incomplete(copy)) {
+        *incomplete = true;
+        th_copydir_remove(r->dir, copy);
+        free(copy);
+        return th_error_set(err, TH_ELOAD, "%s: cannot be loaded: the file is "
+                            "truncated (empty, or its ELF headers reach past "
+                            "its end)", pc->path);
+    }
+    th_load_opts lo;
+    memset(&lo, 0, sizeof lo);
+    lo.name = pc->name;
+    lo.allow_insecure = pc->allow_insecure;
+    lo.load_path = copy;
+    lo.generation = gen;
+    th_plugin *p = NULL;
+    rc = th_plugin_open(pc->path, &lo, &p, err);
+    if (rc) {
+        th_copydir_remove(r->dir, copy);
+        free(copy);
+        return rc;
+    }
+    th_buf block = TH_BUF_INIT;
+    rc = th_config_plugin_block(cfg, pc, p->config_params, p->n_config_params,
+                                &block, err);
+    if (rc == 0)
+        rc = th_plugin_init(p, block.data, block.len, err);
+    th_buf_free(&block);
+    th_gen *g = NULL;
+    if (rc == 0 && !(g = gen_new(r, p, pc->path, copy, &id)))
+        rc = th_error_set(err, TH_ENOMEM, "out of memory");
+    if (rc) {
+        th_plugin_destroy(p);
+        th_copydir_remove(r->dir, copy);
+        free(copy);
+        return rc;
+    }
+    free(copy);
+    p->user = g;
+    p->on_last_unref = on_last_unref;
+    *pout = p;
+    *gout = g;
+    return 0;
+}
+
+/* ---- the plan ---------------------------------------------------------------------- */
+
+typedef struct step {
+    const th_plugin_cfg *pc; /* the new entry; NULL for a removal */
+    th_gen *old;             /* the running generation of that name */
+    th_plugin *np;           /* the new generation (one reference) */
+    th_gen *ng;
+    th_reload_action action;
+    bool refresh_id;         /* unchanged bytes, new identity */
+    th_file_id id;
+    bool applied;
+} step;
+
+typedef struct name_ref {
+    const char *tool;
+    const char *plugin;
+    const char *path;
+} name_ref;
+
+typedef struct collect_ud {
+    name_ref *v;
+    size_t n, cap;
+    step *steps;
+    size_t n_steps;
+    int rc;
+} collect_ud;
+
+static int push_name(collect_ud *c, const char *tool, const char *plugin,
+                     const char *path)
+{
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 64;
+        name_ref *v = realloc(c->v, cap * sizeof *v);
+        if (!v)
+            return TH_ENOMEM;
+        c->v = v;
+        c->cap = cap;
+    }
+    c->v[c->n++] = (name_ref){tool, plugin, path};
+    return 0;
+}
+
+/* Registry tools that stay: those of generations no step replaces. */
+static int collect_kept(const th_tool *t, void *ud)
+{
+    collect_ud *c = ud;
+    for (size_t i = 0; i < c->n_steps; i++)
+        if (c->steps[i].old && c->steps[i].old->p == t->plugin &&
+            (c->steps[i].action == TH_RL_CHANGED || c->steps[i].action == TH_RL_REMOVED))
+            return 0;
+    return (c->rc = push_name(c, t->name, t->plugin->name, t->plugin->path));
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+    return strcmp(((const name_ref *)a)->tool, ((const name_ref *)b)->tool);
+}
+
+typedef struct future {
+    th_reloader *r;
+    const name_ref *v;
+    size_t n;
+} future;
+
+static bool future_has(void *ud, const char *name)
+{
+    future *f = ud;
+    name_ref key = {name, NULL, NULL};
+    if (bsearch(&key, f->v, f->n, sizeof key, name_cmp))
+        return true;
+    return f->r->t.reserved && f->r->t.reserved(f->r->t.ud, name);
+}
+
+/* The tool set after the reload: no name twice, nothing reserved taken,
+ * every tool the new config names present. */
+static int check_future(th_reloader *r, const th_config *nc, step *steps,
+                        size_t n, th_error *err)
+{
+    collect_ud c = {NULL, 0, 0, steps, n, 0};
+    th_registry_foreach(r->t.reg, collect_kept, &c);
+    int rc = c.rc;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        th_plugin *p = steps[i].np;
+        for (size_t k = 0; p && rc == 0 && k < p->n_tools; k++) {
+            if (r->t.reserved && r->t.reserved(r->t.ud, p->tools[k].name)) {
+                rc = th_error_set(err, TH_ELOAD,
+                                  "%s: tool '%s' of plugin '%s' has the name of "
+                                  "a built-in tool", p->path, p->tools[k].name,
+                                  p->name);
+                break;
+            }
+            rc = push_name(&c, p->tools[k].name, p->name, p->path);
+        }
+    }
+    if (rc == TH_ENOMEM)
+        th_error_set(err, rc, "out of memory");
+    if (rc == 0) {
+        qsort(c.v, c.n, sizeof *c.v, name_cmp);
+        for (size_t i = 1; i < c.n; i++)
+            if (strcmp(c.v[i - 1].tool, c.v[i].tool) == 0) {
+                rc = th_error_set(err, TH_ELOAD,
+                                  "tool '%s' would be provided by plugin '%s' "
+                                  "(%s) and by plugin '%s' (%s); tool names "
+                                  "must be unique across the host",
+                                  c.v[i].tool, c.v[i - 1].plugin, c.v[i - 1].path,
+                                  c.v[i].plugin, c.v[i].path);
+                break;
+            }
+    }
+    if (rc == 0) {
+        future f = {r, c.v, c.n};
+        rc = th_config_check_tools(nc, future_has, &f, err);
+    }
+    free(c.v);
+    return rc;
+}
+
+/* ---- apply --------------------------------------------------------------------------- */
+
+static void mark_leaving(th_reloader *r, th_gen *g)
+{
+    pthread_mutex_lock(&r->mu);
+    g->current = false;
+    if (!g->draining) {
+        g->draining = true;
+        r->st.draining++;
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void mark_back(th_reloader *r, th_gen *g)
+{
+    pthread_mutex_lock(&r->mu);
+    g->current = true;
+    if (g->draining) {
+        g->draining = false;
+        r->st.draining--;
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void enter(th_reloader *r, th_gen *g)
+{
+    pthread_mutex_lock(&r->mu);
+    g->current = true;
+    link_gen(r, g);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void leave_unentered(th_reloader *r, th_gen *g)
+{
+    pthread_mutex_lock(&r->mu);
+    g->current = false;
+    unlink_gen(r, g);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* One replace or add; 0 or the registry's error. */
+static int apply_one(th_reloader *r, step *s, th_error *err)
+{
+    enter(r, s->ng);
+    int rc;
+    if (s->action == TH_RL_CHANGED) {
+        mark_leaving(r, s->old);
+        rc = th_registry_replace(r->t.reg, s->old->p, s->np, err);
+        if (rc)
+            mark_back(r, s->old);
+    } else {
+        rc = th_registry_add(r->t.reg, s->np, err);
+    }
+    if (rc)
+        leave_unentered(r, s->ng);
+    return rc;
+}
+
+/* Applies the plan: removals, then replacements and additions in passes
+ * (a tool moving from one plugin to another needs its old owner swapped
+ * first).  The plan was checked as a whole, so this only fails when out of
+ * memory; if an order cannot be found (two plugins swapping tools), the
+ * old generations left are removed first. */
+static int apply(th_reloader *r, step *steps, size_t n, th_error *err)
+{
+    for (size_t i = 0; i < n; i++)
+        if (steps[i].action == TH_RL_REMOVED) {
+            mark_leaving(r, steps[i].old);
+            th_registry_remove(r->t.reg, steps[i].old->p);
+            steps[i].applied = true;
+        }
+    size_t left = 0;
+    for (size_t i = 0; i < n; i++)
+        if (steps[i].np)
+            left++;
+    bool progress = true;
+    th_error e;
+    while (left && progress) {
+        progress = false;
+        for (size_t i = 0; i < n; i++) {
+            if (!steps[i].np || steps[i].applied)
+                continue;
+            if (apply_one(r, &steps[i], &e) == 0) {
+                steps[i].applied = true;
+                progress = true;
+                left--;
+            } else if (e.code == TH_ENOMEM) {
+                break;
+            }
+        }
+    }
+    int rc = 0;
+    for (size_t i = 0; i < n && left; i++) {
+        step *s = &steps[i];
+        if (!s->np || s->applied)
+            continue;
+        if (s->action == TH_RL_CHANGED) {
+            mark_leaving(r, s->old);
+            th_registry_remove(r->t.reg, s->old->p);
+            s->action = TH_RL_ADDED;
+        }
+        if (apply_one(r, s, &e) == 0) {
+            s->applied = true;
+            left--;
+        } else if (rc == 0) {
+            rc = th_error_set(err, e.code, "applying the reload failed half-way "
+                              "(plugin %s is not running): %s", s->pc->name, e.msg);
+        }
+    }
+    return rc;
+}
+
+/* ---- one reload ---------------------------------------------------------------------- */
+
+static void add_item(th_reload_result *res, const char *name, th_reload_action a,
+                     uint64_t generation)
+{
+    switch (a) {
+    case TH_RL_UNCHANGED: res->n_unchanged++; return;
+    case TH_RL_CHANGED: res->n_changed++; break;
+    case TH_RL_ADDED: res->n_added++; break;
+    case TH_RL_REMOVED: res->n_removed++; break;
+    case TH_RL_SKIPPED: res->n_skipped++; break;
+    }
+    if (res->n_items < TH_RELOAD_MAX_REPORTED) {
+        th_reload_item *it = &res->items[res->n_items++];
+        snprintf(it->name, sizeof it->name, "%s", name);
+        it->action = a;
+        it->generation = generation;
+    }
+}
+
+static void finish(th_reloader *r, th_reload_result *res, int64_t t0)
+{
+    res->total_ns = now_ns() - t0;
+    pthread_mutex_lock(&r->mu);
+    r->st.reloads++;
+    r->st.last_rc = res->rc;
+    r->st.last_wall_ms = wall_ms();
+    if (res->rc == 0) {
+        r->st.ok++;
+        r->st.last_error[0] = '\0';
+        r->st.last_swap_ns = res->swap_ns;
+        if (res->swap_ns > r->st.max_swap_ns)
+            r->st.max_swap_ns = res->swap_ns;
+    } else {
+        r->st.failed++;
+        snprintf(r->st.last_error, sizeof r->st.last_error, "%s", res->err.msg);
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (res->rc && res->incomplete) { /* the watcher retries: not broken */
+        th_log_info("reload #%llu: nothing changed, a file is still being "
+                    "written: %s", (unsigned long long)res->seq, res->err.msg);
+        return;
+    }
+    if (res->rc) {
+        th_log_error("reload #%llu failed, nothing changed: %s",
+                     (unsigned long long)res->seq, res->err.msg);
+        return;
+    }
+    char line[768];
+    size_t k = 0;
+    line[0] = '\0';
+    for (size_t i = 0; i < res->n_items && k < sizeof line - 80; i++)
+        k += (size_t)snprintf(line + k, sizeof line - k, "%s%s g%llu %s",
+                              i ? ", " : "", res->items[i].name,
+                              (unsigned long long)res->items[i].generation,
+                              th_reload_action_name(res->items[i].action));
+    th_log_info("reload #%llu ok: %s%s%u unchanged%s, swap %.3f ms, total %.1f ms",
+                (unsigned long long)res->seq, line, k ? "; " : "", res->n_unchanged,
+                res->config_changed ? ", config changed" : "",
+                (double)res->swap_ns / 1e6, (double)res->total_ns / 1e6);
+}
+
+static int do_reload(th_reloader *r, th_reload_result *res)
+{
+    memset(res, 0, sizeof *res);
+    int64_t t0 = now_ns();
+    pthread_mutex_lock(&r->mu);
+    res->seq = ++r->seq;
+    const th_config *oc = r->cfg;
+    pthread_mutex_unlock(&r->mu);
+
+    th_config *nc = NULL;
+    int rc = th_config_load(oc->path, &nc, &res->err);
+    if (rc) {
+        res->rc = rc;
+        finish(r, res, t0);
+        return rc;
+    }
+
+    size_t cap = nc->n_plugins + oc->n_plugins + 1;
+    step *steps = calloc(cap, sizeof *steps);
+    if (!steps) {
+        th_config_free(nc);
+        res->rc = th_error_set(&res->err, TH_ENOMEM, "out of memory");
+        finish(r, res, t0);
+        return res->rc;
+    }
+    size_t n = 0;
+
+    /* Plan, and prepare every new generation. */
+    for (size_t i = 0; rc == 0 && i < nc->n_plugins; i++) {
+        const th_plugin_cfg *pc = &nc->plugins[i];
+        step *s = &steps[n++];
+        s->pc = pc;
+        pthread_mutex_lock(&r->mu);
+        s->old = current_gen(r, pc->name);
+        pthread_mutex_unlock(&r->mu);
+        const th_plugin_cfg *opc = cfg_entry(oc, pc->name);
+        s->action = s->old ? TH_RL_CHANGED : TH_RL_ADDED;
+        if (s->old && opc && th_plugin_cfg_equal(opc, pc)) {
+            th_file_id now;
+            if (th_file_id_of(pc->path, &now, NULL) == 0) {
+                if (th_file_id_equal(&now, &s->old->id)) {
+                    s->action = TH_RL_UNCHANGED;
+                } else if (s->old->copy &&
+                           th_file_same_content(pc->path, s->old->copy)) {
+                    s->action = TH_RL_UNCHANGED; /* rebuilt, same bytes */
+                    s->refresh_id = true;
+                    s->id = now;
+                }
+            }
+        }
+        if (s->action == TH_RL_UNCHANGED)
+            continue;
+        bool incomplete = false;
+        th_error e;
+        th_error_clear(&e);
+        uint64_t gen = s->old ? s->old->generation + 1 : 1;
+        rc = prepare(r, nc, pc, gen, &s->np, &s->ng, &incomplete, &e);
+        if (rc == 0)
+            continue;
+        if (incomplete) {
+            res->incomplete = true;
+            th_error_set(&res->err, rc, "%s (the file looks half-written; "
+                         "trying again after the debounce)", e.msg);
+        } else if (pc->optional) {
+            th_log_warn("reload: optional plugin %s skipped%s: %s", pc->name,
+                        s->old ? ", its running generation stays" : "", e.msg);
+            s->action = TH_RL_SKIPPED;
+            rc = 0;
+            continue;
+        } else {
+            res->err = e;
+        }
+    }
+    /* Removed plugins. */
+    if (rc == 0) {
+        pthread_mutex_lock(&r->mu);
+        for (th_gen *g = r->gens; g; g = g->next)
+            if (g->current && cfg_entry(oc, g->name) && !cfg_entry(nc, g->name)) {
+                step *s = &steps[n++];
+                s->old = g;
+                s->action = TH_RL_REMOVED;
+            }
+        pthread_mutex_unlock(&r->mu);
+    }
+    if (rc == 0)
+        rc = check_future(r, nc, steps, n, &res->err);
+    if (rc == 0 && r->t.check_config)
+        rc = r->t.check_config(r->t.ud, nc, &res->err);
+    res->prepare_ns = now_ns() - t0;
+
+    if (rc == 0) {
+        int64_t s0 = now_ns();
+        rc = apply(r, steps, n, &res->err);
+        res->swap_ns = now_ns() - s0;
+    }
+    /* Generations prepared but not applied are discarded (no call saw
+     * them); unchanged plugins rebuilt with the same bytes get their new
+     * identity. */
+    for (size_t i = 0; i < n; i++) {
+        step *s = &steps[i];
+        if (s->np && !s->applied) {
+            discard(r, s->np, s->ng);
+            s->np = NULL;
+        }
+        if (rc == 0 && s->refresh_id) {
+            pthread_mutex_lock(&r->mu);
+            s->old->id = s->id;
+            pthread_mutex_unlock(&r->mu);
+        }
+    }
+    bool changed = false;
+    if (rc == 0) {
+        for (size_t i = 0; i < n; i++) {
+            step *s = &steps[i];
+            const char *name = s->pc ? s->pc->name : s->old->name;
+            uint64_t g = s->np ? s->np->generation : s->old ? s->old->generation : 0;
+            add_item(res, name, s->action, g);
+            if (s->action != TH_RL_UNCHANGED && s->action != TH_RL_SKIPPED)
+                changed = true;
+        }
+        res->config_changed = !th_ynode_equal(oc->root, nc->root);
+    }
+    free(steps);
+    if (rc == 0 && res->config_changed) {
+        pthread_mutex_lock(&r->mu);
+        r->cfg = nc;
+        th_config **ow = NULL;
+        if (!r->t.swap_config &&
+            (ow = realloc(r->owned, (r->n_owned + 1) * sizeof *ow)) != NULL) {
+            r->owned = ow;
+            r->owned[r->n_owned++] = nc;
+        }
+        pthread_mutex_unlock(&r->mu);
+        if (r->t.swap_config) {
+            r->t.swap_config(r->t.ud, nc);
+        } else if (!ow) {
+            /* Cannot keep it: go on with the old config (plugins are
+             * swapped already; toolsets stay as they were). */
+            pthread_mutex_lock(&r->mu);
+            r->cfg = oc;
+            pthread_mutex_unlock(&r->mu);
+            th_config_free(nc);
+            res->config_changed = false;
+            th_log_error("reload: out of memory keeping the new config");
+        }
+        nc = NULL;
+    }
+    if (nc)
+        th_config_free(nc);
+    res->tools_changed = rc == 0 && (changed || res->config_changed);
+    res->rc = rc;
+    finish(r, res, t0);
+    if (res->tools_changed && r->t.tools_changed)
+        r->t.tools_changed(r->t.ud);
+    return rc;
+}
+
+int th_reload_now(th_reloader *r, th_reload_result *res)
+{
+    pthread_mutex_lock(&r->run_mu);
+    int rc = do_reload(r, res);
+    pthread_mutex_unlock(&r->run_mu);
+    return rc;
+}
+
+/* ---- the thread ------------------------------------------------------------------------ */
+
+static void answer(waiter *w, const th_reload_result *res)
+{
+    while (w) {
+        waiter *n = w->next;
+        if (w->fn)
+            w->fn(res, w->ud);
+        free(w);
+        w = n;
+    }
+}
+
+static void *reload_thread(void *arg)
+{
+    th_reloader *r = arg;
+    pthread_setname_np(pthread_self(), "th-reload");
+    th_reload_result *res = malloc(sizeof *res);
+    pthread_mutex_lock(&r->mu);
+    for (;;) {
+        if (r->q_head) {
+            th_gen *g = r->q_head;
+            r->q_head = r->q_tail = NULL;
+            r->closing_batch = true;
+            pthread_mutex_unlock(&r->mu);
+            while (g) {
+                th_gen *nx = g->qnext;
+                close_gen(r, g);
+                g = nx;
+            }
+            pthread_mutex_lock(&r->mu);
+            r->closing_batch = false;
+            if (!r->q_head)
+                pthread_cond_broadcast(&r->idle_cv);
+            continue;
+        }
+        if (r->want_any) {
+            waiter *w = r->want;
+            r->want = NULL;
+            r->want_any = false;
+            bool stop = r->stop;
+            pthread_mutex_unlock(&r->mu);
+            if (!res || stop) {
+                th_reload_result tmp;
+                memset(&tmp, 0, sizeof tmp);
+                tmp.rc = th_error_set(&tmp.err, stop ? TH_ESTATE : TH_ENOMEM,
+                                      stop ? "the host is stopping"
+                                           : "out of memory");
+                answer(w, &tmp);
+            } else {
+                th_reload_now(r, res);
+                answer(w, res);
+            }
+            pthread_mutex_lock(&r->mu);
+            continue;
+        }
+        if (r->stop)
+            break;
+        pthread_cond_wait(&r->cv, &r->mu);
+    }
+    pthread_mutex_unlock(&r->mu);
+    free(res);
+    return NULL;
+}
+
+int th_reload_request(th_reloader *r, th_reload_done_fn done, void *ud)
+{
+    waiter *w = NULL;
+    if (done && !(w = malloc(sizeof *w)))
+        return TH_ENOMEM;
+    pthread_mutex_lock(&r->mu);
+    if (r->stop) {
+        pthread_mutex_unlock(&r->mu);
+        free(w);
+        return TH_ESTATE;
+    }
+    r->st.requests++;
+    if (w) { /* FIFO: answered in the order they came */
+        w->fn = done;
+        w->ud = ud;
+        w->next = NULL;
+        waiter **pp = &r->want;
+        while (*pp)
+            pp = &(*pp)->next;
+        *pp = w;
+    }
+    r->want_any = true;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    return 0;
+}
+
+typedef struct sync_wait {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+    th_reload_result *res;
+} sync_wait;
+
+static void sync_done(const th_reload_result *res, void *ud)
+{
+    sync_wait *s = ud;
+    pthread_mutex_lock(&s->mu);
+    *s->res = *res;
+    s->done = true;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+int th_reload_run(th_reloader *r, th_reload_result *res)
+{
+    sync_wait s = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, res};
+    int rc = th_reload_request(r, sync_done, &s);
+    if (rc) {
+        memset(res, 0, sizeof *res);
+        res->rc = th_error_set(&res->err, rc, "%s", rc == TH_ESTATE ? "the host is stopping"
+                                                                    : "out of memory");
+        return rc;
+    }
+    pthread_mutex_lock(&s.mu);
+    while (!s.done)
+        pthread_cond_wait(&s.cv, &s.mu);
+    pthread_mutex_unlock(&s.mu);
+    pthread_mutex_destroy(&s.mu);
+    pthread_cond_destroy(&s.cv);
+    return res->rc;
+}
+
+bool th_reload_quiesce(th_reloader *r, int64_t timeout_ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += timeout_ms / 1000;
+    ts.tv_nsec += (timeout_ms % 1000) * 1000000;
+    if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+    }
+    pthread_mutex_lock(&r->mu);
+    while ((r->q_head || r->closing_batch) &&
+           pthread_cond_timedwait(&r->idle_cv, &r->mu, &ts) != ETIMEDOUT)
+        ;
+    bool idle = !r->q_head && !r->closing_batch;
+    pthread_mutex_unlock(&r->mu);
+    return idle;
+}
+
+/* ---- life -------------------------------------------------------------------------------- */
+
+static int adopt(th_reloader *r, const th_config *cfg, th_error *err)
+{
+    for (size_t i = 0; i < cfg->n_plugins; i++) {
+        const th_plugin_cfg *pc = &cfg->plugins[i];
+        th_plugin *p = th_registry_plugin(r->t.reg, pc->name);
+        if (!p || p->user)
+            continue; /* not loaded (optional), or one of ours */
+        th_file_id id;
+        memset(&id, 0, sizeof id);
+        (void)th_file_id_of(pc->path, &id, NULL);
+        th_gen *g = gen_new(r, p, pc->path, NULL, &id);
+        if (!g)
+            return th_error_set(err, TH_ENOMEM, "out of memory");
+        g->current = true;
+        p->user = g;
+        p->on_last_unref = on_last_unref;
+        pthread_mutex_lock(&r->mu);
+        link_gen(r, g);
+        pthread_mutex_unlock(&r->mu);
+    }
+    return 0;
+}
+
+int th_reloader_new(const th_reload_target *target, const th_config *cfg,
+                    th_reloader **out, th_error *err)
+{
+    *out = NULL;
+    th_reloader *r = calloc(1, sizeof *r);
+    if (!r)
+        return th_error_set(err, TH_ENOMEM, "out of memory");
+    r->t = *target;
+    r->cfg = cfg;
+    pthread_mutex_init(&r->run_mu, NULL);
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    pthread_cond_init(&r->idle_cv, NULL);
+    int rc = th_copydir_open(cfg->host.state_dir, &r->dir, err);
+    if (rc == 0 && (rc = pthread_create(&r->thread, NULL, reload_thread, r)) != 0)
+        rc = th_error_set(err, TH_ENOMEM, "cannot start the reload thread: %s",
+                          strerror(rc));
+    else if (rc == 0)
+        r->started = true;
+    if (rc == 0)
+        rc = adopt(r, cfg, err);
+    if (rc) {
+        th_reloader_free(r);
+        return rc;
+    }
+    *out = r;
+    return 0;
+}
+
+int th_reloader_load(th_reloader *r, const th_config *cfg,
+                     const th_plugin_cfg *pc, th_plugin **out, th_error *err)
+{
+    pthread_mutex_lock(&r->run_mu);
+    th_gen *g = NULL;
+    bool incomplete = false;
+    int rc = prepare(r, cfg, pc, 1, out, &g, &incomplete, err);
+    if (rc == 0)
+        enter(r, g);
+    pthread_mutex_unlock(&r->run_mu);
+    return rc;
+}
+
+void th_reloader_free(th_reloader *r)
+{
+    if (!r)
+        return;
+    if (r->started) {
+        pthread_mutex_lock(&r->mu);
+        r->stop = true;
+        pthread_cond_signal(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+        pthread_join(r->thread, NULL);
+    }
+    /* Released after the thread's last look: close them here (no call
+     * can use them any more). */
+    pthread_mutex_lock(&r->mu);
+    th_gen *q = r->q_head;
+    r->q_head = r->q_tail = NULL;
+    pthread_mutex_unlock(&r->mu);
+    while (q) {
+        th_gen *nx = q->qnext;
+        close_gen(r, q);
+        q = nx;
+    }
+    /* Generations still held by someone (a leak elsewhere): detach them so
+     * a late unref destroys them in place instead of reaching us. */
+    for (th_gen *g = r->gens, *n; g; g = n) {
+        n = g->next;
+        if (g->p) {
+            th_log_warn("reload: plugin %s generation %llu is still referenced "
+                        "when the reloader ends", g->name,
+                        (unsigned long long)g->generation);
+            g->p->on_last_unref = NULL;
+            g->p->user = NULL;
+        }
+        gen_free(g);
+    }
+    for (size_t i = 0; i < r->n_owned; i++)
+        th_config_free(r->owned[i]);
+    free(r->owned);
+    th_copydir_close(r->dir);
+    pthread_mutex_destroy(&r->run_mu);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    pthread_cond_destroy(&r->idle_cv);
+    free(r);
+}
+
+/* ---- queries --------------------------------------------------------------------------- */
+
+void th_reload_note_retry(th_reloader *r)
+{
+    pthread_mutex_lock(&r->mu);
+    r->st.retries++;
+    pthread_mutex_unlock(&r->mu);
+}
+
+void th_reload_get_stats(th_reloader *r, th_reload_stats *out)
+{
+    pthread_mutex_lock(&r->mu);
+    *out = r->st;
+    pthread_mutex_unlock(&r->mu);
+}
+
+const char *th_reload_config_path(th_reloader *r)
+{
+    pthread_mutex_lock(&r->mu);
+    const char *p = r->cfg->path;
+    pthread_mutex_unlock(&r->mu);
+    return p;
+}
+
+typedef struct gen_view {
+    char *name, *path, *load_path;
+    uint64_t generation;
+} gen_view;
+
+static int view_cmp(const void *a, const void *b)
+{
+    return strcmp(((const gen_view *)a)->name, ((const gen_view *)b)->name);
+}
+
+int th_reload_foreach(th_reloader *r,
+                      int (*fn)(const char *name, uint64_t generation,
+                                const char *path, const char *load_path, void *ud),
+                      void *ud)
+{
+    pthread_mutex_lock(&r->mu);
+    size_t n = 0;
+    for (th_gen *g = r->gens; g; g = g->next)
+        n += g->current;
+    gen_view *v = calloc(n ? n : 1, sizeof *v);
+    size_t k = 0;
+    bool oom = !v;
+    for (th_gen *g = r->gens; v && g; g = g->next) {
+        if (!g->current)
+            continue;
+        v[k].name = strdup(g->name);
+        v[k].path = strdup(g->path);
+        v[k].load_path = strdup(g->copy ? g->copy : g->path);
+        v[k].generation = g->generation;
+        k++;
+        if (!v[k - 1].name || !v[k - 1].path || !v[k - 1].load_path)
+            oom = true;
+    }
+    pthread_mutex_unlock(&r->mu);
+    int rc = oom ? TH_ENOMEM : 0;
+    if (v && !oom) {
+        qsort(v, k, sizeof *v, view_cmp);
+        for (size_t i = 0; i < k && rc == 0; i++)
+            rc = fn(v[i].name, v[i].generation, v[i].path, v[i].load_path, ud);
+    }
+    for (size_t i = 0; v && i < k; i++) {
+        free(v[i].name);
+        free(v[i].path);
+        free(v[i].load_path);
+    }
+    free(v);
+    return rc;
+}
+
+static int add_path(char ***v, size_t *n, const char *p)
+{
+    for (size_t i = 0; i < *n; i++)
+        if (strcmp((*v)[i], p) == 0)
+            return 0;
+    char **nv = realloc(*v, (*n + 1) * sizeof *nv);
+    if (!nv)
+        return TH_ENOMEM;
+    *v = nv;
+    if (!(nv[*n] = strdup(p)))
+        return TH_ENOMEM;
+    (*n)++;
+    return 0;
+}
+
+/* The folder of `file` with "..", "." and folder symlinks resolved (the
+ * file itself may be a symlink: its own folder is meant); NULL when the
+ * folder does not exist. */
+static char *norm_dir(const char *file, char *out)
+{
+    char buf[PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", file);
+    return realpath(dirname(buf), out);
+}
+
+static int add_dir_of(char ***v, size_t *n, const char *file)
+{
+    char d[PATH_MAX];
+    if (!norm_dir(file, d))
+        return 0; /* nothing to watch there yet */
+    return add_path(v, n, d);
+}
+
+void th_reload_paths_free(char **v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+int th_reload_watch_paths(th_reloader *r, char ***out, size_t *nout)
+{
+    char **v = NULL;
+    size_t n = 0;
+    int rc = 0;
+    pthread_mutex_lock(&r->mu);
+    rc = add_dir_of(&v, &n, r->cfg->path);
+    char real[PATH_MAX];
+    if (rc == 0 && realpath(r->cfg->path, real))
+        rc = add_dir_of(&v, &n, real);
+    for (th_gen *g = r->gens; rc == 0 && g; g = g->next) {
+        if (!g->current)
+            continue;
+        rc = add_dir_of(&v, &n, g->path);
+        if (rc == 0 && g->real)
+            rc = add_dir_of(&v, &n, g->real);
+    }
+    /* Optional plugins that failed and entries not loaded yet. */
+    for (size_t i = 0; rc == 0 && i < r->cfg->n_plugins; i++)
+        rc = add_dir_of(&v, &n, r->cfg->plugins[i].path);
+    pthread_mutex_unlock(&r->mu);
+    if (rc) {
+        th_reload_paths_free(v, n);
+        return rc;
+    }
+    *out = v;
+    *nout = n;
+    return 0;
+}
+
+/* Whether dir/base names `path`: through its folder (normalized), or,
+ * for a symlink, through the folder of what it points to. */
+static bool same_file(const char *dir, const char *base, const char *path)
+{
+    if (!path)
+        return false;
+    const char *slash = strrchr(path, '/');
+    if (!slash || strcmp(slash + 1, base) != 0)
+        return false;
+    char d[PATH_MAX];
+    return norm_dir(path, d) && strcmp(d, dir) == 0;
+}
+
+static bool same_file_or_target(const char *dir, const char *base,
+                                const char *path)
+{
+    if (same_file(dir, base, path))
+        return true;
+    char real[PATH_MAX];
+    return path && realpath(path, real) && same_file(dir, base, real);
+}
+
+bool th_reload_is_watched(th_reloader *r, const char *dir, const char *base)
+{
+    bool hit = false;
+    pthread_mutex_lock(&r->mu);
+    const th_config *c = r->cfg;
+    hit = same_file_or_target(dir, base, c->path);
+    for (th_gen *g = r->gens; !hit && g; g = g->next)
+        hit = g->current && (same_file_or_target(dir, base, g->path) ||
+                             same_file(dir, base, g->real));
+    for (size_t i = 0; !hit && i < c->n_plugins; i++)
+        hit = same_file_or_target(dir, base, c->plugins[i].path);
+    pthread_mutex_unlock(&r->mu);
+    return hit;
+}
+
+/* ---- msgpack forms ------------------------------------------------------------------- */
+
+static int pk_str(msgpack_packer *pk, const char *s)
+{
+    size_t n = strlen(s);
+    return msgpack_pack_str(pk, n) || msgpack_pack_str_body(pk, s, n);
+}
+
+int th_reload_result_pack(const th_reload_result *res, msgpack_packer *pk)
+{
+    int e = msgpack_pack_map(pk, res->rc ? 11 : 10);
+    e |= pk_str(pk, "ok");
+    e |= res->rc ? msgpack_pack_false(pk) : msgpack_pack_true(pk);
+    e |= pk_str(pk, "seq");
+    e |= msgpack_pack_uint64(pk, res->seq);
+    if (res->rc) {
+        e |= pk_str(pk, "error");
+        e |= msgpack_pack_map(pk, 2);
+        e |= pk_str(pk, "code");
+        e |= pk_str(pk, th_err_name(res->rc));
+        e |= pk_str(pk, "message");
+        e |= pk_str(pk, res->err.msg);
+    }
+    e |= pk_str(pk, "incomplete");
+    e |= res->incomplete ? msgpack_pack_true(pk) : msgpack_pack_false(pk);
+    e |= pk_str(pk, "config_changed");
+    e |= res->config_changed ? msgpack_pack_true(pk) : msgpack_pack_false(pk);
+    e |= pk_str(pk, "tools_changed");
+    e |= res->tools_changed ? msgpack_pack_true(pk) : msgpack_pack_false(pk);
+    e |= pk_str(pk, "plugins");
+    e |= msgpack_pack_array(pk, res->n_items);
+    for (size_t i = 0; i < res->n_items; i++) {
+        e |= msgpack_pack_map(pk, 3);
+        e |= pk_str(pk, "name");
+        e |= pk_str(pk, res->items[i].name);
+        e |= pk_str(pk, "action");
+        e |= pk_str(pk, th_reload_action_name(res->items[i].action));
+        e |= pk_str(pk, "generation");
+        e |= msgpack_pack_uint64(pk, res->items[i].generation);
+    }
+    e |= pk_str(pk, "unchanged");
+    e |= msgpack_pack_uint32(pk, res->n_unchanged);
+    e |= pk_str(pk, "prepare_ms");
+    e |= msgpack_pack_double(pk, (double)res->prepare_ns / 1e6);
+    e |= pk_str(pk, "swap_ms");
+    e |= msgpack_pack_double(pk, (double)res->swap_ns / 1e6);
+    e |= pk_str(pk, "total_ms");
+    e |= msgpack_pack_double(pk, (double)res->total_ns / 1e6);
+    return e;
+}
+
+typedef struct gens_ud {
+    msgpack_packer pk; /* into buf */
+    th_buf buf;
+    uint32_t n;
+    int e;
+} gens_ud;
+
+static int pack_gen(const char *name, uint64_t g, const char *path,
+                    const char *lp, void *ud)
+{
+    gens_ud *c = ud;
+    c->n++;
+    c->e |= pk_str(&c->pk, name);
+    c->e |= msgpack_pack_map(&c->pk, 3);
+    c->e |= pk_str(&c->pk, "generation");
+    c->e |= msgpack_pack_uint64(&c->pk, g);
+    c->e |= pk_str(&c->pk, "path");
+    c->e |= pk_str(&c->pk, path);
+    c->e |= pk_str(&c->pk, "loaded_from");
+    c->e |= pk_str(&c->pk, lp);
+    return 0;
+}
+
+int th_reload_stats_pack(th_reloader *r, msgpack_packer *pk)
+{
+    th_reload_stats st;
+    th_reload_get_stats(r, &st);
+    /* One snapshot of the running generations, packed aside, then
+     * appended after its map header. */
+    gens_ud c;
+    memset(&c, 0, sizeof c);
+    th_buf_init(&c.buf);
+    msgpack_packer_init(&c.pk, &c.buf, th_buf_msgpack_write);
+    int fe = th_reload_foreach(r, pack_gen, &c);
+    int e = msgpack_pack_map(pk, 15);
+    e |= pk_str(pk, "reloads");
+    e |= msgpack_pack_uint64(pk, st.reloads);
+    e |= pk_str(pk, "ok");
+    e |= msgpack_pack_uint64(pk, st.ok);
+    e |= pk_str(pk, "failed");
+    e |= msgpack_pack_uint64(pk, st.failed);
+    e |= pk_str(pk, "requests");
+    e |= msgpack_pack_uint64(pk, st.requests);
+    e |= pk_str(pk, "retries");
+    e |= msgpack_pack_uint64(pk, st.retries);
+    e |= pk_str(pk, "last_ok");
+    e |= st.reloads == 0 ? msgpack_pack_nil(pk)
+                         : st.last_rc == 0 ? msgpack_pack_true(pk)
+                                           : msgpack_pack_false(pk);
+    e |= pk_str(pk, "last_error");
+    e |= st.last_error[0] ? pk_str(pk, st.last_error) : msgpack_pack_nil(pk);
+    e |= pk_str(pk, "last_at_ms");
+    e |= msgpack_pack_int64(pk, st.last_wall_ms);
+    e |= pk_str(pk, "last_swap_ms");
+    e |= msgpack_pack_double(pk, (double)st.last_swap_ns / 1e6);
+    e |= pk_str(pk, "max_swap_ms");
+    e |= msgpack_pack_double(pk, (double)st.max_swap_ns / 1e6);
+    e |= pk_str(pk, "draining");
+    e |= msgpack_pack_uint64(pk, st.draining);
+    e |= pk_str(pk, "closed");
+    e |= msgpack_pack_uint64(pk, st.closed);
+    e |= pk_str(pk, "unloaded");
+    e |= msgpack_pack_uint64(pk, st.unloaded);
+    e |= pk_str(pk, "still_mapped");
+    e |= msgpack_pack_uint64(pk, st.still_mapped);
+    e |= pk_str(pk, "plugins");
+    e |= msgpack_pack_map(pk, c.n);
+    if (c.buf.len)
+        e |= pk->callback(pk->data, (const char *)c.buf.data, c.buf.len);
+    th_buf_free(&c.buf);
+    return e | c.e | fe;
+}

@@ -1,0 +1,324 @@
+/* reload_copy.c - private plugin copies: the host's 0700 folder, unique
+ * copies written atomically, file identity, half-written ELF detection, and
+ * the after-dlclose residency check. */
+#include <dirent.h>
+#include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "th/log.h"
+#include "th/reload.h"
+
+struct th_copydir {
+    char *path;        /* the folder we created (removed at close) */
+    atomic_ulong seq;  /* makes every copy name unique */
+};
+
+/* ---- file identity ------------------------------------------------------------ */
+
+static void id_from_stat(const struct stat *st, th_file_id *id)
+{
+    id->dev = (uint64_t)st->st_dev;
+    id->ino = (uint64_t)st->st_ino;
+    id->size = (uint64_t)st->st_size;
+    id->mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+    id->ctime_ns = (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec;
+}
+
+bool th_file_id_equal(const th_file_id *a, const th_file_id *b)
+{
+    return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+           a->mtime_ns == b->mtime_ns && a->ctime_ns == b->ctime_ns;
+}
+
+int th_file_id_of(const char *path, th_file_id *out, th_error *err)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return th_error_set(err, TH_EIO, "%s: cannot open: %s", path, strerror(errno));
+    id_from_stat(&st, out);
+    return 0;
+}
+
+/* ---- the folder ------------------------------------------------------------------ */
+
+static int rm_tree_files(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    struct dirent *e;
+    char p[PATH_MAX];
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        if (snprintf(p, sizeof p, "%s/%s", dir, e->d_name) < (int)sizeof p)
+            (void)unlink(p); /* our folders hold plain files only */
+    }
+    closedir(d);
+    return rmdir(dir);
+}
+
+/* Removes run-PID-* folders of processes that are gone (a crashed host). */
+static void sweep_stale(const char *state_dir)
+{
+    DIR *d = opendir(state_dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        long pid;
+        char rest[64];
+        if (sscanf(e->d_name, "run-%ld-%63s", &pid, rest) != 2 || pid <= 0 ||
+            pid == (long)getpid())
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        char p[PATH_MAX];
+        if (snprintf(p, sizeof p, "%s/%s", state_dir, e->d_name) >= (int)sizeof p)
+            continue;
+        if (rm_tree_files(p) == 0)
+            th_log_info("reload: removed the copies of a host that is gone: %s", p);
+    }
+    closedir(d);
+}
+
+int th_copydir_open(const char *state_dir, th_copydir **out, th_error *err)
+{
+    *out = NULL;
+    th_copydir *d = calloc(1, sizeof *d);
+    if (!d)
+        return th_error_set(err, TH_ENOMEM, "out of memory");
+    char tmpl[PATH_MAX];
+    if (state_dir && state_dir[0]) {
+        if (mkdir(state_dir, 0700) != 0 && errno != EEXIST) {
+            free(d);
+            return th_error_set(err, TH_EIO,
+                                "host.state_dir %s: cannot create it: %s",
+                                state_dir, strerror(errno));
+        }
+        struct stat st;
+        if (stat(state_dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+            free(d);
+            return th_error_set(err, TH_EIO, "host.state_dir %s: not a folder",
+                                state_dir);
+        }
+        if (st.st_uid != geteuid() || (st.st_mode & 022)) {
+            free(d);
+            return th_error_set(err, TH_EIO,
+                                "host.state_dir %s: refused: it must belong to "
+                                "this user (uid %lu) and be writable by no "
+                                "one else (mode %04o); fix it with 'chmod 700 %s'",
+                                state_dir, (unsigned long)geteuid(),
+                                (unsigned)(st.st_mode & 07777), state_dir);
+        }
+        sweep_stale(state_dir);
+        if (snprintf(tmpl, sizeof tmpl, "%s/run-%ld-XXXXXX", state_dir,
+                     (long)getpid()) >= (int)sizeof tmpl) {
+            free(d);
+            return th_error_set(err, TH_EIO, "host.state_dir %s: path too long",
+                                state_dir);
+        }
+    } else {
+        const char *t = getenv("TMPDIR");
+        if (!t || !t[0])
+            t = "/tmp";
+        if (snprintf(tmpl, sizeof tmpl, "%s/toolhost-XXXXXX", t) >= (int)sizeof tmpl) {
+            free(d);
+            return th_error_set(err, TH_EIO, "TMPDIR %s: path too long", t);
+        }
+    }
+    if (!mkdtemp(tmpl)) { /* mode 0700 */
+        free(d);
+        return th_error_set(err, TH_EIO,
+                            "cannot create the folder for private plugin "
+                            "copies %s: %s", tmpl, strerror(errno));
+    }
+    char real[PATH_MAX];
+    const char *use = realpath(tmpl, real) ? real : tmpl;
+    if (!(d->path = strdup(use))) {
+        rmdir(tmpl);
+        free(d);
+        return th_error_set(err, TH_ENOMEM, "out of memory");
+    }
+    atomic_init(&d->seq, 0);
+    *out = d;
+    return 0;
+}
+
+void th_copydir_close(th_copydir *d)
+{
+    if (!d)
+        return;
+    if (rm_tree_files(d->path) != 0)
+        th_log_warn("reload: cannot remove %s: %s", d->path, strerror(errno));
+    free(d->path);
+    free(d);
+}
+
+const char *th_copydir_path(const th_copydir *d)
+{
+    return d->path;
+}
+
+/* ---- copies ---------------------------------------------------------------------------- */
+
+static int write_all(int fd, const char *buf, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, buf, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        buf += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int th_copydir_copy(th_copydir *d, const char *src, const char *name,
+                    uint64_t generation, char **path_out, th_file_id *id_out,
+                    th_error *err)
+{
+    *path_out = NULL;
+    int in = open(src, O_RDONLY | O_CLOEXEC);
+    if (in < 0)
+        return th_error_set(err, TH_EIO, "%s: cannot open: %s", src, strerror(errno));
+    struct stat before, after;
+    if (fstat(in, &before) != 0 || !S_ISREG(before.st_mode)) {
+        close(in);
+        return th_error_set(err, TH_EIO, "%s: not a regular file", src);
+    }
+    char tmp[PATH_MAX];
+    if (snprintf(tmp, sizeof tmp, "%s/.tmp-XXXXXX", d->path) >= (int)sizeof tmp) {
+        close(in);
+        return th_error_set(err, TH_EIO, "%s: path too long", d->path);
+    }
+    int out = mkostemp(tmp, O_CLOEXEC); /* mode 0600 */
+    if (out < 0) {
+        close(in);
+        return th_error_set(err, TH_EIO, "%s: cannot create a copy in %s: %s",
+                            src, d->path, strerror(errno));
+    }
+    int rc = 0;
+    char buf[65536];
+    uint64_t total = 0;
+    for (;;) {
+        ssize_t n = read(in, buf, sizeof buf);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            rc = th_error_set(err, TH_EIO, "%s: read failed: %s", src, strerror(errno));
+            break;
+        }
+        if (n == 0)
+            break;
+        if (write_all(out, buf, (size_t)n) != 0) {
+            rc = th_error_set(err, TH_EIO, "%s: writing its copy %s failed: %s",
+                              src, tmp, strerror(errno));
+            break;
+        }
+        total += (uint64_t)n;
+    }
+    if (rc == 0 && fstat(in, &after) == 0) {
+        th_file_id a, b;
+        id_from_stat(&before, &a);
+        id_from_stat(&after, &b);
+        if (!th_file_id_equal(&a, &b) || total != a.size)
+            rc = th_error_set(err, TH_ESTATE,
+                              "%s: the file changed while it was copied (still "
+                              "being written?)", src);
+        else
+            *id_out = a;
+    }
+    close(in);
+    if (rc == 0 && (fchmod(out, 0500) != 0 || fsync(out) != 0))
+        rc = th_error_set(err, TH_EIO, "%s: finishing its copy %s failed: %s",
+                          src, tmp, strerror(errno));
+    if (close(out) != 0 && rc == 0)
+        rc = th_error_set(err, TH_EIO, "%s: closing its copy failed: %s", src,
+                          strerror(errno));
+    char final[PATH_MAX];
+    unsigned long seq = atomic_fetch_add(&d->seq, 1) + 1;
+    if (rc == 0 &&
+        snprintf(final, sizeof final, "%s/%.64s-g%llu-%lu.so", d->path, name,
+                 (unsigned long long)generation, seq) >= (int)sizeof final)
+        rc = th_error_set(err, TH_EIO, "%s: path too long", d->path);
+    if (rc == 0 && rename(tmp, final) != 0)
+        rc = th_error_set(err, TH_EIO, "%s: renaming its copy failed: %s", src,
+                          strerror(errno));
+    if (rc == 0 && !(*path_out = strdup(final))) {
+        unlink(final);
+        return th_error_set(err, TH_ENOMEM, "out of memory");
+    }
+    if (rc != 0)
+        unlink(tmp);
+    return rc;
+}
+
+void th_copydir_remove(th_copydir *d, const char *copy)
+{
+    size_t n = strlen(d->path);
+    if (!copy || strncmp(copy, d->path, n) != 0 || copy[n] != '/' ||
+        strchr(copy + n + 1, '/')) {
+        th_log_error("reload: refusing to remove %s (not a private copy in %s)",
+                     copy ? copy : "(null)", d->path);
+        return;
+    }
+    if (unlink(copy) != 0 && errno != ENOENT)
+        th_log_warn("reload: cannot remove the copy %s: %s", copy, strerror(errno));
+}
+
+bool th_file_same_content(const char *a, const char *b)
+{
+    int fa = open(a, O_RDONLY | O_CLOEXEC), fb = open(b, O_RDONLY | O_CLOEXEC);
+    bool same = fa >= 0 && fb >= 0;
+    struct stat sa, sb;
+    if (same && (fstat(fa, &sa) != 0 || fstat(fb, &sb) != 0 || sa.st_size != sb.st_size))
+        same = false;
+    static _Thread_local char ba[32768], bb[32768];
+    while (same) {
+        ssize_t na = read(fa, ba, sizeof ba);
+        if (na <= 0) {
+            same = na == 0;
+            break;
+        }
+        ssize_t got = 0;
+        while (got < na) {
+            ssize_t nb = read(fb, bb + got, (size_t)(na - got));
+            if (nb <= 0)
+                break;
+            got += nb;
+        }
+        same = got == na && memcmp(ba, bb, (size_t)na) == 0;
+    }
+    if (fa >= 0)
+        close(fa);
+    if (fb >= 0)
+        close(fb);
+    return same;
+}
+
+/* ---- residency -------------------------------------------------------------------------- */
+
+bool th_dl_still_loaded(const char *path)
+{
+    void *h = dlopen(path, RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
+    if (!h) {
+        dlerror(); /* clear it */
+        return false;
+    }
+    dlclose(h); /* the reference RTLD_NOLOAD just took */
+    return true;
+}

@@ -1,0 +1,210 @@
+/* reload_host.c - the host's side of hot reload: the reloader a th_host
+ * owns, and what a reload changes in the host besides the registry (the
+ * config new calls read, toolset concurrency limits, the log level, the
+ * sessions told that their tool list changed).
+ *
+ * struct th_host (th/manager.h) has no member for the reloader, so the
+ * host -> reloader link is a small table here, locked by tab_mu (taken
+ * alone, never with another lock).
+ *
+ * Configs replaced by a reload are kept until the host closes: a call
+ * started before the swap may still read its toolset from the old one.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "th/log.h"
+#include "th/manager.h"
+#include "th/reload.h"
+
+typedef struct host_rl {
+    th_host *h;
+    th_reloader *r;
+    th_config **retired;
+    size_t n_retired;
+    struct host_rl *next;
+} host_rl;
+
+static pthread_mutex_t tab_mu = PTHREAD_MUTEX_INITIALIZER;
+static host_rl *tab;
+
+static host_rl *find(th_host *h) /* tab_mu held */
+{
+    for (host_rl *e = tab; e; e = e->next)
+        if (e->h == h)
+            return e;
+    return NULL;
+}
+
+th_reloader *th_host_reloader(th_host *h)
+{
+    pthread_mutex_lock(&tab_mu);
+    host_rl *e = find(h);
+    th_reloader *r = e ? e->r : NULL;
+    pthread_mutex_unlock(&tab_mu);
+    return r;
+}
+
+/* ---- the target ----------------------------------------------------------------- */
+
+static bool reserved(void *ud, const char *name)
+{
+    (void)ud;
+    return strcmp(name, "get_running_tasks") == 0 ||
+           strcmp(name, "cancel_task") == 0 || strcmp(name, "run_code") == 0;
+}
+
+/* Every open session: its tool list changed. */
+static void tools_changed(void *ud)
+{
+    th_host *h = ud;
+    pthread_mutex_lock(&h->mu);
+    size_t n = 0;
+    for (th_session *s = h->sessions; s; s = s->next)
+        n++;
+    th_session **v = calloc(n ? n : 1, sizeof *v);
+    size_t k = 0;
+    for (th_session *s = h->sessions; v && s; s = s->next) {
+        th_session_ref(s);
+        v[k++] = s;
+    }
+    pthread_mutex_unlock(&h->mu);
+    if (!v) {
+        th_log_error("reload: out of memory telling the sessions that the "
+                     "tool list changed");
+        return;
+    }
+    for (size_t i = 0; i < k; i++) {
+        th_session_tools_changed(v[i]);
+        th_session_unref(v[i]);
+    }
+    free(v);
+}
+
+/* What a running host cannot take without a restart. */
+static int check_config(void *ud, const th_config *nc, th_error *err)
+{
+    th_host *h = ud;
+    const th_config *oc = h->cfg; /* only the reload thread writes it */
+    bool same = nc->n_toolsets == oc->n_toolsets;
+    for (size_t i = 0; same && i < nc->n_toolsets; i++)
+        same = strcmp(nc->toolsets[i].name, oc->toolsets[i].name) == 0;
+    if (!same)
+        return th_error_set(err, TH_ECONFIG,
+                            "%s: toolsets were added, removed, renamed or "
+                            "reordered; that needs a restart of the host "
+                            "(changes inside a toolset reload)", nc->path);
+    const th_host_cfg *a = &oc->host, *b = &nc->host;
+    if (a->workers != b->workers || a->async_workers != b->async_workers ||
+        a->queue_size != b->queue_size)
+        th_log_warn("reload: host.workers, async_workers and queue_size keep "
+                    "their values until the host restarts");
+    if ((a->listen || b->listen) &&
+        (!a->listen || !b->listen || strcmp(a->listen, b->listen) != 0))
+        th_log_warn("reload: host.listen changes at the next restart");
+    if ((a->state_dir || b->state_dir) &&
+        (!a->state_dir || !b->state_dir || strcmp(a->state_dir, b->state_dir) != 0))
+        th_log_warn("reload: host.state_dir changes at the next restart");
+    return 0;
+}
+
+static void swap_config(void *ud, th_config *nc)
+{
+    th_host *h = ud;
+    th_config *oc = h->cfg;
+    pthread_mutex_lock(&tab_mu);
+    host_rl *e = find(h);
+    th_config **v = e ? realloc(e->retired, (e->n_retired + 1) * sizeof *v) : NULL;
+    if (v) {
+        e->retired = v;
+        e->retired[e->n_retired++] = oc;
+    }
+    pthread_mutex_unlock(&tab_mu);
+    if (!v) /* cannot keep the old one safely: keep it forever instead */
+        th_log_error("reload: out of memory retiring the old config (kept)");
+    /* Toolset concurrency limits for new calls (same toolsets, checked). */
+    th_mgr *m = &h->mgr;
+    pthread_mutex_lock(&m->mu);
+    for (size_t i = 0; m->ts_groups && i < nc->n_toolsets; i++)
+        m->ts_groups[i].limit = nc->toolsets[i].max_concurrency;
+    pthread_mutex_unlock(&m->mu);
+    if (nc->host.log_level >= TOOLHOST_LOG_ERROR &&
+        nc->host.log_level <= TOOLHOST_LOG_DEBUG)
+        th_log_set_level(nc->host.log_level);
+    __atomic_store_n(&h->cfg, nc, __ATOMIC_RELEASE);
+}
+
+/* ---- life ------------------------------------------------------------------------- */
+
+int th_reload_host_open(th_host *h, th_error *err)
+{
+    if (h->cfg->host.reload == TH_RELOAD_OFF)
+        return 0;
+    host_rl *e = calloc(1, sizeof *e);
+    if (!e)
+        return th_error_set(err, TH_ENOMEM, "out of memory");
+    th_reload_target t = {.reg = h->reg,
+                          .reserved = reserved,
+                          .swap_config = swap_config,
+                          .tools_changed = tools_changed,
+                          .ud = h,
+                          .check_config = check_config};
+    int rc = th_reloader_new(&t, h->cfg, &e->r, err);
+    if (rc) {
+        free(e);
+        return rc;
+    }
+    e->h = h;
+    pthread_mutex_lock(&tab_mu);
+    e->next = tab;
+    tab = e;
+    pthread_mutex_unlock(&tab_mu);
+    return 0;
+}
+
+int th_reload_host_load(th_host *h, const th_plugin_cfg *pc, th_plugin **out,
+                        th_error *err)
+{
+    th_reloader *r = th_host_reloader(h);
+    if (!r) {
+        th_load_opts lo;
+        memset(&lo, 0, sizeof lo);
+        lo.name = pc->name;
+        lo.allow_insecure = pc->allow_insecure;
+        int rc = th_plugin_open(pc->path, &lo, out, err);
+        if (rc)
+            return rc;
+        th_buf block = TH_BUF_INIT;
+        rc = th_config_plugin_block(h->cfg, pc, (*out)->config_params,
+                                    (*out)->n_config_params, &block, err);
+        if (rc == 0)
+            rc = th_plugin_init(*out, block.data, block.len, err);
+        th_buf_free(&block);
+        if (rc) {
+            th_plugin_unref(*out);
+            *out = NULL;
+        }
+        return rc;
+    }
+    return th_reloader_load(r, h->cfg, pc, out, err);
+}
+
+void th_reload_host_close(th_host *h)
+{
+    pthread_mutex_lock(&tab_mu);
+    host_rl **pp = &tab;
+    while (*pp && (*pp)->h != h)
+        pp = &(*pp)->next;
+    host_rl *e = *pp;
+    if (e)
+        *pp = e->next;
+    pthread_mutex_unlock(&tab_mu);
+    if (!e)
+        return;
+    th_reloader_free(e->r);
+    for (size_t i = 0; i < e->n_retired; i++)
+        th_config_free(e->retired[i]);
+    free(e->retired);
+    free(e);
+}

@@ -1,0 +1,1163 @@
+/* test_reload.c - hot reload without the manager: private copies, the
+ * half-written check, the reloader against a real registry with calls made
+ * by hand (acquire, execute, release) from several threads: 100 swaps under
+ * a tight loop of calls, calls in flight finishing on the old code, failed
+ * reloads changing nothing, removal with a call in flight, folding of
+ * requests. */
+#include <CUnit/CUnit.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <msgpack.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/th_test.h"
+#include "th/buf.h"
+#include "th/host.h"
+#include "th/log.h"
+#include "th/reload.h"
+#include <uv.h>
+
+/* ---- helpers ------------------------------------------------------------------- */
+
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    th_buf b = TH_BUF_INIT;
+    char chunk[8192];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+        th_buf_append(&b, chunk, n);
+    fclose(f);
+    th_buf_append(&b, "", 1);
+    if (len)
+        *len = b.len - 1;
+    return (char *)th_buf_take(&b, NULL);
+}
+
+/* Writes `len` bytes of `src` (all when len is (size_t)-1) to `dst` by a
+ * temporary file and rename(), as a build that replaces its output does. */
+static void put_file(const char *src, const char *dst, size_t len)
+{
+    size_t n = 0;
+    char *data = slurp(src, &n);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(data);
+    if (len != (size_t)-1 && len < n)
+        n = len;
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.new", dst);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0755);
+    CU_ASSERT_FATAL(fd >= 0);
+    CU_ASSERT_EQUAL_FATAL(write(fd, data, n), (ssize_t)n);
+    fchmod(fd, 0755);
+    close(fd);
+    CU_ASSERT_EQUAL_FATAL(rename(tmp, dst), 0);
+    free(data);
+}
+
+static void put_text(const char *dst, const char *text)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.new", dst);
+    FILE *f = fopen(tmp, "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fputs(text, f);
+    fclose(f);
+    CU_ASSERT_EQUAL_FATAL(rename(tmp, dst), 0);
+}
+
+static int count_files(const char *dir)
+{
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "ls -A '%s' 2>/dev/null | wc -l", dir);
+    FILE *p = popen(cmd, "r");
+    int n = -1;
+    if (p) {
+        if (fscanf(p, "%d", &n) != 1)
+            n = -1;
+        pclose(p);
+    }
+    return n;
+}
+
+/* ---- a call made by hand ---------------------------------------------------- */
+
+typedef struct tcall {
+    th_call_base base;
+    char out[64];
+    size_t n;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+    int status;
+} tcall;
+
+static int t_write(toolhost_call *c, int stream, const void *d, size_t n)
+{
+    tcall *t = (tcall *)c;
+    if (stream == TOOLHOST_STDOUT && t->n + n < sizeof t->out) {
+        memcpy(t->out + t->n, d, n);
+        t->n += n;
+        t->out[t->n] = '\0';
+    }
+    return 0;
+}
+static int t_progress(toolhost_call *c, double f, const char *m, const uint8_t *d,
+                      size_t n)
+{
+    (void)c, (void)f, (void)m, (void)d, (void)n;
+    return 0;
+}
+static int t_cancelled(const toolhost_call *c)
+{
+    (void)c;
+    return 0;
+}
+static int64_t t_left(const toolhost_call *c)
+{
+    (void)c;
+    return -1;
+}
+static int t_suspend(toolhost_call *c)
+{
+    (void)c;
+    return 0;
+}
+static void t_complete(toolhost_call *c, int status)
+{
+    tcall *t = (tcall *)c;
+    pthread_mutex_lock(&t->mu);
+    t->status = status;
+    t->done = true;
+    pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+}
+static const th_call_vtbl t_vt = {t_write, NULL, t_progress, t_cancelled,
+                                  t_left, t_suspend, t_complete};
+
+/* {"path": path} or {} */
+static void pack_args(th_buf *b, const char *path)
+{
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, b, th_buf_msgpack_write);
+    msgpack_pack_map(&pk, path ? 1 : 0);
+    if (path) {
+        msgpack_pack_str_with_body(&pk, "path", 4);
+        msgpack_pack_str_with_body(&pk, path, strlen(path));
+    }
+}
+
+/* Runs `tool` (pinned by the caller) to its end, including a suspended
+ * call's complete(); "" + status -1 when the tool is unknown. */
+static int run_pinned(const th_tool *t, const char *path, char *out, size_t size)
+{
+    tcall c;
+    memset(&c, 0, sizeof c);
+    pthread_mutex_init(&c.mu, NULL);
+    pthread_cond_init(&c.cv, NULL);
+    c.base.pub.struct_size = sizeof c.base.pub;
+    c.base.pub.host = &t->plugin->api;
+    c.base.pub.call_id = 1;
+    c.base.vt = &t_vt;
+    th_buf args = TH_BUF_INIT;
+    pack_args(&args, path);
+    int st = t->desc->execute(t->plugin->state, t->desc, &c.base.pub, args.data,
+                              args.len);
+    th_buf_free(&args);
+    if (st == TOOLHOST_PENDING) {
+        pthread_mutex_lock(&c.mu);
+        while (!c.done)
+            pthread_cond_wait(&c.cv, &c.mu);
+        pthread_mutex_unlock(&c.mu);
+        st = c.status;
+    }
+    snprintf(out, size, "%s", c.out);
+    pthread_mutex_destroy(&c.mu);
+    pthread_cond_destroy(&c.cv);
+    return st;
+}
+
+static int call(th_registry *reg, const char *tool, const char *path, char *out,
+                size_t size)
+{
+    const th_tool *t = th_registry_acquire(reg, tool);
+    if (!t) {
+        out[0] = '\0';
+        return -1;
+    }
+    int st = run_pinned(t, path, out, size);
+    th_tool_release(t);
+    return st;
+}
+
+/* ---- a host without the manager ----------------------------------------------- */
+
+typedef struct fx {
+    char *dir;          /* temp folder */
+    char so[4096];      /* the plugin file the config names */
+    char cfg_path[4096];
+    char marker[4096];
+    char gate[4096];
+    th_config *cfg;
+    th_registry *reg;
+    th_reloader *r;
+    atomic_int tools_changed;
+    /* for the folding test */
+    pthread_mutex_t gmu;
+    pthread_cond_t gcv;
+    int block_state; /* 1: block in tools_changed; 2: blocked; 0: go */
+} fx;
+
+static void on_tools_changed(void *ud)
+{
+    fx *f = ud;
+    atomic_fetch_add(&f->tools_changed, 1);
+    pthread_mutex_lock(&f->gmu);
+    if (f->block_state == 1) {
+        f->block_state = 2;
+        pthread_cond_broadcast(&f->gcv);
+        while (f->block_state == 2)
+            pthread_cond_wait(&f->gcv, &f->gmu);
+    }
+    pthread_mutex_unlock(&f->gmu);
+}
+
+static void write_config(fx *f, const char *extra_plugin_cfg, const char *tail)
+{
+    th_buf b = TH_BUF_INIT;
+    th_buf_printf(&b,
+                  "host:\n  state_dir: %s/state\n"
+                  "plugins:\n"
+                  "  - name: fx\n    path: %s\n    config:\n      marker: %s\n%s"
+                  "%s",
+                  f->dir, f->so, f->marker,
+                  extra_plugin_cfg ? extra_plugin_cfg : "", tail ? tail : "");
+    th_buf_append(&b, "", 1);
+    put_text(f->cfg_path, (const char *)b.data);
+    th_buf_free(&b);
+}
+
+static int fx_open(fx *f)
+{
+    memset(f, 0, sizeof *f);
+    pthread_mutex_init(&f->gmu, NULL);
+    pthread_cond_init(&f->gcv, NULL);
+    f->dir = th_test_tmpdir();
+    snprintf(f->so, sizeof f->so, "%s/fx.so", f->dir);
+    snprintf(f->cfg_path, sizeof f->cfg_path, "%s/toolhost.yaml", f->dir);
+    snprintf(f->marker, sizeof f->marker, "%s/marker", f->dir);
+    snprintf(f->gate, sizeof f->gate, "%s/gate", f->dir);
+    put_file(th_test_build_path("fixtures/reload_a.so"), f->so, (size_t)-1);
+    write_config(f, NULL, NULL);
+    th_error e;
+    if (th_config_load(f->cfg_path, &f->cfg, &e) != 0) {
+        fprintf(stderr, "config: %s\n", e.msg);
+        return -1;
+    }
+    f->reg = th_registry_new();
+    th_reload_target t = {.reg = f->reg, .tools_changed = on_tools_changed, .ud = f};
+    if (th_reloader_new(&t, f->cfg, &f->r, &e) != 0) {
+        fprintf(stderr, "reloader: %s\n", e.msg);
+        return -1;
+    }
+    th_plugin *p = NULL;
+    if (th_reloader_load(f->r, f->cfg, &f->cfg->plugins[0], &p, &e) != 0 ||
+        th_registry_add(f->reg, p, &e) != 0) {
+        fprintf(stderr, "load: %s\n", e.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static void fx_close(fx *f)
+{
+    th_registry_free(f->reg);
+    th_reloader_free(f->r);
+    th_config_free(f->cfg);
+    th_test_rmtree(f->dir);
+    free(f->dir);
+    pthread_mutex_destroy(&f->gmu);
+    pthread_cond_destroy(&f->gcv);
+}
+
+static uint64_t gen_of(fx *f)
+{
+    th_plugin *p = th_registry_plugin(f->reg, "fx");
+    return p ? p->generation : 0;
+}
+
+static bool marker_has(fx *f, const char *line)
+{
+    char *m = slurp(f->marker, NULL);
+    bool has = m && strstr(m, line);
+    free(m);
+    return has;
+}
+
+/* ---- private copies ----------------------------------------------------------- */
+
+static void test_copydir(void)
+{
+    char *tmp = th_test_tmpdir();
+    char state[4200];
+    snprintf(state, sizeof state, "%s/state", tmp);
+    /* A folder left by a host that is gone: swept at open. */
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(0);
+    waitpid(pid, NULL, 0);
+    mkdir(state, 0700);
+    char stale[4300];
+    snprintf(stale, sizeof stale, "%s/run-%ld-abcdef", state, (long)pid);
+    CU_ASSERT_EQUAL(mkdir(stale, 0700), 0);
+    free(th_test_write_file(stale, "old.so", "x", 1));
+
+    th_copydir *d = NULL;
+    th_error e;
+    CU_ASSERT_EQUAL_FATAL(th_copydir_open(state, &d, &e), 0);
+    struct stat st;
+    CU_ASSERT_EQUAL(stat(th_copydir_path(d), &st), 0);
+    CU_ASSERT_EQUAL(st.st_mode & 0777, 0700);
+    CU_ASSERT_NOT_EQUAL(stat(stale, &st), 0); /* swept */
+    CU_ASSERT_PTR_NOT_NULL(strstr(th_copydir_path(d), "/run-"));
+
+    const char *src = th_test_build_path("fixtures/reload_a.so");
+    char *c1 = NULL, *c2 = NULL;
+    th_file_id id, id0;
+    CU_ASSERT_EQUAL(th_copydir_copy(d, src, "fx", 1, &c1, &id, &e), 0);
+    CU_ASSERT_EQUAL(th_copydir_copy(d, src, "fx", 1, &c2, &id, &e), 0);
+    CU_ASSERT_STRING_NOT_EQUAL(c1, c2);
+    CU_ASSERT_EQUAL(th_file_id_of(src, &id0, &e), 0);
+    CU_ASSERT(th_file_id_equal(&id, &id0));
+    CU_ASSERT_EQUAL(stat(c1, &st), 0);
+    CU_ASSERT_EQUAL(st.st_mode & 0777, 0500);
+    CU_ASSERT(th_file_same_content(c1, src));
+    CU_ASSERT(!th_file_same_content(c1, th_test_build_path("fixtures/reload_b.so")));
+    CU_ASSERT_EQUAL(count_files(th_copydir_path(d)), 2);
+    th_copydir_remove(d, c1);
+    CU_ASSERT_EQUAL(count_files(th_copydir_path(d)), 1);
+    th_copydir_remove(d, "/etc/passwd"); /* refused, logged */
+    CU_ASSERT_EQUAL(stat("/etc/passwd", &st), 0);
+    char *path = strdup(th_copydir_path(d));
+    th_copydir_close(d);
+    CU_ASSERT_NOT_EQUAL(stat(path, &st), 0); /* gone, with c2 */
+    CU_ASSERT_EQUAL(stat(state, &st), 0);    /* state_dir stays */
+    free(path);
+    free(c1);
+    free(c2);
+
+    /* A state_dir others may write is refused. */
+    chmod(state, 0777);
+    CU_ASSERT_EQUAL(th_copydir_open(state, &d, &e), TH_EIO);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "chmod 700"));
+    /* Without state_dir: a folder under $TMPDIR. */
+    CU_ASSERT_EQUAL_FATAL(th_copydir_open(NULL, &d, &e), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(th_copydir_path(d), "toolhost-"));
+    th_copydir_close(d);
+    th_test_rmtree(tmp);
+    free(tmp);
+}
+
+static void test_elf_incomplete(void)
+{
+    char *tmp = th_test_tmpdir();
+    const char *so = th_test_build_path("fixtures/reload_a.so");
+    CU_ASSERT(!th_elf_incomplete(so));
+    char p[4200];
+    snprintf(p, sizeof p, "%s/half.so", tmp);
+    put_file(so, p, 20000);
+    CU_ASSERT(th_elf_incomplete(p));
+    put_file(so, p, 40);
+    CU_ASSERT(th_elf_incomplete(p));
+    put_file(so, p, 2);
+    CU_ASSERT(th_elf_incomplete(p));
+    put_text(p, "");
+    CU_ASSERT(th_elf_incomplete(p));
+    put_text(p, "this is not an ELF file, and long enough to tell so for sure\n");
+    CU_ASSERT(!th_elf_incomplete(p));
+    snprintf(p, sizeof p, "%s/missing.so", tmp);
+    CU_ASSERT(!th_elf_incomplete(p));
+    th_test_rmtree(tmp);
+    free(tmp);
+}
+
+static void test_still_loaded(void)
+{
+    char *tmp = th_test_tmpdir();
+    char p[4200];
+    snprintf(p, sizeof p, "%s/x.so", tmp);
+    put_file(th_test_build_path("fixtures/reload_b.so"), p, (size_t)-1);
+    CU_ASSERT(!th_dl_still_loaded(p));
+    void *h = dlopen(p, RTLD_NOW | RTLD_LOCAL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(h);
+    CU_ASSERT(th_dl_still_loaded(p));
+    dlclose(h);
+    CU_ASSERT(!th_dl_still_loaded(p));
+    th_test_rmtree(tmp);
+    free(tmp);
+}
+
+/* ---- the reloader ---------------------------------------------------------------- */
+
+static void test_swap_and_unchanged(void)
+{
+    fx f;
+    CU_ASSERT_EQUAL_FATAL(fx_open(&f), 0);
+    char out[64];
+    CU_ASSERT_EQUAL(call(f.reg, "rl_answer", NULL, out, sizeof out), TOOLHOST_OK);
+    CU_ASSERT_STRING_EQUAL(out, "A");
+    CU_ASSERT_EQUAL(gen_of(&f), 1);
+
+    /* Nothing changed: nothing happens. */
+    th_reload_result res;
+    CU_ASSERT_EQUAL(th_reload_now(f.r, &res), 0);
+    CU_ASSERT_EQUAL(res.n_unchanged, 1);
+    CU_ASSERT_EQUAL(res.n_items, 0);
+    CU_ASSERT(!res.tools_changed);
+    CU_ASSERT_EQUAL(atomic_load(&f.tools_changed), 0);
+
+    /* Rebuilt with the same bytes (new inode, new mtime): unchanged. */
+    put_file(th_test_build_path("fixtures/reload_a.so"), f.so, (size_t)-1);
+    CU_ASSERT_EQUAL(th_reload_now(f.r, &res), 0);
+    CU_ASSERT_EQUAL(res.n_unchanged, 1);
+    CU_ASSERT_EQUAL(gen_of(&f), 1);
+
+    /* Rebuilt with another answer: generation 2 answers. */
+    put_file(th_test_build_path("fixtures/reload_b.so"), f.so, (size_t)-1);
+    CU_ASSERT_EQUAL(th_reload_now(f.r, &res), 0);
+    CU_ASSERT_EQUAL(res.n_changed, 1);
+    CU_ASSERT_EQUAL_FATAL(res.n_items, 1);
+    CU_ASSERT_STRING_EQUAL(res.items[0].name, "fx");
+    CU_ASSERT_EQUAL(res.items[0].action, TH_RL_CHANGED);
+    CU_ASSERT_EQUAL(res.items[0].generation, 2);
+    CU_ASSERT(res.tools_changed);
+    CU_ASSERT(!res.config_changed);
+    CU_ASSERT_EQUAL(atomic_load(&f.tools_changed), 1);
+    CU_ASSERT_EQUAL(call(f.reg, "rl_answer", NULL, out, sizeof out), TOOLHOST_OK);
+    CU_ASSERT_STRING_EQUAL(out, "B");
+    CU_ASSERT_EQUAL(gen_of(&f), 2);
+    th_plugin *p = th_registry_plugin(f.reg, "fx");
+    CU_ASSERT_STRING_EQUAL(p->path, f.so);
+    CU_ASSERT_PTR_NOT_NULL(strstr(p->load_path, "/fx-g2-"));
+
+    /* The old generation was closed on the reloader's thread, its object
+     * left memory, its copy is gone. */
+    CU_ASSERT(th_reload_quiesce(f.r, 5000));
+    th_reload_stats st;
+    th_reload_get_stats(f.r, &st);
+    CU_ASSERT_EQUAL(st.reloads, 3);
+    CU_ASSERT_EQUAL(st.ok, 3);
+    CU_ASSERT_EQUAL(st.closed, 1);
+    CU_ASSERT_EQUAL(st.unloaded, 1);
+    CU_ASSERT_EQUAL(st.still_mapped, 0);
+    CU_ASSERT_EQUAL(st.draining, 0);
+    CU_ASSERT(marker_has(&f, "fini A th-reload"));
+    char state[4200];
+    snprintf(state, sizeof state, "%s/state", f.dir);
+    char cmd[8400];
+    snprintf(cmd, sizeof cmd, "%s/%s", state, "run-*");
+    /* exactly one copy left (generation 2) in the run folder */
+    char *dirpath = strdup(p->load_path);
+    *strrchr(dirpath, '/') = '\0';
+    CU_ASSERT_EQUAL(count_files(dirpath), 1);
+    fx_close(&f);
+    struct stat sb;
+    CU_ASSERT_NOT_EQUAL(stat(dirpath, &sb), 0); /* the run folder is gone */
+    free(dirpath);
+}
+
+/* The 100 swaps under a tight loop of calls. */
+typedef struct loop_ud {
+    fx *f;
+    atomic_int stop;
+    atomic_long calls, failed, bad, a, b;
+} loop_ud;
+
+static void *caller(void *arg)
+{
+    loop_ud *u = arg;
+    char out[64];
+    while (!atomic_load(&u->stop)) {
+        int st = call(u->f->reg, "rl_answer", NULL, out, sizeof out);
+        atomic_fetch_add(&u->calls, 1);
+        if (st != TOOLHOST_OK)
+            atomic_fetch_add(&u->failed, 1);
+        else if (strcmp(out, "A") == 0)
+            atomic_fetch_add(&u->a, 1);
+        else if (strcmp(out, "B") == 0)
+            atomic_fetch_add(&u->b, 1);
+        else
+            atomic_fetch_add(&u->bad, 1);
+    }
+    return NULL;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void test_hundred_reloads_under_load(void)
+{
+    fx f;
+    CU_ASSERT_EQUAL_FATAL(fx_open(&f), 0);
+    loop_ud u;
+    memset(&u, 0, sizeof u);
+    u.f = &f;
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, caller, &u);
+    int failed_reloads = 0;
+    int64_t swaps[100];
+    for (int i = 0; i < 100; i++) {
+        bool b = i % 2 == 0;
+        put_file(th_test_build_path(b ? "fixtures/reload_b.so" : "fixtures/reload_a.so"),
+                 f.so, (size_t)-1);
+        th_reload_result res;
+        swaps[i] = th_reload_now(f.r, &res) == 0 ? res.swap_ns : INT64_MAX;
+        if (res.rc != 0 || res.n_changed != 1) {
+            failed_reloads++;
+            fprintf(stderr, "reload %d: %s\n", i, res.err.msg);
+        }
+        /* From now on only the new code answers. */
+        char out[64];
+        CU_ASSERT_EQUAL(call(f.reg, "rl_answer", NULL, out, sizeof out), TOOLHOST_OK);
+        CU_ASSERT_STRING_EQUAL(out, b ? "B" : "A");
+    }
+    atomic_store(&u.stop, 1);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    CU_ASSERT_EQUAL(failed_reloads, 0);
+    CU_ASSERT_EQUAL(atomic_load(&u.failed), 0);
+    CU_ASSERT_EQUAL(atomic_load(&u.bad), 0);
+    CU_ASSERT(atomic_load(&u.calls) > 100);
+    CU_ASSERT_EQUAL(gen_of(&f), 101);
+    CU_ASSERT(th_reload_quiesce(f.r, 10000));
+    th_reload_stats st;
+    th_reload_get_stats(f.r, &st);
+    CU_ASSERT_EQUAL(st.closed, 100);
+    CU_ASSERT_EQUAL(st.unloaded, 100);
+    CU_ASSERT_EQUAL(st.draining, 0);
+    /* The swap is well under 10 ms: the median (the maximum depends on the
+     * scheduler of a loaded machine; bench/reload reports it). */
+    qsort(swaps, 100, sizeof swaps[0], cmp_i64);
+    CU_ASSERT(swaps[50] < 1000000);
+    fx_close(&f);
+}
+
+/* A call pinned to the old generation finishes on it after the swap. */
+typedef struct held {
+    fx *f;
+    const char *tool;
+    char out[64];
+    int st;
+    const th_tool *t;
+} held;
+
+static void *run_held(void *arg)
+{
+    held *h = arg;
+    h->st = run_pinned(h->t, h->f->gate, h->out, sizeof h->out);
+    th_tool_release(h->t); /* maybe the last reference: fini is deferred */
+    return NULL;
+}
+
+static void in_flight(const char *tool)
+{
+    fx f;
+    CU_ASSERT_EQUAL_FATAL(fx_open(&f), 0);
+    held h = {&f, tool, "", -1, NULL};
+    h.t = th_registry_acquire(f.reg, tool);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(h.t);
+    pthread_t th;
+    pthread_create(&th, NULL, run_held, &h);
+    put_file(th_test_build_path("fixtures/reload_b.so"), f.so, (size_t)-1);
+    th_reload_result res;
+    CU_ASSERT_EQUAL(th_reload_now(f.r, &res), 0);
+    char out[64];
+    CU_ASSERT_EQUAL(call(f.reg, "rl_answer", NULL, out, sizeof out), TOOLHOST_OK);
+    CU_ASSERT_STRING_EQUAL(out, "B");
+    th_reload_stats st;
+    th_reload_get_stats(f.r, &st);
+    CU_ASSERT_EQUAL(st.draining, 1);
+    CU_ASSERT_EQUAL(st.closed, 0);
+    CU_ASSERT(!marker_has(&f, "fini A"));
+    put_text(f.gate, "go");
+    pthread_join(th, NULL);
+    CU_ASSERT_EQUAL(h.st, TOOLHOST_OK);
+    CU_ASSERT_STRING_EQUAL(h.out, "A");
+    CU_ASSERT(th_reload_quiesce(f.r, 5000));
+    th_reload_get_stats(f.r, &st);
+    CU_ASSERT_EQUAL(st.draining, 0);
+    CU_ASSERT_EQUAL(st.closed, 1);
+    CU_ASSERT(marker_has(&f, "fini A th-reload"));
+    fx_close(&f);
+}
+
+static void test_call_in_flight(void)
+{
+    in_flight("rl_hold");
+}
+
+/* A suspended call (the plugin's own thread completes it later) keeps its
+ * generation; fini() joins that thread. */
+static void test_task_in_flight(void)
+{
+    in_flight("rl_bg");
+}
+
+static void assert_unchanged(fx *f, uint64_t gen, const char *answer)
+{
+    char out[64];
+    CU_ASSERT_EQUAL(call(f->reg, "rl_answer", NULL, out, sizeof out), TOOLHOST_OK);
+    CU_ASSERT_STRING_EQUAL(out, answer);
+    CU_ASSERT_EQUAL(gen_of(f), gen);
+}
+
+static void test_failures_change_nothing(void)
+{
+    fx f;
+    CU_ASSERT_EQUAL_FATAL(fx_open(&f), 0);
+    th_log_set_fd(-1);
+    th_reload_result res;
+    th_reload_stats st;
+
+    /* A broken .so (not ELF). */
+    put_text(f.so, "this is not a shared object, just text that is long enough\n");
+    CU_ASSERT_EQUAL(th_reload_now(f.r, &res), TH_ELOAD);
+    CU_ASSERT(!res.incomplete);
+    CU_ASSERT_PTR_NOT_NULL(strstr(res.err.msg, "not a shared object"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(res.err.msg, f.so));
+    assert_unchanged(&f, 1, "A");
+    th_reload_get_stats(f.r, &st);
+    CU_ASSERT_EQUAL(st.failed, 1);
+    CU_ASSERT_EQUAL(st.last_rc, TH_ELOAD);
+    CU_ASSERT_STRING_EQUAL(st.last_error, res.err.msg);
+
+    /* A half-written .so: failed, flagged for a retry. */
+    put_file(th_test_build_path("fixtures/reload_b.so"), f.so, 9000);
+    CU_ASSERT_NOT_EQUAL(th_reload_now(f.r, &res), 0);
+    CU_ASSERT(res.incomplete);
+    CU_ASSERT_PTR_NOT_NULL(strstr(res.err.msg, "half-written"));
+    assert_unchanged(&f, 1, "A");
+
+    /* ... then complete: the reload goes through. */
+    put_file(th_test_build_path("fixtures/reload_b.so"), f.so, (size_t)-1);
+    CU_ASSERT_EQUAL(th_reload_now(f.r, &res), 0);
+    assert_unchanged(&f, 2, "B");
+
+    /* A plugin whose init fails. */
+    write_config(&f, "      fail_init: true\n", NULL);
+    CU_ASSERT_EQUAL(th_reload_now(f.r, &res), TH_ELOAD);
+    CU_ASSERT_PTR_NOT_NULL(strstr(res.err.msg, "init failed on purpose"));
+    assert_unchanged(&f, 2, "B");
+    /* Another plugin file whose init fails (with no config block, which
+     * that plugin does not take). */
+    char text[8400];
+    snprintf(text, sizeof text, "host:\n  state_dir: %s/state\nplugins:\n"
+             "  - name: fx\n    path: %s\n", f.dir, f.so);
+    put_text(f.cfg_path, text);
+    put_file(th_test_build_path("fixtures/bad_init_fails.so"), f.so, (size_t)-1);
+    CU_ASSERT_EQUAL(th_reload_now(f.r, &res), TH_ELOAD);
+    CU_ASSERT_PTR_NOT_NULL(strstr(res.err.msg, "database unreachable"));
+    assert_unchanged(&f, 2, "B");
+    write_config(&f, NULL, NULL);
+    put_file(th_test_build_path("fixtures/reload_b.so"), f.so, (size_t)-1);
+
+    /* A config with a syntax error. */
+    put_text(f.cfg_path, "plugins:\n  - name: fx\n    path: [unclosed\n");
+    CU_ASSERT_EQUAL(th_reload_now(f.r, &res), TH_ECONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(res.err.msg, "toolhost.yaml:"));
+    assert_unchanged(&f, 2, "B");
+
+    /* A config whose toolset names a tool no plugin provides. */
+    write_config(&f, NULL, "toolsets:\n  - name: t\n    tools: [rl_answer, nope]\n");
+    CU_ASSERT_EQUAL(th_reload_now(f.r, &res), TH_ECONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(res.err.msg, "'nope'"));
+    assert_unchanged(&f, 2, "B");
+
+    /* A second plugin whose tools clash with the first. */
+    char second[8400];
+    snprintf(second, sizeof second, "  - name: fx2\n    path: %s\n",
+             th_test_build_path("fixtures/reload_a.so"));
+    write_config(&f, second, NULL);
+    CU_ASSERT_EQUAL(th_reload_now(f.r, &res), TH_ELOAD);
+    CU_ASSERT_PTR_NOT_NULL(strstr(res.err.msg, "must be unique"));
+    assert_unchanged(&f, 2, "B");
+    CU_ASSERT_PTR_NULL(th_registry_plugin(f.reg, "fx2"));
+
+    /* Every prepared generation that was discarded is closed, its copy
+     * removed: only generation 2's copy is left. */
+    CU_ASSERT(th_reload_quiesce(f.r, 5000));
+    char *dirpath = strdup(th_registry_plugin(f.reg, "fx")->load_path);
+    *strrchr(dirpath, '/') = '\0';
+    CU_ASSERT_EQUAL(count_files(dirpath), 1);
+    free(dirpath);
+    th_reload_get_stats(f.r, &st);
+    CU_ASSERT_EQUAL(st.failed, 7);
+    CU_ASSERT_EQUAL(st.ok, 1);
+    th_log_set_fd(2);
+    fx_close(&f);
+}
+
+static void test_add_and_remove_in_flight(void)
+{
+    fx f;
+    CU_ASSERT_EQUAL_FATAL(fx_open(&f), 0);
+    th_reload_result res;
+    /* Added: another plugin. */
+    char second[8400];
+    snprintf(second, sizeof second, "  - name: basic\n    path: %s\n",
+             th_test_build_path("fixtures/good_basic.so"));
+    write_config(&f, second, NULL);
+    CU_ASSERT_EQUAL(th_reload_now(f.r, &res), 0);
+    CU_ASSERT_EQUAL(res.n_added, 1);
+    CU_ASSERT_EQUAL(res.n_unchanged, 1); /* fx: its entry is the same */
+    CU_ASSERT(res.config_changed);
+    CU_ASSERT_PTR_NOT_NULL(th_registry_plugin(f.reg, "basic"));
+
+    /* Removed while a call is in flight: the call completes, then the
+     * plugin is closed. */
+    held h = {&f, "rl_hold", "", -1, NULL};
+    h.t = th_registry_acquire(f.reg, "rl_hold");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(h.t);
+    pthread_t th;
+    pthread_create(&th, NULL, run_held, &h);
+    char text[8400];
+    snprintf(text, sizeof text, "plugins:\n  - name: basic\n    path: %s\n",
+             th_test_build_path("fixtures/good_basic.so"));
+    put_text(f.cfg_path, text);
+    CU_ASSERT_EQUAL(th_reload_now(f.r, &res), 0);
+    CU_ASSERT_EQUAL(res.n_removed, 1);
+    CU_ASSERT_EQUAL(res.n_unchanged, 1);
+    CU_ASSERT_EQUAL_FATAL(res.n_items, 1);
+    CU_ASSERT_EQUAL(res.items[0].action, TH_RL_REMOVED);
+    CU_ASSERT_PTR_NULL(th_registry_plugin(f.reg, "fx"));
+    char out[64];
+    CU_ASSERT_EQUAL(call(f.reg, "rl_answer", NULL, out, sizeof out), -1);
+    CU_ASSERT(!marker_has(&f, "fini"));
+    put_text(f.gate, "go");
+    pthread_join(th, NULL);
+    CU_ASSERT_EQUAL(h.st, TOOLHOST_OK);
+    CU_ASSERT_STRING_EQUAL(h.out, "A");
+    CU_ASSERT(th_reload_quiesce(f.r, 5000));
+    CU_ASSERT(marker_has(&f, "fini A th-reload"));
+    th_reload_stats st;
+    th_reload_get_stats(f.r, &st);
+    CU_ASSERT_EQUAL(st.closed, 1);
+    CU_ASSERT_EQUAL(st.draining, 0);
+    fx_close(&f);
+}
+
+/* Requests during a reload fold into one more reload after it. */
+static atomic_int done_calls;
+static void on_done(const th_reload_result *res, void *ud)
+{
+    (void)ud;
+    if (res->rc == 0)
+        atomic_fetch_add(&done_calls, 1);
+}
+
+typedef struct run_ud {
+    fx *f;
+    th_reload_result res;
+} run_ud;
+
+static void *run_reload(void *arg)
+{
+    run_ud *u = arg;
+    th_reload_run(u->f->r, &u->res);
+    return NULL;
+}
+
+static void test_requests_fold(void)
+{
+    fx f;
+    CU_ASSERT_EQUAL_FATAL(fx_open(&f), 0);
+    atomic_store(&done_calls, 0);
+    pthread_mutex_lock(&f.gmu);
+    f.block_state = 1;
+    pthread_mutex_unlock(&f.gmu);
+    put_file(th_test_build_path("fixtures/reload_b.so"), f.so, (size_t)-1);
+    CU_ASSERT_EQUAL(th_reload_request(f.r, on_done, NULL), 0);
+    /* Wait until the first reload is inside tools_changed. */
+    pthread_mutex_lock(&f.gmu);
+    while (f.block_state != 2)
+        pthread_cond_wait(&f.gcv, &f.gmu);
+    pthread_mutex_unlock(&f.gmu);
+    for (int i = 0; i < 5; i++)
+        CU_ASSERT_EQUAL(th_reload_request(f.r, on_done, NULL), 0);
+    /* And one that waits, from another thread, before the first ends. */
+    run_ud ru = {&f, {0}};
+    pthread_t th;
+    pthread_create(&th, NULL, run_reload, &ru);
+    th_reload_stats st;
+    for (int i = 0; i < 10000; i++) {
+        th_reload_get_stats(f.r, &st);
+        if (st.requests == 7)
+            break;
+        usleep(1000);
+    }
+    CU_ASSERT_EQUAL(st.requests, 7);
+    pthread_mutex_lock(&f.gmu);
+    f.block_state = 0;
+    pthread_cond_broadcast(&f.gcv);
+    pthread_mutex_unlock(&f.gmu);
+    pthread_join(th, NULL);
+    CU_ASSERT_EQUAL(ru.res.rc, 0);
+    /* Its callback came last (requests are answered in order). */
+    CU_ASSERT_EQUAL(atomic_load(&done_calls), 6);
+    th_reload_get_stats(f.r, &st);
+    CU_ASSERT_EQUAL(st.reloads, 2); /* the six after the first: one reload */
+    CU_ASSERT_EQUAL(ru.res.seq, 2);
+    fx_close(&f);
+}
+
+static void test_watch_paths(void)
+{
+    fx f;
+    CU_ASSERT_EQUAL_FATAL(fx_open(&f), 0);
+    char **v = NULL;
+    size_t n = 0;
+    CU_ASSERT_EQUAL(th_reload_watch_paths(f.r, &v, &n), 0);
+    char real[4096];
+    CU_ASSERT_PTR_NOT_NULL(realpath(f.dir, real));
+    bool found = false;
+    for (size_t i = 0; i < n; i++)
+        found |= strcmp(v[i], real) == 0 || strcmp(v[i], f.dir) == 0;
+    CU_ASSERT(found);
+    th_reload_paths_free(v, n);
+    CU_ASSERT(th_reload_is_watched(f.r, f.dir, "fx.so"));
+    CU_ASSERT(th_reload_is_watched(f.r, f.dir, "toolhost.yaml"));
+    CU_ASSERT(!th_reload_is_watched(f.r, f.dir, "marker"));
+    CU_ASSERT(!th_reload_is_watched(f.r, "/elsewhere", "fx.so"));
+    fx_close(&f);
+}
+
+
+/* ---- the watcher on a libuv loop -------------------------------------------------- */
+
+typedef struct wt {
+    fx *f;
+    uv_loop_t loop;
+    uv_timer_t timeout, later;
+    int results;
+    th_reload_result last;
+    int want;            /* stop the loop after this many results */
+    void (*later_fn)(struct wt *);
+} wt;
+
+static void wt_result(const th_reload_result *res, void *ud)
+{
+    wt *t = ud;
+    t->results++;
+    t->last = *res;
+    if (t->results >= t->want)
+        uv_stop(&t->loop);
+}
+
+static void wt_timeout(uv_timer_t *h)
+{
+    uv_stop(h->loop);
+}
+
+static void wt_later(uv_timer_t *h)
+{
+    wt *t = h->data;
+    t->later_fn(t);
+}
+
+/* Runs the loop until `want` more results came, at most 10 s. */
+static void wt_wait(wt *t, int want)
+{
+    t->want = t->results + want;
+    uv_timer_start(&t->timeout, wt_timeout, 10000, 0);
+    uv_run(&t->loop, UV_RUN_DEFAULT);
+    uv_timer_stop(&t->timeout);
+}
+
+static void complete_file(wt *t)
+{
+    put_file(th_test_build_path("fixtures/reload_a.so"), t->f->so, (size_t)-1);
+}
+
+static void send_sighup(wt *t)
+{
+    (void)t;
+    raise(SIGHUP);
+}
+
+static void test_watcher(void)
+{
+    fx f;
+    CU_ASSERT_EQUAL_FATAL(fx_open(&f), 0);
+    wt t;
+    memset(&t, 0, sizeof t);
+    t.f = &f;
+    uv_loop_init(&t.loop);
+    uv_timer_init(&t.loop, &t.timeout);
+    uv_timer_init(&t.loop, &t.later);
+    t.later.data = &t;
+    th_reload_watch_opts o = {.mode = TH_RELOAD_WATCH, .debounce_ms = 30,
+                              .on_result = wt_result, .ud = &t};
+    th_reload_watch *w = NULL;
+    th_error e;
+    CU_ASSERT_EQUAL_FATAL(th_reload_watch_start(f.r, &t.loop, &o, &w, &e), 0);
+
+    /* A rebuild: one reload, the new code answers. */
+    put_file(th_test_build_path("fixtures/reload_b.so"), f.so, (size_t)-1);
+    wt_wait(&t, 1);
+    CU_ASSERT_EQUAL(t.results, 1);
+    CU_ASSERT_EQUAL(t.last.rc, 0);
+    CU_ASSERT_EQUAL(t.last.n_changed, 1);
+    char out[64];
+    CU_ASSERT_EQUAL(call(f.reg, "rl_answer", NULL, out, sizeof out), TOOLHOST_OK);
+    CU_ASSERT_STRING_EQUAL(out, "B");
+
+    /* A half-written file, completed 120 ms later: retried, not reported
+     * as broken; one result, the good one. */
+    th_log_set_fd(-1);
+    put_file(th_test_build_path("fixtures/reload_a.so"), f.so, 9000);
+    t.later_fn = complete_file;
+    uv_timer_start(&t.later, wt_later, 120, 0);
+    wt_wait(&t, 1);
+    th_log_set_fd(2);
+    CU_ASSERT_EQUAL(t.results, 2);
+    CU_ASSERT_EQUAL(t.last.rc, 0);
+    CU_ASSERT_EQUAL(t.last.n_changed, 1);
+    CU_ASSERT_EQUAL(call(f.reg, "rl_answer", NULL, out, sizeof out), TOOLHOST_OK);
+    CU_ASSERT_STRING_EQUAL(out, "A");
+    th_reload_stats st;
+    th_reload_get_stats(f.r, &st);
+    CU_ASSERT(st.retries >= 1);
+
+    /* SIGHUP: a reload (nothing changed). */
+    t.later_fn = send_sighup;
+    uv_timer_start(&t.later, wt_later, 1, 0);
+    wt_wait(&t, 1);
+    CU_ASSERT_EQUAL(t.results, 3);
+    CU_ASSERT_EQUAL(t.last.rc, 0);
+    CU_ASSERT_EQUAL(t.last.n_unchanged, 1);
+
+    /* A config edit that fails: reported, nothing changed. */
+    th_log_set_fd(-1);
+    write_config(&f, "      fail_init: true\n", NULL);
+    wt_wait(&t, 1);
+    th_log_set_fd(2);
+    CU_ASSERT_EQUAL(t.results, 4);
+    CU_ASSERT_EQUAL(t.last.rc, TH_ELOAD);
+    CU_ASSERT(!t.last.incomplete);
+    CU_ASSERT_EQUAL(gen_of(&f), 3);
+
+    /* A file next to them that no reload reads: nothing. */
+    put_text(f.gate, "x");
+    uv_timer_start(&t.timeout, wt_timeout, 150, 0);
+    uv_run(&t.loop, UV_RUN_DEFAULT);
+    CU_ASSERT_EQUAL(t.results, 4);
+
+    th_reload_watch_stop(w);
+    uv_close((uv_handle_t *)&t.timeout, NULL);
+    uv_close((uv_handle_t *)&t.later, NULL);
+    uv_run(&t.loop, UV_RUN_DEFAULT);
+    CU_ASSERT_EQUAL(uv_loop_close(&t.loop), 0);
+    fx_close(&f);
+}
+
+
+/* ---- a real host (manager, sessions): the host's side of a reload ------------ */
+
+typedef struct hx {
+    char *dir;
+    char so[1024], cfg_path[1024];
+    th_host *h;
+    th_session *s;
+    atomic_int changed;
+} hx;
+
+static void hx_tools_changed(void *ud)
+{
+    atomic_fetch_add(&((hx *)ud)->changed, 1);
+}
+
+/* toolsets: YAML for the toolsets section ("" for none). */
+static void hx_config(hx *x, const char *toolsets)
+{
+    th_buf b = TH_BUF_INIT;
+    th_buf_printf(&b,
+                  "host:\n  workers: 2\n  log_level: error\n  state_dir: %s/state\n"
+                  "plugins:\n  - name: fx\n    path: %s\n%s",
+                  x->dir, x->so, toolsets);
+    th_buf_append(&b, "", 1);
+    put_text(x->cfg_path, (const char *)b.data);
+    th_buf_free(&b);
+}
+
+static int hx_open(hx *x, const char *toolsets)
+{
+    memset(x, 0, sizeof *x);
+    x->dir = th_test_tmpdir();
+    snprintf(x->so, sizeof x->so, "%s/fx.so", x->dir);
+    snprintf(x->cfg_path, sizeof x->cfg_path, "%s/toolhost.yaml", x->dir);
+    put_file(th_test_build_path("fixtures/reload_a.so"), x->so, (size_t)-1);
+    hx_config(x, toolsets);
+    th_config *cfg = NULL;
+    th_error e;
+    if (th_config_load(x->cfg_path, &cfg, &e) != 0 || th_host_open(cfg, &x->h, &e) != 0) {
+        fprintf(stderr, "host: %s\n", e.msg);
+        return -1;
+    }
+    th_principal who = {(uint32_t)getuid(), (uint32_t)getgid(), true};
+    th_front_ops ops = {.tools_changed = hx_tools_changed};
+    x->s = th_session_open(x->h, &who, &ops, x);
+    return x->s ? 0 : -1;
+}
+
+static void hx_close(hx *x)
+{
+    th_session_close(x->s);
+    th_host_close(x->h);
+    th_test_rmtree(x->dir);
+    free(x->dir);
+}
+
+/* "" and -1 when the call did not succeed (the error message in out). */
+static int hx_call(hx *x, const char *tool, char *out, size_t size)
+{
+    static const uint8_t empty_map[] = {0x80};
+    th_call_opts o = {.may_block = true};
+    th_result_copy r;
+    memset(&r, 0, sizeof r);
+    int rc = th_call_sync(x->s, tool, empty_map, 1, &o, NULL, NULL, NULL, &r);
+    bool ok = rc == 0 && r.kind == TH_RESULT_DONE && r.ok;
+    snprintf(out, size, "%.*s", ok ? (int)r.out.len : 0,
+             ok && r.out.data ? (const char *)r.out.data : "");
+    if (!ok && r.message)
+        snprintf(out, size, "%s", r.message);
+    th_result_copy_free(&r);
+    return ok ? 0 : -1;
+}
+
+static void test_host_config_swap(void)
+{
+    hx x;
+    CU_ASSERT_EQUAL_FATAL(hx_open(&x, "toolsets:\n  - name: t\n    tools: [rl_answer]\n"), 0);
+    th_reloader *r = th_host_reloader(x.h);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+    char out[256];
+    CU_ASSERT_EQUAL(hx_call(&x, "rl_answer", out, sizeof out), 0);
+    CU_ASSERT_STRING_EQUAL(out, "A");
+    /* The first generation runs from a private copy already. */
+    th_plugin *p = th_registry_plugin(th_host_registry(x.h), "fx");
+    CU_ASSERT_PTR_NOT_NULL(strstr(p->load_path, "/run-"));
+
+    /* The toolset changes: new calls follow it; the session is told. */
+    hx_config(&x, "toolsets:\n  - name: t\n    tools: [rl_hold]\n");
+    th_reload_result res;
+    CU_ASSERT_EQUAL(th_reload_run(r, &res), 0);
+    CU_ASSERT(res.config_changed);
+    CU_ASSERT_EQUAL(res.n_unchanged, 1);
+    CU_ASSERT_EQUAL(atomic_load(&x.changed), 1);
+    CU_ASSERT_NOT_EQUAL(hx_call(&x, "rl_answer", out, sizeof out), 0);
+    CU_ASSERT_EQUAL(th_registry_plugin(th_host_registry(x.h), "fx"), p); /* untouched */
+    CU_ASSERT_STRING_EQUAL(th_host_config(x.h)->toolsets[0].tools[0], "rl_hold");
+
+    /* Toolsets added: refused, nothing changes. */
+    th_log_set_fd(-1);
+    hx_config(&x, "toolsets:\n  - name: t\n    tools: [rl_answer]\n"
+                  "  - name: u\n    tools: [rl_answer]\n");
+    CU_ASSERT_EQUAL(th_reload_run(r, &res), TH_ECONFIG);
+    th_log_set_fd(2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(res.err.msg, "restart"));
+    CU_ASSERT_STRING_EQUAL(th_host_config(x.h)->toolsets[0].tools[0], "rl_hold");
+    CU_ASSERT_EQUAL(atomic_load(&x.changed), 1);
+    hx_close(&x);
+}
+
+/* Calls through the whole manager while the plugin and the config swap. */
+typedef struct hloop {
+    hx *x;
+    atomic_int stop;
+    atomic_long calls, failed;
+} hloop;
+
+static void *hx_caller(void *arg)
+{
+    hloop *u = arg;
+    char out[256];
+    while (!atomic_load(&u->stop)) {
+        atomic_fetch_add(&u->calls, 1);
+        if (hx_call(u->x, "rl_answer", out, sizeof out) != 0 ||
+            (strcmp(out, "A") != 0 && strcmp(out, "B") != 0)) {
+            atomic_fetch_add(&u->failed, 1);
+            fprintf(stderr, "failed call: %s\n", out);
+        }
+    }
+    return NULL;
+}
+
+static void test_host_swaps_under_calls(void)
+{
+    hx x;
+    CU_ASSERT_EQUAL_FATAL(hx_open(&x, ""), 0);
+    th_reloader *r = th_host_reloader(x.h);
+    hloop u;
+    memset(&u, 0, sizeof u);
+    u.x = &x;
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, hx_caller, &u);
+    int bad = 0;
+    for (int i = 0; i < 40; i++) {
+        /* Alternately the plugin file and the config (a toolset timeout). */
+        if (i % 2 == 0)
+            put_file(th_test_build_path(i % 4 == 0 ? "fixtures/reload_b.so"
+                                                   : "fixtures/reload_a.so"),
+                     x.so, (size_t)-1);
+        else
+            hx_config(&x, i % 4 == 1 ? "toolsets:\n  - name: default\n    tools: [\"*\"]\n    timeout: 30s\n"
+                                     : "toolsets:\n  - name: default\n    tools: [\"*\"]\n    timeout: 40s\n");
+        th_reload_result res;
+        if (th_reload_run(r, &res) != 0) {
+            bad++;
+            fprintf(stderr, "reload %d: %s\n", i, res.err.msg);
+        }
+    }
+    atomic_store(&u.stop, 1);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(atomic_load(&u.failed), 0);
+    CU_ASSERT(atomic_load(&u.calls) > 40);
+    hx_close(&x);
+}
+
+void th_suite_reload(void)
+{
+    CU_pSuite s = CU_add_suite("reload", NULL, NULL);
+    CU_add_test(s, "copydir", test_copydir);
+    CU_add_test(s, "elf_incomplete", test_elf_incomplete);
+    CU_add_test(s, "still_loaded", test_still_loaded);
+    CU_add_test(s, "swap_and_unchanged", test_swap_and_unchanged);
+    CU_add_test(s, "hundred_reloads_under_load", test_hundred_reloads_under_load);
+    CU_add_test(s, "call_in_flight", test_call_in_flight);
+    CU_add_test(s, "task_in_flight", test_task_in_flight);
+    CU_add_test(s, "failures_change_nothing", test_failures_change_nothing);
+    CU_add_test(s, "add_and_remove_in_flight", test_add_and_remove_in_flight);
+    CU_add_test(s, "requests_fold", test_requests_fold);
+    CU_add_test(s, "watch_paths", test_watch_paths);
+    CU_add_test(s, "watcher", test_watcher);
+    CU_add_test(s, "host_config_swap", test_host_config_swap);
+    CU_add_test(s, "host_swaps_under_calls", test_host_swaps_under_calls);
+}
