@@ -8,6 +8,10 @@
  * temporary folder: N separate files for the loader, N plugins, N tools.
  * The real build/plugins/echo.so is measured alone as well (N = 1).
  *
+ * Loads are measured with the default `reload: signal` (every plugin is
+ * dlopen()ed from a private copy, so that a reload can swap it) and with
+ * `reload: off` (dlopen of the file itself).
+ *
  * Each figure is measured in a fresh child process (fork), so one load
  * does not warm or bloat the next:
  *   - load N: th_config_parse + th_host_open (dlopen, checks, init,
@@ -72,6 +76,10 @@ static figure in_child(void (*fn)(long, figure *), long arg)
 }
 
 static const char *build;
+/* 1: the config says `reload: off` (no private copies of the plugins);
+ * 0: the default (`reload: signal`: each plugin is loaded from a private
+ * copy so that a later reload can swap it) */
+static int reload_off;
 
 static void plugin_path(long i, char *out, size_t n)
 {
@@ -89,7 +97,8 @@ static void child_load(long arg, figure *f)
     th_log_set_level(TOOLHOST_LOG_WARN);
     long n = arg > 0 ? arg : 1;
     th_buf y = TH_BUF_INIT;
-    th_buf_puts(&y, "host:\n  log_level: warn\nplugins:\n");
+    th_buf_puts(&y, reload_off ? "host:\n  log_level: warn\n  reload: off\nplugins:\n"
+                               : "host:\n  log_level: warn\nplugins:\n");
     for (long i = 1; i <= n; i++) {
         char p[4400], name[32];
         plugin_path(arg > 0 ? i : 0, p, sizeof p);
@@ -280,7 +289,7 @@ int main(int argc, char **argv)
     make_plugins(100);
 
     static const long ns[] = {1, 10, 100};
-    figure load[3], flo[3];
+    figure load[3], flo[3], loadoff[3];
     /* each twice, keeping the faster (the first may meet a cold page
      * cache) */
     for (int i = 0; i < 3; i++) {
@@ -288,6 +297,12 @@ int main(int argc, char **argv)
         figure again = in_child(child_load, ns[i]);
         if (again.ms < load[i].ms)
             load[i] = again;
+        reload_off = 1;
+        loadoff[i] = in_child(child_load, ns[i]);
+        again = in_child(child_load, ns[i]);
+        if (again.ms < loadoff[i].ms)
+            loadoff[i] = again;
+        reload_off = 0;
         flo[i] = in_child(child_dlopen, ns[i]);
         again = in_child(child_dlopen, ns[i]);
         if (again.ms < flo[i].ms)
@@ -310,6 +325,10 @@ int main(int argc, char **argv)
         printf("%-34s %8.2fms %8.2fms %7.1fx %9ld KiB %9ld KiB\n", label,
                load[i].ms, flo[i].ms, load[i].ms / flo[i].ms, load[i].rss_kib,
                flo[i].rss_kib);
+        snprintf(label, sizeof label, "  the same with reload: off");
+        printf("%-34s %8.2fms %8.2fms %7.1fx %9ld KiB %9ld KiB\n", label,
+               loadoff[i].ms, flo[i].ms, loadoff[i].ms / flo[i].ms,
+               loadoff[i].rss_kib, flo[i].rss_kib);
     }
     printf("%-34s %8.2fms %8.2fms %7.1fx %9ld KiB %9ld KiB\n",
            "load build/plugins/echo.so", echo1.ms, echo1f.ms,
@@ -327,6 +346,8 @@ int main(int argc, char **argv)
         char k[64];
         snprintf(k, sizeof k, "load%ld_ms", ns[i]);
         bench_json_num(&j, k, load[i].ms);
+        snprintf(k, sizeof k, "load%ld_reload_off_ms", ns[i]);
+        bench_json_num(&j, k, loadoff[i].ms);
         snprintf(k, sizeof k, "load%ld_floor_ms", ns[i]);
         bench_json_num(&j, k, flo[i].ms);
         snprintf(k, sizeof k, "load%ld_rss_kib", ns[i]);
