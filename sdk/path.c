@@ -207,6 +207,12 @@ int th_sdk_root_from_config(const uint8_t *config, size_t len,
     return rc;
 }
 
+const toolhost_param th_sdk_rooted_config[1] = {
+    TH_SDK_PARAM("root", STRING,
+                 "The folder the tools may see; every path is relative to it.",
+                 TH_SDK_REQUIRED),
+};
+
 int th_sdk_rooted_init(const toolhost_host_api *host, const uint8_t *config,
                        size_t len, void **state, char *err, size_t err_size)
 {

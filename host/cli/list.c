@@ -48,7 +48,7 @@ static int print_row(const th_tool *t, void *ud)
     char types[64];
     snprintf(types, sizeof types, "%s/%s", th_sem_name(t->stdout_type),
              th_sem_name(t->stderr_type));
-    printf("%-20s %-10s %-22s %-24s %s\n", t->name,
+    printf("%-20s %-12s %-22s %-22s %s\n", t->name,
            t->plugin ? t->plugin->name : "-", flags[0] ? flags : "-", types,
            t->description);
     return 0;
@@ -102,7 +102,7 @@ int cli_list(int argc, char **argv)
         return rc;
     list_ctx lc = {.arr = json ? json_array() : NULL, .rc = CLI_OK};
     if (!json)
-        printf("%-20s %-10s %-22s %-24s %s\n", "TOOL", "PLUGIN", "FLAGS",
+        printf("%-20s %-12s %-22s %-22s %s\n", "TOOL", "PLUGIN", "FLAGS",
                "STDOUT/STDERR", "DESCRIPTION");
     th_session_tools(ch.session, print_row, &lc);
     if (lc.arr) {

@@ -1,6 +1,8 @@
 /* json.c - JSON <-> msgpack conversion at the edges (th/json.h). */
 #include "th/json.h"
+#include "th/mpwalk.h"
 
+#include <math.h>
 #include <msgpack.h>
 #include <stdbool.h>
 #include <string.h>
@@ -38,11 +40,12 @@ int th_json_pack(const json_t *j, msgpack_packer *pk)
     case JSON_OBJECT: {
         rc = msgpack_pack_map(pk, json_object_size(j));
         const char *k;
+        size_t klen;
         json_t *v;
-        json_object_foreach((json_t *)j, k, v)
+        json_object_keylen_foreach((json_t *)j, k, klen, v)
         {
             if (rc == 0)
-                rc = msgpack_pack_str_with_body(pk, k, strlen(k));
+                rc = msgpack_pack_str_with_body(pk, k, klen);
             if (rc == 0)
                 rc = th_json_pack(v, pk);
         }
@@ -118,8 +121,14 @@ static bool utf8_valid(const char *s, size_t n)
 static json_t *text_value(const char *s, size_t n, bool lossy,
                           const char *what, th_error *err)
 {
-    if (utf8_valid(s, n))
-        return json_stringn_nocheck(s, n);
+    if (n == 0)
+        s = ""; /* msgpack-c may leave the pointer of an empty str NULL */
+    if (utf8_valid(s, n)) {
+        json_t *j = json_stringn_nocheck(s, n);
+        if (!j)
+            th_error_set(err, TH_ENOMEM, "out of memory");
+        return j;
+    }
     if (!lossy) {
         th_error_set(err, TH_EINVAL, "%s is not UTF-8 text", what);
         return NULL;
@@ -164,6 +173,14 @@ static json_t *from_object(const msgpack_object *o, bool lossy, th_error *err)
         return json_integer((json_int_t)o->via.i64);
     case MSGPACK_OBJECT_FLOAT32:
     case MSGPACK_OBJECT_FLOAT64:
+        if (!isfinite(o->via.f64)) {
+            if (lossy)
+                return json_null(); /* printing: say nothing rather than fail */
+            th_error_set(err, TH_EINVAL,
+                         "the number %g has no JSON form (NaN or infinity)",
+                         o->via.f64);
+            return NULL;
+        }
         return json_real(o->via.f64);
     case MSGPACK_OBJECT_STR:
         return text_value(o->via.str.ptr, o->via.str.size, lossy, "a string",
@@ -231,6 +248,8 @@ json_t *th_json_from_object_lossy(const msgpack_object *o, th_error *err)
 static json_t *from_msgpack(const uint8_t *data, size_t len, bool lossy,
                             th_error *err)
 {
+    if (th_mp_check(data, len, TH_MP_MAX_DEPTH, NULL, err) != 0)
+        return NULL;
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
     size_t off = 0;

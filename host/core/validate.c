@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "th/mpwalk.h"
 #include "th/tool.h"
 
 #define ZONE_CHUNK 4096
@@ -401,6 +402,13 @@ int th_validate_params(const char *what, const th_param *params, size_t n,
         return verr_set(err, what, NULL,
                         "the arguments are empty; send an object (a map of "
                         "parameter names to values), {} when there are none");
+
+    /* Counts and nesting first: the unpacker allocates for what a header
+     * announces and calls a nesting past its stack "out of memory". */
+    th_error werr;
+    if (th_mp_check(args, len, TH_MP_MAX_DEPTH, NULL, &werr) != 0)
+        return verr_set(err, what, NULL, "the arguments are not valid: %s",
+                        werr.msg);
 
     uint64_t seen_stack[4] = {0, 0, 0, 0};
     uint64_t *seen = seen_stack;

@@ -1,4 +1,5 @@
 /* frame.c - msgpack-RPC frames: stream splitting, message shapes, builders. */
+#include "th/mpwalk.h"
 #include "th/rpc.h"
 
 #include <stdlib.h>
@@ -53,14 +54,6 @@ size_t th_rpc_reader_pending(const th_rpc_reader *r)
     return r->up.used - r->up.off;
 }
 
-static uint64_t be(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++)
-        v = (v << 8) | p[i];
-    return v;
-}
-
 /* Walks the buffered bytes of the current frame, resuming where the last
  * walk stopped, without building anything.  1 with *frame_len when the
  * frame is complete, 0 when more bytes are needed, TH_EPROTO/TH_ELIMIT. */
@@ -76,59 +69,16 @@ static int skim(th_rpc_reader *r, const uint8_t *p, size_t n,
         size_t pos = r->skim_pos;
         if (pos >= n)
             return 0;
-        uint8_t b = p[pos];
-        size_t hdr = 1;     /* bytes before the payload */
-        int lenb = 0;       /* bytes of the length field after the type */
-        uint64_t payload = 0, kids = 0;
-        int kid_mult = 0;   /* 1 for arrays, 2 for maps */
-        if (b <= 0x7f || b >= 0xe0) {
-            /* fixint */
-        } else if (b <= 0x8f) {
-            kids = 2u * (b & 0x0fu);
-        } else if (b <= 0x9f) {
-            kids = b & 0x0fu;
-        } else if (b <= 0xbf) {
-            payload = b & 0x1fu;
-        } else {
-            switch (b) {
-            case 0xc0: case 0xc2: case 0xc3: break;
-            case 0xc1:
-                return th_error_set(err, TH_EPROTO,
-                                    "byte 0xc1 at offset %zu is not msgpack",
-                                    pos);
-            case 0xc4: case 0xd9: hdr = 2; lenb = 1; break;
-            case 0xc5: case 0xda: hdr = 3; lenb = 2; break;
-            case 0xc6: case 0xdb: hdr = 5; lenb = 4; break;
-            case 0xc7: hdr = 3; lenb = 1; break; /* ext: len, type */
-            case 0xc8: hdr = 4; lenb = 2; break;
-            case 0xc9: hdr = 6; lenb = 4; break;
-            case 0xca: payload = 4; break;
-            case 0xcb: payload = 8; break;
-            case 0xcc: case 0xd0: payload = 1; break;
-            case 0xcd: case 0xd1: payload = 2; break;
-            case 0xce: case 0xd2: payload = 4; break;
-            case 0xcf: case 0xd3: payload = 8; break;
-            case 0xd4: payload = 2; break;
-            case 0xd5: payload = 3; break;
-            case 0xd6: payload = 5; break;
-            case 0xd7: payload = 9; break;
-            case 0xd8: payload = 17; break;
-            case 0xdc: hdr = 3; lenb = 2; kid_mult = 1; break;
-            case 0xdd: hdr = 5; lenb = 4; kid_mult = 1; break;
-            case 0xde: hdr = 3; lenb = 2; kid_mult = 2; break;
-            case 0xdf: hdr = 5; lenb = 4; kid_mult = 2; break;
-            default: break;
-            }
-        }
-        if (n - pos < hdr)
+        th_mp_head h;
+        int hr = th_mp_head_read(p + pos, n - pos, &h);
+        if (hr == 0)
             return 0;
-        if (lenb) {
-            uint64_t v = be(p + pos + 1, lenb);
-            if (kid_mult)
-                kids = v * (uint64_t)kid_mult;
-            else
-                payload = v;
-        }
+        if (hr < 0)
+            return th_error_set(err, TH_EPROTO,
+                                "byte 0xc1 at offset %zu is not msgpack",
+                                pos);
+        uint64_t payload = h.payload, kids = h.kids;
+        size_t hdr = h.hdr;
         uint64_t end = (uint64_t)pos + hdr + payload;
         /* Every value still to come takes at least one byte. */
         uint64_t left = r->skim_left - 1 + kids;
@@ -164,8 +114,12 @@ int th_rpc_reader_next(th_rpc_reader *r, msgpack_unpacked *out, th_error *err)
     case MSGPACK_UNPACK_SUCCESS:
         return 1;
     case MSGPACK_UNPACK_NOMEM_ERROR:
+        /* The skim bounded every count by the frame's bytes, so this is
+         * the unpacker's nesting stack running out: the client's fault. */
         r->failed = true;
-        return th_error_set(err, TH_ENOMEM, "out of memory unpacking a frame");
+        return th_error_set(err, TH_EPROTO,
+                            "frame nested deeper than %d levels",
+                            TH_MP_MAX_DEPTH);
     default:
         r->failed = true;
         return th_error_set(err, TH_EPROTO,

@@ -238,6 +238,14 @@ static void send_result(rpc_conn *c, uint64_t msgid, th_buf *res)
     th_buf_free(&b);
 }
 
+/* The plain confirmation `true`. */
+static void send_true(rpc_conn *c, uint64_t msgid)
+{
+    uint8_t t = 0xc3; /* msgpack true; send_result only reads it */
+    th_buf r = {&t, 1, 0};
+    send_result(c, msgid, &r);
+}
+
 static void send_notify(rpc_conn *c, const char *method, th_buf *params)
 {
     th_buf b = TH_BUF_INIT;
@@ -1036,12 +1044,7 @@ static void m_tools_cancel(rpc_conn *c, uint64_t msgid,
                    (unsigned long long)target);
         return;
     }
-    th_buf r = TH_BUF_INIT;
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &r, th_buf_msgpack_write);
-    msgpack_pack_true(&pk);
-    send_result(c, msgid, &r);
-    th_buf_free(&r);
+    send_true(c, msgid);
 }
 
 static void m_cancel_req(rpc_conn *c, uint64_t msgid,
@@ -1148,12 +1151,7 @@ static void m_tasks_cancel(rpc_conn *c, uint64_t msgid,
                    (unsigned long long)id);
         return;
     }
-    th_buf r = TH_BUF_INIT;
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &r, th_buf_msgpack_write);
-    msgpack_pack_true(&pk);
-    send_result(c, msgid, &r);
-    th_buf_free(&r);
+    send_true(c, msgid);
 }
 
 static void m_tasks_result(rpc_conn *c, uint64_t msgid,

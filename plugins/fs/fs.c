@@ -223,12 +223,6 @@ out:
 
 /* ---- tables -------------------------------------------------------------- */
 
-static const toolhost_param config_params[] = {
-    TH_SDK_PARAM("root", STRING,
-                 "The folder the tools may see; every path is relative to it.",
-                 TH_SDK_REQUIRED),
-};
-
 static const toolhost_param read_params[] = {
     TH_SDK_PARAM("path", STRING, "File to read, relative to the root.",
                  TH_SDK_REQUIRED),
@@ -284,5 +278,5 @@ static const toolhost_tool fs_tools[] = {
 
 TH_SDK_PLUGIN("fs", "1.0.0", fs_tools,
               "Reads, lists and inspects files below a root folder.",
-              TH_SDK_CONFIG(config_params), .init = th_sdk_rooted_init,
+              TH_SDK_CONFIG(th_sdk_rooted_config), .init = th_sdk_rooted_init,
               .fini = th_sdk_rooted_fini)

@@ -243,12 +243,6 @@ out:
 
 /* ---- tables ------------------------------------------------------------------ */
 
-static const toolhost_param config_params[] = {
-    TH_SDK_PARAM("root", STRING,
-                 "The folder the tools may see; every path is relative to it.",
-                 TH_SDK_REQUIRED),
-};
-
 static const toolhost_param grep_params[] = {
     TH_SDK_PARAM("pattern", STRING,
                  "POSIX extended regular expression, matched per line.",
@@ -294,5 +288,5 @@ static const toolhost_tool text_tools[] = {
 
 TH_SDK_PLUGIN("text", "1.0.0", text_tools,
               "Searches and counts text in files below a root folder.",
-              TH_SDK_CONFIG(config_params), .init = th_sdk_rooted_init,
+              TH_SDK_CONFIG(th_sdk_rooted_config), .init = th_sdk_rooted_init,
               .fini = th_sdk_rooted_fini)

@@ -339,6 +339,10 @@ typedef struct th_sdk_rooted {
     char *root; /* the resolved root (th_sdk_root_resolve); owned */
 } th_sdk_rooted;
 
+/* The plugin's config table: the one required string key "root".  Use
+ * as TH_SDK_CONFIG(th_sdk_rooted_config). */
+extern const toolhost_param th_sdk_rooted_config[1];
+
 /* Load.  An init() for toolhost_plugin: resolves the config key "root"
  * into a new th_sdk_rooted stored in *state. */
 int th_sdk_rooted_init(const toolhost_host_api *host, const uint8_t *config,

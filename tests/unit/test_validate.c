@@ -330,8 +330,9 @@ static void not_map(void)
                     TH_EARGS);
     CU_ASSERT_STRING_EQUAL(ve.e.msg,
                            "Error parsing arguments for fs_read: the "
-                           "arguments are not valid msgpack (truncated, "
-                           "malformed, or nested too deeply)");
+                           "arguments are not valid: truncated msgpack: the "
+                           "value at byte 1 announces 4 bytes but only 2 "
+                           "follow");
     const uint8_t extra[] = {0x80, 0x01, 0x02};
     CU_ASSERT_EQUAL(th_validate_params("fs_read", tp, ntp, extra, sizeof extra,
                                        NULL, NULL, &ve),
