@@ -18,10 +18,8 @@
  *     for requests and notifications, array params; one it refuses says
  *     why.
  *
- * Open finding (fuzz/open/rpc_frames/): a frame nested deeper than 32
- * levels fails with TH_ENOMEM "out of memory unpacking a frame" instead of
- * TH_EPROTO (msgpack-c reports its nesting stack running out as
- * MSGPACK_UNPACK_NOMEM_ERROR); accepted unless TH_FUZZ_STRICT is set.
+ * (Fixed, now in fuzz/corpus/rpc_frames/: a frame nested past 32 levels
+ * failed with TH_ENOMEM instead of TH_EPROTO.)
  *
  * needs: host/rpc/frame.c
  */
@@ -80,10 +78,7 @@ static int rf_drain(th_rpc_reader *r, rf_out *o, int check_shapes)
             continue;
         }
         if (rc < 0) {
-            /* open finding: a frame nested past msgpack-c's 32 levels
-             * reads as TH_ENOMEM; accepted unless TH_FUZZ_STRICT */
-            TH_FUZZ_CHECK(rc == TH_EPROTO || rc == TH_ELIMIT ||
-                          (rc == TH_ENOMEM && !getenv("TH_FUZZ_STRICT")));
+            TH_FUZZ_CHECK(rc == TH_EPROTO || rc == TH_ELIMIT);
             TH_FUZZ_CHECK(err.code == rc && err.msg[0] != '\0');
             o->end = rc;
             /* it stays failed */
