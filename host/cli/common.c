@@ -2,6 +2,7 @@
  * host from a config, typing key=value arguments, printing results and
  * progress, Ctrl-C. */
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -104,6 +105,15 @@ static char *read_file(const char *path, size_t *len)
     return (char *)th_buf_take(&b, len);
 }
 
+/* A string value, or NULL after saying why (JSON strings are UTF-8). */
+static json_t *string_value(const char *key, const char *value)
+{
+    json_t *j = json_string(value);
+    if (!j)
+        cli_error("%s=...: the value is not UTF-8 text", key);
+    return j;
+}
+
 /* Types one `value` for a parameter of type `type` (0: unknown). */
 static json_t *typed_value(const char *key, const char *value, int type)
 {
@@ -122,7 +132,7 @@ static json_t *typed_value(const char *key, const char *value, int type)
         if (*value && !*end && errno == 0)
             return json_integer(iv);
         double v = strtod(value, &end);
-        if (*value && !*end)
+        if (*value && !*end && isfinite(v))
             return json_real(v);
         break;
     }
@@ -146,7 +156,7 @@ static json_t *typed_value(const char *key, const char *value, int type)
     }
     if (value[0] == '@') {
         if (value[1] == '@')
-            return json_string(value + 1);
+            return string_value(key, value + 1);
         size_t len;
         char *text = read_file(value + 1, &len);
         if (!text) {
@@ -160,7 +170,7 @@ static json_t *typed_value(const char *key, const char *value, int type)
         free(text);
         return j;
     }
-    return json_string(value);
+    return string_value(key, value);
 }
 
 json_t *cli_build_args(char **kv, int n_kv, const char *json_text,
@@ -201,7 +211,11 @@ json_t *cli_build_args(char **kv, int n_kv, const char *json_text,
         memcpy(key, kv[i], klen);
         key[klen] = '\0';
         json_t *v = typed_value(key, eq + 1, type_of ? type_of(ud, key) : 0);
-        if (!v || json_object_set_new(args, key, v) != 0) {
+        if (v && json_object_set_new(args, key, v) != 0) {
+            cli_error("'%s': the parameter name is not UTF-8 text", key);
+            v = NULL;
+        }
+        if (!v) {
             json_decref(args);
             return NULL;
         }

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "th/mpwalk.h"
 #include "th/tool.h"
 
 typedef struct centry {
@@ -109,6 +110,9 @@ static int pack_canonical(msgpack_packer *pk, const msgpack_object *o)
 int th_msgpack_canonical(const uint8_t *data, size_t len, th_buf *out)
 {
     if (!data || len == 0)
+        return TH_EINVAL;
+    /* counts and nesting first: the unpacker allocates what headers say */
+    if (th_mp_check(data, len, TH_MP_MAX_DEPTH, NULL, NULL) != 0)
         return TH_EINVAL;
     msgpack_zone zone;
     if (!msgpack_zone_init(&zone, 2048))
