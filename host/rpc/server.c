@@ -90,6 +90,8 @@ struct rpc_conn {
     bool reading;
     bool closing;               /* no more reads or writes */
     bool flush_close;           /* close once outbuf drains */
+    th_buf pend;                /* frames sent during this loop turn, written
+                                   together by flush_pending() */
     char *flush_reason;
     bool session_closed;
     uv_work_t close_work;
@@ -129,6 +131,8 @@ struct th_rpc_server {
     bool signals;
     th_reload_watch *reload;    /* hot reload triggers (th/reload.h) */
     uv_async_t wake;
+    uv_prepare_t flush;         /* before each poll: write what is pending */
+    uint32_t n_pending;         /* connections with pend.len > 0 */
     uv_timer_t grace, hard;
     pthread_mutex_t mu;         /* guards evq_*, stop_req, wake_closed */
     rpc_ev *evq_head, *evq_tail;
@@ -177,35 +181,80 @@ static void on_write(uv_write_t *req, int status)
         conn_close(c, false, "%s", c->flush_reason ? c->flush_reason : "done");
 }
 
-/* Sends the frame in `b` (taken: `b` is left empty). */
+/* Queues the frame in `b` (`b` is left empty).  Frames queued during one
+ * turn of the loop leave in one write just before the loop polls again
+ * (flush_pending, a prepare handle, so nothing waits in a blocking poll):
+ * a burst of responses costs one system call, not one each. */
 static void conn_send(rpc_conn *c, th_buf *b)
 {
     if (c->closing || b->len == 0) {
         th_buf_free(b);
         return;
     }
-    rpc_write *w = calloc(1, sizeof *w);
-    if (!w) {
+    bool was_empty = c->pend.len == 0;
+    if (th_buf_append(&c->pend, b->data, b->len) != 0) {
         th_buf_free(b);
         conn_close(c, false, "out of memory sending a frame");
         return;
     }
-    w->conn = c;
-    w->data = th_buf_take(b, &w->len);
-    uv_buf_t ub = uv_buf_init((char *)w->data, (unsigned)w->len);
-    uv_stream_t *s = (uv_stream_t *)(c->two_handles ? &c->out : &c->in);
-    int rc = uv_write(&w->req, s, &ub, 1, on_write);
-    if (rc < 0) {
-        free(w->data);
-        free(w);
-        conn_close(c, false, "write failed: %s", uv_strerror(rc));
-        return;
-    }
-    c->outbuf += w->len;
+    c->outbuf += b->len;
+    th_buf_free(b);
+    if (was_empty)
+        c->srv->n_pending++;
     if (c->outbuf > c->srv->max_outbuf)
         conn_close(c, false,
                    "outbound buffer over %llu bytes: the client does not read",
                    (unsigned long long)c->srv->max_outbuf);
+}
+
+/* Drops what a connection had queued and not written (it is closing). */
+static void conn_drop_pending(rpc_conn *c)
+{
+    if (c->pend.len) {
+        c->outbuf -= c->pend.len;
+        c->srv->n_pending--;
+    }
+    th_buf_free(&c->pend);
+}
+
+/* Writes the queued frames of one connection with one uv_write. */
+static void conn_flush(rpc_conn *c)
+{
+    if (c->pend.len == 0)
+        return;
+    if (c->closing) {
+        conn_drop_pending(c);
+        return;
+    }
+    c->srv->n_pending--;
+    rpc_write *w = calloc(1, sizeof *w);
+    if (!w) {
+        c->outbuf -= c->pend.len;
+        th_buf_free(&c->pend);
+        conn_close(c, false, "out of memory sending a frame");
+        return;
+    }
+    w->conn = c;
+    w->data = th_buf_take(&c->pend, &w->len);
+    uv_buf_t ub = uv_buf_init((char *)w->data, (unsigned)w->len);
+    uv_stream_t *s = (uv_stream_t *)(c->two_handles ? &c->out : &c->in);
+    int rc = uv_write(&w->req, s, &ub, 1, on_write);
+    if (rc < 0) {
+        c->outbuf -= w->len;
+        free(w->data);
+        free(w);
+        conn_close(c, false, "write failed: %s", uv_strerror(rc));
+    }
+}
+
+static void flush_pending(uv_prepare_t *h)
+{
+    th_rpc_server *srv = h->data;
+    for (rpc_conn *c = srv->conns; c && srv->n_pending > 0;) {
+        rpc_conn *next = c->next; /* conn_flush may close, not free, c */
+        conn_flush(c);
+        c = next;
+    }
 }
 
 static void send_error(rpc_conn *c, uint64_t msgid, int code, const char *fmt,
@@ -1369,6 +1418,7 @@ static void conn_maybe_free(rpc_conn *c)
     if (c->next)
         c->next->prev = c->prev;
     srv->n_conns--;
+    conn_drop_pending(c);
     msgpack_unpacked_destroy(&c->msg);
     th_rpc_reader_destroy(&c->rd);
     free(c->flush_reason);
@@ -1414,6 +1464,11 @@ static void conn_close(rpc_conn *c, bool graceful, const char *fmt, ...)
         uv_read_stop((uv_stream_t *)&c->in);
         c->reading = false;
     }
+    /* What was answered before the fault still leaves (as it would have
+     * without batching: libuv writes at once when it can). */
+    conn_flush(c);
+    if (c->closing)
+        return;
     if (graceful && c->outbuf > 0) {
         /* Let the writes drain first (on_write comes back here). */
         if (!c->flush_close) {
@@ -1656,6 +1711,7 @@ static void server_check_drained(th_rpc_server *srv)
     }
     close_if_open((uv_handle_t *)&srv->grace);
     close_if_open((uv_handle_t *)&srv->hard);
+    close_if_open((uv_handle_t *)&srv->flush);
     pthread_mutex_lock(&srv->mu);
     srv->wake_closed = true;
     pthread_mutex_unlock(&srv->mu);
@@ -1885,6 +1941,10 @@ int th_rpc_serve(th_host *h, const th_rpc_serve_opts *o, th_error *err)
     uv_timer_init(&srv->loop, &srv->grace);
     uv_timer_init(&srv->loop, &srv->hard);
     srv->grace.data = srv->hard.data = srv;
+    uv_prepare_init(&srv->loop, &srv->flush);
+    srv->flush.data = srv;
+    uv_prepare_start(&srv->flush, flush_pending);
+    uv_unref((uv_handle_t *)&srv->flush); /* never keeps the loop alive */
     if (!o->no_signals) {
         srv->signals = true;
         uv_signal_init(&srv->loop, &srv->sigterm);
