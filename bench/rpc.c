@@ -94,8 +94,9 @@ static void write_all(int fd, const char *p, size_t n)
     }
 }
 
-/* Reads once into the unpacker (blocking); dies at end of stream. */
-static void read_some(int fd, msgpack_unpacker *up)
+/* Reads once into the unpacker (blocking); dies at end of stream.
+ * Returns the bytes read. */
+static size_t read_some(int fd, msgpack_unpacker *up)
 {
     if (!msgpack_unpacker_reserve_buffer(up, 65536))
         bench_die("out of memory");
@@ -107,6 +108,7 @@ static void read_some(int fd, msgpack_unpacker *up)
     if (r <= 0)
         bench_die("connection closed (%s)", r < 0 ? strerror(errno) : "EOF");
     msgpack_unpacker_buffer_consumed(up, (size_t)r);
+    return (size_t)r;
 }
 
 /* ---- the floor: an echo thread on a socketpair -------------------------------- */
@@ -360,7 +362,12 @@ static void start_server(const char *build)
             "  log_level: warn\n"
             "plugins:\n"
             "  - name: echo\n"
-            "    path: %s/plugins/echo.so\n",
+            "    path: %s/plugins/echo.so\n"
+            "toolsets:\n"
+            "  - name: default\n"
+            "    tools: [\"*\"]\n"
+            "    run_code:\n"
+            "      enabled: true\n",
             build);
     fclose(f);
     char exe[4200], listen[400];
@@ -407,6 +414,81 @@ static void start_server(const char *build)
         usleep(10000);
     }
     bench_die("toolhost serve did not listen on %s within 60 s", sock_path);
+}
+
+/* ---- programmatic tool calling: 100 calls in one run_code ------------------- */
+
+#define CODE_CALLS 100
+static const char code_script[] =
+    "local n = 0\n"
+    "for i = 1, 100 do n = n + #tools.echo{text = \"" TEXT "\"}.stdout end\n"
+    "return n\n";
+
+/* [0, id, "tools.call", ["run_code", {"code": code_script}]] */
+static void pack_code_request(msgpack_sbuffer *sb, uint64_t id)
+{
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+    msgpack_pack_array(&pk, 4);
+    msgpack_pack_int(&pk, 0);
+    msgpack_pack_uint64(&pk, id);
+    msgpack_pack_str_with_body(&pk, "tools.call", 10);
+    msgpack_pack_array(&pk, 2);
+    msgpack_pack_str_with_body(&pk, "run_code", 8);
+    msgpack_pack_map(&pk, 1);
+    msgpack_pack_str_with_body(&pk, "code", 4);
+    msgpack_pack_str_with_body(&pk, code_script, sizeof code_script - 1);
+}
+
+/* One request/response on `c` (nothing else in flight); adds the bytes
+ * each way to *out / *in. */
+static void round_trip(conn *c, uint64_t *out, uint64_t *in)
+{
+    write_all(c->fd, c->sb.data, c->sb.size);
+    *out += c->sb.size;
+    for (;;) {
+        int rc = msgpack_unpacker_next(&c->up, &c->u);
+        if (rc == MSGPACK_UNPACK_SUCCESS) {
+            check_response(&c->u.data);
+            break;
+        }
+        if (rc < 0)
+            bench_die("the server sent bytes that are not msgpack");
+        *in += read_some(c->fd, &c->up);
+    }
+}
+
+typedef struct code_figures {
+    double calls_ns, code_ns;        /* best of the rounds */
+    uint64_t calls_bytes, code_bytes; /* both directions, one round */
+} code_figures;
+
+static void run_code_bench(conn *c, int rounds, code_figures *f)
+{
+    memset(f, 0, sizeof *f);
+    f->calls_ns = f->code_ns = 1e30;
+    for (int r = 0; r < rounds; r++) {
+        uint64_t out = 0, in = 0;
+        uint64_t t0 = bench_now_ns();
+        for (int i = 0; i < CODE_CALLS; i++) {
+            msgpack_sbuffer_clear(&c->sb);
+            pack_request(&c->sb, c->next_id++);
+            round_trip(c, &out, &in);
+        }
+        double ns = (double)(bench_now_ns() - t0);
+        if (ns < f->calls_ns)
+            f->calls_ns = ns;
+        f->calls_bytes = out + in;
+        out = in = 0;
+        msgpack_sbuffer_clear(&c->sb);
+        pack_code_request(&c->sb, c->next_id++);
+        t0 = bench_now_ns();
+        round_trip(c, &out, &in);
+        ns = (double)(bench_now_ns() - t0);
+        if (ns < f->code_ns)
+            f->code_ns = ns;
+        f->code_bytes = out + in;
+    }
 }
 
 /* ---- main ---------------------------------------------------------------------------- */
@@ -477,6 +559,8 @@ int main(int argc, char **argv)
     run_pipelined(&c1, n_pipe / 10, 64); /* warm-up */
     uint64_t pipe_ns = run_pipelined(&c1, n_pipe, 64);
     double pipe_cps = (double)n_pipe * 1e9 / (double)pipe_ns;
+    code_figures cf;
+    run_code_bench(&c1, bench_quick() ? 2 : 10, &cf);
     conn_destroy(&c1);
 
     enum { NCONN = 16 };
@@ -505,6 +589,15 @@ int main(int argc, char **argv)
            pipe_cps / floor_pipe_cps, "socketpair, 64 in flight");
     printf("%-44s %14.0f %7.2fx  %s\n", "16 connections, 1 in flight each",
            many_cps, many_cps / floor_pipe_cps, "socketpair, 64 in flight");
+    printf("\n%-44s %12s %12s\n", "100 echo calls (best of rounds)", "time",
+           "bytes");
+    printf("%-44s %10.0fus %12llu\n", "100 tools.call over the socket",
+           cf.calls_ns / 1e3, (unsigned long long)cf.calls_bytes);
+    printf("%-44s %10.0fus %12llu\n", "one run_code making the 100 calls",
+           cf.code_ns / 1e3, (unsigned long long)cf.code_bytes);
+    printf("%-44s %11.2fx %11.2fx\n", "run_code / separate calls",
+           cf.code_ns / cf.calls_ns,
+           (double)cf.code_bytes / (double)cf.calls_bytes);
     printf("\ntargets: sequential round trip (p50) <= 2x floor: %s (%.2fx); "
            ">= 200000 calls/s pipelined: %s (%.0f)\n",
            seq.p50_ns <= 2 * floor_seq.p50_ns ? "met" : "NOT met",
@@ -517,6 +610,10 @@ int main(int argc, char **argv)
     bench_json_num(&j, "floor_rtt_p50_ns", (double)floor_seq.p50_ns);
     bench_json_num(&j, "floor_rtt_p99_ns", (double)floor_seq.p99_ns);
     bench_json_num(&j, "seq_rtt_mean_ns", seq.mean_ns);
+    bench_json_num(&j, "calls100_ns", cf.calls_ns);
+    bench_json_num(&j, "calls100_bytes", (double)cf.calls_bytes);
+    bench_json_num(&j, "run_code100_ns", cf.code_ns);
+    bench_json_num(&j, "run_code100_bytes", (double)cf.code_bytes);
     bench_json_num(&j, "seq_rtt_p50_ns", (double)seq.p50_ns);
     bench_json_num(&j, "seq_rtt_p99_ns", (double)seq.p99_ns);
     bench_json_num(&j, "seq_ratio", (double)seq.p50_ns / (double)floor_seq.p50_ns);
