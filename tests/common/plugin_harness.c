@@ -425,3 +425,13 @@ char *th_harness_sandbox(char **root)
     must(symlink("../outside", p) == 0, "symlink dir out");
     return t;
 }
+
+const char *th_harness_out(const th_harness_call *c)
+{
+    return c->out.data ? (const char *)c->out.data : "";
+}
+
+const char *th_harness_err(const th_harness_call *c)
+{
+    return c->err.data ? (const char *)c->err.data : "";
+}

@@ -93,6 +93,10 @@ int th_harness_run_mp(th_harness *h, const char *tool, const uint8_t *args,
                       th_harness_call *c);
 void th_harness_call_free(th_harness_call *c);
 
+/* The captured stdout / stderr as text ("" when nothing was written). */
+const char *th_harness_out(const th_harness_call *c);
+const char *th_harness_err(const th_harness_call *c);
+
 /* Reads a key of the captured meta map: 0, or -1 when absent or of another
  * type.  The string is copied NUL-terminated into buf. */
 int th_harness_meta_int(const th_harness_call *c, const char *key,

@@ -23,15 +23,6 @@ static int teardown(void)
     return 0;
 }
 
-static const char *out(const th_harness_call *c)
-{
-    return c->out.data ? (const char *)c->out.data : "";
-}
-
-static const char *err(const th_harness_call *c)
-{
-    return c->err.data ? (const char *)c->err.data : "";
-}
 
 static void test_descriptor(void)
 {
@@ -56,7 +47,7 @@ static void test_echo(void)
     th_harness_call c;
     CU_ASSERT_EQUAL(th_harness_run(h, "echo", "{\"text\": \"hello\"}", 0, &c),
                     TOOLHOST_OK);
-    CU_ASSERT_STRING_EQUAL(out(&c), "hello");
+    CU_ASSERT_STRING_EQUAL(th_harness_out(&c), "hello");
     CU_ASSERT_EQUAL(c.err.len, 0);
     th_harness_call_free(&c);
 
@@ -84,7 +75,7 @@ static void test_async_steps(void)
                                    "{\"text\": \"done\", \"delay_ms\": 1}", 0,
                                    &c),
                     TOOLHOST_OK);
-    CU_ASSERT_STRING_EQUAL(out(&c), "done");
+    CU_ASSERT_STRING_EQUAL(th_harness_out(&c), "done");
     CU_ASSERT_EQUAL_FATAL(c.n_progress, 3); /* the default steps */
     for (int i = 0; i < 3; i++) {
         char want[32];
@@ -107,7 +98,7 @@ static void test_async_steps(void)
                                    "{\"text\": \"x\", \"steps\": 0}", 0, &c),
                     TOOLHOST_OK);
     CU_ASSERT_EQUAL(c.n_progress, 0);
-    CU_ASSERT_STRING_EQUAL(out(&c), "x");
+    CU_ASSERT_STRING_EQUAL(th_harness_out(&c), "x");
     th_harness_call_free(&c);
 }
 
@@ -122,7 +113,7 @@ static void test_async_cancel(void)
                     TOOLHOST_FAILED);
     CU_ASSERT_EQUAL(c.n_progress, 2);
     CU_ASSERT_EQUAL(c.out.len, 0);
-    CU_ASSERT_PTR_NOT_NULL(strstr(err(&c), "cancelled"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(th_harness_err(&c), "cancelled"));
     th_harness_call_free(&c);
 
     /* a cancel during a long step ends the wait at once */

@@ -33,15 +33,6 @@ static int teardown(void)
     return 0;
 }
 
-static const char *out(const th_harness_call *c)
-{
-    return c->out.data ? (const char *)c->out.data : "";
-}
-
-static const char *err(const th_harness_call *c)
-{
-    return c->err.data ? (const char *)c->err.data : "";
-}
 
 /* Runs a tool with {"path": path} plus `extra` JSON members. */
 static int run(const char *tool, const char *path, const char *extra,
@@ -85,7 +76,7 @@ static void test_read(void)
 {
     th_harness_call c;
     CU_ASSERT_EQUAL(run("fs_read", "a.txt", NULL, &c), TOOLHOST_OK);
-    CU_ASSERT_STRING_EQUAL(out(&c), "l1\nl2\nl3\nl4\nl5\n");
+    CU_ASSERT_STRING_EQUAL(th_harness_out(&c), "l1\nl2\nl3\nl4\nl5\n");
     int64_t v = -1;
     bool more = true;
     CU_ASSERT_EQUAL(th_harness_meta_int(&c, "lines", &v), 0);
@@ -97,7 +88,7 @@ static void test_read(void)
     CU_ASSERT_EQUAL(run("fs_read", "a.txt", "{\"offset\": 1, \"limit\": 2}",
                         &c),
                     TOOLHOST_OK);
-    CU_ASSERT_STRING_EQUAL(out(&c), "l2\nl3\n");
+    CU_ASSERT_STRING_EQUAL(th_harness_out(&c), "l2\nl3\n");
     CU_ASSERT_EQUAL(th_harness_meta_int(&c, "lines", &v), 0);
     CU_ASSERT_EQUAL(v, 2);
     CU_ASSERT_EQUAL(th_harness_meta_int(&c, "offset", &v), 0);
@@ -108,7 +99,7 @@ static void test_read(void)
 
     CU_ASSERT_EQUAL(run("fs_read", "a.txt", "{\"offset\": 3}", &c),
                     TOOLHOST_OK);
-    CU_ASSERT_STRING_EQUAL(out(&c), "l4\nl5\n");
+    CU_ASSERT_STRING_EQUAL(th_harness_out(&c), "l4\nl5\n");
     th_harness_call_free(&c);
 
     CU_ASSERT_EQUAL(run("fs_read", "a.txt", "{\"offset\": 10}", &c),
@@ -129,22 +120,22 @@ static void test_read(void)
     /* a symlink that stays inside the root is followed */
     CU_ASSERT_EQUAL(run("fs_read", "link_in", "{\"limit\": 1}", &c),
                     TOOLHOST_OK);
-    CU_ASSERT_STRING_EQUAL(out(&c), "l1\n");
+    CU_ASSERT_STRING_EQUAL(th_harness_out(&c), "l1\n");
     th_harness_call_free(&c);
 
     /* an absolute path inside the root is fine */
     char abs[4200];
     snprintf(abs, sizeof abs, "%s/sub/b.c", root);
     CU_ASSERT_EQUAL(run("fs_read", abs, NULL, &c), TOOLHOST_OK);
-    CU_ASSERT_STRING_EQUAL(out(&c), "int main(void) { return 0; }\n");
+    CU_ASSERT_STRING_EQUAL(th_harness_out(&c), "int main(void) { return 0; }\n");
     th_harness_call_free(&c);
 
     CU_ASSERT_EQUAL(run("fs_read", "sub", NULL, &c), TOOLHOST_FAILED);
-    CU_ASSERT_PTR_NOT_NULL(strstr(err(&c), "is a folder"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(th_harness_err(&c), "is a folder"));
     th_harness_call_free(&c);
 
     CU_ASSERT_EQUAL(run("fs_read", "missing.txt", NULL, &c), TOOLHOST_FAILED);
-    CU_ASSERT_PTR_NOT_NULL(strstr(err(&c), "no such file"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(th_harness_err(&c), "no such file"));
     th_harness_call_free(&c);
 
     CU_ASSERT_EQUAL(th_harness_run(h, "fs_read", "{}", 0, &c), TH_EARGS);
@@ -158,9 +149,9 @@ static void expect_refused(const char *tool, const char *path)
     th_harness_call c;
     CU_ASSERT_EQUAL(run(tool, path, NULL, &c), TOOLHOST_FAILED);
     CU_ASSERT_EQUAL(c.out.len, 0);
-    if (!strstr(err(&c), "outside the allowed root")) {
+    if (!strstr(th_harness_err(&c), "outside the allowed root")) {
         CU_FAIL("not refused as outside the root");
-        fprintf(stderr, "\n  %s %s: %s\n", tool, path, err(&c));
+        fprintf(stderr, "\n  %s %s: %s\n", tool, path, th_harness_err(&c));
     }
     th_harness_call_free(&c);
 }
@@ -183,7 +174,7 @@ static void test_list(void)
 {
     th_harness_call c;
     CU_ASSERT_EQUAL(th_harness_run(h, "fs_list", "{}", 0, &c), TOOLHOST_OK);
-    CU_ASSERT_STRING_EQUAL(out(&c),
+    CU_ASSERT_STRING_EQUAL(th_harness_out(&c),
                            "a.txt\nlink_dir_out\nlink_in\nlink_out\nsub/\n");
     int64_t n = 0;
     CU_ASSERT_EQUAL(th_harness_meta_int(&c, "entries", &n), 0);
@@ -192,12 +183,12 @@ static void test_list(void)
 
     CU_ASSERT_EQUAL(run("fs_list", "sub", "{\"glob\": \"*.[ch]\"}", &c),
                     TOOLHOST_OK);
-    CU_ASSERT_STRING_EQUAL(out(&c), "b.c\nc.h\n");
+    CU_ASSERT_STRING_EQUAL(th_harness_out(&c), "b.c\nc.h\n");
     th_harness_call_free(&c);
 
     CU_ASSERT_EQUAL(run("fs_list", ".", "{\"glob\": \"link_*\"}", &c),
                     TOOLHOST_OK);
-    CU_ASSERT_STRING_EQUAL(out(&c), "link_dir_out\nlink_in\nlink_out\n");
+    CU_ASSERT_STRING_EQUAL(th_harness_out(&c), "link_dir_out\nlink_in\nlink_out\n");
     th_harness_call_free(&c);
 
     CU_ASSERT_EQUAL(run("fs_list", "sub", "{\"glob\": \"*.zip\"}", &c),
@@ -206,7 +197,7 @@ static void test_list(void)
     th_harness_call_free(&c);
 
     CU_ASSERT_EQUAL(run("fs_list", "a.txt", NULL, &c), TOOLHOST_FAILED);
-    CU_ASSERT_PTR_NOT_NULL(strstr(err(&c), "not a folder"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(th_harness_err(&c), "not a folder"));
     th_harness_call_free(&c);
 }
 
@@ -214,7 +205,7 @@ static void test_stat(void)
 {
     th_harness_call c;
     CU_ASSERT_EQUAL(run("fs_stat", "a.txt", NULL, &c), TOOLHOST_OK);
-    json_t *j = json_loads(out(&c), 0, NULL);
+    json_t *j = json_loads(th_harness_out(&c), 0, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(j);
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "path")),
                            "a.txt");
@@ -229,7 +220,7 @@ static void test_stat(void)
     th_harness_call_free(&c);
 
     CU_ASSERT_EQUAL(run("fs_stat", "sub", NULL, &c), TOOLHOST_OK);
-    j = json_loads(out(&c), 0, NULL);
+    j = json_loads(th_harness_out(&c), 0, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(j);
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "type")),
                            "directory");
@@ -237,7 +228,7 @@ static void test_stat(void)
     th_harness_call_free(&c);
 
     CU_ASSERT_EQUAL(run("fs_stat", ".", NULL, &c), TOOLHOST_OK);
-    CU_ASSERT_PTR_NOT_NULL(strstr(out(&c), "\"path\":\".\""));
+    CU_ASSERT_PTR_NOT_NULL(strstr(th_harness_out(&c), "\"path\":\".\""));
     th_harness_call_free(&c);
 
     CU_ASSERT_EQUAL(run("fs_stat", "nope", NULL, &c), TOOLHOST_FAILED);
@@ -263,7 +254,7 @@ static void test_project_root(void)
                                    "{\"path\": \"../../etc/passwd\"}", 0, &c),
                     TOOLHOST_FAILED);
     CU_ASSERT_EQUAL(c.out.len, 0);
-    CU_ASSERT_PTR_NOT_NULL(strstr(err(&c), "outside the allowed root"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(th_harness_err(&c), "outside the allowed root"));
     th_harness_call_free(&c);
     th_harness_unload(p);
 }

@@ -35,15 +35,6 @@ static int teardown(void)
     return 0;
 }
 
-static const char *out(const th_harness_call *c)
-{
-    return c->out.data ? (const char *)c->out.data : "";
-}
-
-static const char *err(const th_harness_call *c)
-{
-    return c->err.data ? (const char *)c->err.data : "";
-}
 
 static int grep(const char *pattern, const char *path, const char *extra,
                 th_harness_call *c)
@@ -67,7 +58,7 @@ static void test_grep_file(void)
 {
     th_harness_call c;
     CU_ASSERT_EQUAL(grep("l[24]", "a.txt", NULL, &c), TOOLHOST_OK);
-    CU_ASSERT_STRING_EQUAL(out(&c), "a.txt:2:l2\na.txt:4:l4\n");
+    CU_ASSERT_STRING_EQUAL(th_harness_out(&c), "a.txt:2:l2\na.txt:4:l4\n");
     int64_t n = 0;
     bool trunc = true;
     CU_ASSERT_EQUAL(th_harness_meta_int(&c, "matches", &n), 0);
@@ -78,7 +69,7 @@ static void test_grep_file(void)
 
     /* extended syntax: alternation and intervals */
     CU_ASSERT_EQUAL(grep("^(l1|l5)$", "a.txt", NULL, &c), TOOLHOST_OK);
-    CU_ASSERT_STRING_EQUAL(out(&c), "a.txt:1:l1\na.txt:5:l5\n");
+    CU_ASSERT_STRING_EQUAL(th_harness_out(&c), "a.txt:1:l1\na.txt:5:l5\n");
     th_harness_call_free(&c);
 
     CU_ASSERT_EQUAL(grep("L3", "a.txt", NULL, &c), TOOLHOST_OK);
@@ -86,12 +77,12 @@ static void test_grep_file(void)
     th_harness_call_free(&c);
     CU_ASSERT_EQUAL(grep("L3", "a.txt", "{\"ignore_case\": true}", &c),
                     TOOLHOST_OK);
-    CU_ASSERT_STRING_EQUAL(out(&c), "a.txt:3:l3\n");
+    CU_ASSERT_STRING_EQUAL(th_harness_out(&c), "a.txt:3:l3\n");
     th_harness_call_free(&c);
 
     CU_ASSERT_EQUAL(grep("l", "a.txt", "{\"max_matches\": 2}", &c),
                     TOOLHOST_OK);
-    CU_ASSERT_STRING_EQUAL(out(&c), "a.txt:1:l1\na.txt:2:l2\n");
+    CU_ASSERT_STRING_EQUAL(th_harness_out(&c), "a.txt:1:l1\na.txt:2:l2\n");
     CU_ASSERT_EQUAL(th_harness_meta_bool(&c, "truncated", &trunc), 0);
     CU_ASSERT_TRUE(trunc);
     th_harness_call_free(&c);
@@ -108,18 +99,18 @@ static void test_grep_tree(void)
     /* the whole root: binary files and links are skipped, so the secret
      * behind link_out / link_dir_out never shows */
     CU_ASSERT_EQUAL(grep("needle|TODO|main", NULL, NULL, &c), TOOLHOST_OK);
-    CU_ASSERT_STRING_EQUAL(out(&c), "sub/b.c:1:int main(void) { return 0; }\n"
+    CU_ASSERT_STRING_EQUAL(th_harness_out(&c), "sub/b.c:1:int main(void) { return 0; }\n"
                                     "sub/c.h:1:#define TODO 1\n");
-    CU_ASSERT_PTR_NULL(strstr(out(&c), "SECRET"));
+    CU_ASSERT_PTR_NULL(strstr(th_harness_out(&c), "SECRET"));
     th_harness_call_free(&c);
 
     CU_ASSERT_EQUAL(grep("TODO", "sub", NULL, &c), TOOLHOST_OK);
-    CU_ASSERT_STRING_EQUAL(out(&c), "sub/c.h:1:#define TODO 1\n");
+    CU_ASSERT_STRING_EQUAL(th_harness_out(&c), "sub/c.h:1:#define TODO 1\n");
     th_harness_call_free(&c);
 
     /* a symlink inside the root, given by name, is searched */
     CU_ASSERT_EQUAL(grep("l5", "link_in", NULL, &c), TOOLHOST_OK);
-    CU_ASSERT_STRING_EQUAL(out(&c), "a.txt:5:l5\n");
+    CU_ASSERT_STRING_EQUAL(th_harness_out(&c), "a.txt:5:l5\n");
     th_harness_call_free(&c);
 }
 
@@ -127,7 +118,7 @@ static void test_grep_errors(void)
 {
     th_harness_call c;
     CU_ASSERT_EQUAL(grep("(unclosed", "a.txt", NULL, &c), TOOLHOST_FAILED);
-    CU_ASSERT_PTR_NOT_NULL(strstr(err(&c), "invalid pattern"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(th_harness_err(&c), "invalid pattern"));
     th_harness_call_free(&c);
 
     CU_ASSERT_EQUAL(grep("x", "missing", NULL, &c), TOOLHOST_FAILED);
@@ -139,7 +130,7 @@ static void test_grep_errors(void)
         CU_ASSERT_EQUAL(grep("needle", escapes[i], NULL, &c),
                         TOOLHOST_FAILED);
         CU_ASSERT_EQUAL(c.out.len, 0);
-        CU_ASSERT_PTR_NOT_NULL(strstr(err(&c), "outside the allowed root"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(th_harness_err(&c), "outside the allowed root"));
         th_harness_call_free(&c);
     }
 }
@@ -150,7 +141,7 @@ static void test_count(void)
     CU_ASSERT_EQUAL(th_harness_run(h, "text_count", "{\"path\": \"words.txt\"}",
                                    0, &c),
                     TOOLHOST_OK);
-    CU_ASSERT_STRING_EQUAL(out(&c), "lines: 2\nwords: 3\nbytes: 17\n");
+    CU_ASSERT_STRING_EQUAL(th_harness_out(&c), "lines: 2\nwords: 3\nbytes: 17\n");
     int64_t v = 0;
     CU_ASSERT_EQUAL(th_harness_meta_int(&c, "words", &v), 0);
     CU_ASSERT_EQUAL(v, 3);
@@ -159,19 +150,19 @@ static void test_count(void)
     CU_ASSERT_EQUAL(th_harness_run(h, "text_count", "{\"path\": \"a.txt\"}", 0,
                                    &c),
                     TOOLHOST_OK);
-    CU_ASSERT_STRING_EQUAL(out(&c), "lines: 5\nwords: 5\nbytes: 15\n");
+    CU_ASSERT_STRING_EQUAL(th_harness_out(&c), "lines: 5\nwords: 5\nbytes: 15\n");
     th_harness_call_free(&c);
 
     CU_ASSERT_EQUAL(th_harness_run(h, "text_count", "{\"path\": \"sub\"}", 0,
                                    &c),
                     TOOLHOST_FAILED);
-    CU_ASSERT_PTR_NOT_NULL(strstr(err(&c), "folder"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(th_harness_err(&c), "folder"));
     th_harness_call_free(&c);
 
     CU_ASSERT_EQUAL(th_harness_run(h, "text_count",
                                    "{\"path\": \"link_out\"}", 0, &c),
                     TOOLHOST_FAILED);
-    CU_ASSERT_PTR_NOT_NULL(strstr(err(&c), "outside the allowed root"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(th_harness_err(&c), "outside the allowed root"));
     th_harness_call_free(&c);
 }
 
