@@ -1,6 +1,7 @@
 /* buf.c - the growable byte buffer of th/buf.h. */
 #include "th/buf.h"
 
+#include <msgpack.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,4 +94,11 @@ uint8_t *th_buf_take(th_buf *b, size_t *len)
 int th_buf_msgpack_write(void *data, const char *buf, size_t len)
 {
     return th_buf_append(data, buf, len) == 0 ? 0 : -1;
+}
+
+int th_pack_cstr(msgpack_packer *pk, const char *s)
+{
+    if (!s)
+        return msgpack_pack_nil(pk);
+    return msgpack_pack_str_with_body(pk, s, strlen(s));
 }

@@ -1,6 +1,7 @@
 /* json.c - JSON <-> msgpack conversion at the edges (th/json.h). */
 #include "th/json.h"
 #include "th/mpwalk.h"
+#include "th/utf8.h"
 
 #include <math.h>
 #include <msgpack.h>
@@ -64,57 +65,6 @@ int th_json_to_msgpack(const json_t *j, th_buf *out)
     return th_json_pack(j, &pk);
 }
 
-/* The length of the well-formed UTF-8 sequence at s[0..n) (1..4), or 0
- * when it is not one; *bad is then the length of its maximal subpart (the
- * bytes that a replacement character stands for, at least 1).  Overlongs,
- * surrogates and code points past U+10FFFF are not well formed. */
-static size_t utf8_seq(const unsigned char *s, size_t n, size_t *bad)
-{
-    unsigned char c = s[0];
-    size_t len;
-    unsigned char lo = 0x80, hi = 0xBF; /* range of the second byte */
-    *bad = 1;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xC2 && c <= 0xDF)
-        len = 2;
-    else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        if (c == 0xE0)
-            lo = 0xA0;
-        else if (c == 0xED)
-            hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        if (c == 0xF0)
-            lo = 0x90;
-        else if (c == 0xF4)
-            hi = 0x8F;
-    } else
-        return 0;
-    for (size_t k = 1; k < len; k++) {
-        if (k >= n)
-            return 0;
-        unsigned char b = s[k];
-        if (k == 1 ? (b < lo || b > hi) : (b & 0xC0) != 0x80)
-            return 0;
-        *bad = k + 1;
-    }
-    return len;
-}
-
-static bool utf8_valid(const char *s, size_t n)
-{
-    size_t i = 0, bad;
-    while (i < n) {
-        size_t l = utf8_seq((const unsigned char *)s + i, n - i, &bad);
-        if (!l)
-            return false;
-        i += l;
-    }
-    return true;
-}
-
 /* A JSON string of bytes s[0..n): as they are when they are UTF-8;
  * otherwise refused (strict) or with every maximal ill-formed subpart
  * replaced by U+FFFD (lossy). */
@@ -123,7 +73,7 @@ static json_t *text_value(const char *s, size_t n, bool lossy,
 {
     if (n == 0)
         s = ""; /* msgpack-c may leave the pointer of an empty str NULL */
-    if (utf8_valid(s, n)) {
+    if (th_utf8_valid(s, n)) {
         json_t *j = json_stringn_nocheck(s, n);
         if (!j)
             th_error_set(err, TH_ENOMEM, "out of memory");
@@ -137,7 +87,7 @@ static json_t *text_value(const char *s, size_t n, bool lossy,
     size_t i = 0, bad;
     int rc = 0;
     while (rc == 0 && i < n) {
-        size_t l = utf8_seq((const unsigned char *)s + i, n - i, &bad);
+        size_t l = th_utf8_seq((const unsigned char *)s + i, n - i, &bad);
         if (l) {
             rc = th_buf_append(&b, s + i, l);
             i += l;

@@ -1200,51 +1200,46 @@ bool th_reload_is_watched(th_reloader *r, const char *dir, const char *base)
 
 /* ---- msgpack forms ------------------------------------------------------------------- */
 
-static int pk_str(msgpack_packer *pk, const char *s)
-{
-    size_t n = strlen(s);
-    return msgpack_pack_str(pk, n) || msgpack_pack_str_body(pk, s, n);
-}
 
 int th_reload_result_pack(const th_reload_result *res, msgpack_packer *pk)
 {
     int e = msgpack_pack_map(pk, res->rc ? 11 : 10);
-    e |= pk_str(pk, "ok");
+    e |= th_pack_cstr(pk, "ok");
     e |= res->rc ? msgpack_pack_false(pk) : msgpack_pack_true(pk);
-    e |= pk_str(pk, "seq");
+    e |= th_pack_cstr(pk, "seq");
     e |= msgpack_pack_uint64(pk, res->seq);
     if (res->rc) {
-        e |= pk_str(pk, "error");
+        e |= th_pack_cstr(pk, "error");
         e |= msgpack_pack_map(pk, 2);
-        e |= pk_str(pk, "code");
-        e |= pk_str(pk, th_err_name(res->rc));
-        e |= pk_str(pk, "message");
-        e |= pk_str(pk, res->err.msg);
+        e |= th_pack_cstr(pk, "code");
+        e |= th_pack_cstr(pk, th_err_name(res->rc));
+        e |= th_pack_cstr(pk, "message");
+        e |= th_pack_cstr(pk, res->err.msg);
     }
-    e |= pk_str(pk, "incomplete");
+    e |= th_pack_cstr(pk, "incomplete");
     e |= res->incomplete ? msgpack_pack_true(pk) : msgpack_pack_false(pk);
-    e |= pk_str(pk, "config_changed");
+    e |= th_pack_cstr(pk, "config_changed");
     e |= res->config_changed ? msgpack_pack_true(pk) : msgpack_pack_false(pk);
-    e |= pk_str(pk, "tools_changed");
+    e |= th_pack_cstr(pk, "tools_changed");
     e |= res->tools_changed ? msgpack_pack_true(pk) : msgpack_pack_false(pk);
-    e |= pk_str(pk, "plugins");
+    e |= th_pack_cstr(pk, "plugins");
     e |= msgpack_pack_array(pk, res->n_items);
     for (size_t i = 0; i < res->n_items; i++) {
         e |= msgpack_pack_map(pk, 3);
-        e |= pk_str(pk, "name");
-        e |= pk_str(pk, res->items[i].name);
-        e |= pk_str(pk, "action");
-        e |= pk_str(pk, th_reload_action_name(res->items[i].action));
-        e |= pk_str(pk, "generation");
+        e |= th_pack_cstr(pk, "name");
+        e |= th_pack_cstr(pk, res->items[i].name);
+        e |= th_pack_cstr(pk, "action");
+        e |= th_pack_cstr(pk, th_reload_action_name(res->items[i].action));
+        e |= th_pack_cstr(pk, "generation");
         e |= msgpack_pack_uint64(pk, res->items[i].generation);
     }
-    e |= pk_str(pk, "unchanged");
+    e |= th_pack_cstr(pk, "unchanged");
     e |= msgpack_pack_uint32(pk, res->n_unchanged);
-    e |= pk_str(pk, "prepare_ms");
+    e |= th_pack_cstr(pk, "prepare_ms");
     e |= msgpack_pack_double(pk, (double)res->prepare_ns / 1e6);
-    e |= pk_str(pk, "swap_ms");
+    e |= th_pack_cstr(pk, "swap_ms");
     e |= msgpack_pack_double(pk, (double)res->swap_ns / 1e6);
-    e |= pk_str(pk, "total_ms");
+    e |= th_pack_cstr(pk, "total_ms");
     e |= msgpack_pack_double(pk, (double)res->total_ns / 1e6);
     return e;
 }
@@ -1261,14 +1256,14 @@ static int pack_gen(const char *name, uint64_t g, const char *path,
 {
     gens_ud *c = ud;
     c->n++;
-    c->e |= pk_str(&c->pk, name);
+    c->e |= th_pack_cstr(&c->pk, name);
     c->e |= msgpack_pack_map(&c->pk, 3);
-    c->e |= pk_str(&c->pk, "generation");
+    c->e |= th_pack_cstr(&c->pk, "generation");
     c->e |= msgpack_pack_uint64(&c->pk, g);
-    c->e |= pk_str(&c->pk, "path");
-    c->e |= pk_str(&c->pk, path);
-    c->e |= pk_str(&c->pk, "loaded_from");
-    c->e |= pk_str(&c->pk, lp);
+    c->e |= th_pack_cstr(&c->pk, "path");
+    c->e |= th_pack_cstr(&c->pk, path);
+    c->e |= th_pack_cstr(&c->pk, "loaded_from");
+    c->e |= th_pack_cstr(&c->pk, lp);
     return 0;
 }
 
@@ -1284,37 +1279,37 @@ int th_reload_stats_pack(th_reloader *r, msgpack_packer *pk)
     msgpack_packer_init(&c.pk, &c.buf, th_buf_msgpack_write);
     int fe = th_reload_foreach(r, pack_gen, &c);
     int e = msgpack_pack_map(pk, 15);
-    e |= pk_str(pk, "reloads");
+    e |= th_pack_cstr(pk, "reloads");
     e |= msgpack_pack_uint64(pk, st.reloads);
-    e |= pk_str(pk, "ok");
+    e |= th_pack_cstr(pk, "ok");
     e |= msgpack_pack_uint64(pk, st.ok);
-    e |= pk_str(pk, "failed");
+    e |= th_pack_cstr(pk, "failed");
     e |= msgpack_pack_uint64(pk, st.failed);
-    e |= pk_str(pk, "requests");
+    e |= th_pack_cstr(pk, "requests");
     e |= msgpack_pack_uint64(pk, st.requests);
-    e |= pk_str(pk, "retries");
+    e |= th_pack_cstr(pk, "retries");
     e |= msgpack_pack_uint64(pk, st.retries);
-    e |= pk_str(pk, "last_ok");
+    e |= th_pack_cstr(pk, "last_ok");
     e |= st.reloads == 0 ? msgpack_pack_nil(pk)
                          : st.last_rc == 0 ? msgpack_pack_true(pk)
                                            : msgpack_pack_false(pk);
-    e |= pk_str(pk, "last_error");
-    e |= st.last_error[0] ? pk_str(pk, st.last_error) : msgpack_pack_nil(pk);
-    e |= pk_str(pk, "last_at_ms");
+    e |= th_pack_cstr(pk, "last_error");
+    e |= st.last_error[0] ? th_pack_cstr(pk, st.last_error) : msgpack_pack_nil(pk);
+    e |= th_pack_cstr(pk, "last_at_ms");
     e |= msgpack_pack_int64(pk, st.last_wall_ms);
-    e |= pk_str(pk, "last_swap_ms");
+    e |= th_pack_cstr(pk, "last_swap_ms");
     e |= msgpack_pack_double(pk, (double)st.last_swap_ns / 1e6);
-    e |= pk_str(pk, "max_swap_ms");
+    e |= th_pack_cstr(pk, "max_swap_ms");
     e |= msgpack_pack_double(pk, (double)st.max_swap_ns / 1e6);
-    e |= pk_str(pk, "draining");
+    e |= th_pack_cstr(pk, "draining");
     e |= msgpack_pack_uint64(pk, st.draining);
-    e |= pk_str(pk, "closed");
+    e |= th_pack_cstr(pk, "closed");
     e |= msgpack_pack_uint64(pk, st.closed);
-    e |= pk_str(pk, "unloaded");
+    e |= th_pack_cstr(pk, "unloaded");
     e |= msgpack_pack_uint64(pk, st.unloaded);
-    e |= pk_str(pk, "still_mapped");
+    e |= th_pack_cstr(pk, "still_mapped");
     e |= msgpack_pack_uint64(pk, st.still_mapped);
-    e |= pk_str(pk, "plugins");
+    e |= th_pack_cstr(pk, "plugins");
     e |= msgpack_pack_map(pk, c.n);
     if (c.buf.len)
         e |= pk->callback(pk->data, (const char *)c.buf.data, c.buf.len);

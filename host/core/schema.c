@@ -381,12 +381,6 @@ char *th_schema_export_text(const th_tool *const *tools, size_t n,
 
 #define PACK_KEY(pk, s) msgpack_pack_str_with_body((pk), (s), sizeof(s) - 1)
 
-static int pack_cstr(msgpack_packer *pk, const char *s)
-{
-    if (!s)
-        return msgpack_pack_nil(pk);
-    return msgpack_pack_str_with_body(pk, s, strlen(s));
-}
 
 int th_schema_pack_tool(struct msgpack_packer *pk, const th_tool *tool)
 {
@@ -395,19 +389,19 @@ int th_schema_pack_tool(struct msgpack_packer *pk, const th_tool *tool)
         return TH_ENOMEM;
     int rc = msgpack_pack_map(pk, 7);
     rc |= PACK_KEY(pk, "name");
-    rc |= pack_cstr(pk, tool->name);
+    rc |= th_pack_cstr(pk, tool->name);
     rc |= PACK_KEY(pk, "description");
-    rc |= pack_cstr(pk, tool->description ? tool->description : "");
+    rc |= th_pack_cstr(pk, tool->description ? tool->description : "");
     rc |= PACK_KEY(pk, "long_description");
-    rc |= pack_cstr(pk, tool->long_description);
+    rc |= th_pack_cstr(pk, tool->long_description);
     rc |= PACK_KEY(pk, "parameters");
     if (rc == 0)
         rc = th_json_pack(params, pk);
     json_decref(params);
     rc |= PACK_KEY(pk, "stdout_type");
-    rc |= pack_cstr(pk, th_sem_name(tool->stdout_type));
+    rc |= th_pack_cstr(pk, th_sem_name(tool->stdout_type));
     rc |= PACK_KEY(pk, "stderr_type");
-    rc |= pack_cstr(pk, th_sem_name(tool->stderr_type));
+    rc |= th_pack_cstr(pk, th_sem_name(tool->stderr_type));
     rc |= PACK_KEY(pk, "flags");
     uint32_t fl = tool->flags & ~TH_PERM_FLAG_NEEDS;
     size_t nf = 0;
@@ -417,6 +411,6 @@ int th_schema_pack_tool(struct msgpack_packer *pk, const th_tool *tool)
     rc |= msgpack_pack_array(pk, nf);
     for (uint32_t bit = 1; bit; bit <<= 1)
         if ((fl & bit) && th_perm_flag_name(bit))
-            rc |= pack_cstr(pk, th_perm_flag_name(bit));
+            rc |= th_pack_cstr(pk, th_perm_flag_name(bit));
     return rc ? TH_ENOMEM : 0;
 }

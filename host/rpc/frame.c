@@ -225,11 +225,6 @@ static int pack_raw_or_nil(msgpack_packer *pk, th_buf *out, const uint8_t *v,
     return th_buf_append(out, v, len);
 }
 
-static int pack_str(msgpack_packer *pk, const char *s)
-{
-    size_t n = strlen(s);
-    return msgpack_pack_str_with_body(pk, s, n) ? TH_ENOMEM : 0;
-}
 
 int th_rpc_pack_request(th_buf *out, uint64_t msgid, const char *method,
                         const uint8_t *params, size_t params_len)
@@ -239,7 +234,7 @@ int th_rpc_pack_request(th_buf *out, uint64_t msgid, const char *method,
     size_t mark = out->len;
     int rc = 0;
     if (msgpack_pack_array(&pk, 4) || msgpack_pack_uint64(&pk, 0) ||
-        msgpack_pack_uint64(&pk, msgid) || pack_str(&pk, method))
+        msgpack_pack_uint64(&pk, msgid) || th_pack_cstr(&pk, method))
         rc = TH_ENOMEM;
     if (!rc) {
         if (params && params_len)
@@ -260,7 +255,7 @@ int th_rpc_pack_notify(th_buf *out, const char *method, const uint8_t *params,
     size_t mark = out->len;
     int rc = 0;
     if (msgpack_pack_array(&pk, 3) || msgpack_pack_uint64(&pk, 2) ||
-        pack_str(&pk, method))
+        th_pack_cstr(&pk, method))
         rc = TH_ENOMEM;
     if (!rc) {
         if (params && params_len)
@@ -301,7 +296,7 @@ int th_rpc_pack_error(th_buf *out, uint64_t msgid, int code,
     msgpack_packer_init(&pk, &e, th_buf_msgpack_write);
     int rc = 0;
     if (msgpack_pack_array(&pk, 2) || msgpack_pack_int(&pk, code) ||
-        pack_str(&pk, message))
+        th_pack_cstr(&pk, message))
         rc = TH_ENOMEM;
     if (!rc)
         rc = th_rpc_pack_response(out, msgid, e.data, e.len, NULL, 0);

@@ -20,6 +20,7 @@
  * connection.
  */
 #include "th/rpc.h"
+#include "th/utf8.h"
 
 #include <errno.h>
 #include <grp.h>
@@ -305,52 +306,12 @@ static void send_notify(rpc_conn *c, const char *method, th_buf *params)
 
 /* ---- Packing helpers ----------------------------------------------------- */
 
-#define PK_STR(pk, s) msgpack_pack_str_with_body((pk), (s), strlen(s))
-
-static bool utf8_valid(const uint8_t *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        size_t k;
-        uint32_t cp;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if ((c & 0xe0) == 0xc0) {
-            k = 1;
-            cp = c & 0x1f;
-        } else if ((c & 0xf0) == 0xe0) {
-            k = 2;
-            cp = c & 0x0f;
-        } else if ((c & 0xf8) == 0xf0) {
-            k = 3;
-            cp = c & 0x07;
-        } else {
-            return false;
-        }
-        if (n - i <= k)
-            return false;
-        for (size_t j = 1; j <= k; j++) {
-            if ((s[i + j] & 0xc0) != 0x80)
-                return false;
-            cp = (cp << 6) | (s[i + j] & 0x3f);
-        }
-        if ((k == 1 && cp < 0x80) || (k == 2 && cp < 0x800) ||
-            (k == 3 && (cp < 0x10000 || cp > 0x10ffff)) ||
-            (cp >= 0xd800 && cp <= 0xdfff))
-            return false;
-        i += k + 1;
-    }
-    return true;
-}
-
 /* Text as str when it is UTF-8, as bin otherwise. */
 static int pack_text(msgpack_packer *pk, const uint8_t *p, size_t n)
 {
     if (!p)
         n = 0;
-    if (n == 0 || utf8_valid(p, n))
+    if (n == 0 || th_utf8_valid(p, n))
         return msgpack_pack_str_with_body(pk, p ? (const char *)p : "", n);
     return msgpack_pack_bin_with_body(pk, p, n);
 }
@@ -364,36 +325,36 @@ static int pack_result(th_buf *out, const th_result_copy *r)
     int e = 0;
     if (r->kind == TH_RESULT_DONE) {
         e |= msgpack_pack_map(&pk, 4);
-        e |= PK_STR(&pk, "ok");
+        e |= th_pack_cstr(&pk, "ok");
         e |= r->ok ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk);
-        e |= PK_STR(&pk, "stdout");
+        e |= th_pack_cstr(&pk, "stdout");
         e |= pack_text(&pk, r->out.data, r->out.len);
-        e |= PK_STR(&pk, "stderr");
+        e |= th_pack_cstr(&pk, "stderr");
         e |= pack_text(&pk, r->err.data, r->err.len);
-        e |= PK_STR(&pk, "meta");
+        e |= th_pack_cstr(&pk, "meta");
         if (r->meta.len)
             e |= th_buf_append(out, r->meta.data, r->meta.len);
         else
             e |= msgpack_pack_map(&pk, 0);
     } else if (r->kind == TH_RESULT_RUNNING) {
         e |= msgpack_pack_map(&pk, 3);
-        e |= PK_STR(&pk, "status");
-        e |= PK_STR(&pk, "running");
-        e |= PK_STR(&pk, "task_id");
+        e |= th_pack_cstr(&pk, "status");
+        e |= th_pack_cstr(&pk, "running");
+        e |= th_pack_cstr(&pk, "task_id");
         e |= msgpack_pack_uint64(&pk, r->task_id);
-        e |= PK_STR(&pk, "message");
-        e |= PK_STR(&pk, r->message ? r->message : "");
+        e |= th_pack_cstr(&pk, "message");
+        e |= th_pack_cstr(&pk, r->message ? r->message : "");
     } else {
         const char *msg = r->message ? r->message : th_strerror(r->error);
         e |= msgpack_pack_map(&pk, 2);
-        e |= PK_STR(&pk, "ok");
+        e |= th_pack_cstr(&pk, "ok");
         e |= msgpack_pack_false(&pk);
-        e |= PK_STR(&pk, "error");
+        e |= th_pack_cstr(&pk, "error");
         e |= msgpack_pack_map(&pk, 2);
-        e |= PK_STR(&pk, "code");
-        e |= PK_STR(&pk, th_err_name(r->error));
-        e |= PK_STR(&pk, "message");
-        e |= PK_STR(&pk, msg);
+        e |= th_pack_cstr(&pk, "code");
+        e |= th_pack_cstr(&pk, th_err_name(r->error));
+        e |= th_pack_cstr(&pk, "message");
+        e |= th_pack_cstr(&pk, msg);
     }
     return e ? TH_ENOMEM : 0;
 }
@@ -497,17 +458,17 @@ static void handle_call_event(th_rpc_server *srv, rpc_ev *ev)
         e |= msgpack_pack_array(&pk, 2);
         e |= msgpack_pack_uint64(&pk, call->task_id);
         e |= msgpack_pack_map(&pk, n);
-        e |= PK_STR(&pk, "message");
-        e |= PK_STR(&pk, ev->message ? ev->message : "");
+        e |= th_pack_cstr(&pk, "message");
+        e |= th_pack_cstr(&pk, ev->message ? ev->message : "");
         if (ev->fraction >= 0) {
-            e |= PK_STR(&pk, "progress");
+            e |= th_pack_cstr(&pk, "progress");
             e |= msgpack_pack_double(&pk, ev->fraction);
         }
         if (ev->data) {
-            e |= PK_STR(&pk, "data");
+            e |= th_pack_cstr(&pk, "data");
             e |= th_buf_append(&p, ev->data, ev->data_len);
         }
-        e |= PK_STR(&pk, "coalesced");
+        e |= th_pack_cstr(&pk, "coalesced");
         e |= msgpack_pack_uint32(&pk, ev->coalesced);
         if (!e)
             send_notify(c, "task.progress", &p);
@@ -661,12 +622,12 @@ static void handle_perm_event(rpc_ev *ev)
         /* [call_id, tool, args, reason] */
         e |= msgpack_pack_array(&pk, 4);
         e |= msgpack_pack_uint64(&pk, ev->call_id);
-        e |= PK_STR(&pk, ev->tool);
+        e |= th_pack_cstr(&pk, ev->tool);
         if (ev->data)
             e |= th_buf_append(&params, ev->data, ev->data_len);
         else
             e |= msgpack_pack_map(&pk, 0);
-        e |= PK_STR(&pk, ev->reason);
+        e |= th_pack_cstr(&pk, ev->reason);
     }
     if (!e) {
         p->msgid = c->next_msgid++ & 0xffffffffu;
@@ -759,7 +720,7 @@ static void m_ping(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
     th_buf r = TH_BUF_INIT;
     msgpack_packer pk;
     msgpack_packer_init(&pk, &r, th_buf_msgpack_write);
-    PK_STR(&pk, "pong");
+    th_pack_cstr(&pk, "pong");
     send_result(c, msgid, &r);
     th_buf_free(&r);
 }
@@ -789,31 +750,31 @@ static int stats_one(const th_tool_stats *st, void *ud)
     msgpack_packer *pk = sc->pk;
     int e = 0;
     sc->n++;
-    e |= PK_STR(pk, st->tool);
+    e |= th_pack_cstr(pk, st->tool);
     e |= msgpack_pack_map(pk, 12);
-    e |= PK_STR(pk, "calls");
+    e |= th_pack_cstr(pk, "calls");
     e |= msgpack_pack_uint64(pk, st->calls);
-    e |= PK_STR(pk, "ok");
+    e |= th_pack_cstr(pk, "ok");
     e |= msgpack_pack_uint64(pk, st->ok);
-    e |= PK_STR(pk, "failed");
+    e |= th_pack_cstr(pk, "failed");
     e |= msgpack_pack_uint64(pk, st->failed);
-    e |= PK_STR(pk, "errors");
+    e |= th_pack_cstr(pk, "errors");
     e |= msgpack_pack_uint64(pk, st->errors);
-    e |= PK_STR(pk, "timeouts");
+    e |= th_pack_cstr(pk, "timeouts");
     e |= msgpack_pack_uint64(pk, st->timeouts);
-    e |= PK_STR(pk, "cancels");
+    e |= th_pack_cstr(pk, "cancels");
     e |= msgpack_pack_uint64(pk, st->cancels);
-    e |= PK_STR(pk, "duplicates_rejected");
+    e |= th_pack_cstr(pk, "duplicates_rejected");
     e |= msgpack_pack_uint64(pk, st->duplicates_rejected);
-    e |= PK_STR(pk, "busy");
+    e |= th_pack_cstr(pk, "busy");
     e |= msgpack_pack_uint64(pk, st->busy);
-    e |= PK_STR(pk, "permission_denied");
+    e |= th_pack_cstr(pk, "permission_denied");
     e |= msgpack_pack_uint64(pk, st->permission_denied);
-    e |= PK_STR(pk, "late_results");
+    e |= th_pack_cstr(pk, "late_results");
     e |= msgpack_pack_uint64(pk, st->late_results);
-    e |= PK_STR(pk, "p50_ms");
+    e |= th_pack_cstr(pk, "p50_ms");
     e |= msgpack_pack_double(pk, st->p50_ms);
-    e |= PK_STR(pk, "p99_ms");
+    e |= th_pack_cstr(pk, "p99_ms");
     e |= msgpack_pack_double(pk, st->p99_ms);
     sc->e |= e;
     return 0;
@@ -838,46 +799,46 @@ static void m_stats(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
     th_reloader *rl = th_host_reloader(srv->host);
     e |= msgpack_pack_map(&pk, rl ? 8 : 7);
     if (rl) {
-        e |= PK_STR(&pk, "reload");
+        e |= th_pack_cstr(&pk, "reload");
         e |= th_reload_stats_pack(rl, &pk);
     }
-    e |= PK_STR(&pk, "version");
-    e |= PK_STR(&pk, TOOLHOST_VERSION);
-    e |= PK_STR(&pk, "uptime_ms");
+    e |= th_pack_cstr(&pk, "version");
+    e |= th_pack_cstr(&pk, TOOLHOST_VERSION);
+    e |= th_pack_cstr(&pk, "uptime_ms");
     e |= msgpack_pack_uint64(&pk, (uv_hrtime() - srv->start) / 1000000u);
-    e |= PK_STR(&pk, "connections");
+    e |= th_pack_cstr(&pk, "connections");
     e |= msgpack_pack_map(&pk, 2);
-    e |= PK_STR(&pk, "current");
+    e |= th_pack_cstr(&pk, "current");
     e |= msgpack_pack_uint32(&pk, srv->n_conns);
-    e |= PK_STR(&pk, "total");
+    e |= th_pack_cstr(&pk, "total");
     e |= msgpack_pack_uint64(&pk, srv->conns_total);
-    e |= PK_STR(&pk, "calls");
+    e |= th_pack_cstr(&pk, "calls");
     e |= msgpack_pack_map(&pk, 2);
-    e |= PK_STR(&pk, "total");
+    e |= th_pack_cstr(&pk, "total");
     e |= msgpack_pack_uint64(&pk, srv->calls_total);
-    e |= PK_STR(&pk, "in_flight");
+    e |= th_pack_cstr(&pk, "in_flight");
     e |= msgpack_pack_uint32(&pk, inflight);
-    e |= PK_STR(&pk, "memory");
+    e |= th_pack_cstr(&pk, "memory");
     e |= msgpack_pack_map(&pk, 1);
-    e |= PK_STR(&pk, "rss_bytes");
+    e |= th_pack_cstr(&pk, "rss_bytes");
     e |= msgpack_pack_uint64(&pk, rss_bytes());
-    e |= PK_STR(&pk, "manager");
+    e |= th_pack_cstr(&pk, "manager");
     e |= msgpack_pack_map(&pk, 7);
-    e |= PK_STR(&pk, "workers");
+    e |= th_pack_cstr(&pk, "workers");
     e |= msgpack_pack_uint32(&pk, ms.workers);
-    e |= PK_STR(&pk, "async_workers");
+    e |= th_pack_cstr(&pk, "async_workers");
     e |= msgpack_pack_uint32(&pk, ms.async_workers);
-    e |= PK_STR(&pk, "queued");
+    e |= th_pack_cstr(&pk, "queued");
     e |= msgpack_pack_uint64(&pk, ms.queued);
-    e |= PK_STR(&pk, "running");
+    e |= th_pack_cstr(&pk, "running");
     e |= msgpack_pack_uint64(&pk, ms.running);
-    e |= PK_STR(&pk, "live_tasks");
+    e |= th_pack_cstr(&pk, "live_tasks");
     e |= msgpack_pack_uint64(&pk, ms.live_tasks);
-    e |= PK_STR(&pk, "calls_total");
+    e |= th_pack_cstr(&pk, "calls_total");
     e |= msgpack_pack_uint64(&pk, ms.calls_total);
-    e |= PK_STR(&pk, "inline_calls");
+    e |= th_pack_cstr(&pk, "inline_calls");
     e |= msgpack_pack_uint64(&pk, ms.inline_calls);
-    e |= PK_STR(&pk, "tools");
+    e |= th_pack_cstr(&pk, "tools");
     e |= msgpack_pack_map(&pk, sc.n);
     e |= th_buf_append(&r, tools.data, tools.len);
     if (e)
@@ -1121,21 +1082,21 @@ static int pack_task(msgpack_packer *pk, uint64_t id, const char *tool,
                      double fraction, const char *scope)
 {
     int e = msgpack_pack_map(pk, 7);
-    e |= PK_STR(pk, "task_id");
+    e |= th_pack_cstr(pk, "task_id");
     e |= msgpack_pack_uint64(pk, id);
-    e |= PK_STR(pk, "tool");
-    e |= PK_STR(pk, tool);
-    e |= PK_STR(pk, "status");
-    e |= PK_STR(pk, running ? "running" : "done");
-    e |= PK_STR(pk, "elapsed_ms");
+    e |= th_pack_cstr(pk, "tool");
+    e |= th_pack_cstr(pk, tool);
+    e |= th_pack_cstr(pk, "status");
+    e |= th_pack_cstr(pk, running ? "running" : "done");
+    e |= th_pack_cstr(pk, "elapsed_ms");
     e |= msgpack_pack_double(pk, elapsed_ms);
-    e |= PK_STR(pk, "message");
-    e |= PK_STR(pk, message ? message : "");
-    e |= PK_STR(pk, "progress");
+    e |= th_pack_cstr(pk, "message");
+    e |= th_pack_cstr(pk, message ? message : "");
+    e |= th_pack_cstr(pk, "progress");
     e |= fraction >= 0 ? msgpack_pack_double(pk, fraction)
                        : msgpack_pack_nil(pk);
-    e |= PK_STR(pk, "scope");
-    e |= PK_STR(pk, scope);
+    e |= th_pack_cstr(pk, "scope");
+    e |= th_pack_cstr(pk, scope);
     return e;
 }
 
@@ -1240,12 +1201,12 @@ static void m_tasks_result(rpc_conn *c, uint64_t msgid,
         msgpack_packer pk;
         msgpack_packer_init(&pk, &r, th_buf_msgpack_write);
         msgpack_pack_map(&pk, 3);
-        PK_STR(&pk, "status");
-        PK_STR(&pk, "running");
-        PK_STR(&pk, "task_id");
+        th_pack_cstr(&pk, "status");
+        th_pack_cstr(&pk, "running");
+        th_pack_cstr(&pk, "task_id");
         msgpack_pack_uint64(&pk, id);
-        PK_STR(&pk, "message");
-        PK_STR(&pk, k && k->last_message ? k->last_message : "");
+        th_pack_cstr(&pk, "message");
+        th_pack_cstr(&pk, k && k->last_message ? k->last_message : "");
     }
     send_result(c, msgid, &r);
     th_buf_free(&r);
@@ -1360,7 +1321,7 @@ static void dispatch(rpc_conn *c, const msgpack_object *o)
             msgpack_pack_array(&pk, 1);
             msgpack_pack_array(&pk, 2);
             msgpack_pack_int(&pk, TH_EPROTO);
-            PK_STR(&pk, err.msg);
+            th_pack_cstr(&pk, err.msg);
             send_notify(c, "host.protocol_error", &p);
             th_buf_free(&p);
         }

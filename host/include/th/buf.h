@@ -34,4 +34,9 @@ uint8_t *th_buf_take(th_buf *b, size_t *len);
  * th_buf_msgpack_write) packs into a th_buf. */
 int th_buf_msgpack_write(void *data, const char *buf, size_t len);
 
+/* Packs a NUL-terminated string as a msgpack str, or nil for NULL.
+ * Returns msgpack-c's 0 / nonzero, so calls can be or-ed together. */
+struct msgpack_packer;
+int th_pack_cstr(struct msgpack_packer *pk, const char *s);
+
 #endif
