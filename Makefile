@@ -49,9 +49,14 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
 WARN := -Wall -Wextra -Werror
-CFLAGS_ALL = -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) -g $(SAN_FLAGS) \
-	-Iplugin-api -Isdk -Ihost/include $(PKG_CFLAGS) \
-	-DTOOLHOST_VERSION='"$(VERSION)"' $(CFLAGS)
+# Physical layers: the host, the CLI, tests and benchmarks see the host's
+# headers (host/include); the SDK, the bundled plugins and the fixture
+# plugins see only the ABI and the SDK (plugin-api, sdk), so a plugin that
+# includes a th/ header does not compile.
+CFLAGS_BASE = -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) -g $(SAN_FLAGS) \
+	$(PKG_CFLAGS) -DTOOLHOST_VERSION='"$(VERSION)"' $(CFLAGS)
+CFLAGS_ALL = $(CFLAGS_BASE) -Iplugin-api -Isdk -Ihost/include
+CFLAGS_PLUGIN = $(CFLAGS_BASE) -Iplugin-api -Isdk -fPIC -fvisibility=hidden
 LDFLAGS_ALL = $(SAN_FLAGS) $(LDFLAGS)
 LIBS_ALL = $(PKG_LIBS) -lpthread -ldl -lm
 
@@ -88,7 +93,7 @@ BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
 TEST_DEFS = -DTH_BUILD_DIR='"$(abspath $(BUILD))"' -DTH_SOURCE_DIR='"$(abspath .)"' -Itests
 
-.PHONY: all deps run test check check-unit check-integration check-tsan \
+.PHONY: all deps run test check check-unit check-integration check-tsan check-layers \
 	valgrind bench fuzz fuzz-replay install clean
 .DEFAULT_GOAL := all
 
@@ -106,15 +111,15 @@ $(BUILD)/obj/host/%.o: host/%.c
 # SDK and plugins go into shared objects: PIC, hidden symbols.
 $(BUILD)/obj/sdk/%.o: sdk/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -fPIC -fvisibility=hidden -MMD -MP -c $< -o $@
+	$(CC) $(CFLAGS_PLUGIN) -MMD -MP -c $< -o $@
 
 $(BUILD)/obj/plugins/%.o: plugins/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -fPIC -fvisibility=hidden -MMD -MP -c $< -o $@
+	$(CC) $(CFLAGS_PLUGIN) -MMD -MP -c $< -o $@
 
 $(BUILD)/obj/tests/fixtures/%.o: tests/fixtures/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -fPIC -fvisibility=hidden -MMD -MP -c $< -o $@
+	$(CC) $(CFLAGS_PLUGIN) -MMD -MP -c $< -o $@
 
 $(BUILD)/obj/tests/%.o: tests/%.c
 	@mkdir -p $(dir $@)
@@ -143,8 +148,9 @@ $(LIBSDK): $(SDK_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
+# No -rdynamic: the binary exports nothing a plugin could bind to.
 $(TOOLHOST): $(CLI_OBJ) $(LIBTH)
-	$(CC) $(LDFLAGS_ALL) -rdynamic -o $@ $(CLI_OBJ) $(LIBTH) $(LIBS_ALL)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(CLI_OBJ) $(LIBTH) $(LIBS_ALL)
 
 .SECONDARY:
 .SECONDEXPANSION:
@@ -171,15 +177,15 @@ $(BUILD)/obj/tests/runner-%.o: tests/runner.c $(BUILD)/gen/%_suites.h
 
 $(UNIT_BIN): $(BUILD)/obj/tests/runner-unit.o $(call obj,$(UNIT_SRC)) $(TCOMMON_OBJ) $(LIBTH) $(LIBSDK)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_ALL) -rdynamic -o $@ $(filter %.o,$^) $(LIBTH) $(LIBSDK) $(LIBS_ALL) -lcunit
+	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(LIBTH) $(LIBSDK) $(LIBS_ALL) -lcunit
 
 $(INTEG_BIN): $(BUILD)/obj/tests/runner-integration.o $(call obj,$(INTEG_SRC)) $(TCOMMON_OBJ) $(LIBTH) $(LIBSDK) | $(TOOLHOST) $(PLUGIN_SO) $(FIX_SO)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_ALL) -rdynamic -o $@ $(filter %.o,$^) $(LIBTH) $(LIBSDK) $(LIBS_ALL) -lcunit
+	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(LIBTH) $(LIBSDK) $(LIBS_ALL) -lcunit
 
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBTH) | $(TOOLHOST) $(PLUGIN_SO)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_ALL) -rdynamic -o $@ $< $(LIBTH) $(LIBS_ALL)
+	$(CC) $(LDFLAGS_ALL) -o $@ $< $(LIBTH) $(LIBS_ALL)
 
 # ---- the two commands -------------------------------------------------------
 
@@ -195,7 +201,17 @@ test: deps
 
 # ---- suites -------------------------------------------------------------------
 
-check: check-unit check-integration
+check: check-unit check-integration check-layers
+
+# The layers hold: a plugin cannot include a host header, and the binary
+# exports no symbol a plugin could bind to.
+check-layers: $(TOOLHOST)
+	@$(CC) $(CFLAGS_PLUGIN) -fsyntax-only tests/layers/plugin_sdk_only.c
+	@if $(CC) $(CFLAGS_PLUGIN) -fsyntax-only tests/layers/plugin_includes_host.c 2>/dev/null; then \
+	  echo "check-layers: a plugin compiled with a host header (th/tool.h)" >&2; exit 1; fi
+	@n=$$(nm -D --defined-only $(TOOLHOST) | awk '$$2 ~ /^[TDB]$$/ && $$3 ~ /^th_/' | wc -l); \
+	  if [ "$$n" -ne 0 ]; then echo "check-layers: $(TOOLHOST) exports $$n th_* symbols" >&2; exit 1; fi
+	@echo "check-layers: plugins see only plugin-api/ and sdk/; $(TOOLHOST) exports no th_* symbol"
 
 check-unit: $(UNIT_BIN) $(PLUGIN_SO) $(FIX_SO) $(TOOLHOST)
 	$(UNIT_BIN) $(SUITES)
