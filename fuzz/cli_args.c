@@ -1,6 +1,6 @@
-/* fuzz/cli_args.c - libFuzzer target: the CLI's typing of key=value words
- * and --json text (cli_build_args in host/cli/common.c), what a human
- * types after `toolhost call TOOL`.
+/* fuzz/cli_args.c - libFuzzer target: the typing of key=value words and
+ * --json text (th_kv_args in host/core/kvargs.c), what a human types
+ * after `toolhost call TOOL`.
  *
  * Input: lines; a first line starting with '{' is the --json text, every
  * other line a key=value word.  Parameters are typed from a fixed table:
@@ -11,28 +11,24 @@
  * Properties beyond "no crash, no leak, no UB":
  *   - the result is NULL or a JSON object with no more members than
  *     words (plus the --json members);
- *   - a NULL result printed its reason to stderr (the CLI must never fail
- *     silently): stderr is captured around each call;
+ *   - a NULL result comes with its reason in the error (the CLI prints
+ *     it: it must never fail silently);
  *   - a result converts to msgpack (th_json_to_msgpack) for the call path.
  *
  * (Fixed, in fuzz/corpus/cli_args/: a word that is not UTF-8 and a number
- * parameter given "nan" or "inf" made cli_build_args return NULL without
- * printing why; "nan" now stays a string for validation to refuse.)
- *
- * needs: host/cli/common.c host/core/host.c
+ * parameter given "nan" or "inf" returned NULL without saying why; "nan"
+ * now stays a string for validation to refuse.)
  */
 #define _GNU_SOURCE 1
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
-#include "../host/cli/cli.h"
 #include "fuzz.h"
 #include "th/buf.h"
 #include "th/json.h"
+#include "th/kvargs.h"
 #include "toolhost/plugin.h"
 
 static int cli_type_of(void *ud, const char *name)
@@ -48,35 +44,6 @@ static int cli_type_of(void *ud, const char *name)
         if (strcmp(tab[i].n, name) == 0)
             return tab[i].t;
     return 0;
-}
-
-static int cli_err_fd = -1;
-
-/* Runs cli_build_args with fd 2 sent to a memory file; *said = bytes
- * written to stderr meanwhile. */
-static json_t *cli_build_captured(char **kv, int n, const char *json_text,
-                                  size_t *said)
-{
-    if (cli_err_fd < 0)
-        cli_err_fd = memfd_create("th-fuzz-stderr", 0);
-    *said = 0;
-    int saved = cli_err_fd >= 0 ? dup(2) : -1;
-    if (saved >= 0) {
-        fflush(stderr);
-        (void)!ftruncate(cli_err_fd, 0);
-        lseek(cli_err_fd, 0, SEEK_SET);
-        dup2(cli_err_fd, 2);
-    }
-    json_t *j = cli_build_args(kv, n, json_text, cli_type_of, NULL);
-    if (saved >= 0) {
-        fflush(stderr);
-        *said = (size_t)lseek(cli_err_fd, 0, SEEK_CUR);
-        dup2(saved, 2);
-        close(saved);
-    } else {
-        *said = 1; /* cannot tell */
-    }
-    return j;
 }
 
 static int fuzz_cli_args(const uint8_t *data, size_t size)
@@ -108,10 +75,11 @@ static int fuzz_cli_args(const uint8_t *data, size_t size)
         }
         first = 0;
     }
-    size_t said = 0;
-    json_t *j = cli_build_captured(words, n, json_text, &said);
+    th_error err;
+    th_error_clear(&err);
+    json_t *j = th_kv_args(words, n, json_text, cli_type_of, NULL, &err);
     if (!j) {
-        TH_FUZZ_CHECK(said > 0);
+        TH_FUZZ_CHECK(err.code != 0 && err.msg[0] != '\0');
     } else {
         TH_FUZZ_CHECK(json_is_object(j));
         size_t extra = 0;

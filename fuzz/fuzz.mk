@@ -5,8 +5,8 @@
 # are compiled here again with clang and the same sanitizers (the gcc
 # objects under build/ are not used): host/*/*.c except the CLI go into
 # $(FUZZ_BUILD)/libtoolhost-fuzz.a, from which the linker takes only what a
-# target calls.  CLI files a target needs (say, the key=value typing) are
-# named in FUZZ_CLI_SRC; a file with main() must not be among them.
+# target calls.  No target needs CLI code: parsers of outside input live in
+# the core (the key=value typing is host/core/kvargs.c).
 
 MAKEFLAGS += -r
 .SECONDARY:
@@ -29,13 +29,10 @@ HOST_CFLAGS := $(BASE) -Wall -Wextra -fsanitize=fuzzer-no-link
 TARGET_CFLAGS := $(BASE) -Wall -Wextra -Werror -fsanitize=fuzzer-no-link
 
 HOST_SRC := $(sort $(filter-out host/cli/%,$(wildcard host/*/*.c)))
-# CLI files without main() that hold parsers of outside input (common.c:
-# the key=value typing).
-FUZZ_CLI_SRC ?= $(sort $(wildcard host/cli/common.c))
 TARGET_SRC := $(sort $(wildcard fuzz/*.c))
 TARGETS := $(patsubst fuzz/%.c,$(FUZZ_BUILD)/%,$(TARGET_SRC))
 
-HOST_OBJ := $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(HOST_SRC) $(FUZZ_CLI_SRC))
+HOST_OBJ := $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(HOST_SRC))
 LIB := $(FUZZ_BUILD)/libtoolhost-fuzz.a
 
 .PHONY: all

@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "th/host.h"
+#include "th/kvargs.h"
 
 /* Exit statuses, the same for every subcommand. */
 #define CLI_OK 0
@@ -48,16 +49,13 @@ int cli_host_open(const char *config, const th_front_ops *ops, void *ud,
                   cli_host *out);
 void cli_host_close(cli_host *ch);
 
-/* The JSON type name a parameter expects, looked up by the caller:
- * returns a toolhost_type or 0 when unknown. */
-typedef int (*cli_param_type_fn)(void *ud, const char *name);
+/* The type a parameter expects, looked up by the caller: returns a
+ * toolhost_type or 0 when unknown. */
+typedef th_kv_type_fn cli_param_type_fn;
 
-/* Builds the argument object from `key=value` words and an optional
- * --json object: values are typed by the tool's parameter table (an
- * integer parameter gets an integer when the text is one, and so on;
- * text that does not convert stays a string, so the host's validation
- * reports it); `key=@path` reads a string value from a file (`@@x` gives
- * "@x").  Returns a new object or NULL after printing the reason. */
+/* th_kv_args (th/kvargs.h: key=value typing, --json, key=@file) that
+ * prints the reason to stderr.  Returns a new object or NULL after
+ * printing the reason. */
 json_t *cli_build_args(char **kv, int n_kv, const char *json_text,
                        cli_param_type_fn type_of, void *ud);
 

@@ -82,144 +82,14 @@ void cli_host_close(cli_host *ch)
     ch->host = NULL;
 }
 
-/* Reads a whole file for `key=@path`. */
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    th_buf b = TH_BUF_INIT;
-    char chunk[65536];
-    size_t n;
-    int rc = 0;
-    while (rc == 0 && (n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        rc = th_buf_append(&b, chunk, n);
-    int bad = ferror(f) || rc != 0;
-    fclose(f);
-    if (bad) {
-        th_buf_free(&b);
-        return NULL;
-    }
-    if (th_buf_reserve(&b, 0) != 0) /* a NUL even for empty files */
-        return NULL;
-    return (char *)th_buf_take(&b, len);
-}
-
-/* A string value, or NULL after saying why (JSON strings are UTF-8). */
-static json_t *string_value(const char *key, const char *value)
-{
-    json_t *j = json_string(value);
-    if (!j)
-        cli_error("%s=...: the value is not UTF-8 text", key);
-    return j;
-}
-
-/* Types one `value` for a parameter of type `type` (0: unknown). */
-static json_t *typed_value(const char *key, const char *value, int type)
-{
-    char *end;
-    switch (type) {
-    case TOOLHOST_TYPE_INTEGER: {
-        errno = 0;
-        long long v = strtoll(value, &end, 10);
-        if (*value && !*end && errno == 0)
-            return json_integer(v);
-        break;
-    }
-    case TOOLHOST_TYPE_NUMBER: {
-        errno = 0;
-        long long iv = strtoll(value, &end, 10);
-        if (*value && !*end && errno == 0)
-            return json_integer(iv);
-        double v = strtod(value, &end);
-        if (*value && !*end && isfinite(v))
-            return json_real(v);
-        break;
-    }
-    case TOOLHOST_TYPE_BOOLEAN:
-        if (!strcmp(value, "true") || !strcmp(value, "yes") ||
-            !strcmp(value, "1"))
-            return json_true();
-        if (!strcmp(value, "false") || !strcmp(value, "no") ||
-            !strcmp(value, "0"))
-            return json_false();
-        break;
-    case TOOLHOST_TYPE_ARRAY:
-    case TOOLHOST_TYPE_OBJECT: {
-        json_t *j = json_loads(value, JSON_DECODE_ANY, NULL);
-        if (j)
-            return j;
-        break;
-    }
-    default:
-        break;
-    }
-    if (value[0] == '@') {
-        if (value[1] == '@')
-            return string_value(key, value + 1);
-        size_t len;
-        char *text = read_file(value + 1, &len);
-        if (!text) {
-            cli_error("%s=@%s: cannot read the file: %s", key, value + 1,
-                      strerror(errno ? errno : EIO));
-            return NULL;
-        }
-        json_t *j = json_stringn(text, len);
-        if (!j)
-            cli_error("%s=@%s: the file is not UTF-8 text", key, value + 1);
-        free(text);
-        return j;
-    }
-    return string_value(key, value);
-}
-
 json_t *cli_build_args(char **kv, int n_kv, const char *json_text,
                        cli_param_type_fn type_of, void *ud)
 {
-    json_t *args;
-    if (json_text) {
-        json_error_t je;
-        args = json_loads(json_text, 0, &je);
-        if (!args) {
-            cli_error("--json: %s (at character %d)", je.text, je.position);
-            return NULL;
-        }
-        if (!json_is_object(args)) {
-            cli_error("--json: the arguments must be a JSON object");
-            json_decref(args);
-            return NULL;
-        }
-    } else {
-        args = json_object();
-        if (!args)
-            return NULL;
-    }
-    for (int i = 0; i < n_kv; i++) {
-        const char *eq = strchr(kv[i], '=');
-        if (!eq || eq == kv[i]) {
-            cli_error("'%s' is not key=value", kv[i]);
-            json_decref(args);
-            return NULL;
-        }
-        char key[128];
-        size_t klen = (size_t)(eq - kv[i]);
-        if (klen >= sizeof key) {
-            cli_error("parameter name too long in '%s'", kv[i]);
-            json_decref(args);
-            return NULL;
-        }
-        memcpy(key, kv[i], klen);
-        key[klen] = '\0';
-        json_t *v = typed_value(key, eq + 1, type_of ? type_of(ud, key) : 0);
-        if (v && json_object_set_new(args, key, v) != 0) {
-            cli_error("'%s': the parameter name is not UTF-8 text", key);
-            v = NULL;
-        }
-        if (!v) {
-            json_decref(args);
-            return NULL;
-        }
-    }
+    th_error err;
+    th_error_clear(&err);
+    json_t *args = th_kv_args(kv, n_kv, json_text, type_of, ud, &err);
+    if (!args)
+        cli_error("%s", err.msg);
     return args;
 }
 

@@ -35,10 +35,7 @@ static const char *fr_input = "?"; /* the input being replayed */
         }                                                                     \
     } while (0)
 
-/* Each landed target, included whole.  cli_args fuzzes a CLI file, which
- * the unit runner does not link (host/cli/ goes into the toolhost program
- * only): its source comes in here as well. */
-#include "../../host/cli/common.c"
+/* Each landed target, included whole. */
 #include "../../fuzz/cli_args.c"
 #include "../../fuzz/code.c"
 #include "../../fuzz/config.c"
