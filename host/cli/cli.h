@@ -90,9 +90,9 @@ typedef struct cli_remote {
     "                        name); by default only root or your own uid\n" \
     "      --any-server      accept a host run by any user\n"
 
-/* Handles the 'C', 'U' and 'A' options of getopt_long (ADDR after a
- * separate --connect is taken when it starts with unix: or /).  CLI_OK,
- * or CLI_USAGE after saying why. */
+/* Handles the 'C', 'U' and 'A' options of getopt_long (the word after a
+ * separate --connect is its ADDR when it has a ':' or starts with '/' or
+ * '.', and no '=').  CLI_OK, or CLI_USAGE after saying why. */
 int cli_remote_opt(cli_remote *r, int opt, int argc, char **argv);
 /* After parsing: CLI_USAGE (said) when --server-uid/--any-server came
  * without --connect or together. */

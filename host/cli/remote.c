@@ -16,14 +16,22 @@
 #include "th/rpc.h"
 #include "th/schema.h"
 
+/* The word after a bare --connect is its address when no tool name or
+ * key=value could look like it: it has a ':' or starts with '/' or '.'
+ * (and has no '='); th_rpc_client_connect judges it. */
+static bool looks_like_addr(const char *s)
+{
+    return s[0] != '-' && !strchr(s, '=') &&
+           (strchr(s, ':') || s[0] == '/' || s[0] == '.');
+}
+
 int cli_remote_opt(cli_remote *r, int opt, int argc, char **argv)
 {
     switch (opt) {
     case 'C':
         if (optarg)
             r->connect = optarg;
-        else if (optind < argc && (strncmp(argv[optind], "unix:", 5) == 0 ||
-                                   argv[optind][0] == '/'))
+        else if (optind < argc && looks_like_addr(argv[optind]))
             r->connect = argv[optind++];
         else
             r->connect = "";

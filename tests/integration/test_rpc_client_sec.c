@@ -462,6 +462,13 @@ static void test_serve_refuses(void)
     CU_ASSERT_EQUAL(t.status, 2);
     CU_ASSERT(has(t.err, "--server-uid and --any-server go with --connect"));
     th_test_run_free(&t);
+    /* the word after a bare --connect is its address when it looks like
+     * one, and a wrong one is said so (not taken as a tool name) */
+    th_test_toolhost(&t, "call", "--connect", "tcp:127.0.0.1:1", "echo",
+                     "text=x", NULL);
+    CU_ASSERT_EQUAL(t.status, 1);
+    CU_ASSERT(has(t.err, "address 'tcp:127.0.0.1:1': use unix:PATH"));
+    th_test_run_free(&t);
     th_test_toolhost(&t, "list", "--connect", "--server-uid",
                      "no-such-user-x", NULL);
     CU_ASSERT_EQUAL(t.status, 2);
