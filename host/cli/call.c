@@ -11,7 +11,7 @@
 
 static const char call_usage[] =
     "usage: toolhost call -c FILE TOOL [key=value ...] [--json '{...}'] [options]\n"
-    "       toolhost call --connect unix:PATH TOOL [key=value ...] [options]\n"
+    "       toolhost call --connect [unix:PATH] TOOL [key=value ...] [options]\n"
     "\n"
     "Calls TOOL and prints its stdout to stdout and its stderr to stderr.\n"
     "Values are typed by the tool's parameters (integer, number, boolean;\n"
@@ -21,7 +21,7 @@ static const char call_usage[] =
     "\n"
     "Options:\n"
     "  -c, --config FILE     run the tool in-process with this config\n"
-    "      --connect ADDR    call a running host (unix:PATH)\n"
+    CLI_REMOTE_HELP
     "      --json OBJECT     arguments as a JSON object (key=value adds to it)\n"
     "      --meta            print the result's meta (JSON) on stderr\n"
     "      --timeout TIME    deadline for the call (500ms, 30s, 2m)\n"
@@ -73,14 +73,16 @@ int cli_call(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},
-        {"connect", required_argument, NULL, 'C'},
+        CLI_REMOTE_OPTIONS,
         {"json", required_argument, NULL, 'j'},
         {"meta", no_argument, NULL, 'm'},
         {"timeout", required_argument, NULL, 't'},
         {"yes", no_argument, NULL, 'y'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
-    const char *config = NULL, *connect = NULL, *json_text = NULL;
+    const char *config = NULL, *json_text = NULL;
+    cli_remote remote;
+    memset(&remote, 0, sizeof remote);
     bool show_meta = false;
     uint64_t timeout_ms = 0;
     call_ctx cc = {.yes = false};
@@ -92,7 +94,10 @@ int cli_call(int argc, char **argv)
             config = optarg;
             break;
         case 'C':
-            connect = optarg;
+        case 'U':
+        case 'A':
+            if (cli_remote_opt(&remote, c, argc, argv) != CLI_OK)
+                return CLI_USAGE;
             break;
         case 'j':
             json_text = optarg;
@@ -123,16 +128,18 @@ int cli_call(int argc, char **argv)
         fputs(call_usage, stderr);
         return CLI_USAGE;
     }
-    if (!config == !connect) {
-        cli_error("call: give exactly one of -c FILE and --connect ADDR");
+    if (!config == !remote.connect) {
+        cli_error("call: give exactly one of -c FILE and --connect [ADDR]");
         return CLI_USAGE;
     }
+    if (cli_remote_check(&remote, "call") != CLI_OK)
+        return CLI_USAGE;
     const char *tool = argv[optind];
     char **kv = argv + optind + 1;
     int n_kv = argc - optind - 1;
 
-    if (connect)
-        return cli_call_remote(connect, tool, kv, n_kv, json_text,
+    if (remote.connect)
+        return cli_call_remote(&remote, tool, kv, n_kv, json_text,
                                (int64_t)timeout_ms, show_meta, cc.yes);
 
     th_front_ops ops = {.ask_permission = ask_permission};

@@ -9,6 +9,7 @@
 
 #include "th/host.h"
 #include "th/kvargs.h"
+#include "th/rpc.h"
 
 /* Exit statuses, the same for every subcommand. */
 #define CLI_OK 0
@@ -69,10 +70,36 @@ void cli_show_progress(double fraction, const char *message,
 void cli_progress_end(void);
 
 /* --connect: the same commands against a running host (remote.c). */
-int cli_call_remote(const char *connect, const char *tool, char **kv,
+typedef struct cli_remote {
+    const char *connect;     /* NULL: in-process; "": the default address */
+    th_rpc_client_opts peer; /* --server-uid, --any-server */
+} cli_remote;
+
+/* The getopt_long entries of --connect [ADDR], --server-uid UID and
+ * --any-server, and their help lines. */
+#define CLI_REMOTE_OPTIONS                                                   \
+    {"connect", optional_argument, NULL, 'C'},                               \
+        {"server-uid", required_argument, NULL, 'U'},                        \
+        {"any-server", no_argument, NULL, 'A'}
+#define CLI_REMOTE_HELP                                                      \
+    "      --connect [ADDR]  a running host (unix:PATH; none: the default\n" \
+    "                        socket of `toolhost serve`, see its --help)\n"  \
+    "      --server-uid UID  accept a host run by UID (a number or a user\n" \
+    "                        name); by default only root or your own uid\n" \
+    "      --any-server      accept a host run by any user\n"
+
+/* Handles the 'C', 'U' and 'A' options of getopt_long (the word after a
+ * separate --connect is its ADDR when it has a ':' or starts with '/' or
+ * '.', and no '=').  CLI_OK, or CLI_USAGE after saying why. */
+int cli_remote_opt(cli_remote *r, int opt, int argc, char **argv);
+/* After parsing: CLI_USAGE (said) when --server-uid/--any-server came
+ * without --connect or together. */
+int cli_remote_check(const cli_remote *r, const char *cmd);
+
+int cli_call_remote(const cli_remote *r, const char *tool, char **kv,
                     int n_kv, const char *json_text, int64_t timeout_ms,
                     bool show_meta, bool yes);
-int cli_list_remote(const char *connect, bool json);
+int cli_list_remote(const cli_remote *r, bool json);
 
 /* Asks "Allow TOOL? REASON [y/N]" on the terminal; false when there is
  * none (with --yes the caller does not ask). */

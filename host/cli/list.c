@@ -9,17 +9,17 @@
 
 static const char list_usage[] =
     "usage: toolhost list -c FILE [--json]\n"
-    "       toolhost list --connect unix:PATH [--json]\n"
+    "       toolhost list --connect [unix:PATH] [--json]\n"
     "\n"
     "Lists the tools: name, plugin, flags, stdout/stderr semantic types and\n"
     "the one-line description. --json prints the same as a JSON array with\n"
     "each tool's JSON Schema.\n"
     "\n"
     "Options:\n"
-    "  -c, --config FILE   load the plugins of this config\n"
-    "      --connect ADDR  ask a running host (unix:PATH)\n"
-    "      --json          JSON output\n"
-    "  -h, --help          this help\n";
+    "  -c, --config FILE     load the plugins of this config\n"
+    CLI_REMOTE_HELP
+    "      --json            JSON output\n"
+    "  -h, --help            this help\n";
 
 typedef struct list_ctx {
     json_t *arr;     /* --json */
@@ -58,11 +58,13 @@ int cli_list(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},
-        {"connect", required_argument, NULL, 'C'},
+        CLI_REMOTE_OPTIONS,
         {"json", no_argument, NULL, 'j'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
-    const char *config = NULL, *connect = NULL;
+    const char *config = NULL;
+    cli_remote remote;
+    memset(&remote, 0, sizeof remote);
     bool json = false;
     int c;
     optind = 1;
@@ -72,7 +74,10 @@ int cli_list(int argc, char **argv)
             config = optarg;
             break;
         case 'C':
-            connect = optarg;
+        case 'U':
+        case 'A':
+            if (cli_remote_opt(&remote, c, argc, argv) != CLI_OK)
+                return CLI_USAGE;
             break;
         case 'j':
             json = true;
@@ -89,12 +94,14 @@ int cli_list(int argc, char **argv)
         cli_error("list: unexpected argument '%s'", argv[optind]);
         return CLI_USAGE;
     }
-    if (!config == !connect) {
-        cli_error("list: give exactly one of -c FILE and --connect ADDR");
+    if (!config == !remote.connect) {
+        cli_error("list: give exactly one of -c FILE and --connect [ADDR]");
         return CLI_USAGE;
     }
-    if (connect)
-        return cli_list_remote(connect, json);
+    if (cli_remote_check(&remote, "list") != CLI_OK)
+        return CLI_USAGE;
+    if (remote.connect)
+        return cli_list_remote(&remote, json);
 
     cli_host ch;
     int rc = cli_host_open(config, NULL, NULL, &ch);

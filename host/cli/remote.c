@@ -1,7 +1,11 @@
 /* remote.c - `call`, `list` and `reload` against a running host
  * (--connect unix:PATH), with the same output and exit statuses as the
  * in-process commands. */
+#include <errno.h>
+#include <getopt.h>
 #include <msgpack.h>
+#include <pwd.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -12,16 +16,79 @@
 #include "th/rpc.h"
 #include "th/schema.h"
 
-static th_rpc_client *connect_or_say(const char *addr)
+/* The word after a bare --connect is its address when no tool name or
+ * key=value could look like it: it has a ':' or starts with '/' or '.'
+ * (and has no '='); th_rpc_client_connect judges it. */
+static bool looks_like_addr(const char *s)
+{
+    return s[0] != '-' && !strchr(s, '=') &&
+           (strchr(s, ':') || s[0] == '/' || s[0] == '.');
+}
+
+int cli_remote_opt(cli_remote *r, int opt, int argc, char **argv)
+{
+    switch (opt) {
+    case 'C':
+        if (optarg)
+            r->connect = optarg;
+        else if (optind < argc && looks_like_addr(argv[optind]))
+            r->connect = argv[optind++];
+        else
+            r->connect = "";
+        return CLI_OK;
+    case 'A':
+        r->peer.any_server = true;
+        return CLI_OK;
+    case 'U': {
+        char *end;
+        errno = 0;
+        unsigned long v = strtoul(optarg, &end, 10);
+        if (optarg[0] >= '0' && optarg[0] <= '9' && !*end && errno == 0 &&
+            v <= UINT32_MAX - 1) {
+            r->peer.server_uid = (uint32_t)v;
+        } else {
+            struct passwd pw, *res = NULL;
+            char buf[4096];
+            if (getpwnam_r(optarg, &pw, buf, sizeof buf, &res) != 0 || !res) {
+                cli_error("--server-uid: '%s' is neither a uid nor a user",
+                          optarg);
+                return CLI_USAGE;
+            }
+            r->peer.server_uid = (uint32_t)res->pw_uid;
+        }
+        r->peer.server_uid_set = true;
+        return CLI_OK;
+    }
+    }
+    return CLI_USAGE;
+}
+
+int cli_remote_check(const cli_remote *r, const char *cmd)
+{
+    if (!r->connect && (r->peer.server_uid_set || r->peer.any_server)) {
+        cli_error("%s: --server-uid and --any-server go with --connect", cmd);
+        return CLI_USAGE;
+    }
+    if (r->peer.server_uid_set && r->peer.any_server) {
+        cli_error("%s: --server-uid and --any-server exclude each other", cmd);
+        return CLI_USAGE;
+    }
+    return CLI_OK;
+}
+
+static th_rpc_client *connect_or_say(const cli_remote *r)
 {
     th_error err;
     th_error_clear(&err);
     th_rpc_client *c = NULL;
-    if (th_rpc_client_connect(addr, &c, &err) != 0) {
-        cli_error("cannot connect to %s: %s", addr, err.msg);
-        return NULL;
-    }
-    return c;
+    int rc = th_rpc_client_connect_opts(r->connect, &r->peer, &c, &err);
+    if (rc == TH_EPERM || rc == TH_EIO) /* the message names the socket */
+        cli_error("%s", err.msg);
+    else if (rc != 0)
+        cli_error("cannot connect to %s: %s",
+                  r->connect && *r->connect ? r->connect : "the default address",
+                  err.msg);
+    return rc ? NULL : c;
 }
 
 /* Prints a protocol error response [code, message]; returns CLI_USAGE for
@@ -194,11 +261,11 @@ static json_t *remote_properties(th_rpc_client *c, const char *tool,
     return props;
 }
 
-int cli_call_remote(const char *connect, const char *tool, char **kv,
+int cli_call_remote(const cli_remote *remote, const char *tool, char **kv,
                     int n_kv, const char *json_text, int64_t timeout_ms,
                     bool show_meta, bool yes)
 {
-    th_rpc_client *c = connect_or_say(connect);
+    th_rpc_client *c = connect_or_say(remote);
     if (!c)
         return CLI_FAILED;
     int rc;
@@ -257,11 +324,11 @@ int cli_call_remote(const char *connect, const char *tool, char **kv,
 /* Connects, sends `method` with no params and waits for its answer.  On
  * CLI_OK *reply holds the result (free it with th_rpc_reply_free); any
  * other status was already explained on stderr. */
-static int simple_request(const char *connect, const char *method,
+static int simple_request(const cli_remote *remote, const char *method,
                           th_rpc_reply *reply)
 {
     memset(reply, 0, sizeof *reply);
-    th_rpc_client *c = connect_or_say(connect);
+    th_rpc_client *c = connect_or_say(remote);
     if (!c)
         return CLI_FAILED;
     th_error err;
@@ -278,10 +345,10 @@ static int simple_request(const char *connect, const char *method,
     return rc;
 }
 
-int cli_list_remote(const char *connect, bool json)
+int cli_list_remote(const cli_remote *remote, bool json)
 {
     th_rpc_reply reply;
-    int rc = simple_request(connect, "tools.list", &reply);
+    int rc = simple_request(remote, "tools.list", &reply);
     if (rc != CLI_OK)
         return rc;
     rc = CLI_FAILED;
@@ -334,31 +401,49 @@ out:
 /* ---- reload ------------------------------------------------------------------ */
 
 static const char reload_usage[] =
-    "usage: toolhost reload --connect unix:PATH\n"
+    "usage: toolhost reload --connect [unix:PATH] [--server-uid UID | "
+    "--any-server]\n"
     "\n"
     "Asks a running host to reload: the config is read again, changed\n"
     "plugins are loaded from private copies and swapped in while calls in\n"
     "flight finish on the old code. A reload that fails changes nothing.\n"
     "Prints the host's answer; exit 0 when the reload succeeded, 1 when it\n"
-    "failed.\n";
+    "failed.\n"
+    "\n"
+    "Options:\n" CLI_REMOTE_HELP
+    "  -h, --help            this help\n";
 
 int cli_reload(int argc, char **argv)
 {
-    if (cli_wants_help(argc, argv)) {
-        fputs(reload_usage, stdout);
-        return CLI_OK;
+    static const struct option opts[] = {
+        CLI_REMOTE_OPTIONS,
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    cli_remote remote;
+    memset(&remote, 0, sizeof remote);
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if (c == 'h') {
+            fputs(reload_usage, stdout);
+            return CLI_OK;
+        }
+        if ((c != 'C' && c != 'U' && c != 'A') ||
+            cli_remote_opt(&remote, c, argc, argv) != CLI_OK) {
+            fputs(reload_usage, stderr);
+            return CLI_USAGE;
+        }
     }
-    const char *connect = NULL;
-    if (argc == 3 && strcmp(argv[1], "--connect") == 0)
-        connect = argv[2];
-    else if (argc == 2 && strncmp(argv[1], "--connect=", 10) == 0)
-        connect = argv[1] + 10;
-    if (!connect) {
+    if (optind != argc || !remote.connect) {
+        if (optind != argc)
+            cli_error("reload: unexpected argument '%s'", argv[optind]);
         fputs(reload_usage, stderr);
         return CLI_USAGE;
     }
+    if (cli_remote_check(&remote, "reload") != CLI_OK)
+        return CLI_USAGE;
     th_rpc_reply reply;
-    int rc = simple_request(connect, "host.reload", &reply);
+    int rc = simple_request(&remote, "host.reload", &reply);
     if (rc != CLI_OK)
         return CLI_FAILED;
     th_error err;

@@ -6,6 +6,7 @@
 #include "cli.h"
 #include "th/log.h"
 #include "th/rpc.h"
+#include "th/sockpath.h"
 
 static const char serve_usage[] =
     "usage: toolhost serve -c FILE [--listen unix:PATH | --stdio] "
@@ -18,6 +19,13 @@ static const char serve_usage[] =
     "to stdout). Each connection is a session. SIGTERM or SIGINT stops\n"
     "accepting, lets calls finish within host.shutdown_grace, cancels the\n"
     "rest and exits 0. Logs go to stderr, one line per event.\n"
+    "\n"
+    "With no address the socket is, first match wins:\n"
+    "  $XDG_RUNTIME_DIR/toolhost/toolhost.sock   (XDG_RUNTIME_DIR set)\n"
+    "  /run/toolhost/toolhost.sock               (root)\n"
+    "  /tmp/toolhost-UID/toolhost.sock           (anyone else)\n"
+    "The socket's folder is created 0700 when missing; an existing folder\n"
+    "owned by another user or writable by others is refused.\n"
     "\n"
     "Options:\n"
     "  -c, --config FILE      the config to serve\n"
@@ -85,6 +93,25 @@ int cli_serve(int argc, char **argv)
         return CLI_USAGE;
     }
     th_log_set_level(level >= 0 ? level : cfg->host.log_level);
+    /* The socket's folder first: a bad address fails before the plugins
+     * load, with a message that says which folder and why. */
+    char def[128];
+    const char *addr = listen ? listen : cfg->host.listen;
+    bool strict = !addr;
+    if (!stdio && !addr) {
+        if (th_sock_default_addr(def, sizeof def, &err) != 0) {
+            cli_error("serve: %s", err.msg);
+            th_config_free(cfg);
+            return CLI_USAGE;
+        }
+        addr = def;
+    }
+    if (!stdio && th_sock_prepare(addr, strict, cfg->host.socket_mode,
+                                  &err) != 0) {
+        cli_error("serve: %s", err.msg);
+        th_config_free(cfg);
+        return err.code == TH_ECONFIG ? CLI_USAGE : CLI_FAILED;
+    }
     th_host *h = NULL;
     if (th_host_open(cfg, &h, &err) != 0) {
         fprintf(stderr, "%s\n", err.msg);
@@ -92,7 +119,7 @@ int cli_serve(int argc, char **argv)
     }
     th_rpc_serve_opts so;
     memset(&so, 0, sizeof so);
-    so.listen = listen;
+    so.listen = stdio ? NULL : addr;
     so.stdio = stdio;
     int rc = th_rpc_serve(h, &so, &err);
     th_host_close(h);

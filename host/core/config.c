@@ -724,6 +724,20 @@ static const char *const dup_scopes[] = {"name_and_args", "name", NULL};
 static const char *const task_scopes[] = {"session", "toolset", NULL};
 static const char *const perm_actions[] = {"deny", "allow", "ask", NULL};
 
+static int expand_scalar(cfctx *c, th_ynode *n, const char *where);
+
+/* listen: ${VAR} expanded like a plugin path (unset: no listen key, i.e.
+ * the default address of th/sockpath.h when serving). */
+static int set_listen(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+{
+    if (th_ynode_is_null(v))
+        return 0;
+    int rc = want_scalar(c, k, v, "a string");
+    if (rc == 0)
+        rc = expand_scalar(c, v, "'listen'");
+    return rc < 0 ? rc : set_str(c, k, v, base);
+}
+
 #define H(f) offsetof(th_host_cfg, f)
 static const cfkey host_keys[] = {
     {.name = "workers", .set = set_u32, .off = H(workers), .min = 1,
@@ -734,7 +748,7 @@ static const cfkey host_keys[] = {
      .max = 1000000},
     {.name = "log_level", .set = set_enum, .off = H(log_level),
      .names = log_levels},
-    {.name = "listen", .set = set_str, .off = H(listen)},
+    {.name = "listen", .set = set_listen, .off = H(listen)},
     {.name = "socket_mode", .set = set_mode, .off = H(socket_mode)},
     {.name = "socket_group", .set = set_str, .off = H(socket_group)},
     {.name = "max_frame", .set = set_size, .off = H(max_frame), .min = KIB,
@@ -851,6 +865,11 @@ static int host_check(cfctx *c, th_ynode *n, void *el)
             free(h->listen);
             h->listen = s;
         }
+        if (strlen(h->listen + 5) > 107)
+            return cf_err(c, v,
+                          "'listen': the socket path is %zu bytes long; a "
+                          "Unix socket path holds at most 107",
+                          strlen(h->listen + 5));
     }
     return 0;
 }

@@ -4,6 +4,7 @@
  * that the cancel flag (set from a signal handler) is seen soon.
  */
 #include "th/rpc.h"
+#include "th/sockpath.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -38,13 +39,67 @@ void th_rpc_reply_free(th_rpc_reply *r)
     r->error_len = r->result_len = 0;
 }
 
+/* Who listens on fd: refuses a server run by another user, unless the
+ * caller said whom to accept. */
+static int check_peer(int fd, const char *path, const th_rpc_client_opts *o,
+                      th_error *err)
+{
+    if (o && o->any_server)
+        return 0;
+    struct ucred cr;
+    socklen_t len = sizeof cr;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0)
+        return th_error_set(err, TH_EIO,
+                            "cannot tell who runs the server on unix:%s: %s",
+                            path, strerror(errno));
+    uint32_t me = (uint32_t)geteuid();
+    uint32_t uid = (uint32_t)cr.uid;
+    if (o && o->server_uid_set) {
+        if (uid == o->server_uid)
+            return 0;
+        return th_error_set(err, TH_EPERM,
+                            "refusing to talk to unix:%s owned by uid %u "
+                            "(expected uid %u, as --server-uid says)",
+                            path, (unsigned)uid, (unsigned)o->server_uid);
+    }
+    if (uid == 0 || uid == me)
+        return 0;
+    if (me == 0)
+        return th_error_set(err, TH_EPERM,
+                            "refusing to talk to unix:%s owned by uid %u "
+                            "(expected root; --server-uid %u accepts it)",
+                            path, (unsigned)uid, (unsigned)uid);
+    return th_error_set(err, TH_EPERM,
+                        "refusing to talk to unix:%s owned by uid %u "
+                        "(expected root or your uid %u; --server-uid %u "
+                        "accepts it)",
+                        path, (unsigned)uid, (unsigned)me, (unsigned)uid);
+}
+
 int th_rpc_client_connect(const char *addr, th_rpc_client **out,
                           th_error *err)
 {
+    return th_rpc_client_connect_opts(addr, NULL, out, err);
+}
+
+int th_rpc_client_connect_opts(const char *addr,
+                               const th_rpc_client_opts *opts,
+                               th_rpc_client **out, th_error *err)
+{
     const char *path;
-    int rc = th_rpc_parse_addr(addr, &path, err);
-    if (rc)
-        return rc;
+    char def[128];
+    bool is_default = !addr || !*addr;
+    int rc;
+    if (is_default) {
+        if ((rc = th_sock_default_addr(def, sizeof def, err)))
+            return rc;
+        addr = def;
+    }
+    if ((rc = th_sock_addr_path(addr, &path, err))) {
+        if (err) /* the message stays; a bad address is the caller's */
+            err->code = TH_EINVAL;
+        return TH_EINVAL;
+    }
     th_rpc_client *c = calloc(1, sizeof *c);
     if (!c)
         return th_error_set(err, TH_ENOMEM, "out of memory");
@@ -56,8 +111,18 @@ int th_rpc_client_connect(const char *addr, th_rpc_client **out,
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
     if (connect(c->fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        rc = th_error_set(err, TH_EIO, "cannot connect to unix:%s: %s", path,
-                          strerror(errno));
+        int e = errno;
+        rc = th_error_set(err, TH_EIO, "cannot connect to unix:%s%s: %s%s",
+                          path, is_default ? " (the default address)" : "",
+                          strerror(e),
+                          e == ENOENT || e == ECONNREFUSED
+                              ? " (is `toolhost serve` running there?)"
+                              : "");
+        close(c->fd);
+        free(c);
+        return rc;
+    }
+    if ((rc = check_peer(c->fd, path, opts, err))) {
         close(c->fd);
         free(c);
         return rc;

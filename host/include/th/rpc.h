@@ -183,9 +183,25 @@ typedef struct th_rpc_reply {
 } th_rpc_reply;
 void th_rpc_reply_free(th_rpc_reply *r);
 
-/* Connects to "unix:PATH".  0, or TH_EINVAL/TH_EIO/TH_ENOMEM. */
+/* Connects to "unix:PATH" (NULL or "": the default address of
+ * th/sockpath.h) and checks who runs the server (SO_PEERCRED) before
+ * anything is sent: it must be root or the caller's own effective uid.
+ * 0, or TH_EINVAL/TH_EIO/TH_ENOMEM, or TH_EPERM ("refusing to talk to
+ * unix:PATH owned by uid N (expected ...)") with the connection closed. */
 int th_rpc_client_connect(const char *addr, th_rpc_client **out,
                           th_error *err);
+
+/* Whose server a client accepts. */
+typedef struct th_rpc_client_opts {
+    bool any_server;  /* skip the uid check */
+    bool server_uid_set;
+    uint32_t server_uid; /* accept this uid (and only it) when set */
+} th_rpc_client_opts;
+
+/* th_rpc_client_connect() with opts (NULL: root or the caller's uid). */
+int th_rpc_client_connect_opts(const char *addr,
+                               const th_rpc_client_opts *opts,
+                               th_rpc_client **out, th_error *err);
 void th_rpc_client_close(th_rpc_client *c);
 
 void th_rpc_client_on_permission(th_rpc_client *c, th_rpc_permission_fn fn,
