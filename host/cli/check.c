@@ -299,7 +299,6 @@ static int run_checks(const char *path, int fd, const char *config_json,
     th_plugin_unref(p);
     if (pre)
         dlclose(pre);
-    stage(ST_DONE);
     return errors ? CLI_FAILED : CLI_OK;
 }
 
@@ -462,6 +461,7 @@ int cli_check(int argc, char **argv)
         sandbox(path, timeout_s, memory_mb);
         int rc = run_checks(path, fd, config_json, &lo);
         fflush(stdout);
+        stage(ST_DONE);
         _exit(rc);
     }
     close(outp[1]);

@@ -816,6 +816,13 @@ int th_plugin_open(const char *path, const th_load_opts *opts,
         const char *e = dlerror();
         char why[512];
         snprintf(why, sizeof why, "%s", e ? e : "unknown dlopen error");
+        size_t dl = strlen(dlpath);
+        if (opts->has_fd && strncmp(why, dlpath, dl) == 0) {
+            /* Name the file as the user gave it, not /proc/self/fd/N. */
+            char tail[512];
+            snprintf(tail, sizeof tail, "%s", why + dl);
+            snprintf(why, sizeof why, "%s%s", file, tail);
+        }
         if (!is_elf_fd(fd))
             rc = th_error_set(err, TH_ELOAD, "%s: not a shared object: %s",
                               path, why);

@@ -121,8 +121,28 @@ static void test_good_unchanged(void)
     CU_ASSERT_EQUAL(r.status, 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "init failed: database unreachable"));
     CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "1 error, 0 warnings"));
+    CU_ASSERT_PTR_NULL(strstr(r.out, "failed: 1 problem"));
     th_test_run_free(&r);
     free(f);
+    /* A file that is not a plugin: the loader's words, nothing more (and
+     * the file named as given, not as the child opened it). */
+    char *dir = th_test_tmpdir();
+    char *t = th_test_write_file(dir, "text.so",
+                                 "not an ELF file, but long enough for the "
+                                 "dynamic loader to read a whole ELF "
+                                 "header from it and say so\n",
+                                 (size_t)-1);
+    RUN(r, "check", t);
+    CU_ASSERT_EQUAL(r.status, 1);
+    snprintf(want, sizeof want,
+             "%s: not a shared object: %s: invalid ELF header\n"
+             "%s: not loadable: 1 problem\n",
+             t, t, t);
+    CU_ASSERT_STRING_EQUAL(r.out, want);
+    th_test_run_free(&r);
+    free(t);
+    th_test_rmtree(dir);
+    free(dir);
 }
 
 /* The path is checked by the parent, before any plugin code: a link in a
