@@ -219,6 +219,11 @@ static void sandbox(const char *path, unsigned timeout_s, unsigned memory_mb)
                     "'nobody' (%s); the plugin runs as root\n", path,
                     pw ? strerror(errno) : "no such user");
     }
+    /* A crash must end the child by its signal, for the parent to name
+     * it (a sanitizer build has handlers of its own). */
+    static const int deadly[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+    for (size_t i = 0; i < sizeof deadly / sizeof deadly[0]; i++)
+        signal(deadly[i], SIG_DFL);
     (void)prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
     (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 }
