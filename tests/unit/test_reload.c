@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <msgpack.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -1227,6 +1228,7 @@ static void test_copy_is_checked_file(void)
 typedef struct flipper {
     const char *link, *a, *b;
     atomic_int stop;
+    atomic_int started;
     long flips;
 } flipper;
 
@@ -1237,6 +1239,7 @@ static void *flip_thread(void *arg)
     for (unsigned i = 0; !atomic_load(&fl->stop) && time(NULL) < end; i++) {
         if (flip_link(i % 2 ? fl->b : fl->a, fl->link, 2) == 0)
             fl->flips++;
+        atomic_store(&fl->started, 1);
     }
     return NULL;
 }
@@ -1251,13 +1254,18 @@ static void test_link_flip_race(void)
     links_setup(&f, good, evil, sizeof good);
     flipper fl = {.link = f.so, .a = good, .b = evil};
     atomic_init(&fl.stop, 0);
+    atomic_init(&fl.started, 0);
     pthread_t th;
     CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, flip_thread, &fl), 0);
     int bad = 0, refused = 0, loads = 0, rounds = 300;
     int64_t end = (int64_t)time(NULL) + 20;
+    /* Reloads are quick: start once the thread flips, and go on past the
+     * 300 until some reloads met the other link (20 s at most). */
+    while (atomic_load(&fl.started) == 0 && time(NULL) < end)
+        sched_yield();
     int i;
     th_log_set_fd(-1); /* the refusals are expected */
-    for (i = 0; i < rounds && time(NULL) < end; i++) {
+    for (i = 0; (i < rounds || refused < 20) && time(NULL) < end; i++) {
         th_reload_result res;
         uint64_t g0 = gen_of(&f);
         int rc = th_reload_now(f.r, &res);
@@ -1274,7 +1282,7 @@ static void test_link_flip_race(void)
     atomic_store(&fl.stop, 1);
     pthread_join(th, NULL);
     fprintf(stderr, "\n  link flip race: %d reloads, %ld flips, %d refused, "
-            "%d new generations, %d loaded the other plugin\n",
+            "%d new generations, %d rounds answered by the other plugin\n",
             i, fl.flips, refused, loads, bad);
     CU_ASSERT_EQUAL(bad, 0);
     CU_ASSERT(!marker_has(&f, "init B"));
