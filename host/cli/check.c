@@ -1,20 +1,43 @@
 /* check.c - `toolhost check PLUGIN.so` (lint a plugin without a config)
  * and `toolhost config check FILE` (validate a config, loading its
- * plugins). */
+ * plugins).
+ *
+ * `check` runs the plugin's code (its constructors, the entry point,
+ * init(), fini()) in a child process, never in the checking one: the file
+ * is opened and its path checked here (no plugin code runs for that), then
+ * a forked child limits itself (no new privileges, no core dumps, CPU
+ * seconds, address space, open files; when run as root it becomes
+ * `nobody`), loads the plugin from the checked fd and prints its findings
+ * into a pipe that the parent copies to stdout.  A second pipe tells the
+ * parent which stage the child is in, so a child killed by a signal, or by
+ * the parent when it runs out of time, is reported as "init crashed with
+ * SIGSEGV", "constructor crashed with SIGABRT", "init did not return
+ * within 10 s".
+ */
+#include <dlfcn.h>
 #include <elf.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <grp.h>
+#include <poll.h>
+#include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "th/json.h"
 
 static const char check_usage[] =
-    "usage: toolhost check [--config JSON] [--allow-insecure] PLUGIN.so\n"
+    "usage: toolhost check [--config JSON] [--allow-insecure] [--timeout S]\n"
+    "                      [--memory MB] PLUGIN.so\n"
     "\n"
     "Lints a plugin without a host config: the file is a shared object, it\n"
     "exports the entry symbol (and nothing else: other exported symbols are\n"
@@ -24,9 +47,18 @@ static const char check_usage[] =
     "--config when the plugin has required config keys). Prints each\n"
     "problem; exits 1 on any error, 0 otherwise.\n"
     "\n"
+    "The plugin's code runs in a child process with no new privileges, no\n"
+    "core dumps and limits on CPU time, memory and open files (as user\n"
+    "'nobody' when check runs as root); a crash or a hang is reported as an\n"
+    "error.\n"
+    "\n"
     "Options:\n"
     "      --config JSON     the plugin's config block, as a JSON object\n"
     "      --allow-insecure  skip the writable-by-others check\n"
+    "      --timeout S       wall-clock seconds the plugin may take to load,\n"
+    "                        init and fini (default 10; then it is killed)\n"
+    "      --memory MB       address space of the child (default 2048; 0: no\n"
+    "                        limit)\n"
     "  -h, --help            this help\n";
 
 /* Symbols every shared object exports that the plugin author did not
@@ -42,20 +74,15 @@ static bool symbol_expected(const char *name)
 }
 
 /* Warns about every defined, exported symbol but the entry point (reads
- * the ELF .dynsym of a 64-bit object).  Returns the number of warnings. */
-static int check_exports(const char *path)
+ * the ELF .dynsym of a 64-bit object, from the open file `fd`).  Returns
+ * the number of warnings. */
+static int check_exports(int fd, const char *path)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
     struct stat st;
-    if (fstat(fd, &st) != 0 || (size_t)st.st_size < sizeof(Elf64_Ehdr)) {
-        close(fd);
+    if (fstat(fd, &st) != 0 || (size_t)st.st_size < sizeof(Elf64_Ehdr))
         return 0;
-    }
     size_t size = (size_t)st.st_size;
     const uint8_t *m = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
     if (m == MAP_FAILED)
         return 0;
     int warnings = 0;
@@ -110,47 +137,121 @@ static void print_problem(void *ud, const char *msg)
     printf("%s\n", msg);
 }
 
-int cli_check(int argc, char **argv)
+#define CHECK_TIMEOUT_S 10
+#define CHECK_MEMORY_MB 2048
+#define CHECK_MAX_FILES 256
+
+/* The stages the child reports (one byte each on the stage pipe). */
+enum {
+    ST_CTOR = 'c',  /* dlopen(): relocation and the constructors */
+    ST_ENTRY = 'e', /* the entry point, the descriptor checks */
+    ST_INIT = 'i',  /* init() */
+    ST_FINI = 'f',  /* fini(), dlclose() and the destructors */
+    ST_DONE = 'd',  /* the report is written; exiting */
+};
+
+static const char *stage_name(int st)
 {
-    static const struct option opts[] = {
-        {"config", required_argument, NULL, 'c'},
-        {"allow-insecure", no_argument, NULL, 'i'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0}};
-    const char *config_json = NULL;
-    th_load_opts lo;
-    memset(&lo, 0, sizeof lo);
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'c':
-            config_json = optarg;
-            break;
-        case 'i':
-            lo.allow_insecure = true;
-            break;
-        case 'h':
-            fputs(check_usage, stdout);
-            return CLI_OK;
-        default:
-            fputs(check_usage, stderr);
-            return CLI_USAGE;
-        }
+    switch (st) {
+    case ST_CTOR: return "constructor";
+    case ST_ENTRY: return "entry point";
+    case ST_INIT: return "init";
+    case ST_FINI: return "fini";
+    case ST_DONE: return "exit handler";
     }
-    if (optind + 1 != argc) {
-        cli_error("check: give one plugin file");
-        fputs(check_usage, stderr);
-        return CLI_USAGE;
+    return "loader"; /* before the first stage: setting up */
+}
+
+static const char *signal_name(int sig)
+{
+    switch (sig) {
+    case SIGSEGV: return "SIGSEGV";
+    case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGILL: return "SIGILL";
+    case SIGKILL: return "SIGKILL";
+    case SIGTERM: return "SIGTERM";
+    case SIGXCPU: return "SIGXCPU";
+    case SIGXFSZ: return "SIGXFSZ";
+    case SIGSYS: return "SIGSYS";
+    case SIGTRAP: return "SIGTRAP";
+    case SIGPIPE: return "SIGPIPE";
     }
-    const char *path = argv[optind];
+    return NULL;
+}
+
+static int stage_fd = -1;
+
+static void stage(int st)
+{
+    char c = (char)st;
+    if (stage_fd >= 0)
+        while (write(stage_fd, &c, 1) < 0 && errno == EINTR)
+            ;
+}
+
+/* The limits the child puts on itself before any plugin code runs. */
+static void sandbox(const char *path, unsigned timeout_s, unsigned memory_mb)
+{
+    struct rlimit rl;
+    rl.rlim_cur = rl.rlim_max = 0;
+    (void)setrlimit(RLIMIT_CORE, &rl);
+    rl.rlim_cur = rl.rlim_max = (rlim_t)timeout_s + 1;
+    (void)setrlimit(RLIMIT_CPU, &rl);
+    rl.rlim_cur = rl.rlim_max = CHECK_MAX_FILES;
+    (void)setrlimit(RLIMIT_NOFILE, &rl);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    (void)memory_mb; /* the sanitizers reserve terabytes of address space */
+#else
+    if (memory_mb) {
+        rl.rlim_cur = rl.rlim_max = (rlim_t)memory_mb << 20;
+        (void)setrlimit(RLIMIT_AS, &rl);
+    }
+#endif
+    if (geteuid() == 0) {
+        /* Run the plugin as nobody: an untrusted .so checked as root must
+         * not run as root.  The file is already open. */
+        struct passwd *pw = getpwnam("nobody");
+        if (!pw || setgroups(0, NULL) != 0 || setgid(pw->pw_gid) != 0 ||
+            setuid(pw->pw_uid) != 0)
+            fprintf(stderr, "toolhost: check %s: warning: cannot become user "
+                    "'nobody' (%s); the plugin runs as root\n", path,
+                    pw ? strerror(errno) : "no such user");
+    }
+    /* A crash must end the child by its signal, for the parent to name
+     * it (a sanitizer build has handlers of its own). */
+    static const int deadly[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+    for (size_t i = 0; i < sizeof deadly / sizeof deadly[0]; i++)
+        signal(deadly[i], SIG_DFL);
+    (void)prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+    (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+}
+
+/* The checks that run plugin code; in the child.  Returns the exit
+ * status. */
+static int run_checks(const char *path, int fd, const char *config_json,
+                      th_load_opts *lo)
+{
     int errors = 0;
-    lo.on_problem = print_problem;
-    lo.problem_ud = &errors;
+    lo->on_problem = print_problem;
+    lo->problem_ud = &errors;
+    lo->has_fd = true;
+    lo->fd = fd;
     th_error err;
     th_error_clear(&err);
     th_plugin *p = NULL;
-    if (th_plugin_open(path, &lo, &p, &err) != 0) {
+    /* dlopen() first on its own, so a crash in a constructor is told
+     * apart from one in the entry point; the loader's dlopen() of the
+     * same name then takes this object. */
+    char self[64];
+    snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+    stage(ST_CTOR);
+    void *pre = dlopen(self, RTLD_NOW | RTLD_LOCAL);
+    stage(ST_ENTRY);
+    if (th_plugin_open(path, lo, &p, &err) != 0) {
+        if (pre)
+            dlclose(pre);
         /* Problems that let the checks go on were printed already; the
          * ones that stop everything come back here. */
         if (errors == 0)
@@ -159,7 +260,7 @@ int cli_check(int argc, char **argv)
                errors > 1 ? "s" : "");
         return CLI_FAILED;
     }
-    int warnings = check_exports(p->load_path ? p->load_path : path);
+    int warnings = check_exports(fd, path);
     for (size_t i = 0; i < p->n_tools; i++) {
         const th_tool *t = &p->tools[i];
         if (!t->long_description)
@@ -184,9 +285,12 @@ int cli_check(int argc, char **argv)
         if (!cj || !json_is_object(cj) || th_json_to_msgpack(cj, &cfg) != 0) {
             printf("%s: error: --config must be a JSON object\n", path);
             errors++;
-        } else if (th_plugin_init(p, cfg.data, cfg.len, &err) != 0) {
-            printf("%s\n", err.msg);
-            errors++;
+        } else {
+            stage(ST_INIT);
+            if (th_plugin_init(p, cfg.data, cfg.len, &err) != 0) {
+                printf("%s\n", err.msg);
+                errors++;
+            }
         }
         json_decref(cj);
         th_buf_free(&cfg);
@@ -195,8 +299,209 @@ int cli_check(int argc, char **argv)
            p->name, p->version && *p->version ? p->version : "(no version)",
            p->n_tools, p->n_tools == 1 ? "" : "s", errors,
            errors == 1 ? "" : "s", warnings, warnings == 1 ? "" : "s");
+    fflush(stdout);
+    stage(ST_FINI);
     th_plugin_unref(p);
+    if (pre)
+        dlclose(pre);
     return errors ? CLI_FAILED : CLI_OK;
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Copies the child's report to stdout and follows its stages until both
+ * pipes end or time runs out.  Returns false on timeout. */
+static bool follow_child(int out, int st, int64_t deadline, int *last)
+{
+    struct pollfd pf[2] = {{out, POLLIN, 0}, {st, POLLIN, 0}};
+    char buf[4096];
+    while (pf[0].fd >= 0 || pf[1].fd >= 0) {
+        int64_t left = deadline - mono_ms();
+        if (left <= 0)
+            return false;
+        int n = poll(pf, 2, (int)(left > 1000 ? 1000 : left));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return true;
+        for (int i = 0; i < 2; i++) {
+            if (pf[i].fd < 0 || !(pf[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            ssize_t r = read(pf[i].fd, buf, sizeof buf);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0) {
+                pf[i].fd = -1;
+                continue;
+            }
+            if (i == 0)
+                fwrite(buf, 1, (size_t)r, stdout);
+            else
+                *last = (unsigned char)buf[r - 1];
+        }
+    }
+    return true;
+}
+
+/* Waits for the child at most until `deadline`; kills it then. */
+static int reap(pid_t pid, int64_t deadline, bool *killed)
+{
+    int status = 0;
+    for (;;) {
+        pid_t w = waitpid(pid, &status, WNOHANG);
+        if (w == pid)
+            return status;
+        if (w < 0 && errno != EINTR)
+            return 0;
+        if (mono_ms() >= deadline) {
+            kill(pid, SIGKILL);
+            *killed = true;
+            while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+                ;
+            return status;
+        }
+        struct timespec ts = {0, 10 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static bool parse_uint(const char *s, unsigned max, unsigned *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-' || v > max)
+        return false;
+    *out = (unsigned)v;
+    return true;
+}
+
+int cli_check(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"config", required_argument, NULL, 'c'},
+        {"allow-insecure", no_argument, NULL, 'i'},
+        {"timeout", required_argument, NULL, 't'},
+        {"memory", required_argument, NULL, 'm'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    const char *config_json = NULL;
+    unsigned timeout_s = CHECK_TIMEOUT_S, memory_mb = CHECK_MEMORY_MB;
+    th_load_opts lo;
+    memset(&lo, 0, sizeof lo);
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c':
+            config_json = optarg;
+            break;
+        case 'i':
+            lo.allow_insecure = true;
+            break;
+        case 't':
+            if (!parse_uint(optarg, 3600, &timeout_s) || timeout_s == 0) {
+                cli_error("check: --timeout wants seconds, 1 to 3600");
+                return CLI_USAGE;
+            }
+            break;
+        case 'm':
+            if (!parse_uint(optarg, 1u << 20, &memory_mb)) {
+                cli_error("check: --memory wants megabytes (0: no limit)");
+                return CLI_USAGE;
+            }
+            break;
+        case 'h':
+            fputs(check_usage, stdout);
+            return CLI_OK;
+        default:
+            fputs(check_usage, stderr);
+            return CLI_USAGE;
+        }
+    }
+    if (optind + 1 != argc) {
+        cli_error("check: give one plugin file");
+        fputs(check_usage, stderr);
+        return CLI_USAGE;
+    }
+    const char *path = argv[optind];
+
+    /* Open and check the file here: no plugin code runs for that. */
+    th_error err;
+    th_error_clear(&err);
+    int fd = -1;
+    if (th_plugin_file_open(path, NULL, !lo.allow_insecure, &fd, &err) != 0) {
+        printf("%s\n", err.msg);
+        printf("%s: not loadable: 1 problem\n", path);
+        return CLI_FAILED;
+    }
+    int outp[2], stp[2];
+    if (pipe2(outp, O_CLOEXEC) != 0 || pipe2(stp, O_CLOEXEC) != 0) {
+        cli_error("check: pipe: %s", strerror(errno));
+        close(fd);
+        return CLI_FAILED;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        cli_error("check: fork: %s", strerror(errno));
+        close(fd);
+        close(outp[0]), close(outp[1]), close(stp[0]), close(stp[1]);
+        return CLI_FAILED;
+    }
+    if (pid == 0) {
+        close(outp[0]);
+        close(stp[0]);
+        if (dup2(outp[1], STDOUT_FILENO) < 0)
+            _exit(CLI_FAILED);
+        close(outp[1]);
+        setvbuf(stdout, NULL, _IOLBF, 0); /* nothing lost to a crash */
+        stage_fd = stp[1];
+        sandbox(path, timeout_s, memory_mb);
+        int rc = run_checks(path, fd, config_json, &lo);
+        fflush(stdout);
+        stage(ST_DONE);
+        _exit(rc);
+    }
+    close(outp[1]);
+    close(stp[1]);
+    int64_t deadline = mono_ms() + (int64_t)timeout_s * 1000;
+    int last = 0;
+    bool in_time = follow_child(outp[0], stp[0], deadline, &last);
+    close(outp[0]);
+    close(stp[0]);
+    close(fd);
+    bool killed = false;
+    int status = reap(pid, in_time ? deadline + 1000 : 0, &killed);
+    fflush(stdout);
+    if (killed) {
+        printf("%s: %s did not return within %u s (the check killed it)\n",
+               path, stage_name(last), timeout_s);
+    } else if (WIFSIGNALED(status)) {
+        int sig = WTERMSIG(status);
+        const char *name = signal_name(sig);
+        if (sig == SIGXCPU)
+            printf("%s: %s used more than %u s of CPU (killed with SIGXCPU)\n",
+                   path, stage_name(last), timeout_s + 1);
+        else if (name)
+            printf("%s: %s crashed with %s\n", path, stage_name(last), name);
+        else
+            printf("%s: %s crashed with signal %d\n", path, stage_name(last),
+                   sig);
+    } else if (WIFEXITED(status) && last != ST_DONE) {
+        printf("%s: %s ended the process (exit status %d)\n", path,
+               stage_name(last), WEXITSTATUS(status));
+    } else if (WIFEXITED(status)) {
+        return WEXITSTATUS(status) == CLI_OK ? CLI_OK : CLI_FAILED;
+    }
+    printf("%s: failed: 1 problem\n", path);
+    return CLI_FAILED;
 }
 
 static const char config_usage[] =

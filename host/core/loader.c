@@ -3,10 +3,12 @@
  * into host-owned th_plugin/th_tool/th_param, calls init(), and keeps the
  * generation alive by reference count until its last call ends.
  *
- * Order of checks (each failure is TH_ELOAD, "PATH: reason"): the file
- * exists; it and every folder above it are not writable by group or
- * others (sticky folders such as /tmp are fine) and are owned by root or
- * us (unless allow_insecure); dlopen(RTLD_NOW|RTLD_LOCAL)
+ * Order of checks (each failure is TH_ELOAD, "PATH: reason"): the file is
+ * opened once by th_plugin_file_open(), which walks the path as written
+ * without following a link it has not checked: every folder on the way,
+ * every link and the file are owned by root or us and not writable by
+ * group or others (sticky folders such as /tmp are fine) unless
+ * allow_insecure; dlopen(RTLD_NOW|RTLD_LOCAL)
  * (a copy of dlerror() kept; "not a shared object" when the file is not
  * ELF); the entry symbol; struct_size read first, then abi_major, then
  * struct_size against the ABI 1.0 size; name and description; every tool.
@@ -193,72 +195,290 @@ void th_plugin_unref(th_plugin *p)
 
 /* ---- checks -------------------------------------------------------------------- */
 
-/* Refuses a file or folder that others could change under us. */
+/* Refuses a file or folder that others could change under us (`st` is
+ * what was opened; `name` how messages call it). */
 static int check_owner_mode(const char *shown, const char *what,
-                            const char *path, th_error *err)
+                            const char *name, const struct stat *st,
+                            th_error *err)
 {
-    struct stat st;
-    if (stat(path, &st) != 0)
-        return th_error_set(err, TH_ELOAD, "%s: cannot read %s %s: %s", shown,
-                            what, path, strerror(errno));
-    bool is_dir = S_ISDIR(st.st_mode);
-    if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(is_dir && (st.st_mode & S_ISVTX)))
+    bool is_dir = S_ISDIR(st->st_mode);
+    if ((st->st_mode & (S_IWGRP | S_IWOTH)) &&
+        !(is_dir && (st->st_mode & S_ISVTX)))
         return th_error_set(err, TH_ELOAD,
                             "%s: refused: the %s %s is writable by %s (mode "
                             "%04o), so another user could change the code "
                             "the host runs; fix it with 'chmod go-w %s', or "
                             "set 'allow_insecure: true' for this plugin",
-                            shown, what, path,
-                            (st.st_mode & S_IWOTH) ? "others" : "its group",
-                            (unsigned)(st.st_mode & 07777), path);
-    if (st.st_uid != 0 && st.st_uid != geteuid())
+                            shown, what, name,
+                            (st->st_mode & S_IWOTH) ? "others" : "its group",
+                            (unsigned)(st->st_mode & 07777), name);
+    if (st->st_uid != 0 && st->st_uid != geteuid())
         return th_error_set(err, TH_ELOAD,
                             "%s: refused: the %s %s belongs to another user "
                             "(uid %u), who could change the code the host "
                             "runs; give it to root or to uid %u, or set "
                             "'allow_insecure: true' for this plugin",
-                            shown, what, path, (unsigned)st.st_uid,
+                            shown, what, name, (unsigned)st->st_uid,
                             (unsigned)geteuid());
     return 0;
 }
 
-static int check_file_safety(const char *path, th_error *err)
+/* Links followed at most while walking one path (as the kernel's 40). */
+#define MAX_LINKS 40
+
+/* The walk of th_plugin_file_open(): `dir` is the folder reached so far
+ * (an O_PATH fd, checked), `where` its name as walked, `todo` what is
+ * left of the path. */
+typedef struct walk {
+    const char *shown;
+    int dir;
+    char where[PATH_MAX];
+    char todo[2 * PATH_MAX];
+    int links;
+} walk;
+
+static int walk_set_dir(walk *w, int fd, const char *where, th_error *err)
 {
-    char real[PATH_MAX];
-    if (!realpath(path, real))
-        return th_error_set(err, TH_ELOAD, "%s: cannot open: %s", path,
-                            strerror(errno));
-    int rc = check_owner_mode(path, "file", real, err);
-    if (rc)
-        return rc;
-    /* Every folder up to the root: whoever can rename one of them can
-     * swap the file (as ssh's StrictModes does). */
-    char dir[PATH_MAX];
-    memcpy(dir, real, sizeof dir);
-    for (;;) {
-        char *slash = strrchr(dir, '/');
-        if (!slash)
-            break;
-        if (slash == dir)
-            slash[1] = '\0'; /* "/" itself */
-        else
-            *slash = '\0';
-        if ((rc = check_owner_mode(path, "folder", dir, err)))
-            return rc;
-        if (slash == dir)
-            break;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return th_error_set(err, TH_ELOAD, "%s: cannot read the folder %s: %s",
+                            w->shown, where, strerror(e));
     }
+    int rc = check_owner_mode(w->shown, "folder", where, &st, err);
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    if (w->dir >= 0)
+        close(w->dir);
+    w->dir = fd;
+    if (where != w->where)
+        snprintf(w->where, sizeof w->where, "%s", where);
     return 0;
 }
 
-static bool is_elf(const char *path)
+static int walk_root(walk *w, th_error *err)
+{
+    int fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return th_error_set(err, TH_ELOAD, "%s: cannot open the folder /: %s",
+                            w->shown, strerror(errno));
+    return walk_set_dir(w, fd, "/", err);
+}
+
+/* "where/name" into buf (cut at cap: only for messages and the walk's
+ * own bound, checked by the caller). */
+static void join(char *buf, size_t cap, const char *where, const char *name)
+{
+    size_t n = strlen(where), m = strlen(name);
+    bool slash = !(n && where[n - 1] == '/');
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(buf, where, n);
+    if (slash && n + 1 < cap)
+        buf[n++] = '/';
+    if (m > cap - 1 - n)
+        m = cap - 1 - n;
+    memcpy(buf + n, name, m);
+    buf[n + m] = '\0';
+}
+
+int th_plugin_file_open(const char *path, const char *shown, bool check,
+                        int *fd_out, th_error *err)
+{
+    *fd_out = -1;
+    if (!shown)
+        shown = path;
+    struct stat st;
+    if (!check) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+        if (fd < 0)
+            return th_error_set(err, TH_ELOAD, "%s: cannot open: %s", shown,
+                                strerror(errno));
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            close(fd);
+            return th_error_set(err, TH_ELOAD, "%s: cannot open: not a "
+                                "regular file", shown);
+        }
+        *fd_out = fd;
+        return 0;
+    }
+    walk *w = calloc(1, sizeof *w);
+    if (!w)
+        return th_error_set(err, TH_ENOMEM, "%s: out of memory", shown);
+    w->shown = shown;
+    w->dir = -1;
+    int rc = 0, fd = -1;
+    if (path[0] == '/') {
+        snprintf(w->todo, sizeof w->todo, "%s", path);
+    } else {
+        char cwd[PATH_MAX];
+        if (!getcwd(cwd, sizeof cwd)) {
+            rc = th_error_set(err, TH_ELOAD, "%s: cannot open: the current "
+                              "folder: %s", shown, strerror(errno));
+            goto out;
+        }
+        join(w->todo, sizeof w->todo, cwd, path);
+    }
+    if (strlen(w->todo) >= PATH_MAX) {
+        rc = th_error_set(err, TH_ELOAD, "%s: cannot open: %s", shown,
+                          strerror(ENAMETOOLONG));
+        goto out;
+    }
+    if ((rc = walk_root(w, err)))
+        goto out;
+    char *p = w->todo;
+    for (;;) {
+        while (*p == '/')
+            p++;
+        if (!*p) {
+            rc = th_error_set(err, TH_ELOAD, "%s: cannot open: %s", shown,
+                              strerror(EISDIR));
+            goto out;
+        }
+        char name[NAME_MAX + 1];
+        size_t len = strcspn(p, "/");
+        if (len > NAME_MAX) {
+            rc = th_error_set(err, TH_ELOAD, "%s: cannot open: %s", shown,
+                              strerror(ENAMETOOLONG));
+            goto out;
+        }
+        memcpy(name, p, len);
+        name[len] = '\0';
+        p += len;
+        while (*p == '/')
+            p++;
+        bool last = *p == '\0';
+        if (strcmp(name, ".") == 0) {
+            if (last) {
+                rc = th_error_set(err, TH_ELOAD, "%s: cannot open: %s", shown,
+                                  strerror(EISDIR));
+                goto out;
+            }
+            continue;
+        }
+        char next[PATH_MAX];
+        if (strcmp(name, "..") == 0) {
+            snprintf(next, sizeof next, "%s", w->where);
+            char *slash = strrchr(next, '/');
+            if (slash == next)
+                slash[1] = '\0';
+            else if (slash)
+                *slash = '\0';
+        } else {
+            join(next, sizeof next, w->where, name);
+        }
+        int c = openat(w->dir, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        if (c < 0 || fstat(c, &st) != 0) {
+            rc = th_error_set(err, TH_ELOAD, "%s: cannot open: %s", shown,
+                              strerror(errno));
+            if (c >= 0)
+                close(c);
+            goto out;
+        }
+        if (S_ISLNK(st.st_mode)) {
+            /* Its folder was checked when the walk entered it; the link
+             * itself must be ours or root's (in a sticky folder anyone
+             * may own one). */
+            if (st.st_uid != 0 && st.st_uid != geteuid()) {
+                close(c);
+                rc = th_error_set(err, TH_ELOAD,
+                                  "%s: refused: the symlink %s belongs to "
+                                  "another user (uid %u), who could point it "
+                                  "at other code; give it to root or to uid "
+                                  "%u, or set 'allow_insecure: true' for this "
+                                  "plugin",
+                                  shown, next, (unsigned)st.st_uid,
+                                  (unsigned)geteuid());
+                goto out;
+            }
+            if (++w->links > MAX_LINKS) {
+                close(c);
+                rc = th_error_set(err, TH_ELOAD, "%s: cannot open: %s", shown,
+                                  strerror(ELOOP));
+                goto out;
+            }
+            char target[PATH_MAX];
+            ssize_t n = readlinkat(c, "", target, sizeof target - 1);
+            int e = errno;
+            close(c);
+            if (n <= 0 || (size_t)n >= sizeof target - 1) {
+                rc = th_error_set(err, TH_ELOAD, "%s: cannot read the symlink "
+                                  "%s: %s", shown, next,
+                                  strerror(n < 0 ? e : ENAMETOOLONG));
+                goto out;
+            }
+            target[n] = '\0';
+            char rest[2 * PATH_MAX];
+            snprintf(rest, sizeof rest, "%s%s%s", target, *p ? "/" : "", p);
+            if (strlen(rest) >= PATH_MAX) {
+                rc = th_error_set(err, TH_ELOAD, "%s: cannot open: %s", shown,
+                                  strerror(ENAMETOOLONG));
+                goto out;
+            }
+            memcpy(w->todo, rest, strlen(rest) + 1);
+            p = w->todo;
+            if (target[0] == '/' && (rc = walk_root(w, err)))
+                goto out;
+            continue;
+        }
+        if (S_ISDIR(st.st_mode)) {
+            if (last) {
+                close(c);
+                rc = th_error_set(err, TH_ELOAD, "%s: cannot open: %s", shown,
+                                  strerror(EISDIR));
+                goto out;
+            }
+            if ((rc = walk_set_dir(w, c, next, err)))
+                goto out;
+            continue;
+        }
+        close(c);
+        if (!last) {
+            rc = th_error_set(err, TH_ELOAD, "%s: cannot open: %s", shown,
+                              strerror(ENOTDIR));
+            goto out;
+        }
+        if (!S_ISREG(st.st_mode)) {
+            rc = th_error_set(err, TH_ELOAD, "%s: cannot open: not a regular "
+                              "file", shown);
+            goto out;
+        }
+        if ((rc = check_owner_mode(shown, "file", next, &st, err)))
+            goto out;
+        /* The folder is one only root or we may change: the name still
+         * means the file just checked; compare to be sure. */
+        fd = openat(w->dir, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+        struct stat st2;
+        if (fd < 0 || fstat(fd, &st2) != 0) {
+            rc = th_error_set(err, TH_ELOAD, "%s: cannot open: %s", shown,
+                              strerror(errno));
+            goto out;
+        }
+        if (st2.st_dev != st.st_dev || st2.st_ino != st.st_ino) {
+            rc = th_error_set(err, TH_ELOAD, "%s: refused: the file %s was "
+                              "replaced while it was checked", shown, next);
+            goto out;
+        }
+        *fd_out = fd;
+        fd = -1;
+        break;
+    }
+out:
+    if (fd >= 0)
+        close(fd);
+    if (w->dir >= 0)
+        close(w->dir);
+    free(w);
+    return rc;
+}
+
+static bool is_elf_fd(int fd)
 {
     unsigned char magic[4] = {0};
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return true; /* let dlerror() speak */
-    ssize_t n = read(fd, magic, sizeof magic);
-    close(fd);
+    ssize_t n = pread(fd, magic, sizeof magic, 0);
     return n == 4 && memcmp(magic, "\177ELF", 4) == 0;
 }
 
@@ -487,22 +707,25 @@ static th_plugin *plugin_alloc(void)
  * truncated object can kill the process with SIGBUS, so look first. */
 bool th_elf_incomplete(const char *path)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return false; /* missing: not "being written", a real error */
+    bool inc = th_elf_incomplete_fd(fd);
+    close(fd);
+    return inc;
+}
+
+bool th_elf_incomplete_fd(int fd)
+{
     struct stat st;
     Elf64_Ehdr eh;
     bool inc = false;
-    if (fstat(fd, &st) != 0) {
-        close(fd);
+    if (fstat(fd, &st) != 0)
         return false;
-    }
     uint64_t size = (uint64_t)st.st_size;
     ssize_t n = pread(fd, &eh, sizeof eh, 0);
-    if (n < 0) {
-        close(fd);
+    if (n < 0)
         return false;
-    }
     if (size == 0) {
         inc = true;
     } else if ((size_t)n < SELFMAG) {
@@ -528,7 +751,6 @@ bool th_elf_incomplete(const char *path)
                 inc = true;
         }
     }
-    close(fd);
     return inc;
 }
 
@@ -542,43 +764,51 @@ int th_plugin_open(const char *path, const th_load_opts *opts,
     if (!path || !path[0])
         return th_error_set(err, TH_ELOAD, "a plugin path is empty");
     const char *file = opts->load_path ? opts->load_path : path;
-    int rc;
-    if (!opts->allow_insecure) {
-        if ((rc = check_file_safety(path, err)))
-            return rc;
-        if (file != path && (rc = check_file_safety(file, err)))
-            return rc;
-    } else {
-        struct stat st;
-        if (stat(file, &st) != 0)
-            return th_error_set(err, TH_ELOAD, "%s: cannot open: %s", path,
-                                strerror(errno));
+    int rc, fd = -1;
+    if (opts->has_fd) {
+        fd = opts->fd;
+    } else if ((rc = th_plugin_file_open(file, path, !opts->allow_insecure,
+                                         &fd, err))) {
+        return rc;
     }
 
     th_plugin *p = plugin_alloc();
-    if (!p)
-        return th_error_set(err, TH_ENOMEM, "%s: out of memory", path);
+    if (!p) {
+        rc = th_error_set(err, TH_ENOMEM, "%s: out of memory", path);
+        goto fail;
+    }
     if (!(p->path = strdup(path)) || !(p->load_path = strdup(file))) {
-        th_plugin_destroy(p);
-        return th_error_set(err, TH_ENOMEM, "%s: out of memory", path);
+        rc = th_error_set(err, TH_ENOMEM, "%s: out of memory", path);
+        goto fail;
     }
     if (opts->generation)
         p->generation = opts->generation;
 
-    /* dlopen() searches the library path for a name without a slash. */
+    /* What dlopen() maps.  With has_fd: the checked fd itself, by
+     * /proc/self/fd/N (see th_load_opts for why only there).  Otherwise
+     * the name just checked: every folder on the way (and every link) is
+     * one only root or the host's user may change (the walk refused the
+     * rest), so the name still means the file of `fd`; with load_path it
+     * is a private copy in the host's own 0700 folder.  dlopen() searches
+     * the library path for a name without a slash: add "./". */
     char dlpath[PATH_MAX];
-    if (snprintf(dlpath, sizeof dlpath, "%s%s", strchr(file, '/') ? "" : "./",
-                 file) >= (int)sizeof dlpath) {
-        th_plugin_destroy(p);
-        return th_error_set(err, TH_ELOAD, "%s: path too long", path);
+    int n;
+    if (opts->has_fd)
+        n = snprintf(dlpath, sizeof dlpath, "/proc/self/fd/%d", fd);
+    else
+        n = snprintf(dlpath, sizeof dlpath, "%s%s",
+                     strchr(file, '/') ? "" : "./", file);
+    if (n < 0 || n >= (int)sizeof dlpath) {
+        rc = th_error_set(err, TH_ELOAD, "%s: path too long", path);
+        goto fail;
     }
-    if (th_elf_incomplete(file)) {
-        th_plugin_destroy(p);
-        return th_error_set(err, TH_ELOAD,
-                            "%s: incomplete shared object (still being "
-                            "written?): its headers reach past the end of "
-                            "the file",
-                            path);
+    if (th_elf_incomplete_fd(fd)) {
+        rc = th_error_set(err, TH_ELOAD,
+                          "%s: incomplete shared object (still being "
+                          "written?): its headers reach past the end of "
+                          "the file",
+                          path);
+        goto fail;
     }
     dlerror();
     p->dl = dlopen(dlpath, RTLD_NOW | RTLD_LOCAL);
@@ -586,13 +816,24 @@ int th_plugin_open(const char *path, const th_load_opts *opts,
         const char *e = dlerror();
         char why[512];
         snprintf(why, sizeof why, "%s", e ? e : "unknown dlopen error");
-        th_plugin_destroy(p);
-        if (!is_elf(file))
-            return th_error_set(err, TH_ELOAD,
-                                "%s: not a shared object: %s", path, why);
-        return th_error_set(err, TH_ELOAD, "%s: cannot be loaded: %s", path,
-                            why);
+        size_t dl = strlen(dlpath);
+        if (opts->has_fd && strncmp(why, dlpath, dl) == 0) {
+            /* Name the file as the user gave it, not /proc/self/fd/N. */
+            char tail[512];
+            snprintf(tail, sizeof tail, "%s", why + dl);
+            snprintf(why, sizeof why, "%s%s", file, tail);
+        }
+        if (!is_elf_fd(fd))
+            rc = th_error_set(err, TH_ELOAD, "%s: not a shared object: %s",
+                              path, why);
+        else
+            rc = th_error_set(err, TH_ELOAD, "%s: cannot be loaded: %s", path,
+                              why);
+        goto fail;
     }
+    if (!opts->has_fd)
+        close(fd);
+    fd = -1;
     dlerror();
     void *sym = dlsym(p->dl, TOOLHOST_ENTRY_SYMBOL);
     if (!sym) {
@@ -618,6 +859,11 @@ int th_plugin_open(const char *path, const th_load_opts *opts,
     }
     *out = p;
     return 0;
+fail:
+    if (fd >= 0 && !opts->has_fd)
+        close(fd);
+    th_plugin_destroy(p);
+    return rc;
 }
 
 int th_plugin_builtin(const toolhost_plugin *desc, th_plugin **out,

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "th/buf.h"
 #include "th/log.h"
@@ -230,6 +231,8 @@ static th_gen *current_gen(th_reloader *r, const char *name) /* mu held */
     return NULL;
 }
 
+void (*th_reload_test_after_check)(const char *path);
+
 static const th_plugin_cfg *cfg_entry(const th_config *c, const char *name)
 {
     for (size_t i = 0; c && i < c->n_plugins; i++)
@@ -248,10 +251,21 @@ static int prepare(th_reloader *r, const th_config *cfg, const th_plugin_cfg *pc
     *gout = NULL;
     char *copy = NULL;
     th_file_id id;
-    int rc = th_copydir_copy(r->dir, pc->path, pc->name, gen, &copy, &id, err);
+    /* Open and check once, then copy from that fd: the copy is the file
+     * that passed, even if the path names another file a moment later
+     * (a link flipped, a file renamed over). */
+    int fd = -1;
+    int rc = th_plugin_file_open(pc->path, NULL, !pc->allow_insecure, &fd, err);
+    if (rc)
+        return rc;
+    if (th_reload_test_after_check)
+        th_reload_test_after_check(pc->path);
+    rc = th_copydir_copy_fd(r->dir, fd, pc->path, pc->name, gen, &copy, &id,
+                            err);
+    if (rc && (rc == TH_ESTATE || th_elf_incomplete_fd(fd)))
+        *incomplete = true;
+    close(fd);
     if (rc) {
-        if (rc == TH_ESTATE || th_elf_incomplete(pc->path))
-            *incomplete = true;
         if (rc == TH_EIO && err) /* as the loader says it */
             err->code = rc = TH_ELOAD;
         return rc;

@@ -192,30 +192,36 @@ int th_copydir_copy(th_copydir *d, const char *src, const char *name,
                     th_error *err)
 {
     *path_out = NULL;
-    int in = open(src, O_RDONLY | O_CLOEXEC);
+    int in = open(src, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (in < 0)
         return th_error_set(err, TH_EIO, "%s: cannot open: %s", src, strerror(errno));
+    int rc = th_copydir_copy_fd(d, in, src, name, generation, path_out, id_out,
+                                err);
+    close(in);
+    return rc;
+}
+
+int th_copydir_copy_fd(th_copydir *d, int in, const char *src, const char *name,
+                       uint64_t generation, char **path_out,
+                       th_file_id *id_out, th_error *err)
+{
+    *path_out = NULL;
     struct stat before, after;
-    if (fstat(in, &before) != 0 || !S_ISREG(before.st_mode)) {
-        close(in);
+    if (fstat(in, &before) != 0 || !S_ISREG(before.st_mode))
         return th_error_set(err, TH_EIO, "%s: not a regular file", src);
-    }
     char tmp[PATH_MAX];
-    if (snprintf(tmp, sizeof tmp, "%s/.tmp-XXXXXX", d->path) >= (int)sizeof tmp) {
-        close(in);
+    if (snprintf(tmp, sizeof tmp, "%s/.tmp-XXXXXX", d->path) >= (int)sizeof tmp)
         return th_error_set(err, TH_EIO, "%s: path too long", d->path);
-    }
     int out = mkostemp(tmp, O_CLOEXEC); /* mode 0600 */
-    if (out < 0) {
-        close(in);
+    if (out < 0)
         return th_error_set(err, TH_EIO, "%s: cannot create a copy in %s: %s",
                             src, d->path, strerror(errno));
-    }
     int rc = 0;
     char buf[65536];
     uint64_t total = 0;
+    off_t off = 0;
     for (;;) {
-        ssize_t n = read(in, buf, sizeof buf);
+        ssize_t n = pread(in, buf, sizeof buf, off);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
@@ -224,6 +230,7 @@ int th_copydir_copy(th_copydir *d, const char *src, const char *name,
         }
         if (n == 0)
             break;
+        off += n;
         if (write_all(out, buf, (size_t)n) != 0) {
             rc = th_error_set(err, TH_EIO, "%s: writing its copy %s failed: %s",
                               src, tmp, strerror(errno));
@@ -242,7 +249,6 @@ int th_copydir_copy(th_copydir *d, const char *src, const char *name,
         else
             *id_out = a;
     }
-    close(in);
     if (rc == 0 && (fchmod(out, 0500) != 0 || fsync(out) != 0))
         rc = th_error_set(err, TH_EIO, "%s: finishing its copy %s failed: %s",
                           src, tmp, strerror(errno));

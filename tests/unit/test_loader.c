@@ -517,6 +517,135 @@ static void writable_by_others(void)
     free(dir);
 }
 
+/* The path is checked as written: a link is judged by the folder it sits
+ * in (and its owner) before it is followed, not only by where it points.
+ * Before the walk, the check followed links (realpath) and looked at the
+ * target's folders only: every refusal below was accepted. */
+static void symlink_paths(void)
+{
+    char *dir0 = th_test_tmpdir();
+    char *dir = realpath(dir0, NULL);
+    free(dir0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(dir);
+    char good[1024];
+    snprintf(good, sizeof good, "%s",
+             th_test_build_path("fixtures/good_basic.so"));
+    th_plugin *p = NULL;
+    th_error e;
+    char want[5000];
+
+    /* Good paths still load with the check on: the build's own plugins
+     * (under folders owned by root) and a link in a safe folder. */
+    CU_ASSERT_EQUAL(th_plugin_open(good, NULL, &p, &e), 0);
+    th_plugin_unref(p);
+    CU_ASSERT_EQUAL(th_plugin_open(th_test_build_path("plugins/echo.so"), NULL,
+                                   &p, &e), 0);
+    th_plugin_unref(p);
+    char safe[1100], link1[1200];
+    snprintf(safe, sizeof safe, "%s/safe", dir);
+    CU_ASSERT_EQUAL_FATAL(mkdir(safe, 0755), 0);
+    snprintf(link1, sizeof link1, "%s/plug.so", safe);
+    CU_ASSERT_EQUAL_FATAL(symlink(good, link1), 0);
+    CU_ASSERT_EQUAL(th_plugin_open(link1, NULL, &p, &e), 0);
+    if (p)
+        CU_ASSERT_STRING_EQUAL(p->path, link1);
+    th_plugin_unref(p);
+    /* The fd is the file that was checked. */
+    int fd = -1;
+    struct stat a, b;
+    CU_ASSERT_EQUAL(th_plugin_file_open(link1, NULL, true, &fd, &e), 0);
+    CU_ASSERT(fd >= 0 && fstat(fd, &a) == 0 && stat(good, &b) == 0 &&
+              a.st_ino == b.st_ino && a.st_dev == b.st_dev);
+    if (fd >= 0)
+        close(fd);
+
+    /* (1) The same link in a world-writable, non-sticky folder: whoever
+     * may write there can point it at their own code. */
+    char open_[1100], link2[1200];
+    snprintf(open_, sizeof open_, "%s/open", dir);
+    CU_ASSERT_EQUAL_FATAL(mkdir(open_, 0755), 0);
+    chmod(open_, 0777);
+    snprintf(link2, sizeof link2, "%s/plug.so", open_);
+    CU_ASSERT_EQUAL_FATAL(symlink(good, link2), 0);
+    p = (th_plugin *)1;
+    CU_ASSERT_EQUAL(th_plugin_open(link2, NULL, &p, &e), TH_ELOAD);
+    CU_ASSERT_PTR_NULL(p);
+    snprintf(want, sizeof want,
+             "%s: refused: the folder %s is writable by others (mode 0777), "
+             "so another user could change the code the host runs; fix it "
+             "with 'chmod go-w %s', or set 'allow_insecure: true' for this "
+             "plugin",
+             link2, open_, open_);
+    CU_ASSERT_STRING_EQUAL(e.msg, want);
+    /* allow_insecure still overrides. */
+    CU_ASSERT_EQUAL(th_plugin_open(link2, &insecure, &p, &e), 0);
+    th_plugin_unref(p);
+
+    /* (2) A writable-by-others folder further up, the link in a safe
+     * folder below it. */
+    char deep[1200], link3[1300];
+    snprintf(deep, sizeof deep, "%s/deep", open_);
+    CU_ASSERT_EQUAL_FATAL(mkdir(deep, 0755), 0);
+    snprintf(link3, sizeof link3, "%s/plug.so", deep);
+    CU_ASSERT_EQUAL_FATAL(symlink(good, link3), 0);
+    CU_ASSERT_EQUAL(th_plugin_open(link3, NULL, &p, &e), TH_ELOAD);
+    snprintf(want, sizeof want,
+             "%s: refused: the folder %s is writable by others (mode 0777)",
+             link3, open_);
+    CU_ASSERT_EQUAL(strncmp(e.msg, want, strlen(want)), 0);
+    /* ... and a safe link whose relative target goes through it. */
+    char rel[1200];
+    snprintf(rel, sizeof rel, "%s/rel.so", safe);
+    CU_ASSERT_EQUAL_FATAL(symlink("../open/deep/plug.so", rel), 0);
+    CU_ASSERT_EQUAL(th_plugin_open(rel, NULL, &p, &e), TH_ELOAD);
+    snprintf(want, sizeof want,
+             "%s: refused: the folder %s is writable by others (mode 0777)",
+             rel, open_);
+    CU_ASSERT_EQUAL(strncmp(e.msg, want, strlen(want)), 0);
+    chmod(open_, 0755);
+    CU_ASSERT_EQUAL(th_plugin_open(rel, NULL, &p, &e), 0);
+    th_plugin_unref(p);
+
+    /* A sticky folder: our own link is fine, another user's is not (they
+     * may replace it). */
+    char sticky[1100], link4[1200];
+    snprintf(sticky, sizeof sticky, "%s/sticky", dir);
+    CU_ASSERT_EQUAL_FATAL(mkdir(sticky, 0755), 0);
+    chmod(sticky, 01777);
+    snprintf(link4, sizeof link4, "%s/plug.so", sticky);
+    CU_ASSERT_EQUAL_FATAL(symlink(good, link4), 0);
+    CU_ASSERT_EQUAL(th_plugin_open(link4, NULL, &p, &e), 0);
+    th_plugin_unref(p);
+    if (geteuid() == 0 && lchown(link4, 65534, 65534) == 0) {
+        CU_ASSERT_EQUAL(th_plugin_open(link4, NULL, &p, &e), TH_ELOAD);
+        snprintf(want, sizeof want,
+                 "%s: refused: the symlink %s belongs to another user (uid "
+                 "65534)",
+                 link4, link4);
+        CU_ASSERT_EQUAL(strncmp(e.msg, want, strlen(want)), 0);
+    }
+
+    /* Links are followed a bounded number of times. */
+    char l1[1200], l2[1200];
+    snprintf(l1, sizeof l1, "%s/loop1.so", safe);
+    snprintf(l2, sizeof l2, "%s/loop2.so", safe);
+    CU_ASSERT_EQUAL_FATAL(symlink("loop2.so", l1), 0);
+    CU_ASSERT_EQUAL_FATAL(symlink("loop1.so", l2), 0);
+    CU_ASSERT_EQUAL(th_plugin_open(l1, NULL, &p, &e), TH_ELOAD);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "Too many levels of symbolic links"));
+    /* A folder or a missing file: plain errors. */
+    CU_ASSERT_EQUAL(th_plugin_open(safe, NULL, &p, &e), TH_ELOAD);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, ": cannot open: Is a directory"));
+    snprintf(l1, sizeof l1, "%s/missing.so", safe);
+    CU_ASSERT_EQUAL(th_plugin_open(l1, NULL, &p, &e), TH_ELOAD);
+    snprintf(want, sizeof want, "%s: cannot open: No such file or directory",
+             l1);
+    CU_ASSERT_STRING_EQUAL(e.msg, want);
+
+    th_test_rmtree(dir);
+    free(dir);
+}
+
 /* ---- built-in plugins ----------------------------------------------------------- */
 
 static int bi_inits, bi_finis;
@@ -764,6 +893,7 @@ void th_suite_loader(void)
     CU_add_test(s, "cxx_plugin", cxx_plugin);
     CU_add_test(s, "every_problem", every_problem);
     CU_add_test(s, "writable_by_others", writable_by_others);
+    CU_add_test(s, "symlink_paths", symlink_paths);
     CU_add_test(s, "builtin", builtin);
     CU_add_test(s, "newer_minor", newer_minor);
     CU_add_test(s, "host_api", host_api);

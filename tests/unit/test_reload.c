@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <msgpack.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -1143,6 +1144,152 @@ static void test_host_swaps_under_calls(void)
     hx_close(&x);
 }
 
+/* ---- the checked file is the copied file ------------------------------------------ */
+
+/* Replaces `link` by a symlink to `target` atomically (link, rename). */
+static int flip_link(const char *target, const char *link, unsigned tag)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.%u.tmp", link, tag);
+    unlink(tmp);
+    if (symlink(target, tmp) != 0)
+        return -1;
+    return rename(tmp, link);
+}
+
+/* fx with its plugin path turned into a link to good/a.so (version A, a
+ * safe folder), and evil/b.so (version B) in a world-writable folder. */
+static void links_setup(fx *f, char *good, char *evil, size_t cap)
+{
+    char gd[4150], ed[4150];
+    snprintf(gd, sizeof gd, "%s/good", f->dir);
+    snprintf(ed, sizeof ed, "%s/evil", f->dir);
+    CU_ASSERT_EQUAL_FATAL(mkdir(gd, 0755), 0);
+    CU_ASSERT_EQUAL_FATAL(mkdir(ed, 0755), 0);
+    snprintf(good, cap, "%s/a.so", gd);
+    snprintf(evil, cap, "%s/b.so", ed);
+    put_file(th_test_build_path("fixtures/reload_a.so"), good, (size_t)-1);
+    put_file(th_test_build_path("fixtures/reload_b.so"), evil, (size_t)-1);
+    chmod(ed, 0777); /* anyone could put their code here */
+    CU_ASSERT_EQUAL_FATAL(flip_link(good, f->so, 0), 0);
+}
+
+static char hook_target[4200];
+static char hook_link[4200];
+static int hook_runs;
+
+static void swap_after_check(const char *path)
+{
+    if (strcmp(path, hook_link) != 0)
+        return;
+    hook_runs++;
+    CU_ASSERT_EQUAL(flip_link(hook_target, hook_link, 1), 0);
+}
+
+/* Between the check and the copy, the link is pointed at other code: the
+ * copy is still made from the file that was checked. */
+static void test_copy_is_checked_file(void)
+{
+    fx f;
+    CU_ASSERT_EQUAL_FATAL(fx_open(&f), 0);
+    char good[4200], evil[4200];
+    links_setup(&f, good, evil, sizeof good);
+    /* Checked: a safe B.  Swapped in after the check: A from the open
+     * folder (refused if it were checked). */
+    char safe_b[4200];
+    snprintf(safe_b, sizeof safe_b, "%s/good/b.so", f.dir);
+    put_file(th_test_build_path("fixtures/reload_b.so"), safe_b, (size_t)-1);
+    char evil_a[4200];
+    snprintf(evil_a, sizeof evil_a, "%s/evil/a.so", f.dir);
+    put_file(th_test_build_path("fixtures/reload_a.so"), evil_a, (size_t)-1);
+    CU_ASSERT_EQUAL_FATAL(flip_link(safe_b, f.so, 0), 0);
+    snprintf(hook_link, sizeof hook_link, "%s", f.so);
+    snprintf(hook_target, sizeof hook_target, "%s", evil_a);
+    hook_runs = 0;
+    th_reload_test_after_check = swap_after_check;
+    th_reload_result res;
+    int rc = th_reload_now(f.r, &res);
+    th_reload_test_after_check = NULL;
+    CU_ASSERT_EQUAL(rc, 0);
+    CU_ASSERT_EQUAL(hook_runs, 1);
+    char out[64];
+    CU_ASSERT_EQUAL(call(f.reg, "rl_answer", NULL, out, sizeof out), TOOLHOST_OK);
+    CU_ASSERT_STRING_EQUAL(out, "B");
+    CU_ASSERT_EQUAL(gen_of(&f), 2);
+    /* Now the link names the open folder: refused, the running B stays. */
+    rc = th_reload_now(f.r, &res);
+    CU_ASSERT_EQUAL(rc, TH_ELOAD);
+    CU_ASSERT_PTR_NOT_NULL(strstr(res.err.msg, "/evil is writable by others"));
+    CU_ASSERT_EQUAL(call(f.reg, "rl_answer", NULL, out, sizeof out), TOOLHOST_OK);
+    CU_ASSERT_STRING_EQUAL(out, "B");
+    fx_close(&f);
+}
+
+typedef struct flipper {
+    const char *link, *a, *b;
+    atomic_int stop;
+    atomic_int started;
+    long flips;
+} flipper;
+
+static void *flip_thread(void *arg)
+{
+    flipper *fl = arg;
+    int64_t end = (int64_t)time(NULL) + 30; /* bounded even if not told */
+    for (unsigned i = 0; !atomic_load(&fl->stop) && time(NULL) < end; i++) {
+        if (flip_link(i % 2 ? fl->b : fl->a, fl->link, 2) == 0)
+            fl->flips++;
+        atomic_store(&fl->started, 1);
+    }
+    return NULL;
+}
+
+/* While the link flips between a safe plugin and one in a world-writable
+ * folder, many reloads never load the latter. */
+static void test_link_flip_race(void)
+{
+    fx f;
+    CU_ASSERT_EQUAL_FATAL(fx_open(&f), 0);
+    char good[4200], evil[4200];
+    links_setup(&f, good, evil, sizeof good);
+    flipper fl = {.link = f.so, .a = good, .b = evil};
+    atomic_init(&fl.stop, 0);
+    atomic_init(&fl.started, 0);
+    pthread_t th;
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, flip_thread, &fl), 0);
+    int bad = 0, refused = 0, loads = 0, rounds = 300;
+    int64_t end = (int64_t)time(NULL) + 20;
+    /* Reloads are quick: start once the thread flips, and go on past the
+     * 300 until some reloads met the other link (20 s at most). */
+    while (atomic_load(&fl.started) == 0 && time(NULL) < end)
+        sched_yield();
+    int i;
+    th_log_set_fd(-1); /* the refusals are expected */
+    for (i = 0; (i < rounds || refused < 20) && time(NULL) < end; i++) {
+        th_reload_result res;
+        uint64_t g0 = gen_of(&f);
+        int rc = th_reload_now(f.r, &res);
+        if (rc == TH_ELOAD)
+            refused++;
+        if (gen_of(&f) != g0)
+            loads++;
+        char out[64];
+        if (call(f.reg, "rl_answer", NULL, out, sizeof out) == TOOLHOST_OK &&
+            strcmp(out, "B") == 0)
+            bad++;
+    }
+    th_log_set_fd(2);
+    atomic_store(&fl.stop, 1);
+    pthread_join(th, NULL);
+    fprintf(stderr, "\n  link flip race: %d reloads, %ld flips, %d refused, "
+            "%d new generations, %d rounds answered by the other plugin\n",
+            i, fl.flips, refused, loads, bad);
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT(!marker_has(&f, "init B"));
+    CU_ASSERT(refused > 0); /* the race was run */
+    fx_close(&f);
+}
+
 void th_suite_reload(void)
 {
     CU_pSuite s = CU_add_suite("reload", NULL, NULL);
@@ -1160,4 +1307,6 @@ void th_suite_reload(void)
     CU_add_test(s, "watcher", test_watcher);
     CU_add_test(s, "host_config_swap", test_host_config_swap);
     CU_add_test(s, "host_swaps_under_calls", test_host_swaps_under_calls);
+    CU_add_test(s, "copy_is_checked_file", test_copy_is_checked_file);
+    CU_add_test(s, "link_flip_race", test_link_flip_race);
 }

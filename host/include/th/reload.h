@@ -75,6 +75,19 @@ const char *th_copydir_path(const th_copydir *d);
 int th_copydir_copy(th_copydir *d, const char *src, const char *name,
                     uint64_t generation, char **path_out, th_file_id *id_out,
                     th_error *err);
+/* The same from a file already open (read with pread(): the offset is
+ * kept; the fd stays the caller's).  `src` names it in messages.  The
+ * reloader copies from the fd th_plugin_file_open() checked, so the copy
+ * holds the bytes of the file that passed, whatever the path names by
+ * now. */
+int th_copydir_copy_fd(th_copydir *d, int fd, const char *src,
+                       const char *name, uint64_t generation, char **path_out,
+                       th_file_id *id_out, th_error *err);
+
+/* For tests only: when set, called by the reloader between the check of a
+ * plugin file and its copy (with the configured path), to change what the
+ * path names in that window. */
+extern void (*th_reload_test_after_check)(const char *path);
 /* Removes one copy (a file inside the folder; anything else is refused
  * and logged). */
 void th_copydir_remove(th_copydir *d, const char *copy);

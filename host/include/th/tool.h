@@ -90,6 +90,15 @@ typedef struct th_load_opts {
      * returned.  Called on the thread of th_plugin_open(). */
     void (*on_problem)(void *ud, const char *msg);
     void *problem_ud;
+    /* Appended (core): the file already opened and checked by
+     * th_plugin_file_open() (still owned by the caller).  The loader does
+     * not open `path` or load_path then, and dlopen()s "/proc/self/fd/N":
+     * the very file that was checked.  Only for a process that loads one
+     * plugin (the child of `toolhost check`): the dynamic linker knows an
+     * object by its name, so a second "/proc/self/fd/N" with a reused N
+     * would give back the first object. */
+    bool has_fd;
+    int fd;
 } th_load_opts;
 
 /* Opens and checks a plugin without calling init().  *out is a new
@@ -110,19 +119,43 @@ typedef struct th_load_opts {
  *   tool 'x' has no description | no execute function | an unknown
  *     stdout/stderr semantic type N | unknown flag bits 0xN
  *   tool 'x': parameter 'p' ... (see th_params_from_abi)
- * The safety check (skipped with allow_insecure) covers `path` and, when
- * given, `load_path`: the file and every folder above it (after
- * symlinks are resolved) must not be writable by group or others (a
- * sticky folder such as /tmp is fine) and must belong to root or to the
- * host's user.  Load class. */
+ *   refused: the symlink L belongs to another user (uid U), ...
+ * The file is opened once with th_plugin_file_open() (the safety walk,
+ * skipped with allow_insecure): load_path when given, else `path`.  With
+ * load_path, `path` is only the name in messages: the caller opened and
+ * checked it and made the copy from that fd (see reload.c prepare()).
+ * Load class. */
 int th_plugin_open(const char *path, const th_load_opts *opts,
                    th_plugin **out, th_error *err);
+
+/* Opens `path` read-only, once, for the loader or a private copy; *fd_out
+ * is the open file (the caller closes it).  With `check`, the path is
+ * walked as written from "/" (a relative path from the current folder),
+ * one component at a time with openat(O_PATH | O_NOFOLLOW), and what was
+ * opened is checked, never a name again:
+ *   - every folder reached, "/" included, must belong to root or to the
+ *     host's user and not be writable by group or others, unless sticky
+ *     (such as /tmp);
+ *   - a symlink is followed (at most 40) only once the folder holding it
+ *     passed, and only when the link belongs to root or the host's user;
+ *     an absolute target starts again from "/";
+ *   - the file must be a regular file, owned as above, not writable by
+ *     group or others.
+ * So no other user can make the same path name other code later, and the
+ * fd is the file that passed.  Errors (TH_ELOAD) read "SHOWN: reason"
+ * (`shown` NULL: `path`), the reasons of th_plugin_open() above, naming
+ * the folder, file or link as walked.  Without `check`: open() and "not a
+ * regular file" only.  Any thread. */
+int th_plugin_file_open(const char *path, const char *shown, bool check,
+                        int *fd_out, th_error *err);
 
 /* Whether `path` looks like a shared object still being written: empty,
  * or an ELF header whose program headers or segments, or section table,
  * reach past the end of the file.  A complete ELF file, or a file that is
  * not ELF at all (and long enough to tell), is not "incomplete". */
 bool th_elf_incomplete(const char *path);
+/* The same for an open file (read with pread(), the offset is kept). */
+bool th_elf_incomplete_fd(int fd);
 
 /* Calls init() with a msgpack config map (NULL/0 for none).  The map is
  * first checked against p->config_params with th_validate_params() (what =

@@ -1,0 +1,192 @@
+/* test_check_child.c - `toolhost check` runs the plugin's code in a child
+ * process: a crash in a constructor or in init(), or an init() that never
+ * returns, is reported with words and exit status 1 instead of ending
+ * check (or hanging it); the child runs without root, new privileges or
+ * core dumps; a good plugin's report is unchanged; the path is checked
+ * before any plugin code runs.  Each case runs the real build/toolhost. */
+#include <CUnit/CUnit.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/th_test.h"
+
+#define RUN(r, ...) th_test_toolhost(&(r), __VA_ARGS__, NULL)
+
+static char *fixture(const char *name)
+{
+    char rel[128];
+    snprintf(rel, sizeof rel, "fixtures/%s.so", name);
+    char *p = strdup(th_test_build_path(rel));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+    return p;
+}
+
+/* Runs check on a fixture; expects exit 1 and `want` in the report. */
+static void expect_check(const char *name, const char *want)
+{
+    char *f = fixture(name);
+    th_test_run r;
+    RUN(r, "check", f);
+    CU_ASSERT_EQUAL(r.status, 1);
+    char line[1200];
+    snprintf(line, sizeof line, "%s: %s\n", f, want);
+    if (!strstr(r.out, line))
+        fprintf(stderr, "\ncheck %s: status %d, said:\n%s%s\n", name,
+                r.status, r.out, r.err);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, line));
+    th_test_run_free(&r);
+    free(f);
+}
+
+static void test_init_segfault(void)
+{
+    expect_check("check_crash_init", "init crashed with SIGSEGV");
+}
+
+static void test_constructor_abort(void)
+{
+    expect_check("check_crash_ctor", "constructor crashed with SIGABRT");
+}
+
+static void test_init_hangs(void)
+{
+    char *f = fixture("check_hang_init");
+    th_test_run r;
+    time_t t0 = time(NULL);
+    RUN(r, "check", "--timeout", "1", f);
+    time_t took = time(NULL) - t0;
+    CU_ASSERT_EQUAL(r.status, 1);
+    char line[1200];
+    snprintf(line, sizeof line,
+             "%s: init did not return within 1 s (the check killed it)\n", f);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, line));
+    CU_ASSERT(took <= 4);
+    th_test_run_free(&r);
+    RUN(r, "check", "--timeout", "0", f);
+    CU_ASSERT_EQUAL(r.status, 2);
+    th_test_run_free(&r);
+    free(f);
+}
+
+/* Who runs the plugin's code: never root when a user 'nobody' exists, no
+ * new privileges, no core dumps. */
+static void test_child_limits(void)
+{
+    char *f = fixture("check_whoami");
+    th_test_run r;
+    RUN(r, "check", f);
+    CU_ASSERT_EQUAL(r.status, 1);
+    struct passwd *pw = getpwnam("nobody");
+    char want[1300];
+    if (geteuid() == 0 && pw)
+        snprintf(want, sizeof want, "%s: init failed: uid %u euid %u nnp 1 "
+                 "core 0\n", f, (unsigned)pw->pw_uid, (unsigned)pw->pw_uid);
+    else
+        snprintf(want, sizeof want, "%s: init failed: uid %u euid %u nnp 1 "
+                 "core 0\n", f, (unsigned)getuid(), (unsigned)geteuid());
+    if (!strstr(r.out, want))
+        fprintf(stderr, "\ncheck whoami said:\n%s%s\n", r.out, r.err);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, want));
+    th_test_run_free(&r);
+    free(f);
+}
+
+/* The shipped plugin: exit 0 and the same report as when check ran it in
+ * its own process. */
+static void test_good_unchanged(void)
+{
+    const char *echo = th_test_build_path("plugins/echo.so");
+    th_test_run r;
+    RUN(r, "check", echo);
+    CU_ASSERT_EQUAL(r.status, 0);
+    char want[4000];
+    snprintf(want, sizeof want,
+             "%s: note: tool 'echo' has no long description (usage, "
+             "warnings, examples help a model use it)\n"
+             "%s: note: tool 'echo_async' has no long description (usage, "
+             "warnings, examples help a model use it)\n"
+             "%s: plugin echo 1.0.0, 2 tools, 0 errors, 0 warnings\n",
+             echo, echo, echo);
+    CU_ASSERT_STRING_EQUAL(r.out, want);
+    CU_ASSERT_STRING_EQUAL(r.err, "");
+    th_test_run_free(&r);
+    /* A failing init() is still an ordinary error. */
+    char *f = fixture("bad_init_fails");
+    RUN(r, "check", f);
+    CU_ASSERT_EQUAL(r.status, 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "init failed: database unreachable"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "1 error, 0 warnings"));
+    CU_ASSERT_PTR_NULL(strstr(r.out, "failed: 1 problem"));
+    th_test_run_free(&r);
+    free(f);
+    /* A file that is not a plugin: the loader's words, nothing more (and
+     * the file named as given, not as the child opened it). */
+    char *dir = th_test_tmpdir();
+    char *t = th_test_write_file(dir, "text.so",
+                                 "not an ELF file, but long enough for the "
+                                 "dynamic loader to read a whole ELF "
+                                 "header from it and say so\n",
+                                 (size_t)-1);
+    RUN(r, "check", t);
+    CU_ASSERT_EQUAL(r.status, 1);
+    snprintf(want, sizeof want,
+             "%s: not a shared object: %s: invalid ELF header\n"
+             "%s: not loadable: 1 problem\n",
+             t, t, t);
+    CU_ASSERT_STRING_EQUAL(r.out, want);
+    th_test_run_free(&r);
+    free(t);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+/* The path is checked by the parent, before any plugin code: a link in a
+ * world-writable folder is refused and nothing runs. */
+static void test_path_refused(void)
+{
+    char *dir0 = th_test_tmpdir();
+    char *dir = realpath(dir0, NULL);
+    free(dir0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(dir);
+    char open_[1100], link[1200];
+    snprintf(open_, sizeof open_, "%s/open", dir);
+    CU_ASSERT_EQUAL_FATAL(mkdir(open_, 0755), 0);
+    chmod(open_, 0777);
+    snprintf(link, sizeof link, "%s/plug.so", open_);
+    char *f = fixture("check_crash_ctor");
+    CU_ASSERT_EQUAL_FATAL(symlink(f, link), 0);
+    th_test_run r;
+    RUN(r, "check", link);
+    CU_ASSERT_EQUAL(r.status, 1);
+    char want[3000];
+    snprintf(want, sizeof want,
+             "%s: refused: the folder %s is writable by others (mode 0777)",
+             link, open_);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, want));
+    CU_ASSERT_PTR_NULL(strstr(r.out, "crashed"));
+    th_test_run_free(&r);
+    /* --allow-insecure: checked, and the crash reported. */
+    RUN(r, "check", "--allow-insecure", link);
+    CU_ASSERT_EQUAL(r.status, 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "constructor crashed with SIGABRT"));
+    th_test_run_free(&r);
+    free(f);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+void th_suite_check_child(void)
+{
+    CU_pSuite s = CU_add_suite("check_child", NULL, NULL);
+    CU_add_test(s, "init_segfault", test_init_segfault);
+    CU_add_test(s, "constructor_abort", test_constructor_abort);
+    CU_add_test(s, "init_hangs", test_init_hangs);
+    CU_add_test(s, "child_limits", test_child_limits);
+    CU_add_test(s, "good_unchanged", test_good_unchanged);
+    CU_add_test(s, "path_refused", test_path_refused);
+}
