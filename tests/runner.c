@@ -507,7 +507,7 @@ extern void __sanitizer_set_death_callback(void (*callback)(void))
 
 static void on_sanitizer_death(void)
 {
-    if (cur_test)
+    if (cur_test && !in_fatal) /* on_fatal named it already */
         say_test("CRASH", "sanitizer error (report above)", 0);
 }
 
