@@ -387,6 +387,7 @@ static const int FATAL_SIGS[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT,
 #define N_FATAL (sizeof FATAL_SIGS / sizeof FATAL_SIGS[0])
 static struct sigaction old_fatal[N_FATAL];
 static volatile sig_atomic_t in_fatal;
+static pid_t runner_pid; /* a forked child that crashes is not the test */
 
 static const char *sig_name(int sig)
 {
@@ -455,7 +456,7 @@ static void on_fatal(int sig, siginfo_t *si, void *uc)
     size_t i = 0;
     while (i < N_FATAL && FATAL_SIGS[i] != sig)
         i++;
-    if (!in_fatal) {
+    if (!in_fatal && getpid() == runner_pid) {
         in_fatal = 1;
         int interrupt = sig == SIGINT || sig == SIGTERM;
         say_test(interrupt ? "INTERRUPTED" : "CRASH",
@@ -476,6 +477,7 @@ static void on_fatal(int sig, siginfo_t *si, void *uc)
 
 static void install_fatal_handlers(void)
 {
+    runner_pid = getpid();
     /* a stack overflow still gets its message: an alternate stack, unless
      * something (a sanitizer) set one up already */
     stack_t cur;
@@ -507,7 +509,8 @@ extern void __sanitizer_set_death_callback(void (*callback)(void))
 
 static void on_sanitizer_death(void)
 {
-    if (cur_test && !in_fatal) /* on_fatal named it already */
+    /* not when on_fatal named the test already */
+    if (cur_test && !in_fatal && getpid() == runner_pid)
         say_test("CRASH", "sanitizer error (report above)", 0);
 }
 
