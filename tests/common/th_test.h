@@ -43,4 +43,26 @@ int th_test_run_argv(char *const argv[], const char *input, int timeout_s,
 int th_test_toolhost(th_test_run *out, const char *first, ...);
 void th_test_run_free(th_test_run *r);
 
+/* ---- the runner (implemented in tests/runner.c) ----------------------------
+ *
+ * TH_SKIP("reason") ends the running test as skipped: it counts in the
+ * Skipped column of the summary, not as passed, and the reason is listed at
+ * the end of the run.  Use it where a test cannot run here (no root, a
+ * missing tool), never to hide a failure.  It returns from the calling
+ * function, so call it from the test function itself.  A test that records
+ * failures before skipping still counts failed. */
+void th_test_skip(const char *file, int line, const char *reason);
+#define TH_SKIP(reason)                                                       \
+    do {                                                                      \
+        th_test_skip(__FILE__, __LINE__, (reason));                           \
+        return;                                                               \
+    } while (0)
+
+/* The running test may take `seconds` more seconds from now before the
+ * watchdog ends the run (the default is TH_TEST_TIMEOUT, 60 s; both are
+ * scaled up in sanitizer builds and under valgrind unless TH_TEST_TIMEOUT
+ * is set).  For the few tests that are slow by nature (a build, a make
+ * install). */
+void th_test_timeout(unsigned seconds);
+
 #endif
