@@ -28,7 +28,7 @@
  * was interrupted.  A sanitizer error names the test the same way.
  *
  * Skips.  TH_SKIP("reason") (common/th_test.h) ends a test as skipped:
- * the summary has a Skipped column, and every skip is listed with its
+ * the summary counts it apart from the tests run, and every skip is listed with its
  * reason at the end.
  *
  * Output follows CUnit's basic runner (TH_TEST_VERBOSE=1: one line per
@@ -180,23 +180,24 @@ static void counts_now(counts *c, double started)
     c->elapsed = now_s() - started;
 }
 
-/* CUnit's run summary, plus a Skipped column, the skips with their
- * reasons and one result line. */
+/* CUnit's run summary in CUnit's own columns (a skipped test is not
+ * counted as run), then the skips with their reasons, the outcome, and one
+ * plain result line "KIND: N passed, N failed, N skipped" that CI reads. */
 static void print_summary(const counts *c, const char *extra)
 {
-    unsigned passed = c->tests_run - c->tests_failed - c->tests_skipped;
+    unsigned ran = c->tests_run - c->tests_skipped;
+    unsigned passed = ran - c->tests_failed;
     char buf[1024];
     int n = snprintf(
         buf, sizeof buf,
-        "\n\nRun Summary:    Type  Total    Ran Passed Failed Skipped Inactive\n"
-        "              suites %6u %6u    n/a %6u     n/a %8u\n"
-        "               tests %6u %6u %6u %6u %7u %8u\n"
-        "             asserts %6u %6u %6u %6u     n/a      n/a\n"
+        "\n\nRun Summary:    Type  Total    Ran Passed Failed Inactive\n"
+        "              suites %6u %6u    n/a %6u %8u\n"
+        "               tests %6u %6u %6u %6u %8u\n"
+        "             asserts %6u %6u %6u %6u      n/a\n"
         "\nElapsed time = %8.3f seconds\n",
         c->suites_total, c->suites_run, c->suites_failed, c->suites_inactive,
-        c->tests_total, c->tests_run, passed, c->tests_failed,
-        c->tests_skipped, c->tests_inactive, c->asserts, c->asserts,
-        c->asserts_ok, c->asserts_failed, c->elapsed);
+        c->tests_total, ran, passed, c->tests_failed, c->tests_inactive,
+        c->asserts, c->asserts, c->asserts_ok, c->asserts_failed, c->elapsed);
     if (n > 0)
         write_all(1, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
     if (c->tests_skipped > 0) {
@@ -210,9 +211,11 @@ static void print_summary(const counts *c, const char *extra)
     }
     int bad = c->tests_failed > 0 || c->suites_failed > 0;
     n = snprintf(buf, sizeof buf,
-                 "\ntoolhost %s tests: %s: %u passed, %u failed, %u skipped%s%s\n",
-                 TH_RUNNER_KIND, bad ? "FAILED" : "OK", passed, c->tests_failed,
-                 c->tests_skipped, extra ? ", " : "", extra ? extra : "");
+                 "\ntoolhost %s tests %s%s%s\n%s: %u passed, %u failed, "
+                 "%u skipped\n",
+                 TH_RUNNER_KIND, bad ? "FAILED" : "OK", extra ? ": " : "",
+                 extra ? extra : "", TH_RUNNER_KIND, passed, c->tests_failed,
+                 c->tests_skipped);
     if (n > 0)
         write_all(1, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
 }
