@@ -45,8 +45,8 @@ void th_test_run_free(th_test_run *r);
 
 /* ---- the runner (implemented in tests/runner.c) ----------------------------
  *
- * TH_SKIP("reason") ends the running test as skipped: it counts in the
- * Skipped column of the summary, not as passed, and the reason is listed at
+ * TH_SKIP("reason") ends the running test as skipped: it counts as
+ * skipped in the summary, not as run or passed, and the reason is listed at
  * the end of the run.  Use it where a test cannot run here (no root, a
  * missing tool), never to hide a failure.  It returns from the calling
  * function, so call it from the test function itself.  A test that records

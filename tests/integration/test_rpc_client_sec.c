@@ -21,7 +21,7 @@ static bool can_switch_user(void)
 {
     struct passwd *pw = getpwnam("nobody");
     if (geteuid() != 0 || !pw || pw->pw_uid == 0) {
-        CU_PASS("needs root and a 'nobody' user: skipped");
+        th_test_skip(__FILE__, __LINE__, "needs root and a 'nobody' user");
         return false;
     }
     nobody_pw = *pw;
