@@ -64,7 +64,7 @@ static void test_config(void)
     CU_ASSERT_PTR_NULL(x);
     CU_ASSERT_PTR_NOT_NULL(strstr(err_, "/nonexistent/toolhost"));
     const toolhost_plugin *p = th_harness_plugin(h);
-    CU_ASSERT_EQUAL(p->n_config_params, 1);
+    CU_ASSERT_EQUAL(p->n_config_params, 4);
     CU_ASSERT_TRUE(p->config_params[0].required);
     CU_ASSERT_EQUAL(th_harness_tool(h, "fs_read")->stdout_type,
                     TOOLHOST_SEM_FILE_CONTENT);
