@@ -82,11 +82,9 @@ static int fs_read(void *state, const toolhost_tool *tool, toolhost_call *call,
         bytes += (int64_t)n;
         written++;
     }
-    if (rc == TH_SDK_ECANCELLED || th_sdk_cancelled(call)) {
-        th_sdk_fail(call, "fs_read of '%s' cancelled", rel);
-        goto out;
-    }
-    if (rc < 0 && rc != TH_SDK_ECANCELLED && rc != 1) {
+    if (rc == TH_SDK_ECANCELLED || th_sdk_cancelled(call))
+        goto out; /* nothing more to say: the answer is dropped */
+    if (rc < 0) {
         th_sdk_fail(call, "error reading '%s': %s", rel, strerror(errno));
         goto out;
     }

@@ -198,10 +198,8 @@ static int text_grep(void *state, const toolhost_tool *tool,
         grep_dir(&g, f, rel, 0);
     else
         grep_fd(&g, f, rel);
-    if (th_sdk_cancelled(call)) {
-        th_sdk_fail(call, "text_grep cancelled");
-        goto out;
-    }
+    if (th_sdk_cancelled(call))
+        goto out; /* nothing more to say: the answer is dropped */
     if (g.cuts)
         th_sdk_log(g.st->host, TOOLHOST_LOG_INFO,
                    "text_grep: %lld line(s) cut at max_line_bytes (%lld)",
@@ -261,10 +259,8 @@ static int text_count(void *state, const toolhost_tool *tool,
     bool in_word = false;
     unsigned char buf[65536];
     for (;;) {
-        if (th_sdk_cancelled(call)) {
-            th_sdk_fail(call, "text_count of '%s' cancelled", rel);
-            goto out;
-        }
+        if (th_sdk_cancelled(call))
+            goto out; /* nothing more to say: the answer is dropped */
         ssize_t n = read(fd, buf, sizeof buf);
         if (n < 0 && errno == EINTR)
             continue;
