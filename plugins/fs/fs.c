@@ -204,7 +204,8 @@ static int fs_list(void *state, const toolhost_tool *tool, toolhost_call *call,
         th_sdk_fail(call, "cannot list '%s': %s", rel, strerror(errno));
         goto out;
     }
-    qsort(names, n, sizeof *names, by_name);
+    if (n > 1)
+        qsort(names, n, sizeof *names, by_name);
     int64_t shown = 0;
     for (size_t i = 0; i < n; i++) {
         if (th_sdk_printf(call, "%s\n", names[i]) != 0)

@@ -110,7 +110,8 @@ static void grep_dir(grep *g, int dfd, const char *rel, int depth)
             goto oom;
         n++;
     }
-    qsort(names, n, sizeof *names, by_name);
+    if (n > 1)
+        qsort(names, n, sizeof *names, by_name);
     for (size_t i = 0; i < n && !g->stop; i++) {
         if (th_sdk_cancelled(g->call)) {
             g->stop = true;
