@@ -1,6 +1,7 @@
 /* test_plugin_fs.c - the fs plugin through the fake host: fs_read with
  * offset/limit, fs_list with glob, fs_stat, and every path-escape refusal. */
 #include <CUnit/CUnit.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -288,6 +289,19 @@ static void *swap_loop(void *arg)
     return NULL;
 }
 
+/* Open fds of this process. */
+static int open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    if (!d)
+        return -1;
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
+}
+
 /* One thread exchanges root/d (a folder holding f = "inside") with root/l
  * (a symlink to outside/, holding f = "SECRET") while fs_read reads "d/f"
  * for 1.5 s or 20,000 calls: the secret must never come back.  The old
@@ -307,6 +321,7 @@ static void race_once(bool walk)
     CU_ASSERT_EQUAL_FATAL(symlink("../outside", p), 0);
 
     snprintf(p, sizeof p, "%s/root", t);
+    int fds = open_fds();
     th_harness *x = load_fs(p, "", walk);
     CU_ASSERT_PTR_NOT_NULL_FATAL(x);
     swapper w = {.swaps = 0};
@@ -336,6 +351,7 @@ static void race_once(bool walk)
     CU_ASSERT_TRUE(ok > 0);      /* the race ran both ways */
     CU_ASSERT_TRUE(w.swaps > 0);
     th_harness_unload(x);
+    CU_ASSERT_EQUAL(open_fds(), fds); /* no fd left behind on any path */
     th_test_rmtree(t);
     free(t);
 }
