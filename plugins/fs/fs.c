@@ -2,6 +2,7 @@
  * given in the plugin's config; paths that leave the root are refused. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <fnmatch.h>
 #include <jansson.h>
 #include <limits.h>
@@ -10,22 +11,26 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <toolhost/sdk.h>
 
-/* The plugin's state: its root folder (th_sdk_rooted_init from the
- * config key "root"). */
+/* The plugin's state: its root folder, opened as an fd, and its limits
+ * (th_sdk_rooted_init from the config). */
 typedef th_sdk_rooted fs_state;
 
-/* Resolves the "path" argument (or `dflt` when absent) inside the root. */
-static int arg_path(const fs_state *st, th_sdk_args *a, toolhost_call *call,
-                    const char *dflt, char **out)
+/* Opens the "path" argument (or `dflt` when absent) beneath the root. */
+static int arg_open(const fs_state *st, th_sdk_args *a, toolhost_call *call,
+                    const char *dflt, unsigned kinds, int *fd,
+                    struct stat *sb, char **rel)
 {
-    return th_sdk_rooted_arg_path(st, a, call, "path", dflt, out);
+    return th_sdk_rooted_arg_open(st, a, call, "path", dflt, kinds, fd, sb,
+                                  rel);
 }
 
-
 /* ---- fs_read ---------------------------------------------------------- */
+
+static const char CUT_MARK[] = " [... line cut: longer than max_line_bytes]\n";
 
 static int fs_read(void *state, const toolhost_tool *tool, toolhost_call *call,
                    const uint8_t *args, size_t args_len)
@@ -33,59 +38,81 @@ static int fs_read(void *state, const toolhost_tool *tool, toolhost_call *call,
     (void)tool;
     const fs_state *st = state;
     th_sdk_args a;
-    char *path = NULL;
-    FILE *f = NULL;
-    char *line = NULL;
-    size_t cap = 0;
-    int status = TOOLHOST_FAILED;
+    th_sdk_lines r = {0};
+    char *rel = NULL;
+    int fd = -1, status = TOOLHOST_FAILED;
+    struct stat sb;
 
     if (th_sdk_args_init(&a, args, args_len) != 0 ||
-        arg_path(st, &a, call, NULL, &path) != 0)
+        arg_open(st, &a, call, NULL, TH_SDK_OPEN_FILE | TH_SDK_OPEN_DIR, &fd,
+                 &sb, &rel) != 0)
         goto out;
     int64_t offset = th_sdk_arg_int_or(&a, "offset", 0);
     int64_t limit = th_sdk_arg_int_or(&a, "limit", -1);
-    f = fopen(path, "rb");
-    struct stat sb;
-    if (!f || fstat(fileno(f), &sb) != 0) {
-        th_sdk_fail(call, "cannot open '%s': %s", th_sdk_rooted_rel(st, path),
-                    strerror(errno));
-        goto out;
-    }
     if (S_ISDIR(sb.st_mode)) {
-        th_sdk_fail(call, "'%s' is a folder; use fs_list to list it",
-                    th_sdk_rooted_rel(st, path));
+        th_sdk_fail(call, "'%s' is a folder; use fs_list to list it", rel);
         goto out;
     }
-    int64_t lineno = 0, written = 0;
-    ssize_t n;
-    while ((limit < 0 || written < limit) &&
-           (n = getline(&line, &cap, f)) >= 0) {
+    if (th_sdk_lines_init(&r, fd, (size_t)st->max_line_bytes) != 0) {
+        th_sdk_fail(call, "out of memory");
+        goto out;
+    }
+    /* Lines go out whole until max_read_bytes: then `more` tells the
+     * caller to continue at offset + lines. */
+    int64_t lineno = 0, written = 0, bytes = 0, cuts = 0;
+    bool more = false, budget = false;
+    const char *line;
+    size_t n;
+    bool cut;
+    int rc;
+    while ((rc = th_sdk_lines_next(&r, call, &line, &n, &cut)) == 1) {
         if (lineno++ < offset)
             continue;
-        if (th_sdk_write(call, TOOLHOST_STDOUT, line, (size_t)n) != 0)
+        if ((limit >= 0 && written >= limit) ||
+            (written > 0 && bytes + (int64_t)n > st->max_read_bytes)) {
+            more = true;
+            budget = !(limit >= 0 && written >= limit);
+            break;
+        }
+        if (th_sdk_write(call, TOOLHOST_STDOUT, line, n) != 0 ||
+            (cut && th_sdk_write(call, TOOLHOST_STDOUT, CUT_MARK,
+                                 sizeof CUT_MARK - 1) != 0))
             break; /* cancelled: the output is dropped anyway */
+        cuts += cut;
+        bytes += (int64_t)n;
         written++;
     }
-    if (ferror(f)) {
-        th_sdk_fail(call, "error reading '%s': %s", th_sdk_rooted_rel(st, path),
-                    strerror(errno));
+    if (rc == TH_SDK_ECANCELLED || th_sdk_cancelled(call))
+        goto out; /* nothing more to say: the answer is dropped */
+    if (rc < 0) {
+        th_sdk_fail(call, "error reading '%s': %s", rel, strerror(errno));
         goto out;
     }
-    bool more = !feof(f) && getc(f) != EOF;
+    if (cuts)
+        th_sdk_log(st->host, TOOLHOST_LOG_INFO,
+                   "fs_read '%s': %lld line(s) cut at max_line_bytes (%lld)",
+                   rel, (long long)cuts, (long long)st->max_line_bytes);
+    if (budget)
+        th_sdk_log(st->host, TOOLHOST_LOG_INFO,
+                   "fs_read '%s': stopped at max_read_bytes (%lld) after "
+                   "%lld line(s)",
+                   rel, (long long)st->max_read_bytes, (long long)written);
     th_sdk_meta m;
     th_sdk_meta_init(&m);
-    th_sdk_meta_str(&m, "path", th_sdk_rooted_rel(st, path));
+    th_sdk_meta_str(&m, "path", rel);
     th_sdk_meta_int(&m, "offset", offset);
     th_sdk_meta_int(&m, "lines", written);
     th_sdk_meta_bool(&m, "more", more);
+    if (cuts)
+        th_sdk_meta_int(&m, "cut_lines", cuts);
     th_sdk_meta_set(&m, call);
     th_sdk_meta_destroy(&m);
     status = TOOLHOST_OK;
 out:
-    if (f)
-        fclose(f);
-    free(line);
-    free(path);
+    th_sdk_lines_destroy(&r);
+    if (fd >= 0)
+        close(fd);
+    free(rel);
     th_sdk_args_destroy(&a);
     return status;
 }
@@ -107,14 +134,19 @@ static int fs_read_check(void *state, const toolhost_tool *tool,
 
 /* ---- fs_list ------------------------------------------------------------ */
 
-static bool is_dir(const char *dir, const struct dirent *d)
+static int by_name(const void *a, const void *b)
+{
+    return strcoll(*(char *const *)a, *(char *const *)b);
+}
+
+/* True when the entry is a folder (not following a symlink). */
+static bool is_dir(int dfd, const struct dirent *d)
 {
     if (d->d_type != DT_UNKNOWN)
         return d->d_type == DT_DIR;
-    char p[PATH_MAX];
     struct stat sb;
-    snprintf(p, sizeof p, "%s/%s", dir, d->d_name);
-    return lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+    return fstatat(dfd, d->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+           S_ISDIR(sb.st_mode);
 }
 
 static int fs_list(void *state, const toolhost_tool *tool, toolhost_call *call,
@@ -123,44 +155,82 @@ static int fs_list(void *state, const toolhost_tool *tool, toolhost_call *call,
     (void)tool;
     const fs_state *st = state;
     th_sdk_args a;
-    char *path = NULL;
-    struct dirent **list = NULL;
-    int n = -1, status = TOOLHOST_FAILED;
+    char *rel = NULL;
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    DIR *dir = NULL;
+    int fd = -1, status = TOOLHOST_FAILED;
 
     if (th_sdk_args_init(&a, args, args_len) != 0 ||
-        arg_path(st, &a, call, ".", &path) != 0)
+        arg_open(st, &a, call, ".", TH_SDK_OPEN_DIR, &fd, NULL, &rel) != 0)
         goto out;
     const char *glob = th_sdk_arg_cstr_or(&a, "glob", NULL);
-    n = scandir(path, &list, NULL, alphasort);
-    if (n < 0) {
-        th_sdk_fail(call, "cannot list '%s': %s", th_sdk_rooted_rel(st, path),
-                    errno == ENOTDIR ? "not a folder" : strerror(errno));
+    dir = fdopendir(fd);
+    if (!dir) {
+        th_sdk_fail(call, "cannot list '%s': %s", rel, strerror(errno));
         goto out;
     }
-    int64_t shown = 0;
-    for (int i = 0; i < n; i++) {
-        const char *name = list[i]->d_name;
+    fd = -1; /* the DIR owns it */
+    /* Names with a "/" appended for folders, sorted as alphasort does. */
+    struct dirent *d;
+    errno = 0;
+    while ((d = readdir(dir)) != NULL) {
+        if ((n & 1023) == 0 && th_sdk_cancelled(call))
+            goto out;
+        const char *name = d->d_name;
         if (!strcmp(name, ".") || !strcmp(name, ".."))
             continue;
         if (glob && fnmatch(glob, name, 0) != 0)
             continue;
-        if (th_sdk_printf(call, "%s%s\n", name,
-                          is_dir(path, list[i]) ? "/" : "") != 0)
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 64;
+            char **t = realloc(names, nc * sizeof *t);
+            if (!t)
+                goto oom;
+            names = t;
+            cap = nc;
+        }
+        size_t l = strlen(name);
+        char *e = malloc(l + 2);
+        if (!e)
+            goto oom;
+        memcpy(e, name, l);
+        e[l] = is_dir(dirfd(dir), d) ? '/' : '\0';
+        e[l + 1] = '\0';
+        names[n++] = e;
+        errno = 0;
+    }
+    if (errno != 0) {
+        th_sdk_fail(call, "cannot list '%s': %s", rel, strerror(errno));
+        goto out;
+    }
+    if (n > 1)
+        qsort(names, n, sizeof *names, by_name);
+    int64_t shown = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (th_sdk_printf(call, "%s\n", names[i]) != 0)
             break;
         shown++;
     }
     th_sdk_meta m;
     th_sdk_meta_init(&m);
-    th_sdk_meta_str(&m, "path", th_sdk_rooted_rel(st, path));
+    th_sdk_meta_str(&m, "path", rel);
     th_sdk_meta_int(&m, "entries", shown);
     th_sdk_meta_set(&m, call);
     th_sdk_meta_destroy(&m);
     status = TOOLHOST_OK;
+    goto out;
+oom:
+    th_sdk_fail(call, "out of memory");
 out:
-    for (int i = 0; i < n; i++)
-        free(list[i]);
-    free(list);
-    free(path);
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    if (dir)
+        closedir(dir);
+    if (fd >= 0)
+        close(fd);
+    free(rel);
     th_sdk_args_destroy(&a);
     return status;
 }
@@ -184,26 +254,22 @@ static int fs_stat(void *state, const toolhost_tool *tool, toolhost_call *call,
     (void)tool;
     const fs_state *st = state;
     th_sdk_args a;
-    char *path = NULL;
+    char *rel = NULL;
     json_t *j = NULL;
     char *text = NULL;
-    int status = TOOLHOST_FAILED;
-
-    if (th_sdk_args_init(&a, args, args_len) != 0 ||
-        arg_path(st, &a, call, NULL, &path) != 0)
-        goto out;
+    int fd = -1, status = TOOLHOST_FAILED;
     struct stat sb;
-    if (stat(path, &sb) != 0) {
-        th_sdk_fail(call, "cannot stat '%s': %s", th_sdk_rooted_rel(st, path),
-                    strerror(errno));
+
+    /* O_PATH: stats a FIFO or device without opening it */
+    if (th_sdk_args_init(&a, args, args_len) != 0 ||
+        arg_open(st, &a, call, NULL, TH_SDK_OPEN_STAT, &fd, &sb, &rel) != 0)
         goto out;
-    }
     char mode[8], mtime[32];
     struct tm tm;
     snprintf(mode, sizeof mode, "%04o", (unsigned)(sb.st_mode & 07777));
     gmtime_r(&sb.st_mtime, &tm);
     strftime(mtime, sizeof mtime, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    j = json_pack("{s:s, s:s, s:I, s:s, s:s}", "path", th_sdk_rooted_rel(st, path), "type",
+    j = json_pack("{s:s, s:s, s:I, s:s, s:s}", "path", rel, "type",
                   type_name(sb.st_mode), "size", (json_int_t)sb.st_size,
                   "mode", mode, "mtime", mtime);
     text = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
@@ -216,7 +282,9 @@ static int fs_stat(void *state, const toolhost_tool *tool, toolhost_call *call,
 out:
     free(text);
     json_decref(j);
-    free(path);
+    if (fd >= 0)
+        close(fd);
+    free(rel);
     th_sdk_args_destroy(&a);
     return status;
 }
@@ -253,7 +321,11 @@ static const toolhost_tool fs_tools[] = {
                     "Returns the file's bytes as they are, from line "
                     "`offset` (0 = the first line) for at most `limit` lines.\n"
                     "Meta tells how many lines came back and whether more "
-                    "follow (`more`); continue with offset + lines.\n"
+                    "follow (`more`); continue with offset + lines.  One "
+                    "answer holds at most about 1 MiB (max_read_bytes), and "
+                    "a very long line is cut with a marker.\n"
+                    "Only regular files are read: FIFOs, devices and "
+                    "sockets are refused.\n"
                     "Paths are relative to the plugin's root folder; paths "
                     "that leave it (\"..\", absolute paths elsewhere, "
                     "symbolic links pointing outside) are refused."),

@@ -1,27 +1,21 @@
 /* text.c - the text plugin: grep with POSIX extended regexes and line,
  * word and byte counts, for files below a root folder from the config. */
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
-#include <fts.h>
+#include <fcntl.h>
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <toolhost/sdk.h>
 
-/* The plugin's state: its root folder (th_sdk_rooted_init from the
- * config key "root"). */
+/* The plugin's state: its root folder, opened as an fd, and its limits
+ * (th_sdk_rooted_init from the config). */
 typedef th_sdk_rooted text_state;
-
-/* Resolves the "path" argument (or `dflt` when absent) inside the root. */
-static int arg_path(const text_state *st, th_sdk_args *a, toolhost_call *call,
-                    const char *dflt, char **out)
-{
-    return th_sdk_rooted_arg_path(st, a, call, "path", dflt, out);
-}
-
 
 /* ---- text_grep ----------------------------------------------------------- */
 
@@ -29,40 +23,39 @@ typedef struct grep {
     const text_state *st;
     toolhost_call *call;
     regex_t re;
-    int64_t max, matches, files;
+    int64_t max, matches, files, cuts;
     bool truncated, stop;
-    char *line;
-    size_t cap;
+    char *line; /* max_line_bytes + 1: the line NUL-terminated */
 } grep;
 
-/* True when the first bytes hold a NUL: a binary file, skipped. */
-static bool binary(FILE *f)
-{
-    char buf[4096];
-    size_t n = fread(buf, 1, sizeof buf, f);
-    rewind(f);
-    return memchr(buf, '\0', n) != NULL;
-}
+#define MAX_DEPTH 128 /* folder levels text_grep descends */
 
-static void grep_file(grep *g, const char *path)
+/* Greps the regular file open on `fd` (closed here); `rel` names it. */
+static void grep_fd(grep *g, int fd, const char *rel)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return; /* unreadable files are skipped, as grep -s does */
+    th_sdk_lines r;
     g->files++;
-    if (binary(f)) {
-        fclose(f);
-        return;
+    if (th_sdk_lines_init(&r, fd, (size_t)g->st->max_line_bytes) != 0) {
+        g->stop = true;
+        goto out;
     }
+    /* A NUL byte in the first 4 KiB: a binary file, skipped. */
+    char head[4096];
+    ssize_t hn = pread(fd, head, sizeof head, 0);
+    if (hn > 0 && memchr(head, '\0', (size_t)hn))
+        goto out;
     int64_t lineno = 0;
-    ssize_t n;
-    while (!g->stop && (n = getline(&g->line, &g->cap, f)) >= 0) {
-        if ((++lineno & 4095) == 0 && th_sdk_cancelled(g->call)) {
-            g->stop = true; /* a long file: look up now and then */
-            break;
-        }
-        if (n > 0 && g->line[n - 1] == '\n')
-            g->line[--n] = '\0';
+    const char *s;
+    size_t n;
+    bool cut;
+    int rc;
+    while (!g->stop && (rc = th_sdk_lines_next(&r, g->call, &s, &n, &cut)) == 1) {
+        lineno++;
+        g->cuts += cut;
+        if (n > 0 && s[n - 1] == '\n')
+            n--;
+        memcpy(g->line, s, n);
+        g->line[n] = '\0';
         if (regexec(&g->re, g->line, 0, NULL, 0) != 0)
             continue;
         if (g->matches == g->max) {
@@ -70,40 +63,98 @@ static void grep_file(grep *g, const char *path)
             break;
         }
         g->matches++;
-        if (th_sdk_printf(g->call, "%s:%lld:%s\n", th_sdk_rooted_rel(g->st, path),
-                          (long long)lineno, g->line) != 0)
+        if (th_sdk_printf(g->call, "%s:%lld:%s\n", rel, (long long)lineno,
+                          g->line) != 0)
             g->stop = true;
     }
-    fclose(f);
+    if (!g->stop && rc == TH_SDK_ECANCELLED)
+        g->stop = true;
+out:
+    th_sdk_lines_destroy(&r);
+    close(fd);
 }
 
-static int by_name(const FTSENT **a, const FTSENT **b)
+static int by_name(const void *a, const void *b)
 {
-    return strcmp((*a)->fts_name, (*b)->fts_name);
+    return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Walks a folder in name order without following symbolic links (a link
- * could lead outside the root), skipping .git folders. */
-static int grep_tree(grep *g, char *path)
+/* Greps the folder open on `dfd` (closed here) in name order: every entry
+ * is opened with openat(O_NOFOLLOW|O_NONBLOCK) from the folder's fd, so
+ * symbolic links met on the way are skipped (a link could lead outside
+ * the root) and only regular files and folders are read; .git folders
+ * are skipped. */
+static void grep_dir(grep *g, int dfd, const char *rel, int depth)
 {
-    char *roots[] = {path, NULL};
-    FTS *fts = fts_open(roots, FTS_PHYSICAL | FTS_NOCHDIR, by_name);
-    if (!fts)
-        return -1;
-    FTSENT *e;
-    while (!g->stop && (e = fts_read(fts)) != NULL) {
+    DIR *dir = fdopendir(dfd);
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    if (!dir) {
+        close(dfd);
+        return;
+    }
+    struct dirent *d;
+    while ((d = readdir(dir)) != NULL) {
+        if (!strcmp(d->d_name, ".") || !strcmp(d->d_name, "..") ||
+            d->d_type == DT_LNK)
+            continue;
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 64;
+            char **t = realloc(names, nc * sizeof *t);
+            if (!t)
+                goto oom;
+            names = t;
+            cap = nc;
+        }
+        if (!(names[n] = strdup(d->d_name)))
+            goto oom;
+        n++;
+    }
+    if (n > 1)
+        qsort(names, n, sizeof *names, by_name);
+    for (size_t i = 0; i < n && !g->stop; i++) {
         if (th_sdk_cancelled(g->call)) {
             g->stop = true;
             break;
         }
-        if (e->fts_info == FTS_D && e->fts_level > 0 &&
-            strcmp(e->fts_name, ".git") == 0)
-            fts_set(fts, e, FTS_SKIP);
-        else if (e->fts_info == FTS_F)
-            grep_file(g, e->fts_path);
+        int fd = openat(dirfd(dir), names[i],
+                        O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY |
+                            O_CLOEXEC);
+        struct stat sb;
+        if (fd < 0)
+            continue; /* unreadable, or a link: skipped, as grep -s does */
+        if (fstat(fd, &sb) != 0) {
+            close(fd);
+            continue;
+        }
+        size_t rl = strlen(rel), nl = strlen(names[i]);
+        char *sub = malloc(rl + nl + 2);
+        if (!sub) {
+            close(fd);
+            goto oom;
+        }
+        if (strcmp(rel, ".") == 0)
+            memcpy(sub, names[i], nl + 1);
+        else
+            snprintf(sub, rl + nl + 2, "%s/%s", rel, names[i]);
+        if (S_ISDIR(sb.st_mode) && strcmp(names[i], ".git") != 0 &&
+            depth < MAX_DEPTH)
+            grep_dir(g, fd, sub, depth + 1);
+        else if (S_ISREG(sb.st_mode) &&
+                 fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) == 0)
+            grep_fd(g, fd, sub);
+        else
+            close(fd); /* FIFOs, devices, sockets: never read */
+        free(sub);
     }
-    fts_close(fts);
-    return 0;
+    goto out;
+oom:
+    g->stop = true;
+out:
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    closedir(dir);
 }
 
 static int text_grep(void *state, const toolhost_tool *tool,
@@ -112,17 +163,20 @@ static int text_grep(void *state, const toolhost_tool *tool,
     (void)tool;
     grep g = {.st = state, .call = call};
     th_sdk_args a;
-    char *path = NULL;
+    char *rel = NULL;
     const char *pattern;
-    int status = TOOLHOST_FAILED, rc;
+    int fd = -1, status = TOOLHOST_FAILED, rc;
     bool compiled = false;
+    struct stat sb;
 
     if (th_sdk_args_init(&a, args, args_len) != 0 ||
         th_sdk_arg_cstr(&a, "pattern", &pattern) != 0) {
         th_sdk_fail(call, "'pattern' must be a string without NUL bytes");
         goto out;
     }
-    if (arg_path(g.st, &a, call, ".", &path) != 0)
+    if (th_sdk_rooted_arg_open(g.st, &a, call, "path", ".",
+                               TH_SDK_OPEN_FILE | TH_SDK_OPEN_DIR, &fd, &sb,
+                               &rel) != 0)
         goto out;
     g.max = th_sdk_arg_int_or(&a, "max_matches", 100);
     int cflags = REG_EXTENDED | REG_NOSUB;
@@ -135,21 +189,22 @@ static int text_grep(void *state, const toolhost_tool *tool,
         goto out;
     }
     compiled = true;
-    struct stat sb;
-    if (stat(path, &sb) != 0) {
-        th_sdk_fail(call, "cannot read '%s': %s", th_sdk_rooted_rel(g.st, path),
-                    strerror(errno));
+    if (!(g.line = malloc((size_t)g.st->max_line_bytes + 1))) {
+        th_sdk_fail(call, "out of memory");
         goto out;
     }
-    if (S_ISDIR(sb.st_mode)) {
-        if (grep_tree(&g, path) != 0) {
-            th_sdk_fail(call, "cannot walk '%s': %s", th_sdk_rooted_rel(g.st, path),
-                        strerror(errno));
-            goto out;
-        }
-    } else {
-        grep_file(&g, path);
-    }
+    int f = fd;
+    fd = -1; /* closed by grep_dir / grep_fd */
+    if (S_ISDIR(sb.st_mode))
+        grep_dir(&g, f, rel, 0);
+    else
+        grep_fd(&g, f, rel);
+    if (th_sdk_cancelled(call))
+        goto out; /* nothing more to say: the answer is dropped */
+    if (g.cuts)
+        th_sdk_log(g.st->host, TOOLHOST_LOG_INFO,
+                   "text_grep: %lld line(s) cut at max_line_bytes (%lld)",
+                   (long long)g.cuts, (long long)g.st->max_line_bytes);
     th_sdk_meta m;
     th_sdk_meta_init(&m);
     th_sdk_meta_int(&m, "matches", g.matches);
@@ -161,8 +216,10 @@ static int text_grep(void *state, const toolhost_tool *tool,
 out:
     if (compiled)
         regfree(&g.re);
+    if (fd >= 0)
+        close(fd);
     free(g.line);
-    free(path);
+    free(rel);
     th_sdk_args_destroy(&a);
     return status;
 }
@@ -190,38 +247,42 @@ static int text_count(void *state, const toolhost_tool *tool,
     (void)tool;
     const text_state *st = state;
     th_sdk_args a;
-    char *path = NULL;
-    FILE *f = NULL;
-    int status = TOOLHOST_FAILED;
+    char *rel = NULL;
+    int fd = -1, status = TOOLHOST_FAILED;
 
     if (th_sdk_args_init(&a, args, args_len) != 0 ||
-        arg_path(st, &a, call, NULL, &path) != 0)
+        th_sdk_rooted_arg_open(st, &a, call, "path", NULL, TH_SDK_OPEN_FILE,
+                               &fd, NULL, &rel) != 0)
         goto out;
-    struct stat sb;
-    f = fopen(path, "rb");
-    if (!f || fstat(fileno(f), &sb) != 0 || S_ISDIR(sb.st_mode)) {
-        th_sdk_fail(call, "cannot count '%s': %s", th_sdk_rooted_rel(st, path),
-                    f ? "it is a folder" : strerror(errno));
-        goto out;
-    }
-    /* wc's rules: lines are newlines, words are runs of non-space. */
+    /* wc's rules: lines are newlines, words are runs of non-space.  Read
+     * in chunks, looking at the cancellation before each. */
     int64_t lines = 0, words = 0, bytes = 0;
     bool in_word = false;
-    int c;
-    while ((c = getc(f)) != EOF) {
-        bytes++;
-        if (c == '\n')
-            lines++;
-        if (isspace(c))
-            in_word = false;
-        else if (!in_word) {
-            in_word = true;
-            words++;
+    unsigned char buf[65536];
+    for (;;) {
+        if (th_sdk_cancelled(call))
+            goto out; /* nothing more to say: the answer is dropped */
+        ssize_t n = read(fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            th_sdk_fail(call, "error reading '%s': %s", rel, strerror(errno));
+            goto out;
         }
-    }
-    if (ferror(f)) {
-        th_sdk_fail(call, "error reading '%s'", th_sdk_rooted_rel(st, path));
-        goto out;
+        if (n == 0)
+            break;
+        bytes += n;
+        for (ssize_t i = 0; i < n; i++) {
+            int c = buf[i];
+            if (c == '\n')
+                lines++;
+            if (isspace(c))
+                in_word = false;
+            else if (!in_word) {
+                in_word = true;
+                words++;
+            }
+        }
     }
     th_sdk_printf(call, "lines: %lld\nwords: %lld\nbytes: %lld\n",
                   (long long)lines, (long long)words, (long long)bytes);
@@ -234,9 +295,9 @@ static int text_count(void *state, const toolhost_tool *tool,
     th_sdk_meta_destroy(&m);
     status = TOOLHOST_OK;
 out:
-    if (f)
-        fclose(f);
-    free(path);
+    if (fd >= 0)
+        close(fd);
+    free(rel);
     th_sdk_args_destroy(&a);
     return status;
 }
@@ -273,7 +334,8 @@ static const toolhost_tool text_tools[] = {
                     "relative to the root, lines from 1), files in name "
                     "order.  Folders are searched recursively; symbolic "
                     "links met on the way, .git folders and binary files "
-                    "(a NUL byte in the first 4 KiB) are skipped.\n"
+                    "(a NUL byte in the first 4 KiB) are skipped, and so are "
+                    "FIFOs, devices and sockets.\n"
                     "The pattern is POSIX extended (regcomp(3)): use "
                     "[[:space:]] rather than \\s.  Meta holds `matches`, "
                     "`files` and `truncated` (max_matches was reached)."),

@@ -32,6 +32,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "toolhost/plugin.h"
 
@@ -290,9 +291,11 @@ void th_sdk_log(const toolhost_host_api *host, int level, const char *fmt,
  * resolved once (in init()); every path a caller gives is then resolved
  * against it and refused when it leaves it: by "..", by an absolute path
  * elsewhere, or through a symlink that points outside.  Symlinks that stay
- * inside the root are followed.  The check is made on the resolved path
- * (realpath(3)); a root that an adversary can modify concurrently can race
- * it, so give a plugin a root only trusted users write to.
+ * inside the root are followed.  th_sdk_path_resolve() checks a path
+ * string (realpath(3)): a root that an adversary can modify concurrently can
+ * race it between the check and the open.  Plugins that open files use
+ * th_sdk_rooted_open() below instead, which resolves beneath an fd of the
+ * root in the kernel and hands back the opened fd.
  *
  * Messages are one line, NUL-terminated, at most err_size bytes, and name
  * the path as the caller gave it.  Call class: Any (no shared state). */
@@ -336,15 +339,30 @@ const char *th_sdk_path_relative(const char *root, const char *resolved);
  * th_sdk_rooted_arg_path(state, ...). */
 
 typedef struct th_sdk_rooted {
-    char *root; /* the resolved root (th_sdk_root_resolve); owned */
+    char *root;           /* the resolved root (th_sdk_root_resolve); owned */
+    int root_fd;          /* O_PATH|O_DIRECTORY fd of the root, opened in
+                             init(); every open resolves beneath it */
+    bool follow_symlinks; /* config "follow_symlinks" (default true):
+                             follow symlinks that stay inside the root;
+                             false refuses any symlink on the way */
+    bool no_openat2;      /* use the openat() walk, never openat2(2) (set
+                             when TOOLHOST_SDK_NO_OPENAT2=1 is in the
+                             environment at init; for tests) */
+    int64_t max_line_bytes; /* config "max_line_bytes" (default 65536):
+                               longer lines are cut (th_sdk_lines) */
+    int64_t max_read_bytes; /* config "max_read_bytes" (default 1 MiB): most
+                               bytes one call reads out (tools may use it) */
+    const toolhost_host_api *host; /* for log lines; not owned */
 } th_sdk_rooted;
 
-/* The plugin's config table: the one required string key "root".  Use
- * as TH_SDK_CONFIG(th_sdk_rooted_config). */
-extern const toolhost_param th_sdk_rooted_config[1];
+/* The plugin's config table: "root" (a required string), "follow_symlinks"
+ * (boolean, default true), "max_line_bytes" and "max_read_bytes"
+ * (integers).  Use as TH_SDK_CONFIG(th_sdk_rooted_config). */
+extern const toolhost_param th_sdk_rooted_config[4];
 
 /* Load.  An init() for toolhost_plugin: resolves the config key "root"
- * into a new th_sdk_rooted stored in *state. */
+ * into a new th_sdk_rooted stored in *state, opens its root_fd and reads
+ * the other keys. */
 int th_sdk_rooted_init(const toolhost_host_api *host, const uint8_t *config,
                        size_t len, void **state, char *err, size_t err_size);
 /* Load.  The matching fini(). */
@@ -353,13 +371,72 @@ void th_sdk_rooted_fini(void *state);
 /* Call.  Resolves the string argument `key` (or `dflt` when absent; NULL:
  * required) inside the root.  On failure writes the reason to the call's
  * stderr and returns nonzero (return TOOLHOST_FAILED then); on success
- * *out is malloc()ed (free it). */
+ * *out is malloc()ed (free it).  The result is a string checked at one
+ * moment: prefer th_sdk_rooted_arg_open(). */
 int th_sdk_rooted_arg_path(const th_sdk_rooted *st, th_sdk_args *a,
                            toolhost_call *call, const char *key,
                            const char *dflt, char **out);
 
 /* Any.  The root-relative name of a resolved path, "." for the root. */
 const char *th_sdk_rooted_rel(const th_sdk_rooted *st, const char *resolved);
+
+/* th_sdk_rooted_open() kinds: what may be opened.  FILE and DIR combine;
+ * anything else (FIFO, device, socket) is refused without blocking: the
+ * open is O_NONBLOCK|O_NOCTTY, O_NONBLOCK is cleared again for a regular
+ * file.  STAT opens anything with O_PATH, for fstat() only. */
+#define TH_SDK_OPEN_FILE 1u /* a regular file, O_RDONLY              */
+#define TH_SDK_OPEN_DIR 2u  /* a folder, O_RDONLY (for fdopendir())  */
+#define TH_SDK_OPEN_STAT 4u /* anything, O_PATH                      */
+
+/* Any.  Opens `path` (relative to the root, or absolute inside it; "" and
+ * "." are the root) beneath st->root_fd: with openat2(2) and
+ * RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS (| RESOLVE_NO_SYMLINKS when
+ * follow_symlinks is off), or where the kernel lacks openat2 with an
+ * openat() walk, one component at a time with O_NOFOLLOW, that reads each
+ * symlink itself.  Use the fd from then on (fstat, fdopendir, read); never
+ * reopen the name.  On success *fd is the fd (O_CLOEXEC; the caller
+ * closes it), *sb its fstat() (sb may be NULL) and *rel the malloc()ed
+ * root-relative name ("." for the root; rel may be NULL).  Returns 0,
+ * TH_SDK_EPATH (outside the root: "path '..' is outside the allowed root
+ * folder"; or a symlink when they are not followed), TH_SDK_ENOENT,
+ * TH_SDK_ETYPE (not of an allowed kind), TH_SDK_EIO, TH_SDK_EINVAL,
+ * TH_SDK_ENOMEM, with a one-line message in err. */
+int th_sdk_rooted_open(const th_sdk_rooted *st, const char *path,
+                       unsigned kinds, int *fd, struct stat *sb, char **rel,
+                       char *err, size_t err_size);
+
+/* Call.  th_sdk_rooted_open() of the string argument `key` (or `dflt` when
+ * absent; NULL: required).  On failure writes the reason to the call's
+ * stderr and returns nonzero (return TOOLHOST_FAILED then). */
+int th_sdk_rooted_arg_open(const th_sdk_rooted *st, th_sdk_args *a,
+                           toolhost_call *call, const char *key,
+                           const char *dflt, unsigned kinds, int *fd,
+                           struct stat *sb, char **rel);
+
+/* ---- Reading lines with bounded memory --------------------------------------
+ *
+ * Reads an fd in fixed chunks and hands out lines of at most `max_line`
+ * bytes: a longer line is cut there (*cut set) and the rest of it is read
+ * and dropped, so memory stays one buffer whatever the file holds.  Each
+ * chunk read checks the call's cancellation.  One reader per thread. */
+typedef struct th_sdk_lines {
+    int fd;           /* not owned */
+    char *buf;        /* private */
+    size_t max, len, pos; /* private */
+    bool eof;         /* private */
+    int64_t bytes;    /* bytes read so far */
+} th_sdk_lines;
+
+/* Returns 0 or TH_SDK_ENOMEM (max_line 0: 65536).  Destroy in every case. */
+int th_sdk_lines_init(th_sdk_lines *r, int fd, size_t max_line);
+void th_sdk_lines_destroy(th_sdk_lines *r);
+/* Owner (call may be NULL: no cancellation).  The next line: *line (not
+ * NUL-terminated, valid until the next call) and *len, including its
+ * '\n' when it had one; *cut when the line was longer than max_line (then
+ * *line holds its first max_line bytes and no '\n').  Returns 1 (a line),
+ * 0 (end of file), TH_SDK_ECANCELLED, or TH_SDK_EIO (errno kept). */
+int th_sdk_lines_next(th_sdk_lines *r, const toolhost_call *call,
+                      const char **line, size_t *len, bool *cut);
 
 #ifdef __cplusplus
 }

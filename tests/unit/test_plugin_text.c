@@ -1,10 +1,21 @@
 /* test_plugin_text.c - the text plugin through the fake host: text_grep
  * over files and folders, max_matches, bad patterns, refusals; text_count. */
 #include <CUnit/CUnit.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <sys/sysmacros.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "common/plugin_harness.h"
 #include "common/th_test.h"
@@ -108,9 +119,11 @@ static void test_grep_tree(void)
     CU_ASSERT_STRING_EQUAL(th_harness_out(&c), "sub/c.h:1:#define TODO 1\n");
     th_harness_call_free(&c);
 
-    /* a symlink inside the root, given by name, is searched */
+    /* a symlink inside the root, given by name, is searched (and named
+     * as given: the file is opened beneath the root, never by its target's
+     * name) */
     CU_ASSERT_EQUAL(grep("l5", "link_in", NULL, &c), TOOLHOST_OK);
-    CU_ASSERT_STRING_EQUAL(th_harness_out(&c), "a.txt:5:l5\n");
+    CU_ASSERT_STRING_EQUAL(th_harness_out(&c), "link_in:5:l5\n");
     th_harness_call_free(&c);
 }
 
@@ -166,6 +179,181 @@ static void test_count(void)
     th_harness_call_free(&c);
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+typedef struct fifo_guard {
+    char path[4200];
+    atomic_bool done;
+    atomic_int unblocked;
+} fifo_guard;
+
+/* Should a reader hang in open() on the FIFO (the old behaviour), open it
+ * for writing now and then for 3 s so the test ends and fails instead of
+ * hanging. */
+static void *fifo_watchdog(void *arg)
+{
+    fifo_guard *g = arg;
+    for (int i = 0; i < 300 && !atomic_load(&g->done); i++) {
+        usleep(10000);
+        if (i < 100)
+            continue;
+        int fd = open(g->path, O_WRONLY | O_NONBLOCK);
+        if (fd >= 0) {
+            atomic_fetch_add(&g->unblocked, 1);
+            close(fd);
+        }
+    }
+    return NULL;
+}
+
+/* A FIFO inside the root: text_count refuses it, text_grep on it refuses
+ * it, and a text_grep of the folder skips it, all without blocking. */
+static void test_fifo(void)
+{
+    fifo_guard g;
+    snprintf(g.path, sizeof g.path, "%s/sub/pipe", root);
+    CU_ASSERT_EQUAL_FATAL(mkfifo(g.path, 0644), 0);
+    atomic_init(&g.done, false);
+    atomic_init(&g.unblocked, 0);
+    pthread_t th;
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, fifo_watchdog, &g), 0);
+    double t0 = now_s();
+    th_harness_call c;
+    CU_ASSERT_EQUAL(th_harness_run(h, "text_count",
+                                   "{\"path\": \"sub/pipe\"}", 0, &c),
+                    TOOLHOST_FAILED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(th_harness_err(&c), "is a FIFO"));
+    th_harness_call_free(&c);
+    CU_ASSERT_EQUAL(grep("x", "sub/pipe", NULL, &c), TOOLHOST_FAILED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(th_harness_err(&c), "is a FIFO"));
+    th_harness_call_free(&c);
+    CU_ASSERT_EQUAL(grep("TODO", "sub", NULL, &c), TOOLHOST_OK);
+    CU_ASSERT_STRING_EQUAL(th_harness_out(&c), "sub/c.h:1:#define TODO 1\n");
+    th_harness_call_free(&c);
+    double dt = now_s() - t0;
+    atomic_store(&g.done, true);
+    pthread_join(th, NULL);
+    CU_ASSERT_EQUAL(atomic_load(&g.unblocked), 0);
+    CU_ASSERT_TRUE(dt < 1.0);
+    unlink(g.path);
+}
+
+/* Runs `fn` in a child process with at most `secs` seconds and (outside
+ * ASan) 1 GiB of address space, so that a tool that hangs or eats memory
+ * (as the old code did on a device) fails the test instead of hanging the
+ * run.  Returns fn's result, or -1 when the child had to be killed. */
+static int in_child(int (*fn)(void), int secs)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+        struct rlimit rl = {1L << 30, 1L << 30};
+        setrlimit(RLIMIT_AS, &rl);
+#endif
+        _exit(fn());
+    }
+    int st = 0;
+    for (int i = 0; i < secs * 100; i++) {
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        usleep(10000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    return -1;
+}
+
+/* A character device (a /dev/zero made with mknod) is refused at once; the
+ * old text_count kept counting its endless zeros. */
+/* In a child: text_count of "zero" is refused within 1 s. */
+static int count_device(void)
+{
+    th_harness_call c;
+    double t0 = now_s();
+    int rc = th_harness_run(h, "text_count", "{\"path\": \"zero\"}", 0, &c);
+    bool ok = rc == TOOLHOST_FAILED && now_s() - t0 < 1.0 &&
+              strstr(th_harness_err(&c), "character device");
+    if (!ok)
+        fprintf(stderr, "\n  text_count zero: %d: %s ", rc,
+                th_harness_err(&c));
+    th_harness_call_free(&c);
+    return ok ? 0 : 1;
+}
+
+static void test_device(void)
+{
+    char p[4200];
+    snprintf(p, sizeof p, "%s/zero", root);
+    if (mknod(p, S_IFCHR | 0666, makedev(1, 5)) != 0) {
+        fprintf(stderr, "\n  SKIPPED device test: mknod: %s ",
+                strerror(errno));
+        return;
+    }
+    CU_ASSERT_EQUAL(in_child(count_device, 10), 0);
+    unlink(p);
+}
+
+/* A cancelled text_count of a big file (1 GiB, sparse) returns at once
+ * and writes nothing (the old one counted it all, then answered). */
+static void test_count_cancelled(void)
+{
+    char p[4200];
+    snprintf(p, sizeof p, "%s/big.txt", root);
+    int fd = open(p, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    CU_ASSERT_FATAL(fd >= 0);
+    CU_ASSERT_EQUAL_FATAL(ftruncate(fd, 1L << 30), 0);
+    close(fd);
+    th_harness_call c;
+    double t0 = now_s();
+    th_harness_run(h, "text_count", "{\"path\": \"big.txt\"}", -1, &c);
+    double dt = now_s() - t0;
+    fprintf(stderr, "\n  cancelled text_count of 1 GiB: %.3f s ", dt);
+    CU_ASSERT_TRUE(dt < 0.5);
+    CU_ASSERT_EQUAL(c.writes_after_cancel, 0);
+    CU_ASSERT_EQUAL(c.out.len, 0);
+    th_harness_call_free(&c);
+    /* and text_grep of a file with one 1 GiB line: cancelled, prompt */
+    t0 = now_s();
+    th_harness_run(h, "text_grep", "{\"pattern\": \"x\", \"path\": \"big.txt\"}",
+                   -1, &c);
+    CU_ASSERT_TRUE(now_s() - t0 < 0.5);
+    CU_ASSERT_EQUAL(c.writes_after_cancel, 0);
+    th_harness_call_free(&c);
+    unlink(p);
+}
+
+/* text_grep matches the head of a line longer than max_line_bytes and
+ * keeps going on the lines after it. */
+static void test_grep_long_line(void)
+{
+    static char text[200000];
+    memset(text, 'a', 150000);
+    memcpy(text, "head", 4);
+    memcpy(text + 149990, "TAIL", 4);
+    strcpy(text + 150000, "\nlast needle\n");
+    free(th_test_write_file(root, "long.txt", text, (size_t)-1));
+    th_harness_call c;
+    CU_ASSERT_EQUAL(grep("^head|TAIL|needle", "long.txt", NULL, &c),
+                    TOOLHOST_OK);
+    const char *out = th_harness_out(&c);
+    CU_ASSERT_EQUAL(strncmp(out, "long.txt:1:head", 15), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "\nlong.txt:2:last needle\n"));
+    CU_ASSERT_PTR_NULL(strstr(out, "TAIL"));
+    CU_ASSERT_TRUE(c.out.len < 70000);
+    th_harness_call_free(&c);
+    char p[4200];
+    snprintf(p, sizeof p, "%s/long.txt", root);
+    unlink(p);
+}
+
 void th_suite_plugin_text(void)
 {
     CU_pSuite s = CU_add_suite("plugin_text", setup, teardown);
@@ -173,4 +361,8 @@ void th_suite_plugin_text(void)
     CU_add_test(s, "grep_tree", test_grep_tree);
     CU_add_test(s, "grep_errors", test_grep_errors);
     CU_add_test(s, "count", test_count);
+    CU_add_test(s, "fifo", test_fifo);
+    CU_add_test(s, "device", test_device);
+    CU_add_test(s, "count_cancelled", test_count_cancelled);
+    CU_add_test(s, "grep_long_line", test_grep_long_line);
 }

@@ -2,6 +2,7 @@
  * progress and cancellation helpers, declaration macros, root-confined
  * paths. */
 #include <CUnit/CUnit.h>
+#include <fcntl.h>
 #include <msgpack.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -564,6 +565,189 @@ static void test_paths(void)
     path_teardown();
 }
 
+/* A th_sdk_rooted on `dir` from a config map with `follow`. */
+static th_sdk_rooted *rooted(const char *dir, bool follow)
+{
+    th_buf b = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
+    msgpack_pack_map(&pk, 2);
+    msgpack_pack_str_with_body(&pk, "root", 4);
+    msgpack_pack_str_with_body(&pk, dir, strlen(dir));
+    msgpack_pack_str_with_body(&pk, "follow_symlinks", 15);
+    if (follow)
+        msgpack_pack_true(&pk);
+    else
+        msgpack_pack_false(&pk);
+    void *st = NULL;
+    char err[256];
+    int rc = th_sdk_rooted_init(NULL, b.data, b.len, &st, err, sizeof err);
+    th_buf_free(&b);
+    CU_ASSERT_EQUAL(rc, 0);
+    return st;
+}
+
+static void open_ok(th_sdk_rooted *st, const char *path, unsigned kinds,
+                    const char *rel)
+{
+    int fd = -1;
+    char *r = NULL, err[256] = "";
+    struct stat sb;
+    int rc = th_sdk_rooted_open(st, path, kinds, &fd, &sb, &r, err,
+                                sizeof err);
+    CU_ASSERT_EQUAL(rc, 0);
+    if (rc != 0) {
+        fprintf(stderr, "\n  %s (walk %d): %s\n", path, st->no_openat2, err);
+        return;
+    }
+    CU_ASSERT_STRING_EQUAL(r, rel);
+    CU_ASSERT_TRUE(fd >= 0);
+    if (kinds & TH_SDK_OPEN_FILE && S_ISREG(sb.st_mode))
+        CU_ASSERT_FALSE(fcntl(fd, F_GETFL) & O_NONBLOCK);
+    close(fd);
+    free(r);
+}
+
+static void open_fail(th_sdk_rooted *st, const char *path, unsigned kinds,
+                      int code, const char *words)
+{
+    int fd = -1;
+    char *r = NULL, err[256] = "";
+    int rc = th_sdk_rooted_open(st, path, kinds, &fd, NULL, &r, err,
+                                sizeof err);
+    CU_ASSERT_EQUAL(rc, code);
+    CU_ASSERT_EQUAL(fd, -1);
+    CU_ASSERT_PTR_NULL(r);
+    if (!strstr(err, words) || !strstr(err, path)) {
+        CU_FAIL("message");
+        fprintf(stderr, "\n  %s (walk %d): '%s' lacks '%s'\n", path,
+                st->no_openat2, err, words);
+    }
+}
+
+/* th_sdk_rooted_open() with openat2 and with the openat() walk: the same
+ * answers for every case. */
+static void test_rooted_open(void)
+{
+    path_setup();
+    char p[4096], abs_in[4096], abs_out[4096];
+    snprintf(abs_in, sizeof abs_in, "%s/a.txt", root);
+    snprintf(abs_out, sizeof abs_out, "%s/outside/secret", tmp);
+    snprintf(p, sizeof p, "%s/fifo", root);
+    CU_ASSERT_EQUAL(mkfifo(p, 0644), 0);
+    snprintf(p, sizeof p, "%s/loop", root);
+    CU_ASSERT_EQUAL(symlink("loop", p), 0);
+    snprintf(p, sizeof p, "%s/sub/up", root);
+    CU_ASSERT_EQUAL(symlink("../a.txt", p), 0); /* ".." that stays inside */
+    snprintf(p, sizeof p, "%s/abs", root);
+    CU_ASSERT_EQUAL(symlink(abs_in, p), 0);     /* absolute: refused */
+
+    for (int walk = 0; walk < 2; walk++) {
+        th_sdk_rooted *st = rooted(root, true);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+        st->no_openat2 = walk;
+        const unsigned any = TH_SDK_OPEN_FILE | TH_SDK_OPEN_DIR;
+        open_ok(st, "a.txt", TH_SDK_OPEN_FILE, "a.txt");
+        open_ok(st, "", TH_SDK_OPEN_DIR, ".");
+        open_ok(st, ".", any, ".");
+        open_ok(st, "./sub/../a.txt", any, "a.txt");
+        open_ok(st, abs_in, any, "a.txt");
+        open_ok(st, "in", TH_SDK_OPEN_DIR, "in");
+        open_ok(st, "in/up", TH_SDK_OPEN_FILE, "in/up");
+        open_ok(st, "sub/up", TH_SDK_OPEN_FILE, "sub/up");
+        open_ok(st, "fifo", TH_SDK_OPEN_STAT, "fifo");
+        open_fail(st, "..", any, TH_SDK_EPATH, "is outside the allowed root");
+        open_fail(st, "../outside/secret", any, TH_SDK_EPATH, "outside");
+        open_fail(st, "/etc/passwd", any, TH_SDK_EPATH, "outside");
+        open_fail(st, abs_out, any, TH_SDK_EPATH, "outside");
+        open_fail(st, "out", any, TH_SDK_EPATH, "through a symbolic link");
+        open_fail(st, "outdir/secret", any, TH_SDK_EPATH, "outside");
+        open_fail(st, "outdir", TH_SDK_OPEN_STAT, TH_SDK_EPATH, "outside");
+        open_fail(st, "dangling", any, TH_SDK_EPATH, "outside");
+        open_fail(st, "abs", any, TH_SDK_EPATH, "outside");
+        open_fail(st, "missing", any, TH_SDK_ENOENT, "no such file");
+        open_fail(st, "a.txt/x", any, TH_SDK_ENOENT, "a.txt/x");
+        open_fail(st, "a.txt", TH_SDK_OPEN_DIR, TH_SDK_ETYPE, "not a folder");
+        open_fail(st, "sub", TH_SDK_OPEN_FILE, TH_SDK_ETYPE, "is a folder");
+        open_fail(st, "fifo", any, TH_SDK_ETYPE, "is a FIFO");
+        open_fail(st, "loop", any, TH_SDK_EIO, "loop");
+        th_sdk_rooted_fini(st);
+
+        st = rooted(root, false);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+        st->no_openat2 = walk;
+        open_ok(st, "sub", TH_SDK_OPEN_DIR, "sub");
+        open_fail(st, "in", any, TH_SDK_EPATH, "symbolic link");
+        open_fail(st, "sub/up", any, TH_SDK_EPATH, "symbolic link");
+        open_fail(st, "out", any, TH_SDK_EPATH, "symbolic link");
+        th_sdk_rooted_fini(st);
+    }
+    int fd;
+    CU_ASSERT_EQUAL(th_sdk_rooted_open(NULL, "a", TH_SDK_OPEN_FILE, &fd, NULL,
+                                       NULL, NULL, 0),
+                    TH_SDK_EINVAL);
+    path_teardown();
+}
+
+/* th_sdk_lines: whole lines, cut lines, a last line without a newline,
+ * lines across chunk borders. */
+static void test_lines(void)
+{
+    char *t = th_test_tmpdir();
+    char text[300] = "ab\n";
+    memset(text + 3, 'x', 100);
+    strcpy(text + 103, "\n0123456789abcde\n0123456789abcdef\ncd");
+    char *f = th_test_write_file(t, "l", text, (size_t)-1);
+    int fd = open(f, O_RDONLY);
+    th_sdk_lines r;
+    CU_ASSERT_EQUAL_FATAL(th_sdk_lines_init(&r, fd, 16), 0);
+    const char *line;
+    size_t n;
+    bool cut;
+    CU_ASSERT_EQUAL(th_sdk_lines_next(&r, NULL, &line, &n, &cut), 1);
+    CU_ASSERT_TRUE(n == 3 && !memcmp(line, "ab\n", 3) && !cut);
+    CU_ASSERT_EQUAL(th_sdk_lines_next(&r, NULL, &line, &n, &cut), 1);
+    CU_ASSERT_TRUE(n == 16 && !memcmp(line, "xxxxxxxxxxxxxxxx", 16) && cut);
+    CU_ASSERT_EQUAL(th_sdk_lines_next(&r, NULL, &line, &n, &cut), 1);
+    CU_ASSERT_TRUE(n == 16 && !memcmp(line, "0123456789abcde\n", 16) && !cut);
+    CU_ASSERT_EQUAL(th_sdk_lines_next(&r, NULL, &line, &n, &cut), 1);
+    CU_ASSERT_TRUE(n == 16 && !memcmp(line, "0123456789abcdef", 16) && cut);
+    CU_ASSERT_EQUAL(th_sdk_lines_next(&r, NULL, &line, &n, &cut), 1);
+    CU_ASSERT_TRUE(n == 2 && !memcmp(line, "cd", 2) && !cut);
+    CU_ASSERT_EQUAL(th_sdk_lines_next(&r, NULL, &line, &n, &cut), 0);
+    CU_ASSERT_EQUAL(th_sdk_lines_next(&r, NULL, &line, &n, &cut), 0);
+    CU_ASSERT_EQUAL(r.bytes, (int64_t)strlen(text));
+    th_sdk_lines_destroy(&r);
+    close(fd);
+    free(f);
+
+    /* 3000 lines of 100 bytes read through 64 KiB chunks */
+    static char big[300000];
+    for (int i = 0; i < 3000; i++) {
+        snprintf(big + i * 100, 101, "%099d", i);
+        big[i * 100 + 99] = '\n';
+    }
+    f = th_test_write_file(t, "big", big, sizeof big);
+    fd = open(f, O_RDONLY);
+    CU_ASSERT_EQUAL_FATAL(th_sdk_lines_init(&r, fd, 0), 0);
+    int count = 0, bad = 0, rc;
+    while ((rc = th_sdk_lines_next(&r, NULL, &line, &n, &cut)) == 1) {
+        char want[101];
+        snprintf(want, sizeof want, "%099d", count);
+        if (n != 100 || cut || memcmp(line, want, 99) != 0)
+            bad++;
+        count++;
+    }
+    CU_ASSERT_EQUAL(rc, 0);
+    CU_ASSERT_EQUAL(count, 3000);
+    CU_ASSERT_EQUAL(bad, 0);
+    th_sdk_lines_destroy(&r);
+    close(fd);
+    free(f);
+    th_test_rmtree(t);
+    free(t);
+}
+
 static void test_root(void)
 {
     char *tmpd = th_test_tmpdir(), *out = NULL, err[256];
@@ -769,6 +953,8 @@ void th_suite_sdk(void)
     CU_add_test(s, "macros", test_macros);
     CU_add_test(s, "paths", test_paths);
     CU_add_test(s, "root", test_root);
+    CU_add_test(s, "rooted_open", test_rooted_open);
+    CU_add_test(s, "lines", test_lines);
     CU_add_test(s, "suspend_complete", test_suspend_complete);
     CU_add_test(s, "template", test_template);
 }
