@@ -493,6 +493,79 @@ static void test_nested_max_concurrency(void)
     chost_down(&fx);
 }
 
+/* A nested call waiting for a slot ends with its deadline. */
+static void test_nested_slot_wait_deadline(void)
+{
+    chost fx;
+    CU_ASSERT_EQUAL_FATAL(phost_up(&fx, 2,
+                                   "    tool_overrides:\n"
+                                   "      echo_async:\n"
+                                   "        max_concurrency: 1\n"
+                                   "        timeout: 300ms\n"),
+                          0);
+    th_session *s = open_as(&fx, 1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    /* a direct call holds the one slot for its 300 ms */
+    th_buf args = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &args, th_buf_msgpack_write);
+    msgpack_pack_map(&pk, 3);
+    msgpack_pack_str_with_body(&pk, "text", 4);
+    msgpack_pack_str_with_body(&pk, "x", 1);
+    msgpack_pack_str_with_body(&pk, "steps", 5);
+    msgpack_pack_int(&pk, 100);
+    msgpack_pack_str_with_body(&pk, "delay_ms", 8);
+    msgpack_pack_int(&pk, 100);
+    th_call_opts o;
+    memset(&o, 0, sizeof o);
+    seen held;
+    seen_init(&held);
+    uint64_t id;
+    CU_ASSERT_EQUAL(th_call_start(s, "echo_async", args.data, args.len, &o,
+                                  on_event, &held, &id),
+                    0);
+    th_buf_free(&args);
+    struct timespec nap = {0, 50 * 1000000L};
+    nanosleep(&nap, NULL);
+    /* a script with a 100 ms deadline calls the tool: its call waits
+     * for the slot and ends with the deadline, long before the slot frees
+     * (before, it ran at once beside the holder and printed "true") */
+    seen c;
+    seen_init(&c);
+    th_buf ca = TH_BUF_INIT;
+    msgpack_packer_init(&pk, &ca, th_buf_msgpack_write);
+    msgpack_pack_map(&pk, 2);
+    msgpack_pack_str_with_body(&pk, "code", 4);
+    static const char code[] =
+        "local r = tools.echo_async{text = 'y', steps = 1, delay_ms = 1}\n"
+        "print(r.ok, r.error and r.error.code)";
+    msgpack_pack_str_with_body(&pk, code, sizeof code - 1);
+    msgpack_pack_str_with_body(&pk, "timeout_ms", 10);
+    msgpack_pack_int(&pk, 100);
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    CU_ASSERT_EQUAL(th_call_start(s, "run_code", ca.data, ca.len, &o,
+                                  on_event, &c, &id),
+                    0);
+    th_buf_free(&ca);
+    CU_ASSERT_TRUE(wait_done(&c, 10000));
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double secs = (double)(b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9;
+    CU_ASSERT_FALSE(c.fin.ok);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err_text(&c.fin), "timed out"));
+    CU_ASSERT_STRING_EQUAL(out_text(&c.fin), "");
+    if (c.fin.ok)
+        fprintf(stderr, "\n  slot wait: %.3f s: %s / %s\n", secs,
+                out_text(&c.fin), err_text(&c.fin));
+    CU_ASSERT_TRUE(secs < 0.25);
+    CU_ASSERT_TRUE(wait_done(&held, 10000));
+    CU_ASSERT_EQUAL(held.fin.kind, TH_RESULT_ERROR);
+    seen_free(&c);
+    seen_free(&held);
+    th_session_close(s);
+    chost_down(&fx);
+}
+
 /* A call's timeout_ms may lower its toolset's timeout, never raise it: from
  * a client and from run_code (only host.max_timeout capped it before). */
 static void test_timeout_capped_by_toolset(void)
@@ -573,6 +646,8 @@ void th_suite_code_host(void)
     CU_pSuite s = CU_add_suite("code_host", NULL, NULL);
     CU_add_test(s, "limits_of_own_toolset", test_limits_of_own_toolset);
     CU_add_test(s, "nested_max_concurrency", test_nested_max_concurrency);
+    CU_add_test(s, "nested_slot_wait_deadline",
+                test_nested_slot_wait_deadline);
     CU_add_test(s, "timeout_capped_by_toolset",
                 test_timeout_capped_by_toolset);
     CU_add_test(s, "call_toolset_null", test_call_toolset_null);
