@@ -32,10 +32,15 @@
 #include <string.h>
 #include <time.h>
 
+#include "th/log.h"
 #include "th/tool.h"
 
 #define HOOK_EVERY 1000
 #define MAX_DEPTH 64 /* nesting of tables converted to or from msgpack */
+#define ALLOC_POLL_N 256               /* see alloc_poll() */
+#define ALLOC_POLL_BYTES (256u << 10)
+#define KILLED_ALLOC_MAX (64u << 10)
+#define VALUE_MAX_NO_LIMIT (64u << 20) /* returned value, no output_limit */
 
 enum { KILL_NONE = 0, KILL_TIMEOUT, KILL_CANCEL };
 
@@ -53,6 +58,8 @@ typedef struct run {
     struct timespec deadline;
     int kill;
     bool warn_cont; /* a warning is being continued */
+    uint32_t alloc_n;   /* allocations since the allocator read the clock */
+    size_t alloc_grow;  /* bytes of growth since then */
     /* output */
     uint64_t kept[3], dropped[3];
     /* scratch C memory that a Lua error may skip over */
@@ -152,6 +159,8 @@ static run *get_run(lua_State *L)
     return *(run **)lua_getextraspace(L);
 }
 
+static void alloc_poll(run *r, size_t grow);
+
 static void *run_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 {
     run *r = ud;
@@ -161,6 +170,12 @@ static void *run_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
         free(ptr);
         r->used -= osize;
         return NULL;
+    }
+    if (nsize > osize && r->has_deadline) {
+        alloc_poll(r, nsize - osize);
+        /* killed: library calls that build large strings stop here */
+        if (r->kill && nsize - osize > KILLED_ALLOC_MAX)
+            return NULL;
     }
     if (r->limit && nsize > osize &&
         (nsize - osize > r->limit || r->used > r->limit - (nsize - osize))) {
@@ -227,6 +242,27 @@ static int raise_kill(lua_State *L, run *r, int level)
         lua_pushliteral(L, "cancelled: the run_code call was cancelled");
     lua_concat(L, 2);
     return lua_error(L);
+}
+
+/* The deadline, seen from the allocator: a library function that runs
+ * long in C (gsub, rep, concat on big strings) executes one VM instruction,
+ * so the count hook alone could let a loop of them overrun the deadline by
+ * up to HOOK_EVERY calls.  Every ALLOC_POLL_N allocations or
+ * ALLOC_POLL_BYTES of growth the allocator reads the clock; past the
+ * deadline it kills the run (the hook then fires at the next instruction)
+ * and refuses growth above KILLED_ALLOC_MAX, so the running library call
+ * fails at once instead of finishing its work. */
+static void alloc_poll(run *r, size_t grow)
+{
+    r->alloc_grow += grow;
+    if (++r->alloc_n < ALLOC_POLL_N && r->alloc_grow < ALLOC_POLL_BYTES)
+        return;
+    r->alloc_n = 0;
+    r->alloc_grow = 0;
+    if (r->kill || !r->L || ms_left(r) > 0)
+        return;
+    r->kill = KILL_TIMEOUT;
+    lua_sethook(r->L, hook, LUA_MASKCOUNT, 1);
 }
 
 static void hook(lua_State *L, lua_Debug *ar)
@@ -347,6 +383,9 @@ static int sb_stream_write(lua_State *L)
 typedef struct pack_ctx {
     run *r;
     msgpack_packer pk;
+    th_buf *buf;
+    size_t cap;   /* bytes the packed value may take; 0: no cap */
+    bool over;    /* the cap was reached */
     int visiting; /* stack index of the set of tables being packed */
     bool lenient; /* unsupported values become their tostring() text */
     const th_proj_tool *tool; /* for argument hints, or NULL */
@@ -512,23 +551,43 @@ static int pack_value(lua_State *L, pack_ctx *c, int idx, int depth,
     }
 }
 
-/* Packs the value at idx into buf; on failure r->msg says why. */
+/* msgpack write callback: appends within pack_ctx.cap. */
+static int capped_write(void *data, const char *b, size_t len)
+{
+    pack_ctx *c = data;
+    if (c->cap && (len > c->cap || c->buf->len > c->cap - len)) {
+        c->over = true;
+        return -1;
+    }
+    return th_buf_append(c->buf, b, len) != 0 ? -1 : 0;
+}
+
+/* Packs the value at idx into buf, stopping as soon as it would pass cap
+ * bytes (0: no cap; *over then says so); on failure r->msg says why. */
 static int pack_into(lua_State *L, run *r, int idx, th_buf *buf,
-                     bool lenient, const th_proj_tool *tool)
+                     bool lenient, const th_proj_tool *tool, size_t cap,
+                     bool *over)
 {
     idx = lua_absindex(L, idx);
     pack_ctx c;
     c.r = r;
     c.lenient = lenient;
     c.tool = tool;
+    c.buf = buf;
+    c.cap = cap;
+    c.over = false;
     r->msg[0] = '\0';
     th_buf_reset(buf);
-    msgpack_packer_init(&c.pk, buf, th_buf_msgpack_write);
+    msgpack_packer_init(&c.pk, &c, capped_write);
     lua_newtable(L);
     c.visiting = lua_gettop(L);
     int rc = pack_value(L, &c, idx, 0, 0);
     lua_pop(L, 1);
-    if (rc && !r->msg[0])
+    if (over)
+        *over = c.over;
+    if (rc && c.over)
+        snprintf(r->msg, sizeof r->msg, "more than %zu bytes", cap);
+    else if (rc && !r->msg[0])
         snprintf(r->msg, sizeof r->msg, "out of memory");
     return rc ? -1 : 0;
 }
@@ -675,7 +734,7 @@ static int tool_call(lua_State *L)
         th_buf_reset(&r->args);
         if (th_buf_append(&r->args, "\x80", 1) != 0)
             return luaL_error(L, "out of memory");
-    } else if (pack_into(L, r, 2, &r->args, false, t) != 0) {
+    } else if (pack_into(L, r, 2, &r->args, false, t, 0, NULL) != 0) {
         return luaL_error(L, "tools.%s: bad arguments: %s", t->key, r->msg);
     }
     int64_t timeout = 0;
@@ -1233,8 +1292,8 @@ static int sb_table_move(lua_State *L)
  * of the deadline's reach.  Upvalue 1: the original function. */
 static int sb_setmetatable(lua_State *L)
 {
-    if (lua_type(L, 2) == LUA_TTABLE &&
-        lua_getfield(L, 2, "__gc") != LUA_TNIL)
+    lua_pushliteral(L, "__gc");
+    if (lua_type(L, 2) == LUA_TTABLE && lua_rawget(L, 2) != LUA_TNIL)
         return luaL_error(L, "setmetatable: __gc metamethods are not "
                              "available in the toolhost sandbox (finalizers "
                              "would run outside the deadline)");
@@ -1243,6 +1302,120 @@ static int sb_setmetatable(lua_State *L)
     lua_insert(L, 1);
     lua_call(L, 2, 1);
     return 1;
+}
+
+/* ---- Lua code that would run with the hook off --------------------------
+ *
+ * When the count hook raises the kill error, Lua leaves hooks disabled on
+ * that thread (its allowhook flag) until the error reaches a pcall
+ * boundary.  Script code that runs on the way would have no hook and no
+ * deadline: an xpcall message handler (Lua calls it again for the error
+ * raised inside it), the __close metamethods of a coroutine that died of
+ * the kill and is then closed (coroutine.wrap closes it itself).  Once a
+ * run is killed these paths run no script code; before that they run with
+ * the hook on, so a handler that loops is killed like any code. */
+
+/* The message handler xpcall installs; upvalue 1 is the script's. */
+static int sb_msgh_guard(lua_State *L)
+{
+    run *r = get_run(L);
+    if (r->kill) { /* the error passes through unchanged */
+        lua_settop(L, 1);
+        return 1;
+    }
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, 1);
+    return 1;
+}
+
+static int xpcall_done(lua_State *L, int status, lua_KContext extra)
+{
+    if (status != LUA_OK && status != LUA_YIELD) {
+        lua_pushboolean(L, 0);
+        lua_pushvalue(L, -2);
+        return 2;
+    }
+    return lua_gettop(L) - (int)extra;
+}
+
+/* xpcall(f, msgh, ...) with msgh behind sb_msgh_guard; yieldable like
+ * Lua's own. */
+static int sb_xpcall(lua_State *L)
+{
+    int n = lua_gettop(L);
+    luaL_checktype(L, 2, LUA_TFUNCTION);
+    lua_pushvalue(L, 2);
+    lua_pushcclosure(L, sb_msgh_guard, 1);
+    lua_replace(L, 2);
+    lua_pushboolean(L, 1);
+    lua_pushvalue(L, 1);
+    lua_rotate(L, 3, 2); /* f, guard, true, f, args... */
+    int st = lua_pcallk(L, n - 2, LUA_MULTRET, 2, 2, xpcall_done);
+    return xpcall_done(L, st, 2);
+}
+
+/* The function coroutine.wrap returns; upvalue 1 is the coroutine.  Like
+ * Lua's, except that a coroutine that died of the kill is not closed (its
+ * __close metamethods would run with the hook off). */
+static int sb_wrap_resume(lua_State *L)
+{
+    run *r = get_run(L);
+    lua_State *co = lua_tothread(L, lua_upvalueindex(1));
+    int narg = lua_gettop(L);
+    if (!lua_checkstack(co, narg))
+        return luaL_error(L, "too many arguments to resume");
+    lua_xmove(L, co, narg);
+    int nres = 0;
+    int st = lua_resume(co, L, narg, &nres);
+    if (st == LUA_OK || st == LUA_YIELD) {
+        if (!lua_checkstack(L, nres + 1)) {
+            lua_pop(co, nres);
+            return luaL_error(L, "too many results to resume");
+        }
+        lua_xmove(co, L, nres);
+        return nres;
+    }
+    int cst = lua_status(co);
+    if (cst != LUA_OK && cst != LUA_YIELD) { /* it died of this error */
+        if (r->kill)
+            return raise_kill(L, r, 1);
+#if LUA_VERSION_RELEASE_NUM >= 50406
+        (void)lua_closethread(co, L); /* runs its __close metamethods */
+#else
+        (void)lua_resetthread(co); /* runs its __close metamethods */
+#endif
+    }
+    lua_xmove(co, L, 1);
+    if (st != LUA_ERRMEM && lua_type(L, -1) == LUA_TSTRING) {
+        luaL_where(L, 1);
+        lua_insert(L, -2);
+        lua_concat(L, 2);
+    }
+    return lua_error(L);
+}
+
+static int sb_wrap(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TFUNCTION);
+    lua_State *co = lua_newthread(L);
+    lua_pushvalue(L, 1);
+    lua_xmove(L, co, 1);
+    lua_pushcclosure(L, sb_wrap_resume, 1);
+    return 1;
+}
+
+/* coroutine.close(co): refused once the run is killed.  Upvalue 1: the
+ * original function. */
+static int sb_coclose(lua_State *L)
+{
+    run *r = get_run(L);
+    if (r->kill)
+        return raise_kill(L, r, 1);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+    return lua_gettop(L);
 }
 
 /* Lua's warn(): "Lua warning: ..." lines on the script's stderr. */
@@ -1279,6 +1452,15 @@ static void guard_patterns(lua_State *L)
     lua_pushcclosure(L, sb_table_move, 1);
     lua_setfield(L, -2, "move");
     lua_pop(L, 2);
+    lua_pushcfunction(L, sb_xpcall);
+    lua_setglobal(L, "xpcall");
+    lua_getglobal(L, "coroutine");
+    lua_pushcfunction(L, sb_wrap);
+    lua_setfield(L, -2, "wrap");
+    lua_getfield(L, -1, "close");
+    lua_pushcclosure(L, sb_coclose, 1);
+    lua_setfield(L, -2, "close");
+    lua_pop(L, 1);
 }
 
 static void make_stream(lua_State *L, const char *name, int stream)
@@ -1376,7 +1558,9 @@ static int msgh(lua_State *L)
 {
     const char *msg = lua_tostring(L, 1);
     if (!msg) {
-        if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
+        /* no script code once killed: it would run with the hook off */
+        if (!get_run(L)->kill && luaL_callmeta(L, 1, "__tostring") &&
+            lua_type(L, -1) == LUA_TSTRING)
             msg = lua_tostring(L, -1);
         else
             msg = lua_pushfstring(L, "(error object is a %s value)",
@@ -1393,11 +1577,31 @@ static int run_chunk(lua_State *L)
     run *r = lua_touserdata(L, 1);
     lua_pushvalue(L, 2);
     lua_call(L, 0, 1);
-    if (!lua_isnil(L, -1) &&
-        pack_into(L, r, -1, &r->res->value, true, NULL) != 0)
-        return luaL_error(L, "the returned value cannot be carried: %s",
-                          r->msg);
-    return 0;
+    if (lua_isnil(L, -1))
+        return 0;
+    /* The value is limited like the output, by its packed size, while it
+     * is packed: N references to one big string cost N times its size. */
+    size_t cap = r->lim.output_limit ? (size_t)r->lim.output_limit
+                                     : (size_t)VALUE_MAX_NO_LIMIT;
+    bool over = false;
+    if (pack_into(L, r, -1, &r->res->value, true, NULL, cap, &over) == 0)
+        return 0;
+    th_buf_free(&r->res->value);
+    if (over) {
+        r->res->value_too_large = true;
+        th_log_info("run_code: the returned value passed %zu bytes once "
+                    "packed: refused (run_code output_limit)",
+                    cap);
+        return luaL_error(L,
+                          "the returned value is too large: it passes %I "
+                          "bytes once serialised (the run_code output "
+                          "limit); return less, e.g. a count or the first "
+                          "items, or print it (output is cut to the same "
+                          "limit)",
+                          (lua_Integer)cap);
+    }
+    return luaL_error(L, "the returned value cannot be carried: %s",
+                      r->msg);
 }
 
 static char *dup_msg(const char *s)
@@ -1487,7 +1691,15 @@ int th_code_run(const th_projection *proj, const char *code, size_t len,
         const char *m = lua_tostring(L, -1);
         if (r->kill && !m)
             m = r->kill == KILL_TIMEOUT ? "timed out" : "cancelled";
-        if (st == LUA_ERRMEM) {
+        if (r->kill == KILL_TIMEOUT && !strstr(m, "timed out")) {
+            /* killed inside a library call (see alloc_poll) */
+            char buf[512];
+            snprintf(buf, sizeof buf,
+                     "timed out: the script ran past its deadline of %lld "
+                     "ms (stopped in a library call: %.300s)",
+                     (long long)r->lim.timeout_ms, m);
+            res->error = dup_msg(buf);
+        } else if (st == LUA_ERRMEM) {
             char buf[256];
             snprintf(buf, sizeof buf,
                      "memory limit exceeded: the script needed more than "

@@ -182,7 +182,8 @@ static int describe(th_buf *b, const th_projection *p,
            "call fails, {ok = false, error = {code = \"...\", message = "
            "\"...\"}}. print(...) writes to stdout and stderr:write(...) to "
            "stderr; a value the script returns is carried as structured "
-           "data in meta.value. help() lists the tools; help(tools.NAME) "
+           "data in meta.value (up to the output limit once serialised). "
+           "help() lists the tools; help(tools.NAME) "
            "prints one with its parameters. Tool names with '-' are "
            "written with '_' (tools.read_file for read-file).\n\n"
            "## Tools\n");

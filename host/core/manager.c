@@ -261,14 +261,21 @@ static int64_t timeout_of(th_host *h, th_mcall *c)
 {
     const th_host_cfg *hc = &th_host_config(h)->host;
     uint64_t max = hc->max_timeout_ms;
-    uint64_t t;
+    const th_tool_override *ov = c->ts ? th_host_override(c->ts, c->tool->name) : NULL;
+    uint64_t t = ov && ov->timeout_ms ? ov->timeout_ms
+                 : c->ts && c->ts->timeout_ms ? c->ts->timeout_ms
+                                              : hc->default_timeout_ms;
+    /* A call's own timeout_ms may lower its toolset's timeout, not raise
+     * it (whatever the front: RPC, CLI, run_code's nested calls). */
     if (c->opt_timeout_ms > 0) {
-        t = (uint64_t)c->opt_timeout_ms;
-    } else {
-        const th_tool_override *ov = c->ts ? th_host_override(c->ts, c->tool->name) : NULL;
-        t = ov && ov->timeout_ms ? ov->timeout_ms
-            : c->ts && c->ts->timeout_ms ? c->ts->timeout_ms
-                                         : hc->default_timeout_ms;
+        if (t && (uint64_t)c->opt_timeout_ms > t)
+            th_log_info("session=%llu tool=%s call=%llu timeout_ms %lld is above "
+                        "the toolset's timeout: %llu ms used",
+                        (unsigned long long)(c->s ? c->s->id : 0), c->tool->name,
+                        (unsigned long long)c->base.pub.call_id,
+                        (long long)c->opt_timeout_ms, (unsigned long long)t);
+        else
+            t = (uint64_t)c->opt_timeout_ms;
     }
     if (max && t > max)
         t = max;
@@ -310,29 +317,56 @@ void th_mgr_submit(th_mcall *c)
     if (try_inline && nested) {
         /* A call made by a running call on its own thread: run it here so
          * the pool can never deadlock (one worker running code that calls
-         * tools).  It runs on its parent's slot: only a serial tool is
-         * waited for, and a serial tool calling itself is refused. */
-        th_group *serial = NULL;
-        for (int i = 0; i < c->n_groups; i++)
-            if (c->groups[i]->limit == 1 && c->groups[i]->key &&
-                c->groups[i]->key[0] == 's')
-                serial = c->groups[i];
-        if (serial) {
-            for (th_mcall *p = c->parent; p; p = p->parent)
-                if (p->tool == c->tool || strcmp(p->tool->name, c->tool->name) == 0) {
-                    pthread_mutex_unlock(&m->mu);
-                    th_mcall_never_run(c, TH_EBUSY,
-                                       "serial tool called from its own call: refused");
-                    return;
-                }
-            while (serial->running >= 1 && atomic_load(&c->abort_code) == 0)
-                pthread_cond_wait(&m->slot_cv, &m->mu);
-            serial->running++;
-            c->groups[0] = serial;
-            c->n_groups = 1;
-            c->has_slots = true;
-        } else {
-            c->n_groups = 0;
+         * tools).  A group an ancestor holds (its toolset's
+         * max_concurrency) lends the ancestor's slot; the tool's own limits
+         * (serial, tool_overrides max_concurrency) are waited for, until
+         * the call's deadline or cancellation; a tool calling itself
+         * through a one-slot group is refused. */
+        th_group *take[3];
+        int n_take = 0;
+        for (int i = 0; i < c->n_groups; i++) {
+            th_group *g = c->groups[i];
+            bool held = false;
+            for (th_mcall *p = c->parent; p && !held; p = p->parent)
+                for (int k = 0; p->has_slots && k < p->n_groups; k++)
+                    held = held || p->groups[k] == g;
+            if (!held) {
+                take[n_take++] = g;
+                continue;
+            }
+            if (g->limit == 1 && g->key) { /* serial or a tool override */
+                pthread_mutex_unlock(&m->mu);
+                th_mcall_never_run(c, TH_EBUSY,
+                                   g->key[0] == 's'
+                                       ? "serial tool called from its own call: refused"
+                                       : "tool with max_concurrency 1 called from its "
+                                         "own call: refused");
+                return;
+            }
+        }
+        for (;;) {
+            th_group *full = NULL;
+            for (int i = 0; i < n_take && !full; i++)
+                if (take[i]->limit && take[i]->running >= take[i]->limit)
+                    full = take[i];
+            if (!full || atomic_load(&c->abort_code) != 0)
+                break;
+            /* woken by th_mgr_release; the slices notice an abort
+             * (deadline, cancel) that releases nothing */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 20 * 1000000;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&m->slot_cv, &m->mu, &ts);
+        }
+        c->n_groups = 0;
+        if (atomic_load(&c->abort_code) == 0) {
+            for (int i = 0; i < n_take; i++)
+                c->groups[c->n_groups++] = take[i];
+            take_slots(c); /* has_slots: released by th_mgr_release */
         }
         pthread_mutex_unlock(&m->mu);
         atomic_fetch_add(&m->inline_calls, 1);

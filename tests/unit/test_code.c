@@ -378,6 +378,262 @@ static void test_infinite_loop(void)
     }
 }
 
+/* ---- runs that might never end: on a thread, waited for with a bound --- */
+
+typedef struct bounded {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+    char *code;
+    th_code_limits lim;
+    th_code_result res;
+    int rc;
+    double secs;
+} bounded;
+
+static void *bounded_main(void *arg)
+{
+    bounded *b = arg;
+    th_error e;
+    struct timespec a, z;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    b->rc = th_code_run(NULL, b->code, strlen(b->code), &b->lim, NULL,
+                        &b->res, &e);
+    clock_gettime(CLOCK_MONOTONIC, &z);
+    b->secs = (double)(z.tv_sec - a.tv_sec) + (z.tv_nsec - a.tv_nsec) / 1e9;
+    pthread_mutex_lock(&b->mu);
+    b->done = true;
+    pthread_cond_signal(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+    return NULL;
+}
+
+/* Runs `code` on a detached thread and waits at most wait_s seconds.
+ * Returns the finished run (free with bounded_free), or NULL when it did
+ * not end: the thread is then left running (and its memory with it) so
+ * that the suite goes on and reports the failure. */
+static bounded *run_bounded(const char *code, int64_t timeout_ms,
+                            uint64_t output_limit, int wait_s)
+{
+    bounded *b = calloc(1, sizeof *b);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&b->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    b->code = strdup(code);
+    b->lim = default_lim;
+    b->lim.timeout_ms = timeout_ms;
+    b->lim.output_limit = output_limit;
+    th_code_result_init(&b->res);
+    pthread_t t;
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&t, NULL, bounded_main, b), 0);
+    pthread_detach(t);
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += wait_s;
+    pthread_mutex_lock(&b->mu);
+    while (!b->done &&
+           pthread_cond_timedwait(&b->cv, &b->mu, &until) == 0)
+        ;
+    bool done = b->done;
+    pthread_mutex_unlock(&b->mu);
+    if (!done) {
+        fprintf(stderr, "\n  run did not end within %d s: %s\n", wait_s,
+                code);
+        return NULL;
+    }
+    return b;
+}
+
+static void bounded_free(bounded *b)
+{
+    if (!b)
+        return;
+    th_code_result_free(&b->res);
+    pthread_mutex_destroy(&b->mu);
+    pthread_cond_destroy(&b->cv);
+    free(b->code);
+    free(b);
+}
+
+/* Lua runs some code with its hooks off: an xpcall message handler called
+ * for the error the hook raised, the __close metamethods of a coroutine
+ * that died of it, finalizers.  Every one of these must end by the
+ * deadline, with the timeout reported. */
+static void test_hookless_paths(void)
+{
+    static const char *const scripts[] = {
+        /* the message handler loops */
+        "xpcall(function() error('x') end, function() while true do end end)",
+        "xpcall(function() while true do end end, function() while true do "
+        "end end)",
+        "xpcall(error, function() xpcall(function() while true do end end, "
+        "function() while true do end end) end)",
+        "xpcall(function() while true do end end, function(e) error(e) end)",
+        /* coroutine.wrap, string work, gsub inside a handler */
+        "xpcall(function() error('x') end, function() local f = "
+        "coroutine.wrap(function() while true do end end) f() end)",
+        "xpcall(function() error('x') end, function() while true do local s "
+        "= string.rep('x', 100):gsub('x', 'y') end end)",
+        "xpcall(function() error('x') end, function(e) local s = "
+        "string.rep('ab', 3e5) while true do s = s:gsub('ab', 'ba') end end)",
+        "xpcall(function() while true do end end, coroutine.wrap(function() "
+        "while true do end end))",
+        /* error objects whose __tostring loops */
+        "error(setmetatable({}, {__tostring = function() while true do end "
+        "end}))",
+        "local t = setmetatable({}, {__tostring = function() while true do "
+        "end end}) xpcall(function() while true do end end, function(e) "
+        "return tostring(t) end)",
+        "xpcall(function() error(setmetatable({}, {__tostring = function() "
+        "while true do end end})) end, function(e) return tostring(e) end)",
+        /* __close that loops, in the main thread and in coroutines */
+        "do local x <close> = setmetatable({}, {__close = function() while "
+        "true do end end}) while true do end end",
+        "do local x <close> = setmetatable({}, {__close = function() while "
+        "true do end end}) error('e') end",
+        "coroutine.wrap(function() local x <close> = setmetatable({}, "
+        "{__close = function() while true do end end}) while true do end "
+        "end)()",
+        "local co = coroutine.create(function() local x <close> = "
+        "setmetatable({}, {__close = function() while true do end end}) "
+        "while true do end end) coroutine.resume(co) coroutine.close(co)",
+        "local t = {} for i = 1, 4 do t[i] = coroutine.create(function() "
+        "local x <close> = setmetatable({}, {__close = function() while true "
+        "do end end}) while true do end end) end for i = 1, 4 do "
+        "pcall(coroutine.resume, t[i]) pcall(coroutine.close, t[i]) end",
+        "local co = coroutine.wrap(function() local x <close> = "
+        "setmetatable({}, {__close = function() while true do end end}) "
+        "pcall(function() while true do end end) end) co()",
+        /* library calls that run long in C, in a loop that catches */
+        "local s = string.rep('ab', 1e6) while true do pcall(string.gsub, s, "
+        "'ab', 'ba') end",
+        "local s = string.rep('ab', 1e6) while true do pcall(string.rep, s, "
+        "8) end",
+    };
+    for (size_t i = 0; i < sizeof scripts / sizeof scripts[0]; i++) {
+        bounded *b = run_bounded(scripts[i], 200, 65536, 5);
+        CU_ASSERT_PTR_NOT_NULL(b);
+        if (!b)
+            continue;
+        CU_ASSERT_EQUAL(b->rc, 0);
+        CU_ASSERT_EQUAL(b->res.return_code, 1);
+        CU_ASSERT_TRUE(b->res.timed_out);
+        CU_ASSERT_PTR_NOT_NULL(
+            strstr(b->res.error ? b->res.error : "", "timed out"));
+        CU_ASSERT_TRUE(b->secs < 1.0);
+        if (!b->res.timed_out || b->secs >= 1.0)
+            fprintf(stderr, "\n  script %zu: %.3f s: %s\n", i, b->secs,
+                    b->res.error ? b->res.error : "(no error)");
+        bounded_free(b);
+    }
+    /* __gc finalizers run with hooks off: refused, raw or inherited */
+    static const char *const gc[] = {
+        "setmetatable({}, {__gc = function() while true do end end})",
+        "local mt = setmetatable({}, {__index = {}}) rawset(mt, '__gc', "
+        "print) setmetatable({}, mt)",
+        "local mt = {} mt.__gc = true setmetatable({}, mt)",
+    };
+    for (size_t i = 0; i < sizeof gc / sizeof gc[0]; i++) {
+        bounded *b = run_bounded(gc[i], 200, 65536, 5);
+        CU_ASSERT_PTR_NOT_NULL(b);
+        if (!b)
+            continue;
+        CU_ASSERT_EQUAL(b->res.return_code, 1);
+        CU_ASSERT_PTR_NOT_NULL(strstr(b->res.error ? b->res.error : "",
+                                      "__gc metamethods are not available"));
+        bounded_free(b);
+    }
+    /* what the wrappers keep working */
+    ran r;
+    run_code(&r,
+             "assert(select(2, xpcall(function() error('e', 0) end, "
+             "function(m) return 'handled: ' .. m end)) == 'handled: e')\n"
+             "local a, b, c, d = xpcall(function(x, y) return x + y, nil, 3 "
+             "end, print, 1, 2)\n"
+             "assert(a == true and b == 3 and c == nil and d == 3)\n"
+             "local f = coroutine.wrap(function(x) local y = "
+             "coroutine.yield(x + 1) error('boom ' .. y) end)\n"
+             "assert(f(1) == 2)\n"
+             "local ok, m = pcall(f, 5)\n"
+             "assert(not ok and m:find('code:4: boom 5', 1, true), m)\n"
+             "ok, m = pcall(f)\n"
+             "assert(not ok and m:find('dead coroutine'), m)\n"
+             "local closed = 0\n"
+             "local g = coroutine.wrap(function() local x <close> = "
+             "setmetatable({}, {__close = function() closed = closed + 1 "
+             "end}) error('inner') end)\n"
+             "assert(not pcall(g) and closed == 1)\n"
+             "local co = coroutine.create(function() local x <close> = "
+             "setmetatable({}, {__close = function() closed = closed + 1 "
+             "end}) coroutine.yield() end)\n"
+             "coroutine.resume(co)\n"
+             "assert(coroutine.close(co) == true and closed == 2)\n"
+             "local h = coroutine.wrap(function() for i = 1, 3 do "
+             "xpcall(function() coroutine.yield(i) end, print) end end)\n"
+             "assert(h() == 1 and h() == 2 and h() == 3)\n"
+             "assert(not pcall(xpcall, print))\n"
+             "return 'fine'");
+    CU_ASSERT_EQUAL(r.res.return_code, 0);
+    if (r.res.return_code)
+        fprintf(stderr, "\n  %s\n", err_of(&r));
+    ran_free(&r);
+}
+
+/* The returned value is limited by its packed size while it is packed:
+ * N references to one 1 MiB string would cost N MiB. */
+static void test_value_cap(void)
+{
+    /* 50 references: 50 MB if packed whole */
+    bounded *b = run_bounded("local s = string.rep('x', 1 << 20) local t = "
+                             "{} for i = 1, 50 do t[i] = s end return t",
+                             5000, 65536, 10);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+    CU_ASSERT_EQUAL(b->res.return_code, 1);
+    CU_ASSERT_TRUE(b->res.value_too_large);
+    CU_ASSERT_EQUAL(b->res.value.len, 0);
+    CU_ASSERT_TRUE(b->res.value.cap <= 65536 + 64);
+    CU_ASSERT_PTR_NOT_NULL(strstr(b->res.error ? b->res.error : "",
+                                  "the returned value is too large: it passes "
+                                  "65536 bytes once serialised"));
+    CU_ASSERT_TRUE(b->secs < 1.0);
+    bounded_free(b);
+
+    /* no output limit: a fixed cap (64 MiB) still holds */
+    b = run_bounded("local s = string.rep('x', 1 << 20) local t = {} for i = "
+                    "1, 100 do t[i] = s end return {list = t}",
+                    5000, 0, 10);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+    CU_ASSERT_EQUAL(b->res.return_code, 1);
+    CU_ASSERT_TRUE(b->res.value_too_large);
+    CU_ASSERT_EQUAL(b->res.value.len, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(b->res.error ? b->res.error : "",
+                                  "67108864 bytes"));
+    bounded_free(b);
+
+    /* the limit is on the packed bytes: 1000 bytes fit, 1001 do not */
+    b = run_bounded("return string.rep('y', 997)", 5000, 1000, 10);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+    CU_ASSERT_EQUAL(b->res.return_code, 0);
+    CU_ASSERT_EQUAL(b->res.value.len, 1000); /* 3-byte header + 997 */
+    bounded_free(b);
+    b = run_bounded("return string.rep('y', 998)", 5000, 1000, 10);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+    CU_ASSERT_EQUAL(b->res.return_code, 1);
+    CU_ASSERT_TRUE(b->res.value_too_large);
+    bounded_free(b);
+    b = run_bounded("local t = {} for i = 1, 200 do t[i] = {n = i} end "
+                    "return t",
+                    5000, 1000, 10);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+    CU_ASSERT_EQUAL(b->res.return_code, 0);
+    CU_ASSERT_TRUE(b->res.value.len > 500 && b->res.value.len <= 1000);
+    bounded_free(b);
+}
+
 static void test_long_tool_call(void)
 {
     ran r;
@@ -1166,6 +1422,8 @@ void th_suite_code(void)
     CU_add_test(s, "return_value", test_return_value);
     CU_add_test(s, "runtime_error", test_runtime_error);
     CU_add_test(s, "infinite_loop", test_infinite_loop);
+    CU_add_test(s, "hookless_paths", test_hookless_paths);
+    CU_add_test(s, "value_cap", test_value_cap);
     CU_add_test(s, "long_tool_call", test_long_tool_call);
     CU_add_test(s, "memory_bomb", test_memory_bomb);
     CU_add_test(s, "tiny_memory", test_tiny_memory);

@@ -5,6 +5,7 @@
 #include <CUnit/CUnit.h>
 #include <msgpack.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "th/config.h"
 #include "th/host.h"
 #include "th/log.h"
+#include "toolhost/sdk.h"
 
 typedef struct chost {
     int log_level;
@@ -304,10 +306,350 @@ static void test_progress_inline(void)
     chost_down(&fx);
 }
 
+/* ---- 3: the toolset's limits hold for calls made from code ---------------- */
+
+/* A built-in tool that counts how many of its calls run at once. */
+static atomic_int probe_now, probe_max;
+
+static int probe_exec(void *state, const toolhost_tool *tool,
+                      toolhost_call *call, const uint8_t *args, size_t len)
+{
+    (void)state, (void)tool, (void)args, (void)len;
+    int n = atomic_fetch_add(&probe_now, 1) + 1;
+    int m = atomic_load(&probe_max);
+    while (n > m && !atomic_compare_exchange_weak(&probe_max, &m, n))
+        ;
+    struct timespec ts = {0, 40 * 1000000L};
+    nanosleep(&ts, NULL);
+    atomic_fetch_sub(&probe_now, 1);
+    return th_sdk_write(call, TOOLHOST_STDOUT, "probed", 6) == 0
+               ? TOOLHOST_OK
+               : TOOLHOST_FAILED;
+}
+
+static const toolhost_tool probe_tools[] = {
+    TH_SDK_TOOL("probe", probe_exec, "Counts its concurrent calls.",
+                TH_SDK_OUTPUT(TEXT, ERROR)),
+};
+
+static const toolhost_plugin probe_plugin = {
+    .struct_size = sizeof(toolhost_plugin),
+    .abi_major = TOOLHOST_ABI_MAJOR,
+    .abi_minor = TOOLHOST_ABI_MINOR,
+    .name = "probe",
+    .version = "1.0.0",
+    .description = "Test probe.",
+    .tools = probe_tools,
+    .n_tools = 1,
+};
+
+/* A host with the echo plugin and the probe; `toolset` is the YAML of the
+ * one toolset's extra keys (indented 4). */
+static int phost_up(chost *fx, uint32_t workers, const char *toolset)
+{
+    char yaml[2048];
+    snprintf(yaml, sizeof yaml,
+             "host:\n"
+             "  workers: %u\n"
+             "  async_workers: 2\n"
+             "  log_level: error\n"
+             "plugins:\n"
+             "  - name: echo\n"
+             "    path: %s\n"
+             "toolsets:\n"
+             "  - name: default\n"
+             "    tools: [\"*\"]\n"
+             "    run_code:\n"
+             "      enabled: true\n"
+             "      timeout: 5s\n"
+             "%s",
+             workers, th_test_build_path("plugins/echo.so"), toolset);
+    th_config *cfg = NULL;
+    th_error e;
+    th_error_clear(&e);
+    memset(fx, 0, sizeof *fx);
+    fx->log_level = th_log_get_level();
+    if (th_config_parse("test.yaml", NULL, yaml, strlen(yaml), &cfg, &e)) {
+        fprintf(stderr, "config: %s\n", e.msg);
+        return -1;
+    }
+    const toolhost_plugin *b[] = {&probe_plugin};
+    th_host_opts o = {b, 1};
+    if (th_host_open_ex(cfg, &o, &fx->h, &e)) {
+        fprintf(stderr, "host: %s\n", e.msg);
+        th_log_set_level(fx->log_level);
+        return -1;
+    }
+    return 0;
+}
+
+/* Starts run_code on a worker; the result arrives in *out. */
+static void start_worker(th_session *s, const char *code, seen *out)
+{
+    th_buf args = TH_BUF_INIT;
+    pack_code(&args, code);
+    th_call_opts o;
+    memset(&o, 0, sizeof o);
+    uint64_t id;
+    CU_ASSERT_EQUAL(th_call_start(s, "run_code", args.data, args.len, &o,
+                                  on_event, out, &id),
+                    0);
+    th_buf_free(&args);
+}
+
+static bool wait_done(seen *s, int ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += ms / 1000;
+    until.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&s->mu);
+    while (!s->done && pthread_cond_timedwait(&s->cv, &s->mu, &until) == 0)
+        ;
+    bool done = s->done;
+    pthread_mutex_unlock(&s->mu);
+    return done;
+}
+
+static const char probe_code[] =
+    "for i = 1, 3 do assert(tools.probe{}.ok) end\nprint('done')";
+
+/* tool_overrides max_concurrency 1: three scripts on three workers call the
+ * tool, one call at a time (three ran at once before). */
+static void test_nested_max_concurrency(void)
+{
+    chost fx;
+    CU_ASSERT_EQUAL_FATAL(phost_up(&fx, 4,
+                                   "    tool_overrides:\n"
+                                   "      probe:\n"
+                                   "        max_concurrency: 1\n"),
+                          0);
+    th_session *s = open_as(&fx, 1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    atomic_store(&probe_now, 0);
+    atomic_store(&probe_max, 0);
+    seen r[3];
+    for (int i = 0; i < 3; i++) {
+        seen_init(&r[i]);
+        start_worker(s, probe_code, &r[i]);
+    }
+    for (int i = 0; i < 3; i++) {
+        CU_ASSERT_TRUE(wait_done(&r[i], 10000));
+        CU_ASSERT_TRUE(r[i].fin.ok);
+        CU_ASSERT_STRING_EQUAL(out_text(&r[i].fin), "done\n");
+        if (!r[i].fin.ok)
+            fprintf(stderr, "probe %d: %s\n", i, err_text(&r[i].fin));
+    }
+    CU_ASSERT_EQUAL(atomic_load(&probe_max), 1);
+    if (atomic_load(&probe_max) != 1)
+        fprintf(stderr, "\n  %d probes ran at once\n", atomic_load(&probe_max));
+    for (int i = 0; i < 3; i++)
+        seen_free(&r[i]);
+
+    /* a direct call waits for the script's probe too, and vice versa */
+    atomic_store(&probe_max, 0);
+    seen w, d;
+    seen_init(&w);
+    seen_init(&d);
+    start_worker(s, probe_code, &w);
+    th_call_opts o;
+    memset(&o, 0, sizeof o);
+    uint64_t id;
+    for (int i = 0; i < 3; i++) {
+        seen one;
+        seen_init(&one);
+        CU_ASSERT_EQUAL(th_call_start(s, "probe", (const uint8_t *)"\x80", 1,
+                                      &o, on_event, &one, &id),
+                        0);
+        CU_ASSERT_TRUE(wait_done(&one, 10000));
+        CU_ASSERT_TRUE(one.fin.ok);
+        seen_free(&one);
+    }
+    CU_ASSERT_TRUE(wait_done(&w, 10000));
+    CU_ASSERT_TRUE(w.fin.ok);
+    CU_ASSERT_EQUAL(atomic_load(&probe_max), 1);
+    seen_free(&w);
+    seen_free(&d);
+    th_session_close(s);
+    chost_down(&fx);
+
+    /* the toolset's own max_concurrency: a script holds one slot and its
+     * calls run on it (with 1 slot, no deadlock) */
+    CU_ASSERT_EQUAL_FATAL(phost_up(&fx, 2, "    max_concurrency: 1\n"), 0);
+    s = open_as(&fx, 1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    seen t;
+    seen_init(&t);
+    start_worker(s, probe_code, &t);
+    CU_ASSERT_TRUE(wait_done(&t, 10000));
+    CU_ASSERT_TRUE(t.fin.ok);
+    CU_ASSERT_STRING_EQUAL(out_text(&t.fin), "done\n");
+    seen_free(&t);
+    th_session_close(s);
+    chost_down(&fx);
+}
+
+/* A nested call waiting for a slot ends with its deadline. */
+static void test_nested_slot_wait_deadline(void)
+{
+    chost fx;
+    CU_ASSERT_EQUAL_FATAL(phost_up(&fx, 2,
+                                   "    tool_overrides:\n"
+                                   "      echo_async:\n"
+                                   "        max_concurrency: 1\n"
+                                   "        timeout: 300ms\n"),
+                          0);
+    th_session *s = open_as(&fx, 1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    /* a direct call holds the one slot for its 300 ms */
+    th_buf args = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &args, th_buf_msgpack_write);
+    msgpack_pack_map(&pk, 3);
+    msgpack_pack_str_with_body(&pk, "text", 4);
+    msgpack_pack_str_with_body(&pk, "x", 1);
+    msgpack_pack_str_with_body(&pk, "steps", 5);
+    msgpack_pack_int(&pk, 100);
+    msgpack_pack_str_with_body(&pk, "delay_ms", 8);
+    msgpack_pack_int(&pk, 100);
+    th_call_opts o;
+    memset(&o, 0, sizeof o);
+    seen held;
+    seen_init(&held);
+    uint64_t id;
+    CU_ASSERT_EQUAL(th_call_start(s, "echo_async", args.data, args.len, &o,
+                                  on_event, &held, &id),
+                    0);
+    th_buf_free(&args);
+    struct timespec nap = {0, 50 * 1000000L};
+    nanosleep(&nap, NULL);
+    /* a script with a 100 ms deadline calls the tool: its call waits
+     * for the slot and ends with the deadline, long before the slot frees
+     * (before, it ran at once beside the holder and printed "true") */
+    seen c;
+    seen_init(&c);
+    th_buf ca = TH_BUF_INIT;
+    msgpack_packer_init(&pk, &ca, th_buf_msgpack_write);
+    msgpack_pack_map(&pk, 2);
+    msgpack_pack_str_with_body(&pk, "code", 4);
+    static const char code[] =
+        "local r = tools.echo_async{text = 'y', steps = 1, delay_ms = 1}\n"
+        "print(r.ok, r.error and r.error.code)";
+    msgpack_pack_str_with_body(&pk, code, sizeof code - 1);
+    msgpack_pack_str_with_body(&pk, "timeout_ms", 10);
+    msgpack_pack_int(&pk, 100);
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    CU_ASSERT_EQUAL(th_call_start(s, "run_code", ca.data, ca.len, &o,
+                                  on_event, &c, &id),
+                    0);
+    th_buf_free(&ca);
+    CU_ASSERT_TRUE(wait_done(&c, 10000));
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double secs = (double)(b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9;
+    CU_ASSERT_FALSE(c.fin.ok);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err_text(&c.fin), "timed out"));
+    CU_ASSERT_STRING_EQUAL(out_text(&c.fin), "");
+    if (c.fin.ok)
+        fprintf(stderr, "\n  slot wait: %.3f s: %s / %s\n", secs,
+                out_text(&c.fin), err_text(&c.fin));
+    CU_ASSERT_TRUE(secs < 0.25);
+    CU_ASSERT_TRUE(wait_done(&held, 10000));
+    CU_ASSERT_EQUAL(held.fin.kind, TH_RESULT_ERROR);
+    seen_free(&c);
+    seen_free(&held);
+    th_session_close(s);
+    chost_down(&fx);
+}
+
+/* A call's timeout_ms may lower its toolset's timeout, never raise it: from
+ * a client and from run_code (only host.max_timeout capped it before). */
+static void test_timeout_capped_by_toolset(void)
+{
+    chost fx;
+    CU_ASSERT_EQUAL_FATAL(phost_up(&fx, 2,
+                                   "    tool_overrides:\n"
+                                   "      echo_async:\n"
+                                   "        timeout: 200ms\n"),
+                          0);
+    th_session *s = open_as(&fx, 1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    /* 10 steps of 100 ms: 1 s of work */
+    th_buf args = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &args, th_buf_msgpack_write);
+    msgpack_pack_map(&pk, 3);
+    msgpack_pack_str_with_body(&pk, "text", 4);
+    msgpack_pack_str_with_body(&pk, "x", 1);
+    msgpack_pack_str_with_body(&pk, "steps", 5);
+    msgpack_pack_int(&pk, 10);
+    msgpack_pack_str_with_body(&pk, "delay_ms", 8);
+    msgpack_pack_int(&pk, 100);
+    th_call_opts o;
+    memset(&o, 0, sizeof o);
+    o.timeout_ms = 5000;
+    th_result_copy r;
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    CU_ASSERT_EQUAL(th_call_sync(s, "echo_async", args.data, args.len, &o,
+                                 NULL, NULL, NULL, &r),
+                    0);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double secs = (double)(b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9;
+    CU_ASSERT_EQUAL(r.kind, TH_RESULT_ERROR);
+    CU_ASSERT_EQUAL(r.error, TH_ETIMEOUT);
+    CU_ASSERT_TRUE(secs < 0.8);
+    th_result_copy_free(&r);
+    /* a lower timeout_ms still lowers it */
+    o.timeout_ms = 50;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    CU_ASSERT_EQUAL(th_call_sync(s, "echo_async", args.data, args.len, &o,
+                                 NULL, NULL, NULL, &r),
+                    0);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    secs = (double)(b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9;
+    CU_ASSERT_EQUAL(r.error, TH_ETIMEOUT);
+    CU_ASSERT_TRUE(secs < 0.15);
+    th_result_copy_free(&r);
+    th_buf_free(&args);
+
+    /* from run_code: the nested call gets the time left of the script
+     * (about 5 s) as its timeout_ms, capped to the tool's 200 ms */
+    seen c;
+    seen_init(&c);
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    CU_ASSERT_EQUAL(run_sync(s,
+                             "local r = tools.echo_async{text = 'x', steps = "
+                             "10, delay_ms = 100}\n"
+                             "print(r.ok, r.error and r.error.code)",
+                             &c),
+                    0);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    secs = (double)(b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9;
+    CU_ASSERT_TRUE(c.fin.ok);
+    CU_ASSERT_STRING_EQUAL(out_text(&c.fin), "false\ttimeout\n");
+    if (strcmp(out_text(&c.fin), "false\ttimeout\n") != 0)
+        fprintf(stderr, "\n  nested: %s / %s\n", out_text(&c.fin),
+                err_text(&c.fin));
+    CU_ASSERT_TRUE(secs < 0.8);
+    seen_free(&c);
+    th_session_close(s);
+    chost_down(&fx);
+}
+
 void th_suite_code_host(void)
 {
     CU_pSuite s = CU_add_suite("code_host", NULL, NULL);
     CU_add_test(s, "limits_of_own_toolset", test_limits_of_own_toolset);
+    CU_add_test(s, "nested_max_concurrency", test_nested_max_concurrency);
+    CU_add_test(s, "nested_slot_wait_deadline",
+                test_nested_slot_wait_deadline);
+    CU_add_test(s, "timeout_capped_by_toolset",
+                test_timeout_capped_by_toolset);
     CU_add_test(s, "call_toolset_null", test_call_toolset_null);
     CU_add_test(s, "description_limits", test_description_limits);
     CU_add_test(s, "progress_inline", test_progress_inline);

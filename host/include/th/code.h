@@ -82,6 +82,8 @@ typedef struct th_code_result {
     th_buf out, err;  /* stdout / stderr when io->write is NULL */
     uint32_t calls;   /* tool calls made */
     uint64_t out_bytes, err_bytes; /* written by the script, all of it */
+    bool value_too_large; /* the returned value passed its cap (the
+                             output limit) once packed: refused */
 } th_code_result;
 
 void th_code_result_init(th_code_result *r);

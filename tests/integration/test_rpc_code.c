@@ -1,0 +1,85 @@
+/* test_rpc_code.c - run_code through the real `toolhost serve`: a hostile
+ * script whose message handler loops (Lua runs it with hooks off after the
+ * deadline fires) ends by its deadline and frees its worker, so normal
+ * calls still run with one or two workers, and shutdown ends in bounded
+ * time. */
+#include <CUnit/CUnit.h>
+
+#include "test_rpc_harness.h"
+
+static const char *const hostile[] = {
+    "xpcall(function() error('x') end, function() while true do end end)",
+    "xpcall(function() while true do end end, function() while true do end "
+    "end)",
+    "coroutine.wrap(function() local x <close> = setmetatable({}, {__close "
+    "= function() while true do end end}) while true do end end)()",
+    "error(setmetatable({}, {__tostring = function() while true do end "
+    "end}))",
+};
+
+static void run_with_workers(unsigned workers)
+{
+    char host_extra[128];
+    snprintf(host_extra, sizeof host_extra,
+             "  workers: %u\n  async_workers: 1\n", workers);
+    /* the call's own deadline (2 s) answers a stuck script: before the
+     * fix the answer was "timeout" and the worker stayed busy */
+    rpc_opts o = {.host_extra = host_extra,
+                  .public_extra = "    timeout: 2s\n"
+                                  "    run_code:\n"
+                                  "      enabled: true\n"
+                                  "      timeout: 300ms\n"};
+    rpc_srv s;
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    rpc_res r;
+    for (size_t i = 0; i < sizeof hostile / sizeof hostile[0]; i++) {
+        char params[512];
+        snprintf(params, sizeof params, "[\"run_code\", {\"code\": \"%s\"}]",
+                 hostile[i]);
+        int64_t t0 = rpc_now_ms();
+        CU_ASSERT(rpc_call(c, "tools.call", params, &r) == 0);
+        int64_t took = rpc_now_ms() - t0;
+        CU_ASSERT(r.err == NULL);
+        CU_ASSERT(!rpc_ok(r.res));
+        /* ended by the script's deadline, not by the call's */
+        const msgpack_object *meta = th_rpc_map_get(r.res, "meta");
+        const msgpack_object *to =
+            meta ? th_rpc_map_get(meta, "timed_out") : NULL;
+        CU_ASSERT(to && to->type == MSGPACK_OBJECT_BOOLEAN && to->via.boolean);
+        CU_ASSERT(took < 1500);
+        if (!to || took >= 1500)
+            fprintf(stderr, "\n  workers %u, script %zu: %lld ms\n", workers,
+                    i, (long long)took);
+        rpc_res_free(&r);
+    }
+    /* every worker is free again: four normal calls run */
+    for (int i = 0; i < 4; i++) {
+        CU_ASSERT(rpc_call(c, "tools.call",
+                           "[\"run_code\", {\"code\": \"print(tools.echo{text "
+                           "= 'hi'}.stdout)\"}]",
+                           &r) == 0);
+        CU_ASSERT(r.err == NULL && rpc_ok(r.res));
+        CU_ASSERT(r.res && rpc_stdout_is(r.res, "hi"));
+        rpc_res_free(&r);
+    }
+    th_rpc_client_close(c);
+    /* shutdown does not wait for a spinning worker */
+    int64_t t0 = rpc_now_ms();
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    CU_ASSERT(rpc_now_ms() - t0 < 5000);
+    rpc_srv_free(&s);
+}
+
+static void test_hostile_frees_worker(void)
+{
+    run_with_workers(1);
+    run_with_workers(2);
+}
+
+void th_suite_rpc_code(void)
+{
+    CU_pSuite s = CU_add_suite("rpc_code", NULL, NULL);
+    CU_add_test(s, "hostile_frees_worker", test_hostile_frees_worker);
+}
