@@ -33,14 +33,21 @@ struct th_strset_slot {
     uint64_t hash;
 };
 
-static uint64_t str_hash(const char *s, size_t len)
+/* FNV-1a from a start that differs between processes (the addresses of
+ * a function and of the set move with ASLR), then mixed, so that the slots
+ * of given keys cannot be worked out ahead to make probing quadratic. */
+static uint64_t str_hash(const th_strset *set, const char *s, size_t len)
 {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    uint64_t h = 1469598103934665603ull ^
+                 ((uint64_t)(uintptr_t)&str_hash * 0x9E3779B97F4A7C15ull) ^
+                 (uint64_t)(uintptr_t)set;
     for (size_t i = 0; i < len; i++) {
         h ^= (unsigned char)s[i];
         h *= 1099511628211ull;
     }
-    return h ^ (h >> 29);
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    return h ^ (h >> 33);
 }
 
 void th_strset_init(th_strset *s, size_t *probes)
@@ -89,7 +96,7 @@ int th_strset_add(th_strset *s, const char *str, size_t len, size_t idx,
                 *strset_find(s, old[i].str, old[i].len, old[i].hash) = old[i];
         free(old);
     }
-    uint64_t h = str_hash(str, len);
+    uint64_t h = str_hash(s, str, len);
     struct th_strset_slot *sl = strset_find(s, str, len, h);
     if (sl->str) {
         if (first)

@@ -90,7 +90,8 @@ void th_ynode_free(th_ynode *n);
 
 /* A set of strings (not copied: they must outlive the set) by hash, each
  * with the index the caller gave it; for duplicate checks in linear time.
- * `probes` (may be NULL) counts the slots looked at. */
+ * `probes` (may be NULL) counts the slots looked at.  The hash depends on
+ * the set's address: a set in use must not be copied or moved. */
 typedef struct th_strset {
     struct th_strset_slot *slots;
     size_t cap, n;
