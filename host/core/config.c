@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -217,7 +219,20 @@ typedef struct cfctx {
     const char *dir;  /* absolute folder for relative paths */
     th_config *cfg;
     th_error *err;
+    th_ystats *stats;  /* key_probes counts the duplicate checks here too */
+    th_strset plugin_names, toolset_names, mock_tools; /* indexes into the
+                                                         lists of cfg */
 } cfctx;
+
+/* A name seen before in `set` (at index *first), 0 when new, TH_ENOMEM. */
+static int cf_seen(cfctx *c, th_strset *set, const char *name, size_t idx,
+                   size_t *first)
+{
+    int rc = th_strset_add(set, name, strlen(name), idx, first);
+    return rc < 0 ? th_error_set(c->err, TH_ENOMEM, "%s: out of memory",
+                                 c->file)
+                  : rc;
+}
 
 static int cf_err(cfctx *c, const th_ynode *at, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -900,8 +915,11 @@ static th_ynode mark_at(const th_ynode *n, size_t off)
 }
 
 /* Expands ${CONFIG_DIR}, ${NAME} and ${NAME:-default} in one scalar;
- * $$ stands for a literal $. */
-static int expand_scalar(cfctx *c, th_ynode *n, const char *where)
+ * $$ stands for a literal $.  A set but empty ${NAME} is an error in a
+ * path (`path`: the value names a file or folder) and, anywhere, at the
+ * start of a value when a '/' follows: "${DIR}/x" would become the
+ * absolute "/x".  ${NAME:-} says an empty value is intended. */
+static int expand_scalar(cfctx *c, th_ynode *n, const char *where, bool path)
 {
     if (!memchr(n->str, '$', n->len))
         return 0;
@@ -953,6 +971,14 @@ static int expand_scalar(cfctx *c, th_ynode *n, const char *where)
         if (dflt && (!val || !*val)) {
             if (th_buf_append(&b, dflt, (size_t)(close - dflt)) < 0)
                 goto nomem;
+        } else if (val && !*val &&
+                   (path || (s == n->str && close[1] == '/'))) {
+            th_ynode at = mark_at(n, (size_t)(s - n->str));
+            rc = cf_err(c, &at,
+                        "${%s} is empty; write ${%s:-} if an empty value is "
+                        "intended (in %s)",
+                        name, name, where);
+            goto out;
         } else if (!val) {
             th_ynode at = mark_at(n, (size_t)(s - n->str));
             rc = cf_err(c, &at,
@@ -977,13 +1003,46 @@ out:
     return rc;
 }
 
-static int expand_tree(cfctx *c, th_ynode *n, const char *where)
+/* True for a key of a plugin's config block that names a file or folder:
+ * its last word is root, path, dir, directory, folder, file or socket (or
+ * their plural), words split at '_', '-' or a lower-to-upper case change
+ * ("root", "work_dir", "cachePath", "log-files"). */
+static bool path_key(const char *key)
+{
+    static const char *const words[] = {"root",   "path", "dir",
+                                        "directory", "folder", "file",
+                                        "socket"};
+    size_t n = strlen(key);
+    for (size_t w = 0; w < sizeof words / sizeof words[0]; w++) {
+        for (int plural = 0; plural < 2; plural++) {
+            size_t l = strlen(words[w]) + (size_t)plural;
+            if (n < l || strncasecmp(key + n - l, words[w], l - (size_t)plural) != 0 ||
+                (plural && tolower((unsigned char)key[n - 1]) != 's'))
+                continue;
+            if (n == l)
+                return true;
+            unsigned char prev = (unsigned char)key[n - l - 1];
+            unsigned char head = (unsigned char)key[n - l];
+            if (prev == '_' || prev == '-' ||
+                (isupper(head) && (islower(prev) || isdigit(prev))))
+                return true;
+        }
+    }
+    return false;
+}
+
+/* Expands every scalar value under `n` (not the keys); `path` as for
+ * expand_scalar, and set for everything under a path_key(). */
+static int expand_tree(cfctx *c, th_ynode *n, const char *where, bool path)
 {
     if (n->kind == TH_Y_SCALAR)
-        return expand_scalar(c, n, where);
-    for (size_t i = n->kind == TH_Y_MAP ? 1 : 0; i < n->n;
-         i += n->kind == TH_Y_MAP ? 2 : 1) {
-        int rc = expand_tree(c, n->kids[i], where);
+        return expand_scalar(c, n, where, path);
+    bool map = n->kind == TH_Y_MAP;
+    for (size_t i = map ? 1 : 0; i < n->n; i += map ? 2 : 1) {
+        const th_ynode *key = map ? n->kids[i - 1] : NULL;
+        bool p = path || (key && key->kind == TH_Y_SCALAR &&
+                          path_key(key->str));
+        int rc = expand_tree(c, n->kids[i], where, p);
         if (rc < 0)
             return rc;
     }
@@ -997,7 +1056,7 @@ static int set_plugin_path(cfctx *c, const cfkey *k, th_ynode *v, void *base)
         return cf_err(c, v, "'%s' must not be empty", k->name);
     int rc = want_scalar(c, k, v, "a file path");
     if (rc == 0)
-        rc = expand_scalar(c, v, "a plugin path");
+        rc = expand_scalar(c, v, "a plugin path", true);
     return rc < 0 ? rc : set_str(c, k, v, base);
 }
 
@@ -1040,16 +1099,21 @@ static int plugin_check(cfctx *c, th_ynode *n, void *el)
                       "invalid plugin name '%s' (use 1 to 64 letters, digits, "
                       "'_' or '-')",
                       pc->name ? pc->name : "");
-    for (th_plugin_cfg *o = cfg->plugins; o < pc; o++)
-        if (strcmp(o->name, pc->name) == 0)
-            return cf_err(c, nv,
-                          "duplicate plugin name '%s' (first at line %d, "
-                          "column %d)",
-                          pc->name, o->line, o->col);
+    size_t first = 0;
+    int rc = cf_seen(c, &c->plugin_names, pc->name,
+                     (size_t)(pc - cfg->plugins), &first);
+    if (rc < 0)
+        return rc;
+    if (rc == 1)
+        return cf_err(c, nv,
+                      "duplicate plugin name '%s' (first at line %d, "
+                      "column %d)",
+                      pc->name, cfg->plugins[first].line,
+                      cfg->plugins[first].col);
     if (pc->config) {
         char where[128];
         snprintf(where, sizeof where, "the config of plugin '%s'", pc->name);
-        return expand_tree(c, (th_ynode *)pc->config, where);
+        return expand_tree(c, (th_ynode *)pc->config, where, false);
     }
     return 0;
 }
@@ -1066,23 +1130,26 @@ static int set_tools(cfctx *c, const cfkey *k, th_ynode *v, void *base)
     int rc = strlist(c, k, v, &ts->tools, &ts->n_tools, &ts->tool_marks);
     if (rc < 0)
         return rc;
-    for (size_t i = 0; i < ts->n_tools; i++) {
+    th_strset seen;
+    th_strset_init(&seen, &c->stats->key_probes);
+    for (size_t i = 0; i < ts->n_tools && rc == 0; i++) {
         const th_ynode *item = v->kind == TH_Y_SEQ ? v->kids[i] : v;
+        size_t j = 0;
         if (strcmp(ts->tools[i], "*") != 0 && !name_valid(ts->tools[i]))
-            return cf_err(c, item,
-                          "invalid tool name '%s' (tool names are 1 to 64 "
-                          "letters, digits, '_' or '-'; \"*\" means every "
-                          "tool)",
-                          ts->tools[i]);
-        for (size_t j = 0; j < i; j++)
-            if (strcmp(ts->tools[j], ts->tools[i]) == 0)
-                return cf_err(c, item,
-                              "tool '%s' is listed twice (first at line %d, "
-                              "column %d)",
-                              ts->tools[i], ts->tool_marks[j].line,
-                              ts->tool_marks[j].col);
+            rc = cf_err(c, item,
+                        "invalid tool name '%s' (tool names are 1 to 64 "
+                        "letters, digits, '_' or '-'; \"*\" means every "
+                        "tool)",
+                        ts->tools[i]);
+        else if ((rc = cf_seen(c, &seen, ts->tools[i], i, &j)) == 1)
+            rc = cf_err(c, item,
+                        "tool '%s' is listed twice (first at line %d, "
+                        "column %d)",
+                        ts->tools[i], ts->tool_marks[j].line,
+                        ts->tool_marks[j].col);
     }
-    return 0;
+    th_strset_free(&seen);
+    return rc;
 }
 
 static const struct {
@@ -1266,12 +1333,17 @@ static int toolset_check(cfctx *c, th_ynode *n, void *el)
                       "invalid toolset name '%s' (use 1 to 64 letters, "
                       "digits, '_' or '-')",
                       ts->name ? ts->name : "");
-    for (th_toolset_cfg *o = cfg->toolsets; o < ts; o++)
-        if (strcmp(o->name, ts->name) == 0)
-            return cf_err(c, nv,
-                          "duplicate toolset name '%s' (first at line %d, "
-                          "column %d)",
-                          ts->name, o->line, o->col);
+    size_t first = 0;
+    int rc = cf_seen(c, &c->toolset_names, ts->name,
+                     (size_t)(ts - cfg->toolsets), &first);
+    if (rc < 0)
+        return rc;
+    if (rc == 1)
+        return cf_err(c, nv,
+                      "duplicate toolset name '%s' (first at line %d, "
+                      "column %d)",
+                      ts->name, cfg->toolsets[first].line,
+                      cfg->toolsets[first].col);
     char a[32], b[32];
     fmt_duration(h->max_timeout_ms, b, sizeof b);
     if (ts->timeout_ms > h->max_timeout_ms) {
@@ -1283,25 +1355,29 @@ static int toolset_check(cfctx *c, th_ynode *n, void *el)
     bool all = false;
     for (size_t i = 0; i < ts->n_tools; i++)
         all |= strcmp(ts->tools[i], "*") == 0;
-    for (size_t i = 0; i < ts->n_overrides; i++) {
+    th_strset tools; /* looked up by each override */
+    th_strset_init(&tools, &c->stats->key_probes);
+    for (size_t i = 0; i < ts->n_tools && !all && ts->n_overrides && rc >= 0;
+         i++)
+        rc = cf_seen(c, &tools, ts->tools[i], i, NULL);
+    for (size_t i = 0; i < ts->n_overrides && rc >= 0; i++) {
         th_tool_override *o = &ts->overrides[i];
         const th_ynode *key = ov->kids[2 * i];
         if (o->timeout_ms > h->max_timeout_ms) {
             fmt_duration(o->timeout_ms, a, sizeof a);
-            return cf_err(c, th_ynode_get(ov->kids[2 * i + 1], "timeout"),
-                          "'timeout' (%s) exceeds host.max_timeout (%s)", a,
-                          b);
+            rc = cf_err(c, th_ynode_get(ov->kids[2 * i + 1], "timeout"),
+                        "'timeout' (%s) exceeds host.max_timeout (%s)", a, b);
+        } else if (!all &&
+                   (rc = cf_seen(c, &tools, o->tool, ts->n_tools, NULL)) ==
+                       0) {
+            rc = cf_err(c, key,
+                        "'tool_overrides' names '%s', which is not in the "
+                        "tools of toolset '%s'",
+                        o->tool, ts->name);
         }
-        bool listed = all;
-        for (size_t j = 0; !listed && j < ts->n_tools; j++)
-            listed = strcmp(ts->tools[j], o->tool) == 0;
-        if (!listed)
-            return cf_err(c, key,
-                          "'tool_overrides' names '%s', which is not in the "
-                          "tools of toolset '%s'",
-                          o->tool, ts->name);
     }
-    return 0;
+    th_strset_free(&tools);
+    return rc < 0 ? rc : 0;
 }
 
 /* ---- mocks ----------------------------------------------------------------- */
@@ -1373,13 +1449,16 @@ static int mock_check(cfctx *c, th_ynode *n, void *el)
     if (!m->tool || !name_valid(m->tool))
         return cf_err(c, tv, "invalid tool name '%s' in a mock",
                       m->tool ? m->tool : "");
-    for (th_mock_cfg *o = c->cfg->mocks; o < m; o++)
-        if (strcmp(o->tool, m->tool) == 0)
-            return cf_err(c, tv,
-                          "duplicate mock of tool '%s' (first at line %d, "
-                          "column %d)",
-                          m->tool, o->line, o->col);
-    return 0;
+    size_t first = 0;
+    int rc = cf_seen(c, &c->mock_tools, m->tool,
+                     (size_t)(m - c->cfg->mocks), &first);
+    if (rc == 1)
+        return cf_err(c, tv,
+                      "duplicate mock of tool '%s' (first at line %d, "
+                      "column %d)",
+                      m->tool, c->cfg->mocks[first].line,
+                      c->cfg->mocks[first].col);
+    return rc;
 }
 
 /* ---- the document ---------------------------------------------------------- */
@@ -1559,17 +1638,57 @@ static char *abs_dir(const char *dir)
     return (char *)th_buf_take(&b, NULL);
 }
 
+/* Values that may be longer than TH_YAML_MAX_SCALAR: a mock's output. */
+static const char *const large_keys[] = {"stdout", "stderr", NULL};
+
+int th_config_limits(th_ylimits *lim, th_error *err)
+{
+    th_ylimits_defaults(lim);
+    lim->large_keys = large_keys;
+    const char *env = getenv("TOOLHOST_CONFIG_MAX_BYTES");
+    uint64_t x;
+    if (!env || !*env)
+        return 0;
+    if (th_parse_size(env, &x) < 0 || x < KIB || x > GIB)
+        return th_error_set(err, TH_ECONFIG,
+                            "TOOLHOST_CONFIG_MAX_BYTES: '%.64s' is not a "
+                            "size from 1KiB to 1GiB (such as 16MiB)",
+                            env);
+    lim->max_bytes = (size_t)x;
+    return 0;
+}
+
 int th_config_parse(const char *name, const char *dir, const char *text,
                     size_t len, th_config **out, th_error *err)
+{
+    return th_config_parse_ex(name, dir, text, len, NULL, NULL, out, err);
+}
+
+int th_config_parse_ex(const char *name, const char *dir, const char *text,
+                       size_t len, const th_ylimits *lim, th_ystats *stats,
+                       th_config **out, th_error *err)
 {
     *out = NULL;
     th_error_clear(err);
     if (!name)
         name = "<config>";
+    th_ylimits own;
+    th_ystats scratch = {0};
+    if (!lim) {
+        if (th_config_limits(&own, err) < 0) {
+            th_error_prefix(err, "%s: ", name);
+            return err->code;
+        }
+        lim = &own;
+    }
     th_config *cfg = calloc(1, sizeof *cfg);
     if (!cfg)
         return th_error_set(err, TH_ENOMEM, "%s: out of memory", name);
-    cfctx c = {.file = name, .cfg = cfg, .err = err};
+    cfctx c = {.file = name, .cfg = cfg, .err = err,
+               .stats = stats ? stats : &scratch};
+    th_strset_init(&c.plugin_names, &c.stats->key_probes);
+    th_strset_init(&c.toolset_names, &c.stats->key_probes);
+    th_strset_init(&c.mock_tools, &c.stats->key_probes);
     int rc;
     cfg->path = strdup(name);
     cfg->dir = abs_dir(dir);
@@ -1580,7 +1699,8 @@ int th_config_parse(const char *name, const char *dir, const char *text,
     c.dir = cfg->dir;
     host_init(&cfg->host);
     th_limits_defaults(&cfg->limits);
-    if ((rc = th_ynode_parse(name, text, len, &cfg->root, err)) < 0)
+    if ((rc = th_ynode_parse_ex(name, text, len, lim, c.stats, &cfg->root,
+                                err)) < 0)
         goto fail;
     if (cfg->root && !th_ynode_is_null(cfg->root) &&
         cfg->root->kind != TH_Y_MAP) {
@@ -1599,9 +1719,72 @@ int th_config_parse(const char *name, const char *dir, const char *text,
     if (cfg->n_toolsets == 0 && (rc = default_toolset(&c, cfg)) < 0)
         goto fail;
     *out = cfg;
-    return 0;
+    rc = 0;
+    cfg = NULL;
 fail:
+    th_strset_free(&c.plugin_names);
+    th_strset_free(&c.toolset_names);
+    th_strset_free(&c.mock_tools);
     th_config_free(cfg);
+    return rc;
+}
+
+/* The whole file in one bounded read: a regular file of at most
+ * lim->max_bytes (a FIFO, a device or a folder is refused before reading,
+ * and opening does not wait for a FIFO's writer). */
+static int read_config(const char *path, const th_ylimits *lim, th_buf *b,
+                       th_error *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0)
+        return th_error_set(err, TH_EIO, "%s: cannot open: %s", path,
+                            strerror(errno));
+    struct stat st;
+    int rc = 0;
+    char a[32];
+    fmt_size(lim->max_bytes, a, sizeof a);
+    if (fstat(fd, &st) < 0) {
+        rc = th_error_set(err, TH_EIO, "%s: cannot read: %s", path,
+                          strerror(errno));
+    } else if (!S_ISREG(st.st_mode)) {
+        rc = th_error_set(err, TH_ECONFIG,
+                          "%s: not a regular file (a %s); a config must be "
+                          "a file",
+                          path,
+                          S_ISDIR(st.st_mode)    ? "folder"
+                          : S_ISFIFO(st.st_mode) ? "pipe"
+                          : S_ISSOCK(st.st_mode) ? "socket"
+                                                 : "device");
+    } else if ((uint64_t)st.st_size > lim->max_bytes) {
+        rc = th_error_set(err, TH_ECONFIG,
+                          "%s: the config is %llu bytes, more than the limit "
+                          "of %s (TOOLHOST_CONFIG_MAX_BYTES)",
+                          path, (unsigned long long)st.st_size, a);
+    } else if (th_buf_reserve(b, (size_t)st.st_size) < 0) {
+        rc = th_error_set(err, TH_ENOMEM, "%s: out of memory", path);
+    }
+    /* Read to the end, but never past the limit (the file may grow). */
+    char chunk[16384];
+    while (rc == 0) {
+        size_t room = lim->max_bytes + 1 - b->len;
+        ssize_t got = read(fd, chunk, room < sizeof chunk ? room
+                                                          : sizeof chunk);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            rc = th_error_set(err, TH_EIO, "%s: cannot read: %s", path,
+                              strerror(errno));
+        else if (got == 0)
+            break;
+        else if (th_buf_append(b, chunk, (size_t)got) < 0)
+            rc = th_error_set(err, TH_ENOMEM, "%s: out of memory", path);
+        else if (b->len > lim->max_bytes)
+            rc = th_error_set(err, TH_ECONFIG,
+                              "%s: the config is more than the limit of %s "
+                              "(TOOLHOST_CONFIG_MAX_BYTES)",
+                              path, a);
+    }
+    close(fd);
     return rc;
 }
 
@@ -1609,23 +1792,13 @@ int th_config_load(const char *path, th_config **out, th_error *err)
 {
     *out = NULL;
     th_error_clear(err);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return th_error_set(err, TH_EIO, "%s: cannot open: %s", path,
-                            strerror(errno));
+    th_ylimits lim;
+    if (th_config_limits(&lim, err) < 0) {
+        th_error_prefix(err, "%s: ", path);
+        return err->code;
+    }
     th_buf b = TH_BUF_INIT;
-    char chunk[8192];
-    size_t n;
-    int rc = 0;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        if (th_buf_append(&b, chunk, n) < 0) {
-            rc = th_error_set(err, TH_ENOMEM, "%s: out of memory", path);
-            break;
-        }
-    if (rc == 0 && ferror(f))
-        rc = th_error_set(err, TH_EIO, "%s: cannot read: %s", path,
-                          strerror(errno));
-    fclose(f);
+    int rc = read_config(path, &lim, &b, err);
     if (rc < 0) {
         th_buf_free(&b);
         return rc;
@@ -1645,8 +1818,9 @@ int th_config_load(const char *path, th_config **out, th_error *err)
         dir = copy;
     }
     char *real = realpath(dir, NULL);
-    rc = th_config_parse(path, real ? real : dir,
-                         b.data ? (const char *)b.data : "", b.len, out, err);
+    rc = th_config_parse_ex(path, real ? real : dir,
+                            b.data ? (const char *)b.data : "", b.len, &lim,
+                            NULL, out, err);
     free(real);
     free(copy);
     th_buf_free(&b);

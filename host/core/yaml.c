@@ -15,7 +15,101 @@
 #include <string.h>
 #include <yaml.h>
 
-#define YAML_MAX_DEPTH 64
+void th_ylimits_defaults(th_ylimits *l)
+{
+    memset(l, 0, sizeof *l);
+    l->max_bytes = TH_YAML_MAX_BYTES;
+    l->max_scalar = TH_YAML_MAX_SCALAR;
+    l->max_large_scalar = TH_YAML_MAX_LARGE_SCALAR;
+    l->max_nodes = TH_YAML_MAX_NODES;
+    l->max_depth = TH_YAML_MAX_DEPTH;
+}
+
+/* ---- a set of strings: open addressing, linear probing ----------------- */
+
+struct th_strset_slot {
+    const char *str; /* NULL: empty */
+    size_t len, idx;
+    uint64_t hash;
+};
+
+/* FNV-1a from a start that differs between processes (the addresses of
+ * a function and of the set move with ASLR), then mixed, so that the slots
+ * of given keys cannot be worked out ahead to make probing quadratic. */
+static uint64_t str_hash(const th_strset *set, const char *s, size_t len)
+{
+    uint64_t h = 1469598103934665603ull ^
+                 ((uint64_t)(uintptr_t)&str_hash * 0x9E3779B97F4A7C15ull) ^
+                 (uint64_t)(uintptr_t)set;
+    for (size_t i = 0; i < len; i++) {
+        h ^= (unsigned char)s[i];
+        h *= 1099511628211ull;
+    }
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    return h ^ (h >> 33);
+}
+
+void th_strset_init(th_strset *s, size_t *probes)
+{
+    s->slots = NULL;
+    s->cap = s->n = 0;
+    s->probes = probes;
+}
+
+void th_strset_free(th_strset *s)
+{
+    free(s->slots);
+    s->slots = NULL;
+    s->cap = s->n = 0;
+}
+
+static struct th_strset_slot *strset_find(th_strset *s, const char *str,
+                                          size_t len, uint64_t h)
+{
+    size_t mask = s->cap - 1;
+    for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {
+        struct th_strset_slot *sl = &s->slots[i];
+        if (s->probes)
+            (*s->probes)++;
+        if (!sl->str || (sl->hash == h && sl->len == len &&
+                         memcmp(sl->str, str, len) == 0))
+            return sl;
+    }
+}
+
+int th_strset_add(th_strset *s, const char *str, size_t len, size_t idx,
+                  size_t *first)
+{
+    if ((s->n + 1) * 4 > s->cap * 3) { /* keep it at most 3/4 full */
+        size_t nc = s->cap ? s->cap * 2 : 16;
+        struct th_strset_slot *old = s->slots;
+        size_t oc = s->cap;
+        s->slots = calloc(nc, sizeof *s->slots);
+        if (!s->slots) {
+            s->slots = old;
+            return TH_ENOMEM;
+        }
+        s->cap = nc;
+        for (size_t i = 0; i < oc; i++)
+            if (old[i].str)
+                *strset_find(s, old[i].str, old[i].len, old[i].hash) = old[i];
+        free(old);
+    }
+    uint64_t h = str_hash(s, str, len);
+    struct th_strset_slot *sl = strset_find(s, str, len, h);
+    if (sl->str) {
+        if (first)
+            *first = sl->idx;
+        return 1;
+    }
+    *sl = (struct th_strset_slot){.str = str, .len = len, .idx = idx,
+                                  .hash = h};
+    s->n++;
+    return 0;
+}
+
+/* ---- the tree ----------------------------------------------------------- */
 
 void th_ynode_free(th_ynode *n)
 {
@@ -73,7 +167,29 @@ typedef struct yparse {
     const char *text;
     size_t len;
     th_error *err;
+    const th_ylimits *lim;
+    th_ystats *stats;
 } yparse;
+
+static bool large_key(const yparse *p, const th_ynode *key)
+{
+    if (!key || key->kind != TH_Y_SCALAR || !p->lim->large_keys)
+        return false;
+    for (const char *const *k = p->lim->large_keys; *k; k++)
+        if (strcmp(*k, key->str) == 0)
+            return true;
+    return false;
+}
+
+static void fmt_bytes(size_t n, char *buf, size_t size)
+{
+    if (n >= 1024 * 1024 && n % (1024 * 1024) == 0)
+        snprintf(buf, size, "%zuMiB", n / (1024 * 1024));
+    else if (n >= 1024 && n % 1024 == 0)
+        snprintf(buf, size, "%zuKiB", n / 1024);
+    else
+        snprintf(buf, size, "%zu bytes", n);
+}
 
 /* 1-based line and column (in characters) of byte `off` of the text. */
 static void offset_mark(const yparse *p, size_t off, int *line, int *col)
@@ -120,12 +236,25 @@ static int ynext(yparse *p, yaml_event_t *ev)
                 "YAML syntax error: %s", problem);
 }
 
-/* Builds the node that starts with `ev` (consumed); *out owned by caller. */
-static int ybuild(yparse *p, yaml_event_t *ev, int depth, th_ynode **out)
+/* Builds the node that starts with `ev` (consumed); *out owned by caller.
+ * `key` is the key whose value this node is, or NULL. */
+static int ybuild(yparse *p, yaml_event_t *ev, int depth, const th_ynode *key,
+                  th_ynode **out)
 {
     *out = NULL;
     int rc = 0;
     th_ynode *n = NULL;
+    th_strset keys; /* of a map: its scalar keys */
+    th_strset_init(&keys, &p->stats->key_probes);
+    if (ev->type != YAML_ALIAS_EVENT && ++p->stats->nodes > p->lim->max_nodes) {
+        rc = yerr(p->err, p->name, (int)ev->start_mark.line + 1,
+                  (int)ev->start_mark.column + 1,
+                  "more than %zu YAML nodes (keys, values and list items); "
+                  "a toolhost config is far smaller",
+                  p->lim->max_nodes);
+        yaml_event_delete(ev);
+        return rc;
+    }
     switch (ev->type) {
     case YAML_ALIAS_EVENT:
         rc = yerr(p->err, p->name, (int)ev->start_mark.line + 1,
@@ -135,6 +264,21 @@ static int ybuild(yparse *p, yaml_event_t *ev, int depth, th_ynode **out)
         yaml_event_delete(ev);
         return rc;
     case YAML_SCALAR_EVENT: {
+        bool large = large_key(p, key);
+        size_t max = large ? p->lim->max_large_scalar : p->lim->max_scalar;
+        if (ev->data.scalar.length > max) {
+            char lim[32];
+            fmt_bytes(max, lim, sizeof lim);
+            rc = yerr(p->err, p->name, (int)ev->start_mark.line + 1,
+                      (int)ev->start_mark.column + 1,
+                      "a scalar of %zu bytes is longer than the limit of "
+                      "%s%s%s%s",
+                      ev->data.scalar.length, lim,
+                      large ? " for '" : "", large ? key->str : "",
+                      large ? "'" : "");
+            yaml_event_delete(ev);
+            return rc;
+        }
         n = ynode_new(TH_Y_SCALAR, ev->start_mark);
         if (!n)
             goto nomem;
@@ -163,9 +307,9 @@ static int ybuild(yparse *p, yaml_event_t *ev, int depth, th_ynode **out)
         if (!n)
             return th_error_set(p->err, TH_ENOMEM, "%s: out of memory",
                                 p->name);
-        if (depth >= YAML_MAX_DEPTH) {
+        if (depth >= p->lim->max_depth) {
             rc = yerr(p->err, p->name, n->line, n->col,
-                      "nesting deeper than %d levels", YAML_MAX_DEPTH);
+                      "nesting deeper than %d levels", p->lim->max_depth);
             th_ynode_free(n);
             return rc;
         }
@@ -182,7 +326,9 @@ static int ybuild(yparse *p, yaml_event_t *ev, int depth, th_ynode **out)
                 break;
             }
             th_ynode *kid;
-            if ((rc = ybuild(p, &e, depth + 1, &kid)) < 0)
+            const th_ynode *of = is_map && n->n % 2 == 1
+                                     ? n->kids[n->n - 1] : NULL;
+            if ((rc = ybuild(p, &e, depth + 1, of, &kid)) < 0)
                 goto fail;
             if ((rc = ynode_push(n, kid, &cap)) < 0) {
                 th_ynode_free(kid);
@@ -190,19 +336,22 @@ static int ybuild(yparse *p, yaml_event_t *ev, int depth, th_ynode **out)
             }
             /* A duplicate key is an error at the second occurrence. */
             if (is_map && n->n % 2 == 1 && kid->kind == TH_Y_SCALAR) {
-                for (size_t i = 0; i + 1 < n->n; i += 2) {
-                    const th_ynode *k = n->kids[i];
-                    if (k->kind == TH_Y_SCALAR && k->len == kid->len &&
-                        memcmp(k->str, kid->str, k->len) == 0) {
-                        rc = yerr(p->err, p->name, kid->line, kid->col,
-                                  "duplicate key '%s' (first at line %d, "
-                                  "column %d)",
-                                  kid->str, k->line, k->col);
-                        goto fail;
-                    }
+                size_t first = 0;
+                rc = th_strset_add(&keys, kid->str, kid->len, n->n - 1,
+                                   &first);
+                if (rc < 0)
+                    goto nomem;
+                if (rc == 1) {
+                    const th_ynode *k = n->kids[first];
+                    rc = yerr(p->err, p->name, kid->line, kid->col,
+                              "duplicate key '%s' (first at line %d, "
+                              "column %d)",
+                              kid->str, k->line, k->col);
+                    goto fail;
                 }
             }
         }
+        th_strset_free(&keys);
         *out = n;
         return 0;
     }
@@ -215,6 +364,7 @@ static int ybuild(yparse *p, yaml_event_t *ev, int depth, th_ynode **out)
 nomem:
     rc = th_error_set(p->err, TH_ENOMEM, "%s: out of memory", p->name);
 fail:
+    th_strset_free(&keys);
     th_ynode_free(n);
     return rc;
 }
@@ -222,9 +372,30 @@ fail:
 int th_ynode_parse(const char *name, const char *text, size_t len,
                    th_ynode **out, th_error *err)
 {
+    return th_ynode_parse_ex(name, text, len, NULL, NULL, out, err);
+}
+
+int th_ynode_parse_ex(const char *name, const char *text, size_t len,
+                      const th_ylimits *lim, th_ystats *stats,
+                      th_ynode **out, th_error *err)
+{
     *out = NULL;
+    th_ylimits dflt;
+    th_ystats scratch = {0};
+    if (!lim) {
+        th_ylimits_defaults(&dflt);
+        lim = &dflt;
+    }
     yparse p = {.name = name ? name : "<config>", .text = text, .len = len,
-                .err = err};
+                .err = err, .lim = lim, .stats = stats ? stats : &scratch};
+    if (len > lim->max_bytes) {
+        char a[32];
+        fmt_bytes(lim->max_bytes, a, sizeof a);
+        return th_error_set(err, TH_ECONFIG,
+                            "%s: the config is %zu bytes, more than the "
+                            "limit of %s",
+                            p.name, len, a);
+    }
     if (!yaml_parser_initialize(&p.parser))
         return th_error_set(err, TH_ENOMEM, "%s: out of memory", p.name);
     yaml_parser_set_input_string(&p.parser, (const unsigned char *)text, len);
@@ -254,7 +425,7 @@ int th_ynode_parse(const char *name, const char *text, size_t len,
             yaml_event_delete(&ev);
             continue;
         }
-        if ((rc = ybuild(&p, &ev, 0, &root)) < 0)
+        if ((rc = ybuild(&p, &ev, 0, NULL, &root)) < 0)
             break;
     }
     yaml_parser_delete(&p.parser);

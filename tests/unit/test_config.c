@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -1540,6 +1541,347 @@ static void test_mangled_input(void)
     CU_ASSERT(failed > 0);
 }
 
+
+/* ---- limits: size, scalars, nodes, linear checks ------------------------ */
+
+/* A config text built with printf-like pieces; the caller frees it. */
+static char *big_text(th_buf *b)
+{
+    CU_ASSERT_PTR_NOT_NULL_FATAL(b->data);
+    return (char *)th_buf_take(b, NULL);
+}
+
+/* 100,000 keys used to take 20 s (the duplicate-key scan was quadratic):
+ * now the node limit refuses them at once, with the line:col where it
+ * bit. */
+static void test_node_limit(void)
+{
+    th_buf b = TH_BUF_INIT;
+    th_buf_puts(&b, "plugins:\n  - name: p\n    path: p.so\n    config:\n");
+    for (int i = 0; i < 100000; i++)
+        th_buf_printf(&b, "      k%d: %d\n", i, i);
+    char *y = big_text(&b);
+    EXPECT_ERR(y, "t.yaml:50000:7: more than 100000 YAML nodes (keys, "
+                  "values and list items); a toolhost config is far "
+                  "smaller");
+    free(y);
+    /* a long list counts its items too */
+    th_buf_puts(&b, "x: [");
+    for (int i = 0; i < 100001; i++)
+        th_buf_puts(&b, "1,");
+    th_buf_puts(&b, "]\n");
+    y = big_text(&b);
+    th_config *cfg = NULL;
+    th_error err;
+    CU_ASSERT_EQUAL(th_config_parse("t.yaml", "/cfg", y, strlen(y), &cfg,
+                                    &err), TH_ECONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "more than 100000 YAML nodes"));
+    free(y);
+}
+
+/* 20,000 distinct keys in a plugin's config block, and thousands of
+ * plugins, tools, overrides and mocks: every duplicate check looks at a
+ * few hash slots per name, not at every earlier name. */
+static void test_linear_checks(void)
+{
+    th_buf b = TH_BUF_INIT;
+    th_buf_puts(&b, "plugins:\n  - name: big\n    path: p.so\n    config:\n");
+    size_t names = 20000;
+    for (int i = 0; i < 20000; i++)
+        th_buf_printf(&b, "      key_%d: %d\n", i, i);
+    for (int i = 0; i < 4000; i++)
+        th_buf_printf(&b, "  - {name: p%d, path: p%d.so}\n", i, i);
+    th_buf_puts(&b, "toolsets:\n  - name: t\n    tools: [");
+    for (int i = 0; i < 10000; i++)
+        th_buf_printf(&b, "%stool%d", i ? "," : "", i);
+    th_buf_puts(&b, "]\n    tool_overrides:\n");
+    for (int i = 0; i < 2000; i++)
+        th_buf_printf(&b, "      tool%d: {timeout: 1s}\n", i * 5);
+    th_buf_puts(&b, "mocks:\n");
+    for (int i = 0; i < 4000; i++)
+        th_buf_printf(&b, "  - tool: tool%d\n", i);
+    names += 4000 * 3 + 10000 + 2000 * 2 + 4000;
+    char *y = big_text(&b);
+    th_ystats st = {0};
+    th_config *cfg = NULL;
+    th_error err;
+    int rc = th_config_parse_ex("t.yaml", "/cfg", y, strlen(y), NULL, &st,
+                                &cfg, &err);
+    if (rc != 0)
+        printf("\n  unexpected error: %s\n", err.msg);
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+    CU_ASSERT_EQUAL(cfg->n_plugins, 4001);
+    CU_ASSERT_EQUAL(cfg->toolsets[0].n_tools, 10000);
+    CU_ASSERT_EQUAL(cfg->toolsets[0].n_overrides, 2000);
+    CU_ASSERT_EQUAL(cfg->n_mocks, 4000);
+    CU_ASSERT(st.nodes > 70000 && st.nodes < TH_YAML_MAX_NODES);
+    /* quadratic checks would look at about 2e8 names */
+    if (st.key_probes > 8 * names)
+        printf("\n  %zu probes for %zu names\n", st.key_probes, names);
+    CU_ASSERT(st.key_probes > names);
+    CU_ASSERT(st.key_probes <= 8 * names);
+    th_config_free(cfg);
+    free(y);
+
+    /* duplicates are still found, at the second occurrence */
+    th_buf_puts(&b, "x:\n");
+    for (int i = 0; i < 20000; i++)
+        th_buf_printf(&b, "  k%d: 1\n", i);
+    th_buf_puts(&b, "  k12345: 2\n");
+    y = big_text(&b);
+    EXPECT_ERR(y, "t.yaml:20002:3: duplicate key 'k12345' (first at line "
+                  "12347, column 3)");
+    free(y);
+}
+
+/* th_strset on its own: equal strings of any bytes, growth, indexes. */
+static void test_strset(void)
+{
+    size_t probes = 0;
+    th_strset set;
+    th_strset_init(&set, &probes);
+    char keys[3000][8];
+    for (size_t i = 0; i < 3000; i++) {
+        snprintf(keys[i], sizeof keys[i], "%zu", i);
+        CU_ASSERT_EQUAL(th_strset_add(&set, keys[i], strlen(keys[i]), i,
+                                      NULL), 0);
+    }
+    CU_ASSERT_EQUAL(set.n, 3000);
+    for (size_t i = 0; i < 3000; i += 7) {
+        size_t first = 99999;
+        char again[8];
+        snprintf(again, sizeof again, "%zu", i);
+        CU_ASSERT_EQUAL(th_strset_add(&set, again, strlen(again), 1, &first),
+                        1);
+        CU_ASSERT_EQUAL(first, i);
+    }
+    CU_ASSERT_EQUAL(th_strset_add(&set, "a\0b", 3, 1, NULL), 0);
+    CU_ASSERT_EQUAL(th_strset_add(&set, "a\0c", 3, 2, NULL), 0);
+    CU_ASSERT_EQUAL(th_strset_add(&set, "", 0, 3, NULL), 0);
+    CU_ASSERT_EQUAL(th_strset_add(&set, "", 0, 4, NULL), 1);
+    CU_ASSERT(probes > 3000 && probes < 3000 * 8);
+    th_strset_free(&set);
+    th_strset_free(&set); /* twice is harmless */
+}
+
+/* One scalar may have 64 KiB; a mock's stdout/stderr 1 MiB. */
+static void test_scalar_limit(void)
+{
+    size_t n = 70000;
+    th_buf b = TH_BUF_INIT;
+    th_buf_puts(&b, "plugins:\n  - name: p\n    path: p.so\n    config:\n"
+                    "      text: '");
+    for (size_t i = 0; i < n; i++)
+        th_buf_puts(&b, "x");
+    th_buf_puts(&b, "'\n");
+    char *y = big_text(&b);
+    EXPECT_ERR(y, "t.yaml:5:13: a scalar of 70000 bytes is longer than the "
+                  "limit of 64KiB");
+    free(y);
+    /* exactly the limit is fine */
+    th_buf_puts(&b, "x: ");
+    for (size_t i = 0; i < TH_YAML_MAX_SCALAR; i++)
+        th_buf_puts(&b, "y");
+    th_buf_puts(&b, "\n");
+    y = big_text(&b);
+    th_ynode *root = NULL;
+    th_error err;
+    CU_ASSERT_EQUAL(th_ynode_parse("t", y, strlen(y), &root, &err), 0);
+    CU_ASSERT_EQUAL(th_ynode_get(root, "x")->len, TH_YAML_MAX_SCALAR);
+    th_ynode_free(root);
+    free(y);
+    /* a mock's stdout may be larger */
+    th_buf_puts(&b, "mocks:\n  - tool: echo\n    stdout: '");
+    for (size_t i = 0; i < 300000; i++)
+        th_buf_puts(&b, "z");
+    th_buf_puts(&b, "'\n");
+    y = big_text(&b);
+    th_config *cfg = parse(y);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
+    CU_ASSERT_EQUAL(strlen(cfg->mocks[0].stdout_text), 300000);
+    th_config_free(cfg);
+    free(y);
+    th_buf_puts(&b, "mocks:\n  - tool: echo\n    stderr: |\n      ");
+    for (size_t i = 0; i < TH_YAML_MAX_LARGE_SCALAR + 10; i++)
+        th_buf_puts(&b, "z");
+    th_buf_puts(&b, "\n");
+    y = big_text(&b);
+    EXPECT_ERR(y, "t.yaml:3:13: a scalar of 1048587 bytes is longer than "
+                  "the limit of 1MiB for 'stderr'");
+    free(y);
+}
+
+/* The whole text: 4 MiB by default, TOOLHOST_CONFIG_MAX_BYTES to change. */
+static void test_text_limit(void)
+{
+    size_t n = TH_YAML_MAX_BYTES + 1;
+    char *y = malloc(n + 1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(y);
+    memset(y, '#', n);
+    y[n] = '\0';
+    EXPECT_ERR(y, "t.yaml: the config is 4194305 bytes, more than the limit "
+                  "of 4MiB");
+    y[n - 1] = '\0'; /* a 4 MiB comment is fine */
+    th_config *cfg = parse(y);
+    th_config_free(cfg);
+    free(y);
+
+    const char *small = "host:\n  workers: 2\n# padding padding padding\n";
+    setenv("TOOLHOST_CONFIG_MAX_BYTES", "1KiB", 1);
+    cfg = parse(small);
+    th_config_free(cfg);
+    char pad[2048];
+    memset(pad, '#', sizeof pad - 1);
+    pad[sizeof pad - 1] = '\0';
+    EXPECT_ERR(pad, "t.yaml: the config is 2047 bytes, more than the limit "
+                    "of 1KiB");
+    setenv("TOOLHOST_CONFIG_MAX_BYTES", "lots", 1);
+    EXPECT_ERR(small, "t.yaml: TOOLHOST_CONFIG_MAX_BYTES: 'lots' is not a "
+                      "size from 1KiB to 1GiB (such as 16MiB)");
+    unsetenv("TOOLHOST_CONFIG_MAX_BYTES");
+}
+
+/* th_config_load reads a 200 MB file not at all: the size is checked
+ * first (the peak RSS does not grow by the file's size). */
+static void test_load_big_file(void)
+{
+    char *dir = th_test_tmpdir();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(dir);
+    char *path = th_test_write_file(dir, "big.yaml", "a: '", (size_t)-1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(path);
+    CU_ASSERT_EQUAL_FATAL(truncate(path, 200l * 1024 * 1024), 0);
+    struct rusage ru0, ru1;
+    getrusage(RUSAGE_SELF, &ru0);
+    th_config *cfg = (th_config *)1;
+    th_error err;
+    CU_ASSERT_EQUAL(th_config_load(path, &cfg, &err), TH_ECONFIG);
+    CU_ASSERT_PTR_NULL(cfg);
+    getrusage(RUSAGE_SELF, &ru1);
+    char want[PATH_MAX + 128];
+    snprintf(want, sizeof want,
+             "%s: the config is 209715200 bytes, more than the limit of "
+             "4MiB (TOOLHOST_CONFIG_MAX_BYTES)",
+             path);
+    CU_ASSERT_STRING_EQUAL(err.msg, want);
+    CU_ASSERT(ru1.ru_maxrss - ru0.ru_maxrss < 64 * 1024); /* KiB */
+    /* a small file loads as before */
+    char *ok = th_test_write_file(dir, "ok.yaml", "host:\n  workers: 3\n",
+                                  (size_t)-1);
+    CU_ASSERT_EQUAL(th_config_load(ok, &cfg, &err), 0);
+    if (cfg != (th_config *)1 && cfg) {
+        CU_ASSERT_EQUAL(cfg->host.workers, 3);
+        th_config_free(cfg);
+    }
+    free(ok);
+    free(path);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+/* A FIFO, a device and a folder are refused before reading: `config
+ * check` on a FIFO without a writer used to wait forever. */
+static void test_load_not_a_file(void)
+{
+    char *dir = th_test_tmpdir();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(dir);
+    char fifo[PATH_MAX];
+    snprintf(fifo, sizeof fifo, "%s/fifo.yaml", dir);
+    CU_ASSERT_EQUAL_FATAL(mkfifo(fifo, 0600), 0);
+    th_test_run r;
+    CU_ASSERT_EQUAL(th_test_toolhost(&r, "config", "check", fifo, NULL), 0);
+    CU_ASSERT_EQUAL(r.status, 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "fifo.yaml: not a regular file (a "
+                                         "pipe); a config must be a file"));
+    th_test_run_free(&r);
+
+    th_config *cfg = (th_config *)1;
+    th_error err;
+    CU_ASSERT_EQUAL(th_config_load(fifo, &cfg, &err), TH_ECONFIG);
+    CU_ASSERT_PTR_NULL(cfg);
+    CU_ASSERT_EQUAL(th_config_load("/dev/zero", &cfg, &err), TH_ECONFIG);
+    CU_ASSERT_STRING_EQUAL(err.msg, "/dev/zero: not a regular file (a "
+                                    "device); a config must be a file");
+    CU_ASSERT_EQUAL(th_config_load(dir, &cfg, &err), TH_ECONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "not a regular file (a folder)"));
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+/* `root: ${VAR}/` with VAR set but empty used to become "/". */
+static void test_empty_expansion(void)
+{
+    setenv("TH_CFG_TEST_EMPTY", "", 1);
+    setenv("TH_CFG_TEST_A", "alpha", 1);
+    unsetenv("TH_CFG_TEST_UNSET");
+#define BLOCK "plugins:\n  - name: p\n    path: p.so\n    config:\n"
+    EXPECT_ERR(BLOCK "      root: ${TH_CFG_TEST_EMPTY}/\n",
+               "t.yaml:5:13: ${TH_CFG_TEST_EMPTY} is empty; write "
+               "${TH_CFG_TEST_EMPTY:-} if an empty value is intended (in the "
+               "config of plugin 'p')");
+    /* path keys: any empty ${} in them, anywhere in the value */
+    static const char *const path_keys[] = {
+        "root", "roots", "path", "work_dir", "cachePath", "log-files",
+        "data_directory", "Socket", "state_folder", "tmpDir"};
+    for (size_t i = 0; i < sizeof path_keys / sizeof path_keys[0]; i++) {
+        char y[256], want[256];
+        snprintf(y, sizeof y, BLOCK "      %s: x${TH_CFG_TEST_EMPTY}\n",
+                 path_keys[i]);
+        snprintf(want, sizeof want,
+                 "t.yaml:5:%zu: ${TH_CFG_TEST_EMPTY} is empty; write "
+                 "${TH_CFG_TEST_EMPTY:-} if an empty value is intended (in "
+                 "the config of plugin 'p')",
+                 strlen(path_keys[i]) + 10);
+        EXPECT_ERR(y, want);
+    }
+    /* nested under a path key, in a list */
+    EXPECT_ERR(BLOCK "      dirs: [a, 'b${TH_CFG_TEST_EMPTY}']\n",
+               "t.yaml:5:19: ${TH_CFG_TEST_EMPTY} is empty; write "
+               "${TH_CFG_TEST_EMPTY:-} if an empty value is intended (in the "
+               "config of plugin 'p')");
+    /* the plugin's own path */
+    EXPECT_ERR("plugins:\n  - name: p\n    path: ${TH_CFG_TEST_EMPTY}/p.so\n",
+               "t.yaml:3:11: ${TH_CFG_TEST_EMPTY} is empty; write "
+               "${TH_CFG_TEST_EMPTY:-} if an empty value is intended (in a "
+               "plugin path)");
+    /* any key: a leading empty ${} before '/' would make the value an
+     * absolute path */
+    EXPECT_ERR(BLOCK "      prefix: ${TH_CFG_TEST_EMPTY}/api\n",
+               "t.yaml:5:15: ${TH_CFG_TEST_EMPTY} is empty; write "
+               "${TH_CFG_TEST_EMPTY:-} if an empty value is intended (in the "
+               "config of plugin 'p')");
+    /* unset stays an error of its own */
+    EXPECT_ERR(BLOCK "      root: ${TH_CFG_TEST_UNSET}/\n",
+               "t.yaml:5:13: environment variable 'TH_CFG_TEST_UNSET' is not "
+               "set (used in the config of plugin 'p'; write "
+               "${TH_CFG_TEST_UNSET:-default} for a fallback)");
+    /* what stays allowed */
+    th_config *cfg = parse(
+        "plugins:\n"
+        "  - name: p\n"
+        "    path: ${TH_CFG_TEST_EMPTY:-}p.so\n"
+        "    config:\n"
+        "      root: ${TH_CFG_TEST_EMPTY:-}/srv\n"
+        "      work_dir: ${TH_CFG_TEST_EMPTY:-/var/tmp}/w\n"
+        "      cache_path: ${TH_CFG_TEST_A}/c\n"
+        "      name: x${TH_CFG_TEST_EMPTY}\n"
+        "      url: http://h${TH_CFG_TEST_EMPTY}/api\n"
+        "      filepath: x${TH_CFG_TEST_EMPTY}\n"
+        "      ${TH_CFG_TEST_EMPTY}/k: keys are not expanded\n");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
+    const th_ynode *c = cfg->plugins[0].config;
+    CU_ASSERT_STRING_EQUAL(cfg->plugins[0].path, "/cfg/p.so");
+    CU_ASSERT_STRING_EQUAL(th_ynode_get(c, "root")->str, "/srv");
+    CU_ASSERT_STRING_EQUAL(th_ynode_get(c, "work_dir")->str, "/var/tmp/w");
+    CU_ASSERT_STRING_EQUAL(th_ynode_get(c, "cache_path")->str, "alpha/c");
+    CU_ASSERT_STRING_EQUAL(th_ynode_get(c, "name")->str, "x");
+    CU_ASSERT_STRING_EQUAL(th_ynode_get(c, "url")->str, "http://h/api");
+    CU_ASSERT_STRING_EQUAL(th_ynode_get(c, "filepath")->str, "x");
+    th_config_free(cfg);
+#undef BLOCK
+    unsetenv("TH_CFG_TEST_EMPTY");
+    unsetenv("TH_CFG_TEST_A");
+}
+
 void th_suite_config(void)
 {
     CU_pSuite s = CU_add_suite("config", NULL, NULL);
@@ -1570,4 +1912,12 @@ void th_suite_config(void)
     CU_add_test(s, "with_plugin", test_with_plugin);
     CU_add_test(s, "shipped_configs", test_shipped_configs);
     CU_add_test(s, "mangled_input", test_mangled_input);
+    CU_add_test(s, "node_limit", test_node_limit);
+    CU_add_test(s, "linear_checks", test_linear_checks);
+    CU_add_test(s, "strset", test_strset);
+    CU_add_test(s, "scalar_limit", test_scalar_limit);
+    CU_add_test(s, "text_limit", test_text_limit);
+    CU_add_test(s, "load_big_file", test_load_big_file);
+    CU_add_test(s, "load_not_a_file", test_load_not_a_file);
+    CU_add_test(s, "empty_expansion", test_empty_expansion);
 }

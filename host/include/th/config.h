@@ -46,14 +46,65 @@ const th_ynode *th_ynode_get(const th_ynode *map, const char *key);
 /* The same, but returns the key node itself (for its mark). */
 const th_ynode *th_ynode_get_key(const th_ynode *map, const char *key);
 
+/* Bounds on one parse, so that a file cannot make the parser slow or big.
+ * See docs/config.md ("Size limits"). */
+typedef struct th_ylimits {
+    size_t max_bytes;         /* the whole text; default 4 MiB            */
+    size_t max_scalar;        /* one scalar, in bytes; default 64 KiB     */
+    size_t max_large_scalar;  /* the value of a key named in large_keys;
+                                 default 1 MiB                            */
+    const char *const *large_keys; /* NULL-terminated, or NULL            */
+    size_t max_nodes;         /* scalars, lists and maps; default 100000  */
+    int max_depth;            /* lists and maps inside each other; 64     */
+} th_ylimits;
+
+#define TH_YAML_MAX_BYTES (4u * 1024 * 1024)
+#define TH_YAML_MAX_SCALAR (64u * 1024)
+#define TH_YAML_MAX_LARGE_SCALAR (1024u * 1024)
+#define TH_YAML_MAX_NODES 100000u
+#define TH_YAML_MAX_DEPTH 64
+
+/* The defaults above; large_keys NULL. */
+void th_ylimits_defaults(th_ylimits *l);
+
+/* What a parse did, for tests that check it stays linear. */
+typedef struct th_ystats {
+    size_t nodes;       /* nodes built */
+    size_t key_probes;  /* slots looked at by the duplicate-key checks */
+} th_ystats;
+
 /* Parses YAML text (one document) into a tree; *out is NULL for an empty
- * document.  Duplicate keys in one map, aliases, more than one document
- * and nesting deeper than 64 are errors.  Errors are TH_ECONFIG with
- * "NAME:LINE:COL: message" (libyaml's syntax errors included) or
- * TH_ENOMEM.  The caller owns *out: th_ynode_free(). */
+ * document.  Duplicate keys in one map (found through a hash set: linear
+ * time), aliases, more than one document and going past a limit of `lim`
+ * (NULL: th_ylimits_defaults) are errors.  Errors are TH_ECONFIG with
+ * "NAME:LINE:COL: message" (libyaml's syntax errors included; "NAME: ..."
+ * when the whole text is too long) or TH_ENOMEM.  `stats` (may be NULL)
+ * is added to.  The caller owns *out: th_ynode_free(). */
+int th_ynode_parse_ex(const char *name, const char *text, size_t len,
+                      const th_ylimits *lim, th_ystats *stats,
+                      th_ynode **out, th_error *err);
+/* th_ynode_parse_ex with the default limits and no stats. */
 int th_ynode_parse(const char *name, const char *text, size_t len,
                    th_ynode **out, th_error *err);
 void th_ynode_free(th_ynode *n);
+
+/* A set of strings (not copied: they must outlive the set) by hash, each
+ * with the index the caller gave it; for duplicate checks in linear time.
+ * `probes` (may be NULL) counts the slots looked at.  The hash depends on
+ * the set's address: a set in use must not be copied or moved. */
+typedef struct th_strset {
+    struct th_strset_slot *slots;
+    size_t cap, n;
+    size_t *probes;
+} th_strset;
+
+void th_strset_init(th_strset *s, size_t *probes);
+void th_strset_free(th_strset *s);
+/* Adds `str` (len bytes) with `idx`.  Returns 0 when added, 1 when an
+ * equal string is in the set already (its index in *first; the set is
+ * unchanged), or TH_ENOMEM. */
+int th_strset_add(th_strset *s, const char *str, size_t len, size_t idx,
+                  size_t *first);
 
 /* YAML 1.2 core-schema typing of a plain scalar: null ("", ~, null),
  * booleans (true/false, True, TRUE, ...).  th_ynode_bool gives 1, 0, or
@@ -245,12 +296,26 @@ typedef struct th_config {
 
 /* Reads and checks `path`.  On success *out is a new config (free with
  * th_config_free).  On failure returns TH_ECONFIG or TH_EIO with
- * "FILE:LINE:COL: message" in err; *out is NULL. */
+ * "FILE:LINE:COL: message" in err; *out is NULL.  The file is read once,
+ * bounded: anything but a regular file ("FILE: not a regular file (a
+ * pipe); ...") and a file over the size limit ("FILE: the config is N
+ * bytes, more than the limit of 4MiB ...") are refused before reading. */
 int th_config_load(const char *path, th_config **out, th_error *err);
 /* The same for YAML text in memory; `name` stands for the file in
  * messages and `dir` resolves relative plugin paths (NULL: cwd). */
 int th_config_parse(const char *name, const char *dir, const char *text,
                     size_t len, th_config **out, th_error *err);
+/* th_config_parse with limits (NULL: th_config_limits) and stats (may be
+ * NULL; key_probes also counts the checks for duplicate plugin, toolset,
+ * tool and mock names). */
+int th_config_parse_ex(const char *name, const char *dir, const char *text,
+                       size_t len, const th_ylimits *lim, th_ystats *stats,
+                       th_config **out, th_error *err);
+/* The limits a config is loaded with: th_ylimits_defaults, mocks' stdout
+ * and stderr as large keys, and max_bytes from the environment variable
+ * TOOLHOST_CONFIG_MAX_BYTES (a size, 1KiB to 1GiB) when set.  0 or
+ * TH_ECONFIG when the variable is not such a size. */
+int th_config_limits(th_ylimits *lim, th_error *err);
 void th_config_free(th_config *cfg);
 
 /* Checks a plugin's `config:` block against the plugin's declared keys
