@@ -739,7 +739,7 @@ static const char *const dup_scopes[] = {"name_and_args", "name", NULL};
 static const char *const task_scopes[] = {"session", "toolset", NULL};
 static const char *const perm_actions[] = {"deny", "allow", "ask", NULL};
 
-static int expand_scalar(cfctx *c, th_ynode *n, const char *where);
+static int expand_scalar(cfctx *c, th_ynode *n, const char *where, bool path);
 
 /* listen: ${VAR} expanded like a plugin path (unset: no listen key, i.e.
  * the default address of th/sockpath.h when serving). */
@@ -749,7 +749,7 @@ static int set_listen(cfctx *c, const cfkey *k, th_ynode *v, void *base)
         return 0;
     int rc = want_scalar(c, k, v, "a string");
     if (rc == 0)
-        rc = expand_scalar(c, v, "'listen'");
+        rc = expand_scalar(c, v, "'listen'", true);
     return rc < 0 ? rc : set_str(c, k, v, base);
 }
 
