@@ -37,6 +37,7 @@
 
 #include <errno.h>
 #include <grp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1958,6 +1959,33 @@ static void conn_refuse(rpc_conn *c, const char *fmt, ...)
     conn_close(c, false, "%s", msg);
 }
 
+/* Whether the client of c hung up (its end of input is waiting to be
+ * read: the connection closes on the next turn). */
+static bool peer_gone(rpc_conn *c)
+{
+    uv_os_fd_t fd;
+    if (uv_fileno((uv_handle_t *)&c->in, &fd) != 0)
+        return false;
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP));
+}
+
+/* The connections open besides c, and those of c's uid.  With `exact`,
+ * those whose client already hung up do not count (a client that connects
+ * and disconnects quickly is not refused for connections the loop has
+ * not seen close yet). */
+static void count_open(th_rpc_server *srv, rpc_conn *c, bool exact,
+                       uint32_t *open, uint32_t *mine)
+{
+    *open = *mine = 0;
+    for (rpc_conn *k = srv->conns; k; k = k->next) {
+        if (k == c || k->closing || (exact && peer_gone(k)))
+            continue;
+        (*open)++;
+        *mine += k->who.uid == c->who.uid;
+    }
+}
+
 static void on_connection(uv_stream_t *server, int status)
 {
     th_rpc_server *srv = server->data;
@@ -2002,13 +2030,10 @@ static void on_connection(uv_stream_t *server, int status)
         c->who.uid = c->who.gid = (uint32_t)-1; /* nobody we know */
     }
     c->who.trusted = false;
-    uint32_t open = 0, mine = 0;
-    for (rpc_conn *k = srv->conns; k; k = k->next) {
-        if (k == c || k->closing)
-            continue;
-        open++;
-        mine += k->who.uid == c->who.uid;
-    }
+    uint32_t open, mine;
+    count_open(srv, c, false, &open, &mine);
+    if (open >= srv->max_conns || mine >= srv->max_conns_uid)
+        count_open(srv, c, true, &open, &mine);
     if (open >= srv->max_conns) {
         conn_refuse(c, "too many connections: %u open, max_connections is "
                        "%u",
