@@ -195,6 +195,7 @@ struct th_rpc_server {
     uint64_t in_total, out_total;
     uv_timer_t sweep;
     bool sweeping;
+    bool budget_busy;           /* check_budget() is running */
     rpc_ratelog rl_accept, rl_refuse, rl_budget, rl_timeout;
     uint64_t refused, closed_idle, closed_frame, closed_budget,
         closed_proto;
@@ -457,22 +458,30 @@ static void conn_count_input(rpc_conn *c)
 }
 
 /* While the bytes buffered over every connection exceed max_buffered,
- * closes the connection holding the most. */
+ * closes the connection holding the most.  Writes still under way on
+ * closing connections do not count (they are cancelled or drain), so one
+ * offender closes one connection. */
 static void check_budget(th_rpc_server *srv)
 {
-    while (srv->in_total + srv->out_total > srv->max_buffered) {
+    if (srv->in_total + srv->out_total <= srv->max_buffered ||
+        srv->budget_busy)
+        return;
+    srv->budget_busy = true; /* conn_kill sends: no recursion */
+    for (;;) {
         rpc_conn *big = NULL;
-        uint64_t most = 0;
+        uint64_t most = 0, total = srv->in_total;
         for (rpc_conn *k = srv->conns; k; k = k->next) {
+            if (k->closing)
+                continue;
             uint64_t held = k->in_counted + k->outbuf;
-            if (!k->closing && held > most) {
+            total += k->outbuf;
+            if (held > most) {
                 most = held;
                 big = k;
             }
         }
-        if (!big)
-            return;
-        uint64_t total = srv->in_total + srv->out_total;
+        if (!big || total <= srv->max_buffered)
+            break;
         srv->closed_budget++;
         srv_log(srv, &srv->rl_budget, TOOLHOST_LOG_WARN,
                 "max_buffered: %llu bytes buffered over %u connections, "
@@ -488,6 +497,7 @@ static void check_budget(th_rpc_server *srv)
                   (unsigned long long)srv->max_buffered,
                   (unsigned long long)most);
     }
+    srv->budget_busy = false;
 }
 
 /* Whether the peer may administer the host (host.reload, the whole
