@@ -194,7 +194,6 @@ struct th_rpc_server {
     uint64_t idle_ms, frame_ms, max_buffered, owner_ttl_ms;
     uint64_t in_total, out_total;
     uv_timer_t sweep;
-    bool sweeping;
     bool budget_busy;           /* check_budget() is running */
     rpc_ratelog rl_accept, rl_refuse, rl_budget, rl_timeout;
     uint64_t refused, closed_idle, closed_frame, closed_budget,
@@ -1102,11 +1101,22 @@ static void m_stats(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
     e |= th_pack_cstr(&pk, "uptime_ms");
     e |= msgpack_pack_uint64(&pk, (uv_hrtime() - srv->start) / 1000000u);
     e |= th_pack_cstr(&pk, "connections");
-    e |= msgpack_pack_map(&pk, 2);
+    e |= msgpack_pack_map(&pk, 7);
     e |= th_pack_cstr(&pk, "current");
     e |= msgpack_pack_uint32(&pk, srv->n_conns);
     e |= th_pack_cstr(&pk, "total");
     e |= msgpack_pack_uint64(&pk, srv->conns_total);
+    /* how often each limit bit (docs/config.md, "Connection limits") */
+    e |= th_pack_cstr(&pk, "refused");
+    e |= msgpack_pack_uint64(&pk, srv->refused);
+    e |= th_pack_cstr(&pk, "closed_idle");
+    e |= msgpack_pack_uint64(&pk, srv->closed_idle);
+    e |= th_pack_cstr(&pk, "closed_frame_timeout");
+    e |= msgpack_pack_uint64(&pk, srv->closed_frame);
+    e |= th_pack_cstr(&pk, "closed_buffer_budget");
+    e |= msgpack_pack_uint64(&pk, srv->closed_budget);
+    e |= th_pack_cstr(&pk, "closed_protocol_errors");
+    e |= msgpack_pack_uint64(&pk, srv->closed_proto);
     e |= th_pack_cstr(&pk, "calls");
     e |= msgpack_pack_map(&pk, 2);
     e |= th_pack_cstr(&pk, "total");
@@ -2116,7 +2126,6 @@ static void sweep_start(th_rpc_server *srv)
     t /= 4;
     t = t < 20 ? 20 : t > 1000 ? 1000 : t;
     uv_timer_start(&srv->sweep, on_sweep, t, t);
-    srv->sweeping = true;
 }
 
 /* Keeps max_connections below the fd limit (raising the soft limit when

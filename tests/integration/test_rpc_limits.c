@@ -103,6 +103,16 @@ static void test_max_connections(void)
     /* One leaves: a new one is served at once. */
     rpc_raw_close(&w[0]);
     CU_ASSERT(rpc_alive(&s));
+    /* host.stats counts the refusal */
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_FATAL(c != NULL);
+    rpc_res r;
+    CU_ASSERT(rpc_call(c, "host.stats", "[]", &r) == 0);
+    const msgpack_object *refused =
+        th_rpc_map_get(th_rpc_map_get(r.res, "connections"), "refused");
+    CU_ASSERT(refused && refused->via.u64 == 1);
+    rpc_res_free(&r);
+    th_rpc_client_close(c);
     for (int i = 1; i < 4; i++)
         rpc_raw_close(&w[i]);
     CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
