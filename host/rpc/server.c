@@ -94,9 +94,13 @@ typedef struct rpc_owner {
 
 /* A log line of one kind at most RATELOG_PER_SEC times a second. */
 typedef struct rpc_ratelog {
-    uint64_t t0;                /* uv_now() when the second began */
+    uint64_t t0;                /* uv_hrtime() / 1e6 when the second began
+                                   (not uv_now(): the loop may stay in one
+                                   accept callback for long) */
     uint32_t n;
     uint64_t suppressed;        /* since the last line written */
+    int level;                  /* of the last line */
+    char last[96];              /* its start, for the summary */
 } rpc_ratelog;
 
 /* A permission.request sent and not yet answered. */
@@ -377,7 +381,8 @@ static void srv_log(th_rpc_server *srv, rpc_ratelog *rl, int level,
 static void srv_log(th_rpc_server *srv, rpc_ratelog *rl, int level,
                     const char *fmt, ...)
 {
-    uint64_t now = uv_now(&srv->loop);
+    (void)srv;
+    uint64_t now = uv_hrtime() / 1000000u;
     if (now - rl->t0 >= 1000) {
         rl->t0 = now;
         rl->n = 0;
@@ -397,6 +402,22 @@ static void srv_log(th_rpc_server *srv, rpc_ratelog *rl, int level,
                line, (unsigned long long)rl->suppressed);
     else
         th_log(level, "%s", line);
+    rl->suppressed = 0;
+    rl->level = level;
+    size_t keep = strnlen(line, sizeof rl->last - 1);
+    memcpy(rl->last, line, keep);
+    rl->last[keep] = '\0';
+}
+
+/* From the sweep timer: once a second is over, says how many lines of a
+ * kind were left out, so a burst that ends is still counted in the log. */
+static void srv_log_flush(th_rpc_server *srv, rpc_ratelog *rl)
+{
+    (void)srv;
+    if (!rl->suppressed || uv_hrtime() / 1000000u - rl->t0 < 1000)
+        return;
+    th_log(rl->level, "%llu more lines like this one were suppressed: %s",
+           (unsigned long long)rl->suppressed, rl->last);
     rl->suppressed = 0;
 }
 
@@ -2072,11 +2093,16 @@ static void on_connection(uv_stream_t *server, int status)
 }
 
 /* The sweep timer: closes connections idle for idle_timeout and those
- * whose partial frame is older than frame_timeout. */
+ * whose partial frame is older than frame_timeout; counts the log lines
+ * srv_log() left out. */
 static void on_sweep(uv_timer_t *t)
 {
     th_rpc_server *srv = t->data;
     uint64_t now = uv_now(&srv->loop);
+    srv_log_flush(srv, &srv->rl_accept);
+    srv_log_flush(srv, &srv->rl_refuse);
+    srv_log_flush(srv, &srv->rl_budget);
+    srv_log_flush(srv, &srv->rl_timeout);
     for (rpc_conn *c = srv->conns, *n; c; c = n) {
         n = c->next; /* conn_kill closes, never frees, c */
         if (c->closing || !c->session)
@@ -2116,12 +2142,12 @@ static void on_sweep(uv_timer_t *t)
  * 1 s).  Not in stdio mode: the one session is the whole server. */
 static void sweep_start(th_rpc_server *srv)
 {
-    uint64_t t = 0;
-    if (srv->idle_ms)
+    uint64_t t = 4000;
+    if (srv->idle_ms && srv->idle_ms < t)
         t = srv->idle_ms;
-    if (srv->frame_ms && (!t || srv->frame_ms < t))
+    if (srv->frame_ms && srv->frame_ms < t)
         t = srv->frame_ms;
-    if (!t || srv->stdio)
+    if (srv->stdio)
         return;
     t /= 4;
     t = t < 20 ? 20 : t > 1000 ? 1000 : t;
