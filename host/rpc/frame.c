@@ -18,12 +18,15 @@ int th_rpc_reader_init(th_rpc_reader *r, size_t max_frame)
 
 void th_rpc_reader_destroy(th_rpc_reader *r)
 {
-    msgpack_unpacker_destroy(&r->up);
+    if (!r->no_unpacker)
+        msgpack_unpacker_destroy(&r->up);
 }
 
 int th_rpc_reader_space(th_rpc_reader *r, size_t want, char **buf,
                         size_t *cap)
 {
+    if (r->no_unpacker)
+        return TH_ENOMEM;
     if (msgpack_unpacker_buffer_capacity(&r->up) < want &&
         !msgpack_unpacker_reserve_buffer(&r->up, want))
         return TH_ENOMEM;
@@ -68,8 +71,10 @@ int th_rpc_reader_shrink(th_rpc_reader *r)
      * by msgpack-c: destroying the unpacker only drops its own count. */
     msgpack_unpacker_destroy(&r->up);
     if (!msgpack_unpacker_init(&r->up, READER_INITIAL)) {
+        /* (the unpacker cannot be built aside and moved: it points into
+         * itself) */
         memset(&r->up, 0, sizeof r->up);
-        r->failed = true;
+        r->failed = r->no_unpacker = true;
         return TH_ENOMEM;
     }
     return 0;
@@ -144,7 +149,7 @@ static int skim(th_rpc_reader *r, const uint8_t *p, size_t n,
 
 int th_rpc_reader_next(th_rpc_reader *r, msgpack_unpacked *out, th_error *err)
 {
-    if (r->failed)
+    if (r->failed || r->no_unpacker)
         return th_error_set(err, TH_EPROTO, "the stream already failed");
     const uint8_t *p = (const uint8_t *)r->up.buffer + r->up.off;
     size_t n = r->up.used - r->up.off;

@@ -54,6 +54,7 @@ typedef struct th_rpc_reader {
     bool skim_started;
     bool failed;        /* a TH_EPROTO/TH_ELIMIT was returned: stays so */
     uint64_t skim_values; /* values walked in the current frame */
+    bool no_unpacker;   /* th_rpc_reader_shrink() could not make a new one */
 } th_rpc_reader;
 
 /* A frame may hold at most TH_RPC_FRAME_VALUES_FLOOR + bytes / 8 values
