@@ -28,7 +28,12 @@
  * srv->out_total count the bytes buffered over every connection (a
  * connection's pending input in c->in_counted, its output in c->outbuf)
  * and check_budget() closes the biggest holder while they exceed
- * max_buffered.  Lines a client can provoke go through conn_log() (at
+ * max_buffered (a closing connection's input stops counting at once, its
+ * writes when libuv hands them back).  A frame's objects are freed right
+ * after its dispatch, and the reader's buffer shrinks back between frames
+ * (th_rpc_reader_shrink), so an idle connection holds little.  Every limit
+ * that closes a connection says why in host.disconnect first (conn_kill).
+ * Lines a client can provoke go through conn_log() (at
  * most max_conn_log_lines per connection) or srv_log() (a few a second).
  * Who may use host.reload and see the whole host.stats: is_admin().
  */
