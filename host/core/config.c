@@ -813,7 +813,7 @@ static void host_init(th_host_cfg *h)
     h->spill_max_bytes = 64 * MIB;
     h->spill_max_age_ms = HOUR;
     h->max_connections = 1024;
-    h->max_connections_per_uid = 64;
+    h->max_connections_per_uid = 256;
     h->idle_timeout_ms = HOUR;
     h->frame_timeout_ms = 30 * SEC;
     h->max_buffered = 256 * MIB;

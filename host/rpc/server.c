@@ -2475,7 +2475,7 @@ int th_rpc_serve(th_host *h, const th_rpc_serve_opts *o, th_error *err)
     srv->max_conns = cfg->max_connections ? cfg->max_connections : 1024;
     srv->max_conns_uid = cfg->max_connections_per_uid
                              ? cfg->max_connections_per_uid
-                             : 64;
+                             : 256;
     srv->idle_ms = cfg->idle_timeout_ms;
     srv->frame_ms = cfg->frame_timeout_ms;
     srv->max_buffered = cfg->max_buffered ? cfg->max_buffered

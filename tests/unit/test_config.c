@@ -176,7 +176,7 @@ static void test_defaults(void)
     CU_ASSERT_EQUAL(h->max_inflight, 256);
     CU_ASSERT_EQUAL(h->max_outbuf, 64u << 20);
     CU_ASSERT_EQUAL(h->max_connections, 1024);
-    CU_ASSERT_EQUAL(h->max_connections_per_uid, 64);
+    CU_ASSERT_EQUAL(h->max_connections_per_uid, 256);
     CU_ASSERT_EQUAL(h->idle_timeout_ms, 3600000);
     CU_ASSERT_EQUAL(h->frame_timeout_ms, 30000);
     CU_ASSERT_EQUAL(h->max_buffered, 256u << 20);

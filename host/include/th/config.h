@@ -145,7 +145,7 @@ typedef struct th_host_cfg {
     uint64_t spill_max_age_ms; /* default 1 h                            */
     /* Limits of the RPC server against its clients (docs/config.md). */
     uint32_t max_connections;  /* open at once; default 1024             */
-    uint32_t max_connections_per_uid; /* default 64                      */
+    uint32_t max_connections_per_uid; /* default 256                     */
     uint64_t idle_timeout_ms;  /* nothing in flight, nothing read: close;
                                   default 1 h, 0 off                     */
     uint64_t frame_timeout_ms; /* a started frame completes within;
