@@ -201,6 +201,7 @@ struct th_rpc_server {
     /* limits (host config; see the banner) */
     uint32_t max_conns, max_conns_uid, max_proto_errors, conn_log_lines;
     uint64_t idle_ms, frame_ms, max_buffered, owner_ttl_ms;
+    uint64_t fd_limit;          /* RLIMIT_NOFILE at start; 0: none */
     uint64_t in_total, out_total;
     uv_timer_t sweep;
     bool budget_busy;           /* check_budget() is running */
@@ -2076,6 +2077,16 @@ static void on_connection(uv_stream_t *server, int status)
         c->who.uid = c->who.gid = (uint32_t)-1; /* nobody we know */
     }
     c->who.trusted = false;
+    /* The lowest free fd is the one given: a high one means the fds are
+     * running out (plugins hold some too).  Refuse while a few are left,
+     * so that accept() itself never fails (libuv would then drop clients
+     * without a word). */
+    if (srv->fd_limit && uv_fileno((uv_handle_t *)&c->in, &fd) == 0 &&
+        (uint64_t)fd + FD_RESERVE / 2 >= srv->fd_limit) {
+        conn_refuse(c, "the host is near its fd limit (%llu): fd %d",
+                    (unsigned long long)srv->fd_limit, (int)fd);
+        return;
+    }
     uint32_t open, mine;
     count_open(srv, c, false, &open, &mine);
     if (open >= srv->max_conns || mine >= srv->max_conns_uid)
@@ -2175,6 +2186,7 @@ static void fit_fd_limit(th_rpc_server *srv)
         if (setrlimit(RLIMIT_NOFILE, &up) == 0)
             rl = up;
     }
+    srv->fd_limit = rl.rlim_cur == RLIM_INFINITY ? 0 : (uint64_t)rl.rlim_cur;
     if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
         uint32_t fit = rl.rlim_cur > 2 * FD_RESERVE
                            ? (uint32_t)(rl.rlim_cur - FD_RESERVE)

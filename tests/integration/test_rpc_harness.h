@@ -67,6 +67,7 @@ typedef struct rpc_opts {
     const char *public_extra;/* more lines in the toolset "public" */
     const char *max_frame;   /* default "64KiB" */
     int nofile;              /* > 0: the server's fd limit (soft and hard) */
+    const char *plugins_extra; /* more entries under plugins: */
 } rpc_opts;
 
 typedef struct rpc_srv {
@@ -102,6 +103,7 @@ RPC_H void rpc_write_config(rpc_srv *s, const rpc_opts *o)
              "    path: %s/plugins/text.so\n"
              "    config:\n"
              "      root: %s\n"
+             "%s"
              "toolsets:\n"
              "  - name: public\n"
              "    tools: [echo, echo_async, text_count]\n"
@@ -120,7 +122,8 @@ RPC_H void rpc_write_config(rpc_srv *s, const rpc_opts *o)
              o && o->max_frame ? o->max_frame : "64KiB",
              o && o->socket_mode ? o->socket_mode : "0600",
              o && o->host_extra ? o->host_extra : "", b, b, s->dir, b,
-             s->dir, o && o->public_extra ? o->public_extra : "");
+             s->dir, o && o->plugins_extra ? o->plugins_extra : "",
+             o && o->public_extra ? o->public_extra : "");
     s->cfg = th_test_write_file(s->dir, "rpc.yaml", text, (size_t)-1);
 }
 

@@ -224,6 +224,47 @@ static void test_fd_limit(void)
     rpc_srv_free(&s);
 }
 
+/* A plugin holds 80 of the 160 fds allowed: the fds run out before the
+ * cap of 96 is reached.  The host refuses clients with a reason while a
+ * few fds are left, instead of libuv dropping them without a word once
+ * accept() fails. */
+static void test_fds_run_out(void)
+{
+    if (rpc_valgrind()) {
+        CU_PASS("valgrind keeps fds of its own: skipped");
+        return;
+    }
+    rpc_srv s;
+    char plug[512];
+    snprintf(plug, sizeof plug,
+             "  - name: fd_hog\n"
+             "    path: %s/fixtures/fd_hog.so\n",
+             TH_BUILD_DIR);
+    rpc_opts o = {.nofile = 160, .plugins_extra = plug};
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
+    enum { N = 90 };
+    rpc_raw w[N];
+    int served = 0, told = 0;
+    for (int i = 0; i < N; i++) {
+        CU_ASSERT_FATAL(rpc_raw_open(&w[i], &s) == 0);
+        if (ping(&w[i], 1))
+            served++;
+    }
+    for (int i = served; i < N; i++) /* refused ones: a reason each */
+        told += told_and_closed(&w[i], TH_ELIMIT, "near its fd limit",
+                                rpc_wait_ms());
+    CU_ASSERT(served >= 20);
+    CU_ASSERT(served < N);
+    CU_ASSERT_EQUAL(told, N - served);
+    CU_ASSERT(rpc_log_has(&s, "refused: the host is near its fd limit"));
+    CU_ASSERT_EQUAL(log_count(&s, "accept failed"), 0);
+    for (int i = 0; i < N; i++)
+        rpc_raw_close(&w[i]);
+    CU_ASSERT(rpc_alive(&s));
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+}
+
 /* ---- timeouts ------------------------------------------------------------------ */
 
 static void test_frame_timeout(void)
@@ -536,6 +577,7 @@ void th_suite_rpc_limits(void)
     CU_add_test(s, "max_connections", test_max_connections);
     CU_add_test(s, "max_connections_per_uid", test_max_connections_per_uid);
     CU_add_test(s, "fd_limit", test_fd_limit);
+    CU_add_test(s, "fds_run_out", test_fds_run_out);
     CU_add_test(s, "frame_timeout", test_frame_timeout);
     CU_add_test(s, "idle_timeout", test_idle_timeout);
     CU_add_test(s, "buffer_budget", test_buffer_budget);
