@@ -798,6 +798,20 @@ static const cfkey host_keys[] = {
      .min = 1, .max = 1024 * GIB},
     {.name = "spill_max_age", .set = set_duration,
      .off = H(spill_max_age_ms), .min = SEC, .max = 30 * DAY},
+    {.name = "max_connections", .set = set_u32, .off = H(max_connections),
+     .min = 1, .max = 1000000},
+    {.name = "max_connections_per_uid", .set = set_u32,
+     .off = H(max_connections_per_uid), .min = 1, .max = 1000000},
+    {.name = "idle_timeout", .set = set_duration, .off = H(idle_timeout_ms),
+     .min = 0, .max = 30 * DAY},
+    {.name = "frame_timeout", .set = set_duration,
+     .off = H(frame_timeout_ms), .min = 0, .max = DAY},
+    {.name = "max_buffered", .set = set_size, .off = H(max_buffered),
+     .min = 64 * KIB, .max = 1024 * GIB},
+    {.name = "max_protocol_errors", .set = set_u32,
+     .off = H(max_protocol_errors), .min = 1, .max = 1000000},
+    {.name = "max_conn_log_lines", .set = set_u32,
+     .off = H(max_conn_log_lines), .min = 1, .max = 1000000},
     {.name = NULL}};
 #undef H
 
@@ -827,6 +841,13 @@ static void host_init(th_host_cfg *h)
     h->reload_debounce_ms = 200;
     h->spill_max_bytes = 64 * MIB;
     h->spill_max_age_ms = HOUR;
+    h->max_connections = 1024;
+    h->max_connections_per_uid = 256;
+    h->idle_timeout_ms = HOUR;
+    h->frame_timeout_ms = 30 * SEC;
+    h->max_buffered = 256 * MIB;
+    h->max_protocol_errors = 8;
+    h->max_conn_log_lines = 20;
 }
 
 static int host_check(cfctx *c, th_ynode *n, void *el)

@@ -18,12 +18,15 @@ int th_rpc_reader_init(th_rpc_reader *r, size_t max_frame)
 
 void th_rpc_reader_destroy(th_rpc_reader *r)
 {
-    msgpack_unpacker_destroy(&r->up);
+    if (!r->no_unpacker)
+        msgpack_unpacker_destroy(&r->up);
 }
 
 int th_rpc_reader_space(th_rpc_reader *r, size_t want, char **buf,
                         size_t *cap)
 {
+    if (r->no_unpacker)
+        return TH_ENOMEM;
     if (msgpack_unpacker_buffer_capacity(&r->up) < want &&
         !msgpack_unpacker_reserve_buffer(&r->up, want))
         return TH_ENOMEM;
@@ -54,6 +57,29 @@ size_t th_rpc_reader_pending(const th_rpc_reader *r)
     return r->up.used - r->up.off;
 }
 
+size_t th_rpc_reader_footprint(const th_rpc_reader *r)
+{
+    return r->up.used + msgpack_unpacker_buffer_capacity(&r->up);
+}
+
+int th_rpc_reader_shrink(th_rpc_reader *r)
+{
+    if (r->failed || r->skim_started || th_rpc_reader_pending(r) != 0 ||
+        th_rpc_reader_footprint(r) <= 2 * READER_INITIAL)
+        return 0;
+    /* Buffers still referenced by a message's zone are reference counted
+     * by msgpack-c: destroying the unpacker only drops its own count. */
+    msgpack_unpacker_destroy(&r->up);
+    if (!msgpack_unpacker_init(&r->up, READER_INITIAL)) {
+        /* (the unpacker cannot be built aside and moved: it points into
+         * itself) */
+        memset(&r->up, 0, sizeof r->up);
+        r->failed = r->no_unpacker = true;
+        return TH_ENOMEM;
+    }
+    return 0;
+}
+
 /* Walks the buffered bytes of the current frame, resuming where the last
  * walk stopped, without building anything.  1 with *frame_len when the
  * frame is complete, 0 when more bytes are needed, TH_EPROTO/TH_ELIMIT. */
@@ -63,8 +89,12 @@ static int skim(th_rpc_reader *r, const uint8_t *p, size_t n,
     if (!r->skim_started) {
         r->skim_pos = 0;
         r->skim_left = 1;
+        r->skim_values = 0;
         r->skim_started = true;
     }
+    /* The most values a frame of max_frame bytes may hold. */
+    uint64_t most = TH_RPC_FRAME_VALUES_FLOOR +
+                    r->max_frame / TH_RPC_FRAME_VALUES_PER_BYTE_DIV;
     while (r->skim_left > 0) {
         size_t pos = r->skim_pos;
         if (pos >= n)
@@ -90,7 +120,28 @@ static int skim(th_rpc_reader *r, const uint8_t *p, size_t n,
             return 0;
         r->skim_pos = (size_t)end;
         r->skim_left = left;
+        if (++r->skim_values > most)
+            return th_error_set(err, TH_ELIMIT,
+                                "frame holds more than %llu values (at most "
+                                "%u + 1 per %u bytes)",
+                                (unsigned long long)most,
+                                TH_RPC_FRAME_VALUES_FLOOR,
+                                TH_RPC_FRAME_VALUES_PER_BYTE_DIV);
     }
+    uint64_t allowed = TH_RPC_FRAME_VALUES_FLOOR +
+                       r->skim_pos / TH_RPC_FRAME_VALUES_PER_BYTE_DIV;
+    if (r->skim_values > allowed)
+        return th_error_set(err, TH_ELIMIT,
+                            "frame of %zu bytes holds %llu values, more than "
+                            "the %llu allowed (%u + 1 per %u bytes): it "
+                            "would take %llu bytes unpacked",
+                            r->skim_pos,
+                            (unsigned long long)r->skim_values,
+                            (unsigned long long)allowed,
+                            TH_RPC_FRAME_VALUES_FLOOR,
+                            TH_RPC_FRAME_VALUES_PER_BYTE_DIV,
+                            (unsigned long long)r->skim_values *
+                                sizeof(msgpack_object));
     *frame_len = r->skim_pos;
     r->skim_started = false;
     return 1;
@@ -98,7 +149,7 @@ static int skim(th_rpc_reader *r, const uint8_t *p, size_t n,
 
 int th_rpc_reader_next(th_rpc_reader *r, msgpack_unpacked *out, th_error *err)
 {
-    if (r->failed)
+    if (r->failed || r->no_unpacker)
         return th_error_set(err, TH_EPROTO, "the stream already failed");
     const uint8_t *p = (const uint8_t *)r->up.buffer + r->up.off;
     size_t n = r->up.used - r->up.off;

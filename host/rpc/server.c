@@ -17,17 +17,37 @@
  * the calls still recorded (toolset-scoped tasks that go on without us).
  * A call record (rpc_call) lives from tools.call until its final event (the
  * result of a sync call, task.done of a task) or the end of its
- * connection.
+ * connection.  A task owner record (rpc_owner, srv->owners) lives from the
+ * task's acknowledgement until it is older than max_timeout + result_ttl
+ * (the task is over and its result expired by then) or the table is full.
+ *
+ * Limits (docs/config.md, "Connection limits").  All on the loop thread:
+ * the connection caps are checked at accept (refused with a host.disconnect
+ * notification written straight to the socket); the sweep timer closes
+ * idle connections and frames that take too long; srv->in_total and
+ * srv->out_total count the bytes buffered over every connection (a
+ * connection's pending input in c->in_counted, its output in c->outbuf)
+ * and check_budget() closes the biggest holder while they exceed
+ * max_buffered (a closing connection's input stops counting at once, its
+ * writes when libuv hands them back).  A frame's objects are freed right
+ * after its dispatch, and the reader's buffer shrinks back between frames
+ * (th_rpc_reader_shrink), so an idle connection holds little.  Every limit
+ * that closes a connection says why in host.disconnect first (conn_kill).
+ * Lines a client can provoke go through conn_log() (at
+ * most max_conn_log_lines per connection) or srv_log() (a few a second).
+ * Who may use host.reload and see the whole host.stats: is_admin().
  */
 #include "th/rpc.h"
 #include "th/utf8.h"
 
 #include <errno.h>
 #include <grp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -44,6 +64,9 @@
 #define DEF_GRACE_MS 5000
 #define KEEP_DONE_TASKS 64 /* finished tasks kept per connection */
 #define HARD_CLOSE_MS 3000 /* after the grace and the cancel */
+#define FD_RESERVE 64      /* fds kept for plugins, logs, the listener */
+#define RATELOG_PER_SEC 5  /* srv_log() lines of one kind per second */
+#define MAX_OWNERS 16384   /* task owner records kept */
 
 typedef struct rpc_conn rpc_conn;
 typedef struct rpc_call rpc_call;
@@ -64,6 +87,26 @@ struct rpc_call {
     double last_fraction;
     double done_ms;             /* task: how long it ran */
 };
+
+/* Who started a task acknowledged on this server: tasks.result and
+ * tasks.cancel of another session only reach tasks of the same uid. */
+typedef struct rpc_owner {
+    struct rpc_owner *next;
+    uint64_t task_id;
+    uint32_t uid;
+    uint64_t t;                 /* uv_now() at the acknowledgement */
+} rpc_owner;
+
+/* A log line of one kind at most RATELOG_PER_SEC times a second. */
+typedef struct rpc_ratelog {
+    uint64_t t0;                /* uv_hrtime() / 1e6 when the second began
+                                   (not uv_now(): the loop may stay in one
+                                   accept callback for long) */
+    uint32_t n;
+    uint64_t suppressed;        /* since the last line written */
+    int level;                  /* of the last line */
+    char last[96];              /* its start, for the summary */
+} rpc_ratelog;
 
 /* A permission.request sent and not yet answered. */
 typedef struct rpc_perm {
@@ -96,6 +139,14 @@ struct rpc_conn {
     char *flush_reason;
     bool session_closed;
     uv_work_t close_work;
+    /* limits (all uv_now() times, ms) */
+    uint64_t in_counted;        /* pending input counted in srv->in_total */
+    uint64_t last_active;       /* last byte read, or last seen busy */
+    uint64_t frame_t0;          /* a partial frame began; 0: none */
+    uint32_t proto_errors;
+    uint32_t log_lines;         /* conn_log() lines written */
+    uint64_t log_suppressed;    /* and suppressed */
+    bool quiet;                 /* refused at accept: no disconnect line */
 };
 
 typedef enum { EV_CALL = 1, EV_PERM, EV_TOOLS_CHANGED } rpc_ev_type;
@@ -147,6 +198,18 @@ struct th_rpc_server {
     th_front_ops ops;
     void (*on_ready)(th_rpc_server *, void *);
     void *ready_ud;
+    /* limits (host config; see the banner) */
+    uint32_t max_conns, max_conns_uid, max_proto_errors, conn_log_lines;
+    uint64_t idle_ms, frame_ms, max_buffered, owner_ttl_ms;
+    uint64_t fd_limit;          /* RLIMIT_NOFILE at start; 0: none */
+    uint64_t in_total, out_total;
+    uv_timer_t sweep;
+    bool budget_busy;           /* check_budget() is running */
+    rpc_ratelog rl_accept, rl_refuse, rl_budget, rl_timeout;
+    uint64_t refused, closed_idle, closed_frame, closed_budget,
+        closed_proto;
+    rpc_owner *owners, *owners_tail;
+    uint32_t n_owners;
 };
 
 static void conn_close(rpc_conn *c, bool graceful, const char *fmt, ...)
@@ -154,6 +217,9 @@ static void conn_close(rpc_conn *c, bool graceful, const char *fmt, ...)
 static void server_begin_stop(th_rpc_server *srv, const char *why);
 static void server_check_drained(th_rpc_server *srv);
 static void drain_events(th_rpc_server *srv);
+static void check_budget(th_rpc_server *srv);
+static void conn_log(rpc_conn *c, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 static double ms_since(uint64_t t0)
 {
@@ -174,6 +240,7 @@ static void on_write(uv_write_t *req, int status)
     rpc_write *w = (rpc_write *)req;
     rpc_conn *c = w->conn;
     c->outbuf -= w->len;
+    c->srv->out_total -= w->len;
     free(w->data);
     free(w);
     if (status < 0 && status != UV_ECANCELED && !c->closing)
@@ -199,6 +266,7 @@ static void conn_send(rpc_conn *c, th_buf *b)
         return;
     }
     c->outbuf += b->len;
+    c->srv->out_total += b->len;
     th_buf_free(b);
     if (was_empty)
         c->srv->n_pending++;
@@ -206,6 +274,8 @@ static void conn_send(rpc_conn *c, th_buf *b)
         conn_close(c, false,
                    "outbound buffer over %llu bytes: the client does not read",
                    (unsigned long long)c->srv->max_outbuf);
+    else
+        check_budget(c->srv);
 }
 
 /* Drops what a connection had queued and not written (it is closing). */
@@ -213,6 +283,7 @@ static void conn_drop_pending(rpc_conn *c)
 {
     if (c->pend.len) {
         c->outbuf -= c->pend.len;
+        c->srv->out_total -= c->pend.len;
         c->srv->n_pending--;
     }
     th_buf_free(&c->pend);
@@ -231,6 +302,7 @@ static void conn_flush(rpc_conn *c)
     rpc_write *w = calloc(1, sizeof *w);
     if (!w) {
         c->outbuf -= c->pend.len;
+        c->srv->out_total -= c->pend.len;
         th_buf_free(&c->pend);
         conn_close(c, false, "out of memory sending a frame");
         return;
@@ -242,6 +314,7 @@ static void conn_flush(rpc_conn *c)
     int rc = uv_write(&w->req, s, &ub, 1, on_write);
     if (rc < 0) {
         c->outbuf -= w->len;
+        c->srv->out_total -= w->len;
         free(w->data);
         free(w);
         conn_close(c, false, "write failed: %s", uv_strerror(rc));
@@ -272,9 +345,9 @@ static void send_error(rpc_conn *c, uint64_t msgid, int code, const char *fmt,
     if (th_rpc_pack_error(&b, msgid, code, msg) == 0)
         conn_send(c, &b);
     th_buf_free(&b);
-    th_log_debug("session=%llu msgid=%llu error %s: %s",
-                 (unsigned long long)c->id, (unsigned long long)msgid,
-                 th_err_name(code), msg);
+    conn_log(c, TOOLHOST_LOG_DEBUG, "session=%llu msgid=%llu error %s: %s",
+             (unsigned long long)c->id, (unsigned long long)msgid,
+             th_err_name(code), msg);
 }
 
 /* Sends a response whose result is in `res` (a packed value). */
@@ -302,6 +375,210 @@ static void send_notify(rpc_conn *c, const char *method, th_buf *params)
     if (th_rpc_pack_notify(&b, method, params->data, params->len) == 0)
         conn_send(c, &b);
     th_buf_free(&b);
+}
+
+/* ---- Limits ------------------------------------------------------------------ */
+
+/* A line of a kind any client can provoke (refusals, accept failures,
+ * limits biting): at most RATELOG_PER_SEC a second, then one line saying
+ * how many were left out. */
+static void srv_log(th_rpc_server *srv, rpc_ratelog *rl, int level,
+                    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void srv_log(th_rpc_server *srv, rpc_ratelog *rl, int level,
+                    const char *fmt, ...)
+{
+    (void)srv;
+    uint64_t now = uv_hrtime() / 1000000u;
+    if (now - rl->t0 >= 1000) {
+        rl->t0 = now;
+        rl->n = 0;
+    }
+    if (rl->n >= RATELOG_PER_SEC) {
+        rl->suppressed++;
+        return;
+    }
+    rl->n++;
+    char line[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (rl->suppressed)
+        th_log(level, "%s (%llu similar lines suppressed before this one)",
+               line, (unsigned long long)rl->suppressed);
+    else
+        th_log(level, "%s", line);
+    rl->suppressed = 0;
+    rl->level = level;
+    size_t keep = strnlen(line, sizeof rl->last - 1);
+    memcpy(rl->last, line, keep);
+    rl->last[keep] = '\0';
+}
+
+/* From the sweep timer: once a second is over, says how many lines of a
+ * kind were left out, so a burst that ends is still counted in the log. */
+static void srv_log_flush(th_rpc_server *srv, rpc_ratelog *rl)
+{
+    (void)srv;
+    if (!rl->suppressed || uv_hrtime() / 1000000u - rl->t0 < 1000)
+        return;
+    th_log(rl->level, "%llu more lines like this one were suppressed: %s",
+           (unsigned long long)rl->suppressed, rl->last);
+    rl->suppressed = 0;
+}
+
+/* A line about one connection that its client can provoke (bad messages,
+ * error answers): at most max_conn_log_lines per connection, then one line
+ * saying the rest is suppressed; the disconnect line gives the count. */
+static void conn_log(rpc_conn *c, int level, const char *fmt, ...)
+{
+    if (level > th_log_get_level())
+        return;
+    if (c->log_lines >= c->srv->conn_log_lines) {
+        c->log_suppressed++;
+        return;
+    }
+    char line[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    th_log(level, "%s", line);
+    if (++c->log_lines == c->srv->conn_log_lines)
+        th_log_warn("session=%llu more log lines of this session are "
+                    "suppressed (max_conn_log_lines: %u)",
+                    (unsigned long long)c->id,
+                    (unsigned)c->srv->conn_log_lines);
+}
+
+/* Closes a connection for a limit, telling the client why first: the
+ * notification host.disconnect [[code, message]] (best effort: written at
+ * once if the socket takes it, dropped otherwise). */
+static void conn_kill(rpc_conn *c, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void conn_kill(rpc_conn *c, int code, const char *fmt, ...)
+{
+    if (c->closing)
+        return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    th_buf p = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &p, th_buf_msgpack_write);
+    if (!msgpack_pack_array(&pk, 1) && !msgpack_pack_array(&pk, 2) &&
+        !msgpack_pack_int(&pk, code) && !th_pack_cstr(&pk, msg))
+        send_notify(c, "host.disconnect", &p);
+    th_buf_free(&p);
+    conn_close(c, false, "%s", msg);
+}
+
+/* Keeps c's pending input counted in srv->in_total. */
+static void conn_count_input(rpc_conn *c)
+{
+    uint64_t now = c->closing ? 0 : th_rpc_reader_pending(&c->rd);
+    c->srv->in_total = c->srv->in_total - c->in_counted + now;
+    c->in_counted = now;
+}
+
+/* While the bytes buffered over every connection exceed max_buffered,
+ * closes the connection holding the most.  Writes still under way on
+ * closing connections do not count (they are cancelled or drain), so one
+ * offender closes one connection. */
+static void check_budget(th_rpc_server *srv)
+{
+    if (srv->in_total + srv->out_total <= srv->max_buffered ||
+        srv->budget_busy)
+        return;
+    srv->budget_busy = true; /* conn_kill sends: no recursion */
+    for (;;) {
+        rpc_conn *big = NULL;
+        uint64_t most = 0, total = srv->in_total;
+        for (rpc_conn *k = srv->conns; k; k = k->next) {
+            if (k->closing)
+                continue;
+            uint64_t held = k->in_counted + k->outbuf;
+            total += k->outbuf;
+            if (held > most) {
+                most = held;
+                big = k;
+            }
+        }
+        if (!big || total <= srv->max_buffered)
+            break;
+        srv->closed_budget++;
+        srv_log(srv, &srv->rl_budget, TOOLHOST_LOG_WARN,
+                "max_buffered: %llu bytes buffered over %u connections, "
+                "over the budget of %llu: closing session=%llu uid=%u, "
+                "which holds %llu",
+                (unsigned long long)total, (unsigned)srv->n_conns,
+                (unsigned long long)srv->max_buffered,
+                (unsigned long long)big->id, (unsigned)big->who.uid,
+                (unsigned long long)most);
+        conn_kill(big, TH_ELIMIT,
+                  "the host's buffers are full (max_buffered %llu bytes) and "
+                  "this connection holds the most (%llu bytes)",
+                  (unsigned long long)srv->max_buffered,
+                  (unsigned long long)most);
+    }
+    srv->budget_busy = false;
+}
+
+/* Whether the peer may administer the host (host.reload, the whole
+ * host.stats): for now the uid the host runs as, and root.  The one place
+ * to change when admins become configurable. */
+static bool is_admin(const th_principal *peer)
+{
+    return peer->trusted || peer->uid == 0 ||
+           peer->uid == (uint32_t)geteuid();
+}
+
+static void owners_prune(th_rpc_server *srv)
+{
+    uint64_t now = uv_now(&srv->loop);
+    while (srv->owners &&
+           (srv->n_owners > MAX_OWNERS ||
+            now - srv->owners->t > srv->owner_ttl_ms)) {
+        rpc_owner *o = srv->owners;
+        srv->owners = o->next;
+        if (!srv->owners)
+            srv->owners_tail = NULL;
+        srv->n_owners--;
+        free(o);
+    }
+}
+
+static void owner_add(th_rpc_server *srv, uint64_t task_id, uint32_t uid)
+{
+    rpc_owner *o = calloc(1, sizeof *o);
+    if (!o) {
+        /* Unrecorded, the task is reachable from its own connection only. */
+        th_log_error("task=%llu out of memory recording its owner",
+                     (unsigned long long)task_id);
+        return;
+    }
+    o->task_id = task_id;
+    o->uid = uid;
+    o->t = uv_now(&srv->loop);
+    if (srv->owners_tail)
+        srv->owners_tail->next = o;
+    else
+        srv->owners = o;
+    srv->owners_tail = o;
+    srv->n_owners++;
+    owners_prune(srv);
+}
+
+/* Whether the task was started on this server by the connection's uid. */
+static bool owner_is(th_rpc_server *srv, uint64_t task_id, uint32_t uid)
+{
+    owners_prune(srv);
+    for (rpc_owner *o = srv->owners; o; o = o->next)
+        if (o->task_id == task_id)
+            return o->uid == uid;
+    return false;
 }
 
 /* ---- Packing helpers ----------------------------------------------------- */
@@ -426,8 +703,10 @@ static void handle_call_event(th_rpc_server *srv, rpc_ev *ev)
     if (ev->task_id && !call->task_id)
         call->task_id = ev->task_id;
     if (ev->kind == TH_EV_RESULT && ev->has_result) {
-        if (ev->res.kind == TH_RESULT_RUNNING && ev->res.task_id)
+        if (ev->res.kind == TH_RESULT_RUNNING && ev->res.task_id) {
             call->task_id = ev->res.task_id;
+            owner_add(srv, call->task_id, c->who.uid);
+        }
         log_outcome(call, &ev->res, "result");
         if (!call->responded) {
             th_buf res = TH_BUF_INIT;
@@ -742,13 +1021,41 @@ typedef struct stats_ctx {
     th_buf *tools;
     uint32_t n;
     int e;
+    char **only;                /* not NULL: these tools only (sorted) */
+    size_t n_only, cap_only;
 } stats_ctx;
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* th_session_tools callback: the names a non-admin's stats may show. */
+static int stats_visible(const th_tool *t, void *ud)
+{
+    stats_ctx *sc = ud;
+    if (sc->n_only == sc->cap_only) {
+        size_t cap = sc->cap_only ? 2 * sc->cap_only : 16;
+        char **v = realloc(sc->only, cap * sizeof *v);
+        if (!v)
+            return TH_ENOMEM;
+        sc->only = v;
+        sc->cap_only = cap;
+    }
+    if (!(sc->only[sc->n_only] = strdup(t->name)))
+        return TH_ENOMEM;
+    sc->n_only++;
+    return 0;
+}
 
 static int stats_one(const th_tool_stats *st, void *ud)
 {
     stats_ctx *sc = ud;
     msgpack_packer *pk = sc->pk;
     int e = 0;
+    if (sc->only && !bsearch(&st->tool, sc->only, sc->n_only,
+                             sizeof *sc->only, cmp_str))
+        return 0;
     sc->n++;
     e |= th_pack_cstr(pk, st->tool);
     e |= msgpack_pack_map(pk, 12);
@@ -791,12 +1098,26 @@ static void m_stats(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
     uint32_t inflight = 0;
     for (rpc_conn *k = srv->conns; k; k = k->next)
         inflight += k->inflight;
+    /* Not an admin: the tools of the caller's own toolsets, no reload
+     * section (it names plugin files and private copies). */
+    bool admin = is_admin(&c->who);
     stats_ctx sc = {.pk = &tpk, .tools = &tools};
-    th_host_stats_foreach(srv->host, stats_one, &sc);
+    int e = 0;
+    if (!admin) {
+        sc.only = calloc(1, sizeof *sc.only); /* an empty list, not NULL */
+        e |= !sc.only || th_session_tools(c->session, stats_visible, &sc);
+        if (!e)
+            qsort(sc.only, sc.n_only, sizeof *sc.only, cmp_str);
+    }
+    if (!e)
+        th_host_stats_foreach(srv->host, stats_one, &sc);
+    for (size_t i = 0; i < sc.n_only; i++)
+        free(sc.only[i]);
+    free(sc.only);
     th_mgr_stats ms;
     th_host_mgr_stats(srv->host, &ms);
-    int e = sc.e;
-    th_reloader *rl = th_host_reloader(srv->host);
+    e |= sc.e;
+    th_reloader *rl = admin ? th_host_reloader(srv->host) : NULL;
     e |= msgpack_pack_map(&pk, rl ? 8 : 7);
     if (rl) {
         e |= th_pack_cstr(&pk, "reload");
@@ -807,11 +1128,22 @@ static void m_stats(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
     e |= th_pack_cstr(&pk, "uptime_ms");
     e |= msgpack_pack_uint64(&pk, (uv_hrtime() - srv->start) / 1000000u);
     e |= th_pack_cstr(&pk, "connections");
-    e |= msgpack_pack_map(&pk, 2);
+    e |= msgpack_pack_map(&pk, 7);
     e |= th_pack_cstr(&pk, "current");
     e |= msgpack_pack_uint32(&pk, srv->n_conns);
     e |= th_pack_cstr(&pk, "total");
     e |= msgpack_pack_uint64(&pk, srv->conns_total);
+    /* how often each limit bit (docs/config.md, "Connection limits") */
+    e |= th_pack_cstr(&pk, "refused");
+    e |= msgpack_pack_uint64(&pk, srv->refused);
+    e |= th_pack_cstr(&pk, "closed_idle");
+    e |= msgpack_pack_uint64(&pk, srv->closed_idle);
+    e |= th_pack_cstr(&pk, "closed_frame_timeout");
+    e |= msgpack_pack_uint64(&pk, srv->closed_frame);
+    e |= th_pack_cstr(&pk, "closed_buffer_budget");
+    e |= msgpack_pack_uint64(&pk, srv->closed_budget);
+    e |= th_pack_cstr(&pk, "closed_protocol_errors");
+    e |= msgpack_pack_uint64(&pk, srv->closed_proto);
     e |= th_pack_cstr(&pk, "calls");
     e |= msgpack_pack_map(&pk, 2);
     e |= th_pack_cstr(&pk, "total");
@@ -1071,6 +1403,15 @@ static rpc_call *find_task(rpc_conn *c, uint64_t task_id)
     return NULL;
 }
 
+/* A call of this connection, by call id. */
+static bool own_call(rpc_conn *c, uint64_t call_id)
+{
+    for (rpc_call *k = c->calls; k; k = k->next)
+        if (k->call_id == call_id)
+            return true;
+    return false;
+}
+
 typedef struct tasks_ctx {
     msgpack_packer *pk;
     uint32_t n;
@@ -1155,6 +1496,12 @@ static void m_tasks_cancel(rpc_conn *c, uint64_t msgid,
                    (unsigned long long)id);
         return;
     }
+    if (!k && !own_call(c, id) && !owner_is(c->srv, id, c->who.uid)) {
+        /* Another uid's task is answered as if it did not exist. */
+        send_error(c, msgid, TH_ENOTFOUND, "no running task %llu",
+                   (unsigned long long)id);
+        return;
+    }
     int rc = th_call_cancel(c->session, id);
     if (rc < 0) {
         send_error(c, msgid, rc, "no running task %llu",
@@ -1174,6 +1521,13 @@ static void m_tasks_result(rpc_conn *c, uint64_t msgid,
     }
     rpc_call *k = find_task(c, id);
     th_buf r = TH_BUF_INIT;
+    if (!k && !own_call(c, id) && !owner_is(c->srv, id, c->who.uid)) {
+        /* Another uid's task (or one unknown here): not even its state. */
+        send_error(c, msgid, TH_ENOTFOUND,
+                   "no task %llu (unknown, expired, or not yours)",
+                   (unsigned long long)id);
+        return;
+    }
     if (!k || !k->finished) {
         /* A toolset-scoped task, maybe of another session. */
         th_result_copy rc;
@@ -1244,6 +1598,16 @@ static void m_reload(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
 {
     (void)params;
     th_rpc_server *srv = c->srv;
+    if (!is_admin(&c->who)) {
+        conn_log(c, TOOLHOST_LOG_WARN,
+                 "session=%llu uid=%u host.reload refused: not an admin",
+                 (unsigned long long)c->id, (unsigned)c->who.uid);
+        send_error(c, msgid, TH_EPERM,
+                   "host.reload is for the host's administrators: uid %u is "
+                   "neither root nor the uid the host runs as (%u)",
+                   (unsigned)c->who.uid, (unsigned)geteuid());
+        return;
+    }
     if (!srv->reload) {
         send_error(c, msgid, TH_ESTATE,
                    "reloads are off on this host (host.reload: off)");
@@ -1279,15 +1643,29 @@ static const struct {
     {"host.reload", m_reload},
 };
 
+/* Counts a protocol error; past max_protocol_errors the client is not
+ * speaking the protocol and is disconnected. */
+static void conn_protocol_error(rpc_conn *c, const char *what)
+{
+    th_rpc_server *srv = c->srv;
+    if (++c->proto_errors < srv->max_proto_errors)
+        return;
+    srv->closed_proto++;
+    conn_kill(c, TH_EPROTO,
+              "%u protocol errors (max_protocol_errors), the last: %s",
+              (unsigned)c->proto_errors, what);
+}
+
 static void on_response(rpc_conn *c, const th_rpc_msg *m)
 {
     rpc_perm **pp = &c->perms;
     while (*pp && (*pp)->msgid != m->msgid)
         pp = &(*pp)->next;
     if (!*pp) {
-        th_log_debug("session=%llu response to unknown msgid %llu ignored",
-                     (unsigned long long)c->id,
-                     (unsigned long long)m->msgid);
+        conn_log(c, TOOLHOST_LOG_DEBUG,
+                 "session=%llu response to unknown msgid %llu ignored",
+                 (unsigned long long)c->id, (unsigned long long)m->msgid);
+        conn_protocol_error(c, "responses to requests never sent");
         return;
     }
     rpc_perm *p = *pp;
@@ -1308,8 +1686,8 @@ static void dispatch(rpc_conn *c, const msgpack_object *o)
     bool has_id;
     th_error err;
     if (th_rpc_msg_parse(o, &m, &has_id, &err) != 0) {
-        th_log_warn("session=%llu bad message: %s", (unsigned long long)c->id,
-                    err.msg);
+        conn_log(c, TOOLHOST_LOG_WARN, "session=%llu bad message: %s",
+                 (unsigned long long)c->id, err.msg);
         if (has_id) {
             send_error(c, m.msgid, TH_EPROTO, "%s", err.msg);
         } else {
@@ -1325,6 +1703,7 @@ static void dispatch(rpc_conn *c, const msgpack_object *o)
             send_notify(c, "host.protocol_error", &p);
             th_buf_free(&p);
         }
+        conn_protocol_error(c, err.msg);
         return;
     }
     if (m.kind == TH_RPC_RESPONSE) {
@@ -1349,9 +1728,10 @@ static void dispatch(rpc_conn *c, const msgpack_object *o)
         return;
     }
     if (m.kind == TH_RPC_NOTIFY) {
-        th_log_debug("session=%llu notification '%.*s' ignored",
-                     (unsigned long long)c->id,
-                     (int)(m.method_len > 64 ? 64 : m.method_len), m.method);
+        conn_log(c, TOOLHOST_LOG_DEBUG,
+                 "session=%llu notification '%.*s' ignored",
+                 (unsigned long long)c->id,
+                 (int)(m.method_len > 64 ? 64 : m.method_len), m.method);
         return;
     }
     send_error(c, m.msgid, TH_ENOTFOUND, "unknown method '%.*s'",
@@ -1439,8 +1819,16 @@ static void conn_close(rpc_conn *c, bool graceful, const char *fmt, ...)
         return;
     }
     c->closing = true;
-    th_log_info("session=%llu disconnect: %s (%u calls in flight)",
-                (unsigned long long)c->id, reason, (unsigned)c->inflight);
+    conn_count_input(c); /* its input no longer counts */
+    if (c->log_suppressed)
+        th_log_info("session=%llu disconnect: %s (%u calls in flight; %llu "
+                    "log lines suppressed)",
+                    (unsigned long long)c->id, reason, (unsigned)c->inflight,
+                    (unsigned long long)c->log_suppressed);
+    else if (!c->quiet)
+        th_log_info("session=%llu disconnect: %s (%u calls in flight)",
+                    (unsigned long long)c->id, reason,
+                    (unsigned)c->inflight);
     /* In stdio mode the one session is the whole server. */
     if (c->srv->stdio && !c->srv->stopping)
         server_begin_stop(c->srv, reason);
@@ -1499,20 +1887,40 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
     if (nread == 0)
         return;
+    uint64_t now = uv_now(&srv->loop);
+    c->last_active = now;
     th_rpc_reader_commit(&c->rd, (size_t)nread);
+    bool framed = false;
     for (;;) {
         th_error err;
         int rc = th_rpc_reader_next(&c->rd, &c->msg, &err);
         if (rc == 0)
             break;
         if (rc < 0) {
-            conn_close(c, false, "%s", err.msg);
+            if (rc == TH_ELIMIT)
+                conn_kill(c, rc, "%s", err.msg);
+            else
+                conn_close(c, false, "%s", err.msg);
             return;
         }
+        framed = true;
         dispatch(c, &c->msg.data);
+        /* The frame's objects go now, not when the next frame comes. */
+        msgpack_unpacked_destroy(&c->msg);
         if (c->closing || !c->reading)
             return;
     }
+    if (th_rpc_reader_pending(&c->rd) == 0) {
+        c->frame_t0 = 0;
+        if (th_rpc_reader_shrink(&c->rd) != 0) {
+            conn_close(c, false, "out of memory reading");
+            return;
+        }
+    } else if (framed || c->frame_t0 == 0) {
+        c->frame_t0 = now; /* a new frame began in these bytes */
+    }
+    conn_count_input(c);
+    check_budget(srv);
 }
 
 /* A new connection, linked into srv->conns.  Its handles are not
@@ -1565,11 +1973,78 @@ static void conn_start(rpc_conn *c)
     c->reading = true;
 }
 
+/* Refuses a connection over a cap: the reason goes to the client as
+ * host.disconnect, written straight to the fresh socket, and to the log
+ * (rate-limited); the connection closes without a session. */
+static void conn_refuse(rpc_conn *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void conn_refuse(rpc_conn *c, const char *fmt, ...)
+{
+    th_rpc_server *srv = c->srv;
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    th_buf p = TH_BUF_INIT, f = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &p, th_buf_msgpack_write);
+    uv_os_fd_t fd;
+    if (!msgpack_pack_array(&pk, 1) && !msgpack_pack_array(&pk, 2) &&
+        !msgpack_pack_int(&pk, TH_ELIMIT) && !th_pack_cstr(&pk, msg) &&
+        th_rpc_pack_notify(&f, "host.disconnect", p.data, p.len) == 0 &&
+        uv_fileno((uv_handle_t *)&c->in, &fd) == 0) {
+        ssize_t k = send(fd, f.data, f.len, MSG_DONTWAIT | MSG_NOSIGNAL);
+        (void)k; /* best effort: a fresh socket has room for it */
+    }
+    th_buf_free(&p);
+    th_buf_free(&f);
+    srv->refused++;
+    srv_log(srv, &srv->rl_refuse, TOOLHOST_LOG_WARN,
+            "connection of uid=%u refused: %s", (unsigned)c->who.uid, msg);
+    c->quiet = true;
+    conn_close(c, false, "%s", msg);
+}
+
+/* Whether the client of c hung up (its end of input is waiting to be
+ * read: the connection closes on the next turn). */
+static bool peer_gone(rpc_conn *c)
+{
+    uv_os_fd_t fd;
+    if (uv_fileno((uv_handle_t *)&c->in, &fd) != 0)
+        return false;
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP));
+}
+
+/* The connections open besides c, and those of c's uid.  With `exact`,
+ * those whose client already hung up do not count (a client that connects
+ * and disconnects quickly is not refused for connections the loop has
+ * not seen close yet). */
+static void count_open(th_rpc_server *srv, rpc_conn *c, bool exact,
+                       uint32_t *open, uint32_t *mine)
+{
+    *open = *mine = 0;
+    for (rpc_conn *k = srv->conns; k; k = k->next) {
+        if (k == c || k->closing || (exact && peer_gone(k)))
+            continue;
+        (*open)++;
+        *mine += k->who.uid == c->who.uid;
+    }
+}
+
 static void on_connection(uv_stream_t *server, int status)
 {
     th_rpc_server *srv = server->data;
     if (status < 0) {
-        th_log_warn("accept failed: %s", uv_strerror(status));
+        /* EMFILE/ENFILE: libuv accepted and closed the client with its
+         * spare fd; say so (not once per client) and go on serving. */
+        srv->refused++;
+        srv_log(srv, &srv->rl_accept, TOOLHOST_LOG_WARN,
+                "accept failed: %s (%u connections open, max_connections "
+                "%u): the new client was dropped",
+                uv_strerror(status), (unsigned)srv->n_conns,
+                (unsigned)srv->max_conns);
         return;
     }
     rpc_conn *c = conn_new(srv);
@@ -1602,7 +2077,126 @@ static void on_connection(uv_stream_t *server, int status)
         c->who.uid = c->who.gid = (uint32_t)-1; /* nobody we know */
     }
     c->who.trusted = false;
+    /* The lowest free fd is the one given: a high one means the fds are
+     * running out (plugins hold some too).  Refuse while a few are left,
+     * so that accept() itself never fails (libuv would then drop clients
+     * without a word). */
+    if (srv->fd_limit && uv_fileno((uv_handle_t *)&c->in, &fd) == 0 &&
+        (uint64_t)fd + FD_RESERVE / 2 >= srv->fd_limit) {
+        conn_refuse(c, "the host is near its fd limit (%llu): fd %d",
+                    (unsigned long long)srv->fd_limit, (int)fd);
+        return;
+    }
+    uint32_t open, mine;
+    count_open(srv, c, false, &open, &mine);
+    if (open >= srv->max_conns || mine >= srv->max_conns_uid)
+        count_open(srv, c, true, &open, &mine);
+    if (open >= srv->max_conns) {
+        conn_refuse(c, "too many connections: %u open, max_connections is "
+                       "%u",
+                    (unsigned)open, (unsigned)srv->max_conns);
+        return;
+    }
+    if (mine >= srv->max_conns_uid) {
+        conn_refuse(c, "too many connections of uid %u: %u open, "
+                       "max_connections_per_uid is %u",
+                    (unsigned)c->who.uid, (unsigned)mine,
+                    (unsigned)srv->max_conns_uid);
+        return;
+    }
+    c->last_active = uv_now(&srv->loop);
     conn_start(c);
+}
+
+/* The sweep timer: closes connections idle for idle_timeout and those
+ * whose partial frame is older than frame_timeout; counts the log lines
+ * srv_log() left out. */
+static void on_sweep(uv_timer_t *t)
+{
+    th_rpc_server *srv = t->data;
+    uint64_t now = uv_now(&srv->loop);
+    srv_log_flush(srv, &srv->rl_accept);
+    srv_log_flush(srv, &srv->rl_refuse);
+    srv_log_flush(srv, &srv->rl_budget);
+    srv_log_flush(srv, &srv->rl_timeout);
+    for (rpc_conn *c = srv->conns, *n; c; c = n) {
+        n = c->next; /* conn_kill closes, never frees, c */
+        if (c->closing || !c->session)
+            continue;
+        if (srv->frame_ms && c->frame_t0 &&
+            now - c->frame_t0 >= srv->frame_ms) {
+            srv->closed_frame++;
+            srv_log(srv, &srv->rl_timeout, TOOLHOST_LOG_WARN,
+                    "frame_timeout: session=%llu uid=%u holds %zu bytes of "
+                    "a frame begun %llu ms ago",
+                    (unsigned long long)c->id, (unsigned)c->who.uid,
+                    th_rpc_reader_pending(&c->rd),
+                    (unsigned long long)(now - c->frame_t0));
+            conn_kill(c, TH_ETIMEOUT,
+                      "a frame must complete within %llu ms (frame_timeout)",
+                      (unsigned long long)srv->frame_ms);
+            continue;
+        }
+        bool busy = c->inflight || c->perms || c->outbuf || c->frame_t0 ||
+                    th_session_live_tasks(c->session) > 0;
+        if (busy) {
+            c->last_active = now;
+        } else if (srv->idle_ms && now - c->last_active >= srv->idle_ms) {
+            srv->closed_idle++;
+            srv_log(srv, &srv->rl_timeout, TOOLHOST_LOG_INFO,
+                    "idle_timeout: session=%llu uid=%u idle for %llu ms",
+                    (unsigned long long)c->id, (unsigned)c->who.uid,
+                    (unsigned long long)(now - c->last_active));
+            conn_kill(c, TH_ETIMEOUT,
+                      "idle for %llu ms with nothing in flight (idle_timeout)",
+                      (unsigned long long)srv->idle_ms);
+        }
+    }
+}
+
+/* Starts the sweep timer at a quarter of the shorter timeout (20 ms ..
+ * 1 s).  Not in stdio mode: the one session is the whole server. */
+static void sweep_start(th_rpc_server *srv)
+{
+    uint64_t t = 4000;
+    if (srv->idle_ms && srv->idle_ms < t)
+        t = srv->idle_ms;
+    if (srv->frame_ms && srv->frame_ms < t)
+        t = srv->frame_ms;
+    if (srv->stdio)
+        return;
+    t /= 4;
+    t = t < 20 ? 20 : t > 1000 ? 1000 : t;
+    uv_timer_start(&srv->sweep, on_sweep, t, t);
+}
+
+/* Keeps max_connections below the fd limit (raising the soft limit when
+ * the hard one allows), so the cap bites before accept() fails. */
+static void fit_fd_limit(th_rpc_server *srv)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    rlim_t need = (rlim_t)srv->max_conns + FD_RESERVE;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+        struct rlimit up = rl;
+        up.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need
+                          ? need
+                          : rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+            rl = up;
+    }
+    srv->fd_limit = rl.rlim_cur == RLIM_INFINITY ? 0 : (uint64_t)rl.rlim_cur;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+        uint32_t fit = rl.rlim_cur > 2 * FD_RESERVE
+                           ? (uint32_t)(rl.rlim_cur - FD_RESERVE)
+                           : (uint32_t)(rl.rlim_cur / 2 + 1);
+        th_log_warn("max_connections lowered from %u to %u: the fd limit "
+                    "is %llu",
+                    (unsigned)srv->max_conns, (unsigned)fit,
+                    (unsigned long long)rl.rlim_cur);
+        srv->max_conns = fit;
+    }
 }
 
 /* ---- Shutdown -------------------------------------------------------------- */
@@ -1672,6 +2266,7 @@ static void server_check_drained(th_rpc_server *srv)
     }
     close_if_open((uv_handle_t *)&srv->grace);
     close_if_open((uv_handle_t *)&srv->hard);
+    close_if_open((uv_handle_t *)&srv->sweep);
     close_if_open((uv_handle_t *)&srv->flush);
     pthread_mutex_lock(&srv->mu);
     srv->wake_closed = true;
@@ -1833,6 +2428,11 @@ static int start_stdio(th_rpc_server *srv, const th_rpc_serve_opts *o,
 static void free_server(th_rpc_server *srv)
 {
     drain_events(srv);
+    while (srv->owners) {
+        rpc_owner *o = srv->owners;
+        srv->owners = o->next;
+        free(o);
+    }
     free(srv->sock_path);
     pthread_mutex_destroy(&srv->mu);
     free(srv);
@@ -1882,6 +2482,25 @@ int th_rpc_serve(th_host *h, const th_rpc_serve_opts *o, th_error *err)
     srv->max_outbuf = cfg->max_outbuf ? cfg->max_outbuf : DEF_MAX_OUTBUF;
     srv->grace_ms = cfg->shutdown_grace_ms ? cfg->shutdown_grace_ms
                                            : DEF_GRACE_MS;
+    /* Limits: a zeroed config (an embedding program) gets the defaults
+     * of host_init() in config.c. */
+    srv->max_conns = cfg->max_connections ? cfg->max_connections : 1024;
+    srv->max_conns_uid = cfg->max_connections_per_uid
+                             ? cfg->max_connections_per_uid
+                             : 256;
+    srv->idle_ms = cfg->idle_timeout_ms;
+    srv->frame_ms = cfg->frame_timeout_ms;
+    srv->max_buffered = cfg->max_buffered ? cfg->max_buffered
+                                          : (uint64_t)256 << 20;
+    srv->max_proto_errors = cfg->max_protocol_errors
+                                ? cfg->max_protocol_errors
+                                : 8;
+    srv->conn_log_lines = cfg->max_conn_log_lines ? cfg->max_conn_log_lines
+                                                  : 20;
+    /* A task ends within max_timeout; its result is kept result_ttl. */
+    srv->owner_ttl_ms = (cfg->max_timeout_ms ? cfg->max_timeout_ms
+                                             : 3600000) +
+                        cfg->result_ttl_ms + 60000;
     srv->ops.ask_permission = front_ask_permission;
     srv->ops.tools_changed = front_tools_changed;
     srv->on_ready = o->on_ready;
@@ -1901,7 +2520,11 @@ int th_rpc_serve(th_host *h, const th_rpc_serve_opts *o, th_error *err)
     srv->wake.data = srv;
     uv_timer_init(&srv->loop, &srv->grace);
     uv_timer_init(&srv->loop, &srv->hard);
-    srv->grace.data = srv->hard.data = srv;
+    uv_timer_init(&srv->loop, &srv->sweep);
+    srv->grace.data = srv->hard.data = srv->sweep.data = srv;
+    if (!o->stdio)
+        fit_fd_limit(srv);
+    sweep_start(srv);
     uv_prepare_init(&srv->loop, &srv->flush);
     srv->flush.data = srv;
     uv_prepare_start(&srv->flush, flush_pending);

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -64,6 +65,9 @@ typedef struct rpc_opts {
     bool no_wait;            /* do not wait for the socket to answer */
     const char *host_extra;  /* more lines under host: */
     const char *public_extra;/* more lines in the toolset "public" */
+    const char *max_frame;   /* default "64KiB" */
+    int nofile;              /* > 0: the server's fd limit (soft and hard) */
+    const char *plugins_extra; /* more entries under plugins: */
 } rpc_opts;
 
 typedef struct rpc_srv {
@@ -83,7 +87,7 @@ RPC_H void rpc_write_config(rpc_srv *s, const rpc_opts *o)
              "host:\n"
              "  log_level: debug\n"
              "  shutdown_grace: 1s\n"
-             "  max_frame: 64KiB\n"
+             "  max_frame: %s\n"
              "  max_outbuf: 256KiB\n"
              "  max_inflight: 32\n"
              "  socket_mode: %s\n"
@@ -99,6 +103,7 @@ RPC_H void rpc_write_config(rpc_srv *s, const rpc_opts *o)
              "    path: %s/plugins/text.so\n"
              "    config:\n"
              "      root: %s\n"
+             "%s"
              "toolsets:\n"
              "  - name: public\n"
              "    tools: [echo, echo_async, text_count]\n"
@@ -114,9 +119,11 @@ RPC_H void rpc_write_config(rpc_srv *s, const rpc_opts *o)
              "  - tool: text_count\n"
              "    stdout: \"slow\\n\"\n"
              "    delay: 400ms\n",
+             o && o->max_frame ? o->max_frame : "64KiB",
              o && o->socket_mode ? o->socket_mode : "0600",
              o && o->host_extra ? o->host_extra : "", b, b, s->dir, b,
-             s->dir, o && o->public_extra ? o->public_extra : "");
+             s->dir, o && o->plugins_extra ? o->plugins_extra : "",
+             o && o->public_extra ? o->public_extra : "");
     s->cfg = th_test_write_file(s->dir, "rpc.yaml", text, (size_t)-1);
 }
 
@@ -179,6 +186,11 @@ RPC_H int rpc_srv_start(rpc_srv *s, const rpc_opts *o)
     if (pid == 0) {
         /* If the test run dies, the server goes with it. */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (o && o->nofile > 0) {
+            struct rlimit rl = {(rlim_t)o->nofile, (rlim_t)o->nofile};
+            if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+                _exit(126);
+        }
         if (stdio) {
             dup2(pin[0], 0);
             dup2(pout[1], 1);

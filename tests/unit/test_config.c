@@ -176,6 +176,13 @@ static void test_defaults(void)
     CU_ASSERT_EQUAL(h->max_frame, 16u << 20);
     CU_ASSERT_EQUAL(h->max_inflight, 256);
     CU_ASSERT_EQUAL(h->max_outbuf, 64u << 20);
+    CU_ASSERT_EQUAL(h->max_connections, 1024);
+    CU_ASSERT_EQUAL(h->max_connections_per_uid, 256);
+    CU_ASSERT_EQUAL(h->idle_timeout_ms, 3600000);
+    CU_ASSERT_EQUAL(h->frame_timeout_ms, 30000);
+    CU_ASSERT_EQUAL(h->max_buffered, 256u << 20);
+    CU_ASSERT_EQUAL(h->max_protocol_errors, 8);
+    CU_ASSERT_EQUAL(h->max_conn_log_lines, 20);
     CU_ASSERT_EQUAL(h->shutdown_grace_ms, 5000);
     CU_ASSERT_EQUAL(h->default_timeout_ms, 60000);
     CU_ASSERT_EQUAL(h->max_timeout_ms, 3600000);
@@ -369,7 +376,9 @@ static void test_unknown_keys(void)
                "shutdown_grace, default_timeout, max_timeout, session_grace, "
                "result_ttl, permission_timeout, expose_task_tools, reload, "
                "reload_debounce, state_dir, spill_dir, spill_max_bytes, "
-               "spill_max_age)");
+               "spill_max_age, max_connections, max_connections_per_uid, "
+               "idle_timeout, frame_timeout, max_buffered, "
+               "max_protocol_errors, max_conn_log_lines)");
 }
 
 static void test_wrong_types(void)

@@ -159,6 +159,64 @@ static int parse_bytes(const uint8_t *b, size_t n, th_rpc_msg *m,
     return th_rpc_msg_parse(&u->data, m, has_id, &e);
 }
 
+/* A frame of many one-byte values is refused before it is built (it
+ * would take 24 bytes per value unpacked); a big frame of few values
+ * passes, and the reader gives its buffer back once nothing is pending. */
+static void test_values_and_shrink(void)
+{
+    th_rpc_reader r;
+    CU_ASSERT_FATAL(th_rpc_reader_init(&r, 4u << 20) == 0);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    th_error e;
+    size_t n = 3u << 20;
+    uint8_t *f = malloc(n + 5);
+    CU_ASSERT_FATAL(f != NULL);
+    f[0] = 0xc6; /* bin 32 of 3 MiB */
+    f[1] = (uint8_t)(n >> 24);
+    f[2] = (uint8_t)(n >> 16);
+    f[3] = (uint8_t)(n >> 8);
+    f[4] = (uint8_t)n;
+    memset(f + 5, 'x', n);
+    CU_ASSERT(th_rpc_reader_feed(&r, f, n + 5) == 0);
+    CU_ASSERT(th_rpc_reader_footprint(&r) >= n);
+    CU_ASSERT_EQUAL(th_rpc_reader_next(&r, &u, &e), 1);
+    msgpack_unpacked_destroy(&u);
+    CU_ASSERT_EQUAL(th_rpc_reader_pending(&r), 0);
+    CU_ASSERT_EQUAL(th_rpc_reader_shrink(&r), 0);
+    CU_ASSERT(th_rpc_reader_footprint(&r) <= 256u * 1024);
+    /* still usable */
+    const uint8_t ping[] = {0x93, 0x02, 0xa1, 'x', 0x90};
+    CU_ASSERT(th_rpc_reader_feed(&r, ping, sizeof ping) == 0);
+    CU_ASSERT_EQUAL(th_rpc_reader_next(&r, &u, &e), 1);
+    /* [nil x 1,000,000]: 1 MB, over 65536 + 1 MB / 8 values */
+    uint32_t k = 1000000;
+    f[0] = 0xdd;
+    f[1] = (uint8_t)(k >> 24);
+    f[2] = (uint8_t)(k >> 16);
+    f[3] = (uint8_t)(k >> 8);
+    f[4] = (uint8_t)k;
+    memset(f + 5, 0xc0, k);
+    CU_ASSERT(th_rpc_reader_feed(&r, f, k + 5) == 0);
+    CU_ASSERT_EQUAL(th_rpc_reader_next(&r, &u, &e), TH_ELIMIT);
+    CU_ASSERT(strstr(e.msg, "values") != NULL);
+    th_rpc_reader_destroy(&r);
+    /* Under the bound for its bytes: accepted. */
+    CU_ASSERT_FATAL(th_rpc_reader_init(&r, 4u << 20) == 0);
+    uint32_t ok = 70000; /* 70001 values in 70005 bytes: 74286 allowed */
+    f[0] = 0xdd;
+    f[1] = (uint8_t)(ok >> 24);
+    f[2] = (uint8_t)(ok >> 16);
+    f[3] = (uint8_t)(ok >> 8);
+    f[4] = (uint8_t)ok;
+    memset(f + 5, 0xc0, ok);
+    CU_ASSERT(th_rpc_reader_feed(&r, f, ok + 5) == 0);
+    CU_ASSERT_EQUAL(th_rpc_reader_next(&r, &u, &e), 1);
+    msgpack_unpacked_destroy(&u);
+    th_rpc_reader_destroy(&r);
+    free(f);
+}
+
 static void test_shapes(void)
 {
     msgpack_unpacked u;
@@ -458,6 +516,7 @@ void th_suite_rpc_frame(void)
     CU_add_test(s, "split_every_boundary", test_split_every_boundary);
     CU_add_test(s, "malformed", test_malformed);
     CU_add_test(s, "limits", test_limits);
+    CU_add_test(s, "values_and_shrink", test_values_and_shrink);
     CU_add_test(s, "shapes", test_shapes);
     CU_add_test(s, "builders_and_helpers", test_builders_and_helpers);
     CU_add_test(s, "random_bytes", test_random_bytes);

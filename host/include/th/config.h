@@ -194,6 +194,17 @@ typedef struct th_host_cfg {
     char *spill_dir;           /* full outputs saved here; NULL: off     */
     uint64_t spill_max_bytes;  /* per file; default 64 MiB               */
     uint64_t spill_max_age_ms; /* default 1 h                            */
+    /* Limits of the RPC server against its clients (docs/config.md). */
+    uint32_t max_connections;  /* open at once; default 1024             */
+    uint32_t max_connections_per_uid; /* default 256                     */
+    uint64_t idle_timeout_ms;  /* nothing in flight, nothing read: close;
+                                  default 1 h, 0 off                     */
+    uint64_t frame_timeout_ms; /* a started frame completes within;
+                                  default 30 s, 0 off                    */
+    uint64_t max_buffered;     /* input + output buffered over every
+                                  connection; default 256 MiB            */
+    uint32_t max_protocol_errors; /* per connection; default 8          */
+    uint32_t max_conn_log_lines;  /* warnings per connection; default 20 */
     int line, col;             /* where the section starts (0 if absent) */
 } th_host_cfg;
 

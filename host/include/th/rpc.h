@@ -53,7 +53,18 @@ typedef struct th_rpc_reader {
     uint64_t skim_left; /* values still to walk in the current frame */
     bool skim_started;
     bool failed;        /* a TH_EPROTO/TH_ELIMIT was returned: stays so */
+    uint64_t skim_values; /* values walked in the current frame */
+    bool no_unpacker;   /* th_rpc_reader_shrink() could not make a new one */
 } th_rpc_reader;
+
+/* A frame may hold at most TH_RPC_FRAME_VALUES_FLOOR + bytes / 8 values
+ * (every msgpack value, container or not, counts one).  Unpacked, each
+ * value is a 24-byte msgpack_object, so a frame costs at most about
+ * 1.5 MiB + 3 times its bytes once built, instead of 24 times for a frame
+ * of one-byte values (an array of nils).  A frame over the bound is
+ * TH_ELIMIT, found by the skim before anything is built. */
+#define TH_RPC_FRAME_VALUES_FLOOR 65536u
+#define TH_RPC_FRAME_VALUES_PER_BYTE_DIV 8u
 
 int th_rpc_reader_init(th_rpc_reader *r, size_t max_frame);
 void th_rpc_reader_destroy(th_rpc_reader *r);
@@ -75,6 +86,13 @@ int th_rpc_reader_next(th_rpc_reader *r, msgpack_unpacked *out,
                        th_error *err);
 /* Bytes buffered and not yet returned as messages. */
 size_t th_rpc_reader_pending(const th_rpc_reader *r);
+/* Memory the reader holds (its buffer), whatever is pending. */
+size_t th_rpc_reader_footprint(const th_rpc_reader *r);
+/* Between frames (nothing pending), gives back a buffer that grew past
+ * twice its initial size for a big frame, so an idle connection holds
+ * little.  0, or TH_ENOMEM (then the reader is unusable, as after an
+ * error).  Call after the last message returned was released. */
+int th_rpc_reader_shrink(th_rpc_reader *r);
 
 /* A message whose shape was checked.  Pointers point into the object the
  * message was parsed from and live as long as it does. */
