@@ -2352,8 +2352,11 @@ static int start_listen(th_rpc_server *srv, const char *addr, th_error *err)
 {
     const char *path;
     int rc = th_rpc_parse_addr(addr, &path, err);
-    if (rc)
-        return th_error_set(err, TH_ECONFIG, "%s", err->msg);
+    if (rc) {
+        if (err) /* the message is already there: only the code changes */
+            err->code = TH_ECONFIG;
+        return TH_ECONFIG;
+    }
     if ((rc = check_socket_path(path, err)))
         return rc;
     if (!(srv->sock_path = strdup(path)))

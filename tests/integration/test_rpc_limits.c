@@ -192,7 +192,9 @@ static void test_max_connections_per_uid(void)
 }
 
 /* Under an fd limit of 96 the host lowers max_connections to fit, so the
- * cap refuses clients (with a reason) before accept() runs out of fds. */
+ * cap (or, when the host holds more fds of its own than the cap allowed
+ * for, the fd check) refuses clients with a reason before accept() runs
+ * out of fds. */
 static void test_fd_limit(void)
 {
     if (rpc_valgrind()) {
@@ -215,7 +217,8 @@ static void test_fd_limit(void)
     }
     CU_ASSERT(served >= 40);
     CU_ASSERT(refused >= 1);
-    CU_ASSERT(rpc_log_has(&s, "refused: too many connections"));
+    CU_ASSERT(rpc_log_has(&s, "refused: too many connections") ||
+              rpc_log_has(&s, "the host is near its fd limit"));
     CU_ASSERT_EQUAL(log_count(&s, "accept failed"), 0);
     for (int i = 0; i < N; i++)
         rpc_raw_close(&w[i]);
