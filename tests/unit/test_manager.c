@@ -671,6 +671,27 @@ static void test_suspend_complete_from_thread(void)
     close_all();
 }
 
+/* complete() without suspend() is refused: the worker still owns the call,
+ * whose own result stands (before, the call was answered and freed twice:
+ * ASan saw a use after free). */
+static void test_complete_without_suspend(void)
+{
+    open_default(1, 1, 64);
+    for (int i = 0; i < 3; i++) {
+        rec a;
+        rec_init(&a);
+        atomic_store(&fx_nosusp_rc, 99);
+        start(S, "t_nosusp", A(0), NULL, &a);
+        CU_ASSERT_TRUE(rec_wait(&a, 2000));
+        CU_ASSERT_EQUAL(atomic_load(&fx_nosusp_rc), TOOLHOST_ESTATE);
+        CU_ASSERT_EQUAL(a.finals, 1);
+        CU_ASSERT_TRUE(a.final.ok);
+        CU_ASSERT_TRUE(out_is(&a.final, "still mine"));
+        rec_free(&a);
+    }
+    close_all();
+}
+
 /* ---- Mocks ---------------------------------------------------------------------------- */
 
 static void test_mocks(void)
@@ -1092,6 +1113,7 @@ void th_suite_manager(void)
     CU_add_test(s, "serial_tool", test_serial_tool);
     CU_add_test(s, "async_capacity_keeps_echo_fast", test_async_capacity_keeps_echo_fast);
     CU_add_test(s, "suspend_complete_from_thread", test_suspend_complete_from_thread);
+    CU_add_test(s, "complete_without_suspend", test_complete_without_suspend);
     CU_add_test(s, "mocks", test_mocks);
     CU_add_test(s, "task_tools", test_task_tools);
     CU_add_test(s, "nested_call_one_worker", test_nested_call_one_worker);

@@ -143,6 +143,7 @@ struct th_mcall {
     uint8_t *meta;
     size_t meta_len;
     bool in_execute, suspended;
+    bool completed;             /* complete() was called (once only) */
     int set_error;              /* built-ins: a tool error instead */
     char *set_error_msg;
     bool ran;                   /* execute() was entered */
