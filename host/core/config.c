@@ -769,6 +769,10 @@ static const cfkey host_keys[] = {
      .min = 1, .max = 1024 * GIB},
     {.name = "spill_max_age", .set = set_duration,
      .off = H(spill_max_age_ms), .min = SEC, .max = 30 * DAY},
+    {.name = "lost_worker_grace", .set = set_duration,
+     .off = H(lost_worker_grace_ms), .min = 1, .max = HOUR},
+    {.name = "max_lost_workers", .set = set_u32, .off = H(max_lost_workers),
+     .min = 1, .max = 1024},
     {.name = NULL}};
 #undef H
 
@@ -798,6 +802,8 @@ static void host_init(th_host_cfg *h)
     h->reload_debounce_ms = 200;
     h->spill_max_bytes = 64 * MIB;
     h->spill_max_age_ms = HOUR;
+    h->lost_worker_grace_ms = 3 * SEC;
+    h->max_lost_workers = 0; /* = workers */
 }
 
 static int host_check(cfctx *c, th_ynode *n, void *el)

@@ -143,6 +143,10 @@ typedef struct th_host_cfg {
     char *spill_dir;           /* full outputs saved here; NULL: off     */
     uint64_t spill_max_bytes;  /* per file; default 64 MiB               */
     uint64_t spill_max_age_ms; /* default 1 h                            */
+    uint64_t lost_worker_grace_ms; /* a worker still in execute() this long
+                                  after its call's deadline is lost and
+                                  replaced; 0: 3000                      */
+    uint32_t max_lost_workers; /* replacements alive at once; 0: workers */
     int line, col;             /* where the section starts (0 if absent) */
 } th_host_cfg;
 
