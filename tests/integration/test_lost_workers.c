@@ -217,7 +217,9 @@ static void test_second_signal(void)
 }
 
 /* Sends `n` echo calls on a raw connection and reads every byte that comes
- * back: only the n responses, as msgpack (no log text).  */
+ * back: only the n responses (no log text: note that ASCII text parses as
+ * msgpack too - a string of positive fixints - so nothing but the
+ * responses may arrive). */
 static bool only_msgpack(rpc_raw *w, uint64_t first_id, int n)
 {
     for (int i = 0; i < n; i++)
@@ -228,6 +230,10 @@ static bool only_msgpack(rpc_raw *w, uint64_t first_id, int n)
             rpc_raw_response(w, first_id + (uint64_t)i, rpc_wait_ms());
         if (!m || !rpc_stdout_is(&m->via.array.ptr[3], "mine"))
             return false;
+    }
+    if (w->n_stash > 0) {
+        fprintf(stderr, "\n%d messages besides the responses\n", w->n_stash);
+        return false;
     }
     /* nothing more: no log line arrives later either */
     struct pollfd pfd = {.fd = w->fd, .events = POLLIN};
