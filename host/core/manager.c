@@ -574,6 +574,7 @@ static void check_lost(th_host *h, th_mcall *c)
     bool join = false;
     th_wslot *ns = free_slot_locked(m, &join);
     pthread_t old;
+    memset(&old, 0, sizeof old);
     if (ns) {
         old = ns->thread;
         ns->state = TH_SLOT_RUN;
