@@ -852,6 +852,15 @@ bool th_mgr_fini(th_host *h)
      * still running a call gets the lost-worker grace. */
     uint32_t left = join_workers(m, th_now_ns() + m->lost_grace_ns);
     if (left) {
+        /* Nobody will join them: they free their own resources when (if)
+         * their tools return. */
+        pthread_mutex_lock(&m->mu);
+        for (uint32_t i = 0; i < m->nslots; i++)
+            if (m->slots[i].state != TH_SLOT_FREE) {
+                pthread_detach(m->slots[i].thread);
+                m->slots[i].state = TH_SLOT_FREE;
+            }
+        pthread_mutex_unlock(&m->mu);
         th_log_warn("shutdown: abandoning %u worker%s still inside tools that "
                     "ignore cancellation (not joined; the host's memory is kept "
                     "for them)",

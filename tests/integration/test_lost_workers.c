@@ -213,7 +213,12 @@ static void test_second_signal(void)
     int st = rpc_srv_wait(&s);
     int64_t took = rpc_now_ms() - t0;
     CU_ASSERT_EQUAL(st, 1);
-    CU_ASSERT(took < 1000);
+    /* at once: far below the 10 s grace (a ThreadSanitizer build sleeps
+     * 1 s at exit, valgrind is slower) */
+    if (getenv("TH_TEST_VERBOSE"))
+        fprintf(stderr, "\nexit after the second SIGTERM: %lld ms\n",
+                (long long)took);
+    CU_ASSERT(took < (rpc_valgrind() ? 5000 : 2500));
     CU_ASSERT(rpc_log_has(&s, "shutdown: SIGTERM while stopping: exiting now"));
     rpc_raw_close(&w);
     rpc_srv_free(&s);
