@@ -582,6 +582,18 @@ static void check_lost(th_host *h, th_mcall *c)
         ns->lost = false;
         m->active++;
     }
+    /* No worker left: what waits in the queue would only wait for its
+     * deadline; it gets `busy` now (parked calls wait for a slot of a
+     * call that runs, and get their turn when it ends). */
+    th_mcall *drop = NULL;
+    if (m->active == 0)
+        for (int qi = 0; qi < 2; qi++)
+            for (th_mcall *x; (x = q_pop(m->q[qi])) != NULL;) {
+                atomic_fetch_sub(&m->nqueued, 1);
+                m->waiting--;
+                x->qnext = drop;
+                drop = x;
+            }
     uint32_t lost_now = m->lost_now, active = m->active;
     pthread_mutex_unlock(&m->mu);
     long long over = (long long)((th_now_ns() - atomic_load(&c->deadline_ns)) / 1000000);
@@ -603,6 +615,17 @@ static void check_lost(th_host *h, th_mcall *c)
                     c->tool->name, (unsigned long long)c->base.pub.call_id, over,
                     (unsigned)m->lost_cap, (unsigned)active, active == 1 ? "" : "s",
                     active ? "" : " (calls that need one get busy)");
+    }
+    while (drop) {
+        th_mcall *x = drop;
+        drop = x->qnext;
+        x->qnext = NULL;
+        char msg[200];
+        snprintf(msg, sizeof msg,
+                 "the host is busy (all %u workers are stuck in tools that "
+                 "ignore cancellation): try again later",
+                 (unsigned)m->nworkers);
+        th_mcall_never_run(x, TH_EBUSY, msg);
     }
 }
 

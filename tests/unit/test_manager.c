@@ -806,7 +806,25 @@ static void test_lost_workers_cap(void)
     spin_times_out();
     wait_lost(2, 3000); /* cap: 1 serving */
     CU_ASSERT_TRUE(echo_ok("one left", 2000));
-    spin_times_out();
+    /* the last worker gets stuck with a call queued behind it: once the
+     * worker is lost, the queued call is answered busy, not left to wait
+     * for its deadline (20 s) */
+    rec sp, q;
+    rec_init(&sp);
+    rec_init(&q);
+    th_call_opts o = {.timeout_ms = 200};
+    start(S, "t_spin", A(0), &o, &sp);
+    nap_ms(20);
+    int64_t tq = mono_ms();
+    start(S, "t_echo", A(1, "text", 's', "queued"), NULL, &q);
+    CU_ASSERT_TRUE(rec_wait(&sp, 2000));
+    CU_ASSERT_EQUAL(sp.final.error, TH_ETIMEOUT);
+    CU_ASSERT_TRUE(rec_wait(&q, 2000));
+    CU_ASSERT_TRUE(mono_ms() - tq < 1500);
+    CU_ASSERT_EQUAL(q.final.kind, TH_RESULT_ERROR);
+    CU_ASSERT_EQUAL(q.final.error, TH_EBUSY);
+    rec_free(&sp);
+    rec_free(&q);
     wait_lost(3, 3000); /* none serving */
     th_mgr_stats st;
     th_host_mgr_stats(H, &st);
