@@ -1,8 +1,12 @@
 /* main.c - the toolhost command line: global options and subcommands. */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
+#include "th/log.h"
 
 static const cli_command commands[] = {
     {"serve", "run the host: msgpack-RPC on a Unix socket or on stdio",
@@ -37,8 +41,27 @@ static void usage(FILE *f)
             "validation error.\n");
 }
 
+/* Started with fd 0, 1 or 2 closed, the host's first sockets would get
+ * those numbers, and anything written to "stdout" or "stderr" would go to a
+ * client: they are opened on /dev/null instead.  Then the log takes its
+ * own descriptor (th_log_own_stderr). */
+static void std_fds(void)
+{
+    for (int fd = 0; fd < 3; fd++) {
+        if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+            continue;
+        int n = open("/dev/null", O_RDWR); /* the lowest free: fd */
+        if (n >= 0 && n != fd) {
+            dup2(n, fd);
+            close(n);
+        }
+    }
+    (void)th_log_own_stderr();
+}
+
 int main(int argc, char **argv)
 {
+    std_fds();
     if (argc < 2) {
         usage(stderr);
         return CLI_USAGE;

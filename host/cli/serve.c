@@ -1,12 +1,71 @@
 /* serve.c - `toolhost serve`: the host behind msgpack-RPC on a Unix socket
  * or on stdio, until SIGTERM/SIGINT (or end of input on stdio). */
+#include <errno.h>
 #include <getopt.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "th/log.h"
 #include "th/rpc.h"
 #include "th/sockpath.h"
+
+/* ---- Signals ----------------------------------------------------------------
+ * The server stops on the first SIGTERM/SIGINT (its own handlers: grace,
+ * cancel, close).  Once it runs, ours sit in front of them: the first
+ * signal goes on to the server's handler; a second one, or any while the
+ * host closes after the server stopped (waiting for calls), logs a line
+ * and exits at once with status 1 - tools that ignore cancellation never
+ * keep an operator waiting. */
+static struct sigaction srv_term, srv_int; /* the server's handlers */
+static atomic_int n_signals;
+static atomic_bool serving;
+
+static void on_stop_signal(int sig, siginfo_t *si, void *ctx)
+{
+    int saved = errno;
+    if (atomic_fetch_add(&n_signals, 1) == 0 && atomic_load(&serving)) {
+        const struct sigaction *a = sig == SIGINT ? &srv_int : &srv_term;
+        if (a->sa_flags & SA_SIGINFO)
+            a->sa_sigaction(sig, si, ctx);
+        else if (a->sa_handler != SIG_DFL && a->sa_handler != SIG_IGN)
+            a->sa_handler(sig);
+        errno = saved;
+        return;
+    }
+    th_log_raw(TOOLHOST_LOG_WARN,
+               sig == SIGINT ? "shutdown: SIGINT while stopping: exiting now, "
+                               "without waiting for running calls"
+                             : "shutdown: SIGTERM while stopping: exiting now, "
+                               "without waiting for running calls");
+    _exit(CLI_FAILED);
+}
+
+static void stop_signals_ours(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_stop_signal;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaddset(&sa.sa_mask, SIGTERM);
+    sigaddset(&sa.sa_mask, SIGINT);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+}
+
+/* The server is up with its handlers installed: put ours in front. */
+static void on_server_ready(th_rpc_server *srv, void *ud)
+{
+    (void)srv;
+    (void)ud;
+    sigaction(SIGTERM, NULL, &srv_term);
+    sigaction(SIGINT, NULL, &srv_int);
+    atomic_store(&serving, true);
+    stop_signals_ours();
+}
 
 static const char serve_usage[] =
     "usage: toolhost serve -c FILE [--listen unix:PATH | --stdio] "
@@ -18,7 +77,9 @@ static const char serve_usage[] =
     "or on stdin/stdout (--stdio: one session; nothing but frames is written\n"
     "to stdout). Each connection is a session. SIGTERM or SIGINT stops\n"
     "accepting, lets calls finish within host.shutdown_grace, cancels the\n"
-    "rest and exits 0. Logs go to stderr, one line per event.\n"
+    "rest and exits 0; tools that ignore the cancel are abandoned after\n"
+    "host.lost_worker_grace. A second signal exits at once (status 1).\n"
+    "Logs go to stderr, one line per event.\n"
     "\n"
     "With no address the socket is, first match wins:\n"
     "  $XDG_RUNTIME_DIR/toolhost/toolhost.sock   (XDG_RUNTIME_DIR set)\n"
@@ -121,7 +182,12 @@ int cli_serve(int argc, char **argv)
     memset(&so, 0, sizeof so);
     so.listen = stdio ? NULL : addr;
     so.stdio = stdio;
+    so.on_ready = on_server_ready;
     int rc = th_rpc_serve(h, &so, &err);
+    /* The server's handlers are gone (default actions again): while the
+     * host closes, a signal means "now". */
+    atomic_store(&serving, false);
+    stop_signals_ours();
     th_host_close(h);
     if (rc != 0) {
         cli_error("serve: %s", err.msg);

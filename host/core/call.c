@@ -725,13 +725,20 @@ static int cb_suspend(toolhost_call *call)
     return 0;
 }
 
-static void cb_complete(toolhost_call *call, int status)
+/* Only the owner of a suspended call may finish it: without suspend() the
+ * worker still owns the call (and its reference), so finishing here would
+ * answer it twice and free it under the worker's feet. */
+static int cb_complete(toolhost_call *call, int status)
 {
     th_mcall *c = (th_mcall *)call;
+    if (!c->suspended || c->completed)
+        return TOOLHOST_ESTATE;
+    c->completed = true;
     if (status != TOOLHOST_OK)
         status = TOOLHOST_FAILED;
     th_mcall_exec_end(c, status, true);
     th_mcall_unref(c);
+    return 0;
 }
 
 const th_call_vtbl th_mcall_vtbl = {

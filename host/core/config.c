@@ -812,6 +812,10 @@ static const cfkey host_keys[] = {
      .off = H(max_protocol_errors), .min = 1, .max = 1000000},
     {.name = "max_conn_log_lines", .set = set_u32,
      .off = H(max_conn_log_lines), .min = 1, .max = 1000000},
+    {.name = "lost_worker_grace", .set = set_duration,
+     .off = H(lost_worker_grace_ms), .min = 1, .max = HOUR},
+    {.name = "max_lost_workers", .set = set_u32, .off = H(max_lost_workers),
+     .min = 1, .max = 1024},
     {.name = NULL}};
 #undef H
 
@@ -848,6 +852,8 @@ static void host_init(th_host_cfg *h)
     h->max_buffered = 256 * MIB;
     h->max_protocol_errors = 8;
     h->max_conn_log_lines = 20;
+    h->lost_worker_grace_ms = 3 * SEC;
+    h->max_lost_workers = 0; /* = workers */
 }
 
 static int host_check(cfctx *c, th_ynode *n, void *el)

@@ -183,6 +183,8 @@ void th_host_mgr_stats(th_host *h, th_mgr_stats *out)
     out->workers = m->nworkers;
     out->async_workers = m->async_cap;
     out->queued = m->waiting;
+    out->lost_workers = m->lost_total;
+    out->lost_workers_now = m->lost_now;
     pthread_mutex_unlock(&m->mu);
     out->running = atomic_load(&m->running);
     out->calls_total = atomic_load(&m->calls_total);
@@ -256,9 +258,19 @@ static int load_plugin(th_host *h, const th_plugin_cfg *pc, th_error *err)
     return rc;
 }
 
+/* Hosts left behind by a shutdown that abandoned lost workers: kept
+ * reachable (their threads may still use them) until the process exits. */
+static th_host *abandoned_hosts[8];
+static atomic_uint n_abandoned;
+
 static void host_free(th_host *h)
 {
-    th_mgr_fini(h);
+    if (!th_mgr_fini(h)) {
+        unsigned i = atomic_fetch_add(&n_abandoned, 1);
+        if (i < sizeof abandoned_hosts / sizeof abandoned_hosts[0])
+            abandoned_hosts[i] = h;
+        return;
+    }
     th_tasks_free(h);
     for (size_t b = 0; b < 256; b++) {
         th_stat *s = atomic_load(&h->stat_b[b]);
@@ -435,12 +447,12 @@ void th_host_close(th_host *h)
             th_mcall_unref(v[i]);
         }
         free(v);
-        int64_t warn_at = th_now_ns() + 5000000000ll;
-        while (!wait_calls(h, warn_at)) {
-            th_log_warn("host close: %lu calls still running (tools that ignore cancel)",
+        /* Tools that ignore cancellation are not waited for longer than
+         * the lost-worker grace: their workers are abandoned. */
+        if (!wait_calls(h, th_now_ns() + h->mgr.lost_grace_ns))
+            th_log_warn("host close: %lu calls still running (tools that ignore "
+                        "cancellation): not waiting for them",
                         (unsigned long)atomic_load(&h->live_calls));
-            warn_at = th_now_ns() + 5000000000ll;
-        }
     }
     host_free(h);
 }

@@ -86,11 +86,12 @@ static int api_suspend(toolhost_call *call)
     return vt->suspend ? vt->suspend(call) : TOOLHOST_ESTATE;
 }
 
-static void api_complete(toolhost_call *call, int status)
+static int api_complete(toolhost_call *call, int status)
 {
     const th_call_vtbl *vt = vt_of(call);
-    if (vt && vt->complete)
-        vt->complete(call, status);
+    if (!vt)
+        return TOOLHOST_EINVAL;
+    return vt->complete ? vt->complete(call, status) : TOOLHOST_ESTATE;
 }
 
 static void api_log(const toolhost_host_api *host, int level,

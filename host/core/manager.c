@@ -196,9 +196,27 @@ void th_mgr_async_take(th_host *h)
 
 /* ---- Workers ------------------------------------------------------------------ */
 
+/* Under m->mu: a worker that was counted lost came back from execute().
+ * It serves again if the pool is short of a worker, else (a replacement
+ * took its place) it ends.  Returns whether it ends. */
+static bool lost_back_locked(th_mgr *m, th_wslot *sl)
+{
+    sl->lost = false;
+    m->lost_now--;
+    bool retire = m->active >= m->nworkers || m->stop;
+    if (!retire)
+        m->active++;
+    th_log_info("lost worker back after %lld ms: %s (%u still lost)",
+                (long long)((th_now_ns() - sl->cur_since_ns) / 1000000),
+                retire ? "it ends, its replacement stays" : "it serves again",
+                (unsigned)m->lost_now);
+    return retire;
+}
+
 static void *worker_main(void *arg)
 {
-    th_host *h = arg;
+    th_wslot *sl = arg;
+    th_host *h = sl->h;
     th_mgr *m = &h->mgr;
     th_mgr_tl_worker = true;
     bool spun = false;
@@ -213,17 +231,27 @@ static void *worker_main(void *arg)
                 take_slots(c);
             if (async)
                 m->async_running++;
+            sl->cur = c;
+            sl->cur_since_ns = th_now_ns();
             pthread_mutex_unlock(&m->mu);
+            th_mcall_ref(c); /* c outlives th_mgr_run: lost_watch below */
             th_mgr_tl_async_set(async);
             th_mgr_run(c);
             bool held = th_mgr_tl_async_get();
             th_mgr_tl_async_set(false);
+            if (atomic_load_explicit(&c->lost_watch, memory_order_relaxed))
+                th_mgr_disarm(h, c); /* execute() is over: no check due */
+            th_mcall_unref(c);
             pthread_mutex_lock(&m->mu);
+            sl->cur = NULL; /* stale until here, but never compared equal
+                               to a call the timer holds a reference to */
             if (held) {
                 m->async_running--;
                 if (m->q[1][0] && m->idle)
                     pthread_cond_signal(&m->cv);
             }
+            if (sl->lost && lost_back_locked(m, sl))
+                break;
             continue;
         }
         if (m->stop)
@@ -251,6 +279,8 @@ static void *worker_main(void *arg)
         pthread_cond_wait(&m->cv, &m->mu);
         m->idle--;
     }
+    sl->state = TH_SLOT_EXITED;
+    pthread_cond_broadcast(&m->exit_cv);
     pthread_mutex_unlock(&m->mu);
     return NULL;
 }
@@ -382,11 +412,17 @@ void th_mgr_submit(th_mcall *c)
         th_mgr_run(c);
         return;
     }
-    if (m->stop || m->waiting >= m->cap) {
-        pthread_mutex_unlock(&m->mu);
+    if (m->stop || m->waiting >= m->cap || m->active == 0) {
         char msg[200];
-        snprintf(msg, sizeof msg,
-                 "the host is busy (%zu calls waiting): try again later", m->cap);
+        if (m->active == 0 && !m->stop)
+            snprintf(msg, sizeof msg,
+                     "the host is busy (all %u workers are stuck in tools that "
+                     "ignore cancellation): try again later",
+                     (unsigned)m->nworkers);
+        else
+            snprintf(msg, sizeof msg,
+                     "the host is busy (%zu calls waiting): try again later", m->cap);
+        pthread_mutex_unlock(&m->mu);
         th_mcall_never_run(c, TH_EBUSY, msg);
         return;
     }
@@ -409,8 +445,7 @@ void th_mgr_submit(th_mcall *c)
 
 static bool earlier(th_mcall *a, th_mcall *b)
 {
-    return atomic_load_explicit(&a->deadline_ns, memory_order_relaxed) <
-           atomic_load_explicit(&b->deadline_ns, memory_order_relaxed);
+    return a->heap_ns < b->heap_ns;
 }
 
 static void heap_set(th_mgr *m, size_t i, th_mcall *c)
@@ -466,6 +501,28 @@ static void heap_remove_at(th_mgr *m, size_t i)
     }
 }
 
+/* Under m->tmu: puts c in the heap at `at` (the caller gives the heap its
+ * reference).  0 or TH_ENOMEM. */
+static int heap_push_locked(th_mgr *m, th_mcall *c, int64_t at)
+{
+    if (m->hn == m->hcap) {
+        size_t cap = m->hcap ? m->hcap * 2 : 256;
+        th_mcall **nh = realloc(m->heap, cap * sizeof *nh);
+        if (!nh)
+            return TH_ENOMEM;
+        m->heap = nh;
+        m->hcap = cap;
+    }
+    c->heap_ns = at;
+    heap_set(m, m->hn++, c);
+    sift_up(m, c->heap_idx);
+    /* Wake the deadline thread only when it sleeps past this deadline
+     * (with one timeout for all calls: about once per timeout period). */
+    if (c->heap_idx == 0 && at < m->timer_wake_ns)
+        pthread_cond_signal(&m->tcv);
+    return 0;
+}
+
 int th_mgr_arm(th_host *h, th_mcall *c)
 {
     th_mgr *m = &h->mgr;
@@ -474,25 +531,13 @@ int th_mgr_arm(th_host *h, th_mcall *c)
         pthread_mutex_unlock(&m->tmu);
         return 0;
     }
-    if (m->hn == m->hcap) {
-        size_t cap = m->hcap ? m->hcap * 2 : 256;
-        th_mcall **nh = realloc(m->heap, cap * sizeof *nh);
-        if (!nh) {
-            pthread_mutex_unlock(&m->tmu);
-            return TH_ENOMEM; /* the call runs without a deadline */
-        }
-        m->heap = nh;
-        m->hcap = cap;
-    }
+    atomic_store_explicit(&c->lost_watch, false, memory_order_relaxed);
     th_mcall_ref(c);
-    heap_set(m, m->hn++, c);
-    sift_up(m, c->heap_idx);
-    /* Wake the deadline thread only when it sleeps past this deadline
-     * (with one timeout for all calls: about once per timeout period). */
-    if (c->heap_idx == 0 && atomic_load(&c->deadline_ns) < m->timer_wake_ns)
-        pthread_cond_signal(&m->tcv);
+    int rc = heap_push_locked(m, c, atomic_load(&c->deadline_ns));
     pthread_mutex_unlock(&m->tmu);
-    return 0;
+    if (rc) /* the call runs without a deadline; the caller holds a ref */
+        atomic_fetch_sub(&c->refs, 1);
+    return rc;
 }
 
 void th_mgr_disarm(th_host *h, th_mcall *c)
@@ -505,6 +550,126 @@ void th_mgr_disarm(th_host *h, th_mcall *c)
     pthread_mutex_unlock(&m->tmu);
     if (was) /* the caller holds a reference: never the last */
         atomic_fetch_sub(&c->refs, 1);
+}
+
+/* ---- Lost workers ------------------------------------------------------------ */
+
+/* Under m->mu: a slot for a new worker (joining one whose thread ended),
+ * or NULL when all workers + max_lost_workers slots hold a thread. */
+static th_wslot *free_slot_locked(th_mgr *m, bool *join)
+{
+    for (uint32_t i = 0; i < m->nslots; i++)
+        if (m->slots[i].state != TH_SLOT_RUN) {
+            *join = m->slots[i].state == TH_SLOT_EXITED;
+            return &m->slots[i];
+        }
+    return NULL;
+}
+
+/* Starts a worker in `sl` (reserved: state RUN).  0 or TH_EINTERNAL. */
+static int spawn_worker(th_host *h, th_wslot *sl)
+{
+    sl->h = h;
+    if (pthread_create(&sl->thread, NULL, worker_main, sl) == 0)
+        return 0;
+    th_mgr *m = &h->mgr;
+    pthread_mutex_lock(&m->mu);
+    sl->state = TH_SLOT_FREE;
+    m->active--;
+    pthread_mutex_unlock(&m->mu);
+    return TH_EINTERNAL;
+}
+
+/* The deadline thread's check of a call that timed out lost_worker_grace
+ * ago: if a worker still runs it, that worker is lost; a replacement
+ * starts while there is a free slot.  No lock held; c is referenced. */
+static void check_lost(th_host *h, th_mcall *c)
+{
+    th_mgr *m = &h->mgr;
+    pthread_mutex_lock(&c->mu);
+    bool running = c->phase == TH_PH_RUNNING;
+    pthread_mutex_unlock(&c->mu);
+    if (!running)
+        return;
+    pthread_mutex_lock(&m->mu);
+    th_wslot *sl = NULL;
+    for (uint32_t i = 0; i < m->nslots && !sl; i++)
+        if (m->slots[i].state == TH_SLOT_RUN && m->slots[i].cur == c &&
+            !m->slots[i].lost)
+            sl = &m->slots[i];
+    if (!sl || m->stop) {
+        pthread_mutex_unlock(&m->mu);
+        return;
+    }
+    sl->lost = true;
+    m->lost_now++;
+    m->lost_total++;
+    m->active--;
+    bool join = false;
+    th_wslot *ns = free_slot_locked(m, &join);
+    pthread_t old;
+    memset(&old, 0, sizeof old);
+    if (ns) {
+        old = ns->thread;
+        ns->state = TH_SLOT_RUN;
+        ns->cur = NULL;
+        ns->lost = false;
+        m->active++;
+    }
+    /* No worker left: what waits in the queue would only wait for its
+     * deadline; it gets `busy` now (parked calls wait for a slot of a
+     * call that runs, and get their turn when it ends). */
+    th_mcall *drop = NULL;
+    if (m->active == 0)
+        for (int qi = 0; qi < 2; qi++)
+            for (th_mcall *x; (x = q_pop(m->q[qi])) != NULL;) {
+                atomic_fetch_sub(&m->nqueued, 1);
+                m->waiting--;
+                x->qnext = drop;
+                drop = x;
+            }
+    uint32_t lost_now = m->lost_now, active = m->active;
+    pthread_mutex_unlock(&m->mu);
+    long long over = (long long)((th_now_ns() - atomic_load(&c->deadline_ns)) / 1000000);
+    if (ns) {
+        th_log_warn("lost worker: tool=%s call=%llu still running %lld ms after "
+                    "its timeout (it ignores cancellation); starting a "
+                    "replacement (%u lost, at most %u replaced)",
+                    c->tool->name, (unsigned long long)c->base.pub.call_id, over,
+                    (unsigned)lost_now, (unsigned)m->lost_cap);
+        if (join)
+            pthread_join(old, NULL);
+        if (spawn_worker(h, ns) != 0)
+            th_log_error("lost worker: cannot start a replacement thread");
+    } else {
+        th_log_warn("lost worker: tool=%s call=%llu still running %lld ms after "
+                    "its timeout (it ignores cancellation); the cap of %u "
+                    "replacements (host.max_lost_workers) is reached: the host "
+                    "goes on with %u worker%s%s",
+                    c->tool->name, (unsigned long long)c->base.pub.call_id, over,
+                    (unsigned)m->lost_cap, (unsigned)active, active == 1 ? "" : "s",
+                    active ? "" : " (calls that need one get busy)");
+    }
+    while (drop) {
+        th_mcall *x = drop;
+        drop = x->qnext;
+        x->qnext = NULL;
+        char msg[200];
+        snprintf(msg, sizeof msg,
+                 "the host is busy (all %u workers are stuck in tools that "
+                 "ignore cancellation): try again later",
+                 (unsigned)m->nworkers);
+        th_mcall_never_run(x, TH_EBUSY, msg);
+    }
+}
+
+void th_mgr_lost(th_host *h, uint64_t *total, uint32_t *now)
+{
+    th_mgr *m = &h->mgr;
+    pthread_mutex_lock(&m->mu);
+    *total = m->lost_total;
+    *now = m->lost_now;
+    pthread_mutex_unlock(&m->mu);
 }
 
 /* The deadline thread also cleans host.spill_dir (age limit) once per
@@ -529,7 +694,7 @@ static void *timer_main(void *arg)
         }
         int64_t wake = spill && m->gc_every_ns > 0 ? m->gc_next_ns : INT64_MAX;
         th_mcall *c = m->hn ? m->heap[0] : NULL;
-        int64_t d = c ? atomic_load(&c->deadline_ns) : INT64_MAX;
+        int64_t d = c ? c->heap_ns : INT64_MAX;
         if (!c || d > now) {
             int64_t w = d < wake ? d : wake;
             m->timer_wake_ns = w;
@@ -543,7 +708,14 @@ static void *timer_main(void *arg)
             continue;
         }
         heap_remove_at(m, 0);
+        bool watch = atomic_load_explicit(&c->lost_watch, memory_order_relaxed);
         pthread_mutex_unlock(&m->tmu);
+        if (watch) {
+            check_lost(h, c);
+            th_mcall_unref(c);
+            pthread_mutex_lock(&m->tmu);
+            continue;
+        }
         pthread_mutex_lock(&c->mu);
         bool perm = c->phase == TH_PH_PERM_WAIT;
         pthread_mutex_unlock(&c->mu);
@@ -552,6 +724,19 @@ static void *timer_main(void *arg)
         else
             th_mcall_abort(c, TH_ETIMEOUT, "the call of %s timed out after %lld ms",
                            c->tool->name, (long long)c->timeout_ms);
+        pthread_mutex_lock(&c->mu);
+        bool running = !perm && c->phase == TH_PH_RUNNING;
+        pthread_mutex_unlock(&c->mu);
+        pthread_mutex_lock(&m->tmu);
+        /* Still running: look again after the grace, with the heap's
+         * reference (a worker whose execute() returns takes it out). */
+        if (running && !m->tstop && c->heap_idx == SIZE_MAX) {
+            atomic_store_explicit(&c->lost_watch, true, memory_order_relaxed);
+            if (heap_push_locked(m, c, th_now_ns() + m->lost_grace_ns) == 0)
+                continue;
+            atomic_store_explicit(&c->lost_watch, false, memory_order_relaxed);
+        }
+        pthread_mutex_unlock(&m->tmu);
         th_mcall_unref(c);
         pthread_mutex_lock(&m->tmu);
     }
@@ -625,7 +810,11 @@ int th_mgr_init(th_host *h, th_error *err)
     if (m->async_cap > m->nworkers)
         m->async_cap = m->nworkers;
     m->cap = hc->queue_size ? hc->queue_size : 1024;
+    m->lost_cap = hc->max_lost_workers ? hc->max_lost_workers : m->nworkers;
+    m->lost_grace_ns = (int64_t)(hc->lost_worker_grace_ms ? hc->lost_worker_grace_ms : 3000) *
+                       1000000;
     pthread_mutex_init(&m->mu, NULL);
+    cond_init_mono(&m->exit_cv);
     pthread_cond_init(&m->cv, NULL);
     pthread_cond_init(&m->slot_cv, NULL);
     pthread_mutex_init(&m->tmu, NULL);
@@ -637,9 +826,10 @@ int th_mgr_init(th_host *h, th_error *err)
     pthread_cond_init(&m->ncv, NULL);
     size_t nts = th_host_config(h)->n_toolsets;
     m->ts_groups = calloc(nts ? nts : 1, sizeof *m->ts_groups);
-    m->threads = calloc(m->nworkers, sizeof *m->threads);
-    if (!m->ts_groups || !m->threads)
+    m->slots = calloc((size_t)m->nworkers + m->lost_cap, sizeof *m->slots);
+    if (!m->ts_groups || !m->slots)
         return th_error_set(err, TH_ENOMEM, "out of memory starting the manager");
+    m->nslots = m->nworkers + m->lost_cap;
     for (size_t i = 0; i < nts; i++)
         m->ts_groups[i].limit = th_host_config(h)->toolsets[i].max_concurrency;
     if (pthread_create(&m->timer, NULL, timer_main, h) != 0)
@@ -649,24 +839,91 @@ int th_mgr_init(th_host *h, th_error *err)
         return th_error_set(err, TH_EINTERNAL, "cannot start the notifier thread");
     m->notifier_started = true;
     for (uint32_t i = 0; i < m->nworkers; i++) {
-        if (pthread_create(&m->threads[i], NULL, worker_main, h) != 0)
+        th_wslot *sl = &m->slots[i];
+        sl->h = h;
+        sl->state = TH_SLOT_RUN;
+        if (pthread_create(&sl->thread, NULL, worker_main, sl) != 0) {
+            sl->state = TH_SLOT_FREE;
             return th_error_set(err, TH_EINTERNAL, "cannot start worker %u", i);
-        m->nthreads++;
+        }
+        pthread_mutex_lock(&m->mu);
+        m->active++;
+        pthread_mutex_unlock(&m->mu);
     }
     return 0;
 }
 
-void th_mgr_fini(th_host *h)
+/* Waits until every worker but the lost ones returned, or until
+ * `until_ns`; joins those that did.  Returns the number still running
+ * (lost or not). */
+static uint32_t join_workers(th_mgr *m, int64_t until_ns)
+{
+    uint32_t left = 0;
+    pthread_mutex_lock(&m->mu);
+    for (;;) {
+        uint32_t serving = 0;
+        left = 0;
+        for (uint32_t i = 0; i < m->nslots; i++)
+            if (m->slots[i].state == TH_SLOT_RUN) {
+                left++;
+                serving += !m->slots[i].lost;
+            }
+        if (!serving || th_now_ns() >= until_ns)
+            break;
+        struct timespec ts;
+        abs_time(&ts, until_ns);
+        pthread_cond_timedwait(&m->exit_cv, &m->mu, &ts);
+    }
+    pthread_mutex_unlock(&m->mu);
+    for (uint32_t i = 0; i < m->nslots; i++) {
+        pthread_mutex_lock(&m->mu);
+        bool done = m->slots[i].state == TH_SLOT_EXITED;
+        if (done)
+            m->slots[i].state = TH_SLOT_FREE;
+        pthread_mutex_unlock(&m->mu);
+        if (done)
+            pthread_join(m->slots[i].thread, NULL);
+    }
+    return left;
+}
+
+bool th_mgr_fini(th_host *h)
 {
     th_mgr *m = &h->mgr;
-    if (!m->threads && !m->ts_groups)
-        return;
+    if (!m->slots && !m->ts_groups)
+        return true;
     pthread_mutex_lock(&m->mu);
     m->stop = true;
     pthread_cond_broadcast(&m->cv);
     pthread_mutex_unlock(&m->mu);
-    for (uint32_t i = 0; i < m->nthreads; i++)
-        pthread_join(m->threads[i], NULL);
+    /* The deadline thread first: it starts no replacement from now on. */
+    if (m->timer_started) {
+        pthread_mutex_lock(&m->tmu);
+        m->tstop = true;
+        pthread_cond_signal(&m->tcv);
+        pthread_mutex_unlock(&m->tmu);
+        pthread_join(m->timer, NULL);
+        m->timer_started = false;
+    }
+    /* Idle workers return at once; a lost one is not waited for, one
+     * still running a call gets the lost-worker grace. */
+    uint32_t left = join_workers(m, th_now_ns() + m->lost_grace_ns);
+    if (left) {
+        /* Nobody will join them: they free their own resources when (if)
+         * their tools return. */
+        pthread_mutex_lock(&m->mu);
+        for (uint32_t i = 0; i < m->nslots; i++)
+            if (m->slots[i].state != TH_SLOT_FREE) {
+                pthread_detach(m->slots[i].thread);
+                m->slots[i].state = TH_SLOT_FREE;
+            }
+        pthread_mutex_unlock(&m->mu);
+        th_log_warn("shutdown: abandoning %u worker%s still inside tools that "
+                    "ignore cancellation (not joined; the host's memory is kept "
+                    "for them)",
+                    (unsigned)left, left == 1 ? "" : "s");
+        return false;
+    }
     if (m->timer_started) {
         pthread_mutex_lock(&m->tmu);
         m->tstop = true;
@@ -694,7 +951,8 @@ void th_mgr_fini(th_host *h)
         free(g);
     }
     free(m->ts_groups);
-    free(m->threads);
+    free(m->slots);
+    pthread_cond_destroy(&m->exit_cv);
     pthread_mutex_destroy(&m->mu);
     pthread_cond_destroy(&m->cv);
     pthread_cond_destroy(&m->slot_cv);
@@ -703,4 +961,5 @@ void th_mgr_fini(th_host *h)
     pthread_mutex_destroy(&m->nmu);
     pthread_cond_destroy(&m->ncv);
     memset(m, 0, sizeof *m);
+    return true;
 }

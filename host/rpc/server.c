@@ -1155,7 +1155,7 @@ static void m_stats(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
     e |= th_pack_cstr(&pk, "rss_bytes");
     e |= msgpack_pack_uint64(&pk, rss_bytes());
     e |= th_pack_cstr(&pk, "manager");
-    e |= msgpack_pack_map(&pk, 7);
+    e |= msgpack_pack_map(&pk, 9);
     e |= th_pack_cstr(&pk, "workers");
     e |= msgpack_pack_uint32(&pk, ms.workers);
     e |= th_pack_cstr(&pk, "async_workers");
@@ -1170,6 +1170,10 @@ static void m_stats(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
     e |= msgpack_pack_uint64(&pk, ms.calls_total);
     e |= th_pack_cstr(&pk, "inline_calls");
     e |= msgpack_pack_uint64(&pk, ms.inline_calls);
+    e |= th_pack_cstr(&pk, "lost_workers");
+    e |= msgpack_pack_uint64(&pk, ms.lost_workers);
+    e |= th_pack_cstr(&pk, "lost_workers_now");
+    e |= msgpack_pack_uint32(&pk, ms.lost_workers_now);
     e |= th_pack_cstr(&pk, "tools");
     e |= msgpack_pack_map(&pk, sc.n);
     e |= th_buf_append(&r, tools.data, tools.len);

@@ -196,8 +196,11 @@ typedef struct toolhost_host_api {
 
     /* Owner, after suspend().  Finishes a suspended call with `status`
      * (TOOLHOST_OK or TOOLHOST_FAILED).  The call pointer is invalid once
-     * complete() returns. */
-    void (*complete)(toolhost_call *call, int status);
+     * complete() returns 0.  Returns 0, or TOOLHOST_ESTATE when the call
+     * was not suspended: nothing happens, the call goes on and execute()
+     * still returns its result.  (This member once returned void: a plugin
+     * that ignores the value is unaffected.) */
+    int (*complete)(toolhost_call *call, int status);
 
     /* Any.  Writes one line to the host's log under the plugin's name.
      * `host` is the api pointer init() was given; `message` is copied. */

@@ -124,14 +124,19 @@ static int c_suspend(toolhost_call *call)
     return rc;
 }
 
-static void c_complete(toolhost_call *call, int status)
+static int c_complete(toolhost_call *call, int status)
 {
     th_harness_call *c = hc(call);
     pthread_mutex_lock(&c->mu);
+    if (!c->suspended || c->completed) {
+        pthread_mutex_unlock(&c->mu);
+        return TOOLHOST_ESTATE;
+    }
     c->status = status;
     c->completed = true;
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
+    return 0;
 }
 
 static const th_call_vtbl harness_vtbl = {

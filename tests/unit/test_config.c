@@ -196,6 +196,8 @@ static void test_defaults(void)
     CU_ASSERT_PTR_NULL(h->spill_dir);
     CU_ASSERT_EQUAL(h->spill_max_bytes, 64u << 20);
     CU_ASSERT_EQUAL(h->spill_max_age_ms, 3600000);
+    CU_ASSERT_EQUAL(h->lost_worker_grace_ms, 3000);
+    CU_ASSERT_EQUAL(h->max_lost_workers, 0); /* = workers */
     CU_ASSERT_EQUAL(h->line, 0);
 
     th_limits d;
@@ -284,7 +286,9 @@ static void test_host_keys(void)
                            "  state_dir: state\n"
                            "  spill_dir: /var/spill\n"
                            "  spill_max_bytes: 1GiB\n"
-                           "  spill_max_age: 1d\n");
+                           "  spill_max_age: 1d\n"
+                           "  lost_worker_grace: 750ms\n"
+                           "  max_lost_workers: 3\n");
     CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
     const th_host_cfg *h = &cfg->host;
     CU_ASSERT_EQUAL(h->workers, 6);
@@ -310,6 +314,8 @@ static void test_host_keys(void)
     CU_ASSERT_STRING_EQUAL(h->spill_dir, "/var/spill");
     CU_ASSERT_EQUAL(h->spill_max_bytes, 1u << 30);
     CU_ASSERT_EQUAL(h->spill_max_age_ms, 86400000);
+    CU_ASSERT_EQUAL(h->lost_worker_grace_ms, 750);
+    CU_ASSERT_EQUAL(h->max_lost_workers, 3);
     th_config_free(cfg);
 
     /* socket modes are octal in every spelling; a relative socket path is
@@ -378,7 +384,8 @@ static void test_unknown_keys(void)
                "reload_debounce, state_dir, spill_dir, spill_max_bytes, "
                "spill_max_age, max_connections, max_connections_per_uid, "
                "idle_timeout, frame_timeout, max_buffered, "
-               "max_protocol_errors, max_conn_log_lines)");
+               "max_protocol_errors, max_conn_log_lines, lost_worker_grace, "
+               "max_lost_workers)");
 }
 
 static void test_wrong_types(void)

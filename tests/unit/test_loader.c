@@ -846,7 +846,7 @@ static void host_api(void)
     CU_ASSERT_EQUAL(api.is_cancelled(&c.pub), 0);
     CU_ASSERT_EQUAL(api.time_left_ms(&c.pub), -1);
     CU_ASSERT_EQUAL(api.suspend(&c.pub), TOOLHOST_ESTATE);
-    api.complete(&c.pub, TOOLHOST_OK);
+    CU_ASSERT_EQUAL(api.complete(&c.pub, TOOLHOST_OK), TOOLHOST_ESTATE);
     CU_ASSERT_EQUAL(api.write(NULL, 1, "x", 1), TOOLHOST_EINVAL);
 
     /* log: under the plugin's name, one line, controls blanked. */

@@ -2,9 +2,12 @@
  * their acknowledgement, coalescing, duplicates and scopes, deadlines,
  * cancellation, backpressure, concurrency limits, suspend/complete, mocks,
  * task tools, nested calls. */
+#include <fcntl.h>
 #include <sched.h>
 #include <stdint.h>
+#include <unistd.h>
 
+#include "common/th_test.h"
 #include "unit/test_manager_fx.h"
 
 static th_host *H;
@@ -671,6 +674,223 @@ static void test_suspend_complete_from_thread(void)
     close_all();
 }
 
+/* ---- Lost workers ------------------------------------------------------------- */
+
+static char *lw_dir;
+static int lw_fd = -1;
+
+static void lw_log_capture(void)
+{
+    lw_dir = th_test_tmpdir();
+    char path[1024];
+    snprintf(path, sizeof path, "%s/log", lw_dir);
+    lw_fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    th_log_set_fd(lw_fd);
+}
+
+static char *lw_log_release(void)
+{
+    th_log_set_fd(2);
+    off_t n = lseek(lw_fd, 0, SEEK_END);
+    char *s = calloc(1, (size_t)n + 1);
+    if (s && n > 0)
+        (void)!pread(lw_fd, s, (size_t)n, 0);
+    close(lw_fd);
+    th_test_rmtree(lw_dir);
+    free(lw_dir);
+    return s;
+}
+
+/* One t_spin call with a 200 ms timeout: answered `timeout` in time. */
+static void spin_times_out(void)
+{
+    rec r;
+    rec_init(&r);
+    th_call_opts o = {.timeout_ms = 200};
+    int64_t t0 = mono_ms();
+    start(S, "t_spin", A(0), &o, &r);
+    CU_ASSERT_TRUE(rec_wait(&r, 3000));
+    CU_ASSERT_TRUE(mono_ms() - t0 < 1500);
+    CU_ASSERT_EQUAL(r.final.kind, TH_RESULT_ERROR);
+    CU_ASSERT_EQUAL(r.final.error, TH_ETIMEOUT);
+    rec_free(&r);
+}
+
+static bool echo_ok(const char *text, int ms)
+{
+    rec r;
+    rec_init(&r);
+    start(S, "t_echo", A(1, "text", 's', text), NULL, &r);
+    bool ok = rec_wait(&r, ms) && r.final.kind == TH_RESULT_DONE && out_is(&r.final, text);
+    rec_free(&r);
+    return ok;
+}
+
+static void wait_lost(uint64_t total, int ms)
+{
+    int64_t until = mono_ms() + ms;
+    th_mgr_stats st;
+    do {
+        nap_ms(5);
+        th_host_mgr_stats(H, &st);
+    } while (st.lost_workers < total && mono_ms() < until);
+}
+
+static void spin_release_all(void)
+{
+    atomic_store(&fx_spin_release, 1);
+    int64_t until = mono_ms() + 5000;
+    while (atomic_load(&fx_spin_running) > 0 && mono_ms() < until)
+        nap_ms(2);
+    CU_ASSERT_EQUAL(atomic_load(&fx_spin_running), 0);
+}
+
+/* A tool that ignores cancellation keeps its worker; before, the pool
+ * shrank with each such call until nothing was answered.  Now the worker
+ * is counted lost lost_worker_grace after the deadline and replaced. */
+static void test_lost_workers_replaced(void)
+{
+    th_config *c = cfg_new(2, 1, 64);
+    cfg_toolset(c, "default", all_tools);
+    c->host.lost_worker_grace_ms = 100;
+    c->host.max_lost_workers = 4;
+    c->host.log_level = TOOLHOST_LOG_WARN;
+    atomic_store(&fx_spin_release, 0);
+    lw_log_capture();
+    H = host_new(c);
+    S = open_trusted(H);
+    for (int i = 0; i < 4; i++)
+        spin_times_out();
+    wait_lost(4, 3000);
+    /* normal calls still run on workers */
+    for (int i = 0; i < 20; i++)
+        CU_ASSERT_TRUE(echo_ok("alive", 2000));
+    th_mgr_stats st;
+    th_host_mgr_stats(H, &st);
+    CU_ASSERT_EQUAL(st.lost_workers, 4);
+    CU_ASSERT_EQUAL(st.lost_workers_now, 4);
+    CU_ASSERT_EQUAL(st.workers, 2);
+    /* the stuck tools end at last: their workers come back or end */
+    spin_release_all();
+    int64_t until = mono_ms() + 3000;
+    do {
+        nap_ms(5);
+        th_host_mgr_stats(H, &st);
+    } while (st.lost_workers_now > 0 && mono_ms() < until);
+    CU_ASSERT_EQUAL(st.lost_workers_now, 0);
+    CU_ASSERT_EQUAL(st.lost_workers, 4);
+    CU_ASSERT_TRUE(echo_ok("again", 2000));
+    close_all();
+    char *log = lw_log_release();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(log);
+    CU_ASSERT_PTR_NOT_NULL(strstr(log, "lost worker: tool=t_spin call="));
+    CU_ASSERT_PTR_NOT_NULL(strstr(log, "starting a replacement"));
+    free(log);
+}
+
+/* At max_lost_workers the host says so in the log and goes on with the
+ * workers it has; with none left, calls get `busy` at once (never hang). */
+static void test_lost_workers_cap(void)
+{
+    th_config *c = cfg_new(2, 1, 64);
+    cfg_toolset(c, "default", all_tools);
+    c->host.lost_worker_grace_ms = 50;
+    c->host.max_lost_workers = 1;
+    c->host.log_level = TOOLHOST_LOG_WARN;
+    atomic_store(&fx_spin_release, 0);
+    lw_log_capture();
+    H = host_new(c);
+    S = open_trusted(H);
+    spin_times_out();
+    wait_lost(1, 3000); /* replaced: 2 serving */
+    spin_times_out();
+    wait_lost(2, 3000); /* cap: 1 serving */
+    CU_ASSERT_TRUE(echo_ok("one left", 2000));
+    /* the last worker gets stuck with a call queued behind it: once the
+     * worker is lost, the queued call is answered busy, not left to wait
+     * for its deadline (20 s) */
+    rec sp, q;
+    rec_init(&sp);
+    rec_init(&q);
+    th_call_opts o = {.timeout_ms = 200};
+    start(S, "t_spin", A(0), &o, &sp);
+    nap_ms(20);
+    int64_t tq = mono_ms();
+    start(S, "t_echo", A(1, "text", 's', "queued"), NULL, &q);
+    CU_ASSERT_TRUE(rec_wait(&sp, 2000));
+    CU_ASSERT_EQUAL(sp.final.error, TH_ETIMEOUT);
+    CU_ASSERT_TRUE(rec_wait(&q, 2000));
+    CU_ASSERT_TRUE(mono_ms() - tq < 1500);
+    CU_ASSERT_EQUAL(q.final.kind, TH_RESULT_ERROR);
+    CU_ASSERT_EQUAL(q.final.error, TH_EBUSY);
+    rec_free(&sp);
+    rec_free(&q);
+    wait_lost(3, 3000); /* none serving */
+    th_mgr_stats st;
+    th_host_mgr_stats(H, &st);
+    CU_ASSERT_EQUAL(st.lost_workers, 3);
+    rec r;
+    rec_init(&r);
+    int64_t t0 = mono_ms();
+    start(S, "t_echo", A(1, "text", 's', "x"), NULL, &r);
+    CU_ASSERT_TRUE(rec_wait(&r, 2000));
+    CU_ASSERT_TRUE(mono_ms() - t0 < 500);
+    CU_ASSERT_EQUAL(r.final.kind, TH_RESULT_ERROR);
+    CU_ASSERT_EQUAL(r.final.error, TH_EBUSY);
+    rec_free(&r);
+    spin_release_all();
+    CU_ASSERT_TRUE(echo_ok("back", 3000));
+    close_all();
+    char *log = lw_log_release();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(log);
+    CU_ASSERT_PTR_NOT_NULL(strstr(log, "host.max_lost_workers) is reached"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(log, "calls that need one get busy"));
+    free(log);
+}
+
+/* Host close with a stuck worker returns (abandons it) instead of waiting
+ * for ever. */
+static void test_lost_worker_abandoned_at_close(void)
+{
+    th_config *c = cfg_new(2, 1, 64);
+    cfg_toolset(c, "default", all_tools);
+    c->host.lost_worker_grace_ms = 100;
+    c->host.shutdown_grace_ms = 100;
+    c->host.session_grace_ms = 100;
+    atomic_store(&fx_spin_release, 0);
+    H = host_new(c);
+    S = open_trusted(H);
+    spin_times_out();
+    wait_lost(1, 3000);
+    int64_t t0 = mono_ms();
+    close_all();
+    CU_ASSERT_TRUE(mono_ms() - t0 < 2000);
+    /* the abandoned thread finishes later on memory that was kept */
+    spin_release_all();
+    nap_ms(20);
+}
+
+/* complete() without suspend() is refused: the worker still owns the call,
+ * whose own result stands (before, the call was answered and freed twice:
+ * ASan saw a use after free). */
+static void test_complete_without_suspend(void)
+{
+    open_default(1, 1, 64);
+    for (int i = 0; i < 3; i++) {
+        rec a;
+        rec_init(&a);
+        atomic_store(&fx_nosusp_rc, 99);
+        start(S, "t_nosusp", A(0), NULL, &a);
+        CU_ASSERT_TRUE(rec_wait(&a, 2000));
+        CU_ASSERT_EQUAL(atomic_load(&fx_nosusp_rc), TOOLHOST_ESTATE);
+        CU_ASSERT_EQUAL(a.finals, 1);
+        CU_ASSERT_TRUE(a.final.ok);
+        CU_ASSERT_TRUE(out_is(&a.final, "still mine"));
+        rec_free(&a);
+    }
+    close_all();
+}
+
 /* ---- Mocks ---------------------------------------------------------------------------- */
 
 static void test_mocks(void)
@@ -1092,6 +1312,10 @@ void th_suite_manager(void)
     CU_add_test(s, "serial_tool", test_serial_tool);
     CU_add_test(s, "async_capacity_keeps_echo_fast", test_async_capacity_keeps_echo_fast);
     CU_add_test(s, "suspend_complete_from_thread", test_suspend_complete_from_thread);
+    CU_add_test(s, "complete_without_suspend", test_complete_without_suspend);
+    CU_add_test(s, "lost_workers_replaced", test_lost_workers_replaced);
+    CU_add_test(s, "lost_workers_cap", test_lost_workers_cap);
+    CU_add_test(s, "lost_worker_abandoned_at_close", test_lost_worker_abandoned_at_close);
     CU_add_test(s, "mocks", test_mocks);
     CU_add_test(s, "task_tools", test_task_tools);
     CU_add_test(s, "nested_call_one_worker", test_nested_call_one_worker);

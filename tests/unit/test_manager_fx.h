@@ -264,6 +264,37 @@ static int fx_suspend(void *st, const toolhost_tool *t, toolhost_call *c, const 
     return TOOLHOST_PENDING;
 }
 
+/* Misuse: calls complete() without suspend() (records what it answered),
+ * then returns its own result as if nothing happened. */
+static atomic_int fx_nosusp_rc;
+static int fx_nosusp(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
+{
+    (void)st;
+    (void)t;
+    (void)a;
+    (void)l;
+    atomic_store(&fx_nosusp_rc, c->host->complete(c, TOOLHOST_FAILED));
+    c->host->write(c, TOOLHOST_STDOUT, "still mine", 10);
+    return TOOLHOST_OK;
+}
+
+/* Ignores cancellation: spins (yielding) until the test lets it go. */
+static atomic_int fx_spin_release, fx_spin_running;
+static int fx_spin(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
+{
+    (void)st;
+    (void)t;
+    (void)a;
+    (void)l;
+    atomic_fetch_add(&fx_spin_running, 1);
+    int64_t until = mono_ms() + 20000; /* bounded, whatever the test does */
+    while (!atomic_load(&fx_spin_release) && mono_ms() < until)
+        nap_ms(1);
+    atomic_fetch_sub(&fx_spin_running, 1);
+    c->host->write(c, TOOLHOST_STDOUT, "spun", 4);
+    return TOOLHOST_OK;
+}
+
 static int nested_collect(const th_event *ev, void *ud)
 {
     (void)ev;
@@ -360,6 +391,8 @@ static const toolhost_tool fx_tools[] = {
     T("t_fail", NULL, 0, 0, fx_fail),
     T("t_suspend", p_ms, 2, 0, fx_suspend),
     T("t_nested", NULL, 0, 0, fx_nested),
+    T("t_nosusp", NULL, 0, 0, fx_nosusp),
+    T("t_spin", p_ms, 2, 0, fx_spin),
     T("t_nested_long", NULL, 0, 0, fx_nested_long),
     {.struct_size = sizeof(toolhost_tool), .name = "t_guarded", .description = "needs permission",
      .params = p_text, .n_params = 1, .stdout_type = TOOLHOST_SEM_TEXT,

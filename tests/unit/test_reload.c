@@ -135,7 +135,7 @@ static int t_suspend(toolhost_call *c)
     (void)c;
     return 0;
 }
-static void t_complete(toolhost_call *c, int status)
+static int t_complete(toolhost_call *c, int status)
 {
     tcall *t = (tcall *)c;
     pthread_mutex_lock(&t->mu);
@@ -143,6 +143,7 @@ static void t_complete(toolhost_call *c, int status)
     t->done = true;
     pthread_cond_signal(&t->cv);
     pthread_mutex_unlock(&t->mu);
+    return 0;
 }
 static const th_call_vtbl t_vt = {t_write, NULL, t_progress, t_cancelled,
                                   t_left, t_suspend, t_complete};

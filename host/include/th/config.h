@@ -205,6 +205,10 @@ typedef struct th_host_cfg {
                                   connection; default 256 MiB            */
     uint32_t max_protocol_errors; /* per connection; default 8          */
     uint32_t max_conn_log_lines;  /* warnings per connection; default 20 */
+    uint64_t lost_worker_grace_ms; /* a worker still in execute() this long
+                                  after its call's deadline is lost and
+                                  replaced; 0: 3000                      */
+    uint32_t max_lost_workers; /* replacements alive at once; 0: workers */
     int line, col;             /* where the section starts (0 if absent) */
 } th_host_cfg;
 

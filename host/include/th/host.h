@@ -288,6 +288,10 @@ typedef struct th_mgr_stats {
     uint64_t live_tasks;  /* acknowledged async tasks not yet done */
     uint64_t calls_total;
     uint64_t inline_calls;/* ran on the caller's thread */
+    uint64_t lost_workers;/* workers ever counted lost (a tool still in
+                             execute() lost_worker_grace after its
+                             deadline) */
+    uint32_t lost_workers_now; /* of those, still stuck now */
 } th_mgr_stats;
 void th_host_mgr_stats(th_host *h, th_mgr_stats *out);
 

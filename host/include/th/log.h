@@ -15,6 +15,15 @@ void th_log_set_level(int level);
 int th_log_get_level(void);
 /* Sends lines to `fd` instead of 2 (tests); -1 silences the log. */
 void th_log_set_fd(int fd);
+/* From now on the log goes to a close-on-exec duplicate of stderr at a
+ * high descriptor (>= 64, or >= 3 under a low fd limit), checked to still
+ * be that file before each line: closing fds 0-2 later (a plugin) never
+ * sends the log elsewhere.  Call once at start, with fds 0-2 open.
+ * Returns the descriptor, or -1 (errno) with the log left as it was. */
+int th_log_own_stderr(void);
+/* One line with a fixed message; async-signal-safe (for signal handlers:
+ * no locks, no allocation, no stdio). */
+void th_log_raw(int level, const char *msg);
 /* "error", "warn", "info", "debug" -> level, or -1. */
 int th_log_level_from_name(const char *name);
 const char *th_log_level_name(int level);

@@ -134,6 +134,9 @@ struct th_mcall {
 
     /* Deadline heap (mgr->tmu). */
     size_t heap_idx;            /* SIZE_MAX: not in the heap */
+    int64_t heap_ns;            /* its key: the deadline, or for a lost
+                                   watch deadline + lost_worker_grace */
+    atomic_bool lost_watch;     /* in the heap for the lost-worker check */
 
     /* Notifier queue (mgr->nmu). */
     th_mcall *nnext;
@@ -143,6 +146,7 @@ struct th_mcall {
     uint8_t *meta;
     size_t meta_len;
     bool in_execute, suspended;
+    bool completed;             /* complete() was called (once only) */
     int set_error;              /* built-ins: a tool error instead */
     char *set_error_msg;
     bool ran;                   /* execute() was entered */
@@ -202,6 +206,25 @@ void th_mgr_run(th_mcall *c);
 
 /* ---- The manager (manager.c) ------------------------------------------------ */
 
+typedef enum th_slot_state {
+    TH_SLOT_FREE = 0,   /* no thread */
+    TH_SLOT_RUN,        /* a thread that has not returned */
+    TH_SLOT_EXITED      /* returned; to be joined */
+} th_slot_state;
+
+/* A worker thread.  A worker is "lost" when the call it runs is still in
+ * execute() lost_worker_grace after its deadline: it no longer counts in
+ * the pool and a replacement starts in a free slot (there are workers +
+ * max_lost_workers slots).  Under mgr->mu, except `thread`. */
+typedef struct th_wslot {
+    th_host *h;
+    pthread_t thread;
+    th_slot_state state;
+    th_mcall *cur;              /* the call it runs; compared only */
+    int64_t cur_since_ns;       /* when it took cur */
+    bool lost;
+} th_wslot;
+
 typedef struct th_mgr {
     pthread_mutex_t mu;
     pthread_cond_t cv;          /* workers wait here */
@@ -216,8 +239,14 @@ typedef struct th_mgr {
     int spin_claimed;           /* queued calls left to the spinner */
     atomic_size_t nqueued;
     bool stop;
-    pthread_t *threads;
-    uint32_t nthreads;
+    th_wslot *slots;            /* nworkers + lost_cap */
+    uint32_t nslots;
+    uint32_t active;            /* serving workers (not lost, not gone) */
+    uint32_t lost_cap;          /* host.max_lost_workers */
+    uint32_t lost_now;          /* lost workers still in execute() */
+    uint64_t lost_total;        /* workers ever counted lost */
+    int64_t lost_grace_ns;      /* host.lost_worker_grace */
+    pthread_cond_t exit_cv;     /* a worker returned (th_mgr_fini) */
     th_group *ts_groups;        /* one per toolset */
     th_group *tool_groups;      /* overrides and serial tools, by key */
     atomic_ulong running, inline_calls, calls_total;
@@ -242,8 +271,15 @@ typedef struct th_mgr {
 } th_mgr;
 
 int th_mgr_init(th_host *h, th_error *err);
-/* Stops and joins the threads (calls must be over). */
-void th_mgr_fini(th_host *h);
+/* Stops and joins the threads.  A worker still in execute() after
+ * lost_worker_grace (a tool that ignores cancellation) is not joined:
+ * then returns false and frees nothing (the caller must leave the host's
+ * memory alone too: the abandoned thread may still touch it).  True when
+ * every thread was joined and everything freed. */
+bool th_mgr_fini(th_host *h);
+
+/* Lost workers (see th_wslot): counted so far, and still stuck now. */
+void th_mgr_lost(th_host *h, uint64_t *total, uint32_t *now);
 
 /* Deadline heap: (re)arms the call at c->deadline_ns, or disarms it. */
 int th_mgr_arm(th_host *h, th_mcall *c);

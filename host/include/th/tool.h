@@ -196,7 +196,7 @@ typedef struct th_call_vtbl {
     int (*is_cancelled)(const toolhost_call *call);
     int64_t (*time_left_ms)(const toolhost_call *call);
     int (*suspend)(toolhost_call *call);
-    void (*complete)(toolhost_call *call, int status);
+    int (*complete)(toolhost_call *call, int status);
 } th_call_vtbl;
 
 typedef struct th_call_base {
