@@ -365,14 +365,27 @@ static int parse_slot(const char *tool, const char *where,
         s->text = NULL;
         return 0;
     }
+    /* "{name}" inside a longer string: a placeholder that would need
+     * splicing (or a typo).  Other braces ("{}", "{print $1}") are
+     * literal. */
     for (const char *p = strchr(s->text, '{'); p; p = strchr(p + 1, '{')) {
         const char *q = strchr(p + 1, '}');
-        if (q && param_index(t, p + 1, (size_t)(q - p - 1)) >= 0)
-            return fail(err, es,
-                        "tool '%s': %s: placeholder '%.*s' must be a whole "
-                        "element (\"%s\"): arguments are never spliced into "
-                        "a string",
-                        tool, where, (int)(q - p + 1), p, s->text);
+        size_t len = q ? (size_t)(q - p - 1) : 0;
+        char id[80];
+        if (!q || len == 0 || len >= sizeof id)
+            continue;
+        memcpy(id, p + 1, len);
+        id[len] = '\0';
+        if (!ident_ok(id, false))
+            continue;
+        return fail(err, es,
+                    "tool '%s': %s: placeholder '{%s}' must be a whole "
+                    "element (\"%s\"): arguments are never spliced into a "
+                    "string%s",
+                    tool, where, id, s->text,
+                    param_index(t, id, len) >= 0
+                        ? ""
+                        : "; and no parameter of that name is declared");
     }
     return 0;
 }

@@ -91,6 +91,12 @@ static void test_config_errors(void)
              args);
     bad(buf, "tool 't2'", "placeholder '{p}' must be a whole element");
     snprintf(buf, sizeof buf,
+             "[{\"name\": \"t2b\", \"description\": \"d\", \"argv\": "
+             "[\"%s\", \"/var/log/{file}\", \"{}\", \"{print $1}\"]}]",
+             args);
+    bad(buf, "tool 't2b': key 'argv': element 2: placeholder '{file}'",
+        "no parameter of that name");
+    snprintf(buf, sizeof buf,
              "[{\"name\": \"t3\", \"description\": \"d\", \"argv\": [\"%s\", "
              "\"{q}\"]}]",
              args);
@@ -308,7 +314,7 @@ static void test_env_allowlist(void)
         "[{\"name\": \"show_env\", \"description\": \"env\", \"argv\": "
         "[\"/usr/bin/env\"], \"env_allow\": [\"TH_EXEC_ALLOWED\", "
         "\"TH_EXEC_UNSET\"], \"env\": {\"FROM_ARG\": \"{v}\", \"FIXED\": "
-        "\"lit {x}\"}, \"params\": [{\"name\": \"v\", \"description\": "
+        "\"lit {} $x\"}, \"params\": [{\"name\": \"v\", \"description\": "
         "\"a value\"}]}]",
         "\"path\": \"/usr/bin:/bin\"", err, sizeof err);
     if (!h)
@@ -321,7 +327,7 @@ static void test_env_allowlist(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "PATH=/usr/bin:/bin\n"));
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "TH_EXEC_ALLOWED=yes\n"));
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "FROM_ARG=a b;$(c)\nd\n"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(out, "FIXED=lit {x}\n"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "FIXED=lit {} $x\n"));
     CU_ASSERT_PTR_NULL(strstr(out, "SECRET"));
     CU_ASSERT_PTR_NULL(strstr(out, "TH_EXEC_UNSET"));
     CU_ASSERT_PTR_NULL(strstr(out, "HOME="));
