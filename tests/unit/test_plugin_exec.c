@@ -12,6 +12,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -663,6 +664,49 @@ static void test_missing_program(void)
     free(prog);
 }
 
+/* Calls run concurrently (the Call class): each gets its own child, its
+ * own output and its own status. */
+typedef struct conc_arg {
+    th_harness *h;
+    int n;
+    int ok;
+} conc_arg;
+
+static void *conc_main(void *p)
+{
+    conc_arg *a = p;
+    a->ok = 1;
+    for (int i = 0; i < 10; i++) {
+        char args[64], want[96];
+        snprintf(args, sizeof args, "{\"pattern\": \"t%d-%d\"}", a->n, i);
+        snprintf(want, sizeof want, "[-n]\n[t%d-%d]\n[3]\n", a->n, i);
+        th_harness_call c;
+        int rc = th_harness_run(a->h, "show_args", args, 0, &c);
+        if (rc != TOOLHOST_OK || strcmp(th_harness_out(&c), want) != 0)
+            a->ok = 0;
+        th_harness_call_free(&c);
+    }
+    return NULL;
+}
+
+static void test_concurrent_calls(void)
+{
+    th_test_timeout(60);
+    th_harness *h = args_tool();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(h);
+    pthread_t t[4];
+    conc_arg a[4];
+    for (int i = 0; i < 4; i++) {
+        a[i] = (conc_arg){h, i, 0};
+        CU_ASSERT_EQUAL_FATAL(pthread_create(&t[i], NULL, conc_main, &a[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        CU_ASSERT(a[i].ok);
+    }
+    th_harness_unload(h);
+}
+
 void th_suite_plugin_exec(void)
 {
     CU_pSuite s = CU_add_suite("plugin_exec", NULL, NULL);
@@ -678,4 +722,5 @@ void th_suite_plugin_exec(void)
     CU_add_test(s, "timeout", test_timeout);
     CU_add_test(s, "flood_is_streamed", test_flood_is_streamed);
     CU_add_test(s, "missing_program", test_missing_program);
+    CU_add_test(s, "concurrent_calls", test_concurrent_calls);
 }
