@@ -176,6 +176,13 @@ static int spawn(const exec_tool *x, char **argv, char **envp, child *c,
     int out[2] = {-1, -1}, er[2] = {-1, -1};
     c->pid = -1;
     c->fd[0] = c->fd[1] = -1;
+    /* posix_spawn() reports a failed exec as its return value with glibc,
+     * but not everywhere (e.g. under valgrind the child exits 127): look
+     * first, for a clear message in every case. */
+    if (access(argv[0], X_OK) != 0) {
+        snprintf(err, es, "cannot run %s: %s", argv[0], strerror(errno));
+        return -1;
+    }
     if (pipe2(out, O_CLOEXEC) != 0 || pipe2(er, O_CLOEXEC) != 0) {
         snprintf(err, es, "cannot make a pipe: %s", strerror(errno));
         goto fail;
