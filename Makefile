@@ -7,7 +7,7 @@
 #                        again under ASan+UBSan, the manager suites under
 #                        TSan, and the integration suite under valgrind
 #   make check           run the unit and integration suites of this build
-#   make bench | fuzz | install PREFIX=... | clean
+#   make bench | fuzz | install PREFIX=... | uninstall PREFIX=... | clean
 #   SANITIZER=address|undefined|thread (or a comma list) builds into
 #   build/san-<list>/ with those sanitizers.
 
@@ -95,7 +95,7 @@ TEST_DEFS = -DTH_BUILD_DIR='"$(abspath $(BUILD))"' -DTH_SOURCE_DIR='"$(abspath .
 	-DTH_SANITIZER='"$(SANITIZER)"'
 
 .PHONY: all deps run test check check-unit check-integration check-tsan check-layers \
-	valgrind bench fuzz fuzz-replay install clean
+	valgrind bench fuzz fuzz-replay install uninstall clean
 .DEFAULT_GOAL := all
 
 all: $(TOOLHOST) $(LIBSDK) $(PLUGIN_SO) $(FIX_SO) $(UNIT_BIN) $(INTEG_BIN)
@@ -247,15 +247,68 @@ fuzz-replay:
 
 # ---- install --------------------------------------------------------------------
 
-install: $(TOOLHOST) $(LIBSDK) $(PLUGIN_SO)
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include/toolhost \
-	  $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/lib/toolhost/plugins
-	install -m 0755 $(TOOLHOST) $(DESTDIR)$(PREFIX)/bin/toolhost
-	install -m 0644 plugin-api/toolhost/plugin.h sdk/toolhost/sdk.h $(DESTDIR)$(PREFIX)/include/toolhost/
-	install -m 0644 $(LIBSDK) $(DESTDIR)$(PREFIX)/lib/
-	install -m 0755 $(PLUGIN_SO) $(DESTDIR)$(PREFIX)/lib/toolhost/plugins/
+# What `make install PREFIX=...` puts where (DESTDIR is prepended to all):
+#   bin/toolhost
+#   include/toolhost/plugin.h, sdk.h               the plugin ABI and SDK
+#   include/toolhost/host/th/*.h                    the RPC client API
+#   lib/libtoolhost-sdk.a, lib/libtoolhost.a        SDK; host + RPC client
+#   lib/pkgconfig/toolhost-plugin.pc, toolhost.pc
+#   lib/toolhost/plugins/*.so                       the bundled plugins
+#   share/man/man1/toolhost.1, man5/toolhost.yaml.5
+#   share/doc/toolhost/                             README, guides, example
+#   share/toolhost/systemd/toolhost.service, .socket (ExecStart set to
+#                                                   PREFIX/bin/toolhost)
+# `make uninstall PREFIX=...` removes exactly these files, and the folders
+# that are toolhost's own once they are empty.
+RPC_HEADERS := host/include/th/rpc.h host/include/th/buf.h \
+	host/include/th/err.h host/include/th/host.h host/include/th/config.h \
+	host/include/th/tool.h
+DOC_FILES := README.md sdk/AUTHORING.md $(sort $(wildcard docs/*.md)) \
+	configs/example.yaml
+MAN1 := docs/man/toolhost.1
+MAN5 := docs/man/toolhost.yaml.5
+UNITS := configs/systemd/toolhost.service configs/systemd/toolhost.socket
+I := $(DESTDIR)$(PREFIX)
+
+install: $(TOOLHOST) $(LIBSDK) $(LIBTH) $(PLUGIN_SO)
+	install -d $(I)/bin $(I)/include/toolhost/host/th \
+	  $(I)/lib/pkgconfig $(I)/lib/toolhost/plugins \
+	  $(I)/share/man/man1 $(I)/share/man/man5 $(I)/share/doc/toolhost \
+	  $(I)/share/toolhost/systemd
+	install -m 0755 $(TOOLHOST) $(I)/bin/toolhost
+	install -m 0644 plugin-api/toolhost/plugin.h sdk/toolhost/sdk.h $(I)/include/toolhost/
+	install -m 0644 $(RPC_HEADERS) $(I)/include/toolhost/host/th/
+	install -m 0644 $(LIBSDK) $(LIBTH) $(I)/lib/
+	install -m 0755 $(PLUGIN_SO) $(I)/lib/toolhost/plugins/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
-	  sdk/toolhost-plugin.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/toolhost-plugin.pc
+	  sdk/toolhost-plugin.pc.in > $(I)/lib/pkgconfig/toolhost-plugin.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
+	  host/toolhost.pc.in > $(I)/lib/pkgconfig/toolhost.pc
+	install -m 0644 $(MAN1) $(I)/share/man/man1/
+	install -m 0644 $(MAN5) $(I)/share/man/man5/
+	install -m 0644 $(DOC_FILES) $(I)/share/doc/toolhost/
+	for u in $(UNITS); do \
+	  sed -e 's|/usr/local/bin/toolhost|$(PREFIX)/bin/toolhost|g' $$u \
+	    > $(I)/share/toolhost/systemd/$$(basename $$u) && \
+	  chmod 0644 $(I)/share/toolhost/systemd/$$(basename $$u) || exit 1; \
+	done
+
+uninstall:
+	rm -f $(I)/bin/toolhost
+	rm -f $(I)/include/toolhost/plugin.h $(I)/include/toolhost/sdk.h
+	rm -f $(addprefix $(I)/include/toolhost/host/th/,$(notdir $(RPC_HEADERS)))
+	rm -f $(I)/lib/libtoolhost-sdk.a $(I)/lib/libtoolhost.a
+	rm -f $(addprefix $(I)/lib/toolhost/plugins/,$(notdir $(PLUGIN_SO)))
+	rm -f $(I)/lib/pkgconfig/toolhost-plugin.pc $(I)/lib/pkgconfig/toolhost.pc
+	rm -f $(I)/share/man/man1/toolhost.1 $(I)/share/man/man5/toolhost.yaml.5
+	rm -f $(addprefix $(I)/share/doc/toolhost/,$(notdir $(DOC_FILES)))
+	rm -f $(addprefix $(I)/share/toolhost/systemd/,$(notdir $(UNITS)))
+	for d in include/toolhost/host/th include/toolhost/host include/toolhost \
+	  lib/toolhost/plugins lib/toolhost share/doc/toolhost \
+	  share/toolhost/systemd share/toolhost; do \
+	  if [ -d $(I)/$$d ]; then rmdir $(I)/$$d 2>/dev/null || \
+	    echo "uninstall: $(I)/$$d is not empty: left in place" >&2; fi; \
+	done
 
 clean:
 	rm -rf build

@@ -105,6 +105,17 @@ int th_harness_meta_bool(const th_harness_call *c, const char *key, bool *v);
 int th_harness_meta_str(const th_harness_call *c, const char *key, char *buf,
                         size_t size);
 
+/* The state init() stored (for plugins whose tests look inside it). */
+void *th_harness_state(const th_harness *h);
+/* The host API init() got (what a test's own fake call must carry). */
+const toolhost_host_api *th_harness_api(const th_harness *h);
+/* Registers `n` more tools of the loaded plugin, checked and copied as the
+ * loader does for the descriptor's tools: for tools a plugin builds in
+ * init() (the exec plugin), which ABI 1.0 has no hook for yet.  0, or -1
+ * with the host's message in err. */
+int th_harness_add_tools(th_harness *h, const toolhost_tool *tools,
+                         uint32_t n, char *err, size_t err_size);
+
 /* JSON text to msgpack (test helper for building arguments).  Appends to
  * out; 0 or -1 when the JSON does not parse. */
 int th_harness_json_to_mp(const char *json, th_buf *out);

@@ -1,0 +1,66 @@
+/* exec.h - the state of the exec plugin, shared by its files (and read by
+ * its unit test, which registers the declared tools in the fake host).
+ *
+ * The exec plugin declares its tools from its config block, in init().
+ * ABI 1.0 reads a plugin's tools from the static descriptor before init(),
+ * so the host cannot see these tools yet: `tools`/`n_tools` below are what
+ * an init-time tool hook (proposed for ABI 1.1, see docs/ops.md) would hand
+ * to the host.  They are built once in init() and never change until
+ * fini(). */
+#ifndef TH_PLUGIN_EXEC_H
+#define TH_PLUGIN_EXEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "toolhost/plugin.h"
+
+/* One argv element or env value: a literal, or a whole "{param}". */
+typedef struct exec_slot {
+    char *text;  /* the literal (param < 0) */
+    int param;   /* index into the tool's params, or -1 */
+} exec_slot;
+
+typedef struct exec_env {
+    char *name;
+    exec_slot value;
+} exec_env;
+
+typedef struct exec_tool {
+    exec_slot *argv;     /* argv[0] is a literal absolute path */
+    size_t argc;
+    exec_env *env;       /* set from arguments or literals */
+    size_t n_env;
+    char **env_allow;    /* copied from the host's environment when set */
+    size_t n_env_allow;
+    char *cwd;           /* NULL: "/" */
+    int64_t timeout_ms;  /* 0: only the call's deadline */
+    int64_t grace_ms;    /* SIGTERM to SIGKILL */
+} exec_tool;
+
+typedef struct exec_state {
+    /* What the host would register (see above); the first two members. */
+    const toolhost_tool *tools;
+    uint32_t n_tools;
+    /* Private. */
+    toolhost_tool *tools_rw;
+    exec_tool *exec;     /* n_tools entries, user_data of each tool */
+    toolhost_param **params; /* per tool */
+    const toolhost_host_api *host;
+    char *path_env;      /* "PATH=..." for every child */
+} exec_state;
+
+/* init()'s config parsing, in exec_config.c.  0, or nonzero with a message
+ * in err naming the tool and the key. */
+int exec_config_parse(exec_state *st, const uint8_t *config, size_t len,
+                      char *err, size_t err_size);
+void exec_state_free(exec_state *st);
+
+/* Runs a declared tool, in exec_run.c. */
+int exec_execute(void *state, const toolhost_tool *tool, toolhost_call *call,
+                 const uint8_t *args, size_t args_len);
+int exec_validate_args(void *state, const toolhost_tool *tool,
+                       const uint8_t *args, size_t args_len, char *err,
+                       size_t err_size);
+
+#endif
