@@ -94,7 +94,7 @@ BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 TEST_DEFS = -DTH_BUILD_DIR='"$(abspath $(BUILD))"' -DTH_SOURCE_DIR='"$(abspath .)"' -Itests \
 	-DTH_SANITIZER='"$(SANITIZER)"'
 
-.PHONY: all deps run test check check-unit check-integration check-tsan check-layers \
+.PHONY: all deps run test check check-unit check-integration check-tsan check-layers layers-graph \
 	valgrind bench fuzz fuzz-replay install clean
 .DEFAULT_GOAL := all
 
@@ -213,6 +213,11 @@ check-layers: $(TOOLHOST)
 	@n=$$(nm -D --defined-only $(TOOLHOST) | awk '$$2 ~ /^[TDB]$$/ && $$3 ~ /^th_/' | wc -l); \
 	  if [ "$$n" -ne 0 ]; then echo "check-layers: $(TOOLHOST) exports $$n th_* symbols" >&2; exit 1; fi
 	@echo "check-layers: plugins see only plugin-api/ and sdk/; $(TOOLHOST) exports no th_* symbol"
+
+# The call graph between the core's objects and its cycles
+# (docs/architecture.md).
+layers-graph: $(LIBTH)
+	@scripts/layers-graph $(BUILD)/obj/host/core
 
 check-unit: $(UNIT_BIN) $(PLUGIN_SO) $(FIX_SO) $(TOOLHOST)
 	$(UNIT_BIN) $(SUITES)
