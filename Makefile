@@ -91,7 +91,7 @@ UNIT_BIN := $(BUILD)/tests/unit-tests
 INTEG_BIN := $(BUILD)/tests/integration-tests
 BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
-TEST_DEFS = -DTH_BUILD_DIR='"$(abspath $(BUILD))"' -DTH_SOURCE_DIR='"$(abspath .)"' -Itests \
+TEST_DEFS = -Ihost/core -DTH_BUILD_DIR='"$(abspath $(BUILD))"' -DTH_SOURCE_DIR='"$(abspath .)"' -Itests \
 	-DTH_SANITIZER='"$(SANITIZER)"'
 
 .PHONY: all deps run test check check-unit check-integration check-tsan check-layers layers-graph \

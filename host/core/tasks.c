@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "th/manager.h"
+#include "manager.h"
 
 /* ---- Duplicates ------------------------------------------------------------- */
 

@@ -35,7 +35,7 @@
 #include <uv.h>
 
 #include "th/log.h"
-#include "th/reload.h"
+#include "front/reload_watch.h"
 #include "th/schema.h"
 
 #define DEF_MAX_FRAME ((uint64_t)16 << 20)

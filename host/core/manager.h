@@ -1,7 +1,9 @@
 /* th/manager.h - internals of the host core: the host, sessions, calls and
  * the async manager (worker pool, deadline thread, progress notifier).
- * Not a public header: only host/core/{host,session,call,manager,tasks,
- * mocks,mgr_*}.c include it.  docs/manager.md is the picture in words.
+ * Private to the core: it sits beside its sources in host/core/, which
+ * the fronts (host/rpc, host/cli, host/front) cannot include (make
+ * check-layers); the white-box unit tests may.  docs/manager.md is the
+ * picture in words, docs/architecture.md the layers.
  *
  * Lock order (a thread holding one may take those to its right only):
  *
@@ -53,7 +55,7 @@ void th_u64map_each(const th_u64map *m, void (*fn)(uint64_t k, void *v,
 
 uint64_t th_hash_bytes(const void *data, size_t len);
 
-/* ---- Numbers (host.c) ---------------------------------------------------- */
+/* ---- Numbers (stats.c) --------------------------------------------------- */
 
 #define TH_HIST_BUCKETS 128 /* 4 per power of two of microseconds */
 
@@ -285,7 +287,6 @@ struct th_host {
     th_plugin *task_plugin;
     th_builtin *builtins;
     size_t n_builtins;
-    struct th_code_builtin *code; /* run_code's descriptor, or NULL */
     atomic_ulong next_id;
     th_mgr mgr;
 
@@ -306,6 +307,18 @@ struct th_host {
     pthread_mutex_t stmu;       /* stats table (insert only) */
     _Atomic(th_stat *) stat_b[256]; /* lock-free reads */
     atomic_ulong live_calls;    /* calls not yet freed */
+
+    /* Hot reload (reload_host.c).  `reloader` is set at open (NULL with
+     * host.reload off) and freed at close; `retired` holds the configs a
+     * reload replaced (a call started before the swap may still read
+     * them), written by the reload thread only, freed at close. */
+    struct th_reloader *reloader;
+    th_config **retired;
+    size_t n_retired;
+
+    /* What the fronts asked to run at close, after every plugin is
+     * closed (th_host_at_close), newest first. */
+    struct th_at_close *at_close;
 };
 
 struct th_session {
@@ -330,6 +343,8 @@ void th_session_ref(th_session *s);
 void th_session_unref(th_session *s);
 /* Calls tools_changed outside every lock, unless the session closes. */
 void th_session_tools_changed(th_session *s);
+
+/* toolsets.c: which toolset a call runs under. */
 
 /* The toolset a session's call of `tool` runs under (first in config order
  * that contains it and that the session may use): its index, or -1 with
