@@ -6,8 +6,8 @@
 #include "cli.h"
 #include "th/code.h"
 #include "th/log.h"
-#include "th/rpc.h"
-#include "th/sockpath.h"
+#include "front/rpc.h"
+#include "front/sockpath.h"
 
 static const char serve_usage[] =
     "usage: toolhost serve -c FILE [--listen unix:PATH | --stdio] "

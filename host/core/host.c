@@ -13,7 +13,7 @@
 #include "manager.h"
 #include "reloader.h"
 #include "th/log.h"
-#include "th/out.h"
+#include "out.h"
 
 /* Names a toolset may list before their tool exists: the task tools (added
  * below) and the built-in a front may add after open (run_code). */

@@ -26,7 +26,7 @@
 #include "th/buf.h"
 #include "th/config.h"
 #include "th/host.h"
-#include "th/out.h"
+#include "out.h"
 #include "th/tool.h"
 
 /* ---- Small maps (mgr_map.c) ------------------------------------------- */

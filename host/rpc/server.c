@@ -19,7 +19,7 @@
  * result of a sync call, task.done of a task) or the end of its
  * connection.
  */
-#include "th/rpc.h"
+#include "front/rpc.h"
 #include "th/utf8.h"
 
 #include <errno.h>
