@@ -357,15 +357,17 @@ bool th_host_is_task_tool(const char *name);
 const th_tool_override *th_host_override(const th_toolset_cfg *ts,
                                          const char *tool);
 
-/* tasks.c */
+/* tasks.c: the task tools. */
 extern const toolhost_plugin th_task_tools_plugin;
+
+/* task_table.c */
 /* Keeps a finished toolset-scoped task's result (copied); host->tmu
  * held. */
 void th_tasks_keep_locked(th_host *h, uint64_t task_id, int ts_idx,
                           const th_result_copy *res);
 void th_tasks_free(th_host *h);
 
-/* Duplicates (tasks.c): checks and registers atomically.  0, or a tool
+/* Duplicates (task_table.c): checks and registers atomically.  0, or a tool
  * error already answered to the call (returns nonzero). */
 int th_dup_register(th_mcall *c);
 void th_dup_remove(th_mcall *c);
