@@ -49,8 +49,11 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
 WARN := -Wall -Wextra -Werror
-# Physical layers: the host, the CLI, tests and benchmarks see the host's
-# headers (host/include); the SDK, the bundled plugins and the fixture
+# Physical layers (docs/architecture.md): the host, the CLI, tests and
+# benchmarks see the host's API headers (host/include: th/ the core's,
+# front/ the fronts'); the core's private headers sit beside its sources in
+# host/core/, which only the core itself and the white-box tests and fuzz
+# targets (-Ihost/core) see; the SDK, the bundled plugins and the fixture
 # plugins see only the ABI and the SDK (plugin-api, sdk), so a plugin that
 # includes a th/ header does not compile.
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) -g $(SAN_FLAGS) \
