@@ -1,9 +1,10 @@
 /* host.c - the top of the core: opening a host (plugins, task tools,
  * built-ins, toolset check, workers), closing it (grace, cancel, join,
  * unref, the fronts' at-close work), and ending a session (its calls
- * cancelled or detached).  Nothing else in the core calls into this file;
- * it calls down into the manager, the sessions and the reloader
- * (scripts/layers-graph shows it).  The fronts plug their built-in tools
+ * cancelled or detached).  Only the fronts call into this file (the code
+ * runtime's code_tool.c among them, for th_host_add_builtin_ex); it calls
+ * down into the manager, the sessions and the reloader (make
+ * layers-graph shows it).  The fronts plug their built-in tools
  * in after th_host_open() (th_host_add_builtin_ex, th_code_attach): the
  * core names no front. */
 #include <stdio.h>
@@ -11,9 +12,9 @@
 #include <string.h>
 
 #include "manager.h"
+#include "out.h"
 #include "reloader.h"
 #include "th/log.h"
-#include "out.h"
 
 /* Names a toolset may list before their tool exists: the task tools (added
  * below) and the built-in a front may add after open (run_code). */
