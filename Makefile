@@ -49,8 +49,11 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
 WARN := -Wall -Wextra -Werror
-# Physical layers: the host, the CLI, tests and benchmarks see the host's
-# headers (host/include); the SDK, the bundled plugins and the fixture
+# Physical layers (docs/architecture.md): the host, the CLI, tests and
+# benchmarks see the host's API headers (host/include: th/ the core's,
+# front/ the fronts'); the core's private headers sit beside its sources in
+# host/core/, which only the core itself and the white-box tests and fuzz
+# targets (-Ihost/core) see; the SDK, the bundled plugins and the fixture
 # plugins see only the ABI and the SDK (plugin-api, sdk), so a plugin that
 # includes a th/ header does not compile.
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) -g $(SAN_FLAGS) \
@@ -76,6 +79,7 @@ BENCH_SRC := $(sort $(wildcard bench/*.c))
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
 HOST_OBJ := $(call obj,$(HOST_SRC))
+CORE_OBJ := $(filter $(BUILD)/obj/host/core/%,$(HOST_OBJ))
 CLI_OBJ := $(call obj,$(CLI_SRC)) $(BUILD)/obj/gen/template.o
 TEMPLATE_FILES := $(sort $(wildcard sdk/template/*))
 SDK_OBJ := $(call obj,$(SDK_SRC))
@@ -91,10 +95,10 @@ UNIT_BIN := $(BUILD)/tests/unit-tests
 INTEG_BIN := $(BUILD)/tests/integration-tests
 BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
-TEST_DEFS = -DTH_BUILD_DIR='"$(abspath $(BUILD))"' -DTH_SOURCE_DIR='"$(abspath .)"' -Itests \
+TEST_DEFS = -Ihost/core -DTH_BUILD_DIR='"$(abspath $(BUILD))"' -DTH_SOURCE_DIR='"$(abspath .)"' -Itests \
 	-DTH_SANITIZER='"$(SANITIZER)"'
 
-.PHONY: all deps run test check check-unit check-integration check-tsan check-layers \
+.PHONY: all deps run test check check-unit check-integration check-tsan check-layers layers-graph \
 	valgrind bench fuzz fuzz-replay install uninstall clean
 .DEFAULT_GOAL := all
 
@@ -204,15 +208,32 @@ test: deps
 
 check: check-unit check-integration check-layers
 
-# The layers hold: a plugin cannot include a host header, and the binary
-# exports no symbol a plugin could bind to.
+# The layers hold (docs/architecture.md): a plugin cannot include a host
+# header; the binary exports no symbol a plugin could bind to; the fronts
+# include no private core header and the core no front header (nor libuv);
+# and no call cycle among the core's objects grows beyond the known one
+# (LAYERS_CYCLE_KNOWN: it may shrink, never grow).
+LAYERS_CYCLE_KNOWN ?= call manager task_table
 check-layers: $(TOOLHOST)
+	@scripts/check-includes
+	@out=$$(scripts/check-includes tests/layers/includes 2>&1) && { \
+	  echo "check-layers: scripts/check-includes passed tests/layers/includes, which breaks every rule" >&2; exit 1; }; \
+	  for why in 'a front includes a private' 'a front reaches into' 'the core includes a front' \
+	             'the core uses libuv' "the core's API" 'the core names the code runtime'; do \
+	    echo "$$out" | grep -q "$$why" || { echo "check-layers: check-includes missed: $$why" >&2; exit 1; }; done; \
+	  echo "$$out" | grep -q 'host/core/code_x.c' || { echo "check-layers: check-includes missed the code runtime's include" >&2; exit 1; }
+	@scripts/layers-graph -k '$(LAYERS_CYCLE_KNOWN)' $(CORE_OBJ) >/dev/null
 	@$(CC) $(CFLAGS_PLUGIN) -fsyntax-only tests/layers/plugin_sdk_only.c
 	@if $(CC) $(CFLAGS_PLUGIN) -fsyntax-only tests/layers/plugin_includes_host.c 2>/dev/null; then \
 	  echo "check-layers: a plugin compiled with a host header (th/tool.h)" >&2; exit 1; fi
 	@n=$$(nm -D --defined-only $(TOOLHOST) | awk '$$2 ~ /^[TDB]$$/ && $$3 ~ /^th_/' | wc -l); \
 	  if [ "$$n" -ne 0 ]; then echo "check-layers: $(TOOLHOST) exports $$n th_* symbols" >&2; exit 1; fi
 	@echo "check-layers: plugins see only plugin-api/ and sdk/; $(TOOLHOST) exports no th_* symbol"
+
+# The call graph between the core's objects and its cycles
+# (docs/architecture.md).
+layers-graph: $(LIBTH)
+	@scripts/layers-graph $(CORE_OBJ)
 
 check-unit: $(UNIT_BIN) $(PLUGIN_SO) $(FIX_SO) $(TOOLHOST)
 	$(UNIT_BIN) $(SUITES)
@@ -250,7 +271,7 @@ fuzz-replay:
 # What `make install PREFIX=...` puts where (DESTDIR is prepended to all):
 #   bin/toolhost
 #   include/toolhost/plugin.h, sdk.h               the plugin ABI and SDK
-#   include/toolhost/host/th/*.h                    the RPC client API
+#   include/toolhost/host/front/rpc.h, th/*.h       the RPC client API
 #   lib/libtoolhost-sdk.a, lib/libtoolhost.a        SDK; host + RPC client
 #   lib/pkgconfig/toolhost-plugin.pc, toolhost.pc
 #   lib/toolhost/plugins/*.so                       the bundled plugins
@@ -260,7 +281,8 @@ fuzz-replay:
 #                                                   PREFIX/bin/toolhost)
 # `make uninstall PREFIX=...` removes exactly these files, and the folders
 # that are toolhost's own once they are empty.
-RPC_HEADERS := host/include/th/rpc.h host/include/th/buf.h \
+RPC_FRONT_HEADERS := host/include/front/rpc.h
+RPC_HEADERS := host/include/th/buf.h \
 	host/include/th/err.h host/include/th/host.h host/include/th/config.h \
 	host/include/th/tool.h
 DOC_FILES := README.md sdk/AUTHORING.md $(sort $(wildcard docs/*.md)) \
@@ -271,13 +293,14 @@ UNITS := configs/systemd/toolhost.service configs/systemd/toolhost.socket
 I := $(DESTDIR)$(PREFIX)
 
 install: $(TOOLHOST) $(LIBSDK) $(LIBTH) $(PLUGIN_SO)
-	install -d $(I)/bin $(I)/include/toolhost/host/th \
+	install -d $(I)/bin $(I)/include/toolhost/host/th $(I)/include/toolhost/host/front \
 	  $(I)/lib/pkgconfig $(I)/lib/toolhost/plugins \
 	  $(I)/share/man/man1 $(I)/share/man/man5 $(I)/share/doc/toolhost \
 	  $(I)/share/toolhost/systemd
 	install -m 0755 $(TOOLHOST) $(I)/bin/toolhost
 	install -m 0644 plugin-api/toolhost/plugin.h sdk/toolhost/sdk.h $(I)/include/toolhost/
 	install -m 0644 $(RPC_HEADERS) $(I)/include/toolhost/host/th/
+	install -m 0644 $(RPC_FRONT_HEADERS) $(I)/include/toolhost/host/front/
 	install -m 0644 $(LIBSDK) $(LIBTH) $(I)/lib/
 	install -m 0755 $(PLUGIN_SO) $(I)/lib/toolhost/plugins/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
@@ -297,13 +320,15 @@ uninstall:
 	rm -f $(I)/bin/toolhost
 	rm -f $(I)/include/toolhost/plugin.h $(I)/include/toolhost/sdk.h
 	rm -f $(addprefix $(I)/include/toolhost/host/th/,$(notdir $(RPC_HEADERS)))
+	rm -f $(addprefix $(I)/include/toolhost/host/front/,$(notdir $(RPC_FRONT_HEADERS)))
 	rm -f $(I)/lib/libtoolhost-sdk.a $(I)/lib/libtoolhost.a
 	rm -f $(addprefix $(I)/lib/toolhost/plugins/,$(notdir $(PLUGIN_SO)))
 	rm -f $(I)/lib/pkgconfig/toolhost-plugin.pc $(I)/lib/pkgconfig/toolhost.pc
 	rm -f $(I)/share/man/man1/toolhost.1 $(I)/share/man/man5/toolhost.yaml.5
 	rm -f $(addprefix $(I)/share/doc/toolhost/,$(notdir $(DOC_FILES)))
 	rm -f $(addprefix $(I)/share/toolhost/systemd/,$(notdir $(UNITS)))
-	for d in include/toolhost/host/th include/toolhost/host include/toolhost \
+	for d in include/toolhost/host/th include/toolhost/host/front \
+	  include/toolhost/host include/toolhost \
 	  lib/toolhost/plugins lib/toolhost share/doc/toolhost \
 	  share/toolhost/systemd share/toolhost; do \
 	  if [ -d $(I)/$$d ]; then rmdir $(I)/$$d 2>/dev/null || \

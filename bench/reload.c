@@ -27,7 +27,7 @@
 
 #include "th/host.h"
 #include "th/log.h"
-#include "th/reload.h"
+#include "front/reload_watch.h"
 
 #define LOAD 2
 #define MAX_RELOADS 100

@@ -26,7 +26,8 @@ BASE := -DTH_BUILD_DIR='"$(abspath build)"' -std=c11 -D_GNU_SOURCE -O1 -g $(SAN)
 # Other modules' code is compiled with warnings shown but not fatal: it is
 # -Werror clean under gcc, and a clang-only warning must not stop fuzzing.
 HOST_CFLAGS := $(BASE) -Wall -Wextra -fsanitize=fuzzer-no-link
-TARGET_CFLAGS := $(BASE) -Wall -Wextra -Werror -fsanitize=fuzzer-no-link
+# Targets, like the unit tests, may see the core's private headers.
+TARGET_CFLAGS := $(BASE) -Ihost/core -Wall -Wextra -Werror -fsanitize=fuzzer-no-link
 
 HOST_SRC := $(sort $(filter-out host/cli/%,$(wildcard host/*/*.c)))
 TARGET_SRC := $(sort $(wildcard fuzz/*.c))

@@ -25,7 +25,7 @@
 #include "fuzz.h"
 #include "th/buf.h"
 #include "th/err.h"
-#include "th/out.h"
+#include "out.h"
 #include "toolhost/plugin.h"
 
 static int out_utf8_valid(const uint8_t *s, size_t n)

@@ -29,7 +29,7 @@
 #include "fuzz.h"
 #include "th/buf.h"
 #include "th/err.h"
-#include "th/rpc.h"
+#include "front/rpc.h"
 
 typedef struct rf_out {
     th_buf msgs;    /* every message, re-packed */

@@ -29,7 +29,7 @@
 #include "th/err.h"
 #include "th/host.h"
 #include "th/log.h"
-#include "th/rpc.h"
+#include "front/rpc.h"
 
 #ifndef TH_BUILD_DIR
 #define TH_BUILD_DIR "build"

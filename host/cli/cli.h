@@ -9,7 +9,7 @@
 
 #include "th/host.h"
 #include "th/kvargs.h"
-#include "th/rpc.h"
+#include "front/rpc.h"
 
 /* Exit statuses, the same for every subcommand. */
 #define CLI_OK 0

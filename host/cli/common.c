@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "th/code.h"
 #include "th/json.h"
 #include "th/log.h"
 
@@ -58,6 +59,12 @@ int cli_host_open(const char *config, const th_front_ops *ops, void *ud,
     if (th_host_open(cfg, &out->host, &err) != 0) {
         fprintf(stderr, "%s\n", err.msg);
         return CLI_USAGE;
+    }
+    if (th_code_attach(out->host, &err) != 0) { /* run_code, where enabled */
+        fprintf(stderr, "%s\n", err.msg);
+        th_host_close(out->host);
+        out->host = NULL;
+        return CLI_FAILED;
     }
     th_principal who = {.uid = (uint32_t)getuid(),
                         .gid = (uint32_t)getgid(),

@@ -13,7 +13,7 @@
 #include "cli.h"
 #include "th/json.h"
 #include "th/perm.h"
-#include "th/rpc.h"
+#include "front/rpc.h"
 #include "th/schema.h"
 
 /* The word after a bare --connect is its address when no tool name or

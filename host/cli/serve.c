@@ -8,9 +8,10 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "th/code.h"
 #include "th/log.h"
-#include "th/rpc.h"
-#include "th/sockpath.h"
+#include "front/rpc.h"
+#include "front/sockpath.h"
 
 /* ---- Signals ----------------------------------------------------------------
  * The server stops on the first SIGTERM/SIGINT (its own handlers: grace,
@@ -177,6 +178,11 @@ int cli_serve(int argc, char **argv)
     if (th_host_open(cfg, &h, &err) != 0) {
         fprintf(stderr, "%s\n", err.msg);
         return CLI_USAGE;
+    }
+    if (th_code_attach(h, &err) != 0) { /* run_code, where enabled */
+        fprintf(stderr, "%s\n", err.msg);
+        th_host_close(h);
+        return CLI_FAILED;
     }
     th_rpc_serve_opts so;
     memset(&so, 0, sizeof so);

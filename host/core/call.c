@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "th/log.h"
-#include "th/manager.h"
+#include "manager.h"
 #include "th/perm.h"
 
 static __thread th_mcall *tl_cur;      /* the call this thread executes */

@@ -1,201 +1,42 @@
-/* host.c - one running host: opening (plugins, built-ins, toolset check,
- * workers), closing (grace, cancel, join, unref), toolset lookup and the
- * per-tool numbers. */
+/* host.c - the top of the core: opening a host (plugins, task tools,
+ * built-ins, toolset check, workers), closing it (grace, cancel, join,
+ * unref, the fronts' at-close work), and ending a session (its calls
+ * cancelled or detached).  Only the fronts call into this file (the code
+ * runtime's code_tool.c among them, for th_host_add_builtin_ex); it calls
+ * down into the manager, the sessions and the reloader (make
+ * layers-graph shows it).  The fronts plug their built-in tools
+ * in after th_host_open() (th_host_add_builtin_ex, th_code_attach): the
+ * core names no front. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "th/code.h"
+#include "manager.h"
+#include "out.h"
+#include "reloader.h"
 #include "th/log.h"
-#include "th/manager.h"
-#include "th/out.h"
-#include "th/reload.h"
 
+/* Names a toolset may list before their tool exists: the task tools (added
+ * below) and the built-in a front may add after open (run_code). */
 static const char *const reserved[] = {"get_running_tasks", "cancel_task",
                                        "run_code", NULL};
 
-bool th_host_is_task_tool(const char *name)
+typedef struct th_at_close {
+    void (*fn)(void *ud);
+    void *ud;
+    struct th_at_close *next;
+} th_at_close;
+
+int th_host_at_close(th_host *h, void (*fn)(void *ud), void *ud, th_error *err)
 {
-    return strcmp(name, "get_running_tasks") == 0 ||
-           strcmp(name, "cancel_task") == 0;
-}
-
-/* A reload swaps h->cfg for new calls (reload_host.c): read it with an
- * acquire load; the config read stays valid while the host lives. */
-const th_config *th_host_config(const th_host *h)
-{
-    return __atomic_load_n(&h->cfg, __ATOMIC_ACQUIRE);
-}
-
-th_registry *th_host_registry(th_host *h)
-{
-    return h->reg;
-}
-
-/* ---- Toolsets ------------------------------------------------------------------ */
-
-const th_tool_override *th_host_override(const th_toolset_cfg *ts,
-                                         const char *tool)
-{
-    for (size_t i = 0; i < ts->n_overrides; i++)
-        if (strcmp(ts->overrides[i].tool, tool) == 0)
-            return &ts->overrides[i];
-    return NULL;
-}
-
-bool th_host_toolset_has(th_host *h, const th_toolset_cfg *ts,
-                         const th_tool *tool)
-{
-    if (th_host_is_task_tool(tool->name))
-        return false;
-    for (size_t i = 0; i < h->n_builtins; i++)
-        if (h->builtins[i].p == tool->plugin && h->builtins[i].member)
-            return h->builtins[i].member(ts, tool->name, h->builtins[i].ud);
-    for (size_t i = 0; i < ts->n_tools; i++)
-        if (strcmp(ts->tools[i], "*") == 0 || strcmp(ts->tools[i], tool->name) == 0)
-            return true;
-    return false;
-}
-
-int th_host_pick_toolset(th_host *h, th_session *s, const th_tool *tool,
-                         bool *any)
-{
-    *any = false;
-    const th_config *cfg = th_host_config(h);
-    for (size_t i = 0; i < cfg->n_toolsets; i++) {
-        if (!th_host_toolset_has(h, &cfg->toolsets[i], tool))
-            continue;
-        *any = true;
-        if (s->usable[i])
-            return (int)i;
-    }
-    return -1;
-}
-
-/* ---- Numbers -------------------------------------------------------------------- */
-
-th_stat *th_stat_get(th_host *h, const char *tool)
-{
-    size_t b = th_hash_bytes(tool, strlen(tool)) & 255;
-    _Atomic(th_stat *) *slot = &h->stat_b[b];
-    for (th_stat *s = atomic_load_explicit(slot, memory_order_acquire); s; s = s->next)
-        if (strcmp(s->tool, tool) == 0)
-            return s;
-    pthread_mutex_lock(&h->stmu);
-    th_stat *s;
-    for (s = atomic_load_explicit(slot, memory_order_acquire); s; s = s->next)
-        if (strcmp(s->tool, tool) == 0)
-            break;
-    if (!s && (s = calloc(1, sizeof *s))) {
-        if (!(s->tool = strdup(tool))) {
-            free(s);
-            s = NULL;
-        } else {
-            s->next = atomic_load_explicit(slot, memory_order_relaxed);
-            atomic_store_explicit(slot, s, memory_order_release);
-        }
-    }
-    pthread_mutex_unlock(&h->stmu);
-    return s;
-}
-
-/* Bucket 0: < 1 us; then 4 buckets per power of two of microseconds. */
-static unsigned hist_bucket(int64_t ns)
-{
-    uint64_t us = ns > 0 ? (uint64_t)ns / 1000 : 0;
-    if (us == 0)
-        return 0;
-    unsigned e = 63u - (unsigned)__builtin_clzll(us);
-    unsigned frac = e >= 2 ? (unsigned)(us >> (e - 2)) & 3u : (unsigned)(us << (2 - e)) & 3u;
-    unsigned b = 1 + e * 4 + frac;
-    return b < TH_HIST_BUCKETS ? b : TH_HIST_BUCKETS - 1;
-}
-
-/* The upper bound of a bucket, in ms. */
-static double hist_upper_ms(unsigned b)
-{
-    if (b == 0)
-        return 0.001;
-    unsigned e = (b - 1) / 4, frac = (b - 1) % 4;
-    double lo = (double)(1ull << e) * (1.0 + frac / 4.0);
-    double hi = lo + (double)(1ull << e) / 4.0;
-    return hi / 1000.0;
-}
-
-void th_stat_latency(th_stat *st, int64_t ns)
-{
-    atomic_fetch_add_explicit(&st->hist[hist_bucket(ns)], 1, memory_order_relaxed);
-}
-
-static double percentile(const uint64_t *hist, uint64_t total, double p)
-{
-    if (!total)
-        return 0;
-    uint64_t want = (uint64_t)((double)total * p);
-    if (want >= total)
-        want = total - 1;
-    uint64_t seen = 0;
-    for (unsigned b = 0; b < TH_HIST_BUCKETS; b++) {
-        seen += hist[b];
-        if (seen > want)
-            return hist_upper_ms(b);
-    }
-    return hist_upper_ms(TH_HIST_BUCKETS - 1);
-}
-
-int th_host_stats_foreach(th_host *h, int (*fn)(const th_tool_stats *st, void *ud),
-                          void *ud)
-{
-    for (size_t b = 0; b < 256; b++) {
-        _Atomic(th_stat *) *slot = &h->stat_b[b];
-        for (th_stat *s = atomic_load_explicit(slot, memory_order_acquire); s; s = s->next) {
-            th_tool_stats t;
-            memset(&t, 0, sizeof t);
-            t.tool = s->tool;
-            t.calls = atomic_load(&s->calls);
-            t.ok = atomic_load(&s->ok);
-            t.failed = atomic_load(&s->failed);
-            t.errors = atomic_load(&s->errors);
-            t.timeouts = atomic_load(&s->timeouts);
-            t.cancels = atomic_load(&s->cancels);
-            t.duplicates_rejected = atomic_load(&s->dup_rejected);
-            t.busy = atomic_load(&s->busy);
-            t.permission_denied = atomic_load(&s->perm_denied);
-            t.late_results = atomic_load(&s->late);
-            uint64_t hist[TH_HIST_BUCKETS], total = 0;
-            for (unsigned i = 0; i < TH_HIST_BUCKETS; i++)
-                total += hist[i] = atomic_load_explicit(&s->hist[i], memory_order_relaxed);
-            t.p50_ms = percentile(hist, total, 0.50);
-            t.p99_ms = percentile(hist, total, 0.99);
-            int rc = fn(&t, ud);
-            if (rc)
-                return rc;
-        }
-    }
+    th_at_close *a = malloc(sizeof *a);
+    if (!a)
+        return th_error_set(err, TH_ENOMEM, "out of memory registering a close hook");
+    a->fn = fn;
+    a->ud = ud;
+    a->next = h->at_close;
+    h->at_close = a;
     return 0;
-}
-
-void th_host_mgr_stats(th_host *h, th_mgr_stats *out)
-{
-    memset(out, 0, sizeof *out);
-    th_mgr *m = &h->mgr;
-    pthread_mutex_lock(&m->mu);
-    out->workers = m->nworkers;
-    out->async_workers = m->async_cap;
-    out->queued = m->waiting;
-    out->lost_workers = m->lost_total;
-    out->lost_workers_now = m->lost_now;
-    pthread_mutex_unlock(&m->mu);
-    out->running = atomic_load(&m->running);
-    out->calls_total = atomic_load(&m->calls_total);
-    out->inline_calls = atomic_load(&m->inline_calls);
-    pthread_mutex_lock(&h->mu);
-    for (th_session *s = h->sessions; s; s = s->next) {
-        pthread_mutex_lock(&s->mu);
-        out->live_tasks += s->live_tasks;
-        pthread_mutex_unlock(&s->mu);
-    }
-    pthread_mutex_unlock(&h->mu);
 }
 
 /* ---- Built-ins ---------------------------------------------------------------- */
@@ -229,6 +70,71 @@ int th_host_add_builtin_ex(th_host *h, const toolhost_plugin *desc,
 int th_host_add_builtin(th_host *h, const toolhost_plugin *desc, th_error *err)
 {
     return th_host_add_builtin_ex(h, desc, NULL, NULL, err);
+}
+
+/* ---- Ending a session ----------------------------------------------------------- */
+
+static void collect_call(uint64_t k, void *v, void *ud)
+{
+    (void)k;
+    th_mcall ***pp = ud;
+    th_mcall_ref(v);
+    *(*pp)++ = v;
+}
+
+void th_session_close(th_session *s)
+{
+    if (!s)
+        return;
+    th_host *h = s->h;
+    pthread_mutex_lock(&s->mu);
+    s->closing = true;
+    size_t n = s->calls.n;
+    th_mcall **v = calloc(n ? n : 1, sizeof *v), **p = v;
+    if (v)
+        th_u64map_each(&s->calls, collect_call, &p);
+    pthread_mutex_unlock(&s->mu);
+    /* Cancel what is the session's; toolset-scoped tasks go on, detached
+     * from the front.  (Out of memory here: the calls end on their own.) */
+    for (size_t i = 0; v && i < (size_t)(p - v); i++) {
+        th_mcall *c = v[i];
+        pthread_mutex_lock(&c->mu);
+        bool keep = c->acked && c->scope == TH_SCOPE_TOOLSET;
+        pthread_mutex_unlock(&c->mu);
+        if (!keep)
+            th_mcall_abort(c, TH_ECANCELLED, "the session ended");
+        th_mcall_detach(c);
+        th_mcall_unref(c);
+    }
+    free(v);
+    /* A bounded grace for the cancelled calls to stop; tools_changed
+     * callbacks in flight always finish before we return. */
+    int64_t until = th_now_ns() + (int64_t)th_host_config(h)->host.session_grace_ms * 1000000;
+    pthread_mutex_lock(&s->mu);
+    while (s->ops_inflight > 0 || (s->exec_live > 0 && th_now_ns() < until)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 5 * 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    }
+    if (s->exec_live > 0)
+        th_log_warn("session=%llu closed with %zu calls still stopping",
+                    (unsigned long long)s->id, s->exec_live);
+    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&h->mu);
+    if (s->prev)
+        s->prev->next = s->next;
+    else if (h->sessions == s)
+        h->sessions = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    s->prev = s->next = NULL;
+    pthread_mutex_unlock(&h->mu);
+    th_session_unref(s);
 }
 
 /* ---- Open and close ---------------------------------------------------------- */
@@ -285,7 +191,12 @@ static void host_free(th_host *h)
     if (h->reg)
         th_registry_free(h->reg);
     th_reload_host_close(h); /* closes what the registry released */
-    th_code_builtin_free(h->code); /* its plugin is gone with the registry */
+    while (h->at_close) { /* their built-ins are gone with the registry */
+        th_at_close *a = h->at_close;
+        h->at_close = a->next;
+        a->fn(a->ud);
+        free(a);
+    }
     free(h->dup_b);
     pthread_mutex_destroy(&h->mu);
     pthread_cond_destroy(&h->cv);
@@ -362,12 +273,6 @@ int th_host_open_ex(th_config *cfg, const th_host_opts *opts, th_host **out,
                 host_free(h);
                 return rc;
             }
-    /* run_code, for the toolsets that enable it: its description lists
-     * the tools it may call, so it comes after every plugin. */
-    if ((rc = th_code_register(h, &h->code, err)) != 0) {
-        host_free(h);
-        return rc;
-    }
     if ((rc = th_config_check_tools(cfg, has_tool, h, err)) != 0) {
         host_free(h);
         return rc;

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "th/log.h"
-#include "th/manager.h"
+#include "manager.h"
 
 __thread bool th_mgr_tl_worker;
 

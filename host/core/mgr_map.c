@@ -2,7 +2,7 @@
 #include <stdlib.h>
 
 #include "th/err.h"
-#include "th/manager.h"
+#include "manager.h"
 
 uint64_t th_hash_bytes(const void *data, size_t len)
 {

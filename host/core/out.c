@@ -1,5 +1,5 @@
 /* out.c - output streams limited by semantic type while the tool writes. */
-#include "th/out.h"
+#include "out.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -26,7 +26,7 @@
 
 #include "th/buf.h"
 #include "th/log.h"
-#include "th/reload.h"
+#include "reloader.h"
 
 /* One generation the reloader knows, from load (or adoption) to close. */
 typedef struct th_gen {

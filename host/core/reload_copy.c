@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "th/log.h"
-#include "th/reload.h"
+#include "reloader.h"
 
 struct th_copydir {
     char *path;        /* the folder we created (removed at close) */

@@ -1,49 +1,26 @@
 /* reload_host.c - the host's side of hot reload: the reloader a th_host
- * owns, and what a reload changes in the host besides the registry (the
- * config new calls read, toolset concurrency limits, the log level, the
- * sessions told that their tool list changed).
+ * owns (h->reloader, a member of the host), and what a reload changes in
+ * the host besides the registry (the config new calls read, toolset
+ * concurrency limits, the log level, the sessions told that their tool
+ * list changed).  Called by host.c only; calls down into the reloader and
+ * the sessions.
  *
- * struct th_host (th/manager.h) has no member for the reloader, so the
- * host -> reloader link is a small table here, locked by tab_mu (taken
- * alone, never with another lock).
- *
- * Configs replaced by a reload are kept until the host closes: a call
- * started before the swap may still read its toolset from the old one.
+ * Configs replaced by a reload are kept until the host closes
+ * (h->retired): a call started before the swap may still read its toolset
+ * from the old one.
  */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "manager.h"
+#include "reloader.h"
 #include "th/log.h"
-#include "th/manager.h"
-#include "th/reload.h"
 
-typedef struct host_rl {
-    th_host *h;
-    th_reloader *r;
-    th_config **retired;
-    size_t n_retired;
-    struct host_rl *next;
-} host_rl;
-
-static pthread_mutex_t tab_mu = PTHREAD_MUTEX_INITIALIZER;
-static host_rl *tab;
-
-static host_rl *find(th_host *h) /* tab_mu held */
-{
-    for (host_rl *e = tab; e; e = e->next)
-        if (e->h == h)
-            return e;
-    return NULL;
-}
-
+/* Set at open, before any other thread sees the host; freed at close. */
 th_reloader *th_host_reloader(th_host *h)
 {
-    pthread_mutex_lock(&tab_mu);
-    host_rl *e = find(h);
-    th_reloader *r = e ? e->r : NULL;
-    pthread_mutex_unlock(&tab_mu);
-    return r;
+    return h->reloader;
 }
 
 /* ---- the target ----------------------------------------------------------------- */
@@ -112,15 +89,12 @@ static int check_config(void *ud, const th_config *nc, th_error *err)
 static void swap_config(void *ud, th_config *nc)
 {
     th_host *h = ud;
-    th_config *oc = h->cfg;
-    pthread_mutex_lock(&tab_mu);
-    host_rl *e = find(h);
-    th_config **v = e ? realloc(e->retired, (e->n_retired + 1) * sizeof *v) : NULL;
+    th_config *oc = h->cfg; /* only the reload thread writes these */
+    th_config **v = realloc(h->retired, (h->n_retired + 1) * sizeof *v);
     if (v) {
-        e->retired = v;
-        e->retired[e->n_retired++] = oc;
+        h->retired = v;
+        h->retired[h->n_retired++] = oc;
     }
-    pthread_mutex_unlock(&tab_mu);
     if (!v) /* cannot keep the old one safely: keep it forever instead */
         th_log_error("reload: out of memory retiring the old config (kept)");
     /* Toolset concurrency limits for new calls (same toolsets, checked). */
@@ -141,32 +115,19 @@ int th_reload_host_open(th_host *h, th_error *err)
 {
     if (h->cfg->host.reload == TH_RELOAD_OFF)
         return 0;
-    host_rl *e = calloc(1, sizeof *e);
-    if (!e)
-        return th_error_set(err, TH_ENOMEM, "out of memory");
     th_reload_target t = {.reg = h->reg,
                           .reserved = reserved,
                           .swap_config = swap_config,
                           .tools_changed = tools_changed,
                           .ud = h,
                           .check_config = check_config};
-    int rc = th_reloader_new(&t, h->cfg, &e->r, err);
-    if (rc) {
-        free(e);
-        return rc;
-    }
-    e->h = h;
-    pthread_mutex_lock(&tab_mu);
-    e->next = tab;
-    tab = e;
-    pthread_mutex_unlock(&tab_mu);
-    return 0;
+    return th_reloader_new(&t, h->cfg, &h->reloader, err);
 }
 
 int th_reload_host_load(th_host *h, const th_plugin_cfg *pc, th_plugin **out,
                         th_error *err)
 {
-    th_reloader *r = th_host_reloader(h);
+    th_reloader *r = h->reloader;
     if (!r) {
         th_load_opts lo;
         memset(&lo, 0, sizeof lo);
@@ -192,19 +153,11 @@ int th_reload_host_load(th_host *h, const th_plugin_cfg *pc, th_plugin **out,
 
 void th_reload_host_close(th_host *h)
 {
-    pthread_mutex_lock(&tab_mu);
-    host_rl **pp = &tab;
-    while (*pp && (*pp)->h != h)
-        pp = &(*pp)->next;
-    host_rl *e = *pp;
-    if (e)
-        *pp = e->next;
-    pthread_mutex_unlock(&tab_mu);
-    if (!e)
-        return;
-    th_reloader_free(e->r);
-    for (size_t i = 0; i < e->n_retired; i++)
-        th_config_free(e->retired[i]);
-    free(e->retired);
-    free(e);
+    th_reloader_free(h->reloader);
+    h->reloader = NULL;
+    for (size_t i = 0; i < h->n_retired; i++)
+        th_config_free(h->retired[i]);
+    free(h->retired);
+    h->retired = NULL;
+    h->n_retired = 0;
 }

@@ -1,5 +1,7 @@
 /* session.c - sessions: who calls (principal and toolset ACLs), which tools
- * they see, and what happens to their calls when they end. */
+ * they see, their references.  Ending a session cancels its calls, which
+ * is the manager's business: th_session_close() is in host.c, above the
+ * manager, so this file calls nothing of the call path (call.c calls it). */
 #include <grp.h>
 #include <pwd.h>
 #include <stdio.h>
@@ -7,7 +9,7 @@
 #include <string.h>
 
 #include "th/log.h"
-#include "th/manager.h"
+#include "manager.h"
 
 /* ---- ACL ---------------------------------------------------------------------- */
 
@@ -170,69 +172,6 @@ void th_session_tools_changed(th_session *s)
     s->ops_inflight--;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
-}
-
-static void collect(uint64_t k, void *v, void *ud)
-{
-    (void)k;
-    th_mcall ***pp = ud;
-    th_mcall_ref(v);
-    *(*pp)++ = v;
-}
-
-void th_session_close(th_session *s)
-{
-    if (!s)
-        return;
-    th_host *h = s->h;
-    pthread_mutex_lock(&s->mu);
-    s->closing = true;
-    size_t n = s->calls.n;
-    th_mcall **v = calloc(n ? n : 1, sizeof *v), **p = v;
-    if (v)
-        th_u64map_each(&s->calls, collect, &p);
-    pthread_mutex_unlock(&s->mu);
-    /* Cancel what is the session's; toolset-scoped tasks go on, detached
-     * from the front.  (Out of memory here: the calls end on their own.) */
-    for (size_t i = 0; v && i < (size_t)(p - v); i++) {
-        th_mcall *c = v[i];
-        pthread_mutex_lock(&c->mu);
-        bool keep = c->acked && c->scope == TH_SCOPE_TOOLSET;
-        pthread_mutex_unlock(&c->mu);
-        if (!keep)
-            th_mcall_abort(c, TH_ECANCELLED, "the session ended");
-        th_mcall_detach(c);
-        th_mcall_unref(c);
-    }
-    free(v);
-    /* A bounded grace for the cancelled calls to stop; tools_changed
-     * callbacks in flight always finish before we return. */
-    int64_t until = th_now_ns() + (int64_t)th_host_config(h)->host.session_grace_ms * 1000000;
-    pthread_mutex_lock(&s->mu);
-    while (s->ops_inflight > 0 || (s->exec_live > 0 && th_now_ns() < until)) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 5 * 1000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
-    }
-    if (s->exec_live > 0)
-        th_log_warn("session=%llu closed with %zu calls still stopping",
-                    (unsigned long long)s->id, s->exec_live);
-    pthread_mutex_unlock(&s->mu);
-    pthread_mutex_lock(&h->mu);
-    if (s->prev)
-        s->prev->next = s->next;
-    else if (h->sessions == s)
-        h->sessions = s->next;
-    if (s->next)
-        s->next->prev = s->prev;
-    s->prev = s->next = NULL;
-    pthread_mutex_unlock(&h->mu);
-    th_session_unref(s);
 }
 
 /* ---- Tools ------------------------------------------------------------------------ */

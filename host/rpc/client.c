@@ -3,8 +3,8 @@
  * One thread at a time.  Waiting is poll(2) in steps of at most 100 ms so
  * that the cancel flag (set from a signal handler) is seen soon.
  */
-#include "th/rpc.h"
-#include "th/sockpath.h"
+#include "front/rpc.h"
+#include "front/sockpath.h"
 
 #include <errno.h>
 #include <poll.h>

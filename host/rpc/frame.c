@@ -1,6 +1,6 @@
 /* frame.c - msgpack-RPC frames: stream splitting, message shapes, builders. */
 #include "th/mpwalk.h"
-#include "th/rpc.h"
+#include "front/rpc.h"
 
 #include <stdlib.h>
 #include <string.h>

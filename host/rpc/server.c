@@ -37,7 +37,7 @@
  * most max_conn_log_lines per connection) or srv_log() (a few a second).
  * Who may use host.reload and see the whole host.stats: is_admin().
  */
-#include "th/rpc.h"
+#include "front/rpc.h"
 #include "th/utf8.h"
 
 #include <errno.h>
@@ -55,7 +55,7 @@
 #include <uv.h>
 
 #include "th/log.h"
-#include "th/reload.h"
+#include "front/reload_watch.h"
 #include "th/schema.h"
 
 #define DEF_MAX_FRAME ((uint64_t)16 << 20)

@@ -1,6 +1,6 @@
 /* sockpath.c - the default socket address and the checks on a socket's
  * folder before `toolhost serve` binds it (see th/sockpath.h). */
-#include "th/sockpath.h"
+#include "front/sockpath.h"
 
 #include <errno.h>
 #include <limits.h>

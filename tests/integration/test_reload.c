@@ -21,7 +21,7 @@
 
 #include "common/th_test.h"
 #include "th/buf.h"
-#include "th/rpc.h"
+#include "front/rpc.h"
 
 static bool under_valgrind(void)
 {

@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "common/th_test.h"
-#include "th/rpc.h"
+#include "front/rpc.h"
 
 #define RPC_H static __attribute__((unused))
 

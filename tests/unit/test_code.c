@@ -1118,7 +1118,13 @@ static int host_up(host_fx *fx, uint32_t workers, bool enabled)
         th_log_set_level(fx->log_level);
         return -1;
     }
-    /* th_host_open registered run_code for the toolsets enabling it */
+    if (th_code_attach(fx->h, &e)) { /* the code runtime is a front */
+        fprintf(stderr, "run_code: %s\n", e.msg);
+        th_host_close(fx->h);
+        fx->h = NULL;
+        th_log_set_level(fx->log_level);
+        return -1;
+    }
     th_principal who = {0, 0, true};
     fx->s = th_session_open(fx->h, &who, NULL, NULL);
     return fx->s ? 0 : -1;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "common/th_test.h"
+#include "th/code.h"
 #include "th/config.h"
 #include "th/host.h"
 #include "th/log.h"
@@ -63,6 +64,13 @@ static int chost_up(chost *fx, uint32_t workers)
     }
     if (th_host_open(cfg, &fx->h, &e)) {
         fprintf(stderr, "host: %s\n", e.msg);
+        th_log_set_level(fx->log_level);
+        return -1;
+    }
+    if (th_code_attach(fx->h, &e)) { /* the code runtime is a front */
+        fprintf(stderr, "run_code: %s\n", e.msg);
+        th_host_close(fx->h);
+        fx->h = NULL;
         th_log_set_level(fx->log_level);
         return -1;
     }
@@ -377,6 +385,13 @@ static int phost_up(chost *fx, uint32_t workers, const char *toolset)
     th_host_opts o = {b, 1};
     if (th_host_open_ex(cfg, &o, &fx->h, &e)) {
         fprintf(stderr, "host: %s\n", e.msg);
+        th_log_set_level(fx->log_level);
+        return -1;
+    }
+    if (th_code_attach(fx->h, &e)) { /* the code runtime is a front */
+        fprintf(stderr, "run_code: %s\n", e.msg);
+        th_host_close(fx->h);
+        fx->h = NULL;
         th_log_set_level(fx->log_level);
         return -1;
     }

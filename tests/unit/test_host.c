@@ -5,6 +5,7 @@
 #include <dirent.h>
 
 #include "common/th_test.h"
+#include "th/code.h"
 #include "unit/test_manager_fx.h"
 
 static th_host *open_yaml(const char *text, th_error *e, int *rc)
@@ -291,6 +292,106 @@ static void test_add_builtin(void)
     th_host_close(h);
 }
 
+/* ---- Fronts plug in after open --------------------------------------------------------- */
+
+/* The core does not register run_code: th_host_open leaves it out even
+ * where a toolset enables it; the front's th_code_attach adds it, and
+ * th_host_close frees its descriptor (under ASan a leak or a use after
+ * free fails this test). */
+static void test_run_code_is_a_front(void)
+{
+    th_host *h = must_open("host: {log_level: error}\n"
+                           "toolsets:\n  - name: code\n    tools: [t_echo]\n"
+                           "    run_code: {enabled: true}\n");
+    const th_tool *t = th_registry_acquire(th_host_registry(h), "run_code");
+    CU_ASSERT_PTR_NULL(t);
+    if (t)
+        th_tool_release(t);
+    th_error e;
+    th_error_clear(&e);
+    CU_ASSERT_EQUAL(th_code_attach(h, &e), 0);
+    t = th_registry_acquire(th_host_registry(h), "run_code");
+    CU_ASSERT_PTR_NOT_NULL(t);
+    if (t)
+        th_tool_release(t);
+    th_session *s = open_trusted(h);
+    th_buf a = A(1, "code", 's', "return 6 * 7");
+    th_result_copy r;
+    CU_ASSERT_EQUAL(th_call_sync(s, "run_code", a.data, a.len, NULL, NULL, NULL, NULL, &r), 0);
+    CU_ASSERT_EQUAL(r.kind, TH_RESULT_DONE);
+    CU_ASSERT_TRUE(r.ok);
+    th_result_copy_free(&r);
+    th_buf_free(&a);
+    th_session_close(s);
+    th_host_close(h);
+
+    /* No toolset enables it: attaching is a no-op. */
+    h = must_open("host: {log_level: error}\n");
+    CU_ASSERT_EQUAL(th_code_attach(h, &e), 0);
+    t = th_registry_acquire(th_host_registry(h), "run_code");
+    CU_ASSERT_PTR_NULL(t);
+    if (t)
+        th_tool_release(t);
+    th_host_close(h);
+}
+
+static int closed[4], n_closed, fini_at = -1;
+
+static void note_close(void *ud)
+{
+    if (n_closed < 4)
+        closed[n_closed++] = (int)(intptr_t)ud;
+}
+
+static int c_init(const toolhost_host_api *api, const uint8_t *cfg, size_t len, void **state,
+                  char *err, size_t err_size)
+{
+    (void)api;
+    (void)cfg;
+    (void)len;
+    (void)err;
+    (void)err_size;
+    *state = NULL;
+    return TOOLHOST_OK;
+}
+
+static void c_fini(void *state)
+{
+    (void)state;
+    fini_at = n_closed; /* how many close hooks ran before the plugin closed */
+}
+
+static const toolhost_tool c_tools[] = {
+    {.struct_size = sizeof(toolhost_tool), .name = "c_tool", .description = "a front's built-in",
+     .stdout_type = TOOLHOST_SEM_TEXT, .stderr_type = TOOLHOST_SEM_ERROR, .execute = b_exec},
+};
+static const toolhost_plugin c_plugin = {
+    .struct_size = sizeof(toolhost_plugin), .abi_major = TOOLHOST_ABI_MAJOR,
+    .abi_minor = TOOLHOST_ABI_MINOR, .name = "c", .version = "1", .description = "c",
+    .tools = c_tools, .n_tools = 1, .init = c_init, .fini = c_fini,
+};
+
+/* th_host_at_close hooks run once, newest first, after every plugin (the
+ * fronts' built-ins too) was closed: a front may free what its built-in's
+ * descriptor points to there. */
+static void test_at_close(void)
+{
+    n_closed = 0;
+    fini_at = -1;
+    th_host *h = must_open("host: {log_level: error}\n");
+    th_error e;
+    th_error_clear(&e);
+    CU_ASSERT_EQUAL(th_host_add_builtin(h, &c_plugin, &e), 0);
+    CU_ASSERT_EQUAL(th_host_at_close(h, note_close, (void *)(intptr_t)1, &e), 0);
+    CU_ASSERT_EQUAL(th_host_at_close(h, note_close, (void *)(intptr_t)2, &e), 0);
+    CU_ASSERT_EQUAL(n_closed, 0);
+    th_host_close(h);
+    CU_ASSERT_EQUAL(fini_at, 0);
+    CU_ASSERT_EQUAL(n_closed, 2);
+    CU_ASSERT_EQUAL(closed[0], 2);
+    CU_ASSERT_EQUAL(closed[1], 1);
+}
+
 /* ---- Limits and mocks from the config ------------------------------------------------ */
 
 static bool meta_truncated(const th_result_copy *r)
@@ -372,5 +473,7 @@ void th_suite_host(void)
     CU_add_test(s, "acl", test_acl);
     CU_add_test(s, "permissions", test_permissions);
     CU_add_test(s, "add_builtin", test_add_builtin);
+    CU_add_test(s, "run_code_is_a_front", test_run_code_is_a_front);
+    CU_add_test(s, "at_close", test_at_close);
     CU_add_test(s, "limits_and_mocks", test_limits_and_mocks);
 }

@@ -16,7 +16,7 @@
 
 #include "th/host.h"
 #include "th/log.h"
-#include "th/manager.h"
+#include "manager.h"
 
 #pragma GCC diagnostic ignored "-Wunused-function" /* each suite uses a part */
 

@@ -8,7 +8,7 @@
 
 #include "th/json.h"
 #include "th/mpwalk.h"
-#include "th/rpc.h"
+#include "front/rpc.h"
 #include "th/tool.h"
 
 /* `depth` nested one-element arrays around an empty array (or an int). */

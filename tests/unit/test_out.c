@@ -17,7 +17,7 @@
 #include "common/th_test.h"
 #include "th/config.h"
 #include "th/err.h"
-#include "th/out.h"
+#include "out.h"
 #include "toolhost/plugin.h"
 
 /* ---- helpers ------------------------------------------------------------- */

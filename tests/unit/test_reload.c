@@ -25,7 +25,8 @@
 #include "th/buf.h"
 #include "th/host.h"
 #include "th/log.h"
-#include "th/reload.h"
+#include "front/reload_watch.h"
+#include "reloader.h" /* white-box: private copies, th_reloader_new */
 #include <uv.h>
 
 /* ---- helpers ------------------------------------------------------------------- */

@@ -13,7 +13,7 @@
 
 #include "common/th_test.h"
 #include "th/log.h"
-#include "th/rpc.h"
+#include "front/rpc.h"
 
 /* Three frames back to back: a request, a notification, a response. */
 static void build_stream(th_buf *b)

@@ -12,7 +12,7 @@
 #include "common/th_test.h"
 #include "th/config.h"
 #include "th/log.h"
-#include "th/sockpath.h"
+#include "front/sockpath.h"
 
 /* Saves and restores XDG_RUNTIME_DIR around a test. */
 static char *saved_xdg;

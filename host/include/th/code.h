@@ -131,6 +131,14 @@ struct th_host;
 int th_code_register(struct th_host *h, th_code_builtin **out,
                      th_error *err);
 
+/* What a front that opens a host calls right after th_host_open() (the
+ * CLI, the msgpack-RPC server, tests): th_code_register(), with the
+ * descriptor freed at th_host_close() (th_host_at_close).  The core never
+ * registers run_code itself: the code runtime is a front.  0 (also when no
+ * toolset enables run_code), or a TH_E* code with err; on failure the host
+ * is unchanged but for a no-op close hook. */
+int th_code_attach(struct th_host *h, th_error *err);
+
 /* The static descriptor (its run_code has a generic long description);
  * th_code_builtin_new() is the one to register. */
 const toolhost_plugin *th_code_plugin_static(void);

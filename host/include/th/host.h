@@ -1,7 +1,7 @@
 /* th/host.h - one running host, its sessions, and the one call path.
  *
  * Every front (CLI, msgpack-RPC, MCP, the Lua code runtime) calls tools
- * through th_call_start(): registry lookup (pins the plugin generation) ->
+ * through th_call_start() (docs/architecture.md has the layers): registry lookup (pins the plugin generation) ->
  * policy (toolset membership, caller ACL, permission) -> validation (the one
  * place, th_validate_call) -> the async manager (duplicates, queue, worker,
  * deadline, cancel, progress) -> execute -> output limits -> events.
@@ -41,8 +41,7 @@ typedef struct th_session th_session;
 int th_host_open(th_config *cfg, th_host **out, th_error *err);
 
 /* th_host_open() with built-in plugins registered before the toolsets are
- * checked, so a toolset may name their tools (the Lua runtime's run_code,
- * test fixtures).  Each descriptor is static data of the caller and must
+ * checked, so a toolset may name their tools (test fixtures).  Each descriptor is static data of the caller and must
  * outlive the host; init() (if any) is called with an empty config and
  * fini() at close.  A built-in tool belongs to the toolsets that name it or
  * list "*", like any tool, unless `member` says otherwise (below). */
@@ -69,8 +68,16 @@ int th_host_add_builtin_ex(th_host *h, const toolhost_plugin *desc,
                            th_error *err);
 int th_host_add_builtin(th_host *h, const toolhost_plugin *desc,
                         th_error *err);
+/* Registers fn(ud) to run once at th_host_close(), after every call ended
+ * and every plugin was closed (built-ins included), newest first: where a
+ * front frees what its built-in descriptors point to.  From the thread that
+ * opened the host.  0, or TH_ENOMEM (fn will not run). */
+int th_host_at_close(th_host *h, void (*fn)(void *ud), void *ud,
+                     th_error *err);
+
 /* Stops accepting calls, cancels what runs after the shutdown grace, waits
- * for every call, closes every plugin, frees everything. */
+ * for every call, closes every plugin, runs the th_host_at_close() hooks,
+ * frees everything. */
 void th_host_close(th_host *h);
 
 const th_config *th_host_config(const th_host *h);

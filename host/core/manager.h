@@ -1,7 +1,9 @@
 /* th/manager.h - internals of the host core: the host, sessions, calls and
  * the async manager (worker pool, deadline thread, progress notifier).
- * Not a public header: only host/core/{host,session,call,manager,tasks,
- * mocks,mgr_*}.c include it.  docs/manager.md is the picture in words.
+ * Private to the core: it sits beside its sources in host/core/, which
+ * the fronts (host/rpc, host/cli, host/front) cannot include (make
+ * check-layers); the white-box unit tests may.  docs/manager.md is the
+ * picture in words, docs/architecture.md the layers.
  *
  * Lock order (a thread holding one may take those to its right only):
  *
@@ -24,7 +26,7 @@
 #include "th/buf.h"
 #include "th/config.h"
 #include "th/host.h"
-#include "th/out.h"
+#include "out.h"
 #include "th/tool.h"
 
 /* ---- Small maps (mgr_map.c) ------------------------------------------- */
@@ -53,7 +55,7 @@ void th_u64map_each(const th_u64map *m, void (*fn)(uint64_t k, void *v,
 
 uint64_t th_hash_bytes(const void *data, size_t len);
 
-/* ---- Numbers (host.c) ---------------------------------------------------- */
+/* ---- Numbers (stats.c) --------------------------------------------------- */
 
 #define TH_HIST_BUCKETS 128 /* 4 per power of two of microseconds */
 
@@ -321,7 +323,6 @@ struct th_host {
     th_plugin *task_plugin;
     th_builtin *builtins;
     size_t n_builtins;
-    struct th_code_builtin *code; /* run_code's descriptor, or NULL */
     atomic_ulong next_id;
     th_mgr mgr;
 
@@ -342,6 +343,18 @@ struct th_host {
     pthread_mutex_t stmu;       /* stats table (insert only) */
     _Atomic(th_stat *) stat_b[256]; /* lock-free reads */
     atomic_ulong live_calls;    /* calls not yet freed */
+
+    /* Hot reload (reload_host.c).  `reloader` is set at open (NULL with
+     * host.reload off) and freed at close; `retired` holds the configs a
+     * reload replaced (a call started before the swap may still read
+     * them), written by the reload thread only, freed at close. */
+    struct th_reloader *reloader;
+    th_config **retired;
+    size_t n_retired;
+
+    /* What the fronts asked to run at close, after every plugin is
+     * closed (th_host_at_close), newest first. */
+    struct th_at_close *at_close;
 };
 
 struct th_session {
@@ -367,6 +380,8 @@ void th_session_unref(th_session *s);
 /* Calls tools_changed outside every lock, unless the session closes. */
 void th_session_tools_changed(th_session *s);
 
+/* toolsets.c: which toolset a call runs under. */
+
 /* The toolset a session's call of `tool` runs under (first in config order
  * that contains it and that the session may use): its index, or -1 with
  * *any set when some toolset contains it. */
@@ -378,15 +393,17 @@ bool th_host_is_task_tool(const char *name);
 const th_tool_override *th_host_override(const th_toolset_cfg *ts,
                                          const char *tool);
 
-/* tasks.c */
+/* tasks.c: the task tools. */
 extern const toolhost_plugin th_task_tools_plugin;
+
+/* task_table.c */
 /* Keeps a finished toolset-scoped task's result (copied); host->tmu
  * held. */
 void th_tasks_keep_locked(th_host *h, uint64_t task_id, int ts_idx,
                           const th_result_copy *res);
 void th_tasks_free(th_host *h);
 
-/* Duplicates (tasks.c): checks and registers atomically.  0, or a tool
+/* Duplicates (task_table.c): checks and registers atomically.  0, or a tool
  * error already answered to the call (returns nonzero). */
 int th_dup_register(th_mcall *c);
 void th_dup_remove(th_mcall *c);

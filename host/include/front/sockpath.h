@@ -1,4 +1,4 @@
-/* th/sockpath.h - where `toolhost serve` listens by default, and the checks
+/* front/sockpath.h - where `toolhost serve` listens by default, and the checks
  * on the folder of a socket before the server binds it.
  *
  * The default address (when neither --listen nor host.listen gives one),

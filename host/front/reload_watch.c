@@ -1,6 +1,7 @@
-/* reload_watch.c - what triggers reloads on a libuv loop: file events on the
- * folders of every plugin file and of the config (debounced), SIGHUP, and
- * retries of a reload that met a file still being written.
+/* reload_watch.c - front support (libuv): what triggers reloads on a libuv
+ * loop: file events on the folders of every plugin file and of the config
+ * (debounced), SIGHUP, and retries of a reload that met a file still being
+ * written.  It drives the core's reloader only through th/reload.h.
  *
  * Threads.  Everything here runs on the loop's thread, except done_cb,
  * which the reloader's thread calls when a requested reload is over: it
@@ -20,7 +21,7 @@
 #include <uv.h>
 
 #include "th/log.h"
-#include "th/reload.h"
+#include "front/reload_watch.h"
 
 typedef struct wdir {
     uv_fs_event_t h;

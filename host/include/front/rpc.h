@@ -1,4 +1,4 @@
-/* th/rpc.h - the msgpack-RPC front: frames, the server, a blocking client.
+/* front/rpc.h - the msgpack-RPC front: frames, the server, a blocking client.
  *
  * Protocol (the MessagePack-RPC spec as it is, see docs/protocol.md):
  *   request       [0, msgid, method, params]
@@ -202,7 +202,7 @@ typedef struct th_rpc_reply {
 void th_rpc_reply_free(th_rpc_reply *r);
 
 /* Connects to "unix:PATH" (NULL or "": the default address of
- * th/sockpath.h) and checks who runs the server (SO_PEERCRED) before
+ * front/sockpath.h) and checks who runs the server (SO_PEERCRED) before
  * anything is sent: it must be root or the caller's own effective uid.
  * 0, or TH_EINVAL/TH_EIO/TH_ENOMEM, or TH_EPERM ("refusing to talk to
  * unix:PATH owned by uid N (expected ...)") with the connection closed. */

@@ -1,4 +1,5 @@
-/* th/out.h - one output stream of a call, limited by its semantic type.
+/* out.h - private to host/core: one output stream of a call, limited by
+ * its semantic type.
  *
  * Limits are enforced while the tool writes: the stream keeps at most
  * `limit` bytes (a head, and for head+tail types a ring buffer of the tail)

@@ -1,0 +1,131 @@
+/* stats.c - the per-tool numbers (counters and a latency histogram per
+ * tool, lock-free reads) and the manager's host-wide snapshot.  Reads the
+ * host's structures; calls nothing above it. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "manager.h"
+
+th_stat *th_stat_get(th_host *h, const char *tool)
+{
+    size_t b = th_hash_bytes(tool, strlen(tool)) & 255;
+    _Atomic(th_stat *) *slot = &h->stat_b[b];
+    for (th_stat *s = atomic_load_explicit(slot, memory_order_acquire); s; s = s->next)
+        if (strcmp(s->tool, tool) == 0)
+            return s;
+    pthread_mutex_lock(&h->stmu);
+    th_stat *s;
+    for (s = atomic_load_explicit(slot, memory_order_acquire); s; s = s->next)
+        if (strcmp(s->tool, tool) == 0)
+            break;
+    if (!s && (s = calloc(1, sizeof *s))) {
+        if (!(s->tool = strdup(tool))) {
+            free(s);
+            s = NULL;
+        } else {
+            s->next = atomic_load_explicit(slot, memory_order_relaxed);
+            atomic_store_explicit(slot, s, memory_order_release);
+        }
+    }
+    pthread_mutex_unlock(&h->stmu);
+    return s;
+}
+
+/* Bucket 0: < 1 us; then 4 buckets per power of two of microseconds. */
+static unsigned hist_bucket(int64_t ns)
+{
+    uint64_t us = ns > 0 ? (uint64_t)ns / 1000 : 0;
+    if (us == 0)
+        return 0;
+    unsigned e = 63u - (unsigned)__builtin_clzll(us);
+    unsigned frac = e >= 2 ? (unsigned)(us >> (e - 2)) & 3u : (unsigned)(us << (2 - e)) & 3u;
+    unsigned b = 1 + e * 4 + frac;
+    return b < TH_HIST_BUCKETS ? b : TH_HIST_BUCKETS - 1;
+}
+
+/* The upper bound of a bucket, in ms. */
+static double hist_upper_ms(unsigned b)
+{
+    if (b == 0)
+        return 0.001;
+    unsigned e = (b - 1) / 4, frac = (b - 1) % 4;
+    double lo = (double)(1ull << e) * (1.0 + frac / 4.0);
+    double hi = lo + (double)(1ull << e) / 4.0;
+    return hi / 1000.0;
+}
+
+void th_stat_latency(th_stat *st, int64_t ns)
+{
+    atomic_fetch_add_explicit(&st->hist[hist_bucket(ns)], 1, memory_order_relaxed);
+}
+
+static double percentile(const uint64_t *hist, uint64_t total, double p)
+{
+    if (!total)
+        return 0;
+    uint64_t want = (uint64_t)((double)total * p);
+    if (want >= total)
+        want = total - 1;
+    uint64_t seen = 0;
+    for (unsigned b = 0; b < TH_HIST_BUCKETS; b++) {
+        seen += hist[b];
+        if (seen > want)
+            return hist_upper_ms(b);
+    }
+    return hist_upper_ms(TH_HIST_BUCKETS - 1);
+}
+
+int th_host_stats_foreach(th_host *h, int (*fn)(const th_tool_stats *st, void *ud),
+                          void *ud)
+{
+    for (size_t b = 0; b < 256; b++) {
+        _Atomic(th_stat *) *slot = &h->stat_b[b];
+        for (th_stat *s = atomic_load_explicit(slot, memory_order_acquire); s; s = s->next) {
+            th_tool_stats t;
+            memset(&t, 0, sizeof t);
+            t.tool = s->tool;
+            t.calls = atomic_load(&s->calls);
+            t.ok = atomic_load(&s->ok);
+            t.failed = atomic_load(&s->failed);
+            t.errors = atomic_load(&s->errors);
+            t.timeouts = atomic_load(&s->timeouts);
+            t.cancels = atomic_load(&s->cancels);
+            t.duplicates_rejected = atomic_load(&s->dup_rejected);
+            t.busy = atomic_load(&s->busy);
+            t.permission_denied = atomic_load(&s->perm_denied);
+            t.late_results = atomic_load(&s->late);
+            uint64_t hist[TH_HIST_BUCKETS], total = 0;
+            for (unsigned i = 0; i < TH_HIST_BUCKETS; i++)
+                total += hist[i] = atomic_load_explicit(&s->hist[i], memory_order_relaxed);
+            t.p50_ms = percentile(hist, total, 0.50);
+            t.p99_ms = percentile(hist, total, 0.99);
+            int rc = fn(&t, ud);
+            if (rc)
+                return rc;
+        }
+    }
+    return 0;
+}
+
+void th_host_mgr_stats(th_host *h, th_mgr_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    th_mgr *m = &h->mgr;
+    pthread_mutex_lock(&m->mu);
+    out->workers = m->nworkers;
+    out->async_workers = m->async_cap;
+    out->queued = m->waiting;
+    out->lost_workers = m->lost_total;
+    out->lost_workers_now = m->lost_now;
+    pthread_mutex_unlock(&m->mu);
+    out->running = atomic_load(&m->running);
+    out->calls_total = atomic_load(&m->calls_total);
+    out->inline_calls = atomic_load(&m->inline_calls);
+    pthread_mutex_lock(&h->mu);
+    for (th_session *s = h->sessions; s; s = s->next) {
+        pthread_mutex_lock(&s->mu);
+        out->live_tasks += s->live_tasks;
+        pthread_mutex_unlock(&s->mu);
+    }
+    pthread_mutex_unlock(&h->mu);
+}

@@ -1,0 +1,63 @@
+/* toolsets.c - which toolset a call runs under, and the host's config as
+ * new calls read it.  Pure lookups over the config and the built-ins: the
+ * bottom of the host's files, called by call.c, manager.c, session.c,
+ * tasks.c and the fronts, calling none of them. */
+#include <string.h>
+
+#include "manager.h"
+
+bool th_host_is_task_tool(const char *name)
+{
+    return strcmp(name, "get_running_tasks") == 0 ||
+           strcmp(name, "cancel_task") == 0;
+}
+
+/* A reload swaps h->cfg for new calls (reload_host.c): read it with an
+ * acquire load; the config read stays valid while the host lives. */
+const th_config *th_host_config(const th_host *h)
+{
+    return __atomic_load_n(&h->cfg, __ATOMIC_ACQUIRE);
+}
+
+th_registry *th_host_registry(th_host *h)
+{
+    return h->reg;
+}
+
+const th_tool_override *th_host_override(const th_toolset_cfg *ts,
+                                         const char *tool)
+{
+    for (size_t i = 0; i < ts->n_overrides; i++)
+        if (strcmp(ts->overrides[i].tool, tool) == 0)
+            return &ts->overrides[i];
+    return NULL;
+}
+
+bool th_host_toolset_has(th_host *h, const th_toolset_cfg *ts,
+                         const th_tool *tool)
+{
+    if (th_host_is_task_tool(tool->name))
+        return false;
+    for (size_t i = 0; i < h->n_builtins; i++)
+        if (h->builtins[i].p == tool->plugin && h->builtins[i].member)
+            return h->builtins[i].member(ts, tool->name, h->builtins[i].ud);
+    for (size_t i = 0; i < ts->n_tools; i++)
+        if (strcmp(ts->tools[i], "*") == 0 || strcmp(ts->tools[i], tool->name) == 0)
+            return true;
+    return false;
+}
+
+int th_host_pick_toolset(th_host *h, th_session *s, const th_tool *tool,
+                         bool *any)
+{
+    *any = false;
+    const th_config *cfg = th_host_config(h);
+    for (size_t i = 0; i < cfg->n_toolsets; i++) {
+        if (!th_host_toolset_has(h, &cfg->toolsets[i], tool))
+            continue;
+        *any = true;
+        if (s->usable[i])
+            return (int)i;
+    }
+    return -1;
+}

@@ -1,0 +1,3 @@
+/* check-includes fixture: the core including a front header and libuv. */
+#include "front/rpc.h"
+#include <uv.h>

@@ -1,0 +1,1 @@
+/* A private core header (check-includes fixture). */
