@@ -20,8 +20,9 @@ bool th_host_is_task_tool(const char *name)
            strcmp(name, "cancel_task") == 0;
 }
 
-/* A reload swaps h->cfg for new calls (reload_host.c): read it with an
- * acquire load; the config read stays valid while the host lives. */
+/* A reload swaps h->cfg for new calls (reload_host.c, host_config.c):
+ * borrowed, valid until the next swap; th_host_config_get() for a
+ * reference. */
 const th_config *th_host_config(const th_host *h)
 {
     return __atomic_load_n(&h->cfg, __ATOMIC_ACQUIRE);
@@ -61,15 +62,17 @@ int th_host_pick_toolset(th_host *h, th_session *s, const th_tool *tool,
                          bool *any)
 {
     *any = false;
-    const th_config *cfg = th_host_config(h);
-    for (size_t i = 0; i < cfg->n_toolsets; i++) {
+    th_config *cfg = th_host_config_get(h);
+    int found = -1;
+    for (size_t i = 0; i < cfg->n_toolsets && found < 0; i++) {
         if (!th_host_toolset_has(h, &cfg->toolsets[i], tool))
             continue;
         *any = true;
         if (s->usable[i])
-            return (int)i;
+            found = (int)i;
     }
-    return -1;
+    th_config_unref(cfg);
+    return found;
 }
 
 /* ---- Numbers -------------------------------------------------------------------- */
@@ -292,7 +295,7 @@ static void host_free(th_host *h)
     pthread_mutex_destroy(&h->dmu);
     pthread_mutex_destroy(&h->tmu);
     pthread_mutex_destroy(&h->stmu);
-    th_config_free(h->cfg);
+    th_config_unref(h->cfg); /* the host's reference */
     free(h);
 }
 
@@ -404,12 +407,7 @@ static bool wait_calls(th_host *h, int64_t until_ns)
         if (until_ns && th_now_ns() >= until_ns)
             break;
         struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 10 * 1000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
+        th_deadline_rt(&ts, 10);
         pthread_cond_timedwait(&h->cv, &h->mu, &ts);
     }
     bool done = atomic_load(&h->live_calls) == 0;

@@ -7,8 +7,9 @@
  * host -> reloader link is a small table here, locked by tab_mu (taken
  * alone, never with another lock).
  *
- * Configs replaced by a reload are kept until the host closes: a call
- * started before the swap may still read its toolset from the old one.
+ * The config a reload replaces is not kept here: the swap drops the
+ * host's reference (th_host_config_swap, host_config.c) and each call
+ * holds its own until it ends.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -21,8 +22,6 @@
 typedef struct host_rl {
     th_host *h;
     th_reloader *r;
-    th_config **retired;
-    size_t n_retired;
     struct host_rl *next;
 } host_rl;
 
@@ -112,17 +111,6 @@ static int check_config(void *ud, const th_config *nc, th_error *err)
 static void swap_config(void *ud, th_config *nc)
 {
     th_host *h = ud;
-    th_config *oc = h->cfg;
-    pthread_mutex_lock(&tab_mu);
-    host_rl *e = find(h);
-    th_config **v = e ? realloc(e->retired, (e->n_retired + 1) * sizeof *v) : NULL;
-    if (v) {
-        e->retired = v;
-        e->retired[e->n_retired++] = oc;
-    }
-    pthread_mutex_unlock(&tab_mu);
-    if (!v) /* cannot keep the old one safely: keep it forever instead */
-        th_log_error("reload: out of memory retiring the old config (kept)");
     /* Toolset concurrency limits for new calls (same toolsets, checked). */
     th_mgr *m = &h->mgr;
     pthread_mutex_lock(&m->mu);
@@ -132,7 +120,7 @@ static void swap_config(void *ud, th_config *nc)
     if (nc->host.log_level >= TOOLHOST_LOG_ERROR &&
         nc->host.log_level <= TOOLHOST_LOG_DEBUG)
         th_log_set_level(nc->host.log_level);
-    __atomic_store_n(&h->cfg, nc, __ATOMIC_RELEASE);
+    th_host_config_swap(h, nc);
 }
 
 /* ---- life ------------------------------------------------------------------------- */
@@ -203,8 +191,5 @@ void th_reload_host_close(th_host *h)
     if (!e)
         return;
     th_reloader_free(e->r);
-    for (size_t i = 0; i < e->n_retired; i++)
-        th_config_free(e->retired[i]);
-    free(e->retired);
     free(e);
 }

@@ -73,7 +73,13 @@ int th_host_add_builtin(th_host *h, const toolhost_plugin *desc,
  * for every call, closes every plugin, frees everything. */
 void th_host_close(th_host *h);
 
+/* The host's current config, borrowed: valid until the next reload swaps
+ * it (use it on the thread that opened the host before serving, or on the
+ * reload thread).  Anything else takes a reference with
+ * th_host_config_get() and drops it with th_config_unref(). */
 const th_config *th_host_config(const th_host *h);
+/* The host's current config with a new reference (never NULL). */
+th_config *th_host_config_get(th_host *h);
 th_registry *th_host_registry(th_host *h);
 
 /* ---- Sessions ---------------------------------------------------------- */
