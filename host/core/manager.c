@@ -699,7 +699,9 @@ static void *timer_main(void *arg)
     th_mgr *m = &h->mgr;
     /* Whether there is a spill_dir to clean (a reload may change the
      * folder, not add one: the config is read again at each round). */
-    bool spill = th_host_config(h)->host.spill_dir != NULL;
+    th_config *cfg0 = th_host_config_get(h);
+    bool spill = cfg0->host.spill_dir != NULL;
+    th_config_unref(cfg0);
     pthread_mutex_lock(&m->tmu);
     while (!m->tstop) {
         int64_t now = th_now_ns();
