@@ -95,7 +95,9 @@ typedef struct th_front_ops {
      * may run.  The front answers later, from any thread, with
      * th_permission_answer(); until then the call waits (bounded by the
      * host's permission_timeout, then denied).  Returns 0, or nonzero when
-     * it cannot ask (the call is then denied). */
+     * it cannot ask (the call is then denied).  Called on the thread that
+     * started the call, or on a pool worker (a tool with validate_args or
+     * needs_permission started by a caller that does not block). */
     int (*ask_permission)(void *front_ud, uint64_t call_id, const char *tool,
                           const uint8_t *args, size_t args_len,
                           const char *reason);
