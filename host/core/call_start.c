@@ -172,9 +172,11 @@ static int stage_lookup(th_session *s, const char *name, uint64_t id,
 /* ---- 2. The call record ---------------------------------------------------- */
 
 /* Makes the call object from the plan (whose references it takes, also on
- * failure) with the arguments as given, and registers it in its session.
- * 0 with *out holding the execution reference, or TH_ENOMEM / TH_ESTATE
- * (fn will never be called). */
+ * failure) and registers it in its session.  With `args` the call keeps a
+ * copy of the arguments as given (for a worker to validate later); with
+ * NULL the caller validates them right away (c->args stays NULL until
+ * then).  0 with *out holding the execution reference, or TH_ENOMEM /
+ * TH_ESTATE (fn will never be called). */
 static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
                         size_t len, const th_call_opts *o, th_event_fn fn,
                         void *ud, uint64_t id, th_mcall **out)
@@ -182,15 +184,16 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
     th_host *h = s->h;
     const th_tool *t = p->tool;
     th_mcall *c = calloc(1, sizeof *c);
-    uint8_t *copy = malloc(len ? len : 1);
-    if (!c || !copy) {
+    uint8_t *copy = args ? malloc(len ? len : 1) : NULL;
+    if (!c || (args && !copy)) {
         free(c);
         free(copy);
         th_tool_release(t);
         th_config_unref(p->cfg);
         return TH_ENOMEM;
     }
-    memcpy(copy, args, len);
+    if (copy)
+        memcpy(copy, args, len);
     c->base.pub.struct_size = sizeof c->base.pub;
     c->base.pub.call_id = id;
     c->base.pub.host = &t->plugin->api;
@@ -205,7 +208,7 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
     c->ts_idx = p->ts_idx;
     c->mock = th_mock_find(c->cfg, t->name);
     c->args = copy;
-    c->args_len = len;
+    c->args_len = copy ? len : 0;
     c->scope = c->ts ? c->ts->scope : TH_SCOPE_SESSION;
     c->is_async = (t->flags & TOOLHOST_TOOL_ASYNC) != 0;
     c->no_progress = o->no_progress;
@@ -261,9 +264,10 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
 
 /* ---- 3. Arguments ------------------------------------------------------------ */
 
-/* Replaces c->args with the validated arguments.  0, or the call is
- * answered and its execution reference dropped (nonzero). */
-static int stage_args(th_mcall *c)
+/* Validates (raw, raw_len) — c->args, or the caller's buffer — into
+ * c->args.  0, or the call is answered and its execution reference
+ * dropped (nonzero). */
+static int stage_args(th_mcall *c, const uint8_t *raw, size_t raw_len)
 {
     const th_tool *t = c->tool;
     const th_tool_override *ov = c->ts ? th_host_override(c->ts, t->name) : NULL;
@@ -273,8 +277,8 @@ static int stage_args(th_mcall *c)
                                                : c->ts->on_duplicate_call;
     /* confirm_duplicate is the host's parameter: strip it first. */
     th_buf stripped = TH_BUF_INIT;
-    const uint8_t *a = c->args;
-    size_t al = c->args_len;
+    const uint8_t *a = raw;
+    size_t al = raw_len;
     if (pol == TH_DUP_CONFIRM) {
         char e[160];
         bool confirm = false, found = false;
@@ -400,15 +404,10 @@ static bool answered(th_mcall *c)
     return a;
 }
 
-void th_call_prepare(th_mcall *c)
+/* Stages 3 and 4 with the raw arguments (c->args, or the caller's). */
+static void prepare(th_mcall *c, const uint8_t *raw, size_t raw_len)
 {
-    /* Cancelled (or timed out) while it waited for a worker: the hooks
-     * have nothing to decide any more. */
-    if (answered(c)) {
-        th_mcall_never_run(c, TH_ECANCELLED, "cancelled");
-        return;
-    }
-    if (stage_args(c) != 0)
+    if (stage_args(c, raw, raw_len) != 0)
         return;
     /* The deadline armed while a worker ran the hooks is set again by the
      * manager, or replaced by the permission question's. */
@@ -421,11 +420,22 @@ void th_call_prepare(th_mcall *c)
     stage_permission(c);
 }
 
-/* Whether stages 3 and 4 call plugin code. */
-static bool has_hooks(const th_mcall *c)
+void th_call_prepare(th_mcall *c)
 {
-    const toolhost_tool *d = c->tool->desc;
-    return d && (d->validate_args || (c->ts && d->needs_permission));
+    /* Cancelled (or timed out) while it waited for a worker: the hooks
+     * have nothing to decide any more. */
+    if (answered(c)) {
+        th_mcall_never_run(c, TH_ECANCELLED, "cancelled");
+        return;
+    }
+    prepare(c, c->args, c->args_len);
+}
+
+/* Whether stages 3 and 4 call plugin code. */
+static bool has_hooks(const call_plan *p)
+{
+    const toolhost_tool *d = p->tool->desc;
+    return d && (d->validate_args || (p->ts && d->needs_permission));
 }
 
 int th_call_start(th_session *s, const char *name, const uint8_t *args,
@@ -462,13 +472,17 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
         th_config_unref(p.cfg);
         return rc > 0 ? 0 : rc;
     }
+    /* Plugin hooks never run on a caller that must not block (a front's
+     * event loop): a worker runs stages 3 and 4 on a copy of the args. */
+    bool on_worker = has_hooks(&p) && !o.may_block;
     th_mcall *c = NULL;
-    if ((rc = stage_record(s, &p, args, len, &o, fn, ud, id, &c)) != 0)
+    rc = stage_record(s, &p, on_worker ? args : NULL, len, &o, fn, ud, id, &c);
+    if (rc != 0)
         return rc;
-    if (has_hooks(c) && !c->may_block)
-        th_mgr_prepare(c); /* a worker runs stages 3 and 4 */
+    if (on_worker)
+        th_mgr_prepare(c);
     else
-        th_call_prepare(c);
+        prepare(c, args, len);
     return 0;
 }
 
