@@ -212,8 +212,9 @@ check: check-unit check-integration check-layers
 # header; the binary exports no symbol a plugin could bind to; the fronts
 # include no private core header and the core no front header (nor libuv);
 # and no call cycle among the core's objects grows beyond the known one
-# (LAYERS_CYCLE_KNOWN: it may shrink, never grow).
-LAYERS_CYCLE_KNOWN ?= call manager task_table
+# (LAYERS_CYCLE_KNOWN: it may shrink, never grow; call.c is split into
+# call, call_cb and call_start, which count as one file of the cycle).
+LAYERS_CYCLE_KNOWN ?= call call_cb call_start manager task_table
 check-layers: $(TOOLHOST)
 	@scripts/check-includes
 	@out=$$(scripts/check-includes tests/layers/includes 2>&1) && { \

@@ -11,6 +11,7 @@
 #include "th/config.h"
 #include "th/host.h"
 #include "th/tool.h"
+#include "th/progress.h"
 
 #ifndef TOOLHOST_VERSION
 #define TOOLHOST_VERSION "0"
@@ -350,10 +351,8 @@ typedef struct exec_ctx {
     toolhost_call *call;
     th_session *session;
     pthread_t owner;         /* the thread running execute() */
-    pthread_mutex_t mu;      /* guards the pending progress below */
-    bool pending;
-    double pending_fraction;
-    char pending_msg[256];
+    pthread_mutex_t mu;      /* guards prog */
+    th_progress prog;        /* the latest update from another thread */
 } exec_ctx;
 
 /* Forwards a progress update of a tool called from code as progress of the
@@ -372,28 +371,23 @@ static void forward_progress(void *ud, const char *tool, double fraction,
         (void)x->call->host->progress(x->call, fraction, msg, NULL, 0);
         return;
     }
+    th_progress_update u;
+    if (th_progress_copy(&u, 0, fraction, msg, NULL, 0, 0) != 0)
+        return; /* out of memory: this update is lost, the next comes */
     pthread_mutex_lock(&x->mu);
-    x->pending = true;
-    x->pending_fraction = fraction;
-    memcpy(x->pending_msg, msg, sizeof msg);
+    th_progress_put(&x->prog, &u);
     pthread_mutex_unlock(&x->mu);
 }
 
 static void flush_progress(exec_ctx *x)
 {
-    char msg[256];
-    double f = 0;
-    bool send = false;
+    th_progress_update u;
     pthread_mutex_lock(&x->mu);
-    if (x->pending) {
-        send = true;
-        f = x->pending_fraction;
-        memcpy(msg, x->pending_msg, sizeof msg);
-        x->pending = false;
-    }
+    bool send = th_progress_take(&x->prog, &u);
     pthread_mutex_unlock(&x->mu);
     if (send)
-        (void)x->call->host->progress(x->call, f, msg, NULL, 0);
+        (void)x->call->host->progress(x->call, u.fraction, u.message, NULL, 0);
+    th_progress_update_free(&u);
 }
 
 typedef struct progress_fwd {
@@ -653,6 +647,7 @@ static int run_code_execute(void *state, const toolhost_tool *tool,
     th_code_result_free(&res);
 out:
     th_projection_free(proj);
+    th_progress_clear(&x.prog);
     pthread_mutex_destroy(&x.mu);
     free(code);
     return status;

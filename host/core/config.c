@@ -1581,6 +1581,19 @@ static void free_strv(char **v, size_t n)
     free(v);
 }
 
+th_config *th_config_ref(th_config *cfg)
+{
+    if (cfg)
+        __atomic_fetch_add(&cfg->extra_refs, 1, __ATOMIC_RELAXED);
+    return cfg;
+}
+
+void th_config_unref(th_config *cfg)
+{
+    if (cfg && __atomic_fetch_sub(&cfg->extra_refs, 1, __ATOMIC_ACQ_REL) == 0)
+        th_config_free(cfg);
+}
+
 void th_config_free(th_config *cfg)
 {
     if (!cfg)

@@ -109,16 +109,13 @@ void th_session_close(th_session *s)
     free(v);
     /* A bounded grace for the cancelled calls to stop; tools_changed
      * callbacks in flight always finish before we return. */
-    int64_t until = th_now_ns() + (int64_t)th_host_config(h)->host.session_grace_ms * 1000000;
+    th_config *cfg = th_host_config_get(h);
+    int64_t until = th_now_ns() + (int64_t)cfg->host.session_grace_ms * 1000000;
+    th_config_unref(cfg);
     pthread_mutex_lock(&s->mu);
     while (s->ops_inflight > 0 || (s->exec_live > 0 && th_now_ns() < until)) {
         struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 5 * 1000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
+        th_deadline_rt(&ts, 5);
         pthread_cond_timedwait(&s->cv, &s->mu, &ts);
     }
     if (s->exec_live > 0)
@@ -203,7 +200,7 @@ static void host_free(th_host *h)
     pthread_mutex_destroy(&h->dmu);
     pthread_mutex_destroy(&h->tmu);
     pthread_mutex_destroy(&h->stmu);
-    th_config_free(h->cfg);
+    th_config_unref(h->cfg); /* the host's reference */
     free(h);
 }
 
@@ -309,12 +306,7 @@ static bool wait_calls(th_host *h, int64_t until_ns)
         if (until_ns && th_now_ns() >= until_ns)
             break;
         struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 10 * 1000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
+        th_deadline_rt(&ts, 10);
         pthread_cond_timedwait(&h->cv, &h->mu, &ts);
     }
     bool done = atomic_load(&h->live_calls) == 0;

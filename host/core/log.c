@@ -7,6 +7,7 @@
  * and should the log's own descriptor be closed and its number reused, the
  * identity check drops the line instead of writing it into a stranger. */
 #include "th/log.h"
+#include "th/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -134,8 +135,9 @@ void th_log_raw(int level, const char *msg)
     int fd = atomic_load(&log_fd);
     if (level > atomic_load(&log_level) || fd < 0 || !fd_ok(fd))
         return;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t wall = th_wall_ns();
+    struct timespec ts = {.tv_sec = (time_t)(wall / 1000000000),
+                          .tv_nsec = (long)(wall % 1000000000)};
     /* days to civil date (proleptic Gregorian), no locks, no locale */
     int64_t secs = ts.tv_sec, days = secs / 86400, sod = secs % 86400;
     int64_t z = days + 719468, era = (z >= 0 ? z : z - 146096) / 146097;

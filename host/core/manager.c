@@ -20,27 +20,6 @@ __thread bool th_mgr_tl_worker;
 
 #define SPIN_NS 30000 /* a worker spins this long before it parks */
 
-int64_t th_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-int64_t th_wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void abs_time(struct timespec *ts, int64_t mono_ns)
-{
-    /* condvars below use CLOCK_MONOTONIC */
-    ts->tv_sec = (time_t)(mono_ns / 1000000000);
-    ts->tv_nsec = (long)(mono_ns % 1000000000);
-}
-
 static int cond_init_mono(pthread_cond_t *cv)
 {
     pthread_condattr_t a;
@@ -53,16 +32,21 @@ static int cond_init_mono(pthread_cond_t *cv)
 
 /* ---- Groups ------------------------------------------------------------------ */
 
-static th_group *group_get(th_mgr *m, const char *key, uint32_t limit)
+/* The group of (kind, toolset, tool), created on first use; NULL when out
+ * of memory (the call then runs without that limit). */
+static th_group *group_get(th_mgr *m, th_group_kind kind, int ts_idx,
+                           const char *tool, uint32_t limit)
 {
     for (th_group *g = m->tool_groups; g; g = g->next)
-        if (strcmp(g->key, key) == 0)
+        if (g->kind == kind && g->ts_idx == ts_idx && strcmp(g->tool, tool) == 0)
             return g;
     th_group *g = calloc(1, sizeof *g);
-    if (!g || !(g->key = strdup(key))) {
+    if (!g || !(g->tool = strdup(tool))) {
         free(g);
         return NULL;
     }
+    g->kind = kind;
+    g->ts_idx = ts_idx;
     g->limit = limit;
     g->next = m->tool_groups;
     m->tool_groups = g;
@@ -77,16 +61,14 @@ static void groups_of(th_host *h, th_mcall *c)
     if (c->ts && c->ts->max_concurrency)
         c->groups[c->n_groups++] = &m->ts_groups[c->ts_idx];
     const th_tool_override *ov = c->ts ? th_host_override(c->ts, c->tool->name) : NULL;
-    char key[160];
     if (ov && ov->max_concurrency) {
-        snprintf(key, sizeof key, "o/%d/%s", c->ts_idx, c->tool->name);
-        th_group *g = group_get(m, key, ov->max_concurrency);
+        th_group *g = group_get(m, TH_GROUP_OVERRIDE, c->ts_idx, c->tool->name,
+                                ov->max_concurrency);
         if (g)
             c->groups[c->n_groups++] = g;
     }
     if (c->tool->flags & TOOLHOST_TOOL_SERIAL) {
-        snprintf(key, sizeof key, "s/%s", c->tool->name);
-        th_group *g = group_get(m, key, 1);
+        th_group *g = group_get(m, TH_GROUP_SERIAL, -1, c->tool->name, 1);
         if (g)
             c->groups[c->n_groups++] = g;
     }
@@ -142,8 +124,8 @@ static th_mcall *pick_locked(th_mgr *m, bool *async)
         th_mcall *c = q_pop(m->q[qi]);
         atomic_fetch_sub(&m->nqueued, 1);
         *async = qi == 1;
-        if (atomic_load(&c->abort_code) != 0) {
-            *async = false; /* never runs: needs no slot */
+        if (atomic_load(&c->abort_code) != 0 || c->prep) {
+            *async = false; /* never runs, or only its hooks: no slot */
             return c;
         }
         th_group *g = group_full(c);
@@ -227,7 +209,7 @@ static void *worker_main(void *arg)
         if (c) {
             spun = false;
             m->waiting--;
-            if (atomic_load(&c->abort_code) == 0)
+            if (atomic_load(&c->abort_code) == 0 && !c->prep)
                 take_slots(c);
             if (async)
                 m->async_running++;
@@ -287,9 +269,13 @@ static void *worker_main(void *arg)
 
 /* ---- Submit: duplicates, deadline, inline or queue ------------------------ */
 
+/* The call's timeout, from its config snapshot: the tool's override in
+ * its toolset, else the toolset's, else the host's default; a call's own
+ * timeout_ms may lower it; host.max_timeout caps it. */
 static int64_t timeout_of(th_host *h, th_mcall *c)
 {
-    const th_host_cfg *hc = &th_host_config(h)->host;
+    (void)h;
+    const th_host_cfg *hc = &c->cfg->host;
     uint64_t max = hc->max_timeout_ms;
     const th_tool_override *ov = c->ts ? th_host_override(c->ts, c->tool->name) : NULL;
     uint64_t t = ov && ov->timeout_ms ? ov->timeout_ms
@@ -321,6 +307,59 @@ static bool has_delays(const th_mock_cfg *mk)
     if (mk->delay_ms || mk->n_progress)
         return true;
     return false;
+}
+
+/* Under m->mu: the message of a `busy` answer, or false when a call may
+ * be queued. */
+static bool busy_locked(th_mgr *m, char *msg, size_t size)
+{
+    if (!m->stop && m->waiting < m->cap && m->active > 0)
+        return false;
+    if (m->active == 0 && !m->stop)
+        snprintf(msg, size,
+                 "the host is busy (all %u workers are stuck in tools that "
+                 "ignore cancellation): try again later",
+                 (unsigned)m->nworkers);
+    else
+        snprintf(msg, size, "the host is busy (%zu calls waiting): try again later",
+                 m->cap);
+    return true;
+}
+
+/* Under m->mu: puts c at the end of its class's queue and wakes a worker. */
+static void enqueue_locked(th_mgr *m, th_mcall *c, int qi)
+{
+    c->qseq = ++m->qseq;
+    q_push(m->q[qi], c);
+    m->waiting++;
+    atomic_fetch_add(&m->nqueued, 1);
+    if (m->spinning > m->spin_claimed)
+        m->spin_claimed++;
+    else if (m->idle)
+        pthread_cond_signal(&m->cv);
+}
+
+void th_mgr_prepare(th_mcall *c)
+{
+    th_host *h = c->h;
+    th_mgr *m = &h->mgr;
+    /* The hooks may hang: the deadline answers the caller meanwhile. */
+    c->timeout_ms = timeout_of(h, c);
+    if (c->timeout_ms > 0) {
+        atomic_store(&c->deadline_ns, c->start_ns + c->timeout_ms * 1000000);
+        th_mgr_arm(h, c);
+    }
+    char msg[200];
+    pthread_mutex_lock(&m->mu);
+    if (busy_locked(m, msg, sizeof msg)) {
+        pthread_mutex_unlock(&m->mu);
+        th_mgr_disarm(h, c);
+        th_mcall_never_run(c, TH_EBUSY, msg);
+        return;
+    }
+    c->prep = true;
+    enqueue_locked(m, c, 0);
+    pthread_mutex_unlock(&m->mu);
 }
 
 void th_mgr_submit(th_mcall *c)
@@ -364,10 +403,10 @@ void th_mgr_submit(th_mcall *c)
                 take[n_take++] = g;
                 continue;
             }
-            if (g->limit == 1 && g->key) { /* serial or a tool override */
+            if (g->limit == 1 && g->kind != TH_GROUP_TOOLSET) {
                 pthread_mutex_unlock(&m->mu);
                 th_mcall_never_run(c, TH_EBUSY,
-                                   g->key[0] == 's'
+                                   g->kind == TH_GROUP_SERIAL
                                        ? "serial tool called from its own call: refused"
                                        : "tool with max_concurrency 1 called from its "
                                          "own call: refused");
@@ -384,12 +423,7 @@ void th_mgr_submit(th_mcall *c)
             /* woken by th_mgr_release; the slices notice an abort
              * (deadline, cancel) that releases nothing */
             struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 20 * 1000000;
-            if (ts.tv_nsec >= 1000000000) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000;
-            }
+            th_deadline_rt(&ts, 20);
             pthread_cond_timedwait(&m->slot_cv, &m->mu, &ts);
         }
         c->n_groups = 0;
@@ -412,16 +446,8 @@ void th_mgr_submit(th_mcall *c)
         th_mgr_run(c);
         return;
     }
-    if (m->stop || m->waiting >= m->cap || m->active == 0) {
-        char msg[200];
-        if (m->active == 0 && !m->stop)
-            snprintf(msg, sizeof msg,
-                     "the host is busy (all %u workers are stuck in tools that "
-                     "ignore cancellation): try again later",
-                     (unsigned)m->nworkers);
-        else
-            snprintf(msg, sizeof msg,
-                     "the host is busy (%zu calls waiting): try again later", m->cap);
+    char msg[200];
+    if (busy_locked(m, msg, sizeof msg)) {
         pthread_mutex_unlock(&m->mu);
         th_mcall_never_run(c, TH_EBUSY, msg);
         return;
@@ -430,14 +456,7 @@ void th_mgr_submit(th_mcall *c)
     if (c->phase == TH_PH_NEW)
         c->phase = TH_PH_QUEUED;
     pthread_mutex_unlock(&c->mu);
-    c->qseq = ++m->qseq;
-    q_push(m->q[c->is_async ? 1 : 0], c);
-    m->waiting++;
-    atomic_fetch_add(&m->nqueued, 1);
-    if (m->spinning > m->spin_claimed)
-        m->spin_claimed++;
-    else if (m->idle)
-        pthread_cond_signal(&m->cv);
+    enqueue_locked(m, c, c->is_async ? 1 : 0);
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -678,17 +697,24 @@ static void *timer_main(void *arg)
 {
     th_host *h = arg;
     th_mgr *m = &h->mgr;
-    const char *spill = th_host_config(h)->host.spill_dir;
+    /* Whether there is a spill_dir to clean (a reload may change the
+     * folder, not add one: the config is read again at each round). */
+    th_config *cfg0 = th_host_config_get(h);
+    bool spill = cfg0->host.spill_dir != NULL;
+    th_config_unref(cfg0);
     pthread_mutex_lock(&m->tmu);
     while (!m->tstop) {
         int64_t now = th_now_ns();
         if (spill && m->gc_every_ns > 0 && now >= m->gc_next_ns) {
             m->gc_next_ns = now + m->gc_every_ns;
             pthread_mutex_unlock(&m->tmu);
-            int n = th_out_spill_gc(spill, th_host_config(h)->host.spill_max_age_ms, 0);
+            th_config *cfg = th_host_config_get(h);
+            const char *dir = cfg->host.spill_dir;
+            int n = dir ? th_out_spill_gc(dir, cfg->host.spill_max_age_ms, 0) : 0;
             if (n > 0)
                 th_log_debug("removed %d old spill file%s from %s", n,
-                             n == 1 ? "" : "s", spill);
+                             n == 1 ? "" : "s", dir);
+            th_config_unref(cfg);
             pthread_mutex_lock(&m->tmu);
             continue;
         }
@@ -702,7 +728,7 @@ static void *timer_main(void *arg)
                 pthread_cond_wait(&m->tcv, &m->tmu);
             } else {
                 struct timespec ts;
-                abs_time(&ts, w);
+                th_timespec_mono(&ts, w);
                 pthread_cond_timedwait(&m->tcv, &m->tmu, &ts);
             }
             continue;
@@ -871,7 +897,7 @@ static uint32_t join_workers(th_mgr *m, int64_t until_ns)
         if (!serving || th_now_ns() >= until_ns)
             break;
         struct timespec ts;
-        abs_time(&ts, until_ns);
+        th_timespec_mono(&ts, until_ns);
         pthread_cond_timedwait(&m->exit_cv, &m->mu, &ts);
     }
     pthread_mutex_unlock(&m->mu);
@@ -947,7 +973,7 @@ bool th_mgr_fini(th_host *h)
     while (m->tool_groups) {
         th_group *g = m->tool_groups;
         m->tool_groups = g->next;
-        free(g->key);
+        free(g->tool);
         free(g);
     }
     free(m->ts_groups);

@@ -24,9 +24,11 @@
 #include <stdint.h>
 
 #include "th/buf.h"
+#include "th/clock.h"
 #include "th/config.h"
 #include "th/host.h"
 #include "out.h"
+#include "th/progress.h"
 #include "th/tool.h"
 
 /* ---- Small maps (mgr_map.c) ------------------------------------------- */
@@ -75,12 +77,21 @@ void th_stat_latency(th_stat *st, int64_t ns);
 
 typedef struct th_mcall th_mcall;
 
+/* What a concurrency limit belongs to. */
+typedef enum th_group_kind {
+    TH_GROUP_TOOLSET = 0, /* a toolset's max_concurrency (mgr->ts_groups) */
+    TH_GROUP_OVERRIDE,    /* a tool override's max_concurrency in a toolset */
+    TH_GROUP_SERIAL       /* a TOOLHOST_TOOL_SERIAL tool: one at a time */
+} th_group_kind;
+
 /* A concurrency limit shared by calls (toolset, tool override, serial). */
 typedef struct th_group {
     uint32_t limit;      /* 0: unlimited */
     uint32_t running;    /* calls holding a slot; under mgr->mu */
     th_mcall *park[2][2];/* [sync|async][head|tail] waiting for a slot */
-    char *key;           /* for the group table */
+    th_group_kind kind;
+    int ts_idx;          /* OVERRIDE: its toolset; else unused */
+    char *tool;          /* OVERRIDE, SERIAL: the tool (owned) */
     struct th_group *next;
 } th_group;
 
@@ -96,11 +107,15 @@ struct th_mcall {
     th_call_base base;          /* first: toolhost_call* is a th_mcall* */
     th_host *h;
     th_session *s;              /* a reference */
+    th_config *cfg;             /* a reference: the config snapshot the call
+                                   started under; every config read of the
+                                   call path (toolset, timeout, limits,
+                                   permission, duplicates) reads this one */
     th_mcall *parent;           /* (a reference) the call running on the thread that
                                    started this one inline, or NULL */
     const th_tool *tool;        /* pinned until the call is freed */
     th_stat *st;
-    const th_toolset_cfg *ts;   /* NULL for the task tools */
+    const th_toolset_cfg *ts;   /* in cfg; NULL for the task tools */
     int ts_idx;
     const th_mock_cfg *mock;
     uint8_t *args;              /* validated arguments, owned */
@@ -108,6 +123,8 @@ struct th_mcall {
     th_task_scope scope;
     bool is_async;              /* TOOLHOST_TOOL_ASYNC */
     bool no_progress, may_block;
+    bool args_ok;               /* validated: its end counts in the latency
+                                   numbers */
     int64_t timeout_ms;
     int64_t start_ns;           /* monotonic */
     int64_t start_wall_ms;
@@ -128,6 +145,8 @@ struct th_mcall {
     void *dup_node;
 
     /* Pool (mgr->mu). */
+    bool prep;                  /* queued for a worker to run the stages
+                                   that call plugin code (call_start.c) */
     th_mcall *qnext;
     uint64_t qseq;
     th_group *groups[3];
@@ -171,12 +190,7 @@ struct th_mcall {
     void *ud;
     bool pend_ack;
     char *ack_msg;
-    bool pend_prog;
-    double prog_frac;
-    char *prog_msg;
-    uint8_t *prog_data;
-    size_t prog_data_len;
-    uint32_t prog_coalesced;
+    th_progress prog;           /* the latest progress not yet delivered */
     bool pend_final;
     th_result_copy final;
     int64_t last_update_ms;
@@ -202,6 +216,22 @@ void th_mcall_set_error(toolhost_call *call, int code, const char *msg);
 /* Submits a policy-checked call to the manager (duplicates, deadline,
  * inline or queue).  Consumes the caller's reference. */
 void th_mgr_submit(th_mcall *c);
+
+/* Queues a recorded call for a pool worker to run its argument and
+ * permission stages (th_call_prepare), which submit it; arms its deadline
+ * meanwhile.  Answers `busy` when the queue is full.  Consumes the
+ * caller's reference. */
+void th_mgr_prepare(th_mcall *c);
+
+/* The host's current config with a reference for the caller (drop it with
+ * th_config_unref): what a call, or anything that reads the config after
+ * a reload may have happened, must use.  Any thread. */
+/* (declared in th/host.h: th_host_config_get) */
+
+/* A reload's swap: makes `nc` (whose reference the host takes) the
+ * current config and drops the host's reference to the old one, which is
+ * freed once the last call that started under it ends.  Reload thread. */
+void th_host_config_swap(th_host *h, th_config *nc);
 
 /* Runs the call on this thread (a worker, or inline). */
 void th_mgr_run(th_mcall *c);
@@ -298,8 +328,7 @@ void th_mgr_notify(th_host *h, th_mcall *c);
 /* Releases the call's group slots (wakes parked calls). */
 void th_mgr_release(th_host *h, th_mcall *c);
 
-int64_t th_now_ns(void);
-int64_t th_wall_ms(void);
+/* th_now_ns(), th_wall_ms(): th/clock.h */
 
 /* ---- Host, sessions --------------------------------------------------------- */
 
@@ -345,12 +374,9 @@ struct th_host {
     atomic_ulong live_calls;    /* calls not yet freed */
 
     /* Hot reload (reload_host.c).  `reloader` is set at open (NULL with
-     * host.reload off) and freed at close; `retired` holds the configs a
-     * reload replaced (a call started before the swap may still read
-     * them), written by the reload thread only, freed at close. */
+     * host.reload off) and freed at close.  A config a reload replaced
+     * lives as long as a call holds a reference to it (host_config.c). */
     struct th_reloader *reloader;
-    th_config **retired;
-    size_t n_retired;
 
     /* What the fronts asked to run at close, after every plugin is
      * closed (th_host_at_close), newest first. */

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "th/clock.h"
 #include "th/config.h"
 #include "th/err.h"
 #include "toolhost/plugin.h"
@@ -754,9 +755,7 @@ int th_out_spill_gc(const char *dir, uint64_t max_age_ms, uint64_t max_total)
     if (!dp)
         return errno == ENOENT ? 0 : TH_EIO;
     int dfd = dirfd(dp);
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    int64_t now_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    int64_t now_ms = th_wall_ms();
     uid_t me = geteuid();
     spill_ent *ents = NULL;
     size_t n = 0, cap = 0;

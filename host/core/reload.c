@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "th/buf.h"
+#include "th/clock.h"
 #include "th/log.h"
 #include "reloader.h"
 
@@ -78,16 +79,12 @@ struct th_reloader {
 
 static int64_t now_ns(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    return th_now_ns();
 }
 
 static int64_t wall_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return th_wall_ms();
 }
 
 const char *th_reload_action_name(th_reload_action a)
@@ -903,13 +900,7 @@ int th_reload_run(th_reloader *r, th_reload_result *res)
 bool th_reload_quiesce(th_reloader *r, int64_t timeout_ms)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += timeout_ms / 1000;
-    ts.tv_nsec += (timeout_ms % 1000) * 1000000;
-    if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-    }
+    th_deadline_rt(&ts, timeout_ms);
     pthread_mutex_lock(&r->mu);
     while ((r->q_head || r->closing_batch) &&
            pthread_cond_timedwait(&r->idle_cv, &r->mu, &ts) != ETIMEDOUT)

@@ -5,9 +5,9 @@
  * list changed).  Called by host.c only; calls down into the reloader and
  * the sessions.
  *
- * Configs replaced by a reload are kept until the host closes
- * (h->retired): a call started before the swap may still read its toolset
- * from the old one.
+ * The config a reload replaces is not kept here: the swap drops the
+ * host's reference (th_host_config_swap, host_config.c) and each call
+ * holds its own until it ends.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -89,14 +89,6 @@ static int check_config(void *ud, const th_config *nc, th_error *err)
 static void swap_config(void *ud, th_config *nc)
 {
     th_host *h = ud;
-    th_config *oc = h->cfg; /* only the reload thread writes these */
-    th_config **v = realloc(h->retired, (h->n_retired + 1) * sizeof *v);
-    if (v) {
-        h->retired = v;
-        h->retired[h->n_retired++] = oc;
-    }
-    if (!v) /* cannot keep the old one safely: keep it forever instead */
-        th_log_error("reload: out of memory retiring the old config (kept)");
     /* Toolset concurrency limits for new calls (same toolsets, checked). */
     th_mgr *m = &h->mgr;
     pthread_mutex_lock(&m->mu);
@@ -106,7 +98,7 @@ static void swap_config(void *ud, th_config *nc)
     if (nc->host.log_level >= TOOLHOST_LOG_ERROR &&
         nc->host.log_level <= TOOLHOST_LOG_DEBUG)
         th_log_set_level(nc->host.log_level);
-    __atomic_store_n(&h->cfg, nc, __ATOMIC_RELEASE);
+    th_host_config_swap(h, nc);
 }
 
 /* ---- life ------------------------------------------------------------------------- */
@@ -155,9 +147,4 @@ void th_reload_host_close(th_host *h)
 {
     th_reloader_free(h->reloader);
     h->reloader = NULL;
-    for (size_t i = 0; i < h->n_retired; i++)
-        th_config_free(h->retired[i]);
-    free(h->retired);
-    h->retired = NULL;
-    h->n_retired = 0;
 }

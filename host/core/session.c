@@ -88,9 +88,11 @@ th_session *th_session_open(th_host *h, const th_principal *who,
     th_session *s = calloc(1, sizeof *s);
     if (!s)
         return NULL;
-    size_t n = th_host_config(h)->n_toolsets;
+    th_config *cfg = th_host_config_get(h);
+    size_t n = cfg->n_toolsets;
     s->usable = calloc(n ? n : 1, sizeof *s->usable);
     if (!s->usable) {
+        th_config_unref(cfg);
         free(s);
         return NULL;
     }
@@ -101,7 +103,8 @@ th_session *th_session_open(th_host *h, const th_principal *who,
         s->ops = *ops;
     s->front_ud = front_ud;
     for (size_t i = 0; i < n; i++)
-        s->usable[i] = acl_allows(&th_host_config(h)->toolsets[i], &s->who);
+        s->usable[i] = acl_allows(&cfg->toolsets[i], &s->who);
+    th_config_unref(cfg);
     atomic_init(&s->refs, 1);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
@@ -181,7 +184,10 @@ static bool visible(th_session *s, const th_tool *t, int *ts_idx)
     th_host *h = s->h;
     *ts_idx = -1;
     if (th_host_is_task_tool(t->name)) {
-        if (th_host_config(h)->host.expose_task_tools)
+        th_config *cfg = th_host_config_get(h);
+        bool always = cfg->host.expose_task_tools;
+        th_config_unref(cfg);
+        if (always)
             return true;
         pthread_mutex_lock(&s->mu);
         bool v = s->live_tasks > 0;
@@ -230,12 +236,13 @@ int th_session_tools(th_session *s, int (*fn)(const th_tool *t, void *ud),
     memset(&p, 0, sizeof p);
     th_registry_foreach(h->reg, pin_one, &p);
     int rc = p.oom ? TH_ENOMEM : 0;
+    th_config *cfg = th_host_config_get(h);
     for (size_t i = 0; i < p.n && rc == 0; i++) {
         const th_tool *t = p.v[i];
         int ts_idx;
         if (!visible(s, t, &ts_idx))
             continue;
-        const th_toolset_cfg *ts = ts_idx >= 0 ? &th_host_config(h)->toolsets[ts_idx] : NULL;
+        const th_toolset_cfg *ts = ts_idx >= 0 ? &cfg->toolsets[ts_idx] : NULL;
         const th_tool_override *ov = ts ? th_host_override(ts, t->name) : NULL;
         int pol = ts ? (ov && ov->on_duplicate_call >= 0 ? ov->on_duplicate_call
                                                          : (int)ts->on_duplicate_call)
@@ -261,6 +268,7 @@ int th_session_tools(th_session *s, int (*fn)(const th_tool *t, void *ud),
         rc = fn(&copy, ud);
         free(params);
     }
+    th_config_unref(cfg);
     for (size_t i = 0; i < p.n; i++)
         th_tool_release(p.v[i]);
     free(p.v);

@@ -229,7 +229,9 @@ void th_tasks_keep_locked(th_host *h, uint64_t task_id, int ts_idx,
     }
     k->task_id = task_id;
     k->ts_idx = ts_idx;
-    k->expires_ns = th_now_ns() + (int64_t)th_host_config(h)->host.result_ttl_ms * 1000000;
+    th_config *cfg = th_host_config_get(h);
+    k->expires_ns = th_now_ns() + (int64_t)cfg->host.result_ttl_ms * 1000000;
+    th_config_unref(cfg);
     if (th_u64map_put(&h->kept, task_id, k) != 0) {
         th_result_copy_free(&k->res);
         free(k);

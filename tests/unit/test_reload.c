@@ -994,20 +994,33 @@ static void hx_tools_changed(void *ud)
     atomic_fetch_add(&((hx *)ud)->changed, 1);
 }
 
+/* More lines under host: for the next hx_config() ("" for none). */
+static const char *hx_host_extra = "";
+
 /* toolsets: YAML for the toolsets section ("" for none). */
 static void hx_config(hx *x, const char *toolsets)
 {
     th_buf b = TH_BUF_INIT;
     th_buf_printf(&b,
-                  "host:\n  workers: 2\n  log_level: error\n  state_dir: %s/state\n"
+                  "host:\n  workers: 2\n  log_level: error\n  state_dir: %s/state\n%s"
                   "plugins:\n  - name: fx\n    path: %s\n%s",
-                  x->dir, x->so, toolsets);
+                  x->dir, hx_host_extra, x->so, toolsets);
     th_buf_append(&b, "", 1);
     put_text(x->cfg_path, (const char *)b.data);
     th_buf_free(&b);
 }
 
+static int hx_open_ops(hx *x, const char *toolsets, const th_front_ops *ops,
+                       void *ud);
+
 static int hx_open(hx *x, const char *toolsets)
+{
+    return hx_open_ops(x, toolsets, NULL, NULL);
+}
+
+/* ops NULL: tools_changed counted in x->changed. */
+static int hx_open_ops(hx *x, const char *toolsets, const th_front_ops *ops,
+                       void *ud)
 {
     memset(x, 0, sizeof *x);
     x->dir = th_test_tmpdir();
@@ -1022,8 +1035,8 @@ static int hx_open(hx *x, const char *toolsets)
         return -1;
     }
     th_principal who = {(uint32_t)getuid(), (uint32_t)getgid(), true};
-    th_front_ops ops = {.tools_changed = hx_tools_changed};
-    x->s = th_session_open(x->h, &who, &ops, x);
+    th_front_ops dops = {.tools_changed = hx_tools_changed};
+    x->s = th_session_open(x->h, &who, ops ? ops : &dops, ops ? ud : x);
     return x->s ? 0 : -1;
 }
 
@@ -1144,6 +1157,140 @@ static void test_host_swaps_under_calls(void)
     CU_ASSERT_EQUAL(atomic_load(&u.failed), 0);
     CU_ASSERT(atomic_load(&u.calls) > 40);
     hx_close(&x);
+}
+
+/* ---- a call keeps the config it started under ----------------------------------- */
+
+typedef struct snap_call {
+    atomic_int done;
+    int kind, error;
+    bool ok;
+    char out[64];
+} snap_call;
+
+typedef struct snap_fx {
+    atomic_int n_asked;
+    _Atomic uint64_t asked[4];
+} snap_fx;
+
+static int snap_ask(void *ud, uint64_t call_id, const char *tool,
+                    const uint8_t *args, size_t len, const char *reason)
+{
+    (void)tool, (void)args, (void)len, (void)reason;
+    snap_fx *f = ud;
+    int i = atomic_load(&f->n_asked);
+    if (i < 4)
+        atomic_store(&f->asked[i], call_id);
+    atomic_fetch_add(&f->n_asked, 1);
+    return 0; /* answered later with th_permission_answer */
+}
+
+static void snap_event(const th_event *ev, void *ud)
+{
+    snap_call *c = ud;
+    if (ev->kind == TH_EV_PROGRESS || ev->result->kind == TH_RESULT_RUNNING)
+        return;
+    c->kind = (int)ev->result->kind;
+    c->error = ev->result->error;
+    c->ok = ev->result->ok;
+    snprintf(c->out, sizeof c->out, "%.*s", (int)ev->result->out_len,
+             ev->result->out ? (const char *)ev->result->out : "");
+    atomic_store(&c->done, 1);
+}
+
+static bool snap_wait(atomic_int *v, int want, int ms)
+{
+    for (int i = 0; i < ms && atomic_load(v) < want; i++)
+        usleep(1000);
+    return atomic_load(v) >= want;
+}
+
+/* timeout NULL: the toolset has none (the host's default_timeout). */
+static const char *snap_toolsets(const char *timeout)
+{
+    static char text[512];
+    snprintf(text, sizeof text,
+             "toolsets:\n  - name: t\n    tools: [\"*\"]\n%s%s%s"
+             "    permissions:\n      rules:\n"
+             "        - match: rl_hold\n          action: ask\n",
+             timeout ? "    timeout: " : "", timeout ? timeout : "",
+             timeout ? "\n" : "");
+    return text;
+}
+
+/* A timeout changes by reload while a call waits for its permission
+ * answer: the call keeps the timeout of the config it started under (2 s:
+ * it finishes), a call started after the reload gets the new one (100 ms:
+ * it times out).  by_toolset: the toolset's timeout changes, else the
+ * host's default_timeout (the toolset has none).  Before the snapshot the
+ * host's part was read from the new config when the call was submitted:
+ * the first call timed out at once. */
+static void snap_run(bool by_toolset)
+{
+    hx x;
+    snap_fx f;
+    memset(&f, 0, sizeof f);
+    th_front_ops ops = {.ask_permission = snap_ask};
+    hx_host_extra = by_toolset ? "" : "  default_timeout: 2s\n";
+    CU_ASSERT_EQUAL_FATAL(hx_open_ops(&x, snap_toolsets(by_toolset ? "2s" : NULL),
+                                      &ops, &f), 0);
+    th_reloader *r = th_host_reloader(x.h);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+    char gate[1100];
+    snprintf(gate, sizeof gate, "%s/gate", x.dir);
+    th_buf a = TH_BUF_INIT;
+    pack_args(&a, gate);
+
+    snap_call c1, c2;
+    memset(&c1, 0, sizeof c1);
+    memset(&c2, 0, sizeof c2);
+    uint64_t id1 = 0, id2 = 0;
+    CU_ASSERT_EQUAL_FATAL(th_call_start(x.s, "rl_hold", a.data, a.len, NULL,
+                                        snap_event, &c1, &id1), 0);
+    CU_ASSERT_FATAL(snap_wait(&f.n_asked, 1, 5000));
+    CU_ASSERT_EQUAL(atomic_load(&f.asked[0]), id1);
+
+    /* The reload: timeout 100 ms for new calls. */
+    hx_host_extra = by_toolset ? "" : "  default_timeout: 100ms\n";
+    hx_config(&x, snap_toolsets(by_toolset ? "100ms" : NULL));
+    hx_host_extra = "";
+    th_reload_result res;
+    CU_ASSERT_EQUAL(th_reload_run(r, &res), 0);
+    CU_ASSERT(res.config_changed);
+    usleep(150 * 1000); /* past the new timeout, well within the old */
+    CU_ASSERT_EQUAL(th_permission_answer(x.s, id1, true), 0);
+
+    CU_ASSERT_EQUAL_FATAL(th_call_start(x.s, "rl_hold", a.data, a.len, NULL,
+                                        snap_event, &c2, &id2), 0);
+    CU_ASSERT_FATAL(snap_wait(&f.n_asked, 2, 5000));
+    CU_ASSERT_EQUAL(th_permission_answer(x.s, id2, true), 0);
+
+    /* The new call times out under the new config; the old one runs on. */
+    CU_ASSERT(snap_wait(&c2.done, 1, 5000));
+    CU_ASSERT_EQUAL(c2.kind, TH_RESULT_ERROR);
+    CU_ASSERT_EQUAL(c2.error, TH_ETIMEOUT);
+    usleep(200 * 1000);
+    CU_ASSERT_EQUAL(atomic_load(&c1.done), 0);
+    if (atomic_load(&c1.done))
+        fprintf(stderr, "\nfirst call ended early: kind %d error %d\n", c1.kind,
+                c1.error);
+    put_text(gate, "open\n");
+    CU_ASSERT(snap_wait(&c1.done, 1, 5000));
+    CU_ASSERT_EQUAL(c1.kind, TH_RESULT_DONE);
+    CU_ASSERT(c1.ok);
+    CU_ASSERT_STRING_EQUAL(c1.out, "A");
+    th_buf_free(&a);
+    hx_close(&x);
+}
+
+static void test_call_keeps_toolset_timeout(void)
+{
+    snap_run(true);
+}
+
+static void test_call_keeps_host_timeout(void)
+{
+    snap_run(false);
 }
 
 /* ---- the checked file is the copied file ------------------------------------------ */
@@ -1309,6 +1456,8 @@ void th_suite_reload(void)
     CU_add_test(s, "watcher", test_watcher);
     CU_add_test(s, "host_config_swap", test_host_config_swap);
     CU_add_test(s, "host_swaps_under_calls", test_host_swaps_under_calls);
+    CU_add_test(s, "call_keeps_toolset_timeout", test_call_keeps_toolset_timeout);
+    CU_add_test(s, "call_keeps_host_timeout", test_call_keeps_host_timeout);
     CU_add_test(s, "copy_is_checked_file", test_copy_is_checked_file);
     CU_add_test(s, "link_flip_race", test_link_flip_race);
 }

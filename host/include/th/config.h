@@ -307,6 +307,7 @@ typedef struct th_config {
     th_mock_cfg *mocks;
     size_t n_mocks;
     th_ynode *root;        /* the whole document */
+    int extra_refs;        /* th_config_ref()s not yet dropped (atomic) */
 } th_config;
 
 /* Reads and checks `path`.  On success *out is a new config (free with
@@ -332,6 +333,14 @@ int th_config_parse_ex(const char *name, const char *dir, const char *text,
  * TH_ECONFIG when the variable is not such a size. */
 int th_config_limits(th_ylimits *lim, th_error *err);
 void th_config_free(th_config *cfg);
+/* A config is shared by reference once loaded: whoever loaded it holds
+ * the first reference; th_config_ref() adds one, th_config_unref() drops
+ * one and frees the config with the last (th_config_free() frees at once,
+ * for a config no one else has seen).  Any thread.  The running host holds
+ * one reference to its current config and every call one to the config it
+ * started under (its snapshot), until it ends. */
+th_config *th_config_ref(th_config *cfg);
+void th_config_unref(th_config *cfg);
 
 /* Checks a plugin's `config:` block against the plugin's declared keys
  * (with th_validate_params) and packs it as a msgpack map with defaults

@@ -80,7 +80,13 @@ int th_host_at_close(th_host *h, void (*fn)(void *ud), void *ud,
  * frees everything. */
 void th_host_close(th_host *h);
 
+/* The host's current config, borrowed: valid until the next reload swaps
+ * it (use it on the thread that opened the host before serving, or on the
+ * reload thread).  Anything else takes a reference with
+ * th_host_config_get() and drops it with th_config_unref(). */
 const th_config *th_host_config(const th_host *h);
+/* The host's current config with a new reference (never NULL). */
+th_config *th_host_config_get(th_host *h);
 th_registry *th_host_registry(th_host *h);
 
 /* ---- Sessions ---------------------------------------------------------- */
@@ -96,7 +102,9 @@ typedef struct th_front_ops {
      * may run.  The front answers later, from any thread, with
      * th_permission_answer(); until then the call waits (bounded by the
      * host's permission_timeout, then denied).  Returns 0, or nonzero when
-     * it cannot ask (the call is then denied). */
+     * it cannot ask (the call is then denied).  Called on the thread that
+     * started the call, or on a pool worker (a tool with validate_args or
+     * needs_permission started by a caller that does not block). */
     int (*ask_permission)(void *front_ud, uint64_t call_id, const char *tool,
                           const uint8_t *args, size_t args_len,
                           const char *reason);

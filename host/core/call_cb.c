@@ -1,0 +1,215 @@
+/* call_cb.c - the host callbacks a tool's execute() uses on its call
+ * (Owner class, plugin.h): output, meta, progress (into the call's
+ * coalescing slot, th/progress.h), cancel and deadline, suspend and
+ * complete. */
+#include <msgpack.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "call_int.h"
+
+/* A call nested inline in another (a tool calling tools on its own
+ * thread) is also cancelled when an ancestor is (each call holds a
+ * reference to its parent). */
+static bool cancelled(th_mcall *c)
+{
+    for (; c; c = c->inline_run ? c->parent : NULL)
+        if (atomic_load_explicit(&c->abort_code, memory_order_relaxed))
+            return true;
+    return false;
+}
+
+static int cb_write(toolhost_call *call, int stream, const void *data,
+                    size_t len)
+{
+    th_mcall *c = (th_mcall *)call;
+    if ((stream != TOOLHOST_STDOUT && stream != TOOLHOST_STDERR) ||
+        (!data && len))
+        return TOOLHOST_EINVAL;
+    if (cancelled(c))
+        return TOOLHOST_ECANCELLED;
+    if (!len)
+        return 0;
+    return th_out_write(stream == TOOLHOST_STDOUT ? &c->out : &c->err, data,
+                        len) == 0
+               ? 0
+               : TOOLHOST_ENOMEM;
+}
+
+static int cb_set_meta(toolhost_call *call, const uint8_t *map, size_t len)
+{
+    th_mcall *c = (th_mcall *)call;
+    if (!map || !len)
+        return TOOLHOST_EINVAL;
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    bool ok = msgpack_unpack_next(&u, (const char *)map, len, &off) ==
+                  MSGPACK_UNPACK_SUCCESS &&
+              u.data.type == MSGPACK_OBJECT_MAP && off == len;
+    msgpack_unpacked_destroy(&u);
+    if (!ok)
+        return TOOLHOST_EINVAL;
+    uint8_t *m = malloc(len);
+    if (!m)
+        return TOOLHOST_ENOMEM;
+    memcpy(m, map, len);
+    free(c->meta);
+    c->meta = m;
+    c->meta_len = len;
+    return 0;
+}
+
+/* True when `c` runs inline on this thread: it is the thread's call, or
+ * an ancestor of it through inline calls (run_code forwarding an update of
+ * a tool it called).  Its caller then waits on this very thread (inside
+ * th_call_start), so an update must be delivered here and now: handed to
+ * the notifier it would reach th_call_sync's pending slot, which the
+ * caller only reads once the call is over. */
+static bool inline_here(const th_mcall *c)
+{
+    if (!c->inline_run)
+        return false;
+    for (const th_mcall *p = th_mcall_current(); p; p = p->inline_run ? p->parent : NULL)
+        if (p == c)
+            return true;
+    return false;
+}
+
+static int cb_progress(toolhost_call *call, double fraction,
+                       const char *message, const uint8_t *data,
+                       size_t data_len)
+{
+    th_mcall *c = (th_mcall *)call;
+    th_host *h = c->h;
+    th_session *s = c->s;
+    if (data_len && !data)
+        return TOOLHOST_EINVAL;
+    th_progress_update u;
+    char *last = message ? strdup(message) : NULL;
+    if ((message && !last) ||
+        th_progress_copy(&u, c->base.pub.call_id, fraction, message, data,
+                         data_len, 0) != 0) {
+        free(last);
+        return TOOLHOST_ENOMEM;
+    }
+    pthread_mutex_lock(&c->mu);
+    if (c->answered) {
+        pthread_mutex_unlock(&c->mu);
+        th_progress_update_free(&u);
+        free(last);
+        return TOOLHOST_ECANCELLED;
+    }
+    c->last_update_ms = th_wall_ms();
+    free(c->last_msg);
+    c->last_msg = last;
+    c->last_frac = fraction;
+    if (!c->acked) {
+        /* The first update acknowledges: the call becomes a task. */
+        c->acked = true;
+        atomic_store(&c->is_task, true);
+        c->pend_ack = true;
+        c->ack_msg = u.message;
+        u.message = NULL;
+        th_progress_update_free(&u);
+        bool changed = false;
+        pthread_mutex_lock(&s->mu);
+        s->live_tasks++;
+        c->live_counted = true;
+        changed = s->live_tasks == 1 && !c->cfg->host.expose_task_tools;
+        if (c->scope == TH_SCOPE_TOOLSET && c->exec_counted) {
+            c->exec_counted = false;
+            s->exec_live--;
+            pthread_cond_broadcast(&s->cv);
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (c->scope == TH_SCOPE_TOOLSET) {
+            pthread_mutex_lock(&h->tmu);
+            if (th_u64map_put(&h->tasks, c->base.pub.call_id, c) == 0) {
+                c->in_tasks = true;
+                th_mcall_ref(c);
+            }
+            pthread_mutex_unlock(&h->tmu);
+        }
+        th_call_deliver_locked(c);
+        pthread_mutex_unlock(&c->mu);
+        /* A task that holds a worker counts against the async cap. */
+        if (th_mcall_current() == c && th_mgr_tl_worker && !c->inline_run &&
+            !th_mgr_tl_async_get()) {
+            th_mgr_tl_async_set(true);
+            th_mgr_async_take(h);
+        }
+        if (changed)
+            th_session_tools_changed(s);
+        return 0;
+    }
+    if (c->no_progress) {
+        pthread_mutex_unlock(&c->mu);
+        th_progress_update_free(&u);
+        return 0;
+    }
+    th_progress_put(&c->prog, &u);
+    if (!c->delivering) {
+        if (inline_here(c)) {
+            th_call_deliver_locked(c); /* inline: the caller's own thread */
+        } else if (!c->notify_queued) {
+            c->notify_queued = true;
+            th_mcall_ref(c);
+            th_mgr_notify(h, c);
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return 0;
+}
+
+static int cb_is_cancelled(const toolhost_call *call)
+{
+    return cancelled((th_mcall *)call);
+}
+
+static int64_t cb_time_left_ms(const toolhost_call *call)
+{
+    th_mcall *c = (th_mcall *)call;
+    int64_t d = atomic_load_explicit(&c->deadline_ns, memory_order_relaxed);
+    if (d == 0)
+        return -1;
+    int64_t left = (d - th_now_ns()) / 1000000;
+    return left > 0 ? left : 0;
+}
+
+static int cb_suspend(toolhost_call *call)
+{
+    th_mcall *c = (th_mcall *)call;
+    if (!c->in_execute || c->suspended || th_mcall_current() != c)
+        return TOOLHOST_ESTATE;
+    th_mcall_ref(c); /* held until complete() */
+    c->suspended = true;
+    return 0;
+}
+
+/* Only the owner of a suspended call may finish it: without suspend() the
+ * worker still owns the call (and its reference), so finishing here would
+ * answer it twice and free it under the worker's feet. */
+static int cb_complete(toolhost_call *call, int status)
+{
+    th_mcall *c = (th_mcall *)call;
+    if (!c->suspended || c->completed)
+        return TOOLHOST_ESTATE;
+    c->completed = true;
+    if (status != TOOLHOST_OK)
+        status = TOOLHOST_FAILED;
+    th_mcall_exec_end(c, status, true);
+    th_mcall_unref(c);
+    return 0;
+}
+
+const th_call_vtbl th_mcall_vtbl = {
+    .write = cb_write,
+    .set_meta = cb_set_meta,
+    .progress = cb_progress,
+    .is_cancelled = cb_is_cancelled,
+    .time_left_ms = cb_time_left_ms,
+    .suspend = cb_suspend,
+    .complete = cb_complete,
+};
+

@@ -1,0 +1,33 @@
+/* call_int.h - what the files of one call share (call.c, call_start.c,
+ * call_cb.c, call_sync.c).  Private to host/core. */
+#ifndef TH_CALL_INT_H
+#define TH_CALL_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "manager.h"
+#include "th/progress.h"
+
+/* An error answered before a call object exists (on the caller's thread). */
+void th_call_emit_error(th_event_fn fn, void *ud, uint64_t id, int code,
+                        const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+/* With c->mu held: delivers every pending event (ack, progress, final)
+ * unless another thread is delivering.  Returns with mu held. */
+void th_call_deliver_locked(th_mcall *c);
+
+/* Answers with a tool error unless already answered; true when this
+ * answer won.  No lock held. */
+bool th_call_answer_error(th_mcall *c, int code, const char *msg);
+
+/* A call waiting for permission that got answered meanwhile: whoever moves
+ * it out of PERM_WAIT drops its execution reference. */
+void th_call_perm_settle(th_mcall *c);
+
+/* The stages after the call record (call_start.c): arguments, permission,
+ * then the manager.  Consumes the execution reference.  On the caller's
+ * thread, or on a pool worker for a caller that must not block. */
+void th_call_prepare(th_mcall *c);
+
+#endif

@@ -1,0 +1,534 @@
+/* call_start.c - starting a call, as named stages:
+ *
+ *   1. lookup and policy  the tool (pinned), the toolset it runs under and
+ *                         the caller's ACL, read from ONE config snapshot
+ *   2. record             the call object: it holds the snapshot (a
+ *                         reference), the tool, the session; from here on
+ *                         every outcome is an answer of the call
+ *   3. arguments          confirm_duplicate stripped, validation (the one
+ *                         place: the parameter table, then the plugin's
+ *                         validate_args)
+ *   4. permission         the plugin's needs_permission, the toolset's
+ *                         rules: deny, ask the front, or go on
+ *   then the manager      duplicates, deadline, inline or queue (manager.c)
+ *
+ * Stages 1 and 2 run on the caller's thread and call no plugin code.
+ * Stages 3 and 4 call plugin code (validate_args, needs_permission): a
+ * caller that waits for the call anyway (may_block: th_call_sync, a tool
+ * calling tools) runs them itself; for any other caller (a front's event
+ * loop) a pool worker runs them, so that a slow hook never stalls the
+ * loop and the other clients it serves.
+ *
+ * The config snapshot travels with the call: its timeout, limits,
+ * duplicate policy, permission rules and output limits all come from the
+ * config the call started under, whatever a reload does meanwhile. */
+#include <msgpack.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "call_int.h"
+#include "th/log.h"
+#include "th/perm.h"
+
+/* Removes "confirm_duplicate" from an argument map (confirm tools). */
+static int strip_confirm(const uint8_t *args, size_t len, th_buf *out,
+                         bool *confirm, bool *found, char *err, size_t errsz)
+{
+    *confirm = *found = false;
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    if (msgpack_unpack_next(&u, (const char *)args, len, &off) !=
+            MSGPACK_UNPACK_SUCCESS ||
+        u.data.type != MSGPACK_OBJECT_MAP) {
+        msgpack_unpacked_destroy(&u);
+        return 0; /* validation says what is wrong */
+    }
+    const msgpack_object_map *m = &u.data.via.map;
+    int at = -1;
+    for (uint32_t i = 0; i < m->size; i++)
+        if (m->ptr[i].key.type == MSGPACK_OBJECT_STR &&
+            m->ptr[i].key.via.str.size == 17 &&
+            memcmp(m->ptr[i].key.via.str.ptr, "confirm_duplicate", 17) == 0)
+            at = (int)i;
+    int rc = 0;
+    if (at >= 0) {
+        *found = true;
+        if (m->ptr[at].val.type != MSGPACK_OBJECT_BOOLEAN) {
+            snprintf(err, errsz, "parameter 'confirm_duplicate' must be a boolean");
+            rc = TH_EARGS;
+        } else {
+            *confirm = m->ptr[at].val.via.boolean;
+            msgpack_packer pk;
+            msgpack_packer_init(&pk, out, th_buf_msgpack_write);
+            rc = msgpack_pack_map(&pk, m->size - 1);
+            for (uint32_t i = 0; i < m->size && rc == 0; i++) {
+                if ((int)i == at)
+                    continue;
+                rc = msgpack_pack_object(&pk, m->ptr[i].key);
+                if (rc == 0)
+                    rc = msgpack_pack_object(&pk, m->ptr[i].val);
+            }
+            if (rc)
+                rc = TH_ENOMEM;
+        }
+    }
+    msgpack_unpacked_destroy(&u);
+    return rc;
+}
+
+/* A head-only output (file content, file view, knowledge) of a tool with
+ * an integer `offset` parameter starts where the call's `offset` says, so
+ * its "read on with offset=N" marker counts from there. */
+static void set_read_on_base(th_mcall *c)
+{
+    uint32_t sem = c->out.sem;
+    if (sem != TOOLHOST_SEM_FILE_CONTENT && sem != TOOLHOST_SEM_FILE_VIEW &&
+        sem != TOOLHOST_SEM_KNOWLEDGE)
+        return;
+    bool has = false;
+    for (size_t i = 0; i < c->tool->n_params && !has; i++)
+        has = c->tool->params[i].type == TOOLHOST_TYPE_INTEGER &&
+              strcmp(c->tool->params[i].name, "offset") == 0;
+    if (!has)
+        return;
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    if (msgpack_unpack_next(&u, (const char *)c->args, c->args_len, NULL) ==
+            MSGPACK_UNPACK_SUCCESS &&
+        u.data.type == MSGPACK_OBJECT_MAP) {
+        const msgpack_object_map *m = &u.data.via.map;
+        for (uint32_t i = 0; i < m->size; i++)
+            if (m->ptr[i].key.type == MSGPACK_OBJECT_STR &&
+                m->ptr[i].key.via.str.size == 6 &&
+                memcmp(m->ptr[i].key.via.str.ptr, "offset", 6) == 0 &&
+                m->ptr[i].val.type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+                th_out_set_offset_base(&c->out, m->ptr[i].val.via.u64);
+    }
+    msgpack_unpacked_destroy(&u);
+}
+
+
+/* ---- 1. Lookup and policy ---------------------------------------------------- */
+
+/* What stage 1 decided. */
+typedef struct call_plan {
+    th_config *cfg;             /* the call's snapshot (a reference) */
+    const th_tool *tool;        /* pinned */
+    th_stat *st;
+    int ts_idx;                 /* -1: a task tool (no toolset) */
+    const th_toolset_cfg *ts;   /* in cfg */
+} call_plan;
+
+/* 0: go on; 1: answered through fn (nothing held); < 0: fn will never be
+ * called.  p->cfg is the caller's; on 0 p->tool is pinned. */
+static int stage_lookup(th_session *s, const char *name, uint64_t id,
+                        th_event_fn fn, void *ud, call_plan *p)
+{
+    th_host *h = s->h;
+    p->tool = th_registry_acquire(h->reg, name);
+    if (!p->tool) {
+        th_call_emit_error(fn, ud, id, TH_EUNKNOWN_TOOL, "unknown tool '%s'", name);
+        return 1;
+    }
+    p->st = th_stat_get(h, p->tool->name);
+    if (!p->st) {
+        th_tool_release(p->tool);
+        return TH_ENOMEM;
+    }
+    atomic_fetch_add(&p->st->calls, 1);
+    p->ts_idx = -1;
+    p->ts = NULL;
+    if (th_host_is_task_tool(p->tool->name))
+        return 0;
+    /* The first toolset in config order that contains the tool and that
+     * the session may use. */
+    bool any = false;
+    for (size_t i = 0; i < p->cfg->n_toolsets && p->ts_idx < 0; i++) {
+        if (!th_host_toolset_has(h, &p->cfg->toolsets[i], p->tool))
+            continue;
+        any = true;
+        if (s->usable[i])
+            p->ts_idx = (int)i;
+    }
+    if (p->ts_idx >= 0) {
+        p->ts = &p->cfg->toolsets[p->ts_idx];
+        return 0;
+    }
+    if (any) {
+        atomic_fetch_add(&p->st->perm_denied, 1);
+        th_call_emit_error(fn, ud, id, TH_EPERM,
+                           "permission denied: no toolset that contains tool '%s' allows uid %u",
+                           name, (unsigned)s->who.uid);
+    } else {
+        atomic_fetch_add(&p->st->errors, 1);
+        th_call_emit_error(fn, ud, id, TH_EUNKNOWN_TOOL, "unknown tool '%s'", name);
+    }
+    th_tool_release(p->tool);
+    return 1;
+}
+
+/* ---- 2. The call record ---------------------------------------------------- */
+
+/* Makes the call object from the plan (whose references it takes, also on
+ * failure) and registers it in its session.  With `args` the call keeps a
+ * copy of the arguments as given (for a worker to validate later); with
+ * NULL the caller validates them right away (c->args stays NULL until
+ * then).  0 with *out holding the execution reference, or TH_ENOMEM /
+ * TH_ESTATE (fn will never be called). */
+static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
+                        size_t len, const th_call_opts *o, th_event_fn fn,
+                        void *ud, uint64_t id, th_mcall **out)
+{
+    th_host *h = s->h;
+    const th_tool *t = p->tool;
+    th_mcall *c = calloc(1, sizeof *c);
+    uint8_t *copy = args ? malloc(len ? len : 1) : NULL;
+    if (!c || (args && !copy)) {
+        free(c);
+        free(copy);
+        th_tool_release(t);
+        th_config_unref(p->cfg);
+        return TH_ENOMEM;
+    }
+    if (copy)
+        memcpy(copy, args, len);
+    c->base.pub.struct_size = sizeof c->base.pub;
+    c->base.pub.call_id = id;
+    c->base.pub.host = &t->plugin->api;
+    c->base.vt = &th_mcall_vtbl;
+    c->h = h;
+    c->s = s;
+    th_session_ref(s);
+    c->cfg = p->cfg;
+    c->tool = t;
+    c->st = p->st;
+    c->ts = p->ts;
+    c->ts_idx = p->ts_idx;
+    c->mock = th_mock_find(c->cfg, t->name);
+    c->args = copy;
+    c->args_len = copy ? len : 0;
+    c->scope = c->ts ? c->ts->scope : TH_SCOPE_SESSION;
+    c->is_async = (t->flags & TOOLHOST_TOOL_ASYNC) != 0;
+    c->no_progress = o->no_progress;
+    c->may_block = o->may_block;
+    c->opt_timeout_ms = o->timeout_ms;
+    c->start_ns = th_now_ns();
+    c->start_wall_ms = th_wall_ms();
+    c->last_update_ms = c->start_wall_ms;
+    c->last_frac = -1;
+    c->heap_idx = SIZE_MAX;
+    c->parent = th_mcall_current(); /* referenced: read by cancelled() */
+    if (c->parent)
+        th_mcall_ref(c->parent);
+    c->fn = fn;
+    c->ud = ud;
+    atomic_init(&c->refs, 1); /* the execution reference */
+    atomic_init(&c->abort_code, 0);
+    atomic_init(&c->is_task, false);
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    /* Limits: the tool's override in its toolset, else the toolset's,
+     * else the host's (th_out_limit). */
+    const th_limits *hl = &c->cfg->limits;
+    uint32_t so = t->stdout_type < TH_SEM_COUNT ? t->stdout_type : TOOLHOST_SEM_TEXT;
+    uint32_t se = t->stderr_type < TH_SEM_COUNT ? t->stderr_type : TOOLHOST_SEM_TEXT;
+    th_out_init(&c->out, so, th_out_limit(hl, c->ts, t->name, so));
+    th_out_init(&c->err, se, th_out_limit(hl, c->ts, t->name, se));
+    const th_host_cfg *hc = &c->cfg->host;
+    if (hc->spill_dir) {
+        /* Full outputs that get cut are saved there (no file otherwise);
+         * a folder that cannot be used only means no spill. */
+        (void)th_out_spill(&c->out, hc->spill_dir, hc->spill_max_bytes);
+        (void)th_out_spill(&c->err, hc->spill_dir, hc->spill_max_bytes);
+    }
+    atomic_fetch_add(&h->live_calls, 1);
+
+    pthread_mutex_lock(&s->mu);
+    if (s->closing || th_u64map_put(&s->calls, id, c) != 0) {
+        int rc = s->closing ? TH_ESTATE : TH_ENOMEM;
+        pthread_mutex_unlock(&s->mu);
+        c->fn = NULL;
+        th_mcall_unref(c);
+        return rc;
+    }
+    th_mcall_ref(c);
+    c->in_session = true;
+    c->exec_counted = true;
+    s->exec_live++;
+    pthread_mutex_unlock(&s->mu);
+    *out = c;
+    return 0;
+}
+
+/* ---- 3. Arguments ------------------------------------------------------------ */
+
+/* Validates (raw, raw_len) — c->args, or the caller's buffer — into
+ * c->args.  0, or the call is answered and its execution reference
+ * dropped (nonzero). */
+static int stage_args(th_mcall *c, const uint8_t *raw, size_t raw_len)
+{
+    const th_tool *t = c->tool;
+    const th_tool_override *ov = c->ts ? th_host_override(c->ts, t->name) : NULL;
+    th_dup_policy pol = TH_DUP_ALLOW;
+    if (c->ts)
+        pol = ov && ov->on_duplicate_call >= 0 ? (th_dup_policy)ov->on_duplicate_call
+                                               : c->ts->on_duplicate_call;
+    /* confirm_duplicate is the host's parameter: strip it first. */
+    th_buf stripped = TH_BUF_INIT;
+    const uint8_t *a = raw;
+    size_t al = raw_len;
+    if (pol == TH_DUP_CONFIRM) {
+        char e[160];
+        bool confirm = false, found = false;
+        int rc = strip_confirm(a, al, &stripped, &confirm, &found, e, sizeof e);
+        if (rc != 0) {
+            th_buf_free(&stripped);
+            char m[400];
+            snprintf(m, sizeof m, "Error parsing arguments for %s: %s", t->name, e);
+            th_mcall_never_run(c, rc, rc == TH_ENOMEM ? "out of memory" : m);
+            return -1;
+        }
+        c->confirm = confirm;
+        if (found) {
+            a = stripped.data;
+            al = stripped.len;
+        }
+    }
+
+    /* Validation: the one place. */
+    th_buf vb = TH_BUF_INIT;
+    const uint8_t *va = NULL;
+    size_t vl = 0;
+    th_error e;
+    th_error_clear(&e);
+    uint8_t *copy = NULL;
+    int rc = th_validate_call(t, a, al, &vb, &va, &vl, &e);
+    if (rc == 0 && !(copy = malloc(vl ? vl : 1)))
+        rc = TH_ENOMEM;
+    if (rc != 0) {
+        th_buf_free(&vb);
+        th_buf_free(&stripped);
+        th_mcall_never_run(c, rc == TH_ENOMEM ? TH_ENOMEM : e.code ? e.code : TH_EARGS,
+                           rc == TH_ENOMEM ? "out of memory"
+                           : e.msg[0]      ? e.msg
+                                           : "invalid arguments");
+        return -1;
+    }
+    memcpy(copy, va, vl);
+    th_buf_free(&vb);
+    th_buf_free(&stripped);
+    free(c->args);
+    c->args = copy;
+    c->args_len = vl;
+    set_read_on_base(c);
+    c->args_ok = true;
+    return 0;
+}
+
+/* ---- 4. Permission ----------------------------------------------------------- */
+
+/* Asks the plugin and the toolset's rules; submits the call, answers it
+ * (denied), or asks the front.  Consumes the execution reference. */
+static void stage_permission(th_mcall *c)
+{
+    const th_tool *t = c->tool;
+    th_session *s = c->s;
+    th_host *h = c->h;
+    uint64_t id = c->base.pub.call_id;
+    if (!c->ts) {
+        th_mgr_submit(c);
+        return;
+    }
+    uint32_t flags = t->flags;
+    char reason[256] = "";
+    if (t->desc->needs_permission &&
+        t->desc->needs_permission(t->plugin->state, t->desc, c->args,
+                                  c->args_len, reason, sizeof reason) == 1)
+        flags |= TH_PERM_FLAG_NEEDS;
+    reason[sizeof reason - 1] = '\0';
+    th_perm_decision d;
+    memset(&d, 0, sizeof d);
+    th_perm_decide(c->ts, c->cfg->path, t->name, flags, &d);
+    if (d.action == TH_PERM_DENY) {
+        th_log_info("session=%llu tool=%s call=%llu permission denied by %s",
+                    (unsigned long long)s->id, t->name, (unsigned long long)id,
+                    d.rule);
+        char m[512];
+        snprintf(m, sizeof m, "permission denied for tool %s by %s", t->name, d.rule);
+        th_mcall_never_run(c, TH_EPERM, m);
+        return;
+    }
+    if (d.action == TH_PERM_ALLOW && (flags & TH_PERM_FLAG_NEEDS))
+        th_log_info("session=%llu tool=%s call=%llu permission granted by %s",
+                    (unsigned long long)s->id, t->name, (unsigned long long)id,
+                    d.rule);
+    if (d.action != TH_PERM_ASK) {
+        th_mgr_submit(c);
+        return;
+    }
+    th_log_info("session=%llu tool=%s call=%llu asking permission (%s)",
+                (unsigned long long)s->id, t->name, (unsigned long long)id, d.rule);
+    pthread_mutex_lock(&c->mu);
+    c->phase = TH_PH_PERM_WAIT;
+    pthread_mutex_unlock(&c->mu);
+    uint64_t pt = c->cfg->host.permission_timeout_ms;
+    atomic_store(&c->deadline_ns, th_now_ns() + (int64_t)(pt ? pt : 60000) * 1000000);
+    th_mgr_arm(h, c);
+    th_mcall_ref(c);
+    int asked = s->ops.ask_permission
+                    ? s->ops.ask_permission(s->front_ud, id, t->name, c->args,
+                                            c->args_len, reason[0] ? reason : d.rule)
+                    : -1;
+    if (asked != 0) {
+        char m[512];
+        snprintf(m, sizeof m,
+                 "permission denied for tool %s: %s asks, and no one can be asked",
+                 t->name, d.rule);
+        th_call_answer_error(c, TH_EPERM, m);
+    }
+    /* Answered meanwhile (cancelled, session closed, refused): whoever
+     * leaves PERM_WAIT drops the execution reference. */
+    th_call_perm_settle(c);
+    th_mcall_unref(c);
+}
+
+/* ---- The stages in order ------------------------------------------------------- */
+
+static bool answered(th_mcall *c)
+{
+    pthread_mutex_lock(&c->mu);
+    bool a = c->answered;
+    pthread_mutex_unlock(&c->mu);
+    return a;
+}
+
+/* Stages 3 and 4 with the raw arguments (c->args, or the caller's). */
+static void prepare(th_mcall *c, const uint8_t *raw, size_t raw_len)
+{
+    if (stage_args(c, raw, raw_len) != 0)
+        return;
+    /* The deadline armed while a worker ran the hooks is set again by the
+     * manager, or replaced by the permission question's. */
+    if (atomic_load(&c->deadline_ns) != 0)
+        th_mgr_disarm(c->h, c);
+    if (answered(c)) {
+        th_mcall_never_run(c, TH_ECANCELLED, "cancelled");
+        return;
+    }
+    stage_permission(c);
+}
+
+void th_call_prepare(th_mcall *c)
+{
+    /* Cancelled (or timed out) while it waited for a worker: the hooks
+     * have nothing to decide any more. */
+    if (answered(c)) {
+        th_mcall_never_run(c, TH_ECANCELLED, "cancelled");
+        return;
+    }
+    prepare(c, c->args, c->args_len);
+}
+
+/* Whether stages 3 and 4 call plugin code. */
+static bool has_hooks(const call_plan *p)
+{
+    const toolhost_tool *d = p->tool->desc;
+    return d && (d->validate_args || (p->ts && d->needs_permission));
+}
+
+int th_call_start(th_session *s, const char *name, const uint8_t *args,
+                  size_t len, const th_call_opts *opts, th_event_fn fn,
+                  void *ud, uint64_t *call_id)
+{
+    static const uint8_t empty_map[1] = {0x80};
+    if (!s || !name || !fn || (!args && len))
+        return TH_EINVAL;
+    if (!args) {
+        args = empty_map;
+        len = 1;
+    }
+    th_host *h = s->h;
+    th_call_opts o;
+    memset(&o, 0, sizeof o);
+    if (opts)
+        o = *opts;
+    pthread_mutex_lock(&s->mu);
+    bool closing = s->closing;
+    pthread_mutex_unlock(&s->mu);
+    if (closing)
+        return TH_ESTATE;
+    uint64_t id = atomic_fetch_add(&h->next_id, 1);
+    if (call_id)
+        *call_id = id;
+    atomic_fetch_add(&h->mgr.calls_total, 1);
+
+    call_plan p;
+    memset(&p, 0, sizeof p);
+    p.cfg = th_host_config_get(h); /* the call's one snapshot */
+    int rc = stage_lookup(s, name, id, fn, ud, &p);
+    if (rc != 0) {
+        th_config_unref(p.cfg);
+        return rc > 0 ? 0 : rc;
+    }
+    /* Plugin hooks never run on a caller that must not block (a front's
+     * event loop): a worker runs stages 3 and 4 on a copy of the args. */
+    bool on_worker = has_hooks(&p) && !o.may_block;
+    th_mcall *c = NULL;
+    rc = stage_record(s, &p, on_worker ? args : NULL, len, &o, fn, ud, id, &c);
+    if (rc != 0)
+        return rc;
+    if (on_worker)
+        th_mgr_prepare(c);
+    else
+        prepare(c, args, len);
+    return 0;
+}
+
+/* The timer thread's work for a call waiting for permission. */
+void th_mcall_perm_expired(th_mcall *c)
+{
+    char m[256];
+    snprintf(m, sizeof m, "permission denied for tool %s: no answer within %llu ms",
+             c->tool->name, (unsigned long long)c->cfg->host.permission_timeout_ms);
+    th_call_answer_error(c, TH_EPERM, m);
+    th_call_perm_settle(c);
+}
+
+int th_permission_answer(th_session *s, uint64_t call_id, bool allow)
+{
+    pthread_mutex_lock(&s->mu);
+    th_mcall *c = th_u64map_get(&s->calls, call_id);
+    if (c)
+        th_mcall_ref(c);
+    pthread_mutex_unlock(&s->mu);
+    if (!c)
+        return TH_ENOTFOUND;
+    pthread_mutex_lock(&c->mu);
+    bool mine = c->phase == TH_PH_PERM_WAIT && !c->answered;
+    if (mine)
+        c->phase = TH_PH_NEW;
+    pthread_mutex_unlock(&c->mu);
+    if (!mine) {
+        th_mcall_unref(c);
+        return TH_ESTATE;
+    }
+    th_mgr_disarm(s->h, c);
+    atomic_store(&c->deadline_ns, 0);
+    th_log_info("session=%llu tool=%s call=%llu permission %s by the front",
+                (unsigned long long)s->id, c->tool->name,
+                (unsigned long long)call_id, allow ? "granted" : "refused");
+    if (!allow) {
+        char m[256];
+        snprintf(m, sizeof m, "permission denied for tool %s: refused when asked",
+                 c->tool->name);
+        th_mcall_never_run(c, TH_EPERM, m);
+    } else {
+        c->may_block = false;
+        th_mgr_submit(c);
+    }
+    th_mcall_unref(c);
+    return 0;
+}
+

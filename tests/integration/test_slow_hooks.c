@@ -1,0 +1,73 @@
+/* test_slow_hooks.c - a plugin hook that takes its time (validate_args or
+ * needs_permission sleeping 1 s, fixture slow_hooks) must not stall the
+ * RPC server's event loop: a second client's echo answers meanwhile, and
+ * the slow call still answers once its hook returns. */
+#include <CUnit/CUnit.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "integration/test_rpc_harness.h"
+
+static void slow_hook_does_not_stall(const char *tool)
+{
+    rpc_srv s;
+    char plugins[512];
+    snprintf(plugins, sizeof plugins,
+             "  - name: slow_hooks\n    path: %s/fixtures/slow_hooks.so\n",
+             TH_BUILD_DIR);
+    rpc_opts o = {.plugins_extra = plugins,
+                  .public_extra = "  - name: slow\n"
+                                  "    tools: [slow_validate, slow_permission]\n"};
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
+    rpc_raw a, b;
+    CU_ASSERT_FATAL(rpc_raw_open(&a, &s) == 0);
+    CU_ASSERT_FATAL(rpc_raw_open(&b, &s) == 0);
+
+    char req[128];
+    snprintf(req, sizeof req, "[\"%s\", {\"ms\": 1000}]", tool);
+    int64_t t0 = rpc_now_ms();
+    rpc_raw_request(&a, 1, "tools.call", req);
+    usleep(150 * 1000); /* the hook sleeps now */
+
+    int64_t t1 = rpc_now_ms();
+    rpc_raw_request(&b, 7, "tools.call", "[\"echo\", {\"text\": \"hi\"}]");
+    const msgpack_object *m = rpc_raw_response(&b, 7, rpc_wait_ms());
+    int64_t echo_ms = rpc_now_ms() - t1;
+    CU_ASSERT(m && m->via.array.ptr[2].type == MSGPACK_OBJECT_NIL &&
+              rpc_ok(&m->via.array.ptr[3]) &&
+              rpc_stdout_is(&m->via.array.ptr[3], "hi"));
+    CU_ASSERT(echo_ms < 500);
+
+    m = rpc_raw_response(&a, 1, rpc_wait_ms());
+    int64_t slow_ms = rpc_now_ms() - t0;
+    CU_ASSERT(m && m->via.array.ptr[2].type == MSGPACK_OBJECT_NIL &&
+              rpc_ok(&m->via.array.ptr[3]) &&
+              rpc_stdout_is(&m->via.array.ptr[3], tool));
+    CU_ASSERT(slow_ms >= 900);
+    if (getenv("TH_TEST_VERBOSE"))
+        fprintf(stderr, "\n%s: echo answered in %lld ms while the hook slept; "
+                        "the slow call in %lld ms\n",
+                tool, (long long)echo_ms, (long long)slow_ms);
+    rpc_raw_close(&a);
+    rpc_raw_close(&b);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+}
+
+static void test_slow_validate_args(void)
+{
+    slow_hook_does_not_stall("slow_validate");
+}
+
+static void test_slow_needs_permission(void)
+{
+    slow_hook_does_not_stall("slow_permission");
+}
+
+void th_suite_slow_hooks(void)
+{
+    CU_pSuite s = CU_add_suite("slow_hooks", NULL, NULL);
+    CU_add_test(s, "slow_validate_args", test_slow_validate_args);
+    CU_add_test(s, "slow_needs_permission", test_slow_needs_permission);
+}
