@@ -4,6 +4,7 @@
  * that the cancel flag (set from a signal handler) is seen soon.
  */
 #include "th/rpc.h"
+#include "th/codec.h"
 #include "th/sockpath.h"
 
 #include <errno.h>
@@ -424,6 +425,30 @@ static int tool_note(const char *method, size_t mlen,
     return 0;
 }
 
+/* Gives on_progress the acknowledgement's message as task.progress params
+ * (the codec's form), so a caller sees every update. */
+static int ack_progress(tool_wait *tw, const char *message)
+{
+    if (!tw->on_progress)
+        return 0;
+    th_buf b = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
+    th_progress p = {.task_id = tw->task_id, .message = message, .fraction = -1};
+    int rc = th_codec_pack_progress(&pk, &p);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    if (rc == 0 && msgpack_unpack_next(&u, (const char *)b.data, b.len, &off) ==
+                       MSGPACK_UNPACK_SUCCESS)
+        tw->on_progress("task.progress", 13, &u.data, tw->ud);
+    else
+        rc = TH_ENOMEM;
+    msgpack_unpacked_destroy(&u);
+    th_buf_free(&b);
+    return rc;
+}
+
 static int cancel_task(th_rpc_client *c, void *ud, th_error *err)
 {
     tool_wait *tw = ud;
@@ -454,7 +479,7 @@ static int reply_error(const th_rpc_reply *r, th_error *err)
         size_t n;
         if (o->type == MSGPACK_OBJECT_ARRAY && o->via.array.size == 2) {
             if (o->via.array.ptr[0].type == MSGPACK_OBJECT_NEGATIVE_INTEGER &&
-                o->via.array.ptr[0].via.i64 >= TH_EINTERNAL)
+                o->via.array.ptr[0].via.i64 >= TH_EFAILED)
                 code = (int)o->via.array.ptr[0].via.i64;
             if (th_rpc_obj_str(&o->via.array.ptr[1], &p, &n))
                 snprintf(msg, sizeof msg, "%.*s", (int)n, p);
@@ -513,14 +538,18 @@ int th_rpc_client_call_tool(th_rpc_client *c, const char *tool,
         th_rpc_reply_free(&r);
         return th_error_set(err, TH_EPROTO, "unreadable result");
     }
-    const msgpack_object *st = th_rpc_map_get(&u.data, "status");
-    const msgpack_object *tid = th_rpc_map_get(&u.data, "task_id");
-    if (st && th_rpc_obj_streq(st, "running") && tid &&
-        tid->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
-        tw.task_id = tid->via.u64;
+    th_result_copy ack;
+    if (th_codec_unpack_result(&u.data, &ack) == 0 &&
+        ack.kind == TH_RESULT_RUNNING) {
+        tw.task_id = ack.task_id;
         tw.acked = true;
         msgpack_unpacked_destroy(&u);
         th_rpc_reply_free(&r);
+        /* The acknowledgement is the task's first progress update. */
+        rc = ack_progress(&tw, ack.message);
+        th_result_copy_free(&ack);
+        if (rc)
+            return th_error_set(err, rc, "out of memory");
         /* A cancel flag already set is seen at once by the loop. */
         th_rpc_reply unused;
         rc = client_loop(c, false, 0, tool_note, &tw, true, -1, &unused,
@@ -537,6 +566,7 @@ int th_rpc_client_call_tool(th_rpc_client *c, const char *tool,
         *result_len = tw.final_len;
         return 0;
     }
+    th_result_copy_free(&ack);
     msgpack_unpacked_destroy(&u);
     *result = r.result;
     *result_len = r.result_len;

@@ -1,6 +1,6 @@
 /* th/manager.h - internals of the host core: the host, sessions, calls and
  * the async manager (worker pool, deadline thread, progress notifier).
- * Not a public header: only host/core/{host,session,call,manager,tasks,
+ * Not a public header: only host/core/{host,session,call,manager,tasks,dup,
  * mocks,mgr_*}.c include it.  docs/manager.md is the picture in words.
  *
  * Lock order (a thread holding one may take those to its right only):
@@ -307,13 +307,27 @@ typedef struct th_builtin {
     void *ud;
 } th_builtin;
 
+/* A finished task in the task store (tasks.c), both scopes; under
+ * host->tmu.  Readers take a reference (refs) and read it unlocked; it is
+ * freed when it has left the store and its last reader is done. */
 typedef struct th_kept {
-    uint64_t task_id;
+    uint64_t task_id, session_id;
+    uint32_t owner_uid;
     int ts_idx;
-    int64_t expires_ns;
+    th_task_scope scope;
+    char *tool;
+    int64_t started_ms, last_update_ms, ended_ms; /* Unix ms */
+    int64_t expires_ns;         /* monotonic: ended + result_ttl */
+    char *message;
+    double fraction;
+    uint8_t *args;
+    size_t args_len;
     th_result_copy res;
-    struct th_kept *next;
+    int refs;                   /* the store's one + readers' */
+    struct th_kept *next;       /* store list, oldest end first */
 } th_kept;
+
+struct th_task_waiter;
 
 struct th_host {
     th_config *cfg;
@@ -334,10 +348,13 @@ struct th_host {
     void **dup_b;
     size_t dup_nb, dup_n;
 
-    pthread_mutex_t tmu;        /* toolset-scoped tasks, kept results */
+    pthread_mutex_t tmu;        /* toolset-scoped tasks, the task store */
     th_u64map tasks;            /* live toolset-scoped tasks -> call (ref) */
-    th_u64map kept;             /* finished ones -> th_kept */
+    th_u64map kept;             /* finished tasks (both scopes) -> th_kept */
     th_kept *kept_head, *kept_tail;
+    size_t n_kept;
+    uint64_t n_dropped;         /* finished tasks dropped by task_keep */
+    struct th_task_waiter *waiters; /* th_task_wait()s in progress */
 
     pthread_mutex_t stmu;       /* stats table (insert only) */
     _Atomic(th_stat *) stat_b[256]; /* lock-free reads */
@@ -378,18 +395,28 @@ bool th_host_is_task_tool(const char *name);
 const th_tool_override *th_host_override(const th_toolset_cfg *ts,
                                          const char *tool);
 
-/* tasks.c */
+/* tasks.c: the task store and the task tools. */
 extern const toolhost_plugin th_task_tools_plugin;
-/* Keeps a finished toolset-scoped task's result (copied); host->tmu
- * held. */
+/* Kept for call.c (it calls it for toolset-scoped tasks with host->tmu
+ * held): a no-op now, the store records every task in th_dup_remove(). */
 void th_tasks_keep_locked(th_host *h, uint64_t task_id, int ts_idx,
                           const th_result_copy *res);
+/* Frees the store and the duplicate table (host close). */
 void th_tasks_free(th_host *h);
+/* The answer hook: call.c's answer_locked() calls it once per call when
+ * the call's answer is decided (c->mu held, c->final and c->answered set,
+ * before the call leaves the session's and the host's tables).  For a task
+ * (c->acked) it records the end in the task store and wakes
+ * th_task_wait()ers; then it leaves the duplicate table (th_dup_leave).
+ * (The name predates the store.) */
+void th_dup_remove(th_mcall *c);
 
-/* Duplicates (tasks.c): checks and registers atomically.  0, or a tool
+/* Duplicates (dup.c): checks and registers atomically.  0, or a tool
  * error already answered to the call (returns nonzero). */
 int th_dup_register(th_mcall *c);
-void th_dup_remove(th_mcall *c);
+/* Takes the call out of the duplicate table (host->dmu); drops its ref. */
+void th_dup_leave(th_mcall *c);
+void th_dup_free(th_host *h);
 
 /* mocks.c */
 const th_mock_cfg *th_mock_find(const th_config *cfg, const char *tool);

@@ -1,0 +1,198 @@
+/* dup.c - the duplicate table: calls of the same tool (and, per the
+ * toolset's duplicate_scope, the same arguments) while one runs, handled
+ * per on_duplicate_call (allow, reject, replace, confirm).  Under
+ * host->dmu; see th/manager.h for the lock order. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "th/manager.h"
+
+/* ---- Duplicates ------------------------------------------------------------- */
+
+typedef struct dup_node {
+    uint64_t hash;
+    uint8_t *key;
+    size_t len;
+    th_mcall *head;
+    struct dup_node *next;
+} dup_node;
+
+static void policy_of(const th_mcall *c, th_dup_policy *pol, th_dup_scope *scope)
+{
+    *pol = TH_DUP_ALLOW;
+    *scope = TH_DUPSCOPE_NAME_AND_ARGS;
+    if (!c->ts)
+        return;
+    const th_tool_override *ov = th_host_override(c->ts, c->tool->name);
+    *pol = ov && ov->on_duplicate_call >= 0 ? (th_dup_policy)ov->on_duplicate_call
+                                            : c->ts->on_duplicate_call;
+    *scope = ov && ov->duplicate_scope >= 0 ? (th_dup_scope)ov->duplicate_scope
+                                            : c->ts->duplicate_scope;
+}
+
+/* The domain of a duplicate: toolset, session (for session scope), tool
+ * and, for name_and_args, the canonical arguments. */
+static int dup_key(th_mcall *c, th_dup_scope scope, th_buf *k)
+{
+    uint64_t sid = c->scope == TH_SCOPE_TOOLSET ? 0 : c->s->id;
+    int32_t ts = c->ts_idx;
+    if (th_buf_append(k, &ts, sizeof ts) || th_buf_append(k, &sid, sizeof sid) ||
+        th_buf_append(k, c->tool->name, strlen(c->tool->name) + 1))
+        return TH_ENOMEM;
+    if (scope == TH_DUPSCOPE_NAME_AND_ARGS)
+        return th_msgpack_canonical(c->args, c->args_len, k);
+    return 0;
+}
+
+int th_dup_register(th_mcall *c)
+{
+    th_host *h = c->h;
+    th_dup_policy pol;
+    th_dup_scope scope;
+    policy_of(c, &pol, &scope);
+    if (pol == TH_DUP_ALLOW)
+        return 0;
+    th_buf k = TH_BUF_INIT;
+    if (dup_key(c, scope, &k) != 0) {
+        th_buf_free(&k);
+        th_mcall_abort(c, TH_ENOMEM, "out of memory checking for duplicates");
+        return -1;
+    }
+    uint64_t hv = th_hash_bytes(k.data, k.len);
+    size_t b = hv & (h->dup_nb - 1);
+    th_mcall *victims[64];
+    size_t nv = 0;
+    char msg[1024];
+    msg[0] = '\0';
+    int refuse = 0;
+
+    pthread_mutex_lock(&h->dmu);
+    dup_node *n;
+    for (n = h->dup_b[b]; n; n = n->next)
+        if (n->hash == hv && n->len == k.len && memcmp(n->key, k.data, k.len) == 0)
+            break;
+    if (n && n->head) {
+        if (pol == TH_DUP_REJECT || (pol == TH_DUP_CONFIRM && !c->confirm)) {
+            int off = snprintf(msg, sizeof msg, "a call of %s with %s is still running:",
+                               c->tool->name,
+                               scope == TH_DUPSCOPE_NAME ? "any arguments" : "the same arguments");
+            int64_t now = th_now_ns();
+            int shown = 0;
+            for (th_mcall *o = n->head; o && off < (int)sizeof msg - 120; o = o->dup_next) {
+                if (shown++ == 5) {
+                    off += snprintf(msg + off, sizeof msg - off, " ...");
+                    break;
+                }
+                off += snprintf(msg + off, sizeof msg - off, " task_id %llu (running %.1f s)",
+                                (unsigned long long)o->base.pub.call_id,
+                                (double)(now - o->start_ns) / 1e9);
+            }
+            snprintf(msg + off, sizeof msg - off,
+                     pol == TH_DUP_CONFIRM
+                         ? ". Wait for it, cancel it with cancel_task(task_id), or call again with confirm_duplicate=true."
+                         : ". Wait for it or cancel it with cancel_task(task_id).");
+            refuse = TH_EDUPLICATE;
+        } else if (pol == TH_DUP_REPLACE) {
+            for (th_mcall *o = n->head; o; o = o->dup_next) {
+                /* Another session's call that is not (yet) a shared task
+                 * is not ours to cancel. */
+                if (o->s != c->s && !atomic_load(&o->is_task)) {
+                    snprintf(msg, sizeof msg,
+                             "call %llu of %s cannot be replaced: it belongs to another session",
+                             (unsigned long long)o->base.pub.call_id, c->tool->name);
+                    refuse = TH_EDUPLICATE;
+                    break;
+                }
+                if (nv < 64) {
+                    th_mcall_ref(o);
+                    victims[nv++] = o;
+                }
+            }
+        }
+    }
+    if (!refuse) {
+        if (!n && (n = calloc(1, sizeof *n))) {
+            n->hash = hv;
+            n->len = k.len;
+            n->key = th_buf_take(&k, &n->len);
+            n->next = h->dup_b[b];
+            h->dup_b[b] = n;
+        }
+        if (!n) {
+            refuse = TH_ENOMEM;
+            snprintf(msg, sizeof msg, "out of memory checking for duplicates");
+        } else {
+            c->dup_prev = NULL;
+            c->dup_next = n->head;
+            if (n->head)
+                n->head->dup_prev = c;
+            n->head = c;
+            c->dup_node = n;
+            c->in_dup = true;
+            th_mcall_ref(c);
+        }
+    }
+    pthread_mutex_unlock(&h->dmu);
+    th_buf_free(&k);
+    if (refuse) {
+        for (size_t i = 0; i < nv; i++)
+            th_mcall_unref(victims[i]);
+        th_mcall_abort(c, refuse, "%s", msg);
+        return -1;
+    }
+    for (size_t i = 0; i < nv; i++) {
+        th_mcall_abort(victims[i], TH_ECANCELLED,
+                       "replaced by a newer call of %s (call %llu)", c->tool->name,
+                       (unsigned long long)c->base.pub.call_id);
+        th_mcall_unref(victims[i]);
+    }
+    return 0;
+}
+
+void th_dup_leave(th_mcall *c)
+{
+    th_host *h = c->h;
+    pthread_mutex_lock(&h->dmu);
+    if (!c->in_dup) {
+        pthread_mutex_unlock(&h->dmu);
+        return;
+    }
+    dup_node *n = c->dup_node;
+    if (c->dup_prev)
+        c->dup_prev->dup_next = c->dup_next;
+    else
+        n->head = c->dup_next;
+    if (c->dup_next)
+        c->dup_next->dup_prev = c->dup_prev;
+    c->in_dup = false;
+    c->dup_prev = c->dup_next = NULL;
+    if (!n->head) {
+        size_t b = n->hash & (h->dup_nb - 1);
+        for (dup_node **pp = (dup_node **)&h->dup_b[b]; *pp; pp = &(*pp)->next)
+            if (*pp == n) {
+                *pp = n->next;
+                break;
+            }
+        free(n->key);
+        free(n);
+    }
+    pthread_mutex_unlock(&h->dmu);
+    atomic_fetch_sub(&c->refs, 1); /* never the last: the caller holds one */
+}
+
+void th_dup_free(th_host *h)
+{
+    if (!h->dup_b)
+        return;
+    for (size_t b = 0; b < h->dup_nb; b++) {
+        dup_node *n = h->dup_b[b];
+        while (n) {
+            dup_node *next = n->next;
+            free(n->key);
+            free(n);
+            n = next;
+        }
+        h->dup_b[b] = NULL;
+    }
+}
