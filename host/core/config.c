@@ -816,7 +816,7 @@ static const cfkey host_keys[] = {
      .off = H(lost_worker_grace_ms), .min = 1, .max = HOUR},
     {.name = "max_lost_workers", .set = set_u32, .off = H(max_lost_workers),
      .min = 1, .max = 1024},
-    {.name = "task_keep", .set = set_u32, .off = H(task_keep), .min = 0,
+    {.name = "task_keep", .set = set_u32, .off = H(task_keep), .min = 1,
      .max = 1000000},
     {.name = NULL}};
 #undef H

@@ -84,6 +84,14 @@ static void drop_head_locked(th_host *h)
     kept_unref_locked(k);
 }
 
+#define DEF_TASK_KEEP 256
+
+static size_t task_keep(const th_host *h)
+{
+    uint32_t n = th_host_config(h)->host.task_keep;
+    return n ? n : DEF_TASK_KEEP;
+}
+
 /* Drops what is older than result_ttl and, to make room for `incoming`
  * more, what is beyond task_keep (oldest first; logged). */
 static void expire_locked(th_host *h, size_t incoming)
@@ -91,7 +99,7 @@ static void expire_locked(th_host *h, size_t incoming)
     int64_t now = th_now_ns();
     while (h->kept_head && h->kept_head->expires_ns <= now)
         drop_head_locked(h);
-    size_t keep = th_host_config(h)->host.task_keep;
+    size_t keep = task_keep(h);
     while (h->kept_head && h->n_kept + incoming > keep) {
         if (h->n_dropped++ % 1000 == 0)
             th_log_info("task store full (host.task_keep=%zu): dropping the result of "
@@ -157,7 +165,7 @@ static void record_end(th_mcall *c)
     }
     k->expires_ns = th_now_ns() + ttl_ns;
     expire_locked(h, 1);
-    if (th_host_config(h)->host.task_keep == 0 || ttl_ns == 0 ||
+    if (ttl_ns == 0 ||
         th_u64map_put(&h->kept, id, k) != 0) {
         pthread_mutex_unlock(&h->tmu);
         kept_free(k);
