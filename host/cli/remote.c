@@ -134,7 +134,8 @@ static int on_progress(const char *method, size_t method_len,
 {
     (void)ud;
     th_progress p;
-    if (method_len != 13 || memcmp(method, "task.progress", 13) != 0 ||
+    if (method_len != strlen("task.progress") ||
+        memcmp(method, "task.progress", method_len) != 0 ||
         th_codec_unpack_progress(params, &p) != 0)
         return 0;
     char msg[512];
@@ -170,7 +171,7 @@ static json_t *remote_properties(th_rpc_client *c, const char *tool,
     msgpack_packer pk;
     msgpack_packer_init(&pk, &params, th_buf_msgpack_write);
     msgpack_pack_array(&pk, 1);
-    msgpack_pack_str_with_body(&pk, tool, strlen(tool));
+    th_pack_cstr(&pk, tool);
     th_rpc_reply reply;
     memset(&reply, 0, sizeof reply);
     th_error err;

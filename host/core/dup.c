@@ -181,7 +181,7 @@ void th_dup_leave(th_mcall *c)
     atomic_fetch_sub(&c->refs, 1); /* never the last: the caller holds one */
 }
 
-void th_dup_free(th_host *h)
+void th_dup_destroy(th_host *h)
 {
     if (!h->dup_b)
         return;

@@ -202,7 +202,7 @@ void th_tasks_free(th_host *h)
         drop_head_locked(h);
     th_u64map_free(&h->kept);
     th_u64map_free(&h->tasks);
-    th_dup_free(h);
+    th_dup_destroy(h);
 }
 
 /* ---- Views --------------------------------------------------------------------- */
@@ -643,8 +643,9 @@ static int exec_cancel(void *state, const toolhost_tool *tool, toolhost_call *ca
         u.data.type == MSGPACK_OBJECT_MAP)
         for (uint32_t i = 0; i < u.data.via.map.size; i++) {
             const msgpack_object_kv *kv = &u.data.via.map.ptr[i];
-            if (kv->key.type == MSGPACK_OBJECT_STR && kv->key.via.str.size == 7 &&
-                memcmp(kv->key.via.str.ptr, "task_id", 7) == 0) {
+            if (kv->key.type == MSGPACK_OBJECT_STR &&
+                kv->key.via.str.size == strlen("task_id") &&
+                memcmp(kv->key.via.str.ptr, "task_id", kv->key.via.str.size) == 0) {
                 if (kv->val.type == MSGPACK_OBJECT_POSITIVE_INTEGER)
                     id = (int64_t)kv->val.via.u64;
             }

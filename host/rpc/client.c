@@ -206,6 +206,12 @@ static int send_request(th_rpc_client *c, const char *method,
     return send_frame(c, &b, err);
 }
 
+/* A method name (not NUL-terminated) is `want`. */
+static bool name_is(const char *name, size_t len, const char *want)
+{
+    return len == strlen(want) && memcmp(name, want, len) == 0;
+}
+
 static int copy_obj(const msgpack_object *o, uint8_t **out, size_t *len)
 {
     th_buf b = TH_BUF_INIT;
@@ -225,7 +231,7 @@ static int answer_request(th_rpc_client *c, const th_rpc_msg *m,
 {
     th_buf b = TH_BUF_INIT;
     int rc;
-    if (m->method_len == 18 && memcmp(m->method, "permission.request", 18) == 0) {
+    if (name_is(m->method, m->method_len, "permission.request")) {
         bool allow = false;
         if (c->perm_fn)
             allow = c->perm_fn(m->params, c->perm_ud);
@@ -410,13 +416,13 @@ static int tool_note(const char *method, size_t mlen,
     tool_wait *tw = ud;
     if (!tw->acked)
         return 0;
-    if (mlen == 13 && memcmp(method, "task.progress", 13) == 0 &&
+    if (name_is(method, mlen, "task.progress") &&
         param0_is(params, tw->task_id)) {
         if (tw->on_progress)
             tw->on_progress(method, mlen, params, tw->ud);
         return 0;
     }
-    if (mlen == 9 && memcmp(method, "task.done", 9) == 0 &&
+    if (name_is(method, mlen, "task.done") &&
         param0_is(params, tw->task_id) && params->via.array.size >= 2) {
         if (copy_obj(&params->via.array.ptr[1], &tw->final, &tw->final_len))
             tw->rc = TH_ENOMEM;
@@ -441,7 +447,7 @@ static int ack_progress(tool_wait *tw, const char *message)
     size_t off = 0;
     if (rc == 0 && msgpack_unpack_next(&u, (const char *)b.data, b.len, &off) ==
                        MSGPACK_UNPACK_SUCCESS)
-        tw->on_progress("task.progress", 13, &u.data, tw->ud);
+        tw->on_progress("task.progress", strlen("task.progress"), &u.data, tw->ud);
     else
         rc = TH_ENOMEM;
     msgpack_unpacked_destroy(&u);
@@ -503,14 +509,14 @@ int th_rpc_client_call_tool(th_rpc_client *c, const char *tool,
     msgpack_packer pk;
     msgpack_packer_init(&pk, &p, th_buf_msgpack_write);
     int e = msgpack_pack_array(&pk, 3);
-    e |= msgpack_pack_str_with_body(&pk, tool, strlen(tool));
+    e |= th_pack_cstr(&pk, tool);
     if (args && len)
         e |= th_buf_append(&p, args, len);
     else
         e |= msgpack_pack_map(&pk, 0);
     e |= msgpack_pack_map(&pk, timeout_ms > 0 ? 1 : 0);
     if (timeout_ms > 0) {
-        e |= msgpack_pack_str_with_body(&pk, "timeout_ms", 10);
+        e |= th_pack_cstr(&pk, "timeout_ms");
         e |= msgpack_pack_int64(&pk, timeout_ms);
     }
     if (e) {

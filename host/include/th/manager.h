@@ -416,7 +416,7 @@ void th_dup_remove(th_mcall *c);
 int th_dup_register(th_mcall *c);
 /* Takes the call out of the duplicate table (host->dmu); drops its ref. */
 void th_dup_leave(th_mcall *c);
-void th_dup_free(th_host *h);
+void th_dup_destroy(th_host *h);
 
 /* mocks.c */
 const th_mock_cfg *th_mock_find(const th_config *cfg, const char *tool);
