@@ -34,6 +34,9 @@ typedef struct th_task_waiter {
 
 /* ---- Who sees what ----------------------------------------------------------- */
 
+/* The one ownership rule.  (When th_principal gains a user name given by a
+ * token, whose uid is (uint32_t)-1 for every such user, compare the names
+ * here too.) */
 static bool visible(const th_session *s, uint64_t sid, uint32_t uid,
                     th_task_scope scope, int ts_idx)
 {
