@@ -2,6 +2,9 @@
  * both scopes kept, retention by count (host.task_keep) and by age
  * (host.result_ttl), who may see and cancel which task, th_task_wait with
  * a timeout and a cancel flag, and readers racing task ends (for TSan). */
+#include <fcntl.h>
+#include <unistd.h>
+
 #include "test_manager_fx.h"
 
 static th_host *H;
@@ -134,11 +137,28 @@ static void test_both_scopes_kept(void)
 
 static void test_retention_by_count(void)
 {
-    store_host(TH_SCOPE_SESSION, 3, 60000);
+    th_config *c = cfg_new(4, 3, 64);
+    c->host.task_keep = 3;
+    c->host.result_ttl_ms = 60000;
+    c->host.log_level = TOOLHOST_LOG_INFO;
+    cfg_toolset(c, "default", all_tools);
+    /* the log line when the count bites goes to a pipe */
+    int fds[2];
+    CU_ASSERT_FATAL(pipe(fds) == 0);
+    fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    th_log_set_fd(fds[1]);
+    H = host_new(c);
     th_session *s = open_uid(1000);
     uint64_t ids[5];
     for (int i = 0; i < 5; i++)
         ids[i] = run_task(s, "x");
+    th_log_set_fd(2);
+    char logbuf[8192];
+    ssize_t got = read(fds[0], logbuf, sizeof logbuf - 1);
+    logbuf[got > 0 ? got : 0] = '\0';
+    close(fds[0]);
+    close(fds[1]);
+    CU_ASSERT_PTR_NOT_NULL(strstr(logbuf, "task store full (host.task_keep=3)"));
     listing l = {0};
     CU_ASSERT_EQUAL(th_task_foreach(s, list_into, &l), 0);
     CU_ASSERT_EQUAL(l.n, 3);
