@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "th/codec.h"
 #include "th/json.h"
 #include "th/perm.h"
 #include "front/rpc.h"
@@ -126,32 +127,21 @@ static int schema_param_type(void *ud, const char *name)
     return 0;
 }
 
+/* task.progress params, read by the codec; the acknowledgement comes
+ * first (th_rpc_client_call_tool passes it on). */
 static int on_progress(const char *method, size_t method_len,
                        const msgpack_object *params, void *ud)
 {
     (void)ud;
-    if (method_len != 13 || memcmp(method, "task.progress", 13) != 0 ||
-        params->type != MSGPACK_OBJECT_ARRAY || params->via.array.size < 2)
+    th_progress p;
+    if (method_len != strlen("task.progress") ||
+        memcmp(method, "task.progress", method_len) != 0 ||
+        th_codec_unpack_progress(params, &p) != 0)
         return 0;
-    const msgpack_object *info = &params->via.array.ptr[1];
-    const msgpack_object *m = th_rpc_map_get(info, "message");
-    const msgpack_object *p = th_rpc_map_get(info, "progress");
-    const msgpack_object *co = th_rpc_map_get(info, "coalesced");
-    char msg[512] = "";
-    const char *s;
-    size_t n;
-    if (m && th_rpc_obj_str(m, &s, &n))
-        snprintf(msg, sizeof msg, "%.*s", (int)n, s);
-    double fraction = -1;
-    if (p && (p->type == MSGPACK_OBJECT_FLOAT64 ||
-              p->type == MSGPACK_OBJECT_FLOAT32))
-        fraction = p->via.f64;
-    else if (p && p->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
-        fraction = (double)p->via.u64;
-    unsigned coalesced = co && co->type == MSGPACK_OBJECT_POSITIVE_INTEGER
-                             ? (unsigned)co->via.u64
-                             : 0;
-    cli_show_progress(fraction, msg, coalesced);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%.*s", (int)(p.message_len < 511 ? p.message_len : 511),
+             p.message ? p.message : "");
+    cli_show_progress(p.fraction, msg, p.coalesced);
     return 0;
 }
 
@@ -172,61 +162,6 @@ static bool on_permission(const msgpack_object *req, void *ud)
     return cli_ask_terminal(tool, reason);
 }
 
-static int append_str(th_buf *b, const msgpack_object *o)
-{
-    const char *s;
-    size_t n;
-    if (o && th_rpc_obj_str(o, &s, &n))
-        return th_buf_append(b, s, n);
-    return 0;
-}
-
-/* The result map of tools.call / task.done as a th_result_copy. */
-static int result_from_map(const uint8_t *data, size_t len,
-                           th_result_copy *r)
-{
-    memset(r, 0, sizeof *r);
-    msgpack_unpacked u;
-    msgpack_unpacked_init(&u);
-    size_t off = 0;
-    int rc = TH_EPROTO;
-    if (msgpack_unpack_next(&u, (const char *)data, len, &off) !=
-            MSGPACK_UNPACK_SUCCESS ||
-        u.data.type != MSGPACK_OBJECT_MAP)
-        goto out;
-    const msgpack_object *ok = th_rpc_map_get(&u.data, "ok");
-    const msgpack_object *error = th_rpc_map_get(&u.data, "error");
-    if (error && error->type == MSGPACK_OBJECT_MAP) {
-        r->kind = TH_RESULT_ERROR;
-        const msgpack_object *code = th_rpc_map_get(error, "code");
-        const msgpack_object *msg = th_rpc_map_get(error, "message");
-        char name[64] = "internal";
-        const char *s;
-        size_t n;
-        if (code && th_rpc_obj_str(code, &s, &n))
-            snprintf(name, sizeof name, "%.*s", (int)n, s);
-        r->error = th_err_from_name(name);
-        if (msg && th_rpc_obj_str(msg, &s, &n))
-            r->message = strndup(s, n);
-        rc = 0;
-        goto out;
-    }
-    r->kind = TH_RESULT_DONE;
-    r->ok = ok && ok->type == MSGPACK_OBJECT_BOOLEAN && ok->via.boolean;
-    rc = append_str(&r->out, th_rpc_map_get(&u.data, "stdout"));
-    if (rc == 0)
-        rc = append_str(&r->err, th_rpc_map_get(&u.data, "stderr"));
-    const msgpack_object *meta = th_rpc_map_get(&u.data, "meta");
-    if (rc == 0 && meta && meta->type == MSGPACK_OBJECT_MAP) {
-        msgpack_packer pk;
-        msgpack_packer_init(&pk, &r->meta, th_buf_msgpack_write);
-        rc = msgpack_pack_object(&pk, *meta) == 0 ? 0 : TH_ENOMEM;
-    }
-out:
-    msgpack_unpacked_destroy(&u);
-    return rc;
-}
-
 /* tools.describe [tool] -> the properties of its parameters schema (for
  * typing key=value), or NULL after saying why. */
 static json_t *remote_properties(th_rpc_client *c, const char *tool,
@@ -236,7 +171,7 @@ static json_t *remote_properties(th_rpc_client *c, const char *tool,
     msgpack_packer pk;
     msgpack_packer_init(&pk, &params, th_buf_msgpack_write);
     msgpack_pack_array(&pk, 1);
-    msgpack_pack_str_with_body(&pk, tool, strlen(tool));
+    th_pack_cstr(&pk, tool);
     th_rpc_reply reply;
     memset(&reply, 0, sizeof reply);
     th_error err;
@@ -304,7 +239,8 @@ int cli_call_remote(const cli_remote *remote, const char *tool, char **kv,
         return CLI_FAILED;
     }
     th_result_copy r;
-    if (result_from_map(result, result_len, &r) != 0) {
+    if (th_codec_unpack_result_bytes(result, result_len, &r) != 0 ||
+        r.kind == TH_RESULT_RUNNING) {
         cli_error("the host sent a result of the wrong shape");
         rc = CLI_FAILED;
     } else {

@@ -17,7 +17,7 @@ typedef struct sync_wait {
     th_result_copy *out;
     th_event_fn progress;
     void *ud;
-    th_progress prog;          /* under mu */
+    th_progress_slot prog;          /* under mu */
 } sync_wait;
 
 static void sync_cb(const th_event *ev, void *ud)

@@ -21,6 +21,7 @@
  *              rest is counted and a marker line says how much was dropped.
  */
 #include "th/code.h"
+#include "th/codec.h"
 
 #include <ctype.h>
 #include <lauxlib.h>
@@ -694,16 +695,39 @@ static void set_str(lua_State *L, const char *k, const char *v, size_t n)
     lua_setfield(L, -2, k);
 }
 
-static void push_error_table(lua_State *L, const char *code,
-                             const char *message)
+/* Pushes a call's result as the Lua table of its codec form (th/codec.h:
+ * {ok, stdout, stderr, meta} or {ok = false, error = {code, message}});
+ * a run that failed (ok = false) also gets error = {code = "tool_failed",
+ * message = its stderr} (TH_EFAILED).  Raises on out of memory. */
+static void push_result(lua_State *L, run *r, const th_result_copy *res)
 {
-    lua_createtable(L, 0, 2);
-    lua_createtable(L, 0, 2);
-    set_str(L, "code", code, strlen(code));
-    set_str(L, "message", message, strlen(message));
-    lua_setfield(L, -2, "error");
-    lua_pushboolean(L, 0);
-    lua_setfield(L, -2, "ok");
+    th_buf b = TH_BUF_INIT;
+    if (th_codec_result_to_buf(&b, res) != 0) {
+        th_buf_free(&b);
+        luaL_error(L, "out of memory");
+        return;
+    }
+    push_msgpack(L, r, &b);
+    th_buf_free(&b);
+    if (res->kind == TH_RESULT_DONE && !res->ok) {
+        lua_createtable(L, 0, 2);
+        set_str(L, "code", th_err_name(TH_EFAILED), strlen(th_err_name(TH_EFAILED)));
+        if (res->err.len)
+            set_str(L, "message", (const char *)res->err.data, res->err.len);
+        else
+            set_str(L, "message", th_strerror(TH_EFAILED), strlen(th_strerror(TH_EFAILED)));
+        lua_setfield(L, -2, "error");
+    }
+}
+
+static void push_error_result(lua_State *L, run *r, int code, const char *message)
+{
+    th_result_copy e;
+    memset(&e, 0, sizeof e);
+    e.kind = TH_RESULT_ERROR;
+    e.error = code;
+    e.message = (char *)(message ? message : th_strerror(code));
+    push_result(L, r, &e);
 }
 
 /* __call of a tool object: upvalue 1 = index in the projection. */
@@ -755,29 +779,19 @@ static int tool_call(lua_State *L)
     if (r->kill)
         return raise_kill(L, r, 1);
     if (rc < 0) {
-        push_error_table(L, th_err_name(rc), th_strerror(rc));
+        push_error_result(L, r, rc, NULL);
     } else if (r->pres.kind == TH_PROJ_ERROR) {
-        push_error_table(L, th_err_name(r->pres.error),
-                         r->pres.message ? r->pres.message
-                                         : th_strerror(r->pres.error));
+        push_error_result(L, r, r->pres.error, r->pres.message);
     } else {
-        lua_createtable(L, 0, 5);
-        lua_pushboolean(L, r->pres.ok);
-        lua_setfield(L, -2, "ok");
-        set_str(L, "stdout", (const char *)r->pres.out.data, r->pres.out.len);
-        set_str(L, "stderr", (const char *)r->pres.err.data, r->pres.err.len);
-        push_msgpack(L, r, &r->pres.meta);
-        lua_setfield(L, -2, "meta");
-        if (!r->pres.ok) {
-            lua_createtable(L, 0, 2);
-            set_str(L, "code", "tool_failed", 11);
-            if (r->pres.err.len)
-                set_str(L, "message", (const char *)r->pres.err.data,
-                        r->pres.err.len);
-            else
-                set_str(L, "message", "the tool reported a failure", 27);
-            lua_setfield(L, -2, "error");
-        }
+        /* A view of the projection's result (nothing changes hands). */
+        th_result_copy done;
+        memset(&done, 0, sizeof done);
+        done.kind = TH_RESULT_DONE;
+        done.ok = r->pres.ok;
+        done.out = r->pres.out;
+        done.err = r->pres.err;
+        done.meta = r->pres.meta;
+        push_result(L, r, &done);
     }
     th_proj_result_free(&r->pres);
     return 1;

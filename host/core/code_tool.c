@@ -352,7 +352,7 @@ typedef struct exec_ctx {
     th_session *session;
     pthread_t owner;         /* the thread running execute() */
     pthread_mutex_t mu;      /* guards prog */
-    th_progress prog;        /* the latest update from another thread */
+    th_progress_slot prog;        /* the latest update from another thread */
 } exec_ctx;
 
 /* Forwards a progress update of a tool called from code as progress of the

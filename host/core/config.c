@@ -816,6 +816,8 @@ static const cfkey host_keys[] = {
      .off = H(lost_worker_grace_ms), .min = 1, .max = HOUR},
     {.name = "max_lost_workers", .set = set_u32, .off = H(max_lost_workers),
      .min = 1, .max = 1024},
+    {.name = "task_keep", .set = set_u32, .off = H(task_keep), .min = 1,
+     .max = 1000000},
     {.name = NULL}};
 #undef H
 
@@ -840,6 +842,7 @@ static void host_init(th_host_cfg *h)
     h->max_timeout_ms = HOUR;
     h->session_grace_ms = 2 * SEC;
     h->result_ttl_ms = 10 * MINUTE;
+    h->task_keep = 256;
     h->permission_timeout_ms = 60 * SEC;
     h->reload = TH_RELOAD_SIGNAL;
     h->reload_debounce_ms = 200;

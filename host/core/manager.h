@@ -190,7 +190,7 @@ struct th_mcall {
     void *ud;
     bool pend_ack;
     char *ack_msg;
-    th_progress prog;           /* the latest progress not yet delivered */
+    th_progress_slot prog;           /* the latest progress not yet delivered */
     bool pend_final;
     th_result_copy final;
     int64_t last_update_ms;
@@ -338,13 +338,27 @@ typedef struct th_builtin {
     void *ud;
 } th_builtin;
 
+/* A finished task in the task store (tasks.c), both scopes; under
+ * host->tmu.  Readers take a reference (refs) and read it unlocked; it is
+ * freed when it has left the store and its last reader is done. */
 typedef struct th_kept {
-    uint64_t task_id;
+    uint64_t task_id, session_id;
+    uint32_t owner_uid;
     int ts_idx;
-    int64_t expires_ns;
+    th_task_scope scope;
+    char *tool;
+    int64_t started_ms, last_update_ms, ended_ms; /* Unix ms */
+    int64_t expires_ns;         /* monotonic: ended + result_ttl */
+    char *message;
+    double fraction;
+    uint8_t *args;
+    size_t args_len;
     th_result_copy res;
-    struct th_kept *next;
+    int refs;                   /* the store's one + readers' */
+    struct th_kept *next;       /* store list, oldest end first */
 } th_kept;
+
+struct th_task_waiter;
 
 struct th_host {
     th_config *cfg;
@@ -364,10 +378,13 @@ struct th_host {
     void **dup_b;
     size_t dup_nb, dup_n;
 
-    pthread_mutex_t tmu;        /* toolset-scoped tasks, kept results */
+    pthread_mutex_t tmu;        /* toolset-scoped tasks, the task store */
     th_u64map tasks;            /* live toolset-scoped tasks -> call (ref) */
-    th_u64map kept;             /* finished ones -> th_kept */
+    th_u64map kept;             /* finished tasks (both scopes) -> th_kept */
     th_kept *kept_head, *kept_tail;
+    size_t n_kept;
+    uint64_t n_dropped;         /* finished tasks dropped by task_keep */
+    struct th_task_waiter *waiters; /* th_task_wait()s in progress */
 
     pthread_mutex_t stmu;       /* stats table (insert only) */
     _Atomic(th_stat *) stat_b[256]; /* lock-free reads */
@@ -419,20 +436,28 @@ bool th_host_is_task_tool(const char *name);
 const th_tool_override *th_host_override(const th_toolset_cfg *ts,
                                          const char *tool);
 
-/* tasks.c: the task tools. */
+/* tasks.c: the task store and the task tools. */
 extern const toolhost_plugin th_task_tools_plugin;
-
-/* task_table.c */
-/* Keeps a finished toolset-scoped task's result (copied); host->tmu
- * held. */
+/* Kept for call.c (it calls it for toolset-scoped tasks with host->tmu
+ * held): a no-op now, the store records every task in th_dup_remove(). */
 void th_tasks_keep_locked(th_host *h, uint64_t task_id, int ts_idx,
                           const th_result_copy *res);
+/* Frees the store and the duplicate table (host close). */
 void th_tasks_free(th_host *h);
+/* The answer hook: call.c's answer_locked() calls it once per call when
+ * the call's answer is decided (c->mu held, c->final and c->answered set,
+ * before the call leaves the session's and the host's tables).  For a task
+ * (c->acked) it records the end in the task store and wakes
+ * th_task_wait()ers; then it leaves the duplicate table (th_dup_leave).
+ * (The name predates the store.) */
+void th_dup_remove(th_mcall *c);
 
-/* Duplicates (task_table.c): checks and registers atomically.  0, or a tool
+/* Duplicates (dup.c): checks and registers atomically.  0, or a tool
  * error already answered to the call (returns nonzero). */
 int th_dup_register(th_mcall *c);
-void th_dup_remove(th_mcall *c);
+/* Takes the call out of the duplicate table (host->dmu); drops its ref. */
+void th_dup_leave(th_mcall *c);
+void th_dup_destroy(th_host *h);
 
 /* mocks.c */
 const th_mock_cfg *th_mock_find(const th_config *cfg, const char *tool);

@@ -42,7 +42,7 @@ void th_progress_update_free(th_progress_update *u)
     u->data_len = 0;
 }
 
-void th_progress_put(th_progress *p, th_progress_update *u)
+void th_progress_put(th_progress_slot *p, th_progress_update *u)
 {
     uint32_t folded = p->pending ? p->coalesced + 1 : 0;
     free(p->message);
@@ -57,7 +57,7 @@ void th_progress_put(th_progress *p, th_progress_update *u)
     memset(u, 0, sizeof *u);
 }
 
-bool th_progress_take(th_progress *p, th_progress_update *u)
+bool th_progress_take(th_progress_slot *p, th_progress_update *u)
 {
     memset(u, 0, sizeof *u);
     if (!p->pending)
@@ -86,7 +86,7 @@ void th_progress_event(const th_progress_update *u, uint64_t call_id,
     ev->coalesced = u->coalesced;
 }
 
-void th_progress_clear(th_progress *p)
+void th_progress_clear(th_progress_slot *p)
 {
     free(p->message);
     free(p->data);

@@ -5,6 +5,7 @@
  */
 #include "front/rpc.h"
 #include "front/sockpath.h"
+#include "th/codec.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -205,6 +206,12 @@ static int send_request(th_rpc_client *c, const char *method,
     return send_frame(c, &b, err);
 }
 
+/* A method name (not NUL-terminated) is `want`. */
+static bool name_is(const char *name, size_t len, const char *want)
+{
+    return len == strlen(want) && memcmp(name, want, len) == 0;
+}
+
 static int copy_obj(const msgpack_object *o, uint8_t **out, size_t *len)
 {
     th_buf b = TH_BUF_INIT;
@@ -224,7 +231,7 @@ static int answer_request(th_rpc_client *c, const th_rpc_msg *m,
 {
     th_buf b = TH_BUF_INIT;
     int rc;
-    if (m->method_len == 18 && memcmp(m->method, "permission.request", 18) == 0) {
+    if (name_is(m->method, m->method_len, "permission.request")) {
         bool allow = false;
         if (c->perm_fn)
             allow = c->perm_fn(m->params, c->perm_ud);
@@ -409,19 +416,43 @@ static int tool_note(const char *method, size_t mlen,
     tool_wait *tw = ud;
     if (!tw->acked)
         return 0;
-    if (mlen == 13 && memcmp(method, "task.progress", 13) == 0 &&
+    if (name_is(method, mlen, "task.progress") &&
         param0_is(params, tw->task_id)) {
         if (tw->on_progress)
             tw->on_progress(method, mlen, params, tw->ud);
         return 0;
     }
-    if (mlen == 9 && memcmp(method, "task.done", 9) == 0 &&
+    if (name_is(method, mlen, "task.done") &&
         param0_is(params, tw->task_id) && params->via.array.size >= 2) {
         if (copy_obj(&params->via.array.ptr[1], &tw->final, &tw->final_len))
             tw->rc = TH_ENOMEM;
         return 1;
     }
     return 0;
+}
+
+/* Gives on_progress the acknowledgement's message as task.progress params
+ * (the codec's form), so a caller sees every update. */
+static int ack_progress(tool_wait *tw, const char *message)
+{
+    if (!tw->on_progress)
+        return 0;
+    th_buf b = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
+    th_progress p = {.task_id = tw->task_id, .message = message, .fraction = -1};
+    int rc = th_codec_pack_progress(&pk, &p);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    if (rc == 0 && msgpack_unpack_next(&u, (const char *)b.data, b.len, &off) ==
+                       MSGPACK_UNPACK_SUCCESS)
+        tw->on_progress("task.progress", strlen("task.progress"), &u.data, tw->ud);
+    else
+        rc = TH_ENOMEM;
+    msgpack_unpacked_destroy(&u);
+    th_buf_free(&b);
+    return rc;
 }
 
 static int cancel_task(th_rpc_client *c, void *ud, th_error *err)
@@ -454,7 +485,7 @@ static int reply_error(const th_rpc_reply *r, th_error *err)
         size_t n;
         if (o->type == MSGPACK_OBJECT_ARRAY && o->via.array.size == 2) {
             if (o->via.array.ptr[0].type == MSGPACK_OBJECT_NEGATIVE_INTEGER &&
-                o->via.array.ptr[0].via.i64 >= TH_EINTERNAL)
+                o->via.array.ptr[0].via.i64 >= TH_EFAILED)
                 code = (int)o->via.array.ptr[0].via.i64;
             if (th_rpc_obj_str(&o->via.array.ptr[1], &p, &n))
                 snprintf(msg, sizeof msg, "%.*s", (int)n, p);
@@ -478,14 +509,14 @@ int th_rpc_client_call_tool(th_rpc_client *c, const char *tool,
     msgpack_packer pk;
     msgpack_packer_init(&pk, &p, th_buf_msgpack_write);
     int e = msgpack_pack_array(&pk, 3);
-    e |= msgpack_pack_str_with_body(&pk, tool, strlen(tool));
+    e |= th_pack_cstr(&pk, tool);
     if (args && len)
         e |= th_buf_append(&p, args, len);
     else
         e |= msgpack_pack_map(&pk, 0);
     e |= msgpack_pack_map(&pk, timeout_ms > 0 ? 1 : 0);
     if (timeout_ms > 0) {
-        e |= msgpack_pack_str_with_body(&pk, "timeout_ms", 10);
+        e |= th_pack_cstr(&pk, "timeout_ms");
         e |= msgpack_pack_int64(&pk, timeout_ms);
     }
     if (e) {
@@ -513,14 +544,18 @@ int th_rpc_client_call_tool(th_rpc_client *c, const char *tool,
         th_rpc_reply_free(&r);
         return th_error_set(err, TH_EPROTO, "unreadable result");
     }
-    const msgpack_object *st = th_rpc_map_get(&u.data, "status");
-    const msgpack_object *tid = th_rpc_map_get(&u.data, "task_id");
-    if (st && th_rpc_obj_streq(st, "running") && tid &&
-        tid->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
-        tw.task_id = tid->via.u64;
+    th_result_copy ack;
+    if (th_codec_unpack_result(&u.data, &ack) == 0 &&
+        ack.kind == TH_RESULT_RUNNING) {
+        tw.task_id = ack.task_id;
         tw.acked = true;
         msgpack_unpacked_destroy(&u);
         th_rpc_reply_free(&r);
+        /* The acknowledgement is the task's first progress update. */
+        rc = ack_progress(&tw, ack.message);
+        th_result_copy_free(&ack);
+        if (rc)
+            return th_error_set(err, rc, "out of memory");
         /* A cancel flag already set is seen at once by the loop. */
         th_rpc_reply unused;
         rc = client_loop(c, false, 0, tool_note, &tw, true, -1, &unused,
@@ -537,6 +572,7 @@ int th_rpc_client_call_tool(th_rpc_client *c, const char *tool,
         *result_len = tw.final_len;
         return 0;
     }
+    th_result_copy_free(&ack);
     msgpack_unpacked_destroy(&u);
     *result = r.result;
     *result_len = r.result_len;

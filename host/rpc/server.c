@@ -17,9 +17,9 @@
  * the calls still recorded (toolset-scoped tasks that go on without us).
  * A call record (rpc_call) lives from tools.call until its final event (the
  * result of a sync call, task.done of a task) or the end of its
- * connection.  A task owner record (rpc_owner, srv->owners) lives from the
- * task's acknowledgement until it is older than max_timeout + result_ttl
- * (the task is over and its result expired by then) or the table is full.
+ * connection.  Finished tasks, their owners and who may see them are the
+ * core's task store (th_task_get/th_task_foreach/th_task_cancel); what is
+ * sent is packed by the one codec (th/codec.h).
  *
  * Limits (docs/config.md, "Connection limits").  All on the loop thread:
  * the connection caps are checked at accept (refused with a host.disconnect
@@ -54,6 +54,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "th/codec.h"
 #include "th/log.h"
 #include "front/reload_watch.h"
 #include "th/schema.h"
@@ -62,11 +63,9 @@
 #define DEF_MAX_INFLIGHT 256
 #define DEF_MAX_OUTBUF ((uint64_t)64 << 20)
 #define DEF_GRACE_MS 5000
-#define KEEP_DONE_TASKS 64 /* finished tasks kept per connection */
 #define HARD_CLOSE_MS 3000 /* after the grace and the cancel */
 #define FD_RESERVE 64      /* fds kept for plugins, logs, the listener */
 #define RATELOG_PER_SEC 5  /* srv_log() lines of one kind per second */
-#define MAX_OWNERS 16384   /* task owner records kept */
 
 typedef struct rpc_conn rpc_conn;
 typedef struct rpc_call rpc_call;
@@ -80,22 +79,7 @@ struct rpc_call {
     char *tool;
     uint64_t t0;                /* uv_hrtime() at the request */
     bool responded;             /* the response was sent */
-    bool finished;              /* final event seen (task: DONE) */
-    uint8_t *final;             /* task: the final result map (packed) */
-    size_t final_len;
-    char *last_message;         /* task: the last progress message */
-    double last_fraction;
-    double done_ms;             /* task: how long it ran */
 };
-
-/* Who started a task acknowledged on this server: tasks.result and
- * tasks.cancel of another session only reach tasks of the same uid. */
-typedef struct rpc_owner {
-    struct rpc_owner *next;
-    uint64_t task_id;
-    uint32_t uid;
-    uint64_t t;                 /* uv_now() at the acknowledgement */
-} rpc_owner;
 
 /* A log line of one kind at most RATELOG_PER_SEC times a second. */
 typedef struct rpc_ratelog {
@@ -127,7 +111,6 @@ struct rpc_conn {
     th_session *session;
     rpc_call *calls;
     uint32_t inflight;          /* calls not yet answered */
-    uint32_t n_done;            /* finished tasks kept */
     uint64_t outbuf;            /* bytes in uv_write()s not yet done */
     uint64_t next_msgid;        /* for our requests to the client */
     rpc_perm *perms;
@@ -200,7 +183,7 @@ struct th_rpc_server {
     void *ready_ud;
     /* limits (host config; see the banner) */
     uint32_t max_conns, max_conns_uid, max_proto_errors, conn_log_lines;
-    uint64_t idle_ms, frame_ms, max_buffered, owner_ttl_ms;
+    uint64_t idle_ms, frame_ms, max_buffered;
     uint64_t fd_limit;          /* RLIMIT_NOFILE at start; 0: none */
     uint64_t in_total, out_total;
     uv_timer_t sweep;
@@ -208,8 +191,6 @@ struct th_rpc_server {
     rpc_ratelog rl_accept, rl_refuse, rl_budget, rl_timeout;
     uint64_t refused, closed_idle, closed_frame, closed_budget,
         closed_proto;
-    rpc_owner *owners, *owners_tail;
-    uint32_t n_owners;
 };
 
 static void conn_close(rpc_conn *c, bool graceful, const char *fmt, ...)
@@ -535,105 +516,12 @@ static bool is_admin(const th_principal *peer)
            peer->uid == (uint32_t)geteuid();
 }
 
-static void owners_prune(th_rpc_server *srv)
-{
-    uint64_t now = uv_now(&srv->loop);
-    while (srv->owners &&
-           (srv->n_owners > MAX_OWNERS ||
-            now - srv->owners->t > srv->owner_ttl_ms)) {
-        rpc_owner *o = srv->owners;
-        srv->owners = o->next;
-        if (!srv->owners)
-            srv->owners_tail = NULL;
-        srv->n_owners--;
-        free(o);
-    }
-}
-
-static void owner_add(th_rpc_server *srv, uint64_t task_id, uint32_t uid)
-{
-    rpc_owner *o = calloc(1, sizeof *o);
-    if (!o) {
-        /* Unrecorded, the task is reachable from its own connection only. */
-        th_log_error("task=%llu out of memory recording its owner",
-                     (unsigned long long)task_id);
-        return;
-    }
-    o->task_id = task_id;
-    o->uid = uid;
-    o->t = uv_now(&srv->loop);
-    if (srv->owners_tail)
-        srv->owners_tail->next = o;
-    else
-        srv->owners = o;
-    srv->owners_tail = o;
-    srv->n_owners++;
-    owners_prune(srv);
-}
-
-/* Whether the task was started on this server by the connection's uid. */
-static bool owner_is(th_rpc_server *srv, uint64_t task_id, uint32_t uid)
-{
-    owners_prune(srv);
-    for (rpc_owner *o = srv->owners; o; o = o->next)
-        if (o->task_id == task_id)
-            return o->uid == uid;
-    return false;
-}
-
 /* ---- Packing helpers ----------------------------------------------------- */
 
-/* Text as str when it is UTF-8, as bin otherwise. */
-static int pack_text(msgpack_packer *pk, const uint8_t *p, size_t n)
-{
-    if (!p)
-        n = 0;
-    if (n == 0 || th_utf8_valid(p, n))
-        return msgpack_pack_str_with_body(pk, p ? (const char *)p : "", n);
-    return msgpack_pack_bin_with_body(pk, p, n);
-}
-
-/* The result map of a finished call: {ok, stdout, stderr, meta} or
- * {ok: false, error: {code, message}}, or {status: "running", ...}. */
+/* The result map of a call (th/codec.h, the one encoder). */
 static int pack_result(th_buf *out, const th_result_copy *r)
 {
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, out, th_buf_msgpack_write);
-    int e = 0;
-    if (r->kind == TH_RESULT_DONE) {
-        e |= msgpack_pack_map(&pk, 4);
-        e |= th_pack_cstr(&pk, "ok");
-        e |= r->ok ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk);
-        e |= th_pack_cstr(&pk, "stdout");
-        e |= pack_text(&pk, r->out.data, r->out.len);
-        e |= th_pack_cstr(&pk, "stderr");
-        e |= pack_text(&pk, r->err.data, r->err.len);
-        e |= th_pack_cstr(&pk, "meta");
-        if (r->meta.len)
-            e |= th_buf_append(out, r->meta.data, r->meta.len);
-        else
-            e |= msgpack_pack_map(&pk, 0);
-    } else if (r->kind == TH_RESULT_RUNNING) {
-        e |= msgpack_pack_map(&pk, 3);
-        e |= th_pack_cstr(&pk, "status");
-        e |= th_pack_cstr(&pk, "running");
-        e |= th_pack_cstr(&pk, "task_id");
-        e |= msgpack_pack_uint64(&pk, r->task_id);
-        e |= th_pack_cstr(&pk, "message");
-        e |= th_pack_cstr(&pk, r->message ? r->message : "");
-    } else {
-        const char *msg = r->message ? r->message : th_strerror(r->error);
-        e |= msgpack_pack_map(&pk, 2);
-        e |= th_pack_cstr(&pk, "ok");
-        e |= msgpack_pack_false(&pk);
-        e |= th_pack_cstr(&pk, "error");
-        e |= msgpack_pack_map(&pk, 2);
-        e |= th_pack_cstr(&pk, "code");
-        e |= th_pack_cstr(&pk, th_err_name(r->error));
-        e |= th_pack_cstr(&pk, "message");
-        e |= th_pack_cstr(&pk, msg);
-    }
-    return e ? TH_ENOMEM : 0;
+    return th_codec_result_to_buf(out, r);
 }
 
 /* One tool as the protocol shows it: the schema module's tools.list entry
@@ -641,7 +529,7 @@ static int pack_result(th_buf *out, const th_result_copy *r)
 static int pack_tool(msgpack_packer *pk, th_buf *out, const th_tool *t)
 {
     (void)out;
-    return th_schema_pack_tool(pk, t);
+    return th_codec_pack_tool(pk, t);
 }
 
 /* ---- Calls ------------------------------------------------------------------ */
@@ -657,11 +545,7 @@ static void call_free(rpc_call *call)
         call->next->prev = call->prev;
     if (!call->responded && c->inflight)
         c->inflight--;
-    if (call->finished && call->task_id && c->n_done)
-        c->n_done--;
     free(call->tool);
-    free(call->final);
-    free(call->last_message);
     free(call);
 }
 
@@ -682,20 +566,6 @@ static void log_outcome(rpc_call *call, const th_result_copy *r,
                 outcome);
 }
 
-/* Drops the oldest finished tasks beyond KEEP_DONE_TASKS. */
-static void trim_done(rpc_conn *c)
-{
-    while (c->n_done > KEEP_DONE_TASKS) {
-        rpc_call *oldest = NULL;
-        for (rpc_call *k = c->calls; k; k = k->next)
-            if (k->finished && k->task_id)
-                oldest = k; /* the list is newest first */
-        if (!oldest)
-            return;
-        call_free(oldest);
-    }
-}
-
 static void handle_call_event(th_rpc_server *srv, rpc_ev *ev)
 {
     rpc_call *call = ev->call;
@@ -705,7 +575,6 @@ static void handle_call_event(th_rpc_server *srv, rpc_ev *ev)
     if (ev->kind == TH_EV_RESULT && ev->has_result) {
         if (ev->res.kind == TH_RESULT_RUNNING && ev->res.task_id) {
             call->task_id = ev->res.task_id;
-            owner_add(srv, call->task_id, c->who.uid);
         }
         log_outcome(call, &ev->res, "result");
         if (!call->responded) {
@@ -726,35 +595,22 @@ static void handle_call_event(th_rpc_server *srv, rpc_ev *ev)
         return;
     }
     if (ev->kind == TH_EV_PROGRESS) {
-        free(call->last_message);
-        call->last_message = ev->message ? strdup(ev->message) : NULL;
-        call->last_fraction = ev->fraction;
         th_buf p = TH_BUF_INIT;
         msgpack_packer pk;
         msgpack_packer_init(&pk, &p, th_buf_msgpack_write);
-        int e = 0;
-        uint32_t n = 2 + (ev->fraction >= 0) + (ev->data != NULL);
-        e |= msgpack_pack_array(&pk, 2);
-        e |= msgpack_pack_uint64(&pk, call->task_id);
-        e |= msgpack_pack_map(&pk, n);
-        e |= th_pack_cstr(&pk, "message");
-        e |= th_pack_cstr(&pk, ev->message ? ev->message : "");
-        if (ev->fraction >= 0) {
-            e |= th_pack_cstr(&pk, "progress");
-            e |= msgpack_pack_double(&pk, ev->fraction);
-        }
-        if (ev->data) {
-            e |= th_pack_cstr(&pk, "data");
-            e |= th_buf_append(&p, ev->data, ev->data_len);
-        }
-        e |= th_pack_cstr(&pk, "coalesced");
-        e |= msgpack_pack_uint32(&pk, ev->coalesced);
-        if (!e)
+        th_progress pr = {.task_id = call->task_id,
+                          .message = ev->message,
+                          .fraction = ev->fraction,
+                          .data = ev->data,
+                          .data_len = ev->data_len,
+                          .coalesced = ev->coalesced};
+        if (th_codec_pack_progress(&pk, &pr) == 0)
             send_notify(c, "task.progress", &p);
         th_buf_free(&p);
         return;
     }
     if (ev->kind == TH_EV_DONE && ev->has_result) {
+        /* The core's task store keeps the result (tasks.result). */
         log_outcome(call, &ev->res, "task done");
         th_buf res = TH_BUF_INIT;
         if (pack_result(&res, &ev->res) == 0) {
@@ -766,7 +622,6 @@ static void handle_call_event(th_rpc_server *srv, rpc_ev *ev)
                 !th_buf_append(&p, res.data, res.len))
                 send_notify(c, "task.done", &p);
             th_buf_free(&p);
-            call->final = th_buf_take(&res, &call->final_len);
         }
         th_buf_free(&res);
         if (!call->responded) { /* a DONE without an ack: answer now */
@@ -774,10 +629,7 @@ static void handle_call_event(th_rpc_server *srv, rpc_ev *ev)
             if (c->inflight)
                 c->inflight--;
         }
-        call->finished = true;
-        call->done_ms = ms_since(call->t0);
-        c->n_done++;
-        trim_done(c);
+        call_free(call);
         server_check_drained(srv);
     }
 }
@@ -1345,7 +1197,6 @@ static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
     call->conn = c;
     call->msgid = msgid;
     call->t0 = uv_hrtime();
-    call->last_fraction = -1;
     call->next = c->calls;
     if (c->calls)
         c->calls->prev = call;
@@ -1399,63 +1250,31 @@ static void m_cancel_req(rpc_conn *c, uint64_t msgid,
     m_tools_cancel(c, msgid, params, true);
 }
 
-static rpc_call *find_task(rpc_conn *c, uint64_t task_id)
-{
-    for (rpc_call *k = c->calls; k; k = k->next)
-        if (k->task_id == task_id)
-            return k;
-    return NULL;
-}
-
-/* A call of this connection, by call id. */
-static bool own_call(rpc_conn *c, uint64_t call_id)
-{
-    for (rpc_call *k = c->calls; k; k = k->next)
-        if (k->call_id == call_id)
-            return true;
-    return false;
-}
+/* ---- Tasks: the core's task store, packed by the codec ------------------- */
 
 typedef struct tasks_ctx {
-    msgpack_packer *pk;
+    th_session *s;
+    msgpack_packer pk;
     uint32_t n;
+    int64_t now_ms;
     int e;
 } tasks_ctx;
 
-static int pack_task(msgpack_packer *pk, uint64_t id, const char *tool,
-                     bool running, double elapsed_ms, const char *message,
-                     double fraction, const char *scope)
+static int64_t wall_ms(void)
 {
-    int e = msgpack_pack_map(pk, 7);
-    e |= th_pack_cstr(pk, "task_id");
-    e |= msgpack_pack_uint64(pk, id);
-    e |= th_pack_cstr(pk, "tool");
-    e |= th_pack_cstr(pk, tool);
-    e |= th_pack_cstr(pk, "status");
-    e |= th_pack_cstr(pk, running ? "running" : "done");
-    e |= th_pack_cstr(pk, "elapsed_ms");
-    e |= msgpack_pack_double(pk, elapsed_ms);
-    e |= th_pack_cstr(pk, "message");
-    e |= th_pack_cstr(pk, message ? message : "");
-    e |= th_pack_cstr(pk, "progress");
-    e |= fraction >= 0 ? msgpack_pack_double(pk, fraction)
-                       : msgpack_pack_nil(pk);
-    e |= th_pack_cstr(pk, "scope");
-    e |= th_pack_cstr(pk, scope);
-    return e;
-}
-
-static int live_one(const th_task_info *t, void *ud)
-{
-    tasks_ctx *tc = ud;
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
-    int64_t now_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+}
+
+/* The tasks this session started, live and finished. */
+static int list_task(const th_task_view *t, void *ud)
+{
+    tasks_ctx *tc = ud;
+    if (t->session_id != th_session_id(tc->s))
+        return 0;
     tc->n++;
-    tc->e |= pack_task(tc->pk, t->task_id, t->tool, true,
-                       (double)(now_ms - t->started_ms), t->message,
-                       t->fraction,
-                       t->scope == TH_SCOPE_TOOLSET ? "toolset" : "session");
+    tc->e |= th_codec_pack_task(&tc->pk, t, tc->now_ms);
     return 0;
 }
 
@@ -1463,26 +1282,21 @@ static void m_tasks_list(rpc_conn *c, uint64_t msgid,
                          const msgpack_object *params)
 {
     (void)params;
-    th_buf live = TH_BUF_INIT, r = TH_BUF_INIT;
-    msgpack_packer lpk, pk;
-    msgpack_packer_init(&lpk, &live, th_buf_msgpack_write);
+    th_buf items = TH_BUF_INIT, r = TH_BUF_INIT;
+    tasks_ctx tc = {.s = c->session, .now_ms = wall_ms()};
+    msgpack_packer_init(&tc.pk, &items, th_buf_msgpack_write);
+    int rc = th_task_foreach(c->session, list_task, &tc);
+    msgpack_packer pk;
     msgpack_packer_init(&pk, &r, th_buf_msgpack_write);
-    tasks_ctx tc = {.pk = &lpk};
-    th_tasks_list(c->session, live_one, &tc);
-    uint32_t n = tc.n;
-    for (rpc_call *k = c->calls; k; k = k->next)
-        n += k->task_id && k->finished;
-    int e = tc.e | msgpack_pack_array(&pk, n);
-    e |= th_buf_append(&r, live.data, live.len);
-    for (rpc_call *k = c->calls; k; k = k->next)
-        if (k->task_id && k->finished)
-            e |= pack_task(&pk, k->task_id, k->tool, false, k->done_ms,
-                           k->last_message, k->last_fraction, "session");
-    if (e)
-        send_error(c, msgid, TH_ENOMEM, "out of memory");
+    if (rc == 0 && (tc.e || msgpack_pack_array(&pk, tc.n) ||
+                    th_buf_append(&r, items.data, items.len)))
+        rc = TH_ENOMEM;
+    if (rc)
+        send_error(c, msgid, rc, "listing the tasks failed: %s",
+                   th_strerror(rc));
     else
         send_result(c, msgid, &r);
-    th_buf_free(&live);
+    th_buf_free(&items);
     th_buf_free(&r);
 }
 
@@ -1494,25 +1308,38 @@ static void m_tasks_cancel(rpc_conn *c, uint64_t msgid,
         send_error(c, msgid, TH_EINVAL, "tasks.cancel takes [task_id]");
         return;
     }
-    rpc_call *k = find_task(c, id);
-    if (k && k->finished) {
-        send_error(c, msgid, TH_ESTATE, "task %llu already finished",
+    /* Another uid's task is answered as if it did not exist. */
+    int rc = th_task_cancel(c->session, id);
+    if (rc == TH_ESTATE)
+        send_error(c, msgid, rc, "task %llu already finished",
                    (unsigned long long)id);
-        return;
-    }
-    if (!k && !own_call(c, id) && !owner_is(c->srv, id, c->who.uid)) {
-        /* Another uid's task is answered as if it did not exist. */
-        send_error(c, msgid, TH_ENOTFOUND, "no running task %llu",
-                   (unsigned long long)id);
-        return;
-    }
-    int rc = th_call_cancel(c->session, id);
-    if (rc < 0) {
+    else if (rc < 0)
         send_error(c, msgid, rc, "no running task %llu",
                    (unsigned long long)id);
+    else
+        send_true(c, msgid);
+}
+
+typedef struct result_ctx {
+    th_buf *out;
+    int rc;
+} result_ctx;
+
+/* The final result, or {status: "running", task_id, message} with the
+ * last progress message (the view tasks.list shows). */
+static void result_one(const th_task_view *t, void *ud)
+{
+    result_ctx *rc = ud;
+    if (t->result) {
+        rc->rc = pack_result(rc->out, t->result);
         return;
     }
-    send_true(c, msgid);
+    th_result_copy run;
+    memset(&run, 0, sizeof run);
+    run.kind = TH_RESULT_RUNNING;
+    run.task_id = t->task_id;
+    run.message = (char *)t->message;
+    rc->rc = pack_result(rc->out, &run);
 }
 
 static void m_tasks_result(rpc_conn *c, uint64_t msgid,
@@ -1523,50 +1350,30 @@ static void m_tasks_result(rpc_conn *c, uint64_t msgid,
         send_error(c, msgid, TH_EINVAL, "tasks.result takes [task_id]");
         return;
     }
-    rpc_call *k = find_task(c, id);
     th_buf r = TH_BUF_INIT;
-    if (!k && !own_call(c, id) && !owner_is(c->srv, id, c->who.uid)) {
+    result_ctx ctx = {&r, 0};
+    int rc = th_task_get(c->session, id, result_one, &ctx);
+    if (rc == TH_ENOTFOUND) {
+        /* A call of this session that is not (yet) a task. */
+        th_result_copy tmp;
+        if (th_task_result(c->session, id, &tmp) == TH_ESTATE) {
+            th_result_copy run;
+            memset(&run, 0, sizeof run);
+            run.kind = TH_RESULT_RUNNING;
+            run.task_id = id;
+            rc = ctx.rc = pack_result(&r, &run);
+        }
+        th_result_copy_free(&tmp);
+    }
+    if (rc == TH_ENOTFOUND)
         /* Another uid's task (or one unknown here): not even its state. */
         send_error(c, msgid, TH_ENOTFOUND,
                    "no task %llu (unknown, expired, or not yours)",
                    (unsigned long long)id);
-        return;
-    }
-    if (!k || !k->finished) {
-        /* A toolset-scoped task, maybe of another session. */
-        th_result_copy rc;
-        memset(&rc, 0, sizeof rc);
-        int st = th_task_result(c->session, id, &rc);
-        if (st == 0) {
-            if (pack_result(&r, &rc) == 0)
-                send_result(c, msgid, &r);
-            else
-                send_error(c, msgid, TH_ENOMEM, "out of memory");
-            th_result_copy_free(&rc);
-            th_buf_free(&r);
-            return;
-        }
-        if (!k && st != TH_ESTATE) {
-            send_error(c, msgid, TH_ENOTFOUND,
-                       "no task %llu (unknown, expired, or not yours)",
-                       (unsigned long long)id);
-            return;
-        }
-    }
-    if (k && k->finished && k->final) {
-        th_buf_append(&r, k->final, k->final_len);
-    } else {
-        msgpack_packer pk;
-        msgpack_packer_init(&pk, &r, th_buf_msgpack_write);
-        msgpack_pack_map(&pk, 3);
-        th_pack_cstr(&pk, "status");
-        th_pack_cstr(&pk, "running");
-        th_pack_cstr(&pk, "task_id");
-        msgpack_pack_uint64(&pk, id);
-        th_pack_cstr(&pk, "message");
-        th_pack_cstr(&pk, k && k->last_message ? k->last_message : "");
-    }
-    send_result(c, msgid, &r);
+    else if (rc || ctx.rc)
+        send_error(c, msgid, TH_ENOMEM, "out of memory");
+    else
+        send_result(c, msgid, &r);
     th_buf_free(&r);
 }
 
@@ -2223,8 +2030,6 @@ static void on_grace(uv_timer_t *t)
         if (c->closing || !c->session)
             continue;
         for (rpc_call *k = c->calls; k; k = k->next) {
-            if (k->finished)
-                continue;
             th_call_cancel(c->session, k->task_id ? k->task_id : k->call_id);
             n++;
         }
@@ -2249,9 +2054,8 @@ static void server_check_drained(th_rpc_server *srv)
         return;
     bool busy = false;
     for (rpc_conn *c = srv->conns; c; c = c->next)
-        for (rpc_call *k = c->calls; k; k = k->next)
-            if (!k->finished)
-                busy = true;
+        if (c->calls)
+            busy = true;
     if (!busy) {
         for (rpc_conn *c = srv->conns, *n; c; c = n) {
             n = c->next;
@@ -2435,11 +2239,6 @@ static int start_stdio(th_rpc_server *srv, const th_rpc_serve_opts *o,
 static void free_server(th_rpc_server *srv)
 {
     drain_events(srv);
-    while (srv->owners) {
-        rpc_owner *o = srv->owners;
-        srv->owners = o->next;
-        free(o);
-    }
     free(srv->sock_path);
     pthread_mutex_destroy(&srv->mu);
     free(srv);
@@ -2504,10 +2303,6 @@ int th_rpc_serve(th_host *h, const th_rpc_serve_opts *o, th_error *err)
                                 : 8;
     srv->conn_log_lines = cfg->max_conn_log_lines ? cfg->max_conn_log_lines
                                                   : 20;
-    /* A task ends within max_timeout; its result is kept result_ttl. */
-    srv->owner_ttl_ms = (cfg->max_timeout_ms ? cfg->max_timeout_ms
-                                             : 3600000) +
-                        cfg->result_ttl_ms + 60000;
     srv->ops.ask_permission = front_ask_permission;
     srv->ops.tools_changed = front_tools_changed;
     srv->on_ready = o->on_ready;

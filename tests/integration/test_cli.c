@@ -290,6 +290,8 @@ static void test_connect(void)
     CU_ASSERT_EQUAL(r.status, 0);
     CU_ASSERT_STRING_EQUAL(r.out, "done");
     CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "progress:"));
+    /* the acknowledgement is the first update: shown too */
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "step 1/3"));
     th_test_run_free(&r);
     RUN(r, "list", "--connect", addr);
     CU_ASSERT_EQUAL(r.status, 0);

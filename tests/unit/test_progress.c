@@ -12,7 +12,7 @@
 
 static void test_latest_wins(void)
 {
-    th_progress p;
+    th_progress_slot p;
     memset(&p, 0, sizeof p);
     th_progress_update u;
     CU_ASSERT_FALSE(th_progress_take(&p, &u));
@@ -52,7 +52,7 @@ static void test_latest_wins(void)
 static void test_random_model(void)
 {
     srand(12);
-    th_progress p;
+    th_progress_slot p;
     memset(&p, 0, sizeof p);
     int puts = 0, seq = 0;
     uint32_t upstream = 0;

@@ -251,7 +251,8 @@ int th_rpc_client_wait(th_rpc_client *c, th_rpc_note_fn on_note, void *ud,
 /* The whole tools.call of the CLI: calls `tool` with `args` (a packed
  * msgpack map) and, when the server acknowledges an async task, waits for
  * its task.done.  Progress notifications of the call go to on_progress
- * (params [task_id, {message, progress?, data?, coalesced}]).  The cancel
+ * (params [task_id, {message, progress?, data?, coalesced}], th/codec.h),
+ * the acknowledgement's message first (it is the task's first update).  The cancel
  * flag cancels the call or the task.  *result is the final result map
  * ({ok, stdout, stderr, meta} or {ok: false, error: {code, message}}) as
  * owned packed msgpack (free()).  timeout_ms > 0 is sent as the call's

@@ -210,6 +210,8 @@ typedef struct th_host_cfg {
                                   replaced; 0: 3000                      */
     uint32_t max_lost_workers; /* replacements alive at once; 0: workers */
     int line, col;             /* where the section starts (0 if absent) */
+    uint32_t task_keep;        /* finished tasks kept (both scopes, with
+                                  result_ttl); default 256; 0: 256      */
 } th_host_cfg;
 
 typedef struct th_plugin_cfg {

@@ -29,7 +29,8 @@
     XX(STATE, -15, "bad_state", "not allowed in this state")                  \
     XX(TOOL, -16, "tool_error", "the tool misbehaved")                        \
     XX(LIMIT, -17, "limit_exceeded", "a configured limit was exceeded")       \
-    XX(INTERNAL, -18, "internal", "internal error")
+    XX(INTERNAL, -18, "internal", "internal error")                           \
+    XX(FAILED, -19, "tool_failed", "the tool reported a failure")
 
 enum {
     TH_OK = 0,

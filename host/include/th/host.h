@@ -241,30 +241,65 @@ int th_call_sync(th_session *s, const char *tool, const uint8_t *args,
 
 /* ---- Tasks ------------------------------------------------------------------ */
 
-/* A live async task, as listed by th_tasks_list(); pointers are valid
- * during the callback only. */
-typedef struct th_task_info {
-    uint64_t task_id;        /* the call id of the call that started it */
-    uint64_t session_id;     /* the session that started it */
+/* The task store (tasks.c).  A task is an async call after its
+ * acknowledgement; its task id is its call id.  Live tasks are read from
+ * the manager; finished ones (both scopes) are kept in one store under one
+ * retention policy: at most host.task_keep of them (the oldest go first)
+ * and none older than host.result_ttl after its end.  Visible to session s:
+ * the tasks s started, and toolset-scoped tasks of toolsets s may use
+ * started by the same uid (trusted sessions: any uid).  A task that is not
+ * visible is answered as unknown (TH_ENOTFOUND): its state is never
+ * shown. */
+typedef enum th_task_state {
+    TH_TASK_WORKING = 1,
+    TH_TASK_COMPLETED,
+    TH_TASK_FAILED,     /* ok=false or a tool error other than cancelled */
+    TH_TASK_CANCELLED
+} th_task_state;
+
+typedef struct th_task_view {     /* valid during the callback only */
+    uint64_t task_id, session_id;
+    uint32_t owner_uid;
     const char *tool;
-    const uint8_t *args;     /* validated arguments (msgpack map) */
-    size_t args_len;
-    int64_t started_ms;      /* Unix time in ms */
-    int64_t last_update_ms;  /* Unix time in ms of the last progress */
-    const char *message;     /* last progress message, may be NULL */
-    double fraction;         /* last progress fraction, < 0 unknown */
     th_task_scope scope;
-} th_task_info;
+    th_task_state state;
+    int64_t started_ms, last_update_ms, ended_ms; /* Unix ms; ended 0 while
+                                                     working */
+    const char *message;          /* last progress message, may be NULL */
+    double fraction;              /* last progress fraction, < 0 unknown */
+    const th_result_copy *result; /* the final result once ended, else
+                                     NULL */
+    const uint8_t *args;          /* validated arguments (msgpack map) */
+    size_t args_len;
+} th_task_view;
 
-/* Calls fn for each live task of the session (acknowledged, not yet done),
- * in start order.  Any thread; fn must not close the session. */
-int th_tasks_list(th_session *s, int (*fn)(const th_task_info *t, void *ud),
-                  void *ud);
+/* Calls fn with the task's view under the store's protection.  0 or
+ * TH_ENOTFOUND (unknown, expired, or not visible).  fn must not call into
+ * the task store or the call API.  Any thread. */
+int th_task_get(th_session *s, uint64_t task_id,
+                void (*fn)(const th_task_view *t, void *ud), void *ud);
+/* Calls fn for every task visible to s: live ones then finished ones, each
+ * in start order (task id).  Stops when fn returns nonzero and returns
+ * that; else 0 (TH_ENOMEM when the list could not be made).  fn may call
+ * the call API but must not close the session.  Any thread. */
+int th_task_foreach(th_session *s, int (*fn)(const th_task_view *t, void *ud),
+                    void *ud);
+/* Blocks until the task ended (or timeout_ms passed, < 0: no limit; or
+ * *cancel_flag became nonzero), then fills caller storage *out with its
+ * final result (th_result_copy_free).  0, TH_ETIMEOUT (also for the cancel
+ * flag), TH_ENOTFOUND (unknown, expired or not visible), TH_ENOMEM.  Any
+ * thread except an event callback. */
+int th_task_wait(th_session *s, uint64_t task_id, int64_t timeout_ms,
+                 volatile int *cancel_flag, th_result_copy *out);
+/* Cancels a task visible to s (th_call_cancel with the store's owner
+ * check).  0, TH_ENOTFOUND (unknown or not visible), TH_ESTATE (it already
+ * ended).  Any thread. */
+int th_task_cancel(th_session *s, uint64_t task_id);
 
-/* The final result of a finished toolset-scoped task of a toolset the
- * session may use, kept for result_ttl_ms after it ended: 0 and *out
- * filled (free with th_result_copy_free), TH_ESTATE while the task still
- * runs, TH_ENOTFOUND when unknown or expired. */
+/* The final result of a finished task visible to s: 0 and caller storage
+ * *out filled (th_result_copy_free), TH_ESTATE while the task still runs,
+ * TH_ENOTFOUND when unknown, expired or not visible.  A wrapper of
+ * th_task_get. */
 int th_task_result(th_session *s, uint64_t task_id, th_result_copy *out);
 
 /* Number of live tasks the session started. */

@@ -19,7 +19,7 @@
 
 #include "th/host.h"
 
-typedef struct th_progress {
+typedef struct th_progress_slot {
     bool pending;           /* an update waits to be taken */
     uint64_t task_id;
     double fraction;        /* < 0: unknown */
@@ -27,7 +27,7 @@ typedef struct th_progress {
     uint8_t *data;          /* owned msgpack value, may be NULL */
     size_t data_len;
     uint32_t coalesced;     /* updates folded into the pending one */
-} th_progress;
+} th_progress_slot;
 
 /* An update copied out of the producer's buffers before the owner's lock
  * is taken (so that no allocation happens under it). */
@@ -51,18 +51,18 @@ void th_progress_update_free(th_progress_update *u);
 
 /* Makes *u the pending update (taking its buffers), folding the one it
  * replaces into the count.  Under the owner's lock. */
-void th_progress_put(th_progress *p, th_progress_update *u);
+void th_progress_put(th_progress_slot *p, th_progress_update *u);
 
 /* Moves the pending update into *u (the caller frees it with
  * th_progress_update_free).  False when nothing is pending.  Under the
  * owner's lock. */
-bool th_progress_take(th_progress *p, th_progress_update *u);
+bool th_progress_take(th_progress_slot *p, th_progress_update *u);
 
 /* A PROGRESS event that views *u (valid while *u lives). */
 void th_progress_event(const th_progress_update *u, uint64_t call_id,
                        th_event *ev);
 
 /* Drops what is pending. */
-void th_progress_clear(th_progress *p);
+void th_progress_clear(th_progress_slot *p);
 
 #endif

@@ -1,8 +1,7 @@
-/* task_table.c - the host's tables of calls: the duplicate table (which
- * running call a new one duplicates) and the kept results of finished
- * toolset-scoped tasks (th_task_result).  Used by the call path (call.c,
- * manager.c); the task list and the task tools, which only call the call
- * API, are tasks.c above it. */
+/* dup.c - the duplicate table: calls of the same tool (and, per the
+ * toolset's duplicate_scope, the same arguments) while one runs, handled
+ * per on_duplicate_call (allow, reject, replace, confirm).  Under
+ * host->dmu; see th/manager.h for the lock order. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,7 +150,7 @@ int th_dup_register(th_mcall *c)
     return 0;
 }
 
-void th_dup_remove(th_mcall *c)
+void th_dup_leave(th_mcall *c)
 {
     th_host *h = c->h;
     pthread_mutex_lock(&h->dmu);
@@ -182,110 +181,18 @@ void th_dup_remove(th_mcall *c)
     atomic_fetch_sub(&c->refs, 1); /* never the last: the caller holds one */
 }
 
-/* ---- Kept results --------------------------------------------------------- */
-
-static void expire_locked(th_host *h)
+void th_dup_destroy(th_host *h)
 {
-    int64_t now = th_now_ns();
-    while (h->kept_head && h->kept_head->expires_ns <= now) {
-        th_kept *k = h->kept_head;
-        h->kept_head = k->next;
-        if (!h->kept_head)
-            h->kept_tail = NULL;
-        th_u64map_del(&h->kept, k->task_id);
-        th_result_copy_free(&k->res);
-        free(k);
-    }
-}
-
-static int copy_result(th_result_copy *dst, const th_result_copy *src)
-{
-    th_result r;
-    memset(&r, 0, sizeof r);
-    r.kind = src->kind;
-    r.ok = src->ok;
-    r.out = src->out.data;
-    r.out_len = src->out.len;
-    r.err = src->err.data;
-    r.err_len = src->err.len;
-    r.meta = src->meta.data;
-    r.meta_len = src->meta.len;
-    r.error = src->error;
-    r.message = src->message;
-    r.task_id = src->task_id;
-    return th_result_copy_from(dst, &r);
-}
-
-void th_tasks_keep_locked(th_host *h, uint64_t task_id, int ts_idx,
-                          const th_result_copy *res)
-{
-    expire_locked(h);
-    th_kept *k = calloc(1, sizeof *k);
-    if (!k)
+    if (!h->dup_b)
         return;
-    if (copy_result(&k->res, res) != 0) {
-        free(k);
-        return;
-    }
-    k->task_id = task_id;
-    k->ts_idx = ts_idx;
-    th_config *cfg = th_host_config_get(h);
-    k->expires_ns = th_now_ns() + (int64_t)cfg->host.result_ttl_ms * 1000000;
-    th_config_unref(cfg);
-    if (th_u64map_put(&h->kept, task_id, k) != 0) {
-        th_result_copy_free(&k->res);
-        free(k);
-        return;
-    }
-    if (h->kept_tail)
-        h->kept_tail->next = k;
-    else
-        h->kept_head = k;
-    h->kept_tail = k;
-}
-
-void th_tasks_free(th_host *h)
-{
-    while (h->kept_head) {
-        th_kept *k = h->kept_head;
-        h->kept_head = k->next;
-        th_result_copy_free(&k->res);
-        free(k);
-    }
-    h->kept_tail = NULL;
-    th_u64map_free(&h->kept);
-    th_u64map_free(&h->tasks);
-    if (h->dup_b)
-        for (size_t b = 0; b < h->dup_nb; b++) {
-            dup_node *n = h->dup_b[b];
-            while (n) {
-                dup_node *next = n->next;
-                free(n->key);
-                free(n);
-                n = next;
-            }
-            h->dup_b[b] = NULL;
+    for (size_t b = 0; b < h->dup_nb; b++) {
+        dup_node *n = h->dup_b[b];
+        while (n) {
+            dup_node *next = n->next;
+            free(n->key);
+            free(n);
+            n = next;
         }
-}
-
-int th_task_result(th_session *s, uint64_t task_id, th_result_copy *out)
-{
-    th_host *h = s->h;
-    memset(out, 0, sizeof *out);
-    pthread_mutex_lock(&h->tmu);
-    expire_locked(h);
-    th_kept *k = th_u64map_get(&h->kept, task_id);
-    int rc = TH_ENOTFOUND;
-    if (k && k->ts_idx >= 0 && s->usable[k->ts_idx])
-        rc = copy_result(out, &k->res);
-    else if (th_u64map_get(&h->tasks, task_id))
-        rc = TH_ESTATE;
-    pthread_mutex_unlock(&h->tmu);
-    if (rc == TH_ENOTFOUND) {
-        pthread_mutex_lock(&s->mu);
-        if (th_u64map_get(&s->calls, task_id))
-            rc = TH_ESTATE;
-        pthread_mutex_unlock(&s->mu);
+        h->dup_b[b] = NULL;
     }
-    return rc;
 }
