@@ -315,7 +315,7 @@ static bool answer_error(th_mcall *c, int code, const char *msg)
     deliver_locked(c);
     pthread_mutex_unlock(&c->mu);
     if (changed)
-        th_session_tools_changed(c->s);
+        th_session_task_tools_changed(c->s);
     return true;
 }
 
@@ -480,7 +480,7 @@ void th_mcall_exec_end(th_mcall *c, int status, bool ran)
         atomic_fetch_sub(&c->h->mgr.running, 1);
     th_result_copy_free(&res);
     if (changed)
-        th_session_tools_changed(c->s);
+        th_session_task_tools_changed(c->s);
 }
 
 /* ---- Running ------------------------------------------------------------------ */
@@ -668,7 +668,7 @@ static int cb_progress(toolhost_call *call, double fraction,
             th_mgr_async_take(h);
         }
         if (changed)
-            th_session_tools_changed(s);
+            th_session_task_tools_changed(s);
         return 0;
     }
     if (c->no_progress) {

@@ -751,6 +751,41 @@ RPC_H const msgpack_object *rpc_raw_notification(rpc_raw *w,
     return NULL;
 }
 
+/* Reads until a request `method` from the host ([0, msgid, method,
+ * params], e.g. permission.request); other messages are stashed. */
+RPC_H const msgpack_object *rpc_raw_host_request(rpc_raw *w,
+                                                 const char *method,
+                                                 int timeout_ms)
+{
+    for (int i = 0; i < w->n_stash; i++) {
+        msgpack_unpacked u;
+        msgpack_unpacked_init(&u);
+        size_t off = 0;
+        msgpack_unpack_next(&u, (const char *)w->stash[i].data,
+                            w->stash[i].len, &off);
+        bool hit = u.data.type == MSGPACK_OBJECT_ARRAY &&
+                   u.data.via.array.size == 4 &&
+                   u.data.via.array.ptr[0].via.u64 == 0 &&
+                   th_rpc_obj_streq(&u.data.via.array.ptr[2], method);
+        msgpack_unpacked_destroy(&u);
+        if (hit) {
+            th_buf b = w->stash[i];
+            memmove(&w->stash[1], &w->stash[0], (size_t)i * sizeof b);
+            w->stash[0] = b;
+            return rpc_raw_next(w, 0);
+        }
+    }
+    const msgpack_object *m;
+    while ((m = rpc_raw_read(w, timeout_ms)) != NULL) {
+        if (m->type == MSGPACK_OBJECT_ARRAY && m->via.array.size == 4 &&
+            m->via.array.ptr[0].via.u64 == 0 &&
+            th_rpc_obj_streq(&m->via.array.ptr[2], method))
+            return m;
+        rpc_raw_stash(w, m);
+    }
+    return NULL;
+}
+
 /* True when the server closes the connection within timeout_ms (whatever
  * it sends before is read and dropped). */
 RPC_H bool rpc_raw_eof(rpc_raw *w, int timeout_ms)
