@@ -68,6 +68,8 @@ typedef struct rpc_opts {
     const char *max_frame;   /* default "64KiB" */
     int nofile;              /* > 0: the server's fd limit (soft and hard) */
     const char *plugins_extra; /* more entries under plugins: */
+    const char *config;      /* the whole config instead (@DIR@: the test's
+                                folder, @BUILD@: the build folder) */
 } rpc_opts;
 
 typedef struct rpc_srv {
@@ -83,6 +85,25 @@ RPC_H void rpc_write_config(rpc_srv *s, const rpc_opts *o)
 {
     const char *b = TH_BUILD_DIR;
     char text[4096];
+    if (o && o->config) {
+        size_t n = 0;
+        for (const char *p = o->config; *p && n + 1 < sizeof text;) {
+            const char *with = !strncmp(p, "@DIR@", 5)     ? s->dir
+                               : !strncmp(p, "@BUILD@", 7) ? b
+                                                           : NULL;
+            if (!with) {
+                text[n++] = *p++;
+                continue;
+            }
+            n += (size_t)snprintf(text + n, sizeof text - n, "%s", with);
+            if (n >= sizeof text)
+                rpc_die("config too long");
+            p += with == b ? 7 : 5;
+        }
+        text[n] = '\0';
+        s->cfg = th_test_write_file(s->dir, "rpc.yaml", text, (size_t)-1);
+        return;
+    }
     snprintf(text, sizeof text,
              "host:\n"
              "  log_level: debug\n"
