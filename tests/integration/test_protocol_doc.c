@@ -18,8 +18,8 @@
  *
  * Each block runs on a connection of its own, against one server whose
  * config (below) the doc describes: the echo, fs and text plugins, one
- * toolset with every tool, an `ask` rule for fs_list, and big.log in the
- * plugins' root. */
+ * toolset with every tool (run_code too), an `ask` rule for fs_list, and
+ * big.log in the plugins' root. */
 #include <CUnit/CUnit.h>
 #include <jansson.h>
 #include <math.h>
@@ -57,7 +57,9 @@ static const char doc_config[] =
     "    permissions:\n"
     "      rules:\n"
     "        - match: fs_list\n"
-    "          action: ask\n";
+    "          action: ask\n"
+    "    run_code:\n"
+    "      enabled: true\n";
 
 typedef struct doc_vars {
     char name[MAX_VARS][32];
