@@ -323,6 +323,15 @@ static void test_config_check(void)
     CU_ASSERT(n_said > 0);
     CU_ASSERT_EQUAL(n_said, rows);
     th_test_run_free(&r);
+    /* A config with log_level: debug does not chatter around the output
+     * of the in-process CLI (only warnings and errors). */
+    RUN(r, "call", "-c", th_test_source_path("configs/dev.yaml"), "echo",
+        "text=quiet");
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_STRING_EQUAL(r.out, "quiet");
+    CU_ASSERT_PTR_NULL(strstr(r.err, " debug "));
+    CU_ASSERT_PTR_NULL(strstr(r.err, " info "));
+    th_test_run_free(&r);
 
     char *dir = th_test_tmpdir();
     char *f = th_test_write_file(dir, "bad.yaml",
