@@ -32,7 +32,6 @@
 
 #define WILD "\x01"    /* `...` */
 #define VAR "\x02"     /* `$name` */
-#define LINE_WAIT_MS 5000
 #define MAX_VARS 16
 
 static const char doc_config[] =
@@ -374,7 +373,7 @@ static bool run_block(rpc_srv *s, const doc_block *b, char *why, size_t wn)
         }
         /* Expected: the stash first, then the wire. */
         bool hit = false;
-        int64_t end = rpc_now_ms() + LINE_WAIT_MS;
+        int64_t end = rpc_now_ms() + rpc_wait_ms();
         seen[0] = '\0';
         int n_stash = w.n_stash;
         for (int k = 0; k < n_stash && !hit; k++) {
