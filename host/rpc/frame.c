@@ -283,11 +283,17 @@ int th_rpc_msg_parse(const msgpack_object *o, th_rpc_msg *m, bool *has_msgid,
     const char *shape =
         m->kind == TH_RPC_REQUEST ? SHAPE_REQUEST : SHAPE_RESPONSE;
     const char *what = m->kind == TH_RPC_REQUEST ? "request" : "response";
-    if (n < 2 || !id_ok)
+    if (n < 2)
+        return th_error_set(err, TH_EPROTO, "a %s is %s: the msgid is missing",
+                            what, shape);
+    if (!id_ok)
         return th_error_set(err, TH_EPROTO,
                             "a %s is %s: the msgid must be an unsigned "
-                            "32-bit integer%s",
-                            what, shape, n < 2 ? ", and it is missing" : "");
+                            "32-bit integer, got %s",
+                            what, shape,
+                            a[1].type == MSGPACK_OBJECT_POSITIVE_INTEGER
+                                ? "a larger one"
+                                : th_rpc_obj_kind(&a[1]));
     if (m->kind == TH_RPC_REQUEST && n == 3 &&
         th_rpc_obj_str(&a[2], &m->method, &m->method_len))
         return th_error_set(err, TH_EPROTO,
