@@ -241,9 +241,11 @@ int th_rpc_msg_parse(const msgpack_object *o, th_rpc_msg *m, bool *has_msgid,
     if (has_msgid)
         *has_msgid = false;
     if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size == 0)
+        /* (short: a stream of such garbage is answered one notification
+         * each) */
         return th_error_set(err, TH_EPROTO,
-                            "a message is an array: " SHAPE_REQUEST ", "
-                            SHAPE_RESPONSE " or " SHAPE_NOTIFY "; got %s%s",
+                            "a message is an array of 3 or 4 elements, got "
+                            "%s%s",
                             th_rpc_obj_kind(o),
                             o->type == MSGPACK_OBJECT_ARRAY ? " (empty)" : "");
     const msgpack_object *a = o->via.array.ptr;
