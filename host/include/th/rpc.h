@@ -191,7 +191,9 @@ typedef int (*th_rpc_note_fn)(const char *method, size_t method_len,
                               const msgpack_object *params, void *ud);
 
 /* The server's permission.request: return true to allow.  `request` is the
- * request's params [call_id, tool, args, reason], valid during the call.
+ * request's params [call_id, tool, args, reason, origin] (origin: {msgid,
+ * tool, task_id?} of the tools.call it belongs to; docs/protocol.md),
+ * valid during the call.
  * Without a handler every request is answered false. */
 typedef bool (*th_rpc_permission_fn)(const msgpack_object *request,
                                      void *ud);
