@@ -14,6 +14,8 @@ static const char call_usage[] =
     "       toolhost call --connect [unix:PATH] TOOL [key=value ...] [options]\n"
     "\n"
     "Calls TOOL and prints its stdout to stdout and its stderr to stderr.\n"
+    "Into a pipe or file the output is the tool's bytes, unchanged; on a\n"
+    "terminal a final newline is added when the output lacks one.\n"
     "Values are typed by the tool's parameters (integer, number, boolean;\n"
     "arrays and objects as JSON); key=@FILE reads a string from FILE and\n"
     "key=@@text passes \"@text\". An async tool shows its progress; Ctrl-C\n"

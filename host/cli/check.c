@@ -512,6 +512,13 @@ static const char config_usage[] =
     "tool a toolset names exists. Errors read FILE:LINE:COL: message.\n"
     "Exit status: 0 valid, 2 invalid.\n";
 
+static int count_tool(const th_tool *t, void *ud)
+{
+    (void)t;
+    (*(size_t *)ud)++;
+    return 0;
+}
+
 int cli_config(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
@@ -527,11 +534,14 @@ int cli_config(int argc, char **argv)
     if (rc != CLI_OK)
         return rc;
     const th_config *cfg = th_host_config(ch.host);
+    /* The tools `toolhost list` shows: the task tools only when they are
+     * always listed (host.expose_task_tools). */
+    size_t n_tools = 0;
+    th_session_tools(ch.session, count_tool, &n_tools);
     printf("%s: ok: %zu plugin%s, %zu tool%s, %zu toolset%s\n", argv[2],
-           cfg->n_plugins, cfg->n_plugins == 1 ? "" : "s",
-           th_registry_count(th_host_registry(ch.host)),
-           th_registry_count(th_host_registry(ch.host)) == 1 ? "" : "s",
-           cfg->n_toolsets, cfg->n_toolsets == 1 ? "" : "s");
+           cfg->n_plugins, cfg->n_plugins == 1 ? "" : "s", n_tools,
+           n_tools == 1 ? "" : "s", cfg->n_toolsets,
+           cfg->n_toolsets == 1 ? "" : "s");
     cli_host_close(&ch);
     return CLI_OK;
 }

@@ -56,6 +56,11 @@ int cli_host_open(const char *config, const th_front_ops *ops, void *ud,
         fprintf(stderr, "%s\n", err.msg);
         return CLI_USAGE;
     }
+    /* th_host_open() applies the config's log_level: a chatty one (dev
+     * configs say debug) would print the host's lines around the tool's
+     * output. */
+    if (cfg->host.log_level > TOOLHOST_LOG_WARN)
+        cfg->host.log_level = TOOLHOST_LOG_WARN;
     if (th_host_open(cfg, &out->host, &err) != 0) {
         fprintf(stderr, "%s\n", err.msg);
         return CLI_USAGE;

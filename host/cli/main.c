@@ -36,7 +36,8 @@ static void usage(FILE *f)
         fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].summary);
     fprintf(f,
             "\n"
-            "'toolhost COMMAND --help' describes a command.\n"
+            "'toolhost help COMMAND' (or 'toolhost COMMAND --help') "
+            "describes a command.\n"
             "Exit status: 0 ok, 1 the tool or check failed, 2 usage or "
             "validation error.\n");
 }
@@ -70,6 +71,17 @@ int main(int argc, char **argv)
         printf("toolhost %s (plugin ABI %d.%d)\n", TOOLHOST_VERSION,
                TOOLHOST_ABI_MAJOR, TOOLHOST_ABI_MINOR);
         return CLI_OK;
+    }
+    if (strcmp(argv[1], "help") == 0 && argc >= 3) {
+        /* toolhost help CMD: the same as toolhost CMD --help */
+        for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+            if (strcmp(argv[2], commands[i].name) == 0) {
+                char *help[] = {argv[2], "--help", NULL};
+                return commands[i].run(2, help);
+            }
+        cli_error("help: unknown command '%s'", argv[2]);
+        usage(stderr);
+        return CLI_USAGE;
     }
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
         strcmp(argv[1], "help") == 0) {

@@ -83,7 +83,8 @@ static th_rpc_client *connect_or_say(const cli_remote *r)
     th_error_clear(&err);
     th_rpc_client *c = NULL;
     int rc = th_rpc_client_connect_opts(r->connect, &r->peer, &c, &err);
-    if (rc == TH_EPERM || rc == TH_EIO) /* the message names the socket */
+    /* the message names the socket (or the bad address) */
+    if (rc == TH_EPERM || rc == TH_EIO || rc == TH_EINVAL)
         cli_error("%s", err.msg);
     else if (rc != 0)
         cli_error("cannot connect to %s: %s",

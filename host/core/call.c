@@ -279,7 +279,7 @@ bool th_call_answer_error(th_mcall *c, int code, const char *msg)
     th_call_deliver_locked(c);
     pthread_mutex_unlock(&c->mu);
     if (changed)
-        th_session_tools_changed(c->s);
+        th_session_task_tools_changed(c->s);
     return true;
 }
 
@@ -438,7 +438,7 @@ void th_mcall_exec_end(th_mcall *c, int status, bool ran)
         atomic_fetch_sub(&c->h->mgr.running, 1);
     th_result_copy_free(&res);
     if (changed)
-        th_session_tools_changed(c->s);
+        th_session_task_tools_changed(c->s);
 }
 
 /* ---- Running ------------------------------------------------------------------ */

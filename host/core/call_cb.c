@@ -140,7 +140,7 @@ static int cb_progress(toolhost_call *call, double fraction,
             th_mgr_async_take(h);
         }
         if (changed)
-            th_session_tools_changed(s);
+            th_session_task_tools_changed(s);
         return 0;
     }
     if (c->no_progress) {

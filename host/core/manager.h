@@ -422,6 +422,9 @@ void th_session_ref(th_session *s);
 void th_session_unref(th_session *s);
 /* Calls tools_changed outside every lock, unless the session closes. */
 void th_session_tools_changed(th_session *s);
+/* The same for a change of the task tools only (task_tools_changed, or
+ * tools_changed when the front has none). */
+void th_session_task_tools_changed(th_session *s);
 
 /* toolsets.c: which toolset a call runs under. */
 

@@ -159,9 +159,9 @@ size_t th_session_live_tasks(th_session *s)
     return n;
 }
 
-void th_session_tools_changed(th_session *s)
+static void notify_tools(th_session *s, void (*fn)(void *front_ud))
 {
-    if (!s->ops.tools_changed)
+    if (!fn)
         return;
     pthread_mutex_lock(&s->mu);
     if (s->closing) {
@@ -170,11 +170,22 @@ void th_session_tools_changed(th_session *s)
     }
     s->ops_inflight++;
     pthread_mutex_unlock(&s->mu);
-    s->ops.tools_changed(s->front_ud);
+    fn(s->front_ud);
     pthread_mutex_lock(&s->mu);
     s->ops_inflight--;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
+}
+
+void th_session_tools_changed(th_session *s)
+{
+    notify_tools(s, s->ops.tools_changed);
+}
+
+void th_session_task_tools_changed(th_session *s)
+{
+    notify_tools(s, s->ops.task_tools_changed ? s->ops.task_tools_changed
+                                              : s->ops.tools_changed);
 }
 
 /* ---- Tools ------------------------------------------------------------------------ */
@@ -286,4 +297,22 @@ const th_tool *th_session_acquire(th_session *s, const char *name)
         return NULL;
     }
     return t;
+}
+
+/* ---- Calls' origin ------------------------------------------------------------------ */
+
+uint64_t th_call_origin(th_session *s, uint64_t call_id)
+{
+    uint64_t root = 0;
+    pthread_mutex_lock(&s->mu);
+    const th_mcall *c = th_u64map_get(&s->calls, call_id);
+    /* c->parent is fixed at creation and referenced by c, which the map
+     * holds while s->mu is held. */
+    for (; c; c = c->parent) {
+        if (c->s != s)
+            break;
+        root = c->base.pub.call_id;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return root;
 }

@@ -213,55 +213,110 @@ const msgpack_object *th_rpc_map_get(const msgpack_object *map,
     return NULL;
 }
 
+const char *th_rpc_obj_kind(const msgpack_object *o)
+{
+    switch (o->type) {
+    case MSGPACK_OBJECT_NIL: return "nil";
+    case MSGPACK_OBJECT_BOOLEAN: return "a boolean";
+    case MSGPACK_OBJECT_POSITIVE_INTEGER:
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER: return "an integer";
+    case MSGPACK_OBJECT_FLOAT32:
+    case MSGPACK_OBJECT_FLOAT64: return "a float";
+    case MSGPACK_OBJECT_STR: return "a string";
+    case MSGPACK_OBJECT_BIN: return "binary";
+    case MSGPACK_OBJECT_ARRAY: return "an array";
+    case MSGPACK_OBJECT_MAP: return "a map";
+    default: return "an extension";
+    }
+}
+
+#define SHAPE_REQUEST "[0, msgid, method, params]"
+#define SHAPE_RESPONSE "[1, msgid, error, result]"
+#define SHAPE_NOTIFY "[2, method, params]"
+
 int th_rpc_msg_parse(const msgpack_object *o, th_rpc_msg *m, bool *has_msgid,
                      th_error *err)
 {
     memset(m, 0, sizeof *m);
     if (has_msgid)
         *has_msgid = false;
-    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size < 3)
+    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size == 0)
+        /* (short: a stream of such garbage is answered one notification
+         * each) */
         return th_error_set(err, TH_EPROTO,
-                            "a message must be an array of 3 or 4 elements");
+                            "a message is an array of 3 or 4 elements, got "
+                            "%s%s",
+                            th_rpc_obj_kind(o),
+                            o->type == MSGPACK_OBJECT_ARRAY ? " (empty)" : "");
     const msgpack_object *a = o->via.array.ptr;
     uint32_t n = o->via.array.size;
     if (a[0].type != MSGPACK_OBJECT_POSITIVE_INTEGER || a[0].via.u64 > 2)
         return th_error_set(err, TH_EPROTO,
-                            "the message type must be 0, 1 or 2");
+                            "the message type (first element) must be 0 "
+                            "(request), 1 (response) or 2 (notification)");
     m->kind = (int)a[0].via.u64;
     if (m->kind == TH_RPC_NOTIFY) {
         if (n != 3)
             return th_error_set(err, TH_EPROTO,
-                                "a notification is [2, method, params]");
+                                "a notification is " SHAPE_NOTIFY
+                                ": 3 elements, got %u",
+                                (unsigned)n);
         if (!th_rpc_obj_str(&a[1], &m->method, &m->method_len))
             return th_error_set(err, TH_EPROTO,
-                                "a notification's method must be a string");
+                                "a notification's method must be a string, "
+                                "got %s",
+                                th_rpc_obj_kind(&a[1]));
         if (a[2].type != MSGPACK_OBJECT_ARRAY)
             return th_error_set(err, TH_EPROTO,
-                                "a notification's params must be an array");
+                                "a notification's params must be an array, "
+                                "got %s",
+                                th_rpc_obj_kind(&a[2]));
         m->params = &a[2];
         return 0;
     }
-    if (n != 4)
-        return th_error_set(err, TH_EPROTO, "a %s has 4 elements",
-                            m->kind == TH_RPC_REQUEST ? "request" : "response");
-    if (a[1].type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
-        a[1].via.u64 > UINT32_MAX)
+    bool id_ok = n >= 2 && a[1].type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
+                 a[1].via.u64 <= UINT32_MAX;
+    if (id_ok)
+        m->msgid = a[1].via.u64;
+    /* A request's msgid is answered whatever else is wrong; a response is
+     * never answered. */
+    if (id_ok && m->kind == TH_RPC_REQUEST && has_msgid)
+        *has_msgid = true;
+    const char *shape =
+        m->kind == TH_RPC_REQUEST ? SHAPE_REQUEST : SHAPE_RESPONSE;
+    const char *what = m->kind == TH_RPC_REQUEST ? "request" : "response";
+    if (n < 2)
+        return th_error_set(err, TH_EPROTO, "a %s is %s: the msgid is missing",
+                            what, shape);
+    if (!id_ok)
         return th_error_set(err, TH_EPROTO,
-                            "the msgid must be an unsigned 32-bit integer");
-    m->msgid = a[1].via.u64;
+                            "a %s is %s: the msgid must be an unsigned "
+                            "32-bit integer, got %s",
+                            what, shape,
+                            a[1].type == MSGPACK_OBJECT_POSITIVE_INTEGER
+                                ? "a larger one"
+                                : th_rpc_obj_kind(&a[1]));
+    if (m->kind == TH_RPC_REQUEST && n == 3 &&
+        th_rpc_obj_str(&a[2], &m->method, &m->method_len))
+        return th_error_set(err, TH_EPROTO,
+                            "a request is " SHAPE_REQUEST
+                            ": the params are missing (send [] for none)");
+    if (n != 4)
+        return th_error_set(err, TH_EPROTO, "a %s is %s: 4 elements, got %u",
+                            what, shape, (unsigned)n);
     if (m->kind == TH_RPC_RESPONSE) {
         m->error = &a[2];
         m->result = &a[3];
         return 0;
     }
-    if (has_msgid)
-        *has_msgid = true;
     if (!th_rpc_obj_str(&a[2], &m->method, &m->method_len))
         return th_error_set(err, TH_EPROTO,
-                            "a request's method must be a string");
+                            "a request's method must be a string, got %s",
+                            th_rpc_obj_kind(&a[2]));
     if (a[3].type != MSGPACK_OBJECT_ARRAY)
         return th_error_set(err, TH_EPROTO,
-                            "a request's params must be an array");
+                            "a request's params must be an array, got %s",
+                            th_rpc_obj_kind(&a[3]));
     m->params = &a[3];
     return 0;
 }

@@ -114,6 +114,8 @@ struct rpc_conn {
     uint64_t outbuf;            /* bytes in uv_write()s not yet done */
     uint64_t next_msgid;        /* for our requests to the client */
     rpc_perm *perms;
+    bool task_tools_listed;     /* what the client was last told (or saw at
+                                   connect): get_running_tasks is listed */
     bool reading;
     bool closing;               /* no more reads or writes */
     bool flush_close;           /* close once outbuf drains */
@@ -132,15 +134,21 @@ struct rpc_conn {
     bool quiet;                 /* refused at accept: no disconnect line */
 };
 
-typedef enum { EV_CALL = 1, EV_PERM, EV_TOOLS_CHANGED } rpc_ev_type;
+typedef enum {
+    EV_CALL = 1,
+    EV_PERM,
+    EV_TOOLS_CHANGED,
+    EV_TASK_TOOLS               /* only the task tools came or went */
+} rpc_ev_type;
 
 typedef struct rpc_ev {
     struct rpc_ev *next;
     rpc_ev_type type;
     rpc_call *call;             /* EV_CALL */
-    rpc_conn *conn;             /* EV_PERM, EV_TOOLS_CHANGED */
+    rpc_conn *conn;             /* EV_PERM, EV_TOOLS_CHANGED, EV_TASK_TOOLS */
     th_event_kind kind;
     uint64_t call_id, task_id;
+    uint64_t origin;            /* EV_PERM: th_call_origin() of call_id */
     bool has_result;
     th_result_copy res;
     double fraction;
@@ -709,6 +717,8 @@ static int front_ask_permission(void *front_ud, uint64_t call_id,
     ev->type = EV_PERM;
     ev->conn = c;
     ev->call_id = call_id;
+    /* Now, while the call exists: which tools.call it belongs to. */
+    ev->origin = c->session ? th_call_origin(c->session, call_id) : 0;
     ev->tool = strdup(tool ? tool : "");
     ev->reason = strdup(reason ? reason : "");
     if (args && args_len && (ev->data = malloc(args_len))) {
@@ -726,16 +736,72 @@ static int front_ask_permission(void *front_ud, uint64_t call_id,
     return 0;
 }
 
-/* Any thread: the session's tool list changed. */
-static void front_tools_changed(void *front_ud)
+static void push_conn_ev(rpc_conn *c, rpc_ev_type type)
 {
-    rpc_conn *c = front_ud;
     rpc_ev *ev = calloc(1, sizeof *ev);
-    if (!ev)
+    if (!ev) {
+        th_log_error("session=%llu out of memory: a tools.changed "
+                     "notification is lost",
+                     (unsigned long long)c->id);
         return;
-    ev->type = EV_TOOLS_CHANGED;
+    }
+    ev->type = type;
     ev->conn = c;
     push_ev(c->srv, ev);
+}
+
+/* Any thread: the session's tool list changed (a reload). */
+static void front_tools_changed(void *front_ud)
+{
+    push_conn_ev(front_ud, EV_TOOLS_CHANGED);
+}
+
+/* Any thread: only the task tools came or went (the first live task of
+ * the session, or its last one ended). */
+static void front_task_tools_changed(void *front_ud)
+{
+    push_conn_ev(front_ud, EV_TASK_TOOLS);
+}
+
+/* Whether the session lists the task tools now (the core's rule). */
+static bool task_tools_listed(rpc_conn *c)
+{
+    const th_tool *t = th_session_acquire(c->session, "get_running_tasks");
+    if (t)
+        th_tool_release(t);
+    return t != NULL;
+}
+
+/* tools.changed: [] after a reload (list again); for the task tools alone
+ * [{task_tools_only: true, task_tools: LISTED}], sent only when LISTED
+ * differs from what the client was last told, so a task that ends before
+ * its events are handled costs nothing (docs/protocol.md, notifications). */
+static void handle_tools_event(rpc_ev *ev)
+{
+    rpc_conn *c = ev->conn;
+    if (c->closing || !c->session)
+        return;
+    bool listed = task_tools_listed(c);
+    if (ev->type == EV_TASK_TOOLS && listed == c->task_tools_listed)
+        return;
+    c->task_tools_listed = listed;
+    th_buf p = TH_BUF_INIT;
+    if (ev->type == EV_TASK_TOOLS) {
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &p, th_buf_msgpack_write);
+        if (msgpack_pack_array(&pk, 1) || msgpack_pack_map(&pk, 2) ||
+            th_pack_cstr(&pk, "task_tools_only") || msgpack_pack_true(&pk) ||
+            th_pack_cstr(&pk, "task_tools") ||
+            (listed ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk))) {
+            th_buf_free(&p);
+            conn_log(c, TOOLHOST_LOG_ERROR,
+                     "session=%llu out of memory: tools.changed lost",
+                     (unsigned long long)c->id);
+            return;
+        }
+    }
+    send_notify(c, "tools.changed", &p);
+    th_buf_free(&p);
 }
 
 static void handle_perm_event(rpc_ev *ev)
@@ -748,10 +814,18 @@ static void handle_perm_event(rpc_ev *ev)
     th_buf params = TH_BUF_INIT, frame = TH_BUF_INIT;
     msgpack_packer pk;
     msgpack_packer_init(&pk, &params, th_buf_msgpack_write);
+    /* The tools.call of this connection the ask belongs to (the call
+     * itself, or the one whose tool made this call: run_code). */
+    rpc_call *origin = NULL;
+    for (rpc_call *k = c->calls; k && ev->origin; k = k->next)
+        if (k->call_id == ev->origin) {
+            origin = k;
+            break;
+        }
     int e = !p;
     if (!e) {
-        /* [call_id, tool, args, reason] */
-        e |= msgpack_pack_array(&pk, 4);
+        /* [call_id, tool, args, reason, {msgid, tool, task_id?}] */
+        e |= msgpack_pack_array(&pk, 5);
         e |= msgpack_pack_uint64(&pk, ev->call_id);
         e |= th_pack_cstr(&pk, ev->tool);
         if (ev->data)
@@ -759,6 +833,19 @@ static void handle_perm_event(rpc_ev *ev)
         else
             e |= msgpack_pack_map(&pk, 0);
         e |= th_pack_cstr(&pk, ev->reason);
+        if (!origin) {
+            e |= msgpack_pack_map(&pk, 0); /* unknown here: none */
+        } else {
+            e |= msgpack_pack_map(&pk, origin->task_id ? 3 : 2);
+            e |= th_pack_cstr(&pk, "msgid");
+            e |= msgpack_pack_uint64(&pk, origin->msgid);
+            e |= th_pack_cstr(&pk, "tool");
+            e |= th_pack_cstr(&pk, origin->tool);
+            if (origin->task_id) {
+                e |= th_pack_cstr(&pk, "task_id");
+                e |= msgpack_pack_uint64(&pk, origin->task_id);
+            }
+        }
     }
     if (!e) {
         p->msgid = c->next_msgid++ & 0xffffffffu;
@@ -775,9 +862,11 @@ static void handle_perm_event(rpc_ev *ev)
     }
     p->next = c->perms;
     c->perms = p;
-    th_log_info("session=%llu tool=%s call=%llu permission asked: %s",
+    th_log_info("session=%llu tool=%s call=%llu msgid=%lld permission "
+                "asked: %s",
                 (unsigned long long)c->id, ev->tool,
-                (unsigned long long)ev->call_id, ev->reason);
+                (unsigned long long)ev->call_id,
+                origin ? (long long)origin->msgid : -1LL, ev->reason);
     conn_send(c, &frame);
 }
 
@@ -807,10 +896,9 @@ static void drain_events(th_rpc_server *srv)
                 handle_call_event(srv, ev);
             else if (ev->type == EV_PERM)
                 handle_perm_event(ev);
-            else if (ev->type == EV_TOOLS_CHANGED && !ev->conn->closing) {
-                th_buf p = TH_BUF_INIT;
-                send_notify(ev->conn, "tools.changed", &p);
-            }
+            else if (ev->type == EV_TOOLS_CHANGED ||
+                     ev->type == EV_TASK_TOOLS)
+                handle_tools_event(ev);
             ev_free(ev);
             ev = next;
         }
@@ -1093,15 +1181,43 @@ static bool param_str(const msgpack_object *params, uint32_t i, char *buf,
     return true;
 }
 
+/* A tool name param: true with `name` filled, or false after answering
+ * what is wrong with it. */
+static bool param_name(rpc_conn *c, uint64_t msgid, const char *method,
+                       const char *shape, const msgpack_object *params,
+                       char *name, size_t cap)
+{
+    const char *p;
+    size_t n;
+    const msgpack_object *o = &params->via.array.ptr[0];
+    if (!th_rpc_obj_str(o, &p, &n)) {
+        send_error(c, msgid, TH_EINVAL, "%s takes %s: name must be a "
+                   "string, got %s", method, shape, th_rpc_obj_kind(o));
+        return false;
+    }
+    if (!param_str(params, 0, name, cap)) {
+        send_error(c, msgid, TH_EINVAL, "%s: a tool name is at most %zu "
+                   "bytes without NUL, got %zu bytes",
+                   method, cap - 1, n);
+        return false;
+    }
+    return true;
+}
+
 static void m_describe(rpc_conn *c, uint64_t msgid,
                        const msgpack_object *params)
 {
     char name[128];
-    if (!param_str(params, 0, name, sizeof name)) {
+    uint32_t np = params->via.array.size;
+    if (np != 1) {
         send_error(c, msgid, TH_EINVAL,
-                   "tools.describe takes [name]: name must be a string");
+                   "tools.describe takes [name], got %u params",
+                   (unsigned)np);
         return;
     }
+    if (!param_name(c, msgid, "tools.describe", "[name]", params, name,
+                    sizeof name))
+        return;
     const th_tool *t = th_session_acquire(c->session, name);
     if (!t) {
         send_error(c, msgid, TH_EUNKNOWN_TOOL, "unknown tool '%s'", name);
@@ -1124,17 +1240,22 @@ static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
     th_rpc_server *srv = c->srv;
     char name[128];
     uint32_t np = params->via.array.size;
-    if (np < 1 || np > 3 || !param_str(params, 0, name, sizeof name)) {
+    if (np < 1 || np > 3) {
         send_error(c, msgid, TH_EINVAL,
-                   "tools.call takes [name, args, options?]: name must be a "
-                   "string");
+                   "tools.call takes [name, args, options?], got %u params",
+                   (unsigned)np);
         return;
     }
+    if (!param_name(c, msgid, "tools.call", "[name, args, options?]",
+                    params, name, sizeof name))
+        return;
     const msgpack_object *args = np >= 2 ? &params->via.array.ptr[1] : NULL;
     if (args && args->type == MSGPACK_OBJECT_NIL)
         args = NULL;
     if (args && args->type != MSGPACK_OBJECT_MAP) {
-        send_error(c, msgid, TH_EINVAL, "tools.call: args must be a map");
+        send_error(c, msgid, TH_EINVAL,
+                   "tools.call: args must be a map (or nil), got %s",
+                   th_rpc_obj_kind(args));
         return;
     }
     th_call_opts opts = {0};
@@ -1142,7 +1263,8 @@ static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
     if (o && o->type != MSGPACK_OBJECT_NIL) {
         if (o->type != MSGPACK_OBJECT_MAP) {
             send_error(c, msgid, TH_EINVAL,
-                       "tools.call: options must be a map");
+                       "tools.call: options must be a map (or nil), got %s",
+                       th_rpc_obj_kind(o));
             return;
         }
         for (uint32_t i = 0; i < o->via.map.size; i++) {
@@ -1773,6 +1895,7 @@ static void conn_start(rpc_conn *c)
     }
     c->session_closed = false;
     c->id = th_session_id(c->session);
+    c->task_tools_listed = task_tools_listed(c); /* expose_task_tools */
     th_log_info("session=%llu connect uid=%u gid=%u",
                 (unsigned long long)c->id, (unsigned)c->who.uid,
                 (unsigned)c->who.gid);
@@ -2305,6 +2428,7 @@ int th_rpc_serve(th_host *h, const th_rpc_serve_opts *o, th_error *err)
                                                   : 20;
     srv->ops.ask_permission = front_ask_permission;
     srv->ops.tools_changed = front_tools_changed;
+    srv->ops.task_tools_changed = front_task_tools_changed;
     srv->on_ready = o->on_ready;
     srv->ready_ud = o->ready_ud;
     srv->start = uv_hrtime();

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -41,15 +42,96 @@ static void test_version_help(void)
     CU_ASSERT_EQUAL(r.status, 2);
     CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "unknown command"));
     th_test_run_free(&r);
+    /* toolhost help CMD is toolhost CMD --help, word for word */
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        th_test_run h;
+        RUN(r, "help", cmds[i]);
+        RUN(h, cmds[i], "--help");
+        CU_ASSERT_EQUAL(r.status, 0);
+        CU_ASSERT_STRING_EQUAL(r.out, h.out);
+        th_test_run_free(&r);
+        th_test_run_free(&h);
+    }
+    RUN(r, "help", "frobnicate");
+    CU_ASSERT_EQUAL(r.status, 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "unknown command 'frobnicate'"));
+    th_test_run_free(&r);
+}
+
+/* Runs toolhost with its stdout on a pseudo-terminal: what it wrote
+ * there (the terminal turns \n into \r\n), at most 10 s. */
+static char *run_on_tty(char *const argv[])
+{
+    int m = posix_openpt(O_RDWR | O_NOCTTY);
+    if (m < 0 || grantpt(m) != 0 || unlockpt(m) != 0)
+        return NULL;
+    const char *sname = ptsname(m);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int sl = open(sname, O_RDWR | O_NOCTTY);
+        int null = open("/dev/null", O_RDWR);
+        if (sl < 0 || null < 0)
+            _exit(127);
+        dup2(null, 0);
+        dup2(sl, 1);
+        dup2(null, 2);
+        execv(th_test_build_path("toolhost"), argv);
+        _exit(127);
+    }
+    char *out = calloc(1, 4096);
+    size_t n = 0;
+    for (int waited = 0; out && n < 4095 && waited < 10000;) {
+        struct pollfd p = {.fd = m, .events = POLLIN};
+        int pr = poll(&p, 1, 100);
+        if (pr == 0) {
+            waited += 100;
+            if (waitpid(pid, NULL, WNOHANG) == pid) {
+                pid = -1;
+                /* what is left in the terminal, then stop */
+                while (poll(&p, 1, 50) == 1 && n < 4095) {
+                    ssize_t k = read(m, out + n, 4095 - n);
+                    if (k <= 0)
+                        break;
+                    n += (size_t)k;
+                }
+                break;
+            }
+            continue;
+        }
+        ssize_t k = read(m, out + n, 4095 - n);
+        if (k <= 0)
+            break; /* EIO: the child closed the terminal */
+        n += (size_t)k;
+    }
+    if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+    }
+    close(m);
+    return out;
 }
 
 static void test_call_echo(void)
 {
     th_test_run r;
+    /* into a pipe: the tool's bytes, no newline added */
     RUN(r, "call", "-c", default_cfg(), "echo", "text=hello");
     CU_ASSERT_EQUAL(r.status, 0);
     CU_ASSERT_STRING_EQUAL(r.out, "hello");
     th_test_run_free(&r);
+    /* on a terminal: the line is ended, once */
+    char *argv[] = {"toolhost", "call", "-c", (char *)default_cfg(), "echo",
+                    "text=hello", NULL};
+    char *tty = run_on_tty(argv);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(tty);
+    CU_ASSERT_STRING_EQUAL(tty, "hello\r\n");
+    free(tty);
+    char *argv2[] = {"toolhost", "call", "-c", (char *)default_cfg(), "echo",
+                     "text=two\n", NULL};
+    tty = run_on_tty(argv2);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(tty);
+    CU_ASSERT_STRING_EQUAL(tty, "two\r\n");
+    free(tty);
 }
 
 static void test_call_missing_param(void)
@@ -225,6 +307,30 @@ static void test_config_check(void)
     RUN(r, "config", "check", default_cfg());
     CU_ASSERT_EQUAL(r.status, 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "ok"));
+    /* as many tools as `list` shows (the hidden task tools not counted) */
+    const char *tc = strstr(r.out, " tools,");
+    int n_said = -1;
+    if (tc) {
+        while (tc > r.out && tc[-1] >= '0' && tc[-1] <= '9')
+            tc--;
+        n_said = atoi(tc);
+    }
+    th_test_run_free(&r);
+    RUN(r, "list", "-c", default_cfg());
+    int rows = -1; /* the header line */
+    for (const char *q = r.out; *q; q++)
+        rows += *q == '\n';
+    CU_ASSERT(n_said > 0);
+    CU_ASSERT_EQUAL(n_said, rows);
+    th_test_run_free(&r);
+    /* A config with log_level: debug does not chatter around the output
+     * of the in-process CLI (only warnings and errors). */
+    RUN(r, "call", "-c", th_test_source_path("configs/dev.yaml"), "echo",
+        "text=quiet");
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_STRING_EQUAL(r.out, "quiet");
+    CU_ASSERT_PTR_NULL(strstr(r.err, " debug "));
+    CU_ASSERT_PTR_NULL(strstr(r.err, " info "));
     th_test_run_free(&r);
 
     char *dir = th_test_tmpdir();
@@ -309,6 +415,13 @@ static void test_connect(void)
     RUN(r, "list", "--connect", addr);
     CU_ASSERT_EQUAL(r.status, 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "cannot connect"));
+    th_test_run_free(&r);
+    /* A bad address is named once. */
+    RUN(r, "call", "--connect", "tcp:nowhere", "echo", "text=x");
+    CU_ASSERT_NOT_EQUAL(r.status, 0);
+    const char *first = strstr(r.err, "tcp:nowhere");
+    CU_ASSERT_PTR_NOT_NULL(first);
+    CU_ASSERT(first && strstr(first + 1, "tcp:nowhere") == NULL);
     th_test_run_free(&r);
     th_test_rmtree(dir);
     free(dir);

@@ -158,7 +158,8 @@ static void test_methods(void)
 static void test_shapes_raw(void)
 {
     rpc_srv s;
-    CU_ASSERT_FATAL(rpc_srv_start(&s, NULL) == 0);
+    rpc_opts o = {.host_extra = "  max_protocol_errors: 100\n"};
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
     rpc_raw w;
     CU_ASSERT_FATAL(rpc_raw_open(&w, &s) == 0);
     /* [0, 5, bin "host.ping", []] */
@@ -178,6 +179,71 @@ static void test_shapes_raw(void)
     CU_ASSERT(m->via.array.ptr[1].via.u64 == 6);
     CU_ASSERT(m->via.array.ptr[2].type == MSGPACK_OBJECT_ARRAY &&
               m->via.array.ptr[2].via.array.ptr[0].via.i64 == TH_EPROTO);
+    /* Wrong shapes with a readable msgid: an error response to that msgid
+     * naming the problem, never a notification. */
+    static const struct {
+        const char *json, *says;
+    } shapes[] = {
+        {"[0, 21, \"host.ping\"]", "params are missing"},
+        {"[0, 22, \"host.ping\", [], 7]", "4 elements, got 5"},
+        {"[0, 23, \"host.ping\", {}]", "params must be an array, got a map"},
+        {"[0, 24, \"host.ping\", null]", "params must be an array, got nil"},
+        {"[0, 25, 7, []]", "method must be a string, got an integer"},
+        {"[0, 26]", "4 elements, got 2"},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        th_buf f = TH_BUF_INIT;
+        rpc_pack_json(&f, shapes[i].json);
+        rpc_raw_send(&w, f.data, f.len);
+        th_buf_free(&f);
+        m = rpc_raw_next(&w, rpc_wait_ms());
+        CU_ASSERT_FATAL(m != NULL);
+        bool ok = m->via.array.size == 4 && m->via.array.ptr[0].via.u64 == 1 &&
+                  m->via.array.ptr[1].via.u64 == 21 + i &&
+                  m->via.array.ptr[2].type == MSGPACK_OBJECT_ARRAY &&
+                  m->via.array.ptr[2].via.array.ptr[0].via.i64 == TH_EPROTO;
+        const char *txt = "";
+        size_t tn = 0;
+        if (ok)
+            th_rpc_obj_str(&m->via.array.ptr[2].via.array.ptr[1], &txt, &tn);
+        char msg[256];
+        snprintf(msg, sizeof msg, "%.*s", (int)tn, txt);
+        if (!ok || !strstr(msg, shapes[i].says))
+            fprintf(stderr, "shape %s: got '%s'\n", shapes[i].json, msg);
+        CU_ASSERT(ok && strstr(msg, shapes[i].says) != NULL);
+    }
+    /* Params of the wrong count or type for the method: invalid_request
+     * saying which. */
+    static const struct {
+        const char *method, *params, *says;
+    } bad_params[] = {
+        {"tools.call", "[\"echo\", {}, {}, 1]",
+         "tools.call takes [name, args, options?], got 4 params"},
+        {"tools.call", "[]",
+         "tools.call takes [name, args, options?], got 0 params"},
+        {"tools.call", "[7, {}]", "name must be a string, got an integer"},
+        {"tools.call", "[\"echo\", [1]]", "args must be a map (or nil), got an array"},
+        {"tools.call", "[\"echo\", {}, 5]", "options must be a map (or nil), got an integer"},
+        {"tools.describe", "[\"echo\", 1]", "tools.describe takes [name], got 2 params"},
+    };
+    for (size_t i = 0; i < sizeof bad_params / sizeof bad_params[0]; i++) {
+        rpc_raw_request(&w, 40 + i, bad_params[i].method,
+                        bad_params[i].params);
+        m = rpc_raw_response(&w, 40 + i, rpc_wait_ms());
+        CU_ASSERT_FATAL(m != NULL);
+        const msgpack_object *er = &m->via.array.ptr[2];
+        const char *txt = "";
+        size_t tn = 0;
+        bool ok = er->type == MSGPACK_OBJECT_ARRAY &&
+                  er->via.array.ptr[0].via.i64 == TH_EINVAL &&
+                  th_rpc_obj_str(&er->via.array.ptr[1], &txt, &tn);
+        char msg[256];
+        snprintf(msg, sizeof msg, "%.*s", (int)tn, txt);
+        if (!ok || !strstr(msg, bad_params[i].says))
+            fprintf(stderr, "%s %s: got '%s'\n", bad_params[i].method,
+                    bad_params[i].params, msg);
+        CU_ASSERT(ok && strstr(msg, bad_params[i].says) != NULL);
+    }
     /* A bare integer: no msgid to answer; the connection stays. */
     const uint8_t one[] = {0x01};
     rpc_raw_send(&w, one, 1);
@@ -193,6 +259,21 @@ static void test_shapes_raw(void)
 }
 
 /* ---- async tasks, progress, tasks.* ------------------------------------ */
+
+/* The params of tools.changed for the task tools alone:
+ * [{task_tools_only: true, task_tools: listed}]. */
+static bool task_tools_note_is(const msgpack_object *p, bool listed)
+{
+    if (p->type != MSGPACK_OBJECT_ARRAY || p->via.array.size != 1)
+        return false;
+    const msgpack_object *only = th_rpc_map_get(&p->via.array.ptr[0],
+                                                "task_tools_only");
+    const msgpack_object *l = th_rpc_map_get(&p->via.array.ptr[0],
+                                             "task_tools");
+    return only && only->type == MSGPACK_OBJECT_BOOLEAN &&
+           only->via.boolean && l && l->type == MSGPACK_OBJECT_BOOLEAN &&
+           l->via.boolean == listed;
+}
 
 static int count_progress(const char *method, size_t len,
                           const msgpack_object *params, void *ud)
@@ -261,10 +342,10 @@ static void test_async_progress(void)
     const msgpack_object *ack = &m->via.array.ptr[3];
     CU_ASSERT(th_rpc_obj_streq(th_rpc_map_get(ack, "status"), "running"));
     task = th_rpc_map_get(ack, "task_id")->via.u64;
-    /* A live task brings the task tools: tools.changed, and they are
-     * listed. */
-    CU_ASSERT(rpc_raw_notification(&w, "tools.changed", rpc_wait_ms()) !=
-              NULL);
+    /* A live task brings the task tools: tools.changed saying that only
+     * the task tools changed (listed now), and they are listed. */
+    m = rpc_raw_notification(&w, "tools.changed", rpc_wait_ms());
+    CU_ASSERT(m && task_tools_note_is(&m->via.array.ptr[2], true));
     rpc_raw_request(&w, 5, "tools.list", "[]");
     m = rpc_raw_response(&w, 5, rpc_wait_ms());
     CU_ASSERT(m && rpc_find_tool(&m->via.array.ptr[3], "get_running_tasks") &&
@@ -298,8 +379,8 @@ static void test_async_progress(void)
     CU_ASSERT(dp->via.array.ptr[0].via.u64 == task);
     CU_ASSERT(rpc_tool_error_is(&dp->via.array.ptr[1], "cancelled"));
     /* ... and they go again with the last task. */
-    CU_ASSERT(rpc_raw_notification(&w, "tools.changed", rpc_wait_ms()) !=
-              NULL);
+    m = rpc_raw_notification(&w, "tools.changed", rpc_wait_ms());
+    CU_ASSERT(m && task_tools_note_is(&m->via.array.ptr[2], false));
     rpc_raw_request(&w, 6, "tools.list", "[]");
     m = rpc_raw_response(&w, 6, rpc_wait_ms());
     CU_ASSERT(m && !rpc_find_tool(&m->via.array.ptr[3], "get_running_tasks"));
@@ -497,9 +578,12 @@ static void test_pipelining(void)
 static bool answer(const msgpack_object *req, void *ud)
 {
     int *mode = ud;
-    /* [call_id, tool, args, reason] */
-    if (req->type != MSGPACK_OBJECT_ARRAY || req->via.array.size != 4 ||
-        !th_rpc_obj_streq(&req->via.array.ptr[1], "fs_list"))
+    /* [call_id, tool, args, reason, {msgid, tool}] */
+    if (req->type != MSGPACK_OBJECT_ARRAY || req->via.array.size != 5 ||
+        !th_rpc_obj_streq(&req->via.array.ptr[1], "fs_list") ||
+        !th_rpc_obj_streq(th_rpc_map_get(&req->via.array.ptr[4], "tool"),
+                          "fs_list") ||
+        !th_rpc_map_get(&req->via.array.ptr[4], "msgid"))
         return false;
     mode[1]++;
     return mode[0] == 1;
@@ -539,10 +623,46 @@ static void test_permission(void)
     CU_ASSERT_FATAL(m != NULL);
     CU_ASSERT(m->via.array.ptr[0].via.u64 == 0 &&
               th_rpc_obj_streq(&m->via.array.ptr[2], "permission.request") &&
-              m->via.array.ptr[3].via.array.size == 4);
+              m->via.array.ptr[3].via.array.size == 5);
     m = rpc_raw_response(&w, 1, rpc_wait_ms());
     CU_ASSERT(m && rpc_tool_error_is(&m->via.array.ptr[3],
                                      "permission_denied"));
+    rpc_raw_close(&w);
+
+    /* Two identical calls ask at the same time: each ask names the msgid
+     * of its tools.call, so the client answers each its own way (yes to
+     * msgid 12, no to msgid 11). */
+    CU_ASSERT_FATAL(rpc_raw_open(&w, &s) == 0);
+    rpc_raw_request(&w, 11, "tools.call", "[\"fs_list\", {\"path\": \".\"}]");
+    rpc_raw_request(&w, 12, "tools.call", "[\"fs_list\", {\"path\": \".\"}]");
+    int asked = 0;
+    for (int i = 0; i < 2; i++) {
+        m = rpc_raw_host_request(&w, "permission.request",
+                                 rpc_wait_ms());
+        CU_ASSERT_FATAL(m != NULL);
+        const msgpack_object *pa = &m->via.array.ptr[3];
+        CU_ASSERT_FATAL(pa->type == MSGPACK_OBJECT_ARRAY &&
+                        pa->via.array.size == 5);
+        const msgpack_object *mid = th_rpc_map_get(&pa->via.array.ptr[4],
+                                                   "msgid");
+        CU_ASSERT_FATAL(mid && mid->type == MSGPACK_OBJECT_POSITIVE_INTEGER);
+        CU_ASSERT(th_rpc_obj_streq(th_rpc_map_get(&pa->via.array.ptr[4],
+                                                  "tool"),
+                                   "fs_list"));
+        asked |= mid->via.u64 == 11 ? 1 : mid->via.u64 == 12 ? 2 : 4;
+        th_buf f = TH_BUF_INIT;
+        const uint8_t yes = 0xc3, no = 0xc2;
+        th_rpc_pack_response(&f, m->via.array.ptr[1].via.u64, NULL, 0,
+                             mid->via.u64 == 12 ? &yes : &no, 1);
+        rpc_raw_send(&w, f.data, f.len);
+        th_buf_free(&f);
+    }
+    CU_ASSERT_EQUAL(asked, 3);
+    m = rpc_raw_response(&w, 11, rpc_wait_ms());
+    CU_ASSERT(m && rpc_tool_error_is(&m->via.array.ptr[3],
+                                     "permission_denied"));
+    m = rpc_raw_response(&w, 12, rpc_wait_ms());
+    CU_ASSERT(m && rpc_ok(&m->via.array.ptr[3]));
     rpc_raw_close(&w);
     CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
     rpc_srv_free(&s);

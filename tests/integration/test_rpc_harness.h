@@ -68,6 +68,8 @@ typedef struct rpc_opts {
     const char *max_frame;   /* default "64KiB" */
     int nofile;              /* > 0: the server's fd limit (soft and hard) */
     const char *plugins_extra; /* more entries under plugins: */
+    const char *config;      /* the whole config instead (@DIR@: the test's
+                                folder, @BUILD@: the build folder) */
 } rpc_opts;
 
 typedef struct rpc_srv {
@@ -83,6 +85,25 @@ RPC_H void rpc_write_config(rpc_srv *s, const rpc_opts *o)
 {
     const char *b = TH_BUILD_DIR;
     char text[4096];
+    if (o && o->config) {
+        size_t n = 0;
+        for (const char *p = o->config; *p && n + 1 < sizeof text;) {
+            const char *with = !strncmp(p, "@DIR@", 5)     ? s->dir
+                               : !strncmp(p, "@BUILD@", 7) ? b
+                                                           : NULL;
+            if (!with) {
+                text[n++] = *p++;
+                continue;
+            }
+            n += (size_t)snprintf(text + n, sizeof text - n, "%s", with);
+            if (n >= sizeof text)
+                rpc_die("config too long");
+            p += with == b ? 7 : 5;
+        }
+        text[n] = '\0';
+        s->cfg = th_test_write_file(s->dir, "rpc.yaml", text, (size_t)-1);
+        return;
+    }
     snprintf(text, sizeof text,
              "host:\n"
              "  log_level: debug\n"
@@ -745,6 +766,41 @@ RPC_H const msgpack_object *rpc_raw_notification(rpc_raw *w,
     while ((m = rpc_raw_read(w, timeout_ms)) != NULL) {
         if (m->type == MSGPACK_OBJECT_ARRAY && m->via.array.size == 3 &&
             th_rpc_obj_streq(&m->via.array.ptr[1], method))
+            return m;
+        rpc_raw_stash(w, m);
+    }
+    return NULL;
+}
+
+/* Reads until a request `method` from the host ([0, msgid, method,
+ * params], e.g. permission.request); other messages are stashed. */
+RPC_H const msgpack_object *rpc_raw_host_request(rpc_raw *w,
+                                                 const char *method,
+                                                 int timeout_ms)
+{
+    for (int i = 0; i < w->n_stash; i++) {
+        msgpack_unpacked u;
+        msgpack_unpacked_init(&u);
+        size_t off = 0;
+        msgpack_unpack_next(&u, (const char *)w->stash[i].data,
+                            w->stash[i].len, &off);
+        bool hit = u.data.type == MSGPACK_OBJECT_ARRAY &&
+                   u.data.via.array.size == 4 &&
+                   u.data.via.array.ptr[0].via.u64 == 0 &&
+                   th_rpc_obj_streq(&u.data.via.array.ptr[2], method);
+        msgpack_unpacked_destroy(&u);
+        if (hit) {
+            th_buf b = w->stash[i];
+            memmove(&w->stash[1], &w->stash[0], (size_t)i * sizeof b);
+            w->stash[0] = b;
+            return rpc_raw_next(w, 0);
+        }
+    }
+    const msgpack_object *m;
+    while ((m = rpc_raw_read(w, timeout_ms)) != NULL) {
+        if (m->type == MSGPACK_OBJECT_ARRAY && m->via.array.size == 4 &&
+            m->via.array.ptr[0].via.u64 == 0 &&
+            th_rpc_obj_streq(&m->via.array.ptr[2], method))
             return m;
         rpc_raw_stash(w, m);
     }

@@ -254,6 +254,51 @@ static void test_shapes(void)
     const uint8_t notify4[] = {0x94, 0x02, 0xa1, 'a', 0x90, 0x90};
     CU_ASSERT_EQUAL(parse_bytes(notify4, sizeof notify4, &m, &id, &u),
                     TH_EPROTO);
+    /* A request whose msgid can be read is answerable whatever else is
+     * wrong, and the message names the problem. */
+    static const struct {
+        uint8_t b[16];
+        size_t n;
+        bool id;
+        const char *says;
+    } wrong[] = {
+        /* [0, 5, "p"]: params missing */
+        {{0x93, 0x00, 0x05, 0xa1, 'p'}, 5, true, "params are missing"},
+        /* [0, 5, "p", [], 1] */
+        {{0x95, 0x00, 0x05, 0xa1, 'p', 0x90, 0x01}, 7, true,
+         "4 elements, got 5"},
+        /* [0, 5, "p", nil] */
+        {{0x94, 0x00, 0x05, 0xa1, 'p', 0xc0}, 6, true,
+         "params must be an array, got nil"},
+        /* [0, 5] */
+        {{0x92, 0x00, 0x05}, 3, true, "4 elements, got 2"},
+        /* [0] */
+        {{0x91, 0x00}, 2, false, "the msgid is missing"},
+        /* [0, "x", "p", []] */
+        {{0x94, 0x00, 0xa1, 'x', 0xa1, 'p', 0x90}, 7, false,
+         "got a string"},
+        /* [0, 2^32, "p", []] */
+        {{0x94, 0x00, 0xcf, 0, 0, 0, 1, 0, 0, 0, 0, 0xa1, 'p', 0x90}, 14,
+         false, "got a larger one"},
+        /* [1, 5, nil]: a response is never answered */
+        {{0x93, 0x01, 0x05, 0xc0}, 4, false, "a response is"},
+        /* [] */
+        {{0x90}, 1, false, "(empty)"},
+    };
+    for (size_t i = 0; i < sizeof wrong / sizeof wrong[0]; i++) {
+        size_t off = 0;
+        CU_ASSERT_FATAL(msgpack_unpack_next(&u, (const char *)wrong[i].b,
+                                            wrong[i].n, &off) ==
+                        MSGPACK_UNPACK_SUCCESS);
+        th_error e;
+        CU_ASSERT_EQUAL(th_rpc_msg_parse(&u.data, &m, &id, &e), TH_EPROTO);
+        CU_ASSERT_EQUAL(id, wrong[i].id);
+        if (wrong[i].id)
+            CU_ASSERT_EQUAL(m.msgid, 5);
+        if (!strstr(e.msg, wrong[i].says))
+            fprintf(stderr, "shape %zu: %s\n", i, e.msg);
+        CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, wrong[i].says));
+    }
     const uint8_t resp[] = {0x94, 0x01, 0x09, 0xc0, 0xc3};
     CU_ASSERT_EQUAL(parse_bytes(resp, sizeof resp, &m, &id, &u), 0);
     CU_ASSERT_EQUAL(m.kind, TH_RPC_RESPONSE);

@@ -106,9 +106,11 @@ typedef struct th_rpc_msg {
     const msgpack_object *result;   /* RESPONSE */
 } th_rpc_msg;
 
-/* Checks the shape of a message.  0, or TH_EPROTO with a sentence in err;
- * when the message is a request whose msgid could be read, *has_msgid is
- * set and m->msgid holds it (so the error can be answered). */
+/* Checks the shape of a message.  0, or TH_EPROTO with a sentence in err
+ * naming the problem; when the message is a request whose msgid could be
+ * read (its second element is an unsigned 32-bit integer, whatever else is
+ * wrong: missing or extra elements, a method or params of the wrong type),
+ * *has_msgid is set and m->msgid holds it, so the error can be answered. */
 int th_rpc_msg_parse(const msgpack_object *o, th_rpc_msg *m, bool *has_msgid,
                      th_error *err);
 
@@ -116,6 +118,9 @@ int th_rpc_msg_parse(const msgpack_object *o, th_rpc_msg *m, bool *has_msgid,
 bool th_rpc_obj_str(const msgpack_object *o, const char **p, size_t *n);
 /* True when the str/bin `o` equals the NUL-terminated `s`. */
 bool th_rpc_obj_streq(const msgpack_object *o, const char *s);
+/* What a value is, for messages: "nil", "a boolean", "an integer",
+ * "a float", "a string", "binary", "an array", "a map", "an extension". */
+const char *th_rpc_obj_kind(const msgpack_object *o);
 /* Looks up a str/bin key in a map; NULL when absent or not a map. */
 const msgpack_object *th_rpc_map_get(const msgpack_object *map,
                                      const char *key);
@@ -186,7 +191,9 @@ typedef int (*th_rpc_note_fn)(const char *method, size_t method_len,
                               const msgpack_object *params, void *ud);
 
 /* The server's permission.request: return true to allow.  `request` is the
- * request's params [call_id, tool, args, reason], valid during the call.
+ * request's params [call_id, tool, args, reason, origin] (origin: {msgid,
+ * tool, task_id?} of the tools.call it belongs to; docs/protocol.md),
+ * valid during the call.
  * Without a handler every request is answered false. */
 typedef bool (*th_rpc_permission_fn)(const msgpack_object *request,
                                      void *ud);

@@ -108,8 +108,15 @@ typedef struct th_front_ops {
     int (*ask_permission)(void *front_ud, uint64_t call_id, const char *tool,
                           const uint8_t *args, size_t args_len,
                           const char *reason);
-    /* The session's tool list changed (task tools came or went, reload). */
+    /* The session's tool list changed (a reload; the task tools too when
+     * task_tools_changed is NULL). */
     void (*tools_changed)(void *front_ud);
+    /* Only the built-in task tools (get_running_tasks, cancel_task) came
+     * or went: the session's first live task was acknowledged or its last
+     * one ended.  Any thread, outside every lock; calls may overtake each
+     * other, so a front reads the current state (th_session_acquire)
+     * rather than counting.  NULL: tools_changed is called instead. */
+    void (*task_tools_changed)(void *front_ud);
 } th_front_ops;
 
 th_session *th_session_open(th_host *h, const th_principal *who,
@@ -207,6 +214,13 @@ th_host *th_session_host(th_session *s);
  * manager did not make and for the task tools (they run under none).  Pure;
  * any thread. */
 const th_toolset_cfg *th_call_toolset(const toolhost_call *call);
+
+/* The call a front started that call `call_id` runs under: call_id
+ * itself, or for a call a tool made (run_code calling tools, nested any
+ * depth) the outermost call of that chain.  0 when the session has no such
+ * call.  For ask_permission: tells the front which of its requests an ask
+ * belongs to.  Any thread. */
+uint64_t th_call_origin(th_session *s, uint64_t call_id);
 
 /* Answers an ask_permission. */
 int th_permission_answer(th_session *s, uint64_t call_id, bool allow);
