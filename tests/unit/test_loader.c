@@ -247,7 +247,7 @@ static void struct_small(void)
     snprintf(want, sizeof want,
              "toolhost_plugin struct_size 8 is smaller than the %zu bytes of "
              "ABI 1.0",
-             sizeof(toolhost_plugin));
+             TH_ABI10_PLUGIN_SIZE);
     expect_open_error("bad_struct_small", want);
 }
 
@@ -742,7 +742,9 @@ static void builtin(void)
     const toolhost_tool flags[] = {BT("t", "T", 1, 3, 1u << 9, bi_run)};
     expect_builtin_error(flags, 1,
                          "built-in plugin 'bi': tool 't' has unknown flag "
-                         "bits 0x200 (known: TOOLHOST_TOOL_* = 0x3f)");
+                         "bits 0x200 (known: TOOLHOST_TOOL_* = 0x3f; the "
+                         "plugin says it is built against toolhost ABI 1.0, "
+                         "which has no such flag)");
     const toolhost_tool noname[] = {BT("a", "T", 1, 3, 0, bi_run),
                                     BT(NULL, "T", 1, 3, 0, bi_run)};
     expect_builtin_error(noname, 2, "built-in plugin 'bi': tool #2 has no name");
@@ -759,10 +761,21 @@ static void builtin(void)
     toolhost_tool small[] = {BT("t", "T", 1, 3, 0, bi_run)};
     small[0].struct_size = 16;
     snprintf(want, sizeof want,
-             "built-in plugin 'bi': toolhost_tool struct_size 16 is smaller "
-             "than the %zu bytes of ABI 1.0",
-             sizeof(toolhost_tool));
+             "built-in plugin 'bi': toolhost_tool struct_size 16 (of the "
+             "first tool) is smaller than the %zu bytes of ABI 1.0",
+             TH_ABI10_TOOL_SIZE);
     expect_builtin_error(small, 1, want);
+    /* An oversized first struct_size is named as the first tool's, not
+     * blamed on tool #2 read at the wrong place. */
+    toolhost_tool big[] = {BT("t", "T", 1, 3, 0, bi_run),
+                           BT("u", "T", 1, 3, 0, bi_run)};
+    big[0].struct_size = 4096;
+    snprintf(want, sizeof want,
+             "built-in plugin 'bi': toolhost_tool struct_size 4096 (of the "
+             "first tool) is larger than the %zu bytes of ABI 1.%d, and the "
+             "plugin says it is built against 1.0",
+             sizeof(toolhost_tool), TOOLHOST_ABI_MINOR);
+    expect_builtin_error(big, 2, want);
     expect_builtin_error(NULL, 1,
                          "built-in plugin 'bi': n_tools is 1 but tools is "
                          "NULL");

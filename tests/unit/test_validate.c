@@ -242,7 +242,7 @@ static void params_bad(void)
     snprintf(want, sizeof want,
              "tool 't': toolhost_param struct_size 8 is smaller than the %zu "
              "bytes of ABI 1.0",
-             sizeof(toolhost_param));
+             TH_ABI10_PARAM_SIZE);
     bad_table(small, 1, want);
     toolhost_param mixed[] = {P("a", 1, 0, "d", NULL, NULL, 0),
                               P("b", 1, 0, "d", NULL, NULL, 0)};
