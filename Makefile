@@ -125,6 +125,11 @@ $(BUILD)/obj/tests/fixtures/%.o: tests/fixtures/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_PLUGIN) -MMD -MP -c $< -o $@
 
+# Fixtures of the ABI 1.0 era: built against the frozen 1.0 header.
+$(BUILD)/obj/tests/fixtures/abi10_%.o: tests/fixtures/abi10_%.c tests/abi10/toolhost/plugin.h
+	@mkdir -p $(dir $@)
+	$(CC) -Itests/abi10 $(CFLAGS_PLUGIN) -MMD -MP -c $< -o $@
+
 $(BUILD)/obj/tests/%.o: tests/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(TEST_DEFS) -MMD -MP -c $< -o $@
