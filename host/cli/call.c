@@ -11,6 +11,7 @@
 
 static const char call_usage[] =
     "usage: toolhost call -c FILE TOOL [key=value ...] [--json '{...}'] [options]\n"
+    "       toolhost call ./PLUGIN.so TOOL [key=value ...] [options]\n"
     "       toolhost call --connect [unix:PATH] TOOL [key=value ...] [options]\n"
     "\n"
     "Calls TOOL and prints its stdout to stdout and its stderr to stderr.\n"
@@ -20,7 +21,8 @@ static const char call_usage[] =
     "cancels the call.\n"
     "\n"
     "Options:\n"
-    "  -c, --config FILE     run the tool in-process with this config\n"
+    "  -c, --config FILE     run the tool in-process with this config (a\n"
+    "                        .so file: that plugin alone, config defaults)\n"
     CLI_REMOTE_HELP
     "      --json OBJECT     arguments as a JSON object (key=value adds to it)\n"
     "      --meta            print the result's meta (JSON) on stderr\n"
@@ -128,6 +130,10 @@ int cli_call(int argc, char **argv)
         fputs(call_usage, stderr);
         return CLI_USAGE;
     }
+    /* toolhost call ./x.so TOOL ...: the plugin alone, config defaults. */
+    if (!config && !remote.connect && cli_is_plugin_path(argv[optind]) &&
+        optind + 1 < argc)
+        config = argv[optind++];
     if (!config == !remote.connect) {
         cli_error("call: give exactly one of -c FILE and --connect [ADDR]");
         return CLI_USAGE;

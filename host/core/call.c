@@ -439,6 +439,18 @@ static int build_result(th_mcall *c, int status, th_result_copy *res)
         res->error = TH_ENOMEM;
         return TH_ENOMEM;
     }
+    /* ABI 1.1: structured stdout is JSON and matches the tool's
+     * output_schema, or the call fails as the tool's error.  Only whole
+     * output is checked (a cut JSON text is not JSON). */
+    th_error oe;
+    if (res->ok && !oi.truncated &&
+        th_validate_output(c->tool, res->out.data, res->out.len, &oe) != 0) {
+        th_result_copy_free(res);
+        memset(res, 0, sizeof *res);
+        res->kind = TH_RESULT_ERROR;
+        res->error = oe.code;
+        res->message = strdup(oe.msg);
+    }
     return 0;
 }
 
