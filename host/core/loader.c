@@ -615,75 +615,6 @@ static int check_tool_11(const char *shown, const toolhost_tool *d,
     return th_jschema_compile(what, d->output_schema, &t->out_schema, err);
 }
 
-/* Checks one tool and copies it into *t.  `shown` prefixes messages. */
-static int check_tool(const char *shown, const toolhost_tool *d, uint32_t idx,
-                      uint32_t minor, th_tool *t, th_error *err)
-{
-    if (!d->name)
-        return th_error_set(err, TH_ELOAD, "%s: tool #%u has no name", shown,
-                            idx + 1);
-    if (!th_tool_name_valid(d->name))
-        return th_error_set(err, TH_ELOAD,
-                            "%s: tool '%.100s' has an invalid name (allowed: "
-                            "letters, digits, _ and -, 1 to 64)",
-                            shown, d->name);
-    if (!d->description || !d->description[0])
-        return th_error_set(err, TH_ELOAD,
-                            "%s: tool '%s' has no description (a model needs "
-                            "one line saying what it does)",
-                            shown, d->name);
-    if (!d->execute)
-        return th_error_set(err, TH_ELOAD,
-                            "%s: tool '%s' has no execute function", shown,
-                            d->name);
-    int rc;
-    if ((rc = semantic_of(shown, d, minor, "stdout", d->stdout_type,
-                          &t->stdout_type, err)) ||
-        (rc = semantic_of(shown, d, minor, "stderr", d->stderr_type,
-                          &t->stderr_type, err)))
-        return rc;
-    uint32_t unknown = d->flags & ~KNOWN_FLAGS;
-    uint32_t advisory = unknown & TOOLHOST_TOOL_ADVISORY_MASK;
-    if (unknown & ~TOOLHOST_TOOL_ADVISORY_MASK) {
-        if (minor > TOOLHOST_ABI_MINOR) {
-            char why[160];
-            snprintf(why, sizeof why,
-                     "tool '%s' uses flag bits 0x%x that this host does "
-                     "not know",
-                     d->name, unknown & ~TOOLHOST_TOOL_ADVISORY_MASK);
-            return newer_refused(err, shown, minor, why);
-        }
-        return th_error_set(err, TH_ELOAD,
-                            "%s: tool '%s' has unknown flag bits 0x%x (known: "
-                            "TOOLHOST_TOOL_* = 0x%x; the plugin says it is "
-                            "built against toolhost ABI 1.%u, which has no "
-                            "such flag)",
-                            shown, d->name, unknown, KNOWN_FLAGS, minor);
-    }
-    if (advisory)
-        th_log(TOOLHOST_LOG_WARN,
-               "%s: tool '%s' has advisory flag bits 0x%x unknown to this "
-               "host (the plugin is built against toolhost ABI 1.%u, this "
-               "host supports 1.%d): ignored",
-               shown, d->name, advisory, minor, TOOLHOST_ABI_MINOR);
-    if (!(t->name = strdup(d->name)) ||
-        !(t->description = strdup(d->description)) ||
-        (d->long_description &&
-         !(t->long_description = strdup(d->long_description))))
-        return th_error_set(err, TH_ENOMEM, "%s: out of memory", shown);
-    char what[96];
-    snprintf(what, sizeof what, "tool '%s'", d->name);
-    rc = th_params_from_abi(what, d->params, d->n_params, &t->params,
-                            &t->n_params, err);
-    if (rc) {
-        th_error_prefix(err, "%s: ", shown);
-        return rc;
-    }
-    t->flags = d->flags & ~advisory;
-    t->desc = d;
-    return check_tool_11(shown, d, t, err);
-}
-
 /* Where problems go in "report every problem" mode (th_load_opts.on_problem):
  * a problem that does not stop the checks is reported and counted, and
  * the checks go on; the first one is returned at the end. */
@@ -702,6 +633,89 @@ static int problem(reporter *r, th_error *err, int code)
     r->fn(r->ud, err->msg);
     if (r->count++ == 0)
         r->first = *err;
+    return 0;
+}
+
+static int report_param(void *ud, th_error *err, int code)
+{
+    return problem(ud, err, code);
+}
+
+/* Checks one tool and copies it into *t.  `shown` prefixes messages.  In
+ * "report every problem" mode (r), each problem after the name is
+ * reported and the next check runs, so one run shows them all. */
+static int check_tool(const char *shown, const toolhost_tool *d, uint32_t idx,
+                      uint32_t minor, th_tool *t, reporter *r, th_error *err)
+{
+    if (!d->name)
+        return th_error_set(err, TH_ELOAD, "%s: tool #%u has no name", shown,
+                            idx + 1);
+    if (!th_tool_name_valid(d->name))
+        return th_error_set(err, TH_ELOAD,
+                            "%s: tool '%.100s' has an invalid name (allowed: "
+                            "letters, digits, _ and -, 1 to 64)",
+                            shown, d->name);
+    if (!(t->name = strdup(d->name)))
+        return th_error_set(err, TH_ENOMEM, "%s: out of memory", shown);
+    int rc, bad = 0;
+#define GO_ON(expr)                                                           \
+    do {                                                                      \
+        if ((rc = (expr))) {                                                  \
+            if ((rc = problem(r, err, rc)))                                   \
+                return rc;                                                    \
+            bad = 1;                                                          \
+        }                                                                     \
+    } while (0)
+    if (!d->description || !d->description[0])
+        GO_ON(th_error_set(err, TH_ELOAD,
+                           "%s: tool '%s' has no description (a model needs "
+                           "one line saying what it does)",
+                           shown, d->name));
+    if (!d->execute)
+        GO_ON(th_error_set(err, TH_ELOAD,
+                           "%s: tool '%s' has no execute function", shown,
+                           d->name));
+    GO_ON(semantic_of(shown, d, minor, "stdout", d->stdout_type,
+                      &t->stdout_type, err));
+    GO_ON(semantic_of(shown, d, minor, "stderr", d->stderr_type,
+                      &t->stderr_type, err));
+    uint32_t unknown = d->flags & ~KNOWN_FLAGS;
+    uint32_t advisory = unknown & TOOLHOST_TOOL_ADVISORY_MASK;
+    if (unknown & ~TOOLHOST_TOOL_ADVISORY_MASK) {
+        if (minor > TOOLHOST_ABI_MINOR) {
+            char why[160];
+            snprintf(why, sizeof why,
+                     "tool '%s' uses flag bits 0x%x that this host does "
+                     "not know",
+                     d->name, unknown & ~TOOLHOST_TOOL_ADVISORY_MASK);
+            return newer_refused(err, shown, minor, why);
+        }
+        GO_ON(th_error_set(err, TH_ELOAD,
+                           "%s: tool '%s' has unknown flag bits 0x%x (known: "
+                           "TOOLHOST_TOOL_* = 0x%x; the plugin says it is "
+                           "built against toolhost ABI 1.%u, which has no "
+                           "such flag)",
+                           shown, d->name, unknown, KNOWN_FLAGS, minor));
+    }
+    if (advisory)
+        th_log(TOOLHOST_LOG_WARN,
+               "%s: tool '%s' has advisory flag bits 0x%x unknown to this "
+               "host (the plugin is built against toolhost ABI 1.%u, this "
+               "host supports 1.%d): ignored",
+               shown, d->name, advisory, minor, TOOLHOST_ABI_MINOR);
+    if ((d->description && !(t->description = strdup(d->description))) ||
+        (d->long_description &&
+         !(t->long_description = strdup(d->long_description))))
+        return th_error_set(err, TH_ENOMEM, "%s: out of memory", shown);
+    char what[1200];
+    snprintf(what, sizeof what, "%.1000s: tool '%s'", shown, d->name);
+    GO_ON(th_params_from_abi_r(what, d->params, d->n_params, report_param, r,
+                               &t->params, &t->n_params, err));
+    t->flags = d->flags & ~advisory;
+    t->desc = d;
+    GO_ON(check_tool_11(shown, d, t, err));
+#undef GO_ON
+    (void)bad; /* reported: the load fails at the end */
     return 0;
 }
 
@@ -751,7 +765,7 @@ static int check_tools(const char *shown, const toolhost_plugin *d,
         th_tool *t = &p->tools[i];
         p->n_tools = i + 1;
         t->plugin = p;
-        if ((rc = check_tool(shown, td, i, d->abi_minor, t, err))) {
+        if ((rc = check_tool(shown, td, i, d->abi_minor, t, r, err))) {
             if ((rc = problem(r, err, rc)))
                 return rc;
             continue;
@@ -850,15 +864,14 @@ static int check_desc(const char *shown, const toolhost_plugin *d,
     if (!(p->version = strdup(d->version ? d->version : "")) ||
         !(p->description = strdup(d->description ? d->description : "")))
         return th_error_set(err, TH_ENOMEM, "%s: out of memory", shown);
-    char what[96];
-    snprintf(what, sizeof what, "config of plugin '%s'", d->name);
-    rc = th_params_from_abi(what, d->config_params, d->n_config_params,
-                            &p->config_params, &p->n_config_params, err);
-    if (rc) {
-        th_error_prefix(err, "%s: ", shown);
-        if ((rc = problem(r, err, rc)))
-            return rc;
-    }
+    char what[1200];
+    snprintf(what, sizeof what, "%.1000s: config of plugin '%s'", shown,
+             d->name);
+    rc = th_params_from_abi_r(what, d->config_params, d->n_config_params,
+                              report_param, r, &p->config_params,
+                              &p->n_config_params, err);
+    if (rc && (rc = problem(r, err, rc)))
+        return rc;
     if ((rc = check_tools(shown, d, p, r, err)))
         return rc;
     if (r && r->count) {

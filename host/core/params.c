@@ -404,6 +404,14 @@ int th_params_from_abi(const char *what, const toolhost_param *params,
                        uint32_t n, th_param **out, size_t *n_out,
                        th_error *err)
 {
+    return th_params_from_abi_r(what, params, n, NULL, NULL, out, n_out,
+                                err);
+}
+
+int th_params_from_abi_r(const char *what, const toolhost_param *params,
+                         uint32_t n, th_problem_fn report, void *ud,
+                         th_param **out, size_t *n_out, th_error *err)
+{
     *out = NULL;
     *n_out = 0;
     if (n == 0)
@@ -437,16 +445,23 @@ int th_params_from_abi(const char *what, const toolhost_param *params,
                               what, i + 1, a->struct_size, stride);
             break;
         }
-        if ((rc = convert_one(what, a, i, &ps[i], err)))
+        /* A bad parameter is reported and the next one checked when
+         * report() says to go on (`toolhost check`: every problem). */
+        if ((rc = convert_one(what, a, i, &ps[i], err))) {
+            if (report && (rc = report(ud, err, rc)) == 0)
+                continue;
             break;
+        }
         for (uint32_t k = 0; k < i; k++) {
-            if (strcmp(ps[k].name, ps[i].name) == 0) {
+            if (ps[k].name && strcmp(ps[k].name, ps[i].name) == 0) {
                 rc = th_error_set(err, TH_ELOAD,
                                   "%s: parameter '%s' appears twice", what,
                                   ps[i].name);
                 break;
             }
         }
+        if (rc && report && (rc = report(ud, err, rc)) == 0)
+            continue;
         if (rc)
             break;
     }

@@ -362,6 +362,39 @@ static void on_problem(void *ud, const char *msg)
     snprintf(pr->text + len, sizeof pr->text - len, "%s\n", msg);
 }
 
+/* Problems inside one parameter table and inside one tool are each
+ * reported (a table with 4 problems used to report 1). */
+static void every_problem_in_table(void)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s",
+             th_test_build_path("fixtures/bad_table4.so"));
+    problems pr = {0, ""};
+    th_load_opts o = {.allow_insecure = true, .on_problem = on_problem,
+                      .problem_ud = &pr};
+    th_plugin *p;
+    th_error e;
+    CU_ASSERT_EQUAL(th_plugin_open(path, &o, &p, &e), TH_ELOAD);
+    CU_ASSERT_EQUAL(pr.n, 6);
+    const char *want[] = {"tool 'lister': parameter 'bad name' has an invalid",
+                          "tool 'lister': parameter 'n' has an unknown type 9",
+                          "tool 'lister': parameter 'limit' has bounds that",
+                          "tool 'lister': parameter 'q': pattern '(' does "
+                          "not compile",
+                          "tool 'empty' has no description",
+                          "tool 'empty' has no execute function"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        CU_ASSERT_PTR_NOT_NULL(strstr(pr.text, want[i]));
+        if (!strstr(pr.text, want[i]))
+            fprintf(stderr, "\n  missing: %s\n", want[i]);
+    }
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "(and 5 more problems)"));
+    /* Without a reporter: the first problem only, as before. */
+    CU_ASSERT_EQUAL(th_plugin_open(path, &insecure, &p, &e), TH_ELOAD);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "parameter 'bad name'"));
+    CU_ASSERT_PTR_NULL(strstr(e.msg, "more problem"));
+}
+
 static void every_problem(void)
 {
     char path[1024];
@@ -1041,6 +1074,7 @@ void th_suite_loader(void)
 {
     CU_pSuite s = CU_add_suite("loader", NULL, NULL);
     CU_add_test(s, "good_basic", good_basic);
+    CU_add_test(s, "every_problem_in_table", every_problem_in_table);
     CU_add_test(s, "abi10_plugin", abi10_plugin);
     CU_add_test(s, "abi11_forward", abi11_forward);
     CU_add_test(s, "abi11_tool_members", abi11_tool_members);

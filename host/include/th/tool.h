@@ -262,6 +262,15 @@ int th_params_from_abi(const char *what, const toolhost_param *params,
                        uint32_t n, th_param **out, size_t *n_out,
                        th_error *err);
 void th_params_free(th_param *params, size_t n);
+/* The same, reporting each bad parameter to report(ud, err, code) and
+ * going on with the next while it returns 0 (the table is then incomplete:
+ * only for a caller that fails the whole load in the end, as `toolhost
+ * check` does); a nonzero return stops with that code.  report NULL: stop
+ * at the first problem. */
+typedef int (*th_problem_fn)(void *ud, th_error *err, int code);
+int th_params_from_abi_r(const char *what, const toolhost_param *params,
+                         uint32_t n, th_problem_fn report, void *ud,
+                         th_param **out, size_t *n_out, th_error *err);
 
 /* ---- Registry ----------------------------------------------------------- */
 
