@@ -130,6 +130,56 @@ out:
     return warnings;
 }
 
+#define CHECK_DESC_MAX 300
+
+/* Code points of a UTF-8 string. */
+static size_t chars_of(const char *s)
+{
+    size_t n = 0;
+    for (; *s; s++)
+        if (((unsigned char)*s & 0xc0) != 0x80)
+            n++;
+    return n;
+}
+
+/* Warnings the loader does not refuse for: a description a model reads
+ * as one line, a name that says whose tool it is.  Returns the count. */
+static int lint_tool(const char *path, const th_plugin *p, const th_tool *t)
+{
+    int w = 0;
+    const char *d = t->description ? t->description : "";
+    const char *nl = strchr(d, '\n');
+    if (nl && nl[strspn(nl, " \t\r\n")]) {
+        printf("%s: warning: tool '%s' has a description of more than one "
+               "line (keep one line; usage and examples go in "
+               "long_description)\n",
+               path, t->name);
+        w++;
+    }
+    size_t n = chars_of(d);
+    if (n > CHECK_DESC_MAX) {
+        printf("%s: warning: tool '%s' has a description of %zu characters "
+               "(over %d: keep one line a model can act on; the rest goes in "
+               "long_description)\n",
+               path, t->name, n, CHECK_DESC_MAX);
+        w++;
+    }
+    /* AUTHORING.md: tool names are unique in the whole host, so they start
+     * with the plugin's name ("fs_read" in plugin "fs"). */
+    const char *pn = p->desc && p->desc->name ? p->desc->name : p->name;
+    size_t pl = strlen(pn);
+    if (strcmp(t->name, pn) != 0 &&
+        !(strncmp(t->name, pn, pl) == 0 &&
+          (t->name[pl] == '_' || t->name[pl] == '-'))) {
+        printf("%s: warning: tool '%s' does not start with the plugin's "
+               "name ('%s_...'): tool names are shared by every plugin of "
+               "a host\n",
+               path, t->name, pn);
+        w++;
+    }
+    return w;
+}
+
 static void print_problem(void *ud, const char *msg)
 {
     int *errors = ud;
@@ -263,6 +313,7 @@ static int run_checks(const char *path, int fd, const char *config_json,
     int warnings = check_exports(fd, path);
     for (size_t i = 0; i < p->n_tools; i++) {
         const th_tool *t = &p->tools[i];
+        warnings += lint_tool(path, p, t);
         if (!t->long_description)
             printf("%s: note: tool '%s' has no long description (usage, "
                    "warnings, examples help a model use it)\n",
