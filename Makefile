@@ -255,15 +255,23 @@ fuzz-replay:
 
 # ---- install --------------------------------------------------------------------
 
+DOCDIR = $(DESTDIR)$(PREFIX)/share/doc/toolhost
 install: $(TOOLHOST) $(LIBSDK) $(PLUGIN_SO)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include/toolhost \
-	  $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/lib/toolhost/plugins
+	  $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/lib/toolhost/plugins \
+	  $(DOCDIR)/template
 	install -m 0755 $(TOOLHOST) $(DESTDIR)$(PREFIX)/bin/toolhost
-	install -m 0644 plugin-api/toolhost/plugin.h sdk/toolhost/sdk.h $(DESTDIR)$(PREFIX)/include/toolhost/
+	install -m 0644 plugin-api/toolhost/plugin.h sdk/toolhost/sdk.h \
+	  sdk/toolhost/testing.h $(DESTDIR)$(PREFIX)/include/toolhost/
 	install -m 0644 $(LIBSDK) $(DESTDIR)$(PREFIX)/lib/
 	install -m 0755 $(PLUGIN_SO) $(DESTDIR)$(PREFIX)/lib/toolhost/plugins/
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
-	  sdk/toolhost-plugin.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/toolhost-plugin.pc
+	install -m 0644 sdk/AUTHORING.md $(DOCDIR)/
+	install -m 0644 $(TEMPLATE_FILES) $(DOCDIR)/template/
+	for pc in toolhost-plugin toolhost-testing; do \
+	  sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
+	    -e 's|@SANLIBS@|$(SAN_FLAGS)|g' \
+	    sdk/$$pc.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/$$pc.pc || exit 1; \
+	done
 
 clean:
 	rm -rf build

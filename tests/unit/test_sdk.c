@@ -17,6 +17,7 @@
 #include "th/tool.h"
 #include <jansson.h>
 #include "toolhost/sdk.h"
+#include "toolhost/testing.h"
 
 
 /* ---- a tiny fake call ----------------------------------------------------- */
@@ -1100,6 +1101,71 @@ static void test_macros_11(void)
     th_params_free(t, n);
 }
 
+/* ---- toolhost/testing.h: the in-process harness for plugin authors ---- */
+
+static void *tt_finish(void *arg)
+{
+    toolhost_call *call = arg;
+    th_sdk_printf(call, "later");
+    call->host->complete(call, TOOLHOST_OK);
+    return NULL;
+}
+
+static int tt_run(void *state, const toolhost_tool *tool, toolhost_call *call,
+                  const uint8_t *args, size_t len)
+{
+    (void)state, (void)tool;
+    th_sdk_args a;
+    th_sdk_args_init(&a, args, len);
+    const char *who = th_sdk_arg_cstr_or(&a, "who", "nobody");
+    th_sdk_printf(call, "hi %s", who);
+    th_sdk_eprintf(call, "note");
+    th_sdk_log_call(call, TOOLHOST_LOG_INFO, "ran for %s", who);
+    bool later = th_sdk_arg_has(&a, "later");
+    th_sdk_args_destroy(&a);
+    if (!later)
+        return TOOLHOST_OK;
+    if (call->host->suspend(call) != 0)
+        return TOOLHOST_FAILED;
+    pthread_t th;
+    pthread_create(&th, NULL, tt_finish, call);
+    pthread_detach(th);
+    return TOOLHOST_PENDING;
+}
+
+static const toolhost_tool tt_tools[] = {
+    TH_SDK_TOOL("tt_hi", tt_run, "Says hi.", TH_SDK_OUTPUT(TEXT, ERROR)),
+};
+static const toolhost_plugin tt_plugin = {
+    .struct_size = sizeof(toolhost_plugin), .abi_major = TOOLHOST_ABI_MAJOR,
+    .abi_minor = TOOLHOST_ABI_MINOR, .name = "tt", .description = "T",
+    .tools = tt_tools, .n_tools = 1};
+
+static void test_testing_h(void)
+{
+    th_sdk_test t;
+    char err[256];
+    CU_ASSERT_EQUAL_FATAL(th_sdk_test_load(&t, &tt_plugin, NULL, 0, err,
+                                           sizeof err),
+                          0);
+    th_sdk_test_call c;
+    CU_ASSERT_EQUAL(th_sdk_test_run_kv(&t, "tt_hi", &c, "who", "you", NULL),
+                    TOOLHOST_OK);
+    CU_ASSERT_STRING_EQUAL(c.out, "hi you");
+    CU_ASSERT_STRING_EQUAL(c.err, "note");
+    CU_ASSERT_PTR_NOT_NULL(strstr(t.log, ": ran for you\n"));
+    th_sdk_test_call_free(&c);
+    /* A suspended call is waited for until complete(). */
+    CU_ASSERT_EQUAL(th_sdk_test_run_kv(&t, "tt_hi", &c, "who", "x", "later",
+                                       "1", NULL),
+                    TOOLHOST_OK);
+    CU_ASSERT_STRING_EQUAL(c.out, "hi xlater");
+    th_sdk_test_call_free(&c);
+    CU_ASSERT_EQUAL(th_sdk_test_run(&t, "nope", NULL, 0, 100, &c), -1);
+    th_sdk_test_call_free(&c);
+    th_sdk_test_unload(&t);
+}
+
 void th_suite_sdk(void)
 {
     CU_pSuite s = CU_add_suite("sdk", NULL, NULL);
@@ -1120,4 +1186,5 @@ void th_suite_sdk(void)
     CU_add_test(s, "json_writer", test_json_writer);
     CU_add_test(s, "host_11", test_host_11);
     CU_add_test(s, "macros_11", test_macros_11);
+    CU_add_test(s, "testing_h", test_testing_h);
 }
