@@ -97,11 +97,11 @@ BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 TEST_DEFS = -DTH_BUILD_DIR='"$(abspath $(BUILD))"' -DTH_SOURCE_DIR='"$(abspath .)"' -Itests \
 	-DTH_SANITIZER='"$(SANITIZER)"'
 
-.PHONY: all deps run test check check-unit check-integration check-tsan check-layers \
+.PHONY: all examples deps run test check check-unit check-integration check-tsan check-layers \
 	valgrind bench fuzz fuzz-replay install clean
 .DEFAULT_GOAL := all
 
-all: $(TOOLHOST) $(LIBSDK) $(PLUGIN_SO) $(FIX_SO) $(UNIT_BIN) $(INTEG_BIN)
+all: $(TOOLHOST) $(LIBSDK) $(PLUGIN_SO) $(FIX_SO) $(UNIT_BIN) $(INTEG_BIN) examples
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
@@ -174,6 +174,25 @@ $(BUILD)/fixtures/%.so: $(BUILD)/obj/tests/fixtures/%.o $(LIBSDK)
 $(BUILD)/fixtures/%.so: tests/fixtures/%.cpp plugin-api/toolhost/plugin.h
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -Wall -Wextra -Werror -Wno-missing-field-initializers $(OPT) -g $(SAN_FLAGS) -Iplugin-api -fPIC -fvisibility=hidden -shared -o $@ $<
+
+# Examples in other languages (sdk/examples/): C++17 against the SDK, Rust
+# against plugin.h with std only.  The Rust one is built when rustc is on
+# the PATH (its test reports a skip otherwise).
+RUSTC ?= rustc
+HAVE_RUSTC := $(shell command -v $(RUSTC) >/dev/null 2>&1 && echo yes)
+EXAMPLES_SO := $(BUILD)/examples/cxx_stats.so \
+	$(if $(HAVE_RUSTC),$(BUILD)/examples/rust_hello.so)
+examples: $(EXAMPLES_SO)
+
+$(BUILD)/examples/cxx_stats.so: sdk/examples/cxx/cxx_stats.cpp $(LIBSDK) plugin-api/toolhost/plugin.h sdk/toolhost/sdk.h
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 -Wall -Wextra -Werror -Wno-missing-field-initializers $(OPT) -g $(SAN_FLAGS) \
+	  -Iplugin-api -Isdk $(shell pkg-config --cflags msgpack 2>/dev/null) -fPIC -fvisibility=hidden -shared \
+	  -o $@ $< $(LIBSDK) $(shell pkg-config --libs msgpack 2>/dev/null)
+
+$(BUILD)/examples/rust_hello.so: sdk/examples/rust/src/lib.rs
+	@mkdir -p $(dir $@)
+	MAKEFLAGS= $(RUSTC) --edition 2021 --crate-type cdylib -C panic=abort -O -o $@ $<
 
 # Test runners: every tests/<kind>/test_NAME.c defines th_suite_NAME().
 $(BUILD)/gen/%_suites.h: $$(sort $$(wildcard tests/%/test_*.c))
