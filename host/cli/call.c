@@ -148,7 +148,8 @@ int cli_call(int argc, char **argv)
         return cli_call_remote(&remote, tool, kv, n_kv, json_text,
                                (int64_t)timeout_ms, show_meta, cc.yes);
 
-    th_front_ops ops = {.ask_permission = ask_permission};
+    th_front_ops ops = {.ask_permission = ask_permission,
+                        .front = TOOLHOST_FRONT_CLI};
     cli_host ch;
     int rc = cli_host_open(config, &ops, &cc, &ch);
     if (rc != CLI_OK)

@@ -3,6 +3,9 @@
  * th_call_sync.  See docs/manager.md for the picture; th/manager.h for the
  * lock order. */
 #include <errno.h>
+#include <pwd.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <msgpack.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -48,6 +51,9 @@ static void call_free(th_mcall *c)
     free(c->prog_data);
     free(c->last_msg);
     free(c->set_error_msg);
+    free(c->caller_user);
+    if (c->cancel_efd >= 0)
+        close(c->cancel_efd);
     th_result_copy_free(&c->final);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
@@ -335,6 +341,117 @@ static void perm_settle(th_mcall *c)
     }
 }
 
+/* ---- ABI 1.1: cancel hooks (on_cancel, cancel_fd) --------------------------- */
+
+static bool cancelled(th_mcall *c);
+
+/* Cancellation reached the call: wake the cancel_fd and run the on_cancel
+ * hook once, unless the call has ended.  The hook runs outside mu, marked
+ * cancel_running so that th_mcall_exec_end() waits for it. */
+static void cancel_hooks_fire(th_mcall *c)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->cancel_fired || c->ended) {
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
+    c->cancel_fired = true;
+    if (c->cancel_efd >= 0) {
+        uint64_t one = 1;
+        ssize_t w = write(c->cancel_efd, &one, sizeof one);
+        (void)w; /* nonblocking; a full counter is still readable */
+    }
+    void (*fn)(void *) = c->cancel_fn;
+    void *ud = c->cancel_ud;
+    c->cancel_fn = NULL;
+    if (fn)
+        c->cancel_running = true;
+    pthread_mutex_unlock(&c->mu);
+    if (!fn)
+        return;
+    fn(ud);
+    pthread_mutex_lock(&c->mu);
+    c->cancel_running = false;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Under mu: the call ends; no hook may run after this returns. */
+static void cancel_hooks_end_locked(th_mcall *c)
+{
+    c->ended = true;
+    c->cancel_fn = NULL;
+    while (c->cancel_running)
+        pthread_cond_wait(&c->cv, &c->mu);
+}
+
+static int cb_on_cancel(toolhost_call *call, void (*fn)(void *ud), void *ud)
+{
+    th_mcall *c = (th_mcall *)call;
+    pthread_mutex_lock(&c->mu);
+    if (c->ended) {
+        pthread_mutex_unlock(&c->mu);
+        return TOOLHOST_ESTATE;
+    }
+    bool now = c->cancel_fired || cancelled(c);
+    if (!now) {
+        c->cancel_fn = fn;
+        c->cancel_ud = ud;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (now)
+        fn(ud); /* already cancelled: at once, on this thread */
+    return 0;
+}
+
+static int cb_cancel_fd(toolhost_call *call)
+{
+    th_mcall *c = (th_mcall *)call;
+    pthread_mutex_lock(&c->mu);
+    int rc;
+    if (c->ended) {
+        rc = TOOLHOST_ESTATE;
+    } else if (c->cancel_efd >= 0) {
+        rc = c->cancel_efd;
+    } else if ((c->cancel_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
+        rc = errno == ENOMEM ? TOOLHOST_ENOMEM : TOOLHOST_ESTATE;
+    } else {
+        if (c->cancel_fired || cancelled(c)) {
+            uint64_t one = 1;
+            ssize_t w = write(c->cancel_efd, &one, sizeof one);
+            (void)w;
+        }
+        rc = c->cancel_efd;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* Owner.  Who calls: the session's principal, its id, the toolset, the
+ * front.  The strings live in the call until it is freed. */
+static int cb_caller(const toolhost_call *call, toolhost_caller *out)
+{
+    th_mcall *c = (th_mcall *)(uintptr_t)call;
+    const th_session *s = c->s;
+    out->uid = s ? (int64_t)s->who.uid : -1;
+    if (s && !c->caller_user) {
+        char buf[1024];
+        struct passwd pw, *res = NULL;
+        if (getpwuid_r((uid_t)s->who.uid, &pw, buf, sizeof buf, &res) == 0 &&
+            res)
+            c->caller_user = strdup(res->pw_name);
+    }
+    out->user = c->caller_user;
+    if (s) {
+        snprintf(c->caller_session, sizeof c->caller_session, "%llu",
+                 (unsigned long long)s->id);
+        out->session = c->caller_session;
+        out->front = s->ops.front;
+    }
+    out->toolset = c->ts ? c->ts->name : NULL;
+    return 0;
+}
+
 bool th_mcall_abort(th_mcall *c, int code, const char *fmt, ...)
 {
     char msg[1024];
@@ -345,6 +462,7 @@ bool th_mcall_abort(th_mcall *c, int code, const char *fmt, ...)
     if (code == TH_ECANCELLED || code == TH_ETIMEOUT) {
         int zero = 0;
         atomic_compare_exchange_strong(&c->abort_code, &zero, code);
+        cancel_hooks_fire(c);
     }
     bool won = answer_error(c, code, msg);
     perm_settle(c);
@@ -466,6 +584,7 @@ void th_mcall_exec_end(th_mcall *c, int status, bool ran)
     }
     bool changed = false;
     pthread_mutex_lock(&c->mu);
+    cancel_hooks_end_locked(c); /* ABI 1.1: no cancel hook after this */
     bool was_running = c->phase == TH_PH_RUNNING;
     c->phase = TH_PH_OVER;
     if (c->exec_counted) {
@@ -754,6 +873,9 @@ const th_call_vtbl th_mcall_vtbl = {
     .time_left_ms = cb_time_left_ms,
     .suspend = cb_suspend,
     .complete = cb_complete,
+    .caller = cb_caller,
+    .on_cancel = cb_on_cancel,
+    .cancel_fd = cb_cancel_fd,
 };
 
 /* ---- Starting a call -------------------------------------------------------- */
@@ -991,6 +1113,7 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
     atomic_init(&c->refs, 1); /* the execution reference */
     atomic_init(&c->abort_code, 0);
     atomic_init(&c->is_task, false);
+    c->cancel_efd = -1;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     /* Limits: the tool's override in its toolset, else the toolset's,

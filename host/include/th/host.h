@@ -95,6 +95,9 @@ typedef struct th_front_ops {
                           const char *reason);
     /* The session's tool list changed (task tools came or went, reload). */
     void (*tools_changed)(void *front_ud);
+    /* Appended (ABI 1.1): the front's name for toolhost_caller.front
+     * (TOOLHOST_FRONT_CLI, _RPC, _MCP, _CODE); NULL when not said. */
+    const char *front;
 } th_front_ops;
 
 th_session *th_session_open(th_host *h, const th_principal *who,
