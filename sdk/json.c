@@ -43,7 +43,7 @@ void th_sdk_log_call(const toolhost_call *call, int level, const char *fmt,
 
 int th_sdk_on_cancel(toolhost_call *call, void (*fn)(void *ud), void *ud)
 {
-    if (!call || !fn)
+    if (!call)
         return TH_SDK_EINVAL;
     if (!TH_SDK_HOST_HAS(call->host, on_cancel))
         return TH_SDK_ESTATE;

@@ -389,6 +389,14 @@ static int cb_on_cancel(toolhost_call *call, void (*fn)(void *ud), void *ud)
 {
     th_mcall *c = (th_mcall *)call;
     pthread_mutex_lock(&c->mu);
+    if (!fn) {
+        /* Unregister, and wait for a hook that is running. */
+        c->cancel_fn = NULL;
+        while (c->cancel_running)
+            pthread_cond_wait(&c->cv, &c->mu);
+        pthread_mutex_unlock(&c->mu);
+        return 0;
+    }
     if (c->ended) {
         pthread_mutex_unlock(&c->mu);
         return TOOLHOST_ESTATE;

@@ -164,7 +164,7 @@ static int api_caller(const toolhost_call *call, toolhost_caller *out)
 static int api_on_cancel(toolhost_call *call, void (*fn)(void *ud), void *ud)
 {
     const th_call_vtbl *vt = vt_of(call);
-    if (!vt || !fn)
+    if (!vt)
         return TOOLHOST_EINVAL;
     return vt->on_cancel ? vt->on_cancel(call, fn, ud) : TOOLHOST_ESTATE;
 }

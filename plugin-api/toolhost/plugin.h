@@ -276,8 +276,11 @@ typedef struct toolhost_host_api {
      * is cancelled or passes its deadline (at once if it already is), on a
      * host thread that must not block: fn should only wake the tool's own
      * thread.  Never after the call ended.  One registration per call (a
-     * later one replaces it).  Returns 0, TOOLHOST_EINVAL or
-     * TOOLHOST_ESTATE (this call cannot be cancelled this way). */
+     * later one replaces it).  fn NULL removes the registration and waits
+     * until a running fn has returned (not from inside fn): do that before
+     * freeing what `ud` points to, if that happens before the call ends.
+     * Returns 0, TOOLHOST_EINVAL or TOOLHOST_ESTATE (this call cannot be
+     * cancelled this way). */
     int (*on_cancel)(toolhost_call *call, void (*fn)(void *ud), void *ud);
 
     /* Any, until the call ends.  A file descriptor that becomes readable

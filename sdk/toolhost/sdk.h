@@ -313,7 +313,8 @@ int th_sdk_caller(const toolhost_call *call, toolhost_caller *out);
  * (on a 1.0 host: log() with "call N: " in front). */
 void th_sdk_log_call(const toolhost_call *call, int level, const char *fmt,
                      ...) TH_SDK_PRINTF(3, 4);
-/* Any, until the call ends.  See toolhost_host_api.on_cancel/cancel_fd. */
+/* Any, until the call ends.  See toolhost_host_api.on_cancel/cancel_fd
+ * (fn NULL: unregister and wait for a running fn). */
 int th_sdk_on_cancel(toolhost_call *call, void (*fn)(void *ud), void *ud);
 int th_sdk_cancel_fd(toolhost_call *call);
 
