@@ -248,7 +248,7 @@ check-integration: $(INTEG_BIN)
 	$(INTEG_BIN) $(SUITES)
 
 # The manager and reload suites under ThreadSanitizer.
-TSAN_SUITES ?= manager host registry validate rpc_frame code code_host e2e_output reload
+TSAN_SUITES ?= manager host registry validate rpc_frame code code_host e2e_output reload abi11
 check-tsan:
 	@$(MAKE) --no-print-directory SANITIZER=thread all
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
