@@ -64,7 +64,16 @@ static void test_every_problem_and_lint(void)
                                          "start with the plugin's name "
                                          "('check_lint_...')"));
     CU_ASSERT_PTR_NULL(strstr(r.out, "tool 'check_lint' does not"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "4 tools, 0 errors, 3 warnings"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "5 tools, 0 errors, 3 warnings"));
+    CU_ASSERT_PTR_NULL(strstr(r.out, "nothing on stderr"));
+    th_test_run_free(&r);
+    /* --strict: the read-only tool runs once; a silent failure is a
+     * warning, and warnings fail the check. */
+    RUN(r, "check", "--strict", f);
+    CU_ASSERT_EQUAL(r.status, 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "warning: tool 'check_lint_quiet' "
+                                         "failed with nothing on stderr"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "5 tools, 0 errors, 4 warnings"));
     th_test_run_free(&r);
     free(f);
 }
