@@ -311,9 +311,14 @@ int th_sdk_json_double(th_sdk_json *j, double v)
     if (!isfinite(v))
         return fail(j, TH_SDK_EINVAL);
     char b[40];
-    /* %.17g round-trips; keep a fraction or exponent so it reads as a
-     * number with a fraction (1.0, not 1). */
-    snprintf(b, sizeof b, "%.17g", v);
+    /* The shortest of %.15g..%.17g that reads back as the same double
+     * (0.1, not 0.10000000000000001); keep a fraction or exponent so it
+     * reads as a number with a fraction (1.0, not 1). */
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(b, sizeof b, "%.*g", prec, v);
+        if (strtod(b, NULL) == v)
+            break;
+    }
     if (!strpbrk(b, ".eE"))
         strncat(b, ".0", sizeof b - strlen(b) - 1);
     return put_literal(j, b);

@@ -958,6 +958,8 @@ static void test_json_writer(void)
     th_sdk_json_uint(&j, UINT64_MAX);
     th_sdk_json_key(&j, "d");
     th_sdk_json_double(&j, 2);
+    th_sdk_json_key(&j, "f");
+    th_sdk_json_double(&j, 0.1);
     th_sdk_json_key(&j, "a");
     th_sdk_json_array(&j);
     th_sdk_json_bool(&j, true);
@@ -974,7 +976,8 @@ static void test_json_writer(void)
     CU_ASSERT_EQUAL_FATAL(th_sdk_json_finish(&j, &t, &n), 0);
     CU_ASSERT_STRING_EQUAL(t, "{\"s\":\"q\\\"b\\\\s\\n\\t\\u0001\x7f\xc3\xa9"
                               "\xef\xbf\xbd/\",\"n\":-3,\"u\":"
-                              "18446744073709551615,\"d\":2.0,\"a\":[true,"
+                              "18446744073709551615,\"d\":2.0,\"f\":0.1,"
+                              "\"a\":[true,"
                               "null,null,[]],\"nul\":\"a\\u0000b\"}");
     CU_ASSERT_EQUAL(n, strlen(t));
     /* What it writes is JSON that a strict parser reads back. */
