@@ -268,7 +268,7 @@ typedef struct toolhost_host_api {
     int (*caller)(const toolhost_call *call, toolhost_caller *out);
 
     /* Any, until the call ends.  Like log(), with the line tagged with the
-     * plugin's name, the tool and the call id. */
+     * plugin's name and the call id ("plugin P: call N: message"). */
     void (*log_call)(const toolhost_call *call, int level,
                      const char *message);
 
