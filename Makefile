@@ -44,11 +44,14 @@ CC ?= cc
 CXX ?= c++
 VERSION := 0.1.0
 
-PKGS := msgpack yaml-0.1 libuv jansson lua5.4
+PKGS := msgpack yaml-0.1 libuv jansson lua5.4 libpcre2-8
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
-WARN := -Wall -Wextra -Werror
+# -Wno-missing-field-initializers: the ABI structs grow by appending members
+# (plugin.h); a table written for an older minor, positionally, leaves the new
+# members zero, which is exactly what they mean.
+WARN := -Wall -Wextra -Werror -Wno-missing-field-initializers
 # Physical layers (docs/architecture.md): the host, the CLI, tests and
 # benchmarks see the host's API headers (host/include: th/ the core's,
 # front/ the fronts'); the core's private headers sit beside its sources in
@@ -98,11 +101,11 @@ BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 TEST_DEFS = -Ihost/core -DTH_BUILD_DIR='"$(abspath $(BUILD))"' -DTH_SOURCE_DIR='"$(abspath .)"' -Itests \
 	-DTH_SANITIZER='"$(SANITIZER)"'
 
-.PHONY: all deps run test check check-unit check-integration check-tsan check-layers layers-graph \
+.PHONY: all examples deps run test check check-unit check-integration check-tsan check-layers layers-graph \
 	valgrind bench fuzz fuzz-replay install uninstall clean
 .DEFAULT_GOAL := all
 
-all: $(TOOLHOST) $(LIBSDK) $(PLUGIN_SO) $(FIX_SO) $(UNIT_BIN) $(INTEG_BIN)
+all: $(TOOLHOST) $(LIBSDK) $(PLUGIN_SO) $(FIX_SO) $(UNIT_BIN) $(INTEG_BIN) examples
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
@@ -125,6 +128,11 @@ $(BUILD)/obj/plugins/%.o: plugins/%.c
 $(BUILD)/obj/tests/fixtures/%.o: tests/fixtures/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_PLUGIN) -MMD -MP -c $< -o $@
+
+# Fixtures of the ABI 1.0 era: built against the frozen 1.0 header.
+$(BUILD)/obj/tests/fixtures/abi10_%.o: tests/fixtures/abi10_%.c tests/abi10/toolhost/plugin.h
+	@mkdir -p $(dir $@)
+	$(CC) -Itests/abi10 $(CFLAGS_PLUGIN) -MMD -MP -c $< -o $@
 
 $(BUILD)/obj/tests/%.o: tests/%.c
 	@mkdir -p $(dir $@)
@@ -170,6 +178,25 @@ $(BUILD)/fixtures/%.so: $(BUILD)/obj/tests/fixtures/%.o $(LIBSDK)
 $(BUILD)/fixtures/%.so: tests/fixtures/%.cpp plugin-api/toolhost/plugin.h
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -Wall -Wextra -Werror -Wno-missing-field-initializers $(OPT) -g $(SAN_FLAGS) -Iplugin-api -fPIC -fvisibility=hidden -shared -o $@ $<
+
+# Examples in other languages (sdk/examples/): C++17 against the SDK, Rust
+# against plugin.h with std only.  The Rust one is built when rustc is on
+# the PATH (its test reports a skip otherwise).
+RUSTC ?= rustc
+HAVE_RUSTC := $(shell command -v $(RUSTC) >/dev/null 2>&1 && echo yes)
+EXAMPLES_SO := $(BUILD)/examples/cxx_stats.so \
+	$(if $(HAVE_RUSTC),$(BUILD)/examples/rust_hello.so)
+examples: $(EXAMPLES_SO)
+
+$(BUILD)/examples/cxx_stats.so: sdk/examples/cxx/cxx_stats.cpp $(LIBSDK) plugin-api/toolhost/plugin.h sdk/toolhost/sdk.h
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 -Wall -Wextra -Werror -Wno-missing-field-initializers $(OPT) -g $(SAN_FLAGS) \
+	  -Iplugin-api -Isdk $(shell pkg-config --cflags msgpack 2>/dev/null) -fPIC -fvisibility=hidden -shared \
+	  -o $@ $< $(LIBSDK) $(shell pkg-config --libs msgpack 2>/dev/null)
+
+$(BUILD)/examples/rust_hello.so: sdk/examples/rust/src/lib.rs
+	@mkdir -p $(dir $@)
+	MAKEFLAGS= $(RUSTC) --edition 2021 --crate-type cdylib -C panic=abort -O -o $@ $<
 
 # Test runners: every tests/<kind>/test_NAME.c defines th_suite_NAME().
 $(BUILD)/gen/%_suites.h: $$(sort $$(wildcard tests/%/test_*.c))
@@ -244,7 +271,7 @@ check-integration: $(INTEG_BIN)
 	$(INTEG_BIN) $(SUITES)
 
 # The manager and reload suites under ThreadSanitizer.
-TSAN_SUITES ?= manager host registry validate rpc_frame code code_host e2e_output reload
+TSAN_SUITES ?= manager host registry validate rpc_frame code code_host e2e_output reload abi11
 check-tsan:
 	@$(MAKE) --no-print-directory SANITIZER=thread all
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
@@ -297,21 +324,27 @@ I := $(DESTDIR)$(PREFIX)
 install: $(TOOLHOST) $(LIBSDK) $(LIBTH) $(PLUGIN_SO)
 	install -d $(I)/bin $(I)/include/toolhost/host/th $(I)/include/toolhost/host/front \
 	  $(I)/lib/pkgconfig $(I)/lib/toolhost/plugins \
-	  $(I)/share/man/man1 $(I)/share/man/man5 $(I)/share/doc/toolhost \
+	  $(I)/share/man/man1 $(I)/share/man/man5 $(I)/share/doc/toolhost/template \
 	  $(I)/share/toolhost/systemd
 	install -m 0755 $(TOOLHOST) $(I)/bin/toolhost
-	install -m 0644 plugin-api/toolhost/plugin.h sdk/toolhost/sdk.h $(I)/include/toolhost/
+	install -m 0644 plugin-api/toolhost/plugin.h sdk/toolhost/sdk.h \
+	  sdk/toolhost/testing.h $(I)/include/toolhost/
 	install -m 0644 $(RPC_HEADERS) $(I)/include/toolhost/host/th/
 	install -m 0644 $(RPC_FRONT_HEADERS) $(I)/include/toolhost/host/front/
 	install -m 0644 $(LIBSDK) $(LIBTH) $(I)/lib/
 	install -m 0755 $(PLUGIN_SO) $(I)/lib/toolhost/plugins/
+	for pc in toolhost-plugin toolhost-testing; do \
+	  sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
+	    -e 's|@SANLIBS@|$(SAN_FLAGS)|g' \
+	    sdk/$$pc.pc.in > $(I)/lib/pkgconfig/$$pc.pc || exit 1; \
+	done
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
-	  sdk/toolhost-plugin.pc.in > $(I)/lib/pkgconfig/toolhost-plugin.pc
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
+	  -e 's|@REQUIRES@|$(PKGS)|g' \
 	  host/toolhost.pc.in > $(I)/lib/pkgconfig/toolhost.pc
 	install -m 0644 $(MAN1) $(I)/share/man/man1/
 	install -m 0644 $(MAN5) $(I)/share/man/man5/
 	install -m 0644 $(DOC_FILES) $(I)/share/doc/toolhost/
+	install -m 0644 $(TEMPLATE_FILES) $(I)/share/doc/toolhost/template/
 	for u in $(UNITS); do \
 	  sed -e 's|/usr/local/bin/toolhost|$(PREFIX)/bin/toolhost|g' $$u \
 	    > $(I)/share/toolhost/systemd/$$(basename $$u) && \
@@ -320,18 +353,21 @@ install: $(TOOLHOST) $(LIBSDK) $(LIBTH) $(PLUGIN_SO)
 
 uninstall:
 	rm -f $(I)/bin/toolhost
-	rm -f $(I)/include/toolhost/plugin.h $(I)/include/toolhost/sdk.h
+	rm -f $(I)/include/toolhost/plugin.h $(I)/include/toolhost/sdk.h \
+	  $(I)/include/toolhost/testing.h
 	rm -f $(addprefix $(I)/include/toolhost/host/th/,$(notdir $(RPC_HEADERS)))
 	rm -f $(addprefix $(I)/include/toolhost/host/front/,$(notdir $(RPC_FRONT_HEADERS)))
 	rm -f $(I)/lib/libtoolhost-sdk.a $(I)/lib/libtoolhost.a
 	rm -f $(addprefix $(I)/lib/toolhost/plugins/,$(notdir $(PLUGIN_SO)))
-	rm -f $(I)/lib/pkgconfig/toolhost-plugin.pc $(I)/lib/pkgconfig/toolhost.pc
+	rm -f $(I)/lib/pkgconfig/toolhost-plugin.pc $(I)/lib/pkgconfig/toolhost.pc \
+	  $(I)/lib/pkgconfig/toolhost-testing.pc
 	rm -f $(I)/share/man/man1/toolhost.1 $(I)/share/man/man5/toolhost.yaml.5
 	rm -f $(addprefix $(I)/share/doc/toolhost/,$(notdir $(DOC_FILES)))
+	rm -f $(addprefix $(I)/share/doc/toolhost/template/,$(notdir $(TEMPLATE_FILES)))
 	rm -f $(addprefix $(I)/share/toolhost/systemd/,$(notdir $(UNITS)))
 	for d in include/toolhost/host/th include/toolhost/host/front \
 	  include/toolhost/host include/toolhost \
-	  lib/toolhost/plugins lib/toolhost share/doc/toolhost \
+	  lib/toolhost/plugins lib/toolhost share/doc/toolhost/template share/doc/toolhost \
 	  share/toolhost/systemd share/toolhost; do \
 	  if [ -d $(I)/$$d ]; then rmdir $(I)/$$d 2>/dev/null || \
 	    echo "uninstall: $(I)/$$d is not empty: left in place" >&2; fi; \

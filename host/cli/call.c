@@ -11,6 +11,7 @@
 
 static const char call_usage[] =
     "usage: toolhost call -c FILE TOOL [key=value ...] [--json '{...}'] [options]\n"
+    "       toolhost call ./PLUGIN.so TOOL [key=value ...] [options]\n"
     "       toolhost call --connect [unix:PATH] TOOL [key=value ...] [options]\n"
     "\n"
     "Calls TOOL and prints its stdout to stdout and its stderr to stderr.\n"
@@ -22,7 +23,8 @@ static const char call_usage[] =
     "cancels the call.\n"
     "\n"
     "Options:\n"
-    "  -c, --config FILE     run the tool in-process with this config\n"
+    "  -c, --config FILE     run the tool in-process with this config (a\n"
+    "                        .so file: that plugin alone, config defaults)\n"
     CLI_REMOTE_HELP
     "      --json OBJECT     arguments as a JSON object (key=value adds to it)\n"
     "      --meta            print the result's meta (JSON) on stderr\n"
@@ -130,6 +132,10 @@ int cli_call(int argc, char **argv)
         fputs(call_usage, stderr);
         return CLI_USAGE;
     }
+    /* toolhost call ./x.so TOOL ...: the plugin alone, config defaults. */
+    if (!config && !remote.connect && cli_is_plugin_path(argv[optind]) &&
+        optind + 1 < argc)
+        config = argv[optind++];
     if (!config == !remote.connect) {
         cli_error("call: give exactly one of -c FILE and --connect [ADDR]");
         return CLI_USAGE;
@@ -144,7 +150,8 @@ int cli_call(int argc, char **argv)
         return cli_call_remote(&remote, tool, kv, n_kv, json_text,
                                (int64_t)timeout_ms, show_meta, cc.yes);
 
-    th_front_ops ops = {.ask_permission = ask_permission};
+    th_front_ops ops = {.ask_permission = ask_permission,
+                        .front = TOOLHOST_FRONT_CLI};
     cli_host ch;
     int rc = cli_host_open(config, &ops, &cc, &ch);
     if (rc != CLI_OK)

@@ -37,7 +37,7 @@
 
 static const char check_usage[] =
     "usage: toolhost check [--config JSON] [--allow-insecure] [--timeout S]\n"
-    "                      [--memory MB] PLUGIN.so\n"
+    "                      [--memory MB] [--strict] PLUGIN.so\n"
     "\n"
     "Lints a plugin without a host config: the file is a shared object, it\n"
     "exports the entry symbol (and nothing else: other exported symbols are\n"
@@ -59,6 +59,9 @@ static const char check_usage[] =
     "                        init and fini (default 10; then it is killed)\n"
     "      --memory MB       address space of the child (default 2048; 0: no\n"
     "                        limit)\n"
+    "      --strict          warnings count as errors, and each read-only tool\n"
+    "                        that needs no argument runs once (after init):\n"
+    "                        a failure with nothing on stderr is a warning\n"
     "  -h, --help            this help\n";
 
 /* Symbols every shared object exports that the plugin author did not
@@ -128,6 +131,56 @@ static int check_exports(int fd, const char *path)
 out:
     munmap((void *)m, size);
     return warnings;
+}
+
+#define CHECK_DESC_MAX 300
+
+/* Code points of a UTF-8 string. */
+static size_t chars_of(const char *s)
+{
+    size_t n = 0;
+    for (; *s; s++)
+        if (((unsigned char)*s & 0xc0) != 0x80)
+            n++;
+    return n;
+}
+
+/* Warnings the loader does not refuse for: a description a model reads
+ * as one line, a name that says whose tool it is.  Returns the count. */
+static int lint_tool(const char *path, const th_plugin *p, const th_tool *t)
+{
+    int w = 0;
+    const char *d = t->description ? t->description : "";
+    const char *nl = strchr(d, '\n');
+    if (nl && nl[strspn(nl, " \t\r\n")]) {
+        printf("%s: warning: tool '%s' has a description of more than one "
+               "line (keep one line; usage and examples go in "
+               "long_description)\n",
+               path, t->name);
+        w++;
+    }
+    size_t n = chars_of(d);
+    if (n > CHECK_DESC_MAX) {
+        printf("%s: warning: tool '%s' has a description of %zu characters "
+               "(over %d: keep one line a model can act on; the rest goes in "
+               "long_description)\n",
+               path, t->name, n, CHECK_DESC_MAX);
+        w++;
+    }
+    /* AUTHORING.md: tool names are unique in the whole host, so they start
+     * with the plugin's name ("fs_read" in plugin "fs"). */
+    const char *pn = p->desc && p->desc->name ? p->desc->name : p->name;
+    size_t pl = strlen(pn);
+    if (strcmp(t->name, pn) != 0 &&
+        !(strncmp(t->name, pn, pl) == 0 &&
+          (t->name[pl] == '_' || t->name[pl] == '-'))) {
+        printf("%s: warning: tool '%s' does not start with the plugin's "
+               "name ('%s_...'): tool names are shared by every plugin of "
+               "a host\n",
+               path, t->name, pn);
+        w++;
+    }
+    return w;
 }
 
 static void print_problem(void *ud, const char *msg)
@@ -228,10 +281,74 @@ static void sandbox(const char *path, unsigned timeout_s, unsigned memory_mb)
     (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 }
 
+/* --strict: a call that captures stdout and stderr, nothing more. */
+typedef struct strict_call {
+    th_call_base base;
+    th_buf out, err;
+} strict_call;
+
+static int strict_write(toolhost_call *c, int stream, const void *d, size_t n)
+{
+    strict_call *sc = (strict_call *)c;
+    return th_buf_append(stream == TOOLHOST_STDOUT ? &sc->out : &sc->err, d,
+                         n)
+               ? TOOLHOST_ENOMEM
+               : 0;
+}
+
+static const th_call_vtbl strict_vt = {.write = strict_write};
+
+/* Runs each read-only, synchronous tool without required parameters once
+ * with {} (defaults filled): a failure must say why on stderr.  Returns
+ * the number of warnings. */
+static int strict_run(const char *path, th_plugin *p)
+{
+    int w = 0;
+    static const uint8_t empty[] = {0x80};
+    for (size_t i = 0; i < p->n_tools; i++) {
+        const th_tool *t = &p->tools[i];
+        bool needs = false;
+        for (size_t k = 0; k < t->n_params; k++)
+            needs |= t->params[k].required;
+        if (needs || !(t->flags & TOOLHOST_TOOL_READ_ONLY) ||
+            (t->flags & TOOLHOST_TOOL_ASYNC))
+            continue;
+        th_buf filled = TH_BUF_INIT;
+        const uint8_t *a;
+        size_t alen;
+        th_error e;
+        if (th_validate_call(t, empty, 1, &filled, &a, &alen, &e) != 0) {
+            th_buf_free(&filled);
+            continue;
+        }
+        strict_call sc;
+        memset(&sc, 0, sizeof sc);
+        sc.base.pub.struct_size = sizeof sc.base.pub;
+        sc.base.pub.host = &p->api;
+        sc.base.pub.call_id = i + 1;
+        sc.base.vt = &strict_vt;
+        int st = t->desc->execute(p->state, t->desc, &sc.base.pub, a, alen);
+        if (st == TOOLHOST_FAILED && sc.err.len == 0) {
+            printf("%s: warning: tool '%s' failed with nothing on stderr "
+                   "(write the reason to stderr: a model reads it)\n",
+                   path, t->name);
+            w++;
+        } else if (st == TOOLHOST_OK &&
+                   th_validate_output(t, sc.out.data, sc.out.len, &e) != 0) {
+            printf("%s: warning: %s\n", path, e.msg);
+            w++;
+        }
+        th_buf_free(&sc.out);
+        th_buf_free(&sc.err);
+        th_buf_free(&filled);
+    }
+    return w;
+}
+
 /* The checks that run plugin code; in the child.  Returns the exit
  * status. */
 static int run_checks(const char *path, int fd, const char *config_json,
-                      th_load_opts *lo)
+                      th_load_opts *lo, bool strict)
 {
     int errors = 0;
     lo->on_problem = print_problem;
@@ -263,6 +380,7 @@ static int run_checks(const char *path, int fd, const char *config_json,
     int warnings = check_exports(fd, path);
     for (size_t i = 0; i < p->n_tools; i++) {
         const th_tool *t = &p->tools[i];
+        warnings += lint_tool(path, p, t);
         if (!t->long_description)
             printf("%s: note: tool '%s' has no long description (usage, "
                    "warnings, examples help a model use it)\n",
@@ -290,6 +408,8 @@ static int run_checks(const char *path, int fd, const char *config_json,
             if (th_plugin_init(p, cfg.data, cfg.len, &err) != 0) {
                 printf("%s\n", err.msg);
                 errors++;
+            } else if (strict) {
+                warnings += strict_run(path, p);
             }
         }
         json_decref(cj);
@@ -304,7 +424,7 @@ static int run_checks(const char *path, int fd, const char *config_json,
     th_plugin_unref(p);
     if (pre)
         dlclose(pre);
-    return errors ? CLI_FAILED : CLI_OK;
+    return errors || (strict && warnings) ? CLI_FAILED : CLI_OK;
 }
 
 static int64_t mono_ms(void)
@@ -388,10 +508,12 @@ int cli_check(int argc, char **argv)
         {"allow-insecure", no_argument, NULL, 'i'},
         {"timeout", required_argument, NULL, 't'},
         {"memory", required_argument, NULL, 'm'},
+        {"strict", no_argument, NULL, 's'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     const char *config_json = NULL;
     unsigned timeout_s = CHECK_TIMEOUT_S, memory_mb = CHECK_MEMORY_MB;
+    bool strict = false;
     th_load_opts lo;
     memset(&lo, 0, sizeof lo);
     int c;
@@ -403,6 +525,9 @@ int cli_check(int argc, char **argv)
             break;
         case 'i':
             lo.allow_insecure = true;
+            break;
+        case 's':
+            strict = true;
             break;
         case 't':
             if (!parse_uint(optarg, 3600, &timeout_s) || timeout_s == 0) {
@@ -464,7 +589,7 @@ int cli_check(int argc, char **argv)
         setvbuf(stdout, NULL, _IOLBF, 0); /* nothing lost to a crash */
         stage_fd = stp[1];
         sandbox(path, timeout_s, memory_mb);
-        int rc = run_checks(path, fd, config_json, &lo);
+        int rc = run_checks(path, fd, config_json, &lo, strict);
         fflush(stdout);
         stage(ST_DONE);
         _exit(rc);

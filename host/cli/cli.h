@@ -48,6 +48,9 @@ typedef struct cli_host {
 } cli_host;
 int cli_host_open(const char *config, const th_front_ops *ops, void *ud,
                   cli_host *out);
+/* A `config` that ends in ".so" is a plugin file: cli_host_open() runs it
+ * alone with its config defaults (toolhost call ./x.so TOOL). */
+bool cli_is_plugin_path(const char *p);
 void cli_host_close(cli_host *ch);
 
 /* The type a parameter expects, looked up by the caller: returns a

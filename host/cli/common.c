@@ -37,6 +37,52 @@ bool cli_wants_help(int argc, char **argv)
     return false;
 }
 
+bool cli_is_plugin_path(const char *p)
+{
+    size_t n = p ? strlen(p) : 0;
+    return n > 3 && strcmp(p + n - 3, ".so") == 0;
+}
+
+/* The config of one plugin file, for `toolhost call ./x.so TOOL`: the
+ * plugin with its config defaults, one toolset with all its tools, and
+ * permissions asked as with the default config (-y answers yes). */
+static int so_config(const char *so, th_config **cfg, th_error *err)
+{
+    const char *base = strrchr(so, '/');
+    base = base ? base + 1 : so;
+    char name[65];
+    size_t n = 0;
+    for (const char *c = base; *c && n < sizeof name - 1; c++) {
+        if (strcmp(c, ".so") == 0)
+            break;
+        bool ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+                  (*c >= '0' && *c <= '9') || *c == '_' || *c == '-';
+        name[n++] = ok ? *c : '_';
+    }
+    name[n] = '\0';
+    if (!n)
+        snprintf(name, sizeof name, "plugin");
+    th_buf y = TH_BUF_INIT;
+    int rc = th_buf_printf(&y, "plugins:\n  - name: \"%s\"\n    path: \"",
+                           name);
+    for (const char *c = so; *c && !rc; c++) {
+        if (*c == '"' || *c == '\\')
+            rc |= th_buf_printf(&y, "\\%c", *c);
+        else
+            rc |= th_buf_printf(&y, "%c", *c);
+    }
+    rc |= th_buf_puts(&y, "\"\ntoolsets:\n  - name: default\n"
+                          "    tools: [\"*\"]\n"
+                          "    permissions:\n      default: ask\n");
+    if (rc) {
+        th_buf_free(&y);
+        return th_error_set(err, TH_ENOMEM, "out of memory");
+    }
+    rc = th_config_parse(so, NULL, (const char *)y.data, y.len, cfg, err);
+    th_buf_free(&y);
+    return rc;
+}
+
 int cli_host_open(const char *config, const th_front_ops *ops, void *ud,
                   cli_host *out)
 {
@@ -52,7 +98,9 @@ int cli_host_open(const char *config, const th_front_ops *ops, void *ud,
     th_error err;
     th_error_clear(&err);
     th_config *cfg = NULL;
-    if (th_config_load(config, &cfg, &err) != 0) {
+    if ((cli_is_plugin_path(config) ? so_config(config, &cfg, &err)
+                                    : th_config_load(config, &cfg, &err)) !=
+        0) {
         fprintf(stderr, "%s\n", err.msg);
         return CLI_USAGE;
     }

@@ -20,8 +20,10 @@ static const char new_usage[] =
     "\n"
     "Creates DIR/NAME (default ./NAME) with a plugin written with the SDK:\n"
     "NAME.c (one tool, NAME_hello), a Makefile that builds NAME.so with\n"
-    "pkg-config toolhost-plugin, and a README. NAME is a C identifier of at\n"
-    "most 50 characters. Then: cd NAME && make && toolhost check ./NAME.so\n"
+    "pkg-config toolhost-plugin (linked with --no-undefined, chmod go-w),\n"
+    "toolhost.yaml (the plugin with reload: watch and a socket in the\n"
+    "folder) and a README. NAME is a C identifier of at most 50\n"
+    "characters. Then: cd NAME && make && toolhost call ./NAME.so NAME_hello\n"
     "\n"
     "Options:\n"
     "      --dir DIR   create the project folder inside DIR\n"
@@ -120,8 +122,8 @@ int cli_new(int argc, char **argv)
             return CLI_FAILED;
         }
     }
-    printf("created %s: %s.c, Makefile, README.md\n"
-           "next: cd %s && make && toolhost check ./%s.so\n",
-           root, name, root, name);
+    printf("created %s: %s.c, Makefile, toolhost.yaml, README.md\n"
+           "next: cd %s && make && toolhost call ./%s.so %s_hello\n",
+           root, name, root, name, name);
     return CLI_OK;
 }

@@ -5,6 +5,7 @@
  * progress.c.  See docs/manager.md for the picture; th/manager.h for the
  * lock order. */
 #include <errno.h>
+#include <unistd.h>
 #include <msgpack.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -50,6 +51,9 @@ static void call_free(th_mcall *c)
     th_progress_clear(&c->prog);
     free(c->last_msg);
     free(c->set_error_msg);
+    free(c->caller_user);
+    if (c->cancel_efd >= 0)
+        close(c->cancel_efd);
     th_result_copy_free(&c->final);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
@@ -309,6 +313,7 @@ bool th_mcall_abort(th_mcall *c, int code, const char *fmt, ...)
     if (code == TH_ECANCELLED || code == TH_ETIMEOUT) {
         int zero = 0;
         atomic_compare_exchange_strong(&c->abort_code, &zero, code);
+        th_call_cancel_hooks_fire(c);
     }
     bool won = th_call_answer_error(c, code, msg);
     th_call_perm_settle(c);
@@ -397,6 +402,18 @@ static int build_result(th_mcall *c, int status, th_result_copy *res)
         res->error = TH_ENOMEM;
         return TH_ENOMEM;
     }
+    /* ABI 1.1: structured stdout is JSON and matches the tool's
+     * output_schema, or the call fails as the tool's error.  Only whole
+     * output is checked (a cut JSON text is not JSON). */
+    th_error oe;
+    if (res->ok && !oi.truncated &&
+        th_validate_output(c->tool, res->out.data, res->out.len, &oe) != 0) {
+        th_result_copy_free(res);
+        memset(res, 0, sizeof *res);
+        res->kind = TH_RESULT_ERROR;
+        res->error = oe.code;
+        res->message = strdup(oe.msg);
+    }
     return 0;
 }
 
@@ -412,6 +429,7 @@ void th_mcall_exec_end(th_mcall *c, int status, bool ran)
     }
     bool changed = false;
     pthread_mutex_lock(&c->mu);
+    th_call_cancel_hooks_end_locked(c); /* ABI 1.1: no cancel hook after this */
     bool was_running = c->phase == TH_PH_RUNNING;
     c->phase = TH_PH_OVER;
     if (c->exec_counted) {

@@ -2,7 +2,12 @@
  * (Owner class, plugin.h): output, meta, progress (into the call's
  * coalescing slot, th/progress.h), cancel and deadline, suspend and
  * complete. */
+#include <errno.h>
 #include <msgpack.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +22,121 @@ static bool cancelled(th_mcall *c)
         if (atomic_load_explicit(&c->abort_code, memory_order_relaxed))
             return true;
     return false;
+}
+
+/* ---- ABI 1.1: cancel hooks (on_cancel, cancel_fd) and caller ---------------- */
+
+/* The hook runs outside mu, marked cancel_running so that
+ * th_mcall_exec_end() waits for it. */
+void th_call_cancel_hooks_fire(th_mcall *c)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->cancel_fired || c->ended) {
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
+    c->cancel_fired = true;
+    if (c->cancel_efd >= 0) {
+        uint64_t one = 1;
+        ssize_t w = write(c->cancel_efd, &one, sizeof one);
+        (void)w; /* nonblocking; a full counter is still readable */
+    }
+    void (*fn)(void *) = c->cancel_fn;
+    void *ud = c->cancel_ud;
+    c->cancel_fn = NULL;
+    if (fn)
+        c->cancel_running = true;
+    pthread_mutex_unlock(&c->mu);
+    if (!fn)
+        return;
+    fn(ud);
+    pthread_mutex_lock(&c->mu);
+    c->cancel_running = false;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+void th_call_cancel_hooks_end_locked(th_mcall *c)
+{
+    c->ended = true;
+    c->cancel_fn = NULL;
+    while (c->cancel_running)
+        pthread_cond_wait(&c->cv, &c->mu);
+}
+
+static int cb_on_cancel(toolhost_call *call, void (*fn)(void *ud), void *ud)
+{
+    th_mcall *c = (th_mcall *)call;
+    pthread_mutex_lock(&c->mu);
+    if (!fn) {
+        /* Unregister, and wait for a hook that is running. */
+        c->cancel_fn = NULL;
+        while (c->cancel_running)
+            pthread_cond_wait(&c->cv, &c->mu);
+        pthread_mutex_unlock(&c->mu);
+        return 0;
+    }
+    if (c->ended) {
+        pthread_mutex_unlock(&c->mu);
+        return TOOLHOST_ESTATE;
+    }
+    bool now = c->cancel_fired || cancelled(c);
+    if (!now) {
+        c->cancel_fn = fn;
+        c->cancel_ud = ud;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (now)
+        fn(ud); /* already cancelled: at once, on this thread */
+    return 0;
+}
+
+static int cb_cancel_fd(toolhost_call *call)
+{
+    th_mcall *c = (th_mcall *)call;
+    pthread_mutex_lock(&c->mu);
+    int rc;
+    if (c->ended) {
+        rc = TOOLHOST_ESTATE;
+    } else if (c->cancel_efd >= 0) {
+        rc = c->cancel_efd;
+    } else if ((c->cancel_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
+        rc = errno == ENOMEM ? TOOLHOST_ENOMEM : TOOLHOST_ESTATE;
+    } else {
+        if (c->cancel_fired || cancelled(c)) {
+            uint64_t one = 1;
+            ssize_t w = write(c->cancel_efd, &one, sizeof one);
+            (void)w;
+        }
+        rc = c->cancel_efd;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* Owner.  Who calls: the session's principal, its id, the toolset, the
+ * front.  The strings live in the call until it is freed. */
+static int cb_caller(const toolhost_call *call, toolhost_caller *out)
+{
+    th_mcall *c = (th_mcall *)(uintptr_t)call;
+    const th_session *s = c->s;
+    out->uid = s ? (int64_t)s->who.uid : -1;
+    if (s && !c->caller_user) {
+        char buf[1024];
+        struct passwd pw, *res = NULL;
+        if (getpwuid_r((uid_t)s->who.uid, &pw, buf, sizeof buf, &res) == 0 &&
+            res)
+            c->caller_user = strdup(res->pw_name);
+    }
+    out->user = c->caller_user;
+    if (s) {
+        snprintf(c->caller_session, sizeof c->caller_session, "%llu",
+                 (unsigned long long)s->id);
+        out->session = c->caller_session;
+        out->front = s->ops.front;
+    }
+    out->toolset = c->ts ? c->ts->name : NULL;
+    return 0;
 }
 
 static int cb_write(toolhost_call *call, int stream, const void *data,
@@ -211,5 +331,8 @@ const th_call_vtbl th_mcall_vtbl = {
     .time_left_ms = cb_time_left_ms,
     .suspend = cb_suspend,
     .complete = cb_complete,
+    .caller = cb_caller,
+    .on_cancel = cb_on_cancel,
+    .cancel_fd = cb_cancel_fd,
 };
 

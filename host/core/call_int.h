@@ -30,4 +30,11 @@ void th_call_perm_settle(th_mcall *c);
  * thread, or on a pool worker for a caller that must not block. */
 void th_call_prepare(th_mcall *c);
 
+/* ABI 1.1 cancel hooks (call_cb.c).  Cancellation reached the call: wake
+ * its cancel_fd and run its on_cancel hook once, unless it has ended.  No
+ * lock held. */
+void th_call_cancel_hooks_fire(th_mcall *c);
+/* Under c->mu: the call ends; no hook may run after this returns. */
+void th_call_cancel_hooks_end_locked(th_mcall *c);
+
 #endif

@@ -227,6 +227,7 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
     atomic_init(&c->refs, 1); /* the execution reference */
     atomic_init(&c->abort_code, 0);
     atomic_init(&c->is_task, false);
+    c->cancel_efd = -1;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     /* Limits: the tool's override in its toolset, else the toolset's,

@@ -29,6 +29,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "th/jschema.h"
 #include "th/log.h"
 #include "th/tool.h"
 
@@ -94,11 +95,11 @@ static int api_complete(toolhost_call *call, int status)
     return vt->complete ? vt->complete(call, status) : TOOLHOST_ESTATE;
 }
 
-static void api_log(const toolhost_host_api *host, int level,
-                    const char *message)
+/* One log line from a plugin: control characters become spaces, long
+ * messages are cut with a visible marker.  `call_id` 0: not tagged. */
+static void log_line(const toolhost_host_api *host, uint64_t call_id,
+                     int level, const char *message)
 {
-    if (!host || !message)
-        return;
     if (level < TOOLHOST_LOG_ERROR)
         level = TOOLHOST_LOG_ERROR;
     if (level > TOOLHOST_LOG_DEBUG)
@@ -119,7 +120,62 @@ static void api_log(const toolhost_host_api *host, int level,
         n += 6;
     }
     line[n] = '\0';
-    th_log(level, "plugin %s: %s", p->name, line);
+    if (call_id)
+        th_log(level, "plugin %s: call %llu: %s", p->name,
+               (unsigned long long)call_id, line);
+    else
+        th_log(level, "plugin %s: %s", p->name, line);
+}
+
+static void api_log(const toolhost_host_api *host, int level,
+                    const char *message)
+{
+    if (host && message)
+        log_line(host, 0, level, message);
+}
+
+/* ---- ABI 1.1 callbacks ---- */
+
+static void api_log_call(const toolhost_call *call, int level,
+                         const char *message)
+{
+    if (call && call->host && message)
+        log_line(call->host, call->call_id, level, message);
+}
+
+static int api_caller(const toolhost_call *call, toolhost_caller *out)
+{
+    const th_call_vtbl *vt = vt_of(call);
+    if (!vt || !out || out->struct_size < offsetof(toolhost_caller, user))
+        return TOOLHOST_EINVAL;
+    /* Only what fits in the plugin's struct is written. */
+    toolhost_caller c;
+    memset(&c, 0, sizeof c);
+    c.struct_size = sizeof c;
+    c.uid = -1;
+    int rc = vt->caller ? vt->caller(call, &c) : 0;
+    if (rc)
+        return rc;
+    uint32_t keep = out->struct_size;
+    memcpy((char *)out + sizeof keep, (const char *)&c + sizeof keep,
+           (keep < sizeof c ? keep : sizeof c) - sizeof keep);
+    return 0;
+}
+
+static int api_on_cancel(toolhost_call *call, void (*fn)(void *ud), void *ud)
+{
+    const th_call_vtbl *vt = vt_of(call);
+    if (!vt)
+        return TOOLHOST_EINVAL;
+    return vt->on_cancel ? vt->on_cancel(call, fn, ud) : TOOLHOST_ESTATE;
+}
+
+static int api_cancel_fd(toolhost_call *call)
+{
+    const th_call_vtbl *vt = vt_of(call);
+    if (!vt)
+        return TOOLHOST_EINVAL;
+    return vt->cancel_fd ? vt->cancel_fd(call) : TOOLHOST_ESTATE;
 }
 
 void th_host_api_fill(toolhost_host_api *api)
@@ -136,6 +192,10 @@ void th_host_api_fill(toolhost_host_api *api)
     api->suspend = api_suspend;
     api->complete = api_complete;
     api->log = api_log;
+    api->caller = api_caller;
+    api->log_call = api_log_call;
+    api->on_cancel = api_on_cancel;
+    api->cancel_fd = api_cancel_fd;
 }
 
 th_plugin *th_plugin_from_api(const toolhost_host_api *api)
@@ -153,6 +213,9 @@ static void free_tools(th_tool *tools, size_t n)
         free(tools[i].name);
         free(tools[i].description);
         free(tools[i].long_description);
+        free(tools[i].title);
+        free(tools[i].output_schema);
+        th_jschema_free(tools[i].out_schema);
         th_params_free(tools[i].params, tools[i].n_params);
     }
     free(tools);
@@ -493,63 +556,64 @@ static bool semantic_ok(uint32_t t)
      TOOLHOST_TOOL_DESTRUCTIVE | TOOLHOST_TOOL_IDEMPOTENT |                   \
      TOOLHOST_TOOL_OPEN_WORLD | TOOLHOST_TOOL_SERIAL)
 
-/* Checks one tool and copies it into *t.  `shown` prefixes messages. */
-static int check_tool(const char *shown, const toolhost_tool *d, uint32_t idx,
-                      th_tool *t, th_error *err)
+/* "built against toolhost ABI 1.N, this host supports 1.M" */
+static int newer_refused(th_error *err, const char *shown, uint32_t minor,
+                         const char *why)
 {
-    if (!d->name)
-        return th_error_set(err, TH_ELOAD, "%s: tool #%u has no name", shown,
-                            idx + 1);
-    if (!th_tool_name_valid(d->name))
-        return th_error_set(err, TH_ELOAD,
-                            "%s: tool '%.100s' has an invalid name (allowed: "
-                            "letters, digits, _ and -, 1 to 64)",
-                            shown, d->name);
-    if (!d->description || !d->description[0])
-        return th_error_set(err, TH_ELOAD,
-                            "%s: tool '%s' has no description (a model needs "
-                            "one line saying what it does)",
-                            shown, d->name);
-    if (!d->execute)
-        return th_error_set(err, TH_ELOAD,
-                            "%s: tool '%s' has no execute function", shown,
-                            d->name);
-    if (!semantic_ok(d->stdout_type))
-        return th_error_set(err, TH_ELOAD,
-                            "%s: tool '%s' has an unknown stdout semantic "
-                            "type %u (known: %d to %d, see toolhost_semantic)",
-                            shown, d->name, d->stdout_type, TOOLHOST_SEM_TEXT,
-                            TOOLHOST_SEM_BINARY);
-    if (!semantic_ok(d->stderr_type))
-        return th_error_set(err, TH_ELOAD,
-                            "%s: tool '%s' has an unknown stderr semantic "
-                            "type %u (known: %d to %d, see toolhost_semantic)",
-                            shown, d->name, d->stderr_type, TOOLHOST_SEM_TEXT,
-                            TOOLHOST_SEM_BINARY);
-    if (d->flags & ~KNOWN_FLAGS)
-        return th_error_set(err, TH_ELOAD,
-                            "%s: tool '%s' has unknown flag bits 0x%x (known: "
-                            "TOOLHOST_TOOL_* = 0x%x)",
-                            shown, d->name, d->flags & ~KNOWN_FLAGS,
-                            KNOWN_FLAGS);
-    if (!(t->name = strdup(d->name)) ||
-        !(t->description = strdup(d->description)) ||
-        (d->long_description &&
-         !(t->long_description = strdup(d->long_description))))
-        return th_error_set(err, TH_ENOMEM, "%s: out of memory", shown);
-    char what[96];
-    snprintf(what, sizeof what, "tool '%s'", d->name);
-    int rc = th_params_from_abi(what, d->params, d->n_params, &t->params,
-                                &t->n_params, err);
-    if (rc) {
-        th_error_prefix(err, "%s: ", shown);
-        return rc;
+    return th_error_set(err, TH_ELOAD,
+                        "%s: built against toolhost ABI 1.%u, this host "
+                        "supports 1.%d: %s (upgrade the host, or rebuild the "
+                        "plugin against this host's toolhost/plugin.h)",
+                        shown, minor, TOOLHOST_ABI_MINOR, why);
+}
+
+/* A semantic type: known, or (from a newer plugin) read as TEXT. */
+static int semantic_of(const char *shown, const toolhost_tool *d,
+                       uint32_t minor, const char *stream, uint32_t t,
+                       uint32_t *out, th_error *err)
+{
+    *out = t;
+    if (semantic_ok(t))
+        return 0;
+    if (minor > TOOLHOST_ABI_MINOR && t != 0) {
+        th_log(TOOLHOST_LOG_WARN,
+               "%s: tool '%s' has the %s semantic type %u, unknown to this "
+               "host (the plugin is built against toolhost ABI 1.%u, this "
+               "host supports 1.%d): read as text",
+               shown, d->name, stream, t, minor, TOOLHOST_ABI_MINOR);
+        *out = TOOLHOST_SEM_TEXT;
+        return 0;
     }
-    t->stdout_type = d->stdout_type;
-    t->stderr_type = d->stderr_type;
-    t->flags = d->flags;
-    t->desc = d;
-    return 0;
+    return th_error_set(err, TH_ELOAD,
+                        "%s: tool '%s' has an unknown %s semantic "
+                        "type %u (known: %d to %d, see toolhost_semantic)",
+                        shown, d->name, stream, t, TOOLHOST_SEM_TEXT,
+                        TOOLHOST_SEM_BINARY);
+}
+
+/* The ABI 1.1 members of a tool: title and output_schema. */
+static int check_tool_11(const char *shown, const toolhost_tool *d,
+                         th_tool *t, th_error *err)
+{
+    if (!TOOLHOST_HAS_MEMBER(toolhost_tool, d, output_schema))
+        return 0;
+    if (d->title && !(t->title = strdup(d->title)))
+        return th_error_set(err, TH_ENOMEM, "%s: out of memory", shown);
+    if (!d->output_schema)
+        return 0;
+    if (t->stdout_type != TOOLHOST_SEM_STRUCTURED)
+        return th_error_set(err, TH_ELOAD,
+                            "%s: tool '%s' has an output_schema but its "
+                            "stdout type is %u (an output_schema needs "
+                            "TOOLHOST_SEM_STRUCTURED, %d)",
+                            shown, d->name, t->stdout_type,
+                            TOOLHOST_SEM_STRUCTURED);
+    if (!(t->output_schema = strdup(d->output_schema)))
+        return th_error_set(err, TH_ENOMEM, "%s: out of memory", shown);
+    char what[200];
+    snprintf(what, sizeof what, "%s: tool '%s': output_schema", shown,
+             d->name);
+    return th_jschema_compile(what, d->output_schema, &t->out_schema, err);
 }
 
 /* Where problems go in "report every problem" mode (th_load_opts.on_problem):
@@ -573,6 +637,89 @@ static int problem(reporter *r, th_error *err, int code)
     return 0;
 }
 
+static int report_param(void *ud, th_error *err, int code)
+{
+    return problem(ud, err, code);
+}
+
+/* Checks one tool and copies it into *t.  `shown` prefixes messages.  In
+ * "report every problem" mode (r), each problem after the name is
+ * reported and the next check runs, so one run shows them all. */
+static int check_tool(const char *shown, const toolhost_tool *d, uint32_t idx,
+                      uint32_t minor, th_tool *t, reporter *r, th_error *err)
+{
+    if (!d->name)
+        return th_error_set(err, TH_ELOAD, "%s: tool #%u has no name", shown,
+                            idx + 1);
+    if (!th_tool_name_valid(d->name))
+        return th_error_set(err, TH_ELOAD,
+                            "%s: tool '%.100s' has an invalid name (allowed: "
+                            "letters, digits, _ and -, 1 to 64)",
+                            shown, d->name);
+    if (!(t->name = strdup(d->name)))
+        return th_error_set(err, TH_ENOMEM, "%s: out of memory", shown);
+    int rc, bad = 0;
+#define GO_ON(expr)                                                           \
+    do {                                                                      \
+        if ((rc = (expr))) {                                                  \
+            if ((rc = problem(r, err, rc)))                                   \
+                return rc;                                                    \
+            bad = 1;                                                          \
+        }                                                                     \
+    } while (0)
+    if (!d->description || !d->description[0])
+        GO_ON(th_error_set(err, TH_ELOAD,
+                           "%s: tool '%s' has no description (a model needs "
+                           "one line saying what it does)",
+                           shown, d->name));
+    if (!d->execute)
+        GO_ON(th_error_set(err, TH_ELOAD,
+                           "%s: tool '%s' has no execute function", shown,
+                           d->name));
+    GO_ON(semantic_of(shown, d, minor, "stdout", d->stdout_type,
+                      &t->stdout_type, err));
+    GO_ON(semantic_of(shown, d, minor, "stderr", d->stderr_type,
+                      &t->stderr_type, err));
+    uint32_t unknown = d->flags & ~KNOWN_FLAGS;
+    uint32_t advisory = unknown & TOOLHOST_TOOL_ADVISORY_MASK;
+    if (unknown & ~TOOLHOST_TOOL_ADVISORY_MASK) {
+        if (minor > TOOLHOST_ABI_MINOR) {
+            char why[160];
+            snprintf(why, sizeof why,
+                     "tool '%s' uses flag bits 0x%x that this host does "
+                     "not know",
+                     d->name, unknown & ~TOOLHOST_TOOL_ADVISORY_MASK);
+            return newer_refused(err, shown, minor, why);
+        }
+        GO_ON(th_error_set(err, TH_ELOAD,
+                           "%s: tool '%s' has unknown flag bits 0x%x (known: "
+                           "TOOLHOST_TOOL_* = 0x%x; the plugin says it is "
+                           "built against toolhost ABI 1.%u, which has no "
+                           "such flag)",
+                           shown, d->name, unknown, KNOWN_FLAGS, minor));
+    }
+    if (advisory)
+        th_log(TOOLHOST_LOG_WARN,
+               "%s: tool '%s' has advisory flag bits 0x%x unknown to this "
+               "host (the plugin is built against toolhost ABI 1.%u, this "
+               "host supports 1.%d): ignored",
+               shown, d->name, advisory, minor, TOOLHOST_ABI_MINOR);
+    if ((d->description && !(t->description = strdup(d->description))) ||
+        (d->long_description &&
+         !(t->long_description = strdup(d->long_description))))
+        return th_error_set(err, TH_ENOMEM, "%s: out of memory", shown);
+    char what[1200];
+    snprintf(what, sizeof what, "%.1000s: tool '%s'", shown, d->name);
+    GO_ON(th_params_from_abi_r(what, d->params, d->n_params, report_param, r,
+                               &t->params, &t->n_params, err));
+    t->flags = d->flags & ~advisory;
+    t->desc = d;
+    GO_ON(check_tool_11(shown, d, t, err));
+#undef GO_ON
+    (void)bad; /* reported: the load fails at the end */
+    return 0;
+}
+
 static int check_tools(const char *shown, const toolhost_plugin *d,
                        th_plugin *p, reporter *r, th_error *err)
 {
@@ -583,11 +730,21 @@ static int check_tools(const char *shown, const toolhost_plugin *d,
                             "%s: n_tools is %u but tools is NULL", shown,
                             d->n_tools);
     uint32_t stride = d->tools[0].struct_size;
-    if (stride < sizeof(toolhost_tool))
+    if (stride < TH_ABI10_TOOL_SIZE)
         return th_error_set(err, TH_ELOAD,
-                            "%s: toolhost_tool struct_size %u is smaller than "
-                            "the %zu bytes of ABI 1.0",
-                            shown, stride, sizeof(toolhost_tool));
+                            "%s: toolhost_tool struct_size %u (of the first "
+                            "tool) is smaller than the %zu bytes of ABI 1.0",
+                            shown, stride, TH_ABI10_TOOL_SIZE);
+    /* A size larger than the plugin's own minor has is a lie about the
+     * first element (the stride), not a fault of tool #2 read at the wrong
+     * place. */
+    if (d->abi_minor <= TOOLHOST_ABI_MINOR && stride > sizeof(toolhost_tool))
+        return th_error_set(err, TH_ELOAD,
+                            "%s: toolhost_tool struct_size %u (of the first "
+                            "tool) is larger than the %zu bytes of ABI 1.%d, "
+                            "and the plugin says it is built against 1.%u",
+                            shown, stride, sizeof(toolhost_tool),
+                            TOOLHOST_ABI_MINOR, d->abi_minor);
     if (stride % alignof(toolhost_tool))
         return th_error_set(err, TH_ELOAD,
                             "%s: toolhost_tool struct_size %u is not a "
@@ -609,7 +766,7 @@ static int check_tools(const char *shown, const toolhost_plugin *d,
         th_tool *t = &p->tools[i];
         p->n_tools = i + 1;
         t->plugin = p;
-        if ((rc = check_tool(shown, td, i, t, err))) {
+        if ((rc = check_tool(shown, td, i, d->abi_minor, t, r, err))) {
             if ((rc = problem(r, err, rc)))
                 return rc;
             continue;
@@ -644,11 +801,52 @@ static int check_desc(const char *shown, const toolhost_plugin *d,
                             "the plugin against this host's "
                             "toolhost/plugin.h)",
                             shown, d->abi_major, TOOLHOST_ABI_MAJOR);
-    if (size < sizeof(toolhost_plugin))
+    if (size < TH_ABI10_PLUGIN_SIZE)
         return th_error_set(err, TH_ELOAD,
                             "%s: toolhost_plugin struct_size %u is smaller "
                             "than the %zu bytes of ABI 1.0",
-                            shown, size, sizeof(toolhost_plugin));
+                            shown, size, TH_ABI10_PLUGIN_SIZE);
+    uint32_t minor = d->abi_minor;
+    if (minor <= TOOLHOST_ABI_MINOR && size > sizeof(toolhost_plugin))
+        return th_error_set(err, TH_ELOAD,
+                            "%s: toolhost_plugin struct_size %u is larger "
+                            "than the %zu bytes of ABI 1.%d, and the plugin "
+                            "says it is built against 1.%u",
+                            shown, size, sizeof(toolhost_plugin),
+                            TOOLHOST_ABI_MINOR, minor);
+    p->abi_minor = minor;
+    if (TOOLHOST_HAS_MEMBER(toolhost_plugin, d, requires_host_minor)) {
+        if (d->requires_host_minor > TOOLHOST_ABI_MINOR) {
+            char why[96];
+            snprintf(why, sizeof why, "it requires a host of ABI 1.%u or "
+                                      "newer",
+                     d->requires_host_minor);
+            return newer_refused(err, shown, minor > d->requires_host_minor
+                                                 ? minor
+                                                 : d->requires_host_minor,
+                                 why);
+        }
+        uint64_t unknown = d->flags & ~(uint64_t)TOOLHOST_PLUGIN_SERIAL;
+        if (unknown && minor > TOOLHOST_ABI_MINOR) {
+            char why[96];
+            snprintf(why, sizeof why, "plugin flag bits 0x%llx are unknown "
+                                      "here",
+                     (unsigned long long)unknown);
+            return newer_refused(err, shown, minor, why);
+        }
+        if (unknown)
+            return th_error_set(err, TH_ELOAD,
+                                "%s: unknown plugin flag bits 0x%llx (known: "
+                                "TOOLHOST_PLUGIN_* = 0x%x)",
+                                shown, (unsigned long long)unknown,
+                                TOOLHOST_PLUGIN_SERIAL);
+        p->flags = d->flags;
+    }
+    if (minor > TOOLHOST_ABI_MINOR)
+        th_log(TOOLHOST_LOG_INFO,
+               "%s: built against toolhost ABI 1.%u, this host supports "
+               "1.%d: loaded; what 1.%u added is not used",
+               shown, minor, TOOLHOST_ABI_MINOR, minor);
     if (!d->name)
         return th_error_set(err, TH_ELOAD, "%s: the plugin has no name",
                             shown);
@@ -667,15 +865,14 @@ static int check_desc(const char *shown, const toolhost_plugin *d,
     if (!(p->version = strdup(d->version ? d->version : "")) ||
         !(p->description = strdup(d->description ? d->description : "")))
         return th_error_set(err, TH_ENOMEM, "%s: out of memory", shown);
-    char what[96];
-    snprintf(what, sizeof what, "config of plugin '%s'", d->name);
-    rc = th_params_from_abi(what, d->config_params, d->n_config_params,
-                            &p->config_params, &p->n_config_params, err);
-    if (rc) {
-        th_error_prefix(err, "%s: ", shown);
-        if ((rc = problem(r, err, rc)))
-            return rc;
-    }
+    char what[1200];
+    snprintf(what, sizeof what, "%.1000s: config of plugin '%s'", shown,
+             d->name);
+    rc = th_params_from_abi_r(what, d->config_params, d->n_config_params,
+                              report_param, r, &p->config_params,
+                              &p->n_config_params, err);
+    if (rc && (rc = problem(r, err, rc)))
+        return rc;
     if ((rc = check_tools(shown, d, p, r, err)))
         return rc;
     if (r && r->count) {
@@ -873,7 +1070,7 @@ int th_plugin_builtin(const toolhost_plugin *desc, th_plugin **out,
     *out = NULL;
     char shown[128];
     snprintf(shown, sizeof shown, "built-in plugin '%.64s'",
-             desc && desc->struct_size >= sizeof(toolhost_plugin) &&
+             desc && desc->struct_size >= TH_ABI10_PLUGIN_SIZE &&
                      desc->name
                  ? desc->name
                  : "?");

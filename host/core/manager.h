@@ -196,6 +196,18 @@ struct th_mcall {
     int64_t last_update_ms;
     char *last_msg;
     double last_frac;
+
+    /* ABI 1.1 host callbacks (call.c, "ABI 1.1"), under mu: the
+     * on_cancel() registration, the cancel_fd() eventfd (-1 until asked
+     * for; closed when the call is freed), whether cancellation fired, a
+     * hook running (th_mcall_exec_end waits for it: no hook after the
+     * call ended), and the caller() strings (filled once, by the owner). */
+    void (*cancel_fn)(void *ud);
+    void *cancel_ud;
+    int cancel_efd;
+    bool cancel_fired, cancel_running, ended;
+    char *caller_user;
+    char caller_session[24];
 };
 
 /* The thread's running call (worker or inline), or NULL. */

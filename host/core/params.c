@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "th/jschema.h"
 #include "th/json.h"
 #include "th/tool.h"
 
@@ -83,6 +84,9 @@ void th_params_free(th_param *params, size_t n)
             free(p->enum_values);
         }
         free(p->default_mp);
+        free(p->pattern);
+        free(p->schema_json);
+        th_jschema_free(p->cons);
     }
     free(params);
 }
@@ -206,6 +210,108 @@ static int copy_enum(const char *what, const char *const *vals, th_param *p,
     return 0;
 }
 
+/* The ABI 1.1 members: bounds, lengths, pattern, item limits and
+ * schema_json, checked against the type and compiled into p->cons. */
+static int convert_constraints(const char *what, const toolhost_param *a,
+                               th_param *p, th_error *err)
+{
+    bool num = a->type == TOOLHOST_TYPE_INTEGER ||
+               a->type == TOOLHOST_TYPE_NUMBER;
+    const char *misplaced = NULL;
+    if (a->bounds && !num)
+        misplaced = "minimum/maximum (only for integers and numbers)";
+    else if ((a->min_length || a->max_length || a->pattern) &&
+             a->type != TOOLHOST_TYPE_STRING)
+        misplaced = "min_length/max_length/pattern (only for strings)";
+    else if ((a->min_items || a->max_items) && a->type != TOOLHOST_TYPE_ARRAY)
+        misplaced = "min_items/max_items (only for arrays)";
+    else if (a->schema_json && a->type != TOOLHOST_TYPE_OBJECT &&
+             a->type != TOOLHOST_TYPE_ARRAY)
+        misplaced = "schema_json (only for objects and arrays)";
+    if (misplaced)
+        return th_error_set(err, TH_ELOAD,
+                            "%s: parameter '%s' of type %s has %s", what,
+                            p->name, th_type_name(a->type), misplaced);
+    if (a->bounds & ~(uint32_t)0xf)
+        return th_error_set(err, TH_ELOAD,
+                            "%s: parameter '%s' has unknown bounds bits 0x%x",
+                            what, p->name, a->bounds & ~(uint32_t)0xf);
+    uint32_t b = a->bounds;
+    bool has_lo = b & (TOOLHOST_BOUND_MINIMUM |
+                       TOOLHOST_BOUND_EXCLUSIVE_MINIMUM),
+         has_hi = b & (TOOLHOST_BOUND_MAXIMUM |
+                       TOOLHOST_BOUND_EXCLUSIVE_MAXIMUM);
+    if ((has_lo && a->minimum != a->minimum) ||
+        (has_hi && a->maximum != a->maximum) ||
+        (has_lo && has_hi && a->minimum > a->maximum))
+        return th_error_set(err, TH_ELOAD,
+                            "%s: parameter '%s' has bounds that no value "
+                            "meets (minimum %g, maximum %g)",
+                            what, p->name, a->minimum, a->maximum);
+    if ((a->max_length && a->min_length > a->max_length) ||
+        (a->max_items && a->min_items > a->max_items))
+        return th_error_set(err, TH_ELOAD,
+                            "%s: parameter '%s' has a minimum length or item "
+                            "count above its maximum",
+                            what, p->name);
+    p->minimum = a->minimum;
+    p->maximum = a->maximum;
+    p->bounds = b;
+    p->min_length = a->min_length;
+    p->max_length = a->max_length;
+    p->min_items = a->min_items;
+    p->max_items = a->max_items;
+    if (!b && !a->min_length && !a->max_length && !a->pattern &&
+        !a->min_items && !a->max_items && !a->schema_json)
+        return 0;
+    char swhat[160];
+    snprintf(swhat, sizeof swhat, "%s: parameter '%s'", what, p->name);
+    if (a->schema_json) {
+        if (!(p->schema_json = strdup(a->schema_json)))
+            return th_error_set(err, TH_ENOMEM, "%s: out of memory", what);
+        char sw[200];
+        snprintf(sw, sizeof sw, "%s: schema_json", swhat);
+        int rc = th_jschema_compile(sw, a->schema_json, &p->cons, err);
+        if (rc)
+            return rc;
+    } else if (!(p->cons = th_jschema_new())) {
+        return th_error_set(err, TH_ENOMEM, "%s: out of memory", what);
+    }
+    th_jschema *c = p->cons;
+    if (b & TOOLHOST_BOUND_MINIMUM) {
+        c->has_min = true;
+        c->min = a->minimum;
+    }
+    if (b & TOOLHOST_BOUND_EXCLUSIVE_MINIMUM) {
+        c->has_xmin = true;
+        c->xmin = a->minimum;
+    }
+    if (b & TOOLHOST_BOUND_MAXIMUM) {
+        c->has_max = true;
+        c->max = a->maximum;
+    }
+    if (b & TOOLHOST_BOUND_EXCLUSIVE_MAXIMUM) {
+        c->has_xmax = true;
+        c->xmax = a->maximum;
+    }
+    if (a->min_length)
+        c->min_len = a->min_length;
+    if (a->max_length)
+        c->max_len = a->max_length;
+    if (a->min_items)
+        c->min_items = a->min_items;
+    if (a->max_items)
+        c->max_items = a->max_items;
+    if (a->pattern) {
+        if (!(p->pattern = strdup(a->pattern)))
+            return th_error_set(err, TH_ENOMEM, "%s: out of memory", what);
+        int rc = th_jschema_set_pattern(c, swhat, a->pattern, err);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 static int convert_one(const char *what, const toolhost_param *a, size_t idx,
                        th_param *p, th_error *err)
 {
@@ -260,6 +366,11 @@ static int convert_one(const char *what, const toolhost_param *a, size_t idx,
         if (rc)
             return rc;
     }
+    if (TOOLHOST_HAS_MEMBER(toolhost_param, a, schema_json)) {
+        int rc = convert_constraints(what, a, p, err);
+        if (rc)
+            return rc;
+    }
     if (a->default_json) {
         if (p->required)
             return th_error_set(err, TH_ELOAD,
@@ -267,7 +378,24 @@ static int convert_one(const char *what, const toolhost_param *a, size_t idx,
                                 "default (a default is only for optional "
                                 "parameters)",
                                 what, p->name);
-        return convert_default(what, a->default_json, p, err);
+        int rc = convert_default(what, a->default_json, p, err);
+        if (rc || !p->cons)
+            return rc;
+        /* The default must satisfy the constraints it comes with. */
+        msgpack_zone z;
+        msgpack_zone_init(&z, 512);
+        msgpack_object o;
+        size_t off = 0;
+        char msg[300];
+        if (msgpack_unpack((const char *)p->default_mp, p->default_len, &off,
+                           &z, &o) == MSGPACK_UNPACK_SUCCESS &&
+            th_jschema_check(p->cons, &o, msg, sizeof msg) != 0)
+            rc = th_error_set(err, TH_ELOAD,
+                              "%s: parameter '%s' has a default %s that "
+                              "breaks its own constraints: %s",
+                              what, p->name, a->default_json, msg);
+        msgpack_zone_destroy(&z);
+        return rc;
     }
     return 0;
 }
@@ -275,6 +403,14 @@ static int convert_one(const char *what, const toolhost_param *a, size_t idx,
 int th_params_from_abi(const char *what, const toolhost_param *params,
                        uint32_t n, th_param **out, size_t *n_out,
                        th_error *err)
+{
+    return th_params_from_abi_r(what, params, n, NULL, NULL, out, n_out,
+                                err);
+}
+
+int th_params_from_abi_r(const char *what, const toolhost_param *params,
+                         uint32_t n, th_problem_fn report, void *ud,
+                         th_param **out, size_t *n_out, th_error *err)
 {
     *out = NULL;
     *n_out = 0;
@@ -284,11 +420,11 @@ int th_params_from_abi(const char *what, const toolhost_param *params,
         return th_error_set(err, TH_ELOAD,
                             "%s: n_params is %u but params is NULL", what, n);
     uint32_t stride = params[0].struct_size;
-    if (stride < sizeof(toolhost_param))
+    if (stride < TH_ABI10_PARAM_SIZE)
         return th_error_set(err, TH_ELOAD,
                             "%s: toolhost_param struct_size %u is smaller "
                             "than the %zu bytes of ABI 1.0",
-                            what, stride, sizeof(toolhost_param));
+                            what, stride, TH_ABI10_PARAM_SIZE);
     if (stride % alignof(toolhost_param))
         return th_error_set(err, TH_ELOAD,
                             "%s: toolhost_param struct_size %u is not a "
@@ -309,16 +445,23 @@ int th_params_from_abi(const char *what, const toolhost_param *params,
                               what, i + 1, a->struct_size, stride);
             break;
         }
-        if ((rc = convert_one(what, a, i, &ps[i], err)))
+        /* A bad parameter is reported and the next one checked when
+         * report() says to go on (`toolhost check`: every problem). */
+        if ((rc = convert_one(what, a, i, &ps[i], err))) {
+            if (report && (rc = report(ud, err, rc)) == 0)
+                continue;
             break;
+        }
         for (uint32_t k = 0; k < i; k++) {
-            if (strcmp(ps[k].name, ps[i].name) == 0) {
+            if (ps[k].name && strcmp(ps[k].name, ps[i].name) == 0) {
                 rc = th_error_set(err, TH_ELOAD,
                                   "%s: parameter '%s' appears twice", what,
                                   ps[i].name);
                 break;
             }
         }
+        if (rc && report && (rc = report(ud, err, rc)) == 0)
+            continue;
         if (rc)
             break;
     }

@@ -43,9 +43,63 @@ const char *th_export_format_name(th_export_format f)
 
 /* ---- the parameters schema -------------------------------------------- */
 
+/* The ABI 1.1 constraints of a parameter as JSON Schema keywords. */
+static int param_constraints(json_t *s, const th_param *p)
+{
+    int rc = 0;
+    uint32_t b = p->bounds;
+    if (b & TOOLHOST_BOUND_MINIMUM)
+        rc |= json_object_set_new(s, "minimum", th_schema_number(p->type,
+                                                                 p->minimum));
+    if (b & TOOLHOST_BOUND_EXCLUSIVE_MINIMUM)
+        rc |= json_object_set_new(s, "exclusiveMinimum",
+                                  th_schema_number(p->type, p->minimum));
+    if (b & TOOLHOST_BOUND_MAXIMUM)
+        rc |= json_object_set_new(s, "maximum", th_schema_number(p->type,
+                                                                 p->maximum));
+    if (b & TOOLHOST_BOUND_EXCLUSIVE_MAXIMUM)
+        rc |= json_object_set_new(s, "exclusiveMaximum",
+                                  th_schema_number(p->type, p->maximum));
+    if (p->min_length)
+        rc |= json_object_set_new(s, "minLength",
+                                  json_integer(p->min_length));
+    if (p->max_length)
+        rc |= json_object_set_new(s, "maxLength",
+                                  json_integer(p->max_length));
+    if (p->pattern)
+        rc |= json_object_set_new(s, "pattern", json_string(p->pattern));
+    if (p->min_items)
+        rc |= json_object_set_new(s, "minItems", json_integer(p->min_items));
+    if (p->max_items)
+        rc |= json_object_set_new(s, "maxItems", json_integer(p->max_items));
+    return rc;
+}
+
+json_t *th_schema_number(uint32_t type, double v)
+{
+    if (type == TOOLHOST_TYPE_INTEGER && v >= -9007199254740992.0 &&
+        v <= 9007199254740992.0 && v == (double)(json_int_t)v)
+        return json_integer((json_int_t)v);
+    return json_real(v);
+}
+
+json_t *th_schema_output(const th_tool *tool)
+{
+    if (!tool->output_schema)
+        return NULL;
+    return json_loads(tool->output_schema, JSON_DECODE_ANY, NULL);
+}
+
 static json_t *param_schema(const th_param *p)
 {
-    json_t *s = json_object();
+    /* schema_json (ABI 1.1) is exported as is, with the parameter's own
+     * type, description, default and bounds put over it. */
+    json_t *s = p->schema_json ? json_loads(p->schema_json, 0, NULL)
+                               : json_object();
+    if (s && !json_is_object(s)) {
+        json_decref(s);
+        s = json_object();
+    }
     if (!s)
         return NULL;
     int rc = 0;
@@ -61,12 +115,15 @@ static json_t *param_schema(const th_param *p)
         for (size_t i = 0; e && i < p->n_enum; i++)
             rc |= json_array_append_new(e, json_string(p->enum_values[i]));
     }
-    if (p->type == TOOLHOST_TYPE_ARRAY && p->item_type) {
+    if (p->type == TOOLHOST_TYPE_ARRAY && p->item_type &&
+        !json_object_get(s, "items")) {
         const char *it = th_type_name(p->item_type);
         if (it)
             rc |= json_object_set_new(s, "items", json_pack("{s:s}", "type",
                                                             it));
     }
+    rc |= param_constraints(s, p);
+    rc |= param_constraints(s, p);
     if (p->default_mp) {
         json_t *d = th_json_from_msgpack(p->default_mp, p->default_len, NULL);
         if (d)
@@ -227,6 +284,26 @@ static int describe_param(th_buf *b, const th_param *p)
             json_decref(s);
         }
     }
+    if (p->bounds & (TOOLHOST_BOUND_MINIMUM | TOOLHOST_BOUND_EXCLUSIVE_MINIMUM))
+        rc |= th_buf_printf(b, "; %s %.17g",
+                            p->bounds & TOOLHOST_BOUND_MINIMUM ? ">=" : ">",
+                            p->minimum);
+    if (p->bounds & (TOOLHOST_BOUND_MAXIMUM | TOOLHOST_BOUND_EXCLUSIVE_MAXIMUM))
+        rc |= th_buf_printf(b, "; %s %.17g",
+                            p->bounds & TOOLHOST_BOUND_MAXIMUM ? "<=" : "<",
+                            p->maximum);
+    if (p->max_length)
+        rc |= th_buf_printf(b, "; %u to %u characters", p->min_length,
+                            p->max_length);
+    else if (p->min_length)
+        rc |= th_buf_printf(b, "; at least %u characters", p->min_length);
+    if (p->pattern)
+        rc |= th_buf_printf(b, "; matching /%s/", p->pattern);
+    if (p->max_items)
+        rc |= th_buf_printf(b, "; %u to %u items", p->min_items,
+                            p->max_items);
+    else if (p->min_items)
+        rc |= th_buf_printf(b, "; at least %u items", p->min_items);
     if (p->default_mp) {
         json_t *d = th_json_from_msgpack(p->default_mp, p->default_len, NULL);
         char *t = d ? json_dumps(d, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
@@ -306,10 +383,20 @@ static json_t *export_one(const th_tool *t, th_export_format fmt)
         case TH_EXPORT_JSONSCHEMA:
             r = json_pack("{s:s, s:s, s:s}", "$schema",
                           "https://json-schema.org/draft/2020-12/schema",
-                          "title", t->name, "description", desc);
+                          "title", t->title ? t->title : t->name,
+                          "description", desc);
             if (r && json_object_update(r, params) != 0) {
                 json_decref(r);
                 r = NULL;
+            }
+            /* The output schema rides along as an annotation (an unknown
+             * keyword to validators), for generators and MCP fronts. */
+            json_t *os = th_schema_output(t);
+            if (r && os && json_object_set_new(r, "outputSchema", os) != 0) {
+                json_decref(r);
+                r = NULL;
+            } else if (!r) {
+                json_decref(os);
             }
             break;
         }
@@ -387,7 +474,19 @@ int th_schema_pack_tool(struct msgpack_packer *pk, const th_tool *tool)
     json_t *params = th_schema_params(tool);
     if (!params)
         return TH_ENOMEM;
-    int rc = msgpack_pack_map(pk, 7);
+    json_t *os = th_schema_output(tool);
+    int rc = msgpack_pack_map(pk, 7 + (tool->title != NULL) + (os != NULL));
+    /* ABI 1.1 keys, only when the tool has them. */
+    if (tool->title) {
+        rc |= PACK_KEY(pk, "title");
+        rc |= th_pack_cstr(pk, tool->title);
+    }
+    if (os) {
+        rc |= PACK_KEY(pk, "output_schema");
+        if (rc == 0)
+            rc = th_json_pack(os, pk);
+        json_decref(os);
+    }
     rc |= PACK_KEY(pk, "name");
     rc |= th_pack_cstr(pk, tool->name);
     rc |= PACK_KEY(pk, "description");

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "th/jschema.h"
 #include "th/mpwalk.h"
 #include "th/tool.h"
 
@@ -239,6 +240,22 @@ static bool type_ok(uint32_t type, const msgpack_object *o)
     }
 }
 
+/* The ABI 1.1 constraints (bounds, lengths, pattern, items, schema_json),
+ * after the type is known to be right. */
+static int check_constraints(const char *what, const th_param *p,
+                             const msgpack_object *v, th_verr *err)
+{
+    if (!p->cons)
+        return 0;
+    char msg[400];
+    int rc = th_jschema_check(p->cons, v, msg, sizeof msg);
+    if (rc == 0)
+        return 0;
+    if (rc < 0)
+        return th_error_set(err ? &err->e : NULL, TH_ENOMEM, "out of memory");
+    return verr_set(err, what, p->name, "parameter '%s' %s", p->name, msg);
+}
+
 static int check_value(const char *what, const th_param *p,
                        const msgpack_object *v, th_verr *err)
 {
@@ -265,7 +282,7 @@ static int check_value(const char *what, const th_param *p,
         for (size_t i = 0; i < p->n_enum; i++) {
             if (strlen(p->enum_values[i]) == n &&
                 memcmp(p->enum_values[i], s, n) == 0)
-                return 0;
+                return check_constraints(what, p, v, err);
         }
         char allowed[640];
         join_list(allowed, sizeof allowed, "'", (const char *const *)p->enum_values,
@@ -276,7 +293,7 @@ static int check_value(const char *what, const th_param *p,
                         "parameter '%s' must be one of %s; got '%s'", p->name,
                         allowed, got);
     }
-    return 0;
+    return check_constraints(what, p, v, err);
 }
 
 static int unknown_key(const char *what, const th_param *params, size_t n,
@@ -488,4 +505,29 @@ int th_validate_call(const th_tool *tool, const uint8_t *args, size_t len,
     *args_out = a;
     *len_out = n;
     return 0;
+}
+
+/* ---- structured output (ABI 1.1) --------------------------------------------- */
+
+int th_validate_output(const th_tool *tool, const void *data, size_t len,
+                       th_error *err)
+{
+    if (!tool || tool->stdout_type != TOOLHOST_SEM_STRUCTURED)
+        return 0;
+    if (len == 0 && !tool->out_schema)
+        return 0;
+    static const th_jschema any = {.boolean = 1};
+    const th_jschema *s = tool->out_schema ? tool->out_schema : &any;
+    char msg[400];
+    int rc = th_jschema_check_text(s, data ? data : "", len, msg, sizeof msg);
+    if (rc == 0)
+        return 0;
+    if (rc < 0)
+        return th_error_set(err, TH_ENOMEM, "out of memory");
+    return th_error_set(err, TH_ETOOL,
+                        "tool %s wrote structured output that %s: %s",
+                        tool->name,
+                        tool->out_schema ? "does not match its output_schema"
+                                         : "is not JSON",
+                        msg);
 }

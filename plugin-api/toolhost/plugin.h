@@ -1,4 +1,4 @@
-/* toolhost/plugin.h - the toolhost plugin ABI, version 1.
+/* toolhost/plugin.h - the toolhost plugin ABI, version 1.1.
  *
  * This header is the whole contract between the toolhost host process and a
  * tool plugin (a shared object).  If a type, constant or function does not
@@ -18,7 +18,23 @@
  *   - a NULL function pointer or string means "not provided";
  *   - an array of structs (params, tools) is walked with the struct_size of
  *     its first element as the stride; every element MUST have the same
- *     struct_size.
+ *     struct_size;
+ *   - the members a minor adds start at or after sizeof() of the struct of
+ *     the minor before (the first added member is pointer- or 8-byte
+ *     aligned when the older struct ends in padding), so the tail padding
+ *     of an older struct is never read as a field.  A member is present
+ *     when struct_size >= offsetof(member) + sizeof(member)
+ *     (TOOLHOST_HAS_MEMBER below).
+ *
+ * Forward rules (a plugin built against a newer minor than the host's):
+ * the host loads it with a note, reads only the members it knows, reads an
+ * unknown semantic type as TOOLHOST_SEM_TEXT and ignores unknown advisory
+ * flag bits (TOOLHOST_TOOL_ADVISORY_MASK) with a warning naming the
+ * plugin's minor; it refuses the plugin ("built against toolhost ABI 1.N,
+ * this host supports 1.M") when toolhost_plugin.requires_host_minor is
+ * newer than the host or when a behavioural flag bit is unknown.  A plugin
+ * reads the host api the same way: a member beyond the host's struct_size
+ * (an older host) is not there (see TH_SDK_HOST_HAS in toolhost/sdk.h).
  *
  * Memory.  The host never frees plugin memory and the plugin never frees
  * host memory.  Descriptors returned by the entry point are static data of
@@ -31,7 +47,9 @@
  *   Call  - execute(), validate_args(), needs_permission().  Called from any
  *           host worker thread, concurrently with each other and with
  *           themselves, unless the tool has TOOLHOST_TOOL_SERIAL, in which
- *           case the host never runs two execute() of that tool at once.
+ *           case the host never runs two execute() of that tool at once, or
+ *           the plugin has TOOLHOST_PLUGIN_SERIAL (1.1): never two execute()
+ *           of any of its tools at once.
  *           Never concurrently with Load functions of the same plugin.
  *   Owner - host callbacks that take a toolhost_call: called by the thread
  *           that currently owns the call.  That is the thread running
@@ -57,7 +75,11 @@ extern "C" {
 #endif
 
 #define TOOLHOST_ABI_MAJOR 1
-#define TOOLHOST_ABI_MINOR 0
+#define TOOLHOST_ABI_MINOR 1
+
+/* Whether the struct at `p` (with its struct_size) holds `member` of `type`. */
+#define TOOLHOST_HAS_MEMBER(type, p, member)                                  \
+    ((p)->struct_size >= offsetof(type, member) + sizeof(((type *)0)->member))
 
 /* The one exported symbol of a plugin.  Its name carries the ABI major. */
 #define TOOLHOST_ENTRY_SYMBOL "toolhost_plugin_v1"
@@ -107,7 +129,8 @@ typedef enum toolhost_semantic {
     TOOLHOST_SEM_COMMAND_OUTPUT = 6, /* what a command printed              */
     TOOLHOST_SEM_SEARCH_RESULTS = 7, /* matches, one per line               */
     TOOLHOST_SEM_KNOWLEDGE = 8,      /* documentation, reference text       */
-    TOOLHOST_SEM_STRUCTURED = 9,     /* JSON text                           */
+    TOOLHOST_SEM_STRUCTURED = 9,     /* JSON text (one value; checked
+                                        against output_schema when set)     */
     TOOLHOST_SEM_LOG = 10,           /* log lines                           */
     TOOLHOST_SEM_DIFF = 11,          /* a unified diff                      */
     TOOLHOST_SEM_BINARY = 12         /* bytes, never mixed into text        */
@@ -121,6 +144,28 @@ typedef enum toolhost_semantic {
 #define TOOLHOST_TOOL_IDEMPOTENT (1u << 3)  /* same args, same effect       */
 #define TOOLHOST_TOOL_OPEN_WORLD (1u << 4)  /* reaches outside the machine  */
 #define TOOLHOST_TOOL_SERIAL (1u << 5)      /* never two calls at once      */
+/* Bits 16-31 are advisory (hints for callers; the host behaves the same
+ * without them): a host ignores an unknown one with a warning.  An unknown
+ * bit below 16 changes behaviour, so the host refuses the plugin. */
+#define TOOLHOST_TOOL_ADVISORY_MASK 0xffff0000u
+
+/* Plugin flags (bits of toolhost_plugin.flags, ABI 1.1). */
+#define TOOLHOST_PLUGIN_SERIAL (1u << 0) /* never two calls of ANY of the
+                                            plugin's tools at once (one
+                                            handle shared by all tools)    */
+
+/* Bits of toolhost_param.bounds (ABI 1.1): which of minimum/maximum hold,
+ * and whether they exclude the bound itself. */
+#define TOOLHOST_BOUND_MINIMUM (1u << 0)
+#define TOOLHOST_BOUND_MAXIMUM (1u << 1)
+#define TOOLHOST_BOUND_EXCLUSIVE_MINIMUM (1u << 2)
+#define TOOLHOST_BOUND_EXCLUSIVE_MAXIMUM (1u << 3)
+
+/* Fronts a call can come from (toolhost_caller.front). */
+#define TOOLHOST_FRONT_CLI "cli"
+#define TOOLHOST_FRONT_RPC "rpc"
+#define TOOLHOST_FRONT_MCP "mcp"
+#define TOOLHOST_FRONT_CODE "code"
 
 /* Output streams for write(). */
 #define TOOLHOST_STDOUT 1
@@ -145,6 +190,18 @@ typedef struct toolhost_call {
     const struct toolhost_host_api *host; /* the same api init() was given */
     uint64_t call_id;                     /* unique within the host process */
 } toolhost_call;
+
+/* Who calls (ABI 1.1, filled by toolhost_host_api.caller).  Strings are
+ * the host's, valid until the call ends; NULL when unknown. */
+typedef struct toolhost_caller {
+    uint32_t struct_size; /* set by the PLUGIN to sizeof(toolhost_caller);
+                             the host fills only members that fit */
+    int64_t uid;          /* the peer's uid, -1 when unknown */
+    const char *user;     /* the peer's user name */
+    const char *session;  /* the session id (one per connection) */
+    const char *toolset;  /* the toolset the call came through */
+    const char *front;    /* TOOLHOST_FRONT_* */
+} toolhost_caller;
 
 /* ---- What the host gives the plugin ----------------------------------- */
 
@@ -206,6 +263,34 @@ typedef struct toolhost_host_api {
      * `host` is the api pointer init() was given; `message` is copied. */
     void (*log)(const struct toolhost_host_api *host, int level,
                 const char *message);
+
+    /* ---- ABI 1.1 (check with TH_SDK_HOST_HAS before use) ---- */
+
+    /* Owner.  Fills *out (whose struct_size the plugin set) with who calls.
+     * Returns 0 or TOOLHOST_EINVAL. */
+    int (*caller)(const toolhost_call *call, toolhost_caller *out);
+
+    /* Any, until the call ends.  Like log(), with the line tagged with the
+     * plugin's name and the call id ("plugin P: call N: message"). */
+    void (*log_call)(const toolhost_call *call, int level,
+                     const char *message);
+
+    /* Any, until the call ends.  Registers fn(ud) to run once when the call
+     * is cancelled or passes its deadline (at once if it already is), on a
+     * host thread that must not block: fn should only wake the tool's own
+     * thread.  Never after the call ended.  One registration per call (a
+     * later one replaces it).  fn NULL removes the registration and waits
+     * until a running fn has returned (not from inside fn): do that before
+     * freeing what `ud` points to, if that happens before the call ends.
+     * Returns 0, TOOLHOST_EINVAL or TOOLHOST_ESTATE (this call cannot be
+     * cancelled this way). */
+    int (*on_cancel)(toolhost_call *call, void (*fn)(void *ud), void *ud);
+
+    /* Any, until the call ends.  A file descriptor that becomes readable
+     * when the call is cancelled or passes its deadline, for poll(); owned
+     * by the host (do not close or read it), valid until the call ends.
+     * Returns the fd or a negative code. */
+    int (*cancel_fd)(toolhost_call *call);
 } toolhost_host_api;
 
 /* ---- What the plugin declares ------------------------------------------ */
@@ -226,6 +311,32 @@ typedef struct toolhost_param {
     const char *default_json;
     /* For TOOLHOST_TYPE_ARRAY: the type of the elements, 0 for any. */
     uint32_t item_type;
+
+    /* ---- ABI 1.1 (a zeroed member means "no constraint") ---- */
+
+    /* For integer and number parameters: bounds, used when the matching
+     * TOOLHOST_BOUND_* bit is set in `bounds` (JSON Schema minimum,
+     * maximum, exclusiveMinimum, exclusiveMaximum). */
+    double minimum;
+    double maximum;
+    uint32_t bounds;
+    /* For strings: length in Unicode code points; max_length 0 = none. */
+    uint32_t min_length;
+    uint32_t max_length;
+    /* For arrays: number of items; max_items 0 = none. */
+    uint32_t min_items;
+    uint32_t max_items;
+    /* For strings: a regular expression (PCRE2, UTF; not anchored, as in
+     * JSON Schema), or NULL. */
+    const char *pattern;
+    /* For object and array parameters: a JSON Schema (text) the value must
+     * match, exported as is.  Only the keywords type, enum, const, minimum,
+     * maximum, exclusiveMinimum, exclusiveMaximum, minLength, maxLength,
+     * pattern, items (one schema), minItems, maxItems, properties, required,
+     * additionalProperties (and the annotations title, description,
+     * default, examples, $schema, $comment) are allowed; the host refuses
+     * any other at load, naming it.  NULL: none. */
+    const char *schema_json;
 } toolhost_param;
 
 typedef struct toolhost_tool {
@@ -268,6 +379,16 @@ typedef struct toolhost_tool {
                          size_t err_size);
 
     const void *user_data; /* the plugin's own, untouched by the host */
+
+    /* ---- ABI 1.1 ---- */
+
+    const char *title; /* NULL or a short human name ("Read file") */
+    /* NULL, or a JSON Schema (text, the keyword subset of schema_json) for
+     * the tool's stdout, which then must be TOOLHOST_SEM_STRUCTURED.  The
+     * host checks what a successful call wrote against it when the call
+     * ends; a mismatch fails the call as the tool's error
+     * ("tool_output_invalid"), not the caller's. */
+    const char *output_schema;
 } toolhost_tool;
 
 typedef struct toolhost_plugin {
@@ -299,6 +420,16 @@ typedef struct toolhost_plugin {
 
     const toolhost_tool *tools; /* n_tools tools */
     uint32_t n_tools;
+
+    /* ---- ABI 1.1 (uint64_t first: the 1.0 struct ends in padding) ---- */
+
+    uint64_t flags; /* TOOLHOST_PLUGIN_* bits */
+    /* The oldest host minor this plugin works with (0 = any 1.x host).  A
+     * host older than that refuses it with "built against toolhost ABI
+     * 1.N, this host supports 1.M".  (A 1.0 host does not know this
+     * member and loads the plugin anyway: still check TH_SDK_HOST_HAS
+     * before calling a 1.1 host callback.) */
+    uint32_t requires_host_minor;
 } toolhost_plugin;
 
 /* The entry point every plugin exports, and nothing else.  Load.  Returns

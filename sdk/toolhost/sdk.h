@@ -103,6 +103,28 @@ const char *th_sdk_strerror(int code);
 /* The element type of an array: TH_SDK_ITEMS(STRING). */
 #define TH_SDK_ITEMS(itype) .item_type = TOOLHOST_TYPE_##itype
 
+/* ABI 1.1 constraints, checked by the host before execute() and shown in
+ * the JSON Schema a model sees.  Use one bounds macro per parameter. */
+/* minimum <= value <= maximum (integers, numbers): TH_SDK_RANGE(1, 1000) */
+#define TH_SDK_RANGE(lo, hi)                                                 \
+    .minimum = (lo), .maximum = (hi),                                        \
+    .bounds = TOOLHOST_BOUND_MINIMUM | TOOLHOST_BOUND_MAXIMUM
+#define TH_SDK_MIN(lo) .minimum = (lo), .bounds = TOOLHOST_BOUND_MINIMUM
+#define TH_SDK_MAX(hi) .maximum = (hi), .bounds = TOOLHOST_BOUND_MAXIMUM
+/* value > lo (exclusive), e.g. a ratio that must be positive. */
+#define TH_SDK_ABOVE(lo)                                                     \
+    .minimum = (lo), .bounds = TOOLHOST_BOUND_EXCLUSIVE_MINIMUM
+/* String length in code points (max 0 = no maximum). */
+#define TH_SDK_LENGTH(lo, hi) .min_length = (lo), .max_length = (hi)
+/* A PCRE2 pattern the string must match (not anchored: add ^...$). */
+#define TH_SDK_PATTERN(re) .pattern = (re)
+/* Item count of an array (max 0 = no maximum). */
+#define TH_SDK_ITEM_COUNT(lo, hi) .min_items = (lo), .max_items = (hi)
+/* A JSON Schema for an object or array parameter (the host's subset:
+ * type, enum, const, bounds, lengths, pattern, items, properties,
+ * required, additionalProperties). */
+#define TH_SDK_SCHEMA(json) .schema_json = (json)
+
 /* A tool: name, execute function, one-line description, then designated
  * initializers.  TH_SDK_OUTPUT() is required (the host refuses a tool
  * without semantic types); add TH_SDK_PARAMS() when it has parameters,
@@ -114,6 +136,11 @@ const char *th_sdk_strerror(int code);
         .execute = (texec), .description = __VA_ARGS__                       \
     }
 #define TH_SDK_PARAMS(arr) .params = (arr), .n_params = TH_SDK_COUNT(arr)
+/* ABI 1.1: a short human title, and the JSON Schema of a structured
+ * stdout (the host checks the output against it when the call ends; the
+ * tool needs TH_SDK_OUTPUT(STRUCTURED, ...)). */
+#define TH_SDK_TITLE(t) .title = (t)
+#define TH_SDK_OUTPUT_SCHEMA(json) .output_schema = (json)
 /* Semantic types of stdout and stderr: TH_SDK_OUTPUT(FILE_CONTENT, ERROR).
  * Names are the TOOLHOST_SEM_* suffixes. */
 #define TH_SDK_OUTPUT(out, err)                                              \
@@ -267,6 +294,79 @@ int th_sdk_meta_finish(th_sdk_meta *m, const uint8_t **data, size_t *len);
 /* Owner.  Finishes the map and hands it to call->host->set_meta() (which
  * copies it).  Returns 0, the sticky error, or the host's code. */
 int th_sdk_meta_set(th_sdk_meta *m, toolhost_call *call);
+
+/* ---- The host's ABI 1.1 callbacks ------------------------------------------
+ *
+ * An older host's api ends before these members: check before calling.
+ * TH_SDK_HOST_HAS(host, caller) is true when the host provides caller().
+ * The wrappers below check for you and answer TH_SDK_ESTATE (or fall back,
+ * for logging) on a 1.0 host. */
+#define TH_SDK_HOST_HAS(api, member)                                         \
+    ((api) != NULL &&                                                        \
+     TOOLHOST_HAS_MEMBER(toolhost_host_api, (api), member) &&                \
+     (api)->member != NULL)
+
+/* Owner.  Who calls: fills *out (struct_size set for you); TH_SDK_ESTATE
+ * on a host without caller(). */
+int th_sdk_caller(const toolhost_call *call, toolhost_caller *out);
+/* Any, until the call ends.  A formatted log line tagged with the call id
+ * (on a 1.0 host: log() with "call N: " in front). */
+void th_sdk_log_call(const toolhost_call *call, int level, const char *fmt,
+                     ...) TH_SDK_PRINTF(3, 4);
+/* Any, until the call ends.  See toolhost_host_api.on_cancel/cancel_fd
+ * (fn NULL: unregister and wait for a running fn). */
+int th_sdk_on_cancel(toolhost_call *call, void (*fn)(void *ud), void *ud);
+int th_sdk_cancel_fd(toolhost_call *call);
+
+/* ---- A JSON writer for structured output -------------------------------------
+ *
+ * Builds one JSON value in memory, with escaping done right: quotes,
+ * backslashes and control characters escaped, invalid UTF-8 replaced by
+ * U+FFFD, non-finite numbers refused.  Separators are placed for you; a
+ * misuse (a key outside an object, a value without its key, unbalanced
+ * ends) is an error.  The first error sticks: later calls do nothing and
+ * th_sdk_json_finish() returns it, so a writer can be used without
+ * checking each call.
+ *
+ *   th_sdk_json j;
+ *   th_sdk_json_init(&j);
+ *   th_sdk_json_object(&j);
+ *   th_sdk_json_key(&j, "count");  th_sdk_json_int(&j, 3);
+ *   th_sdk_json_key(&j, "names");  th_sdk_json_array(&j);
+ *   th_sdk_json_str(&j, "a\"b");    th_sdk_json_end(&j);
+ *   th_sdk_json_end(&j);
+ *   int rc = th_sdk_json_write(&j, call); // to stdout
+ *   th_sdk_json_destroy(&j);
+ */
+#define TH_SDK_JSON_MAX_DEPTH 64
+typedef struct th_sdk_json {
+    char *buf;
+    size_t len, cap;
+    int err;                                   /* the first error, or 0  */
+    int depth;
+    unsigned char in_object[TH_SDK_JSON_MAX_DEPTH]; /* per level: 1 object */
+    unsigned char count[TH_SDK_JSON_MAX_DEPTH];     /* values so far (0/1+) */
+    int have_key;                              /* a key awaits its value */
+    int done;                                  /* the top value is whole */
+} th_sdk_json;
+void th_sdk_json_init(th_sdk_json *j);
+void th_sdk_json_destroy(th_sdk_json *j);
+int th_sdk_json_object(th_sdk_json *j); /* { */
+int th_sdk_json_array(th_sdk_json *j);  /* [ */
+int th_sdk_json_end(th_sdk_json *j);    /* } or ], whichever is open */
+int th_sdk_json_key(th_sdk_json *j, const char *key);
+int th_sdk_json_str(th_sdk_json *j, const char *s); /* NULL writes null */
+int th_sdk_json_strn(th_sdk_json *j, const char *s, size_t n);
+int th_sdk_json_int(th_sdk_json *j, int64_t v);
+int th_sdk_json_uint(th_sdk_json *j, uint64_t v);
+int th_sdk_json_double(th_sdk_json *j, double v); /* EINVAL if not finite */
+int th_sdk_json_bool(th_sdk_json *j, bool v);
+int th_sdk_json_null(th_sdk_json *j);
+/* The finished text (NUL-terminated, owned by j) or the first error
+ * (TH_SDK_EINVAL for a misuse or an unfinished value, TH_SDK_ENOMEM). */
+int th_sdk_json_finish(th_sdk_json *j, const char **text, size_t *len);
+/* Owner.  th_sdk_json_finish(), then the text to the call's stdout. */
+int th_sdk_json_write(th_sdk_json *j, toolhost_call *call);
 
 /* ---- Progress, cancellation, logging --------------------------------------- */
 

@@ -43,6 +43,41 @@ static void expect_check(const char *name, const char *want)
     free(f);
 }
 
+/* Every problem in one run, with the count; lint warnings for
+ * descriptions and names. */
+static void test_every_problem_and_lint(void)
+{
+    expect_check("bad_table4", "not loadable: 6 problems");
+    expect_check("bad_table4", "tool 'lister': parameter 'q': pattern '(' "
+                               "does not compile: missing closing "
+                               "parenthesis at offset 1");
+    char *f = fixture("check_lint");
+    th_test_run r;
+    RUN(r, "check", f);
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "warning: tool 'check_lint_multi' "
+                                         "has a description of more than "
+                                         "one line"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "warning: tool 'check_lint_long' has "
+                                         "a description of 301 characters"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "warning: tool 'other_name' does not "
+                                         "start with the plugin's name "
+                                         "('check_lint_...')"));
+    CU_ASSERT_PTR_NULL(strstr(r.out, "tool 'check_lint' does not"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "5 tools, 0 errors, 3 warnings"));
+    CU_ASSERT_PTR_NULL(strstr(r.out, "nothing on stderr"));
+    th_test_run_free(&r);
+    /* --strict: the read-only tool runs once; a silent failure is a
+     * warning, and warnings fail the check. */
+    RUN(r, "check", "--strict", f);
+    CU_ASSERT_EQUAL(r.status, 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "warning: tool 'check_lint_quiet' "
+                                         "failed with nothing on stderr"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "5 tools, 0 errors, 4 warnings"));
+    th_test_run_free(&r);
+    free(f);
+}
+
 static void test_init_segfault(void)
 {
     expect_check("check_crash_init", "init crashed with SIGSEGV");
@@ -120,7 +155,8 @@ static void test_good_unchanged(void)
     RUN(r, "check", f);
     CU_ASSERT_EQUAL(r.status, 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "init failed: database unreachable"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "1 error, 0 warnings"));
+    /* (its tool init_fails_tool draws the missing-prefix warning) */
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "1 error, 1 warning\n"));
     CU_ASSERT_PTR_NULL(strstr(r.out, "failed: 1 problem"));
     th_test_run_free(&r);
     free(f);
@@ -188,5 +224,6 @@ void th_suite_check_child(void)
     CU_add_test(s, "init_hangs", test_init_hangs);
     CU_add_test(s, "child_limits", test_child_limits);
     CU_add_test(s, "good_unchanged", test_good_unchanged);
+    CU_add_test(s, "every_problem_and_lint", test_every_problem_and_lint);
     CU_add_test(s, "path_refused", test_path_refused);
 }

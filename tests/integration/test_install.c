@@ -42,8 +42,36 @@ static void test_install_and_build_out_of_tree(void)
              "    path: greeter/greeter.so\n"
              "EOF\n"
              "'%s/prefix/bin/toolhost' call -c '%s/cfg.yaml' greeter_hello "
-             "name=installer times=2\n",
-             TH_SOURCE_DIR, TH_SANITIZER, dir, dir, dir, dir, dir, dir, dir, dir);
+             "name=installer times=2\n"
+             /* ABI 1.1 dev loop: the .so straight, no config */
+             "'%s/prefix/bin/toolhost' call ./greeter.so greeter_hello "
+             "name=direct\n"
+             /* the host refuses times=0 (TH_SDK_RANGE(1, 100)) */
+             "if '%s/prefix/bin/toolhost' call ./greeter.so greeter_hello "
+             "times=0 2>../refused.txt; then exit 7; fi\n"
+             "cat ../refused.txt\n"
+             "test -f toolhost.yaml && grep -q 'reload: watch' toolhost.yaml\n"
+             "grep -q -- '-Wl,--no-undefined' Makefile\n"
+             /* installed: the guide, the template, the test harness */
+             "test -f '%s/prefix/share/doc/toolhost/AUTHORING.md'\n"
+             "test -f '%s/prefix/share/doc/toolhost/template/plugin.c.in'\n"
+             "cat > t.c <<EOF\n"
+             "#include <string.h>\n"
+             "#include <toolhost/testing.h>\n"
+             "const toolhost_plugin *toolhost_plugin_v1(void);\n"
+             "int main(void) {\n"
+             "    th_sdk_test t; th_sdk_test_call c; char e[256];\n"
+             "    if (th_sdk_test_load(&t, toolhost_plugin_v1(), 0, 0, e, 256)) return 1;\n"
+             "    int st = th_sdk_test_run_kv(&t, \"greeter_hello\", &c, \"name\", \"unit\", (char *)0);\n"
+             "    int ok = st == TOOLHOST_OK && strcmp(c.out, \"hello, unit\\\\n\") == 0;\n"
+             "    th_sdk_test_call_free(&c); th_sdk_test_unload(&t);\n"
+             "    return ok ? 0 : 2;\n"
+             "}\n"
+             "EOF\n"
+             "cc -o t t.c greeter.c $(pkg-config --cflags --libs toolhost-testing)\n"
+             "./t && echo harness-ok\n",
+             TH_SOURCE_DIR, TH_SANITIZER, dir, dir, dir, dir, dir, dir, dir, dir,
+             dir, dir, dir, dir);
     th_test_run r;
     sh(script, &r);
     if (r.status != 0)
@@ -53,6 +81,9 @@ static void test_install_and_build_out_of_tree(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "-ltoolhost-sdk"));
     CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "0 errors"));
     CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "hello, installer\nhello, installer\n"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "hello, direct\n"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "parameter 'times' must be >= 1, got 0"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "harness-ok\n"));
     th_test_run_free(&r);
     th_test_rmtree(dir);
     free(dir);

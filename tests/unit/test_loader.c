@@ -247,7 +247,7 @@ static void struct_small(void)
     snprintf(want, sizeof want,
              "toolhost_plugin struct_size 8 is smaller than the %zu bytes of "
              "ABI 1.0",
-             sizeof(toolhost_plugin));
+             TH_ABI10_PLUGIN_SIZE);
     expect_open_error("bad_struct_small", want);
 }
 
@@ -360,6 +360,39 @@ static void on_problem(void *ud, const char *msg)
     pr->n++;
     size_t len = strlen(pr->text);
     snprintf(pr->text + len, sizeof pr->text - len, "%s\n", msg);
+}
+
+/* Problems inside one parameter table and inside one tool are each
+ * reported (a table with 4 problems used to report 1). */
+static void every_problem_in_table(void)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s",
+             th_test_build_path("fixtures/bad_table4.so"));
+    problems pr = {0, ""};
+    th_load_opts o = {.allow_insecure = true, .on_problem = on_problem,
+                      .problem_ud = &pr};
+    th_plugin *p;
+    th_error e;
+    CU_ASSERT_EQUAL(th_plugin_open(path, &o, &p, &e), TH_ELOAD);
+    CU_ASSERT_EQUAL(pr.n, 6);
+    const char *want[] = {"tool 'lister': parameter 'bad name' has an invalid",
+                          "tool 'lister': parameter 'n' has an unknown type 9",
+                          "tool 'lister': parameter 'limit' has bounds that",
+                          "tool 'lister': parameter 'q': pattern '(' does "
+                          "not compile",
+                          "tool 'empty' has no description",
+                          "tool 'empty' has no execute function"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        CU_ASSERT_PTR_NOT_NULL(strstr(pr.text, want[i]));
+        if (!strstr(pr.text, want[i]))
+            fprintf(stderr, "\n  missing: %s\n", want[i]);
+    }
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "(and 5 more problems)"));
+    /* Without a reporter: the first problem only, as before. */
+    CU_ASSERT_EQUAL(th_plugin_open(path, &insecure, &p, &e), TH_ELOAD);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "parameter 'bad name'"));
+    CU_ASSERT_PTR_NULL(strstr(e.msg, "more problem"));
 }
 
 static void every_problem(void)
@@ -742,7 +775,9 @@ static void builtin(void)
     const toolhost_tool flags[] = {BT("t", "T", 1, 3, 1u << 9, bi_run)};
     expect_builtin_error(flags, 1,
                          "built-in plugin 'bi': tool 't' has unknown flag "
-                         "bits 0x200 (known: TOOLHOST_TOOL_* = 0x3f)");
+                         "bits 0x200 (known: TOOLHOST_TOOL_* = 0x3f; the "
+                         "plugin says it is built against toolhost ABI 1.0, "
+                         "which has no such flag)");
     const toolhost_tool noname[] = {BT("a", "T", 1, 3, 0, bi_run),
                                     BT(NULL, "T", 1, 3, 0, bi_run)};
     expect_builtin_error(noname, 2, "built-in plugin 'bi': tool #2 has no name");
@@ -759,10 +794,21 @@ static void builtin(void)
     toolhost_tool small[] = {BT("t", "T", 1, 3, 0, bi_run)};
     small[0].struct_size = 16;
     snprintf(want, sizeof want,
-             "built-in plugin 'bi': toolhost_tool struct_size 16 is smaller "
-             "than the %zu bytes of ABI 1.0",
-             sizeof(toolhost_tool));
+             "built-in plugin 'bi': toolhost_tool struct_size 16 (of the "
+             "first tool) is smaller than the %zu bytes of ABI 1.0",
+             TH_ABI10_TOOL_SIZE);
     expect_builtin_error(small, 1, want);
+    /* An oversized first struct_size is named as the first tool's, not
+     * blamed on tool #2 read at the wrong place. */
+    toolhost_tool big[] = {BT("t", "T", 1, 3, 0, bi_run),
+                           BT("u", "T", 1, 3, 0, bi_run)};
+    big[0].struct_size = 4096;
+    snprintf(want, sizeof want,
+             "built-in plugin 'bi': toolhost_tool struct_size 4096 (of the "
+             "first tool) is larger than the %zu bytes of ABI 1.%d, and the "
+             "plugin says it is built against 1.0",
+             sizeof(toolhost_tool), TOOLHOST_ABI_MINOR);
+    expect_builtin_error(big, 2, want);
     expect_builtin_error(NULL, 1,
                          "built-in plugin 'bi': n_tools is 1 but tools is "
                          "NULL");
@@ -813,6 +859,154 @@ static void newer_minor(void)
     CU_ASSERT_STRING_EQUAL(p->tools[1].name, "second");
     CU_ASSERT_PTR_EQUAL(p->tools[1].desc, &tools[1].v1);
     CU_ASSERT_EQUAL(th_plugin_init(p, NULL, 0, &e), 0); /* no init(): ok */
+    th_plugin_unref(p);
+}
+
+/* ---- ABI 1.1 ------------------------------------------------------------------------ */
+
+/* A plugin built against the frozen 1.0 header loads and works, and its
+ * struct sizes are where the host says 1.1 members start. */
+static void abi10_plugin(void)
+{
+    const char *path = th_test_build_path("fixtures/abi10_basic.so");
+    th_plugin *p;
+    th_error e;
+    CU_ASSERT_EQUAL_FATAL(th_plugin_open(path, &insecure, &p, &e), 0);
+    CU_ASSERT_EQUAL(p->abi_minor, 0);
+    CU_ASSERT_EQUAL(p->flags, 0);
+    CU_ASSERT_EQUAL(p->desc->struct_size, TH_ABI10_PLUGIN_SIZE);
+    CU_ASSERT_EQUAL(p->desc->tools[0].struct_size, TH_ABI10_TOOL_SIZE);
+    CU_ASSERT_EQUAL(p->desc->tools[0].params[0].struct_size,
+                    TH_ABI10_PARAM_SIZE);
+    const th_tool *t = tool_named(p, "a10_echo");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+    CU_ASSERT_PTR_NULL(t->title);
+    CU_ASSERT_PTR_NULL(t->out_schema);
+    CU_ASSERT_PTR_NULL(t->params[0].cons);
+    CU_ASSERT_EQUAL(th_plugin_init(p, NULL, 0, &e), 0);
+    /* {text: "ab"}: n defaults to 2. */
+    const uint8_t args[] = {0x81, 0xa4, 't', 'e', 'x', 't', 0xa2, 'a', 'b'};
+    mock_call m;
+    CU_ASSERT_EQUAL(run_tool(p, "a10_echo", args, sizeof args, &m),
+                    TOOLHOST_OK);
+    CU_ASSERT_EQUAL(m.out.len, strlen("abi 1.1 n=2: abab"));
+    CU_ASSERT_NSTRING_EQUAL(m.out.data, "abi 1.1 n=2: abab", m.out.len);
+    mock_free(&m);
+    th_plugin_unref(p);
+}
+
+static int out_run(void *state, const toolhost_tool *tool,
+                   toolhost_call *call, const uint8_t *args, size_t len)
+{
+    (void)state, (void)tool, (void)args, (void)len;
+    call->host->write(call, TOOLHOST_STDOUT, "{\"n\":1}", 7);
+    return TOOLHOST_OK;
+}
+
+/* Forward rules and the 1.1 plugin members. */
+static void abi11_forward(void)
+{
+    static toolhost_tool tools[1];
+    tools[0] = (toolhost_tool)BT("t", "T", 99, 3,
+                                 TOOLHOST_TOOL_READ_ONLY | (1u << 20),
+                                 bi_run);
+    toolhost_plugin d = {sizeof d, TOOLHOST_ABI_MAJOR, TOOLHOST_ABI_MINOR + 1,
+                         "fwd", "1", "F", NULL, 0, NULL, NULL, tools, 1};
+    th_plugin *p;
+    th_error e;
+    /* A newer plugin: unknown semantic type read as text, unknown
+     * advisory flag dropped, both with a warning naming its minor. */
+    log_capture();
+    CU_ASSERT_EQUAL_FATAL(th_plugin_builtin(&d, &p, &e), 0);
+    char *log = log_release();
+    CU_ASSERT_EQUAL(p->tools[0].stdout_type, TOOLHOST_SEM_TEXT);
+    CU_ASSERT_EQUAL(p->tools[0].flags, TOOLHOST_TOOL_READ_ONLY);
+    char want[200];
+    snprintf(want, sizeof want, "built against toolhost ABI 1.%d, this "
+                                "host supports 1.%d",
+             TOOLHOST_ABI_MINOR + 1, TOOLHOST_ABI_MINOR);
+    CU_ASSERT_EQUAL(count(log, want), 3); /* note, semantic, flag */
+    free(log);
+    th_plugin_unref(p);
+    /* A behavioural flag bit from the future: refused, the host is older. */
+    tools[0] = (toolhost_tool)BT("t", "T", 1, 3, 1u << 9, bi_run);
+    CU_ASSERT_EQUAL(th_plugin_builtin(&d, &p, &e), TH_ELOAD);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, want));
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "flag bits 0x200"));
+    /* The same from a plugin of our minor: its own fault. */
+    d.abi_minor = TOOLHOST_ABI_MINOR;
+    CU_ASSERT_EQUAL(th_plugin_builtin(&d, &p, &e), TH_ELOAD);
+    CU_ASSERT_PTR_NULL(strstr(e.msg, "this host supports"));
+    /* requires_host_minor newer than ours: refused in plain words. */
+    tools[0] = (toolhost_tool)BT("t", "T", 1, 3, 0, bi_run);
+    d.requires_host_minor = TOOLHOST_ABI_MINOR + 1;
+    d.abi_minor = TOOLHOST_ABI_MINOR + 1;
+    CU_ASSERT_EQUAL(th_plugin_builtin(&d, &p, &e), TH_ELOAD);
+    snprintf(want, sizeof want,
+             "built-in plugin 'fwd': built against toolhost ABI 1.%d, this "
+             "host supports 1.%d: it requires a host of ABI 1.%d or newer",
+             TOOLHOST_ABI_MINOR + 1, TOOLHOST_ABI_MINOR,
+             TOOLHOST_ABI_MINOR + 1);
+    CU_ASSERT_NSTRING_EQUAL(e.msg, want, strlen(want));
+    /* Plugin flags: SERIAL kept, unknown bits refused. */
+    d.requires_host_minor = TOOLHOST_ABI_MINOR;
+    d.abi_minor = TOOLHOST_ABI_MINOR;
+    d.flags = TOOLHOST_PLUGIN_SERIAL;
+    CU_ASSERT_EQUAL_FATAL(th_plugin_builtin(&d, &p, &e), 0);
+    CU_ASSERT_EQUAL(p->flags, TOOLHOST_PLUGIN_SERIAL);
+    th_plugin_unref(p);
+    d.flags = 1u << 7;
+    CU_ASSERT_EQUAL(th_plugin_builtin(&d, &p, &e), TH_ELOAD);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "unknown plugin flag bits 0x80"));
+}
+
+/* title and output_schema: copied, compiled, checked at load. */
+static void abi11_tool_members(void)
+{
+    static toolhost_tool tools[1];
+    tools[0] = (toolhost_tool)BT("t", "T", TOOLHOST_SEM_STRUCTURED, 3, 0,
+                                 out_run);
+    tools[0].title = "The T";
+    tools[0].output_schema =
+        "{\"type\":\"object\",\"required\":[\"n\"],\"properties\":{\"n\":"
+        "{\"type\":\"integer\",\"minimum\":2}}}";
+    toolhost_plugin d = {sizeof d, TOOLHOST_ABI_MAJOR, TOOLHOST_ABI_MINOR,
+                         "o", "1", "O", NULL, 0, NULL, NULL, tools, 1};
+    th_plugin *p;
+    th_error e;
+    CU_ASSERT_EQUAL_FATAL(th_plugin_builtin(&d, &p, &e), 0);
+    const th_tool *t = &p->tools[0];
+    CU_ASSERT_STRING_EQUAL(t->title, "The T");
+    CU_ASSERT_PTR_NOT_NULL(t->out_schema);
+    CU_ASSERT_EQUAL(th_validate_output(t, "{\"n\":2}", 7, &e), 0);
+    CU_ASSERT_EQUAL(th_validate_output(t, "{\"n\":1}", 7, &e), TH_ETOOL);
+    CU_ASSERT_STRING_EQUAL(e.msg, "tool t wrote structured output that does "
+                                  "not match its output_schema: at /n: must "
+                                  "be >= 2, got 1");
+    CU_ASSERT_EQUAL(th_validate_output(t, "{\"n\":", 5, &e), TH_ETOOL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "is not valid JSON"));
+    CU_ASSERT_EQUAL(th_validate_output(t, "", 0, &e), TH_ETOOL);
+    th_plugin_unref(p);
+    /* A keyword outside the subset is refused at load, by name. */
+    tools[0].output_schema = "{\"type\":\"object\",\"anyOf\":[]}";
+    CU_ASSERT_EQUAL(th_plugin_builtin(&d, &p, &e), TH_ELOAD);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "built-in plugin 'o': tool 't': "
+                                         "output_schema: uses the keyword "
+                                         "'anyOf'"));
+    /* An output_schema needs structured stdout. */
+    tools[0].output_schema = "{}";
+    tools[0].stdout_type = TOOLHOST_SEM_TEXT;
+    CU_ASSERT_EQUAL(th_plugin_builtin(&d, &p, &e), TH_ELOAD);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "needs TOOLHOST_SEM_STRUCTURED"));
+    /* Structured stdout without a schema must still be JSON. */
+    tools[0].output_schema = NULL;
+    tools[0].stdout_type = TOOLHOST_SEM_STRUCTURED;
+    CU_ASSERT_EQUAL_FATAL(th_plugin_builtin(&d, &p, &e), 0);
+    CU_ASSERT_EQUAL(th_validate_output(&p->tools[0], "[1]", 3, &e), 0);
+    CU_ASSERT_EQUAL(th_validate_output(&p->tools[0], "", 0, &e), 0);
+    CU_ASSERT_EQUAL(th_validate_output(&p->tools[0], "nope", 4, &e),
+                    TH_ETOOL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "that is not JSON"));
     th_plugin_unref(p);
 }
 
@@ -880,6 +1074,10 @@ void th_suite_loader(void)
 {
     CU_pSuite s = CU_add_suite("loader", NULL, NULL);
     CU_add_test(s, "good_basic", good_basic);
+    CU_add_test(s, "every_problem_in_table", every_problem_in_table);
+    CU_add_test(s, "abi10_plugin", abi10_plugin);
+    CU_add_test(s, "abi11_forward", abi11_forward);
+    CU_add_test(s, "abi11_tool_members", abi11_tool_members);
     CU_add_test(s, "config_block", config_block);
     CU_add_test(s, "no_entry", no_entry);
     CU_add_test(s, "abi_major", abi_major);

@@ -506,6 +506,102 @@ static void test_from_loader(void)
     th_plugin_unref(p);
 }
 
+/* ABI 1.1: bounds and the other constraints, title and output_schema
+ * reach the exports and the tools.list entry. */
+static int rows_run(void *state, const toolhost_tool *tool,
+                    toolhost_call *call, const uint8_t *args, size_t len)
+{
+    (void)state, (void)tool, (void)call, (void)args, (void)len;
+    return TOOLHOST_OK;
+}
+
+static void test_abi11_export(void)
+{
+    static toolhost_param ps[3];
+    memset(ps, 0, sizeof ps);
+    for (int i = 0; i < 3; i++)
+        ps[i].struct_size = sizeof ps[i];
+    ps[0].name = "limit";
+    ps[0].type = TOOLHOST_TYPE_INTEGER;
+    ps[0].description = "Rows to return.";
+    ps[0].bounds = TOOLHOST_BOUND_MINIMUM | TOOLHOST_BOUND_MAXIMUM;
+    ps[0].minimum = 1;
+    ps[0].maximum = 1000;
+    ps[1].name = "name";
+    ps[1].type = TOOLHOST_TYPE_STRING;
+    ps[1].description = "A name.";
+    ps[1].max_length = 8;
+    ps[1].pattern = "^[a-z]";
+    ps[2].name = "filter";
+    ps[2].type = TOOLHOST_TYPE_OBJECT;
+    ps[2].description = "Filter.";
+    ps[2].schema_json = "{\"type\":\"object\",\"properties\":{\"since\":"
+                        "{\"type\":\"integer\"}},\"required\":[\"since\"]}";
+    static toolhost_tool tools[1];
+    memset(tools, 0, sizeof tools);
+    tools[0].struct_size = sizeof tools[0];
+    tools[0].name = "rows_list";
+    tools[0].description = "List rows.";
+    tools[0].params = ps;
+    tools[0].n_params = 3;
+    tools[0].stdout_type = TOOLHOST_SEM_STRUCTURED;
+    tools[0].stderr_type = TOOLHOST_SEM_ERROR;
+    tools[0].execute = rows_run;
+    tools[0].title = "List rows";
+    tools[0].output_schema = "{\"type\":\"object\",\"properties\":{\"rows\":"
+                             "{\"type\":\"array\"}}}";
+    static toolhost_plugin d;
+    memset(&d, 0, sizeof d);
+    d = (toolhost_plugin){sizeof d, TOOLHOST_ABI_MAJOR, TOOLHOST_ABI_MINOR,
+                          "rows", "1", "Rows", NULL, 0, NULL, NULL, tools, 1};
+    th_plugin *p;
+    th_error err;
+    CU_ASSERT_EQUAL_FATAL(th_plugin_builtin(&d, &p, &err), 0);
+    const th_tool *t = &p->tools[0];
+    json_t *js = th_schema_export(&t, 1, TH_EXPORT_JSONSCHEMA, &err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(js);
+    json_t *one = json_object_get(js, "rows_list");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(one, "title")),
+                           "List rows");
+    char *txt = json_dumps(json_object_get(one, "properties"), JSON_COMPACT);
+    CU_ASSERT_STRING_EQUAL(
+        txt, "{\"limit\":{\"type\":\"integer\",\"description\":\"Rows to "
+             "return.\",\"minimum\":1,\"maximum\":1000},\"name\":{\"type\":"
+             "\"string\",\"description\":\"A name.\",\"maxLength\":8,"
+             "\"pattern\":\"^[a-z]\"},\"filter\":{\"type\":\"object\","
+             "\"properties\":{\"since\":{\"type\":\"integer\"}},\"required\":"
+             "[\"since\"],\"description\":\"Filter.\"}}");
+    free(txt);
+    txt = json_dumps(json_object_get(one, "outputSchema"), JSON_COMPACT);
+    CU_ASSERT_STRING_EQUAL(txt, "{\"type\":\"object\",\"properties\":{"
+                                "\"rows\":{\"type\":\"array\"}}}");
+    free(txt);
+    json_decref(js);
+    /* OpenAI and Anthropic carry the bounds in the parameters too. */
+    js = th_schema_export(&t, 1, TH_EXPORT_OPENAI, &err);
+    json_t *lim = json_object_get(
+        json_object_get(json_object_get(json_object_get(json_array_get(js, 0),
+                                                        "function"),
+                                        "parameters"),
+                        "properties"),
+        "limit");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(lim, "minimum")), 1);
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(lim, "maximum")), 1000);
+    json_decref(js);
+    /* tools.list: title and output_schema keys. */
+    th_buf b = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
+    CU_ASSERT_EQUAL(th_schema_pack_tool(&pk, t), 0);
+    json_t *entry = th_json_from_msgpack(b.data, b.len, NULL);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(entry, "title")),
+                           "List rows");
+    CU_ASSERT_TRUE(json_is_object(json_object_get(entry, "output_schema")));
+    json_decref(entry);
+    th_buf_free(&b);
+    th_plugin_unref(p);
+}
+
 void th_suite_schema(void)
 {
     CU_pSuite s = CU_add_suite("schema", suite_init, suite_clean);
@@ -516,4 +612,5 @@ void th_suite_schema(void)
     CU_add_test(s, "validate_with_jsonschema", test_validate_with_jsonschema);
     CU_add_test(s, "pack_tool", test_pack_tool);
     CU_add_test(s, "from_loader", test_from_loader);
+    CU_add_test(s, "abi11_export", test_abi11_export);
 }

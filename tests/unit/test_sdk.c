@@ -14,7 +14,10 @@
 #include "common/plugin_harness.h"
 #include "common/th_test.h"
 #include "th/buf.h"
+#include "th/tool.h"
+#include <jansson.h>
 #include "toolhost/sdk.h"
+#include "toolhost/testing.h"
 
 
 /* ---- a tiny fake call ----------------------------------------------------- */
@@ -940,6 +943,232 @@ static void test_template(void)
     free(dir);
 }
 
+/* ---- ABI 1.1: the JSON writer and the host callbacks ---------------------- */
+
+static void test_json_writer(void)
+{
+    th_sdk_json j;
+    th_sdk_json_init(&j);
+    th_sdk_json_object(&j);
+    th_sdk_json_key(&j, "s");
+    th_sdk_json_str(&j, "q\"b\\s\n\t\x01\x7f\xc3\xa9\xff/");
+    th_sdk_json_key(&j, "n");
+    th_sdk_json_int(&j, -3);
+    th_sdk_json_key(&j, "u");
+    th_sdk_json_uint(&j, UINT64_MAX);
+    th_sdk_json_key(&j, "d");
+    th_sdk_json_double(&j, 2);
+    th_sdk_json_key(&j, "f");
+    th_sdk_json_double(&j, 0.1);
+    th_sdk_json_key(&j, "a");
+    th_sdk_json_array(&j);
+    th_sdk_json_bool(&j, true);
+    th_sdk_json_null(&j);
+    th_sdk_json_str(&j, NULL);
+    th_sdk_json_array(&j);
+    th_sdk_json_end(&j);
+    th_sdk_json_end(&j);
+    th_sdk_json_key(&j, "nul");
+    th_sdk_json_strn(&j, "a\0b", 3);
+    th_sdk_json_end(&j);
+    const char *t;
+    size_t n;
+    CU_ASSERT_EQUAL_FATAL(th_sdk_json_finish(&j, &t, &n), 0);
+    CU_ASSERT_STRING_EQUAL(t, "{\"s\":\"q\\\"b\\\\s\\n\\t\\u0001\x7f\xc3\xa9"
+                              "\xef\xbf\xbd/\",\"n\":-3,\"u\":"
+                              "18446744073709551615,\"d\":2.0,\"f\":0.1,"
+                              "\"a\":[true,"
+                              "null,null,[]],\"nul\":\"a\\u0000b\"}");
+    CU_ASSERT_EQUAL(n, strlen(t));
+    /* What it writes is JSON that a strict parser reads back. */
+    json_error_t je;
+    json_t *back = json_loadb(t, n, JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &je);
+    if (!back)
+        fprintf(stderr, "\n  %s: %s\n", je.text, t);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(back);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(back, "s")),
+                           "q\"b\\s\n\t\x01\x7f\xc3\xa9\xef\xbf\xbd/");
+    json_decref(back);
+    fake f;
+    fake_init(&f);
+    CU_ASSERT_EQUAL(th_sdk_json_write(&j, &f.call), 0);
+    CU_ASSERT_STRING_EQUAL(text(&f.out), t);
+    fake_free(&f);
+    th_sdk_json_destroy(&j);
+
+    /* Misuse sticks as the first error. */
+    th_sdk_json_init(&j);
+    th_sdk_json_object(&j);
+    CU_ASSERT_EQUAL(th_sdk_json_int(&j, 1), TH_SDK_EINVAL); /* no key */
+    CU_ASSERT_EQUAL(th_sdk_json_key(&j, "k"), TH_SDK_EINVAL);
+    CU_ASSERT_EQUAL(th_sdk_json_finish(&j, &t, &n), TH_SDK_EINVAL);
+    th_sdk_json_destroy(&j);
+    th_sdk_json_init(&j);
+    th_sdk_json_array(&j);
+    CU_ASSERT_EQUAL(th_sdk_json_key(&j, "k"), TH_SDK_EINVAL); /* not object */
+    th_sdk_json_destroy(&j);
+    th_sdk_json_init(&j);
+    th_sdk_json_array(&j);
+    CU_ASSERT_EQUAL(th_sdk_json_finish(&j, &t, &n), TH_SDK_EINVAL); /* open */
+    th_sdk_json_destroy(&j);
+    th_sdk_json_init(&j);
+    CU_ASSERT_EQUAL(th_sdk_json_double(&j, 1.0 / 0.0), TH_SDK_EINVAL);
+    th_sdk_json_destroy(&j);
+    th_sdk_json_init(&j);
+    th_sdk_json_int(&j, 1);
+    CU_ASSERT_EQUAL(th_sdk_json_int(&j, 2), TH_SDK_EINVAL); /* two tops */
+    th_sdk_json_destroy(&j);
+    th_sdk_json_init(&j);
+    for (int i = 0; i < TH_SDK_JSON_MAX_DEPTH; i++)
+        th_sdk_json_array(&j);
+    CU_ASSERT_EQUAL(th_sdk_json_array(&j), TH_SDK_EINVAL);
+    th_sdk_json_destroy(&j);
+}
+
+static int c_caller(const toolhost_call *c, toolhost_caller *out)
+{
+    (void)c;
+    out->uid = 1000;
+    out->user = "alice";
+    out->front = TOOLHOST_FRONT_CLI;
+    return 0;
+}
+
+static char lc_line[256];
+static void c_log_call(const toolhost_call *c, int level, const char *m)
+{
+    snprintf(lc_line, sizeof lc_line, "%llu/%d/%s",
+             (unsigned long long)c->call_id, level, m);
+}
+
+static void test_host_11(void)
+{
+    /* A 1.1 host: the wrappers reach the callbacks. */
+    toolhost_host_api api11 = fake_api;
+    api11.caller = c_caller;
+    api11.log_call = c_log_call;
+    fake f;
+    fake_init(&f);
+    f.call.host = &api11;
+    f.call.call_id = 42;
+    CU_ASSERT_TRUE(TH_SDK_HOST_HAS(&api11, caller));
+    CU_ASSERT_FALSE(TH_SDK_HOST_HAS(&api11, cancel_fd)); /* NULL */
+    toolhost_caller who;
+    CU_ASSERT_EQUAL(th_sdk_caller(&f.call, &who), 0);
+    CU_ASSERT_EQUAL(who.uid, 1000);
+    CU_ASSERT_STRING_EQUAL(who.user, "alice");
+    th_sdk_log_call(&f.call, TOOLHOST_LOG_INFO, "n=%d", 7);
+    CU_ASSERT_STRING_EQUAL(lc_line, "42/2/n=7");
+    CU_ASSERT_EQUAL(th_sdk_cancel_fd(&f.call), TH_SDK_ESTATE);
+    /* A 1.0 host: its api ends before the 1.1 members, whatever lies
+     * there; caller() answers ESTATE, log_call falls back to log(). */
+    api11.struct_size = (uint32_t)offsetof(toolhost_host_api, caller);
+    CU_ASSERT_FALSE(TH_SDK_HOST_HAS(&api11, caller));
+    CU_ASSERT_EQUAL(th_sdk_caller(&f.call, &who), TH_SDK_ESTATE);
+    CU_ASSERT_EQUAL(who.uid, -1);
+    log_target = &f;
+    th_sdk_log_call(&f.call, TOOLHOST_LOG_WARN, "old host");
+    CU_ASSERT_STRING_EQUAL(f.log, "1:call 42: old host");
+    CU_ASSERT_EQUAL(th_sdk_on_cancel(&f.call, (void (*)(void *))free, NULL),
+                    TH_SDK_ESTATE);
+    fake_free(&f);
+}
+
+/* The 1.1 declaration macros fill the new members. */
+static const toolhost_param p11[] = {
+    TH_SDK_PARAM("limit", INTEGER, "Rows.", TH_SDK_RANGE(1, 1000),
+                 TH_SDK_DEFAULT("10")),
+    TH_SDK_PARAM("name", STRING, "Name.", TH_SDK_LENGTH(1, 8),
+                 TH_SDK_PATTERN("^[a-z]+$")),
+    TH_SDK_PARAM("tags", ARRAY, "Tags.", TH_SDK_ITEMS(STRING),
+                 TH_SDK_ITEM_COUNT(0, 5)),
+    TH_SDK_PARAM("f", OBJECT, "Filter.", TH_SDK_SCHEMA("{\"type\":\"object\"}")),
+};
+
+static void test_macros_11(void)
+{
+    CU_ASSERT_EQUAL(p11[0].bounds,
+                    TOOLHOST_BOUND_MINIMUM | TOOLHOST_BOUND_MAXIMUM);
+    CU_ASSERT_EQUAL(p11[0].minimum, 1);
+    CU_ASSERT_EQUAL(p11[0].maximum, 1000);
+    CU_ASSERT_EQUAL(p11[1].max_length, 8);
+    CU_ASSERT_STRING_EQUAL(p11[1].pattern, "^[a-z]+$");
+    CU_ASSERT_EQUAL(p11[2].max_items, 5);
+    CU_ASSERT_STRING_EQUAL(p11[3].schema_json, "{\"type\":\"object\"}");
+    th_param *t;
+    size_t n;
+    th_error e;
+    CU_ASSERT_EQUAL(th_params_from_abi("tool 'x'", p11, TH_SDK_COUNT(p11), &t,
+                                       &n, &e),
+                    0);
+    th_params_free(t, n);
+}
+
+/* ---- toolhost/testing.h: the in-process harness for plugin authors ---- */
+
+static void *tt_finish(void *arg)
+{
+    toolhost_call *call = arg;
+    th_sdk_printf(call, "later");
+    call->host->complete(call, TOOLHOST_OK);
+    return NULL;
+}
+
+static int tt_run(void *state, const toolhost_tool *tool, toolhost_call *call,
+                  const uint8_t *args, size_t len)
+{
+    (void)state, (void)tool;
+    th_sdk_args a;
+    th_sdk_args_init(&a, args, len);
+    const char *who = th_sdk_arg_cstr_or(&a, "who", "nobody");
+    th_sdk_printf(call, "hi %s", who);
+    th_sdk_eprintf(call, "note");
+    th_sdk_log_call(call, TOOLHOST_LOG_INFO, "ran for %s", who);
+    bool later = th_sdk_arg_has(&a, "later");
+    th_sdk_args_destroy(&a);
+    if (!later)
+        return TOOLHOST_OK;
+    if (call->host->suspend(call) != 0)
+        return TOOLHOST_FAILED;
+    pthread_t th;
+    pthread_create(&th, NULL, tt_finish, call);
+    pthread_detach(th);
+    return TOOLHOST_PENDING;
+}
+
+static const toolhost_tool tt_tools[] = {
+    TH_SDK_TOOL("tt_hi", tt_run, "Says hi.", TH_SDK_OUTPUT(TEXT, ERROR)),
+};
+static const toolhost_plugin tt_plugin = {
+    .struct_size = sizeof(toolhost_plugin), .abi_major = TOOLHOST_ABI_MAJOR,
+    .abi_minor = TOOLHOST_ABI_MINOR, .name = "tt", .description = "T",
+    .tools = tt_tools, .n_tools = 1};
+
+static void test_testing_h(void)
+{
+    th_sdk_test t;
+    char err[256];
+    CU_ASSERT_EQUAL_FATAL(th_sdk_test_load(&t, &tt_plugin, NULL, 0, err,
+                                           sizeof err),
+                          0);
+    th_sdk_test_call c;
+    CU_ASSERT_EQUAL(th_sdk_test_run_kv(&t, "tt_hi", &c, "who", "you", NULL),
+                    TOOLHOST_OK);
+    CU_ASSERT_STRING_EQUAL(c.out, "hi you");
+    CU_ASSERT_STRING_EQUAL(c.err, "note");
+    CU_ASSERT_PTR_NOT_NULL(strstr(t.log, ": ran for you\n"));
+    th_sdk_test_call_free(&c);
+    /* A suspended call is waited for until complete(). */
+    CU_ASSERT_EQUAL(th_sdk_test_run_kv(&t, "tt_hi", &c, "who", "x", "later",
+                                       "1", NULL),
+                    TOOLHOST_OK);
+    CU_ASSERT_STRING_EQUAL(c.out, "hi xlater");
+    th_sdk_test_call_free(&c);
+    CU_ASSERT_EQUAL(th_sdk_test_run(&t, "nope", NULL, 0, 100, &c), -1);
+    th_sdk_test_call_free(&c);
+    th_sdk_test_unload(&t);
+}
+
 void th_suite_sdk(void)
 {
     CU_pSuite s = CU_add_suite("sdk", NULL, NULL);
@@ -957,4 +1186,8 @@ void th_suite_sdk(void)
     CU_add_test(s, "lines", test_lines);
     CU_add_test(s, "suspend_complete", test_suspend_complete);
     CU_add_test(s, "template", test_template);
+    CU_add_test(s, "json_writer", test_json_writer);
+    CU_add_test(s, "host_11", test_host_11);
+    CU_add_test(s, "macros_11", test_macros_11);
+    CU_add_test(s, "testing_h", test_testing_h);
 }

@@ -242,7 +242,7 @@ static void params_bad(void)
     snprintf(want, sizeof want,
              "tool 't': toolhost_param struct_size 8 is smaller than the %zu "
              "bytes of ABI 1.0",
-             sizeof(toolhost_param));
+             TH_ABI10_PARAM_SIZE);
     bad_table(small, 1, want);
     toolhost_param mixed[] = {P("a", 1, 0, "d", NULL, NULL, 0),
                               P("b", 1, 0, "d", NULL, NULL, 0)};
@@ -432,6 +432,123 @@ static void wrong_type(void)
            "parameter 'opts' must be an object, got an array");
     EXPECT("{\"path\":{}}", "path",
            "parameter 'path' must be a string, got an object");
+}
+
+/* ABI 1.1 constraints: checked by the host before execute(), with
+ * messages a model can act on. */
+static int check_table(const th_param *ps, size_t n, const char *json,
+                       th_verr *ve)
+{
+    th_buf in = TH_BUF_INIT, out = TH_BUF_INIT;
+    mp(&in, json);
+    bool filled = false;
+    int rc = th_validate_params("t", ps, n, in.data, in.len, &out, &filled,
+                                ve);
+    th_buf_free(&in);
+    th_buf_free(&out);
+    return rc;
+}
+
+static void constraints(void)
+{
+    toolhost_param ps[] = {
+        P("limit", TOOLHOST_TYPE_INTEGER, 0, "Max rows", NULL, "10", 0),
+        P("ratio", TOOLHOST_TYPE_NUMBER, 0, "A ratio", NULL, NULL, 0),
+        P("name", TOOLHOST_TYPE_STRING, 0, "A name", NULL, NULL, 0),
+        P("tags", TOOLHOST_TYPE_ARRAY, 0, "Tags", NULL, NULL,
+          TOOLHOST_TYPE_STRING),
+        P("filter", TOOLHOST_TYPE_OBJECT, 0, "Filter", NULL, NULL, 0),
+    };
+    ps[0].bounds = TOOLHOST_BOUND_MINIMUM | TOOLHOST_BOUND_MAXIMUM;
+    ps[0].minimum = 1;
+    ps[0].maximum = 1000;
+    ps[1].bounds = TOOLHOST_BOUND_EXCLUSIVE_MINIMUM;
+    ps[1].minimum = 0;
+    ps[2].min_length = 2;
+    ps[2].max_length = 4;
+    ps[2].pattern = "^[a-z]+$";
+    ps[3].min_items = 1;
+    ps[3].max_items = 2;
+    ps[4].schema_json = "{\"type\":\"object\",\"properties\":{\"since\":"
+                        "{\"type\":\"integer\",\"minimum\":0}},"
+                        "\"additionalProperties\":false}";
+    th_param *t;
+    size_t n;
+    th_error e;
+    CU_ASSERT_EQUAL_FATAL(th_params_from_abi("tool 't'", ps, 5, &t, &n, &e),
+                          0);
+    struct {
+        const char *json, *key, *msg;
+    } bad[] = {
+        {"{\"limit\":0}", "limit", "parameter 'limit' must be >= 1, got 0"},
+        {"{\"limit\":1001}", "limit",
+         "parameter 'limit' must be <= 1000, got 1001"},
+        {"{\"ratio\":0}", "ratio", "parameter 'ratio' must be > 0, got 0"},
+        {"{\"name\":\"a\"}", "name",
+         "parameter 'name' must be at least 2 characters long, is 1"},
+        {"{\"name\":\"abcde\"}", "name",
+         "parameter 'name' must be at most 4 characters long, is 5"},
+        {"{\"name\":\"AB\"}", "name",
+         "parameter 'name' must match the pattern '^[a-z]+$'"},
+        {"{\"tags\":[]}", "tags",
+         "parameter 'tags' must have at least 1 items, has 0"},
+        {"{\"tags\":[\"a\",\"b\",\"c\"]}", "tags",
+         "parameter 'tags' must have at most 2 items, has 3"},
+        {"{\"filter\":{\"since\":-1}}", "filter",
+         "parameter 'filter' at /since: must be >= 0, got -1"},
+        {"{\"filter\":{\"x\":1}}", "filter",
+         "parameter 'filter' has the property 'x', which is not allowed"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        th_verr ve;
+        CU_ASSERT_EQUAL(check_table(t, n, bad[i].json, &ve), TH_EARGS);
+        char want[300];
+        snprintf(want, sizeof want, "Error parsing arguments for t: %s",
+                 bad[i].msg);
+        CU_ASSERT_STRING_EQUAL(ve.e.msg, want);
+        CU_ASSERT_STRING_EQUAL(ve.key, bad[i].key);
+        if (strcmp(ve.e.msg, want))
+            fprintf(stderr, "\n  got: %s\n", ve.e.msg);
+    }
+    th_verr ve;
+    CU_ASSERT_EQUAL(check_table(t, n, "{\"limit\":1000,\"ratio\":0.5,"
+                                      "\"name\":\"abcd\",\"tags\":[\"x\"],"
+                                      "\"filter\":{\"since\":3}}",
+                                &ve),
+                    0);
+    CU_ASSERT_EQUAL(check_table(t, n, "{}", &ve), 0);
+    th_params_free(t, n);
+
+    /* Refused at load: misplaced, impossible, bad pattern, outside the
+     * subset, a default that breaks its own bounds. */
+    toolhost_param b1[] = {P("s", TOOLHOST_TYPE_STRING, 0, "d", NULL, NULL, 0)};
+    b1[0].bounds = TOOLHOST_BOUND_MINIMUM;
+    bad_table(b1, 1, "tool 't': parameter 's' of type string has "
+                     "minimum/maximum (only for integers and numbers)");
+    toolhost_param b2[] = {P("s", TOOLHOST_TYPE_STRING, 0, "d", NULL, NULL, 0)};
+    b2[0].pattern = "([";
+    CU_ASSERT_EQUAL(th_params_from_abi("tool 't'", b2, 1, &t, &n, &e),
+                    TH_ELOAD);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "tool 't': parameter 's': pattern "
+                                         "'([' does not compile"));
+    toolhost_param b3[] = {P("o", TOOLHOST_TYPE_OBJECT, 0, "d", NULL, NULL, 0)};
+    b3[0].schema_json = "{\"type\":\"object\",\"patternProperties\":{}}";
+    CU_ASSERT_EQUAL(th_params_from_abi("tool 't'", b3, 1, &t, &n, &e),
+                    TH_ELOAD);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "tool 't': parameter 'o': "
+                                         "schema_json: uses the keyword "
+                                         "'patternProperties'"));
+    toolhost_param b4[] = {P("n", TOOLHOST_TYPE_INTEGER, 0, "d", NULL, "0", 0)};
+    b4[0].bounds = TOOLHOST_BOUND_MINIMUM;
+    b4[0].minimum = 1;
+    bad_table(b4, 1, "tool 't': parameter 'n' has a default 0 that breaks "
+                     "its own constraints: must be >= 1, got 0");
+    toolhost_param b5[] = {P("n", TOOLHOST_TYPE_INTEGER, 0, "d", NULL, NULL, 0)};
+    b5[0].bounds = TOOLHOST_BOUND_MINIMUM | TOOLHOST_BOUND_MAXIMUM;
+    b5[0].minimum = 5;
+    b5[0].maximum = 1;
+    bad_table(b5, 1, "tool 't': parameter 'n' has bounds that no value meets "
+                     "(minimum 5, maximum 1)");
 }
 
 static void accepted(void)
@@ -710,6 +827,7 @@ void th_suite_validate(void)
     CU_add_test(s, "missing_required", missing_required);
     CU_add_test(s, "wrong_type", wrong_type);
     CU_add_test(s, "accepted", accepted);
+    CU_add_test(s, "constraints", constraints);
     CU_add_test(s, "enum_values", enum_values);
     CU_add_test(s, "defaults_filled", defaults_filled);
     CU_add_test(s, "no_prefix", no_prefix);

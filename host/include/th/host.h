@@ -117,6 +117,9 @@ typedef struct th_front_ops {
      * other, so a front reads the current state (th_session_acquire)
      * rather than counting.  NULL: tools_changed is called instead. */
     void (*task_tools_changed)(void *front_ud);
+    /* Appended (ABI 1.1): the front's name for toolhost_caller.front
+     * (TOOLHOST_FRONT_CLI, _RPC, _MCP, _CODE); NULL when not said. */
+    const char *front;
 } th_front_ops;
 
 th_session *th_session_open(th_host *h, const th_principal *who,

@@ -39,10 +39,21 @@ th_export_format th_export_format_from_name(const char *name);
 const char *th_export_format_name(th_export_format f);
 
 /* The JSON Schema of the tool's parameters: {"type": "object",
- * "properties": {name: {type, description, enum?, items?, default?}},
- * "required": [...] (left out when empty), "additionalProperties": false},
- * properties in declaration order. */
+ * "properties": {name: {type, description, enum?, items?, default?,
+ * minimum?, maximum?, exclusiveMinimum?, exclusiveMaximum?, minLength?,
+ * maxLength?, pattern?, minItems?, maxItems?}}, "required": [...] (left
+ * out when empty), "additionalProperties": false}, properties in
+ * declaration order.  A parameter with schema_json (ABI 1.1) starts from
+ * that schema as is (its properties, required, ...), the keywords above
+ * put over it. */
 json_t *th_schema_params(const th_tool *tool);
+
+/* The tool's output_schema (ABI 1.1) as JSON (caller json_decref()s), or
+ * NULL when it has none: MCP's outputSchema. */
+json_t *th_schema_output(const th_tool *tool);
+
+/* A bound as JSON: an integer for an integer parameter when exact. */
+json_t *th_schema_number(uint32_t type, double v);
 
 /* The description for function-calling APIs: the one-line description,
  * then the long description (normalized, sections kept) after a blank

@@ -31,6 +31,16 @@ typedef struct th_param {
     size_t n_enum;
     uint8_t *default_mp;  /* msgpack of the default, or NULL */
     size_t default_len;
+    /* Appended (ABI 1.1): the constraints as declared (exported as JSON
+     * Schema keywords), and `cons`, the compiled node that checks them
+     * (schema_json with the bounds, length, pattern and item limits added),
+     * NULL when the parameter has none. */
+    double minimum, maximum;
+    uint32_t bounds;              /* TOOLHOST_BOUND_* */
+    uint32_t min_length, max_length, min_items, max_items; /* 0: none */
+    char *pattern;                /* or NULL */
+    char *schema_json;            /* or NULL, exported as is */
+    struct th_jschema *cons;
 } th_param;
 
 typedef struct th_plugin th_plugin;
@@ -45,6 +55,10 @@ typedef struct th_tool {
     uint32_t stdout_type, stderr_type, flags;
     const toolhost_tool *desc;   /* the plugin's descriptor (execute, ...) */
     th_plugin *plugin;           /* the generation that provides it */
+    /* Appended (ABI 1.1): */
+    char *title;                 /* or NULL */
+    char *output_schema;         /* the JSON Schema text, or NULL */
+    struct th_jschema *out_schema; /* compiled output_schema, or NULL */
 } th_tool;
 
 /* One loaded generation of a plugin. */
@@ -70,7 +84,18 @@ struct th_plugin {
     char *description;           /* the descriptor's description */
     th_param *config_params;     /* the schema of its config block */
     size_t n_config_params;
+    /* Appended (ABI 1.1): */
+    uint32_t abi_minor;          /* the minor the plugin was built with */
+    uint64_t flags;              /* TOOLHOST_PLUGIN_* (0 before 1.1) */
 };
+
+/* The sizes of the ABI 1.0 structs: where the members of 1.1 start (each
+ * 1.1 struct starts its new members at or after the 1.0 sizeof, see
+ * plugin.h; tests/abi10 holds the frozen 1.0 header that proves it). */
+#define TH_ABI10_PARAM_SIZE offsetof(toolhost_param, minimum)
+#define TH_ABI10_TOOL_SIZE offsetof(toolhost_tool, title)
+#define TH_ABI10_PLUGIN_SIZE offsetof(toolhost_plugin, flags)
+#define TH_ABI10_API_SIZE offsetof(toolhost_host_api, caller)
 
 /* ---- Loader ------------------------------------------------------------ */
 
@@ -197,6 +222,13 @@ typedef struct th_call_vtbl {
     int64_t (*time_left_ms)(const toolhost_call *call);
     int (*suspend)(toolhost_call *call);
     int (*complete)(toolhost_call *call, int status);
+    /* Appended (ABI 1.1), each optional (NULL: caller fills nothing but
+     * uid -1; on_cancel and cancel_fd answer TOOLHOST_ESTATE).  caller()
+     * gets a zeroed host-sized toolhost_caller; on_cancel() and
+     * cancel_fd() are Any class (see plugin.h). */
+    int (*caller)(const toolhost_call *call, toolhost_caller *out);
+    int (*on_cancel)(toolhost_call *call, void (*fn)(void *ud), void *ud);
+    int (*cancel_fd)(toolhost_call *call);
 } th_call_vtbl;
 
 typedef struct th_call_base {
@@ -230,6 +262,15 @@ int th_params_from_abi(const char *what, const toolhost_param *params,
                        uint32_t n, th_param **out, size_t *n_out,
                        th_error *err);
 void th_params_free(th_param *params, size_t n);
+/* The same, reporting each bad parameter to report(ud, err, code) and
+ * going on with the next while it returns 0 (the table is then incomplete:
+ * only for a caller that fails the whole load in the end, as `toolhost
+ * check` does); a nonzero return stops with that code.  report NULL: stop
+ * at the first problem. */
+typedef int (*th_problem_fn)(void *ud, th_error *err, int code);
+int th_params_from_abi_r(const char *what, const toolhost_param *params,
+                         uint32_t n, th_problem_fn report, void *ud,
+                         th_param **out, size_t *n_out, th_error *err);
 
 /* ---- Registry ----------------------------------------------------------- */
 
@@ -331,6 +372,20 @@ int th_validate_params(const char *what, const th_param *params, size_t n,
 int th_validate_call(const th_tool *tool, const uint8_t *args, size_t len,
                      th_buf *out, const uint8_t **args_out, size_t *len_out,
                      th_error *err);
+
+/* Checks what a call that succeeded wrote to stdout, when the tool's
+ * stdout is TOOLHOST_SEM_STRUCTURED (ABI 1.1): one JSON value (empty output
+ * is accepted when the tool has no output_schema), matching the tool's
+ * output_schema when it has one.  Call it at the end of the call with the
+ * whole stdout (not a truncated copy: a cut JSON text is not JSON).
+ * 0, or TH_ETOOL - the tool's fault, not the caller's:
+ *   tool NAME wrote structured output that is not JSON: is not valid
+ *     JSON (...)
+ *   tool NAME wrote structured output that does not match its
+ *     output_schema: at /n: must be >= 1, got 0
+ * (or TH_ENOMEM).  Any thread. */
+int th_validate_output(const th_tool *tool, const void *data, size_t len,
+                       th_error *err);
 
 /* Re-encodes a msgpack value in canonical form (map keys sorted bytewise,
  * integers in their shortest form), for comparing arguments.  `out` is

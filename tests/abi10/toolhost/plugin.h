@@ -1,0 +1,313 @@
+/* tests/abi10/toolhost/plugin.h - a FROZEN copy of the toolhost plugin ABI 1.0
+ * header, never edited: fixtures built against it (tests/fixtures/abi10_*.c)
+ * prove that a 1.0 plugin keeps loading and working on a newer host.
+ *
+ * toolhost/plugin.h - the toolhost plugin ABI, version 1.
+ *
+ * This header is the whole contract between the toolhost host process and a
+ * tool plugin (a shared object).  If a type, constant or function does not
+ * appear in this file, it is not part of the published ABI.
+ *
+ * Versions.  TOOLHOST_ABI_MAJOR changes only when an existing struct member
+ * changes meaning or position; a host refuses a plugin whose major differs
+ * from its own.  TOOLHOST_ABI_MINOR grows when members are appended; a host
+ * and a plugin of different minors work together, each reading only the
+ * members the other's struct_size says are present.
+ *
+ * Rules that hold for every struct in this file:
+ *   - it starts with `uint32_t struct_size`, which the producer MUST set to
+ *     sizeof() of the struct it was compiled with;
+ *   - members are only ever appended; a reader MUST NOT read a member that
+ *     lies beyond struct_size;
+ *   - a NULL function pointer or string means "not provided";
+ *   - an array of structs (params, tools) is walked with the struct_size of
+ *     its first element as the stride; every element MUST have the same
+ *     struct_size.
+ *
+ * Memory.  The host never frees plugin memory and the plugin never frees
+ * host memory.  Descriptors returned by the entry point are static data of
+ * the plugin and MUST stay valid and unchanged until the object is closed.
+ *
+ * Threading classes (named at each function below):
+ *   Load  - the entry point, init() and fini().  Called by the host from one
+ *           thread at a time per loaded plugin; never concurrently with each
+ *           other for the same plugin.
+ *   Call  - execute(), validate_args(), needs_permission().  Called from any
+ *           host worker thread, concurrently with each other and with
+ *           themselves, unless the tool has TOOLHOST_TOOL_SERIAL, in which
+ *           case the host never runs two execute() of that tool at once.
+ *           Never concurrently with Load functions of the same plugin.
+ *   Owner - host callbacks that take a toolhost_call: called by the thread
+ *           that currently owns the call.  That is the thread running
+ *           execute(); after suspend() returns 0, execute() may hand the
+ *           call to one plugin thread, which owns it from then until
+ *           complete() (possibly before execute() has returned: execute()
+ *           MUST NOT touch the call after the hand-off, and MUST still
+ *           return TOOLHOST_PENDING).
+ *   Any   - may be called from any thread at any time while the plugin is
+ *           loaded.
+ *
+ * Only <stdint.h> and <stddef.h> are used; the header compiles as C99 with
+ * -pedantic and as C++.
+ */
+#ifndef TOOLHOST_PLUGIN_H
+#define TOOLHOST_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TOOLHOST_ABI_MAJOR 1
+#define TOOLHOST_ABI_MINOR 0
+
+/* The one exported symbol of a plugin.  Its name carries the ABI major. */
+#define TOOLHOST_ENTRY_SYMBOL "toolhost_plugin_v1"
+
+#if defined(__GNUC__) || defined(__clang__)
+#define TOOLHOST_EXPORT __attribute__((visibility("default")))
+#else
+#define TOOLHOST_EXPORT
+#endif
+
+/* ---- Return codes ---------------------------------------------------- */
+
+/* execute() returns one of these. */
+#define TOOLHOST_OK 0      /* the tool succeeded: result ok = true          */
+#define TOOLHOST_FAILED 1  /* the tool ran and failed: result ok = false;
+                              write the reason to stderr                   */
+#define TOOLHOST_PENDING 2 /* only after a successful suspend(): the call
+                              goes on and is finished by complete()        */
+
+/* Host callbacks return 0 or one of these negative codes. */
+#define TOOLHOST_EINVAL (-1)     /* a bad argument (NULL, bad msgpack, ...) */
+#define TOOLHOST_ENOMEM (-2)     /* the host ran out of memory              */
+#define TOOLHOST_ECANCELLED (-3) /* the call was cancelled or timed out;
+                                    output is discarded: stop soon         */
+#define TOOLHOST_ESTATE (-4)     /* not allowed now (e.g. suspend twice)    */
+
+/* ---- Types ------------------------------------------------------------ */
+
+/* Parameter types: the JSON Schema types a model sees. */
+typedef enum toolhost_type {
+    TOOLHOST_TYPE_STRING = 1,
+    TOOLHOST_TYPE_INTEGER = 2,
+    TOOLHOST_TYPE_NUMBER = 3, /* an integer argument is accepted too */
+    TOOLHOST_TYPE_BOOLEAN = 4,
+    TOOLHOST_TYPE_ARRAY = 5,
+    TOOLHOST_TYPE_OBJECT = 6
+} toolhost_type;
+
+/* Semantic types: what an output stream holds.  The host sizes and trims
+ * each stream by its type (see the ops guide for the limits). */
+typedef enum toolhost_semantic {
+    TOOLHOST_SEM_TEXT = 1,           /* plain text, no better type fits     */
+    TOOLHOST_SEM_STATUS = 2,         /* a short status message              */
+    TOOLHOST_SEM_ERROR = 3,          /* an error message                    */
+    TOOLHOST_SEM_FILE_CONTENT = 4,   /* the content of a file               */
+    TOOLHOST_SEM_FILE_VIEW = 5,      /* a window of a file, with line nos   */
+    TOOLHOST_SEM_COMMAND_OUTPUT = 6, /* what a command printed              */
+    TOOLHOST_SEM_SEARCH_RESULTS = 7, /* matches, one per line               */
+    TOOLHOST_SEM_KNOWLEDGE = 8,      /* documentation, reference text       */
+    TOOLHOST_SEM_STRUCTURED = 9,     /* JSON text                           */
+    TOOLHOST_SEM_LOG = 10,           /* log lines                           */
+    TOOLHOST_SEM_DIFF = 11,          /* a unified diff                      */
+    TOOLHOST_SEM_BINARY = 12         /* bytes, never mixed into text        */
+} toolhost_semantic;
+
+/* Tool flags (bits of toolhost_tool.flags). */
+#define TOOLHOST_TOOL_ASYNC (1u << 0)       /* long-running: acknowledged
+                                               at the first progress update */
+#define TOOLHOST_TOOL_READ_ONLY (1u << 1)   /* changes nothing outside      */
+#define TOOLHOST_TOOL_DESTRUCTIVE (1u << 2) /* may delete or overwrite      */
+#define TOOLHOST_TOOL_IDEMPOTENT (1u << 3)  /* same args, same effect       */
+#define TOOLHOST_TOOL_OPEN_WORLD (1u << 4)  /* reaches outside the machine  */
+#define TOOLHOST_TOOL_SERIAL (1u << 5)      /* never two calls at once      */
+
+/* Output streams for write(). */
+#define TOOLHOST_STDOUT 1
+#define TOOLHOST_STDERR 2
+
+/* Log levels for log(). */
+#define TOOLHOST_LOG_ERROR 0
+#define TOOLHOST_LOG_WARN 1
+#define TOOLHOST_LOG_INFO 2
+#define TOOLHOST_LOG_DEBUG 3
+
+struct toolhost_host_api;
+struct toolhost_tool;
+
+/* One call of a tool.  The host allocates it; the members below are public
+ * and read-only for the plugin; host-private data follows them.  A plugin
+ * MUST NOT copy the struct or keep the pointer after the call ended: the
+ * call ends when execute() returns anything but TOOLHOST_PENDING, or, after
+ * TOOLHOST_PENDING, when complete() returns. */
+typedef struct toolhost_call {
+    uint32_t struct_size;
+    const struct toolhost_host_api *host; /* the same api init() was given */
+    uint64_t call_id;                     /* unique within the host process */
+} toolhost_call;
+
+/* ---- What the host gives the plugin ----------------------------------- */
+
+typedef struct toolhost_host_api {
+    uint32_t struct_size;
+    uint32_t abi_major; /* the host's TOOLHOST_ABI_MAJOR */
+    uint32_t abi_minor; /* the host's TOOLHOST_ABI_MINOR */
+
+    /* Owner.  Appends `len` bytes to the call's stdout or stderr (stream is
+     * TOOLHOST_STDOUT or TOOLHOST_STDERR).  The host copies the bytes before
+     * returning.  The host limits each stream by its semantic type, keeping
+     * memory bounded however much is written; writes past the limit succeed
+     * and are counted.  Returns 0, TOOLHOST_EINVAL, or TOOLHOST_ECANCELLED
+     * once the call is cancelled or timed out (the bytes are dropped). */
+    int (*write)(toolhost_call *call, int stream, const void *data,
+                 size_t len);
+
+    /* Owner.  Sets the call's meta to the msgpack map in `map` (copied
+     * before returning), replacing an earlier set_meta().  The host adds
+     * its own keys (output sizes, truncation) under "toolhost".  Returns 0
+     * or TOOLHOST_EINVAL if `map` is not one valid msgpack map. */
+    int (*set_meta)(toolhost_call *call, const uint8_t *map, size_t len);
+
+    /* Owner.  Reports progress.  `fraction` is in [0, 1], or negative when
+     * unknown; `message` (UTF-8, may be NULL) and `data` (a msgpack value,
+     * may be NULL) are copied before returning.  For an async tool the first
+     * update acknowledges the call: the caller gets {status: running}, and
+     * later updates reach it as progress events, coalesced when the caller
+     * reads slower than the tool reports.  Returns 0 or a negative code. */
+    int (*progress)(toolhost_call *call, double fraction, const char *message,
+                    const uint8_t *data, size_t data_len);
+
+    /* Owner.  Nonzero once the call is cancelled or past its deadline; the
+     * tool should then stop soon and return (what it returns is dropped). */
+    int (*is_cancelled)(const toolhost_call *call);
+
+    /* Owner.  Milliseconds left before the call's deadline, or -1 when the
+     * call has none. */
+    int64_t (*time_left_ms)(const toolhost_call *call);
+
+    /* Owner, from execute() only.  Detaches the call from the host worker:
+     * after suspend() returns 0, execute() MUST return TOOLHOST_PENDING, and
+     * the plugin MUST call complete() exactly once, from the thread it
+     * handed the call to (see the Owner class: that may happen before
+     * execute() returns).  Until then that thread may use the call's other
+     * callbacks.  The worker is free as soon as execute() returns.
+     * Returns 0 or TOOLHOST_ESTATE (already suspended). */
+    int (*suspend)(toolhost_call *call);
+
+    /* Owner, after suspend().  Finishes a suspended call with `status`
+     * (TOOLHOST_OK or TOOLHOST_FAILED).  The call pointer is invalid once
+     * complete() returns. */
+    void (*complete)(toolhost_call *call, int status);
+
+    /* Any.  Writes one line to the host's log under the plugin's name.
+     * `host` is the api pointer init() was given; `message` is copied. */
+    void (*log)(const struct toolhost_host_api *host, int level,
+                const char *message);
+} toolhost_host_api;
+
+/* ---- What the plugin declares ------------------------------------------ */
+
+/* One parameter of a tool (or one key of a plugin's config block). */
+typedef struct toolhost_param {
+    uint32_t struct_size;
+    const char *name;        /* ^[a-zA-Z_][a-zA-Z0-9_]{0,63}$, unique      */
+    uint32_t type;           /* a toolhost_type                            */
+    int required;            /* nonzero: the caller must give it           */
+    const char *description; /* one line a model can act on; required      */
+    /* NULL, or a NULL-terminated list of the allowed values; only for
+     * TOOLHOST_TYPE_STRING. */
+    const char *const *enum_values;
+    /* NULL, or the default as JSON text ("3", "true", "\"utf-8\""); it must
+     * match `type` and is not allowed with `required`.  The host fills it in
+     * before execute() when the caller leaves the parameter out. */
+    const char *default_json;
+    /* For TOOLHOST_TYPE_ARRAY: the type of the elements, 0 for any. */
+    uint32_t item_type;
+} toolhost_param;
+
+typedef struct toolhost_tool {
+    uint32_t struct_size;
+    const char *name;             /* ^[a-zA-Z0-9_-]{1,64}$, unique in the
+                                     whole host                            */
+    const char *description;      /* one line; required                    */
+    const char *long_description; /* NULL or usage, warnings, examples in
+                                     paragraphs; lines starting "## " open
+                                     sections (e.g. "## When to use")      */
+    const toolhost_param *params; /* n_params parameters (may be NULL if 0) */
+    uint32_t n_params;
+    uint32_t stdout_type; /* a toolhost_semantic */
+    uint32_t stderr_type; /* a toolhost_semantic */
+    uint32_t flags;       /* TOOLHOST_TOOL_* bits */
+
+    /* Call.  Runs the tool.  `state` is what init() stored.  `args` is a
+     * msgpack map, already validated against `params` with defaults filled
+     * in; it and `call` are valid until execute() returns (for a suspended
+     * call: `args` until execute() returns, `call` until complete()).
+     * Returns TOOLHOST_OK, TOOLHOST_FAILED or (after suspend())
+     * TOOLHOST_PENDING.  Output goes through call->host->write(). */
+    int (*execute)(void *state, const struct toolhost_tool *tool,
+                   toolhost_call *call, const uint8_t *args, size_t args_len);
+
+    /* Call, optional.  Asked before execute() with the validated args:
+     * return 0 when this call needs no permission, 1 when it does, writing
+     * a one-line reason (NUL-terminated, at most reason_size bytes) that the
+     * host shows to whoever decides. */
+    int (*needs_permission)(void *state, const struct toolhost_tool *tool,
+                            const uint8_t *args, size_t args_len,
+                            char *reason, size_t reason_size);
+
+    /* Call, optional.  Checks what the parameter table cannot express,
+     * after the host's own validation: return 0 when the args are good, or
+     * nonzero writing a message (NUL-terminated, at most err_size bytes)
+     * that tells a model what to change. */
+    int (*validate_args)(void *state, const struct toolhost_tool *tool,
+                         const uint8_t *args, size_t args_len, char *err,
+                         size_t err_size);
+
+    const void *user_data; /* the plugin's own, untouched by the host */
+} toolhost_tool;
+
+typedef struct toolhost_plugin {
+    uint32_t struct_size;
+    uint32_t abi_major; /* TOOLHOST_ABI_MAJOR the plugin was built with */
+    uint32_t abi_minor; /* TOOLHOST_ABI_MINOR the plugin was built with */
+    const char *name;   /* ^[a-zA-Z0-9_-]{1,64}$                        */
+    const char *version;
+    const char *description;
+
+    /* The keys of the plugin's config block, declared like tool params;
+     * the host validates the block against them before init(). */
+    const toolhost_param *config_params;
+    uint32_t n_config_params;
+
+    /* Load, optional.  If the host calls init() and it returns 0, the host
+     * MUST call fini() before closing the plugin.  `host` stays valid until
+     * fini() returns.  `config` is the validated config block as a msgpack
+     * map (defaults filled in), valid until init() returns.  Store the
+     * plugin's state in *state (the host passes it back, never frees it).
+     * Return 0, or nonzero writing a message (NUL-terminated, at most
+     * err_size bytes); after a failure the host does not call fini(). */
+    int (*init)(const toolhost_host_api *host, const uint8_t *config,
+                size_t config_len, void **state, char *err, size_t err_size);
+
+    /* Load, optional.  Frees what init() made.  Called once, after the last
+     * call of every tool of this plugin has ended. */
+    void (*fini)(void *state);
+
+    const toolhost_tool *tools; /* n_tools tools */
+    uint32_t n_tools;
+} toolhost_plugin;
+
+/* The entry point every plugin exports, and nothing else.  Load.  Returns
+ * the plugin's static descriptor; MUST NOT fail or have side effects. */
+typedef const toolhost_plugin *(*toolhost_entry_fn)(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TOOLHOST_PLUGIN_H */
