@@ -4,7 +4,7 @@
  * A session speaks MCP (JSON-RPC 2.0, protocol versions 2025-11-25,
  * 2025-06-18, 2025-03-26) for one client over one host session: lifecycle
  * and version negotiation, tools/list, tools/call (progress, cancellation,
- * permission asks through elicitation), tasks/*, logging, list_changed.
+ * permission asks through elicitation), tasks/..., logging, list_changed.
  * The transport frames messages and hands each one in with
  * th_mcp_session_input(); the session answers through the transport's
  * send().  docs/mcp.md describes the behaviour on the wire.
@@ -63,8 +63,22 @@ th_mcp_session *th_mcp_session_new(th_host *h, const th_principal *who,
 void th_mcp_session_input(th_mcp_session *m, const char *text, size_t len);
 /* The negotiated protocol version once initialize succeeded, else NULL. */
 const char *th_mcp_session_version(const th_mcp_session *m);
+/* Calls not yet answered (tasks included).  Any thread. */
+size_t th_mcp_session_inflight(th_mcp_session *m);
+/* Waits until no call is in flight, at most timeout_ms: true when none
+ * is left.  Not from a transport callback. */
+bool th_mcp_session_drain(th_mcp_session *m, int64_t timeout_ms);
 /* Ends the session: cancels its calls, waits within the host's grace; no
  * transport callback runs after it returns. */
 void th_mcp_session_free(th_mcp_session *m);
+
+/* MCP over stdio (stdio.c): newline-delimited JSON-RPC read from in_fd and
+ * written to out_fd, one session for `who`, on a libuv loop with
+ * SIGTERM/SIGINT and the hot reload watcher, until end of input or a
+ * signal; then the calls in flight get the host's shutdown_grace and the
+ * rest are cancelled.  0, or an error with err set. */
+int th_mcp_stdio_run(th_host *h, const th_principal *who,
+                     const th_mcp_opts *o, int in_fd, int out_fd,
+                     th_error *err);
 
 #endif
