@@ -15,6 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/th_test.h"
@@ -167,6 +171,27 @@ static void test_sdk_list_changed(void)
     free(dir);
 }
 
+/* Permission `ask`: elicitation when the client declared it, else a tool
+ * error naming the rule and how to allow the tool. */
+static void test_sdk_permission(void)
+{
+    if (!have_node())
+        TH_SKIP("node is not installed");
+    char *dir = th_test_tmpdir();
+    char *cfg = write_config(dir,
+                             "[\"echo\"]\n"
+                             "    permissions:\n"
+                             "      default: deny\n"
+                             "      rules:\n"
+                             "        - match: \"echo\"\n"
+                             "          action: ask",
+                             NULL);
+    run_script("permission.mjs", cfg);
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
 /* The acceptance config: configs/default.yaml as an MCP server. */
 static void test_sdk_default_config(void)
 {
@@ -310,6 +335,97 @@ static void test_raw_deep_nesting(void)
     free(dir);
 }
 
+/* End of input while a call runs: the call finishes within the grace,
+ * its answer goes out, the process exits 0. */
+static void test_raw_eof_drains(void)
+{
+    char *dir = th_test_tmpdir();
+    char *cfg = write_config(dir, "[\"echo\", \"echo_async\"]", NULL);
+    const char *input =
+        INIT "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\","
+             "\"params\":{\"name\":\"echo_async\",\"arguments\":{\"text\":"
+             "\"drained\",\"steps\":5,\"delay_ms\":40}}}\n";
+    int st = -1;
+    json_t *out = run_raw(cfg, input, &st);
+    CU_ASSERT_EQUAL(st, 0);
+    json_t *r = json_object_get(by_id(out, 2), "result");
+    CU_ASSERT_STRING_EQUAL(
+        json_string_value(json_object_get(
+            json_array_get(json_object_get(r, "content"), 0), "text")),
+        "drained");
+    json_decref(out);
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+/* SIGTERM while a long call runs: the grace passes, the call is cancelled
+ * (its answer, a cancelled tool error, goes out), exit 0, no child left. */
+static void test_sigterm(void)
+{
+    char *dir = th_test_tmpdir();
+    char *cfg = write_config(dir, "[\"echo\", \"echo_async\"]",
+                             "  shutdown_grace: 200ms\n");
+    int in[2], out[2];
+    CU_ASSERT_FATAL(pipe(in) == 0 && pipe(out) == 0);
+    pid_t pid = fork();
+    CU_ASSERT_FATAL(pid >= 0);
+    if (pid == 0) {
+        dup2(in[0], 0);
+        dup2(out[1], 1);
+        close(in[0]), close(in[1]), close(out[0]), close(out[1]);
+        execl(th_test_build_path("toolhost"), "toolhost", "mcp", "-c", cfg,
+              (char *)NULL);
+        _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    const char *input =
+        INIT "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\","
+             "\"params\":{\"name\":\"echo_async\",\"arguments\":{\"text\":"
+             "\"x\",\"steps\":100000,\"delay_ms\":50}}}\n";
+    CU_ASSERT(write(in[1], input, strlen(input)) == (ssize_t)strlen(input));
+    /* Wait for the initialize answer, then a little for the call. */
+    char buf[65536];
+    size_t got = 0;
+    struct pollfd pf = {.fd = out[0], .events = POLLIN};
+    while (!memchr(buf, '\n', got) && poll(&pf, 1, 10000) > 0) {
+        ssize_t n = read(out[0], buf + got, sizeof buf - 1 - got);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    usleep(200 * 1000);
+    kill(pid, SIGTERM);
+    int status = -1;
+    for (int i = 0; i < 200; i++) {
+        pid_t w = waitpid(pid, &status, WNOHANG);
+        if (w == pid)
+            break;
+        usleep(50 * 1000);
+        if (i == 199) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            CU_FAIL("toolhost mcp did not exit within 10 s of SIGTERM");
+        }
+    }
+    CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    for (;;) {
+        ssize_t n = read(out[0], buf + got, sizeof buf - 1 - got);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    buf[got] = '\0';
+    CU_ASSERT_PTR_NOT_NULL(strstr(buf, "\"id\":2"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(buf, "cancelled"));
+    close(in[1]);
+    close(out[0]);
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
 /* --toolset names a toolset that does not exist: a usage error. */
 static void test_bad_toolset(void)
 {
@@ -334,7 +450,10 @@ void th_suite_mcp(void)
     CU_add_test(s, "raw_robustness", test_raw_robustness);
     CU_add_test(s, "raw_long_line", test_raw_long_line);
     CU_add_test(s, "raw_deep_nesting", test_raw_deep_nesting);
+    CU_add_test(s, "raw_eof_drains", test_raw_eof_drains);
+    CU_add_test(s, "sigterm", test_sigterm);
     CU_add_test(s, "bad_toolset", test_bad_toolset);
+    CU_add_test(s, "sdk_permission", test_sdk_permission);
     CU_add_test(s, "sdk_basic", test_sdk_basic);
     CU_add_test(s, "sdk_tasks", test_sdk_tasks);
     CU_add_test(s, "sdk_list_changed", test_sdk_list_changed);

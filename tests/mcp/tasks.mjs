@@ -1,11 +1,17 @@
 // tasks.mjs - task-augmented tools/call (protocol 2025-11-25): the
 // CreateTaskResult at once, tasks/get, tasks/list, tasks/result, tasks/cancel.
-import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
+import { CallToolResultSchema, ToolListChangedNotificationSchema }
+  from '@modelcontextprotocol/sdk/types.js';
 import { check, connect, deadline, fail } from './common.mjs';
 
 deadline(60000);
 const { client } = await connect();
 const tasks = client.experimental.tasks;
+// The task tools (get_running_tasks, cancel_task) come and go with live
+// tasks in the core; they are not on the MCP list, so no list_changed.
+let changed = 0;
+client.setNotificationHandler(ToolListChangedNotificationSchema,
+                              () => { changed++; });
 await client.listTools(); // the SDK picks task mode from the tool list
 
 // The stream: taskCreated, (taskStatus)*, result.
@@ -50,5 +56,7 @@ try {
 } catch (e) {
   check(e.code === -32602, `second cancel code ${e.code}`);
 }
+await new Promise((r) => setTimeout(r, 300));
+check(changed === 0, `list_changed sent for task tools (${changed})`);
 await client.close();
 console.log('tasks: ok');
