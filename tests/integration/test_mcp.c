@@ -444,6 +444,52 @@ static void test_bad_toolset(void)
     free(dir);
 }
 
+/* `toolhost export --format openai --strict` and openai-responses on the
+ * default config: run_code's description within 1,024 characters, naming
+ * every tool it can call; strict schemas. */
+static void test_export_strict(void)
+{
+    const char *cfg = th_test_source_path("configs/default.yaml");
+    const char *fmts[] = {"openai", "openai-responses"};
+    for (int f = 0; f < 2; f++) {
+        th_test_run r;
+        CU_ASSERT_EQUAL(th_test_toolhost(&r, "export", "-c", cfg, "--format",
+                                         fmts[f], "--strict", NULL),
+                        0);
+        CU_ASSERT_EQUAL(r.status, 0);
+        json_error_t e;
+        json_t *j = json_loads(r.out ? r.out : "", 0, &e);
+        CU_ASSERT_FATAL(json_is_array(j));
+        json_t *run = NULL;
+        size_t i;
+        json_t *v;
+        json_array_foreach(j, i, v)
+        {
+            json_t *fn = f == 0 ? json_object_get(v, "function") : v;
+            CU_ASSERT(json_is_true(json_object_get(fn, "strict")));
+            json_t *p = json_object_get(fn, "parameters");
+            CU_ASSERT(json_is_false(json_object_get(p, "additionalProperties")));
+            CU_ASSERT_EQUAL(json_array_size(json_object_get(p, "required")),
+                            json_object_size(json_object_get(p, "properties")));
+            if (strcmp(json_string_value(json_object_get(fn, "name")),
+                       "run_code") == 0)
+                run = fn;
+        }
+        CU_ASSERT_PTR_NOT_NULL_FATAL(run);
+        const char *d = json_string_value(json_object_get(run, "description"));
+        CU_ASSERT(d && strlen(d) <= 1024);
+        json_array_foreach(j, i, v)
+        {
+            json_t *fn = f == 0 ? json_object_get(v, "function") : v;
+            const char *n = json_string_value(json_object_get(fn, "name"));
+            if (strcmp(n, "run_code") != 0)
+                CU_ASSERT_PTR_NOT_NULL(strstr(d, n));
+        }
+        json_decref(j);
+        th_test_run_free(&r);
+    }
+}
+
 void th_suite_mcp(void)
 {
     CU_pSuite s = CU_add_suite("mcp", NULL, NULL);
@@ -452,6 +498,7 @@ void th_suite_mcp(void)
     CU_add_test(s, "raw_deep_nesting", test_raw_deep_nesting);
     CU_add_test(s, "raw_eof_drains", test_raw_eof_drains);
     CU_add_test(s, "sigterm", test_sigterm);
+    CU_add_test(s, "export_strict", test_export_strict);
     CU_add_test(s, "bad_toolset", test_bad_toolset);
     CU_add_test(s, "sdk_permission", test_sdk_permission);
     CU_add_test(s, "sdk_basic", test_sdk_basic);
