@@ -255,11 +255,8 @@ static void test_raw_robustness(void)
         json_string_value(json_object_get(
             json_array_get(json_object_get(r6, "content"), 0), "text")),
         "still here");
-    /* An unsupported version: the latest is offered. */
-    CU_ASSERT_STRING_EQUAL(
-        json_string_value(json_object_get(
-            json_object_get(by_id(out, 7), "result"), "protocolVersion")),
-        "2025-11-25");
+    /* A second initialize is refused. */
+    CU_ASSERT_EQUAL(err_code(by_id(out, 7)), -32600);
     json_decref(out);
     free(cfg);
     th_test_rmtree(dir);
@@ -268,6 +265,40 @@ static void test_raw_robustness(void)
 
 /* A line past host.mcp_max_message: an error, and the stream goes on at
  * the next newline. */
+/* An unsupported protocol version: the latest is offered; a supported
+ * older one is echoed. */
+static void test_raw_versions(void)
+{
+    char *dir = th_test_tmpdir();
+    char *cfg = write_config(dir, "[\"echo\"]", NULL);
+    const char *vs[][2] = {{"1999-01-01", "2025-11-25"},
+                           {"2025-06-18", "2025-06-18"},
+                           {"2025-03-26", "2025-03-26"},
+                           {"2025-11-25", "2025-11-25"}};
+    for (int i = 0; i < 4; i++) {
+        char input[512];
+        snprintf(input, sizeof input,
+                 "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\","
+                 "\"params\":{\"protocolVersion\":\"%s\",\"capabilities\":"
+                 "{}}}\n",
+                 vs[i][0]);
+        int st = -1;
+        json_t *out = run_raw(cfg, input, &st);
+        CU_ASSERT_EQUAL(st, 0);
+        const char *v = json_string_value(json_object_get(
+            json_object_get(by_id(out, 1), "result"), "protocolVersion"));
+        CU_ASSERT(v && strcmp(v, vs[i][1]) == 0);
+        json_t *caps = json_object_get(
+            json_object_get(by_id(out, 1), "result"), "capabilities");
+        CU_ASSERT_EQUAL(json_object_get(caps, "tasks") != NULL,
+                        strcmp(vs[i][1], "2025-11-25") == 0);
+        json_decref(out);
+    }
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
 static void test_raw_long_line(void)
 {
     char *dir = th_test_tmpdir();
@@ -494,6 +525,7 @@ void th_suite_mcp(void)
 {
     CU_pSuite s = CU_add_suite("mcp", NULL, NULL);
     CU_add_test(s, "raw_robustness", test_raw_robustness);
+    CU_add_test(s, "raw_versions", test_raw_versions);
     CU_add_test(s, "raw_long_line", test_raw_long_line);
     CU_add_test(s, "raw_deep_nesting", test_raw_deep_nesting);
     CU_add_test(s, "raw_eof_drains", test_raw_eof_drains);
