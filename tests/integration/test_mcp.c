@@ -502,6 +502,38 @@ static void test_raw_binary_and_bad_utf8(void)
     free(dir);
 }
 
+/* A failed call: stdout (empty here) first, stderr as a second block,
+ * isError; an empty stdout of a successful call is an empty text block
+ * (once answered with an empty result object). */
+static void test_raw_failure_blocks(void)
+{
+    const char *input =
+        INIT "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\","
+             "\"params\":{\"name\":\"text_count\",\"arguments\":{\"path\":"
+             "\"no/such/file\"}}}\n"
+             "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\","
+             "\"params\":{\"name\":\"echo\",\"arguments\":{\"text\":\"\"}}}\n";
+    int st = -1;
+    json_t *out = run_raw(th_test_source_path("configs/default.yaml"), input,
+                          &st);
+    CU_ASSERT_EQUAL(st, 0);
+    json_t *r2 = json_object_get(by_id(out, 2), "result");
+    CU_ASSERT(json_is_true(json_object_get(r2, "isError")));
+    json_t *c2 = json_object_get(r2, "content");
+    CU_ASSERT_EQUAL(json_array_size(c2), 2);
+    const char *e = json_string_value(
+        json_object_get(json_array_get(c2, 1), "text"));
+    CU_ASSERT(e && strstr(e, "no/such/file") != NULL);
+    json_t *r3 = json_object_get(by_id(out, 3), "result");
+    CU_ASSERT(json_is_false(json_object_get(r3, "isError")));
+    const char *t = json_string_value(json_object_get(
+        json_array_get(json_object_get(r3, "content"), 0), "text"));
+    CU_ASSERT(t && *t == '\0');
+    CU_ASSERT(json_integer_value(json_object_get(
+                  json_object_get(r3, "_meta"), "toolhost/call_id")) > 0);
+    json_decref(out);
+}
+
 /* --toolset names a toolset that does not exist: a usage error. */
 static void test_bad_toolset(void)
 {
@@ -617,6 +649,7 @@ void th_suite_mcp(void)
     CU_add_test(s, "raw_deep_nesting", test_raw_deep_nesting);
     CU_add_test(s, "raw_eof_drains", test_raw_eof_drains);
     CU_add_test(s, "raw_binary_and_bad_utf8", test_raw_binary_and_bad_utf8);
+    CU_add_test(s, "raw_failure_blocks", test_raw_failure_blocks);
     CU_add_test(s, "sigterm", test_sigterm);
     CU_add_test(s, "export_strict", test_export_strict);
     CU_add_test(s, "bad_toolset", test_bad_toolset);
