@@ -534,6 +534,44 @@ static void test_raw_failure_blocks(void)
     json_decref(out);
 }
 
+/* A plugin printing to stdout (init and execute, printf and write(1)):
+ * nothing of it reaches the protocol stream (run_raw fails on any line
+ * that is not JSON), it lands on stderr. */
+static void test_raw_stray_printf(void)
+{
+    char *dir = th_test_tmpdir();
+    char text[1024];
+    snprintf(text, sizeof text,
+             "plugins:\n"
+             "  - name: stray\n"
+             "    path: %s\n"
+             "toolsets:\n"
+             "  - name: t\n"
+             "    tools: [\"*\"]\n",
+             th_test_build_path("fixtures/stray_printf.so"));
+    char *cfg = th_test_write_file(dir, "c.yaml", text, (size_t)-1);
+    const char *input =
+        INIT "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\","
+             "\"params\":{\"name\":\"stray_printf\",\"arguments\":{}}}\n";
+    th_test_run r;
+    char *argv[] = {(char *)th_test_build_path("toolhost"), "mcp", "-c", cfg,
+                    NULL};
+    CU_ASSERT_EQUAL(th_test_run_argv(argv, input, 30, 1, &r), 0);
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_PTR_NULL(strstr(r.out, "stray"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "\"clean\""));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "stray printf from init"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "stray write"));
+    th_test_run_free(&r);
+    int st = -1;
+    json_t *out = run_raw(cfg, input, &st);
+    CU_ASSERT_EQUAL(json_array_size(out), 2);
+    json_decref(out);
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
 /* --toolset names a toolset that does not exist: a usage error. */
 static void test_bad_toolset(void)
 {
@@ -650,6 +688,7 @@ void th_suite_mcp(void)
     CU_add_test(s, "raw_eof_drains", test_raw_eof_drains);
     CU_add_test(s, "raw_binary_and_bad_utf8", test_raw_binary_and_bad_utf8);
     CU_add_test(s, "raw_failure_blocks", test_raw_failure_blocks);
+    CU_add_test(s, "raw_stray_printf", test_raw_stray_printf);
     CU_add_test(s, "sigterm", test_sigterm);
     CU_add_test(s, "export_strict", test_export_strict);
     CU_add_test(s, "bad_toolset", test_bad_toolset);
