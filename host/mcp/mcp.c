@@ -624,7 +624,6 @@ static void m_tools_call(th_mcp_session *m, const json_t *id,
             "the arguments cannot be converted (integers must fit in 64 "
             "bits)");
         mcp_send_result(m, id, res);
-        mcp_request_done(m, id);
         return;
     }
     json_decref(empty);
@@ -674,17 +673,17 @@ static void m_tools_call(th_mcp_session *m, const json_t *id,
         mcp_send_result(m, id,
                         mcp_tool_error(name, rc,
                                        "the host is shutting down"));
-        mcp_request_done(m, id);
         return;
     }
     c->call_id = call_id;
     c->started = true;
+    if (!c->task)
+        m->deferred = true; /* on_event answers and ends the request */
     if (c->task) {
         snprintf(c->task_id, sizeof c->task_id, "%llu",
                  (unsigned long long)call_id);
         json_t *res = json_pack("{s:o}", "task", mcp_task_json(c));
         mcp_send_result(m, id, res);
-        mcp_request_done(m, id);
         c->announced = true;
         if (c->finished)
             mcp_task_ended_locked(m, c);
@@ -838,6 +837,8 @@ void th_mcp_session_input(th_mcp_session *m, const char *text, size_t len)
                        "not a JSON-RPC 2.0 message (needs \"jsonrpc\": "
                        "\"2.0\", a string method, an id that is a string "
                        "or an integer)");
+        if (valid_id(id))
+            mcp_request_done(m, id);
         json_decref(msg);
         return;
     }
@@ -865,7 +866,13 @@ void th_mcp_session_input(th_mcp_session *m, const char *text, size_t len)
         json_decref(msg);
         return;
     }
+    /* Every request ends with request_done(): here, or later by whoever
+     * answers a deferred one (a running tools/call, a waiting
+     * tasks/result). */
+    m->deferred = false;
     dispatch_request(m, id, method, params);
+    if (!m->deferred)
+        mcp_request_done(m, id);
     json_decref(msg);
 }
 

@@ -35,7 +35,12 @@ typedef struct th_mcp_transport {
     void (*send)(void *ud, const json_t *msg, const json_t *req);
     /* Request `req` is over: its response went out through send(), or
      * none will (cancelled).  HTTP ends that POST's stream.  May be NULL.
-     * Called after the last send() for req. */
+     * Called after the last send() for req, once for every request with
+     * a valid id (string or integer), whatever the method or the outcome:
+     * from inside th_mcp_session_input() for requests answered at once,
+     * later (any thread) for a running tools/call or a waiting
+     * tasks/result.  Never for notifications, responses, or messages
+     * without a usable id (those errors go out with id null). */
     void (*request_done)(void *ud, const json_t *req);
 } th_mcp_transport;
 

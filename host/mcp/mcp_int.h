@@ -82,6 +82,8 @@ struct th_mcp_session {
     pthread_t timer;
     bool timer_started, stop;
     uint64_t task_seq;
+    bool deferred;           /* input thread: the request being dispatched
+                                is answered later (request_done then) */
 };
 
 typedef struct mcp_ask {     /* an elicitation/create we sent */

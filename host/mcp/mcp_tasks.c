@@ -333,6 +333,7 @@ void mcp_tasks_result(th_mcp_session *m, const json_t *id,
     }
     w->next = c->waiters;
     c->waiters = w;
+    m->deferred = true;
     pthread_mutex_unlock(&m->mu);
 }
 
