@@ -98,7 +98,7 @@ static void test_fit_names_every_tool(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(d);
     CU_ASSERT(strlen(d) <= TH_SCHEMA_OPENAI_DESC_MAX);
     for (int i = 0; i < 12; i++) {
-        char n[16];
+        char n[32];
         snprintf(n, sizeof n, "tool_%02d", i);
         CU_ASSERT_PTR_NOT_NULL(strstr(d, n));
     }
