@@ -304,7 +304,7 @@ static void test_raw_long_line(void)
     char *dir = th_test_tmpdir();
     char *cfg = write_config(dir, "[\"echo\"]", "  mcp_max_message: 1KiB\n");
     size_t n = 20000;
-    char *input = malloc(n + 1024);
+    char *input = malloc(2 * n + 2048);
     CU_ASSERT_PTR_NOT_NULL_FATAL(input);
     strcpy(input, INIT);
     size_t k = strlen(input);
@@ -316,7 +316,18 @@ static void test_raw_long_line(void)
     k += n;
     k += (size_t)sprintf(input + k,
                          "\"}}}\n{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":"
-                         "\"ping\"}\n");
+                         "\"ping\"}\n"
+                         "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":"
+                         "\"logging/setLevel\",\"params\":{\"level\":"
+                         "\"loud\"}}\n"
+                         "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":"
+                         "\"logging/setLevel\",\"params\":{\"level\":"
+                         "\"error\"}}\n");
+    /* a second long line: an error again, but no log message now */
+    memset(input + k, 'b', n);
+    k += n;
+    input[k++] = '\n';
+    input[k] = '\0';
     int st = -1;
     json_t *out = run_raw(cfg, input, &st);
     CU_ASSERT_EQUAL(st, 0);
@@ -330,9 +341,26 @@ static void test_raw_long_line(void)
         if (m && strstr(m, "too long"))
             too_long++;
     }
-    CU_ASSERT_EQUAL(too_long, 1);
+    CU_ASSERT_EQUAL(too_long, 2);
     CU_ASSERT_PTR_NULL(by_id(out, 2)); /* never parsed */
     CU_ASSERT_PTR_NOT_NULL(json_object_get(by_id(out, 3), "result"));
+    CU_ASSERT_EQUAL(err_code(by_id(out, 4)), -32602);
+    CU_ASSERT_PTR_NOT_NULL(json_object_get(by_id(out, 5), "result"));
+    /* The session's own log line went to the client (level warning, the
+     * default) for the first long line only (setLevel error after it). */
+    int logs = 0;
+    json_array_foreach(out, i, v)
+    {
+        const char *m = json_string_value(json_object_get(v, "method"));
+        if (m && strcmp(m, "notifications/message") == 0) {
+            logs++;
+            CU_ASSERT_STRING_EQUAL(
+                json_string_value(json_object_get(
+                    json_object_get(v, "params"), "level")),
+                "warning");
+        }
+    }
+    CU_ASSERT_EQUAL(logs, 1);
     json_decref(out);
     free(input);
     free(cfg);
