@@ -16,6 +16,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -27,6 +28,10 @@
 typedef struct mcp_stdio {
     uv_loop_t loop;
     uv_pipe_t in;
+    bool use_fs;            /* input is a file (not pollable): uv_fs_read */
+    bool fs_busy;           /* a uv_fs_read is in flight */
+    int in_fd;
+    uv_fs_t fsreq;
     uv_signal_t sigterm, sigint;
     uv_async_t wake;
     th_reload_watch *reload;
@@ -95,7 +100,7 @@ static void begin_stop(mcp_stdio *x, const char *why)
     x->stopping = true;
     x->why = why;
     th_log_info("mcp stdio: %s: stopping", why);
-    if (!uv_is_closing((uv_handle_t *)&x->in))
+    if (!x->use_fs && !uv_is_closing((uv_handle_t *)&x->in))
         uv_close((uv_handle_t *)&x->in, NULL);
     if (x->reload) {
         th_reload_watch_stop(x->reload);
@@ -201,6 +206,55 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
 }
 
+/* Input from a regular file or /dev/null (epoll refuses them): read on
+ * libuv's thread pool, one read at a time. */
+static void on_fs_read(uv_fs_t *req);
+
+static void fs_read_next(mcp_stdio *x)
+{
+    uv_buf_t b = uv_buf_init(x->rbuf, sizeof x->rbuf);
+    x->fsreq.data = x;
+    if (uv_fs_read(&x->loop, &x->fsreq, x->in_fd, &b, 1, -1, on_fs_read) ==
+        0)
+        x->fs_busy = true;
+    else
+        begin_stop(x, "input error");
+}
+
+static void on_fs_read(uv_fs_t *req)
+{
+    mcp_stdio *x = req->data;
+    ssize_t n = req->result;
+    uv_fs_req_cleanup(req);
+    x->fs_busy = false;
+    if (n > 0) {
+        feed(x, x->rbuf, (size_t)n);
+        if (!x->stopping)
+            fs_read_next(x);
+        return;
+    }
+    if (n == 0) {
+        if (x->line.len && !x->skipping)
+            th_mcp_session_input(x->m, (const char *)x->line.data,
+                                 x->line.len);
+        begin_stop(x, "end of input");
+    } else {
+        th_log_warn("mcp stdio: reading input: %s", uv_strerror((int)n));
+        begin_stop(x, "input error");
+    }
+}
+
+static bool pollable(int fd)
+{
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    if (ep < 0)
+        return true;
+    struct epoll_event ev = {.events = EPOLLIN};
+    bool ok = epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) == 0;
+    close(ep);
+    return ok;
+}
+
 int th_mcp_stdio_run(th_host *h, const th_principal *who,
                      const th_mcp_opts *o, int in_fd, int out_fd,
                      th_error *err)
@@ -238,11 +292,18 @@ int th_mcp_stdio_run(th_host *h, const th_principal *who,
     x->sigterm.data = x->sigint.data = x;
     uv_signal_start(&x->sigterm, on_signal, SIGTERM);
     uv_signal_start(&x->sigint, on_signal, SIGINT);
-    uv_pipe_init(&x->loop, &x->in, 0);
-    x->in.data = x;
-    rc = uv_pipe_open(&x->in, in_fd);
-    if (rc == 0)
-        rc = uv_read_start((uv_stream_t *)&x->in, on_alloc, on_read);
+    x->in_fd = in_fd;
+    x->use_fs = !pollable(in_fd);
+    if (x->use_fs) {
+        rc = 0;
+        fs_read_next(x);
+    } else {
+        uv_pipe_init(&x->loop, &x->in, 0);
+        x->in.data = x;
+        rc = uv_pipe_open(&x->in, in_fd);
+        if (rc == 0)
+            rc = uv_read_start((uv_stream_t *)&x->in, on_alloc, on_read);
+    }
     if (rc < 0) {
         th_error_set(err, TH_EIO, "stdin: %s (MCP over stdio needs a pipe, "
                                   "a socket or a terminal)",

@@ -600,6 +600,40 @@ static void test_raw_stray_printf(void)
     free(dir);
 }
 
+/* stdin a regular file or /dev/null (not pollable: libuv's epoll refuses
+ * them; this once aborted the process): read through the thread pool,
+ * answered, exit 0. */
+static void test_raw_file_stdin(void)
+{
+    char *dir = th_test_tmpdir();
+    char *cfg = write_config(dir, "[\"echo\"]", NULL);
+    char *req = th_test_write_file(
+        dir, "req.jsonl",
+        INIT "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\","
+             "\"params\":{\"name\":\"echo\",\"arguments\":{\"text\":"
+             "\"from a file\"}}}",
+        (size_t)-1); /* no final newline: the last line still counts */
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "'%s' mcp -c '%s' < '%s'",
+             th_test_build_path("toolhost"), cfg, req);
+    char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+    th_test_run r;
+    CU_ASSERT_EQUAL(th_test_run_argv(argv, NULL, 30, 0, &r), 0);
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "from a file"));
+    th_test_run_free(&r);
+    snprintf(cmd, sizeof cmd, "'%s' mcp -c '%s' < /dev/null",
+             th_test_build_path("toolhost"), cfg);
+    CU_ASSERT_EQUAL(th_test_run_argv(argv, NULL, 30, 0, &r), 0);
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_EQUAL(r.out_len, 0);
+    th_test_run_free(&r);
+    free(req);
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
 /* --toolset names a toolset that does not exist: a usage error. */
 static void test_bad_toolset(void)
 {
@@ -717,6 +751,7 @@ void th_suite_mcp(void)
     CU_add_test(s, "raw_binary_and_bad_utf8", test_raw_binary_and_bad_utf8);
     CU_add_test(s, "raw_failure_blocks", test_raw_failure_blocks);
     CU_add_test(s, "raw_stray_printf", test_raw_stray_printf);
+    CU_add_test(s, "raw_file_stdin", test_raw_file_stdin);
     CU_add_test(s, "sigterm", test_sigterm);
     CU_add_test(s, "export_strict", test_export_strict);
     CU_add_test(s, "bad_toolset", test_bad_toolset);
