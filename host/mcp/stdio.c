@@ -4,8 +4,12 @@
  *
  * Output: every message is one line written whole under a mutex, from
  * whatever thread produced it (the loop, a worker, the notifier), with a
- * blocking write (poll() when the fd is non-blocking); a client that stops
- * reading holds back those threads, not the loop.  Input: bytes are split
+ * blocking write (poll() when the fd is non-blocking).  A client that
+ * stops reading stdout therefore holds back the threads that answer it
+ * (and, once one of them holds the session's lock, the loop too): like
+ * any stdio server, this one needs a client that reads what it asked for.
+ * Input that is a regular file or /dev/null (epoll refuses those) is read
+ * on libuv's thread pool instead of a pipe handle.  Input: bytes are split
  * at '\n' ('\r' before it dropped); a line longer than max_message is
  * answered with an error and skipped up to its newline.  End of input or a
  * signal stops reading; calls in flight get shutdown_grace to finish (their
