@@ -960,7 +960,13 @@ fail:
 
 const char *th_mcp_session_version(const th_mcp_session *m)
 {
-    return m->initialized ? m->version : NULL;
+    /* The version is written once, before initialized is set: once seen
+     * set (under the lock, for other threads), it stays. */
+    th_mcp_session *w = (th_mcp_session *)m;
+    pthread_mutex_lock(&w->mu);
+    bool init = w->initialized;
+    pthread_mutex_unlock(&w->mu);
+    return init ? m->version : NULL;
 }
 
 size_t th_mcp_session_inflight(th_mcp_session *m)
