@@ -172,8 +172,80 @@ static void test_request_done_pairing(void)
     th_host_close(h);
 }
 
+static int count_tool(const th_tool *t, void *ud)
+{
+    (void)t;
+    (*(int *)ud)++;
+    return 0;
+}
+
+static int n_tools(th_host *h, const th_principal *who)
+{
+    th_session *s = th_session_open(h, who, NULL, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    int n = 0;
+    th_session_tools(s, count_tool, &n);
+    th_session_close(s);
+    return n;
+}
+
+/* th_principal.user (a token's user name: allow_users match it by name,
+ * allow_groups never) and th_principal.toolset (only that toolset). */
+static void test_principal_user_and_toolset(void)
+{
+    char yaml[1024];
+    snprintf(yaml, sizeof yaml,
+             "host:\n  log_level: error\n"
+             "plugins:\n  - name: echo\n    path: %s\n"
+             "toolsets:\n"
+             "  - name: a\n    tools: [\"echo\"]\n"
+             "    allow_users: [\"alice\"]\n"
+             "  - name: b\n    tools: [\"echo_async\"]\n"
+             "    allow_groups: [\"%u\"]\n"
+             "  - name: c\n    tools: [\"echo\", \"echo_async\"]\n",
+             th_test_build_path("plugins/echo.so"), (unsigned)getgid());
+    th_config *cfg = NULL;
+    th_error err;
+    int lvl = th_log_get_level();
+    CU_ASSERT_FATAL(th_config_parse("t.yaml", "/", yaml, strlen(yaml), &cfg,
+                                    &err) == 0);
+    th_host *h = NULL;
+    CU_ASSERT_FATAL(th_host_open(cfg, &h, &err) == 0);
+    th_log_set_level(lvl);
+    th_principal alice = {.uid = (uint32_t)-1, .gid = (uint32_t)getgid(),
+                          .user = "alice"};
+    th_principal bob = {.uid = (uint32_t)-1, .gid = (uint32_t)getgid(),
+                        .user = "bob"};
+    /* alice: a (by name) and c (open); never b (groups never match) */
+    CU_ASSERT_EQUAL(n_tools(h, &alice), 2);
+    /* bob: only c */
+    CU_ASSERT_EQUAL(n_tools(h, &bob), 2);
+    alice.toolset = "a";
+    CU_ASSERT_EQUAL(n_tools(h, &alice), 1);
+    bob.toolset = "a";
+    CU_ASSERT_EQUAL(n_tools(h, &bob), 0);
+    th_principal me = {.uid = (uint32_t)getuid(), .gid = (uint32_t)getgid(),
+                       .toolset = "b"};
+    CU_ASSERT_EQUAL(n_tools(h, &me), 1); /* b by group */
+    me.toolset = "nope";
+    CU_ASSERT_EQUAL(n_tools(h, &me), 0);
+    /* the strings are copied: a session outlives the caller's buffer */
+    char name[16] = "alice";
+    th_principal tmp = {.uid = (uint32_t)-1, .user = name, .toolset = "a"};
+    th_session *s = th_session_open(h, &tmp, NULL, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    strcpy(name, "zzzzz");
+    int n = 0;
+    th_session_tools(s, count_tool, &n);
+    CU_ASSERT_EQUAL(n, 1);
+    th_session_close(s);
+    th_host_close(h);
+}
+
 void th_suite_mcp_core(void)
 {
     CU_pSuite s = CU_add_suite("mcp_core", NULL, NULL);
     CU_add_test(s, "request_done_pairing", test_request_done_pairing);
+    CU_add_test(s, "principal_user_and_toolset",
+                test_principal_user_and_toolset);
 }
