@@ -122,11 +122,15 @@ static int cb_caller(const toolhost_call *call, toolhost_caller *out)
     const th_session *s = c->s;
     out->uid = s ? (int64_t)s->who.uid : -1;
     if (s && !c->caller_user) {
-        char buf[1024];
-        struct passwd pw, *res = NULL;
-        if (getpwuid_r((uid_t)s->who.uid, &pw, buf, sizeof buf, &res) == 0 &&
-            res)
-            c->caller_user = strdup(res->pw_name);
+        if (s->who.user) { /* a user named by a token (MCP over HTTP) */
+            c->caller_user = strdup(s->who.user);
+        } else {
+            char buf[1024];
+            struct passwd pw, *res = NULL;
+            if (getpwuid_r((uid_t)s->who.uid, &pw, buf, sizeof buf, &res) == 0 &&
+                res)
+                c->caller_user = strdup(res->pw_name);
+        }
     }
     out->user = c->caller_user;
     if (s) {

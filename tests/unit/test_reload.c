@@ -1034,7 +1034,7 @@ static int hx_open_ops(hx *x, const char *toolsets, const th_front_ops *ops,
         fprintf(stderr, "host: %s\n", e.msg);
         return -1;
     }
-    th_principal who = {(uint32_t)getuid(), (uint32_t)getgid(), true};
+    th_principal who = {.uid = (uint32_t)getuid(), .gid = (uint32_t)getgid(), .trusted = true};
     th_front_ops dops = {.tools_changed = hx_tools_changed};
     x->s = th_session_open(x->h, &who, ops ? ops : &dops, ops ? ud : x);
     return x->s ? 0 : -1;

@@ -209,6 +209,7 @@ typedef struct th_host_cfg {
                                   after its call's deadline is lost and
                                   replaced; 0: 3000                      */
     uint32_t max_lost_workers; /* replacements alive at once; 0: workers */
+    uint64_t mcp_max_message;  /* one MCP message at most; 16 MiB        */
     int line, col;             /* where the section starts (0 if absent) */
     uint32_t task_keep;        /* finished tasks kept (both scopes, with
                                   result_ttl); default 256; 0: 256      */

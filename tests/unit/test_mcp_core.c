@@ -1,0 +1,251 @@
+/* test_mcp_core.c - the MCP protocol core through its transport interface
+ * (host/mcp/mcp.h), as the stdio and HTTP transports use it: every request
+ * with an id gets exactly one response and then exactly one request_done,
+ * whatever the method or the outcome; notifications and unusable ids get
+ * no request_done; nothing is called after th_mcp_session_free(). */
+#include <CUnit/CUnit.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../host/mcp/mcp.h"
+#include "common/th_test.h"
+#include "th/config.h"
+#include "th/log.h"
+
+typedef struct cap {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    json_t *sent;  /* [[msg, req-or-null], ...] */
+    json_t *done;  /* [req, ...] */
+    bool closed;
+    int late;      /* callbacks after free */
+} cap;
+
+static void cap_send(void *ud, const json_t *msg, const json_t *req)
+{
+    cap *c = ud;
+    pthread_mutex_lock(&c->mu);
+    if (c->closed)
+        c->late++;
+    json_array_append_new(c->sent, json_pack("[O,O]", msg,
+                                             req ? req : json_null()));
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void cap_done(void *ud, const json_t *req)
+{
+    cap *c = ud;
+    pthread_mutex_lock(&c->mu);
+    if (c->closed)
+        c->late++;
+    json_array_append_new(c->done, json_deep_copy(req));
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* How many request_done for id (an integer). */
+static int n_done(cap *c, json_int_t id)
+{
+    int n = 0;
+    size_t i;
+    json_t *v;
+    json_array_foreach(c->done, i, v)
+    {
+        if (json_is_integer(v) && json_integer_value(v) == id)
+            n++;
+    }
+    return n;
+}
+
+/* The responses to id, and whether each came before its request_done. */
+static int n_resp(cap *c, json_int_t id)
+{
+    int n = 0;
+    size_t i;
+    json_t *v;
+    json_array_foreach(c->sent, i, v)
+    {
+        json_t *m = json_array_get(v, 0);
+        json_t *j = json_object_get(m, "id");
+        if (!json_object_get(m, "method") && json_is_integer(j) &&
+            json_integer_value(j) == id) {
+            n++;
+            /* a response names its own request as req */
+            json_t *r = json_array_get(v, 1);
+            CU_ASSERT(json_is_integer(r) && json_integer_value(r) == id);
+        }
+    }
+    return n;
+}
+
+static bool wait_done(cap *c, json_int_t id, int ms)
+{
+    pthread_mutex_lock(&c->mu);
+    for (int i = 0; i < ms / 10 && n_done(c, id) == 0; i++) {
+        pthread_mutex_unlock(&c->mu);
+        usleep(10000);
+        pthread_mutex_lock(&c->mu);
+    }
+    bool ok = n_done(c, id) > 0;
+    pthread_mutex_unlock(&c->mu);
+    return ok;
+}
+
+static void in(th_mcp_session *m, const char *s)
+{
+    th_mcp_session_input(m, s, strlen(s));
+}
+
+static void test_request_done_pairing(void)
+{
+    char yaml[1024];
+    snprintf(yaml, sizeof yaml,
+             "host:\n  log_level: error\n  shutdown_grace: 50ms\n"
+             "plugins:\n  - name: echo\n    path: %s\n",
+             th_test_build_path("plugins/echo.so"));
+    th_config *cfg = NULL;
+    th_error err;
+    th_error_clear(&err);
+    int lvl = th_log_get_level();
+    CU_ASSERT_FATAL(th_config_parse("t.yaml", "/", yaml, strlen(yaml), &cfg,
+                                    &err) == 0);
+    th_host *h = NULL;
+    CU_ASSERT_FATAL(th_host_open(cfg, &h, &err) == 0);
+    th_log_set_level(lvl);
+    cap c = {.sent = json_array(), .done = json_array()};
+    pthread_mutex_init(&c.mu, NULL);
+    pthread_cond_init(&c.cv, NULL);
+    th_mcp_transport t = {.send = cap_send, .request_done = cap_done};
+    th_principal who = {.uid = (uint32_t)getuid(), .gid = (uint32_t)getgid()};
+    th_mcp_session *m = th_mcp_session_new(h, &who, &t, &c, NULL, &err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    CU_ASSERT_PTR_NULL(th_mcp_session_version(m));
+
+    in(m, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}");
+    in(m, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"initialize\",\"params\":"
+          "{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{}}}");
+    CU_ASSERT_STRING_EQUAL(th_mcp_session_version(m), "2025-06-18");
+    in(m, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}");
+    in(m, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"ping\"}");
+    in(m, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/list\"}");
+    in(m, "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"nope\"}");
+    in(m, "{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"tools/call\","
+          "\"params\":{\"name\":\"nope\"}}");
+    in(m, "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\","
+          "\"params\":{\"name\":\"echo\",\"arguments\":{}}}");
+    in(m, "{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"tools/call\","
+          "\"params\":{\"name\":\"echo\",\"arguments\":{\"text\":\"x\"}}}");
+    in(m, "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/call\","
+          "\"params\":{\"name\":\"echo_async\",\"arguments\":{\"text\":\"y\","
+          "\"steps\":3,\"delay_ms\":20}}}");
+    in(m, "{\"jsonrpc\":\"1.0\",\"id\":10,\"method\":\"ping\"}");
+    in(m, "not json");
+    in(m, "[]");
+    in(m, "{\"jsonrpc\":\"2.0\",\"id\":11,\"method\":\"tools/call\","
+          "\"params\":{\"name\":\"echo_async\",\"arguments\":{\"text\":\"z\","
+          "\"steps\":100000,\"delay_ms\":20}}}");
+    in(m, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\","
+          "\"params\":{\"requestId\":11}}");
+    for (json_int_t id = 1; id <= 11; id++)
+        CU_ASSERT(wait_done(&c, id, 5000));
+    pthread_mutex_lock(&c.mu);
+    for (json_int_t id = 1; id <= 11; id++) {
+        CU_ASSERT_EQUAL(n_done(&c, id), 1);
+        /* 11 was cancelled by the client: no response */
+        CU_ASSERT_EQUAL(n_resp(&c, id), id == 11 ? 0 : 1);
+    }
+    CU_ASSERT_EQUAL(json_array_size(c.done), 11);
+    pthread_mutex_unlock(&c.mu);
+    th_mcp_session_free(m);
+    pthread_mutex_lock(&c.mu);
+    c.closed = true;
+    pthread_mutex_unlock(&c.mu);
+    usleep(50000);
+    CU_ASSERT_EQUAL(c.late, 0);
+    json_decref(c.sent);
+    json_decref(c.done);
+    pthread_mutex_destroy(&c.mu);
+    pthread_cond_destroy(&c.cv);
+    th_host_close(h);
+}
+
+static int count_tool(const th_tool *t, void *ud)
+{
+    (void)t;
+    (*(int *)ud)++;
+    return 0;
+}
+
+static int n_tools(th_host *h, const th_principal *who)
+{
+    th_session *s = th_session_open(h, who, NULL, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    int n = 0;
+    th_session_tools(s, count_tool, &n);
+    th_session_close(s);
+    return n;
+}
+
+/* th_principal.user (a token's user name: allow_users match it by name,
+ * allow_groups never) and th_principal.toolset (only that toolset). */
+static void test_principal_user_and_toolset(void)
+{
+    char yaml[1024];
+    snprintf(yaml, sizeof yaml,
+             "host:\n  log_level: error\n"
+             "plugins:\n  - name: echo\n    path: %s\n"
+             "toolsets:\n"
+             "  - name: a\n    tools: [\"echo\"]\n"
+             "    allow_users: [\"alice\"]\n"
+             "  - name: b\n    tools: [\"echo_async\"]\n"
+             "    allow_groups: [\"%u\"]\n"
+             "  - name: c\n    tools: [\"echo\", \"echo_async\"]\n",
+             th_test_build_path("plugins/echo.so"), (unsigned)getgid());
+    th_config *cfg = NULL;
+    th_error err;
+    int lvl = th_log_get_level();
+    CU_ASSERT_FATAL(th_config_parse("t.yaml", "/", yaml, strlen(yaml), &cfg,
+                                    &err) == 0);
+    th_host *h = NULL;
+    CU_ASSERT_FATAL(th_host_open(cfg, &h, &err) == 0);
+    th_log_set_level(lvl);
+    th_principal alice = {.uid = (uint32_t)-1, .gid = (uint32_t)getgid(),
+                          .user = "alice"};
+    th_principal bob = {.uid = (uint32_t)-1, .gid = (uint32_t)getgid(),
+                        .user = "bob"};
+    /* alice: a (by name) and c (open); never b (groups never match) */
+    CU_ASSERT_EQUAL(n_tools(h, &alice), 2);
+    /* bob: only c */
+    CU_ASSERT_EQUAL(n_tools(h, &bob), 2);
+    alice.toolset = "a";
+    CU_ASSERT_EQUAL(n_tools(h, &alice), 1);
+    bob.toolset = "a";
+    CU_ASSERT_EQUAL(n_tools(h, &bob), 0);
+    th_principal me = {.uid = (uint32_t)getuid(), .gid = (uint32_t)getgid(),
+                       .toolset = "b"};
+    CU_ASSERT_EQUAL(n_tools(h, &me), 1); /* b by group */
+    me.toolset = "nope";
+    CU_ASSERT_EQUAL(n_tools(h, &me), 0);
+    /* the strings are copied: a session outlives the caller's buffer */
+    char name[16] = "alice";
+    th_principal tmp = {.uid = (uint32_t)-1, .user = name, .toolset = "a"};
+    th_session *s = th_session_open(h, &tmp, NULL, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    strcpy(name, "zzzzz");
+    int n = 0;
+    th_session_tools(s, count_tool, &n);
+    CU_ASSERT_EQUAL(n, 1);
+    th_session_close(s);
+    th_host_close(h);
+}
+
+void th_suite_mcp_core(void)
+{
+    CU_pSuite s = CU_add_suite("mcp_core", NULL, NULL);
+    CU_add_test(s, "request_done_pairing", test_request_done_pairing);
+    CU_add_test(s, "principal_user_and_toolset",
+                test_principal_user_and_toolset);
+}
