@@ -208,7 +208,7 @@ int main(int argc, char **argv)
     rl = th_host_reloader(h);
     if (!rl)
         die("%s", "the host has no reloader");
-    th_principal who = {(uint32_t)getuid(), (uint32_t)getgid(), true};
+    th_principal who = {.uid = (uint32_t)getuid(), .gid = (uint32_t)getgid(), .trusted = true};
     sess = th_session_open(h, &who, NULL, NULL);
     if (!sess)
         die("%s", "cannot open a session");

@@ -33,6 +33,7 @@ int cli_config(int argc, char **argv);
 int cli_export(int argc, char **argv);
 int cli_new(int argc, char **argv);
 int cli_reload(int argc, char **argv);
+int cli_mcp(int argc, char **argv);
 
 /* Prints "toolhost: <message>" to stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -22,6 +22,7 @@ static const cli_command commands[] = {
     {"new", "create a plugin project from the template", cli_new},
     {"reload", "ask a running host to reload its plugins and config",
      cli_reload},
+    {"mcp", "run the host as an MCP server on stdio", cli_mcp},
 };
 
 static void usage(FILE *f)

@@ -827,6 +827,8 @@ static const cfkey host_keys[] = {
     {.name = "socket_group", .set = set_str, .off = H(socket_group)},
     {.name = "max_frame", .set = set_size, .off = H(max_frame), .min = KIB,
      .max = GIB},
+    {.name = "mcp_max_message", .set = set_size, .off = H(mcp_max_message),
+     .min = KIB, .max = GIB},
     {.name = "max_inflight", .set = set_u32, .off = H(max_inflight),
      .min = 1, .max = 65536},
     {.name = "max_outbuf", .set = set_size, .off = H(max_outbuf),
@@ -892,6 +894,7 @@ static void host_init(th_host_cfg *h)
     h->log_level = TOOLHOST_LOG_INFO;
     h->socket_mode = 0600;
     h->max_frame = 16 * MIB;
+    h->mcp_max_message = 16 * MIB;
     h->max_inflight = 256;
     h->max_outbuf = 64 * MIB;
     h->shutdown_grace_ms = 5 * SEC;

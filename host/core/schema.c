@@ -414,3 +414,62 @@ int th_schema_pack_tool(struct msgpack_packer *pk, const th_tool *tool)
             rc |= th_pack_cstr(pk, th_perm_flag_name(bit));
     return rc ? TH_ENOMEM : 0;
 }
+
+/* ---- MCP (host/mcp) ------------------------------------------------------- */
+
+/* The tools/list entry of one tool for MCP: name, description (the same
+ * builder as the function-calling exports: th_schema_description, whole),
+ * inputSchema (th_schema_params), annotations from the tool flags and
+ * execution.taskSupport ("optional" for async tools, else "forbidden").
+ * NULL when out of memory. */
+json_t *th_schema_mcp_tool(const th_tool *tool)
+{
+    json_t *o = json_object();
+    json_t *in = th_schema_params(tool);
+    char *desc = th_schema_description(tool, 0);
+    json_t *ann = json_object();
+    json_t *exe = json_object();
+    if (!o || !in || !desc || !ann || !exe)
+        goto fail;
+    uint32_t f = tool->flags;
+    bool ro = (f & TOOLHOST_TOOL_READ_ONLY) != 0;
+    int e = json_object_set_new(o, "name", json_string(tool->name));
+    /* title: ABI 1.1 adds a display title to tools; once th_tool carries
+     * it, set "title" here (and annotations.title) when present. */
+    e |= json_object_set_new(o, "description", json_string(desc));
+    e |= json_object_set_new(o, "inputSchema", in);
+    in = NULL;
+    /* outputSchema: ABI 1.1 adds declared output schemas; once th_tool
+     * carries one, set "outputSchema" here (and tools/call returns
+     * structuredContent, host/mcp/mcp.c). */
+    e |= json_object_set_new(ann, "readOnlyHint", json_boolean(ro));
+    e |= json_object_set_new(
+        ann, "destructiveHint",
+        json_boolean(!ro && (f & TOOLHOST_TOOL_DESTRUCTIVE) != 0));
+    e |= json_object_set_new(
+        ann, "idempotentHint",
+        json_boolean((f & TOOLHOST_TOOL_IDEMPOTENT) != 0));
+    e |= json_object_set_new(
+        ann, "openWorldHint",
+        json_boolean((f & TOOLHOST_TOOL_OPEN_WORLD) != 0));
+    e |= json_object_set_new(o, "annotations", ann);
+    ann = NULL;
+    e |= json_object_set_new(
+        exe, "taskSupport",
+        json_string((f & TOOLHOST_TOOL_ASYNC) ? "optional" : "forbidden"));
+    e |= json_object_set_new(o, "execution", exe);
+    exe = NULL;
+    free(desc);
+    if (e) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+fail:
+    json_decref(o);
+    json_decref(in);
+    json_decref(ann);
+    json_decref(exe);
+    free(desc);
+    return NULL;
+}

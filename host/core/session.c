@@ -65,10 +65,19 @@ static bool group_has(const char *entry, uint32_t uid, uint32_t gid)
 
 static bool acl_allows(const th_toolset_cfg *ts, const th_principal *who)
 {
+    if (who->toolset && (!ts->name || strcmp(ts->name, who->toolset) != 0))
+        return false;
     if (who->trusted)
         return true;
     if (ts->n_allow_users == 0 && ts->n_allow_groups == 0)
         return true;
+    if (who->user) {
+        /* A named user (token): names match by name only; no groups. */
+        for (size_t i = 0; i < ts->n_allow_users; i++)
+            if (strcmp(ts->allow_users[i], who->user) == 0)
+                return true;
+        return false;
+    }
     for (size_t i = 0; i < ts->n_allow_users; i++)
         if (user_is(ts->allow_users[i], who->uid))
             return true;
@@ -93,8 +102,18 @@ th_session *th_session_open(th_host *h, const th_principal *who,
         return NULL;
     }
     s->h = h;
-    if (who)
+    if (who) {
         s->who = *who;
+        s->who.toolset = NULL;
+        s->who.user = NULL;
+        if ((who->toolset && !(s->who.toolset = strdup(who->toolset))) ||
+            (who->user && !(s->who.user = strdup(who->user)))) {
+            free((char *)s->who.toolset);
+            free(s->usable);
+            free(s);
+            return NULL;
+        }
+    }
     if (ops)
         s->ops = *ops;
     s->front_ud = front_ud;
@@ -143,6 +162,8 @@ void th_session_unref(th_session *s)
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s->usable);
+    free((char *)s->who.toolset);
+    free((char *)s->who.user);
     free(s);
 }
 

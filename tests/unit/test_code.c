@@ -1119,7 +1119,7 @@ static int host_up(host_fx *fx, uint32_t workers, bool enabled)
         return -1;
     }
     /* th_host_open registered run_code for the toolsets enabling it */
-    th_principal who = {0, 0, true};
+    th_principal who = {.uid = 0, .gid = 0, .trusted = true};
     fx->s = th_session_open(fx->h, &who, NULL, NULL);
     return fx->s ? 0 : -1;
 }

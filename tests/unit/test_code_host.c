@@ -77,7 +77,7 @@ static void chost_down(chost *fx)
 
 static th_session *open_as(chost *fx, uint32_t uid)
 {
-    th_principal who = {uid, uid, false};
+    th_principal who = {.uid = uid, .gid = uid, .trusted = false};
     return th_session_open(fx->h, &who, NULL, NULL);
 }
 

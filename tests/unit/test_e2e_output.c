@@ -88,7 +88,7 @@ static int ofx_up(ofx *fx)
         th_log_set_level(fx->log_level);
         return -1;
     }
-    th_principal who = {0, 0, true};
+    th_principal who = {.uid = 0, .gid = 0, .trusted = true};
     fx->s = th_session_open(fx->h, &who, NULL, NULL);
     return fx->s ? 0 : -1;
 }

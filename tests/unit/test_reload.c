@@ -1020,7 +1020,7 @@ static int hx_open(hx *x, const char *toolsets)
         fprintf(stderr, "host: %s\n", e.msg);
         return -1;
     }
-    th_principal who = {(uint32_t)getuid(), (uint32_t)getgid(), true};
+    th_principal who = {.uid = (uint32_t)getuid(), .gid = (uint32_t)getgid(), .trusted = true};
     th_front_ops ops = {.tools_changed = hx_tools_changed};
     x->s = th_session_open(x->h, &who, &ops, x);
     return x->s ? 0 : -1;

@@ -210,6 +210,7 @@ typedef struct th_host_cfg {
                                   after its call's deadline is lost and
                                   replaced; 0: 3000                      */
     uint32_t max_lost_workers; /* replacements alive at once; 0: workers */
+    uint64_t mcp_max_message;  /* one MCP message at most; 16 MiB        */
     char **listen_http;        /* the http:// and https:// entries of
                                   listen, as written (docs/mcp.md)       */
     size_t n_listen_http;

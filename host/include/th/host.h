@@ -81,6 +81,13 @@ th_registry *th_host_registry(th_host *h);
 typedef struct th_principal {
     uint32_t uid, gid;
     bool trusted; /* the in-process CLI: every toolset, no ACL */
+    /* Only this toolset is usable (still subject to its ACL), or NULL.
+     * Copied by th_session_open(). */
+    const char *toolset;
+    /* A user name given by a token, or NULL: allow_users entries match it
+     * by name; uid is then (uint32_t)-1 and allow_groups never match.
+     * Copied by th_session_open(). */
+    const char *user;
 } th_principal;
 
 /* What a front offers the core; every member may be NULL. */

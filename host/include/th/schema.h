@@ -71,5 +71,11 @@ char *th_schema_export_text(const th_tool *const *tools, size_t n,
  * such as "read_only").  0 or TH_ENOMEM. */
 int th_schema_pack_tool(struct msgpack_packer *pk, const th_tool *tool);
 
+/* The MCP tools/list entry of one tool: {name, description, inputSchema,
+ * annotations {readOnlyHint, destructiveHint, idempotentHint,
+ * openWorldHint}, execution {taskSupport}}, from the same builders as the
+ * exports.  NULL when out of memory. */
+json_t *th_schema_mcp_tool(const th_tool *tool);
+
 
 #endif

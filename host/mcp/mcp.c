@@ -1,0 +1,1016 @@
+/* mcp.c - the MCP protocol core: JSON-RPC 2.0 messages of one client, the
+ * lifecycle, tools/list, tools/call (progress, cancellation, permission
+ * asks through elicitation), logging, list_changed.  Tasks are in
+ * mcp_tasks.c, results in mcp_result.c.  docs/mcp.md is the picture. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mcp_int.h"
+#include "th/json.h"
+#include "th/log.h"
+#include "th/schema.h"
+#include "th/tool.h"
+
+#define LIST_PAGE 100           /* tools per tools/list page */
+#define LIST_CHANGED_MIN_MS 1000 /* at most one list_changed a second */
+
+static const char *const versions[] = {"2025-11-25", "2025-06-18",
+                                       "2025-03-26"};
+
+int64_t mcp_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- Sending -------------------------------------------------------------- */
+
+/* Consumes msg. */
+void mcp_send(th_mcp_session *m, json_t *msg, const json_t *req)
+{
+    if (!msg) {
+        th_log_error("mcp: out of memory building a message");
+        return;
+    }
+    m->t.send(m->ud, msg, req);
+    json_decref(msg);
+}
+
+void mcp_request_done(th_mcp_session *m, const json_t *id)
+{
+    if (m->t.request_done && id)
+        m->t.request_done(m->ud, id);
+}
+
+void mcp_send_result(th_mcp_session *m, const json_t *id, json_t *result)
+{
+    json_t *msg = json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id",
+                            id ? id : json_null(), "result",
+                            result ? result : json_object());
+    mcp_send(m, msg, id);
+}
+
+void mcp_send_error(th_mcp_session *m, const json_t *id, int code,
+                    const char *fmt, ...)
+{
+    char text[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    json_t *msg = json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0",
+                            "id", id ? id : json_null(), "error", "code",
+                            code, "message", text);
+    mcp_send(m, msg, id);
+}
+
+static void send_notification(th_mcp_session *m, const char *method,
+                              json_t *params, const json_t *req)
+{
+    json_t *msg = json_pack("{s:s, s:s}", "jsonrpc", "2.0", "method", method);
+    if (msg && params)
+        json_object_set_new(msg, "params", params);
+    else
+        json_decref(params);
+    mcp_send(m, msg, req);
+}
+
+/* ---- Logging (logging/setLevel, notifications/message) --------------------- */
+
+static const char *const mcp_levels[] = {"debug",    "info",  "notice",
+                                         "warning",  "error", "critical",
+                                         "alert",    "emergency"};
+
+static int mcp_level_from_name(const char *s)
+{
+    for (int i = 0; i < 8; i++)
+        if (strcmp(s, mcp_levels[i]) == 0)
+            return i;
+    return -1;
+}
+
+/* The session's own log line: to the host log, and to the client as
+ * notifications/message when it asked for that level. */
+static void mcp_log(th_mcp_session *m, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void mcp_log(th_mcp_session *m, int level, const char *fmt, ...)
+{
+    char text[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    int th = level >= 4 ? TOOLHOST_LOG_ERROR
+             : level == 3 ? TOOLHOST_LOG_WARN
+             : level >= 1 ? TOOLHOST_LOG_INFO
+                          : TOOLHOST_LOG_DEBUG;
+    th_log(th, "mcp session=%llu %s",
+           (unsigned long long)th_session_id(m->s), text);
+    pthread_mutex_lock(&m->mu);
+    bool want = m->log_level >= 0 && level >= m->log_level;
+    pthread_mutex_unlock(&m->mu);
+    if (want)
+        send_notification(m,
+                          "notifications/message",
+                          json_pack("{s:s, s:s, s:s}", "level",
+                                    mcp_levels[level], "logger", "toolhost",
+                                    "data", text),
+                          NULL);
+}
+
+/* ---- The MCP-visible tool list ----------------------------------------------- */
+
+static bool is_task_tool(const char *name)
+{
+    return strcmp(name, "get_running_tasks") == 0 ||
+           strcmp(name, "cancel_task") == 0;
+}
+
+typedef struct list_ctx {
+    json_t *arr;
+    int err;
+} list_ctx;
+
+static int list_one(const th_tool *t, void *ud)
+{
+    list_ctx *x = ud;
+    if (is_task_tool(t->name))
+        return 0;
+    json_t *e = th_schema_mcp_tool(t);
+    if (!e || json_array_append_new(x->arr, e) != 0) {
+        x->err = TH_ENOMEM;
+        return 1;
+    }
+    return 0;
+}
+
+/* Every tool the client sees, in name order; NULL when out of memory. */
+static json_t *visible_tools(th_mcp_session *m)
+{
+    list_ctx x = {json_array(), 0};
+    if (!x.arr)
+        return NULL;
+    th_session_tools(m->s, list_one, &x);
+    if (x.err) {
+        json_decref(x.arr);
+        return NULL;
+    }
+    return x.arr;
+}
+
+static uint64_t fnv1a(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* The hash of the visible list, or 0 when out of memory. */
+static uint64_t list_hash(th_mcp_session *m)
+{
+    json_t *arr = visible_tools(m);
+    char *txt = arr ? json_dumps(arr, JSON_COMPACT) : NULL;
+    uint64_t h = txt ? fnv1a(txt) | 1 : 0;
+    free(txt);
+    json_decref(arr);
+    return h;
+}
+
+/* Sends notifications/tools/list_changed now, or marks it for the timer
+ * when one went out less than a second ago.  m->mu held. */
+static void list_changed_locked(th_mcp_session *m)
+{
+    int64_t now = mono_ms();
+    if (m->list_sent_ms && now - m->list_sent_ms < LIST_CHANGED_MIN_MS) {
+        m->list_pending = true;
+        pthread_cond_broadcast(&m->cv);
+        return;
+    }
+    m->list_pending = false;
+    m->list_sent_ms = now;
+    send_notification(m, "notifications/tools/list_changed", NULL, NULL);
+}
+
+static void front_tools_changed(void *ud)
+{
+    th_mcp_session *m = ud;
+    uint64_t h = list_hash(m);
+    if (!h)
+        return;
+    pthread_mutex_lock(&m->mu);
+    bool changed = m->list_known && h != m->list_hash;
+    m->list_hash = h;
+    m->list_known = true;
+    bool send = changed && m->initialized;
+    if (send)
+        list_changed_locked(m);
+    pthread_mutex_unlock(&m->mu);
+    if (send)
+        th_log_info("mcp session=%llu tools changed: list_changed",
+                    (unsigned long long)th_session_id(m->s));
+}
+
+/* ---- The timer thread --------------------------------------------------------- */
+
+static void *timer_main(void *arg)
+{
+    th_mcp_session *m = arg;
+    pthread_mutex_lock(&m->mu);
+    while (!m->stop) {
+        int64_t now = mono_ms();
+        if (m->list_pending &&
+            now - m->list_sent_ms >= LIST_CHANGED_MIN_MS)
+            list_changed_locked(m);
+        mcp_tasks_expire_locked(m, mcp_wall_ms());
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t wait = 1000;
+        if (m->list_pending) {
+            int64_t left = LIST_CHANGED_MIN_MS - (now - m->list_sent_ms);
+            wait = left < 1 ? 1 : left < wait ? left : wait;
+        }
+        ts.tv_nsec += (wait % 1000) * 1000000;
+        ts.tv_sec += wait / 1000 + ts.tv_nsec / 1000000000;
+        ts.tv_nsec %= 1000000000;
+        pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return NULL;
+}
+
+/* ---- Calls ---------------------------------------------------------------------- */
+
+static __thread mcp_call *tl_starting; /* the call inside th_call_start */
+
+static void call_free(mcp_call *c)
+{
+    json_decref(c->id);
+    json_decref(c->token);
+    json_decref(c->result);
+    while (c->waiters) {
+        mcp_waiter *w = c->waiters;
+        c->waiters = w->next;
+        json_decref(w->id);
+        free(w);
+    }
+    free(c->status_msg);
+    free(c->tool);
+    free(c);
+}
+
+static void unlink_call(th_mcp_session *m, mcp_call *c)
+{
+    for (mcp_call **p = &m->calls; *p; p = &(*p)->next)
+        if (*p == c) {
+            *p = c->next;
+            return;
+        }
+}
+
+void mcp_call_unref_locked(th_mcp_session *m, mcp_call *c)
+{
+    (void)m;
+    if (--c->refs == 0)
+        call_free(c);
+}
+
+static mcp_call *find_call(th_mcp_session *m, const json_t *id)
+{
+    for (mcp_call *c = m->calls; c; c = c->next)
+        if (!c->task && !c->finished && json_equal(c->id, id))
+            return c;
+    return NULL;
+}
+
+static mcp_call *find_call_id(th_mcp_session *m, uint64_t call_id)
+{
+    for (mcp_call *c = m->calls; c; c = c->next)
+        if (c->call_id == call_id)
+            return c;
+    return NULL;
+}
+
+static void send_progress(th_mcp_session *m, mcp_call *c, const th_event *e)
+{
+    double p, total = -1;
+    if (e->fraction >= 0) {
+        total = 100;
+        p = e->fraction * 100;
+        if (p > total)
+            p = total;
+    } else {
+        p = c->last_progress + 1;
+    }
+    if (p <= c->last_progress) {
+        /* Progress must increase strictly: a tiny step past the last. */
+        p = c->last_progress + 1e-6;
+        if (total >= 0 && p > total)
+            total = p;
+    }
+    c->last_progress = p;
+    json_t *params = json_pack("{s:O, s:f}", "progressToken", c->token,
+                               "progress", p);
+    if (params && total >= 0)
+        json_object_set_new(params, "total", json_real(total));
+    if (params && e->message)
+        json_object_set_new(params, "message", json_string(e->message));
+    send_notification(m, "notifications/progress", params,
+                      c->task ? NULL : c->id);
+}
+
+static void on_event(const th_event *e, void *ud)
+{
+    mcp_call *c = ud;
+    th_mcp_session *m = c->m;
+    pthread_mutex_lock(&m->mu);
+    if (e->kind == TH_EV_PROGRESS) {
+        if (c->token && !c->finished && !c->client_cancelled)
+            send_progress(m, c, e);
+        if (c->task && e->message) {
+            free(c->status_msg);
+            c->status_msg = strdup(e->message);
+            c->updated_ms = mcp_wall_ms();
+        }
+        pthread_mutex_unlock(&m->mu);
+        return;
+    }
+    const th_result *r = e->result;
+    if (!r || r->kind == TH_RESULT_RUNNING) {
+        if (c->task)
+            c->updated_ms = mcp_wall_ms();
+        if (r && c->token && !c->client_cancelled) {
+            /* The acknowledgement carries the first progress message. */
+            th_event pe = {.kind = TH_EV_PROGRESS, .fraction = -1,
+                           .message = r->message};
+            send_progress(m, c, &pe);
+        }
+        pthread_mutex_unlock(&m->mu);
+        return;
+    }
+    /* The final result. */
+    c->finished = true;
+    if (m->inflight)
+        m->inflight--;
+    pthread_cond_broadcast(&m->cv);
+    json_t *res = mcp_tool_result(r, c->tool, c->call_id, c->out_type,
+                                  m->elicitation);
+    if (c->task) {
+        c->updated_ms = mcp_wall_ms();
+        c->status = r->kind == TH_RESULT_ERROR && r->error == TH_ECANCELLED
+                        ? MCP_TASK_CANCELLED
+                    : r->kind == TH_RESULT_DONE && r->ok ? MCP_TASK_COMPLETED
+                                                         : MCP_TASK_FAILED;
+        json_decref(c->result);
+        c->result = res;
+        if (c->announced)
+            mcp_task_ended_locked(m, c);
+    } else {
+        if (!c->client_cancelled && !c->no_response)
+            mcp_send_result(m, c->id, res);
+        else
+            json_decref(res);
+        c->no_response = true;
+        mcp_request_done(m, c->id);
+        if (r->kind == TH_RESULT_ERROR && r->error == TH_ECANCELLED)
+            th_log_info("mcp session=%llu call=%llu %s cancelled",
+                        (unsigned long long)th_session_id(m->s),
+                        (unsigned long long)c->call_id, c->tool);
+        unlink_call(m, c);
+        mcp_call_unref_locked(m, c);
+    }
+    mcp_call_unref_locked(m, c); /* the event's reference */
+    pthread_mutex_unlock(&m->mu);
+}
+
+static int front_ask_permission(void *ud, uint64_t call_id, const char *tool,
+                                const uint8_t *args, size_t args_len,
+                                const char *reason)
+{
+    th_mcp_session *m = ud;
+    pthread_mutex_lock(&m->mu);
+    if (!m->elicitation) {
+        pthread_mutex_unlock(&m->mu);
+        return -1;
+    }
+    mcp_call *c = tl_starting && tl_starting->m == m ? tl_starting
+                                                      : find_call_id(m, call_id);
+    if (c && !c->call_id)
+        c->call_id = call_id;
+    mcp_ask *a = calloc(1, sizeof *a);
+    if (!a) {
+        pthread_mutex_unlock(&m->mu);
+        return -1;
+    }
+    snprintf(a->id, sizeof a->id, "toolhost-ask-%llu",
+             (unsigned long long)++m->next_out_id);
+    a->call_id = call_id;
+    a->next = m->asks;
+    m->asks = a;
+    json_t *req = c ? json_incref(c->id) : NULL;
+    bool task = c && c->task;
+    if (c && c->task)
+        c->status = MCP_TASK_INPUT_REQUIRED;
+    char id[32];
+    memcpy(id, a->id, sizeof id);
+    pthread_mutex_unlock(&m->mu);
+
+    th_error err;
+    json_t *aj = th_json_from_msgpack_lossy(args, args_len, &err);
+    char *atxt = aj ? json_dumps(aj, JSON_COMPACT) : NULL;
+    json_decref(aj);
+    char msg[1536];
+    snprintf(msg, sizeof msg,
+             "Allow the tool %s to run with arguments %.800s? (%s)", tool,
+             atxt ? atxt : "{}", reason ? reason : "permission rule");
+    free(atxt);
+    json_t *params = json_pack(
+        "{s:s, s:{s:s, s:{s:{s:s, s:s, s:s}}, s:[s]}}", "message", msg,
+        "requestedSchema", "type", "object", "properties", "allow", "type",
+        "boolean", "title", "Allow", "description",
+        "Run this tool call now", "required", "allow");
+    json_t *out = json_pack("{s:s, s:s, s:s, s:o}", "jsonrpc", "2.0", "id",
+                            id, "method", "elicitation/create", "params",
+                            params);
+    mcp_send(m, out, task ? NULL : req);
+    json_decref(req);
+    return 0;
+}
+
+/* The answer to one of our elicitation/create requests. */
+static void on_response(th_mcp_session *m, const json_t *msg)
+{
+    const char *id = json_string_value(json_object_get(msg, "id"));
+    if (!id)
+        return;
+    pthread_mutex_lock(&m->mu);
+    mcp_ask *a = NULL;
+    for (mcp_ask **p = &m->asks; *p; p = &(*p)->next)
+        if (strcmp((*p)->id, id) == 0) {
+            a = *p;
+            *p = a->next;
+            break;
+        }
+    mcp_call *c = a ? find_call_id(m, a->call_id) : NULL;
+    if (c && c->task && c->status == MCP_TASK_INPUT_REQUIRED)
+        c->status = MCP_TASK_WORKING;
+    pthread_mutex_unlock(&m->mu);
+    if (!a)
+        return;
+    json_t *res = json_object_get(msg, "result");
+    const char *action = json_string_value(json_object_get(res, "action"));
+    json_t *allow = json_object_get(json_object_get(res, "content"), "allow");
+    bool yes = action && strcmp(action, "accept") == 0 &&
+               (!allow || json_is_true(allow));
+    mcp_log(m, 1, "permission for call %llu %s by the client",
+            (unsigned long long)a->call_id, yes ? "granted" : "refused");
+    th_permission_answer(m->s, a->call_id, yes);
+    free(a);
+}
+
+/* ---- Methods -------------------------------------------------------------------- */
+
+static void m_initialize(th_mcp_session *m, const json_t *id,
+                         const json_t *params)
+{
+    const char *want =
+        json_string_value(json_object_get(params, "protocolVersion"));
+    if (!json_is_object(params) || !want) {
+        mcp_send_error(m, id, MCP_INVALID_PARAMS,
+                       "initialize needs params.protocolVersion (a string)");
+        return;
+    }
+    const char *v = versions[0];
+    for (size_t i = 0; i < sizeof versions / sizeof *versions; i++)
+        if (strcmp(want, versions[i]) == 0)
+            v = versions[i];
+    json_t *caps = json_object_get(params, "capabilities");
+    bool elicit = json_is_object(json_object_get(caps, "elicitation"));
+    json_t *res = json_pack(
+        "{s:s, s:{s:{s:b}, s:{}, s:{s:{}, s:{}, s:{s:{s:{}}}}}, "
+        "s:{s:s, s:s, s:s}, s:s}",
+        "protocolVersion", v, "capabilities", "tools", "listChanged", 1,
+        "logging", "tasks", "list", "cancel", "requests", "tools", "call",
+        "serverInfo", "name", "toolhost", "title", "toolhost", "version",
+        TOOLHOST_VERSION, "instructions",
+        "Tools of a toolhost host. A tool error comes back as a result with "
+        "isError true and a message saying what to change; long-running "
+        "tools (execution.taskSupport optional) report progress and may run "
+        "as tasks.");
+    if (res && strcmp(v, "2025-11-25") != 0)
+        json_object_del(json_object_get(res, "capabilities"), "tasks");
+    pthread_mutex_lock(&m->mu);
+    snprintf(m->version, sizeof m->version, "%s", v);
+    m->initialized = true;
+    m->elicitation = elicit;
+    pthread_mutex_unlock(&m->mu);
+    mcp_send_result(m, id, res);
+    const char *cname = json_string_value(
+        json_object_get(json_object_get(params, "clientInfo"), "name"));
+    th_log_info("mcp session=%llu initialize: client %s, protocol %s%s",
+                (unsigned long long)th_session_id(m->s),
+                cname ? cname : "(unnamed)", v,
+                strcmp(v, want) ? " (the requested one is not supported)"
+                                : "");
+}
+
+static void m_tools_list(th_mcp_session *m, const json_t *id,
+                         const json_t *params)
+{
+    size_t off = 0;
+    json_t *cur = json_object_get(params, "cursor");
+    if (cur) {
+        const char *s = json_string_value(cur);
+        char *end = NULL;
+        errno = 0;
+        unsigned long long v = s ? strtoull(s, &end, 10) : 0;
+        if (!s || !*s || *end || errno || v > SIZE_MAX) {
+            mcp_send_error(m, id, MCP_INVALID_PARAMS,
+                           "invalid cursor: pass back a nextCursor of an "
+                           "earlier tools/list");
+            return;
+        }
+        off = (size_t)v;
+    }
+    json_t *all = visible_tools(m);
+    if (!all) {
+        mcp_send_error(m, id, MCP_INTERNAL_ERROR, "out of memory");
+        return;
+    }
+    size_t n = json_array_size(all);
+    json_t *page = json_array();
+    for (size_t i = off; page && i < n && i < off + LIST_PAGE; i++)
+        json_array_append(page, json_array_get(all, i));
+    json_t *res = json_pack("{s:o}", "tools", page);
+    if (res && off + LIST_PAGE < n) {
+        char next[32];
+        snprintf(next, sizeof next, "%zu", off + LIST_PAGE);
+        json_object_set_new(res, "nextCursor", json_string(next));
+    }
+    json_decref(all);
+    mcp_send_result(m, id, res);
+}
+
+static void m_tools_call(th_mcp_session *m, const json_t *id,
+                         const json_t *params)
+{
+    const char *name = json_string_value(json_object_get(params, "name"));
+    json_t *args = json_object_get(params, "arguments");
+    json_t *task = json_object_get(params, "task");
+    if (!json_is_object(params) || !name) {
+        mcp_send_error(m, id, MCP_INVALID_PARAMS,
+                       "tools/call needs params.name (a string)");
+        return;
+    }
+    if (args && !json_is_object(args) && !json_is_null(args)) {
+        mcp_send_error(m, id, MCP_INVALID_PARAMS,
+                       "params.arguments must be an object");
+        return;
+    }
+    if (task && !json_is_object(task)) {
+        mcp_send_error(m, id, MCP_INVALID_PARAMS,
+                       "params.task must be an object");
+        return;
+    }
+    const th_tool *t = is_task_tool(name) ? NULL
+                                          : th_session_acquire(m->s, name);
+    if (!t) {
+        mcp_send_error(m, id, MCP_INVALID_PARAMS,
+                       "Unknown tool: %s (tools/list has the tools of this "
+                       "server)",
+                       name);
+        return;
+    }
+    bool async = (t->flags & TOOLHOST_TOOL_ASYNC) != 0;
+    uint32_t out_type = t->stdout_type;
+    th_tool_release(t);
+    if (task && !async) {
+        mcp_send_error(m, id, MCP_METHOD_NOT_FOUND,
+                       "tool %s does not support tasks "
+                       "(execution.taskSupport is forbidden): call it "
+                       "without params.task",
+                       name);
+        return;
+    }
+    th_buf mp;
+    th_buf_init(&mp);
+    json_t *empty = NULL;
+    if (!args || json_is_null(args))
+        args = empty = json_object();
+    if (!args || th_json_to_msgpack(args, &mp) != 0) {
+        json_decref(empty);
+        th_buf_free(&mp);
+        /* Not representable (an integer past int64): a tool error. */
+        json_t *res = mcp_tool_error(
+            name, TH_EARGS,
+            "the arguments cannot be converted (integers must fit in 64 "
+            "bits)");
+        mcp_send_result(m, id, res);
+        mcp_request_done(m, id);
+        return;
+    }
+    json_decref(empty);
+    mcp_call *c = calloc(1, sizeof *c);
+    if (!c || !(c->tool = strdup(name))) {
+        free(c);
+        th_buf_free(&mp);
+        mcp_send_error(m, id, MCP_INTERNAL_ERROR, "out of memory");
+        return;
+    }
+    c->m = m;
+    c->out_type = out_type;
+    c->refs = 3; /* the list, the event, this function */
+    c->id = json_deep_copy(id);
+    c->last_progress = 0;
+    json_t *tok = json_object_get(json_object_get(params, "_meta"),
+                                  "progressToken");
+    if (json_is_string(tok) || json_is_integer(tok))
+        c->token = json_deep_copy(tok);
+    if (task) {
+        c->task = true;
+        c->created_ms = c->updated_ms = mcp_wall_ms();
+        c->ttl_ms = mcp_task_ttl(m, task);
+    }
+    pthread_mutex_lock(&m->mu);
+    c->next = m->calls;
+    m->calls = c;
+    m->inflight++;
+    pthread_mutex_unlock(&m->mu);
+
+    th_call_opts o = {0};
+    uint64_t call_id = 0;
+    tl_starting = c;
+    int rc = th_call_start(m->s, name, mp.data, mp.len, &o, on_event, c,
+                           &call_id);
+    tl_starting = NULL;
+    th_buf_free(&mp);
+    pthread_mutex_lock(&m->mu);
+    if (rc != 0) {
+        /* The callback never runs. */
+        c->finished = true;
+        m->inflight--;
+        unlink_call(m, c);
+        c->refs -= 2;
+        mcp_call_unref_locked(m, c);
+        pthread_mutex_unlock(&m->mu);
+        mcp_send_result(m, id,
+                        mcp_tool_error(name, rc,
+                                       "the host is shutting down"));
+        mcp_request_done(m, id);
+        return;
+    }
+    c->call_id = call_id;
+    c->started = true;
+    if (c->task) {
+        snprintf(c->task_id, sizeof c->task_id, "%llu",
+                 (unsigned long long)call_id);
+        json_t *res = json_pack("{s:o}", "task", mcp_task_json(c));
+        mcp_send_result(m, id, res);
+        mcp_request_done(m, id);
+        c->announced = true;
+        if (c->finished)
+            mcp_task_ended_locked(m, c);
+        else
+            send_notification(m, "notifications/tasks/status",
+                              mcp_task_json(c), NULL);
+    }
+    mcp_call_unref_locked(m, c);
+    pthread_mutex_unlock(&m->mu);
+}
+
+static void n_cancelled(th_mcp_session *m, const json_t *params)
+{
+    json_t *rid = json_object_get(params, "requestId");
+    if (!rid)
+        return;
+    pthread_mutex_lock(&m->mu);
+    mcp_call *c = find_call(m, rid);
+    uint64_t cid = 0;
+    if (c && c->started && !c->client_cancelled) {
+        c->client_cancelled = true;
+        cid = c->call_id;
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (!cid)
+        return;
+    const char *why = json_string_value(json_object_get(params, "reason"));
+    mcp_log(m, 1, "call %llu cancelled by the client%s%s",
+            (unsigned long long)cid, why ? ": " : "", why ? why : "");
+    th_call_cancel(m->s, cid);
+}
+
+static void m_set_level(th_mcp_session *m, const json_t *id,
+                        const json_t *params)
+{
+    const char *s = json_string_value(json_object_get(params, "level"));
+    int lv = s ? mcp_level_from_name(s) : -1;
+    if (lv < 0) {
+        mcp_send_error(m, id, MCP_INVALID_PARAMS,
+                       "level must be one of debug, info, notice, warning, "
+                       "error, critical, alert, emergency");
+        return;
+    }
+    pthread_mutex_lock(&m->mu);
+    m->log_level = lv;
+    pthread_mutex_unlock(&m->mu);
+    mcp_send_result(m, id, json_object());
+}
+
+/* ---- Dispatch ------------------------------------------------------------------- */
+
+static void dispatch_request(th_mcp_session *m, const json_t *id,
+                             const char *method, const json_t *params)
+{
+    if (params && !json_is_object(params) && !json_is_array(params)) {
+        mcp_send_error(m, id, MCP_INVALID_REQUEST,
+                       "params must be an object");
+        return;
+    }
+    if (strcmp(method, "ping") == 0) {
+        mcp_send_result(m, id, json_object());
+        return;
+    }
+    if (strcmp(method, "initialize") == 0) {
+        m_initialize(m, id, params);
+        return;
+    }
+    pthread_mutex_lock(&m->mu);
+    bool init = m->initialized;
+    pthread_mutex_unlock(&m->mu);
+    if (!init) {
+        mcp_send_error(m, id, MCP_INVALID_REQUEST,
+                       "the session is not initialized: send initialize "
+                       "first (only ping is allowed before it)");
+        return;
+    }
+    if (params && !json_is_object(params)) {
+        mcp_send_error(m, id, MCP_INVALID_PARAMS,
+                       "params must be an object");
+        return;
+    }
+    if (strcmp(method, "tools/list") == 0)
+        m_tools_list(m, id, params);
+    else if (strcmp(method, "tools/call") == 0)
+        m_tools_call(m, id, params);
+    else if (strcmp(method, "logging/setLevel") == 0)
+        m_set_level(m, id, params);
+    else if (strcmp(method, "tasks/get") == 0)
+        mcp_tasks_get(m, id, params);
+    else if (strcmp(method, "tasks/result") == 0)
+        mcp_tasks_result(m, id, params);
+    else if (strcmp(method, "tasks/list") == 0)
+        mcp_tasks_list(m, id, params);
+    else if (strcmp(method, "tasks/cancel") == 0)
+        mcp_tasks_cancel(m, id, params);
+    else if (strcmp(method, "resources/list") == 0 ||
+             strcmp(method, "prompts/list") == 0 ||
+             strcmp(method, "resources/templates/list") == 0)
+        mcp_send_error(m, id, MCP_METHOD_NOT_FOUND,
+                       "method %s: this server offers tools only", method);
+    else
+        mcp_send_error(m, id, MCP_METHOD_NOT_FOUND,
+                       "method not found: %.200s", method);
+}
+
+static bool valid_id(const json_t *id)
+{
+    return json_is_string(id) || json_is_integer(id);
+}
+
+void th_mcp_session_input(th_mcp_session *m, const char *text, size_t len)
+{
+    if (len > m->max_message) {
+        mcp_log(m, 3, "message of %zu bytes refused: mcp_max_message is %zu",
+                len, m->max_message);
+        mcp_send_error(m, NULL, MCP_INVALID_REQUEST,
+                       "message too long: %zu bytes, the limit is %zu "
+                       "(host.mcp_max_message)",
+                       len, m->max_message);
+        return;
+    }
+    json_error_t jerr;
+    json_t *msg = json_loadb(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL,
+                             &jerr);
+    if (!msg) {
+        mcp_send_error(m, NULL, MCP_PARSE_ERROR, "parse error: %s (at %d)",
+                       jerr.text, jerr.position);
+        return;
+    }
+    if (json_is_array(msg)) {
+        mcp_send_error(m, NULL, MCP_INVALID_REQUEST,
+                       "batches (JSON arrays) are not supported: send one "
+                       "message per line");
+        json_decref(msg);
+        return;
+    }
+    json_t *id = json_object_get(msg, "id");
+    const char *ver = json_string_value(json_object_get(msg, "jsonrpc"));
+    json_t *mj = json_object_get(msg, "method");
+    const char *method = json_string_value(mj);
+    if (!json_is_object(msg) || !ver || strcmp(ver, "2.0") != 0 ||
+        (mj && !method) || (id && !valid_id(id) && !json_is_null(id))) {
+        mcp_send_error(m, valid_id(id) ? id : NULL, MCP_INVALID_REQUEST,
+                       "not a JSON-RPC 2.0 message (needs \"jsonrpc\": "
+                       "\"2.0\", a string method, an id that is a string "
+                       "or an integer)");
+        json_decref(msg);
+        return;
+    }
+    if (!method) {
+        /* A response: the answer to one of our requests. */
+        if (json_object_get(msg, "result") || json_object_get(msg, "error"))
+            on_response(m, msg);
+        else
+            mcp_send_error(m, valid_id(id) ? id : NULL, MCP_INVALID_REQUEST,
+                           "a message needs a method (or result/error)");
+        json_decref(msg);
+        return;
+    }
+    json_t *params = json_object_get(msg, "params");
+    if (!id) {
+        /* A notification: never answered. */
+        if (strcmp(method, "notifications/cancelled") == 0)
+            n_cancelled(m, params);
+        json_decref(msg);
+        return;
+    }
+    if (json_is_null(id)) {
+        mcp_send_error(m, NULL, MCP_INVALID_REQUEST,
+                       "the id of a request must not be null");
+        json_decref(msg);
+        return;
+    }
+    dispatch_request(m, id, method, params);
+    json_decref(msg);
+}
+
+/* ---- Life ------------------------------------------------------------------------ */
+
+th_mcp_session *th_mcp_session_new(th_host *h, const th_principal *who,
+                                   const th_mcp_transport *t, void *ud,
+                                   const th_mcp_opts *o, th_error *err)
+{
+    th_mcp_opts def = {0};
+    if (!o)
+        o = &def;
+    const th_config *cfg = th_host_config(h);
+    th_principal p = who ? *who : (th_principal){0};
+    if (o->toolset) {
+        const th_toolset_cfg *ts = NULL;
+        for (size_t i = 0; i < cfg->n_toolsets; i++)
+            if (cfg->toolsets[i].name &&
+                strcmp(cfg->toolsets[i].name, o->toolset) == 0)
+                ts = &cfg->toolsets[i];
+        if (!ts) {
+            th_error_set(err, TH_ENOTFOUND, "no toolset '%s' in the config",
+                         o->toolset);
+            return NULL;
+        }
+        p.toolset = o->toolset;
+    }
+    th_mcp_session *m = calloc(1, sizeof *m);
+    if (!m) {
+        th_error_set(err, TH_ENOMEM, "out of memory");
+        return NULL;
+    }
+    m->h = h;
+    m->t = *t;
+    m->ud = ud;
+    m->http = o->http;
+    m->log_level = 3; /* warning, until logging/setLevel */
+    m->max_message = o->max_message ? o->max_message
+                     : cfg->host.mcp_max_message
+                         ? (size_t)cfg->host.mcp_max_message
+                         : TH_MCP_MAX_MESSAGE_DEFAULT;
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_cond_init(&m->cv, NULL);
+    th_front_ops ops = {.ask_permission = front_ask_permission,
+                        .tools_changed = front_tools_changed};
+    m->s = th_session_open(h, &p, &ops, m);
+    if (!m->s) {
+        th_error_set(err, TH_ENOMEM, "cannot open a session (out of memory "
+                                     "or the host is closing)");
+        goto fail;
+    }
+    if (o->toolset) {
+        /* The toolset must be one the principal may use. */
+        bool any = false;
+        list_ctx x = {json_array(), 0};
+        if (x.arr) {
+            th_session_tools(m->s, list_one, &x);
+            any = json_array_size(x.arr) > 0;
+        }
+        json_decref(x.arr);
+        if (!any) {
+            th_error_set(err, TH_EPERM,
+                         "toolset '%s' is not usable by uid %u (its "
+                         "allow_users/allow_groups) or has no tools",
+                         o->toolset, (unsigned)p.uid);
+            th_session_close(m->s);
+            goto fail;
+        }
+    }
+    m->list_hash = list_hash(m);
+    m->list_known = m->list_hash != 0;
+    if (pthread_create(&m->timer, NULL, timer_main, m) != 0) {
+        th_error_set(err, TH_ENOMEM, "cannot start a thread");
+        th_session_close(m->s);
+        goto fail;
+    }
+    m->timer_started = true;
+    return m;
+fail:
+    pthread_mutex_destroy(&m->mu);
+    pthread_cond_destroy(&m->cv);
+    free(m);
+    return NULL;
+}
+
+const char *th_mcp_session_version(const th_mcp_session *m)
+{
+    return m->initialized ? m->version : NULL;
+}
+
+size_t th_mcp_session_inflight(th_mcp_session *m)
+{
+    pthread_mutex_lock(&m->mu);
+    size_t n = m->inflight;
+    pthread_mutex_unlock(&m->mu);
+    return n;
+}
+
+bool th_mcp_session_drain(th_mcp_session *m, int64_t timeout_ms)
+{
+    int64_t end = mono_ms() + timeout_ms;
+    pthread_mutex_lock(&m->mu);
+    while (m->inflight > 0) {
+        int64_t left = end - mono_ms();
+        if (left <= 0)
+            break;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t w = left < 100 ? left : 100;
+        ts.tv_nsec += w * 1000000;
+        ts.tv_sec += ts.tv_nsec / 1000000000;
+        ts.tv_nsec %= 1000000000;
+        pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+    }
+    bool ok = m->inflight == 0;
+    pthread_mutex_unlock(&m->mu);
+    return ok;
+}
+
+void th_mcp_session_free(th_mcp_session *m)
+{
+    if (!m)
+        return;
+    pthread_mutex_lock(&m->mu);
+    m->stop = true;
+    pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    if (m->timer_started)
+        pthread_join(m->timer, NULL);
+    /* Cancel what runs (toolset-scoped tasks go on in the core). */
+    pthread_mutex_lock(&m->mu);
+    size_t n = 0;
+    for (mcp_call *c = m->calls; c; c = c->next)
+        if (!c->finished && c->started)
+            n++;
+    uint64_t *ids = n ? calloc(n, sizeof *ids) : NULL;
+    size_t k = 0;
+    for (mcp_call *c = m->calls; ids && c; c = c->next)
+        if (!c->finished && c->started)
+            ids[k++] = c->call_id;
+    pthread_mutex_unlock(&m->mu);
+    for (size_t i = 0; i < k; i++)
+        th_call_cancel(m->s, ids[i]);
+    free(ids);
+    th_session_close(m->s);
+    while (m->calls) {
+        mcp_call *c = m->calls;
+        m->calls = c->next;
+        if (!c->task && !c->no_response)
+            mcp_request_done(m, c->id);
+        call_free(c);
+    }
+    while (m->asks) {
+        mcp_ask *a = m->asks;
+        m->asks = a->next;
+        free(a);
+    }
+    pthread_mutex_destroy(&m->mu);
+    pthread_cond_destroy(&m->cv);
+    free(m);
+}

@@ -1,0 +1,84 @@
+/* host/mcp/mcp.h - the MCP protocol core, shared by its transports (stdio:
+ * host/mcp/stdio.c, Streamable HTTP: host/mcp/http.c).
+ *
+ * A session speaks MCP (JSON-RPC 2.0, protocol versions 2025-11-25,
+ * 2025-06-18, 2025-03-26) for one client over one host session: lifecycle
+ * and version negotiation, tools/list, tools/call (progress, cancellation,
+ * permission asks through elicitation), tasks/..., logging, list_changed.
+ * The transport frames messages and hands each one in with
+ * th_mcp_session_input(); the session answers through the transport's
+ * send().  docs/mcp.md describes the behaviour on the wire.
+ *
+ * Threads: th_mcp_session_input() from one thread at a time; send() and
+ * request_done() are called from any thread (the caller's, a worker's, the
+ * manager's notifier), possibly concurrently: the transport serialises.
+ */
+#ifndef TH_MCP_H
+#define TH_MCP_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "th/err.h"
+#include "th/host.h"
+
+typedef struct th_mcp_session th_mcp_session;
+
+typedef struct th_mcp_transport {
+    /* Sends one JSON-RPC message (a JSON object, borrowed for the call).
+     * `req` is the id of the client request this message belongs to (its
+     * response, or a notification/request sent while serving it:
+     * progress, elicitation), or NULL when it belongs to none
+     * (list_changed, task status, log messages).  Any thread; calls may be
+     * concurrent: the transport serialises them. */
+    void (*send)(void *ud, const json_t *msg, const json_t *req);
+    /* Request `req` is over: its response went out through send(), or
+     * none will (cancelled).  HTTP ends that POST's stream.  May be NULL.
+     * Called after the last send() for req. */
+    void (*request_done)(void *ud, const json_t *req);
+} th_mcp_transport;
+
+typedef struct th_mcp_opts {
+    const char *toolset; /* NULL: every toolset the principal may use */
+    size_t max_message;  /* bytes; 0: 16 MiB */
+    bool http;           /* the transport is Streamable HTTP (what the
+                            session may tell clients) */
+} th_mcp_opts;
+
+/* The default of th_mcp_opts.max_message (host key mcp_max_message). */
+#define TH_MCP_MAX_MESSAGE_DEFAULT ((size_t)16 << 20)
+
+/* Opens a host session for `who` (copied) and an MCP session on it.
+ * `t` is copied; `ud` is passed to its callbacks.  NULL with err set
+ * (TH_ENOMEM, TH_EPERM when o->toolset names a toolset `who` may not use,
+ * TH_ENOTFOUND when it names none). */
+th_mcp_session *th_mcp_session_new(th_host *h, const th_principal *who,
+                                   const th_mcp_transport *t, void *ud,
+                                   const th_mcp_opts *o, th_error *err);
+/* One message from the client: the text of one JSON value (no framing).
+ * Parses it; answers -32700 (not JSON), -32600 (batch array or not a
+ * request) itself.  A message longer than max_message is answered with an
+ * error without being parsed.  From one thread at a time. */
+void th_mcp_session_input(th_mcp_session *m, const char *text, size_t len);
+/* The negotiated protocol version once initialize succeeded, else NULL. */
+const char *th_mcp_session_version(const th_mcp_session *m);
+/* Calls not yet answered (tasks included).  Any thread. */
+size_t th_mcp_session_inflight(th_mcp_session *m);
+/* Waits until no call is in flight, at most timeout_ms: true when none
+ * is left.  Not from a transport callback. */
+bool th_mcp_session_drain(th_mcp_session *m, int64_t timeout_ms);
+/* Ends the session: cancels its calls, waits within the host's grace; no
+ * transport callback runs after it returns. */
+void th_mcp_session_free(th_mcp_session *m);
+
+/* MCP over stdio (stdio.c): newline-delimited JSON-RPC read from in_fd and
+ * written to out_fd, one session for `who`, on a libuv loop with
+ * SIGTERM/SIGINT and the hot reload watcher, until end of input or a
+ * signal; then the calls in flight get the host's shutdown_grace and the
+ * rest are cancelled.  0, or an error with err set. */
+int th_mcp_stdio_run(th_host *h, const th_principal *who,
+                     const th_mcp_opts *o, int in_fd, int out_fd,
+                     th_error *err);
+
+#endif

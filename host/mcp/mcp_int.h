@@ -1,0 +1,124 @@
+/* host/mcp/mcp_int.h - internals shared by the files of the MCP core
+ * (mcp.c, mcp_tasks.c, mcp_result.c).  Not for transports: they use mcp.h. */
+#ifndef TH_MCP_INT_H
+#define TH_MCP_INT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "mcp.h"
+#include "th/host.h"
+
+/* JSON-RPC error codes. */
+#define MCP_PARSE_ERROR (-32700)
+#define MCP_INVALID_REQUEST (-32600)
+#define MCP_METHOD_NOT_FOUND (-32601)
+#define MCP_INVALID_PARAMS (-32602)
+#define MCP_INTERNAL_ERROR (-32603)
+
+typedef enum mcp_task_status {
+    MCP_TASK_WORKING = 0,
+    MCP_TASK_INPUT_REQUIRED,
+    MCP_TASK_COMPLETED,
+    MCP_TASK_FAILED,
+    MCP_TASK_CANCELLED
+} mcp_task_status;
+
+typedef struct mcp_waiter { /* a tasks/result waiting for the end */
+    json_t *id;
+    struct mcp_waiter *next;
+} mcp_waiter;
+
+/* One tools/call in flight (or a task-augmented one until it expires).
+ * Under m->mu except where said. */
+typedef struct mcp_call {
+    struct th_mcp_session *m;
+    int refs;
+    json_t *id;              /* the request id (owned) */
+    json_t *token;           /* _meta.progressToken, or NULL */
+    char *tool;
+    uint32_t out_type;       /* the tool's stdout semantic type */
+    uint64_t call_id;        /* 0 until th_call_start returned (or asked) */
+    double last_progress;
+    bool started;            /* th_call_start returned */
+    bool finished;           /* the final event arrived */
+    bool client_cancelled;   /* notifications/cancelled: no response */
+    bool no_response;        /* the response went out (or never will) */
+    /* Task-augmented (2025-11-25 tasks). */
+    bool task;
+    bool announced;          /* CreateTaskResult sent */
+    char task_id[32];
+    mcp_task_status status;
+    char *status_msg;
+    int64_t created_ms, updated_ms, ttl_ms;
+    json_t *result;          /* the CallToolResult once ended */
+    mcp_waiter *waiters;
+    struct mcp_call *next;
+} mcp_call;
+
+struct th_mcp_session {
+    th_host *h;
+    th_session *s;
+    th_mcp_transport t;
+    void *ud;
+    size_t max_message;
+    bool http;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    char version[16];
+    bool initialized;        /* initialize answered */
+    bool elicitation;        /* the client declared elicitation */
+    int log_level;           /* syslog-ish: 0 debug .. 7 emergency; -1 off */
+    mcp_call *calls;
+    size_t inflight;         /* calls not yet finished */
+    uint64_t next_out_id;    /* ids of our requests (elicitation) */
+    struct mcp_ask *asks;
+    /* list_changed */
+    uint64_t list_hash;
+    bool list_known, list_pending;
+    int64_t list_sent_ms;
+    /* the timer thread (deferred list_changed, task expiry) */
+    pthread_t timer;
+    bool timer_started, stop;
+    uint64_t task_seq;
+};
+
+typedef struct mcp_ask {     /* an elicitation/create we sent */
+    char id[32];
+    uint64_t call_id;
+    struct mcp_ask *next;
+} mcp_ask;
+
+int64_t mcp_wall_ms(void);
+void mcp_send(struct th_mcp_session *m, json_t *msg, const json_t *req);
+void mcp_send_result(struct th_mcp_session *m, const json_t *id,
+                     json_t *result);
+void mcp_send_error(struct th_mcp_session *m, const json_t *id, int code,
+                    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void mcp_request_done(struct th_mcp_session *m, const json_t *id);
+
+/* mcp_result.c: a CallToolResult for a final result.  NULL: no memory. */
+json_t *mcp_tool_result(const th_result *r, const char *tool,
+                        uint64_t call_id, uint32_t out_type,
+                        bool elicitation);
+json_t *mcp_tool_error(const char *tool, int code, const char *message);
+
+/* mcp_tasks.c: the tasks/... methods over the session's task records. */
+json_t *mcp_task_json(const mcp_call *c);
+void mcp_tasks_get(struct th_mcp_session *m, const json_t *id,
+                   const json_t *params);
+void mcp_tasks_result(struct th_mcp_session *m, const json_t *id,
+                      const json_t *params);
+void mcp_tasks_list(struct th_mcp_session *m, const json_t *id,
+                    const json_t *params);
+void mcp_tasks_cancel(struct th_mcp_session *m, const json_t *id,
+                      const json_t *params);
+/* A task ended (m->mu held): answers its waiters, sends the status. */
+void mcp_task_ended_locked(struct th_mcp_session *m, mcp_call *c);
+/* Drops expired finished task records (m->mu held). */
+void mcp_tasks_expire_locked(struct th_mcp_session *m, int64_t now_ms);
+void mcp_call_unref_locked(struct th_mcp_session *m, mcp_call *c);
+int64_t mcp_task_ttl(struct th_mcp_session *m, const json_t *task);
+
+#endif

@@ -1,0 +1,193 @@
+/* mcp_result.c - a tools/call result (CallToolResult) from a th_result:
+ * stdout as a text block (binary: a base64 resource blob), stderr as a
+ * second text block when the call failed, meta under _meta with
+ * "toolhost/" keys; every tool-level failure is isError: true with a
+ * message a model can act on. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mcp_int.h"
+#include "th/json.h"
+#include "th/utf8.h"
+#include "toolhost/plugin.h"
+
+/* Text for JSON: ill-formed UTF-8 becomes U+FFFD.  NULL: no memory. */
+static json_t *text_json(const uint8_t *p, size_t n)
+{
+    if (th_utf8_valid(p, n))
+        return json_stringn((const char *)p, n);
+    th_buf b;
+    th_buf_init(&b);
+    size_t i = 0;
+    while (i < n) {
+        size_t bad = 0, k = th_utf8_seq(p + i, n - i, &bad);
+        if (k) {
+            if (th_buf_append(&b, p + i, k) != 0)
+                goto fail;
+            i += k;
+        } else {
+            if (th_buf_append(&b, "\xEF\xBF\xBD", 3) != 0)
+                goto fail;
+            i += bad ? bad : 1;
+        }
+    }
+    json_t *j = json_stringn(b.len ? (const char *)b.data : "", b.len);
+    th_buf_free(&b);
+    return j;
+fail:
+    th_buf_free(&b);
+    return NULL;
+}
+
+static char *base64(const uint8_t *p, size_t n)
+{
+    static const char tab[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char *out = malloc((n + 2) / 3 * 4 + 1);
+    if (!out)
+        return NULL;
+    size_t o = 0, i = 0;
+    for (; i + 2 < n; i += 3) {
+        uint32_t v = (uint32_t)p[i] << 16 | (uint32_t)p[i + 1] << 8 | p[i + 2];
+        out[o++] = tab[v >> 18];
+        out[o++] = tab[(v >> 12) & 63];
+        out[o++] = tab[(v >> 6) & 63];
+        out[o++] = tab[v & 63];
+    }
+    if (i < n) {
+        uint32_t v = (uint32_t)p[i] << 16;
+        if (i + 1 < n)
+            v |= (uint32_t)p[i + 1] << 8;
+        out[o++] = tab[v >> 18];
+        out[o++] = tab[(v >> 12) & 63];
+        out[o++] = i + 1 < n ? tab[(v >> 6) & 63] : '=';
+        out[o++] = '=';
+    }
+    out[o] = '\0';
+    return out;
+}
+
+static json_t *text_block(const uint8_t *p, size_t n)
+{
+    json_t *t = text_json(p, n);
+    return t ? json_pack("{s:s, s:o}", "type", "text", "text", t) : NULL;
+}
+
+/* What a model can do about a tool error of this code. */
+static const char *hint(int code)
+{
+    switch (code) {
+    case TH_EARGS:
+        return "Fix the arguments (see the tool's inputSchema) and call "
+               "again.";
+    case TH_EPERM:
+        return "The host's permission policy refused this call; do not "
+               "retry it unchanged.";
+    case TH_ETIMEOUT:
+        return "The call ran out of time; try smaller input or a narrower "
+               "request.";
+    case TH_EBUSY:
+        return "The host is busy; try again in a moment.";
+    case TH_EDUPLICATE:
+        return "Wait for the running call to finish, or cancel it first.";
+    case TH_ECANCELLED:
+        return "The call was cancelled before it finished.";
+    case TH_EUNKNOWN_TOOL:
+        return "Use one of the tools listed by tools/list.";
+    default:
+        return NULL;
+    }
+}
+
+json_t *mcp_tool_error(const char *tool, int code, const char *message)
+{
+    char text[2048];
+    const char *h = hint(code);
+    snprintf(text, sizeof text, "Tool %s failed (%s): %s%s%s", tool,
+             th_err_name(code), message ? message : th_err_name(code),
+             h ? "\n" : "", h ? h : "");
+    json_t *t = text_json((const uint8_t *)text, strlen(text));
+    return json_pack("{s:[{s:s, s:o}], s:b, s:{s:s}}", "content", "type",
+                     "text", "text", t, "isError", 1, "_meta",
+                     "toolhost/error", th_err_name(code));
+}
+
+json_t *mcp_tool_result(const th_result *r, const char *tool,
+                        uint64_t call_id, uint32_t out_type, bool elicitation)
+{
+    if (r->kind == TH_RESULT_ERROR) {
+        if (r->error == TH_EPERM && !elicitation &&
+            r->message && strstr(r->message, "no one can be asked")) {
+            char m[1400];
+            snprintf(m, sizeof m,
+                     "%s. This MCP client did not declare elicitation, so "
+                     "the host cannot ask; to allow the tool, add a rule "
+                     "`- match: \"%s\"\\n  action: allow` to the toolset's "
+                     "permissions in the host config, or use a client that "
+                     "supports elicitation",
+                     r->message, tool);
+            return mcp_tool_error(tool, r->error, m);
+        }
+        return mcp_tool_error(tool, r->error, r->message);
+    }
+    json_t *content = json_array();
+    json_t *res = json_object();
+    if (!content || !res)
+        goto fail;
+    bool binary = out_type == TOOLHOST_SEM_BINARY;
+    th_error err;
+    json_t *meta = r->meta ? th_json_from_msgpack_lossy(r->meta, r->meta_len,
+                                                        &err)
+                           : NULL;
+    if (binary && r->out_len) {
+        char *b = base64(r->out, r->out_len);
+        const char *mime = json_string_value(json_object_get(meta,
+                                                             "mime_type"));
+        char uri[64];
+        snprintf(uri, sizeof uri, "toolhost://call/%llu/stdout",
+                 (unsigned long long)call_id);
+        json_t *blk = b ? json_pack("{s:s, s:{s:s, s:s, s:s}}", "type",
+                                    "resource", "resource", "uri", uri,
+                                    "mimeType",
+                                    mime ? mime : "application/octet-stream",
+                                    "blob", b)
+                        : NULL;
+        free(b);
+        if (!blk || json_array_append_new(content, blk) != 0)
+            goto fail_meta;
+    } else if (r->out_len || r->ok || !r->err_len) {
+        json_t *blk = text_block(r->out, r->out_len);
+        if (!blk || json_array_append_new(content, blk) != 0)
+            goto fail_meta;
+    }
+    if (!r->ok && r->err_len) {
+        json_t *blk = text_block(r->err, r->err_len);
+        if (!blk || json_array_append_new(content, blk) != 0)
+            goto fail_meta;
+    }
+    json_t *mm = json_object();
+    if (!mm)
+        goto fail_meta;
+    json_object_set_new(mm, "toolhost/call_id", json_integer((json_int_t)call_id));
+    if (meta)
+        json_object_set_new(mm, "toolhost/meta", meta);
+    meta = NULL;
+    /* structuredContent: once ABI 1.1 tools declare an output schema, a
+     * structured stdout of such a tool goes here as well (parsed JSON). */
+    if (json_object_set_new(res, "content", content) != 0)
+        goto fail_nocontent;
+    content = NULL;
+    json_object_set_new(res, "isError", json_boolean(!r->ok));
+    json_object_set_new(res, "_meta", mm);
+    return res;
+fail_meta:
+    json_decref(meta);
+fail:
+    json_decref(content);
+    json_decref(res);
+    return NULL;
+fail_nocontent:
+    json_decref(res);
+    return NULL;
+}

@@ -1,0 +1,294 @@
+/* stdio.c - MCP over stdio: newline-delimited JSON-RPC on two fds, one
+ * session, on a libuv loop (the input pipe, SIGTERM/SIGINT, the hot
+ * reload watcher, a uv_async for "the output broke" from other threads).
+ *
+ * Output: every message is one line written whole under a mutex, from
+ * whatever thread produced it (the loop, a worker, the notifier), with a
+ * blocking write (poll() when the fd is non-blocking); a client that stops
+ * reading holds back those threads, not the loop.  Input: bytes are split
+ * at '\n' ('\r' before it dropped); a line longer than max_message is
+ * answered with an error and skipped up to its newline.  End of input or a
+ * signal stops reading; calls in flight get shutdown_grace to finish (their
+ * answers still go out), then the rest are cancelled. */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "mcp.h"
+#include "th/buf.h"
+#include "th/log.h"
+#include "th/reload.h"
+
+typedef struct mcp_stdio {
+    uv_loop_t loop;
+    uv_pipe_t in;
+    uv_signal_t sigterm, sigint;
+    uv_async_t wake;
+    th_reload_watch *reload;
+    th_mcp_session *m;
+    int out_fd;
+    pthread_mutex_t wmu;    /* output lines, broken */
+    bool broken;
+    bool wake_closed;       /* under wmu: no uv_async_send() any more */
+    bool stopping;
+    const char *why;
+    th_buf line;            /* the line being read */
+    bool skipping;          /* past max_message: drop until '\n' */
+    size_t max;
+    char rbuf[65536];
+} mcp_stdio;
+
+static int write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                struct pollfd pf = {.fd = fd, .events = POLLOUT};
+                poll(&pf, 1, 1000);
+                continue;
+            }
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static void tr_send(void *ud, const json_t *msg, const json_t *req)
+{
+    (void)req;
+    mcp_stdio *x = ud;
+    char *txt = json_dumps(msg, JSON_COMPACT);
+    if (!txt) {
+        th_log_error("mcp stdio: out of memory writing a message");
+        return;
+    }
+    size_t n = strlen(txt);
+    txt[n] = '\n'; /* json_dumps ends with '\0': reuse it for the newline */
+    pthread_mutex_lock(&x->wmu);
+    bool fail = false;
+    if (!x->broken && write_all(x->out_fd, txt, n + 1) != 0) {
+        x->broken = true;
+        fail = true;
+    }
+    if (fail && !x->wake_closed)
+        uv_async_send(&x->wake);
+    pthread_mutex_unlock(&x->wmu);
+    free(txt);
+    if (fail)
+        th_log_warn("mcp stdio: cannot write to the client: stopping");
+}
+
+static void begin_stop(mcp_stdio *x, const char *why)
+{
+    if (x->stopping)
+        return;
+    x->stopping = true;
+    x->why = why;
+    th_log_info("mcp stdio: %s: stopping", why);
+    if (!uv_is_closing((uv_handle_t *)&x->in))
+        uv_close((uv_handle_t *)&x->in, NULL);
+    if (x->reload) {
+        th_reload_watch_stop(x->reload);
+        x->reload = NULL;
+    }
+    uv_close((uv_handle_t *)&x->sigterm, NULL);
+    uv_close((uv_handle_t *)&x->sigint, NULL);
+    pthread_mutex_lock(&x->wmu);
+    x->wake_closed = true;
+    pthread_mutex_unlock(&x->wmu);
+    uv_close((uv_handle_t *)&x->wake, NULL);
+}
+
+static void on_wake(uv_async_t *a)
+{
+    mcp_stdio *x = a->data;
+    pthread_mutex_lock(&x->wmu);
+    bool broken = x->broken;
+    pthread_mutex_unlock(&x->wmu);
+    if (broken)
+        begin_stop(x, "output closed");
+}
+
+static void on_signal(uv_signal_t *s, int sig)
+{
+    begin_stop(s->data, sig == SIGINT ? "SIGINT" : "SIGTERM");
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    (void)suggested;
+    mcp_stdio *x = h->data;
+    buf->base = x->rbuf;
+    buf->len = sizeof x->rbuf;
+}
+
+static void feed(mcp_stdio *x, const char *p, size_t n)
+{
+    while (n > 0 && !x->stopping) {
+        const char *nl = memchr(p, '\n', n);
+        size_t k = nl ? (size_t)(nl - p) : n;
+        if (!x->skipping) {
+            if (x->line.len + k > x->max) {
+                /* Too long: the core answers with an error; skip the
+                 * rest of the line. */
+                th_log_warn("mcp stdio: a line passed mcp_max_message (%zu "
+                            "bytes): answered with an error, skipped to "
+                            "its end",
+                            x->max);
+                th_buf_append(&x->line, p, x->max + 1 - x->line.len);
+                th_mcp_session_input(x->m, (const char *)x->line.data,
+                                     x->line.len);
+                th_buf_free(&x->line);
+                th_buf_init(&x->line);
+                x->skipping = true;
+            } else if (th_buf_append(&x->line, p, k) != 0) {
+                th_log_error("mcp stdio: out of memory reading a line");
+                th_buf_free(&x->line);
+                th_buf_init(&x->line);
+                x->skipping = true;
+            }
+        }
+        if (!nl)
+            return;
+        p += k + 1;
+        n -= k + 1;
+        if (x->skipping) {
+            x->skipping = false;
+            continue;
+        }
+        size_t len = x->line.len;
+        if (len && x->line.data[len - 1] == '\r')
+            len--;
+        /* Blank lines are ignored. */
+        size_t i = 0;
+        while (i < len && (x->line.data[i] == ' ' || x->line.data[i] == '\t'))
+            i++;
+        if (i < len)
+            th_mcp_session_input(x->m, (const char *)x->line.data, len);
+        th_buf_reset(&x->line);
+        if (x->line.cap > ((size_t)1 << 20)) {
+            th_buf_free(&x->line);
+            th_buf_init(&x->line);
+        }
+    }
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    mcp_stdio *x = s->data;
+    if (nread > 0) {
+        feed(x, buf->base, (size_t)nread);
+        return;
+    }
+    if (nread == UV_EOF) {
+        if (x->line.len && !x->skipping)
+            th_mcp_session_input(x->m, (const char *)x->line.data,
+                                 x->line.len);
+        begin_stop(x, "end of input");
+    } else if (nread < 0) {
+        th_log_warn("mcp stdio: reading input: %s", uv_strerror((int)nread));
+        begin_stop(x, "input error");
+    }
+}
+
+int th_mcp_stdio_run(th_host *h, const th_principal *who,
+                     const th_mcp_opts *o, int in_fd, int out_fd,
+                     th_error *err)
+{
+    mcp_stdio *x = calloc(1, sizeof *x);
+    if (!x)
+        return th_error_set(err, TH_ENOMEM, "out of memory");
+    x->out_fd = out_fd;
+    th_buf_init(&x->line);
+    pthread_mutex_init(&x->wmu, NULL);
+    int rc = uv_loop_init(&x->loop);
+    if (rc < 0) {
+        pthread_mutex_destroy(&x->wmu);
+        free(x);
+        return th_error_set(err, TH_EIO, "event loop: %s", uv_strerror(rc));
+    }
+    signal(SIGPIPE, SIG_IGN);
+    th_mcp_transport t = {.send = tr_send, .request_done = NULL};
+    x->m = th_mcp_session_new(h, who, &t, x, o, err);
+    if (!x->m) {
+        rc = err ? err->code : TH_ENOMEM;
+        uv_loop_close(&x->loop);
+        pthread_mutex_destroy(&x->wmu);
+        free(x);
+        return rc ? rc : TH_ENOMEM;
+    }
+    const th_config *cfg = th_host_config(h);
+    x->max = o && o->max_message ? o->max_message
+             : cfg->host.mcp_max_message ? (size_t)cfg->host.mcp_max_message
+                                         : TH_MCP_MAX_MESSAGE_DEFAULT;
+    uv_async_init(&x->loop, &x->wake, on_wake);
+    x->wake.data = x;
+    uv_signal_init(&x->loop, &x->sigterm);
+    uv_signal_init(&x->loop, &x->sigint);
+    x->sigterm.data = x->sigint.data = x;
+    uv_signal_start(&x->sigterm, on_signal, SIGTERM);
+    uv_signal_start(&x->sigint, on_signal, SIGINT);
+    uv_pipe_init(&x->loop, &x->in, 0);
+    x->in.data = x;
+    rc = uv_pipe_open(&x->in, in_fd);
+    if (rc == 0)
+        rc = uv_read_start((uv_stream_t *)&x->in, on_alloc, on_read);
+    if (rc < 0) {
+        th_error_set(err, TH_EIO, "stdin: %s (MCP over stdio needs a pipe, "
+                                  "a socket or a terminal)",
+                     uv_strerror(rc));
+        begin_stop(x, "no input");
+        uv_run(&x->loop, UV_RUN_DEFAULT);
+        uv_loop_close(&x->loop);
+        th_mcp_session_free(x->m);
+        th_buf_free(&x->line);
+        pthread_mutex_destroy(&x->wmu);
+        free(x);
+        return TH_EIO;
+    }
+    th_reloader *rl = th_host_reloader(h);
+    if (rl) {
+        th_reload_watch_opts wo = {.mode = cfg->host.reload,
+                                   .debounce_ms = cfg->host.reload_debounce_ms};
+        th_error we;
+        if (th_reload_watch_start(rl, &x->loop, &wo, &x->reload, &we) != 0)
+            th_log_warn("hot reload triggers are off: %s", we.msg);
+    }
+    th_log_info("mcp: serving on stdio (uid %u%s%s)", (unsigned)who->uid,
+                o && o->toolset ? ", toolset " : "",
+                o && o->toolset ? o->toolset : "");
+    uv_run(&x->loop, UV_RUN_DEFAULT);
+    /* Calls in flight finish within the grace (their answers go out),
+     * then the rest are cancelled by th_mcp_session_free. */
+    int64_t grace = cfg->host.shutdown_grace_ms
+                        ? (int64_t)cfg->host.shutdown_grace_ms
+                        : 5000;
+    size_t left = th_mcp_session_inflight(x->m);
+    if (left) {
+        th_log_info("mcp stdio: waiting up to %lld ms for %zu calls",
+                    (long long)grace, left);
+        if (!th_mcp_session_drain(x->m, grace))
+            th_log_info("mcp stdio: shutdown grace over: cancelling %zu "
+                        "calls",
+                        th_mcp_session_inflight(x->m));
+    }
+    th_mcp_session_free(x->m);
+    rc = uv_loop_close(&x->loop);
+    if (rc != 0)
+        th_log_warn("mcp stdio: event loop closed with handles open: %s",
+                    uv_strerror(rc));
+    th_buf_free(&x->line);
+    pthread_mutex_destroy(&x->wmu);
+    free(x);
+    return 0;
+}
