@@ -866,8 +866,8 @@ static enum MHD_Result on_request(void *ud, struct MHD_Connection *c,
         bool given;
         q->user = token_user(f, c, &given);
         if (!q->user) {
-            th_log_debug("mcp http: a request %s a bearer token refused",
-                         given ? "with an unknown" : "without");
+            th_log_debug("mcp http: a request %s bearer token refused",
+                         given ? "with an unknown" : "without a");
             return th_http_reply(
                 c, MHD_HTTP_UNAUTHORIZED, "text/plain",
                 given ? "invalid token\n" : "a bearer token is required\n",
