@@ -20,6 +20,7 @@ struct th_http_server {
     th_http_url url;
     char url_text[384];
     char *cert, *key; /* PEM text, kept while the daemon runs */
+    int sndbuf;
 };
 
 /* What *req_cls points to while a request is routed. */
@@ -175,6 +176,21 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
     *req_cls = NULL;
 }
 
+static void on_connection(void *cls, struct MHD_Connection *c,
+                          void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    th_http_server *s = cls;
+    (void)socket_context;
+    if (toe != MHD_CONNECTION_NOTIFY_STARTED || s->sndbuf <= 0)
+        return;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci)
+        setsockopt(ci->connect_fd, SOL_SOCKET, SO_SNDBUF, &s->sndbuf,
+                   sizeof s->sndbuf);
+}
+
 /* A PEM file, whole (at most 1 MiB). */
 static char *read_pem(const char *path, const char *what, th_error *err)
 {
@@ -237,6 +253,7 @@ int th_http_start(const th_http_opts *o, const th_http_route *routes,
         goto fail;
     }
     memcpy(s->routes, routes, n_routes * sizeof *routes);
+    s->sndbuf = o->sndbuf;
     s->n_routes = n_routes;
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION |
                      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG |
@@ -264,7 +281,7 @@ int th_http_start(const th_http_opts *o, const th_http_route *routes,
         }
         flags |= MHD_USE_TLS;
     }
-    struct MHD_OptionItem opts[8];
+    struct MHD_OptionItem opts[10];
     size_t n = 0;
     opts[n++] = (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0,
                                         &s->url.addr};
@@ -275,6 +292,8 @@ int th_http_start(const th_http_opts *o, const th_http_route *routes,
                                         (intptr_t)o->client_timeout_s, NULL};
     opts[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_COMPLETED,
                                         (intptr_t)on_completed, s};
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_CONNECTION,
+                                        (intptr_t)on_connection, s};
     if (s->url.tls) {
         opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0,
                                             s->cert};

@@ -47,8 +47,16 @@ typedef struct stream {
     bool linked;
 } stream;
 
+/* A request whose response went out and whose request_done() is still to
+ * come: that call must not end a newer request reusing the id. */
+typedef struct owed {
+    struct owed *next;
+    char *key;
+} owed;
+
 struct hsess {
     hsess *next; /* in the table */
+    owed *owed;  /* under f->mu */
     th_mcp_http *f;
     char id[SID_LEN + 1];
     char *user;
@@ -220,7 +228,18 @@ static void t_send(void *ud, const json_t *msg, const json_t *req)
         return;
     }
     size_t len = strlen(text);
+    bool response = !json_object_get(msg, "method");
+    owed *ow = NULL;
+    if (key && response && (ow = malloc(sizeof *ow)) &&
+        !(ow->key = strdup(key))) {
+        free(ow);
+        ow = NULL;
+    }
     pthread_mutex_lock(&f->mu);
+    if (ow) {
+        ow->next = s->owed;
+        s->owed = ow;
+    }
     if (key) {
         stream *st = find_post(s, key);
         if (!st) {
@@ -232,8 +251,10 @@ static void t_send(void *ud, const json_t *msg, const json_t *req)
             st->first_is_response = !json_object_get(msg, "method");
             st->sse = !st->first_is_response;
             queue_put(st, text, len, st->sse);
-        } else if (st->sse) {
+        } else if (st->sse && !st->done) {
             queue_put(st, text, len, true);
+            if (response)
+                st->done = true; /* the stream ends with the response */
         } else {
             th_log_debug("mcp http: session %.8s: a message after the "
                          "response to %s is dropped", s->id, key);
@@ -263,7 +284,17 @@ static void t_request_done(void *ud, const json_t *req)
     if (!key)
         return;
     pthread_mutex_lock(&f->mu);
-    stream *st = find_post(s, key);
+    bool was_owed = false;
+    for (owed **pp = &s->owed; *pp; pp = &(*pp)->next)
+        if (strcmp((*pp)->key, key) == 0) {
+            owed *o = *pp;
+            *pp = o->next;
+            free(o->key);
+            free(o);
+            was_owed = true;
+            break;
+        }
+    stream *st = was_owed ? NULL : find_post(s, key);
     if (st)
         st->done = true;
     pthread_cond_broadcast(&f->cv);
@@ -283,6 +314,12 @@ static void sess_unref(hsess *s)
         return;
     if (s->m)
         th_mcp_session_free(s->m);
+    while (s->owed) {
+        owed *o = s->owed;
+        s->owed = o->next;
+        free(o->key);
+        free(o);
+    }
     pthread_mutex_destroy(&s->in_mu);
     free(s->user);
     free(s);
@@ -943,9 +980,12 @@ static enum MHD_Result on_request(void *ud, struct MHD_Connection *c,
 static void on_completed(void *ud, struct MHD_Connection *c, void **req_cls,
                          enum MHD_RequestTerminationCode why)
 {
-    (void)ud;
+    th_mcp_http *f = ud;
     (void)c;
-    (void)why;
+    if (why == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED)
+        th_log_warn("mcp http: a client took in nothing for %" PRIu64
+                    " ms (mcp.client_timeout): its connection is closed",
+                    f->mc->client_timeout_ms);
     hreq *q = *req_cls;
     if (q) {
         free(q->body);
@@ -1047,6 +1087,7 @@ int th_mcp_http_start(th_host *h, const th_config *cfg, th_mcp_http **out,
         o.tls_cert = f->mc->tls_cert;
         o.tls_key = f->mc->tls_key;
         o.max_connections = f->mc->max_connections;
+        o.sndbuf = 64 * 1024;
         o.client_timeout_s =
             (unsigned)((f->mc->client_timeout_ms + 999) / 1000);
         rc = th_http_start(&o, &r, 1, &f->srv[i], err);

@@ -54,6 +54,9 @@ typedef struct th_http_opts {
     const char *tls_key;
     unsigned max_connections;  /* 0: 256                                 */
     unsigned client_timeout_s; /* idle connection closed after; 0: none  */
+    int sndbuf;                /* > 0: each connection's kernel send
+                                  buffer (bounds what a slow client holds
+                                  in the kernel; no autotuning)          */
 } th_http_opts;
 
 typedef struct th_http_server th_http_server;
