@@ -100,7 +100,8 @@ int cli_describe(int argc, char **argv)
 }
 
 static const char export_usage[] =
-    "usage: toolhost export -c FILE --format openai|anthropic|jsonschema "
+    "usage: toolhost export -c FILE --format "
+    "openai|openai-responses|anthropic|jsonschema [--strict] "
     "[--toolset NAME]\n"
     "\n"
     "Writes the tools as the function-calling JSON that API accepts, in a\n"
@@ -109,12 +110,18 @@ static const char export_usage[] =
     "              parameters}}]\n"
     "  anthropic   [{name, description, input_schema}]\n"
     "  jsonschema  {name: JSON Schema of the parameters}\n"
+    "  openai-responses  [{\"type\": \"function\", name, description,\n"
+    "              parameters, strict}] (the flat Responses API shape)\n"
     "Parameters are JSON Schema: type object, properties, required, enum,\n"
     "default, additionalProperties false.\n"
     "\n"
     "Options:\n"
     "  -c, --config FILE     load the plugins of this config\n"
-    "  -f, --format FORMAT   openai, anthropic or jsonschema (default openai)\n"
+    "  -f, --format FORMAT   openai, openai-responses, anthropic or jsonschema\n"
+    "                        (default openai)\n"
+    "      --strict          openai formats: strict mode (every property\n"
+    "                        required, optional ones nullable,\n"
+    "                        additionalProperties false, strict: true)\n"
     "  -t, --toolset NAME    only the tools of this toolset\n"
     "  -h, --help            this help\n";
 
@@ -159,9 +166,11 @@ int cli_export(int argc, char **argv)
         {"config", required_argument, NULL, 'c'},
         {"format", required_argument, NULL, 'f'},
         {"toolset", required_argument, NULL, 't'},
+        {"strict", no_argument, NULL, 'S'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     const char *config = NULL, *format = "openai", *toolset = NULL;
+    th_export_opts xo = {.strict = false};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "c:f:t:h", opts, NULL)) != -1) {
@@ -174,6 +183,9 @@ int cli_export(int argc, char **argv)
             break;
         case 't':
             toolset = optarg;
+            break;
+        case 'S':
+            xo.strict = true;
             break;
         case 'h':
             fputs(export_usage, stdout);
@@ -189,9 +201,15 @@ int cli_export(int argc, char **argv)
     }
     th_export_format fmt = th_export_format_from_name(format);
     if (!fmt) {
-        cli_error("export: unknown format '%s' (openai, anthropic, "
-                  "jsonschema)",
+        cli_error("export: unknown format '%s' (openai, openai-responses, "
+                  "anthropic, jsonschema)",
                   format);
+        return CLI_USAGE;
+    }
+    if (xo.strict && fmt != TH_EXPORT_OPENAI &&
+        fmt != TH_EXPORT_OPENAI_RESPONSES) {
+        cli_error("export: --strict is for the openai and openai-responses "
+                  "formats");
         return CLI_USAGE;
     }
     cli_host ch;
@@ -211,7 +229,7 @@ int cli_export(int argc, char **argv)
     th_session_tools(ch.session, collect, &ec);
     if (ec.rc == CLI_OK) {
         th_error err;
-        char *text = th_schema_export_text(ec.tools, ec.n, fmt, &err);
+        char *text = th_schema_export_text_ex(ec.tools, ec.n, fmt, &xo, &err);
         if (text) {
             fputs(text, stdout);
             free(text);

@@ -2,6 +2,7 @@
  * and the tools.list entry, from one builder (th/schema.h). */
 #include "th/schema.h"
 
+#include <ctype.h>
 #include <msgpack.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -25,6 +26,8 @@ th_export_format th_export_format_from_name(const char *name)
         return TH_EXPORT_ANTHROPIC;
     if (strcmp(name, "jsonschema") == 0)
         return TH_EXPORT_JSONSCHEMA;
+    if (strcmp(name, "openai-responses") == 0)
+        return TH_EXPORT_OPENAI_RESPONSES;
     return 0;
 }
 
@@ -37,6 +40,8 @@ const char *th_export_format_name(th_export_format f)
         return "anthropic";
     case TH_EXPORT_JSONSCHEMA:
         return "jsonschema";
+    case TH_EXPORT_OPENAI_RESPONSES:
+        return "openai-responses";
     }
     return NULL;
 }
@@ -289,8 +294,9 @@ static int by_name(const void *a, const void *b)
 static json_t *export_one(const th_tool *t, th_export_format fmt)
 {
     json_t *params = th_schema_params(t);
-    char *desc = th_schema_description(
-        t, fmt == TH_EXPORT_OPENAI ? TH_SCHEMA_OPENAI_DESC_MAX : 0);
+    char *desc = fmt == TH_EXPORT_OPENAI
+                     ? th_schema_description_fit(t, TH_SCHEMA_OPENAI_DESC_MAX)
+                     : th_schema_description(t, 0);
     json_t *r = NULL;
     if (params && desc) {
         switch (fmt) {
@@ -302,6 +308,8 @@ static json_t *export_one(const th_tool *t, th_export_format fmt)
         case TH_EXPORT_ANTHROPIC:
             r = json_pack("{s:s, s:s, s:O}", "name", t->name, "description",
                           desc, "input_schema", params);
+            break;
+        case TH_EXPORT_OPENAI_RESPONSES: /* th_schema_export_ex */
             break;
         case TH_EXPORT_JSONSCHEMA:
             r = json_pack("{s:s, s:s, s:s}", "$schema",
@@ -322,6 +330,8 @@ static json_t *export_one(const th_tool *t, th_export_format fmt)
 json_t *th_schema_export(const th_tool *const *tools, size_t n,
                          th_export_format fmt, th_error *err)
 {
+    if (fmt == TH_EXPORT_OPENAI_RESPONSES)
+        return th_schema_export_ex(tools, n, fmt, NULL, err);
     if (!th_export_format_name(fmt)) {
         th_error_set(err, TH_EINVAL,
                      "unknown export format (use openai, anthropic or "
@@ -472,4 +482,245 @@ fail:
     json_decref(exe);
     free(desc);
     return NULL;
+}
+
+/* ---- Fitting descriptions, strict exports ---------------------------------- */
+
+/* The names a "## Tools" section lists ("NAME - summary" lines), joined
+ * as "a, b, c"; start and end get the section's bounds in `ld`.  0 when
+ * there is no such section, 1 when found, TH_ENOMEM. */
+static int tools_section(const char *ld, th_buf *names, size_t *start,
+                         size_t *end)
+{
+    const char *s = strstr(ld, "## Tools\n");
+    while (s && s != ld && s[-1] != '\n')
+        s = strstr(s + 1, "## Tools\n");
+    if (!s)
+        return 0;
+    const char *e = strstr(s + 9, "\n## ");
+    e = e ? e + 1 : ld + strlen(ld);
+    *start = (size_t)(s - ld);
+    *end = (size_t)(e - ld);
+    int rc = 0;
+    for (const char *p = s + 9; p < e;) {
+        const char *nl = memchr(p, '\n', (size_t)(e - p));
+        const char *le = nl ? nl : e;
+        size_t k = 0;
+        while (p + k < le && (isalnum((unsigned char)p[k]) || p[k] == '_' ||
+                              p[k] == '-' || p[k] == '.' || p[k] == ':'))
+            k++;
+        if (k > 0 && le - (p + k) >= 3 && strncmp(p + k, " - ", 3) == 0) {
+            if (names->len)
+                rc |= th_buf_puts(names, ", ");
+            rc |= th_buf_append(names, p, k);
+        }
+        p = le + 1;
+    }
+    return rc ? TH_ENOMEM : 1;
+}
+
+char *th_schema_description_fit(const th_tool *tool, size_t max_chars)
+{
+    char *full = th_schema_description(tool, 0);
+    if (!full || !max_chars || utf8_chars(full, strlen(full)) <= max_chars ||
+        !tool->long_description)
+        return full ? (free(full), th_schema_description(tool, max_chars))
+                    : NULL;
+    free(full);
+    th_buf names = TH_BUF_INIT, rest = TH_BUF_INIT, tail = TH_BUF_INIT;
+    size_t s = 0, e = 0;
+    const char *ld = tool->long_description;
+    int found = tools_section(ld, &names, &s, &e);
+    if (found <= 0 || !names.len) {
+        th_buf_free(&names);
+        return found < 0 ? NULL : th_schema_description(tool, max_chars);
+    }
+    /* The description without the section, cut to leave room for one
+     * "Tools:" paragraph naming them all. */
+    int rc = th_buf_append(&rest, ld, s);
+    rc |= th_buf_puts(&rest, ld + e);
+    rc |= th_buf_printf(&tail, "\n\n## Tools\n%s (help(tools.NAME) prints "
+                               "one with its parameters)",
+                        (const char *)names.data);
+    th_buf_free(&names);
+    char *cut = NULL;
+    if (!rc) {
+        size_t tl = utf8_chars((char *)tail.data, tail.len);
+        th_tool tmp = *tool;
+        tmp.long_description = (char *)rest.data;
+        cut = th_schema_description(&tmp, tl < max_chars ? max_chars - tl : 1);
+    }
+    th_buf out = TH_BUF_INIT;
+    if (cut) {
+        rc |= th_buf_puts(&out, cut);
+        rc |= th_buf_append(&out, tail.data, tail.len);
+    }
+    free(cut);
+    th_buf_free(&rest);
+    th_buf_free(&tail);
+    if (rc || !out.data) {
+        th_buf_free(&out);
+        return NULL;
+    }
+    /* Too many tools to name within the limit: a hard cut (never split a
+     * UTF-8 sequence). */
+    if (utf8_chars((char *)out.data, out.len) > max_chars) {
+        out.len = utf8_prefix((char *)out.data, out.len, max_chars);
+        out.data[out.len] = '\0';
+    }
+    return (char *)th_buf_take(&out, NULL);
+}
+
+/* One schema made strict (in place): every property required, the
+ * optional ones nullable, additionalProperties false, no "default" (said
+ * in the description instead), recursively through properties and
+ * items. */
+static int strict_walk(json_t *sch)
+{
+    if (!json_is_object(sch))
+        return 0;
+    int rc = 0;
+    json_t *props = json_object_get(sch, "properties");
+    if (json_is_object(props)) {
+        json_t *req = json_object_get(sch, "required");
+        json_t *all = json_array();
+        if (!all)
+            return TH_ENOMEM;
+        const char *k;
+        json_t *p;
+        json_object_foreach(props, k, p)
+        {
+            bool was = false;
+            size_t i;
+            json_t *r;
+            json_array_foreach(req, i, r)
+            {
+                if (json_is_string(r) && strcmp(json_string_value(r), k) == 0)
+                    was = true;
+            }
+            rc |= json_array_append_new(all, json_string(k));
+            rc |= strict_walk(p);
+            json_t *def = json_object_get(p, "default");
+            if (def) {
+                char *dt = json_dumps(def, JSON_ENCODE_ANY | JSON_COMPACT);
+                const char *d = json_string_value(
+                    json_object_get(p, "description"));
+                th_buf b = TH_BUF_INIT;
+                rc |= th_buf_printf(&b, "%s%s(default %s; null for the "
+                                        "default)",
+                                    d ? d : "", d ? " " : "", dt ? dt : "?");
+                free(dt);
+                rc |= json_object_set_new(p, "description",
+                                          json_string((char *)b.data));
+                th_buf_free(&b);
+                json_object_del(p, "default");
+            }
+            if (!was) {
+                json_t *t = json_object_get(p, "type");
+                if (json_is_string(t))
+                    rc |= json_object_set_new(
+                        p, "type",
+                        json_pack("[s,s]", json_string_value(t), "null"));
+                else if (json_is_array(t))
+                    rc |= json_array_append_new(t, json_string("null"));
+                json_t *en = json_object_get(p, "enum");
+                if (json_is_array(en))
+                    rc |= json_array_append_new(en, json_null());
+            }
+        }
+        rc |= json_object_set_new(sch, "required", all);
+        rc |= json_object_set_new(sch, "additionalProperties",
+                                  json_false());
+    } else {
+        const char *t = json_string_value(json_object_get(sch, "type"));
+        if (t && strcmp(t, "object") == 0) {
+            rc |= json_object_set_new(sch, "properties", json_object());
+            rc |= json_object_set_new(sch, "required", json_array());
+            rc |= json_object_set_new(sch, "additionalProperties",
+                                      json_false());
+        }
+    }
+    rc |= strict_walk(json_object_get(sch, "items"));
+    return rc ? TH_ENOMEM : 0;
+}
+
+json_t *th_schema_strict(const json_t *schema)
+{
+    json_t *c = json_deep_copy(schema);
+    if (!c || strict_walk(c) != 0) {
+        json_decref(c);
+        return NULL;
+    }
+    return c;
+}
+
+json_t *th_schema_export_ex(const th_tool *const *tools, size_t n,
+                            th_export_format fmt, const th_export_opts *o,
+                            th_error *err)
+{
+    bool strict = o && o->strict;
+    bool responses = fmt == TH_EXPORT_OPENAI_RESPONSES;
+    if (strict && fmt != TH_EXPORT_OPENAI && !responses) {
+        th_error_set(err, TH_EINVAL,
+                     "strict schemas are for the openai and "
+                     "openai-responses formats");
+        return NULL;
+    }
+    json_t *base = th_schema_export(tools, n,
+                                    responses ? TH_EXPORT_OPENAI : fmt, err);
+    if (!base || (!strict && !responses))
+        return base;
+    json_t *out = json_array();
+    size_t i;
+    json_t *e;
+    int rc = !out;
+    json_array_foreach(base, i, e)
+    {
+        if (rc)
+            break;
+        json_t *f = json_object_get(e, "function");
+        json_t *params = json_object_get(f, "parameters");
+        json_t *p = strict ? th_schema_strict(params) : json_incref(params);
+        json_t *one =
+            !p ? NULL
+            : responses
+                ? json_pack("{s:s, s:O, s:O, s:o, s:b}", "type", "function",
+                            "name", json_object_get(f, "name"),
+                            "description", json_object_get(f, "description"),
+                            "parameters", p, "strict", strict)
+                : json_pack("{s:s, s:{s:O, s:O, s:o, s:b}}", "type",
+                            "function", "function", "name",
+                            json_object_get(f, "name"), "description",
+                            json_object_get(f, "description"), "parameters",
+                            p, "strict", 1);
+        rc |= !one || json_array_append_new(out, one) != 0;
+    }
+    json_decref(base);
+    if (rc) {
+        json_decref(out);
+        th_error_set(err, TH_ENOMEM, "out of memory");
+        return NULL;
+    }
+    return out;
+}
+
+char *th_schema_export_text_ex(const th_tool *const *tools, size_t n,
+                               th_export_format fmt, const th_export_opts *o,
+                               th_error *err)
+{
+    json_t *j = th_schema_export_ex(tools, n, fmt, o, err);
+    if (!j)
+        return NULL;
+    char *s = json_dumps(j, JSON_INDENT(2));
+    json_decref(j);
+    size_t len = s ? strlen(s) : 0;
+    char *r = s ? realloc(s, len + 2) : NULL;
+    if (!r) {
+        free(s);
+        th_error_set(err, TH_ENOMEM, "out of memory");
+        return NULL;
+    }
+    r[len] = '\n';
+    r[len + 1] = '\0';
+    return r;
 }

@@ -743,7 +743,14 @@ static void dispatch_request(th_mcp_session *m, const json_t *id,
         return;
     }
     if (strcmp(method, "initialize") == 0) {
-        m_initialize(m, id, params);
+        pthread_mutex_lock(&m->mu);
+        bool again = m->initialized;
+        pthread_mutex_unlock(&m->mu);
+        if (again)
+            mcp_send_error(m, id, MCP_INVALID_REQUEST,
+                           "the session is already initialized");
+        else
+            m_initialize(m, id, params);
         return;
     }
     pthread_mutex_lock(&m->mu);

@@ -40,6 +40,7 @@ static const char *fr_input = "?"; /* the input being replayed */
 #include "../../fuzz/code.c"
 #include "../../fuzz/config.c"
 #include "../../fuzz/json.c"
+#include "../../fuzz/mcp.c"
 #include "../../fuzz/out.c"
 #include "../../fuzz/rpc_frames.c"
 #include "../../fuzz/rpc_serve.c"
@@ -57,6 +58,7 @@ static const fr_target fr_targets[] = {
     {"code", fuzz_code, NULL},
     {"config", fuzz_config, NULL},
     {"json", fuzz_json, NULL},
+    {"mcp", fuzz_mcp, mc_close},
     {"out", fuzz_out, NULL},
     {"rpc_frames", fuzz_rpc_frames, NULL},
     {"rpc_serve", fuzz_rpc_serve, rs_close},

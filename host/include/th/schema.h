@@ -14,6 +14,7 @@
 #define TH_SCHEMA_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,8 +27,10 @@ typedef enum th_export_format {
     TH_EXPORT_OPENAI = 1,  /* [{"type":"function","function":{name,
                               description, parameters}}, ...]            */
     TH_EXPORT_ANTHROPIC,   /* [{name, description, input_schema}, ...]    */
-    TH_EXPORT_JSONSCHEMA   /* {name: schema (with $schema, title,
+    TH_EXPORT_JSONSCHEMA,  /* {name: schema (with $schema, title,
                               description), ...}                         */
+    TH_EXPORT_OPENAI_RESPONSES /* the Responses API: [{"type": "function",
+                              name, description, parameters, strict}]    */
 } th_export_format;
 
 /* OpenAI's function description limit (characters); the openai export
@@ -76,6 +79,30 @@ int th_schema_pack_tool(struct msgpack_packer *pk, const th_tool *tool);
  * openWorldHint}, execution {taskSupport}}, from the same builders as the
  * exports.  NULL when out of memory. */
 json_t *th_schema_mcp_tool(const th_tool *tool);
+
+/* th_schema_description() within max_chars that still names every tool a
+ * "## Tools" section of the long description lists (run_code): the
+ * section becomes one paragraph of names, the rest is cut by paragraphs
+ * to make room.  The openai exports use it. */
+char *th_schema_description_fit(const th_tool *tool, size_t max_chars);
+
+/* A strict-mode copy of a parameters schema: every property required,
+ * optional ones nullable ("type": [T, "null"], null added to an enum),
+ * additionalProperties false, "default" moved into the description;
+ * recursively.  NULL when out of memory. */
+json_t *th_schema_strict(const json_t *schema);
+
+typedef struct th_export_opts {
+    bool strict; /* openai, openai-responses: strict schemas, strict: true */
+} th_export_opts;
+/* th_schema_export() with options; strict is refused (TH_EINVAL) for the
+ * formats other than openai and openai-responses. */
+json_t *th_schema_export_ex(const th_tool *const *tools, size_t n,
+                            th_export_format fmt, const th_export_opts *o,
+                            th_error *err);
+char *th_schema_export_text_ex(const th_tool *const *tools, size_t n,
+                               th_export_format fmt, const th_export_opts *o,
+                               th_error *err);
 
 
 #endif
