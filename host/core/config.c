@@ -1631,10 +1631,12 @@ static int token_check(cfctx *c, th_ynode *n, void *el)
     } else if (t->env) {
         const th_ynode *v = th_ynode_get(n, "env");
         const char *val = getenv(t->env);
-        if (!val || !*val)
-            return cf_err(c, v, "the token of user '%s': environment "
-                          "variable '%s' is %s", t->user, t->env,
-                          val ? "empty" : "not set");
+        if (!val || !*val) {
+            /* Fails closed: the entry matches no token; `serve` warns. A
+             * config shared by commands that never serve HTTP loads. */
+            t->disabled = true;
+            return 0;
+        }
         char what[300];
         snprintf(what, sizeof what, "in $%.200s", t->env);
         rc = token_text(c, v, what, val, strlen(val), t->sha256);
@@ -1665,7 +1667,7 @@ static int token_check(cfctx *c, th_ynode *n, void *el)
     if (rc < 0)
         return rc;
     for (th_mcp_token_cfg *o = c->cfg->mcp.tokens; o < t; o++)
-        if (memcmp(o->sha256, t->sha256, 32) == 0)
+        if (!o->disabled && memcmp(o->sha256, t->sha256, 32) == 0)
             return cf_err(c, n, "the token of user '%s' is the token of "
                           "user '%s' (line %d) too", t->user, o->user,
                           o->line);

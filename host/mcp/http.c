@@ -1021,11 +1021,19 @@ static int mcfg_copy(th_mcp_cfg *d, const th_mcp_cfg *s)
     if (s->n_tokens &&
         !(d->tokens = calloc(s->n_tokens, sizeof *d->tokens)))
         return -1;
-    for (; d->n_tokens < s->n_tokens; d->n_tokens++) {
+    for (size_t i = 0; i < s->n_tokens; i++) {
+        const th_mcp_token_cfg *st = &s->tokens[i];
+        if (st->disabled) {
+            th_log_warn("mcp http: the token of user '%s' is off: "
+                        "environment variable '%s' is not set",
+                        st->user, st->env);
+            continue;
+        }
         th_mcp_token_cfg *t = &d->tokens[d->n_tokens];
-        memcpy(t->sha256, s->tokens[d->n_tokens].sha256, sizeof t->sha256);
-        if (!(t->user = strdup(s->tokens[d->n_tokens].user)))
+        memcpy(t->sha256, st->sha256, sizeof t->sha256);
+        if (!(t->user = strdup(st->user)))
             return -1;
+        d->n_tokens++;
     }
     if (s->n_allow_origins &&
         !(d->allow_origins =

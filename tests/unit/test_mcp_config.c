@@ -144,8 +144,12 @@ static void test_tokens(void)
     expect_err(y, "is too short");
     expect_err("mcp:\n  tokens: [{user: f, file: /nonexistent/x}]\n",
                "cannot open '/nonexistent/x'");
-    expect_err("mcp:\n  tokens: [{user: e, env: TH_TEST_MCP_UNSET_X}]\n",
-               "'TH_TEST_MCP_UNSET_X' is not set");
+    /* An unset variable: the token is off (matches nothing). */
+    cfg = parse_ok("mcp:\n  tokens: [{user: e, env: TH_TEST_MCP_UNSET_X}]\n");
+    if (cfg) {
+        CU_ASSERT_TRUE(cfg->mcp.tokens[0].disabled);
+        th_config_free(cfg);
+    }
     expect_err("mcp:\n  tokens: [{user: e, sha256: abc}]\n",
                "must be 64 hex digits");
     expect_err("mcp:\n  tokens: [{user: e}]\n", "needs exactly one of");

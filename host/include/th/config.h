@@ -224,6 +224,8 @@ typedef struct th_mcp_token_cfg {
     char *sha256_hex;      /* the key as written (or NULL)               */
     char *file;            /* read the token from this file (or NULL)    */
     char *env;             /* read it from this variable (or NULL)       */
+    bool disabled;         /* env: the variable is unset or empty; the
+                              token matches nothing (serve warns)       */
     int line, col;
 } th_mcp_token_cfg;
 
