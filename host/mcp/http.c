@@ -932,8 +932,15 @@ static enum MHD_Result on_request(void *ud, struct MHD_Connection *c,
                                      "application/json\n",
                                      NULL, NULL);
             const char *cl = hdr(c, MHD_HTTP_HEADER_CONTENT_LENGTH);
-            if (cl && strtoull(cl, NULL, 10) > f->mc->max_body)
-                q->too_big = true;
+            if (cl && strtoull(cl, NULL, 10) > f->mc->max_body) {
+                /* Answered before the body is read (the connection then
+                 * closes). */
+                th_log_warn("mcp http: a POST body of %s bytes refused "
+                            "(over %" PRIu64 ", mcp.max_body)",
+                            cl, f->mc->max_body);
+                return reply_rpc_error(c, 413, -32600,
+                                       "Request too large (mcp.max_body)");
+            }
         }
         q->checked = true;
         return MHD_YES;

@@ -400,7 +400,26 @@ static void test_refusals(void)
     big[sizeof big - 2] = '}';
     CU_ASSERT_EQUAL(http_do(m.port, "POST", AUTH(ALICE), big, &r), 413);
     free(r.text);
-    CU_ASSERT(rpc_log_has(&m.rs, "(mcp.max_body)"));
+    CU_ASSERT(rpc_log_has(&m.rs, "mcp.max_body)"));
+    /* The same without Content-Length (chunked): cut while reading. */
+    {
+        int fd = tcp_connect(m.port, 0);
+        CU_ASSERT_FATAL(fd >= 0);
+        char req[4096];
+        int n = snprintf(req, sizeof req,
+                         "POST /mcp HTTP/1.1\r\nHost: x\r\n"
+                         "Connection: close\r\n" AUTH(ALICE)
+                         "Content-Type: application/json\r\n"
+                         "Transfer-Encoding: chunked\r\n\r\n"
+                         "%zx\r\n%s\r\n0\r\n\r\n",
+                         strlen(big), big);
+        CU_ASSERT(write(fd, req, (size_t)n) == n);
+        http_read(fd, &r, NULL, rpc_wait_ms());
+        close(fd);
+        CU_ASSERT_EQUAL(r.status, 413);
+        free(r.text);
+        CU_ASSERT(rpc_log_has(&m.rs, "refused (mcp.max_body)"));
+    }
     /* A session of alice is not bob's nor carol's; DELETE ends it. */
     char sid[80], h[512];
     CU_ASSERT_FATAL(mh_session(m.port, ALICE, sid) == 0);
