@@ -56,9 +56,13 @@ void mcp_request_done(th_mcp_session *m, const json_t *id)
 
 void mcp_send_result(th_mcp_session *m, const json_t *id, json_t *result)
 {
+    if (!result) {
+        mcp_send_error(m, id, MCP_INTERNAL_ERROR,
+                       "out of memory building the result");
+        return;
+    }
     json_t *msg = json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id",
-                            id ? id : json_null(), "result",
-                            result ? result : json_object());
+                            id ? id : json_null(), "result", result);
     mcp_send(m, msg, id);
 }
 
@@ -336,6 +340,8 @@ static void on_event(const th_event *e, void *ud)
     mcp_call *c = ud;
     th_mcp_session *m = c->m;
     pthread_mutex_lock(&m->mu);
+    if (!c->call_id && e->call_id)
+        c->call_id = e->call_id; /* before th_call_start returned */
     if (e->kind == TH_EV_PROGRESS) {
         if (c->token && !c->finished && !c->client_cancelled)
             send_progress(m, c, e);

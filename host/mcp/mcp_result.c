@@ -15,6 +15,8 @@
 /* Text for JSON: ill-formed UTF-8 becomes U+FFFD.  NULL: no memory. */
 static json_t *text_json(const uint8_t *p, size_t n)
 {
+    if (!p || n == 0)
+        return json_string("");
     if (th_utf8_valid(p, n))
         return json_stringn((const char *)p, n);
     th_buf b;
@@ -156,7 +158,7 @@ json_t *mcp_tool_result(const th_result *r, const char *tool,
         free(b);
         if (!blk || json_array_append_new(content, blk) != 0)
             goto fail_meta;
-    } else if (r->out_len || r->ok || !r->err_len) {
+    } else {
         json_t *blk = text_block(r->out, r->out_len);
         if (!blk || json_array_append_new(content, blk) != 0)
             goto fail_meta;

@@ -3,14 +3,15 @@
  * records of the session (one per task-augmented tools/call; the task id
  * is the call id).
  *
- * ADAPTER: the records here are the MCP session's own.  The core task
- * store (Interface A of wave 2: th_task_get / th_task_foreach /
- * th_task_wait in th/host.h) is being built in parallel; once it lands,
- * tasks_find()/tasks/list should ask it for acknowledged tasks (that adds
- * toolset-scoped tasks of the same uid started by other sessions, with the
- * core's ownership checks), and this file keeps only what MCP adds (ttl,
- * status messages, waiting tasks/result requests).  Cancellation already
- * goes through the core (th_call_cancel). */
+ * The records here are the MCP session's own: every task-augmented call
+ * of this session (ttl, status messages, waiting tasks/result requests).
+ * Tasks the session did not start as MCP tasks - toolset-scoped tasks of
+ * the same uid started elsewhere, or after a reconnect - come from the core
+ * task store (Interface A: th_task_get / th_task_foreach in th/host.h,
+ * ownership checked there) through the ADAPTER section below, compiled in
+ * when TH_MCP_CORE_TASKS is 1 (set it once the core store is merged; until
+ * then those lookups find nothing).  Cancellation goes through the core
+ * (th_call_cancel) either way. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,134 @@ json_t *mcp_task_json(const mcp_call *c)
         json_object_set_new(j, "statusMessage", json_string(c->status_msg));
     return j;
 }
+
+/* ---- ADAPTER: the core task store (Interface A) ----------------------------- */
+
+#ifndef TH_MCP_CORE_TASKS
+#define TH_MCP_CORE_TASKS 0
+#endif
+
+#if TH_MCP_CORE_TASKS
+typedef struct core_ctx {
+    th_mcp_session *m;
+    json_t *task;       /* the MCP task object */
+    json_t *result;     /* the CallToolResult once ended, else NULL */
+    bool want_result;
+    json_t *arr;        /* foreach: append here */
+} core_ctx;
+
+static const char *core_status(th_task_state st)
+{
+    switch (st) {
+    case TH_TASK_COMPLETED:
+        return "completed";
+    case TH_TASK_FAILED:
+        return "failed";
+    case TH_TASK_CANCELLED:
+        return "cancelled";
+    default:
+        return "working";
+    }
+}
+
+static json_t *core_task_json(th_mcp_session *m, const th_task_view *t)
+{
+    char id[32], created[40], updated[40];
+    snprintf(id, sizeof id, "%llu", (unsigned long long)t->task_id);
+    iso_time(t->started_ms, created, sizeof created);
+    iso_time(t->ended_ms ? t->ended_ms : t->last_update_ms, updated,
+             sizeof updated);
+    const th_config *cfg = th_host_config(m->h);
+    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:I, s:i}", "taskId", id,
+                          "status", core_status(t->state), "createdAt",
+                          created, "lastUpdatedAt", updated, "ttl",
+                          (json_int_t)cfg->host.result_ttl_ms, "pollInterval",
+                          TASK_POLL_MS);
+    if (j && t->message)
+        json_object_set_new(j, "statusMessage", json_string(t->message));
+    return j;
+}
+
+static void core_one(const th_task_view *t, void *ud)
+{
+    core_ctx *x = ud;
+    x->task = core_task_json(x->m, t);
+    if (x->want_result && t->result) {
+        th_result r = {.kind = t->result->kind,
+                       .ok = t->result->ok,
+                       .out = t->result->out.data,
+                       .out_len = t->result->out.len,
+                       .err = t->result->err.data,
+                       .err_len = t->result->err.len,
+                       .meta = t->result->meta.data,
+                       .meta_len = t->result->meta.len,
+                       .error = t->result->error,
+                       .message = t->result->message,
+                       .task_id = t->task_id};
+        /* The stdout type is not in the view: text (a binary tool's
+         * bytes come out as U+FFFD-cleaned text here). */
+        x->result = mcp_tool_result(&r, t->tool, t->task_id,
+                                    TOOLHOST_SEM_TEXT, false);
+    }
+}
+
+static int core_each(const th_task_view *t, void *ud)
+{
+    core_ctx *x = ud;
+    char id[32];
+    snprintf(id, sizeof id, "%llu", (unsigned long long)t->task_id);
+    for (mcp_call *c = x->m->calls; c; c = c->next)
+        if (c->task && c->announced && strcmp(c->task_id, id) == 0)
+            return 0; /* one of ours: listed from our record */
+    json_t *j = core_task_json(x->m, t);
+    if (j)
+        json_array_append_new(x->arr, j);
+    return 0;
+}
+#endif
+
+/* A task the core knows and this session may see: the MCP task object
+ * (and with `result`, its CallToolResult once ended), or NULL. */
+static json_t *core_find(th_mcp_session *m, const json_t *params,
+                         json_t **result)
+{
+    if (result)
+        *result = NULL;
+#if TH_MCP_CORE_TASKS
+    const char *s = json_string_value(json_object_get(params, "taskId"));
+    char *end = NULL;
+    unsigned long long id = s ? strtoull(s, &end, 10) : 0;
+    if (!s || !*s || *end || !id)
+        return NULL;
+    core_ctx x = {.m = m, .want_result = result != NULL};
+    if (th_task_get(m->s, (uint64_t)id, core_one, &x) != 0)
+        return NULL;
+    if (result)
+        *result = x.result;
+    else
+        json_decref(x.result);
+    return x.task;
+#else
+    (void)m;
+    (void)params;
+    return NULL;
+#endif
+}
+
+/* Appends the core's tasks this session may see that are not its own MCP
+ * tasks (m->mu held). */
+static void core_list_locked(th_mcp_session *m, json_t *arr)
+{
+#if TH_MCP_CORE_TASKS
+    core_ctx x = {.m = m, .arr = arr};
+    th_task_foreach(m->s, core_each, &x);
+#else
+    (void)m;
+    (void)arr;
+#endif
+}
+
+/* ---- The session's task records ------------------------------------------------ */
 
 static mcp_call *tasks_find(th_mcp_session *m, const json_t *params)
 {
@@ -144,6 +273,10 @@ void mcp_tasks_get(th_mcp_session *m, const json_t *id, const json_t *params)
     mcp_call *c = tasks_find(m, params);
     json_t *j = c ? mcp_task_json(c) : NULL;
     pthread_mutex_unlock(&m->mu);
+    if (!c && (j = core_find(m, params, NULL)) != NULL) {
+        mcp_send_result(m, id, j);
+        return;
+    }
     if (!c) {
         mcp_send_error(m, id, MCP_INVALID_PARAMS,
                        "unknown taskId (tasks expire after their ttl)");
@@ -160,8 +293,25 @@ void mcp_tasks_result(th_mcp_session *m, const json_t *id,
     mcp_call *c = tasks_find(m, params);
     if (!c) {
         pthread_mutex_unlock(&m->mu);
+        json_t *res = NULL;
+        json_t *t = core_find(m, params, &res);
+        if (t && res) {
+            json_t *meta = json_object_get(res, "_meta");
+            if (meta)
+                json_object_set_new(
+                    meta, "io.modelcontextprotocol/related-task",
+                    json_pack("{s:O}", "taskId",
+                              json_object_get(t, "taskId")));
+            json_decref(t);
+            mcp_send_result(m, id, res);
+            return;
+        }
+        json_decref(t);
+        json_decref(res);
         mcp_send_error(m, id, MCP_INVALID_PARAMS,
-                       "unknown taskId (tasks expire after their ttl)");
+                       t ? "task still running: not a task of this "
+                           "session, so poll tasks/get until it ends"
+                         : "unknown taskId (tasks expire after their ttl)");
         return;
     }
     if (c->finished) {
@@ -214,10 +364,17 @@ void mcp_tasks_list(th_mcp_session *m, const json_t *id,
     for (mcp_call *c = m->calls; v && c; c = c->next)
         if (c->task && c->announced)
             v[n - 1 - k++] = c;
-    for (size_t i = off; arr && v && i < n && i < off + TASK_PAGE; i++)
-        json_array_append_new(arr, mcp_task_json(v[i]));
+    json_t *all = json_array();
+    for (size_t i = 0; all && v && i < n; i++)
+        json_array_append_new(all, mcp_task_json(v[i]));
+    if (all)
+        core_list_locked(m, all);
     pthread_mutex_unlock(&m->mu);
     free(v);
+    n = json_array_size(all);
+    for (size_t i = off; arr && i < n && i < off + TASK_PAGE; i++)
+        json_array_append(arr, json_array_get(all, i));
+    json_decref(all);
     json_t *res = json_pack("{s:o}", "tasks", arr);
     if (res && off + TASK_PAGE < n) {
         char next[32];
@@ -234,7 +391,23 @@ void mcp_tasks_cancel(th_mcp_session *m, const json_t *id,
     mcp_call *c = tasks_find(m, params);
     if (!c) {
         pthread_mutex_unlock(&m->mu);
-        mcp_send_error(m, id, MCP_INVALID_PARAMS, "unknown taskId");
+        json_t *t = core_find(m, params, NULL);
+        const char *st = json_string_value(json_object_get(t, "status"));
+        if (t && st && strcmp(st, "working") == 0) {
+            th_call_cancel(m->s, strtoull(json_string_value(json_object_get(
+                                              t, "taskId")),
+                                          NULL, 10));
+            json_decref(t);
+            t = core_find(m, params, NULL);
+            if (t)
+                json_object_set_new(t, "status", json_string("cancelled"));
+            mcp_send_result(m, id, t);
+            return;
+        }
+        mcp_send_error(m, id, MCP_INVALID_PARAMS,
+                       t ? "task already ended: it cannot be cancelled"
+                         : "unknown taskId");
+        json_decref(t);
         return;
     }
     if (terminal(c->status) || c->finished) {

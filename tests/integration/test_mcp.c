@@ -457,6 +457,83 @@ static void test_sigterm(void)
     free(dir);
 }
 
+/* A binary stdout becomes a base64 resource blob; ill-formed UTF-8 in a
+ * text stdout becomes U+FFFD (the line stays valid JSON). */
+static void test_raw_binary_and_bad_utf8(void)
+{
+    char *dir = th_test_tmpdir();
+    char text[1024];
+    snprintf(text, sizeof text,
+             "plugins:\n"
+             "  - name: flood\n"
+             "    path: %s\n"
+             "toolsets:\n"
+             "  - name: t\n"
+             "    tools: [\"*\"]\n",
+             th_test_build_path("fixtures/flood.so"));
+    char *cfg = th_test_write_file(dir, "c.yaml", text, (size_t)-1);
+    const char *input =
+        INIT "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\","
+             "\"params\":{\"name\":\"flood_binary\",\"arguments\":{\"size\":"
+             "100,\"pattern\":\"binary\"}}}\n"
+             "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\","
+             "\"params\":{\"name\":\"flood_command\",\"arguments\":{\"size\":"
+             "1000,\"pattern\":\"invalid_utf8\"}}}\n";
+    int st = -1;
+    json_t *out = run_raw(cfg, input, &st);
+    CU_ASSERT_EQUAL(st, 0);
+    json_t *b0 = json_array_get(
+        json_object_get(json_object_get(by_id(out, 2), "result"), "content"),
+        0);
+    const char *type = json_string_value(json_object_get(b0, "type"));
+    CU_ASSERT(type && strcmp(type, "resource") == 0);
+    json_t *res = json_object_get(b0, "resource");
+    const char *blob = json_string_value(json_object_get(res, "blob"));
+    CU_ASSERT(blob && strlen(blob) == 136); /* 100 bytes in base64 */
+    CU_ASSERT_PTR_NOT_NULL(json_string_value(json_object_get(res, "mimeType")));
+    json_t *t0 = json_array_get(
+        json_object_get(json_object_get(by_id(out, 3), "result"), "content"),
+        0);
+    const char *t = json_string_value(json_object_get(t0, "text"));
+    CU_ASSERT(t && strstr(t, "\xEF\xBF\xBD") != NULL);
+    json_decref(out);
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+/* A failed call: stdout (empty here) first, stderr as a second block,
+ * isError; an empty stdout of a successful call is an empty text block
+ * (once answered with an empty result object). */
+static void test_raw_failure_blocks(void)
+{
+    const char *input =
+        INIT "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\","
+             "\"params\":{\"name\":\"text_count\",\"arguments\":{\"path\":"
+             "\"no/such/file\"}}}\n"
+             "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\","
+             "\"params\":{\"name\":\"echo\",\"arguments\":{\"text\":\"\"}}}\n";
+    int st = -1;
+    json_t *out = run_raw(th_test_source_path("configs/default.yaml"), input,
+                          &st);
+    CU_ASSERT_EQUAL(st, 0);
+    json_t *r2 = json_object_get(by_id(out, 2), "result");
+    CU_ASSERT(json_is_true(json_object_get(r2, "isError")));
+    json_t *c2 = json_object_get(r2, "content");
+    CU_ASSERT_EQUAL(json_array_size(c2), 2);
+    const char *e = json_string_value(
+        json_object_get(json_array_get(c2, 1), "text"));
+    CU_ASSERT(e && strstr(e, "no/such/file") != NULL);
+    json_t *r3 = json_object_get(by_id(out, 3), "result");
+    CU_ASSERT(json_is_false(json_object_get(r3, "isError")));
+    const char *t = json_string_value(json_object_get(
+        json_array_get(json_object_get(r3, "content"), 0), "text"));
+    CU_ASSERT(t && *t == '\0');
+    CU_ASSERT(json_integer_value(json_object_get(
+                  json_object_get(r3, "_meta"), "toolhost/call_id")) > 0);
+    json_decref(out);
+}
+
 /* --toolset names a toolset that does not exist: a usage error. */
 static void test_bad_toolset(void)
 {
@@ -521,6 +598,48 @@ static void test_export_strict(void)
     }
 }
 
+/* --toolset: only that toolset's tools; a toolset the user may not use
+ * (allow_users) is refused with status 2. */
+static void test_toolset_option(void)
+{
+    char *dir = th_test_tmpdir();
+    char text[1024];
+    snprintf(text, sizeof text,
+             "plugins:\n"
+             "  - name: echo\n"
+             "    path: %s\n"
+             "toolsets:\n"
+             "  - name: a\n"
+             "    tools: [\"echo\"]\n"
+             "  - name: b\n"
+             "    tools: [\"echo\", \"echo_async\"]\n"
+             "  - name: other\n"
+             "    tools: [\"echo_async\"]\n"
+             "    allow_users: [\"%u\"]\n",
+             th_test_build_path("plugins/echo.so"), (unsigned)getuid() + 4242);
+    char *cfg = th_test_write_file(dir, "c.yaml", text, (size_t)-1);
+    const char *input =
+        INIT "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\"}\n";
+    th_test_run r;
+    char *argv[] = {(char *)th_test_build_path("toolhost"), "mcp", "-c", cfg,
+                    "--toolset", "a", NULL};
+    CU_ASSERT_EQUAL(th_test_run_argv(argv, input, 30, 1, &r), 0);
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "\"name\":\"echo\""));
+    CU_ASSERT_PTR_NULL(strstr(r.out, "echo_async"));
+    th_test_run_free(&r);
+    char *argv2[] = {(char *)th_test_build_path("toolhost"), "mcp", "-c", cfg,
+                     "--toolset", "other", NULL};
+    CU_ASSERT_EQUAL(th_test_run_argv(argv2, input, 30, 1, &r), 0);
+    CU_ASSERT_EQUAL(r.status, 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "not usable"));
+    CU_ASSERT_EQUAL(r.out_len, 0);
+    th_test_run_free(&r);
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
 void th_suite_mcp(void)
 {
     CU_pSuite s = CU_add_suite("mcp", NULL, NULL);
@@ -529,9 +648,12 @@ void th_suite_mcp(void)
     CU_add_test(s, "raw_long_line", test_raw_long_line);
     CU_add_test(s, "raw_deep_nesting", test_raw_deep_nesting);
     CU_add_test(s, "raw_eof_drains", test_raw_eof_drains);
+    CU_add_test(s, "raw_binary_and_bad_utf8", test_raw_binary_and_bad_utf8);
+    CU_add_test(s, "raw_failure_blocks", test_raw_failure_blocks);
     CU_add_test(s, "sigterm", test_sigterm);
     CU_add_test(s, "export_strict", test_export_strict);
     CU_add_test(s, "bad_toolset", test_bad_toolset);
+    CU_add_test(s, "toolset_option", test_toolset_option);
     CU_add_test(s, "sdk_permission", test_sdk_permission);
     CU_add_test(s, "sdk_basic", test_sdk_basic);
     CU_add_test(s, "sdk_tasks", test_sdk_tasks);

@@ -378,7 +378,7 @@ static void test_unknown_keys(void)
     EXPECT_ERR("host:\n  workers: 0\n  zzz: 1\n",
                "t.yaml:3:3: unknown key 'zzz' in host (known keys: workers, "
                "async_workers, queue_size, log_level, listen, socket_mode, "
-               "socket_group, max_frame, max_inflight, max_outbuf, "
+               "socket_group, max_frame, mcp_max_message, max_inflight, max_outbuf, "
                "shutdown_grace, default_timeout, max_timeout, session_grace, "
                "result_ttl, permission_timeout, expose_task_tools, reload, "
                "reload_debounce, state_dir, spill_dir, spill_max_bytes, "
