@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +23,9 @@ struct th_http_server {
     char url_text[384];
     char *cert, *key; /* PEM text, kept while the daemon runs */
     int sndbuf;
+    unsigned max_conn;
+    atomic_uint n_conn;
+    atomic_llong full_logged_ms; /* when "at the cap" was last logged */
 };
 
 /* What *req_cls points to while a request is routed. */
@@ -182,7 +187,26 @@ static void on_connection(void *cls, struct MHD_Connection *c,
 {
     th_http_server *s = cls;
     (void)socket_context;
-    if (toe != MHD_CONNECTION_NOTIFY_STARTED || s->sndbuf <= 0)
+    if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        atomic_fetch_sub(&s->n_conn, 1);
+        return;
+    }
+    if (toe != MHD_CONNECTION_NOTIFY_STARTED)
+        return;
+    /* At the cap the daemon stops accepting: new clients wait in the
+     * kernel's queue.  Say so, at most once a second. */
+    if (atomic_fetch_add(&s->n_conn, 1) + 1 >= s->max_conn) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        long long now = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+        long long last = atomic_load(&s->full_logged_ms);
+        if (now - last >= 1000 &&
+            atomic_compare_exchange_strong(&s->full_logged_ms, &last, now))
+            th_log_warn("http: %s: %u connections open (mcp.max_connections); "
+                        "new ones wait until one closes",
+                        s->url_text, s->max_conn);
+    }
+    if (s->sndbuf <= 0)
         return;
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -254,6 +278,9 @@ int th_http_start(const th_http_opts *o, const th_http_route *routes,
     }
     memcpy(s->routes, routes, n_routes * sizeof *routes);
     s->sndbuf = o->sndbuf;
+    s->max_conn = o->max_connections ? o->max_connections : 256;
+    atomic_init(&s->n_conn, 0);
+    atomic_init(&s->full_logged_ms, -1000000);
     s->n_routes = n_routes;
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION |
                      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG |
@@ -286,8 +313,7 @@ int th_http_start(const th_http_opts *o, const th_http_route *routes,
     opts[n++] = (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0,
                                         &s->url.addr};
     opts[n++] = (struct MHD_OptionItem){
-        MHD_OPTION_CONNECTION_LIMIT,
-        (intptr_t)(o->max_connections ? o->max_connections : 256), NULL};
+        MHD_OPTION_CONNECTION_LIMIT, (intptr_t)s->max_conn, NULL};
     opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT,
                                         (intptr_t)o->client_timeout_s, NULL};
     opts[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_COMPLETED,

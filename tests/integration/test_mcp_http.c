@@ -655,6 +655,36 @@ static void test_client_timeout(void)
     mh_free(&m);
 }
 
+/* mcp.max_connections: past the cap new clients wait (logged) until a
+ * connection closes; then they are served. */
+static void test_max_connections(void)
+{
+    mh_srv m;
+    CU_ASSERT_FATAL(mh_start(&m, "  max_connections: 2\n") == 0);
+    int a = tcp_connect(m.port, 0), b = tcp_connect(m.port, 0);
+    CU_ASSERT_FATAL(a >= 0 && b >= 0);
+    /* a and b hold both slots (a request begun, not finished). */
+    CU_ASSERT(write(a, "POST /mcp HTTP/1.1\r\n", 20) == 20);
+    CU_ASSERT(write(b, "POST /mcp HTTP/1.1\r\n", 20) == 20);
+    usleep(200 * 1000);
+    int c = tcp_connect(m.port, 0);
+    CU_ASSERT_FATAL(c >= 0);
+    CU_ASSERT(http_send(c, "POST", AUTH(ALICE), INIT_BODY) == 0);
+    hres r;
+    http_read(c, &r, NULL, 300);
+    CU_ASSERT_EQUAL(r.status, 0); /* waiting */
+    free(r.text);
+    CU_ASSERT(rpc_log_has(&m.rs, "(mcp.max_connections)"));
+    close(a);
+    http_read(c, &r, NULL, rpc_wait_ms());
+    CU_ASSERT_EQUAL(r.status, 200);
+    free(r.text);
+    close(c);
+    close(b);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
+    mh_free(&m);
+}
+
 /* https:// with a self-signed certificate made here by the openssl CLI. */
 static void test_tls(void)
 {
@@ -749,6 +779,7 @@ void th_suite_mcp_http(void)
     CU_add_test(s, "vanished_client", test_vanished_client);
     CU_add_test(s, "slow_client", test_slow_client);
     CU_add_test(s, "client_timeout", test_client_timeout);
+    CU_add_test(s, "max_connections", test_max_connections);
     CU_add_test(s, "tls", test_tls);
     CU_add_test(s, "config_refusals", test_config_refusals);
 }
