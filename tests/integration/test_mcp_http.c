@@ -25,7 +25,8 @@ typedef struct mh_srv {
 
 /* Starts the host with an http:// entry next to its Unix socket; `mcp`
  * adds lines to the mcp section, `listen` replaces the http entry. */
-static int mh_start_ex(mh_srv *m, const char *mcp, const char *listen)
+static int mh_start_ex2(mh_srv *m, const char *mcp, const char *listen,
+                        const char *public_extra)
 {
     memset(m, 0, sizeof *m);
     m->tokdir = th_test_tmpdir();
@@ -40,7 +41,7 @@ static int mh_start_ex(mh_srv *m, const char *mcp, const char *listen)
     for (int i = 0; i < 32; i++)
         snprintf(hex + 2 * i, 3, "%02x", d[i]);
     setenv(CAROL_ENV, CAROL, 1);
-    char host_extra[512], mcp_sec[2048], pub[128];
+    char host_extra[256], mcp_sec[1536], pub[256];
     snprintf(host_extra, sizeof host_extra, "  listen: [\"%s\"]\n",
              listen ? listen : "http://127.0.0.1:0/mcp");
     snprintf(mcp_sec, sizeof mcp_sec,
@@ -52,8 +53,8 @@ static int mh_start_ex(mh_srv *m, const char *mcp, const char *listen)
              "    - {user: carol, env: " CAROL_ENV "}\n"
              "%s",
              tf, hex, mcp ? mcp : "");
-    snprintf(pub, sizeof pub, "    allow_users: [alice, carol, \"%u\"]\n",
-             (unsigned)getuid());
+    snprintf(pub, sizeof pub, "    allow_users: [alice, carol, \"%u\"]\n%s",
+             (unsigned)getuid(), public_extra ? public_extra : "");
     free(tf);
     rpc_opts o = {.host_extra = host_extra, .plugins_extra = mcp_sec,
                   .public_extra = pub};
@@ -72,6 +73,11 @@ static int mh_start_ex(mh_srv *m, const char *mcp, const char *listen)
     if (!m->port)
         rpc_dump_log(&m->rs);
     return m->port ? 0 : -1;
+}
+
+static int mh_start_ex(mh_srv *m, const char *mcp, const char *listen)
+{
+    return mh_start_ex2(m, mcp, listen, NULL);
 }
 
 static int mh_start(mh_srv *m, const char *mcp)
@@ -296,6 +302,28 @@ static void test_sdk_session(void)
     th_test_run_free(&r);
     CU_ASSERT(rpc_log_has(&m.rs, "cancelled by the client"));
     CU_ASSERT(rpc_log_has(&m.rs, "ended by the client"));
+    CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
+    mh_free(&m);
+}
+
+/* A permission that asks: elicitation/create goes out on the call's event
+ * stream, the client's answer comes back as a POST (accept runs the call,
+ * decline refuses it). */
+static void test_sdk_permission(void)
+{
+    if (!sdk_ready())
+        TH_SKIP(SDK_SKIP_MSG);
+    mh_srv m;
+    CU_ASSERT_FATAL(mh_start_ex2(&m, NULL, NULL,
+                                 "    permissions:\n"
+                                 "      rules:\n"
+                                 "        - match: text_count\n"
+                                 "          action: ask\n") == 0);
+    th_test_run r;
+    sdk_run("ask", m.port, ALICE, "http", &r);
+    CU_ASSERT(out_has(&r, "{\"step\":\"accept\",\"ok\":true,\"text\":\"slow\\n\"}"));
+    CU_ASSERT(out_has(&r, "{\"step\":\"decline\",\"ok\":true}"));
+    th_test_run_free(&r);
     CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
     mh_free(&m);
 }
@@ -773,6 +801,7 @@ void th_suite_mcp_http(void)
     CU_pSuite s = CU_add_suite("mcp_http", NULL, NULL);
     CU_add_test(s, "sdk_session", test_sdk_session);
     CU_add_test(s, "sdk_tokens", test_sdk_tokens);
+    CU_add_test(s, "sdk_permission", test_sdk_permission);
     CU_add_test(s, "refusals", test_refusals);
     CU_add_test(s, "session_limits", test_session_limits);
     CU_add_test(s, "rpc_meanwhile", test_rpc_meanwhile);

@@ -8,8 +8,11 @@
 // scenario ran to its end (the C test checks the steps), 2 on a usage error.
 //   full     connect, list, call, progress, cancel, another call, close
 //   connect  connect only: {"step":"connect","ok":false,"status":401} etc.
+//   ask      a call whose permission asks: elicitation/create arrives on
+//            the call's event stream, the answer goes back as a POST
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { ElicitRequestSchema } from "@modelcontextprotocol/sdk/types.js";
 
 const [scenario, url, token] = process.argv.slice(2);
 if (!scenario || !url) {
@@ -26,13 +29,14 @@ function statusOf(e) {
   return m ? Number(m[1] || m[2]) : 0;
 }
 
-async function connect() {
+async function connect(capabilities = {}) {
   const transport = new StreamableHTTPClientTransport(new URL(url), {
     requestInit: { headers },
     reconnectionOptions: { maxRetries: 0, initialReconnectionDelay: 100,
                            maxReconnectionDelay: 100, reconnectionDelayGrowFactor: 1 },
   });
-  const client = new Client({ name: "toolhost-http-test", version: "1.0.0" });
+  const client = new Client({ name: "toolhost-http-test", version: "1.0.0" },
+                            { capabilities });
   client.onerror = () => {};
   await client.connect(transport);
   return { client, transport };
@@ -80,6 +84,24 @@ async function full() {
   out({ step: "close", ok: true });
 }
 
+async function ask() {
+  const { client, transport } = await connect({ elicitation: {} });
+  let asked = 0, answer = "accept";
+  client.setRequestHandler(ElicitRequestSchema, async () => {
+    asked++;
+    return answer === "accept" ? { action: "accept", content: { allow: true } }
+                               : { action: "decline" };
+  });
+  let r = await client.callTool({ name: "text_count", arguments: { path: "rpc.yaml" } });
+  out({ step: "accept", ok: asked === 1 && !r.isError,
+        text: (r.content || []).map((c) => c.text || "").join("") });
+  answer = "decline";
+  r = await client.callTool({ name: "text_count", arguments: { path: "rpc.yaml" } });
+  out({ step: "decline", ok: asked === 2 && r.isError === true });
+  await transport.terminateSession();
+  await client.close();
+}
+
 async function connectOnly() {
   try {
     const { client } = await connect();
@@ -94,6 +116,7 @@ const timer = setTimeout(() => { out({ step: "timeout" }); process.exit(1); }, 2
 try {
   if (scenario === "full") await full();
   else if (scenario === "connect") await connectOnly();
+  else if (scenario === "ask") await ask();
   else { console.error(`unknown scenario ${scenario}`); process.exit(2); }
 } catch (e) {
   out({ step: "error", error: String(e && e.stack || e) });
