@@ -713,6 +713,41 @@ static void test_max_connections(void)
     mh_free(&m);
 }
 
+/* A reload (SIGHUP) that changes a token: logged; the running front keeps
+ * the tokens it started with until the restart. */
+static void test_reload_keeps_tokens(void)
+{
+    mh_srv m;
+    CU_ASSERT_FATAL(mh_start(&m, NULL) == 0);
+    char *tf = th_test_write_file(m.tokdir, "alice.token",
+                                  "alice-new-token-0123456789\n", (size_t)-1);
+    free(tf);
+    kill(m.rs.pid, SIGHUP);
+    bool seen = false;
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    while (!seen && rpc_now_ms() < end) {
+        FILE *f = fopen(m.rs.log, "r");
+        char line[1024];
+        while (f && !seen && fgets(line, sizeof line, f))
+            seen = strstr(line, "mcp.tokens change at the next restart");
+        if (f)
+            fclose(f);
+        if (!seen)
+            usleep(50 * 1000);
+    }
+    CU_ASSERT(seen);
+    hres r;
+    CU_ASSERT_EQUAL(http_do(m.port, "POST", AUTH(ALICE), INIT_BODY, &r), 200);
+    free(r.text);
+    CU_ASSERT_EQUAL(http_do(m.port, "POST",
+                            AUTH("alice-new-token-0123456789"), INIT_BODY,
+                            &r),
+                    401);
+    free(r.text);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
+    mh_free(&m);
+}
+
 /* https:// with a self-signed certificate made here by the openssl CLI. */
 static void test_tls(void)
 {
@@ -809,6 +844,7 @@ void th_suite_mcp_http(void)
     CU_add_test(s, "slow_client", test_slow_client);
     CU_add_test(s, "client_timeout", test_client_timeout);
     CU_add_test(s, "max_connections", test_max_connections);
+    CU_add_test(s, "reload_keeps_tokens", test_reload_keeps_tokens);
     CU_add_test(s, "tls", test_tls);
     CU_add_test(s, "config_refusals", test_config_refusals);
 }
