@@ -945,8 +945,10 @@ static enum MHD_Result on_request(void *ud, struct MHD_Connection *c,
         q->checked = true;
         return MHD_YES;
     }
-    if (!q->checked)
-        return MHD_YES; /* answered: drop the body */
+    if (!q->checked) { /* answered: drop the body */
+        *upload_size = 0;
+        return MHD_YES;
+    }
     if (*upload_size) {
         size_t n = *upload_size;
         *upload_size = 0;
