@@ -713,6 +713,38 @@ static void test_max_connections(void)
     mh_free(&m);
 }
 
+/* SIGTERM while an HTTP call runs and a GET stream is open: the host
+ * cancels the call, ends the streams and exits 0 within the grace. */
+static void test_shutdown_busy(void)
+{
+    mh_srv m;
+    CU_ASSERT_FATAL(mh_start(&m, NULL) == 0);
+    char sid[80], h[512];
+    CU_ASSERT_FATAL(mh_session(m.port, ALICE, sid) == 0);
+    sess_hdrs(h, sizeof h, ALICE, sid);
+    int g = tcp_connect(m.port, 0), p = tcp_connect(m.port, 0);
+    CU_ASSERT_FATAL(g >= 0 && p >= 0);
+    CU_ASSERT(http_send(g, "GET", h, NULL) == 0);
+    CU_ASSERT(http_send(p, "POST", h,
+                        "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":"
+                        "\"tools/call\",\"params\":{\"name\":\"echo_async\","
+                        "\"arguments\":{\"text\":\"x\",\"steps\":1000,"
+                        "\"delay_ms\":50}}}") == 0);
+    usleep(300 * 1000);
+    int64_t t0 = rpc_now_ms();
+    CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
+    int64_t ms = rpc_now_ms() - t0;
+    fprintf(stderr, " [stopped in %lld ms] ", (long long)ms);
+    if (!rpc_valgrind())
+        CU_ASSERT(ms < 5000);
+    hres r;
+    http_read(p, &r, NULL, 2000);
+    free(r.text);
+    close(g);
+    close(p);
+    mh_free(&m);
+}
+
 /* A reload (SIGHUP) that changes a token: logged; the running front keeps
  * the tokens it started with until the restart. */
 static void test_reload_keeps_tokens(void)
@@ -844,6 +876,7 @@ void th_suite_mcp_http(void)
     CU_add_test(s, "slow_client", test_slow_client);
     CU_add_test(s, "client_timeout", test_client_timeout);
     CU_add_test(s, "max_connections", test_max_connections);
+    CU_add_test(s, "shutdown_busy", test_shutdown_busy);
     CU_add_test(s, "reload_keeps_tokens", test_reload_keeps_tokens);
     CU_add_test(s, "tls", test_tls);
     CU_add_test(s, "config_refusals", test_config_refusals);
