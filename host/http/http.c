@@ -20,7 +20,8 @@ struct th_http_server {
     th_http_route *routes;
     size_t n_routes;
     th_http_url url;
-    char url_text[384];
+    char url_text[384]; /* with the bound port; set after the start */
+    char entry[384];    /* the listen entry as written; set before */
     char *cert, *key; /* PEM text, kept while the daemon runs */
     int sndbuf;
     unsigned max_conn;
@@ -204,7 +205,7 @@ static void on_connection(void *cls, struct MHD_Connection *c,
             atomic_compare_exchange_strong(&s->full_logged_ms, &last, now))
             th_log_warn("http: %s: %u connections open (mcp.max_connections); "
                         "new ones wait until one closes",
-                        s->url_text, s->max_conn);
+                        s->entry, s->max_conn);
     }
     if (s->sndbuf <= 0)
         return;
@@ -278,6 +279,7 @@ int th_http_start(const th_http_opts *o, const th_http_route *routes,
     }
     memcpy(s->routes, routes, n_routes * sizeof *routes);
     s->sndbuf = o->sndbuf;
+    snprintf(s->entry, sizeof s->entry, "%s", o->url);
     s->max_conn = o->max_connections ? o->max_connections : 256;
     atomic_init(&s->n_conn, 0);
     atomic_init(&s->full_logged_ms, -1000000);
