@@ -12,6 +12,7 @@
 #include "th/log.h"
 #include "front/rpc.h"
 #include "front/sockpath.h"
+#include "front/mcp_http.h"
 
 /* ---- Signals ----------------------------------------------------------------
  * The server stops on the first SIGTERM/SIGINT (its own handlers: grace,
@@ -89,9 +90,13 @@ static const char serve_usage[] =
     "The socket's folder is created 0700 when missing; an existing folder\n"
     "owned by another user or writable by others is refused.\n"
     "\n"
+    "With http:// entries in host.listen the same host also serves MCP over\n"
+    "Streamable HTTP on each (bearer tokens of the mcp section; see\n"
+    "docs/mcp.md); --listen replaces only the unix: entry.\n"
+    "\n"
     "Options:\n"
     "  -c, --config FILE      the config to serve\n"
-    "  -l, --listen ADDR      unix:PATH (overrides host.listen)\n"
+    "  -l, --listen ADDR      unix:PATH (overrides host.listen's unix: entry)\n"
     "      --stdio            serve one session on stdin/stdout\n"
     "      --log-level LEVEL  error, warn, info or debug (overrides\n"
     "                         host.log_level)\n"
@@ -184,6 +189,17 @@ int cli_serve(int argc, char **argv)
         th_host_close(h);
         return CLI_FAILED;
     }
+    /* The http:// entries of listen: MCP over Streamable HTTP, served by
+     * threads of their own while the RPC loop runs on this one. */
+    th_mcp_http *web = NULL;
+    if (!stdio && th_mcp_http_start(h, th_host_config(h), &web, &err) != 0) {
+        cli_error("serve: %s", err.msg);
+        th_host_close(h);
+        return err.code == TH_ECONFIG || err.code == TH_EINVAL ||
+                       err.code == TH_EPERM
+                   ? CLI_USAGE
+                   : CLI_FAILED;
+    }
     th_rpc_serve_opts so;
     memset(&so, 0, sizeof so);
     so.listen = stdio ? NULL : addr;
@@ -194,6 +210,7 @@ int cli_serve(int argc, char **argv)
      * host closes, a signal means "now". */
     atomic_store(&serving, false);
     stop_signals_ours();
+    th_mcp_http_stop(web);
     th_host_close(h);
     if (rc != 0) {
         cli_error("serve: %s", err.msg);

@@ -21,6 +21,8 @@
 #include <unistd.h>
 
 #include "th/buf.h"
+#include "th/http.h"
+#include <nettle/sha2.h>
 #include "toolhost/plugin.h"
 
 _Static_assert(sizeof(th_dup_policy) == sizeof(int), "enum size");
@@ -741,16 +743,73 @@ static const char *const perm_actions[] = {"deny", "allow", "ask", NULL};
 
 static int expand_scalar(cfctx *c, th_ynode *n, const char *where, bool path);
 
-/* listen: ${VAR} expanded like a plugin path (unset: no listen key, i.e.
- * the default address of th/sockpath.h when serving). */
+/* listen: one address or a list; each ${VAR} expanded like a plugin path.
+ * At most one unix: entry (none, or "unix:" alone: the default address of
+ * th/sockpath.h when serving); http:// and https:// entries go to
+ * listen_http (the MCP front, docs/mcp.md). */
+static int listen_item(cfctx *c, th_ynode *v, th_host_cfg *h, bool *unix_seen)
+{
+    if (v->kind != TH_Y_SCALAR || th_ynode_is_null(v)) {
+        char d[64];
+        return cf_err(c, v, "each item of 'listen' must be an address, got "
+                      "%s", describe(v, d, sizeof d));
+    }
+    int rc = expand_scalar(c, v, "'listen'", true);
+    if (rc < 0)
+        return rc;
+    if (strncmp(v->str, "http://", 7) == 0 ||
+        strncmp(v->str, "https://", 8) == 0) {
+        th_http_url u;
+        th_error e;
+        th_error_clear(&e);
+        if (th_http_parse_url(v->str, &u, &e) < 0)
+            return cf_err(c, v, "'listen': %s", e.msg);
+        char **nv = realloc(h->listen_http,
+                            (h->n_listen_http + 1) * sizeof *nv);
+        if (!nv)
+            return cf_nomem(c);
+        h->listen_http = nv;
+        if (!(nv[h->n_listen_http] = strdup(v->str)))
+            return cf_nomem(c);
+        h->n_listen_http++;
+        return 0;
+    }
+    if (strncmp(v->str, "unix:", 5) != 0)
+        return cf_err(c, v,
+                      "'listen' must be unix:PATH (a Unix socket) or "
+                      "http://HOST:PORT/PATH (MCP), got '%s'",
+                      v->str);
+    if (*unix_seen)
+        return cf_err(c, v, "'listen' has more than one unix: entry; the "
+                      "host serves one socket");
+    *unix_seen = true;
+    if (!v->str[5])
+        return 0; /* the default socket */
+    free(h->listen);
+    h->listen = strdup(v->str);
+    return h->listen ? 0 : cf_nomem(c);
+}
+
 static int set_listen(cfctx *c, const cfkey *k, th_ynode *v, void *base)
 {
+    (void)k;
+    th_host_cfg *h = base;
     if (th_ynode_is_null(v))
         return 0;
-    int rc = want_scalar(c, k, v, "a string");
-    if (rc == 0)
-        rc = expand_scalar(c, v, "'listen'", true);
-    return rc < 0 ? rc : set_str(c, k, v, base);
+    bool unix_seen = false;
+    if (v->kind == TH_Y_SCALAR)
+        return listen_item(c, v, h, &unix_seen);
+    if (v->kind != TH_Y_SEQ) {
+        char d[64];
+        return cf_err(c, v, "'listen' must be an address or a list of "
+                      "addresses, got %s", describe(v, d, sizeof d));
+    }
+    for (size_t i = 0; i < v->n; i++) {
+        int rc = listen_item(c, v->kids[i], h, &unix_seen);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
 }
 
 #define H(f) offsetof(th_host_cfg, f)
@@ -763,7 +822,7 @@ static const cfkey host_keys[] = {
      .max = 1000000},
     {.name = "log_level", .set = set_enum, .off = H(log_level),
      .names = log_levels},
-    {.name = "listen", .set = set_listen, .off = H(listen)},
+    {.name = "listen", .set = set_listen, .off = 0},
     {.name = "socket_mode", .set = set_mode, .off = H(socket_mode)},
     {.name = "socket_group", .set = set_str, .off = H(socket_group)},
     {.name = "max_frame", .set = set_size, .off = H(max_frame), .min = KIB,
@@ -1494,6 +1553,210 @@ static int mock_check(cfctx *c, th_ynode *n, void *el)
     return rc;
 }
 
+/* ---- mcp (the Streamable HTTP front) ----------------------------------------- */
+
+static int hexval(int ch)
+{
+    return ch >= '0' && ch <= '9'   ? ch - '0'
+           : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+           : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
+                                    : -1;
+}
+
+static void sha256_of(const char *s, size_t len, uint8_t out[32])
+{
+    struct sha256_ctx ctx;
+    sha256_init(&ctx);
+    sha256_update(&ctx, len, (const uint8_t *)s);
+    sha256_digest(&ctx, 32, out);
+}
+
+/* A token's text: no surrounding white space, at least 16 bytes, printable
+ * ASCII without spaces (what a Bearer header can carry). */
+static int token_text(cfctx *c, const th_ynode *at, const char *what,
+                      const char *s, size_t len, uint8_t out[32])
+{
+    while (len && (s[len - 1] == '\n' || s[len - 1] == '\r' ||
+                   s[len - 1] == ' ' || s[len - 1] == '\t'))
+        len--;
+    while (len && (*s == ' ' || *s == '\t')) {
+        s++;
+        len--;
+    }
+    if (len < 16)
+        return cf_err(c, at, "the token %s is %s (a token has at least 16 "
+                      "characters)", what, len ? "too short" : "empty");
+    for (size_t i = 0; i < len; i++)
+        if (s[i] <= ' ' || s[i] > '~')
+            return cf_err(c, at, "the token %s has a character a bearer "
+                          "token cannot carry (at byte %zu)", what, i);
+    sha256_of(s, len, out);
+    return 0;
+}
+
+static const cfkey token_keys[] = {
+    {.name = "user", .set = set_str, .off = offsetof(th_mcp_token_cfg, user),
+     .flags = CF_REQUIRED},
+    {.name = "sha256", .set = set_str,
+     .off = offsetof(th_mcp_token_cfg, sha256_hex)},
+    {.name = "file", .set = set_str, .off = offsetof(th_mcp_token_cfg, file),
+     .flags = CF_PATH},
+    {.name = "env", .set = set_str, .off = offsetof(th_mcp_token_cfg, env)},
+    {.name = NULL}};
+
+static int token_check(cfctx *c, th_ynode *n, void *el)
+{
+    th_mcp_token_cfg *t = el;
+    t->line = n->line;
+    t->col = n->col;
+    if (!t->user || !*t->user)
+        return cf_err(c, n, "a token needs a 'user' (the name toolsets' "
+                      "allow_users match)");
+    int ways = (t->sha256_hex != NULL) + (t->file != NULL) + (t->env != NULL);
+    if (ways != 1)
+        return cf_err(c, n, "the token of user '%s' needs exactly one of "
+                      "'sha256' (the token's SHA-256 in hex), 'file' or "
+                      "'env'", t->user);
+    int rc = 0;
+    if (t->sha256_hex) {
+        const th_ynode *v = th_ynode_get(n, "sha256");
+        if (strlen(t->sha256_hex) != 64)
+            return cf_err(c, v, "'sha256' must be 64 hex digits (sha256sum "
+                          "of the token), got %zu characters",
+                          strlen(t->sha256_hex));
+        for (size_t i = 0; i < 32; i++) {
+            int hi = hexval(t->sha256_hex[2 * i]);
+            int lo = hexval(t->sha256_hex[2 * i + 1]);
+            if (hi < 0 || lo < 0)
+                return cf_err(c, v, "'sha256' must be 64 hex digits");
+            t->sha256[i] = (uint8_t)(hi << 4 | lo);
+        }
+    } else if (t->env) {
+        const th_ynode *v = th_ynode_get(n, "env");
+        const char *val = getenv(t->env);
+        if (!val || !*val) {
+            /* Fails closed: the entry matches no token; `serve` warns. A
+             * config shared by commands that never serve HTTP loads. */
+            t->disabled = true;
+            return 0;
+        }
+        char what[300];
+        snprintf(what, sizeof what, "in $%.200s", t->env);
+        rc = token_text(c, v, what, val, strlen(val), t->sha256);
+    } else {
+        const th_ynode *v = th_ynode_get(n, "file");
+        int fd = open(t->file, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+        struct stat st;
+        if (fd < 0)
+            return cf_err(c, v, "the token of user '%s': cannot open '%s': "
+                          "%s", t->user, t->file, strerror(errno));
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+            st.st_size > 4096) {
+            close(fd);
+            return cf_err(c, v, "the token of user '%s': '%s' is not a "
+                          "regular file of at most 4KiB", t->user, t->file);
+        }
+        char buf[4097];
+        ssize_t got = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (got < 0)
+            return cf_err(c, v, "the token of user '%s': cannot read '%s': "
+                          "%s", t->user, t->file, strerror(errno));
+        char what[300];
+        snprintf(what, sizeof what, "in %.200s", t->file);
+        rc = token_text(c, v, what, buf, (size_t)got, t->sha256);
+        memset(buf, 0, sizeof buf);
+    }
+    if (rc < 0)
+        return rc;
+    for (th_mcp_token_cfg *o = c->cfg->mcp.tokens; o < t; o++)
+        if (!o->disabled && memcmp(o->sha256, t->sha256, 32) == 0)
+            return cf_err(c, n, "the token of user '%s' is the token of "
+                          "user '%s' (line %d) too", t->user, o->user,
+                          o->line);
+    return 0;
+}
+
+#define M(f) offsetof(th_mcp_cfg, f)
+static const cfkey mcp_keys[] = {
+    {.name = "tokens", .set = set_list, .off = M(tokens),
+     .off2 = M(n_tokens), .sub = token_keys,
+     .elem_size = sizeof(th_mcp_token_cfg), .check = token_check,
+     .what = "token"},
+    {.name = "allow_origins", .set = set_strlist, .off = M(allow_origins),
+     .off2 = M(n_allow_origins)},
+    {.name = "allow_remote", .set = set_bool, .off = M(allow_remote)},
+    {.name = "tls_cert", .set = set_str, .off = M(tls_cert),
+     .flags = CF_PATH},
+    {.name = "tls_key", .set = set_str, .off = M(tls_key), .flags = CF_PATH},
+    {.name = "max_body", .set = set_size, .off = M(max_body), .min = KIB,
+     .max = GIB},
+    {.name = "max_sessions", .set = set_u32, .off = M(max_sessions),
+     .min = 1, .max = 100000},
+    {.name = "max_streams", .set = set_u32, .off = M(max_streams), .min = 1,
+     .max = 64},
+    {.name = "max_connections", .set = set_u32, .off = M(max_connections),
+     .min = 2, .max = 100000},
+    {.name = "session_idle", .set = set_duration, .off = M(session_idle_ms),
+     .min = 100, .max = 7 * DAY},
+    {.name = "max_queued", .set = set_size, .off = M(max_queued),
+     .min = 4 * KIB, .max = GIB},
+    {.name = "client_timeout", .set = set_duration,
+     .off = M(client_timeout_ms), .min = 0, .max = DAY},
+    {.name = "keepalive", .set = set_duration, .off = M(keepalive_ms),
+     .min = 100, .max = HOUR},
+    {.name = NULL}};
+#undef M
+
+static void mcp_init(th_mcp_cfg *m)
+{
+    memset(m, 0, sizeof *m);
+    m->max_body = 4 * MIB;
+    m->max_sessions = 64;
+    m->max_streams = 2;
+    m->max_connections = 256;
+    m->session_idle_ms = 30 * MINUTE;
+    m->max_queued = 8 * MIB;
+    m->client_timeout_ms = 60 * SEC;
+    m->keepalive_ms = 15 * SEC;
+}
+
+static int mcp_check(cfctx *c, th_ynode *n, void *el)
+{
+    th_mcp_cfg *m = el;
+    if (n && n->kind == TH_Y_MAP) {
+        m->line = n->line;
+        m->col = n->col;
+    }
+    if ((m->tls_cert != NULL) != (m->tls_key != NULL))
+        return cf_err(c, n, "'tls_cert' and 'tls_key' go together");
+    return 0;
+}
+
+/* What the listen entries need of the mcp section. */
+static int listen_http_check(cfctx *c, th_config *cfg)
+{
+    const th_host_cfg *h = &cfg->host;
+    const th_ynode *hn = th_ynode_get(cfg->root, "host");
+    const th_ynode *at = hn ? th_ynode_get(hn, "listen") : NULL;
+    for (size_t i = 0; i < h->n_listen_http; i++) {
+        th_http_url u;
+        if (th_http_parse_url(h->listen_http[i], &u, NULL) < 0)
+            continue;
+        if (!u.loopback && !cfg->mcp.allow_remote)
+            return cf_err(c, at, "'listen': %s is not a loopback address; "
+                          "set mcp.allow_remote: true to serve MCP on it",
+                          h->listen_http[i]);
+        if (u.tls && !cfg->mcp.tls_cert)
+            return cf_err(c, at, "'listen': %s needs mcp.tls_cert and "
+                          "mcp.tls_key", h->listen_http[i]);
+    }
+    if (h->n_listen_http && cfg->mcp.n_tokens == 0)
+        return cf_err(c, at, "'listen' has an http:// entry but mcp.tokens "
+                      "declares no token (every request would be refused)");
+    return 0;
+}
+
 /* ---- the document ---------------------------------------------------------- */
 
 #define C(f) offsetof(th_config, f)
@@ -1509,6 +1772,8 @@ static const cfkey top_keys[] = {
      .off2 = C(n_toolsets), .sub = toolset_keys,
      .elem_size = sizeof(th_toolset_cfg), .init = toolset_init,
      .check = toolset_check, .what = "toolset"},
+    {.name = "mcp", .set = set_section, .off = C(mcp), .sub = mcp_keys,
+     .check = mcp_check, .what = "mcp"},
     {.name = "mocks", .set = set_list, .off = C(mocks), .off2 = C(n_mocks),
      .sub = mock_keys, .elem_size = sizeof(th_mock_cfg), .init = mock_init,
      .check = mock_check, .what = "mock"},
@@ -1608,6 +1873,18 @@ void th_config_free(th_config *cfg)
     free(cfg->dir);
     th_host_cfg *h = &cfg->host;
     free(h->listen);
+    free_strv(h->listen_http, h->n_listen_http);
+    th_mcp_cfg *mc = &cfg->mcp;
+    for (size_t i = 0; i < mc->n_tokens; i++) {
+        free(mc->tokens[i].user);
+        free(mc->tokens[i].sha256_hex);
+        free(mc->tokens[i].file);
+        free(mc->tokens[i].env);
+    }
+    free(mc->tokens);
+    free_strv(mc->allow_origins, mc->n_allow_origins);
+    free(mc->tls_cert);
+    free(mc->tls_key);
     free(h->socket_group);
     free(h->state_dir);
     free(h->spill_dir);
@@ -1744,6 +2021,7 @@ int th_config_parse_ex(const char *name, const char *dir, const char *text,
     }
     c.dir = cfg->dir;
     host_init(&cfg->host);
+    mcp_init(&cfg->mcp);
     th_limits_defaults(&cfg->limits);
     if ((rc = th_ynode_parse_ex(name, text, len, lim, c.stats, &cfg->root,
                                 err)) < 0)
@@ -1763,6 +2041,8 @@ int th_config_parse_ex(const char *name, const char *dir, const char *text,
         (rc = host_check(&c, NULL, &cfg->host)) < 0)
         goto fail;
     if (cfg->n_toolsets == 0 && (rc = default_toolset(&c, cfg)) < 0)
+        goto fail;
+    if ((rc = listen_http_check(&c, cfg)) < 0)
         goto fail;
     *out = cfg;
     rc = 0;

@@ -80,6 +80,17 @@ static int check_config(void *ud, const th_config *nc, th_error *err)
     if ((a->listen || b->listen) &&
         (!a->listen || !b->listen || strcmp(a->listen, b->listen) != 0))
         th_log_warn("reload: host.listen changes at the next restart");
+    /* The HTTP front keeps the entries, tokens and limits it started with. */
+    bool web_same = a->n_listen_http == b->n_listen_http &&
+                    oc->mcp.n_tokens == nc->mcp.n_tokens;
+    for (size_t i = 0; web_same && i < a->n_listen_http; i++)
+        web_same = strcmp(a->listen_http[i], b->listen_http[i]) == 0;
+    for (size_t i = 0; web_same && i < oc->mcp.n_tokens; i++)
+        web_same = strcmp(oc->mcp.tokens[i].user, nc->mcp.tokens[i].user) == 0 &&
+                   memcmp(oc->mcp.tokens[i].sha256, nc->mcp.tokens[i].sha256, 32) == 0;
+    if (!web_same)
+        th_log_warn("reload: host.listen's http:// entries and mcp.tokens "
+                    "change at the next restart");
     if ((a->state_dir || b->state_dir) &&
         (!a->state_dir || !b->state_dir || strcmp(a->state_dir, b->state_dir) != 0))
         th_log_warn("reload: host.state_dir changes at the next restart");

@@ -174,7 +174,8 @@ typedef struct th_host_cfg {
                                   tasks; default workers / 2, at least 1 */
     uint32_t queue_size;       /* bounded call queue; default 1024       */
     int log_level;             /* TOOLHOST_LOG_*; default info           */
-    char *listen;              /* "unix:/path" or NULL                   */
+    char *listen;              /* "unix:/path" or NULL (the default
+                                  socket): the one unix: entry of listen */
     uint32_t socket_mode;      /* default 0600                           */
     char *socket_group;        /* NULL: the host's group                 */
     uint64_t max_frame;        /* bytes; default 16 MiB                  */
@@ -210,10 +211,46 @@ typedef struct th_host_cfg {
                                   replaced; 0: 3000                      */
     uint32_t max_lost_workers; /* replacements alive at once; 0: workers */
     uint64_t mcp_max_message;  /* one MCP message at most; 16 MiB        */
+    char **listen_http;        /* the http:// and https:// entries of
+                                  listen, as written (docs/mcp.md)       */
+    size_t n_listen_http;
     int line, col;             /* where the section starts (0 if absent) */
     uint32_t task_keep;        /* finished tasks kept (both scopes, with
                                   result_ttl); default 256; 0: 256      */
 } th_host_cfg;
+
+/* A bearer token of the MCP HTTP front, known by its SHA-256 only. */
+typedef struct th_mcp_token_cfg {
+    char *user;            /* the name toolsets' allow_users match       */
+    uint8_t sha256[32];    /* of the token's text                        */
+    char *sha256_hex;      /* the key as written (or NULL)               */
+    char *file;            /* read the token from this file (or NULL)    */
+    char *env;             /* read it from this variable (or NULL)       */
+    bool disabled;         /* env: the variable is unset or empty; the
+                              token matches nothing (serve warns)       */
+    int line, col;
+} th_mcp_token_cfg;
+
+/* The `mcp:` section: the Streamable HTTP front (docs/mcp.md). */
+typedef struct th_mcp_cfg {
+    th_mcp_token_cfg *tokens;
+    size_t n_tokens;
+    char **allow_origins;  /* Origin values accepted besides loopback ones */
+    size_t n_allow_origins;
+    bool allow_remote;     /* an http:// entry may bind a non-loopback
+                              address; default false                    */
+    char *tls_cert, *tls_key; /* PEM files for https:// entries         */
+    uint64_t max_body;     /* bytes of one POST body; default 4 MiB      */
+    uint32_t max_sessions; /* MCP sessions at once; default 64           */
+    uint32_t max_streams;  /* GET SSE streams per session; default 2     */
+    uint32_t max_connections; /* HTTP connections at once; default 256  */
+    uint64_t session_idle_ms; /* a session unused this long ends; 30 m  */
+    uint64_t max_queued;   /* bytes waiting for one slow client; 8 MiB   */
+    uint64_t client_timeout_ms; /* a client that reads nothing this long
+                                  is dropped; default 60 s             */
+    uint64_t keepalive_ms; /* SSE comment when a stream is quiet; 15 s   */
+    int line, col;
+} th_mcp_cfg;
 
 typedef struct th_plugin_cfg {
     char *name;            /* required, unique                          */
@@ -309,6 +346,7 @@ typedef struct th_config {
     size_t n_toolsets;
     th_mock_cfg *mocks;
     size_t n_mocks;
+    th_mcp_cfg mcp;        /* the `mcp:` section                          */
     th_ynode *root;        /* the whole document */
     int extra_refs;        /* th_config_ref()s not yet dropped (atomic) */
 } th_config;

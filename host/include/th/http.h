@@ -1,0 +1,84 @@
+/* th/http.h - a small HTTP server layer over libmicrohttpd: one daemon per
+ * http:// (or https://) listen entry, requests routed by exact path to a
+ * handler.  The MCP Streamable HTTP front (host/mcp/http.c) mounts on it;
+ * other endpoints (metrics) can mount beside it.
+ *
+ * Threads: each connection has a thread of its own (libmicrohttpd's
+ * thread-per-connection mode), so a handler or a content callback may
+ * block on its own client without stalling any other. */
+#ifndef TH_HTTP_H
+#define TH_HTTP_H
+
+#include <microhttpd.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "th/err.h"
+
+/* A parsed listen entry: http://HOST:PORT/PATH or https://... HOST is an
+ * IPv4 literal, a bracketed IPv6 literal or "localhost"; PORT 0 takes a
+ * free port (the log says which); PATH defaults to "/mcp". */
+typedef struct th_http_url {
+    bool tls;
+    bool loopback;          /* 127.0.0.0/8, ::1 (localhost)          */
+    char host[64];          /* as written, without brackets          */
+    uint16_t port;
+    char path[256];
+    struct sockaddr_storage addr;
+    socklen_t addr_len;
+} th_http_url;
+
+/* 0, or TH_EINVAL with a sentence in err. */
+int th_http_parse_url(const char *s, th_http_url *u, th_error *err);
+
+/* A route: `handle` is libmicrohttpd's access handler for requests whose
+ * path is `path` exactly; *req_cls starts NULL and is the handler's.
+ * `completed` (may be NULL) runs once per request that reached the
+ * handler, when the request is over (sent, failed or the client left). */
+typedef struct th_http_route {
+    const char *path;
+    enum MHD_Result (*handle)(void *ud, struct MHD_Connection *c,
+                              const char *method, const char *upload,
+                              size_t *upload_size, void **req_cls);
+    void (*completed)(void *ud, struct MHD_Connection *c, void **req_cls,
+                      enum MHD_RequestTerminationCode why);
+    void *ud;
+} th_http_route;
+
+typedef struct th_http_opts {
+    const char *url;           /* the listen entry                       */
+    bool allow_remote;         /* a non-loopback address may be bound    */
+    const char *tls_cert;      /* PEM files, required for https://       */
+    const char *tls_key;
+    unsigned max_connections;  /* 0: 256                                 */
+    unsigned client_timeout_s; /* idle connection closed after; 0: none  */
+    int sndbuf;                /* > 0: each connection's kernel send
+                                  buffer (bounds what a slow client holds
+                                  in the kernel; no autotuning)          */
+} th_http_opts;
+
+typedef struct th_http_server th_http_server;
+
+/* Starts serving `routes` (copied; the strings and ud must outlive the
+ * server) on o->url.  0, or TH_EINVAL (bad entry), TH_EPERM (non-loopback
+ * without allow_remote), TH_ECONFIG (TLS files), TH_EIO (bind) with a
+ * sentence in err.  Logs "http: serving URL" with the bound port. */
+int th_http_start(const th_http_opts *o, const th_http_route *routes,
+                  size_t n_routes, th_http_server **out, th_error *err);
+/* The bound port, and the URL with it ("http://127.0.0.1:PORT/mcp"). */
+uint16_t th_http_port(const th_http_server *s);
+const char *th_http_url_of(const th_http_server *s);
+/* Stops accepting connections (the listening socket closes); the running
+ * ones go on.  Then th_http_stop() waits for them (handlers must end). */
+void th_http_quiesce(th_http_server *s);
+void th_http_stop(th_http_server *s);
+
+/* Queues a response of `status` with a small text body (and the header
+ * `name: value` when name is not NULL). */
+enum MHD_Result th_http_reply(struct MHD_Connection *c, unsigned status,
+                              const char *content_type, const char *body,
+                              const char *hname, const char *hvalue);
+
+#endif

@@ -1,0 +1,1163 @@
+/* http.c - MCP over Streamable HTTP: the transport of front/mcp_http.h on the
+ * HTTP layer of th/http.h, feeding the protocol core of mcp.h.
+ *
+ * Every connection has a thread of its own (th/http.h), so a handler waits
+ * on its own request and a content callback on its own stream; the core's
+ * send() only appends to a stream's bounded queue and wakes it: a worker
+ * never waits for a client.  One mutex (f->mu) guards the session table,
+ * the streams and their queues; f->cv is broadcast on every change. */
+#include <errno.h>
+#include <inttypes.h>
+#include <nettle/sha2.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "mcp.h"
+#include "th/http.h"
+#include "th/log.h"
+#include "front/mcp_http.h"
+
+#define SID_LEN 64 /* hex characters of a session id (32 random bytes) */
+
+typedef struct chunk {
+    struct chunk *next;
+    size_t len, off;
+    char data[];
+} chunk;
+
+typedef struct hsess hsess;
+
+enum { ST_POST = 1, ST_GET };
+
+typedef struct stream {
+    struct stream *next; /* in the session's list */
+    hsess *s;
+    int kind;
+    char *key;           /* POST: the request id as compact JSON */
+    chunk *head, *tail;
+    size_t queued;
+    bool first_seen, first_is_response, sse;
+    bool done;           /* no more messages: end once the queue is sent */
+    bool dead;           /* dropped (too slow): end now */
+    bool linked;
+} stream;
+
+/* A request whose response went out and whose request_done() is still to
+ * come: that call must not end a newer request reusing the id. */
+typedef struct owed {
+    struct owed *next;
+    char *key;
+} owed;
+
+struct hsess {
+    hsess *next; /* in the table */
+    owed *owed;  /* under f->mu */
+    th_mcp_http *f;
+    char id[SID_LEN + 1];
+    char *user;
+    th_mcp_session *m;
+    pthread_mutex_t in_mu; /* th_mcp_session_input one at a time */
+    int refs;              /* table + handlers + streams; under f->mu */
+    bool in_table;
+    stream *streams;
+    unsigned n_get;
+    int64_t last_used_ms;
+};
+
+struct th_mcp_http {
+    th_host *h;
+    const th_mcp_cfg *mc; /* = &mcfg */
+    th_mcp_cfg mcfg;      /* a copy: a reload does not change it */
+    th_http_server **srv;
+    size_t n_srv;
+    char (*paths)[256]; /* the routes' paths */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    hsess *sessions;
+    unsigned n_sessions;
+    bool closing;
+    pthread_t reaper;
+    bool reaper_started;
+};
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Waits on f->cv at most ms (f->mu held). */
+static void cv_wait_ms(th_mcp_http *f, int64_t ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    if (ms < 1)
+        ms = 1;
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000;
+    if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&f->cv, &f->mu, &ts);
+}
+
+/* ---- streams ------------------------------------------------------------------ */
+
+static void queue_clear(stream *st)
+{
+    while (st->head) {
+        chunk *c = st->head;
+        st->head = c->next;
+        free(c);
+    }
+    st->tail = NULL;
+    st->queued = 0;
+}
+
+/* Appends text (as an SSE event when sse) to st; f->mu held. */
+static void queue_put(stream *st, const char *text, size_t len, bool sse)
+{
+    th_mcp_http *f = st->s->f;
+    if (st->dead || st->done)
+        return;
+    size_t total = len + (sse ? 24 : 0);
+    if (st->queued + total > f->mc->max_queued) {
+        th_log_warn("mcp http: session %.8s: a client reads too slowly (%zu "
+                    "bytes waiting, mcp.max_queued); its %s stream is "
+                    "dropped",
+                    st->s->id, st->queued, st->kind == ST_GET ? "GET"
+                                                              : "POST");
+        st->dead = true;
+        queue_clear(st);
+        return;
+    }
+    chunk *c = malloc(sizeof *c + total);
+    if (!c) {
+        st->dead = true;
+        queue_clear(st);
+        return;
+    }
+    c->next = NULL;
+    c->off = 0;
+    if (sse) {
+        memcpy(c->data, "event: message\ndata: ", 21);
+        memcpy(c->data + 21, text, len);
+        memcpy(c->data + 21 + len, "\n\n", 2);
+        c->len = 21 + len + 2;
+    } else {
+        memcpy(c->data, text, len);
+        c->len = len;
+    }
+    if (st->tail)
+        st->tail->next = c;
+    else
+        st->head = c;
+    st->tail = c;
+    st->queued += c->len;
+}
+
+static void sess_unref(hsess *s);
+
+static stream *stream_new(hsess *s, int kind, char *key)
+{
+    stream *st = calloc(1, sizeof *st);
+    if (!st)
+        return NULL;
+    st->s = s;
+    st->kind = kind;
+    st->key = key;
+    /* f->mu held by the caller */
+    st->next = s->streams;
+    s->streams = st;
+    st->linked = true;
+    s->refs++;
+    if (kind == ST_GET)
+        s->n_get++;
+    return st;
+}
+
+/* Unlinks and frees st, dropping its session reference. */
+static void stream_free(stream *st)
+{
+    hsess *s = st->s;
+    th_mcp_http *f = s->f;
+    pthread_mutex_lock(&f->mu);
+    for (stream **pp = &s->streams; *pp; pp = &(*pp)->next)
+        if (*pp == st) {
+            *pp = st->next;
+            break;
+        }
+    if (st->kind == ST_GET && s->n_get)
+        s->n_get--;
+    s->last_used_ms = now_ms();
+    queue_clear(st);
+    pthread_mutex_unlock(&f->mu);
+    free(st->key);
+    free(st);
+    sess_unref(s);
+}
+
+/* ---- the core's callbacks ----------------------------------------------------- */
+
+static stream *find_post(hsess *s, const char *key)
+{
+    for (stream *st = s->streams; st; st = st->next)
+        if (st->kind == ST_POST && strcmp(st->key, key) == 0)
+            return st;
+    return NULL;
+}
+
+static void t_send(void *ud, const json_t *msg, const json_t *req)
+{
+    hsess *s = ud;
+    th_mcp_http *f = s->f;
+    char *text = json_dumps(msg, JSON_COMPACT);
+    char *key = req ? json_dumps(req, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    if (!text || (req && !key)) {
+        th_log_warn("mcp http: session %.8s: out of memory; a message is "
+                    "lost", s->id);
+        free(text);
+        free(key);
+        return;
+    }
+    size_t len = strlen(text);
+    bool response = !json_object_get(msg, "method");
+    owed *ow = NULL;
+    if (key && response && (ow = malloc(sizeof *ow)) &&
+        !(ow->key = strdup(key))) {
+        free(ow);
+        ow = NULL;
+    }
+    pthread_mutex_lock(&f->mu);
+    if (ow) {
+        ow->next = s->owed;
+        s->owed = ow;
+    }
+    if (key) {
+        stream *st = find_post(s, key);
+        if (!st) {
+            th_log_debug("mcp http: session %.8s: no stream for request %s "
+                         "(the client left); a message is dropped",
+                         s->id, key);
+        } else if (!st->first_seen) {
+            st->first_seen = true;
+            st->first_is_response = !json_object_get(msg, "method");
+            st->sse = !st->first_is_response;
+            queue_put(st, text, len, st->sse);
+        } else if (st->sse && !st->done) {
+            queue_put(st, text, len, true);
+            if (response)
+                st->done = true; /* the stream ends with the response */
+        } else {
+            th_log_debug("mcp http: session %.8s: a message after the "
+                         "response to %s is dropped", s->id, key);
+        }
+    } else {
+        stream *g = NULL;
+        for (stream *st = s->streams; st && !g; st = st->next)
+            if (st->kind == ST_GET && !st->dead && !st->done)
+                g = st;
+        if (g)
+            queue_put(g, text, len, true);
+        else
+            th_log_debug("mcp http: session %.8s: no GET stream open; a "
+                         "server message is dropped", s->id);
+    }
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+    free(text);
+    free(key);
+}
+
+static void t_request_done(void *ud, const json_t *req)
+{
+    hsess *s = ud;
+    th_mcp_http *f = s->f;
+    char *key = json_dumps(req, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!key)
+        return;
+    pthread_mutex_lock(&f->mu);
+    bool was_owed = false;
+    for (owed **pp = &s->owed; *pp; pp = &(*pp)->next)
+        if (strcmp((*pp)->key, key) == 0) {
+            owed *o = *pp;
+            *pp = o->next;
+            free(o->key);
+            free(o);
+            was_owed = true;
+            break;
+        }
+    stream *st = was_owed ? NULL : find_post(s, key);
+    if (st)
+        st->done = true;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+    free(key);
+}
+
+/* ---- sessions ------------------------------------------------------------------ */
+
+static void sess_unref(hsess *s)
+{
+    th_mcp_http *f = s->f;
+    pthread_mutex_lock(&f->mu);
+    bool last = --s->refs == 0;
+    pthread_mutex_unlock(&f->mu);
+    if (!last)
+        return;
+    if (s->m)
+        th_mcp_session_free(s->m);
+    while (s->owed) {
+        owed *o = s->owed;
+        s->owed = o->next;
+        free(o->key);
+        free(o);
+    }
+    pthread_mutex_destroy(&s->in_mu);
+    free(s->user);
+    free(s);
+}
+
+/* Takes s out of the table (f->mu held); its streams end.  The caller
+ * drops the table's reference with sess_unref() after unlocking. */
+static void sess_unlist(hsess *s)
+{
+    th_mcp_http *f = s->f;
+    for (hsess **pp = &f->sessions; *pp; pp = &(*pp)->next)
+        if (*pp == s) {
+            *pp = s->next;
+            break;
+        }
+    s->in_table = false;
+    f->n_sessions--;
+    for (stream *st = s->streams; st; st = st->next)
+        st->done = true;
+    pthread_cond_broadcast(&f->cv);
+}
+
+/* The session `id` of `user`, with a reference, or NULL. */
+static hsess *sess_get(th_mcp_http *f, const char *id, const char *user)
+{
+    hsess *found = NULL;
+    pthread_mutex_lock(&f->mu);
+    for (hsess *s = f->sessions; s && !found; s = s->next)
+        if (strcmp(s->id, id) == 0 && strcmp(s->user, user) == 0)
+            found = s;
+    if (found) {
+        found->refs++;
+        found->last_used_ms = now_ms();
+    }
+    pthread_mutex_unlock(&f->mu);
+    return found;
+}
+
+static const th_mcp_transport transport = {.send = t_send,
+                                           .request_done = t_request_done};
+
+/* A new session for `user` in the table, with a reference for the caller;
+ * NULL with *status (503: too many sessions, 500). */
+static hsess *sess_new(th_mcp_http *f, const char *user, unsigned *status)
+{
+    *status = 500;
+    hsess *s = calloc(1, sizeof *s);
+    if (!s || !(s->user = strdup(user))) {
+        free(s);
+        return NULL;
+    }
+    s->f = f;
+    uint8_t rnd[SID_LEN / 2];
+    size_t got = 0;
+    while (got < sizeof rnd) {
+        ssize_t n = getrandom(rnd + got, sizeof rnd - got, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            free(s->user);
+            free(s);
+            return NULL;
+        }
+        got += (size_t)n;
+    }
+    for (size_t i = 0; i < sizeof rnd; i++)
+        snprintf(s->id + 2 * i, 3, "%02x", rnd[i]);
+    pthread_mutex_init(&s->in_mu, NULL);
+    th_principal who;
+    memset(&who, 0, sizeof who);
+    who.uid = (uint32_t)-1;
+    who.gid = (uint32_t)-1;
+    who.user = s->user;
+    th_mcp_opts o;
+    memset(&o, 0, sizeof o);
+    o.max_message = (size_t)f->mc->max_body;
+    o.http = true;
+    pthread_mutex_lock(&f->mu);
+    bool full = f->n_sessions >= f->mc->max_sessions;
+    if (!full)
+        f->n_sessions++; /* reserved */
+    pthread_mutex_unlock(&f->mu);
+    if (full) {
+        th_log_warn("mcp http: a new session for '%s' refused: %u sessions "
+                    "open (mcp.max_sessions)",
+                    user, f->mc->max_sessions);
+        *status = 503;
+        pthread_mutex_destroy(&s->in_mu);
+        free(s->user);
+        free(s);
+        return NULL;
+    }
+    th_error err;
+    th_error_clear(&err);
+    s->m = th_mcp_session_new(f->h, &who, &transport, s, &o, &err);
+    pthread_mutex_lock(&f->mu);
+    if (!s->m) {
+        f->n_sessions--;
+        pthread_mutex_unlock(&f->mu);
+        th_log_warn("mcp http: cannot open a session for '%s': %s", user,
+                    err.msg);
+        *status = err.code == TH_EPERM ? 403 : 500;
+        pthread_mutex_destroy(&s->in_mu);
+        free(s->user);
+        free(s);
+        return NULL;
+    }
+    s->refs = 2; /* the table's and the caller's */
+    s->in_table = true;
+    s->last_used_ms = now_ms();
+    s->next = f->sessions;
+    f->sessions = s;
+    pthread_mutex_unlock(&f->mu);
+    th_log_info("mcp http: session %.8s opened for '%s'", s->id, user);
+    return s;
+}
+
+/* Ends sessions unused for mcp.session_idle (no stream, no request). */
+static void *reaper_main(void *arg)
+{
+    th_mcp_http *f = arg;
+    int64_t idle = (int64_t)f->mc->session_idle_ms;
+    int64_t tick = idle / 4 < 1000 ? (idle / 4 > 10 ? idle / 4 : 10) : 1000;
+    pthread_mutex_lock(&f->mu);
+    while (!f->closing) {
+        cv_wait_ms(f, tick);
+        int64_t now = now_ms();
+        for (;;) {
+            hsess *victim = NULL;
+            for (hsess *s = f->sessions; s && !victim; s = s->next)
+                if (s->refs == 1 && now - s->last_used_ms >= idle)
+                    victim = s;
+            if (!victim || f->closing)
+                break;
+            sess_unlist(victim);
+            pthread_mutex_unlock(&f->mu);
+            th_log_info("mcp http: session %.8s of '%s' idle for %" PRId64
+                        " ms (mcp.session_idle): closed",
+                        victim->id, victim->user, idle);
+            sess_unref(victim);
+            pthread_mutex_lock(&f->mu);
+        }
+    }
+    pthread_mutex_unlock(&f->mu);
+    return NULL;
+}
+
+/* ---- request checks ------------------------------------------------------------- */
+
+static const char *hdr(struct MHD_Connection *c, const char *name)
+{
+    return MHD_lookup_connection_value(c, MHD_HEADER_KIND, name);
+}
+
+/* An Origin on a loopback host: http(s)://localhost|127.x|[::1][:port]. */
+static bool origin_loopback(const char *o)
+{
+    const char *p = strncmp(o, "http://", 7) == 0    ? o + 7
+                    : strncmp(o, "https://", 8) == 0 ? o + 8
+                                                     : NULL;
+    if (!p)
+        return false;
+    size_t hl;
+    if (*p == '[') {
+        if (strncmp(p, "[::1]", 5) != 0)
+            return false;
+        hl = 5;
+    } else {
+        hl = strcspn(p, ":/");
+        if (!((hl == 9 && strncasecmp(p, "localhost", 9) == 0) ||
+              (hl >= 9 && strncmp(p, "127.", 4) == 0 &&
+               strspn(p, "0123456789.") == hl)))
+            return false;
+    }
+    p += hl;
+    if (*p == ':') {
+        p++;
+        size_t dl = strspn(p, "0123456789");
+        if (dl == 0 || dl > 5)
+            return false;
+        p += dl;
+    }
+    return *p == '\0' || (p[0] == '/' && p[1] == '\0');
+}
+
+static bool origin_ok(th_mcp_http *f, const char *o)
+{
+    if (!o)
+        return true;
+    for (size_t i = 0; i < f->mc->n_allow_origins; i++)
+        if (strcmp(f->mc->allow_origins[i], o) == 0)
+            return true;
+    return origin_loopback(o);
+}
+
+/* The user of the request's bearer token, or NULL. */
+static const char *token_user(th_mcp_http *f, struct MHD_Connection *c,
+                              bool *given)
+{
+    const char *a = hdr(c, MHD_HTTP_HEADER_AUTHORIZATION);
+    *given = a != NULL;
+    if (!a || strncasecmp(a, "Bearer ", 7) != 0)
+        return NULL;
+    a += 7;
+    while (*a == ' ')
+        a++;
+    size_t len = strlen(a);
+    while (len && (a[len - 1] == ' ' || a[len - 1] == '\t'))
+        len--;
+    if (!len)
+        return NULL;
+    uint8_t d[SHA256_DIGEST_SIZE];
+    struct sha256_ctx ctx;
+    sha256_init(&ctx);
+    sha256_update(&ctx, len, (const uint8_t *)a);
+    sha256_digest(&ctx, sizeof d, d);
+    const char *user = NULL;
+    for (size_t i = 0; i < f->mc->n_tokens; i++) {
+        unsigned diff = 0;
+        for (size_t j = 0; j < sizeof d; j++)
+            diff |= d[j] ^ f->mc->tokens[i].sha256[j];
+        if (diff == 0 && !user)
+            user = f->mc->tokens[i].user;
+    }
+    return user;
+}
+
+/* A toolset lets `user` in (the rule of session.c for token users). */
+static bool user_has_toolset(th_mcp_http *f, const char *user)
+{
+    const th_config *cfg = th_host_config(f->h);
+    for (size_t i = 0; i < cfg->n_toolsets; i++) {
+        const th_toolset_cfg *ts = &cfg->toolsets[i];
+        if (ts->n_allow_users == 0 && ts->n_allow_groups == 0)
+            return true;
+        for (size_t j = 0; j < ts->n_allow_users; j++)
+            if (strcmp(ts->allow_users[j], user) == 0)
+                return true;
+    }
+    return false;
+}
+
+static bool version_ok(const char *v)
+{
+    static const char *const known[] = {"2025-11-25", "2025-06-18",
+                                        "2025-03-26", NULL};
+    if (!v)
+        return true;
+    for (size_t i = 0; known[i]; i++)
+        if (strcmp(v, known[i]) == 0)
+            return true;
+    return false;
+}
+
+static enum MHD_Result reply_rpc_error(struct MHD_Connection *c,
+                                       unsigned status, int code,
+                                       const char *msg)
+{
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":%d,"
+             "\"message\":\"%s\"}}",
+             code, msg);
+    return th_http_reply(c, status, "application/json", body, NULL, NULL);
+}
+
+/* ---- requests ------------------------------------------------------------------- */
+
+typedef struct hreq {
+    const char *user;
+    char *body;
+    size_t len, cap;
+    bool too_big;
+    bool checked;
+} hreq;
+
+static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    stream *st = cls;
+    th_mcp_http *f = st->s->f;
+    ssize_t n = 0;
+    int64_t ka = (int64_t)f->mc->keepalive_ms;
+    int64_t until = now_ms() + ka;
+    pthread_mutex_lock(&f->mu);
+    for (;;) {
+        if (st->dead) {
+            n = MHD_CONTENT_READER_END_WITH_ERROR;
+            break;
+        }
+        if (st->head) {
+            chunk *c = st->head;
+            size_t k = c->len - c->off;
+            if (k > max)
+                k = max;
+            memcpy(buf, c->data + c->off, k);
+            c->off += k;
+            st->queued -= k;
+            if (c->off == c->len) {
+                st->head = c->next;
+                if (!st->head)
+                    st->tail = NULL;
+                free(c);
+            }
+            n = (ssize_t)k;
+            break;
+        }
+        if (st->done || f->closing) {
+            n = MHD_CONTENT_READER_END_OF_STREAM;
+            break;
+        }
+        int64_t left = until - now_ms();
+        if (left <= 0) {
+            static const char ping[] = ": keepalive\n\n";
+            n = (ssize_t)(sizeof ping - 1 < max ? sizeof ping - 1 : max);
+            memcpy(buf, ping, (size_t)n);
+            break;
+        }
+        cv_wait_ms(f, left);
+    }
+    pthread_mutex_unlock(&f->mu);
+    return n;
+}
+
+static void sse_free(void *cls)
+{
+    stream_free(cls);
+}
+
+static enum MHD_Result reply_sse(struct MHD_Connection *c, stream *st,
+                                 const char *sid)
+{
+    struct MHD_Response *r = MHD_create_response_from_callback(
+        MHD_SIZE_UNKNOWN, 16384, sse_read, st, sse_free);
+    if (!r) {
+        stream_free(st);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            "text/event-stream");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    if (sid)
+        MHD_add_response_header(r, "Mcp-Session-Id", sid);
+    enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+static void input(hsess *s, const char *text, size_t len)
+{
+    pthread_mutex_lock(&s->in_mu);
+    th_mcp_session_input(s->m, text, len);
+    pthread_mutex_unlock(&s->in_mu);
+}
+
+/* A whole POST body: one JSON-RPC message. */
+static enum MHD_Result do_post(th_mcp_http *f, struct MHD_Connection *c,
+                               hreq *q)
+{
+    json_error_t je;
+    json_t *msg = json_loadb(q->body ? q->body : "", q->len, 0, &je);
+    if (!msg)
+        return reply_rpc_error(c, 400, -32700, "Parse error: not JSON");
+    if (!json_is_object(msg)) {
+        json_decref(msg);
+        return reply_rpc_error(c, 400, -32600,
+                               "Invalid Request: one JSON-RPC message per "
+                               "POST (batches are not supported)");
+    }
+    json_t *method = json_object_get(msg, "method");
+    json_t *id = json_object_get(msg, "id");
+    bool is_request = json_is_string(method) && id && !json_is_null(id);
+    bool is_init = is_request &&
+                   strcmp(json_string_value(method), "initialize") == 0;
+    bool is_reply = !method && id &&
+                    (json_object_get(msg, "result") ||
+                     json_object_get(msg, "error"));
+    if (!method && !is_reply) {
+        json_decref(msg);
+        return reply_rpc_error(c, 400, -32600,
+                               "Invalid Request: not a request, a "
+                               "notification or a response");
+    }
+    const char *sid = hdr(c, "Mcp-Session-Id");
+    hsess *s = NULL;
+    if (is_init) {
+        if (sid) {
+            json_decref(msg);
+            return reply_rpc_error(c, 400, -32600,
+                                   "Bad Request: initialize starts a "
+                                   "session; send it without "
+                                   "Mcp-Session-Id");
+        }
+        unsigned status;
+        s = sess_new(f, q->user, &status);
+        if (!s) {
+            json_decref(msg);
+            return reply_rpc_error(c, status, -32603,
+                                   status == 503
+                                       ? "Server busy: too many sessions"
+                                       : "Cannot open a session");
+        }
+    } else {
+        if (!sid) {
+            json_decref(msg);
+            return reply_rpc_error(c, 400, -32600,
+                                   "Bad Request: Mcp-Session-Id header is "
+                                   "required");
+        }
+        s = sess_get(f, sid, q->user);
+        if (!s) {
+            json_decref(msg);
+            return reply_rpc_error(c, 404, -32001, "Session not found");
+        }
+    }
+    enum MHD_Result rc;
+    if (!is_request) {
+        json_decref(msg);
+        input(s, q->body, q->len);
+        rc = th_http_reply(c, MHD_HTTP_ACCEPTED, NULL, "", NULL, NULL);
+        sess_unref(s);
+        return rc;
+    }
+    char *key = json_dumps(id, JSON_COMPACT | JSON_ENCODE_ANY);
+    json_decref(msg);
+    pthread_mutex_lock(&f->mu);
+    stream *st = key && !find_post(s, key) ? stream_new(s, ST_POST, key)
+                                           : NULL;
+    pthread_mutex_unlock(&f->mu);
+    if (!st) {
+        bool dup = key != NULL;
+        free(key);
+        sess_unref(s);
+        return dup ? reply_rpc_error(c, 409, -32600,
+                                     "Invalid Request: a request with this "
+                                     "id is in flight")
+                   : MHD_NO;
+    }
+    input(s, q->body, q->len);
+    /* Decide on the first message: JSON when it is the response, SSE
+     * when something comes first. */
+    pthread_mutex_lock(&f->mu);
+    while (!st->first_seen && !st->done && !st->dead && !f->closing)
+        cv_wait_ms(f, 1000);
+    bool json = st->first_seen && st->first_is_response && st->head;
+    bool sse = st->first_seen && st->sse && !st->dead;
+    char *body = NULL;
+    size_t blen = 0;
+    if (json) {
+        chunk *ch = st->head;
+        body = malloc(ch->len + 1);
+        if (body) {
+            memcpy(body, ch->data, ch->len);
+            blen = ch->len;
+        }
+    }
+    pthread_mutex_unlock(&f->mu);
+    const char *sid_out = is_init ? s->id : NULL;
+    if (sse) {
+        rc = reply_sse(c, st, sid_out);
+    } else {
+        if (json && body) {
+            struct MHD_Response *r = MHD_create_response_from_buffer(
+                blen, body, MHD_RESPMEM_MUST_FREE);
+            if (r) {
+                body = NULL;
+                MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                                        "application/json");
+                if (sid_out)
+                    MHD_add_response_header(r, "Mcp-Session-Id", sid_out);
+                rc = MHD_queue_response(c, MHD_HTTP_OK, r);
+                MHD_destroy_response(r);
+            } else {
+                rc = MHD_NO;
+            }
+        } else if (f->closing) {
+            rc = reply_rpc_error(c, 503, -32603, "Server shutting down");
+        } else {
+            /* Over without a response (cancelled). */
+            rc = th_http_reply(c, MHD_HTTP_ACCEPTED, NULL, "", NULL, NULL);
+        }
+        free(body);
+        stream_free(st);
+    }
+    sess_unref(s);
+    return rc;
+}
+
+static enum MHD_Result do_get(th_mcp_http *f, struct MHD_Connection *c,
+                              hreq *q)
+{
+    const char *acc = hdr(c, MHD_HTTP_HEADER_ACCEPT);
+    if (acc && !strstr(acc, "text/event-stream") && !strstr(acc, "*/*"))
+        return th_http_reply(c, MHD_HTTP_NOT_ACCEPTABLE, "text/plain",
+                             "GET opens an event stream: accept "
+                             "text/event-stream\n",
+                             NULL, NULL);
+    const char *sid = hdr(c, "Mcp-Session-Id");
+    if (!sid)
+        return reply_rpc_error(c, 400, -32600,
+                               "Bad Request: Mcp-Session-Id header is "
+                               "required");
+    hsess *s = sess_get(f, sid, q->user);
+    if (!s)
+        return reply_rpc_error(c, 404, -32001, "Session not found");
+    pthread_mutex_lock(&f->mu);
+    stream *st = NULL;
+    bool full = s->n_get >= f->mc->max_streams;
+    if (!full)
+        st = stream_new(s, ST_GET, NULL);
+    pthread_mutex_unlock(&f->mu);
+    enum MHD_Result rc;
+    if (full) {
+        th_log_warn("mcp http: session %.8s: a GET stream refused: %u open "
+                    "(mcp.max_streams)",
+                    s->id, f->mc->max_streams);
+        rc = th_http_reply(c, 429, "text/plain",
+                           "too many event streams on this session\n", NULL,
+                           NULL);
+    } else if (!st) {
+        rc = MHD_NO;
+    } else {
+        rc = reply_sse(c, st, NULL);
+    }
+    sess_unref(s);
+    return rc;
+}
+
+static enum MHD_Result do_delete(th_mcp_http *f, struct MHD_Connection *c,
+                                 hreq *q)
+{
+    const char *sid = hdr(c, "Mcp-Session-Id");
+    if (!sid)
+        return reply_rpc_error(c, 400, -32600,
+                               "Bad Request: Mcp-Session-Id header is "
+                               "required");
+    hsess *s = sess_get(f, sid, q->user);
+    if (!s)
+        return reply_rpc_error(c, 404, -32001, "Session not found");
+    pthread_mutex_lock(&f->mu);
+    bool listed = s->in_table;
+    if (listed)
+        sess_unlist(s);
+    pthread_mutex_unlock(&f->mu);
+    if (listed) {
+        th_log_info("mcp http: session %.8s of '%s' ended by the client",
+                    s->id, s->user);
+        sess_unref(s); /* the table's */
+    }
+    enum MHD_Result rc = th_http_reply(c, MHD_HTTP_OK, NULL, "", NULL, NULL);
+    sess_unref(s);
+    return rc;
+}
+
+static enum MHD_Result on_request(void *ud, struct MHD_Connection *c,
+                                  const char *method, const char *upload,
+                                  size_t *upload_size, void **req_cls)
+{
+    th_mcp_http *f = ud;
+    hreq *q = *req_cls;
+    if (!q) {
+        q = calloc(1, sizeof *q);
+        if (!q)
+            return MHD_NO;
+        *req_cls = q;
+        /* The checks, in order, before any body is read. */
+        bool post = strcmp(method, "POST") == 0;
+        if (!post && strcmp(method, "GET") != 0 &&
+            strcmp(method, "DELETE") != 0)
+            return th_http_reply(c, MHD_HTTP_METHOD_NOT_ALLOWED,
+                                 "text/plain", "use POST, GET or DELETE\n",
+                                 MHD_HTTP_HEADER_ALLOW, "GET, POST, DELETE");
+        const char *origin = hdr(c, "Origin");
+        if (!origin_ok(f, origin)) {
+            th_log_info("mcp http: a request from Origin '%.100s' refused "
+                        "(not loopback, not in mcp.allow_origins)",
+                        origin);
+            return th_http_reply(c, MHD_HTTP_FORBIDDEN, "text/plain",
+                                 "origin not allowed\n", NULL, NULL);
+        }
+        bool given;
+        q->user = token_user(f, c, &given);
+        if (!q->user) {
+            th_log_debug("mcp http: a request %s bearer token refused",
+                         given ? "with an unknown" : "without a");
+            return th_http_reply(
+                c, MHD_HTTP_UNAUTHORIZED, "text/plain",
+                given ? "invalid token\n" : "a bearer token is required\n",
+                MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+                given ? "Bearer error=\"invalid_token\"" : "Bearer");
+        }
+        if (!user_has_toolset(f, q->user)) {
+            th_log_info("mcp http: the token of '%s' refused: no toolset "
+                        "allows that user",
+                        q->user);
+            return th_http_reply(c, MHD_HTTP_FORBIDDEN, "text/plain",
+                                 "no toolset allows this user\n", NULL,
+                                 NULL);
+        }
+        if (!version_ok(hdr(c, "MCP-Protocol-Version")))
+            return reply_rpc_error(c, 400, -32600,
+                                   "Bad Request: unsupported "
+                                   "MCP-Protocol-Version");
+        if (post) {
+            const char *ct = hdr(c, MHD_HTTP_HEADER_CONTENT_TYPE);
+            if (!ct || strncasecmp(ct, "application/json", 16) != 0)
+                return th_http_reply(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE,
+                                     "text/plain",
+                                     "POST a JSON-RPC message as "
+                                     "application/json\n",
+                                     NULL, NULL);
+            const char *cl = hdr(c, MHD_HTTP_HEADER_CONTENT_LENGTH);
+            if (cl && strtoull(cl, NULL, 10) > f->mc->max_body) {
+                /* Answered before the body is read (the connection then
+                 * closes). */
+                th_log_warn("mcp http: a POST body of %s bytes refused "
+                            "(over %" PRIu64 ", mcp.max_body)",
+                            cl, f->mc->max_body);
+                return reply_rpc_error(c, 413, -32600,
+                                       "Request too large (mcp.max_body)");
+            }
+        }
+        q->checked = true;
+        return MHD_YES;
+    }
+    if (!q->checked) { /* answered: drop the body */
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        size_t n = *upload_size;
+        *upload_size = 0;
+        if (q->too_big || q->len + n > f->mc->max_body) {
+            q->too_big = true;
+            return MHD_YES;
+        }
+        if (q->len + n + 1 > q->cap) {
+            size_t cap = q->cap ? q->cap : 4096;
+            while (cap < q->len + n + 1)
+                cap *= 2;
+            char *b = realloc(q->body, cap);
+            if (!b)
+                return MHD_NO;
+            q->body = b;
+            q->cap = cap;
+        }
+        memcpy(q->body + q->len, upload, n);
+        q->len += n;
+        return MHD_YES;
+    }
+    q->checked = false; /* answered once */
+    if (strcmp(method, "POST") == 0) {
+        if (q->too_big) {
+            th_log_warn("mcp http: a POST body over %" PRIu64
+                        " bytes refused (mcp.max_body)",
+                        f->mc->max_body);
+            return reply_rpc_error(c, 413, -32600,
+                                   "Request too large (mcp.max_body)");
+        }
+        return do_post(f, c, q);
+    }
+    if (strcmp(method, "GET") == 0)
+        return do_get(f, c, q);
+    return do_delete(f, c, q);
+}
+
+static void on_completed(void *ud, struct MHD_Connection *c, void **req_cls,
+                         enum MHD_RequestTerminationCode why)
+{
+    th_mcp_http *f = ud;
+    (void)c;
+    if (why == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED)
+        th_log_warn("mcp http: a client took in nothing for %" PRIu64
+                    " ms (mcp.client_timeout): its connection is closed",
+                    f->mc->client_timeout_ms);
+    hreq *q = *req_cls;
+    if (q) {
+        free(q->body);
+        free(q);
+        *req_cls = NULL;
+    }
+}
+
+/* ---- the front --------------------------------------------------------------------- */
+
+static void mcfg_free(th_mcp_cfg *m)
+{
+    for (size_t i = 0; i < m->n_tokens; i++)
+        free(m->tokens[i].user);
+    free(m->tokens);
+    for (size_t i = 0; i < m->n_allow_origins; i++)
+        free(m->allow_origins[i]);
+    free(m->allow_origins);
+    free(m->tls_cert);
+    free(m->tls_key);
+    memset(m, 0, sizeof *m);
+}
+
+/* The settings and tokens, copied out of the config. */
+static int mcfg_copy(th_mcp_cfg *d, const th_mcp_cfg *s)
+{
+    *d = *s;
+    d->tokens = NULL;
+    d->n_tokens = 0;
+    d->allow_origins = NULL;
+    d->n_allow_origins = 0;
+    d->tls_cert = d->tls_key = NULL;
+    if (s->n_tokens &&
+        !(d->tokens = calloc(s->n_tokens, sizeof *d->tokens)))
+        return -1;
+    for (size_t i = 0; i < s->n_tokens; i++) {
+        const th_mcp_token_cfg *st = &s->tokens[i];
+        if (st->disabled) {
+            th_log_warn("mcp http: the token of user '%s' is off: "
+                        "environment variable '%s' is not set",
+                        st->user, st->env);
+            continue;
+        }
+        th_mcp_token_cfg *t = &d->tokens[d->n_tokens];
+        memcpy(t->sha256, st->sha256, sizeof t->sha256);
+        if (!(t->user = strdup(st->user)))
+            return -1;
+        d->n_tokens++;
+    }
+    if (s->n_allow_origins &&
+        !(d->allow_origins =
+              calloc(s->n_allow_origins, sizeof *d->allow_origins)))
+        return -1;
+    for (; d->n_allow_origins < s->n_allow_origins; d->n_allow_origins++)
+        if (!(d->allow_origins[d->n_allow_origins] =
+                  strdup(s->allow_origins[d->n_allow_origins])))
+            return -1;
+    if ((s->tls_cert && !(d->tls_cert = strdup(s->tls_cert))) ||
+        (s->tls_key && !(d->tls_key = strdup(s->tls_key))))
+        return -1;
+    return 0;
+}
+
+int th_mcp_http_start(th_host *h, const th_config *cfg, th_mcp_http **out,
+                      th_error *err)
+{
+    *out = NULL;
+    if (cfg->host.n_listen_http == 0)
+        return 0;
+    th_mcp_http *f = calloc(1, sizeof *f);
+    if (!f)
+        return th_error_set(err, TH_ENOMEM, "out of memory");
+    f->h = h;
+    f->mc = &f->mcfg;
+    pthread_mutex_init(&f->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&f->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    f->srv = calloc(cfg->host.n_listen_http, sizeof *f->srv);
+    f->paths = calloc(cfg->host.n_listen_http, sizeof *f->paths);
+    if (!f->srv || !f->paths || mcfg_copy(&f->mcfg, &cfg->mcp) < 0) {
+        th_mcp_http_stop(f);
+        return th_error_set(err, TH_ENOMEM, "out of memory");
+    }
+    if (pthread_create(&f->reaper, NULL, reaper_main, f) != 0) {
+        th_mcp_http_stop(f);
+        return th_error_set(err, TH_EIO, "cannot start a thread");
+    }
+    f->reaper_started = true;
+    for (size_t i = 0; i < cfg->host.n_listen_http; i++) {
+        th_http_url u;
+        int rc = th_http_parse_url(cfg->host.listen_http[i], &u, err);
+        if (rc < 0) {
+            th_mcp_http_stop(f);
+            return rc;
+        }
+        th_http_route r = {.path = NULL, .handle = on_request,
+                           .completed = on_completed, .ud = f};
+        memcpy(f->paths[i], u.path, sizeof u.path);
+        r.path = f->paths[i];
+        th_http_opts o;
+        memset(&o, 0, sizeof o);
+        o.url = cfg->host.listen_http[i];
+        o.allow_remote = f->mc->allow_remote;
+        o.tls_cert = f->mc->tls_cert;
+        o.tls_key = f->mc->tls_key;
+        o.max_connections = f->mc->max_connections;
+        o.sndbuf = 64 * 1024;
+        o.client_timeout_s =
+            (unsigned)((f->mc->client_timeout_ms + 999) / 1000);
+        rc = th_http_start(&o, &r, 1, &f->srv[i], err);
+        if (rc < 0) {
+            th_mcp_http_stop(f);
+            return rc;
+        }
+        f->n_srv = i + 1;
+        th_log_info("mcp http: serving MCP (Streamable HTTP) on %s",
+                    th_http_url_of(f->srv[i]));
+    }
+    *out = f;
+    return 0;
+}
+
+unsigned th_mcp_http_port(const th_mcp_http *f, size_t i)
+{
+    return f && i < f->n_srv ? th_http_port(f->srv[i]) : 0;
+}
+
+void th_mcp_http_stop(th_mcp_http *f)
+{
+    if (!f)
+        return;
+    for (size_t i = 0; i < f->n_srv; i++)
+        th_http_quiesce(f->srv[i]);
+    pthread_mutex_lock(&f->mu);
+    f->closing = true;
+    for (hsess *s = f->sessions; s; s = s->next)
+        for (stream *st = s->streams; st; st = st->next)
+            st->done = true;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+    if (f->reaper_started)
+        pthread_join(f->reaper, NULL);
+    /* The sessions end first (their calls cancelled, their last messages
+     * sent or dropped), then the connections. */
+    for (;;) {
+        pthread_mutex_lock(&f->mu);
+        hsess *s = f->sessions;
+        if (s)
+            sess_unlist(s);
+        pthread_mutex_unlock(&f->mu);
+        if (!s)
+            break;
+        sess_unref(s);
+    }
+    for (size_t i = 0; i < f->n_srv; i++)
+        th_http_stop(f->srv[i]);
+    free(f->srv);
+    free(f->paths);
+    mcfg_free(&f->mcfg);
+    pthread_cond_destroy(&f->cv);
+    pthread_mutex_destroy(&f->mu);
+    free(f);
+}

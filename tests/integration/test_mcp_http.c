@@ -1,0 +1,883 @@
+/* test_mcp_http.c - MCP over Streamable HTTP on the real `toolhost serve`:
+ * the official SDK client (tests/mcp/http_client.mjs) for list, call,
+ * progress, cancel and the token checks; raw HTTP over loopback TCP for
+ * Origin, protocol version, sessions, the limits and misbehaving clients;
+ * the Unix socket answering RPC at the same time. */
+#include <CUnit/CUnit.h>
+#include <arpa/inet.h>
+#include <nettle/sha2.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/stat.h>
+
+#include "integration/test_rpc_harness.h"
+
+#define ALICE "alice-token-0123456789abcdef"
+#define BOB "bob-token-0123456789abcdef"
+#define CAROL "carol-token-0123456789abcdef"
+#define CAROL_ENV "TH_MCP_HTTP_TEST_CAROL"
+
+typedef struct mh_srv {
+    rpc_srv rs;
+    char *tokdir;
+    unsigned port;
+} mh_srv;
+
+/* Starts the host with an http:// entry next to its Unix socket; `mcp`
+ * adds lines to the mcp section, `listen` replaces the http entry. */
+static int mh_start_ex2(mh_srv *m, const char *mcp, const char *listen,
+                        const char *public_extra)
+{
+    memset(m, 0, sizeof *m);
+    m->tokdir = th_test_tmpdir();
+    char *tf = th_test_write_file(m->tokdir, "alice.token", ALICE "\n",
+                                  (size_t)-1);
+    uint8_t d[32];
+    struct sha256_ctx ctx;
+    sha256_init(&ctx);
+    sha256_update(&ctx, strlen(BOB), (const uint8_t *)BOB);
+    sha256_digest(&ctx, 32, d);
+    char hex[65];
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    setenv(CAROL_ENV, CAROL, 1);
+    char host_extra[256], mcp_sec[1536], pub[256];
+    snprintf(host_extra, sizeof host_extra, "  listen: [\"%s\"]\n",
+             listen ? listen : "http://127.0.0.1:0/mcp");
+    snprintf(mcp_sec, sizeof mcp_sec,
+             "mcp:\n"
+             "  allow_origins: [\"https://app.example\"]\n"
+             "  tokens:\n"
+             "    - {user: alice, file: %s}\n"
+             "    - {user: bob, sha256: %s}\n"
+             "    - {user: carol, env: " CAROL_ENV "}\n"
+             "%s",
+             tf, hex, mcp ? mcp : "");
+    snprintf(pub, sizeof pub, "    allow_users: [alice, carol, \"%u\"]\n%s",
+             (unsigned)getuid(), public_extra ? public_extra : "");
+    free(tf);
+    rpc_opts o = {.host_extra = host_extra, .plugins_extra = mcp_sec,
+                  .public_extra = pub};
+    if (rpc_srv_start(&m->rs, &o) != 0)
+        return -1;
+    FILE *f = fopen(m->rs.log, "r");
+    char line[1024];
+    while (f && fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, "(Streamable HTTP) on http");
+        p = p ? strstr(p, "127.0.0.1:") : NULL;
+        if (p)
+            m->port = (unsigned)atoi(p + 10);
+    }
+    if (f)
+        fclose(f);
+    if (!m->port)
+        rpc_dump_log(&m->rs);
+    return m->port ? 0 : -1;
+}
+
+static int mh_start_ex(mh_srv *m, const char *mcp, const char *listen)
+{
+    return mh_start_ex2(m, mcp, listen, NULL);
+}
+
+static int mh_start(mh_srv *m, const char *mcp)
+{
+    return mh_start_ex(m, mcp, NULL);
+}
+
+static void mh_free(mh_srv *m)
+{
+    rpc_srv_free(&m->rs);
+    if (m->tokdir)
+        th_test_rmtree(m->tokdir);
+    free(m->tokdir);
+    unsetenv(CAROL_ENV);
+}
+
+/* ---- raw HTTP ------------------------------------------------------------------ */
+
+static int tcp_connect(unsigned port, int rcvbuf)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        rpc_die("socket");
+    if (rcvbuf > 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Sends one request; `hdrs` are extra header lines ("Name: v\r\n"...). */
+static int http_send(int fd, const char *method, const char *hdrs,
+                     const char *body)
+{
+    char head[4096];
+    size_t blen = body ? strlen(body) : 0;
+    int n = snprintf(head, sizeof head,
+                     "%s /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     "Connection: close\r\n"
+                     "Accept: application/json, text/event-stream\r\n"
+                     "%s%s"
+                     "Content-Length: %zu\r\n\r\n",
+                     method, hdrs ? hdrs : "",
+                     body ? "Content-Type: application/json\r\n" : "", blen);
+    if (write(fd, head, (size_t)n) != n)
+        return -1;
+    if (blen && write(fd, body, blen) != (ssize_t)blen)
+        return -1;
+    return 0;
+}
+
+typedef struct hres {
+    int status;
+    char *text; /* head and body, NUL-terminated */
+} hres;
+
+/* Reads until EOF, `until` appears (NULL: EOF only) or timeout_ms. */
+static void http_read(int fd, hres *r, const char *until, int timeout_ms)
+{
+    size_t cap = 65536, len = 0;
+    r->text = calloc(1, cap);
+    int64_t end = rpc_now_ms() + timeout_ms;
+    for (;;) {
+        int left = (int)(end - rpc_now_ms());
+        if (left <= 0)
+            break;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, left) <= 0)
+            break;
+        if (len + 4097 > cap) {
+            cap *= 2;
+            r->text = realloc(r->text, cap);
+        }
+        ssize_t n = read(fd, r->text + len, 4096);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+        r->text[len] = '\0';
+        if (until && strstr(r->text, until))
+            break;
+    }
+    r->status = 0;
+    if (len > 12 && strncmp(r->text, "HTTP/1.1 ", 9) == 0)
+        r->status = atoi(r->text + 9);
+}
+
+static int http_do(unsigned port, const char *method, const char *hdrs,
+                   const char *body, hres *r)
+{
+    memset(r, 0, sizeof *r);
+    int fd = tcp_connect(port, 0);
+    if (fd < 0 || http_send(fd, method, hdrs, body) != 0) {
+        if (fd >= 0)
+            close(fd);
+        r->text = strdup("");
+        return -1;
+    }
+    http_read(fd, r, NULL, rpc_wait_ms());
+    close(fd);
+    return r->status;
+}
+
+static bool has(const hres *r, const char *needle)
+{
+    bool ok = r->text && strcasestr(r->text, needle);
+    if (!ok)
+        fprintf(stderr, "\nno '%s' in the response:\n%.2000s\n", needle,
+                r->text ? r->text : "");
+    return ok;
+}
+
+#define AUTH(tok) "Authorization: Bearer " tok "\r\n"
+#define INIT_BODY                                                             \
+    "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{"  \
+    "\"protocolVersion\":\"2025-06-18\",\"capabilities\":{},"               \
+    "\"clientInfo\":{\"name\":\"raw\",\"version\":\"1\"}}}"
+
+/* Opens a session for `token`; 0 with its id in sid. */
+static int mh_session(unsigned port, const char *token, char sid[80])
+{
+    char h[256];
+    snprintf(h, sizeof h, "Authorization: Bearer %s\r\n", token);
+    hres r;
+    int st = http_do(port, "POST", h, INIT_BODY, &r);
+    const char *p = r.text ? strcasestr(r.text, "Mcp-Session-Id: ") : NULL;
+    sid[0] = '\0';
+    if (st == 200 && p)
+        sscanf(p + 16, "%79[0-9a-f]", sid);
+    free(r.text);
+    if (!sid[0])
+        return st ? st : -1;
+    char h2[512];
+    snprintf(h2, sizeof h2, "%sMcp-Session-Id: %s\r\n", h, sid);
+    http_do(port, "POST", h2,
+            "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}",
+            &r);
+    st = r.status;
+    free(r.text);
+    return st == 202 ? 0 : -1;
+}
+
+static void sess_hdrs(char *out, size_t n, const char *token,
+                      const char *sid)
+{
+    snprintf(out, n, "Authorization: Bearer %s\r\nMcp-Session-Id: %s\r\n",
+             token, sid);
+}
+
+#define CALL_ECHO(id, text)                                                   \
+    "{\"jsonrpc\":\"2.0\",\"id\":" #id ",\"method\":\"tools/call\","        \
+    "\"params\":{\"name\":\"echo\",\"arguments\":{\"text\":\"" text "\"}}}"
+
+/* ---- the SDK client ------------------------------------------------------------ */
+
+static const char *node_bin(void)
+{
+    static const char *const c[] = {"/usr/bin/node", "/usr/local/bin/node",
+                                    NULL};
+    for (int i = 0; c[i]; i++)
+        if (access(c[i], X_OK) == 0)
+            return c[i];
+    return NULL;
+}
+
+static bool sdk_ready(void)
+{
+    struct stat st;
+    return node_bin() &&
+           stat(th_test_source_path("tests/mcp/node_modules/"
+                                    "@modelcontextprotocol/sdk/package.json"),
+                &st) == 0;
+}
+
+#define SDK_SKIP_MSG                                                          \
+    "node or the MCP SDK is missing (install nodejs, run npm ci in "        \
+    "tests/mcp)"
+
+static void sdk_run(const char *scenario, unsigned port, const char *token,
+                    const char *scheme, th_test_run *r)
+{
+    char url[128];
+    snprintf(url, sizeof url, "%s://127.0.0.1:%u/mcp", scheme, port);
+    char script[1024];
+    snprintf(script, sizeof script, "%s",
+             th_test_source_path("tests/mcp/http_client.mjs"));
+    char *argv[] = {(char *)node_bin(), script, (char *)scenario, url,
+                    (char *)token, NULL};
+    memset(r, 0, sizeof *r);
+    th_test_run_argv(argv, NULL, 40, 0, r);
+}
+
+static bool out_has(const th_test_run *r, const char *needle)
+{
+    bool ok = r->out && strstr(r->out, needle);
+    if (!ok)
+        fprintf(stderr, "\nno '%s' in the client's output:\n%s\n%s\n",
+                needle, r->out ? r->out : "", r->err ? r->err : "");
+    return ok;
+}
+
+/* list, call, progress, cancel, a call after it, close (DELETE). */
+static void test_sdk_session(void)
+{
+    if (!sdk_ready())
+        TH_SKIP(SDK_SKIP_MSG);
+    mh_srv m;
+    CU_ASSERT_FATAL(mh_start(&m, NULL) == 0);
+    th_test_run r;
+    sdk_run("full", m.port, ALICE, "http", &r);
+    CU_ASSERT(out_has(&r, "{\"step\":\"connect\",\"ok\":true,\"session\":true"));
+    CU_ASSERT(out_has(&r, "\"tools\":[\"echo\",\"echo_async\",\"text_count\"]"));
+    CU_ASSERT(out_has(&r, "{\"step\":\"call\",\"ok\":true,\"text\":\"hello over http\"}"));
+    CU_ASSERT(out_has(&r, "{\"step\":\"progress\",\"ok\":true,\"progress\":4,\"text\":\"done\"}"));
+    CU_ASSERT(out_has(&r, "{\"step\":\"cancel\",\"ok\":true"));
+    CU_ASSERT(out_has(&r, "{\"step\":\"after\",\"ok\":true,\"text\":\"again\"}"));
+    CU_ASSERT(out_has(&r, "{\"step\":\"close\",\"ok\":true}"));
+    th_test_run_free(&r);
+    CU_ASSERT(rpc_log_has(&m.rs, "cancelled by the client"));
+    CU_ASSERT(rpc_log_has(&m.rs, "ended by the client"));
+    CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
+    mh_free(&m);
+}
+
+/* A permission that asks: elicitation/create goes out on the call's event
+ * stream, the client's answer comes back as a POST (accept runs the call,
+ * decline refuses it). */
+static void test_sdk_permission(void)
+{
+    if (!sdk_ready())
+        TH_SKIP(SDK_SKIP_MSG);
+    mh_srv m;
+    CU_ASSERT_FATAL(mh_start_ex2(&m, NULL, NULL,
+                                 "    permissions:\n"
+                                 "      rules:\n"
+                                 "        - match: text_count\n"
+                                 "          action: ask\n") == 0);
+    th_test_run r;
+    sdk_run("ask", m.port, ALICE, "http", &r);
+    CU_ASSERT(out_has(&r, "{\"step\":\"accept\",\"ok\":true,\"text\":\"slow\\n\"}"));
+    CU_ASSERT(out_has(&r, "{\"step\":\"decline\",\"ok\":true}"));
+    th_test_run_free(&r);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
+    mh_free(&m);
+}
+
+/* No token and a wrong one: 401; a token whose user no toolset allows:
+ * 403; the tokens from a file, a hash and an environment variable work. */
+static void test_sdk_tokens(void)
+{
+    if (!sdk_ready())
+        TH_SKIP(SDK_SKIP_MSG);
+    mh_srv m;
+    CU_ASSERT_FATAL(mh_start(&m, NULL) == 0);
+    th_test_run r;
+    sdk_run("connect", m.port, NULL, "http", &r);
+    CU_ASSERT(out_has(&r, "\"ok\":false,\"status\":401"));
+    th_test_run_free(&r);
+    sdk_run("connect", m.port, "not-the-token-0123456789", "http", &r);
+    CU_ASSERT(out_has(&r, "\"ok\":false,\"status\":401"));
+    th_test_run_free(&r);
+    sdk_run("connect", m.port, BOB, "http", &r);
+    CU_ASSERT(out_has(&r, "\"ok\":false,\"status\":403"));
+    th_test_run_free(&r);
+    sdk_run("connect", m.port, ALICE, "http", &r);
+    CU_ASSERT(out_has(&r, "{\"step\":\"connect\",\"ok\":true}"));
+    th_test_run_free(&r);
+    sdk_run("connect", m.port, CAROL, "http", &r);
+    CU_ASSERT(out_has(&r, "{\"step\":\"connect\",\"ok\":true}"));
+    th_test_run_free(&r);
+    CU_ASSERT(rpc_log_has(&m.rs, "the token of 'bob' refused"));
+    CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
+    mh_free(&m);
+}
+
+/* ---- raw checks ----------------------------------------------------------------- */
+
+static void test_refusals(void)
+{
+    mh_srv m;
+    CU_ASSERT_FATAL(mh_start(&m, "  max_body: 1KiB\n") == 0);
+    hres r;
+    /* No token: 401 with the challenge; a wrong one: 401 invalid_token. */
+    CU_ASSERT_EQUAL(http_do(m.port, "POST", NULL, INIT_BODY, &r), 401);
+    CU_ASSERT(has(&r, "WWW-Authenticate: Bearer"));
+    free(r.text);
+    CU_ASSERT_EQUAL(http_do(m.port, "POST", AUTH("x-wrong-token-0123456789"),
+                            INIT_BODY, &r),
+                    401);
+    CU_ASSERT(has(&r, "invalid_token"));
+    free(r.text);
+    CU_ASSERT_EQUAL(http_do(m.port, "POST", AUTH(BOB), INIT_BODY, &r), 403);
+    free(r.text);
+    /* Origin: a foreign one 403 (even with a good token); loopback and the
+     * configured one pass. */
+    CU_ASSERT_EQUAL(http_do(m.port, "POST",
+                            AUTH(ALICE) "Origin: http://evil.example\r\n",
+                            INIT_BODY, &r),
+                    403);
+    free(r.text);
+    CU_ASSERT_EQUAL(http_do(m.port, "POST",
+                            AUTH(ALICE) "Origin: http://127.0.0.1.evil.example\r\n",
+                            INIT_BODY, &r),
+                    403);
+    free(r.text);
+    CU_ASSERT_EQUAL(http_do(m.port, "POST",
+                            AUTH(ALICE) "Origin: http://localhost:3000\r\n",
+                            INIT_BODY, &r),
+                    200);
+    free(r.text);
+    CU_ASSERT_EQUAL(http_do(m.port, "POST",
+                            AUTH(ALICE) "Origin: https://app.example\r\n",
+                            INIT_BODY, &r),
+                    200);
+    free(r.text);
+    CU_ASSERT(rpc_log_has(&m.rs, "Origin 'http://evil.example' refused"));
+    /* An unsupported protocol version: 400. */
+    CU_ASSERT_EQUAL(http_do(m.port, "POST",
+                            AUTH(ALICE) "MCP-Protocol-Version: 1999-01-01\r\n",
+                            INIT_BODY, &r),
+                    400);
+    free(r.text);
+    /* Sessions: none given 400, unknown 404; other methods 405; not JSON
+     * 400 -32700. */
+    CU_ASSERT_EQUAL(http_do(m.port, "POST", AUTH(ALICE), CALL_ECHO(2, "x"),
+                            &r),
+                    400);
+    free(r.text);
+    CU_ASSERT_EQUAL(http_do(m.port, "POST",
+                            AUTH(ALICE) "Mcp-Session-Id: 0123abcd\r\n",
+                            CALL_ECHO(2, "x"), &r),
+                    404);
+    free(r.text);
+    CU_ASSERT_EQUAL(http_do(m.port, "PUT", AUTH(ALICE), NULL, &r), 405);
+    free(r.text);
+    CU_ASSERT_EQUAL(http_do(m.port, "POST", AUTH(ALICE), "{nope", &r), 400);
+    CU_ASSERT(has(&r, "-32700"));
+    free(r.text);
+    /* A body over mcp.max_body: 413, logged. */
+    char big[2048];
+    memset(big, ' ', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    big[0] = '{';
+    big[sizeof big - 2] = '}';
+    CU_ASSERT_EQUAL(http_do(m.port, "POST", AUTH(ALICE), big, &r), 413);
+    free(r.text);
+    CU_ASSERT(rpc_log_has(&m.rs, "mcp.max_body)"));
+    /* The same without Content-Length (chunked): cut while reading. */
+    {
+        int fd = tcp_connect(m.port, 0);
+        CU_ASSERT_FATAL(fd >= 0);
+        char req[4096];
+        int n = snprintf(req, sizeof req,
+                         "POST /mcp HTTP/1.1\r\nHost: x\r\n"
+                         "Connection: close\r\n" AUTH(ALICE)
+                         "Content-Type: application/json\r\n"
+                         "Transfer-Encoding: chunked\r\n\r\n"
+                         "%zx\r\n%s\r\n0\r\n\r\n",
+                         strlen(big), big);
+        CU_ASSERT(write(fd, req, (size_t)n) == n);
+        http_read(fd, &r, NULL, rpc_wait_ms());
+        close(fd);
+        CU_ASSERT_EQUAL(r.status, 413);
+        free(r.text);
+        CU_ASSERT(rpc_log_has(&m.rs, "refused (mcp.max_body)"));
+    }
+    /* A session of alice is not bob's nor carol's; DELETE ends it. */
+    char sid[80], h[512];
+    CU_ASSERT_FATAL(mh_session(m.port, ALICE, sid) == 0);
+    sess_hdrs(h, sizeof h, CAROL, sid);
+    CU_ASSERT_EQUAL(http_do(m.port, "POST", h, CALL_ECHO(3, "x"), &r), 404);
+    free(r.text);
+    sess_hdrs(h, sizeof h, ALICE, sid);
+    CU_ASSERT_EQUAL(http_do(m.port, "POST", h, CALL_ECHO(3, "plain"), &r),
+                    200);
+    CU_ASSERT(has(&r, "Content-Type: application/json"));
+    CU_ASSERT(has(&r, "plain"));
+    free(r.text);
+    CU_ASSERT_EQUAL(http_do(m.port, "DELETE", h, NULL, &r), 200);
+    free(r.text);
+    CU_ASSERT_EQUAL(http_do(m.port, "POST", h, CALL_ECHO(4, "x"), &r), 404);
+    free(r.text);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
+    mh_free(&m);
+}
+
+/* mcp.max_sessions and mcp.session_idle bite, with a log line each. */
+static void test_session_limits(void)
+{
+    mh_srv m;
+    CU_ASSERT_FATAL(mh_start(&m, "  max_sessions: 2\n"
+                                 "  session_idle: 500ms\n") == 0);
+    char a[80], b[80], c[80];
+    CU_ASSERT_FATAL(mh_session(m.port, ALICE, a) == 0);
+    CU_ASSERT_FATAL(mh_session(m.port, CAROL, b) == 0);
+    CU_ASSERT_EQUAL(mh_session(m.port, ALICE, c), 503);
+    CU_ASSERT(rpc_log_has(&m.rs, "(mcp.max_sessions)"));
+    /* Unused for longer than session_idle: gone, and room again. */
+    usleep(1500 * 1000);
+    char h[512];
+    hres r;
+    sess_hdrs(h, sizeof h, ALICE, a);
+    CU_ASSERT_EQUAL(http_do(m.port, "POST", h, CALL_ECHO(2, "x"), &r), 404);
+    free(r.text);
+    CU_ASSERT(rpc_log_has(&m.rs, "(mcp.session_idle): closed"));
+    CU_ASSERT_EQUAL(mh_session(m.port, ALICE, c), 0);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
+    mh_free(&m);
+}
+
+/* The RPC socket answers while an HTTP call runs (the text_count mock
+ * takes 400 ms): both fronts on one host at once. */
+static void test_rpc_meanwhile(void)
+{
+    mh_srv m;
+    CU_ASSERT_FATAL(mh_start(&m, NULL) == 0);
+    char sid[80], h[512];
+    CU_ASSERT_FATAL(mh_session(m.port, ALICE, sid) == 0);
+    sess_hdrs(h, sizeof h, ALICE, sid);
+    int fd = tcp_connect(m.port, 0);
+    CU_ASSERT_FATAL(fd >= 0);
+    int64_t t0 = rpc_now_ms();
+    CU_ASSERT(http_send(fd, "POST", h,
+                        "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":"
+                        "\"tools/call\",\"params\":{\"name\":\"text_count\","
+                        "\"arguments\":{\"path\":\"rpc.yaml\"}}}") == 0);
+    th_rpc_client *cl = rpc_connect(&m.rs);
+    CU_ASSERT_FATAL(cl != NULL);
+    rpc_res rr;
+    CU_ASSERT(rpc_call(cl, "host.ping", "[]", &rr) == 0);
+    CU_ASSERT(rr.err == NULL);
+    int64_t ping_ms = rpc_now_ms() - t0;
+    rpc_res_free(&rr);
+    th_rpc_client_close(cl);
+    hres r;
+    http_read(fd, &r, NULL, rpc_wait_ms());
+    close(fd);
+    int64_t call_ms = rpc_now_ms() - t0;
+    CU_ASSERT_EQUAL(r.status, 200);
+    CU_ASSERT(has(&r, "slow"));
+    free(r.text);
+    fprintf(stderr, " [ping %lld ms while the HTTP call took %lld ms] ",
+            (long long)ping_ms, (long long)call_ms);
+    if (!rpc_valgrind())
+        CU_ASSERT(ping_ms < call_ms);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
+    mh_free(&m);
+}
+
+/* An SSE client that vanishes is noticed (keepalive) and its stream slot
+ * freed; mcp.max_streams bites meanwhile. */
+static void test_vanished_client(void)
+{
+    mh_srv m;
+    CU_ASSERT_FATAL(mh_start(&m, "  max_streams: 1\n"
+                                 "  keepalive: 200ms\n") == 0);
+    char sid[80], h[512];
+    CU_ASSERT_FATAL(mh_session(m.port, ALICE, sid) == 0);
+    sess_hdrs(h, sizeof h, ALICE, sid);
+    int g = tcp_connect(m.port, 0);
+    CU_ASSERT_FATAL(g >= 0);
+    CU_ASSERT(http_send(g, "GET", h, NULL) == 0);
+    hres r;
+    http_read(g, &r, "text/event-stream", rpc_wait_ms());
+    CU_ASSERT_EQUAL(r.status, 200);
+    free(r.text);
+    CU_ASSERT_EQUAL(http_do(m.port, "GET", h, NULL, &r), 429);
+    free(r.text);
+    CU_ASSERT(rpc_log_has(&m.rs, "(mcp.max_streams)"));
+    /* A POST stream whose client leaves after the first progress. */
+    int p = tcp_connect(m.port, 0);
+    CU_ASSERT_FATAL(p >= 0);
+    CU_ASSERT(http_send(p, "POST", h,
+                        "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":"
+                        "\"tools/call\",\"params\":{\"name\":\"echo_async\","
+                        "\"arguments\":{\"text\":\"x\",\"steps\":20,"
+                        "\"delay_ms\":20},\"_meta\":{\"progressToken\":1}}}")
+              == 0);
+    http_read(p, &r, "notifications/progress", rpc_wait_ms());
+    CU_ASSERT(has(&r, "text/event-stream"));
+    free(r.text);
+    close(p);
+    close(g); /* vanish */
+    /* The session still answers, and the GET slot comes back. */
+    CU_ASSERT_EQUAL(http_do(m.port, "POST", h, CALL_ECHO(10, "still"), &r),
+                    200);
+    CU_ASSERT(has(&r, "still"));
+    free(r.text);
+    int st = 0;
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    while (rpc_now_ms() < end) {
+        int fd = tcp_connect(m.port, 0);
+        http_send(fd, "GET", h, NULL);
+        http_read(fd, &r, "\r\n\r\n", 2000);
+        st = r.status;
+        free(r.text);
+        close(fd); /* this one vanishes as well */
+        if (st == 200)
+            break;
+        usleep(100 * 1000);
+    }
+    CU_ASSERT_EQUAL(st, 200);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
+    mh_free(&m);
+}
+
+typedef struct busy {
+    unsigned port;
+    char h[512];
+    int ok, n;
+    int64_t worst_ms;
+} busy;
+
+static void *busy_main(void *arg)
+{
+    busy *b = arg;
+    for (int i = 0; i < b->n; i++) {
+        hres r;
+        int64_t t0 = rpc_now_ms();
+        if (http_do(b->port, "POST", b->h, CALL_ECHO(100, "quick"), &r) ==
+                200 &&
+            strstr(r.text, "quick"))
+            b->ok++;
+        else
+            fprintf(stderr, "\nbusy call: %.500s\n", r.text);
+        int64_t ms = rpc_now_ms() - t0;
+        if (ms > b->worst_ms)
+            b->worst_ms = ms;
+        free(r.text);
+    }
+    return NULL;
+}
+
+/* A client that stops reading its SSE stream: the others' calls still
+ * answer; its queue reaches mcp.max_queued and the stream is dropped. */
+static void test_slow_client(void)
+{
+    mh_srv m;
+    CU_ASSERT_FATAL(mh_start(&m, "  max_queued: 16KiB\n") == 0);
+    char a[80], b[80], ha[512];
+    CU_ASSERT_FATAL(mh_session(m.port, ALICE, a) == 0);
+    CU_ASSERT_FATAL(mh_session(m.port, CAROL, b) == 0);
+    sess_hdrs(ha, sizeof ha, ALICE, a);
+    int s = tcp_connect(m.port, 1024);
+    CU_ASSERT_FATAL(s >= 0);
+    CU_ASSERT(http_send(s, "POST", ha,
+                        "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":"
+                        "\"tools/call\",\"params\":{\"name\":\"echo_async\","
+                        "\"arguments\":{\"text\":\"x\",\"steps\":5000,"
+                        "\"delay_ms\":1},\"_meta\":{\"progressToken\":1}}}")
+              == 0);
+    /* ... and never reads.  Meanwhile carol's calls answer. */
+    busy bz = {.port = m.port, .n = rpc_scale(20)};
+    sess_hdrs(bz.h, sizeof bz.h, CAROL, b);
+    pthread_t t;
+    CU_ASSERT_FATAL(pthread_create(&t, NULL, busy_main, &bz) == 0);
+    pthread_join(t, NULL);
+    CU_ASSERT_EQUAL(bz.ok, bz.n);
+    fprintf(stderr, " [%d calls beside a stalled client, slowest %lld ms] ",
+            bz.ok, (long long)bz.worst_ms);
+    bool dropped = false;
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    while (!dropped && rpc_now_ms() < end) {
+        FILE *f = fopen(m.rs.log, "r");
+        char line[1024];
+        while (f && !dropped && fgets(line, sizeof line, f))
+            dropped = strstr(line, "mcp.max_queued") != NULL;
+        if (f)
+            fclose(f);
+        if (!dropped)
+            usleep(50 * 1000);
+    }
+    CU_ASSERT(dropped);
+    if (!dropped)
+        rpc_dump_log(&m.rs);
+    close(s);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
+    mh_free(&m);
+}
+
+/* A client that reads nothing for mcp.client_timeout is disconnected. */
+static void test_client_timeout(void)
+{
+    mh_srv m;
+    CU_ASSERT_FATAL(mh_start(&m, "  client_timeout: 1s\n") == 0);
+    int fd = tcp_connect(m.port, 0);
+    CU_ASSERT_FATAL(fd >= 0);
+    /* Half a request, then silence. */
+    CU_ASSERT(write(fd, "POST /mcp HTTP/1.1\r\nHost: x\r\n", 29) == 29);
+    int64_t t0 = rpc_now_ms();
+    hres r;
+    http_read(fd, &r, NULL, rpc_wait_ms());
+    int64_t ms = rpc_now_ms() - t0;
+    free(r.text);
+    close(fd);
+    fprintf(stderr, " [closed after %lld ms] ", (long long)ms);
+    CU_ASSERT(ms >= 900 && ms < rpc_wait_ms() - 100);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
+    mh_free(&m);
+}
+
+/* mcp.max_connections: past the cap new clients wait (logged) until a
+ * connection closes; then they are served. */
+static void test_max_connections(void)
+{
+    mh_srv m;
+    CU_ASSERT_FATAL(mh_start(&m, "  max_connections: 2\n") == 0);
+    int a = tcp_connect(m.port, 0), b = tcp_connect(m.port, 0);
+    CU_ASSERT_FATAL(a >= 0 && b >= 0);
+    /* a and b hold both slots (a request begun, not finished). */
+    CU_ASSERT(write(a, "POST /mcp HTTP/1.1\r\n", 20) == 20);
+    CU_ASSERT(write(b, "POST /mcp HTTP/1.1\r\n", 20) == 20);
+    usleep(200 * 1000);
+    int c = tcp_connect(m.port, 0);
+    CU_ASSERT_FATAL(c >= 0);
+    CU_ASSERT(http_send(c, "POST", AUTH(ALICE), INIT_BODY) == 0);
+    hres r;
+    http_read(c, &r, NULL, 300);
+    CU_ASSERT_EQUAL(r.status, 0); /* waiting */
+    free(r.text);
+    CU_ASSERT(rpc_log_has(&m.rs, "(mcp.max_connections)"));
+    close(a);
+    http_read(c, &r, NULL, rpc_wait_ms());
+    CU_ASSERT_EQUAL(r.status, 200);
+    free(r.text);
+    close(c);
+    close(b);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
+    mh_free(&m);
+}
+
+/* SIGTERM while an HTTP call runs and a GET stream is open: the host
+ * cancels the call, ends the streams and exits 0 within the grace. */
+static void test_shutdown_busy(void)
+{
+    mh_srv m;
+    CU_ASSERT_FATAL(mh_start(&m, NULL) == 0);
+    char sid[80], h[512];
+    CU_ASSERT_FATAL(mh_session(m.port, ALICE, sid) == 0);
+    sess_hdrs(h, sizeof h, ALICE, sid);
+    int g = tcp_connect(m.port, 0), p = tcp_connect(m.port, 0);
+    CU_ASSERT_FATAL(g >= 0 && p >= 0);
+    CU_ASSERT(http_send(g, "GET", h, NULL) == 0);
+    CU_ASSERT(http_send(p, "POST", h,
+                        "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":"
+                        "\"tools/call\",\"params\":{\"name\":\"echo_async\","
+                        "\"arguments\":{\"text\":\"x\",\"steps\":1000,"
+                        "\"delay_ms\":50}}}") == 0);
+    usleep(300 * 1000);
+    int64_t t0 = rpc_now_ms();
+    CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
+    int64_t ms = rpc_now_ms() - t0;
+    fprintf(stderr, " [stopped in %lld ms] ", (long long)ms);
+    if (!rpc_valgrind())
+        CU_ASSERT(ms < 5000);
+    hres r;
+    http_read(p, &r, NULL, 2000);
+    free(r.text);
+    close(g);
+    close(p);
+    mh_free(&m);
+}
+
+/* A reload (SIGHUP) that changes a token: logged; the running front keeps
+ * the tokens it started with until the restart. */
+static void test_reload_keeps_tokens(void)
+{
+    mh_srv m;
+    CU_ASSERT_FATAL(mh_start(&m, NULL) == 0);
+    char *tf = th_test_write_file(m.tokdir, "alice.token",
+                                  "alice-new-token-0123456789\n", (size_t)-1);
+    free(tf);
+    kill(m.rs.pid, SIGHUP);
+    bool seen = false;
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    while (!seen && rpc_now_ms() < end) {
+        FILE *f = fopen(m.rs.log, "r");
+        char line[1024];
+        while (f && !seen && fgets(line, sizeof line, f))
+            seen = strstr(line, "mcp.tokens change at the next restart");
+        if (f)
+            fclose(f);
+        if (!seen)
+            usleep(50 * 1000);
+    }
+    CU_ASSERT(seen);
+    hres r;
+    CU_ASSERT_EQUAL(http_do(m.port, "POST", AUTH(ALICE), INIT_BODY, &r), 200);
+    free(r.text);
+    CU_ASSERT_EQUAL(http_do(m.port, "POST",
+                            AUTH("alice-new-token-0123456789"), INIT_BODY,
+                            &r),
+                    401);
+    free(r.text);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
+    mh_free(&m);
+}
+
+/* https:// with a self-signed certificate made here by the openssl CLI. */
+static void test_tls(void)
+{
+    if (access("/usr/bin/openssl", X_OK) != 0)
+        TH_SKIP("no openssl CLI to make a test certificate");
+    char *dir = th_test_tmpdir();
+    char key[512], crt[512];
+    snprintf(key, sizeof key, "%s/key.pem", dir);
+    snprintf(crt, sizeof crt, "%s/cert.pem", dir);
+    char *argv[] = {"/usr/bin/openssl", "req", "-x509", "-newkey",
+                    "rsa:2048", "-nodes", "-keyout", key, "-out", crt,
+                    "-days", "1", "-subj", "/CN=127.0.0.1", NULL};
+    th_test_run gen;
+    th_test_run_argv(argv, NULL, 30, 0, &gen);
+    int gst = gen.status;
+    th_test_run_free(&gen);
+    CU_ASSERT_FATAL(gst == 0);
+    char extra[1200];
+    snprintf(extra, sizeof extra, "  tls_cert: %s\n  tls_key: %s\n", crt,
+             key);
+    mh_srv m;
+    memset(&m, 0, sizeof m);
+    int rc = mh_start_ex(&m, extra, "https://127.0.0.1:0/mcp");
+    CU_ASSERT_FATAL(rc == 0 || (m.port = 0, false));
+    th_test_run r;
+    char url[128];
+    snprintf(url, sizeof url, "https://127.0.0.1:%u/mcp", m.port);
+    char *cargv[] = {"/usr/bin/curl", "-sk", "-o", "/dev/null", "-w",
+                     "%{http_code}", "-X", "POST", "-H",
+                     "Content-Type: application/json", "-H",
+                     "Authorization: Bearer " ALICE, "-d", INIT_BODY, url,
+                     NULL};
+    if (access("/usr/bin/curl", X_OK) == 0) {
+        th_test_run_argv(cargv, NULL, 20, 0, &r);
+        CU_ASSERT(r.out && strcmp(r.out, "200") == 0);
+        th_test_run_free(&r);
+    }
+    if (sdk_ready()) {
+        setenv("NODE_TLS_REJECT_UNAUTHORIZED", "0", 1);
+        sdk_run("connect", m.port, ALICE, "https", &r);
+        unsetenv("NODE_TLS_REJECT_UNAUTHORIZED");
+        CU_ASSERT(out_has(&r, "{\"step\":\"connect\",\"ok\":true}"));
+        th_test_run_free(&r);
+    }
+    /* Plain HTTP on the TLS port gets nothing useful. */
+    hres h;
+    CU_ASSERT(http_do(m.port, "POST", AUTH(ALICE), INIT_BODY, &h) != 200);
+    free(h.text);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
+    mh_free(&m);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+/* Config errors: an http entry without tokens, a non-loopback address
+ * without allow_remote. */
+static void test_config_refusals(void)
+{
+    char *dir = th_test_tmpdir();
+    char *cfg = th_test_write_file(
+        dir, "a.yaml",
+        "host:\n  listen: [\"http://127.0.0.1:0/mcp\"]\n", (size_t)-1);
+    th_test_run r;
+    th_test_toolhost(&r, "serve", "-c", cfg, NULL);
+    CU_ASSERT_EQUAL(r.status, 2);
+    CU_ASSERT(r.err && strstr(r.err, "mcp.tokens declares no token"));
+    th_test_run_free(&r);
+    free(cfg);
+    cfg = th_test_write_file(
+        dir, "b.yaml",
+        "host:\n  listen: [\"http://0.0.0.0:0/mcp\"]\n"
+        "mcp:\n  tokens: [{user: a, sha256: "
+        "0000000000000000000000000000000000000000000000000000000000000000}]\n",
+        (size_t)-1);
+    th_test_toolhost(&r, "serve", "-c", cfg, NULL);
+    CU_ASSERT_EQUAL(r.status, 2);
+    CU_ASSERT(r.err && strstr(r.err, "mcp.allow_remote"));
+    th_test_run_free(&r);
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+void th_suite_mcp_http(void)
+{
+    CU_pSuite s = CU_add_suite("mcp_http", NULL, NULL);
+    CU_add_test(s, "sdk_session", test_sdk_session);
+    CU_add_test(s, "sdk_tokens", test_sdk_tokens);
+    CU_add_test(s, "sdk_permission", test_sdk_permission);
+    CU_add_test(s, "refusals", test_refusals);
+    CU_add_test(s, "session_limits", test_session_limits);
+    CU_add_test(s, "rpc_meanwhile", test_rpc_meanwhile);
+    CU_add_test(s, "vanished_client", test_vanished_client);
+    CU_add_test(s, "slow_client", test_slow_client);
+    CU_add_test(s, "client_timeout", test_client_timeout);
+    CU_add_test(s, "max_connections", test_max_connections);
+    CU_add_test(s, "shutdown_busy", test_shutdown_busy);
+    CU_add_test(s, "reload_keeps_tokens", test_reload_keeps_tokens);
+    CU_add_test(s, "tls", test_tls);
+    CU_add_test(s, "config_refusals", test_config_refusals);
+}
