@@ -279,3 +279,8 @@ const th_tool *th_session_acquire(th_session *s, const char *name)
     }
     return t;
 }
+
+bool th_acl_allows(const th_toolset_cfg *ts, const th_principal *who)
+{
+    return acl_allows(ts, who);
+}

@@ -158,6 +158,11 @@ typedef enum th_reload_mode {
     TH_RELOAD_OFF
 } th_reload_mode;
 
+typedef enum th_log_format {
+    TH_LOG_FORMAT_TEXT = 0, /* "2026-...Z info  session=3 tool=echo ..." */
+    TH_LOG_FORMAT_JSON      /* one JSON object a line */
+} th_log_format;
+
 /* Number of semantic types, indexable by toolhost_semantic (1..12). */
 #define TH_SEM_COUNT 13
 
@@ -209,6 +214,9 @@ typedef struct th_host_cfg {
                                   after its call's deadline is lost and
                                   replaced; 0: 3000                      */
     uint32_t max_lost_workers; /* replacements alive at once; 0: workers */
+    int log_format;            /* TH_LOG_FORMAT_TEXT (default) or _JSON  */
+    bool allow_unknown_users;  /* allow_users/allow_groups/admin names
+                                  that do not exist yet are not errors   */
     int line, col;             /* where the section starts (0 if absent) */
 } th_host_cfg;
 
@@ -294,6 +302,18 @@ typedef struct th_mock_cfg {
     int line, col;
 } th_mock_cfg;
 
+/* Who may administer the host (host.reload, the whole host.stats, other
+ * users' tasks): `admin: {users: [...], groups: [...]}`.  Without the
+ * section (present false): the uid the host runs as.  root always is. */
+typedef struct th_admin_cfg {
+    bool present;
+    char **users;          /* names or numeric uids */
+    size_t n_users;
+    char **groups;         /* names or numeric gids */
+    size_t n_groups;
+    int line, col;         /* the `admin:` key */
+} th_admin_cfg;
+
 typedef struct th_config {
     char *path;            /* the file as given */
     char *dir;             /* its folder, absolute */
@@ -307,6 +327,7 @@ typedef struct th_config {
     th_mock_cfg *mocks;
     size_t n_mocks;
     th_ynode *root;        /* the whole document */
+    th_admin_cfg admin;
 } th_config;
 
 /* Reads and checks `path`.  On success *out is a new config (free with
