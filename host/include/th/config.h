@@ -365,6 +365,14 @@ int th_config_plugin_block(const th_config *cfg, const th_plugin_cfg *pc,
                            const struct th_param *params, size_t n_params,
                            struct th_buf *out, th_error *err);
 
+/* Rewrites a plugin-load error (missing file, not a shared object, init
+ * failure, a tool name clash ...) to name the plugin's entry and its path
+ * as the config has it, not the resolved path or the private copy's:
+ * "FILE:LINE:COL: plugin 'NAME' (path ./x.so): REASON".  Messages already
+ * at a place in the config (its config: block) stay as they are. */
+void th_plugin_load_error(const th_config *cfg, const th_plugin_cfg *pc,
+                          th_error *err);
+
 /* The toolset called `name`, or NULL. */
 const th_toolset_cfg *th_config_toolset(const th_config *cfg,
                                         const char *name);
