@@ -260,7 +260,13 @@ static int ynext(yparse *p, yaml_event_t *ev)
     }
     yaml_mark_t m = ps->problem_mark;
     int tl, tc;
-    if (indent_tab(p, (int)m.line + 1, &tl, &tc))
+    if (strstr(problem, "tab character")) { /* "found a tab character
+                                                  that violates indentation" */
+        tl = (int)m.line + 1;
+        tc = (int)m.column + 1;
+    }
+    if (strstr(problem, "tab character") ||
+        indent_tab(p, (int)m.line + 1, &tl, &tc))
         return yerr(p->err, p->name, tl, tc,
                     "tab characters are not allowed for indentation in YAML "
                     "(indent with spaces)");
