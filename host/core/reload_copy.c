@@ -101,6 +101,17 @@ static unsigned long long proc_start(long pid)
     return v;
 }
 
+/* The pid namespace of this process ("pid:[4026531836]"): a pid means
+ * something only inside its namespace (a container sharing /tmp). */
+static void pid_ns(char *out, size_t n)
+{
+    ssize_t r = readlink("/proc/self/ns/pid", out, n - 1);
+    out[r > 0 ? r : 0] = '\0';
+    for (char *p = out; *p; p++)
+        if (*p == ' ' || *p == '\n')
+            *p = '_';
+}
+
 static void boot_id(char *out, size_t n)
 {
     out[0] = '\0';
@@ -118,12 +129,16 @@ static void boot_id(char *out, size_t n)
  * whose owner is gone.  Best effort: without it the folder is never swept. */
 static void marker_write(const char *dir)
 {
-    char p[PATH_MAX], text[256], boot[64];
+    char p[PATH_MAX], text[512], boot[64], ns[128];
     if (snprintf(p, sizeof p, "%s/" MARKER, dir) >= (int)sizeof p)
         return;
     boot_id(boot, sizeof boot);
-    int n = snprintf(text, sizeof text, MARKER_MAGIC "\npid %ld\nstart %llu\nboot %s\n",
-                     (long)getpid(), proc_start((long)getpid()), boot);
+    pid_ns(ns, sizeof ns);
+    int n = snprintf(text, sizeof text,
+                     MARKER_MAGIC "\npid %ld\nstart %llu\nboot %s\npidns %s\n",
+                     (long)getpid(), proc_start((long)getpid()), boot, ns);
+    if (n < 0 || (size_t)n >= sizeof text)
+        return;
     int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0)
         return;
@@ -157,9 +172,9 @@ static bool stale_by_marker(const char *path)
     buf[n] = '\0';
     long pid = 0;
     unsigned long long start = 0;
-    char boot[64] = "", now_boot[64];
-    if (sscanf(buf, MARKER_MAGIC "\npid %ld\nstart %llu\nboot %63s", &pid, &start,
-               boot) < 2 ||
+    char boot[64] = "", now_boot[64], ns[128] = "", now_ns[128];
+    if (sscanf(buf, MARKER_MAGIC "\npid %ld\nstart %llu\nboot %63s\npidns %127s",
+               &pid, &start, boot, ns) < 2 ||
         pid <= 0)
         return false;
     if (pid == (long)getpid())
@@ -167,6 +182,9 @@ static bool stale_by_marker(const char *path)
     boot_id(now_boot, sizeof now_boot);
     if (boot[0] && now_boot[0] && strcmp(boot, now_boot) != 0)
         return true; /* made before the last boot */
+    pid_ns(now_ns, sizeof now_ns);
+    if (!ns[0] || !now_ns[0] || strcmp(ns, now_ns) != 0)
+        return false; /* its pid is not ours to look up: keep */
     if (kill((pid_t)pid, 0) != 0)
         return errno == ESRCH;
     /* alive: the owner only if it started when the marker says */

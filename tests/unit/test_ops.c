@@ -80,17 +80,21 @@ static void test_admin(void)
 
 #define MAGIC "toolhost private plugin copies v1"
 
+/* "boot ID\npidns NS" of this process, for markers */
 static char *boot_id(void)
 {
-    static char b[64];
+    static char b[300];
+    char id[64] = "", ns[128] = "";
     FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-    b[0] = '\0';
     if (f) {
-        if (!fgets(b, sizeof b, f))
-            b[0] = '\0';
+        if (!fgets(id, sizeof id, f))
+            id[0] = '\0';
         fclose(f);
     }
-    b[strcspn(b, "\n")] = '\0';
+    id[strcspn(id, "\n")] = '\0';
+    ssize_t r = readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+    ns[r > 0 ? r : 0] = '\0';
+    snprintf(b, sizeof b, "%s\npidns %s", id, ns);
     return b;
 }
 
@@ -148,6 +152,11 @@ static void test_stale_copies(void)
     char *rebooted = folder(tmp, "toolhost-boot01", 0700, m);
     snprintf(m, sizeof m, "something else\npid %ld\n", (long)dead);
     char *foreign = folder(tmp, "toolhost-magic1", 0700, m);
+    /* a host in another pid namespace (a container sharing /tmp): its pid
+     * means nothing here */
+    snprintf(m, sizeof m, MAGIC "\npid %ld\nstart 0\nboot %.36s\npidns "
+             "pid:[1]\n", (long)dead, boot_id());
+    char *otherns = folder(tmp, "toolhost-ns0001", 0700, m);
     /* a link to a stale folder is not a folder */
     char link[4200], target[4200];
     snprintf(target, sizeof target, "%s/elsewhere", tmp);
@@ -169,6 +178,7 @@ static void test_stale_copies(void)
     CU_ASSERT_TRUE(exists(other));
     CU_ASSERT_TRUE(exists(alive));
     CU_ASSERT_TRUE(exists(foreign));
+    CU_ASSERT_TRUE(exists(otherns));
     CU_ASSERT_TRUE(exists(link));
     CU_ASSERT_TRUE(exists(target));
     /* the new folder carries our own marker */
@@ -201,7 +211,7 @@ static void test_stale_copies(void)
         unsetenv("TMPDIR");
     free(saved);
     char *all[] = {gone, wide, unmarked, other, alive, reused, rebooted,
-                   foreign, first};
+                   foreign, otherns, first};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         free(all[i]);
     chmod(tmp, 0700);
