@@ -219,6 +219,7 @@ static void test_journal(void)
 {
     rpc_srv s;
     memset(&s, 0, sizeof s);
+    s.in_fd = s.out_fd = -1; /* none: rpc_srv_free closes what is >= 0 */
     s.dir = th_test_tmpdir();
     rpc_write_config(&s, NULL);
     char log[4200], sock[108], listen[128];
