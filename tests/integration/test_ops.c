@@ -311,6 +311,7 @@ static void test_stats_survive(void)
     CU_ASSERT_FALSE(call_ok(&s, "tools.call", "[\"echo\", {\"text\": \"x\"}]"));
     CU_ASSERT_EQUAL(echo_calls(&s), 1); /* kept while it is away */
     /* and comes back: the numbers go on */
+    free(s.cfg); /* the same path, written again */
     rpc_write_config(&s, NULL);
     CU_ASSERT(call_ok(&s, "host.reload", "[]"));
     CU_ASSERT(call_ok(&s, "tools.call", "[\"echo\", {\"text\": \"2\"}]"));
@@ -410,6 +411,7 @@ static void test_reload_load_error(void)
     CU_ASSERT_FATAL(rpc_srv_start(&s, NULL) == 0);
     free(th_test_write_file(s.dir, "junk.so", "not an ELF\n", (size_t)-1));
     rpc_opts o = {.plugins_extra = "  - name: junk\n    path: ./junk.so\n"};
+    free(s.cfg); /* the same path, written again */
     rpc_write_config(&s, &o);
     th_rpc_client *c = rpc_connect(&s);
     CU_ASSERT_FATAL(c != NULL);
