@@ -33,7 +33,9 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "th/code.h"
 #include "th/json.h"
+#include "th/log.h"
 
 static const char check_usage[] =
     "usage: toolhost check [--config JSON] [--allow-insecure] [--timeout S]\n"
@@ -630,11 +632,14 @@ int cli_check(int argc, char **argv)
 }
 
 static const char config_usage[] =
-    "usage: toolhost config check FILE\n"
+    "usage: toolhost config check [--json] FILE\n"
     "\n"
     "Validates a config file: YAML syntax, every key and value, the plugins\n"
     "(each is loaded, checked and initialised, then closed) and that every\n"
     "tool a toolset names exists. Errors read FILE:LINE:COL: message.\n"
+    "--json prints one JSON object instead: {\"ok\", \"errors\": [{\"file\",\n"
+    "\"line\", \"col\", \"message\"}], \"warnings\": [...], \"plugins\", \"tools\"}\n"
+    "(line and col 0 when a finding has no place in the file).\n"
     "Exit status: 0 valid, 2 invalid.\n";
 
 static int count_tool(const th_tool *t, void *ud)
@@ -644,12 +649,156 @@ static int count_tool(const th_tool *t, void *ud)
     return 0;
 }
 
+/* {"file", "line", "col", "message"} from "FILE:LINE:COL: message" (or a
+ * message without a place: line and col 0, file the config). */
+static json_t *finding(const char *cfg_path, const char *msg)
+{
+    const char *file_end = NULL, *p = msg;
+    long line = 0, col = 0;
+    /* the place is the first ":N:N: " (a path may hold colons) */
+    for (const char *q = strchr(p, ':'); q; q = strchr(q + 1, ':')) {
+        char *e1, *e2;
+        long l = strtol(q + 1, &e1, 10);
+        if (e1 == q + 1 || *e1 != ':')
+            continue;
+        long c = strtol(e1 + 1, &e2, 10);
+        if (e2 == e1 + 1 || e2[0] != ':' || e2[1] != ' ')
+            continue;
+        file_end = q;
+        line = l;
+        col = c;
+        p = e2 + 2;
+        break;
+    }
+    /* the file is the word before the place; words before it (a log
+     * line's "optional plugin x skipped: ") stay in the message */
+    const char *file = msg;
+    if (file_end)
+        for (const char *q = msg; q < file_end; q++)
+            if (*q == ' ')
+                file = q + 1;
+    json_t *o = json_object();
+    if (!o)
+        return NULL;
+    int bad = 0;
+    char text[2048];
+    snprintf(text, sizeof text, "%.*s%s", (int)(file_end ? file - msg : 0),
+             msg, p);
+    if (file_end)
+        bad |= json_object_set_new(o, "file",
+                                   json_stringn(file, (size_t)(file_end - file)));
+    else
+        bad |= json_object_set_new(o, "file", json_string(cfg_path));
+    bad |= json_object_set_new(o, "line", json_integer(line));
+    bad |= json_object_set_new(o, "col", json_integer(col));
+    bad |= json_object_set_new(o, "message", json_string(text));
+    if (bad) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* The warnings and errors the host logged while loading (text lines in
+ * `fd`), as findings in `warnings`. */
+static void logged_findings(int fd, const char *cfg_path, json_t *warnings)
+{
+    if (lseek(fd, 0, SEEK_SET) != 0)
+        return;
+    FILE *f = fdopen(dup(fd), "r");
+    if (!f)
+        return;
+    char line[4096];
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        /* "TIME LEVEL  message" */
+        char *sp = strchr(line, ' ');
+        if (!sp)
+            continue;
+        char *msg = sp + 1;
+        if (strncmp(msg, "warn", 4) != 0 && strncmp(msg, "error", 5) != 0)
+            continue;
+        msg += strcspn(msg, " ");
+        msg += strspn(msg, " ");
+        json_t *o = finding(cfg_path, msg);
+        if (o)
+            json_array_append_new(warnings, o);
+    }
+    fclose(f);
+}
+
+/* `toolhost config check --json FILE`: the findings as one JSON object on
+ * stdout.  Exit status as without --json. */
+static int config_check_json(const char *path)
+{
+    json_t *out = json_object(), *errors = json_array(),
+           *warnings = json_array();
+    int logfd = memfd_create("toolhost-config-check", MFD_CLOEXEC);
+    if (!out || !errors || !warnings) {
+        json_decref(out);
+        json_decref(errors);
+        json_decref(warnings);
+        if (logfd >= 0)
+            close(logfd);
+        cli_error("out of memory");
+        return CLI_FAILED;
+    }
+    /* the host's warnings (an optional plugin skipped ...) into a file */
+    int level = th_log_get_level();
+    if (logfd >= 0) {
+        th_log_set_fd(logfd);
+        th_log_set_level(TOOLHOST_LOG_WARN);
+    }
+    th_error err;
+    th_error_clear(&err);
+    th_config *cfg = NULL;
+    th_host *h = NULL;
+    size_t n_plugins = 0, n_tools = 0;
+    if (th_config_load(path, &cfg, &err) == 0) {
+        n_plugins = cfg->n_plugins;
+        if (th_host_open(cfg, &h, &err) == 0 && th_code_attach(h, &err) == 0)
+            n_tools = th_registry_count(th_host_registry(h));
+    }
+    if (h)
+        th_host_close(h);
+    if (logfd >= 0) {
+        (void)th_log_own_stderr(); /* back to stderr */
+        th_log_set_level(level);
+        logged_findings(logfd, path, warnings);
+        close(logfd);
+    }
+    bool ok = err.code == 0;
+    if (!ok) {
+        json_t *o = finding(path, err.msg);
+        if (o)
+            json_array_append_new(errors, o);
+    }
+    json_object_set_new(out, "ok", json_boolean(ok));
+    json_object_set_new(out, "errors", errors);
+    json_object_set_new(out, "warnings", warnings);
+    json_object_set_new(out, "plugins", json_integer((json_int_t)n_plugins));
+    json_object_set_new(out, "tools", json_integer((json_int_t)n_tools));
+    char *text = json_dumps(out, JSON_COMPACT);
+    json_decref(out);
+    if (!text) {
+        cli_error("out of memory");
+        return CLI_FAILED;
+    }
+    puts(text);
+    free(text);
+    return ok ? CLI_OK : CLI_USAGE;
+}
+
 int cli_config(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
         fputs(config_usage, stdout);
         return CLI_OK;
     }
+    if (argc == 4 && strcmp(argv[1], "check") == 0 &&
+        (strcmp(argv[2], "--json") == 0 || strcmp(argv[3], "--json") == 0))
+        return config_check_json(strcmp(argv[2], "--json") == 0 ? argv[3]
+                                                                : argv[2]);
     if (argc != 3 || strcmp(argv[1], "check") != 0) {
         fputs(config_usage, stderr);
         return CLI_USAGE;

@@ -160,6 +160,7 @@ int cli_serve(int argc, char **argv)
         return CLI_USAGE;
     }
     th_log_set_level(level >= 0 ? level : cfg->host.log_level);
+    th_log_set_format(cfg->host.log_format == TH_LOG_FORMAT_JSON);
     /* The socket's folder first: a bad address fails before the plugins
      * load, with a message that says which folder and why. */
     char def[128];

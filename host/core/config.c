@@ -17,6 +17,8 @@
 #include <string.h>
 #include <strings.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -30,6 +32,7 @@ _Static_assert(sizeof(th_dup_scope) == sizeof(int), "enum size");
 _Static_assert(sizeof(th_task_scope) == sizeof(int), "enum size");
 _Static_assert(sizeof(th_perm_action) == sizeof(int), "enum size");
 _Static_assert(sizeof(th_reload_mode) == sizeof(int), "enum size");
+_Static_assert(sizeof(th_log_format) == sizeof(int), "enum size");
 
 #define KIB 1024ull
 #define MIB (1024ull * 1024)
@@ -734,6 +737,7 @@ static int set_limits(cfctx *c, const cfkey *k, th_ynode *v, void *base)
 
 static const char *const log_levels[] = {"error", "warn", "info", "debug",
                                          NULL};
+static const char *const log_formats[] = {"text", "json", NULL};
 static const char *const reload_modes[] = {"signal", "watch", "off", NULL};
 static const char *const dup_policies[] = {"allow", "reject", "replace",
                                            "confirm", NULL};
@@ -879,6 +883,10 @@ static const cfkey host_keys[] = {
      .min = 1, .max = 1024},
     {.name = "task_keep", .set = set_u32, .off = H(task_keep), .min = 1,
      .max = 1000000},
+    {.name = "log_format", .set = set_enum, .off = H(log_format),
+     .names = log_formats},
+    {.name = "allow_unknown_users", .set = set_bool,
+     .off = H(allow_unknown_users)},
     {.name = NULL}};
 #undef H
 
@@ -1412,6 +1420,72 @@ static void toolset_init(cfctx *c, void *el)
     ts->run_code.output_limit = 64 * KIB;
 }
 
+/* A user (or group) name of allow_users, allow_groups or admin exists on
+ * this system: a name that does not would silently never match.  Numeric
+ * ids are taken as they are; host.allow_unknown_users turns the check off
+ * (images built before their users exist). */
+/* Whether `name` is the user of a token under mcp.tokens (read from the
+ * document: the mcp section may come after the toolsets).  Such a user
+ * exists for the host without an account on the system. */
+static bool token_user(cfctx *c, const char *name)
+{
+    const th_ynode *m = c->cfg->root ? th_ynode_get(c->cfg->root, "mcp") : NULL;
+    const th_ynode *t = m && m->kind == TH_Y_MAP ? th_ynode_get(m, "tokens") : NULL;
+    if (!t || t->kind != TH_Y_SEQ)
+        return false;
+    for (size_t i = 0; i < t->n; i++) {
+        const th_ynode *e = t->kids[i];
+        const th_ynode *u = e->kind == TH_Y_MAP ? th_ynode_get(e, "user") : NULL;
+        if (u && u->kind == TH_Y_SCALAR && strcmp(u->str, name) == 0)
+            return true;
+    }
+    return false;
+}
+
+static int check_names(cfctx *c, const th_ynode *v, bool group)
+{
+    if (!v || th_ynode_is_null(v) || c->cfg->host.allow_unknown_users)
+        return 0;
+    const th_ynode *one[1] = {v};
+    const th_ynode *const *items =
+        v->kind == TH_Y_SEQ ? (const th_ynode *const *)v->kids : one;
+    size_t n = v->kind == TH_Y_SEQ ? v->n : 1;
+    for (size_t i = 0; i < n; i++) {
+        const th_ynode *it = items[i];
+        if (it->kind != TH_Y_SCALAR || !it->str[0])
+            continue;
+        char *end;
+        errno = 0;
+        unsigned long id = strtoul(it->str, &end, 10);
+        if (!*end && errno == 0 && id <= UINT32_MAX && isdigit((unsigned char)it->str[0]))
+            continue;
+        if (!group && token_user(c, it->str))
+            continue;
+        char buf[16384];
+        int e;
+        if (group) {
+            struct group gr, *res = NULL;
+            e = getgrnam_r(it->str, &gr, buf, sizeof buf, &res);
+            if (res)
+                continue;
+        } else {
+            struct passwd pw, *res = NULL;
+            e = getpwnam_r(it->str, &pw, buf, sizeof buf, &res);
+            if (res)
+                continue;
+        }
+        return cf_err(c, it,
+                      "no %s named '%s' on this system%s%s%s (a name that "
+                      "does not exist never matches;%s set "
+                      "host.allow_unknown_users: true when the config is "
+                      "written before its users exist)",
+                      group ? "group" : "user", it->str, e ? " (" : "",
+                      e ? strerror(e) : "", e ? ")" : "",
+                      group ? "" : " an mcp.tokens entry may declare a user;");
+    }
+    return 0;
+}
+
 static int toolset_check(cfctx *c, th_ynode *n, void *el)
 {
     th_toolset_cfg *ts = el;
@@ -1443,6 +1517,9 @@ static int toolset_check(cfctx *c, th_ynode *n, void *el)
         return cf_err(c, th_ynode_get(n, "timeout"),
                       "'timeout' (%s) exceeds host.max_timeout (%s)", a, b);
     }
+    if ((rc = check_names(c, th_ynode_get(n, "allow_users"), false)) < 0 ||
+        (rc = check_names(c, th_ynode_get(n, "allow_groups"), true)) < 0)
+        return rc;
     const th_ynode *ov = th_ynode_get(n, "tool_overrides");
     bool all = false;
     for (size_t i = 0; i < ts->n_tools; i++)
@@ -1757,6 +1834,30 @@ static int listen_http_check(cfctx *c, th_config *cfg)
     return 0;
 }
 
+/* ---- admin ----------------------------------------------------------------- */
+
+#define A(f) offsetof(th_admin_cfg, f)
+static const cfkey admin_keys[] = {
+    {.name = "users", .set = set_strlist, .off = A(users),
+     .off2 = A(n_users)},
+    {.name = "groups", .set = set_strlist, .off = A(groups),
+     .off2 = A(n_groups)},
+    {.name = NULL}};
+#undef A
+
+static int admin_check(cfctx *c, th_ynode *n, void *el)
+{
+    th_admin_cfg *a = el;
+    a->present = true;
+    const th_ynode *key = th_ynode_get_key(c->cfg->root, "admin");
+    a->line = key ? key->line : n->line;
+    a->col = key ? key->col : n->col;
+    int rc = check_names(c, th_ynode_get(n, "users"), false);
+    if (rc == 0)
+        rc = check_names(c, th_ynode_get(n, "groups"), true);
+    return rc;
+}
+
 /* ---- the document ---------------------------------------------------------- */
 
 #define C(f) offsetof(th_config, f)
@@ -1777,6 +1878,8 @@ static const cfkey top_keys[] = {
     {.name = "mocks", .set = set_list, .off = C(mocks), .off2 = C(n_mocks),
      .sub = mock_keys, .elem_size = sizeof(th_mock_cfg), .init = mock_init,
      .check = mock_check, .what = "mock"},
+    {.name = "admin", .set = set_section, .off = C(admin), .sub = admin_keys,
+     .check = admin_check, .what = "admin"},
     {.name = NULL}};
 #undef C
 
@@ -1791,7 +1894,7 @@ static int unknown_key(cfctx *c, const th_ynode *key, const cfkey *table,
     if (near)
         return cf_err(c, key, "unknown key '%s' in %s (did you mean '%s'?)",
                       key->str, what, near);
-    char known[512] = "";
+    char known[900] = "";
     size_t used = 0;
     for (size_t i = 0; i < n; i++) {
         int w = snprintf(known + used, sizeof known - used, "%s%s",
@@ -1919,6 +2022,8 @@ void th_config_free(th_config *cfg)
         free(m->progress);
     }
     free(cfg->mocks);
+    free_strv(cfg->admin.users, cfg->admin.n_users);
+    free_strv(cfg->admin.groups, cfg->admin.n_groups);
     th_ynode_free(cfg->root);
     free(cfg);
 }
@@ -2150,6 +2255,17 @@ int th_config_load(const char *path, th_config **out, th_error *err)
     free(real);
     free(copy);
     th_buf_free(&b);
+    if (rc == 0 && th_ynode_is_null((*out)->root)) {
+        /* An empty file (or one of comments only) is a mistake: a config
+         * truncated or not yet written, not a request for the defaults. */
+        th_config_free(*out);
+        *out = NULL;
+        rc = th_error_set(err, TH_ECONFIG,
+                          "%s:1:1: the config is empty (no keys, only blank "
+                          "lines or comments); write at least a 'plugins:' "
+                          "list, or '{}' for the defaults",
+                          path);
+    }
     return rc;
 }
 

@@ -245,6 +245,7 @@ int th_host_open_ex(th_config *cfg, const th_host_opts *opts, th_host **out,
         rc = load_plugin(h, pc, &e);
         if (rc == 0)
             continue;
+        th_plugin_load_error(cfg, pc, &e);
         if (pc->optional) {
             th_log_warn("optional plugin %s skipped: %s", pc->name, e.msg);
             continue;

@@ -16,9 +16,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -31,6 +31,37 @@ static atomic_int own_fd = -1;
 static atomic_ullong own_dev, own_ino;
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
+static atomic_int log_json;    /* host.log_format: json */
+static atomic_int log_journal; /* stderr is the journal: <N> prefixes */
+
+void th_log_set_format(int json)
+{
+    atomic_store(&log_json, json != 0);
+}
+
+void th_log_set_journal(int on)
+{
+    atomic_store(&log_journal, on != 0);
+}
+
+bool th_log_is_journal(int fd)
+{
+    /* sd-daemon(3): JOURNAL_STREAM is "DEV:INO" of the stream the service
+     * manager connected stdout/stderr to; it counts only when that is
+     * still the file at fd (not when the output was redirected). */
+    const char *e = getenv("JOURNAL_STREAM");
+    if (!e || !*e)
+        return false;
+    char *end;
+    unsigned long long dev = strtoull(e, &end, 10), ino;
+    if (*end != ':')
+        return false;
+    ino = strtoull(end + 1, &end, 10);
+    struct stat st;
+    return !*end && fstat(fd, &st) == 0 &&
+           (unsigned long long)st.st_dev == dev &&
+           (unsigned long long)st.st_ino == ino;
+}
 
 void th_log_set_level(int level)
 {
@@ -67,6 +98,7 @@ int th_log_own_stderr(void)
     atomic_store(&own_ino, (unsigned long long)st.st_ino);
     int old = atomic_exchange(&own_fd, fd);
     atomic_store(&log_fd, fd);
+    atomic_store(&log_journal, th_log_is_journal(fd));
     if (old >= 0)
         close(old);
     return fd;
@@ -96,30 +128,7 @@ const char *th_log_level_name(int level)
     return level >= 0 && level < 4 ? level_names[level] : "info";
 }
 
-void th_log(int level, const char *fmt, ...)
-{
-    int fd = atomic_load(&log_fd);
-    if (level > atomic_load(&log_level) || fd < 0)
-        return;
-    char line[2048];
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    struct tm tm;
-    gmtime_r(&tv.tv_sec, &tm);
-    size_t n = strftime(line, sizeof line, "%Y-%m-%dT%H:%M:%S", &tm);
-    n += (size_t)snprintf(line + n, sizeof line - n, ".%03ldZ %-5s ",
-                          (long)(tv.tv_usec / 1000), th_log_level_name(level));
-    va_list ap;
-    va_start(ap, fmt);
-    int m = vsnprintf(line + n, sizeof line - n - 1, fmt, ap);
-    va_end(ap);
-    if (m < 0)
-        return;
-    n += (size_t)m < sizeof line - n - 1 ? (size_t)m : sizeof line - n - 2;
-    line[n++] = '\n';
-    if (fd_ok(fd))
-        (void)!write(fd, line, n);
-}
+/* ---- one line, text or JSON (async-signal-safe from here on) ------------ */
 
 /* Writes v as `w` decimal digits at p. */
 static void put_num(char *p, int64_t v, int w)
@@ -130,11 +139,9 @@ static void put_num(char *p, int64_t v, int w)
     }
 }
 
-void th_log_raw(int level, const char *msg)
+/* "2026-11-25T21:30:00.123Z" (24 bytes) at p: no locks, no locale. */
+static void put_time(char *p)
 {
-    int fd = atomic_load(&log_fd);
-    if (level > atomic_load(&log_level) || fd < 0 || !fd_ok(fd))
-        return;
     int64_t wall = th_wall_ns();
     struct timespec ts = {.tv_sec = (time_t)(wall / 1000000000),
                           .tv_nsec = (long)(wall % 1000000000)};
@@ -146,26 +153,244 @@ void th_log_raw(int level, const char *msg)
     int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
     int64_t mp = (5 * doy + 2) / 153, d = doy - (153 * mp + 2) / 5 + 1;
     int64_t mo = mp < 10 ? mp + 3 : mp - 9, y = yoe + era * 400 + (mo <= 2);
-    char line[512] = "0000-00-00T00:00:00.000Z ";
-    put_num(line, y, 4);
-    put_num(line + 5, mo, 2);
-    put_num(line + 8, d, 2);
-    put_num(line + 11, sod / 3600, 2);
-    put_num(line + 14, sod / 60 % 60, 2);
-    put_num(line + 17, sod % 60, 2);
-    put_num(line + 20, ts.tv_nsec / 1000000, 3);
-    size_t n = 25;
-    const char *lv = th_log_level_name(level);
-    size_t l = strlen(lv);
-    memcpy(line + n, lv, l);
-    n += l;
-    while (n < 31)
-        line[n++] = ' ';
-    l = strlen(msg);
-    if (l > sizeof line - n - 1)
-        l = sizeof line - n - 1;
-    memcpy(line + n, msg, l);
-    n += l;
-    line[n++] = '\n';
-    (void)!write(fd, line, n);
+    memcpy(p, "0000-00-00T00:00:00.000Z", 24);
+    put_num(p, y, 4);
+    put_num(p + 5, mo, 2);
+    put_num(p + 8, d, 2);
+    put_num(p + 11, sod / 3600, 2);
+    put_num(p + 14, sod / 60 % 60, 2);
+    put_num(p + 17, sod % 60, 2);
+    put_num(p + 20, ts.tv_nsec / 1000000, 3);
+}
+
+typedef struct lbuf {
+    char *p;
+    size_t n, cap; /* cap keeps room for the closing bytes */
+    bool full;
+} lbuf;
+
+static void lb_raw(lbuf *b, const char *s, size_t len)
+{
+    if (b->full || len > b->cap - b->n) {
+        b->full = true;
+        return;
+    }
+    memcpy(b->p + b->n, s, len);
+    b->n += len;
+}
+
+static void lb_str(lbuf *b, const char *s)
+{
+    lb_raw(b, s, strlen(s));
+}
+
+/* s as the inside of a JSON string; stops (the string cut short but
+ * well-formed) where less than 16 bytes would be left for what closes the
+ * line. */
+static void lb_json(lbuf *b, const char *s, size_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < len && b->n + 6 + 16 <= b->cap; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        char e[6];
+        size_t k = 0;
+        if (ch == '"' || ch == '\\') {
+            e[k++] = '\\';
+            e[k++] = (char)ch;
+        } else if (ch == '\n') {
+            e[k++] = '\\';
+            e[k++] = 'n';
+        } else if (ch == '\t') {
+            e[k++] = '\\';
+            e[k++] = 't';
+        } else if (ch < 0x20 || ch == 0x7f) {
+            memcpy(e, "\\u00", 4);
+            e[4] = hex[ch >> 4];
+            e[5] = hex[ch & 15];
+            k = 6;
+        } else {
+            e[k++] = (char)ch;
+        }
+        lb_raw(b, e, k);
+    }
+}
+
+static bool key_char(char ch, bool first)
+{
+    return (ch >= 'a' && ch <= 'z') || ch == '_' ||
+           (!first && ch >= '0' && ch <= '9');
+}
+
+/* The word at s[0..n): "key=value" with a key of [a-z_][a-z0-9_]*; the
+ * key's length in *kl, or 0. */
+static size_t kv_key(const char *s, size_t n)
+{
+    size_t k = 0;
+    while (k < n && key_char(s[k], k == 0))
+        k++;
+    return k > 0 && k + 1 < n && s[k] == '=' ? k : 0;
+}
+
+static bool is_int(const char *s, size_t n)
+{
+    size_t i = s[0] == '-';
+    if (n <= i || n - i > 18 || (s[i] == '0' && n - i > 1))
+        return false;
+    for (; i < n; i++)
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+    return true;
+}
+
+/* Fields of the JSON format that a message's key=value words may not
+ * take. */
+static bool reserved(const char *k, size_t n)
+{
+    static const char *const names[] = {"time", "level", "event", "msg"};
+    for (size_t i = 0; i < 4; i++)
+        if (strlen(names[i]) == n && memcmp(names[i], k, n) == 0)
+            return true;
+    return false;
+}
+
+/* {"time":..., "level":..., "event":..., KEY: VALUE..., "msg": ...}: the
+ * message's key=value words become keys (integers as numbers; the first
+ * of a repeated key wins), its first other word the event ("call" for the
+ * line that ends a call, which has dur=). */
+static void json_line(lbuf *b, int level, const char *msg, size_t len)
+{
+    char t[24];
+    put_time(t);
+    lb_str(b, "{\"time\":\"");
+    lb_raw(b, t, sizeof t);
+    lb_str(b, "\",\"level\":\"");
+    lb_str(b, th_log_level_name(level));
+    /* the event: the first word that is not key=value */
+    const char *ev = NULL;
+    size_t evn = 0;
+    bool call_end = false;
+    for (size_t i = 0; i < len;) {
+        while (i < len && msg[i] == ' ')
+            i++;
+        size_t j = i;
+        while (j < len && msg[j] != ' ')
+            j++;
+        size_t k = kv_key(msg + i, j - i);
+        if (k == 3 && memcmp(msg + i, "dur", 3) == 0)
+            call_end = true;
+        if (!k && !ev && j > i) {
+            ev = msg + i;
+            evn = j - i;
+            while (evn && (ev[evn - 1] == ':' || ev[evn - 1] == ','))
+                evn--;
+        }
+        i = j;
+    }
+    lb_str(b, "\",\"event\":\"");
+    if (evn > 64)
+        evn = 64;
+    if (call_end)
+        lb_str(b, "call");
+    else
+        lb_json(b, ev ? ev : "", ev ? evn : 0);
+    lb_str(b, "\"");
+    /* key=value words, each key once */
+    const char *seen[32];
+    size_t seen_n[32], n_seen = 0;
+    for (size_t i = 0; i < len;) {
+        while (i < len && msg[i] == ' ')
+            i++;
+        size_t j = i;
+        while (j < len && msg[j] != ' ')
+            j++;
+        const char *w = msg + i;
+        size_t wn = j - i, k = kv_key(w, wn);
+        i = j;
+        if (!k || reserved(w, k))
+            continue;
+        bool dup = false;
+        for (size_t x = 0; x < n_seen && !dup; x++)
+            dup = seen_n[x] == k && memcmp(seen[x], w, k) == 0;
+        if (dup || n_seen == 32)
+            continue;
+        if (b->cap - b->n < 16 + 8 + k + 6 * (wn - k)) /* keep room */
+            break;
+        seen[n_seen] = w;
+        seen_n[n_seen++] = k;
+        const char *v = w + k + 1;
+        size_t vn = wn - k - 1;
+        while (vn > 1 && (v[vn - 1] == ',' || v[vn - 1] == ';' ||
+                          v[vn - 1] == ':'))
+            vn--;
+        lb_str(b, ",\"");
+        lb_raw(b, w, k);
+        lb_str(b, "\":");
+        if (is_int(v, vn)) {
+            lb_raw(b, v, vn);
+        } else {
+            lb_str(b, "\"");
+            lb_json(b, v, vn);
+            lb_str(b, "\"");
+        }
+    }
+    if (b->cap - b->n >= 16 + 10) {
+        lb_str(b, ",\"msg\":\"");
+        lb_json(b, msg, len);
+        lb_str(b, "\"");
+    }
+    lb_str(b, "}");
+}
+
+/* One line to the log's descriptor with one write(2). */
+static void emit(int level, const char *msg, size_t len)
+{
+    int fd = atomic_load(&log_fd);
+    if (level > atomic_load(&log_level) || fd < 0 || !fd_ok(fd))
+        return;
+    char line[16384];
+    lbuf b = {.p = line, .cap = sizeof line - 1}; /* 1: the newline */
+    if (atomic_load(&log_journal)) {
+        /* sd-daemon(3): "<N>" is the syslog priority (3 err, 4 warning,
+         * 6 info, 7 debug); the journal stamps the time itself. */
+        static const char pri[] = {'3', '4', '6', '7'};
+        char p[3] = {'<', pri[level >= 0 && level < 4 ? level : 2], '>'};
+        lb_raw(&b, p, 3);
+    }
+    if (atomic_load(&log_json)) {
+        json_line(&b, level, msg, len);
+    } else {
+        if (!atomic_load(&log_journal)) {
+            char t[25];
+            put_time(t);
+            t[24] = ' ';
+            lb_raw(&b, t, sizeof t);
+        }
+        const char *lv = th_log_level_name(level);
+        size_t l = strlen(lv);
+        lb_raw(&b, lv, l);
+        lb_raw(&b, "      ", 6 - l); /* "info  ", "error " */
+        lb_raw(&b, msg, len < b.cap - b.n ? len : b.cap - b.n);
+    }
+    line[b.n++] = '\n';
+    (void)!write(fd, line, b.n);
+}
+
+void th_log(int level, const char *fmt, ...)
+{
+    if (level > atomic_load(&log_level) || atomic_load(&log_fd) < 0)
+        return;
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    int m = vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (m < 0)
+        return;
+    emit(level, msg, (size_t)m < sizeof msg ? (size_t)m : sizeof msg - 1);
+}
+
+void th_log_raw(int level, const char *msg)
+{
+    size_t n = strlen(msg);
+    emit(level, msg, n < 480 ? n : 480);
 }

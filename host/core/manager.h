@@ -498,4 +498,8 @@ void th_mcall_never_run(th_mcall *c, int code, const char *msg);
  * call unless it is already answered.  Owner thread. */
 void th_mcall_exec_end(th_mcall *c, int status, bool ran);
 
+/* The toolset ACL of session.c (allow_users/allow_groups, both empty:
+ * everyone), for the admin list (admin.c). */
+bool th_acl_allows(const th_toolset_cfg *ts, const th_principal *who);
+
 #endif

@@ -663,6 +663,7 @@ static int do_reload(th_reloader *r, th_reload_result *res)
         rc = prepare(r, nc, pc, gen, &s->np, &s->ng, &incomplete, &e);
         if (rc == 0)
             continue;
+        th_plugin_load_error(nc, pc, &e);
         if (incomplete) {
             res->incomplete = true;
             th_error_set(&res->err, rc, "%s (the file looks half-written; "

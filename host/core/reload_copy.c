@@ -68,24 +68,161 @@ static int rm_tree_files(const char *dir)
     return rmdir(dir);
 }
 
-/* Removes run-PID-* folders of processes that are gone (a crashed host). */
-static void sweep_stale(const char *state_dir)
+/* ---- the owner marker: which host a folder belongs to -------------------------- */
+
+#define MARKER ".toolhost-owner"
+#define MARKER_MAGIC "toolhost private plugin copies v1"
+
+/* The start time of process `pid` (field 22 of /proc/PID/stat, clock ticks
+ * since boot), or 0 when unknown. */
+static unsigned long long proc_start(long pid)
 {
-    DIR *d = opendir(state_dir);
+    char p[64], buf[1024];
+    snprintf(p, sizeof p, "/proc/%ld/stat", pid);
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    char *q = strrchr(buf, ')'); /* the name may hold spaces */
+    if (!q)
+        return 0;
+    unsigned long long v = 0;
+    /* after ')': state is field 3; starttime is field 22 */
+    int field = 2;
+    for (q++; *q && field < 22; q++)
+        if (*q == ' ')
+            field++;
+    if (field == 22)
+        v = strtoull(q, NULL, 10);
+    return v;
+}
+
+/* The pid namespace of this process ("pid:[4026531836]"): a pid means
+ * something only inside its namespace (a container sharing /tmp). */
+static void pid_ns(char *out, size_t n)
+{
+    ssize_t r = readlink("/proc/self/ns/pid", out, n - 1);
+    out[r > 0 ? r : 0] = '\0';
+    for (char *p = out; *p; p++)
+        if (*p == ' ' || *p == '\n')
+            *p = '_';
+}
+
+static void boot_id(char *out, size_t n)
+{
+    out[0] = '\0';
+    int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    ssize_t r = read(fd, out, n - 1);
+    close(fd);
+    out[r > 0 ? r : 0] = '\0';
+    out[strcspn(out, "\n")] = '\0';
+}
+
+/* Writes DIR/.toolhost-owner: who made the folder (pid, its start time,
+ * the boot), so that a later host can prove the folder is a copy folder
+ * whose owner is gone.  Best effort: without it the folder is never swept. */
+static void marker_write(const char *dir)
+{
+    char p[PATH_MAX], text[512], boot[64], ns[128];
+    if (snprintf(p, sizeof p, "%s/" MARKER, dir) >= (int)sizeof p)
+        return;
+    boot_id(boot, sizeof boot);
+    pid_ns(ns, sizeof ns);
+    int n = snprintf(text, sizeof text,
+                     MARKER_MAGIC "\npid %ld\nstart %llu\nboot %s\npidns %s\n",
+                     (long)getpid(), proc_start((long)getpid()), boot, ns);
+    if (n < 0 || (size_t)n >= sizeof text)
+        return;
+    int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return;
+    if (write(fd, text, (size_t)n) != n)
+        (void)unlink(p);
+    close(fd);
+}
+
+/* Whether `path` is a copy folder of a host that is gone: a real folder
+ * (not a link) of our uid, mode 0700, with a marker file of ours whose
+ * owner process no longer runs (no such pid, the pid reused by a process
+ * that started at another time, or the machine rebooted since). */
+static bool stale_by_marker(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+        (st.st_mode & 07777) != 0700)
+        return false;
+    char p[PATH_MAX], buf[256];
+    if (snprintf(p, sizeof p, "%s/" MARKER, path) >= (int)sizeof p)
+        return false;
+    int fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0)
+        return false;
+    ssize_t n = -1;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid())
+        n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    long pid = 0;
+    unsigned long long start = 0;
+    char boot[64] = "", now_boot[64], ns[128] = "", now_ns[128];
+    if (sscanf(buf, MARKER_MAGIC "\npid %ld\nstart %llu\nboot %63s\npidns %127s",
+               &pid, &start, boot, ns) < 2 ||
+        pid <= 0)
+        return false;
+    if (pid == (long)getpid())
+        return false;
+    boot_id(now_boot, sizeof now_boot);
+    if (boot[0] && now_boot[0] && strcmp(boot, now_boot) != 0)
+        return true; /* made before the last boot */
+    pid_ns(now_ns, sizeof now_ns);
+    if (!ns[0] || !now_ns[0] || strcmp(ns, now_ns) != 0)
+        return false; /* its pid is not ours to look up: keep */
+    if (kill((pid_t)pid, 0) != 0)
+        return errno == ESRCH;
+    /* alive: the owner only if it started when the marker says */
+    unsigned long long now = proc_start(pid);
+    return start && now && now != start;
+}
+
+/* Removes copy folders of hosts that are gone (a crashed host) in `parent`:
+ * run-PID-* folders of the state_dir whose pid is gone, and toolhost-* /
+ * run-* folders that prove it with their marker (stale_by_marker). */
+static void sweep_stale(const char *parent, bool state_dir)
+{
+    DIR *d = opendir(parent);
     if (!d)
         return;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         long pid;
         char rest[64];
-        if (sscanf(e->d_name, "run-%ld-%63s", &pid, rest) != 2 || pid <= 0 ||
-            pid == (long)getpid())
-            continue;
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+        bool run = sscanf(e->d_name, "run-%ld-%63s", &pid, rest) == 2 && pid > 0;
+        if (!run && strncmp(e->d_name, "toolhost-", 9) != 0)
             continue;
         char p[PATH_MAX];
-        if (snprintf(p, sizeof p, "%s/%s", state_dir, e->d_name) >= (int)sizeof p)
+        if (snprintf(p, sizeof p, "%s/%s", parent, e->d_name) >= (int)sizeof p)
             continue;
+        if (!stale_by_marker(p)) {
+            /* Older hosts wrote no marker: in the state_dir, a run-PID
+             * folder whose pid is gone is one of theirs. */
+            if (!state_dir || !run || pid == (long)getpid())
+                continue;
+            if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+                continue;
+            char m[PATH_MAX];
+            struct stat st;
+            if (snprintf(m, sizeof m, "%s/" MARKER, p) < (int)sizeof m &&
+                lstat(m, &st) == 0)
+                continue; /* a marker that does not prove it: keep */
+        }
         if (rm_tree_files(p) == 0)
             th_log_info("reload: removed the copies of a host that is gone: %s", p);
     }
@@ -121,7 +258,7 @@ int th_copydir_open(const char *state_dir, th_copydir **out, th_error *err)
                                 state_dir, (unsigned long)geteuid(),
                                 (unsigned)(st.st_mode & 07777), state_dir);
         }
-        sweep_stale(state_dir);
+        sweep_stale(state_dir, true);
         if (snprintf(tmpl, sizeof tmpl, "%s/run-%ld-XXXXXX", state_dir,
                      (long)getpid()) >= (int)sizeof tmpl) {
             free(d);
@@ -136,6 +273,7 @@ int th_copydir_open(const char *state_dir, th_copydir **out, th_error *err)
             free(d);
             return th_error_set(err, TH_EIO, "TMPDIR %s: path too long", t);
         }
+        sweep_stale(t, false);
     }
     if (!mkdtemp(tmpl)) { /* mode 0700 */
         free(d);
@@ -150,6 +288,7 @@ int th_copydir_open(const char *state_dir, th_copydir **out, th_error *err)
         free(d);
         return th_error_set(err, TH_ENOMEM, "out of memory");
     }
+    marker_write(d->path);
     atomic_init(&d->seq, 0);
     *out = d;
     return 0;

@@ -65,13 +65,29 @@ static int check_config(void *ud, const th_config *nc, th_error *err)
     th_host *h = ud;
     const th_config *oc = h->cfg; /* only the reload thread writes it */
     bool same = nc->n_toolsets == oc->n_toolsets;
-    for (size_t i = 0; same && i < nc->n_toolsets; i++)
-        same = strcmp(nc->toolsets[i].name, oc->toolsets[i].name) == 0;
+    size_t i = 0; /* the first toolset that differs */
+    for (; i < nc->n_toolsets && i < oc->n_toolsets; i++)
+        if (strcmp(nc->toolsets[i].name, oc->toolsets[i].name) != 0)
+            break;
+    same = same && i == nc->n_toolsets;
+    if (!same && i < nc->n_toolsets) /* at the entry that is new here */
+        return th_error_set(err, TH_ECONFIG,
+                            "%s:%d:%d: toolset '%s' was %s by a reload; "
+                            "adding, removing, renaming or reordering "
+                            "toolsets needs a restart of the host (changes "
+                            "inside a toolset reload)",
+                            nc->path, nc->toolsets[i].line,
+                            nc->toolsets[i].col, nc->toolsets[i].name,
+                            th_config_toolset(oc, nc->toolsets[i].name)
+                                ? "moved"
+                                : "added (or renamed)");
     if (!same)
         return th_error_set(err, TH_ECONFIG,
-                            "%s: toolsets were added, removed, renamed or "
-                            "reordered; that needs a restart of the host "
-                            "(changes inside a toolset reload)", nc->path);
+                            "%s: toolset '%s' was removed by a reload; "
+                            "adding, removing, renaming or reordering "
+                            "toolsets needs a restart of the host (changes "
+                            "inside a toolset reload)",
+                            nc->path, oc->toolsets[i].name);
     const th_host_cfg *a = &oc->host, *b = &nc->host;
     if (a->workers != b->workers || a->async_workers != b->async_workers ||
         a->queue_size != b->queue_size)

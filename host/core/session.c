@@ -337,3 +337,8 @@ uint64_t th_call_origin(th_session *s, uint64_t call_id)
     pthread_mutex_unlock(&s->mu);
     return root;
 }
+
+bool th_acl_allows(const th_toolset_cfg *ts, const th_principal *who)
+{
+    return acl_allows(ts, who);
+}

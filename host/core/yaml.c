@@ -207,6 +207,38 @@ static void offset_mark(const yparse *p, size_t off, int *line, int *col)
     }
 }
 
+/* The first tab in the indentation of a line (before its first other
+ * character) on a line up to `upto`: libyaml's message for one ("found
+ * character that cannot start any token", often lines later) hides it. */
+static bool indent_tab(const yparse *p, int upto, int *line, int *col)
+{
+    int l = 1, c = 1, tab = 0; /* tab: the column of one in the indent */
+    bool lead = true;
+    for (size_t i = 0; i < p->len && l <= upto; i++) {
+        unsigned char ch = (unsigned char)p->text[i];
+        if (ch == '\n' || ch == '\r') {
+            l += ch == '\n';
+            c = 1;
+            tab = 0;
+            lead = true;
+            continue;
+        }
+        if (lead && ch == '\t' && !tab)
+            tab = c;
+        if (lead && ch != ' ' && ch != '\t') {
+            lead = false;
+            if (tab) { /* the line has more than blanks */
+                *line = l;
+                *col = tab;
+                return true;
+            }
+        }
+        if ((ch & 0xc0) != 0x80)
+            c++;
+    }
+    return false;
+}
+
 static int ynext(yparse *p, yaml_event_t *ev)
 {
     if (yaml_parser_parse(&p->parser, ev))
@@ -227,6 +259,17 @@ static int ynext(yparse *p, yaml_event_t *ev)
                     problem);
     }
     yaml_mark_t m = ps->problem_mark;
+    int tl, tc;
+    if (strstr(problem, "tab character")) { /* "found a tab character
+                                                  that violates indentation" */
+        tl = (int)m.line + 1;
+        tc = (int)m.column + 1;
+    }
+    if (strstr(problem, "tab character") ||
+        indent_tab(p, (int)m.line + 1, &tl, &tc))
+        return yerr(p->err, p->name, tl, tc,
+                    "tab characters are not allowed for indentation in YAML "
+                    "(indent with spaces)");
     if (ps->context)
         return yerr(p->err, p->name, (int)m.line + 1, (int)m.column + 1,
                     "YAML syntax error: %s %s (line %d, column %d)", problem,

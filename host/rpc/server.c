@@ -516,12 +516,10 @@ static void check_budget(th_rpc_server *srv)
 }
 
 /* Whether the peer may administer the host (host.reload, the whole
- * host.stats): for now the uid the host runs as, and root.  The one place
- * to change when admins become configurable. */
-static bool is_admin(const th_principal *peer)
+ * host.stats): the core decides (th_host_is_admin, admin: in the config). */
+static bool is_admin(const rpc_conn *c)
 {
-    return peer->trusted || peer->uid == 0 ||
-           peer->uid == (uint32_t)geteuid();
+    return th_host_is_admin(c->srv->host, &c->who);
 }
 
 /* ---- Packing helpers ----------------------------------------------------- */
@@ -1040,7 +1038,7 @@ static void m_stats(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
         inflight += k->inflight;
     /* Not an admin: the tools of the caller's own toolsets, no reload
      * section (it names plugin files and private copies). */
-    bool admin = is_admin(&c->who);
+    bool admin = is_admin(c);
     stats_ctx sc = {.pk = &tpk, .tools = &tools};
     int e = 0;
     if (!admin) {
@@ -1531,14 +1529,15 @@ static void m_reload(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
 {
     (void)params;
     th_rpc_server *srv = c->srv;
-    if (!is_admin(&c->who)) {
+    if (!is_admin(c)) {
+        char rule[512];
+        th_host_admin_rule(srv->host, rule, sizeof rule);
         conn_log(c, TOOLHOST_LOG_WARN,
                  "session=%llu uid=%u host.reload refused: not an admin",
                  (unsigned long long)c->id, (unsigned)c->who.uid);
         send_error(c, msgid, TH_EPERM,
-                   "host.reload is for the host's administrators: uid %u is "
-                   "neither root nor the uid the host runs as (%u)",
-                   (unsigned)c->who.uid, (unsigned)geteuid());
+                   "host.reload needs an admin (%s); uid %u is not one",
+                   rule, (unsigned)c->who.uid);
         return;
     }
     if (!srv->reload) {

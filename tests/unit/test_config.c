@@ -124,9 +124,16 @@ static void test_syntax_errors(void)
                "plugins, toolsets; got 'just text'");
     /* a tab for indentation */
     EXPECT_ERR("host:\n\tworkers: 2\n",
-               "t.yaml:2:1: YAML syntax error: found character that cannot "
-               "start any token while scanning for the next token (line 2, "
-               "column 1)");
+               "t.yaml:2:1: tab characters are not allowed for indentation "
+               "in YAML (indent with spaces)");
+    /* after spaces, and found although libyaml fails lines later */
+    EXPECT_ERR("plugins:\n  - name: a\n  \tpath: x\n",
+               "t.yaml:3:3: tab characters are not allowed for indentation "
+               "in YAML (indent with spaces)");
+    /* libyaml's own words for a tab name it too: said the same way */
+    EXPECT_ERR("host:\n  workers: 2\n\t\n  queue_size: [\n",
+               "t.yaml:3:1: tab characters are not allowed for indentation "
+               "in YAML (indent with spaces)");
     /* bad bytes: libyaml gives an offset, turned into line:col */
     EXPECT_ERR("host:\n  workers: \xff\n",
                "t.yaml:2:12: YAML syntax error: invalid leading UTF-8 octet "
@@ -347,7 +354,7 @@ static void test_unknown_keys(void)
                "'toolsets'?)");
     EXPECT_ERR("host: {}\nbananas: 3\n",
                "t.yaml:2:1: unknown key 'bananas' in the config (known keys: "
-               "host, limits, plugins, toolsets, mcp, mocks)");
+               "host, limits, plugins, toolsets, mcp, mocks, admin)");
     EXPECT_ERR("plugins:\n  - name: a\n    path: a.so\n    optinal: true\n",
                "t.yaml:4:5: unknown key 'optinal' in plugin (did you mean "
                "'optional'?)");
@@ -385,7 +392,7 @@ static void test_unknown_keys(void)
                "spill_max_age, max_connections, max_connections_per_uid, "
                "idle_timeout, frame_timeout, max_buffered, "
                "max_protocol_errors, max_conn_log_lines, lost_worker_grace, "
-               "max_lost_workers, task_keep)");
+               "max_lost_workers, task_keep, log_format, allow_unknown_users)");
 }
 
 static void test_wrong_types(void)
@@ -616,7 +623,9 @@ static void test_toolsets(void)
         "    run_code: {enabled: true, timeout: 2s, memory: 8MiB, max_calls: "
         "5, output_limit: 1KiB}\n"
         "  - name: second\n"
-        "    tools: '*'\n");
+        "    tools: '*'\n"
+        "host:\n" /* alice and wheel need not exist here */
+        "  allow_unknown_users: true\n");
     CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
     CU_ASSERT_EQUAL_FATAL(cfg->n_toolsets, 2);
     const th_toolset_cfg *ts = &cfg->toolsets[0];
@@ -1899,6 +1908,145 @@ static void test_empty_expansion(void)
     unsetenv("TH_CFG_TEST_A");
 }
 
+/* ---- ops: admin, user names, log format, empty files, load errors ------- */
+
+static void test_admin_section(void)
+{
+    th_config *cfg = parse("host: {}\n");
+    CU_ASSERT_FATAL(cfg != NULL);
+    CU_ASSERT_FALSE(cfg->admin.present); /* the host's uid, and root */
+    CU_ASSERT_EQUAL(cfg->host.log_format, TH_LOG_FORMAT_TEXT);
+    th_config_free(cfg);
+    cfg = parse("admin:\n  users: [root, \"4242\"]\n  groups: root\n"
+                "host: {log_format: json}\n");
+    CU_ASSERT_FATAL(cfg != NULL);
+    CU_ASSERT(cfg->admin.present);
+    CU_ASSERT_EQUAL(cfg->admin.line, 1);
+    CU_ASSERT_EQUAL(cfg->admin.col, 1);
+    CU_ASSERT_EQUAL_FATAL(cfg->admin.n_users, 2);
+    CU_ASSERT_STRING_EQUAL(cfg->admin.users[0], "root");
+    CU_ASSERT_STRING_EQUAL(cfg->admin.users[1], "4242"); /* uids as they are */
+    CU_ASSERT_EQUAL_FATAL(cfg->admin.n_groups, 1);
+    CU_ASSERT_STRING_EQUAL(cfg->admin.groups[0], "root");
+    CU_ASSERT_EQUAL(cfg->host.log_format, TH_LOG_FORMAT_JSON);
+    th_config_free(cfg);
+    cfg = parse("admin:\n"); /* present, empty: root only */
+    CU_ASSERT_FATAL(cfg != NULL);
+    CU_ASSERT(cfg->admin.present);
+    CU_ASSERT_EQUAL(cfg->admin.n_users + cfg->admin.n_groups, 0);
+    th_config_free(cfg);
+    EXPECT_ERR("admin:\n  user: [root]\n",
+               "t.yaml:2:3: unknown key 'user' in admin (did you mean "
+               "'users'?)");
+    EXPECT_ERR("host: {log_format: xml}\n",
+               "t.yaml:1:20: invalid value 'xml' for 'log_format' (allowed: "
+               "text, json)");
+}
+
+static void test_unknown_user_names(void)
+{
+    EXPECT_ERR("toolsets:\n  - name: a\n    tools: ['*']\n"
+               "    allow_users: [root, no-such-user-x1]\n",
+               "t.yaml:4:25: no user named 'no-such-user-x1' on this "
+               "system (a name that does not exist never matches; an "
+               "mcp.tokens entry may declare a user; set "
+               "host.allow_unknown_users: true when the config is written "
+               "before its users exist)");
+    EXPECT_ERR("toolsets:\n  - name: a\n    tools: ['*']\n"
+               "    allow_groups: no-such-group-x1\n",
+               "t.yaml:4:19: no group named 'no-such-group-x1' on this "
+               "system (a name that does not exist never matches; set "
+               "host.allow_unknown_users: true when the config is written "
+               "before its users exist)");
+    EXPECT_ERR("admin:\n  users: [\"1000\", no-such-user-x1]\n",
+               "t.yaml:2:19: no user named 'no-such-user-x1' on this "
+               "system (a name that does not exist never matches; an "
+               "mcp.tokens entry may declare a user; set "
+               "host.allow_unknown_users: true when the config is written "
+               "before its users exist)");
+    EXPECT_ERR("admin:\n  groups: [no-such-group-x1]\n",
+               "t.yaml:2:12: no group named 'no-such-group-x1' on this "
+               "system (a name that does not exist never matches; set "
+               "host.allow_unknown_users: true when the config is written "
+               "before its users exist)");
+    /* numeric ids need not exist; the escape takes any name */
+    th_config *cfg = parse("toolsets:\n  - name: a\n    tools: ['*']\n"
+                           "    allow_users: [\"123456\", root]\n"
+                           "    allow_groups: [\"654321\"]\n");
+    th_config_free(cfg);
+    cfg = parse("host: {allow_unknown_users: true}\n"
+                "admin: {users: [no-such-user-x1], groups: [no-such-g]}\n"
+                "toolsets:\n  - name: a\n    tools: ['*']\n"
+                "    allow_users: [no-such-user-x1]\n");
+    CU_ASSERT(cfg && cfg->host.allow_unknown_users);
+    th_config_free(cfg);
+    /* a user declared by an MCP token exists for the host */
+    cfg = parse("toolsets:\n  - name: a\n    tools: ['*']\n"
+                "    allow_users: [token-user-x1]\n"
+                "mcp:\n  tokens:\n    - user: token-user-x1\n"
+                "      sha256: 036bcbb34b18909a92d95613fbb38defaedfa7900a3c5584f6229e94d80fdc49\n");
+    CU_ASSERT_PTR_NOT_NULL(cfg);
+    th_config_free(cfg);
+}
+
+static void test_empty_file(void)
+{
+    char *dir = th_test_tmpdir();
+    const char *texts[] = {"", "\n\n", "# only a comment\n  # another\n",
+                           "---\n", "~\n"};
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        char *p = th_test_write_file(dir, "e.yaml", texts[i], (size_t)-1);
+        th_config *cfg = (th_config *)1;
+        th_error err;
+        CU_ASSERT_EQUAL(th_config_load(p, &cfg, &err), TH_ECONFIG);
+        CU_ASSERT_PTR_NULL(cfg);
+        char want[4300];
+        snprintf(want, sizeof want,
+                 "%s:1:1: the config is empty (no keys, only blank lines or "
+                 "comments); write at least a 'plugins:' list, or '{}' for "
+                 "the defaults",
+                 p);
+        CU_ASSERT_STRING_EQUAL(err.msg, want);
+        free(p);
+    }
+    /* '{}' asks for the defaults */
+    char *p = th_test_write_file(dir, "d.yaml", "{}\n", (size_t)-1);
+    th_config *cfg = NULL;
+    th_error err;
+    CU_ASSERT_EQUAL(th_config_load(p, &cfg, &err), 0);
+    th_config_free(cfg);
+    free(p);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+static void test_plugin_load_error(void)
+{
+    th_config *cfg = parse("plugins:\n  - name: a\n    path: ./x/a.so\n"
+                           "  - name: b\n    path: /abs/b.so\n");
+    CU_ASSERT_FATAL(cfg != NULL);
+    th_error e;
+    /* the resolved path becomes the path as written */
+    th_error_set(&e, TH_ELOAD, "/cfg/x/a.so: cannot open: No such file");
+    th_plugin_load_error(cfg, &cfg->plugins[0], &e);
+    CU_ASSERT_STRING_EQUAL(e.msg, "t.yaml:2:5: plugin 'a' (path ./x/a.so): "
+                                  "cannot open: No such file");
+    CU_ASSERT_EQUAL(e.code, TH_ELOAD);
+    /* a private copy's path too */
+    th_error_set(&e, TH_ELOAD,
+                 "not a shared object: /tmp/toolhost-Ab12/b-g3-17.so: file "
+                 "too short");
+    th_plugin_load_error(cfg, &cfg->plugins[1], &e);
+    CU_ASSERT_STRING_EQUAL(e.msg, "t.yaml:4:5: plugin 'b' (path /abs/b.so): "
+                                  "not a shared object: /abs/b.so: file too "
+                                  "short");
+    /* already at a place in the config: unchanged */
+    th_error_set(&e, TH_ECONFIG, "t.yaml:3:9: in the config of plugin 'a': x");
+    th_plugin_load_error(cfg, &cfg->plugins[0], &e);
+    CU_ASSERT_STRING_EQUAL(e.msg, "t.yaml:3:9: in the config of plugin 'a': x");
+    th_config_free(cfg);
+}
+
 void th_suite_config(void)
 {
     CU_pSuite s = CU_add_suite("config", NULL, NULL);
@@ -1937,4 +2085,8 @@ void th_suite_config(void)
     CU_add_test(s, "load_big_file", test_load_big_file);
     CU_add_test(s, "load_not_a_file", test_load_not_a_file);
     CU_add_test(s, "empty_expansion", test_empty_expansion);
+    CU_add_test(s, "admin_section", test_admin_section);
+    CU_add_test(s, "unknown_user_names", test_unknown_user_names);
+    CU_add_test(s, "empty_file", test_empty_file);
+    CU_add_test(s, "plugin_load_error", test_plugin_load_error);
 }

@@ -195,7 +195,7 @@ static void test_principal_user_and_toolset(void)
 {
     char yaml[1024];
     snprintf(yaml, sizeof yaml,
-             "host:\n  log_level: error\n"
+             "host:\n  log_level: error\n  allow_unknown_users: true\n"
              "plugins:\n  - name: echo\n    path: %s\n"
              "toolsets:\n"
              "  - name: a\n    tools: [\"echo\"]\n"

@@ -82,7 +82,8 @@ static void put_text(const char *dst, const char *text)
 static int count_files(const char *dir)
 {
     char cmd[4200];
-    snprintf(cmd, sizeof cmd, "ls -A '%s' 2>/dev/null | wc -l", dir);
+    /* the copies, not the folder's owner marker (.toolhost-owner) */
+    snprintf(cmd, sizeof cmd, "ls '%s' 2>/dev/null | wc -l", dir);
     FILE *p = popen(cmd, "r");
     int n = -1;
     if (p) {

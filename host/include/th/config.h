@@ -158,6 +158,11 @@ typedef enum th_reload_mode {
     TH_RELOAD_OFF
 } th_reload_mode;
 
+typedef enum th_log_format {
+    TH_LOG_FORMAT_TEXT = 0, /* "2026-...Z info  session=3 tool=echo ..." */
+    TH_LOG_FORMAT_JSON      /* one JSON object a line */
+} th_log_format;
+
 /* Number of semantic types, indexable by toolhost_semantic (1..12). */
 #define TH_SEM_COUNT 13
 
@@ -214,6 +219,9 @@ typedef struct th_host_cfg {
     char **listen_http;        /* the http:// and https:// entries of
                                   listen, as written (docs/mcp.md)       */
     size_t n_listen_http;
+    int log_format;            /* TH_LOG_FORMAT_TEXT (default) or _JSON  */
+    bool allow_unknown_users;  /* allow_users/allow_groups/admin names
+                                  that do not exist yet are not errors   */
     int line, col;             /* where the section starts (0 if absent) */
     uint32_t task_keep;        /* finished tasks kept (both scopes, with
                                   result_ttl); default 256; 0: 256      */
@@ -334,6 +342,18 @@ typedef struct th_mock_cfg {
     int line, col;
 } th_mock_cfg;
 
+/* Who may administer the host (host.reload, the whole host.stats, other
+ * users' tasks): `admin: {users: [...], groups: [...]}`.  Without the
+ * section (present false): the uid the host runs as.  root always is. */
+typedef struct th_admin_cfg {
+    bool present;
+    char **users;          /* names or numeric uids */
+    size_t n_users;
+    char **groups;         /* names or numeric gids */
+    size_t n_groups;
+    int line, col;         /* the `admin:` key */
+} th_admin_cfg;
+
 typedef struct th_config {
     char *path;            /* the file as given */
     char *dir;             /* its folder, absolute */
@@ -349,6 +369,7 @@ typedef struct th_config {
     th_mcp_cfg mcp;        /* the `mcp:` section                          */
     th_ynode *root;        /* the whole document */
     int extra_refs;        /* th_config_ref()s not yet dropped (atomic) */
+    th_admin_cfg admin;
 } th_config;
 
 /* Reads and checks `path`.  On success *out is a new config (free with
@@ -393,6 +414,14 @@ void th_config_unref(th_config *cfg);
 int th_config_plugin_block(const th_config *cfg, const th_plugin_cfg *pc,
                            const struct th_param *params, size_t n_params,
                            struct th_buf *out, th_error *err);
+
+/* Rewrites a plugin-load error (missing file, not a shared object, init
+ * failure, a tool name clash ...) to name the plugin's entry and its path
+ * as the config has it, not the resolved path or the private copy's:
+ * "FILE:LINE:COL: plugin 'NAME' (path ./x.so): REASON".  Messages already
+ * at a place in the config (its config: block) stay as they are. */
+void th_plugin_load_error(const th_config *cfg, const th_plugin_cfg *pc,
+                          th_error *err);
 
 /* The toolset called `name`, or NULL. */
 const th_toolset_cfg *th_config_toolset(const th_config *cfg,

@@ -89,6 +89,7 @@ const th_config *th_host_config(const th_host *h);
 th_config *th_host_config_get(th_host *h);
 th_registry *th_host_registry(th_host *h);
 
+
 /* ---- Sessions ---------------------------------------------------------- */
 
 typedef struct th_principal {
@@ -102,6 +103,16 @@ typedef struct th_principal {
      * Copied by th_session_open(). */
     const char *user;
 } th_principal;
+
+/* Whether `who` may administer the host: host.reload, the whole
+ * host.stats, other users' tasks.  root and the in-process CLI always;
+ * then the config's `admin: {users, groups}`, or without that section the
+ * uid the host runs as.  Any thread. */
+bool th_host_is_admin(th_host *h, const th_principal *who);
+/* Names the rule for a refusal, e.g. "admin.users/admin.groups in
+ * FILE:LINE:COL" or "without an admin: section, the uid the host runs as
+ * (1000) and root"; into buf (size n), returned. */
+const char *th_host_admin_rule(th_host *h, char *buf, size_t n);
 
 /* What a front offers the core; every member may be NULL. */
 typedef struct th_front_ops {

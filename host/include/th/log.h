@@ -8,6 +8,8 @@
 #ifndef TH_LOG_H
 #define TH_LOG_H
 
+#include <stdbool.h>
+
 #include "toolhost/plugin.h" /* TOOLHOST_LOG_* levels */
 
 /* The current level (TOOLHOST_LOG_*); lines above it are dropped. */
@@ -24,6 +26,18 @@ int th_log_own_stderr(void);
 /* One line with a fixed message; async-signal-safe (for signal handlers:
  * no locks, no allocation, no stdio). */
 void th_log_raw(int level, const char *msg);
+/* host.log_format: nonzero writes each line as one JSON object,
+ *   {"time":"...","level":"info","event":"call","session":3,"tool":"echo",
+ *    "call":17,"dur":"0.2ms","msg":"session=3 tool=echo call=17 ..."}
+ * (the message's key=value words as keys, integers as numbers). */
+void th_log_set_format(int json);
+/* Journal mode: each line starts with "<N>", the syslog priority
+ * (sd-daemon(3)), and text lines carry no time (the journal adds it).
+ * th_log_own_stderr() turns it on when stderr is the journal; this sets
+ * it by hand (tests). */
+void th_log_set_journal(int on);
+/* Whether fd is the stream $JOURNAL_STREAM ("DEV:INO") names. */
+bool th_log_is_journal(int fd);
 /* "error", "warn", "info", "debug" -> level, or -1. */
 int th_log_level_from_name(const char *name);
 const char *th_log_level_name(int level);

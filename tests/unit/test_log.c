@@ -1,0 +1,216 @@
+/* test_log.c - the host's log lines (th/log.h): the text form, the JSON
+ * form (host.log_format: json) with a message's key=value words as keys,
+ * and journal mode (JOURNAL_STREAM: "<N>" priorities, no time in text). */
+#include <CUnit/CUnit.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/th_test.h"
+#include "th/log.h"
+
+/* The log into a fresh memory file for one test; fx_text() reads it. */
+static int fx_fd = -1, fx_level;
+
+static void fx_open(void)
+{
+    fx_level = th_log_get_level();
+    fx_fd = memfd_create("test-log", MFD_CLOEXEC);
+    CU_ASSERT_FATAL(fx_fd >= 0);
+    th_log_set_fd(fx_fd);
+    th_log_set_level(TOOLHOST_LOG_DEBUG);
+}
+
+/* What was written since fx_open (malloc()ed), and the log back off. */
+static char *fx_text(void)
+{
+    off_t n = lseek(fx_fd, 0, SEEK_END);
+    char *s = calloc(1, (size_t)n + 1);
+    CU_ASSERT_FATAL(s != NULL);
+    CU_ASSERT_EQUAL(pread(fx_fd, s, (size_t)n, 0), n);
+    return s;
+}
+
+static void fx_close(void)
+{
+    th_log_set_fd(2); /* as the other suites have it */
+    th_log_set_format(0);
+    th_log_set_journal(0);
+    th_log_set_level(fx_level);
+    close(fx_fd);
+    fx_fd = -1;
+}
+
+static void test_text(void)
+{
+    fx_open();
+    th_log_info("session=3 tool=echo call=17 dur=0.2ms ok");
+    th_log_error("boom");
+    th_log_debug("quiet");
+    th_log_set_level(TOOLHOST_LOG_INFO);
+    th_log_debug("dropped");
+    char *s = fx_text();
+    /* "2026-11-25T21:30:00.123Z info  session=3 ..." */
+    CU_ASSERT_EQUAL(strlen(s) > 25 && s[4] == '-' && s[10] == 'T' &&
+                        s[23] == 'Z' && s[24] == ' ', 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(s, "Z info  session=3 tool=echo call=17 "
+                                     "dur=0.2ms ok\n"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(s, "Z error boom\n"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(s, "Z debug quiet\n"));
+    CU_ASSERT_PTR_NULL(strstr(s, "dropped"));
+    free(s);
+    fx_close();
+}
+
+/* Each line of s as a JSON object, in `objs` (at most n); their count. */
+static size_t json_lines(char *s, json_t **objs, size_t n)
+{
+    size_t k = 0;
+    for (char *line = strtok(s, "\n"); line && k < n;
+         line = strtok(NULL, "\n")) {
+        json_error_t e;
+        objs[k] = json_loads(line, 0, &e);
+        if (!objs[k])
+            printf("\n  not JSON (%s): %.200s\n", e.text, line);
+        CU_ASSERT_PTR_NOT_NULL(objs[k]);
+        if (objs[k])
+            k++;
+    }
+    return k;
+}
+
+static void test_json(void)
+{
+    fx_open();
+    th_log_set_format(1);
+    th_log_info("session=3 tool=echo call=17 dur=0.2ms result ok");
+    th_log_warn("session=4 connect uid=1000 gid=1000");
+    th_log_info("reload: plugin \"a\\b\" moved\tby x=1 x=2 time=now");
+    th_log_raw(TOOLHOST_LOG_INFO, "shutdown: SIGTERM");
+    char *s = fx_text();
+    json_t *o[8];
+    size_t n = json_lines(s, o, 8);
+    CU_ASSERT_EQUAL_FATAL(n, 4);
+    /* the call line: event "call", numbers as numbers */
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o[0], "level")),
+                           "info");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o[0], "event")),
+                           "call");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(o[0], "session")), 3);
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(o[0], "call")), 17);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o[0], "tool")),
+                           "echo");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o[0], "dur")),
+                           "0.2ms");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o[0], "msg")),
+                           "session=3 tool=echo call=17 dur=0.2ms result ok");
+    const char *t = json_string_value(json_object_get(o[0], "time"));
+    CU_ASSERT(t && strlen(t) == 24 && t[23] == 'Z');
+    /* the first word that is not key=value names the event */
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o[1], "event")),
+                           "connect");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o[1], "level")),
+                           "warn");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(o[1], "uid")), 1000);
+    /* quotes, backslashes, tabs escaped; a repeated key once (the first);
+     * the format's own keys are not taken by the message */
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o[2], "event")),
+                           "reload");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o[2], "msg")),
+                           "reload: plugin \"a\\b\" moved\tby x=1 x=2 "
+                           "time=now");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(o[2], "x")), 1);
+    CU_ASSERT_STRING_NOT_EQUAL(
+        json_string_value(json_object_get(o[2], "time")), "now");
+    /* the signal-safe path writes the same form */
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o[3], "event")),
+                           "shutdown");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o[3], "msg")),
+                           "shutdown: SIGTERM");
+    for (size_t i = 0; i < n; i++)
+        json_decref(o[i]);
+    free(s);
+    fx_close();
+}
+
+/* A long line of quotes and control bytes (2 and 6 bytes escaped) is cut
+ * short but stays one well-formed object. */
+static void test_json_long(void)
+{
+    fx_open();
+    th_log_set_format(1);
+    char big[4000];
+    for (size_t i = 0; i < sizeof big - 1; i++)
+        big[i] = i % 3 == 0 ? '"' : i % 3 == 1 ? '\x01' : 'k';
+    big[sizeof big - 1] = '\0';
+    th_log_info("a=%s b=%s", big, big);
+    char *s = fx_text();
+    json_t *o[2];
+    CU_ASSERT_EQUAL(json_lines(s, o, 2), 1);
+    json_decref(o[0]);
+    free(s);
+    fx_close();
+}
+
+static void test_journal(void)
+{
+    fx_open();
+    th_log_set_journal(1);
+    th_log_info("listening on unix:/x");
+    th_log_error("bad");
+    th_log_warn("careful");
+    th_log_debug("detail");
+    th_log_set_format(1);
+    th_log_warn("session=1 careful");
+    char *s = fx_text();
+    CU_ASSERT_PTR_NOT_NULL(strstr(s, "<6>info  listening on unix:/x\n<3>error "
+                                     "bad\n<4>warn  careful\n<7>debug "
+                                     "detail\n<4>{\"time\":"));
+    free(s);
+    fx_close();
+}
+
+static void test_journal_detect(void)
+{
+    char *dir = th_test_tmpdir();
+    char *p = th_test_write_file(dir, "j", "", 0);
+    FILE *f = fopen(p, "a");
+    CU_ASSERT_FATAL(f != NULL);
+    struct stat st;
+    CU_ASSERT_EQUAL_FATAL(fstat(fileno(f), &st), 0);
+    char v[64];
+    snprintf(v, sizeof v, "%llu:%llu", (unsigned long long)st.st_dev,
+             (unsigned long long)st.st_ino);
+    const char *old = getenv("JOURNAL_STREAM");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("JOURNAL_STREAM", v, 1);
+    CU_ASSERT_TRUE(th_log_is_journal(fileno(f)));
+    int other = memfd_create("other", MFD_CLOEXEC);
+    CU_ASSERT_FALSE(th_log_is_journal(other)); /* redirected elsewhere */
+    setenv("JOURNAL_STREAM", "12:x", 1);
+    CU_ASSERT_FALSE(th_log_is_journal(fileno(f)));
+    unsetenv("JOURNAL_STREAM");
+    CU_ASSERT_FALSE(th_log_is_journal(fileno(f)));
+    if (saved)
+        setenv("JOURNAL_STREAM", saved, 1);
+    free(saved);
+    close(other);
+    fclose(f);
+    free(p);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+void th_suite_log(void)
+{
+    CU_pSuite s = CU_add_suite("log", NULL, NULL);
+    CU_add_test(s, "text", test_text);
+    CU_add_test(s, "json", test_json);
+    CU_add_test(s, "json_long", test_json_long);
+    CU_add_test(s, "journal", test_journal);
+    CU_add_test(s, "journal_detect", test_journal_detect);
+}
