@@ -1103,6 +1103,21 @@ static int set_plugin_config(cfctx *c, const cfkey *k, th_ynode *v,
     return 0;
 }
 
+static const char *const iso_names[] = {"in-process", "process", NULL};
+
+#define PL(f) offsetof(th_proc_limits, f)
+static const cfkey proc_limit_keys[] = {
+    {.name = "memory", .set = set_size, .off = PL(memory), .min = 16 * MIB,
+     .max = 1024 * GIB},
+    {.name = "cpu_seconds", .set = set_u32, .off = PL(cpu_seconds), .min = 1,
+     .max = 1000000},
+    {.name = "open_files", .set = set_u32, .off = PL(open_files), .min = 16,
+     .max = 1048576},
+    {.name = "processes", .set = set_u32, .off = PL(processes), .min = 1,
+     .max = 100000},
+    {.name = NULL}};
+#undef PL
+
 #define P(f) offsetof(th_plugin_cfg, f)
 static const cfkey plugin_keys[] = {
     {.name = "name", .set = set_str, .off = P(name), .flags = CF_REQUIRED},
@@ -1111,8 +1126,25 @@ static const cfkey plugin_keys[] = {
     {.name = "optional", .set = set_bool, .off = P(optional)},
     {.name = "allow_insecure", .set = set_bool, .off = P(allow_insecure)},
     {.name = "config", .set = set_plugin_config},
+    /* Isolation (docs/isolation.md). */
+    {.name = "isolation", .set = set_enum, .off = P(isolation),
+     .names = iso_names},
+    {.name = "workers", .set = set_u32, .off = P(workers), .min = 1,
+     .max = 64},
+    {.name = "process_limits", .set = set_section, .off = P(process_limits),
+     .sub = proc_limit_keys, .what = "process_limits"},
+    {.name = "network", .set = set_bool, .off = P(network)},
+    {.name = "user", .set = set_str, .off = P(user)},
+    {.name = "kill_grace", .set = set_duration, .off = P(kill_grace_ms),
+     .min = 1, .max = 60000},
     {.name = NULL}};
 #undef P
+
+static void plugin_init(cfctx *c, void *el)
+{
+    (void)c;
+    ((th_plugin_cfg *)el)->network = true;
+}
 
 static int plugin_check(cfctx *c, th_ynode *n, void *el)
 {
@@ -1498,7 +1530,7 @@ static const cfkey top_keys[] = {
     {.name = "plugins", .set = set_list, .off = C(plugins),
      .off2 = C(n_plugins), .sub = plugin_keys,
      .elem_size = sizeof(th_plugin_cfg), .check = plugin_check,
-     .what = "plugin"},
+     .init = plugin_init, .what = "plugin"},
     {.name = "toolsets", .set = set_list, .off = C(toolsets),
      .off2 = C(n_toolsets), .sub = toolset_keys,
      .elem_size = sizeof(th_toolset_cfg), .init = toolset_init,
@@ -1595,6 +1627,7 @@ void th_config_free(th_config *cfg)
     for (size_t i = 0; i < cfg->n_plugins; i++) {
         free(cfg->plugins[i].name);
         free(cfg->plugins[i].path);
+        free(cfg->plugins[i].user);
     }
     free(cfg->plugins);
     for (size_t i = 0; i < cfg->n_toolsets; i++) {
@@ -1868,7 +1901,12 @@ bool th_plugin_cfg_equal(const th_plugin_cfg *a, const th_plugin_cfg *b)
     return strcmp(a->name, b->name) == 0 && strcmp(a->path, b->path) == 0 &&
            a->optional == b->optional &&
            a->allow_insecure == b->allow_insecure &&
-           th_ynode_equal(a->config, b->config);
+           th_ynode_equal(a->config, b->config) &&
+           a->isolation == b->isolation && a->workers == b->workers &&
+           memcmp(&a->process_limits, &b->process_limits,
+                  sizeof a->process_limits) == 0 &&
+           a->network == b->network && a->kill_grace_ms == b->kill_grace_ms &&
+           (a->user ? b->user && strcmp(a->user, b->user) == 0 : !b->user);
 }
 
 /* ---- after the plugins are loaded ------------------------------------------------ */

@@ -29,7 +29,9 @@
     XX(STATE, -15, "bad_state", "not allowed in this state")                  \
     XX(TOOL, -16, "tool_error", "the tool misbehaved")                        \
     XX(LIMIT, -17, "limit_exceeded", "a configured limit was exceeded")       \
-    XX(INTERNAL, -18, "internal", "internal error")
+    XX(INTERNAL, -18, "internal", "internal error")                          \
+    XX(PLUGIN_CRASHED, -19, "plugin_crashed",                                 \
+       "the plugin's worker process died during the call")
 
 enum {
     TH_OK = 0,

@@ -70,6 +70,10 @@ struct th_plugin {
     char *description;           /* the descriptor's description */
     th_param *config_params;     /* the schema of its config block */
     size_t n_config_params;
+    /* Appended (isolation): the proxy of an `isolation: process` plugin
+     * (iso_host.c); on_destroy runs last in th_plugin_destroy(). */
+    void *iso;
+    void (*on_destroy)(th_plugin *p);
 };
 
 /* ---- Loader ------------------------------------------------------------ */
