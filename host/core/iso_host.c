@@ -86,8 +86,9 @@ typedef struct worker {
     unsigned ncalls;
     uint64_t finished;    /* calls that got DONE */
     pthread_mutex_t send_mu;
-    bool reaped;
-    struct worker *next_all;
+    bool reaped;          /* set when we sent SIGKILL (a deadline) */
+    bool reader_done;     /* the reader's last touch is over (under mu) */
+    struct worker *next_dead;
 } worker;
 
 typedef struct pool {
@@ -115,6 +116,7 @@ typedef struct pool {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     worker **w;           /* n_workers slots, NULL: none */
+    worker *dead;         /* replaced workers, freed once unused */
     bool starting;
     bool closing;
     int64_t next_start_ms;
@@ -551,9 +553,12 @@ static void *reader_main(void *arg)
     pthread_cond_broadcast(&P->cv);
     pthread_mutex_unlock(&P->mu);
     if (!clean)
-        th_log_error("plugin %s: worker %d died (%s)%s%u call%s failed", P->name,
-                     (int)w->pid, shortw, failed ? "; " : "; ", failed,
+        th_log_error("plugin %s: worker %d died (%s); %u call%s failed",
+                     P->name, (int)w->pid, shortw, failed,
                      failed == 1 ? "" : "s");
+    pthread_mutex_lock(&P->mu);
+    w->reader_done = true;
+    pthread_mutex_unlock(&P->mu);
     return NULL;
 }
 
@@ -979,6 +984,12 @@ static void stop_workers(pool *P, int64_t grace_ms)
         worker_end(w);
         P->w[i] = NULL;
     }
+    /* Replaced ones: no call is left when the proxy ends. */
+    while (P->dead) {
+        worker *d = P->dead;
+        P->dead = d->next_dead;
+        worker_end(d);
+    }
 }
 
 static void on_destroy(th_plugin *p)
@@ -1174,9 +1185,27 @@ static worker *pick(pool *P, const toolhost_call *call, char *why, size_t cap)
             P->starting = true;
             worker *old = P->w[free_slot];
             P->w[free_slot] = NULL;
+            if (old) { /* calls may still hold it: freed once unused */
+                old->next_dead = P->dead;
+                P->dead = old;
+            }
+            worker *gone = NULL;
+            for (worker **pp = &P->dead; *pp;) {
+                worker *d = *pp;
+                if (d->ncalls == 0 && d->reader_done) {
+                    *pp = d->next_dead;
+                    d->next_dead = gone;
+                    gone = d;
+                } else {
+                    pp = &d->next_dead;
+                }
+            }
             pthread_mutex_unlock(&P->mu);
-            if (old)
-                worker_end(old);
+            while (gone) {
+                worker *n = gone->next_dead;
+                worker_end(gone);
+                gone = n;
+            }
             th_error e;
             th_error_clear(&e);
             worker *nw = NULL;
