@@ -1231,7 +1231,7 @@ static worker *pick(pool *P, const toolhost_call *call, char *why, size_t cap)
             if (P->loop >= TH_ISO_CRASH_LOOP && !P->unhealthy) {
                 P->unhealthy = true;
                 snprintf(P->unhealthy_why, sizeof P->unhealthy_why,
-                         "its workers fail to start (%s)", e.msg);
+                         "its workers fail to start (%.200s)", e.msg);
                 th_log_error("plugin %s: unhealthy: %s", P->name,
                              P->unhealthy_why);
                 P->next_start_ms = now_ms() + ISO_RETRY_UNHEALTHY_MS;

@@ -560,9 +560,16 @@ static int apply(const wopts *o)
     }
     if (o->user && drop_user(o->user) != 0)
         return -1;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    /* The sanitizers reserve terabytes of address space up front. */
+    if (o->memory)
+        fprintf(stderr, "worker: the memory limit is not applied in a "
+                        "sanitizer build\n");
+#else
     if (o->memory && set_limit(RLIMIT_AS, o->memory, "memory") != 0)
         return -1;
     g_mem_limit = o->memory;
+#endif
     if (o->cpu && set_limit(RLIMIT_CPU, o->cpu, "cpu") != 0)
         return -1;
     if (o->files && set_limit(RLIMIT_NOFILE, o->files, "open files") != 0)
