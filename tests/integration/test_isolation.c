@@ -16,7 +16,9 @@
 /* A sanitizer catches SIGSEGV itself and exits 1: the words differ. */
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define SEGV_WORDS "plugin_crashed ("
+#define CALL_TIMEOUT "4s" /* a sanitized exit() is slow */
 #else
+#define CALL_TIMEOUT "1s"
 #define SEGV_WORDS "plugin_crashed (SIGSEGV)"
 #endif
 
@@ -52,7 +54,7 @@ static int iso_start(rpc_srv *s, const char *fx_so, const char *fx_dir)
     snprintf(pub, sizeof pub,
              "  - name: iso\n"
              "    tools: " ISO_TOOLS "%s]\n"
-             "    timeout: 1s\n",
+             "    timeout: " CALL_TIMEOUT "\n",
              fx_so ? ", rl_answer" : "");
     rpc_opts o = {.plugins_extra = plugins, .public_extra = pub,
                   .max_frame = "1MiB"};
