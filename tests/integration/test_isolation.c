@@ -24,11 +24,12 @@
 
 #define ISO_TOOLS                                                             \
     "[iso_ok, segv_tool, abort_tool, exit_tool, stack_tool, spin_tool, "    \
-    "leak_tool, fds_tool, fork_tool"
+    "leak_tool, fds_tool, fork_tool, burn_tool"
 
 /* A server whose config has the crash fixture isolated (2 workers, small
  * limits) and, with `fx`, the reload fixture isolated too. */
-static int iso_start(rpc_srv *s, const char *fx_so, const char *fx_dir)
+static int iso_start_cpu(rpc_srv *s, const char *fx_so, const char *fx_dir,
+                         const char *cpu)
 {
     char plugins[2048], pub[512];
     snprintf(plugins, sizeof plugins,
@@ -42,10 +43,10 @@ static int iso_start(rpc_srv *s, const char *fx_so, const char *fx_dir)
              "      memory: 256MiB\n"
              "      open_files: 64\n"
              "      processes: 24\n"
-             "      cpu_seconds: 20\n"
+             "      cpu_seconds: %s\n"
              "    network: false\n"
              "%s%s%s%s%s",
-             TH_BUILD_DIR, geteuid() == 0 ? "    user: nobody\n" : "",
+             TH_BUILD_DIR, geteuid() == 0 ? "    user: nobody\n" : "", cpu,
              fx_so ? "  - name: fx\n    path: " : "", fx_so ? fx_so : "",
              fx_so ? "\n    isolation: process\n    workers: 2\n"
                      "    config:\n      marker: "
@@ -54,11 +55,18 @@ static int iso_start(rpc_srv *s, const char *fx_so, const char *fx_dir)
     snprintf(pub, sizeof pub,
              "  - name: iso\n"
              "    tools: " ISO_TOOLS "%s]\n"
-             "    timeout: " CALL_TIMEOUT "\n",
+             "    timeout: " CALL_TIMEOUT "\n"
+             "    tool_overrides:\n"
+             "      burn_tool: {timeout: 20s}\n",
              fx_so ? ", rl_answer" : "");
     rpc_opts o = {.plugins_extra = plugins, .public_extra = pub,
                   .max_frame = "1MiB"};
     return rpc_srv_start(s, &o);
+}
+
+static int iso_start(rpc_srv *s, const char *fx_so, const char *fx_dir)
+{
+    return iso_start_cpu(s, fx_so, fx_dir, "20");
 }
 
 static int call(th_rpc_client *c, const char *tool, const char *args,
@@ -205,6 +213,28 @@ static void test_each_crash(void)
     CU_ASSERT(rpc_log_has(&s, "iso_ok wrote to its stderr"));
     CU_ASSERT(!rpc_log_has(&s, "iso_ok wrote to its stdout"));
     CU_ASSERT(rpc_log_has(&s, "ignored its cancellation or deadline"));
+    rpc_srv_free(&s);
+}
+
+/* A worker past cpu_seconds dies of SIGXCPU: said as the limit. */
+static void test_cpu_limit(void)
+{
+    rpc_srv s;
+    CU_ASSERT_EQUAL_FATAL(iso_start_cpu(&s, NULL, NULL, "1"), 0);
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    rpc_res r;
+    int64_t t0 = rpc_now_ms();
+    CU_ASSERT(call(c, "burn_tool", NULL, &r) == 0);
+    CU_ASSERT(r.res &&
+              err_has(r.res, "plugin_crashed", "cpu limit 1s exceeded"));
+    CU_ASSERT(rpc_now_ms() - t0 < 15000);
+    rpc_res_free(&r);
+    CU_ASSERT(call(c, "iso_ok", "{\"text\": \"after\"}", &r) == 0);
+    CU_ASSERT(r.res && rpc_stdout_is(r.res, "after"));
+    rpc_res_free(&r);
+    th_rpc_client_close(c);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
     rpc_srv_free(&s);
 }
 
@@ -480,6 +510,7 @@ void th_suite_isolation(void)
 {
     CU_pSuite s = CU_add_suite("isolation", NULL, NULL);
     CU_add_test(s, "each_crash", test_each_crash);
+    CU_add_test(s, "cpu_limit", test_cpu_limit);
     CU_add_test(s, "crash_loop_unhealthy", test_crash_loop_unhealthy);
     CU_add_test(s, "reload_under_load", test_reload_under_load);
     CU_add_test(s, "soak", test_soak);
