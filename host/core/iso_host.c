@@ -727,10 +727,13 @@ static int wait_worker(pool *P, worker *w, bool want_ready, th_error *err)
         deadline_in(&ts, left);
         pthread_cond_timedwait(&P->cv, &P->mu, &ts);
     }
-    if (w->ready_state < 0)
-        return th_error_set(err, TH_ELOAD, "%s", w->fail_msg
-                                                     ? w->fail_msg
-                                                     : "the worker failed");
+    if (w->ready_state < 0) {
+        const char *m = w->fail_msg ? w->fail_msg : "the worker failed";
+        size_t pl = strlen(P->path);
+        if (strncmp(m, P->path, pl) == 0 && m[pl] == ':')
+            return th_error_set(err, TH_ELOAD, "%s", m);
+        return th_error_set(err, TH_ELOAD, "%s: %s", P->path, m);
+    }
     return 0;
 }
 
@@ -1133,10 +1136,17 @@ static int p_init(const toolhost_host_api *host, const uint8_t *config,
     for (uint32_t i = 1; rc == 0 && i < P->n_workers; i++)
         rc = start_ready(P, &P->w[i], &e);
     if (rc) {
-        /* init failed: fini() will not run; the workers go now. */
-        stop_workers(P, 0);
+        /* init failed: fini() will not run; the workers go now.  The
+         * loader puts "PATH: init failed: " in front again. */
+        stop_workers(P, 1000);
         P->closing = false;
-        snprintf(err, err_size, "%s", e.msg);
+        const char *m = e.msg;
+        size_t pl = strlen(P->path);
+        if (strncmp(m, P->path, pl) == 0 && m[pl] == ':' && m[pl + 1] == ' ')
+            m += pl + 2;
+        if (strncmp(m, "init failed: ", 13) == 0)
+            m += 13;
+        snprintf(err, err_size, "%s", m);
         return 1;
     }
     th_log_info("plugin %s: %u worker process%s started (isolation: process)",
