@@ -44,6 +44,7 @@
 #define ISO_START_TIMEOUT_MS 10000
 #define ISO_RETRY_UNHEALTHY_MS 30000
 #define ISO_QUEUE_MAX (8u * 1024 * 1024)
+#define ISO_ASK_TIMEOUT_MS 10000 /* validate_args, needs_permission */
 
 extern char **environ;
 
@@ -1348,7 +1349,7 @@ static int run(pool *P, uint32_t tool_idx, int ask, toolhost_call *call,
         (void)0;
     }
 
-    int64_t cancel_at = 0;
+    int64_t cancel_at = 0, t_start = now_ms();
     bool killed = false;
     pthread_mutex_lock(&P->mu);
     for (;;) {
@@ -1393,6 +1394,17 @@ static int run(pool *P, uint32_t tool_idx, int ask, toolhost_call *call,
                             (unsigned long long)P->kill_grace_ms, (int)w->pid);
                 kill(w->pid, SIGKILL);
             }
+        }
+        if (ask && !killed && now_ms() - t_start >= ISO_ASK_TIMEOUT_MS) {
+            killed = true;
+            w->reaped = true;
+            th_log_warn("plugin %s: %s did not answer within %ds: worker %d "
+                        "killed",
+                        P->name,
+                        ask == ISO_ASK_VALIDATE ? "validate_args"
+                                                : "needs_permission",
+                        ISO_ASK_TIMEOUT_MS / 1000, (int)w->pid);
+            kill(w->pid, SIGKILL);
         }
         struct timespec ts;
         deadline_in(&ts, 20);

@@ -350,9 +350,23 @@ static void start_call(const msgpack_object_array *a, int ask)
     uint64_t id = c->id;
     atomic_store(&c->refs, 1);
     call_unref(c);
-    if (ask)
+    if (ask) {
         send_answer(id, 1, "the worker cannot start a thread");
-    else {
+    } else {
+        static const char m[] = "the plugin's worker process cannot start a "
+                                "thread for this call (processes limit?)\n";
+        th_buf b = TH_BUF_INIT;
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
+        int e = msgpack_pack_array(&pk, 4);
+        e |= msgpack_pack_int(&pk, ISO_WRITE);
+        e |= msgpack_pack_uint64(&pk, id);
+        e |= msgpack_pack_int(&pk, TOOLHOST_STDERR);
+        e |= msgpack_pack_bin_with_body(&pk, m, sizeof m - 1);
+        if (e)
+            th_buf_free(&b);
+        else
+            send_buf(&b);
         send_done(id, TOOLHOST_FAILED);
     }
     return;
