@@ -24,7 +24,7 @@
 
 #define ISO_TOOLS                                                             \
     "[iso_ok, segv_tool, abort_tool, exit_tool, stack_tool, spin_tool, "    \
-    "leak_tool, fds_tool, fork_tool, burn_tool"
+    "leak_tool, fds_tool, fork_tool, burn_tool, net_tool"
 
 /* A server whose config has the crash fixture isolated (2 workers, small
  * limits) and, with `fx`, the reload fixture isolated too. */
@@ -185,6 +185,13 @@ static void test_each_crash(void)
     CU_ASSERT(r.res && !rpc_ok(r.res) &&
               str_has(th_rpc_map_get(r.res, "stderr"),
                       "Resource temporarily unavailable"));
+    rpc_res_free(&r);
+
+    /* network: false: the seccomp filter refuses AF_INET. */
+    CU_ASSERT(call(c, "net_tool", NULL, &r) == 0);
+    CU_ASSERT(r.res && !rpc_ok(r.res) &&
+              str_has(th_rpc_map_get(r.res, "stderr"),
+                      "socket: Permission denied"));
     rpc_res_free(&r);
 
     /* The worker's stderr and log() reach the host's log under the
