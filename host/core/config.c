@@ -1137,6 +1137,10 @@ static const cfkey plugin_keys[] = {
     {.name = "user", .set = set_str, .off = P(user)},
     {.name = "kill_grace", .set = set_duration, .off = P(kill_grace_ms),
      .min = 1, .max = 60000},
+    {.name = "crash_loop", .set = set_u32, .off = P(crash_loop), .min = 1,
+     .max = 1000},
+    {.name = "unhealthy_retry", .set = set_duration,
+     .off = P(unhealthy_retry_ms), .min = 100, .max = DAY},
     {.name = NULL}};
 #undef P
 
@@ -1906,6 +1910,8 @@ bool th_plugin_cfg_equal(const th_plugin_cfg *a, const th_plugin_cfg *b)
            memcmp(&a->process_limits, &b->process_limits,
                   sizeof a->process_limits) == 0 &&
            a->network == b->network && a->kill_grace_ms == b->kill_grace_ms &&
+           a->crash_loop == b->crash_loop &&
+           a->unhealthy_retry_ms == b->unhealthy_retry_ms &&
            (a->user ? b->user && strcmp(a->user, b->user) == 0 : !b->user);
 }
 

@@ -13,9 +13,9 @@
  * calls.  When the worker dies (EOF), the reader reaps it, fails its
  * calls with plugin_crashed naming the signal (or the limit), and the
  * next call restarts it after a backoff (0 after a worker that finished
- * calls, then 100 ms doubling to 5 s).  TH_ISO_CRASH_LOOP deaths in a row
+ * calls, then 100 ms doubling to 5 s).  `crash_loop` deaths in a row
  * with no call finished mark the plugin unhealthy: calls fail at once;
- * one new start is tried every 30 s.
+ * one new start is tried every `unhealthy_retry`.
  *
  * Locks: pool->mu guards the workers, their call lists and queues, the
  * counters; never held while sending, calling a host callback or
@@ -40,9 +40,7 @@
 #include "th/iso.h"
 #include "th/log.h"
 
-#define TH_ISO_CRASH_LOOP 5
 #define ISO_START_TIMEOUT_MS 10000
-#define ISO_RETRY_UNHEALTHY_MS 30000
 #define ISO_QUEUE_MAX (8u * 1024 * 1024)
 #define ISO_ASK_TIMEOUT_MS 10000 /* validate_args, needs_permission */
 
@@ -108,6 +106,8 @@ typedef struct pool {
     th_proc_limits lim;
     bool network;
     uint64_t kill_grace_ms;
+    uint32_t crash_loop;      /* deaths in a row before unhealthy */
+    int64_t retry_ms;         /* unhealthy: a new start every */
     uint32_t n_workers;
     uint64_t generation;
     uint8_t *config;
@@ -270,16 +270,16 @@ static void record_death(pool *P, worker *w, const char *shortw) /* mu held */
     if (P->backoff_ms > 5000)
         P->backoff_ms = 5000;
     P->next_start_ms = now_ms() + P->backoff_ms;
-    if (P->loop >= TH_ISO_CRASH_LOOP && !P->unhealthy) {
+    if (P->loop >= P->crash_loop && !P->unhealthy) {
         P->unhealthy = true;
         snprintf(P->unhealthy_why, sizeof P->unhealthy_why,
                  "its workers died %u times in a row without finishing a "
                  "call (last: %s)",
                  P->loop, shortw);
         th_log_error("plugin %s: unhealthy: %s; calls fail at once, a new "
-                     "worker is tried every %ds or at the next reload",
-                     P->name, P->unhealthy_why, ISO_RETRY_UNHEALTHY_MS / 1000);
-        P->next_start_ms = now_ms() + ISO_RETRY_UNHEALTHY_MS;
+                     "worker is tried every %lldms or at the next reload",
+                     P->name, P->unhealthy_why, (long long)P->retry_ms);
+        P->next_start_ms = now_ms() + P->retry_ms;
     }
 }
 
@@ -1028,6 +1028,9 @@ int th_iso_open(const th_plugin_cfg *pc, const char *file, bool check,
     P->lim = pc->process_limits;
     P->network = pc->network;
     P->kill_grace_ms = pc->kill_grace_ms ? pc->kill_grace_ms : 1000;
+    P->crash_loop = pc->crash_loop ? pc->crash_loop : 5;
+    P->retry_ms = pc->unhealthy_retry_ms ? (int64_t)pc->unhealthy_retry_ms
+                                         : 30000;
     P->generation = generation ? generation : 1;
     if (!(P->name = strdup(pc->name)) || !(P->path = strdup(pc->path)) ||
         !(P->file = strdup(file)) || (pc->user && !(P->user = strdup(pc->user))) ||
@@ -1239,13 +1242,13 @@ static worker *pick(pool *P, const toolhost_call *call, char *why, size_t cap)
             if (P->backoff_ms > 5000)
                 P->backoff_ms = 5000;
             P->next_start_ms = now_ms() + P->backoff_ms;
-            if (P->loop >= TH_ISO_CRASH_LOOP && !P->unhealthy) {
+            if (P->loop >= P->crash_loop && !P->unhealthy) {
                 P->unhealthy = true;
                 snprintf(P->unhealthy_why, sizeof P->unhealthy_why,
                          "its workers fail to start (%.200s)", e.msg);
                 th_log_error("plugin %s: unhealthy: %s", P->name,
                              P->unhealthy_why);
-                P->next_start_ms = now_ms() + ISO_RETRY_UNHEALTHY_MS;
+                P->next_start_ms = now_ms() + P->retry_ms;
             }
             continue;
         }

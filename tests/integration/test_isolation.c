@@ -29,7 +29,7 @@
 /* A server whose config has the crash fixture isolated (2 workers, small
  * limits) and, with `fx`, the reload fixture isolated too. */
 static int iso_start_cpu(rpc_srv *s, const char *fx_so, const char *fx_dir,
-                         const char *cpu)
+                         const char *cpu, const char *extra)
 {
     char plugins[2048], pub[512];
     snprintf(plugins, sizeof plugins,
@@ -45,8 +45,10 @@ static int iso_start_cpu(rpc_srv *s, const char *fx_so, const char *fx_dir,
              "      processes: 24\n"
              "      cpu_seconds: %s\n"
              "    network: false\n"
+             "%s"
              "%s%s%s%s%s",
              TH_BUILD_DIR, geteuid() == 0 ? "    user: nobody\n" : "", cpu,
+             extra ? extra : "",
              fx_so ? "  - name: fx\n    path: " : "", fx_so ? fx_so : "",
              fx_so ? "\n    isolation: process\n    workers: 2\n"
                      "    config:\n      marker: "
@@ -66,7 +68,7 @@ static int iso_start_cpu(rpc_srv *s, const char *fx_so, const char *fx_dir,
 
 static int iso_start(rpc_srv *s, const char *fx_so, const char *fx_dir)
 {
-    return iso_start_cpu(s, fx_so, fx_dir, "20");
+    return iso_start_cpu(s, fx_so, fx_dir, "20", NULL);
 }
 
 static int call(th_rpc_client *c, const char *tool, const char *args,
@@ -227,7 +229,7 @@ static void test_each_crash(void)
 static void test_cpu_limit(void)
 {
     rpc_srv s;
-    CU_ASSERT_EQUAL_FATAL(iso_start_cpu(&s, NULL, NULL, "1"), 0);
+    CU_ASSERT_EQUAL_FATAL(iso_start_cpu(&s, NULL, NULL, "1", NULL), 0);
     th_rpc_client *c = rpc_connect(&s);
     CU_ASSERT_PTR_NOT_NULL_FATAL(c);
     rpc_res r;
@@ -250,7 +252,10 @@ static void test_cpu_limit(void)
 static void test_crash_loop_unhealthy(void)
 {
     rpc_srv s;
-    CU_ASSERT_EQUAL_FATAL(iso_start(&s, NULL, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(iso_start_cpu(&s, NULL, NULL, "20",
+                                        "    crash_loop: 5\n"
+                                        "    unhealthy_retry: 1500ms\n"),
+                          0);
     th_rpc_client *c = rpc_connect(&s);
     CU_ASSERT_PTR_NOT_NULL_FATAL(c);
     rpc_res r;
@@ -272,6 +277,17 @@ static void test_crash_loop_unhealthy(void)
     }
     CU_ASSERT_EQUAL(crashed, 5);
     CU_ASSERT_EQUAL(unhealthy, 3);
+    /* After unhealthy_retry one start is tried; a call that finishes makes
+     * the plugin healthy again. */
+    int64_t end = rpc_now_ms() + 10000;
+    bool back = false;
+    while (!back && rpc_now_ms() < end) {
+        usleep(100000);
+        CU_ASSERT(call(c, "iso_ok", "{\"text\": \"back\"}", &r) == 0);
+        back = r.res && rpc_stdout_is(r.res, "back");
+        rpc_res_free(&r);
+    }
+    CU_ASSERT(back);
     /* Other plugins do not notice. */
     CU_ASSERT(call(c, "echo", "{\"text\": \"still\"}", &r) == 0);
     CU_ASSERT(r.res && rpc_stdout_is(r.res, "still"));
@@ -279,6 +295,7 @@ static void test_crash_loop_unhealthy(void)
     th_rpc_client_close(c);
     CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
     CU_ASSERT(rpc_log_has(&s, "plugin crash: unhealthy"));
+    CU_ASSERT(rpc_log_has(&s, "plugin crash: healthy again"));
     rpc_srv_free(&s);
 }
 

@@ -60,7 +60,9 @@ static void test_values(void)
                               "      processes: 16\n"
                               "    network: false\n"
                               "    user: nobody\n"
-                              "    kill_grace: 250ms\n");
+                              "    kill_grace: 250ms\n"
+                              "    crash_loop: 3\n"
+                              "    unhealthy_retry: 2s\n");
     CU_ASSERT_PTR_NOT_NULL_FATAL(c);
     const th_plugin_cfg *pc = &c->plugins[0];
     CU_ASSERT_EQUAL(pc->isolation, TH_ISO_PROCESS);
@@ -72,6 +74,8 @@ static void test_values(void)
     CU_ASSERT_FALSE(pc->network);
     CU_ASSERT_STRING_EQUAL(pc->user, "nobody");
     CU_ASSERT_EQUAL(pc->kill_grace_ms, 250);
+    CU_ASSERT_EQUAL(pc->crash_loop, 3);
+    CU_ASSERT_EQUAL(pc->unhealthy_retry_ms, 2000);
     th_config_free(c);
 }
 
@@ -84,6 +88,7 @@ static void test_errors(void)
     expect_err(HEAD "    process_limits:\n      memory: 1KiB\n",
                "'memory' is out of range");
     expect_err(HEAD "    process_limits:\n      rss: 1GiB\n", "rss");
+    expect_err(HEAD "    crash_loop: 0\n", "'crash_loop' is out of range");
     expect_err(HEAD "    network: maybe\n",
                "'network' must be true or false");
 }

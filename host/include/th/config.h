@@ -241,6 +241,9 @@ typedef struct th_plugin_cfg {
                               default true                              */
     char *user;            /* run the workers as this user (root only)   */
     uint64_t kill_grace_ms;/* after a deadline, SIGKILL after; 0: 1000   */
+    uint32_t crash_loop;   /* deaths in a row, no call finished, before
+                              unhealthy; 0: 5                           */
+    uint64_t unhealthy_retry_ms; /* unhealthy: a new start every; 0: 30 s */
 } th_plugin_cfg;
 
 typedef struct th_perm_rule {
