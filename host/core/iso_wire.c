@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "iso_wire.h"
@@ -23,7 +24,8 @@ int th_iso_send(int fd, const void *data, size_t len)
         const uint8_t *p = part[i].p;
         size_t n = part[i].n;
         while (n) {
-            ssize_t w = write(fd, p, n);
+            /* A socket: a dead peer is EPIPE, never SIGPIPE. */
+            ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
             if (w < 0 && errno == EINTR)
                 continue;
             if (w <= 0)

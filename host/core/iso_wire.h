@@ -45,8 +45,9 @@ enum { ISO_ASK_VALIDATE = 1, ISO_ASK_PERMISSION = 2 };
 
 #define ISO_MAX_FRAME (256u * 1024 * 1024)
 
-/* Writes one frame (len bytes of msgpack) with the length in front.
- * Blocking; EINTR retried.  0 or -1 (errno). */
+/* Writes one frame (len bytes of msgpack) with the length in front to a
+ * socket (send() with MSG_NOSIGNAL: a dead peer is -1/EPIPE, not
+ * SIGPIPE).  Blocking; EINTR retried.  0 or -1 (errno). */
 int th_iso_send(int fd, const void *data, size_t len);
 
 /* Frame reassembly from a stream: append what read() gave, then take
