@@ -351,6 +351,8 @@ static bool reload_ok(th_rpc_client *c)
     return ok;
 }
 
+static int children(pid_t pid, int *zombies);
+
 static void test_reload_under_load(void)
 {
     char *dir = th_test_tmpdir();
@@ -386,6 +388,14 @@ static void test_reload_under_load(void)
     CU_ASSERT_EQUAL(wrong, 0);
     CU_ASSERT_EQUAL(atomic_load(&l.failed), 0);
     CU_ASSERT(atomic_load(&l.calls) > n);
+    /* The old generations' workers drained and exited: 2 for crash, 2
+     * for the current fx. */
+    int z = 0, kids = 0;
+    int64_t end = rpc_now_ms() + 5000;
+    while ((kids = children(s.pid, &z)) > 4 && rpc_now_ms() < end)
+        usleep(20000);
+    CU_ASSERT(kids <= 4);
+    CU_ASSERT_EQUAL(z, 0);
     th_rpc_client_close(c);
     CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
     rpc_srv_free(&s);
