@@ -44,6 +44,7 @@ typedef struct wcall {
     size_t args_len;
     int ask; /* 0 call, else ISO_ASK_* */
     struct wcall *next;
+    struct wcall *qnext; /* waiting for a thread */
 } wcall;
 
 static th_plugin *g_p;
@@ -299,6 +300,68 @@ static void *run_call(void *arg)
     return NULL;
 }
 
+/* Threads that run calls: idle ones wait (up to 10 s, then end) for the
+ * next call; a call finds one or starts one. */
+static pthread_mutex_t g_tp_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_tp_cv = PTHREAD_COND_INITIALIZER;
+static wcall *g_tp_head, *g_tp_tail; /* linked by ->qnext */
+static int g_tp_idle, g_tp_queued;
+
+static void *pool_thread(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&g_tp_mu);
+    for (;;) {
+        while (!g_tp_head) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 10;
+            g_tp_idle++;
+            int rc = pthread_cond_timedwait(&g_tp_cv, &g_tp_mu, &ts);
+            g_tp_idle--;
+            if (rc != 0 && !g_tp_head) {
+                pthread_mutex_unlock(&g_tp_mu);
+                return NULL;
+            }
+        }
+        wcall *c = g_tp_head;
+        g_tp_head = c->qnext;
+        if (!g_tp_head)
+            g_tp_tail = NULL;
+        g_tp_queued--;
+        pthread_mutex_unlock(&g_tp_mu);
+        run_call(c);
+        pthread_mutex_lock(&g_tp_mu);
+    }
+}
+
+/* 0, or -1 when no thread waits and none can be started. */
+static int hand_off(wcall *c)
+{
+    pthread_mutex_lock(&g_tp_mu);
+    int rc = 0;
+    if (g_tp_idle <= g_tp_queued) { /* every idle thread is spoken for */
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        pthread_t th;
+        rc = pthread_create(&th, &at, pool_thread, NULL);
+        pthread_attr_destroy(&at);
+    }
+    if (rc == 0) {
+        c->qnext = NULL;
+        if (g_tp_tail)
+            g_tp_tail->qnext = c;
+        else
+            g_tp_head = c;
+        g_tp_tail = c;
+        g_tp_queued++;
+        pthread_cond_signal(&g_tp_cv);
+    }
+    pthread_mutex_unlock(&g_tp_mu);
+    return rc == 0 ? 0 : -1;
+}
+
 static void start_call(const msgpack_object_array *a, int ask)
 {
     wcall *c = calloc(1, sizeof *c);
@@ -336,15 +399,7 @@ static void start_call(const msgpack_object_array *a, int ask)
     g_calls = c;
     g_active++;
     pthread_mutex_unlock(&g_mu);
-    /* complete() drops the reference only if suspend() happened; a
-     * call that never suspends has one reference (the thread). */
-    pthread_attr_t at;
-    pthread_attr_init(&at);
-    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-    pthread_t th;
-    int rc = pthread_create(&th, &at, run_call, c);
-    pthread_attr_destroy(&at);
-    if (rc == 0)
+    if (hand_off(c) == 0)
         return;
     /* No thread: answer here. */
     uint64_t id = c->id;
