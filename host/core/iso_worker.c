@@ -45,6 +45,7 @@ typedef struct wcall {
     int ask; /* 0 call, else ISO_ASK_* */
     struct wcall *next;
     struct wcall *qnext; /* waiting for a thread */
+    th_buf ob;           /* frames not sent yet (owner thread only) */
 } wcall;
 
 static th_plugin *g_p;
@@ -89,6 +90,56 @@ static int send_buf(th_buf *b)
         }                                                                     \
         return send_buf(&b);                                                  \
     } while (0)
+
+/* Frames of a call (write, meta) wait in c->ob and go out together with
+ * the next progress or DONE, or at 64 KiB: one send and one wake-up of
+ * the host instead of one per write. */
+static int queue_buf(wcall *c, th_buf *b, bool flush)
+{
+    uint8_t hdr[4] = {(uint8_t)(b->len >> 24), (uint8_t)(b->len >> 16),
+                      (uint8_t)(b->len >> 8), (uint8_t)b->len};
+    int rc = th_buf_append(&c->ob, hdr, 4);
+    if (rc == 0)
+        rc = th_buf_append(&c->ob, b->data, b->len);
+    th_buf_free(b);
+    if (rc != 0)
+        return TOOLHOST_ENOMEM;
+    if (!flush && c->ob.len < 65536)
+        return 0;
+    pthread_mutex_lock(&g_send_mu);
+    const uint8_t *p = c->ob.data;
+    size_t n = c->ob.len;
+    while (n) {
+        ssize_t w = send(ISO_FD_SOCK, p, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            _exit(0); /* the host is gone */
+        p += w;
+        n -= (size_t)w;
+    }
+    pthread_mutex_unlock(&g_send_mu);
+    th_buf_reset(&c->ob);
+    return 0;
+}
+
+#define PK_END_CALL(c, flush)                                                 \
+    do {                                                                      \
+        if (e) {                                                              \
+            th_buf_free(&b);                                                  \
+            return TOOLHOST_ENOMEM;                                           \
+        }                                                                     \
+        return queue_buf((c), &b, (flush));                                   \
+    } while (0)
+
+static int send_done_c(wcall *c, int status)
+{
+    PK_BEGIN(3);
+    e |= msgpack_pack_int(&pk, ISO_DONE);
+    e |= msgpack_pack_uint64(&pk, c->id);
+    e |= msgpack_pack_int(&pk, status);
+    PK_END_CALL(c, true);
+}
 
 static int send_done(uint64_t id, int status)
 {
@@ -147,7 +198,7 @@ static int w_write(toolhost_call *call, int stream, const void *data,
     e |= msgpack_pack_uint64(&pk, c->id);
     e |= msgpack_pack_int(&pk, stream);
     e |= msgpack_pack_bin_with_body(&pk, data, len);
-    PK_END();
+    PK_END_CALL(c, false);
 }
 
 static int w_set_meta(toolhost_call *call, const uint8_t *map, size_t len)
@@ -168,7 +219,7 @@ static int w_set_meta(toolhost_call *call, const uint8_t *map, size_t len)
     e |= msgpack_pack_int(&pk, ISO_META);
     e |= msgpack_pack_uint64(&pk, c->id);
     e |= msgpack_pack_bin_with_body(&pk, map, len);
-    PK_END();
+    PK_END_CALL(c, false);
 }
 
 static int w_progress(toolhost_call *call, double fraction,
@@ -187,7 +238,7 @@ static int w_progress(toolhost_call *call, double fraction,
         e |= msgpack_pack_bin_with_body(&pk, data, data_len);
     else
         e |= msgpack_pack_nil(&pk);
-    PK_END();
+    PK_END_CALL(c, true);
 }
 
 static int w_is_cancelled(const toolhost_call *call)
@@ -217,6 +268,7 @@ static void call_unref(wcall *c)
     g_active--;
     pthread_cond_broadcast(&g_cv);
     pthread_mutex_unlock(&g_mu);
+    th_buf_free(&c->ob);
     free(c->args);
     free(c);
 }
@@ -236,7 +288,7 @@ static int w_complete(toolhost_call *call, int status)
     int expect = 1;
     if (!atomic_compare_exchange_strong(&c->suspended, &expect, 2))
         return TOOLHOST_ESTATE;
-    send_done(c->id, status == TOOLHOST_OK ? TOOLHOST_OK : TOOLHOST_FAILED);
+    send_done_c(c, status == TOOLHOST_OK ? TOOLHOST_OK : TOOLHOST_FAILED);
     call_unref(c);
     return 0;
 }
@@ -293,7 +345,7 @@ static void *run_call(void *arg)
             w_write(&c->base.pub, TOOLHOST_STDERR, m, sizeof m - 1);
             st = TOOLHOST_FAILED;
         }
-        send_done(c->id, st == TOOLHOST_OK ? TOOLHOST_OK : TOOLHOST_FAILED);
+        send_done_c(c, st == TOOLHOST_OK ? TOOLHOST_OK : TOOLHOST_FAILED);
         call_unref(c); /* complete()'s, never owed */
     }
     call_unref(c);
