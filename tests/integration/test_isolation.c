@@ -79,6 +79,14 @@ static int call(th_rpc_client *c, const char *tool, const char *args,
     return rpc_call(c, "tools.call", p, r);
 }
 
+/* The workers' stderr is in the server log: a sanitizer report of a
+ * worker (a race, a leak at its exit) shows there. */
+static void no_worker_reports(rpc_srv *s)
+{
+    CU_ASSERT(!rpc_log_has(s, "ThreadSanitizer"));
+    CU_ASSERT(!rpc_log_has(s, "LeakSanitizer"));
+}
+
 static bool str_has(const msgpack_object *o, const char *needle)
 {
     const char *p;
@@ -222,6 +230,7 @@ static void test_each_crash(void)
     CU_ASSERT(rpc_log_has(&s, "iso_ok wrote to its stderr"));
     CU_ASSERT(!rpc_log_has(&s, "iso_ok wrote to its stdout"));
     CU_ASSERT(rpc_log_has(&s, "ignored its cancellation or deadline"));
+    no_worker_reports(&s);
     rpc_srv_free(&s);
 }
 
@@ -537,6 +546,7 @@ static void test_soak(void)
     char path[64];
     snprintf(path, sizeof path, "/proc/%d", (int)pid);
     CU_ASSERT(access(path, F_OK) != 0);
+    no_worker_reports(&s);
     rpc_srv_free(&s);
 }
 
