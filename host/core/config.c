@@ -1173,6 +1173,20 @@ static int plugin_check(cfctx *c, th_ynode *n, void *el)
                       "column %d)",
                       pc->name, cfg->plugins[first].line,
                       cfg->plugins[first].col);
+    if (pc->isolation != TH_ISO_PROCESS) { /* isolation keys need process */
+        static const char *const only[] = {
+            "workers", "process_limits", "network", "user", "kill_grace",
+            "crash_loop", "unhealthy_retry", NULL};
+        for (size_t i = 0; only[i]; i++) {
+            const th_ynode *k = th_ynode_get_key(n, only[i]);
+            if (k)
+                return cf_err(c, k,
+                              "'%s' applies only to a plugin with "
+                              "'isolation: process' (plugin '%s' runs "
+                              "in-process)",
+                              only[i], pc->name);
+        }
+    }
     if (pc->config) {
         char where[128];
         snprintf(where, sizeof where, "the config of plugin '%s'", pc->name);

@@ -84,12 +84,21 @@ static void test_errors(void)
     expect_err(HEAD "    isolation: sandbox\n",
                "invalid value 'sandbox' for 'isolation' (allowed: "
                "in-process, process)");
-    expect_err(HEAD "    workers: 0\n", "'workers' is out of range");
-    expect_err(HEAD "    process_limits:\n      memory: 1KiB\n",
+    expect_err(HEAD "    isolation: process\n    workers: 0\n",
+               "'workers' is out of range");
+    expect_err(HEAD "    workers: 2\n",
+               "t.yaml:4:5: 'workers' applies only to a plugin with "
+               "'isolation: process' (plugin 'p' runs in-process)");
+    expect_err(HEAD "    isolation: in-process\n    network: false\n",
+               "'network' applies only to a plugin with");
+    expect_err(HEAD "    isolation: process\n"
+                    "    process_limits:\n      memory: 1KiB\n",
                "'memory' is out of range");
-    expect_err(HEAD "    process_limits:\n      rss: 1GiB\n", "rss");
-    expect_err(HEAD "    crash_loop: 0\n", "'crash_loop' is out of range");
-    expect_err(HEAD "    network: maybe\n",
+    expect_err(HEAD "    isolation: process\n"
+                    "    process_limits:\n      rss: 1GiB\n", "rss");
+    expect_err(HEAD "    isolation: process\n    crash_loop: 0\n",
+               "'crash_loop' is out of range");
+    expect_err(HEAD "    isolation: process\n    network: maybe\n",
                "'network' must be true or false");
 }
 
@@ -99,7 +108,7 @@ static void test_equal(void)
     th_config *a = parse(HEAD "    isolation: process\n");
     th_config *b = parse(HEAD "    isolation: process\n");
     th_config *c = parse(HEAD "    isolation: process\n    workers: 2\n");
-    th_config *d = parse(HEAD);
+    th_config *d = parse(HEAD "    isolation: in-process\n");
     th_config *e = parse(HEAD "    isolation: process\n"
                               "    process_limits: {memory: 64MiB}\n");
     th_config *f = parse(HEAD "    isolation: process\n    user: nobody\n");
