@@ -15,7 +15,7 @@ MAKEFLAGS += -r
 FUZZ_BUILD ?= build/fuzz
 CLANG ?= clang
 VERSION := 0.1.0
-PKGS := msgpack yaml-0.1 libuv jansson lua5.4
+PKGS := msgpack yaml-0.1 libuv jansson lua5.4 libseccomp
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 

@@ -1526,3 +1526,49 @@ void th_iso_counts(unsigned *pools, unsigned *live_workers)
     if (live_workers)
         *live_workers = nl;
 }
+
+/* ---- for the fuzz target (fuzz/iso_wire.c) ------------------------------------------- */
+
+int th_iso_fuzz_frame(const uint8_t *f, size_t n)
+{
+    pool *P = calloc(1, sizeof *P);
+    if (!P)
+        return TH_ENOMEM;
+    pthread_mutex_init(&P->mu, NULL);
+    pthread_cond_init(&P->cv, NULL);
+    P->plugfd = -1;
+    P->closing = true; /* nobody drains: no back-pressure wait */
+    P->name = strdup("fuzz");
+    P->path = strdup("fuzz.so");
+    int rc = TH_EINVAL;
+    /* As a HELLO: the descriptor, then the host's checks of it. */
+    if (P->name && P->path && build_desc(P, f, n) == 0) {
+        th_plugin *p = NULL;
+        th_error err;
+        th_error_clear(&err);
+        rc = th_plugin_builtin(&P->desc, &p, &err);
+        if (rc == 0)
+            th_plugin_destroy(p); /* no on_destroy: P is freed below */
+    }
+    /* As any other message, routed to a worker with one waiting call. */
+    worker *w = calloc(1, sizeof *w);
+    if (w) {
+        w->pool = P;
+        w->sock = w->errfd = w->notefd = -1;
+        pthread_mutex_init(&w->send_mu, NULL);
+        pend p;
+        memset(&p, 0, sizeof p);
+        pthread_cond_init(&p.cv, NULL);
+        p.id = 1;
+        p.w = w;
+        w->calls = &p;
+        w->ncalls = 1;
+        route(P, w, f, n);
+        pthread_mutex_lock(&P->mu);
+        pend_unlink(w, &p);
+        pthread_mutex_unlock(&P->mu);
+        worker_free(w);
+    }
+    pool_free(P);
+    return rc;
+}

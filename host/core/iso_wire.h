@@ -93,4 +93,10 @@ int th_iso_open(const th_plugin_cfg *pc, const char *file, bool check,
 int th_iso_plugin_open(const th_plugin_cfg *pc, const th_load_opts *lo,
                        th_plugin **out, th_error *err);
 
+/* For fuzz/iso_wire.c: one frame body from a worker, taken as a HELLO
+ * (descriptor built and checked) and as any other message (routed to a
+ * worker with one waiting call, id 1).  No process, no thread.  0 when
+ * the descriptor passed the checks, else a TH_E code. */
+int th_iso_fuzz_frame(const uint8_t *f, size_t n);
+
 #endif

@@ -39,6 +39,7 @@ static const char *fr_input = "?"; /* the input being replayed */
 #include "../../fuzz/cli_args.c"
 #include "../../fuzz/code.c"
 #include "../../fuzz/config.c"
+#include "../../fuzz/iso_wire.c"
 #include "../../fuzz/json.c"
 #include "../../fuzz/out.c"
 #include "../../fuzz/rpc_frames.c"
@@ -56,6 +57,7 @@ static const fr_target fr_targets[] = {
     {"cli_args", fuzz_cli_args, NULL},
     {"code", fuzz_code, NULL},
     {"config", fuzz_config, NULL},
+    {"iso_wire", fuzz_iso_wire, NULL},
     {"json", fuzz_json, NULL},
     {"out", fuzz_out, NULL},
     {"rpc_frames", fuzz_rpc_frames, NULL},
