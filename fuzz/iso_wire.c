@@ -10,6 +10,12 @@
  * worker with one waiting call.
  * Properties beyond "no crash, no leak, no UB": the result is 0 or a
  * negative TH_E code.
+ *
+ * (Fixed, in fuzz/corpus/iso_wire/oom_huge_count: a frame whose array
+ * header announced billions of elements made msgpack-c allocate for them
+ * before reading one (libFuzzer: out-of-memory); frames are now walked
+ * with th_mp_check first, and a worker that sends such a frame is
+ * killed.)
  */
 #include "fuzz.h"
 #include "iso_wire.h"

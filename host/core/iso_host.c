@@ -39,6 +39,7 @@
 #include "manager.h"
 #include "th/iso.h"
 #include "th/log.h"
+#include "th/mpwalk.h"
 
 #define ISO_START_TIMEOUT_MS 10000
 #define ISO_QUEUE_MAX (8u * 1024 * 1024)
@@ -320,15 +321,29 @@ static void log_stderr(pool *P, worker *w, th_buf *eb, bool flush)
     }
 }
 
+/* A frame from a worker is outside input: walked before msgpack-c
+ * allocates for the counts it announces (th/mpwalk.h). */
+static bool frame_ok(const uint8_t *f, size_t n)
+{
+    size_t vlen = 0;
+    return th_mp_check(f, n, TH_MP_MAX_DEPTH, &vlen, NULL) == 0 && vlen == n;
+}
+
 static void route(pool *P, worker *w, const uint8_t *f, size_t n)
 {
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
     size_t off = 0;
-    if (msgpack_unpack_next(&u, (const char *)f, n, &off) !=
+    if (!frame_ok(f, n) ||
+        msgpack_unpack_next(&u, (const char *)f, n, &off) !=
             MSGPACK_UNPACK_SUCCESS ||
         u.data.type != MSGPACK_OBJECT_ARRAY || u.data.via.array.size < 1) {
         msgpack_unpacked_destroy(&u);
+        /* Not what a worker of ours sends: it is broken or hostile. */
+        th_log_warn("plugin %s: worker %d sent a malformed frame: killed",
+                    P->name, (int)w->pid);
+        if (w->pid > 0)
+            kill(w->pid, SIGKILL);
         return;
     }
     const msgpack_object_array *a = &u.data.via.array;
@@ -873,7 +888,8 @@ static int build_desc(pool *P, const uint8_t *f, size_t n)
     msgpack_unpacked_init(&u);
     size_t off = 0;
     int rc = -1;
-    if (msgpack_unpack_next(&u, (const char *)f, n, &off) !=
+    if (!frame_ok(f, n) ||
+        msgpack_unpack_next(&u, (const char *)f, n, &off) !=
             MSGPACK_UNPACK_SUCCESS ||
         u.data.type != MSGPACK_OBJECT_ARRAY || u.data.via.array.size < 2 ||
         u.data.via.array.ptr[1].type != MSGPACK_OBJECT_ARRAY ||
