@@ -604,6 +604,26 @@ static void worker_end(worker *w)
     worker_free(w);
 }
 
+/* The host's own program: the path /proc/self/exe names (what a tool
+ * such as valgrind reports as the program it runs), or the link itself
+ * when the file was deleted or replaced since the host started. */
+static char g_self[4096] = "/proc/self/exe";
+static pthread_once_t g_self_once = PTHREAD_ONCE_INIT;
+
+static void find_self(void)
+{
+    char buf[sizeof g_self];
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n <= 0 || n >= (ssize_t)sizeof buf - 1)
+        return;
+    buf[n] = '\0';
+    static const char del[] = " (deleted)";
+    if ((size_t)n >= sizeof del - 1 &&
+        strcmp(buf + n - (sizeof del - 1), del) == 0)
+        return;
+    memcpy(g_self, buf, (size_t)n + 1);
+}
+
 static int spawn(pool *P, worker **out, th_error *err)
 {
     *out = NULL;
@@ -679,7 +699,8 @@ static int spawn(pool *P, worker **out, th_error *err)
     posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK |
                                       POSIX_SPAWN_SETSIGDEF |
                                       POSIX_SPAWN_SETPGROUP);
-    const char *exe = g_exe ? g_exe : "/proc/self/exe";
+    pthread_once(&g_self_once, find_self);
+    const char *exe = g_exe ? g_exe : g_self;
     int rc = posix_spawn(&w->pid, exe, &fa, &at, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&at);

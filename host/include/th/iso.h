@@ -15,8 +15,8 @@ struct msgpack_packer;
  * process's exit status. */
 int th_iso_worker_main(int argc, char **argv);
 
-/* The program started as a worker; default "/proc/self/exe" (the host's
- * own binary).  For hosts linked into another program (tests, benches).
+/* The program started as a worker; default the host's own binary (the
+ * path of /proc/self/exe, or the link when that file was replaced).  For hosts linked into another program (tests, benches).
  * Call before any isolated plugin loads; `path` is copied. */
 void th_iso_set_worker_exe(const char *path);
 
