@@ -1921,8 +1921,10 @@ bool th_plugin_cfg_equal(const th_plugin_cfg *a, const th_plugin_cfg *b)
            a->allow_insecure == b->allow_insecure &&
            th_ynode_equal(a->config, b->config) &&
            a->isolation == b->isolation && a->workers == b->workers &&
-           memcmp(&a->process_limits, &b->process_limits,
-                  sizeof a->process_limits) == 0 &&
+           a->process_limits.memory == b->process_limits.memory &&
+           a->process_limits.cpu_seconds == b->process_limits.cpu_seconds &&
+           a->process_limits.open_files == b->process_limits.open_files &&
+           a->process_limits.processes == b->process_limits.processes &&
            a->network == b->network && a->kill_grace_ms == b->kill_grace_ms &&
            a->crash_loop == b->crash_loop &&
            a->unhealthy_retry_ms == b->unhealthy_retry_ms &&
