@@ -113,4 +113,8 @@ bool cli_ask_terminal(const char *tool, const char *reason);
 extern volatile sig_atomic_t cli_interrupted;
 void cli_catch_sigint(void);
 
+/* `toolhost worker`: internal, started by the host for a plugin with
+ * `isolation: process` (worker.c); not listed in the help. */
+int cli_worker(int argc, char **argv);
+
 #endif

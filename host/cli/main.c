@@ -89,6 +89,8 @@ int main(int argc, char **argv)
         usage(stdout);
         return CLI_OK;
     }
+    if (strcmp(argv[1], "worker") == 0) /* internal: isolated plugins */
+        return cli_worker(argc - 1, argv + 1);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(argv[1], commands[i].name) == 0)
             return commands[i].run(argc - 1, argv + 1);

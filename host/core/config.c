@@ -1176,6 +1176,21 @@ static int set_plugin_config(cfctx *c, const cfkey *k, th_ynode *v,
     return 0;
 }
 
+static const char *const iso_names[] = {"in-process", "process", NULL};
+
+#define PL(f) offsetof(th_proc_limits, f)
+static const cfkey proc_limit_keys[] = {
+    {.name = "memory", .set = set_size, .off = PL(memory), .min = 16 * MIB,
+     .max = 1024 * GIB},
+    {.name = "cpu_seconds", .set = set_u32, .off = PL(cpu_seconds), .min = 1,
+     .max = 1000000},
+    {.name = "open_files", .set = set_u32, .off = PL(open_files), .min = 16,
+     .max = 1048576},
+    {.name = "processes", .set = set_u32, .off = PL(processes), .min = 1,
+     .max = 100000},
+    {.name = NULL}};
+#undef PL
+
 #define P(f) offsetof(th_plugin_cfg, f)
 static const cfkey plugin_keys[] = {
     {.name = "name", .set = set_str, .off = P(name), .flags = CF_REQUIRED},
@@ -1184,8 +1199,29 @@ static const cfkey plugin_keys[] = {
     {.name = "optional", .set = set_bool, .off = P(optional)},
     {.name = "allow_insecure", .set = set_bool, .off = P(allow_insecure)},
     {.name = "config", .set = set_plugin_config},
+    /* Isolation (docs/isolation.md). */
+    {.name = "isolation", .set = set_enum, .off = P(isolation),
+     .names = iso_names},
+    {.name = "workers", .set = set_u32, .off = P(workers), .min = 1,
+     .max = 64},
+    {.name = "process_limits", .set = set_section, .off = P(process_limits),
+     .sub = proc_limit_keys, .what = "process_limits"},
+    {.name = "network", .set = set_bool, .off = P(network)},
+    {.name = "user", .set = set_str, .off = P(user)},
+    {.name = "kill_grace", .set = set_duration, .off = P(kill_grace_ms),
+     .min = 1, .max = 60000},
+    {.name = "crash_loop", .set = set_u32, .off = P(crash_loop), .min = 1,
+     .max = 1000},
+    {.name = "unhealthy_retry", .set = set_duration,
+     .off = P(unhealthy_retry_ms), .min = 100, .max = DAY},
     {.name = NULL}};
 #undef P
+
+static void plugin_init(cfctx *c, void *el)
+{
+    (void)c;
+    ((th_plugin_cfg *)el)->network = true;
+}
 
 static int plugin_check(cfctx *c, th_ynode *n, void *el)
 {
@@ -1210,6 +1246,20 @@ static int plugin_check(cfctx *c, th_ynode *n, void *el)
                       "column %d)",
                       pc->name, cfg->plugins[first].line,
                       cfg->plugins[first].col);
+    if (pc->isolation != TH_ISO_PROCESS) { /* isolation keys need process */
+        static const char *const only[] = {
+            "workers", "process_limits", "network", "user", "kill_grace",
+            "crash_loop", "unhealthy_retry", NULL};
+        for (size_t i = 0; only[i]; i++) {
+            const th_ynode *k = th_ynode_get_key(n, only[i]);
+            if (k)
+                return cf_err(c, k,
+                              "'%s' applies only to a plugin with "
+                              "'isolation: process' (plugin '%s' runs "
+                              "in-process)",
+                              only[i], pc->name);
+        }
+    }
     if (pc->config) {
         char where[128];
         snprintf(where, sizeof where, "the config of plugin '%s'", pc->name);
@@ -1868,7 +1918,7 @@ static const cfkey top_keys[] = {
     {.name = "plugins", .set = set_list, .off = C(plugins),
      .off2 = C(n_plugins), .sub = plugin_keys,
      .elem_size = sizeof(th_plugin_cfg), .check = plugin_check,
-     .what = "plugin"},
+     .init = plugin_init, .what = "plugin"},
     {.name = "toolsets", .set = set_list, .off = C(toolsets),
      .off2 = C(n_toolsets), .sub = toolset_keys,
      .elem_size = sizeof(th_toolset_cfg), .init = toolset_init,
@@ -1994,6 +2044,7 @@ void th_config_free(th_config *cfg)
     for (size_t i = 0; i < cfg->n_plugins; i++) {
         free(cfg->plugins[i].name);
         free(cfg->plugins[i].path);
+        free(cfg->plugins[i].user);
     }
     free(cfg->plugins);
     for (size_t i = 0; i < cfg->n_toolsets; i++) {
@@ -2283,7 +2334,16 @@ bool th_plugin_cfg_equal(const th_plugin_cfg *a, const th_plugin_cfg *b)
     return strcmp(a->name, b->name) == 0 && strcmp(a->path, b->path) == 0 &&
            a->optional == b->optional &&
            a->allow_insecure == b->allow_insecure &&
-           th_ynode_equal(a->config, b->config);
+           th_ynode_equal(a->config, b->config) &&
+           a->isolation == b->isolation && a->workers == b->workers &&
+           a->process_limits.memory == b->process_limits.memory &&
+           a->process_limits.cpu_seconds == b->process_limits.cpu_seconds &&
+           a->process_limits.open_files == b->process_limits.open_files &&
+           a->process_limits.processes == b->process_limits.processes &&
+           a->network == b->network && a->kill_grace_ms == b->kill_grace_ms &&
+           a->crash_loop == b->crash_loop &&
+           a->unhealthy_retry_ms == b->unhealthy_retry_ms &&
+           (a->user ? b->user && strcmp(a->user, b->user) == 0 : !b->user);
 }
 
 /* ---- after the plugins are loaded ------------------------------------------------ */

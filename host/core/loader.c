@@ -237,6 +237,8 @@ void th_plugin_destroy(th_plugin *p)
     free(p->load_path);
     free(p->version);
     free(p->description);
+    if (p->on_destroy) /* isolation: the proxy's workers and descriptor */
+        p->on_destroy(p);
     free(p);
 }
 

@@ -27,6 +27,7 @@
 #include "th/buf.h"
 #include "th/clock.h"
 #include "th/log.h"
+#include "iso_wire.h"
 #include "reloader.h"
 
 /* One generation the reloader knows, from load (or adoption) to close. */
@@ -284,7 +285,7 @@ static int prepare(th_reloader *r, const th_config *cfg, const th_plugin_cfg *pc
     lo.load_path = copy;
     lo.generation = gen;
     th_plugin *p = NULL;
-    rc = th_plugin_open(pc->path, &lo, &p, err);
+    rc = th_iso_plugin_open(pc, &lo, &p, err); /* isolation: a proxy */
     if (rc) {
         th_copydir_remove(r->dir, copy);
         free(copy);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "iso_wire.h"
 #include "manager.h"
 #include "reloader.h"
 #include "th/log.h"
@@ -152,7 +153,7 @@ int th_reload_host_load(th_host *h, const th_plugin_cfg *pc, th_plugin **out,
         memset(&lo, 0, sizeof lo);
         lo.name = pc->name;
         lo.allow_insecure = pc->allow_insecure;
-        int rc = th_plugin_open(pc->path, &lo, out, err);
+        int rc = th_iso_plugin_open(pc, &lo, out, err); /* isolation */
         if (rc)
             return rc;
         th_buf block = TH_BUF_INIT;

@@ -39,6 +39,7 @@ static const char *fr_input = "?"; /* the input being replayed */
 #include "../../fuzz/cli_args.c"
 #include "../../fuzz/code.c"
 #include "../../fuzz/config.c"
+#include "../../fuzz/iso_wire.c"
 #include "../../fuzz/json.c"
 #include "../../fuzz/mcp.c"
 #include "../../fuzz/out.c"
@@ -57,6 +58,7 @@ static const fr_target fr_targets[] = {
     {"cli_args", fuzz_cli_args, NULL},
     {"code", fuzz_code, NULL},
     {"config", fuzz_config, NULL},
+    {"iso_wire", fuzz_iso_wire, NULL},
     {"json", fuzz_json, NULL},
     {"mcp", fuzz_mcp, mc_close},
     {"out", fuzz_out, NULL},

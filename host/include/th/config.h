@@ -260,6 +260,19 @@ typedef struct th_mcp_cfg {
     int line, col;
 } th_mcp_cfg;
 
+/* Where a plugin runs (th_plugin_cfg.isolation). */
+#define TH_ISO_IN_PROCESS 0
+#define TH_ISO_PROCESS 1
+
+/* setrlimit() limits of an isolated plugin's workers; 0: not set. */
+typedef struct th_proc_limits {
+    uint64_t memory;       /* RLIMIT_AS, bytes                           */
+    uint32_t cpu_seconds;  /* RLIMIT_CPU per worker process              */
+    uint32_t open_files;   /* RLIMIT_NOFILE                              */
+    uint32_t processes;    /* processes and threads the worker may add
+                              (RLIMIT_NPROC over its user's count)       */
+} th_proc_limits;
+
 typedef struct th_plugin_cfg {
     char *name;            /* required, unique                          */
     char *path;            /* absolute (resolved against the config dir) */
@@ -268,6 +281,17 @@ typedef struct th_plugin_cfg {
     const th_ynode *config;/* the `config:` block or NULL; owned by the
                               th_config                                 */
     int line, col;
+    /* Appended (isolation, docs/isolation.md): */
+    int isolation;         /* TH_ISO_IN_PROCESS (default) or TH_ISO_PROCESS */
+    uint32_t workers;      /* worker processes; 0: 1                     */
+    th_proc_limits process_limits;
+    bool network;          /* false: sockets of AF_INET/6 refused (seccomp);
+                              default true                              */
+    char *user;            /* run the workers as this user (root only)   */
+    uint64_t kill_grace_ms;/* after a deadline, SIGKILL after; 0: 1000   */
+    uint32_t crash_loop;   /* deaths in a row, no call finished, before
+                              unhealthy; 0: 5                           */
+    uint64_t unhealthy_retry_ms; /* unhealthy: a new start every; 0: 30 s */
 } th_plugin_cfg;
 
 typedef struct th_perm_rule {

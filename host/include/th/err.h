@@ -30,7 +30,9 @@
     XX(TOOL, -16, "tool_error", "the tool misbehaved")                        \
     XX(LIMIT, -17, "limit_exceeded", "a configured limit was exceeded")       \
     XX(INTERNAL, -18, "internal", "internal error")                           \
-    XX(FAILED, -19, "tool_failed", "the tool reported a failure")
+    XX(FAILED, -19, "tool_failed", "the tool reported a failure")             \
+    XX(PLUGIN_CRASHED, -20, "plugin_crashed",                                 \
+       "the plugin's worker process died during the call")
 
 enum {
     TH_OK = 0,

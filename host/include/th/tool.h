@@ -87,6 +87,10 @@ struct th_plugin {
     /* Appended (ABI 1.1): */
     uint32_t abi_minor;          /* the minor the plugin was built with */
     uint64_t flags;              /* TOOLHOST_PLUGIN_* (0 before 1.1) */
+    /* Appended (isolation): the proxy of an `isolation: process` plugin
+     * (iso_host.c); on_destroy runs last in th_plugin_destroy(). */
+    void *iso;
+    void (*on_destroy)(th_plugin *p);
 };
 
 /* The sizes of the ABI 1.0 structs: where the members of 1.1 start (each

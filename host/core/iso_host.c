@@ -1,0 +1,1611 @@
+/* iso_host.c - the host side of process isolation (docs/isolation.md).
+ *
+ * An isolated plugin is a proxy th_plugin (a pool): its descriptor is
+ * built from what the first worker sends (HELLO), so the registry, the
+ * validation, the permissions and the manager see an ordinary plugin.
+ * init() starts `workers` processes with the config block; execute()
+ * picks the least busy live worker, sends the call, and relays the
+ * worker's messages to the real call callbacks on the calling thread
+ * (the call's owner), until DONE or the worker's death.
+ *
+ * One reader thread per worker reads its socket and its stderr (lines go
+ * to the log under the plugin's name) and routes messages to the waiting
+ * calls.  When the worker dies (EOF), the reader reaps it, fails its
+ * calls with plugin_crashed naming the signal (or the limit), and the
+ * next call restarts it after a backoff (0 after a worker that finished
+ * calls, then 100 ms doubling to 5 s).  `crash_loop` deaths in a row
+ * with no call finished mark the plugin unhealthy: calls fail at once;
+ * one new start is tried every `unhealthy_retry`.
+ *
+ * Locks: pool->mu guards the workers, their call lists and queues, the
+ * counters; never held while sending, calling a host callback or
+ * waiting for a process.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "iso_wire.h"
+#include "manager.h"
+#include "th/iso.h"
+#include "th/log.h"
+#include "th/mpwalk.h"
+
+#define ISO_START_TIMEOUT_MS 10000
+#define ISO_QUEUE_MAX (8u * 1024 * 1024)
+#define ISO_ASK_TIMEOUT_MS 10000 /* validate_args, needs_permission */
+
+extern char **environ;
+
+typedef struct msg {
+    int type;
+    int stream;
+    double fraction;
+    char *text;
+    uint8_t *data;
+    size_t len;
+    struct msg *next;
+} msg;
+
+typedef struct pend {
+    uint64_t id;
+    int ask;              /* 0: a call */
+    struct worker *w;
+    msg *head, *tail;
+    size_t queued;
+    bool done;
+    int status;           /* DONE status or ANSWER rc */
+    char *answer;         /* ANSWER message */
+    char *death;          /* the worker died: why */
+    int death_code;
+    pthread_cond_t cv;
+    struct pend *next;
+} pend;
+
+typedef struct worker {
+    struct pool *pool;
+    pid_t pid;
+    int sock, errfd, notefd;
+    pthread_t reader;
+    bool has_reader, alive, ready;
+    int ready_state;      /* 0 waiting, 1 ok, -1 failed */
+    char *fail_msg;
+    uint8_t *hello;       /* HELLO descriptor frame */
+    size_t hello_len;
+    pend *calls;
+    unsigned ncalls;
+    uint64_t finished;    /* calls that got DONE */
+    pthread_mutex_t send_mu;
+    bool reaped;          /* set when we sent SIGKILL (a deadline) */
+    bool reader_done;     /* the reader's last touch is over (under mu) */
+    struct worker *next_dead;
+} worker;
+
+typedef struct pool {
+    toolhost_plugin desc; /* the proxy's descriptor; first (container_of) */
+    toolhost_tool *tools;
+    uint32_t n_tools;
+    char **strs;          /* every string the descriptor points at */
+    size_t n_strs, cap_strs;
+    toolhost_param **param_arrays;
+    size_t n_param_arrays;
+    const char ***enum_arrays;
+    size_t n_enum_arrays;
+
+    char *name, *path, *file, *user;
+    int plugfd;
+    th_proc_limits lim;
+    bool network;
+    uint64_t kill_grace_ms;
+    uint32_t crash_loop;      /* deaths in a row before unhealthy */
+    int64_t retry_ms;         /* unhealthy: a new start every */
+    uint32_t n_workers;
+    uint64_t generation;
+    uint8_t *config;
+    size_t config_len;
+    th_plugin *plugin;    /* the proxy (not a reference) */
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    worker **w;           /* n_workers slots, NULL: none */
+    worker *dead;         /* replaced workers, freed once unused */
+    bool starting;
+    bool closing;
+    int64_t next_start_ms;
+    int64_t backoff_ms;
+    unsigned loop;        /* deaths in a row with no call finished */
+    bool unhealthy;
+    char unhealthy_why[256];
+    char last_crash[128];
+    uint64_t restarts, crashes;
+    uint64_t next_id;
+    struct pool *next, *prev;
+} pool;
+
+static char *g_exe;
+static pthread_mutex_t g_pools_mu = PTHREAD_MUTEX_INITIALIZER;
+static pool *g_pools;
+
+void th_iso_set_worker_exe(const char *path)
+{
+    free(g_exe);
+    g_exe = path ? strdup(path) : NULL;
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void deadline_in(struct timespec *ts, int64_t ms)
+{
+    clock_gettime(CLOCK_REALTIME, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (ms % 1000) * 1000000;
+    if (ts->tv_nsec >= 1000000000) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000;
+    }
+}
+
+static void msg_free(msg *m)
+{
+    free(m->text);
+    free(m->data);
+    free(m);
+}
+
+/* ---- sending to a worker ----------------------------------------------------------- */
+
+static int wsend(worker *w, th_buf *b)
+{
+    pthread_mutex_lock(&w->send_mu);
+    int rc = w->sock >= 0 ? th_iso_send(w->sock, b->data, b->len) : -1;
+    pthread_mutex_unlock(&w->send_mu);
+    th_buf_free(b);
+    return rc;
+}
+
+static int send_simple(worker *w, int type, uint64_t id, bool with_id)
+{
+    th_buf b = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
+    int e = msgpack_pack_array(&pk, with_id ? 2 : 1);
+    e |= msgpack_pack_int(&pk, type);
+    if (with_id)
+        e |= msgpack_pack_uint64(&pk, id);
+    if (e) {
+        th_buf_free(&b);
+        return -1;
+    }
+    return wsend(w, &b);
+}
+
+/* ---- death ------------------------------------------------------------------------ */
+
+static const char *sig_name(int sig)
+{
+    switch (sig) {
+    case SIGSEGV: return "SIGSEGV";
+    case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS";
+    case SIGILL: return "SIGILL";
+    case SIGFPE: return "SIGFPE";
+    case SIGKILL: return "SIGKILL";
+    case SIGTERM: return "SIGTERM";
+    case SIGXCPU: return "SIGXCPU";
+    case SIGXFSZ: return "SIGXFSZ";
+    case SIGSYS: return "SIGSYS";
+    case SIGPIPE: return "SIGPIPE";
+    case SIGTRAP: return "SIGTRAP";
+    default: return NULL;
+    }
+}
+
+static void fmt_size(uint64_t n, char *b, size_t cap)
+{
+    if (n % (1024ull * 1024 * 1024) == 0)
+        snprintf(b, cap, "%lluGiB", (unsigned long long)(n >> 30));
+    else if (n % (1024ull * 1024) == 0)
+        snprintf(b, cap, "%lluMiB", (unsigned long long)(n >> 20));
+    else
+        snprintf(b, cap, "%llu bytes", (unsigned long long)n);
+}
+
+/* What killed the worker, in the words calls and the log get. */
+static void death_words(pool *P, int status, bool mem_note, bool killed_by_us,
+                        char *out, size_t cap, char *shortw, size_t scap)
+{
+    char sz[32];
+    if (mem_note && P->lim.memory) {
+        fmt_size(P->lim.memory, sz, sizeof sz);
+        snprintf(shortw, scap, "memory limit %s exceeded", sz);
+    } else if (WIFSIGNALED(status) && WTERMSIG(status) == SIGXCPU) {
+        snprintf(shortw, scap, "cpu limit %us exceeded",
+                 (unsigned)P->lim.cpu_seconds);
+    } else if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL &&
+               killed_by_us) {
+        snprintf(shortw, scap, "SIGKILL: a call ignored its deadline");
+    } else if (WIFSIGNALED(status)) {
+        const char *n = sig_name(WTERMSIG(status));
+        if (n)
+            snprintf(shortw, scap, "%s", n);
+        else
+            snprintf(shortw, scap, "signal %d", WTERMSIG(status));
+    } else if (WIFEXITED(status)) {
+        snprintf(shortw, scap, "exit %d", WEXITSTATUS(status));
+    } else {
+        snprintf(shortw, scap, "connection lost");
+    }
+    snprintf(out, cap,
+             "plugin_crashed (%s): the worker process of plugin '%s' died "
+             "during this call; it is restarted for the next calls",
+             shortw, P->name);
+}
+
+static void record_death(pool *P, worker *w, const char *shortw) /* mu held */
+{
+    P->crashes++;
+    snprintf(P->last_crash, sizeof P->last_crash, "%s", shortw);
+    if (w->finished == 0)
+        P->loop++;
+    else
+        P->loop = 0;
+    if (P->loop == 0 || w->finished)
+        P->backoff_ms = 0;
+    else
+        P->backoff_ms = P->backoff_ms ? P->backoff_ms * 2 : 100;
+    if (P->backoff_ms > 5000)
+        P->backoff_ms = 5000;
+    P->next_start_ms = now_ms() + P->backoff_ms;
+    if (P->loop >= P->crash_loop && !P->unhealthy) {
+        P->unhealthy = true;
+        snprintf(P->unhealthy_why, sizeof P->unhealthy_why,
+                 "its workers died %u times in a row without finishing a "
+                 "call (last: %s)",
+                 P->loop, shortw);
+        th_log_error("plugin %s: unhealthy: %s; calls fail at once, a new "
+                     "worker is tried every %lldms or at the next reload",
+                     P->name, P->unhealthy_why, (long long)P->retry_ms);
+        P->next_start_ms = now_ms() + P->retry_ms;
+    }
+}
+
+/* ---- the reader thread ------------------------------------------------------------- */
+
+static pend *find_pend(worker *w, uint64_t id)
+{
+    for (pend *p = w->calls; p; p = p->next)
+        if (p->id == id)
+            return p;
+    return NULL;
+}
+
+static void log_stderr(pool *P, worker *w, th_buf *eb, bool flush)
+{
+    size_t start = 0;
+    for (size_t i = 0; i < eb->len; i++) {
+        if (eb->data[i] != '\n')
+            continue;
+        eb->data[i] = '\0';
+        th_log_warn("plugin %s [worker %d]: %s", P->name, (int)w->pid,
+                    (char *)eb->data + start);
+        start = i + 1;
+    }
+    if (flush && start < eb->len) {
+        th_log_warn("plugin %s [worker %d]: %.*s", P->name, (int)w->pid,
+                    (int)(eb->len - start), (char *)eb->data + start);
+        start = eb->len;
+    }
+    if (start) {
+        memmove(eb->data, eb->data + start, eb->len - start);
+        eb->len -= start;
+    }
+    if (eb->len > 4096) { /* a line too long: cut */
+        th_log_warn("plugin %s [worker %d]: %.4096s [cut]", P->name,
+                    (int)w->pid, (char *)eb->data);
+        eb->len = 0;
+    }
+}
+
+/* A frame from a worker is outside input: walked before msgpack-c
+ * allocates for the counts it announces (th/mpwalk.h). */
+static bool frame_ok(const uint8_t *f, size_t n)
+{
+    size_t vlen = 0;
+    return th_mp_check(f, n, TH_MP_MAX_DEPTH, &vlen, NULL) == 0 && vlen == n;
+}
+
+static void route(pool *P, worker *w, const uint8_t *f, size_t n)
+{
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    if (!frame_ok(f, n) ||
+        msgpack_unpack_next(&u, (const char *)f, n, &off) !=
+            MSGPACK_UNPACK_SUCCESS ||
+        u.data.type != MSGPACK_OBJECT_ARRAY || u.data.via.array.size < 1) {
+        msgpack_unpacked_destroy(&u);
+        /* Not what a worker of ours sends: it is broken or hostile. */
+        th_log_warn("plugin %s: worker %d sent a malformed frame: killed",
+                    P->name, (int)w->pid);
+        if (w->pid > 0)
+            kill(w->pid, SIGKILL);
+        return;
+    }
+    const msgpack_object_array *a = &u.data.via.array;
+    int type = (int)th_iso_int(a, 0);
+    pthread_mutex_lock(&P->mu);
+    switch (type) {
+    case ISO_HELLO:
+        free(w->hello);
+        w->hello = malloc(n);
+        if (w->hello) {
+            memcpy(w->hello, f, n);
+            w->hello_len = n;
+        }
+        pthread_cond_broadcast(&P->cv);
+        break;
+    case ISO_FAIL:
+    case ISO_READY:
+        free(w->fail_msg);
+        w->fail_msg = th_iso_strdup(a, 2);
+        w->ready_state = type == ISO_READY && th_iso_int(a, 1) ? 1 : -1;
+        pthread_cond_broadcast(&P->cv);
+        break;
+    case ISO_LOG: {
+        char *t = th_iso_strdup(a, 2);
+        int lvl = (int)th_iso_int(a, 1);
+        pthread_mutex_unlock(&P->mu);
+        if (t && lvl <= th_log_get_level()) {
+            for (char *c = t; *c; c++)
+                if ((unsigned char)*c < 0x20)
+                    *c = ' ';
+            th_log(lvl < 0 ? 0 : lvl > 3 ? 3 : lvl, "plugin %s: %s", P->name,
+                   t);
+        }
+        free(t);
+        msgpack_unpacked_destroy(&u);
+        return;
+    }
+    case ISO_WRITE:
+    case ISO_META:
+    case ISO_PROGRESS: {
+        pend *p = find_pend(w, (uint64_t)th_iso_int(a, 1));
+        if (!p || p->done)
+            break;
+        msg *m = calloc(1, sizeof *m);
+        if (!m)
+            break;
+        m->type = type;
+        size_t len = 0;
+        const uint8_t *d = NULL;
+        if (type == ISO_WRITE) {
+            m->stream = (int)th_iso_int(a, 2);
+            d = th_iso_bytes(a, 3, &len);
+        } else if (type == ISO_META) {
+            d = th_iso_bytes(a, 2, &len);
+        } else {
+            m->fraction = th_iso_num(a, 2);
+            m->text = th_iso_strdup(a, 3);
+            d = th_iso_bytes(a, 4, &len);
+        }
+        if (d && len && !(m->data = malloc(len))) {
+            msg_free(m);
+            break;
+        }
+        if (d && len)
+            memcpy(m->data, d, len);
+        m->len = len;
+        if (p->tail)
+            p->tail->next = m;
+        else
+            p->head = m;
+        p->tail = m;
+        p->queued += len;
+        pthread_cond_signal(&p->cv);
+        /* Back pressure: the call's owner drains; the worker waits. */
+        while (p->queued > ISO_QUEUE_MAX && !p->done && !P->closing) {
+            struct timespec ts;
+            deadline_in(&ts, 50);
+            pthread_cond_timedwait(&P->cv, &P->mu, &ts);
+            if (!find_pend(w, (uint64_t)th_iso_int(a, 1)))
+                break;
+        }
+        break;
+    }
+    case ISO_DONE:
+    case ISO_ANSWER: {
+        pend *p = find_pend(w, (uint64_t)th_iso_int(a, 1));
+        if (!p)
+            break;
+        p->status = (int)th_iso_int(a, 2);
+        if (type == ISO_ANSWER)
+            p->answer = th_iso_strdup(a, 3);
+        p->done = true;
+        if (type == ISO_DONE)
+            w->finished++;
+        if (P->loop || P->unhealthy) {
+            if (P->unhealthy)
+                th_log_info("plugin %s: healthy again", P->name);
+            P->loop = 0;
+            P->unhealthy = false;
+            P->backoff_ms = 0;
+        }
+        pthread_cond_signal(&p->cv);
+        break;
+    }
+    default:
+        break;
+    }
+    pthread_mutex_unlock(&P->mu);
+    msgpack_unpacked_destroy(&u);
+}
+
+static void *reader_main(void *arg)
+{
+    worker *w = arg;
+    pool *P = w->pool;
+    th_iso_rx rx = {TH_BUF_INIT, 0};
+    th_buf eb = TH_BUF_INIT;
+    bool sock_open = true, err_open = true;
+    while (sock_open) {
+        struct pollfd pf[2] = {{w->sock, POLLIN, 0}, {w->errfd, POLLIN, 0}};
+        int n = poll(pf, err_open ? 2 : 1, -1);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            break;
+        if (err_open && (pf[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+            char buf[4096];
+            ssize_t r = read(w->errfd, buf, sizeof buf);
+            if (r > 0) {
+                if (th_buf_append(&eb, buf, (size_t)r) == 0)
+                    log_stderr(P, w, &eb, false);
+            } else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
+                err_open = false;
+            }
+        }
+        if (pf[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+            int r = th_iso_rx_fill(&rx, w->sock);
+            if (r <= 0) {
+                sock_open = false;
+                break;
+            }
+            const uint8_t *f;
+            size_t len;
+            int t;
+            while ((t = th_iso_take(&rx, &f, &len)) == 1)
+                route(P, w, f, len);
+            if (t < 0)
+                break;
+        }
+    }
+    /* Dead or misbehaving: make sure it is gone, then reap it. */
+    bool killed_by_us = false;
+    pthread_mutex_lock(&P->mu);
+    killed_by_us = w->reaped; /* reused as "we sent SIGKILL" before reap */
+    pthread_mutex_unlock(&P->mu);
+    int status = 0;
+    pid_t r;
+    /* A worker that closed its socket but lives: give it a moment. */
+    for (int i = 0; i < 100; i++) {
+        r = waitpid(w->pid, &status, WNOHANG);
+        if (r == w->pid || (r < 0 && errno != EINTR))
+            break;
+        if (i == 50 || (i == 0 && !sock_open && false))
+            kill(w->pid, SIGKILL);
+        struct timespec ts = {0, 10 * 1000000};
+        nanosleep(&ts, NULL);
+        r = 0;
+    }
+    if (r != w->pid) {
+        kill(w->pid, SIGKILL);
+        while ((r = waitpid(w->pid, &status, 0)) < 0 && errno == EINTR)
+            ;
+    }
+    kill(-w->pid, SIGKILL); /* whatever it left in its process group */
+    /* The rest of its stderr. */
+    if (err_open) {
+        char buf[4096];
+        ssize_t n;
+        int fl = fcntl(w->errfd, F_GETFL);
+        fcntl(w->errfd, F_SETFL, fl | O_NONBLOCK);
+        while ((n = read(w->errfd, buf, sizeof buf)) > 0)
+            if (th_buf_append(&eb, buf, (size_t)n) != 0)
+                break;
+    }
+    log_stderr(P, w, &eb, true);
+    th_buf_free(&eb);
+    th_iso_rx_free(&rx);
+    char note[16] = "";
+    {
+        int fl = fcntl(w->notefd, F_GETFL);
+        fcntl(w->notefd, F_SETFL, fl | O_NONBLOCK);
+        ssize_t n = read(w->notefd, note, sizeof note - 1);
+        note[n > 0 ? n : 0] = '\0';
+    }
+    char words[512], shortw[128];
+    death_words(P, status, strncmp(note, "memory", 6) == 0, killed_by_us,
+                words, sizeof words, shortw, sizeof shortw);
+    pthread_mutex_lock(&P->mu);
+    w->alive = false;
+    bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
+                 w->ncalls == 0 && P->closing;
+    unsigned failed = 0;
+    for (pend *p = w->calls; p; p = p->next) {
+        if (p->done)
+            continue;
+        p->death = strdup(words);
+        p->death_code = TH_EPLUGIN_CRASHED;
+        p->done = true;
+        failed++;
+        pthread_cond_signal(&p->cv);
+    }
+    if (!clean && w->ready_state == 1)
+        record_death(P, w, shortw);
+    if (w->ready_state == 0) {
+        w->ready_state = -1;
+        if (!w->fail_msg) {
+            char m[300];
+            snprintf(m, sizeof m, "the worker died while starting (%s)",
+                     shortw);
+            w->fail_msg = strdup(m);
+        }
+    }
+    pthread_cond_broadcast(&P->cv);
+    pthread_mutex_unlock(&P->mu);
+    if (!clean)
+        th_log_error("plugin %s: worker %d died (%s); %u call%s failed",
+                     P->name, (int)w->pid, shortw, failed,
+                     failed == 1 ? "" : "s");
+    pthread_mutex_lock(&P->mu);
+    w->reader_done = true;
+    pthread_mutex_unlock(&P->mu);
+    return NULL;
+}
+
+/* ---- starting a worker ------------------------------------------------------------- */
+
+static void worker_free(worker *w)
+{
+    if (!w)
+        return;
+    if (w->sock >= 0)
+        close(w->sock);
+    if (w->errfd >= 0)
+        close(w->errfd);
+    if (w->notefd >= 0)
+        close(w->notefd);
+    free(w->fail_msg);
+    free(w->hello);
+    pthread_mutex_destroy(&w->send_mu);
+    free(w);
+}
+
+/* Joins the reader (the process is gone then) and frees. */
+static void worker_end(worker *w)
+{
+    if (w->has_reader)
+        pthread_join(w->reader, NULL);
+    worker_free(w);
+}
+
+/* The host's own program: the path /proc/self/exe names (what a tool
+ * such as valgrind reports as the program it runs), or the link itself
+ * when the file was deleted or replaced since the host started. */
+static char g_self[4096] = "/proc/self/exe";
+static pthread_once_t g_self_once = PTHREAD_ONCE_INIT;
+
+static void find_self(void)
+{
+    char buf[sizeof g_self];
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n <= 0 || n >= (ssize_t)sizeof buf - 1)
+        return;
+    buf[n] = '\0';
+    static const char del[] = " (deleted)";
+    if ((size_t)n >= sizeof del - 1 &&
+        strcmp(buf + n - (sizeof del - 1), del) == 0)
+        return;
+    memcpy(g_self, buf, (size_t)n + 1);
+}
+
+static int spawn(pool *P, worker **out, th_error *err)
+{
+    *out = NULL;
+    int sv[2] = {-1, -1}, ep[2] = {-1, -1}, np[2] = {-1, -1};
+    int hi[4] = {-1, -1, -1, -1};
+    worker *w = calloc(1, sizeof *w);
+    if (!w)
+        return th_error_set(err, TH_ENOMEM, "out of memory");
+    w->pool = P;
+    w->sock = w->errfd = w->notefd = -1;
+    pthread_mutex_init(&w->send_mu, NULL);
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0 ||
+        pipe2(ep, O_CLOEXEC) != 0 || pipe2(np, O_CLOEXEC) != 0) {
+        th_error_set(err, TH_ELOAD, "%s: cannot start a worker: %s", P->path,
+                     strerror(errno));
+        goto fail;
+    }
+    /* Out of the way of 0..5 before the dup2s of the child. */
+    int src[4] = {sv[1], P->plugfd, ep[1], np[1]};
+    for (int i = 0; i < 4; i++)
+        if ((hi[i] = fcntl(src[i], F_DUPFD_CLOEXEC, 10)) < 0) {
+            th_error_set(err, TH_ELOAD, "%s: cannot start a worker: %s",
+                         P->path, strerror(errno));
+            goto fail;
+        }
+    char a_mem[24], a_cpu[24], a_files[24], a_procs[24];
+    snprintf(a_mem, sizeof a_mem, "%llu", (unsigned long long)P->lim.memory);
+    snprintf(a_cpu, sizeof a_cpu, "%u", P->lim.cpu_seconds);
+    snprintf(a_files, sizeof a_files, "%u", P->lim.open_files);
+    snprintf(a_procs, sizeof a_procs, "%u", P->lim.processes);
+    char *argv[24];
+    int k = 0;
+    argv[k++] = "toolhost";
+    argv[k++] = "worker";
+    argv[k++] = "--name";
+    argv[k++] = P->name;
+    argv[k++] = "--path";
+    argv[k++] = P->path;
+    argv[k++] = "--memory";
+    argv[k++] = a_mem;
+    argv[k++] = "--cpu";
+    argv[k++] = a_cpu;
+    argv[k++] = "--files";
+    argv[k++] = a_files;
+    argv[k++] = "--procs";
+    argv[k++] = a_procs;
+    argv[k++] = "--network";
+    argv[k++] = P->network ? "1" : "0";
+    if (P->user) {
+        argv[k++] = "--user";
+        argv[k++] = P->user;
+    }
+    argv[k] = NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawnattr_init(&at);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, hi[2], 2);
+    posix_spawn_file_actions_adddup2(&fa, hi[0], ISO_FD_SOCK);
+    posix_spawn_file_actions_adddup2(&fa, hi[1], ISO_FD_PLUGIN);
+    posix_spawn_file_actions_adddup2(&fa, hi[3], ISO_FD_NOTE);
+    posix_spawn_file_actions_addclosefrom_np(&fa, ISO_FD_NOTE + 1);
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    sigdelset(&all, SIGKILL);
+    sigdelset(&all, SIGSTOP);
+    posix_spawnattr_setsigmask(&at, &none);
+    posix_spawnattr_setsigdefault(&at, &all);
+    posix_spawnattr_setpgroup(&at, 0);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK |
+                                      POSIX_SPAWN_SETSIGDEF |
+                                      POSIX_SPAWN_SETPGROUP);
+    pthread_once(&g_self_once, find_self);
+    const char *exe = g_exe ? g_exe : g_self;
+    int rc = posix_spawn(&w->pid, exe, &fa, &at, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
+    for (int i = 0; i < 4; i++)
+        close(hi[i]);
+    hi[0] = hi[1] = hi[2] = hi[3] = -1;
+    close(sv[1]);
+    close(ep[1]);
+    close(np[1]);
+    sv[1] = ep[1] = np[1] = -1;
+    if (rc != 0) {
+        th_error_set(err, TH_ELOAD, "%s: cannot start a worker (%s): %s",
+                     P->path, exe, strerror(rc));
+        goto fail;
+    }
+    w->sock = sv[0];
+    w->errfd = ep[0];
+    w->notefd = np[0];
+    sv[0] = ep[0] = np[0] = -1;
+    w->alive = true;
+    if ((rc = pthread_create(&w->reader, NULL, reader_main, w)) != 0) {
+        kill(w->pid, SIGKILL);
+        waitpid(w->pid, NULL, 0);
+        th_error_set(err, TH_ELOAD, "%s: cannot start a thread: %s", P->path,
+                     strerror(rc));
+        goto fail;
+    }
+    w->has_reader = true;
+    *out = w;
+    return 0;
+fail:
+    for (int i = 0; i < 2; i++) {
+        if (sv[i] >= 0)
+            close(sv[i]);
+        if (ep[i] >= 0)
+            close(ep[i]);
+        if (np[i] >= 0)
+            close(np[i]);
+    }
+    for (int i = 0; i < 4; i++)
+        if (hi[i] >= 0)
+            close(hi[i]);
+    worker_free(w);
+    return err ? err->code : TH_ELOAD;
+}
+
+/* Waits (mu held) until the worker said HELLO (want_ready false) or
+ * answered init (true), died, or the start timed out. */
+static int wait_worker(pool *P, worker *w, bool want_ready, th_error *err)
+{
+    int64_t end = now_ms() + ISO_START_TIMEOUT_MS;
+    while (w->ready_state == 0 && (want_ready || !w->hello)) {
+        int64_t left = end - now_ms();
+        if (left <= 0) {
+            kill(w->pid, SIGKILL);
+            return th_error_set(err, TH_ELOAD,
+                                "%s: the worker did not start within %ds",
+                                P->path, ISO_START_TIMEOUT_MS / 1000);
+        }
+        struct timespec ts;
+        deadline_in(&ts, left);
+        pthread_cond_timedwait(&P->cv, &P->mu, &ts);
+    }
+    if (w->ready_state < 0) {
+        const char *m = w->fail_msg ? w->fail_msg : "the worker failed";
+        size_t pl = strlen(P->path);
+        if (strncmp(m, P->path, pl) == 0 && m[pl] == ':')
+            return th_error_set(err, TH_ELOAD, "%s", m);
+        return th_error_set(err, TH_ELOAD, "%s: %s", P->path, m);
+    }
+    return 0;
+}
+
+static int send_init(pool *P, worker *w)
+{
+    th_buf b = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
+    int e = msgpack_pack_array(&pk, 2);
+    e |= msgpack_pack_int(&pk, ISO_INIT);
+    e |= msgpack_pack_bin_with_body(&pk, P->config, P->config_len);
+    if (e) {
+        th_buf_free(&b);
+        return -1;
+    }
+    return wsend(w, &b);
+}
+
+/* Spawns, waits for HELLO, sends INIT, waits for READY.  No lock held on
+ * entry.  On failure the worker is gone. */
+static int start_ready(pool *P, worker **out, th_error *err)
+{
+    worker *w;
+    int rc = spawn(P, &w, err);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&P->mu);
+    rc = wait_worker(P, w, false, err);
+    pthread_mutex_unlock(&P->mu);
+    if (rc == 0 && send_init(P, w) != 0)
+        rc = th_error_set(err, TH_ELOAD, "%s: the worker went away", P->path);
+    if (rc == 0) {
+        pthread_mutex_lock(&P->mu);
+        rc = wait_worker(P, w, true, err);
+        pthread_mutex_unlock(&P->mu);
+    }
+    if (rc) {
+        kill(w->pid, SIGKILL);
+        worker_end(w);
+        return rc;
+    }
+    *out = w;
+    return 0;
+}
+
+/* ---- the descriptor from HELLO --------------------------------------------------------- */
+
+static const char *keep(pool *P, char *s)
+{
+    if (!s)
+        return NULL;
+    if (P->n_strs == P->cap_strs) {
+        size_t cap = P->cap_strs ? P->cap_strs * 2 : 64;
+        char **v = realloc(P->strs, cap * sizeof *v);
+        if (!v) {
+            free(s);
+            return NULL;
+        }
+        P->strs = v;
+        P->cap_strs = cap;
+    }
+    P->strs[P->n_strs++] = s;
+    return s;
+}
+
+static int build_params(pool *P, const msgpack_object *o,
+                        const toolhost_param **out, uint32_t *n_out)
+{
+    *out = NULL;
+    *n_out = 0;
+    if (o->type != MSGPACK_OBJECT_ARRAY)
+        return -1;
+    uint32_t n = o->via.array.size;
+    if (n == 0)
+        return 0;
+    toolhost_param *ps = calloc(n, sizeof *ps);
+    toolhost_param **v =
+        realloc(P->param_arrays, (P->n_param_arrays + 1) * sizeof *v);
+    if (!ps || !v) {
+        free(ps);
+        if (v)
+            P->param_arrays = v;
+        return -1;
+    }
+    P->param_arrays = v;
+    P->param_arrays[P->n_param_arrays++] = ps;
+    for (uint32_t i = 0; i < n; i++) {
+        const msgpack_object *e = &o->via.array.ptr[i];
+        if (e->type != MSGPACK_OBJECT_ARRAY || e->via.array.size < 7)
+            return -1;
+        const msgpack_object_array *a = &e->via.array;
+        toolhost_param *q = &ps[i];
+        q->struct_size = sizeof *q;
+        q->name = keep(P, th_iso_strdup(a, 0));
+        q->type = (uint32_t)th_iso_int(a, 1);
+        q->required = (int)th_iso_int(a, 2);
+        q->description = keep(P, th_iso_strdup(a, 3));
+        if (a->ptr[4].type == MSGPACK_OBJECT_ARRAY) {
+            uint32_t ne = a->ptr[4].via.array.size;
+            const char **ev = calloc(ne + 1, sizeof *ev);
+            const char ***ea = realloc(P->enum_arrays,
+                                       (P->n_enum_arrays + 1) * sizeof *ea);
+            if (!ev || !ea) {
+                free(ev);
+                if (ea)
+                    P->enum_arrays = ea;
+                return -1;
+            }
+            P->enum_arrays = ea;
+            P->enum_arrays[P->n_enum_arrays++] = ev;
+            for (uint32_t k = 0; k < ne; k++)
+                ev[k] = keep(P, th_iso_strdup(&a->ptr[4].via.array, k));
+            q->enum_values = ev;
+        }
+        q->default_json = keep(P, th_iso_strdup(a, 5));
+        q->item_type = (uint32_t)th_iso_int(a, 6);
+    }
+    *out = ps;
+    *n_out = n;
+    return 0;
+}
+
+static int p_init(const toolhost_host_api *host, const uint8_t *config,
+                  size_t config_len, void **state, char *err, size_t err_size);
+static void p_fini(void *state);
+static int p_execute(void *state, const toolhost_tool *tool,
+                     toolhost_call *call, const uint8_t *args, size_t len);
+static int p_needs(void *state, const toolhost_tool *tool, const uint8_t *args,
+                   size_t len, char *reason, size_t size);
+static int p_validate(void *state, const toolhost_tool *tool,
+                      const uint8_t *args, size_t len, char *err, size_t size);
+
+static int build_desc(pool *P, const uint8_t *f, size_t n)
+{
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    int rc = -1;
+    if (!frame_ok(f, n) ||
+        msgpack_unpack_next(&u, (const char *)f, n, &off) !=
+            MSGPACK_UNPACK_SUCCESS ||
+        u.data.type != MSGPACK_OBJECT_ARRAY || u.data.via.array.size < 2 ||
+        u.data.via.array.ptr[1].type != MSGPACK_OBJECT_ARRAY ||
+        u.data.via.array.ptr[1].via.array.size < 5)
+        goto out;
+    const msgpack_object_array *d = &u.data.via.array.ptr[1].via.array;
+    toolhost_plugin *D = &P->desc;
+    D->struct_size = sizeof *D;
+    D->abi_major = TOOLHOST_ABI_MAJOR;
+    D->abi_minor = TOOLHOST_ABI_MINOR;
+    D->name = keep(P, th_iso_strdup(d, 0));
+    D->version = keep(P, th_iso_strdup(d, 1));
+    D->description = keep(P, th_iso_strdup(d, 2));
+    D->init = p_init;
+    D->fini = p_fini;
+    if (build_params(P, &d->ptr[3], &D->config_params, &D->n_config_params))
+        goto out;
+    if (d->ptr[4].type != MSGPACK_OBJECT_ARRAY)
+        goto out;
+    uint32_t nt = d->ptr[4].via.array.size;
+    P->tools = calloc(nt ? nt : 1, sizeof *P->tools);
+    if (!P->tools)
+        goto out;
+    for (uint32_t i = 0; i < nt; i++) {
+        const msgpack_object *e = &d->ptr[4].via.array.ptr[i];
+        if (e->type != MSGPACK_OBJECT_ARRAY || e->via.array.size < 9)
+            goto out;
+        const msgpack_object_array *a = &e->via.array;
+        toolhost_tool *t = &P->tools[i];
+        t->struct_size = sizeof *t;
+        t->name = keep(P, th_iso_strdup(a, 0));
+        t->description = keep(P, th_iso_strdup(a, 1));
+        t->long_description = keep(P, th_iso_strdup(a, 2));
+        if (build_params(P, &a->ptr[3], &t->params, &t->n_params))
+            goto out;
+        t->stdout_type = (uint32_t)th_iso_int(a, 4);
+        t->stderr_type = (uint32_t)th_iso_int(a, 5);
+        t->flags = (uint32_t)th_iso_int(a, 6);
+        t->execute = p_execute;
+        if (th_iso_int(a, 7))
+            t->needs_permission = p_needs;
+        if (th_iso_int(a, 8))
+            t->validate_args = p_validate;
+        t->user_data = P;
+    }
+    P->n_tools = nt;
+    D->tools = P->tools;
+    D->n_tools = nt;
+    rc = 0;
+out:
+    msgpack_unpacked_destroy(&u);
+    return rc;
+}
+
+/* ---- the pool's life --------------------------------------------------------------- */
+
+static void pool_free(pool *P)
+{
+    for (size_t i = 0; i < P->n_strs; i++)
+        free(P->strs[i]);
+    free(P->strs);
+    for (size_t i = 0; i < P->n_param_arrays; i++)
+        free(P->param_arrays[i]);
+    free(P->param_arrays);
+    for (size_t i = 0; i < P->n_enum_arrays; i++)
+        free((void *)P->enum_arrays[i]);
+    free(P->enum_arrays);
+    free(P->tools);
+    free(P->name);
+    free(P->path);
+    free(P->file);
+    free(P->user);
+    free(P->config);
+    free(P->w);
+    if (P->plugfd >= 0)
+        close(P->plugfd);
+    pthread_mutex_destroy(&P->mu);
+    pthread_cond_destroy(&P->cv);
+    free(P);
+}
+
+/* Every worker: EXIT, then (after `grace_ms`) SIGKILL; reaped and freed. */
+static void stop_workers(pool *P, int64_t grace_ms)
+{
+    pthread_mutex_lock(&P->mu);
+    P->closing = true;
+    pthread_cond_broadcast(&P->cv);
+    pthread_mutex_unlock(&P->mu);
+    for (uint32_t i = 0; i < P->n_workers; i++) {
+        worker *w = P->w[i];
+        if (w && w->alive)
+            send_simple(w, ISO_EXIT, 0, false);
+    }
+    int64_t end = now_ms() + grace_ms;
+    for (uint32_t i = 0; i < P->n_workers; i++) {
+        worker *w = P->w[i];
+        if (!w)
+            continue;
+        pthread_mutex_lock(&P->mu);
+        while (w->alive && now_ms() < end) {
+            struct timespec ts;
+            deadline_in(&ts, 20);
+            pthread_cond_timedwait(&P->cv, &P->mu, &ts);
+        }
+        bool alive = w->alive;
+        pthread_mutex_unlock(&P->mu);
+        if (alive) {
+            th_log_warn("plugin %s: worker %d did not exit in time: killed",
+                        P->name, (int)w->pid);
+            kill(w->pid, SIGKILL);
+        }
+        worker_end(w);
+        P->w[i] = NULL;
+    }
+    /* Replaced ones: no call is left when the proxy ends. */
+    while (P->dead) {
+        worker *d = P->dead;
+        P->dead = d->next_dead;
+        worker_end(d);
+    }
+}
+
+static void on_destroy(th_plugin *p)
+{
+    pool *P = p->iso;
+    if (!P)
+        return;
+    p->iso = NULL;
+    stop_workers(P, 0);
+    pthread_mutex_lock(&g_pools_mu);
+    if (P->prev)
+        P->prev->next = P->next;
+    else if (g_pools == P)
+        g_pools = P->next;
+    if (P->next)
+        P->next->prev = P->prev;
+    pthread_mutex_unlock(&g_pools_mu);
+    pool_free(P);
+}
+
+int th_iso_open(const th_plugin_cfg *pc, const char *file, bool check,
+                uint64_t generation, th_plugin **out, th_error *err)
+{
+    *out = NULL;
+    pool *P = calloc(1, sizeof *P);
+    if (!P)
+        return th_error_set(err, TH_ENOMEM, "%s: out of memory", pc->path);
+    pthread_mutex_init(&P->mu, NULL);
+    pthread_cond_init(&P->cv, NULL);
+    P->plugfd = -1;
+    P->n_workers = pc->workers ? pc->workers : 1;
+    P->lim = pc->process_limits;
+    P->network = pc->network;
+    P->kill_grace_ms = pc->kill_grace_ms ? pc->kill_grace_ms : 1000;
+    P->crash_loop = pc->crash_loop ? pc->crash_loop : 5;
+    P->retry_ms = pc->unhealthy_retry_ms ? (int64_t)pc->unhealthy_retry_ms
+                                         : 30000;
+    P->generation = generation ? generation : 1;
+    if (!(P->name = strdup(pc->name)) || !(P->path = strdup(pc->path)) ||
+        !(P->file = strdup(file)) || (pc->user && !(P->user = strdup(pc->user))) ||
+        !(P->w = calloc(P->n_workers, sizeof *P->w))) {
+        pool_free(P);
+        return th_error_set(err, TH_ENOMEM, "%s: out of memory", pc->path);
+    }
+    int rc = th_plugin_file_open(file, pc->path, check, &P->plugfd, err);
+    if (rc) {
+        pool_free(P);
+        return rc;
+    }
+    if (th_elf_incomplete_fd(P->plugfd)) {
+        pool_free(P);
+        return th_error_set(err, TH_ELOAD,
+                            "%s: incomplete shared object (still being "
+                            "written?): its headers reach past the end of "
+                            "the file",
+                            pc->path);
+    }
+    /* The first worker: its descriptor.  It stays as worker 0 (init()
+     * sends it the config). */
+    worker *w;
+    if ((rc = spawn(P, &w, err))) {
+        pool_free(P);
+        return rc;
+    }
+    pthread_mutex_lock(&P->mu);
+    rc = wait_worker(P, w, false, err);
+    pthread_mutex_unlock(&P->mu);
+    if (rc == 0 && build_desc(P, w->hello, w->hello_len) != 0)
+        rc = th_error_set(err, TH_ELOAD, "%s: the worker sent a bad "
+                          "descriptor", pc->path);
+    th_plugin *p = NULL;
+    if (rc == 0)
+        rc = th_plugin_builtin(&P->desc, &p, err);
+    if (rc) {
+        kill(w->pid, SIGKILL);
+        worker_end(w);
+        pool_free(P);
+        return rc;
+    }
+    P->w[0] = w;
+    free(p->name);
+    free(p->path);
+    free(p->load_path);
+    p->name = strdup(pc->name);
+    p->path = strdup(pc->path);
+    p->load_path = strdup(file);
+    p->generation = P->generation;
+    p->iso = P;
+    p->on_destroy = on_destroy;
+    P->plugin = p;
+    pthread_mutex_lock(&g_pools_mu);
+    P->next = g_pools;
+    if (g_pools)
+        g_pools->prev = P;
+    g_pools = P;
+    pthread_mutex_unlock(&g_pools_mu);
+    if (!p->name || !p->path || !p->load_path) {
+        th_plugin_destroy(p);
+        return th_error_set(err, TH_ENOMEM, "%s: out of memory", pc->path);
+    }
+    *out = p;
+    return 0;
+}
+
+int th_iso_plugin_open(const th_plugin_cfg *pc, const th_load_opts *lo,
+                       th_plugin **out, th_error *err)
+{
+    if (!pc || pc->isolation != TH_ISO_PROCESS)
+        return th_plugin_open(pc ? pc->path : NULL, lo, out, err);
+    return th_iso_open(pc, lo && lo->load_path ? lo->load_path : pc->path,
+                       !(lo && lo->allow_insecure), lo ? lo->generation : 1,
+                       out, err);
+}
+
+/* ---- the proxy's ABI functions ----------------------------------------------------------- */
+
+static pool *pool_of_api(const toolhost_host_api *host)
+{
+    return th_plugin_from_api(host)->iso;
+}
+
+static int p_init(const toolhost_host_api *host, const uint8_t *config,
+                  size_t config_len, void **state, char *err, size_t err_size)
+{
+    pool *P = pool_of_api(host);
+    *state = P;
+    if (!(P->config = malloc(config_len ? config_len : 1))) {
+        snprintf(err, err_size, "out of memory");
+        return 1;
+    }
+    memcpy(P->config, config, config_len);
+    P->config_len = config_len;
+    th_error e;
+    th_error_clear(&e);
+    worker *w0 = P->w[0];
+    int rc = send_init(P, w0) == 0 ? 0 : -1;
+    if (rc == 0) {
+        pthread_mutex_lock(&P->mu);
+        rc = wait_worker(P, w0, true, &e);
+        pthread_mutex_unlock(&P->mu);
+    } else {
+        th_error_set(&e, TH_ELOAD, "the worker went away");
+    }
+    for (uint32_t i = 1; rc == 0 && i < P->n_workers; i++)
+        rc = start_ready(P, &P->w[i], &e);
+    if (rc) {
+        /* init failed: fini() will not run; the workers go now.  The
+         * loader puts "PATH: init failed: " in front again. */
+        stop_workers(P, 1000);
+        P->closing = false;
+        const char *m = e.msg;
+        size_t pl = strlen(P->path);
+        if (strncmp(m, P->path, pl) == 0 && m[pl] == ':' && m[pl + 1] == ' ')
+            m += pl + 2;
+        if (strncmp(m, "init failed: ", 13) == 0)
+            m += 13;
+        snprintf(err, err_size, "%s", m);
+        return 1;
+    }
+    th_log_info("plugin %s: %u worker process%s started (isolation: process)",
+                P->name, P->n_workers, P->n_workers == 1 ? "" : "es");
+    return 0;
+}
+
+static void p_fini(void *state)
+{
+    pool *P = state;
+    /* The last call ended: the workers drain (nothing) and exit. */
+    stop_workers(P, 2000);
+}
+
+/* A live worker for a call, starting one if a slot is free and the
+ * backoff allows.  mu held; may drop it while starting. */
+static worker *pick(pool *P, const toolhost_call *call, char *why, size_t cap)
+{
+    for (;;) {
+        if (P->closing) {
+            snprintf(why, cap, "plugin '%s' is closing", P->name);
+            return NULL;
+        }
+        worker *best = NULL;
+        int free_slot = -1;
+        for (uint32_t i = 0; i < P->n_workers; i++) {
+            worker *w = P->w[i];
+            if (w && w->alive && w->ready_state == 1) {
+                if (!best || w->ncalls < best->ncalls)
+                    best = w;
+            } else if (free_slot < 0 && (!w || !w->alive)) {
+                free_slot = (int)i;
+            }
+        }
+        if (best && (best->ncalls == 0 || free_slot < 0 || P->starting))
+            return best;
+        int64_t now = now_ms();
+        if (P->unhealthy && now < P->next_start_ms) {
+            if (best)
+                return best;
+            snprintf(why, cap, "plugin '%s' is unhealthy: %s", P->name,
+                     P->unhealthy_why);
+            return NULL;
+        }
+        if (free_slot >= 0 && !P->starting && now >= P->next_start_ms) {
+            P->starting = true;
+            worker *old = P->w[free_slot];
+            P->w[free_slot] = NULL;
+            if (old) { /* calls may still hold it: freed once unused */
+                old->next_dead = P->dead;
+                P->dead = old;
+            }
+            worker *gone = NULL;
+            for (worker **pp = &P->dead; *pp;) {
+                worker *d = *pp;
+                if (d->ncalls == 0 && d->reader_done) {
+                    *pp = d->next_dead;
+                    d->next_dead = gone;
+                    gone = d;
+                } else {
+                    pp = &d->next_dead;
+                }
+            }
+            pthread_mutex_unlock(&P->mu);
+            while (gone) {
+                worker *n = gone->next_dead;
+                worker_end(gone);
+                gone = n;
+            }
+            th_error e;
+            th_error_clear(&e);
+            worker *nw = NULL;
+            int rc = start_ready(P, &nw, &e);
+            pthread_mutex_lock(&P->mu);
+            P->starting = false;
+            pthread_cond_broadcast(&P->cv);
+            if (rc == 0) {
+                P->w[free_slot] = nw;
+                P->restarts++;
+                th_log_info("plugin %s: worker %d started (restart %llu)",
+                            P->name, (int)nw->pid,
+                            (unsigned long long)P->restarts);
+                continue;
+            }
+            th_log_error("plugin %s: cannot restart a worker: %s", P->name,
+                         e.msg);
+            P->loop++;
+            P->backoff_ms = P->backoff_ms ? P->backoff_ms * 2 : 100;
+            if (P->backoff_ms > 5000)
+                P->backoff_ms = 5000;
+            P->next_start_ms = now_ms() + P->backoff_ms;
+            if (P->loop >= P->crash_loop && !P->unhealthy) {
+                P->unhealthy = true;
+                snprintf(P->unhealthy_why, sizeof P->unhealthy_why,
+                         "its workers fail to start (%.200s)", e.msg);
+                th_log_error("plugin %s: unhealthy: %s", P->name,
+                             P->unhealthy_why);
+                P->next_start_ms = now_ms() + P->retry_ms;
+            }
+            continue;
+        }
+        if (best)
+            return best;
+        /* Wait for the backoff or the start in progress, within the
+         * call's time. */
+        int64_t left = call ? call->host->time_left_ms(call) : -1;
+        if ((call && call->host->is_cancelled(call)) || left == 0) {
+            snprintf(why, cap, "plugin '%s' has no worker (restarting)",
+                     P->name);
+            return NULL;
+        }
+        struct timespec ts;
+        deadline_in(&ts, 20);
+        pthread_cond_timedwait(&P->cv, &P->mu, &ts);
+    }
+}
+
+static void pend_unlink(worker *w, pend *p) /* mu held */
+{
+    for (pend **pp = &w->calls; *pp; pp = &(*pp)->next)
+        if (*pp == p) {
+            *pp = p->next;
+            break;
+        }
+    w->ncalls--;
+    for (msg *m = p->head, *n; m; m = n) {
+        n = m->next;
+        msg_free(m);
+    }
+    free(p->answer);
+    free(p->death);
+    pthread_cond_destroy(&p->cv);
+}
+
+static bool is_mcall(const toolhost_call *call)
+{
+    return ((const th_call_base *)call)->vt == &th_mcall_vtbl;
+}
+
+/* The call fails with a tool error (code, message). */
+static int fail_call(toolhost_call *call, int code, const char *m)
+{
+    if (call && is_mcall(call)) {
+        th_mcall_set_error(call, code, m);
+    } else if (call) {
+        call->host->write(call, TOOLHOST_STDERR, m, strlen(m));
+        call->host->write(call, TOOLHOST_STDERR, "\n", 1);
+    }
+    return TOOLHOST_FAILED;
+}
+
+/* Sends one call or ask and runs its messages on this thread until it
+ * ends.  Returns the DONE status (or the ANSWER rc in *rc_out). */
+static int run(pool *P, uint32_t tool_idx, int ask, toolhost_call *call,
+               const uint8_t *args, size_t len, char *ans, size_t ans_cap)
+{
+    char why[400];
+    pend p;
+    memset(&p, 0, sizeof p);
+    pthread_cond_init(&p.cv, NULL);
+    pthread_mutex_lock(&P->mu);
+    worker *w = pick(P, call, why, sizeof why);
+    if (!w) {
+        pthread_mutex_unlock(&P->mu);
+        pthread_cond_destroy(&p.cv);
+        if (ask) {
+            snprintf(ans, ans_cap, "%s", why);
+            return 1;
+        }
+        return fail_call(call, TH_EPLUGIN_CRASHED, why);
+    }
+    p.id = ++P->next_id;
+    p.ask = ask;
+    p.w = w;
+    p.next = w->calls;
+    w->calls = &p;
+    w->ncalls++;
+    pthread_mutex_unlock(&P->mu);
+
+    th_buf b = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
+    int e = msgpack_pack_array(&pk, 5);
+    e |= msgpack_pack_int(&pk, ask ? ISO_ASK : ISO_CALL);
+    e |= msgpack_pack_uint64(&pk, p.id);
+    if (ask) {
+        e |= msgpack_pack_int(&pk, ask);
+        e |= msgpack_pack_uint32(&pk, tool_idx);
+        e |= msgpack_pack_bin_with_body(&pk, args, len);
+    } else {
+        e |= msgpack_pack_uint32(&pk, tool_idx);
+        e |= msgpack_pack_bin_with_body(&pk, args, len);
+        e |= msgpack_pack_int64(&pk, call ? call->host->time_left_ms(call) : -1);
+    }
+    if (e)
+        th_buf_free(&b);
+    if (e || wsend(w, &b) != 0) {
+        /* A dead socket: the reader fails the call shortly. */
+        (void)0;
+    }
+
+    int64_t cancel_at = 0, t_start = now_ms();
+    bool killed = false;
+    pthread_mutex_lock(&P->mu);
+    for (;;) {
+        while (p.head) {
+            msg *m = p.head;
+            p.head = m->next;
+            if (!p.head)
+                p.tail = NULL;
+            p.queued -= m->len;
+            pthread_cond_broadcast(&P->cv); /* the reader may wait */
+            pthread_mutex_unlock(&P->mu);
+            if (m->type == ISO_WRITE)
+                call->host->write(call, m->stream, m->data, m->len);
+            else if (m->type == ISO_META)
+                call->host->set_meta(call, m->data, m->len);
+            else
+                call->host->progress(call, m->fraction, m->text, m->data,
+                                     m->len);
+            msg_free(m);
+            pthread_mutex_lock(&P->mu);
+        }
+        if (p.done)
+            break;
+        if (!ask && call) {
+            pthread_mutex_unlock(&P->mu);
+            bool c = call->host->is_cancelled(call);
+            pthread_mutex_lock(&P->mu);
+            if (c && !cancel_at) {
+                cancel_at = now_ms();
+                pthread_mutex_unlock(&P->mu);
+                send_simple(w, ISO_CANCEL, p.id, true);
+                pthread_mutex_lock(&P->mu);
+                continue;
+            }
+            if (cancel_at && !killed &&
+                now_ms() - cancel_at >= (int64_t)P->kill_grace_ms) {
+                killed = true;
+                w->reaped = true; /* "killed by us" for the reader */
+                th_log_warn("plugin %s: call %llu ignored its cancellation "
+                            "or deadline for %llums: worker %d killed",
+                            P->name, (unsigned long long)call->call_id,
+                            (unsigned long long)P->kill_grace_ms, (int)w->pid);
+                kill(w->pid, SIGKILL);
+            }
+        }
+        if (ask && !killed && now_ms() - t_start >= ISO_ASK_TIMEOUT_MS) {
+            killed = true;
+            w->reaped = true;
+            th_log_warn("plugin %s: %s did not answer within %ds: worker %d "
+                        "killed",
+                        P->name,
+                        ask == ISO_ASK_VALIDATE ? "validate_args"
+                                                : "needs_permission",
+                        ISO_ASK_TIMEOUT_MS / 1000, (int)w->pid);
+            kill(w->pid, SIGKILL);
+        }
+        struct timespec ts;
+        deadline_in(&ts, 20);
+        pthread_cond_timedwait(&p.cv, &P->mu, &ts);
+    }
+    int status = p.status;
+    char *death = p.death;
+    p.death = NULL;
+    if (ask && ans && p.answer)
+        snprintf(ans, ans_cap, "%s", p.answer);
+    pend_unlink(w, &p);
+    pthread_cond_broadcast(&P->cv);
+    pthread_mutex_unlock(&P->mu);
+    if (death) {
+        int rc;
+        if (ask) {
+            snprintf(ans, ans_cap, "%s", death);
+            rc = 1;
+        } else if (killed) {
+            rc = fail_call(call, TH_ETIMEOUT,
+                           "the call ignored its deadline; its worker was "
+                           "killed");
+        } else {
+            rc = fail_call(call, TH_EPLUGIN_CRASHED, death);
+        }
+        free(death);
+        return rc;
+    }
+    if (ask)
+        return status;
+    return status == TOOLHOST_OK ? TOOLHOST_OK : TOOLHOST_FAILED;
+}
+
+static uint32_t tool_index(pool *P, const toolhost_tool *tool)
+{
+    return (uint32_t)(tool - P->tools);
+}
+
+static int p_execute(void *state, const toolhost_tool *tool,
+                     toolhost_call *call, const uint8_t *args, size_t len)
+{
+    pool *P = state;
+    return run(P, tool_index(P, tool), 0, call, args, len, NULL, 0);
+}
+
+static int p_needs(void *state, const toolhost_tool *tool, const uint8_t *args,
+                   size_t len, char *reason, size_t size)
+{
+    pool *P = state;
+    int rc = run(P, tool_index(P, tool), ISO_ASK_PERMISSION, NULL, args, len,
+                 reason, size);
+    return rc ? 1 : 0;
+}
+
+static int p_validate(void *state, const toolhost_tool *tool,
+                      const uint8_t *args, size_t len, char *err, size_t size)
+{
+    pool *P = state;
+    return run(P, tool_index(P, tool), ISO_ASK_VALIDATE, NULL, args, len, err,
+               size);
+}
+
+/* ---- stats -------------------------------------------------------------------------- */
+
+int th_iso_stats_pack(struct msgpack_packer *pk)
+{
+    pthread_mutex_lock(&g_pools_mu);
+    uint32_t n = 0;
+    for (pool *P = g_pools; P; P = P->next)
+        n++;
+    int e = msgpack_pack_array(pk, n);
+    for (pool *P = g_pools; P && !e; P = P->next) {
+        pthread_mutex_lock(&P->mu);
+        unsigned live = 0;
+        for (uint32_t i = 0; i < P->n_workers; i++)
+            live += P->w[i] && P->w[i]->alive;
+        e |= msgpack_pack_map(pk, 9);
+        e |= th_pack_cstr(pk, "plugin");
+        e |= th_pack_cstr(pk, P->name);
+        e |= th_pack_cstr(pk, "generation");
+        e |= msgpack_pack_uint64(pk, P->generation);
+        e |= th_pack_cstr(pk, "healthy");
+        e |= P->unhealthy ? msgpack_pack_false(pk) : msgpack_pack_true(pk);
+        e |= th_pack_cstr(pk, "workers");
+        e |= msgpack_pack_uint32(pk, P->n_workers);
+        e |= th_pack_cstr(pk, "live");
+        e |= msgpack_pack_uint32(pk, live);
+        e |= th_pack_cstr(pk, "restarts");
+        e |= msgpack_pack_uint64(pk, P->restarts);
+        e |= th_pack_cstr(pk, "crashes");
+        e |= msgpack_pack_uint64(pk, P->crashes);
+        e |= th_pack_cstr(pk, "last_crash");
+        e |= th_pack_cstr(pk, P->last_crash[0] ? P->last_crash : NULL);
+        e |= th_pack_cstr(pk, "unhealthy_reason");
+        e |= th_pack_cstr(pk, P->unhealthy ? P->unhealthy_why : NULL);
+        pthread_mutex_unlock(&P->mu);
+    }
+    pthread_mutex_unlock(&g_pools_mu);
+    return e;
+}
+
+void th_iso_counts(unsigned *pools, unsigned *live_workers)
+{
+    unsigned np = 0, nl = 0;
+    pthread_mutex_lock(&g_pools_mu);
+    for (pool *P = g_pools; P; P = P->next) {
+        np++;
+        pthread_mutex_lock(&P->mu);
+        for (uint32_t i = 0; i < P->n_workers; i++)
+            nl += P->w[i] && P->w[i]->alive;
+        pthread_mutex_unlock(&P->mu);
+    }
+    pthread_mutex_unlock(&g_pools_mu);
+    if (pools)
+        *pools = np;
+    if (live_workers)
+        *live_workers = nl;
+}
+
+/* ---- for the fuzz target (fuzz/iso_wire.c) ------------------------------------------- */
+
+int th_iso_fuzz_frame(const uint8_t *f, size_t n)
+{
+    pool *P = calloc(1, sizeof *P);
+    if (!P)
+        return TH_ENOMEM;
+    pthread_mutex_init(&P->mu, NULL);
+    pthread_cond_init(&P->cv, NULL);
+    P->plugfd = -1;
+    P->closing = true; /* nobody drains: no back-pressure wait */
+    P->name = strdup("fuzz");
+    P->path = strdup("fuzz.so");
+    int rc = TH_EINVAL;
+    /* As a HELLO: the descriptor, then the host's checks of it. */
+    if (P->name && P->path && build_desc(P, f, n) == 0) {
+        th_plugin *p = NULL;
+        th_error err;
+        th_error_clear(&err);
+        rc = th_plugin_builtin(&P->desc, &p, &err);
+        if (rc == 0)
+            th_plugin_destroy(p); /* no on_destroy: P is freed below */
+    }
+    /* As any other message, routed to a worker with one waiting call. */
+    worker *w = calloc(1, sizeof *w);
+    if (w) {
+        w->pool = P;
+        w->sock = w->errfd = w->notefd = -1;
+        pthread_mutex_init(&w->send_mu, NULL);
+        pend p;
+        memset(&p, 0, sizeof p);
+        pthread_cond_init(&p.cv, NULL);
+        p.id = 1;
+        p.w = w;
+        w->calls = &p;
+        w->ncalls = 1;
+        route(P, w, f, n);
+        pthread_mutex_lock(&P->mu);
+        pend_unlink(w, &p);
+        pthread_mutex_unlock(&P->mu);
+        worker_free(w);
+    }
+    pool_free(P);
+    return rc;
+}

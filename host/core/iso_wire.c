@@ -1,0 +1,227 @@
+/* iso_wire.c - frames and descriptor packing between the host and its
+ * plugin worker processes (see iso_wire.h). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "iso_wire.h"
+
+int th_iso_send(int fd, const void *data, size_t len)
+{
+    if (len > ISO_MAX_FRAME) {
+        errno = EMSGSIZE;
+        return -1;
+    }
+    uint8_t hdr[4] = {(uint8_t)(len >> 24), (uint8_t)(len >> 16),
+                      (uint8_t)(len >> 8), (uint8_t)len};
+    struct {
+        const uint8_t *p;
+        size_t n;
+    } part[2] = {{hdr, 4}, {data, len}};
+    for (int i = 0; i < 2; i++) {
+        const uint8_t *p = part[i].p;
+        size_t n = part[i].n;
+        while (n) {
+            /* A socket: a dead peer is EPIPE, never SIGPIPE. */
+            ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0)
+                return -1;
+            p += w;
+            n -= (size_t)w;
+        }
+    }
+    return 0;
+}
+
+int th_iso_rx_fill(th_iso_rx *rx, int fd)
+{
+    if (rx->off && rx->off == rx->b.len) {
+        th_buf_reset(&rx->b);
+        rx->off = 0;
+    } else if (rx->off > 65536 && rx->off * 2 > rx->b.len) {
+        memmove(rx->b.data, rx->b.data + rx->off, rx->b.len - rx->off);
+        rx->b.len -= rx->off;
+        rx->off = 0;
+    }
+    if (th_buf_reserve(&rx->b, 65536) != 0) {
+        errno = ENOMEM;
+        return -1;
+    }
+    for (;;) {
+        ssize_t n = read(fd, rx->b.data + rx->b.len, 65536);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n > 0)
+            rx->b.len += (size_t)n;
+        return n < 0 ? -1 : (int)(n > 0);
+    }
+}
+
+int th_iso_take(th_iso_rx *rx, const uint8_t **frame, size_t *len)
+{
+    size_t have = rx->b.len - rx->off;
+    if (have < 4)
+        return 0;
+    const uint8_t *h = rx->b.data + rx->off;
+    size_t n = ((size_t)h[0] << 24) | ((size_t)h[1] << 16) |
+               ((size_t)h[2] << 8) | h[3];
+    if (n > ISO_MAX_FRAME)
+        return -1;
+    if (have < 4 + n)
+        return 0;
+    *frame = h + 4;
+    *len = n;
+    rx->off += 4 + n;
+    return 1;
+}
+
+void th_iso_rx_free(th_iso_rx *rx)
+{
+    th_buf_free(&rx->b);
+    rx->off = 0;
+}
+
+int th_iso_recv(int fd, th_iso_rx *rx, th_buf *out)
+{
+    for (;;) {
+        const uint8_t *f;
+        size_t n;
+        int t = th_iso_take(rx, &f, &n);
+        if (t < 0)
+            return -1;
+        if (t == 1) {
+            th_buf_reset(out);
+            return th_buf_append(out, f, n) == 0 ? 0 : -1;
+        }
+        int r = th_iso_rx_fill(rx, fd);
+        if (r <= 0)
+            return r == 0 ? 1 : -1;
+    }
+}
+
+int64_t th_iso_int(const msgpack_object_array *a, uint32_t i)
+{
+    if (i >= a->size)
+        return 0;
+    const msgpack_object *o = &a->ptr[i];
+    if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+        return o->via.u64 > INT64_MAX ? INT64_MAX : (int64_t)o->via.u64;
+    if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
+        return o->via.i64;
+    if (o->type == MSGPACK_OBJECT_BOOLEAN)
+        return o->via.boolean;
+    return 0;
+}
+
+double th_iso_num(const msgpack_object_array *a, uint32_t i)
+{
+    if (i >= a->size)
+        return -1;
+    const msgpack_object *o = &a->ptr[i];
+    if (o->type == MSGPACK_OBJECT_FLOAT32 || o->type == MSGPACK_OBJECT_FLOAT64)
+        return o->via.f64;
+    return (double)th_iso_int(a, i);
+}
+
+const uint8_t *th_iso_bytes(const msgpack_object_array *a, uint32_t i,
+                            size_t *len)
+{
+    *len = 0;
+    if (i >= a->size)
+        return NULL;
+    const msgpack_object *o = &a->ptr[i];
+    if (o->type == MSGPACK_OBJECT_BIN) {
+        *len = o->via.bin.size;
+        return (const uint8_t *)o->via.bin.ptr;
+    }
+    if (o->type == MSGPACK_OBJECT_STR) {
+        *len = o->via.str.size;
+        return (const uint8_t *)o->via.str.ptr;
+    }
+    return NULL;
+}
+
+char *th_iso_strdup(const msgpack_object_array *a, uint32_t i)
+{
+    if (i < a->size && a->ptr[i].type == MSGPACK_OBJECT_NIL)
+        return NULL;
+    size_t n;
+    const uint8_t *p = th_iso_bytes(a, i, &n);
+    char *s = malloc(n + 1);
+    if (!s)
+        return NULL;
+    if (n)
+        memcpy(s, p, n);
+    s[n] = '\0';
+    return s;
+}
+
+/* ---- the descriptor --------------------------------------------------------- */
+
+/* [name, type, required, description, enum|nil, default_json|nil, item] */
+static int pack_params(msgpack_packer *pk, const toolhost_param *ps,
+                       uint32_t n)
+{
+    int e = msgpack_pack_array(pk, n);
+    size_t stride = n ? ps[0].struct_size : 0;
+    for (uint32_t i = 0; i < n && !e; i++) {
+        const toolhost_param *q =
+            (const toolhost_param *)((const char *)ps + stride * i);
+        e |= msgpack_pack_array(pk, 7);
+        e |= th_pack_cstr(pk, q->name);
+        e |= msgpack_pack_uint32(pk, q->type);
+        e |= msgpack_pack_uint32(pk, q->required ? 1 : 0);
+        e |= th_pack_cstr(pk, q->description);
+        size_t ne = 0;
+        bool has_enum = stride >= offsetof(toolhost_param, enum_values) +
+                                     sizeof q->enum_values &&
+                        q->enum_values;
+        while (has_enum && q->enum_values[ne])
+            ne++;
+        if (has_enum) {
+            e |= msgpack_pack_array(pk, (uint32_t)ne);
+            for (size_t k = 0; k < ne; k++)
+                e |= th_pack_cstr(pk, q->enum_values[k]);
+        } else {
+            e |= msgpack_pack_nil(pk);
+        }
+        bool has_def = stride >= offsetof(toolhost_param, default_json) +
+                                     sizeof q->default_json;
+        e |= th_pack_cstr(pk, has_def ? q->default_json : NULL);
+        bool has_item = stride >= offsetof(toolhost_param, item_type) +
+                                      sizeof q->item_type;
+        e |= msgpack_pack_uint32(pk, has_item ? q->item_type : 0);
+    }
+    return e;
+}
+
+int th_iso_pack_desc(msgpack_packer *pk, const th_plugin *p)
+{
+    const toolhost_plugin *d = p->desc;
+    int e = msgpack_pack_array(pk, 5);
+    e |= th_pack_cstr(pk, d->name);
+    e |= th_pack_cstr(pk, d->version);
+    e |= th_pack_cstr(pk, d->description);
+    e |= pack_params(pk, d->config_params, d->n_config_params);
+    e |= msgpack_pack_array(pk, d->n_tools);
+    size_t stride = d->n_tools ? d->tools[0].struct_size : 0;
+    for (uint32_t i = 0; i < d->n_tools && !e; i++) {
+        const toolhost_tool *t =
+            (const toolhost_tool *)((const char *)d->tools + stride * i);
+        e |= msgpack_pack_array(pk, 9);
+        e |= th_pack_cstr(pk, t->name);
+        e |= th_pack_cstr(pk, t->description);
+        e |= th_pack_cstr(pk, t->long_description);
+        e |= pack_params(pk, t->params, t->n_params);
+        e |= msgpack_pack_uint32(pk, t->stdout_type);
+        e |= msgpack_pack_uint32(pk, t->stderr_type);
+        e |= msgpack_pack_uint32(pk, t->flags);
+        e |= msgpack_pack_uint32(pk, t->needs_permission ? 1 : 0);
+        e |= msgpack_pack_uint32(pk, t->validate_args ? 1 : 0);
+    }
+    return e;
+}

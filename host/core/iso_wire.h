@@ -1,0 +1,102 @@
+/* iso_wire.h - the wire between the host and an isolated plugin's worker
+ * process (docs/isolation.md): frames over a socketpair, each a 4-byte
+ * big-endian length and one msgpack array [TYPE, ...].  Private to
+ * host/core (iso_host.c, iso_worker.c, iso_wire.c).
+ *
+ * Host -> worker:
+ *   [INIT, config_bin]                     after HELLO: call init()
+ *   [CALL, id, tool_idx, args_bin, left_ms] left_ms -1: no deadline
+ *   [CANCEL, id]
+ *   [ASK, id, kind, tool_idx, args_bin]    kind ASK_VALIDATE|ASK_PERMISSION
+ *   [EXIT]                                 drain the calls, fini(), exit
+ * Worker -> host:
+ *   [HELLO, descriptor_map]                after dlopen and the ABI checks
+ *   [FAIL, message]                        could not load (then exits)
+ *   [READY, ok, message]                   init() answered
+ *   [WRITE, id, stream, bin] [META, id, bin]
+ *   [PROGRESS, id, fraction, msg|nil, bin|nil]
+ *   [DONE, id, status]                     the call ended (execute/complete)
+ *   [LOG, level, message]
+ *   [ANSWER, id, rc, message]              answer to an ASK
+ */
+#ifndef TH_ISO_WIRE_H
+#define TH_ISO_WIRE_H
+
+#include <msgpack.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "th/buf.h"
+#include "th/config.h"
+#include "th/tool.h"
+
+enum { ISO_INIT = 1, ISO_CALL, ISO_CANCEL, ISO_ASK, ISO_EXIT };
+enum {
+    ISO_HELLO = 1, ISO_FAIL, ISO_READY, ISO_WRITE, ISO_META, ISO_PROGRESS,
+    ISO_DONE, ISO_LOG, ISO_ANSWER
+};
+enum { ISO_ASK_VALIDATE = 1, ISO_ASK_PERMISSION = 2 };
+
+/* The fds a worker is started with. */
+#define ISO_FD_SOCK 3   /* the socketpair                                  */
+#define ISO_FD_PLUGIN 4 /* the plugin file, opened and checked by the host */
+#define ISO_FD_NOTE 5   /* death notes (a pipe): "memory\n" or "cpu\n"     */
+
+#define ISO_MAX_FRAME (256u * 1024 * 1024)
+
+/* Writes one frame (len bytes of msgpack) with the length in front to a
+ * socket (send() with MSG_NOSIGNAL: a dead peer is -1/EPIPE, not
+ * SIGPIPE).  Blocking; EINTR retried.  0 or -1 (errno). */
+int th_iso_send(int fd, const void *data, size_t len);
+
+/* Frame reassembly from a stream: append what read() gave, then take
+ * whole frames.  th_iso_take returns 1 and points *frame and *len into the
+ * buffer (valid until the next append/take), 0 when no whole frame is
+ * there, -1 when the length is bad. */
+typedef struct th_iso_rx {
+    th_buf b;
+    size_t off; /* start of the unread part */
+} th_iso_rx;
+/* read() once: >0, 0 at EOF, -1. */
+int th_iso_rx_fill(th_iso_rx *rx, int fd);
+int th_iso_take(th_iso_rx *rx, const uint8_t **frame, size_t *len);
+void th_iso_rx_free(th_iso_rx *rx);
+
+/* Blocking: one whole frame into *out (reset first).  0, 1 at EOF, -1. */
+int th_iso_recv(int fd, th_iso_rx *rx, th_buf *out);
+
+/* Small readers of an unpacked array [TYPE, ...]. */
+int64_t th_iso_int(const msgpack_object_array *a, uint32_t i);
+double th_iso_num(const msgpack_object_array *a, uint32_t i);
+/* bin or str: pointer/len (NULL, 0 when nil or missing). */
+const uint8_t *th_iso_bytes(const msgpack_object_array *a, uint32_t i,
+                            size_t *len);
+/* str as a new NUL-terminated copy (NULL when nil; "" when missing). */
+char *th_iso_strdup(const msgpack_object_array *a, uint32_t i);
+
+/* The descriptor a worker sends in HELLO, from a loaded plugin, and back:
+ * the host builds a toolhost_plugin (with its own strings) from it. */
+int th_iso_pack_desc(msgpack_packer *pk, const th_plugin *p);
+
+/* Opens an isolated plugin: checks the file, starts its first worker and
+ * reads its descriptor.  The returned th_plugin is a proxy whose init()
+ * starts the configured workers with the config block and whose tools
+ * forward each call to a worker.  The same contract as th_plugin_open()
+ * (refs = 1, TH_ELOAD "PATH: reason"); `file` is what the workers load
+ * (a private copy or `path`). */
+int th_iso_open(const th_plugin_cfg *pc, const char *file, bool check,
+                uint64_t generation, th_plugin **out, th_error *err);
+
+/* th_plugin_open() or, for `isolation: process`, th_iso_open(): the one
+ * branch the loaders (reload.c, reload_host.c) take. */
+int th_iso_plugin_open(const th_plugin_cfg *pc, const th_load_opts *lo,
+                       th_plugin **out, th_error *err);
+
+/* For fuzz/iso_wire.c: one frame body from a worker, taken as a HELLO
+ * (descriptor built and checked) and as any other message (routed to a
+ * worker with one waiting call, id 1).  No process, no thread.  0 when
+ * the descriptor passed the checks, else a TH_E code. */
+int th_iso_fuzz_frame(const uint8_t *f, size_t n);
+
+#endif

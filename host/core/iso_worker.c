@@ -1,0 +1,842 @@
+/* iso_worker.c - `toolhost worker`: one worker process of an isolated
+ * plugin (docs/isolation.md).  Drops privileges and applies its limits
+ * first, then loads the plugin from the fd the host opened and checked,
+ * sends its descriptor, runs init() with the config the host sends, and
+ * serves calls on a pool of threads (one per concurrent call, idle ones
+ * end after 10 s).  Every host callback of the ABI
+ * becomes a message on the socket; is_cancelled and time_left_ms are
+ * answered locally from the CANCEL messages and the deadline.
+ *
+ * Its stdout is /dev/null, its stderr a pipe into the host's log.  When
+ * it dies of a signal while near its memory limit, it leaves a note on
+ * fd 5 ("memory") so the host can say which limit was hit.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <pthread.h>
+#include <pwd.h>
+#include <seccomp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <dirent.h>
+
+#include "iso_wire.h"
+#include "th/iso.h"
+#include "th/log.h"
+
+typedef struct wcall {
+    th_call_base base; /* first */
+    uint64_t id;
+    int64_t deadline_ns; /* 0: none */
+    atomic_int cancelled;
+    atomic_int suspended;
+    atomic_int refs;
+    uint32_t tool;
+    uint8_t *args;
+    size_t args_len;
+    int ask; /* 0 call, else ISO_ASK_* */
+    struct wcall *next;
+    struct wcall *qnext; /* waiting for a thread */
+    th_buf ob;           /* frames not sent yet (owner thread only) */
+} wcall;
+
+static th_plugin *g_p;
+static pthread_mutex_t g_send_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
+static wcall *g_calls;
+static int g_active;
+static uint64_t g_mem_limit;
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* ---- sending ------------------------------------------------------------------ */
+
+static int send_buf(th_buf *b)
+{
+    pthread_mutex_lock(&g_send_mu);
+    int rc = th_iso_send(ISO_FD_SOCK, b->data, b->len);
+    pthread_mutex_unlock(&g_send_mu);
+    th_buf_free(b);
+    if (rc != 0)
+        _exit(0); /* the host is gone */
+    return 0;
+}
+
+#define PK_BEGIN(n)                                                           \
+    th_buf b = TH_BUF_INIT;                                                   \
+    msgpack_packer pk;                                                        \
+    msgpack_packer_init(&pk, &b, th_buf_msgpack_write);                       \
+    int e = msgpack_pack_array(&pk, (n))
+
+#define PK_END()                                                              \
+    do {                                                                      \
+        if (e) {                                                              \
+            th_buf_free(&b);                                                  \
+            return TOOLHOST_ENOMEM;                                           \
+        }                                                                     \
+        return send_buf(&b);                                                  \
+    } while (0)
+
+/* Frames of a call (write, meta) wait in c->ob and go out together with
+ * the next progress or DONE, or at 64 KiB: one send and one wake-up of
+ * the host instead of one per write. */
+static int queue_buf(wcall *c, th_buf *b, bool flush)
+{
+    uint8_t hdr[4] = {(uint8_t)(b->len >> 24), (uint8_t)(b->len >> 16),
+                      (uint8_t)(b->len >> 8), (uint8_t)b->len};
+    int rc = th_buf_append(&c->ob, hdr, 4);
+    if (rc == 0)
+        rc = th_buf_append(&c->ob, b->data, b->len);
+    th_buf_free(b);
+    if (rc != 0)
+        return TOOLHOST_ENOMEM;
+    if (!flush && c->ob.len < 65536)
+        return 0;
+    pthread_mutex_lock(&g_send_mu);
+    const uint8_t *p = c->ob.data;
+    size_t n = c->ob.len;
+    while (n) {
+        ssize_t w = send(ISO_FD_SOCK, p, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            _exit(0); /* the host is gone */
+        p += w;
+        n -= (size_t)w;
+    }
+    pthread_mutex_unlock(&g_send_mu);
+    th_buf_reset(&c->ob);
+    return 0;
+}
+
+#define PK_END_CALL(c, flush)                                                 \
+    do {                                                                      \
+        if (e) {                                                              \
+            th_buf_free(&b);                                                  \
+            return TOOLHOST_ENOMEM;                                           \
+        }                                                                     \
+        return queue_buf((c), &b, (flush));                                   \
+    } while (0)
+
+static int send_done_c(wcall *c, int status)
+{
+    PK_BEGIN(3);
+    e |= msgpack_pack_int(&pk, ISO_DONE);
+    e |= msgpack_pack_uint64(&pk, c->id);
+    e |= msgpack_pack_int(&pk, status);
+    PK_END_CALL(c, true);
+}
+
+static int send_done(uint64_t id, int status)
+{
+    PK_BEGIN(3);
+    e |= msgpack_pack_int(&pk, ISO_DONE);
+    e |= msgpack_pack_uint64(&pk, id);
+    e |= msgpack_pack_int(&pk, status);
+    PK_END();
+}
+
+static int send_answer(uint64_t id, int rc, const char *msg)
+{
+    PK_BEGIN(4);
+    e |= msgpack_pack_int(&pk, ISO_ANSWER);
+    e |= msgpack_pack_uint64(&pk, id);
+    e |= msgpack_pack_int(&pk, rc);
+    e |= th_pack_cstr(&pk, msg);
+    PK_END();
+}
+
+static int send_text(int type, int level, const char *msg)
+{
+    PK_BEGIN(3);
+    e |= msgpack_pack_int(&pk, type);
+    if (type == ISO_READY)
+        e |= msgpack_pack_int(&pk, level);
+    else if (type == ISO_LOG)
+        e |= msgpack_pack_int(&pk, level);
+    else
+        e |= msgpack_pack_nil(&pk);
+    e |= th_pack_cstr(&pk, msg);
+    PK_END();
+}
+
+/* ---- the call callbacks --------------------------------------------------------- */
+
+static bool cancelled(const wcall *c)
+{
+    return atomic_load(&c->cancelled) ||
+           (c->deadline_ns && now_ns() >= c->deadline_ns);
+}
+
+static int w_write(toolhost_call *call, int stream, const void *data,
+                   size_t len)
+{
+    wcall *c = (wcall *)call;
+    if ((stream != TOOLHOST_STDOUT && stream != TOOLHOST_STDERR) ||
+        (!data && len))
+        return TOOLHOST_EINVAL;
+    if (cancelled(c))
+        return TOOLHOST_ECANCELLED;
+    if (len == 0)
+        return 0;
+    PK_BEGIN(4);
+    e |= msgpack_pack_int(&pk, ISO_WRITE);
+    e |= msgpack_pack_uint64(&pk, c->id);
+    e |= msgpack_pack_int(&pk, stream);
+    e |= msgpack_pack_bin_with_body(&pk, data, len);
+    PK_END_CALL(c, false);
+}
+
+static int w_set_meta(toolhost_call *call, const uint8_t *map, size_t len)
+{
+    wcall *c = (wcall *)call;
+    if (!map || !len)
+        return TOOLHOST_EINVAL;
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    bool ok = msgpack_unpack_next(&u, (const char *)map, len, &off) ==
+                  MSGPACK_UNPACK_SUCCESS &&
+              u.data.type == MSGPACK_OBJECT_MAP && off == len;
+    msgpack_unpacked_destroy(&u);
+    if (!ok)
+        return TOOLHOST_EINVAL;
+    PK_BEGIN(3);
+    e |= msgpack_pack_int(&pk, ISO_META);
+    e |= msgpack_pack_uint64(&pk, c->id);
+    e |= msgpack_pack_bin_with_body(&pk, map, len);
+    PK_END_CALL(c, false);
+}
+
+static int w_progress(toolhost_call *call, double fraction,
+                      const char *message, const uint8_t *data,
+                      size_t data_len)
+{
+    wcall *c = (wcall *)call;
+    if (cancelled(c))
+        return TOOLHOST_ECANCELLED;
+    PK_BEGIN(5);
+    e |= msgpack_pack_int(&pk, ISO_PROGRESS);
+    e |= msgpack_pack_uint64(&pk, c->id);
+    e |= msgpack_pack_double(&pk, fraction);
+    e |= th_pack_cstr(&pk, message);
+    if (data && data_len)
+        e |= msgpack_pack_bin_with_body(&pk, data, data_len);
+    else
+        e |= msgpack_pack_nil(&pk);
+    PK_END_CALL(c, true);
+}
+
+static int w_is_cancelled(const toolhost_call *call)
+{
+    return cancelled((const wcall *)call);
+}
+
+static int64_t w_time_left_ms(const toolhost_call *call)
+{
+    const wcall *c = (const wcall *)call;
+    if (!c->deadline_ns)
+        return -1;
+    int64_t left = (c->deadline_ns - now_ns()) / 1000000;
+    return left < 0 ? 0 : left;
+}
+
+static void call_unref(wcall *c)
+{
+    if (atomic_fetch_sub(&c->refs, 1) != 1)
+        return;
+    pthread_mutex_lock(&g_mu);
+    for (wcall **pp = &g_calls; *pp; pp = &(*pp)->next)
+        if (*pp == c) {
+            *pp = c->next;
+            break;
+        }
+    g_active--;
+    pthread_cond_broadcast(&g_cv);
+    pthread_mutex_unlock(&g_mu);
+    th_buf_free(&c->ob);
+    free(c->args);
+    free(c);
+}
+
+static int w_suspend(toolhost_call *call)
+{
+    wcall *c = (wcall *)call;
+    int expect = 0;
+    return atomic_compare_exchange_strong(&c->suspended, &expect, 1)
+               ? 0
+               : TOOLHOST_ESTATE;
+}
+
+static int w_complete(toolhost_call *call, int status)
+{
+    wcall *c = (wcall *)call;
+    int expect = 1;
+    if (!atomic_compare_exchange_strong(&c->suspended, &expect, 2))
+        return TOOLHOST_ESTATE;
+    send_done_c(c, status == TOOLHOST_OK ? TOOLHOST_OK : TOOLHOST_FAILED);
+    call_unref(c);
+    return 0;
+}
+
+static const th_call_vtbl w_vtbl = {
+    .write = w_write, .set_meta = w_set_meta, .progress = w_progress,
+    .is_cancelled = w_is_cancelled, .time_left_ms = w_time_left_ms,
+    .suspend = w_suspend, .complete = w_complete};
+
+static void w_log(const toolhost_host_api *host, int level,
+                  const char *message)
+{
+    (void)host;
+    if (message)
+        send_text(ISO_LOG, level, message);
+}
+
+/* ---- running calls ---------------------------------------------------------------- */
+
+static const th_tool *tool_at(uint32_t i)
+{
+    return i < g_p->n_tools ? &g_p->tools[i] : NULL;
+}
+
+static void *run_call(void *arg)
+{
+    wcall *c = arg;
+    const th_tool *t = tool_at(c->tool);
+    if (c->ask) {
+        char msg[1024] = "";
+        int rc = 0;
+        if (c->ask == ISO_ASK_VALIDATE && t && t->desc->validate_args)
+            rc = t->desc->validate_args(g_p->state, t->desc, c->args,
+                                        c->args_len, msg, sizeof msg);
+        else if (c->ask == ISO_ASK_PERMISSION && t &&
+                 t->desc->needs_permission)
+            rc = t->desc->needs_permission(g_p->state, t->desc, c->args,
+                                           c->args_len, msg, sizeof msg);
+        msg[sizeof msg - 1] = '\0';
+        send_answer(c->id, rc, msg);
+        call_unref(c);
+        return NULL;
+    }
+    int st = TOOLHOST_FAILED;
+    if (t)
+        st = t->desc->execute(g_p->state, t->desc, &c->base.pub, c->args,
+                              c->args_len);
+    /* After a successful suspend() the call belongs to complete(). */
+    int s = atomic_load(&c->suspended);
+    if (s == 0) {
+        if (st == TOOLHOST_PENDING) {
+            static const char m[] = "the tool returned TOOLHOST_PENDING "
+                                    "without suspend()\n";
+            w_write(&c->base.pub, TOOLHOST_STDERR, m, sizeof m - 1);
+            st = TOOLHOST_FAILED;
+        }
+        send_done_c(c, st == TOOLHOST_OK ? TOOLHOST_OK : TOOLHOST_FAILED);
+        call_unref(c); /* complete()'s, never owed */
+    }
+    call_unref(c);
+    return NULL;
+}
+
+/* Threads that run calls: idle ones wait (up to 10 s, then end) for the
+ * next call; a call finds one or starts one. */
+static pthread_mutex_t g_tp_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_tp_cv = PTHREAD_COND_INITIALIZER;
+static wcall *g_tp_head, *g_tp_tail; /* linked by ->qnext */
+static int g_tp_idle, g_tp_queued;
+
+static void *pool_thread(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&g_tp_mu);
+    for (;;) {
+        while (!g_tp_head) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 10;
+            g_tp_idle++;
+            int rc = pthread_cond_timedwait(&g_tp_cv, &g_tp_mu, &ts);
+            g_tp_idle--;
+            if (rc != 0 && !g_tp_head) {
+                pthread_mutex_unlock(&g_tp_mu);
+                return NULL;
+            }
+        }
+        wcall *c = g_tp_head;
+        g_tp_head = c->qnext;
+        if (!g_tp_head)
+            g_tp_tail = NULL;
+        g_tp_queued--;
+        pthread_mutex_unlock(&g_tp_mu);
+        run_call(c);
+        pthread_mutex_lock(&g_tp_mu);
+    }
+}
+
+/* 0, or -1 when no thread waits and none can be started. */
+static int hand_off(wcall *c)
+{
+    pthread_mutex_lock(&g_tp_mu);
+    int rc = 0;
+    if (g_tp_idle <= g_tp_queued) { /* every idle thread is spoken for */
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        pthread_t th;
+        rc = pthread_create(&th, &at, pool_thread, NULL);
+        pthread_attr_destroy(&at);
+    }
+    if (rc == 0) {
+        c->qnext = NULL;
+        if (g_tp_tail)
+            g_tp_tail->qnext = c;
+        else
+            g_tp_head = c;
+        g_tp_tail = c;
+        g_tp_queued++;
+        pthread_cond_signal(&g_tp_cv);
+    }
+    pthread_mutex_unlock(&g_tp_mu);
+    return rc == 0 ? 0 : -1;
+}
+
+static void start_call(const msgpack_object_array *a, int ask)
+{
+    wcall *c = calloc(1, sizeof *c);
+    size_t n = 0;
+    const uint8_t *args;
+    if (!c)
+        goto oom;
+    c->base.pub.struct_size = sizeof(toolhost_call);
+    c->base.pub.host = &g_p->api;
+    c->base.vt = &w_vtbl;
+    c->id = (uint64_t)th_iso_int(a, 1);
+    c->base.pub.call_id = c->id;
+    c->ask = ask;
+    if (ask) {
+        c->tool = (uint32_t)th_iso_int(a, 3);
+        args = th_iso_bytes(a, 4, &n);
+    } else {
+        c->tool = (uint32_t)th_iso_int(a, 2);
+        args = th_iso_bytes(a, 3, &n);
+        int64_t left = th_iso_int(a, 4);
+        if (left >= 0)
+            c->deadline_ns = now_ns() + left * 1000000;
+    }
+    c->args = malloc(n ? n : 1);
+    if (!c->args)
+        goto oom;
+    if (n)
+        memcpy(c->args, args, n);
+    c->args_len = n;
+    /* The thread's reference, and for a call the one complete() drops
+     * (run_call drops it when the call never suspended). */
+    atomic_init(&c->refs, ask ? 1 : 2);
+    pthread_mutex_lock(&g_mu);
+    c->next = g_calls;
+    g_calls = c;
+    g_active++;
+    pthread_mutex_unlock(&g_mu);
+    if (hand_off(c) == 0)
+        return;
+    /* No thread: answer here. */
+    uint64_t id = c->id;
+    atomic_store(&c->refs, 1);
+    call_unref(c);
+    if (ask) {
+        send_answer(id, 1, "the worker cannot start a thread");
+    } else {
+        static const char m[] = "the plugin's worker process cannot start a "
+                                "thread for this call (processes limit?)\n";
+        th_buf b = TH_BUF_INIT;
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
+        int e = msgpack_pack_array(&pk, 4);
+        e |= msgpack_pack_int(&pk, ISO_WRITE);
+        e |= msgpack_pack_uint64(&pk, id);
+        e |= msgpack_pack_int(&pk, TOOLHOST_STDERR);
+        e |= msgpack_pack_bin_with_body(&pk, m, sizeof m - 1);
+        if (e)
+            th_buf_free(&b);
+        else
+            send_buf(&b);
+        send_done(id, TOOLHOST_FAILED);
+    }
+    return;
+oom:
+    if (c)
+        free(c->args);
+    free(c);
+    if (ask)
+        send_answer((uint64_t)th_iso_int(a, 1), 1, "worker out of memory");
+    else
+        send_done((uint64_t)th_iso_int(a, 1), TOOLHOST_FAILED);
+}
+
+static void cancel_call(uint64_t id)
+{
+    pthread_mutex_lock(&g_mu);
+    for (wcall *c = g_calls; c; c = c->next)
+        if (c->id == id && !c->ask)
+            atomic_store(&c->cancelled, 1);
+    pthread_mutex_unlock(&g_mu);
+}
+
+/* ---- limits and sandbox ------------------------------------------------------------ */
+
+/* Processes of this real uid now (RLIMIT_NPROC counts them all, threads
+ * included): the limit is that plus what the config allows. */
+static unsigned long user_tasks(uid_t uid)
+{
+    unsigned long n = 0;
+    DIR *d = opendir("/proc");
+    if (!d)
+        return 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] < '1' || de->d_name[0] > '9')
+            continue;
+        char path[300], line[256];
+        snprintf(path, sizeof path, "/proc/%s/status", de->d_name);
+        FILE *f = fopen(path, "re");
+        if (!f)
+            continue;
+        unsigned long threads = 0;
+        bool mine = false;
+        while (fgets(line, sizeof line, f)) {
+            unsigned long r;
+            if (sscanf(line, "Uid: %lu", &r) == 1)
+                mine = r == (unsigned long)uid;
+            else if (sscanf(line, "Threads: %lu", &r) == 1)
+                threads = r;
+        }
+        fclose(f);
+        if (mine)
+            n += threads ? threads : 1;
+    }
+    closedir(d);
+    return n;
+}
+
+static int set_limit(int res, uint64_t v, const char *what)
+{
+    struct rlimit rl = {(rlim_t)v, (rlim_t)v};
+    if (res == RLIMIT_CPU)
+        rl.rlim_max = (rlim_t)v + 2; /* SIGXCPU first, SIGKILL after */
+    if (setrlimit(res, &rl) == 0)
+        return 0;
+    fprintf(stderr, "worker: cannot set the %s limit: %s\n", what,
+            strerror(errno));
+    return -1;
+}
+
+static int deny_network(void)
+{
+    scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+    if (!ctx)
+        return -1;
+    static const int fams[] = {AF_INET, AF_INET6, AF_PACKET, AF_NETLINK};
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < sizeof fams / sizeof fams[0]; i++) {
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socket), 1,
+                              SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)fams[i]));
+        if (rc == 0)
+            rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES),
+                                  SCMP_SYS(socketpair), 1,
+                                  SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)fams[i]));
+    }
+    if (rc == 0)
+        rc = seccomp_load(ctx);
+    seccomp_release(ctx);
+    return rc;
+}
+
+/* Near the memory limit when a fatal signal comes: leave a note so the
+ * host reports "memory limit exceeded" rather than a plain crash.  Only
+ * async-signal-safe calls. */
+static void on_fatal(int sig)
+{
+    if (g_mem_limit) {
+        char buf[128];
+        int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+        if (fd >= 0)
+            close(fd);
+        uint64_t pages = 0;
+        for (ssize_t i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; i++)
+            pages = pages * 10 + (uint64_t)(buf[i] - '0');
+        uint64_t size = pages * (uint64_t)sysconf(_SC_PAGESIZE);
+        if (size + size / 8 >= g_mem_limit) {
+            ssize_t w = write(ISO_FD_NOTE, "memory\n", 7);
+            (void)w;
+        }
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void catch_fatal(void)
+{
+    static char stack[64 * 1024];
+    stack_t ss = {.ss_sp = stack, .ss_size = sizeof stack};
+    sigaltstack(&ss, NULL);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_fatal;
+    sa.sa_flags = SA_ONSTACK | SA_RESETHAND | SA_NODEFER;
+    int sigs[] = {SIGSEGV, SIGABRT, SIGBUS, SIGILL};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+        sigaction(sigs[i], &sa, NULL);
+}
+
+typedef struct wopts {
+    const char *name, *shown, *user;
+    uint64_t memory;
+    uint64_t cpu, files, procs;
+    bool no_network;
+} wopts;
+
+static int drop_user(const char *user)
+{
+    if (geteuid() != 0) {
+        fprintf(stderr, "worker: 'user: %s' needs a host running as root\n",
+                user);
+        return -1;
+    }
+    struct passwd *pw = getpwnam(user);
+    if (!pw) {
+        fprintf(stderr, "worker: unknown user '%s'\n", user);
+        return -1;
+    }
+    if (initgroups(pw->pw_name, pw->pw_gid) != 0 || setgid(pw->pw_gid) != 0 ||
+        setuid(pw->pw_uid) != 0) {
+        fprintf(stderr, "worker: cannot become user '%s': %s\n", user,
+                strerror(errno));
+        return -1;
+    }
+    /* setuid() made the process non-dumpable, which puts /proc/self
+     * out of its reach: the loader opens the plugin by /proc/self/fd/4. */
+    prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+    return 0;
+}
+
+/* The plugin file may be one only the host's user can open again (a
+ * private copy in a 0700 folder): before another user is taken on, fd 4
+ * becomes a sealed in-memory copy, which any user may open by
+ * /proc/self/fd/4. */
+static int plugin_to_memfd(void)
+{
+    int m = memfd_create("toolhost-plugin", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (m < 0)
+        return -1;
+    char buf[65536];
+    off_t off = 0;
+    for (;;) {
+        ssize_t n = pread(ISO_FD_PLUGIN, buf, sizeof buf, off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            close(m);
+            return -1;
+        }
+        if (n == 0)
+            break;
+        for (ssize_t w = 0; w < n;) {
+            ssize_t k = write(m, buf + w, (size_t)(n - w));
+            if (k <= 0) {
+                close(m);
+                return -1;
+            }
+            w += k;
+        }
+        off += n;
+    }
+    fcntl(m, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE |
+                              F_SEAL_SEAL);
+    int rc = dup2(m, ISO_FD_PLUGIN) == ISO_FD_PLUGIN ? 0 : -1;
+    close(m);
+    return rc;
+}
+
+static int apply(const wopts *o)
+{
+    if (o->user && plugin_to_memfd() != 0) {
+        fprintf(stderr, "worker: cannot copy the plugin: %s\n",
+                strerror(errno));
+        return -1;
+    }
+    if (o->user && drop_user(o->user) != 0)
+        return -1;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    /* The sanitizers reserve terabytes of address space up front. */
+    if (o->memory)
+        fprintf(stderr, "worker: the memory limit is not applied in a "
+                        "sanitizer build\n");
+#else
+    if (o->memory && set_limit(RLIMIT_AS, o->memory, "memory") != 0)
+        return -1;
+    g_mem_limit = o->memory;
+#endif
+    if (o->cpu && set_limit(RLIMIT_CPU, o->cpu, "cpu") != 0)
+        return -1;
+    if (o->files && set_limit(RLIMIT_NOFILE, o->files, "open files") != 0)
+        return -1;
+    if (o->procs && getuid() == 0)
+        fprintf(stderr, "worker: 'processes' has no effect on a worker "
+                        "running as root (the kernel does not count root's "
+                        "processes); set 'user:'\n");
+    if (o->procs &&
+        set_limit(RLIMIT_NPROC, user_tasks(getuid()) + o->procs,
+                  "processes") != 0)
+        return -1;
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+        fprintf(stderr, "worker: no_new_privs: %s\n", strerror(errno));
+        return -1;
+    }
+    if (o->no_network && deny_network() != 0) {
+        fprintf(stderr, "worker: cannot load the seccomp filter\n");
+        return -1;
+    }
+    catch_fatal();
+    return 0;
+}
+
+/* ---- main ----------------------------------------------------------------------------- */
+
+static int fail(const char *fmt, const char *a)
+{
+    char msg[1200];
+    snprintf(msg, sizeof msg, fmt, a);
+    send_text(ISO_FAIL, 0, msg);
+    return 2;
+}
+
+static int parse(int argc, char **argv, wopts *o)
+{
+    memset(o, 0, sizeof *o);
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const char *k = argv[i], *v = argv[i + 1];
+        uint64_t n = strtoull(v, NULL, 10);
+        if (strcmp(k, "--name") == 0)
+            o->name = v;
+        else if (strcmp(k, "--path") == 0)
+            o->shown = v;
+        else if (strcmp(k, "--user") == 0)
+            o->user = v;
+        else if (strcmp(k, "--memory") == 0)
+            o->memory = n;
+        else if (strcmp(k, "--cpu") == 0)
+            o->cpu = n;
+        else if (strcmp(k, "--files") == 0)
+            o->files = n;
+        else if (strcmp(k, "--procs") == 0)
+            o->procs = n;
+        else if (strcmp(k, "--network") == 0)
+            o->no_network = strcmp(v, "0") == 0;
+        else
+            return -1;
+    }
+    return o->name && o->shown ? 0 : -1;
+}
+
+int th_iso_worker_main(int argc, char **argv)
+{
+    wopts o;
+    if (fcntl(ISO_FD_SOCK, F_GETFD) < 0 || fcntl(ISO_FD_PLUGIN, F_GETFD) < 0 ||
+        parse(argc, argv, &o) != 0) {
+        fprintf(stderr, "toolhost worker: internal command, started by the "
+                        "host for plugins with 'isolation: process'\n");
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    if (apply(&o) != 0)
+        return fail("%s: the worker could not apply its limits (see the log)",
+                    o.shown);
+    th_load_opts lo;
+    memset(&lo, 0, sizeof lo);
+    lo.name = o.name;
+    lo.has_fd = true;
+    lo.fd = ISO_FD_PLUGIN;
+    lo.allow_insecure = true; /* the host checked the file it passed */
+    th_error err;
+    th_error_clear(&err);
+    if (th_plugin_open(o.shown, &lo, &g_p, &err) != 0)
+        return fail("%s", err.msg);
+    g_p->api.log = w_log;
+    {
+        th_buf b = TH_BUF_INIT;
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
+        int e = msgpack_pack_array(&pk, 2);
+        e |= msgpack_pack_int(&pk, ISO_HELLO);
+        e |= th_iso_pack_desc(&pk, g_p);
+        if (e) {
+            th_buf_free(&b);
+            return fail("%s: worker out of memory", o.shown);
+        }
+        send_buf(&b);
+    }
+    th_iso_rx rx = {TH_BUF_INIT, 0};
+    th_buf f = TH_BUF_INIT;
+    bool ready = false;
+    for (;;) {
+        int r = th_iso_recv(ISO_FD_SOCK, &rx, &f);
+        if (r != 0)
+            _exit(0); /* the host went away: nothing to finish for */
+        msgpack_unpacked u;
+        msgpack_unpacked_init(&u);
+        size_t off = 0;
+        if (msgpack_unpack_next(&u, (const char *)f.data, f.len, &off) !=
+                MSGPACK_UNPACK_SUCCESS ||
+            u.data.type != MSGPACK_OBJECT_ARRAY || u.data.via.array.size < 1) {
+            msgpack_unpacked_destroy(&u);
+            _exit(3);
+        }
+        const msgpack_object_array *a = &u.data.via.array;
+        int type = (int)th_iso_int(a, 0);
+        if (type == ISO_INIT && !ready) {
+            size_t n;
+            const uint8_t *cfg = th_iso_bytes(a, 1, &n);
+            th_error_clear(&err);
+            int rc = th_plugin_init(g_p, cfg, n, &err);
+            send_text(ISO_READY, rc == 0, rc ? err.msg : NULL);
+            ready = rc == 0;
+        } else if (type == ISO_CALL && ready) {
+            start_call(a, 0);
+        } else if (type == ISO_ASK && ready) {
+            start_call(a, (int)th_iso_int(a, 2));
+        } else if (type == ISO_CANCEL) {
+            cancel_call((uint64_t)th_iso_int(a, 1));
+        } else if (type == ISO_EXIT) {
+            msgpack_unpacked_destroy(&u);
+            break;
+        }
+        msgpack_unpacked_destroy(&u);
+    }
+    /* Drain: the calls in flight end, then fini() and out. */
+    pthread_mutex_lock(&g_mu);
+    while (g_active > 0)
+        pthread_cond_wait(&g_cv, &g_mu);
+    pthread_mutex_unlock(&g_mu);
+    th_buf_free(&f);
+    th_iso_rx_free(&rx);
+    th_plugin_destroy(g_p);
+    g_p = NULL;
+    fflush(stderr);
+    return 0;
+}

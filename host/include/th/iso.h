@@ -1,0 +1,33 @@
+/* th/iso.h - process isolation of plugins (docs/isolation.md): the parts
+ * the fronts use.  A plugin entry with `isolation: process` is served by
+ * worker processes (`toolhost worker`, the host's own binary) that load
+ * the .so and speak msgpack with the host over a socketpair; the host
+ * side is a proxy plugin, so the registry, validation, permissions and
+ * the manager treat it like any other plugin.
+ */
+#ifndef TH_ISO_H
+#define TH_ISO_H
+
+struct msgpack_packer;
+
+/* The hidden `toolhost worker` command: never run by hand.  Expects the
+ * fds the host set up (socket 3, plugin file 4, note pipe 5); returns the
+ * process's exit status. */
+int th_iso_worker_main(int argc, char **argv);
+
+/* The program started as a worker; default the host's own binary (the
+ * path of /proc/self/exe, or the link when that file was replaced).  For hosts linked into another program (tests, benches).
+ * Call before any isolated plugin loads; `path` is copied. */
+void th_iso_set_worker_exe(const char *path);
+
+/* Packs the isolated plugins' state for host.stats: an array of maps
+ * {plugin, generation, healthy, workers, live, restarts, crashes,
+ * last_crash, unhealthy_reason}, one per generation still open.  0 or
+ * nonzero when packing failed.  Any thread. */
+int th_iso_stats_pack(struct msgpack_packer *pk);
+
+/* How many isolated generations are open and worker processes alive
+ * (for tests and stats). */
+void th_iso_counts(unsigned *pools, unsigned *live_workers);
+
+#endif

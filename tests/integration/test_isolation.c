@@ -1,0 +1,561 @@
+/* test_isolation.c - plugins with `isolation: process` against the real
+ * `toolhost serve`: every way the iso_crash fixture dies fails only its
+ * own call with the right words while another client keeps getting echo
+ * answers; a crash loop marks the plugin unhealthy; the CLI names the
+ * signal; reloads of an isolated plugin under load lose no call; a soak
+ * of crashing and good calls from 4 clients leaves the host alive, its
+ * RSS flat and no zombie behind. */
+#include <CUnit/CUnit.h>
+#include <dirent.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/stat.h>
+
+#include "integration/test_rpc_harness.h"
+
+/* A sanitizer catches SIGSEGV itself and exits 1: the words differ. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SEGV_WORDS "plugin_crashed ("
+#define CALL_TIMEOUT "4s" /* a sanitized exit() is slow */
+#else
+#define CALL_TIMEOUT "1s"
+#define SEGV_WORDS "plugin_crashed (SIGSEGV)"
+#endif
+
+#define ISO_TOOLS                                                             \
+    "[iso_ok, segv_tool, abort_tool, exit_tool, stack_tool, spin_tool, "    \
+    "leak_tool, fds_tool, fork_tool, burn_tool, net_tool"
+
+/* A server whose config has the crash fixture isolated (2 workers, small
+ * limits) and, with `fx`, the reload fixture isolated too. */
+static int iso_start_cpu(rpc_srv *s, const char *fx_so, const char *fx_dir,
+                         const char *cpu, const char *extra)
+{
+    char plugins[2048], pub[512];
+    snprintf(plugins, sizeof plugins,
+             "  - name: crash\n"
+             "    path: %s/fixtures/iso_crash.so\n"
+             "    isolation: process\n"
+             "    workers: 2\n"
+             "    kill_grace: 300ms\n"
+             "%s"
+             "    process_limits:\n"
+             "      memory: 256MiB\n"
+             "      open_files: 64\n"
+             "      processes: 24\n"
+             "      cpu_seconds: %s\n"
+             "    network: false\n"
+             "%s"
+             "%s%s%s%s%s",
+             TH_BUILD_DIR, geteuid() == 0 ? "    user: nobody\n" : "", cpu,
+             extra ? extra : "",
+             fx_so ? "  - name: fx\n    path: " : "", fx_so ? fx_so : "",
+             fx_so ? "\n    isolation: process\n    workers: 2\n"
+                     "    config:\n      marker: "
+                   : "",
+             fx_so ? fx_dir : "", fx_so ? "/marker\n" : "");
+    snprintf(pub, sizeof pub,
+             "  - name: iso\n"
+             "    tools: " ISO_TOOLS "%s]\n"
+             "    timeout: " CALL_TIMEOUT "\n"
+             "    tool_overrides:\n"
+             "      burn_tool: {timeout: 20s}\n",
+             fx_so ? ", rl_answer" : "");
+    rpc_opts o = {.plugins_extra = plugins, .public_extra = pub,
+                  .max_frame = "1MiB"};
+    return rpc_srv_start(s, &o);
+}
+
+static int iso_start(rpc_srv *s, const char *fx_so, const char *fx_dir)
+{
+    return iso_start_cpu(s, fx_so, fx_dir, "20", NULL);
+}
+
+static int call(th_rpc_client *c, const char *tool, const char *args,
+                rpc_res *r)
+{
+    char p[512];
+    snprintf(p, sizeof p, "[\"%s\", %s]", tool, args ? args : "{}");
+    return rpc_call(c, "tools.call", p, r);
+}
+
+/* The workers' stderr is in the server log: a sanitizer report of a
+ * worker (a race, a leak at its exit) shows there. */
+static void no_worker_reports(rpc_srv *s)
+{
+    CU_ASSERT(!rpc_log_has(s, "ThreadSanitizer"));
+    CU_ASSERT(!rpc_log_has(s, "LeakSanitizer"));
+}
+
+static bool str_has(const msgpack_object *o, const char *needle)
+{
+    const char *p;
+    size_t n;
+    if (!o || !th_rpc_obj_str(o, &p, &n))
+        return false;
+    char buf[2048];
+    snprintf(buf, sizeof buf, "%.*s", (int)(n < 2000 ? n : 2000), p);
+    return strstr(buf, needle) != NULL;
+}
+
+static bool err_has(const msgpack_object *res, const char *code,
+                    const char *needle)
+{
+    const msgpack_object *e = th_rpc_map_get(res, "error");
+    bool ok = rpc_tool_error_is(res, code) &&
+              str_has(th_rpc_map_get(e, "message"), needle);
+    if (!ok) {
+        const char *p = "";
+        size_t n = 0;
+        th_rpc_obj_str(th_rpc_map_get(e, "message"), &p, &n);
+        fprintf(stderr, "\nwanted %s/%s, got '%.*s'\n", code, needle, (int)n,
+                p);
+    }
+    return ok;
+}
+
+/* ---- a client that keeps calling echo ------------------------------------------------ */
+
+typedef struct pinger {
+    rpc_srv *s;
+    atomic_int stop;
+    atomic_int ok, bad;
+} pinger;
+
+static void *ping_main(void *arg)
+{
+    pinger *p = arg;
+    th_rpc_client *c = rpc_connect(p->s);
+    if (!c) {
+        atomic_fetch_add(&p->bad, 1);
+        return NULL;
+    }
+    while (!atomic_load(&p->stop)) {
+        rpc_res r;
+        if (call(c, "echo", "{\"text\": \"ping\"}", &r) == 0 && r.res &&
+            rpc_stdout_is(r.res, "ping"))
+            atomic_fetch_add(&p->ok, 1);
+        else
+            atomic_fetch_add(&p->bad, 1);
+        rpc_res_free(&r);
+    }
+    th_rpc_client_close(c);
+    return NULL;
+}
+
+/* ---- each way to die ------------------------------------------------------------------ */
+
+static void test_each_crash(void)
+{
+    rpc_srv s;
+    CU_ASSERT_EQUAL_FATAL(iso_start(&s, NULL, NULL), 0);
+    pinger pg = {.s = &s};
+    pthread_t th;
+    pthread_create(&th, NULL, ping_main, &pg);
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    rpc_res r;
+
+    CU_ASSERT(call(c, "iso_ok", "{\"text\": \"hi\"}", &r) == 0);
+    CU_ASSERT(r.res && rpc_stdout_is(r.res, "hi"));
+    /* set_meta crossed the process boundary. */
+    const msgpack_object *iso =
+        r.res ? th_rpc_map_get(th_rpc_map_get(r.res, "meta"), "iso") : NULL;
+    CU_ASSERT(iso && iso->type == MSGPACK_OBJECT_BOOLEAN && iso->via.boolean);
+    rpc_res_free(&r);
+
+    static const struct {
+        const char *tool, *code, *words;
+    } cases[] = {
+        {"segv_tool", "plugin_crashed", SEGV_WORDS},
+        {"abort_tool", "plugin_crashed", "(SIGABRT)"},
+        {"exit_tool", "plugin_crashed", "(exit 0)"},
+        {"stack_tool", "plugin_crashed", SEGV_WORDS},
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+        /* (no memory limit in a sanitizer build: see iso_worker.c) */
+        {"leak_tool", "plugin_crashed", "memory limit 256MiB exceeded"},
+#endif
+        {"spin_tool", "timeout", ""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        CU_ASSERT(call(c, cases[i].tool, NULL, &r) == 0);
+        CU_ASSERT(r.res && err_has(r.res, cases[i].code, cases[i].words));
+        rpc_res_free(&r);
+        /* The plugin serves again at once. */
+        CU_ASSERT(call(c, "iso_ok", "{\"text\": \"again\"}", &r) == 0);
+        CU_ASSERT(r.res && rpc_stdout_is(r.res, "again"));
+        rpc_res_free(&r);
+    }
+    /* Limits that a tool meets without dying: its own error. */
+    CU_ASSERT(call(c, "fds_tool", NULL, &r) == 0);
+    CU_ASSERT(r.res && !rpc_ok(r.res) &&
+              str_has(th_rpc_map_get(r.res, "stderr"), "Too many open files"));
+    rpc_res_free(&r);
+    CU_ASSERT(call(c, "fork_tool", NULL, &r) == 0);
+    CU_ASSERT(r.res && !rpc_ok(r.res) &&
+              str_has(th_rpc_map_get(r.res, "stderr"),
+                      "Resource temporarily unavailable"));
+    rpc_res_free(&r);
+
+    /* network: false: the seccomp filter refuses AF_INET. */
+    CU_ASSERT(call(c, "net_tool", NULL, &r) == 0);
+    CU_ASSERT(r.res && !rpc_ok(r.res) &&
+              str_has(th_rpc_map_get(r.res, "stderr"),
+                      "socket: Permission denied"));
+    rpc_res_free(&r);
+
+    /* The worker's stderr and log() reach the host's log under the
+     * plugin's name; its stdout goes nowhere. */
+    CU_ASSERT(call(c, "iso_ok", "{\"text\": \"log\"}", &r) == 0);
+    CU_ASSERT(r.res && rpc_stdout_is(r.res, "log"));
+    rpc_res_free(&r);
+
+    /* The acceptance line: the CLI on the same config names the signal
+     * and exits 1 while the server goes on. */
+    th_test_run run;
+    CU_ASSERT_EQUAL(th_test_toolhost(&run, "call", "-c", s.cfg, "segv_tool",
+                                     NULL),
+                    0);
+    CU_ASSERT_EQUAL(run.status, 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(run.err, SEGV_WORDS));
+    th_test_run_free(&run);
+
+    atomic_store(&pg.stop, 1);
+    pthread_join(th, NULL);
+    CU_ASSERT(atomic_load(&pg.ok) > 0);
+    CU_ASSERT_EQUAL(atomic_load(&pg.bad), 0);
+    th_rpc_client_close(c);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    CU_ASSERT(rpc_log_has(&s, "plugin crash: iso_ok was asked to log"));
+    CU_ASSERT(rpc_log_has(&s, "iso_ok wrote to its stderr"));
+    CU_ASSERT(!rpc_log_has(&s, "iso_ok wrote to its stdout"));
+    CU_ASSERT(rpc_log_has(&s, "ignored its cancellation or deadline"));
+    no_worker_reports(&s);
+    rpc_srv_free(&s);
+}
+
+/* A worker past cpu_seconds dies of SIGXCPU: said as the limit. */
+static void test_cpu_limit(void)
+{
+    rpc_srv s;
+    CU_ASSERT_EQUAL_FATAL(iso_start_cpu(&s, NULL, NULL, "1", NULL), 0);
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    rpc_res r;
+    int64_t t0 = rpc_now_ms();
+    CU_ASSERT(call(c, "burn_tool", NULL, &r) == 0);
+    CU_ASSERT(r.res &&
+              err_has(r.res, "plugin_crashed", "cpu limit 1s exceeded"));
+    CU_ASSERT(rpc_now_ms() - t0 < 15000);
+    rpc_res_free(&r);
+    CU_ASSERT(call(c, "iso_ok", "{\"text\": \"after\"}", &r) == 0);
+    CU_ASSERT(r.res && rpc_stdout_is(r.res, "after"));
+    rpc_res_free(&r);
+    th_rpc_client_close(c);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+}
+
+/* ---- crash loop ------------------------------------------------------------------------- */
+
+static void test_crash_loop_unhealthy(void)
+{
+    rpc_srv s;
+    CU_ASSERT_EQUAL_FATAL(iso_start_cpu(&s, NULL, NULL, "20",
+                                        "    crash_loop: 5\n"
+                                        "    unhealthy_retry: 1500ms\n"),
+                          0);
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    rpc_res r;
+    int crashed = 0, unhealthy = 0;
+    for (int i = 0; i < 8; i++) {
+        int64_t t0 = rpc_now_ms();
+        CU_ASSERT(call(c, "segv_tool", NULL, &r) == 0);
+        if (r.res && rpc_tool_error_is(r.res, "plugin_crashed")) {
+            const msgpack_object *m =
+                th_rpc_map_get(th_rpc_map_get(r.res, "error"), "message");
+            if (str_has(m, "unhealthy")) {
+                unhealthy++;
+                CU_ASSERT(rpc_now_ms() - t0 < 500); /* fails fast */
+            } else {
+                crashed++;
+            }
+        }
+        rpc_res_free(&r);
+    }
+    CU_ASSERT_EQUAL(crashed, 5);
+    CU_ASSERT_EQUAL(unhealthy, 3);
+    /* After unhealthy_retry one start is tried; a call that finishes makes
+     * the plugin healthy again. */
+    int64_t end = rpc_now_ms() + 10000;
+    bool back = false;
+    while (!back && rpc_now_ms() < end) {
+        usleep(100000);
+        CU_ASSERT(call(c, "iso_ok", "{\"text\": \"back\"}", &r) == 0);
+        back = r.res && rpc_stdout_is(r.res, "back");
+        rpc_res_free(&r);
+    }
+    CU_ASSERT(back);
+    /* Other plugins do not notice. */
+    CU_ASSERT(call(c, "echo", "{\"text\": \"still\"}", &r) == 0);
+    CU_ASSERT(r.res && rpc_stdout_is(r.res, "still"));
+    rpc_res_free(&r);
+    th_rpc_client_close(c);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    CU_ASSERT(rpc_log_has(&s, "plugin crash: unhealthy"));
+    CU_ASSERT(rpc_log_has(&s, "plugin crash: healthy again"));
+    rpc_srv_free(&s);
+}
+
+/* ---- reload under load --------------------------------------------------------------------- */
+
+static void put_file(const char *src, const char *dst)
+{
+    char tmp[1100];
+    snprintf(tmp, sizeof tmp, "%s.new", dst);
+    FILE *f = fopen(src, "rb"), *g = fopen(tmp, "wb");
+    CU_ASSERT_FATAL(f && g);
+    char buf[8192];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+        CU_ASSERT_FATAL(fwrite(buf, 1, n, g) == n);
+    fclose(f);
+    fclose(g);
+    chmod(tmp, 0755);
+    CU_ASSERT_FATAL(rename(tmp, dst) == 0);
+}
+
+typedef struct loader {
+    rpc_srv *s;
+    atomic_int stop, calls, failed;
+} loader;
+
+static void *load_main(void *arg)
+{
+    loader *l = arg;
+    th_rpc_client *c = rpc_connect(l->s);
+    if (!c) {
+        atomic_fetch_add(&l->failed, 1);
+        return NULL;
+    }
+    while (!atomic_load(&l->stop)) {
+        rpc_res r;
+        if (call(c, "rl_answer", NULL, &r) == 0 && r.res && rpc_ok(r.res))
+            atomic_fetch_add(&l->calls, 1);
+        else
+            atomic_fetch_add(&l->failed, 1);
+        rpc_res_free(&r);
+    }
+    th_rpc_client_close(c);
+    return NULL;
+}
+
+static bool reload_ok(th_rpc_client *c)
+{
+    rpc_res r;
+    bool ok = rpc_call(c, "host.reload", "[]", &r) == 0 && r.res &&
+              rpc_ok(r.res);
+    rpc_res_free(&r);
+    return ok;
+}
+
+static int children(pid_t pid, int *zombies);
+
+static void test_reload_under_load(void)
+{
+    char *dir = th_test_tmpdir();
+    char so[1024];
+    snprintf(so, sizeof so, "%s/fx.so", dir);
+    put_file(th_test_build_path("fixtures/reload_a.so"), so);
+    rpc_srv s;
+    CU_ASSERT_EQUAL_FATAL(iso_start(&s, so, dir), 0);
+    loader l = {.s = &s};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, load_main, &l);
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    int n = rpc_scale(20), bad_reloads = 0, wrong = 0;
+    for (int i = 0; i < n; i++) {
+        bool b = i % 2 == 0;
+        put_file(th_test_build_path(b ? "fixtures/reload_b.so"
+                                      : "fixtures/reload_a.so"),
+                 so);
+        if (!reload_ok(c))
+            bad_reloads++;
+        rpc_res r;
+        if (call(c, "rl_answer", NULL, &r) != 0 || !r.res ||
+            !rpc_stdout_is(r.res, b ? "B" : "A"))
+            wrong++;
+        rpc_res_free(&r);
+    }
+    atomic_store(&l.stop, 1);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    CU_ASSERT_EQUAL(bad_reloads, 0);
+    CU_ASSERT_EQUAL(wrong, 0);
+    CU_ASSERT_EQUAL(atomic_load(&l.failed), 0);
+    CU_ASSERT(atomic_load(&l.calls) > n);
+    /* The old generations' workers drained and exited: 2 for crash, 2
+     * for the current fx. */
+    int z = 0, kids = 0;
+    int64_t end = rpc_now_ms() + 5000;
+    while ((kids = children(s.pid, &z)) > 4 && rpc_now_ms() < end)
+        usleep(20000);
+    CU_ASSERT(kids <= 4);
+    CU_ASSERT_EQUAL(z, 0);
+    th_rpc_client_close(c);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+/* ---- soak ------------------------------------------------------------------------------------- */
+
+static long rss_kb(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+/* Children of pid (all its threads), and how many are zombies. */
+static int children(pid_t pid, int *zombies)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    int n = 0;
+    *zombies = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        if (de->d_name[0] == '.')
+            continue;
+        char p2[400];
+        snprintf(p2, sizeof p2, "%s/%s/children", path, de->d_name);
+        FILE *f = fopen(p2, "r");
+        int kid;
+        while (f && fscanf(f, "%d", &kid) == 1) {
+            n++;
+            char p3[64], st[512];
+            snprintf(p3, sizeof p3, "/proc/%d/stat", kid);
+            FILE *g = fopen(p3, "r");
+            if (g && fgets(st, sizeof st, g)) {
+                char *rp = strrchr(st, ')');
+                if (rp && rp[1] == ' ' && rp[2] == 'Z')
+                    (*zombies)++;
+            }
+            if (g)
+                fclose(g);
+        }
+        if (f)
+            fclose(f);
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+typedef struct soaker {
+    rpc_srv *s;
+    int rounds;
+    atomic_int good, bad, crashed, wrong_crash;
+} soaker;
+
+static void *soak_main(void *arg)
+{
+    soaker *k = arg;
+    th_rpc_client *c = rpc_connect(k->s);
+    if (!c) {
+        atomic_fetch_add(&k->bad, 1);
+        return NULL;
+    }
+    for (int i = 0; i < k->rounds; i++) {
+        rpc_res r;
+        if (i % 11 == 10) {
+            if (call(c, "segv_tool", NULL, &r) == 0 && r.res &&
+                rpc_tool_error_is(r.res, "plugin_crashed"))
+                atomic_fetch_add(&k->crashed, 1);
+            else
+                atomic_fetch_add(&k->wrong_crash, 1);
+        } else {
+            char args[64], want[32];
+            snprintf(want, sizeof want, "g%d", i);
+            snprintf(args, sizeof args, "{\"text\": \"%s\"}", want);
+            /* In-process echo must always answer; iso_ok may meet a
+             * crash of its worker (then plugin_crashed, nothing else). */
+            bool iso = i % 2;
+            if (call(c, iso ? "iso_ok" : "echo", args, &r) == 0 && r.res &&
+                rpc_stdout_is(r.res, want))
+                atomic_fetch_add(&k->good, 1);
+            else if (!(iso && r.res &&
+                       rpc_tool_error_is(r.res, "plugin_crashed")))
+                atomic_fetch_add(&k->bad, 1);
+        }
+        rpc_res_free(&r);
+    }
+    th_rpc_client_close(c);
+    return NULL;
+}
+
+static void test_soak(void)
+{
+    th_test_timeout(90);
+    rpc_srv s;
+    CU_ASSERT_EQUAL_FATAL(iso_start(&s, NULL, NULL), 0);
+    /* Warm up, then measure. */
+    soaker w = {.s = &s, .rounds = 20};
+    soak_main(&w);
+    long rss0 = rss_kb(s.pid);
+    enum { CLIENTS = 4 };
+    soaker k = {.s = &s, .rounds = rpc_scale(2750)};
+    pthread_t th[CLIENTS];
+    for (int i = 0; i < CLIENTS; i++)
+        pthread_create(&th[i], NULL, soak_main, &k);
+    for (int i = 0; i < CLIENTS; i++)
+        pthread_join(th[i], NULL);
+    long rss1 = rss_kb(s.pid);
+    fprintf(stderr, "\nsoak: %d good, %d crashed, %d bad, rss %ld -> %ld kB\n",
+            atomic_load(&k.good), atomic_load(&k.crashed), atomic_load(&k.bad),
+            rss0, rss1);
+    CU_ASSERT_EQUAL(atomic_load(&k.bad), 0);
+    CU_ASSERT_EQUAL(atomic_load(&k.wrong_crash), 0);
+    CU_ASSERT_EQUAL(atomic_load(&k.crashed), CLIENTS * (k.rounds / 11));
+    CU_ASSERT(rpc_alive(&s));
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+    /* (ASan keeps freed memory in quarantine: no RSS figure there) */
+    if (!rpc_valgrind())
+        CU_ASSERT(rss1 < rss0 + 16 * 1024);
+#endif
+    /* Only the live workers are children; no zombie. */
+    int z = 0, n = children(s.pid, &z);
+    CU_ASSERT(n <= 2);
+    CU_ASSERT_EQUAL(z, 0);
+    pid_t pid = s.pid;
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    /* After the host exits nothing of its workers is left. */
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d", (int)pid);
+    CU_ASSERT(access(path, F_OK) != 0);
+    no_worker_reports(&s);
+    rpc_srv_free(&s);
+}
+
+void th_suite_isolation(void)
+{
+    CU_pSuite s = CU_add_suite("isolation", NULL, NULL);
+    CU_add_test(s, "each_crash", test_each_crash);
+    CU_add_test(s, "cpu_limit", test_cpu_limit);
+    CU_add_test(s, "crash_loop_unhealthy", test_crash_loop_unhealthy);
+    CU_add_test(s, "reload_under_load", test_reload_under_load);
+    CU_add_test(s, "soak", test_soak);
+}

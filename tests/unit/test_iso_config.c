@@ -1,0 +1,136 @@
+/* test_iso_config.c - the isolation keys of a plugin entry (isolation,
+ * workers, process_limits, network, user, kill_grace): defaults, values,
+ * errors, and that a change to any of them counts as a changed entry for
+ * a reload (th_plugin_cfg_equal). */
+#include <CUnit/CUnit.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "th/config.h"
+
+static th_config *parse(const char *yaml)
+{
+    th_config *cfg = NULL;
+    th_error err;
+    int rc = th_config_parse("t.yaml", "/cfg", yaml, strlen(yaml), &cfg, &err);
+    if (rc != 0)
+        printf("\n  unexpected error: %s\n", err.msg);
+    return rc == 0 ? cfg : NULL;
+}
+
+static void expect_err(const char *yaml, const char *want)
+{
+    th_config *cfg = NULL;
+    th_error err;
+    int rc = th_config_parse("t.yaml", "/cfg", yaml, strlen(yaml), &cfg, &err);
+    CU_ASSERT_EQUAL(rc, TH_ECONFIG);
+    if (rc == 0) {
+        th_config_free(cfg);
+        return;
+    }
+    if (!strstr(err.msg, want))
+        printf("\n  want: %s\n  got:  %s\n", want, err.msg);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, want));
+}
+
+#define HEAD "plugins:\n  - name: p\n    path: p.so\n"
+
+static void test_defaults(void)
+{
+    th_config *c = parse(HEAD);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    const th_plugin_cfg *pc = &c->plugins[0];
+    CU_ASSERT_EQUAL(pc->isolation, TH_ISO_IN_PROCESS);
+    CU_ASSERT_EQUAL(pc->workers, 0);
+    CU_ASSERT_TRUE(pc->network);
+    CU_ASSERT_PTR_NULL(pc->user);
+    CU_ASSERT_EQUAL(pc->process_limits.memory, 0);
+    CU_ASSERT_EQUAL(pc->kill_grace_ms, 0);
+    th_config_free(c);
+}
+
+static void test_values(void)
+{
+    th_config *c = parse(HEAD "    isolation: process\n"
+                              "    workers: 3\n"
+                              "    process_limits:\n"
+                              "      memory: 512MiB\n"
+                              "      cpu_seconds: 30\n"
+                              "      open_files: 256\n"
+                              "      processes: 16\n"
+                              "    network: false\n"
+                              "    user: nobody\n"
+                              "    kill_grace: 250ms\n"
+                              "    crash_loop: 3\n"
+                              "    unhealthy_retry: 2s\n");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    const th_plugin_cfg *pc = &c->plugins[0];
+    CU_ASSERT_EQUAL(pc->isolation, TH_ISO_PROCESS);
+    CU_ASSERT_EQUAL(pc->workers, 3);
+    CU_ASSERT_EQUAL(pc->process_limits.memory, 512ull << 20);
+    CU_ASSERT_EQUAL(pc->process_limits.cpu_seconds, 30);
+    CU_ASSERT_EQUAL(pc->process_limits.open_files, 256);
+    CU_ASSERT_EQUAL(pc->process_limits.processes, 16);
+    CU_ASSERT_FALSE(pc->network);
+    CU_ASSERT_STRING_EQUAL(pc->user, "nobody");
+    CU_ASSERT_EQUAL(pc->kill_grace_ms, 250);
+    CU_ASSERT_EQUAL(pc->crash_loop, 3);
+    CU_ASSERT_EQUAL(pc->unhealthy_retry_ms, 2000);
+    th_config_free(c);
+}
+
+static void test_errors(void)
+{
+    expect_err(HEAD "    isolation: sandbox\n",
+               "invalid value 'sandbox' for 'isolation' (allowed: "
+               "in-process, process)");
+    expect_err(HEAD "    isolation: process\n    workers: 0\n",
+               "'workers' is out of range");
+    expect_err(HEAD "    workers: 2\n",
+               "t.yaml:4:5: 'workers' applies only to a plugin with "
+               "'isolation: process' (plugin 'p' runs in-process)");
+    expect_err(HEAD "    isolation: in-process\n    network: false\n",
+               "'network' applies only to a plugin with");
+    expect_err(HEAD "    isolation: process\n"
+                    "    process_limits:\n      memory: 1KiB\n",
+               "'memory' is out of range");
+    expect_err(HEAD "    isolation: process\n"
+                    "    process_limits:\n      rss: 1GiB\n", "rss");
+    expect_err(HEAD "    isolation: process\n    crash_loop: 0\n",
+               "'crash_loop' is out of range");
+    expect_err(HEAD "    isolation: process\n    network: maybe\n",
+               "'network' must be true or false");
+}
+
+/* A reload restarts the plugin when any isolation key changes. */
+static void test_equal(void)
+{
+    th_config *a = parse(HEAD "    isolation: process\n");
+    th_config *b = parse(HEAD "    isolation: process\n");
+    th_config *c = parse(HEAD "    isolation: process\n    workers: 2\n");
+    th_config *d = parse(HEAD "    isolation: in-process\n");
+    th_config *e = parse(HEAD "    isolation: process\n"
+                              "    process_limits: {memory: 64MiB}\n");
+    th_config *f = parse(HEAD "    isolation: process\n    user: nobody\n");
+    CU_ASSERT_FATAL(a && b && c && d && e && f);
+    CU_ASSERT_TRUE(th_plugin_cfg_equal(&a->plugins[0], &b->plugins[0]));
+    CU_ASSERT_FALSE(th_plugin_cfg_equal(&a->plugins[0], &c->plugins[0]));
+    CU_ASSERT_FALSE(th_plugin_cfg_equal(&a->plugins[0], &d->plugins[0]));
+    CU_ASSERT_FALSE(th_plugin_cfg_equal(&a->plugins[0], &e->plugins[0]));
+    CU_ASSERT_FALSE(th_plugin_cfg_equal(&a->plugins[0], &f->plugins[0]));
+    th_config_free(a);
+    th_config_free(b);
+    th_config_free(c);
+    th_config_free(d);
+    th_config_free(e);
+    th_config_free(f);
+}
+
+void th_suite_iso_config(void)
+{
+    CU_pSuite s = CU_add_suite("iso_config", NULL, NULL);
+    CU_add_test(s, "defaults", test_defaults);
+    CU_add_test(s, "values", test_values);
+    CU_add_test(s, "errors", test_errors);
+    CU_add_test(s, "equal", test_equal);
+}
