@@ -525,6 +525,26 @@ static void test_reload_tools(void)
     free(dir);
 }
 
+/* The shipped configs load with exec, and dev.yaml's example tool runs. */
+static void test_shipped(void)
+{
+    th_test_run r;
+    th_test_toolhost(&r, "call", "-c", th_test_source_path("configs/dev.yaml"),
+                     "utc_now", NULL);
+    if (r.status != 0)
+        fprintf(stderr, "%s\n%s\n", r.out, r.err);
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT(r.out_len >= 25 && strstr(r.out, "+00:00"));
+    th_test_run_free(&r);
+    if (access("/usr/bin/journalctl", X_OK) != 0)
+        TH_SKIP("no /usr/bin/journalctl: example.yaml's service_log needs it");
+    th_test_toolhost(&r, "list", "-c",
+                     th_test_source_path("configs/example.yaml"), NULL);
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "service_log          exec"));
+    th_test_run_free(&r);
+}
+
 void th_suite_exec(void)
 {
     CU_pSuite s = CU_add_suite("exec", NULL, NULL);
@@ -536,4 +556,5 @@ void th_suite_exec(void)
     CU_add_test(s, "flood", test_flood);
     CU_add_test(s, "serve_cancel", test_serve_cancel);
     CU_add_test(s, "reload_tools", test_reload_tools);
+    CU_add_test(s, "shipped", test_shipped);
 }
