@@ -545,6 +545,146 @@ static void test_shipped(void)
     th_test_run_free(&r);
 }
 
+/* ---- docs/ops.md, "The exec plugin" ---------------------------------------------- */
+
+#define OPS_SO "/usr/local/lib/toolhost/plugins/exec.so"
+#define OPS_CFG "/etc/toolhost/toolhost.yaml"
+
+/* `text` with every `from` replaced by `to`, malloc()ed. */
+static char *replace_all(const char *text, const char *from, const char *to)
+{
+    size_t fl = strlen(from), tl = strlen(to), n = 0;
+    for (const char *p = text; (p = strstr(p, from)); p += fl)
+        n++;
+    char *out = malloc(strlen(text) + n * tl + 1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(out);
+    char *o = out;
+    for (const char *p = text;;) {
+        const char *q = strstr(p, from);
+        size_t k = q ? (size_t)(q - p) : strlen(p);
+        memcpy(o, p, k);
+        o += k;
+        if (!q)
+            break;
+        memcpy(o, to, tl);
+        o += tl;
+        p = q + fl;
+    }
+    *o = '\0';
+    return out;
+}
+
+/* The fenced block of `lang` after `from`: malloc()ed, or NULL. */
+static char *fenced(const char *from, const char *lang)
+{
+    char open[32];
+    snprintf(open, sizeof open, "```%s\n", lang);
+    const char *b = strstr(from, open);
+    if (!b)
+        return NULL;
+    b += strlen(open);
+    const char *e = strstr(b, "```\n");
+    return e ? strndup(b, (size_t)(e - b)) : NULL;
+}
+
+/* Splits a command line of the doc: words, 'single-quoted' parts. */
+static int split_words(char *line, char **argv, int max)
+{
+    int n = 0;
+    char *o = line, *p = line;
+    while (*p && n < max - 1) {
+        while (*p == ' ')
+            p++;
+        if (!*p)
+            break;
+        argv[n++] = o;
+        while (*p && *p != ' ') {
+            if (*p == '\'') {
+                for (p++; *p && *p != '\''; )
+                    *o++ = *p++;
+                if (*p)
+                    p++;
+            } else {
+                *o++ = *p++;
+            }
+        }
+        if (*p)
+            p++;
+        *o++ = '\0';
+    }
+    argv[n] = NULL;
+    return n;
+}
+
+static bool has_line(const char *text, const char *line)
+{
+    size_t n = strlen(line);
+    for (const char *p = text; (p = strstr(p, line)); p++)
+        if ((p == text || p[-1] == '\n') && (p[n] == '\n' || !p[n]))
+            return true;
+    return false;
+}
+
+/* Runs the section's commands as written (the installed paths mapped to
+ * the build and a test folder) and finds each output line shown. */
+static void test_ops_doc(void)
+{
+    if (access("/usr/bin/journalctl", X_OK) != 0)
+        TH_SKIP("no /usr/bin/journalctl: the doc's service_log needs it");
+    FILE *f = fopen(th_test_source_path("docs/ops.md"), "rb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    static char doc[200000];
+    size_t len = fread(doc, 1, sizeof doc - 1, f);
+    fclose(f);
+    doc[len] = '\0';
+    const char *sec = strstr(doc, "## The exec plugin");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(sec);
+    char *yaml = fenced(sec, "yaml"), *sh = fenced(sec, "sh");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(yaml);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(sh);
+    char *dir = th_test_tmpdir();
+    char so[1024];
+    snprintf(so, sizeof so, "%s", th_test_build_path("plugins/exec.so"));
+    char *y2 = replace_all(yaml, OPS_SO, so);
+    char *cfg = th_test_write_file(dir, "toolhost.yaml", y2, (size_t)-1);
+    char *s1 = replace_all(sh, OPS_SO, so);
+    char *s2 = replace_all(s1, OPS_CFG, cfg);
+    int commands = 0;
+    th_test_run r = {0};
+    bool ran = false;
+    for (char *line = strtok(s2, "\n"); line; line = strtok(NULL, "\n")) {
+        if (strncmp(line, "$ toolhost ", 11) == 0) {
+            if (ran)
+                th_test_run_free(&r);
+            char *argv[32];
+            int n = split_words(line + 2, argv, 32);
+            CU_ASSERT_FATAL(n > 1);
+            argv[0] = (char *)th_test_build_path("toolhost");
+            th_test_run_argv(argv, NULL, 20, 1, &r);
+            ran = true;
+            commands++;
+            continue;
+        }
+        CU_ASSERT_FATAL(ran);
+        bool found = has_line(r.out, line) || has_line(r.err, line);
+        if (!found)
+            fprintf(stderr, "\nops.md: missing line: %s\nout: %s\nerr: %s\n",
+                    line, r.out, r.err);
+        CU_ASSERT(found);
+    }
+    if (ran)
+        th_test_run_free(&r);
+    CU_ASSERT_EQUAL(commands, 3);
+    free(s1);
+    free(s2);
+    free(y2);
+    free(cfg);
+    free(yaml);
+    free(sh);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
 void th_suite_exec(void)
 {
     CU_pSuite s = CU_add_suite("exec", NULL, NULL);
@@ -557,4 +697,5 @@ void th_suite_exec(void)
     CU_add_test(s, "serve_cancel", test_serve_cancel);
     CU_add_test(s, "reload_tools", test_reload_tools);
     CU_add_test(s, "shipped", test_shipped);
+    CU_add_test(s, "ops_doc", test_ops_doc);
 }
