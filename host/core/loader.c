@@ -761,9 +761,6 @@ static int check_tools(const char *shown, const char *from,
                             "multiple of its alignment %zu",
                             shown, stride, alignof(toolhost_tool));
     size_t base = p->n_tools;
-    if (n > 100000)
-        return th_error_set(err, TH_ELOAD, "%s: %u tools (at most 100000)",
-                            shown, n);
     th_tool *nt = realloc(p->tools, (base + n) * sizeof *nt);
     if (!nt)
         return th_error_set(err, TH_ENOMEM, "%s: out of memory", shown);
