@@ -545,6 +545,34 @@ static void test_shipped(void)
     th_test_run_free(&r);
 }
 
+/* A declared tool may not take another plugin's tool name. */
+static void test_name_clash(void)
+{
+    char *dir = th_test_tmpdir();
+    char text[2048];
+    snprintf(text, sizeof text,
+             "plugins:\n"
+             "  - name: echo\n"
+             "    path: %s\n"
+             "  - name: exec\n"
+             "    path: %s\n"
+             "    config:\n"
+             "      tools:\n"
+             "        - {name: echo, description: d, argv: [/usr/bin/date]}\n",
+             th_test_build_path("plugins/echo.so"),
+             th_test_build_path("plugins/exec.so"));
+    char *cfg = th_test_write_file(dir, "clash.yaml", text, (size_t)-1);
+    th_test_run r;
+    th_test_toolhost(&r, "config", "check", cfg, NULL);
+    CU_ASSERT_EQUAL(r.status, 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "tool 'echo' of plugin 'exec' is "
+                                         "already provided by plugin 'echo'"));
+    th_test_run_free(&r);
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
 /* ---- docs/ops.md, "The exec plugin" ---------------------------------------------- */
 
 #define OPS_SO "/usr/local/lib/toolhost/plugins/exec.so"
@@ -697,5 +725,6 @@ void th_suite_exec(void)
     CU_add_test(s, "serve_cancel", test_serve_cancel);
     CU_add_test(s, "reload_tools", test_reload_tools);
     CU_add_test(s, "shipped", test_shipped);
+    CU_add_test(s, "name_clash", test_name_clash);
     CU_add_test(s, "ops_doc", test_ops_doc);
 }
