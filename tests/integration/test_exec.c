@@ -459,6 +459,20 @@ static void test_serve_cancel(void)
     free(dir);
 }
 
+/* rpc_log_has without printing the log when absent (for polling). */
+static bool log_has_quiet(rpc_srv *s, const char *needle)
+{
+    FILE *f = fopen(s->log, "r");
+    if (!f)
+        return false;
+    char line[4096];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, needle) != NULL;
+    fclose(f);
+    return found;
+}
+
 /* A changed exec block (SIGHUP): the new tool is listed and callable, the
  * dropped one is gone. */
 static void test_reload_tools(void)
@@ -518,6 +532,26 @@ static void test_reload_tools(void)
                      NULL);
     CU_ASSERT_NOT_EQUAL(r.status, 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "show_args"));
+    th_test_run_free(&r);
+
+    /* A broken block (a bad tool name): the reload fails, say_hello stays. */
+    char *bad = strstr(text, "name: say_hello");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(bad);
+    memcpy(bad, "name: say hello", 15); /* a space */
+    cfg = th_test_write_file(s.dir, "rpc.yaml", text, (size_t)-1);
+    free(cfg);
+    kill(s.pid, SIGHUP);
+    bool failed = false;
+    end = rpc_now_ms() + rpc_wait_ms();
+    while (!(failed = log_has_quiet(&s, "reload #2 failed, nothing changed")) &&
+           rpc_now_ms() < end)
+        usleep(50000);
+    CU_ASSERT(failed);
+    CU_ASSERT(rpc_log_has(&s, "tool name 'say hello' is invalid"));
+    th_test_toolhost(&r, "call", "--connect", addr, "say_hello", "who=x",
+                     NULL);
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_STRING_EQUAL(r.out, "hello x");
     th_test_run_free(&r);
     CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
     rpc_srv_free(&s);
