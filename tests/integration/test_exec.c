@@ -607,6 +607,47 @@ static void test_name_clash(void)
     free(dir);
 }
 
+/* Toolsets are checked against the tools after init_tools(): a toolset
+ * may name a declared tool, and a name nothing provides is an error. */
+static void test_toolset_names(void)
+{
+    char *dir = th_test_tmpdir();
+    static const char *const lists[] = {"[utc_now]", "[utc_now, nosuch]"};
+    for (int i = 0; i < 2; i++) {
+        char text[2048];
+        snprintf(text, sizeof text,
+                 "plugins:\n"
+                 "  - name: exec\n"
+                 "    path: %s\n"
+                 "    config:\n"
+                 "      tools:\n"
+                 "        - {name: utc_now, description: d, argv: "
+                 "[/usr/bin/date]}\n"
+                 "toolsets:\n"
+                 "  - name: ops\n"
+                 "    tools: %s\n"
+                 "    tool_overrides:\n"
+                 "      utc_now: {timeout: 5s}\n",
+                 th_test_build_path("plugins/exec.so"), lists[i]);
+        char *cfg = th_test_write_file(dir, "ts.yaml", text, (size_t)-1);
+        th_test_run r;
+        th_test_toolhost(&r, "config", "check", cfg, NULL);
+        if (i == 0) {
+            CU_ASSERT_EQUAL(r.status, 0);
+            CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "1 plugin, 1 tool, 1 toolset"));
+        } else {
+            CU_ASSERT_EQUAL(r.status, 2);
+            CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "toolset 'ops' names tool "
+                                                 "'nosuch', which no plugin "
+                                                 "provides"));
+        }
+        th_test_run_free(&r);
+        free(cfg);
+    }
+    th_test_rmtree(dir);
+    free(dir);
+}
+
 /* ---- docs/ops.md, "The exec plugin" ---------------------------------------------- */
 
 #define OPS_SO "/usr/local/lib/toolhost/plugins/exec.so"
@@ -760,5 +801,6 @@ void th_suite_exec(void)
     CU_add_test(s, "reload_tools", test_reload_tools);
     CU_add_test(s, "shipped", test_shipped);
     CU_add_test(s, "name_clash", test_name_clash);
+    CU_add_test(s, "toolset_names", test_toolset_names);
     CU_add_test(s, "ops_doc", test_ops_doc);
 }
