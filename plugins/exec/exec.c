@@ -18,7 +18,7 @@ static const toolhost_param exec_config[] = {
                  "description, params, argv, env, env_allow, cwd, timeout, "
                  "stdout, stderr, read_only, destructive, idempotent, "
                  "open_world, serial)",
-                 .default_json = "[]", TH_SDK_ITEMS(OBJECT)),
+                 TH_SDK_DEFAULT("[]"), TH_SDK_ITEMS(OBJECT)),
     TH_SDK_PARAM("kill_grace", STRING,
                  "Wait this long after SIGTERM before SIGKILL when a call is "
                  "cancelled or times out (0 to 60s)",
