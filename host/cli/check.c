@@ -46,8 +46,9 @@ static const char check_usage[] =
     "warned about; build with -fvisibility=hidden), the ABI version and\n"
     "struct sizes, tool names, descriptions, parameter tables and semantic\n"
     "types are valid, and init() succeeds with an empty config (or with\n"
-    "--config when the plugin has required config keys). Prints each\n"
-    "problem; exits 1 on any error, 0 otherwise.\n"
+    "--config when the plugin has required config keys); the tools a\n"
+    "plugin builds in init() (init_tools, ABI 1.1) are checked and listed\n"
+    "then. Prints each problem; exits 1 on any error, 0 otherwise.\n"
     "\n"
     "The plugin's code runs in a child process with no new privileges, no\n"
     "core dumps and limits on CPU time, memory and open files (as user\n"
@@ -149,7 +150,8 @@ static size_t chars_of(const char *s)
 
 /* Warnings the loader does not refuse for: a description a model reads
  * as one line, a name that says whose tool it is.  Returns the count. */
-static int lint_tool(const char *path, const th_plugin *p, const th_tool *t)
+static int lint_tool(const char *path, const th_plugin *p, const th_tool *t,
+                     bool config_named)
 {
     int w = 0;
     const char *d = t->description ? t->description : "";
@@ -170,10 +172,11 @@ static int lint_tool(const char *path, const th_plugin *p, const th_tool *t)
         w++;
     }
     /* AUTHORING.md: tool names are unique in the whole host, so they start
-     * with the plugin's name ("fs_read" in plugin "fs"). */
+     * with the plugin's name ("fs_read" in plugin "fs").  Not for tools
+     * from init_tools(): the config that declares them names them. */
     const char *pn = p->desc && p->desc->name ? p->desc->name : p->name;
     size_t pl = strlen(pn);
-    if (strcmp(t->name, pn) != 0 &&
+    if (!config_named && strcmp(t->name, pn) != 0 &&
         !(strncmp(t->name, pn, pl) == 0 &&
           (t->name[pl] == '_' || t->name[pl] == '-'))) {
         printf("%s: warning: tool '%s' does not start with the plugin's "
@@ -382,7 +385,7 @@ static int run_checks(const char *path, int fd, const char *config_json,
     int warnings = check_exports(fd, path);
     for (size_t i = 0; i < p->n_tools; i++) {
         const th_tool *t = &p->tools[i];
-        warnings += lint_tool(path, p, t);
+        warnings += lint_tool(path, p, t, false);
         if (!t->long_description)
             printf("%s: note: tool '%s' has no long description (usage, "
                    "warnings, examples help a model use it)\n",
@@ -407,11 +410,24 @@ static int run_checks(const char *path, int fd, const char *config_json,
             errors++;
         } else {
             stage(ST_INIT);
+            size_t n_static = p->n_tools;
             if (th_plugin_init(p, cfg.data, cfg.len, &err) != 0) {
                 printf("%s\n", err.msg);
                 errors++;
-            } else if (strict) {
-                warnings += strict_run(path, p);
+            } else {
+                /* ABI 1.1 init_tools(): tools built from the config. */
+                if (p->n_tools > n_static)
+                    printf("%s: init_tools(): %zu tool%s:", path,
+                           p->n_tools - n_static,
+                           p->n_tools - n_static == 1 ? "" : "s");
+                for (size_t i = n_static; i < p->n_tools; i++)
+                    printf(" %s", p->tools[i].name);
+                if (p->n_tools > n_static)
+                    printf("\n");
+                for (size_t i = n_static; i < p->n_tools; i++)
+                    warnings += lint_tool(path, p, &p->tools[i], true);
+                if (strict)
+                    warnings += strict_run(path, p);
             }
         }
         json_decref(cj);

@@ -205,11 +205,9 @@ th_plugin *th_plugin_from_api(const toolhost_host_api *api)
 
 /* ---- lifetime ----------------------------------------------------------------- */
 
-static void free_tools(th_tool *tools, size_t n)
+static void free_tool_range(th_tool *tools, size_t from, size_t n)
 {
-    if (!tools)
-        return;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = from; i < n; i++) {
         free(tools[i].name);
         free(tools[i].description);
         free(tools[i].long_description);
@@ -217,7 +215,15 @@ static void free_tools(th_tool *tools, size_t n)
         free(tools[i].output_schema);
         th_jschema_free(tools[i].out_schema);
         th_params_free(tools[i].params, tools[i].n_params);
+        memset(&tools[i], 0, sizeof tools[i]);
     }
+}
+
+static void free_tools(th_tool *tools, size_t n)
+{
+    if (!tools)
+        return;
+    free_tool_range(tools, 0, n);
     free(tools);
 }
 
@@ -722,16 +728,20 @@ static int check_tool(const char *shown, const toolhost_tool *d, uint32_t idx,
     return 0;
 }
 
-static int check_tools(const char *shown, const toolhost_plugin *d,
+/* Checks the array `tools` of n tools (the descriptor's, or what
+ * init_tools() returned: `from` names the array) and appends copies to
+ * p->tools, after the p->n_tools there already (static tools: no name may
+ * repeat theirs). */
+static int check_tools(const char *shown, const char *from,
+                       const toolhost_tool *tools, uint32_t n, uint32_t minor,
                        th_plugin *p, reporter *r, th_error *err)
 {
-    if (d->n_tools == 0)
+    if (n == 0)
         return 0;
-    if (!d->tools)
-        return th_error_set(err, TH_ELOAD,
-                            "%s: n_tools is %u but tools is NULL", shown,
-                            d->n_tools);
-    uint32_t stride = d->tools[0].struct_size;
+    if (!tools)
+        return th_error_set(err, TH_ELOAD, "%s: n_tools is %u but %s is "
+                            "NULL", shown, n, from);
+    uint32_t stride = tools[0].struct_size;
     if (stride < TH_ABI10_TOOL_SIZE)
         return th_error_set(err, TH_ELOAD,
                             "%s: toolhost_tool struct_size %u (of the first "
@@ -740,44 +750,53 @@ static int check_tools(const char *shown, const toolhost_plugin *d,
     /* A size larger than the plugin's own minor has is a lie about the
      * first element (the stride), not a fault of tool #2 read at the wrong
      * place. */
-    if (d->abi_minor <= TOOLHOST_ABI_MINOR && stride > sizeof(toolhost_tool))
+    if (minor <= TOOLHOST_ABI_MINOR && stride > sizeof(toolhost_tool))
         return th_error_set(err, TH_ELOAD,
                             "%s: toolhost_tool struct_size %u (of the first "
                             "tool) is larger than the %zu bytes of ABI 1.%d, "
                             "and the plugin says it is built against 1.%u",
                             shown, stride, sizeof(toolhost_tool),
-                            TOOLHOST_ABI_MINOR, d->abi_minor);
+                            TOOLHOST_ABI_MINOR, minor);
     if (stride % alignof(toolhost_tool))
         return th_error_set(err, TH_ELOAD,
                             "%s: toolhost_tool struct_size %u is not a "
                             "multiple of its alignment %zu",
                             shown, stride, alignof(toolhost_tool));
-    p->tools = calloc(d->n_tools, sizeof *p->tools);
-    if (!p->tools)
+    size_t base = p->n_tools;
+    th_tool *nt = realloc(p->tools, (base + n) * sizeof *nt);
+    if (!nt)
         return th_error_set(err, TH_ENOMEM, "%s: out of memory", shown);
+    memset(nt + base, 0, n * sizeof *nt);
+    p->tools = nt;
     int rc;
-    for (uint32_t i = 0; i < d->n_tools; i++) {
+    for (uint32_t i = 0; i < n; i++) {
         const toolhost_tool *td =
-            (const toolhost_tool *)((const char *)d->tools +
+            (const toolhost_tool *)((const char *)tools +
                                     (size_t)i * stride);
         if (td->struct_size != stride)
             return th_error_set(err, TH_ELOAD,
                                 "%s: tool #%u has struct_size %u, the first "
                                 "has %u (all must be the same)",
                                 shown, i + 1, td->struct_size, stride);
-        th_tool *t = &p->tools[i];
-        p->n_tools = i + 1;
+        th_tool *t = &p->tools[base + i];
+        p->n_tools = base + i + 1;
         t->plugin = p;
-        if ((rc = check_tool(shown, td, i, d->abi_minor, t, r, err))) {
+        if ((rc = check_tool(shown, td, i, minor, t, r, err))) {
             if ((rc = problem(r, err, rc)))
                 return rc;
             continue;
         }
-        for (uint32_t k = 0; k < i; k++) {
+        for (size_t k = 0; k < base + i; k++) {
             if (p->tools[k].name && strcmp(p->tools[k].name, t->name) == 0) {
-                rc = th_error_set(err, TH_ELOAD,
-                                  "%s: tool name '%s' appears twice", shown,
-                                  t->name);
+                if (k < base)
+                    rc = th_error_set(err, TH_ELOAD,
+                                      "%s: tool name '%s' is also a static "
+                                      "tool's (in the descriptor)",
+                                      shown, t->name);
+                else
+                    rc = th_error_set(err, TH_ELOAD,
+                                      "%s: tool name '%s' appears twice",
+                                      shown, t->name);
                 if ((rc = problem(r, err, rc)))
                     return rc;
                 break;
@@ -875,7 +894,8 @@ static int check_desc(const char *shown, const toolhost_plugin *d,
                               &p->n_config_params, err);
     if (rc && (rc = problem(r, err, rc)))
         return rc;
-    if ((rc = check_tools(shown, d, p, r, err)))
+    if ((rc = check_tools(shown, "tools", d->tools, d->n_tools,
+                          minor, p, r, err)))
         return rc;
     if (r && r->count) {
         *err = r->first;
@@ -1098,6 +1118,34 @@ int th_plugin_builtin(const toolhost_plugin *desc, th_plugin **out,
 
 /* ---- init ---------------------------------------------------------------------- */
 
+/* ABI 1.1 init_tools(): the tools a plugin built in init(), checked as the
+ * static ones and listed after them.  On failure p->tools is back to the
+ * static tools. */
+static int init_tools(th_plugin *p, th_error *err)
+{
+    const toolhost_plugin *d = p->desc;
+    if (!TOOLHOST_HAS_MEMBER(toolhost_plugin, d, init_tools) ||
+        !d->init_tools)
+        return 0;
+    uint32_t n = 0;
+    const toolhost_tool *tools = d->init_tools(p->state, &n);
+    if (n == 0)
+        return 0;
+    char shown[1200];
+    snprintf(shown, sizeof shown, "%.1000s: init_tools()", p->path);
+    size_t base = p->n_tools;
+    int rc = check_tools(shown, "its array", tools, n, p->abi_minor, p, NULL,
+                         err);
+    if (rc) {
+        free_tool_range(p->tools, base, p->n_tools);
+        p->n_tools = base;
+        return rc;
+    }
+    th_log(TOOLHOST_LOG_DEBUG, "%s: %u tool%s from init_tools()", p->path, n,
+           n == 1 ? "" : "s");
+    return 0;
+}
+
 int th_plugin_init(th_plugin *p, const uint8_t *config, size_t len,
                    th_error *err)
 {
@@ -1145,6 +1193,12 @@ int th_plugin_init(th_plugin *p, const uint8_t *config, size_t len,
         p->state = state;
     }
     th_buf_free(&filled_cfg);
+    if ((rc = init_tools(p, err)) != 0) {
+        if (p->desc->fini)
+            p->desc->fini(p->state);
+        p->state = NULL;
+        return rc;
+    }
     p->initialized = true;
     return 0;
 }

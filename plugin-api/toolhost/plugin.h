@@ -430,6 +430,19 @@ typedef struct toolhost_plugin {
      * member and loads the plugin anyway: still check TH_SDK_HOST_HAS
      * before calling a 1.1 host callback.) */
     uint32_t requires_host_minor;
+
+    /* Load, optional (1.1; NULL: only the static `tools`).  Tools the
+     * plugin builds from its config.  Called once, right after init()
+     * returned 0, with the state init() stored (NULL when there is no
+     * init()).  Return an array of *n_tools tools (NULL with *n_tools = 0
+     * for none); it MUST stay valid and unchanged until fini() returns.
+     * The host checks these tools as it checks the static ones (names,
+     * params, struct sizes; no name may repeat a static tool's) and lists
+     * them after the static ones; a problem is a load error naming the
+     * tool, and the host then calls fini().  A reload with a changed
+     * config block calls init() and init_tools() again on a new
+     * generation. */
+    const toolhost_tool *(*init_tools)(void *state, uint32_t *n_tools);
 } toolhost_plugin;
 
 /* The entry point every plugin exports, and nothing else.  Load.  Returns

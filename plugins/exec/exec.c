@@ -4,8 +4,8 @@
  * environment variables, never through a shell.
  *
  * The descriptor has no static tools: they come from the config, in init()
- * (exec_config.c), and run in exec_run.c.  See exec.h for how the host is
- * to learn about them. */
+ * (exec_config.c), reach the host through init_tools() (ABI 1.1) and run
+ * in exec_run.c. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -18,7 +18,7 @@ static const toolhost_param exec_config[] = {
                  "description, params, argv, env, env_allow, cwd, timeout, "
                  "stdout, stderr, read_only, destructive, idempotent, "
                  "open_world, serial)",
-                 TH_SDK_REQUIRED, TH_SDK_ITEMS(OBJECT)),
+                 TH_SDK_DEFAULT("[]"), TH_SDK_ITEMS(OBJECT)),
     TH_SDK_PARAM("kill_grace", STRING,
                  "Wait this long after SIGTERM before SIGKILL when a call is "
                  "cancelled or times out (0 to 60s)",
@@ -50,6 +50,15 @@ static int exec_init(const toolhost_host_api *host, const uint8_t *config,
     return 0;
 }
 
+/* ABI 1.1: the declared tools, built once by init(); they stay as they are
+ * until fini(). */
+static const toolhost_tool *exec_init_tools(void *state, uint32_t *n_tools)
+{
+    const exec_state *st = state;
+    *n_tools = st->n_tools;
+    return st->tools;
+}
+
 static void exec_fini(void *state)
 {
     exec_state_free(state);
@@ -74,6 +83,7 @@ TOOLHOST_EXPORT const toolhost_plugin *toolhost_plugin_v1(void)
         .fini = exec_fini,
         .tools = exec_no_tools,
         .n_tools = 0,
+        .init_tools = exec_init_tools,
     };
     return &descriptor;
 }

@@ -1,12 +1,9 @@
 /* exec.h - the state of the exec plugin, shared by its files (and read by
  * its unit test, which registers the declared tools in the fake host).
  *
- * The exec plugin declares its tools from its config block, in init().
- * ABI 1.0 reads a plugin's tools from the static descriptor before init(),
- * so the host cannot see these tools yet: `tools`/`n_tools` below are what
- * an init-time tool hook (proposed for ABI 1.1, see docs/ops.md) would hand
- * to the host.  They are built once in init() and never change until
- * fini(). */
+ * The exec plugin declares its tools from its config block, in init();
+ * `tools`/`n_tools` below are what its init_tools() (ABI 1.1) hands to the
+ * host.  They are built once in init() and never change until fini(). */
 #ifndef TH_PLUGIN_EXEC_H
 #define TH_PLUGIN_EXEC_H
 
@@ -39,7 +36,7 @@ typedef struct exec_tool {
 } exec_tool;
 
 typedef struct exec_state {
-    /* What the host would register (see above); the first two members. */
+    /* What init_tools() returns (see above); the first two members. */
     const toolhost_tool *tools;
     uint32_t n_tools;
     /* Private. */

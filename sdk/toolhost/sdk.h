@@ -167,6 +167,11 @@ const char *th_sdk_strerror(int code);
 /* The keys of the plugin's config block (a toolhost_param array). */
 #define TH_SDK_CONFIG(arr)                                                   \
     .config_params = (arr), .n_config_params = TH_SDK_COUNT(arr)
+/* ABI 1.1: tools built from the config in init(), handed to the host by
+ * `fn` (const toolhost_tool *fn(void *state, uint32_t *n_tools)), called
+ * once right after init().  The array stays valid and unchanged until
+ * fini(): keep it in the state.  TH_SDK_INIT_TOOLS(my_init_tools). */
+#define TH_SDK_INIT_TOOLS(fn) .init_tools = (fn)
 
 /* ---- Arguments ------------------------------------------------------------
  *

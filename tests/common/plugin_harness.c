@@ -228,50 +228,9 @@ const toolhost_host_api *th_harness_api(const th_harness *h)
     return &h->p->api;
 }
 
-int th_harness_add_tools(th_harness *h, const toolhost_tool *tools,
-                         uint32_t n, char *err, size_t err_size)
+size_t th_harness_n_tools(const th_harness *h)
 {
-    th_plugin *p = h->p;
-    if (n == 0)
-        return 0;
-    th_tool *all = realloc(p->tools, (p->n_tools + n) * sizeof *all);
-    if (!all)
-        oom();
-    p->tools = all;
-    for (uint32_t i = 0; i < n; i++) {
-        const toolhost_tool *td = &tools[i];
-        th_tool *t = &p->tools[p->n_tools];
-        memset(t, 0, sizeof *t);
-        char what[96];
-        snprintf(what, sizeof what, "tool %s", td->name ? td->name : "?");
-        th_error e;
-        th_error_clear(&e);
-        if (!td->name || !th_tool_name_valid(td->name) || !td->description ||
-            !td->execute) {
-            snprintf(err, err_size, "%s: name, description and execute are "
-                     "required", what);
-            return -1;
-        }
-        if (th_params_from_abi(what, td->params, td->n_params, &t->params,
-                               &t->n_params, &e) != 0) {
-            snprintf(err, err_size, "%s", e.msg);
-            return -1;
-        }
-        t->name = strdup(td->name);
-        t->description = strdup(td->description);
-        t->long_description =
-            td->long_description ? strdup(td->long_description) : NULL;
-        if (!t->name || !t->description ||
-            (td->long_description && !t->long_description))
-            oom();
-        t->stdout_type = td->stdout_type;
-        t->stderr_type = td->stderr_type;
-        t->flags = td->flags;
-        t->desc = td;
-        t->plugin = p;
-        p->n_tools++;
-    }
-    return 0;
+    return h->p->n_tools;
 }
 
 static const th_tool *find_tool(const th_harness *h, const char *name)

@@ -109,12 +109,9 @@ int th_harness_meta_str(const th_harness_call *c, const char *key, char *buf,
 void *th_harness_state(const th_harness *h);
 /* The host API init() got (what a test's own fake call must carry). */
 const toolhost_host_api *th_harness_api(const th_harness *h);
-/* Registers `n` more tools of the loaded plugin, checked and copied as the
- * loader does for the descriptor's tools: for tools a plugin builds in
- * init() (the exec plugin), which ABI 1.0 has no hook for yet.  0, or -1
- * with the host's message in err. */
-int th_harness_add_tools(th_harness *h, const toolhost_tool *tools,
-                         uint32_t n, char *err, size_t err_size);
+/* How many tools the host registered: the static ones, then those of
+ * init_tools() (ABI 1.1). */
+size_t th_harness_n_tools(const th_harness *h);
 
 /* JSON text to msgpack (test helper for building arguments).  Appends to
  * out; 0 or -1 when the JSON does not parse. */

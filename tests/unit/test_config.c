@@ -1445,11 +1445,17 @@ static th_config *load_shipped(const char *name)
     return cfg;
 }
 
-static void check_bundled(const th_config *cfg)
+/* echo, fs, text (and exec, with its example tool, in dev.yaml) */
+static void check_bundled(const th_config *cfg, size_t n_plugins)
 {
     char want[PATH_MAX + 32];
     static const char *const names[] = {"echo", "fs", "text"};
-    CU_ASSERT_EQUAL_FATAL(cfg->n_plugins, 3);
+    CU_ASSERT_EQUAL_FATAL(cfg->n_plugins, n_plugins);
+    if (n_plugins == 4) {
+        CU_ASSERT_STRING_EQUAL(cfg->plugins[3].name, "exec");
+        CU_ASSERT_PTR_NOT_NULL(th_ynode_get(cfg->plugins[3].config,
+                                            "tools"));
+    }
     for (int i = 0; i < 3; i++) {
         const th_plugin_cfg *p = &cfg->plugins[i];
         CU_ASSERT_STRING_EQUAL(p->name, names[i]);
@@ -1484,13 +1490,13 @@ static void test_shipped_configs(void)
     char real[PATH_MAX];
     CU_ASSERT_PTR_NOT_NULL(realpath(th_test_source_path("configs"), real));
     CU_ASSERT_STRING_EQUAL(cfg->dir, real);
-    check_bundled(cfg);
+    check_bundled(cfg, 3);
     CU_ASSERT_EQUAL(cfg->host.reload, TH_RELOAD_SIGNAL);
     th_config_free(cfg);
 
     cfg = load_shipped("configs/dev.yaml");
     CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
-    check_bundled(cfg);
+    check_bundled(cfg, 4);
     CU_ASSERT_EQUAL(cfg->host.reload, TH_RELOAD_WATCH);
     th_config_free(cfg);
 
@@ -1504,7 +1510,7 @@ static void test_shipped_configs(void)
     th_limits d;
     th_limits_defaults(&d);
     CU_ASSERT_EQUAL(memcmp(&d, &cfg->limits, sizeof d), 0);
-    CU_ASSERT_EQUAL(cfg->n_plugins, 3);
+    CU_ASSERT_EQUAL(cfg->n_plugins, 4); /* echo, fs, text, exec */
     CU_ASSERT_EQUAL_FATAL(cfg->n_toolsets, 2);
     CU_ASSERT_EQUAL(cfg->toolsets[0].n_rules, 2);
     CU_ASSERT_EQUAL(cfg->toolsets[0].n_overrides, 1);

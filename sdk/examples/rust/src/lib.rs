@@ -111,6 +111,7 @@ pub struct Plugin {
     // ABI 1.1
     flags: u64,
     requires_host_minor: u32,
+    init_tools: Unused,
 }
 
 // The descriptor holds raw pointers to static data only: safe to share.
@@ -236,6 +237,7 @@ static PLUGIN: Static<Plugin> = Static(Plugin {
     n_tools: 1,
     flags: 0,
     requires_host_minor: 0,
+    init_tools: None,
 });
 
 /// The one exported symbol.
