@@ -153,6 +153,14 @@ typedef enum toolhost_semantic {
 #define TOOLHOST_PLUGIN_SERIAL (1u << 0) /* never two calls of ANY of the
                                             plugin's tools at once (one
                                             handle shared by all tools)    */
+/* A hot reload does not overlap generations: the new generation's init()
+ * runs only after every call of the old one ended and its fini()
+ * returned (its tools are unavailable meanwhile).  When the old calls do
+ * not end within host.reload_drain_timeout the reload fails and nothing
+ * changes.  Without the flag a reload overlaps: see Generations below. */
+#define TOOLHOST_PLUGIN_EXCLUSIVE_RELOAD (1u << 1)
+#define TOOLHOST_PLUGIN_KNOWN \
+    (TOOLHOST_PLUGIN_SERIAL | TOOLHOST_PLUGIN_EXCLUSIVE_RELOAD)
 
 /* Bits of toolhost_param.bounds (ABI 1.1): which of minimum/maximum hold,
  * and whether they exclude the bound itself. */
