@@ -361,6 +361,7 @@ void th_host_close(th_host *h)
             unsigned i = atomic_fetch_add(&n_abandoned, 1);
             if (i < sizeof abandoned_hosts / sizeof abandoned_hosts[0])
                 abandoned_hosts[i] = h;
+            th_mgr_stop_threads(h); /* idle workers, timer, notifier */
             return;
         }
     }

@@ -922,11 +922,10 @@ static uint32_t join_workers(th_mgr *m, int64_t until_ns)
     return left;
 }
 
-bool th_mgr_fini(th_host *h)
+/* The threads' part of th_mgr_fini(): false when workers were abandoned
+ * (detached, still inside tools). */
+static bool stop_threads(th_mgr *m)
 {
-    th_mgr *m = &h->mgr;
-    if (!m->slots && !m->ts_groups)
-        return true;
     pthread_mutex_lock(&m->mu);
     m->stop = true;
     pthread_cond_broadcast(&m->cv);
@@ -972,7 +971,26 @@ bool th_mgr_fini(th_host *h)
         pthread_cond_signal(&m->ncv);
         pthread_mutex_unlock(&m->nmu);
         pthread_join(m->notifier, NULL);
+        m->notifier_started = false;
     }
+    return true;
+}
+
+bool th_mgr_stop_threads(th_host *h)
+{
+    th_mgr *m = &h->mgr;
+    if (!m->slots && !m->ts_groups)
+        return true;
+    return stop_threads(m);
+}
+
+bool th_mgr_fini(th_host *h)
+{
+    th_mgr *m = &h->mgr;
+    if (!m->slots && !m->ts_groups)
+        return true;
+    if (!stop_threads(m))
+        return false;
     /* Calls still armed (none when every call ended) lose their entry. */
     for (size_t i = 0; i < m->hn; i++) {
         m->heap[i]->heap_idx = SIZE_MAX;

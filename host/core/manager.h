@@ -342,6 +342,10 @@ int th_mgr_init(th_host *h, th_error *err);
  * memory alone too: the abandoned thread may still touch it).  True when
  * every thread was joined and everything freed. */
 bool th_mgr_fini(th_host *h);
+/* Only the threads of th_mgr_fini() (workers, deadline, notifier), the
+ * structures stay: for a host abandoned with calls still running (a late
+ * complete() still finds its groups and locks).  False as th_mgr_fini. */
+bool th_mgr_stop_threads(th_host *h);
 
 /* Lost workers (see th_wslot): counted so far, and still stuck now. */
 void th_mgr_lost(th_host *h, uint64_t *total, uint32_t *now);
