@@ -163,7 +163,7 @@ static int load_plugin(th_host *h, const th_plugin_cfg *pc, th_error *err)
 
 /* Hosts left behind by a shutdown that abandoned lost workers: kept
  * reachable (their threads may still use them) until the process exits. */
-static th_host *abandoned_hosts[8];
+static th_host *volatile abandoned_hosts[8]; /* volatile: stores are kept */
 static atomic_uint n_abandoned;
 
 static void host_free(th_host *h)
@@ -362,6 +362,7 @@ void th_host_close(th_host *h)
             if (i < sizeof abandoned_hosts / sizeof abandoned_hosts[0])
                 abandoned_hosts[i] = h;
             th_mgr_stop_threads(h); /* idle workers, timer, notifier */
+            th_reloader_stop_thread(h->reloader);
             return;
         }
     }

@@ -1118,17 +1118,23 @@ int th_reloader_load(th_reloader *r, const th_config *cfg,
     return rc;
 }
 
+void th_reloader_stop_thread(th_reloader *r)
+{
+    if (!r || !r->started)
+        return;
+    pthread_mutex_lock(&r->mu);
+    r->stop = true;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    pthread_join(r->thread, NULL);
+    r->started = false;
+}
+
 void th_reloader_free(th_reloader *r)
 {
     if (!r)
         return;
-    if (r->started) {
-        pthread_mutex_lock(&r->mu);
-        r->stop = true;
-        pthread_cond_signal(&r->cv);
-        pthread_mutex_unlock(&r->mu);
-        pthread_join(r->thread, NULL);
-    }
+    th_reloader_stop_thread(r);
     /* Released after the thread's last look: close them here (no call
      * can use them any more). */
     pthread_mutex_lock(&r->mu);

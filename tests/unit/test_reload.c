@@ -565,6 +565,57 @@ static void test_hundred_reloads_under_load(void)
     fx_close(&f);
 }
 
+/* Suspended calls completed by the plugin's own threads (rl_bg: fini()
+ * joins them, as plugin.h asks) under 20 reloads: every old generation is
+ * unloaded while its threads are gone, no call fails, nothing crashes. */
+static void *caller_bg(void *arg)
+{
+    loop_ud *u = arg;
+    char out[64];
+    while (!atomic_load(&u->stop)) {
+        int st = call(u->f->reg, "rl_bg", u->f->gate, out, sizeof out);
+        atomic_fetch_add(&u->calls, 1);
+        if (st != TOOLHOST_OK)
+            atomic_fetch_add(&u->failed, 1);
+        else if (strcmp(out, "A") && strcmp(out, "B"))
+            atomic_fetch_add(&u->bad, 1);
+    }
+    return NULL;
+}
+
+static void test_twenty_reloads_threads_joined(void)
+{
+    fx f;
+    CU_ASSERT_EQUAL_FATAL(fx_open(&f), 0);
+    put_text(f.gate, "go"); /* rl_bg answers at once, from its thread */
+    loop_ud u;
+    memset(&u, 0, sizeof u);
+    u.f = &f;
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, caller_bg, &u);
+    for (int i = 0; i < 20; i++) {
+        put_file(th_test_build_path(i % 2 == 0 ? "fixtures/reload_b.so"
+                                               : "fixtures/reload_a.so"),
+                 f.so, (size_t)-1);
+        th_reload_result res;
+        CU_ASSERT_EQUAL(th_reload_now(f.r, &res), 0);
+        usleep(5000);
+    }
+    atomic_store(&u.stop, 1);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    CU_ASSERT_EQUAL(atomic_load(&u.failed), 0);
+    CU_ASSERT_EQUAL(atomic_load(&u.bad), 0);
+    CU_ASSERT(atomic_load(&u.calls) > 20);
+    CU_ASSERT(th_reload_quiesce(f.r, 10000));
+    th_reload_stats st;
+    th_reload_get_stats(f.r, &st);
+    CU_ASSERT_EQUAL(st.closed, 20);
+    CU_ASSERT_EQUAL(st.unloaded, 20);
+    fx_close(&f);
+}
+
 /* A call pinned to the old generation finishes on it after the swap. */
 typedef struct held {
     fx *f;
@@ -1558,6 +1609,7 @@ void th_suite_reload(void)
     CU_add_test(s, "hundred_reloads_under_load", test_hundred_reloads_under_load);
     CU_add_test(s, "call_in_flight", test_call_in_flight);
     CU_add_test(s, "exclusive_reload", test_exclusive_reload);
+    CU_add_test(s, "twenty_reloads_threads_joined", test_twenty_reloads_threads_joined);
     CU_add_test(s, "exclusive_reload_timeout", test_exclusive_reload_timeout);
     CU_add_test(s, "task_in_flight", test_task_in_flight);
     CU_add_test(s, "failures_change_nothing", test_failures_change_nothing);
