@@ -39,9 +39,55 @@ static void ref_drop_nonlast(th_mcall *c)
     atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel);
 }
 
+static void tomb_destroy(th_mcall *c)
+{
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    free(c);
+}
+
+/* With h->mu held: `c` joins the quarantine; the oldest beyond
+ * TH_CALL_TOMBS is returned for the caller to destroy unlocked. */
+static th_mcall *tomb_push_locked(th_host *h, th_mcall *c)
+{
+    c->tomb_next = NULL;
+    if (h->tomb_tail)
+        h->tomb_tail->tomb_next = c;
+    else
+        h->tomb_head = c;
+    h->tomb_tail = c;
+    if (++h->n_tombs <= TH_CALL_TOMBS)
+        return NULL;
+    th_mcall *old = h->tomb_head;
+    h->tomb_head = old->tomb_next;
+    h->n_tombs--;
+    return old;
+}
+
+void th_call_tombs_free(th_host *h)
+{
+    while (h->tomb_head) {
+        th_mcall *c = h->tomb_head;
+        h->tomb_head = c->tomb_next;
+        tomb_destroy(c);
+    }
+    h->tomb_tail = NULL;
+    h->n_tombs = 0;
+}
+
 static void call_free(th_mcall *c)
 {
     th_host *h = c->h;
+    /* A handle plugin code saw may be used again by a misbehaving plugin
+     * thread: keep its memory as a tombstone (see th_mcall.tomb). */
+    bool tomb = c->ran && !c->mock;
+    if (tomb) {
+        pthread_mutex_lock(&c->mu);
+        c->ended = true;
+        c->tomb = true;
+        snprintf(c->tname, sizeof c->tname, "%s", c->tool->name);
+        pthread_mutex_unlock(&c->mu);
+    }
     th_out_free(&c->out);
     th_out_free(&c->err);
     free(c->args);
@@ -55,13 +101,29 @@ static void call_free(th_mcall *c)
     if (c->cancel_efd >= 0)
         close(c->cancel_efd);
     th_result_copy_free(&c->final);
-    pthread_mutex_destroy(&c->mu);
-    pthread_cond_destroy(&c->cv);
     th_tool_release(c->tool);
     th_config_unref(c->cfg);
     th_session_unref(c->s);
     th_mcall *parent = c->parent;
-    free(c);
+    if (tomb) {
+        /* Only the fields a late callback reads stay meaningful. */
+        c->args = c->meta = NULL;
+        c->dupkey = NULL;
+        c->ack_msg = c->last_msg = c->set_error_msg = c->caller_user = NULL;
+        c->cancel_efd = -1;
+        c->tool = NULL;
+        c->cfg = NULL;
+        c->s = NULL;
+        c->parent = NULL;
+        c->inline_run = false;
+        pthread_mutex_lock(&h->mu);
+        th_mcall *old = tomb_push_locked(h, c);
+        pthread_mutex_unlock(&h->mu);
+        if (old)
+            tomb_destroy(old);
+    } else {
+        tomb_destroy(c);
+    }
     if (parent)
         th_mcall_unref(parent);
     /* The last call goes to zero under h->mu, which th_host_close() holds
@@ -419,6 +481,11 @@ static int build_result(th_mcall *c, int status, th_result_copy *res)
 
 void th_mcall_exec_end(th_mcall *c, int status, bool ran)
 {
+    /* From here on a callback on the handle is a misuse (call_cb.c): no
+     * write may race with building the result. */
+    pthread_mutex_lock(&c->mu);
+    c->ended = true;
+    pthread_mutex_unlock(&c->mu);
     th_mgr_release(c->h, c);
     th_result_copy res;
     memset(&res, 0, sizeof res);
@@ -500,16 +567,38 @@ void th_mgr_run(th_mcall *c)
     int st = c->mock ? th_mock_execute(c)
                      : t->desc->execute(t->plugin->state, t->desc, &c->base.pub,
                                         c->args, c->args_len);
-    c->in_execute = false;
     tl_cur = prev;
-    if (c->suspended) {
+    pthread_mutex_lock(&c->mu);
+    c->in_execute = false;
+    bool susp = c->suspended;
+    /* suspend() then anything but PENDING: the worker finishes the call
+     * unless complete() already did (its suspend reference is ours). */
+    bool take = susp && st != TOOLHOST_PENDING && !c->completed;
+    if (take)
+        c->completed = true;
+    pthread_mutex_unlock(&c->mu);
+    unsigned long long id = (unsigned long long)c->base.pub.call_id;
+    if (susp && st == TOOLHOST_PENDING) {
         /* complete() finishes it (or already did). */
+    } else if (susp) {
+        char m[200];
+        snprintf(m, sizeof m, "tool %s returned %d from execute() after suspend() "
+                 "(expected pending; contract misuse)", t->name, st);
+        th_log_error("tool=%s call=%llu: %s%s", t->name, id, m,
+                     take ? ": the call ends as a tool error"
+                          : ": complete() had already ended the call");
+        if (take) {
+            th_mcall_set_error(&c->base.pub, TH_ETOOL, m);
+            th_mcall_exec_end(c, TOOLHOST_FAILED, true);
+            th_mcall_unref(c); /* the suspend reference */
+        }
     } else if (st == TOOLHOST_OK || st == TOOLHOST_FAILED) {
         th_mcall_exec_end(c, st, true);
     } else {
-        char m[160];
+        char m[200];
         snprintf(m, sizeof m, "tool %s returned %d from execute (expected ok, failed, or pending after suspend)",
                  t->name, st);
+        th_log_error("tool=%s call=%llu: %s", t->name, id, m);
         th_mcall_set_error(&c->base.pub, TH_ETOOL, m);
         th_mcall_exec_end(c, TOOLHOST_FAILED, true);
     }

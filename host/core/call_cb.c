@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "call_int.h"
+#include "th/log.h"
 
 /* A call nested inline in another (a tool calling tools on its own
  * thread) is also cancelled when an ancestor is (each call holds a
@@ -22,6 +23,38 @@ static bool cancelled(th_mcall *c)
         if (atomic_load_explicit(&c->abort_code, memory_order_relaxed))
             return true;
     return false;
+}
+
+/* ---- Contract safety ---------------------------------------------------------
+
+ * A callback on a call whose execution has ended (after complete(), after
+ * execute() returned, a second complete()) is the plugin's misuse: it is
+ * answered TOOLHOST_ESTATE and logged once per call (tool, call id, what).
+ * The memory is valid: a call plugin code saw ends as a tombstone
+ * (call.c).  Takes and releases c->mu. */
+static bool misuse_locked(th_mcall *c, const char *what)
+{
+    if (!c->misuse_logged) {
+        c->misuse_logged = true;
+        th_log_error("tool=%s call=%llu: %s (contract misuse: the call handle is "
+                     "invalid once the call ended; answered TOOLHOST_ESTATE)",
+                     c->tomb ? c->tname : c->tool->name,
+                     (unsigned long long)c->base.pub.call_id, what);
+    }
+    return true;
+}
+
+static bool stale(th_mcall *c, const char *fn)
+{
+    pthread_mutex_lock(&c->mu);
+    bool gone = c->ended;
+    if (gone) {
+        char what[96];
+        snprintf(what, sizeof what, "%s() after the call ended", fn);
+        misuse_locked(c, what);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return gone;
 }
 
 /* ---- ABI 1.1: cancel hooks (on_cancel, cancel_fd) and caller ---------------- */
@@ -119,6 +152,8 @@ static int cb_cancel_fd(toolhost_call *call)
 static int cb_caller(const toolhost_call *call, toolhost_caller *out)
 {
     th_mcall *c = (th_mcall *)(uintptr_t)call;
+    if (stale(c, "caller"))
+        return TOOLHOST_ESTATE;
     const th_session *s = c->s;
     out->uid = s ? (int64_t)s->who.uid : -1;
     if (s && !c->caller_user) {
@@ -150,14 +185,22 @@ static int cb_write(toolhost_call *call, int stream, const void *data,
     if ((stream != TOOLHOST_STDOUT && stream != TOOLHOST_STDERR) ||
         (!data && len))
         return TOOLHOST_EINVAL;
+    if (stale(c, "write"))
+        return TOOLHOST_ESTATE;
     if (cancelled(c))
         return TOOLHOST_ECANCELLED;
     if (!len)
         return 0;
-    return th_out_write(stream == TOOLHOST_STDOUT ? &c->out : &c->err, data,
-                        len) == 0
-               ? 0
-               : TOOLHOST_ENOMEM;
+    /* Under mu: never concurrently with the end of the call (a plugin
+     * thread racing its own complete() gets TOOLHOST_ESTATE). */
+    pthread_mutex_lock(&c->mu);
+    int rc = c->ended ? (misuse_locked(c, "write() after the call ended"), TOOLHOST_ESTATE)
+             : th_out_write(stream == TOOLHOST_STDOUT ? &c->out : &c->err, data,
+                            len) == 0
+                 ? 0
+                 : TOOLHOST_ENOMEM;
+    pthread_mutex_unlock(&c->mu);
+    return rc;
 }
 
 static int cb_set_meta(toolhost_call *call, const uint8_t *map, size_t len)
@@ -178,9 +221,17 @@ static int cb_set_meta(toolhost_call *call, const uint8_t *map, size_t len)
     if (!m)
         return TOOLHOST_ENOMEM;
     memcpy(m, map, len);
+    pthread_mutex_lock(&c->mu);
+    if (c->ended) {
+        misuse_locked(c, "set_meta() after the call ended");
+        pthread_mutex_unlock(&c->mu);
+        free(m);
+        return TOOLHOST_ESTATE;
+    }
     free(c->meta);
     c->meta = m;
     c->meta_len = len;
+    pthread_mutex_unlock(&c->mu);
     return 0;
 }
 
@@ -205,6 +256,8 @@ static int cb_progress(toolhost_call *call, double fraction,
                        size_t data_len)
 {
     th_mcall *c = (th_mcall *)call;
+    if (stale(c, "progress"))
+        return TOOLHOST_ESTATE;
     th_host *h = c->h;
     th_session *s = c->s;
     if (data_len && !data)
@@ -218,11 +271,14 @@ static int cb_progress(toolhost_call *call, double fraction,
         return TOOLHOST_ENOMEM;
     }
     pthread_mutex_lock(&c->mu);
-    if (c->answered) {
+    if (c->answered || c->ended) {
+        int rc = c->ended ? (misuse_locked(c, "progress() after the call ended"),
+                             TOOLHOST_ESTATE)
+                          : TOOLHOST_ECANCELLED;
         pthread_mutex_unlock(&c->mu);
         th_progress_update_free(&u);
         free(last);
-        return TOOLHOST_ECANCELLED;
+        return rc;
     }
     c->last_update_ms = th_wall_ms();
     free(c->last_msg);
@@ -288,12 +344,17 @@ static int cb_progress(toolhost_call *call, double fraction,
 
 static int cb_is_cancelled(const toolhost_call *call)
 {
-    return cancelled((th_mcall *)call);
+    th_mcall *c = (th_mcall *)(uintptr_t)call;
+    if (stale(c, "is_cancelled"))
+        return 1; /* an ended call is as good as cancelled: stop */
+    return cancelled(c);
 }
 
 static int64_t cb_time_left_ms(const toolhost_call *call)
 {
-    th_mcall *c = (th_mcall *)call;
+    th_mcall *c = (th_mcall *)(uintptr_t)call;
+    if (stale(c, "time_left_ms"))
+        return 0;
     int64_t d = atomic_load_explicit(&c->deadline_ns, memory_order_relaxed);
     if (d == 0)
         return -1;
@@ -304,27 +365,63 @@ static int64_t cb_time_left_ms(const toolhost_call *call)
 static int cb_suspend(toolhost_call *call)
 {
     th_mcall *c = (th_mcall *)call;
-    if (!c->in_execute || c->suspended || th_mcall_current() != c)
-        return TOOLHOST_ESTATE;
-    th_mcall_ref(c); /* held until complete() */
-    c->suspended = true;
-    return 0;
+    pthread_mutex_lock(&c->mu);
+    int rc = 0;
+    if (c->ended) {
+        misuse_locked(c, "suspend() after the call ended");
+        rc = TOOLHOST_ESTATE;
+    } else if (!c->in_execute || c->suspended || th_mcall_current() != c) {
+        rc = TOOLHOST_ESTATE; /* twice, or not from execute(): nothing changes */
+    } else {
+        th_mcall_ref(c); /* held until complete() */
+        c->suspended = true;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
 }
 
 /* Only the owner of a suspended call may finish it: without suspend() the
  * worker still owns the call (and its reference), so finishing here would
- * answer it twice and free it under the worker's feet. */
+ * answer it twice and free it under the worker's feet.  A second or late
+ * complete() finds the call ended (its memory is a tombstone at worst):
+ * TOOLHOST_ESTATE and a log line.  An unknown status ends the call as a
+ * tool error, logged, and returns TOOLHOST_EINVAL. */
 static int cb_complete(toolhost_call *call, int status)
 {
     th_mcall *c = (th_mcall *)call;
-    if (!c->suspended || c->completed)
+    pthread_mutex_lock(&c->mu);
+    if (c->ended || c->completed) {
+        misuse_locked(c, "complete() called twice or after the call ended");
+        pthread_mutex_unlock(&c->mu);
         return TOOLHOST_ESTATE;
+    }
+    if (!c->suspended) {
+        if (!c->misuse_logged) {
+            c->misuse_logged = true;
+            th_log_error("tool=%s call=%llu: complete() without suspend() (contract "
+                         "misuse: ignored, answered TOOLHOST_ESTATE; execute() still "
+                         "returns the result)",
+                         c->tool->name, (unsigned long long)c->base.pub.call_id);
+        }
+        pthread_mutex_unlock(&c->mu);
+        return TOOLHOST_ESTATE;
+    }
     c->completed = true;
-    if (status != TOOLHOST_OK)
+    pthread_mutex_unlock(&c->mu);
+    int rc = 0;
+    if (status != TOOLHOST_OK && status != TOOLHOST_FAILED) {
+        char m[200];
+        snprintf(m, sizeof m, "tool %s completed its call with unknown status %d "
+                 "(expected ok or failed; contract misuse)", c->tool->name, status);
+        th_log_error("tool=%s call=%llu: %s", c->tool->name,
+                     (unsigned long long)c->base.pub.call_id, m);
+        th_mcall_set_error(call, TH_ETOOL, m);
         status = TOOLHOST_FAILED;
+        rc = TOOLHOST_EINVAL;
+    }
     th_mcall_exec_end(c, status, true);
     th_mcall_unref(c);
-    return 0;
+    return rc;
 }
 
 const th_call_vtbl th_mcall_vtbl = {

@@ -855,6 +855,8 @@ static const cfkey host_keys[] = {
      .names = reload_modes},
     {.name = "reload_debounce", .set = set_duration,
      .off = H(reload_debounce_ms), .min = 0, .max = MINUTE},
+    {.name = "reload_drain_timeout", .set = set_duration,
+     .off = H(reload_drain_timeout_ms), .min = 0, .max = HOUR},
     {.name = "state_dir", .set = set_str, .off = H(state_dir),
      .flags = CF_PATH},
     {.name = "spill_dir", .set = set_str, .off = H(spill_dir),
@@ -916,6 +918,7 @@ static void host_init(th_host_cfg *h)
     h->permission_timeout_ms = 60 * SEC;
     h->reload = TH_RELOAD_SIGNAL;
     h->reload_debounce_ms = 200;
+    h->reload_drain_timeout_ms = 10 * SEC;
     h->spill_max_bytes = 64 * MIB;
     h->spill_max_age_ms = HOUR;
     h->max_connections = 1024;

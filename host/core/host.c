@@ -163,7 +163,7 @@ static int load_plugin(th_host *h, const th_plugin_cfg *pc, th_error *err)
 
 /* Hosts left behind by a shutdown that abandoned lost workers: kept
  * reachable (their threads may still use them) until the process exits. */
-static th_host *abandoned_hosts[8];
+static th_host *volatile abandoned_hosts[8]; /* volatile: stores are kept */
 static atomic_uint n_abandoned;
 
 static void host_free(th_host *h)
@@ -175,6 +175,7 @@ static void host_free(th_host *h)
         return;
     }
     th_tasks_free(h);
+    th_call_tombs_free(h);
     for (size_t b = 0; b < 256; b++) {
         th_stat *s = atomic_load(&h->stat_b[b]);
         while (s) {
@@ -347,10 +348,23 @@ void th_host_close(th_host *h)
         free(v);
         /* Tools that ignore cancellation are not waited for longer than
          * the lost-worker grace: their workers are abandoned. */
-        if (!wait_calls(h, th_now_ns() + h->mgr.lost_grace_ns))
-            th_log_warn("host close: %lu calls still running (tools that ignore "
-                        "cancellation): not waiting for them",
-                        (unsigned long)atomic_load(&h->live_calls));
+        if (!wait_calls(h, th_now_ns() + h->mgr.lost_grace_ns)) {
+            /* Suspended calls whose plugin never calls complete(), or
+             * workers inside tools that ignore cancellation: a plugin
+             * thread may still use them (and the host), so the host's
+             * memory is kept, not freed under them. */
+            unsigned long n = (unsigned long)atomic_load(&h->live_calls);
+            th_log_warn("host close: abandoning %lu call%s still running (suspended "
+                        "calls never completed, or tools that ignore cancellation): "
+                        "not waiting for them; the host's memory is kept",
+                        n, n == 1 ? "" : "s");
+            unsigned i = atomic_fetch_add(&n_abandoned, 1);
+            if (i < sizeof abandoned_hosts / sizeof abandoned_hosts[0])
+                abandoned_hosts[i] = h;
+            th_mgr_stop_threads(h); /* idle workers, timer, notifier */
+            th_reloader_stop_thread(h->reloader);
+            return;
+        }
     }
     host_free(h);
 }

@@ -847,7 +847,7 @@ static int check_desc(const char *shown, const toolhost_plugin *d,
                                                  : d->requires_host_minor,
                                  why);
         }
-        uint64_t unknown = d->flags & ~(uint64_t)TOOLHOST_PLUGIN_SERIAL;
+        uint64_t unknown = d->flags & ~(uint64_t)TOOLHOST_PLUGIN_KNOWN;
         if (unknown && minor > TOOLHOST_ABI_MINOR) {
             char why[96];
             snprintf(why, sizeof why, "plugin flag bits 0x%llx are unknown "
@@ -860,7 +860,7 @@ static int check_desc(const char *shown, const toolhost_plugin *d,
                                 "%s: unknown plugin flag bits 0x%llx (known: "
                                 "TOOLHOST_PLUGIN_* = 0x%x)",
                                 shown, (unsigned long long)unknown,
-                                TOOLHOST_PLUGIN_SERIAL);
+                                (unsigned)TOOLHOST_PLUGIN_KNOWN);
         p->flags = d->flags;
     }
     if (minor > TOOLHOST_ABI_MINOR)

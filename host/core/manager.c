@@ -72,6 +72,12 @@ static void groups_of(th_host *h, th_mcall *c)
         if (g)
             c->groups[c->n_groups++] = g;
     }
+    const th_plugin *pl = c->tool->plugin;
+    if (pl && (pl->flags & TOOLHOST_PLUGIN_SERIAL)) {
+        th_group *g = group_get(m, TH_GROUP_PLUGIN, -1, pl->name, 1);
+        if (g)
+            c->groups[c->n_groups++] = g;
+    }
 }
 
 static th_group *group_full(th_mcall *c)
@@ -391,7 +397,7 @@ void th_mgr_submit(th_mcall *c)
          * (serial, tool_overrides max_concurrency) are waited for, until
          * the call's deadline or cancellation; a tool calling itself
          * through a one-slot group is refused. */
-        th_group *take[3];
+        th_group *take[4];
         int n_take = 0;
         for (int i = 0; i < c->n_groups; i++) {
             th_group *g = c->groups[i];
@@ -408,6 +414,9 @@ void th_mgr_submit(th_mcall *c)
                 th_mcall_never_run(c, TH_EBUSY,
                                    g->kind == TH_GROUP_SERIAL
                                        ? "serial tool called from its own call: refused"
+                                   : g->kind == TH_GROUP_PLUGIN
+                                       ? "tool of a serial plugin called from a call of "
+                                         "the same plugin: refused"
                                        : "tool with max_concurrency 1 called from its "
                                          "own call: refused");
                 return;
@@ -913,11 +922,10 @@ static uint32_t join_workers(th_mgr *m, int64_t until_ns)
     return left;
 }
 
-bool th_mgr_fini(th_host *h)
+/* The threads' part of th_mgr_fini(): false when workers were abandoned
+ * (detached, still inside tools). */
+static bool stop_threads(th_mgr *m)
 {
-    th_mgr *m = &h->mgr;
-    if (!m->slots && !m->ts_groups)
-        return true;
     pthread_mutex_lock(&m->mu);
     m->stop = true;
     pthread_cond_broadcast(&m->cv);
@@ -963,7 +971,26 @@ bool th_mgr_fini(th_host *h)
         pthread_cond_signal(&m->ncv);
         pthread_mutex_unlock(&m->nmu);
         pthread_join(m->notifier, NULL);
+        m->notifier_started = false;
     }
+    return true;
+}
+
+bool th_mgr_stop_threads(th_host *h)
+{
+    th_mgr *m = &h->mgr;
+    if (!m->slots && !m->ts_groups)
+        return true;
+    return stop_threads(m);
+}
+
+bool th_mgr_fini(th_host *h)
+{
+    th_mgr *m = &h->mgr;
+    if (!m->slots && !m->ts_groups)
+        return true;
+    if (!stop_threads(m))
+        return false;
     /* Calls still armed (none when every call ended) lose their entry. */
     for (size_t i = 0; i < m->hn; i++) {
         m->heap[i]->heap_idx = SIZE_MAX;

@@ -81,7 +81,10 @@ typedef struct th_mcall th_mcall;
 typedef enum th_group_kind {
     TH_GROUP_TOOLSET = 0, /* a toolset's max_concurrency (mgr->ts_groups) */
     TH_GROUP_OVERRIDE,    /* a tool override's max_concurrency in a toolset */
-    TH_GROUP_SERIAL       /* a TOOLHOST_TOOL_SERIAL tool: one at a time */
+    TH_GROUP_SERIAL,      /* a TOOLHOST_TOOL_SERIAL tool: one at a time */
+    TH_GROUP_PLUGIN       /* a TOOLHOST_PLUGIN_SERIAL plugin: one call of
+                             any of its tools at a time (keyed by the
+                             plugin's name, across generations) */
 } th_group_kind;
 
 /* A concurrency limit shared by calls (toolset, tool override, serial). */
@@ -91,7 +94,8 @@ typedef struct th_group {
     th_mcall *park[2][2];/* [sync|async][head|tail] waiting for a slot */
     th_group_kind kind;
     int ts_idx;          /* OVERRIDE: its toolset; else unused */
-    char *tool;          /* OVERRIDE, SERIAL: the tool (owned) */
+    char *tool;          /* OVERRIDE, SERIAL: the tool; PLUGIN: the
+                            plugin (owned) */
     struct th_group *next;
 } th_group;
 
@@ -149,7 +153,7 @@ struct th_mcall {
                                    that call plugin code (call_start.c) */
     th_mcall *qnext;
     uint64_t qseq;
-    th_group *groups[3];
+    th_group *groups[4];
     int n_groups;
     bool has_slots;             /* holds a slot in each group */
 
@@ -208,7 +212,24 @@ struct th_mcall {
     bool cancel_fired, cancel_running, ended;
     char *caller_user;
     char caller_session[24];
+
+    /* Contract safety (call_cb.c, call.c), under mu.  `ended` above is set
+     * when execution ends (before the result is built): from then on a
+     * callback on the handle is a plugin's misuse, answered
+     * TOOLHOST_ESTATE with one log line (`misuse_logged`).  A call whose
+     * handle reached plugin code is not freed at its last reference but
+     * becomes a tombstone (`tomb`: its contents freed, mu and the tool's
+     * name kept) in the host's quarantine (TH_CALL_TOMBS newest), so that
+     * a late callback finds valid memory that says "ended". */
+    bool misuse_logged;
+    bool tomb;
+    char tname[72];
+    th_mcall *tomb_next;        /* the host's quarantine (host->mu) */
 };
+
+/* How many ended calls the host keeps as tombstones (see th_mcall.tomb):
+ * a callback on a handle older than that is undefined behaviour again. */
+#define TH_CALL_TOMBS 1024
 
 /* The thread's running call (worker or inline), or NULL. */
 th_mcall *th_mcall_current(void);
@@ -321,6 +342,10 @@ int th_mgr_init(th_host *h, th_error *err);
  * memory alone too: the abandoned thread may still touch it).  True when
  * every thread was joined and everything freed. */
 bool th_mgr_fini(th_host *h);
+/* Only the threads of th_mgr_fini() (workers, deadline, notifier), the
+ * structures stay: for a host abandoned with calls still running (a late
+ * complete() still finds its groups and locks).  False as th_mgr_fini. */
+bool th_mgr_stop_threads(th_host *h);
 
 /* Lost workers (see th_wslot): counted so far, and still stuck now. */
 void th_mgr_lost(th_host *h, uint64_t *total, uint32_t *now);
@@ -401,6 +426,8 @@ struct th_host {
     pthread_mutex_t stmu;       /* stats table (insert only) */
     _Atomic(th_stat *) stat_b[256]; /* lock-free reads */
     atomic_ulong live_calls;    /* calls not yet freed */
+    th_mcall *tomb_head, *tomb_tail; /* quarantine of ended calls (mu) */
+    size_t n_tombs;
 
     /* Hot reload (reload_host.c).  `reloader` is set at open (NULL with
      * host.reload off) and freed at close.  A config a reload replaced
@@ -497,6 +524,9 @@ void th_mcall_never_run(th_mcall *c, int code, const char *msg);
 /* Finishes execution with `status` (TOOLHOST_OK / FAILED), answering the
  * call unless it is already answered.  Owner thread. */
 void th_mcall_exec_end(th_mcall *c, int status, bool ran);
+
+/* Frees the host's quarantine of ended calls (host close). */
+void th_call_tombs_free(th_host *h);
 
 /* The toolset ACL of session.c (allow_users/allow_groups, both empty:
  * everyone), for the admin list (admin.c). */

@@ -43,6 +43,9 @@ typedef struct th_gen {
     bool current;         /* the registry's generation for `name` */
     bool draining;        /* counted in stats.draining */
     bool linked;          /* in r->gens */
+    bool excl;            /* an exclusive reload waits for its drain: the
+                             last unref signals excl_cv (mu) */
+    bool drained;         /* (mu) its last reference went, while excl */
     struct th_gen *prev, *next;
     struct th_gen *qnext; /* close queue */
 } th_gen;
@@ -62,6 +65,8 @@ struct th_reloader {
     pthread_mutex_t mu;
     pthread_cond_t cv;        /* the thread waits for work */
     pthread_cond_t idle_cv;   /* the close queue emptied */
+    pthread_cond_t excl_cv;   /* an exclusive reload's old generation
+                                 drained */
     const th_config *cfg;     /* the current config (see header) */
     th_config **owned;        /* configs kept when there is no swap_config */
     size_t n_owned;
@@ -142,6 +147,12 @@ static void on_last_unref(th_plugin *p)
     th_gen *g = p->user;
     th_reloader *r = g->r;
     pthread_mutex_lock(&r->mu);
+    if (g->excl) { /* the exclusive reload closes it on its own thread */
+        g->drained = true;
+        pthread_cond_broadcast(&r->excl_cv);
+        pthread_mutex_unlock(&r->mu);
+        return;
+    }
     g->qnext = NULL;
     if (r->q_tail)
         r->q_tail->qnext = g;
@@ -242,9 +253,12 @@ static const th_plugin_cfg *cfg_entry(const th_config *c, const char *name)
 /* Copy, open, config block, init: generation `gen` of entry `pc`.  On
  * failure *incomplete says whether the file looked half-written. */
 static int prepare(th_reloader *r, const th_config *cfg, const th_plugin_cfg *pc,
-                   uint64_t gen, th_plugin **pout, th_gen **gout,
-                   bool *incomplete, th_error *err)
+                   uint64_t gen, const th_gen *old, th_plugin **pout,
+                   th_gen **gout, bool *deferred, bool *incomplete,
+                   th_error *err)
 {
+    if (deferred)
+        *deferred = false;
     *pout = NULL;
     *gout = NULL;
     char *copy = NULL;
@@ -291,12 +305,18 @@ static int prepare(th_reloader *r, const th_config *cfg, const th_plugin_cfg *pc
         free(copy);
         return rc;
     }
+    /* TOOLHOST_PLUGIN_EXCLUSIVE_RELOAD (of either generation): init() waits
+     * until the old generation's fini() (exclusive_swap). */
+    bool defer = deferred && old && old->p &&
+                 ((p->flags | old->p->flags) & TOOLHOST_PLUGIN_EXCLUSIVE_RELOAD);
     th_buf block = TH_BUF_INIT;
     rc = th_config_plugin_block(cfg, pc, p->config_params, p->n_config_params,
                                 &block, err);
-    if (rc == 0)
+    if (rc == 0 && !defer)
         rc = th_plugin_init(p, block.data, block.len, err);
     th_buf_free(&block);
+    if (deferred)
+        *deferred = defer;
     th_gen *g = NULL;
     if (rc == 0 && !(g = gen_new(r, p, pc->path, copy, &id)))
         rc = th_error_set(err, TH_ENOMEM, "out of memory");
@@ -325,6 +345,8 @@ typedef struct step {
     bool refresh_id;         /* unchanged bytes, new identity */
     th_file_id id;
     bool applied;
+    bool deferred;           /* exclusive reload: np not initialized yet */
+    bool excl_closed;        /* exclusive reload: `old` closed (NULL) */
 } step;
 
 typedef struct name_ref {
@@ -476,7 +498,7 @@ static int apply_one(th_reloader *r, step *s, th_error *err)
 {
     enter(r, s->ng);
     int rc;
-    if (s->action == TH_RL_CHANGED) {
+    if (s->action == TH_RL_CHANGED && s->old) {
         mark_leaving(r, s->old);
         rc = th_registry_replace(r->t.reg, s->old->p, s->np, err);
         if (rc)
@@ -527,7 +549,7 @@ static int apply(th_reloader *r, step *steps, size_t n, th_error *err)
         step *s = &steps[i];
         if (!s->np || s->applied)
             continue;
-        if (s->action == TH_RL_CHANGED) {
+        if (s->action == TH_RL_CHANGED && s->old) {
             mark_leaving(r, s->old);
             th_registry_remove(r->t.reg, s->old->p);
             s->action = TH_RL_ADDED;
@@ -539,6 +561,120 @@ static int apply(th_reloader *r, step *steps, size_t n, th_error *err)
             rc = th_error_set(err, e.code, "applying the reload failed half-way "
                               "(plugin %s is not running): %s", s->pc->name, e.msg);
         }
+    }
+    return rc;
+}
+
+/* ---- exclusive reload ------------------------------------------------------------------ */
+
+/* Generations that must not overlap (TOOLHOST_PLUGIN_EXCLUSIVE_RELOAD):
+ * take each old one out of the registry, wait (host.reload_drain_timeout)
+ * until its last call ended, fini and close it, then init the new one,
+ * which apply() adds.  When the old calls do not end in time, the old
+ * generations go back and the reload fails: nothing changed (the tools
+ * were unavailable while it waited). */
+static int exclusive_swap(th_reloader *r, const th_config *nc, step *steps,
+                          size_t n, th_error *err)
+{
+    size_t nx = 0;
+    for (size_t i = 0; i < n; i++)
+        if (steps[i].deferred)
+            nx++;
+    if (!nx)
+        return 0;
+    uint64_t tmo = nc->host.reload_drain_timeout_ms;
+    for (size_t i = 0; i < n; i++) {
+        step *s = &steps[i];
+        if (!s->deferred)
+            continue;
+        pthread_mutex_lock(&r->mu);
+        s->old->excl = true;
+        s->old->drained = false;
+        pthread_mutex_unlock(&r->mu);
+        th_log_info("reload: plugin %s has exclusive_reload: waiting for the calls "
+                    "of generation %llu to end before init of generation %llu",
+                    s->old->name, (unsigned long long)s->old->generation,
+                    (unsigned long long)s->np->generation);
+        mark_leaving(r, s->old);
+        th_registry_remove(r->t.reg, s->old->p);
+    }
+    int64_t until = now_ns() + (int64_t)tmo * 1000000;
+    step *late = NULL;
+    pthread_mutex_lock(&r->mu);
+    for (;;) {
+        late = NULL;
+        for (size_t i = 0; i < n && !late; i++)
+            if (steps[i].deferred && !steps[i].old->drained)
+                late = &steps[i];
+        if (!late || now_ns() >= until)
+            break;
+        struct timespec ts;
+        th_deadline_rt(&ts, 10);
+        pthread_cond_timedwait(&r->excl_cv, &r->mu, &ts);
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (late) {
+        long left = atomic_load(&late->old->p->refs);
+        int rc = th_error_set(err, TH_ETIMEOUT,
+                              "plugin %s has exclusive_reload and %ld call%s of its "
+                              "generation %llu still ran after reload_drain_timeout "
+                              "(%llu ms): reload refused, nothing changed",
+                              late->old->name, left, left == 1 ? "" : "s",
+                              (unsigned long long)late->old->generation,
+                              (unsigned long long)tmo);
+        /* Back as they were: our reference first (the last call may end
+         * right now), then the hook goes back to the close queue. */
+        for (size_t i = 0; i < n; i++) {
+            step *s = &steps[i];
+            if (!s->deferred)
+                continue;
+            th_plugin_ref(s->old->p);
+            pthread_mutex_lock(&r->mu);
+            s->old->excl = false;
+            pthread_mutex_unlock(&r->mu);
+            th_error e;
+            if (th_registry_add(r->t.reg, s->old->p, &e) != 0) {
+                th_log_error("reload: plugin %s: cannot put generation %llu back: %s",
+                             s->old->name, (unsigned long long)s->old->generation,
+                             e.msg);
+                th_plugin_unref(s->old->p);
+            } else {
+                mark_back(r, s->old);
+            }
+        }
+        return rc;
+    }
+    int rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        step *s = &steps[i];
+        if (!s->deferred)
+            continue;
+        uint64_t og = s->old->generation;
+        close_gen(r, s->old); /* fini (every old call ended), dlclose */
+        s->old = NULL;
+        s->excl_closed = true;
+        s->deferred = false;
+        th_buf block = TH_BUF_INIT;
+        th_error e;
+        th_error_clear(&e);
+        int irc = th_config_plugin_block(nc, s->pc, s->np->config_params,
+                                         s->np->n_config_params, &block, &e);
+        if (irc == 0)
+            irc = th_plugin_init(s->np, block.data, block.len, &e);
+        th_buf_free(&block);
+        if (irc) {
+            if (rc == 0)
+                rc = th_error_set(err, irc, "plugin %s: generation %llu was closed "
+                                  "(exclusive_reload) and init of generation %llu "
+                                  "failed: the plugin is not running: %s",
+                                  s->pc->name, (unsigned long long)og,
+                                  (unsigned long long)s->np->generation, e.msg);
+            continue;
+        }
+        th_log_info("reload: plugin %s: generation %llu closed, generation %llu "
+                    "initialized (exclusive_reload)",
+                    s->pc->name, (unsigned long long)og,
+                    (unsigned long long)s->np->generation);
     }
     return rc;
 }
@@ -661,7 +797,8 @@ static int do_reload(th_reloader *r, th_reload_result *res)
         th_error e;
         th_error_clear(&e);
         uint64_t gen = s->old ? s->old->generation + 1 : 1;
-        rc = prepare(r, nc, pc, gen, &s->np, &s->ng, &incomplete, &e);
+        rc = prepare(r, nc, pc, gen, s->old, &s->np, &s->ng, &s->deferred,
+                     &incomplete, &e);
         if (rc == 0)
             continue;
         th_plugin_load_error(nc, pc, &e);
@@ -694,6 +831,8 @@ static int do_reload(th_reloader *r, th_reload_result *res)
         rc = check_future(r, nc, steps, n, &res->err);
     if (rc == 0 && r->t.check_config)
         rc = r->t.check_config(r->t.ud, nc, &res->err);
+    if (rc == 0)
+        rc = exclusive_swap(r, nc, steps, n, &res->err);
     res->prepare_ns = now_ns() - t0;
 
     if (rc == 0) {
@@ -950,6 +1089,7 @@ int th_reloader_new(const th_reload_target *target, const th_config *cfg,
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     pthread_cond_init(&r->idle_cv, NULL);
+    pthread_cond_init(&r->excl_cv, NULL);
     int rc = th_copydir_open(cfg->host.state_dir, &r->dir, err);
     if (rc == 0 && (rc = pthread_create(&r->thread, NULL, reload_thread, r)) != 0)
         rc = th_error_set(err, TH_ENOMEM, "cannot start the reload thread: %s",
@@ -972,24 +1112,30 @@ int th_reloader_load(th_reloader *r, const th_config *cfg,
     pthread_mutex_lock(&r->run_mu);
     th_gen *g = NULL;
     bool incomplete = false;
-    int rc = prepare(r, cfg, pc, 1, out, &g, &incomplete, err);
+    int rc = prepare(r, cfg, pc, 1, NULL, out, &g, NULL, &incomplete, err);
     if (rc == 0)
         enter(r, g);
     pthread_mutex_unlock(&r->run_mu);
     return rc;
 }
 
+void th_reloader_stop_thread(th_reloader *r)
+{
+    if (!r || !r->started)
+        return;
+    pthread_mutex_lock(&r->mu);
+    r->stop = true;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    pthread_join(r->thread, NULL);
+    r->started = false;
+}
+
 void th_reloader_free(th_reloader *r)
 {
     if (!r)
         return;
-    if (r->started) {
-        pthread_mutex_lock(&r->mu);
-        r->stop = true;
-        pthread_cond_signal(&r->cv);
-        pthread_mutex_unlock(&r->mu);
-        pthread_join(r->thread, NULL);
-    }
+    th_reloader_stop_thread(r);
     /* Released after the thread's last look: close them here (no call
      * can use them any more). */
     pthread_mutex_lock(&r->mu);
@@ -1022,6 +1168,7 @@ void th_reloader_free(th_reloader *r)
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     pthread_cond_destroy(&r->idle_cv);
+    pthread_cond_destroy(&r->excl_cv);
     free(r);
 }
 

@@ -111,6 +111,9 @@ int th_reloader_new(const th_reload_target *target, const th_config *cfg,
  * removes the copy folder and frees.  Call it after the registry is freed
  * and every call has ended: generations released later would have nowhere
  * to go.  NULL is ok. */
+/* Stops the reloader's thread only (its generations stay as they are):
+ * for a host abandoned at close with calls still running (host.c). */
+void th_reloader_stop_thread(th_reloader *r);
 void th_reloader_free(th_reloader *r);
 
 /* Loads, checks and initialises the plugin of config entry `pc` of `cfg`

@@ -61,6 +61,34 @@
  *   Any   - may be called from any thread at any time while the plugin is
  *           loaded.
  *
+ * Misuse of a call.  The host detects, logs (tool, call id, what) and
+ * refuses without touching freed memory: a callback on a call that has
+ * ended (write, set_meta, progress, caller, suspend or a second
+ * complete(): TOOLHOST_ESTATE; is_cancelled() answers 1), suspend()
+ * followed by a return other than TOOLHOST_PENDING (the call ends as a
+ * tool error), an unknown status from execute() or complete() (a tool
+ * error; complete() returns TOOLHOST_EINVAL).  The host keeps the memory
+ * of the most recent ended calls for that; a handle used long after its
+ * call ended (thousands of calls later) is undefined behaviour.
+ *
+ * Plugin threads and unloading.  The host cannot see the threads a plugin
+ * starts.  fini() may assume every call of every tool of the generation
+ * has ended (complete() returned for suspended ones), nothing more: a
+ * thread that called complete() may still be running plugin code.  Before
+ * fini() returns, the plugin MUST make every thread it started leave its
+ * code (join them; a detached thread still running after fini() is
+ * undefined behaviour: the host unmaps the code, e.g. at a hot reload,
+ * and the process crashes).  Example: sdk/AUTHORING.md section 9.
+ *
+ * Generations.  A hot reload loads the changed plugin as a new generation
+ * (its own copy of the object, own state) and calls its init() while calls
+ * of the old generation may still run: the two overlap (init of the new
+ * and execute() or complete() of the old at the same time; fini() of the
+ * old after its last call ended).  Globals are not shared (each generation
+ * is its own copy) but outside resources are (files, ports, devices).  A
+ * plugin that cannot overlap sets TOOLHOST_PLUGIN_EXCLUSIVE_RELOAD: the
+ * new init() then runs after the old fini().
+ *
  * Only <stdint.h> and <stddef.h> are used; the header compiles as C99 with
  * -pedantic and as C++.
  */
@@ -153,6 +181,14 @@ typedef enum toolhost_semantic {
 #define TOOLHOST_PLUGIN_SERIAL (1u << 0) /* never two calls of ANY of the
                                             plugin's tools at once (one
                                             handle shared by all tools)    */
+/* A hot reload does not overlap generations: the new generation's init()
+ * runs only after every call of the old one ended and its fini()
+ * returned (its tools are unavailable meanwhile).  When the old calls do
+ * not end within host.reload_drain_timeout the reload fails and nothing
+ * changes.  Without the flag a reload overlaps: see Generations below. */
+#define TOOLHOST_PLUGIN_EXCLUSIVE_RELOAD (1u << 1)
+#define TOOLHOST_PLUGIN_KNOWN \
+    (TOOLHOST_PLUGIN_SERIAL | TOOLHOST_PLUGIN_EXCLUSIVE_RELOAD)
 
 /* Bits of toolhost_param.bounds (ABI 1.1): which of minimum/maximum hold,
  * and whether they exclude the bound itself. */
@@ -253,9 +289,12 @@ typedef struct toolhost_host_api {
 
     /* Owner, after suspend().  Finishes a suspended call with `status`
      * (TOOLHOST_OK or TOOLHOST_FAILED).  The call pointer is invalid once
-     * complete() returns 0.  Returns 0, or TOOLHOST_ESTATE when the call
-     * was not suspended: nothing happens, the call goes on and execute()
-     * still returns its result.  (This member once returned void: a plugin
+     * complete() returns (whatever it returns, except TOOLHOST_ESTATE for a
+     * call not suspended).  Returns 0; TOOLHOST_EINVAL for another status
+     * (the call ends as a tool error, logged); TOOLHOST_ESTATE when the
+     * call was not suspended (nothing happens, the call goes on and
+     * execute() still returns its result) or has ended already (a second
+     * complete(), logged).  (This member once returned void: a plugin
      * that ignores the value is unaffected.) */
     int (*complete)(toolhost_call *call, int status);
 
@@ -415,7 +454,10 @@ typedef struct toolhost_plugin {
                 size_t config_len, void **state, char *err, size_t err_size);
 
     /* Load, optional.  Frees what init() made.  Called once, after the last
-     * call of every tool of this plugin has ended. */
+     * call of every tool of this plugin has ended.  Before it returns every
+     * thread the plugin started MUST have left plugin code (join them): the
+     * object may be unloaded right after (see "Plugin threads and
+     * unloading" above). */
     void (*fini)(void *state);
 
     const toolhost_tool *tools; /* n_tools tools */

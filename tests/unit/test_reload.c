@@ -237,15 +237,19 @@ static void on_tools_changed(void *ud)
     pthread_mutex_unlock(&f->gmu);
 }
 
+/* Exclusive-reload tests: the fixture fx_open copies, and host keys. */
+static const char *fx_so_first = "fixtures/reload_a.so";
+static const char *fx_host_extra = "";
+
 static void write_config(fx *f, const char *extra_plugin_cfg, const char *tail)
 {
     th_buf b = TH_BUF_INIT;
     th_buf_printf(&b,
-                  "host:\n  state_dir: %s/state\n"
+                  "host:\n  state_dir: %s/state\n%s"
                   "plugins:\n"
                   "  - name: fx\n    path: %s\n    config:\n      marker: %s\n%s"
                   "%s",
-                  f->dir, f->so, f->marker,
+                  f->dir, fx_host_extra, f->so, f->marker,
                   extra_plugin_cfg ? extra_plugin_cfg : "", tail ? tail : "");
     th_buf_append(&b, "", 1);
     put_text(f->cfg_path, (const char *)b.data);
@@ -262,7 +266,7 @@ static int fx_open(fx *f)
     snprintf(f->cfg_path, sizeof f->cfg_path, "%s/toolhost.yaml", f->dir);
     snprintf(f->marker, sizeof f->marker, "%s/marker", f->dir);
     snprintf(f->gate, sizeof f->gate, "%s/gate", f->dir);
-    put_file(th_test_build_path("fixtures/reload_a.so"), f->so, (size_t)-1);
+    put_file(th_test_build_path(fx_so_first), f->so, (size_t)-1);
     write_config(f, NULL, NULL);
     th_error e;
     if (th_config_load(f->cfg_path, &f->cfg, &e) != 0) {
@@ -558,6 +562,57 @@ static void test_hundred_reloads_under_load(void)
      * scheduler of a loaded machine; bench/reload reports it). */
     qsort(swaps, 100, sizeof swaps[0], cmp_i64);
     CU_ASSERT(swaps[50] < 1000000);
+    fx_close(&f);
+}
+
+/* Suspended calls completed by the plugin's own threads (rl_bg: fini()
+ * joins them, as plugin.h asks) under 20 reloads: every old generation is
+ * unloaded while its threads are gone, no call fails, nothing crashes. */
+static void *caller_bg(void *arg)
+{
+    loop_ud *u = arg;
+    char out[64];
+    while (!atomic_load(&u->stop)) {
+        int st = call(u->f->reg, "rl_bg", u->f->gate, out, sizeof out);
+        atomic_fetch_add(&u->calls, 1);
+        if (st != TOOLHOST_OK)
+            atomic_fetch_add(&u->failed, 1);
+        else if (strcmp(out, "A") && strcmp(out, "B"))
+            atomic_fetch_add(&u->bad, 1);
+    }
+    return NULL;
+}
+
+static void test_twenty_reloads_threads_joined(void)
+{
+    fx f;
+    CU_ASSERT_EQUAL_FATAL(fx_open(&f), 0);
+    put_text(f.gate, "go"); /* rl_bg answers at once, from its thread */
+    loop_ud u;
+    memset(&u, 0, sizeof u);
+    u.f = &f;
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, caller_bg, &u);
+    for (int i = 0; i < 20; i++) {
+        put_file(th_test_build_path(i % 2 == 0 ? "fixtures/reload_b.so"
+                                               : "fixtures/reload_a.so"),
+                 f.so, (size_t)-1);
+        th_reload_result res;
+        CU_ASSERT_EQUAL(th_reload_now(f.r, &res), 0);
+        usleep(5000);
+    }
+    atomic_store(&u.stop, 1);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    CU_ASSERT_EQUAL(atomic_load(&u.failed), 0);
+    CU_ASSERT_EQUAL(atomic_load(&u.bad), 0);
+    CU_ASSERT(atomic_load(&u.calls) > 20);
+    CU_ASSERT(th_reload_quiesce(f.r, 10000));
+    th_reload_stats st;
+    th_reload_get_stats(f.r, &st);
+    CU_ASSERT_EQUAL(st.closed, 20);
+    CU_ASSERT_EQUAL(st.unloaded, 20);
     fx_close(&f);
 }
 
@@ -1440,6 +1495,110 @@ static void test_link_flip_race(void)
     fx_close(&f);
 }
 
+/* ---- TOOLHOST_PLUGIN_EXCLUSIVE_RELOAD --------------------------------------------- */
+
+typedef struct xr {
+    fx *f;
+    th_reload_result res;
+    int rc;
+    atomic_int done;
+} xr;
+
+static void *xr_run(void *arg)
+{
+    xr *x = arg;
+    x->rc = th_reload_now(x->f->r, &x->res);
+    atomic_store(&x->done, 1);
+    return NULL;
+}
+
+static long marker_pos(fx *f, const char *line)
+{
+    char *m = slurp(f->marker, NULL);
+    const char *p = m ? strstr(m, line) : NULL;
+    long pos = p ? (long)(p - m) : -1;
+    free(m);
+    return pos;
+}
+
+/* init of the new generation is observed after fini of the old one; the
+ * call in flight finishes on the old generation meanwhile. */
+static void test_exclusive_reload(void)
+{
+    fx f;
+    fx_so_first = "fixtures/reload_xa.so";
+    int orc = fx_open(&f);
+    fx_so_first = "fixtures/reload_a.so";
+    CU_ASSERT_EQUAL_FATAL(orc, 0);
+    held h = {&f, "rl_hold", "", -1, NULL};
+    h.t = th_registry_acquire(f.reg, "rl_hold");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(h.t);
+    pthread_t th, rth;
+    pthread_create(&th, NULL, run_held, &h);
+    put_file(th_test_build_path("fixtures/reload_xb.so"), f.so, (size_t)-1);
+    xr x = {.f = &f};
+    pthread_create(&rth, NULL, xr_run, &x);
+    usleep(200 * 1000);
+    /* the reload waits for the old generation: no init of B yet */
+    CU_ASSERT_EQUAL(atomic_load(&x.done), 0);
+    CU_ASSERT(!marker_has(&f, "init B"));
+    CU_ASSERT(!marker_has(&f, "fini A"));
+    put_text(f.gate, "go");
+    pthread_join(th, NULL);
+    pthread_join(rth, NULL);
+    CU_ASSERT_EQUAL(h.st, TOOLHOST_OK);
+    CU_ASSERT_STRING_EQUAL(h.out, "A");
+    CU_ASSERT_EQUAL(x.rc, 0);
+    long fini_a = marker_pos(&f, "fini A"), init_b = marker_pos(&f, "init B");
+    CU_ASSERT(fini_a >= 0);
+    CU_ASSERT(init_b > fini_a);
+    char out[64];
+    CU_ASSERT_EQUAL(call(f.reg, "rl_answer", NULL, out, sizeof out), TOOLHOST_OK);
+    CU_ASSERT_STRING_EQUAL(out, "B");
+    CU_ASSERT_EQUAL(gen_of(&f), 2);
+    fx_close(&f);
+}
+
+/* Old calls that do not end within reload_drain_timeout: the reload fails
+ * with a clear message and nothing changed (the old generation serves). */
+static void test_exclusive_reload_timeout(void)
+{
+    fx f;
+    fx_so_first = "fixtures/reload_xa.so";
+    fx_host_extra = "  reload_drain_timeout: 200ms\n";
+    int orc = fx_open(&f);
+    fx_so_first = "fixtures/reload_a.so";
+    fx_host_extra = "";
+    CU_ASSERT_EQUAL_FATAL(orc, 0);
+    held h = {&f, "rl_hold", "", -1, NULL};
+    h.t = th_registry_acquire(f.reg, "rl_hold");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(h.t);
+    pthread_t th;
+    pthread_create(&th, NULL, run_held, &h);
+    put_file(th_test_build_path("fixtures/reload_xb.so"), f.so, (size_t)-1);
+    th_log_set_fd(-1);
+    th_reload_result res;
+    int rc = th_reload_now(f.r, &res);
+    th_log_set_fd(2);
+    CU_ASSERT_EQUAL(rc, TH_ETIMEOUT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(res.err.msg, "exclusive_reload"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(res.err.msg, "nothing changed"));
+    CU_ASSERT(!marker_has(&f, "init B"));
+    CU_ASSERT(!marker_has(&f, "fini A"));
+    assert_unchanged(&f, 1, "A");
+    put_text(f.gate, "go");
+    pthread_join(th, NULL);
+    CU_ASSERT_EQUAL(h.st, TOOLHOST_OK);
+    CU_ASSERT_STRING_EQUAL(h.out, "A");
+    /* the old generation was put back whole: a later reload works */
+    CU_ASSERT_EQUAL(th_reload_now(f.r, &res), 0);
+    char out[64];
+    CU_ASSERT_EQUAL(call(f.reg, "rl_answer", NULL, out, sizeof out), TOOLHOST_OK);
+    CU_ASSERT_STRING_EQUAL(out, "B");
+    CU_ASSERT(marker_pos(&f, "init B") > marker_pos(&f, "fini A"));
+    fx_close(&f);
+}
+
 void th_suite_reload(void)
 {
     CU_pSuite s = CU_add_suite("reload", NULL, NULL);
@@ -1449,6 +1608,9 @@ void th_suite_reload(void)
     CU_add_test(s, "swap_and_unchanged", test_swap_and_unchanged);
     CU_add_test(s, "hundred_reloads_under_load", test_hundred_reloads_under_load);
     CU_add_test(s, "call_in_flight", test_call_in_flight);
+    CU_add_test(s, "exclusive_reload", test_exclusive_reload);
+    CU_add_test(s, "twenty_reloads_threads_joined", test_twenty_reloads_threads_joined);
+    CU_add_test(s, "exclusive_reload_timeout", test_exclusive_reload_timeout);
     CU_add_test(s, "task_in_flight", test_task_in_flight);
     CU_add_test(s, "failures_change_nothing", test_failures_change_nothing);
     CU_add_test(s, "add_and_remove_in_flight", test_add_and_remove_in_flight);

@@ -5,6 +5,8 @@
 #include <fcntl.h>
 #include <msgpack.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -794,30 +796,80 @@ static void test_root(void)
 typedef struct job {
     toolhost_call *call;
     char *text;
+    pthread_t thread;
+    atomic_bool done;                         /* run_job is leaving */
+    struct job *next;
 } job;
 
-static void *run_job(void *p)
+typedef struct later_state {                  /* init() makes it */
+    pthread_mutex_t mu;
+    job *jobs;                                /* threads not joined yet */
+} later_state;
+
+static void *run_job(void *p)                 /* your thread owns the call */
 {
     job *j = p;
     toolhost_call *call = j->call;
     th_sdk_progress(call, 0.5, "half");
     int ok = th_sdk_printf(call, "%s\n", j->text) == 0;
-    free(j->text);
-    free(j);
     call->host->complete(call, ok ? TOOLHOST_OK : TOOLHOST_FAILED);
+    /* call is gone after complete: not one more use of it */
+    atomic_store(&j->done, true);
     return NULL;
+}
+
+/* Joins the threads that are done (all of them when `all`). */
+static void reap(later_state *s, bool all)
+{
+    pthread_mutex_lock(&s->mu);
+    for (job **pp = &s->jobs; *pp;) {
+        job *j = *pp;
+        if (!all && !atomic_load(&j->done)) {
+            pp = &j->next;
+            continue;
+        }
+        *pp = j->next;
+        pthread_join(j->thread, NULL);        /* it has left our code */
+        free(j->text);
+        free(j);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+static int later_init(const toolhost_host_api *host, const uint8_t *config,
+                      size_t len, void **state, char *err, size_t err_size)
+{
+    (void)host, (void)config, (void)len;
+    later_state *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, err_size, "out of memory");
+        return 1;
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    *state = s;
+    return 0;
+}
+
+static void later_fini(void *state)           /* after the last call ended */
+{
+    later_state *s = state;
+    reap(s, true);                            /* then no thread of ours runs */
+    pthread_mutex_destroy(&s->mu);
+    free(s);
 }
 
 static int later(void *state, const toolhost_tool *tool, toolhost_call *call,
                  const uint8_t *args, size_t len)
 {
-    (void)state, (void)tool;
+    (void)tool;
+    later_state *s = state;
+    reap(s, false);
     th_sdk_args a;
     const char *text = NULL;
     job *j = NULL;
     if (th_sdk_args_init(&a, args, len) == 0 &&
         th_sdk_arg_cstr(&a, "text", &text) == 0 && (j = calloc(1, sizeof *j)))
-        j->text = strdup(text);
+        j->text = strdup(text);              /* args die when we return */
     th_sdk_args_destroy(&a);
     if (!j || !j->text) {
         free(j);
@@ -829,16 +881,19 @@ static int later(void *state, const toolhost_tool *tool, toolhost_call *call,
         free(j);
         return th_sdk_fail(call, "cannot suspend");
     }
-    pthread_t t;
-    if (pthread_create(&t, NULL, run_job, j) != 0) {
+    pthread_mutex_lock(&s->mu);
+    if (pthread_create(&j->thread, NULL, run_job, j) != 0) {
+        pthread_mutex_unlock(&s->mu);
         th_sdk_eprintf(call, "cannot start a thread\n");
         free(j->text);
         free(j);
         call->host->complete(call, TOOLHOST_FAILED);
-    } else {
-        pthread_detach(t);
+        return TOOLHOST_PENDING;
     }
-    return TOOLHOST_PENDING;
+    j->next = s->jobs;                        /* fini() joins it */
+    s->jobs = j;
+    pthread_mutex_unlock(&s->mu);
+    return TOOLHOST_PENDING;                 /* after suspend: always */
 }
 
 static const toolhost_param later_params[] = {
@@ -850,7 +905,8 @@ static const toolhost_tool later_tools[] = {
                 .flags = TOOLHOST_TOOL_ASYNC),
 };
 #define toolhost_plugin_v1 test_sdk_later_entry
-TH_SDK_PLUGIN("later", "0.1", later_tools, "Suspend test.")
+TH_SDK_PLUGIN("later", "0.1", later_tools, "Suspend test.", .init = later_init,
+              .fini = later_fini)
 #undef toolhost_plugin_v1
 
 static void test_suspend_complete(void)

@@ -225,6 +225,9 @@ typedef struct th_host_cfg {
     int line, col;             /* where the section starts (0 if absent) */
     uint32_t task_keep;        /* finished tasks kept (both scopes, with
                                   result_ttl); default 256; 0: 256      */
+    uint64_t reload_drain_timeout_ms; /* TOOLHOST_PLUGIN_EXCLUSIVE_RELOAD:
+                                  the old generation's calls end within
+                                  this or the reload fails; 10 s        */
 } th_host_cfg;
 
 /* A bearer token of the MCP HTTP front, known by its SHA-256 only. */

@@ -1,0 +1,468 @@
+/* test_contract.c - the plugin contract in process (issue 14): every misuse
+ * of a call handle is reported (tool, call id, what) and answered
+ * TOOLHOST_ESTATE, never a hang or a use after free (run this suite under
+ * ASan and `make valgrind SUITES=contract`); a host with a suspended call
+ * that is never completed closes in bounded time; a plugin with
+ * TOOLHOST_PLUGIN_SERIAL never runs two calls of its tools at once, and a
+ * nested call into it from its own call is refused. */
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "common/th_test.h"
+#include "unit/test_manager_fx.h"
+
+static th_host *H;
+static th_session *S;
+
+/* ---- Log capture ---------------------------------------------------------------- */
+
+static char *log_dir;
+static int log_fd = -1;
+
+static void log_capture(void)
+{
+    log_dir = th_test_tmpdir();
+    char path[1024];
+    snprintf(path, sizeof path, "%s/log", log_dir);
+    log_fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    th_log_set_fd(log_fd);
+}
+
+/* The captured log so far (malloc'ed). */
+static char *log_text(void)
+{
+    off_t n = lseek(log_fd, 0, SEEK_END);
+    char *s = calloc(1, (size_t)(n > 0 ? n : 0) + 1);
+    if (s && n > 0)
+        (void)!pread(log_fd, s, (size_t)n, 0);
+    return s;
+}
+
+static bool log_has(const char *needle)
+{
+    char *s = log_text();
+    bool ok = s && strstr(s, needle) != NULL;
+    if (!ok)
+        fprintf(stderr, "log lacks \"%s\":\n%s\n", needle, s ? s : "");
+    free(s);
+    return ok;
+}
+
+static void log_release(void)
+{
+    th_log_set_fd(2);
+    close(log_fd);
+    log_fd = -1;
+    th_test_rmtree(log_dir);
+    free(log_dir);
+    log_dir = NULL;
+}
+
+/* ---- Misbehaving tools ---------------------------------------------------------- */
+
+/* What the plugin's threads saw, for the test to check. */
+static atomic_int ct_rc_second, ct_rc_write, ct_rc_progress, ct_rc_meta, ct_rc_complete;
+static atomic_int ct_thread_done;
+static _Atomic(toolhost_call *) ct_kept;
+
+static void *th_complete_twice(void *arg)
+{
+    toolhost_call *c = arg;
+    c->host->write(c, TOOLHOST_STDOUT, "once", 4);
+    c->host->complete(c, TOOLHOST_OK);
+    atomic_store(&ct_rc_second, c->host->complete(c, TOOLHOST_OK));
+    atomic_store(&ct_thread_done, 1);
+    return NULL;
+}
+
+static void *th_write_after(void *arg)
+{
+    toolhost_call *c = arg;
+    c->host->write(c, TOOLHOST_STDOUT, "done", 4);
+    c->host->complete(c, TOOLHOST_OK);
+    nap_ms(20); /* the call is freed meanwhile (a tombstone) */
+    atomic_store(&ct_rc_write, c->host->write(c, TOOLHOST_STDOUT, "late", 4));
+    atomic_store(&ct_rc_progress, c->host->progress(c, 0.5, "late", NULL, 0));
+    static const uint8_t map[] = {0x80};
+    atomic_store(&ct_rc_meta, c->host->set_meta(c, map, sizeof map));
+    atomic_store(&ct_thread_done, 1);
+    return NULL;
+}
+
+static void *th_complete_42(void *arg)
+{
+    toolhost_call *c = arg;
+    atomic_store(&ct_rc_complete, c->host->complete(c, 42));
+    atomic_store(&ct_thread_done, 1);
+    return NULL;
+}
+
+static void spawn(void *(*fn)(void *), toolhost_call *c)
+{
+    pthread_t th;
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, fn, c), 0);
+    pthread_detach(th);
+}
+
+static int ct_susp_ok(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
+{
+    (void)st, (void)t, (void)a, (void)l;
+    if (c->host->suspend(c) != 0)
+        return TOOLHOST_FAILED;
+    return TOOLHOST_OK; /* misuse: PENDING expected */
+}
+
+static int ct_twice(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
+{
+    (void)st, (void)t, (void)a, (void)l;
+    if (c->host->suspend(c) != 0)
+        return TOOLHOST_FAILED;
+    spawn(th_complete_twice, c);
+    return TOOLHOST_PENDING;
+}
+
+static int ct_late(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
+{
+    (void)st, (void)t, (void)a, (void)l;
+    if (c->host->suspend(c) != 0)
+        return TOOLHOST_FAILED;
+    spawn(th_write_after, c);
+    return TOOLHOST_PENDING;
+}
+
+static int ct_status42(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
+{
+    (void)st, (void)t, (void)a, (void)l;
+    if (c->host->suspend(c) != 0)
+        return TOOLHOST_FAILED;
+    spawn(th_complete_42, c);
+    return TOOLHOST_PENDING;
+}
+
+static int ct_ret42(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
+{
+    (void)st, (void)t, (void)c, (void)a, (void)l;
+    return 42;
+}
+
+/* Suspends and keeps the handle; the test completes it much later. */
+static int ct_never(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
+{
+    (void)st, (void)t, (void)a, (void)l;
+    if (c->host->suspend(c) != 0)
+        return TOOLHOST_FAILED;
+    atomic_store(&ct_kept, c);
+    return TOOLHOST_PENDING;
+}
+
+static const toolhost_tool ct_tools[] = {
+    T("c_susp_ok", NULL, 0, 0, ct_susp_ok),
+    T("c_twice", NULL, 0, 0, ct_twice),
+    T("c_late", NULL, 0, 0, ct_late),
+    T("c_status42", NULL, 0, 0, ct_status42),
+    T("c_ret42", NULL, 0, 0, ct_ret42),
+    T("c_never", NULL, 0, 0, ct_never),
+};
+
+static const toolhost_plugin ct_plugin = {
+    .struct_size = sizeof(toolhost_plugin),
+    .abi_major = TOOLHOST_ABI_MAJOR,
+    .abi_minor = TOOLHOST_ABI_MINOR,
+    .name = "contract",
+    .version = "1",
+    .description = "contract misuse fixtures",
+    .tools = ct_tools,
+    .n_tools = sizeof ct_tools / sizeof ct_tools[0],
+};
+
+/* ---- A plugin with TOOLHOST_PLUGIN_SERIAL ---------------------------------------- */
+
+static atomic_int ser_conc, ser_max, ser_runs;
+
+static int ser_work(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
+{
+    (void)st, (void)t, (void)c;
+    int n = atomic_fetch_add(&ser_conc, 1) + 1;
+    int m = atomic_load(&ser_max);
+    while (n > m && !atomic_compare_exchange_weak(&ser_max, &m, n))
+        ;
+    nap_ms((long)arg_int(a, l, "ms", 30));
+    atomic_fetch_sub(&ser_conc, 1);
+    atomic_fetch_add(&ser_runs, 1);
+    return TOOLHOST_OK;
+}
+
+/* Calls its sibling s_one inline: refused (it would wait for itself). */
+static int ser_nested(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
+{
+    (void)st, (void)t, (void)a, (void)l;
+    th_buf args = A(1, "ms", 'i', 1LL);
+    th_result_copy r;
+    int rc = th_call_sync(th_call_session(c), "s_one", args.data, args.len, NULL, NULL,
+                          NULL, NULL, &r);
+    th_buf_free(&args);
+    const char *msg = rc == 0 && r.kind == TH_RESULT_ERROR && r.message ? r.message : "no error";
+    c->host->write(c, TOOLHOST_STDOUT, msg, strlen(msg));
+    if (rc == 0)
+        th_result_copy_free(&r);
+    return TOOLHOST_OK;
+}
+
+static const toolhost_param ser_ms[] = {P("ms", TOOLHOST_TYPE_INTEGER, 0, "ms")};
+
+static const toolhost_tool ser_tools[] = {
+    T("s_one", ser_ms, 1, 0, ser_work),
+    T("s_two", ser_ms, 1, 0, ser_work),
+    T("s_nested", NULL, 0, 0, ser_nested),
+};
+
+static const toolhost_plugin ser_plugin = {
+    .struct_size = sizeof(toolhost_plugin),
+    .abi_major = TOOLHOST_ABI_MAJOR,
+    .abi_minor = TOOLHOST_ABI_MINOR,
+    .name = "serialplug",
+    .version = "1",
+    .description = "a plugin-wide serial plugin",
+    .tools = ser_tools,
+    .n_tools = sizeof ser_tools / sizeof ser_tools[0],
+    .flags = TOOLHOST_PLUGIN_SERIAL,
+};
+
+static void open_ct(uint32_t workers, uint64_t grace_ms)
+{
+    th_config *c = cfg_new(workers, 1, 64);
+    c->host.shutdown_grace_ms = grace_ms;
+    c->host.session_grace_ms = grace_ms;
+    c->host.lost_worker_grace_ms = grace_ms;
+    c->host.log_level = TOOLHOST_LOG_WARN;
+    cfg_toolset(c, "default", all_tools);
+    static const toolhost_plugin *const b[] = {&ct_plugin, &ser_plugin};
+    th_host_opts o = {b, 2};
+    th_error e;
+    th_error_clear(&e);
+    int rc = th_host_open_ex(c, &o, &H, &e);
+    if (rc)
+        fprintf(stderr, "host open: %s\n", e.msg);
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+    S = open_trusted(H);
+}
+
+static void close_ct(void)
+{
+    if (S)
+        th_session_close(S);
+    S = NULL;
+    if (H)
+        th_host_close(H);
+    H = NULL;
+}
+
+static bool wait_flag(atomic_int *f, int ms)
+{
+    int64_t until = mono_ms() + ms;
+    while (!atomic_load(f) && mono_ms() < until)
+        nap_ms(1);
+    return atomic_load(f) != 0;
+}
+
+static bool msg_has(const th_result_copy *r, const char *s)
+{
+    return r->message && strstr(r->message, s) != NULL;
+}
+
+/* ---- Tests -------------------------------------------------------------------------- */
+
+/* suspend() then OK: before, the call hung until its timeout and its
+ * suspend reference was never dropped (host close waited for ever). */
+static void test_suspend_then_ok(void)
+{
+    log_capture();
+    open_ct(2, 300);
+    rec r;
+    rec_init(&r);
+    int64_t t0 = mono_ms();
+    uint64_t id = start(S, "c_susp_ok", A(0), NULL, &r);
+    CU_ASSERT_TRUE(rec_wait(&r, 3000));
+    CU_ASSERT_TRUE(mono_ms() - t0 < 2000); /* not the 20 s timeout */
+    CU_ASSERT_EQUAL(r.final.kind, TH_RESULT_ERROR);
+    CU_ASSERT_EQUAL(r.final.error, TH_ETOOL);
+    CU_ASSERT_TRUE(msg_has(&r.final, "after suspend()"));
+    char want[96];
+    snprintf(want, sizeof want, "tool=c_susp_ok call=%llu", (unsigned long long)id);
+    CU_ASSERT_TRUE(log_has(want));
+    rec_free(&r);
+    t0 = mono_ms();
+    close_ct();
+    CU_ASSERT_TRUE(mono_ms() - t0 < 1000); /* nothing left running */
+    log_release();
+}
+
+/* complete() twice: the second is answered ESTATE and logged (before: a
+ * use after free of the call). */
+static void test_complete_twice(void)
+{
+    log_capture();
+    open_ct(2, 300);
+    for (int i = 0; i < 3; i++) {
+        atomic_store(&ct_thread_done, 0);
+        atomic_store(&ct_rc_second, 99);
+        rec r;
+        rec_init(&r);
+        uint64_t id = start(S, "c_twice", A(0), NULL, &r);
+        CU_ASSERT_TRUE(rec_wait(&r, 3000));
+        CU_ASSERT_TRUE(r.final.ok);
+        CU_ASSERT_TRUE(out_is(&r.final, "once"));
+        CU_ASSERT_TRUE(wait_flag(&ct_thread_done, 3000));
+        CU_ASSERT_EQUAL(atomic_load(&ct_rc_second), TOOLHOST_ESTATE);
+        char want[128];
+        snprintf(want, sizeof want, "tool=c_twice call=%llu: complete() called twice",
+                 (unsigned long long)id);
+        CU_ASSERT_TRUE(log_has(want));
+        rec_free(&r);
+    }
+    close_ct();
+    log_release();
+}
+
+/* write/progress/set_meta from a plugin thread after complete(): ESTATE,
+ * one log line, the result untouched (before: invalid write in the
+ * host's output buffer of a freed call). */
+static void test_write_after_end(void)
+{
+    log_capture();
+    open_ct(2, 300);
+    atomic_store(&ct_thread_done, 0);
+    rec r;
+    rec_init(&r);
+    uint64_t id = start(S, "c_late", A(0), NULL, &r);
+    CU_ASSERT_TRUE(rec_wait(&r, 3000));
+    CU_ASSERT_TRUE(wait_flag(&ct_thread_done, 3000));
+    CU_ASSERT_TRUE(r.final.ok);
+    CU_ASSERT_TRUE(out_is(&r.final, "done"));
+    CU_ASSERT_EQUAL(atomic_load(&ct_rc_write), TOOLHOST_ESTATE);
+    CU_ASSERT_EQUAL(atomic_load(&ct_rc_progress), TOOLHOST_ESTATE);
+    CU_ASSERT_EQUAL(atomic_load(&ct_rc_meta), TOOLHOST_ESTATE);
+    char want[128];
+    snprintf(want, sizeof want, "tool=c_late call=%llu: write() after the call ended",
+             (unsigned long long)id);
+    CU_ASSERT_TRUE(log_has(want));
+    /* one line per call, not one per misuse */
+    char *s = log_text();
+    CU_ASSERT_PTR_NULL(s ? strstr(s, "progress() after the call ended") : NULL);
+    free(s);
+    rec_free(&r);
+    close_ct();
+    log_release();
+}
+
+/* complete(call, 42) and execute() returning 42: a reported tool error
+ * (before: complete(42) was silently a plain failure). */
+static void test_unknown_status(void)
+{
+    log_capture();
+    open_ct(2, 300);
+    atomic_store(&ct_thread_done, 0);
+    rec r;
+    rec_init(&r);
+    uint64_t id = start(S, "c_status42", A(0), NULL, &r);
+    CU_ASSERT_TRUE(rec_wait(&r, 3000));
+    CU_ASSERT_TRUE(wait_flag(&ct_thread_done, 3000));
+    CU_ASSERT_EQUAL(atomic_load(&ct_rc_complete), TOOLHOST_EINVAL);
+    CU_ASSERT_EQUAL(r.final.kind, TH_RESULT_ERROR);
+    CU_ASSERT_EQUAL(r.final.error, TH_ETOOL);
+    CU_ASSERT_TRUE(msg_has(&r.final, "unknown status 42"));
+    char want[96];
+    snprintf(want, sizeof want, "tool=c_status42 call=%llu", (unsigned long long)id);
+    CU_ASSERT_TRUE(log_has(want));
+    rec_free(&r);
+
+    rec_init(&r);
+    id = start(S, "c_ret42", A(0), NULL, &r);
+    CU_ASSERT_TRUE(rec_wait(&r, 3000));
+    CU_ASSERT_EQUAL(r.final.kind, TH_RESULT_ERROR);
+    CU_ASSERT_TRUE(msg_has(&r.final, "returned 42"));
+    snprintf(want, sizeof want, "tool=c_ret42 call=%llu", (unsigned long long)id);
+    CU_ASSERT_TRUE(log_has(want));
+    rec_free(&r);
+    close_ct();
+    log_release();
+}
+
+/* A suspended call never completed: host close waits a bounded time,
+ * abandons it with a log line, and a complete() much later is safe (the
+ * host's memory was kept). */
+static void test_close_suspended_never_completed(void)
+{
+    log_capture();
+    open_ct(2, 200);
+    atomic_store(&ct_kept, NULL);
+    rec r;
+    rec_init(&r);
+    th_call_opts o = {.timeout_ms = 100};
+    start(S, "c_never", A(0), &o, &r);
+    CU_ASSERT_TRUE(rec_wait(&r, 3000)); /* its timeout answers it */
+    CU_ASSERT_EQUAL(r.final.error, TH_ETIMEOUT);
+    int64_t t0 = mono_ms();
+    close_ct();
+    int64_t took = mono_ms() - t0;
+    CU_ASSERT_TRUE(took < 3000);
+    CU_ASSERT_TRUE(log_has("host close: abandoning 1 call still running"));
+    toolhost_call *c = atomic_load(&ct_kept);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    CU_ASSERT_EQUAL(c->host->complete(c, TOOLHOST_OK), 0); /* ends it, late */
+    CU_ASSERT_EQUAL(c->host->write(c, TOOLHOST_STDOUT, "x", 1), TOOLHOST_ESTATE);
+    rec_free(&r);
+    log_release();
+}
+
+/* TOOLHOST_PLUGIN_SERIAL: two tools of the plugin never overlap (before:
+ * the flag was read and ignored: 4 calls ran at once). */
+static void test_plugin_serial(void)
+{
+    open_ct(4, 300);
+    atomic_store(&ser_conc, 0);
+    atomic_store(&ser_max, 0);
+    atomic_store(&ser_runs, 0);
+    rec r[6];
+    for (int i = 0; i < 6; i++) {
+        rec_init(&r[i]);
+        start(S, i % 2 ? "s_two" : "s_one", A(1, "ms", 'i', 20LL), NULL, &r[i]);
+    }
+    for (int i = 0; i < 6; i++) {
+        CU_ASSERT_TRUE(rec_wait(&r[i], 5000));
+        CU_ASSERT_TRUE(r[i].final.ok);
+        rec_free(&r[i]);
+    }
+    CU_ASSERT_EQUAL(atomic_load(&ser_runs), 6);
+    CU_ASSERT_EQUAL(atomic_load(&ser_max), 1);
+    close_ct();
+}
+
+/* A call of a serial plugin calling another tool of the same plugin on its
+ * own thread is refused at once (it would wait for itself). */
+static void test_plugin_serial_nested(void)
+{
+    open_ct(2, 300);
+    rec r;
+    rec_init(&r);
+    int64_t t0 = mono_ms();
+    start(S, "s_nested", A(0), NULL, &r);
+    CU_ASSERT_TRUE(rec_wait(&r, 5000));
+    CU_ASSERT_TRUE(mono_ms() - t0 < 2000);
+    CU_ASSERT_TRUE(r.final.ok);
+    CU_ASSERT_PTR_NOT_NULL(memmem(r.final.out.data, r.final.out.len, "serial plugin", 13));
+    rec_free(&r);
+    close_ct();
+}
+
+void th_suite_contract(void)
+{
+    CU_pSuite s = CU_add_suite("contract", suite_init, suite_cleanup);
+    CU_add_test(s, "suspend_then_ok", test_suspend_then_ok);
+    CU_add_test(s, "complete_twice", test_complete_twice);
+    CU_add_test(s, "write_after_end", test_write_after_end);
+    CU_add_test(s, "unknown_status", test_unknown_status);
+    CU_add_test(s, "close_suspended_never_completed", test_close_suspended_never_completed);
+    CU_add_test(s, "plugin_serial", test_plugin_serial);
+    CU_add_test(s, "plugin_serial_nested", test_plugin_serial_nested);
+}
