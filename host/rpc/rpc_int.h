@@ -149,6 +149,10 @@ struct th_rpc_server {
     rpc_ratelog rl_accept, rl_refuse, rl_budget, rl_timeout;
     uint64_t refused, closed_idle, closed_frame, closed_budget,
         closed_proto;
+    /* stdio input that epoll refuses (a file, /dev/null): start_stdio() */
+    pthread_t relay;
+    bool relay_started;
+    int relay_src, relay_dst;
 };
 
 /* ---- server.c: writing, logging, limits, calls, events ------------------- */

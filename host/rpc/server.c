@@ -50,6 +50,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -1429,6 +1431,49 @@ static int start_listen(th_rpc_server *srv, const char *addr, th_error *err)
     return 0;
 }
 
+/* Whether epoll takes fd (a regular file or /dev/null it refuses, and
+ * libuv aborts on a read handle it cannot poll). */
+static bool pollable(int fd)
+{
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    if (ep < 0)
+        return true;
+    struct epoll_event ev = {.events = EPOLLIN};
+    bool ok = epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) == 0;
+    close(ep);
+    return ok;
+}
+
+/* Input that is a regular file or /dev/null: a thread copies it into a
+ * pipe whose other end is the connection's `in`, so reading, limits and
+ * end of input stay those of a pipe.  The thread ends at the end of the
+ * input or when the read end is gone (EPIPE; SIGPIPE is ignored); reading
+ * a regular file never blocks, so free_server() can join it once the
+ * handles are closed. */
+static void *relay_main(void *arg)
+{
+    th_rpc_server *srv = arg;
+    char buf[64 * 1024];
+    for (;;) {
+        ssize_t n = read(srv->relay_src, buf, sizeof buf);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        for (ssize_t off = 0; off < n;) {
+            ssize_t w = write(srv->relay_dst, buf + off, (size_t)(n - off));
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0)
+                goto out;
+            off += w;
+        }
+    }
+out:
+    close(srv->relay_dst);
+    return NULL;
+}
+
 static int start_stdio(th_rpc_server *srv, const th_rpc_serve_opts *o,
                        th_error *err)
 {
@@ -1442,9 +1487,28 @@ static int start_stdio(th_rpc_server *srv, const th_rpc_serve_opts *o,
     uv_pipe_init(&srv->loop, &c->in, 0);
     uv_pipe_init(&srv->loop, &c->out, 0);
     c->handles_open = 2;
+    if (!pollable(in)) {
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) != 0)
+            return th_error_set(err, TH_EIO, "stdin: pipe: %s",
+                                strerror(errno));
+        srv->relay_src = in;
+        srv->relay_dst = p[1];
+        if (pthread_create(&srv->relay, NULL, relay_main, srv) != 0) {
+            close(p[0]);
+            close(p[1]);
+            return th_error_set(err, TH_EIO, "stdin: cannot start a thread");
+        }
+        srv->relay_started = true;
+        th_log_debug("stdio: input is not a pipe or socket: relayed");
+        in = p[0];
+    }
     int rc = uv_pipe_open(&c->in, in);
-    if (rc < 0)
+    if (rc < 0) {
+        if (srv->relay_started)
+            close(in);
         return th_error_set(err, TH_EIO, "stdin: %s", uv_strerror(rc));
+    }
     if ((rc = uv_pipe_open(&c->out, out)) < 0)
         return th_error_set(err, TH_EIO, "stdout: %s", uv_strerror(rc));
     c->who.uid = (uint32_t)getuid();
@@ -1459,6 +1523,8 @@ static int start_stdio(th_rpc_server *srv, const th_rpc_serve_opts *o,
 static void free_server(th_rpc_server *srv)
 {
     drain_events(srv);
+    if (srv->relay_started)
+        pthread_join(srv->relay, NULL);
     free(srv->sock_path);
     pthread_mutex_destroy(&srv->mu);
     free(srv);
