@@ -208,6 +208,7 @@ struct th_mcall {
     bool cancel_fired, cancel_running, ended;
     char *caller_user;
     char caller_session[24];
+    const char *front;          /* th_call_opts.front, or NULL */
 };
 
 /* The thread's running call (worker or inline), or NULL. */

@@ -1592,6 +1592,7 @@ int th_rpc_serve(th_host *h, const th_rpc_serve_opts *o, th_error *err)
     srv->ops.ask_permission = front_ask_permission;
     srv->ops.tools_changed = front_tools_changed;
     srv->ops.task_tools_changed = front_task_tools_changed;
+    srv->ops.front = TOOLHOST_FRONT_RPC;
     srv->on_ready = o->on_ready;
     srv->ready_ud = o->ready_ud;
     srv->start = uv_hrtime();
