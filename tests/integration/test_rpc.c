@@ -845,6 +845,72 @@ static void test_sigterm_in_flight(void)
     rpc_srv_free(&s);
 }
 
+/* The one str/bin rule: a string argument sent as msgpack bin works when
+ * it is UTF-8 (validator and SDK agree), and is refused by validation with
+ * a reason when it is not -- never {ok: false} with an empty stderr. */
+static void bin_call(th_rpc_client *c, const char *tool, const char *bytes,
+                     size_t n, rpc_res *r)
+{
+    th_buf p = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &p, th_buf_msgpack_write);
+    msgpack_pack_array(&pk, 2);
+    th_pack_cstr(&pk, tool);
+    msgpack_pack_map(&pk, 1);
+    th_pack_cstr(&pk, "text");
+    msgpack_pack_bin_with_body(&pk, bytes, n);
+    memset(r, 0, sizeof *r);
+    msgpack_unpacked_init(&r->ue);
+    msgpack_unpacked_init(&r->ur);
+    th_error e;
+    int rc = th_rpc_client_call(c, "tools.call", p.data, p.len, NULL, NULL,
+                                &r->rep, &e);
+    th_buf_free(&p);
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+    size_t off = 0;
+    if (r->rep.result &&
+        msgpack_unpack_next(&r->ur, (const char *)r->rep.result,
+                            r->rep.result_len, &off) == MSGPACK_UNPACK_SUCCESS)
+        r->res = &r->ur.data;
+}
+
+static void test_bin_strings(void)
+{
+    rpc_srv s;
+    CU_ASSERT_FATAL(rpc_srv_start(&s, NULL) == 0);
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    const char *tools[] = {"echo", "echo_async"};
+    for (int i = 0; i < 2; i++) {
+        rpc_res r;
+        bin_call(c, tools[i], "h\xc3\xa9", 3, &r);
+        CU_ASSERT(r.res != NULL);
+        if (i == 0) {
+            CU_ASSERT(rpc_ok(r.res) && rpc_stdout_is(r.res, "h\xc3\xa9"));
+        } else { /* acknowledged as a task */
+            const msgpack_object *st = th_rpc_map_get(r.res, "status");
+            CU_ASSERT(st && th_rpc_obj_streq(st, "running"));
+        }
+        rpc_res_free(&r);
+
+        bin_call(c, tools[i], "\xff\xfe", 2, &r);
+        CU_ASSERT(r.res && !rpc_ok(r.res));
+        const msgpack_object *er = r.res ? th_rpc_map_get(r.res, "error")
+                                         : NULL;
+        const msgpack_object *code = er ? th_rpc_map_get(er, "code") : NULL;
+        const msgpack_object *msg = er ? th_rpc_map_get(er, "message") : NULL;
+        CU_ASSERT(code && th_rpc_obj_streq(code, "invalid_arguments"));
+        const char *p = NULL;
+        size_t n = 0;
+        CU_ASSERT(msg && th_rpc_obj_str(msg, &p, &n) &&
+                  memmem(p, n, "not UTF-8", 9) != NULL);
+        rpc_res_free(&r);
+    }
+    th_rpc_client_close(c);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+}
+
 /* ---- stdio ------------------------------------------------------------- */
 
 static void test_stdio(void)
@@ -1056,6 +1122,7 @@ void th_suite_rpc(void)
     CU_add_test(s, "access_control", test_access_control);
     CU_add_test(s, "disconnect_mid_call", test_disconnect_mid_call);
     CU_add_test(s, "sigterm_in_flight", test_sigterm_in_flight);
+    CU_add_test(s, "bin_strings", test_bin_strings);
     CU_add_test(s, "stdio", test_stdio);
     CU_add_test(s, "stdio_bad_input", test_stdio_bad_input);
     CU_add_test(s, "stdio_file_input", test_stdio_file_input);
