@@ -10,6 +10,9 @@
  * the loop with one uv_async_send() (libuv folds many sends into one
  * wake-up; the loop drains the whole queue each time).  th_rpc_server_stop()
  * also only takes srv->mu and sends.  Lock order: srv->mu is a leaf.
+ * With --stdio and stdin a regular file or /dev/null (epoll refuses them),
+ * one more thread (relay_main) copies stdin into a pipe the loop reads; it
+ * shares nothing with the loop but two fds and is joined in free_server().
  *
  * Lifetimes.  A connection (rpc_conn) is one session.  It is freed when
  * its stream handles are closed AND its session is closed.
