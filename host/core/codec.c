@@ -233,6 +233,7 @@ int th_result_copy_dup(th_result_copy *dst, const th_result_copy *src)
     dst->ok = src->ok;
     dst->error = src->error;
     dst->task_id = src->task_id;
+    dst->structured = src->structured;
     if ((src->out.len && th_buf_append(&dst->out, src->out.data, src->out.len)) ||
         (src->err.len && th_buf_append(&dst->err, src->err.data, src->err.len)) ||
         (src->meta.len && th_buf_append(&dst->meta, src->meta.data, src->meta.len)) ||

@@ -358,12 +358,13 @@ static void test_result_dup(void)
     r.kind = TH_RESULT_DONE;
     r.ok = true;
     r.task_id = 9;
+    r.structured = true;
     th_buf_append(&r.out, "o", 1);
     th_buf_append(&r.meta, "\x80", 1);
     th_result_copy d;
     CU_ASSERT_EQUAL_FATAL(th_result_copy_dup(&d, &r), 0);
     CU_ASSERT_TRUE(d.out.data != r.out.data && d.out.len == 1 && d.meta.len == 1 &&
-                   d.task_id == 9 && d.ok && !d.message);
+                   d.task_id == 9 && d.ok && !d.message && d.structured);
     th_result_copy_free(&d);
     th_result_copy_free(&r);
 }
