@@ -76,10 +76,66 @@ static int find(const th_sdk_args *a, const char *key,
 }
 
 /* Copies a msgpack string into the args' zone as a C string. */
+/* Whether s[0..n) is well-formed UTF-8 (no overlong forms, no
+ * surrogates, nothing above U+10FFFF). */
+static bool utf8_ok(const unsigned char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        size_t len;
+        uint32_t cp, min;
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if (c >= 0xc2 && c <= 0xdf) {
+            len = 2, cp = c & 0x1f, min = 0x80;
+        } else if (c >= 0xe0 && c <= 0xef) {
+            len = 3, cp = c & 0x0f, min = 0x800;
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            len = 4, cp = c & 0x07, min = 0x10000;
+        } else {
+            return false;
+        }
+        if (n - i < len)
+            return false;
+        for (size_t k = 1; k < len; k++) {
+            if ((s[i + k] & 0xc0) != 0x80)
+                return false;
+            cp = (cp << 6) | (s[i + k] & 0x3f);
+        }
+        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return false;
+        i += len;
+    }
+    return true;
+}
+
+/* The one str/bin rule (the host's validator applies the same): a string
+ * is a msgpack str, or a bin holding valid UTF-8 (clients that pack every
+ * byte string as bin).  Other bin is TH_SDK_ETYPE. */
+static bool str_of(const msgpack_object *o, const char **p, uint32_t *n)
+{
+    if (o->type == MSGPACK_OBJECT_STR) {
+        *p = o->via.str.ptr;
+        *n = o->via.str.size;
+        return true;
+    }
+    if (o->type == MSGPACK_OBJECT_BIN &&
+        utf8_ok((const unsigned char *)o->via.bin.ptr, o->via.bin.size)) {
+        *p = o->via.bin.ptr;
+        *n = o->via.bin.size;
+        return true;
+    }
+    return false;
+}
+
 static int zone_cstr(th_sdk_args *a, const msgpack_object *o, const char **s)
 {
-    const char *p = o->via.str.ptr;
-    uint32_t n = o->via.str.size;
+    const char *p;
+    uint32_t n;
+    if (!str_of(o, &p, &n))
+        return TH_SDK_ETYPE;
     if (n && memchr(p, '\0', n))
         return TH_SDK_EINVAL;
     char *c = msgpack_zone_malloc(a->unp.zone, (size_t)n + 1);
@@ -116,11 +172,13 @@ int th_sdk_arg_string(const th_sdk_args *a, const char *key, const char **s,
     int rc = find(a, key, &o);
     if (rc)
         return rc;
-    if (o->type != MSGPACK_OBJECT_STR)
+    const char *p;
+    uint32_t n;
+    if (!str_of(o, &p, &n))
         return TH_SDK_ETYPE;
-    *s = o->via.str.ptr;
+    *s = p;
     if (len)
-        *len = o->via.str.size;
+        *len = n;
     return TH_SDK_OK;
 }
 
@@ -132,8 +190,6 @@ int th_sdk_arg_cstr(th_sdk_args *a, const char *key, const char **s)
     int rc = find(a, key, &o);
     if (rc)
         return rc;
-    if (o->type != MSGPACK_OBJECT_STR)
-        return TH_SDK_ETYPE;
     return zone_cstr(a, o, s);
 }
 
@@ -218,9 +274,12 @@ int th_sdk_arg_strings(th_sdk_args *a, const char *key,
     if (o->type != MSGPACK_OBJECT_ARRAY)
         return TH_SDK_ETYPE;
     uint32_t size = o->via.array.size;
-    for (uint32_t i = 0; i < size; i++)
-        if (o->via.array.ptr[i].type != MSGPACK_OBJECT_STR)
+    for (uint32_t i = 0; i < size; i++) {
+        const char *p;
+        uint32_t len;
+        if (!str_of(&o->via.array.ptr[i], &p, &len))
             return TH_SDK_ETYPE;
+    }
     const char **v = msgpack_zone_malloc(a->unp.zone,
                                          sizeof *v * (size ? size : 1));
     if (!v)

@@ -164,6 +164,7 @@ static void result_view(const th_result_copy *c, th_result *r)
                             : (c->kind == TH_RESULT_ERROR ? th_strerror(c->error)
                                                           : NULL);
     r->task_id = c->task_id;
+    r->structured = c->structured;
 }
 
 /* An error answered before a call object exists (on the caller's thread). */
@@ -476,6 +477,9 @@ static int build_result(th_mcall *c, int status, th_result_copy *res)
         res->error = oe.code;
         res->message = strdup(oe.msg);
     }
+    res->structured = res->kind == TH_RESULT_DONE && res->ok && res->out.len &&
+                      !oi.truncated && c->tool &&
+                      c->tool->stdout_type == TOOLHOST_SEM_STRUCTURED;
     return 0;
 }
 

@@ -172,7 +172,7 @@ static int cb_caller(const toolhost_call *call, toolhost_caller *out)
         snprintf(c->caller_session, sizeof c->caller_session, "%llu",
                  (unsigned long long)s->id);
         out->session = c->caller_session;
-        out->front = s->ops.front;
+        out->front = c->front ? c->front : s->ops.front;
     }
     out->toolset = c->ts ? c->ts->name : NULL;
     return 0;

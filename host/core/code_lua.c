@@ -696,7 +696,8 @@ static void set_str(lua_State *L, const char *k, const char *v, size_t n)
 }
 
 /* Pushes a call's result as the Lua table of its codec form (th/codec.h:
- * {ok, stdout, stderr, meta} or {ok = false, error = {code, message}});
+ * {ok, stdout, stderr, meta[, structured]} or {ok = false, error = {code,
+ * message}}; structured: a tool's checked JSON output as a Lua value);
  * a run that failed (ok = false) also gets error = {code = "tool_failed",
  * message = its stderr} (TH_EFAILED).  Raises on out of memory. */
 static void push_result(lua_State *L, run *r, const th_result_copy *res)
@@ -791,6 +792,7 @@ static int tool_call(lua_State *L)
         done.out = r->pres.out;
         done.err = r->pres.err;
         done.meta = r->pres.meta;
+        done.structured = r->pres.structured;
         push_result(L, r, &done);
     }
     th_proj_result_free(&r->pres);

@@ -420,6 +420,7 @@ static int code_call(void *ud, const char *tool, const uint8_t *args,
     o.timeout_ms = timeout_ms;
     o.no_progress = pf == NULL;
     o.may_block = true;
+    o.front = TOOLHOST_FRONT_CODE;
     progress_fwd fwd = {pf, pud};
     th_result_copy rc;
     memset(&rc, 0, sizeof rc);
@@ -440,6 +441,7 @@ static int code_call(void *ud, const char *tool, const uint8_t *args,
     } else {
         out->kind = TH_PROJ_DONE;
         out->ok = rc.ok;
+        out->structured = rc.structured;
         move_buf(&out->out, &rc.out);
         move_buf(&out->err, &rc.err);
         move_buf(&out->meta, &rc.meta);

@@ -69,11 +69,22 @@ static json_t *json_of(const th_buf *b, th_error *err)
 
 /* ---- Call results ---------------------------------------------------------------- */
 
+/* The structured value of a result (stdout, one JSON value the host
+ * checked), decoded: NULL when there is none or it does not decode. */
+static json_t *structured_of(const th_result_copy *r)
+{
+    if (r->kind != TH_RESULT_DONE || !r->ok || !r->structured || !r->out.len)
+        return NULL;
+    return json_loadb((const char *)r->out.data, r->out.len,
+                      JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+}
+
 int th_codec_pack_result(msgpack_packer *pk, const th_result_copy *r)
 {
     int e = 0;
     if (r->kind == TH_RESULT_DONE) {
-        e |= msgpack_pack_map(pk, 4);
+        json_t *sv = structured_of(r);
+        e |= msgpack_pack_map(pk, sv ? 5 : 4);
         e |= th_pack_cstr(pk, "ok");
         e |= r->ok ? msgpack_pack_true(pk) : msgpack_pack_false(pk);
         e |= th_pack_cstr(pk, "stdout");
@@ -86,6 +97,13 @@ int th_codec_pack_result(msgpack_packer *pk, const th_result_copy *r)
             e |= pk->callback(pk->data, (const char *)r->meta.data, r->meta.len);
         else
             e |= msgpack_pack_map(pk, 0);
+        if (sv) {
+            /* The same value as stdout, decoded once here for every
+             * front (docs/protocol.md, "Structured output"). */
+            e |= th_pack_cstr(pk, "structured");
+            e |= th_json_pack(sv, pk) != 0;
+            json_decref(sv);
+        }
     } else if (r->kind == TH_RESULT_RUNNING) {
         e |= msgpack_pack_map(pk, 3);
         e |= th_pack_cstr(pk, "status");
@@ -168,6 +186,7 @@ int th_codec_unpack_result(const msgpack_object *o, th_result_copy *r)
         return TH_EPROTO;
     r->kind = TH_RESULT_DONE;
     r->ok = ok->via.boolean;
+    r->structured = map_get(o, "structured") != NULL;
     int rc = copy_text(&r->out, map_get(o, "stdout"));
     if (rc == 0)
         rc = copy_text(&r->err, map_get(o, "stderr"));
@@ -214,6 +233,7 @@ int th_result_copy_dup(th_result_copy *dst, const th_result_copy *src)
     dst->ok = src->ok;
     dst->error = src->error;
     dst->task_id = src->task_id;
+    dst->structured = src->structured;
     if ((src->out.len && th_buf_append(&dst->out, src->out.data, src->out.len)) ||
         (src->err.len && th_buf_append(&dst->err, src->err.data, src->err.len)) ||
         (src->meta.len && th_buf_append(&dst->meta, src->meta.data, src->meta.len)) ||

@@ -225,6 +225,7 @@ struct th_mcall {
     bool tomb;
     char tname[72];
     th_mcall *tomb_next;        /* the host's quarantine (host->mu) */
+    const char *front;          /* th_call_opts.front, or NULL */
 };
 
 /* How many ended calls the host keeps as tombstones (see th_mcall.tomb):

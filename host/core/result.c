@@ -24,6 +24,7 @@ int th_result_copy_from(th_result_copy *dst, const th_result *src)
     dst->ok = src->ok;
     dst->error = src->error;
     dst->task_id = src->task_id;
+    dst->structured = src->structured;
     if ((src->out_len && th_buf_append(&dst->out, src->out, src->out_len)) ||
         (src->err_len && th_buf_append(&dst->err, src->err, src->err_len)) ||
         (src->meta && th_buf_append(&dst->meta, src->meta, src->meta_len)) ||

@@ -21,6 +21,7 @@
 #include "th/jschema.h"
 #include "th/mpwalk.h"
 #include "th/tool.h"
+#include "th/utf8.h"
 
 #define ZONE_CHUNK 4096
 
@@ -158,7 +159,9 @@ static const char *got_name(const msgpack_object *o)
     case MSGPACK_OBJECT_STR:
         return "a string";
     case MSGPACK_OBJECT_BIN:
-        return "binary data";
+        return th_utf8_valid(o->via.bin.ptr, o->via.bin.size)
+                   ? "binary data"
+                   : "binary data that is not UTF-8 text";
     case MSGPACK_OBJECT_ARRAY:
         return "an array";
     case MSGPACK_OBJECT_MAP:
@@ -209,9 +212,15 @@ static void join_list(char *dst, size_t cap, const char *q,
 
 /* ---- checks ------------------------------------------------------------------ */
 
+/* The one str/bin rule (the SDK's th_sdk_arg_string applies the same): a
+ * string is a msgpack str, or a bin holding valid UTF-8 (clients that pack
+ * every byte string as bin); other bin is refused here, with a reason,
+ * rather than failing later inside the tool. */
 static bool is_string(const msgpack_object *o)
 {
-    return o->type == MSGPACK_OBJECT_STR || o->type == MSGPACK_OBJECT_BIN;
+    return o->type == MSGPACK_OBJECT_STR ||
+           (o->type == MSGPACK_OBJECT_BIN &&
+            th_utf8_valid(o->via.bin.ptr, o->via.bin.size));
 }
 
 static bool type_ok(uint32_t type, const msgpack_object *o)

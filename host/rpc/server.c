@@ -1,4 +1,7 @@
 /* server.c - the msgpack-RPC server: a libuv loop on a Unix socket or stdio.
+ * This file holds the loop, writing, limits, events, connections, listening
+ * and shutdown; the methods (rpc_dispatch() and what it calls) are in
+ * rpc_methods.c, the structs and helpers both share in rpc_int.h.
  *
  * Threads.  Everything in this file runs on the loop thread except three
  * entry points the core calls from any thread: on_call_event(),
@@ -7,6 +10,9 @@
  * the loop with one uv_async_send() (libuv folds many sends into one
  * wake-up; the loop drains the whole queue each time).  th_rpc_server_stop()
  * also only takes srv->mu and sends.  Lock order: srv->mu is a leaf.
+ * With --stdio and stdin a regular file or /dev/null (epoll refuses them),
+ * one more thread (relay_main) copies stdin into a pipe the loop reads; it
+ * shares nothing with the loop but two fds and is joined in free_server().
  *
  * Lifetimes.  A connection (rpc_conn) is one session.  It is freed when
  * its stream handles are closed AND its session is closed.
@@ -37,7 +43,7 @@
  * most max_conn_log_lines per connection) or srv_log() (a few a second).
  * Who may use host.reload and see the whole host.stats: is_admin().
  */
-#include "front/rpc.h"
+#include "rpc_int.h"
 #include "th/utf8.h"
 
 #include <errno.h>
@@ -47,6 +53,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -67,148 +75,11 @@
 #define FD_RESERVE 64      /* fds kept for plugins, logs, the listener */
 #define RATELOG_PER_SEC 5  /* srv_log() lines of one kind per second */
 
-typedef struct rpc_conn rpc_conn;
-typedef struct rpc_call rpc_call;
 
-/* A tools.call. */
-struct rpc_call {
-    rpc_call *next, *prev;      /* conn->calls */
-    rpc_conn *conn;
-    uint64_t msgid;
-    uint64_t call_id, task_id;
-    char *tool;
-    uint64_t t0;                /* uv_hrtime() at the request */
-    bool responded;             /* the response was sent */
-};
-
-/* A log line of one kind at most RATELOG_PER_SEC times a second. */
-typedef struct rpc_ratelog {
-    uint64_t t0;                /* uv_hrtime() / 1e6 when the second began
-                                   (not uv_now(): the loop may stay in one
-                                   accept callback for long) */
-    uint32_t n;
-    uint64_t suppressed;        /* since the last line written */
-    int level;                  /* of the last line */
-    char last[96];              /* its start, for the summary */
-} rpc_ratelog;
-
-/* A permission.request sent and not yet answered. */
-typedef struct rpc_perm {
-    struct rpc_perm *next;
-    uint64_t msgid, call_id;
-} rpc_perm;
-
-struct rpc_conn {
-    rpc_conn *next, *prev;      /* srv->conns */
-    th_rpc_server *srv;
-    uint64_t id;                /* the session id, for logs */
-    uv_pipe_t in, out;          /* socket: only `in` (both ways) */
-    bool two_handles;           /* stdio */
-    int handles_open;
-    th_rpc_reader rd;
-    msgpack_unpacked msg;
-    th_principal who;
-    th_session *session;
-    rpc_call *calls;
-    uint32_t inflight;          /* calls not yet answered */
-    uint64_t outbuf;            /* bytes in uv_write()s not yet done */
-    uint64_t next_msgid;        /* for our requests to the client */
-    rpc_perm *perms;
-    bool task_tools_listed;     /* what the client was last told (or saw at
-                                   connect): get_running_tasks is listed */
-    bool reading;
-    bool closing;               /* no more reads or writes */
-    bool flush_close;           /* close once outbuf drains */
-    th_buf pend;                /* frames sent during this loop turn, written
-                                   together by flush_pending() */
-    char *flush_reason;
-    bool session_closed;
-    uv_work_t close_work;
-    /* limits (all uv_now() times, ms) */
-    uint64_t in_counted;        /* pending input counted in srv->in_total */
-    uint64_t last_active;       /* last byte read, or last seen busy */
-    uint64_t frame_t0;          /* a partial frame began; 0: none */
-    uint32_t proto_errors;
-    uint32_t log_lines;         /* conn_log() lines written */
-    uint64_t log_suppressed;    /* and suppressed */
-    bool quiet;                 /* refused at accept: no disconnect line */
-};
-
-typedef enum {
-    EV_CALL = 1,
-    EV_PERM,
-    EV_TOOLS_CHANGED,
-    EV_TASK_TOOLS               /* only the task tools came or went */
-} rpc_ev_type;
-
-typedef struct rpc_ev {
-    struct rpc_ev *next;
-    rpc_ev_type type;
-    rpc_call *call;             /* EV_CALL */
-    rpc_conn *conn;             /* EV_PERM, EV_TOOLS_CHANGED, EV_TASK_TOOLS */
-    th_event_kind kind;
-    uint64_t call_id, task_id;
-    uint64_t origin;            /* EV_PERM: th_call_origin() of call_id */
-    bool has_result;
-    th_result_copy res;
-    double fraction;
-    char *message;
-    uint8_t *data;              /* progress data, permission args */
-    size_t data_len;
-    uint32_t coalesced;
-    char *tool, *reason;        /* EV_PERM */
-} rpc_ev;
-
-struct th_rpc_server {
-    uv_loop_t loop;
-    th_host *host;
-    const th_host_cfg *cfg;
-    uint64_t max_frame, max_outbuf, grace_ms;
-    uint32_t max_inflight;
-    bool stdio;
-    uv_pipe_t listener;
-    bool listening;
-    char *sock_path;            /* to unlink at the end */
-    bool bound;                 /* sock_path is ours */
-    uv_signal_t sigterm, sigint;
-    bool signals;
-    th_reload_watch *reload;    /* hot reload triggers (th/reload.h) */
-    uv_async_t wake;
-    uv_prepare_t flush;         /* before each poll: write what is pending */
-    uint32_t n_pending;         /* connections with pend.len > 0 */
-    uv_timer_t grace, hard;
-    pthread_mutex_t mu;         /* guards evq_*, stop_req, wake_closed */
-    rpc_ev *evq_head, *evq_tail;
-    bool stop_req;
-    bool wake_closed;           /* no uv_async_send() any more */
-    bool stopping, cancelled_rest;
-    rpc_conn *conns;
-    uint32_t n_conns;
-    uint64_t conns_total, calls_total;
-    uint64_t start;             /* uv_hrtime() */
-    th_front_ops ops;
-    void (*on_ready)(th_rpc_server *, void *);
-    void *ready_ud;
-    /* limits (host config; see the banner) */
-    uint32_t max_conns, max_conns_uid, max_proto_errors, conn_log_lines;
-    uint64_t idle_ms, frame_ms, max_buffered;
-    uint64_t fd_limit;          /* RLIMIT_NOFILE at start; 0: none */
-    uint64_t in_total, out_total;
-    uv_timer_t sweep;
-    bool budget_busy;           /* check_budget() is running */
-    rpc_ratelog rl_accept, rl_refuse, rl_budget, rl_timeout;
-    uint64_t refused, closed_idle, closed_frame, closed_budget,
-        closed_proto;
-};
-
-static void conn_close(rpc_conn *c, bool graceful, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 static void server_begin_stop(th_rpc_server *srv, const char *why);
 static void server_check_drained(th_rpc_server *srv);
 static void drain_events(th_rpc_server *srv);
 static void check_budget(th_rpc_server *srv);
-static void conn_log(rpc_conn *c, int level, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 static double ms_since(uint64_t t0)
 {
@@ -320,9 +191,7 @@ static void flush_pending(uv_prepare_t *h)
     }
 }
 
-static void send_error(rpc_conn *c, uint64_t msgid, int code, const char *fmt,
-                       ...) __attribute__((format(printf, 4, 5)));
-static void send_error(rpc_conn *c, uint64_t msgid, int code, const char *fmt,
+void send_error(rpc_conn *c, uint64_t msgid, int code, const char *fmt,
                        ...)
 {
     char msg[1024];
@@ -340,7 +209,7 @@ static void send_error(rpc_conn *c, uint64_t msgid, int code, const char *fmt,
 }
 
 /* Sends a response whose result is in `res` (a packed value). */
-static void send_result(rpc_conn *c, uint64_t msgid, th_buf *res)
+void send_result(rpc_conn *c, uint64_t msgid, th_buf *res)
 {
     th_buf b = TH_BUF_INIT;
     if (th_rpc_pack_response(&b, msgid, NULL, 0, res->data, res->len) == 0)
@@ -351,14 +220,14 @@ static void send_result(rpc_conn *c, uint64_t msgid, th_buf *res)
 }
 
 /* The plain confirmation `true`. */
-static void send_true(rpc_conn *c, uint64_t msgid)
+void send_true(rpc_conn *c, uint64_t msgid)
 {
     uint8_t t = 0xc3; /* msgpack true; send_result only reads it */
     th_buf r = {&t, 1, 0};
     send_result(c, msgid, &r);
 }
 
-static void send_notify(rpc_conn *c, const char *method, th_buf *params)
+void send_notify(rpc_conn *c, const char *method, th_buf *params)
 {
     th_buf b = TH_BUF_INIT;
     if (th_rpc_pack_notify(&b, method, params->data, params->len) == 0)
@@ -419,7 +288,7 @@ static void srv_log_flush(th_rpc_server *srv, rpc_ratelog *rl)
 /* A line about one connection that its client can provoke (bad messages,
  * error answers): at most max_conn_log_lines per connection, then one line
  * saying the rest is suppressed; the disconnect line gives the count. */
-static void conn_log(rpc_conn *c, int level, const char *fmt, ...)
+void conn_log(rpc_conn *c, int level, const char *fmt, ...)
 {
     if (level > th_log_get_level())
         return;
@@ -443,9 +312,7 @@ static void conn_log(rpc_conn *c, int level, const char *fmt, ...)
 /* Closes a connection for a limit, telling the client why first: the
  * notification host.disconnect [[code, message]] (best effort: written at
  * once if the socket takes it, dropped otherwise). */
-static void conn_kill(rpc_conn *c, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void conn_kill(rpc_conn *c, int code, const char *fmt, ...)
+void conn_kill(rpc_conn *c, int code, const char *fmt, ...)
 {
     if (c->closing)
         return;
@@ -517,30 +384,21 @@ static void check_budget(th_rpc_server *srv)
 
 /* Whether the peer may administer the host (host.reload, the whole
  * host.stats): the core decides (th_host_is_admin, admin: in the config). */
-static bool is_admin(const rpc_conn *c)
+bool is_admin(const rpc_conn *c)
 {
     return th_host_is_admin(c->srv->host, &c->who);
 }
 
 /* ---- Packing helpers ----------------------------------------------------- */
 
-/* The result map of a call (th/codec.h, the one encoder). */
-static int pack_result(th_buf *out, const th_result_copy *r)
+int pack_result(th_buf *out, const th_result_copy *r)
 {
     return th_codec_result_to_buf(out, r);
 }
 
-/* One tool as the protocol shows it: the schema module's tools.list entry
- * (docs/protocol.md, "tools.list"). */
-static int pack_tool(msgpack_packer *pk, th_buf *out, const th_tool *t)
-{
-    (void)out;
-    return th_codec_pack_tool(pk, t);
-}
-
 /* ---- Calls ------------------------------------------------------------------ */
 
-static void call_free(rpc_call *call)
+void call_free(rpc_call *call)
 {
     rpc_conn *c = call->conn;
     if (call->prev)
@@ -641,7 +499,7 @@ static void handle_call_event(th_rpc_server *srv, rpc_ev *ev)
 }
 
 /* Any thread: the core's event callback for one call. */
-static void on_call_event(const th_event *e, void *ud)
+void on_call_event(const th_event *e, void *ud)
 {
     rpc_call *call = ud;
     th_rpc_server *srv = call->conn->srv;
@@ -915,761 +773,6 @@ static void on_wake(uv_async_t *a)
         server_begin_stop(srv, "stop requested");
 }
 
-/* ---- Methods ---------------------------------------------------------------- */
-
-typedef void (*method_fn)(rpc_conn *c, uint64_t msgid,
-                          const msgpack_object *params);
-
-static bool param_u64(const msgpack_object *params, uint32_t i, uint64_t *v)
-{
-    if (params->via.array.size <= i)
-        return false;
-    const msgpack_object *o = &params->via.array.ptr[i];
-    if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
-        return false;
-    *v = o->via.u64;
-    return true;
-}
-
-static void m_ping(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
-{
-    (void)params;
-    th_buf r = TH_BUF_INIT;
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &r, th_buf_msgpack_write);
-    th_pack_cstr(&pk, "pong");
-    send_result(c, msgid, &r);
-    th_buf_free(&r);
-}
-
-static uint64_t rss_bytes(void)
-{
-    FILE *f = fopen("/proc/self/statm", "r");
-    unsigned long size = 0, rss = 0;
-    if (!f)
-        return 0;
-    if (fscanf(f, "%lu %lu", &size, &rss) != 2)
-        rss = 0;
-    fclose(f);
-    return (uint64_t)rss * (uint64_t)sysconf(_SC_PAGESIZE);
-}
-
-typedef struct stats_ctx {
-    msgpack_packer *pk;
-    th_buf *tools;
-    uint32_t n;
-    int e;
-    char **only;                /* not NULL: these tools only (sorted) */
-    size_t n_only, cap_only;
-} stats_ctx;
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* th_session_tools callback: the names a non-admin's stats may show. */
-static int stats_visible(const th_tool *t, void *ud)
-{
-    stats_ctx *sc = ud;
-    if (sc->n_only == sc->cap_only) {
-        size_t cap = sc->cap_only ? 2 * sc->cap_only : 16;
-        char **v = realloc(sc->only, cap * sizeof *v);
-        if (!v)
-            return TH_ENOMEM;
-        sc->only = v;
-        sc->cap_only = cap;
-    }
-    if (!(sc->only[sc->n_only] = strdup(t->name)))
-        return TH_ENOMEM;
-    sc->n_only++;
-    return 0;
-}
-
-static int stats_one(const th_tool_stats *st, void *ud)
-{
-    stats_ctx *sc = ud;
-    msgpack_packer *pk = sc->pk;
-    int e = 0;
-    if (sc->only && !bsearch(&st->tool, sc->only, sc->n_only,
-                             sizeof *sc->only, cmp_str))
-        return 0;
-    sc->n++;
-    e |= th_pack_cstr(pk, st->tool);
-    e |= msgpack_pack_map(pk, 12);
-    e |= th_pack_cstr(pk, "calls");
-    e |= msgpack_pack_uint64(pk, st->calls);
-    e |= th_pack_cstr(pk, "ok");
-    e |= msgpack_pack_uint64(pk, st->ok);
-    e |= th_pack_cstr(pk, "failed");
-    e |= msgpack_pack_uint64(pk, st->failed);
-    e |= th_pack_cstr(pk, "errors");
-    e |= msgpack_pack_uint64(pk, st->errors);
-    e |= th_pack_cstr(pk, "timeouts");
-    e |= msgpack_pack_uint64(pk, st->timeouts);
-    e |= th_pack_cstr(pk, "cancels");
-    e |= msgpack_pack_uint64(pk, st->cancels);
-    e |= th_pack_cstr(pk, "duplicates_rejected");
-    e |= msgpack_pack_uint64(pk, st->duplicates_rejected);
-    e |= th_pack_cstr(pk, "busy");
-    e |= msgpack_pack_uint64(pk, st->busy);
-    e |= th_pack_cstr(pk, "permission_denied");
-    e |= msgpack_pack_uint64(pk, st->permission_denied);
-    e |= th_pack_cstr(pk, "late_results");
-    e |= msgpack_pack_uint64(pk, st->late_results);
-    e |= th_pack_cstr(pk, "p50_ms");
-    e |= msgpack_pack_double(pk, st->p50_ms);
-    e |= th_pack_cstr(pk, "p99_ms");
-    e |= msgpack_pack_double(pk, st->p99_ms);
-    sc->e |= e;
-    return 0;
-}
-
-static void m_stats(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
-{
-    (void)params;
-    th_rpc_server *srv = c->srv;
-    th_buf r = TH_BUF_INIT, tools = TH_BUF_INIT;
-    msgpack_packer pk, tpk;
-    msgpack_packer_init(&pk, &r, th_buf_msgpack_write);
-    msgpack_packer_init(&tpk, &tools, th_buf_msgpack_write);
-    uint32_t inflight = 0;
-    for (rpc_conn *k = srv->conns; k; k = k->next)
-        inflight += k->inflight;
-    /* Not an admin: the tools of the caller's own toolsets, no reload
-     * section (it names plugin files and private copies). */
-    bool admin = is_admin(c);
-    stats_ctx sc = {.pk = &tpk, .tools = &tools};
-    int e = 0;
-    if (!admin) {
-        sc.only = calloc(1, sizeof *sc.only); /* an empty list, not NULL */
-        e |= !sc.only || th_session_tools(c->session, stats_visible, &sc);
-        if (!e)
-            qsort(sc.only, sc.n_only, sizeof *sc.only, cmp_str);
-    }
-    if (!e)
-        th_host_stats_foreach(srv->host, stats_one, &sc);
-    for (size_t i = 0; i < sc.n_only; i++)
-        free(sc.only[i]);
-    free(sc.only);
-    th_mgr_stats ms;
-    th_host_mgr_stats(srv->host, &ms);
-    e |= sc.e;
-    th_reloader *rl = admin ? th_host_reloader(srv->host) : NULL;
-    e |= msgpack_pack_map(&pk, rl ? 8 : 7);
-    if (rl) {
-        e |= th_pack_cstr(&pk, "reload");
-        e |= th_reload_stats_pack(rl, &pk);
-    }
-    e |= th_pack_cstr(&pk, "version");
-    e |= th_pack_cstr(&pk, TOOLHOST_VERSION);
-    e |= th_pack_cstr(&pk, "uptime_ms");
-    e |= msgpack_pack_uint64(&pk, (uv_hrtime() - srv->start) / 1000000u);
-    e |= th_pack_cstr(&pk, "connections");
-    e |= msgpack_pack_map(&pk, 7);
-    e |= th_pack_cstr(&pk, "current");
-    e |= msgpack_pack_uint32(&pk, srv->n_conns);
-    e |= th_pack_cstr(&pk, "total");
-    e |= msgpack_pack_uint64(&pk, srv->conns_total);
-    /* how often each limit bit (docs/config.md, "Connection limits") */
-    e |= th_pack_cstr(&pk, "refused");
-    e |= msgpack_pack_uint64(&pk, srv->refused);
-    e |= th_pack_cstr(&pk, "closed_idle");
-    e |= msgpack_pack_uint64(&pk, srv->closed_idle);
-    e |= th_pack_cstr(&pk, "closed_frame_timeout");
-    e |= msgpack_pack_uint64(&pk, srv->closed_frame);
-    e |= th_pack_cstr(&pk, "closed_buffer_budget");
-    e |= msgpack_pack_uint64(&pk, srv->closed_budget);
-    e |= th_pack_cstr(&pk, "closed_protocol_errors");
-    e |= msgpack_pack_uint64(&pk, srv->closed_proto);
-    e |= th_pack_cstr(&pk, "calls");
-    e |= msgpack_pack_map(&pk, 2);
-    e |= th_pack_cstr(&pk, "total");
-    e |= msgpack_pack_uint64(&pk, srv->calls_total);
-    e |= th_pack_cstr(&pk, "in_flight");
-    e |= msgpack_pack_uint32(&pk, inflight);
-    e |= th_pack_cstr(&pk, "memory");
-    e |= msgpack_pack_map(&pk, 1);
-    e |= th_pack_cstr(&pk, "rss_bytes");
-    e |= msgpack_pack_uint64(&pk, rss_bytes());
-    e |= th_pack_cstr(&pk, "manager");
-    e |= msgpack_pack_map(&pk, 9);
-    e |= th_pack_cstr(&pk, "workers");
-    e |= msgpack_pack_uint32(&pk, ms.workers);
-    e |= th_pack_cstr(&pk, "async_workers");
-    e |= msgpack_pack_uint32(&pk, ms.async_workers);
-    e |= th_pack_cstr(&pk, "queued");
-    e |= msgpack_pack_uint64(&pk, ms.queued);
-    e |= th_pack_cstr(&pk, "running");
-    e |= msgpack_pack_uint64(&pk, ms.running);
-    e |= th_pack_cstr(&pk, "live_tasks");
-    e |= msgpack_pack_uint64(&pk, ms.live_tasks);
-    e |= th_pack_cstr(&pk, "calls_total");
-    e |= msgpack_pack_uint64(&pk, ms.calls_total);
-    e |= th_pack_cstr(&pk, "inline_calls");
-    e |= msgpack_pack_uint64(&pk, ms.inline_calls);
-    e |= th_pack_cstr(&pk, "lost_workers");
-    e |= msgpack_pack_uint64(&pk, ms.lost_workers);
-    e |= th_pack_cstr(&pk, "lost_workers_now");
-    e |= msgpack_pack_uint32(&pk, ms.lost_workers_now);
-    e |= th_pack_cstr(&pk, "tools");
-    e |= msgpack_pack_map(&pk, sc.n);
-    e |= th_buf_append(&r, tools.data, tools.len);
-    if (e)
-        send_error(c, msgid, TH_ENOMEM, "out of memory");
-    else
-        send_result(c, msgid, &r);
-    th_buf_free(&r);
-    th_buf_free(&tools);
-}
-
-typedef struct list_ctx {
-    msgpack_packer pk;
-    th_buf *out;
-    uint32_t n;
-    int rc;
-} list_ctx;
-
-static int list_one(const th_tool *t, void *ud)
-{
-    list_ctx *lc = ud;
-    lc->n++;
-    if (pack_tool(&lc->pk, lc->out, t))
-        lc->rc = TH_ENOMEM;
-    return lc->rc;
-}
-
-static void m_list(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
-{
-    (void)params;
-    /* Pack the tools first, then the array header in front of them. */
-    th_buf tools = TH_BUF_INIT, r = TH_BUF_INIT;
-    list_ctx lc = {.out = &tools};
-    msgpack_packer_init(&lc.pk, &tools, th_buf_msgpack_write);
-    int rc = th_session_tools(c->session, list_one, &lc);
-    if (rc == 0)
-        rc = lc.rc;
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &r, th_buf_msgpack_write);
-    if (rc == 0 && (msgpack_pack_array(&pk, lc.n) ||
-                    th_buf_append(&r, tools.data, tools.len)))
-        rc = TH_ENOMEM;
-    if (rc)
-        send_error(c, msgid, rc, "listing the tools failed: %s",
-                   th_strerror(rc));
-    else
-        send_result(c, msgid, &r);
-    th_buf_free(&tools);
-    th_buf_free(&r);
-}
-
-/* Copies a str/bin param into `buf`; false when absent, not a string or
- * too long. */
-static bool param_str(const msgpack_object *params, uint32_t i, char *buf,
-                      size_t cap)
-{
-    const char *p;
-    size_t n;
-    if (params->via.array.size <= i ||
-        !th_rpc_obj_str(&params->via.array.ptr[i], &p, &n) || n >= cap ||
-        memchr(p, '\0', n))
-        return false;
-    memcpy(buf, p, n);
-    buf[n] = '\0';
-    return true;
-}
-
-/* A tool name param: true with `name` filled, or false after answering
- * what is wrong with it. */
-static bool param_name(rpc_conn *c, uint64_t msgid, const char *method,
-                       const char *shape, const msgpack_object *params,
-                       char *name, size_t cap)
-{
-    const char *p;
-    size_t n;
-    const msgpack_object *o = &params->via.array.ptr[0];
-    if (!th_rpc_obj_str(o, &p, &n)) {
-        send_error(c, msgid, TH_EINVAL, "%s takes %s: name must be a "
-                   "string, got %s", method, shape, th_rpc_obj_kind(o));
-        return false;
-    }
-    if (!param_str(params, 0, name, cap)) {
-        send_error(c, msgid, TH_EINVAL, "%s: a tool name is at most %zu "
-                   "bytes without NUL, got %zu bytes",
-                   method, cap - 1, n);
-        return false;
-    }
-    return true;
-}
-
-static void m_describe(rpc_conn *c, uint64_t msgid,
-                       const msgpack_object *params)
-{
-    char name[128];
-    uint32_t np = params->via.array.size;
-    if (np != 1) {
-        send_error(c, msgid, TH_EINVAL,
-                   "tools.describe takes [name], got %u params",
-                   (unsigned)np);
-        return;
-    }
-    if (!param_name(c, msgid, "tools.describe", "[name]", params, name,
-                    sizeof name))
-        return;
-    const th_tool *t = th_session_acquire(c->session, name);
-    if (!t) {
-        send_error(c, msgid, TH_EUNKNOWN_TOOL, "unknown tool '%s'", name);
-        return;
-    }
-    th_buf r = TH_BUF_INIT;
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &r, th_buf_msgpack_write);
-    int rc = pack_tool(&pk, &r, t);
-    th_tool_release(t);
-    if (rc)
-        send_error(c, msgid, TH_ENOMEM, "out of memory");
-    else
-        send_result(c, msgid, &r);
-    th_buf_free(&r);
-}
-
-static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
-{
-    th_rpc_server *srv = c->srv;
-    char name[128];
-    uint32_t np = params->via.array.size;
-    if (np < 1 || np > 3) {
-        send_error(c, msgid, TH_EINVAL,
-                   "tools.call takes [name, args, options?], got %u params",
-                   (unsigned)np);
-        return;
-    }
-    if (!param_name(c, msgid, "tools.call", "[name, args, options?]",
-                    params, name, sizeof name))
-        return;
-    const msgpack_object *args = np >= 2 ? &params->via.array.ptr[1] : NULL;
-    if (args && args->type == MSGPACK_OBJECT_NIL)
-        args = NULL;
-    if (args && args->type != MSGPACK_OBJECT_MAP) {
-        send_error(c, msgid, TH_EINVAL,
-                   "tools.call: args must be a map (or nil), got %s",
-                   th_rpc_obj_kind(args));
-        return;
-    }
-    th_call_opts opts = {0};
-    const msgpack_object *o = np == 3 ? &params->via.array.ptr[2] : NULL;
-    if (o && o->type != MSGPACK_OBJECT_NIL) {
-        if (o->type != MSGPACK_OBJECT_MAP) {
-            send_error(c, msgid, TH_EINVAL,
-                       "tools.call: options must be a map (or nil), got %s",
-                       th_rpc_obj_kind(o));
-            return;
-        }
-        for (uint32_t i = 0; i < o->via.map.size; i++) {
-            const msgpack_object *k = &o->via.map.ptr[i].key;
-            const msgpack_object *v = &o->via.map.ptr[i].val;
-            if (th_rpc_obj_streq(k, "timeout_ms")) {
-                if (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
-                    v->via.u64 > INT64_MAX) {
-                    send_error(c, msgid, TH_EINVAL,
-                               "tools.call: timeout_ms must be a positive "
-                               "integer");
-                    return;
-                }
-                opts.timeout_ms = (int64_t)v->via.u64;
-            } else if (th_rpc_obj_streq(k, "progress")) {
-                if (v->type != MSGPACK_OBJECT_BOOLEAN) {
-                    send_error(c, msgid, TH_EINVAL,
-                               "tools.call: progress must be a boolean");
-                    return;
-                }
-                opts.no_progress = !v->via.boolean;
-            } else {
-                const char *kp = "?";
-                size_t kn = 1;
-                th_rpc_obj_str(k, &kp, &kn);
-                send_error(c, msgid, TH_EINVAL,
-                           "tools.call: unknown option '%.*s' (known: "
-                           "timeout_ms, progress)",
-                           (int)(kn > 64 ? 64 : kn), kp);
-                return;
-            }
-        }
-    }
-    if (c->inflight >= srv->max_inflight) {
-        conn_close(c, false, "more than %u calls in flight",
-                   (unsigned)srv->max_inflight);
-        return;
-    }
-    th_buf ab = TH_BUF_INIT;
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &ab, th_buf_msgpack_write);
-    int prc = args ? msgpack_pack_object(&pk, *args) : msgpack_pack_map(&pk, 0);
-    rpc_call *call = calloc(1, sizeof *call);
-    if (prc || !call || !(call->tool = strdup(name))) {
-        if (call)
-            free(call->tool);
-        free(call);
-        th_buf_free(&ab);
-        send_error(c, msgid, TH_ENOMEM, "out of memory");
-        return;
-    }
-    call->conn = c;
-    call->msgid = msgid;
-    call->t0 = uv_hrtime();
-    call->next = c->calls;
-    if (c->calls)
-        c->calls->prev = call;
-    c->calls = call;
-    c->inflight++;
-    srv->calls_total++;
-    int rc = th_call_start(c->session, name, ab.data, ab.len, &opts,
-                           on_call_event, call, &call->call_id);
-    th_buf_free(&ab);
-    if (rc < 0) {
-        send_error(c, msgid, rc, "the call could not start: %s",
-                   th_strerror(rc));
-        call->responded = true;
-        c->inflight--;
-        call_free(call);
-        return;
-    }
-    th_log_debug("session=%llu tool=%s call=%llu msgid=%llu started",
-                 (unsigned long long)c->id, name,
-                 (unsigned long long)call->call_id,
-                 (unsigned long long)msgid);
-}
-
-static void m_tools_cancel(rpc_conn *c, uint64_t msgid,
-                           const msgpack_object *params, bool reply)
-{
-    uint64_t target;
-    if (!param_u64(params, 0, &target)) {
-        if (reply)
-            send_error(c, msgid, TH_EINVAL,
-                       "tools.cancel takes [msgid of a tools.call]");
-        return;
-    }
-    rpc_call *call = c->calls;
-    while (call && !(call->msgid == target && !call->responded))
-        call = call->next;
-    int rc = call ? th_call_cancel(c->session, call->call_id) : TH_ENOTFOUND;
-    if (!reply)
-        return;
-    if (rc < 0) {
-        send_error(c, msgid, rc, "no call in flight with msgid %llu",
-                   (unsigned long long)target);
-        return;
-    }
-    send_true(c, msgid);
-}
-
-static void m_cancel_req(rpc_conn *c, uint64_t msgid,
-                         const msgpack_object *params)
-{
-    m_tools_cancel(c, msgid, params, true);
-}
-
-/* ---- Tasks: the core's task store, packed by the codec ------------------- */
-
-typedef struct tasks_ctx {
-    th_session *s;
-    msgpack_packer pk;
-    uint32_t n;
-    int64_t now_ms;
-    int e;
-} tasks_ctx;
-
-static int64_t wall_ms(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-}
-
-/* The tasks this session started, live and finished. */
-static int list_task(const th_task_view *t, void *ud)
-{
-    tasks_ctx *tc = ud;
-    if (t->session_id != th_session_id(tc->s))
-        return 0;
-    tc->n++;
-    tc->e |= th_codec_pack_task(&tc->pk, t, tc->now_ms);
-    return 0;
-}
-
-static void m_tasks_list(rpc_conn *c, uint64_t msgid,
-                         const msgpack_object *params)
-{
-    (void)params;
-    th_buf items = TH_BUF_INIT, r = TH_BUF_INIT;
-    tasks_ctx tc = {.s = c->session, .now_ms = wall_ms()};
-    msgpack_packer_init(&tc.pk, &items, th_buf_msgpack_write);
-    int rc = th_task_foreach(c->session, list_task, &tc);
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &r, th_buf_msgpack_write);
-    if (rc == 0 && (tc.e || msgpack_pack_array(&pk, tc.n) ||
-                    th_buf_append(&r, items.data, items.len)))
-        rc = TH_ENOMEM;
-    if (rc)
-        send_error(c, msgid, rc, "listing the tasks failed: %s",
-                   th_strerror(rc));
-    else
-        send_result(c, msgid, &r);
-    th_buf_free(&items);
-    th_buf_free(&r);
-}
-
-static void m_tasks_cancel(rpc_conn *c, uint64_t msgid,
-                           const msgpack_object *params)
-{
-    uint64_t id;
-    if (!param_u64(params, 0, &id)) {
-        send_error(c, msgid, TH_EINVAL, "tasks.cancel takes [task_id]");
-        return;
-    }
-    /* Another uid's task is answered as if it did not exist. */
-    int rc = th_task_cancel(c->session, id);
-    if (rc == TH_ESTATE)
-        send_error(c, msgid, rc, "task %llu already finished",
-                   (unsigned long long)id);
-    else if (rc < 0)
-        send_error(c, msgid, rc, "no running task %llu",
-                   (unsigned long long)id);
-    else
-        send_true(c, msgid);
-}
-
-typedef struct result_ctx {
-    th_buf *out;
-    int rc;
-} result_ctx;
-
-/* The final result, or {status: "running", task_id, message} with the
- * last progress message (the view tasks.list shows). */
-static void result_one(const th_task_view *t, void *ud)
-{
-    result_ctx *rc = ud;
-    if (t->result) {
-        rc->rc = pack_result(rc->out, t->result);
-        return;
-    }
-    th_result_copy run;
-    memset(&run, 0, sizeof run);
-    run.kind = TH_RESULT_RUNNING;
-    run.task_id = t->task_id;
-    run.message = (char *)t->message;
-    rc->rc = pack_result(rc->out, &run);
-}
-
-static void m_tasks_result(rpc_conn *c, uint64_t msgid,
-                           const msgpack_object *params)
-{
-    uint64_t id;
-    if (!param_u64(params, 0, &id)) {
-        send_error(c, msgid, TH_EINVAL, "tasks.result takes [task_id]");
-        return;
-    }
-    th_buf r = TH_BUF_INIT;
-    result_ctx ctx = {&r, 0};
-    int rc = th_task_get(c->session, id, result_one, &ctx);
-    if (rc == TH_ENOTFOUND) {
-        /* A call of this session that is not (yet) a task. */
-        th_result_copy tmp;
-        if (th_task_result(c->session, id, &tmp) == TH_ESTATE) {
-            th_result_copy run;
-            memset(&run, 0, sizeof run);
-            run.kind = TH_RESULT_RUNNING;
-            run.task_id = id;
-            rc = ctx.rc = pack_result(&r, &run);
-        }
-        th_result_copy_free(&tmp);
-    }
-    if (rc == TH_ENOTFOUND)
-        /* Another uid's task (or one unknown here): not even its state. */
-        send_error(c, msgid, TH_ENOTFOUND,
-                   "no task %llu (unknown, expired, or not yours)",
-                   (unsigned long long)id);
-    else if (rc || ctx.rc)
-        send_error(c, msgid, TH_ENOMEM, "out of memory");
-    else
-        send_result(c, msgid, &r);
-    th_buf_free(&r);
-}
-
-/* host.reload: a reload on the reloader's thread; the answer (the
- * th_reload_result_pack map) goes to the connection if it is still there
- * (looked up by id: it may have closed meanwhile).  tools.changed reaches
- * every session through th_front_ops.tools_changed. */
-typedef struct reload_req {
-    th_rpc_server *srv;
-    uint64_t conn_id, msgid;
-} reload_req;
-
-static void reload_answered(const th_reload_result *res, void *ud)
-{
-    reload_req *q = ud;
-    rpc_conn *c = q->srv->conns;
-    while (c && c->id != q->conn_id)
-        c = c->next;
-    if (c && !c->closing) {
-        th_buf r = TH_BUF_INIT;
-        msgpack_packer pk;
-        msgpack_packer_init(&pk, &r, th_buf_msgpack_write);
-        if (th_reload_result_pack(res, &pk) != 0)
-            send_error(c, q->msgid, TH_ENOMEM, "out of memory");
-        else
-            send_result(c, q->msgid, &r);
-        th_buf_free(&r);
-    }
-    free(q);
-}
-
-static void m_reload(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
-{
-    (void)params;
-    th_rpc_server *srv = c->srv;
-    if (!is_admin(c)) {
-        char rule[512];
-        th_host_admin_rule(srv->host, rule, sizeof rule);
-        conn_log(c, TOOLHOST_LOG_WARN,
-                 "session=%llu uid=%u host.reload refused: not an admin",
-                 (unsigned long long)c->id, (unsigned)c->who.uid);
-        send_error(c, msgid, TH_EPERM,
-                   "host.reload needs an admin (%s); uid %u is not one",
-                   rule, (unsigned)c->who.uid);
-        return;
-    }
-    if (!srv->reload) {
-        send_error(c, msgid, TH_ESTATE,
-                   "reloads are off on this host (host.reload: off)");
-        return;
-    }
-    reload_req *q = malloc(sizeof *q);
-    if (!q) {
-        send_error(c, msgid, TH_ENOMEM, "out of memory");
-        return;
-    }
-    *q = (reload_req){srv, c->id, msgid};
-    int rc = th_reload_watch_request(srv->reload, reload_answered, q);
-    if (rc) {
-        free(q);
-        send_error(c, msgid, rc, "%s", rc == TH_ESTATE ? "the host is stopping"
-                                                      : "out of memory");
-    }
-}
-
-static const struct {
-    const char *name;
-    method_fn fn;
-} methods[] = {
-    {"tools.list", m_list},
-    {"tools.describe", m_describe},
-    {"tools.call", m_call},
-    {"tools.cancel", m_cancel_req},
-    {"tasks.list", m_tasks_list},
-    {"tasks.cancel", m_tasks_cancel},
-    {"tasks.result", m_tasks_result},
-    {"host.ping", m_ping},
-    {"host.stats", m_stats},
-    {"host.reload", m_reload},
-};
-
-/* Counts a protocol error; past max_protocol_errors the client is not
- * speaking the protocol and is disconnected. */
-static void conn_protocol_error(rpc_conn *c, const char *what)
-{
-    th_rpc_server *srv = c->srv;
-    if (++c->proto_errors < srv->max_proto_errors)
-        return;
-    srv->closed_proto++;
-    conn_kill(c, TH_EPROTO,
-              "%u protocol errors (max_protocol_errors), the last: %s",
-              (unsigned)c->proto_errors, what);
-}
-
-static void on_response(rpc_conn *c, const th_rpc_msg *m)
-{
-    rpc_perm **pp = &c->perms;
-    while (*pp && (*pp)->msgid != m->msgid)
-        pp = &(*pp)->next;
-    if (!*pp) {
-        conn_log(c, TOOLHOST_LOG_DEBUG,
-                 "session=%llu response to unknown msgid %llu ignored",
-                 (unsigned long long)c->id, (unsigned long long)m->msgid);
-        conn_protocol_error(c, "responses to requests never sent");
-        return;
-    }
-    rpc_perm *p = *pp;
-    *pp = p->next;
-    bool allow = m->error->type == MSGPACK_OBJECT_NIL &&
-                 m->result->type == MSGPACK_OBJECT_BOOLEAN &&
-                 m->result->via.boolean;
-    th_log_info("session=%llu call=%llu permission %s by the client",
-                (unsigned long long)c->id, (unsigned long long)p->call_id,
-                allow ? "granted" : "refused");
-    th_permission_answer(c->session, p->call_id, allow);
-    free(p);
-}
-
-static void dispatch(rpc_conn *c, const msgpack_object *o)
-{
-    th_rpc_msg m;
-    bool has_id;
-    th_error err;
-    if (th_rpc_msg_parse(o, &m, &has_id, &err) != 0) {
-        conn_log(c, TOOLHOST_LOG_WARN, "session=%llu bad message: %s",
-                 (unsigned long long)c->id, err.msg);
-        if (has_id) {
-            send_error(c, m.msgid, TH_EPROTO, "%s", err.msg);
-        } else {
-            /* Without a msgid there is no response to send: say it in a
-             * notification the client may ignore. */
-            th_buf p = TH_BUF_INIT;
-            msgpack_packer pk;
-            msgpack_packer_init(&pk, &p, th_buf_msgpack_write);
-            msgpack_pack_array(&pk, 1);
-            msgpack_pack_array(&pk, 2);
-            msgpack_pack_int(&pk, TH_EPROTO);
-            th_pack_cstr(&pk, err.msg);
-            send_notify(c, "host.protocol_error", &p);
-            th_buf_free(&p);
-        }
-        conn_protocol_error(c, err.msg);
-        return;
-    }
-    if (m.kind == TH_RPC_RESPONSE) {
-        on_response(c, &m);
-        return;
-    }
-    if (m.kind == TH_RPC_REQUEST && c->srv->stopping) {
-        send_error(c, m.msgid, TH_ESTATE, "the host is shutting down");
-        return;
-    }
-    for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++) {
-        if (strlen(methods[i].name) != m.method_len ||
-            memcmp(methods[i].name, m.method, m.method_len) != 0)
-            continue;
-        if (m.kind == TH_RPC_NOTIFY) {
-            /* Only cancellation makes sense without an answer. */
-            if (methods[i].fn == m_cancel_req)
-                m_tools_cancel(c, 0, m.params, false);
-            return;
-        }
-        methods[i].fn(c, m.msgid, m.params);
-        return;
-    }
-    if (m.kind == TH_RPC_NOTIFY) {
-        conn_log(c, TOOLHOST_LOG_DEBUG,
-                 "session=%llu notification '%.*s' ignored",
-                 (unsigned long long)c->id,
-                 (int)(m.method_len > 64 ? 64 : m.method_len), m.method);
-        return;
-    }
-    send_error(c, m.msgid, TH_ENOTFOUND, "unknown method '%.*s'",
-               (int)(m.method_len > 64 ? 64 : m.method_len), m.method);
-}
-
 /* ---- Connections ---------------------------------------------------------- */
 
 static void conn_maybe_free(rpc_conn *c)
@@ -1724,7 +827,7 @@ static void session_close_after(uv_work_t *w, int status)
     conn_maybe_free(c);
 }
 
-static void conn_close(rpc_conn *c, bool graceful, const char *fmt, ...)
+void conn_close(rpc_conn *c, bool graceful, const char *fmt, ...)
 {
     if (c->closing)
         return;
@@ -1836,7 +939,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             return;
         }
         framed = true;
-        dispatch(c, &c->msg.data);
+        rpc_dispatch(c, &c->msg.data);
         /* The frame's objects go now, not when the next frame comes. */
         msgpack_unpacked_destroy(&c->msg);
         if (c->closing || !c->reading)
@@ -2331,6 +1434,49 @@ static int start_listen(th_rpc_server *srv, const char *addr, th_error *err)
     return 0;
 }
 
+/* Whether epoll takes fd (a regular file or /dev/null it refuses, and
+ * libuv aborts on a read handle it cannot poll). */
+static bool pollable(int fd)
+{
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    if (ep < 0)
+        return true;
+    struct epoll_event ev = {.events = EPOLLIN};
+    bool ok = epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) == 0;
+    close(ep);
+    return ok;
+}
+
+/* Input that is a regular file or /dev/null: a thread copies it into a
+ * pipe whose other end is the connection's `in`, so reading, limits and
+ * end of input stay those of a pipe.  The thread ends at the end of the
+ * input or when the read end is gone (EPIPE; SIGPIPE is ignored); reading
+ * a regular file never blocks, so free_server() can join it once the
+ * handles are closed. */
+static void *relay_main(void *arg)
+{
+    th_rpc_server *srv = arg;
+    char buf[64 * 1024];
+    for (;;) {
+        ssize_t n = read(srv->relay_src, buf, sizeof buf);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        for (ssize_t off = 0; off < n;) {
+            ssize_t w = write(srv->relay_dst, buf + off, (size_t)(n - off));
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0)
+                goto out;
+            off += w;
+        }
+    }
+out:
+    close(srv->relay_dst);
+    return NULL;
+}
+
 static int start_stdio(th_rpc_server *srv, const th_rpc_serve_opts *o,
                        th_error *err)
 {
@@ -2344,9 +1490,28 @@ static int start_stdio(th_rpc_server *srv, const th_rpc_serve_opts *o,
     uv_pipe_init(&srv->loop, &c->in, 0);
     uv_pipe_init(&srv->loop, &c->out, 0);
     c->handles_open = 2;
+    if (!pollable(in)) {
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) != 0)
+            return th_error_set(err, TH_EIO, "stdin: pipe: %s",
+                                strerror(errno));
+        srv->relay_src = in;
+        srv->relay_dst = p[1];
+        if (pthread_create(&srv->relay, NULL, relay_main, srv) != 0) {
+            close(p[0]);
+            close(p[1]);
+            return th_error_set(err, TH_EIO, "stdin: cannot start a thread");
+        }
+        srv->relay_started = true;
+        th_log_debug("stdio: input is not a pipe or socket: relayed");
+        in = p[0];
+    }
     int rc = uv_pipe_open(&c->in, in);
-    if (rc < 0)
+    if (rc < 0) {
+        if (srv->relay_started)
+            close(in);
         return th_error_set(err, TH_EIO, "stdin: %s", uv_strerror(rc));
+    }
     if ((rc = uv_pipe_open(&c->out, out)) < 0)
         return th_error_set(err, TH_EIO, "stdout: %s", uv_strerror(rc));
     c->who.uid = (uint32_t)getuid();
@@ -2361,6 +1526,8 @@ static int start_stdio(th_rpc_server *srv, const th_rpc_serve_opts *o,
 static void free_server(th_rpc_server *srv)
 {
     drain_events(srv);
+    if (srv->relay_started)
+        pthread_join(srv->relay, NULL);
     free(srv->sock_path);
     pthread_mutex_destroy(&srv->mu);
     free(srv);
@@ -2428,6 +1595,7 @@ int th_rpc_serve(th_host *h, const th_rpc_serve_opts *o, th_error *err)
     srv->ops.ask_permission = front_ask_permission;
     srv->ops.tools_changed = front_tools_changed;
     srv->ops.task_tools_changed = front_task_tools_changed;
+    srv->ops.front = TOOLHOST_FRONT_RPC;
     srv->on_ready = o->on_ready;
     srv->ready_ud = o->ready_ud;
     srv->start = uv_hrtime();

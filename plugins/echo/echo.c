@@ -13,12 +13,17 @@ static int echo(void *state, const toolhost_tool *tool, toolhost_call *call,
     const char *text;
     size_t n;
     int rc = th_sdk_args_init(&a, args, len);
-    if (rc == 0)
-        rc = th_sdk_arg_string(&a, "text", &text, &n);
+    if (rc == 0 && (rc = th_sdk_arg_string(&a, "text", &text, &n)) != 0) {
+        th_sdk_args_destroy(&a);
+        return th_sdk_fail(call, "'text' must be a string: %s",
+                           th_sdk_strerror(rc));
+    }
     if (rc == 0)
         rc = th_sdk_write(call, TOOLHOST_STDOUT, text, n);
     th_sdk_args_destroy(&a);
-    return rc == 0 ? TOOLHOST_OK : TOOLHOST_FAILED;
+    if (rc != 0)
+        return th_sdk_fail(call, "echo: %s", th_sdk_strerror(rc));
+    return TOOLHOST_OK;
 }
 
 /* Async: the first progress update acknowledges the call; the caller gets

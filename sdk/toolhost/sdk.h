@@ -211,7 +211,12 @@ int th_sdk_arg_object(const th_sdk_args *a, const char *key,
                       const msgpack_object **out);
 
 /* A string as bytes: *s points into the argument bytes and is NOT
- * NUL-terminated; *len is its length (len may be NULL). */
+ * NUL-terminated; *len is its length (len may be NULL).  A string is a
+ * msgpack str, or a bin that is valid UTF-8 (the host's validator applies
+ * the same rule and refuses other bin for string parameters, with a
+ * message, before the tool runs); anything else is TH_SDK_ETYPE.  The
+ * string getters below follow the same rule.  A tool that fails on such an
+ * error should say why (th_sdk_fail), not fail with an empty stderr. */
 int th_sdk_arg_string(const th_sdk_args *a, const char *key, const char **s,
                       size_t *len);
 /* A string as a NUL-terminated copy owned by `a` (freed by

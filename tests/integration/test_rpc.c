@@ -845,6 +845,72 @@ static void test_sigterm_in_flight(void)
     rpc_srv_free(&s);
 }
 
+/* The one str/bin rule: a string argument sent as msgpack bin works when
+ * it is UTF-8 (validator and SDK agree), and is refused by validation with
+ * a reason when it is not -- never {ok: false} with an empty stderr. */
+static void bin_call(th_rpc_client *c, const char *tool, const char *bytes,
+                     size_t n, rpc_res *r)
+{
+    th_buf p = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &p, th_buf_msgpack_write);
+    msgpack_pack_array(&pk, 2);
+    th_pack_cstr(&pk, tool);
+    msgpack_pack_map(&pk, 1);
+    th_pack_cstr(&pk, "text");
+    msgpack_pack_bin_with_body(&pk, bytes, n);
+    memset(r, 0, sizeof *r);
+    msgpack_unpacked_init(&r->ue);
+    msgpack_unpacked_init(&r->ur);
+    th_error e;
+    int rc = th_rpc_client_call(c, "tools.call", p.data, p.len, NULL, NULL,
+                                &r->rep, &e);
+    th_buf_free(&p);
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+    size_t off = 0;
+    if (r->rep.result &&
+        msgpack_unpack_next(&r->ur, (const char *)r->rep.result,
+                            r->rep.result_len, &off) == MSGPACK_UNPACK_SUCCESS)
+        r->res = &r->ur.data;
+}
+
+static void test_bin_strings(void)
+{
+    rpc_srv s;
+    CU_ASSERT_FATAL(rpc_srv_start(&s, NULL) == 0);
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    const char *tools[] = {"echo", "echo_async"};
+    for (int i = 0; i < 2; i++) {
+        rpc_res r;
+        bin_call(c, tools[i], "h\xc3\xa9", 3, &r);
+        CU_ASSERT(r.res != NULL);
+        if (i == 0) {
+            CU_ASSERT(rpc_ok(r.res) && rpc_stdout_is(r.res, "h\xc3\xa9"));
+        } else { /* acknowledged as a task */
+            const msgpack_object *st = th_rpc_map_get(r.res, "status");
+            CU_ASSERT(st && th_rpc_obj_streq(st, "running"));
+        }
+        rpc_res_free(&r);
+
+        bin_call(c, tools[i], "\xff\xfe", 2, &r);
+        CU_ASSERT(r.res && !rpc_ok(r.res));
+        const msgpack_object *er = r.res ? th_rpc_map_get(r.res, "error")
+                                         : NULL;
+        const msgpack_object *code = er ? th_rpc_map_get(er, "code") : NULL;
+        const msgpack_object *msg = er ? th_rpc_map_get(er, "message") : NULL;
+        CU_ASSERT(code && th_rpc_obj_streq(code, "invalid_arguments"));
+        const char *p = NULL;
+        size_t n = 0;
+        CU_ASSERT(msg && th_rpc_obj_str(msg, &p, &n) &&
+                  memmem(p, n, "not UTF-8", 9) != NULL);
+        rpc_res_free(&r);
+    }
+    th_rpc_client_close(c);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+}
+
 /* ---- stdio ------------------------------------------------------------- */
 
 static void test_stdio(void)
@@ -924,6 +990,68 @@ static void test_stdio_bad_input(void)
     rpc_srv_free(&s);
 }
 
+/* stdin a regular file or /dev/null (epoll refuses both): read all the
+ * same, no abort (it used to end in SIGABRT, status 134). */
+static void stdio_from(const char *dir, const char *cfg, const char *in_path,
+                       th_test_run *r)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "exec '%s' serve --stdio -c '%s' < '%s' 2>>'%s/serve.log'",
+             rpc_server_bin(), cfg, in_path, dir);
+    char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+    CU_ASSERT_EQUAL(th_test_run_argv(argv, NULL, 30, 0, r), 0);
+}
+
+static void test_stdio_file_input(void)
+{
+    rpc_srv s;
+    memset(&s, 0, sizeof s);
+    s.in_fd = s.out_fd = -1;
+    s.dir = th_test_tmpdir();
+    rpc_write_config(&s, NULL);
+    th_test_run r;
+    stdio_from(s.dir, s.cfg, "/dev/null", &r);
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_EQUAL(r.out_len, 0);
+    th_test_run_free(&r);
+
+    th_buf in = TH_BUF_INIT, p = TH_BUF_INIT;
+    th_rpc_pack_request(&in, 1, "host.ping", NULL, 0);
+    rpc_pack_json(&p, "[\"echo\", {\"text\": \"from a file\"}]");
+    th_rpc_pack_request(&in, 2, "tools.call", p.data, p.len);
+    th_buf_free(&p);
+    char *path = th_test_write_file(s.dir, "in.bin", (const char *)in.data,
+                                    in.len);
+    th_buf_free(&in);
+    stdio_from(s.dir, s.cfg, path, &r);
+    CU_ASSERT_EQUAL(r.status, 0);
+    th_rpc_reader rd;
+    th_rpc_reader_init(&rd, 1 << 20);
+    msgpack_unpacked msg;
+    msgpack_unpacked_init(&msg);
+    th_rpc_reader_feed(&rd, r.out, r.out_len);
+    bool got[3] = {0};
+    th_error err;
+    while (th_rpc_reader_next(&rd, &msg, &err) > 0) {
+        const msgpack_object *m = &msg.data;
+        if (m->via.array.ptr[0].via.u64 == 1 &&
+            m->via.array.ptr[1].via.u64 <= 2) {
+            uint64_t id = m->via.array.ptr[1].via.u64;
+            got[id] = m->via.array.ptr[2].type == MSGPACK_OBJECT_NIL;
+            if (id == 2)
+                CU_ASSERT(rpc_stdout_is(&m->via.array.ptr[3], "from a file"));
+        }
+    }
+    CU_ASSERT(got[1] && got[2]);
+    msgpack_unpacked_destroy(&msg);
+    th_rpc_reader_destroy(&rd);
+    th_test_run_free(&r);
+    free(path);
+    s.reaped = true;
+    rpc_srv_free(&s);
+}
+
 /* ---- a client not written in C ---------------------------------------- */
 
 static void test_python_interop(void)
@@ -994,8 +1122,10 @@ void th_suite_rpc(void)
     CU_add_test(s, "access_control", test_access_control);
     CU_add_test(s, "disconnect_mid_call", test_disconnect_mid_call);
     CU_add_test(s, "sigterm_in_flight", test_sigterm_in_flight);
+    CU_add_test(s, "bin_strings", test_bin_strings);
     CU_add_test(s, "stdio", test_stdio);
     CU_add_test(s, "stdio_bad_input", test_stdio_bad_input);
+    CU_add_test(s, "stdio_file_input", test_stdio_file_input);
     CU_add_test(s, "python_interop", test_python_interop);
     CU_add_test(s, "socket_file", test_socket_file);
 }

@@ -96,6 +96,57 @@ static void test_result_done(void)
     th_result_copy_free(&r);
 }
 
+/* Structured output: the result map carries the JSON value of stdout,
+ * decoded, under `structured`; not when the text does not decode, not
+ * when the call failed. */
+static void test_result_structured(void)
+{
+    th_result_copy r;
+    memset(&r, 0, sizeof r);
+    r.kind = TH_RESULT_DONE;
+    r.ok = true;
+    r.structured = true;
+    const char *json = "{\"rows\": [1, -2, 2.5, \"x\", null, true]}";
+    th_buf_append(&r.out, json, strlen(json));
+    th_buf b;
+    msgpack_unpacked u;
+    th_result_copy back;
+    round_trip(&r, &b, &u, &back);
+    CU_ASSERT_EQUAL(u.data.via.map.size, 5);
+    const msgpack_object *sv = get(&u.data, "structured");
+    CU_ASSERT_FATAL(sv && sv->type == MSGPACK_OBJECT_MAP);
+    const msgpack_object *rows = get(sv, "rows");
+    CU_ASSERT_FATAL(rows && rows->type == MSGPACK_OBJECT_ARRAY &&
+                    rows->via.array.size == 6);
+    const msgpack_object *a = rows->via.array.ptr;
+    CU_ASSERT(a[0].type == MSGPACK_OBJECT_POSITIVE_INTEGER && a[0].via.u64 == 1);
+    CU_ASSERT(a[1].type == MSGPACK_OBJECT_NEGATIVE_INTEGER && a[1].via.i64 == -2);
+    CU_ASSERT(a[2].type == MSGPACK_OBJECT_FLOAT64 && a[2].via.f64 == 2.5);
+    CU_ASSERT(a[3].type == MSGPACK_OBJECT_STR);
+    CU_ASSERT(a[4].type == MSGPACK_OBJECT_NIL);
+    CU_ASSERT(a[5].type == MSGPACK_OBJECT_BOOLEAN && a[5].via.boolean);
+    CU_ASSERT(back.structured);
+    th_result_copy_free(&back);
+    msgpack_unpacked_destroy(&u);
+    th_buf_free(&b);
+
+    /* a failed call, or text that is not JSON: no `structured` */
+    for (int i = 0; i < 2; i++) {
+        r.ok = i == 0 ? false : true;
+        if (i == 1) {
+            th_buf_reset(&r.out);
+            th_buf_append(&r.out, "{cut", 4);
+        }
+        round_trip(&r, &b, &u, &back);
+        CU_ASSERT_EQUAL(u.data.via.map.size, 4);
+        CU_ASSERT(get(&u.data, "structured") == NULL);
+        th_result_copy_free(&back);
+        msgpack_unpacked_destroy(&u);
+        th_buf_free(&b);
+    }
+    th_result_copy_free(&r);
+}
+
 static void test_result_binary_stdout(void)
 {
     static const uint8_t bad[] = {'o', 'k', 0xff, 0xfe, 0x00, 'z'};
@@ -307,12 +358,13 @@ static void test_result_dup(void)
     r.kind = TH_RESULT_DONE;
     r.ok = true;
     r.task_id = 9;
+    r.structured = true;
     th_buf_append(&r.out, "o", 1);
     th_buf_append(&r.meta, "\x80", 1);
     th_result_copy d;
     CU_ASSERT_EQUAL_FATAL(th_result_copy_dup(&d, &r), 0);
     CU_ASSERT_TRUE(d.out.data != r.out.data && d.out.len == 1 && d.meta.len == 1 &&
-                   d.task_id == 9 && d.ok && !d.message);
+                   d.task_id == 9 && d.ok && !d.message && d.structured);
     th_result_copy_free(&d);
     th_result_copy_free(&r);
 }
@@ -322,6 +374,7 @@ void th_suite_codec(void)
     CU_pSuite s = CU_add_suite("codec", NULL, NULL);
     CU_add_test(s, "result_done", test_result_done);
     CU_add_test(s, "result_binary_stdout", test_result_binary_stdout);
+    CU_add_test(s, "result_structured", test_result_structured);
     CU_add_test(s, "result_errors_by_name", test_result_errors_by_name);
     CU_add_test(s, "result_running", test_result_running);
     CU_add_test(s, "progress", test_progress);

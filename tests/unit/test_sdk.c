@@ -157,6 +157,45 @@ static void test_args_init(void)
     CU_ASSERT_EQUAL(th_sdk_args_init(NULL, arr, 1), TH_SDK_EINVAL);
 }
 
+/* The one str/bin rule: a bin that is valid UTF-8 is a string for every
+ * string getter; other bin is TH_SDK_ETYPE (the host's validator refuses
+ * it first, see validate:bin_strings). */
+static void test_args_bin_strings(void)
+{
+    th_buf b = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
+#define K(s) msgpack_pack_str_with_body(&pk, s, strlen(s))
+    msgpack_pack_map(&pk, 5);
+    K("t"), msgpack_pack_bin_with_body(&pk, "h\xc3\xa9llo", 6);
+    K("raw"), msgpack_pack_bin_with_body(&pk, "\xff\xfe", 2);
+    K("sur"), msgpack_pack_bin_with_body(&pk, "\xed\xa0\x80", 3);
+    K("arr"), msgpack_pack_array(&pk, 2), K("a"),
+        msgpack_pack_bin_with_body(&pk, "bc", 2);
+    K("badarr"), msgpack_pack_array(&pk, 1),
+        msgpack_pack_bin_with_body(&pk, "\xc0\x80", 2);
+#undef K
+    th_sdk_args a;
+    CU_ASSERT_EQUAL_FATAL(th_sdk_args_init(&a, b.data, b.len), 0);
+    const char *s = NULL;
+    size_t n = 0;
+    CU_ASSERT_EQUAL(th_sdk_arg_string(&a, "t", &s, &n), 0);
+    CU_ASSERT(n == 6 && s && memcmp(s, "h\xc3\xa9llo", 6) == 0);
+    s = NULL;
+    CU_ASSERT_EQUAL(th_sdk_arg_cstr(&a, "t", &s), 0);
+    CU_ASSERT(s && strcmp(s, "h\xc3\xa9llo") == 0);
+    CU_ASSERT_STRING_EQUAL(th_sdk_arg_cstr_or(&a, "t", "d"), "h\xc3\xa9llo");
+    CU_ASSERT_EQUAL(th_sdk_arg_string(&a, "raw", &s, &n), TH_SDK_ETYPE);
+    CU_ASSERT_EQUAL(th_sdk_arg_cstr(&a, "raw", &s), TH_SDK_ETYPE);
+    CU_ASSERT_EQUAL(th_sdk_arg_string(&a, "sur", &s, &n), TH_SDK_ETYPE);
+    const char *const *ss = NULL;
+    CU_ASSERT_EQUAL(th_sdk_arg_strings(&a, "arr", &ss, &n), 0);
+    CU_ASSERT(n == 2 && ss && strcmp(ss[1], "bc") == 0);
+    CU_ASSERT_EQUAL(th_sdk_arg_strings(&a, "badarr", &ss, &n), TH_SDK_ETYPE);
+    th_sdk_args_destroy(&a);
+    th_buf_free(&b);
+}
+
 static void test_args_scalars(void)
 {
     th_buf b = TH_BUF_INIT;
@@ -1230,6 +1269,7 @@ void th_suite_sdk(void)
     CU_pSuite s = CU_add_suite("sdk", NULL, NULL);
     CU_add_test(s, "args_init", test_args_init);
     CU_add_test(s, "args_scalars", test_args_scalars);
+    CU_add_test(s, "args_bin_strings", test_args_bin_strings);
     CU_add_test(s, "args_arrays", test_args_arrays);
     CU_add_test(s, "strerror", test_strerror);
     CU_add_test(s, "writers", test_writers);

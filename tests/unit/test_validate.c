@@ -588,6 +588,55 @@ static void accepted(void)
     th_buf_free(&b);
 }
 
+/* The one str/bin rule (the SDK's th_sdk_arg_string applies the same): bin
+ * that is not UTF-8 is not a string, refused here with a reason instead
+ * of failing inside the tool with an empty stderr. */
+static void bin_strings(void)
+{
+    static const struct {
+        const char *key, *bytes;
+        size_t n;
+        const char *msg;
+    } cases[] = {
+        {"path", "\xff\xfe", 2,
+         "parameter 'path' must be a string, got binary data that is not "
+         "UTF-8 text"},
+        {"path", "a\xed\xa0\x80", 4, /* a surrogate */
+         "parameter 'path' must be a string, got binary data that is not "
+         "UTF-8 text"},
+        {"tags", "\xc0\x80", 2, /* overlong, in an array */
+         "parameter 'tags' must be an array of strings; tags[0] is binary "
+         "data that is not UTF-8 text"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        th_buf b = TH_BUF_INIT;
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
+        bool arr = strcmp(cases[i].key, "tags") == 0;
+        msgpack_pack_map(&pk, arr ? 2 : 1);
+        if (arr) {
+            msgpack_pack_str_with_body(&pk, "path", 4);
+            msgpack_pack_str_with_body(&pk, "a", 1);
+        }
+        msgpack_pack_str_with_body(&pk, cases[i].key, strlen(cases[i].key));
+        if (arr)
+            msgpack_pack_array(&pk, 1);
+        msgpack_pack_bin_with_body(&pk, cases[i].bytes, cases[i].n);
+        th_verr ve;
+        bool filled = false;
+        CU_ASSERT_EQUAL(th_validate_params("fs_read", tp, ntp, b.data, b.len,
+                                           NULL, &filled, &ve),
+                        TH_EARGS);
+        char want[256];
+        snprintf(want, sizeof want, "Error parsing arguments for fs_read: %s",
+                 cases[i].msg);
+        CU_ASSERT_STRING_EQUAL(ve.e.msg, want);
+        if (strcmp(ve.e.msg, want))
+            fprintf(stderr, "\n  got: %s\n", ve.e.msg);
+        th_buf_free(&b);
+    }
+}
+
 static void enum_values(void)
 {
     EXPECT("{\"path\":\"a\",\"mode\":\"medium\"}", "mode",
@@ -829,6 +878,7 @@ void th_suite_validate(void)
     CU_add_test(s, "accepted", accepted);
     CU_add_test(s, "constraints", constraints);
     CU_add_test(s, "enum_values", enum_values);
+    CU_add_test(s, "bin_strings", bin_strings);
     CU_add_test(s, "defaults_filled", defaults_filled);
     CU_add_test(s, "no_prefix", no_prefix);
     CU_add_test(s, "validate_call", validate_call);

@@ -167,6 +167,9 @@ typedef struct th_call_opts {
     bool no_progress;   /* do not deliver progress events */
     bool may_block;     /* the caller may block: a short sync call may run
                            inline on the calling thread */
+    const char *front;  /* toolhost_caller.front of this call (a static
+                           string), over the session's; NULL: the
+                           session's (th_front_ops.front) */
 } th_call_opts;
 
 typedef enum th_result_kind {
@@ -188,6 +191,9 @@ typedef struct th_result {
     int error;                /* ERROR: a TH_E* code (th_err_name) */
     const char *message;      /* ERROR: the message; RUNNING: the ack */
     uint64_t task_id;         /* RUNNING, and the DONE event of a task */
+    bool structured;          /* DONE, ok: stdout is one JSON value the
+                                 host checked (TOOLHOST_SEM_STRUCTURED,
+                                 output_schema); fronts send it decoded */
 } th_result;
 
 typedef enum th_event_kind {
@@ -254,6 +260,7 @@ typedef struct th_result_copy {
     int error;
     char *message;
     uint64_t task_id;
+    bool structured;          /* as in th_result */
 } th_result_copy;
 void th_result_copy_free(th_result_copy *r);
 int th_result_copy_from(th_result_copy *dst, const th_result *src);

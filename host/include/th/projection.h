@@ -60,6 +60,8 @@ typedef struct th_proj_result {
     th_buf meta;     /* DONE: a msgpack map, len 0 when none */
     int error;       /* ERROR: a TH_E* code (th_err_name gives its name) */
     char *message;   /* ERROR: malloc()ed, or NULL */
+    bool structured; /* DONE: stdout is checked structured output
+                        (th_result.structured) */
 } th_proj_result;
 
 void th_proj_result_init(th_proj_result *r);

@@ -1,0 +1,189 @@
+/* rpc_int.h - private to host/rpc: what server.c (connections, writing,
+ * limits, events, listening, shutdown) and rpc_methods.c (the methods) share.
+ *
+ * Every function declared here runs on the loop thread only, except
+ * on_call_event() (any thread; see server.c's banner).  Nothing outside
+ * host/rpc includes this header.
+ */
+#ifndef TH_RPC_INT_H
+#define TH_RPC_INT_H
+
+#include "front/rpc.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "front/reload_watch.h"
+
+typedef struct rpc_conn rpc_conn;
+typedef struct rpc_call rpc_call;
+
+/* A tools.call. */
+struct rpc_call {
+    rpc_call *next, *prev;      /* conn->calls */
+    rpc_conn *conn;
+    uint64_t msgid;
+    uint64_t call_id, task_id;
+    char *tool;
+    uint64_t t0;                /* uv_hrtime() at the request */
+    bool responded;             /* the response was sent */
+};
+
+/* A log line of one kind at most RATELOG_PER_SEC times a second. */
+typedef struct rpc_ratelog {
+    uint64_t t0;                /* uv_hrtime() / 1e6 when the second began
+                                   (not uv_now(): the loop may stay in one
+                                   accept callback for long) */
+    uint32_t n;
+    uint64_t suppressed;        /* since the last line written */
+    int level;                  /* of the last line */
+    char last[96];              /* its start, for the summary */
+} rpc_ratelog;
+
+/* A permission.request sent and not yet answered. */
+typedef struct rpc_perm {
+    struct rpc_perm *next;
+    uint64_t msgid, call_id;
+} rpc_perm;
+
+struct rpc_conn {
+    rpc_conn *next, *prev;      /* srv->conns */
+    th_rpc_server *srv;
+    uint64_t id;                /* the session id, for logs */
+    uv_pipe_t in, out;          /* socket: only `in` (both ways) */
+    bool two_handles;           /* stdio */
+    int handles_open;
+    th_rpc_reader rd;
+    msgpack_unpacked msg;
+    th_principal who;
+    th_session *session;
+    rpc_call *calls;
+    uint32_t inflight;          /* calls not yet answered */
+    uint64_t outbuf;            /* bytes in uv_write()s not yet done */
+    uint64_t next_msgid;        /* for our requests to the client */
+    rpc_perm *perms;
+    bool task_tools_listed;     /* what the client was last told (or saw at
+                                   connect): get_running_tasks is listed */
+    bool reading;
+    bool closing;               /* no more reads or writes */
+    bool flush_close;           /* close once outbuf drains */
+    th_buf pend;                /* frames sent during this loop turn, written
+                                   together by flush_pending() */
+    char *flush_reason;
+    bool session_closed;
+    uv_work_t close_work;
+    /* limits (all uv_now() times, ms) */
+    uint64_t in_counted;        /* pending input counted in srv->in_total */
+    uint64_t last_active;       /* last byte read, or last seen busy */
+    uint64_t frame_t0;          /* a partial frame began; 0: none */
+    uint32_t proto_errors;
+    uint32_t log_lines;         /* conn_log() lines written */
+    uint64_t log_suppressed;    /* and suppressed */
+    bool quiet;                 /* refused at accept: no disconnect line */
+};
+
+typedef enum {
+    EV_CALL = 1,
+    EV_PERM,
+    EV_TOOLS_CHANGED,
+    EV_TASK_TOOLS               /* only the task tools came or went */
+} rpc_ev_type;
+
+typedef struct rpc_ev {
+    struct rpc_ev *next;
+    rpc_ev_type type;
+    rpc_call *call;             /* EV_CALL */
+    rpc_conn *conn;             /* EV_PERM, EV_TOOLS_CHANGED, EV_TASK_TOOLS */
+    th_event_kind kind;
+    uint64_t call_id, task_id;
+    uint64_t origin;            /* EV_PERM: th_call_origin() of call_id */
+    bool has_result;
+    th_result_copy res;
+    double fraction;
+    char *message;
+    uint8_t *data;              /* progress data, permission args */
+    size_t data_len;
+    uint32_t coalesced;
+    char *tool, *reason;        /* EV_PERM */
+} rpc_ev;
+
+struct th_rpc_server {
+    uv_loop_t loop;
+    th_host *host;
+    const th_host_cfg *cfg;
+    uint64_t max_frame, max_outbuf, grace_ms;
+    uint32_t max_inflight;
+    bool stdio;
+    uv_pipe_t listener;
+    bool listening;
+    char *sock_path;            /* to unlink at the end */
+    bool bound;                 /* sock_path is ours */
+    uv_signal_t sigterm, sigint;
+    bool signals;
+    th_reload_watch *reload;    /* hot reload triggers (th/reload.h) */
+    uv_async_t wake;
+    uv_prepare_t flush;         /* before each poll: write what is pending */
+    uint32_t n_pending;         /* connections with pend.len > 0 */
+    uv_timer_t grace, hard;
+    pthread_mutex_t mu;         /* guards evq_*, stop_req, wake_closed */
+    rpc_ev *evq_head, *evq_tail;
+    bool stop_req;
+    bool wake_closed;           /* no uv_async_send() any more */
+    bool stopping, cancelled_rest;
+    rpc_conn *conns;
+    uint32_t n_conns;
+    uint64_t conns_total, calls_total;
+    uint64_t start;             /* uv_hrtime() */
+    th_front_ops ops;
+    void (*on_ready)(th_rpc_server *, void *);
+    void *ready_ud;
+    /* limits (host config; see the banner) */
+    uint32_t max_conns, max_conns_uid, max_proto_errors, conn_log_lines;
+    uint64_t idle_ms, frame_ms, max_buffered;
+    uint64_t fd_limit;          /* RLIMIT_NOFILE at start; 0: none */
+    uint64_t in_total, out_total;
+    uv_timer_t sweep;
+    bool budget_busy;           /* check_budget() is running */
+    rpc_ratelog rl_accept, rl_refuse, rl_budget, rl_timeout;
+    uint64_t refused, closed_idle, closed_frame, closed_budget,
+        closed_proto;
+    /* stdio input that epoll refuses (a file, /dev/null): start_stdio() */
+    pthread_t relay;
+    bool relay_started;
+    int relay_src, relay_dst;
+};
+
+/* ---- server.c: writing, logging, limits, calls, events ------------------- */
+
+/* Errors and results to a request of the client; notifications. */
+void send_error(rpc_conn *c, uint64_t msgid, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void send_result(rpc_conn *c, uint64_t msgid, th_buf *res);
+void send_true(rpc_conn *c, uint64_t msgid);
+void send_notify(rpc_conn *c, const char *method, th_buf *params);
+/* A line a client can provoke: at most max_conn_log_lines per connection. */
+void conn_log(rpc_conn *c, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Closes a connection after telling why in host.disconnect. */
+void conn_kill(rpc_conn *c, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void conn_close(rpc_conn *c, bool graceful, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* May use host.reload and see the whole host.stats. */
+bool is_admin(const rpc_conn *c);
+/* The result map of a call (th/codec.h, the one encoder). */
+int pack_result(th_buf *out, const th_result_copy *r);
+/* Unlinks and frees a call record. */
+void call_free(rpc_call *call);
+/* Any thread: the core's event callback for one call (th_call_start). */
+void on_call_event(const th_event *e, void *ud);
+
+/* ---- rpc_methods.c -------------------------------------------------------- */
+
+/* One parsed frame of the client: a request, a notification or a response
+ * to one of our requests (permission.request). */
+void rpc_dispatch(rpc_conn *c, const msgpack_object *o);
+
+#endif
