@@ -372,7 +372,7 @@ static void on_event(const th_event *e, void *ud)
         m->inflight--;
     pthread_cond_broadcast(&m->cv);
     json_t *res = mcp_tool_result(r, c->tool, c->call_id, c->out_type,
-                                  m->elicitation);
+                                  c->structured, m->elicitation);
     if (c->task) {
         c->updated_ms = mcp_wall_ms();
         c->status = r->kind == TH_RESULT_ERROR && r->error == TH_ECANCELLED
@@ -601,6 +601,9 @@ static void m_tools_call(th_mcp_session *m, const json_t *id,
     }
     bool async = (t->flags & TOOLHOST_TOOL_ASYNC) != 0;
     uint32_t out_type = t->stdout_type;
+    json_t *os = th_schema_output(t);
+    bool structured = th_schema_output_is_object(os);
+    json_decref(os);
     th_tool_release(t);
     if (task && !async) {
         mcp_send_error(m, id, MCP_METHOD_NOT_FOUND,
@@ -636,6 +639,7 @@ static void m_tools_call(th_mcp_session *m, const json_t *id,
     }
     c->m = m;
     c->out_type = out_type;
+    c->structured = structured;
     c->refs = 3; /* the list, the event, this function */
     c->id = json_deep_copy(id);
     c->last_progress = 0;
@@ -917,7 +921,8 @@ th_mcp_session *th_mcp_session_new(th_host *h, const th_principal *who,
     pthread_mutex_init(&m->mu, NULL);
     pthread_cond_init(&m->cv, NULL);
     th_front_ops ops = {.ask_permission = front_ask_permission,
-                        .tools_changed = front_tools_changed};
+                        .tools_changed = front_tools_changed,
+                        .front = "mcp"};
     m->s = th_session_open(h, &p, &ops, m);
     if (!m->s) {
         th_error_set(err, TH_ENOMEM, "cannot open a session (out of memory "

@@ -39,6 +39,8 @@ typedef struct mcp_call {
     json_t *token;           /* _meta.progressToken, or NULL */
     char *tool;
     uint32_t out_type;       /* the tool's stdout semantic type */
+    bool structured;         /* the tool declares an object output schema:
+                                structuredContent */
     uint64_t call_id;        /* 0 until th_call_start returned (or asked) */
     double last_progress;
     bool started;            /* th_call_start returned */
@@ -103,7 +105,7 @@ void mcp_request_done(struct th_mcp_session *m, const json_t *id);
 /* mcp_result.c: a CallToolResult for a final result.  NULL: no memory. */
 json_t *mcp_tool_result(const th_result *r, const char *tool,
                         uint64_t call_id, uint32_t out_type,
-                        bool elicitation);
+                        bool structured, bool elicitation);
 json_t *mcp_tool_error(const char *tool, int code, const char *message);
 
 /* mcp_tasks.c: the tasks/... methods over the session's task records. */

@@ -147,6 +147,32 @@ static void test_sdk_basic(void)
     free(dir);
 }
 
+/* ABI 1.1 over MCP with the SDK client: title, outputSchema,
+ * structuredContent (the SDK's own output validation passes), null for
+ * optional parameters, front=mcp. */
+static void test_sdk_structured(void)
+{
+    if (!have_node())
+        TH_SKIP("node is not installed");
+    char *dir = th_test_tmpdir();
+    char text[1024];
+    snprintf(text, sizeof text,
+             "host:\n"
+             "  reload: signal\n"
+             "plugins:\n"
+             "  - name: abi11_tools\n"
+             "    path: %s\n"
+             "toolsets:\n"
+             "  - name: t\n"
+             "    tools: [\"abi11_tools_rows\", \"abi11_tools_who\"]\n",
+             th_test_build_path("fixtures/abi11_tools.so"));
+    char *cfg = th_test_write_file(dir, "c.yaml", text, (size_t)-1);
+    run_script("structured.mjs", cfg);
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
 static void test_sdk_tasks(void)
 {
     if (!have_node())
@@ -758,6 +784,7 @@ void th_suite_mcp(void)
     CU_add_test(s, "toolset_option", test_toolset_option);
     CU_add_test(s, "sdk_permission", test_sdk_permission);
     CU_add_test(s, "sdk_basic", test_sdk_basic);
+    CU_add_test(s, "sdk_structured", test_sdk_structured);
     CU_add_test(s, "sdk_tasks", test_sdk_tasks);
     CU_add_test(s, "sdk_list_changed", test_sdk_list_changed);
     CU_add_test(s, "sdk_default_config", test_sdk_default_config);
