@@ -392,6 +392,14 @@ static hsess *sess_new(th_mcp_http *f, const char *user, unsigned *status)
     memset(&who, 0, sizeof who);
     who.uid = (uint32_t)-1;
     who.gid = (uint32_t)-1;
+    /* A token entry with `uid` acts as that local user for task
+     * ownership: the same user's RPC sessions see its toolset tasks. */
+    for (size_t i = 0; i < f->mc->n_tokens; i++)
+        if (f->mc->tokens[i].has_uid &&
+            strcmp(f->mc->tokens[i].user, user) == 0) {
+            who.uid = f->mc->tokens[i].uid;
+            break;
+        }
     who.user = s->user;
     th_mcp_opts o;
     memset(&o, 0, sizeof o);
@@ -1040,6 +1048,8 @@ static int mcfg_copy(th_mcp_cfg *d, const th_mcp_cfg *s)
         }
         th_mcp_token_cfg *t = &d->tokens[d->n_tokens];
         memcpy(t->sha256, st->sha256, sizeof t->sha256);
+        t->uid = st->uid;
+        t->has_uid = st->has_uid;
         if (!(t->user = strdup(st->user)))
             return -1;
         d->n_tokens++;

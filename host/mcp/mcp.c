@@ -263,13 +263,6 @@ static void call_free(mcp_call *c)
 {
     json_decref(c->id);
     json_decref(c->token);
-    json_decref(c->result);
-    while (c->waiters) {
-        mcp_waiter *w = c->waiters;
-        c->waiters = w->next;
-        json_decref(w->id);
-        free(w);
-    }
     free(c->status_msg);
     free(c->tool);
     free(c);
@@ -371,16 +364,18 @@ static void on_event(const th_event *e, void *ud)
     if (m->inflight)
         m->inflight--;
     pthread_cond_broadcast(&m->cv);
-    json_t *res = mcp_tool_result(r, c->tool, c->call_id, c->out_type,
-                                  c->structured, m->elicitation);
+    json_t *res = c->task ? NULL
+                          : mcp_tool_result(r, c->tool, c->call_id,
+                                            c->out_type, c->structured,
+                                            m->elicitation);
     if (c->task) {
         c->updated_ms = mcp_wall_ms();
         c->status = r->kind == TH_RESULT_ERROR && r->error == TH_ECANCELLED
                         ? MCP_TASK_CANCELLED
                     : r->kind == TH_RESULT_DONE && r->ok ? MCP_TASK_COMPLETED
                                                          : MCP_TASK_FAILED;
-        json_decref(c->result);
-        c->result = res;
+        /* The result is the core's (th_task_get, th_task_wait). */
+        json_decref(res);
         if (c->announced)
             mcp_task_ended_locked(m, c);
     } else {
@@ -1028,6 +1023,7 @@ void th_mcp_session_free(th_mcp_session *m)
     for (size_t i = 0; i < k; i++)
         th_call_cancel(m->s, ids[i]);
     free(ids);
+    mcp_tasks_stop_waiters(m);
     th_session_close(m->s);
     while (m->calls) {
         mcp_call *c = m->calls;

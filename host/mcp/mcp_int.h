@@ -25,8 +25,17 @@ typedef enum mcp_task_status {
     MCP_TASK_CANCELLED
 } mcp_task_status;
 
-typedef struct mcp_waiter { /* a tasks/result waiting for the end */
-    json_t *id;
+/* A tasks/result waiting for the end of a task: a thread in th_task_wait
+ * (mcp_tasks.c).  Under m->mu: the list and `done`. */
+typedef struct mcp_waiter {
+    struct th_mcp_session *m;
+    pthread_t th;
+    json_t *id;              /* the request id (owned) */
+    uint64_t task_id;
+    char *tool;
+    uint32_t out_type;
+    bool structured;
+    bool done;               /* the thread ended: join it */
     struct mcp_waiter *next;
 } mcp_waiter;
 
@@ -54,8 +63,6 @@ typedef struct mcp_call {
     mcp_task_status status;
     char *status_msg;
     int64_t created_ms, updated_ms, ttl_ms;
-    json_t *result;          /* the CallToolResult once ended */
-    mcp_waiter *waiters;
     struct mcp_call *next;
 } mcp_call;
 
@@ -84,6 +91,10 @@ struct th_mcp_session {
     pthread_t timer;
     bool timer_started, stop;
     uint64_t task_seq;
+    /* tasks/result requests waiting in th_task_wait (mcp_tasks.c) */
+    mcp_waiter *waiters;
+    size_t n_waiters;
+    volatile int wait_stop;  /* the session closes: the waits end */
     bool deferred;           /* input thread: the request being dispatched
                                 is answered later (request_done then) */
 };
@@ -118,8 +129,11 @@ void mcp_tasks_list(struct th_mcp_session *m, const json_t *id,
                     const json_t *params);
 void mcp_tasks_cancel(struct th_mcp_session *m, const json_t *id,
                       const json_t *params);
-/* A task ended (m->mu held): answers its waiters, sends the status. */
+/* A task ended (m->mu held): sends notifications/tasks/status. */
 void mcp_task_ended_locked(struct th_mcp_session *m, mcp_call *c);
+/* Ends the waiting tasks/result requests (session close, m->mu not
+ * held): they get no answer. */
+void mcp_tasks_stop_waiters(struct th_mcp_session *m);
 /* Drops expired finished task records (m->mu held). */
 void mcp_tasks_expire_locked(struct th_mcp_session *m, int64_t now_ms);
 void mcp_call_unref_locked(struct th_mcp_session *m, mcp_call *c);
