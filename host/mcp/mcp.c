@@ -263,6 +263,7 @@ static void call_free(mcp_call *c)
 {
     json_decref(c->id);
     json_decref(c->token);
+    json_decref(c->result);
     free(c->status_msg);
     free(c->tool);
     free(c);
@@ -350,6 +351,11 @@ static void on_event(const th_event *e, void *ud)
     if (!r || r->kind == TH_RESULT_RUNNING) {
         if (c->task)
             c->updated_ms = mcp_wall_ms();
+        if (r && c->task) {
+            c->acked = true;
+            if (c->announce_pending)
+                mcp_task_announce_locked(m, c, true);
+        }
         if (r && c->token && !c->client_cancelled) {
             /* The acknowledgement carries the first progress message. */
             th_event pe = {.kind = TH_EV_PROGRESS, .fraction = -1,
@@ -364,19 +370,24 @@ static void on_event(const th_event *e, void *ud)
     if (m->inflight)
         m->inflight--;
     pthread_cond_broadcast(&m->cv);
-    json_t *res = c->task ? NULL
-                          : mcp_tool_result(r, c->tool, c->call_id,
-                                            c->out_type, c->structured,
-                                            m->elicitation);
+    json_t *res = c->task && c->acked
+                      ? NULL
+                      : mcp_tool_result(r, c->tool, c->call_id,
+                                        c->out_type, c->structured,
+                                        m->elicitation);
     if (c->task) {
         c->updated_ms = mcp_wall_ms();
         c->status = r->kind == TH_RESULT_ERROR && r->error == TH_ECANCELLED
                         ? MCP_TASK_CANCELLED
                     : r->kind == TH_RESULT_DONE && r->ok ? MCP_TASK_COMPLETED
                                                          : MCP_TASK_FAILED;
-        /* The result is the core's (th_task_get, th_task_wait). */
-        json_decref(res);
-        if (c->announced)
+        /* An acknowledged task's result is the core's (th_task_get,
+         * th_task_wait); one that failed before has only this one. */
+        json_decref(c->result);
+        c->result = res;
+        if (c->announce_pending)
+            mcp_task_announce_locked(m, c, true);
+        else if (c->announced)
             mcp_task_ended_locked(m, c);
     } else {
         if (!c->client_cancelled && !c->no_response)
@@ -681,14 +692,15 @@ static void m_tools_call(th_mcp_session *m, const json_t *id,
     if (c->task) {
         snprintf(c->task_id, sizeof c->task_id, "%llu",
                  (unsigned long long)call_id);
-        json_t *res = json_pack("{s:o}", "task", mcp_task_json(c));
-        mcp_send_result(m, id, res);
-        c->announced = true;
-        if (c->finished)
-            mcp_task_ended_locked(m, c);
-        else
-            send_notification(m, "notifications/tasks/status",
-                              mcp_task_json(c), NULL);
+        if (c->acked || c->finished) {
+            mcp_task_announce_locked(m, c, false);
+        } else {
+            /* The core knows the task from its acknowledgement on: the
+             * CreateTaskResult waits for it (on_event), so tasks/get right
+             * after it finds the task. */
+            c->announce_pending = true;
+            m->deferred = true;
+        }
     }
     mcp_call_unref_locked(m, c);
     pthread_mutex_unlock(&m->mu);
@@ -908,6 +920,9 @@ th_mcp_session *th_mcp_session_new(th_host *h, const th_principal *who,
     m->t = *t;
     m->ud = ud;
     m->http = o->http;
+    /* A token user without `uid`: the core's uid rule cannot tell it from
+     * another such user, so it sees only its own session's tasks. */
+    m->own_tasks_only = p.uid == (uint32_t)-1 && !p.trusted;
     m->log_level = 3; /* warning, until logging/setLevel */
     m->max_message = o->max_message ? o->max_message
                      : cfg->host.mcp_max_message
@@ -1028,7 +1043,7 @@ void th_mcp_session_free(th_mcp_session *m)
     while (m->calls) {
         mcp_call *c = m->calls;
         m->calls = c->next;
-        if (!c->task && !c->no_response)
+        if ((!c->task || c->announce_pending) && !c->no_response)
             mcp_request_done(m, c->id);
         call_free(c);
     }

@@ -59,6 +59,11 @@ typedef struct mcp_call {
     /* Task-augmented (2025-11-25 tasks). */
     bool task;
     bool announced;          /* CreateTaskResult sent */
+    bool announce_pending;   /* sent at the acknowledgement (the core's
+                                store knows a task from then on) */
+    bool acked;              /* the core acknowledged it: a core task */
+    json_t *result;          /* never acknowledged (it failed first): its
+                                CallToolResult, as the core has no task */
     char task_id[32];
     mcp_task_status status;
     char *status_msg;
@@ -95,6 +100,8 @@ struct th_mcp_session {
     mcp_waiter *waiters;
     size_t n_waiters;
     volatile int wait_stop;  /* the session closes: the waits end */
+    bool own_tasks_only;     /* no uid (a token without `uid`): only the
+                                tasks this session started are visible */
     bool deferred;           /* input thread: the request being dispatched
                                 is answered later (request_done then) */
 };
@@ -129,6 +136,10 @@ void mcp_tasks_list(struct th_mcp_session *m, const json_t *id,
                     const json_t *params);
 void mcp_tasks_cancel(struct th_mcp_session *m, const json_t *id,
                       const json_t *params);
+/* Sends the CreateTaskResult of task call c (m->mu held); `deferred`:
+ * the request waited for it (then it ends the request). */
+void mcp_task_announce_locked(struct th_mcp_session *m, mcp_call *c,
+                              bool deferred);
 /* A task ended (m->mu held): sends notifications/tasks/status. */
 void mcp_task_ended_locked(struct th_mcp_session *m, mcp_call *c);
 /* Ends the waiting tasks/result requests (session close, m->mu not

@@ -75,7 +75,7 @@ json_t *mcp_task_json(const mcp_call *c)
 /* ---- The core's view of a task ------------------------------------------------ */
 
 typedef struct core_task {
-    uint64_t id;
+    uint64_t id, session_id;
     th_task_state state;
     int64_t created_ms, updated_ms;
     char *message;
@@ -100,6 +100,7 @@ static void core_task_free(core_task *t)
 static void core_copy(const th_task_view *v, core_task *t)
 {
     t->id = v->task_id;
+    t->session_id = v->session_id;
     t->state = v->state;
     t->created_ms = v->started_ms;
     t->updated_ms = v->ended_ms ? v->ended_ms : v->last_update_ms;
@@ -120,6 +121,26 @@ static void core_copy(const th_task_view *v, core_task *t)
 static void core_one(const th_task_view *v, void *ud)
 {
     core_copy(v, ud);
+}
+
+/* Whether this session may see the task the core showed it: a session
+ * without a uid (a token user without `uid`) only its own, as the core's
+ * rule compares uids and every such user has none. */
+static bool may_see(th_mcp_session *m, const core_task *t)
+{
+    return !m->own_tasks_only || t->session_id == th_session_id(m->s);
+}
+
+/* th_task_get through may_see: 0 or TH_ENOTFOUND. */
+static int task_get(th_mcp_session *m, uint64_t id, core_task *t)
+{
+    if (th_task_get(m->s, id, core_one, t) != 0)
+        return TH_ENOTFOUND;
+    if (!may_see(m, t)) {
+        core_task_free(t);
+        return TH_ENOTFOUND;
+    }
+    return 0;
 }
 
 static bool parse_id(const json_t *params, uint64_t *id)
@@ -249,6 +270,50 @@ static json_t *task_result_json(th_mcp_session *m, uint64_t id,
 
 /* ---- Our records ------------------------------------------------------------------ */
 
+void mcp_task_announce_locked(th_mcp_session *m, mcp_call *c, bool deferred)
+{
+    c->announce_pending = false;
+    c->announced = true;
+    mcp_send_result(m, c->id, json_pack("{s:o}", "task", mcp_task_json(c)));
+    if (deferred)
+        mcp_request_done(m, c->id);
+    if (c->finished) {
+        mcp_task_ended_locked(m, c);
+    } else {
+        json_t *msg = json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0",
+                                "method", "notifications/tasks/status",
+                                "params", mcp_task_json(c));
+        if (msg)
+            mcp_send(m, msg, NULL);
+    }
+}
+
+/* A task the core never knew (it ended before its acknowledgement): our
+ * record, or NULL (m->mu held). */
+static mcp_call *unacked_locked(th_mcp_session *m, const json_t *params)
+{
+    uint64_t id;
+    if (!parse_id(params, &id))
+        return NULL;
+    mcp_call *c = record_locked(m, id);
+    return c && !c->acked && c->finished ? c : NULL;
+}
+
+static json_t *related(const mcp_call *c)
+{
+    json_t *r = json_deep_copy(c->result);
+    if (!r)
+        return NULL;
+    json_t *meta = json_object_get(r, "_meta");
+    if (!meta) {
+        meta = json_object();
+        json_object_set_new(r, "_meta", meta);
+    }
+    json_object_set_new(meta, "io.modelcontextprotocol/related-task",
+                        json_pack("{s:s}", "taskId", c->task_id));
+    return r;
+}
+
 void mcp_task_ended_locked(th_mcp_session *m, mcp_call *c)
 {
     json_t *msg = json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method",
@@ -282,8 +347,15 @@ void mcp_tasks_get(th_mcp_session *m, const json_t *id, const json_t *params)
 {
     uint64_t tid;
     core_task t = {0};
-    if (!parse_id(params, &tid) || th_task_get(m->s, tid, core_one, &t) != 0) {
-        mcp_send_error(m, id, MCP_INVALID_PARAMS, "%s", unknown_msg);
+    if (!parse_id(params, &tid) || task_get(m, tid, &t) != 0) {
+        pthread_mutex_lock(&m->mu);
+        mcp_call *c = unacked_locked(m, params);
+        json_t *j = c ? mcp_task_json(c) : NULL;
+        pthread_mutex_unlock(&m->mu);
+        if (j)
+            mcp_send_result(m, id, j);
+        else
+            mcp_send_error(m, id, MCP_INVALID_PARAMS, "%s", unknown_msg);
         return;
     }
     pthread_mutex_lock(&m->mu);
@@ -365,8 +437,15 @@ void mcp_tasks_result(th_mcp_session *m, const json_t *id,
 {
     uint64_t tid;
     core_task t = {.with_result = true};
-    if (!parse_id(params, &tid) || th_task_get(m->s, tid, core_one, &t) != 0) {
-        mcp_send_error(m, id, MCP_INVALID_PARAMS, "%s", unknown_msg);
+    if (!parse_id(params, &tid) || task_get(m, tid, &t) != 0) {
+        pthread_mutex_lock(&m->mu);
+        mcp_call *c = unacked_locked(m, params);
+        json_t *r = c && c->result ? related(c) : NULL;
+        pthread_mutex_unlock(&m->mu);
+        if (r)
+            mcp_send_result(m, id, r);
+        else
+            mcp_send_error(m, id, MCP_INVALID_PARAMS, "%s", unknown_msg);
         return;
     }
     if (t.oom) {
@@ -437,6 +516,7 @@ void mcp_tasks_result(th_mcp_session *m, const json_t *id,
 /* ---- tasks/list ------------------------------------------------------------------ */
 
 typedef struct list_ctx {
+    th_mcp_session *m;
     core_task *v;
     size_t n, cap;
     bool oom;
@@ -455,6 +535,8 @@ static int list_each(const th_task_view *tv, void *ud)
         x->v = v;
         x->cap = cap;
     }
+    if (x->m->own_tasks_only && tv->session_id != th_session_id(x->m->s))
+        return 0;
     core_task *t = &x->v[x->n++];
     memset(t, 0, sizeof *t);
     core_copy(tv, t);
@@ -476,7 +558,7 @@ void mcp_tasks_list(th_mcp_session *m, const json_t *id,
         }
         off = (size_t)v;
     }
-    list_ctx x = {0};
+    list_ctx x = {.m = m};
     int rc = th_task_foreach(m->s, list_each, &x);
     if (rc != 0 || x.oom) {
         for (size_t i = 0; i < x.n; i++)
@@ -485,13 +567,21 @@ void mcp_tasks_list(th_mcp_session *m, const json_t *id,
         mcp_send_error(m, id, MCP_INTERNAL_ERROR, "out of memory");
         return;
     }
-    json_t *arr = json_array();
+    json_t *all = json_array();
     pthread_mutex_lock(&m->mu);
     mcp_tasks_expire_locked(m, mcp_wall_ms());
-    for (size_t i = off; arr && i < x.n && i < off + TASK_PAGE; i++)
-        json_array_append_new(arr, task_json_locked(m, &x.v[i]));
+    for (size_t i = 0; all && i < x.n; i++)
+        json_array_append_new(all, task_json_locked(m, &x.v[i]));
+    /* and ours the core never knew (ended before their acknowledgement) */
+    for (mcp_call *c = m->calls; all && c; c = c->next)
+        if (c->task && c->announced && !c->acked && c->finished)
+            json_array_append_new(all, mcp_task_json(c));
     pthread_mutex_unlock(&m->mu);
-    size_t n = x.n;
+    size_t n = json_array_size(all);
+    json_t *arr = json_array();
+    for (size_t i = off; arr && i < n && i < off + TASK_PAGE; i++)
+        json_array_append(arr, json_array_get(all, i));
+    json_decref(all);
     for (size_t i = 0; i < x.n; i++)
         core_task_free(&x.v[i]);
     free(x.v);
@@ -514,13 +604,26 @@ void mcp_tasks_cancel(th_mcp_session *m, const json_t *id,
         mcp_send_error(m, id, MCP_INVALID_PARAMS, "unknown taskId");
         return;
     }
+    core_task t = {0};
+    if (task_get(m, tid, &t) != 0) {
+        pthread_mutex_lock(&m->mu);
+        bool ended = unacked_locked(m, params) != NULL;
+        pthread_mutex_unlock(&m->mu);
+        if (ended)
+            mcp_send_error(m, id, MCP_INVALID_PARAMS,
+                           "task already ended (failed): it cannot be "
+                           "cancelled");
+        else
+            mcp_send_error(m, id, MCP_INVALID_PARAMS, "unknown taskId");
+        return;
+    }
+    core_task_free(&t);
     int rc = th_task_cancel(m->s, tid);
     if (rc == TH_ENOTFOUND) {
         mcp_send_error(m, id, MCP_INVALID_PARAMS, "unknown taskId");
         return;
     }
-    core_task t = {0};
-    if (th_task_get(m->s, tid, core_one, &t) != 0) {
+    if (task_get(m, tid, &t) != 0) {
         mcp_send_error(m, id, MCP_INVALID_PARAMS, "unknown taskId");
         return;
     }

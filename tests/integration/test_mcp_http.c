@@ -979,6 +979,60 @@ static void test_task_cross_front(void)
     mh_free(&m);
 }
 
+/* Token users without `uid` have no uid: the core cannot tell them apart
+ * by uid, so over MCP each sees only its own session's tasks (alice's
+ * toolset-scoped task is unknown to carol). */
+static void test_task_no_uid_private(void)
+{
+    mh_srv m;
+    CU_ASSERT_FATAL(mh_start_ex2(&m, NULL, NULL, "    scope: toolset\n") == 0);
+    char a[80], c[80], h[512];
+    CU_ASSERT_FATAL(mh_session(m.port, ALICE, a) == 0);
+    CU_ASSERT_FATAL(mh_session(m.port, CAROL, c) == 0);
+    sess_hdrs(h, sizeof h, ALICE, a);
+    hres r;
+    http_do(m.port, "POST", h,
+            "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\","
+            "\"params\":{\"name\":\"echo_async\",\"arguments\":{\"text\":"
+            "\"mine\",\"steps\":5,\"delay_ms\":100},\"task\":{\"ttl\":"
+            "60000}}}",
+            &r);
+    unsigned long long task = 0;
+    const char *p = r.text ? strstr(r.text, "\"taskId\":\"") : NULL;
+    if (p)
+        task = strtoull(p + 10, NULL, 10);
+    free(r.text);
+    CU_ASSERT_FATAL(task != 0);
+    char body[256], want[64];
+    snprintf(want, sizeof want, "\"taskId\":\"%llu\"", task);
+    /* alice sees it */
+    snprintf(body, sizeof body,
+             "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tasks/get\","
+             "\"params\":{\"taskId\":\"%llu\"}}",
+             task);
+    http_do(m.port, "POST", h, body, &r);
+    CU_ASSERT(has(&r, want));
+    free(r.text);
+    /* carol does not: not by tasks/get, tasks/list, tasks/cancel */
+    sess_hdrs(h, sizeof h, CAROL, c);
+    http_do(m.port, "POST", h, body, &r);
+    CU_ASSERT(has(&r, "unknown taskId"));
+    free(r.text);
+    http_do(m.port, "POST", h,
+            "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tasks/list\"}", &r);
+    CU_ASSERT(r.text && !strstr(r.text, want));
+    free(r.text);
+    snprintf(body, sizeof body,
+             "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tasks/cancel\","
+             "\"params\":{\"taskId\":\"%llu\"}}",
+             task);
+    http_do(m.port, "POST", h, body, &r);
+    CU_ASSERT(has(&r, "unknown taskId"));
+    free(r.text);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
+    mh_free(&m);
+}
+
 void th_suite_mcp_http(void)
 {
     CU_pSuite s = CU_add_suite("mcp_http", NULL, NULL);
@@ -989,6 +1043,7 @@ void th_suite_mcp_http(void)
     CU_add_test(s, "session_limits", test_session_limits);
     CU_add_test(s, "rpc_meanwhile", test_rpc_meanwhile);
     CU_add_test(s, "task_cross_front", test_task_cross_front);
+    CU_add_test(s, "task_no_uid_private", test_task_no_uid_private);
     CU_add_test(s, "vanished_client", test_vanished_client);
     CU_add_test(s, "slow_client", test_slow_client);
     CU_add_test(s, "client_timeout", test_client_timeout);
