@@ -284,7 +284,7 @@ valgrind: $(INTEG_BIN)
 	TH_VALGRIND="$(VALGRIND)" $(VALGRIND) $(INTEG_BIN) $(SUITES)
 
 bench: all $(BENCH_BIN)
-	@scripts/run-bench $(BUILD) $(BENCH_BIN)
+	@scripts/run-bench $(BUILD) $(BENCH_BIN) bench/mcp/bench-mcp
 
 FUZZ_SECONDS ?= 30
 fuzz: deps

@@ -62,4 +62,9 @@ for (const r of res)
   console.log(`${r.name.padEnd(10)} ${r.p50_us.toFixed(0).padStart(7)} ${r.p99_us.toFixed(0).padStart(8)} ` +
               `${r.mean_us.toFixed(0).padStart(8)} ${(r.p50_us / floor.p50_us).toFixed(2).padStart(13)} ` +
               `${r.calls_s.toFixed(0).padStart(9)} ${(floor.calls_s / r.calls_s).toFixed(2).padStart(14)}`);
-console.log(JSON.stringify({ bench: 'mcp', quick, results: res }));
+for (const r of res) {
+  r.p50_x_floor = r.p50_us / floor.p50_us;
+  r.floor_calls_s_x = floor.calls_s / r.calls_s;
+}
+console.log(JSON.stringify({ bench: 'mcp', quick, seq: SEQ, par: PAR,
+                             inflight: INFLIGHT, results: res }));

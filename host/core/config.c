@@ -1732,6 +1732,8 @@ static const cfkey token_keys[] = {
     {.name = "file", .set = set_str, .off = offsetof(th_mcp_token_cfg, file),
      .flags = CF_PATH},
     {.name = "env", .set = set_str, .off = offsetof(th_mcp_token_cfg, env)},
+    {.name = "uid", .set = set_u32, .off = offsetof(th_mcp_token_cfg, uid),
+     .min = 0, .max = 4294967294u},
     {.name = NULL}};
 
 static int token_check(cfctx *c, th_ynode *n, void *el)
@@ -1742,6 +1744,7 @@ static int token_check(cfctx *c, th_ynode *n, void *el)
     if (!t->user || !*t->user)
         return cf_err(c, n, "a token needs a 'user' (the name toolsets' "
                       "allow_users match)");
+    t->has_uid = th_ynode_get(n, "uid") != NULL;
     int ways = (t->sha256_hex != NULL) + (t->file != NULL) + (t->env != NULL);
     if (ways != 1)
         return cf_err(c, n, "the token of user '%s' needs exactly one of "

@@ -95,6 +95,12 @@ json_t *th_schema_output(const th_tool *tool)
     return json_loads(tool->output_schema, JSON_DECODE_ANY, NULL);
 }
 
+bool th_schema_output_is_object(const json_t *schema)
+{
+    const char *t = json_string_value(json_object_get(schema, "type"));
+    return json_is_object(schema) && t && strcmp(t, "object") == 0;
+}
+
 static json_t *param_schema(const th_param *p)
 {
     /* schema_json (ABI 1.1) is exported as is, with the parameter's own
@@ -543,14 +549,23 @@ json_t *th_schema_mcp_tool(const th_tool *tool)
     uint32_t f = tool->flags;
     bool ro = (f & TOOLHOST_TOOL_READ_ONLY) != 0;
     int e = json_object_set_new(o, "name", json_string(tool->name));
-    /* title: ABI 1.1 adds a display title to tools; once th_tool carries
-     * it, set "title" here (and annotations.title) when present. */
+    /* title (ABI 1.1): the display title, also as annotations.title. */
+    if (tool->title) {
+        e |= json_object_set_new(o, "title", json_string(tool->title));
+        e |= json_object_set_new(ann, "title", json_string(tool->title));
+    }
     e |= json_object_set_new(o, "description", json_string(desc));
     e |= json_object_set_new(o, "inputSchema", in);
     in = NULL;
-    /* outputSchema: ABI 1.1 adds declared output schemas; once th_tool
-     * carries one, set "outputSchema" here (and tools/call returns
-     * structuredContent, host/mcp/mcp.c). */
+    /* outputSchema (ABI 1.1): the declared output schema, when it
+     * describes an object (MCP's outputSchema and structuredContent are
+     * objects); tools/call then returns structuredContent
+     * (host/mcp/mcp_result.c). */
+    json_t *os = th_schema_output(tool);
+    if (th_schema_output_is_object(os))
+        e |= json_object_set_new(o, "outputSchema", os);
+    else
+        json_decref(os);
     e |= json_object_set_new(ann, "readOnlyHint", json_boolean(ro));
     e |= json_object_set_new(
         ann, "destructiveHint",

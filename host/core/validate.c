@@ -332,9 +332,16 @@ static int fill_defaults(const msgpack_object *map, const th_param *params,
     th_buf_reset(out);
     msgpack_packer pk;
     msgpack_packer_init(&pk, out, th_buf_msgpack_write);
-    if (msgpack_pack_map(&pk, map->via.map.size + extra))
+    size_t nulls = 0;
+    for (uint32_t i = 0; i < map->via.map.size; i++)
+        nulls += map->via.map.ptr[i].val.type == MSGPACK_OBJECT_NIL;
+    if (msgpack_pack_map(&pk, map->via.map.size - nulls + extra))
         return TH_ENOMEM;
     for (uint32_t i = 0; i < map->via.map.size; i++) {
+        /* null for an optional parameter: absent (validate_map refused it
+         * for a required one). */
+        if (map->via.map.ptr[i].val.type == MSGPACK_OBJECT_NIL)
+            continue;
         if (msgpack_pack_object(&pk, map->via.map.ptr[i].key) ||
             msgpack_pack_object(&pk, map->via.map.ptr[i].val))
             return TH_ENOMEM;
@@ -354,6 +361,7 @@ static int validate_map(const char *what, const th_param *params, size_t n,
                         const msgpack_object *map, uint64_t *seen,
                         th_buf *out, bool *filled, th_verr *err)
 {
+    size_t nulls = 0;
     if (map->type != MSGPACK_OBJECT_MAP)
         return verr_set(err, what, NULL,
                         "the arguments must be an object (a map of parameter "
@@ -378,11 +386,35 @@ static int validate_map(const char *what, const th_param *params, size_t n,
             return verr_set(err, what, params[j].name,
                             "parameter '%s' is given twice", params[j].name);
         seen[j / 64] |= (uint64_t)1 << (j % 64);
+        /* null: what OpenAI strict mode sends for an optional parameter
+         * (every property required, the optional ones nullable).  Absent
+         * for an optional one (its default applies), refused for a
+         * required one. */
+        if (kv->val.type == MSGPACK_OBJECT_NIL) {
+            if (params[j].required)
+                return verr_set(err, what, params[j].name,
+                                "parameter '%s' is required and cannot be "
+                                "null; give it a value",
+                                params[j].name);
+            nulls++;
+            continue;
+        }
         int rc = check_value(what, &params[j], &kv->val, err);
         if (rc)
             return rc;
     }
-    bool need_fill = false;
+    bool need_fill = nulls > 0;
+    for (uint32_t i = 0; nulls && i < map->via.map.size; i++) {
+        const msgpack_object_kv *kv = &map->via.map.ptr[i];
+        if (kv->val.type != MSGPACK_OBJECT_NIL)
+            continue;
+        for (size_t j = 0; j < n; j++)
+            if (strnlen(params[j].name, (size_t)kv->key.via.str.size + 1) ==
+                    kv->key.via.str.size &&
+                memcmp(params[j].name, kv->key.via.str.ptr,
+                       kv->key.via.str.size) == 0)
+                seen[j / 64] &= ~((uint64_t)1 << (j % 64));
+    }
     for (size_t j = 0; j < n; j++) {
         if (seen[j / 64] >> (j % 64) & 1)
             continue;

@@ -7,6 +7,7 @@
  * never waits for a client.  One mutex (f->mu) guards the session table,
  * the streams and their queues; f->cv is broadcast on every change. */
 #include <errno.h>
+#include <poll.h>
 #include <inttypes.h>
 #include <nettle/sha2.h>
 #include <pthread.h>
@@ -392,6 +393,14 @@ static hsess *sess_new(th_mcp_http *f, const char *user, unsigned *status)
     memset(&who, 0, sizeof who);
     who.uid = (uint32_t)-1;
     who.gid = (uint32_t)-1;
+    /* A token entry with `uid` acts as that local user for task
+     * ownership: the same user's RPC sessions see its toolset tasks. */
+    for (size_t i = 0; i < f->mc->n_tokens; i++)
+        if (f->mc->tokens[i].has_uid &&
+            strcmp(f->mc->tokens[i].user, user) == 0) {
+            who.uid = f->mc->tokens[i].uid;
+            break;
+        }
     who.user = s->user;
     th_mcp_opts o;
     memset(&o, 0, sizeof o);
@@ -760,10 +769,38 @@ static enum MHD_Result do_post(th_mcp_http *f, struct MHD_Connection *c,
     }
     input(s, q->body, q->len);
     /* Decide on the first message: JSON when it is the response, SSE
-     * when something comes first. */
+     * when something comes first.  A client that hangs up meanwhile (a
+     * long call without progress) cancels its request, as
+     * notifications/cancelled would: nothing runs for no one. */
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    int cfd = ci ? ci->connect_fd : -1;
+    bool gone = false;
     pthread_mutex_lock(&f->mu);
-    while (!st->first_seen && !st->done && !st->dead && !f->closing)
-        cv_wait_ms(f, 1000);
+    while (!st->first_seen && !st->done && !st->dead && !f->closing) {
+        cv_wait_ms(f, 200);
+        if (gone || cfd < 0 || st->first_seen || st->done)
+            continue;
+        struct pollfd pf = {.fd = cfd, .events = POLLRDHUP};
+        if (poll(&pf, 1, 0) > 0 &&
+            (pf.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+            gone = true;
+            char note[256];
+            int k = snprintf(note, sizeof note,
+                             "{\"jsonrpc\":\"2.0\",\"method\":"
+                             "\"notifications/cancelled\",\"params\":{"
+                             "\"requestId\":%s,\"reason\":\"the client "
+                             "hung up\"}}",
+                             st->key);
+            pthread_mutex_unlock(&f->mu);
+            th_log_info("mcp http: session %.8s: the client of request %s "
+                        "hung up: cancelled",
+                        s->id, st->key);
+            if (k > 0 && (size_t)k < sizeof note)
+                input(s, note, (size_t)k);
+            pthread_mutex_lock(&f->mu);
+        }
+    }
     bool json = st->first_seen && st->first_is_response && st->head;
     bool sse = st->first_seen && st->sse && !st->dead;
     char *body = NULL;
@@ -1040,6 +1077,8 @@ static int mcfg_copy(th_mcp_cfg *d, const th_mcp_cfg *s)
         }
         th_mcp_token_cfg *t = &d->tokens[d->n_tokens];
         memcpy(t->sha256, st->sha256, sizeof t->sha256);
+        t->uid = st->uid;
+        t->has_uid = st->has_uid;
         if (!(t->user = strdup(st->user)))
             return -1;
         d->n_tokens++;

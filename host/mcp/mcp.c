@@ -264,12 +264,6 @@ static void call_free(mcp_call *c)
     json_decref(c->id);
     json_decref(c->token);
     json_decref(c->result);
-    while (c->waiters) {
-        mcp_waiter *w = c->waiters;
-        c->waiters = w->next;
-        json_decref(w->id);
-        free(w);
-    }
     free(c->status_msg);
     free(c->tool);
     free(c);
@@ -357,6 +351,11 @@ static void on_event(const th_event *e, void *ud)
     if (!r || r->kind == TH_RESULT_RUNNING) {
         if (c->task)
             c->updated_ms = mcp_wall_ms();
+        if (r && c->task) {
+            c->acked = true;
+            if (c->announce_pending)
+                mcp_task_announce_locked(m, c, true);
+        }
         if (r && c->token && !c->client_cancelled) {
             /* The acknowledgement carries the first progress message. */
             th_event pe = {.kind = TH_EV_PROGRESS, .fraction = -1,
@@ -371,17 +370,24 @@ static void on_event(const th_event *e, void *ud)
     if (m->inflight)
         m->inflight--;
     pthread_cond_broadcast(&m->cv);
-    json_t *res = mcp_tool_result(r, c->tool, c->call_id, c->out_type,
-                                  m->elicitation);
+    json_t *res = c->task && c->acked
+                      ? NULL
+                      : mcp_tool_result(r, c->tool, c->call_id,
+                                        c->out_type, c->structured,
+                                        m->elicitation);
     if (c->task) {
         c->updated_ms = mcp_wall_ms();
         c->status = r->kind == TH_RESULT_ERROR && r->error == TH_ECANCELLED
                         ? MCP_TASK_CANCELLED
                     : r->kind == TH_RESULT_DONE && r->ok ? MCP_TASK_COMPLETED
                                                          : MCP_TASK_FAILED;
+        /* An acknowledged task's result is the core's (th_task_get,
+         * th_task_wait); one that failed before has only this one. */
         json_decref(c->result);
         c->result = res;
-        if (c->announced)
+        if (c->announce_pending)
+            mcp_task_announce_locked(m, c, true);
+        else if (c->announced)
             mcp_task_ended_locked(m, c);
     } else {
         if (!c->client_cancelled && !c->no_response)
@@ -601,6 +607,9 @@ static void m_tools_call(th_mcp_session *m, const json_t *id,
     }
     bool async = (t->flags & TOOLHOST_TOOL_ASYNC) != 0;
     uint32_t out_type = t->stdout_type;
+    json_t *os = th_schema_output(t);
+    bool structured = th_schema_output_is_object(os);
+    json_decref(os);
     th_tool_release(t);
     if (task && !async) {
         mcp_send_error(m, id, MCP_METHOD_NOT_FOUND,
@@ -636,6 +645,7 @@ static void m_tools_call(th_mcp_session *m, const json_t *id,
     }
     c->m = m;
     c->out_type = out_type;
+    c->structured = structured;
     c->refs = 3; /* the list, the event, this function */
     c->id = json_deep_copy(id);
     c->last_progress = 0;
@@ -682,14 +692,15 @@ static void m_tools_call(th_mcp_session *m, const json_t *id,
     if (c->task) {
         snprintf(c->task_id, sizeof c->task_id, "%llu",
                  (unsigned long long)call_id);
-        json_t *res = json_pack("{s:o}", "task", mcp_task_json(c));
-        mcp_send_result(m, id, res);
-        c->announced = true;
-        if (c->finished)
-            mcp_task_ended_locked(m, c);
-        else
-            send_notification(m, "notifications/tasks/status",
-                              mcp_task_json(c), NULL);
+        if (c->acked || c->finished) {
+            mcp_task_announce_locked(m, c, false);
+        } else {
+            /* The core knows the task from its acknowledgement on: the
+             * CreateTaskResult waits for it (on_event), so tasks/get right
+             * after it finds the task. */
+            c->announce_pending = true;
+            m->deferred = true;
+        }
     }
     mcp_call_unref_locked(m, c);
     pthread_mutex_unlock(&m->mu);
@@ -909,6 +920,9 @@ th_mcp_session *th_mcp_session_new(th_host *h, const th_principal *who,
     m->t = *t;
     m->ud = ud;
     m->http = o->http;
+    /* A token user without `uid`: the core's uid rule cannot tell it from
+     * another such user, so it sees only its own session's tasks. */
+    m->own_tasks_only = p.uid == (uint32_t)-1 && !p.trusted;
     m->log_level = 3; /* warning, until logging/setLevel */
     m->max_message = o->max_message ? o->max_message
                      : cfg->host.mcp_max_message
@@ -917,7 +931,8 @@ th_mcp_session *th_mcp_session_new(th_host *h, const th_principal *who,
     pthread_mutex_init(&m->mu, NULL);
     pthread_cond_init(&m->cv, NULL);
     th_front_ops ops = {.ask_permission = front_ask_permission,
-                        .tools_changed = front_tools_changed};
+                        .tools_changed = front_tools_changed,
+                        .front = "mcp"};
     m->s = th_session_open(h, &p, &ops, m);
     if (!m->s) {
         th_error_set(err, TH_ENOMEM, "cannot open a session (out of memory "
@@ -1023,11 +1038,12 @@ void th_mcp_session_free(th_mcp_session *m)
     for (size_t i = 0; i < k; i++)
         th_call_cancel(m->s, ids[i]);
     free(ids);
+    mcp_tasks_stop_waiters(m);
     th_session_close(m->s);
     while (m->calls) {
         mcp_call *c = m->calls;
         m->calls = c->next;
-        if (!c->task && !c->no_response)
+        if ((!c->task || c->announce_pending) && !c->no_response)
             mcp_request_done(m, c->id);
         call_free(c);
     }

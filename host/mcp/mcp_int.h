@@ -25,8 +25,17 @@ typedef enum mcp_task_status {
     MCP_TASK_CANCELLED
 } mcp_task_status;
 
-typedef struct mcp_waiter { /* a tasks/result waiting for the end */
-    json_t *id;
+/* A tasks/result waiting for the end of a task: a thread in th_task_wait
+ * (mcp_tasks.c).  Under m->mu: the list and `done`. */
+typedef struct mcp_waiter {
+    struct th_mcp_session *m;
+    pthread_t th;
+    json_t *id;              /* the request id (owned) */
+    uint64_t task_id;
+    char *tool;
+    uint32_t out_type;
+    bool structured;
+    bool done;               /* the thread ended: join it */
     struct mcp_waiter *next;
 } mcp_waiter;
 
@@ -39,6 +48,8 @@ typedef struct mcp_call {
     json_t *token;           /* _meta.progressToken, or NULL */
     char *tool;
     uint32_t out_type;       /* the tool's stdout semantic type */
+    bool structured;         /* the tool declares an object output schema:
+                                structuredContent */
     uint64_t call_id;        /* 0 until th_call_start returned (or asked) */
     double last_progress;
     bool started;            /* th_call_start returned */
@@ -48,12 +59,15 @@ typedef struct mcp_call {
     /* Task-augmented (2025-11-25 tasks). */
     bool task;
     bool announced;          /* CreateTaskResult sent */
+    bool announce_pending;   /* sent at the acknowledgement (the core's
+                                store knows a task from then on) */
+    bool acked;              /* the core acknowledged it: a core task */
+    json_t *result;          /* never acknowledged (it failed first): its
+                                CallToolResult, as the core has no task */
     char task_id[32];
     mcp_task_status status;
     char *status_msg;
     int64_t created_ms, updated_ms, ttl_ms;
-    json_t *result;          /* the CallToolResult once ended */
-    mcp_waiter *waiters;
     struct mcp_call *next;
 } mcp_call;
 
@@ -82,6 +96,12 @@ struct th_mcp_session {
     pthread_t timer;
     bool timer_started, stop;
     uint64_t task_seq;
+    /* tasks/result requests waiting in th_task_wait (mcp_tasks.c) */
+    mcp_waiter *waiters;
+    size_t n_waiters;
+    volatile int wait_stop;  /* the session closes: the waits end */
+    bool own_tasks_only;     /* no uid (a token without `uid`): only the
+                                tasks this session started are visible */
     bool deferred;           /* input thread: the request being dispatched
                                 is answered later (request_done then) */
 };
@@ -103,7 +123,7 @@ void mcp_request_done(struct th_mcp_session *m, const json_t *id);
 /* mcp_result.c: a CallToolResult for a final result.  NULL: no memory. */
 json_t *mcp_tool_result(const th_result *r, const char *tool,
                         uint64_t call_id, uint32_t out_type,
-                        bool elicitation);
+                        bool structured, bool elicitation);
 json_t *mcp_tool_error(const char *tool, int code, const char *message);
 
 /* mcp_tasks.c: the tasks/... methods over the session's task records. */
@@ -116,8 +136,15 @@ void mcp_tasks_list(struct th_mcp_session *m, const json_t *id,
                     const json_t *params);
 void mcp_tasks_cancel(struct th_mcp_session *m, const json_t *id,
                       const json_t *params);
-/* A task ended (m->mu held): answers its waiters, sends the status. */
+/* Sends the CreateTaskResult of task call c (m->mu held); `deferred`:
+ * the request waited for it (then it ends the request). */
+void mcp_task_announce_locked(struct th_mcp_session *m, mcp_call *c,
+                              bool deferred);
+/* A task ended (m->mu held): sends notifications/tasks/status. */
 void mcp_task_ended_locked(struct th_mcp_session *m, mcp_call *c);
+/* Ends the waiting tasks/result requests (session close, m->mu not
+ * held): they get no answer. */
+void mcp_tasks_stop_waiters(struct th_mcp_session *m);
 /* Drops expired finished task records (m->mu held). */
 void mcp_tasks_expire_locked(struct th_mcp_session *m, int64_t now_ms);
 void mcp_call_unref_locked(struct th_mcp_session *m, mcp_call *c);

@@ -116,7 +116,8 @@ json_t *mcp_tool_error(const char *tool, int code, const char *message)
 }
 
 json_t *mcp_tool_result(const th_result *r, const char *tool,
-                        uint64_t call_id, uint32_t out_type, bool elicitation)
+                        uint64_t call_id, uint32_t out_type, bool structured,
+                        bool elicitation)
 {
     if (r->kind == TH_RESULT_ERROR) {
         if (r->error == TH_EPERM && !elicitation &&
@@ -175,8 +176,18 @@ json_t *mcp_tool_result(const th_result *r, const char *tool,
     if (meta)
         json_object_set_new(mm, "toolhost/meta", meta);
     meta = NULL;
-    /* structuredContent: once ABI 1.1 tools declare an output schema, a
-     * structured stdout of such a tool goes here as well (parsed JSON). */
+    /* structuredContent: a tool with an (object) output schema; its
+     * stdout, validated against the schema by the host at the end of the
+     * call, is the JSON; the text block above carries the same JSON, as
+     * the spec asks for clients that do not read structuredContent. */
+    if (structured && r->ok && !binary && r->out_len) {
+        json_t *sc = json_loadb((const char *)r->out, r->out_len,
+                                JSON_DECODE_ANY, NULL);
+        if (json_is_object(sc))
+            json_object_set_new(res, "structuredContent", sc);
+        else
+            json_decref(sc);
+    }
     if (json_object_set_new(res, "content", content) != 0)
         goto fail_nocontent;
     content = NULL;

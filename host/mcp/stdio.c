@@ -15,12 +15,14 @@
  * signal stops reading; calls in flight get shutdown_grace to finish (their
  * answers still go out), then the rest are cancelled. */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -50,11 +52,33 @@ typedef struct mcp_stdio {
     th_buf line;            /* the line being read */
     bool skipping;          /* past max_message: drop until '\n' */
     size_t max;
+    int64_t grace_ms;       /* host.shutdown_grace */
+    bool input_ended;       /* under wmu */
     char rbuf[65536];
 } mcp_stdio;
 
-static int write_all(int fd, const char *p, size_t n)
+/* Whether the client is done sending (end of input seen, or its end of
+ * the input pipe or socket closed: seen even while the loop is stuck in a
+ * write).  wmu held. */
+static bool input_gone_locked(mcp_stdio *x)
 {
+    if (x->input_ended)
+        return true;
+    if (x->use_fs)
+        return false;
+    struct pollfd pi = {.fd = x->in_fd, .events = POLLRDHUP};
+    return poll(&pi, 1, 0) > 0 && (pi.revents & (POLLHUP | POLLRDHUP));
+}
+
+/* Writes the whole line (wmu held).  A client that has closed its input
+ * and reads nothing more for host.shutdown_grace is given up on (a log
+ * line), so the process ends on end of input even then; while its input
+ * is open, a client that does not read holds the host back (it stops
+ * reading the input: bounded memory). */
+static int write_all(mcp_stdio *x, const char *p, size_t n)
+{
+    int fd = x->out_fd;
+    int64_t stalled = 0;
     while (n > 0) {
         ssize_t w = write(fd, p, n);
         if (w < 0) {
@@ -62,11 +86,21 @@ static int write_all(int fd, const char *p, size_t n)
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
                 struct pollfd pf = {.fd = fd, .events = POLLOUT};
-                poll(&pf, 1, 1000);
+                if (poll(&pf, 1, 200) > 0)
+                    continue;
+                stalled = input_gone_locked(x) ? stalled + 200 : 0;
+                if (stalled >= x->grace_ms) {
+                    th_log_warn("mcp stdio: the client closed its input and "
+                                "has read nothing for %lld ms "
+                                "(host.shutdown_grace): giving up its output",
+                                (long long)stalled);
+                    return -1;
+                }
                 continue;
             }
             return -1;
         }
+        stalled = 0;
         p += w;
         n -= (size_t)w;
     }
@@ -86,7 +120,7 @@ static void tr_send(void *ud, const json_t *msg, const json_t *req)
     txt[n] = '\n'; /* json_dumps ends with '\0': reuse it for the newline */
     pthread_mutex_lock(&x->wmu);
     bool fail = false;
-    if (!x->broken && write_all(x->out_fd, txt, n + 1) != 0) {
+    if (!x->broken && write_all(x, txt, n + 1) != 0) {
         x->broken = true;
         fail = true;
     }
@@ -115,6 +149,7 @@ static void begin_stop(mcp_stdio *x, const char *why)
     uv_close((uv_handle_t *)&x->sigint, NULL);
     pthread_mutex_lock(&x->wmu);
     x->wake_closed = true;
+    x->input_ended = true;
     pthread_mutex_unlock(&x->wmu);
     uv_close((uv_handle_t *)&x->wake, NULL);
 }
@@ -268,6 +303,15 @@ int th_mcp_stdio_run(th_host *h, const th_principal *who,
     if (!x)
         return th_error_set(err, TH_ENOMEM, "out of memory");
     x->out_fd = out_fd;
+    /* Non-blocking output (a pipe or a socket: ours alone since fd 1 is
+     * stderr now), so a stuck client can be noticed (write_all). */
+    struct stat ost;
+    if (fstat(out_fd, &ost) == 0 &&
+        (S_ISFIFO(ost.st_mode) || S_ISSOCK(ost.st_mode))) {
+        int fl = fcntl(out_fd, F_GETFL);
+        if (fl >= 0)
+            fcntl(out_fd, F_SETFL, fl | O_NONBLOCK);
+    }
     th_buf_init(&x->line);
     pthread_mutex_init(&x->wmu, NULL);
     int rc = uv_loop_init(&x->loop);
@@ -287,6 +331,9 @@ int th_mcp_stdio_run(th_host *h, const th_principal *who,
         return rc ? rc : TH_ENOMEM;
     }
     const th_config *cfg = th_host_config(h);
+    x->grace_ms = cfg->host.shutdown_grace_ms
+                      ? (int64_t)cfg->host.shutdown_grace_ms
+                      : 5000;
     x->max = o && o->max_message ? o->max_message
              : cfg->host.mcp_max_message ? (size_t)cfg->host.mcp_max_message
                                          : TH_MCP_MAX_MESSAGE_DEFAULT;

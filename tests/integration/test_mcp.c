@@ -147,6 +147,85 @@ static void test_sdk_basic(void)
     free(dir);
 }
 
+/* ABI 1.1 over MCP with the SDK client: title, outputSchema,
+ * structuredContent (the SDK's own output validation passes), null for
+ * optional parameters, front=mcp. */
+static void test_sdk_structured(void)
+{
+    if (!have_node())
+        TH_SKIP("node is not installed");
+    char *dir = th_test_tmpdir();
+    char text[1024];
+    snprintf(text, sizeof text,
+             "host:\n"
+             "  reload: signal\n"
+             "plugins:\n"
+             "  - name: abi11_tools\n"
+             "    path: %s\n"
+             "toolsets:\n"
+             "  - name: t\n"
+             "    tools: [\"abi11_tools_rows\", \"abi11_tools_who\"]\n",
+             th_test_build_path("fixtures/abi11_tools.so"));
+    char *cfg = th_test_write_file(dir, "c.yaml", text, (size_t)-1);
+    run_script("structured.mjs", cfg);
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+/* What a model in OpenAI strict mode sends for `toolhost export --format
+ * openai --strict`: every property, null for those it leaves out.  Built
+ * from the export itself; the call takes the nulls as absent. */
+static void test_strict_export_call(void)
+{
+    char *dir = th_test_tmpdir();
+    char text[1024];
+    snprintf(text, sizeof text,
+             "host:\n"
+             "  reload: off\n"
+             "plugins:\n"
+             "  - name: abi11_tools\n"
+             "    path: %s\n"
+             "toolsets:\n"
+             "  - name: t\n"
+             "    tools: [\"abi11_tools_rows\"]\n",
+             th_test_build_path("fixtures/abi11_tools.so"));
+    char *cfg = th_test_write_file(dir, "c.yaml", text, (size_t)-1);
+    th_test_run r;
+    CU_ASSERT_FATAL(th_test_toolhost(&r, "export", "-c", cfg, "--format",
+                                     "openai", "--strict", NULL) == 0);
+    CU_ASSERT_EQUAL(r.status, 0);
+    json_t *ex = json_loads(r.out ? r.out : "", 0, NULL);
+    th_test_run_free(&r);
+    json_t *params = json_object_get(
+        json_object_get(json_object_get(json_array_get(ex, 0), "function"),
+                        "parameters"),
+        "properties");
+    CU_ASSERT_FATAL(json_is_object(params));
+    json_t *args = json_object();
+    const char *k;
+    json_t *v;
+    json_object_foreach(params, k, v)
+        json_object_set_new(args, k, json_null());
+    CU_ASSERT_EQUAL(json_object_size(args), 3);
+    char *a = json_dumps(args, JSON_COMPACT);
+    CU_ASSERT_FATAL(th_test_toolhost(&r, "call", "-c", cfg,
+                                     "abi11_tools_rows", "--json", a,
+                                     NULL) == 0);
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT(r.out && strstr(r.out, "\"rows\":10"));
+    if (r.status != 0)
+        fprintf(stderr, "\n%s\n%s\n", r.out ? r.out : "",
+                r.err ? r.err : "");
+    th_test_run_free(&r);
+    free(a);
+    json_decref(args);
+    json_decref(ex);
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
 static void test_sdk_tasks(void)
 {
     if (!have_node())
@@ -758,6 +837,8 @@ void th_suite_mcp(void)
     CU_add_test(s, "toolset_option", test_toolset_option);
     CU_add_test(s, "sdk_permission", test_sdk_permission);
     CU_add_test(s, "sdk_basic", test_sdk_basic);
+    CU_add_test(s, "sdk_structured", test_sdk_structured);
+    CU_add_test(s, "strict_export_call", test_strict_export_call);
     CU_add_test(s, "sdk_tasks", test_sdk_tasks);
     CU_add_test(s, "sdk_list_changed", test_sdk_list_changed);
     CU_add_test(s, "sdk_default_config", test_sdk_default_config);

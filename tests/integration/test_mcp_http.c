@@ -863,6 +863,176 @@ static void test_config_refusals(void)
     free(dir);
 }
 
+/* A task started over MCP (HTTP) is a task of the core store: another MCP
+ * session of the same user lists it, tasks/result over MCP waits for it
+ * (th_task_wait), and the same user over msgpack-RPC (a token with `uid`)
+ * reads its result with tasks.result; carol does not see it. */
+#define DAVE "dave-token-0123456789abcdef"
+static void test_task_cross_front(void)
+{
+    uint8_t d[32];
+    struct sha256_ctx ctx;
+    sha256_init(&ctx);
+    sha256_update(&ctx, strlen(DAVE), (const uint8_t *)DAVE);
+    sha256_digest(&ctx, 32, d);
+    char tok[256];
+    int k = snprintf(tok, sizeof tok, "    - {user: alice, uid: %u, sha256: ",
+                     (unsigned)getuid());
+    for (int i = 0; i < 32; i++)
+        k += snprintf(tok + k, sizeof tok - (size_t)k, "%02x", d[i]);
+    snprintf(tok + k, sizeof tok - (size_t)k, "}\n");
+    mh_srv m;
+    CU_ASSERT_FATAL(mh_start_ex2(&m, tok, NULL, "    scope: toolset\n") == 0);
+    char h[512];
+    snprintf(h, sizeof h, AUTH(DAVE));
+    hres r;
+    http_do(m.port, "POST", h,
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\","
+            "\"params\":{\"protocolVersion\":\"2025-11-25\",\"capabilities\":"
+            "{},\"clientInfo\":{\"name\":\"raw\",\"version\":\"1\"}}}",
+            &r);
+    char sid[80] = "";
+    const char *p = r.text ? strcasestr(r.text, "Mcp-Session-Id: ") : NULL;
+    if (p)
+        sscanf(p + 16, "%79[0-9a-f]", sid);
+    free(r.text);
+    CU_ASSERT_FATAL(sid[0] != '\0');
+    sess_hdrs(h, sizeof h, DAVE, sid);
+    http_do(m.port, "POST", h,
+            "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}",
+            &r);
+    free(r.text);
+    http_do(m.port, "POST", h,
+            "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\","
+            "\"params\":{\"name\":\"echo_async\",\"arguments\":{\"text\":"
+            "\"crossed\",\"steps\":10,\"delay_ms\":100},\"task\":{\"ttl\":"
+            "60000}}}",
+            &r);
+    CU_ASSERT_EQUAL(r.status, 200);
+    unsigned long long task = 0;
+    p = r.text ? strstr(r.text, "\"taskId\":\"") : NULL;
+    if (p)
+        task = strtoull(p + 10, NULL, 10);
+    if (!task)
+        fprintf(stderr, "\nno taskId:\n%.2000s\n", r.text ? r.text : "");
+    free(r.text);
+    CU_ASSERT_FATAL(task != 0);
+
+    /* Another MCP session of the same user lists it (tasks/list reads
+     * the core store; RPC's tasks.list lists only the tasks of its own
+     * session, docs/protocol.md). */
+    char sid2[80] = "";
+    char h2[512];
+    snprintf(h2, sizeof h2, AUTH(DAVE));
+    http_do(m.port, "POST", h2,
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\","
+            "\"params\":{\"protocolVersion\":\"2025-11-25\",\"capabilities\":"
+            "{},\"clientInfo\":{\"name\":\"raw2\",\"version\":\"1\"}}}",
+            &r);
+    p = r.text ? strcasestr(r.text, "Mcp-Session-Id: ") : NULL;
+    if (p)
+        sscanf(p + 16, "%79[0-9a-f]", sid2);
+    free(r.text);
+    CU_ASSERT_FATAL(sid2[0] != '\0');
+    sess_hdrs(h2, sizeof h2, DAVE, sid2);
+    http_do(m.port, "POST", h2,
+            "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tasks/list\"}",
+            &r);
+    char want[64];
+    snprintf(want, sizeof want, "\"taskId\":\"%llu\"", task);
+    CU_ASSERT(has(&r, want));
+    free(r.text);
+    th_rpc_client *cl = rpc_connect(&m.rs);
+    CU_ASSERT_FATAL(cl != NULL);
+    rpc_res rr;
+
+    /* tasks/result over MCP waits for the end (th_task_wait). */
+    char body[256];
+    snprintf(body, sizeof body,
+             "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tasks/result\","
+             "\"params\":{\"taskId\":\"%llu\"}}",
+             task);
+    http_do(m.port, "POST", h, body, &r);
+    CU_ASSERT_EQUAL(r.status, 200);
+    CU_ASSERT(has(&r, "crossed") && has(&r, "related-task"));
+    free(r.text);
+
+    /* ... and RPC reads the same result. */
+    char pp[64];
+    snprintf(pp, sizeof pp, "[%llu]", task);
+    CU_ASSERT(rpc_call(cl, "tasks.result", pp, &rr) == 0);
+    CU_ASSERT(rr.res && rpc_ok(rr.res) && rpc_stdout_is(rr.res, "crossed"));
+    rpc_res_free(&rr);
+    th_rpc_client_close(cl);
+    /* Another user (carol) does not see it. */
+    char sid3[80];
+    CU_ASSERT_FATAL(mh_session(m.port, CAROL, sid3) == 0);
+    sess_hdrs(h2, sizeof h2, CAROL, sid3);
+    snprintf(body, sizeof body,
+             "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tasks/get\","
+             "\"params\":{\"taskId\":\"%llu\"}}",
+             task);
+    http_do(m.port, "POST", h2, body, &r);
+    CU_ASSERT(has(&r, "unknown taskId"));
+    free(r.text);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
+    mh_free(&m);
+}
+
+/* Token users without `uid` have no uid: the core cannot tell them apart
+ * by uid, so over MCP each sees only its own session's tasks (alice's
+ * toolset-scoped task is unknown to carol). */
+static void test_task_no_uid_private(void)
+{
+    mh_srv m;
+    CU_ASSERT_FATAL(mh_start_ex2(&m, NULL, NULL, "    scope: toolset\n") == 0);
+    char a[80], c[80], h[512];
+    CU_ASSERT_FATAL(mh_session(m.port, ALICE, a) == 0);
+    CU_ASSERT_FATAL(mh_session(m.port, CAROL, c) == 0);
+    sess_hdrs(h, sizeof h, ALICE, a);
+    hres r;
+    http_do(m.port, "POST", h,
+            "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\","
+            "\"params\":{\"name\":\"echo_async\",\"arguments\":{\"text\":"
+            "\"mine\",\"steps\":5,\"delay_ms\":100},\"task\":{\"ttl\":"
+            "60000}}}",
+            &r);
+    unsigned long long task = 0;
+    const char *p = r.text ? strstr(r.text, "\"taskId\":\"") : NULL;
+    if (p)
+        task = strtoull(p + 10, NULL, 10);
+    free(r.text);
+    CU_ASSERT_FATAL(task != 0);
+    char body[256], want[64];
+    snprintf(want, sizeof want, "\"taskId\":\"%llu\"", task);
+    /* alice sees it */
+    snprintf(body, sizeof body,
+             "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tasks/get\","
+             "\"params\":{\"taskId\":\"%llu\"}}",
+             task);
+    http_do(m.port, "POST", h, body, &r);
+    CU_ASSERT(has(&r, want));
+    free(r.text);
+    /* carol does not: not by tasks/get, tasks/list, tasks/cancel */
+    sess_hdrs(h, sizeof h, CAROL, c);
+    http_do(m.port, "POST", h, body, &r);
+    CU_ASSERT(has(&r, "unknown taskId"));
+    free(r.text);
+    http_do(m.port, "POST", h,
+            "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tasks/list\"}", &r);
+    CU_ASSERT(r.text && !strstr(r.text, want));
+    free(r.text);
+    snprintf(body, sizeof body,
+             "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tasks/cancel\","
+             "\"params\":{\"taskId\":\"%llu\"}}",
+             task);
+    http_do(m.port, "POST", h, body, &r);
+    CU_ASSERT(has(&r, "unknown taskId"));
+    free(r.text);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
+    mh_free(&m);
+}
+
 void th_suite_mcp_http(void)
 {
     CU_pSuite s = CU_add_suite("mcp_http", NULL, NULL);
@@ -872,6 +1042,8 @@ void th_suite_mcp_http(void)
     CU_add_test(s, "refusals", test_refusals);
     CU_add_test(s, "session_limits", test_session_limits);
     CU_add_test(s, "rpc_meanwhile", test_rpc_meanwhile);
+    CU_add_test(s, "task_cross_front", test_task_cross_front);
+    CU_add_test(s, "task_no_uid_private", test_task_no_uid_private);
     CU_add_test(s, "vanished_client", test_vanished_client);
     CU_add_test(s, "slow_client", test_slow_client);
     CU_add_test(s, "client_timeout", test_client_timeout);

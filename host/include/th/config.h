@@ -240,6 +240,10 @@ typedef struct th_mcp_token_cfg {
     bool disabled;         /* env: the variable is unset or empty; the
                               token matches nothing (serve warns)       */
     int line, col;
+    uint32_t uid;          /* `uid`: the local uid the token acts as for
+                              task ownership (tasks.list over RPC of that
+                              uid sees its toolset tasks) and caller.uid */
+    bool has_uid;          /* else the token's sessions have no uid      */
 } th_mcp_token_cfg;
 
 /* The `mcp:` section: the Streamable HTTP front (docs/mcp.md). */

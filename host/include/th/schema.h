@@ -54,6 +54,10 @@ json_t *th_schema_params(const th_tool *tool);
 /* The tool's output_schema (ABI 1.1) as JSON (caller json_decref()s), or
  * NULL when it has none: MCP's outputSchema. */
 json_t *th_schema_output(const th_tool *tool);
+/* Whether an output schema (th_schema_output) describes an object
+ * ({"type":"object",...}): MCP lists outputSchema, and returns
+ * structuredContent, only for those. */
+bool th_schema_output_is_object(const json_t *schema);
 
 /* A bound as JSON: an integer for an integer parameter when exact. */
 json_t *th_schema_number(uint32_t type, double v);
