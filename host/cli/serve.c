@@ -13,6 +13,7 @@
 #include "front/rpc.h"
 #include "front/sockpath.h"
 #include "front/mcp_http.h"
+#include "front/metrics.h"
 
 /* ---- Signals ----------------------------------------------------------------
  * The server stops on the first SIGTERM/SIGINT (its own handlers: grace,
@@ -201,6 +202,17 @@ int cli_serve(int argc, char **argv)
                    ? CLI_USAGE
                    : CLI_FAILED;
     }
+    /* The /metrics entries of listen: Prometheus text, no token. */
+    th_metrics *metrics = NULL;
+    if (!stdio && th_metrics_start(h, th_host_config(h), &metrics, &err) != 0) {
+        cli_error("serve: %s", err.msg);
+        th_mcp_http_stop(web);
+        th_host_close(h);
+        return err.code == TH_ECONFIG || err.code == TH_EINVAL ||
+                       err.code == TH_EPERM
+                   ? CLI_USAGE
+                   : CLI_FAILED;
+    }
     th_rpc_serve_opts so;
     memset(&so, 0, sizeof so);
     so.listen = stdio ? NULL : addr;
@@ -211,6 +223,7 @@ int cli_serve(int argc, char **argv)
      * host closes, a signal means "now". */
     atomic_store(&serving, false);
     stop_signals_ours();
+    th_metrics_stop(metrics);
     th_mcp_http_stop(web);
     th_host_close(h);
     if (rc != 0) {

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "manager.h"
+#include "th/clock.h"
 
 th_stat *th_stat_get(th_host *h, const char *tool)
 {
@@ -54,9 +55,30 @@ static double hist_upper_ms(unsigned b)
     return hi / 1000.0;
 }
 
+void th_stat_latency_at(th_stat *st, int64_t ns, int64_t now_ns)
+{
+    unsigned b = hist_bucket(ns);
+    atomic_fetch_add_explicit(&st->hist[b], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&st->sum_ns, ns > 0 ? (unsigned long long)ns : 0,
+                              memory_order_relaxed);
+    /* The window: the first call of a new slice takes the slot over and
+     * clears it.  A call racing with that clear may go uncounted; the
+     * windowed numbers are an estimate, the totals above are exact. */
+    int64_t ep = (now_ns > 0 ? now_ns : 0) / TH_WIN_SLOT_NS + 1;
+    th_stat_slot *sl = &st->win[ep % TH_WIN_SLOTS];
+    int64_t old = atomic_load_explicit(&sl->epoch, memory_order_acquire);
+    if (old != ep && old < ep &&
+        atomic_compare_exchange_strong(&sl->epoch, &old, ep)) {
+        for (unsigned i = 0; i < TH_HIST_BUCKETS; i++)
+            atomic_store_explicit(&sl->hist[i], 0, memory_order_relaxed);
+    }
+    if (atomic_load_explicit(&sl->epoch, memory_order_acquire) == ep)
+        atomic_fetch_add_explicit(&sl->hist[b], 1, memory_order_relaxed);
+}
+
 void th_stat_latency(th_stat *st, int64_t ns)
 {
-    atomic_fetch_add_explicit(&st->hist[hist_bucket(ns)], 1, memory_order_relaxed);
+    th_stat_latency_at(st, ns, th_now_ns());
 }
 
 static double percentile(const uint64_t *hist, uint64_t total, double p)
@@ -73,6 +95,37 @@ static double percentile(const uint64_t *hist, uint64_t total, double p)
             return hist_upper_ms(b);
     }
     return hist_upper_ms(TH_HIST_BUCKETS - 1);
+}
+
+void th_stat_window(th_stat *st, int64_t now_ns, unsigned slots,
+                    double *p50_ms, double *p99_ms)
+{
+    uint64_t hist[TH_HIST_BUCKETS], total = 0;
+    memset(hist, 0, sizeof hist);
+    if (slots > TH_WIN_SLOTS)
+        slots = TH_WIN_SLOTS;
+    int64_t ep = (now_ns > 0 ? now_ns : 0) / TH_WIN_SLOT_NS + 1;
+    for (unsigned k = 0; k < slots && ep - (int64_t)k > 0; k++) {
+        int64_t e = ep - (int64_t)k;
+        th_stat_slot *sl = &st->win[e % TH_WIN_SLOTS];
+        if (atomic_load_explicit(&sl->epoch, memory_order_acquire) != e)
+            continue;
+        for (unsigned i = 0; i < TH_HIST_BUCKETS; i++) {
+            uint64_t v = atomic_load_explicit(&sl->hist[i], memory_order_relaxed);
+            hist[i] += v;
+            total += v;
+        }
+    }
+    *p50_ms = percentile(hist, total, 0.50);
+    *p99_ms = percentile(hist, total, 0.99);
+}
+
+/* Bucket i of th_tool_stats.lat_le ends at 2^(i+4) us: exactly where the
+ * histogram's bucket 4(i+4) ends (its buckets 0..4k hold the calls under
+ * 2^k us), so the cumulative counts are exact. */
+double th_stats_le_s(unsigned i)
+{
+    return (double)(1ull << (i + 4)) / 1e6;
 }
 
 int th_host_stats_foreach(th_host *h, int (*fn)(const th_tool_stats *st, void *ud),
@@ -99,6 +152,19 @@ int th_host_stats_foreach(th_host *h, int (*fn)(const th_tool_stats *st, void *u
                 total += hist[i] = atomic_load_explicit(&s->hist[i], memory_order_relaxed);
             t.p50_ms = percentile(hist, total, 0.50);
             t.p99_ms = percentile(hist, total, 0.99);
+            int64_t now = th_now_ns();
+            th_stat_window(s, now, 6, &t.p50_1m_ms, &t.p99_1m_ms);
+            th_stat_window(s, now, TH_WIN_SLOTS, &t.p50_5m_ms, &t.p99_5m_ms);
+            t.lat_count = total;
+            t.lat_sum_s = (double)atomic_load(&s->sum_ns) / 1e9;
+            uint64_t cum = 0;
+            unsigned b = 0;
+            for (unsigned i = 0; i < TH_STATS_LE; i++) {
+                unsigned last = 4 * (i + 4); /* buckets 0..last */
+                for (; b <= last && b < TH_HIST_BUCKETS; b++)
+                    cum += hist[b];
+                t.lat_le[i] = cum;
+            }
             int rc = fn(&t, ud);
             if (rc)
                 return rc;

@@ -996,7 +996,7 @@ static int stats_one(const th_tool_stats *st, void *ud)
         return 0;
     sc->n++;
     e |= th_pack_cstr(pk, st->tool);
-    e |= msgpack_pack_map(pk, 12);
+    e |= msgpack_pack_map(pk, 16);
     e |= th_pack_cstr(pk, "calls");
     e |= msgpack_pack_uint64(pk, st->calls);
     e |= th_pack_cstr(pk, "ok");
@@ -1021,6 +1021,14 @@ static int stats_one(const th_tool_stats *st, void *ud)
     e |= msgpack_pack_double(pk, st->p50_ms);
     e |= th_pack_cstr(pk, "p99_ms");
     e |= msgpack_pack_double(pk, st->p99_ms);
+    e |= th_pack_cstr(pk, "p50_1m_ms");
+    e |= msgpack_pack_double(pk, st->p50_1m_ms);
+    e |= th_pack_cstr(pk, "p99_1m_ms");
+    e |= msgpack_pack_double(pk, st->p99_1m_ms);
+    e |= th_pack_cstr(pk, "p50_5m_ms");
+    e |= msgpack_pack_double(pk, st->p50_5m_ms);
+    e |= th_pack_cstr(pk, "p99_5m_ms");
+    e |= msgpack_pack_double(pk, st->p99_5m_ms);
     sc->e |= e;
     return 0;
 }

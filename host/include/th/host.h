@@ -345,6 +345,7 @@ size_t th_session_live_tasks(th_session *s);
 /* Per tool, since the host opened.  Latency is from th_call_start to the
  * final result (DONE for tasks), read from a log-scale histogram (each
  * bucket 19% wide), so p50/p99 are upper bounds within that precision. */
+#define TH_STATS_LE 22 /* 16 us to 33.5 s, doubling */
 typedef struct th_tool_stats {
     const char *tool;
     uint64_t calls;               /* every th_call_start that named it */
@@ -357,7 +358,18 @@ typedef struct th_tool_stats {
     uint64_t late_results;        /* results discarded after timeout or
                                      cancel */
     double p50_ms, p99_ms;        /* 0 when no call finished */
+    /* The same over the last minute and the last 5 minutes (10-second
+     * slices: the window is 50-60 s and 290-300 s long). */
+    double p50_1m_ms, p99_1m_ms, p50_5m_ms, p99_5m_ms;
+    /* The latency histogram, Prometheus style: lat_le[i] calls took at
+     * most th_stats_le_s(i) seconds (cumulative); lat_count in all. */
+    uint64_t lat_count;
+    double lat_sum_s;
+    uint64_t lat_le[TH_STATS_LE];
 } th_tool_stats;
+
+/* The upper bound, in seconds, of the i-th bucket of lat_le. */
+double th_stats_le_s(unsigned i);
 
 /* Calls fn for every tool that has numbers, in no particular order; stops
  * when fn returns nonzero and returns that.  Any thread. */
