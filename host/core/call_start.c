@@ -493,6 +493,7 @@ void th_mcall_perm_expired(th_mcall *c)
     char m[256];
     snprintf(m, sizeof m, "permission denied for tool %s: no answer within %llu ms",
              c->tool->name, (unsigned long long)c->cfg->host.permission_timeout_ms);
+    th_log_info("session=%llu tool=%s call=%llu %s", (unsigned long long)c->s->id, c->tool->name, (unsigned long long)c->base.pub.call_id, m);
     th_call_answer_error(c, TH_EPERM, m);
     th_call_perm_settle(c);
 }

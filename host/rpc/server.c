@@ -860,11 +860,11 @@ static void handle_perm_event(rpc_ev *ev)
     }
     p->next = c->perms;
     c->perms = p;
-    th_log_info("session=%llu tool=%s call=%llu msgid=%lld permission "
-                "asked: %s",
-                (unsigned long long)c->id, ev->tool,
-                (unsigned long long)ev->call_id,
-                origin ? (long long)origin->msgid : -1LL, ev->reason);
+    /* The core logged the ask (call_start.c); here only the msgid. */
+    conn_log(c, TOOLHOST_LOG_DEBUG, "session=%llu call=%llu permission.request "
+             "msgid=%llu for msgid=%lld", (unsigned long long)c->id,
+             (unsigned long long)ev->call_id, (unsigned long long)p->msgid,
+             origin ? (long long)origin->msgid : -1LL);
     conn_send(c, &frame);
 }
 
@@ -1305,8 +1305,12 @@ static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
         }
     }
     if (c->inflight >= srv->max_inflight) {
-        conn_close(c, false, "more than %u calls in flight",
+        /* The call is answered, then the client is told why it goes. */
+        send_error(c, msgid, TH_ELIMIT, "more than %u calls in flight "
+                   "(host.max_inflight): the connection is closed",
                    (unsigned)srv->max_inflight);
+        conn_kill(c, TH_ELIMIT, "more than %u calls in flight "
+                  "(host.max_inflight)", (unsigned)srv->max_inflight);
         return;
     }
     th_buf ab = TH_BUF_INIT;
@@ -1613,9 +1617,6 @@ static void on_response(rpc_conn *c, const th_rpc_msg *m)
     bool allow = m->error->type == MSGPACK_OBJECT_NIL &&
                  m->result->type == MSGPACK_OBJECT_BOOLEAN &&
                  m->result->via.boolean;
-    th_log_info("session=%llu call=%llu permission %s by the client",
-                (unsigned long long)c->id, (unsigned long long)p->call_id,
-                allow ? "granted" : "refused");
     th_permission_answer(c->session, p->call_id, allow);
     free(p);
 }
