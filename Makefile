@@ -45,7 +45,13 @@ CXX ?= c++
 VERSION := 0.1.0
 
 PKGS := msgpack yaml-0.1 libuv jansson lua5.4 libpcre2-8 libmicrohttpd nettle
-PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+# libsystemd (optional): sd_notify, the watchdog, socket activation
+# (host/front/sd.c); without it those are no-ops.
+ifeq ($(shell pkg-config --exists libsystemd 2>/dev/null && echo y),y)
+PKGS += libsystemd
+SD_DEFS := -DTH_HAVE_SYSTEMD
+endif
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(SD_DEFS)
 PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
 # -Wno-missing-field-initializers: the ABI structs grow by appending members

@@ -188,6 +188,8 @@ struct th_rpc_server {
     uint64_t start;             /* uv_hrtime() */
     th_front_ops ops;
     void (*on_ready)(th_rpc_server *, void *);
+    bool has_listen_fd;         /* socket activation (opts) */
+    int listen_fd;
     void *ready_ud;
     /* limits (host config; see the banner) */
     uint32_t max_conns, max_conns_uid, max_proto_errors, conn_log_lines;
@@ -2296,6 +2298,22 @@ static int start_listen(th_rpc_server *srv, const char *addr, th_error *err)
             err->code = TH_ECONFIG;
         return TH_ECONFIG;
     }
+    if (srv->has_listen_fd) { /* socket activation: bound already */
+        if (!(srv->sock_path = strdup(path)))
+            return th_error_set(err, TH_ENOMEM, "out of memory");
+        if ((rc = uv_pipe_init(&srv->loop, &srv->listener, 0)) < 0 ||
+            (rc = uv_pipe_open(&srv->listener, srv->listen_fd)) < 0)
+            return th_error_set(err, TH_EIO, "pipe: %s", uv_strerror(rc));
+        srv->listener.data = srv;
+        srv->listening = true;
+        if ((rc = uv_listen((uv_stream_t *)&srv->listener, 128,
+                            on_connection)) < 0)
+            return th_error_set(err, TH_EIO, "listen %s: %s", path,
+                                uv_strerror(rc));
+        th_log_info("listening on unix:%s (socket from the service manager)",
+                    path);
+        return 0;
+    }
     if ((rc = check_socket_path(path, err)))
         return rc;
     if (!(srv->sock_path = strdup(path)))
@@ -2438,6 +2456,8 @@ int th_rpc_serve(th_host *h, const th_rpc_serve_opts *o, th_error *err)
     srv->ops.tools_changed = front_tools_changed;
     srv->ops.task_tools_changed = front_task_tools_changed;
     srv->on_ready = o->on_ready;
+    srv->has_listen_fd = o->has_listen_fd;
+    srv->listen_fd = o->listen_fd;
     srv->ready_ud = o->ready_ud;
     srv->start = uv_hrtime();
     if (pthread_mutex_init(&srv->mu, NULL) != 0) {
