@@ -255,6 +255,7 @@ int cli_serve(int argc, char **argv)
     so.has_listen_fd = act_unix >= 0;
     so.listen_fd = act_unix;
     th_sd_close_unused(); /* the fronts took theirs */
+    th_http_close_unused_listen_fds();
     pthread_t stopper;
     bool have_stopper = false;
     if (getenv("NOTIFY_SOCKET") && pipe2(stop_pipe, O_CLOEXEC) == 0) {

@@ -371,6 +371,7 @@ static void stage_permission(th_mcall *c)
     }
     th_log_info("session=%llu tool=%s call=%llu asking permission (%s)",
                 (unsigned long long)s->id, t->name, (unsigned long long)id, d.rule);
+    if (c->st) atomic_fetch_add(&c->st->perm_asks, 1); /* stats.c */
     pthread_mutex_lock(&c->mu);
     c->phase = TH_PH_PERM_WAIT;
     pthread_mutex_unlock(&c->mu);

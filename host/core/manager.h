@@ -75,7 +75,7 @@ typedef struct th_stat_slot {
 typedef struct th_stat {
     char *tool;
     atomic_ulong calls, ok, failed, errors, timeouts, cancels, dup_rejected,
-        busy, perm_denied, late;
+        busy, perm_denied, late, perm_asks;
     atomic_ulong hist[TH_HIST_BUCKETS];
     atomic_ullong sum_ns;       /* of the latencies in hist */
     th_stat_slot win[TH_WIN_SLOTS]; /* the last 5 minutes, 10 s a slot */

@@ -147,6 +147,7 @@ int th_host_stats_foreach(th_host *h, int (*fn)(const th_tool_stats *st, void *u
             t.busy = atomic_load(&s->busy);
             t.permission_denied = atomic_load(&s->perm_denied);
             t.late_results = atomic_load(&s->late);
+            t.permission_asks = atomic_load(&s->perm_asks);
             uint64_t hist[TH_HIST_BUCKETS], total = 0;
             for (unsigned i = 0; i < TH_HIST_BUCKETS; i++)
                 total += hist[i] = atomic_load_explicit(&s->hist[i], memory_order_relaxed);

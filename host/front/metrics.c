@@ -52,7 +52,7 @@ typedef struct walk {
     int e;
 } walk;
 
-enum { W_CALLS, W_OUTCOME, W_LATE, W_HIST, W_N };
+enum { W_CALLS, W_OUTCOME, W_LATE, W_ASKS, W_HIST, W_N };
 
 static int sample(th_buf *b, const char *name, const char *tool,
                   const char *lname, const char *lval, uint64_t v)
@@ -90,6 +90,10 @@ static int tool_fn(const th_tool_stats *st, void *ud)
     case W_LATE:
         e |= sample(b, "toolhost_tool_late_results_total", st->tool, NULL,
                     NULL, st->late_results);
+        break;
+    case W_ASKS:
+        e |= sample(b, "toolhost_tool_permission_asks_total", st->tool, NULL,
+                    NULL, st->permission_asks);
         break;
     case W_HIST:
         for (unsigned i = 0; i < TH_STATS_LE; i++) {
@@ -144,6 +148,8 @@ int th_metrics_render(th_host *h, th_buf *b)
          "cancelled, duplicate, busy, denied)."},
         {"toolhost_tool_late_results_total", "counter",
          "Results discarded after a timeout or cancel, per tool."},
+        {"toolhost_tool_permission_asks_total", "counter",
+         "Permission requests sent to the client (ask rules), per tool."},
         {"toolhost_tool_call_duration_seconds", "histogram",
          "Call latency from start to final result, per tool."},
     };

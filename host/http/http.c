@@ -290,6 +290,18 @@ static bool addr_match(const struct sockaddr_storage *want,
             !memcmp(&b->sin6_addr, &in6addr_any, sizeof b->sin6_addr));
 }
 
+void th_http_close_unused_listen_fds(void)
+{
+    pthread_mutex_lock(&act_mu);
+    for (size_t i = 0; i < n_act; i++) {
+        th_log_warn("socket activation: TCP socket fd %d matches no http:// "
+                    "listen entry; closed", act_fd[i]);
+        close(act_fd[i]);
+    }
+    n_act = 0;
+    pthread_mutex_unlock(&act_mu);
+}
+
 /* An activated socket for `u` (removed from the table), or -1. */
 static int take_activated(const th_http_url *u)
 {

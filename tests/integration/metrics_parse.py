@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 text = open(sys.argv[1], encoding="utf-8").read()
 tool, need = sys.argv[2], int(sys.argv[3])
 fams = {f.name: f for f in text_string_to_metric_families(text)}
-for want in ("toolhost_tool_calls", "toolhost_tool_call_duration_seconds",
+for want in ("toolhost_tool_calls", "toolhost_tool_permission_asks", "toolhost_tool_call_duration_seconds",
              "toolhost_queue_depth", "toolhost_workers_busy",
              "toolhost_lost_workers", "process_resident_memory_bytes",
              "toolhost_reloads"):

@@ -137,6 +137,19 @@ static void test_scrape(void)
         rpc_res_free(&r);
     }
     CU_ASSERT_EQUAL(parse_scrape(&s, port, "echo", 4), 0);
+    if (geteuid() == 0) { /* the toolset with the ask rule is root's */
+        /* no permission handler: the client answers no */
+        CU_ASSERT(rpc_call(c, "tools.call", "[\"fs_list\", {\"path\": \".\"}]",
+                           &r) == 0);
+        rpc_res_free(&r);
+        char *ans = NULL;
+        CU_ASSERT_EQUAL(http_get(port, "GET", &ans), 200);
+        CU_ASSERT(ans && strstr(ans, "toolhost_tool_permission_asks_total"
+                                     "{tool=\"fs_list\"} 1\n"));
+        CU_ASSERT(ans && strstr(ans, "toolhost_tool_calls_total{tool=\"fs_list\","
+                                     "outcome=\"denied\"} 1\n"));
+        free(ans);
+    }
     th_rpc_client_close(c);
     /* only GET (and HEAD) */
     char *ans = NULL;

@@ -366,6 +366,7 @@ typedef struct th_tool_stats {
     uint64_t lat_count;
     double lat_sum_s;
     uint64_t lat_le[TH_STATS_LE];
+    uint64_t permission_asks;     /* `ask` rules that sent a request */
 } th_tool_stats;
 
 /* The upper bound, in seconds, of the i-th bucket of lat_le. */
