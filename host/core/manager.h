@@ -82,6 +82,12 @@ typedef struct th_stat {
     struct th_stat *next;
 } th_stat;
 
+/* Sessions by front: cli, rpc, mcp, code, then any other or unnamed. */
+#define TH_FRONT_KINDS 5
+unsigned th_stat_front_kind(const char *front);
+/* Counts a session opened (session.c). */
+void th_stat_session_opened(th_host *h, const char *front);
+
 /* The entry of `tool`, created on first use; NULL when out of memory. */
 th_stat *th_stat_get(th_host *h, const char *tool);
 void th_stat_latency(th_stat *st, int64_t ns);
@@ -420,6 +426,7 @@ struct th_host {
     pthread_mutex_t stmu;       /* stats table (insert only) */
     _Atomic(th_stat *) stat_b[256]; /* lock-free reads */
     atomic_ulong live_calls;    /* calls not yet freed */
+    atomic_ulong sess_opened[TH_FRONT_KINDS]; /* per front (stats.c) */
 
     /* Hot reload (reload_host.c).  `reloader` is set at open (NULL with
      * host.reload off) and freed at close.  A config a reload replaced

@@ -196,3 +196,40 @@ void th_host_mgr_stats(th_host *h, th_mgr_stats *out)
     }
     pthread_mutex_unlock(&h->mu);
 }
+
+/* ---- Sessions per front -------------------------------------------------- */
+
+static const char *const front_names[TH_FRONT_KINDS] = {
+    TOOLHOST_FRONT_CLI, TOOLHOST_FRONT_RPC, TOOLHOST_FRONT_MCP,
+    TOOLHOST_FRONT_CODE, "other"};
+
+unsigned th_stat_front_kind(const char *front)
+{
+    for (unsigned i = 0; front && i + 1 < TH_FRONT_KINDS; i++)
+        if (strcmp(front, front_names[i]) == 0)
+            return i;
+    return TH_FRONT_KINDS - 1;
+}
+
+void th_stat_session_opened(th_host *h, const char *front)
+{
+    atomic_fetch_add_explicit(&h->sess_opened[th_stat_front_kind(front)], 1,
+                              memory_order_relaxed);
+}
+
+size_t th_host_front_stats(th_host *h, th_front_stats *out, size_t max)
+{
+    uint64_t open[TH_FRONT_KINDS] = {0};
+    pthread_mutex_lock(&h->mu);
+    for (th_session *s = h->sessions; s; s = s->next)
+        open[th_stat_front_kind(s->ops.front)]++;
+    pthread_mutex_unlock(&h->mu);
+    size_t n = 0;
+    for (unsigned i = 0; i < TH_FRONT_KINDS && n < max; i++) {
+        out[n].front = front_names[i];
+        out[n].opened = atomic_load(&h->sess_opened[i]);
+        out[n].open = open[i];
+        n++;
+    }
+    return n;
+}

@@ -179,6 +179,19 @@ int th_metrics_render(th_host *h, th_buf *b)
                (double)ms.lost_workers);
     e |= gauge(b, "toolhost_lost_workers", "gauge",
                "Lost workers still stuck now.", (double)ms.lost_workers_now);
+    th_front_stats fs[8];
+    size_t nf = th_host_front_stats(h, fs, 8);
+    e |= family(b, "toolhost_sessions_opened_total", "counter",
+                "Sessions (connections) opened, per front.");
+    for (size_t i = 0; i < nf; i++)
+        e |= th_buf_printf(b, "toolhost_sessions_opened_total{front=\"%s\"} "
+                              "%llu\n",
+                           fs[i].front, (unsigned long long)fs[i].opened);
+    e |= family(b, "toolhost_sessions", "gauge",
+                "Sessions (connections) open now, per front.");
+    for (size_t i = 0; i < nf; i++)
+        e |= th_buf_printf(b, "toolhost_sessions{front=\"%s\"} %llu\n",
+                           fs[i].front, (unsigned long long)fs[i].open);
     th_reloader *r = th_host_reloader(h);
     if (r) {
         th_reload_stats rs;

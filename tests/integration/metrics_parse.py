@@ -10,7 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 text = open(sys.argv[1], encoding="utf-8").read()
 tool, need = sys.argv[2], int(sys.argv[3])
 fams = {f.name: f for f in text_string_to_metric_families(text)}
-for want in ("toolhost_tool_calls", "toolhost_tool_permission_asks", "toolhost_tool_call_duration_seconds",
+for want in ("toolhost_tool_calls", "toolhost_tool_permission_asks", "toolhost_sessions_opened",
+             "toolhost_sessions", "toolhost_tool_call_duration_seconds",
              "toolhost_queue_depth", "toolhost_workers_busy",
              "toolhost_lost_workers", "process_resident_memory_bytes",
              "toolhost_reloads"):
@@ -48,5 +49,9 @@ ok = [s for s in fams["toolhost_tool_calls"].samples
       if s.labels.get("tool") == tool and s.labels.get("outcome") == "ok"]
 if not ok or ok[0].value < need:
     print("calls_total{outcome=ok}", ok)
+    sys.exit(1)
+opened = sum(s.value for s in fams["toolhost_sessions_opened"].samples)
+if opened < 1:
+    print("no session counted", fams["toolhost_sessions_opened"].samples)
     sys.exit(1)
 print("count=%d" % count)

@@ -393,4 +393,14 @@ typedef struct th_mgr_stats {
 } th_mgr_stats;
 void th_host_mgr_stats(th_host *h, th_mgr_stats *out);
 
+/* Sessions (connections) per front: the front's name (th_front_ops.front;
+ * "other" for a front that gave none), opened since the start, open now.
+ * Fills at most max entries, one per kind (cli, rpc, mcp, code, other);
+ * returns how many. */
+typedef struct th_front_stats {
+    const char *front;
+    uint64_t opened, open;
+} th_front_stats;
+size_t th_host_front_stats(th_host *h, th_front_stats *out, size_t max);
+
 #endif
