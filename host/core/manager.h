@@ -101,6 +101,10 @@ void th_stat_window(th_stat *st, int64_t now_ns, unsigned slots,
 /* ---- Calls ------------------------------------------------------------------ */
 
 typedef struct th_mcall th_mcall;
+/* A call's final answer is decided (answer_locked, c->mu held): its
+ * latency per tool, and its outcome and latency per toolset and per
+ * front (stats.c). */
+void th_stat_call_end(th_mcall *c);
 
 /* What a concurrency limit belongs to. */
 typedef enum th_group_kind {
@@ -427,6 +431,7 @@ struct th_host {
     _Atomic(th_stat *) stat_b[256]; /* lock-free reads */
     atomic_ulong live_calls;    /* calls not yet freed */
     atomic_ulong sess_opened[TH_FRONT_KINDS]; /* per front (stats.c) */
+    _Atomic(th_stat *) grp_b[64]; /* per toolset and per front (stats.c) */
 
     /* Hot reload (reload_host.c).  `reloader` is set at open (NULL with
      * host.reload off) and freed at close.  A config a reload replaced

@@ -1,16 +1,26 @@
 /* stats.c - the per-tool numbers (counters and a latency histogram per
  * tool, lock-free reads) and the manager's host-wide snapshot.  Reads the
  * host's structures; calls nothing above it. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "manager.h"
 #include "th/clock.h"
 
+static th_stat *stat_get_in(th_host *h, _Atomic(th_stat *) *table,
+                            size_t mask, const char *tool);
+
 th_stat *th_stat_get(th_host *h, const char *tool)
 {
-    size_t b = th_hash_bytes(tool, strlen(tool)) & 255;
-    _Atomic(th_stat *) *slot = &h->stat_b[b];
+    return stat_get_in(h, h->stat_b, 255, tool);
+}
+
+static th_stat *stat_get_in(th_host *h, _Atomic(th_stat *) *table,
+                            size_t mask, const char *tool)
+{
+    size_t b = th_hash_bytes(tool, strlen(tool)) & mask;
+    _Atomic(th_stat *) *slot = &table[b];
     for (th_stat *s = atomic_load_explicit(slot, memory_order_acquire); s; s = s->next)
         if (strcmp(s->tool, tool) == 0)
             return s;
@@ -128,6 +138,18 @@ double th_stats_le_s(unsigned i)
     return (double)(1ull << (i + 4)) / 1e6;
 }
 
+static void fill_le(const uint64_t *hist, uint64_t *le)
+{
+    uint64_t cum = 0;
+    unsigned b = 0;
+    for (unsigned i = 0; i < TH_STATS_LE; i++) {
+        unsigned last = 4 * (i + 4); /* buckets 0..last */
+        for (; b <= last && b < TH_HIST_BUCKETS; b++)
+            cum += hist[b];
+        le[i] = cum;
+    }
+}
+
 int th_host_stats_foreach(th_host *h, int (*fn)(const th_tool_stats *st, void *ud),
                           void *ud)
 {
@@ -158,14 +180,7 @@ int th_host_stats_foreach(th_host *h, int (*fn)(const th_tool_stats *st, void *u
             th_stat_window(s, now, TH_WIN_SLOTS, &t.p50_5m_ms, &t.p99_5m_ms);
             t.lat_count = total;
             t.lat_sum_s = (double)atomic_load(&s->sum_ns) / 1e9;
-            uint64_t cum = 0;
-            unsigned b = 0;
-            for (unsigned i = 0; i < TH_STATS_LE; i++) {
-                unsigned last = 4 * (i + 4); /* buckets 0..last */
-                for (; b <= last && b < TH_HIST_BUCKETS; b++)
-                    cum += hist[b];
-                t.lat_le[i] = cum;
-            }
+            fill_le(hist, t.lat_le);
             int rc = fn(&t, ud);
             if (rc)
                 return rc;
@@ -232,4 +247,83 @@ size_t th_host_front_stats(th_host *h, th_front_stats *out, size_t max)
         n++;
     }
     return n;
+}
+
+/* ---- Per toolset and per front ------------------------------------------- */
+
+/* Group entries live in h->grp_b keyed "t:NAME" (toolset) or "f:NAME"
+ * (front). */
+static void group_count(th_host *h, char kind, const char *name,
+                        const th_result_copy *r, int64_t ns)
+{
+    char key[160];
+    snprintf(key, sizeof key, "%c:%s", kind, name);
+    th_stat *g = stat_get_in(h, h->grp_b, 63, key);
+    if (!g)
+        return;
+    atomic_fetch_add(&g->calls, 1);
+    if (r->kind != TH_RESULT_ERROR) {
+        atomic_fetch_add(r->ok ? &g->ok : &g->failed, 1);
+    } else {
+        switch (r->error) {
+        case TH_ETIMEOUT: atomic_fetch_add(&g->timeouts, 1); break;
+        case TH_ECANCELLED: atomic_fetch_add(&g->cancels, 1); break;
+        case TH_EDUPLICATE: atomic_fetch_add(&g->dup_rejected, 1); break;
+        case TH_EBUSY: atomic_fetch_add(&g->busy, 1); break;
+        case TH_EPERM: atomic_fetch_add(&g->perm_denied, 1); break;
+        default: atomic_fetch_add(&g->errors, 1); break;
+        }
+    }
+    atomic_fetch_add_explicit(&g->hist[hist_bucket(ns)], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&g->sum_ns, ns > 0 ? (unsigned long long)ns : 0,
+                              memory_order_relaxed);
+}
+
+void th_stat_call_end(th_mcall *c)
+{
+    if (!c->st || !c->args_ok)
+        return;
+    int64_t ns = th_now_ns() - c->start_ns;
+    th_stat_latency(c->st, ns);
+    /* the final result is an ERROR or a DONE; an acknowledgement is not
+     * final */
+    if (c->final.kind == TH_RESULT_RUNNING)
+        return;
+    group_count(c->h, 't', c->ts ? c->ts->name : "(tasks)", &c->final, ns);
+    const char *front = c->s ? c->s->ops.front : NULL;
+    group_count(c->h, 'f', front ? front : "other", &c->final, ns);
+}
+
+int th_host_group_stats_foreach(th_host *h,
+                                int (*fn)(const th_group_stats *g, void *ud),
+                                void *ud)
+{
+    for (size_t b = 0; b < 64; b++) {
+        for (th_stat *s = atomic_load_explicit(&h->grp_b[b], memory_order_acquire);
+             s; s = s->next) {
+            th_group_stats g;
+            memset(&g, 0, sizeof g);
+            g.kind = s->tool[0] == 't' ? "toolset" : "front";
+            g.name = s->tool + 2;
+            g.calls = atomic_load(&s->calls);
+            g.ok = atomic_load(&s->ok);
+            g.failed = atomic_load(&s->failed);
+            g.errors = atomic_load(&s->errors);
+            g.timeouts = atomic_load(&s->timeouts);
+            g.cancels = atomic_load(&s->cancels);
+            g.duplicates_rejected = atomic_load(&s->dup_rejected);
+            g.busy = atomic_load(&s->busy);
+            g.permission_denied = atomic_load(&s->perm_denied);
+            uint64_t hist[TH_HIST_BUCKETS], total = 0;
+            for (unsigned i = 0; i < TH_HIST_BUCKETS; i++)
+                total += hist[i] = atomic_load_explicit(&s->hist[i], memory_order_relaxed);
+            g.lat_count = total;
+            g.lat_sum_s = (double)atomic_load(&s->sum_ns) / 1e9;
+            fill_le(hist, g.lat_le);
+            int rc = fn(&g, ud);
+            if (rc)
+                return rc;
+        }
+    }
+    return 0;
 }

@@ -115,6 +115,92 @@ static int tool_fn(const th_tool_stats *st, void *ud)
     return e ? -1 : 0;
 }
 
+/* Per toolset / per front: one family of outcomes, one histogram. */
+typedef struct gwalk {
+    th_buf *b;
+    const char *kind;  /* "toolset" or "front" */
+    bool hist;
+    int e;
+} gwalk;
+
+static int glabel(th_buf *b, const char *name, const char *lname,
+                  const char *lval, const char *l2, const char *v2)
+{
+    int e = th_buf_printf(b, "%s{%s=\"", name, lname);
+    e |= th_metrics_label(b, lval);
+    if (l2)
+        e |= th_buf_printf(b, "\",%s=\"%s", l2, v2);
+    e |= th_buf_puts(b, "\"} ");
+    return e;
+}
+
+static int group_fn(const th_group_stats *g, void *ud)
+{
+    gwalk *w = ud;
+    if (strcmp(g->kind, w->kind) != 0)
+        return 0;
+    th_buf *b = w->b;
+    char name[96];
+    int e = 0;
+    if (!w->hist) {
+        static const char *const names[] = {
+            "ok", "failed", "error", "timeout", "cancelled",
+            "duplicate", "busy", "denied"};
+        const uint64_t v[] = {g->ok, g->failed, g->errors, g->timeouts,
+                              g->cancels, g->duplicates_rejected, g->busy,
+                              g->permission_denied};
+        snprintf(name, sizeof name, "toolhost_%s_calls_total", w->kind);
+        for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
+            e |= glabel(b, name, w->kind, g->name, "outcome", names[i]);
+            e |= th_buf_printf(b, "%llu\n", (unsigned long long)v[i]);
+        }
+    } else {
+        snprintf(name, sizeof name, "toolhost_%s_call_duration_seconds_bucket",
+                 w->kind);
+        for (unsigned i = 0; i < TH_STATS_LE; i++) {
+            char le[32];
+            snprintf(le, sizeof le, "%.9g", th_stats_le_s(i));
+            e |= glabel(b, name, w->kind, g->name, "le", le);
+            e |= th_buf_printf(b, "%llu\n", (unsigned long long)g->lat_le[i]);
+        }
+        e |= glabel(b, name, w->kind, g->name, "le", "+Inf");
+        e |= th_buf_printf(b, "%llu\n", (unsigned long long)g->lat_count);
+        snprintf(name, sizeof name, "toolhost_%s_call_duration_seconds_sum",
+                 w->kind);
+        e |= glabel(b, name, w->kind, g->name, NULL, NULL);
+        e |= th_buf_printf(b, "%.9g\n", g->lat_sum_s);
+        snprintf(name, sizeof name, "toolhost_%s_call_duration_seconds_count",
+                 w->kind);
+        e |= glabel(b, name, w->kind, g->name, NULL, NULL);
+        e |= th_buf_printf(b, "%llu\n", (unsigned long long)g->lat_count);
+    }
+    w->e |= e;
+    return e ? -1 : 0;
+}
+
+static int groups(th_host *h, th_buf *b)
+{
+    int e = 0;
+    static const char *const kinds[] = {"toolset", "front"};
+    for (int k = 0; k < 2; k++) {
+        char name[96], help[160];
+        snprintf(name, sizeof name, "toolhost_%s_calls_total", kinds[k]);
+        snprintf(help, sizeof help, "Calls ended, per %s and outcome.",
+                 kinds[k]);
+        e |= family(b, name, "counter", help);
+        gwalk w = {.b = b, .kind = kinds[k]};
+        th_host_group_stats_foreach(h, group_fn, &w);
+        snprintf(name, sizeof name, "toolhost_%s_call_duration_seconds",
+                 kinds[k]);
+        snprintf(help, sizeof help, "Call latency, per %s.", kinds[k]);
+        e |= family(b, name, "histogram", help);
+        w.hist = true;
+        th_host_group_stats_foreach(h, group_fn, &w);
+        e |= w.e;
+    }
+    return e;
+}
+
 static int gauge(th_buf *b, const char *name, const char *type,
                  const char *help, double v)
 {
@@ -159,6 +245,7 @@ int th_metrics_render(th_host *h, th_buf *b)
         th_host_stats_foreach(h, tool_fn, &w);
         e |= w.e;
     }
+    e |= groups(h, b);
     th_mgr_stats ms;
     th_host_mgr_stats(h, &ms);
     e |= gauge(b, "toolhost_workers", "gauge", "Worker threads.",

@@ -11,7 +11,9 @@ text = open(sys.argv[1], encoding="utf-8").read()
 tool, need = sys.argv[2], int(sys.argv[3])
 fams = {f.name: f for f in text_string_to_metric_families(text)}
 for want in ("toolhost_tool_calls", "toolhost_tool_permission_asks", "toolhost_sessions_opened",
-             "toolhost_sessions", "toolhost_tool_call_duration_seconds",
+             "toolhost_sessions", "toolhost_toolset_calls",
+             "toolhost_toolset_call_duration_seconds", "toolhost_front_calls",
+             "toolhost_front_call_duration_seconds", "toolhost_tool_call_duration_seconds",
              "toolhost_queue_depth", "toolhost_workers_busy",
              "toolhost_lost_workers", "process_resident_memory_bytes",
              "toolhost_reloads"):
@@ -53,5 +55,10 @@ if not ok or ok[0].value < need:
 opened = sum(s.value for s in fams["toolhost_sessions_opened"].samples)
 if opened < 1:
     print("no session counted", fams["toolhost_sessions_opened"].samples)
+    sys.exit(1)
+ts = [s for s in fams["toolhost_toolset_call_duration_seconds"].samples
+      if s.labels.get("toolset") == "public" and s.name.endswith("_count")]
+if not ts or ts[0].value < need:
+    print("toolset public histogram", ts)
     sys.exit(1)
 print("count=%d" % count)

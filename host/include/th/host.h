@@ -393,6 +393,24 @@ typedef struct th_mgr_stats {
 } th_mgr_stats;
 void th_host_mgr_stats(th_host *h, th_mgr_stats *out);
 
+/* Calls per toolset ("toolset", name; the task tools count under
+ * "(tasks)") and per front ("front", th_front_ops.front or "other"),
+ * counted when their final answer is decided, after the arguments
+ * validated (calls refused before that count per tool only).  Outcome
+ * fields as in th_tool_stats; `calls` is the sum of the outcomes. */
+typedef struct th_group_stats {
+    const char *kind;             /* "toolset" or "front" */
+    const char *name;
+    uint64_t calls, ok, failed, errors, timeouts, cancels,
+        duplicates_rejected, busy, permission_denied;
+    uint64_t lat_count;
+    double lat_sum_s;
+    uint64_t lat_le[TH_STATS_LE];
+} th_group_stats;
+int th_host_group_stats_foreach(th_host *h,
+                                int (*fn)(const th_group_stats *g, void *ud),
+                                void *ud);
+
 /* Sessions (connections) per front: the front's name (th_front_ops.front;
  * "other" for a front that gave none), opened since the start, open now.
  * Fills at most max entries, one per kind (cli, rpc, mcp, code, other);
