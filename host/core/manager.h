@@ -431,7 +431,6 @@ struct th_host {
     _Atomic(th_stat *) stat_b[256]; /* lock-free reads */
     atomic_ulong live_calls;    /* calls not yet freed */
     atomic_ulong sess_opened[TH_FRONT_KINDS]; /* per front (stats.c) */
-    _Atomic(th_stat *) grp_b[64]; /* per toolset and per front (stats.c) */
 
     /* Hot reload (reload_host.c).  `reloader` is set at open (NULL with
      * host.reload off) and freed at close.  A config a reload replaced

@@ -156,6 +156,8 @@ int th_host_stats_foreach(th_host *h, int (*fn)(const th_tool_stats *st, void *u
     for (size_t b = 0; b < 256; b++) {
         _Atomic(th_stat *) *slot = &h->stat_b[b];
         for (th_stat *s = atomic_load_explicit(slot, memory_order_acquire); s; s = s->next) {
+            if (s->tool[0] == '\001') /* a toolset's or a front's */
+                continue;
             th_tool_stats t;
             memset(&t, 0, sizeof t);
             t.tool = s->tool;
@@ -251,14 +253,15 @@ size_t th_host_front_stats(th_host *h, th_front_stats *out, size_t max)
 
 /* ---- Per toolset and per front ------------------------------------------- */
 
-/* Group entries live in h->grp_b keyed "t:NAME" (toolset) or "f:NAME"
+/* Group entries live in the tools' table (freed with it at close) under
+ * keys no tool name can have: "\001t:NAME" (toolset), "\001f:NAME"
  * (front). */
 static void group_count(th_host *h, char kind, const char *name,
                         const th_result_copy *r, int64_t ns)
 {
     char key[160];
-    snprintf(key, sizeof key, "%c:%s", kind, name);
-    th_stat *g = stat_get_in(h, h->grp_b, 63, key);
+    snprintf(key, sizeof key, "\001%c:%s", kind, name);
+    th_stat *g = th_stat_get(h, key);
     if (!g)
         return;
     atomic_fetch_add(&g->calls, 1);
@@ -298,13 +301,15 @@ int th_host_group_stats_foreach(th_host *h,
                                 int (*fn)(const th_group_stats *g, void *ud),
                                 void *ud)
 {
-    for (size_t b = 0; b < 64; b++) {
-        for (th_stat *s = atomic_load_explicit(&h->grp_b[b], memory_order_acquire);
+    for (size_t b = 0; b < 256; b++) {
+        for (th_stat *s = atomic_load_explicit(&h->stat_b[b], memory_order_acquire);
              s; s = s->next) {
+            if (s->tool[0] != '\001')
+                continue;
             th_group_stats g;
             memset(&g, 0, sizeof g);
-            g.kind = s->tool[0] == 't' ? "toolset" : "front";
-            g.name = s->tool + 2;
+            g.kind = s->tool[1] == 't' ? "toolset" : "front";
+            g.name = s->tool + 3;
             g.calls = atomic_load(&s->calls);
             g.ok = atomic_load(&s->ok);
             g.failed = atomic_load(&s->failed);
