@@ -66,7 +66,9 @@ void th_sd_watchdog_ping(void)
 /* ---- Socket activation ----------------------------------------------------- */
 
 static int n_fds = -1;  /* -1: not read yet */
+#ifdef TH_HAVE_SYSTEMD
 static bool taken[64];
+#endif
 
 int th_sd_listen_fds(void)
 {
