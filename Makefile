@@ -45,7 +45,7 @@ CXX ?= c++
 VERSION := 0.1.0
 
 include scripts/pkgs.mk
-PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(SD_DEFS)
 PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
 # -Wno-missing-field-initializers: the ABI structs grow by appending members

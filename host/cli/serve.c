@@ -1,6 +1,8 @@
 /* serve.c - `toolhost serve`: the host behind msgpack-RPC on a Unix socket
  * or on stdio, until SIGTERM/SIGINT (or end of input on stdio). */
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -13,6 +15,9 @@
 #include "front/rpc.h"
 #include "front/sockpath.h"
 #include "front/mcp_http.h"
+#include "front/metrics.h"
+#include "front/sd.h"
+#include "th/http.h"
 
 /* ---- Signals ----------------------------------------------------------------
  * The server stops on the first SIGTERM/SIGINT (its own handlers: grace,
@@ -24,11 +29,29 @@
 static struct sigaction srv_term, srv_int; /* the server's handlers */
 static atomic_int n_signals;
 static atomic_bool serving;
+/* STOPPING=1 leaves from a thread: the signal handler only writes a byte
+ * to this pipe (-1 when there is no service manager to tell). */
+static int stop_pipe[2] = {-1, -1};
+
+static void *stop_notifier(void *ud)
+{
+    (void)ud;
+    char b;
+    ssize_t n;
+    do
+        n = read(stop_pipe[0], &b, 1);
+    while (n < 0 && errno == EINTR);
+    if (n == 1)
+        th_sd_stopping();
+    return NULL;
+}
 
 static void on_stop_signal(int sig, siginfo_t *si, void *ctx)
 {
     int saved = errno;
     if (atomic_fetch_add(&n_signals, 1) == 0 && atomic_load(&serving)) {
+        if (stop_pipe[1] >= 0 && write(stop_pipe[1], "s", 1) < 0)
+            (void)0; /* best effort */
         const struct sigaction *a = sig == SIGINT ? &srv_int : &srv_term;
         if (a->sa_flags & SA_SIGINFO)
             a->sa_sigaction(sig, si, ctx);
@@ -67,6 +90,7 @@ static void on_server_ready(th_rpc_server *srv, void *ud)
     sigaction(SIGINT, NULL, &srv_int);
     atomic_store(&serving, true);
     stop_signals_ours();
+    th_sd_ready(); /* every front is up */
 }
 
 static const char serve_usage[] =
@@ -92,7 +116,11 @@ static const char serve_usage[] =
     "\n"
     "With http:// entries in host.listen the same host also serves MCP over\n"
     "Streamable HTTP on each (bearer tokens of the mcp section; see\n"
-    "docs/mcp.md); --listen replaces only the unix: entry.\n"
+    "docs/mcp.md); --listen replaces only the unix: entry. An http://\n"
+    "entry whose path is /metrics serves Prometheus metrics instead.\n"
+    "Under systemd (Type=notify) it reports READY/RELOADING/STOPPING,\n"
+    "pings the watchdog, and takes activated sockets (LISTEN_FDS) that\n"
+    "match its listen entries (docs/ops.md).\n"
     "\n"
     "Options:\n"
     "  -c, --config FILE      the config to serve\n"
@@ -174,8 +202,19 @@ int cli_serve(int argc, char **argv)
         }
         addr = def;
     }
-    if (!stdio && th_sock_prepare(addr, strict, cfg->host.socket_mode,
-                                  &err) != 0) {
+    /* Socket activation: sockets the service manager bound, matched to
+     * the entries by path (unix:) and by address and port (http://). */
+    int act_unix = -1;
+    if (!stdio && th_sd_listen_fds() > 0) {
+        const char *path;
+        if (th_rpc_parse_addr(addr, &path, NULL) == 0)
+            act_unix = th_sd_take_unix(path);
+        int fds[16];
+        size_t n = th_sd_take_inet(fds, 16);
+        th_http_set_listen_fds(fds, n);
+    }
+    if (!stdio && act_unix < 0 &&
+        th_sock_prepare(addr, strict, cfg->host.socket_mode, &err) != 0) {
         cli_error("serve: %s", err.msg);
         th_config_free(cfg);
         return err.code == TH_ECONFIG ? CLI_USAGE : CLI_FAILED;
@@ -201,16 +240,50 @@ int cli_serve(int argc, char **argv)
                    ? CLI_USAGE
                    : CLI_FAILED;
     }
+    /* The /metrics entries of listen: Prometheus text, no token. */
+    th_metrics *metrics = NULL;
+    if (!stdio && th_metrics_start(h, th_host_config(h), &metrics, &err) != 0) {
+        cli_error("serve: %s", err.msg);
+        th_mcp_http_stop(web);
+        th_host_close(h);
+        return err.code == TH_ECONFIG || err.code == TH_EINVAL ||
+                       err.code == TH_EPERM
+                   ? CLI_USAGE
+                   : CLI_FAILED;
+    }
     th_rpc_serve_opts so;
     memset(&so, 0, sizeof so);
     so.listen = stdio ? NULL : addr;
     so.stdio = stdio;
     so.on_ready = on_server_ready;
+    so.has_listen_fd = act_unix >= 0;
+    so.listen_fd = act_unix;
+    th_sd_close_unused(); /* the fronts took theirs */
+    th_http_close_unused_listen_fds();
+    pthread_t stopper;
+    bool have_stopper = false;
+    if (getenv("NOTIFY_SOCKET") && pipe2(stop_pipe, O_CLOEXEC) == 0) {
+        have_stopper = pthread_create(&stopper, NULL, stop_notifier, NULL) == 0;
+        if (!have_stopper) {
+            close(stop_pipe[0]);
+            close(stop_pipe[1]);
+            stop_pipe[0] = stop_pipe[1] = -1;
+        }
+    }
     int rc = th_rpc_serve(h, &so, &err);
+    th_sd_stopping(); /* stdio end of input, or a start that failed */
+    if (have_stopper) {
+        int wfd = stop_pipe[1];
+        stop_pipe[1] = -1;
+        close(wfd); /* the notifier reads EOF */
+        pthread_join(stopper, NULL);
+        close(stop_pipe[0]);
+    }
     /* The server's handlers are gone (default actions again): while the
      * host closes, a signal means "now". */
     atomic_store(&serving, false);
     stop_signals_ours();
+    th_metrics_stop(metrics);
     th_mcp_http_stop(web);
     th_host_close(h);
     if (rc != 0) {

@@ -308,8 +308,7 @@ static bool answer_locked(th_mcall *c, th_result_copy *res)
             ref_drop_nonlast(c);
         }
     }
-    if (c->st && c->args_ok)
-        th_stat_latency(c->st, th_now_ns() - c->start_ns);
+    th_stat_call_end(c); /* stats.c: per tool, toolset and front */
     return changed;
 }
 

@@ -372,6 +372,7 @@ static void stage_permission(th_mcall *c)
     }
     th_log_info("session=%llu tool=%s call=%llu asking permission (%s)",
                 (unsigned long long)s->id, t->name, (unsigned long long)id, d.rule);
+    if (c->st) atomic_fetch_add(&c->st->perm_asks, 1); /* stats.c */
     pthread_mutex_lock(&c->mu);
     c->phase = TH_PH_PERM_WAIT;
     pthread_mutex_unlock(&c->mu);
@@ -494,6 +495,7 @@ void th_mcall_perm_expired(th_mcall *c)
     char m[256];
     snprintf(m, sizeof m, "permission denied for tool %s: no answer within %llu ms",
              c->tool->name, (unsigned long long)c->cfg->host.permission_timeout_ms);
+    th_log_info("session=%llu tool=%s call=%llu %s", (unsigned long long)c->s->id, c->tool->name, (unsigned long long)c->base.pub.call_id, m);
     th_call_answer_error(c, TH_EPERM, m);
     th_call_perm_settle(c);
 }

@@ -768,6 +768,17 @@ static int listen_item(cfctx *c, th_ynode *v, th_host_cfg *h, bool *unix_seen)
         th_error_clear(&e);
         if (th_http_parse_url(v->str, &u, &e) < 0)
             return cf_err(c, v, "'listen': %s", e.msg);
+        if (strcmp(u.path, "/metrics") == 0) { /* Prometheus, not MCP */
+            char **mv = realloc(h->listen_metrics,
+                                (h->n_listen_metrics + 1) * sizeof *mv);
+            if (!mv)
+                return cf_nomem(c);
+            h->listen_metrics = mv;
+            if (!(mv[h->n_listen_metrics] = strdup(v->str)))
+                return cf_nomem(c);
+            h->n_listen_metrics++;
+            return 0;
+        }
         char **nv = realloc(h->listen_http,
                             (h->n_listen_http + 1) * sizeof *nv);
         if (!nv)
@@ -1884,6 +1895,18 @@ static int listen_http_check(cfctx *c, th_config *cfg)
             return cf_err(c, at, "'listen': %s needs mcp.tls_cert and "
                           "mcp.tls_key", h->listen_http[i]);
     }
+    for (size_t i = 0; i < h->n_listen_metrics; i++) {
+        th_http_url u;
+        if (th_http_parse_url(h->listen_metrics[i], &u, NULL) < 0)
+            continue;
+        if (!u.loopback && !cfg->mcp.allow_remote)
+            return cf_err(c, at, "'listen': %s is not a loopback address; "
+                          "set mcp.allow_remote: true to serve metrics on it",
+                          h->listen_metrics[i]);
+        if (u.tls && !cfg->mcp.tls_cert)
+            return cf_err(c, at, "'listen': %s needs mcp.tls_cert and "
+                          "mcp.tls_key", h->listen_metrics[i]);
+    }
     if (h->n_listen_http && cfg->mcp.n_tokens == 0)
         return cf_err(c, at, "'listen' has an http:// entry but mcp.tokens "
                       "declares no token (every request would be refused)");
@@ -2033,6 +2056,7 @@ void th_config_free(th_config *cfg)
     th_host_cfg *h = &cfg->host;
     free(h->listen);
     free_strv(h->listen_http, h->n_listen_http);
+    free_strv(h->listen_metrics, h->n_listen_metrics);
     th_mcp_cfg *mc = &cfg->mcp;
     for (size_t i = 0; i < mc->n_tokens; i++) {
         free(mc->tokens[i].user);

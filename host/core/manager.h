@@ -61,21 +61,50 @@ uint64_t th_hash_bytes(const void *data, size_t len);
 
 #define TH_HIST_BUCKETS 128 /* 4 per power of two of microseconds */
 
+/* One 10-second slice of the windowed latencies: `epoch` is the slice's
+ * number (monotonic ns / TH_WIN_SLOT_NS); a slot whose epoch is not the
+ * one asked for holds older numbers and is skipped (or reset, by the first
+ * call that lands in its new slice). */
+#define TH_WIN_SLOTS 30
+#define TH_WIN_SLOT_NS 10000000000LL
+typedef struct th_stat_slot {
+    _Atomic int64_t epoch;
+    atomic_uint hist[TH_HIST_BUCKETS];
+} th_stat_slot;
+
 typedef struct th_stat {
     char *tool;
     atomic_ulong calls, ok, failed, errors, timeouts, cancels, dup_rejected,
-        busy, perm_denied, late;
+        busy, perm_denied, late, perm_asks;
     atomic_ulong hist[TH_HIST_BUCKETS];
+    atomic_ullong sum_ns;       /* of the latencies in hist */
+    th_stat_slot win[TH_WIN_SLOTS]; /* the last 5 minutes, 10 s a slot */
     struct th_stat *next;
 } th_stat;
+
+/* Sessions by front: cli, rpc, mcp, code, then any other or unnamed. */
+#define TH_FRONT_KINDS 5
+unsigned th_stat_front_kind(const char *front);
+/* Counts a session opened (session.c). */
+void th_stat_session_opened(th_host *h, const char *front);
 
 /* The entry of `tool`, created on first use; NULL when out of memory. */
 th_stat *th_stat_get(th_host *h, const char *tool);
 void th_stat_latency(th_stat *st, int64_t ns);
+/* The same at monotonic time `now_ns` (tests: a fake clock). */
+void th_stat_latency_at(th_stat *st, int64_t ns, int64_t now_ns);
+/* p50 and p99 (ms) of the calls that ended in the last `slots` slices
+ * (the current one included) as of `now_ns`; 0 when none. */
+void th_stat_window(th_stat *st, int64_t now_ns, unsigned slots,
+                    double *p50_ms, double *p99_ms);
 
 /* ---- Calls ------------------------------------------------------------------ */
 
 typedef struct th_mcall th_mcall;
+/* A call's final answer is decided (answer_locked, c->mu held): its
+ * latency per tool, and its outcome and latency per toolset and per
+ * front (stats.c). */
+void th_stat_call_end(th_mcall *c);
 
 /* What a concurrency limit belongs to. */
 typedef enum th_group_kind {
@@ -429,6 +458,7 @@ struct th_host {
     atomic_ulong live_calls;    /* calls not yet freed */
     th_mcall *tomb_head, *tomb_tail; /* quarantine of ended calls (mu) */
     size_t n_tombs;
+    atomic_ulong sess_opened[TH_FRONT_KINDS]; /* per front (stats.c) */
 
     /* Hot reload (reload_host.c).  `reloader` is set at open (NULL with
      * host.reload off) and freed at close.  A config a reload replaced

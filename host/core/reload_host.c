@@ -102,6 +102,9 @@ static int check_config(void *ud, const th_config *nc, th_error *err)
                     oc->mcp.n_tokens == nc->mcp.n_tokens;
     for (size_t i = 0; web_same && i < a->n_listen_http; i++)
         web_same = strcmp(a->listen_http[i], b->listen_http[i]) == 0;
+    web_same = web_same && a->n_listen_metrics == b->n_listen_metrics;
+    for (size_t i = 0; web_same && i < a->n_listen_metrics; i++)
+        web_same = strcmp(a->listen_metrics[i], b->listen_metrics[i]) == 0;
     for (size_t i = 0; web_same && i < oc->mcp.n_tokens; i++)
         web_same = strcmp(oc->mcp.tokens[i].user, nc->mcp.tokens[i].user) == 0 &&
                    memcmp(oc->mcp.tokens[i].sha256, nc->mcp.tokens[i].sha256, 32) == 0;

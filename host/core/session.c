@@ -141,6 +141,7 @@ th_session *th_session_open(th_host *h, const th_principal *who,
         h->sessions->prev = s;
     h->sessions = s;
     pthread_mutex_unlock(&h->mu);
+    th_stat_session_opened(h, s->ops.front); /* stats.c */
     return s;
 }
 

@@ -1,15 +1,26 @@
 /* stats.c - the per-tool numbers (counters and a latency histogram per
  * tool, lock-free reads) and the manager's host-wide snapshot.  Reads the
  * host's structures; calls nothing above it. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "manager.h"
+#include "th/clock.h"
+
+static th_stat *stat_get_in(th_host *h, _Atomic(th_stat *) *table,
+                            size_t mask, const char *tool);
 
 th_stat *th_stat_get(th_host *h, const char *tool)
 {
-    size_t b = th_hash_bytes(tool, strlen(tool)) & 255;
-    _Atomic(th_stat *) *slot = &h->stat_b[b];
+    return stat_get_in(h, h->stat_b, 255, tool);
+}
+
+static th_stat *stat_get_in(th_host *h, _Atomic(th_stat *) *table,
+                            size_t mask, const char *tool)
+{
+    size_t b = th_hash_bytes(tool, strlen(tool)) & mask;
+    _Atomic(th_stat *) *slot = &table[b];
     for (th_stat *s = atomic_load_explicit(slot, memory_order_acquire); s; s = s->next)
         if (strcmp(s->tool, tool) == 0)
             return s;
@@ -54,9 +65,30 @@ static double hist_upper_ms(unsigned b)
     return hi / 1000.0;
 }
 
+void th_stat_latency_at(th_stat *st, int64_t ns, int64_t now_ns)
+{
+    unsigned b = hist_bucket(ns);
+    atomic_fetch_add_explicit(&st->hist[b], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&st->sum_ns, ns > 0 ? (unsigned long long)ns : 0,
+                              memory_order_relaxed);
+    /* The window: the first call of a new slice takes the slot over and
+     * clears it.  A call racing with that clear may go uncounted; the
+     * windowed numbers are an estimate, the totals above are exact. */
+    int64_t ep = (now_ns > 0 ? now_ns : 0) / TH_WIN_SLOT_NS + 1;
+    th_stat_slot *sl = &st->win[ep % TH_WIN_SLOTS];
+    int64_t old = atomic_load_explicit(&sl->epoch, memory_order_acquire);
+    if (old != ep && old < ep &&
+        atomic_compare_exchange_strong(&sl->epoch, &old, ep)) {
+        for (unsigned i = 0; i < TH_HIST_BUCKETS; i++)
+            atomic_store_explicit(&sl->hist[i], 0, memory_order_relaxed);
+    }
+    if (atomic_load_explicit(&sl->epoch, memory_order_acquire) == ep)
+        atomic_fetch_add_explicit(&sl->hist[b], 1, memory_order_relaxed);
+}
+
 void th_stat_latency(th_stat *st, int64_t ns)
 {
-    atomic_fetch_add_explicit(&st->hist[hist_bucket(ns)], 1, memory_order_relaxed);
+    th_stat_latency_at(st, ns, th_now_ns());
 }
 
 static double percentile(const uint64_t *hist, uint64_t total, double p)
@@ -75,12 +107,57 @@ static double percentile(const uint64_t *hist, uint64_t total, double p)
     return hist_upper_ms(TH_HIST_BUCKETS - 1);
 }
 
+void th_stat_window(th_stat *st, int64_t now_ns, unsigned slots,
+                    double *p50_ms, double *p99_ms)
+{
+    uint64_t hist[TH_HIST_BUCKETS], total = 0;
+    memset(hist, 0, sizeof hist);
+    if (slots > TH_WIN_SLOTS)
+        slots = TH_WIN_SLOTS;
+    int64_t ep = (now_ns > 0 ? now_ns : 0) / TH_WIN_SLOT_NS + 1;
+    for (unsigned k = 0; k < slots && ep - (int64_t)k > 0; k++) {
+        int64_t e = ep - (int64_t)k;
+        th_stat_slot *sl = &st->win[e % TH_WIN_SLOTS];
+        if (atomic_load_explicit(&sl->epoch, memory_order_acquire) != e)
+            continue;
+        for (unsigned i = 0; i < TH_HIST_BUCKETS; i++) {
+            uint64_t v = atomic_load_explicit(&sl->hist[i], memory_order_relaxed);
+            hist[i] += v;
+            total += v;
+        }
+    }
+    *p50_ms = percentile(hist, total, 0.50);
+    *p99_ms = percentile(hist, total, 0.99);
+}
+
+/* Bucket i of th_tool_stats.lat_le ends at 2^(i+4) us: exactly where the
+ * histogram's bucket 4(i+4) ends (its buckets 0..4k hold the calls under
+ * 2^k us), so the cumulative counts are exact. */
+double th_stats_le_s(unsigned i)
+{
+    return (double)(1ull << (i + 4)) / 1e6;
+}
+
+static void fill_le(const uint64_t *hist, uint64_t *le)
+{
+    uint64_t cum = 0;
+    unsigned b = 0;
+    for (unsigned i = 0; i < TH_STATS_LE; i++) {
+        unsigned last = 4 * (i + 4); /* buckets 0..last */
+        for (; b <= last && b < TH_HIST_BUCKETS; b++)
+            cum += hist[b];
+        le[i] = cum;
+    }
+}
+
 int th_host_stats_foreach(th_host *h, int (*fn)(const th_tool_stats *st, void *ud),
                           void *ud)
 {
     for (size_t b = 0; b < 256; b++) {
         _Atomic(th_stat *) *slot = &h->stat_b[b];
         for (th_stat *s = atomic_load_explicit(slot, memory_order_acquire); s; s = s->next) {
+            if (s->tool[0] == '\001') /* a toolset's or a front's */
+                continue;
             th_tool_stats t;
             memset(&t, 0, sizeof t);
             t.tool = s->tool;
@@ -94,11 +171,18 @@ int th_host_stats_foreach(th_host *h, int (*fn)(const th_tool_stats *st, void *u
             t.busy = atomic_load(&s->busy);
             t.permission_denied = atomic_load(&s->perm_denied);
             t.late_results = atomic_load(&s->late);
+            t.permission_asks = atomic_load(&s->perm_asks);
             uint64_t hist[TH_HIST_BUCKETS], total = 0;
             for (unsigned i = 0; i < TH_HIST_BUCKETS; i++)
                 total += hist[i] = atomic_load_explicit(&s->hist[i], memory_order_relaxed);
             t.p50_ms = percentile(hist, total, 0.50);
             t.p99_ms = percentile(hist, total, 0.99);
+            int64_t now = th_now_ns();
+            th_stat_window(s, now, 6, &t.p50_1m_ms, &t.p99_1m_ms);
+            th_stat_window(s, now, TH_WIN_SLOTS, &t.p50_5m_ms, &t.p99_5m_ms);
+            t.lat_count = total;
+            t.lat_sum_s = (double)atomic_load(&s->sum_ns) / 1e9;
+            fill_le(hist, t.lat_le);
             int rc = fn(&t, ud);
             if (rc)
                 return rc;
@@ -128,4 +212,123 @@ void th_host_mgr_stats(th_host *h, th_mgr_stats *out)
         pthread_mutex_unlock(&s->mu);
     }
     pthread_mutex_unlock(&h->mu);
+}
+
+/* ---- Sessions per front -------------------------------------------------- */
+
+static const char *const front_names[TH_FRONT_KINDS] = {
+    TOOLHOST_FRONT_CLI, TOOLHOST_FRONT_RPC, TOOLHOST_FRONT_MCP,
+    TOOLHOST_FRONT_CODE, "other"};
+
+unsigned th_stat_front_kind(const char *front)
+{
+    for (unsigned i = 0; front && i + 1 < TH_FRONT_KINDS; i++)
+        if (strcmp(front, front_names[i]) == 0)
+            return i;
+    return TH_FRONT_KINDS - 1;
+}
+
+void th_stat_session_opened(th_host *h, const char *front)
+{
+    atomic_fetch_add_explicit(&h->sess_opened[th_stat_front_kind(front)], 1,
+                              memory_order_relaxed);
+}
+
+size_t th_host_front_stats(th_host *h, th_front_stats *out, size_t max)
+{
+    uint64_t open[TH_FRONT_KINDS] = {0};
+    pthread_mutex_lock(&h->mu);
+    for (th_session *s = h->sessions; s; s = s->next)
+        open[th_stat_front_kind(s->ops.front)]++;
+    pthread_mutex_unlock(&h->mu);
+    size_t n = 0;
+    for (unsigned i = 0; i < TH_FRONT_KINDS && n < max; i++) {
+        out[n].front = front_names[i];
+        out[n].opened = atomic_load(&h->sess_opened[i]);
+        out[n].open = open[i];
+        n++;
+    }
+    return n;
+}
+
+/* ---- Per toolset and per front ------------------------------------------- */
+
+/* Group entries live in the tools' table (freed with it at close) under
+ * keys no tool name can have: "\001t:NAME" (toolset), "\001f:NAME"
+ * (front). */
+static void group_count(th_host *h, char kind, const char *name,
+                        const th_result_copy *r, int64_t ns)
+{
+    char key[160];
+    snprintf(key, sizeof key, "\001%c:%s", kind, name);
+    th_stat *g = th_stat_get(h, key);
+    if (!g)
+        return;
+    atomic_fetch_add(&g->calls, 1);
+    if (r->kind != TH_RESULT_ERROR) {
+        atomic_fetch_add(r->ok ? &g->ok : &g->failed, 1);
+    } else {
+        switch (r->error) {
+        case TH_ETIMEOUT: atomic_fetch_add(&g->timeouts, 1); break;
+        case TH_ECANCELLED: atomic_fetch_add(&g->cancels, 1); break;
+        case TH_EDUPLICATE: atomic_fetch_add(&g->dup_rejected, 1); break;
+        case TH_EBUSY: atomic_fetch_add(&g->busy, 1); break;
+        case TH_EPERM: atomic_fetch_add(&g->perm_denied, 1); break;
+        default: atomic_fetch_add(&g->errors, 1); break;
+        }
+    }
+    atomic_fetch_add_explicit(&g->hist[hist_bucket(ns)], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&g->sum_ns, ns > 0 ? (unsigned long long)ns : 0,
+                              memory_order_relaxed);
+}
+
+void th_stat_call_end(th_mcall *c)
+{
+    if (!c->st || !c->args_ok)
+        return;
+    int64_t ns = th_now_ns() - c->start_ns;
+    th_stat_latency(c->st, ns);
+    /* the final result is an ERROR or a DONE; an acknowledgement is not
+     * final */
+    if (c->final.kind == TH_RESULT_RUNNING)
+        return;
+    group_count(c->h, 't', c->ts ? c->ts->name : "(tasks)", &c->final, ns);
+    const char *front = c->s ? c->s->ops.front : NULL;
+    group_count(c->h, 'f', front ? front : "other", &c->final, ns);
+}
+
+int th_host_group_stats_foreach(th_host *h,
+                                int (*fn)(const th_group_stats *g, void *ud),
+                                void *ud)
+{
+    for (size_t b = 0; b < 256; b++) {
+        for (th_stat *s = atomic_load_explicit(&h->stat_b[b], memory_order_acquire);
+             s; s = s->next) {
+            if (s->tool[0] != '\001')
+                continue;
+            th_group_stats g;
+            memset(&g, 0, sizeof g);
+            g.kind = s->tool[1] == 't' ? "toolset" : "front";
+            g.name = s->tool + 3;
+            g.calls = atomic_load(&s->calls);
+            g.ok = atomic_load(&s->ok);
+            g.failed = atomic_load(&s->failed);
+            g.errors = atomic_load(&s->errors);
+            g.timeouts = atomic_load(&s->timeouts);
+            g.cancels = atomic_load(&s->cancels);
+            g.duplicates_rejected = atomic_load(&s->dup_rejected);
+            g.busy = atomic_load(&s->busy);
+            g.permission_denied = atomic_load(&s->perm_denied);
+            uint64_t hist[TH_HIST_BUCKETS], total = 0;
+            for (unsigned i = 0; i < TH_HIST_BUCKETS; i++)
+                total += hist[i] = atomic_load_explicit(&s->hist[i], memory_order_relaxed);
+            g.lat_count = total;
+            g.lat_sum_s = (double)atomic_load(&s->sum_ns) / 1e9;
+            fill_le(hist, g.lat_le);
+            int rc = fn(&g, ud);
+            if (rc)
+                return rc;
+        }
+    }
+    return 0;
 }

@@ -44,7 +44,10 @@ static bool visible(const th_session *s, uint64_t sid, uint32_t uid,
         return true;
     if (scope != TH_SCOPE_TOOLSET || ts_idx < 0 || !s->usable[ts_idx])
         return false;
-    return s->who.trusted || uid == s->who.uid;
+    /* The owner, and admins (th_host_is_admin): they see and cancel
+     * every user's toolset-scoped tasks in the toolsets they may use. */
+    return s->who.trusted || uid == s->who.uid ||
+           th_host_is_admin(s->h, &s->who);
 }
 
 static bool live_visible(const th_session *s, const th_mcall *c)

@@ -22,6 +22,7 @@
 
 #include "th/log.h"
 #include "front/reload_watch.h"
+#include "front/sd.h"
 
 typedef struct wdir {
     uv_fs_event_t h;
@@ -48,6 +49,9 @@ struct th_reload_watch {
     uv_signal_t sighup;
     uv_async_t async;
     bool has_sighup;
+    uv_timer_t watchdog;  /* WATCHDOG=1 at half $WATCHDOG_USEC (front/sd.h) */
+    bool has_watchdog;
+    bool sd_reloading;    /* RELOADING=1 sent: READY=1 with the result */
     wdir *dirs;
     unsigned retries;
     int handles;          /* open handles; freed when it reaches 0 */
@@ -286,10 +290,20 @@ static void async_cb(uv_async_t *a)
                      "incomplete after %u tries: %s",
                      (unsigned long long)res->seq, w->retries + 1, res->err.msg);
     w->retries = 0;
+    if (w->sd_reloading) {
+        w->sd_reloading = false;
+        th_sd_ready();
+    }
     if (w->o.on_result)
         w->o.on_result(res, w->o.ud);
     free(res);
     resync(w);
+}
+
+static void watchdog_cb(uv_timer_t *t)
+{
+    (void)t;
+    th_sd_watchdog_ping();
 }
 
 static void sighup_cb(uv_signal_t *s, int sig)
@@ -297,6 +311,10 @@ static void sighup_cb(uv_signal_t *s, int sig)
     (void)sig;
     th_reload_watch *w = s->data;
     th_log_info("reload: SIGHUP");
+    if (!w->sd_reloading) {
+        w->sd_reloading = true;
+        th_sd_reloading();
+    }
     w->retries = 0;
     request(w);
 }
@@ -336,6 +354,18 @@ int th_reload_watch_start(th_reloader *r, uv_loop_t *loop,
         if ((rc = uv_signal_start(&w->sighup, sighup_cb, SIGHUP)) < 0)
             th_log_warn("reload: cannot handle SIGHUP: %s", uv_strerror(rc));
     }
+    uint64_t wd_us = th_sd_watchdog_usec();
+    if (wd_us) { /* pinged from this loop: a stuck loop stops the pings */
+        uint64_t every = wd_us / 2000 ? wd_us / 2000 : 1;
+        uv_timer_init(loop, &w->watchdog);
+        w->watchdog.data = w;
+        w->handles++;
+        w->has_watchdog = true;
+        uv_timer_start(&w->watchdog, watchdog_cb, 0, every);
+        uv_unref((uv_handle_t *)&w->watchdog);
+        th_log_info("watchdog: pinging the service manager every %llu ms",
+                    (unsigned long long)every);
+    }
     resync(w);
     *out = w;
     return 0;
@@ -362,6 +392,8 @@ void th_reload_watch_stop(th_reload_watch *w)
     (void)deliver(w);
     uv_timer_stop(&w->debounce);
     uv_close((uv_handle_t *)&w->debounce, handle_closed);
+    if (w->has_watchdog)
+        uv_close((uv_handle_t *)&w->watchdog, handle_closed);
     if (w->has_sighup) {
         uv_signal_stop(&w->sighup);
         uv_close((uv_handle_t *)&w->sighup, handle_closed);

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <time.h>
@@ -255,6 +256,72 @@ static char *read_pem(const char *path, const char *what, th_error *err)
     return buf;
 }
 
+/* ---- Socket activation ----------------------------------------------------- */
+
+/* Listening TCP sockets handed over by the service manager, each taken by
+ * the first entry whose address matches (family, port, address or any). */
+static pthread_mutex_t act_mu = PTHREAD_MUTEX_INITIALIZER;
+static int act_fd[16];
+static size_t n_act;
+
+void th_http_set_listen_fds(const int *fds, size_t n)
+{
+    pthread_mutex_lock(&act_mu);
+    n_act = 0;
+    for (size_t i = 0; i < n && n_act < sizeof act_fd / sizeof *act_fd; i++)
+        act_fd[n_act++] = fds[i];
+    pthread_mutex_unlock(&act_mu);
+}
+
+static bool addr_match(const struct sockaddr_storage *want,
+                       const struct sockaddr_storage *got)
+{
+    if (want->ss_family != got->ss_family)
+        return false;
+    if (want->ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const void *)want, *b = (const void *)got;
+        return a->sin_port == b->sin_port &&
+               (a->sin_addr.s_addr == b->sin_addr.s_addr ||
+                b->sin_addr.s_addr == htonl(INADDR_ANY));
+    }
+    const struct sockaddr_in6 *a = (const void *)want, *b = (const void *)got;
+    return a->sin6_port == b->sin6_port &&
+           (!memcmp(&a->sin6_addr, &b->sin6_addr, sizeof a->sin6_addr) ||
+            !memcmp(&b->sin6_addr, &in6addr_any, sizeof b->sin6_addr));
+}
+
+void th_http_close_unused_listen_fds(void)
+{
+    pthread_mutex_lock(&act_mu);
+    for (size_t i = 0; i < n_act; i++) {
+        th_log_warn("socket activation: TCP socket fd %d matches no http:// "
+                    "listen entry; closed", act_fd[i]);
+        close(act_fd[i]);
+    }
+    n_act = 0;
+    pthread_mutex_unlock(&act_mu);
+}
+
+/* An activated socket for `u` (removed from the table), or -1. */
+static int take_activated(const th_http_url *u)
+{
+    int fd = -1;
+    if (u->port == 0)
+        return -1;
+    pthread_mutex_lock(&act_mu);
+    for (size_t i = 0; i < n_act && fd < 0; i++) {
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof ss;
+        if (getsockname(act_fd[i], (struct sockaddr *)&ss, &len) != 0 ||
+            !addr_match(&u->addr, &ss))
+            continue;
+        fd = act_fd[i];
+        act_fd[i] = act_fd[--n_act];
+    }
+    pthread_mutex_unlock(&act_mu);
+    return fd;
+}
+
 int th_http_start(const th_http_opts *o, const th_http_route *routes,
                   size_t n_routes, th_http_server **out, th_error *err)
 {
@@ -312,8 +379,16 @@ int th_http_start(const th_http_opts *o, const th_http_route *routes,
     }
     struct MHD_OptionItem opts[10];
     size_t n = 0;
-    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0,
-                                        &s->url.addr};
+    int act = take_activated(&s->url);
+    if (act >= 0) {
+        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, act,
+                                            NULL};
+        th_log_info("http: %s: the socket from the service manager (fd %d)",
+                    o->url, act);
+    } else {
+        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0,
+                                            &s->url.addr};
+    }
     opts[n++] = (struct MHD_OptionItem){
         MHD_OPTION_CONNECTION_LIMIT, (intptr_t)s->max_conn, NULL};
     opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT,

@@ -138,6 +138,8 @@ struct th_rpc_server {
     uint64_t start;             /* uv_hrtime() */
     th_front_ops ops;
     void (*on_ready)(th_rpc_server *, void *);
+    bool has_listen_fd;         /* socket activation (opts) */
+    int listen_fd;
     void *ready_ud;
     /* limits (host config; see the banner) */
     uint32_t max_conns, max_conns_uid, max_proto_errors, conn_log_lines;

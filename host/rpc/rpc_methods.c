@@ -17,6 +17,7 @@
  * Who may use host.reload and see the whole host.stats: is_admin().
  */
 #include "rpc_int.h"
+#include "th/iso.h"
 #include "th/utf8.h"
 
 #include <stdio.h>
@@ -117,7 +118,7 @@ static int stats_one(const th_tool_stats *st, void *ud)
         return 0;
     sc->n++;
     e |= th_pack_cstr(pk, st->tool);
-    e |= msgpack_pack_map(pk, 12);
+    e |= msgpack_pack_map(pk, 16);
     e |= th_pack_cstr(pk, "calls");
     e |= msgpack_pack_uint64(pk, st->calls);
     e |= th_pack_cstr(pk, "ok");
@@ -142,6 +143,14 @@ static int stats_one(const th_tool_stats *st, void *ud)
     e |= msgpack_pack_double(pk, st->p50_ms);
     e |= th_pack_cstr(pk, "p99_ms");
     e |= msgpack_pack_double(pk, st->p99_ms);
+    e |= th_pack_cstr(pk, "p50_1m_ms");
+    e |= msgpack_pack_double(pk, st->p50_1m_ms);
+    e |= th_pack_cstr(pk, "p99_1m_ms");
+    e |= msgpack_pack_double(pk, st->p99_1m_ms);
+    e |= th_pack_cstr(pk, "p50_5m_ms");
+    e |= msgpack_pack_double(pk, st->p50_5m_ms);
+    e |= th_pack_cstr(pk, "p99_5m_ms");
+    e |= msgpack_pack_double(pk, st->p99_5m_ms);
     sc->e |= e;
     return 0;
 }
@@ -177,7 +186,12 @@ static void m_stats(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
     th_host_mgr_stats(srv->host, &ms);
     e |= sc.e;
     th_reloader *rl = admin ? th_host_reloader(srv->host) : NULL;
-    e |= msgpack_pack_map(&pk, rl ? 8 : 7);
+    e |= msgpack_pack_map(&pk, 7 + (admin ? 1 : 0) + (rl ? 1 : 0));
+    if (admin) { /* isolated plugins: workers, restarts, health
+                    (docs/isolation.md) */
+        e |= th_pack_cstr(&pk, "isolation");
+        e |= th_iso_stats_pack(&pk);
+    }
     if (rl) {
         e |= th_pack_cstr(&pk, "reload");
         e |= th_reload_stats_pack(rl, &pk);
@@ -418,8 +432,12 @@ static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
         }
     }
     if (c->inflight >= srv->max_inflight) {
-        conn_close(c, false, "more than %u calls in flight",
+        /* The call is answered, then the client is told why it goes. */
+        send_error(c, msgid, TH_ELIMIT, "more than %u calls in flight "
+                   "(host.max_inflight): the connection is closed",
                    (unsigned)srv->max_inflight);
+        conn_kill(c, TH_ELIMIT, "more than %u calls in flight "
+                  "(host.max_inflight)", (unsigned)srv->max_inflight);
         return;
     }
     th_buf ab = TH_BUF_INIT;
@@ -726,9 +744,6 @@ static void on_response(rpc_conn *c, const th_rpc_msg *m)
     bool allow = m->error->type == MSGPACK_OBJECT_NIL &&
                  m->result->type == MSGPACK_OBJECT_BOOLEAN &&
                  m->result->via.boolean;
-    th_log_info("session=%llu call=%llu permission %s by the client",
-                (unsigned long long)c->id, (unsigned long long)p->call_id,
-                allow ? "granted" : "refused");
     th_permission_answer(c->session, p->call_id, allow);
     free(p);
 }

@@ -718,11 +718,11 @@ static void handle_perm_event(rpc_ev *ev)
     }
     p->next = c->perms;
     c->perms = p;
-    th_log_info("session=%llu tool=%s call=%llu msgid=%lld permission "
-                "asked: %s",
-                (unsigned long long)c->id, ev->tool,
-                (unsigned long long)ev->call_id,
-                origin ? (long long)origin->msgid : -1LL, ev->reason);
+    /* The core logged the ask (call_start.c); here only the msgid. */
+    conn_log(c, TOOLHOST_LOG_DEBUG, "session=%llu call=%llu permission.request "
+             "msgid=%llu for msgid=%lld", (unsigned long long)c->id,
+             (unsigned long long)ev->call_id, (unsigned long long)p->msgid,
+             origin ? (long long)origin->msgid : -1LL);
     conn_send(c, &frame);
 }
 
@@ -1390,6 +1390,22 @@ static int start_listen(th_rpc_server *srv, const char *addr, th_error *err)
             err->code = TH_ECONFIG;
         return TH_ECONFIG;
     }
+    if (srv->has_listen_fd) { /* socket activation: bound already */
+        if (!(srv->sock_path = strdup(path)))
+            return th_error_set(err, TH_ENOMEM, "out of memory");
+        if ((rc = uv_pipe_init(&srv->loop, &srv->listener, 0)) < 0 ||
+            (rc = uv_pipe_open(&srv->listener, srv->listen_fd)) < 0)
+            return th_error_set(err, TH_EIO, "pipe: %s", uv_strerror(rc));
+        srv->listener.data = srv;
+        srv->listening = true;
+        if ((rc = uv_listen((uv_stream_t *)&srv->listener, 128,
+                            on_connection)) < 0)
+            return th_error_set(err, TH_EIO, "listen %s: %s", path,
+                                uv_strerror(rc));
+        th_log_info("listening on unix:%s (socket from the service manager)",
+                    path);
+        return 0;
+    }
     if ((rc = check_socket_path(path, err)))
         return rc;
     if (!(srv->sock_path = strdup(path)))
@@ -1597,6 +1613,8 @@ int th_rpc_serve(th_host *h, const th_rpc_serve_opts *o, th_error *err)
     srv->ops.task_tools_changed = front_task_tools_changed;
     srv->ops.front = TOOLHOST_FRONT_RPC;
     srv->on_ready = o->on_ready;
+    srv->has_listen_fd = o->has_listen_fd;
+    srv->listen_fd = o->listen_fd;
     srv->ready_ud = o->ready_ud;
     srv->start = uv_hrtime();
     if (pthread_mutex_init(&srv->mu, NULL) != 0) {

@@ -7,6 +7,7 @@
 #include <CUnit/CUnit.h>
 #include <grp.h>
 #include <jansson.h>
+#include <poll.h>
 #include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +117,88 @@ static int start_open(rpc_srv *s, const char *host_extra)
         return -1;
     chmod(s->dir, 0755);
     return 0;
+}
+
+/* An admin (root) sees and cancels nobody's toolset-scoped task over RPC;
+ * before, another uid's task was invisible even to root. */
+static void test_admin_tasks(void)
+{
+    struct passwd *pw = getpwnam("nobody");
+    if (geteuid() != 0 || !pw) {
+        TH_SKIP("needs root and a 'nobody' user");
+        return;
+    }
+    rpc_srv s;
+    rpc_opts o = {.socket_mode = "0666",
+                  .public_extra = "    scope: toolset\n"};
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
+    chmod(s.dir, 0755);
+    int up[2], down[2];
+    CU_ASSERT_FATAL(pipe(up) == 0 && pipe(down) == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    CU_ASSERT_FATAL(pid >= 0);
+    if (pid == 0) { /* nobody starts a long task and holds its session */
+        close(up[0]);
+        close(down[1]);
+        if (setgroups(0, NULL) != 0 || setgid(pw->pw_gid) != 0 ||
+            setuid(pw->pw_uid) != 0)
+            _exit(100);
+        rpc_raw w;
+        if (rpc_raw_open(&w, &s) != 0)
+            _exit(101);
+        rpc_raw_request(&w, 1, "tools.call",
+                        "[\"echo_async\", {\"text\": \"x\", \"steps\": 2, "
+                        "\"delay_ms\": 20000}]");
+        const msgpack_object *m = rpc_raw_response(&w, 1, rpc_wait_ms());
+        const msgpack_object *id =
+            m ? th_rpc_map_get(&m->via.array.ptr[3], "task_id") : NULL;
+        uint64_t task = id ? id->via.u64 : 0;
+        if (write(up[1], &task, sizeof task) != (ssize_t)sizeof task)
+            _exit(102);
+        struct pollfd pf = {.fd = down[0], .events = POLLIN};
+        poll(&pf, 1, 2 * rpc_wait_ms()); /* until the parent is done */
+        rpc_raw_close(&w);
+        _exit(task ? 0 : 103);
+    }
+    close(up[1]);
+    close(down[0]);
+    uint64_t task = 0;
+    struct pollfd pf = {.fd = up[0], .events = POLLIN};
+    if (poll(&pf, 1, 2 * rpc_wait_ms()) == 1 &&
+        read(up[0], &task, sizeof task) != (ssize_t)sizeof task)
+        task = 0;
+    CU_ASSERT(task != 0);
+    rpc_raw w;
+    CU_ASSERT_FATAL(rpc_raw_open(&w, &s) == 0);
+    /* it sees it (tasks.result: the task store's view) */
+    char p[64];
+    snprintf(p, sizeof p, "[%llu]", (unsigned long long)task);
+    rpc_raw_request(&w, 2, "tasks.result", p);
+    const msgpack_object *m = rpc_raw_response(&w, 2, rpc_wait_ms());
+    const msgpack_object *stt =
+        m && m->via.array.ptr[3].type == MSGPACK_OBJECT_MAP
+            ? th_rpc_map_get(&m->via.array.ptr[3], "status")
+            : NULL;
+    bool listed = stt && th_rpc_obj_streq(stt, "running");
+    CU_ASSERT(listed);
+    rpc_raw_request(&w, 3, "tasks.cancel", p);
+    m = rpc_raw_response(&w, 3, rpc_wait_ms());
+    CU_ASSERT(m && m->via.array.ptr[2].type == MSGPACK_OBJECT_NIL);
+    rpc_raw_close(&w);
+    close(down[1]);
+    close(up[0]);
+    int st = 0;
+    int64_t end = rpc_now_ms() + 2 * rpc_wait_ms();
+    while (waitpid(pid, &st, WNOHANG) == 0 && rpc_now_ms() < end)
+        usleep(10000);
+    if (waitpid(pid, &st, WNOHANG) == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+    }
+    CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
 }
 
 static void test_reload_admin(void)
@@ -442,6 +525,7 @@ void th_suite_ops(void)
 {
     CU_pSuite s = CU_add_suite("ops", NULL, NULL);
     CU_add_test(s, "reload_admin", test_reload_admin);
+    CU_add_test(s, "admin_tasks", test_admin_tasks);
     CU_add_test(s, "json_log", test_json_log);
     CU_add_test(s, "journal", test_journal);
     CU_add_test(s, "stats_survive", test_stats_survive);

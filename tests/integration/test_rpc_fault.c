@@ -216,6 +216,11 @@ static void test_too_many_in_flight(void)
     rpc_raw_send(&w, all.data, all.len);
     th_buf_free(&all);
     th_buf_free(&p);
+    /* the 33rd call is answered with the reason, then host.disconnect */
+    const msgpack_object *m = rpc_raw_response(&w, 33, rpc_wait_ms());
+    CU_ASSERT(m && m->via.array.ptr[2].type == MSGPACK_OBJECT_ARRAY &&
+              m->via.array.ptr[2].via.array.ptr[0].via.i64 == TH_ELIMIT);
+    CU_ASSERT(rpc_raw_notification(&w, "host.disconnect", rpc_wait_ms()) != NULL);
     CU_ASSERT(rpc_raw_eof(&w, rpc_wait_ms()));
     rpc_raw_close(&w);
     CU_ASSERT(rpc_log_has(&s, "in flight"));

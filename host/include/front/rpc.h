@@ -157,6 +157,11 @@ typedef struct th_rpc_serve_opts {
      * the server (valid until th_rpc_serve() returns).  May be NULL. */
     void (*on_ready)(th_rpc_server *srv, void *ud);
     void *ready_ud;
+    /* A listening Unix socket already bound to `listen`'s path (socket
+     * activation): served instead of binding; the file is left in place at
+     * the end (the service manager owns it).  Used when has_listen_fd. */
+    bool has_listen_fd;
+    int listen_fd;
 } th_rpc_serve_opts;
 
 /* Runs the server on the calling thread until SIGTERM/SIGINT, end of input

@@ -219,6 +219,10 @@ typedef struct th_host_cfg {
     char **listen_http;        /* the http:// and https:// entries of
                                   listen, as written (docs/mcp.md)       */
     size_t n_listen_http;
+    char **listen_metrics;     /* the http:// entries whose path is
+                                  /metrics: the Prometheus endpoint
+                                  (docs/ops.md), not MCP                 */
+    size_t n_listen_metrics;
     int log_format;            /* TH_LOG_FORMAT_TEXT (default) or _JSON  */
     bool allow_unknown_users;  /* allow_users/allow_groups/admin names
                                   that do not exist yet are not errors   */

@@ -352,6 +352,7 @@ size_t th_session_live_tasks(th_session *s);
 /* Per tool, since the host opened.  Latency is from th_call_start to the
  * final result (DONE for tasks), read from a log-scale histogram (each
  * bucket 19% wide), so p50/p99 are upper bounds within that precision. */
+#define TH_STATS_LE 22 /* 16 us to 33.5 s, doubling */
 typedef struct th_tool_stats {
     const char *tool;
     uint64_t calls;               /* every th_call_start that named it */
@@ -364,7 +365,19 @@ typedef struct th_tool_stats {
     uint64_t late_results;        /* results discarded after timeout or
                                      cancel */
     double p50_ms, p99_ms;        /* 0 when no call finished */
+    /* The same over the last minute and the last 5 minutes (10-second
+     * slices: the window is 50-60 s and 290-300 s long). */
+    double p50_1m_ms, p99_1m_ms, p50_5m_ms, p99_5m_ms;
+    /* The latency histogram, Prometheus style: lat_le[i] calls took at
+     * most th_stats_le_s(i) seconds (cumulative); lat_count in all. */
+    uint64_t lat_count;
+    double lat_sum_s;
+    uint64_t lat_le[TH_STATS_LE];
+    uint64_t permission_asks;     /* `ask` rules that sent a request */
 } th_tool_stats;
+
+/* The upper bound, in seconds, of the i-th bucket of lat_le. */
+double th_stats_le_s(unsigned i);
 
 /* Calls fn for every tool that has numbers, in no particular order; stops
  * when fn returns nonzero and returns that.  Any thread. */
@@ -386,5 +399,33 @@ typedef struct th_mgr_stats {
     uint32_t lost_workers_now; /* of those, still stuck now */
 } th_mgr_stats;
 void th_host_mgr_stats(th_host *h, th_mgr_stats *out);
+
+/* Calls per toolset ("toolset", name; the task tools count under
+ * "(tasks)") and per front ("front", th_front_ops.front or "other"),
+ * counted when their final answer is decided, after the arguments
+ * validated (calls refused before that count per tool only).  Outcome
+ * fields as in th_tool_stats; `calls` is the sum of the outcomes. */
+typedef struct th_group_stats {
+    const char *kind;             /* "toolset" or "front" */
+    const char *name;
+    uint64_t calls, ok, failed, errors, timeouts, cancels,
+        duplicates_rejected, busy, permission_denied;
+    uint64_t lat_count;
+    double lat_sum_s;
+    uint64_t lat_le[TH_STATS_LE];
+} th_group_stats;
+int th_host_group_stats_foreach(th_host *h,
+                                int (*fn)(const th_group_stats *g, void *ud),
+                                void *ud);
+
+/* Sessions (connections) per front: the front's name (th_front_ops.front;
+ * "other" for a front that gave none), opened since the start, open now.
+ * Fills at most max entries, one per kind (cli, rpc, mcp, code, other);
+ * returns how many. */
+typedef struct th_front_stats {
+    const char *front;
+    uint64_t opened, open;
+} th_front_stats;
+size_t th_host_front_stats(th_host *h, th_front_stats *out, size_t max);
 
 #endif

@@ -67,6 +67,13 @@ typedef struct th_http_server th_http_server;
  * sentence in err.  Logs "http: serving URL" with the bound port. */
 int th_http_start(const th_http_opts *o, const th_http_route *routes,
                   size_t n_routes, th_http_server **out, th_error *err);
+/* Listening TCP sockets from the service manager (socket activation):
+ * th_http_start() serves an entry on the one bound to its address and
+ * port (or the any-address with its port) instead of binding.  Called
+ * before the fronts start. */
+void th_http_set_listen_fds(const int *fds, size_t n);
+/* Closes (with a warning) those no entry took; after the fronts start. */
+void th_http_close_unused_listen_fds(void);
 /* The bound port, and the URL with it ("http://127.0.0.1:PORT/mcp"). */
 uint16_t th_http_port(const th_http_server *s);
 const char *th_http_url_of(const th_http_server *s);

@@ -1,0 +1,406 @@
+/* metrics.c - the Prometheus text endpoint of front/metrics.h: a GET on
+ * /metrics renders the host's numbers (th_host_stats_foreach,
+ * th_host_mgr_stats, the reloader's counters, the process's RSS) in the
+ * text exposition format: HELP and TYPE once per family, label values
+ * escaped, histograms as cumulative _bucket{le} lines ending in +Inf, then
+ * _sum and _count. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "front/metrics.h"
+#include "th/http.h"
+#include "th/log.h"
+#include "th/reload.h"
+
+struct th_metrics {
+    th_host *h;
+    th_http_server **srv;
+    size_t n_srv;
+    char (*paths)[256];
+};
+
+int th_metrics_label(th_buf *out, const char *s)
+{
+    int e = 0;
+    for (; *s && !e; s++) {
+        if (*s == '\\')
+            e = th_buf_puts(out, "\\\\");
+        else if (*s == '"')
+            e = th_buf_puts(out, "\\\"");
+        else if (*s == '\n')
+            e = th_buf_puts(out, "\\n");
+        else
+            e = th_buf_append(out, s, 1);
+    }
+    return e;
+}
+
+static int family(th_buf *b, const char *name, const char *type,
+                  const char *help)
+{
+    return th_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name,
+                         type);
+}
+
+/* The per-tool families are written one family at a time over every tool,
+ * so the tools are walked once per family. */
+typedef struct walk {
+    th_buf *b;
+    int which;
+    int e;
+} walk;
+
+enum { W_CALLS, W_OUTCOME, W_LATE, W_ASKS, W_HIST, W_N };
+
+static int sample(th_buf *b, const char *name, const char *tool,
+                  const char *lname, const char *lval, uint64_t v)
+{
+    int e = th_buf_printf(b, "%s{tool=\"", name);
+    e |= th_metrics_label(b, tool);
+    if (lname)
+        e |= th_buf_printf(b, "\",%s=\"%s", lname, lval);
+    e |= th_buf_printf(b, "\"} %llu\n", (unsigned long long)v);
+    return e;
+}
+
+static int tool_fn(const th_tool_stats *st, void *ud)
+{
+    walk *w = ud;
+    th_buf *b = w->b;
+    int e = 0;
+    switch (w->which) {
+    case W_CALLS:
+        e |= sample(b, "toolhost_tool_calls_started_total", st->tool, NULL,
+                    NULL, st->calls);
+        break;
+    case W_OUTCOME: {
+        static const char *const names[] = {
+            "ok", "failed", "error", "timeout", "cancelled",
+            "duplicate", "busy", "denied"};
+        const uint64_t v[] = {st->ok, st->failed, st->errors, st->timeouts,
+                              st->cancels, st->duplicates_rejected, st->busy,
+                              st->permission_denied};
+        for (size_t i = 0; i < sizeof v / sizeof *v; i++)
+            e |= sample(b, "toolhost_tool_calls_total", st->tool, "outcome",
+                        names[i], v[i]);
+        break;
+    }
+    case W_LATE:
+        e |= sample(b, "toolhost_tool_late_results_total", st->tool, NULL,
+                    NULL, st->late_results);
+        break;
+    case W_ASKS:
+        e |= sample(b, "toolhost_tool_permission_asks_total", st->tool, NULL,
+                    NULL, st->permission_asks);
+        break;
+    case W_HIST:
+        for (unsigned i = 0; i < TH_STATS_LE; i++) {
+            char le[32];
+            snprintf(le, sizeof le, "%.9g", th_stats_le_s(i));
+            e |= sample(b, "toolhost_tool_call_duration_seconds_bucket",
+                        st->tool, "le", le, st->lat_le[i]);
+        }
+        e |= sample(b, "toolhost_tool_call_duration_seconds_bucket", st->tool,
+                    "le", "+Inf", st->lat_count);
+        e |= th_buf_puts(b, "toolhost_tool_call_duration_seconds_sum{tool=\"");
+        e |= th_metrics_label(b, st->tool);
+        e |= th_buf_printf(b, "\"} %.9g\n", st->lat_sum_s);
+        e |= sample(b, "toolhost_tool_call_duration_seconds_count", st->tool,
+                    NULL, NULL, st->lat_count);
+        break;
+    }
+    w->e |= e;
+    return e ? -1 : 0;
+}
+
+/* Per toolset / per front: one family of outcomes, one histogram. */
+typedef struct gwalk {
+    th_buf *b;
+    const char *kind;  /* "toolset" or "front" */
+    bool hist;
+    int e;
+} gwalk;
+
+static int glabel(th_buf *b, const char *name, const char *lname,
+                  const char *lval, const char *l2, const char *v2)
+{
+    int e = th_buf_printf(b, "%s{%s=\"", name, lname);
+    e |= th_metrics_label(b, lval);
+    if (l2)
+        e |= th_buf_printf(b, "\",%s=\"%s", l2, v2);
+    e |= th_buf_puts(b, "\"} ");
+    return e;
+}
+
+static int group_fn(const th_group_stats *g, void *ud)
+{
+    gwalk *w = ud;
+    if (strcmp(g->kind, w->kind) != 0)
+        return 0;
+    th_buf *b = w->b;
+    char name[96];
+    int e = 0;
+    if (!w->hist) {
+        static const char *const names[] = {
+            "ok", "failed", "error", "timeout", "cancelled",
+            "duplicate", "busy", "denied"};
+        const uint64_t v[] = {g->ok, g->failed, g->errors, g->timeouts,
+                              g->cancels, g->duplicates_rejected, g->busy,
+                              g->permission_denied};
+        snprintf(name, sizeof name, "toolhost_%s_calls_total", w->kind);
+        for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
+            e |= glabel(b, name, w->kind, g->name, "outcome", names[i]);
+            e |= th_buf_printf(b, "%llu\n", (unsigned long long)v[i]);
+        }
+    } else {
+        snprintf(name, sizeof name, "toolhost_%s_call_duration_seconds_bucket",
+                 w->kind);
+        for (unsigned i = 0; i < TH_STATS_LE; i++) {
+            char le[32];
+            snprintf(le, sizeof le, "%.9g", th_stats_le_s(i));
+            e |= glabel(b, name, w->kind, g->name, "le", le);
+            e |= th_buf_printf(b, "%llu\n", (unsigned long long)g->lat_le[i]);
+        }
+        e |= glabel(b, name, w->kind, g->name, "le", "+Inf");
+        e |= th_buf_printf(b, "%llu\n", (unsigned long long)g->lat_count);
+        snprintf(name, sizeof name, "toolhost_%s_call_duration_seconds_sum",
+                 w->kind);
+        e |= glabel(b, name, w->kind, g->name, NULL, NULL);
+        e |= th_buf_printf(b, "%.9g\n", g->lat_sum_s);
+        snprintf(name, sizeof name, "toolhost_%s_call_duration_seconds_count",
+                 w->kind);
+        e |= glabel(b, name, w->kind, g->name, NULL, NULL);
+        e |= th_buf_printf(b, "%llu\n", (unsigned long long)g->lat_count);
+    }
+    w->e |= e;
+    return e ? -1 : 0;
+}
+
+static int groups(th_host *h, th_buf *b)
+{
+    int e = 0;
+    static const char *const kinds[] = {"toolset", "front"};
+    for (int k = 0; k < 2; k++) {
+        char name[96], help[160];
+        snprintf(name, sizeof name, "toolhost_%s_calls_total", kinds[k]);
+        snprintf(help, sizeof help, "Calls ended, per %s and outcome.",
+                 kinds[k]);
+        e |= family(b, name, "counter", help);
+        gwalk w = {.b = b, .kind = kinds[k]};
+        th_host_group_stats_foreach(h, group_fn, &w);
+        snprintf(name, sizeof name, "toolhost_%s_call_duration_seconds",
+                 kinds[k]);
+        snprintf(help, sizeof help, "Call latency, per %s.", kinds[k]);
+        e |= family(b, name, "histogram", help);
+        w.hist = true;
+        th_host_group_stats_foreach(h, group_fn, &w);
+        e |= w.e;
+    }
+    return e;
+}
+
+static int gauge(th_buf *b, const char *name, const char *type,
+                 const char *help, double v)
+{
+    int e = family(b, name, type, help);
+    e |= th_buf_printf(b, "%s %.17g\n", name, v);
+    return e;
+}
+
+static long rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f)
+        return -1;
+    long size = 0, res = -1;
+    if (fscanf(f, "%ld %ld", &size, &res) != 2)
+        res = -1;
+    fclose(f);
+    return res < 0 ? -1 : res * sysconf(_SC_PAGESIZE);
+}
+
+int th_metrics_render(th_host *h, th_buf *b)
+{
+    int e = 0;
+    static const struct {
+        const char *name, *type, *help;
+    } fams[W_N] = {
+        {"toolhost_tool_calls_started_total", "counter",
+         "Calls started, per tool."},
+        {"toolhost_tool_calls_total", "counter",
+         "Calls ended, per tool and outcome (ok, failed, error, timeout, "
+         "cancelled, duplicate, busy, denied)."},
+        {"toolhost_tool_late_results_total", "counter",
+         "Results discarded after a timeout or cancel, per tool."},
+        {"toolhost_tool_permission_asks_total", "counter",
+         "Permission requests sent to the client (ask rules), per tool."},
+        {"toolhost_tool_call_duration_seconds", "histogram",
+         "Call latency from start to final result, per tool."},
+    };
+    for (int i = 0; i < W_N && !e; i++) {
+        e |= family(b, fams[i].name, fams[i].type, fams[i].help);
+        walk w = {.b = b, .which = i};
+        th_host_stats_foreach(h, tool_fn, &w);
+        e |= w.e;
+    }
+    e |= groups(h, b);
+    th_mgr_stats ms;
+    th_host_mgr_stats(h, &ms);
+    e |= gauge(b, "toolhost_workers", "gauge", "Worker threads.",
+               (double)ms.workers);
+    e |= gauge(b, "toolhost_workers_busy", "gauge",
+               "Calls executing now (workers, inline, suspended).",
+               (double)ms.running);
+    e |= gauge(b, "toolhost_queue_depth", "gauge",
+               "Calls waiting for a worker or a concurrency slot.",
+               (double)ms.queued);
+    e |= gauge(b, "toolhost_live_tasks", "gauge",
+               "Acknowledged async tasks not yet done.",
+               (double)ms.live_tasks);
+    e |= gauge(b, "toolhost_calls_total", "counter", "Calls started.",
+               (double)ms.calls_total);
+    e |= gauge(b, "toolhost_lost_workers_total", "counter",
+               "Workers counted lost (stuck past lost_worker_grace).",
+               (double)ms.lost_workers);
+    e |= gauge(b, "toolhost_lost_workers", "gauge",
+               "Lost workers still stuck now.", (double)ms.lost_workers_now);
+    th_front_stats fs[8];
+    size_t nf = th_host_front_stats(h, fs, 8);
+    e |= family(b, "toolhost_sessions_opened_total", "counter",
+                "Sessions (connections) opened, per front.");
+    for (size_t i = 0; i < nf; i++)
+        e |= th_buf_printf(b, "toolhost_sessions_opened_total{front=\"%s\"} "
+                              "%llu\n",
+                           fs[i].front, (unsigned long long)fs[i].opened);
+    e |= family(b, "toolhost_sessions", "gauge",
+                "Sessions (connections) open now, per front.");
+    for (size_t i = 0; i < nf; i++)
+        e |= th_buf_printf(b, "toolhost_sessions{front=\"%s\"} %llu\n",
+                           fs[i].front, (unsigned long long)fs[i].open);
+    th_reloader *r = th_host_reloader(h);
+    if (r) {
+        th_reload_stats rs;
+        th_reload_get_stats(r, &rs);
+        e |= family(b, "toolhost_reloads_total", "counter",
+                    "Reloads run, by result.");
+        e |= th_buf_printf(b, "toolhost_reloads_total{result=\"ok\"} %llu\n"
+                              "toolhost_reloads_total{result=\"failed\"} %llu\n",
+                           (unsigned long long)rs.ok,
+                           (unsigned long long)rs.failed);
+        e |= gauge(b, "toolhost_reload_requests_total", "counter",
+                   "Reload triggers received.", (double)rs.requests);
+        e |= gauge(b, "toolhost_reload_last_swap_seconds", "gauge",
+                   "The registry swap of the last reload.",
+                   (double)rs.last_swap_ns / 1e9);
+        e |= gauge(b, "toolhost_reload_max_swap_seconds", "gauge",
+                   "The longest registry swap of any reload.",
+                   (double)rs.max_swap_ns / 1e9);
+    }
+    long rss = rss_bytes();
+    if (rss >= 0)
+        e |= gauge(b, "process_resident_memory_bytes", "gauge",
+                   "Resident memory size in bytes.", (double)rss);
+    return e ? TH_ENOMEM : 0;
+}
+
+static enum MHD_Result on_request(void *ud, struct MHD_Connection *c,
+                                  const char *method, const char *upload,
+                                  size_t *upload_size, void **req_cls)
+{
+    th_metrics *m = ud;
+    (void)upload;
+    if (!*req_cls) { /* headers only: wait for the body (none expected) */
+        *req_cls = m;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+        return th_http_reply(c, 405, "text/plain", "GET only\n", "Allow",
+                             "GET, HEAD");
+    th_buf b;
+    th_buf_init(&b);
+    if (th_metrics_render(m->h, &b) != 0) {
+        th_buf_free(&b);
+        return th_http_reply(c, 500, "text/plain", "out of memory\n", NULL,
+                             NULL);
+    }
+    size_t len = 0;
+    uint8_t *text = th_buf_take(&b, &len);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(
+        len, text, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type",
+                            "text/plain; version=0.0.4; charset=utf-8");
+    enum MHD_Result rc = MHD_queue_response(c, 200, resp);
+    MHD_destroy_response(resp);
+    return rc;
+}
+
+int th_metrics_start(th_host *h, const th_config *cfg, th_metrics **out,
+                     th_error *err)
+{
+    *out = NULL;
+    size_t n = cfg->host.n_listen_metrics;
+    if (n == 0)
+        return 0;
+    th_metrics *m = calloc(1, sizeof *m);
+    if (!m || !(m->srv = calloc(n, sizeof *m->srv)) ||
+        !(m->paths = calloc(n, sizeof *m->paths))) {
+        th_metrics_stop(m);
+        return th_error_set(err, TH_ENOMEM, "out of memory");
+    }
+    m->h = h;
+    for (size_t i = 0; i < n; i++) {
+        th_http_url u;
+        int rc = th_http_parse_url(cfg->host.listen_metrics[i], &u, err);
+        if (rc < 0) {
+            th_metrics_stop(m);
+            return rc;
+        }
+        memcpy(m->paths[i], u.path, sizeof u.path);
+        th_http_route r = {.path = m->paths[i], .handle = on_request,
+                           .ud = m};
+        th_http_opts o;
+        memset(&o, 0, sizeof o);
+        o.url = cfg->host.listen_metrics[i];
+        o.allow_remote = cfg->mcp.allow_remote;
+        o.tls_cert = cfg->mcp.tls_cert;
+        o.tls_key = cfg->mcp.tls_key;
+        o.max_connections = 16;
+        o.client_timeout_s = 30;
+        rc = th_http_start(&o, &r, 1, &m->srv[i], err);
+        if (rc < 0) {
+            th_metrics_stop(m);
+            return rc;
+        }
+        m->n_srv = i + 1;
+        th_log_info("metrics: serving Prometheus metrics on %s",
+                    th_http_url_of(m->srv[i]));
+    }
+    *out = m;
+    return 0;
+}
+
+unsigned th_metrics_port(const th_metrics *m, size_t i)
+{
+    return m && i < m->n_srv ? th_http_port(m->srv[i]) : 0;
+}
+
+void th_metrics_stop(th_metrics *m)
+{
+    if (!m)
+        return;
+    for (size_t i = 0; i < m->n_srv; i++)
+        th_http_stop(m->srv[i]);
+    free(m->srv);
+    free(m->paths);
+    free(m);
+}

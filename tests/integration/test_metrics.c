@@ -1,0 +1,210 @@
+/* test_metrics.c - the Prometheus endpoint on the real `toolhost serve`:
+ * a listen entry http://127.0.0.1:0/metrics beside the Unix socket; a
+ * scrape parsed by the Prometheus client's own parser (python3
+ * prometheus_client), whose per-tool histogram moves after a call; label
+ * escaping; no token needed; only GET. */
+#include <CUnit/CUnit.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+
+#include "front/metrics.h"
+#include "integration/test_rpc_harness.h"
+
+static unsigned metrics_port(rpc_srv *s)
+{
+    unsigned port = 0;
+    FILE *f = fopen(s->log, "r");
+    char line[1024];
+    while (f && fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, "serving Prometheus metrics on http");
+        p = p ? strstr(p, "127.0.0.1:") : NULL;
+        if (p)
+            port = (unsigned)atoi(p + 10);
+    }
+    if (f)
+        fclose(f);
+    return port;
+}
+
+/* One request; the whole answer (headers and body) into *out (malloc). */
+static int http_get(unsigned port, const char *method, char **out)
+{
+    *out = NULL;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    char req[256];
+    int n = snprintf(req, sizeof req,
+                     "%s /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     "Connection: close\r\n\r\n",
+                     method);
+    if (write(fd, req, (size_t)n) != n) {
+        close(fd);
+        return -1;
+    }
+    size_t len = 0, cap = 1 << 16;
+    char *b = malloc(cap);
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    while (b && rpc_now_ms() < end) {
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        if (poll(&pf, 1, 100) <= 0)
+            continue;
+        if (len + 4096 > cap) {
+            char *nb = realloc(b, cap *= 2);
+            if (!nb)
+                break;
+            b = nb;
+        }
+        ssize_t r = read(fd, b + len, cap - len - 1);
+        if (r <= 0)
+            break;
+        len += (size_t)r;
+    }
+    close(fd);
+    if (!b)
+        return -1;
+    b[len] = '\0';
+    *out = b;
+    int status = 0;
+    sscanf(b, "HTTP/1.%*d %d", &status);
+    return status;
+}
+
+/* Scrapes, writes the body to DIR/scrape.txt, runs the parser: its exit
+ * status (0: parsed, TOOL's histogram has >= need calls). */
+static int parse_scrape(rpc_srv *s, unsigned port, const char *tool, int need)
+{
+    char *ans = NULL;
+    if (http_get(port, "GET", &ans) != 200) {
+        free(ans);
+        return -1;
+    }
+    const char *body = strstr(ans, "\r\n\r\n");
+    CU_ASSERT(strstr(ans, "text/plain; version=0.0.4") != NULL);
+    char *file = th_test_write_file(s->dir, "scrape.txt",
+                                    body ? body + 4 : "", (size_t)-1);
+    free(ans);
+    char needs[16];
+    snprintf(needs, sizeof needs, "%d", need);
+    char script[512];
+    snprintf(script, sizeof script, "%s/tests/integration/metrics_parse.py",
+             TH_SOURCE_DIR);
+    char *argv[] = {"/usr/bin/python3", script, file, (char *)tool, needs,
+                    NULL};
+    th_test_run r;
+    th_test_run_argv(argv, NULL, 30, 0, &r);
+    if (r.status != 0)
+        fprintf(stderr, "\nmetrics_parse: %s%s\n", r.out ? r.out : "",
+                r.err ? r.err : "");
+    int st = r.status;
+    th_test_run_free(&r);
+    free(file);
+    return st;
+}
+
+static void test_scrape(void)
+{
+    if (access("/usr/bin/python3", X_OK) != 0 ||
+        system("/usr/bin/python3 -c 'import prometheus_client.parser' "
+               "2>/dev/null") != 0) {
+        TH_SKIP("needs python3-prometheus-client (scripts/install-deps)");
+        return;
+    }
+    rpc_srv s;
+    rpc_opts o = {.host_extra =
+                      "  listen: [\"http://127.0.0.1:0/metrics\"]\n"};
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
+    unsigned port = metrics_port(&s);
+    CU_ASSERT_FATAL(port != 0);
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_FATAL(c != NULL);
+    rpc_res r;
+    CU_ASSERT(rpc_call(c, "tools.call", "[\"echo\", {\"text\": \"a\"}]", &r) == 0 &&
+              !r.err);
+    rpc_res_free(&r);
+    CU_ASSERT_EQUAL(parse_scrape(&s, port, "echo", 1), 0);
+    /* the histogram moves after more calls */
+    for (int i = 0; i < 3; i++) {
+        CU_ASSERT(rpc_call(c, "tools.call", "[\"echo\", {\"text\": \"b\"}]",
+                           &r) == 0 && !r.err);
+        rpc_res_free(&r);
+    }
+    CU_ASSERT_EQUAL(parse_scrape(&s, port, "echo", 4), 0);
+    if (geteuid() == 0) { /* the toolset with the ask rule is root's */
+        /* no permission handler: the client answers no */
+        CU_ASSERT(rpc_call(c, "tools.call", "[\"fs_list\", {\"path\": \".\"}]",
+                           &r) == 0);
+        rpc_res_free(&r);
+        char *ans = NULL;
+        CU_ASSERT_EQUAL(http_get(port, "GET", &ans), 200);
+        CU_ASSERT(ans && strstr(ans, "toolhost_tool_permission_asks_total"
+                                     "{tool=\"fs_list\"} 1\n"));
+        CU_ASSERT(ans && strstr(ans, "toolhost_tool_calls_total{tool=\"fs_list\","
+                                     "outcome=\"denied\"} 1\n"));
+        free(ans);
+    }
+    th_rpc_client_close(c);
+    /* only GET (and HEAD) */
+    char *ans = NULL;
+    CU_ASSERT_EQUAL(http_get(port, "POST", &ans), 405);
+    free(ans);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+}
+
+/* A non-loopback metrics entry needs mcp.allow_remote; no MCP token is
+ * needed for a metrics-only listen list. */
+static void test_config(void)
+{
+    char *dir = th_test_tmpdir();
+    char text[1024];
+    snprintf(text, sizeof text,
+             "host:\n  listen: [\"http://0.0.0.0:0/metrics\"]\n"
+             "plugins:\n  - name: echo\n    path: %s/plugins/echo.so\n",
+             TH_BUILD_DIR);
+    char *cfg = th_test_write_file(dir, "m.yaml", text, (size_t)-1);
+    th_test_run r;
+    th_test_toolhost(&r, "config", "check", cfg, NULL);
+    CU_ASSERT(r.status != 0);
+    CU_ASSERT(r.err && strstr(r.err, "mcp.allow_remote"));
+    th_test_run_free(&r);
+    free(cfg);
+    snprintf(text, sizeof text,
+             "host:\n  listen: [\"http://127.0.0.1:0/metrics\"]\n"
+             "plugins:\n  - name: echo\n    path: %s/plugins/echo.so\n",
+             TH_BUILD_DIR);
+    cfg = th_test_write_file(dir, "m.yaml", text, (size_t)-1);
+    th_test_toolhost(&r, "config", "check", cfg, NULL);
+    CU_ASSERT_EQUAL(r.status, 0);
+    if (r.status)
+        fprintf(stderr, "\n%s\n", r.err ? r.err : "");
+    th_test_run_free(&r);
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+static void test_label_escaping(void)
+{
+    th_buf b;
+    th_buf_init(&b);
+    CU_ASSERT_EQUAL(th_metrics_label(&b, "a\\b\"c\nd"), 0);
+    CU_ASSERT_EQUAL(b.len, strlen("a\\\\b\\\"c\\nd"));
+    CU_ASSERT(b.len && memcmp(b.data, "a\\\\b\\\"c\\nd", b.len) == 0);
+    th_buf_free(&b);
+}
+
+void th_suite_metrics(void)
+{
+    CU_pSuite s = CU_add_suite("metrics", NULL, NULL);
+    CU_add_test(s, "scrape", test_scrape);
+    CU_add_test(s, "config", test_config);
+    CU_add_test(s, "label_escaping", test_label_escaping);
+}
