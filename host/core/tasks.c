@@ -45,8 +45,11 @@ static bool visible(const th_session *s, uint64_t sid, uint32_t uid,
     if (scope != TH_SCOPE_TOOLSET || ts_idx < 0 || !s->usable[ts_idx])
         return false;
     /* The owner, and admins (th_host_is_admin): they see and cancel
-     * every user's toolset-scoped tasks in the toolsets they may use. */
-    return s->who.trusted || uid == s->who.uid ||
+     * every user's toolset-scoped tasks in the toolsets they may use.  A
+     * principal without a uid ((uint32_t)-1: a token user with no `uid:`)
+     * owns nothing beyond its own session. */
+    return s->who.trusted ||
+           (uid == s->who.uid && uid != (uint32_t)-1) ||
            th_host_is_admin(s->h, &s->who);
 }
 
