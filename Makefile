@@ -44,7 +44,7 @@ CC ?= cc
 CXX ?= c++
 VERSION := 0.1.0
 
-PKGS := msgpack yaml-0.1 libuv jansson lua5.4 libpcre2-8 libmicrohttpd nettle
+PKGS := msgpack yaml-0.1 libuv jansson lua5.4 libpcre2-8 libmicrohttpd nettle libnats
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 

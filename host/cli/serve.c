@@ -13,6 +13,7 @@
 #include "front/rpc.h"
 #include "front/sockpath.h"
 #include "front/mcp_http.h"
+#include "front/nats.h"
 
 /* ---- Signals ----------------------------------------------------------------
  * The server stops on the first SIGTERM/SIGINT (its own handlers: grace,
@@ -201,6 +202,14 @@ int cli_serve(int argc, char **argv)
                    ? CLI_USAGE
                    : CLI_FAILED;
     }
+    /* The nats:// entry of listen: the NATS front (docs/scale.md). */
+    th_nats *nats = NULL;
+    if (!stdio && th_nats_start(h, th_host_config(h), &nats, &err) != 0) {
+        cli_error("serve: %s", err.msg);
+        th_mcp_http_stop(web);
+        th_host_close(h);
+        return err.code == TH_ECONFIG ? CLI_USAGE : CLI_FAILED;
+    }
     th_rpc_serve_opts so;
     memset(&so, 0, sizeof so);
     so.listen = stdio ? NULL : addr;
@@ -211,6 +220,7 @@ int cli_serve(int argc, char **argv)
      * host closes, a signal means "now". */
     atomic_store(&serving, false);
     stop_signals_ours();
+    th_nats_stop(nats);
     th_mcp_http_stop(web);
     th_host_close(h);
     if (rc != 0) {
