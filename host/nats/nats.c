@@ -36,6 +36,8 @@ typedef struct nt_ep {
     struct th_nats *f;
     char *subject;
     char *tool;
+    uint32_t flags; /* TOOLHOST_TOOL_* of the tool when subscribed */
+    char *param_types; /* {"name": "type", ...} as JSON text, or NULL */
     nt_ts *ts;
     natsSubscription *sub;
     atomic_uint_fast64_t requests, errors, proc_ns;
@@ -323,6 +325,19 @@ static json_t *srv_endpoint(nt_ep *ep, bool stats)
         json_t *md = json_object();
         json_object_set_new(md, "toolset", json_string(ep->ts->cfg->name));
         json_object_set_new(md, "tool", json_string(ep->tool));
+        json_object_set_new(
+            md, "idempotent",
+            json_string(ep->flags & (TOOLHOST_TOOL_IDEMPOTENT |
+                                     TOOLHOST_TOOL_READ_ONLY)
+                            ? "true"
+                            : "false"));
+        if (ep->param_types)
+            json_object_set_new(md, "param_types",
+                                json_string(ep->param_types));
+        json_object_set_new(md, "async",
+                            json_string(ep->flags & TOOLHOST_TOOL_ASYNC
+                                            ? "true"
+                                            : "false"));
         json_object_set_new(e, "metadata", md);
         return e;
     }
@@ -470,7 +485,22 @@ static int tool_cb(const th_tool *t, void *ud)
     if (strcmp(t->name, "get_running_tasks") == 0 ||
         strcmp(t->name, "cancel_task") == 0)
         return 0;
-    return add_ep(x->f, x->ts, t->name, x->err) ? 1 : 0;
+    size_t before = x->f->n_eps;
+    if (add_ep(x->f, x->ts, t->name, x->err) != 0)
+        return 1;
+    if (x->f->n_eps > before) {
+        nt_ep *ep = &x->f->eps[before];
+        ep->flags = t->flags;
+        /* the types of the parameters, for callers that type key=value
+         * words (toolhost call --connect nats://) */
+        json_t *pt = json_object();
+        for (size_t i = 0; pt && i < t->n_params; i++)
+            json_object_set_new(pt, t->params[i].name,
+                                json_string(th_type_name(t->params[i].type)));
+        ep->param_types = pt ? json_dumps(pt, JSON_COMPACT) : NULL;
+        json_decref(pt);
+    }
+    return 0;
 }
 
 static const char *tf(natsStatus st)
@@ -489,6 +519,7 @@ static void nats_free(th_nats *f)
         natsSubscription_Destroy(f->eps[i].sub);
         free(f->eps[i].subject);
         free(f->eps[i].tool);
+        free(f->eps[i].param_types);
         pthread_mutex_destroy(&f->eps[i].err_mu);
     }
     for (size_t i = 0; i < f->n_srv; i++)

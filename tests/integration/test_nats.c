@@ -492,6 +492,41 @@ static void test_discovery_js(void)
     th_test_run_free(&r);
 }
 
+/* The CLI over NATS: list counts the hosts of each tool, call works as
+ * with a socket. */
+static void test_cli(void)
+{
+    NEED_CLUSTER();
+    char url[128];
+    snprintf(url, sizeof url, "nats://alice:alicepw@127.0.0.1:%d", C.g.port);
+    th_test_run r = {0};
+    th_test_toolhost(&r, "list", "--connect", url, NULL);
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT(r.out && strstr(r.out, "3 host(s) answered"));
+    CU_ASSERT(r.out && strstr(r.out, "echo_async") &&
+              strstr(r.out, "    3  th.public.echo\n"));
+    if (r.status)
+        fprintf(stderr, "\n  list: %s %s\n", r.out, r.err);
+    th_test_run_free(&r);
+    memset(&r, 0, sizeof r);
+    th_test_toolhost(&r, "call", "--connect", url, "echo", "text=over nats",
+                     NULL);
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT(r.out && strstr(r.out, "over nats"));
+    th_test_run_free(&r);
+    memset(&r, 0, sizeof r);
+    th_test_toolhost(&r, "call", "--connect", url, "public.echo_async",
+                     "text=later", "steps=2", NULL);
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT(r.out && strstr(r.out, "later"));
+    th_test_run_free(&r);
+    memset(&r, 0, sizeof r);
+    th_test_toolhost(&r, "call", "--connect", url, "nosuch", NULL);
+    CU_ASSERT_EQUAL(r.status, 2);
+    CU_ASSERT(r.err && strstr(r.err, "no host"));
+    th_test_run_free(&r);
+}
+
 /* The NATS server restarted under load: the hosts reconnect and
  * resubscribe; calls work again within a bounded time. */
 static void test_server_restart(void)
@@ -714,6 +749,7 @@ void th_suite_nats(void)
     CU_add_test(s, "async_progress", test_async_progress);
     CU_add_test(s, "user_refused", test_user_refused);
     CU_add_test(s, "discovery_js", test_discovery_js);
+    CU_add_test(s, "cli", test_cli);
     CU_add_test(s, "server_restart", test_server_restart);
     CU_add_test(s, "host_killed", test_host_killed);
     CU_add_test(s, "clean_stop", test_clean_stop);
