@@ -55,7 +55,7 @@ struct th_nats {
     size_t n_ts;
     nt_ep *eps;
     size_t n_eps, cap_eps;
-    natsSubscription *srv[9];
+    natsSubscription *srv[12];
     size_t n_srv;
     char id[40];
     char started[40];
@@ -396,6 +396,99 @@ static void on_srv(natsConnection *nc, natsSubscription *sub, natsMsg *msg,
     handler_leave(f);
 }
 
+/* ---- Tasks on the host's own subject ------------------------------------ */
+
+/* <prefix>.host.<id>.tasks.{get,result,cancel}, body: the task id in
+ * decimal (the part after the dot of Toolhost-Task).  Replies: get, the
+ * task map of tasks.list; result, the final result (bad_state while it
+ * runs); cancel, {ok: true}; errors as {ok: false, error}. */
+
+typedef struct task_pack {
+    th_buf *b;
+    int rc;
+} task_pack;
+
+static void pack_task_cb(const th_task_view *t, void *ud)
+{
+    task_pack *x = ud;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, x->b, th_buf_msgpack_write);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    x->rc = th_codec_pack_task(&pk, t, (int64_t)now.tv_sec * 1000 +
+                                           now.tv_nsec / 1000000);
+}
+
+static void on_task(natsConnection *nc, natsSubscription *sub, natsMsg *msg,
+                    void *closure)
+{
+    (void)nc;
+    (void)sub;
+    th_nats *f = closure;
+    const char *reply = natsMsg_GetReply(msg);
+    if (!reply || !*reply || !handler_enter(f)) {
+        natsMsg_Destroy(msg);
+        return;
+    }
+    const char *subj = natsMsg_GetSubject(msg);
+    const char *op = strrchr(subj, '.');
+    op = op ? op + 1 : "";
+    char idt[32] = "";
+    int len = natsMsg_GetDataLength(msg);
+    if (len > 0 && len < (int)sizeof idt)
+        memcpy(idt, natsMsg_GetData(msg), (size_t)len);
+    char *end;
+    unsigned long long id = strtoull(idt, &end, 10);
+    if (!idt[0] || *end) {
+        publish_error(f, reply, TH_EINVAL, "the body must be a task id "
+                      "(the number after the host id in Toolhost-Task)");
+        goto out;
+    }
+    int rc = TH_ENOTFOUND;
+    th_buf b = TH_BUF_INIT;
+    for (size_t i = 0; i < f->n_ts && rc == TH_ENOTFOUND; i++) {
+        th_session *s = f->ts[i].s;
+        if (strcmp(op, "get") == 0) {
+            task_pack x = {&b, 0};
+            rc = th_task_get(s, id, pack_task_cb, &x);
+            if (rc == 0)
+                rc = x.rc;
+        } else if (strcmp(op, "cancel") == 0) {
+            rc = th_task_cancel(s, id);
+            if (rc == 0) {
+                msgpack_packer pk;
+                msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
+                msgpack_pack_map(&pk, 1);
+                th_pack_cstr(&pk, "ok");
+                msgpack_pack_true(&pk);
+            }
+        } else if (strcmp(op, "result") == 0) {
+            th_result_copy r;
+            memset(&r, 0, sizeof r);
+            rc = th_task_result(s, id, &r);
+            if (rc == 0)
+                rc = th_codec_result_to_buf(&b, &r);
+            th_result_copy_free(&r);
+        } else {
+            rc = TH_EINVAL;
+        }
+    }
+    if (rc == 0)
+        publish(f, reply, "task", id, b.data, b.len);
+    else
+        publish_error(f, reply, rc,
+                      rc == TH_ENOTFOUND ? "no such task on this host"
+                      : rc == TH_ESTATE  ? "the task is still running, or "
+                                           "already ended"
+                      : rc == TH_EINVAL  ? "unknown operation (get, result, "
+                                           "cancel)"
+                                         : th_strerror(rc));
+    th_buf_free(&b);
+out:
+    natsMsg_Destroy(msg);
+    handler_leave(f);
+}
+
 /* ---- Connection events -------------------------------------------------- */
 
 static void on_disconnected(natsConnection *nc, void *ud)
@@ -695,6 +788,19 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
             else
                 f->n_srv++;
         }
+    }
+    for (size_t k = 0; rc == 0 && k < 3; k++) {
+        static const char *const ops[] = {"get", "result", "cancel"};
+        char subj[256];
+        snprintf(subj, sizeof subj, "%s.host.%s.tasks.%s", cfg->nats.prefix,
+                 f->id, ops[k]);
+        st = natsConnection_Subscribe(&f->srv[f->n_srv], f->nc, subj,
+                                      on_task, f);
+        if (st != NATS_OK)
+            rc = th_error_set(err, TH_EIO, "nats: cannot subscribe to %s: "
+                              "%s", subj, tf(st));
+        else
+            f->n_srv++;
     }
     if (rc == 0 && st == NATS_OK && natsConnection_Status(f->nc) ==
                                         NATS_CONN_STATUS_CONNECTED)

@@ -11,6 +11,7 @@
 
 #include "test_rpc_harness.h"
 #include "th/buf.h"
+#include "th/json.h"
 
 #include <CUnit/CUnit.h>
 
@@ -64,7 +65,8 @@ static const char nats_conf[] =
     "  users = [\n"
     "    {user: host, password: hostpw}\n"
     "    {user: alice, password: alicepw, permissions: {\n"
-    "       publish: {allow: [\"th.public.>\", \"$SRV.>\", \"_INBOX.>\"]}\n"
+    "       publish: {allow: [\"th.public.>\", \"th.host.*.tasks.*\", "
+    "                          \"$SRV.>\", \"_INBOX.>\"]}\n"
     "       subscribe: {allow: [\"_INBOX.>\"]}}}\n"
     "    {user: bob, password: bobpw, permissions: {\n"
     "       publish: {allow: [\"_INBOX.>\"]}\n"
@@ -377,6 +379,7 @@ static void test_async_progress(void)
     publish_async(nc, inbox, "{\"text\":\"done\",\"steps\":3,"
                              "\"delay_ms\":30}");
     int acks = 0, progress = 0, results = 0, host = -1;
+    char task_id[40] = "";
     bool task_named = false;
     int64_t end = rpc_now_ms() + 10000;
     while (!results && rpc_now_ms() < end) {
@@ -392,6 +395,9 @@ static void test_async_progress(void)
             task_named = host >= 0 && t &&
                          strncmp(t, C.id[host], strlen(C.id[host])) == 0 &&
                          t[strlen(C.id[host])] == '.';
+            if (task_named)
+                snprintf(task_id, sizeof task_id, "%s",
+                         t + strlen(C.id[host]) + 1);
         } else if (strcmp(k, "progress") == 0) {
             CU_ASSERT(acks == 1);
             progress++;
@@ -406,6 +412,78 @@ static void test_async_progress(void)
     CU_ASSERT(task_named);
     CU_ASSERT(progress >= 1);
     CU_ASSERT_EQUAL(results, 1);
+    /* the task on its host's own subject: get, result; a second task is
+     * cancelled there */
+    CU_ASSERT_FATAL(host >= 0 && task_id[0]);
+    char subj[160];
+    snprintf(subj, sizeof subj, "th.host.%s.tasks.get", C.id[host]);
+    natsMsg *r = NULL;
+    CU_ASSERT_FATAL(natsConnection_RequestString(&r, nc, subj, task_id,
+                                                 3000) == NATS_OK);
+    json_t *j = th_json_from_msgpack((const uint8_t *)natsMsg_GetData(r),
+                                     (size_t)natsMsg_GetDataLength(r), NULL);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "state")),
+                           "completed");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "tool")),
+                           "echo_async");
+    json_decref(j);
+    natsMsg_Destroy(r);
+    snprintf(subj, sizeof subj, "th.host.%s.tasks.result", C.id[host]);
+    CU_ASSERT_FATAL(natsConnection_RequestString(&r, nc, subj, task_id,
+                                                 3000) == NATS_OK);
+    CU_ASSERT(reply_ok(r, "done"));
+    natsMsg_Destroy(r);
+    CU_ASSERT_FATAL(natsConnection_RequestString(&r, nc, subj, "999999",
+                                                 3000) == NATS_OK);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    CU_ASSERT(msgpack_unpack_next(&u, natsMsg_GetData(r),
+                                  (size_t)natsMsg_GetDataLength(r),
+                                  NULL) == MSGPACK_UNPACK_SUCCESS &&
+              rpc_tool_error_is(&u.data, "not_found"));
+    msgpack_unpacked_destroy(&u);
+    natsMsg_Destroy(r);
+    /* cancel a long one through its host */
+    publish_async(nc, inbox, "{\"text\":\"never\",\"steps\":100,"
+                             "\"delay_ms\":100}");
+    char tid2[40] = "";
+    int h2 = -1;
+    bool cancelled = false;
+    end = rpc_now_ms() + 10000;
+    while (!cancelled && rpc_now_ms() < end) {
+        natsMsg *m = NULL;
+        if (natsSubscription_NextMsg(&m, sub, 200) != NATS_OK)
+            continue;
+        const char *k = reply_kind(m);
+        if (strcmp(k, "ack") == 0) {
+            h2 = reply_host(&C, m);
+            const char *t = NULL;
+            natsMsgHeader_Get(m, "Toolhost-Task", &t);
+            const char *dot = t ? strrchr(t, '.') : NULL;
+            snprintf(tid2, sizeof tid2, "%s", dot ? dot + 1 : "");
+            CU_ASSERT_FATAL(h2 >= 0);
+            snprintf(subj, sizeof subj, "th.host.%s.tasks.cancel",
+                     C.id[h2]);
+            natsMsg *cr = NULL;
+            CU_ASSERT(natsConnection_RequestString(&cr, nc, subj, tid2,
+                                                   3000) == NATS_OK &&
+                      strcmp(reply_kind(cr), "task") == 0);
+            natsMsg_Destroy(cr);
+        } else if (strcmp(k, "result") == 0) {
+            msgpack_unpacked_init(&u);
+            cancelled = msgpack_unpack_next(
+                            &u, natsMsg_GetData(m),
+                            (size_t)natsMsg_GetDataLength(m),
+                            NULL) == MSGPACK_UNPACK_SUCCESS &&
+                        rpc_tool_error_is(&u.data, "cancelled");
+            msgpack_unpacked_destroy(&u);
+            CU_ASSERT(cancelled);
+            natsMsg_Destroy(m);
+            break;
+        }
+        natsMsg_Destroy(m);
+    }
+    CU_ASSERT(cancelled);
     natsSubscription_Destroy(sub);
     natsInbox_Destroy(inbox);
     natsConnection_Destroy(nc);
