@@ -777,6 +777,69 @@ static void test_host_killed(void)
     natsConnection_Destroy(nc);
 }
 
+/* A host that takes requests slower than they come: past nats.max_pending
+ * the NATS client drops the excess and the host logs "slow consumer". */
+static void test_slow_consumer(void)
+{
+    NEED_CLUSTER();
+    char cfg[2048];
+    snprintf(cfg, sizeof cfg,
+             "host:\n"
+             "  log_level: info\n"
+             "  shutdown_grace: 1s\n"
+             "  queue_size: 4\n"
+             "  workers: 1\n"
+             "  listen: [\"%s\"]\n"
+             "plugins:\n"
+             "  - name: echo\n"
+             "    path: @BUILD@/plugins/echo.so\n"
+             "toolsets:\n"
+             "  - name: public\n"
+             "    tools: [echo]\n"
+             "    allow_users: [nats]\n"
+             "nats:\n"
+             "  prefix: slow\n"
+             "  user: host\n"
+             "  password: hostpw\n"
+             "  toolsets: [public]\n"
+             "  max_pending: 16\n",
+             C.url);
+    rpc_srv h;
+    rpc_opts o = {.config = cfg};
+    CU_ASSERT_FATAL(rpc_srv_start(&h, &o) == 0);
+    char id[40];
+    host_id_from_log(&h, id, sizeof id);
+    natsConnection *nc = client(&C, "host", "hostpw");
+    CU_ASSERT_FATAL(nc != NULL);
+    th_buf b = TH_BUF_INIT;
+    rpc_pack_json(&b, "{\"text\":\"flood\"}");
+    bool said = false;
+    for (int round = 0; round < 20 && !said; round++) {
+        for (int i = 0; i < 5000; i++)
+            natsConnection_PublishRequest(nc, "slow.public.echo",
+                                          "_INBOX.nobody", b.data,
+                                          (int)b.len);
+        natsConnection_FlushTimeout(nc, 5000);
+        usleep(50000);
+        said = rpc_log_has(&h, "nats: slow consumer");
+    }
+    th_buf_free(&b);
+    CU_ASSERT(said);
+    /* and it still answers afterwards */
+    natsMsg *r = NULL;
+    bool answered = false;
+    for (int i = 0; i < 50 && !answered; i++) {
+        answered = request(nc, &r, "slow.public.echo", "{\"text\":\"x\"}",
+                           500) == NATS_OK && reply_ok(r, "x");
+        natsMsg_Destroy(r);
+        r = NULL;
+    }
+    CU_ASSERT(answered);
+    natsConnection_Destroy(nc);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&h, SIGTERM), 0);
+    rpc_srv_free(&h);
+}
+
 /* SIGTERM: the hosts stop cleanly (exit 0) with the NATS front running. */
 static void test_clean_stop(void)
 {
@@ -830,5 +893,6 @@ void th_suite_nats(void)
     CU_add_test(s, "cli", test_cli);
     CU_add_test(s, "server_restart", test_server_restart);
     CU_add_test(s, "host_killed", test_host_killed);
+    CU_add_test(s, "slow_consumer", test_slow_consumer);
     CU_add_test(s, "clean_stop", test_clean_stop);
 }
