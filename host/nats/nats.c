@@ -678,6 +678,10 @@ static natsStatus set_options(th_nats *f, natsOptions *o)
         st = natsOptions_SetMaxPendingMsgs(o, (int)m->max_pending);
     if (st == NATS_OK)
         st = natsOptions_UseGlobalMessageDelivery(o, true);
+    /* replies leave at once rather than with the client's next flush
+     * (about 1 ms later: that would be most of a quick call's time) */
+    if (st == NATS_OK)
+        st = natsOptions_SetSendAsap(o, true);
     if (st == NATS_OK)
         st = natsOptions_SetDisconnectedCB(o, on_disconnected, f);
     if (st == NATS_OK)
