@@ -47,6 +47,9 @@ typedef struct nt_ep {
 
 struct th_nats {
     th_host *h;
+    th_config *cfg_ref; /* our reference: a reload swaps the host's
+                           config, the endpoints keep the one they began
+                           with (names, toolsets, credentials) */
     const th_config *cfg;
     const th_nats_cfg *nc_cfg;
     natsOptions *opts;
@@ -620,6 +623,8 @@ static void nats_free(th_nats *f)
     if (f->nc)
         natsConnection_Destroy(f->nc);
     natsOptions_Destroy(f->opts);
+    if (f->cfg_ref)
+        th_config_unref(f->cfg_ref);
     free(f->eps);
     free(f->ts);
     pthread_mutex_destroy(&f->mu);
@@ -701,6 +706,9 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
     if (!f)
         return th_error_set(err, TH_ENOMEM, "out of memory");
     f->h = h;
+    /* the host's current config, referenced: it outlives reloads */
+    f->cfg_ref = th_host_config_get(h);
+    cfg = f->cfg_ref;
     f->cfg = cfg;
     f->nc_cfg = &cfg->nats;
     pthread_mutex_init(&f->mu, NULL);

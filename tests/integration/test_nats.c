@@ -605,6 +605,58 @@ static void test_cli(void)
     th_test_run_free(&r);
 }
 
+/* A reload (SIGHUP after the config changed) swaps the host's config; the
+ * NATS front keeps serving from its own reference (ASan would catch a use
+ * of the freed old config). */
+static void test_reload(void)
+{
+    NEED_CLUSTER();
+    FILE *f = fopen(C.h[0].cfg, "r");
+    CU_ASSERT_FATAL(f != NULL);
+    static char text[4096];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    char *p = strstr(text, "shutdown_grace: 1s");
+    CU_ASSERT_FATAL(p != NULL);
+    p[16] = '2';
+    f = fopen(C.h[0].cfg, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fputs(text, f);
+    fclose(f);
+    kill(C.h[0].pid, SIGHUP);
+    bool reloaded = false;
+    int64_t end = rpc_now_ms() + 10000;
+    while (!reloaded && rpc_now_ms() < end) {
+        FILE *l = fopen(C.h[0].log, "r");
+        char line[1024];
+        while (l && fgets(line, sizeof line, l))
+            if (strstr(line, "reload #") && strstr(line, " ok:"))
+                reloaded = true;
+        if (l)
+            fclose(l);
+        if (!reloaded)
+            usleep(20000);
+    }
+    CU_ASSERT_FATAL(reloaded);
+    natsConnection *nc = client(&C, "alice", "alicepw");
+    CU_ASSERT_FATAL(nc != NULL);
+    int from0 = 0, ok = 0;
+    for (int i = 0; i < 200 && from0 < 3; i++) {
+        natsMsg *r = NULL;
+        if (request(nc, &r, "th.public.echo", "{\"text\":\"r\"}", 2000) ==
+            NATS_OK) {
+            ok += reply_ok(r, "r");
+            from0 += reply_host(&C, r) == 0;
+        }
+        natsMsg_Destroy(r);
+    }
+    CU_ASSERT(from0 >= 3);
+    CU_ASSERT(ok > 0);
+    CU_ASSERT(rpc_alive(&C.h[0]));
+    natsConnection_Destroy(nc);
+}
+
 /* The NATS server restarted under load: the hosts reconnect and
  * resubscribe; calls work again within a bounded time. */
 static void test_server_restart(void)
@@ -891,6 +943,7 @@ void th_suite_nats(void)
     CU_add_test(s, "user_refused", test_user_refused);
     CU_add_test(s, "discovery_js", test_discovery_js);
     CU_add_test(s, "cli", test_cli);
+    CU_add_test(s, "reload", test_reload);
     CU_add_test(s, "server_restart", test_server_restart);
     CU_add_test(s, "host_killed", test_host_killed);
     CU_add_test(s, "slow_consumer", test_slow_consumer);

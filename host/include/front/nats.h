@@ -23,7 +23,9 @@ typedef struct th_nats th_nats;
 
 /* Connects to cfg->host.listen_nats (the host's config; it and h outlive
  * the front) and subscribes.  With no nats:// entry, *out is NULL and 0 is
- * returned.  A server that is not up yet is retried in the background (the
+ * returned.  The front keeps its own reference to the host's config of
+ * that moment (a reload changes what the tools run, not the endpoints).
+ * A server that is not up yet is retried in the background (the
  * subscriptions are made when it comes).  0, or a TH_E* code with a
  * sentence in err (nothing is left running then). */
 int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
