@@ -104,6 +104,11 @@ int cli_call_remote(const cli_remote *r, const char *tool, char **kv,
                     int n_kv, const char *json_text, int64_t timeout_ms,
                     bool show_meta, bool yes);
 int cli_list_remote(const cli_remote *r, bool json);
+/* The same over NATS (remote_nats.c): --connect nats://HOST:PORT. */
+bool cli_is_nats(const char *addr);
+int cli_call_nats(const char *url, const char *tool, char **kv, int n_kv,
+                  const char *json_text, int64_t timeout_ms, bool show_meta);
+int cli_list_nats(const char *url, bool json);
 
 /* Asks "Allow TOOL? REASON [y/N]" on the terminal; false when there is
  * none (with --yes the caller does not ask). */

@@ -201,6 +201,9 @@ int cli_call_remote(const cli_remote *remote, const char *tool, char **kv,
                     int n_kv, const char *json_text, int64_t timeout_ms,
                     bool show_meta, bool yes)
 {
+    if (cli_is_nats(remote->connect))
+        return cli_call_nats(remote->connect, tool, kv, n_kv, json_text,
+                             timeout_ms, show_meta);
     th_rpc_client *c = connect_or_say(remote);
     if (!c)
         return CLI_FAILED;
@@ -284,6 +287,8 @@ static int simple_request(const cli_remote *remote, const char *method,
 
 int cli_list_remote(const cli_remote *remote, bool json)
 {
+    if (cli_is_nats(remote->connect))
+        return cli_list_nats(remote->connect, json);
     th_rpc_reply reply;
     int rc = simple_request(remote, "tools.list", &reply);
     if (rc != CLI_OK)

@@ -18,6 +18,7 @@
 #include "front/metrics.h"
 #include "front/sd.h"
 #include "th/http.h"
+#include "front/nats.h"
 
 /* ---- Signals ----------------------------------------------------------------
  * The server stops on the first SIGTERM/SIGINT (its own handlers: grace,
@@ -251,6 +252,15 @@ int cli_serve(int argc, char **argv)
                    ? CLI_USAGE
                    : CLI_FAILED;
     }
+    /* The nats:// entry of listen: the NATS front (docs/scale.md). */
+    th_nats *nats = NULL;
+    if (!stdio && th_nats_start(h, th_host_config(h), &nats, &err) != 0) {
+        cli_error("serve: %s", err.msg);
+        th_metrics_stop(metrics);
+        th_mcp_http_stop(web);
+        th_host_close(h);
+        return err.code == TH_ECONFIG ? CLI_USAGE : CLI_FAILED;
+    }
     th_rpc_serve_opts so;
     memset(&so, 0, sizeof so);
     so.listen = stdio ? NULL : addr;
@@ -284,6 +294,7 @@ int cli_serve(int argc, char **argv)
     atomic_store(&serving, false);
     stop_signals_ours();
     th_metrics_stop(metrics);
+    th_nats_stop(nats);
     th_mcp_http_stop(web);
     th_host_close(h);
     if (rc != 0) {

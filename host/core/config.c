@@ -789,10 +789,24 @@ static int listen_item(cfctx *c, th_ynode *v, th_host_cfg *h, bool *unix_seen)
         h->n_listen_http++;
         return 0;
     }
+    if (strncmp(v->str, "nats://", 7) == 0 ||
+        strncmp(v->str, "tls://", 6) == 0) {
+        if (h->listen_nats)
+            return cf_err(c, v, "'listen' has more than one nats:// entry; "
+                          "list more servers of one cluster in one entry, "
+                          "comma-separated");
+        const char *hp = v->str + (v->str[0] == 'n' ? 7 : 6);
+        if (!*hp || !strchr(hp, ':'))
+            return cf_err(c, v, "'listen': '%s' must be nats://HOST:PORT",
+                          v->str);
+        h->listen_nats = strdup(v->str);
+        return h->listen_nats ? 0 : cf_nomem(c);
+    }
     if (strncmp(v->str, "unix:", 5) != 0)
         return cf_err(c, v,
-                      "'listen' must be unix:PATH (a Unix socket) or "
-                      "http://HOST:PORT/PATH (MCP), got '%s'",
+                      "'listen' must be unix:PATH (a Unix socket), "
+                      "http://HOST:PORT/PATH (MCP) or nats://HOST:PORT "
+                      "(NATS), got '%s'",
                       v->str);
     if (*unix_seen)
         return cf_err(c, v, "'listen' has more than one unix: entry; the "
@@ -1506,6 +1520,17 @@ static bool token_user(cfctx *c, const char *name)
     return false;
 }
 
+/* Whether `name` is the user NATS calls run as (nats.as_user, default
+ * "nats"; docs/scale.md): a user of the host, not of the system. */
+static bool nats_user(cfctx *c, const char *name)
+{
+    const th_ynode *m = c->cfg->root ? th_ynode_get(c->cfg->root, "nats") : NULL;
+    const th_ynode *u = m && m->kind == TH_Y_MAP ? th_ynode_get(m, "as_user") : NULL;
+    if (u && u->kind == TH_Y_SCALAR)
+        return strcmp(u->str, name) == 0;
+    return m && strcmp(name, "nats") == 0;
+}
+
 static int check_names(cfctx *c, const th_ynode *v, bool group)
 {
     if (!v || th_ynode_is_null(v) || c->cfg->host.allow_unknown_users)
@@ -1523,7 +1548,7 @@ static int check_names(cfctx *c, const th_ynode *v, bool group)
         unsigned long id = strtoul(it->str, &end, 10);
         if (!*end && errno == 0 && id <= UINT32_MAX && isdigit((unsigned char)it->str[0]))
             continue;
-        if (!group && token_user(c, it->str))
+        if (!group && (token_user(c, it->str) || nats_user(c, it->str)))
             continue;
         char buf[16384];
         int e;
@@ -1937,6 +1962,109 @@ static int admin_check(cfctx *c, th_ynode *n, void *el)
     return rc;
 }
 
+/* ---- nats ------------------------------------------------------------------ */
+
+#define N(f) offsetof(th_nats_cfg, f)
+static const cfkey nats_keys[] = {
+    {.name = "prefix", .set = set_str, .off = N(prefix)},
+    {.name = "name", .set = set_str, .off = N(name)},
+    {.name = "user", .set = set_str, .off = N(user)},
+    {.name = "password", .set = set_str, .off = N(password)},
+    {.name = "token", .set = set_str, .off = N(token)},
+    {.name = "creds", .set = set_str, .off = N(creds), .flags = CF_PATH},
+    {.name = "tls_ca", .set = set_str, .off = N(tls_ca), .flags = CF_PATH},
+    {.name = "tls_cert", .set = set_str, .off = N(tls_cert),
+     .flags = CF_PATH},
+    {.name = "tls_key", .set = set_str, .off = N(tls_key), .flags = CF_PATH},
+    {.name = "toolsets", .set = set_strlist, .off = N(toolsets),
+     .off2 = N(n_toolsets)},
+    {.name = "as_user", .set = set_str, .off = N(as_user)},
+    {.name = "reconnect_wait", .set = set_duration,
+     .off = N(reconnect_wait_ms), .min = 10, .max = MINUTE},
+    {.name = "max_pending", .set = set_u32, .off = N(max_pending),
+     .min = 16, .max = 10000000},
+    {.name = NULL}};
+#undef N
+
+/* A subject token: letters, digits, '-', '_' (no '.', '*', '>', spaces). */
+static bool nats_token_ok(const char *s, bool dots)
+{
+    if (!s || !*s)
+        return false;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+              (*s >= '0' && *s <= '9') || *s == '-' || *s == '_' ||
+              (dots && *s == '.')))
+            return false;
+    return true;
+}
+
+static int nats_check(cfctx *c, th_ynode *n, void *el)
+{
+    th_nats_cfg *m = el;
+    if (n && n->kind == TH_Y_MAP) {
+        m->line = n->line;
+        m->col = n->col;
+    }
+    if (m->prefix && !nats_token_ok(m->prefix, true))
+        return cf_err(c, th_ynode_get(n, "prefix"), "'prefix' must be "
+                      "subject tokens (letters, digits, '-', '_', '.'), got "
+                      "'%s'", m->prefix);
+    if (m->name && !nats_token_ok(m->name, false))
+        return cf_err(c, th_ynode_get(n, "name"), "'name' must be letters, "
+                      "digits, '-' or '_', got '%s'", m->name);
+    if ((m->tls_cert != NULL) != (m->tls_key != NULL))
+        return cf_err(c, n, "'tls_cert' and 'tls_key' go together");
+    if ((m->user != NULL) != (m->password != NULL))
+        return cf_err(c, n, "'user' and 'password' go together");
+    if ((m->user != NULL) + (m->token != NULL) + (m->creds != NULL) > 1)
+        return cf_err(c, n, "give one of 'user'/'password', 'token' or "
+                      "'creds'");
+    return 0;
+}
+
+/* What a nats:// listen entry needs: the toolsets named in nats.toolsets
+ * exist (a host serves on NATS only toolsets the config names). */
+static int listen_nats_check(cfctx *c, th_config *cfg)
+{
+    th_nats_cfg *m = &cfg->nats;
+    if (!m->prefix && !(m->prefix = strdup("toolhost")))
+        return cf_nomem(c);
+    if (!m->name && !(m->name = strdup("toolhost")))
+        return cf_nomem(c);
+    if (!m->as_user && !(m->as_user = strdup("nats")))
+        return cf_nomem(c);
+    if (!m->reconnect_wait_ms)
+        m->reconnect_wait_ms = 250;
+    if (!m->max_pending)
+        m->max_pending = 65536;
+    const th_ynode *nn = th_ynode_get(cfg->root, "nats");
+    const th_ynode *tl = nn ? th_ynode_get(nn, "toolsets") : NULL;
+    for (size_t i = 0; i < m->n_toolsets; i++) {
+        const th_ynode *at = tl && tl->kind == TH_Y_SEQ && i < tl->n
+                                 ? tl->kids[i] : tl;
+        size_t j;
+        for (j = 0; j < cfg->n_toolsets; j++)
+            if (strcmp(cfg->toolsets[j].name, m->toolsets[i]) == 0)
+                break;
+        if (j == cfg->n_toolsets)
+            return cf_err(c, at, "nats.toolsets: no toolset '%s'",
+                          m->toolsets[i]);
+        if (!nats_token_ok(m->toolsets[i], false))
+            return cf_err(c, at, "nats.toolsets: '%s' cannot be a subject "
+                          "token (letters, digits, '-', '_')",
+                          m->toolsets[i]);
+    }
+    if (cfg->host.listen_nats && m->n_toolsets == 0) {
+        const th_ynode *hn = th_ynode_get(cfg->root, "host");
+        return cf_err(c, hn ? th_ynode_get(hn, "listen") : NULL,
+                      "'listen' has a nats:// entry but nats.toolsets names "
+                      "no toolset (a host serves on NATS only the toolsets "
+                      "listed there)");
+    }
+    return 0;
+}
+
 /* ---- the document ---------------------------------------------------------- */
 
 #define C(f) offsetof(th_config, f)
@@ -1959,6 +2087,8 @@ static const cfkey top_keys[] = {
      .check = mock_check, .what = "mock"},
     {.name = "admin", .set = set_section, .off = C(admin), .sub = admin_keys,
      .check = admin_check, .what = "admin"},
+    {.name = "nats", .set = set_section, .off = C(nats), .sub = nats_keys,
+     .check = nats_check, .what = "nats"},
     {.name = NULL}};
 #undef C
 
@@ -2057,6 +2187,19 @@ void th_config_free(th_config *cfg)
     free(h->listen);
     free_strv(h->listen_http, h->n_listen_http);
     free_strv(h->listen_metrics, h->n_listen_metrics);
+    free(h->listen_nats);
+    th_nats_cfg *nc = &cfg->nats;
+    free(nc->prefix);
+    free(nc->name);
+    free(nc->user);
+    free(nc->password);
+    free(nc->token);
+    free(nc->creds);
+    free(nc->tls_ca);
+    free(nc->tls_cert);
+    free(nc->tls_key);
+    free_strv(nc->toolsets, nc->n_toolsets);
+    free(nc->as_user);
     th_mcp_cfg *mc = &cfg->mcp;
     for (size_t i = 0; i < mc->n_tokens; i++) {
         free(mc->tokens[i].user);
@@ -2227,6 +2370,8 @@ int th_config_parse_ex(const char *name, const char *dir, const char *text,
         (rc = host_check(&c, NULL, &cfg->host)) < 0)
         goto fail;
     if (cfg->n_toolsets == 0 && (rc = default_toolset(&c, cfg)) < 0)
+        goto fail;
+    if ((rc = listen_nats_check(&c, cfg)) < 0)
         goto fail;
     if ((rc = listen_http_check(&c, cfg)) < 0)
         goto fail;

@@ -354,7 +354,7 @@ static void test_unknown_keys(void)
                "'toolsets'?)");
     EXPECT_ERR("host: {}\nbananas: 3\n",
                "t.yaml:2:1: unknown key 'bananas' in the config (known keys: "
-               "host, limits, plugins, toolsets, mcp, mocks, admin)");
+               "host, limits, plugins, toolsets, mcp, mocks, admin, nats)");
     EXPECT_ERR("plugins:\n  - name: a\n    path: a.so\n    optinal: true\n",
                "t.yaml:4:5: unknown key 'optinal' in plugin (did you mean "
                "'optional'?)");
@@ -415,8 +415,9 @@ static void test_wrong_types(void)
                "t.yaml:2:11: 'listen' must be an address or a list of addresses, "
                "got a map");
     EXPECT_ERR("host:\n  listen: tcp:127.0.0.1:80\n",
-               "t.yaml:2:11: 'listen' must be unix:PATH (a Unix socket) or "
-               "http://HOST:PORT/PATH (MCP), got 'tcp:127.0.0.1:80'");
+               "t.yaml:2:11: 'listen' must be unix:PATH (a Unix socket), "
+               "http://HOST:PORT/PATH (MCP) or nats://HOST:PORT (NATS), got "
+               "'tcp:127.0.0.1:80'");
     EXPECT_ERR("host:\n  socket_mode: 0800\n",
                "t.yaml:2:16: 'socket_mode' must be an octal file mode such as "
                "0600 (at most 0777), got '0800'");

@@ -232,6 +232,8 @@ typedef struct th_host_cfg {
     uint64_t reload_drain_timeout_ms; /* TOOLHOST_PLUGIN_EXCLUSIVE_RELOAD:
                                   the old generation's calls end within
                                   this or the reload fails; 10 s        */
+    char *listen_nats;         /* the nats:// entry of listen, or NULL
+                                  (docs/scale.md)                        */
 } th_host_cfg;
 
 /* A bearer token of the MCP HTTP front, known by its SHA-256 only. */
@@ -389,6 +391,25 @@ typedef struct th_admin_cfg {
     int line, col;         /* the `admin:` key */
 } th_admin_cfg;
 
+/* The `nats:` section: the NATS front (docs/scale.md). */
+typedef struct th_nats_cfg {
+    char *prefix;          /* subjects <prefix>.<toolset>.<tool>; "toolhost" */
+    char *name;            /* the service name of $SRV; "toolhost"       */
+    char *user, *password; /* NATS user credentials, or NULL            */
+    char *token;           /* a NATS token, or NULL                     */
+    char *creds;           /* a .creds file (JWT + NKey), or NULL       */
+    char *tls_ca, *tls_cert, *tls_key; /* PEM files; tls:// or tls_ca:
+                                  TLS to the NATS server                */
+    char **toolsets;       /* the toolsets served on NATS (only these)  */
+    size_t n_toolsets;
+    char *as_user;         /* the user name NATS calls run as (the one
+                              allow_users must list); default "nats"    */
+    uint64_t reconnect_wait_ms; /* between reconnect attempts; 250 ms   */
+    uint32_t max_pending;  /* messages queued per subscription before
+                              the host is a slow consumer; 65536        */
+    int line, col;
+} th_nats_cfg;
+
 typedef struct th_config {
     char *path;            /* the file as given */
     char *dir;             /* its folder, absolute */
@@ -405,6 +426,7 @@ typedef struct th_config {
     th_ynode *root;        /* the whole document */
     int extra_refs;        /* th_config_ref()s not yet dropped (atomic) */
     th_admin_cfg admin;
+    th_nats_cfg nats;      /* the `nats:` section                         */
 } th_config;
 
 /* Reads and checks `path`.  On success *out is a new config (free with

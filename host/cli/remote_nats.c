@@ -1,0 +1,360 @@
+/* remote_nats.c - `call` and `list` with --connect nats://HOST:PORT: the
+ * hosts behind one NATS server, found through service discovery
+ * ($SRV.INFO.<name>, docs/scale.md).  Credentials come from the URL
+ * (nats://USER:PASSWORD@HOST:PORT) or from TOOLHOST_NATS_USER /
+ * TOOLHOST_NATS_PASSWORD / TOOLHOST_NATS_TOKEN / TOOLHOST_NATS_CREDS; the
+ * service name from TOOLHOST_NATS_SERVICE (default "toolhost"). */
+#include <jansson.h>
+#include <msgpack.h>
+#include <nats/nats.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "front/nats.h"
+#include "th/codec.h"
+#include "th/json.h"
+#include "th/tool.h"
+
+bool cli_is_nats(const char *addr)
+{
+    return addr && (strncmp(addr, "nats://", 7) == 0 ||
+                    strncmp(addr, "tls://", 6) == 0);
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+static natsConnection *nats_connect_or_say(const char *url)
+{
+    natsOptions *o = NULL;
+    natsConnection *nc = NULL;
+    const char *u = getenv("TOOLHOST_NATS_USER");
+    const char *p = getenv("TOOLHOST_NATS_PASSWORD");
+    const char *t = getenv("TOOLHOST_NATS_TOKEN");
+    const char *cr = getenv("TOOLHOST_NATS_CREDS");
+    natsStatus st = natsOptions_Create(&o);
+    if (st == NATS_OK)
+        st = natsOptions_SetURL(o, url);
+    if (st == NATS_OK)
+        st = natsOptions_SetTimeout(o, 5000);
+    if (st == NATS_OK && u && *u)
+        st = natsOptions_SetUserInfo(o, u, p ? p : "");
+    if (st == NATS_OK && t && *t)
+        st = natsOptions_SetToken(o, t);
+    if (st == NATS_OK && cr && *cr)
+        st = natsOptions_SetUserCredentialsFromFiles(o, cr, NULL);
+    if (st == NATS_OK)
+        st = natsConnection_Connect(&nc, o);
+    natsOptions_Destroy(o);
+    if (st != NATS_OK) {
+        cli_error("cannot connect to %s: %s", url, natsStatus_GetText(st));
+        return NULL;
+    }
+    return nc;
+}
+
+static void nats_done(natsConnection *nc)
+{
+    natsConnection_Destroy(nc);
+    nats_CloseAndWait(1000);
+}
+
+/* Every host's $SRV.INFO answer within wait_ms (until 300 ms pass with no
+ * new answer), as a JSON array. */
+static json_t *gather_info(natsConnection *nc, int64_t wait_ms)
+{
+    const char *svc = getenv("TOOLHOST_NATS_SERVICE");
+    char subj[160];
+    snprintf(subj, sizeof subj, "$SRV.INFO.%s", svc && *svc ? svc : "toolhost");
+    json_t *all = json_array();
+    natsInbox *ib = NULL;
+    natsSubscription *sub = NULL;
+    if (!all || natsInbox_Create(&ib) != NATS_OK ||
+        natsConnection_SubscribeSync(&sub, nc, ib) != NATS_OK ||
+        natsConnection_PublishRequest(nc, subj, ib, NULL, 0) != NATS_OK) {
+        natsSubscription_Destroy(sub);
+        natsInbox_Destroy(ib);
+        return all;
+    }
+    int64_t end = now_ms() + wait_ms;
+    int64_t quiet = 1000; /* the first answer may take a round trip */
+    while (now_ms() < end) {
+        natsMsg *m = NULL;
+        if (natsSubscription_NextMsg(&m, sub, quiet) != NATS_OK)
+            break;
+        json_t *j = natsMsg_GetDataLength(m) > 0
+                        ? json_loadb(natsMsg_GetData(m),
+                                     (size_t)natsMsg_GetDataLength(m), 0,
+                                     NULL)
+                        : NULL;
+        if (json_is_object(j))
+            json_array_append(all, j);
+        json_decref(j);
+        natsMsg_Destroy(m);
+        quiet = 300;
+    }
+    natsSubscription_Destroy(sub);
+    natsInbox_Destroy(ib);
+    return all;
+}
+
+static const char *md(json_t *ep, const char *key)
+{
+    const char *v =
+        json_string_value(json_object_get(json_object_get(ep, "metadata"),
+                                          key));
+    return v ? v : "";
+}
+
+int cli_list_nats(const char *url, bool json)
+{
+    natsConnection *nc = nats_connect_or_say(url);
+    if (!nc)
+        return CLI_FAILED;
+    json_t *info = gather_info(nc, 3000);
+    /* subject -> {toolset, tool, subject, hosts} */
+    json_t *by = json_object();
+    size_t i, k;
+    json_t *h, *ep;
+    json_array_foreach(info, i, h)
+    {
+        json_array_foreach(json_object_get(h, "endpoints"), k, ep)
+        {
+            const char *subj = json_string_value(json_object_get(ep,
+                                                                 "subject"));
+            if (!subj)
+                continue;
+            json_t *e = json_object_get(by, subj);
+            if (!e) {
+                e = json_pack("{s:s, s:s, s:s, s:i, s:b}", "toolset",
+                              md(ep, "toolset"), "tool", md(ep, "tool"),
+                              "subject", subj, "hosts", 0, "idempotent",
+                              strcmp(md(ep, "idempotent"), "true") == 0);
+                json_object_set_new(by, subj, e);
+            }
+            json_object_set_new(
+                e, "hosts",
+                json_integer(json_integer_value(json_object_get(e, "hosts")) +
+                             1));
+        }
+    }
+    if (json) {
+        json_t *arr = json_array();
+        const char *key;
+        json_t *e;
+        json_object_foreach(by, key, e) json_array_append(arr, e);
+        char *s = json_dumps(arr, JSON_INDENT(2));
+        if (s)
+            printf("%s\n", s);
+        free(s);
+        json_decref(arr);
+    } else {
+        printf("%zu host(s) answered\n", json_array_size(info));
+        printf("%-16s %-22s %5s  %s\n", "TOOLSET", "TOOL", "HOSTS",
+               "SUBJECT");
+        const char *key;
+        json_t *e;
+        json_object_foreach(by, key, e)
+        {
+            printf("%-16s %-22s %5lld  %s\n",
+                   json_string_value(json_object_get(e, "toolset")),
+                   json_string_value(json_object_get(e, "tool")),
+                   (long long)json_integer_value(json_object_get(e, "hosts")),
+                   key);
+        }
+    }
+    int rc = json_array_size(info) ? CLI_OK : CLI_FAILED;
+    if (rc != CLI_OK)
+        cli_error("no host answered $SRV.INFO on %s", url);
+    json_decref(by);
+    json_decref(info);
+    nats_done(nc);
+    return rc;
+}
+
+/* One attempt: publishes the request and reads replies until the result.
+ * 0 with *out filled, 1 when nothing came back (no host, or the host was
+ * lost), -1 on a malformed reply. */
+static int attempt(natsConnection *nc, const char *subj, const th_buf *args,
+                   int64_t timeout_ms, th_result_copy *out, char *host,
+                   size_t host_n)
+{
+    natsInbox *ib = NULL;
+    natsSubscription *sub = NULL;
+    natsMsg *req = NULL;
+    int rc = 1;
+    char tmo[32];
+    snprintf(tmo, sizeof tmo, "%lld", (long long)timeout_ms);
+    if (natsInbox_Create(&ib) != NATS_OK ||
+        natsConnection_SubscribeSync(&sub, nc, ib) != NATS_OK ||
+        natsMsg_Create(&req, subj, ib, (const char *)args->data,
+                       (int)args->len) != NATS_OK ||
+        (timeout_ms > 0 &&
+         natsMsgHeader_Set(req, TH_NATS_H_TIMEOUT, tmo) != NATS_OK) ||
+        natsConnection_PublishMsg(nc, req) != NATS_OK)
+        goto out;
+    /* the host answers within the call's timeout; a lost host within
+     * that plus a margin */
+    int64_t end = now_ms() + (timeout_ms > 0 ? timeout_ms : 60000) + 5000;
+    while (now_ms() < end && !cli_interrupted) {
+        natsMsg *m = NULL;
+        if (natsSubscription_NextMsg(&m, sub, 200) != NATS_OK)
+            continue;
+        const char *kind = "", *status = NULL, *hv = NULL;
+        natsMsgHeader_Get(m, TH_NATS_H_KIND, &kind);
+        natsMsgHeader_Get(m, "Status", &status);
+        if (natsMsgHeader_Get(m, TH_NATS_H_HOST, &hv) == NATS_OK && hv)
+            snprintf(host, host_n, "%s", hv);
+        if (status && strcmp(status, "503") == 0) { /* no responders */
+            natsMsg_Destroy(m);
+            break;
+        }
+        if (kind && strcmp(kind, "progress") == 0) {
+            msgpack_unpacked u;
+            msgpack_unpacked_init(&u);
+            th_progress p;
+            if (msgpack_unpack_next(&u, natsMsg_GetData(m),
+                                    (size_t)natsMsg_GetDataLength(m),
+                                    NULL) == MSGPACK_UNPACK_SUCCESS &&
+                th_codec_unpack_progress(&u.data, &p) == 0) {
+                char msg[512];
+                snprintf(msg, sizeof msg, "%.*s",
+                         (int)(p.message_len < 511 ? p.message_len : 511),
+                         p.message ? p.message : "");
+                cli_show_progress(p.fraction, msg, p.coalesced);
+            }
+            msgpack_unpacked_destroy(&u);
+        } else if (kind && strcmp(kind, "result") == 0) {
+            rc = th_codec_unpack_result_bytes(
+                     (const uint8_t *)natsMsg_GetData(m),
+                     (size_t)natsMsg_GetDataLength(m), out) == 0
+                     ? 0
+                     : -1;
+            natsMsg_Destroy(m);
+            break;
+        }
+        natsMsg_Destroy(m);
+    }
+out:
+    natsMsg_Destroy(req);
+    natsSubscription_Destroy(sub);
+    natsInbox_Destroy(ib);
+    return rc;
+}
+
+/* The parameter types a host published with the endpoint. */
+static int param_type(void *ud, const char *name)
+{
+    const char *t = json_string_value(json_object_get(ud, name));
+    if (!t)
+        return 0;
+    for (uint32_t k = TOOLHOST_TYPE_STRING; k <= TOOLHOST_TYPE_OBJECT; k++)
+        if (strcmp(th_type_name(k), t) == 0)
+            return (int)k;
+    return 0;
+}
+
+int cli_call_nats(const char *url, const char *tool, char **kv, int n_kv,
+                  const char *json_text, int64_t timeout_ms, bool show_meta)
+{
+    natsConnection *nc = nats_connect_or_say(url);
+    if (!nc)
+        return CLI_FAILED;
+    /* TOOL or TOOLSET.TOOL: its subject and flags from discovery */
+    const char *dot = strchr(tool, '.');
+    json_t *info = gather_info(nc, 3000);
+    char subj[512] = "";
+    bool idem = false;
+    json_t *types = NULL;
+    int hosts = 0, matches = 0;
+    size_t i, k;
+    json_t *h, *ep;
+    json_array_foreach(info, i, h)
+    {
+        json_array_foreach(json_object_get(h, "endpoints"), k, ep)
+        {
+            const char *ts = md(ep, "toolset"), *tn = md(ep, "tool");
+            bool hit = dot ? (strlen(ts) == (size_t)(dot - tool) &&
+                              strncmp(ts, tool, (size_t)(dot - tool)) == 0 &&
+                              strcmp(tn, dot + 1) == 0)
+                           : strcmp(tn, tool) == 0;
+            const char *s = json_string_value(json_object_get(ep, "subject"));
+            if (!hit || !s)
+                continue;
+            if (subj[0] && strcmp(subj, s) != 0) {
+                matches = 2;
+                continue;
+            }
+            snprintf(subj, sizeof subj, "%s", s);
+            matches = matches ? matches : 1;
+            idem = strcmp(md(ep, "idempotent"), "true") == 0;
+            if (!types)
+                types = json_loads(md(ep, "param_types"), 0, NULL);
+            hosts++;
+        }
+    }
+    json_decref(info);
+    int rc = CLI_OK;
+    if (!subj[0] || matches > 1)
+        json_decref(types);
+    if (!subj[0]) {
+        cli_error("%s: no host on %s serves this tool", tool, url);
+        nats_done(nc);
+        return CLI_USAGE;
+    }
+    if (matches > 1) {
+        cli_error("%s: more than one toolset serves it; name one as "
+                  "TOOLSET.%s",
+                  tool, tool);
+        nats_done(nc);
+        return CLI_USAGE;
+    }
+    json_t *args = cli_build_args(kv, n_kv, json_text, param_type, types);
+    json_decref(types);
+    types = NULL;
+    th_buf mp = TH_BUF_INIT;
+    if (!args || th_json_to_msgpack(args, &mp) != 0) {
+        json_decref(args);
+        th_buf_free(&mp);
+        nats_done(nc);
+        return CLI_USAGE;
+    }
+    json_decref(args);
+    cli_catch_sigint();
+    th_result_copy r;
+    memset(&r, 0, sizeof r);
+    char host[64] = "";
+    int a = attempt(nc, subj, &mp, timeout_ms, &r, host, sizeof host);
+    if (a == 1 && idem && hosts > 1 && !cli_interrupted) {
+        fprintf(stderr, "%s: no answer from host %s; the tool is "
+                "idempotent: retrying once (another host of %d may take "
+                "it)\n",
+                tool, host[0] ? host : "(unknown)", hosts);
+        th_result_copy_free(&r);
+        memset(&r, 0, sizeof r);
+        a = attempt(nc, subj, &mp, timeout_ms, &r, host, sizeof host);
+    }
+    cli_progress_end();
+    if (a == 1) {
+        cli_error("%s: no answer on %s (no host took the call, or its host "
+                  "was lost)",
+                  subj, url);
+        rc = CLI_FAILED;
+    } else if (a < 0) {
+        cli_error("the host sent a result of the wrong shape");
+        rc = CLI_FAILED;
+    } else {
+        rc = cli_print_result(&r, show_meta, tool);
+    }
+    th_result_copy_free(&r);
+    th_buf_free(&mp);
+    nats_done(nc);
+    return rc;
+}

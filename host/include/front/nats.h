@@ -1,0 +1,39 @@
+/* front/nats.h - the NATS front (host/nats/nats.c): the nats:// entry of
+ * host.listen.  The host joins a NATS server as a client and serves each
+ * toolset named in nats.toolsets, one endpoint per tool on the subject
+ * <prefix>.<toolset>.<tool> in the queue group "toolhost", so every host
+ * with that toolset shares its calls.  It answers the service discovery
+ * subjects $SRV.PING, $SRV.INFO and $SRV.STATS.  docs/scale.md describes
+ * the wire: request bodies, headers, replies. */
+#ifndef TH_NATS_FRONT_H
+#define TH_NATS_FRONT_H
+
+#include "th/config.h"
+#include "th/err.h"
+#include "th/host.h"
+
+typedef struct th_nats th_nats;
+
+/* Header names of requests and replies. */
+#define TH_NATS_H_TIMEOUT "Toolhost-Timeout-Ms" /* request: per-call ms    */
+#define TH_NATS_H_PROGRESS "Toolhost-Progress"  /* request: "0": none      */
+#define TH_NATS_H_KIND "Toolhost-Kind"  /* reply: result, ack, progress    */
+#define TH_NATS_H_TASK "Toolhost-Task"  /* reply: HOSTID.TASKID            */
+#define TH_NATS_H_HOST "Toolhost-Host"  /* reply: the host's id            */
+
+/* Connects to cfg->host.listen_nats (the host's config; it and h outlive
+ * the front) and subscribes.  With no nats:// entry, *out is NULL and 0 is
+ * returned.  The front keeps its own reference to the host's config of
+ * that moment (a reload changes what the tools run, not the endpoints).
+ * A server that is not up yet is retried in the background (the
+ * subscriptions are made when it comes).  0, or a TH_E* code with a
+ * sentence in err (nothing is left running then). */
+int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
+                  th_error *err);
+/* The host's id on NATS (its $SRV id, the HOSTID of task ids). */
+const char *th_nats_id(const th_nats *f);
+/* Stops taking requests, cancels the calls in flight (their callers get
+ * `cancelled`), closes the connection.  NULL is fine. */
+void th_nats_stop(th_nats *f);
+
+#endif

@@ -1,0 +1,865 @@
+/* nats.c - the NATS front: the toolsets of nats.toolsets served on
+ * <prefix>.<toolset>.<tool> in the queue group "toolhost", and the service
+ * discovery subjects $SRV.{PING,INFO,STATS} (docs/scale.md).
+ *
+ * Threads: the NATS client library delivers every subscription's messages
+ * on its shared delivery threads (UseGlobalMessageDelivery); a request
+ * starts a call (th_call_start, never blocking) and the call's events,
+ * on the manager's threads, publish the replies.  Publishing is safe from
+ * any thread.  `mu` guards `active` (handlers running) and `calls` (calls
+ * not yet answered); th_nats_stop() waits for both to drain. */
+#include <inttypes.h>
+#include <jansson.h>
+#include <msgpack.h>
+#include <nats/nats.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "front/nats.h"
+#include "th/codec.h"
+#include "th/log.h"
+#include "th/tool.h"
+
+#define QUEUE "toolhost"
+
+typedef struct nt_ts {
+    const th_toolset_cfg *cfg;
+    th_session *s;
+} nt_ts;
+
+typedef struct nt_ep {
+    struct th_nats *f;
+    char *subject;
+    char *tool;
+    uint32_t flags; /* TOOLHOST_TOOL_* of the tool when subscribed */
+    char *param_types; /* {"name": "type", ...} as JSON text, or NULL */
+    nt_ts *ts;
+    natsSubscription *sub;
+    atomic_uint_fast64_t requests, errors, proc_ns;
+    pthread_mutex_t err_mu;
+    char last_error[160];
+} nt_ep;
+
+struct th_nats {
+    th_host *h;
+    th_config *cfg_ref; /* our reference: a reload swaps the host's
+                           config, the endpoints keep the one they began
+                           with (names, toolsets, credentials) */
+    const th_config *cfg;
+    const th_nats_cfg *nc_cfg;
+    natsOptions *opts;
+    natsConnection *nc;
+    nt_ts *ts;
+    size_t n_ts;
+    nt_ep *eps;
+    size_t n_eps, cap_eps;
+    natsSubscription *srv[12];
+    size_t n_srv;
+    char id[40];
+    char started[40];
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool stopping;
+    size_t active; /* handlers running */
+    size_t calls;  /* calls not yet answered */
+};
+
+typedef struct nt_call {
+    th_nats *f;
+    nt_ep *ep;
+    char *reply;
+    struct timespec t0;
+    bool acked;
+} nt_call;
+
+static int64_t ns_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)(t.tv_sec - t0->tv_sec) * 1000000000 +
+           (t.tv_nsec - t0->tv_nsec);
+}
+
+/* Subject-safe tool names only: a '.', '*', '>' or space would change the
+ * subject's meaning. */
+static bool token_ok(const char *s)
+{
+    if (!*s)
+        return false;
+    for (; *s; s++)
+        if (*s == '.' || *s == '*' || *s == '>' || *s == ' ' ||
+            (unsigned char)*s < 0x21 || (unsigned char)*s > 0x7e)
+            return false;
+    return true;
+}
+
+/* ---- Replies ------------------------------------------------------------ */
+
+static void publish(th_nats *f, const char *subj, const char *kind,
+                    uint64_t task_id, const void *data, size_t len)
+{
+    natsMsg *m = NULL;
+    natsStatus st = natsMsg_Create(&m, subj, NULL, data, (int)len);
+    if (st == NATS_OK)
+        st = natsMsgHeader_Set(m, TH_NATS_H_KIND, kind);
+    if (st == NATS_OK)
+        st = natsMsgHeader_Set(m, TH_NATS_H_HOST, f->id);
+    if (st == NATS_OK && task_id) {
+        char t[80];
+        snprintf(t, sizeof t, "%s.%" PRIu64, f->id, task_id);
+        st = natsMsgHeader_Set(m, TH_NATS_H_TASK, t);
+    }
+    if (st == NATS_OK)
+        st = natsConnection_PublishMsg(f->nc, m);
+    if (st != NATS_OK)
+        th_log_warn("nats: reply to %s lost: %s", subj,
+                    natsStatus_GetText(st));
+    natsMsg_Destroy(m);
+}
+
+static void publish_result(th_nats *f, const char *subj, const char *kind,
+                           const th_result *res)
+{
+    th_result_copy rc;
+    memset(&rc, 0, sizeof rc);
+    th_buf b = TH_BUF_INIT;
+    if (th_result_copy_from(&rc, res) != 0 ||
+        th_codec_result_to_buf(&b, &rc) != 0) {
+        th_log_error("nats: out of memory packing a reply to %s", subj);
+    } else {
+        publish(f, subj, kind, res->task_id, b.data, b.len);
+    }
+    th_buf_free(&b);
+    th_result_copy_free(&rc);
+}
+
+static void publish_error(th_nats *f, const char *subj, int code,
+                          const char *msg)
+{
+    th_result r;
+    memset(&r, 0, sizeof r);
+    r.kind = TH_RESULT_ERROR;
+    r.error = code;
+    r.message = msg;
+    publish_result(f, subj, "result", &r);
+}
+
+static void call_end(nt_call *c)
+{
+    th_nats *f = c->f;
+    free(c->reply);
+    free(c);
+    pthread_mutex_lock(&f->mu);
+    f->calls--;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+}
+
+static void count(nt_call *c, const th_result *r)
+{
+    nt_ep *ep = c->ep;
+    atomic_fetch_add(&ep->proc_ns, (uint64_t)ns_since(&c->t0));
+    if (r->kind == TH_RESULT_ERROR) {
+        atomic_fetch_add(&ep->errors, 1);
+        pthread_mutex_lock(&ep->err_mu);
+        snprintf(ep->last_error, sizeof ep->last_error, "%s: %s",
+                 th_err_name(r->error), r->message ? r->message : "");
+        pthread_mutex_unlock(&ep->err_mu);
+    }
+}
+
+static void on_event(const th_event *ev, void *ud)
+{
+    nt_call *c = ud;
+    th_nats *f = c->f;
+    switch (ev->kind) {
+    case TH_EV_RESULT:
+        if (ev->result->kind == TH_RESULT_RUNNING) {
+            c->acked = true;
+            publish_result(f, c->reply, "ack", ev->result);
+            return;
+        }
+        count(c, ev->result);
+        publish_result(f, c->reply, "result", ev->result);
+        call_end(c);
+        return;
+    case TH_EV_PROGRESS: {
+        th_progress p;
+        memset(&p, 0, sizeof p);
+        p.task_id = ev->task_id;
+        p.message = ev->message;
+        p.fraction = ev->fraction;
+        p.data = ev->data;
+        p.data_len = ev->data_len;
+        p.coalesced = ev->coalesced;
+        th_buf b = TH_BUF_INIT;
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
+        if (th_codec_pack_progress(&pk, &p) == 0)
+            publish(f, c->reply, "progress", ev->task_id, b.data, b.len);
+        th_buf_free(&b);
+        return;
+    }
+    case TH_EV_DONE:
+        count(c, ev->result);
+        publish_result(f, c->reply, "result", ev->result);
+        call_end(c);
+        return;
+    }
+}
+
+/* ---- Requests ----------------------------------------------------------- */
+
+static bool handler_enter(th_nats *f)
+{
+    pthread_mutex_lock(&f->mu);
+    bool ok = !f->stopping;
+    if (ok)
+        f->active++;
+    pthread_mutex_unlock(&f->mu);
+    return ok;
+}
+
+static void handler_leave(th_nats *f)
+{
+    pthread_mutex_lock(&f->mu);
+    f->active--;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+}
+
+static void on_request(natsConnection *nc, natsSubscription *sub,
+                       natsMsg *msg, void *closure)
+{
+    (void)nc;
+    (void)sub;
+    nt_ep *ep = closure;
+    th_nats *f = ep->f;
+    const char *reply = natsMsg_GetReply(msg);
+    if (!reply || !*reply) {
+        th_log_debug("nats: a request on %s without a reply subject: "
+                     "ignored", ep->subject);
+        natsMsg_Destroy(msg);
+        return;
+    }
+    if (!handler_enter(f)) {
+        natsMsg_Destroy(msg);
+        return;
+    }
+    atomic_fetch_add(&ep->requests, 1);
+    th_call_opts o;
+    memset(&o, 0, sizeof o);
+    const char *v = NULL;
+    if (natsMsgHeader_Get(msg, TH_NATS_H_TIMEOUT, &v) == NATS_OK && v) {
+        char *end;
+        long long ms = strtoll(v, &end, 10);
+        if (*end || ms < 0) {
+            publish_error(f, reply, TH_EINVAL, "Toolhost-Timeout-Ms must "
+                          "be a number of milliseconds");
+            atomic_fetch_add(&ep->errors, 1);
+            goto out;
+        }
+        o.timeout_ms = ms;
+    }
+    if (natsMsgHeader_Get(msg, TH_NATS_H_PROGRESS, &v) == NATS_OK && v &&
+        strcmp(v, "0") == 0)
+        o.no_progress = true;
+    nt_call *c = calloc(1, sizeof *c);
+    if (!c || !(c->reply = strdup(reply))) {
+        free(c);
+        publish_error(f, reply, TH_ENOMEM, "out of memory");
+        goto out;
+    }
+    c->f = f;
+    c->ep = ep;
+    clock_gettime(CLOCK_MONOTONIC, &c->t0);
+    pthread_mutex_lock(&f->mu);
+    f->calls++;
+    pthread_mutex_unlock(&f->mu);
+    const uint8_t *data = (const uint8_t *)natsMsg_GetData(msg);
+    size_t len = (size_t)natsMsg_GetDataLength(msg);
+    static const uint8_t empty_map = 0x80;
+    if (!len) { /* no body: no arguments */
+        data = &empty_map;
+        len = 1;
+    }
+    uint64_t id = 0;
+    if (th_call_start(ep->ts->s, ep->tool, data, len, &o, on_event, c,
+                      &id) != 0) {
+        publish_error(f, reply, TH_EBUSY, "the host is stopping");
+        call_end(c);
+    }
+out:
+    natsMsg_Destroy(msg);
+    handler_leave(f);
+}
+
+/* ---- Discovery ($SRV) --------------------------------------------------- */
+
+static json_t *srv_base(th_nats *f, const char *type)
+{
+    json_t *o = json_object();
+    if (!o)
+        return NULL;
+    json_object_set_new(o, "type", json_string(type));
+    json_object_set_new(o, "name", json_string(f->nc_cfg->name));
+    json_object_set_new(o, "id", json_string(f->id));
+    json_object_set_new(o, "version", json_string(TOOLHOST_VERSION));
+    json_t *md = json_object();
+    json_object_set_new(md, "prefix", json_string(f->nc_cfg->prefix));
+    json_object_set_new(o, "metadata", md);
+    return o;
+}
+
+static json_t *srv_endpoint(nt_ep *ep, bool stats)
+{
+    json_t *e = json_object();
+    if (!e)
+        return NULL;
+    json_object_set_new(e, "name", json_string(ep->tool));
+    json_object_set_new(e, "subject", json_string(ep->subject));
+    json_object_set_new(e, "queue_group", json_string(QUEUE));
+    if (!stats) {
+        json_t *md = json_object();
+        json_object_set_new(md, "toolset", json_string(ep->ts->cfg->name));
+        json_object_set_new(md, "tool", json_string(ep->tool));
+        json_object_set_new(
+            md, "idempotent",
+            json_string(ep->flags & (TOOLHOST_TOOL_IDEMPOTENT |
+                                     TOOLHOST_TOOL_READ_ONLY)
+                            ? "true"
+                            : "false"));
+        if (ep->param_types)
+            json_object_set_new(md, "param_types",
+                                json_string(ep->param_types));
+        json_object_set_new(md, "async",
+                            json_string(ep->flags & TOOLHOST_TOOL_ASYNC
+                                            ? "true"
+                                            : "false"));
+        json_object_set_new(e, "metadata", md);
+        return e;
+    }
+    uint64_t n = atomic_load(&ep->requests), ne = atomic_load(&ep->errors);
+    uint64_t ns = atomic_load(&ep->proc_ns);
+    json_object_set_new(e, "num_requests", json_integer((json_int_t)n));
+    json_object_set_new(e, "num_errors", json_integer((json_int_t)ne));
+    pthread_mutex_lock(&ep->err_mu);
+    json_object_set_new(e, "last_error", json_string(ep->last_error));
+    pthread_mutex_unlock(&ep->err_mu);
+    json_object_set_new(e, "processing_time", json_integer((json_int_t)ns));
+    json_object_set_new(e, "average_processing_time",
+                        json_integer(n ? (json_int_t)(ns / n) : 0));
+    return e;
+}
+
+static void on_srv(natsConnection *nc, natsSubscription *sub, natsMsg *msg,
+                   void *closure)
+{
+    (void)sub;
+    th_nats *f = closure;
+    const char *subj = natsMsg_GetSubject(msg);
+    const char *reply = natsMsg_GetReply(msg);
+    if (!reply || !*reply || !handler_enter(f)) {
+        natsMsg_Destroy(msg);
+        return;
+    }
+    json_t *o = NULL;
+    if (strncmp(subj, "$SRV.PING", 9) == 0) {
+        o = srv_base(f, "io.nats.micro.v1.ping_response");
+    } else {
+        bool stats = strncmp(subj, "$SRV.STATS", 10) == 0;
+        o = srv_base(f, stats ? "io.nats.micro.v1.stats_response"
+                              : "io.nats.micro.v1.info_response");
+        json_t *eps = json_array();
+        for (size_t i = 0; o && eps && i < f->n_eps; i++)
+            json_array_append_new(eps, srv_endpoint(&f->eps[i], stats));
+        if (o) {
+            json_object_set_new(o, "endpoints", eps);
+            if (stats)
+                json_object_set_new(o, "started", json_string(f->started));
+            else
+                json_object_set_new(o, "description",
+                                    json_string("toolhost: tools of the "
+                                                "toolsets in nats.toolsets"));
+        }
+    }
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    if (text)
+        natsConnection_PublishString(nc, reply, text);
+    else
+        th_log_error("nats: out of memory answering %s", subj);
+    free(text);
+    json_decref(o);
+    natsMsg_Destroy(msg);
+    handler_leave(f);
+}
+
+/* ---- Tasks on the host's own subject ------------------------------------ */
+
+/* <prefix>.host.<id>.tasks.{get,result,cancel}, body: the task id in
+ * decimal (the part after the dot of Toolhost-Task).  Replies: get, the
+ * task map of tasks.list; result, the final result (bad_state while it
+ * runs); cancel, {ok: true}; errors as {ok: false, error}. */
+
+typedef struct task_pack {
+    th_buf *b;
+    int rc;
+} task_pack;
+
+static void pack_task_cb(const th_task_view *t, void *ud)
+{
+    task_pack *x = ud;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, x->b, th_buf_msgpack_write);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    x->rc = th_codec_pack_task(&pk, t, (int64_t)now.tv_sec * 1000 +
+                                           now.tv_nsec / 1000000);
+}
+
+static void on_task(natsConnection *nc, natsSubscription *sub, natsMsg *msg,
+                    void *closure)
+{
+    (void)nc;
+    (void)sub;
+    th_nats *f = closure;
+    const char *reply = natsMsg_GetReply(msg);
+    if (!reply || !*reply || !handler_enter(f)) {
+        natsMsg_Destroy(msg);
+        return;
+    }
+    const char *subj = natsMsg_GetSubject(msg);
+    const char *op = strrchr(subj, '.');
+    op = op ? op + 1 : "";
+    char idt[32] = "";
+    int len = natsMsg_GetDataLength(msg);
+    if (len > 0 && len < (int)sizeof idt)
+        memcpy(idt, natsMsg_GetData(msg), (size_t)len);
+    char *end;
+    unsigned long long id = strtoull(idt, &end, 10);
+    if (!idt[0] || *end) {
+        publish_error(f, reply, TH_EINVAL, "the body must be a task id "
+                      "(the number after the host id in Toolhost-Task)");
+        goto out;
+    }
+    int rc = TH_ENOTFOUND;
+    th_buf b = TH_BUF_INIT;
+    for (size_t i = 0; i < f->n_ts && rc == TH_ENOTFOUND; i++) {
+        th_session *s = f->ts[i].s;
+        if (strcmp(op, "get") == 0) {
+            task_pack x = {&b, 0};
+            rc = th_task_get(s, id, pack_task_cb, &x);
+            if (rc == 0)
+                rc = x.rc;
+        } else if (strcmp(op, "cancel") == 0) {
+            rc = th_task_cancel(s, id);
+            if (rc == 0) {
+                msgpack_packer pk;
+                msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
+                msgpack_pack_map(&pk, 1);
+                th_pack_cstr(&pk, "ok");
+                msgpack_pack_true(&pk);
+            }
+        } else if (strcmp(op, "result") == 0) {
+            th_result_copy r;
+            memset(&r, 0, sizeof r);
+            rc = th_task_result(s, id, &r);
+            if (rc == 0)
+                rc = th_codec_result_to_buf(&b, &r);
+            th_result_copy_free(&r);
+        } else {
+            rc = TH_EINVAL;
+        }
+    }
+    if (rc == 0)
+        publish(f, reply, "task", id, b.data, b.len);
+    else
+        publish_error(f, reply, rc,
+                      rc == TH_ENOTFOUND ? "no such task on this host"
+                      : rc == TH_ESTATE  ? "the task is still running, or "
+                                           "already ended"
+                      : rc == TH_EINVAL  ? "unknown operation (get, result, "
+                                           "cancel)"
+                                         : th_strerror(rc));
+    th_buf_free(&b);
+out:
+    natsMsg_Destroy(msg);
+    handler_leave(f);
+}
+
+/* ---- Connection events -------------------------------------------------- */
+
+static void on_disconnected(natsConnection *nc, void *ud)
+{
+    (void)nc;
+    th_nats *f = ud;
+    pthread_mutex_lock(&f->mu);
+    bool stopping = f->stopping;
+    pthread_mutex_unlock(&f->mu);
+    if (!stopping)
+        th_log_warn("nats: disconnected from the server; reconnecting");
+}
+
+static void on_reconnected(natsConnection *nc, void *ud)
+{
+    (void)ud;
+    char url[256] = "";
+    natsConnection_GetConnectedUrl(nc, url, sizeof url);
+    th_log_info("nats: reconnected to %s; subscriptions restored", url);
+}
+
+static void on_async_error(natsConnection *nc, natsSubscription *sub,
+                           natsStatus err, void *ud)
+{
+    (void)nc;
+    (void)ud;
+    if (err == NATS_SLOW_CONSUMER) {
+        int msgs = 0, bytes = 0;
+        if (sub)
+            natsSubscription_GetPending(sub, &msgs, &bytes);
+        th_log_warn("nats: slow consumer: requests arrive faster than this "
+                    "host takes them (%d pending); the NATS client drops the "
+                    "excess (raise nats.max_pending or add hosts)", msgs);
+        return;
+    }
+    th_log_warn("nats: %s", natsStatus_GetText(err));
+}
+
+/* ---- Start and stop ----------------------------------------------------- */
+
+static int add_ep(th_nats *f, nt_ts *ts, const char *tool, th_error *err)
+{
+    if (!token_ok(tool)) {
+        th_log_warn("nats: toolset %s: tool '%s' is not served on NATS (its "
+                    "name cannot be a subject token)", ts->cfg->name, tool);
+        return 0;
+    }
+    if (f->n_eps == f->cap_eps) {
+        size_t n = f->cap_eps ? 2 * f->cap_eps : 16;
+        nt_ep *v = realloc(f->eps, n * sizeof *v);
+        if (!v)
+            return th_error_set(err, TH_ENOMEM, "out of memory");
+        f->eps = v;
+        f->cap_eps = n;
+    }
+    nt_ep *ep = &f->eps[f->n_eps];
+    memset(ep, 0, sizeof *ep);
+    ep->f = f;
+    ep->ts = ts;
+    size_t n = strlen(f->nc_cfg->prefix) + strlen(ts->cfg->name) +
+               strlen(tool) + 3;
+    ep->subject = malloc(n);
+    ep->tool = strdup(tool);
+    if (!ep->subject || !ep->tool) {
+        free(ep->subject);
+        free(ep->tool);
+        return th_error_set(err, TH_ENOMEM, "out of memory");
+    }
+    snprintf(ep->subject, n, "%s.%s.%s", f->nc_cfg->prefix, ts->cfg->name,
+             tool);
+    pthread_mutex_init(&ep->err_mu, NULL);
+    f->n_eps++;
+    return 0;
+}
+
+typedef struct tools_ctx {
+    th_nats *f;
+    nt_ts *ts;
+    th_error *err;
+} tools_ctx;
+
+static int tool_cb(const th_tool *t, void *ud)
+{
+    tools_ctx *x = ud;
+    /* The task tools are the host's, not the toolset's: tasks are reached
+     * through the ack's reply subject (docs/scale.md). */
+    if (strcmp(t->name, "get_running_tasks") == 0 ||
+        strcmp(t->name, "cancel_task") == 0)
+        return 0;
+    size_t before = x->f->n_eps;
+    if (add_ep(x->f, x->ts, t->name, x->err) != 0)
+        return 1;
+    if (x->f->n_eps > before) {
+        nt_ep *ep = &x->f->eps[before];
+        ep->flags = t->flags;
+        /* the types of the parameters, for callers that type key=value
+         * words (toolhost call --connect nats://) */
+        json_t *pt = json_object();
+        for (size_t i = 0; pt && i < t->n_params; i++)
+            json_object_set_new(pt, t->params[i].name,
+                                json_string(th_type_name(t->params[i].type)));
+        ep->param_types = pt ? json_dumps(pt, JSON_COMPACT) : NULL;
+        json_decref(pt);
+    }
+    return 0;
+}
+
+static const char *tf(natsStatus st)
+{
+    return natsStatus_GetText(st);
+}
+
+const char *th_nats_id(const th_nats *f)
+{
+    return f ? f->id : "";
+}
+
+static void nats_free(th_nats *f)
+{
+    for (size_t i = 0; i < f->n_eps; i++) {
+        natsSubscription_Destroy(f->eps[i].sub);
+        free(f->eps[i].subject);
+        free(f->eps[i].tool);
+        free(f->eps[i].param_types);
+        pthread_mutex_destroy(&f->eps[i].err_mu);
+    }
+    for (size_t i = 0; i < f->n_srv; i++)
+        natsSubscription_Destroy(f->srv[i]);
+    if (f->nc)
+        natsConnection_Destroy(f->nc);
+    natsOptions_Destroy(f->opts);
+    if (f->cfg_ref)
+        th_config_unref(f->cfg_ref);
+    free(f->eps);
+    free(f->ts);
+    pthread_mutex_destroy(&f->mu);
+    pthread_cond_destroy(&f->cv);
+    free(f);
+}
+
+static void make_id(th_nats *f)
+{
+    uint8_t rnd[8] = {0};
+    FILE *u = fopen("/dev/urandom", "rb");
+    if (!u || fread(rnd, 1, sizeof rnd, u) != sizeof rnd) {
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        uint64_t x = (uint64_t)t.tv_nsec ^ ((uint64_t)getpid() << 32);
+        memcpy(rnd, &x, sizeof x);
+    }
+    if (u)
+        fclose(u);
+    for (size_t i = 0; i < sizeof rnd; i++)
+        snprintf(f->id + 2 * i, 3, "%02x", rnd[i]);
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(f->started, sizeof f->started, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+static natsStatus set_options(th_nats *f, natsOptions *o)
+{
+    const th_nats_cfg *m = f->nc_cfg;
+    natsStatus st = natsOptions_SetURL(o, f->cfg->host.listen_nats);
+    char name[96];
+    snprintf(name, sizeof name, "toolhost-%s", f->id);
+    if (st == NATS_OK)
+        st = natsOptions_SetName(o, name);
+    if (st == NATS_OK && m->user)
+        st = natsOptions_SetUserInfo(o, m->user, m->password);
+    if (st == NATS_OK && m->token)
+        st = natsOptions_SetToken(o, m->token);
+    if (st == NATS_OK && m->creds)
+        st = natsOptions_SetUserCredentialsFromFiles(o, m->creds, NULL);
+    if (st == NATS_OK && (m->tls_ca || m->tls_cert ||
+                          strncmp(f->cfg->host.listen_nats, "tls://", 6) == 0))
+        st = natsOptions_SetSecure(o, true);
+    if (st == NATS_OK && m->tls_ca)
+        st = natsOptions_LoadCATrustedCertificates(o, m->tls_ca);
+    if (st == NATS_OK && m->tls_cert)
+        st = natsOptions_LoadCertificatesChain(o, m->tls_cert, m->tls_key);
+    if (st == NATS_OK)
+        st = natsOptions_SetMaxReconnect(o, -1); /* forever */
+    if (st == NATS_OK)
+        st = natsOptions_SetReconnectWait(o, (int64_t)m->reconnect_wait_ms);
+    if (st == NATS_OK)
+        st = natsOptions_SetRetryOnFailedConnect(o, true, NULL, NULL);
+    if (st == NATS_OK)
+        st = natsOptions_SetMaxPendingMsgs(o, (int)m->max_pending);
+    if (st == NATS_OK)
+        st = natsOptions_UseGlobalMessageDelivery(o, true);
+    /* replies leave at once rather than with the client's next flush
+     * (about 1 ms later: that would be most of a quick call's time) */
+    if (st == NATS_OK)
+        st = natsOptions_SetSendAsap(o, true);
+    if (st == NATS_OK)
+        st = natsOptions_SetDisconnectedCB(o, on_disconnected, f);
+    if (st == NATS_OK)
+        st = natsOptions_SetReconnectedCB(o, on_reconnected, f);
+    if (st == NATS_OK)
+        st = natsOptions_SetErrorHandler(o, on_async_error, f);
+    return st;
+}
+
+int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
+                  th_error *err)
+{
+    *out = NULL;
+    if (!cfg->host.listen_nats)
+        return 0;
+    th_nats *f = calloc(1, sizeof *f);
+    if (!f)
+        return th_error_set(err, TH_ENOMEM, "out of memory");
+    f->h = h;
+    /* the host's current config, referenced: it outlives reloads */
+    f->cfg_ref = th_host_config_get(h);
+    cfg = f->cfg_ref;
+    f->cfg = cfg;
+    f->nc_cfg = &cfg->nats;
+    pthread_mutex_init(&f->mu, NULL);
+    pthread_cond_init(&f->cv, NULL);
+    make_id(f);
+    f->ts = calloc(cfg->nats.n_toolsets, sizeof *f->ts);
+    if (!f->ts) {
+        nats_free(f);
+        return th_error_set(err, TH_ENOMEM, "out of memory");
+    }
+    int rc = 0;
+    for (size_t i = 0; i < cfg->nats.n_toolsets && rc == 0; i++) {
+        const th_toolset_cfg *tc = NULL;
+        for (size_t j = 0; j < cfg->n_toolsets; j++)
+            if (strcmp(cfg->toolsets[j].name, cfg->nats.toolsets[i]) == 0)
+                tc = &cfg->toolsets[j];
+        if (!tc)
+            continue; /* the config check names it */
+        nt_ts *ts = &f->ts[f->n_ts++];
+        ts->cfg = tc;
+        th_principal who;
+        memset(&who, 0, sizeof who);
+        who.uid = (uint32_t)-1;
+        who.gid = (uint32_t)-1;
+        who.user = cfg->nats.as_user;
+        who.toolset = tc->name;
+        th_front_ops ops;
+        memset(&ops, 0, sizeof ops);
+        ops.front = "nats";
+        ts->s = th_session_open(h, &who, &ops, NULL);
+        if (!ts->s) {
+            rc = th_error_set(err, TH_ENOMEM, "out of memory");
+            break;
+        }
+        size_t before = f->n_eps;
+        tools_ctx x = {f, ts, err};
+        if (th_session_tools(ts->s, tool_cb, &x) != 0 && err->code)
+            rc = err->code;
+        if (rc == 0 && f->n_eps == before)
+            th_log_warn("nats: toolset %s serves no tool on NATS (is "
+                        "nats.as_user '%s' in its allow_users?)",
+                        tc->name, cfg->nats.as_user);
+    }
+    natsStatus st = NATS_OK;
+    if (rc == 0) {
+        st = natsOptions_Create(&f->opts);
+        if (st == NATS_OK)
+            st = set_options(f, f->opts);
+        if (st != NATS_OK)
+            rc = th_error_set(err, TH_ECONFIG, "nats: %s: %s",
+                              cfg->host.listen_nats, tf(st));
+    }
+    if (rc == 0) {
+        st = natsConnection_Connect(&f->nc, f->opts);
+        if (st == NATS_NOT_YET_CONNECTED) {
+            th_log_warn("nats: %s is not reachable yet; retrying every "
+                        "%" PRIu64 " ms",
+                        cfg->host.listen_nats, cfg->nats.reconnect_wait_ms);
+        } else if (st != NATS_OK) {
+            rc = th_error_set(err, TH_EIO, "nats: cannot connect to %s: %s",
+                              cfg->host.listen_nats, tf(st));
+        }
+    }
+    for (size_t i = 0; rc == 0 && i < f->n_eps; i++) {
+        st = natsConnection_QueueSubscribe(&f->eps[i].sub, f->nc,
+                                           f->eps[i].subject, QUEUE,
+                                           on_request, &f->eps[i]);
+        if (st == NATS_OK)
+            st = natsSubscription_SetPendingLimits(
+                f->eps[i].sub, (int)cfg->nats.max_pending, -1);
+        if (st != NATS_OK)
+            rc = th_error_set(err, TH_EIO, "nats: cannot subscribe to %s: "
+                              "%s", f->eps[i].subject, tf(st));
+    }
+    static const char *const verbs[] = {"PING", "INFO", "STATS"};
+    for (size_t v = 0; rc == 0 && v < 3; v++) {
+        char subj[3][200];
+        snprintf(subj[0], sizeof subj[0], "$SRV.%s", verbs[v]);
+        snprintf(subj[1], sizeof subj[1], "$SRV.%s.%s", verbs[v],
+                 cfg->nats.name);
+        snprintf(subj[2], sizeof subj[2], "$SRV.%s.%s.%s", verbs[v],
+                 cfg->nats.name, f->id);
+        for (size_t k = 0; rc == 0 && k < 3; k++) {
+            st = natsConnection_Subscribe(&f->srv[f->n_srv], f->nc, subj[k],
+                                          on_srv, f);
+            if (st != NATS_OK)
+                rc = th_error_set(err, TH_EIO, "nats: cannot subscribe to "
+                                  "%s: %s", subj[k], tf(st));
+            else
+                f->n_srv++;
+        }
+    }
+    for (size_t k = 0; rc == 0 && k < 3; k++) {
+        static const char *const ops[] = {"get", "result", "cancel"};
+        char subj[256];
+        snprintf(subj, sizeof subj, "%s.host.%s.tasks.%s", cfg->nats.prefix,
+                 f->id, ops[k]);
+        st = natsConnection_Subscribe(&f->srv[f->n_srv], f->nc, subj,
+                                      on_task, f);
+        if (st != NATS_OK)
+            rc = th_error_set(err, TH_EIO, "nats: cannot subscribe to %s: "
+                              "%s", subj, tf(st));
+        else
+            f->n_srv++;
+    }
+    if (rc == 0 && st == NATS_OK && natsConnection_Status(f->nc) ==
+                                        NATS_CONN_STATUS_CONNECTED)
+        natsConnection_FlushTimeout(f->nc, 2000);
+    if (rc != 0) {
+        th_nats_stop(f);
+        return rc;
+    }
+    th_log_info("nats: serving %zu tool(s) of %zu toolset(s) on %s as "
+                "service %s id %s (subjects %s.<toolset>.<tool>)",
+                f->n_eps, f->n_ts, cfg->host.listen_nats, cfg->nats.name,
+                f->id, cfg->nats.prefix);
+    *out = f;
+    return 0;
+}
+
+void th_nats_stop(th_nats *f)
+{
+    if (!f)
+        return;
+    pthread_mutex_lock(&f->mu);
+    f->stopping = true;
+    pthread_mutex_unlock(&f->mu);
+    for (size_t i = 0; i < f->n_eps; i++)
+        if (f->eps[i].sub)
+            natsSubscription_Unsubscribe(f->eps[i].sub);
+    for (size_t i = 0; i < f->n_srv; i++)
+        natsSubscription_Unsubscribe(f->srv[i]);
+    pthread_mutex_lock(&f->mu);
+    while (f->active)
+        pthread_cond_wait(&f->cv, &f->mu);
+    pthread_mutex_unlock(&f->mu);
+    /* Closing the sessions cancels their calls: each caller gets its
+     * final `cancelled` reply before the connection closes. */
+    for (size_t i = 0; i < f->n_ts; i++)
+        if (f->ts[i].s)
+            th_session_close(f->ts[i].s);
+    pthread_mutex_lock(&f->mu);
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += 5;
+    while (f->calls && pthread_cond_timedwait(&f->cv, &f->mu, &dl) == 0)
+        ;
+    pthread_mutex_unlock(&f->mu);
+    if (f->nc) {
+        natsConnection_FlushTimeout(f->nc, 1000);
+        natsConnection_Close(f->nc);
+    }
+    nats_free(f);
+}

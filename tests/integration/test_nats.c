@@ -1,0 +1,961 @@
+/* test_nats.c - the NATS front (docs/scale.md): a nats-server on loopback
+ * (a free port picked by binding port 0 first), three `toolhost serve`
+ * hosts serving the toolset "public" on it, driven with the NATS C client:
+ * calls spread over the hosts, an async call with progress, a host killed
+ * with SIGKILL under load, the NATS server restarted under load, discovery
+ * through the official NATS JavaScript client, a user refused by the
+ * server's permissions.  Skipped when nats-server is not installed. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <nats/nats.h>
+
+#include "test_rpc_harness.h"
+#include "th/buf.h"
+#include "th/json.h"
+
+#include <CUnit/CUnit.h>
+
+#define NHOSTS 3
+
+static const char *nats_server_bin(void)
+{
+    static const char *const c[] = {"/usr/sbin/nats-server",
+                                    "/usr/bin/nats-server",
+                                    "/usr/local/bin/nats-server", NULL};
+    for (int i = 0; c[i]; i++)
+        if (access(c[i], X_OK) == 0)
+            return c[i];
+    return NULL;
+}
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t sl = sizeof sa;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+        getsockname(fd, (struct sockaddr *)&sa, &sl) != 0)
+        rpc_die("free port");
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+static bool port_answers(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sa.sin_port = htons((uint16_t)port);
+    bool ok = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+    close(fd);
+    return ok;
+}
+
+typedef struct gnatsd {
+    char *dir, *conf, *log;
+    int port;
+    pid_t pid;
+} gnatsd;
+
+/* alice may call the toolset "public" and use discovery; bob may not call
+ * any toolset; the hosts may do anything. */
+static const char nats_conf[] =
+    "authorization {\n"
+    "  users = [\n"
+    "    {user: host, password: hostpw}\n"
+    "    {user: alice, password: alicepw, permissions: {\n"
+    "       publish: {allow: [\"th.public.>\", \"th.host.*.tasks.*\", "
+    "                          \"$SRV.>\", \"_INBOX.>\"]}\n"
+    "       subscribe: {allow: [\"_INBOX.>\"]}}}\n"
+    "    {user: bob, password: bobpw, permissions: {\n"
+    "       publish: {allow: [\"_INBOX.>\"]}\n"
+    "       subscribe: {allow: [\"_INBOX.>\"]}}}\n"
+    "  ]\n"
+    "}\n";
+
+/* Starts nats-server on g->port (a fresh free port when 0); retries on a
+ * clash with another process taking the port meanwhile. */
+static int gnatsd_start(gnatsd *g)
+{
+    bool fixed = g->port != 0;
+    for (int attempt = 0; attempt < (fixed ? 1 : 5); attempt++) {
+        if (!fixed)
+            g->port = free_port();
+        char port[16];
+        snprintf(port, sizeof port, "%d", g->port);
+        int logfd = open(g->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
+                         0644);
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            dup2(logfd, 1);
+            dup2(logfd, 2);
+            execl(nats_server_bin(), "nats-server", "-a", "127.0.0.1", "-p",
+                  port, "-c", g->conf, (char *)NULL);
+            _exit(127);
+        }
+        close(logfd);
+        g->pid = pid;
+        int64_t end = rpc_now_ms() + 5000;
+        while (rpc_now_ms() < end) {
+            int st;
+            if (waitpid(pid, &st, WNOHANG) == pid) {
+                g->pid = 0;
+                break;
+            }
+            if (port_answers(g->port))
+                return 0;
+            usleep(10000);
+        }
+        if (g->pid) {
+            kill(g->pid, SIGKILL);
+            waitpid(g->pid, NULL, 0);
+            g->pid = 0;
+        }
+    }
+    return -1;
+}
+
+static void gnatsd_kill(gnatsd *g, int sig)
+{
+    if (g->pid > 0) {
+        kill(g->pid, sig);
+        int64_t end = rpc_now_ms() + 5000;
+        while (rpc_now_ms() < end && waitpid(g->pid, NULL, WNOHANG) == 0)
+            usleep(5000);
+        if (kill(g->pid, 0) == 0) {
+            kill(g->pid, SIGKILL);
+            waitpid(g->pid, NULL, 0);
+        }
+        g->pid = 0;
+    }
+}
+
+typedef struct cluster {
+    gnatsd g;
+    rpc_srv h[NHOSTS];
+    char id[NHOSTS][40]; /* each host's NATS id, from its log */
+    char url[64];
+} cluster;
+
+static void host_id_from_log(rpc_srv *s, char *out, size_t n)
+{
+    out[0] = '\0';
+    int64_t end = rpc_now_ms() + 5000;
+    while (!out[0] && rpc_now_ms() < end) {
+        FILE *f = fopen(s->log, "r");
+        char line[1024];
+        while (f && fgets(line, sizeof line, f)) {
+            char *p = strstr(line, " id ");
+            if (strstr(line, "nats: serving") && p)
+                sscanf(p + 4, "%39[0-9a-f]", out);
+        }
+        if (f)
+            fclose(f);
+        (void)n;
+        if (!out[0])
+            usleep(10000);
+    }
+}
+
+static int cluster_start(cluster *c)
+{
+    memset(c, 0, sizeof *c);
+    c->g.dir = th_test_tmpdir();
+    c->g.conf = th_test_write_file(c->g.dir, "nats.conf", nats_conf,
+                                   (size_t)-1);
+    size_t ll = strlen(c->g.dir) + 16;
+    c->g.log = malloc(ll);
+    snprintf(c->g.log, ll, "%s/nats.log", c->g.dir);
+    if (gnatsd_start(&c->g) != 0)
+        return -1;
+    snprintf(c->url, sizeof c->url, "nats://127.0.0.1:%d", c->g.port);
+    char cfg[2048];
+    snprintf(cfg, sizeof cfg,
+             "host:\n"
+             "  log_level: debug\n"
+             "  shutdown_grace: 1s\n"
+             "  listen: [\"%s\"]\n"
+             "plugins:\n"
+             "  - name: echo\n"
+             "    path: @BUILD@/plugins/echo.so\n"
+             "toolsets:\n"
+             "  - name: public\n"
+             "    tools: [echo, echo_async]\n"
+             "    allow_users: [nats]\n"
+             "  - name: hidden\n"
+             "    tools: [echo]\n"
+             "nats:\n"
+             "  prefix: th\n"
+             "  user: host\n"
+             "  password: hostpw\n"
+             "  toolsets: [public]\n"
+             "  reconnect_wait: 100ms\n",
+             c->url);
+    for (int i = 0; i < NHOSTS; i++) {
+        rpc_opts o = {.config = cfg};
+        if (rpc_srv_start(&c->h[i], &o) != 0)
+            return -1;
+        host_id_from_log(&c->h[i], c->id[i], sizeof c->id[i]);
+        if (!c->id[i][0]) {
+            rpc_dump_log(&c->h[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void cluster_free(cluster *c)
+{
+    for (int i = 0; i < NHOSTS; i++)
+        if (c->h[i].dir)
+            rpc_srv_free(&c->h[i]);
+    gnatsd_kill(&c->g, SIGKILL);
+    if (c->g.dir)
+        th_test_rmtree(c->g.dir);
+    free(c->g.dir);
+    free(c->g.conf);
+    free(c->g.log);
+}
+
+static natsConnection *client(cluster *c, const char *user, const char *pw)
+{
+    natsOptions *o = NULL;
+    natsConnection *nc = NULL;
+    natsOptions_Create(&o);
+    natsOptions_SetURL(o, c->url);
+    natsOptions_SetUserInfo(o, user, pw);
+    natsOptions_SetMaxReconnect(o, -1);
+    natsOptions_SetReconnectWait(o, 100);
+    natsOptions_SetTimeout(o, 3000);
+    natsStatus st = natsConnection_Connect(&nc, o);
+    natsOptions_Destroy(o);
+    return st == NATS_OK ? nc : NULL;
+}
+
+/* Which host a reply came from (index into c->id, or -1). */
+static int reply_host(cluster *c, natsMsg *m)
+{
+    const char *v = NULL;
+    if (natsMsgHeader_Get(m, "Toolhost-Host", &v) != NATS_OK || !v)
+        return -1;
+    for (int i = 0; i < NHOSTS; i++)
+        if (strcmp(c->id[i], v) == 0)
+            return i;
+    return -1;
+}
+
+static const char *reply_kind(natsMsg *m)
+{
+    const char *v = NULL;
+    return natsMsgHeader_Get(m, "Toolhost-Kind", &v) == NATS_OK ? v : "";
+}
+
+/* The reply body as a msgpack object (zone freed by the caller via
+ * msgpack_unpacked_destroy). */
+static bool reply_ok(natsMsg *m, const char *want_stdout)
+{
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    bool ok = msgpack_unpack_next(&u, natsMsg_GetData(m),
+                                  (size_t)natsMsg_GetDataLength(m), NULL) ==
+                  MSGPACK_UNPACK_SUCCESS &&
+              rpc_ok(&u.data) &&
+              (!want_stdout || rpc_stdout_is(&u.data, want_stdout));
+    msgpack_unpacked_destroy(&u);
+    return ok;
+}
+
+static natsStatus request(natsConnection *nc, natsMsg **reply,
+                          const char *subj, const char *json, int64_t ms)
+{
+    th_buf b = TH_BUF_INIT;
+    rpc_pack_json(&b, json);
+    natsStatus st = natsConnection_Request(reply, nc, subj, b.data,
+                                           (int)b.len, ms);
+    th_buf_free(&b);
+    return st;
+}
+
+static cluster C;
+static bool up;
+
+static int suite_init(void)
+{
+    if (!nats_server_bin())
+        return 0;
+    up = cluster_start(&C) == 0;
+    if (!up)
+        fprintf(stderr, "test_nats: the cluster did not come up\n");
+    return 0;
+}
+
+static int suite_clean(void)
+{
+    if (up || C.g.dir)
+        cluster_free(&C);
+    nats_CloseAndWait(2000);
+    return 0;
+}
+
+#define NEED_CLUSTER()                                                        \
+    do {                                                                      \
+        if (!nats_server_bin())                                               \
+            TH_SKIP("nats-server is not installed");                          \
+        CU_ASSERT_FATAL(up);                                                  \
+    } while (0)
+
+/* Calls on one subject spread over the three hosts of the queue group. */
+static void test_spread(void)
+{
+    NEED_CLUSTER();
+    natsConnection *nc = client(&C, "alice", "alicepw");
+    CU_ASSERT_FATAL(nc != NULL);
+    int per[NHOSTS] = {0}, ok = 0;
+    for (int i = 0; i < 60; i++) {
+        natsMsg *r = NULL;
+        if (request(nc, &r, "th.public.echo", "{\"text\":\"hi\"}", 3000) !=
+            NATS_OK)
+            continue;
+        int h = reply_host(&C, r);
+        if (h >= 0)
+            per[h]++;
+        if (reply_ok(r, "hi") && strcmp(reply_kind(r), "result") == 0)
+            ok++;
+        natsMsg_Destroy(r);
+    }
+    fprintf(stderr, "\n  spread over hosts: %d %d %d\n", per[0], per[1],
+            per[2]);
+    CU_ASSERT_EQUAL(ok, 60);
+    for (int i = 0; i < NHOSTS; i++)
+        CU_ASSERT(per[i] > 0);
+    /* a toolset not in nats.toolsets is not served: no responders */
+    natsMsg *r = NULL;
+    natsConnection *hc = client(&C, "host", "hostpw");
+    CU_ASSERT_FATAL(hc != NULL);
+    CU_ASSERT(request(hc, &r, "th.hidden.echo", "{\"text\":\"x\"}", 500) !=
+              NATS_OK);
+    natsMsg_Destroy(r);
+    /* bad arguments come back as a tool error in the RPC front's form */
+    CU_ASSERT_FATAL(request(nc, &r, "th.public.echo", "{\"nope\":1}",
+                            3000) == NATS_OK);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    CU_ASSERT(msgpack_unpack_next(&u, natsMsg_GetData(r),
+                                  (size_t)natsMsg_GetDataLength(r),
+                                  NULL) == MSGPACK_UNPACK_SUCCESS &&
+              rpc_tool_error_is(&u.data, "invalid_arguments"));
+    msgpack_unpacked_destroy(&u);
+    natsMsg_Destroy(r);
+    natsConnection_Destroy(hc);
+    natsConnection_Destroy(nc);
+}
+
+/* Publishes an async call with reply subject `inbox`. */
+static void publish_async(natsConnection *nc, const char *inbox,
+                          const char *json)
+{
+    th_buf b = TH_BUF_INIT;
+    rpc_pack_json(&b, json);
+    natsConnection_PublishRequest(nc, "th.public.echo_async", inbox, b.data,
+                                  (int)b.len);
+    th_buf_free(&b);
+}
+
+/* An async call: the ack names its host and task, progress and the final
+ * result follow on the caller's inbox. */
+static void test_async_progress(void)
+{
+    NEED_CLUSTER();
+    natsConnection *nc = client(&C, "alice", "alicepw");
+    CU_ASSERT_FATAL(nc != NULL);
+    natsInbox *inbox = NULL;
+    natsInbox_Create(&inbox);
+    natsSubscription *sub = NULL;
+    CU_ASSERT_FATAL(natsConnection_SubscribeSync(&sub, nc, inbox) ==
+                    NATS_OK);
+    publish_async(nc, inbox, "{\"text\":\"done\",\"steps\":3,"
+                             "\"delay_ms\":30}");
+    int acks = 0, progress = 0, results = 0, host = -1;
+    char task_id[40] = "";
+    bool task_named = false;
+    int64_t end = rpc_now_ms() + 10000;
+    while (!results && rpc_now_ms() < end) {
+        natsMsg *m = NULL;
+        if (natsSubscription_NextMsg(&m, sub, 500) != NATS_OK)
+            continue;
+        const char *k = reply_kind(m);
+        if (strcmp(k, "ack") == 0) {
+            acks++;
+            host = reply_host(&C, m);
+            const char *t = NULL;
+            natsMsgHeader_Get(m, "Toolhost-Task", &t);
+            task_named = host >= 0 && t &&
+                         strncmp(t, C.id[host], strlen(C.id[host])) == 0 &&
+                         t[strlen(C.id[host])] == '.';
+            if (task_named)
+                snprintf(task_id, sizeof task_id, "%s",
+                         t + strlen(C.id[host]) + 1);
+        } else if (strcmp(k, "progress") == 0) {
+            CU_ASSERT(acks == 1);
+            progress++;
+        } else if (strcmp(k, "result") == 0) {
+            results++;
+            CU_ASSERT(reply_ok(m, NULL));
+            CU_ASSERT(reply_host(&C, m) == host);
+        }
+        natsMsg_Destroy(m);
+    }
+    CU_ASSERT_EQUAL(acks, 1);
+    CU_ASSERT(task_named);
+    CU_ASSERT(progress >= 1);
+    CU_ASSERT_EQUAL(results, 1);
+    /* the task on its host's own subject: get, result; a second task is
+     * cancelled there */
+    CU_ASSERT_FATAL(host >= 0 && task_id[0]);
+    char subj[160];
+    snprintf(subj, sizeof subj, "th.host.%s.tasks.get", C.id[host]);
+    natsMsg *r = NULL;
+    CU_ASSERT_FATAL(natsConnection_RequestString(&r, nc, subj, task_id,
+                                                 3000) == NATS_OK);
+    json_t *j = th_json_from_msgpack((const uint8_t *)natsMsg_GetData(r),
+                                     (size_t)natsMsg_GetDataLength(r), NULL);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "state")),
+                           "completed");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "tool")),
+                           "echo_async");
+    json_decref(j);
+    natsMsg_Destroy(r);
+    snprintf(subj, sizeof subj, "th.host.%s.tasks.result", C.id[host]);
+    CU_ASSERT_FATAL(natsConnection_RequestString(&r, nc, subj, task_id,
+                                                 3000) == NATS_OK);
+    CU_ASSERT(reply_ok(r, "done"));
+    natsMsg_Destroy(r);
+    CU_ASSERT_FATAL(natsConnection_RequestString(&r, nc, subj, "999999",
+                                                 3000) == NATS_OK);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    CU_ASSERT(msgpack_unpack_next(&u, natsMsg_GetData(r),
+                                  (size_t)natsMsg_GetDataLength(r),
+                                  NULL) == MSGPACK_UNPACK_SUCCESS &&
+              rpc_tool_error_is(&u.data, "not_found"));
+    msgpack_unpacked_destroy(&u);
+    natsMsg_Destroy(r);
+    /* cancel a long one through its host */
+    publish_async(nc, inbox, "{\"text\":\"never\",\"steps\":100,"
+                             "\"delay_ms\":100}");
+    char tid2[40] = "";
+    int h2 = -1;
+    bool cancelled = false;
+    end = rpc_now_ms() + 10000;
+    while (!cancelled && rpc_now_ms() < end) {
+        natsMsg *m = NULL;
+        if (natsSubscription_NextMsg(&m, sub, 200) != NATS_OK)
+            continue;
+        const char *k = reply_kind(m);
+        if (strcmp(k, "ack") == 0) {
+            h2 = reply_host(&C, m);
+            const char *t = NULL;
+            natsMsgHeader_Get(m, "Toolhost-Task", &t);
+            const char *dot = t ? strrchr(t, '.') : NULL;
+            snprintf(tid2, sizeof tid2, "%s", dot ? dot + 1 : "");
+            CU_ASSERT_FATAL(h2 >= 0);
+            snprintf(subj, sizeof subj, "th.host.%s.tasks.cancel",
+                     C.id[h2]);
+            natsMsg *cr = NULL;
+            CU_ASSERT(natsConnection_RequestString(&cr, nc, subj, tid2,
+                                                   3000) == NATS_OK &&
+                      strcmp(reply_kind(cr), "task") == 0);
+            natsMsg_Destroy(cr);
+        } else if (strcmp(k, "result") == 0) {
+            msgpack_unpacked_init(&u);
+            cancelled = msgpack_unpack_next(
+                            &u, natsMsg_GetData(m),
+                            (size_t)natsMsg_GetDataLength(m),
+                            NULL) == MSGPACK_UNPACK_SUCCESS &&
+                        rpc_tool_error_is(&u.data, "cancelled");
+            msgpack_unpacked_destroy(&u);
+            CU_ASSERT(cancelled);
+            natsMsg_Destroy(m);
+            break;
+        }
+        natsMsg_Destroy(m);
+    }
+    CU_ASSERT(cancelled);
+    natsSubscription_Destroy(sub);
+    natsInbox_Destroy(inbox);
+    natsConnection_Destroy(nc);
+}
+
+/* bob's server permissions do not include th.public.>: his request never
+ * reaches a host. */
+static void test_user_refused(void)
+{
+    NEED_CLUSTER();
+    natsConnection *nc = client(&C, "bob", "bobpw");
+    CU_ASSERT_FATAL(nc != NULL);
+    natsMsg *r = NULL;
+    CU_ASSERT(request(nc, &r, "th.public.echo", "{\"text\":\"x\"}", 700) !=
+              NATS_OK);
+    CU_ASSERT(r == NULL);
+    natsMsg_Destroy(r);
+    natsConnection_Destroy(nc);
+    /* and the server says why */
+    bool said = false;
+    int64_t end = rpc_now_ms() + 3000;
+    while (!said && rpc_now_ms() < end) {
+        th_test_run rr = {0};
+        char *argv[] = {"/bin/grep", "-c", "Publish Violation", C.g.log,
+                        NULL};
+        th_test_run_argv(argv, NULL, 5, 0, &rr);
+        said = rr.out && atoi(rr.out) > 0;
+        th_test_run_free(&rr);
+        if (!said)
+            usleep(50000);
+    }
+    CU_ASSERT(said);
+}
+
+/* Discovery through the official NATS JavaScript client's services
+ * client: three hosts answer PING, INFO and STATS. */
+static void test_discovery_js(void)
+{
+    NEED_CLUSTER();
+    char *argv[] = {"/bin/sh", "-c", "command -v node >/dev/null 2>&1",
+                    NULL};
+    th_test_run r = {0};
+    if (th_test_run_argv(argv, NULL, 5, 0, &r) != 0 || r.status != 0) {
+        th_test_run_free(&r);
+        TH_SKIP("node is not installed");
+    }
+    th_test_run_free(&r);
+    { /* one call of our own, so that STATS has a request to count when
+         this test runs alone */
+        natsConnection *nc = client(&C, "alice", "alicepw");
+        CU_ASSERT_FATAL(nc != NULL);
+        natsMsg *m = NULL;
+        if (request(nc, &m, "th.public.echo", "{\"text\":\"hi\"}", 3000) ==
+            NATS_OK)
+            natsMsg_Destroy(m);
+        natsConnection_Destroy(nc);
+    }
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && if [ ! -d node_modules/nats ]; then echo "
+             "'tests/nats/node_modules is missing: run scripts/install-deps'; "
+             "exit 3; fi; exec node discover.mjs '%s' alice alicepw toolhost",
+             th_test_source_path("tests/nats"), C.url);
+    char *argv2[] = {"/bin/sh", "-c", cmd, NULL};
+    memset(&r, 0, sizeof r);
+    th_test_run_argv(argv2, NULL, 30, 0, &r);
+    fprintf(stderr, "\n  discover.mjs: %s", r.out ? r.out : "");
+    if (r.status == 3) {
+        th_test_run_free(&r);
+        TH_SKIP("tests/nats/node_modules is missing (scripts/install-deps)");
+    }
+    CU_ASSERT_EQUAL(r.status, 0);
+    json_t *j = r.out ? json_loads(r.out, 0, NULL) : NULL;
+    CU_ASSERT_FATAL(j != NULL);
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(j, "pings")),
+                    NHOSTS);
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(j, "hosts")),
+                    NHOSTS);
+    json_t *tools = json_object_get(j, "tools");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(tools,
+                                                       "th.public.echo")),
+                    NHOSTS);
+    CU_ASSERT_EQUAL(
+        json_integer_value(json_object_get(tools, "th.public.echo_async")),
+        NHOSTS);
+    CU_ASSERT(json_object_get(tools, "th.hidden.echo") == NULL);
+    CU_ASSERT(json_integer_value(json_object_get(j, "requests")) > 0);
+    char *types = json_dumps(json_object_get(j, "types"), JSON_COMPACT);
+    CU_ASSERT(types && strstr(types, "io.nats.micro.v1.ping_response") &&
+              strstr(types, "io.nats.micro.v1.info_response") &&
+              strstr(types, "io.nats.micro.v1.stats_response"));
+    free(types);
+    json_decref(j);
+    th_test_run_free(&r);
+}
+
+/* The CLI over NATS: list counts the hosts of each tool, call works as
+ * with a socket. */
+static void test_cli(void)
+{
+    NEED_CLUSTER();
+    char url[128];
+    snprintf(url, sizeof url, "nats://alice:alicepw@127.0.0.1:%d", C.g.port);
+    th_test_run r = {0};
+    th_test_toolhost(&r, "list", "--connect", url, NULL);
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT(r.out && strstr(r.out, "3 host(s) answered"));
+    CU_ASSERT(r.out && strstr(r.out, "echo_async") &&
+              strstr(r.out, "    3  th.public.echo\n"));
+    if (r.status)
+        fprintf(stderr, "\n  list: %s %s\n", r.out, r.err);
+    th_test_run_free(&r);
+    memset(&r, 0, sizeof r);
+    th_test_toolhost(&r, "call", "--connect", url, "echo", "text=over nats",
+                     NULL);
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT(r.out && strstr(r.out, "over nats"));
+    th_test_run_free(&r);
+    memset(&r, 0, sizeof r);
+    th_test_toolhost(&r, "call", "--connect", url, "public.echo_async",
+                     "text=later", "steps=2", NULL);
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT(r.out && strstr(r.out, "later"));
+    th_test_run_free(&r);
+    memset(&r, 0, sizeof r);
+    th_test_toolhost(&r, "call", "--connect", url, "nosuch", NULL);
+    CU_ASSERT_EQUAL(r.status, 2);
+    CU_ASSERT(r.err && strstr(r.err, "no host"));
+    th_test_run_free(&r);
+}
+
+/* A reload (SIGHUP after the config changed) swaps the host's config; the
+ * NATS front keeps serving from its own reference (ASan would catch a use
+ * of the freed old config). */
+static void test_reload(void)
+{
+    NEED_CLUSTER();
+    FILE *f = fopen(C.h[0].cfg, "r");
+    CU_ASSERT_FATAL(f != NULL);
+    static char text[4096];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    char *p = strstr(text, "shutdown_grace: 1s");
+    CU_ASSERT_FATAL(p != NULL);
+    p[16] = '2';
+    f = fopen(C.h[0].cfg, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fputs(text, f);
+    fclose(f);
+    kill(C.h[0].pid, SIGHUP);
+    bool reloaded = false;
+    int64_t end = rpc_now_ms() + 10000;
+    while (!reloaded && rpc_now_ms() < end) {
+        FILE *l = fopen(C.h[0].log, "r");
+        char line[1024];
+        while (l && fgets(line, sizeof line, l))
+            if (strstr(line, "reload #") && strstr(line, " ok:"))
+                reloaded = true;
+        if (l)
+            fclose(l);
+        if (!reloaded)
+            usleep(20000);
+    }
+    CU_ASSERT_FATAL(reloaded);
+    natsConnection *nc = client(&C, "alice", "alicepw");
+    CU_ASSERT_FATAL(nc != NULL);
+    int from0 = 0, ok = 0;
+    for (int i = 0; i < 200 && from0 < 3; i++) {
+        natsMsg *r = NULL;
+        if (request(nc, &r, "th.public.echo", "{\"text\":\"r\"}", 2000) ==
+            NATS_OK) {
+            ok += reply_ok(r, "r");
+            from0 += reply_host(&C, r) == 0;
+        }
+        natsMsg_Destroy(r);
+    }
+    CU_ASSERT(from0 >= 3);
+    CU_ASSERT(ok > 0);
+    CU_ASSERT(rpc_alive(&C.h[0]));
+    natsConnection_Destroy(nc);
+}
+
+/* The NATS server restarted under load: the hosts reconnect and
+ * resubscribe; calls work again within a bounded time. */
+static void test_server_restart(void)
+{
+    NEED_CLUSTER();
+    natsConnection *nc = client(&C, "alice", "alicepw");
+    CU_ASSERT_FATAL(nc != NULL);
+    int before = 0;
+    for (int i = 0; i < 20; i++) {
+        natsMsg *r = NULL;
+        if (request(nc, &r, "th.public.echo", "{\"text\":\"a\"}", 2000) ==
+            NATS_OK && reply_ok(r, "a"))
+            before++;
+        natsMsg_Destroy(r);
+    }
+    CU_ASSERT_EQUAL(before, 20);
+    gnatsd_kill(&C.g, SIGTERM);
+    int64_t t0 = rpc_now_ms();
+    CU_ASSERT_FATAL(gnatsd_start(&C.g) == 0); /* the same port */
+    int64_t t_up = rpc_now_ms();
+    int64_t back = -1;
+    int64_t end = t0 + 15000;
+    while (back < 0 && rpc_now_ms() < end) {
+        natsMsg *r = NULL;
+        if (request(nc, &r, "th.public.echo", "{\"text\":\"b\"}", 300) ==
+            NATS_OK && reply_ok(r, "b"))
+            back = rpc_now_ms() - t_up;
+        else
+            usleep(20000);
+        natsMsg_Destroy(r);
+    }
+    CU_ASSERT(back >= 0);
+    /* every host is back: calls spread over all three again */
+    int per[NHOSTS] = {0};
+    end = rpc_now_ms() + 10000;
+    for (int i = 0; i < 300 && rpc_now_ms() < end &&
+                    !(per[0] && per[1] && per[2]);
+         i++) {
+        natsMsg *r = NULL;
+        if (request(nc, &r, "th.public.echo", "{\"text\":\"c\"}", 1000) ==
+            NATS_OK) {
+            int h = reply_host(&C, r);
+            if (h >= 0)
+                per[h]++;
+        }
+        natsMsg_Destroy(r);
+    }
+    fprintf(stderr, "\n  NATS server restart: first call answered %lld ms "
+            "after the server was up; hosts serving after: %d %d %d\n",
+            (long long)back, per[0], per[1], per[2]);
+    for (int i = 0; i < NHOSTS; i++)
+        CU_ASSERT(per[i] > 0);
+    CU_ASSERT(rpc_log_has(&C.h[0], "nats: reconnected"));
+    natsConnection_Destroy(nc);
+}
+
+/* num_requests of endpoint `tool` in host i's $SRV.STATS, or -1. */
+static int64_t stats_requests(natsConnection *nc, int i, const char *tool)
+{
+    char subj[128];
+    snprintf(subj, sizeof subj, "$SRV.STATS.toolhost.%s", C.id[i]);
+    natsMsg *r = NULL;
+    if (natsConnection_RequestString(&r, nc, subj, "", 2000) != NATS_OK)
+        return -1;
+    json_t *j = json_loadb(natsMsg_GetData(r),
+                           (size_t)natsMsg_GetDataLength(r), 0, NULL);
+    natsMsg_Destroy(r);
+    int64_t n = -1;
+    size_t k;
+    json_t *e;
+    json_array_foreach(json_object_get(j, "endpoints"), k, e)
+        if (strcmp(json_string_value(json_object_get(e, "name")), tool) == 0)
+            n = json_integer_value(json_object_get(e, "num_requests"));
+    json_decref(j);
+    return n;
+}
+
+/* A host killed with SIGKILL under load: only the calls it had taken are
+ * lost; every call the others acknowledged completes. */
+static void test_host_killed(void)
+{
+    NEED_CLUSTER();
+    natsConnection *nc = client(&C, "alice", "alicepw");
+    CU_ASSERT_FATAL(nc != NULL);
+    enum { N = 30 };
+    int64_t base = stats_requests(nc, 0, "echo_async") +
+                   stats_requests(nc, 1, "echo_async");
+    natsInbox *ib[N];
+    natsSubscription *sub[N];
+    for (int i = 0; i < N; i++) {
+        natsInbox_Create(&ib[i]);
+        CU_ASSERT_FATAL(natsConnection_SubscribeSync(&sub[i], nc, ib[i]) ==
+                        NATS_OK);
+    }
+    natsConnection_Flush(nc);
+    for (int i = 0; i < N; i++)
+        publish_async(nc, ib[i], "{\"text\":\"k\",\"steps\":5,"
+                                 "\"delay_ms\":100}");
+    natsConnection_Flush(nc);
+    usleep(150000);
+    int victim = NHOSTS - 1;
+    kill(C.h[victim].pid, SIGKILL);
+    rpc_srv_wait(&C.h[victim]);
+    int owner[N], done[N];
+    for (int i = 0; i < N; i++)
+        owner[i] = -1, done[i] = 0;
+    /* Rounds over every inbox until each call ended or its host is the
+     * killed one; calls the killed host had taken but not acknowledged
+     * yet see nothing at all ("unknown"). */
+    int64_t end = rpc_now_ms() + 8000;
+    for (bool more = true; more && rpc_now_ms() < end;) {
+        more = false;
+        for (int i = 0; i < N; i++) {
+            if (done[i] || owner[i] == victim)
+                continue;
+            natsMsg *m = NULL;
+            while (natsSubscription_NextMsg(&m, sub[i], 1) == NATS_OK) {
+                const char *k = reply_kind(m);
+                if (strcmp(k, "ack") == 0)
+                    owner[i] = reply_host(&C, m);
+                else if (strcmp(k, "result") == 0)
+                    done[i] = reply_ok(m, NULL) ? 1 : -1;
+                natsMsg_Destroy(m);
+            }
+            if (!done[i] && owner[i] != victim)
+                more = true;
+        }
+        usleep(20000);
+    }
+    int lost = 0, ok = 0, bad = 0, unknown = 0;
+    for (int i = 0; i < N; i++) {
+        if (owner[i] == victim)
+            lost += done[i] == 0;
+        else if (owner[i] < 0 && !done[i])
+            unknown++;
+        else if (done[i] == 1)
+            ok++;
+        else {
+            bad++;
+            fprintf(stderr, "  call %d: owner %d done %d\n", i, owner[i],
+                    done[i]);
+        }
+        natsSubscription_Destroy(sub[i]);
+        natsInbox_Destroy(ib[i]);
+    }
+    /* The survivors' own counts ($SRV.STATS) prove the unknown calls were
+     * not theirs: they took exactly the calls that completed. */
+    int64_t took = stats_requests(nc, 0, "echo_async") +
+                   stats_requests(nc, 1, "echo_async");
+    fprintf(stderr, "\n  host killed under load: %d calls completed on the "
+            "other hosts (their $SRV.STATS count %lld since the start), %d "
+            "acknowledged by the killed host and lost, %d taken by it before "
+            "acknowledging (lost), %d other failures\n",
+            ok, (long long)(took - base), lost, unknown, bad);
+    CU_ASSERT_EQUAL(took - base, ok);
+    CU_ASSERT_EQUAL(ok + lost + unknown, N);
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT(ok > 0);
+    CU_ASSERT(lost > 0);
+    /* the survivors take every new call */
+    int after = 0;
+    for (int i = 0; i < 10; i++) {
+        natsMsg *r = NULL;
+        if (request(nc, &r, "th.public.echo", "{\"text\":\"z\"}", 2000) ==
+            NATS_OK && reply_ok(r, "z"))
+            after++;
+        natsMsg_Destroy(r);
+    }
+    CU_ASSERT_EQUAL(after, 10);
+    natsConnection_Destroy(nc);
+}
+
+/* A host that takes requests slower than they come: past nats.max_pending
+ * the NATS client drops the excess and the host logs "slow consumer". */
+static void test_slow_consumer(void)
+{
+    NEED_CLUSTER();
+    char cfg[2048];
+    snprintf(cfg, sizeof cfg,
+             "host:\n"
+             "  log_level: info\n"
+             "  shutdown_grace: 1s\n"
+             "  queue_size: 4\n"
+             "  workers: 1\n"
+             "  listen: [\"%s\"]\n"
+             "plugins:\n"
+             "  - name: echo\n"
+             "    path: @BUILD@/plugins/echo.so\n"
+             "toolsets:\n"
+             "  - name: public\n"
+             "    tools: [echo]\n"
+             "    allow_users: [nats]\n"
+             "nats:\n"
+             "  prefix: slow\n"
+             "  user: host\n"
+             "  password: hostpw\n"
+             "  toolsets: [public]\n"
+             "  max_pending: 16\n",
+             C.url);
+    rpc_srv h;
+    rpc_opts o = {.config = cfg};
+    CU_ASSERT_FATAL(rpc_srv_start(&h, &o) == 0);
+    char id[40];
+    host_id_from_log(&h, id, sizeof id);
+    natsConnection *nc = client(&C, "host", "hostpw");
+    CU_ASSERT_FATAL(nc != NULL);
+    th_buf b = TH_BUF_INIT;
+    rpc_pack_json(&b, "{\"text\":\"flood\"}");
+    bool said = false;
+    for (int round = 0; round < 20 && !said; round++) {
+        for (int i = 0; i < 5000; i++)
+            natsConnection_PublishRequest(nc, "slow.public.echo",
+                                          "_INBOX.nobody", b.data,
+                                          (int)b.len);
+        natsConnection_FlushTimeout(nc, 5000);
+        usleep(50000);
+        said = rpc_log_has(&h, "nats: slow consumer");
+    }
+    th_buf_free(&b);
+    CU_ASSERT(said);
+    /* and it still answers afterwards */
+    natsMsg *r = NULL;
+    bool answered = false;
+    for (int i = 0; i < 50 && !answered; i++) {
+        answered = request(nc, &r, "slow.public.echo", "{\"text\":\"x\"}",
+                           500) == NATS_OK && reply_ok(r, "x");
+        natsMsg_Destroy(r);
+        r = NULL;
+    }
+    CU_ASSERT(answered);
+    natsConnection_Destroy(nc);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&h, SIGTERM), 0);
+    rpc_srv_free(&h);
+}
+
+/* SIGTERM: the hosts stop cleanly (exit 0) with the NATS front running. */
+static void test_clean_stop(void)
+{
+    NEED_CLUSTER();
+    for (int i = 0; i < NHOSTS - 1; i++)
+        CU_ASSERT_EQUAL(rpc_srv_stop(&C.h[i], SIGTERM), 0);
+}
+
+/* Config errors name file:line:col. */
+static void test_config_errors(void)
+{
+    static const struct {
+        const char *yaml, *want;
+    } cases[] = {
+        {"host:\n  listen: [\"nats://127.0.0.1:4222\"]\n",
+         "nats.toolsets names no toolset"},
+        {"host:\n  listen: [\"nats://127.0.0.1:4222\"]\nnats:\n  toolsets: "
+         "[nope]\n",
+         "4:14: nats.toolsets: no toolset 'nope'"},
+        {"nats:\n  prefix: \"a b\"\n", "2:11: 'prefix' must be"},
+        {"nats:\n  user: u\n", "'user' and 'password' go together"},
+        {"nats:\n  colour: red\n", "unknown key 'colour' in nats"},
+        {"host:\n  listen: [\"nats://\"]\n", "must be nats://HOST:PORT"},
+    };
+    char *dir = th_test_tmpdir();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *p = th_test_write_file(dir, "c.yaml", cases[i].yaml,
+                                     (size_t)-1);
+        th_test_run r = {0};
+        th_test_toolhost(&r, "config", "check", p, NULL);
+        bool has = r.err && strstr(r.err, cases[i].want);
+        if (!has)
+            fprintf(stderr, "\n  case %zu: %s\n", i, r.err ? r.err : "");
+        CU_ASSERT(has);
+        CU_ASSERT(r.status != 0);
+        th_test_run_free(&r);
+        free(p);
+    }
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+void th_suite_nats(void)
+{
+    CU_pSuite s = CU_add_suite("nats", suite_init, suite_clean);
+    CU_add_test(s, "config_errors", test_config_errors);
+    CU_add_test(s, "spread", test_spread);
+    CU_add_test(s, "async_progress", test_async_progress);
+    CU_add_test(s, "user_refused", test_user_refused);
+    CU_add_test(s, "discovery_js", test_discovery_js);
+    CU_add_test(s, "cli", test_cli);
+    CU_add_test(s, "reload", test_reload);
+    CU_add_test(s, "server_restart", test_server_restart);
+    CU_add_test(s, "host_killed", test_host_killed);
+    CU_add_test(s, "slow_consumer", test_slow_consumer);
+    CU_add_test(s, "clean_stop", test_clean_stop);
+}
