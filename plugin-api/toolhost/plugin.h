@@ -44,12 +44,15 @@
  *   Load  - the entry point, init() and fini().  Called by the host from one
  *           thread at a time per loaded plugin; never concurrently with each
  *           other for the same plugin.
- *   Call  - execute(), validate_args(), needs_permission().  Called from any
- *           host worker thread, concurrently with each other and with
- *           themselves, unless the tool has TOOLHOST_TOOL_SERIAL, in which
- *           case the host never runs two execute() of that tool at once, or
- *           the plugin has TOOLHOST_PLUGIN_SERIAL (1.1): never two execute()
- *           of any of its tools at once.
+ *   Call  - execute(), validate_args(), needs_permission().  Called from a
+ *           host worker thread, or from the thread of a caller that waits
+ *           for the call (`toolhost call`, a tool calling tools, run_code);
+ *           never from a front's event loop, so a slow hook delays only its
+ *           own call.  Concurrently with each other and with themselves,
+ *           unless the tool has TOOLHOST_TOOL_SERIAL, in which case the host
+ *           never runs two execute() of that tool at once, or the plugin has
+ *           TOOLHOST_PLUGIN_SERIAL (1.1): never two execute() of any of its
+ *           tools at once.
  *           Never concurrently with Load functions of the same plugin.
  *   Owner - host callbacks that take a toolhost_call: called by the thread
  *           that currently owns the call.  That is the thread running
