@@ -353,8 +353,6 @@ void th_code__push_error_result(lua_State *L, run *r, int code,
     th_code__push_result(L, r, &e);
 }
 
-/* __call of a tool object: upvalue 1 = index in the projection. */
-
 /* ---- The returned value ------------------------------------------------------ */
 
 /* Packs the chunk's first result (on top of the stack) into r->res->value,

@@ -351,6 +351,7 @@ static void progress_tramp(void *ud, double fraction, const char *message,
                           data_len);
 }
 
+/* __call of a tool object: upvalue 1 = index in the projection. */
 static int tool_call(lua_State *L)
 {
     run *r = th_code__get_run(L);
