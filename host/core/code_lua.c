@@ -19,11 +19,17 @@
  *   calls    - the call function counts and refuses past max_calls.
  *   output   - at most output_limit bytes per stream reach the sink; the
  *              rest is counted and a marker line says how much was dropped.
+ *
+ * This file holds the sandbox: state creation, the allowed libraries, the
+ * instruction hook and deadline, the memory cap allocator, the guarded
+ * xpcall/coroutine.wrap/setmetatable, the tools table and output, and
+ * running a script.  The msgpack <-> Lua bridge is code_bridge.c, the
+ * pattern-cost guard code_guard.c; code_int.h holds what they share.
+ * Threads: all of it runs on the thread that called th_code_run() (a
+ * worker, for run_code).
  */
-#include "th/code.h"
-#include "th/codec.h"
+#include "code_int.h"
 
-#include <ctype.h>
 #include <lauxlib.h>
 #include <lua.h>
 #include <lualib.h>
@@ -37,39 +43,9 @@
 #include "th/tool.h"
 
 #define HOOK_EVERY 1000
-#define MAX_DEPTH 64 /* nesting of tables converted to or from msgpack */
 #define ALLOC_POLL_N 256               /* see alloc_poll() */
 #define ALLOC_POLL_BYTES (256u << 10)
 #define KILLED_ALLOC_MAX (64u << 10)
-#define VALUE_MAX_NO_LIMIT (64u << 20) /* returned value, no output_limit */
-
-enum { KILL_NONE = 0, KILL_TIMEOUT, KILL_CANCEL };
-
-typedef struct run {
-    lua_State *L;
-    const th_projection *proj;
-    th_code_limits lim;
-    th_code_io io;
-    th_code_result *res;
-    /* memory */
-    size_t used, limit;
-    bool mem_hit;
-    /* time */
-    bool has_deadline;
-    struct timespec deadline;
-    int kill;
-    bool warn_cont; /* a warning is being continued */
-    uint32_t alloc_n;   /* allocations since the allocator read the clock */
-    size_t alloc_grow;  /* bytes of growth since then */
-    /* output */
-    uint64_t kept[3], dropped[3];
-    /* scratch C memory that a Lua error may skip over */
-    th_buf args;
-    th_proj_result pres;
-    msgpack_unpacked unp;
-    bool unp_live;
-    char msg[512];
-} run;
 
 /* ---- Lua naming rules ----------------------------------------------------- */
 
@@ -155,11 +131,6 @@ void th_code_result_free(th_code_result *r)
 
 /* ---- Allocator, clock, hook --------------------------------------------- */
 
-static run *get_run(lua_State *L)
-{
-    return *(run **)lua_getextraspace(L);
-}
-
 static void alloc_poll(run *r, size_t grow);
 
 static void *run_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
@@ -190,21 +161,6 @@ static void *run_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
     return n;
 }
 
-static struct timespec now_mono(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t;
-}
-
-/* Milliseconds left before the deadline (may be <= 0). */
-static int64_t ms_left(const run *r)
-{
-    struct timespec t = now_mono();
-    return (int64_t)(r->deadline.tv_sec - t.tv_sec) * 1000 +
-           (r->deadline.tv_nsec - t.tv_nsec) / 1000000;
-}
-
 static void hook(lua_State *L, lua_Debug *ar);
 
 static void set_kill(run *r, lua_State *L, int why)
@@ -223,7 +179,7 @@ static void poll_limits(run *r, lua_State *L)
 {
     if (r->kill)
         return;
-    if (r->has_deadline && ms_left(r) <= 0)
+    if (r->has_deadline && th_code__ms_left(r) <= 0)
         set_kill(r, L, KILL_TIMEOUT);
     else if (r->io.is_cancelled && r->io.is_cancelled(r->io.ud))
         set_kill(r, L, KILL_CANCEL);
@@ -260,7 +216,7 @@ static void alloc_poll(run *r, size_t grow)
         return;
     r->alloc_n = 0;
     r->alloc_grow = 0;
-    if (r->kill || !r->L || ms_left(r) > 0)
+    if (r->kill || !r->L || th_code__ms_left(r) > 0)
         return;
     r->kill = KILL_TIMEOUT;
     lua_sethook(r->L, hook, LUA_MASKCOUNT, 1);
@@ -269,7 +225,7 @@ static void alloc_poll(run *r, size_t grow)
 static void hook(lua_State *L, lua_Debug *ar)
 {
     (void)ar;
-    run *r = get_run(L);
+    run *r = th_code__get_run(L);
     poll_limits(r, L);
     if (r->kill) {
         if (L != r->L) /* a coroutine: keep it at every instruction too */
@@ -344,7 +300,7 @@ static void write_or_kill(lua_State *L, run *r, int stream, const char *s,
 
 static int sb_print(lua_State *L)
 {
-    run *r = get_run(L);
+    run *r = th_code__get_run(L);
     int n = lua_gettop(L);
     luaL_Buffer b;
     luaL_buffinit(L, &b);
@@ -366,7 +322,7 @@ static int sb_print(lua_State *L)
  * stream number, upvalue 2 the object (skipped when passed as self). */
 static int sb_stream_write(lua_State *L)
 {
-    run *r = get_run(L);
+    run *r = th_code__get_run(L);
     int stream = (int)lua_tointeger(L, lua_upvalueindex(1));
     int first = lua_rawequal(L, 1, lua_upvalueindex(2)) ? 2 : 1;
     int n = lua_gettop(L);
@@ -377,300 +333,6 @@ static int sb_stream_write(lua_State *L)
     }
     lua_pushvalue(L, lua_upvalueindex(2));
     return 1;
-}
-
-/* ---- Lua -> msgpack ------------------------------------------------------------ */
-
-typedef struct pack_ctx {
-    run *r;
-    msgpack_packer pk;
-    th_buf *buf;
-    size_t cap;   /* bytes the packed value may take; 0: no cap */
-    bool over;    /* the cap was reached */
-    int visiting; /* stack index of the set of tables being packed */
-    bool lenient; /* unsupported values become their tostring() text */
-    const th_proj_tool *tool; /* for argument hints, or NULL */
-} pack_ctx;
-
-static int pack_fail(pack_ctx *c, const char *fmt, const char *a)
-{
-    snprintf(c->r->msg, sizeof c->r->msg, fmt, a);
-    return -1;
-}
-
-static int pack_value(lua_State *L, pack_ctx *c, int idx, int depth,
-                      uint32_t hint);
-
-/* Packs the table at idx (absolute). */
-static int pack_table(lua_State *L, pack_ctx *c, int idx, int depth,
-                      uint32_t hint)
-{
-    if (depth > MAX_DEPTH)
-        return pack_fail(c, "a table is nested more than %s levels deep",
-                         "64");
-    lua_pushvalue(L, idx);
-    if (lua_rawget(L, c->visiting) != LUA_TNIL) {
-        lua_pop(L, 1);
-        return pack_fail(c, "%s",
-                         "a table contains itself (a cycle); tool arguments "
-                         "and returned values must be trees");
-    }
-    lua_pop(L, 1);
-    lua_pushvalue(L, idx);
-    lua_pushboolean(L, 1);
-    lua_rawset(L, c->visiting);
-
-    size_t n = 0;
-    lua_Integer max = 0;
-    bool arr = true;
-    lua_pushnil(L);
-    while (lua_next(L, idx)) {
-        n++;
-        if (arr) {
-            if (lua_isinteger(L, -2)) {
-                lua_Integer k = lua_tointeger(L, -2);
-                if (k < 1)
-                    arr = false;
-                else if (k > max)
-                    max = k;
-            } else {
-                arr = false;
-            }
-        }
-        lua_pop(L, 1);
-    }
-    arr = arr && (n ? (size_t)max == n : hint == TOOLHOST_TYPE_ARRAY);
-    if (depth == 0 && c->tool) {
-        if (arr && n) {
-            lua_pushvalue(L, idx);
-            lua_pushnil(L);
-            lua_rawset(L, c->visiting);
-            return pack_fail(c,
-                             "tools.%s takes named arguments, e.g. "
-                             "tools.NAME{key=value}, not a list",
-                             c->tool->key);
-        }
-        arr = false;
-    }
-    int rc = 0;
-    if (arr) {
-        rc = msgpack_pack_array(&c->pk, (uint32_t)n);
-        for (size_t i = 1; i <= n && !rc; i++) {
-            lua_rawgeti(L, idx, (lua_Integer)i);
-            rc = pack_value(L, c, lua_gettop(L), depth + 1, 0);
-            lua_pop(L, 1);
-        }
-    } else {
-        rc = msgpack_pack_map(&c->pk, (uint32_t)n);
-        lua_pushnil(L);
-        while (!rc && lua_next(L, idx)) {
-            int kt = lua_type(L, -2);
-            if (kt == LUA_TSTRING) {
-                size_t kl;
-                const char *k = lua_tolstring(L, -2, &kl);
-                rc = msgpack_pack_str_with_body(&c->pk, k, kl);
-            } else if (kt == LUA_TNUMBER || kt == LUA_TBOOLEAN) {
-                if (depth == 0 && c->tool) {
-                    lua_pop(L, 2);
-                    return pack_fail(c,
-                                     "tools.%s takes named arguments, e.g. "
-                                     "tools.NAME{key=value}; found a "
-                                     "positional or numeric key",
-                                     c->tool->key);
-                }
-                rc = pack_value(L, c, lua_gettop(L) - 1, depth + 1, 0);
-            } else {
-                lua_pop(L, 2);
-                return pack_fail(c, "table keys must be strings or numbers, "
-                                    "not %s values",
-                                 lua_typename(L, kt));
-            }
-            uint32_t h = 0;
-            if (!rc && depth == 0 && c->tool && kt == LUA_TSTRING) {
-                const char *k = lua_tostring(L, -2);
-                for (size_t i = 0; i < c->tool->n_params; i++)
-                    if (strcmp(c->tool->params[i].name, k) == 0)
-                        h = c->tool->params[i].type;
-            }
-            if (!rc)
-                rc = pack_value(L, c, lua_gettop(L), depth + 1, h);
-            if (rc) {
-                lua_pop(L, 2);
-                break;
-            }
-            lua_pop(L, 1);
-        }
-    }
-    lua_pushvalue(L, idx);
-    lua_pushnil(L);
-    lua_rawset(L, c->visiting);
-    if (rc && !c->r->msg[0])
-        snprintf(c->r->msg, sizeof c->r->msg, "out of memory");
-    return rc ? -1 : 0;
-}
-
-static int pack_value(lua_State *L, pack_ctx *c, int idx, int depth,
-                      uint32_t hint)
-{
-    luaL_checkstack(L, 8, "tables nested too deeply");
-    switch (lua_type(L, idx)) {
-    case LUA_TNIL:
-        return msgpack_pack_nil(&c->pk);
-    case LUA_TBOOLEAN:
-        return lua_toboolean(L, idx) ? msgpack_pack_true(&c->pk)
-                                     : msgpack_pack_false(&c->pk);
-    case LUA_TNUMBER:
-        if (lua_isinteger(L, idx))
-            return msgpack_pack_int64(&c->pk, lua_tointeger(L, idx));
-        else {
-            lua_Number d = lua_tonumber(L, idx);
-            lua_Integer i;
-            if (hint == TOOLHOST_TYPE_INTEGER && lua_numbertointeger(d, &i) &&
-                (lua_Number)i == d)
-                return msgpack_pack_int64(&c->pk, i);
-            return msgpack_pack_double(&c->pk, d);
-        }
-    case LUA_TSTRING: {
-        size_t n;
-        const char *s = lua_tolstring(L, idx, &n);
-        return msgpack_pack_str_with_body(&c->pk, s, n);
-    }
-    case LUA_TTABLE:
-        return pack_table(L, c, idx, depth, hint);
-    default:
-        if (c->lenient) {
-            size_t n;
-            const char *s = luaL_tolstring(L, idx, &n);
-            int rc = msgpack_pack_str_with_body(&c->pk, s, n);
-            lua_pop(L, 1);
-            return rc;
-        }
-        return pack_fail(c,
-                         "a %s value cannot be passed to a tool (only "
-                         "nil, booleans, numbers, strings and tables)",
-                         luaL_typename(L, idx));
-    }
-}
-
-/* msgpack write callback: appends within pack_ctx.cap. */
-static int capped_write(void *data, const char *b, size_t len)
-{
-    pack_ctx *c = data;
-    if (c->cap && (len > c->cap || c->buf->len > c->cap - len)) {
-        c->over = true;
-        return -1;
-    }
-    return th_buf_append(c->buf, b, len) != 0 ? -1 : 0;
-}
-
-/* Packs the value at idx into buf, stopping as soon as it would pass cap
- * bytes (0: no cap; *over then says so); on failure r->msg says why. */
-static int pack_into(lua_State *L, run *r, int idx, th_buf *buf,
-                     bool lenient, const th_proj_tool *tool, size_t cap,
-                     bool *over)
-{
-    idx = lua_absindex(L, idx);
-    pack_ctx c;
-    c.r = r;
-    c.lenient = lenient;
-    c.tool = tool;
-    c.buf = buf;
-    c.cap = cap;
-    c.over = false;
-    r->msg[0] = '\0';
-    th_buf_reset(buf);
-    msgpack_packer_init(&c.pk, &c, capped_write);
-    lua_newtable(L);
-    c.visiting = lua_gettop(L);
-    int rc = pack_value(L, &c, idx, 0, 0);
-    lua_pop(L, 1);
-    if (over)
-        *over = c.over;
-    if (rc && c.over)
-        snprintf(r->msg, sizeof r->msg, "more than %zu bytes", cap);
-    else if (rc && !r->msg[0])
-        snprintf(r->msg, sizeof r->msg, "out of memory");
-    return rc ? -1 : 0;
-}
-
-/* ---- msgpack -> Lua ---------------------------------------------------------- */
-
-static void push_object(lua_State *L, const msgpack_object *o, int depth)
-{
-    luaL_checkstack(L, 4, "result nested too deeply");
-    if (depth > MAX_DEPTH) {
-        lua_pushnil(L);
-        return;
-    }
-    switch (o->type) {
-    case MSGPACK_OBJECT_BOOLEAN:
-        lua_pushboolean(L, o->via.boolean);
-        break;
-    case MSGPACK_OBJECT_POSITIVE_INTEGER:
-        if (o->via.u64 > (uint64_t)LUA_MAXINTEGER)
-            lua_pushnumber(L, (lua_Number)o->via.u64);
-        else
-            lua_pushinteger(L, (lua_Integer)o->via.u64);
-        break;
-    case MSGPACK_OBJECT_NEGATIVE_INTEGER:
-        lua_pushinteger(L, (lua_Integer)o->via.i64);
-        break;
-    case MSGPACK_OBJECT_FLOAT32:
-    case MSGPACK_OBJECT_FLOAT64:
-        lua_pushnumber(L, o->via.f64);
-        break;
-    case MSGPACK_OBJECT_STR:
-        lua_pushlstring(L, o->via.str.ptr, o->via.str.size);
-        break;
-    case MSGPACK_OBJECT_BIN:
-        lua_pushlstring(L, o->via.bin.ptr, o->via.bin.size);
-        break;
-    case MSGPACK_OBJECT_ARRAY:
-        lua_createtable(L, (int)o->via.array.size, 0);
-        for (uint32_t i = 0; i < o->via.array.size; i++) {
-            push_object(L, &o->via.array.ptr[i], depth + 1);
-            lua_rawseti(L, -2, (lua_Integer)i + 1);
-        }
-        break;
-    case MSGPACK_OBJECT_MAP:
-        lua_createtable(L, 0, (int)o->via.map.size);
-        for (uint32_t i = 0; i < o->via.map.size; i++) {
-            const msgpack_object_kv *kv = &o->via.map.ptr[i];
-            if (kv->key.type == MSGPACK_OBJECT_NIL)
-                continue;
-            push_object(L, &kv->key, depth + 1);
-            push_object(L, &kv->val, depth + 1);
-            if (lua_isnil(L, -2) ||
-                (lua_type(L, -2) == LUA_TNUMBER &&
-                 lua_tonumber(L, -2) != lua_tonumber(L, -2)))
-                lua_pop(L, 2); /* nil or NaN key */
-            else
-                lua_rawset(L, -3);
-        }
-        break;
-    default: /* nil, ext */
-        lua_pushnil(L);
-        break;
-    }
-}
-
-/* Pushes the msgpack value in buf, or an empty table when there is none. */
-static void push_msgpack(lua_State *L, run *r, const th_buf *b)
-{
-    if (!b->len) {
-        lua_newtable(L);
-        return;
-    }
-    if (r->unp_live)
-        msgpack_unpacked_destroy(&r->unp);
-    msgpack_unpacked_init(&r->unp);
-    r->unp_live = true;
-    if (msgpack_unpack_next(&r->unp, (const char *)b->data, b->len, NULL) !=
-        MSGPACK_UNPACK_SUCCESS) {
-        lua_newtable(L);
-        return;
-    }
-    push_object(L, &r->unp.data, 0);
 }
 
 /* ---- Tools ----------------------------------------------------------------- */
@@ -689,52 +351,10 @@ static void progress_tramp(void *ud, double fraction, const char *message,
                           data_len);
 }
 
-static void set_str(lua_State *L, const char *k, const char *v, size_t n)
-{
-    lua_pushlstring(L, v ? v : "", v ? n : 0);
-    lua_setfield(L, -2, k);
-}
-
-/* Pushes a call's result as the Lua table of its codec form (th/codec.h:
- * {ok, stdout, stderr, meta[, structured]} or {ok = false, error = {code,
- * message}}; structured: a tool's checked JSON output as a Lua value);
- * a run that failed (ok = false) also gets error = {code = "tool_failed",
- * message = its stderr} (TH_EFAILED).  Raises on out of memory. */
-static void push_result(lua_State *L, run *r, const th_result_copy *res)
-{
-    th_buf b = TH_BUF_INIT;
-    if (th_codec_result_to_buf(&b, res) != 0) {
-        th_buf_free(&b);
-        luaL_error(L, "out of memory");
-        return;
-    }
-    push_msgpack(L, r, &b);
-    th_buf_free(&b);
-    if (res->kind == TH_RESULT_DONE && !res->ok) {
-        lua_createtable(L, 0, 2);
-        set_str(L, "code", th_err_name(TH_EFAILED), strlen(th_err_name(TH_EFAILED)));
-        if (res->err.len)
-            set_str(L, "message", (const char *)res->err.data, res->err.len);
-        else
-            set_str(L, "message", th_strerror(TH_EFAILED), strlen(th_strerror(TH_EFAILED)));
-        lua_setfield(L, -2, "error");
-    }
-}
-
-static void push_error_result(lua_State *L, run *r, int code, const char *message)
-{
-    th_result_copy e;
-    memset(&e, 0, sizeof e);
-    e.kind = TH_RESULT_ERROR;
-    e.error = code;
-    e.message = (char *)(message ? message : th_strerror(code));
-    push_result(L, r, &e);
-}
-
 /* __call of a tool object: upvalue 1 = index in the projection. */
 static int tool_call(lua_State *L)
 {
-    run *r = get_run(L);
+    run *r = th_code__get_run(L);
     lua_Integer idx = lua_tointeger(L, lua_upvalueindex(1));
     const th_proj_tool *t = &r->proj->tools[idx];
     if (lua_gettop(L) > 2)
@@ -759,12 +379,12 @@ static int tool_call(lua_State *L)
         th_buf_reset(&r->args);
         if (th_buf_append(&r->args, "\x80", 1) != 0)
             return luaL_error(L, "out of memory");
-    } else if (pack_into(L, r, 2, &r->args, false, t, 0, NULL) != 0) {
+    } else if (th_code__pack_into(L, r, 2, &r->args, false, t, 0, NULL) != 0) {
         return luaL_error(L, "tools.%s: bad arguments: %s", t->key, r->msg);
     }
     int64_t timeout = 0;
     if (r->has_deadline) {
-        timeout = ms_left(r);
+        timeout = th_code__ms_left(r);
         if (timeout <= 0) {
             set_kill(r, L, KILL_TIMEOUT);
             return raise_kill(L, r, 1);
@@ -780,9 +400,9 @@ static int tool_call(lua_State *L)
     if (r->kill)
         return raise_kill(L, r, 1);
     if (rc < 0) {
-        push_error_result(L, r, rc, NULL);
+        th_code__push_error_result(L, r, rc, NULL);
     } else if (r->pres.kind == TH_PROJ_ERROR) {
-        push_error_result(L, r, r->pres.error, r->pres.message);
+        th_code__push_error_result(L, r, r->pres.error, r->pres.message);
     } else {
         /* A view of the projection's result (nothing changes hands). */
         th_result_copy done;
@@ -793,7 +413,7 @@ static int tool_call(lua_State *L)
         done.err = r->pres.err;
         done.meta = r->pres.meta;
         done.structured = r->pres.structured;
-        push_result(L, r, &done);
+        th_code__push_result(L, r, &done);
     }
     th_proj_result_free(&r->pres);
     return 1;
@@ -838,7 +458,7 @@ static int tools_index(lua_State *L)
     lua_pushvalue(L, 2);
     if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL)
         return 1;
-    run *r = get_run(L);
+    run *r = th_code__get_run(L);
     const char *k = lua_tostring(L, 2);
     if (k && strcmp(k, TH_CODE_TOOL_NAME) == 0)
         return luaL_error(L, "tools.run_code does not exist: run_code "
@@ -936,7 +556,7 @@ static void make_tools(lua_State *L, run *r)
 /* help(x): prints the doc of a tool, or the list of tools. */
 static int sb_help(lua_State *L)
 {
-    run *r = get_run(L);
+    run *r = th_code__get_run(L);
     lua_settop(L, 1); /* the buffer below lives above argument 1 */
     luaL_Buffer b;
     luaL_buffinit(L, &b);
@@ -1056,253 +676,6 @@ static int sb_load(lua_State *L)
     return lua_gettop(L) - top;
 }
 
-/* ---- Pattern cost guard -------------------------------------------------------
- *
- * Lua's pattern matcher is C code: the count hook cannot stop it, and a
- * backtracking pattern on a large subject (("a"):rep(1e5):find("a*b"),
- * s:find(".-.-.-x")) can run for minutes.  Before string.find, match,
- * gmatch and gsub run, the sandbox estimates the worst-case number of
- * matcher steps from the pattern's items and the subject, and refuses a
- * call whose estimate does not fit in the time left.  The estimate reads the
- * pattern grammar of the Lua manual (classes, sets, quantifiers, %b, %f,
- * anchors); the matching itself is always Lua's.
- *
- * For the first item quantified with *, + or - the work over all start
- * positions is about the sum, over maximal runs of subject bytes in its
- * class, of L^2/2 (anchored: the first run only); every later such item
- * multiplies by its longest run + 1, every ? by 2. */
-
-#define STEPS_PER_MS 100000.0 /* measured: 3e5 or more per ms */
-
-static bool class_has(int c, int cl)
-{
-    int r;
-    switch (tolower(cl)) {
-    case 'a': r = isalpha(c); break;
-    case 'c': r = iscntrl(c); break;
-    case 'd': r = isdigit(c); break;
-    case 'g': r = isgraph(c); break;
-    case 'l': r = islower(c); break;
-    case 'p': r = ispunct(c); break;
-    case 's': r = isspace(c); break;
-    case 'u': r = isupper(c); break;
-    case 'w': r = isalnum(c); break;
-    case 'x': r = isxdigit(c); break;
-    default: return cl == c;
-    }
-    return isupper(cl) ? !r : r != 0;
-}
-
-static void set_add(uint8_t set[32], int c)
-{
-    set[(unsigned)c >> 3] |= (uint8_t)(1u << (c & 7));
-}
-
-static bool set_has(const uint8_t set[32], unsigned char c)
-{
-    return set[c >> 3] & (1u << (c & 7));
-}
-
-/* Parses one single-character class at p into set; returns the position
- * after it, or NULL when the pattern is malformed (Lua will say so). */
-static const char *parse_class(const char *p, const char *end, uint8_t set[32])
-{
-    memset(set, 0, 32);
-    if (*p == '.') {
-        memset(set, 0xff, 32);
-        return p + 1;
-    }
-    if (*p == '%') {
-        if (p + 1 >= end)
-            return NULL;
-        for (int c = 0; c < 256; c++)
-            if (class_has(c, (unsigned char)p[1]))
-                set_add(set, c);
-        return p + 2;
-    }
-    if (*p != '[') {
-        set_add(set, (unsigned char)*p);
-        return p + 1;
-    }
-    const char *q = p + 1;
-    bool neg = q < end && *q == '^';
-    if (neg)
-        q++;
-    bool first = true;
-    while (q < end && (*q != ']' || first)) {
-        first = false;
-        if (*q == '%' && q + 1 < end) {
-            for (int c = 0; c < 256; c++)
-                if (class_has(c, (unsigned char)q[1]))
-                    set_add(set, c);
-            q += 2;
-        } else if (q + 2 < end && q[1] == '-' && q[2] != ']') {
-            for (int c = (unsigned char)q[0]; c <= (unsigned char)q[2]; c++)
-                set_add(set, c);
-            q += 3;
-        } else {
-            set_add(set, (unsigned char)*q);
-            q++;
-        }
-    }
-    if (q >= end)
-        return NULL;
-    if (neg)
-        for (int i = 0; i < 32; i++)
-            set[i] = (uint8_t)~set[i];
-    return q + 1;
-}
-
-/* Longest run and sum of squared runs of subject bytes in set. */
-static void runs(const unsigned char *s, size_t n, const uint8_t set[32],
-                 double *longest, double *sumsq)
-{
-    double L = 0, best = 0, sq = 0;
-    for (size_t i = 0; i <= n; i++) {
-        if (i < n && set_has(set, s[i])) {
-            L++;
-            continue;
-        }
-        sq += L * L;
-        if (L > best)
-            best = L;
-        L = 0;
-    }
-    *longest = best;
-    *sumsq = sq;
-}
-
-/* The estimated worst-case matcher steps, or -1 when the pattern is
- * malformed (Lua reports that itself). */
-static double pattern_cost(const char *s, size_t n, const char *p, size_t pl,
-                           bool can_anchor)
-{
-    const char *end = p + pl;
-    bool anchored = false;
-    if (can_anchor && p < end && *p == '^') {
-        anchored = true;
-        p++;
-    }
-    double first = -1, rest = 1, items = 1;
-    uint8_t set[32];
-    while (p < end) {
-        char c = *p;
-        items++;
-        if (c == '(' || c == ')' || (c == '$' && p + 1 == end)) {
-            p++;
-            continue;
-        }
-        if (c == '%' && p + 1 < end && p[1] == 'b') {
-            if (p + 3 >= end)
-                return -1;
-            /* a balance scan may run to the end from every opener */
-            double openers = 0;
-            for (size_t i = 0; i < n; i++)
-                openers += s[i] == (unsigned char)p[2];
-            if (first < 0)
-                first = openers * (double)n + (double)n;
-            else
-                rest *= (double)n + 1;
-            p += 4;
-            continue;
-        }
-        if (c == '%' && p + 1 < end && p[1] == 'f') {
-            p += 2;
-            if (p >= end || *p != '[' || !(p = parse_class(p, end, set)))
-                return -1;
-            continue;
-        }
-        if (c == '%' && p + 1 < end && isdigit((unsigned char)p[1])) {
-            p += 2;
-            continue;
-        }
-        const char *q = parse_class(p, end, set);
-        if (!q)
-            return -1;
-        char quant = q < end ? *q : 0;
-        if (quant == '*' || quant == '+' || quant == '-') {
-            double longest, sumsq;
-            runs((const unsigned char *)s, n, set, &longest, &sumsq);
-            if (first < 0)
-                first = anchored ? longest + 1 : sumsq / 2 + (double)n;
-            else
-                rest *= longest + 1;
-            q++;
-        } else if (quant == '?') {
-            rest *= 2;
-            q++;
-        }
-        p = q;
-        if (rest > 1e30)
-            rest = 1e30;
-    }
-    if (first < 0) /* no quantifier: a scan per start position */
-        return (anchored ? 1.0 : (double)n + 1) * items;
-    return first * rest * items;
-}
-
-/* string.find/match/gmatch/gsub with the cost guard.  Upvalue 1: the
- * original function; upvalue 2: its name; upvalue 3: true for find. */
-static int sb_pattern_fn(lua_State *L)
-{
-    run *r = get_run(L);
-    const char *name = lua_tostring(L, lua_upvalueindex(2));
-    bool is_find = lua_toboolean(L, lua_upvalueindex(3));
-    if (r->has_deadline && lua_type(L, 1) == LUA_TSTRING &&
-        lua_type(L, 2) == LUA_TSTRING) {
-        size_t n, pl;
-        const char *s = lua_tolstring(L, 1, &n);
-        const char *p = lua_tolstring(L, 2, &pl);
-        double left = (double)ms_left(r);
-        double budget = (left > 1 ? left : 1) * STEPS_PER_MS;
-        double cost;
-        if (is_find && (lua_toboolean(L, 4) ||
-                        strpbrk(p, "^$*+?.([%-") == NULL ||
-                        strlen(p) != pl))
-            cost = (double)n * (double)(pl ? pl : 1) / 20; /* memcmp */
-        else
-            cost = pattern_cost(s, n, p, pl, strcmp(name, "gmatch") != 0);
-        if (cost > budget) {
-            char msg[400];
-            snprintf(msg, sizeof msg,
-                     "string.%s: this pattern could take too long on a "
-                     "%zu-byte string (about %.3g matcher steps; the time "
-                     "left allows %.3g): match smaller pieces, e.g. one line "
-                     "at a time with for line in s:gmatch(\"[^\\n]+\") do "
-                     "... end, or use a plain search: s:find(text, 1, true)",
-                     name, n, cost, budget);
-            return luaL_error(L, "%s", msg);
-        }
-    }
-    lua_pushvalue(L, lua_upvalueindex(1));
-    lua_insert(L, 1);
-    lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
-    return lua_gettop(L);
-}
-
-/* table.move(a1, f, e, t [, a2]) loops in C over e - f + 1 indices, even
- * when the table is empty: refuse a range the time left cannot cover.
- * Upvalue 1: the original function. */
-static int sb_table_move(lua_State *L)
-{
-    run *r = get_run(L);
-    lua_Integer f = luaL_checkinteger(L, 2);
-    lua_Integer e = luaL_checkinteger(L, 3);
-    if (r->has_deadline && e >= f) {
-        double left = (double)ms_left(r);
-        double budget = (left > 1 ? left : 1) * STEPS_PER_MS;
-        if ((double)e - (double)f + 1 > budget)
-            return luaL_error(L,
-                              "table.move: %I elements or more are too many "
-                              "to move in the time left",
-                              (lua_Integer)budget);
-    }
-    lua_pushvalue(L, lua_upvalueindex(1));
-    lua_insert(L, 1);
-    lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
-    return lua_gettop(L);
-}
-
 /* setmetatable(t, mt) without __gc: Lua runs finalizers with hooks off
  * (during collection steps and at lua_close), so a finalizer would be out
  * of the deadline's reach.  Upvalue 1: the original function. */
@@ -1334,7 +707,7 @@ static int sb_setmetatable(lua_State *L)
 /* The message handler xpcall installs; upvalue 1 is the script's. */
 static int sb_msgh_guard(lua_State *L)
 {
-    run *r = get_run(L);
+    run *r = th_code__get_run(L);
     if (r->kill) { /* the error passes through unchanged */
         lua_settop(L, 1);
         return 1;
@@ -1376,7 +749,7 @@ static int sb_xpcall(lua_State *L)
  * __close metamethods would run with the hook off). */
 static int sb_wrap_resume(lua_State *L)
 {
-    run *r = get_run(L);
+    run *r = th_code__get_run(L);
     lua_State *co = lua_tothread(L, lua_upvalueindex(1));
     int narg = lua_gettop(L);
     if (!lua_checkstack(co, narg))
@@ -1425,7 +798,7 @@ static int sb_wrap(lua_State *L)
  * original function. */
 static int sb_coclose(lua_State *L)
 {
-    run *r = get_run(L);
+    run *r = th_code__get_run(L);
     if (r->kill)
         return raise_kill(L, r, 1);
     lua_pushvalue(L, lua_upvalueindex(1));
@@ -1457,7 +830,7 @@ static void guard_patterns(lua_State *L)
         lua_getfield(L, -1, fns[i]);
         lua_pushstring(L, fns[i]);
         lua_pushboolean(L, i == 0);
-        lua_pushcclosure(L, sb_pattern_fn, 3);
+        lua_pushcclosure(L, th_code__pattern_fn, 3);
         lua_setfield(L, -2, fns[i]);
     }
     lua_getglobal(L, "setmetatable");
@@ -1465,7 +838,7 @@ static void guard_patterns(lua_State *L)
     lua_setglobal(L, "setmetatable");
     lua_getglobal(L, "table");
     lua_getfield(L, -1, "move");
-    lua_pushcclosure(L, sb_table_move, 1);
+    lua_pushcclosure(L, th_code__table_move, 1);
     lua_setfield(L, -2, "move");
     lua_pop(L, 2);
     lua_pushcfunction(L, sb_xpcall);
@@ -1575,7 +948,7 @@ static int msgh(lua_State *L)
     const char *msg = lua_tostring(L, 1);
     if (!msg) {
         /* no script code once killed: it would run with the hook off */
-        if (!get_run(L)->kill && luaL_callmeta(L, 1, "__tostring") &&
+        if (!th_code__get_run(L)->kill && luaL_callmeta(L, 1, "__tostring") &&
             lua_type(L, -1) == LUA_TSTRING)
             msg = lua_tostring(L, -1);
         else
@@ -1595,29 +968,7 @@ static int run_chunk(lua_State *L)
     lua_call(L, 0, 1);
     if (lua_isnil(L, -1))
         return 0;
-    /* The value is limited like the output, by its packed size, while it
-     * is packed: N references to one big string cost N times its size. */
-    size_t cap = r->lim.output_limit ? (size_t)r->lim.output_limit
-                                     : (size_t)VALUE_MAX_NO_LIMIT;
-    bool over = false;
-    if (pack_into(L, r, -1, &r->res->value, true, NULL, cap, &over) == 0)
-        return 0;
-    th_buf_free(&r->res->value);
-    if (over) {
-        r->res->value_too_large = true;
-        th_log_info("run_code: the returned value passed %zu bytes once "
-                    "packed: refused (run_code output_limit)",
-                    cap);
-        return luaL_error(L,
-                          "the returned value is too large: it passes %I "
-                          "bytes once serialised (the run_code output "
-                          "limit); return less, e.g. a count or the first "
-                          "items, or print it (output is cut to the same "
-                          "limit)",
-                          (lua_Integer)cap);
-    }
-    return luaL_error(L, "the returned value cannot be carried: %s",
-                      r->msg);
+    return th_code__pack_returned(L, r);
 }
 
 static char *dup_msg(const char *s)
@@ -1654,7 +1005,7 @@ int th_code_run(const th_projection *proj, const char *code, size_t len,
     th_proj_result_init(&r->pres);
     if (r->lim.timeout_ms > 0) {
         r->has_deadline = true;
-        r->deadline = now_mono();
+        r->deadline = th_code__now_mono();
         r->deadline.tv_sec += r->lim.timeout_ms / 1000;
         r->deadline.tv_nsec += (r->lim.timeout_ms % 1000) * 1000000;
         if (r->deadline.tv_nsec >= 1000000000) {

@@ -1,0 +1,386 @@
+/* code_bridge.c - the msgpack <-> Lua bridge of the Lua code runtime
+ * (th/code.h): Lua values to msgpack (tool arguments, the returned value,
+ * within the value cap) and msgpack back to Lua values (tool results, as
+ * the Lua table of their codec form).  Runs on the thread that called
+ * th_code_run() (a worker, for run_code), inside the run's lua_pcall.
+ */
+#include "code_int.h"
+
+#include <lauxlib.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "th/log.h"
+
+#define MAX_DEPTH 64 /* nesting of tables converted to or from msgpack */
+#define VALUE_MAX_NO_LIMIT (64u << 20) /* returned value, no output_limit */
+
+/* ---- Lua -> msgpack ------------------------------------------------------------ */
+
+typedef struct pack_ctx {
+    run *r;
+    msgpack_packer pk;
+    th_buf *buf;
+    size_t cap;   /* bytes the packed value may take; 0: no cap */
+    bool over;    /* the cap was reached */
+    int visiting; /* stack index of the set of tables being packed */
+    bool lenient; /* unsupported values become their tostring() text */
+    const th_proj_tool *tool; /* for argument hints, or NULL */
+} pack_ctx;
+
+static int pack_fail(pack_ctx *c, const char *fmt, const char *a)
+{
+    snprintf(c->r->msg, sizeof c->r->msg, fmt, a);
+    return -1;
+}
+
+static int pack_value(lua_State *L, pack_ctx *c, int idx, int depth,
+                      uint32_t hint);
+
+/* Packs the table at idx (absolute). */
+static int pack_table(lua_State *L, pack_ctx *c, int idx, int depth,
+                      uint32_t hint)
+{
+    if (depth > MAX_DEPTH)
+        return pack_fail(c, "a table is nested more than %s levels deep",
+                         "64");
+    lua_pushvalue(L, idx);
+    if (lua_rawget(L, c->visiting) != LUA_TNIL) {
+        lua_pop(L, 1);
+        return pack_fail(c, "%s",
+                         "a table contains itself (a cycle); tool arguments "
+                         "and returned values must be trees");
+    }
+    lua_pop(L, 1);
+    lua_pushvalue(L, idx);
+    lua_pushboolean(L, 1);
+    lua_rawset(L, c->visiting);
+
+    size_t n = 0;
+    lua_Integer max = 0;
+    bool arr = true;
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        n++;
+        if (arr) {
+            if (lua_isinteger(L, -2)) {
+                lua_Integer k = lua_tointeger(L, -2);
+                if (k < 1)
+                    arr = false;
+                else if (k > max)
+                    max = k;
+            } else {
+                arr = false;
+            }
+        }
+        lua_pop(L, 1);
+    }
+    arr = arr && (n ? (size_t)max == n : hint == TOOLHOST_TYPE_ARRAY);
+    if (depth == 0 && c->tool) {
+        if (arr && n) {
+            lua_pushvalue(L, idx);
+            lua_pushnil(L);
+            lua_rawset(L, c->visiting);
+            return pack_fail(c,
+                             "tools.%s takes named arguments, e.g. "
+                             "tools.NAME{key=value}, not a list",
+                             c->tool->key);
+        }
+        arr = false;
+    }
+    int rc = 0;
+    if (arr) {
+        rc = msgpack_pack_array(&c->pk, (uint32_t)n);
+        for (size_t i = 1; i <= n && !rc; i++) {
+            lua_rawgeti(L, idx, (lua_Integer)i);
+            rc = pack_value(L, c, lua_gettop(L), depth + 1, 0);
+            lua_pop(L, 1);
+        }
+    } else {
+        rc = msgpack_pack_map(&c->pk, (uint32_t)n);
+        lua_pushnil(L);
+        while (!rc && lua_next(L, idx)) {
+            int kt = lua_type(L, -2);
+            if (kt == LUA_TSTRING) {
+                size_t kl;
+                const char *k = lua_tolstring(L, -2, &kl);
+                rc = msgpack_pack_str_with_body(&c->pk, k, kl);
+            } else if (kt == LUA_TNUMBER || kt == LUA_TBOOLEAN) {
+                if (depth == 0 && c->tool) {
+                    lua_pop(L, 2);
+                    return pack_fail(c,
+                                     "tools.%s takes named arguments, e.g. "
+                                     "tools.NAME{key=value}; found a "
+                                     "positional or numeric key",
+                                     c->tool->key);
+                }
+                rc = pack_value(L, c, lua_gettop(L) - 1, depth + 1, 0);
+            } else {
+                lua_pop(L, 2);
+                return pack_fail(c, "table keys must be strings or numbers, "
+                                    "not %s values",
+                                 lua_typename(L, kt));
+            }
+            uint32_t h = 0;
+            if (!rc && depth == 0 && c->tool && kt == LUA_TSTRING) {
+                const char *k = lua_tostring(L, -2);
+                for (size_t i = 0; i < c->tool->n_params; i++)
+                    if (strcmp(c->tool->params[i].name, k) == 0)
+                        h = c->tool->params[i].type;
+            }
+            if (!rc)
+                rc = pack_value(L, c, lua_gettop(L), depth + 1, h);
+            if (rc) {
+                lua_pop(L, 2);
+                break;
+            }
+            lua_pop(L, 1);
+        }
+    }
+    lua_pushvalue(L, idx);
+    lua_pushnil(L);
+    lua_rawset(L, c->visiting);
+    if (rc && !c->r->msg[0])
+        snprintf(c->r->msg, sizeof c->r->msg, "out of memory");
+    return rc ? -1 : 0;
+}
+
+static int pack_value(lua_State *L, pack_ctx *c, int idx, int depth,
+                      uint32_t hint)
+{
+    luaL_checkstack(L, 8, "tables nested too deeply");
+    switch (lua_type(L, idx)) {
+    case LUA_TNIL:
+        return msgpack_pack_nil(&c->pk);
+    case LUA_TBOOLEAN:
+        return lua_toboolean(L, idx) ? msgpack_pack_true(&c->pk)
+                                     : msgpack_pack_false(&c->pk);
+    case LUA_TNUMBER:
+        if (lua_isinteger(L, idx))
+            return msgpack_pack_int64(&c->pk, lua_tointeger(L, idx));
+        else {
+            lua_Number d = lua_tonumber(L, idx);
+            lua_Integer i;
+            if (hint == TOOLHOST_TYPE_INTEGER && lua_numbertointeger(d, &i) &&
+                (lua_Number)i == d)
+                return msgpack_pack_int64(&c->pk, i);
+            return msgpack_pack_double(&c->pk, d);
+        }
+    case LUA_TSTRING: {
+        size_t n;
+        const char *s = lua_tolstring(L, idx, &n);
+        return msgpack_pack_str_with_body(&c->pk, s, n);
+    }
+    case LUA_TTABLE:
+        return pack_table(L, c, idx, depth, hint);
+    default:
+        if (c->lenient) {
+            size_t n;
+            const char *s = luaL_tolstring(L, idx, &n);
+            int rc = msgpack_pack_str_with_body(&c->pk, s, n);
+            lua_pop(L, 1);
+            return rc;
+        }
+        return pack_fail(c,
+                         "a %s value cannot be passed to a tool (only "
+                         "nil, booleans, numbers, strings and tables)",
+                         luaL_typename(L, idx));
+    }
+}
+
+/* msgpack write callback: appends within pack_ctx.cap. */
+static int capped_write(void *data, const char *b, size_t len)
+{
+    pack_ctx *c = data;
+    if (c->cap && (len > c->cap || c->buf->len > c->cap - len)) {
+        c->over = true;
+        return -1;
+    }
+    return th_buf_append(c->buf, b, len) != 0 ? -1 : 0;
+}
+
+/* Packs the value at idx into buf, stopping as soon as it would pass cap
+ * bytes (0: no cap; *over then says so); on failure r->msg says why. */
+int th_code__pack_into(lua_State *L, run *r, int idx, th_buf *buf,
+                     bool lenient, const th_proj_tool *tool, size_t cap,
+                     bool *over)
+{
+    idx = lua_absindex(L, idx);
+    pack_ctx c;
+    c.r = r;
+    c.lenient = lenient;
+    c.tool = tool;
+    c.buf = buf;
+    c.cap = cap;
+    c.over = false;
+    r->msg[0] = '\0';
+    th_buf_reset(buf);
+    msgpack_packer_init(&c.pk, &c, capped_write);
+    lua_newtable(L);
+    c.visiting = lua_gettop(L);
+    int rc = pack_value(L, &c, idx, 0, 0);
+    lua_pop(L, 1);
+    if (over)
+        *over = c.over;
+    if (rc && c.over)
+        snprintf(r->msg, sizeof r->msg, "more than %zu bytes", cap);
+    else if (rc && !r->msg[0])
+        snprintf(r->msg, sizeof r->msg, "out of memory");
+    return rc ? -1 : 0;
+}
+
+/* ---- msgpack -> Lua ---------------------------------------------------------- */
+
+static void push_object(lua_State *L, const msgpack_object *o, int depth)
+{
+    luaL_checkstack(L, 4, "result nested too deeply");
+    if (depth > MAX_DEPTH) {
+        lua_pushnil(L);
+        return;
+    }
+    switch (o->type) {
+    case MSGPACK_OBJECT_BOOLEAN:
+        lua_pushboolean(L, o->via.boolean);
+        break;
+    case MSGPACK_OBJECT_POSITIVE_INTEGER:
+        if (o->via.u64 > (uint64_t)LUA_MAXINTEGER)
+            lua_pushnumber(L, (lua_Number)o->via.u64);
+        else
+            lua_pushinteger(L, (lua_Integer)o->via.u64);
+        break;
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+        lua_pushinteger(L, (lua_Integer)o->via.i64);
+        break;
+    case MSGPACK_OBJECT_FLOAT32:
+    case MSGPACK_OBJECT_FLOAT64:
+        lua_pushnumber(L, o->via.f64);
+        break;
+    case MSGPACK_OBJECT_STR:
+        lua_pushlstring(L, o->via.str.ptr, o->via.str.size);
+        break;
+    case MSGPACK_OBJECT_BIN:
+        lua_pushlstring(L, o->via.bin.ptr, o->via.bin.size);
+        break;
+    case MSGPACK_OBJECT_ARRAY:
+        lua_createtable(L, (int)o->via.array.size, 0);
+        for (uint32_t i = 0; i < o->via.array.size; i++) {
+            push_object(L, &o->via.array.ptr[i], depth + 1);
+            lua_rawseti(L, -2, (lua_Integer)i + 1);
+        }
+        break;
+    case MSGPACK_OBJECT_MAP:
+        lua_createtable(L, 0, (int)o->via.map.size);
+        for (uint32_t i = 0; i < o->via.map.size; i++) {
+            const msgpack_object_kv *kv = &o->via.map.ptr[i];
+            if (kv->key.type == MSGPACK_OBJECT_NIL)
+                continue;
+            push_object(L, &kv->key, depth + 1);
+            push_object(L, &kv->val, depth + 1);
+            if (lua_isnil(L, -2) ||
+                (lua_type(L, -2) == LUA_TNUMBER &&
+                 lua_tonumber(L, -2) != lua_tonumber(L, -2)))
+                lua_pop(L, 2); /* nil or NaN key */
+            else
+                lua_rawset(L, -3);
+        }
+        break;
+    default: /* nil, ext */
+        lua_pushnil(L);
+        break;
+    }
+}
+
+/* Pushes the msgpack value in buf, or an empty table when there is none. */
+static void push_msgpack(lua_State *L, run *r, const th_buf *b)
+{
+    if (!b->len) {
+        lua_newtable(L);
+        return;
+    }
+    if (r->unp_live)
+        msgpack_unpacked_destroy(&r->unp);
+    msgpack_unpacked_init(&r->unp);
+    r->unp_live = true;
+    if (msgpack_unpack_next(&r->unp, (const char *)b->data, b->len, NULL) !=
+        MSGPACK_UNPACK_SUCCESS) {
+        lua_newtable(L);
+        return;
+    }
+    push_object(L, &r->unp.data, 0);
+}
+
+static void set_str(lua_State *L, const char *k, const char *v, size_t n)
+{
+    lua_pushlstring(L, v ? v : "", v ? n : 0);
+    lua_setfield(L, -2, k);
+}
+
+/* Pushes a call's result as the Lua table of its codec form (th/codec.h:
+ * {ok, stdout, stderr, meta[, structured]} or {ok = false, error = {code,
+ * message}}; structured: a tool's checked JSON output as a Lua value);
+ * a run that failed (ok = false) also gets error = {code = "tool_failed",
+ * message = its stderr} (TH_EFAILED).  Raises on out of memory. */
+void th_code__push_result(lua_State *L, run *r, const th_result_copy *res)
+{
+    th_buf b = TH_BUF_INIT;
+    if (th_codec_result_to_buf(&b, res) != 0) {
+        th_buf_free(&b);
+        luaL_error(L, "out of memory");
+        return;
+    }
+    push_msgpack(L, r, &b);
+    th_buf_free(&b);
+    if (res->kind == TH_RESULT_DONE && !res->ok) {
+        lua_createtable(L, 0, 2);
+        set_str(L, "code", th_err_name(TH_EFAILED), strlen(th_err_name(TH_EFAILED)));
+        if (res->err.len)
+            set_str(L, "message", (const char *)res->err.data, res->err.len);
+        else
+            set_str(L, "message", th_strerror(TH_EFAILED), strlen(th_strerror(TH_EFAILED)));
+        lua_setfield(L, -2, "error");
+    }
+}
+
+void th_code__push_error_result(lua_State *L, run *r, int code,
+                                const char *message)
+{
+    th_result_copy e;
+    memset(&e, 0, sizeof e);
+    e.kind = TH_RESULT_ERROR;
+    e.error = code;
+    e.message = (char *)(message ? message : th_strerror(code));
+    th_code__push_result(L, r, &e);
+}
+
+/* ---- The returned value ------------------------------------------------------ */
+
+/* Packs the chunk's first result (on top of the stack) into r->res->value,
+ * within the value cap; raises when it cannot be carried.  Called by
+ * run_chunk (code_lua.c), protected. */
+int th_code__pack_returned(lua_State *L, run *r)
+{
+    /* The value is limited like the output, by its packed size, while it
+     * is packed: N references to one big string cost N times its size. */
+    size_t cap = r->lim.output_limit ? (size_t)r->lim.output_limit
+                                     : (size_t)VALUE_MAX_NO_LIMIT;
+    bool over = false;
+    if (th_code__pack_into(L, r, -1, &r->res->value, true, NULL, cap, &over) == 0)
+        return 0;
+    th_buf_free(&r->res->value);
+    if (over) {
+        r->res->value_too_large = true;
+        th_log_info("run_code: the returned value passed %zu bytes once "
+                    "packed: refused (run_code output_limit)",
+                    cap);
+        return luaL_error(L,
+                          "the returned value is too large: it passes %I "
+                          "bytes once serialised (the run_code output "
+                          "limit); return less, e.g. a count or the first "
+                          "items, or print it (output is cut to the same "
+                          "limit)",
+                          (lua_Integer)cap);
+    }
+    return luaL_error(L, "the returned value cannot be carried: %s",
+                      r->msg);
+}
