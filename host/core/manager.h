@@ -459,6 +459,8 @@ struct th_host {
     th_mcall *tomb_head, *tomb_tail; /* quarantine of ended calls (mu) */
     size_t n_tombs;
     atomic_ulong sess_opened[TH_FRONT_KINDS]; /* per front (stats.c) */
+    atomic_ulong front_ev[TH_FRONT_KINDS][TH_FEV_N]; /* per front, reason
+                                                  (stats.c) */
 
     /* Hot reload (reload_host.c).  `reloader` is set at open (NULL with
      * host.reload off) and freed at close.  A config a reload replaced

@@ -699,6 +699,21 @@ static void add_item(th_reload_result *res, const char *name, th_reload_action a
     }
 }
 
+double th_reload_le_s(unsigned i)
+{
+    static const double le[TH_RELOAD_LE] = {0.005, 0.01, 0.025, 0.05, 0.1,
+                                            0.25,  0.5,  1,     2.5,  10};
+    return i < TH_RELOAD_LE ? le[i] : 1e300;
+}
+
+void th_reload_stats_duration(th_reload_stats *st, int64_t total_ns)
+{
+    double s = total_ns > 0 ? (double)total_ns / 1e9 : 0;
+    st->dur_sum_s += s;
+    for (unsigned i = 0; i < TH_RELOAD_LE; i++)
+        st->dur_le[i] += s <= th_reload_le_s(i);
+}
+
 static void finish(th_reloader *r, th_reload_result *res, int64_t t0)
 {
     res->total_ns = now_ns() - t0;
@@ -706,6 +721,7 @@ static void finish(th_reloader *r, th_reload_result *res, int64_t t0)
     r->st.reloads++;
     r->st.last_rc = res->rc;
     r->st.last_wall_ms = wall_ms();
+    th_reload_stats_duration(&r->st, res->total_ns);
     if (res->rc == 0) {
         r->st.ok++;
         r->st.last_error[0] = '\0';

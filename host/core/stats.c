@@ -251,6 +251,75 @@ size_t th_host_front_stats(th_host *h, th_front_stats *out, size_t max)
     return n;
 }
 
+/* ---- Connection events per front ------------------------------------------ */
+
+static const struct {
+    const char *reason;
+    th_front_event_class cls;
+    const char *front; /* the front that raises it */
+} fev[TH_FEV_N] = {
+    [TH_FEV_REFUSED_FD_LIMIT] = {"fd_limit", TH_FEV_REFUSED, "rpc"},
+    [TH_FEV_REFUSED_MAX_CONNECTIONS] = {"max_connections", TH_FEV_REFUSED,
+                                        "rpc"},
+    [TH_FEV_REFUSED_MAX_PER_UID] = {"max_connections_per_uid",
+                                    TH_FEV_REFUSED, "rpc"},
+    [TH_FEV_REFUSED_ACCEPT] = {"accept_failed", TH_FEV_REFUSED, "rpc"},
+    [TH_FEV_REFUSED_UNAUTHORIZED] = {"unauthorized", TH_FEV_REFUSED, "mcp"},
+    [TH_FEV_REFUSED_FORBIDDEN] = {"forbidden", TH_FEV_REFUSED, "mcp"},
+    [TH_FEV_REFUSED_TOO_LARGE] = {"body_too_large", TH_FEV_REFUSED, "mcp"},
+    [TH_FEV_REFUSED_MAX_STREAMS] = {"max_streams", TH_FEV_REFUSED, "mcp"},
+    [TH_FEV_REFUSED_MAX_SESSIONS] = {"max_sessions", TH_FEV_REFUSED, "mcp"},
+    [TH_FEV_REFUSED_SHUTDOWN] = {"shutting_down", TH_FEV_REFUSED, "mcp"},
+    [TH_FEV_CLOSED_IDLE] = {"idle_timeout", TH_FEV_CLOSED, "rpc"},
+    [TH_FEV_CLOSED_FRAME] = {"frame_timeout", TH_FEV_CLOSED, "rpc"},
+    [TH_FEV_CLOSED_BUDGET] = {"max_buffered", TH_FEV_CLOSED, "rpc"},
+    [TH_FEV_CLOSED_PROTOCOL] = {"max_protocol_errors", TH_FEV_CLOSED, "rpc"},
+    [TH_FEV_CLOSED_INFLIGHT] = {"max_inflight", TH_FEV_CLOSED, "rpc"},
+    [TH_FEV_CLOSED_SLOW_READER] = {"slow_reader", TH_FEV_CLOSED, "mcp"},
+    [TH_FEV_PROTOCOL_ERROR] = {"protocol_error", TH_FEV_PROTOCOL, NULL},
+};
+
+void th_stat_front_event(th_host *h, const char *front, th_front_event ev)
+{
+    if (h && (unsigned)ev < TH_FEV_N)
+        atomic_fetch_add_explicit(&h->front_ev[th_stat_front_kind(front)][ev],
+                                  1, memory_order_relaxed);
+}
+
+const char *th_front_event_reason(th_front_event ev)
+{
+    return (unsigned)ev < TH_FEV_N ? fev[ev].reason : "unknown";
+}
+
+th_front_event_class th_front_event_class_of(th_front_event ev)
+{
+    return (unsigned)ev < TH_FEV_N ? fev[ev].cls : TH_FEV_PROTOCOL;
+}
+
+int th_host_front_events_foreach(th_host *h,
+                                 int (*fn)(const char *front,
+                                           th_front_event ev, uint64_t n,
+                                           void *ud),
+                                 void *ud)
+{
+    for (unsigned k = 0; k < TH_FRONT_KINDS; k++) {
+        bool raises = k == th_stat_front_kind(TOOLHOST_FRONT_RPC) ||
+                      k == th_stat_front_kind(TOOLHOST_FRONT_MCP);
+        for (unsigned e = 0; e < TH_FEV_N; e++) {
+            uint64_t n = atomic_load_explicit(&h->front_ev[k][e],
+                                              memory_order_relaxed);
+            bool own = raises && (!fev[e].front ||
+                                  strcmp(fev[e].front, front_names[k]) == 0);
+            if (!n && !own)
+                continue;
+            int rc = fn(front_names[k], (th_front_event)e, n, ud);
+            if (rc)
+                return rc;
+        }
+    }
+    return 0;
+}
+
 /* ---- Per toolset and per front ------------------------------------------- */
 
 /* Group entries live in the tools' table (freed with it at close) under

@@ -209,6 +209,75 @@ static int gauge(th_buf *b, const char *name, const char *type,
     return e;
 }
 
+/* Connection events, one family per class: fn of
+ * th_host_front_events_foreach. */
+typedef struct evwalk {
+    th_buf *b;
+    th_front_event_class cls;
+    const char *name;
+    int e;
+} evwalk;
+
+static int event_fn(const char *front, th_front_event ev, uint64_t n,
+                    void *ud)
+{
+    evwalk *w = ud;
+    if (th_front_event_class_of(ev) != w->cls)
+        return 0;
+    w->e |= th_buf_printf(w->b, "%s{front=\"", w->name);
+    w->e |= th_metrics_label(w->b, front);
+    if (w->cls != TH_FEV_PROTOCOL)
+        w->e |= th_buf_printf(w->b, "\",reason=\"%s",
+                              th_front_event_reason(ev));
+    w->e |= th_buf_printf(w->b, "\"} %llu\n", (unsigned long long)n);
+    return w->e ? -1 : 0;
+}
+
+static int front_events(th_host *h, th_buf *b)
+{
+    static const struct {
+        th_front_event_class cls;
+        const char *name, *help;
+    } fams[] = {
+        {TH_FEV_REFUSED, "toolhost_connections_refused_total",
+         "Connections and requests refused before a session opened, per "
+         "front and reason."},
+        {TH_FEV_CLOSED, "toolhost_connections_closed_total",
+         "Connections (and MCP event streams) closed by a limit, per front "
+         "and reason."},
+        {TH_FEV_PROTOCOL, "toolhost_protocol_errors_total",
+         "Messages that broke the protocol, per front."},
+    };
+    int e = 0;
+    for (size_t i = 0; i < sizeof fams / sizeof *fams; i++) {
+        e |= family(b, fams[i].name, "counter", fams[i].help);
+        evwalk w = {.b = b, .cls = fams[i].cls, .name = fams[i].name};
+        th_host_front_events_foreach(h, event_fn, &w);
+        e |= w.e;
+    }
+    return e;
+}
+
+static int reload_hist(th_buf *b, const th_reload_stats *rs)
+{
+    int e = family(b, "toolhost_reload_duration_seconds", "histogram",
+                   "Reload duration (load, prepare, swap), ok or failed.");
+    for (unsigned i = 0; i < TH_RELOAD_LE; i++)
+        e |= th_buf_printf(b,
+                           "toolhost_reload_duration_seconds_bucket{le=\"%.9g\"}"
+                           " %llu\n",
+                           th_reload_le_s(i),
+                           (unsigned long long)rs->dur_le[i]);
+    e |= th_buf_printf(b,
+                       "toolhost_reload_duration_seconds_bucket{le=\"+Inf\"} "
+                       "%llu\n"
+                       "toolhost_reload_duration_seconds_sum %.9g\n"
+                       "toolhost_reload_duration_seconds_count %llu\n",
+                       (unsigned long long)rs->reloads, rs->dur_sum_s,
+                       (unsigned long long)rs->reloads);
+    return e;
+}
+
 static long rss_bytes(void)
 {
     FILE *f = fopen("/proc/self/statm", "r");
@@ -279,6 +348,7 @@ int th_metrics_render(th_host *h, th_buf *b)
     for (size_t i = 0; i < nf; i++)
         e |= th_buf_printf(b, "toolhost_sessions{front=\"%s\"} %llu\n",
                            fs[i].front, (unsigned long long)fs[i].open);
+    e |= front_events(h, b);
     th_reloader *r = th_host_reloader(h);
     if (r) {
         th_reload_stats rs;
@@ -297,6 +367,7 @@ int th_metrics_render(th_host *h, th_buf *b)
         e |= gauge(b, "toolhost_reload_max_swap_seconds", "gauge",
                    "The longest registry swap of any reload.",
                    (double)rs.max_swap_ns / 1e9);
+        e |= reload_hist(b, &rs);
     }
     long rss = rss_bytes();
     if (rss >= 0)

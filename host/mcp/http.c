@@ -136,6 +136,7 @@ static void queue_put(stream *st, const char *text, size_t len, bool sse)
                     st->s->id, st->queued, st->kind == ST_GET ? "GET"
                                                               : "POST");
         st->dead = true;
+        th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_CLOSED_SLOW_READER);
         queue_clear(st);
         return;
     }
@@ -416,6 +417,7 @@ static hsess *sess_new(th_mcp_http *f, const char *user, unsigned *status)
                     "open (mcp.max_sessions)",
                     user, f->mc->max_sessions);
         *status = 503;
+        th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_REFUSED_MAX_SESSIONS);
         pthread_mutex_destroy(&s->in_mu);
         free(s->user);
         free(s);
@@ -431,6 +433,8 @@ static hsess *sess_new(th_mcp_http *f, const char *user, unsigned *status)
         th_log_warn("mcp http: cannot open a session for '%s': %s", user,
                     err.msg);
         *status = err.code == TH_EPERM ? 403 : 500;
+        if (err.code == TH_EPERM)
+            th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_REFUSED_FORBIDDEN);
         pthread_mutex_destroy(&s->in_mu);
         free(s->user);
         free(s);
@@ -690,6 +694,8 @@ static enum MHD_Result do_post(th_mcp_http *f, struct MHD_Connection *c,
 {
     json_error_t je;
     json_t *msg = json_loadb(q->body ? q->body : "", q->len, 0, &je);
+    if (!msg || !json_is_object(msg))
+        th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_PROTOCOL_ERROR);
     if (!msg)
         return reply_rpc_error(c, 400, -32700, "Parse error: not JSON");
     if (!json_is_object(msg)) {
@@ -833,6 +839,7 @@ static enum MHD_Result do_post(th_mcp_http *f, struct MHD_Connection *c,
                 rc = MHD_NO;
             }
         } else if (f->closing) {
+            th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_REFUSED_SHUTDOWN);
             rc = reply_rpc_error(c, 503, -32603, "Server shutting down");
         } else {
             /* Over without a response (cancelled). */
@@ -873,6 +880,7 @@ static enum MHD_Result do_get(th_mcp_http *f, struct MHD_Connection *c,
         th_log_warn("mcp http: session %.8s: a GET stream refused: %u open "
                     "(mcp.max_streams)",
                     s->id, f->mc->max_streams);
+        th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_REFUSED_MAX_STREAMS);
         rc = th_http_reply(c, 429, "text/plain",
                            "too many event streams on this session\n", NULL,
                            NULL);
@@ -934,6 +942,7 @@ static enum MHD_Result on_request(void *ud, struct MHD_Connection *c,
             th_log_info("mcp http: a request from Origin '%.100s' refused "
                         "(not loopback, not in mcp.allow_origins)",
                         origin);
+            th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_REFUSED_FORBIDDEN);
             return th_http_reply(c, MHD_HTTP_FORBIDDEN, "text/plain",
                                  "origin not allowed\n", NULL, NULL);
         }
@@ -942,6 +951,7 @@ static enum MHD_Result on_request(void *ud, struct MHD_Connection *c,
         if (!q->user) {
             th_log_debug("mcp http: a request %s bearer token refused",
                          given ? "with an unknown" : "without a");
+            th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_REFUSED_UNAUTHORIZED);
             return th_http_reply(
                 c, MHD_HTTP_UNAUTHORIZED, "text/plain",
                 given ? "invalid token\n" : "a bearer token is required\n",
@@ -952,6 +962,7 @@ static enum MHD_Result on_request(void *ud, struct MHD_Connection *c,
             th_log_info("mcp http: the token of '%s' refused: no toolset "
                         "allows that user",
                         q->user);
+            th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_REFUSED_FORBIDDEN);
             return th_http_reply(c, MHD_HTTP_FORBIDDEN, "text/plain",
                                  "no toolset allows this user\n", NULL,
                                  NULL);
@@ -975,6 +986,7 @@ static enum MHD_Result on_request(void *ud, struct MHD_Connection *c,
                 th_log_warn("mcp http: a POST body of %s bytes refused "
                             "(over %" PRIu64 ", mcp.max_body)",
                             cl, f->mc->max_body);
+                th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_REFUSED_TOO_LARGE);
                 return reply_rpc_error(c, 413, -32600,
                                        "Request too large (mcp.max_body)");
             }
@@ -1013,6 +1025,7 @@ static enum MHD_Result on_request(void *ud, struct MHD_Connection *c,
             th_log_warn("mcp http: a POST body over %" PRIu64
                         " bytes refused (mcp.max_body)",
                         f->mc->max_body);
+            th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_REFUSED_TOO_LARGE);
             return reply_rpc_error(c, 413, -32600,
                                    "Request too large (mcp.max_body)");
         }

@@ -365,6 +365,7 @@ static void check_budget(th_rpc_server *srv)
         if (!big || total <= srv->max_buffered)
             break;
         srv->closed_budget++;
+        th_stat_front_event(srv->host, TOOLHOST_FRONT_RPC, TH_FEV_CLOSED_BUDGET);
         srv_log(srv, &srv->rl_budget, TOOLHOST_LOG_WARN,
                 "max_buffered: %llu bytes buffered over %u connections, "
                 "over the budget of %llu: closing session=%llu uid=%u, "
@@ -1076,6 +1077,7 @@ static void on_connection(uv_stream_t *server, int status)
         /* EMFILE/ENFILE: libuv accepted and closed the client with its
          * spare fd; say so (not once per client) and go on serving. */
         srv->refused++;
+        th_stat_front_event(srv->host, TOOLHOST_FRONT_RPC, TH_FEV_REFUSED_ACCEPT);
         srv_log(srv, &srv->rl_accept, TOOLHOST_LOG_WARN,
                 "accept failed: %s (%u connections open, max_connections "
                 "%u): the new client was dropped",
@@ -1119,6 +1121,7 @@ static void on_connection(uv_stream_t *server, int status)
      * without a word). */
     if (srv->fd_limit && uv_fileno((uv_handle_t *)&c->in, &fd) == 0 &&
         (uint64_t)fd + FD_RESERVE / 2 >= srv->fd_limit) {
+        th_stat_front_event(srv->host, TOOLHOST_FRONT_RPC, TH_FEV_REFUSED_FD_LIMIT);
         conn_refuse(c, "the host is near its fd limit (%llu): fd %d",
                     (unsigned long long)srv->fd_limit, (int)fd);
         return;
@@ -1128,12 +1131,14 @@ static void on_connection(uv_stream_t *server, int status)
     if (open >= srv->max_conns || mine >= srv->max_conns_uid)
         count_open(srv, c, true, &open, &mine);
     if (open >= srv->max_conns) {
+        th_stat_front_event(srv->host, TOOLHOST_FRONT_RPC, TH_FEV_REFUSED_MAX_CONNECTIONS);
         conn_refuse(c, "too many connections: %u open, max_connections is "
                        "%u",
                     (unsigned)open, (unsigned)srv->max_conns);
         return;
     }
     if (mine >= srv->max_conns_uid) {
+        th_stat_front_event(srv->host, TOOLHOST_FRONT_RPC, TH_FEV_REFUSED_MAX_PER_UID);
         conn_refuse(c, "too many connections of uid %u: %u open, "
                        "max_connections_per_uid is %u",
                     (unsigned)c->who.uid, (unsigned)mine,
@@ -1162,6 +1167,7 @@ static void on_sweep(uv_timer_t *t)
         if (srv->frame_ms && c->frame_t0 &&
             now - c->frame_t0 >= srv->frame_ms) {
             srv->closed_frame++;
+            th_stat_front_event(srv->host, TOOLHOST_FRONT_RPC, TH_FEV_CLOSED_FRAME);
             srv_log(srv, &srv->rl_timeout, TOOLHOST_LOG_WARN,
                     "frame_timeout: session=%llu uid=%u holds %zu bytes of "
                     "a frame begun %llu ms ago",
@@ -1179,6 +1185,7 @@ static void on_sweep(uv_timer_t *t)
             c->last_active = now;
         } else if (srv->idle_ms && now - c->last_active >= srv->idle_ms) {
             srv->closed_idle++;
+            th_stat_front_event(srv->host, TOOLHOST_FRONT_RPC, TH_FEV_CLOSED_IDLE);
             srv_log(srv, &srv->rl_timeout, TOOLHOST_LOG_INFO,
                     "idle_timeout: session=%llu uid=%u idle for %llu ms",
                     (unsigned long long)c->id, (unsigned)c->who.uid,

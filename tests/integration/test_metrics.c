@@ -27,8 +27,10 @@ static unsigned metrics_port(rpc_srv *s)
     return port;
 }
 
-/* One request; the whole answer (headers and body) into *out (malloc). */
-static int http_get(unsigned port, const char *method, char **out)
+/* One request for `path`; the whole answer (headers and body) into *out
+ * (malloc); the status. */
+static int http_req(unsigned port, const char *method, const char *path,
+                    char **out)
 {
     *out = NULL;
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -42,9 +44,9 @@ static int http_get(unsigned port, const char *method, char **out)
     }
     char req[256];
     int n = snprintf(req, sizeof req,
-                     "%s /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                     "Connection: close\r\n\r\n",
-                     method);
+                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     "Content-Length: 0\r\nConnection: close\r\n\r\n",
+                     method, path);
     if (write(fd, req, (size_t)n) != n) {
         close(fd);
         return -1;
@@ -77,9 +79,16 @@ static int http_get(unsigned port, const char *method, char **out)
     return status;
 }
 
+static int http_get(unsigned port, const char *method, char **out)
+{
+    return http_req(port, method, "/metrics", out);
+}
+
 /* Scrapes, writes the body to DIR/scrape.txt, runs the parser: its exit
- * status (0: parsed, TOOL's histogram has >= need calls). */
-static int parse_scrape(rpc_srv *s, unsigned port, const char *tool, int need)
+ * status (0: parsed, TOOL's histogram has >= need calls, every expectation
+ * of `expect` (NULL-terminated, metrics_parse.py's syntax) holds). */
+static int parse_scrape_x(rpc_srv *s, unsigned port, const char *tool,
+                          int need, const char *const *expect)
 {
     char *ans = NULL;
     if (http_get(port, "GET", &ans) != 200) {
@@ -96,8 +105,9 @@ static int parse_scrape(rpc_srv *s, unsigned port, const char *tool, int need)
     char script[512];
     snprintf(script, sizeof script, "%s/tests/integration/metrics_parse.py",
              TH_SOURCE_DIR);
-    char *argv[] = {"/usr/bin/python3", script, file, (char *)tool, needs,
-                    NULL};
+    char *argv[32] = {"/usr/bin/python3", script, file, (char *)tool, needs};
+    for (int i = 0; expect && expect[i] && i < 26; i++)
+        argv[5 + i] = (char *)expect[i];
     th_test_run r;
     th_test_run_argv(argv, NULL, 30, 0, &r);
     if (r.status != 0)
@@ -107,6 +117,18 @@ static int parse_scrape(rpc_srv *s, unsigned port, const char *tool, int need)
     th_test_run_free(&r);
     free(file);
     return st;
+}
+
+static int parse_scrape(rpc_srv *s, unsigned port, const char *tool, int need)
+{
+    return parse_scrape_x(s, port, tool, need, NULL);
+}
+
+static bool have_parser(void)
+{
+    return access("/usr/bin/python3", X_OK) == 0 &&
+           system("/usr/bin/python3 -c 'import prometheus_client.parser' "
+                  "2>/dev/null") == 0;
 }
 
 static void test_scrape(void)
@@ -201,10 +223,119 @@ static void test_label_escaping(void)
     th_buf_free(&b);
 }
 
+/* The port of the MCP HTTP front, from the log. */
+static unsigned mcp_port(rpc_srv *s)
+{
+    unsigned port = 0;
+    FILE *f = fopen(s->log, "r");
+    char line[1024];
+    while (f && fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, "(Streamable HTTP) on http");
+        p = p ? strstr(p, "127.0.0.1:") : NULL;
+        if (p)
+            port = (unsigned)atoi(p + 10);
+    }
+    if (f)
+        fclose(f);
+    return port;
+}
+
+/* Connections refused and closed by reason, protocol errors, an HTTP 401,
+ * a SIGHUP reload and its duration: provoked on the real server, then
+ * scraped and checked by the Prometheus parser. */
+static void test_connection_events(void)
+{
+    if (!have_parser()) {
+        TH_SKIP("needs python3-prometheus-client (scripts/install-deps)");
+        return;
+    }
+    char *tokdir = th_test_tmpdir();
+    char *tf = th_test_write_file(tokdir, "alice.token",
+                                  "metrics-test-token-0123456789\n",
+                                  (size_t)-1);
+    char mcp[512];
+    snprintf(mcp, sizeof mcp, "mcp:\n  tokens:\n    - {user: alice, file: %s}\n",
+             tf);
+    rpc_srv s;
+    rpc_opts o = {.host_extra = "  listen: [\"http://127.0.0.1:0/metrics\", "
+                                "\"http://127.0.0.1:0/mcp\"]\n"
+                                "  max_connections: 2\n"
+                                "  idle_timeout: 1s\n",
+                  .plugins_extra = mcp};
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
+    unsigned port = metrics_port(&s), mport = mcp_port(&s);
+    CU_ASSERT_FATAL(port != 0 && mport != 0);
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_FATAL(c != NULL);
+    rpc_res r;
+    CU_ASSERT(rpc_call(c, "tools.call", "[\"echo\", {\"text\": \"a\"}]", &r) == 0 &&
+              !r.err);
+    rpc_res_free(&r);
+    th_rpc_client_close(c);
+
+    /* 200 nils: 8 protocol errors (max_protocol_errors), then closed. */
+    uint8_t nils[200];
+    memset(nils, 0xc0, sizeof nils);
+    rpc_raw w[3];
+    CU_ASSERT_FATAL(rpc_raw_open(&w[0], &s) == 0);
+    rpc_raw_send(&w[0], nils, sizeof nils);
+    CU_ASSERT(rpc_raw_eof(&w[0], rpc_wait_ms()));
+    rpc_raw_close(&w[0]);
+
+    /* max_connections 2: the third is refused; the two others are closed
+     * idle after 1 s. */
+    for (int i = 0; i < 3; i++)
+        CU_ASSERT_FATAL(rpc_raw_open(&w[i], &s) == 0);
+    CU_ASSERT(rpc_raw_eof(&w[2], rpc_wait_ms()));
+    CU_ASSERT(rpc_raw_eof(&w[0], rpc_wait_ms()));
+    CU_ASSERT(rpc_raw_eof(&w[1], rpc_wait_ms()));
+    for (int i = 0; i < 3; i++)
+        rpc_raw_close(&w[i]);
+
+    /* An MCP request without a token: 401. */
+    char *ans = NULL;
+    CU_ASSERT_EQUAL(http_req(mport, "POST", "/mcp", &ans), 401);
+    free(ans);
+
+    /* A reload by SIGHUP. */
+    kill(s.pid, SIGHUP);
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    while (!rpc_log_has(&s, "reload #1 ok") && rpc_now_ms() < end)
+        usleep(20000);
+    CU_ASSERT(rpc_log_has(&s, "reload #1 ok"));
+
+    static const char *const expect[] = {
+        "toolhost_connections_refused_total{front=rpc,reason=max_connections}==1",
+        "toolhost_connections_refused_total{front=rpc,reason=fd_limit}==0",
+        "toolhost_connections_refused_total{front=mcp,reason=unauthorized}==1",
+        "toolhost_connections_refused_total{front=mcp,reason=forbidden}==0",
+        "toolhost_connections_closed_total{front=rpc,reason=max_protocol_errors}==1",
+        "toolhost_connections_closed_total{front=rpc,reason=idle_timeout}==2",
+        "toolhost_connections_closed_total{front=rpc,reason=frame_timeout}==0",
+        "toolhost_connections_closed_total{front=mcp,reason=slow_reader}==0",
+        "toolhost_protocol_errors_total{front=rpc}>=8",
+        "toolhost_protocol_errors_total{front=mcp}==0",
+        "toolhost_reloads_total{result=ok}==1",
+        "toolhost_reloads_total{result=failed}==0",
+        "toolhost_reload_duration_seconds_count==1",
+        "toolhost_reload_duration_seconds_bucket{le=+Inf}==1",
+        "toolhost_reload_duration_seconds_bucket{le=10}==1",
+        "toolhost_reload_duration_seconds_sum>=1e-06",
+        "toolhost_reload_duration_seconds_sum<=10",
+        NULL};
+    CU_ASSERT_EQUAL(parse_scrape_x(&s, port, "echo", 1, expect), 0);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+    free(tf);
+    th_test_rmtree(tokdir);
+    free(tokdir);
+}
+
 void th_suite_metrics(void)
 {
     CU_pSuite s = CU_add_suite("metrics", NULL, NULL);
     CU_add_test(s, "scrape", test_scrape);
     CU_add_test(s, "config", test_config);
     CU_add_test(s, "label_escaping", test_label_escaping);
+    CU_add_test(s, "connection_events", test_connection_events);
 }

@@ -82,6 +82,9 @@ typedef struct th_reload_result {
     int64_t total_ns;
 } th_reload_result;
 
+/* The buckets of the reload duration histogram (th_reload_le_s). */
+#define TH_RELOAD_LE 10
+
 /* Counters, for host.stats. */
 typedef struct th_reload_stats {
     uint64_t reloads;          /* reloads run (ok + failed) */
@@ -98,7 +101,16 @@ typedef struct th_reload_stats {
     uint64_t unloaded;         /* ... whose object left memory */
     uint64_t still_mapped;     /* ... whose object stayed mapped
                                   (RTLD_NOLOAD found it) */
+    /* Every reload's total duration (ok or failed): dur_le[i] counts
+     * those of at most th_reload_le_s(i) seconds (cumulative). */
+    uint64_t dur_le[TH_RELOAD_LE];
+    double dur_sum_s;
 } th_reload_stats;
+
+/* The upper bound, in seconds, of the i-th bucket of dur_le. */
+double th_reload_le_s(unsigned i);
+/* Counts a reload of total_ns into st's histogram (its lock held). */
+void th_reload_stats_duration(th_reload_stats *st, int64_t total_ns);
 
 /* Runs one reload now, on the calling thread (not the reloader's thread,
  * and not from a target callback): waits for a reload in progress, then
