@@ -1,7 +1,9 @@
 /* main.c - the toolhost command line: global options and subcommands. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -39,6 +41,10 @@ static void usage(FILE *f)
             "\n"
             "'toolhost help COMMAND' (or 'toolhost COMMAND --help') "
             "describes a command.\n"
+            "--allow-unknown-users, with any command that loads a config: "
+            "names in\n"
+            "allow_users, allow_groups and admin that do not exist here are "
+            "not errors.\n"
             "Exit status: 0 ok, 1 the tool or check failed, 2 usage or "
             "validation error.\n");
 }
@@ -61,9 +67,31 @@ static void std_fds(void)
     (void)th_log_own_stderr();
 }
 
+/* --allow-unknown-users, accepted by every command that loads a config
+ * (before a "--"): names in allow_users, allow_groups and admin that do
+ * not exist on this system are not errors (host.allow_unknown_users for
+ * one run, through TOOLHOST_ALLOW_UNKNOWN_USERS).  Removed from argv. */
+static int take_allow_unknown_users(int argc, char **argv)
+{
+    int out = 1;
+    bool rest = false;
+    for (int i = 1; i < argc; i++) {
+        if (!rest && strcmp(argv[i], "--") == 0)
+            rest = true;
+        if (!rest && strcmp(argv[i], "--allow-unknown-users") == 0) {
+            setenv("TOOLHOST_ALLOW_UNKNOWN_USERS", "1", 1);
+            continue;
+        }
+        argv[out++] = argv[i];
+    }
+    argv[out] = NULL;
+    return out;
+}
+
 int main(int argc, char **argv)
 {
     std_fds();
+    argc = take_allow_unknown_users(argc, argv);
     if (argc < 2) {
         usage(stderr);
         return CLI_USAGE;

@@ -1533,7 +1533,9 @@ static bool nats_user(cfctx *c, const char *name)
 
 static int check_names(cfctx *c, const th_ynode *v, bool group)
 {
-    if (!v || th_ynode_is_null(v) || c->cfg->host.allow_unknown_users)
+    const char *esc = getenv("TOOLHOST_ALLOW_UNKNOWN_USERS");
+    if (!v || th_ynode_is_null(v) || c->cfg->host.allow_unknown_users ||
+        (esc && strcmp(esc, "1") == 0))
         return 0;
     const th_ynode *one[1] = {v};
     const th_ynode *const *items =
@@ -1566,7 +1568,8 @@ static int check_names(cfctx *c, const th_ynode *v, bool group)
         return cf_err(c, it,
                       "no %s named '%s' on this system%s%s%s (a name that "
                       "does not exist never matches;%s set "
-                      "host.allow_unknown_users: true when the config is "
+                      "host.allow_unknown_users: true (or pass "
+                      "--allow-unknown-users) when the config is "
                       "written before its users exist)",
                       group ? "group" : "user", it->str, e ? " (" : "",
                       e ? strerror(e) : "", e ? ")" : "",

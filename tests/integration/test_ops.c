@@ -521,6 +521,38 @@ static void test_reload_load_error(void)
     rpc_srv_free(&s);
 }
 
+/* --allow-unknown-users: the one-run escape for names not yet on the
+ * system, taken by any command that loads a config. */
+static void test_allow_unknown_users_flag(void)
+{
+    char *dir = th_test_tmpdir();
+    char text[512];
+    snprintf(text, sizeof text,
+             "plugins:\n  - name: echo\n    path: %s/plugins/echo.so\n"
+             "toolsets:\n  - name: a\n    tools: ['*']\n"
+             "    allow_users: [no-such-user-ops1]\n",
+             TH_BUILD_DIR);
+    char *cfg = th_test_write_file(dir, "c.yaml", text, (size_t)-1);
+    th_test_run r;
+    th_test_toolhost(&r, "config", "check", cfg, NULL);
+    CU_ASSERT_EQUAL(r.status, 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "no user named 'no-such-user-ops1'"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "--allow-unknown-users"));
+    th_test_run_free(&r);
+    th_test_toolhost(&r, "config", "check", "--allow-unknown-users", cfg,
+                     NULL);
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, ": ok:"));
+    th_test_run_free(&r);
+    th_test_toolhost(&r, "call", "--allow-unknown-users", "-c", cfg, "echo",
+                     "text=hi", NULL);
+    CU_ASSERT_EQUAL(r.status, 0);
+    th_test_run_free(&r);
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
 void th_suite_ops(void)
 {
     CU_pSuite s = CU_add_suite("ops", NULL, NULL);
@@ -531,4 +563,5 @@ void th_suite_ops(void)
     CU_add_test(s, "stats_survive", test_stats_survive);
     CU_add_test(s, "load_errors", test_load_errors);
     CU_add_test(s, "reload_load_error", test_reload_load_error);
+    CU_add_test(s, "allow_unknown_users_flag", test_allow_unknown_users_flag);
 }

@@ -1957,24 +1957,24 @@ static void test_unknown_user_names(void)
                "t.yaml:4:25: no user named 'no-such-user-x1' on this "
                "system (a name that does not exist never matches; an "
                "mcp.tokens entry may declare a user; set "
-               "host.allow_unknown_users: true when the config is written "
+               "host.allow_unknown_users: true (or pass --allow-unknown-users) when the config is written "
                "before its users exist)");
     EXPECT_ERR("toolsets:\n  - name: a\n    tools: ['*']\n"
                "    allow_groups: no-such-group-x1\n",
                "t.yaml:4:19: no group named 'no-such-group-x1' on this "
                "system (a name that does not exist never matches; set "
-               "host.allow_unknown_users: true when the config is written "
+               "host.allow_unknown_users: true (or pass --allow-unknown-users) when the config is written "
                "before its users exist)");
     EXPECT_ERR("admin:\n  users: [\"1000\", no-such-user-x1]\n",
                "t.yaml:2:19: no user named 'no-such-user-x1' on this "
                "system (a name that does not exist never matches; an "
                "mcp.tokens entry may declare a user; set "
-               "host.allow_unknown_users: true when the config is written "
+               "host.allow_unknown_users: true (or pass --allow-unknown-users) when the config is written "
                "before its users exist)");
     EXPECT_ERR("admin:\n  groups: [no-such-group-x1]\n",
                "t.yaml:2:12: no group named 'no-such-group-x1' on this "
                "system (a name that does not exist never matches; set "
-               "host.allow_unknown_users: true when the config is written "
+               "host.allow_unknown_users: true (or pass --allow-unknown-users) when the config is written "
                "before its users exist)");
     /* numeric ids need not exist; the escape takes any name */
     th_config *cfg = parse("toolsets:\n  - name: a\n    tools: ['*']\n"
