@@ -284,7 +284,7 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-/* ---- Submit: duplicates, deadline, inline or queue ------------------------ */
+/* ---- Submit: deadline, inline or queue ------------------------------------ */
 
 /* The call's timeout, from its config snapshot: the tool's override in
  * its toolset, else the toolset's, else the host's default; a call's own
@@ -763,7 +763,7 @@ static void *timer_main(void *arg)
         if (perm) {
             m->ops->perm_expired(c);
         } else {
-            char msg[256];
+            char msg[1024];
             snprintf(msg, sizeof msg, "the call of %s timed out after %lld ms",
                      c->tool->name, (long long)c->timeout_ms);
             m->ops->abort(c, TH_ETIMEOUT, msg);

@@ -536,8 +536,9 @@ bool th_host_is_task_tool(const char *name);
 const th_tool_override *th_host_override(const th_toolset_cfg *ts,
                                          const char *tool);
 
-/* tasks.c: the task store and the task tools. */
+/* task_tools.c: the task tools (get_running_tasks, cancel_task). */
 extern const toolhost_plugin th_task_tools_plugin;
+/* tasks.c: the task store. */
 /* Kept for call.c (it calls it for toolset-scoped tasks with host->tmu
  * held): a no-op now, the store records every task in th_dup_remove(). */
 void th_tasks_keep_locked(th_host *h, uint64_t task_id, int ts_idx,
