@@ -18,7 +18,6 @@
 #include "th/perm.h"
 
 static __thread th_mcall *tl_cur;      /* the call this thread executes */
-static __thread bool tl_async;         /* this worker holds an async slot */
 
 
 th_mcall *th_mcall_current(void)
@@ -531,17 +530,7 @@ void th_mcall_exec_end(th_mcall *c, int status, bool ran)
 
 /* ---- Running ------------------------------------------------------------------ */
 
-bool th_mgr_tl_async_get(void)
-{
-    return tl_async;
-}
-
-void th_mgr_tl_async_set(bool v)
-{
-    tl_async = v;
-}
-
-void th_mgr_run(th_mcall *c)
+void th_mcall_run(th_mcall *c)
 {
     if (c->prep) {
         /* A pool worker runs the stages that call plugin code (the
@@ -650,3 +639,22 @@ const th_toolset_cfg *th_call_toolset(const toolhost_call *call)
     return ((const th_mcall *)call)->ts;
 }
 
+/* ---- The manager's view of the call layer ------------------------------------ */
+
+static bool abort_msg(th_mcall *c, int code, const char *msg)
+{
+    return th_mcall_abort(c, code, "%s", msg);
+}
+
+const th_mgr_ops th_call_mgr_ops = {
+    .run = th_mcall_run,
+    .current = th_mcall_current,
+    .ref = th_mcall_ref,
+    .unref = th_mcall_unref,
+    .abort = abort_msg,
+    .never_run = th_mcall_never_run,
+    .exec_end = th_mcall_exec_end,
+    .notified = th_mcall_notified,
+    .perm_expired = th_mcall_perm_expired,
+    .cancel = th_call_cancel,
+};

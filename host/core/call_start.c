@@ -331,6 +331,21 @@ static int stage_args(th_mcall *c, const uint8_t *raw, size_t raw_len)
 
 /* ---- 4. Permission ----------------------------------------------------------- */
 
+
+/* Registers the call in the duplicate table, answering a refusal, and
+ * submits it to the manager.  Consumes the caller's reference. */
+static void submit(th_mcall *c)
+{
+    char msg[1024];
+    int rc = th_dup_register(c, msg, sizeof msg);
+    if (rc != 0) {
+        th_mcall_abort(c, rc, "%s", msg);
+        th_mcall_exec_end(c, TOOLHOST_FAILED, false);
+        th_mcall_unref(c);
+        return;
+    }
+    th_mgr_submit(c);
+}
 /* Asks the plugin and the toolset's rules; submits the call, answers it
  * (denied), or asks the front.  Consumes the execution reference. */
 static void stage_permission(th_mcall *c)
@@ -340,7 +355,7 @@ static void stage_permission(th_mcall *c)
     th_host *h = c->h;
     uint64_t id = c->base.pub.call_id;
     if (!c->ts) {
-        th_mgr_submit(c);
+        submit(c);
         return;
     }
     uint32_t flags = t->flags;
@@ -367,7 +382,7 @@ static void stage_permission(th_mcall *c)
                     (unsigned long long)s->id, t->name, (unsigned long long)id,
                     d.rule);
     if (d.action != TH_PERM_ASK) {
-        th_mgr_submit(c);
+        submit(c);
         return;
     }
     th_log_info("session=%llu tool=%s call=%llu asking permission (%s)",
@@ -530,7 +545,7 @@ int th_permission_answer(th_session *s, uint64_t call_id, bool allow)
         th_mcall_never_run(c, TH_EPERM, m);
     } else {
         c->may_block = false;
-        th_mgr_submit(c);
+        submit(c);
     }
     th_mcall_unref(c);
     return 0;

@@ -45,8 +45,9 @@ static int dup_key(th_mcall *c, th_dup_scope scope, th_buf *k)
     return 0;
 }
 
-int th_dup_register(th_mcall *c)
+int th_dup_register(th_mcall *c, char *msg, size_t msg_size)
 {
+    const th_mgr_ops *ops = c->h->mgr.ops;
     th_host *h = c->h;
     th_dup_policy pol;
     th_dup_scope scope;
@@ -56,14 +57,13 @@ int th_dup_register(th_mcall *c)
     th_buf k = TH_BUF_INIT;
     if (dup_key(c, scope, &k) != 0) {
         th_buf_free(&k);
-        th_mcall_abort(c, TH_ENOMEM, "out of memory checking for duplicates");
-        return -1;
+        snprintf(msg, msg_size, "out of memory checking for duplicates");
+        return TH_ENOMEM;
     }
     uint64_t hv = th_hash_bytes(k.data, k.len);
     size_t b = hv & (h->dup_nb - 1);
     th_mcall *victims[64];
     size_t nv = 0;
-    char msg[1024];
     msg[0] = '\0';
     int refuse = 0;
 
@@ -74,21 +74,21 @@ int th_dup_register(th_mcall *c)
             break;
     if (n && n->head) {
         if (pol == TH_DUP_REJECT || (pol == TH_DUP_CONFIRM && !c->confirm)) {
-            int off = snprintf(msg, sizeof msg, "a call of %s with %s is still running:",
+            int off = snprintf(msg, msg_size, "a call of %s with %s is still running:",
                                c->tool->name,
                                scope == TH_DUPSCOPE_NAME ? "any arguments" : "the same arguments");
             int64_t now = th_now_ns();
             int shown = 0;
-            for (th_mcall *o = n->head; o && off < (int)sizeof msg - 120; o = o->dup_next) {
+            for (th_mcall *o = n->head; o && off < (int)msg_size - 120; o = o->dup_next) {
                 if (shown++ == 5) {
-                    off += snprintf(msg + off, sizeof msg - off, " ...");
+                    off += snprintf(msg + off, msg_size - off, " ...");
                     break;
                 }
-                off += snprintf(msg + off, sizeof msg - off, " task_id %llu (running %.1f s)",
+                off += snprintf(msg + off, msg_size - off, " task_id %llu (running %.1f s)",
                                 (unsigned long long)o->base.pub.call_id,
                                 (double)(now - o->start_ns) / 1e9);
             }
-            snprintf(msg + off, sizeof msg - off,
+            snprintf(msg + off, msg_size - off,
                      pol == TH_DUP_CONFIRM
                          ? ". Wait for it, cancel it with cancel_task(task_id), or call again with confirm_duplicate=true."
                          : ". Wait for it or cancel it with cancel_task(task_id).");
@@ -98,14 +98,14 @@ int th_dup_register(th_mcall *c)
                 /* Another session's call that is not (yet) a shared task
                  * is not ours to cancel. */
                 if (o->s != c->s && !atomic_load(&o->is_task)) {
-                    snprintf(msg, sizeof msg,
+                    snprintf(msg, msg_size,
                              "call %llu of %s cannot be replaced: it belongs to another session",
                              (unsigned long long)o->base.pub.call_id, c->tool->name);
                     refuse = TH_EDUPLICATE;
                     break;
                 }
                 if (nv < 64) {
-                    th_mcall_ref(o);
+                    ops->ref(o);
                     victims[nv++] = o;
                 }
             }
@@ -121,7 +121,7 @@ int th_dup_register(th_mcall *c)
         }
         if (!n) {
             refuse = TH_ENOMEM;
-            snprintf(msg, sizeof msg, "out of memory checking for duplicates");
+            snprintf(msg, msg_size, "out of memory checking for duplicates");
         } else {
             c->dup_prev = NULL;
             c->dup_next = n->head;
@@ -130,22 +130,22 @@ int th_dup_register(th_mcall *c)
             n->head = c;
             c->dup_node = n;
             c->in_dup = true;
-            th_mcall_ref(c);
+            ops->ref(c);
         }
     }
     pthread_mutex_unlock(&h->dmu);
     th_buf_free(&k);
     if (refuse) {
         for (size_t i = 0; i < nv; i++)
-            th_mcall_unref(victims[i]);
-        th_mcall_abort(c, refuse, "%s", msg);
-        return -1;
+            ops->unref(victims[i]);
+        return refuse;
     }
+    char why[1024];
+    snprintf(why, sizeof why, "replaced by a newer call of %s (call %llu)", c->tool->name,
+             (unsigned long long)c->base.pub.call_id);
     for (size_t i = 0; i < nv; i++) {
-        th_mcall_abort(victims[i], TH_ECANCELLED,
-                       "replaced by a newer call of %s (call %llu)", c->tool->name,
-                       (unsigned long long)c->base.pub.call_id);
-        th_mcall_unref(victims[i]);
+        ops->abort(victims[i], TH_ECANCELLED, why);
+        ops->unref(victims[i]);
     }
     return 0;
 }

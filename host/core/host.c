@@ -278,7 +278,7 @@ int th_host_open_ex(th_config *cfg, const th_host_opts *opts, th_host **out,
     }
     if (cfg->host.spill_dir) /* old spill files of an earlier run */
         (void)th_out_spill_gc(cfg->host.spill_dir, cfg->host.spill_max_age_ms, 0);
-    if ((rc = th_mgr_init(h, err)) != 0) {
+    if ((rc = th_mgr_init(h, &th_call_mgr_ops, err)) != 0) {
         host_free(h);
         return rc;
     }

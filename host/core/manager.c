@@ -17,6 +17,17 @@
 #include "manager.h"
 
 __thread bool th_mgr_tl_worker;
+static __thread bool tl_async;         /* this worker holds an async slot */
+
+bool th_mgr_tl_async_get(void)
+{
+    return tl_async;
+}
+
+void th_mgr_tl_async_set(bool v)
+{
+    tl_async = v;
+}
 
 #define SPIN_NS 30000 /* a worker spins this long before it parks */
 
@@ -222,14 +233,14 @@ static void *worker_main(void *arg)
             sl->cur = c;
             sl->cur_since_ns = th_now_ns();
             pthread_mutex_unlock(&m->mu);
-            th_mcall_ref(c); /* c outlives th_mgr_run: lost_watch below */
+            m->ops->ref(c); /* c outlives ops->run: lost_watch below */
             th_mgr_tl_async_set(async);
-            th_mgr_run(c);
+            m->ops->run(c);
             bool held = th_mgr_tl_async_get();
             th_mgr_tl_async_set(false);
             if (atomic_load_explicit(&c->lost_watch, memory_order_relaxed))
                 th_mgr_disarm(h, c); /* execute() is over: no check due */
-            th_mcall_unref(c);
+            m->ops->unref(c);
             pthread_mutex_lock(&m->mu);
             sl->cur = NULL; /* stale until here, but never compared equal
                                to a call the timer holds a reference to */
@@ -273,7 +284,7 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-/* ---- Submit: duplicates, deadline, inline or queue ------------------------ */
+/* ---- Submit: deadline, inline or queue ------------------------------------ */
 
 /* The call's timeout, from its config snapshot: the tool's override in
  * its toolset, else the toolset's, else the host's default; a call's own
@@ -360,7 +371,7 @@ void th_mgr_prepare(th_mcall *c)
     if (busy_locked(m, msg, sizeof msg)) {
         pthread_mutex_unlock(&m->mu);
         th_mgr_disarm(h, c);
-        th_mcall_never_run(c, TH_EBUSY, msg);
+        m->ops->never_run(c, TH_EBUSY, msg);
         return;
     }
     c->prep = true;
@@ -372,18 +383,13 @@ void th_mgr_submit(th_mcall *c)
 {
     th_host *h = c->h;
     th_mgr *m = &h->mgr;
-    if (th_dup_register(c) != 0) {
-        th_mcall_exec_end(c, TOOLHOST_FAILED, false);
-        th_mcall_unref(c);
-        return;
-    }
     c->timeout_ms = timeout_of(h, c);
     if (c->timeout_ms > 0) {
         atomic_store(&c->deadline_ns, c->start_ns + c->timeout_ms * 1000000);
         th_mgr_arm(h, c);
     }
 
-    th_mcall *cur = th_mcall_current();
+    th_mcall *cur = m->ops->current();
     bool nested = c->may_block && cur != NULL;
     bool try_inline = c->may_block &&
                       (nested || (!c->is_async && !has_delays(c->mock)));
@@ -411,7 +417,7 @@ void th_mgr_submit(th_mcall *c)
             }
             if (g->limit == 1 && g->kind != TH_GROUP_TOOLSET) {
                 pthread_mutex_unlock(&m->mu);
-                th_mcall_never_run(c, TH_EBUSY,
+                m->ops->never_run(c, TH_EBUSY,
                                    g->kind == TH_GROUP_SERIAL
                                        ? "serial tool called from its own call: refused"
                                    : g->kind == TH_GROUP_PLUGIN
@@ -444,7 +450,7 @@ void th_mgr_submit(th_mcall *c)
         pthread_mutex_unlock(&m->mu);
         atomic_fetch_add(&m->inline_calls, 1);
         c->inline_run = true;
-        th_mgr_run(c);
+        m->ops->run(c);
         return;
     }
     if (try_inline && !group_full(c) && !m->stop) {
@@ -452,13 +458,13 @@ void th_mgr_submit(th_mcall *c)
         pthread_mutex_unlock(&m->mu);
         atomic_fetch_add(&m->inline_calls, 1);
         c->inline_run = true;
-        th_mgr_run(c);
+        m->ops->run(c);
         return;
     }
     char msg[200];
     if (busy_locked(m, msg, sizeof msg)) {
         pthread_mutex_unlock(&m->mu);
-        th_mcall_never_run(c, TH_EBUSY, msg);
+        m->ops->never_run(c, TH_EBUSY, msg);
         return;
     }
     pthread_mutex_lock(&c->mu);
@@ -560,7 +566,7 @@ int th_mgr_arm(th_host *h, th_mcall *c)
         return 0;
     }
     atomic_store_explicit(&c->lost_watch, false, memory_order_relaxed);
-    th_mcall_ref(c);
+    m->ops->ref(c);
     int rc = heap_push_locked(m, c, atomic_load(&c->deadline_ns));
     pthread_mutex_unlock(&m->tmu);
     if (rc) /* the call runs without a deadline; the caller holds a ref */
@@ -687,7 +693,7 @@ static void check_lost(th_host *h, th_mcall *c)
                  "the host is busy (all %u workers are stuck in tools that "
                  "ignore cancellation): try again later",
                  (unsigned)m->nworkers);
-        th_mcall_never_run(x, TH_EBUSY, msg);
+        m->ops->never_run(x, TH_EBUSY, msg);
     }
 }
 
@@ -747,18 +753,21 @@ static void *timer_main(void *arg)
         pthread_mutex_unlock(&m->tmu);
         if (watch) {
             check_lost(h, c);
-            th_mcall_unref(c);
+            m->ops->unref(c);
             pthread_mutex_lock(&m->tmu);
             continue;
         }
         pthread_mutex_lock(&c->mu);
         bool perm = c->phase == TH_PH_PERM_WAIT;
         pthread_mutex_unlock(&c->mu);
-        if (perm)
-            th_mcall_perm_expired(c);
-        else
-            th_mcall_abort(c, TH_ETIMEOUT, "the call of %s timed out after %lld ms",
-                           c->tool->name, (long long)c->timeout_ms);
+        if (perm) {
+            m->ops->perm_expired(c);
+        } else {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "the call of %s timed out after %lld ms",
+                     c->tool->name, (long long)c->timeout_ms);
+            m->ops->abort(c, TH_ETIMEOUT, msg);
+        }
         pthread_mutex_lock(&c->mu);
         bool running = !perm && c->phase == TH_PH_RUNNING;
         pthread_mutex_unlock(&c->mu);
@@ -772,7 +781,7 @@ static void *timer_main(void *arg)
             atomic_store_explicit(&c->lost_watch, false, memory_order_relaxed);
         }
         pthread_mutex_unlock(&m->tmu);
-        th_mcall_unref(c);
+        m->ops->unref(c);
         pthread_mutex_lock(&m->tmu);
     }
     pthread_mutex_unlock(&m->tmu);
@@ -822,7 +831,7 @@ static void *notifier_main(void *arg)
         if (!m->nq_head)
             m->nq_tail = NULL;
         pthread_mutex_unlock(&m->nmu);
-        th_mcall_notified(c);
+        m->ops->notified(c);
         pthread_mutex_lock(&m->nmu);
     }
     pthread_mutex_unlock(&m->nmu);
@@ -831,9 +840,10 @@ static void *notifier_main(void *arg)
 
 /* ---- Start and stop ------------------------------------------------------------- */
 
-int th_mgr_init(th_host *h, th_error *err)
+int th_mgr_init(th_host *h, const th_mgr_ops *ops, th_error *err)
 {
     th_mgr *m = &h->mgr;
+    m->ops = ops;
     const th_host_cfg *hc = &th_host_config(h)->host;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     if (ncpu < 1)
@@ -994,7 +1004,7 @@ bool th_mgr_fini(th_host *h)
     /* Calls still armed (none when every call ended) lose their entry. */
     for (size_t i = 0; i < m->hn; i++) {
         m->heap[i]->heap_idx = SIZE_MAX;
-        th_mcall_unref(m->heap[i]);
+        m->ops->unref(m->heap[i]);
     }
     free(m->heap);
     while (m->tool_groups) {

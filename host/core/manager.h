@@ -276,8 +276,9 @@ bool th_mcall_abort(th_mcall *c, int code, const char *fmt, ...)
 /* Built-in tools: finish with a tool error instead of a result. */
 void th_mcall_set_error(toolhost_call *call, int code, const char *msg);
 
-/* Submits a policy-checked call to the manager (duplicates, deadline,
- * inline or queue).  Consumes the caller's reference. */
+/* Submits a policy-checked call, already in the duplicate table
+ * (th_dup_register), to the manager (deadline, inline or queue).
+ * Consumes the caller's reference. */
 void th_mgr_submit(th_mcall *c);
 
 /* Queues a recorded call for a pool worker to run its argument and
@@ -296,8 +297,32 @@ void th_mgr_prepare(th_mcall *c);
  * freed once the last call that started under it ends.  Reload thread. */
 void th_host_config_swap(th_host *h, th_config *nc);
 
-/* Runs the call on this thread (a worker, or inline). */
-void th_mgr_run(th_mcall *c);
+/* Runs the call on this thread (a worker, or inline): the call layer's
+ * th_mgr_ops.run. */
+void th_mcall_run(th_mcall *c);
+
+/* What the manager, the task store and the duplicate table need of the
+ * call layer (call*.c), which sits above them: the call layer hands its
+ * table to th_mgr_init (th_call_mgr_ops), so none of them calls a symbol
+ * of call*.c and the core's call graph has no cycle
+ * (docs/architecture.md).  Each entry is the call layer's function of the
+ * same name (th_mcall_run, th_mcall_ref, ...). */
+typedef struct th_mgr_ops {
+    void (*run)(th_mcall *c);
+    th_mcall *(*current)(void);
+    void (*ref)(th_mcall *c);
+    void (*unref)(th_mcall *c);
+    /* th_mcall_abort with a formatted message */
+    bool (*abort)(th_mcall *c, int code, const char *msg);
+    void (*never_run)(th_mcall *c, int code, const char *msg);
+    void (*exec_end)(th_mcall *c, int status, bool ran);
+    void (*notified)(th_mcall *c);
+    void (*perm_expired)(th_mcall *c);
+    int (*cancel)(th_session *s, uint64_t id);
+} th_mgr_ops;
+
+/* call.c: the call layer's table, given to th_mgr_init. */
+extern const th_mgr_ops th_call_mgr_ops;
 
 /* ---- The manager (manager.c) ------------------------------------------------ */
 
@@ -363,9 +388,11 @@ typedef struct th_mgr {
     th_mcall *nq_head, *nq_tail;
     bool nstop, notifier_started;
     pthread_t notifier;
+
+    const th_mgr_ops *ops;      /* the call layer's (th_mgr_init) */
 } th_mgr;
 
-int th_mgr_init(th_host *h, th_error *err);
+int th_mgr_init(th_host *h, const th_mgr_ops *ops, th_error *err);
 /* Stops and joins the threads.  A worker still in execute() after
  * lost_worker_grace (a tool that ignores cancellation) is not joined:
  * then returns false and frees nothing (the caller must leave the host's
@@ -511,8 +538,9 @@ bool th_host_is_task_tool(const char *name);
 const th_tool_override *th_host_override(const th_toolset_cfg *ts,
                                          const char *tool);
 
-/* tasks.c: the task store and the task tools. */
+/* task_tools.c: the task tools (get_running_tasks, cancel_task). */
 extern const toolhost_plugin th_task_tools_plugin;
+/* tasks.c: the task store. */
 /* Kept for call.c (it calls it for toolset-scoped tasks with host->tmu
  * held): a no-op now, the store records every task in th_dup_remove(). */
 void th_tasks_keep_locked(th_host *h, uint64_t task_id, int ts_idx,
@@ -527,9 +555,10 @@ void th_tasks_free(th_host *h);
  * (The name predates the store.) */
 void th_dup_remove(th_mcall *c);
 
-/* Duplicates (dup.c): checks and registers atomically.  0, or a tool
- * error already answered to the call (returns nonzero). */
-int th_dup_register(th_mcall *c);
+/* Duplicates (dup.c): checks and registers atomically.  0, or the
+ * refusal's error code with its message in msg (msg_size bytes), which the
+ * caller answers to the call (th_mcall_abort). */
+int th_dup_register(th_mcall *c, char *msg, size_t msg_size);
 /* Takes the call out of the duplicate table (host->dmu); drops its ref. */
 void th_dup_leave(th_mcall *c);
 void th_dup_destroy(th_host *h);
@@ -541,7 +570,7 @@ int th_mock_execute(th_mcall *c);
 /* call.c */
 extern const th_call_vtbl th_mcall_vtbl;
 extern __thread bool th_mgr_tl_worker; /* manager.c: a pool worker */
-/* Whether this worker holds an async slot for the call it runs. */
+/* manager.c: whether this worker holds an async slot for the call it runs. */
 bool th_mgr_tl_async_get(void);
 void th_mgr_tl_async_set(bool v);
 /* Takes one async slot for a worker whose call became a task. */

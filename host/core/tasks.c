@@ -1,7 +1,7 @@
 /* tasks.c - the task store (th/host.h, "The task store"): live tasks read
  * from the manager, finished tasks of both scopes kept under one retention
- * policy (host.task_keep and host.result_ttl), who may see which task, and
- * the two built-in task tools get_running_tasks and cancel_task.
+ * policy (host.task_keep and host.result_ttl), and who may see which task.
+ * The two built-in task tools are in task_tools.c.
  *
  * Locks (th/manager.h has the order): the store (h->kept, kept_head/tail,
  * waiters) is under host->tmu.  A task's end is recorded by th_dup_remove()
@@ -269,14 +269,14 @@ static th_mcall *live_ref(th_session *s, uint64_t id)
     pthread_mutex_lock(&s->mu);
     th_mcall *c = th_u64map_get(&s->calls, id);
     if (c)
-        th_mcall_ref(c);
+        c->h->mgr.ops->ref(c);
     pthread_mutex_unlock(&s->mu);
     if (c)
         return c;
     pthread_mutex_lock(&h->tmu);
     c = th_u64map_get(&h->tasks, id);
     if (c && live_visible(s, c))
-        th_mcall_ref(c);
+        c->h->mgr.ops->ref(c);
     else
         c = NULL;
     pthread_mutex_unlock(&h->tmu);
@@ -327,7 +327,7 @@ int th_task_get(th_session *s, uint64_t task_id,
     th_mcall *c = live_ref(s, task_id);
     if (c) {
         int r = try_live(c, fn, ud);
-        th_mcall_unref(c);
+        c->h->mgr.ops->unref(c);
         if (r >= 0)
             return r ? 0 : TH_ENOTFOUND;
     }
@@ -359,7 +359,7 @@ static void collect(uint64_t k, void *val, void *ud)
         return;
     if (cc->others && (c->s == cc->s || !live_visible(cc->s, c)))
         return;
-    th_mcall_ref(c);
+    c->h->mgr.ops->ref(c);
     cc->v[cc->n++] = c;
 }
 
@@ -425,7 +425,7 @@ int th_task_foreach(th_session *s, int (*fn)(const th_task_view *t, void *ud), v
             }
             free(msg);
         }
-        th_mcall_unref(c);
+        c->h->mgr.ops->unref(c);
     }
     free(cc.v);
     if (rc != 0) {
@@ -520,7 +520,7 @@ int th_task_wait(th_session *s, uint64_t task_id, int64_t timeout_ms,
          * store had it, or keeps nothing) or after (then w.done is set). */
         wait = c->acked && !c->answered;
         pthread_mutex_unlock(&c->mu);
-        th_mcall_unref(c);
+        c->h->mgr.ops->unref(c);
     }
     pthread_mutex_lock(&h->tmu);
     rc = TH_ENOTFOUND;
@@ -557,8 +557,9 @@ int th_task_cancel(th_session *s, uint64_t task_id)
     th_mcall *c = live_ref(s, task_id);
     int rc = TH_ENOTFOUND;
     if (c) {
-        th_mcall_unref(c);
-        rc = th_call_cancel(s, task_id);
+        const th_mgr_ops *ops = c->h->mgr.ops;
+        ops->unref(c);
+        rc = ops->cancel(s, task_id);
     }
     if (rc == TH_ENOTFOUND) {
         th_kept *k = kept_ref(s, task_id);
@@ -593,126 +594,3 @@ int th_task_result(th_session *s, uint64_t task_id, th_result_copy *out)
     pthread_mutex_unlock(&s->mu);
     return rc;
 }
-
-/* ---- The task tools ---------------------------------------------------------- */
-
-typedef struct list_ctx {
-    th_session *s;
-    json_t *arr;
-    int64_t now_ms;
-} list_ctx;
-
-/* get_running_tasks: this session's live tasks, in tasks.list's form. */
-static int list_one(const th_task_view *t, void *ud)
-{
-    list_ctx *lc = ud;
-    if (t->state != TH_TASK_WORKING || t->session_id != lc->s->id)
-        return 0;
-    th_error err;
-    json_t *o = th_codec_task_json(t, lc->now_ms, &err);
-    if (!o || json_array_append_new(lc->arr, o) != 0)
-        return TH_ENOMEM;
-    return 0;
-}
-
-static int exec_list(void *state, const toolhost_tool *tool, toolhost_call *call,
-                     const uint8_t *args, size_t len)
-{
-    (void)state;
-    (void)tool;
-    (void)args;
-    (void)len;
-    th_session *s = th_call_session(call);
-    list_ctx lc = {s, json_array(), th_wall_ms()};
-    if (!s || !lc.arr || th_task_foreach(s, list_one, &lc) != 0) {
-        json_decref(lc.arr);
-        th_mcall_set_error(call, TH_ENOMEM, "out of memory listing the tasks");
-        return TOOLHOST_FAILED;
-    }
-    char *text = json_dumps(lc.arr, JSON_COMPACT);
-    json_decref(lc.arr);
-    if (!text) {
-        th_mcall_set_error(call, TH_ENOMEM, "out of memory listing the tasks");
-        return TOOLHOST_FAILED;
-    }
-    call->host->write(call, TOOLHOST_STDOUT, text, strlen(text));
-    free(text);
-    return TOOLHOST_OK;
-}
-
-static int exec_cancel(void *state, const toolhost_tool *tool, toolhost_call *call,
-                       const uint8_t *args, size_t len)
-{
-    (void)state;
-    (void)tool;
-    th_session *s = th_call_session(call);
-    msgpack_unpacked u;
-    msgpack_unpacked_init(&u);
-    size_t off = 0;
-    int64_t id = -1;
-    if (msgpack_unpack_next(&u, (const char *)args, len, &off) == MSGPACK_UNPACK_SUCCESS &&
-        u.data.type == MSGPACK_OBJECT_MAP)
-        for (uint32_t i = 0; i < u.data.via.map.size; i++) {
-            const msgpack_object_kv *kv = &u.data.via.map.ptr[i];
-            if (kv->key.type == MSGPACK_OBJECT_STR &&
-                kv->key.via.str.size == strlen("task_id") &&
-                memcmp(kv->key.via.str.ptr, "task_id", kv->key.via.str.size) == 0) {
-                if (kv->val.type == MSGPACK_OBJECT_POSITIVE_INTEGER)
-                    id = (int64_t)kv->val.via.u64;
-            }
-        }
-    msgpack_unpacked_destroy(&u);
-    char msg[256];
-    int rc = s && id > 0 ? th_task_cancel(s, (uint64_t)id) : TH_ENOTFOUND;
-    if (rc != 0) {
-        snprintf(msg, sizeof msg,
-                 "no running task %lld: it is unknown or already finished (get_running_tasks lists the running ones)",
-                 (long long)id);
-        th_mcall_set_error(call, TH_ENOTFOUND, msg);
-        return TOOLHOST_FAILED;
-    }
-    int n = snprintf(msg, sizeof msg, "task %lld cancelled", (long long)id);
-    call->host->write(call, TOOLHOST_STDOUT, msg, (size_t)n);
-    return TOOLHOST_OK;
-}
-
-static const toolhost_param cancel_params[] = {
-    {.struct_size = sizeof(toolhost_param),
-     .name = "task_id",
-     .type = TOOLHOST_TYPE_INTEGER,
-     .required = 1,
-     .description = "The task_id of a running task (from get_running_tasks or the call's answer)."},
-};
-
-static const toolhost_tool task_tools[] = {
-    {.struct_size = sizeof(toolhost_tool),
-     .name = "cancel_task",
-     .description = "Cancel a running background task by its task_id.",
-     .long_description = "Cancels a task that a long-running tool started. The task stops "
-                         "soon after; its final answer says it was cancelled.",
-     .params = cancel_params,
-     .n_params = 1,
-     .stdout_type = TOOLHOST_SEM_STATUS,
-     .stderr_type = TOOLHOST_SEM_ERROR,
-     .flags = TOOLHOST_TOOL_IDEMPOTENT,
-     .execute = exec_cancel},
-    {.struct_size = sizeof(toolhost_tool),
-     .name = "get_running_tasks",
-     .description = "List this session's running background tasks (task_id, tool, "
-                    "arguments, started_at, last_update, message, progress).",
-     .stdout_type = TOOLHOST_SEM_STRUCTURED,
-     .stderr_type = TOOLHOST_SEM_ERROR,
-     .flags = TOOLHOST_TOOL_READ_ONLY | TOOLHOST_TOOL_IDEMPOTENT,
-     .execute = exec_list},
-};
-
-const toolhost_plugin th_task_tools_plugin = {
-    .struct_size = sizeof(toolhost_plugin),
-    .abi_major = TOOLHOST_ABI_MAJOR,
-    .abi_minor = TOOLHOST_ABI_MINOR,
-    .name = "toolhost-tasks",
-    .version = TOOLHOST_VERSION,
-    .description = "The host's task tools.",
-    .tools = task_tools,
-    .n_tools = 2,
-};
