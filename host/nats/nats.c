@@ -862,4 +862,7 @@ void th_nats_stop(th_nats *f)
         natsConnection_Close(f->nc);
     }
     nats_free(f);
+    /* The library's own threads (timers, delivery pools) end only when it
+     * is closed; one NATS front per process, so it is ours to close. */
+    nats_CloseAndWait(2000);
 }
