@@ -431,11 +431,11 @@ static int build_meta(th_mcall *c, const th_out_info *oi, const th_out_info *ei,
                 rc = msgpack_pack_object(&pk, m->ptr[i].val);
         }
     if (rc == 0)
-        rc = msgpack_pack_str_with_body(&pk, "toolhost", 8);
+        rc = th_pack_cstr(&pk, "toolhost");
     if (rc == 0)
         rc = msgpack_pack_map(&pk, 1);
     if (rc == 0)
-        rc = msgpack_pack_str_with_body(&pk, "output", 6);
+        rc = th_pack_cstr(&pk, "output");
     if (rc == 0)
         rc = th_out_pack_info(&pk, oi, ei);
     msgpack_unpacked_destroy(&u);

@@ -538,25 +538,25 @@ static int pack_meta(th_buf *meta, const th_code_result *res)
     msgpack_packer_init(&pk, meta, th_buf_msgpack_write);
     int n = 6 + (res->error ? 1 : 0) + (res->value.len ? 1 : 0);
     int rc = msgpack_pack_map(&pk, (size_t)n);
-    rc |= msgpack_pack_str_with_body(&pk, "return_code", 11);
+    rc |= th_pack_cstr(&pk, "return_code");
     rc |= msgpack_pack_int(&pk, res->return_code);
-    rc |= msgpack_pack_str_with_body(&pk, "timed_out", 9);
+    rc |= th_pack_cstr(&pk, "timed_out");
     rc |= res->timed_out ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk);
-    rc |= msgpack_pack_str_with_body(&pk, "out_of_memory", 13);
+    rc |= th_pack_cstr(&pk, "out_of_memory");
     rc |= res->out_of_memory ? msgpack_pack_true(&pk)
                              : msgpack_pack_false(&pk);
-    rc |= msgpack_pack_str_with_body(&pk, "cancelled", 9);
+    rc |= th_pack_cstr(&pk, "cancelled");
     rc |= res->cancelled ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk);
-    rc |= msgpack_pack_str_with_body(&pk, "tool_calls", 10);
+    rc |= th_pack_cstr(&pk, "tool_calls");
     rc |= msgpack_pack_uint32(&pk, res->calls);
-    rc |= msgpack_pack_str_with_body(&pk, "language", 8);
-    rc |= msgpack_pack_str_with_body(&pk, "lua", 3);
+    rc |= th_pack_cstr(&pk, "language");
+    rc |= th_pack_cstr(&pk, "lua");
     if (res->error) {
-        rc |= msgpack_pack_str_with_body(&pk, "error", 5);
+        rc |= th_pack_cstr(&pk, "error");
         rc |= msgpack_pack_str_with_body(&pk, res->error, strlen(res->error));
     }
     if (res->value.len) {
-        rc |= msgpack_pack_str_with_body(&pk, "value", 5);
+        rc |= th_pack_cstr(&pk, "value");
         rc |= th_buf_append(meta, res->value.data, res->value.len);
     }
     return rc ? TH_ENOMEM : 0;
