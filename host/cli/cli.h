@@ -38,6 +38,10 @@ int cli_mcp(int argc, char **argv);
 /* Prints "toolhost: <message>" to stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* The log level named by a --log-level argument, or -1 after printing
+ * why it is not one. */
+int cli_log_level_arg(const char *arg);
+
 /* True when argv holds -h or --help (before a "--"). */
 bool cli_wants_help(int argc, char **argv);
 

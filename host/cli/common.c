@@ -26,6 +26,14 @@ void cli_error(const char *fmt, ...)
     va_end(ap);
 }
 
+int cli_log_level_arg(const char *arg)
+{
+    int level = th_log_level_from_name(arg);
+    if (level < 0)
+        cli_error("--log-level: '%s' is not error, warn, info or debug", arg);
+    return level;
+}
+
 bool cli_wants_help(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {

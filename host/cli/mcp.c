@@ -52,13 +52,8 @@ int cli_mcp(int argc, char **argv)
             toolset = optarg;
             break;
         case 'L':
-            level = th_log_level_from_name(optarg);
-            if (level < 0) {
-                cli_error("--log-level: '%s' is not error, warn, info or "
-                          "debug",
-                          optarg);
+            if ((level = cli_log_level_arg(optarg)) < 0)
                 return CLI_USAGE;
-            }
             break;
         case 'h':
             fputs(mcp_usage, stdout);
