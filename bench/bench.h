@@ -201,6 +201,29 @@ static inline void bench_json_end(bench_json *j)
     th_buf_free(&j->b);
 }
 
+/* ---- targets ------------------------------------------------------------------ */
+
+/* One target of the issue that set it: prints
+ *   "target: WHAT: met (ratio 1.42x, target <= 2x)"
+ * (scripts/run-bench gathers these lines into its summary) and adds
+ * "target_KEY":{"ratio":R,"limit":L,"met":true} to the JSON line.  `at_most`
+ * 1: met when ratio <= limit (a slowdown against a floor); 0: met when
+ * ratio >= limit (a speed-up or a throughput against a peer).  Returns 1 when
+ * met.  `j` may be NULL. */
+static inline int bench_target(bench_json *j, const char *key, const char *what,
+                               double ratio, double limit, int at_most)
+{
+    int met = at_most ? ratio <= limit : ratio >= limit;
+    printf("target: %s: %s (ratio %.2fx, target %s %gx)\n", what,
+           met ? "met" : "NOT met", ratio, at_most ? "<=" : ">=", limit);
+    if (j && th_buf_printf(&j->b,
+                           ",\"target_%s\":{\"ratio\":%.4g,\"limit\":%g,"
+                           "\"met\":%s}",
+                           key, ratio, limit, met ? "true" : "false") < 0)
+        bench_die("out of memory");
+    return met;
+}
+
 /* ---- the table --------------------------------------------------------------- */
 
 static inline void bench_row_head(void)
