@@ -198,7 +198,7 @@ static inline void bench_json_end(bench_json *j)
         bench_die("out of memory");
     printf("%s\n", (const char *)j->b.data);
     fflush(stdout);
-    th_buf_free(&j->b);
+    th_buf_destroy(&j->b);
 }
 
 /* ---- targets ------------------------------------------------------------------ */

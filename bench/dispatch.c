@@ -309,7 +309,7 @@ static void run_sync(th_session *s, long n, uint64_t *samples, bench_stats *st)
         uint64_t b = bench_now_ns();
         if (rc < 0 || r.kind != TH_RESULT_DONE || !r.ok)
             bench_die("th_call_sync failed (%d)", rc);
-        th_result_copy_free(&r);
+        th_result_copy_destroy(&r);
         if (i == -1)
             t0 = bench_now_ns();
         if (i >= 0)

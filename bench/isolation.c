@@ -119,7 +119,7 @@ static void run_sync(th_host *h, long n, uint64_t *samples, bench_stats *st)
         uint64_t b = bench_now_ns();
         if (rc < 0 || r.kind != TH_RESULT_DONE || !r.ok)
             bench_die("th_call_sync failed (%d)", rc);
-        th_result_copy_free(&r);
+        th_result_copy_destroy(&r);
         if (i >= 0)
             samples[i] = b - a;
     }

@@ -92,7 +92,7 @@ static int answer(char *out, size_t size)
              ok && r.out.data ? (const char *)r.out.data : "");
     if (!ok && r.message)
         snprintf(out, size, "error: %s", r.message);
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     return ok ? 0 : -1;
 }
 

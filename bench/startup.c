@@ -134,7 +134,7 @@ static void child_load(long arg, figure *f)
         if (th_registry_plugin(reg, name))
             f->extra++;
     }
-    th_buf_free(&y);
+    th_buf_destroy(&y);
 }
 
 /* ---- load N: the floor --------------------------------------------------------- */

@@ -91,7 +91,7 @@ static int fuzz_cli_args(const uint8_t *data, size_t size)
         TH_FUZZ_CHECK(json_object_size(j) <= (size_t)n + extra);
         th_buf mp = TH_BUF_INIT;
         TH_FUZZ_CHECK(th_json_to_msgpack(j, &mp) == 0);
-        th_buf_free(&mp);
+        th_buf_destroy(&mp);
         json_decref(j);
     }
     free(words);

@@ -57,7 +57,7 @@ static int fuzz_code(const uint8_t *data, size_t size)
         TH_FUZZ_CHECK(res.out.len <= lim.output_limit + 200);
         TH_FUZZ_CHECK(res.err.len <= lim.output_limit + 200);
     }
-    th_code_result_free(&res);
+    th_code_result_destroy(&res);
     return 0;
 }
 

@@ -49,7 +49,7 @@ static void cfg_check_packs(const th_ynode *n)
             TH_FUZZ_CHECK(off == b.len);
         msgpack_unpacked_destroy(&u);
     }
-    th_buf_free(&b);
+    th_buf_destroy(&b);
 }
 
 static int fuzz_config(const uint8_t *data, size_t size)

@@ -48,7 +48,7 @@ static void json_from_text(const uint8_t *data, size_t size)
             TH_FUZZ_CHECK(json_equal(j, back));
         json_decref(back);
     }
-    th_buf_free(&mp);
+    th_buf_destroy(&mp);
     json_decref(j);
 }
 
@@ -99,11 +99,11 @@ static void json_from_msgpack(const uint8_t *data, size_t size)
             TH_FUZZ_CHECK(th_json_to_msgpack(back, &mp2) == 0);
             TH_FUZZ_CHECK(mp2.len == mp.len &&
                           memcmp(mp2.data, mp.data, mp.len) == 0);
-            th_buf_free(&mp2);
+            th_buf_destroy(&mp2);
         }
         json_decref(back);
     }
-    th_buf_free(&mp);
+    th_buf_destroy(&mp);
     json_decref(j);
 }
 

@@ -125,9 +125,9 @@ static int fuzz_out(const uint8_t *data, size_t size)
                                       &off) == MSGPACK_UNPACK_SUCCESS &&
                   off == mp.len);
     msgpack_unpacked_destroy(&u);
-    th_buf_free(&mp);
-    th_buf_free(&dst);
-    th_out_free(&o);
+    th_buf_destroy(&mp);
+    th_buf_destroy(&dst);
+    th_out_destroy(&o);
     return 0;
 }
 

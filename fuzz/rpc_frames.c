@@ -164,8 +164,8 @@ static int fuzz_rpc_frames(const uint8_t *data, size_t size)
     TH_FUZZ_CHECK(a.end == b.end);
     if (a.end == 0)
         TH_FUZZ_CHECK(a.pending == b.pending);
-    th_buf_free(&a.msgs);
-    th_buf_free(&b.msgs);
+    th_buf_destroy(&a.msgs);
+    th_buf_destroy(&b.msgs);
     return 0;
 }
 

@@ -87,8 +87,8 @@ static void val_canonical(const uint8_t *data, size_t size)
     } else {
         TH_FUZZ_CHECK(rc < 0);
     }
-    th_buf_free(&c1);
-    th_buf_free(&c2);
+    th_buf_destroy(&c1);
+    th_buf_destroy(&c2);
 }
 
 static void val_params(const val_table *t, const uint8_t *data, size_t size)
@@ -114,9 +114,9 @@ static void val_params(const val_table *t, const uint8_t *data, size_t size)
                                      out.len, &again, &filled2, &ve2);
         TH_FUZZ_CHECK(rc2 == 0);
         TH_FUZZ_CHECK(!filled2);
-        th_buf_free(&again);
+        th_buf_destroy(&again);
     }
-    th_buf_free(&out);
+    th_buf_destroy(&out);
 }
 
 static int fuzz_validate(const uint8_t *data, size_t size)

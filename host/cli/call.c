@@ -170,7 +170,7 @@ int cli_call(int argc, char **argv)
     if (th_json_to_msgpack(args, &mp) != 0) {
         cli_error("out of memory");
         json_decref(args);
-        th_buf_free(&mp);
+        th_buf_destroy(&mp);
         cli_host_close(&ch);
         return CLI_FAILED;
     }
@@ -184,7 +184,7 @@ int cli_call(int argc, char **argv)
     rc = th_call_sync(ch.session, tool, mp.data, mp.len, &copts, on_progress,
                       NULL, &cli_interrupted, &res);
     cli_progress_end();
-    th_buf_free(&mp);
+    th_buf_destroy(&mp);
     if (rc != 0) {
         cli_error("call failed: %s", th_strerror(rc));
         cli_host_close(&ch);
@@ -194,7 +194,7 @@ int cli_call(int argc, char **argv)
     if (res.kind == TH_RESULT_ERROR && res.error == TH_ECANCELLED &&
         cli_interrupted)
         fprintf(stderr, "%s: cancelled\n", tool);
-    th_result_copy_free(&res);
+    th_result_copy_destroy(&res);
     cli_host_close(&ch);
     return rc;
 }

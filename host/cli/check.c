@@ -323,7 +323,7 @@ static int strict_run(const char *path, th_plugin *p)
         size_t alen;
         th_error e;
         if (th_validate_call(t, empty, 1, &filled, &a, &alen, &e) != 0) {
-            th_buf_free(&filled);
+            th_buf_destroy(&filled);
             continue;
         }
         strict_call sc;
@@ -343,9 +343,9 @@ static int strict_run(const char *path, th_plugin *p)
             printf("%s: warning: %s\n", path, e.msg);
             w++;
         }
-        th_buf_free(&sc.out);
-        th_buf_free(&sc.err);
-        th_buf_free(&filled);
+        th_buf_destroy(&sc.out);
+        th_buf_destroy(&sc.err);
+        th_buf_destroy(&filled);
     }
     return w;
 }
@@ -431,7 +431,7 @@ static int run_checks(const char *path, int fd, const char *config_json,
             }
         }
         json_decref(cj);
-        th_buf_free(&cfg);
+        th_buf_destroy(&cfg);
     }
     printf("%s: plugin %s %s, %zu tool%s, %d error%s, %d warning%s\n", path,
            p->name, p->version && *p->version ? p->version : "(no version)",

@@ -83,11 +83,11 @@ static int so_config(const char *so, th_config **cfg, th_error *err)
                           "    tools: [\"*\"]\n"
                           "    permissions:\n      default: ask\n");
     if (rc) {
-        th_buf_free(&y);
+        th_buf_destroy(&y);
         return th_error_set(err, TH_ENOMEM, "out of memory");
     }
     rc = th_config_parse(so, NULL, (const char *)y.data, y.len, cfg, err);
-    th_buf_free(&y);
+    th_buf_destroy(&y);
     return rc;
 }
 

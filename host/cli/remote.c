@@ -192,8 +192,8 @@ static json_t *remote_properties(th_rpc_client *c, const char *tool,
         json_decref(d);
         *rc = CLI_OK;
     }
-    th_rpc_reply_free(&reply);
-    th_buf_free(&params);
+    th_rpc_reply_destroy(&reply);
+    th_buf_destroy(&params);
     return props;
 }
 
@@ -219,7 +219,7 @@ int cli_call_remote(const cli_remote *remote, const char *tool, char **kv,
     th_buf mp = TH_BUF_INIT;
     if (!args || th_json_to_msgpack(args, &mp) != 0) {
         json_decref(args);
-        th_buf_free(&mp);
+        th_buf_destroy(&mp);
         th_rpc_client_close(c);
         return CLI_USAGE;
     }
@@ -236,7 +236,7 @@ int cli_call_remote(const cli_remote *remote, const char *tool, char **kv,
                                  on_progress, NULL, &result, &result_len,
                                  &err);
     cli_progress_end();
-    th_buf_free(&mp);
+    th_buf_destroy(&mp);
     if (rc != 0) {
         cli_error("call failed: %s", err.msg[0] ? err.msg : th_strerror(rc));
         th_rpc_client_close(c);
@@ -253,7 +253,7 @@ int cli_call_remote(const cli_remote *remote, const char *tool, char **kv,
             cli_interrupted)
             fprintf(stderr, "%s: cancelled\n", tool);
     }
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     free(result);
     th_rpc_client_close(c);
     return rc;
@@ -262,7 +262,7 @@ int cli_call_remote(const cli_remote *remote, const char *tool, char **kv,
 /* ---- list and reload ----------------------------------------------------- */
 
 /* Connects, sends `method` with no params and waits for its answer.  On
- * CLI_OK *reply holds the result (free it with th_rpc_reply_free); any
+ * CLI_OK *reply holds the result (free it with th_rpc_reply_destroy); any
  * other status was already explained on stderr. */
 static int simple_request(const cli_remote *remote, const char *method,
                           th_rpc_reply *reply)
@@ -281,7 +281,7 @@ static int simple_request(const cli_remote *remote, const char *method,
     }
     th_rpc_client_close(c);
     if (rc != CLI_OK)
-        th_rpc_reply_free(reply);
+        th_rpc_reply_destroy(reply);
     return rc;
 }
 
@@ -336,7 +336,7 @@ int cli_list_remote(const cli_remote *remote, bool json)
     json_decref(tools);
     rc = CLI_OK;
 out:
-    th_rpc_reply_free(&reply);
+    th_rpc_reply_destroy(&reply);
     return rc;
 }
 
@@ -396,6 +396,6 @@ int cli_reload(int argc, char **argv)
     rc = !ok || json_is_true(ok) ? CLI_OK : CLI_FAILED;
     free(s);
     json_decref(j);
-    th_rpc_reply_free(&reply);
+    th_rpc_reply_destroy(&reply);
     return rc;
 }

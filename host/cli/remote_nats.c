@@ -322,7 +322,7 @@ int cli_call_nats(const char *url, const char *tool, char **kv, int n_kv,
     th_buf mp = TH_BUF_INIT;
     if (!args || th_json_to_msgpack(args, &mp) != 0) {
         json_decref(args);
-        th_buf_free(&mp);
+        th_buf_destroy(&mp);
         nats_done(nc);
         return CLI_USAGE;
     }
@@ -337,7 +337,7 @@ int cli_call_nats(const char *url, const char *tool, char **kv, int n_kv,
                 "idempotent: retrying once (another host of %d may take "
                 "it)\n",
                 tool, host[0] ? host : "(unknown)", hosts);
-        th_result_copy_free(&r);
+        th_result_copy_destroy(&r);
         memset(&r, 0, sizeof r);
         a = attempt(nc, subj, &mp, timeout_ms, &r, host, sizeof host);
     }
@@ -353,8 +353,8 @@ int cli_call_nats(const char *url, const char *tool, char **kv, int n_kv,
     } else {
         rc = cli_print_result(&r, show_meta, tool);
     }
-    th_result_copy_free(&r);
-    th_buf_free(&mp);
+    th_result_copy_destroy(&r);
+    th_buf_destroy(&mp);
     nats_done(nc);
     return rc;
 }

@@ -15,7 +15,7 @@ void th_buf_init(th_buf *b)
     b->len = b->cap = 0;
 }
 
-void th_buf_free(th_buf *b)
+void th_buf_destroy(th_buf *b)
 {
     free(b->data);
     th_buf_init(b);

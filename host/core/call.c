@@ -63,7 +63,7 @@ static th_mcall *tomb_push_locked(th_host *h, th_mcall *c)
     return old;
 }
 
-void th_call_tombs_free(th_host *h)
+void th_call_tombs_destroy(th_host *h)
 {
     while (h->tomb_head) {
         th_mcall *c = h->tomb_head;
@@ -87,8 +87,8 @@ static void call_free(th_mcall *c)
         snprintf(c->tname, sizeof c->tname, "%s", c->tool->name);
         pthread_mutex_unlock(&c->mu);
     }
-    th_out_free(&c->out);
-    th_out_free(&c->err);
+    th_out_destroy(&c->out);
+    th_out_destroy(&c->err);
     free(c->args);
     free(c->meta);
     free(c->dupkey);
@@ -99,7 +99,7 @@ static void call_free(th_mcall *c)
     free(c->caller_user);
     if (c->cancel_efd >= 0)
         close(c->cancel_efd);
-    th_result_copy_free(&c->final);
+    th_result_copy_destroy(&c->final);
     th_tool_release(c->tool);
     th_config_unref(c->cfg);
     th_session_unref(c->s);
@@ -234,9 +234,9 @@ void th_call_deliver_locked(th_mcall *c)
         if (fn)
             fn(&ev, ud);
         free(msg);
-        th_progress_update_free(&pu);
+        th_progress_update_destroy(&pu);
         if (have_fin)
-            th_result_copy_free(&fin);
+            th_result_copy_destroy(&fin);
         pthread_mutex_lock(&c->mu);
     }
     c->delivering = false;
@@ -336,7 +336,7 @@ bool th_call_answer_error(th_mcall *c, int code, const char *msg)
     pthread_mutex_lock(&c->mu);
     if (c->answered) {
         pthread_mutex_unlock(&c->mu);
-        th_result_copy_free(&res);
+        th_result_copy_destroy(&res);
         return false;
     }
     count_error(c->st, code);
@@ -458,7 +458,7 @@ static int build_result(th_mcall *c, int status, th_result_copy *res)
     if (th_out_finish(&c->out, &res->out, &oi) != 0 ||
         th_out_finish(&c->err, &res->err, &ei) != 0 ||
         build_meta(c, &oi, &ei, &res->meta) != 0) {
-        th_result_copy_free(res);
+        th_result_copy_destroy(res);
         res->kind = TH_RESULT_ERROR;
         res->error = TH_ENOMEM;
         return TH_ENOMEM;
@@ -469,7 +469,7 @@ static int build_result(th_mcall *c, int status, th_result_copy *res)
     th_error oe;
     if (res->ok && !oi.truncated &&
         th_validate_output(c->tool, res->out.data, res->out.len, &oe) != 0) {
-        th_result_copy_free(res);
+        th_result_copy_destroy(res);
         memset(res, 0, sizeof *res);
         res->kind = TH_RESULT_ERROR;
         res->error = oe.code;
@@ -523,7 +523,7 @@ void th_mcall_exec_end(th_mcall *c, int status, bool ran)
     pthread_mutex_unlock(&c->mu);
     if (was_running)
         atomic_fetch_sub(&c->h->mgr.running, 1);
-    th_result_copy_free(&res);
+    th_result_copy_destroy(&res);
     if (changed)
         th_session_task_tools_changed(c->s);
 }

@@ -276,7 +276,7 @@ static int cb_progress(toolhost_call *call, double fraction,
                              TOOLHOST_ESTATE)
                           : TOOLHOST_ECANCELLED;
         pthread_mutex_unlock(&c->mu);
-        th_progress_update_free(&u);
+        th_progress_update_destroy(&u);
         free(last);
         return rc;
     }
@@ -291,7 +291,7 @@ static int cb_progress(toolhost_call *call, double fraction,
         c->pend_ack = true;
         c->ack_msg = u.message;
         u.message = NULL;
-        th_progress_update_free(&u);
+        th_progress_update_destroy(&u);
         bool changed = false;
         pthread_mutex_lock(&s->mu);
         s->live_tasks++;
@@ -325,7 +325,7 @@ static int cb_progress(toolhost_call *call, double fraction,
     }
     if (c->no_progress) {
         pthread_mutex_unlock(&c->mu);
-        th_progress_update_free(&u);
+        th_progress_update_destroy(&u);
         return 0;
     }
     th_progress_put(&c->prog, &u);

@@ -286,7 +286,7 @@ static int stage_args(th_mcall *c, const uint8_t *raw, size_t raw_len)
         bool confirm = false, found = false;
         int rc = strip_confirm(a, al, &stripped, &confirm, &found, e, sizeof e);
         if (rc != 0) {
-            th_buf_free(&stripped);
+            th_buf_destroy(&stripped);
             char m[400];
             snprintf(m, sizeof m, "Error parsing arguments for %s: %s", t->name, e);
             th_mcall_never_run(c, rc, rc == TH_ENOMEM ? "out of memory" : m);
@@ -310,8 +310,8 @@ static int stage_args(th_mcall *c, const uint8_t *raw, size_t raw_len)
     if (rc == 0 && !(copy = malloc(vl ? vl : 1)))
         rc = TH_ENOMEM;
     if (rc != 0) {
-        th_buf_free(&vb);
-        th_buf_free(&stripped);
+        th_buf_destroy(&vb);
+        th_buf_destroy(&stripped);
         th_mcall_never_run(c, rc == TH_ENOMEM ? TH_ENOMEM : e.code ? e.code : TH_EARGS,
                            rc == TH_ENOMEM ? "out of memory"
                            : e.msg[0]      ? e.msg
@@ -319,8 +319,8 @@ static int stage_args(th_mcall *c, const uint8_t *raw, size_t raw_len)
         return -1;
     }
     memcpy(copy, va, vl);
-    th_buf_free(&vb);
-    th_buf_free(&stripped);
+    th_buf_destroy(&vb);
+    th_buf_destroy(&stripped);
     free(c->args);
     c->args = copy;
     c->args_len = vl;

@@ -65,7 +65,7 @@ static void sync_cb(const th_event *ev, void *ud)
             th_progress_put(&w->prog, &u);
         pthread_cond_signal(&w->cv);
         pthread_mutex_unlock(&w->mu);
-        th_progress_update_free(&u);
+        th_progress_update_destroy(&u);
         return;
     }
     th_result_copy tmp;
@@ -108,7 +108,7 @@ int th_call_sync(th_session *s, const char *tool, const uint8_t *args,
                 th_progress_event(&u, id, &ev);
                 pthread_mutex_unlock(&w.mu);
                 progress(&ev, ud);
-                th_progress_update_free(&u);
+                th_progress_update_destroy(&u);
                 pthread_mutex_lock(&w.mu);
                 continue;
             }

@@ -65,7 +65,7 @@ static int pack_map(msgpack_packer *pk, const msgpack_object *o)
             msgpack_packer kpk;
             msgpack_packer_init(&kpk, &kb, th_buf_msgpack_write);
             if ((rc = pack_canonical(&kpk, &kv->key))) {
-                th_buf_free(&kb);
+                th_buf_destroy(&kb);
                 break;
             }
             es[i].owned = th_buf_take(&kb, &es[i].klen);

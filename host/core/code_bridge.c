@@ -325,12 +325,12 @@ void th_code__push_result(lua_State *L, run *r, const th_result_copy *res)
 {
     th_buf b = TH_BUF_INIT;
     if (th_codec_result_to_buf(&b, res) != 0) {
-        th_buf_free(&b);
+        th_buf_destroy(&b);
         luaL_error(L, "out of memory");
         return;
     }
     push_msgpack(L, r, &b);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
     if (res->kind == TH_RESULT_DONE && !res->ok) {
         lua_createtable(L, 0, 2);
         set_str(L, "code", th_err_name(TH_EFAILED), strlen(th_err_name(TH_EFAILED)));
@@ -367,7 +367,7 @@ int th_code__pack_returned(lua_State *L, run *r)
     bool over = false;
     if (th_code__pack_into(L, r, -1, &r->res->value, true, NULL, cap, &over) == 0)
         return 0;
-    th_buf_free(&r->res->value);
+    th_buf_destroy(&r->res->value);
     if (over) {
         r->res->value_too_large = true;
         th_log_info("run_code: the returned value passed %zu bytes once "

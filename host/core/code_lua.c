@@ -120,12 +120,12 @@ void th_code_result_init(th_code_result *r)
     th_buf_init(&r->err);
 }
 
-void th_code_result_free(th_code_result *r)
+void th_code_result_destroy(th_code_result *r)
 {
     free(r->error);
-    th_buf_free(&r->value);
-    th_buf_free(&r->out);
-    th_buf_free(&r->err);
+    th_buf_destroy(&r->value);
+    th_buf_destroy(&r->out);
+    th_buf_destroy(&r->err);
     th_code_result_init(r);
 }
 
@@ -391,7 +391,7 @@ static int tool_call(lua_State *L)
         }
     }
     r->res->calls++;
-    th_proj_result_free(&r->pres);
+    th_proj_result_destroy(&r->pres);
     progress_ctx pc = {r, t->name};
     int rc = r->proj->caller.call(r->proj->caller.ud, t->name, r->args.data,
                                   r->args.len, timeout, progress_tramp, &pc,
@@ -415,7 +415,7 @@ static int tool_call(lua_State *L)
         done.structured = r->pres.structured;
         th_code__push_result(L, r, &done);
     }
-    th_proj_result_free(&r->pres);
+    th_proj_result_destroy(&r->pres);
     return 1;
 }
 
@@ -1090,8 +1090,8 @@ int th_code_run(const th_projection *proj, const char *code, size_t len,
 done:
     lua_close(L);
     out_finish(r);
-    th_buf_free(&r->args);
-    th_proj_result_free(&r->pres);
+    th_buf_destroy(&r->args);
+    th_proj_result_destroy(&r->pres);
     if (r->unp_live)
         msgpack_unpacked_destroy(&r->unp);
     free(r);

@@ -294,7 +294,7 @@ int th_code_builtin_new(th_registry *reg, const th_config *cfg,
         rc = th_error_set(err, TH_ENOMEM, "out of memory");
     th_projection_free(p);
     if (rc) {
-        th_buf_free(&text);
+        th_buf_destroy(&text);
         free(b);
         return rc < 0 ? rc : TH_EINTERNAL;
     }
@@ -387,7 +387,7 @@ static void flush_progress(exec_ctx *x)
     pthread_mutex_unlock(&x->mu);
     if (send)
         (void)x->call->host->progress(x->call, u.fraction, u.message, NULL, 0);
-    th_progress_update_free(&u);
+    th_progress_update_destroy(&u);
 }
 
 typedef struct progress_fwd {
@@ -404,7 +404,7 @@ static void on_event(const th_event *ev, void *ud)
 
 static void move_buf(th_buf *dst, th_buf *src)
 {
-    th_buf_free(dst);
+    th_buf_destroy(dst);
     *dst = *src;
     th_buf_init(src);
 }
@@ -428,7 +428,7 @@ static int code_call(void *ud, const char *tool, const uint8_t *args,
                          NULL, &rc);
     flush_progress(x);
     if (r < 0) {
-        th_result_copy_free(&rc);
+        th_result_copy_destroy(&rc);
         return r;
     }
     if (rc.kind == TH_RESULT_ERROR) {
@@ -446,7 +446,7 @@ static int code_call(void *ud, const char *tool, const uint8_t *args,
         move_buf(&out->err, &rc.err);
         move_buf(&out->meta, &rc.meta);
     }
-    th_result_copy_free(&rc);
+    th_result_copy_destroy(&rc);
     return 0;
 }
 
@@ -631,7 +631,7 @@ static int run_code_execute(void *state, const toolhost_tool *tool,
         char msg[1200];
         snprintf(msg, sizeof msg, "run_code: %s", err.msg);
         fail(call, msg);
-        th_code_result_free(&res);
+        th_code_result_destroy(&res);
         goto out;
     }
     if (res.error) {
@@ -644,9 +644,9 @@ static int run_code_execute(void *state, const toolhost_tool *tool,
     th_buf meta = TH_BUF_INIT;
     if (pack_meta(&meta, &res) == 0)
         (void)call->host->set_meta(call, meta.data, meta.len);
-    th_buf_free(&meta);
+    th_buf_destroy(&meta);
     status = res.return_code == 0 ? TOOLHOST_OK : TOOLHOST_FAILED;
-    th_code_result_free(&res);
+    th_code_result_destroy(&res);
 out:
     th_projection_free(proj);
     th_progress_clear(&x.prog);

@@ -197,7 +197,7 @@ int th_codec_unpack_result(const msgpack_object *o, th_result_copy *r)
         rc = msgpack_pack_object(&pk, *meta) == 0 ? 0 : TH_ENOMEM;
     }
     if (rc)
-        th_result_copy_free(r);
+        th_result_copy_destroy(r);
     return rc;
 }
 
@@ -222,7 +222,7 @@ json_t *th_codec_result_json(const th_result_copy *r, th_error *err)
         th_error_set(err, TH_ENOMEM, "out of memory");
     else
         j = json_of(&b, err);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
     return j;
 }
 
@@ -238,7 +238,7 @@ int th_result_copy_dup(th_result_copy *dst, const th_result_copy *src)
         (src->err.len && th_buf_append(&dst->err, src->err.data, src->err.len)) ||
         (src->meta.len && th_buf_append(&dst->meta, src->meta.data, src->meta.len)) ||
         (src->message && !(dst->message = strdup(src->message)))) {
-        th_result_copy_free(dst);
+        th_result_copy_destroy(dst);
         memset(dst, 0, sizeof *dst);
         return TH_ENOMEM;
     }
@@ -370,7 +370,7 @@ json_t *th_codec_task_json(const th_task_view *t, int64_t now_ms, th_error *err)
         th_error_set(err, TH_ENOMEM, "out of memory");
     else
         j = json_of(&b, err);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
     return j;
 }
 
@@ -391,6 +391,6 @@ json_t *th_codec_tool_json(const th_tool *t, th_error *err)
         th_error_set(err, TH_ENOMEM, "out of memory");
     else
         j = json_of(&b, err);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
     return j;
 }

@@ -371,7 +371,7 @@ static char *resolve_path(cfctx *c, const char *s)
     th_buf b = TH_BUF_INIT;
     if (th_buf_printf(&b, "%s%s%s", c->dir,
                       c->dir[strlen(c->dir) - 1] == '/' ? "" : "/", s) < 0) {
-        th_buf_free(&b);
+        th_buf_destroy(&b);
         return NULL;
     }
     if (b.len > 1 && b.data[b.len - 1] == '/' && !*s)
@@ -1127,7 +1127,7 @@ static int expand_scalar(cfctx *c, th_ynode *n, const char *where, bool path)
 nomem:
     rc = cf_nomem(c);
 out:
-    th_buf_free(&b);
+    th_buf_destroy(&b);
     return rc;
 }
 
@@ -1326,7 +1326,7 @@ static int set_tools(cfctx *c, const cfkey *k, th_ynode *v, void *base)
                         ts->tools[i], ts->tool_marks[j].line,
                         ts->tool_marks[j].col);
     }
-    th_strset_free(&seen);
+    th_strset_destroy(&seen);
     return rc;
 }
 
@@ -1637,7 +1637,7 @@ static int toolset_check(cfctx *c, th_ynode *n, void *el)
                         o->tool, ts->name);
         }
     }
-    th_strset_free(&tools);
+    th_strset_destroy(&tools);
     return rc < 0 ? rc : 0;
 }
 
@@ -1657,7 +1657,7 @@ static int set_meta(cfctx *c, const cfkey *k, th_ynode *v, void *base)
     msgpack_packer pk;
     msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
     if (th_ynode_pack(v, &pk) < 0) {
-        th_buf_free(&b);
+        th_buf_destroy(&b);
         return cf_nomem(c);
     }
     m->meta = th_buf_take(&b, &m->meta_len);
@@ -2287,7 +2287,7 @@ static char *abs_dir(const char *dir)
         return strdup(cwd);
     th_buf b = TH_BUF_INIT;
     if (th_buf_printf(&b, "%s/%s", cwd, dir) < 0) {
-        th_buf_free(&b);
+        th_buf_destroy(&b);
         return NULL;
     }
     return (char *)th_buf_take(&b, NULL);
@@ -2382,9 +2382,9 @@ int th_config_parse_ex(const char *name, const char *dir, const char *text,
     rc = 0;
     cfg = NULL;
 fail:
-    th_strset_free(&c.plugin_names);
-    th_strset_free(&c.toolset_names);
-    th_strset_free(&c.mock_tools);
+    th_strset_destroy(&c.plugin_names);
+    th_strset_destroy(&c.toolset_names);
+    th_strset_destroy(&c.mock_tools);
     th_config_free(cfg);
     return rc;
 }
@@ -2460,13 +2460,13 @@ int th_config_load(const char *path, th_config **out, th_error *err)
     th_buf b = TH_BUF_INIT;
     int rc = read_config(path, &lim, &b, err);
     if (rc < 0) {
-        th_buf_free(&b);
+        th_buf_destroy(&b);
         return rc;
     }
     /* The folder, canonical: ${CONFIG_DIR} and relative paths use it. */
     char *copy = strdup(path);
     if (!copy) {
-        th_buf_free(&b);
+        th_buf_destroy(&b);
         return th_error_set(err, TH_ENOMEM, "%s: out of memory", path);
     }
     char *slash = strrchr(copy, '/');
@@ -2483,7 +2483,7 @@ int th_config_load(const char *path, th_config **out, th_error *err)
                             NULL, out, err);
     free(real);
     free(copy);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
     if (rc == 0 && th_ynode_is_null((*out)->root)) {
         /* An empty file (or one of comments only) is a mistake: a config
          * truncated or not yet written, not a request for the defaults. */

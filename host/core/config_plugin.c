@@ -25,7 +25,7 @@ int th_config_plugin_block(const th_config *cfg, const th_plugin_cfg *pc,
     int rc = pc->config ? th_ynode_pack(pc->config, &pk)
                         : (msgpack_pack_map(&pk, 0) ? TH_ENOMEM : 0);
     if (rc < 0) {
-        th_buf_free(&packed);
+        th_buf_destroy(&packed);
         return th_error_set(err, TH_ENOMEM, "%s: out of memory", cfg->path);
     }
     bool filled = false;
@@ -49,14 +49,14 @@ int th_config_plugin_block(const th_config *cfg, const th_plugin_cfg *pc,
         th_error_set(err, TH_ECONFIG, "%s:%d:%d: in the config of plugin "
                      "'%s': %s", cfg->path, line, col, pc->name,
                      verr.e.msg[0] ? verr.e.msg : "invalid config block");
-        th_buf_free(&packed);
-        th_buf_free(&filled_buf);
+        th_buf_destroy(&packed);
+        th_buf_destroy(&filled_buf);
         return TH_ECONFIG;
     }
     const th_buf *src = filled ? &filled_buf : &packed;
     rc = th_buf_append(out, src->data, src->len);
-    th_buf_free(&packed);
-    th_buf_free(&filled_buf);
+    th_buf_destroy(&packed);
+    th_buf_destroy(&filled_buf);
     if (rc < 0)
         return th_error_set(err, TH_ENOMEM, "%s: out of memory", cfg->path);
     return 0;

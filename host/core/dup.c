@@ -56,7 +56,7 @@ int th_dup_register(th_mcall *c, char *msg, size_t msg_size)
         return 0;
     th_buf k = TH_BUF_INIT;
     if (dup_key(c, scope, &k) != 0) {
-        th_buf_free(&k);
+        th_buf_destroy(&k);
         snprintf(msg, msg_size, "out of memory checking for duplicates");
         return TH_ENOMEM;
     }
@@ -134,7 +134,7 @@ int th_dup_register(th_mcall *c, char *msg, size_t msg_size)
         }
     }
     pthread_mutex_unlock(&h->dmu);
-    th_buf_free(&k);
+    th_buf_destroy(&k);
     if (refuse) {
         for (size_t i = 0; i < nv; i++)
             ops->unref(victims[i]);

@@ -168,14 +168,14 @@ static atomic_uint n_abandoned;
 
 static void host_free(th_host *h)
 {
-    if (!th_mgr_fini(h)) {
+    if (!th_mgr_destroy(h)) {
         unsigned i = atomic_fetch_add(&n_abandoned, 1);
         if (i < sizeof abandoned_hosts / sizeof abandoned_hosts[0])
             abandoned_hosts[i] = h;
         return;
     }
-    th_tasks_free(h);
-    th_call_tombs_free(h);
+    th_tasks_destroy(h);
+    th_call_tombs_destroy(h);
     for (size_t b = 0; b < 256; b++) {
         th_stat *s = atomic_load(&h->stat_b[b]);
         while (s) {

@@ -174,7 +174,7 @@ static int wsend(worker *w, th_buf *b)
     pthread_mutex_lock(&w->send_mu);
     int rc = w->sock >= 0 ? th_iso_send(w->sock, b->data, b->len) : -1;
     pthread_mutex_unlock(&w->send_mu);
-    th_buf_free(b);
+    th_buf_destroy(b);
     return rc;
 }
 
@@ -188,7 +188,7 @@ static int send_simple(worker *w, int type, uint64_t id, bool with_id)
     if (with_id)
         e |= msgpack_pack_uint64(&pk, id);
     if (e) {
-        th_buf_free(&b);
+        th_buf_destroy(&b);
         return -1;
     }
     return wsend(w, &b);
@@ -529,8 +529,8 @@ static void *reader_main(void *arg)
                 break;
     }
     log_stderr(P, w, &eb, true);
-    th_buf_free(&eb);
-    th_iso_rx_free(&rx);
+    th_buf_destroy(&eb);
+    th_iso_rx_destroy(&rx);
     char note[16] = "";
     {
         int fl = fcntl(w->notefd, F_GETFL);
@@ -783,7 +783,7 @@ static int send_init(pool *P, worker *w)
     e |= msgpack_pack_int(&pk, ISO_INIT);
     e |= msgpack_pack_bin_with_body(&pk, P->config, P->config_len);
     if (e) {
-        th_buf_free(&b);
+        th_buf_destroy(&b);
         return -1;
     }
     return wsend(w, &b);
@@ -1128,7 +1128,7 @@ int th_iso_open(const th_plugin_cfg *pc, const char *file, bool check,
     g_pools = P;
     pthread_mutex_unlock(&g_pools_mu);
     if (!p->name || !p->path || !p->load_path) {
-        th_plugin_destroy(p);
+        th_plugin_close(p);
         return th_error_set(err, TH_ENOMEM, "%s: out of memory", pc->path);
     }
     *out = p;
@@ -1383,7 +1383,7 @@ static int run(pool *P, uint32_t tool_idx, int ask, toolhost_call *call,
         e |= msgpack_pack_int64(&pk, call ? call->host->time_left_ms(call) : -1);
     }
     if (e)
-        th_buf_free(&b);
+        th_buf_destroy(&b);
     if (e || wsend(w, &b) != 0) {
         /* A dead socket: the reader fails the call shortly. */
         (void)0;
@@ -1585,7 +1585,7 @@ int th_iso_fuzz_frame(const uint8_t *f, size_t n)
         th_error_clear(&err);
         rc = th_plugin_builtin(&P->desc, &p, &err);
         if (rc == 0)
-            th_plugin_destroy(p); /* no on_destroy: P is freed below */
+            th_plugin_close(p); /* no on_destroy: P is freed below */
     }
     /* As any other message, routed to a worker with one waiting call. */
     worker *w = calloc(1, sizeof *w);

@@ -79,9 +79,9 @@ int th_iso_take(th_iso_rx *rx, const uint8_t **frame, size_t *len)
     return 1;
 }
 
-void th_iso_rx_free(th_iso_rx *rx)
+void th_iso_rx_destroy(th_iso_rx *rx)
 {
-    th_buf_free(&rx->b);
+    th_buf_destroy(&rx->b);
     rx->off = 0;
 }
 

@@ -61,7 +61,7 @@ typedef struct th_iso_rx {
 /* read() once: >0, 0 at EOF, -1. */
 int th_iso_rx_fill(th_iso_rx *rx, int fd);
 int th_iso_take(th_iso_rx *rx, const uint8_t **frame, size_t *len);
-void th_iso_rx_free(th_iso_rx *rx);
+void th_iso_rx_destroy(th_iso_rx *rx);
 
 /* Blocking: one whole frame into *out (reset first).  0, 1 at EOF, -1. */
 int th_iso_recv(int fd, th_iso_rx *rx, th_buf *out);

@@ -71,7 +71,7 @@ static int send_buf(th_buf *b)
     pthread_mutex_lock(&g_send_mu);
     int rc = th_iso_send(ISO_FD_SOCK, b->data, b->len);
     pthread_mutex_unlock(&g_send_mu);
-    th_buf_free(b);
+    th_buf_destroy(b);
     if (rc != 0)
         _exit(0); /* the host is gone */
     return 0;
@@ -86,7 +86,7 @@ static int send_buf(th_buf *b)
 #define PK_END()                                                              \
     do {                                                                      \
         if (e) {                                                              \
-            th_buf_free(&b);                                                  \
+            th_buf_destroy(&b);                                                  \
             return TOOLHOST_ENOMEM;                                           \
         }                                                                     \
         return send_buf(&b);                                                  \
@@ -102,7 +102,7 @@ static int queue_buf(wcall *c, th_buf *b, bool flush)
     int rc = th_buf_append(&c->ob, hdr, 4);
     if (rc == 0)
         rc = th_buf_append(&c->ob, b->data, b->len);
-    th_buf_free(b);
+    th_buf_destroy(b);
     if (rc != 0)
         return TOOLHOST_ENOMEM;
     if (!flush && c->ob.len < 65536)
@@ -127,7 +127,7 @@ static int queue_buf(wcall *c, th_buf *b, bool flush)
 #define PK_END_CALL(c, flush)                                                 \
     do {                                                                      \
         if (e) {                                                              \
-            th_buf_free(&b);                                                  \
+            th_buf_destroy(&b);                                                  \
             return TOOLHOST_ENOMEM;                                           \
         }                                                                     \
         return queue_buf((c), &b, (flush));                                   \
@@ -269,7 +269,7 @@ static void call_unref(wcall *c)
     g_active--;
     pthread_cond_broadcast(&g_cv);
     pthread_mutex_unlock(&g_mu);
-    th_buf_free(&c->ob);
+    th_buf_destroy(&c->ob);
     free(c->args);
     free(c);
 }
@@ -472,7 +472,7 @@ static void start_call(const msgpack_object_array *a, int ask)
         e |= msgpack_pack_int(&pk, TOOLHOST_STDERR);
         e |= msgpack_pack_bin_with_body(&pk, m, sizeof m - 1);
         if (e)
-            th_buf_free(&b);
+            th_buf_destroy(&b);
         else
             send_buf(&b);
         send_done(id, TOOLHOST_FAILED);
@@ -786,7 +786,7 @@ int th_iso_worker_main(int argc, char **argv)
         e |= msgpack_pack_int(&pk, ISO_HELLO);
         e |= th_iso_pack_desc(&pk, g_p);
         if (e) {
-            th_buf_free(&b);
+            th_buf_destroy(&b);
             return fail("%s: worker out of memory", o.shown);
         }
         send_buf(&b);
@@ -833,9 +833,9 @@ int th_iso_worker_main(int argc, char **argv)
     while (g_active > 0)
         pthread_cond_wait(&g_cv, &g_mu);
     pthread_mutex_unlock(&g_mu);
-    th_buf_free(&f);
-    th_iso_rx_free(&rx);
-    th_plugin_destroy(g_p);
+    th_buf_destroy(&f);
+    th_iso_rx_destroy(&rx);
+    th_plugin_close(g_p);
     g_p = NULL;
     fflush(stderr);
     return 0;

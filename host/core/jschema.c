@@ -723,7 +723,7 @@ int th_jschema_check_text(const th_jschema *s, const char *text, size_t len,
                            "integer beyond 64 bits)");
         rc = 1;
     }
-    th_buf_free(&b);
+    th_buf_destroy(&b);
     json_decref(j);
     return rc;
 }

@@ -99,7 +99,7 @@ static json_t *text_value(const char *s, size_t n, bool lossy,
     json_t *j = rc == 0 ? json_stringn_nocheck(b.data ? (const char *)b.data : "",
                                                b.len)
                         : NULL;
-    th_buf_free(&b);
+    th_buf_destroy(&b);
     if (!j)
         th_error_set(err, TH_ENOMEM, "out of memory");
     return j;

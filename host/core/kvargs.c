@@ -28,7 +28,7 @@ static char *read_file(const char *path, size_t *len)
     int bad = ferror(f) || rc != 0;
     fclose(f);
     if (bad || th_buf_reserve(&b, 0) != 0) { /* a NUL even for empty files */
-        th_buf_free(&b);
+        th_buf_destroy(&b);
         errno = rc != 0 ? ENOMEM : EIO;
         return NULL;
     }

@@ -227,7 +227,7 @@ static void free_tools(th_tool *tools, size_t n)
     free(tools);
 }
 
-void th_plugin_destroy(th_plugin *p)
+void th_plugin_close(th_plugin *p)
 {
     if (!p)
         return;
@@ -262,7 +262,7 @@ void th_plugin_unref(th_plugin *p)
     if (p->on_last_unref)
         p->on_last_unref(p);
     else
-        th_plugin_destroy(p);
+        th_plugin_close(p);
 }
 
 /* ---- checks -------------------------------------------------------------------- */
@@ -1057,7 +1057,7 @@ int th_plugin_open(const char *path, const th_load_opts *opts,
     dlerror();
     void *sym = dlsym(p->dl, TOOLHOST_ENTRY_SYMBOL);
     if (!sym) {
-        th_plugin_destroy(p);
+        th_plugin_close(p);
         return th_error_set(err, TH_ELOAD,
                             "%s: entry symbol '%s' not found (export it with "
                             "TOOLHOST_EXPORT; is this a toolhost plugin of "
@@ -1069,12 +1069,12 @@ int th_plugin_open(const char *path, const th_load_opts *opts,
     p->desc = entry();
     reporter rep = {opts->on_problem, opts->problem_ud, 0, {0, ""}};
     if ((rc = check_desc(path, p->desc, p, &rep, err))) {
-        th_plugin_destroy(p);
+        th_plugin_close(p);
         return rc;
     }
     p->name = strdup(opts->name ? opts->name : p->desc->name);
     if (!p->name) {
-        th_plugin_destroy(p);
+        th_plugin_close(p);
         return th_error_set(err, TH_ENOMEM, "%s: out of memory", path);
     }
     *out = p;
@@ -1082,7 +1082,7 @@ int th_plugin_open(const char *path, const th_load_opts *opts,
 fail:
     if (fd >= 0 && !opts->has_fd)
         close(fd);
-    th_plugin_destroy(p);
+    th_plugin_close(p);
     return rc;
 }
 
@@ -1102,14 +1102,14 @@ int th_plugin_builtin(const toolhost_plugin *desc, th_plugin **out,
     p->desc = desc;
     int rc = check_desc(shown, desc, p, NULL, err);
     if (rc) {
-        th_plugin_destroy(p);
+        th_plugin_close(p);
         return rc;
     }
     char path[128];
     snprintf(path, sizeof path, "builtin:%s", desc->name);
     if (!(p->name = strdup(desc->name)) || !(p->path = strdup(path)) ||
         !(p->load_path = strdup(path))) {
-        th_plugin_destroy(p);
+        th_plugin_close(p);
         return th_error_set(err, TH_ENOMEM, "%s: out of memory", shown);
     }
     *out = p;
@@ -1165,7 +1165,7 @@ int th_plugin_init(th_plugin *p, const uint8_t *config, size_t len,
     int rc = th_validate_params(NULL, p->config_params, p->n_config_params,
                                 config, len, &filled_cfg, &filled, &ve);
     if (rc) {
-        th_buf_free(&filled_cfg);
+        th_buf_destroy(&filled_cfg);
         return th_error_set(err, rc == TH_EARGS ? TH_ELOAD : rc,
                             "%s: config of plugin '%s': %s", p->path, p->name,
                             ve.e.msg);
@@ -1181,7 +1181,7 @@ int th_plugin_init(th_plugin *p, const uint8_t *config, size_t len,
         int r = p->desc->init(&p->api, config, len, &state, msg, sizeof msg);
         msg[sizeof msg - 1] = '\0';
         if (r != 0) {
-            th_buf_free(&filled_cfg);
+            th_buf_destroy(&filled_cfg);
             if (msg[0])
                 return th_error_set(err, TH_ELOAD, "%s: init failed: %s",
                                     p->path, msg);
@@ -1192,7 +1192,7 @@ int th_plugin_init(th_plugin *p, const uint8_t *config, size_t len,
         }
         p->state = state;
     }
-    th_buf_free(&filled_cfg);
+    th_buf_destroy(&filled_cfg);
     if ((rc = init_tools(p, err)) != 0) {
         if (p->desc->fini)
             p->desc->fini(p->state);

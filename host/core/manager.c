@@ -932,7 +932,7 @@ static uint32_t join_workers(th_mgr *m, int64_t until_ns)
     return left;
 }
 
-/* The threads' part of th_mgr_fini(): false when workers were abandoned
+/* The threads' part of th_mgr_destroy(): false when workers were abandoned
  * (detached, still inside tools). */
 static bool stop_threads(th_mgr *m)
 {
@@ -994,7 +994,7 @@ bool th_mgr_stop_threads(th_host *h)
     return stop_threads(m);
 }
 
-bool th_mgr_fini(th_host *h)
+bool th_mgr_destroy(th_host *h)
 {
     th_mgr *m = &h->mgr;
     if (!m->slots && !m->ts_groups)

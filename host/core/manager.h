@@ -46,7 +46,7 @@ typedef struct th_u64map {
 } th_u64map;
 
 void th_u64map_init(th_u64map *m);
-void th_u64map_free(th_u64map *m);
+void th_u64map_destroy(th_u64map *m);
 /* 0, or TH_ENOMEM. Replaces an existing value. */
 int th_u64map_put(th_u64map *m, uint64_t key, void *val);
 void *th_u64map_get(const th_u64map *m, uint64_t key);
@@ -366,7 +366,7 @@ typedef struct th_mgr {
     uint32_t lost_now;          /* lost workers still in execute() */
     uint64_t lost_total;        /* workers ever counted lost */
     int64_t lost_grace_ns;      /* host.lost_worker_grace */
-    pthread_cond_t exit_cv;     /* a worker returned (th_mgr_fini) */
+    pthread_cond_t exit_cv;     /* a worker returned (th_mgr_destroy) */
     th_group *ts_groups;        /* one per toolset */
     th_group *tool_groups;      /* overrides and serial tools, by key */
     atomic_ulong running, inline_calls, calls_total;
@@ -398,10 +398,10 @@ int th_mgr_init(th_host *h, const th_mgr_ops *ops, th_error *err);
  * then returns false and frees nothing (the caller must leave the host's
  * memory alone too: the abandoned thread may still touch it).  True when
  * every thread was joined and everything freed. */
-bool th_mgr_fini(th_host *h);
-/* Only the threads of th_mgr_fini() (workers, deadline, notifier), the
+bool th_mgr_destroy(th_host *h);
+/* Only the threads of th_mgr_destroy() (workers, deadline, notifier), the
  * structures stay: for a host abandoned with calls still running (a late
- * complete() still finds its groups and locks).  False as th_mgr_fini. */
+ * complete() still finds its groups and locks).  False as th_mgr_destroy. */
 bool th_mgr_stop_threads(th_host *h);
 
 /* Lost workers (see th_wslot): counted so far, and still stuck now. */
@@ -546,7 +546,7 @@ extern const toolhost_plugin th_task_tools_plugin;
 void th_tasks_keep_locked(th_host *h, uint64_t task_id, int ts_idx,
                           const th_result_copy *res);
 /* Frees the store and the duplicate table (host close). */
-void th_tasks_free(th_host *h);
+void th_tasks_destroy(th_host *h);
 /* The answer hook: call.c's answer_locked() calls it once per call when
  * the call's answer is decided (c->mu held, c->final and c->answered set,
  * before the call leaves the session's and the host's tables).  For a task
@@ -588,7 +588,7 @@ void th_mcall_never_run(th_mcall *c, int code, const char *msg);
 void th_mcall_exec_end(th_mcall *c, int status, bool ran);
 
 /* Frees the host's quarantine of ended calls (host close). */
-void th_call_tombs_free(th_host *h);
+void th_call_tombs_destroy(th_host *h);
 
 /* The toolset ACL of session.c (allow_users/allow_groups, both empty:
  * everyone), for the admin list (admin.c). */

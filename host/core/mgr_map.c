@@ -27,7 +27,7 @@ void th_u64map_init(th_u64map *m)
     m->nb = m->n = 0;
 }
 
-void th_u64map_free(th_u64map *m)
+void th_u64map_destroy(th_u64map *m)
 {
     for (size_t i = 0; i < m->nb; i++) {
         th_u64map_node *n = m->b[i];

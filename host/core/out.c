@@ -676,9 +676,9 @@ int th_out_finish(th_out *o, th_buf *dst, th_out_info *info)
     return 0;
 }
 
-void th_out_free(th_out *o)
+void th_out_destroy(th_out *o)
 {
-    th_buf_free(&o->head);
+    th_buf_destroy(&o->head);
     o->ring = NULL;
     if (o->spill_fd >= 0)
         spill_drop(o); /* never finished: the copy goes too */

@@ -99,10 +99,10 @@ void th_out_set_offset_base(th_out *o, uint64_t base);
 /* 0, or TH_ENOMEM (the stream keeps what it had). */
 int th_out_write(th_out *o, const void *data, size_t len);
 /* Appends the final text (with marker) to dst and fills *info (may be
- * NULL).  Call once.  `o` stays valid for th_out_free(); info->spill_path
+ * NULL).  Call once.  `o` stays valid for th_out_destroy(); info->spill_path
  * points into `o`.  0 or TH_ENOMEM. */
 int th_out_finish(th_out *o, th_buf *dst, th_out_info *info);
-void th_out_free(th_out *o);
+void th_out_destroy(th_out *o);
 
 /* Packs {"stdout": {...}, "stderr": {...}} describing both streams, for
  * meta["toolhost"]["output"].  Each is {truncated, total_bytes, kept_bytes,

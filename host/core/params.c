@@ -162,7 +162,7 @@ static int convert_default(const char *what, const char *json, th_param *p,
     }
     th_buf b = TH_BUF_INIT;
     if (th_json_to_msgpack(j, &b)) {
-        th_buf_free(&b);
+        th_buf_destroy(&b);
         rc = th_error_set(err, TH_ELOAD,
                           "%s: parameter '%s' has a default that cannot be "
                           "converted to msgpack (out of memory, or an "

@@ -18,7 +18,7 @@ int th_progress_copy(th_progress_update *u, uint64_t task_id, double fraction,
         return TH_ENOMEM;
     if (data && data_len) {
         if (!(u->data = malloc(data_len))) {
-            th_progress_update_free(u);
+            th_progress_update_destroy(u);
             return TH_ENOMEM;
         }
         memcpy(u->data, data, data_len);
@@ -33,7 +33,7 @@ int th_progress_copy_event(th_progress_update *u, const th_event *ev)
                             ev->data, ev->data_len, ev->coalesced);
 }
 
-void th_progress_update_free(th_progress_update *u)
+void th_progress_update_destroy(th_progress_update *u)
 {
     free(u->message);
     free(u->data);

@@ -16,11 +16,11 @@ void th_proj_result_init(th_proj_result *r)
     th_buf_init(&r->meta);
 }
 
-void th_proj_result_free(th_proj_result *r)
+void th_proj_result_destroy(th_proj_result *r)
 {
-    th_buf_free(&r->out);
-    th_buf_free(&r->err);
-    th_buf_free(&r->meta);
+    th_buf_destroy(&r->out);
+    th_buf_destroy(&r->err);
+    th_buf_destroy(&r->meta);
     free(r->message);
     th_proj_result_init(r);
 }
@@ -153,8 +153,8 @@ static int make_doc(th_proj_tool *t, const doc_param *dp, size_t n)
     if (!rc)
         rc = th_buf_puts(&sig, "}");
     if (rc) {
-        th_buf_free(&doc);
-        th_buf_free(&sig);
+        th_buf_destroy(&doc);
+        th_buf_destroy(&sig);
         return TH_ENOMEM;
     }
     t->doc = (char *)th_buf_take(&doc, NULL);

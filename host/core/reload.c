@@ -191,7 +191,7 @@ static void close_gen(th_reloader *r, th_gen *g)
     char lp[PATH_MAX];
     bool had_dl = g->p->dl != NULL;
     snprintf(lp, sizeof lp, "%s", g->p->load_path ? g->p->load_path : "");
-    th_plugin_destroy(g->p);
+    th_plugin_close(g->p);
     g->p = NULL;
     bool mapped = had_dl && lp[0] && th_dl_still_loaded(lp);
     if (g->copy)
@@ -224,7 +224,7 @@ static void discard(th_reloader *r, th_plugin *p, th_gen *g)
         return;
     p->on_last_unref = NULL;
     p->user = NULL;
-    th_plugin_destroy(p);
+    th_plugin_close(p);
     if (g) {
         if (g->copy)
             th_copydir_remove(r->dir, g->copy);
@@ -314,14 +314,14 @@ static int prepare(th_reloader *r, const th_config *cfg, const th_plugin_cfg *pc
                                 &block, err);
     if (rc == 0 && !defer)
         rc = th_plugin_init(p, block.data, block.len, err);
-    th_buf_free(&block);
+    th_buf_destroy(&block);
     if (deferred)
         *deferred = defer;
     th_gen *g = NULL;
     if (rc == 0 && !(g = gen_new(r, p, pc->path, copy, &id)))
         rc = th_error_set(err, TH_ENOMEM, "out of memory");
     if (rc) {
-        th_plugin_destroy(p);
+        th_plugin_close(p);
         th_copydir_remove(r->dir, copy);
         free(copy);
         return rc;
@@ -661,7 +661,7 @@ static int exclusive_swap(th_reloader *r, const th_config *nc, step *steps,
                                          s->np->n_config_params, &block, &e);
         if (irc == 0)
             irc = th_plugin_init(s->np, block.data, block.len, &e);
-        th_buf_free(&block);
+        th_buf_destroy(&block);
         if (irc) {
             if (rc == 0)
                 rc = th_error_set(err, irc, "plugin %s: generation %llu was closed "
@@ -1483,6 +1483,6 @@ int th_reload_stats_pack(th_reloader *r, msgpack_packer *pk)
     e |= msgpack_pack_map(pk, c.n);
     if (c.buf.len)
         e |= pk->callback(pk->data, (const char *)c.buf.data, c.buf.len);
-    th_buf_free(&c.buf);
+    th_buf_destroy(&c.buf);
     return e | c.e | fe;
 }

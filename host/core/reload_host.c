@@ -164,7 +164,7 @@ int th_reload_host_load(th_host *h, const th_plugin_cfg *pc, th_plugin **out,
                                     (*out)->n_config_params, &block, err);
         if (rc == 0)
             rc = th_plugin_init(*out, block.data, block.len, err);
-        th_buf_free(&block);
+        th_buf_destroy(&block);
         if (rc) {
             th_plugin_unref(*out);
             *out = NULL;

@@ -6,13 +6,13 @@
 
 #include "th/host.h"
 
-void th_result_copy_free(th_result_copy *r)
+void th_result_copy_destroy(th_result_copy *r)
 {
     if (!r)
         return;
-    th_buf_free(&r->out);
-    th_buf_free(&r->err);
-    th_buf_free(&r->meta);
+    th_buf_destroy(&r->out);
+    th_buf_destroy(&r->err);
+    th_buf_destroy(&r->meta);
     free(r->message);
     r->message = NULL;
 }
@@ -29,7 +29,7 @@ int th_result_copy_from(th_result_copy *dst, const th_result *src)
         (src->err_len && th_buf_append(&dst->err, src->err, src->err_len)) ||
         (src->meta && th_buf_append(&dst->meta, src->meta, src->meta_len)) ||
         (src->message && !(dst->message = strdup(src->message)))) {
-        th_result_copy_free(dst);
+        th_result_copy_destroy(dst);
         return TH_ENOMEM;
     }
     return 0;

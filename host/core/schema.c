@@ -239,8 +239,8 @@ char *th_schema_description(const th_tool *tool, size_t max_chars)
     if (tool->long_description)
         rc |= normalize_long(tool->long_description, &lb);
     if (rc) {
-        th_buf_free(&b);
-        th_buf_free(&lb);
+        th_buf_destroy(&b);
+        th_buf_destroy(&lb);
         return NULL;
     }
     if (max_chars && utf8_chars((char *)b.data, b.len) > max_chars) {
@@ -269,9 +269,9 @@ char *th_schema_description(const th_tool *tool, size_t max_chars)
             p = q < end ? q + 2 : end;
         }
     }
-    th_buf_free(&lb);
+    th_buf_destroy(&lb);
     if (rc) {
-        th_buf_free(&b);
+        th_buf_destroy(&b);
         return NULL;
     }
     if (!b.data && th_buf_puts(&b, "") != 0)
@@ -337,7 +337,7 @@ char *th_schema_describe(const th_tool *tool)
         rc |= normalize_long(tool->long_description, &lb);
         if (lb.len)
             rc |= th_buf_printf(&b, "\n%s\n", (char *)lb.data);
-        th_buf_free(&lb);
+        th_buf_destroy(&lb);
     }
     rc |= th_buf_puts(&b, "\n## Parameters\n\n");
     if (tool->n_params == 0)
@@ -359,7 +359,7 @@ char *th_schema_describe(const th_tool *tool)
         rc |= th_buf_puts(&b, ".\n");
     }
     if (rc) {
-        th_buf_free(&b);
+        th_buf_destroy(&b);
         return NULL;
     }
     return (char *)th_buf_take(&b, NULL);
@@ -646,7 +646,7 @@ char *th_schema_description_fit(const th_tool *tool, size_t max_chars)
     const char *ld = tool->long_description;
     int found = tools_section(ld, &names, &s, &e);
     if (found <= 0 || !names.len) {
-        th_buf_free(&names);
+        th_buf_destroy(&names);
         return found < 0 ? NULL : th_schema_description(tool, max_chars);
     }
     /* The description without the section, cut to leave room for one
@@ -656,7 +656,7 @@ char *th_schema_description_fit(const th_tool *tool, size_t max_chars)
     rc |= th_buf_printf(&tail, "\n\n## Tools\n%s (help(tools.NAME) prints "
                                "one with its parameters)",
                         (const char *)names.data);
-    th_buf_free(&names);
+    th_buf_destroy(&names);
     char *cut = NULL;
     if (!rc) {
         size_t tl = utf8_chars((char *)tail.data, tail.len);
@@ -670,10 +670,10 @@ char *th_schema_description_fit(const th_tool *tool, size_t max_chars)
         rc |= th_buf_append(&out, tail.data, tail.len);
     }
     free(cut);
-    th_buf_free(&rest);
-    th_buf_free(&tail);
+    th_buf_destroy(&rest);
+    th_buf_destroy(&tail);
     if (rc || !out.data) {
-        th_buf_free(&out);
+        th_buf_destroy(&out);
         return NULL;
     }
     /* Too many tools to name within the limit: a hard cut (never split a
@@ -726,7 +726,7 @@ static int strict_walk(json_t *sch)
                 free(dt);
                 rc |= json_object_set_new(p, "description",
                                           json_string((char *)b.data));
-                th_buf_free(&b);
+                th_buf_destroy(&b);
                 json_object_del(p, "default");
             }
             if (!was) {

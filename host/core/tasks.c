@@ -70,7 +70,7 @@ static void kept_free(th_kept *k)
     free(k->tool);
     free(k->message);
     free(k->args);
-    th_result_copy_free(&k->res);
+    th_result_copy_destroy(&k->res);
     free(k);
 }
 
@@ -207,12 +207,12 @@ void th_tasks_keep_locked(th_host *h, uint64_t task_id, int ts_idx,
     (void)res;
 }
 
-void th_tasks_free(th_host *h)
+void th_tasks_destroy(th_host *h)
 {
     while (h->kept_head)
         drop_head_locked(h);
-    th_u64map_free(&h->kept);
-    th_u64map_free(&h->tasks);
+    th_u64map_destroy(&h->kept);
+    th_u64map_destroy(&h->tasks);
     th_dup_destroy(h);
 }
 
@@ -548,7 +548,7 @@ int th_task_wait(th_session *s, uint64_t task_id, int64_t timeout_ms,
     pthread_mutex_unlock(&h->tmu);
     pthread_cond_destroy(&w.cv);
     if (rc != 0)
-        th_result_copy_free(out);
+        th_result_copy_destroy(out);
     return rc;
 }
 

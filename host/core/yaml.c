@@ -57,7 +57,7 @@ void th_strset_init(th_strset *s, size_t *probes)
     s->probes = probes;
 }
 
-void th_strset_free(th_strset *s)
+void th_strset_destroy(th_strset *s)
 {
     free(s->slots);
     s->slots = NULL;
@@ -394,7 +394,7 @@ static int ybuild(yparse *p, yaml_event_t *ev, int depth, const th_ynode *key,
                 }
             }
         }
-        th_strset_free(&keys);
+        th_strset_destroy(&keys);
         *out = n;
         return 0;
     }
@@ -407,7 +407,7 @@ static int ybuild(yparse *p, yaml_event_t *ev, int depth, const th_ynode *key,
 nomem:
     rc = th_error_set(p->err, TH_ENOMEM, "%s: out of memory", p->name);
 fail:
-    th_strset_free(&keys);
+    th_strset_destroy(&keys);
     th_ynode_free(n);
     return rc;
 }

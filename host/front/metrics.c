@@ -396,7 +396,7 @@ static enum MHD_Result on_request(void *ud, struct MHD_Connection *c,
     th_buf b;
     th_buf_init(&b);
     if (th_metrics_render(m->h, &b) != 0) {
-        th_buf_free(&b);
+        th_buf_destroy(&b);
         return th_http_reply(c, 500, "text/plain", "out of memory\n", NULL,
                              NULL);
     }

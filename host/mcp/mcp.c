@@ -626,7 +626,7 @@ static void m_tools_call(th_mcp_session *m, const json_t *id,
         args = empty = json_object();
     if (!args || th_json_to_msgpack(args, &mp) != 0) {
         json_decref(empty);
-        th_buf_free(&mp);
+        th_buf_destroy(&mp);
         /* Not representable (an integer past int64): a tool error. */
         json_t *res = mcp_tool_error(
             name, TH_EARGS,
@@ -639,7 +639,7 @@ static void m_tools_call(th_mcp_session *m, const json_t *id,
     mcp_call *c = calloc(1, sizeof *c);
     if (!c || !(c->tool = strdup(name))) {
         free(c);
-        th_buf_free(&mp);
+        th_buf_destroy(&mp);
         mcp_send_error(m, id, MCP_INTERNAL_ERROR, "out of memory");
         return;
     }
@@ -670,7 +670,7 @@ static void m_tools_call(th_mcp_session *m, const json_t *id,
     int rc = th_call_start(m->s, name, mp.data, mp.len, &o, on_event, c,
                            &call_id);
     tl_starting = NULL;
-    th_buf_free(&mp);
+    th_buf_destroy(&mp);
     pthread_mutex_lock(&m->mu);
     if (rc != 0) {
         /* The callback never runs. */

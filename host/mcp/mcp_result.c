@@ -35,10 +35,10 @@ static json_t *text_json(const uint8_t *p, size_t n)
         }
     }
     json_t *j = json_stringn(b.len ? (const char *)b.data : "", b.len);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
     return j;
 fail:
-    th_buf_free(&b);
+    th_buf_destroy(&b);
     return NULL;
 }
 

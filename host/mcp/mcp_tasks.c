@@ -91,7 +91,7 @@ static void core_task_free(core_task *t)
     free(t->message);
     free(t->tool);
     if (t->has_result)
-        th_result_copy_free(&t->result);
+        th_result_copy_destroy(&t->result);
     memset(t, 0, sizeof *t);
 }
 
@@ -377,7 +377,7 @@ static void *waiter_main(void *arg)
     if (rc == 0) {
         json_t *res = task_result_json(m, w->task_id, w->tool, w->out_type,
                                        w->structured, &r);
-        th_result_copy_free(&r);
+        th_result_copy_destroy(&r);
         if (res)
             mcp_send_result(m, w->id, res);
         else

@@ -193,12 +193,12 @@ static void feed(mcp_stdio *x, const char *p, size_t n)
                 th_buf_append(&x->line, p, x->max + 1 - x->line.len);
                 th_mcp_session_input(x->m, (const char *)x->line.data,
                                      x->line.len);
-                th_buf_free(&x->line);
+                th_buf_destroy(&x->line);
                 th_buf_init(&x->line);
                 x->skipping = true;
             } else if (th_buf_append(&x->line, p, k) != 0) {
                 th_log_error("mcp stdio: out of memory reading a line");
-                th_buf_free(&x->line);
+                th_buf_destroy(&x->line);
                 th_buf_init(&x->line);
                 x->skipping = true;
             }
@@ -222,7 +222,7 @@ static void feed(mcp_stdio *x, const char *p, size_t n)
             th_mcp_session_input(x->m, (const char *)x->line.data, len);
         th_buf_reset(&x->line);
         if (x->line.cap > ((size_t)1 << 20)) {
-            th_buf_free(&x->line);
+            th_buf_destroy(&x->line);
             th_buf_init(&x->line);
         }
     }
@@ -364,7 +364,7 @@ int th_mcp_stdio_run(th_host *h, const th_principal *who,
         uv_run(&x->loop, UV_RUN_DEFAULT);
         uv_loop_close(&x->loop);
         th_mcp_session_free(x->m);
-        th_buf_free(&x->line);
+        th_buf_destroy(&x->line);
         pthread_mutex_destroy(&x->wmu);
         free(x);
         return TH_EIO;
@@ -400,7 +400,7 @@ int th_mcp_stdio_run(th_host *h, const th_principal *who,
     if (rc != 0)
         th_log_warn("mcp stdio: event loop closed with handles open: %s",
                     uv_strerror(rc));
-    th_buf_free(&x->line);
+    th_buf_destroy(&x->line);
     pthread_mutex_destroy(&x->wmu);
     free(x);
     return 0;

@@ -134,8 +134,8 @@ static void publish_result(th_nats *f, const char *subj, const char *kind,
     } else {
         publish(f, subj, kind, res->task_id, b.data, b.len);
     }
-    th_buf_free(&b);
-    th_result_copy_free(&rc);
+    th_buf_destroy(&b);
+    th_result_copy_destroy(&rc);
 }
 
 static void publish_error(th_nats *f, const char *subj, int code,
@@ -202,7 +202,7 @@ static void on_event(const th_event *ev, void *ud)
         msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
         if (th_codec_pack_progress(&pk, &p) == 0)
             publish(f, c->reply, "progress", ev->task_id, b.data, b.len);
-        th_buf_free(&b);
+        th_buf_destroy(&b);
         return;
     }
     case TH_EV_DONE:
@@ -471,7 +471,7 @@ static void on_task(natsConnection *nc, natsSubscription *sub, natsMsg *msg,
             rc = th_task_result(s, id, &r);
             if (rc == 0)
                 rc = th_codec_result_to_buf(&b, &r);
-            th_result_copy_free(&r);
+            th_result_copy_destroy(&r);
         } else {
             rc = TH_EINVAL;
         }
@@ -486,7 +486,7 @@ static void on_task(natsConnection *nc, natsSubscription *sub, natsMsg *msg,
                       : rc == TH_EINVAL  ? "unknown operation (get, result, "
                                            "cancel)"
                                          : th_strerror(rc));
-    th_buf_free(&b);
+    th_buf_destroy(&b);
 out:
     natsMsg_Destroy(msg);
     handler_leave(f);

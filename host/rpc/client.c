@@ -30,7 +30,7 @@ struct th_rpc_client {
     volatile sig_atomic_t *cancel;
 };
 
-void th_rpc_reply_free(th_rpc_reply *r)
+void th_rpc_reply_destroy(th_rpc_reply *r)
 {
     if (!r)
         return;
@@ -182,7 +182,7 @@ static int send_all(th_rpc_client *c, const uint8_t *p, size_t n,
 static int send_frame(th_rpc_client *c, th_buf *b, th_error *err)
 {
     int rc = send_all(c, b->data, b->len, err);
-    th_buf_free(b);
+    th_buf_destroy(b);
     return rc;
 }
 
@@ -218,7 +218,7 @@ static int copy_obj(const msgpack_object *o, uint8_t **out, size_t *len)
     msgpack_packer pk;
     msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
     if (msgpack_pack_object(&pk, *o)) {
-        th_buf_free(&b);
+        th_buf_destroy(&b);
         return TH_ENOMEM;
     }
     *out = th_buf_take(&b, len);
@@ -242,7 +242,7 @@ static int answer_request(th_rpc_client *c, const th_rpc_msg *m,
                                "the client has no such method");
     }
     if (rc) {
-        th_buf_free(&b);
+        th_buf_destroy(&b);
         return th_error_set(err, TH_ENOMEM, "out of memory");
     }
     return send_frame(c, &b, err);
@@ -289,7 +289,7 @@ static int client_loop(th_rpc_client *c, bool want_id, uint64_t want,
                     copy_obj(m.error, &out->error, &out->error_len))
                     return th_error_set(err, TH_ENOMEM, "out of memory");
                 if (copy_obj(m.result, &out->result, &out->result_len)) {
-                    th_rpc_reply_free(out);
+                    th_rpc_reply_destroy(out);
                     return th_error_set(err, TH_ENOMEM, "out of memory");
                 }
                 return 1;
@@ -364,7 +364,7 @@ static int cancel_call(th_rpc_client *c, void *ud, th_error *err)
     int rc = b.data ? th_rpc_client_notify(c, "tools.cancel", b.data, b.len,
                                            err)
                     : th_error_set(err, TH_ENOMEM, "out of memory");
-    th_buf_free(&b);
+    th_buf_destroy(&b);
     return rc;
 }
 
@@ -451,7 +451,7 @@ static int ack_progress(tool_wait *tw, const char *message)
     else
         rc = TH_ENOMEM;
     msgpack_unpacked_destroy(&u);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
     return rc;
 }
 
@@ -466,7 +466,7 @@ static int cancel_task(th_rpc_client *c, void *ud, th_error *err)
     uint64_t id;
     int rc = b.data ? send_request(c, "tasks.cancel", b.data, b.len, &id, err)
                     : th_error_set(err, TH_ENOMEM, "out of memory");
-    th_buf_free(&b);
+    th_buf_destroy(&b);
     return rc;
 }
 
@@ -520,19 +520,19 @@ int th_rpc_client_call_tool(th_rpc_client *c, const char *tool,
         e |= msgpack_pack_int64(&pk, timeout_ms);
     }
     if (e) {
-        th_buf_free(&p);
+        th_buf_destroy(&p);
         return th_error_set(err, TH_ENOMEM, "out of memory");
     }
     tool_wait tw = {.on_progress = on_progress, .ud = ud};
     th_rpc_reply r;
     int rc = th_rpc_client_call(c, "tools.call", p.data, p.len, tool_note,
                                 &tw, &r, err);
-    th_buf_free(&p);
+    th_buf_destroy(&p);
     if (rc)
         return rc;
     if (r.error) {
         rc = reply_error(&r, err);
-        th_rpc_reply_free(&r);
+        th_rpc_reply_destroy(&r);
         return rc;
     }
     /* {status: "running", task_id, message}: wait for task.done. */
@@ -541,7 +541,7 @@ int th_rpc_client_call_tool(th_rpc_client *c, const char *tool,
     size_t off = 0;
     if (msgpack_unpack_next(&u, (const char *)r.result, r.result_len, &off) !=
         MSGPACK_UNPACK_SUCCESS) {
-        th_rpc_reply_free(&r);
+        th_rpc_reply_destroy(&r);
         return th_error_set(err, TH_EPROTO, "unreadable result");
     }
     th_result_copy ack;
@@ -550,10 +550,10 @@ int th_rpc_client_call_tool(th_rpc_client *c, const char *tool,
         tw.task_id = ack.task_id;
         tw.acked = true;
         msgpack_unpacked_destroy(&u);
-        th_rpc_reply_free(&r);
+        th_rpc_reply_destroy(&r);
         /* The acknowledgement is the task's first progress update. */
         rc = ack_progress(&tw, ack.message);
-        th_result_copy_free(&ack);
+        th_result_copy_destroy(&ack);
         if (rc)
             return th_error_set(err, rc, "out of memory");
         /* A cancel flag already set is seen at once by the loop. */
@@ -572,11 +572,11 @@ int th_rpc_client_call_tool(th_rpc_client *c, const char *tool,
         *result_len = tw.final_len;
         return 0;
     }
-    th_result_copy_free(&ack);
+    th_result_copy_destroy(&ack);
     msgpack_unpacked_destroy(&u);
     *result = r.result;
     *result_len = r.result_len;
     r.result = NULL;
-    th_rpc_reply_free(&r);
+    th_rpc_reply_destroy(&r);
     return 0;
 }

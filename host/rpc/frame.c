@@ -406,7 +406,7 @@ int th_rpc_pack_error(th_buf *out, uint64_t msgid, int code,
         rc = TH_ENOMEM;
     if (!rc)
         rc = th_rpc_pack_response(out, msgid, e.data, e.len, NULL, 0);
-    th_buf_free(&e);
+    th_buf_destroy(&e);
     return rc;
 }
 

@@ -61,7 +61,7 @@ static void m_ping(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
     msgpack_packer_init(&pk, &r, th_buf_msgpack_write);
     th_pack_cstr(&pk, "pong");
     send_result(c, msgid, &r);
-    th_buf_free(&r);
+    th_buf_destroy(&r);
 }
 
 static uint64_t rss_bytes(void)
@@ -254,8 +254,8 @@ static void m_stats(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
         send_error(c, msgid, TH_ENOMEM, "out of memory");
     else
         send_result(c, msgid, &r);
-    th_buf_free(&r);
-    th_buf_free(&tools);
+    th_buf_destroy(&r);
+    th_buf_destroy(&tools);
 }
 
 typedef struct list_ctx {
@@ -294,8 +294,8 @@ static void m_list(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
                    th_strerror(rc));
     else
         send_result(c, msgid, &r);
-    th_buf_free(&tools);
-    th_buf_free(&r);
+    th_buf_destroy(&tools);
+    th_buf_destroy(&r);
 }
 
 /* Copies a str/bin param into `buf`; false when absent, not a string or
@@ -365,7 +365,7 @@ static void m_describe(rpc_conn *c, uint64_t msgid,
         send_error(c, msgid, TH_ENOMEM, "out of memory");
     else
         send_result(c, msgid, &r);
-    th_buf_free(&r);
+    th_buf_destroy(&r);
 }
 
 static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
@@ -450,7 +450,7 @@ static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
         if (call)
             free(call->tool);
         free(call);
-        th_buf_free(&ab);
+        th_buf_destroy(&ab);
         send_error(c, msgid, TH_ENOMEM, "out of memory");
         return;
     }
@@ -465,7 +465,7 @@ static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
     srv->calls_total++;
     int rc = th_call_start(c->session, name, ab.data, ab.len, &opts,
                            on_call_event, call, &call->call_id);
-    th_buf_free(&ab);
+    th_buf_destroy(&ab);
     if (rc < 0) {
         send_error(c, msgid, rc, "the call could not start: %s",
                    th_strerror(rc));
@@ -556,8 +556,8 @@ static void m_tasks_list(rpc_conn *c, uint64_t msgid,
                    th_strerror(rc));
     else
         send_result(c, msgid, &r);
-    th_buf_free(&items);
-    th_buf_free(&r);
+    th_buf_destroy(&items);
+    th_buf_destroy(&r);
 }
 
 static void m_tasks_cancel(rpc_conn *c, uint64_t msgid,
@@ -623,7 +623,7 @@ static void m_tasks_result(rpc_conn *c, uint64_t msgid,
             run.task_id = id;
             rc = ctx.rc = pack_result(&r, &run);
         }
-        th_result_copy_free(&tmp);
+        th_result_copy_destroy(&tmp);
     }
     if (rc == TH_ENOTFOUND)
         /* Another uid's task (or one unknown here): not even its state. */
@@ -634,7 +634,7 @@ static void m_tasks_result(rpc_conn *c, uint64_t msgid,
         send_error(c, msgid, TH_ENOMEM, "out of memory");
     else
         send_result(c, msgid, &r);
-    th_buf_free(&r);
+    th_buf_destroy(&r);
 }
 
 /* host.reload: a reload on the reloader's thread; the answer (the
@@ -660,7 +660,7 @@ static void reload_answered(const th_reload_result *res, void *ud)
             send_error(c, q->msgid, TH_ENOMEM, "out of memory");
         else
             send_result(c, q->msgid, &r);
-        th_buf_free(&r);
+        th_buf_destroy(&r);
     }
     free(q);
 }
@@ -772,7 +772,7 @@ void rpc_dispatch(rpc_conn *c, const msgpack_object *o)
             msgpack_pack_int(&pk, TH_EPROTO);
             th_pack_cstr(&pk, err.msg);
             send_notify(c, "host.protocol_error", &p);
-            th_buf_free(&p);
+            th_buf_destroy(&p);
         }
         conn_protocol_error(c, err.msg);
         return;

@@ -116,18 +116,18 @@ static void on_write(uv_write_t *req, int status)
 static void conn_send(rpc_conn *c, th_buf *b)
 {
     if (c->closing || b->len == 0) {
-        th_buf_free(b);
+        th_buf_destroy(b);
         return;
     }
     bool was_empty = c->pend.len == 0;
     if (th_buf_append(&c->pend, b->data, b->len) != 0) {
-        th_buf_free(b);
+        th_buf_destroy(b);
         conn_close(c, false, "out of memory sending a frame");
         return;
     }
     c->outbuf += b->len;
     c->srv->out_total += b->len;
-    th_buf_free(b);
+    th_buf_destroy(b);
     if (was_empty)
         c->srv->n_pending++;
     if (c->outbuf > c->srv->max_outbuf)
@@ -146,7 +146,7 @@ static void conn_drop_pending(rpc_conn *c)
         c->srv->out_total -= c->pend.len;
         c->srv->n_pending--;
     }
-    th_buf_free(&c->pend);
+    th_buf_destroy(&c->pend);
 }
 
 /* Writes the queued frames of one connection with one uv_write. */
@@ -163,7 +163,7 @@ static void conn_flush(rpc_conn *c)
     if (!w) {
         c->outbuf -= c->pend.len;
         c->srv->out_total -= c->pend.len;
-        th_buf_free(&c->pend);
+        th_buf_destroy(&c->pend);
         conn_close(c, false, "out of memory sending a frame");
         return;
     }
@@ -202,7 +202,7 @@ void send_error(rpc_conn *c, uint64_t msgid, int code, const char *fmt,
     th_buf b = TH_BUF_INIT;
     if (th_rpc_pack_error(&b, msgid, code, msg) == 0)
         conn_send(c, &b);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
     conn_log(c, TOOLHOST_LOG_DEBUG, "session=%llu msgid=%llu error %s: %s",
              (unsigned long long)c->id, (unsigned long long)msgid,
              th_err_name(code), msg);
@@ -216,7 +216,7 @@ void send_result(rpc_conn *c, uint64_t msgid, th_buf *res)
         conn_send(c, &b);
     else
         conn_close(c, false, "out of memory packing a response");
-    th_buf_free(&b);
+    th_buf_destroy(&b);
 }
 
 /* The plain confirmation `true`. */
@@ -232,7 +232,7 @@ void send_notify(rpc_conn *c, const char *method, th_buf *params)
     th_buf b = TH_BUF_INIT;
     if (th_rpc_pack_notify(&b, method, params->data, params->len) == 0)
         conn_send(c, &b);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
 }
 
 /* ---- Limits ------------------------------------------------------------------ */
@@ -327,7 +327,7 @@ void conn_kill(rpc_conn *c, int code, const char *fmt, ...)
     if (!msgpack_pack_array(&pk, 1) && !msgpack_pack_array(&pk, 2) &&
         !msgpack_pack_int(&pk, code) && !th_pack_cstr(&pk, msg))
         send_notify(c, "host.disconnect", &p);
-    th_buf_free(&p);
+    th_buf_destroy(&p);
     conn_close(c, false, "%s", msg);
 }
 
@@ -448,7 +448,7 @@ static void handle_call_event(th_rpc_server *srv, rpc_ev *ev)
                 send_result(c, call->msgid, &res);
             else
                 send_error(c, call->msgid, TH_ENOMEM, "out of memory");
-            th_buf_free(&res);
+            th_buf_destroy(&res);
             call->responded = true;
             if (c->inflight)
                 c->inflight--;
@@ -471,7 +471,7 @@ static void handle_call_event(th_rpc_server *srv, rpc_ev *ev)
                           .coalesced = ev->coalesced};
         if (th_codec_pack_progress(&pk, &pr) == 0)
             send_notify(c, "task.progress", &p);
-        th_buf_free(&p);
+        th_buf_destroy(&p);
         return;
     }
     if (ev->kind == TH_EV_DONE && ev->has_result) {
@@ -486,9 +486,9 @@ static void handle_call_event(th_rpc_server *srv, rpc_ev *ev)
                 !msgpack_pack_uint64(&pk, call->task_id) &&
                 !th_buf_append(&p, res.data, res.len))
                 send_notify(c, "task.done", &p);
-            th_buf_free(&p);
+            th_buf_destroy(&p);
         }
-        th_buf_free(&res);
+        th_buf_destroy(&res);
         if (!call->responded) { /* a DONE without an ack: answer now */
             call->responded = true;
             if (c->inflight)
@@ -538,7 +538,7 @@ void on_call_event(const th_event *e, void *ud)
     return;
 oom_ev:
     if (ev->has_result)
-        th_result_copy_free(&ev->res);
+        th_result_copy_destroy(&ev->res);
     free(ev->message);
     free(ev->data);
     free(ev);
@@ -650,7 +650,7 @@ static void handle_tools_event(rpc_ev *ev)
             th_pack_cstr(&pk, "task_tools_only") || msgpack_pack_true(&pk) ||
             th_pack_cstr(&pk, "task_tools") ||
             (listed ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk))) {
-            th_buf_free(&p);
+            th_buf_destroy(&p);
             conn_log(c, TOOLHOST_LOG_ERROR,
                      "session=%llu out of memory: tools.changed lost",
                      (unsigned long long)c->id);
@@ -658,7 +658,7 @@ static void handle_tools_event(rpc_ev *ev)
         }
     }
     send_notify(c, "tools.changed", &p);
-    th_buf_free(&p);
+    th_buf_destroy(&p);
 }
 
 static void handle_perm_event(rpc_ev *ev)
@@ -710,10 +710,10 @@ static void handle_perm_event(rpc_ev *ev)
         e |= th_rpc_pack_request(&frame, p->msgid, "permission.request",
                                  params.data, params.len);
     }
-    th_buf_free(&params);
+    th_buf_destroy(&params);
     if (e) {
         free(p);
-        th_buf_free(&frame);
+        th_buf_destroy(&frame);
         th_permission_answer(c->session, ev->call_id, false);
         return;
     }
@@ -730,7 +730,7 @@ static void handle_perm_event(rpc_ev *ev)
 static void ev_free(rpc_ev *ev)
 {
     if (ev->has_result)
-        th_result_copy_free(&ev->res);
+        th_result_copy_destroy(&ev->res);
     free(ev->message);
     free(ev->data);
     free(ev->tool);
@@ -1034,8 +1034,8 @@ static void conn_refuse(rpc_conn *c, const char *fmt, ...)
         ssize_t k = send(fd, f.data, f.len, MSG_DONTWAIT | MSG_NOSIGNAL);
         (void)k; /* best effort: a fresh socket has room for it */
     }
-    th_buf_free(&p);
-    th_buf_free(&f);
+    th_buf_destroy(&p);
+    th_buf_destroy(&f);
     srv->refused++;
     srv_log(srv, &srv->rl_refuse, TOOLHOST_LOG_WARN,
             "connection of uid=%u refused: %s", (unsigned)c->who.uid, msg);

@@ -161,12 +161,12 @@ static th_harness *start(th_plugin *p, const char *config_json, char *err,
     th_buf cfg = TH_BUF_INIT;
     if (config_json && th_harness_json_to_mp(config_json, &cfg) != 0) {
         snprintf(err, err_size, "config is not JSON");
-        th_buf_free(&cfg);
+        th_buf_destroy(&cfg);
         th_plugin_unref(p);
         return NULL;
     }
     int rc = th_plugin_init(p, cfg.data, cfg.len, &e);
-    th_buf_free(&cfg);
+    th_buf_destroy(&cfg);
     if (rc != 0) {
         snprintf(err, err_size, "%s", e.msg);
         th_plugin_unref(p);
@@ -293,7 +293,7 @@ int th_harness_run_mp(th_harness *h, const char *tool, const uint8_t *args,
             pthread_mutex_unlock(&c->mu);
         }
     }
-    th_buf_free(&full);
+    th_buf_destroy(&full);
     return rc;
 }
 
@@ -308,14 +308,14 @@ int th_harness_run(th_harness *h, const char *tool, const char *args_json,
     }
     int rc = th_harness_run_mp(h, tool, mp.data, mp.len,
                                cancel_after_progress, c);
-    th_buf_free(&mp);
+    th_buf_destroy(&mp);
     return rc;
 }
 
 void th_harness_call_free(th_harness_call *c)
 {
-    th_buf_free(&c->out);
-    th_buf_free(&c->err);
+    th_buf_destroy(&c->out);
+    th_buf_destroy(&c->err);
     free(c->meta);
     c->meta = NULL;
     pthread_mutex_destroy(&c->mu);

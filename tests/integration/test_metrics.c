@@ -220,7 +220,7 @@ static void test_label_escaping(void)
     CU_ASSERT_EQUAL(th_metrics_label(&b, "a\\b\"c\nd"), 0);
     CU_ASSERT_EQUAL(b.len, strlen("a\\\\b\\\"c\\nd"));
     CU_ASSERT(b.len && memcmp(b.data, "a\\\\b\\\"c\\nd", b.len) == 0);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
 }
 
 /* The port of the MCP HTTP front, from the log. */

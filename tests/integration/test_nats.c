@@ -275,7 +275,7 @@ static natsStatus request(natsConnection *nc, natsMsg **reply,
     rpc_pack_json(&b, json);
     natsStatus st = natsConnection_Request(reply, nc, subj, b.data,
                                            (int)b.len, ms);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
     return st;
 }
 
@@ -361,7 +361,7 @@ static void publish_async(natsConnection *nc, const char *inbox,
     rpc_pack_json(&b, json);
     natsConnection_PublishRequest(nc, "th.public.echo_async", inbox, b.data,
                                   (int)b.len);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
 }
 
 /* An async call: the ack names its host and task, progress and the final
@@ -885,7 +885,7 @@ static void test_slow_consumer(void)
         usleep(50000);
         said = rpc_log_has(&h, "nats: slow consumer");
     }
-    th_buf_free(&b);
+    th_buf_destroy(&b);
     CU_ASSERT(said);
     /* and it still answers afterwards */
     natsMsg *r = NULL;

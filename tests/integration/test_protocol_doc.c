@@ -365,7 +365,7 @@ static bool run_block(rpc_srv *s, const doc_block *b, char *why, size_t wn)
                 msgpack_packer_init(&pk, &f, th_buf_msgpack_write);
                 rpc_pack_value(&pk, v);
                 rpc_raw_send(&w, f.data, f.len);
-                th_buf_free(&f);
+                th_buf_destroy(&f);
                 json_decref(v);
             }
             json_decref(e);
@@ -578,7 +578,7 @@ static void test_matcher(void)
     json_decref(e);
     free(js);
     msgpack_unpacked_destroy(&u);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
 }
 
 void th_suite_protocol_doc(void)

@@ -65,7 +65,7 @@ static void put_file(const char *src, const char *dst)
         th_buf_append(&b, chunk, n);
     fclose(f);
     put_bytes(dst, b.data, b.len);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
 }
 
 static bool file_has(const char *path, const char *needle)
@@ -106,7 +106,7 @@ static void write_config(srv *s, const char *reload, bool with_fx,
                       "  - name: fx\n    path: %s\n    config:\n      marker: %s\n%s",
                       s->so, s->marker, fx_extra ? fx_extra : "");
     put_bytes(s->cfg, b.data, b.len);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
 }
 
 static bool sock_answers(srv *s)
@@ -253,7 +253,7 @@ static int call_tool(th_rpc_client *c, const char *tool, const char *path,
     th_error e;
     int rc = th_rpc_client_call_tool(c, tool, a.data, a.len, 0, NULL, NULL, &res,
                                      &rl, &e);
-    th_buf_free(&a);
+    th_buf_destroy(&a);
     out[0] = '\0';
     if (rc != 0)
         return -1;
@@ -286,13 +286,13 @@ static uint8_t *reload(th_rpc_client *c, size_t *len)
     th_error e;
     if (th_rpc_client_call(c, "host.reload", NULL, 0, NULL, NULL, &r, &e) != 0 ||
         r.error) {
-        th_rpc_reply_free(&r);
+        th_rpc_reply_destroy(&r);
         return NULL;
     }
     uint8_t *res = r.result;
     *len = r.result_len;
     r.result = NULL;
-    th_rpc_reply_free(&r);
+    th_rpc_reply_destroy(&r);
     return res;
 }
 
@@ -431,7 +431,7 @@ static void test_sighup_method_cli(void)
     v = fx ? th_rpc_map_get(fx, "generation") : NULL;
     CU_ASSERT(v && v->via.u64 == 3);
     msgpack_unpacked_destroy(&u);
-    th_rpc_reply_free(&rep);
+    th_rpc_reply_destroy(&rep);
 
     th_rpc_client_close(c);
     th_rpc_client_close(watcher);

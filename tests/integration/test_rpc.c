@@ -195,7 +195,7 @@ static void test_shapes_raw(void)
         th_buf f = TH_BUF_INIT;
         rpc_pack_json(&f, shapes[i].json);
         rpc_raw_send(&w, f.data, f.len);
-        th_buf_free(&f);
+        th_buf_destroy(&f);
         m = rpc_raw_next(&w, rpc_wait_ms());
         CU_ASSERT_FATAL(m != NULL);
         bool ok = m->via.array.size == 4 && m->via.array.ptr[0].via.u64 == 1 &&
@@ -386,7 +386,7 @@ static void test_async_progress(void)
     CU_ASSERT(m && !rpc_find_tool(&m->via.array.ptr[3], "get_running_tasks"));
     rpc_raw_close(&w);
 
-    th_buf_free(&args);
+    th_buf_destroy(&args);
     th_rpc_client_close(c);
     CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
     rpc_srv_free(&s);
@@ -497,7 +497,7 @@ static bool cancelled_call(rpc_srv *s, const char *tool, const char *json,
         msgpack_unpacked_destroy(&u);
     }
     free(res);
-    th_buf_free(&args);
+    th_buf_destroy(&args);
     th_rpc_client_close(c);
     return ok;
 }
@@ -551,10 +551,10 @@ static void test_pipelining(void)
         rpc_pack_json(&p, js);
         th_rpc_pack_request(&all, 100 + (uint64_t)i, "tools.call", p.data,
                             p.len);
-        th_buf_free(&p);
+        th_buf_destroy(&p);
     }
     rpc_raw_send(&w, all.data, all.len);
-    th_buf_free(&all);
+    th_buf_destroy(&all);
     int seen[N] = {0};
     for (int i = 0; i < N; i++) {
         m = rpc_raw_next(&w, rpc_wait_ms());
@@ -668,7 +668,7 @@ static void test_permission(void)
         th_rpc_pack_response(&f, m->via.array.ptr[1].via.u64, NULL, 0,
                              mid->via.u64 == 12 ? &yes : &no, 1);
         rpc_raw_send(&w, f.data, f.len);
-        th_buf_free(&f);
+        th_buf_destroy(&f);
     }
     CU_ASSERT_EQUAL(asked, 3);
     m = rpc_raw_response(&w, 11, rpc_wait_ms());
@@ -885,7 +885,7 @@ static void bin_call(th_rpc_client *c, const char *tool, const char *bytes,
     th_error e;
     int rc = th_rpc_client_call(c, "tools.call", p.data, p.len, NULL, NULL,
                                 &r->rep, &e);
-    th_buf_free(&p);
+    th_buf_destroy(&p);
     CU_ASSERT_EQUAL_FATAL(rc, 0);
     size_t off = 0;
     if (r->rep.result &&
@@ -948,9 +948,9 @@ static void test_stdio(void)
                       "\"delay_ms\": 20}]");
     th_rpc_pack_request(&in, 3, "tools.call", p.data, p.len);
     th_rpc_pack_request(&in, 4, "tools.list", NULL, 0);
-    th_buf_free(&p);
+    th_buf_destroy(&p);
     CU_ASSERT(write(s.in_fd, in.data, in.len) == (ssize_t)in.len);
-    th_buf_free(&in);
+    th_buf_destroy(&in);
     /* End of input: answer what is in flight, then exit 0. */
     close(s.in_fd);
     s.in_fd = -1;
@@ -995,7 +995,7 @@ static void test_stdio_bad_input(void)
     const uint8_t bad[] = {0x94, 0x00, 0x02, 0xc1};
     th_buf_append(&in, bad, sizeof bad);
     CU_ASSERT(write(s.in_fd, in.data, in.len) == (ssize_t)in.len);
-    th_buf_free(&in);
+    th_buf_destroy(&in);
     rpc_raw w = {.fd = s.out_fd};
     th_rpc_reader_init(&w.rd, 1 << 20);
     msgpack_unpacked_init(&w.msg);
@@ -1040,10 +1040,10 @@ static void test_stdio_file_input(void)
     th_rpc_pack_request(&in, 1, "host.ping", NULL, 0);
     rpc_pack_json(&p, "[\"echo\", {\"text\": \"from a file\"}]");
     th_rpc_pack_request(&in, 2, "tools.call", p.data, p.len);
-    th_buf_free(&p);
+    th_buf_destroy(&p);
     char *path = th_test_write_file(s.dir, "in.bin", (const char *)in.data,
                                     in.len);
-    th_buf_free(&in);
+    th_buf_destroy(&in);
     stdio_from(s.dir, s.cfg, path, &r);
     CU_ASSERT_EQUAL(r.status, 0);
     th_rpc_reader rd;

@@ -68,8 +68,8 @@ static void test_truncated_frames(void)
     m = rpc_raw_response(&w, 2, rpc_wait_ms());
     CU_ASSERT(m && rpc_stdout_is(&m->via.array.ptr[3], "truncated"));
     rpc_raw_close(&w);
-    th_buf_free(&f);
-    th_buf_free(&p);
+    th_buf_destroy(&f);
+    th_buf_destroy(&p);
     CU_ASSERT(rpc_alive(&s));
     CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
     rpc_srv_free(&s);
@@ -115,8 +115,8 @@ static void test_oversized_frames(void)
     CU_ASSERT(rpc_raw_eof(&w, rpc_wait_ms()));
     rpc_raw_close(&w);
     free(text);
-    th_buf_free(&p);
-    th_buf_free(&f);
+    th_buf_destroy(&p);
+    th_buf_destroy(&f);
     CU_ASSERT(rpc_log_has(&s, "maximum"));
     CU_ASSERT(rpc_alive(&s));
     CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
@@ -141,7 +141,7 @@ static void test_connect_cycles(void)
             rpc_raw_send(&w, ping.data, ping.len);
         rpc_raw_close(&w);
     }
-    th_buf_free(&ping);
+    th_buf_destroy(&ping);
     CU_ASSERT_EQUAL(failed, 0);
     CU_ASSERT(rpc_wait_connections(&s, 0, rpc_wait_ms()));
     th_rpc_client *c = rpc_connect(&s);
@@ -192,7 +192,7 @@ static void test_never_reads(void)
                 closed = true;
             }
         }
-        th_buf_free(&f);
+        th_buf_destroy(&f);
     }
     CU_ASSERT(closed);
     rpc_raw_close(&w);
@@ -214,8 +214,8 @@ static void test_too_many_in_flight(void)
     for (uint64_t id = 1; id <= 40; id++)
         th_rpc_pack_request(&all, id, "tools.call", p.data, p.len);
     rpc_raw_send(&w, all.data, all.len);
-    th_buf_free(&all);
-    th_buf_free(&p);
+    th_buf_destroy(&all);
+    th_buf_destroy(&p);
     /* the 33rd call is answered with the reason, then host.disconnect */
     const msgpack_object *m = rpc_raw_response(&w, 33, rpc_wait_ms());
     CU_ASSERT(m && m->via.array.ptr[2].type == MSGPACK_OBJECT_ARRAY &&

@@ -433,7 +433,7 @@ RPC_H void rpc_res_free(rpc_res *r)
 {
     msgpack_unpacked_destroy(&r->ue);
     msgpack_unpacked_destroy(&r->ur);
-    th_rpc_reply_free(&r->rep);
+    th_rpc_reply_destroy(&r->rep);
     memset(r, 0, sizeof *r);
 }
 
@@ -449,7 +449,7 @@ RPC_H int rpc_call(th_rpc_client *c, const char *method, const char *json,
     th_error e;
     int rc = th_rpc_client_call(c, method, p.data, p.len, NULL, NULL, &r->rep,
                                 &e);
-    th_buf_free(&p);
+    th_buf_destroy(&p);
     if (rc) {
         fprintf(stderr, "%s: %s\n", method, e.msg);
         return rc;
@@ -609,9 +609,9 @@ RPC_H void rpc_raw_close(rpc_raw *w)
         close(w->fd);
     w->fd = -1;
     for (int i = 0; i < w->n_stash; i++)
-        th_buf_free(&w->stash[i]);
+        th_buf_destroy(&w->stash[i]);
     w->n_stash = 0;
-    th_buf_free(&w->cur);
+    th_buf_destroy(&w->cur);
     msgpack_unpacked_destroy(&w->msg);
     th_rpc_reader_destroy(&w->rd);
 }
@@ -639,8 +639,8 @@ RPC_H void rpc_raw_request(rpc_raw *w, uint64_t id, const char *method,
     rpc_pack_json(&p, json);
     th_rpc_pack_request(&f, id, method, p.data, p.len);
     rpc_raw_send(w, f.data, f.len);
-    th_buf_free(&p);
-    th_buf_free(&f);
+    th_buf_destroy(&p);
+    th_buf_destroy(&f);
 }
 
 /* The next message read from the wire (stash ignored); NULL on timeout,
@@ -683,7 +683,7 @@ RPC_H const msgpack_object *rpc_raw_next(rpc_raw *w, int timeout_ms)
         msgpack_unpacked_destroy(&w->msg);
         msgpack_unpacked_init(&w->msg);
         /* msgpack_unpack_next() points into the bytes: keep them */
-        th_buf_free(&w->cur);
+        th_buf_destroy(&w->cur);
         w->cur = b;
         msgpack_unpack_next(&w->msg, (const char *)b.data, b.len, &off);
         return &w->msg.data;

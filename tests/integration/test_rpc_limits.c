@@ -20,7 +20,7 @@ static bool ping(rpc_raw *w, uint64_t id)
     th_buf f = TH_BUF_INIT;
     th_rpc_pack_request(&f, id, "host.ping", NULL, 0);
     bool sent = rpc_raw_send(w, f.data, f.len);
-    th_buf_free(&f);
+    th_buf_destroy(&f);
     if (!sent)
         return false;
     const msgpack_object *m = rpc_raw_response(w, id, rpc_wait_ms());
@@ -289,7 +289,7 @@ static void test_frame_timeout(void)
     CU_ASSERT(took >= 900);
     CU_ASSERT(took < 1000 + rpc_wait_ms() / 2);
     rpc_raw_close(&half);
-    th_buf_free(&f);
+    th_buf_destroy(&f);
     CU_ASSERT(rpc_log_has(&s, "frame_timeout: session="));
     /* A connection between frames is not affected. */
     CU_ASSERT(ping(&quiet, 2));

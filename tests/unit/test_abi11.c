@@ -70,7 +70,7 @@ static int call_json(const char *tool, const char *json, int64_t timeout_ms,
     o.timeout_ms = timeout_ms;
     memset(r, 0, sizeof *r);
     int rc = th_call_sync(s, tool, a.data, a.len, &o, NULL, NULL, NULL, r);
-    th_buf_free(&a);
+    th_buf_destroy(&a);
     return rc;
 }
 
@@ -89,14 +89,14 @@ static void bounds_before_execute(void)
     CU_ASSERT_STRING_EQUAL(r.message, "Error parsing arguments for "
                                       "abi11_tools_rows: parameter 'limit' "
                                       "must be >= 1, got 0");
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     CU_ASSERT_EQUAL(call_json("abi11_tools_rows", "{\"limit\":1000}", 5000,
                               &r),
                     0);
     CU_ASSERT_EQUAL(r.kind, TH_RESULT_DONE);
     CU_ASSERT_TRUE(r.ok);
     CU_ASSERT_STRING_EQUAL(out_of(&r), "{\"rows\":1000}");
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
 }
 
 static void structured_output_checked(void)
@@ -110,7 +110,7 @@ static void structured_output_checked(void)
                            "tool abi11_tools_rows wrote structured output "
                            "that does not match its output_schema: at "
                            "/rows: must be an integer, got a string");
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     CU_ASSERT_EQUAL(call_json("abi11_tools_rows", "{\"notjson\":true}", 5000,
                               &r),
                     0);
@@ -118,7 +118,7 @@ static void structured_output_checked(void)
     CU_ASSERT_EQUAL(r.error, TH_ETOOL);
     CU_ASSERT_PTR_NOT_NULL(r.message && strstr(r.message, "is not valid "
                                                           "JSON"));
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
 }
 
 static void caller_and_log(void)
@@ -135,7 +135,7 @@ static void caller_and_log(void)
     CU_ASSERT_PTR_NULL(strstr(out_of(&r), "user=-"));
     if (!strstr(out_of(&r), want))
         fprintf(stderr, "\n  got: %s\n", out_of(&r));
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
 }
 
 static int64_t now_ms(void)
@@ -154,11 +154,11 @@ static void cancel_reaches_waiters(void)
     CU_ASSERT_EQUAL(call_json("abi11_tools_wait", "{}", 200, &r), 0);
     CU_ASSERT_EQUAL(r.kind, TH_RESULT_ERROR);
     CU_ASSERT_EQUAL(r.error, TH_ETIMEOUT);
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     CU_ASSERT_EQUAL(call_json("abi11_tools_hook", "{}", 200, &r), 0);
     CU_ASSERT_EQUAL(r.kind, TH_RESULT_ERROR);
     CU_ASSERT_EQUAL(r.error, TH_ETIMEOUT);
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     bool both = false;
     while (!both && now_ms() - t0 < 5000) {
         CU_ASSERT_EQUAL_FATAL(call_json("abi11_tools_woken", "{}", 5000, &r),
@@ -166,7 +166,7 @@ static void cancel_reaches_waiters(void)
         both = strcmp(out_of(&r), "fd=1 hook=1") == 0;
         if (!both && now_ms() - t0 >= 4900)
             fprintf(stderr, "\n  woken: %s\n", out_of(&r));
-        th_result_copy_free(&r);
+        th_result_copy_destroy(&r);
         if (!both)
             usleep(20 * 1000);
     }

@@ -24,7 +24,7 @@ static void test_append_printf(void)
     CU_ASSERT_EQUAL(n, 1006);
     CU_ASSERT_PTR_NULL(b.data);
     free(p);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
 }
 
 static void test_msgpack_writer(void)
@@ -37,7 +37,7 @@ static void test_msgpack_writer(void)
     msgpack_pack_int(&pk, 7);
     CU_ASSERT_EQUAL(b.len, 4); /* fixmap, fixstr "k", fixint */
     CU_ASSERT_EQUAL(b.data[0], 0x81);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
 }
 
 static void test_errors(void)

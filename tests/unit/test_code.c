@@ -189,10 +189,10 @@ static void run_with(ran *r, const char *code, const th_code_limits *lim,
 
 static void ran_free(ran *r)
 {
-    th_code_result_free(&r->res);
-    th_buf_free(&r->f.last_args);
-    th_buf_free(&r->f.sink_out);
-    th_buf_free(&r->f.sink_err);
+    th_code_result_destroy(&r->res);
+    th_buf_destroy(&r->f.last_args);
+    th_buf_destroy(&r->f.sink_out);
+    th_buf_destroy(&r->f.sink_err);
 }
 
 static const th_code_limits default_lim = {5000, 32u << 20, 1000, 65536};
@@ -452,7 +452,7 @@ static void bounded_free(bounded *b)
 {
     if (!b)
         return;
-    th_code_result_free(&b->res);
+    th_code_result_destroy(&b->res);
     pthread_mutex_destroy(&b->mu);
     pthread_cond_destroy(&b->cv);
     free(b->code);
@@ -710,7 +710,7 @@ static void test_tiny_memory(void)
     int rc = th_code_run(p, "return 1", 8, &lim, NULL, &res, &e);
     CU_ASSERT_TRUE(rc < 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "memory"));
-    th_code_result_free(&res);
+    th_code_result_destroy(&res);
     th_projection_free(p);
 }
 
@@ -1059,7 +1059,7 @@ static void test_no_tools(void)
                     0);
     CU_ASSERT_EQUAL(res.return_code, 0);
     CU_ASSERT_STRING_EQUAL((char *)res.out.data, "2\n");
-    th_code_result_free(&res);
+    th_code_result_destroy(&res);
 
     /* a projection that fails its check is refused before running */
     fake f;
@@ -1072,7 +1072,7 @@ static void test_no_tools(void)
     CU_ASSERT_EQUAL(th_code_run(p, "return 1", 8, NULL, NULL, &res, &e),
                     TH_EINVAL);
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "both become 'a_b'"));
-    th_code_result_free(&res);
+    th_code_result_destroy(&res);
     th_projection_free(p);
 }
 
@@ -1158,7 +1158,7 @@ static int host_run(host_fx *fx, const char *code, int64_t timeout_ms,
     memset(out, 0, sizeof *out);
     int rc = th_call_sync(fx->s, "run_code", args.data, args.len, &o, NULL,
                           NULL, NULL, out);
-    th_buf_free(&args);
+    th_buf_destroy(&args);
     return rc;
 }
 
@@ -1192,14 +1192,14 @@ static void test_host_acceptance(void)
     const msgpack_object *calls = meta_get(&u, &r, "tool_calls");
     CU_ASSERT_TRUE(calls && calls->via.u64 == 3);
     msgpack_unpacked_destroy(&u);
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
 
     /* the returned value travels in meta.value */
     CU_ASSERT_EQUAL(host_run(&fx, "return {n = 7, list = {'a'}}", 0, &r), 0);
     const msgpack_object *v = meta_get(&u, &r, "value");
     CU_ASSERT_TRUE(v && map_int(v, "n", -1) == 7);
     msgpack_unpacked_destroy(&u);
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     host_down(&fx);
 }
 
@@ -1255,7 +1255,7 @@ static void host_run_on_worker(host_fx *fx, const char *code, prog_seen *seen)
     pthread_mutex_unlock(&seen->mu);
     pthread_mutex_destroy(&seen->mu);
     pthread_cond_destroy(&seen->cv);
-    th_buf_free(&args);
+    th_buf_destroy(&args);
 }
 
 /* A pool of one worker: run_code occupies it, and the tools it calls (sync
@@ -1286,7 +1286,7 @@ static void test_host_one_worker(void)
                 seen.fin.err.data ? (char *)seen.fin.err.data : "",
                 seen.fin.message ? seen.fin.message : "");
     CU_ASSERT_TRUE((b.tv_sec - a.tv_sec) < 4); /* no deadlock to the deadline */
-    th_result_copy_free(&seen.fin);
+    th_result_copy_destroy(&seen.fin);
 
     /* the same inline on the caller's thread (th_call_sync) */
     th_result_copy r;
@@ -1294,7 +1294,7 @@ static void test_host_one_worker(void)
                              &r),
                     0);
     CU_ASSERT_TRUE(r.ok);
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     host_down(&fx);
 }
 
@@ -1316,7 +1316,7 @@ static void test_host_errors(void)
     CU_ASSERT_TRUE(r.ok);
     CU_ASSERT_STRING_EQUAL(r.out.data ? (char *)r.out.data : "",
                            "invalid_arguments\ninvalid_arguments\n");
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
 
     /* a runtime error: ok false, the line in meta.error and in stderr */
     CU_ASSERT_EQUAL(host_run(&fx, "print('a')\nerror('boom')\n", 0, &r), 0);
@@ -1327,7 +1327,7 @@ static void test_host_errors(void)
                    memmem(e->via.str.ptr, e->via.str.size, "code:2: boom", 12));
     msgpack_unpacked_destroy(&u);
     CU_ASSERT_PTR_NOT_NULL(r.err.data && strstr((char *)r.err.data, "code:2: boom"));
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
 
     /* recursion: run_code is not projected */
     CU_ASSERT_EQUAL(host_run(&fx,
@@ -1339,7 +1339,7 @@ static void test_host_errors(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(r.out.data ? (char *)r.out.data : "", "echo"));
     CU_ASSERT_PTR_NULL(strstr(r.out.data ? (char *)r.out.data : "", "run_code"));
     CU_ASSERT_PTR_NOT_NULL(r.err.data && strstr((char *)r.err.data, "cannot call itself"));
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
 
     /* a long tool call ended by the deadline (timeout_ms argument) */
     struct timespec a, b;
@@ -1354,7 +1354,7 @@ static void test_host_errors(void)
     CU_ASSERT_TRUE(to && to->type == MSGPACK_OBJECT_BOOLEAN && to->via.boolean);
     msgpack_unpacked_destroy(&u);
     CU_ASSERT_TRUE((b.tv_sec - a.tv_sec) < 3);
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
 
     /* an infinite loop */
     CU_ASSERT_EQUAL(host_run(&fx, "while true do end", 200, &r), 0);
@@ -1362,13 +1362,13 @@ static void test_host_errors(void)
     to = meta_get(&u, &r, "timed_out");
     CU_ASSERT_TRUE(to && to->via.boolean);
     msgpack_unpacked_destroy(&u);
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
 
     /* the host is unharmed */
     CU_ASSERT_EQUAL(host_run(&fx, "print(tools.echo{text = 'still'}.stdout)", 0, &r), 0);
     CU_ASSERT_TRUE(r.ok);
     CU_ASSERT_STRING_EQUAL(r.out.data ? (char *)r.out.data : "", "still\n");
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     host_down(&fx);
 }
 
@@ -1415,7 +1415,7 @@ static void test_host_progress(void)
     CU_ASSERT_TRUE(seen.running);
     CU_ASSERT_TRUE(seen.n >= 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(seen.last, "echo_async: step"));
-    th_result_copy_free(&seen.fin);
+    th_result_copy_destroy(&seen.fin);
     host_down(&fx);
 }
 

@@ -118,7 +118,7 @@ static void seen_init(seen *s)
 
 static void seen_free(seen *s)
 {
-    th_result_copy_free(&s->fin);
+    th_result_copy_destroy(&s->fin);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
 }
@@ -151,7 +151,7 @@ static int run_sync(th_session *s, const char *code, seen *out)
     o.may_block = true;
     int rc = th_call_sync(s, "run_code", args.data, args.len, &o, on_event,
                           out, NULL, &out->fin);
-    th_buf_free(&args);
+    th_buf_destroy(&args);
     return rc;
 }
 
@@ -170,7 +170,7 @@ static void run_worker(th_session *s, const char *code, seen *out)
     while (!out->done)
         pthread_cond_wait(&out->cv, &out->mu);
     pthread_mutex_unlock(&out->mu);
-    th_buf_free(&args);
+    th_buf_destroy(&args);
 }
 
 static const char *out_text(const th_result_copy *r)
@@ -409,7 +409,7 @@ static void start_worker(th_session *s, const char *code, seen *out)
     CU_ASSERT_EQUAL(th_call_start(s, "run_code", args.data, args.len, &o,
                                   on_event, out, &id),
                     0);
-    th_buf_free(&args);
+    th_buf_destroy(&args);
 }
 
 static bool wait_done(seen *s, int ms)
@@ -539,7 +539,7 @@ static void test_nested_slot_wait_deadline(void)
     CU_ASSERT_EQUAL(th_call_start(s, "echo_async", args.data, args.len, &o,
                                   on_event, &held, &id),
                     0);
-    th_buf_free(&args);
+    th_buf_destroy(&args);
     struct timespec nap = {0, 50 * 1000000L};
     nanosleep(&nap, NULL);
     /* a script with a 100 ms deadline calls the tool: its call waits
@@ -562,7 +562,7 @@ static void test_nested_slot_wait_deadline(void)
     CU_ASSERT_EQUAL(th_call_start(s, "run_code", ca.data, ca.len, &o,
                                   on_event, &c, &id),
                     0);
-    th_buf_free(&ca);
+    th_buf_destroy(&ca);
     CU_ASSERT_TRUE(wait_done(&c, 10000));
     clock_gettime(CLOCK_MONOTONIC, &b);
     double secs = (double)(b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9;
@@ -618,7 +618,7 @@ static void test_timeout_capped_by_toolset(void)
     CU_ASSERT_EQUAL(r.kind, TH_RESULT_ERROR);
     CU_ASSERT_EQUAL(r.error, TH_ETIMEOUT);
     CU_ASSERT_TRUE(secs < 0.8);
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     /* a lower timeout_ms still lowers it */
     o.timeout_ms = 50;
     clock_gettime(CLOCK_MONOTONIC, &a);
@@ -629,8 +629,8 @@ static void test_timeout_capped_by_toolset(void)
     secs = (double)(b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9;
     CU_ASSERT_EQUAL(r.error, TH_ETIMEOUT);
     CU_ASSERT_TRUE(secs < 0.15);
-    th_result_copy_free(&r);
-    th_buf_free(&args);
+    th_result_copy_destroy(&r);
+    th_buf_destroy(&args);
 
     /* from run_code: the nested call gets the time left of the script
      * (about 5 s) as its timeout_ms, capped to the tool's 200 ms */

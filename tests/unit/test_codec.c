@@ -77,12 +77,12 @@ static void test_result_done(void)
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "stdout")), "héllo");
     CU_ASSERT_TRUE(json_is_null(json_object_get(json_object_get(json_object_get(j, "meta"), "b"), "c")));
     json_decref(j);
-    th_result_copy_free(&back);
+    th_result_copy_destroy(&back);
     msgpack_unpacked_destroy(&u);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
 
     /* no meta: {} on the wire, none back */
-    th_buf_free(&r.meta);
+    th_buf_destroy(&r.meta);
     r.ok = false;
     round_trip(&r, &b, &u, &back);
     const msgpack_object *m = get(&u.data, "meta");
@@ -90,10 +90,10 @@ static void test_result_done(void)
     CU_ASSERT_FALSE(back.ok);
     CU_ASSERT_EQUAL(back.meta.len, 0);
     CU_ASSERT_EQUAL(th_task_state_of(&back), TH_TASK_FAILED);
-    th_result_copy_free(&back);
+    th_result_copy_destroy(&back);
     msgpack_unpacked_destroy(&u);
-    th_buf_free(&b);
-    th_result_copy_free(&r);
+    th_buf_destroy(&b);
+    th_result_copy_destroy(&r);
 }
 
 /* Structured output: the result map carries the JSON value of stdout,
@@ -126,9 +126,9 @@ static void test_result_structured(void)
     CU_ASSERT(a[4].type == MSGPACK_OBJECT_NIL);
     CU_ASSERT(a[5].type == MSGPACK_OBJECT_BOOLEAN && a[5].via.boolean);
     CU_ASSERT(back.structured);
-    th_result_copy_free(&back);
+    th_result_copy_destroy(&back);
     msgpack_unpacked_destroy(&u);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
 
     /* a failed call, or text that is not JSON: no `structured` */
     for (int i = 0; i < 2; i++) {
@@ -140,11 +140,11 @@ static void test_result_structured(void)
         round_trip(&r, &b, &u, &back);
         CU_ASSERT_EQUAL(u.data.via.map.size, 4);
         CU_ASSERT(get(&u.data, "structured") == NULL);
-        th_result_copy_free(&back);
+        th_result_copy_destroy(&back);
         msgpack_unpacked_destroy(&u);
-        th_buf_free(&b);
+        th_buf_destroy(&b);
     }
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
 }
 
 static void test_result_binary_stdout(void)
@@ -170,10 +170,10 @@ static void test_result_binary_stdout(void)
     const char *s = json_string_value(json_object_get(j, "stdout"));
     CU_ASSERT_TRUE(s && strncmp(s, "ok\xef\xbf\xbd", 5) == 0);
     json_decref(j);
-    th_result_copy_free(&back);
+    th_result_copy_destroy(&back);
     msgpack_unpacked_destroy(&u);
-    th_buf_free(&b);
-    th_result_copy_free(&r);
+    th_buf_destroy(&b);
+    th_result_copy_destroy(&r);
 }
 
 static void test_result_errors_by_name(void)
@@ -205,10 +205,10 @@ static void test_result_errors_by_name(void)
         CU_ASSERT_STRING_EQUAL(back.message, r.message ? r.message : th_strerror(codes[i]));
         CU_ASSERT_EQUAL(th_task_state_of(&back),
                         codes[i] == TH_ECANCELLED ? TH_TASK_CANCELLED : TH_TASK_FAILED);
-        th_result_copy_free(&back);
+        th_result_copy_destroy(&back);
         msgpack_unpacked_destroy(&u);
-        th_buf_free(&b);
-        th_result_copy_free(&r);
+        th_buf_destroy(&b);
+        th_result_copy_destroy(&r);
     }
     /* the Lua front's code lives in the table */
     CU_ASSERT_STRING_EQUAL(th_err_name(TH_EFAILED), "tool_failed");
@@ -232,16 +232,16 @@ static void test_result_running(void)
     CU_ASSERT_EQUAL(back.task_id, 1ULL << 40);
     CU_ASSERT_STRING_EQUAL(back.message, "indexing");
     CU_ASSERT_EQUAL(th_task_state_of(&back), TH_TASK_WORKING);
-    th_result_copy_free(&back);
+    th_result_copy_destroy(&back);
     msgpack_unpacked_destroy(&u);
-    th_buf_free(&b);
-    th_result_copy_free(&r);
+    th_buf_destroy(&b);
+    th_result_copy_destroy(&r);
 
     /* not a result: refused */
     static const uint8_t junk[][3] = {{0x91, 0x01, 0}, {0x81, 0xa1, 'x'}, {0xc1, 0, 0}};
     for (size_t i = 0; i < 3; i++) {
         CU_ASSERT_EQUAL(th_codec_unpack_result_bytes(junk[i], 3, &back), TH_EPROTO);
-        th_result_copy_free(&back);
+        th_result_copy_destroy(&back);
     }
 }
 
@@ -277,7 +277,7 @@ static void test_progress(void)
         if (d)
             CU_ASSERT_TRUE(d->type == MSGPACK_OBJECT_ARRAY && d->via.array.size == 2);
         msgpack_unpacked_destroy(&u);
-        th_buf_free(&b);
+        th_buf_destroy(&b);
     }
     /* not progress params */
     msgpack_object nil = {.type = MSGPACK_OBJECT_NIL};
@@ -345,7 +345,7 @@ static void test_task_forms(void)
         }
         json_decref(j);
         msgpack_unpacked_destroy(&u);
-        th_buf_free(&b);
+        th_buf_destroy(&b);
     }
     CU_ASSERT_STRING_EQUAL(th_task_state_name(TH_TASK_COMPLETED), "completed");
     CU_ASSERT_STRING_EQUAL(th_task_state_name(TH_TASK_FAILED), "failed");
@@ -365,8 +365,8 @@ static void test_result_dup(void)
     CU_ASSERT_EQUAL_FATAL(th_result_copy_dup(&d, &r), 0);
     CU_ASSERT_TRUE(d.out.data != r.out.data && d.out.len == 1 && d.meta.len == 1 &&
                    d.task_id == 9 && d.ok && !d.message && d.structured);
-    th_result_copy_free(&d);
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&d);
+    th_result_copy_destroy(&r);
 }
 
 void th_suite_codec(void)

@@ -978,7 +978,7 @@ static void test_expansion(void)
     CU_ASSERT_EQUAL(th_ynode_pack(th_ynode_get(c, "q"), &pk), 0);
     CU_ASSERT_EQUAL(b.len, 3);
     CU_ASSERT_EQUAL(b.data[0], 0xa2);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
     th_config_free(cfg);
 
     EXPECT_ERR("plugins:\n  - name: p\n    path: p.so\n    config:\n"
@@ -1103,7 +1103,7 @@ static void test_pack_typing(void)
     CU_ASSERT_EQUAL(o[20].via.u64, 5);
     CU_ASSERT_EQUAL(o[21].type, MSGPACK_OBJECT_STR);
     msgpack_unpacked_destroy(&u);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
     CU_ASSERT_EQUAL(th_ynode_pack(NULL, &pk), TH_EINVAL);
     th_ynode_free(root);
 }
@@ -1259,7 +1259,7 @@ static int run_block(const char *yaml, char *msg, size_t size, th_buf *out)
                    __LINE__, want, m_);                                     \
         CU_ASSERT_EQUAL(strncmp(m_, want, strlen(want)), 0);                \
         CU_ASSERT_EQUAL(b_.len, 0);                                         \
-        th_buf_free(&b_);                                                   \
+        th_buf_destroy(&b_);                                                   \
     } while (0)
 
 static void test_plugin_block(void)
@@ -1299,7 +1299,7 @@ static void test_plugin_block(void)
     CU_ASSERT_TRUE(saw_root);
     CU_ASSERT_TRUE(saw_depth);
     msgpack_unpacked_destroy(&u);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
 
     /* nothing to fill in: the block as written; `out` is appended to */
     th_buf_puts(&b, "X");
@@ -1309,7 +1309,7 @@ static void test_plugin_block(void)
     CU_ASSERT_EQUAL_FATAL(rc, 0);
     CU_ASSERT_EQUAL(b.data[0], 'X');
     CU_ASSERT_EQUAL(b.data[1], 0x83);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
 
     /* each error points at the key at fault */
     EXPECT_BLOCK_ERR("plugins:\n  - name: p\n    path: p.so\n    config:\n"
@@ -1394,7 +1394,7 @@ static int load_with_block(const char *block, th_registry *reg, char *msg,
     if (p)
         th_plugin_unref(p);
     th_params_free(params, np);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
     th_config_free(cfg);
     return rc;
 }
@@ -1693,8 +1693,8 @@ static void test_strset(void)
     CU_ASSERT_EQUAL(th_strset_add(&set, "", 0, 3, NULL), 0);
     CU_ASSERT_EQUAL(th_strset_add(&set, "", 0, 4, NULL), 1);
     CU_ASSERT(probes > 3000 && probes < 3000 * 8);
-    th_strset_free(&set);
-    th_strset_free(&set); /* twice is harmless */
+    th_strset_destroy(&set);
+    th_strset_destroy(&set); /* twice is harmless */
 }
 
 /* One scalar may have 64 KiB; a mock's stdout/stderr 1 MiB. */

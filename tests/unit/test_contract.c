@@ -200,11 +200,11 @@ static int ser_nested(void *st, const toolhost_tool *t, toolhost_call *c, const 
     th_result_copy r;
     int rc = th_call_sync(th_call_session(c), "s_one", args.data, args.len, NULL, NULL,
                           NULL, NULL, &r);
-    th_buf_free(&args);
+    th_buf_destroy(&args);
     const char *msg = rc == 0 && r.kind == TH_RESULT_ERROR && r.message ? r.message : "no error";
     c->host->write(c, TOOLHOST_STDOUT, msg, strlen(msg));
     if (rc == 0)
-        th_result_copy_free(&r);
+        th_result_copy_destroy(&r);
     return TOOLHOST_OK;
 }
 

@@ -43,7 +43,7 @@ static int ofx_up(ofx *fx)
     for (int i = 0; i < 5000; i++)
         th_buf_printf(&big, "row %04d\n", i);
     free(th_test_write_file(data, "big.txt", (const char *)big.data, big.len));
-    th_buf_free(&big);
+    th_buf_destroy(&big);
 
     char yaml[4096];
     snprintf(yaml, sizeof yaml,
@@ -133,7 +133,7 @@ static void flood(ofx *fx, const char *tool, uint64_t size, uint64_t chunk,
     CU_ASSERT_EQUAL(r->kind, TH_RESULT_DONE);
     if (r->kind != TH_RESULT_DONE)
         fprintf(stderr, "%s: %s\n", tool, r->message ? r->message : "?");
-    th_buf_free(&a);
+    th_buf_destroy(&a);
 }
 
 /* What meta["toolhost"]["output"][stream] says. */
@@ -286,7 +286,7 @@ static void test_head_tail(void)
     CU_ASSERT_TRUE(se.found);
     CU_ASSERT_FALSE(se.truncated);
     CU_ASSERT_EQUAL(se.total_bytes, 0);
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
 
     /* what fits is untouched: no marker, no spill */
     flood(&fx, "flood_command", 1500, 100, "lines", NULL, &r);
@@ -295,7 +295,7 @@ static void test_head_tail(void)
     CU_ASSERT_FALSE(si.truncated);
     CU_ASSERT_EQUAL(si.kept_bytes, 1500);
     CU_ASSERT_EQUAL(si.spill_path[0], '\0');
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
 
     /* stderr has its own type (error: the host default 8000) */
     flood(&fx, "flood_command", 50000, 4096, "lines", "stderr", &r);
@@ -304,7 +304,7 @@ static void test_head_tail(void)
     CU_ASSERT_TRUE(si.kept_bytes > 4000 && si.kept_bytes <= 8000);
     CU_ASSERT_PTR_NOT_NULL(strstr(text(&r.err), "lines cut"));
     CU_ASSERT_EQUAL(r.out.len, 0);
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     ofx_down(&fx);
 }
 
@@ -328,7 +328,7 @@ static void test_head_only_and_overrides(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(o, want));
     CU_ASSERT_PTR_NOT_NULL(strstr(o, "more bytes ("));
     check_spill_file(&si, 100000);
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
 
     flood(&fx, "flood_knowledge", 100000, 4096, "lines", NULL, &r);
     si = meta_of(&r, "stdout");
@@ -336,14 +336,14 @@ static void test_head_only_and_overrides(void)
     snprintf(want, sizeof want, "read on with offset=%lld (bytes)",
              (long long)si.kept_bytes);
     CU_ASSERT_PTR_NOT_NULL(strstr(text(&r.out), want));
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
 
     flood(&fx, "flood_status", 100000, 4096, "lines", NULL, &r);
     si = meta_of(&r, "stdout");
     CU_ASSERT_TRUE(si.truncated);
     CU_ASSERT_TRUE(si.kept_bytes > 1000 && si.kept_bytes <= 1500);
     CU_ASSERT_PTR_NOT_NULL(strstr(text(&r.out), "lines cut"));
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     ofx_down(&fx);
 }
 
@@ -365,7 +365,7 @@ static void test_structured_and_binary(void)
     CU_ASSERT_TRUE(si.truncated);
     CU_ASSERT_TRUE(si.kept_bytes <= 4000);
     CU_ASSERT_PTR_NOT_NULL(strstr(si.note, "JSON element boundary"));
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
 
     flood(&fx, "flood_binary", 100000, 333, "binary", NULL, &r);
     CU_ASSERT_EQUAL(r.out.len, 2000);
@@ -380,7 +380,7 @@ static void test_structured_and_binary(void)
     if (f)
         fclose(f);
     CU_ASSERT_EQUAL(memcmp(head, r.out.data, sizeof head), 0);
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     ofx_down(&fx);
 }
 
@@ -401,14 +401,14 @@ static void test_utf8(void)
         sinfo si = meta_of(&r, "stdout");
         CU_ASSERT_TRUE(si.truncated);
         CU_ASSERT_EQUAL(si.total_bytes, 30011);
-        th_result_copy_free(&r);
+        th_result_copy_destroy(&r);
 
         flood(&fx, tools[i], 30011, 7, "invalid_utf8", NULL, &r);
         si = meta_of(&r, "stdout");
         CU_ASSERT_TRUE(si.truncated);
         CU_ASSERT_TRUE(si.kept_bytes <= 8000);
         CU_ASSERT_PTR_NOT_NULL(memchr(r.out.data, 0xff, r.out.len));
-        th_result_copy_free(&r);
+        th_result_copy_destroy(&r);
     }
     ofx_down(&fx);
 }
@@ -428,7 +428,7 @@ static void test_spill_cap(void)
     sinfo si = meta_of(&r, "stdout");
     CU_ASSERT_EQUAL(si.total_bytes, 1 << 20);
     check_spill_file(&si, 256 * 1024);
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     ofx_down(&fx);
 }
 
@@ -440,7 +440,7 @@ static void test_spill_gc_periodic(void)
     th_result_copy r;
     flood(&fx, "flood_command", 100000, 4096, "lines", NULL, &r);
     sinfo si = meta_of(&r, "stdout");
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     CU_ASSERT_EQUAL_FATAL(access(si.spill_path, F_OK), 0);
     /* a fresh one stays, one older than spill_max_age (1 s) goes */
     char *fresh = th_test_write_file(fx.spill, "th-spill-fresh1", "x", 1);
@@ -480,7 +480,7 @@ static void test_read_on_offset(void)
     CU_ASSERT_EQUAL(th_call_sync(fx.s, "fs_read", a.data, a.len, NULL, NULL,
                                  NULL, NULL, &r),
                     0);
-    th_buf_free(&a);
+    th_buf_destroy(&a);
     CU_ASSERT_EQUAL_FATAL(r.kind, TH_RESULT_DONE);
     const char *o = text(&r.out);
     CU_ASSERT_EQUAL(strncmp(o, "row 1000\n", 9), 0);
@@ -507,7 +507,7 @@ static void test_read_on_offset(void)
                     MSGPACK_UNPACK_SUCCESS);
     CU_ASSERT_EQUAL(get_int(&u.data, "offset"), 1000);
     msgpack_unpacked_destroy(&u);
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     ofx_down(&fx);
 }
 
@@ -544,7 +544,7 @@ static void test_bounded_memory(void)
     CU_ASSERT_EQUAL_FATAL(ofx_up(&fx), 0);
     th_result_copy r;
     flood(&fx, "flood_command", 4096, 4096, "ascii", NULL, &r); /* warm up */
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     reset_hwm();
     long before = vm_hwm_kb();
     flood(&fx, "flood_command", 512ull << 20, 4096, "ascii", NULL, &r);
@@ -556,7 +556,7 @@ static void test_bounded_memory(void)
     long delta = after - before;
     fprintf(stderr, "[e2e_output] 512 MiB written: peak RSS +%ld KiB\n", delta);
     CU_ASSERT_TRUE(delta < 16 * 1024);
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     ofx_down(&fx);
 }
 

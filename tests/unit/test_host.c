@@ -60,8 +60,8 @@ static void test_real_plugins(void)
     CU_ASSERT_EQUAL(r.kind, TH_RESULT_DONE);
     CU_ASSERT_TRUE(r.ok);
     CU_ASSERT_TRUE(out_is(&r, "hello"));
-    th_result_copy_free(&r);
-    th_buf_free(&a);
+    th_result_copy_destroy(&r);
+    th_buf_destroy(&a);
     /* echo_async: five updates, then the text (the acceptance flow) */
     progress_n = 0;
     a = A(3, "text", 's', "hi", "steps", 'i', 5LL, "delay_ms", 'i', 5LL);
@@ -70,8 +70,8 @@ static void test_real_plugins(void)
     CU_ASSERT_TRUE(out_is(&r, "hi"));
     CU_ASSERT_TRUE(r.task_id > 0);
     CU_ASSERT_TRUE(progress_n >= 2 && progress_n <= 5); /* the acknowledgement counts */
-    th_result_copy_free(&r);
-    th_buf_free(&a);
+    th_result_copy_destroy(&r);
+    th_buf_destroy(&a);
     const th_tool *t = th_session_acquire(s, "echo_async");
     CU_ASSERT_PTR_NOT_NULL(t);
     if (t)
@@ -147,26 +147,26 @@ static void test_acl(void)
     th_buf a = A(1, "text", 's', "x"), b = A(1, "ms", 'i', 1LL);
     CU_ASSERT_EQUAL(th_call_sync(s1, "t_echo", a.data, a.len, NULL, NULL, NULL, NULL, &r), 0);
     CU_ASSERT_EQUAL(r.error, TH_EPERM);
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     CU_ASSERT_EQUAL(th_call_sync(s1, "t_sleep", b.data, b.len, NULL, NULL, NULL, NULL, &r), 0);
     CU_ASSERT_EQUAL(r.error, TH_EPERM);
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     CU_ASSERT_EQUAL(th_call_sync(s1, "t_fail", NULL, 0, NULL, NULL, NULL, NULL, &r), 0);
     CU_ASSERT_EQUAL(r.kind, TH_RESULT_DONE);
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     /* a tool in no toolset is unknown */
     CU_ASSERT_EQUAL(th_call_sync(s1, "t_async", NULL, 0, NULL, NULL, NULL, NULL, &r), 0);
     CU_ASSERT_EQUAL(r.error, TH_EUNKNOWN_TOOL);
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     CU_ASSERT_EQUAL(th_call_sync(s2, "t_echo", a.data, a.len, NULL, NULL, NULL, NULL, &r), 0);
     CU_ASSERT_TRUE(r.ok);
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     CU_ASSERT_EQUAL(th_call_sync(s3, "t_sleep", b.data, b.len, NULL, NULL, NULL, NULL, &r), 0);
     CU_ASSERT_TRUE(r.ok);
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     CU_ASSERT_PTR_NULL(th_session_acquire(s1, "t_echo"));
-    th_buf_free(&a);
-    th_buf_free(&b);
+    th_buf_destroy(&a);
+    th_buf_destroy(&b);
     th_session_close(s1);
     th_session_close(s2);
     th_session_close(s3);
@@ -214,7 +214,7 @@ static void test_permissions(void)
     CU_ASSERT_EQUAL(th_call_sync(k.s, "t_fail", NULL, 0, NULL, NULL, NULL, NULL, &r), 0);
     CU_ASSERT_EQUAL(r.error, TH_EPERM);
     CU_ASSERT_PTR_NOT_NULL(r.message ? strstr(r.message, "rule") : NULL);
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     th_buf a = A(1, "text", 's', "ok");
     for (int mode = 0; mode < 4; mode++) {
         k.mode = mode;
@@ -231,9 +231,9 @@ static void test_permissions(void)
         }
         if (mode == 2)
             CU_ASSERT_TRUE(mono_ms() - t0 >= 90);
-        th_result_copy_free(&r);
+        th_result_copy_destroy(&r);
     }
-    th_buf_free(&a);
+    th_buf_destroy(&a);
     th_session_close(k.s);
     th_host_close(h);
 }
@@ -283,10 +283,10 @@ static void test_add_builtin(void)
     th_result_copy r;
     CU_ASSERT_EQUAL(th_call_sync(s1, "b_tool", NULL, 0, NULL, NULL, NULL, NULL, &r), 0);
     CU_ASSERT_EQUAL(r.kind, TH_RESULT_ERROR); /* "*" but not enabled there */
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     CU_ASSERT_EQUAL(th_call_sync(s2, "b_tool", NULL, 0, NULL, NULL, NULL, NULL, &r), 0);
     CU_ASSERT_TRUE(out_is(&r, "builtin"));
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     th_session_close(s1);
     th_session_close(s2);
     th_host_close(h);
@@ -320,8 +320,8 @@ static void test_run_code_is_a_front(void)
     CU_ASSERT_EQUAL(th_call_sync(s, "run_code", a.data, a.len, NULL, NULL, NULL, NULL, &r), 0);
     CU_ASSERT_EQUAL(r.kind, TH_RESULT_DONE);
     CU_ASSERT_TRUE(r.ok);
-    th_result_copy_free(&r);
-    th_buf_free(&a);
+    th_result_copy_destroy(&r);
+    th_buf_destroy(&a);
     th_session_close(s);
     th_host_close(h);
 
@@ -441,8 +441,8 @@ static void test_limits_and_mocks(void)
     CU_ASSERT_TRUE(r.out.len < 300);
     CU_ASSERT_TRUE(meta_truncated(&r));
     CU_ASSERT_PTR_NOT_NULL(memmem(r.meta.data, r.meta.len, spill, strlen(spill)));
-    th_result_copy_free(&r);
-    th_buf_free(&a);
+    th_result_copy_destroy(&r);
+    th_buf_destroy(&a);
     /* the whole output was saved */
     int files = 0;
     DIR *dp = opendir(spill);
@@ -458,7 +458,7 @@ static void test_limits_and_mocks(void)
     CU_ASSERT_TRUE(out_is(&r, "canned"));
     CU_ASSERT_TRUE(r.task_id > 0); /* acknowledged, then done */
     CU_ASSERT_EQUAL(progress_n, 2); /* acknowledgement + one update */
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     th_session_close(s);
     th_host_close(h);
     th_test_rmtree(spill);

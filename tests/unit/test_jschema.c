@@ -44,7 +44,7 @@ static int check_json(const th_jschema *s, const json_t *data, char *msg,
 {
     th_buf b = TH_BUF_INIT;
     if (th_json_to_msgpack(data, &b)) {
-        th_buf_free(&b);
+        th_buf_destroy(&b);
         return -2;
     }
     msgpack_zone z;
@@ -56,7 +56,7 @@ static int check_json(const th_jschema *s, const json_t *data, char *msg,
         MSGPACK_UNPACK_SUCCESS)
         rc = th_jschema_check(s, &o, msg, cap);
     msgpack_zone_destroy(&z);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
     return rc;
 }
 

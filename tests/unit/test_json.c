@@ -19,7 +19,7 @@ static void roundtrip(const char *text)
     CU_ASSERT_TRUE(back && json_equal(j, back));
     json_decref(back);
     json_decref(j);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
 }
 
 static void test_roundtrip(void)
@@ -50,7 +50,7 @@ static void test_refusals(void)
     CU_ASSERT_STRING_EQUAL(json_string_value(j), "ok");
     json_decref(j);
     CU_ASSERT_PTR_NULL(th_json_from_msgpack((const uint8_t *)"\xc1", 1, &err));
-    th_buf_free(&b);
+    th_buf_destroy(&b);
 }
 
 /* Findings of the json fuzz target, kept as regressions. */
@@ -87,7 +87,7 @@ static void test_edge_values(void)
     CU_ASSERT_EQUAL(json_object_size(back), 2);
     json_decref(back);
     json_decref(o);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
 }
 
 void th_suite_json(void)

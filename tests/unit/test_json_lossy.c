@@ -26,7 +26,7 @@ static char *lossy_str(const char *s, size_t n, size_t *len)
     th_error err;
     th_error_clear(&err);
     json_t *j = th_json_from_msgpack_lossy(b.data, b.len, &err);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
     CU_ASSERT_PTR_NOT_NULL_FATAL(j);
     CU_ASSERT_TRUE_FATAL(json_is_string(j));
     *len = json_string_length(j);
@@ -80,7 +80,7 @@ static void test_strict_refuses(void)
     CU_ASSERT_PTR_NULL(th_json_from_msgpack(b.data, b.len, &err));
     CU_ASSERT_EQUAL(err.code, TH_EINVAL);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "UTF-8"));
-    th_buf_free(&b);
+    th_buf_destroy(&b);
 
     /* a surrogate in bin: refused (was let through before) */
     msgpack_packer pk;
@@ -90,14 +90,14 @@ static void test_strict_refuses(void)
     json_t *j = th_json_from_msgpack_lossy(b.data, b.len, &err);
     CU_ASSERT_TRUE(j && strcmp(json_string_value(j), FFFD FFFD FFFD) == 0);
     json_decref(j);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
 
     /* valid text passes the strict one too */
     pack_str(&b, "caf\xc3\xa9", 5);
     j = th_json_from_msgpack(b.data, b.len, &err);
     CU_ASSERT_TRUE(j && strcmp(json_string_value(j), "caf\xc3\xa9") == 0);
     json_decref(j);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
 }
 
 /* Meta as a tool may set it: nested maps, bad keys and values; the lossy
@@ -131,7 +131,7 @@ static void test_meta_dumps(void)
     json_decref(back);
     free(s);
     json_decref(j);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
 }
 
 void th_suite_json_lossy(void)

@@ -62,8 +62,8 @@ static void mock_init(mock_call *m, th_plugin *p)
 
 static void mock_free(mock_call *m)
 {
-    th_buf_free(&m->out);
-    th_buf_free(&m->err);
+    th_buf_destroy(&m->out);
+    th_buf_destroy(&m->err);
 }
 
 static const th_tool *tool_named(const th_plugin *p, const char *name)
@@ -90,7 +90,7 @@ static int run_tool(th_plugin *p, const char *name, const uint8_t *args,
         mock_init(m, p);
         rc = t->desc->execute(p->state, t->desc, &m->base.pub, a, n);
     }
-    th_buf_free(&filled);
+    th_buf_destroy(&filled);
     return rc;
 }
 
@@ -1018,7 +1018,7 @@ static void hook(th_plugin *p)
 {
     hook_calls++;
     CU_ASSERT_EQUAL(atomic_load(&p->refs), 0);
-    th_plugin_destroy(p);
+    th_plugin_close(p);
 }
 
 static void host_api(void)

@@ -429,7 +429,7 @@ static void test_scope_toolset_outlives_session(void)
     if (rc == 0) {
         CU_ASSERT_EQUAL(res.kind, TH_RESULT_DONE);
         CU_ASSERT_TRUE(out_is(&res, "kept"));
-        th_result_copy_free(&res);
+        th_result_copy_destroy(&res);
     }
     CU_ASSERT_EQUAL(th_task_result(s2, 999999, &res), TH_ENOTFOUND);
     CU_ASSERT_EQUAL(r.finals, 0);
@@ -969,20 +969,20 @@ static void test_task_tools(void)
     CU_ASSERT_PTR_NOT_NULL(r.out.data ? strstr((char *)r.out.data, want) : NULL);
     CU_ASSERT_PTR_NOT_NULL(r.out.data ? strstr((char *)r.out.data, "\"tool\":\"t_async\"") : NULL);
     CU_ASSERT_PTR_NOT_NULL(r.out.data ? strstr((char *)r.out.data, "\"steps\":1000") : NULL);
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     th_buf a = A(1, "task_id", 'i', (long long)id);
     CU_ASSERT_EQUAL(th_call_sync(S, "cancel_task", a.data, a.len, NULL, NULL, NULL, NULL, &r), 0);
     CU_ASSERT_EQUAL(r.kind, TH_RESULT_DONE);
     CU_ASSERT_TRUE(r.ok);
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     CU_ASSERT_TRUE(rec_wait(&t, 100));
     CU_ASSERT_EQUAL(t.final.error, TH_ECANCELLED);
     /* again: already finished */
     CU_ASSERT_EQUAL(th_call_sync(S, "cancel_task", a.data, a.len, NULL, NULL, NULL, NULL, &r), 0);
     CU_ASSERT_EQUAL(r.kind, TH_RESULT_ERROR);
     CU_ASSERT_EQUAL(r.error, TH_ENOTFOUND);
-    th_result_copy_free(&r);
-    th_buf_free(&a);
+    th_result_copy_destroy(&r);
+    th_buf_destroy(&a);
     CU_ASSERT_EQUAL(th_session_tools(S, find_tool, "cancel_task"), 0);
     rec_free(&t);
     close_all();
@@ -1013,7 +1013,7 @@ static void test_nested_call_one_worker(void)
     rec_free(&x);
     CU_ASSERT_EQUAL(th_call_sync(S, "t_nested", NULL, 0, NULL, NULL, NULL, NULL, &r), 0);
     CU_ASSERT_TRUE(out_is(&r, "inner+async"));
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     close_all();
 }
 
@@ -1057,16 +1057,16 @@ static void test_call_sync_progress_and_cancel(void)
     CU_ASSERT_EQUAL(th_call_sync(S, "t_async", a.data, a.len, NULL, sync_progress, NULL, NULL, &r), 0);
     CU_ASSERT_TRUE(out_is(&r, "done"));
     CU_ASSERT_TRUE(atomic_load(&sync_progress_n) >= 1);
-    th_result_copy_free(&r);
-    th_buf_free(&a);
+    th_result_copy_destroy(&r);
+    th_buf_destroy(&a);
     atomic_store(&sync_progress_n, 0);
     sync_cancel = 0;
     a = A(3, "text", 's', "x", "steps", 'i', 1000LL, "delay_ms", 'i', 5LL);
     CU_ASSERT_EQUAL(th_call_sync(S, "t_async", a.data, a.len, NULL, sync_progress, NULL, &sync_cancel, &r), 0);
     CU_ASSERT_EQUAL(r.kind, TH_RESULT_ERROR);
     CU_ASSERT_EQUAL(r.error, TH_ECANCELLED);
-    th_result_copy_free(&r);
-    th_buf_free(&a);
+    th_result_copy_destroy(&r);
+    th_buf_destroy(&a);
     close_all();
 }
 
@@ -1086,12 +1086,12 @@ static void test_stats(void)
         th_result_copy r;
         th_buf a = A(1, "text", 's', "s");
         th_call_sync(S, "t_echo", a.data, a.len, NULL, NULL, NULL, NULL, &r);
-        th_result_copy_free(&r);
-        th_buf_free(&a);
+        th_result_copy_destroy(&r);
+        th_buf_destroy(&a);
     }
     th_result_copy r;
     th_call_sync(S, "t_echo", NULL, 0, NULL, NULL, NULL, NULL, &r);
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     th_tool_stats st;
     memset(&st, 0, sizeof st);
     CU_ASSERT_EQUAL(th_host_stats_foreach(H, stats_of, &st), 1);
@@ -1203,7 +1203,7 @@ static void *stress_thread(void *arg)
         atomic_fetch_add(&SX.inflight, 1);
         uint64_t id = 0;
         int rc = th_call_start(s, tool, a.data, a.len, &o, stress_cb, NULL, &id);
-        th_buf_free(&a);
+        th_buf_destroy(&a);
         if (rc != 0 || id >= SX.cap) {
             atomic_fetch_add(&SX.bad, 1);
             atomic_fetch_sub(&SX.inflight, 1);

@@ -315,23 +315,23 @@ static int fx_nested(void *st, const toolhost_tool *t, toolhost_call *c, const u
     th_buf args = A(1, "text", 's', "inner");
     th_result_copy r;
     int rc = th_call_sync(s, "t_echo", args.data, args.len, NULL, NULL, NULL, NULL, &r);
-    th_buf_free(&args);
+    th_buf_destroy(&args);
     if (rc || r.kind != TH_RESULT_DONE) {
-        th_result_copy_free(&r);
+        th_result_copy_destroy(&r);
         return TOOLHOST_FAILED;
     }
     c->host->write(c, TOOLHOST_STDOUT, r.out.data, r.out.len);
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     args = A(3, "text", 's', "+async", "steps", 'i', 2LL, "delay_ms", 'i', 1LL);
     rc = th_call_sync(s, "t_async", args.data, args.len, NULL, NULL, NULL, NULL, &r);
-    th_buf_free(&args);
+    th_buf_destroy(&args);
     (void)nested_collect;
     if (rc || r.kind != TH_RESULT_DONE) {
-        th_result_copy_free(&r);
+        th_result_copy_destroy(&r);
         return TOOLHOST_FAILED;
     }
     c->host->write(c, TOOLHOST_STDOUT, r.out.data, r.out.len);
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     return TOOLHOST_OK;
 }
 
@@ -347,8 +347,8 @@ static int fx_nested_long(void *st, const toolhost_tool *t, toolhost_call *c, co
     th_buf args = A(1, "ms", 'i', 5000LL);
     th_result_copy r;
     th_call_sync(th_call_session(c), "t_sleep", args.data, args.len, NULL, NULL, NULL, NULL, &r);
-    th_buf_free(&args);
-    th_result_copy_free(&r);
+    th_buf_destroy(&args);
+    th_result_copy_destroy(&r);
     atomic_store(&fx_nested_long_done, 1);
     return TOOLHOST_OK;
 }
@@ -488,7 +488,7 @@ static void rec_init(rec *r)
 
 static void rec_free(rec *r)
 {
-    th_result_copy_free(&r->final);
+    th_result_copy_destroy(&r->final);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
 }
@@ -514,7 +514,7 @@ static void rec_cb(const th_event *ev, void *ud)
         r->finals++;
         if (ev->kind == TH_EV_DONE)
             r->dones++;
-        th_result_copy_free(&r->final);
+        th_result_copy_destroy(&r->final);
         th_result_copy_from(&r->final, ev->result);
     }
     pthread_cond_broadcast(&r->cv);
@@ -555,7 +555,7 @@ static uint64_t start(th_session *s, const char *tool, th_buf args, const th_cal
     uint64_t id = 0;
     int rc = th_call_start(s, tool, args.data, args.len, o, rec_cb, r, &id);
     CU_ASSERT_EQUAL(rc, 0);
-    th_buf_free(&args);
+    th_buf_destroy(&args);
     return id;
 }
 

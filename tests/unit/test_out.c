@@ -74,7 +74,7 @@ static void run_out(uint32_t sem, uint64_t limit, const void *data, size_t n,
     th_buf_init(dst);
     CU_ASSERT_EQUAL_FATAL(th_out_finish(&o, dst, info), 0);
     info->spill_path = NULL; /* freed below */
-    th_out_free(&o);
+    th_out_destroy(&o);
 }
 
 static char *numbered_lines(const char *fmt, int count, size_t *len)
@@ -164,12 +164,12 @@ static void flood(const char *tool, const char *pattern, uint64_t size,
     fake_call fc = {{sizeof(toolhost_call), &api, 1}, &out, &err};
     CU_ASSERT_EQUAL(t->execute(NULL, t, &fc.pub, args.data, args.len),
                     TOOLHOST_OK);
-    th_buf_free(&args);
+    th_buf_destroy(&args);
     th_buf_init(dst);
     CU_ASSERT_EQUAL_FATAL(th_out_finish(&out, dst, info), 0);
     info->spill_path = NULL;
-    th_out_free(&out);
-    th_out_free(&err);
+    th_out_destroy(&out);
+    th_out_destroy(&err);
 }
 
 /* ---- tests --------------------------------------------------------------- */
@@ -193,7 +193,7 @@ static void test_fast_path(void)
     CU_ASSERT_EQUAL(info.total_lines, 2);
     CU_ASSERT_PTR_NULL(info.spill_path);
     CU_ASSERT_PTR_NULL(info.note);
-    th_out_free(&o);
+    th_out_destroy(&o);
 
     /* exactly at the limit: nothing cut; into a non-empty dst: appended */
     th_out_init(&o, TOOLHOST_SEM_FILE_CONTENT, 4);
@@ -201,8 +201,8 @@ static void test_fast_path(void)
     CU_ASSERT_EQUAL(th_out_finish(&o, &dst, &info), 0);
     CU_ASSERT_STRING_EQUAL((char *)dst.data, "hello\nworldabcd");
     CU_ASSERT_FALSE(info.truncated);
-    th_out_free(&o);
-    th_buf_free(&dst);
+    th_out_destroy(&o);
+    th_buf_destroy(&dst);
 
     /* limit 0: everything */
     th_out_init(&o, TOOLHOST_SEM_STATUS, 0);
@@ -212,8 +212,8 @@ static void test_fast_path(void)
     CU_ASSERT_EQUAL(dst.len, 10000);
     CU_ASSERT_FALSE(info.truncated);
     CU_ASSERT_EQUAL(info.total_lines, 1);
-    th_out_free(&o);
-    th_buf_free(&dst);
+    th_out_destroy(&o);
+    th_buf_destroy(&dst);
 }
 
 static void test_head_tail_marker(void)
@@ -232,7 +232,7 @@ static void test_head_tail_marker(void)
     CU_ASSERT_EQUAL(info.kept_bytes, 40);
     CU_ASSERT_EQUAL(info.total_lines, 100);
     CU_ASSERT_EQUAL(info.kept_lines, 10);
-    th_buf_free(&dst);
+    th_buf_destroy(&dst);
 
     /* one huge write, the same result */
     run_out(TOOLHOST_SEM_LOG, 40, text, n, n, &dst, &info);
@@ -240,7 +240,7 @@ static void test_head_tail_marker(void)
                            "000\n001\n002\n003\n004\n"
                            "... [360 bytes, 90 lines cut] ...\n"
                            "095\n096\n097\n098\n099\n");
-    th_buf_free(&dst);
+    th_buf_destroy(&dst);
 
     /* no newlines: the marker gets its own line; singular words */
     run_out(TOOLHOST_SEM_ERROR, 10, "abcdefghijk", 11, 1, &dst, &info);
@@ -248,7 +248,7 @@ static void test_head_tail_marker(void)
                            "abcde\n... [1 byte, 0 lines cut] ...\nghijk");
     CU_ASSERT_EQUAL(info.kept_bytes, 10);
     CU_ASSERT_EQUAL(info.total_lines, 1);
-    th_buf_free(&dst);
+    th_buf_destroy(&dst);
     free(text);
 
     /* big numbers get thousands separators */
@@ -263,8 +263,8 @@ static void test_head_tail_marker(void)
     CU_ASSERT_STRING_EQUAL((char *)dst.data,
                            "zzzz\n... [1,228,792 bytes, 0 lines cut] ...\n"
                            "zzzz");
-    th_buf_free(&dst);
-    th_out_free(&o);
+    th_buf_destroy(&dst);
+    th_out_destroy(&o);
 }
 
 static void test_head_marker(void)
@@ -283,8 +283,8 @@ static void test_head_marker(void)
     CU_ASSERT_EQUAL(info.kept_bytes, 96);
     CU_ASSERT_EQUAL(info.kept_lines, 16);
     CU_ASSERT_EQUAL(info.total_lines, 1000);
-    th_buf_free(&dst);
-    th_buf_free(&want);
+    th_buf_destroy(&dst);
+    th_buf_destroy(&want);
 
     /* the read-on offset counts from the offset the output started at */
     th_out o;
@@ -295,8 +295,8 @@ static void test_head_marker(void)
     th_out_finish(&o, &dst, &info);
     CU_ASSERT_PTR_NOT_NULL(strstr((char *)dst.data,
                                   "not shown; read on with offset=216]\n"));
-    th_buf_free(&dst);
-    th_out_free(&o);
+    th_buf_destroy(&dst);
+    th_out_destroy(&o);
 
     /* knowledge: the offset is in bytes */
     run_out(TOOLHOST_SEM_KNOWLEDGE, 100, text, n, n, &dst, &info);
@@ -304,7 +304,7 @@ static void test_head_marker(void)
         (char *)dst.data,
         "[... 5,904 more bytes (984 lines) not shown; read on with "
         "offset=96 (bytes)]\n"));
-    th_buf_free(&dst);
+    th_buf_destroy(&dst);
 
     /* one line longer than the limit: cut at a character, offset stays */
     run_out(TOOLHOST_SEM_FILE_CONTENT, 10, "abcdefghijklmnop\nq", 18, 3,
@@ -312,7 +312,7 @@ static void test_head_marker(void)
     CU_ASSERT_STRING_EQUAL((char *)dst.data,
                            "abcdefghij\n[... 8 more bytes (2 lines) not "
                            "shown; read on with offset=0]\n");
-    th_buf_free(&dst);
+    th_buf_destroy(&dst);
     free(text);
 }
 
@@ -336,7 +336,7 @@ static void test_utf8_never_split(void)
                 if (!utf8_valid(dst.data, dst.len) ||
                     info.kept_bytes > limit || !info.truncated)
                     bad++;
-                th_buf_free(&dst);
+                th_buf_destroy(&dst);
             }
         }
     }
@@ -345,7 +345,7 @@ static void test_utf8_never_split(void)
     CU_ASSERT_EQUAL(th_utf8_cut((const uint8_t *)"a\xe2\x82\xac", 4), 4);
     CU_ASSERT_EQUAL(th_utf8_cut((const uint8_t *)"\x80\x80\x80\x80", 4), 4);
     CU_ASSERT_EQUAL(th_utf8_cut((const uint8_t *)"ab\xff", 3), 3);
-    th_buf_free(&in);
+    th_buf_destroy(&in);
 }
 
 static void test_invalid_utf8(void)
@@ -358,7 +358,7 @@ static void test_invalid_utf8(void)
     run_out(TOOLHOST_SEM_TEXT, 100, bad, sizeof bad - 1, 1, &dst, &info);
     CU_ASSERT_EQUAL(dst.len, sizeof bad - 1);
     CU_ASSERT_EQUAL(memcmp(dst.data, bad, dst.len), 0);
-    th_buf_free(&dst);
+    th_buf_destroy(&dst);
 
     int errors = 0;
     for (uint64_t limit = 1; limit < 40; limit++) {
@@ -371,8 +371,8 @@ static void test_invalid_utf8(void)
             info.kept_bytes > limit ||
             !strstr((char *)dst.data, " lines cut] ..."))
             errors++;
-        th_buf_free(&dst);
-        th_out_free(&o);
+        th_buf_destroy(&dst);
+        th_out_destroy(&o);
     }
     CU_ASSERT_EQUAL(errors, 0);
 }
@@ -397,7 +397,7 @@ static void check_json_cut(const uint8_t *text, size_t n, uint64_t limit,
         (*bad)++;
     }
     json_decref(j);
-    th_buf_free(&dst);
+    th_buf_destroy(&dst);
 }
 
 static void test_structured(void)
@@ -440,10 +440,10 @@ static void test_structured(void)
         json_array_foreach(j, idx, v) if (json_integer_value(v) != 123456)
             bad++;
         json_decref(j);
-        th_buf_free(&dst);
+        th_buf_destroy(&dst);
     }
     CU_ASSERT_EQUAL(bad, 0);
-    th_buf_free(&nums);
+    th_buf_destroy(&nums);
 
     /* exact text of one cut */
     th_buf dst;
@@ -455,7 +455,7 @@ static void test_structured(void)
     CU_ASSERT_EQUAL(info.kept_bytes, 15);
     CU_ASSERT_STRING_EQUAL(info.note, "cut at a JSON element boundary; the "
                                       "open brackets were closed");
-    th_buf_free(&dst);
+    th_buf_destroy(&dst);
 
     /* one JSON value per line: cut between whole lines */
     th_buf nd = TH_BUF_INIT;
@@ -467,22 +467,22 @@ static void test_structured(void)
                            "{\"i\": 2, \"s\": \"x\"}");
     CU_ASSERT_TRUE(info.truncated);
     CU_ASSERT_STRING_EQUAL(info.note, "cut between whole JSON values");
-    th_buf_free(&dst);
-    th_buf_free(&nd);
+    th_buf_destroy(&dst);
+    th_buf_destroy(&nd);
 
     /* a top-level scalar past the limit: nothing can be kept */
     run_out(TOOLHOST_SEM_STRUCTURED, 5, "\"abcdefgh\"", 10, 10, &dst, &info);
     CU_ASSERT_EQUAL(dst.len, 0);
     CU_ASSERT_TRUE(info.truncated);
     CU_ASSERT_PTR_NOT_NULL(info.note);
-    th_buf_free(&dst);
+    th_buf_destroy(&dst);
 
     /* not JSON: cut as text, said so */
     run_out(TOOLHOST_SEM_STRUCTURED, 10, "not json at all\n", 16, 16, &dst,
             &info);
     CU_ASSERT_STRING_EQUAL(info.note, "not valid JSON: cut as text");
     CU_ASSERT_PTR_NOT_NULL(strstr((char *)dst.data, "not shown]"));
-    th_buf_free(&dst);
+    th_buf_destroy(&dst);
     free(text);
 }
 
@@ -500,7 +500,7 @@ static void test_binary(void)
     CU_ASSERT_EQUAL(info.kept_bytes, 1000);
     CU_ASSERT_EQUAL(info.total_bytes, sizeof data);
     CU_ASSERT_PTR_NOT_NULL(info.note);
-    th_buf_free(&dst);
+    th_buf_destroy(&dst);
 }
 
 static long vm_hwm_kb(void)
@@ -559,8 +559,8 @@ static void test_bounded_memory(void)
         /* the peak grew by far less than what was written */
         CU_ASSERT_TRUE(before > 0 && after > 0);
         CU_ASSERT_TRUE(after - before < 8 * 1024);
-        th_buf_free(&dst);
-        th_out_free(&o);
+        th_buf_destroy(&dst);
+        th_out_destroy(&o);
     }
     free(buf);
 }
@@ -611,7 +611,7 @@ static void test_random_model(void)
         th_buf out = TH_BUF_INIT;
         th_out_info info;
         th_out_finish(&o, &out, &info);
-        th_out_free(&o);
+        th_out_destroy(&o);
         const uint8_t *od = out.data ? out.data : (const uint8_t *)"";
         int ok = info.total_bytes == in.len && info.kept_bytes <= limit;
         if (in.len <= limit) {
@@ -653,8 +653,8 @@ static void test_random_model(void)
             fprintf(stderr, "\nmodel: sem %u limit %llu len %zu kept %llu\n",
                     sem, (unsigned long long)limit, in.len,
                     (unsigned long long)info.kept_bytes);
-        th_buf_free(&out);
-        th_buf_free(&in);
+        th_buf_destroy(&out);
+        th_buf_destroy(&in);
     }
     CU_ASSERT_EQUAL(bad, 0);
 }
@@ -672,7 +672,7 @@ static void test_flood_fixture(void)
     CU_ASSERT_PTR_NOT_NULL(strstr((char *)dst.data, " lines cut] ...\n"));
     CU_ASSERT_PTR_NOT_NULL(strstr((char *)dst.data, "line 00029958: "));
     CU_ASSERT_TRUE(info.kept_bytes <= 8000);
-    th_buf_free(&dst);
+    th_buf_destroy(&dst);
 
     /* valid UTF-8 in huge and tiny writes, every text strategy */
     static const char *tools[] = {"flood_command", "flood_file",
@@ -685,7 +685,7 @@ static void test_flood_fixture(void)
                 if (!utf8_valid(dst.data, dst.len) || !info.truncated ||
                     info.total_bytes != 300000)
                     bad++;
-                th_buf_free(&dst);
+                th_buf_destroy(&dst);
             }
         }
     }
@@ -695,7 +695,7 @@ static void test_flood_fixture(void)
     flood("flood_command", "invalid_utf8", 100000, 4096, 1000, &dst, &info);
     CU_ASSERT_TRUE(info.truncated);
     CU_ASSERT_EQUAL(info.total_lines, 100000 / 11 + 1);
-    th_buf_free(&dst);
+    th_buf_destroy(&dst);
 
     /* JSON: stays valid at any limit */
     for (uint64_t limit = 50; limit < 5000; limit += 97) {
@@ -712,7 +712,7 @@ static void test_flood_fixture(void)
                        (limit - 12) / 37 / 2);
         CU_ASSERT_TRUE(utf8_valid(dst.data, dst.len));
         json_decref(j);
-        th_buf_free(&dst);
+        th_buf_destroy(&dst);
     }
     /* and the whole stream parses when unlimited */
     flood("flood_json", "json", 200000, 1000, 0, &dst, &info);
@@ -720,7 +720,7 @@ static void test_flood_fixture(void)
     CU_ASSERT_PTR_NOT_NULL(j);
     CU_ASSERT_EQUAL(dst.len, 200000);
     json_decref(j);
-    th_buf_free(&dst);
+    th_buf_destroy(&dst);
 
     /* binary: the head, byte for byte */
     th_buf whole;
@@ -728,8 +728,8 @@ static void test_flood_fixture(void)
     flood("flood_binary", "binary", 50000, 999, 4096, &dst, &info);
     CU_ASSERT_EQUAL(dst.len, 4096);
     CU_ASSERT_EQUAL(memcmp(dst.data, whole.data, 4096), 0);
-    th_buf_free(&dst);
-    th_buf_free(&whole);
+    th_buf_destroy(&dst);
+    th_buf_destroy(&whole);
 }
 
 static int count_files(const char *dir)
@@ -782,8 +782,8 @@ static void test_spill(void)
              info.spill_path);
     CU_ASSERT_PTR_NOT_NULL(strstr((char *)dst.data, want));
     char *spath = strdup(info.spill_path);
-    th_buf_free(&dst);
-    th_out_free(&o);
+    th_buf_destroy(&dst);
+    th_out_destroy(&o);
     CU_ASSERT_EQUAL(access(spath, F_OK), 0); /* kept after free */
     free(spath);
 
@@ -799,8 +799,8 @@ static void test_spill(void)
     CU_ASSERT_PTR_NOT_NULL(strstr((char *)dst.data, want));
     CU_ASSERT_EQUAL(stat(info.spill_path, &sb), 0);
     CU_ASSERT_EQUAL(sb.st_size, 1234);
-    th_buf_free(&dst);
-    th_out_free(&o);
+    th_buf_destroy(&dst);
+    th_out_destroy(&o);
 
     /* not truncated: no file at all */
     int files = count_files(sub);
@@ -811,8 +811,8 @@ static void test_spill(void)
     CU_ASSERT_EQUAL(th_out_finish(&o, &dst, &info), 0);
     CU_ASSERT_PTR_NULL(info.spill_path);
     CU_ASSERT_EQUAL(count_files(sub), files);
-    th_buf_free(&dst);
-    th_out_free(&o);
+    th_buf_destroy(&dst);
+    th_out_destroy(&o);
 
     /* freed without finishing: removed */
     th_out_init(&o, TOOLHOST_SEM_COMMAND_OUTPUT, 10);
@@ -822,7 +822,7 @@ static void test_spill(void)
     char *tmp = strdup(o.spill_path);
     CU_ASSERT_EQUAL(access(tmp, F_OK), 0);
     CU_ASSERT_EQUAL(count_files(sub), files + 1);
-    th_out_free(&o);
+    th_out_destroy(&o);
     CU_ASSERT_NOT_EQUAL(access(tmp, F_OK), 0);
     CU_ASSERT_EQUAL(count_files(sub), files);
     free(tmp);
@@ -831,13 +831,13 @@ static void test_spill(void)
     char *plain = th_test_write_file(dir, "plain", "x", 1);
     th_out_init(&o, TOOLHOST_SEM_COMMAND_OUTPUT, 100);
     CU_ASSERT_EQUAL(th_out_spill(&o, plain, 0), TH_EIO);
-    th_out_free(&o);
+    th_out_destroy(&o);
     free(plain);
 
     /* a folder that cannot be made */
     th_out_init(&o, TOOLHOST_SEM_COMMAND_OUTPUT, 100);
     CU_ASSERT_EQUAL(th_out_spill(&o, "/proc/no/such/dir", 0), TH_EIO);
-    th_out_free(&o);
+    th_out_destroy(&o);
     th_test_rmtree(dir);
     free(dir);
 }
@@ -934,7 +934,7 @@ static void test_pack_info(void)
     CU_ASSERT_EQUAL(up.data.via.map.size, 1);
     CU_ASSERT_PTR_NOT_NULL(mp_get(mp_get(&up.data, "stderr"), "note"));
     msgpack_unpacked_destroy(&up);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
 }
 
 static void test_limit_lookup(void)

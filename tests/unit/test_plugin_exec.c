@@ -458,7 +458,7 @@ static int run_mine(th_harness *h, const char *tool, const char *args_json,
     th_buf a = TH_BUF_INIT;
     th_harness_json_to_mp(args_json ? args_json : "{}", &a);
     int rc = t->execute(th_harness_state(h), t, &c->base.pub, a.data, a.len);
-    th_buf_free(&a);
+    th_buf_destroy(&a);
     return rc;
 }
 

@@ -34,7 +34,7 @@ static void test_latest_wins(void)
     CU_ASSERT_EQUAL(ev.task_id, 7);
     CU_ASSERT_EQUAL(ev.coalesced, 3);
     CU_ASSERT_DOUBLE_EQUAL(ev.fraction, 0.5, 1e-9);
-    th_progress_update_free(&u);
+    th_progress_update_destroy(&u);
     CU_ASSERT_FALSE(th_progress_take(&p, &u));
     /* an event copied from another slot's event keeps its count */
     ev.message = "three";
@@ -76,7 +76,7 @@ static void test_random_model(void)
             CU_ASSERT_STRING_EQUAL(u.message, want);
             CU_ASSERT_EQUAL(u.coalesced, (uint32_t)(puts - 1) + upstream);
         }
-        th_progress_update_free(&u);
+        th_progress_update_destroy(&u);
         puts = 0;
         upstream = 0;
     }

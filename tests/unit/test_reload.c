@@ -178,7 +178,7 @@ static int run_pinned(const th_tool *t, const char *path, char *out, size_t size
     pack_args(&args, path);
     int st = t->desc->execute(t->plugin->state, t->desc, &c.base.pub, args.data,
                               args.len);
-    th_buf_free(&args);
+    th_buf_destroy(&args);
     if (st == TOOLHOST_PENDING) {
         pthread_mutex_lock(&c.mu);
         while (!c.done)
@@ -253,7 +253,7 @@ static void write_config(fx *f, const char *extra_plugin_cfg, const char *tail)
                   extra_plugin_cfg ? extra_plugin_cfg : "", tail ? tail : "");
     th_buf_append(&b, "", 1);
     put_text(f->cfg_path, (const char *)b.data);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
 }
 
 static int fx_open(fx *f)
@@ -1063,7 +1063,7 @@ static void hx_config(hx *x, const char *toolsets)
                   x->dir, hx_host_extra, x->so, toolsets);
     th_buf_append(&b, "", 1);
     put_text(x->cfg_path, (const char *)b.data);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
 }
 
 static int hx_open_ops(hx *x, const char *toolsets, const th_front_ops *ops,
@@ -1117,7 +1117,7 @@ static int hx_call(hx *x, const char *tool, char *out, size_t size)
              ok && r.out.data ? (const char *)r.out.data : "");
     if (!ok && r.message)
         snprintf(out, size, "%s", r.message);
-    th_result_copy_free(&r);
+    th_result_copy_destroy(&r);
     return ok ? 0 : -1;
 }
 
@@ -1335,7 +1335,7 @@ static void snap_run(bool by_toolset)
     CU_ASSERT_EQUAL(c1.kind, TH_RESULT_DONE);
     CU_ASSERT(c1.ok);
     CU_ASSERT_STRING_EQUAL(c1.out, "A");
-    th_buf_free(&a);
+    th_buf_destroy(&a);
     hx_close(&x);
 }
 

@@ -29,7 +29,7 @@ static void build_stream(th_buf *b)
     CU_ASSERT_EQUAL(th_rpc_pack_request(b, 7, "tools.call", p.data, p.len), 0);
     CU_ASSERT_EQUAL(th_rpc_pack_notify(b, "client.hello", NULL, 0), 0);
     CU_ASSERT_EQUAL(th_rpc_pack_error(b, 9, TH_ENOTFOUND, "nope"), 0);
-    th_buf_free(&p);
+    th_buf_destroy(&p);
 }
 
 static int drain(th_rpc_reader *r, msgpack_unpacked *u, int *kinds, int max)
@@ -86,7 +86,7 @@ static void test_split_every_boundary(void)
     CU_ASSERT_EQUAL(kinds[2], TH_RPC_RESPONSE);
     msgpack_unpacked_destroy(&u);
     th_rpc_reader_destroy(&r);
-    th_buf_free(&s);
+    th_buf_destroy(&s);
 }
 
 static int feed_and_next(size_t max, const void *bytes, size_t n)
@@ -320,7 +320,7 @@ static void test_builders_and_helpers(void)
     CU_ASSERT_EQUAL(m.error->via.array.ptr[0].via.i64, TH_EPROTO);
     CU_ASSERT(th_rpc_obj_streq(&m.error->via.array.ptr[1], "bad"));
     CU_ASSERT_EQUAL(m.result->type, MSGPACK_OBJECT_NIL);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
 
     const uint8_t map[] = {0x82, 0xa1, 'a', 0x01, 0xc4, 1, 'b', 0x02};
     size_t off = 0;
@@ -512,8 +512,8 @@ static void test_dispatch_inproc(void)
     shutdown(ip.to_srv, SHUT_WR);
     CU_ASSERT(inproc_next(&ip) == NULL);
     CU_ASSERT_EQUAL(inproc_finish(&ip), 0);
-    th_buf_free(&b);
-    th_buf_free(&p);
+    th_buf_destroy(&b);
+    th_buf_destroy(&p);
     th_log_set_level(level);
 }
 
@@ -550,8 +550,8 @@ static void test_stop_inproc(void)
             done = true;
     CU_ASSERT(done);
     CU_ASSERT_EQUAL(inproc_finish(&ip), 0);
-    th_buf_free(&b);
-    th_buf_free(&p);
+    th_buf_destroy(&b);
+    th_buf_destroy(&p);
     th_log_set_level(level);
 }
 

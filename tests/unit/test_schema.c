@@ -446,7 +446,7 @@ static void test_pack_tool(void)
     free(s);
     json_decref(t);
     msgpack_unpacked_destroy(&up);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
 }
 
 /* The real loader's th_tools (flood fixture): parameters with defaults
@@ -598,7 +598,7 @@ static void test_abi11_export(void)
                            "List rows");
     CU_ASSERT_TRUE(json_is_object(json_object_get(entry, "output_schema")));
     json_decref(entry);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
     th_plugin_unref(p);
 }
 

@@ -97,8 +97,8 @@ static void fake_init(fake *f)
 
 static void fake_free(fake *f)
 {
-    th_buf_free(&f->out);
-    th_buf_free(&f->err);
+    th_buf_destroy(&f->out);
+    th_buf_destroy(&f->err);
 }
 
 static const char *text(const th_buf *b)
@@ -193,7 +193,7 @@ static void test_args_bin_strings(void)
     CU_ASSERT(n == 2 && ss && strcmp(ss[1], "bc") == 0);
     CU_ASSERT_EQUAL(th_sdk_arg_strings(&a, "badarr", &ss, &n), TH_SDK_ETYPE);
     th_sdk_args_destroy(&a);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
 }
 
 static void test_args_scalars(void)
@@ -276,7 +276,7 @@ static void test_args_scalars(void)
     CU_ASSERT_PTR_NULL(th_sdk_arg_cstr_or(&a, "u", NULL));
 
     th_sdk_args_destroy(&a);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
 }
 
 static void test_args_arrays(void)
@@ -311,7 +311,7 @@ static void test_args_arrays(void)
     CU_ASSERT_EQUAL(th_sdk_arg_ints(&a, "nope", &is, &n), TH_SDK_EABSENT);
 
     th_sdk_args_destroy(&a);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
 }
 
 static void test_strerror(void)
@@ -626,7 +626,7 @@ static th_sdk_rooted *rooted(const char *dir, bool follow)
     void *st = NULL;
     char err[256];
     int rc = th_sdk_rooted_init(NULL, b.data, b.len, &st, err, sizeof err);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
     CU_ASSERT_EQUAL(rc, 0);
     return st;
 }
@@ -824,7 +824,7 @@ static void test_root(void)
                                             sizeof err),
                     TH_SDK_EABSENT);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "'dir'"));
-    th_buf_free(&b);
+    th_buf_destroy(&b);
     free(file);
     th_test_rmtree(tmpd);
     free(tmpd);
@@ -994,7 +994,7 @@ static void test_template(void)
     CU_ASSERT_PTR_NULL(strstr((char *)src.data, "@"));
     char *c_file = th_test_write_file(dir, "demo.c", (char *)src.data,
                                       src.len);
-    th_buf_free(&src);
+    th_buf_destroy(&src);
     char so[4200], inc1[4200], inc2[4200], lib[4200];
     snprintf(so, sizeof so, "%s/demo.so", dir);
     snprintf(inc1, sizeof inc1, "-I%s", th_test_source_path("plugin-api"));

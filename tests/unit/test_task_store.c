@@ -112,14 +112,14 @@ static void test_both_scopes_kept(void)
         th_result_copy res;
         CU_ASSERT_EQUAL(th_task_result(a, id, &res), 0);
         CU_ASSERT_TRUE(out_is(&res, "done"));
-        th_result_copy_free(&res);
+        th_result_copy_destroy(&res);
         /* another session of the same uid: a session-scoped task is not
          * its own; a toolset-scoped one is shared */
         int want = scope == TH_SCOPE_TOOLSET ? 0 : TH_ENOTFOUND;
         memset(&v, 0, sizeof v);
         CU_ASSERT_EQUAL(th_task_get(b, id, copy_view, &v), want);
         CU_ASSERT_EQUAL(th_task_result(b, id, &res), want);
-        th_result_copy_free(&res);
+        th_result_copy_destroy(&res);
         listing l = {0};
         CU_ASSERT_EQUAL(th_task_foreach(b, list_into, &l), 0);
         CU_ASSERT_EQUAL(l.n, scope == TH_SCOPE_TOOLSET ? 1 : 0);
@@ -128,7 +128,7 @@ static void test_both_scopes_kept(void)
         /* the session is gone; a toolset-scoped result is still there */
         th_session *c = open_uid(1000);
         CU_ASSERT_EQUAL(th_task_result(c, id, &res), want);
-        th_result_copy_free(&res);
+        th_result_copy_destroy(&res);
         th_session_close(c);
         th_host_close(H);
         H = NULL;
@@ -265,14 +265,14 @@ static void test_wait(void)
     CU_ASSERT_EQUAL(th_task_wait(s, id, 5000, NULL, &res), 0);
     CU_ASSERT_EQUAL(res.kind, TH_RESULT_ERROR);
     CU_ASSERT_EQUAL(res.error, TH_ECANCELLED);
-    th_result_copy_free(&res);
+    th_result_copy_destroy(&res);
     CU_ASSERT_TRUE(rec_wait(&r, 5000));
     rec_free(&r);
     /* already ended: at once */
     uint64_t id2 = run_task(s, "fin");
     CU_ASSERT_EQUAL(th_task_wait(s, id2, 0, NULL, &res), 0);
     CU_ASSERT_TRUE(out_is(&res, "fin"));
-    th_result_copy_free(&res);
+    th_result_copy_destroy(&res);
     th_session_close(s);
     th_host_close(H);
     H = NULL;
@@ -315,7 +315,7 @@ static void test_wait_woken(void)
         pthread_join(t[i], NULL);
         CU_ASSERT_EQUAL(w[i].rc, 0);
         CU_ASSERT_TRUE(out_is(&w[i].res, "woke"));
-        th_result_copy_free(&w[i].res);
+        th_result_copy_destroy(&w[i].res);
     }
     CU_ASSERT_TRUE(rec_wait(&r, 5000));
     rec_free(&r);

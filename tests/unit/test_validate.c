@@ -124,8 +124,8 @@ static int check(const char *json, th_verr *ve)
     bool filled = false;
     int rc = th_validate_params("fs_read", tp, ntp, in.data, in.len, &out,
                                 &filled, ve);
-    th_buf_free(&in);
-    th_buf_free(&out);
+    th_buf_destroy(&in);
+    th_buf_destroy(&out);
     return rc;
 }
 
@@ -368,7 +368,7 @@ static void unknown(void)
     CU_ASSERT_EQUAL(th_validate_params("noargs", NULL, 0, in.data, in.len,
                                        NULL, NULL, &ve),
                     0);
-    th_buf_free(&in);
+    th_buf_destroy(&in);
 }
 
 static void duplicate_key(void)
@@ -397,7 +397,7 @@ static void duplicate_key(void)
                                        NULL, &ve),
                     TH_EARGS);
     CU_ASSERT_STRING_EQUAL(ve.key, "path?long key");
-    th_buf_free(&b);
+    th_buf_destroy(&b);
 }
 
 static void missing_required(void)
@@ -442,8 +442,8 @@ static int check_table(const th_param *ps, size_t n, const char *json,
     bool filled = false;
     int rc = th_validate_params("t", ps, n, in.data, in.len, &out, &filled,
                                 ve);
-    th_buf_free(&in);
-    th_buf_free(&out);
+    th_buf_destroy(&in);
+    th_buf_destroy(&out);
     return rc;
 }
 
@@ -583,7 +583,7 @@ static void accepted(void)
                                        &filled, &ve),
                     0);
     CU_ASSERT_FALSE(filled);
-    th_buf_free(&b);
+    th_buf_destroy(&b);
 }
 
 /* The one str/bin rule (the SDK's th_sdk_arg_string applies the same): bin
@@ -631,7 +631,7 @@ static void bin_strings(void)
         CU_ASSERT_STRING_EQUAL(ve.e.msg, want);
         if (strcmp(ve.e.msg, want))
             fprintf(stderr, "\n  got: %s\n", ve.e.msg);
-        th_buf_free(&b);
+        th_buf_destroy(&b);
     }
 }
 
@@ -675,8 +675,8 @@ static void defaults_filled(void)
     mp_print(out.data, out.len, text, sizeof text);
     CU_ASSERT_STRING_EQUAL(text,
                            "{\"mode\"=>\"slow\", \"path\"=>\"b\", \"offset\"=>1}");
-    th_buf_free(&in);
-    th_buf_free(&out);
+    th_buf_destroy(&in);
+    th_buf_destroy(&out);
 }
 
 /* OpenAI strict mode sends every property, null for the optional ones:
@@ -714,8 +714,8 @@ static void null_optional(void)
     EXPECT("{\"path\":null}", "path",
            "parameter 'path' is required and cannot be null; give it a "
            "value");
-    th_buf_free(&in);
-    th_buf_free(&out);
+    th_buf_destroy(&in);
+    th_buf_destroy(&out);
 }
 
 static void no_prefix(void)
@@ -740,7 +740,7 @@ static void no_prefix(void)
     CU_ASSERT_EQUAL(th_validate_params(NULL, tp, ntp, in.data, in.len, NULL,
                                        NULL, NULL),
                     TH_EARGS);
-    th_buf_free(&in);
+    th_buf_destroy(&in);
 }
 
 /* ---- th_validate_call --------------------------------------------------------- */
@@ -824,8 +824,8 @@ static void validate_call(void)
                     TH_EARGS);
     CU_ASSERT_STRING_EQUAL(e.msg, "Error parsing arguments for range: the tool "
                                   "rejected the arguments without saying why");
-    th_buf_free(&in);
-    th_buf_free(&out);
+    th_buf_destroy(&in);
+    th_buf_destroy(&out);
     th_params_free(t.params, t.n_params);
 }
 
@@ -860,10 +860,10 @@ static void canonical(void)
     CU_ASSERT_EQUAL(memcmp(ca.data, mwant, sizeof mwant), 0);
     const uint8_t bad[] = {0x92, 0x01};
     CU_ASSERT_EQUAL(th_msgpack_canonical(bad, sizeof bad, &ca), TH_EINVAL);
-    th_buf_free(&a);
-    th_buf_free(&b);
-    th_buf_free(&ca);
-    th_buf_free(&cb);
+    th_buf_destroy(&a);
+    th_buf_destroy(&b);
+    th_buf_destroy(&ca);
+    th_buf_destroy(&cb);
 }
 
 /* ---- threads ------------------------------------------------------------------ */
@@ -882,8 +882,8 @@ static void *validate_many(void *arg)
         if ((i & 1) ? (rc != 0 || !filled) : rc != TH_EARGS)
             bad++;
     }
-    th_buf_free(&in);
-    th_buf_free(&out);
+    th_buf_destroy(&in);
+    th_buf_destroy(&out);
     return (void *)bad;
 }
 

@@ -204,14 +204,14 @@ typedef bool (*th_rpc_permission_fn)(const msgpack_object *request,
                                      void *ud);
 
 /* A response: error and result as owned packed msgpack (free with
- * th_rpc_reply_free); error is NULL when the response's error was nil. */
+ * th_rpc_reply_destroy); error is NULL when the response's error was nil. */
 typedef struct th_rpc_reply {
     uint8_t *error;
     size_t error_len;
     uint8_t *result;
     size_t result_len;
 } th_rpc_reply;
-void th_rpc_reply_free(th_rpc_reply *r);
+void th_rpc_reply_destroy(th_rpc_reply *r);
 
 /* Connects to "unix:PATH" (NULL or "": the default address of
  * front/sockpath.h) and checks who runs the server (SO_PEERCRED) before

@@ -1,6 +1,6 @@
 /* th/buf.h - a growable byte buffer, and a msgpack-c writer into it.
  *
- * Ownership: th_buf_init() on caller storage, th_buf_free() releases the
+ * Ownership: th_buf_init() on caller storage, th_buf_destroy() releases the
  * data.  th_buf_take() hands the data to the caller (free() it).
  */
 #ifndef TH_BUF_H
@@ -19,7 +19,7 @@ typedef struct th_buf {
 #define TH_BUF_INIT {NULL, 0, 0}
 
 void th_buf_init(th_buf *b);
-void th_buf_free(th_buf *b);
+void th_buf_destroy(th_buf *b);
 void th_buf_reset(th_buf *b); /* len = 0, keeps the memory */
 /* Ensures room for `extra` more bytes. 0 or TH_ENOMEM. */
 int th_buf_reserve(th_buf *b, size_t extra);

@@ -87,7 +87,7 @@ typedef struct th_code_result {
 } th_code_result;
 
 void th_code_result_init(th_code_result *r);
-void th_code_result_free(th_code_result *r);
+void th_code_result_destroy(th_code_result *r);
 
 /* Runs `code` (`len` bytes of Lua source; binary chunks are refused) with
  * the tools of `proj` (checked with th_projection_check() first; may be

@@ -43,7 +43,7 @@ struct msgpack_object;
 int th_codec_pack_result(struct msgpack_packer *pk, const th_result_copy *r);
 /* The same, appended to out. */
 int th_codec_result_to_buf(th_buf *out, const th_result_copy *r);
-/* Reads a result map back into caller storage *r (th_result_copy_free()
+/* Reads a result map back into caller storage *r (th_result_copy_destroy()
  * after, also on failure).  Unknown error codes become TH_EINTERNAL (their
  * name is kept in r->message's words).  0, TH_EPROTO (not a result map) or
  * TH_ENOMEM. */

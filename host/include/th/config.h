@@ -99,7 +99,7 @@ typedef struct th_strset {
 } th_strset;
 
 void th_strset_init(th_strset *s, size_t *probes);
-void th_strset_free(th_strset *s);
+void th_strset_destroy(th_strset *s);
 /* Adds `str` (len bytes) with `idx`.  Returns 0 when added, 1 when an
  * equal string is in the set already (its index in *first; the set is
  * unchanged), or TH_ENOMEM. */

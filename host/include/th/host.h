@@ -262,7 +262,7 @@ typedef struct th_result_copy {
     uint64_t task_id;
     bool structured;          /* as in th_result */
 } th_result_copy;
-void th_result_copy_free(th_result_copy *r);
+void th_result_copy_destroy(th_result_copy *r);
 int th_result_copy_from(th_result_copy *dst, const th_result *src);
 
 /* Runs a call to its end on the calling thread's behalf (waiting through an
@@ -328,7 +328,7 @@ int th_task_foreach(th_session *s, int (*fn)(const th_task_view *t, void *ud),
                     void *ud);
 /* Blocks until the task ended (or timeout_ms passed, < 0: no limit; or
  * *cancel_flag became nonzero), then fills caller storage *out with its
- * final result (th_result_copy_free).  0, TH_ETIMEOUT (also for the cancel
+ * final result (th_result_copy_destroy).  0, TH_ETIMEOUT (also for the cancel
  * flag), TH_ENOTFOUND (unknown, expired or not visible), TH_ENOMEM.  Any
  * thread except an event callback. */
 int th_task_wait(th_session *s, uint64_t task_id, int64_t timeout_ms,
@@ -339,7 +339,7 @@ int th_task_wait(th_session *s, uint64_t task_id, int64_t timeout_ms,
 int th_task_cancel(th_session *s, uint64_t task_id);
 
 /* The final result of a finished task visible to s: 0 and caller storage
- * *out filled (th_result_copy_free), TH_ESTATE while the task still runs,
+ * *out filled (th_result_copy_destroy), TH_ESTATE while the task still runs,
  * TH_ENOTFOUND when unknown, expired or not visible.  A wrapper of
  * th_task_get. */
 int th_task_result(th_session *s, uint64_t task_id, th_result_copy *out);

@@ -47,14 +47,14 @@ int th_progress_copy(th_progress_update *u, uint64_t task_id, double fraction,
                      size_t data_len, uint32_t coalesced);
 /* The same from a PROGRESS event. */
 int th_progress_copy_event(th_progress_update *u, const th_event *ev);
-void th_progress_update_free(th_progress_update *u);
+void th_progress_update_destroy(th_progress_update *u);
 
 /* Makes *u the pending update (taking its buffers), folding the one it
  * replaces into the count.  Under the owner's lock. */
 void th_progress_put(th_progress_slot *p, th_progress_update *u);
 
 /* Moves the pending update into *u (the caller frees it with
- * th_progress_update_free).  False when nothing is pending.  Under the
+ * th_progress_update_destroy).  False when nothing is pending.  Under the
  * owner's lock. */
 bool th_progress_take(th_progress_slot *p, th_progress_update *u);
 

@@ -47,7 +47,7 @@ typedef struct th_proj_lang {
 } th_proj_lang;
 
 /* The outcome of one call from code, owned by the caller's struct
- * (th_proj_result_free releases it). */
+ * (th_proj_result_destroy releases it). */
 typedef enum th_proj_kind {
     TH_PROJ_DONE = 1, /* the tool ran: ok, out, err, meta */
     TH_PROJ_ERROR = 2 /* a tool error: error code + message */
@@ -65,7 +65,7 @@ typedef struct th_proj_result {
 } th_proj_result;
 
 void th_proj_result_init(th_proj_result *r);
-void th_proj_result_free(th_proj_result *r);
+void th_proj_result_destroy(th_proj_result *r);
 
 /* Progress of a call from code (an async tool's updates).  `message` and
  * `data` (a msgpack value or NULL) are valid during the callback only. */

@@ -88,7 +88,7 @@ struct th_plugin {
     uint32_t abi_minor;          /* the minor the plugin was built with */
     uint64_t flags;              /* TOOLHOST_PLUGIN_* (0 before 1.1) */
     /* Appended (isolation): the proxy of an `isolation: process` plugin
-     * (iso_host.c); on_destroy runs last in th_plugin_destroy(). */
+     * (iso_host.c); on_destroy runs last in th_plugin_close(). */
     void *iso;
     void (*on_destroy)(th_plugin *p);
 };
@@ -198,15 +198,15 @@ int th_plugin_init(th_plugin *p, const uint8_t *config, size_t len,
                    th_error *err);
 
 /* Pins / unpins a generation.  The last unref calls p->on_last_unref(p)
- * when set (the hook then owns p and ends it with th_plugin_destroy()),
- * else th_plugin_destroy().  Any thread; the refcount is atomic. */
+ * when set (the hook then owns p and ends it with th_plugin_close()),
+ * else th_plugin_close().  Any thread; the refcount is atomic. */
 void th_plugin_ref(th_plugin *p);
 void th_plugin_unref(th_plugin *p);
 
 /* Calls fini() when init() succeeded, dlclose()s, and frees everything,
  * whatever the refcount.  Load class: not concurrently with other Load
  * functions of the plugin, and only once no call uses it.  NULL is ok. */
-void th_plugin_destroy(th_plugin *p);
+void th_plugin_close(th_plugin *p);
 
 /* The th_plugin whose api is `api` (for host callbacks such as log). */
 th_plugin *th_plugin_from_api(const toolhost_host_api *api);
