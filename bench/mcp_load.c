@@ -1,0 +1,472 @@
+/* bench/mcp_load.c - the project's own MCP load driver: JSON lines over
+ * pipes (MCP over stdio), written in C so that the driver is not what
+ * limits the figure (the official TypeScript client tops out near 36k
+ * calls/s, bench/mcp/run.mjs).  It measures what each server can take.
+ *
+ * Servers, each spawned with its stdin and stdout on pipes, stderr to
+ * /dev/null, initialized (initialize + notifications/initialized), then
+ * driven with `tools/call` of `echo` {"text": "hello N"}:
+ *   c-line     this program re-run as a trivial C JSON-line server (finds
+ *              the id and the text, writes the answer): the driver's own
+ *              ceiling
+ *   line       bench/mcp/line_server.mjs, the trivial Node server (the
+ *              official client's ceiling in run.mjs)
+ *   sdk        bench/mcp/sdk_server.mjs, the SDK's own stdio McpServer
+ *   toolhost   build/toolhost mcp -c configs/default.yaml --log-level warn
+ * Figures: sequential round trip p50/p99 (one call at a time) and calls/s
+ * with 64 calls in flight (a new request is written for each answer read,
+ * all the requests of one read in one write).  Every answer is checked
+ * (its id is one in flight, its text is "hello N", isError false).
+ * Target (issue 13): toolhost >= 10x the SDK server's calls/s.
+ * The Node servers are skipped (a line says why) when node or the SDK
+ * (tests/mcp/node_modules) is missing.
+ *
+ * Usage: build/bench/mcp_load [BUILD_DIR]; TH_BENCH_QUICK=1 for a short
+ * run.  `build/bench/mcp_load --line-server` is the c-line server. */
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdbool.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "bench.h"
+
+extern char **environ;
+
+#define INFLIGHT 64
+#define IO_TIMEOUT_MS 20000
+
+/* ---- the c-line server ------------------------------------------------------ */
+
+/* Writes all of p or exits. */
+static void write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN) {
+                struct pollfd pf = {.fd = fd, .events = POLLOUT};
+                if (poll(&pf, 1, IO_TIMEOUT_MS) <= 0)
+                    bench_die("write: the other side reads nothing");
+                continue;
+            }
+            bench_die("write: %s", strerror(errno));
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+/* The value of "KEY": in a line as the raw text (a number, or a string
+ * without its quotes); 0 when missing. */
+static size_t json_field(const char *line, size_t n, const char *key,
+                         const char **val)
+{
+    char pat[64];
+    int pl = snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = memmem(line, n, pat, (size_t)pl);
+    if (!p)
+        return 0;
+    p += pl;
+    const char *end = line + n;
+    while (p < end && *p == ' ')
+        p++;
+    if (p < end && *p == '"') {
+        const char *q = memchr(p + 1, '"', (size_t)(end - p - 1));
+        if (!q)
+            return 0;
+        *val = p + 1;
+        return (size_t)(q - p - 1);
+    }
+    const char *q = p;
+    while (q < end && *q != ',' && *q != '}')
+        q++;
+    *val = p;
+    return (size_t)(q - p);
+}
+
+static int line_server(void)
+{
+    static char in[1 << 16];
+    th_buf line, out;
+    th_buf_init(&line);
+    th_buf_init(&out);
+    for (;;) {
+        ssize_t r = read(0, in, sizeof in);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        const char *p = in, *end = in + r;
+        while (p < end) {
+            const char *nl = memchr(p, '\n', (size_t)(end - p));
+            size_t k = nl ? (size_t)(nl - p) : (size_t)(end - p);
+            if (th_buf_append(&line, p, k) != 0)
+                bench_die("out of memory");
+            if (!nl)
+                break;
+            p = nl + 1;
+            const char *l = (const char *)line.data, *id = NULL, *m = NULL,
+                       *t = NULL;
+            size_t idn = json_field(l, line.len, "id", &id);
+            size_t mn = json_field(l, line.len, "method", &m);
+            int e = 0;
+            if (idn && mn == 10 && memcmp(m, "tools/call", 10) == 0) {
+                size_t tn = json_field(l, line.len, "text", &t);
+                e = th_buf_printf(&out,
+                                  "{\"jsonrpc\":\"2.0\",\"id\":%.*s,\"result\":"
+                                  "{\"content\":[{\"type\":\"text\",\"text\":"
+                                  "\"%.*s\"}],\"isError\":false}}\n",
+                                  (int)idn, id, (int)tn, t ? t : "");
+            } else if (idn && mn == 10 && memcmp(m, "initialize", 10) == 0) {
+                e = th_buf_printf(&out,
+                                  "{\"jsonrpc\":\"2.0\",\"id\":%.*s,\"result\":"
+                                  "{\"protocolVersion\":\"2025-06-18\","
+                                  "\"capabilities\":{\"tools\":{}},"
+                                  "\"serverInfo\":{\"name\":\"c-line\","
+                                  "\"version\":\"1\"}}}\n",
+                                  (int)idn, id);
+            } else if (idn) {
+                e = th_buf_printf(&out,
+                                  "{\"jsonrpc\":\"2.0\",\"id\":%.*s,"
+                                  "\"result\":{}}\n",
+                                  (int)idn, id);
+            }
+            if (e < 0)
+                bench_die("out of memory");
+            th_buf_reset(&line);
+        }
+        if (out.len) {
+            write_all(1, (const char *)out.data, out.len);
+            th_buf_reset(&out);
+        }
+    }
+    th_buf_destroy(&line);
+    th_buf_destroy(&out);
+    return 0;
+}
+
+/* ---- the driver --------------------------------------------------------------- */
+
+typedef struct server {
+    const char *name;
+    char *argv[8];
+    pid_t pid;
+    int to, from;       /* its stdin (we write), its stdout (we read) */
+    th_buf in;          /* bytes read, not yet a whole line */
+} server;
+
+static void server_start(server *s)
+{
+    int a[2], b[2];
+    if (pipe2(a, O_CLOEXEC) != 0 || pipe2(b, O_CLOEXEC) != 0)
+        bench_die("pipe: %s", strerror(errno));
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, a[0], 0);
+    posix_spawn_file_actions_adddup2(&fa, b[1], 1);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    int rc = posix_spawn(&s->pid, s->argv[0], &fa, NULL, s->argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0)
+        bench_die("spawn %s: %s", s->argv[0], strerror(rc));
+    close(a[0]);
+    close(b[1]);
+    s->to = a[1];
+    s->from = b[0];
+    fcntl(s->from, F_SETFL, fcntl(s->from, F_GETFL) | O_NONBLOCK);
+    th_buf_init(&s->in);
+}
+
+static void server_stop(server *s)
+{
+    close(s->to); /* end of input: the server exits */
+    int st;
+    for (int i = 0; i < 500; i++) {
+        if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
+            s->pid = 0;
+            break;
+        }
+        usleep(10000);
+    }
+    if (s->pid) {
+        kill(s->pid, SIGKILL);
+        waitpid(s->pid, &st, 0);
+    }
+    close(s->from);
+    th_buf_destroy(&s->in);
+}
+
+/* Reads what is there (waiting up to the timeout for something). */
+static void server_read(server *s)
+{
+    struct pollfd pf = {.fd = s->from, .events = POLLIN};
+    int pr = poll(&pf, 1, IO_TIMEOUT_MS);
+    if (pr <= 0)
+        bench_die("%s: no answer within %d ms", s->name, IO_TIMEOUT_MS);
+    for (;;) {
+        if (th_buf_reserve(&s->in, 65536) != 0)
+            bench_die("out of memory");
+        ssize_t r = read(s->from, s->in.data + s->in.len,
+                         s->in.cap - s->in.len);
+        if (r > 0) {
+            s->in.len += (size_t)r;
+            if (s->in.cap - s->in.len > 0)
+                break;
+            continue;
+        }
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && errno == EAGAIN)
+            break;
+        bench_die("%s: its output ended", s->name);
+    }
+}
+
+/* Checks one answer line; returns its id. */
+static long check_answer(const server *s, const char *l, size_t n)
+{
+    const char *v = NULL;
+    size_t vn = json_field(l, n, "id", &v);
+    if (!vn)
+        bench_die("%s: an answer without an id: %.*s", s->name, (int)n, l);
+    long id = strtol(v, NULL, 10);
+    if (memmem(l, n, "\"isError\":true", 14))
+        bench_die("%s: the call failed: %.*s", s->name, (int)n, l);
+    char want[48];
+    int wl = snprintf(want, sizeof want, "\"text\":\"hello %ld\"", id);
+    if (!memmem(l, n, want, (size_t)wl))
+        bench_die("%s: a wrong answer: %.*s", s->name, (int)(n > 300 ? 300 : n), l);
+    return id;
+}
+
+static int request(th_buf *b, long id)
+{
+    return th_buf_printf(b,
+                         "{\"jsonrpc\":\"2.0\",\"id\":%ld,\"method\":"
+                         "\"tools/call\",\"params\":{\"name\":\"echo\","
+                         "\"arguments\":{\"text\":\"hello %ld\"}}}\n",
+                         id, id);
+}
+
+/* Takes whole lines out of s->in: calls fn for each answer with an id
+ * (notifications are skipped); returns how many. */
+static int take_lines(server *s, th_buf *next, long *next_id, long limit,
+                      int *inflight)
+{
+    int got = 0;
+    size_t off = 0;
+    const char *d = (const char *)s->in.data;
+    for (;;) {
+        const char *nl = memchr(d + off, '\n', s->in.len - off);
+        if (!nl)
+            break;
+        size_t n = (size_t)(nl - (d + off));
+        if (memmem(d + off, n, "\"id\":", 5)) {
+            check_answer(s, d + off, n);
+            got++;
+            (*inflight)--;
+            if (next && *next_id < limit) {
+                if (request(next, (*next_id)++) < 0)
+                    bench_die("out of memory");
+                (*inflight)++;
+            }
+        }
+        off += n + 1;
+    }
+    memmove(s->in.data, s->in.data + off, s->in.len - off);
+    s->in.len -= off;
+    return got;
+}
+
+static void initialize(server *s)
+{
+    static const char init[] =
+        "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":"
+        "{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{},"
+        "\"clientInfo\":{\"name\":\"mcp_load\",\"version\":\"1\"}}}\n";
+    static const char done[] =
+        "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n";
+    write_all(s->to, init, sizeof init - 1);
+    while (!memchr(s->in.data ? (const char *)s->in.data : "", '\n',
+                   s->in.len))
+        server_read(s);
+    th_buf_reset(&s->in);
+    write_all(s->to, done, sizeof done - 1);
+}
+
+typedef struct result {
+    const char *name;
+    bool ran;
+    uint64_t p50_ns, p99_ns;
+    double calls_s;
+} result;
+
+static void drive(server *s, long seq, long par, result *res)
+{
+    server_start(s);
+    initialize(s);
+    th_buf req;
+    th_buf_init(&req);
+    long id = 1;
+    int inflight = 0;
+    /* warm up + sequential */
+    long warm = seq / 10 + 10;
+    uint64_t *lat = calloc((size_t)seq, sizeof *lat);
+    if (!lat)
+        bench_die("out of memory");
+    for (long i = 0; i < warm + seq; i++) {
+        th_buf_reset(&req);
+        if (request(&req, id++) < 0)
+            bench_die("out of memory");
+        uint64_t t0 = bench_now_ns();
+        write_all(s->to, (const char *)req.data, req.len);
+        inflight = 1;
+        while (inflight) {
+            server_read(s);
+            take_lines(s, NULL, NULL, 0, &inflight);
+        }
+        if (i >= warm)
+            lat[i - warm] = bench_now_ns() - t0;
+    }
+    res->p50_ns = bench_quantile(lat, (size_t)seq, 0.5);
+    res->p99_ns = bench_quantile(lat, (size_t)seq, 0.99);
+    free(lat);
+    /* INFLIGHT in flight */
+    long end = id + par;
+    th_buf_reset(&req);
+    uint64_t t0 = bench_now_ns();
+    while (inflight < INFLIGHT && id < end) {
+        if (request(&req, id++) < 0)
+            bench_die("out of memory");
+        inflight++;
+    }
+    write_all(s->to, (const char *)req.data, req.len);
+    while (inflight > 0) {
+        server_read(s);
+        th_buf_reset(&req);
+        take_lines(s, &req, &id, end, &inflight);
+        if (req.len)
+            write_all(s->to, (const char *)req.data, req.len);
+    }
+    uint64_t wall = bench_now_ns() - t0;
+    res->calls_s = (double)par / ((double)wall / 1e9);
+    res->ran = true;
+    th_buf_destroy(&req);
+    server_stop(s);
+}
+
+static bool have_node(char *node, size_t n)
+{
+    const char *path = getenv("PATH");
+    if (!path)
+        return false;
+    char *dup = strdup(path), *save = NULL;
+    bool ok = false;
+    for (char *d = dup ? strtok_r(dup, ":", &save) : NULL; d && !ok;
+         d = strtok_r(NULL, ":", &save)) {
+        snprintf(node, n, "%s/node", d);
+        ok = access(node, X_OK) == 0;
+    }
+    free(dup);
+    return ok;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--line-server") == 0)
+        return line_server();
+    signal(SIGPIPE, SIG_IGN);
+    const char *build = bench_build_dir(argc > 1 ? argv[1] : "build");
+    const char *src = TH_SOURCE_DIR;
+    long seq = bench_iters(5000, 10, 300);
+    long par = bench_iters(200000, 10, 20000);
+    bench_machine mach;
+    bench_machine_get(&mach);
+    bench_machine_print("mcp_load", &mach);
+    printf("MCP over stdio (JSON lines on pipes), C driver: sequential %ld "
+           "calls; %ld calls with %d in flight\n",
+           seq, par, INFLIGHT);
+
+    static char self[4096], node[4096], toolhost[4200], cfg[4096],
+        line_js[4096], sdk_js[4096], sdk_dir[4096];
+    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (sl <= 0)
+        bench_die("readlink /proc/self/exe: %s", strerror(errno));
+    self[sl] = '\0';
+    snprintf(toolhost, sizeof toolhost, "%s/toolhost", build);
+    snprintf(cfg, sizeof cfg, "%s/configs/default.yaml", src);
+    snprintf(line_js, sizeof line_js, "%s/bench/mcp/line_server.mjs", src);
+    snprintf(sdk_js, sizeof sdk_js, "%s/bench/mcp/sdk_server.mjs", src);
+    snprintf(sdk_dir, sizeof sdk_dir,
+             "%s/tests/mcp/node_modules/@modelcontextprotocol/sdk", src);
+    bool node_ok = have_node(node, sizeof node);
+    struct stat st;
+    bool sdk_ok = node_ok && stat(sdk_dir, &st) == 0;
+    if (!node_ok)
+        printf("line, sdk: skipped: node is not installed\n");
+    else if (!sdk_ok)
+        printf("sdk: skipped: tests/mcp/node_modules is missing (npm ci in "
+               "tests/mcp)\n");
+
+    server sv[4] = {
+        {.name = "c-line", .argv = {self, "--line-server", NULL}},
+        {.name = "line", .argv = {node, line_js, NULL}},
+        {.name = "sdk", .argv = {node, sdk_js, NULL}},
+        {.name = "toolhost",
+         .argv = {toolhost, "mcp", "-c", cfg, "--log-level", "warn", NULL}},
+    };
+    result res[4] = {{0}};
+    for (int i = 0; i < 4; i++) {
+        res[i].name = sv[i].name;
+        if ((i == 1 && !node_ok) || (i == 2 && !sdk_ok))
+            continue;
+        /* The Node servers are slow: fewer calls keep the run short. */
+        long p = i == 1 || i == 2 ? par / 4 : par;
+        drive(&sv[i], i == 1 || i == 2 ? seq / 2 : seq, p, &res[i]);
+    }
+
+    printf("%-10s %10s %10s %12s %14s %14s\n", "server", "p50 us", "p99 us",
+           "calls/s", "x c-line p50", "calls/s / sdk");
+    for (int i = 0; i < 4; i++) {
+        if (!res[i].ran)
+            continue;
+        char vs[32] = "";
+        if (res[2].ran)
+            snprintf(vs, sizeof vs, "%.2fx", res[i].calls_s / res[2].calls_s);
+        printf("%-10s %10.1f %10.1f %12.0f %13.2fx %14s\n", res[i].name,
+               (double)res[i].p50_ns / 1e3, (double)res[i].p99_ns / 1e3,
+               res[i].calls_s, (double)res[i].p50_ns / (double)res[0].p50_ns,
+               vs);
+    }
+    bench_json j;
+    bench_json_begin(&j, "mcp_load", &mach);
+    bench_json_num(&j, "seq", (double)seq);
+    bench_json_num(&j, "par", (double)par);
+    bench_json_num(&j, "inflight", INFLIGHT);
+    for (int i = 0; i < 4; i++) {
+        if (!res[i].ran)
+            continue;
+        char k[64];
+        snprintf(k, sizeof k, "%s_p50_ns", res[i].name);
+        bench_json_num(&j, k, (double)res[i].p50_ns);
+        snprintf(k, sizeof k, "%s_p99_ns", res[i].name);
+        bench_json_num(&j, k, (double)res[i].p99_ns);
+        snprintf(k, sizeof k, "%s_calls_s", res[i].name);
+        bench_json_num(&j, k, res[i].calls_s);
+    }
+    if (res[2].ran)
+        bench_target(&j, "stdio_vs_sdk",
+                     "mcp stdio, C driver, 64 in flight: toolhost calls/s "
+                     "over the SDK server's",
+                     res[3].calls_s / res[2].calls_s, 10, 0);
+    else
+        printf("mcp_load: the target against the SDK server is skipped (no "
+               "SDK)\n");
+    bench_json_end(&j);
+    return 0;
+}
