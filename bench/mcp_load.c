@@ -22,7 +22,8 @@
  * (tests/mcp/node_modules) is missing.
  *
  * Usage: build/bench/mcp_load [BUILD_DIR]; TH_BENCH_QUICK=1 for a short
- * run.  `build/bench/mcp_load --line-server` is the c-line server. */
+ * run; TH_BENCH_ONLY=NAME runs one server; TH_BENCH_TOOLHOST=PROGRAM runs
+ * PROGRAM instead of build/toolhost (a profiler's wrapper).  `build/bench/mcp_load --line-server` is the c-line server. */
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -398,7 +399,10 @@ int main(int argc, char **argv)
     if (sl <= 0)
         bench_die("readlink /proc/self/exe: %s", strerror(errno));
     self[sl] = '\0';
-    snprintf(toolhost, sizeof toolhost, "%s/toolhost", build);
+    const char *wrap = getenv("TH_BENCH_TOOLHOST"); /* e.g. a perf wrapper */
+    snprintf(toolhost, sizeof toolhost, "%s", wrap && *wrap ? wrap : "");
+    if (!*toolhost)
+        snprintf(toolhost, sizeof toolhost, "%s/toolhost", build);
     snprintf(cfg, sizeof cfg, "%s/configs/default.yaml", src);
     snprintf(line_js, sizeof line_js, "%s/bench/mcp/line_server.mjs", src);
     snprintf(sdk_js, sizeof sdk_js, "%s/bench/mcp/sdk_server.mjs", src);
@@ -425,6 +429,9 @@ int main(int argc, char **argv)
         res[i].name = sv[i].name;
         if ((i == 1 && !node_ok) || (i == 2 && !sdk_ok))
             continue;
+        const char *only = getenv("TH_BENCH_ONLY"); /* one server */
+        if (only && *only && strcmp(only, sv[i].name) != 0)
+            continue;
         /* The Node servers are slow: fewer calls keep the run short. */
         long p = i == 1 || i == 2 ? par / 4 : par;
         drive(&sv[i], i == 1 || i == 2 ? seq / 2 : seq, p, &res[i]);
@@ -438,10 +445,13 @@ int main(int argc, char **argv)
         char vs[32] = "";
         if (res[2].ran)
             snprintf(vs, sizeof vs, "%.2fx", res[i].calls_s / res[2].calls_s);
-        printf("%-10s %10.1f %10.1f %12.0f %13.2fx %14s\n", res[i].name,
+        char vc[32] = "-";
+        if (res[0].ran)
+            snprintf(vc, sizeof vc, "%.2fx",
+                     (double)res[i].p50_ns / (double)res[0].p50_ns);
+        printf("%-10s %10.1f %10.1f %12.0f %14s %14s\n", res[i].name,
                (double)res[i].p50_ns / 1e3, (double)res[i].p99_ns / 1e3,
-               res[i].calls_s, (double)res[i].p50_ns / (double)res[0].p50_ns,
-               vs);
+               res[i].calls_s, vc, vs);
     }
     bench_json j;
     bench_json_begin(&j, "mcp_load", &mach);
@@ -459,7 +469,7 @@ int main(int argc, char **argv)
         snprintf(k, sizeof k, "%s_calls_s", res[i].name);
         bench_json_num(&j, k, res[i].calls_s);
     }
-    if (res[2].ran)
+    if (res[2].ran && res[3].ran)
         bench_target(&j, "stdio_vs_sdk",
                      "mcp stdio, C driver, 64 in flight: toolhost calls/s "
                      "over the SDK server's",

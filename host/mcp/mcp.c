@@ -259,6 +259,67 @@ static void *timer_main(void *arg)
 
 static __thread mcp_call *tl_starting; /* the call inside th_call_start */
 
+/* ---- Short calls on the input thread (run_short) -------------------------------
+ *
+ * A sync tool is "short" for a session once two runs in a row on a worker
+ * took under SHORT_PROMOTE_NS from th_call_start to the result (queue wait
+ * and the hand-off included: an upper bound of its run); from then on it
+ * runs on the input thread (may_block), without the two thread hand-offs.
+ * One run there over SHORT_DEMOTE_NS sends it back to the workers (a log
+ * line), so a tool that turns slow holds the input for one call at most.
+ * A tool never seen starts on a worker. */
+#define SHORT_PROMOTE_NS 500000LL
+#define SHORT_DEMOTE_NS 1000000LL
+#define SHORT_PROMOTE_RUNS 2
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The slot of tool `name` (m->mu held): its own, else a fresh one (taking
+ * over whatever tool had it); NULL for names too long to keep. */
+static mcp_speed *speed_slot(th_mcp_session *m, const char *name)
+{
+    size_t n = strlen(name);
+    if (n >= sizeof m->speed[0].name)
+        return NULL;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)name[i]) * 1099511628211ull;
+    mcp_speed *sp = &m->speed[h % MCP_SPEED_SLOTS];
+    if (strcmp(sp->name, name) != 0) {
+        memcpy(sp->name, name, n + 1);
+        sp->short_ok = false;
+        sp->fast = 0;
+    }
+    return sp;
+}
+
+/* A run of c on a worker ended (m->mu held). */
+static void speed_worker_run(th_mcp_session *m, mcp_call *c)
+{
+    if (!m->run_short || c->task || !c->t0_ns)
+        return;
+    mcp_speed *sp = speed_slot(m, c->tool);
+    if (!sp)
+        return;
+    if (mono_ns() - c->t0_ns >= SHORT_PROMOTE_NS) {
+        sp->fast = 0;
+        return;
+    }
+    if (sp->fast < SHORT_PROMOTE_RUNS)
+        sp->fast++;
+    if (sp->fast >= SHORT_PROMOTE_RUNS && !sp->short_ok) {
+        sp->short_ok = true;
+        th_log_debug("mcp session=%llu tool %s is short: it runs on the "
+                     "input thread",
+                     (unsigned long long)th_session_id(m->s), c->tool);
+    }
+}
+
 static void call_free(mcp_call *c)
 {
     json_decref(c->id);
@@ -367,9 +428,14 @@ static void on_event(const th_event *e, void *ud)
     }
     /* The final result. */
     c->finished = true;
+    if (tl_starting == c && c->inline_try)
+        c->ended_inline = true;
+    else
+        speed_worker_run(m, c);
     if (m->inflight)
         m->inflight--;
-    pthread_cond_broadcast(&m->cv);
+    if (m->drain_waiters)
+        pthread_cond_broadcast(&m->cv);
     json_t *res = c->task && c->acked
                       ? NULL
                       : mcp_tool_result(r, c->tool, c->call_id,
@@ -658,20 +724,39 @@ static void m_tools_call(th_mcp_session *m, const json_t *id,
         c->created_ms = c->updated_ms = mcp_wall_ms();
         c->ttl_ms = mcp_task_ttl(m, task);
     }
+    th_call_opts o = {0};
     pthread_mutex_lock(&m->mu);
     c->next = m->calls;
     m->calls = c;
     m->inflight++;
+    if (m->run_short && !async) {
+        mcp_speed *sp = speed_slot(m, name);
+        o.may_block = c->inline_try = sp && sp->short_ok;
+    }
     pthread_mutex_unlock(&m->mu);
 
-    th_call_opts o = {0};
     uint64_t call_id = 0;
     tl_starting = c;
+    c->t0_ns = mono_ns();
     int rc = th_call_start(m->s, name, mp.data, mp.len, &o, on_event, c,
                            &call_id);
+    int64_t took = c->inline_try ? mono_ns() - c->t0_ns : 0;
     tl_starting = NULL;
     th_buf_destroy(&mp);
     pthread_mutex_lock(&m->mu);
+    if (rc == 0 && c->inline_try && took > SHORT_DEMOTE_NS) {
+        /* c->ended_inline: it ran here; else it waited here (a hook, a
+         * full group) and went on elsewhere: slow either way. */
+        mcp_speed *sp = speed_slot(m, name);
+        if (sp && sp->short_ok) {
+            sp->short_ok = false;
+            sp->fast = 0;
+            th_log_info("mcp session=%llu tool %s took %lld us on the "
+                        "input thread: it runs on the workers again",
+                        (unsigned long long)th_session_id(m->s), name,
+                        (long long)(took / 1000));
+        }
+    }
     if (rc != 0) {
         /* The callback never runs. */
         c->finished = true;
@@ -920,6 +1005,7 @@ th_mcp_session *th_mcp_session_new(th_host *h, const th_principal *who,
     m->t = *t;
     m->ud = ud;
     m->http = o->http;
+    m->run_short = o->run_short;
     /* A token user without `uid`: the core's uid rule cannot tell it from
      * another such user, so it sees only its own session's tasks. */
     m->own_tasks_only = p.uid == (uint32_t)-1 && !p.trusted;
@@ -996,6 +1082,7 @@ bool th_mcp_session_drain(th_mcp_session *m, int64_t timeout_ms)
 {
     int64_t end = mono_ms() + timeout_ms;
     pthread_mutex_lock(&m->mu);
+    m->drain_waiters++;
     while (m->inflight > 0) {
         int64_t left = end - mono_ms();
         if (left <= 0)
@@ -1009,6 +1096,7 @@ bool th_mcp_session_drain(th_mcp_session *m, int64_t timeout_ms)
         pthread_cond_timedwait(&m->cv, &m->mu, &ts);
     }
     bool ok = m->inflight == 0;
+    m->drain_waiters--;
     pthread_mutex_unlock(&m->mu);
     return ok;
 }

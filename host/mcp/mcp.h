@@ -49,6 +49,10 @@ typedef struct th_mcp_opts {
     size_t max_message;  /* bytes; 0: 16 MiB */
     bool http;           /* the transport is Streamable HTTP (what the
                             session may tell clients) */
+    bool run_short;      /* the thread of th_mcp_session_input() may run a
+                            short sync call itself (no hand-off to a
+                            worker): a tool measured short (docs/mcp.md,
+                            "Speed") runs inline there */
 } th_mcp_opts;
 
 /* The default of th_mcp_opts.max_message (host key mcp_max_message). */
