@@ -436,7 +436,19 @@ static void on_event(const th_event *e, void *ud)
         m->inflight--;
     if (m->drain_waiters)
         pthread_cond_broadcast(&m->cv);
-    json_t *res = c->task && c->acked
+    if (!c->task && !c->client_cancelled && !c->no_response &&
+        m->t.send_text) {
+        /* A plain answer goes out as text, without a JSON tree. */
+        th_buf txt;
+        th_buf_init(&txt);
+        if (mcp_tool_result_text(&txt, c->id, r, c->call_id, c->out_type,
+                                 c->structured) == 0) {
+            m->t.send_text(m->ud, (const char *)txt.data, txt.len, c->id);
+            c->no_response = true;
+        }
+        th_buf_destroy(&txt);
+    }
+    json_t *res = (c->task && c->acked) || (!c->task && c->no_response)
                       ? NULL
                       : mcp_tool_result(r, c->tool, c->call_id,
                                         c->out_type, c->structured,

@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "th/buf.h"
 #include "th/err.h"
 #include "th/host.h"
 
@@ -42,6 +43,12 @@ typedef struct th_mcp_transport {
      * tasks/result.  Never for notifications, responses, or messages
      * without a usable id (those errors go out with id null). */
     void (*request_done)(void *ud, const json_t *req);
+    /* Optional: sends one message given as its compact JSON text (len
+     * bytes, no newline, valid UTF-8), the same as send() of that value;
+     * the session uses it for answers it writes without building a JSON
+     * tree (a short tools/call result).  NULL: always send(). */
+    void (*send_text)(void *ud, const char *text, size_t len,
+                      const json_t *req);
 } th_mcp_transport;
 
 typedef struct th_mcp_opts {
@@ -80,6 +87,13 @@ bool th_mcp_session_drain(th_mcp_session *m, int64_t timeout_ms);
 /* Ends the session: cancels its calls, waits within the host's grace; no
  * transport callback runs after it returns. */
 void th_mcp_session_free(th_mcp_session *m);
+
+/* Appends the compact JSON text of j to b (mcp_json.c): the text
+ * json_dumps(JSON_COMPACT) makes, faster.  0, or -1 (out of memory, a
+ * value JSON cannot hold) with b as it was. */
+int mcp_json_append(th_buf *b, const json_t *j);
+/* Appends s[0..n) (valid UTF-8) as a JSON string.  0 or -1. */
+int mcp_json_append_string(th_buf *b, const char *s, size_t n);
 
 /* MCP over stdio (stdio.c): newline-delimited JSON-RPC read from in_fd and
  * written to out_fd, one session for `who`, on a libuv loop with

@@ -143,6 +143,12 @@ json_t *mcp_tool_result(const th_result *r, const char *tool,
                         uint64_t call_id, uint32_t out_type,
                         bool structured, bool elicitation);
 json_t *mcp_tool_error(const char *tool, int code, const char *message);
+/* The whole response to a tools/call as text when the result is plain
+ * (done, text stdout, no structuredContent): 0; 1 not plain; -1 no
+ * memory. */
+int mcp_tool_result_text(th_buf *b, const json_t *id, const th_result *r,
+                         uint64_t call_id, uint32_t out_type,
+                         bool structured);
 
 /* mcp_tasks.c: the tasks/... methods over the session's task records. */
 json_t *mcp_task_json(const mcp_call *c);

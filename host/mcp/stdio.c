@@ -155,25 +155,15 @@ static bool out_write_locked(mcp_stdio *x, const char *p, size_t n)
     return !fail;
 }
 
-/* Appends msg as one line to b: encoded in place (json_dumpb into the
- * free room, grown and encoded again when it did not fit).  0 or -1. */
+/* Appends msg as one line to b.  0 or -1 (b as it was). */
 static int out_dump(th_buf *b, const json_t *msg)
 {
-    size_t room = 4096;
-    for (;;) {
-        if (th_buf_reserve(b, room + 1) != 0)
-            return -1;
-        size_t n = json_dumpb(msg, (char *)b->data + b->len,
-                              b->cap - b->len - 1, JSON_COMPACT);
-        if (n == 0)
-            return -1;
-        if (n <= b->cap - b->len - 1) {
-            b->len += n;
-            b->data[b->len++] = '\n';
-            return 0;
-        }
-        room = n;
+    if (mcp_json_append(b, msg) != 0)
+        return -1;
+    if (th_buf_append(b, "\n", 1) != 0) {
+        return -1;
     }
+    return 0;
 }
 
 /* The loop thread: writes what its lines of the last read left pending
@@ -187,13 +177,43 @@ static void out_flush(mcp_stdio *x, bool old_only)
     pthread_mutex_unlock(&x->wmu);
 }
 
-static void tr_send(void *ud, const json_t *msg, const json_t *req)
+/* Appends one line to the pending lines (wmu held): the loop thread
+ * handling input leaves it there for the end of the read (or until
+ * OUT_FLUSH_AT); any other thread writes everything pending at once. */
+static void out_line_locked(mcp_stdio *x, const char *p, size_t n)
+{
+    if (x->broken)
+        return;
+    size_t at = x->out.len;
+    if (!at)
+        x->out_t0 = now_ns();
+    if (th_buf_reserve(&x->out, n + 1) != 0) {
+        th_log_error("mcp stdio: out of memory writing a message");
+        return;
+    }
+    memcpy(x->out.data + at, p, n);
+    x->out.data[at + n] = '\n';
+    x->out.len = at + n + 1;
+    if (tl_feeding != x || x->out.len >= OUT_FLUSH_AT)
+        out_write_locked(x, NULL, 0);
+}
+
+static void tr_send_text(void *ud, const char *text, size_t len,
+                         const json_t *req)
 {
     (void)req;
     mcp_stdio *x = ud;
+    pthread_mutex_lock(&x->wmu);
+    out_line_locked(x, text, len);
+    pthread_mutex_unlock(&x->wmu);
+}
+
+static void tr_send(void *ud, const json_t *msg, const json_t *req)
+{
+    mcp_stdio *x = ud;
     if (tl_feeding == x) {
         /* The loop thread, handling input: encoded straight into the
-         * pending lines, written at the end of the read. */
+         * pending lines. */
         pthread_mutex_lock(&x->wmu);
         size_t at = x->out.len;
         if (!at)
@@ -207,17 +227,16 @@ static void tr_send(void *ud, const json_t *msg, const json_t *req)
         pthread_mutex_unlock(&x->wmu);
         return;
     }
-    char *txt = json_dumps(msg, JSON_COMPACT);
-    if (!txt) {
+    /* Another thread: encoded outside the lock. */
+    th_buf b;
+    th_buf_init(&b);
+    if (mcp_json_append(&b, msg) != 0) {
+        th_buf_destroy(&b);
         th_log_error("mcp stdio: out of memory writing a message");
         return;
     }
-    size_t n = strlen(txt);
-    txt[n] = '\n'; /* json_dumps ends with '\0': reuse it for the newline */
-    pthread_mutex_lock(&x->wmu);
-    out_write_locked(x, txt, n + 1);
-    pthread_mutex_unlock(&x->wmu);
-    free(txt);
+    tr_send_text(x, (const char *)b.data, b.len, req);
+    th_buf_destroy(&b);
 }
 
 static void begin_stop(mcp_stdio *x, const char *why)
@@ -417,7 +436,8 @@ int th_mcp_stdio_run(th_host *h, const th_principal *who,
         return th_error_set(err, TH_EIO, "event loop: %s", uv_strerror(rc));
     }
     signal(SIGPIPE, SIG_IGN);
-    th_mcp_transport t = {.send = tr_send, .request_done = NULL};
+    th_mcp_transport t = {.send = tr_send, .request_done = NULL,
+                          .send_text = tr_send_text};
     /* One client, and its input is read on this loop only: a short sync
      * call runs right here (th_mcp_opts.run_short). */
     th_mcp_opts so = o ? *o : (th_mcp_opts){0};
