@@ -216,21 +216,42 @@ static stream *find_post(hsess *s, const char *key)
     return NULL;
 }
 
+static void send_text(hsess *s, const char *text, size_t len, bool response,
+                      const json_t *req);
+
 static void t_send(void *ud, const json_t *msg, const json_t *req)
 {
     hsess *s = ud;
-    th_mcp_http *f = s->f;
-    char *text = json_dumps(msg, JSON_COMPACT);
-    char *key = req ? json_dumps(req, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
-    if (!text || (req && !key)) {
+    th_buf b;
+    th_buf_init(&b);
+    if (mcp_json_append(&b, msg) != 0) {
         th_log_warn("mcp http: session %.8s: out of memory; a message is "
                     "lost", s->id);
-        free(text);
-        free(key);
+        th_buf_destroy(&b);
         return;
     }
-    size_t len = strlen(text);
-    bool response = !json_object_get(msg, "method");
+    send_text(s, (const char *)b.data, b.len, !json_object_get(msg, "method"),
+              req);
+    th_buf_destroy(&b);
+}
+
+/* A response as text (the core's send_text). */
+static void t_send_text(void *ud, const char *text, size_t len,
+                        const json_t *req)
+{
+    send_text(ud, text, len, true, req);
+}
+
+static void send_text(hsess *s, const char *text, size_t len, bool response,
+                      const json_t *req)
+{
+    th_mcp_http *f = s->f;
+    char *key = req ? json_dumps(req, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    if (req && !key) {
+        th_log_warn("mcp http: session %.8s: out of memory; a message is "
+                    "lost", s->id);
+        return;
+    }
     owed *ow = NULL;
     if (key && response && (ow = malloc(sizeof *ow)) &&
         !(ow->key = strdup(key))) {
@@ -250,7 +271,7 @@ static void t_send(void *ud, const json_t *msg, const json_t *req)
                          s->id, key);
         } else if (!st->first_seen) {
             st->first_seen = true;
-            st->first_is_response = !json_object_get(msg, "method");
+            st->first_is_response = response;
             st->sse = !st->first_is_response;
             queue_put(st, text, len, st->sse);
         } else if (st->sse && !st->done) {
@@ -274,7 +295,6 @@ static void t_send(void *ud, const json_t *msg, const json_t *req)
     }
     pthread_cond_broadcast(&f->cv);
     pthread_mutex_unlock(&f->mu);
-    free(text);
     free(key);
 }
 
@@ -361,7 +381,8 @@ static hsess *sess_get(th_mcp_http *f, const char *id, const char *user)
 }
 
 static const th_mcp_transport transport = {.send = t_send,
-                                           .request_done = t_request_done};
+                                           .request_done = t_request_done,
+                                           .send_text = t_send_text};
 
 /* A new session for `user` in the table, with a reference for the caller;
  * NULL with *status (503: too many sessions, 500). */
@@ -407,6 +428,9 @@ static hsess *sess_new(th_mcp_http *f, const char *user, unsigned *status)
     memset(&o, 0, sizeof o);
     o.max_message = (size_t)f->mc->max_body;
     o.http = true;
+    /* The connection's own thread feeds the session and then waits for
+     * the answer anyway: a short call runs right there. */
+    o.run_short = true;
     pthread_mutex_lock(&f->mu);
     bool full = f->n_sessions >= f->mc->max_sessions;
     if (!full)

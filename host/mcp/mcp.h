@@ -43,10 +43,11 @@ typedef struct th_mcp_transport {
      * tasks/result.  Never for notifications, responses, or messages
      * without a usable id (those errors go out with id null). */
     void (*request_done)(void *ud, const json_t *req);
-    /* Optional: sends one message given as its compact JSON text (len
-     * bytes, no newline, valid UTF-8), the same as send() of that value;
-     * the session uses it for answers it writes without building a JSON
-     * tree (a short tools/call result).  NULL: always send(). */
+    /* Optional: sends one response (a message with result or error, no
+     * method) given as its compact JSON text (len bytes, no newline,
+     * valid UTF-8), the same as send() of that value; the session uses it
+     * for answers it writes without building a JSON tree (a plain
+     * tools/call result).  NULL: always send(). */
     void (*send_text)(void *ud, const char *text, size_t len,
                       const json_t *req);
 } th_mcp_transport;
