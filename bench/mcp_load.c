@@ -29,6 +29,11 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdbool.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <strings.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -361,6 +366,327 @@ static void drive(server *s, long seq, long par, result *res)
     server_stop(s);
 }
 
+
+/* ---- Streamable HTTP ------------------------------------------------------------ */
+
+/* One keep-alive connection with at most one request in flight. */
+typedef struct hconn {
+    int fd;
+    th_buf in;
+    long id;            /* in flight, or 0 */
+    uint64_t t0;
+} hconn;
+
+typedef struct hserver {
+    const char *name;
+    char *argv[10];
+    pid_t pid;
+    unsigned port;
+    char sid[128];
+    const char *token;  /* or NULL */
+} hserver;
+
+static unsigned free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &al) != 0)
+        bench_die("free port: %s", strerror(errno));
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static int tcp_open(unsigned port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (fd < 0)
+        return -1;
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+}
+
+static void hserver_start(hserver *s)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    int rc = posix_spawn(&s->pid, s->argv[0], &fa, NULL, s->argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0)
+        bench_die("spawn %s: %s", s->argv[0], strerror(rc));
+    for (int i = 0; i < 1000; i++) { /* up to 10 s */
+        int fd = tcp_open(s->port);
+        if (fd >= 0) {
+            close(fd);
+            return;
+        }
+        int st;
+        if (waitpid(s->pid, &st, WNOHANG) == s->pid)
+            bench_die("%s: exited before listening", s->name);
+        usleep(10000);
+    }
+    bench_die("%s: not listening on port %u", s->name, s->port);
+}
+
+static void hserver_stop(hserver *s)
+{
+    kill(s->pid, SIGTERM);
+    int st;
+    for (int i = 0; i < 500; i++) {
+        if (waitpid(s->pid, &st, WNOHANG) == s->pid)
+            return;
+        usleep(10000);
+    }
+    kill(s->pid, SIGKILL);
+    waitpid(s->pid, &st, 0);
+}
+
+static void hpost(hserver *s, hconn *c, const char *body, size_t n)
+{
+    char head[768];
+    int hl = snprintf(head, sizeof head,
+                      "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:%u\r\n"
+                      "Content-Type: application/json\r\n"
+                      "Accept: application/json, text/event-stream\r\n"
+                      "MCP-Protocol-Version: 2025-06-18\r\n"
+                      "%s%s%s%s%s%s"
+                      "Content-Length: %zu\r\n\r\n",
+                      s->port, s->token ? "Authorization: Bearer " : "",
+                      s->token ? s->token : "", s->token ? "\r\n" : "",
+                      s->sid[0] ? "Mcp-Session-Id: " : "", s->sid,
+                      s->sid[0] ? "\r\n" : "", n);
+    th_buf b;
+    th_buf_init(&b);
+    if (th_buf_append(&b, head, (size_t)hl) != 0 ||
+        th_buf_append(&b, body, n) != 0)
+        bench_die("out of memory");
+    write_all(c->fd, (const char *)b.data, b.len);
+    th_buf_destroy(&b);
+}
+
+/* Whether c->in holds a whole response; then its status, the body (an
+ * SSE stream's data lines or the JSON) in *body, and the bytes it took. */
+static bool hresponse(hconn *c, int *status, th_buf *body, size_t *used,
+                      char *sid, size_t sidsz)
+{
+    const char *d = (const char *)c->in.data;
+    size_t n = c->in.len;
+    const char *he = n ? memmem(d, n, "\r\n\r\n", 4) : NULL;
+    if (!he)
+        return false;
+    size_t hlen = (size_t)(he - d) + 4;
+    *status = atoi(d + 9);
+    long clen = -1;
+    bool chunked = false;
+    for (const char *l = d; l < he;) {
+        const char *e = memmem(l, (size_t)(he + 2 - l), "\r\n", 2);
+        if (!e)
+            break;
+        if (strncasecmp(l, "content-length:", 15) == 0)
+            clen = strtol(l + 15, NULL, 10);
+        else if (strncasecmp(l, "transfer-encoding:", 18) == 0 &&
+                 memmem(l, (size_t)(e - l), "chunked", 7))
+            chunked = true;
+        else if (sid && strncasecmp(l, "mcp-session-id:", 15) == 0) {
+            const char *v = l + 15;
+            while (*v == ' ')
+                v++;
+            snprintf(sid, sidsz, "%.*s", (int)(e - v), v);
+        }
+        l = e + 2;
+    }
+    th_buf_reset(body);
+    if (!chunked) {
+        if (clen < 0)
+            clen = 0;
+        if (n < hlen + (size_t)clen)
+            return false;
+        if (th_buf_append(body, d + hlen, (size_t)clen) != 0)
+            bench_die("out of memory");
+        *used = hlen + (size_t)clen;
+        return true;
+    }
+    size_t off = hlen;
+    for (;;) {
+        const char *e = memmem(d + off, n - off, "\r\n", 2);
+        if (!e)
+            return false;
+        long k = strtol(d + off, NULL, 16);
+        size_t start = (size_t)(e - d) + 2;
+        if (n < start + (size_t)k + 2)
+            return false;
+        if (k == 0) {
+            *used = start + 2;
+            return true;
+        }
+        if (th_buf_append(body, d + start, (size_t)k) != 0)
+            bench_die("out of memory");
+        off = start + (size_t)k + 2;
+    }
+}
+
+/* Reads what c has (blocking up to the timeout). */
+static void hread(const char *name, hconn *c)
+{
+    struct pollfd pf = {.fd = c->fd, .events = POLLIN};
+    if (poll(&pf, 1, IO_TIMEOUT_MS) <= 0)
+        bench_die("%s: no answer within %d ms", name, IO_TIMEOUT_MS);
+    if (th_buf_reserve(&c->in, 65536) != 0)
+        bench_die("out of memory");
+    ssize_t r = read(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len);
+    if (r <= 0)
+        bench_die("%s: the connection closed", name);
+    c->in.len += (size_t)r;
+}
+
+/* Sends body on c and waits for the answer; returns its status. */
+static int hcall(hserver *s, hconn *c, const char *body, th_buf *out,
+                 bool want_sid)
+{
+    hpost(s, c, body, strlen(body));
+    int st;
+    size_t used;
+    while (!hresponse(c, &st, out, &used, want_sid ? s->sid : NULL,
+                      sizeof s->sid))
+        hread(s->name, c);
+    memmove(c->in.data, c->in.data + used, c->in.len - used);
+    c->in.len -= used;
+    return st;
+}
+
+static void hcheck(const char *name, int status, const th_buf *body)
+{
+    if (status != 200)
+        bench_die("%s: HTTP status %d: %.*s", name, status,
+                  (int)(body->len > 300 ? 300 : body->len),
+                  body->len ? (const char *)body->data : "");
+    server fake = {.name = name};
+    check_answer(&fake, (const char *)body->data, body->len);
+}
+
+static void hdrive(hserver *s, long seq, long par, int nconn, result *res)
+{
+    hserver_start(s);
+    hconn *cs = calloc((size_t)nconn, sizeof *cs);
+    if (!cs)
+        bench_die("out of memory");
+    for (int i = 0; i < nconn; i++) {
+        cs[i].fd = tcp_open(s->port);
+        if (cs[i].fd < 0)
+            bench_die("%s: connect: %s", s->name, strerror(errno));
+        th_buf_init(&cs[i].in);
+    }
+    th_buf body, req;
+    th_buf_init(&body);
+    th_buf_init(&req);
+    s->sid[0] = '\0';
+    int st = hcall(s, &cs[0],
+                   "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\","
+                   "\"params\":{\"protocolVersion\":\"2025-06-18\","
+                   "\"capabilities\":{},\"clientInfo\":{\"name\":"
+                   "\"mcp_load\",\"version\":\"1\"}}}",
+                   &body, true);
+    if (st != 200 || !s->sid[0])
+        bench_die("%s: initialize: status %d, session id '%s'", s->name, st,
+                  s->sid);
+    hcall(s, &cs[0],
+          "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}",
+          &body, false);
+    long id = 1, warm = seq / 10 + 10;
+    uint64_t *lat = calloc((size_t)seq, sizeof *lat);
+    if (!lat)
+        bench_die("out of memory");
+    for (long i = 0; i < warm + seq; i++) {
+        th_buf_reset(&req);
+        if (request(&req, id++) < 0)
+            bench_die("out of memory");
+        req.len--; /* no newline */
+        req.data[req.len] = '\0';
+        uint64_t t0 = bench_now_ns();
+        st = hcall(s, &cs[0], (const char *)req.data, &body, false);
+        uint64_t t = bench_now_ns() - t0;
+        hcheck(s->name, st, &body);
+        if (i >= warm)
+            lat[i - warm] = t;
+    }
+    res->p50_ns = bench_quantile(lat, (size_t)seq, 0.5);
+    res->p99_ns = bench_quantile(lat, (size_t)seq, 0.99);
+    free(lat);
+    /* nconn connections, one request in flight on each */
+    struct pollfd *pf = calloc((size_t)nconn, sizeof *pf);
+    if (!pf)
+        bench_die("out of memory");
+    long end = id + par, done = 0;
+    uint64_t t0 = bench_now_ns();
+    for (int i = 0; i < nconn && id < end; i++) {
+        th_buf_reset(&req);
+        if (request(&req, id) < 0)
+            bench_die("out of memory");
+        cs[i].id = id++;
+        hpost(s, &cs[i], (const char *)req.data, req.len - 1);
+    }
+    while (done < par) {
+        for (int i = 0; i < nconn; i++)
+            pf[i] = (struct pollfd){.fd = cs[i].id ? cs[i].fd : -1,
+                                    .events = POLLIN};
+        int pr = poll(pf, (nfds_t)nconn, IO_TIMEOUT_MS);
+        if (pr <= 0)
+            bench_die("%s: no answer within %d ms", s->name, IO_TIMEOUT_MS);
+        for (int i = 0; i < nconn; i++) {
+            if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            hconn *c = &cs[i];
+            if (th_buf_reserve(&c->in, 65536) != 0)
+                bench_die("out of memory");
+            ssize_t r = read(c->fd, c->in.data + c->in.len,
+                             c->in.cap - c->in.len);
+            if (r <= 0)
+                bench_die("%s: the connection closed", s->name);
+            c->in.len += (size_t)r;
+            size_t used;
+            if (!hresponse(c, &st, &body, &used, NULL, 0))
+                continue;
+            memmove(c->in.data, c->in.data + used, c->in.len - used);
+            c->in.len -= used;
+            hcheck(s->name, st, &body);
+            done++;
+            c->id = 0;
+            if (id < end) {
+                th_buf_reset(&req);
+                if (request(&req, id) < 0)
+                    bench_die("out of memory");
+                c->id = id++;
+                hpost(s, c, (const char *)req.data, req.len - 1);
+            }
+        }
+    }
+    uint64_t wall = bench_now_ns() - t0;
+    res->calls_s = (double)par / ((double)wall / 1e9);
+    res->ran = true;
+    free(pf);
+    for (int i = 0; i < nconn; i++) {
+        close(cs[i].fd);
+        th_buf_destroy(&cs[i].in);
+    }
+    free(cs);
+    th_buf_destroy(&body);
+    th_buf_destroy(&req);
+    hserver_stop(s);
+}
+
 static bool have_node(char *node, size_t n)
 {
     const char *path = getenv("PATH");
@@ -453,6 +779,84 @@ int main(int argc, char **argv)
                (double)res[i].p50_ns / 1e3, (double)res[i].p99_ns / 1e3,
                res[i].calls_s, vc, vs);
     }
+    /* Streamable HTTP: NCONN keep-alive connections, one call in flight
+     * on each (HTTP/1.1 without pipelining), one session. */
+    printf("\nMCP over Streamable HTTP, C driver: sequential %ld calls on "
+           "one connection; %ld calls on %d connections, one in flight "
+           "on each\n",
+           seq / 2, par / 4, INFLIGHT);
+    static char dir[] = "/tmp/th-mcp-load-XXXXXX", hcfg[4200], ports[3][16];
+    if (!mkdtemp(dir))
+        bench_die("mkdtemp: %s", strerror(errno));
+    snprintf(hcfg, sizeof hcfg, "%s/bench.yaml", dir);
+    unsigned hport[3];
+    for (int i = 0; i < 3; i++) {
+        hport[i] = free_port();
+        snprintf(ports[i], sizeof ports[i], "%u", hport[i]);
+    }
+    FILE *cf = fopen(hcfg, "w");
+    if (!cf)
+        bench_die("%s: %s", hcfg, strerror(errno));
+    fprintf(cf,
+            "host:\n"
+            "  log_level: warn\n"
+            "  listen: [\"unix:%s/th.sock\", "
+            "\"http://127.0.0.1:%u/mcp\"]\n"
+            "plugins:\n"
+            "  - name: echo\n"
+            "    path: %s/plugins/echo.so\n"
+            "mcp:\n"
+            "  tokens:\n"
+            "    - {user: bench, env: TH_BENCH_MCP_TOKEN}\n"
+            "toolsets:\n"
+            "  - name: default\n"
+            "    tools: [\"*\"]\n",
+            dir, hport[2], build);
+    fclose(cf);
+    setenv("TH_BENCH_MCP_TOKEN", "mcp-load-bench-token", 1);
+    static char line_http_js[4200], sdk_http_js[4200];
+    snprintf(line_http_js, sizeof line_http_js,
+             "%s/bench/mcp/http_line_server.mjs", src);
+    snprintf(sdk_http_js, sizeof sdk_http_js,
+             "%s/bench/mcp/sdk_http_server.mjs", src);
+    hserver hs[3] = {
+        {.name = "line-http", .argv = {node, line_http_js, ports[0], NULL},
+         .port = hport[0]},
+        {.name = "sdk-http", .argv = {node, sdk_http_js, ports[1], NULL},
+         .port = hport[1]},
+        {.name = "toolhost-http",
+         .argv = {toolhost, "serve", "-c", hcfg, "--log-level", "warn",
+                  NULL},
+         .port = hport[2], .token = "mcp-load-bench-token"},
+    };
+    result hres[3] = {{0}};
+    for (int i = 0; i < 3; i++) {
+        hres[i].name = hs[i].name;
+        if ((i == 0 && !node_ok) || (i == 1 && !sdk_ok))
+            continue;
+        const char *only = getenv("TH_BENCH_ONLY");
+        if (only && *only && strcmp(only, hs[i].name) != 0)
+            continue;
+        hdrive(&hs[i], seq / 2, par / 4, INFLIGHT, &hres[i]);
+    }
+    unlink(hcfg);
+    rmdir(dir);
+    printf("%-14s %10s %10s %12s %14s %14s\n", "server", "p50 us", "p99 us",
+           "calls/s", "x line p50", "calls/s / sdk");
+    for (int i = 0; i < 3; i++) {
+        if (!hres[i].ran)
+            continue;
+        char vs[32] = "", vc[32] = "-";
+        if (hres[1].ran)
+            snprintf(vs, sizeof vs, "%.2fx", hres[i].calls_s / hres[1].calls_s);
+        if (hres[0].ran)
+            snprintf(vc, sizeof vc, "%.2fx",
+                     (double)hres[i].p50_ns / (double)hres[0].p50_ns);
+        printf("%-14s %10.1f %10.1f %12.0f %14s %14s\n", hres[i].name,
+               (double)hres[i].p50_ns / 1e3, (double)hres[i].p99_ns / 1e3,
+               hres[i].calls_s, vc, vs);
+    }
+
     bench_json j;
     bench_json_begin(&j, "mcp_load", &mach);
     bench_json_num(&j, "seq", (double)seq);
@@ -469,6 +873,20 @@ int main(int argc, char **argv)
         snprintf(k, sizeof k, "%s_calls_s", res[i].name);
         bench_json_num(&j, k, res[i].calls_s);
     }
+    for (int i = 0; i < 3; i++) {
+        if (!hres[i].ran)
+            continue;
+        char k[64];
+        snprintf(k, sizeof k, "%s_p50_ns", hres[i].name);
+        bench_json_num(&j, k, (double)hres[i].p50_ns);
+        snprintf(k, sizeof k, "%s_calls_s", hres[i].name);
+        bench_json_num(&j, k, hres[i].calls_s);
+    }
+    if (hres[1].ran && hres[2].ran)
+        bench_target(&j, "http_vs_sdk",
+                     "mcp http, C driver, 64 connections: toolhost calls/s "
+                     "over the SDK HTTP server's",
+                     hres[2].calls_s / hres[1].calls_s, 10, 0);
     if (res[2].ran && res[3].ran)
         bench_target(&j, "stdio_vs_sdk",
                      "mcp stdio, C driver, 64 in flight: toolhost calls/s "
