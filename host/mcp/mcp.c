@@ -928,6 +928,13 @@ void th_mcp_session_input(th_mcp_session *m, const char *text, size_t len)
                        jerr.text, jerr.position);
         return;
     }
+    th_mcp_session_input_value(m, msg);
+    json_decref(msg);
+}
+
+void th_mcp_session_input_value(th_mcp_session *m, json_t *msg)
+{
+    json_incref(msg);
     if (json_is_array(msg)) {
         mcp_send_error(m, NULL, MCP_INVALID_REQUEST,
                        "batches (JSON arrays) are not supported: send one "

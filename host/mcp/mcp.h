@@ -78,6 +78,10 @@ th_mcp_session *th_mcp_session_new(th_host *h, const th_principal *who,
  * request) itself.  A message longer than max_message is answered with an
  * error without being parsed.  From one thread at a time. */
 void th_mcp_session_input(th_mcp_session *m, const char *text, size_t len);
+/* The same for a message the transport has parsed already (with
+ * JSON_DECODE_ANY | JSON_ALLOW_NUL, within max_message): borrowed, not
+ * parsed a second time. */
+void th_mcp_session_input_value(th_mcp_session *m, json_t *msg);
 /* The negotiated protocol version once initialize succeeded, else NULL. */
 const char *th_mcp_session_version(const th_mcp_session *m);
 /* Calls not yet answered (tasks included).  Any thread. */
