@@ -3,7 +3,8 @@
  * printf for every integer (a third of the time of a short tools/call
  * answer went there).  Strings are written as UTF-8 (jansson keeps them
  * valid), with '"', '\\' and the control characters escaped; reals as
- * jansson writes them (%.17g, ".0" added to an integral value). */
+ * jansson writes them (%.17g, ".0" added to an integral value, no '+'
+ * or leading zeros in the exponent). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -89,9 +90,22 @@ static int put_real(th_buf *b, double v)
     int n = snprintf(t, sizeof t, "%.17g", v);
     if (n <= 0 || (size_t)n >= sizeof t - 3)
         return -1;
-    if (!strpbrk(t, ".eE")) {
+    char *e = strchr(t, 'e');
+    if (!e && !strchr(t, '.')) {
         t[n++] = '.';
         t[n++] = '0';
+    }
+    if (e) {
+        /* as jansson: "1e+300" -> "1e300", "1e-05" -> "1e-5" */
+        char *p = e + 1, *q = p;
+        if (*q == '-')
+            p = ++q;
+        else if (*q == '+')
+            q++;
+        while (*q == '0' && q[1])
+            q++;
+        memmove(p, q, strlen(q) + 1);
+        n = (int)strlen(t);
     }
     return put(b, t, (size_t)n);
 }
