@@ -268,8 +268,8 @@ static __thread mcp_call *tl_starting; /* the call inside th_call_start */
  * One run there over SHORT_DEMOTE_NS sends it back to the workers (a log
  * line), so a tool that turns slow holds the input for one call at most.
  * A tool never seen starts on a worker. */
-#define SHORT_PROMOTE_NS 500000LL
-#define SHORT_DEMOTE_NS 1000000LL
+#define SHORT_PROMOTE_NS 1000000LL
+#define SHORT_DEMOTE_NS 2000000LL
 #define SHORT_PROMOTE_RUNS 2
 
 static int64_t mono_ns(void)
