@@ -428,10 +428,10 @@ static void on_event(const th_event *e, void *ud)
     }
     /* The final result. */
     c->finished = true;
-    if (tl_starting == c && c->inline_try)
-        c->ended_inline = true;
-    else
-        speed_worker_run(m, c);
+    if (tl_starting == c)
+        c->ended_inline = true; /* answered inside th_call_start */
+    else if (r->kind == TH_RESULT_DONE)
+        speed_worker_run(m, c); /* a run on a worker (not a refusal) */
     if (m->inflight)
         m->inflight--;
     if (m->drain_waiters)

@@ -54,7 +54,7 @@ typedef struct mcp_call {
     int64_t t0_ns;           /* when th_call_start was called */
     bool inline_try;         /* started with may_block (a short tool) */
     bool ended_inline;       /* the final result came inside th_call_start
-                                on the input thread */
+                                on the input thread (not a worker sample) */
     double last_progress;
     bool started;            /* th_call_start returned */
     bool finished;           /* the final event arrived */
