@@ -82,6 +82,9 @@ typedef struct mcp_speed {
     char name[64];           /* "" : free */
     bool short_ok;           /* run it inline */
     uint8_t fast;            /* fast runs seen on workers in a row */
+    uint8_t slow;            /* slow runs on the input thread in a row */
+    int64_t backoff_ns;      /* after a demotion: wait before a retry */
+    int64_t retry_ns;        /* when to try it inline again (0: no) */
 } mcp_speed;
 
 struct th_mcp_session {
