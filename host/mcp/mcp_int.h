@@ -153,6 +153,12 @@ int mcp_tool_result_text(th_buf *b, const json_t *id, const th_result *r,
                          uint64_t call_id, uint32_t out_type,
                          bool structured);
 
+/* mcp_json.c: appends the JSON text of msgpack value data[0..len), as
+ * th_json_from_msgpack_lossy() then mcp_json_append() would write it.
+ * 0; 1: a value the tree treats in its own way (use the tree); -1: no
+ * memory.  b is as it was unless 0. */
+int mcp_json_append_msgpack(th_buf *b, const uint8_t *data, size_t len);
+
 /* mcp_tasks.c: the tasks/... methods over the session's task records. */
 json_t *mcp_task_json(const mcp_call *c);
 void mcp_tasks_get(struct th_mcp_session *m, const json_t *id,

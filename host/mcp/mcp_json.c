@@ -6,10 +6,13 @@
  * jansson writes them (%.17g, ".0" added to an integral value, no '+'
  * or leading zeros in the exponent). */
 #include <math.h>
+#include <msgpack.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "mcp_int.h"
+#include "th/mpwalk.h"
+#include "th/utf8.h"
 
 /* 1: the byte needs an escape in a JSON string. */
 static const unsigned char esc[256] = {
@@ -177,4 +180,128 @@ int mcp_json_append(th_buf *b, const json_t *j)
         return -1;
     }
     return 0;
+}
+
+/* ---- msgpack to JSON text ------------------------------------------------------
+ *
+ * What th_json_from_msgpack_lossy() then mcp_json_append() write, without
+ * the tree.  Anything the tree would treat in its own way (a map key that
+ * is not a string or not UTF-8, a key twice, an integer past int64, an
+ * ext value) makes it give up (1): the caller builds the tree. */
+
+/* A string, ill-formed UTF-8 replaced by U+FFFD as the tree does. */
+static int put_text_lossy(th_buf *b, const char *s, size_t n)
+{
+    if (n == 0)
+        return put_string(b, "", 0);
+    if (th_utf8_valid(s, n))
+        return put_string(b, s, n);
+    th_buf t;
+    th_buf_init(&t);
+    size_t i = 0, bad;
+    int rc = 0;
+    while (rc == 0 && i < n) {
+        size_t l = th_utf8_seq((const unsigned char *)s + i, n - i, &bad);
+        if (l) {
+            rc = th_buf_append(&t, s + i, l);
+            i += l;
+        } else {
+            rc = th_buf_append(&t, "\xEF\xBF\xBD", 3);
+            i += bad ? bad : 1;
+        }
+    }
+    if (rc == 0)
+        rc = put_string(b, (const char *)t.data, t.len);
+    th_buf_destroy(&t);
+    return rc;
+}
+
+/* 0, 1 (give up), -1 (no memory). */
+static int put_object(th_buf *b, const msgpack_object *o)
+{
+    switch (o->type) {
+    case MSGPACK_OBJECT_NIL:
+        return put(b, "null", 4);
+    case MSGPACK_OBJECT_BOOLEAN:
+        return o->via.boolean ? put(b, "true", 4) : put(b, "false", 5);
+    case MSGPACK_OBJECT_POSITIVE_INTEGER:
+        if (o->via.u64 > (uint64_t)INT64_MAX)
+            return 1;
+        return put_int(b, (json_int_t)o->via.u64);
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+        return put_int(b, (json_int_t)o->via.i64);
+    case MSGPACK_OBJECT_FLOAT32:
+    case MSGPACK_OBJECT_FLOAT64:
+        return isfinite(o->via.f64) ? put_real(b, o->via.f64)
+                                    : put(b, "null", 4);
+    case MSGPACK_OBJECT_STR:
+        return put_text_lossy(b, o->via.str.ptr, o->via.str.size);
+    case MSGPACK_OBJECT_BIN:
+        return put_text_lossy(b, o->via.bin.ptr, o->via.bin.size);
+    case MSGPACK_OBJECT_ARRAY:
+        if (put(b, "[", 1) != 0)
+            return -1;
+        for (uint32_t i = 0; i < o->via.array.size; i++) {
+            if (i && put(b, ",", 1) != 0)
+                return -1;
+            int rc = put_object(b, &o->via.array.ptr[i]);
+            if (rc)
+                return rc;
+        }
+        return put(b, "]", 1);
+    case MSGPACK_OBJECT_MAP: {
+        uint32_t n = o->via.map.size;
+        if (n > 64)
+            return 1; /* the duplicate check below is quadratic */
+        for (uint32_t i = 0; i < n; i++) {
+            const msgpack_object *k = &o->via.map.ptr[i].key;
+            if ((k->type != MSGPACK_OBJECT_STR &&
+                 k->type != MSGPACK_OBJECT_BIN) ||
+                (k->via.str.size &&
+                 !th_utf8_valid(k->via.str.ptr, k->via.str.size)))
+                return 1;
+            for (uint32_t j = 0; j < i; j++) {
+                const msgpack_object *q = &o->via.map.ptr[j].key;
+                if (q->via.str.size == k->via.str.size &&
+                    (k->via.str.size == 0 ||
+                     memcmp(q->via.str.ptr, k->via.str.ptr,
+                            k->via.str.size) == 0))
+                    return 1;
+            }
+        }
+        if (put(b, "{", 1) != 0)
+            return -1;
+        for (uint32_t i = 0; i < n; i++) {
+            const msgpack_object *k = &o->via.map.ptr[i].key;
+            if ((i && put(b, ",", 1) != 0) ||
+                put_string(b, k->via.str.size ? k->via.str.ptr : "",
+                           k->via.str.size) != 0 ||
+                put(b, ":", 1) != 0)
+                return -1;
+            int rc = put_object(b, &o->via.map.ptr[i].val);
+            if (rc)
+                return rc;
+        }
+        return put(b, "}", 1);
+    }
+    default:
+        return 1;
+    }
+}
+
+int mcp_json_append_msgpack(th_buf *b, const uint8_t *data, size_t len)
+{
+    if (th_mp_check(data, len, TH_MP_MAX_DEPTH, NULL, NULL) != 0)
+        return 1;
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0, at = b->len;
+    int rc = 1;
+    if (msgpack_unpack_next(&u, (const char *)data, len, &off) ==
+        MSGPACK_UNPACK_SUCCESS)
+        rc = put_object(b, &u.data);
+    msgpack_unpacked_destroy(&u);
+    if (rc)
+        b->len = at;
+    return rc;
 }

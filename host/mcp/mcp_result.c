@@ -237,12 +237,21 @@ int mcp_tool_result_text(th_buf *b, const json_t *id, const th_result *r,
                         r->ok ? "false" : "true",
                         (unsigned long long)call_id) < 0;
     if (r->meta) {
-        th_error err;
-        json_t *meta = th_json_from_msgpack_lossy(r->meta, r->meta_len, &err);
-        if (meta) {
-            rc |= th_buf_puts(b, ",\"toolhost/meta\":");
-            rc |= mcp_json_append(b, meta);
-            json_decref(meta);
+        size_t at = b->len;
+        rc |= th_buf_puts(b, ",\"toolhost/meta\":");
+        int m = rc ? -1 : mcp_json_append_msgpack(b, r->meta, r->meta_len);
+        if (m < 0)
+            rc = -1;
+        if (m == 1) { /* the tree's own way */
+            b->len = at;
+            th_error err;
+            json_t *meta = th_json_from_msgpack_lossy(r->meta, r->meta_len,
+                                                      &err);
+            if (meta) {
+                rc |= th_buf_puts(b, ",\"toolhost/meta\":");
+                rc |= mcp_json_append(b, meta);
+                json_decref(meta);
+            }
         }
     }
     rc |= th_buf_puts(b, "}}}");

@@ -5,6 +5,8 @@
  * no request_done; nothing is called after th_mcp_session_free(). */
 #include <CUnit/CUnit.h>
 #include <jansson.h>
+#include <math.h>
+#include <msgpack.h>
 #include <pthread.h>
 #include <string.h>
 #include <unistd.h>
@@ -13,6 +15,7 @@
 #include "../../host/mcp/mcp_int.h"
 #include "common/th_test.h"
 #include "th/config.h"
+#include "th/json.h"
 #include "th/log.h"
 
 typedef struct cap {
@@ -353,6 +356,105 @@ static void test_result_text_same_as_tree(void)
         json_decref(ids[i]);
 }
 
+/* mcp_json_append_msgpack writes what the tree (th_json_from_msgpack_lossy
+ * + mcp_json_append) writes, or gives up (1) where the tree has its own
+ * way; the caller then uses the tree. */
+static void test_msgpack_text_same_as_tree(void)
+{
+    for (int k = 0; k < 9; k++) {
+        msgpack_sbuffer sb;
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        int want_rc = 0;
+        switch (k) {
+        case 0: /* the core's output meta shape */
+            msgpack_pack_map(&pk, 2);
+            msgpack_pack_str_with_body(&pk, "truncated", 9);
+            msgpack_pack_false(&pk);
+            msgpack_pack_str_with_body(&pk, "n", 1);
+            msgpack_pack_array(&pk, 4);
+            msgpack_pack_int64(&pk, -5);
+            msgpack_pack_uint64(&pk, 18);
+            msgpack_pack_double(&pk, 0.1);
+            msgpack_pack_nil(&pk);
+            break;
+        case 1: /* ill-formed UTF-8 in a value, bin, float32, NaN */
+            msgpack_pack_array(&pk, 4);
+            msgpack_pack_str_with_body(&pk, "a\xff\"b\n", 5);
+            msgpack_pack_bin_with_body(&pk, "bin", 3);
+            msgpack_pack_float(&pk, 1.5f);
+            msgpack_pack_double(&pk, NAN);
+            break;
+        case 2: /* empty containers and strings */
+            msgpack_pack_map(&pk, 2);
+            msgpack_pack_str_with_body(&pk, "", 0);
+            msgpack_pack_array(&pk, 0);
+            msgpack_pack_str_with_body(&pk, "m", 1);
+            msgpack_pack_map(&pk, 0);
+            break;
+        case 3: /* a key twice: the tree keeps one */
+            msgpack_pack_map(&pk, 2);
+            msgpack_pack_str_with_body(&pk, "k", 1);
+            msgpack_pack_int(&pk, 1);
+            msgpack_pack_str_with_body(&pk, "k", 1);
+            msgpack_pack_int(&pk, 2);
+            want_rc = 1;
+            break;
+        case 4: /* an integer key: the tree fails */
+            msgpack_pack_map(&pk, 1);
+            msgpack_pack_int(&pk, 1);
+            msgpack_pack_int(&pk, 2);
+            want_rc = 1;
+            break;
+        case 5: /* past int64 */
+            msgpack_pack_uint64(&pk, UINT64_MAX);
+            want_rc = 1;
+            break;
+        case 6: /* an ill-formed key */
+            msgpack_pack_map(&pk, 1);
+            msgpack_pack_str_with_body(&pk, "\xfe", 1);
+            msgpack_pack_int(&pk, 2);
+            want_rc = 1;
+            break;
+        case 7: /* an ext value */
+            msgpack_pack_ext_with_body(&pk, "x", 1, 5);
+            want_rc = 1;
+            break;
+        case 8: /* control characters in a key */
+            msgpack_pack_map(&pk, 1);
+            msgpack_pack_str_with_body(&pk, "\x01\t", 2);
+            msgpack_pack_true(&pk);
+            break;
+        }
+        th_buf b;
+        th_buf_init(&b);
+        int rc = mcp_json_append_msgpack(&b, (const uint8_t *)sb.data,
+                                         sb.size);
+        CU_ASSERT_EQUAL(rc, want_rc);
+        if (rc == 0) {
+            th_error err;
+            json_t *t = th_json_from_msgpack_lossy((const uint8_t *)sb.data,
+                                                   sb.size, &err);
+            CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+            th_buf w;
+            th_buf_init(&w);
+            CU_ASSERT_EQUAL(mcp_json_append(&w, t), 0);
+            CU_ASSERT(w.len == b.len && memcmp(w.data, b.data, b.len) == 0);
+            if (w.len != b.len || memcmp(w.data, b.data, b.len) != 0)
+                fprintf(stderr, "\ncase %d: want %.*s got %.*s\n", k,
+                        (int)w.len, (const char *)w.data, (int)b.len,
+                        (const char *)b.data);
+            th_buf_destroy(&w);
+            json_decref(t);
+        } else {
+            CU_ASSERT_EQUAL(b.len, 0);
+        }
+        th_buf_destroy(&b);
+        msgpack_sbuffer_destroy(&sb);
+    }
+}
+
 void th_suite_mcp_core(void)
 {
     CU_pSuite s = CU_add_suite("mcp_core", NULL, NULL);
@@ -362,4 +464,6 @@ void th_suite_mcp_core(void)
     CU_add_test(s, "json_text_same_as_jansson",
                 test_json_text_same_as_jansson);
     CU_add_test(s, "result_text_same_as_tree", test_result_text_same_as_tree);
+    CU_add_test(s, "msgpack_text_same_as_tree",
+                test_msgpack_text_same_as_tree);
 }
