@@ -17,7 +17,13 @@
  * with 64 calls in flight (a new request is written for each answer read,
  * all the requests of one read in one write).  Every answer is checked
  * (its id is one in flight, its text is "hello N", isError false).
- * Target (issue 13): toolhost >= 10x the SDK server's calls/s.
+ * Every server gets the same number of calls (a short run would catch
+ * Node's servers before its JIT warms up).  Beside calls/s, each server's
+ * own CPU time per call (user + system of the child, from wait4, over all
+ * its calls): on a shared machine the calls/s a server reaches depends on
+ * the CPU the others leave it, its CPU per call much less.
+ * Target (issue 13): toolhost >= 10x the SDK server's calls/s, over stdio
+ * and over Streamable HTTP.
  * The Node servers are skipped (a line says why) when node or the SDK
  * (tests/mcp/node_modules) is missing.
  *
@@ -33,6 +39,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -164,7 +171,21 @@ typedef struct server {
     pid_t pid;
     int to, from;       /* its stdin (we write), its stdout (we read) */
     th_buf in;          /* bytes read, not yet a whole line */
+    double cpu_s;       /* its user + system time, at its end */
 } server;
+
+/* Reaps pid (WNOHANG when `nohang`), adding its CPU time to *cpu_s.
+ * True when it was reaped. */
+static bool reap(pid_t pid, bool nohang, double *cpu_s)
+{
+    int st;
+    struct rusage ru;
+    if (wait4(pid, &st, nohang ? WNOHANG : 0, &ru) != pid)
+        return false;
+    *cpu_s = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
+             (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+    return true;
+}
 
 static void server_start(server *s)
 {
@@ -191,9 +212,8 @@ static void server_start(server *s)
 static void server_stop(server *s)
 {
     close(s->to); /* end of input: the server exits */
-    int st;
     for (int i = 0; i < 500; i++) {
-        if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
+        if (reap(s->pid, true, &s->cpu_s)) {
             s->pid = 0;
             break;
         }
@@ -201,7 +221,7 @@ static void server_stop(server *s)
     }
     if (s->pid) {
         kill(s->pid, SIGKILL);
-        waitpid(s->pid, &st, 0);
+        reap(s->pid, false, &s->cpu_s);
     }
     close(s->from);
     th_buf_destroy(&s->in);
@@ -310,6 +330,7 @@ typedef struct result {
     bool ran;
     uint64_t p50_ns, p99_ns;
     double calls_s;
+    double cpu_us;      /* the server's CPU time per call (all calls) */
 } result;
 
 static void drive(server *s, long seq, long par, result *res)
@@ -364,6 +385,7 @@ static void drive(server *s, long seq, long par, result *res)
     res->ran = true;
     th_buf_destroy(&req);
     server_stop(s);
+    res->cpu_us = s->cpu_s * 1e6 / (double)(warm + seq + par);
 }
 
 
@@ -384,6 +406,7 @@ typedef struct hserver {
     unsigned port;
     char sid[128];
     const char *token;  /* or NULL */
+    double cpu_s;
 } hserver;
 
 static unsigned free_port(void)
@@ -444,14 +467,13 @@ static void hserver_start(hserver *s)
 static void hserver_stop(hserver *s)
 {
     kill(s->pid, SIGTERM);
-    int st;
     for (int i = 0; i < 500; i++) {
-        if (waitpid(s->pid, &st, WNOHANG) == s->pid)
+        if (reap(s->pid, true, &s->cpu_s))
             return;
         usleep(10000);
     }
     kill(s->pid, SIGKILL);
-    waitpid(s->pid, &st, 0);
+    reap(s->pid, false, &s->cpu_s);
 }
 
 static void hpost(hserver *s, hconn *c, const char *body, size_t n)
@@ -685,6 +707,7 @@ static void hdrive(hserver *s, long seq, long par, int nconn, result *res)
     th_buf_destroy(&body);
     th_buf_destroy(&req);
     hserver_stop(s);
+    res->cpu_us = s->cpu_s * 1e6 / (double)(warm + seq + par);
 }
 
 static bool have_node(char *node, size_t n)
@@ -758,13 +781,14 @@ int main(int argc, char **argv)
         const char *only = getenv("TH_BENCH_ONLY"); /* one server */
         if (only && *only && strcmp(only, sv[i].name) != 0)
             continue;
-        /* The Node servers are slow: fewer calls keep the run short. */
-        long p = i == 1 || i == 2 ? par / 4 : par;
-        drive(&sv[i], i == 1 || i == 2 ? seq / 2 : seq, p, &res[i]);
+        /* The same count for every server: a short run would catch
+         * Node's servers before its JIT has warmed up. */
+        drive(&sv[i], seq, par, &res[i]);
     }
 
-    printf("%-10s %10s %10s %12s %14s %14s\n", "server", "p50 us", "p99 us",
-           "calls/s", "x c-line p50", "calls/s / sdk");
+    printf("%-10s %10s %10s %12s %14s %14s %12s %14s\n", "server",
+           "p50 us", "p99 us", "calls/s", "x c-line p50", "calls/s / sdk",
+           "cpu us/call", "sdk cpu / cpu");
     for (int i = 0; i < 4; i++) {
         if (!res[i].ran)
             continue;
@@ -775,9 +799,13 @@ int main(int argc, char **argv)
         if (res[0].ran)
             snprintf(vc, sizeof vc, "%.2fx",
                      (double)res[i].p50_ns / (double)res[0].p50_ns);
-        printf("%-10s %10.1f %10.1f %12.0f %14s %14s\n", res[i].name,
-               (double)res[i].p50_ns / 1e3, (double)res[i].p99_ns / 1e3,
-               res[i].calls_s, vc, vs);
+        char vu[32] = "";
+        if (res[2].ran)
+            snprintf(vu, sizeof vu, "%.2fx", res[2].cpu_us / res[i].cpu_us);
+        printf("%-10s %10.1f %10.1f %12.0f %14s %14s %12.2f %14s\n",
+               res[i].name, (double)res[i].p50_ns / 1e3,
+               (double)res[i].p99_ns / 1e3, res[i].calls_s, vc, vs,
+               res[i].cpu_us, vu);
     }
     /* Streamable HTTP: NCONN keep-alive connections, one call in flight
      * on each (HTTP/1.1 without pipelining), one session. */
@@ -841,8 +869,9 @@ int main(int argc, char **argv)
     }
     unlink(hcfg);
     rmdir(dir);
-    printf("%-14s %10s %10s %12s %14s %14s\n", "server", "p50 us", "p99 us",
-           "calls/s", "x line p50", "calls/s / sdk");
+    printf("%-14s %10s %10s %12s %14s %14s %12s %14s\n", "server",
+           "p50 us", "p99 us", "calls/s", "x line p50", "calls/s / sdk",
+           "cpu us/call", "sdk cpu / cpu");
     for (int i = 0; i < 3; i++) {
         if (!hres[i].ran)
             continue;
@@ -852,9 +881,14 @@ int main(int argc, char **argv)
         if (hres[0].ran)
             snprintf(vc, sizeof vc, "%.2fx",
                      (double)hres[i].p50_ns / (double)hres[0].p50_ns);
-        printf("%-14s %10.1f %10.1f %12.0f %14s %14s\n", hres[i].name,
-               (double)hres[i].p50_ns / 1e3, (double)hres[i].p99_ns / 1e3,
-               hres[i].calls_s, vc, vs);
+        char vu[32] = "";
+        if (hres[1].ran)
+            snprintf(vu, sizeof vu, "%.2fx",
+                     hres[1].cpu_us / hres[i].cpu_us);
+        printf("%-14s %10.1f %10.1f %12.0f %14s %14s %12.2f %14s\n",
+               hres[i].name, (double)hres[i].p50_ns / 1e3,
+               (double)hres[i].p99_ns / 1e3, hres[i].calls_s, vc, vs,
+               hres[i].cpu_us, vu);
     }
 
     bench_json j;
@@ -872,6 +906,8 @@ int main(int argc, char **argv)
         bench_json_num(&j, k, (double)res[i].p99_ns);
         snprintf(k, sizeof k, "%s_calls_s", res[i].name);
         bench_json_num(&j, k, res[i].calls_s);
+        snprintf(k, sizeof k, "%s_cpu_us", res[i].name);
+        bench_json_num(&j, k, res[i].cpu_us);
     }
     for (int i = 0; i < 3; i++) {
         if (!hres[i].ran)
@@ -881,6 +917,8 @@ int main(int argc, char **argv)
         bench_json_num(&j, k, (double)hres[i].p50_ns);
         snprintf(k, sizeof k, "%s_calls_s", hres[i].name);
         bench_json_num(&j, k, hres[i].calls_s);
+        snprintf(k, sizeof k, "%s_cpu_us", hres[i].name);
+        bench_json_num(&j, k, hres[i].cpu_us);
     }
     if (hres[1].ran && hres[2].ran)
         bench_target(&j, "http_vs_sdk",
