@@ -165,13 +165,16 @@ const cpu = (readFileSync('/proc/cpuinfo', 'utf8').match(/model name\s*:\s*(.*)/
 console.log(`machine: ${os.cpus().length} cores online, ${cpu || 'unknown CPU'}, ` +
             `load ${os.loadavg()[0].toFixed(2)}; node ${process.version}`);
 console.log(`official client: sequential ${SEQ} calls; ${PAR} calls, ${INFLIGHT} in flight`);
+// TH_BENCH_ONLY=NAME runs one server (no ratios, no targets).
+const only = process.env.TH_BENCH_ONLY;
+const pick = (list) => list.filter((s) => !only || s.name === only);
 const stdio = [];
-for (const s of stdioServers) stdio.push(await oneStdio(s));
-table('MCP over stdio', stdio);
+for (const s of pick(stdioServers)) stdio.push(await oneStdio(s));
+if (stdio.length) table('MCP over stdio', stdio);
 const http = [];
-for (const s of httpServers) http.push(await oneHttp(s));
-table('MCP over Streamable HTTP', http);
-for (const [label, res] of [['stdio', stdio], ['http', http]]) {
+for (const s of pick(httpServers)) http.push(await oneHttp(s));
+if (http.length) table('MCP over Streamable HTTP', http);
+for (const [label, res] of only ? [] : [['stdio', stdio], ['http', http]]) {
   const th = res[2];
   target(`${label}_p50`, `mcp ${label}, official client, sequential p50: toolhost over the trivial server`,
          th.p50_x_floor, 1.1, true);
