@@ -162,7 +162,9 @@ function target(key, what, ratio, limit, atMost) {
 }
 
 const cpu = (readFileSync('/proc/cpuinfo', 'utf8').match(/model name\s*:\s*(.*)/) || [])[1];
-console.log(`machine: ${os.cpus().length} cores online, ${cpu || 'unknown CPU'}, ` +
+const allowed = os.availableParallelism ? os.availableParallelism() : os.cpus().length;
+console.log(`machine: ${os.cpus().length} cores online, ${allowed} allowed` +
+            `${allowed === 1 ? ' (pinned: taskset -c 0)' : ''}, ${cpu || 'unknown CPU'}, ` +
             `load ${os.loadavg()[0].toFixed(2)}; node ${process.version}`);
 console.log(`official client: sequential ${SEQ} calls; ${PAR} calls, ${INFLIGHT} in flight`);
 // TH_BENCH_ONLY=NAME runs one server (no ratios, no targets).
