@@ -1,35 +1,86 @@
-// run.mjs - MCP over stdio, one client (the SDK's Client +
-// StdioClientTransport) against three servers with the same echo tool:
-//   toolhost   build/toolhost mcp -c configs/default.yaml (echo.so)
-//   sdk        the SDK's own McpServer on stdio (sdk_server.mjs)
-//   line       a trivial JSON-line server (line_server.mjs): the floor
-// For each: sequential calls (latency p50/p99) and 64 calls in flight
-// (throughput).  Prints a table with ratios to the floor and one JSON
-// line.  Usage: node bench/mcp/run.mjs [TOOLHOST] (TH_BENCH_QUICK=1: short).
+// run.mjs - MCP with the official client (the SDK's Client) against three
+// servers with the same echo tool, over stdio and over Streamable HTTP:
+//   stdio (StdioClientTransport):
+//     line       a trivial JSON-line server (line_server.mjs): the floor,
+//                the client's ceiling
+//     sdk        the SDK's own McpServer on stdio (sdk_server.mjs)
+//     toolhost   build/toolhost mcp -c configs/default.yaml
+//   Streamable HTTP (StreamableHTTPClientTransport):
+//     line-http      a trivial node:http JSON server (http_line_server.mjs)
+//     sdk-http       the SDK's StreamableHTTPServerTransport
+//                    (sdk_http_server.mjs)
+//     toolhost-http  build/toolhost serve with an http:// listen and a token
+// For each: sequential calls (latency p50/p99) and 32 calls in flight
+// (throughput).  Targets (issue 13): toolhost within 10% of the floor on
+// both figures, on both transports ("target: ..." lines, as bench_target()
+// prints them).  Prints a table with ratios to the floor and one JSON line.
+// Usage: node bench/mcp/run.mjs [TOOLHOST] (TH_BENCH_QUICK=1: short).
 import os from 'node:os';
+import net from 'node:net';
 import path from 'node:path';
-import { readFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { setMaxListeners } from 'node:events';
 import { root, sdk } from './sdk.mjs';
+
+setMaxListeners(0); // the SDK's HTTP client adds an abort listener per call
 
 const { Client } = await sdk('client/index.js');
 const { StdioClientTransport } = await sdk('client/stdio.js');
+const { StreamableHTTPClientTransport } = await sdk('client/streamableHttp.js');
 
 const quick = process.env.TH_BENCH_QUICK === '1';
-const SEQ = quick ? 300 : 3000, PAR = quick ? 1000 : 10000, INFLIGHT = 64;
+const SEQ = quick ? 300 : 3000, PAR = quick ? 1000 : 10000, INFLIGHT = 32;
 const bin = process.argv[2] || path.join(root, 'build/toolhost');
+const build = path.dirname(path.resolve(bin));
 const here = path.join(root, 'bench/mcp');
-const servers = [
+const TOKEN = 'mcp-bench-token-0123456789';
+
+const freePort = () => new Promise((resolve, reject) => {
+  const s = net.createServer();
+  s.once('error', reject);
+  s.listen(0, '127.0.0.1', () => { const p = s.address().port; s.close(() => resolve(p)); });
+});
+
+async function waitPort(port, child, name) {
+  for (let i = 0; i < 1000; i++) {
+    if (child.exitCode !== null) throw new Error(`${name}: exited before listening`);
+    const ok = await new Promise((resolve) => {
+      const c = net.connect(port, '127.0.0.1', () => { c.destroy(); resolve(true); });
+      c.once('error', () => resolve(false));
+    });
+    if (ok) return;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  throw new Error(`${name}: not listening on ${port}`);
+}
+
+const stdioServers = [
   { name: 'line', command: process.execPath, args: [path.join(here, 'line_server.mjs')] },
   { name: 'sdk', command: process.execPath, args: [path.join(here, 'sdk_server.mjs')] },
   { name: 'toolhost', command: bin,
     args: ['mcp', '-c', path.join(root, 'configs/default.yaml'), '--log-level', 'warn'] },
 ];
 
+// HTTP servers: start() spawns the server and returns { url, headers, stop }.
+const httpServers = [
+  { name: 'line-http', start: (port) => [process.execPath, [path.join(here, 'http_line_server.mjs'), String(port)]] },
+  { name: 'sdk-http', start: (port) => [process.execPath, [path.join(here, 'sdk_http_server.mjs'), String(port)]] },
+  { name: 'toolhost-http', token: TOKEN, start: (port, dir) => {
+      const cfg = path.join(dir, 'bench.yaml');
+      writeFileSync(cfg, [
+        'host:', '  log_level: warn',
+        `  listen: ["unix:${dir}/th.sock", "http://127.0.0.1:${port}/mcp"]`,
+        'plugins:', '  - name: echo', `    path: ${build}/plugins/echo.so`,
+        'mcp:', '  tokens:', '    - {user: bench, env: TH_BENCH_MCP_TOKEN}',
+        'toolsets:', '  - name: default', '    tools: ["*"]', ''].join('\n'));
+      return [bin, ['serve', '-c', cfg, '--log-level', 'warn']];
+    } },
+];
+
 function pct(a, p) { return a[Math.min(a.length - 1, Math.floor(a.length * p))]; }
 
-async function one(s) {
-  const client = new Client({ name: 'bench', version: '1' });
-  await client.connect(new StdioClientTransport({ command: s.command, args: s.args, stderr: 'ignore' }));
+async function measure(name, client) {
   const call = (i) => client.callTool({ name: 'echo', arguments: { text: `hello ${i}` } });
   for (let i = 0; i < 200; i++) await call(i); // warm up
   const lat = [];
@@ -37,34 +88,100 @@ async function one(s) {
     const t0 = process.hrtime.bigint();
     const r = await call(i);
     lat.push(Number(process.hrtime.bigint() - t0) / 1e3);
-    if (r.content[0].text !== `hello ${i}`) throw new Error(`${s.name}: bad answer`);
+    if (r.content[0].text !== `hello ${i}`) throw new Error(`${name}: bad answer`);
   }
   lat.sort((a, b) => a - b);
   const t0 = process.hrtime.bigint();
   let next = 0;
   await Promise.all(Array.from({ length: INFLIGHT }, async () => {
-    while (next < PAR) await call(next++);
+    while (next < PAR) {
+      const i = next++;
+      const r = await call(i);
+      if (r.content[0].text !== `hello ${i}`) throw new Error(`${name}: bad answer`);
+    }
   }));
   const secs = Number(process.hrtime.bigint() - t0) / 1e9;
-  await client.close();
-  return { name: s.name, p50_us: pct(lat, 0.5), p99_us: pct(lat, 0.99),
+  return { name, p50_us: pct(lat, 0.5), p99_us: pct(lat, 0.99),
            mean_us: lat.reduce((a, b) => a + b, 0) / lat.length, calls_s: PAR / secs };
 }
 
-const cpu = (readFileSync('/proc/cpuinfo', 'utf8').match(/model name\s*:\s*(.*)/) || [])[1];
-console.log(`machine: ${os.cpus().length} cores online, ${cpu || 'unknown CPU'}; node ${process.version}`);
-console.log(`sequential: ${SEQ} calls; parallel: ${PAR} calls, ${INFLIGHT} in flight`);
-const res = [];
-for (const s of servers) res.push(await one(s));
-const floor = res[0];
-console.log('server      p50 us   p99 us  mean us  x floor(p50)   calls/s  floor/calls_s');
-for (const r of res)
-  console.log(`${r.name.padEnd(10)} ${r.p50_us.toFixed(0).padStart(7)} ${r.p99_us.toFixed(0).padStart(8)} ` +
-              `${r.mean_us.toFixed(0).padStart(8)} ${(r.p50_us / floor.p50_us).toFixed(2).padStart(13)} ` +
-              `${r.calls_s.toFixed(0).padStart(9)} ${(floor.calls_s / r.calls_s).toFixed(2).padStart(14)}`);
-for (const r of res) {
-  r.p50_x_floor = r.p50_us / floor.p50_us;
-  r.floor_calls_s_x = floor.calls_s / r.calls_s;
+async function oneStdio(s) {
+  const client = new Client({ name: 'bench', version: '1' });
+  await client.connect(new StdioClientTransport({ command: s.command, args: s.args, stderr: 'ignore' }));
+  const r = await measure(s.name, client);
+  await client.close();
+  return r;
 }
-console.log(JSON.stringify({ bench: 'mcp', quick, seq: SEQ, par: PAR,
-                             inflight: INFLIGHT, results: res }));
+
+async function oneHttp(s) {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'th-mcp-bench-'));
+  const port = await freePort();
+  const [cmd, args] = s.start(port, dir);
+  const child = spawn(cmd, args, { stdio: 'ignore',
+                                   env: { ...process.env, TH_BENCH_MCP_TOKEN: TOKEN } });
+  try {
+    await waitPort(port, child, s.name);
+    const headers = s.token ? { Authorization: `Bearer ${s.token}` } : {};
+    const client = new Client({ name: 'bench', version: '1' });
+    await client.connect(new StreamableHTTPClientTransport(
+      new URL(`http://127.0.0.1:${port}/mcp`), { requestInit: { headers } }));
+    const r = await measure(s.name, client);
+    await client.close();
+    return r;
+  } finally {
+    child.kill('SIGTERM');
+    await new Promise((resolve) => {
+      if (child.exitCode !== null) return resolve();
+      const t = setTimeout(() => { child.kill('SIGKILL'); resolve(); }, 5000);
+      child.once('exit', () => { clearTimeout(t); resolve(); });
+    });
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+function table(title, res) {
+  const floor = res[0];
+  console.log(`\n${title}`);
+  console.log('server           p50 us   p99 us  mean us  x floor(p50)   calls/s  calls_s/floor');
+  for (const r of res) {
+    r.p50_x_floor = r.p50_us / floor.p50_us;
+    r.calls_s_x_floor = r.calls_s / floor.calls_s;
+    console.log(`${r.name.padEnd(15)} ${r.p50_us.toFixed(0).padStart(7)} ${r.p99_us.toFixed(0).padStart(8)} ` +
+                `${r.mean_us.toFixed(0).padStart(8)} ${r.p50_x_floor.toFixed(2).padStart(13)} ` +
+                `${r.calls_s.toFixed(0).padStart(9)} ${r.calls_s_x_floor.toFixed(2).padStart(14)}`);
+  }
+}
+
+// As bench/bench.h's bench_target() prints it.
+const targets = {};
+function target(key, what, ratio, limit, atMost) {
+  const met = atMost ? ratio <= limit : ratio >= limit;
+  console.log(`target: ${what}: ${met ? 'met' : 'NOT met'} (ratio ${ratio.toFixed(2)}x, ` +
+              `target ${atMost ? '<=' : '>='} ${limit}x)`);
+  targets[`target_${key}`] = { ratio, limit, met };
+}
+
+const cpu = (readFileSync('/proc/cpuinfo', 'utf8').match(/model name\s*:\s*(.*)/) || [])[1];
+const allowed = os.availableParallelism ? os.availableParallelism() : os.cpus().length;
+console.log(`machine: ${os.cpus().length} cores online, ${allowed} allowed` +
+            `${allowed === 1 ? ' (pinned: taskset -c 0)' : ''}, ${cpu || 'unknown CPU'}, ` +
+            `load ${os.loadavg()[0].toFixed(2)}; node ${process.version}`);
+console.log(`official client: sequential ${SEQ} calls; ${PAR} calls, ${INFLIGHT} in flight`);
+// TH_BENCH_ONLY=NAME runs one server (no ratios, no targets).
+const only = process.env.TH_BENCH_ONLY;
+const pick = (list) => list.filter((s) => !only || s.name === only);
+const stdio = [];
+for (const s of pick(stdioServers)) stdio.push(await oneStdio(s));
+if (stdio.length) table('MCP over stdio', stdio);
+const http = [];
+for (const s of pick(httpServers)) http.push(await oneHttp(s));
+if (http.length) table('MCP over Streamable HTTP', http);
+for (const [label, res] of only ? [] : [['stdio', stdio], ['http', http]]) {
+  const th = res[2];
+  target(`${label}_p50`, `mcp ${label}, official client, sequential p50: toolhost over the trivial server`,
+         th.p50_x_floor, 1.1, true);
+  target(`${label}_calls`, `mcp ${label}, official client, ${INFLIGHT} in flight: toolhost calls/s over the trivial server's`,
+         th.calls_s_x_floor, 0.9, false);
+}
+console.log(JSON.stringify({ bench: 'mcp', quick, load1: os.loadavg()[0], seq: SEQ, par: PAR,
+                             inflight: INFLIGHT, stdio, http, ...targets }));

@@ -79,6 +79,8 @@ struct th_mcp_http {
     char (*paths)[256]; /* the routes' paths */
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    pthread_cond_t reaper_cv; /* the reaper's own: cv is broadcast on
+                                 every message, which woke it each time */
     hsess *sessions;
     unsigned n_sessions;
     bool closing;
@@ -93,8 +95,15 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+static void cv_wait_on(th_mcp_http *f, pthread_cond_t *cv, int64_t ms);
+
 /* Waits on f->cv at most ms (f->mu held). */
 static void cv_wait_ms(th_mcp_http *f, int64_t ms)
+{
+    cv_wait_on(f, &f->cv, ms);
+}
+
+static void cv_wait_on(th_mcp_http *f, pthread_cond_t *cv, int64_t ms)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -106,7 +115,7 @@ static void cv_wait_ms(th_mcp_http *f, int64_t ms)
         ts.tv_sec++;
         ts.tv_nsec -= 1000000000;
     }
-    pthread_cond_timedwait(&f->cv, &f->mu, &ts);
+    pthread_cond_timedwait(cv, &f->mu, &ts);
 }
 
 /* ---- streams ------------------------------------------------------------------ */
@@ -216,21 +225,42 @@ static stream *find_post(hsess *s, const char *key)
     return NULL;
 }
 
+static void send_text(hsess *s, const char *text, size_t len, bool response,
+                      const json_t *req);
+
 static void t_send(void *ud, const json_t *msg, const json_t *req)
 {
     hsess *s = ud;
-    th_mcp_http *f = s->f;
-    char *text = json_dumps(msg, JSON_COMPACT);
-    char *key = req ? json_dumps(req, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
-    if (!text || (req && !key)) {
+    th_buf b;
+    th_buf_init(&b);
+    if (mcp_json_append(&b, msg) != 0) {
         th_log_warn("mcp http: session %.8s: out of memory; a message is "
                     "lost", s->id);
-        free(text);
-        free(key);
+        th_buf_destroy(&b);
         return;
     }
-    size_t len = strlen(text);
-    bool response = !json_object_get(msg, "method");
+    send_text(s, (const char *)b.data, b.len, !json_object_get(msg, "method"),
+              req);
+    th_buf_destroy(&b);
+}
+
+/* A response as text (the core's send_text). */
+static void t_send_text(void *ud, const char *text, size_t len,
+                        const json_t *req)
+{
+    send_text(ud, text, len, true, req);
+}
+
+static void send_text(hsess *s, const char *text, size_t len, bool response,
+                      const json_t *req)
+{
+    th_mcp_http *f = s->f;
+    char *key = req ? json_dumps(req, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    if (req && !key) {
+        th_log_warn("mcp http: session %.8s: out of memory; a message is "
+                    "lost", s->id);
+        return;
+    }
     owed *ow = NULL;
     if (key && response && (ow = malloc(sizeof *ow)) &&
         !(ow->key = strdup(key))) {
@@ -250,7 +280,7 @@ static void t_send(void *ud, const json_t *msg, const json_t *req)
                          s->id, key);
         } else if (!st->first_seen) {
             st->first_seen = true;
-            st->first_is_response = !json_object_get(msg, "method");
+            st->first_is_response = response;
             st->sse = !st->first_is_response;
             queue_put(st, text, len, st->sse);
         } else if (st->sse && !st->done) {
@@ -274,7 +304,6 @@ static void t_send(void *ud, const json_t *msg, const json_t *req)
     }
     pthread_cond_broadcast(&f->cv);
     pthread_mutex_unlock(&f->mu);
-    free(text);
     free(key);
 }
 
@@ -361,7 +390,8 @@ static hsess *sess_get(th_mcp_http *f, const char *id, const char *user)
 }
 
 static const th_mcp_transport transport = {.send = t_send,
-                                           .request_done = t_request_done};
+                                           .request_done = t_request_done,
+                                           .send_text = t_send_text};
 
 /* A new session for `user` in the table, with a reference for the caller;
  * NULL with *status (503: too many sessions, 500). */
@@ -407,6 +437,9 @@ static hsess *sess_new(th_mcp_http *f, const char *user, unsigned *status)
     memset(&o, 0, sizeof o);
     o.max_message = (size_t)f->mc->max_body;
     o.http = true;
+    /* The connection's own thread feeds the session and then waits for
+     * the answer anyway: a short call runs right there. */
+    o.run_short = true;
     pthread_mutex_lock(&f->mu);
     bool full = f->n_sessions >= f->mc->max_sessions;
     if (!full)
@@ -458,7 +491,7 @@ static void *reaper_main(void *arg)
     int64_t tick = idle / 4 < 1000 ? (idle / 4 > 10 ? idle / 4 : 10) : 1000;
     pthread_mutex_lock(&f->mu);
     while (!f->closing) {
-        cv_wait_ms(f, tick);
+        cv_wait_on(f, &f->reaper_cv, tick);
         int64_t now = now_ms();
         for (;;) {
             hsess *victim = NULL;
@@ -688,12 +721,21 @@ static void input(hsess *s, const char *text, size_t len)
     pthread_mutex_unlock(&s->in_mu);
 }
 
+/* The POST's message, parsed once (do_post). */
+static void input_value(hsess *s, json_t *msg)
+{
+    pthread_mutex_lock(&s->in_mu);
+    th_mcp_session_input_value(s->m, msg);
+    pthread_mutex_unlock(&s->in_mu);
+}
+
 /* A whole POST body: one JSON-RPC message. */
 static enum MHD_Result do_post(th_mcp_http *f, struct MHD_Connection *c,
                                hreq *q)
 {
     json_error_t je;
-    json_t *msg = json_loadb(q->body ? q->body : "", q->len, 0, &je);
+    json_t *msg = json_loadb(q->body ? q->body : "", q->len, JSON_ALLOW_NUL,
+                             &je);
     if (!msg || !json_is_object(msg))
         th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_PROTOCOL_ERROR);
     if (!msg)
@@ -752,14 +794,13 @@ static enum MHD_Result do_post(th_mcp_http *f, struct MHD_Connection *c,
     }
     enum MHD_Result rc;
     if (!is_request) {
+        input_value(s, msg);
         json_decref(msg);
-        input(s, q->body, q->len);
         rc = th_http_reply(c, MHD_HTTP_ACCEPTED, NULL, "", NULL, NULL);
         sess_unref(s);
         return rc;
     }
     char *key = json_dumps(id, JSON_COMPACT | JSON_ENCODE_ANY);
-    json_decref(msg);
     pthread_mutex_lock(&f->mu);
     stream *st = key && !find_post(s, key) ? stream_new(s, ST_POST, key)
                                            : NULL;
@@ -767,13 +808,15 @@ static enum MHD_Result do_post(th_mcp_http *f, struct MHD_Connection *c,
     if (!st) {
         bool dup = key != NULL;
         free(key);
+        json_decref(msg);
         sess_unref(s);
         return dup ? reply_rpc_error(c, 409, -32600,
                                      "Invalid Request: a request with this "
                                      "id is in flight")
                    : MHD_NO;
     }
-    input(s, q->body, q->len);
+    input_value(s, msg);
+    json_decref(msg);
     /* Decide on the first message: JSON when it is the response, SSE
      * when something comes first.  A client that hangs up meanwhile (a
      * long call without progress) cancels its request, as
@@ -1126,6 +1169,7 @@ int th_mcp_http_start(th_host *h, const th_config *cfg, th_mcp_http **out,
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&f->cv, &ca);
+    pthread_cond_init(&f->reaper_cv, &ca);
     pthread_condattr_destroy(&ca);
     f->srv = calloc(cfg->host.n_listen_http, sizeof *f->srv);
     f->paths = calloc(cfg->host.n_listen_http, sizeof *f->paths);
@@ -1189,6 +1233,7 @@ void th_mcp_http_stop(th_mcp_http *f)
         for (stream *st = s->streams; st; st = st->next)
             st->done = true;
     pthread_cond_broadcast(&f->cv);
+    pthread_cond_broadcast(&f->reaper_cv);
     pthread_mutex_unlock(&f->mu);
     if (f->reaper_started)
         pthread_join(f->reaper, NULL);
@@ -1210,6 +1255,7 @@ void th_mcp_http_stop(th_mcp_http *f)
     free(f->paths);
     mcfg_free(&f->mcfg);
     pthread_cond_destroy(&f->cv);
+    pthread_cond_destroy(&f->reaper_cv);
     pthread_mutex_destroy(&f->mu);
     free(f);
 }

@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "th/buf.h"
 #include "th/err.h"
 #include "th/host.h"
 
@@ -42,6 +43,13 @@ typedef struct th_mcp_transport {
      * tasks/result.  Never for notifications, responses, or messages
      * without a usable id (those errors go out with id null). */
     void (*request_done)(void *ud, const json_t *req);
+    /* Optional: sends one response (a message with result or error, no
+     * method) given as its compact JSON text (len bytes, no newline,
+     * valid UTF-8), the same as send() of that value; the session uses it
+     * for answers it writes without building a JSON tree (a plain
+     * tools/call result).  NULL: always send(). */
+    void (*send_text)(void *ud, const char *text, size_t len,
+                      const json_t *req);
 } th_mcp_transport;
 
 typedef struct th_mcp_opts {
@@ -49,6 +57,10 @@ typedef struct th_mcp_opts {
     size_t max_message;  /* bytes; 0: 16 MiB */
     bool http;           /* the transport is Streamable HTTP (what the
                             session may tell clients) */
+    bool run_short;      /* the thread of th_mcp_session_input() may run a
+                            short sync call itself (no hand-off to a
+                            worker): a tool measured short (docs/mcp.md,
+                            "Speed") runs inline there */
 } th_mcp_opts;
 
 /* The default of th_mcp_opts.max_message (host key mcp_max_message). */
@@ -66,6 +78,10 @@ th_mcp_session *th_mcp_session_new(th_host *h, const th_principal *who,
  * request) itself.  A message longer than max_message is answered with an
  * error without being parsed.  From one thread at a time. */
 void th_mcp_session_input(th_mcp_session *m, const char *text, size_t len);
+/* The same for a message the transport has parsed already (with
+ * JSON_DECODE_ANY | JSON_ALLOW_NUL, within max_message): borrowed, not
+ * parsed a second time. */
+void th_mcp_session_input_value(th_mcp_session *m, json_t *msg);
 /* The negotiated protocol version once initialize succeeded, else NULL. */
 const char *th_mcp_session_version(const th_mcp_session *m);
 /* Calls not yet answered (tasks included).  Any thread. */
@@ -76,6 +92,13 @@ bool th_mcp_session_drain(th_mcp_session *m, int64_t timeout_ms);
 /* Ends the session: cancels its calls, waits within the host's grace; no
  * transport callback runs after it returns. */
 void th_mcp_session_free(th_mcp_session *m);
+
+/* Appends the compact JSON text of j to b (mcp_json.c): the text
+ * json_dumps(JSON_COMPACT) makes, faster.  0, or -1 (out of memory, a
+ * value JSON cannot hold) with b as it was. */
+int mcp_json_append(th_buf *b, const json_t *j);
+/* Appends s[0..n) (valid UTF-8) as a JSON string.  0 or -1. */
+int mcp_json_append_string(th_buf *b, const char *s, size_t n);
 
 /* MCP over stdio (stdio.c): newline-delimited JSON-RPC read from in_fd and
  * written to out_fd, one session for `who`, on a libuv loop with

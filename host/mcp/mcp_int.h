@@ -51,6 +51,10 @@ typedef struct mcp_call {
     bool structured;         /* the tool declares an object output schema:
                                 structuredContent */
     uint64_t call_id;        /* 0 until th_call_start returned (or asked) */
+    int64_t t0_ns;           /* when th_call_start was called */
+    bool inline_try;         /* started with may_block (a short tool) */
+    bool ended_inline;       /* the final result came inside th_call_start
+                                on the input thread (not a worker sample) */
     double last_progress;
     bool started;            /* th_call_start returned */
     bool finished;           /* the final event arrived */
@@ -70,6 +74,18 @@ typedef struct mcp_call {
     int64_t created_ms, updated_ms, ttl_ms;
     struct mcp_call *next;
 } mcp_call;
+
+/* How long a sync tool takes, as this session saw it: whether it may run
+ * on the input thread (run_short).  Under m->mu. */
+#define MCP_SPEED_SLOTS 32
+typedef struct mcp_speed {
+    char name[64];           /* "" : free */
+    bool short_ok;           /* run it inline */
+    uint8_t fast;            /* fast runs seen on workers in a row */
+    uint8_t slow;            /* slow runs on the input thread in a row */
+    int64_t backoff_ns;      /* after a demotion: wait before a retry */
+    int64_t retry_ns;        /* when to try it inline again (0: no) */
+} mcp_speed;
 
 struct th_mcp_session {
     th_host *h;
@@ -104,6 +120,11 @@ struct th_mcp_session {
                                 tasks this session started are visible */
     bool deferred;           /* input thread: the request being dispatched
                                 is answered later (request_done then) */
+    bool run_short;          /* th_mcp_opts.run_short */
+    int drain_waiters;       /* threads in th_mcp_session_drain (the end
+                                of a call wakes cv only for them, not the
+                                timer thread on every call) */
+    mcp_speed speed[MCP_SPEED_SLOTS];
 };
 
 typedef struct mcp_ask {     /* an elicitation/create we sent */
@@ -125,6 +146,18 @@ json_t *mcp_tool_result(const th_result *r, const char *tool,
                         uint64_t call_id, uint32_t out_type,
                         bool structured, bool elicitation);
 json_t *mcp_tool_error(const char *tool, int code, const char *message);
+/* The whole response to a tools/call as text when the result is plain
+ * (done, text stdout, no structuredContent): 0; 1 not plain; -1 no
+ * memory. */
+int mcp_tool_result_text(th_buf *b, const json_t *id, const th_result *r,
+                         uint64_t call_id, uint32_t out_type,
+                         bool structured);
+
+/* mcp_json.c: appends the JSON text of msgpack value data[0..len), as
+ * th_json_from_msgpack_lossy() then mcp_json_append() would write it.
+ * 0; 1: a value the tree treats in its own way (use the tree); -1: no
+ * memory.  b is as it was unless 0. */
+int mcp_json_append_msgpack(th_buf *b, const uint8_t *data, size_t len);
 
 /* mcp_tasks.c: the tasks/... methods over the session's task records. */
 json_t *mcp_task_json(const mcp_call *c);

@@ -204,3 +204,56 @@ fail_nocontent:
     json_decref(res);
     return NULL;
 }
+
+/* The JSON-RPC response of a plain result straight as text, the same text
+ * that mcp_send_result() of mcp_tool_result() writes, without building a
+ * JSON tree: done, text stdout (valid UTF-8), no structuredContent.
+ * 0; 1: not plain (build the tree); -1: out of memory. */
+int mcp_tool_result_text(th_buf *b, const json_t *id, const th_result *r,
+                         uint64_t call_id, uint32_t out_type,
+                         bool structured)
+{
+    if (r->kind != TH_RESULT_DONE || out_type == TOOLHOST_SEM_BINARY ||
+        (structured && r->ok && r->out_len))
+        return 1;
+    bool err_block = !r->ok && r->err_len;
+    if ((r->out_len && !th_utf8_valid(r->out, r->out_len)) ||
+        (err_block && !th_utf8_valid(r->err, r->err_len)))
+        return 1;
+    if (th_buf_reserve(b, 160 + r->out_len + r->err_len) != 0)
+        return -1;
+    int rc = th_buf_puts(b, "{\"jsonrpc\":\"2.0\",\"id\":");
+    rc |= mcp_json_append(b, id ? id : json_null());
+    rc |= th_buf_puts(b, ",\"result\":{\"content\":[{\"type\":\"text\","
+                         "\"text\":");
+    rc |= mcp_json_append_string(b, r->out_len ? (const char *)r->out : "",
+                                 r->out_len);
+    if (err_block) {
+        rc |= th_buf_puts(b, "},{\"type\":\"text\",\"text\":");
+        rc |= mcp_json_append_string(b, (const char *)r->err, r->err_len);
+    }
+    rc |= th_buf_printf(b, "}],\"isError\":%s,\"_meta\":{\"toolhost/call_id\":"
+                           "%llu",
+                        r->ok ? "false" : "true",
+                        (unsigned long long)call_id) < 0;
+    if (r->meta) {
+        size_t at = b->len;
+        rc |= th_buf_puts(b, ",\"toolhost/meta\":");
+        int m = rc ? -1 : mcp_json_append_msgpack(b, r->meta, r->meta_len);
+        if (m < 0)
+            rc = -1;
+        if (m == 1) { /* the tree's own way */
+            b->len = at;
+            th_error err;
+            json_t *meta = th_json_from_msgpack_lossy(r->meta, r->meta_len,
+                                                      &err);
+            if (meta) {
+                rc |= th_buf_puts(b, ",\"toolhost/meta\":");
+                rc |= mcp_json_append(b, meta);
+                json_decref(meta);
+            }
+        }
+    }
+    rc |= th_buf_puts(b, "}}}");
+    return rc ? -1 : 0;
+}

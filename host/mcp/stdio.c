@@ -4,7 +4,12 @@
  *
  * Output: every message is one line written whole under a mutex, from
  * whatever thread produced it (the loop, a worker, the notifier), with a
- * blocking write (poll() when the fd is non-blocking).  A client that
+ * blocking write (poll() when the fd is non-blocking).  The lines the loop
+ * thread produces while it handles one read of input (answers of calls it
+ * ran itself: th_mcp_opts.run_short) are gathered and written with one
+ * write() at the end of that read (or once 256 KiB are pending); a line
+ * from any other thread first writes out what is pending, so lines leave
+ * in the order they were made.  A client that
  * stops reading stdout therefore holds back the threads that answer it
  * (and, once one of them holds the session's lock, the loop too): like
  * any stdio server, this one needs a client that reads what it asked for.
@@ -54,8 +59,25 @@ typedef struct mcp_stdio {
     size_t max;
     int64_t grace_ms;       /* host.shutdown_grace */
     bool input_ended;       /* under wmu */
+    th_buf out;             /* under wmu: lines of the loop thread not yet
+                               written (see the top of the file) */
+    int64_t out_t0;         /* under wmu: when out became non-empty */
     char rbuf[65536];
 } mcp_stdio;
+
+#define OUT_FLUSH_AT ((size_t)256 << 10)
+#define OUT_HOLD_NS 1000000 /* pending lines wait at most ~1 ms */
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The session whose input the loop thread is handling now: its lines wait
+ * in x->out for the end of the read. */
+static __thread mcp_stdio *tl_feeding;
 
 /* Whether the client is done sending (end of input seen, or its end of
  * the input pipe or socket closed: seen even while the loop is stuck in a
@@ -107,29 +129,114 @@ static int write_all(mcp_stdio *x, const char *p, size_t n)
     return 0;
 }
 
-static void tr_send(void *ud, const json_t *msg, const json_t *req)
+/* Writes the pending lines, then p[0..n) (wmu held).  False when the
+ * output broke (now or before). */
+static bool out_write_locked(mcp_stdio *x, const char *p, size_t n)
 {
-    (void)req;
-    mcp_stdio *x = ud;
-    char *txt = json_dumps(msg, JSON_COMPACT);
-    if (!txt) {
+    if (x->broken)
+        return false;
+    bool fail = false;
+    if (x->out.len) {
+        fail = write_all(x, (const char *)x->out.data, x->out.len) != 0;
+        th_buf_reset(&x->out);
+        if (x->out.cap > OUT_FLUSH_AT * 4) {
+            th_buf_destroy(&x->out);
+            th_buf_init(&x->out);
+        }
+    }
+    if (!fail && n)
+        fail = write_all(x, p, n) != 0;
+    if (fail) {
+        x->broken = true;
+        if (!x->wake_closed)
+            uv_async_send(&x->wake);
+        th_log_warn("mcp stdio: cannot write to the client: stopping");
+    }
+    return !fail;
+}
+
+/* Appends msg as one line to b.  0 or -1 (b as it was). */
+static int out_dump(th_buf *b, const json_t *msg)
+{
+    if (mcp_json_append(b, msg) != 0)
+        return -1;
+    if (th_buf_append(b, "\n", 1) != 0) {
+        return -1;
+    }
+    return 0;
+}
+
+/* The loop thread: writes what its lines of the last read left pending
+ * (`old_only`: only when they have waited OUT_HOLD_NS: a read of many
+ * lines whose calls take a while does not hold the first answers back). */
+static void out_flush(mcp_stdio *x, bool old_only)
+{
+    pthread_mutex_lock(&x->wmu);
+    if (x->out.len && (!old_only || now_ns() - x->out_t0 >= OUT_HOLD_NS))
+        out_write_locked(x, NULL, 0);
+    pthread_mutex_unlock(&x->wmu);
+}
+
+/* Appends one line to the pending lines (wmu held): the loop thread
+ * handling input leaves it there for the end of the read (or until
+ * OUT_FLUSH_AT); any other thread writes everything pending at once. */
+static void out_line_locked(mcp_stdio *x, const char *p, size_t n)
+{
+    if (x->broken)
+        return;
+    size_t at = x->out.len;
+    if (!at)
+        x->out_t0 = now_ns();
+    if (th_buf_reserve(&x->out, n + 1) != 0) {
         th_log_error("mcp stdio: out of memory writing a message");
         return;
     }
-    size_t n = strlen(txt);
-    txt[n] = '\n'; /* json_dumps ends with '\0': reuse it for the newline */
+    memcpy(x->out.data + at, p, n);
+    x->out.data[at + n] = '\n';
+    x->out.len = at + n + 1;
+    if (tl_feeding != x || x->out.len >= OUT_FLUSH_AT)
+        out_write_locked(x, NULL, 0);
+}
+
+static void tr_send_text(void *ud, const char *text, size_t len,
+                         const json_t *req)
+{
+    (void)req;
+    mcp_stdio *x = ud;
     pthread_mutex_lock(&x->wmu);
-    bool fail = false;
-    if (!x->broken && write_all(x, txt, n + 1) != 0) {
-        x->broken = true;
-        fail = true;
-    }
-    if (fail && !x->wake_closed)
-        uv_async_send(&x->wake);
+    out_line_locked(x, text, len);
     pthread_mutex_unlock(&x->wmu);
-    free(txt);
-    if (fail)
-        th_log_warn("mcp stdio: cannot write to the client: stopping");
+}
+
+static void tr_send(void *ud, const json_t *msg, const json_t *req)
+{
+    mcp_stdio *x = ud;
+    if (tl_feeding == x) {
+        /* The loop thread, handling input: encoded straight into the
+         * pending lines. */
+        pthread_mutex_lock(&x->wmu);
+        size_t at = x->out.len;
+        if (!at)
+            x->out_t0 = now_ns();
+        if (!x->broken && out_dump(&x->out, msg) != 0) {
+            x->out.len = at;
+            th_log_error("mcp stdio: out of memory writing a message");
+        }
+        if (x->out.len >= OUT_FLUSH_AT)
+            out_write_locked(x, NULL, 0);
+        pthread_mutex_unlock(&x->wmu);
+        return;
+    }
+    /* Another thread: encoded outside the lock. */
+    th_buf b;
+    th_buf_init(&b);
+    if (mcp_json_append(&b, msg) != 0) {
+        th_buf_destroy(&b);
+        th_log_error("mcp stdio: out of memory writing a message");
+        return;
+    }
+    tr_send_text(x, (const char *)b.data, b.len, req);
+    th_buf_destroy(&b);
 }
 
 static void begin_stop(mcp_stdio *x, const char *why)
@@ -218,8 +325,10 @@ static void feed(mcp_stdio *x, const char *p, size_t n)
         size_t i = 0;
         while (i < len && (x->line.data[i] == ' ' || x->line.data[i] == '\t'))
             i++;
-        if (i < len)
+        if (i < len) {
             th_mcp_session_input(x->m, (const char *)x->line.data, len);
+            out_flush(x, true);
+        }
         th_buf_reset(&x->line);
         if (x->line.cap > ((size_t)1 << 20)) {
             th_buf_destroy(&x->line);
@@ -232,7 +341,10 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     mcp_stdio *x = s->data;
     if (nread > 0) {
+        tl_feeding = x;
         feed(x, buf->base, (size_t)nread);
+        tl_feeding = NULL;
+        out_flush(x, false);
         return;
     }
     if (nread == UV_EOF) {
@@ -268,7 +380,10 @@ static void on_fs_read(uv_fs_t *req)
     uv_fs_req_cleanup(req);
     x->fs_busy = false;
     if (n > 0) {
+        tl_feeding = x;
         feed(x, x->rbuf, (size_t)n);
+        tl_feeding = NULL;
+        out_flush(x, false);
         if (!x->stopping)
             fs_read_next(x);
         return;
@@ -321,10 +436,17 @@ int th_mcp_stdio_run(th_host *h, const th_principal *who,
         return th_error_set(err, TH_EIO, "event loop: %s", uv_strerror(rc));
     }
     signal(SIGPIPE, SIG_IGN);
-    th_mcp_transport t = {.send = tr_send, .request_done = NULL};
-    x->m = th_mcp_session_new(h, who, &t, x, o, err);
+    th_mcp_transport t = {.send = tr_send, .request_done = NULL,
+                          .send_text = tr_send_text};
+    /* One client, and its input is read on this loop only: a short sync
+     * call runs right here (th_mcp_opts.run_short). */
+    th_mcp_opts so = o ? *o : (th_mcp_opts){0};
+    so.run_short = true;
+    th_buf_init(&x->out);
+    x->m = th_mcp_session_new(h, who, &t, x, &so, err);
     if (!x->m) {
         rc = err ? err->code : TH_ENOMEM;
+        th_buf_destroy(&x->out);
         uv_loop_close(&x->loop);
         pthread_mutex_destroy(&x->wmu);
         free(x);
@@ -365,6 +487,7 @@ int th_mcp_stdio_run(th_host *h, const th_principal *who,
         uv_loop_close(&x->loop);
         th_mcp_session_free(x->m);
         th_buf_destroy(&x->line);
+        th_buf_destroy(&x->out);
         pthread_mutex_destroy(&x->wmu);
         free(x);
         return TH_EIO;
@@ -401,6 +524,7 @@ int th_mcp_stdio_run(th_host *h, const th_principal *who,
         th_log_warn("mcp stdio: event loop closed with handles open: %s",
                     uv_strerror(rc));
     th_buf_destroy(&x->line);
+    th_buf_destroy(&x->out);
     pthread_mutex_destroy(&x->wmu);
     free(x);
     return 0;

@@ -5,13 +5,17 @@
  * no request_done; nothing is called after th_mcp_session_free(). */
 #include <CUnit/CUnit.h>
 #include <jansson.h>
+#include <math.h>
+#include <msgpack.h>
 #include <pthread.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "../../host/mcp/mcp.h"
+#include "../../host/mcp/mcp_int.h"
 #include "common/th_test.h"
 #include "th/config.h"
+#include "th/json.h"
 #include "th/log.h"
 
 typedef struct cap {
@@ -242,10 +246,224 @@ static void test_principal_user_and_toolset(void)
     th_host_close(h);
 }
 
+/* mcp_json_append writes what json_dumps(JSON_COMPACT) writes. */
+static void test_json_text_same_as_jansson(void)
+{
+    static const char *const cases[] = {
+        "{}", "[]", "\"\"", "0", "-1", "9223372036854775807",
+        "-9223372036854775808", "1.5", "-0.25", "1e300", "3.0", "1e-5",
+        "-2.5e-300", "123456789012345678.0", "true",
+        "false", "null",
+        "{\"a\":[1,2,{\"b\":null}],\"c\":\"x\\\"y\\\\z\"}",
+        "\"tab\\tnl\\ncr\\rbs\\bff\\f ctl\\u0001\\u001f del\\u007f\"",
+        "\"h\u00e9llo \u20ac \U0001F600 / </script>\"",
+        "{\"nul\":\"a\\u0000b\"}",
+        "[[[[[[[[[[\"deep\"]]]]]]]]]]",
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        json_error_t je;
+        json_t *j = json_loads(cases[i], JSON_DECODE_ANY | JSON_ALLOW_NUL,
+                               &je);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+        size_t want_len = json_dumpb(j, NULL, 0,
+                                     JSON_COMPACT | JSON_ENCODE_ANY);
+        char *want = malloc(want_len + 1);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(want);
+        json_dumpb(j, want, want_len, JSON_COMPACT | JSON_ENCODE_ANY);
+        th_buf b;
+        th_buf_init(&b);
+        CU_ASSERT_EQUAL(th_buf_puts(&b, "<"), 0);
+        CU_ASSERT_EQUAL(mcp_json_append(&b, j), 0);
+        CU_ASSERT_EQUAL(b.len, want_len + 1);
+        if (b.len != want_len + 1 || memcmp(b.data + 1, want, want_len) != 0)
+            fprintf(stderr, "\ncase %zu: want %.*s got %.*s\n", i,
+                    (int)want_len, want, (int)b.len - 1,
+                    (const char *)b.data + 1);
+        else
+            CU_PASS("same text");
+        CU_ASSERT(b.len == want_len + 1 &&
+                  memcmp(b.data + 1, want, want_len) == 0);
+        th_buf_destroy(&b);
+        free(want);
+        json_decref(j);
+    }
+}
+
+/* The text answer of a plain result (mcp_tool_result_text) is the text of
+ * the tree answer (mcp_tool_result wrapped as mcp_send_result does); a
+ * result that is not plain is refused (1). */
+static void test_result_text_same_as_tree(void)
+{
+    static const uint8_t meta[] = {0x81, 0xa1, 'k', 0x92, 0x01, 0xc3};
+    th_result rs[] = {
+        {.kind = TH_RESULT_DONE, .ok = true, .out = (const uint8_t *)"hi",
+         .out_len = 2},
+        {.kind = TH_RESULT_DONE, .ok = true},
+        {.kind = TH_RESULT_DONE, .ok = false,
+         .out = (const uint8_t *)"o\"ut\n", .out_len = 5,
+         .err = (const uint8_t *)"bad \xc3\xa9", .err_len = 6,
+         .meta = meta, .meta_len = sizeof meta},
+        {.kind = TH_RESULT_DONE, .ok = true,
+         .out = (const uint8_t *)"\x01\x1f\\", .out_len = 3,
+         .meta = meta, .meta_len = sizeof meta},
+    };
+    json_t *ids[] = {json_integer(7), json_string("a\"b"), json_integer(-3),
+                     json_string("")};
+    for (size_t i = 0; i < sizeof rs / sizeof *rs; i++) {
+        th_buf b;
+        th_buf_init(&b);
+        CU_ASSERT_EQUAL(mcp_tool_result_text(&b, ids[i], &rs[i], 42 + i,
+                                             TOOLHOST_SEM_TEXT, false),
+                        0);
+        json_t *res = mcp_tool_result(&rs[i], "t", 42 + i, TOOLHOST_SEM_TEXT,
+                                      false, false);
+        json_t *msg = json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id",
+                                ids[i], "result", res);
+        char *want = json_dumps(msg, JSON_COMPACT);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(want);
+        CU_ASSERT(b.len == strlen(want) &&
+                  memcmp(b.data, want, b.len) == 0);
+        if (b.len != strlen(want) || memcmp(b.data, want, b.len) != 0)
+            fprintf(stderr, "\nresult %zu:\nwant %s\ngot  %.*s\n", i, want,
+                    (int)b.len, (const char *)b.data);
+        free(want);
+        json_decref(msg);
+        th_buf_destroy(&b);
+    }
+    /* Not plain: binary stdout, structured content, ill-formed UTF-8, an
+     * error result. */
+    th_buf b;
+    th_buf_init(&b);
+    CU_ASSERT_EQUAL(mcp_tool_result_text(&b, ids[0], &rs[0], 1,
+                                         TOOLHOST_SEM_BINARY, false),
+                    1);
+    CU_ASSERT_EQUAL(mcp_tool_result_text(&b, ids[0], &rs[0], 1,
+                                         TOOLHOST_SEM_TEXT, true),
+                    1);
+    th_result bad = {.kind = TH_RESULT_DONE, .ok = true,
+                     .out = (const uint8_t *)"\xff", .out_len = 1};
+    CU_ASSERT_EQUAL(mcp_tool_result_text(&b, ids[0], &bad, 1,
+                                         TOOLHOST_SEM_TEXT, false),
+                    1);
+    th_result er = {.kind = TH_RESULT_ERROR, .error = TH_EARGS,
+                    .message = "no"};
+    CU_ASSERT_EQUAL(mcp_tool_result_text(&b, ids[0], &er, 1,
+                                         TOOLHOST_SEM_TEXT, false),
+                    1);
+    CU_ASSERT_EQUAL(b.len, 0);
+    th_buf_destroy(&b);
+    for (size_t i = 0; i < sizeof ids / sizeof *ids; i++)
+        json_decref(ids[i]);
+}
+
+/* mcp_json_append_msgpack writes what the tree (th_json_from_msgpack_lossy
+ * + mcp_json_append) writes, or gives up (1) where the tree has its own
+ * way; the caller then uses the tree. */
+static void test_msgpack_text_same_as_tree(void)
+{
+    for (int k = 0; k < 9; k++) {
+        msgpack_sbuffer sb;
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        int want_rc = 0;
+        switch (k) {
+        case 0: /* the core's output meta shape */
+            msgpack_pack_map(&pk, 2);
+            msgpack_pack_str_with_body(&pk, "truncated", 9);
+            msgpack_pack_false(&pk);
+            msgpack_pack_str_with_body(&pk, "n", 1);
+            msgpack_pack_array(&pk, 4);
+            msgpack_pack_int64(&pk, -5);
+            msgpack_pack_uint64(&pk, 18);
+            msgpack_pack_double(&pk, 0.1);
+            msgpack_pack_nil(&pk);
+            break;
+        case 1: /* ill-formed UTF-8 in a value, bin, float32, NaN */
+            msgpack_pack_array(&pk, 4);
+            msgpack_pack_str_with_body(&pk, "a\xff\"b\n", 5);
+            msgpack_pack_bin_with_body(&pk, "bin", 3);
+            msgpack_pack_float(&pk, 1.5f);
+            msgpack_pack_double(&pk, NAN);
+            break;
+        case 2: /* empty containers and strings */
+            msgpack_pack_map(&pk, 2);
+            msgpack_pack_str_with_body(&pk, "", 0);
+            msgpack_pack_array(&pk, 0);
+            msgpack_pack_str_with_body(&pk, "m", 1);
+            msgpack_pack_map(&pk, 0);
+            break;
+        case 3: /* a key twice: the tree keeps one */
+            msgpack_pack_map(&pk, 2);
+            msgpack_pack_str_with_body(&pk, "k", 1);
+            msgpack_pack_int(&pk, 1);
+            msgpack_pack_str_with_body(&pk, "k", 1);
+            msgpack_pack_int(&pk, 2);
+            want_rc = 1;
+            break;
+        case 4: /* an integer key: the tree fails */
+            msgpack_pack_map(&pk, 1);
+            msgpack_pack_int(&pk, 1);
+            msgpack_pack_int(&pk, 2);
+            want_rc = 1;
+            break;
+        case 5: /* past int64 */
+            msgpack_pack_uint64(&pk, UINT64_MAX);
+            want_rc = 1;
+            break;
+        case 6: /* an ill-formed key */
+            msgpack_pack_map(&pk, 1);
+            msgpack_pack_str_with_body(&pk, "\xfe", 1);
+            msgpack_pack_int(&pk, 2);
+            want_rc = 1;
+            break;
+        case 7: /* an ext value */
+            msgpack_pack_ext_with_body(&pk, "x", 1, 5);
+            want_rc = 1;
+            break;
+        case 8: /* control characters in a key */
+            msgpack_pack_map(&pk, 1);
+            msgpack_pack_str_with_body(&pk, "\x01\t", 2);
+            msgpack_pack_true(&pk);
+            break;
+        }
+        th_buf b;
+        th_buf_init(&b);
+        int rc = mcp_json_append_msgpack(&b, (const uint8_t *)sb.data,
+                                         sb.size);
+        CU_ASSERT_EQUAL(rc, want_rc);
+        if (rc == 0) {
+            th_error err;
+            json_t *t = th_json_from_msgpack_lossy((const uint8_t *)sb.data,
+                                                   sb.size, &err);
+            CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+            th_buf w;
+            th_buf_init(&w);
+            CU_ASSERT_EQUAL(mcp_json_append(&w, t), 0);
+            CU_ASSERT(w.len == b.len && memcmp(w.data, b.data, b.len) == 0);
+            if (w.len != b.len || memcmp(w.data, b.data, b.len) != 0)
+                fprintf(stderr, "\ncase %d: want %.*s got %.*s\n", k,
+                        (int)w.len, (const char *)w.data, (int)b.len,
+                        (const char *)b.data);
+            th_buf_destroy(&w);
+            json_decref(t);
+        } else {
+            CU_ASSERT_EQUAL(b.len, 0);
+        }
+        th_buf_destroy(&b);
+        msgpack_sbuffer_destroy(&sb);
+    }
+}
+
 void th_suite_mcp_core(void)
 {
     CU_pSuite s = CU_add_suite("mcp_core", NULL, NULL);
     CU_add_test(s, "request_done_pairing", test_request_done_pairing);
     CU_add_test(s, "principal_user_and_toolset",
                 test_principal_user_and_toolset);
+    CU_add_test(s, "json_text_same_as_jansson",
+                test_json_text_same_as_jansson);
+    CU_add_test(s, "result_text_same_as_tree", test_result_text_same_as_tree);
+    CU_add_test(s, "msgpack_text_same_as_tree",
+                test_msgpack_text_same_as_tree);
 }

@@ -1,0 +1,237 @@
+/* test_mcp_speed.c - `toolhost mcp`: short sync calls on the input thread
+ * (th_mcp_opts.run_short, docs/mcp.md "Speed").
+ *
+ * A sync tool seen fast on the workers runs on the stdio loop from then
+ * on; one run there that takes long sends it back to the workers (a log
+ * line), so a tool that turns slow holds the input for one call at most:
+ * the next slow call does not delay a ping sent behind it.  Driven over
+ * pipes, one line at a time, with bounded waits. */
+#include <CUnit/CUnit.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/th_test.h"
+
+typedef struct proc {
+    pid_t pid;
+    int in, out;
+    char buf[65536];
+    size_t len;
+} proc;
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int proc_start(proc *p, char *const argv[], const char *errfile)
+{
+    memset(p, 0, sizeof *p);
+    int a[2], b[2];
+    if (pipe2(a, O_CLOEXEC) != 0)
+        return -1;
+    if (pipe2(b, O_CLOEXEC) != 0) {
+        close(a[0]);
+        close(a[1]);
+        return -1;
+    }
+    p->pid = fork();
+    if (p->pid == 0) {
+        dup2(a[0], 0);
+        dup2(b[1], 1);
+        int e = open(errfile, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (e >= 0)
+            dup2(e, 2);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(a[0]);
+    close(b[1]);
+    p->in = a[1];
+    p->out = b[0];
+    return p->pid > 0 ? 0 : -1;
+}
+
+/* Ends input; waits for the exit (at most 10 s, then SIGKILL). */
+static int proc_end(proc *p)
+{
+    close(p->in);
+    int st = -1;
+    for (int i = 0; i < 1000; i++) {
+        if (waitpid(p->pid, &st, WNOHANG) == p->pid) {
+            close(p->out);
+            return st;
+        }
+        usleep(10000);
+    }
+    kill(p->pid, SIGKILL);
+    waitpid(p->pid, &st, 0);
+    close(p->out);
+    return -1;
+}
+
+static void send_line(proc *p, const char *line)
+{
+    size_t n = strlen(line);
+    CU_ASSERT((size_t)write(p->in, line, n) == n);
+    CU_ASSERT(write(p->in, "\n", 1) == 1);
+}
+
+/* The next message with id `id` (others are skipped; *seen is set when
+ * one with id `also` passes), or NULL after timeout_ms. */
+static json_t *wait_id2(proc *p, json_int_t id, int timeout_ms,
+                        json_int_t also, bool *seen)
+{
+    int64_t end = now_ms() + timeout_ms;
+    for (;;) {
+        char *nl = memchr(p->buf, '\n', p->len);
+        if (nl) {
+            size_t k = (size_t)(nl - p->buf);
+            json_t *m = json_loadb(p->buf, k, 0, NULL);
+            memmove(p->buf, nl + 1, p->len - k - 1);
+            p->len -= k + 1;
+            json_int_t mid = json_integer_value(json_object_get(m, "id"));
+            if (m && mid == id)
+                return m;
+            if (m && seen && mid == also)
+                *seen = true;
+            json_decref(m);
+            continue;
+        }
+        int64_t left = end - now_ms();
+        if (left <= 0 || p->len == sizeof p->buf)
+            return NULL;
+        struct pollfd pf = {.fd = p->out, .events = POLLIN};
+        if (poll(&pf, 1, (int)left) <= 0)
+            return NULL;
+        ssize_t r = read(p->out, p->buf + p->len, sizeof p->buf - p->len);
+        if (r <= 0)
+            return NULL;
+        p->len += (size_t)r;
+    }
+}
+
+static json_t *wait_id(proc *p, json_int_t id, int timeout_ms)
+{
+    return wait_id2(p, id, timeout_ms, 0, NULL);
+}
+
+static bool call_ok(proc *p, json_int_t id, int ms)
+{
+    char line[256];
+    snprintf(line, sizeof line,
+             "{\"jsonrpc\":\"2.0\",\"id\":%lld,\"method\":\"tools/call\","
+             "\"params\":{\"name\":\"slow_validate\",\"arguments\":{\"ms\":"
+             "%d}}}",
+             (long long)id, ms);
+    send_line(p, line);
+    json_t *m = wait_id(p, id, 15000);
+    bool ok = m && json_is_false(json_object_get(json_object_get(m, "result"),
+                                                 "isError"));
+    json_decref(m);
+    return ok;
+}
+
+/* ms from writing a ping (right behind a call of `ms`) to its answer;
+ * then waits for the call's answer too. */
+static int64_t ping_behind(proc *p, json_int_t call_id, int ms)
+{
+    char line[256];
+    snprintf(line, sizeof line,
+             "{\"jsonrpc\":\"2.0\",\"id\":%lld,\"method\":\"tools/call\","
+             "\"params\":{\"name\":\"slow_validate\",\"arguments\":{\"ms\":"
+             "%d}}}\n{\"jsonrpc\":\"2.0\",\"id\":%lld,\"method\":\"ping\"}",
+             (long long)call_id, ms, (long long)call_id + 1);
+    int64_t t0 = now_ms();
+    send_line(p, line);
+    bool answered = false;
+    json_t *pong = wait_id2(p, call_id + 1, 15000, call_id, &answered);
+    int64_t took = now_ms() - t0;
+    CU_ASSERT_PTR_NOT_NULL(pong);
+    json_decref(pong);
+    if (!answered) {
+        json_t *r = wait_id(p, call_id, 15000);
+        CU_ASSERT_PTR_NOT_NULL(r);
+        json_decref(r);
+    }
+    return took;
+}
+
+static bool file_has(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    char line[2048];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, needle) != NULL;
+    fclose(f);
+    return found;
+}
+
+static void test_short_call_demoted(void)
+{
+    th_test_timeout(60);
+    char *dir = th_test_tmpdir();
+    char text[1024];
+    snprintf(text, sizeof text,
+             "plugins:\n"
+             "  - name: slow_hooks\n"
+             "    path: %s\n"
+             "toolsets:\n"
+             "  - name: t\n"
+             "    tools: [\"*\"]\n",
+             th_test_build_path("fixtures/slow_hooks.so"));
+    char *cfg = th_test_write_file(dir, "c.yaml", text, (size_t)-1);
+    char errfile[4096];
+    snprintf(errfile, sizeof errfile, "%s/stderr.log", dir);
+    char *argv[] = {(char *)th_test_build_path("toolhost"), "mcp", "-c", cfg,
+                    "--log-level", "info", NULL};
+    proc p;
+    CU_ASSERT_FATAL(proc_start(&p, argv, errfile) == 0);
+    send_line(&p, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\","
+                  "\"params\":{\"protocolVersion\":\"2025-06-18\","
+                  "\"capabilities\":{},\"clientInfo\":{\"name\":\"t\","
+                  "\"version\":\"1\"}}}");
+    json_t *init = wait_id(&p, 1, 15000);
+    CU_ASSERT_PTR_NOT_NULL(init);
+    json_decref(init);
+    /* Fast runs on the workers: the tool is short from then on (two in a
+     * row under 1 ms; a busy machine may need a few more tries). */
+    for (int i = 0; i < 9; i++)
+        CU_ASSERT(call_ok(&p, 10 + i, 0));
+    /* It turns slow: this run holds the input (the ping waits)... */
+    int64_t held = ping_behind(&p, 20, 400);
+    fprintf(stderr, " [ping behind the first slow call: %lld ms",
+            (long long)held);
+    CU_ASSERT(held >= 300);
+    /* ...once: the next slow call runs on a worker. */
+    int64_t free_ms = ping_behind(&p, 30, 400);
+    fprintf(stderr, ", behind the second: %lld ms] ", (long long)free_ms);
+    CU_ASSERT(free_ms < 250);
+    int st = proc_end(&p);
+    CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CU_ASSERT(file_has(errfile, "runs on the workers again"));
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+void th_suite_mcp_speed(void)
+{
+    CU_pSuite s = CU_add_suite("mcp_speed", NULL, NULL);
+    CU_add_test(s, "short_call_demoted", test_short_call_demoted);
+}
