@@ -396,12 +396,38 @@ void th_mcall_set_error(toolhost_call *call, int code, const char *msg)
     c->set_error_msg = msg ? strdup(msg) : NULL;
 }
 
-/* meta = the tool's own map + "toolhost": {"output": {...}}. */
+static bool is_toolhost_key(const msgpack_object *k)
+{
+    return k->type == MSGPACK_OBJECT_STR && k->via.str.size == 8 &&
+           memcmp(k->via.str.ptr, "toolhost", 8) == 0;
+}
+
+/* Whether a stream's info goes into meta: it was cut or spilled, or the
+ * caller asked for sizes (th_call_opts.output_info). */
+static bool info_says(const th_mcall *c, const th_out_info *i)
+{
+    return c->output_info || i->truncated || i->spill_path;
+}
+
+/* The most bytes th_out_pack_info writes for one stream (keys, a map
+ * header, five uint64, the strings). */
+static size_t info_bound(const th_out_info *i)
+{
+    return 160 + (i->spill_path ? strlen(i->spill_path) : 0) +
+           (i->note ? strlen(i->note) : 0);
+}
+
+/* meta = the tool's own map (its "toolhost" key dropped) + "toolhost":
+ * {"output": {...}} when a stream was cut or spilled or the caller asked
+ * (docs/limits.md); nothing at all when there is nothing to say.  The
+ * size is bounded before packing: one reservation, no regrowth. */
 static int build_meta(th_mcall *c, const th_out_info *oi, const th_out_info *ei,
                       th_buf *dst)
 {
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, dst, th_buf_msgpack_write);
+    const th_out_info *so = info_says(c, oi) ? oi : NULL;
+    const th_out_info *se = info_says(c, ei) ? ei : NULL;
+    if (!c->meta && !so && !se)
+        return 0; /* the common case: no meta */
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
     const msgpack_object_map *m = NULL;
@@ -415,29 +441,39 @@ static int build_meta(th_mcall *c, const th_out_info *oi, const th_out_info *ei,
     }
     if (m)
         for (uint32_t i = 0; i < m->size; i++)
-            if (!(m->ptr[i].key.type == MSGPACK_OBJECT_STR &&
-                  m->ptr[i].key.via.str.size == 8 &&
-                  memcmp(m->ptr[i].key.via.str.ptr, "toolhost", 8) == 0))
-                keep++;
-    int rc = msgpack_pack_map(&pk, keep + 1);
+            keep += !is_toolhost_key(&m->ptr[i].key);
+    bool say = so || se;
+    if (!say && keep == 0) {
+        msgpack_unpacked_destroy(&u);
+        return 0; /* a tool map that held only "toolhost" (or no map) */
+    }
+    size_t bound = (c->meta ? c->meta_len : 0) + 48 +
+                   (so ? info_bound(so) : 0) + (se ? info_bound(se) : 0);
+    if (th_buf_reserve(dst, bound) != 0) {
+        msgpack_unpacked_destroy(&u);
+        return TH_ENOMEM;
+    }
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, dst, th_buf_msgpack_write);
+    int rc = msgpack_pack_map(&pk, keep + (say ? 1 : 0));
     if (m)
         for (uint32_t i = 0; i < m->size && rc == 0; i++) {
-            if (m->ptr[i].key.type == MSGPACK_OBJECT_STR &&
-                m->ptr[i].key.via.str.size == 8 &&
-                memcmp(m->ptr[i].key.via.str.ptr, "toolhost", 8) == 0)
+            if (is_toolhost_key(&m->ptr[i].key))
                 continue;
             rc = msgpack_pack_object(&pk, m->ptr[i].key);
             if (rc == 0)
                 rc = msgpack_pack_object(&pk, m->ptr[i].val);
         }
-    if (rc == 0)
-        rc = th_pack_cstr(&pk, "toolhost");
-    if (rc == 0)
-        rc = msgpack_pack_map(&pk, 1);
-    if (rc == 0)
-        rc = th_pack_cstr(&pk, "output");
-    if (rc == 0)
-        rc = th_out_pack_info(&pk, oi, ei);
+    if (say) {
+        if (rc == 0)
+            rc = msgpack_pack_str_with_body(&pk, "toolhost", 8);
+        if (rc == 0)
+            rc = msgpack_pack_map(&pk, 1);
+        if (rc == 0)
+            rc = msgpack_pack_str_with_body(&pk, "output", 6);
+        if (rc == 0)
+            rc = th_out_pack_info(&pk, so, se);
+    }
     msgpack_unpacked_destroy(&u);
     return rc ? TH_ENOMEM : 0;
 }

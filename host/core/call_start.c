@@ -214,6 +214,7 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
     c->no_progress = o->no_progress;
     c->may_block = o->may_block;
     c->front = o->front;
+    c->output_info = o->output_info;
     c->opt_timeout_ms = o->timeout_ms;
     c->start_ns = th_now_ns();
     c->start_wall_ms = th_wall_ms();

@@ -255,6 +255,7 @@ struct th_mcall {
     char tname[72];
     th_mcall *tomb_next;        /* the host's quarantine (host->mu) */
     const char *front;          /* th_call_opts.front, or NULL */
+    bool output_info;           /* th_call_opts.output_info */
 };
 
 /* How many ended calls the host keeps as tombstones (see th_mcall.tomb):

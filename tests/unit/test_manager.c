@@ -47,9 +47,19 @@ static void test_sync_result(void)
         CU_ASSERT_TRUE(out_is(&r.final, "hi"));
         CU_ASSERT_EQUAL(r.running, 0);
         CU_ASSERT_EQUAL(r.dones, 0);
-        /* meta carries the host's output record */
+        /* nothing was cut and the tool set no meta: no meta at all */
+        CU_ASSERT_EQUAL(r.final.meta.len, 0);
+        rec_free(&r);
+        /* asked for: the host's output record, both streams */
+        rec_init(&r);
+        th_call_opts oi = {.may_block = inl, .output_info = true};
+        start(S, "t_echo", A(1, "text", 's', "hi"), &oi, &r);
+        CU_ASSERT_TRUE(rec_wait(&r, 2000));
+        CU_ASSERT_EQUAL(r.final.kind, TH_RESULT_DONE);
         CU_ASSERT_PTR_NOT_NULL(r.final.meta.data);
         CU_ASSERT_PTR_NOT_NULL(memmem(r.final.meta.data, r.final.meta.len, "toolhost", 8));
+        CU_ASSERT_PTR_NOT_NULL(memmem(r.final.meta.data, r.final.meta.len, "stdout", 6));
+        CU_ASSERT_PTR_NOT_NULL(memmem(r.final.meta.data, r.final.meta.len, "stderr", 6));
         rec_free(&r);
     }
     /* failure with the tool's own meta merged */
@@ -66,7 +76,7 @@ static void test_sync_result(void)
     CU_ASSERT_EQUAL(msgpack_unpack_next(&u, (const char *)r.final.meta.data, r.final.meta.len, &off),
                     MSGPACK_UNPACK_SUCCESS);
     CU_ASSERT_EQUAL(u.data.type, MSGPACK_OBJECT_MAP);
-    CU_ASSERT_EQUAL(u.data.via.map.size, 2); /* "x" and "toolhost" */
+    CU_ASSERT_EQUAL(u.data.via.map.size, 1); /* "x": nothing was cut */
     msgpack_unpacked_destroy(&u);
     rec_free(&r);
     close_all();
