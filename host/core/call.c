@@ -84,12 +84,15 @@ static void call_free(th_mcall *c)
         pthread_mutex_lock(&c->mu);
         c->ended = true;
         c->tomb = true;
-        snprintf(c->tname, sizeof c->tname, "%s", c->tool->name);
+        size_t tn = strnlen(c->tool->name, sizeof c->tname - 1);
+        memcpy(c->tname, c->tool->name, tn);
+        c->tname[tn] = '\0';
         pthread_mutex_unlock(&c->mu);
     }
     th_out_destroy(&c->out);
     th_out_destroy(&c->err);
-    free(c->args);
+    if (!c->args_borrowed)
+        free(c->args);
     free(c->meta);
     free(c->dupkey);
     free(c->ack_msg);
@@ -566,6 +569,22 @@ void th_mcall_exec_end(th_mcall *c, int status, bool ran)
 
 /* ---- Running ------------------------------------------------------------------ */
 
+/* The caller's buffer is about to go (th_call_start returns after this
+ * inline run): nothing may point into it any more.  The call has ended or
+ * owns its args by now (a suspended task copied them). */
+static void forget_borrowed(th_mcall *c)
+{
+    if (!c->args_borrowed)
+        return;
+    pthread_mutex_lock(&c->mu);
+    if (c->args_borrowed) {
+        c->args = NULL;
+        c->args_len = 0;
+        c->args_borrowed = false;
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
 void th_mcall_run(th_mcall *c)
 {
     if (c->prep) {
@@ -583,6 +602,7 @@ void th_mcall_run(th_mcall *c)
     pthread_mutex_unlock(&c->mu);
     if (skip) {
         th_mcall_exec_end(c, TOOLHOST_FAILED, false);
+        forget_borrowed(c);
         th_mcall_unref(c);
         return;
     }
@@ -604,6 +624,14 @@ void th_mcall_run(th_mcall *c)
     bool take = susp && st != TOOLHOST_PENDING && !c->completed;
     if (take)
         c->completed = true;
+    if (c->args_borrowed && susp && st == TOOLHOST_PENDING && !c->answered &&
+        th_mgr_own_args(c) != 0) {
+        /* A suspended task lists its arguments (tasks.list) after the
+         * caller's buffer is gone: without memory it lists none. */
+        c->args = NULL;
+        c->args_len = 0;
+        c->args_borrowed = false;
+    }
     pthread_mutex_unlock(&c->mu);
     unsigned long long id = (unsigned long long)c->base.pub.call_id;
     if (susp && st == TOOLHOST_PENDING) {
@@ -630,6 +658,7 @@ void th_mcall_run(th_mcall *c)
         th_mcall_set_error(&c->base.pub, TH_ETOOL, m);
         th_mcall_exec_end(c, TOOLHOST_FAILED, true);
     }
+    forget_borrowed(c);
     th_mcall_unref(c);
 }
 

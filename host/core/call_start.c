@@ -268,9 +268,13 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
 /* ---- 3. Arguments ------------------------------------------------------------ */
 
 /* Validates (raw, raw_len) — c->args, or the caller's buffer — into
- * c->args.  0, or the call is answered and its execution reference
- * dropped (nonzero). */
-static int stage_args(th_mcall *c, const uint8_t *raw, size_t raw_len)
+ * c->args.  With `borrow` (raw is the caller's buffer, and the caller is
+ * inside th_call_start until the call runs or is queued) arguments that
+ * validation left as they were are borrowed, not copied
+ * (th_mcall.args_borrowed).  0, or the call is answered and its execution
+ * reference dropped (nonzero). */
+static int stage_args(th_mcall *c, const uint8_t *raw, size_t raw_len,
+                      bool borrow)
 {
     const th_tool *t = c->tool;
     const th_tool_override *ov = c->ts ? th_host_override(c->ts, t->name) : NULL;
@@ -308,7 +312,14 @@ static int stage_args(th_mcall *c, const uint8_t *raw, size_t raw_len)
     th_error_clear(&e);
     uint8_t *copy = NULL;
     int rc = th_validate_call(t, a, al, &vb, &va, &vl, &e);
-    if (rc == 0 && !(copy = malloc(vl ? vl : 1)))
+    /* Where the validated bytes live decides what the call keeps: the
+     * caller's own buffer is borrowed, the validator's rewrite or the
+     * call's own copy is kept as is, anything else is copied once. */
+    bool lend = rc == 0 && borrow && va == raw && vl == raw_len;
+    bool same = rc == 0 && !borrow && raw == c->args && va == raw &&
+                vl == raw_len;
+    bool take = rc == 0 && !lend && !same && vb.data && va == vb.data;
+    if (rc == 0 && !lend && !same && !take && !(copy = malloc(vl ? vl : 1)))
         rc = TH_ENOMEM;
     if (rc != 0) {
         th_buf_destroy(&vb);
@@ -319,11 +330,19 @@ static int stage_args(th_mcall *c, const uint8_t *raw, size_t raw_len)
                                            : "invalid arguments");
         return -1;
     }
-    memcpy(copy, va, vl);
+    if (lend) {
+        c->args = (uint8_t *)va;
+        c->args_borrowed = true;
+    } else if (!same) {
+        if (take)
+            copy = th_buf_take(&vb, NULL);
+        else
+            memcpy(copy, va, vl);
+        free(c->args);
+        c->args = copy;
+    }
     th_buf_destroy(&vb);
     th_buf_destroy(&stripped);
-    free(c->args);
-    c->args = copy;
     c->args_len = vl;
     set_read_on_base(c);
     c->args_ok = true;
@@ -389,6 +408,11 @@ static void stage_permission(th_mcall *c)
     th_log_info("session=%llu tool=%s call=%llu asking permission (%s)",
                 (unsigned long long)s->id, t->name, (unsigned long long)id, d.rule);
     if (c->st) atomic_fetch_add(&c->st->perm_asks, 1); /* stats.c */
+    /* The answer comes later, after th_call_start returned. */
+    if (th_mgr_own_args(c) != 0) {
+        th_mcall_never_run(c, TH_ENOMEM, "out of memory");
+        return;
+    }
     pthread_mutex_lock(&c->mu);
     c->phase = TH_PH_PERM_WAIT;
     pthread_mutex_unlock(&c->mu);
@@ -423,10 +447,12 @@ static bool answered(th_mcall *c)
     return a;
 }
 
-/* Stages 3 and 4 with the raw arguments (c->args, or the caller's). */
-static void prepare(th_mcall *c, const uint8_t *raw, size_t raw_len)
+/* Stages 3 and 4 with the raw arguments (c->args, or with `borrow` the
+ * caller's). */
+static void prepare(th_mcall *c, const uint8_t *raw, size_t raw_len,
+                    bool borrow)
 {
-    if (stage_args(c, raw, raw_len) != 0)
+    if (stage_args(c, raw, raw_len, borrow) != 0)
         return;
     /* The deadline armed while a worker ran the hooks is set again by the
      * manager, or replaced by the permission question's. */
@@ -447,7 +473,7 @@ void th_call_prepare(th_mcall *c)
         th_mcall_never_run(c, TH_ECANCELLED, "cancelled");
         return;
     }
-    prepare(c, c->args, c->args_len);
+    prepare(c, c->args, c->args_len, false);
 }
 
 /* Whether stages 3 and 4 call plugin code. */
@@ -501,7 +527,7 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
     if (on_worker)
         th_mgr_prepare(c);
     else
-        prepare(c, args, len);
+        prepare(c, args, len, true);
     return 0;
 }
 

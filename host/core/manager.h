@@ -151,8 +151,15 @@ struct th_mcall {
     const th_toolset_cfg *ts;   /* in cfg; NULL for the task tools */
     int ts_idx;
     const th_mock_cfg *mock;
-    uint8_t *args;              /* validated arguments, owned */
+    uint8_t *args;              /* validated arguments: owned, or (while
+                                   args_borrowed) the caller's own bytes */
     size_t args_len;
+    bool args_borrowed;         /* args point into the buffer given to
+                                   th_call_start: valid while that call
+                                   runs on the caller's thread; copied
+                                   (th_mgr_own_args) before the call is
+                                   queued, waits for permission, or lives
+                                   on after execute() (suspend) */
     th_task_scope scope;
     bool is_async;              /* TOOLHOST_TOOL_ASYNC */
     bool no_progress, may_block;
@@ -281,6 +288,12 @@ void th_mcall_set_error(toolhost_call *call, int code, const char *msg);
  * (th_dup_register), to the manager (deadline, inline or queue).
  * Consumes the caller's reference. */
 void th_mgr_submit(th_mcall *c);
+
+/* Borrowed arguments (th_mcall.args_borrowed) become the call's own copy;
+ * nothing when they are already owned.  0 or TH_ENOMEM (the args stay
+ * borrowed).  The caller makes sure no other thread reads c->args
+ * meanwhile (c->mu held, or the call not yet visible as a task). */
+int th_mgr_own_args(th_mcall *c);
 
 /* Queues a recorded call for a pool worker to run its argument and
  * permission stages (th_call_prepare), which submit it; arms its deadline
