@@ -40,6 +40,8 @@ static void ref_drop_nonlast(th_mcall *c)
 
 static void tomb_destroy(th_mcall *c)
 {
+    if (c->x != c->x_room)
+        free(c->x);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     free(c);
@@ -84,22 +86,27 @@ static void call_free(th_mcall *c)
         pthread_mutex_lock(&c->mu);
         c->ended = true;
         c->tomb = true;
-        size_t tn = strnlen(c->tool->name, sizeof c->tname - 1);
-        memcpy(c->tname, c->tool->name, tn);
-        c->tname[tn] = '\0';
+        th_mcall_x *x = c->x; /* ran: it exists */
+        size_t tn = strnlen(c->tool->name, sizeof x->tname - 1);
+        memcpy(x->tname, c->tool->name, tn);
+        x->tname[tn] = '\0';
         pthread_mutex_unlock(&c->mu);
     }
-    th_out_destroy(&c->out);
-    th_out_destroy(&c->err);
+    if (c->x) {
+        th_out_destroy(&c->x->out);
+        th_out_destroy(&c->x->err);
+        free(c->x->meta);
+        free(c->x->set_error_msg);
+        free(c->x->caller_user);
+        c->x->meta = NULL;
+        c->x->set_error_msg = c->x->caller_user = NULL;
+    }
     if (!c->args_borrowed)
         free(c->args);
-    free(c->meta);
     free(c->dupkey);
     free(c->ack_msg);
     th_progress_clear(&c->prog);
     free(c->last_msg);
-    free(c->set_error_msg);
-    free(c->caller_user);
     if (c->cancel_efd >= 0)
         close(c->cancel_efd);
     th_result_copy_destroy(&c->final);
@@ -109,9 +116,9 @@ static void call_free(th_mcall *c)
     th_mcall *parent = c->parent;
     if (tomb) {
         /* Only the fields a late callback reads stay meaningful. */
-        c->args = c->meta = NULL;
+        c->args = NULL;
         c->dupkey = NULL;
-        c->ack_msg = c->last_msg = c->set_error_msg = c->caller_user = NULL;
+        c->ack_msg = c->last_msg = NULL;
         c->cancel_efd = -1;
         c->tool = NULL;
         c->cfg = NULL;
@@ -394,9 +401,9 @@ void th_mcall_never_run(th_mcall *c, int code, const char *msg)
 void th_mcall_set_error(toolhost_call *call, int code, const char *msg)
 {
     th_mcall *c = (th_mcall *)call;
-    c->set_error = code;
-    free(c->set_error_msg);
-    c->set_error_msg = msg ? strdup(msg) : NULL;
+    c->x->set_error = code;
+    free(c->x->set_error_msg);
+    c->x->set_error_msg = msg ? strdup(msg) : NULL;
 }
 
 static bool is_toolhost_key(const msgpack_object *k)
@@ -429,15 +436,17 @@ static int build_meta(th_mcall *c, const th_out_info *oi, const th_out_info *ei,
 {
     const th_out_info *so = info_says(c, oi) ? oi : NULL;
     const th_out_info *se = info_says(c, ei) ? ei : NULL;
-    if (!c->meta && !so && !se)
+    const uint8_t *tm = c->x->meta;
+    size_t tm_len = c->x->meta_len;
+    if (!tm && !so && !se)
         return 0; /* the common case: no meta */
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
     const msgpack_object_map *m = NULL;
     uint32_t keep = 0;
-    if (c->meta) {
+    if (tm) {
         size_t off = 0;
-        if (msgpack_unpack_next(&u, (const char *)c->meta, c->meta_len, &off) ==
+        if (msgpack_unpack_next(&u, (const char *)tm, tm_len, &off) ==
                 MSGPACK_UNPACK_SUCCESS &&
             u.data.type == MSGPACK_OBJECT_MAP)
             m = &u.data.via.map;
@@ -450,7 +459,7 @@ static int build_meta(th_mcall *c, const th_out_info *oi, const th_out_info *ei,
         msgpack_unpacked_destroy(&u);
         return 0; /* a tool map that held only "toolhost" (or no map) */
     }
-    size_t bound = (c->meta ? c->meta_len : 0) + 48 +
+    size_t bound = (tm ? tm_len : 0) + 48 +
                    (so ? info_bound(so) : 0) + (se ? info_bound(se) : 0);
     if (th_buf_reserve(dst, bound) != 0) {
         msgpack_unpacked_destroy(&u);
@@ -484,18 +493,19 @@ static int build_meta(th_mcall *c, const th_out_info *oi, const th_out_info *ei,
 static int build_result(th_mcall *c, int status, th_result_copy *res)
 {
     memset(res, 0, sizeof *res);
-    if (c->set_error) {
+    th_mcall_x *x = c->x;
+    if (x->set_error) {
         res->kind = TH_RESULT_ERROR;
-        res->error = c->set_error;
-        res->message = c->set_error_msg;
-        c->set_error_msg = NULL;
+        res->error = x->set_error;
+        res->message = x->set_error_msg;
+        x->set_error_msg = NULL;
         return 0;
     }
     res->kind = TH_RESULT_DONE;
     res->ok = status == TOOLHOST_OK;
     th_out_info oi, ei;
-    if (th_out_finish(&c->out, &res->out, &oi) != 0 ||
-        th_out_finish(&c->err, &res->err, &ei) != 0 ||
+    if (th_out_finish(&x->out, &res->out, &oi) != 0 ||
+        th_out_finish(&x->err, &res->err, &ei) != 0 ||
         build_meta(c, &oi, &ei, &res->meta) != 0) {
         th_result_copy_destroy(res);
         res->kind = TH_RESULT_ERROR;
@@ -569,6 +579,67 @@ void th_mcall_exec_end(th_mcall *c, int status, bool ran)
 
 /* ---- Running ------------------------------------------------------------------ */
 
+/* A head-only output (file content, file view, knowledge) of a tool with
+ * an integer `offset` parameter starts where the call's `offset` says, so
+ * its "read on with offset=N" marker counts from there. */
+static void set_read_on_base(th_mcall *c)
+{
+    uint32_t sem = c->x->out.sem;
+    if (sem != TOOLHOST_SEM_FILE_CONTENT && sem != TOOLHOST_SEM_FILE_VIEW &&
+        sem != TOOLHOST_SEM_KNOWLEDGE)
+        return;
+    bool has = false;
+    for (size_t i = 0; i < c->tool->n_params && !has; i++)
+        has = c->tool->params[i].type == TOOLHOST_TYPE_INTEGER &&
+              strcmp(c->tool->params[i].name, "offset") == 0;
+    if (!has || !c->args)
+        return;
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    if (msgpack_unpack_next(&u, (const char *)c->args, c->args_len, NULL) ==
+            MSGPACK_UNPACK_SUCCESS &&
+        u.data.type == MSGPACK_OBJECT_MAP) {
+        const msgpack_object_map *m = &u.data.via.map;
+        for (uint32_t i = 0; i < m->size; i++)
+            if (m->ptr[i].key.type == MSGPACK_OBJECT_STR &&
+                m->ptr[i].key.via.str.size == 6 &&
+                memcmp(m->ptr[i].key.via.str.ptr, "offset", 6) == 0 &&
+                m->ptr[i].val.type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+                th_out_set_offset_base(&c->x->out, m->ptr[i].val.via.u64);
+    }
+    msgpack_unpacked_destroy(&u);
+}
+
+/* Makes what a running call needs (th_mcall_x): in the room of the call's
+ * own allocation when it has one, else on the heap.  The output streams
+ * get their limits from the call's config snapshot: the tool's override
+ * in its toolset, else the toolset's, else the host's (th_out_limit).
+ * 0 or TH_ENOMEM.  Owner, before execute(). */
+static int x_open(th_mcall *c)
+{
+    th_mcall_x *x = c->x_room;
+    if (x)
+        memset(x, 0, sizeof *x);
+    else if (!(x = calloc(1, sizeof *x)))
+        return TH_ENOMEM;
+    const th_tool *t = c->tool;
+    const th_limits *hl = &c->cfg->limits;
+    uint32_t so = t->stdout_type < TH_SEM_COUNT ? t->stdout_type : TOOLHOST_SEM_TEXT;
+    uint32_t se = t->stderr_type < TH_SEM_COUNT ? t->stderr_type : TOOLHOST_SEM_TEXT;
+    th_out_init(&x->out, so, th_out_limit(hl, c->ts, t->name, so));
+    th_out_init(&x->err, se, th_out_limit(hl, c->ts, t->name, se));
+    const th_host_cfg *hc = &c->cfg->host;
+    if (hc->spill_dir) {
+        /* Full outputs that get cut are saved there (no file otherwise);
+         * a folder that cannot be used only means no spill. */
+        (void)th_out_spill(&x->out, hc->spill_dir, hc->spill_max_bytes);
+        (void)th_out_spill(&x->err, hc->spill_dir, hc->spill_max_bytes);
+    }
+    c->x = x;
+    set_read_on_base(c);
+    return 0;
+}
+
 /* The caller's buffer is about to go (th_call_start returns after this
  * inline run): nothing may point into it any more.  The call has ended or
  * owns its args by now (a suspended task copied them). */
@@ -593,6 +664,13 @@ void th_mcall_run(th_mcall *c)
          * that must not wait for them; they submit the call again. */
         c->prep = false;
         th_call_prepare(c);
+        return;
+    }
+    if (!c->x && x_open(c) != 0) {
+        th_call_answer_error(c, TH_ENOMEM, "out of memory");
+        th_mcall_exec_end(c, TOOLHOST_FAILED, false);
+        forget_borrowed(c);
+        th_mcall_unref(c);
         return;
     }
     pthread_mutex_lock(&c->mu);

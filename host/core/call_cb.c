@@ -38,7 +38,7 @@ static bool misuse_locked(th_mcall *c, const char *what)
         c->misuse_logged = true;
         th_log_error("tool=%s call=%llu: %s (contract misuse: the call handle is "
                      "invalid once the call ended; answered TOOLHOST_ESTATE)",
-                     c->tomb ? c->tname : c->tool->name,
+                     c->tomb ? c->x->tname : c->tool->name,
                      (unsigned long long)c->base.pub.call_id, what);
     }
     return true;
@@ -156,22 +156,23 @@ static int cb_caller(const toolhost_call *call, toolhost_caller *out)
         return TOOLHOST_ESTATE;
     const th_session *s = c->s;
     out->uid = s ? (int64_t)s->who.uid : -1;
-    if (s && !c->caller_user) {
+    th_mcall_x *x = c->x;
+    if (s && !x->caller_user) {
         if (s->who.user) { /* a user named by a token (MCP over HTTP) */
-            c->caller_user = strdup(s->who.user);
+            x->caller_user = strdup(s->who.user);
         } else {
             char buf[1024];
             struct passwd pw, *res = NULL;
             if (getpwuid_r((uid_t)s->who.uid, &pw, buf, sizeof buf, &res) == 0 &&
                 res)
-                c->caller_user = strdup(res->pw_name);
+                x->caller_user = strdup(res->pw_name);
         }
     }
-    out->user = c->caller_user;
+    out->user = x->caller_user;
     if (s) {
-        snprintf(c->caller_session, sizeof c->caller_session, "%llu",
+        snprintf(x->caller_session, sizeof x->caller_session, "%llu",
                  (unsigned long long)s->id);
-        out->session = c->caller_session;
+        out->session = x->caller_session;
         out->front = c->front ? c->front : s->ops.front;
     }
     out->toolset = c->ts ? c->ts->name : NULL;
@@ -195,7 +196,7 @@ static int cb_write(toolhost_call *call, int stream, const void *data,
      * thread racing its own complete() gets TOOLHOST_ESTATE). */
     pthread_mutex_lock(&c->mu);
     int rc = c->ended ? (misuse_locked(c, "write() after the call ended"), TOOLHOST_ESTATE)
-             : th_out_write(stream == TOOLHOST_STDOUT ? &c->out : &c->err, data,
+             : th_out_write(stream == TOOLHOST_STDOUT ? &c->x->out : &c->x->err, data,
                             len) == 0
                  ? 0
                  : TOOLHOST_ENOMEM;
@@ -228,9 +229,9 @@ static int cb_set_meta(toolhost_call *call, const uint8_t *map, size_t len)
         free(m);
         return TOOLHOST_ESTATE;
     }
-    free(c->meta);
-    c->meta = m;
-    c->meta_len = len;
+    free(c->x->meta);
+    c->x->meta = m;
+    c->x->meta_len = len;
     pthread_mutex_unlock(&c->mu);
     return 0;
 }

@@ -78,38 +78,6 @@ static int strip_confirm(const uint8_t *args, size_t len, th_buf *out,
     return rc;
 }
 
-/* A head-only output (file content, file view, knowledge) of a tool with
- * an integer `offset` parameter starts where the call's `offset` says, so
- * its "read on with offset=N" marker counts from there. */
-static void set_read_on_base(th_mcall *c)
-{
-    uint32_t sem = c->out.sem;
-    if (sem != TOOLHOST_SEM_FILE_CONTENT && sem != TOOLHOST_SEM_FILE_VIEW &&
-        sem != TOOLHOST_SEM_KNOWLEDGE)
-        return;
-    bool has = false;
-    for (size_t i = 0; i < c->tool->n_params && !has; i++)
-        has = c->tool->params[i].type == TOOLHOST_TYPE_INTEGER &&
-              strcmp(c->tool->params[i].name, "offset") == 0;
-    if (!has)
-        return;
-    msgpack_unpacked u;
-    msgpack_unpacked_init(&u);
-    if (msgpack_unpack_next(&u, (const char *)c->args, c->args_len, NULL) ==
-            MSGPACK_UNPACK_SUCCESS &&
-        u.data.type == MSGPACK_OBJECT_MAP) {
-        const msgpack_object_map *m = &u.data.via.map;
-        for (uint32_t i = 0; i < m->size; i++)
-            if (m->ptr[i].key.type == MSGPACK_OBJECT_STR &&
-                m->ptr[i].key.via.str.size == 6 &&
-                memcmp(m->ptr[i].key.via.str.ptr, "offset", 6) == 0 &&
-                m->ptr[i].val.type == MSGPACK_OBJECT_POSITIVE_INTEGER)
-                th_out_set_offset_base(&c->out, m->ptr[i].val.via.u64);
-    }
-    msgpack_unpacked_destroy(&u);
-}
-
-
 /* ---- 1. Lookup and policy ---------------------------------------------------- */
 
 /* What stage 1 decided. */
@@ -183,7 +151,12 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
 {
     th_host *h = s->h;
     const th_tool *t = p->tool;
-    th_mcall *c = calloc(1, sizeof *c);
+    /* A call that may run inline on the caller's thread gets the room
+     * for its running part (th_mcall_x) in the same allocation; a call
+     * that will wait in the queue (an async task) stays small until a
+     * worker runs it. */
+    bool room = o->may_block;
+    th_mcall *c = calloc(1, sizeof *c + (room ? sizeof(th_mcall_x) : 0));
     uint8_t *copy = args ? malloc(len ? len : 1) : NULL;
     if (!c || (args && !copy)) {
         free(c);
@@ -230,22 +203,10 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
     atomic_init(&c->abort_code, 0);
     atomic_init(&c->is_task, false);
     c->cancel_efd = -1;
+    if (room)
+        c->x_room = (th_mcall_x *)(c + 1);
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
-    /* Limits: the tool's override in its toolset, else the toolset's,
-     * else the host's (th_out_limit). */
-    const th_limits *hl = &c->cfg->limits;
-    uint32_t so = t->stdout_type < TH_SEM_COUNT ? t->stdout_type : TOOLHOST_SEM_TEXT;
-    uint32_t se = t->stderr_type < TH_SEM_COUNT ? t->stderr_type : TOOLHOST_SEM_TEXT;
-    th_out_init(&c->out, so, th_out_limit(hl, c->ts, t->name, so));
-    th_out_init(&c->err, se, th_out_limit(hl, c->ts, t->name, se));
-    const th_host_cfg *hc = &c->cfg->host;
-    if (hc->spill_dir) {
-        /* Full outputs that get cut are saved there (no file otherwise);
-         * a folder that cannot be used only means no spill. */
-        (void)th_out_spill(&c->out, hc->spill_dir, hc->spill_max_bytes);
-        (void)th_out_spill(&c->err, hc->spill_dir, hc->spill_max_bytes);
-    }
     atomic_fetch_add(&h->live_calls, 1);
 
     pthread_mutex_lock(&s->mu);
@@ -344,7 +305,6 @@ static int stage_args(th_mcall *c, const uint8_t *raw, size_t raw_len,
     th_buf_destroy(&vb);
     th_buf_destroy(&stripped);
     c->args_len = vl;
-    set_read_on_base(c);
     c->args_ok = true;
     return 0;
 }

@@ -101,6 +101,24 @@ void th_stat_window(th_stat *st, int64_t now_ns, unsigned slots,
 /* ---- Calls ------------------------------------------------------------------ */
 
 typedef struct th_mcall th_mcall;
+
+/* What only a call that runs needs (th_mcall.x): its output streams, the
+ * tool's meta, a built-in's error, the caller() strings, the tool's name
+ * for a tombstone.  Made when the call starts running (th_mcall_run), so
+ * that a call waiting in the queue (an async task among thousands) does
+ * not carry it; a call that may run inline has the room for it in its
+ * own allocation. */
+typedef struct th_mcall_x {
+    th_out out, err;
+    uint8_t *meta;
+    size_t meta_len;
+    int set_error;              /* built-ins: a tool error instead */
+    char *set_error_msg;
+    char *caller_user;
+    char caller_session[24];
+    char tname[72];             /* a tombstone's tool name */
+} th_mcall_x;
+
 /* A call's final answer is decided (answer_locked, c->mu held): its
  * latency per tool, and its outcome and latency per toolset and per
  * front (stats.c). */
@@ -203,13 +221,11 @@ struct th_mcall {
     th_mcall *nnext;
 
     /* Owner-only (the thread running execute(), then the plugin's). */
-    th_out out, err;
-    uint8_t *meta;
-    size_t meta_len;
+    th_mcall_x *x;              /* NULL until the call runs; kept by a
+                                   tombstone */
+    th_mcall_x *x_room;         /* room for x in this allocation, or NULL */
     bool in_execute, suspended;
     bool completed;             /* complete() was called (once only) */
-    int set_error;              /* built-ins: a tool error instead */
-    char *set_error_msg;
     bool ran;                   /* execute() was entered */
     bool inline_run;            /* runs on the caller's thread */
 
@@ -246,8 +262,6 @@ struct th_mcall {
     void *cancel_ud;
     int cancel_efd;
     bool cancel_fired, cancel_running, ended;
-    char *caller_user;
-    char caller_session[24];
 
     /* Contract safety (call_cb.c, call.c), under mu.  `ended` above is set
      * when execution ends (before the result is built): from then on a
@@ -259,7 +273,6 @@ struct th_mcall {
      * a late callback finds valid memory that says "ended". */
     bool misuse_logged;
     bool tomb;
-    char tname[72];
     th_mcall *tomb_next;        /* the host's quarantine (host->mu) */
     const char *front;          /* th_call_opts.front, or NULL */
     bool output_info;           /* th_call_opts.output_info */
