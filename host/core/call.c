@@ -38,13 +38,79 @@ static void ref_drop_nonlast(th_mcall *c)
     atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel);
 }
 
+/* ---- Call records: a per-thread pool ------------------------------------ */
+
+/* The records of calls that may run inline (th_mcall with the room for
+ * its th_mcall_x: ~1.7 KiB, above what malloc's own per-thread cache
+ * keeps) are reused: a thread keeps up to TH_CALL_POOL freed ones and the
+ * next call it records takes one (call_rec_new), instead of a calloc and
+ * a free per call.  Smaller blocks (output buffers, the result) already
+ * come from malloc's per-thread cache.  A thread's pool is freed when the
+ * thread exits (the key's destructor) and, for the thread that closes a
+ * host, at th_host_close (th_call_tombs_destroy). */
+#define TH_CALL_POOL 8
+#define CALL_REC_FULL (sizeof(th_mcall) + sizeof(th_mcall_x))
+
+typedef struct call_pool {
+    void *blk[TH_CALL_POOL];
+    int n;
+} call_pool;
+
+static __thread call_pool tl_pool;
+static pthread_key_t pool_key;
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+static bool pool_key_ok;
+
+static void pool_drain(call_pool *p)
+{
+    while (p->n > 0)
+        free(p->blk[--p->n]);
+}
+
+static void pool_exit(void *v)
+{
+    pool_drain(v);
+}
+
+static void pool_key_make(void)
+{
+    pool_key_ok = pthread_key_create(&pool_key, pool_exit) == 0;
+}
+
+void *th_call_rec_new(bool room)
+{
+    if (room && tl_pool.n > 0) {
+        void *b = tl_pool.blk[--tl_pool.n];
+        memset(b, 0, sizeof(th_mcall)); /* the room: x_open clears it */
+        return b;
+    }
+    return calloc(1, room ? CALL_REC_FULL : sizeof(th_mcall));
+}
+
+static void call_rec_free(th_mcall *c)
+{
+    if (!c->x_room || tl_pool.n >= TH_CALL_POOL) {
+        free(c);
+        return;
+    }
+    if (tl_pool.n == 0) {
+        /* the first block: the thread's exit frees the pool */
+        pthread_once(&pool_once, pool_key_make);
+        if (!pool_key_ok || pthread_setspecific(pool_key, &tl_pool) != 0) {
+            free(c);
+            return;
+        }
+    }
+    tl_pool.blk[tl_pool.n++] = c;
+}
+
 static void tomb_destroy(th_mcall *c)
 {
     if (c->x != c->x_room)
         free(c->x);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
-    free(c);
+    call_rec_free(c);
 }
 
 /* With h->mu held: `c` joins the quarantine; the oldest beyond
@@ -74,6 +140,7 @@ void th_call_tombs_destroy(th_host *h)
     }
     h->tomb_tail = NULL;
     h->n_tombs = 0;
+    pool_drain(&tl_pool); /* this thread's pool goes with the host */
 }
 
 static void call_free(th_mcall *c)
@@ -569,6 +636,13 @@ void th_mcall_exec_end(th_mcall *c, int status, bool ran)
     } else if (ran && c->st) {
         atomic_fetch_add(&c->st->late, 1);
     }
+    if (c->args_borrowed) {
+        /* the call is over: nothing may point into the caller's buffer,
+         * which goes when th_call_start returns */
+        c->args = NULL;
+        c->args_len = 0;
+        c->args_borrowed = false;
+    }
     pthread_mutex_unlock(&c->mu);
     if (was_running)
         atomic_fetch_sub(&c->h->mgr.running, 1);
@@ -640,22 +714,6 @@ static int x_open(th_mcall *c)
     return 0;
 }
 
-/* The caller's buffer is about to go (th_call_start returns after this
- * inline run): nothing may point into it any more.  The call has ended or
- * owns its args by now (a suspended task copied them). */
-static void forget_borrowed(th_mcall *c)
-{
-    if (!c->args_borrowed)
-        return;
-    pthread_mutex_lock(&c->mu);
-    if (c->args_borrowed) {
-        c->args = NULL;
-        c->args_len = 0;
-        c->args_borrowed = false;
-    }
-    pthread_mutex_unlock(&c->mu);
-}
-
 void th_mcall_run(th_mcall *c)
 {
     if (c->prep) {
@@ -669,7 +727,6 @@ void th_mcall_run(th_mcall *c)
     if (!c->x && x_open(c) != 0) {
         th_call_answer_error(c, TH_ENOMEM, "out of memory");
         th_mcall_exec_end(c, TOOLHOST_FAILED, false);
-        forget_borrowed(c);
         th_mcall_unref(c);
         return;
     }
@@ -680,7 +737,6 @@ void th_mcall_run(th_mcall *c)
     pthread_mutex_unlock(&c->mu);
     if (skip) {
         th_mcall_exec_end(c, TOOLHOST_FAILED, false);
-        forget_borrowed(c);
         th_mcall_unref(c);
         return;
     }
@@ -702,10 +758,11 @@ void th_mcall_run(th_mcall *c)
     bool take = susp && st != TOOLHOST_PENDING && !c->completed;
     if (take)
         c->completed = true;
-    if (c->args_borrowed && susp && st == TOOLHOST_PENDING && !c->answered &&
+    if (c->args_borrowed && susp && st == TOOLHOST_PENDING &&
         th_mgr_own_args(c) != 0) {
         /* A suspended task lists its arguments (tasks.list) after the
-         * caller's buffer is gone: without memory it lists none. */
+         * caller's buffer is gone: without memory it lists none.  (Had
+         * complete() ended it already, exec_end dropped them.) */
         c->args = NULL;
         c->args_len = 0;
         c->args_borrowed = false;
@@ -736,7 +793,6 @@ void th_mcall_run(th_mcall *c)
         th_mcall_set_error(&c->base.pub, TH_ETOOL, m);
         th_mcall_exec_end(c, TOOLHOST_FAILED, true);
     }
-    forget_borrowed(c);
     th_mcall_unref(c);
 }
 

@@ -186,16 +186,13 @@ static int cb_write(toolhost_call *call, int stream, const void *data,
     if ((stream != TOOLHOST_STDOUT && stream != TOOLHOST_STDERR) ||
         (!data && len))
         return TOOLHOST_EINVAL;
-    if (stale(c, "write"))
-        return TOOLHOST_ESTATE;
-    if (cancelled(c))
-        return TOOLHOST_ECANCELLED;
-    if (!len)
-        return 0;
-    /* Under mu: never concurrently with the end of the call (a plugin
-     * thread racing its own complete() gets TOOLHOST_ESTATE). */
+    /* One lock: the ended check (stale()) and the write, never
+     * concurrently with the end of the call (a plugin thread racing its
+     * own complete() gets TOOLHOST_ESTATE). */
     pthread_mutex_lock(&c->mu);
     int rc = c->ended ? (misuse_locked(c, "write() after the call ended"), TOOLHOST_ESTATE)
+             : cancelled(c) ? TOOLHOST_ECANCELLED
+             : !len         ? 0
              : th_out_write(stream == TOOLHOST_STDOUT ? &c->x->out : &c->x->err, data,
                             len) == 0
                  ? 0
@@ -281,7 +278,8 @@ static int cb_progress(toolhost_call *call, double fraction,
         free(last);
         return rc;
     }
-    c->last_update_ms = th_wall_ms();
+    int64_t wall = th_wall_ms();
+    c->last_update_ms = wall;
     free(c->last_msg);
     c->last_msg = last;
     c->last_frac = fraction;
@@ -289,6 +287,8 @@ static int cb_progress(toolhost_call *call, double fraction,
         /* The first update acknowledges: the call becomes a task. */
         c->acked = true;
         atomic_store(&c->is_task, true);
+        /* the wall-clock start, read only for tasks (tasks.list) */
+        c->start_wall_ms = wall - (th_now_ns() - c->start_ns) / 1000000;
         c->pend_ack = true;
         c->ack_msg = u.message;
         u.message = NULL;

@@ -156,7 +156,7 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
      * that will wait in the queue (an async task) stays small until a
      * worker runs it. */
     bool room = o->may_block;
-    th_mcall *c = calloc(1, sizeof *c + (room ? sizeof(th_mcall_x) : 0));
+    th_mcall *c = th_call_rec_new(room);
     uint8_t *copy = args ? malloc(len ? len : 1) : NULL;
     if (!c || (args && !copy)) {
         free(c);
@@ -190,8 +190,9 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
     c->output_info = o->output_info;
     c->opt_timeout_ms = o->timeout_ms;
     c->start_ns = th_now_ns();
-    c->start_wall_ms = th_wall_ms();
-    c->last_update_ms = c->start_wall_ms;
+    /* start_wall_ms and last_update_ms: set when the call becomes a task
+     * (call_cb.c), the only calls that show them; a clock read saved on
+     * every other call */
     c->last_frac = -1;
     c->heap_idx = SIZE_MAX;
     c->parent = th_mcall_current(); /* referenced: read by cancelled() */
@@ -418,7 +419,11 @@ static void prepare(th_mcall *c, const uint8_t *raw, size_t raw_len,
      * manager, or replaced by the permission question's. */
     if (atomic_load(&c->deadline_ns) != 0)
         th_mgr_disarm(c->h, c);
-    if (answered(c)) {
+    /* Answered meanwhile (cancelled while a worker ran the hooks)?  On
+     * the caller's own thread (borrow) the question costs a lock for a
+     * window of a few hundred nanoseconds: such a call is skipped where
+     * it would run (th_mcall_run), or settled if it asks permission. */
+    if (!borrow && answered(c)) {
         th_mcall_never_run(c, TH_ECANCELLED, "cancelled");
         return;
     }

@@ -870,8 +870,10 @@ static void *notifier_main(void *arg)
 
 int th_mgr_init(th_host *h, const th_mgr_ops *ops, th_error *err)
 {
+    static atomic_ullong serials;
     th_mgr *m = &h->mgr;
     m->ops = ops;
+    m->serial = (uint64_t)atomic_fetch_add(&serials, 1) + 1;
     const th_host_cfg *hc = &th_host_config(h)->host;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     if (ncpu < 1)

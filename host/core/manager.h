@@ -185,7 +185,7 @@ struct th_mcall {
                                    numbers */
     int64_t timeout_ms;
     int64_t start_ns;           /* monotonic */
-    int64_t start_wall_ms;
+    int64_t start_wall_ms;      /* set when acknowledged (a task) */
     _Atomic int64_t deadline_ns;/* 0: none */
     int64_t opt_timeout_ms;
 
@@ -389,6 +389,8 @@ typedef struct th_mgr {
     th_wslot *slots;            /* nworkers + lost_cap */
     uint32_t nslots;
     uint32_t active;            /* serving workers (not lost, not gone) */
+    uint64_t serial;            /* unique per host in this process (never
+                                   reused): keys per-thread caches */
     uint32_t lost_cap;          /* host.max_lost_workers */
     uint32_t lost_now;          /* lost workers still in execute() */
     uint64_t lost_total;        /* workers ever counted lost */
