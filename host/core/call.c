@@ -41,7 +41,7 @@ static void ref_drop_nonlast(th_mcall *c)
 /* ---- Call records: a per-thread pool ------------------------------------ */
 
 /* The records of calls that may run inline (th_mcall with the room for
- * its th_mcall_x: ~1.7 KiB, above what malloc's own per-thread cache
+ * its th_mcall_x: ~1.3 KiB, above what malloc's own per-thread cache
  * keeps) are reused: a thread keeps up to TH_CALL_POOL freed ones and the
  * next call it records takes one (call_rec_new), instead of a calloc and
  * a free per call.  Smaller blocks (output buffers, the result) already
