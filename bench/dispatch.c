@@ -532,12 +532,10 @@ int main(int argc, char **argv)
            "%.2fx\n", mt.mean_ns, mpf_mt.mean_ns, mt.mean_ns / mpf_mt.mean_ns);
     printf("full path vs function pointer: %.0fx (p50)\n",
            (double)inl.p50_ns / fnptr);
-    printf("target: inline full path <= 2x msgpack floor: %s (%.2fx)\n",
-           inl.p50_ns <= 2 * mpf.p50_ns ? "met" : "NOT met",
-           (double)inl.p50_ns / mp50);
-
     bench_json j;
     bench_json_begin(&j, "dispatch", &m);
+    bench_target(&j, "inline_echo", "in-process echo inline <= 2x msgpack floor",
+                 (double)inl.p50_ns / mp50, 2.0, 1);
     bench_json_num(&j, "threads", nt);
     bench_json_num(&j, "floor_fnptr_ns", fnptr);
     bench_json_num(&j, "floor_msgpack_ns", mpf.mean_ns);

@@ -28,6 +28,8 @@ static const char call_usage[] =
     CLI_REMOTE_HELP
     "      --json OBJECT     arguments as a JSON object (key=value adds to it)\n"
     "      --meta            print the result's meta (JSON) on stderr\n"
+    "      --output-info     describe both output streams in meta (sizes,\n"
+    "                        lines) even when nothing was cut (with -c)\n"
     "      --timeout TIME    deadline for the call (500ms, 30s, 2m)\n"
     "  -y, --yes             answer yes when the policy asks for permission\n"
     "  -h, --help            this help\n"
@@ -80,6 +82,7 @@ int cli_call(int argc, char **argv)
         CLI_REMOTE_OPTIONS,
         {"json", required_argument, NULL, 'j'},
         {"meta", no_argument, NULL, 'm'},
+        {"output-info", no_argument, NULL, 'O'},
         {"timeout", required_argument, NULL, 't'},
         {"yes", no_argument, NULL, 'y'},
         {"help", no_argument, NULL, 'h'},
@@ -87,7 +90,7 @@ int cli_call(int argc, char **argv)
     const char *config = NULL, *json_text = NULL;
     cli_remote remote;
     memset(&remote, 0, sizeof remote);
-    bool show_meta = false;
+    bool show_meta = false, output_info = false;
     uint64_t timeout_ms = 0;
     call_ctx cc = {.yes = false};
     int c;
@@ -108,6 +111,9 @@ int cli_call(int argc, char **argv)
             break;
         case 'm':
             show_meta = true;
+            break;
+        case 'O':
+            output_info = true;
             break;
         case 't':
             if (th_parse_duration_ms(optarg, &timeout_ms) != 0) {
@@ -146,6 +152,11 @@ int cli_call(int argc, char **argv)
     char **kv = argv + optind + 1;
     int n_kv = argc - optind - 1;
 
+    if (remote.connect && output_info) {
+        cli_error("call: --output-info works with -c (over RPC, send the "
+                  "tools.call option output_info)");
+        return CLI_USAGE;
+    }
     if (remote.connect)
         return cli_call_remote(&remote, tool, kv, n_kv, json_text,
                                (int64_t)timeout_ms, show_meta, cc.yes);
@@ -178,7 +189,7 @@ int cli_call(int argc, char **argv)
 
     cli_catch_sigint();
     th_call_opts copts = {.timeout_ms = (int64_t)timeout_ms,
-                          .may_block = true};
+                          .may_block = true, .output_info = output_info};
     th_result_copy res;
     memset(&res, 0, sizeof res);
     rc = th_call_sync(ch.session, tool, mp.data, mp.len, &copts, on_progress,

@@ -38,11 +38,79 @@ static void ref_drop_nonlast(th_mcall *c)
     atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel);
 }
 
+/* ---- Call records: a per-thread pool ------------------------------------ */
+
+/* The records of calls that may run inline (th_mcall with the room for
+ * its th_mcall_x: ~1.3 KiB, above what malloc's own per-thread cache
+ * keeps) are reused: a thread keeps up to TH_CALL_POOL freed ones and the
+ * next call it records takes one (call_rec_new), instead of a calloc and
+ * a free per call.  Smaller blocks (output buffers, the result) already
+ * come from malloc's per-thread cache.  A thread's pool is freed when the
+ * thread exits (the key's destructor) and, for the thread that closes a
+ * host, at th_host_close (th_call_tombs_destroy). */
+#define TH_CALL_POOL 8
+#define CALL_REC_FULL (sizeof(th_mcall) + sizeof(th_mcall_x))
+
+typedef struct call_pool {
+    void *blk[TH_CALL_POOL];
+    int n;
+} call_pool;
+
+static __thread call_pool tl_pool;
+static pthread_key_t pool_key;
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+static bool pool_key_ok;
+
+static void pool_drain(call_pool *p)
+{
+    while (p->n > 0)
+        free(p->blk[--p->n]);
+}
+
+static void pool_exit(void *v)
+{
+    pool_drain(v);
+}
+
+static void pool_key_make(void)
+{
+    pool_key_ok = pthread_key_create(&pool_key, pool_exit) == 0;
+}
+
+void *th_call_rec_new(bool room)
+{
+    if (room && tl_pool.n > 0) {
+        void *b = tl_pool.blk[--tl_pool.n];
+        memset(b, 0, sizeof(th_mcall)); /* the room: x_open clears it */
+        return b;
+    }
+    return calloc(1, room ? CALL_REC_FULL : sizeof(th_mcall));
+}
+
+static void call_rec_free(th_mcall *c)
+{
+    if (!c->x_room || tl_pool.n >= TH_CALL_POOL) {
+        free(c);
+        return;
+    }
+    if (tl_pool.n == 0) {
+        /* the first block: the thread's exit frees the pool */
+        pthread_once(&pool_once, pool_key_make);
+        if (!pool_key_ok || pthread_setspecific(pool_key, &tl_pool) != 0) {
+            free(c);
+            return;
+        }
+    }
+    tl_pool.blk[tl_pool.n++] = c;
+}
+
 static void tomb_destroy(th_mcall *c)
 {
+    if (c->x != c->x_room)
+        free(c->x);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
-    free(c);
+    call_rec_free(c);
 }
 
 /* With h->mu held: `c` joins the quarantine; the oldest beyond
@@ -72,6 +140,7 @@ void th_call_tombs_destroy(th_host *h)
     }
     h->tomb_tail = NULL;
     h->n_tombs = 0;
+    pool_drain(&tl_pool); /* this thread's pool goes with the host */
 }
 
 static void call_free(th_mcall *c)
@@ -84,19 +153,27 @@ static void call_free(th_mcall *c)
         pthread_mutex_lock(&c->mu);
         c->ended = true;
         c->tomb = true;
-        snprintf(c->tname, sizeof c->tname, "%s", c->tool->name);
+        th_mcall_x *x = c->x; /* ran: it exists */
+        size_t tn = strnlen(c->tool->name, sizeof x->tname - 1);
+        memcpy(x->tname, c->tool->name, tn);
+        x->tname[tn] = '\0';
         pthread_mutex_unlock(&c->mu);
     }
-    th_out_destroy(&c->out);
-    th_out_destroy(&c->err);
-    free(c->args);
-    free(c->meta);
+    if (c->x) {
+        th_out_destroy(&c->x->out);
+        th_out_destroy(&c->x->err);
+        free(c->x->meta);
+        free(c->x->set_error_msg);
+        free(c->x->caller_user);
+        c->x->meta = NULL;
+        c->x->set_error_msg = c->x->caller_user = NULL;
+    }
+    if (!c->args_borrowed)
+        free(c->args);
     free(c->dupkey);
     free(c->ack_msg);
     th_progress_clear(&c->prog);
     free(c->last_msg);
-    free(c->set_error_msg);
-    free(c->caller_user);
     if (c->cancel_efd >= 0)
         close(c->cancel_efd);
     th_result_copy_destroy(&c->final);
@@ -106,9 +183,9 @@ static void call_free(th_mcall *c)
     th_mcall *parent = c->parent;
     if (tomb) {
         /* Only the fields a late callback reads stay meaningful. */
-        c->args = c->meta = NULL;
+        c->args = NULL;
         c->dupkey = NULL;
-        c->ack_msg = c->last_msg = c->set_error_msg = c->caller_user = NULL;
+        c->ack_msg = c->last_msg = NULL;
         c->cancel_efd = -1;
         c->tool = NULL;
         c->cfg = NULL;
@@ -391,53 +468,91 @@ void th_mcall_never_run(th_mcall *c, int code, const char *msg)
 void th_mcall_set_error(toolhost_call *call, int code, const char *msg)
 {
     th_mcall *c = (th_mcall *)call;
-    c->set_error = code;
-    free(c->set_error_msg);
-    c->set_error_msg = msg ? strdup(msg) : NULL;
+    c->x->set_error = code;
+    free(c->x->set_error_msg);
+    c->x->set_error_msg = msg ? strdup(msg) : NULL;
 }
 
-/* meta = the tool's own map + "toolhost": {"output": {...}}. */
+static bool is_toolhost_key(const msgpack_object *k)
+{
+    return k->type == MSGPACK_OBJECT_STR && k->via.str.size == 8 &&
+           memcmp(k->via.str.ptr, "toolhost", 8) == 0;
+}
+
+/* Whether a stream's info goes into meta: it was cut or spilled, or the
+ * caller asked for sizes (th_call_opts.output_info). */
+static bool info_says(const th_mcall *c, const th_out_info *i)
+{
+    return c->output_info || i->truncated || i->spill_path;
+}
+
+/* The most bytes th_out_pack_info writes for one stream (keys, a map
+ * header, five uint64, the strings). */
+static size_t info_bound(const th_out_info *i)
+{
+    return 160 + (i->spill_path ? strlen(i->spill_path) : 0) +
+           (i->note ? strlen(i->note) : 0);
+}
+
+/* meta = the tool's own map (its "toolhost" key dropped) + "toolhost":
+ * {"output": {...}} when a stream was cut or spilled or the caller asked
+ * (docs/limits.md); nothing at all when there is nothing to say.  The
+ * size is bounded before packing: one reservation, no regrowth. */
 static int build_meta(th_mcall *c, const th_out_info *oi, const th_out_info *ei,
                       th_buf *dst)
 {
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, dst, th_buf_msgpack_write);
+    const th_out_info *so = info_says(c, oi) ? oi : NULL;
+    const th_out_info *se = info_says(c, ei) ? ei : NULL;
+    const uint8_t *tm = c->x->meta;
+    size_t tm_len = c->x->meta_len;
+    if (!tm && !so && !se)
+        return 0; /* the common case: no meta */
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
     const msgpack_object_map *m = NULL;
     uint32_t keep = 0;
-    if (c->meta) {
+    if (tm) {
         size_t off = 0;
-        if (msgpack_unpack_next(&u, (const char *)c->meta, c->meta_len, &off) ==
+        if (msgpack_unpack_next(&u, (const char *)tm, tm_len, &off) ==
                 MSGPACK_UNPACK_SUCCESS &&
             u.data.type == MSGPACK_OBJECT_MAP)
             m = &u.data.via.map;
     }
     if (m)
         for (uint32_t i = 0; i < m->size; i++)
-            if (!(m->ptr[i].key.type == MSGPACK_OBJECT_STR &&
-                  m->ptr[i].key.via.str.size == 8 &&
-                  memcmp(m->ptr[i].key.via.str.ptr, "toolhost", 8) == 0))
-                keep++;
-    int rc = msgpack_pack_map(&pk, keep + 1);
+            keep += !is_toolhost_key(&m->ptr[i].key);
+    bool say = so || se;
+    if (!say && keep == 0) {
+        msgpack_unpacked_destroy(&u);
+        return 0; /* a tool map that held only "toolhost" (or no map) */
+    }
+    size_t bound = (tm ? tm_len : 0) + 48 +
+                   (so ? info_bound(so) : 0) + (se ? info_bound(se) : 0);
+    if (th_buf_reserve(dst, bound) != 0) {
+        msgpack_unpacked_destroy(&u);
+        return TH_ENOMEM;
+    }
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, dst, th_buf_msgpack_write);
+    int rc = msgpack_pack_map(&pk, keep + (say ? 1 : 0));
     if (m)
         for (uint32_t i = 0; i < m->size && rc == 0; i++) {
-            if (m->ptr[i].key.type == MSGPACK_OBJECT_STR &&
-                m->ptr[i].key.via.str.size == 8 &&
-                memcmp(m->ptr[i].key.via.str.ptr, "toolhost", 8) == 0)
+            if (is_toolhost_key(&m->ptr[i].key))
                 continue;
             rc = msgpack_pack_object(&pk, m->ptr[i].key);
             if (rc == 0)
                 rc = msgpack_pack_object(&pk, m->ptr[i].val);
         }
-    if (rc == 0)
-        rc = th_pack_cstr(&pk, "toolhost");
-    if (rc == 0)
-        rc = msgpack_pack_map(&pk, 1);
-    if (rc == 0)
-        rc = th_pack_cstr(&pk, "output");
-    if (rc == 0)
-        rc = th_out_pack_info(&pk, oi, ei);
+    if (say) {
+        if (rc == 0)
+            rc = msgpack_pack_str_with_body(&pk, "toolhost", 8);
+        if (rc == 0)
+            rc = msgpack_pack_map(&pk, 1);
+        if (rc == 0)
+            rc = msgpack_pack_str_with_body(&pk, "output", 6);
+        if (rc == 0)
+            rc = th_out_pack_info(&pk, so, se);
+    }
     msgpack_unpacked_destroy(&u);
     return rc ? TH_ENOMEM : 0;
 }
@@ -445,18 +560,19 @@ static int build_meta(th_mcall *c, const th_out_info *oi, const th_out_info *ei,
 static int build_result(th_mcall *c, int status, th_result_copy *res)
 {
     memset(res, 0, sizeof *res);
-    if (c->set_error) {
+    th_mcall_x *x = c->x;
+    if (x->set_error) {
         res->kind = TH_RESULT_ERROR;
-        res->error = c->set_error;
-        res->message = c->set_error_msg;
-        c->set_error_msg = NULL;
+        res->error = x->set_error;
+        res->message = x->set_error_msg;
+        x->set_error_msg = NULL;
         return 0;
     }
     res->kind = TH_RESULT_DONE;
     res->ok = status == TOOLHOST_OK;
     th_out_info oi, ei;
-    if (th_out_finish(&c->out, &res->out, &oi) != 0 ||
-        th_out_finish(&c->err, &res->err, &ei) != 0 ||
+    if (th_out_finish(&x->out, &res->out, &oi) != 0 ||
+        th_out_finish(&x->err, &res->err, &ei) != 0 ||
         build_meta(c, &oi, &ei, &res->meta) != 0) {
         th_result_copy_destroy(res);
         res->kind = TH_RESULT_ERROR;
@@ -520,6 +636,13 @@ void th_mcall_exec_end(th_mcall *c, int status, bool ran)
     } else if (ran && c->st) {
         atomic_fetch_add(&c->st->late, 1);
     }
+    if (c->args_borrowed) {
+        /* the call is over: nothing may point into the caller's buffer,
+         * which goes when th_call_start returns */
+        c->args = NULL;
+        c->args_len = 0;
+        c->args_borrowed = false;
+    }
     pthread_mutex_unlock(&c->mu);
     if (was_running)
         atomic_fetch_sub(&c->h->mgr.running, 1);
@@ -530,6 +653,67 @@ void th_mcall_exec_end(th_mcall *c, int status, bool ran)
 
 /* ---- Running ------------------------------------------------------------------ */
 
+/* A head-only output (file content, file view, knowledge) of a tool with
+ * an integer `offset` parameter starts where the call's `offset` says, so
+ * its "read on with offset=N" marker counts from there. */
+static void set_read_on_base(th_mcall *c)
+{
+    uint32_t sem = c->x->out.sem;
+    if (sem != TOOLHOST_SEM_FILE_CONTENT && sem != TOOLHOST_SEM_FILE_VIEW &&
+        sem != TOOLHOST_SEM_KNOWLEDGE)
+        return;
+    bool has = false;
+    for (size_t i = 0; i < c->tool->n_params && !has; i++)
+        has = c->tool->params[i].type == TOOLHOST_TYPE_INTEGER &&
+              strcmp(c->tool->params[i].name, "offset") == 0;
+    if (!has || !c->args)
+        return;
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    if (msgpack_unpack_next(&u, (const char *)c->args, c->args_len, NULL) ==
+            MSGPACK_UNPACK_SUCCESS &&
+        u.data.type == MSGPACK_OBJECT_MAP) {
+        const msgpack_object_map *m = &u.data.via.map;
+        for (uint32_t i = 0; i < m->size; i++)
+            if (m->ptr[i].key.type == MSGPACK_OBJECT_STR &&
+                m->ptr[i].key.via.str.size == 6 &&
+                memcmp(m->ptr[i].key.via.str.ptr, "offset", 6) == 0 &&
+                m->ptr[i].val.type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+                th_out_set_offset_base(&c->x->out, m->ptr[i].val.via.u64);
+    }
+    msgpack_unpacked_destroy(&u);
+}
+
+/* Makes what a running call needs (th_mcall_x): in the room of the call's
+ * own allocation when it has one, else on the heap.  The output streams
+ * get their limits from the call's config snapshot: the tool's override
+ * in its toolset, else the toolset's, else the host's (th_out_limit).
+ * 0 or TH_ENOMEM.  Owner, before execute(). */
+static int x_open(th_mcall *c)
+{
+    th_mcall_x *x = c->x_room;
+    if (x)
+        memset(x, 0, sizeof *x);
+    else if (!(x = calloc(1, sizeof *x)))
+        return TH_ENOMEM;
+    const th_tool *t = c->tool;
+    const th_limits *hl = &c->cfg->limits;
+    uint32_t so = t->stdout_type < TH_SEM_COUNT ? t->stdout_type : TOOLHOST_SEM_TEXT;
+    uint32_t se = t->stderr_type < TH_SEM_COUNT ? t->stderr_type : TOOLHOST_SEM_TEXT;
+    th_out_init(&x->out, so, th_out_limit(hl, c->ts, t->name, so));
+    th_out_init(&x->err, se, th_out_limit(hl, c->ts, t->name, se));
+    const th_host_cfg *hc = &c->cfg->host;
+    if (hc->spill_dir) {
+        /* Full outputs that get cut are saved there (no file otherwise);
+         * a folder that cannot be used only means no spill. */
+        (void)th_out_spill(&x->out, hc->spill_dir, hc->spill_max_bytes);
+        (void)th_out_spill(&x->err, hc->spill_dir, hc->spill_max_bytes);
+    }
+    c->x = x;
+    set_read_on_base(c);
+    return 0;
+}
+
 void th_mcall_run(th_mcall *c)
 {
     if (c->prep) {
@@ -538,6 +722,12 @@ void th_mcall_run(th_mcall *c)
          * that must not wait for them; they submit the call again. */
         c->prep = false;
         th_call_prepare(c);
+        return;
+    }
+    if (!c->x && x_open(c) != 0) {
+        th_call_answer_error(c, TH_ENOMEM, "out of memory");
+        th_mcall_exec_end(c, TOOLHOST_FAILED, false);
+        th_mcall_unref(c);
         return;
     }
     pthread_mutex_lock(&c->mu);
@@ -568,6 +758,15 @@ void th_mcall_run(th_mcall *c)
     bool take = susp && st != TOOLHOST_PENDING && !c->completed;
     if (take)
         c->completed = true;
+    if (c->args_borrowed && susp && st == TOOLHOST_PENDING &&
+        th_mgr_own_args(c) != 0) {
+        /* A suspended task lists its arguments (tasks.list) after the
+         * caller's buffer is gone: without memory it lists none.  (Had
+         * complete() ended it already, exec_end dropped them.) */
+        c->args = NULL;
+        c->args_len = 0;
+        c->args_borrowed = false;
+    }
     pthread_mutex_unlock(&c->mu);
     unsigned long long id = (unsigned long long)c->base.pub.call_id;
     if (susp && st == TOOLHOST_PENDING) {

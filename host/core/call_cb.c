@@ -38,7 +38,7 @@ static bool misuse_locked(th_mcall *c, const char *what)
         c->misuse_logged = true;
         th_log_error("tool=%s call=%llu: %s (contract misuse: the call handle is "
                      "invalid once the call ended; answered TOOLHOST_ESTATE)",
-                     c->tomb ? c->tname : c->tool->name,
+                     c->tomb ? c->x->tname : c->tool->name,
                      (unsigned long long)c->base.pub.call_id, what);
     }
     return true;
@@ -156,22 +156,23 @@ static int cb_caller(const toolhost_call *call, toolhost_caller *out)
         return TOOLHOST_ESTATE;
     const th_session *s = c->s;
     out->uid = s ? (int64_t)s->who.uid : -1;
-    if (s && !c->caller_user) {
+    th_mcall_x *x = c->x;
+    if (s && !x->caller_user) {
         if (s->who.user) { /* a user named by a token (MCP over HTTP) */
-            c->caller_user = strdup(s->who.user);
+            x->caller_user = strdup(s->who.user);
         } else {
             char buf[1024];
             struct passwd pw, *res = NULL;
             if (getpwuid_r((uid_t)s->who.uid, &pw, buf, sizeof buf, &res) == 0 &&
                 res)
-                c->caller_user = strdup(res->pw_name);
+                x->caller_user = strdup(res->pw_name);
         }
     }
-    out->user = c->caller_user;
+    out->user = x->caller_user;
     if (s) {
-        snprintf(c->caller_session, sizeof c->caller_session, "%llu",
+        snprintf(x->caller_session, sizeof x->caller_session, "%llu",
                  (unsigned long long)s->id);
-        out->session = c->caller_session;
+        out->session = x->caller_session;
         out->front = c->front ? c->front : s->ops.front;
     }
     out->toolset = c->ts ? c->ts->name : NULL;
@@ -185,17 +186,14 @@ static int cb_write(toolhost_call *call, int stream, const void *data,
     if ((stream != TOOLHOST_STDOUT && stream != TOOLHOST_STDERR) ||
         (!data && len))
         return TOOLHOST_EINVAL;
-    if (stale(c, "write"))
-        return TOOLHOST_ESTATE;
-    if (cancelled(c))
-        return TOOLHOST_ECANCELLED;
-    if (!len)
-        return 0;
-    /* Under mu: never concurrently with the end of the call (a plugin
-     * thread racing its own complete() gets TOOLHOST_ESTATE). */
+    /* One lock: the ended check (stale()) and the write, never
+     * concurrently with the end of the call (a plugin thread racing its
+     * own complete() gets TOOLHOST_ESTATE). */
     pthread_mutex_lock(&c->mu);
     int rc = c->ended ? (misuse_locked(c, "write() after the call ended"), TOOLHOST_ESTATE)
-             : th_out_write(stream == TOOLHOST_STDOUT ? &c->out : &c->err, data,
+             : cancelled(c) ? TOOLHOST_ECANCELLED
+             : !len         ? 0
+             : th_out_write(stream == TOOLHOST_STDOUT ? &c->x->out : &c->x->err, data,
                             len) == 0
                  ? 0
                  : TOOLHOST_ENOMEM;
@@ -228,9 +226,9 @@ static int cb_set_meta(toolhost_call *call, const uint8_t *map, size_t len)
         free(m);
         return TOOLHOST_ESTATE;
     }
-    free(c->meta);
-    c->meta = m;
-    c->meta_len = len;
+    free(c->x->meta);
+    c->x->meta = m;
+    c->x->meta_len = len;
     pthread_mutex_unlock(&c->mu);
     return 0;
 }
@@ -280,7 +278,8 @@ static int cb_progress(toolhost_call *call, double fraction,
         free(last);
         return rc;
     }
-    c->last_update_ms = th_wall_ms();
+    int64_t wall = th_wall_ms();
+    c->last_update_ms = wall;
     free(c->last_msg);
     c->last_msg = last;
     c->last_frac = fraction;
@@ -288,6 +287,8 @@ static int cb_progress(toolhost_call *call, double fraction,
         /* The first update acknowledges: the call becomes a task. */
         c->acked = true;
         atomic_store(&c->is_task, true);
+        /* the wall-clock start, read only for tasks (tasks.list) */
+        c->start_wall_ms = wall - (th_now_ns() - c->start_ns) / 1000000;
         c->pend_ack = true;
         c->ack_msg = u.message;
         u.message = NULL;

@@ -37,4 +37,9 @@ void th_call_cancel_hooks_fire(th_mcall *c);
 /* Under c->mu: the call ends; no hook may run after this returns. */
 void th_call_cancel_hooks_end_locked(th_mcall *c);
 
+/* A zeroed call record (call.c): with `room`, followed by the room for
+ * its th_mcall_x, taken from this thread's pool of freed ones when it has
+ * one.  NULL when out of memory. */
+void *th_call_rec_new(bool room);
+
 #endif

@@ -78,38 +78,6 @@ static int strip_confirm(const uint8_t *args, size_t len, th_buf *out,
     return rc;
 }
 
-/* A head-only output (file content, file view, knowledge) of a tool with
- * an integer `offset` parameter starts where the call's `offset` says, so
- * its "read on with offset=N" marker counts from there. */
-static void set_read_on_base(th_mcall *c)
-{
-    uint32_t sem = c->out.sem;
-    if (sem != TOOLHOST_SEM_FILE_CONTENT && sem != TOOLHOST_SEM_FILE_VIEW &&
-        sem != TOOLHOST_SEM_KNOWLEDGE)
-        return;
-    bool has = false;
-    for (size_t i = 0; i < c->tool->n_params && !has; i++)
-        has = c->tool->params[i].type == TOOLHOST_TYPE_INTEGER &&
-              strcmp(c->tool->params[i].name, "offset") == 0;
-    if (!has)
-        return;
-    msgpack_unpacked u;
-    msgpack_unpacked_init(&u);
-    if (msgpack_unpack_next(&u, (const char *)c->args, c->args_len, NULL) ==
-            MSGPACK_UNPACK_SUCCESS &&
-        u.data.type == MSGPACK_OBJECT_MAP) {
-        const msgpack_object_map *m = &u.data.via.map;
-        for (uint32_t i = 0; i < m->size; i++)
-            if (m->ptr[i].key.type == MSGPACK_OBJECT_STR &&
-                m->ptr[i].key.via.str.size == 6 &&
-                memcmp(m->ptr[i].key.via.str.ptr, "offset", 6) == 0 &&
-                m->ptr[i].val.type == MSGPACK_OBJECT_POSITIVE_INTEGER)
-                th_out_set_offset_base(&c->out, m->ptr[i].val.via.u64);
-    }
-    msgpack_unpacked_destroy(&u);
-}
-
-
 /* ---- 1. Lookup and policy ---------------------------------------------------- */
 
 /* What stage 1 decided. */
@@ -183,7 +151,12 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
 {
     th_host *h = s->h;
     const th_tool *t = p->tool;
-    th_mcall *c = calloc(1, sizeof *c);
+    /* A call that may run inline on the caller's thread gets the room
+     * for its running part (th_mcall_x) in the same allocation; a call
+     * that will wait in the queue (an async task) stays small until a
+     * worker runs it. */
+    bool room = o->may_block;
+    th_mcall *c = th_call_rec_new(room);
     uint8_t *copy = args ? malloc(len ? len : 1) : NULL;
     if (!c || (args && !copy)) {
         free(c);
@@ -214,10 +187,12 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
     c->no_progress = o->no_progress;
     c->may_block = o->may_block;
     c->front = o->front;
+    c->output_info = o->output_info;
     c->opt_timeout_ms = o->timeout_ms;
     c->start_ns = th_now_ns();
-    c->start_wall_ms = th_wall_ms();
-    c->last_update_ms = c->start_wall_ms;
+    /* start_wall_ms and last_update_ms: set when the call becomes a task
+     * (call_cb.c), the only calls that show them; a clock read saved on
+     * every other call */
     c->last_frac = -1;
     c->heap_idx = SIZE_MAX;
     c->parent = th_mcall_current(); /* referenced: read by cancelled() */
@@ -229,22 +204,10 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
     atomic_init(&c->abort_code, 0);
     atomic_init(&c->is_task, false);
     c->cancel_efd = -1;
+    if (room)
+        c->x_room = (th_mcall_x *)(c + 1);
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
-    /* Limits: the tool's override in its toolset, else the toolset's,
-     * else the host's (th_out_limit). */
-    const th_limits *hl = &c->cfg->limits;
-    uint32_t so = t->stdout_type < TH_SEM_COUNT ? t->stdout_type : TOOLHOST_SEM_TEXT;
-    uint32_t se = t->stderr_type < TH_SEM_COUNT ? t->stderr_type : TOOLHOST_SEM_TEXT;
-    th_out_init(&c->out, so, th_out_limit(hl, c->ts, t->name, so));
-    th_out_init(&c->err, se, th_out_limit(hl, c->ts, t->name, se));
-    const th_host_cfg *hc = &c->cfg->host;
-    if (hc->spill_dir) {
-        /* Full outputs that get cut are saved there (no file otherwise);
-         * a folder that cannot be used only means no spill. */
-        (void)th_out_spill(&c->out, hc->spill_dir, hc->spill_max_bytes);
-        (void)th_out_spill(&c->err, hc->spill_dir, hc->spill_max_bytes);
-    }
     atomic_fetch_add(&h->live_calls, 1);
 
     pthread_mutex_lock(&s->mu);
@@ -267,9 +230,13 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
 /* ---- 3. Arguments ------------------------------------------------------------ */
 
 /* Validates (raw, raw_len) — c->args, or the caller's buffer — into
- * c->args.  0, or the call is answered and its execution reference
- * dropped (nonzero). */
-static int stage_args(th_mcall *c, const uint8_t *raw, size_t raw_len)
+ * c->args.  With `borrow` (raw is the caller's buffer, and the caller is
+ * inside th_call_start until the call runs or is queued) arguments that
+ * validation left as they were are borrowed, not copied
+ * (th_mcall.args_borrowed).  0, or the call is answered and its execution
+ * reference dropped (nonzero). */
+static int stage_args(th_mcall *c, const uint8_t *raw, size_t raw_len,
+                      bool borrow)
 {
     const th_tool *t = c->tool;
     const th_tool_override *ov = c->ts ? th_host_override(c->ts, t->name) : NULL;
@@ -307,7 +274,14 @@ static int stage_args(th_mcall *c, const uint8_t *raw, size_t raw_len)
     th_error_clear(&e);
     uint8_t *copy = NULL;
     int rc = th_validate_call(t, a, al, &vb, &va, &vl, &e);
-    if (rc == 0 && !(copy = malloc(vl ? vl : 1)))
+    /* Where the validated bytes live decides what the call keeps: the
+     * caller's own buffer is borrowed, the validator's rewrite or the
+     * call's own copy is kept as is, anything else is copied once. */
+    bool lend = rc == 0 && borrow && va == raw && vl == raw_len;
+    bool same = rc == 0 && !borrow && raw == c->args && va == raw &&
+                vl == raw_len;
+    bool take = rc == 0 && !lend && !same && vb.data && va == vb.data;
+    if (rc == 0 && !lend && !same && !take && !(copy = malloc(vl ? vl : 1)))
         rc = TH_ENOMEM;
     if (rc != 0) {
         th_buf_destroy(&vb);
@@ -318,13 +292,20 @@ static int stage_args(th_mcall *c, const uint8_t *raw, size_t raw_len)
                                            : "invalid arguments");
         return -1;
     }
-    memcpy(copy, va, vl);
+    if (lend) {
+        c->args = (uint8_t *)va;
+        c->args_borrowed = true;
+    } else if (!same) {
+        if (take)
+            copy = th_buf_take(&vb, NULL);
+        else
+            memcpy(copy, va, vl);
+        free(c->args);
+        c->args = copy;
+    }
     th_buf_destroy(&vb);
     th_buf_destroy(&stripped);
-    free(c->args);
-    c->args = copy;
     c->args_len = vl;
-    set_read_on_base(c);
     c->args_ok = true;
     return 0;
 }
@@ -388,6 +369,11 @@ static void stage_permission(th_mcall *c)
     th_log_info("session=%llu tool=%s call=%llu asking permission (%s)",
                 (unsigned long long)s->id, t->name, (unsigned long long)id, d.rule);
     if (c->st) atomic_fetch_add(&c->st->perm_asks, 1); /* stats.c */
+    /* The answer comes later, after th_call_start returned. */
+    if (th_mgr_own_args(c) != 0) {
+        th_mcall_never_run(c, TH_ENOMEM, "out of memory");
+        return;
+    }
     pthread_mutex_lock(&c->mu);
     c->phase = TH_PH_PERM_WAIT;
     pthread_mutex_unlock(&c->mu);
@@ -422,16 +408,22 @@ static bool answered(th_mcall *c)
     return a;
 }
 
-/* Stages 3 and 4 with the raw arguments (c->args, or the caller's). */
-static void prepare(th_mcall *c, const uint8_t *raw, size_t raw_len)
+/* Stages 3 and 4 with the raw arguments (c->args, or with `borrow` the
+ * caller's). */
+static void prepare(th_mcall *c, const uint8_t *raw, size_t raw_len,
+                    bool borrow)
 {
-    if (stage_args(c, raw, raw_len) != 0)
+    if (stage_args(c, raw, raw_len, borrow) != 0)
         return;
     /* The deadline armed while a worker ran the hooks is set again by the
      * manager, or replaced by the permission question's. */
     if (atomic_load(&c->deadline_ns) != 0)
         th_mgr_disarm(c->h, c);
-    if (answered(c)) {
+    /* Answered meanwhile (cancelled while a worker ran the hooks)?  On
+     * the caller's own thread (borrow) the question costs a lock for a
+     * window of a few hundred nanoseconds: such a call is skipped where
+     * it would run (th_mcall_run), or settled if it asks permission. */
+    if (!borrow && answered(c)) {
         th_mcall_never_run(c, TH_ECANCELLED, "cancelled");
         return;
     }
@@ -446,7 +438,7 @@ void th_call_prepare(th_mcall *c)
         th_mcall_never_run(c, TH_ECANCELLED, "cancelled");
         return;
     }
-    prepare(c, c->args, c->args_len);
+    prepare(c, c->args, c->args_len, false);
 }
 
 /* Whether stages 3 and 4 call plugin code. */
@@ -500,7 +492,7 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
     if (on_worker)
         th_mgr_prepare(c);
     else
-        prepare(c, args, len);
+        prepare(c, args, len, true);
     return 0;
 }
 

@@ -82,6 +82,11 @@ static json_t *structured_of(const th_result_copy *r)
 int th_codec_pack_result(msgpack_packer *pk, const th_result_copy *r)
 {
     int e = 0;
+    if (pk->callback == th_buf_msgpack_write &&
+        th_buf_reserve(pk->data, 64 + r->out.len + r->err.len + r->meta.len +
+                                     (r->message ? strlen(r->message) : 0)) != 0)
+        return TH_ENOMEM; /* one reservation: the map's tokens then only
+                             copy (a structured value may grow it once) */
     if (r->kind == TH_RESULT_DONE) {
         json_t *sv = structured_of(r);
         e |= msgpack_pack_map(pk, sv ? 5 : 4);

@@ -379,6 +379,20 @@ void th_mgr_prepare(th_mcall *c)
     pthread_mutex_unlock(&m->mu);
 }
 
+int th_mgr_own_args(th_mcall *c)
+{
+    if (!c->args_borrowed)
+        return 0;
+    uint8_t *copy = malloc(c->args_len ? c->args_len : 1);
+    if (!copy)
+        return TH_ENOMEM;
+    if (c->args_len)
+        memcpy(copy, c->args, c->args_len);
+    c->args = copy;
+    c->args_borrowed = false;
+    return 0;
+}
+
 void th_mgr_submit(th_mcall *c)
 {
     th_host *h = c->h;
@@ -393,6 +407,11 @@ void th_mgr_submit(th_mcall *c)
     bool nested = c->may_block && cur != NULL;
     bool try_inline = c->may_block &&
                       (nested || (!c->is_async && !has_delays(c->mock)));
+    /* A queued call outlives th_call_start: it needs its own arguments. */
+    if (!try_inline && th_mgr_own_args(c) != 0) {
+        m->ops->never_run(c, TH_ENOMEM, "out of memory");
+        return;
+    }
     pthread_mutex_lock(&m->mu);
     groups_of(h, c);
     if (try_inline && nested) {
@@ -460,6 +479,15 @@ void th_mgr_submit(th_mcall *c)
         c->inline_run = true;
         m->ops->run(c);
         return;
+    }
+    if (c->args_borrowed) {
+        /* meant to run inline, but its group is full: it waits queued */
+        pthread_mutex_unlock(&m->mu);
+        if (th_mgr_own_args(c) != 0) {
+            m->ops->never_run(c, TH_ENOMEM, "out of memory");
+            return;
+        }
+        pthread_mutex_lock(&m->mu);
     }
     char msg[200];
     if (busy_locked(m, msg, sizeof msg)) {
@@ -842,8 +870,10 @@ static void *notifier_main(void *arg)
 
 int th_mgr_init(th_host *h, const th_mgr_ops *ops, th_error *err)
 {
+    static atomic_ullong serials;
     th_mgr *m = &h->mgr;
     m->ops = ops;
+    m->serial = (uint64_t)atomic_fetch_add(&serials, 1) + 1;
     const th_host_cfg *hc = &th_host_config(h)->host;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     if (ncpu < 1)

@@ -101,6 +101,24 @@ void th_stat_window(th_stat *st, int64_t now_ns, unsigned slots,
 /* ---- Calls ------------------------------------------------------------------ */
 
 typedef struct th_mcall th_mcall;
+
+/* What only a call that runs needs (th_mcall.x): its output streams, the
+ * tool's meta, a built-in's error, the caller() strings, the tool's name
+ * for a tombstone.  Made when the call starts running (th_mcall_run), so
+ * that a call waiting in the queue (an async task among thousands) does
+ * not carry it; a call that may run inline has the room for it in its
+ * own allocation. */
+typedef struct th_mcall_x {
+    th_out out, err;
+    uint8_t *meta;
+    size_t meta_len;
+    int set_error;              /* built-ins: a tool error instead */
+    char *set_error_msg;
+    char *caller_user;
+    char caller_session[24];
+    char tname[72];             /* a tombstone's tool name */
+} th_mcall_x;
+
 /* A call's final answer is decided (answer_locked, c->mu held): its
  * latency per tool, and its outcome and latency per toolset and per
  * front (stats.c). */
@@ -151,8 +169,15 @@ struct th_mcall {
     const th_toolset_cfg *ts;   /* in cfg; NULL for the task tools */
     int ts_idx;
     const th_mock_cfg *mock;
-    uint8_t *args;              /* validated arguments, owned */
+    uint8_t *args;              /* validated arguments: owned, or (while
+                                   args_borrowed) the caller's own bytes */
     size_t args_len;
+    bool args_borrowed;         /* args point into the buffer given to
+                                   th_call_start: valid while that call
+                                   runs on the caller's thread; copied
+                                   (th_mgr_own_args) before the call is
+                                   queued, waits for permission, or lives
+                                   on after execute() (suspend) */
     th_task_scope scope;
     bool is_async;              /* TOOLHOST_TOOL_ASYNC */
     bool no_progress, may_block;
@@ -160,7 +185,7 @@ struct th_mcall {
                                    numbers */
     int64_t timeout_ms;
     int64_t start_ns;           /* monotonic */
-    int64_t start_wall_ms;
+    int64_t start_wall_ms;      /* set when acknowledged (a task) */
     _Atomic int64_t deadline_ns;/* 0: none */
     int64_t opt_timeout_ms;
 
@@ -196,13 +221,11 @@ struct th_mcall {
     th_mcall *nnext;
 
     /* Owner-only (the thread running execute(), then the plugin's). */
-    th_out out, err;
-    uint8_t *meta;
-    size_t meta_len;
+    th_mcall_x *x;              /* NULL until the call runs; kept by a
+                                   tombstone */
+    th_mcall_x *x_room;         /* room for x in this allocation, or NULL */
     bool in_execute, suspended;
     bool completed;             /* complete() was called (once only) */
-    int set_error;              /* built-ins: a tool error instead */
-    char *set_error_msg;
     bool ran;                   /* execute() was entered */
     bool inline_run;            /* runs on the caller's thread */
 
@@ -239,8 +262,6 @@ struct th_mcall {
     void *cancel_ud;
     int cancel_efd;
     bool cancel_fired, cancel_running, ended;
-    char *caller_user;
-    char caller_session[24];
 
     /* Contract safety (call_cb.c, call.c), under mu.  `ended` above is set
      * when execution ends (before the result is built): from then on a
@@ -252,9 +273,9 @@ struct th_mcall {
      * a late callback finds valid memory that says "ended". */
     bool misuse_logged;
     bool tomb;
-    char tname[72];
     th_mcall *tomb_next;        /* the host's quarantine (host->mu) */
     const char *front;          /* th_call_opts.front, or NULL */
+    bool output_info;           /* th_call_opts.output_info */
 };
 
 /* How many ended calls the host keeps as tombstones (see th_mcall.tomb):
@@ -280,6 +301,12 @@ void th_mcall_set_error(toolhost_call *call, int code, const char *msg);
  * (th_dup_register), to the manager (deadline, inline or queue).
  * Consumes the caller's reference. */
 void th_mgr_submit(th_mcall *c);
+
+/* Borrowed arguments (th_mcall.args_borrowed) become the call's own copy;
+ * nothing when they are already owned.  0 or TH_ENOMEM (the args stay
+ * borrowed).  The caller makes sure no other thread reads c->args
+ * meanwhile (c->mu held, or the call not yet visible as a task). */
+int th_mgr_own_args(th_mcall *c);
 
 /* Queues a recorded call for a pool worker to run its argument and
  * permission stages (th_call_prepare), which submit it; arms its deadline
@@ -362,6 +389,8 @@ typedef struct th_mgr {
     th_wslot *slots;            /* nworkers + lost_cap */
     uint32_t nslots;
     uint32_t active;            /* serving workers (not lost, not gone) */
+    uint64_t serial;            /* unique per host in this process (never
+                                   reused): keys per-thread caches */
     uint32_t lost_cap;          /* host.max_lost_workers */
     uint32_t lost_now;          /* lost workers still in execute() */
     uint64_t lost_total;        /* workers ever counted lost */

@@ -419,13 +419,20 @@ static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
                     return;
                 }
                 opts.no_progress = !v->via.boolean;
+            } else if (th_rpc_obj_streq(k, "output_info")) {
+                if (v->type != MSGPACK_OBJECT_BOOLEAN) {
+                    send_error(c, msgid, TH_EINVAL,
+                               "tools.call: output_info must be a boolean");
+                    return;
+                }
+                opts.output_info = v->via.boolean;
             } else {
                 const char *kp = "?";
                 size_t kn = 1;
                 th_rpc_obj_str(k, &kp, &kn);
                 send_error(c, msgid, TH_EINVAL,
                            "tools.call: unknown option '%.*s' (known: "
-                           "timeout_ms, progress)",
+                           "timeout_ms, progress, output_info)",
                            (int)(kn > 64 ? 64 : kn), kp);
                 return;
             }

@@ -243,6 +243,24 @@ static void test_call_run_code(void)
     free(dir);
 }
 
+/* meta describes the output streams only when one was cut, or with
+ * --output-info (docs/limits.md, "Meta"). */
+static void test_call_output_info(void)
+{
+    th_test_run r;
+    RUN(r, "call", "-c", default_cfg(), "echo", "text=hi", "--meta");
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "meta: {}"));
+    CU_ASSERT_PTR_NULL(strstr(r.err, "total_bytes"));
+    th_test_run_free(&r);
+    RUN(r, "call", "-c", default_cfg(), "echo", "text=hi", "--meta",
+        "--output-info");
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "\"total_bytes\": 2"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "\"stderr\""));
+    th_test_run_free(&r);
+}
+
 static void test_list_describe(void)
 {
     th_test_run r;
@@ -432,6 +450,7 @@ void th_suite_cli(void)
     CU_pSuite s = CU_add_suite("cli", NULL, NULL);
     CU_add_test(s, "version_help", test_version_help);
     CU_add_test(s, "call_echo", test_call_echo);
+    CU_add_test(s, "call_output_info", test_call_output_info);
     CU_add_test(s, "call_missing_param", test_call_missing_param);
     CU_add_test(s, "call_errors", test_call_errors);
     CU_add_test(s, "call_json_and_file_args", test_call_json_and_file_args);

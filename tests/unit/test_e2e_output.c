@@ -127,6 +127,7 @@ static void flood(ofx *fx, const char *tool, uint64_t size, uint64_t chunk,
     th_call_opts o;
     memset(&o, 0, sizeof o);
     o.timeout_ms = 120000;
+    o.output_info = true; /* both streams described, cut or not */
     CU_ASSERT_EQUAL(th_call_sync(fx->s, tool, a.data, a.len, &o, NULL, NULL,
                                  NULL, r),
                     0);

@@ -441,6 +441,8 @@ static void test_limits_and_mocks(void)
     CU_ASSERT_TRUE(r.out.len < 300);
     CU_ASSERT_TRUE(meta_truncated(&r));
     CU_ASSERT_PTR_NOT_NULL(memmem(r.meta.data, r.meta.len, spill, strlen(spill)));
+    /* only the stream that was cut is described (stderr fit) */
+    CU_ASSERT_PTR_NULL(memmem(r.meta.data, r.meta.len, "stderr", 6));
     th_result_copy_destroy(&r);
     th_buf_destroy(&a);
     /* the whole output was saved */

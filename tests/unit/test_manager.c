@@ -47,9 +47,19 @@ static void test_sync_result(void)
         CU_ASSERT_TRUE(out_is(&r.final, "hi"));
         CU_ASSERT_EQUAL(r.running, 0);
         CU_ASSERT_EQUAL(r.dones, 0);
-        /* meta carries the host's output record */
+        /* nothing was cut and the tool set no meta: no meta at all */
+        CU_ASSERT_EQUAL(r.final.meta.len, 0);
+        rec_free(&r);
+        /* asked for: the host's output record, both streams */
+        rec_init(&r);
+        th_call_opts oi = {.may_block = inl, .output_info = true};
+        start(S, "t_echo", A(1, "text", 's', "hi"), &oi, &r);
+        CU_ASSERT_TRUE(rec_wait(&r, 2000));
+        CU_ASSERT_EQUAL(r.final.kind, TH_RESULT_DONE);
         CU_ASSERT_PTR_NOT_NULL(r.final.meta.data);
         CU_ASSERT_PTR_NOT_NULL(memmem(r.final.meta.data, r.final.meta.len, "toolhost", 8));
+        CU_ASSERT_PTR_NOT_NULL(memmem(r.final.meta.data, r.final.meta.len, "stdout", 6));
+        CU_ASSERT_PTR_NOT_NULL(memmem(r.final.meta.data, r.final.meta.len, "stderr", 6));
         rec_free(&r);
     }
     /* failure with the tool's own meta merged */
@@ -66,7 +76,7 @@ static void test_sync_result(void)
     CU_ASSERT_EQUAL(msgpack_unpack_next(&u, (const char *)r.final.meta.data, r.final.meta.len, &off),
                     MSGPACK_UNPACK_SUCCESS);
     CU_ASSERT_EQUAL(u.data.type, MSGPACK_OBJECT_MAP);
-    CU_ASSERT_EQUAL(u.data.via.map.size, 2); /* "x" and "toolhost" */
+    CU_ASSERT_EQUAL(u.data.via.map.size, 1); /* "x": nothing was cut */
     msgpack_unpacked_destroy(&u);
     rec_free(&r);
     close_all();
@@ -1286,10 +1296,70 @@ static void test_stress(void)
     free(SX.dones);
 }
 
+/* Arguments are borrowed from the caller's buffer only while the call
+ * runs on the caller's thread: a call that waits in the queue (a caller
+ * that must not block, or a group that is full) has its own copy, so the
+ * caller may reuse or free its buffer as soon as th_call_start returns
+ * (under ASan a borrowed pointer left behind is a use-after-free). */
+static void start_then_trash(const char *tool, th_buf a, const th_call_opts *o,
+                             rec *r)
+{
+    uint64_t id = 0;
+    CU_ASSERT_EQUAL(th_call_start(S, tool, a.data, a.len, o, rec_cb, r, &id), 0);
+    memset(a.data, 0xc1, a.len); /* never valid msgpack */
+    th_buf_destroy(&a);
+}
+
+static void test_args_outlive_caller(void)
+{
+    th_config *c = cfg_new(4, 2, 64);
+    static const char *const tl[] = {"t_gate", "t_echo", NULL};
+    th_toolset_cfg *ts = cfg_toolset(c, "limited", tl);
+    ts->max_concurrency = 1;
+    H = host_new(c);
+    S = open_trusted(H);
+    /* inline: borrowed, over before th_call_start returns */
+    rec r;
+    rec_init(&r);
+    th_call_opts inl = {.may_block = true};
+    start_then_trash("t_echo", A(1, "text", 's', "inline"), &inl, &r);
+    CU_ASSERT_TRUE(rec_wait(&r, 2000));
+    CU_ASSERT_TRUE(out_is(&r.final, "inline"));
+    rec_free(&r);
+    /* queued for a worker (may_block false) */
+    rec_init(&r);
+    start_then_trash("t_echo", A(1, "text", 's', "queued"), NULL, &r);
+    CU_ASSERT_TRUE(rec_wait(&r, 2000));
+    CU_ASSERT_TRUE(out_is(&r.final, "queued"));
+    rec_free(&r);
+    /* meant to run inline, but its toolset's only slot is taken: it waits
+     * queued, with a copy of its arguments */
+    atomic_store(&fx_gate_open, 0);
+    rec g;
+    rec_init(&g);
+    start(S, "t_gate", A(0), NULL, &g);
+    for (int i = 0; i < 2000 && atomic_load(&fx_conc) < 1; i++)
+        nap_ms(1);
+    CU_ASSERT_EQUAL(atomic_load(&fx_conc), 1);
+    rec_init(&r);
+    start_then_trash("t_echo", A(1, "text", 's', "parked"), &inl, &r);
+    CU_ASSERT_FALSE(rec_wait(&r, 20)); /* waits for the slot */
+    atomic_store(&fx_gate_open, 1);
+    CU_ASSERT_TRUE(rec_wait(&g, 2000));
+    CU_ASSERT_TRUE(rec_wait(&r, 2000));
+    CU_ASSERT_EQUAL(r.final.kind, TH_RESULT_DONE);
+    CU_ASSERT_TRUE(out_is(&r.final, "parked"));
+    rec_free(&r);
+    rec_free(&g);
+    atomic_store(&fx_gate_open, 0);
+    close_all();
+}
+
 void th_suite_manager(void)
 {
     CU_pSuite s = CU_add_suite("manager", suite_init, suite_cleanup);
     CU_add_test(s, "sync_result", test_sync_result);
+    CU_add_test(s, "args_outlive_caller", test_args_outlive_caller);
     CU_add_test(s, "errors_before_run", test_errors_before_run);
     CU_add_test(s, "async_ack_progress_done", test_async_ack_progress_done);
     CU_add_test(s, "async_finishing_first_is_sync", test_async_finishing_first_is_sync);

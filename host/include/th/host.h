@@ -170,6 +170,10 @@ typedef struct th_call_opts {
     const char *front;  /* toolhost_caller.front of this call (a static
                            string), over the session's; NULL: the
                            session's (th_front_ops.front) */
+    bool output_info;   /* meta.toolhost.output describes both streams on
+                           every result; false (default): only a stream
+                           that was cut or spilled is described, and a
+                           result with nothing to say has no such key */
 } th_call_opts;
 
 typedef enum th_result_kind {
