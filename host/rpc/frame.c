@@ -163,6 +163,9 @@ int th_rpc_reader_next(th_rpc_reader *r, msgpack_unpacked *out, th_error *err)
     msgpack_unpack_return ur = msgpack_unpacker_next(&r->up, out);
     switch (ur) {
     case MSGPACK_UNPACK_SUCCESS:
+        /* next() never moves the buffer: the frame is what it consumed */
+        r->frame = p;
+        r->frame_len = (size_t)((const uint8_t *)r->up.buffer + r->up.off - p);
         return 1;
     case MSGPACK_UNPACK_NOMEM_ERROR:
         /* The skim bounded every count by the frame's bytes, so this is

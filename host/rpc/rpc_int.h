@@ -29,7 +29,19 @@ struct rpc_call {
     char *tool;
     uint64_t t0;                /* uv_hrtime() at the request */
     bool responded;             /* the response was sent */
+    bool done;                  /* answered for good while th_call_start()
+                                   ran on the loop: m_call frees it */
 };
+
+/* A tool declared short (TOOLHOST_TOOL_SHORT) whose calls held the loop
+ * longer than host.short_call_max_ms. */
+typedef struct rpc_slow {
+    struct rpc_slow *next;
+    uint32_t overruns;
+    bool demoted;               /* its calls go to workers from now on */
+    char name[];
+} rpc_slow;
+#define RPC_SLOW_DEMOTE 3       /* overruns before a tool is demoted */
 
 /* A log line of one kind at most RATELOG_PER_SEC times a second. */
 typedef struct rpc_ratelog {
@@ -151,6 +163,11 @@ struct th_rpc_server {
     rpc_ratelog rl_accept, rl_refuse, rl_budget, rl_timeout;
     uint64_t refused, closed_idle, closed_frame, closed_budget,
         closed_proto;
+    /* the short path (TOOLHOST_TOOL_SHORT tools run on the loop) */
+    uint64_t short_max_ns;      /* host.short_call_max_ms; 0: off */
+    rpc_slow *slow;             /* short tools seen overrunning */
+    uint32_t n_demoted;
+    uint64_t short_calls;       /* calls answered while they started */
     /* stdio input that epoll refuses (a file, /dev/null): start_stdio() */
     pthread_t relay;
     bool relay_started;
@@ -179,6 +196,16 @@ bool is_admin(const rpc_conn *c);
 int pack_result(th_buf *out, const th_result_copy *r);
 /* Unlinks and frees a call record. */
 void call_free(rpc_call *call);
+/* The call record `call` is being started by th_call_start() on the loop
+ * (NULL after): an event of it that comes on this thread meanwhile is
+ * answered at once, without a copy or a trip through the event queue. */
+void call_starting(rpc_call *call);
+/* After th_call_start() of a call that ran on the loop: counts an overrun
+ * of a short tool (host.short_call_max_ms) and frees a call answered for
+ * good. */
+void call_started(rpc_call *call, uint64_t ns);
+/* Whether calls of `tool` may take the short path (short_inline). */
+bool short_allowed(th_rpc_server *srv, const char *tool);
 /* Any thread: the core's event callback for one call (th_call_start). */
 void on_call_event(const th_event *e, void *ud);
 

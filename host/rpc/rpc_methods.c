@@ -27,6 +27,7 @@
 
 #include "th/codec.h"
 #include "th/log.h"
+#include "th/mpwalk.h"
 #include "th/schema.h"
 
 /* One tool as the protocol shows it: the schema module's tools.list entry
@@ -218,11 +219,15 @@ static void m_stats(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
     e |= th_pack_cstr(&pk, "closed_protocol_errors");
     e |= msgpack_pack_uint64(&pk, srv->closed_proto);
     e |= th_pack_cstr(&pk, "calls");
-    e |= msgpack_pack_map(&pk, 2);
+    e |= msgpack_pack_map(&pk, 4);
     e |= th_pack_cstr(&pk, "total");
     e |= msgpack_pack_uint64(&pk, srv->calls_total);
     e |= th_pack_cstr(&pk, "in_flight");
     e |= msgpack_pack_uint32(&pk, inflight);
+    e |= th_pack_cstr(&pk, "on_loop");
+    e |= msgpack_pack_uint64(&pk, srv->short_calls);
+    e |= th_pack_cstr(&pk, "short_demoted");
+    e |= msgpack_pack_uint32(&pk, srv->n_demoted);
     e |= th_pack_cstr(&pk, "memory");
     e |= msgpack_pack_map(&pk, 1);
     e |= th_pack_cstr(&pk, "rss_bytes");
@@ -368,6 +373,55 @@ static void m_describe(rpc_conn *c, uint64_t msgid,
     th_buf_destroy(&r);
 }
 
+/* The end of the msgpack value at p (a frame the reader checked): its
+ * length, or 0 when the bytes end first. */
+static size_t mp_value_len(const uint8_t *p, size_t n)
+{
+    size_t pos = 0;
+    uint64_t left = 1;
+    while (left) {
+        th_mp_head h;
+        if (pos >= n || th_mp_head_read(p + pos, n - pos, &h) != 1 ||
+            h.payload > n - pos - h.hdr)
+            return 0;
+        pos += h.hdr + (size_t)h.payload;
+        left = left - 1 + h.kids;
+    }
+    return pos;
+}
+
+/* The bytes of params[1] (the args) of the request the reader returned
+ * last, [0, msgid, method, [name, args, ...]]: true with *p, *n set. */
+static bool frame_args(rpc_conn *c, const uint8_t **p, size_t *n)
+{
+    const uint8_t *f = c->rd.frame;
+    size_t len = c->rd.frame_len, pos = 0, v;
+    th_mp_head h;
+    if (!f || th_mp_head_read(f, len, &h) != 1 || !h.container ||
+        h.kids != 4)
+        return false;
+    pos = h.hdr;
+    for (int i = 0; i < 3; i++) { /* kind, msgid, method */
+        if (!(v = mp_value_len(f + pos, len - pos)))
+            return false;
+        pos += v;
+    }
+    if (pos >= len || th_mp_head_read(f + pos, len - pos, &h) != 1 ||
+        !h.container || h.kids < 2 || h.payload)
+        return false;
+    pos += h.hdr; /* params */
+    if (!(v = mp_value_len(f + pos, len - pos))) /* the name */
+        return false;
+    pos += v;
+    if (!(v = mp_value_len(f + pos, len - pos)))
+        return false;
+    if ((f[pos] & 0xf0) != 0x80 && f[pos] != 0xde && f[pos] != 0xdf)
+        return false; /* the args are a map (nil was handled before) */
+    *p = f + pos;
+    *n = v;
+    return true;
+}
+
 static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
 {
     th_rpc_server *srv = c->srv;
@@ -441,10 +495,22 @@ static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
                   "(host.max_inflight)", (unsigned)srv->max_inflight);
         return;
     }
+    /* The args as the frame holds them: a slice of its own bytes, not
+     * packed again (the core copies what it keeps). */
+    static const uint8_t empty_map[1] = {0x80};
+    const uint8_t *ap = empty_map;
+    size_t alen = 1;
     th_buf ab = TH_BUF_INIT;
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &ab, th_buf_msgpack_write);
-    int prc = args ? msgpack_pack_object(&pk, *args) : msgpack_pack_map(&pk, 0);
+    int prc = 0;
+    if (args && !frame_args(c, &ap, &alen)) {
+        /* not found where it must be (cannot happen for a frame the
+         * reader returned): pack the object instead */
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &ab, th_buf_msgpack_write);
+        prc = msgpack_pack_object(&pk, *args);
+        ap = ab.data;
+        alen = ab.len;
+    }
     rpc_call *call = calloc(1, sizeof *call);
     if (prc || !call || !(call->tool = strdup(name))) {
         if (call)
@@ -463,8 +529,14 @@ static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
     c->calls = call;
     c->inflight++;
     srv->calls_total++;
-    int rc = th_call_start(c->session, name, ab.data, ab.len, &opts,
+    /* A tool declared short runs right here on the loop (plugin.h,
+     * TOOLHOST_TOOL_SHORT); its result is answered from inside
+     * th_call_start (call_starting, on_call_event). */
+    opts.short_inline = short_allowed(srv, name);
+    call_starting(call);
+    int rc = th_call_start(c->session, name, ap, alen, &opts,
                            on_call_event, call, &call->call_id);
+    call_starting(NULL);
     th_buf_destroy(&ab);
     if (rc < 0) {
         send_error(c, msgid, rc, "the call could not start: %s",
@@ -478,6 +550,7 @@ static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
                  (unsigned long long)c->id, name,
                  (unsigned long long)call->call_id,
                  (unsigned long long)msgid);
+    call_started(call, opts.short_inline ? uv_hrtime() - call->t0 : 0);
 }
 
 static void m_tools_cancel(rpc_conn *c, uint64_t msgid,

@@ -55,6 +55,11 @@ typedef struct th_rpc_reader {
     bool failed;        /* a TH_EPROTO/TH_ELIMIT was returned: stays so */
     uint64_t skim_values; /* values walked in the current frame */
     bool no_unpacker;   /* th_rpc_reader_shrink() could not make a new one */
+    /* The bytes of the message th_rpc_reader_next() returned last, as they
+     * came: valid until the next call of any th_rpc_reader_* function (a
+     * front passes a slice of them on instead of packing them again). */
+    const uint8_t *frame;
+    size_t frame_len;
 } th_rpc_reader;
 
 /* A frame may hold at most TH_RPC_FRAME_VALUES_FLOOR + bytes / 8 values

@@ -170,6 +170,10 @@ typedef struct th_call_opts {
     const char *front;  /* toolhost_caller.front of this call (a static
                            string), over the session's; NULL: the
                            session's (th_front_ops.front) */
+    bool short_inline;  /* the caller is an event loop that must not block:
+                           a tool declared TOOLHOST_TOOL_SHORT (sync, not
+                           isolated) runs inline on it as with may_block;
+                           any other call goes to a worker (call_fast.c) */
 } th_call_opts;
 
 typedef enum th_result_kind {
