@@ -357,9 +357,13 @@ static void start_server(const char *build)
     FILE *f = fopen(cfg, "w");
     if (!f)
         bench_die("%s: %s", cfg, strerror(errno));
+    /* TH_BENCH_SHORT_MAX=1m: under valgrind a short tool's call takes
+     * milliseconds and would be sent to workers (host.short_call_max) */
+    const char *smax = getenv("TH_BENCH_SHORT_MAX");
     fprintf(f,
             "host:\n"
             "  log_level: warn\n"
+            "  short_call_max: %s\n"
             "plugins:\n"
             "  - name: echo\n"
             "    path: %s/plugins/echo.so\n"
@@ -368,7 +372,7 @@ static void start_server(const char *build)
             "    tools: [\"*\"]\n"
             "    run_code:\n"
             "      enabled: true\n",
-            build);
+            smax && *smax ? smax : "10ms", build);
     fclose(f);
     char exe[4200], listen[400];
     snprintf(exe, sizeof exe, "%s/toolhost", build);
@@ -508,19 +512,37 @@ int main(int argc, char **argv)
     if (!samples)
         bench_die("out of memory");
 
-    /* TH_BENCH_PROFILE=1: only the server, 64 in flight, no table (for
-     * TH_BENCH_SERVER_WRAP) */
-    if (getenv("TH_BENCH_PROFILE")) {
+    /* TH_BENCH_PROFILE=1 (or pipe): only the server, 64 in flight, no
+     * table (for TH_BENCH_SERVER_WRAP); =seq: sequential; =many: 16
+     * connections.  TH_BENCH_PROFILE_PAUSE=N: wait N seconds before the
+     * calls (time to attach `strace -c -f -p`) */
+    const char *prof = getenv("TH_BENCH_PROFILE");
+    if (prof) {
         start_server(build);
-        int pfd = connect_unix(sock_path);
-        if (pfd < 0)
-            bench_die("connect: %s", strerror(errno));
-        conn pc;
-        conn_init(&pc, pfd);
-        uint64_t ns = run_pipelined(&pc, n_pipe, 64);
-        printf("profile: %ld calls, 64 in flight: %.0f calls/s\n", n_pipe,
-               (double)n_pipe * 1e9 / (double)ns);
-        conn_destroy(&pc);
+        const char *pause = getenv("TH_BENCH_PROFILE_PAUSE");
+        if (pause)
+            sleep((unsigned)atoi(pause));
+        enum { NPC = 16 };
+        conn pc[NPC];
+        int npc = strcmp(prof, "many") == 0 ? NPC : 1;
+        for (int i = 0; i < npc; i++) {
+            int pfd = connect_unix(sock_path);
+            if (pfd < 0)
+                bench_die("connect: %s", strerror(errno));
+            conn_init(&pc[i], pfd);
+        }
+        uint64_t ns;
+        long n;
+        if (strcmp(prof, "seq") == 0)
+            ns = run_sequential(&pc[0], n = n_seq, samples);
+        else if (npc == NPC)
+            ns = run_many(pc, NPC, n = n_many);
+        else
+            ns = run_pipelined(&pc[0], n = n_pipe, 64);
+        printf("profile %s: %ld calls: %.0f calls/s\n", prof, n,
+               (double)n * 1e9 / (double)ns);
+        for (int i = 0; i < npc; i++)
+            conn_destroy(&pc[i]);
         stop_server();
         free(samples);
         return 0;

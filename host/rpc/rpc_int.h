@@ -68,7 +68,6 @@ struct rpc_conn {
     bool two_handles;           /* stdio */
     int handles_open;
     th_rpc_reader rd;
-    msgpack_unpacked msg;
     th_principal who;
     th_session *session;
     rpc_call *calls;
@@ -124,6 +123,8 @@ typedef struct rpc_ev {
 struct th_rpc_server {
     uv_loop_t loop;
     th_host *host;
+    msgpack_unpacked msg;       /* the frame being dispatched; its zone is
+                                   cleared after each frame, kept between */
     const th_host_cfg *cfg;
     uint64_t max_frame, max_outbuf, grace_ms;
     uint32_t max_inflight;

@@ -391,34 +391,28 @@ static size_t mp_value_len(const uint8_t *p, size_t n)
 }
 
 /* The bytes of params[1] (the args) of the request the reader returned
- * last, [0, msgid, method, [name, args, ...]]: true with *p, *n set. */
-static bool frame_args(rpc_conn *c, const uint8_t **p, size_t *n)
+ * last, [0, msgid, method, [name, args, options?]]: true with *p, *n set.
+ * The name's string points into the frame (msgpack-c refers to the
+ * buffer, it does not copy), the args follow it, and without options they
+ * are the frame's last value: no walk at all in the common case. */
+static bool frame_args(rpc_conn *c, const msgpack_object *params,
+                       const uint8_t **p, size_t *n)
 {
-    const uint8_t *f = c->rd.frame;
-    size_t len = c->rd.frame_len, pos = 0, v;
-    th_mp_head h;
-    if (!f || th_mp_head_read(f, len, &h) != 1 || !h.container ||
-        h.kids != 4)
+    const uint8_t *f = c->rd.frame, *end = f + c->rd.frame_len;
+    const char *s;
+    size_t sl;
+    if (!f || !th_rpc_obj_str(&params->via.array.ptr[0], &s, &sl) || !sl)
         return false;
-    pos = h.hdr;
-    for (int i = 0; i < 3; i++) { /* kind, msgid, method */
-        if (!(v = mp_value_len(f + pos, len - pos)))
-            return false;
-        pos += v;
-    }
-    if (pos >= len || th_mp_head_read(f + pos, len - pos, &h) != 1 ||
-        !h.container || h.kids < 2 || h.payload)
+    const uint8_t *a = (const uint8_t *)s + sl;
+    if ((const uint8_t *)s < f || a <= f || a >= end)
         return false;
-    pos += h.hdr; /* params */
-    if (!(v = mp_value_len(f + pos, len - pos))) /* the name */
+    size_t len = (size_t)(end - a);
+    if (params->via.array.size > 2 && !(len = mp_value_len(a, len)))
         return false;
-    pos += v;
-    if (!(v = mp_value_len(f + pos, len - pos)))
-        return false;
-    if ((f[pos] & 0xf0) != 0x80 && f[pos] != 0xde && f[pos] != 0xdf)
-        return false; /* the args are a map (nil was handled before) */
-    *p = f + pos;
-    *n = v;
+    if ((a[0] & 0xf0) != 0x80 && a[0] != 0xde && a[0] != 0xdf)
+        return false; /* a map (nil was handled before) */
+    *p = a;
+    *n = len;
     return true;
 }
 
@@ -502,7 +496,7 @@ static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
     size_t alen = 1;
     th_buf ab = TH_BUF_INIT;
     int prc = 0;
-    if (args && !frame_args(c, &ap, &alen)) {
+    if (args && !frame_args(c, params, &ap, &alen)) {
         /* not found where it must be (cannot happen for a frame the
          * reader returned): pack the object instead */
         msgpack_packer pk;

@@ -550,16 +550,35 @@ void call_starting(rpc_call *call)
     tl_starting = call;
 }
 
+/* A msgpack writer into a th_buf with room reserved: a copy, no call. */
+static int pend_write(void *data, const char *buf, size_t len)
+{
+    th_buf *b = data;
+    if (b->cap > b->len + len) {
+        memcpy(b->data + b->len, buf, len);
+        b->len += len;
+        b->data[b->len] = 0;
+        return 0;
+    }
+    return th_buf_append(b, buf, len) == 0 ? 0 : -1;
+}
+
 /* Appends the response [1, msgid, nil, result] to c->pend, packed straight
- * from the result (no intermediate buffers). */
+ * from the result (no intermediate buffers, room reserved once). */
 static void send_result_of(rpc_conn *c, uint64_t msgid,
                            const th_result_copy *r)
 {
     if (c->closing)
         return;
     size_t mark = c->pend.len;
+    size_t want = 96 + r->out.len + r->err.len + r->meta.len +
+                  (r->message ? strlen(r->message) : 0);
+    if (th_buf_reserve(&c->pend, want) != 0) {
+        conn_close(c, false, "out of memory packing a response");
+        return;
+    }
     msgpack_packer pk;
-    msgpack_packer_init(&pk, &c->pend, th_buf_msgpack_write);
+    msgpack_packer_init(&pk, &c->pend, pend_write);
     if (msgpack_pack_array(&pk, 4) || msgpack_pack_uint64(&pk, 1) ||
         msgpack_pack_uint64(&pk, msgid) || msgpack_pack_nil(&pk) ||
         th_codec_pack_result(&pk, r)) {
@@ -978,7 +997,6 @@ static void conn_maybe_free(rpc_conn *c)
         c->next->prev = c->prev;
     srv->n_conns--;
     conn_drop_pending(c);
-    msgpack_unpacked_destroy(&c->msg);
     th_rpc_reader_destroy(&c->rd);
     free(c->flush_reason);
     free(c);
@@ -1111,7 +1129,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     bool framed = false;
     for (;;) {
         th_error err;
-        int rc = th_rpc_reader_next(&c->rd, &c->msg, &err);
+        int rc = th_rpc_reader_next(&c->rd, &srv->msg, &err);
         if (rc == 0)
             break;
         if (rc < 0) {
@@ -1122,9 +1140,10 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             return;
         }
         framed = true;
-        rpc_dispatch(c, &c->msg.data);
-        /* The frame's objects go now, not when the next frame comes. */
-        msgpack_unpacked_destroy(&c->msg);
+        rpc_dispatch(c, &srv->msg.data);
+        /* The frame's objects go now, not when the next frame comes (the
+         * zone keeps its first chunk for the next frame). */
+        msgpack_zone_clear(srv->msg.zone);
         if (c->closing || !c->reading)
             return;
     }
@@ -1154,7 +1173,6 @@ static rpc_conn *conn_new(th_rpc_server *srv)
         free(c);
         return NULL;
     }
-    msgpack_unpacked_init(&c->msg);
     c->srv = srv;
     c->next_msgid = 1;
     c->in.data = c;
@@ -1733,6 +1751,7 @@ static void free_server(th_rpc_server *srv)
     drain_events(srv);
     if (srv->relay_started)
         pthread_join(srv->relay, NULL);
+    msgpack_unpacked_destroy(&srv->msg);
     while (srv->slow) {
         rpc_slow *sl = srv->slow;
         srv->slow = sl->next;
@@ -1779,6 +1798,7 @@ int th_rpc_serve(th_host *h, const th_rpc_serve_opts *o, th_error *err)
     if (!srv)
         return th_error_set(err, TH_ENOMEM, "out of memory");
     srv->host = h;
+    msgpack_unpacked_init(&srv->msg);
     srv->cfg = cfg;
     srv->stdio = o->stdio;
     srv->max_frame = cfg->max_frame ? cfg->max_frame : DEF_MAX_FRAME;
