@@ -449,6 +449,8 @@ static int connect_unix(const char *path)
 
 /* Starts `build`/toolhost serve.  `old`: a build from before the short
  * path (TH_BENCH_BASELINE), whose config knows no short_call_max. */
+static const char *smax_over; /* short_call_max for the next server */
+
 static void start_server_as(const char *build, bool old)
 {
     const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
@@ -465,7 +467,7 @@ static void start_server_as(const char *build, bool old)
         bench_die("%s: %s", cfg, strerror(errno));
     /* TH_BENCH_SHORT_MAX=1m: under valgrind a short tool's call takes
      * milliseconds and would be sent to workers (host.short_call_max) */
-    const char *smax = getenv("TH_BENCH_SHORT_MAX");
+    const char *smax = smax_over ? smax_over : getenv("TH_BENCH_SHORT_MAX");
     char smax_line[80] = "";
     if (!old)
         snprintf(smax_line, sizeof smax_line, "  short_call_max: %s\n",
@@ -755,6 +757,28 @@ int main(int argc, char **argv)
     bench_stats seq = sf.seq;
     double pipe_cps = sf.pipe_cps, many_cps = sf.many_cps;
 
+    /* the same server with short_call_max: 0: echo goes to a worker and
+     * back, as every call did before the short path (the two hops) */
+    smax_over = "0";
+    start_server(build);
+    smax_over = NULL;
+    bench_stats wseq;
+    double wpipe_cps;
+    {
+        conn cw;
+        int wfd = connect_unix(sock_path);
+        if (wfd < 0)
+            bench_die("connect: %s", strerror(errno));
+        conn_init(&cw, wfd);
+        run_sequential(&cw, n_seq / 10, samples); /* warm-up */
+        uint64_t w = run_sequential(&cw, n_seq, samples);
+        bench_stats_from(&wseq, samples, (size_t)n_seq, w, (size_t)n_seq);
+        w = run_pipelined(&cw, n_pipe, 64);
+        wpipe_cps = (double)n_pipe * 1e9 / (double)w;
+        conn_destroy(&cw);
+    }
+    stop_server();
+
     /* TH_BENCH_BASELINE=DIR: the same figures against DIR/toolhost, a
      * build of the code before this change, in this same run */
     const char *base = getenv("TH_BENCH_BASELINE");
@@ -771,6 +795,8 @@ int main(int argc, char **argv)
     bench_row_ns("floor: socketpair frame round trip", &floor_seq, 0, NULL);
     bench_row_ns("1 connection, sequential round trip", &seq,
                  (double)floor_seq.p50_ns, "socketpair round trip");
+    bench_row_ns("  the same via a worker (short_call_max 0)", &wseq,
+                 (double)floor_seq.p50_ns, "socketpair round trip");
     if (base && *base)
         bench_row_ns("  the same, baseline build", &bf.seq,
                      (double)floor_seq.p50_ns, "socketpair round trip");
@@ -779,6 +805,8 @@ int main(int argc, char **argv)
            floor_pipe_cps, "", "");
     printf("%-44s %14.0f %7.2fx  %s\n", "1 connection, 64 in flight", pipe_cps,
            pipe_cps / floor_pipe_cps, "socketpair, 64 in flight");
+    printf("%-44s %14.0f %7.2fx  %s\n", "  64 in flight via a worker",
+           wpipe_cps, wpipe_cps / floor_pipe_cps, "socketpair, 64 in flight");
     printf("%-44s %14.0f %7.2fx  %s\n", "host.ping, 64 in flight (no tool)",
            sf.ping_cps, sf.ping_cps / floor_pipe_cps,
            "socketpair, 64 in flight");
@@ -825,6 +853,8 @@ int main(int argc, char **argv)
     bench_json_num(&j, "floor_conn16_cps", floor_many_cps);
     bench_json_num(&j, "conn16_ratio", many_cps / floor_many_cps);
     bench_json_num(&j, "ping64_cps", sf.ping_cps);
+    bench_json_num(&j, "worker_seq_rtt_p50_ns", (double)wseq.p50_ns);
+    bench_json_num(&j, "worker_pipe64_cps", wpipe_cps);
     if (base && *base) {
         bench_json_num(&j, "base_seq_rtt_p50_ns", (double)bf.seq.p50_ns);
         bench_json_num(&j, "base_pipe64_cps", bf.pipe_cps);
