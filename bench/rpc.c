@@ -679,7 +679,8 @@ int main(int argc, char **argv)
      * calls (time to attach `strace -c -f -p`) */
     const char *prof = getenv("TH_BENCH_PROFILE");
     if (prof) {
-        start_server(build);
+        /* TH_BENCH_OLD=1: `build` is from before the short path */
+        start_server_as(build, getenv("TH_BENCH_OLD") != NULL);
         const char *pause = getenv("TH_BENCH_PROFILE_PAUSE");
         if (pause)
             sleep((unsigned)atoi(pause));
@@ -694,6 +695,11 @@ int main(int argc, char **argv)
         }
         uint64_t ns;
         long n;
+        /* TH_BENCH_N: this many calls (two runs of different N give the
+         * instructions a call costs, without the start-up) */
+        const char *pn = getenv("TH_BENCH_N");
+        if (pn && atol(pn) > 0)
+            n_seq = n_pipe = n_many = atol(pn);
         if (strcmp(prof, "seq") == 0)
             ns = run_sequential(&pc[0], n = n_seq, samples);
         else if (npc == NPC)
