@@ -111,7 +111,11 @@ typedef struct rpc_ev {
     uint64_t call_id, task_id;
     uint64_t origin;            /* EV_PERM: th_call_origin() of call_id */
     bool has_result;
-    th_result_copy res;
+    th_result_copy res;         /* for a packed final result (frame set):
+                                   kind, ok, error, task_id only */
+    th_buf frame;               /* EV_CALL, final result of a call: the
+                                   response frame, packed by the thread
+                                   that delivered it */
     double fraction;
     char *message;
     uint8_t *data;              /* progress data, permission args */

@@ -483,7 +483,9 @@ static void handle_call_event(th_rpc_server *srv, rpc_ev *ev)
         log_outcome(call, &ev->res, "result");
         if (!call->responded) {
             th_buf res = TH_BUF_INIT;
-            if (pack_result(&res, &ev->res) == 0)
+            if (ev->frame.len)
+                conn_send(c, &ev->frame); /* packed by the worker */
+            else if (pack_result(&res, &ev->res) == 0)
                 send_result(c, call->msgid, &res);
             else
                 send_error(c, call->msgid, TH_ENOMEM, "out of memory");
@@ -695,6 +697,41 @@ void call_started(rpc_call *call, uint64_t ns)
     }
 }
 
+/* Any thread: packs the response to a call's final result into
+ * ev->frame, keeping in ev->res only what the loop logs.  False when out
+ * of memory (the caller copies the result instead). */
+static bool pack_final(rpc_ev *ev, const rpc_call *call, const th_result *r)
+{
+    th_result_copy v = {
+        .kind = r->kind,
+        .ok = r->ok,
+        .out = {(uint8_t *)r->out, r->out_len, 0},
+        .err = {(uint8_t *)r->err, r->err_len, 0},
+        .meta = {(uint8_t *)r->meta, r->meta ? r->meta_len : 0, 0},
+        .error = r->error,
+        .message = (char *)r->message,
+        .task_id = r->task_id,
+        .structured = r->structured,
+    };
+    size_t want = 96 + v.out.len + v.err.len + v.meta.len +
+                  (v.message ? strlen(v.message) : 0);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &ev->frame, pend_write);
+    if (th_buf_reserve(&ev->frame, want) != 0 ||
+        msgpack_pack_array(&pk, 4) || msgpack_pack_uint64(&pk, 1) ||
+        msgpack_pack_uint64(&pk, call->msgid) || msgpack_pack_nil(&pk) ||
+        th_codec_pack_result(&pk, &v)) {
+        th_buf_destroy(&ev->frame);
+        return false;
+    }
+    ev->res.kind = r->kind;
+    ev->res.ok = r->ok;
+    ev->res.error = r->error;
+    ev->res.task_id = r->task_id;
+    ev->has_result = true; /* its buffers stay empty */
+    return true;
+}
+
 /* Any thread: the core's event callback for one call. */
 void on_call_event(const th_event *e, void *ud)
 {
@@ -715,7 +752,11 @@ void on_call_event(const th_event *e, void *ud)
     ev->task_id = e->task_id;
     ev->fraction = e->fraction;
     ev->coalesced = e->coalesced;
-    if (e->result) {
+    if (e->kind == TH_EV_RESULT && e->result &&
+        e->result->kind != TH_RESULT_RUNNING && pack_final(ev, call, e->result)) {
+        /* the response is packed here, on the delivering thread: the loop
+         * only appends it (no copy of the result, no packing there) */
+    } else if (e->result) {
         if (th_result_copy_from(&ev->res, e->result) != 0)
             goto oom_ev;
         ev->has_result = true;
@@ -740,6 +781,7 @@ void on_call_event(const th_event *e, void *ud)
 oom_ev:
     if (ev->has_result)
         th_result_copy_destroy(&ev->res);
+    th_buf_destroy(&ev->frame);
     free(ev->message);
     free(ev->data);
     free(ev);
@@ -930,6 +972,7 @@ static void handle_perm_event(rpc_ev *ev)
 
 static void ev_free(rpc_ev *ev)
 {
+    th_buf_destroy(&ev->frame);
     if (ev->has_result)
         th_result_copy_destroy(&ev->res);
     free(ev->message);
