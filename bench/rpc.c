@@ -612,10 +612,31 @@ static void run_code_bench(conn *c, int rounds, code_figures *f)
     }
 }
 
+/* CPU seconds the server has used so far (all its threads), from
+ * /proc/PID/stat; -1 when unknown. */
+static double server_cpu_s(void)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)server_pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');
+    unsigned long ut = 0, st = 0;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
+                     &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
 /* The figures measured against one server. */
 typedef struct srv_figures {
     bench_stats seq;
     double pipe_cps, ping_cps, many_cps;
+    double seq_cpu_us, pipe_cpu_us, many_cpu_us; /* server CPU per call */
 } srv_figures;
 
 enum { NCONN = 16 };
@@ -630,10 +651,14 @@ static void measure_server(srv_figures *f, long n_seq, long n_pipe,
         bench_die("connect: %s", strerror(errno));
     conn_init(&c1, fd);
     run_sequential(&c1, n_seq / 10, samples); /* warm-up */
+    double cpu = server_cpu_s();
     uint64_t wall = run_sequential(&c1, n_seq, samples);
+    f->seq_cpu_us = (server_cpu_s() - cpu) * 1e6 / (double)n_seq;
     bench_stats_from(&f->seq, samples, (size_t)n_seq, wall, (size_t)n_seq);
     run_pipelined(&c1, n_pipe / 10, 64); /* warm-up */
+    cpu = server_cpu_s();
     uint64_t ns = run_pipelined(&c1, n_pipe, 64);
+    f->pipe_cpu_us = (server_cpu_s() - cpu) * 1e6 / (double)n_pipe;
     f->pipe_cps = (double)n_pipe * 1e9 / (double)ns;
     f->ping_cps = 0;
     if (ping) {
@@ -650,7 +675,9 @@ static void measure_server(srv_figures *f, long n_seq, long n_pipe,
             bench_die("connect: %s", strerror(errno));
         conn_init(&cs[i], fd);
     }
+    cpu = server_cpu_s();
     ns = run_many(cs, NCONN, n_many);
+    f->many_cpu_us = (server_cpu_s() - cpu) * 1e6 / (double)n_many;
     f->many_cps = (double)n_many * 1e9 / (double)ns;
     for (int i = 0; i < NCONN; i++)
         conn_destroy(&cs[i]);
@@ -695,6 +722,7 @@ int main(int argc, char **argv)
         }
         uint64_t ns;
         long n;
+        double cpu0 = server_cpu_s();
         /* TH_BENCH_N: this many calls (two runs of different N give the
          * instructions a call costs, without the start-up) */
         const char *pn = getenv("TH_BENCH_N");
@@ -706,8 +734,10 @@ int main(int argc, char **argv)
             ns = run_many(pc, NPC, n = n_many);
         else
             ns = run_pipelined(&pc[0], n = n_pipe, 64);
-        printf("profile %s: %ld calls: %.0f calls/s\n", prof, n,
-               (double)n * 1e9 / (double)ns);
+        double cpu = server_cpu_s() - cpu0;
+        printf("profile %s: %ld calls: %.0f calls/s; server CPU %.2f us a "
+               "call\n", prof, n, (double)n * 1e9 / (double)ns,
+               cpu0 < 0 ? -1.0 : cpu * 1e6 / (double)n);
         for (int i = 0; i < npc; i++)
             conn_destroy(&pc[i]);
         stop_server();
@@ -828,6 +858,14 @@ int main(int argc, char **argv)
         printf("%-44s %14.0f %7.2fx  %s\n", "  16 connections, baseline build",
                bf.many_cps, bf.many_cps / floor_many_cps,
                "socketpair, 16 connections");
+    printf("\n%-44s %10s %10s %10s\n",
+           "server CPU per call (all threads, /proc)", "sequential",
+           "64 in fl.", "16 conns");
+    printf("%-44s %8.2fus %8.2fus %8.2fus\n", "this build", sf.seq_cpu_us,
+           sf.pipe_cpu_us, sf.many_cpu_us);
+    if (base && *base)
+        printf("%-44s %8.2fus %8.2fus %8.2fus\n", "baseline build",
+               bf.seq_cpu_us, bf.pipe_cpu_us, bf.many_cpu_us);
     printf("\n%-44s %12s %12s\n", "100 echo calls (best of rounds)", "time",
            "bytes");
     printf("%-44s %10.0fus %12llu\n", "100 tools.call over the socket",
@@ -859,12 +897,18 @@ int main(int argc, char **argv)
     bench_json_num(&j, "floor_conn16_cps", floor_many_cps);
     bench_json_num(&j, "conn16_ratio", many_cps / floor_many_cps);
     bench_json_num(&j, "ping64_cps", sf.ping_cps);
+    bench_json_num(&j, "seq_cpu_us", sf.seq_cpu_us);
+    bench_json_num(&j, "pipe64_cpu_us", sf.pipe_cpu_us);
+    bench_json_num(&j, "conn16_cpu_us", sf.many_cpu_us);
     bench_json_num(&j, "worker_seq_rtt_p50_ns", (double)wseq.p50_ns);
     bench_json_num(&j, "worker_pipe64_cps", wpipe_cps);
     if (base && *base) {
         bench_json_num(&j, "base_seq_rtt_p50_ns", (double)bf.seq.p50_ns);
         bench_json_num(&j, "base_pipe64_cps", bf.pipe_cps);
         bench_json_num(&j, "base_conn16_cps", bf.many_cps);
+        bench_json_num(&j, "base_seq_cpu_us", bf.seq_cpu_us);
+        bench_json_num(&j, "base_pipe64_cpu_us", bf.pipe_cpu_us);
+        bench_json_num(&j, "base_conn16_cpu_us", bf.many_cpu_us);
     }
     /* issue 17's targets */
     bench_target(&j, "rpc_seq", "RPC 1 connection, sequential round trip "

@@ -26,7 +26,7 @@ struct rpc_call {
     rpc_conn *conn;
     uint64_t msgid;
     uint64_t call_id, task_id;
-    char *tool;
+    char tool[128];             /* as m_call took it (at most 127 bytes) */
     uint64_t t0;                /* uv_hrtime() at the request */
     bool responded;             /* the response was sent */
     bool done;                  /* answered for good while th_call_start()
@@ -173,6 +173,8 @@ struct th_rpc_server {
     rpc_slow *slow;             /* short tools seen overrunning */
     uint32_t n_demoted;
     uint64_t short_calls;       /* calls answered while they started */
+    rpc_call *spare;            /* freed call records kept for reuse */
+    uint32_t n_spare;           /* at most RPC_SPARE_CALLS */
     /* stdio input that epoll refuses (a file, /dev/null): start_stdio() */
     pthread_t relay;
     bool relay_started;
@@ -199,8 +201,11 @@ void conn_close(rpc_conn *c, bool graceful, const char *fmt, ...)
 bool is_admin(const rpc_conn *c);
 /* The result map of a call (th/codec.h, the one encoder). */
 int pack_result(th_buf *out, const th_result_copy *r);
-/* Unlinks and frees a call record. */
+/* A zeroed call record (a spare one when there is one), or NULL. */
+rpc_call *call_new(th_rpc_server *srv);
+/* Unlinks and frees a call record (keeps it as a spare). */
 void call_free(rpc_call *call);
+#define RPC_SPARE_CALLS 256
 /* The call record `call` is being started by th_call_start() on the loop
  * (NULL after): an event of it that comes on this thread meanwhile is
  * answered at once, without a copy or a trip through the event queue. */

@@ -505,15 +505,13 @@ static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
         ap = ab.data;
         alen = ab.len;
     }
-    rpc_call *call = calloc(1, sizeof *call);
-    if (prc || !call || !(call->tool = strdup(name))) {
-        if (call)
-            free(call->tool);
-        free(call);
+    rpc_call *call = prc ? NULL : call_new(srv);
+    if (!call) {
         th_buf_destroy(&ab);
         send_error(c, msgid, TH_ENOMEM, "out of memory");
         return;
     }
+    memcpy(call->tool, name, strlen(name) + 1); /* name[] is 128 bytes */
     call->conn = c;
     call->msgid = msgid;
     call->t0 = uv_hrtime();

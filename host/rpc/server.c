@@ -447,8 +447,25 @@ void call_free(rpc_call *call)
         call->next->prev = call->prev;
     if (!call->responded && c->inflight)
         c->inflight--;
-    free(call->tool);
-    free(call);
+    th_rpc_server *srv = c->srv;
+    if (srv->n_spare < RPC_SPARE_CALLS) {
+        call->next = srv->spare;
+        srv->spare = call;
+        srv->n_spare++;
+    } else {
+        free(call);
+    }
+}
+
+rpc_call *call_new(th_rpc_server *srv)
+{
+    rpc_call *call = srv->spare;
+    if (!call)
+        return calloc(1, sizeof *call);
+    srv->spare = call->next;
+    srv->n_spare--;
+    memset(call, 0, sizeof *call);
+    return call;
 }
 
 static void log_outcome(rpc_call *call, const th_result_copy *r,
@@ -1795,6 +1812,11 @@ static void free_server(th_rpc_server *srv)
     if (srv->relay_started)
         pthread_join(srv->relay, NULL);
     msgpack_unpacked_destroy(&srv->msg);
+    while (srv->spare) {
+        rpc_call *k = srv->spare;
+        srv->spare = k->next;
+        free(k);
+    }
     while (srv->slow) {
         rpc_slow *sl = srv->slow;
         srv->slow = sl->next;
