@@ -8,7 +8,10 @@
  *
  * Lifetimes.  m_call creates the call record (rpc_call) and hands it to
  * th_call_start with on_call_event; from then on server.c's event handling
- * owns it (freed at its final event or the end of the connection).  A
+ * owns it (freed at its final event or the end of the connection), except
+ * when the call was answered for good while th_call_start ran on the loop
+ * (the short path, or an error found at once): then m_call frees it
+ * through call_started().  A
  * permission.request record (rpc_perm) is freed here when answered, or by
  * server.c with its connection.  Params are parsed into the frame's
  * msgpack objects, which are freed right after rpc_dispatch() returns:

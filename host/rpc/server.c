@@ -10,6 +10,14 @@
  * the loop with one uv_async_send() (libuv folds many sends into one
  * wake-up; the loop drains the whole queue each time).  th_rpc_server_stop()
  * also only takes srv->mu and sends.  Lock order: srv->mu is a leaf.
+ * A final result that comes from a worker is packed into its response
+ * frame right there (pack_final), so the loop only appends it.  The short
+ * path: a tool declared TOOLHOST_TOOL_SHORT runs on the loop itself inside
+ * th_call_start() (m_call passes short_inline); its result event then
+ * comes on the loop thread while tl_starting names the call, and is
+ * packed into the connection's buffer at once (answer_now) — no copy, no
+ * queue; m_call frees the record after th_call_start() returns
+ * (call_started, which also times the call against short_call_max).
  * With --stdio and stdin a regular file or /dev/null (epoll refuses them),
  * one more thread (relay_main) copies stdin into a pipe the loop reads; it
  * shares nothing with the loop but two fds and is joined in free_server().
