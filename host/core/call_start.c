@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "call_fast.h"
 #include "call_int.h"
 #include "th/log.h"
 #include "th/perm.h"
@@ -482,6 +483,9 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
         th_config_unref(p.cfg);
         return rc > 0 ? 0 : rc;
     }
+    /* An event loop runs a call itself only for a tool declared short. */
+    if (o.short_inline && th_call_fast_ok(p.tool))
+        o.may_block = true;
     /* Plugin hooks never run on a caller that must not block (a front's
      * event loop): a worker runs stages 3 and 4 on a copy of the args. */
     bool on_worker = has_hooks(&p) && !o.may_block;

@@ -914,6 +914,8 @@ static const cfkey host_keys[] = {
      .names = log_formats},
     {.name = "allow_unknown_users", .set = set_bool,
      .off = H(allow_unknown_users)},
+    {.name = "short_call_max", .set = set_duration,
+     .off = H(short_call_max_ms), .min = 0, .max = MINUTE},
     {.name = NULL}};
 #undef H
 
@@ -943,6 +945,7 @@ static void host_init(th_host_cfg *h)
     h->permission_timeout_ms = 60 * SEC;
     h->reload = TH_RELOAD_SIGNAL;
     h->reload_debounce_ms = 200;
+    h->short_call_max_ms = 10;
     h->reload_drain_timeout_ms = 10 * SEC;
     h->spill_max_bytes = 64 * MIB;
     h->spill_max_age_ms = HOUR;

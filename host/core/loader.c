@@ -562,7 +562,7 @@ static bool semantic_ok(uint32_t t)
 #define KNOWN_FLAGS                                                           \
     (TOOLHOST_TOOL_ASYNC | TOOLHOST_TOOL_READ_ONLY |                          \
      TOOLHOST_TOOL_DESTRUCTIVE | TOOLHOST_TOOL_IDEMPOTENT |                   \
-     TOOLHOST_TOOL_OPEN_WORLD | TOOLHOST_TOOL_SERIAL)
+     TOOLHOST_TOOL_OPEN_WORLD | TOOLHOST_TOOL_SERIAL | TOOLHOST_TOOL_SHORT)
 
 /* "built against toolhost ABI 1.N, this host supports 1.M" */
 static int newer_refused(th_error *err, const char *shown, uint32_t minor,

@@ -160,9 +160,23 @@ int th_rpc_reader_next(th_rpc_reader *r, msgpack_unpacked *out, th_error *err)
             r->failed = true;
         return rc;
     }
-    msgpack_unpack_return ur = msgpack_unpacker_next(&r->up, out);
+    /* The skim found the frame's end: build it in one call, in the zone
+     * of *out, which is cleared and reused when the caller kept it (one
+     * zone for every frame, not a new 8 KiB chunk each). */
+    if (out->zone)
+        msgpack_zone_clear(out->zone);
+    else if (!(out->zone = msgpack_zone_new(MSGPACK_ZONE_CHUNK_SIZE)))
+        return th_error_set(err, TH_ENOMEM, "out of memory");
+    size_t used = 0;
+    msgpack_unpack_return ur =
+        msgpack_unpack((const char *)p, flen, &used, out->zone, &out->data);
     switch (ur) {
     case MSGPACK_UNPACK_SUCCESS:
+        /* the objects refer to the buffer: it must not move or be reused
+         * before the caller is done with them (see front/rpc.h) */
+        r->up.off += used;
+        r->frame = p;
+        r->frame_len = used;
         return 1;
     case MSGPACK_UNPACK_NOMEM_ERROR:
         /* The skim bounded every count by the frame's bytes, so this is

@@ -26,10 +26,22 @@ struct rpc_call {
     rpc_conn *conn;
     uint64_t msgid;
     uint64_t call_id, task_id;
-    char *tool;
+    char tool[128];             /* as m_call took it (at most 127 bytes) */
     uint64_t t0;                /* uv_hrtime() at the request */
     bool responded;             /* the response was sent */
+    bool done;                  /* answered for good while th_call_start()
+                                   ran on the loop: m_call frees it */
 };
+
+/* A tool declared short (TOOLHOST_TOOL_SHORT) whose calls held the loop
+ * longer than host.short_call_max_ms. */
+typedef struct rpc_slow {
+    struct rpc_slow *next;
+    uint32_t overruns;
+    bool demoted;               /* its calls go to workers from now on */
+    char name[];
+} rpc_slow;
+#define RPC_SLOW_DEMOTE 3       /* overruns before a tool is demoted */
 
 /* A log line of one kind at most RATELOG_PER_SEC times a second. */
 typedef struct rpc_ratelog {
@@ -56,7 +68,6 @@ struct rpc_conn {
     bool two_handles;           /* stdio */
     int handles_open;
     th_rpc_reader rd;
-    msgpack_unpacked msg;
     th_principal who;
     th_session *session;
     rpc_call *calls;
@@ -100,7 +111,11 @@ typedef struct rpc_ev {
     uint64_t call_id, task_id;
     uint64_t origin;            /* EV_PERM: th_call_origin() of call_id */
     bool has_result;
-    th_result_copy res;
+    th_result_copy res;         /* for a packed final result (frame set):
+                                   kind, ok, error, task_id only */
+    th_buf frame;               /* EV_CALL, final result of a call: the
+                                   response frame, packed by the thread
+                                   that delivered it */
     double fraction;
     char *message;
     uint8_t *data;              /* progress data, permission args */
@@ -112,6 +127,8 @@ typedef struct rpc_ev {
 struct th_rpc_server {
     uv_loop_t loop;
     th_host *host;
+    msgpack_unpacked msg;       /* the frame being dispatched; its zone is
+                                   cleared after each frame, kept between */
     const th_host_cfg *cfg;
     uint64_t max_frame, max_outbuf, grace_ms;
     uint32_t max_inflight;
@@ -151,6 +168,13 @@ struct th_rpc_server {
     rpc_ratelog rl_accept, rl_refuse, rl_budget, rl_timeout;
     uint64_t refused, closed_idle, closed_frame, closed_budget,
         closed_proto;
+    /* the short path (TOOLHOST_TOOL_SHORT tools run on the loop) */
+    uint64_t short_max_ns;      /* host.short_call_max_ms; 0: off */
+    rpc_slow *slow;             /* short tools seen overrunning */
+    uint32_t n_demoted;
+    uint64_t short_calls;       /* calls answered while they started */
+    rpc_call *spare;            /* freed call records kept for reuse */
+    uint32_t n_spare;           /* at most RPC_SPARE_CALLS */
     /* stdio input that epoll refuses (a file, /dev/null): start_stdio() */
     pthread_t relay;
     bool relay_started;
@@ -177,8 +201,21 @@ void conn_close(rpc_conn *c, bool graceful, const char *fmt, ...)
 bool is_admin(const rpc_conn *c);
 /* The result map of a call (th/codec.h, the one encoder). */
 int pack_result(th_buf *out, const th_result_copy *r);
-/* Unlinks and frees a call record. */
+/* A zeroed call record (a spare one when there is one), or NULL. */
+rpc_call *call_new(th_rpc_server *srv);
+/* Unlinks and frees a call record (keeps it as a spare). */
 void call_free(rpc_call *call);
+#define RPC_SPARE_CALLS 256
+/* The call record `call` is being started by th_call_start() on the loop
+ * (NULL after): an event of it that comes on this thread meanwhile is
+ * answered at once, without a copy or a trip through the event queue. */
+void call_starting(rpc_call *call);
+/* After th_call_start() of a call that ran on the loop: counts an overrun
+ * of a short tool (host.short_call_max_ms) and frees a call answered for
+ * good. */
+void call_started(rpc_call *call, uint64_t ns);
+/* Whether calls of `tool` may take the short path (short_inline). */
+bool short_allowed(th_rpc_server *srv, const char *tool);
 /* Any thread: the core's event callback for one call (th_call_start). */
 void on_call_event(const th_event *e, void *ud);
 

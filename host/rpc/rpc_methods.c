@@ -8,7 +8,10 @@
  *
  * Lifetimes.  m_call creates the call record (rpc_call) and hands it to
  * th_call_start with on_call_event; from then on server.c's event handling
- * owns it (freed at its final event or the end of the connection).  A
+ * owns it (freed at its final event or the end of the connection), except
+ * when the call was answered for good while th_call_start ran on the loop
+ * (the short path, or an error found at once): then m_call frees it
+ * through call_started().  A
  * permission.request record (rpc_perm) is freed here when answered, or by
  * server.c with its connection.  Params are parsed into the frame's
  * msgpack objects, which are freed right after rpc_dispatch() returns:
@@ -27,6 +30,7 @@
 
 #include "th/codec.h"
 #include "th/log.h"
+#include "th/mpwalk.h"
 #include "th/schema.h"
 
 /* One tool as the protocol shows it: the schema module's tools.list entry
@@ -218,11 +222,15 @@ static void m_stats(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
     e |= th_pack_cstr(&pk, "closed_protocol_errors");
     e |= msgpack_pack_uint64(&pk, srv->closed_proto);
     e |= th_pack_cstr(&pk, "calls");
-    e |= msgpack_pack_map(&pk, 2);
+    e |= msgpack_pack_map(&pk, 4);
     e |= th_pack_cstr(&pk, "total");
     e |= msgpack_pack_uint64(&pk, srv->calls_total);
     e |= th_pack_cstr(&pk, "in_flight");
     e |= msgpack_pack_uint32(&pk, inflight);
+    e |= th_pack_cstr(&pk, "on_loop");
+    e |= msgpack_pack_uint64(&pk, srv->short_calls);
+    e |= th_pack_cstr(&pk, "short_demoted");
+    e |= msgpack_pack_uint32(&pk, srv->n_demoted);
     e |= th_pack_cstr(&pk, "memory");
     e |= msgpack_pack_map(&pk, 1);
     e |= th_pack_cstr(&pk, "rss_bytes");
@@ -368,6 +376,49 @@ static void m_describe(rpc_conn *c, uint64_t msgid,
     th_buf_destroy(&r);
 }
 
+/* The end of the msgpack value at p (a frame the reader checked): its
+ * length, or 0 when the bytes end first. */
+static size_t mp_value_len(const uint8_t *p, size_t n)
+{
+    size_t pos = 0;
+    uint64_t left = 1;
+    while (left) {
+        th_mp_head h;
+        if (pos >= n || th_mp_head_read(p + pos, n - pos, &h) != 1 ||
+            h.payload > n - pos - h.hdr)
+            return 0;
+        pos += h.hdr + (size_t)h.payload;
+        left = left - 1 + h.kids;
+    }
+    return pos;
+}
+
+/* The bytes of params[1] (the args) of the request the reader returned
+ * last, [0, msgid, method, [name, args, options?]]: true with *p, *n set.
+ * The name's string points into the frame (msgpack-c refers to the
+ * buffer, it does not copy), the args follow it, and without options they
+ * are the frame's last value: no walk at all in the common case. */
+static bool frame_args(rpc_conn *c, const msgpack_object *params,
+                       const uint8_t **p, size_t *n)
+{
+    const uint8_t *f = c->rd.frame, *end = f + c->rd.frame_len;
+    const char *s;
+    size_t sl;
+    if (!f || !th_rpc_obj_str(&params->via.array.ptr[0], &s, &sl) || !sl)
+        return false;
+    const uint8_t *a = (const uint8_t *)s + sl;
+    if ((const uint8_t *)s < f || a <= f || a >= end)
+        return false;
+    size_t len = (size_t)(end - a);
+    if (params->via.array.size > 2 && !(len = mp_value_len(a, len)))
+        return false;
+    if ((a[0] & 0xf0) != 0x80 && a[0] != 0xde && a[0] != 0xdf)
+        return false; /* a map (nil was handled before) */
+    *p = a;
+    *n = len;
+    return true;
+}
+
 static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
 {
     th_rpc_server *srv = c->srv;
@@ -448,19 +499,29 @@ static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
                   "(host.max_inflight)", (unsigned)srv->max_inflight);
         return;
     }
+    /* The args as the frame holds them: a slice of its own bytes, not
+     * packed again (the core copies what it keeps). */
+    static const uint8_t empty_map[1] = {0x80};
+    const uint8_t *ap = empty_map;
+    size_t alen = 1;
     th_buf ab = TH_BUF_INIT;
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &ab, th_buf_msgpack_write);
-    int prc = args ? msgpack_pack_object(&pk, *args) : msgpack_pack_map(&pk, 0);
-    rpc_call *call = calloc(1, sizeof *call);
-    if (prc || !call || !(call->tool = strdup(name))) {
-        if (call)
-            free(call->tool);
-        free(call);
+    int prc = 0;
+    if (args && !frame_args(c, params, &ap, &alen)) {
+        /* not found where it must be (cannot happen for a frame the
+         * reader returned): pack the object instead */
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &ab, th_buf_msgpack_write);
+        prc = msgpack_pack_object(&pk, *args);
+        ap = ab.data;
+        alen = ab.len;
+    }
+    rpc_call *call = prc ? NULL : call_new(srv);
+    if (!call) {
         th_buf_destroy(&ab);
         send_error(c, msgid, TH_ENOMEM, "out of memory");
         return;
     }
+    memcpy(call->tool, name, strlen(name) + 1); /* name[] is 128 bytes */
     call->conn = c;
     call->msgid = msgid;
     call->t0 = uv_hrtime();
@@ -470,8 +531,14 @@ static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
     c->calls = call;
     c->inflight++;
     srv->calls_total++;
-    int rc = th_call_start(c->session, name, ab.data, ab.len, &opts,
+    /* A tool declared short runs right here on the loop (plugin.h,
+     * TOOLHOST_TOOL_SHORT); its result is answered from inside
+     * th_call_start (call_starting, on_call_event). */
+    opts.short_inline = short_allowed(srv, name);
+    call_starting(call);
+    int rc = th_call_start(c->session, name, ap, alen, &opts,
                            on_call_event, call, &call->call_id);
+    call_starting(NULL);
     th_buf_destroy(&ab);
     if (rc < 0) {
         send_error(c, msgid, rc, "the call could not start: %s",
@@ -485,6 +552,7 @@ static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
                  (unsigned long long)c->id, name,
                  (unsigned long long)call->call_id,
                  (unsigned long long)msgid);
+    call_started(call, opts.short_inline ? uv_hrtime() - call->t0 : 0);
 }
 
 static void m_tools_cancel(rpc_conn *c, uint64_t msgid,

@@ -10,6 +10,14 @@
  * the loop with one uv_async_send() (libuv folds many sends into one
  * wake-up; the loop drains the whole queue each time).  th_rpc_server_stop()
  * also only takes srv->mu and sends.  Lock order: srv->mu is a leaf.
+ * A final result that comes from a worker is packed into its response
+ * frame right there (pack_final), so the loop only appends it.  The short
+ * path: a tool declared TOOLHOST_TOOL_SHORT runs on the loop itself inside
+ * th_call_start() (m_call passes short_inline); its result event then
+ * comes on the loop thread while tl_starting names the call, and is
+ * packed into the connection's buffer at once (answer_now) — no copy, no
+ * queue; m_call frees the record after th_call_start() returns
+ * (call_started, which also times the call against short_call_max).
  * With --stdio and stdin a regular file or /dev/null (epoll refuses them),
  * one more thread (relay_main) copies stdin into a pipe the loop reads; it
  * shares nothing with the loop but two fds and is joined in free_server().
@@ -113,6 +121,8 @@ static void on_write(uv_write_t *req, int status)
  * turn of the loop leave in one write just before the loop polls again
  * (flush_pending, a prepare handle, so nothing waits in a blocking poll):
  * a burst of responses costs one system call, not one each. */
+static void conn_queued(rpc_conn *c, size_t added, bool was_empty);
+
 static void conn_send(rpc_conn *c, th_buf *b)
 {
     if (c->closing || b->len == 0) {
@@ -125,9 +135,16 @@ static void conn_send(rpc_conn *c, th_buf *b)
         conn_close(c, false, "out of memory sending a frame");
         return;
     }
-    c->outbuf += b->len;
-    c->srv->out_total += b->len;
+    size_t added = b->len;
     th_buf_destroy(b);
+    conn_queued(c, added, was_empty);
+}
+
+/* Counts `added` bytes just appended to c->pend. */
+static void conn_queued(rpc_conn *c, size_t added, bool was_empty)
+{
+    c->outbuf += added;
+    c->srv->out_total += added;
     if (was_empty)
         c->srv->n_pending++;
     if (c->outbuf > c->srv->max_outbuf)
@@ -158,6 +175,35 @@ static void conn_flush(rpc_conn *c)
         conn_drop_pending(c);
         return;
     }
+    uv_stream_t *s = (uv_stream_t *)(c->two_handles ? &c->out : &c->in);
+    /* Most turns the socket takes everything at once: then no request,
+     * no copy, and the buffer is kept for the next turn.  (libuv refuses
+     * a try while earlier writes are queued, so the order holds.) */
+    uv_buf_t tb = uv_buf_init((char *)c->pend.data, (unsigned)c->pend.len);
+    int n = uv_try_write(s, &tb, 1);
+    if (n < 0 && n != UV_EAGAIN) {
+        conn_drop_pending(c);
+        conn_close(c, false, "write failed: %s", uv_strerror(n));
+        return;
+    }
+    if (n > 0) {
+        c->outbuf -= (size_t)n;
+        c->srv->out_total -= (size_t)n;
+        if ((size_t)n == c->pend.len) {
+            c->srv->n_pending--;
+            if (c->pend.cap > 256 * 1024)
+                th_buf_destroy(&c->pend); /* a burst: give it back */
+            else
+                th_buf_reset(&c->pend);
+            if (c->flush_close && c->outbuf == 0)
+                conn_close(c, false, "%s",
+                           c->flush_reason ? c->flush_reason : "done");
+            return;
+        }
+        memmove(c->pend.data, c->pend.data + n, c->pend.len - (size_t)n);
+        c->pend.len -= (size_t)n;
+        c->pend.data[c->pend.len] = 0;
+    }
     c->srv->n_pending--;
     rpc_write *w = calloc(1, sizeof *w);
     if (!w) {
@@ -170,7 +216,6 @@ static void conn_flush(rpc_conn *c)
     w->conn = c;
     w->data = th_buf_take(&c->pend, &w->len);
     uv_buf_t ub = uv_buf_init((char *)w->data, (unsigned)w->len);
-    uv_stream_t *s = (uv_stream_t *)(c->two_handles ? &c->out : &c->in);
     int rc = uv_write(&w->req, s, &ub, 1, on_write);
     if (rc < 0) {
         c->outbuf -= w->len;
@@ -410,13 +455,32 @@ void call_free(rpc_call *call)
         call->next->prev = call->prev;
     if (!call->responded && c->inflight)
         c->inflight--;
-    free(call->tool);
-    free(call);
+    th_rpc_server *srv = c->srv;
+    if (srv->n_spare < RPC_SPARE_CALLS) {
+        call->next = srv->spare;
+        srv->spare = call;
+        srv->n_spare++;
+    } else {
+        free(call);
+    }
+}
+
+rpc_call *call_new(th_rpc_server *srv)
+{
+    rpc_call *call = srv->spare;
+    if (!call)
+        return calloc(1, sizeof *call);
+    srv->spare = call->next;
+    srv->n_spare--;
+    memset(call, 0, sizeof *call);
+    return call;
 }
 
 static void log_outcome(rpc_call *call, const th_result_copy *r,
                         const char *what)
 {
+    if (th_log_get_level() < TOOLHOST_LOG_INFO)
+        return; /* not even the formatting */
     char outcome[160];
     if (r->kind == TH_RESULT_DONE)
         snprintf(outcome, sizeof outcome, "%s", r->ok ? "ok" : "failed");
@@ -444,7 +508,9 @@ static void handle_call_event(th_rpc_server *srv, rpc_ev *ev)
         log_outcome(call, &ev->res, "result");
         if (!call->responded) {
             th_buf res = TH_BUF_INIT;
-            if (pack_result(&res, &ev->res) == 0)
+            if (ev->frame.len)
+                conn_send(c, &ev->frame); /* packed by the worker */
+            else if (pack_result(&res, &ev->res) == 0)
                 send_result(c, call->msgid, &res);
             else
                 send_error(c, call->msgid, TH_ENOMEM, "out of memory");
@@ -499,11 +565,208 @@ static void handle_call_event(th_rpc_server *srv, rpc_ev *ev)
     }
 }
 
+/* ---- The short path --------------------------------------------------------- */
+
+/* The call m_call is starting on this thread (only ever set on the loop
+ * thread; thread-local, so a worker's event never mistakes itself for
+ * one that came while the loop was inside th_call_start). */
+static _Thread_local rpc_call *tl_starting;
+
+void call_starting(rpc_call *call)
+{
+    tl_starting = call;
+}
+
+/* A msgpack writer into a th_buf with room reserved: a copy, no call. */
+static int pend_write(void *data, const char *buf, size_t len)
+{
+    th_buf *b = data;
+    if (b->cap > b->len + len) {
+        memcpy(b->data + b->len, buf, len);
+        b->len += len;
+        b->data[b->len] = 0;
+        return 0;
+    }
+    return th_buf_append(b, buf, len) == 0 ? 0 : -1;
+}
+
+/* Appends the response [1, msgid, nil, result] to c->pend, packed straight
+ * from the result (no intermediate buffers, room reserved once). */
+static void send_result_of(rpc_conn *c, uint64_t msgid,
+                           const th_result_copy *r)
+{
+    if (c->closing)
+        return;
+    size_t mark = c->pend.len;
+    size_t want = 96 + r->out.len + r->err.len + r->meta.len +
+                  (r->message ? strlen(r->message) : 0);
+    if (th_buf_reserve(&c->pend, want) != 0) {
+        conn_close(c, false, "out of memory packing a response");
+        return;
+    }
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &c->pend, pend_write);
+    if (msgpack_pack_array(&pk, 4) || msgpack_pack_uint64(&pk, 1) ||
+        msgpack_pack_uint64(&pk, msgid) || msgpack_pack_nil(&pk) ||
+        th_codec_pack_result(&pk, r)) {
+        c->pend.len = mark;
+        if (c->pend.data)
+            c->pend.data[mark] = 0;
+        if (mark == 0)
+            th_buf_destroy(&c->pend);
+        conn_close(c, false, "out of memory packing a response");
+        return;
+    }
+    conn_queued(c, c->pend.len - mark, mark == 0);
+}
+
+/* The loop, inside th_call_start(): the final result of a call that ran
+ * (or failed) right there.  Its pointers are the core's, valid during the
+ * callback: packed at once, nothing copied. */
+static void answer_now(rpc_call *call, const th_result *r)
+{
+    rpc_conn *c = call->conn;
+    th_result_copy v = {
+        .kind = r->kind,
+        .ok = r->ok,
+        .out = {(uint8_t *)r->out, r->out_len, 0},
+        .err = {(uint8_t *)r->err, r->err_len, 0},
+        .meta = {(uint8_t *)r->meta, r->meta ? r->meta_len : 0, 0},
+        .error = r->error,
+        .message = (char *)r->message,
+        .task_id = r->task_id,
+        .structured = r->structured,
+    };
+    log_outcome(call, &v, "result");
+    if (!call->responded) {
+        send_result_of(c, call->msgid, &v);
+        call->responded = true;
+        if (c->inflight)
+            c->inflight--;
+    }
+    call->done = true;
+    c->srv->short_calls++;
+}
+
+bool short_allowed(th_rpc_server *srv, const char *tool)
+{
+    if (!srv->short_max_ns)
+        return false;
+    for (rpc_slow *s = srv->slow; s && srv->n_demoted; s = s->next)
+        if (s->demoted && strcmp(s->name, tool) == 0)
+            return false;
+    return true;
+}
+
+/* A call of `call->tool` held the loop `ns` (over host.short_call_max_ms).
+ * Counted only for a tool declared short: another tool's call never runs
+ * here (what held the loop was the host's own work, e.g. validating a huge
+ * argument map).  After RPC_SLOW_DEMOTE overruns the tool's calls go to
+ * workers from then on (not after one: the first call of a tool may meet
+ * cold caches, lazy binding, a preempted loop). */
+static void short_overrun(rpc_call *call, uint64_t ns)
+{
+    rpc_conn *c = call->conn;
+    th_rpc_server *srv = c->srv;
+    const th_tool *t = c->session ? th_session_acquire(c->session, call->tool)
+                                  : NULL;
+    bool declared = t && (t->flags & TOOLHOST_TOOL_SHORT);
+    if (t)
+        th_tool_release(t);
+    if (!declared)
+        return;
+    rpc_slow *s = srv->slow;
+    while (s && strcmp(s->name, call->tool) != 0)
+        s = s->next;
+    if (!s) {
+        size_t n = strlen(call->tool);
+        s = calloc(1, sizeof *s + n + 1);
+        if (!s) {
+            th_log_error("out of memory recording a slow short tool");
+            return;
+        }
+        memcpy(s->name, call->tool, n + 1);
+        s->next = srv->slow;
+        srv->slow = s;
+    }
+    if (s->demoted)
+        return;
+    s->overruns++;
+    double ms = (double)ns / 1e6;
+    unsigned long long max_ms = (unsigned long long)(srv->short_max_ns / 1000000u);
+    if (s->overruns >= RPC_SLOW_DEMOTE) {
+        s->demoted = true;
+        srv->n_demoted++;
+        th_log_warn("tool=%s is declared short but call=%llu held the event "
+                    "loop %.1f ms (host.short_call_max %llu ms; overrun %u): "
+                    "its calls run on workers from now on",
+                    call->tool, (unsigned long long)call->call_id, ms, max_ms,
+                    (unsigned)s->overruns);
+    } else {
+        th_log_warn("tool=%s is declared short but call=%llu held the event "
+                    "loop %.1f ms (host.short_call_max %llu ms; overrun %u of "
+                    "%u before its calls go to workers)",
+                    call->tool, (unsigned long long)call->call_id, ms, max_ms,
+                    (unsigned)s->overruns, (unsigned)RPC_SLOW_DEMOTE);
+    }
+}
+
+void call_started(rpc_call *call, uint64_t ns)
+{
+    th_rpc_server *srv = call->conn->srv;
+    if (srv->short_max_ns && ns > srv->short_max_ns)
+        short_overrun(call, ns);
+    if (call->done) {
+        call_free(call);
+        server_check_drained(srv);
+    }
+}
+
+/* Any thread: packs the response to a call's final result into
+ * ev->frame, keeping in ev->res only what the loop logs.  False when out
+ * of memory (the caller copies the result instead). */
+static bool pack_final(rpc_ev *ev, const rpc_call *call, const th_result *r)
+{
+    th_result_copy v = {
+        .kind = r->kind,
+        .ok = r->ok,
+        .out = {(uint8_t *)r->out, r->out_len, 0},
+        .err = {(uint8_t *)r->err, r->err_len, 0},
+        .meta = {(uint8_t *)r->meta, r->meta ? r->meta_len : 0, 0},
+        .error = r->error,
+        .message = (char *)r->message,
+        .task_id = r->task_id,
+        .structured = r->structured,
+    };
+    size_t want = 96 + v.out.len + v.err.len + v.meta.len +
+                  (v.message ? strlen(v.message) : 0);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &ev->frame, pend_write);
+    if (th_buf_reserve(&ev->frame, want) != 0 ||
+        msgpack_pack_array(&pk, 4) || msgpack_pack_uint64(&pk, 1) ||
+        msgpack_pack_uint64(&pk, call->msgid) || msgpack_pack_nil(&pk) ||
+        th_codec_pack_result(&pk, &v)) {
+        th_buf_destroy(&ev->frame);
+        return false;
+    }
+    ev->res.kind = r->kind;
+    ev->res.ok = r->ok;
+    ev->res.error = r->error;
+    ev->res.task_id = r->task_id;
+    ev->has_result = true; /* its buffers stay empty */
+    return true;
+}
+
 /* Any thread: the core's event callback for one call. */
 void on_call_event(const th_event *e, void *ud)
 {
     rpc_call *call = ud;
     th_rpc_server *srv = call->conn->srv;
+    if (call == tl_starting && e->kind == TH_EV_RESULT && e->result &&
+        e->result->kind != TH_RESULT_RUNNING) {
+        answer_now(call, e->result); /* the loop, inside m_call */
+        return;
+    }
     rpc_ev *ev = calloc(1, sizeof *ev);
     if (!ev)
         goto oom;
@@ -514,7 +777,11 @@ void on_call_event(const th_event *e, void *ud)
     ev->task_id = e->task_id;
     ev->fraction = e->fraction;
     ev->coalesced = e->coalesced;
-    if (e->result) {
+    if (e->kind == TH_EV_RESULT && e->result &&
+        e->result->kind != TH_RESULT_RUNNING && pack_final(ev, call, e->result)) {
+        /* the response is packed here, on the delivering thread: the loop
+         * only appends it (no copy of the result, no packing there) */
+    } else if (e->result) {
         if (th_result_copy_from(&ev->res, e->result) != 0)
             goto oom_ev;
         ev->has_result = true;
@@ -539,6 +806,7 @@ void on_call_event(const th_event *e, void *ud)
 oom_ev:
     if (ev->has_result)
         th_result_copy_destroy(&ev->res);
+    th_buf_destroy(&ev->frame);
     free(ev->message);
     free(ev->data);
     free(ev);
@@ -729,6 +997,7 @@ static void handle_perm_event(rpc_ev *ev)
 
 static void ev_free(rpc_ev *ev)
 {
+    th_buf_destroy(&ev->frame);
     if (ev->has_result)
         th_result_copy_destroy(&ev->res);
     free(ev->message);
@@ -796,7 +1065,6 @@ static void conn_maybe_free(rpc_conn *c)
         c->next->prev = c->prev;
     srv->n_conns--;
     conn_drop_pending(c);
-    msgpack_unpacked_destroy(&c->msg);
     th_rpc_reader_destroy(&c->rd);
     free(c->flush_reason);
     free(c);
@@ -929,7 +1197,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     bool framed = false;
     for (;;) {
         th_error err;
-        int rc = th_rpc_reader_next(&c->rd, &c->msg, &err);
+        int rc = th_rpc_reader_next(&c->rd, &srv->msg, &err);
         if (rc == 0)
             break;
         if (rc < 0) {
@@ -940,9 +1208,10 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             return;
         }
         framed = true;
-        rpc_dispatch(c, &c->msg.data);
-        /* The frame's objects go now, not when the next frame comes. */
-        msgpack_unpacked_destroy(&c->msg);
+        rpc_dispatch(c, &srv->msg.data);
+        /* The frame's objects go now, not when the next frame comes (the
+         * zone keeps its first chunk for the next frame). */
+        msgpack_zone_clear(srv->msg.zone);
         if (c->closing || !c->reading)
             return;
     }
@@ -972,7 +1241,6 @@ static rpc_conn *conn_new(th_rpc_server *srv)
         free(c);
         return NULL;
     }
-    msgpack_unpacked_init(&c->msg);
     c->srv = srv;
     c->next_msgid = 1;
     c->in.data = c;
@@ -1551,6 +1819,17 @@ static void free_server(th_rpc_server *srv)
     drain_events(srv);
     if (srv->relay_started)
         pthread_join(srv->relay, NULL);
+    msgpack_unpacked_destroy(&srv->msg);
+    while (srv->spare) {
+        rpc_call *k = srv->spare;
+        srv->spare = k->next;
+        free(k);
+    }
+    while (srv->slow) {
+        rpc_slow *sl = srv->slow;
+        srv->slow = sl->next;
+        free(sl);
+    }
     free(srv->sock_path);
     pthread_mutex_destroy(&srv->mu);
     free(srv);
@@ -1592,6 +1871,7 @@ int th_rpc_serve(th_host *h, const th_rpc_serve_opts *o, th_error *err)
     if (!srv)
         return th_error_set(err, TH_ENOMEM, "out of memory");
     srv->host = h;
+    msgpack_unpacked_init(&srv->msg);
     srv->cfg = cfg;
     srv->stdio = o->stdio;
     srv->max_frame = cfg->max_frame ? cfg->max_frame : DEF_MAX_FRAME;
@@ -1600,6 +1880,7 @@ int th_rpc_serve(th_host *h, const th_rpc_serve_opts *o, th_error *err)
     srv->max_outbuf = cfg->max_outbuf ? cfg->max_outbuf : DEF_MAX_OUTBUF;
     srv->grace_ms = cfg->shutdown_grace_ms ? cfg->shutdown_grace_ms
                                            : DEF_GRACE_MS;
+    srv->short_max_ns = cfg->short_call_max_ms * 1000000u;
     /* Limits: a zeroed config (an embedding program) gets the defaults
      * of host_init() in config.c. */
     srv->max_conns = cfg->max_connections ? cfg->max_connections : 1024;

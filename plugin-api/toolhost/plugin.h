@@ -48,7 +48,9 @@
  *           host worker thread, or from the thread of a caller that waits
  *           for the call (`toolhost call`, a tool calling tools, run_code);
  *           never from a front's event loop, so a slow hook delays only its
- *           own call.  Concurrently with each other and with themselves,
+ *           own call -- except for a tool declared TOOLHOST_TOOL_SHORT,
+ *           whose Call functions a front's event loop may run itself (see
+ *           the flag).  Concurrently with each other and with themselves,
  *           unless the tool has TOOLHOST_TOOL_SERIAL, in which case the host
  *           never runs two execute() of that tool at once, or the plugin has
  *           TOOLHOST_PLUGIN_SERIAL (1.1): never two execute() of any of its
@@ -179,6 +181,19 @@ typedef enum toolhost_semantic {
  * without them): a host ignores an unknown one with a warning.  An unknown
  * bit below 16 changes behaviour, so the host refuses the plugin. */
 #define TOOLHOST_TOOL_ADVISORY_MASK 0xffff0000u
+/* Short (a hint; advisory, so an older host just runs the tool on a
+ * worker): execute(), validate_args() and needs_permission() of this sync
+ * tool return within about a millisecond (well under host.short_call_max_ms)
+ * and never block or wait: no sleeping, no waiting on locks others hold for
+ * long, no network or slow disk I/O, no calls of other tools, no
+ * suspend().  A front's event loop (the msgpack-RPC server) may then run
+ * them itself instead of handing the call to a worker and back, which
+ * saves two thread hand-offs per call; while they run, that loop serves no
+ * other client, so a slow call stalls every client of the loop.  The host
+ * measures each such call: one that holds the loop longer than
+ * host.short_call_max_ms is logged and the tool runs on workers from then
+ * on.  Ignored for TOOLHOST_TOOL_ASYNC tools and for isolated plugins. */
+#define TOOLHOST_TOOL_SHORT (1u << 16)
 
 /* Plugin flags (bits of toolhost_plugin.flags, ABI 1.1). */
 #define TOOLHOST_PLUGIN_SERIAL (1u << 0) /* never two calls of ANY of the

@@ -90,7 +90,8 @@ static const toolhost_param echo_async_params[] = {
 static const toolhost_tool echo_tools[] = {
     TH_SDK_TOOL("echo", echo, "Writes `text` to stdout unchanged.",
                 TH_SDK_PARAMS(echo_params), TH_SDK_OUTPUT(TEXT, ERROR),
-                .flags = TOOLHOST_TOOL_READ_ONLY | TOOLHOST_TOOL_IDEMPOTENT),
+                .flags = TOOLHOST_TOOL_READ_ONLY | TOOLHOST_TOOL_IDEMPOTENT |
+                         TOOLHOST_TOOL_SHORT),
     TH_SDK_TOOL("echo_async", echo_async,
                 "Reports `steps` progress updates, then writes `text`.",
                 TH_SDK_PARAMS(echo_async_params), TH_SDK_OUTPUT(TEXT, ERROR),

@@ -392,7 +392,8 @@ static void test_unknown_keys(void)
                "spill_max_age, max_connections, max_connections_per_uid, "
                "idle_timeout, frame_timeout, max_buffered, "
                "max_protocol_errors, max_conn_log_lines, lost_worker_grace, "
-               "max_lost_workers, task_keep, log_format, allow_unknown_users)");
+               "max_lost_workers, task_keep, log_format, allow_unknown_users, "
+               "short_call_max)");
 }
 
 static void test_wrong_types(void)

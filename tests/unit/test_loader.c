@@ -775,7 +775,7 @@ static void builtin(void)
     const toolhost_tool flags[] = {BT("t", "T", 1, 3, 1u << 9, bi_run)};
     expect_builtin_error(flags, 1,
                          "built-in plugin 'bi': tool 't' has unknown flag "
-                         "bits 0x200 (known: TOOLHOST_TOOL_* = 0x3f; the "
+                         "bits 0x200 (known: TOOLHOST_TOOL_* = 0x1003f; the "
                          "plugin says it is built against toolhost ABI 1.0, "
                          "which has no such flag)");
     const toolhost_tool noname[] = {BT("a", "T", 1, 3, 0, bi_run),

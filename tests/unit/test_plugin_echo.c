@@ -31,8 +31,9 @@ static void test_descriptor(void)
     CU_ASSERT_EQUAL(p->n_tools, 2);
     const toolhost_tool *t = th_harness_tool(h, "echo");
     CU_ASSERT_PTR_NOT_NULL_FATAL(t);
-    CU_ASSERT_EQUAL(t->flags,
-                    TOOLHOST_TOOL_READ_ONLY | TOOLHOST_TOOL_IDEMPOTENT);
+    CU_ASSERT_EQUAL(t->flags, TOOLHOST_TOOL_READ_ONLY |
+                                  TOOLHOST_TOOL_IDEMPOTENT |
+                                  TOOLHOST_TOOL_SHORT);
     CU_ASSERT_EQUAL(t->stdout_type, TOOLHOST_SEM_TEXT);
     CU_ASSERT_EQUAL(t->n_params, 1);
     CU_ASSERT_TRUE(t->params[0].required);

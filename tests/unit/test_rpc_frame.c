@@ -105,6 +105,47 @@ static int feed_and_next(size_t max, const void *bytes, size_t n)
     return rc;
 }
 
+/* th_rpc_reader_next() says where the message's bytes are (a front passes
+ * slices of them on), and reuses the zone a caller keeps. */
+static void test_frame_bytes(void)
+{
+    th_buf b = TH_BUF_INIT;
+    build_stream(&b);
+    th_rpc_reader r;
+    CU_ASSERT_FATAL(th_rpc_reader_init(&r, 1 << 20) == 0);
+    CU_ASSERT_FATAL(th_rpc_reader_feed(&r, b.data, b.len) == 0);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    th_error e;
+    size_t off = 0;
+    msgpack_zone *z = NULL;
+    for (int i = 0; i < 3; i++) {
+        CU_ASSERT_FATAL(th_rpc_reader_next(&r, &u, &e) == 1);
+        /* the frame is the next bytes of the stream, as they came */
+        CU_ASSERT(r.frame_len > 0 && off + r.frame_len <= b.len &&
+                  memcmp(r.frame, b.data + off, r.frame_len) == 0);
+        size_t one = 0;
+        msgpack_unpacked v;
+        msgpack_unpacked_init(&v);
+        CU_ASSERT(msgpack_unpack_next(&v, (const char *)b.data + off,
+                                      b.len - off, &one) ==
+                  MSGPACK_UNPACK_SUCCESS);
+        CU_ASSERT_EQUAL(one, r.frame_len);
+        CU_ASSERT(msgpack_object_equal(v.data, u.data));
+        msgpack_unpacked_destroy(&v);
+        off += r.frame_len;
+        if (i == 0)
+            z = u.zone;
+        else
+            CU_ASSERT(u.zone == z); /* cleared and reused, not made anew */
+    }
+    CU_ASSERT_EQUAL(off, b.len);
+    CU_ASSERT_EQUAL(th_rpc_reader_next(&r, &u, &e), 0);
+    msgpack_unpacked_destroy(&u);
+    th_rpc_reader_destroy(&r);
+    th_buf_destroy(&b);
+}
+
 static void test_malformed(void)
 {
     const uint8_t c1[] = {0x94, 0x00, 0x01, 0xc1};
@@ -559,6 +600,7 @@ void th_suite_rpc_frame(void)
 {
     CU_pSuite s = CU_add_suite("rpc_frame", NULL, NULL);
     CU_add_test(s, "split_every_boundary", test_split_every_boundary);
+    CU_add_test(s, "frame_bytes", test_frame_bytes);
     CU_add_test(s, "malformed", test_malformed);
     CU_add_test(s, "limits", test_limits);
     CU_add_test(s, "values_and_shrink", test_values_and_shrink);

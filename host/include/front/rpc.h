@@ -55,6 +55,11 @@ typedef struct th_rpc_reader {
     bool failed;        /* a TH_EPROTO/TH_ELIMIT was returned: stays so */
     uint64_t skim_values; /* values walked in the current frame */
     bool no_unpacker;   /* th_rpc_reader_shrink() could not make a new one */
+    /* The bytes of the message th_rpc_reader_next() returned last, as they
+     * came: valid until the next call of any th_rpc_reader_* function (a
+     * front passes a slice of them on instead of packing them again). */
+    const uint8_t *frame;
+    size_t frame_len;
 } th_rpc_reader;
 
 /* A frame may hold at most TH_RPC_FRAME_VALUES_FLOOR + bytes / 8 values
@@ -78,7 +83,10 @@ void th_rpc_reader_commit(th_rpc_reader *r, size_t n);
 int th_rpc_reader_feed(th_rpc_reader *r, const void *data, size_t len);
 /* The next complete message: returns 1 and fills *out (which the caller
  * owns: msgpack_unpacked_destroy() it; *out must be initialised with
- * msgpack_unpacked_init() once before the first call), 0 when more bytes
+ * msgpack_unpacked_init() once before the first call; a zone *out still
+ * holds is cleared and reused).  The message's objects refer to the
+ * reader's buffer: they are valid until the next call of any
+ * th_rpc_reader_* function on r (copy what must live longer), 0 when more bytes
  * are needed, TH_EPROTO for bytes that are not msgpack, TH_ELIMIT for a
  * frame over max_frame, TH_ENOMEM.  After an error the reader is
  * unusable (the stream cannot be resynchronised). */

@@ -234,6 +234,10 @@ typedef struct th_host_cfg {
                                   this or the reload fails; 10 s        */
     char *listen_nats;         /* the nats:// entry of listen, or NULL
                                   (docs/scale.md)                        */
+    uint64_t short_call_max_ms; /* a TOOLHOST_TOOL_SHORT call may hold the
+                                  RPC loop this long; longer: the tool
+                                  runs on workers from then on; 10 ms,
+                                  0: short tools run on workers too     */
 } th_host_cfg;
 
 /* A bearer token of the MCP HTTP front, known by its SHA-256 only. */

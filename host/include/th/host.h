@@ -174,6 +174,10 @@ typedef struct th_call_opts {
                            every result; false (default): only a stream
                            that was cut or spilled is described, and a
                            result with nothing to say has no such key */
+    bool short_inline;  /* the caller is an event loop that must not block:
+                           a tool declared TOOLHOST_TOOL_SHORT (sync, not
+                           isolated) runs inline on it as with may_block;
+                           any other call goes to a worker (call_fast.c) */
 } th_call_opts;
 
 typedef enum th_result_kind {
