@@ -41,7 +41,7 @@ static natsConnection *nats_connect_or_say(const char *url)
     const char *cr = getenv("TOOLHOST_NATS_CREDS");
     natsStatus st = natsOptions_Create(&o);
     if (st == NATS_OK)
-        st = natsOptions_SetURL(o, url);
+        st = th_nats_set_urls(o, url);
     if (st == NATS_OK)
         st = natsOptions_SetTimeout(o, 5000);
     if (st == NATS_OK && u && *u)

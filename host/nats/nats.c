@@ -28,6 +28,7 @@
 #define QUEUE "toolhost"
 
 typedef struct nt_ts {
+    struct th_nats *f;
     const th_toolset_cfg *cfg;
     th_session *s;
 } nt_ts;
@@ -40,6 +41,7 @@ typedef struct nt_ep {
     char *param_types; /* {"name": "type", ...} as JSON text, or NULL */
     nt_ts *ts;
     natsSubscription *sub;
+    bool live; /* subscribed now (a reload may have removed the tool) */
     atomic_uint_fast64_t requests, errors, proc_ns;
     pthread_mutex_t err_mu;
     char last_error[160];
@@ -56,12 +58,28 @@ struct th_nats {
     natsConnection *nc;
     nt_ts *ts;
     size_t n_ts;
-    nt_ep *eps;
+    /* Every endpoint ever served, live or removed by a reload (a call in
+     * flight may still count on a removed one; they are freed at stop).
+     * eps_mu guards the array and the endpoints' subscriptions, flags and
+     * param_types; it is held across a whole resync (start or reload). */
+    pthread_mutex_t eps_mu;
+    nt_ep **eps;
     size_t n_eps, cap_eps;
-    natsSubscription *srv[12];
+    natsSubscription *srv[16];
     size_t n_srv;
     char id[40];
     char started[40];
+    /* Finished results of async tasks in a JetStream key-value bucket
+     * (nats.results_bucket), keyed HOSTID.TASKID, so that any host answers
+     * <prefix>.tasks.result after the task's host has gone.  Opened at
+     * the first connect (or lazily); kv_state: 0 not tried yet, 1 open,
+     * -1 not available (said once in the log) or off. */
+    pthread_mutex_t kv_mu;
+    jsCtx *js;
+    kvStore *kv;
+    int kv_state;
+    const char *kv_bucket;
+    uint64_t kv_ttl_ms;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool stopping;
@@ -98,6 +116,127 @@ static bool token_ok(const char *s)
     return true;
 }
 
+/* ---- Finished results in JetStream KV ----------------------------------- */
+
+static void kv_init_cfg(th_nats *f)
+{
+    pthread_mutex_init(&f->kv_mu, NULL);
+    const char *b = f->nc_cfg->results_bucket;
+    f->kv_ttl_ms = f->nc_cfg->results_ttl_ms ? f->nc_cfg->results_ttl_ms
+                                             : f->cfg->host.result_ttl_ms;
+    if (!b || strcmp(b, "off") == 0 || f->kv_ttl_ms == 0) {
+        f->kv_state = -1; /* off: results stay on their host */
+        return;
+    }
+    f->kv_bucket = b;
+}
+
+/* Opens (or creates) the bucket once the connection is up; 1 when it is
+ * usable.  Blocks for a JetStream round trip the first time only. */
+static int kv_open(th_nats *f)
+{
+    pthread_mutex_lock(&f->kv_mu);
+    if (f->kv_state != 0 ||
+        natsConnection_Status(f->nc) != NATS_CONN_STATUS_CONNECTED) {
+        int v = f->kv_state;
+        pthread_mutex_unlock(&f->kv_mu);
+        return v;
+    }
+    jsOptions jo;
+    jsOptions_Init(&jo);
+    jo.Wait = 2000;
+    natsStatus st = natsConnection_JetStream(&f->js, f->nc, &jo);
+    if (st == NATS_OK)
+        st = js_KeyValue(&f->kv, f->js, f->kv_bucket);
+    if (st == NATS_NOT_FOUND) {
+        kvConfig kc;
+        kvConfig_Init(&kc);
+        kc.Bucket = f->kv_bucket;
+        kc.Description = "toolhost: finished task results (HOSTID.TASKID)";
+        kc.History = 1;
+        kc.TTL = (int64_t)f->kv_ttl_ms * 1000000; /* ns, as max_age */
+        st = js_CreateKeyValue(&f->kv, f->js, &kc);
+        if (st != NATS_OK) /* another host created it meanwhile */
+            st = js_KeyValue(&f->kv, f->js, f->kv_bucket);
+    }
+    kvStatus *ks = NULL;
+    if (st == NATS_OK && kvStore_Status(&ks, f->kv) == NATS_OK &&
+        kvStatus_TTL(ks) != (int64_t)f->kv_ttl_ms * 1000000)
+        th_log_warn("nats: the key-value bucket %s keeps results %" PRId64
+                    " s, not the %" PRIu64 " s of this host's config (the "
+                    "host that created it set it; give every host the same "
+                    "nats.results_ttl)",
+                    f->kv_bucket, kvStatus_TTL(ks) / 1000000000,
+                    f->kv_ttl_ms / 1000);
+    kvStatus_Destroy(ks);
+    if (st == NATS_OK) {
+        f->kv_state = 1;
+        th_log_info("nats: finished task results go to the JetStream "
+                    "key-value bucket %s (TTL %" PRIu64 " s)",
+                    f->kv_bucket, f->kv_ttl_ms / 1000);
+    } else {
+        natsStatus ls = st;
+        const char *why = nats_GetLastError(&ls);
+        f->kv_state = -1;
+        th_log_warn("nats: JetStream key-value bucket %s is not available "
+                    "(%s%s%s): finished task results stay on the host that "
+                    "ran them (is the NATS server started with JetStream, "
+                    "-js?)",
+                    f->kv_bucket, natsStatus_GetText(st),
+                    why && *why ? ": " : "", why && *why ? why : "");
+        kvStore_Destroy(f->kv);
+        f->kv = NULL;
+        jsCtx_Destroy(f->js);
+        f->js = NULL;
+    }
+    pthread_mutex_unlock(&f->kv_mu);
+    return f->kv_state;
+}
+
+static void kv_close(th_nats *f)
+{
+    kvStore_Destroy(f->kv);
+    jsCtx_Destroy(f->js);
+    pthread_mutex_destroy(&f->kv_mu);
+}
+
+/* Stores a finished task's result (its reply body) under HOSTID.TASKID
+ * before the caller is told, so a caller that has the result can count on
+ * the bucket having it.  A failure is logged; the reply still goes. */
+static void kv_put(th_nats *f, uint64_t task_id, const void *data,
+                   size_t len)
+{
+    if (kv_open(f) != 1)
+        return;
+    char key[80];
+    snprintf(key, sizeof key, "%s.%" PRIu64, f->id, task_id);
+    uint64_t rev = 0;
+    natsStatus st = kvStore_Put(&rev, f->kv, key, data, (int)len);
+    if (st != NATS_OK)
+        th_log_warn("nats: the result of task %s was not stored in %s: %s",
+                    key, f->kv_bucket, natsStatus_GetText(st));
+}
+
+/* The stored result of task `key` (HOSTID.TASKID) into b: 0, TH_ENOTFOUND,
+ * or TH_EIO (no bucket, or JetStream did not answer). */
+static int kv_get(th_nats *f, const char *key, th_buf *b)
+{
+    if (kv_open(f) != 1)
+        return TH_ENOTFOUND;
+    kvEntry *e = NULL;
+    natsStatus st = kvStore_Get(&e, f->kv, key);
+    if (st == NATS_NOT_FOUND)
+        return TH_ENOTFOUND;
+    if (st != NATS_OK) {
+        th_log_warn("nats: reading task %s from %s: %s", key, f->kv_bucket,
+                    natsStatus_GetText(st));
+        return TH_EIO;
+    }
+    int rc = th_buf_append(b, kvEntry_Value(e), (size_t)kvEntry_ValueLen(e));
+    kvEntry_Destroy(e);
+    return rc == 0 ? 0 : TH_ENOMEM;
+}
+
 /* ---- Replies ------------------------------------------------------------ */
 
 static void publish(th_nats *f, const char *subj, const char *kind,
@@ -122,8 +261,10 @@ static void publish(th_nats *f, const char *subj, const char *kind,
     natsMsg_Destroy(m);
 }
 
-static void publish_result(th_nats *f, const char *subj, const char *kind,
-                           const th_result *res)
+/* A reply in the RPC front's result form; `store`: a finished async
+ * task's result, also written to the results bucket first. */
+static void publish_result_ex(th_nats *f, const char *subj, const char *kind,
+                              const th_result *res, bool store)
 {
     th_result_copy rc;
     memset(&rc, 0, sizeof rc);
@@ -132,10 +273,18 @@ static void publish_result(th_nats *f, const char *subj, const char *kind,
         th_codec_result_to_buf(&b, &rc) != 0) {
         th_log_error("nats: out of memory packing a reply to %s", subj);
     } else {
+        if (store && res->task_id)
+            kv_put(f, res->task_id, b.data, b.len);
         publish(f, subj, kind, res->task_id, b.data, b.len);
     }
     th_buf_destroy(&b);
     th_result_copy_destroy(&rc);
+}
+
+static void publish_result(th_nats *f, const char *subj, const char *kind,
+                           const th_result *res)
+{
+    publish_result_ex(f, subj, kind, res, false);
 }
 
 static void publish_error(th_nats *f, const char *subj, int code,
@@ -185,7 +334,7 @@ static void on_event(const th_event *ev, void *ud)
             return;
         }
         count(c, ev->result);
-        publish_result(f, c->reply, "result", ev->result);
+        publish_result_ex(f, c->reply, "result", ev->result, c->acked);
         call_end(c);
         return;
     case TH_EV_PROGRESS: {
@@ -207,7 +356,7 @@ static void on_event(const th_event *ev, void *ud)
     }
     case TH_EV_DONE:
         count(c, ev->result);
-        publish_result(f, c->reply, "result", ev->result);
+        publish_result_ex(f, c->reply, "result", ev->result, c->acked);
         call_end(c);
         return;
     }
@@ -376,8 +525,11 @@ static void on_srv(natsConnection *nc, natsSubscription *sub, natsMsg *msg,
         o = srv_base(f, stats ? "io.nats.micro.v1.stats_response"
                               : "io.nats.micro.v1.info_response");
         json_t *eps = json_array();
+        pthread_mutex_lock(&f->eps_mu);
         for (size_t i = 0; o && eps && i < f->n_eps; i++)
-            json_array_append_new(eps, srv_endpoint(&f->eps[i], stats));
+            if (f->eps[i]->live)
+                json_array_append_new(eps, srv_endpoint(f->eps[i], stats));
+        pthread_mutex_unlock(&f->eps_mu);
         if (o) {
             json_object_set_new(o, "endpoints", eps);
             if (stats)
@@ -476,6 +628,13 @@ static void on_task(natsConnection *nc, natsSubscription *sub, natsMsg *msg,
             rc = TH_EINVAL;
         }
     }
+    if (rc == TH_ENOTFOUND && strcmp(op, "result") == 0) {
+        /* dropped here already (host.task_keep): the bucket may have it */
+        char key[80];
+        snprintf(key, sizeof key, "%s.%llu", f->id, id);
+        th_buf_reset(&b);
+        rc = kv_get(f, key, &b) == 0 ? 0 : TH_ENOTFOUND;
+    }
     if (rc == 0)
         publish(f, reply, "task", id, b.data, b.len);
     else
@@ -486,6 +645,71 @@ static void on_task(natsConnection *nc, natsSubscription *sub, natsMsg *msg,
                       : rc == TH_EINVAL  ? "unknown operation (get, result, "
                                            "cancel)"
                                          : th_strerror(rc));
+    th_buf_destroy(&b);
+out:
+    natsMsg_Destroy(msg);
+    handler_leave(f);
+}
+
+/* <prefix>.tasks.result in the queue group: any host answers the result of
+ * a finished task, body HOSTID.TASKID (the Toolhost-Task header of the
+ * ack): its own from memory, every other from the results bucket - so the
+ * answer comes even when the task's host has gone. */
+static void on_any_result(natsConnection *nc, natsSubscription *sub,
+                          natsMsg *msg, void *closure)
+{
+    (void)nc;
+    (void)sub;
+    th_nats *f = closure;
+    const char *reply = natsMsg_GetReply(msg);
+    if (!reply || !*reply || !handler_enter(f)) {
+        natsMsg_Destroy(msg);
+        return;
+    }
+    char key[96] = "";
+    int len = natsMsg_GetDataLength(msg);
+    if (len > 0 && len < (int)sizeof key)
+        memcpy(key, natsMsg_GetData(msg), (size_t)len);
+    const char *dot = strrchr(key, '.');
+    char *end = NULL;
+    unsigned long long id = dot ? strtoull(dot + 1, &end, 10) : 0;
+    if (!dot || dot == key || !dot[1] || *end) {
+        publish_error(f, reply, TH_EINVAL, "the body must be a task id "
+                      "HOSTID.TASKID (the Toolhost-Task header of the ack)");
+        goto out;
+    }
+    th_buf b = TH_BUF_INIT;
+    int rc = TH_ENOTFOUND;
+    if ((size_t)(dot - key) == strlen(f->id) &&
+        strncmp(key, f->id, (size_t)(dot - key)) == 0) {
+        for (size_t i = 0; i < f->n_ts && rc == TH_ENOTFOUND; i++) {
+            th_result_copy r;
+            memset(&r, 0, sizeof r);
+            rc = th_task_result(f->ts[i].s, id, &r);
+            if (rc == 0)
+                rc = th_codec_result_to_buf(&b, &r);
+            th_result_copy_destroy(&r);
+        }
+    }
+    if (rc == TH_ENOTFOUND) {
+        th_buf_reset(&b);
+        rc = kv_get(f, key, &b);
+    }
+    if (rc == 0)
+        publish(f, reply, "task", id, b.data, b.len);
+    else if (rc == TH_ESTATE)
+        publish_error(f, reply, rc, "the task is still running");
+    else if (rc == TH_ENOTFOUND)
+        publish_error(f, reply, rc,
+                      f->kv_state == 1
+                          ? "no stored result for this task: it is still "
+                            "running on its host, or unknown, or older than "
+                            "nats.results_ttl"
+                          : "no stored result for this task (no results "
+                            "bucket: ask its host, "
+                            "<prefix>.host.HOSTID.tasks.result)");
+    else
+        publish_error(f, reply, rc, th_strerror(rc));
     th_buf_destroy(&b);
 out:
     natsMsg_Destroy(msg);
@@ -513,6 +737,16 @@ static void on_reconnected(natsConnection *nc, void *ud)
     th_log_info("nats: reconnected to %s; subscriptions restored", url);
 }
 
+/* The first connect, made in the background (the server was not up when
+ * the host started); the subscriptions made meanwhile are sent now. */
+static void on_late_connect(natsConnection *nc, void *ud)
+{
+    (void)ud;
+    char url[256] = "";
+    natsConnection_GetConnectedUrl(nc, url, sizeof url);
+    th_log_info("nats: connected to %s", url);
+}
+
 static void on_async_error(natsConnection *nc, natsSubscription *sub,
                            natsStatus err, void *ud)
 {
@@ -532,23 +766,87 @@ static void on_async_error(natsConnection *nc, natsSubscription *sub,
 
 /* ---- Start and stop ----------------------------------------------------- */
 
-static int add_ep(th_nats *f, nt_ts *ts, const char *tool, th_error *err)
+/* What a toolset offers NATS now: its tools (th_session_tools), less the
+ * host's task tools and names that cannot be a subject token. */
+typedef struct nt_want {
+    char *tool;
+    uint32_t flags;
+    char *param_types; /* {"name": "type", ...} as JSON text, or NULL */
+} nt_want;
+
+typedef struct want_list {
+    nt_want *v;
+    size_t n, cap;
+    const char *toolset;
+    bool nomem;
+} want_list;
+
+static void want_list_destroy(want_list *w)
 {
-    if (!token_ok(tool)) {
+    for (size_t i = 0; i < w->n; i++) {
+        free(w->v[i].tool);
+        free(w->v[i].param_types);
+    }
+    free(w->v);
+}
+
+static int want_cb(const th_tool *t, void *ud)
+{
+    want_list *w = ud;
+    /* The task tools are the host's, not the toolset's: tasks are reached
+     * through the host's own subjects (docs/scale.md). */
+    if (strcmp(t->name, "get_running_tasks") == 0 ||
+        strcmp(t->name, "cancel_task") == 0)
+        return 0;
+    if (!token_ok(t->name)) {
         th_log_warn("nats: toolset %s: tool '%s' is not served on NATS (its "
-                    "name cannot be a subject token)", ts->cfg->name, tool);
+                    "name cannot be a subject token)", w->toolset, t->name);
         return 0;
     }
+    if (w->n == w->cap) {
+        size_t n = w->cap ? 2 * w->cap : 16;
+        nt_want *v = realloc(w->v, n * sizeof *v);
+        if (!v) {
+            w->nomem = true;
+            return 1;
+        }
+        w->v = v;
+        w->cap = n;
+    }
+    nt_want *e = &w->v[w->n];
+    e->flags = t->flags;
+    e->tool = strdup(t->name);
+    /* the types of the parameters, for callers that type key=value words
+     * (toolhost call --connect nats://) */
+    json_t *pt = json_object();
+    for (size_t i = 0; pt && i < t->n_params; i++)
+        json_object_set_new(pt, t->params[i].name,
+                            json_string(th_type_name(t->params[i].type)));
+    e->param_types = pt ? json_dumps(pt, JSON_COMPACT) : NULL;
+    json_decref(pt);
+    if (!e->tool || !e->param_types) {
+        free(e->tool);
+        free(e->param_types);
+        w->nomem = true;
+        return 1;
+    }
+    w->n++;
+    return 0;
+}
+
+static nt_ep *ep_new(th_nats *f, nt_ts *ts, const char *tool)
+{
     if (f->n_eps == f->cap_eps) {
         size_t n = f->cap_eps ? 2 * f->cap_eps : 16;
-        nt_ep *v = realloc(f->eps, n * sizeof *v);
+        nt_ep **v = realloc(f->eps, n * sizeof *v);
         if (!v)
-            return th_error_set(err, TH_ENOMEM, "out of memory");
+            return NULL;
         f->eps = v;
         f->cap_eps = n;
     }
-    nt_ep *ep = &f->eps[f->n_eps];
-    memset(ep, 0, sizeof *ep);
+    nt_ep *ep = calloc(1, sizeof *ep);
+    if (!ep)
+        return NULL;
     ep->f = f;
     ep->ts = ts;
     size_t n = strlen(f->nc_cfg->prefix) + strlen(ts->cfg->name) +
@@ -558,45 +856,131 @@ static int add_ep(th_nats *f, nt_ts *ts, const char *tool, th_error *err)
     if (!ep->subject || !ep->tool) {
         free(ep->subject);
         free(ep->tool);
-        return th_error_set(err, TH_ENOMEM, "out of memory");
+        free(ep);
+        return NULL;
     }
     snprintf(ep->subject, n, "%s.%s.%s", f->nc_cfg->prefix, ts->cfg->name,
              tool);
     pthread_mutex_init(&ep->err_mu, NULL);
-    f->n_eps++;
-    return 0;
+    f->eps[f->n_eps++] = ep;
+    return ep;
 }
 
-typedef struct tools_ctx {
-    th_nats *f;
-    nt_ts *ts;
-    th_error *err;
-} tools_ctx;
-
-static int tool_cb(const th_tool *t, void *ud)
+static void ep_free(nt_ep *ep)
 {
-    tools_ctx *x = ud;
-    /* The task tools are the host's, not the toolset's: tasks are reached
-     * through the ack's reply subject (docs/scale.md). */
-    if (strcmp(t->name, "get_running_tasks") == 0 ||
-        strcmp(t->name, "cancel_task") == 0)
-        return 0;
-    size_t before = x->f->n_eps;
-    if (add_ep(x->f, x->ts, t->name, x->err) != 0)
-        return 1;
-    if (x->f->n_eps > before) {
-        nt_ep *ep = &x->f->eps[before];
-        ep->flags = t->flags;
-        /* the types of the parameters, for callers that type key=value
-         * words (toolhost call --connect nats://) */
-        json_t *pt = json_object();
-        for (size_t i = 0; pt && i < t->n_params; i++)
-            json_object_set_new(pt, t->params[i].name,
-                                json_string(th_type_name(t->params[i].type)));
-        ep->param_types = pt ? json_dumps(pt, JSON_COMPACT) : NULL;
-        json_decref(pt);
+    natsSubscription_Destroy(ep->sub);
+    free(ep->subject);
+    free(ep->tool);
+    free(ep->param_types);
+    pthread_mutex_destroy(&ep->err_mu);
+    free(ep);
+}
+
+static bool is_stopping(th_nats *f)
+{
+    pthread_mutex_lock(&f->mu);
+    bool v = f->stopping;
+    pthread_mutex_unlock(&f->mu);
+    return v;
+}
+
+static const char *tf(natsStatus st);
+
+/* Makes the endpoints of toolset `ts` those it offers now: subscribes the
+ * tools that came (or came back), unsubscribes those that went.  At start
+ * and after every reload (the session's tools_changed).  0, or a TH_E*
+ * code with a sentence in err.  Call with eps_mu held. */
+static int resync_locked(th_nats *f, nt_ts *ts, bool reload, th_error *err)
+{
+    want_list w;
+    memset(&w, 0, sizeof w);
+    w.toolset = ts->cfg->name;
+    if (th_session_tools(ts->s, want_cb, &w) != 0 && w.nomem) {
+        want_list_destroy(&w);
+        return th_error_set(err, TH_ENOMEM, "out of memory");
     }
-    return 0;
+    size_t added = 0, removed = 0, live = 0;
+    for (size_t i = 0; i < f->n_eps; i++) {
+        nt_ep *ep = f->eps[i];
+        if (ep->ts != ts || !ep->live)
+            continue;
+        bool still = false;
+        for (size_t k = 0; k < w.n && !still; k++)
+            still = strcmp(w.v[k].tool, ep->tool) == 0;
+        if (still)
+            continue;
+        /* gone: no new calls reach this host for it (calls in flight
+         * finish and are answered) */
+        natsSubscription_Unsubscribe(ep->sub);
+        ep->live = false;
+        removed++;
+        th_log_info("nats: %s is no longer served (a reload removed the "
+                    "tool)", ep->subject);
+    }
+    int rc = 0;
+    for (size_t k = 0; k < w.n && rc == 0; k++) {
+        nt_ep *ep = NULL;
+        for (size_t i = 0; i < f->n_eps && !ep; i++)
+            if (f->eps[i]->ts == ts && strcmp(f->eps[i]->tool,
+                                              w.v[k].tool) == 0)
+                ep = f->eps[i];
+        if (!ep && !(ep = ep_new(f, ts, w.v[k].tool))) {
+            rc = th_error_set(err, TH_ENOMEM, "out of memory");
+            break;
+        }
+        ep->flags = w.v[k].flags;
+        free(ep->param_types);
+        ep->param_types = w.v[k].param_types;
+        w.v[k].param_types = NULL;
+        live++;
+        if (ep->live)
+            continue;
+        natsSubscription_Destroy(ep->sub); /* of an earlier life */
+        ep->sub = NULL;
+        natsStatus st = natsConnection_QueueSubscribe(&ep->sub, f->nc,
+                                                      ep->subject, QUEUE,
+                                                      on_request, ep);
+        if (st == NATS_OK)
+            st = natsSubscription_SetPendingLimits(
+                ep->sub, (int)f->nc_cfg->max_pending, -1);
+        if (st != NATS_OK) {
+            rc = th_error_set(err, TH_EIO, "nats: cannot subscribe to %s: "
+                              "%s", ep->subject, tf(st));
+            break;
+        }
+        ep->live = true;
+        added++;
+        if (reload)
+            th_log_info("nats: now serving %s (a reload added the tool)",
+                        ep->subject);
+    }
+    want_list_destroy(&w);
+    if (rc == 0 && live == 0 && !reload)
+        th_log_warn("nats: toolset %s serves no tool on NATS (is "
+                    "nats.as_user '%s' in its allow_users?)",
+                    ts->cfg->name, f->nc_cfg->as_user);
+    if (rc == 0 && reload && (added || removed))
+        th_log_info("nats: toolset %s: %zu tool(s) on NATS after the "
+                    "reload (%zu added, %zu removed)",
+                    ts->cfg->name, live, added, removed);
+    return rc;
+}
+
+/* th_front_ops.tools_changed of a toolset's session: a reload changed the
+ * tools (on the reloader's thread, outside the core's locks). */
+static void on_tools_changed(void *ud)
+{
+    nt_ts *ts = ud;
+    th_nats *f = ts->f;
+    pthread_mutex_lock(&f->eps_mu);
+    /* before the start's own sync (no connection yet) it sees the new
+     * list itself; after stop began nothing is subscribed again */
+    if (f->nc && !is_stopping(f)) {
+        th_error err = {0};
+        if (resync_locked(f, ts, true, &err) != 0)
+            th_log_error("nats: after a reload: %s", err.msg);
+    }
+    pthread_mutex_unlock(&f->eps_mu);
 }
 
 static const char *tf(natsStatus st)
@@ -611,23 +995,20 @@ const char *th_nats_id(const th_nats *f)
 
 static void nats_free(th_nats *f)
 {
-    for (size_t i = 0; i < f->n_eps; i++) {
-        natsSubscription_Destroy(f->eps[i].sub);
-        free(f->eps[i].subject);
-        free(f->eps[i].tool);
-        free(f->eps[i].param_types);
-        pthread_mutex_destroy(&f->eps[i].err_mu);
-    }
+    for (size_t i = 0; i < f->n_eps; i++)
+        ep_free(f->eps[i]);
     for (size_t i = 0; i < f->n_srv; i++)
         natsSubscription_Destroy(f->srv[i]);
     if (f->nc)
         natsConnection_Destroy(f->nc);
     natsOptions_Destroy(f->opts);
+    kv_close(f);
     if (f->cfg_ref)
         th_config_unref(f->cfg_ref);
     free(f->eps);
     free(f->ts);
     pthread_mutex_destroy(&f->mu);
+    pthread_mutex_destroy(&f->eps_mu);
     pthread_cond_destroy(&f->cv);
     free(f);
 }
@@ -652,10 +1033,45 @@ static void make_id(th_nats *f)
     strftime(f->started, sizeof f->started, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
+natsStatus th_nats_set_urls(natsOptions *o, const char *list)
+{
+    if (!strchr(list, ','))
+        return natsOptions_SetURL(o, list);
+    /* the servers of one cluster, comma-separated: the client library
+     * takes a list only as an array */
+    char *copy = strdup(list);
+    size_t n = 1;
+    for (const char *p = list; *p; p++)
+        n += *p == ',';
+    const char **v = calloc(n, sizeof *v);
+    if (!copy || !v) {
+        free(copy);
+        free(v);
+        return NATS_NO_MEMORY;
+    }
+    size_t k = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(copy, ",", &save); t;
+         t = strtok_r(NULL, ",", &save)) {
+        while (*t == ' ')
+            t++;
+        size_t l = strlen(t);
+        while (l && t[l - 1] == ' ')
+            t[--l] = '\0';
+        if (*t)
+            v[k++] = t;
+    }
+    natsStatus st = k ? natsOptions_SetServers(o, v, (int)k)
+                      : NATS_INVALID_ARG;
+    free(v);
+    free(copy);
+    return st;
+}
+
 static natsStatus set_options(th_nats *f, natsOptions *o)
 {
     const th_nats_cfg *m = f->nc_cfg;
-    natsStatus st = natsOptions_SetURL(o, f->cfg->host.listen_nats);
+    natsStatus st = th_nats_set_urls(o, f->cfg->host.listen_nats);
     char name[96];
     snprintf(name, sizeof name, "toolhost-%s", f->id);
     if (st == NATS_OK)
@@ -678,8 +1094,6 @@ static natsStatus set_options(th_nats *f, natsOptions *o)
     if (st == NATS_OK)
         st = natsOptions_SetReconnectWait(o, (int64_t)m->reconnect_wait_ms);
     if (st == NATS_OK)
-        st = natsOptions_SetRetryOnFailedConnect(o, true, NULL, NULL);
-    if (st == NATS_OK)
         st = natsOptions_SetMaxPendingMsgs(o, (int)m->max_pending);
     if (st == NATS_OK)
         st = natsOptions_UseGlobalMessageDelivery(o, true);
@@ -696,6 +1110,70 @@ static natsStatus set_options(th_nats *f, natsOptions *o)
     return st;
 }
 
+/* A plain (or queue group) subscription of the host's own: $SRV, tasks. */
+static int sub_plain(th_nats *f, const char *subj, const char *queue,
+                     natsMsgHandler cb, th_error *err)
+{
+    if (f->n_srv == sizeof f->srv / sizeof f->srv[0])
+        return th_error_set(err, TH_EINVAL, "nats: too many subscriptions");
+    natsStatus st =
+        queue ? natsConnection_QueueSubscribe(&f->srv[f->n_srv], f->nc, subj,
+                                              queue, cb, f)
+              : natsConnection_Subscribe(&f->srv[f->n_srv], f->nc, subj, cb,
+                                         f);
+    if (st != NATS_OK)
+        return th_error_set(err, TH_EIO, "nats: cannot subscribe to %s: %s",
+                            subj, tf(st));
+    f->n_srv++;
+    return 0;
+}
+
+/* Whether a failed first connect is the config's fault (credentials,
+ * TLS), not a server that is not up yet: then the host does not start. */
+static bool fatal_connect(natsStatus st)
+{
+    return st == NATS_CONNECTION_AUTH_FAILED || st == NATS_NOT_PERMITTED ||
+           st == NATS_SSL_ERROR || st == NATS_SECURE_CONNECTION_REQUIRED ||
+           st == NATS_SECURE_CONNECTION_WANTED;
+}
+
+/* Joins the server: a first attempt that fails on credentials or TLS is an
+ * error at start; a server that is not up yet is retried in the
+ * background (the subscriptions are made now and sent when it comes). */
+static int connect_first(th_nats *f, natsConnection **nc, th_error *err)
+{
+    const char *url = f->cfg->host.listen_nats;
+    natsStatus st = natsConnection_Connect(nc, f->opts);
+    if (st == NATS_OK)
+        return 0;
+    if (fatal_connect(st)) {
+        const char *why = nats_GetLastError(NULL);
+        return th_error_set(
+            err, TH_ECONFIG, "nats: cannot connect to %s: %s%s%s (%s)", url,
+            tf(st), why && *why ? ": " : "", why && *why ? why : "",
+            st == NATS_CONNECTION_AUTH_FAILED || st == NATS_NOT_PERMITTED
+                ? "check nats.user/password, token or creds"
+                : "check nats.tls_ca, tls_cert/tls_key and the tls:// "
+                  "scheme");
+    }
+    /* with a callback the library connects in the background (without one
+     * it would block here, retrying forever) */
+    natsStatus s2 = natsOptions_SetRetryOnFailedConnect(
+        f->opts, true, on_late_connect, f);
+    if (s2 == NATS_OK)
+        s2 = natsConnection_Connect(nc, f->opts);
+    if (s2 == NATS_OK)
+        return 0;
+    if (s2 == NATS_NOT_YET_CONNECTED) {
+        th_log_warn("nats: %s is not reachable yet (%s); retrying every "
+                    "%" PRIu64 " ms",
+                    url, tf(st), f->nc_cfg->reconnect_wait_ms);
+        return 0;
+    }
+    return th_error_set(err, TH_EIO, "nats: cannot connect to %s: %s", url,
+                        tf(s2));
+}
+
 int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
                   th_error *err)
 {
@@ -706,14 +1184,17 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
     if (!f)
         return th_error_set(err, TH_ENOMEM, "out of memory");
     f->h = h;
-    /* the host's current config, referenced: it outlives reloads */
+    /* the host's current config, referenced: it outlives reloads (the
+     * credentials, names and toolsets are those of the start) */
     f->cfg_ref = th_host_config_get(h);
     cfg = f->cfg_ref;
     f->cfg = cfg;
     f->nc_cfg = &cfg->nats;
     pthread_mutex_init(&f->mu, NULL);
+    pthread_mutex_init(&f->eps_mu, NULL);
     pthread_cond_init(&f->cv, NULL);
     make_id(f);
+    kv_init_cfg(f);
     f->ts = calloc(cfg->nats.n_toolsets, sizeof *f->ts);
     if (!f->ts) {
         nats_free(f);
@@ -728,6 +1209,7 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
         if (!tc)
             continue; /* the config check names it */
         nt_ts *ts = &f->ts[f->n_ts++];
+        ts->f = f;
         ts->cfg = tc;
         th_principal who;
         memset(&who, 0, sizeof who);
@@ -738,19 +1220,11 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
         th_front_ops ops;
         memset(&ops, 0, sizeof ops);
         ops.front = "nats";
-        ts->s = th_session_open(h, &who, &ops, NULL);
-        if (!ts->s) {
+        /* a reload that adds or removes tools (un)subscribes them */
+        ops.tools_changed = on_tools_changed;
+        ts->s = th_session_open(h, &who, &ops, ts);
+        if (!ts->s)
             rc = th_error_set(err, TH_ENOMEM, "out of memory");
-            break;
-        }
-        size_t before = f->n_eps;
-        tools_ctx x = {f, ts, err};
-        if (th_session_tools(ts->s, tool_cb, &x) != 0 && err->code)
-            rc = err->code;
-        if (rc == 0 && f->n_eps == before)
-            th_log_warn("nats: toolset %s serves no tool on NATS (is "
-                        "nats.as_user '%s' in its allow_users?)",
-                        tc->name, cfg->nats.as_user);
     }
     natsStatus st = NATS_OK;
     if (rc == 0) {
@@ -761,28 +1235,14 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
             rc = th_error_set(err, TH_ECONFIG, "nats: %s: %s",
                               cfg->host.listen_nats, tf(st));
     }
-    if (rc == 0) {
-        st = natsConnection_Connect(&f->nc, f->opts);
-        if (st == NATS_NOT_YET_CONNECTED) {
-            th_log_warn("nats: %s is not reachable yet; retrying every "
-                        "%" PRIu64 " ms",
-                        cfg->host.listen_nats, cfg->nats.reconnect_wait_ms);
-        } else if (st != NATS_OK) {
-            rc = th_error_set(err, TH_EIO, "nats: cannot connect to %s: %s",
-                              cfg->host.listen_nats, tf(st));
-        }
-    }
-    for (size_t i = 0; rc == 0 && i < f->n_eps; i++) {
-        st = natsConnection_QueueSubscribe(&f->eps[i].sub, f->nc,
-                                           f->eps[i].subject, QUEUE,
-                                           on_request, &f->eps[i]);
-        if (st == NATS_OK)
-            st = natsSubscription_SetPendingLimits(
-                f->eps[i].sub, (int)cfg->nats.max_pending, -1);
-        if (st != NATS_OK)
-            rc = th_error_set(err, TH_EIO, "nats: cannot subscribe to %s: "
-                              "%s", f->eps[i].subject, tf(st));
-    }
+    natsConnection *nc = NULL;
+    if (rc == 0)
+        rc = connect_first(f, &nc, err);
+    pthread_mutex_lock(&f->eps_mu);
+    f->nc = nc;
+    for (size_t i = 0; rc == 0 && i < f->n_ts; i++)
+        rc = resync_locked(f, &f->ts[i], false, err);
+    pthread_mutex_unlock(&f->eps_mu);
     static const char *const verbs[] = {"PING", "INFO", "STATS"};
     for (size_t v = 0; rc == 0 && v < 3; v++) {
         char subj[3][200];
@@ -791,39 +1251,41 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
                  cfg->nats.name);
         snprintf(subj[2], sizeof subj[2], "$SRV.%s.%s.%s", verbs[v],
                  cfg->nats.name, f->id);
-        for (size_t k = 0; rc == 0 && k < 3; k++) {
-            st = natsConnection_Subscribe(&f->srv[f->n_srv], f->nc, subj[k],
-                                          on_srv, f);
-            if (st != NATS_OK)
-                rc = th_error_set(err, TH_EIO, "nats: cannot subscribe to "
-                                  "%s: %s", subj[k], tf(st));
-            else
-                f->n_srv++;
-        }
+        for (size_t k = 0; rc == 0 && k < 3; k++)
+            rc = sub_plain(f, subj[k], NULL, on_srv, err);
     }
     for (size_t k = 0; rc == 0 && k < 3; k++) {
         static const char *const ops[] = {"get", "result", "cancel"};
         char subj[256];
         snprintf(subj, sizeof subj, "%s.host.%s.tasks.%s", cfg->nats.prefix,
                  f->id, ops[k]);
-        st = natsConnection_Subscribe(&f->srv[f->n_srv], f->nc, subj,
-                                      on_task, f);
-        if (st != NATS_OK)
-            rc = th_error_set(err, TH_EIO, "nats: cannot subscribe to %s: "
-                              "%s", subj, tf(st));
-        else
-            f->n_srv++;
+        rc = sub_plain(f, subj, NULL, on_task, err);
     }
-    if (rc == 0 && st == NATS_OK && natsConnection_Status(f->nc) ==
-                                        NATS_CONN_STATUS_CONNECTED)
+    if (rc == 0) { /* any host answers a finished task's result */
+        char subj[256];
+        snprintf(subj, sizeof subj, "%s.tasks.result", cfg->nats.prefix);
+        rc = sub_plain(f, subj, QUEUE, on_any_result, err);
+    }
+    if (rc == 0 && natsConnection_Status(f->nc) ==
+                       NATS_CONN_STATUS_CONNECTED) {
         natsConnection_FlushTimeout(f->nc, 2000);
+        char url[256] = "";
+        natsConnection_GetConnectedUrl(f->nc, url, sizeof url);
+        th_log_info("nats: connected to %s", url);
+        kv_open(f);
+    }
     if (rc != 0) {
         th_nats_stop(f);
         return rc;
     }
+    size_t n_live = 0;
+    pthread_mutex_lock(&f->eps_mu);
+    for (size_t i = 0; i < f->n_eps; i++)
+        n_live += f->eps[i]->live;
+    pthread_mutex_unlock(&f->eps_mu);
     th_log_info("nats: serving %zu tool(s) of %zu toolset(s) on %s as "
                 "service %s id %s (subjects %s.<toolset>.<tool>)",
-                f->n_eps, f->n_ts, cfg->host.listen_nats, cfg->nats.name,
+                n_live, f->n_ts, cfg->host.listen_nats, cfg->nats.name,
                 f->id, cfg->nats.prefix);
     *out = f;
     return 0;
@@ -836,9 +1298,11 @@ void th_nats_stop(th_nats *f)
     pthread_mutex_lock(&f->mu);
     f->stopping = true;
     pthread_mutex_unlock(&f->mu);
+    pthread_mutex_lock(&f->eps_mu);
     for (size_t i = 0; i < f->n_eps; i++)
-        if (f->eps[i].sub)
-            natsSubscription_Unsubscribe(f->eps[i].sub);
+        if (f->eps[i]->live)
+            natsSubscription_Unsubscribe(f->eps[i]->sub);
+    pthread_mutex_unlock(&f->eps_mu);
     for (size_t i = 0; i < f->n_srv; i++)
         natsSubscription_Unsubscribe(f->srv[i]);
     pthread_mutex_lock(&f->mu);
