@@ -767,6 +767,9 @@ static void test_config_errors(void)
         {"nats:\n  user: u\n", "'user' and 'password' go together"},
         {"nats:\n  colour: red\n", "unknown key 'colour' in nats"},
         {"host:\n  listen: [\"nats://\"]\n", "must be nats://HOST:PORT"},
+        {"nats:\n  results_bucket: a.b\n",
+         "2:19: 'results_bucket' must be a bucket name"},
+        {"nats:\n  results_ttl: 10ms\n", "results_ttl"},
     };
     char *dir = th_test_tmpdir();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
