@@ -198,6 +198,7 @@ static int attempt(natsConnection *nc, const char *subj, const th_buf *args,
                        (int)args->len) != NATS_OK ||
         (timeout_ms > 0 &&
          natsMsgHeader_Set(req, TH_NATS_H_TIMEOUT, tmo) != NATS_OK) ||
+        natsMsgHeader_Set(req, TH_NATS_H_ASK, "1") != NATS_OK ||
         natsConnection_PublishMsg(nc, req) != NATS_OK)
         goto out;
     /* the host answers within the call's timeout; a lost host within
@@ -216,7 +217,22 @@ static int attempt(natsConnection *nc, const char *subj, const th_buf *args,
             natsMsg_Destroy(m);
             break;
         }
-        if (kind && strcmp(kind, "progress") == 0) {
+        if (kind && strcmp(kind, "ask") == 0) {
+            /* an `ask` rule: the host waits for our answer (a y/N prompt
+             * on a terminal; no terminal: deny) */
+            th_error qe;
+            json_t *q = th_json_from_msgpack(
+                (const uint8_t *)natsMsg_GetData(m),
+                (size_t)natsMsg_GetDataLength(m), &qe);
+            const char *tn = json_string_value(json_object_get(q, "tool"));
+            const char *why = json_string_value(json_object_get(q,
+                                                                "reason"));
+            bool yes = cli_ask_terminal(tn ? tn : "?", why ? why : "");
+            const char *to = natsMsg_GetReply(m);
+            if (to && *to)
+                natsConnection_PublishString(nc, to, yes ? "allow" : "deny");
+            json_decref(q);
+        } else if (kind && strcmp(kind, "progress") == 0) {
             msgpack_unpacked u;
             msgpack_unpacked_init(&u);
             th_progress p;

@@ -85,7 +85,13 @@ struct th_nats {
     bool stopping;
     size_t active; /* handlers running */
     size_t calls;  /* calls not yet answered */
+    struct nt_call *live_calls; /* those calls, for `ask` answers (under mu) */
+    pthread_mutex_t start_mu; /* held across th_call_start + its id */
 };
+
+/* The call being started on this thread (th_call_start may ask for
+ * permission before it returns the call's id). */
+static _Thread_local struct nt_call *tl_starting;
 
 typedef struct nt_call {
     th_nats *f;
@@ -93,6 +99,12 @@ typedef struct nt_call {
     char *reply;
     struct timespec t0;
     bool acked;
+    /* `ask` rules (docs/scale.md): the caller said it answers asks
+     * (Toolhost-Ask: 1); while one is open, `nonce` names it */
+    bool can_ask, asking;
+    uint64_t id; /* the core's call id, once known (under f->mu) */
+    char nonce[17];
+    struct nt_call *prev, *next; /* f->live_calls, under f->mu */
 } nt_call;
 
 static int64_t ns_since(const struct timespec *t0)
@@ -301,12 +313,18 @@ static void publish_error(th_nats *f, const char *subj, int code,
 static void call_end(nt_call *c)
 {
     th_nats *f = c->f;
-    free(c->reply);
-    free(c);
     pthread_mutex_lock(&f->mu);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        f->live_calls = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
     f->calls--;
     pthread_cond_broadcast(&f->cv);
     pthread_mutex_unlock(&f->mu);
+    free(c->reply);
+    free(c);
 }
 
 static void count(nt_call *c, const th_result *r)
@@ -418,6 +436,8 @@ static void on_request(natsConnection *nc, natsSubscription *sub,
     if (natsMsgHeader_Get(msg, TH_NATS_H_PROGRESS, &v) == NATS_OK && v &&
         strcmp(v, "0") == 0)
         o.no_progress = true;
+    bool can_ask = natsMsgHeader_Get(msg, TH_NATS_H_ASK, &v) == NATS_OK &&
+                   v && strcmp(v, "1") == 0;
     nt_call *c = calloc(1, sizeof *c);
     if (!c || !(c->reply = strdup(reply))) {
         free(c);
@@ -426,9 +446,14 @@ static void on_request(natsConnection *nc, natsSubscription *sub,
     }
     c->f = f;
     c->ep = ep;
+    c->can_ask = can_ask;
     clock_gettime(CLOCK_MONOTONIC, &c->t0);
     pthread_mutex_lock(&f->mu);
     f->calls++;
+    c->next = f->live_calls;
+    if (c->next)
+        c->next->prev = c;
+    f->live_calls = c;
     pthread_mutex_unlock(&f->mu);
     const uint8_t *data = (const uint8_t *)natsMsg_GetData(msg);
     size_t len = (size_t)natsMsg_GetDataLength(msg);
@@ -438,12 +463,167 @@ static void on_request(natsConnection *nc, natsSubscription *sub,
         len = 1;
     }
     uint64_t id = 0;
-    if (th_call_start(ep->ts->s, ep->tool, data, len, &o, on_event, c,
-                      &id) != 0) {
+    /* an ask from a pool worker waits on start_mu until the id is known;
+     * one from this thread finds the call through tl_starting */
+    pthread_mutex_lock(&f->start_mu);
+    tl_starting = c;
+    int started = th_call_start(ep->ts->s, ep->tool, data, len, &o, on_event,
+                                c, &id);
+    tl_starting = NULL;
+    if (started == 0) {
+        pthread_mutex_lock(&f->mu);
+        /* c may have ended already (a quick call answered inline): reach
+         * it only through the list */
+        for (nt_call *x = f->live_calls; x; x = x->next)
+            if (x == c)
+                x->id = id;
+        pthread_mutex_unlock(&f->mu);
+    }
+    pthread_mutex_unlock(&f->start_mu);
+    if (started != 0) {
         publish_error(f, reply, TH_EBUSY, "the host is stopping");
         call_end(c);
     }
 out:
+    natsMsg_Destroy(msg);
+    handler_leave(f);
+}
+
+/* ---- `ask` rules ------------------------------------------------------- */
+
+/* th_front_ops.ask_permission of a toolset's session.  A caller that sent
+ * Toolhost-Ask: 1 gets an `ask` message on its reply subject - body
+ * {call_id, tool, reason, arguments}, NATS reply subject
+ * <prefix>.host.<id>.permit.<call_id>.<nonce> - and answers there with
+ * "allow" or "deny" (host.permission_timeout: deny).  Any other caller
+ * cannot answer: the call is denied, as before. */
+static int on_ask(void *ud, uint64_t call_id, const char *tool,
+                  const uint8_t *args, size_t args_len, const char *reason)
+{
+    nt_ts *ts = ud;
+    th_nats *f = ts->f;
+    nt_call *c = tl_starting;
+    if (c && c->f != f)
+        c = NULL;
+    if (!c) { /* a pool worker: wait until the call's id is known */
+        pthread_mutex_lock(&f->start_mu);
+        pthread_mutex_unlock(&f->start_mu);
+    }
+    pthread_mutex_lock(&f->mu);
+    if (c) {
+        c->id = call_id;
+    } else {
+        for (c = f->live_calls; c && c->id != call_id; c = c->next)
+            ;
+    }
+    bool can = c && c->can_ask && !c->asking;
+    char reply[256] = "", permit[300] = "";
+    if (can) {
+        uint8_t rnd[8];
+        FILE *u = fopen("/dev/urandom", "rb");
+        if (!u || fread(rnd, 1, sizeof rnd, u) != sizeof rnd)
+            can = false; /* no unguessable name: do not ask */
+        if (u)
+            fclose(u);
+        for (size_t i = 0; can && i < sizeof rnd; i++)
+            snprintf(c->nonce + 2 * i, 3, "%02x", rnd[i]);
+        c->asking = can;
+        snprintf(reply, sizeof reply, "%s", c->reply);
+        snprintf(permit, sizeof permit, "%s.host.%s.permit.%" PRIu64 ".%s",
+                 f->nc_cfg->prefix, f->id, call_id, c->nonce);
+    }
+    pthread_mutex_unlock(&f->mu);
+    if (!can) {
+        th_log_info("nats: %s (call %" PRIu64 ") needs an answer to `ask`; "
+                    "the caller did not offer one (header %s: 1): denied",
+                    tool, call_id, TH_NATS_H_ASK);
+        return 1;
+    }
+    th_buf b = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
+    int e = msgpack_pack_map(&pk, 4);
+    e |= th_pack_cstr(&pk, "call_id");
+    e |= msgpack_pack_uint64(&pk, call_id);
+    e |= th_pack_cstr(&pk, "tool");
+    e |= th_pack_cstr(&pk, tool);
+    e |= th_pack_cstr(&pk, "reason");
+    e |= th_pack_cstr(&pk, reason ? reason : "");
+    e |= th_pack_cstr(&pk, "arguments");
+    if (args && args_len)
+        e |= th_buf_append(&b, args, args_len);
+    else
+        e |= msgpack_pack_map(&pk, 0);
+    natsMsg *m = NULL;
+    natsStatus st = e ? NATS_NO_MEMORY
+                      : natsMsg_Create(&m, reply, permit, (const char *)b.data,
+                                       (int)b.len);
+    if (st == NATS_OK)
+        st = natsMsgHeader_Set(m, TH_NATS_H_KIND, "ask");
+    if (st == NATS_OK)
+        st = natsMsgHeader_Set(m, TH_NATS_H_HOST, f->id);
+    if (st == NATS_OK)
+        st = natsConnection_PublishMsg(f->nc, m);
+    natsMsg_Destroy(m);
+    th_buf_destroy(&b);
+    if (st != NATS_OK) {
+        th_log_warn("nats: asking the caller about %s failed: %s", tool,
+                    natsStatus_GetText(st));
+        return 1;
+    }
+    return 0;
+}
+
+/* <prefix>.host.<id>.permit.<call_id>.<nonce>: a caller's answer. */
+static void on_permit(natsConnection *nc, natsSubscription *sub,
+                      natsMsg *msg, void *closure)
+{
+    (void)nc;
+    (void)sub;
+    th_nats *f = closure;
+    if (!handler_enter(f)) {
+        natsMsg_Destroy(msg);
+        return;
+    }
+    const char *subj = natsMsg_GetSubject(msg);
+    const char *reply = natsMsg_GetReply(msg);
+    const char *nonce = strrchr(subj, '.');
+    const char *p = nonce;
+    while (p && p > subj && p[-1] != '.')
+        p--;
+    uint64_t id = p ? strtoull(p, NULL, 10) : 0;
+    char body[16] = "";
+    int len = natsMsg_GetDataLength(msg);
+    if (len > 0 && len < (int)sizeof body)
+        memcpy(body, natsMsg_GetData(msg), (size_t)len);
+    bool allow = strcmp(body, "allow") == 0;
+    bool valid = allow || strcmp(body, "deny") == 0;
+    th_session *s = NULL;
+    pthread_mutex_lock(&f->mu);
+    nt_call *c = f->live_calls;
+    for (; c && !(c->id == id && c->asking && nonce &&
+                  strcmp(c->nonce, nonce + 1) == 0);
+         c = c->next)
+        ;
+    if (c && valid) {
+        c->asking = false;
+        s = c->ep->ts->s;
+    }
+    pthread_mutex_unlock(&f->mu);
+    int rc = !valid ? TH_EINVAL
+             : !s   ? TH_ENOTFOUND
+                    : th_permission_answer(s, id, allow);
+    if (reply && *reply) {
+        if (rc == 0) {
+            static const uint8_t ok[] = {0x81, 0xa2, 'o', 'k', 0xc3};
+            publish(f, reply, "permit", 0, ok, sizeof ok);
+        } else {
+            publish_error(f, reply, rc,
+                          rc == TH_EINVAL ? "the body must be allow or deny"
+                                          : "no call waits for this answer "
+                                            "(answered, timed out or ended)");
+        }
+    }
     natsMsg_Destroy(msg);
     handler_leave(f);
 }
@@ -1009,6 +1189,7 @@ static void nats_free(th_nats *f)
     free(f->ts);
     pthread_mutex_destroy(&f->mu);
     pthread_mutex_destroy(&f->eps_mu);
+    pthread_mutex_destroy(&f->start_mu);
     pthread_cond_destroy(&f->cv);
     free(f);
 }
@@ -1192,6 +1373,7 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
     f->nc_cfg = &cfg->nats;
     pthread_mutex_init(&f->mu, NULL);
     pthread_mutex_init(&f->eps_mu, NULL);
+    pthread_mutex_init(&f->start_mu, NULL);
     pthread_cond_init(&f->cv, NULL);
     make_id(f);
     kv_init_cfg(f);
@@ -1222,6 +1404,7 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
         ops.front = "nats";
         /* a reload that adds or removes tools (un)subscribes them */
         ops.tools_changed = on_tools_changed;
+        ops.ask_permission = on_ask;
         ts->s = th_session_open(h, &who, &ops, ts);
         if (!ts->s)
             rc = th_error_set(err, TH_ENOMEM, "out of memory");
@@ -1260,6 +1443,12 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
         snprintf(subj, sizeof subj, "%s.host.%s.tasks.%s", cfg->nats.prefix,
                  f->id, ops[k]);
         rc = sub_plain(f, subj, NULL, on_task, err);
+    }
+    if (rc == 0) { /* callers' answers to `ask` */
+        char subj[256];
+        snprintf(subj, sizeof subj, "%s.host.%s.permit.>", cfg->nats.prefix,
+                 f->id);
+        rc = sub_plain(f, subj, NULL, on_permit, err);
     }
     if (rc == 0) { /* any host answers a finished task's result */
         char subj[256];

@@ -847,6 +847,152 @@ static void test_cli_retry(void)
     free(dir);
 }
 
+/* The kind of a reply and its body as JSON. */
+static json_t *reply_json(natsMsg *m)
+{
+    th_error e;
+    return th_json_from_msgpack((const uint8_t *)natsMsg_GetData(m),
+                                (size_t)natsMsg_GetDataLength(m), &e);
+}
+
+/* One call of `subj` that may be asked about: with Toolhost-Ask: 1 when
+ * `offer`; answers `answer` ("allow", "deny", or NULL: none) to the ask.
+ * Returns the final reply's error code name ("" when ok) and whether an
+ * ask came. */
+static void ask_call(natsConnection *nc, const char *subj, bool offer,
+                     const char *answer, char *code, size_t code_n,
+                     bool *asked)
+{
+    natsInbox *ib = NULL;
+    natsSubscription *sub = NULL;
+    natsInbox_Create(&ib);
+    natsConnection_SubscribeSync(&sub, nc, ib);
+    th_buf b = TH_BUF_INIT;
+    rpc_pack_json(&b, "{\"text\":\"asked\"}");
+    natsMsg *req = NULL;
+    natsMsg_Create(&req, subj, ib, (const char *)b.data, (int)b.len);
+    if (offer)
+        natsMsgHeader_Set(req, "Toolhost-Ask", "1");
+    natsConnection_PublishMsg(nc, req);
+    natsMsg_Destroy(req);
+    th_buf_destroy(&b);
+    *asked = false;
+    snprintf(code, code_n, "(no result)");
+    int64_t end = rpc_now_ms() + 10000;
+    for (bool done = false; !done && rpc_now_ms() < end;) {
+        natsMsg *m = NULL;
+        if (natsSubscription_NextMsg(&m, sub, 200) != NATS_OK)
+            continue;
+        const char *k = reply_kind(m);
+        json_t *j = reply_json(m);
+        if (strcmp(k, "ask") == 0) {
+            *asked = true;
+            CU_ASSERT_STRING_EQUAL(
+                json_string_value(json_object_get(j, "tool")), "echo");
+            CU_ASSERT_STRING_EQUAL(
+                json_string_value(json_object_get(
+                    json_object_get(j, "arguments"), "text")),
+                "asked");
+            const char *to = natsMsg_GetReply(m);
+            CU_ASSERT(to && strstr(to, ".permit."));
+            if (answer && to) {
+                natsMsg *r = NULL;
+                CU_ASSERT(natsConnection_RequestString(&r, nc, to, answer,
+                                                       3000) == NATS_OK &&
+                          strcmp(reply_kind(r), "permit") == 0);
+                natsMsg_Destroy(r);
+                /* a second answer finds nothing waiting */
+                r = NULL;
+                CU_ASSERT(natsConnection_RequestString(&r, nc, to, answer,
+                                                       3000) == NATS_OK &&
+                          strcmp(reply_kind(r), "result") == 0);
+                natsMsg_Destroy(r);
+            }
+        } else if (strcmp(k, "result") == 0) {
+            json_t *err = json_object_get(j, "error");
+            snprintf(code, code_n, "%s",
+                     err ? json_string_value(json_object_get(err, "code"))
+                         : "");
+            if (!err)
+                CU_ASSERT(reply_ok(m, "asked"));
+            done = true;
+        }
+        json_decref(j);
+        natsMsg_Destroy(m);
+    }
+    natsSubscription_Destroy(sub);
+    natsInbox_Destroy(ib);
+}
+
+/* `ask` rules over NATS: a caller that offers answers (Toolhost-Ask: 1)
+ * is asked and its allow or deny decides; one that does not is denied. */
+static void test_ask(void)
+{
+    NEED_SERVER();
+    char cfg[2048];
+    snprintf(cfg, sizeof cfg,
+             "host:\n"
+             "  log_level: debug\n"
+             "  shutdown_grace: 1s\n"
+             "  permission_timeout: 2s\n"
+             "  listen: [\"%s\"]\n"
+             "plugins:\n"
+             "  - name: echo\n"
+             "    path: @BUILD@/plugins/echo.so\n"
+             "toolsets:\n"
+             "  - name: public\n"
+             "    tools: [echo]\n"
+             "    allow_users: [nats]\n"
+             "    permissions:\n"
+             "      rules:\n"
+             "        - match: echo\n"
+             "          action: ask\n"
+             "nats:\n"
+             "  prefix: ak\n"
+             "  name: ak\n"
+             "  toolsets: [public]\n",
+             G_url);
+    rpc_srv h;
+    rpc_opts o = {.config = cfg};
+    CU_ASSERT_FATAL(rpc_srv_start(&h, &o) == 0);
+    char id[40];
+    host_id_from_log(&h, id, sizeof id);
+    natsConnection *nc = connect_to(G_url);
+    CU_ASSERT_FATAL(nc != NULL);
+    char code[64];
+    bool asked;
+    ask_call(nc, "ak.public.echo", true, "allow", code, sizeof code, &asked);
+    CU_ASSERT(asked);
+    CU_ASSERT_STRING_EQUAL(code, "");
+    ask_call(nc, "ak.public.echo", true, "deny", code, sizeof code, &asked);
+    CU_ASSERT(asked);
+    CU_ASSERT_STRING_EQUAL(code, "permission_denied");
+    ask_call(nc, "ak.public.echo", false, NULL, code, sizeof code, &asked);
+    CU_ASSERT(!asked);
+    CU_ASSERT_STRING_EQUAL(code, "permission_denied");
+    CU_ASSERT(log_count(&h, "did not offer one") == 1);
+    /* asked, never answered: host.permission_timeout denies */
+    int64_t t0 = rpc_now_ms();
+    ask_call(nc, "ak.public.echo", true, NULL, code, sizeof code, &asked);
+    CU_ASSERT(asked);
+    CU_ASSERT_STRING_EQUAL(code, "permission_denied");
+    CU_ASSERT(rpc_now_ms() - t0 >= 1500);
+    /* the CLI offers answers; without a terminal it answers deny */
+    th_test_run r = {0};
+    char *argv[] = {(char *)rpc_server_bin(), "call", "--connect", G_url,
+                    "echo", "text=asked", NULL};
+    setenv("TOOLHOST_NATS_SERVICE", "ak", 1);
+    th_test_run_argv(argv, NULL, 20, 0, &r);
+    unsetenv("TOOLHOST_NATS_SERVICE");
+    CU_ASSERT(r.status != 0);
+    CU_ASSERT(r.err && strstr(r.err, "permission"));
+    th_test_run_free(&r);
+    CU_ASSERT(log_count(&h, "did not offer one") == 1);
+    natsConnection_Destroy(nc);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&h, SIGTERM), 0);
+    rpc_srv_free(&h);
+}
+
 void th_suite_nats_fleet(void)
 {
     CU_pSuite s = CU_add_suite("nats_fleet", suite_init, suite_clean);
@@ -856,4 +1002,5 @@ void th_suite_nats_fleet(void)
     CU_add_test(s, "cluster_failover", test_cluster_failover);
     CU_add_test(s, "tls_auth", test_tls_auth);
     CU_add_test(s, "cli_retry", test_cli_retry);
+    CU_add_test(s, "ask", test_ask);
 }

@@ -22,6 +22,8 @@ typedef struct th_nats th_nats;
 #define TH_NATS_H_KIND "Toolhost-Kind"  /* reply: result, ack, progress    */
 #define TH_NATS_H_TASK "Toolhost-Task"  /* reply: HOSTID.TASKID            */
 #define TH_NATS_H_HOST "Toolhost-Host"  /* reply: the host's id            */
+#define TH_NATS_H_ASK "Toolhost-Ask"    /* request: "1": the caller answers
+                                           `ask` messages (docs/scale.md)  */
 
 /* Connects to cfg->host.listen_nats (the host's config; it and h outlive
  * the front) and subscribes.  With no nats:// entry, *out is NULL and 0 is
