@@ -83,6 +83,7 @@ struct th_nats {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool stopping;
+    bool closed; /* the connection's last callback ran (on_closed) */
     size_t active; /* handlers running */
     size_t calls;  /* calls not yet answered */
     struct nt_call *live_calls; /* those calls, for `ask` answers (under mu) */
@@ -909,6 +910,18 @@ static void on_disconnected(natsConnection *nc, void *ud)
         th_log_warn("nats: disconnected from the server; reconnecting");
 }
 
+/* The connection's last callback: after it the library's callback thread
+ * no longer touches f, so th_nats_stop() may free it. */
+static void on_closed(natsConnection *nc, void *ud)
+{
+    (void)nc;
+    th_nats *f = ud;
+    pthread_mutex_lock(&f->mu);
+    f->closed = true;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+}
+
 static void on_reconnected(natsConnection *nc, void *ud)
 {
     (void)ud;
@@ -1287,6 +1300,8 @@ static natsStatus set_options(th_nats *f, natsOptions *o)
     if (st == NATS_OK)
         st = natsOptions_SetReconnectedCB(o, on_reconnected, f);
     if (st == NATS_OK)
+        st = natsOptions_SetClosedCB(o, on_closed, f);
+    if (st == NATS_OK)
         st = natsOptions_SetErrorHandler(o, on_async_error, f);
     return st;
 }
@@ -1511,8 +1526,25 @@ void th_nats_stop(th_nats *f)
         ;
     pthread_mutex_unlock(&f->mu);
     if (f->nc) {
-        natsConnection_FlushTimeout(f->nc, 1000);
+        if (natsConnection_Status(f->nc) == NATS_CONN_STATUS_CONNECTED)
+            natsConnection_FlushTimeout(f->nc, 1000);
         natsConnection_Close(f->nc);
+        /* the disconnected and closed callbacks run on the library's own
+         * thread after Close returns: wait for the last one (bounded) */
+        pthread_mutex_lock(&f->mu);
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_sec += 5;
+        while (!f->closed &&
+               pthread_cond_timedwait(&f->cv, &f->mu, &dl) == 0)
+            ;
+        bool closed = f->closed;
+        pthread_mutex_unlock(&f->mu);
+        if (!closed) {
+            /* never free what a late callback may still use */
+            th_log_error("nats: the connection did not report closed within "
+                         "5 s; its state is left allocated");
+            return;
+        }
     }
     nats_free(f);
     /* The library's own threads (timers, delivery pools) end only when it
