@@ -84,6 +84,7 @@ struct th_nats {
     pthread_cond_t cv;
     bool stopping;
     bool closed; /* the connection's last callback ran (on_closed) */
+    size_t subs_open; /* subscriptions whose on_sub_done has not run */
     size_t active; /* handlers running */
     size_t calls;  /* calls not yet answered */
     struct nt_call *live_calls; /* those calls, for `ask` answers (under mu) */
@@ -144,6 +145,46 @@ static void kv_init_cfg(th_nats *f)
     f->kv_bucket = b;
 }
 
+/* Whether the account has JetStream: $JS.API.INFO on an inbox of our own
+ * (a late answer to the library's shared request inbox would be leaked
+ * by it), within 1 s.  NULL, or why not (into why). */
+static const char *js_probe(th_nats *f, char *why, size_t why_n)
+{
+    natsInbox *ib = NULL;
+    natsSubscription *sub = NULL;
+    natsMsg *m = NULL;
+    const char *res = why;
+    snprintf(why, why_n, "no answer to $JS.API.INFO within 1 s");
+    if (natsInbox_Create(&ib) != NATS_OK ||
+        natsConnection_SubscribeSync(&sub, f->nc, ib) != NATS_OK ||
+        natsConnection_PublishRequest(f->nc, "$JS.API.INFO", ib, NULL, 0) !=
+            NATS_OK ||
+        natsSubscription_NextMsg(&m, sub, 1000) != NATS_OK)
+        goto out;
+    const char *status = NULL;
+    if (natsMsgHeader_Get(m, "Status", &status) == NATS_OK && status) {
+        snprintf(why, why_n, "$JS.API.INFO: status %s (no JetStream)",
+                 status);
+        goto out;
+    }
+    json_t *j = json_loadb(natsMsg_GetData(m),
+                           (size_t)natsMsg_GetDataLength(m), 0, NULL);
+    json_t *e = json_object_get(j, "error");
+    if (e)
+        snprintf(why, why_n, "%s",
+                 json_string_value(json_object_get(e, "description"))
+                     ? json_string_value(json_object_get(e, "description"))
+                     : "JetStream error");
+    else if (j)
+        res = NULL;
+    json_decref(j);
+out:
+    natsMsg_Destroy(m);
+    natsSubscription_Destroy(sub);
+    natsInbox_Destroy(ib);
+    return res;
+}
+
 /* Opens (or creates) the bucket once the connection is up; 1 when it is
  * usable.  Blocks for a JetStream round trip the first time only. */
 static int kv_open(th_nats *f)
@@ -154,6 +195,16 @@ static int kv_open(th_nats *f)
         int v = f->kv_state;
         pthread_mutex_unlock(&f->kv_mu);
         return v;
+    }
+    char why[256];
+    if (js_probe(f, why, sizeof why)) {
+        f->kv_state = -1;
+        th_log_warn("nats: JetStream key-value bucket %s is not available "
+                    "(%s): finished task results stay on the host that ran "
+                    "them (is the NATS server started with JetStream, -js?)",
+                    f->kv_bucket, why);
+        pthread_mutex_unlock(&f->kv_mu);
+        return -1;
     }
     jsOptions jo;
     jsOptions_Init(&jo);
@@ -1069,6 +1120,28 @@ static void ep_free(nt_ep *ep)
     free(ep);
 }
 
+/* A subscription's last callback (natsSubscription_SetOnCompleteCB): its
+ * delivery thread is done with it.  th_nats_stop() waits for all of them
+ * before the library is closed (what the delivery thread had not yet
+ * processed would otherwise be leaked by the library). */
+static void on_sub_done(void *ud)
+{
+    th_nats *f = ud;
+    pthread_mutex_lock(&f->mu);
+    f->subs_open--;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+}
+
+static void sub_track(th_nats *f, natsSubscription *sub)
+{
+    if (natsSubscription_SetOnCompleteCB(sub, on_sub_done, f) == NATS_OK) {
+        pthread_mutex_lock(&f->mu);
+        f->subs_open++;
+        pthread_mutex_unlock(&f->mu);
+    }
+}
+
 static bool is_stopping(th_nats *f)
 {
     pthread_mutex_lock(&f->mu);
@@ -1133,9 +1206,11 @@ static int resync_locked(th_nats *f, nt_ts *ts, bool reload, th_error *err)
         natsStatus st = natsConnection_QueueSubscribe(&ep->sub, f->nc,
                                                       ep->subject, QUEUE,
                                                       on_request, ep);
-        if (st == NATS_OK)
+        if (st == NATS_OK) {
+            sub_track(f, ep->sub);
             st = natsSubscription_SetPendingLimits(
                 ep->sub, (int)f->nc_cfg->max_pending, -1);
+        }
         if (st != NATS_OK) {
             rc = th_error_set(err, TH_EIO, "nats: cannot subscribe to %s: "
                               "%s", ep->subject, tf(st));
@@ -1320,6 +1395,7 @@ static int sub_plain(th_nats *f, const char *subj, const char *queue,
     if (st != NATS_OK)
         return th_error_set(err, TH_EIO, "nats: cannot subscribe to %s: %s",
                             subj, tf(st));
+    sub_track(f, f->srv[f->n_srv]);
     f->n_srv++;
     return 0;
 }
@@ -1537,12 +1613,17 @@ void th_nats_stop(th_nats *f)
         while (!f->closed &&
                pthread_cond_timedwait(&f->cv, &f->mu, &dl) == 0)
             ;
-        bool closed = f->closed;
+        /* and for every subscription's last callback */
+        while (f->subs_open &&
+               pthread_cond_timedwait(&f->cv, &f->mu, &dl) == 0)
+            ;
+        bool closed = f->closed && !f->subs_open;
         pthread_mutex_unlock(&f->mu);
         if (!closed) {
             /* never free what a late callback may still use */
-            th_log_error("nats: the connection did not report closed within "
-                         "5 s; its state is left allocated");
+            th_log_error("nats: the connection or a subscription did not "
+                         "report closed within 5 s; their state is left "
+                         "allocated");
             return;
         }
     }
