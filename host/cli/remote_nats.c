@@ -204,10 +204,29 @@ static int attempt(natsConnection *nc, const char *subj, const th_buf *args,
     /* the host answers within the call's timeout; a lost host within
      * that plus a margin */
     int64_t end = now_ms() + (timeout_ms > 0 ? timeout_ms : 60000) + 5000;
+    int64_t quiet_since = now_ms();
     while (now_ms() < end && !cli_interrupted) {
         natsMsg *m = NULL;
-        if (natsSubscription_NextMsg(&m, sub, 200) != NATS_OK)
+        if (natsSubscription_NextMsg(&m, sub, 200) != NATS_OK) {
+            /* a host that named itself (an async call's ack) and went
+             * quiet: is it still there?  Its own $SRV.PING subject has no
+             * responders once it is gone. */
+            if (host[0] && now_ms() - quiet_since >= 1000) {
+                const char *svc = getenv("TOOLHOST_NATS_SERVICE");
+                char ping[200];
+                snprintf(ping, sizeof ping, "$SRV.PING.%s.%s",
+                         svc && *svc ? svc : "toolhost", host);
+                natsMsg *pr = NULL;
+                natsStatus ps = natsConnection_RequestString(&pr, nc, ping,
+                                                             "", 1000);
+                natsMsg_Destroy(pr);
+                if (ps == NATS_NO_RESPONDERS)
+                    break; /* lost with the call */
+                quiet_since = now_ms();
+            }
             continue;
+        }
+        quiet_since = now_ms();
         const char *kind = "", *status = NULL, *hv = NULL;
         natsMsgHeader_Get(m, TH_NATS_H_KIND, &kind);
         natsMsgHeader_Get(m, "Status", &status);
