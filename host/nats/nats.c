@@ -527,8 +527,10 @@ static void on_request(natsConnection *nc, natsSubscription *sub,
         /* c may have ended already (a quick call answered inline): reach
          * it only through the list */
         for (nt_call *x = f->live_calls; x; x = x->next)
-            if (x == c)
+            if (x == c) { /* at the head, but for a concurrent start */
                 x->id = id;
+                break;
+            }
         pthread_mutex_unlock(&f->mu);
     }
     pthread_mutex_unlock(&f->start_mu);
