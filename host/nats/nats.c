@@ -6,8 +6,14 @@
  * on its shared delivery threads (UseGlobalMessageDelivery); a request
  * starts a call (th_call_start, never blocking) and the call's events,
  * on the manager's threads, publish the replies.  Publishing is safe from
- * any thread.  `mu` guards `active` (handlers running) and `calls` (calls
- * not yet answered); th_nats_stop() waits for both to drain. */
+ * any thread.  `mu` guards `active` (handlers running), `calls` and
+ * `live_calls` (calls not yet answered), `subs_open` and `closed`;
+ * th_nats_stop() waits for all of them to drain.  `eps_mu` guards the
+ * endpoint set, which a reload changes (on_tools_changed, on the
+ * reloader's thread).  Also here: `ask` rules answered by the caller
+ * (on_ask, on_permit), and finished async results in a JetStream
+ * key-value bucket (kv_*), read by <prefix>.tasks.result on any host.
+ * Lock order: eps_mu, then mu; start_mu, then mu; kv_mu alone. */
 #include <inttypes.h>
 #include <jansson.h>
 #include <msgpack.h>
