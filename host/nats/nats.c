@@ -1160,6 +1160,14 @@ static bool is_stopping(th_nats *f)
 
 static const char *tf(natsStatus st);
 
+/* Sends what the client buffered (a SUB or UNSUB) and waits for the
+ * server's PONG, bounded: after it, the server routes by the new set. */
+static void flush_now(th_nats *f)
+{
+    if (natsConnection_Status(f->nc) == NATS_CONN_STATUS_CONNECTED)
+        natsConnection_FlushTimeout(f->nc, 1000);
+}
+
 /* Makes the endpoints of toolset `ts` those it offers now: subscribes the
  * tools that came (or came back), unsubscribes those that went.  At start
  * and after every reload (the session's tools_changed).  0, or a TH_E*
@@ -1188,6 +1196,7 @@ static int resync_locked(th_nats *f, nt_ts *ts, bool reload, th_error *err)
         natsSubscription_Unsubscribe(ep->sub);
         ep->live = false;
         removed++;
+        flush_now(f); /* the server knows before the log says so */
         th_log_info("nats: %s is no longer served (a reload removed the "
                     "tool)", ep->subject);
     }
@@ -1226,6 +1235,8 @@ static int resync_locked(th_nats *f, nt_ts *ts, bool reload, th_error *err)
         }
         ep->live = true;
         added++;
+        if (reload)
+            flush_now(f);
         if (reload)
             th_log_info("nats: now serving %s (a reload added the tool)",
                         ep->subject);
