@@ -41,7 +41,7 @@ static natsConnection *nats_connect_or_say(const char *url)
     const char *cr = getenv("TOOLHOST_NATS_CREDS");
     natsStatus st = natsOptions_Create(&o);
     if (st == NATS_OK)
-        st = natsOptions_SetURL(o, url);
+        st = th_nats_set_urls(o, url);
     if (st == NATS_OK)
         st = natsOptions_SetTimeout(o, 5000);
     if (st == NATS_OK && u && *u)
@@ -198,15 +198,35 @@ static int attempt(natsConnection *nc, const char *subj, const th_buf *args,
                        (int)args->len) != NATS_OK ||
         (timeout_ms > 0 &&
          natsMsgHeader_Set(req, TH_NATS_H_TIMEOUT, tmo) != NATS_OK) ||
+        natsMsgHeader_Set(req, TH_NATS_H_ASK, "1") != NATS_OK ||
         natsConnection_PublishMsg(nc, req) != NATS_OK)
         goto out;
     /* the host answers within the call's timeout; a lost host within
      * that plus a margin */
     int64_t end = now_ms() + (timeout_ms > 0 ? timeout_ms : 60000) + 5000;
+    int64_t quiet_since = now_ms();
     while (now_ms() < end && !cli_interrupted) {
         natsMsg *m = NULL;
-        if (natsSubscription_NextMsg(&m, sub, 200) != NATS_OK)
+        if (natsSubscription_NextMsg(&m, sub, 200) != NATS_OK) {
+            /* a host that named itself (an async call's ack) and went
+             * quiet: is it still there?  Its own $SRV.PING subject has no
+             * responders once it is gone. */
+            if (host[0] && now_ms() - quiet_since >= 1000) {
+                const char *svc = getenv("TOOLHOST_NATS_SERVICE");
+                char ping[200];
+                snprintf(ping, sizeof ping, "$SRV.PING.%s.%s",
+                         svc && *svc ? svc : "toolhost", host);
+                natsMsg *pr = NULL;
+                natsStatus ps = natsConnection_RequestString(&pr, nc, ping,
+                                                             "", 1000);
+                natsMsg_Destroy(pr);
+                if (ps == NATS_NO_RESPONDERS)
+                    break; /* lost with the call */
+                quiet_since = now_ms();
+            }
             continue;
+        }
+        quiet_since = now_ms();
         const char *kind = "", *status = NULL, *hv = NULL;
         natsMsgHeader_Get(m, TH_NATS_H_KIND, &kind);
         natsMsgHeader_Get(m, "Status", &status);
@@ -216,7 +236,22 @@ static int attempt(natsConnection *nc, const char *subj, const th_buf *args,
             natsMsg_Destroy(m);
             break;
         }
-        if (kind && strcmp(kind, "progress") == 0) {
+        if (kind && strcmp(kind, "ask") == 0) {
+            /* an `ask` rule: the host waits for our answer (a y/N prompt
+             * on a terminal; no terminal: deny) */
+            th_error qe;
+            json_t *q = th_json_from_msgpack(
+                (const uint8_t *)natsMsg_GetData(m),
+                (size_t)natsMsg_GetDataLength(m), &qe);
+            const char *tn = json_string_value(json_object_get(q, "tool"));
+            const char *why = json_string_value(json_object_get(q,
+                                                                "reason"));
+            bool yes = cli_ask_terminal(tn ? tn : "?", why ? why : "");
+            const char *to = natsMsg_GetReply(m);
+            if (to && *to)
+                natsConnection_PublishString(nc, to, yes ? "allow" : "deny");
+            json_decref(q);
+        } else if (kind && strcmp(kind, "progress") == 0) {
             msgpack_unpacked u;
             msgpack_unpacked_init(&u);
             th_progress p;

@@ -1989,6 +1989,9 @@ static const cfkey nats_keys[] = {
      .off = N(reconnect_wait_ms), .min = 10, .max = MINUTE},
     {.name = "max_pending", .set = set_u32, .off = N(max_pending),
      .min = 16, .max = 10000000},
+    {.name = "results_bucket", .set = set_str, .off = N(results_bucket)},
+    {.name = "results_ttl", .set = set_duration, .off = N(results_ttl_ms),
+     .min = SEC, .max = 7 * DAY},
     {.name = NULL}};
 #undef N
 
@@ -2026,6 +2029,11 @@ static int nats_check(cfctx *c, th_ynode *n, void *el)
     if ((m->user != NULL) + (m->token != NULL) + (m->creds != NULL) > 1)
         return cf_err(c, n, "give one of 'user'/'password', 'token' or "
                       "'creds'");
+    if (m->results_bucket && !nats_token_ok(m->results_bucket, false))
+        return cf_err(c, th_ynode_get(n, "results_bucket"),
+                      "'results_bucket' must be a bucket name (letters, "
+                      "digits, '-', '_') or off, got '%s'",
+                      m->results_bucket);
     return 0;
 }
 
@@ -2044,6 +2052,8 @@ static int listen_nats_check(cfctx *c, th_config *cfg)
         m->reconnect_wait_ms = 250;
     if (!m->max_pending)
         m->max_pending = 65536;
+    if (!m->results_bucket && !(m->results_bucket = strdup("toolhost_results")))
+        return cf_nomem(c);
     const th_ynode *nn = th_ynode_get(cfg->root, "nats");
     const th_ynode *tl = nn ? th_ynode_get(nn, "toolsets") : NULL;
     for (size_t i = 0; i < m->n_toolsets; i++) {
@@ -2206,6 +2216,7 @@ void th_config_free(th_config *cfg)
     free(nc->tls_key);
     free_strv(nc->toolsets, nc->n_toolsets);
     free(nc->as_user);
+    free(nc->results_bucket);
     th_mcp_cfg *mc = &cfg->mcp;
     for (size_t i = 0; i < mc->n_tokens; i++) {
         free(mc->tokens[i].user);

@@ -8,6 +8,8 @@
 #ifndef TH_NATS_FRONT_H
 #define TH_NATS_FRONT_H
 
+#include <nats/nats.h>
+
 #include "th/config.h"
 #include "th/err.h"
 #include "th/host.h"
@@ -20,16 +22,27 @@ typedef struct th_nats th_nats;
 #define TH_NATS_H_KIND "Toolhost-Kind"  /* reply: result, ack, progress    */
 #define TH_NATS_H_TASK "Toolhost-Task"  /* reply: HOSTID.TASKID            */
 #define TH_NATS_H_HOST "Toolhost-Host"  /* reply: the host's id            */
+#define TH_NATS_H_ASK "Toolhost-Ask"    /* request: "1": the caller answers
+                                           `ask` messages (docs/scale.md)  */
 
 /* Connects to cfg->host.listen_nats (the host's config; it and h outlive
  * the front) and subscribes.  With no nats:// entry, *out is NULL and 0 is
  * returned.  The front keeps its own reference to the host's config of
- * that moment (a reload changes what the tools run, not the endpoints).
- * A server that is not up yet is retried in the background (the
- * subscriptions are made when it comes).  0, or a TH_E* code with a
- * sentence in err (nothing is left running then). */
+ * that moment (credentials, prefix, nats.toolsets); a reload that adds or
+ * removes tools of those toolsets (un)subscribes them (the sessions'
+ * tools_changed).  A server that is not up yet is retried in the
+ * background (the subscriptions are sent when it comes); wrong
+ * credentials or a TLS failure at the first connect are an error
+ * (TH_ECONFIG).  Finished async results also go to the JetStream
+ * key-value bucket nats.results_bucket when the server has JetStream.
+ * 0, or a TH_E* code with a sentence in err (nothing is left running
+ * then). */
 int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
                   th_error *err);
+/* Sets the server URL of o: one URL, or the servers of one cluster
+ * comma-separated ("nats://a:4222,nats://b:4222"; spaces around the commas
+ * are fine).  The host (listen) and the CLI (--connect) both use it. */
+natsStatus th_nats_set_urls(natsOptions *o, const char *list);
 /* The host's id on NATS (its $SRV id, the HOSTID of task ids). */
 const char *th_nats_id(const th_nats *f);
 /* Stops taking requests, cancels the calls in flight (their callers get

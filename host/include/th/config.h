@@ -411,6 +411,9 @@ typedef struct th_nats_cfg {
     uint64_t reconnect_wait_ms; /* between reconnect attempts; 250 ms   */
     uint32_t max_pending;  /* messages queued per subscription before
                               the host is a slow consumer; 65536        */
+    char *results_bucket;  /* JetStream KV bucket of finished task
+                              results; "toolhost_results"; "off": none  */
+    uint64_t results_ttl_ms; /* their TTL; 0: host.result_ttl           */
     int line, col;
 } th_nats_cfg;
 

@@ -1,0 +1,1012 @@
+/* test_nats_fleet.c - the NATS front beyond one server and one config
+ * (docs/scale.md): a reload that adds and removes tools (un)subscribes
+ * them; finished results in a JetStream key-value bucket answer
+ * tasks.result after the task's host has gone; a three-node nats-server
+ * cluster with routes survives losing the server a host was connected to;
+ * TLS and passwords, a wrong one refused at start; `toolhost call
+ * --connect nats://` retries an idempotent tool once on another host and
+ * not a tool that is not.  Skipped when nats-server is not installed. */
+#include "test_nats_harness.h"
+
+#include <CUnit/CUnit.h>
+
+/* One nats-server with JetStream, no auth, for the suite. */
+static gnatsd G;
+static char G_url[64];
+static bool g_up;
+
+static void gnatsd_files(gnatsd *g, const char *conf)
+{
+    memset(g, 0, sizeof *g);
+    g->dir = th_test_tmpdir();
+    g->conf = th_test_write_file(g->dir, "nats.conf", conf, (size_t)-1);
+    size_t ll = strlen(g->dir) + 16;
+    g->log = malloc(ll);
+    snprintf(g->log, ll, "%s/nats.log", g->dir);
+}
+
+static void gnatsd_free(gnatsd *g)
+{
+    gnatsd_kill(g, SIGKILL);
+    if (g->dir)
+        th_test_rmtree(g->dir);
+    free(g->dir);
+    free(g->conf);
+    free(g->log);
+    memset(g, 0, sizeof *g);
+}
+
+static char js_dir[512];
+
+static int suite_init(void)
+{
+    if (!nats_server_bin())
+        return 0;
+    gnatsd_files(&G, "max_payload: 1MB\n");
+    snprintf(js_dir, sizeof js_dir, "%s/js", G.dir);
+    G.extra[0] = "-js";
+    G.extra[1] = "-sd";
+    G.extra[2] = js_dir;
+    g_up = gnatsd_start(&G) == 0;
+    snprintf(G_url, sizeof G_url, "nats://127.0.0.1:%d", G.port);
+    if (!g_up)
+        fprintf(stderr, "test_nats_fleet: nats-server did not come up\n");
+    return 0;
+}
+
+static int suite_clean(void)
+{
+    if (G.dir)
+        gnatsd_free(&G);
+    nats_CloseAndWait(2000);
+    return 0;
+}
+
+#define NEED_SERVER()                                                         \
+    do {                                                                      \
+        if (!nats_server_bin())                                               \
+            TH_SKIP("nats-server is not installed");                          \
+        CU_ASSERT_FATAL(g_up);                                                \
+    } while (0)
+
+static natsConnection *connect_to(const char *url)
+{
+    natsOptions *o = NULL;
+    natsConnection *nc = NULL;
+    natsOptions_Create(&o);
+    natsOptions_SetURL(o, url);
+    natsOptions_SetMaxReconnect(o, -1);
+    natsOptions_SetReconnectWait(o, 100);
+    natsOptions_SetTimeout(o, 3000);
+    natsStatus st = natsConnection_Connect(&nc, o);
+    natsOptions_Destroy(o);
+    return st == NATS_OK ? nc : NULL;
+}
+
+/* Starts a host on `url` with the toolset "public" of `tools` (plugins
+ * echo and reload_fx), subject prefix `prefix`, service `name`, and its
+ * id read from its log. */
+static int host_start(rpc_srv *h, char *id, const char *url,
+                      const char *prefix, const char *name,
+                      const char *tools, const char *nats_extra)
+{
+    char cfg[2048];
+    snprintf(cfg, sizeof cfg,
+             "host:\n"
+             "  log_level: debug\n"
+             "  shutdown_grace: 1s\n"
+             "  listen: [\"%s\"]\n"
+             "plugins:\n"
+             "  - name: echo\n"
+             "    path: @BUILD@/plugins/echo.so\n"
+             "  - name: reload_fx\n"
+             "    path: @BUILD@/fixtures/reload_a.so\n"
+             "toolsets:\n"
+             "  - name: public\n"
+             "    tools: [%s]\n"
+             "    allow_users: [nats]\n"
+             "nats:\n"
+             "  prefix: %s\n"
+             "  name: %s\n"
+             "  toolsets: [public]\n"
+             "  reconnect_wait: 100ms\n"
+             "%s",
+             url, tools, prefix, name, nats_extra ? nats_extra : "");
+    rpc_opts o = {.config = cfg};
+    if (rpc_srv_start(h, &o) != 0)
+        return -1;
+    host_id_from_log(h, id, 40);
+    if (!id[0]) {
+        rpc_dump_log(h);
+        return -1;
+    }
+    return 0;
+}
+
+/* How many lines of the host's log have `needle`. */
+static int log_count(rpc_srv *h, const char *needle)
+{
+    FILE *f = fopen(h->log, "r");
+    char line[2048];
+    int n = 0;
+    while (f && fgets(line, sizeof line, f))
+        n += strstr(line, needle) != NULL;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* The time of day (ms) of the first log line with `needle`, or -1. */
+static int64_t log_time_ms(rpc_srv *h, const char *needle)
+{
+    FILE *f = fopen(h->log, "r");
+    char line[2048];
+    int64_t t = -1;
+    while (t < 0 && f && fgets(line, sizeof line, f)) {
+        int hh, mm, ss, ms;
+        if (strstr(line, needle) &&
+            sscanf(line, "%*10cT%d:%d:%d.%dZ", &hh, &mm, &ss, &ms) == 4)
+            t = ((int64_t)(hh * 60 + mm) * 60 + ss) * 1000 + ms;
+    }
+    if (f)
+        fclose(f);
+    return t;
+}
+
+/* Waits (bounded) until the host's log has `needle`. */
+static bool log_wait(rpc_srv *h, const char *needle, int64_t ms)
+{
+    int64_t end = rpc_now_ms() + ms;
+    while (rpc_now_ms() < end) {
+        if (log_count(h, needle) > 0)
+            return true;
+        usleep(20000);
+    }
+    return false;
+}
+
+/* The endpoint names of host `id` in its $SRV.INFO, comma-joined. */
+static void info_endpoints(natsConnection *nc, const char *name,
+                           const char *id, char *out, size_t n)
+{
+    out[0] = '\0';
+    char subj[160];
+    snprintf(subj, sizeof subj, "$SRV.INFO.%s.%s", name, id);
+    natsMsg *r = NULL;
+    if (natsConnection_RequestString(&r, nc, subj, "", 2000) != NATS_OK)
+        return;
+    json_t *j = json_loadb(natsMsg_GetData(r),
+                           (size_t)natsMsg_GetDataLength(r), 0, NULL);
+    natsMsg_Destroy(r);
+    size_t k;
+    json_t *e;
+    json_array_foreach(json_object_get(j, "endpoints"), k, e)
+    {
+        size_t l = strlen(out);
+        snprintf(out + l, n - l, "%s%s", l ? "," : "",
+                 json_string_value(json_object_get(e, "name")));
+    }
+    json_decref(j);
+}
+
+/* num_requests of `tool` in host `id`'s $SRV.STATS, or -1. */
+static int64_t stats_of(natsConnection *nc, const char *name, const char *id,
+                        const char *tool)
+{
+    char subj[160];
+    snprintf(subj, sizeof subj, "$SRV.STATS.%s.%s", name, id);
+    natsMsg *r = NULL;
+    if (natsConnection_RequestString(&r, nc, subj, "", 2000) != NATS_OK)
+        return -1;
+    json_t *j = json_loadb(natsMsg_GetData(r),
+                           (size_t)natsMsg_GetDataLength(r), 0, NULL);
+    natsMsg_Destroy(r);
+    int64_t v = -1;
+    size_t k;
+    json_t *e;
+    json_array_foreach(json_object_get(j, "endpoints"), k, e)
+        if (strcmp(json_string_value(json_object_get(e, "name")), tool) == 0)
+            v = json_integer_value(json_object_get(e, "num_requests"));
+    json_decref(j);
+    return v;
+}
+
+static void rewrite_tools(rpc_srv *h, const char *from, const char *to)
+{
+    FILE *f = fopen(h->cfg, "r");
+    CU_ASSERT_FATAL(f != NULL);
+    static char text[4096];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    char *p = strstr(text, from);
+    CU_ASSERT_FATAL(p != NULL);
+    static char out[4096];
+    snprintf(out, sizeof out, "%.*s%s%s", (int)(p - text), text, to,
+             p + strlen(from));
+    f = fopen(h->cfg, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fputs(out, f);
+    fclose(f);
+}
+
+/* A host started before its NATS server: `serve` comes up at once (the
+ * socket answers), retries in the background, and serves when the server
+ * comes. */
+static void test_late_server(void)
+{
+    NEED_SERVER();
+    gnatsd s;
+    gnatsd_files(&s, "max_payload: 1MB\n");
+    s.port = free_port();
+    char url[64];
+    snprintf(url, sizeof url, "nats://127.0.0.1:%d", s.port);
+    rpc_srv h;
+    char id[40];
+    int64_t t0 = rpc_now_ms();
+    CU_ASSERT_FATAL(host_start(&h, id, url, "late", "late", "echo", NULL) ==
+                    0);
+    CU_ASSERT(rpc_now_ms() - t0 < 10000);
+    CU_ASSERT(log_count(&h, "is not reachable yet") == 1);
+    CU_ASSERT_FATAL(gnatsd_start(&s) == 0); /* that port */
+    CU_ASSERT(log_wait(&h, "nats: connected to", 5000));
+    natsConnection *nc = connect_to(url);
+    CU_ASSERT_FATAL(nc != NULL);
+    bool ok = false;
+    int64_t end = rpc_now_ms() + 5000;
+    while (!ok && rpc_now_ms() < end) {
+        natsMsg *r = NULL;
+        ok = request(nc, &r, "late.public.echo", "{\"text\":\"hi\"}", 500) ==
+                 NATS_OK &&
+             reply_ok(r, "hi");
+        natsMsg_Destroy(r);
+        if (!ok)
+            usleep(50000);
+    }
+    CU_ASSERT(ok);
+    natsConnection_Destroy(nc);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&h, SIGTERM), 0);
+    rpc_srv_free(&h);
+    gnatsd_free(&s);
+}
+
+/* 1. A reload that adds a tool subscribes it (callable, in $SRV.INFO); one
+ * that removes it unsubscribes it (no responders at once). */
+static void test_reload_endpoints(void)
+{
+    NEED_SERVER();
+    rpc_srv h;
+    char id[40];
+    CU_ASSERT_FATAL(host_start(&h, id, G_url, "rl", "rl", "echo", NULL) ==
+                    0);
+    natsConnection *nc = connect_to(G_url);
+    CU_ASSERT_FATAL(nc != NULL);
+    char eps[512];
+    info_endpoints(nc, "rl", id, eps, sizeof eps);
+    CU_ASSERT_STRING_EQUAL(eps, "echo");
+    natsMsg *r = NULL;
+    CU_ASSERT(request(nc, &r, "rl.public.rl_answer", "{}", 1000) ==
+              NATS_NO_RESPONDERS);
+    natsMsg_Destroy(r);
+    r = NULL;
+    /* add rl_answer (a tool of another plugin) and echo_async */
+    rewrite_tools(&h, "tools: [echo]", "tools: [echo, rl_answer, echo_async]");
+    kill(h.pid, SIGHUP);
+    CU_ASSERT_FATAL(log_wait(&h, "now serving rl.public.rl_answer", 10000));
+    CU_ASSERT(log_wait(&h, "2 added, 0 removed", 2000));
+    CU_ASSERT_FATAL(request(nc, &r, "rl.public.rl_answer", "{}", 3000) ==
+                    NATS_OK);
+    CU_ASSERT(reply_ok(r, "A"));
+    natsMsg_Destroy(r);
+    r = NULL;
+    info_endpoints(nc, "rl", id, eps, sizeof eps);
+    CU_ASSERT(strstr(eps, "rl_answer") && strstr(eps, "echo_async") &&
+              strstr(eps, "echo"));
+    /* remove it again: the subject has no responders, INFO drops it */
+    rewrite_tools(&h, "tools: [echo, rl_answer, echo_async]",
+                  "tools: [echo_async]");
+    kill(h.pid, SIGHUP);
+    CU_ASSERT_FATAL(log_wait(&h, "rl.public.rl_answer is no longer served",
+                             10000));
+    int64_t t0 = rpc_now_ms();
+    CU_ASSERT(request(nc, &r, "rl.public.rl_answer", "{}", 3000) ==
+              NATS_NO_RESPONDERS);
+    CU_ASSERT(rpc_now_ms() - t0 < 1000); /* at once, not a timeout */
+    natsMsg_Destroy(r);
+    r = NULL;
+    CU_ASSERT(request(nc, &r, "rl.public.echo", "{\"text\":\"x\"}", 3000) ==
+              NATS_NO_RESPONDERS);
+    natsMsg_Destroy(r);
+    r = NULL;
+    info_endpoints(nc, "rl", id, eps, sizeof eps);
+    CU_ASSERT_STRING_EQUAL(eps, "echo_async");
+    /* and back: the same endpoint subscribed again */
+    rewrite_tools(&h, "tools: [echo_async]", "tools: [echo, echo_async]");
+    kill(h.pid, SIGHUP);
+    CU_ASSERT_FATAL(log_wait(&h, "1 added, 0 removed", 10000));
+    CU_ASSERT_FATAL(request(nc, &r, "rl.public.echo", "{\"text\":\"back\"}",
+                            3000) == NATS_OK);
+    CU_ASSERT(reply_ok(r, "back"));
+    natsMsg_Destroy(r);
+    natsConnection_Destroy(nc);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&h, SIGTERM), 0);
+    rpc_srv_free(&h);
+}
+
+/* An async call on whichever host takes it: ack (host, task id), result.
+ * Returns the index of the host in ids (or -1) and the task id. */
+static int async_call(natsConnection *nc, const char *subj, char ids[][40],
+                      int n, char *task, size_t task_n)
+{
+    natsInbox *ib = NULL;
+    natsSubscription *sub = NULL;
+    natsInbox_Create(&ib);
+    natsConnection_SubscribeSync(&sub, nc, ib);
+    th_buf b = TH_BUF_INIT;
+    rpc_pack_json(&b, "{\"text\":\"kept\",\"steps\":2,\"delay_ms\":20}");
+    natsConnection_PublishRequest(nc, subj, ib, b.data, (int)b.len);
+    th_buf_destroy(&b);
+    int host = -1;
+    bool done = false;
+    int64_t end = rpc_now_ms() + 10000;
+    while (!done && rpc_now_ms() < end) {
+        natsMsg *m = NULL;
+        if (natsSubscription_NextMsg(&m, sub, 200) != NATS_OK)
+            continue;
+        const char *k = reply_kind(m);
+        if (strcmp(k, "ack") == 0) {
+            const char *t = NULL, *hv = NULL;
+            natsMsgHeader_Get(m, "Toolhost-Task", &t);
+            natsMsgHeader_Get(m, "Toolhost-Host", &hv);
+            snprintf(task, task_n, "%s", t ? t : "");
+            for (int i = 0; hv && i < n; i++)
+                if (strcmp(ids[i], hv) == 0)
+                    host = i;
+        } else if (strcmp(k, "result") == 0) {
+            done = reply_ok(m, "kept");
+        }
+        natsMsg_Destroy(m);
+    }
+    natsSubscription_Destroy(sub);
+    natsInbox_Destroy(ib);
+    return done ? host : -1;
+}
+
+/* 2. Finished results go to the JetStream bucket: after the host that ran
+ * a task is killed, <prefix>.tasks.result through another host answers. */
+static void test_result_after_host_gone(void)
+{
+    NEED_SERVER();
+    rpc_srv h[2];
+    char ids[2][40];
+    for (int i = 0; i < 2; i++)
+        CU_ASSERT_FATAL(host_start(&h[i], ids[i], G_url, "kv", "kv",
+                                   "echo, echo_async",
+                                   "  results_ttl: 1m\n"
+                                   "  results_bucket: kvtest\n") == 0);
+    CU_ASSERT(log_wait(&h[0], "key-value bucket kvtest", 5000));
+    natsConnection *nc = connect_to(G_url);
+    CU_ASSERT_FATAL(nc != NULL);
+    char task[96] = "";
+    int owner = async_call(nc, "kv.public.echo_async", ids, 2, task,
+                           sizeof task);
+    CU_ASSERT_FATAL(owner >= 0 && task[0]);
+    int other = 1 - owner;
+    /* the bucket's TTL is nats.results_ttl */
+    natsMsg *r = NULL;
+    CU_ASSERT_FATAL(natsConnection_RequestString(
+                        &r, nc, "$JS.API.STREAM.INFO.KV_kvtest", "",
+                        3000) == NATS_OK);
+    json_t *j = json_loadb(natsMsg_GetData(r),
+                           (size_t)natsMsg_GetDataLength(r), 0, NULL);
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(
+                        json_object_get(j, "config"), "max_age")),
+                    60000000000LL);
+    json_decref(j);
+    natsMsg_Destroy(r);
+    r = NULL;
+    kill(h[owner].pid, SIGKILL);
+    rpc_srv_wait(&h[owner]);
+    /* its own subject is gone with it ... */
+    char subj[160];
+    const char *dot = strrchr(task, '.');
+    CU_ASSERT_FATAL(dot != NULL);
+    snprintf(subj, sizeof subj, "kv.host.%s.tasks.result", ids[owner]);
+    CU_ASSERT(natsConnection_RequestString(&r, nc, subj, dot + 1, 1000) ==
+              NATS_NO_RESPONDERS);
+    natsMsg_Destroy(r);
+    r = NULL;
+    /* ... the shared one answers from the bucket, through the survivor */
+    CU_ASSERT_FATAL(natsConnection_RequestString(&r, nc, "kv.tasks.result",
+                                                 task, 3000) == NATS_OK);
+    CU_ASSERT(reply_ok(r, "kept"));
+    CU_ASSERT_STRING_EQUAL(reply_kind(r), "task");
+    const char *hv = NULL;
+    natsMsgHeader_Get(r, "Toolhost-Host", &hv);
+    CU_ASSERT(hv && strcmp(hv, ids[other]) == 0);
+    natsMsg_Destroy(r);
+    r = NULL;
+    /* an unknown task: not_found, said plainly */
+    CU_ASSERT_FATAL(natsConnection_RequestString(&r, nc, "kv.tasks.result",
+                                                 "0123456789abcdef.99",
+                                                 3000) == NATS_OK);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    CU_ASSERT(msgpack_unpack_next(&u, natsMsg_GetData(r),
+                                  (size_t)natsMsg_GetDataLength(r),
+                                  NULL) == MSGPACK_UNPACK_SUCCESS &&
+              rpc_tool_error_is(&u.data, "not_found"));
+    msgpack_unpacked_destroy(&u);
+    natsMsg_Destroy(r);
+    r = NULL;
+    /* the survivor's own task, from memory */
+    char task2[96] = "";
+    int o2 = async_call(nc, "kv.public.echo_async", ids, 2, task2,
+                        sizeof task2);
+    CU_ASSERT_EQUAL(o2, other);
+    CU_ASSERT_FATAL(natsConnection_RequestString(&r, nc, "kv.tasks.result",
+                                                 task2, 3000) == NATS_OK);
+    CU_ASSERT(reply_ok(r, "kept"));
+    natsMsg_Destroy(r);
+    natsConnection_Destroy(nc);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&h[other], SIGTERM), 0);
+    for (int i = 0; i < 2; i++)
+        rpc_srv_free(&h[i]);
+}
+
+/* 3. Three nats-servers in a cluster with routes; three hosts, each given
+ * the full server list; the server host 0 is connected to is killed under
+ * load: the calls go on, host 0 reconnects to another server. */
+static void test_cluster_failover(void)
+{
+    NEED_SERVER();
+    enum { NS = 3 };
+    gnatsd s[NS];
+    int cport[NS];
+    char cl[NS][64], routes[NS][160];
+    for (int i = 0; i < NS; i++)
+        cport[i] = free_port();
+    for (int i = 0; i < NS; i++) {
+        gnatsd_files(&s[i], "max_payload: 1MB\n");
+        snprintf(cl[i], sizeof cl[i], "nats://127.0.0.1:%d", cport[i]);
+        snprintf(routes[i], sizeof routes[i],
+                 "nats://127.0.0.1:%d,nats://127.0.0.1:%d",
+                 cport[(i + 1) % NS], cport[(i + 2) % NS]);
+        s[i].extra[0] = "--cluster_name";
+        s[i].extra[1] = "thc";
+        s[i].extra[2] = "--cluster";
+        s[i].extra[3] = cl[i];
+        s[i].extra[4] = "--routes";
+        s[i].extra[5] = routes[i];
+        CU_ASSERT_FATAL(gnatsd_start(&s[i]) == 0);
+    }
+    char urls[NS][256];
+    for (int i = 0; i < NS; i++)
+        snprintf(urls[i], sizeof urls[i],
+                 "nats://127.0.0.1:%d,nats://127.0.0.1:%d,nats://127.0.0.1:%d",
+                 s[i].port, s[(i + 1) % NS].port, s[(i + 2) % NS].port);
+    rpc_srv h[NS];
+    char ids[NS][40];
+    for (int i = 0; i < NS; i++)
+        CU_ASSERT_FATAL(host_start(&h[i], ids[i], urls[i], "fo", "fo",
+                                   "echo", NULL) == 0);
+    /* the server host 0 is on (the client library shuffles the list) */
+    int victim = -1;
+    CU_ASSERT_FATAL(log_wait(&h[0], "nats: connected to", 5000));
+    for (int i = 0; i < NS; i++) {
+        char needle[64];
+        snprintf(needle, sizeof needle, "connected to nats://127.0.0.1:%d",
+                 s[i].port);
+        if (log_count(&h[0], needle) > 0)
+            victim = i;
+    }
+    CU_ASSERT_FATAL(victim >= 0);
+    /* the caller on another server, with that server only */
+    char curl[64];
+    snprintf(curl, sizeof curl, "nats://127.0.0.1:%d",
+             s[(victim + 1) % NS].port);
+    natsConnection *nc = connect_to(curl);
+    CU_ASSERT_FATAL(nc != NULL);
+    char ping0[160];
+    snprintf(ping0, sizeof ping0, "$SRV.PING.fo.%s", ids[0]);
+    /* routes up: host 0 answers through the caller's server */
+    bool routed = false;
+    int64_t end = rpc_now_ms() + 10000;
+    while (!routed && rpc_now_ms() < end) {
+        natsMsg *r = NULL;
+        routed = natsConnection_RequestString(&r, nc, ping0, "", 300) ==
+                 NATS_OK;
+        natsMsg_Destroy(r);
+        if (!routed)
+            usleep(50000);
+    }
+    CU_ASSERT_FATAL(routed);
+    int ok_before = 0;
+    for (int i = 0; i < 20; i++) {
+        natsMsg *r = NULL;
+        ok_before += request(nc, &r, "fo.public.echo", "{\"text\":\"a\"}",
+                             2000) == NATS_OK && reply_ok(r, "a");
+        natsMsg_Destroy(r);
+    }
+    CU_ASSERT_EQUAL(ok_before, 20);
+    /* kill it under load: calls every few ms; host 0 pinged meanwhile */
+    gnatsd_kill(&s[victim], SIGKILL);
+    int64_t t0 = rpc_now_ms();
+    int calls = 0, failed = 0;
+    int64_t host0_back = -1, last_fail = -1;
+    end = t0 + 15000;
+    while (rpc_now_ms() < end && (host0_back < 0 || calls < 100)) {
+        natsMsg *r = NULL;
+        if (host0_back < 0 &&
+            natsConnection_RequestString(&r, nc, ping0, "", 100) == NATS_OK)
+            host0_back = rpc_now_ms() - t0;
+        natsMsg_Destroy(r);
+        r = NULL;
+        calls++;
+        if (!(request(nc, &r, "fo.public.echo", "{\"text\":\"b\"}", 500) ==
+                  NATS_OK &&
+              reply_ok(r, "b"))) {
+            failed++;
+            last_fail = rpc_now_ms() - t0;
+        }
+        natsMsg_Destroy(r);
+    }
+    CU_ASSERT(log_wait(&h[0], "nats: reconnected to", 3000));
+    int64_t gap = log_time_ms(&h[0], "nats: reconnected to") -
+                  log_time_ms(&h[0], "nats: disconnected");
+    fprintf(stderr, "\n  cluster: server %d (host 0's) killed: host 0 "
+            "reconnected to another server %lld ms after it saw the loss "
+            "(its log), answered $SRV.PING again %lld ms after the kill; %d "
+            "of %d calls failed meanwhile (last failure at %lld ms)\n",
+            victim, (long long)gap, (long long)host0_back, failed, calls,
+            (long long)last_fail);
+    CU_ASSERT(host0_back >= 0);
+    CU_ASSERT(gap >= 0 && gap < 5000);
+    /* the calls that fail are those sent while every host of the tool was
+     * between servers ("no responders", a few ms); none after */
+    CU_ASSERT(last_fail < 2000);
+    CU_ASSERT(failed < calls / 2);
+    /* every call answered afterwards */
+    int ok_after = 0;
+    for (int i = 0; i < 30; i++) {
+        natsMsg *r = NULL;
+        ok_after += request(nc, &r, "fo.public.echo", "{\"text\":\"c\"}",
+                            2000) == NATS_OK && reply_ok(r, "c");
+        natsMsg_Destroy(r);
+    }
+    CU_ASSERT_EQUAL(ok_after, 30);
+    natsConnection_Destroy(nc);
+    for (int i = 0; i < NS; i++) {
+        CU_ASSERT_EQUAL(rpc_srv_stop(&h[i], SIGTERM), 0);
+        rpc_srv_free(&h[i]);
+    }
+    for (int i = 0; i < NS; i++)
+        gnatsd_free(&s[i]);
+}
+
+static bool run_sh(const char *cmd)
+{
+    char *argv[] = {"/bin/sh", "-c", (char *)cmd, NULL};
+    th_test_run r = {0};
+    int rc = th_test_run_argv(argv, NULL, 30, 0, &r);
+    bool ok = rc == 0 && r.status == 0;
+    if (!ok)
+        fprintf(stderr, "\n  %s: %s\n", cmd, r.err ? r.err : "");
+    th_test_run_free(&r);
+    return ok;
+}
+
+/* `toolhost serve` with the config text `cfg` (no unix socket needed):
+ * it should exit at once; its status and stderr. */
+static void serve_expect_fail(const char *dir, const char *cfg,
+                              th_test_run *r)
+{
+    char *p = th_test_write_file(dir, "bad.yaml", cfg, (size_t)-1);
+    char listen[600];
+    snprintf(listen, sizeof listen, "unix:%s/bad.sock", dir);
+    char *argv[] = {(char *)rpc_server_bin(), "serve", "-c", p, "--listen",
+                    listen, NULL};
+    th_test_run_argv(argv, NULL, 15, 0, r);
+    free(p);
+}
+
+/* 4. TLS (a throwaway CA and server certificate) and passwords: a host
+ * with the CA and the right password serves; a wrong password, or no CA,
+ * stops `serve` at start with a clear error. */
+static void test_tls_auth(void)
+{
+    NEED_SERVER();
+    {
+        char *argv[] = {"/bin/sh", "-c", "command -v openssl", NULL};
+        th_test_run r = {0};
+        bool have = th_test_run_argv(argv, NULL, 5, 0, &r) == 0 &&
+                    r.status == 0;
+        th_test_run_free(&r);
+        if (!have)
+            TH_SKIP("openssl is not installed (needed for a test CA)");
+    }
+    char *dir = th_test_tmpdir();
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && "
+             "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1"
+             " -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=th-test-ca "
+             "2>/dev/null && "
+             "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 "
+             "-nodes -keyout srv.key -out srv.csr -subj /CN=127.0.0.1 "
+             "2>/dev/null && "
+             "printf 'subjectAltName=IP:127.0.0.1\\n' > ext && "
+             "openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key "
+             "-CAcreateserial -out srv.pem -days 2 -extfile ext 2>/dev/null",
+             dir);
+    CU_ASSERT_FATAL(run_sh(cmd));
+    char conf[2048];
+    snprintf(conf, sizeof conf,
+             "tls {\n  cert_file: \"%s/srv.pem\"\n  key_file: \"%s/srv.key\"\n"
+             "}\n"
+             "authorization {\n  users = [\n"
+             "    {user: host, password: hostpw}\n"
+             "    {user: alice, password: alicepw}\n  ]\n}\n",
+             dir, dir);
+    gnatsd s;
+    gnatsd_files(&s, conf);
+    CU_ASSERT_FATAL(gnatsd_start(&s) == 0);
+    char url[64];
+    snprintf(url, sizeof url, "tls://127.0.0.1:%d", s.port);
+    char extra[1024];
+    snprintf(extra, sizeof extra,
+             "  user: host\n  password: hostpw\n  tls_ca: %s/ca.pem\n", dir);
+    rpc_srv h;
+    char id[40];
+    CU_ASSERT_FATAL(host_start(&h, id, url, "tl", "tl", "echo", extra) == 0);
+    /* a client over TLS with the CA, as alice */
+    natsOptions *o = NULL;
+    natsConnection *nc = NULL;
+    char cafile[600];
+    snprintf(cafile, sizeof cafile, "%s/ca.pem", dir);
+    natsOptions_Create(&o);
+    natsOptions_SetURL(o, url);
+    natsOptions_SetSecure(o, true);
+    natsOptions_LoadCATrustedCertificates(o, cafile);
+    natsOptions_SetUserInfo(o, "alice", "alicepw");
+    natsOptions_SetTimeout(o, 3000);
+    CU_ASSERT_FATAL(natsConnection_Connect(&nc, o) == NATS_OK);
+    natsOptions_Destroy(o);
+    natsMsg *r = NULL;
+    CU_ASSERT_FATAL(request(nc, &r, "tl.public.echo",
+                            "{\"text\":\"sealed\"}", 3000) == NATS_OK);
+    CU_ASSERT(reply_ok(r, "sealed"));
+    natsMsg_Destroy(r);
+    natsConnection_Destroy(nc);
+    /* no JetStream on this server: said once, and the host goes on */
+    CU_ASSERT_EQUAL(log_count(&h, "is not available"), 1);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&h, SIGTERM), 0);
+    rpc_srv_free(&h);
+    /* a wrong password: serve stops at start and says why */
+    char cfg[2048];
+    snprintf(cfg, sizeof cfg,
+             "host:\n  listen: [\"%s\"]\n"
+             "plugins:\n  - name: echo\n    path: %s/plugins/echo.so\n"
+             "toolsets:\n  - name: public\n    tools: [echo]\n"
+             "    allow_users: [nats]\n"
+             "nats:\n  toolsets: [public]\n  user: host\n"
+             "  password: wrong\n  tls_ca: %s/ca.pem\n",
+             url, TH_BUILD_DIR, dir);
+    th_test_run rr = {0};
+    int64_t t0 = rpc_now_ms();
+    serve_expect_fail(dir, cfg, &rr);
+    fprintf(stderr, "\n  wrong password: exit %d after %lld ms: %s", rr.status,
+            (long long)(rpc_now_ms() - t0), rr.err ? rr.err : "");
+    CU_ASSERT(rr.status != 0 && rr.status < 128);
+    CU_ASSERT(rr.err && strstr(rr.err, "nats: cannot connect to") &&
+              strstr(rr.err, "nats.user/password"));
+    th_test_run_free(&rr);
+    /* no CA for the server's certificate: the same, naming TLS */
+    snprintf(cfg, sizeof cfg,
+             "host:\n  listen: [\"%s\"]\n"
+             "plugins:\n  - name: echo\n    path: %s/plugins/echo.so\n"
+             "toolsets:\n  - name: public\n    tools: [echo]\n"
+             "    allow_users: [nats]\n"
+             "nats:\n  toolsets: [public]\n  user: host\n"
+             "  password: hostpw\n",
+             url, TH_BUILD_DIR);
+    memset(&rr, 0, sizeof rr);
+    serve_expect_fail(dir, cfg, &rr);
+    fprintf(stderr, "  no CA: exit %d: %s", rr.status, rr.err ? rr.err : "");
+    CU_ASSERT(rr.status != 0 && rr.status < 128);
+    CU_ASSERT(rr.err && strstr(rr.err, "nats.tls_ca"));
+    th_test_run_free(&rr);
+    gnatsd_free(&s);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+/* Runs `toolhost call --connect URL ARGS...` in the background (service
+ * name `svc`), stdout and stderr to files in dir. */
+static pid_t cli_spawn(const char *dir, const char *svc, char *const args[])
+{
+    char out[600], err[600];
+    snprintf(out, sizeof out, "%s/cli.out", dir);
+    snprintf(err, sizeof err, "%s/cli.err", dir);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int o = open(out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        int e = open(err, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        dup2(o, 1);
+        dup2(e, 2);
+        setenv("TOOLHOST_NATS_SERVICE", svc, 1);
+        const char *argv[16] = {rpc_server_bin(), "call", "--connect",
+                                G_url};
+        int n = 4;
+        for (int i = 0; args[i] && n < 15; i++)
+            argv[n++] = args[i];
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static int cli_wait(pid_t pid, int64_t ms)
+{
+    int64_t end = rpc_now_ms() + ms;
+    int st = 0;
+    while (rpc_now_ms() < end) {
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        usleep(20000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return -1;
+}
+
+static char *slurp(const char *dir, const char *name)
+{
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "r");
+    static char buf[8192];
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f)
+        fclose(f);
+    buf[n] = '\0';
+    return buf;
+}
+
+/* Which of the hosts took a call of `tool` (by their $SRV.STATS), waiting
+ * up to 5 s; -1 when none. */
+static int who_took(natsConnection *nc, char ids[][40], int n,
+                    const char *tool)
+{
+    int64_t end = rpc_now_ms() + 5000;
+    while (rpc_now_ms() < end) {
+        for (int i = 0; i < n; i++)
+            if (ids[i][0] && stats_of(nc, "rt", ids[i], tool) > 0)
+                return i;
+        usleep(20000);
+    }
+    return -1;
+}
+
+/* 5. `toolhost call --connect nats://`: the host that took an idempotent
+ * call dies mid-call; the CLI retries once on the other host and says so.
+ * A tool that is not idempotent is not retried. */
+static void test_cli_retry(void)
+{
+    NEED_SERVER();
+    rpc_srv h[2];
+    char ids[2][40] = {"", ""};
+    for (int i = 0; i < 2; i++)
+        CU_ASSERT_FATAL(host_start(&h[i], ids[i], G_url, "rt", "rt",
+                                   "echo_async, rl_hold", NULL) == 0);
+    natsConnection *nc = connect_to(G_url);
+    CU_ASSERT_FATAL(nc != NULL);
+    char *dir = th_test_tmpdir();
+    /* echo_async is read-only: idempotent for the CLI */
+    char *a1[] = {"--timeout", "2s", "echo_async", "text=again", "steps=8",
+                  "delay_ms=100", NULL};
+    int64_t t0 = rpc_now_ms();
+    pid_t cli = cli_spawn(dir, "rt", a1);
+    int took = who_took(nc, ids, 2, "echo_async");
+    CU_ASSERT_FATAL(took >= 0);
+    kill(h[took].pid, SIGKILL);
+    rpc_srv_wait(&h[took]);
+    int st = cli_wait(cli, 20000);
+    int64_t took_ms = rpc_now_ms() - t0;
+    const char *err = slurp(dir, "cli.err");
+    fprintf(stderr, "\n  idempotent: exit %d after %lld ms; stderr: %s", st,
+            (long long)took_ms, err);
+    /* the async call's host was pinged: no wait for timeout + 5 s */
+    CU_ASSERT(took_ms < 6000);
+    CU_ASSERT_EQUAL(st, 0);
+    CU_ASSERT(strstr(err, "retrying once") != NULL);
+    CU_ASSERT(strstr(slurp(dir, "cli.out"), "again") != NULL);
+    int other = 1 - took;
+    CU_ASSERT_EQUAL(stats_of(nc, "rt", ids[other], "echo_async"), 1);
+    /* a second survivor, then a tool that is not idempotent */
+    rpc_srv_free(&h[took]);
+    CU_ASSERT_FATAL(host_start(&h[took], ids[took], G_url, "rt", "rt",
+                               "echo_async, rl_hold", NULL) == 0);
+    char never[600];
+    snprintf(never, sizeof never, "path=%s/never", dir);
+    char *a2[] = {"--timeout", "1s", "rl_hold", never, NULL};
+    cli = cli_spawn(dir, "rt", a2);
+    took = who_took(nc, ids, 2, "rl_hold");
+    CU_ASSERT_FATAL(took >= 0);
+    other = 1 - took;
+    kill(h[took].pid, SIGKILL);
+    rpc_srv_wait(&h[took]);
+    st = cli_wait(cli, 20000);
+    err = slurp(dir, "cli.err");
+    fprintf(stderr, "  not idempotent: exit %d; stderr: %s", st, err);
+    CU_ASSERT(st != 0 && st != -1);
+    CU_ASSERT(strstr(err, "retrying") == NULL);
+    CU_ASSERT(strstr(err, "no answer") != NULL);
+    CU_ASSERT_EQUAL(stats_of(nc, "rt", ids[other], "rl_hold"), 0);
+    natsConnection_Destroy(nc);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&h[other], SIGTERM), 0);
+    for (int i = 0; i < 2; i++)
+        rpc_srv_free(&h[i]);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+/* The kind of a reply and its body as JSON. */
+static json_t *reply_json(natsMsg *m)
+{
+    th_error e;
+    return th_json_from_msgpack((const uint8_t *)natsMsg_GetData(m),
+                                (size_t)natsMsg_GetDataLength(m), &e);
+}
+
+/* One call of `subj` that may be asked about: with Toolhost-Ask: 1 when
+ * `offer`; answers `answer` ("allow", "deny", or NULL: none) to the ask.
+ * Returns the final reply's error code name ("" when ok) and whether an
+ * ask came. */
+static void ask_call(natsConnection *nc, const char *subj, bool offer,
+                     const char *answer, char *code, size_t code_n,
+                     bool *asked)
+{
+    natsInbox *ib = NULL;
+    natsSubscription *sub = NULL;
+    natsInbox_Create(&ib);
+    natsConnection_SubscribeSync(&sub, nc, ib);
+    th_buf b = TH_BUF_INIT;
+    rpc_pack_json(&b, "{\"text\":\"asked\"}");
+    natsMsg *req = NULL;
+    natsMsg_Create(&req, subj, ib, (const char *)b.data, (int)b.len);
+    if (offer)
+        natsMsgHeader_Set(req, "Toolhost-Ask", "1");
+    natsConnection_PublishMsg(nc, req);
+    natsMsg_Destroy(req);
+    th_buf_destroy(&b);
+    *asked = false;
+    snprintf(code, code_n, "(no result)");
+    int64_t end = rpc_now_ms() + 10000;
+    for (bool done = false; !done && rpc_now_ms() < end;) {
+        natsMsg *m = NULL;
+        if (natsSubscription_NextMsg(&m, sub, 200) != NATS_OK)
+            continue;
+        const char *k = reply_kind(m);
+        json_t *j = reply_json(m);
+        if (strcmp(k, "ask") == 0) {
+            *asked = true;
+            CU_ASSERT_STRING_EQUAL(
+                json_string_value(json_object_get(j, "tool")), "echo");
+            CU_ASSERT_STRING_EQUAL(
+                json_string_value(json_object_get(
+                    json_object_get(j, "arguments"), "text")),
+                "asked");
+            const char *to = natsMsg_GetReply(m);
+            CU_ASSERT(to && strstr(to, ".permit."));
+            if (answer && to) {
+                natsMsg *r = NULL;
+                CU_ASSERT(natsConnection_RequestString(&r, nc, to, answer,
+                                                       3000) == NATS_OK &&
+                          strcmp(reply_kind(r), "permit") == 0);
+                natsMsg_Destroy(r);
+                /* a second answer finds nothing waiting */
+                r = NULL;
+                CU_ASSERT(natsConnection_RequestString(&r, nc, to, answer,
+                                                       3000) == NATS_OK &&
+                          strcmp(reply_kind(r), "result") == 0);
+                natsMsg_Destroy(r);
+            }
+        } else if (strcmp(k, "result") == 0) {
+            json_t *err = json_object_get(j, "error");
+            snprintf(code, code_n, "%s",
+                     err ? json_string_value(json_object_get(err, "code"))
+                         : "");
+            if (!err)
+                CU_ASSERT(reply_ok(m, "asked"));
+            done = true;
+        }
+        json_decref(j);
+        natsMsg_Destroy(m);
+    }
+    natsSubscription_Destroy(sub);
+    natsInbox_Destroy(ib);
+}
+
+/* `ask` rules over NATS: a caller that offers answers (Toolhost-Ask: 1)
+ * is asked and its allow or deny decides; one that does not is denied. */
+static void test_ask(void)
+{
+    NEED_SERVER();
+    char cfg[2048];
+    snprintf(cfg, sizeof cfg,
+             "host:\n"
+             "  log_level: debug\n"
+             "  shutdown_grace: 1s\n"
+             "  permission_timeout: 2s\n"
+             "  listen: [\"%s\"]\n"
+             "plugins:\n"
+             "  - name: echo\n"
+             "    path: @BUILD@/plugins/echo.so\n"
+             "toolsets:\n"
+             "  - name: public\n"
+             "    tools: [echo]\n"
+             "    allow_users: [nats]\n"
+             "    permissions:\n"
+             "      rules:\n"
+             "        - match: echo\n"
+             "          action: ask\n"
+             "nats:\n"
+             "  prefix: ak\n"
+             "  name: ak\n"
+             "  toolsets: [public]\n",
+             G_url);
+    rpc_srv h;
+    rpc_opts o = {.config = cfg};
+    CU_ASSERT_FATAL(rpc_srv_start(&h, &o) == 0);
+    char id[40];
+    host_id_from_log(&h, id, sizeof id);
+    natsConnection *nc = connect_to(G_url);
+    CU_ASSERT_FATAL(nc != NULL);
+    char code[64];
+    bool asked;
+    ask_call(nc, "ak.public.echo", true, "allow", code, sizeof code, &asked);
+    CU_ASSERT(asked);
+    CU_ASSERT_STRING_EQUAL(code, "");
+    ask_call(nc, "ak.public.echo", true, "deny", code, sizeof code, &asked);
+    CU_ASSERT(asked);
+    CU_ASSERT_STRING_EQUAL(code, "permission_denied");
+    ask_call(nc, "ak.public.echo", false, NULL, code, sizeof code, &asked);
+    CU_ASSERT(!asked);
+    CU_ASSERT_STRING_EQUAL(code, "permission_denied");
+    CU_ASSERT(log_count(&h, "did not offer one") == 1);
+    /* asked, never answered: host.permission_timeout denies */
+    int64_t t0 = rpc_now_ms();
+    ask_call(nc, "ak.public.echo", true, NULL, code, sizeof code, &asked);
+    CU_ASSERT(asked);
+    CU_ASSERT_STRING_EQUAL(code, "permission_denied");
+    CU_ASSERT(rpc_now_ms() - t0 >= 1500);
+    /* the CLI offers answers; without a terminal it answers deny */
+    th_test_run r = {0};
+    char *argv[] = {(char *)rpc_server_bin(), "call", "--connect", G_url,
+                    "echo", "text=asked", NULL};
+    setenv("TOOLHOST_NATS_SERVICE", "ak", 1);
+    th_test_run_argv(argv, NULL, 20, 0, &r);
+    unsetenv("TOOLHOST_NATS_SERVICE");
+    CU_ASSERT(r.status != 0);
+    CU_ASSERT(r.err && strstr(r.err, "permission"));
+    th_test_run_free(&r);
+    CU_ASSERT(log_count(&h, "did not offer one") == 1);
+    natsConnection_Destroy(nc);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&h, SIGTERM), 0);
+    rpc_srv_free(&h);
+}
+
+void th_suite_nats_fleet(void)
+{
+    CU_pSuite s = CU_add_suite("nats_fleet", suite_init, suite_clean);
+    CU_add_test(s, "late_server", test_late_server);
+    CU_add_test(s, "reload_endpoints", test_reload_endpoints);
+    CU_add_test(s, "result_after_host_gone", test_result_after_host_gone);
+    CU_add_test(s, "cluster_failover", test_cluster_failover);
+    CU_add_test(s, "tls_auth", test_tls_auth);
+    CU_add_test(s, "cli_retry", test_cli_retry);
+    CU_add_test(s, "ask", test_ask);
+}
