@@ -494,6 +494,9 @@ static void on_request(natsConnection *nc, natsSubscription *sub,
     if (natsMsgHeader_Get(msg, TH_NATS_H_PROGRESS, &v) == NATS_OK && v &&
         strcmp(v, "0") == 0)
         o.no_progress = true;
+    if (natsMsgHeader_Get(msg, TH_NATS_H_OUTPUT_INFO, &v) == NATS_OK && v &&
+        strcmp(v, "1") == 0)
+        o.output_info = true;
     bool can_ask = natsMsgHeader_Get(msg, TH_NATS_H_ASK, &v) == NATS_OK &&
                    v && strcmp(v, "1") == 0;
     nt_call *c = calloc(1, sizeof *c);

@@ -195,6 +195,51 @@ static void test_spread(void)
     natsConnection_Destroy(nc);
 }
 
+/* meta.toolhost exists in a reply of th.public.echo (nothing is cut: only
+ * when Toolhost-Output-Info: 1 asked for it). */
+static int output_info_reply(natsConnection *nc, const char *hdr)
+{
+    th_buf b = TH_BUF_INIT;
+    rpc_pack_json(&b, "{\"text\":\"hi\"}");
+    natsMsg *m = NULL, *r = NULL;
+    int has = -1;
+    if (natsMsg_Create(&m, "th.public.echo", NULL, (const char *)b.data,
+                       (int)b.len) != NATS_OK)
+        goto out;
+    if (hdr && natsMsgHeader_Set(m, "Toolhost-Output-Info", hdr) != NATS_OK)
+        goto out;
+    if (natsConnection_RequestMsg(&r, nc, m, 3000) != NATS_OK)
+        goto out;
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    if (msgpack_unpack_next(&u, natsMsg_GetData(r),
+                            (size_t)natsMsg_GetDataLength(r), NULL) ==
+            MSGPACK_UNPACK_SUCCESS &&
+        rpc_ok(&u.data) && rpc_stdout_is(&u.data, "hi")) {
+        const msgpack_object *meta = th_rpc_map_get(&u.data, "meta");
+        has = meta && th_rpc_map_get(th_rpc_map_get(meta, "toolhost"),
+                                     "output") != NULL;
+    }
+    msgpack_unpacked_destroy(&u);
+out:
+    natsMsg_Destroy(r);
+    natsMsg_Destroy(m);
+    th_buf_destroy(&b);
+    return has;
+}
+
+/* Toolhost-Output-Info: 1 is the tools.call option output_info. */
+static void test_output_info(void)
+{
+    NEED_CLUSTER();
+    natsConnection *nc = client(&C, "alice", "alicepw");
+    CU_ASSERT_FATAL(nc != NULL);
+    CU_ASSERT_EQUAL(output_info_reply(nc, NULL), 0);
+    CU_ASSERT_EQUAL(output_info_reply(nc, "0"), 0);
+    CU_ASSERT_EQUAL(output_info_reply(nc, "1"), 1);
+    natsConnection_Destroy(nc);
+}
+
 /* Publishes an async call with reply subject `inbox`. */
 static void publish_async(natsConnection *nc, const char *inbox,
                           const char *json)
@@ -794,6 +839,7 @@ void th_suite_nats(void)
     CU_pSuite s = CU_add_suite("nats", suite_init, suite_clean);
     CU_add_test(s, "config_errors", test_config_errors);
     CU_add_test(s, "spread", test_spread);
+    CU_add_test(s, "output_info", test_output_info);
     CU_add_test(s, "async_progress", test_async_progress);
     CU_add_test(s, "user_refused", test_user_refused);
     CU_add_test(s, "discovery_js", test_discovery_js);

@@ -19,6 +19,9 @@ typedef struct th_nats th_nats;
 /* Header names of requests and replies. */
 #define TH_NATS_H_TIMEOUT "Toolhost-Timeout-Ms" /* request: per-call ms    */
 #define TH_NATS_H_PROGRESS "Toolhost-Progress"  /* request: "0": none      */
+#define TH_NATS_H_OUTPUT_INFO "Toolhost-Output-Info" /* request: "1": meta
+                                           describes both streams (the
+                                           tools.call option output_info) */
 #define TH_NATS_H_KIND "Toolhost-Kind"  /* reply: result, ack, progress    */
 #define TH_NATS_H_TASK "Toolhost-Task"  /* reply: HOSTID.TASKID            */
 #define TH_NATS_H_HOST "Toolhost-Host"  /* reply: the host's id            */
