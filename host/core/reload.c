@@ -274,7 +274,13 @@ static int prepare(th_reloader *r, const th_config *cfg, const th_plugin_cfg *pc
         th_reload_test_after_check(pc->path);
     rc = th_copydir_copy_fd(r->dir, fd, pc->path, pc->name, gen, &copy, &id,
                             err);
-    if (rc && (rc == TH_ESTATE || th_elf_incomplete_fd(fd)))
+    /* A truncated object must not reach dlopen(): mapping a segment past
+     * the end of the file faults (SIGBUS) during relocation.  The copy
+     * holds the bytes of `fd` (same identity and size before and after),
+     * so asking the source is asking the copy, without opening it again;
+     * th_plugin_open() looks at the copy itself once more. */
+    bool trunc = th_elf_incomplete_fd(fd);
+    if (rc && (rc == TH_ESTATE || trunc))
         *incomplete = true;
     close(fd);
     if (rc) {
@@ -282,9 +288,7 @@ static int prepare(th_reloader *r, const th_config *cfg, const th_plugin_cfg *pc
             err->code = rc = TH_ELOAD;
         return rc;
     }
-    /* A truncated object must not reach dlopen(): mapping a segment past
-     * the end of the file faults (SIGBUS) during relocation. */
-    if (th_elf_incomplete(copy)) {
+    if (trunc) {
         *incomplete = true;
         th_copydir_remove(r->dir, copy);
         free(copy);

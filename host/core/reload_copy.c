@@ -12,6 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
+#include <sys/ioctl.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,6 +25,11 @@
 struct th_copydir {
     char *path;        /* the folder we created (removed at close) */
     atomic_ulong seq;  /* makes every copy name unique */
+    /* FICLONE refused for sources on this device (copy_bytes) */
+    atomic_bool no_clone_set;
+    _Atomic uint64_t no_clone_dev;
+    atomic_bool no_cfr; /* copy_file_range() missing (ENOSYS) */
+    atomic_ulong n_cloned, n_copied; /* copies made each way */
 };
 
 /* ---- file identity ------------------------------------------------------------ */
@@ -229,6 +238,33 @@ static void sweep_stale(const char *parent, bool state_dir)
     closedir(d);
 }
 
+/* ---- where copies go without host.state_dir or $TMPDIR ------------------------- */
+
+#define SHM "/dev/shm"
+/* Free room /dev/shm must have to be chosen: a container's 64 MiB /dev/shm
+ * is left to shared memory. */
+#define SHM_MIN_FREE ((uint64_t)1 << 30)
+
+/* Whether copies should go to /dev/shm rather than /tmp: /tmp is not in
+ * memory (tmpfs) while /dev/shm is, without noexec, with 1 GiB free.
+ * Creating a file on a disk file system is most of what a copy costs: on
+ * an ext4 without a journal that just deleted files (the copies of the
+ * last start) the kernel walks the inode table for a free inode, ~0.4 ms a
+ * file, 40 ms for 100 plugins (bench/README.md, "startup"); in memory a
+ * file costs a few microseconds and there is no disk to spare anyway (the
+ * copies are removed at close, never read after a restart). */
+static bool copies_in_memory(void)
+{
+    struct statfs tf, sf;
+    struct statvfs sv;
+    if (statfs("/tmp", &tf) == 0 && tf.f_type == TMPFS_MAGIC)
+        return false; /* /tmp is memory already */
+    if (statfs(SHM, &sf) != 0 || sf.f_type != TMPFS_MAGIC ||
+        statvfs(SHM, &sv) != 0 || (sv.f_flag & (ST_NOEXEC | ST_RDONLY)))
+        return false;
+    return (uint64_t)sv.f_bavail * sv.f_frsize >= SHM_MIN_FREE;
+}
+
 int th_copydir_open(const char *state_dir, th_copydir **out, th_error *err)
 {
     *out = NULL;
@@ -267,8 +303,20 @@ int th_copydir_open(const char *state_dir, th_copydir **out, th_error *err)
         }
     } else {
         const char *t = getenv("TMPDIR");
-        if (!t || !t[0])
+        if (!t || !t[0]) {
             t = "/tmp";
+            /* Without a choice of the user's: /dev/shm when it is memory
+             * and /tmp is not (copies_in_memory).  Its stale folders are
+             * swept as /tmp's are. */
+            if (copies_in_memory()) {
+                if (snprintf(tmpl, sizeof tmpl, "%s/toolhost-XXXXXX", SHM) <
+                        (int)sizeof tmpl &&
+                    (sweep_stale(SHM, false), mkdtemp(tmpl)))
+                    goto made;
+                th_log_debug("reload: cannot create a folder in " SHM
+                             " (%s); copies go to /tmp", strerror(errno));
+            }
+        }
         if (snprintf(tmpl, sizeof tmpl, "%s/toolhost-XXXXXX", t) >= (int)sizeof tmpl) {
             free(d);
             return th_error_set(err, TH_EIO, "TMPDIR %s: path too long", t);
@@ -281,6 +329,7 @@ int th_copydir_open(const char *state_dir, th_copydir **out, th_error *err)
                             "cannot create the folder for private plugin "
                             "copies %s: %s", tmpl, strerror(errno));
     }
+made:;
     char real[PATH_MAX];
     const char *use = realpath(tmpl, real) ? real : tmpl;
     if (!(d->path = strdup(use))) {
@@ -290,6 +339,11 @@ int th_copydir_open(const char *state_dir, th_copydir **out, th_error *err)
     }
     marker_write(d->path);
     atomic_init(&d->seq, 0);
+    atomic_init(&d->no_clone_set, false);
+    atomic_init(&d->no_clone_dev, 0);
+    atomic_init(&d->no_cfr, false);
+    atomic_init(&d->n_cloned, 0);
+    atomic_init(&d->n_copied, 0);
     *out = d;
     return 0;
 }
@@ -311,6 +365,26 @@ const char *th_copydir_path(const th_copydir *d)
 
 /* ---- copies ---------------------------------------------------------------------------- */
 
+/* How a copy is made, cheapest first:
+ *  1. FICLONE: the copy shares the source's blocks, copy-on-write (btrfs,
+ *     xfs with reflink, bcachefs): no bytes move, and a later write to
+ *     either file does not change the other.  Tried once per source file
+ *     system; a file system that says no (ext4, tmpfs: EOPNOTSUPP, EINVAL;
+ *     another file system: EXDEV) is not asked again.
+ *  2. copy_file_range(): the kernel copies, no round trip through a user
+ *     buffer.
+ *  3. pread()/write(), where the kernel has neither.
+ * The copy is created under its final name, mode 0500, O_EXCL, in the
+ * host's own 0700 folder: no one else can open it, and the reloader
+ * dlopen()s it only after it is complete, so there is no temporary name to
+ * rename.  It is not fsync()ed: it lives as long as the host process, and
+ * after a crash the folder is swept, never reused, so writing it to disk
+ * buys nothing (and cost ~0.25 ms a plugin, most of the copy, under load). */
+
+#ifndef FICLONE
+#define FICLONE _IOW(0x94, 9, int)
+#endif
+
 static int write_all(int fd, const char *buf, size_t n)
 {
     while (n) {
@@ -323,6 +397,88 @@ static int write_all(int fd, const char *buf, size_t n)
         buf += w;
         n -= (size_t)w;
     }
+    return 0;
+}
+
+/* The source file system refuses FICLONE: no need to ask again. */
+static bool clone_refused(th_copydir *d, uint64_t dev)
+{
+    return atomic_load(&d->no_clone_set) &&
+           atomic_load(&d->no_clone_dev) == dev;
+}
+
+static void clone_refused_note(th_copydir *d, uint64_t dev)
+{
+    atomic_store(&d->no_clone_dev, dev);
+    atomic_store(&d->no_clone_set, true);
+}
+
+/* Copies `size` bytes of `in` (from offset 0, the fd's offset untouched)
+ * to `out`; *total: bytes written.  0 or -1 (errno; *reading says which
+ * side failed). */
+static int copy_bytes(th_copydir *d, int in, int out, uint64_t dev,
+                      uint64_t size, uint64_t *total, bool *reading)
+{
+    *total = 0;
+    *reading = false;
+    if (!clone_refused(d, dev)) {
+        if (ioctl(out, FICLONE, in) == 0) {
+            struct stat st;
+            if (fstat(out, &st) != 0)
+                return -1;
+            *total = (uint64_t)st.st_size;
+            atomic_fetch_add(&d->n_cloned, 1);
+            return 0;
+        }
+        if (errno == EOPNOTSUPP || errno == EINVAL || errno == EXDEV ||
+            errno == ENOTTY || errno == ENOSYS || errno == EPERM)
+            clone_refused_note(d, dev);
+        /* anything else: copy the bytes below, ask again next time */
+    }
+    loff_t off = 0;
+    bool cfr = !atomic_load(&d->no_cfr);
+    while (cfr) {
+        /* the size known, then once more to see the end (0) */
+        size_t want = size > (uint64_t)off ? (size_t)(size - (uint64_t)off)
+                                           : (size_t)1 << 16;
+        ssize_t n = copy_file_range(in, &off, out, NULL, want, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && *total == 0 &&
+            (errno == ENOSYS || errno == EXDEV || errno == EINVAL ||
+             errno == EOPNOTSUPP || errno == EPERM)) {
+            if (errno == ENOSYS)
+                atomic_store(&d->no_cfr, true);
+            break; /* the byte copy below */
+        }
+        if (n < 0) {
+            *reading = true; /* either side: say "read" as before */
+            return -1;
+        }
+        if (n == 0) {
+            atomic_fetch_add(&d->n_copied, 1);
+            return 0;
+        }
+        *total += (uint64_t)n;
+    }
+    static _Thread_local char buf[65536];
+    off = 0;
+    for (;;) {
+        ssize_t n = pread(in, buf, sizeof buf, off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            *reading = true;
+            return -1;
+        }
+        if (n == 0)
+            break;
+        off += n;
+        if (write_all(out, buf, (size_t)n) != 0)
+            return -1;
+        *total += (uint64_t)n;
+    }
+    atomic_fetch_add(&d->n_copied, 1);
     return 0;
 }
 
@@ -348,35 +504,25 @@ int th_copydir_copy_fd(th_copydir *d, int in, const char *src, const char *name,
     struct stat before, after;
     if (fstat(in, &before) != 0 || !S_ISREG(before.st_mode))
         return th_error_set(err, TH_EIO, "%s: not a regular file", src);
-    char tmp[PATH_MAX];
-    if (snprintf(tmp, sizeof tmp, "%s/.tmp-XXXXXX", d->path) >= (int)sizeof tmp)
+    char final[PATH_MAX];
+    unsigned long seq = atomic_fetch_add(&d->seq, 1) + 1;
+    if (snprintf(final, sizeof final, "%s/%.64s-g%llu-%lu.so", d->path, name,
+                 (unsigned long long)generation, seq) >= (int)sizeof final)
         return th_error_set(err, TH_EIO, "%s: path too long", d->path);
-    int out = mkostemp(tmp, O_CLOEXEC); /* mode 0600 */
+    int out = open(final, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+                   0500);
     if (out < 0)
         return th_error_set(err, TH_EIO, "%s: cannot create a copy in %s: %s",
                             src, d->path, strerror(errno));
     int rc = 0;
-    char buf[65536];
     uint64_t total = 0;
-    off_t off = 0;
-    for (;;) {
-        ssize_t n = pread(in, buf, sizeof buf, off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            rc = th_error_set(err, TH_EIO, "%s: read failed: %s", src, strerror(errno));
-            break;
-        }
-        if (n == 0)
-            break;
-        off += n;
-        if (write_all(out, buf, (size_t)n) != 0) {
-            rc = th_error_set(err, TH_EIO, "%s: writing its copy %s failed: %s",
-                              src, tmp, strerror(errno));
-            break;
-        }
-        total += (uint64_t)n;
-    }
+    bool reading = false;
+    if (copy_bytes(d, in, out, (uint64_t)before.st_dev,
+                   (uint64_t)before.st_size, &total, &reading) != 0)
+        rc = reading ? th_error_set(err, TH_EIO, "%s: read failed: %s", src,
+                                    strerror(errno))
+                     : th_error_set(err, TH_EIO, "%s: writing its copy %s "
+                                    "failed: %s", src, final, strerror(errno));
     if (rc == 0 && fstat(in, &after) == 0) {
         th_file_id a, b;
         id_from_stat(&before, &a);
@@ -388,28 +534,21 @@ int th_copydir_copy_fd(th_copydir *d, int in, const char *src, const char *name,
         else
             *id_out = a;
     }
-    if (rc == 0 && (fchmod(out, 0500) != 0 || fsync(out) != 0))
-        rc = th_error_set(err, TH_EIO, "%s: finishing its copy %s failed: %s",
-                          src, tmp, strerror(errno));
     if (close(out) != 0 && rc == 0)
         rc = th_error_set(err, TH_EIO, "%s: closing its copy failed: %s", src,
                           strerror(errno));
-    char final[PATH_MAX];
-    unsigned long seq = atomic_fetch_add(&d->seq, 1) + 1;
-    if (rc == 0 &&
-        snprintf(final, sizeof final, "%s/%.64s-g%llu-%lu.so", d->path, name,
-                 (unsigned long long)generation, seq) >= (int)sizeof final)
-        rc = th_error_set(err, TH_EIO, "%s: path too long", d->path);
-    if (rc == 0 && rename(tmp, final) != 0)
-        rc = th_error_set(err, TH_EIO, "%s: renaming its copy failed: %s", src,
-                          strerror(errno));
-    if (rc == 0 && !(*path_out = strdup(final))) {
-        unlink(final);
-        return th_error_set(err, TH_ENOMEM, "out of memory");
-    }
+    if (rc == 0 && !(*path_out = strdup(final)))
+        rc = th_error_set(err, TH_ENOMEM, "out of memory");
     if (rc != 0)
-        unlink(tmp);
+        unlink(final);
     return rc;
+}
+
+void th_copydir_counts(th_copydir *d, unsigned long *cloned,
+                       unsigned long *copied)
+{
+    *cloned = atomic_load(&d->n_cloned);
+    *copied = atomic_load(&d->n_copied);
 }
 
 void th_copydir_remove(th_copydir *d, const char *copy)

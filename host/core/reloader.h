@@ -38,7 +38,9 @@ void th_copydir_close(th_copydir *d);
 const char *th_copydir_path(const th_copydir *d);
 
 /* Copies `src` to a new unique file in the folder ("NAME-gGEN-SEQ.so",
- * mode 0500): written under a temporary name, fsync()ed, then renamed.
+ * mode 0500, created O_EXCL under that name): a FICLONE where the file
+ * system can, else copy_file_range(), else read/write; not fsync()ed (it
+ * lives no longer than the process; reload_copy.c says why).
  * *id_out is the identity of `src` as read.  *path_out (malloc()ed) is the
  * copy.  Fails when `src` changed while it
  * was copied (TH_ESTATE: still being written, try again later),
@@ -55,6 +57,10 @@ int th_copydir_copy(th_copydir *d, const char *src, const char *name,
 int th_copydir_copy_fd(th_copydir *d, int fd, const char *src,
                        const char *name, uint64_t generation, char **path_out,
                        th_file_id *id_out, th_error *err);
+
+/* How many copies `d` made by FICLONE and by copying bytes. */
+void th_copydir_counts(th_copydir *d, unsigned long *cloned,
+                       unsigned long *copied);
 
 /* For tests only: when set, called by the reloader between the check of a
  * plugin file and its copy (with the configured path), to change what the
