@@ -14,6 +14,7 @@
 #include <string.h>
 #include <linux/magic.h>
 #include <sys/ioctl.h>
+#include <sys/sendfile.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <sys/stat.h>
@@ -28,7 +29,9 @@ struct th_copydir {
     /* FICLONE refused for sources on this device (copy_bytes) */
     atomic_bool no_clone_set;
     _Atomic uint64_t no_clone_dev;
-    atomic_bool no_cfr; /* copy_file_range() missing (ENOSYS) */
+    /* copy_file_range() refused for sources on this device: sendfile() */
+    atomic_bool no_cfr_set;
+    _Atomic uint64_t no_cfr_dev;
     atomic_ulong n_cloned, n_copied; /* copies made each way */
 };
 
@@ -341,7 +344,8 @@ made:;
     atomic_init(&d->seq, 0);
     atomic_init(&d->no_clone_set, false);
     atomic_init(&d->no_clone_dev, 0);
-    atomic_init(&d->no_cfr, false);
+    atomic_init(&d->no_cfr_set, false);
+    atomic_init(&d->no_cfr_dev, 0);
     atomic_init(&d->n_cloned, 0);
     atomic_init(&d->n_copied, 0);
     *out = d;
@@ -371,8 +375,8 @@ const char *th_copydir_path(const th_copydir *d)
  *     either file does not change the other.  Tried once per source file
  *     system; a file system that says no (ext4, tmpfs: EOPNOTSUPP, EINVAL;
  *     another file system: EXDEV) is not asked again.
- *  2. copy_file_range(): the kernel copies, no round trip through a user
- *     buffer.
+ *  2. copy_file_range() (same file system) or sendfile() (across): the
+ *     kernel copies, no round trip through a user buffer.
  *  3. pread()/write(), where the kernel has neither.
  * The copy is created under its final name, mode 0500, O_EXCL, in the
  * host's own 0700 folder: no one else can open it, and the reloader
@@ -435,31 +439,40 @@ static int copy_bytes(th_copydir *d, int in, int out, uint64_t dev,
             clone_refused_note(d, dev);
         /* anything else: copy the bytes below, ask again next time */
     }
+    /* In the kernel: copy_file_range() within a file system (ext4 to
+     * ext4), sendfile() across (ext4 to tmpfs: copy_file_range says
+     * EXDEV there, remembered per source device).  `size` bytes and no
+     * more: a file that grows or shrinks meanwhile changes its identity,
+     * which the caller compares. */
     loff_t off = 0;
-    bool cfr = !atomic_load(&d->no_cfr);
-    while (cfr) {
-        /* the size known, then once more to see the end (0) */
-        size_t want = size > (uint64_t)off ? (size_t)(size - (uint64_t)off)
-                                           : (size_t)1 << 16;
-        ssize_t n = copy_file_range(in, &off, out, NULL, want, 0);
+    bool cfr = !(atomic_load(&d->no_cfr_set) && atomic_load(&d->no_cfr_dev) == dev);
+    while (*total < size) {
+        size_t want = (size_t)(size - *total);
+        ssize_t n = cfr ? copy_file_range(in, &off, out, NULL, want, 0)
+                        : sendfile(out, in, &off, want);
         if (n < 0 && errno == EINTR)
             continue;
-        if (n < 0 && *total == 0 &&
-            (errno == ENOSYS || errno == EXDEV || errno == EINVAL ||
-             errno == EOPNOTSUPP || errno == EPERM)) {
-            if (errno == ENOSYS)
-                atomic_store(&d->no_cfr, true);
-            break; /* the byte copy below */
+        if (n < 0 && *total == 0 && cfr &&
+            (errno == EXDEV || errno == ENOSYS || errno == EINVAL ||
+             errno == EOPNOTSUPP)) {
+            atomic_store(&d->no_cfr_dev, dev);
+            atomic_store(&d->no_cfr_set, true);
+            cfr = false;
+            continue;
         }
+        if (n < 0 && *total == 0 && !cfr && (errno == EINVAL || errno == ENOSYS))
+            break; /* the byte copy below */
         if (n < 0) {
             *reading = true; /* either side: say "read" as before */
             return -1;
         }
-        if (n == 0) {
-            atomic_fetch_add(&d->n_copied, 1);
-            return 0;
-        }
+        if (n == 0)
+            break; /* shrank: the caller sees total != size */
         *total += (uint64_t)n;
+    }
+    if (*total > 0 || size == 0) {
+        atomic_fetch_add(&d->n_copied, 1);
+        return 0;
     }
     static _Thread_local char buf[65536];
     off = 0;
