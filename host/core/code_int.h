@@ -75,6 +75,10 @@ void th_code__push_result(lua_State *L, run *r, const th_result_copy *res);
 void th_code__push_error_result(lua_State *L, run *r, int code,
                                 const char *message);
 int th_code__pack_returned(lua_State *L, run *r);
+/* The msgpack value of `b` unpacked, then as a Lua value (an empty table
+ * for none or for bytes that are not msgpack); the converter of structured
+ * results, and the model the tests hold the direct one to. */
+void th_code__push_msgpack(lua_State *L, run *r, const th_buf *b);
 
 /* code_guard.c: the cost guard of C loops (patterns, table.move) */
 int th_code__pattern_fn(lua_State *L);
