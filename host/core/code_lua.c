@@ -367,7 +367,13 @@ static int tool_call(lua_State *L)
                           "tools.%s takes a table of named arguments, "
                           "e.g. tools.%s{...}, not a %s",
                           t->key, t->key, luaL_typename(L, 2));
-    poll_limits(r, L);
+    /* the deadline and cancellation (poll_limits), the clock read once
+     * for the check and the call's timeout */
+    int64_t timeout = 0;
+    if (!r->kill && r->has_deadline && (timeout = th_code__ms_left(r)) <= 0)
+        set_kill(r, L, KILL_TIMEOUT);
+    else if (!r->kill && r->io.is_cancelled && r->io.is_cancelled(r->io.ud))
+        set_kill(r, L, KILL_CANCEL);
     if (r->kill)
         return raise_kill(L, r, 1);
     if (r->lim.max_calls && r->res->calls >= r->lim.max_calls)
@@ -381,14 +387,6 @@ static int tool_call(lua_State *L)
             return luaL_error(L, "out of memory");
     } else if (th_code__pack_into(L, r, 2, &r->args, false, t, 0, NULL) != 0) {
         return luaL_error(L, "tools.%s: bad arguments: %s", t->key, r->msg);
-    }
-    int64_t timeout = 0;
-    if (r->has_deadline) {
-        timeout = th_code__ms_left(r);
-        if (timeout <= 0) {
-            set_kill(r, L, KILL_TIMEOUT);
-            return raise_kill(L, r, 1);
-        }
     }
     r->res->calls++;
     th_proj_result_destroy(&r->pres);
