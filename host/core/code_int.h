@@ -34,6 +34,10 @@ typedef struct run {
     bool warn_cont; /* a warning is being continued */
     uint32_t alloc_n;   /* allocations since the allocator read the clock */
     size_t alloc_grow;  /* bytes of growth since then */
+    /* freed small blocks kept for reuse, by size class (code_lua.c,
+     * run_alloc): the Lua objects of a tool call (argument and result
+     * tables, strings) come and go with every call */
+    void *small[16];
     /* output */
     uint64_t kept[3], dropped[3];
     /* scratch C memory that a Lua error may skip over */
