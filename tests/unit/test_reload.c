@@ -16,7 +16,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -373,6 +376,76 @@ static void test_copydir(void)
     CU_ASSERT_EQUAL_FATAL(th_copydir_open(NULL, &d, &e), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(th_copydir_path(d), "toolhost-"));
     th_copydir_close(d);
+    th_test_rmtree(tmp);
+    free(tmp);
+}
+
+/* Without host.state_dir and $TMPDIR: /dev/shm when /tmp is on disk and
+ * /dev/shm is memory one may run code from with room to spare, else /tmp
+ * (reload_copy.c, copies_in_memory); either way a copy holds the source's
+ * bytes, mode 0500, made by FICLONE or by the kernel's copy, counted. */
+static void test_copydir_default_folder(void)
+{
+    struct statfs tf, sf;
+    struct statvfs sv;
+    bool shm = !(statfs("/tmp", &tf) == 0 && tf.f_type == TMPFS_MAGIC) &&
+               statfs("/dev/shm", &sf) == 0 && sf.f_type == TMPFS_MAGIC &&
+               statvfs("/dev/shm", &sv) == 0 &&
+               !(sv.f_flag & (ST_NOEXEC | ST_RDONLY)) &&
+               (uint64_t)sv.f_bavail * sv.f_frsize >= ((uint64_t)1 << 30);
+    char *saved = getenv("TMPDIR") ? strdup(getenv("TMPDIR")) : NULL;
+    unsetenv("TMPDIR");
+    th_copydir *d = NULL;
+    th_error e;
+    int rc = th_copydir_open(NULL, &d, &e);
+    if (saved) {
+        setenv("TMPDIR", saved, 1);
+        free(saved);
+    }
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+    const char *want = shm ? "/dev/shm/toolhost-" : "/tmp/toolhost-";
+    CU_ASSERT_EQUAL(strncmp(th_copydir_path(d), want, strlen(want)), 0);
+    if (strncmp(th_copydir_path(d), want, strlen(want)) != 0)
+        fprintf(stderr, "copies in %s, wanted %s...\n", th_copydir_path(d), want);
+    struct stat st;
+    CU_ASSERT_EQUAL(stat(th_copydir_path(d), &st), 0);
+    CU_ASSERT_EQUAL(st.st_mode & 07777, 0700);
+
+    const char *src = th_test_build_path("fixtures/reload_a.so");
+    char *c1 = NULL, *c2 = NULL;
+    th_file_id id;
+    CU_ASSERT_EQUAL(th_copydir_copy(d, src, "fx", 1, &c1, &id, &e), 0);
+    CU_ASSERT_EQUAL(th_copydir_copy(d, src, "fx", 2, &c2, &id, &e), 0);
+    CU_ASSERT(c1 && th_file_same_content(c1, src));
+    CU_ASSERT(c2 && th_file_same_content(c2, src));
+    CU_ASSERT(c1 && stat(c1, &st) == 0 && (st.st_mode & 0777) == 0500);
+    unsigned long cloned = 0, copied = 0;
+    th_copydir_counts(d, &cloned, &copied);
+    CU_ASSERT_EQUAL(cloned + copied, 2);
+    /* the copy is the host's own: a later write to the source (in place,
+     * same inode) does not reach it */
+    char *tmp = th_test_tmpdir();
+    char *own = th_test_write_file(tmp, "own.so", "first version", 13);
+    char *c3 = NULL;
+    CU_ASSERT_EQUAL(th_copydir_copy(d, own, "own", 1, &c3, &id, &e), 0);
+    FILE *f = fopen(own, "r+");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fputs("SECOND", f);
+    fclose(f);
+    CU_ASSERT(c3 && !th_file_same_content(c3, own));
+    char buf[32] = "";
+    f = c3 ? fopen(c3, "r") : NULL;
+    CU_ASSERT(f && fgets(buf, sizeof buf, f) && strcmp(buf, "first version") == 0);
+    if (f)
+        fclose(f);
+    char *path = strdup(th_copydir_path(d));
+    th_copydir_close(d);
+    CU_ASSERT_NOT_EQUAL(stat(path, &st), 0);
+    free(path);
+    free(c1);
+    free(c2);
+    free(c3);
+    free(own);
     th_test_rmtree(tmp);
     free(tmp);
 }
@@ -1603,6 +1676,7 @@ void th_suite_reload(void)
 {
     CU_pSuite s = CU_add_suite("reload", NULL, NULL);
     CU_add_test(s, "copydir", test_copydir);
+    CU_add_test(s, "copydir_default_folder", test_copydir_default_folder);
     CU_add_test(s, "elf_incomplete", test_elf_incomplete);
     CU_add_test(s, "still_loaded", test_still_loaded);
     CU_add_test(s, "swap_and_unchanged", test_swap_and_unchanged);
