@@ -1000,6 +1000,18 @@ int th_plugin_open(const char *path, const th_load_opts *opts,
     int rc, fd = -1;
     if (opts->has_fd) {
         fd = opts->fd;
+    } else if (opts->private_copy && opts->load_path) {
+        struct stat st;
+        fd = open(file, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+        if (fd < 0)
+            return th_error_set(err, TH_ELOAD, "%s: cannot open its copy "
+                                "%s: %s", path, file, strerror(errno));
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+            st.st_uid != geteuid()) {
+            close(fd);
+            return th_error_set(err, TH_ELOAD, "%s: refused: its copy %s is "
+                                "not a file of the host's user", path, file);
+        }
     } else if ((rc = th_plugin_file_open(file, path, !opts->allow_insecure,
                                          &fd, err))) {
         return rc;

@@ -301,6 +301,7 @@ static int prepare(th_reloader *r, const th_config *cfg, const th_plugin_cfg *pc
     lo.name = pc->name;
     lo.allow_insecure = pc->allow_insecure;
     lo.load_path = copy;
+    lo.private_copy = th_copydir_checked(r->dir);
     lo.generation = gen;
     th_plugin *p = NULL;
     rc = th_iso_plugin_open(pc, &lo, &p, err); /* isolation: a proxy */

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "th/log.h"
+#include "th/tool.h"
 #include "reloader.h"
 
 struct th_copydir {
@@ -33,6 +34,9 @@ struct th_copydir {
     atomic_bool no_cfr_set;
     _Atomic uint64_t no_cfr_dev;
     atomic_ulong n_cloned, n_copied; /* copies made each way */
+    /* the folder's path passed the loader's checks when it was made
+     * (th_copydir_checked) */
+    bool checked;
 };
 
 /* ---- file identity ------------------------------------------------------------ */
@@ -341,6 +345,17 @@ made:;
         return th_error_set(err, TH_ENOMEM, "out of memory");
     }
     marker_write(d->path);
+    /* Every folder from / to ours belongs to root or to us and no one else
+     * may write it (or it is sticky): walked once here, through the marker
+     * (a file of ours, 0600), so the loader need not walk it again for
+     * every copy.  Only root or we can change that later. */
+    char m[PATH_MAX];
+    int mfd = -1;
+    if (snprintf(m, sizeof m, "%s/" MARKER, d->path) < (int)sizeof m &&
+        th_plugin_file_open(m, NULL, true, &mfd, NULL) == 0) {
+        d->checked = true;
+        close(mfd);
+    }
     atomic_init(&d->seq, 0);
     atomic_init(&d->no_clone_set, false);
     atomic_init(&d->no_clone_dev, 0);
@@ -555,6 +570,11 @@ int th_copydir_copy_fd(th_copydir *d, int in, const char *src, const char *name,
     if (rc != 0)
         unlink(final);
     return rc;
+}
+
+bool th_copydir_checked(const th_copydir *d)
+{
+    return d->checked;
 }
 
 void th_copydir_counts(th_copydir *d, unsigned long *cloned,

@@ -58,6 +58,9 @@ int th_copydir_copy_fd(th_copydir *d, int fd, const char *src,
                        const char *name, uint64_t generation, char **path_out,
                        th_file_id *id_out, th_error *err);
 
+/* Whether the folder's path passed the loader's folder checks when it was
+ * made (th_load_opts.private_copy may then be set for its copies). */
+bool th_copydir_checked(const th_copydir *d);
 /* How many copies `d` made by FICLONE and by copying bytes. */
 void th_copydir_counts(th_copydir *d, unsigned long *cloned,
                        unsigned long *copied);

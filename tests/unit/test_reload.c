@@ -450,6 +450,77 @@ static void test_copydir_default_folder(void)
     free(tmp);
 }
 
+static int copydir_in(const char *parent, th_copydir **d)
+{
+    char *saved = getenv("TMPDIR") ? strdup(getenv("TMPDIR")) : NULL;
+    setenv("TMPDIR", parent, 1);
+    th_error e;
+    int rc = th_copydir_open(NULL, d, &e);
+    if (saved) {
+        setenv("TMPDIR", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("TMPDIR");
+    }
+    return rc;
+}
+
+/* The private folder's path is checked once, when it is made; its copies
+ * are then opened directly (O_NOFOLLOW, a file of ours), and a folder in a
+ * place others may change keeps the walk for every copy, which refuses it. */
+static void test_copydir_checked_once(void)
+{
+    char *tmp = th_test_tmpdir();
+    chmod(tmp, 0700);
+    th_copydir *d = NULL;
+    CU_ASSERT_EQUAL_FATAL(copydir_in(tmp, &d), 0);
+    CU_ASSERT(th_copydir_checked(d));
+    const char *src = th_test_build_path("fixtures/reload_a.so");
+    char *c = NULL;
+    th_file_id id;
+    th_error e;
+    CU_ASSERT_EQUAL_FATAL(th_copydir_copy(d, src, "fx", 1, &c, &id, &e), 0);
+    th_load_opts lo;
+    memset(&lo, 0, sizeof lo);
+    lo.name = "fx";
+    lo.load_path = c;
+    lo.private_copy = true;
+    th_plugin *p = NULL;
+    CU_ASSERT_EQUAL(th_plugin_open(src, &lo, &p, &e), 0);
+    if (p)
+        th_plugin_close(p);
+    /* a link where the copy was: not followed */
+    CU_ASSERT_EQUAL(unlink(c), 0);
+    CU_ASSERT_EQUAL(symlink(src, c), 0);
+    p = NULL;
+    CU_ASSERT_EQUAL(th_plugin_open(src, &lo, &p, &e), TH_ELOAD);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "cannot open its copy"));
+    CU_ASSERT_PTR_NULL(p);
+    unlink(c);
+    free(c);
+    th_copydir_close(d);
+
+    /* under a folder anyone may write (not sticky): not checked, and the
+     * loader's walk refuses the copy as before */
+    char open_dir[4200];
+    snprintf(open_dir, sizeof open_dir, "%s/open", tmp);
+    CU_ASSERT_EQUAL_FATAL(mkdir(open_dir, 0777), 0);
+    chmod(open_dir, 0777);
+    CU_ASSERT_EQUAL_FATAL(copydir_in(open_dir, &d), 0);
+    CU_ASSERT(!th_copydir_checked(d));
+    c = NULL;
+    CU_ASSERT_EQUAL_FATAL(th_copydir_copy(d, src, "fx", 1, &c, &id, &e), 0);
+    lo.load_path = c;
+    lo.private_copy = th_copydir_checked(d);
+    p = NULL;
+    CU_ASSERT_EQUAL(th_plugin_open(src, &lo, &p, &e), TH_ELOAD);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "writable by others"));
+    free(c);
+    th_copydir_close(d);
+    th_test_rmtree(tmp);
+    free(tmp);
+}
+
 static void test_elf_incomplete(void)
 {
     char *tmp = th_test_tmpdir();
@@ -1677,6 +1748,7 @@ void th_suite_reload(void)
     CU_pSuite s = CU_add_suite("reload", NULL, NULL);
     CU_add_test(s, "copydir", test_copydir);
     CU_add_test(s, "copydir_default_folder", test_copydir_default_folder);
+    CU_add_test(s, "copydir_checked_once", test_copydir_checked_once);
     CU_add_test(s, "elf_incomplete", test_elf_incomplete);
     CU_add_test(s, "still_loaded", test_still_loaded);
     CU_add_test(s, "swap_and_unchanged", test_swap_and_unchanged);
