@@ -13,7 +13,7 @@
  * `reload: off` (dlopen of the file itself).
  *
  * Each figure is measured in a fresh child process (fork), so one load
- * does not warm or bloat the next, five times interleaved with its floor,
+ * does not warm or bloat the next, nine times interleaved with its floor,
  * the fastest kept:
  *   - load N: th_config_parse + th_host_open (dlopen, checks, init,
  *     registry, toolsets, workers started), wall time, and VmRSS after
@@ -302,7 +302,7 @@ int main(int argc, char **argv)
     /* each REPEAT times, interleaved, keeping the fastest (the first may
      * meet a cold page cache; on a shared machine a child is often
      * preempted) */
-    enum { REPEAT = 5 };
+    enum { REPEAT = 9 };
     for (int i = 0; i < 3; i++) {
         for (int k = 0; k < REPEAT; k++) {
             figure a = in_child(child_load, ns[i]);
