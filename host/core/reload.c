@@ -948,6 +948,8 @@ static void *reload_thread(void *arg)
 {
     th_reloader *r = arg;
     pthread_setname_np(pthread_self(), "th-reload");
+    /* the copies of hosts that are gone, off the start-up path */
+    th_copydir_sweep(r->dir);
     th_reload_result *res = malloc(sizeof *res);
     pthread_mutex_lock(&r->mu);
     for (;;) {
@@ -1111,7 +1113,7 @@ int th_reloader_new(const th_reload_target *target, const th_config *cfg,
     pthread_cond_init(&r->cv, NULL);
     pthread_cond_init(&r->idle_cv, NULL);
     pthread_cond_init(&r->excl_cv, NULL);
-    int rc = th_copydir_open(cfg->host.state_dir, &r->dir, err);
+    int rc = th_copydir_open_ex(cfg->host.state_dir, true, &r->dir, err);
     if (rc == 0 && (rc = pthread_create(&r->thread, NULL, reload_thread, r)) != 0)
         rc = th_error_set(err, TH_ENOMEM, "cannot start the reload thread: %s",
                           strerror(rc));

@@ -37,6 +37,10 @@ struct th_copydir {
     /* the folder's path passed the loader's checks when it was made
      * (th_copydir_checked) */
     bool checked;
+    /* the sweep of stale folders, when deferred (th_copydir_sweep) */
+    bool defer_sweep;
+    char *sweep_parent;
+    bool sweep_state;
 };
 
 /* ---- file identity ------------------------------------------------------------ */
@@ -272,28 +276,59 @@ static bool copies_in_memory(void)
     return (uint64_t)sv.f_bavail * sv.f_frsize >= SHM_MIN_FREE;
 }
 
+/* Sweeps `parent` now, or notes it for th_copydir_sweep(). */
+static void sweep_or_defer(th_copydir *d, const char *parent, bool state_dir)
+{
+    if (!d->defer_sweep) {
+        sweep_stale(parent, state_dir);
+        return;
+    }
+    free(d->sweep_parent);
+    d->sweep_parent = strdup(parent); /* out of memory: no sweep, as with no marker */
+    d->sweep_state = state_dir;
+}
+
+void th_copydir_sweep(th_copydir *d)
+{
+    if (!d || !d->sweep_parent)
+        return;
+    sweep_stale(d->sweep_parent, d->sweep_state);
+    free(d->sweep_parent);
+    d->sweep_parent = NULL;
+}
+
 int th_copydir_open(const char *state_dir, th_copydir **out, th_error *err)
+{
+    return th_copydir_open_ex(state_dir, false, out, err);
+}
+
+int th_copydir_open_ex(const char *state_dir, bool defer_sweep,
+                       th_copydir **out, th_error *err)
 {
     *out = NULL;
     th_copydir *d = calloc(1, sizeof *d);
     if (!d)
         return th_error_set(err, TH_ENOMEM, "out of memory");
+    d->defer_sweep = defer_sweep;
     char tmpl[PATH_MAX];
     if (state_dir && state_dir[0]) {
         if (mkdir(state_dir, 0700) != 0 && errno != EEXIST) {
-            free(d);
+            free(d->sweep_parent);
+        free(d);
             return th_error_set(err, TH_EIO,
                                 "host.state_dir %s: cannot create it: %s",
                                 state_dir, strerror(errno));
         }
         struct stat st;
         if (stat(state_dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-            free(d);
+            free(d->sweep_parent);
+        free(d);
             return th_error_set(err, TH_EIO, "host.state_dir %s: not a folder",
                                 state_dir);
         }
         if (st.st_uid != geteuid() || (st.st_mode & 022)) {
-            free(d);
+            free(d->sweep_parent);
+        free(d);
             return th_error_set(err, TH_EIO,
                                 "host.state_dir %s: refused: it must belong to "
                                 "this user (uid %lu) and be writable by no "
@@ -301,10 +336,11 @@ int th_copydir_open(const char *state_dir, th_copydir **out, th_error *err)
                                 state_dir, (unsigned long)geteuid(),
                                 (unsigned)(st.st_mode & 07777), state_dir);
         }
-        sweep_stale(state_dir, true);
+        sweep_or_defer(d, state_dir, true);
         if (snprintf(tmpl, sizeof tmpl, "%s/run-%ld-XXXXXX", state_dir,
                      (long)getpid()) >= (int)sizeof tmpl) {
-            free(d);
+            free(d->sweep_parent);
+        free(d);
             return th_error_set(err, TH_EIO, "host.state_dir %s: path too long",
                                 state_dir);
         }
@@ -318,19 +354,21 @@ int th_copydir_open(const char *state_dir, th_copydir **out, th_error *err)
             if (copies_in_memory()) {
                 if (snprintf(tmpl, sizeof tmpl, "%s/toolhost-XXXXXX", SHM) <
                         (int)sizeof tmpl &&
-                    (sweep_stale(SHM, false), mkdtemp(tmpl)))
+                    (sweep_or_defer(d, SHM, false), mkdtemp(tmpl)))
                     goto made;
                 th_log_debug("reload: cannot create a folder in " SHM
                              " (%s); copies go to /tmp", strerror(errno));
             }
         }
         if (snprintf(tmpl, sizeof tmpl, "%s/toolhost-XXXXXX", t) >= (int)sizeof tmpl) {
-            free(d);
+            free(d->sweep_parent);
+        free(d);
             return th_error_set(err, TH_EIO, "TMPDIR %s: path too long", t);
         }
-        sweep_stale(t, false);
+        sweep_or_defer(d, t, false);
     }
     if (!mkdtemp(tmpl)) { /* mode 0700 */
+        free(d->sweep_parent);
         free(d);
         return th_error_set(err, TH_EIO,
                             "cannot create the folder for private plugin "
@@ -341,6 +379,7 @@ made:;
     const char *use = realpath(tmpl, real) ? real : tmpl;
     if (!(d->path = strdup(use))) {
         rmdir(tmpl);
+        free(d->sweep_parent);
         free(d);
         return th_error_set(err, TH_ENOMEM, "out of memory");
     }
@@ -374,6 +413,7 @@ void th_copydir_close(th_copydir *d)
     if (rm_tree_files(d->path) != 0)
         th_log_warn("reload: cannot remove %s: %s", d->path, strerror(errno));
     free(d->path);
+    free(d->sweep_parent);
     free(d);
 }
 

@@ -32,6 +32,14 @@ typedef struct th_copydir th_copydir;
  * folder "toolhost-XXXXXX" under $TMPDIR (or /tmp).  Mode 0700.  0,
  * TH_EIO or TH_ENOMEM.  Load class (one thread at a time). */
 int th_copydir_open(const char *state_dir, th_copydir **out, th_error *err);
+/* The same; with defer_sweep, the removal of stale folders waits for
+ * th_copydir_sweep() (the reloader runs it on its own thread, so a host
+ * that starts after a crash, or beside hundreds of stale folders, does not
+ * wait for it).  th_copydir_sweep() does nothing the second time, or when
+ * the open swept already. */
+int th_copydir_open_ex(const char *state_dir, bool defer_sweep,
+                       th_copydir **out, th_error *err);
+void th_copydir_sweep(th_copydir *d);
 /* Removes every copy left and the folder itself (the run-* folder, never
  * state_dir).  NULL is ok. */
 void th_copydir_close(th_copydir *d);

@@ -521,6 +521,60 @@ static void test_copydir_checked_once(void)
     free(tmp);
 }
 
+/* The sweep of stale folders: at th_copydir_open, or deferred to
+ * th_copydir_sweep() (once); the reloader sweeps on its own thread, so a
+ * start does not wait for the copies a crashed host left. */
+static void test_copydir_sweep_deferred(void)
+{
+    char *tmp = th_test_tmpdir();
+    char state[4200], stale[4300];
+    snprintf(state, sizeof state, "%s/state", tmp);
+    CU_ASSERT_EQUAL_FATAL(mkdir(state, 0700), 0);
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(0);
+    waitpid(pid, NULL, 0); /* a pid that is gone */
+    snprintf(stale, sizeof stale, "%s/run-%ld-abcdef", state, (long)pid);
+    CU_ASSERT_EQUAL(mkdir(stale, 0700), 0);
+    free(th_test_write_file(stale, "old.so", "x", 1));
+    struct stat st;
+    th_copydir *d = NULL;
+    th_error e;
+    CU_ASSERT_EQUAL_FATAL(th_copydir_open_ex(state, true, &d, &e), 0);
+    CU_ASSERT_EQUAL(stat(stale, &st), 0); /* not yet */
+    th_copydir_sweep(d);
+    CU_ASSERT_NOT_EQUAL(stat(stale, &st), 0); /* swept */
+    th_copydir_sweep(d);                      /* once is enough */
+    th_copydir_close(d);
+
+    /* the reloader: the folder goes without anyone calling for it */
+    CU_ASSERT_EQUAL(mkdir(stale, 0700), 0);
+    free(th_test_write_file(stale, "old.so", "x", 1));
+    fx f;
+    CU_ASSERT_EQUAL_FATAL(fx_open(&f), 0);
+    char fstale[4300];
+    snprintf(fstale, sizeof fstale, "%s/state/run-%ld-abcdef", f.dir, (long)pid);
+    CU_ASSERT_EQUAL(mkdir(fstale, 0700), 0);
+    /* fx_open's reloader has swept already or sweeps what it saw; a new
+     * one (a reload does not make one) is what a start is: open another */
+    th_reloader *r2 = NULL;
+    th_registry *reg2 = th_registry_new();
+    th_reload_target t = {.reg = reg2};
+    CU_ASSERT_EQUAL_FATAL(th_reloader_new(&t, f.cfg, &r2, &e), 0);
+    bool gone = false;
+    for (int i = 0; i < 500 && !gone; i++) { /* 5 s at most */
+        gone = stat(fstale, &st) != 0;
+        if (!gone)
+            usleep(10000);
+    }
+    CU_ASSERT_TRUE(gone);
+    th_reloader_free(r2);
+    th_registry_free(reg2);
+    fx_close(&f);
+    th_test_rmtree(tmp);
+    free(tmp);
+}
+
 static void test_elf_incomplete(void)
 {
     char *tmp = th_test_tmpdir();
@@ -1749,6 +1803,7 @@ void th_suite_reload(void)
     CU_add_test(s, "copydir", test_copydir);
     CU_add_test(s, "copydir_default_folder", test_copydir_default_folder);
     CU_add_test(s, "copydir_checked_once", test_copydir_checked_once);
+    CU_add_test(s, "copydir_sweep_deferred", test_copydir_sweep_deferred);
     CU_add_test(s, "elf_incomplete", test_elf_incomplete);
     CU_add_test(s, "still_loaded", test_still_loaded);
     CU_add_test(s, "swap_and_unchanged", test_swap_and_unchanged);
