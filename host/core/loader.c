@@ -1047,8 +1047,7 @@ int th_plugin_open(const char *path, const th_load_opts *opts,
         rc = th_error_set(err, TH_ELOAD, "%s: path too long", path);
         goto fail;
     }
-    /* (a private copy holds the bytes its maker checked already) */
-    if (!(opts->private_copy && opts->load_path) && th_elf_incomplete_fd(fd)) {
+    if (th_elf_incomplete_fd(fd)) {
         rc = th_error_set(err, TH_ELOAD,
                           "%s: incomplete shared object (still being "
                           "written?): its headers reach past the end of "

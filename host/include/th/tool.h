@@ -132,9 +132,8 @@ typedef struct th_load_opts {
      * (reload_copy.c), a folder whose path was checked as the walk checks
      * folders when it was made, which only the host's user may change: the
      * loader opens the copy itself (O_NOFOLLOW, a regular file of the
-     * host's user) instead of walking the folders again for every plugin,
-     * and leaves the truncated-object check to the maker of the copy,
-     * which ran it on the bytes copied (reload.c prepare()). */
+     * host's user) instead of walking the folders again for every
+     * plugin. */
     bool private_copy;
 } th_load_opts;
 
