@@ -38,6 +38,7 @@ typedef struct run {
      * run_alloc): the Lua objects of a tool call (argument and result
      * tables, strings) come and go with every call */
     void *small[16];
+    size_t small_bytes; /* what those lists hold, at most SMALL_KEEP_MAX */
     /* output */
     uint64_t kept[3], dropped[3];
     /* scratch C memory that a Lua error may skip over */

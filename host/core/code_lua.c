@@ -140,11 +140,15 @@ static void alloc_poll(run *r, size_t grow);
  * short-lived (a tool call makes and drops a few tables and strings), and
  * malloc/free of each was ~20% of an inner call (bench/README.md,
  * "run_code").  What the memory limit counts is unchanged (the sizes Lua
- * asks for); the kept blocks are ones the run had within its limit, freed
- * with the run (small_drain).  A block is kept on the list of the size it
- * was freed with, never larger than it really is. */
+ * asks for); the lists hold at most SMALL_KEEP_MAX bytes (past that a
+ * block goes back to malloc), so a script that frees a heap of blocks of
+ * one size and then asks for another cannot make the host hold more than
+ * its limit plus that; they are freed with the run (small_drain).  A block
+ * is kept on the list of the size it was freed with, never larger than it
+ * really is. */
 #define SMALL_STEP 16
 #define SMALL_MAX (SMALL_STEP * (sizeof ((run *)0)->small / sizeof(void *)))
+#define SMALL_KEEP_MAX (256u << 10)
 
 static size_t small_class(size_t n) /* n in 1..SMALL_MAX */
 {
@@ -157,6 +161,7 @@ static void *small_get(run *r, size_t n)
     void *b = r->small[c];
     if (b) {
         memcpy(&r->small[c], b, sizeof(void *));
+        r->small_bytes -= (c + 1) * SMALL_STEP;
         return b;
     }
     return malloc((c + 1) * SMALL_STEP);
@@ -165,8 +170,13 @@ static void *small_get(run *r, size_t n)
 static void small_put(run *r, void *b, size_t n)
 {
     size_t c = small_class(n);
+    if (r->small_bytes + (c + 1) * SMALL_STEP > SMALL_KEEP_MAX) {
+        free(b);
+        return;
+    }
     memcpy(b, &r->small[c], sizeof(void *));
     r->small[c] = b;
+    r->small_bytes += (c + 1) * SMALL_STEP;
 }
 
 static void small_drain(run *r)
@@ -177,6 +187,7 @@ static void small_drain(run *r)
             memcpy(&r->small[c], b, sizeof(void *));
             free(b);
         }
+    r->small_bytes = 0;
 }
 
 /* Frees a block of Lua's size n (small ones kept). */
