@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "th/log.h"
+#include "th/mpwalk.h"
 
 #define MAX_DEPTH 64 /* nesting of tables converted to or from msgpack */
 #define VALUE_MAX_NO_LIMIT (64u << 20) /* returned value, no output_limit */
@@ -24,7 +25,9 @@ typedef struct pack_ctx {
     th_buf *buf;
     size_t cap;   /* bytes the packed value may take; 0: no cap */
     bool over;    /* the cap was reached */
-    int visiting; /* stack index of the set of tables being packed */
+    /* the tables being packed, from the root down (a table found among
+     * its own ancestors is a cycle): path[d] is the table at depth d */
+    const void *path[MAX_DEPTH + 1];
     bool lenient; /* unsupported values become their tostring() text */
     const th_proj_tool *tool; /* for argument hints, or NULL */
 } pack_ctx;
@@ -45,17 +48,14 @@ static int pack_table(lua_State *L, pack_ctx *c, int idx, int depth,
     if (depth > MAX_DEPTH)
         return pack_fail(c, "a table is nested more than %s levels deep",
                          "64");
-    lua_pushvalue(L, idx);
-    if (lua_rawget(L, c->visiting) != LUA_TNIL) {
-        lua_pop(L, 1);
-        return pack_fail(c, "%s",
-                         "a table contains itself (a cycle); tool arguments "
-                         "and returned values must be trees");
-    }
-    lua_pop(L, 1);
-    lua_pushvalue(L, idx);
-    lua_pushboolean(L, 1);
-    lua_rawset(L, c->visiting);
+    /* Tables nest only in tables: the ancestors are path[0..depth-1]. */
+    const void *me = lua_topointer(L, idx);
+    for (int d = 0; d < depth; d++)
+        if (c->path[d] == me)
+            return pack_fail(c, "%s",
+                             "a table contains itself (a cycle); tool "
+                             "arguments and returned values must be trees");
+    c->path[depth] = me;
 
     size_t n = 0;
     lua_Integer max = 0;
@@ -79,9 +79,6 @@ static int pack_table(lua_State *L, pack_ctx *c, int idx, int depth,
     arr = arr && (n ? (size_t)max == n : hint == TOOLHOST_TYPE_ARRAY);
     if (depth == 0 && c->tool) {
         if (arr && n) {
-            lua_pushvalue(L, idx);
-            lua_pushnil(L);
-            lua_rawset(L, c->visiting);
             return pack_fail(c,
                              "tools.%s takes named arguments, e.g. "
                              "tools.NAME{key=value}, not a list",
@@ -138,9 +135,6 @@ static int pack_table(lua_State *L, pack_ctx *c, int idx, int depth,
             lua_pop(L, 1);
         }
     }
-    lua_pushvalue(L, idx);
-    lua_pushnil(L);
-    lua_rawset(L, c->visiting);
     if (rc && !c->r->msg[0])
         snprintf(c->r->msg, sizeof c->r->msg, "out of memory");
     return rc ? -1 : 0;
@@ -217,10 +211,7 @@ int th_code__pack_into(lua_State *L, run *r, int idx, th_buf *buf,
     r->msg[0] = '\0';
     th_buf_reset(buf);
     msgpack_packer_init(&c.pk, &c, capped_write);
-    lua_newtable(L);
-    c.visiting = lua_gettop(L);
     int rc = pack_value(L, &c, idx, 0, 0);
-    lua_pop(L, 1);
     if (over)
         *over = c.over;
     if (rc && c.over)
@@ -292,7 +283,7 @@ static void push_object(lua_State *L, const msgpack_object *o, int depth)
 }
 
 /* Pushes the msgpack value in buf, or an empty table when there is none. */
-static void push_msgpack(lua_State *L, run *r, const th_buf *b)
+void th_code__push_msgpack(lua_State *L, run *r, const th_buf *b)
 {
     if (!b->len) {
         lua_newtable(L);
@@ -310,10 +301,176 @@ static void push_msgpack(lua_State *L, run *r, const th_buf *b)
     push_object(L, &r->unp.data, 0);
 }
 
+static void push_failed(lua_State *L, const th_result_copy *res);
+
 static void set_str(lua_State *L, const char *k, const char *v, size_t n)
 {
     lua_pushlstring(L, v ? v : "", v ? n : 0);
     lua_setfield(L, -2, k);
+}
+
+/* ---- msgpack bytes -> Lua, without unpacking -------------------------------- */
+
+/* Reads the big-endian unsigned integer of `n` bytes at *p. */
+static uint64_t be(const uint8_t *p, size_t n)
+{
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* Pushes the msgpack value at *p (bytes up to `end`) as a Lua value, the
+ * same value push_object() makes of it once unpacked, and advances *p past
+ * it: no unpacker zone, no object tree, strings go from the bytes into Lua
+ * once.  -1 when the bytes are not one complete msgpack value: what was
+ * pushed by then is left for the caller to drop (lua_settop). */
+static int push_mp(lua_State *L, const uint8_t **pp, const uint8_t *end,
+                   int depth)
+{
+    luaL_checkstack(L, 4, "result nested too deeply");
+    const uint8_t *p = *pp;
+    if (p >= end) {
+        lua_pushnil(L);
+        return -1;
+    }
+    if (depth > MAX_DEPTH) {
+        /* deeper than push_object goes: nil, the value skipped */
+        lua_pushnil(L);
+        size_t vlen = 0;
+        if (th_mp_check(p, (size_t)(end - p), 100000, &vlen, NULL) != 0)
+            return -1;
+        *pp = p + vlen;
+        return 0;
+    }
+    uint8_t b = *p++;
+    size_t left = (size_t)(end - p);
+    uint64_t len = 0, kids = 0;
+    int kind; /* 's' bytes, 'a' array, 'm' map, 'x' skip len bytes (ext) */
+#define NEED(n)                                                                    do {                                                                               if (left < (size_t)(n)) {                                                          lua_pushnil(L);                                                                return -1;                                                                 }                                                                          } while (0)
+    if (b <= 0x7f) {
+        lua_pushinteger(L, b);
+        *pp = p;
+        return 0;
+    } else if (b >= 0xe0) {
+        lua_pushinteger(L, (int8_t)b);
+        *pp = p;
+        return 0;
+    } else if (b >= 0x80 && b <= 0x8f) {
+        kind = 'm', kids = b & 0x0f;
+    } else if (b >= 0x90 && b <= 0x9f) {
+        kind = 'a', kids = b & 0x0f;
+    } else if (b >= 0xa0 && b <= 0xbf) {
+        kind = 's', len = b & 0x1f;
+    } else {
+        switch (b) {
+        case 0xc0:
+            lua_pushnil(L);
+            *pp = p;
+            return 0;
+        case 0xc2:
+        case 0xc3:
+            lua_pushboolean(L, b == 0xc3);
+            *pp = p;
+            return 0;
+        case 0xc4: case 0xd9: NEED(1); kind = 's', len = p[0], p += 1; break;
+        case 0xc5: case 0xda: NEED(2); kind = 's', len = be(p, 2), p += 2; break;
+        case 0xc6: case 0xdb: NEED(4); kind = 's', len = be(p, 4), p += 4; break;
+        case 0xc7: NEED(2); kind = 'x', len = (uint64_t)p[0] + 1, p += 1; break;
+        case 0xc8: NEED(3); kind = 'x', len = be(p, 2) + 1, p += 2; break;
+        case 0xc9: NEED(5); kind = 'x', len = be(p, 4) + 1, p += 4; break;
+        case 0xca: {
+            NEED(4);
+            uint32_t u = (uint32_t)be(p, 4);
+            float f;
+            memcpy(&f, &u, sizeof f);
+            lua_pushnumber(L, (lua_Number)f);
+            *pp = p + 4;
+            return 0;
+        }
+        case 0xcb: {
+            NEED(8);
+            uint64_t u = be(p, 8);
+            double d;
+            memcpy(&d, &u, sizeof d);
+            lua_pushnumber(L, (lua_Number)d);
+            *pp = p + 8;
+            return 0;
+        }
+        case 0xcc: case 0xcd: case 0xce: case 0xcf: {
+            size_t n = (size_t)1 << (b - 0xcc);
+            NEED(n);
+            uint64_t u = be(p, n);
+            if (u > (uint64_t)LUA_MAXINTEGER)
+                lua_pushnumber(L, (lua_Number)u);
+            else
+                lua_pushinteger(L, (lua_Integer)u);
+            *pp = p + n;
+            return 0;
+        }
+        case 0xd0: case 0xd1: case 0xd2: case 0xd3: {
+            size_t n = (size_t)1 << (b - 0xd0);
+            NEED(n);
+            uint64_t u = be(p, n);
+            int64_t v = n == 1 ? (int8_t)u : n == 2 ? (int16_t)u
+                      : n == 4 ? (int32_t)u : (int64_t)u;
+            /* msgpack-c: a non-negative value is a positive integer */
+            lua_pushinteger(L, (lua_Integer)v);
+            *pp = p + n;
+            return 0;
+        }
+        case 0xd4: case 0xd5: case 0xd6: case 0xd7: case 0xd8:
+            kind = 'x', len = ((uint64_t)1 << (b - 0xd4)) + 1;
+            break;
+        case 0xdc: NEED(2); kind = 'a', kids = be(p, 2), p += 2; break;
+        case 0xdd: NEED(4); kind = 'a', kids = be(p, 4), p += 4; break;
+        case 0xde: NEED(2); kind = 'm', kids = be(p, 2), p += 2; break;
+        case 0xdf: NEED(4); kind = 'm', kids = be(p, 4), p += 4; break;
+        default: /* 0xc1: never used */
+            lua_pushnil(L);
+            return -1;
+        }
+        left = (size_t)(end - p);
+    }
+    if (kind == 's' || kind == 'x') {
+        NEED(len);
+        if (kind == 's')
+            lua_pushlstring(L, (const char *)p, (size_t)len);
+        else
+            lua_pushnil(L); /* ext */
+        *pp = p + len;
+        return 0;
+    }
+#undef NEED
+    /* every element takes at least one byte: a count beyond the bytes
+     * left is a lie, not a reason to size a table */
+    if (kids > left / (kind == 'm' ? 2 : 1)) {
+        lua_pushnil(L);
+        return -1;
+    }
+    *pp = p;
+    if (kind == 'a') {
+        lua_createtable(L, (int)kids, 0);
+        for (uint64_t i = 0; i < kids; i++) {
+            if (push_mp(L, pp, end, depth + 1) != 0)
+                return -1; /* the caller resets the stack */
+            lua_rawseti(L, -2, (lua_Integer)i + 1);
+        }
+        return 0;
+    }
+    lua_createtable(L, 0, (int)kids);
+    for (uint64_t i = 0; i < kids; i++) {
+        if (push_mp(L, pp, end, depth + 1) != 0 ||
+            push_mp(L, pp, end, depth + 1) != 0)
+            return -1; /* the caller resets the stack */
+        if (lua_isnil(L, -2) ||
+            (lua_type(L, -2) == LUA_TNUMBER &&
+             lua_tonumber(L, -2) != lua_tonumber(L, -2)))
+            lua_pop(L, 2); /* nil or NaN key */
+        else
+            lua_rawset(L, -3);
+    }
+    return 0;
 }
 
 /* Pushes a call's result as the Lua table of its codec form (th/codec.h:
@@ -323,14 +480,58 @@ static void set_str(lua_State *L, const char *k, const char *v, size_t n)
  * message = its stderr} (TH_EFAILED).  Raises on out of memory. */
 void th_code__push_result(lua_State *L, run *r, const th_result_copy *res)
 {
+    if (res->kind == TH_RESULT_DONE && !res->structured) {
+        /* The codec form built here directly, each part converted once:
+         * {ok, stdout, stderr, meta} (th_codec_pack_result) with the
+         * texts as Lua strings (str and bin alike) and the tool's meta
+         * map from its bytes.  Structured results take the codec (the
+         * JSON value of stdout), below. */
+        lua_createtable(L, 0, 4);
+        lua_pushboolean(L, res->ok);
+        lua_setfield(L, -2, "ok");
+        set_str(L, "stdout", (const char *)res->out.data, res->out.len);
+        set_str(L, "stderr", (const char *)res->err.data, res->err.len);
+        if (res->meta.len) {
+            const uint8_t *p = res->meta.data;
+            int top = lua_gettop(L);
+            if (push_mp(L, &p, p + res->meta.len, 1) != 0) {
+                lua_settop(L, top); /* not msgpack: as the codec would */
+                lua_newtable(L);
+            }
+        } else {
+            lua_newtable(L);
+        }
+        lua_setfield(L, -2, "meta");
+        push_failed(L, res);
+        return;
+    }
+    if (res->kind == TH_RESULT_ERROR) {
+        /* {ok = false, error = {code, message}}, as the codec packs it */
+        const char *name = th_err_name(res->error);
+        const char *msg = res->message ? res->message : th_strerror(res->error);
+        lua_createtable(L, 0, 2);
+        lua_pushboolean(L, 0);
+        lua_setfield(L, -2, "ok");
+        lua_createtable(L, 0, 2);
+        set_str(L, "code", name, strlen(name));
+        set_str(L, "message", msg, strlen(msg));
+        lua_setfield(L, -2, "error");
+        return;
+    }
     th_buf b = TH_BUF_INIT;
     if (th_codec_result_to_buf(&b, res) != 0) {
         th_buf_destroy(&b);
         luaL_error(L, "out of memory");
         return;
     }
-    push_msgpack(L, r, &b);
+    th_code__push_msgpack(L, r, &b);
     th_buf_destroy(&b);
+    push_failed(L, res);
+}
+
+/* A run that failed: error = {code = "tool_failed", message = stderr}. */
+static void push_failed(lua_State *L, const th_result_copy *res)
+{
     if (res->kind == TH_RESULT_DONE && !res->ok) {
         lua_createtable(L, 0, 2);
         set_str(L, "code", th_err_name(TH_EFAILED), strlen(th_err_name(TH_EFAILED)));

@@ -34,6 +34,11 @@ typedef struct run {
     bool warn_cont; /* a warning is being continued */
     uint32_t alloc_n;   /* allocations since the allocator read the clock */
     size_t alloc_grow;  /* bytes of growth since then */
+    /* freed small blocks kept for reuse, by size class (code_lua.c,
+     * run_alloc): the Lua objects of a tool call (argument and result
+     * tables, strings) come and go with every call */
+    void *small[16];
+    size_t small_bytes; /* what those lists hold, at most SMALL_KEEP_MAX */
     /* output */
     uint64_t kept[3], dropped[3];
     /* scratch C memory that a Lua error may skip over */
@@ -75,6 +80,10 @@ void th_code__push_result(lua_State *L, run *r, const th_result_copy *res);
 void th_code__push_error_result(lua_State *L, run *r, int code,
                                 const char *message);
 int th_code__pack_returned(lua_State *L, run *r);
+/* The msgpack value of `b` unpacked, then as a Lua value (an empty table
+ * for none or for bytes that are not msgpack); the converter of structured
+ * results, and the model the tests hold the direct one to. */
+void th_code__push_msgpack(lua_State *L, run *r, const th_buf *b);
 
 /* code_guard.c: the cost guard of C loops (patterns, table.move) */
 int th_code__pattern_fn(lua_State *L);

@@ -3,6 +3,7 @@
  * session tools, every call from code going through th_call_sync(). */
 #include <msgpack.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -353,6 +354,7 @@ typedef struct exec_ctx {
     pthread_t owner;         /* the thread running execute() */
     pthread_mutex_t mu;      /* guards prog */
     th_progress_slot prog;        /* the latest update from another thread */
+    atomic_bool queued;      /* prog may hold an update (set under mu) */
 } exec_ctx;
 
 /* Forwards a progress update of a tool called from code as progress of the
@@ -376,13 +378,19 @@ static void forward_progress(void *ud, const char *tool, double fraction,
         return; /* out of memory: this update is lost, the next comes */
     pthread_mutex_lock(&x->mu);
     th_progress_put(&x->prog, &u);
+    atomic_store(&x->queued, true);
     pthread_mutex_unlock(&x->mu);
 }
 
 static void flush_progress(exec_ctx *x)
 {
+    /* The common case, no update from another thread: no lock.  One set
+     * after this read is taken by the next flush (after the next call). */
+    if (!atomic_load(&x->queued))
+        return;
     th_progress_update u;
     pthread_mutex_lock(&x->mu);
+    atomic_store(&x->queued, false);
     bool send = th_progress_take(&x->prog, &u);
     pthread_mutex_unlock(&x->mu);
     if (send)
@@ -601,6 +609,7 @@ static int run_code_execute(void *state, const toolhost_tool *tool,
     x.session = s;
     x.owner = pthread_self();
     pthread_mutex_init(&x.mu, NULL);
+    atomic_init(&x.queued, false);
 
     th_proj_caller caller = {code_call, &x};
     th_projection *proj = th_projection_new(&th_code_lua_lang, &caller);

@@ -274,7 +274,13 @@ static int prepare(th_reloader *r, const th_config *cfg, const th_plugin_cfg *pc
         th_reload_test_after_check(pc->path);
     rc = th_copydir_copy_fd(r->dir, fd, pc->path, pc->name, gen, &copy, &id,
                             err);
-    if (rc && (rc == TH_ESTATE || th_elf_incomplete_fd(fd)))
+    /* A truncated object must not reach dlopen(): mapping a segment past
+     * the end of the file faults (SIGBUS) during relocation.  The copy
+     * holds the bytes of `fd` (same identity and size before and after),
+     * so asking the source is asking the copy, without opening it again;
+     * th_plugin_open() looks at the copy itself once more. */
+    bool trunc = th_elf_incomplete_fd(fd);
+    if (rc && (rc == TH_ESTATE || trunc))
         *incomplete = true;
     close(fd);
     if (rc) {
@@ -282,9 +288,7 @@ static int prepare(th_reloader *r, const th_config *cfg, const th_plugin_cfg *pc
             err->code = rc = TH_ELOAD;
         return rc;
     }
-    /* A truncated object must not reach dlopen(): mapping a segment past
-     * the end of the file faults (SIGBUS) during relocation. */
-    if (th_elf_incomplete(copy)) {
+    if (trunc) {
         *incomplete = true;
         th_copydir_remove(r->dir, copy);
         free(copy);
@@ -297,6 +301,7 @@ static int prepare(th_reloader *r, const th_config *cfg, const th_plugin_cfg *pc
     lo.name = pc->name;
     lo.allow_insecure = pc->allow_insecure;
     lo.load_path = copy;
+    lo.private_copy = th_copydir_checked(r->dir);
     lo.generation = gen;
     th_plugin *p = NULL;
     rc = th_iso_plugin_open(pc, &lo, &p, err); /* isolation: a proxy */
@@ -943,6 +948,8 @@ static void *reload_thread(void *arg)
 {
     th_reloader *r = arg;
     pthread_setname_np(pthread_self(), "th-reload");
+    /* the copies of hosts that are gone, off the start-up path */
+    th_copydir_sweep(r->dir);
     th_reload_result *res = malloc(sizeof *res);
     pthread_mutex_lock(&r->mu);
     for (;;) {
@@ -1106,7 +1113,7 @@ int th_reloader_new(const th_reload_target *target, const th_config *cfg,
     pthread_cond_init(&r->cv, NULL);
     pthread_cond_init(&r->idle_cv, NULL);
     pthread_cond_init(&r->excl_cv, NULL);
-    int rc = th_copydir_open(cfg->host.state_dir, &r->dir, err);
+    int rc = th_copydir_open_ex(cfg->host.state_dir, true, &r->dir, err);
     if (rc == 0 && (rc = pthread_create(&r->thread, NULL, reload_thread, r)) != 0)
         rc = th_error_set(err, TH_ENOMEM, "cannot start the reload thread: %s",
                           strerror(rc));

@@ -12,15 +12,35 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
+#include <sys/ioctl.h>
+#include <sys/sendfile.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "th/log.h"
+#include "th/tool.h"
 #include "reloader.h"
 
 struct th_copydir {
     char *path;        /* the folder we created (removed at close) */
     atomic_ulong seq;  /* makes every copy name unique */
+    /* FICLONE refused for sources on this device (copy_bytes) */
+    atomic_bool no_clone_set;
+    _Atomic uint64_t no_clone_dev;
+    /* copy_file_range() refused for sources on this device: sendfile() */
+    atomic_bool no_cfr_set;
+    _Atomic uint64_t no_cfr_dev;
+    atomic_ulong n_cloned, n_copied; /* copies made each way */
+    /* the folder's path passed the loader's checks when it was made
+     * (th_copydir_checked) */
+    bool checked;
+    /* the sweep of stale folders, when deferred (th_copydir_sweep) */
+    bool defer_sweep;
+    char *sweep_parent;
+    bool sweep_state;
 };
 
 /* ---- file identity ------------------------------------------------------------ */
@@ -229,28 +249,86 @@ static void sweep_stale(const char *parent, bool state_dir)
     closedir(d);
 }
 
+/* ---- where copies go without host.state_dir or $TMPDIR ------------------------- */
+
+#define SHM "/dev/shm"
+/* Free room /dev/shm must have to be chosen: a container's 64 MiB /dev/shm
+ * is left to shared memory. */
+#define SHM_MIN_FREE ((uint64_t)1 << 30)
+
+/* Whether copies should go to /dev/shm rather than /tmp: /tmp is not in
+ * memory (tmpfs) while /dev/shm is, without noexec, with 1 GiB free.
+ * Creating a file on a disk file system is most of what a copy costs: on
+ * an ext4 without a journal that just deleted files (the copies of the
+ * last start) the kernel walks the inode table for a free inode, ~0.4 ms a
+ * file, 40 ms for 100 plugins (bench/README.md, "startup"); in memory a
+ * file costs a few microseconds and there is no disk to spare anyway (the
+ * copies are removed at close, never read after a restart). */
+static bool copies_in_memory(void)
+{
+    struct statfs tf, sf;
+    struct statvfs sv;
+    if (statfs("/tmp", &tf) == 0 && tf.f_type == TMPFS_MAGIC)
+        return false; /* /tmp is memory already */
+    if (statfs(SHM, &sf) != 0 || sf.f_type != TMPFS_MAGIC ||
+        statvfs(SHM, &sv) != 0 || (sv.f_flag & (ST_NOEXEC | ST_RDONLY)))
+        return false;
+    return (uint64_t)sv.f_bavail * sv.f_frsize >= SHM_MIN_FREE;
+}
+
+/* Sweeps `parent` now, or notes it for th_copydir_sweep(). */
+static void sweep_or_defer(th_copydir *d, const char *parent, bool state_dir)
+{
+    if (!d->defer_sweep) {
+        sweep_stale(parent, state_dir);
+        return;
+    }
+    free(d->sweep_parent);
+    d->sweep_parent = strdup(parent); /* out of memory: no sweep, as with no marker */
+    d->sweep_state = state_dir;
+}
+
+void th_copydir_sweep(th_copydir *d)
+{
+    if (!d || !d->sweep_parent)
+        return;
+    sweep_stale(d->sweep_parent, d->sweep_state);
+    free(d->sweep_parent);
+    d->sweep_parent = NULL;
+}
+
 int th_copydir_open(const char *state_dir, th_copydir **out, th_error *err)
+{
+    return th_copydir_open_ex(state_dir, false, out, err);
+}
+
+int th_copydir_open_ex(const char *state_dir, bool defer_sweep,
+                       th_copydir **out, th_error *err)
 {
     *out = NULL;
     th_copydir *d = calloc(1, sizeof *d);
     if (!d)
         return th_error_set(err, TH_ENOMEM, "out of memory");
+    d->defer_sweep = defer_sweep;
     char tmpl[PATH_MAX];
     if (state_dir && state_dir[0]) {
         if (mkdir(state_dir, 0700) != 0 && errno != EEXIST) {
-            free(d);
+            free(d->sweep_parent);
+        free(d);
             return th_error_set(err, TH_EIO,
                                 "host.state_dir %s: cannot create it: %s",
                                 state_dir, strerror(errno));
         }
         struct stat st;
         if (stat(state_dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-            free(d);
+            free(d->sweep_parent);
+        free(d);
             return th_error_set(err, TH_EIO, "host.state_dir %s: not a folder",
                                 state_dir);
         }
         if (st.st_uid != geteuid() || (st.st_mode & 022)) {
-            free(d);
+            free(d->sweep_parent);
+        free(d);
             return th_error_set(err, TH_EIO,
                                 "host.state_dir %s: refused: it must belong to "
                                 "this user (uid %lu) and be writable by no "
@@ -258,38 +336,72 @@ int th_copydir_open(const char *state_dir, th_copydir **out, th_error *err)
                                 state_dir, (unsigned long)geteuid(),
                                 (unsigned)(st.st_mode & 07777), state_dir);
         }
-        sweep_stale(state_dir, true);
+        sweep_or_defer(d, state_dir, true);
         if (snprintf(tmpl, sizeof tmpl, "%s/run-%ld-XXXXXX", state_dir,
                      (long)getpid()) >= (int)sizeof tmpl) {
-            free(d);
+            free(d->sweep_parent);
+        free(d);
             return th_error_set(err, TH_EIO, "host.state_dir %s: path too long",
                                 state_dir);
         }
     } else {
         const char *t = getenv("TMPDIR");
-        if (!t || !t[0])
+        if (!t || !t[0]) {
             t = "/tmp";
+            /* Without a choice of the user's: /dev/shm when it is memory
+             * and /tmp is not (copies_in_memory).  Its stale folders are
+             * swept as /tmp's are. */
+            if (copies_in_memory()) {
+                if (snprintf(tmpl, sizeof tmpl, "%s/toolhost-XXXXXX", SHM) <
+                        (int)sizeof tmpl &&
+                    (sweep_or_defer(d, SHM, false), mkdtemp(tmpl)))
+                    goto made;
+                th_log_debug("reload: cannot create a folder in " SHM
+                             " (%s); copies go to /tmp", strerror(errno));
+            }
+        }
         if (snprintf(tmpl, sizeof tmpl, "%s/toolhost-XXXXXX", t) >= (int)sizeof tmpl) {
-            free(d);
+            free(d->sweep_parent);
+        free(d);
             return th_error_set(err, TH_EIO, "TMPDIR %s: path too long", t);
         }
-        sweep_stale(t, false);
+        sweep_or_defer(d, t, false);
     }
     if (!mkdtemp(tmpl)) { /* mode 0700 */
+        free(d->sweep_parent);
         free(d);
         return th_error_set(err, TH_EIO,
                             "cannot create the folder for private plugin "
                             "copies %s: %s", tmpl, strerror(errno));
     }
+made:;
     char real[PATH_MAX];
     const char *use = realpath(tmpl, real) ? real : tmpl;
     if (!(d->path = strdup(use))) {
         rmdir(tmpl);
+        free(d->sweep_parent);
         free(d);
         return th_error_set(err, TH_ENOMEM, "out of memory");
     }
     marker_write(d->path);
+    /* Every folder from / to ours belongs to root or to us and no one else
+     * may write it (or it is sticky): walked once here, through the marker
+     * (a file of ours, 0600), so the loader need not walk it again for
+     * every copy.  Only root or we can change that later. */
+    char m[PATH_MAX];
+    int mfd = -1;
+    if (snprintf(m, sizeof m, "%s/" MARKER, d->path) < (int)sizeof m &&
+        th_plugin_file_open(m, NULL, true, &mfd, NULL) == 0) {
+        d->checked = true;
+        close(mfd);
+    }
     atomic_init(&d->seq, 0);
+    atomic_init(&d->no_clone_set, false);
+    atomic_init(&d->no_clone_dev, 0);
+    atomic_init(&d->no_cfr_set, false);
+    atomic_init(&d->no_cfr_dev, 0);
+    atomic_init(&d->n_cloned, 0);
+    atomic_init(&d->n_copied, 0);
     *out = d;
     return 0;
 }
@@ -301,6 +413,7 @@ void th_copydir_close(th_copydir *d)
     if (rm_tree_files(d->path) != 0)
         th_log_warn("reload: cannot remove %s: %s", d->path, strerror(errno));
     free(d->path);
+    free(d->sweep_parent);
     free(d);
 }
 
@@ -310,6 +423,26 @@ const char *th_copydir_path(const th_copydir *d)
 }
 
 /* ---- copies ---------------------------------------------------------------------------- */
+
+/* How a copy is made, cheapest first:
+ *  1. FICLONE: the copy shares the source's blocks, copy-on-write (btrfs,
+ *     xfs with reflink, bcachefs): no bytes move, and a later write to
+ *     either file does not change the other.  Tried once per source file
+ *     system; a file system that says no (ext4, tmpfs: EOPNOTSUPP, EINVAL;
+ *     another file system: EXDEV) is not asked again.
+ *  2. copy_file_range() (same file system) or sendfile() (across): the
+ *     kernel copies, no round trip through a user buffer.
+ *  3. pread()/write(), where the kernel has neither.
+ * The copy is created under its final name, mode 0500, O_EXCL, in the
+ * host's own 0700 folder: no one else can open it, and the reloader
+ * dlopen()s it only after it is complete, so there is no temporary name to
+ * rename.  It is not fsync()ed: it lives as long as the host process, and
+ * after a crash the folder is swept, never reused, so writing it to disk
+ * buys nothing (and cost ~0.25 ms a plugin, most of the copy, under load). */
+
+#ifndef FICLONE
+#define FICLONE _IOW(0x94, 9, int)
+#endif
 
 static int write_all(int fd, const char *buf, size_t n)
 {
@@ -323,6 +456,97 @@ static int write_all(int fd, const char *buf, size_t n)
         buf += w;
         n -= (size_t)w;
     }
+    return 0;
+}
+
+/* The source file system refuses FICLONE: no need to ask again. */
+static bool clone_refused(th_copydir *d, uint64_t dev)
+{
+    return atomic_load(&d->no_clone_set) &&
+           atomic_load(&d->no_clone_dev) == dev;
+}
+
+static void clone_refused_note(th_copydir *d, uint64_t dev)
+{
+    atomic_store(&d->no_clone_dev, dev);
+    atomic_store(&d->no_clone_set, true);
+}
+
+/* Copies `size` bytes of `in` (from offset 0, the fd's offset untouched)
+ * to `out`; *total: bytes written.  0 or -1 (errno; *reading says which
+ * side failed). */
+static int copy_bytes(th_copydir *d, int in, int out, uint64_t dev,
+                      uint64_t size, uint64_t *total, bool *reading)
+{
+    *total = 0;
+    *reading = false;
+    if (!clone_refused(d, dev)) {
+        if (ioctl(out, FICLONE, in) == 0) {
+            struct stat st;
+            if (fstat(out, &st) != 0)
+                return -1;
+            *total = (uint64_t)st.st_size;
+            atomic_fetch_add(&d->n_cloned, 1);
+            return 0;
+        }
+        if (errno == EOPNOTSUPP || errno == EINVAL || errno == EXDEV ||
+            errno == ENOTTY || errno == ENOSYS || errno == EPERM)
+            clone_refused_note(d, dev);
+        /* anything else: copy the bytes below, ask again next time */
+    }
+    /* In the kernel: copy_file_range() within a file system (ext4 to
+     * ext4), sendfile() across (ext4 to tmpfs: copy_file_range says
+     * EXDEV there, remembered per source device).  `size` bytes and no
+     * more: a file that grows or shrinks meanwhile changes its identity,
+     * which the caller compares. */
+    loff_t off = 0;
+    bool cfr = !(atomic_load(&d->no_cfr_set) && atomic_load(&d->no_cfr_dev) == dev);
+    while (*total < size) {
+        size_t want = (size_t)(size - *total);
+        ssize_t n = cfr ? copy_file_range(in, &off, out, NULL, want, 0)
+                        : sendfile(out, in, &off, want);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && *total == 0 && cfr &&
+            (errno == EXDEV || errno == ENOSYS || errno == EINVAL ||
+             errno == EOPNOTSUPP)) {
+            atomic_store(&d->no_cfr_dev, dev);
+            atomic_store(&d->no_cfr_set, true);
+            cfr = false;
+            continue;
+        }
+        if (n < 0 && *total == 0 && !cfr && (errno == EINVAL || errno == ENOSYS))
+            break; /* the byte copy below */
+        if (n < 0) {
+            *reading = true; /* either side: say "read" as before */
+            return -1;
+        }
+        if (n == 0)
+            break; /* shrank: the caller sees total != size */
+        *total += (uint64_t)n;
+    }
+    if (*total > 0 || size == 0) {
+        atomic_fetch_add(&d->n_copied, 1);
+        return 0;
+    }
+    static _Thread_local char buf[65536];
+    off = 0;
+    for (;;) {
+        ssize_t n = pread(in, buf, sizeof buf, off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            *reading = true;
+            return -1;
+        }
+        if (n == 0)
+            break;
+        off += n;
+        if (write_all(out, buf, (size_t)n) != 0)
+            return -1;
+        *total += (uint64_t)n;
+    }
+    atomic_fetch_add(&d->n_copied, 1);
     return 0;
 }
 
@@ -348,35 +572,25 @@ int th_copydir_copy_fd(th_copydir *d, int in, const char *src, const char *name,
     struct stat before, after;
     if (fstat(in, &before) != 0 || !S_ISREG(before.st_mode))
         return th_error_set(err, TH_EIO, "%s: not a regular file", src);
-    char tmp[PATH_MAX];
-    if (snprintf(tmp, sizeof tmp, "%s/.tmp-XXXXXX", d->path) >= (int)sizeof tmp)
+    char final[PATH_MAX];
+    unsigned long seq = atomic_fetch_add(&d->seq, 1) + 1;
+    if (snprintf(final, sizeof final, "%s/%.64s-g%llu-%lu.so", d->path, name,
+                 (unsigned long long)generation, seq) >= (int)sizeof final)
         return th_error_set(err, TH_EIO, "%s: path too long", d->path);
-    int out = mkostemp(tmp, O_CLOEXEC); /* mode 0600 */
+    int out = open(final, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+                   0500);
     if (out < 0)
         return th_error_set(err, TH_EIO, "%s: cannot create a copy in %s: %s",
                             src, d->path, strerror(errno));
     int rc = 0;
-    char buf[65536];
     uint64_t total = 0;
-    off_t off = 0;
-    for (;;) {
-        ssize_t n = pread(in, buf, sizeof buf, off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            rc = th_error_set(err, TH_EIO, "%s: read failed: %s", src, strerror(errno));
-            break;
-        }
-        if (n == 0)
-            break;
-        off += n;
-        if (write_all(out, buf, (size_t)n) != 0) {
-            rc = th_error_set(err, TH_EIO, "%s: writing its copy %s failed: %s",
-                              src, tmp, strerror(errno));
-            break;
-        }
-        total += (uint64_t)n;
-    }
+    bool reading = false;
+    if (copy_bytes(d, in, out, (uint64_t)before.st_dev,
+                   (uint64_t)before.st_size, &total, &reading) != 0)
+        rc = reading ? th_error_set(err, TH_EIO, "%s: read failed: %s", src,
+                                    strerror(errno))
+                     : th_error_set(err, TH_EIO, "%s: writing its copy %s "
+                                    "failed: %s", src, final, strerror(errno));
     if (rc == 0 && fstat(in, &after) == 0) {
         th_file_id a, b;
         id_from_stat(&before, &a);
@@ -388,28 +602,26 @@ int th_copydir_copy_fd(th_copydir *d, int in, const char *src, const char *name,
         else
             *id_out = a;
     }
-    if (rc == 0 && (fchmod(out, 0500) != 0 || fsync(out) != 0))
-        rc = th_error_set(err, TH_EIO, "%s: finishing its copy %s failed: %s",
-                          src, tmp, strerror(errno));
     if (close(out) != 0 && rc == 0)
         rc = th_error_set(err, TH_EIO, "%s: closing its copy failed: %s", src,
                           strerror(errno));
-    char final[PATH_MAX];
-    unsigned long seq = atomic_fetch_add(&d->seq, 1) + 1;
-    if (rc == 0 &&
-        snprintf(final, sizeof final, "%s/%.64s-g%llu-%lu.so", d->path, name,
-                 (unsigned long long)generation, seq) >= (int)sizeof final)
-        rc = th_error_set(err, TH_EIO, "%s: path too long", d->path);
-    if (rc == 0 && rename(tmp, final) != 0)
-        rc = th_error_set(err, TH_EIO, "%s: renaming its copy failed: %s", src,
-                          strerror(errno));
-    if (rc == 0 && !(*path_out = strdup(final))) {
-        unlink(final);
-        return th_error_set(err, TH_ENOMEM, "out of memory");
-    }
+    if (rc == 0 && !(*path_out = strdup(final)))
+        rc = th_error_set(err, TH_ENOMEM, "out of memory");
     if (rc != 0)
-        unlink(tmp);
+        unlink(final);
     return rc;
+}
+
+bool th_copydir_checked(const th_copydir *d)
+{
+    return d->checked;
+}
+
+void th_copydir_counts(th_copydir *d, unsigned long *cloned,
+                       unsigned long *copied)
+{
+    *cloned = atomic_load(&d->n_cloned);
+    *copied = atomic_load(&d->n_copied);
 }
 
 void th_copydir_remove(th_copydir *d, const char *copy)

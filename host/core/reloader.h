@@ -32,13 +32,23 @@ typedef struct th_copydir th_copydir;
  * folder "toolhost-XXXXXX" under $TMPDIR (or /tmp).  Mode 0700.  0,
  * TH_EIO or TH_ENOMEM.  Load class (one thread at a time). */
 int th_copydir_open(const char *state_dir, th_copydir **out, th_error *err);
+/* The same; with defer_sweep, the removal of stale folders waits for
+ * th_copydir_sweep() (the reloader runs it on its own thread, so a host
+ * that starts after a crash, or beside hundreds of stale folders, does not
+ * wait for it).  th_copydir_sweep() does nothing the second time, or when
+ * the open swept already. */
+int th_copydir_open_ex(const char *state_dir, bool defer_sweep,
+                       th_copydir **out, th_error *err);
+void th_copydir_sweep(th_copydir *d);
 /* Removes every copy left and the folder itself (the run-* folder, never
  * state_dir).  NULL is ok. */
 void th_copydir_close(th_copydir *d);
 const char *th_copydir_path(const th_copydir *d);
 
 /* Copies `src` to a new unique file in the folder ("NAME-gGEN-SEQ.so",
- * mode 0500): written under a temporary name, fsync()ed, then renamed.
+ * mode 0500, created O_EXCL under that name): a FICLONE where the file
+ * system can, else copy_file_range(), else read/write; not fsync()ed (it
+ * lives no longer than the process; reload_copy.c says why).
  * *id_out is the identity of `src` as read.  *path_out (malloc()ed) is the
  * copy.  Fails when `src` changed while it
  * was copied (TH_ESTATE: still being written, try again later),
@@ -55,6 +65,13 @@ int th_copydir_copy(th_copydir *d, const char *src, const char *name,
 int th_copydir_copy_fd(th_copydir *d, int fd, const char *src,
                        const char *name, uint64_t generation, char **path_out,
                        th_file_id *id_out, th_error *err);
+
+/* Whether the folder's path passed the loader's folder checks when it was
+ * made (th_load_opts.private_copy may then be set for its copies). */
+bool th_copydir_checked(const th_copydir *d);
+/* How many copies `d` made by FICLONE and by copying bytes. */
+void th_copydir_counts(th_copydir *d, unsigned long *cloned,
+                       unsigned long *copied);
 
 /* For tests only: when set, called by the reloader between the check of a
  * plugin file and its copy (with the configured path), to change what the

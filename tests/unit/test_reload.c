@@ -16,7 +16,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -373,6 +376,201 @@ static void test_copydir(void)
     CU_ASSERT_EQUAL_FATAL(th_copydir_open(NULL, &d, &e), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(th_copydir_path(d), "toolhost-"));
     th_copydir_close(d);
+    th_test_rmtree(tmp);
+    free(tmp);
+}
+
+/* Without host.state_dir and $TMPDIR: /dev/shm when /tmp is on disk and
+ * /dev/shm is memory one may run code from with room to spare, else /tmp
+ * (reload_copy.c, copies_in_memory); either way a copy holds the source's
+ * bytes, mode 0500, made by FICLONE or by the kernel's copy, counted. */
+static void test_copydir_default_folder(void)
+{
+    struct statfs tf, sf;
+    struct statvfs sv;
+    bool shm = !(statfs("/tmp", &tf) == 0 && tf.f_type == TMPFS_MAGIC) &&
+               statfs("/dev/shm", &sf) == 0 && sf.f_type == TMPFS_MAGIC &&
+               statvfs("/dev/shm", &sv) == 0 &&
+               !(sv.f_flag & (ST_NOEXEC | ST_RDONLY)) &&
+               (uint64_t)sv.f_bavail * sv.f_frsize >= ((uint64_t)1 << 30);
+    char *saved = getenv("TMPDIR") ? strdup(getenv("TMPDIR")) : NULL;
+    unsetenv("TMPDIR");
+    th_copydir *d = NULL;
+    th_error e;
+    int rc = th_copydir_open(NULL, &d, &e);
+    if (saved) {
+        setenv("TMPDIR", saved, 1);
+        free(saved);
+    }
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+    const char *want = shm ? "/dev/shm/toolhost-" : "/tmp/toolhost-";
+    CU_ASSERT_EQUAL(strncmp(th_copydir_path(d), want, strlen(want)), 0);
+    if (strncmp(th_copydir_path(d), want, strlen(want)) != 0)
+        fprintf(stderr, "copies in %s, wanted %s...\n", th_copydir_path(d), want);
+    struct stat st;
+    CU_ASSERT_EQUAL(stat(th_copydir_path(d), &st), 0);
+    CU_ASSERT_EQUAL(st.st_mode & 07777, 0700);
+
+    const char *src = th_test_build_path("fixtures/reload_a.so");
+    char *c1 = NULL, *c2 = NULL;
+    th_file_id id;
+    CU_ASSERT_EQUAL(th_copydir_copy(d, src, "fx", 1, &c1, &id, &e), 0);
+    CU_ASSERT_EQUAL(th_copydir_copy(d, src, "fx", 2, &c2, &id, &e), 0);
+    CU_ASSERT(c1 && th_file_same_content(c1, src));
+    CU_ASSERT(c2 && th_file_same_content(c2, src));
+    CU_ASSERT(c1 && stat(c1, &st) == 0 && (st.st_mode & 0777) == 0500);
+    unsigned long cloned = 0, copied = 0;
+    th_copydir_counts(d, &cloned, &copied);
+    CU_ASSERT_EQUAL(cloned + copied, 2);
+    /* the copy is the host's own: a later write to the source (in place,
+     * same inode) does not reach it */
+    char *tmp = th_test_tmpdir();
+    char *own = th_test_write_file(tmp, "own.so", "first version", 13);
+    char *c3 = NULL;
+    CU_ASSERT_EQUAL(th_copydir_copy(d, own, "own", 1, &c3, &id, &e), 0);
+    FILE *f = fopen(own, "r+");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fputs("SECOND", f);
+    fclose(f);
+    CU_ASSERT(c3 && !th_file_same_content(c3, own));
+    char buf[32] = "";
+    f = c3 ? fopen(c3, "r") : NULL;
+    CU_ASSERT(f && fgets(buf, sizeof buf, f) && strcmp(buf, "first version") == 0);
+    if (f)
+        fclose(f);
+    char *path = strdup(th_copydir_path(d));
+    th_copydir_close(d);
+    CU_ASSERT_NOT_EQUAL(stat(path, &st), 0);
+    free(path);
+    free(c1);
+    free(c2);
+    free(c3);
+    free(own);
+    th_test_rmtree(tmp);
+    free(tmp);
+}
+
+static int copydir_in(const char *parent, th_copydir **d)
+{
+    char *saved = getenv("TMPDIR") ? strdup(getenv("TMPDIR")) : NULL;
+    setenv("TMPDIR", parent, 1);
+    th_error e;
+    int rc = th_copydir_open(NULL, d, &e);
+    if (saved) {
+        setenv("TMPDIR", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("TMPDIR");
+    }
+    return rc;
+}
+
+/* The private folder's path is checked once, when it is made; its copies
+ * are then opened directly (O_NOFOLLOW, a file of ours), and a folder in a
+ * place others may change keeps the walk for every copy, which refuses it. */
+static void test_copydir_checked_once(void)
+{
+    char *tmp = th_test_tmpdir();
+    chmod(tmp, 0700);
+    th_copydir *d = NULL;
+    CU_ASSERT_EQUAL_FATAL(copydir_in(tmp, &d), 0);
+    CU_ASSERT(th_copydir_checked(d));
+    const char *src = th_test_build_path("fixtures/reload_a.so");
+    char *c = NULL;
+    th_file_id id;
+    th_error e;
+    CU_ASSERT_EQUAL_FATAL(th_copydir_copy(d, src, "fx", 1, &c, &id, &e), 0);
+    th_load_opts lo;
+    memset(&lo, 0, sizeof lo);
+    lo.name = "fx";
+    lo.load_path = c;
+    lo.private_copy = true;
+    th_plugin *p = NULL;
+    CU_ASSERT_EQUAL(th_plugin_open(src, &lo, &p, &e), 0);
+    if (p)
+        th_plugin_close(p);
+    /* a link where the copy was: not followed */
+    CU_ASSERT_EQUAL(unlink(c), 0);
+    CU_ASSERT_EQUAL(symlink(src, c), 0);
+    p = NULL;
+    CU_ASSERT_EQUAL(th_plugin_open(src, &lo, &p, &e), TH_ELOAD);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "cannot open its copy"));
+    CU_ASSERT_PTR_NULL(p);
+    unlink(c);
+    free(c);
+    th_copydir_close(d);
+
+    /* under a folder anyone may write (not sticky): not checked, and the
+     * loader's walk refuses the copy as before */
+    char open_dir[4200];
+    snprintf(open_dir, sizeof open_dir, "%s/open", tmp);
+    CU_ASSERT_EQUAL_FATAL(mkdir(open_dir, 0777), 0);
+    chmod(open_dir, 0777);
+    CU_ASSERT_EQUAL_FATAL(copydir_in(open_dir, &d), 0);
+    CU_ASSERT(!th_copydir_checked(d));
+    c = NULL;
+    CU_ASSERT_EQUAL_FATAL(th_copydir_copy(d, src, "fx", 1, &c, &id, &e), 0);
+    lo.load_path = c;
+    lo.private_copy = th_copydir_checked(d);
+    p = NULL;
+    CU_ASSERT_EQUAL(th_plugin_open(src, &lo, &p, &e), TH_ELOAD);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "writable by others"));
+    free(c);
+    th_copydir_close(d);
+    th_test_rmtree(tmp);
+    free(tmp);
+}
+
+/* The sweep of stale folders: at th_copydir_open, or deferred to
+ * th_copydir_sweep() (once); the reloader sweeps on its own thread, so a
+ * start does not wait for the copies a crashed host left. */
+static void test_copydir_sweep_deferred(void)
+{
+    char *tmp = th_test_tmpdir();
+    char state[4200], stale[4300];
+    snprintf(state, sizeof state, "%s/state", tmp);
+    CU_ASSERT_EQUAL_FATAL(mkdir(state, 0700), 0);
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(0);
+    waitpid(pid, NULL, 0); /* a pid that is gone */
+    snprintf(stale, sizeof stale, "%s/run-%ld-abcdef", state, (long)pid);
+    CU_ASSERT_EQUAL(mkdir(stale, 0700), 0);
+    free(th_test_write_file(stale, "old.so", "x", 1));
+    struct stat st;
+    th_copydir *d = NULL;
+    th_error e;
+    CU_ASSERT_EQUAL_FATAL(th_copydir_open_ex(state, true, &d, &e), 0);
+    CU_ASSERT_EQUAL(stat(stale, &st), 0); /* not yet */
+    th_copydir_sweep(d);
+    CU_ASSERT_NOT_EQUAL(stat(stale, &st), 0); /* swept */
+    th_copydir_sweep(d);                      /* once is enough */
+    th_copydir_close(d);
+
+    /* the reloader: the folder goes without anyone calling for it */
+    CU_ASSERT_EQUAL(mkdir(stale, 0700), 0);
+    free(th_test_write_file(stale, "old.so", "x", 1));
+    fx f;
+    CU_ASSERT_EQUAL_FATAL(fx_open(&f), 0);
+    char fstale[4300];
+    snprintf(fstale, sizeof fstale, "%s/state/run-%ld-abcdef", f.dir, (long)pid);
+    CU_ASSERT_EQUAL(mkdir(fstale, 0700), 0);
+    /* fx_open's reloader has swept already or sweeps what it saw; a new
+     * one (a reload does not make one) is what a start is: open another */
+    th_reloader *r2 = NULL;
+    th_registry *reg2 = th_registry_new();
+    th_reload_target t = {.reg = reg2};
+    CU_ASSERT_EQUAL_FATAL(th_reloader_new(&t, f.cfg, &r2, &e), 0);
+    bool gone = false;
+    for (int i = 0; i < 500 && !gone; i++) { /* 5 s at most */
+        gone = stat(fstale, &st) != 0;
+        if (!gone)
+            usleep(10000);
+    }
+    CU_ASSERT_TRUE(gone);
+    th_reloader_free(r2);
+    th_registry_free(reg2);
+    fx_close(&f);
     th_test_rmtree(tmp);
     free(tmp);
 }
@@ -1603,6 +1801,9 @@ void th_suite_reload(void)
 {
     CU_pSuite s = CU_add_suite("reload", NULL, NULL);
     CU_add_test(s, "copydir", test_copydir);
+    CU_add_test(s, "copydir_default_folder", test_copydir_default_folder);
+    CU_add_test(s, "copydir_checked_once", test_copydir_checked_once);
+    CU_add_test(s, "copydir_sweep_deferred", test_copydir_sweep_deferred);
     CU_add_test(s, "elf_incomplete", test_elf_incomplete);
     CU_add_test(s, "still_loaded", test_still_loaded);
     CU_add_test(s, "swap_and_unchanged", test_swap_and_unchanged);

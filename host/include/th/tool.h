@@ -128,6 +128,13 @@ typedef struct th_load_opts {
      * would give back the first object. */
     bool has_fd;
     int fd;
+    /* Appended (core): load_path is a copy in the host's private folder
+     * (reload_copy.c), a folder whose path was checked as the walk checks
+     * folders when it was made, which only the host's user may change: the
+     * loader opens the copy itself (O_NOFOLLOW, a regular file of the
+     * host's user) instead of walking the folders again for every
+     * plugin. */
+    bool private_copy;
 } th_load_opts;
 
 /* Opens and checks a plugin without calling init().  *out is a new

@@ -1,0 +1,309 @@
+/* bench/code.c - run_code's inner tool calls against the inline call path,
+ * in one process.
+ *
+ * A host opened from a config that loads build/plugins/echo.so, with
+ * run_code enabled (th_code_attach, as the fronts do).  Figures:
+ *   - the inline path (the floor): th_call_sync() of echo {text: "hello"}
+ *     on the calling thread, sequential, p50 over many calls;
+ *     th_call_start() with may_block (dispatch.c's "inline") beside it;
+ *   - run_code whose Lua script makes N echo calls
+ *       local n = 0
+ *       for i = 1, N do n = n + #tools.echo{text = "hello"}.stdout end
+ *       return n
+ *     for N = 100 and N = 0 (the same script with no call: a Lua state,
+ *     the sandbox, the chunk, the result), each run through th_call_sync()
+ *     of run_code, p50 over the rounds;
+ *   - per inner call: (run with 100 calls - run with 0 calls) / 100, what
+ *     one tools.echo{} costs inside a script: the Lua table packed to
+ *     msgpack once, the call (registry, policy, validation, manager,
+ *     execute, limits), the result turned into a Lua table once.  And the
+ *     whole run / 100 beside it, start-up included.
+ * Target (issue 17): an inner call at most 1.5x the inline path.
+ *
+ * TH_BENCH_PROFILE=1: only the runs with 100 calls (for callgrind).
+ */
+#include <msgpack.h>
+#include <sys/stat.h>
+
+#include "bench.h"
+#include "th/code.h"
+#include "th/config.h"
+#include "th/host.h"
+#include "th/log.h"
+
+#define TEXT "hello"
+#define N_INNER 100
+
+static th_host *host;
+static uint8_t echo_args[64];
+static size_t echo_len;
+
+static void pack_echo_args(void)
+{
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 1);
+    msgpack_pack_str_with_body(&pk, "text", 4);
+    msgpack_pack_str_with_body(&pk, TEXT, sizeof TEXT - 1);
+    memcpy(echo_args, sb.data, sb.size);
+    echo_len = sb.size;
+    msgpack_sbuffer_destroy(&sb);
+}
+
+/* {code: "..."} for a script making n echo calls */
+static void pack_code_args(th_buf *b, int n)
+{
+    char script[256];
+    snprintf(script, sizeof script,
+             "local n = 0\n"
+             "for i = 1, %d do n = n + #tools.echo{text = \"" TEXT
+             "\"}.stdout end\n"
+             "return n\n",
+             n);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, b, th_buf_msgpack_write);
+    msgpack_pack_map(&pk, 1);
+    msgpack_pack_str_with_body(&pk, "code", 4);
+    msgpack_pack_str_with_body(&pk, script, strlen(script));
+}
+
+static th_host *open_host(const char *build)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/plugins/echo.so", build);
+    struct stat st;
+    if (stat(path, &st) != 0)
+        bench_die("%s is missing: run make first", path);
+    char yaml[4600];
+    snprintf(yaml, sizeof yaml,
+             "host:\n"
+             "  log_level: warn\n"
+             "plugins:\n"
+             "  - name: echo\n"
+             "    path: %s\n"
+             "toolsets:\n"
+             "  - name: default\n"
+             "    tools: [\"*\"]\n"
+             "    run_code:\n"
+             "      enabled: true\n",
+             path);
+    th_config *cfg = NULL;
+    th_error err;
+    th_error_clear(&err);
+    if (th_config_parse("bench.yaml", "/tmp", yaml, strlen(yaml), &cfg, &err) < 0)
+        bench_die("config: %s", err.msg);
+    th_host *h = NULL;
+    if (th_host_open(cfg, &h, &err) < 0)
+        bench_die("th_host_open: %s", err.msg);
+    if (th_code_attach(h, &err) < 0)
+        bench_die("th_code_attach: %s", err.msg);
+    return h;
+}
+
+static th_session *session_new(void)
+{
+    th_principal who = {.uid = getuid(), .gid = getgid(), .trusted = true};
+    th_session *s = th_session_open(host, &who, NULL, NULL);
+    if (!s)
+        bench_die("th_session_open failed");
+    return s;
+}
+
+/* ---- the inline path ------------------------------------------------------------ */
+
+static void run_sync(th_session *s, long n, uint64_t *samples, bench_stats *st)
+{
+    uint64_t t0 = bench_now_ns();
+    th_call_opts o = {.may_block = true};
+    for (long i = -(n / 10 + 1); i < n; i++) {
+        th_result_copy r;
+        memset(&r, 0, sizeof r);
+        uint64_t a = bench_now_ns();
+        int rc = th_call_sync(s, "echo", echo_args, echo_len, &o, NULL, NULL,
+                              NULL, &r);
+        uint64_t b = bench_now_ns();
+        if (rc < 0 || r.kind != TH_RESULT_DONE || !r.ok ||
+            r.out.len != sizeof TEXT - 1)
+            bench_die("th_call_sync(echo) failed (%d)", rc);
+        th_result_copy_destroy(&r);
+        if (i == -1)
+            t0 = bench_now_ns();
+        if (i >= 0)
+            samples[i] = b - a;
+    }
+    bench_stats_from(st, samples, (size_t)n, bench_now_ns() - t0, (size_t)n);
+}
+
+static void on_event(const th_event *ev, void *ud)
+{
+    if (ev->kind == TH_EV_RESULT) {
+        const th_result *r = ev->result;
+        if (r->kind != TH_RESULT_DONE || !r->ok || r->out_len != sizeof TEXT - 1)
+            bench_die("echo failed (kind %d)", (int)r->kind);
+        *(int *)ud = 1;
+    }
+}
+
+/* th_call_start(may_block): the call runs on this thread, its result
+ * event arrives before th_call_start returns. */
+static void run_inline(th_session *s, long n, uint64_t *samples, bench_stats *st)
+{
+    uint64_t t0 = bench_now_ns();
+    th_call_opts o = {.may_block = true};
+    for (long i = -(n / 10 + 1); i < n; i++) {
+        int got = 0;
+        uint64_t id, a = bench_now_ns();
+        if (th_call_start(s, "echo", echo_args, echo_len, &o, on_event, &got,
+                          &id) < 0 || !got)
+            bench_die("th_call_start(echo) did not run inline");
+        uint64_t b = bench_now_ns();
+        if (i == -1)
+            t0 = bench_now_ns();
+        if (i >= 0)
+            samples[i] = b - a;
+    }
+    bench_stats_from(st, samples, (size_t)n, bench_now_ns() - t0, (size_t)n);
+}
+
+/* ---- run_code ------------------------------------------------------------------- */
+
+/* meta.value of a run_code result as an integer, or -1 */
+static int64_t meta_value(const th_buf *meta)
+{
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    int64_t v = -1;
+    if (msgpack_unpack_next(&u, (const char *)meta->data, meta->len, NULL) ==
+            MSGPACK_UNPACK_SUCCESS &&
+        u.data.type == MSGPACK_OBJECT_MAP) {
+        const msgpack_object_map *m = &u.data.via.map;
+        for (uint32_t i = 0; i < m->size; i++) {
+            const msgpack_object *k = &m->ptr[i].key, *x = &m->ptr[i].val;
+            if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == 5 &&
+                memcmp(k->via.str.ptr, "value", 5) == 0 &&
+                x->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+                v = (int64_t)x->via.u64;
+        }
+    }
+    msgpack_unpacked_destroy(&u);
+    return v;
+}
+
+static void run_code(th_session *s, int inner, long rounds, uint64_t *samples,
+                     bench_stats *st)
+{
+    th_buf args = TH_BUF_INIT;
+    pack_code_args(&args, inner);
+    uint64_t t0 = bench_now_ns();
+    th_call_opts o = {.may_block = true};
+    for (long i = -(rounds / 10 + 1); i < rounds; i++) {
+        th_result_copy r;
+        memset(&r, 0, sizeof r);
+        uint64_t a = bench_now_ns();
+        int rc = th_call_sync(s, "run_code", args.data, args.len, &o, NULL,
+                              NULL, NULL, &r);
+        uint64_t b = bench_now_ns();
+        if (rc < 0 || r.kind != TH_RESULT_DONE || !r.ok)
+            bench_die("run_code failed (%d, %s): %.*s", rc,
+                      r.message ? r.message : "", (int)r.err.len,
+                      (const char *)r.err.data);
+        /* the script's return value (meta.value) is the total length */
+        if (meta_value(&r.meta) != (int64_t)inner * (int64_t)(sizeof TEXT - 1))
+            bench_die("run_code returned %lld, wanted %d",
+                      (long long)meta_value(&r.meta),
+                      inner * (int)(sizeof TEXT - 1));
+        th_result_copy_destroy(&r);
+        if (i == -1)
+            t0 = bench_now_ns();
+        if (i >= 0)
+            samples[i] = b - a;
+    }
+    bench_stats_from(st, samples, (size_t)rounds, bench_now_ns() - t0,
+                     (size_t)rounds);
+    th_buf_destroy(&args);
+}
+
+int main(int argc, char **argv)
+{
+    const char *build = bench_build_dir(argc > 1 ? argv[1] : TH_BUILD_DIR);
+    bench_machine m;
+    bench_machine_get(&m);
+    bench_machine_print("code: run_code's inner calls vs the inline path", &m);
+    th_log_set_level(TOOLHOST_LOG_WARN);
+    pack_echo_args();
+    host = open_host(build);
+    th_session *s = session_new();
+
+    long n = bench_iters(100000, 20, 2000);
+    long rounds = bench_iters(2000, 20, 50);
+    uint64_t *samples = malloc(sizeof(uint64_t) * (size_t)(n > rounds ? n : rounds));
+    if (!samples)
+        bench_die("out of memory");
+
+    if (getenv("TH_BENCH_PROFILE")) {
+        bench_stats st;
+        run_code(s, N_INNER, rounds, samples, &st);
+        printf("run_code, %d calls: p50 %.1f us\n", N_INNER,
+               (double)st.p50_ns / 1e3);
+        th_session_close(s);
+        th_host_close(host);
+        free(samples);
+        return 0;
+    }
+
+    bench_stats syn, inl, c100, c0;
+    /* interleaved twice, keeping the faster of each: the machine is
+     * shared, and a figure is compared with a floor of the same moment */
+    bench_stats syn2, inl2, c1002, c02;
+    run_sync(s, n, samples, &syn);
+    run_inline(s, n, samples, &inl);
+    run_code(s, N_INNER, rounds, samples, &c100);
+    run_code(s, 0, rounds, samples, &c0);
+    run_sync(s, n, samples, &syn2);
+    run_inline(s, n, samples, &inl2);
+    run_code(s, N_INNER, rounds, samples, &c1002);
+    run_code(s, 0, rounds, samples, &c02);
+    if (syn2.p50_ns < syn.p50_ns)
+        syn = syn2;
+    if (inl2.p50_ns < inl.p50_ns)
+        inl = inl2;
+    if (c1002.p50_ns < c100.p50_ns)
+        c100 = c1002;
+    if (c02.p50_ns < c0.p50_ns)
+        c0 = c02;
+    th_session_close(s);
+    th_host_close(host);
+
+    double floor = (double)syn.p50_ns;
+    double inner = ((double)c100.p50_ns - (double)c0.p50_ns) / N_INNER;
+    double whole = (double)c100.p50_ns / N_INNER;
+    printf("\n");
+    bench_row_head();
+    bench_row_ns("floor: echo, th_call_sync (inline path)", &syn, 0, NULL);
+    bench_row_ns("echo, th_call_start inline (may_block)", &inl, floor,
+                 "th_call_sync");
+    bench_row_ns("run_code, 100 echo calls", &c100, 0, NULL);
+    bench_row_ns("run_code, no call (start-up of a run)", &c0, 0, NULL);
+    printf("%-44s %10.0fns %21s %7.2fx  th_call_sync\n",
+           "per inner call: (run100 - run0) / 100", inner, "", inner / floor);
+    printf("%-44s %10.0fns %21s %7.2fx  th_call_sync\n",
+           "per call, whole run: run100 / 100", whole, "", whole / floor);
+
+    bench_json j;
+    bench_json_begin(&j, "code", &m);
+    bench_json_num(&j, "inline_sync_p50_ns", floor);
+    bench_json_num(&j, "inline_start_p50_ns", (double)inl.p50_ns);
+    bench_json_num(&j, "run_code100_p50_ns", (double)c100.p50_ns);
+    bench_json_num(&j, "run_code0_p50_ns", (double)c0.p50_ns);
+    bench_json_num(&j, "inner_call_ns", inner);
+    bench_json_num(&j, "whole_run_per_call_ns", whole);
+    bench_json_num(&j, "inner_ratio_inline", inner / floor);
+    bench_json_num(&j, "whole_ratio_inline", whole / floor);
+    bench_target(&j, "run_code_inner", "run_code inner call <= 1.5x the inline path",
+                 inner / floor, 1.5, 1);
+    bench_json_end(&j);
+    free(samples);
+    return 0;
+}

@@ -1,0 +1,374 @@
+/* test_code_bridge.c - the code runtime's msgpack -> Lua bridge
+ * (host/core/code_bridge.c): a tool's result becomes the Lua table of its
+ * codec form with each part converted once (the meta map read from its
+ * bytes, no unpacker), and that table is the one the unpack-based
+ * converter makes of the same bytes, for thousands of random values.
+ * White-box: code_int.h.
+ */
+#include <CUnit/CUnit.h>
+#include <lauxlib.h>
+#include <lualib.h>
+#include <math.h>
+#include <msgpack.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "code_int.h"
+#include "common/th_test.h"
+
+/* ---- random msgpack values ------------------------------------------------------ */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint64_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+static void rand_bytes(char *b, size_t n)
+{
+    static const char abc[] = "abcab\xc3\xa9xyz";
+    for (size_t i = 0; i < n; i++)
+        b[i] = abc[rnd() % (sizeof abc - 1)];
+}
+
+/* A random value; containers while depth allows (sometimes a chain deeper
+ * than the bridge's 64 levels). */
+static void rand_value(msgpack_packer *pk, int depth, int max_depth)
+{
+    unsigned kind = (unsigned)(rnd() % (depth < max_depth ? 14 : 10));
+    char s[300];
+    switch (kind) {
+    case 0:
+        msgpack_pack_nil(pk);
+        break;
+    case 1:
+        rnd() & 1 ? msgpack_pack_true(pk) : msgpack_pack_false(pk);
+        break;
+    case 2: { /* every integer width, both signs, around the edges */
+        static const int64_t edges[] = {0, 1, 127, 128, 255, 256, 65535, 65536,
+                                        -1, -32, -33, -128, -129, -32768,
+                                        -32769, INT64_MIN, INT64_MAX};
+        if (rnd() & 1)
+            msgpack_pack_int64(pk, edges[rnd() % (sizeof edges / sizeof *edges)]);
+        else
+            msgpack_pack_int64(pk, (int64_t)rnd() >> (rnd() % 64));
+        break;
+    }
+    case 3:
+        msgpack_pack_uint64(pk, rnd() | (rnd() & 1 ? 1ull << 63 : 0));
+        break;
+    case 4:
+        msgpack_pack_float(pk, (float)((double)(int64_t)rnd() / 1e9));
+        break;
+    case 5: {
+        double d = (double)(int64_t)rnd() / 1e6;
+        if (rnd() % 8 == 0)
+            d = NAN;
+        msgpack_pack_double(pk, d);
+        break;
+    }
+    case 6:
+    case 7: { /* str of 0..300 bytes: fixstr, str8, str16 */
+        size_t n = (size_t)(rnd() % (rnd() & 1 ? 40 : 300));
+        rand_bytes(s, n);
+        msgpack_pack_str_with_body(pk, s, n);
+        break;
+    }
+    case 8: {
+        size_t n = (size_t)(rnd() % 20);
+        rand_bytes(s, n);
+        msgpack_pack_bin_with_body(pk, s, n);
+        break;
+    }
+    case 9: { /* ext: fixext 1..16 and ext8 */
+        static const size_t sizes[] = {1, 2, 4, 8, 16, 3, 0, 40};
+        size_t n = sizes[rnd() % 8];
+        rand_bytes(s, n);
+        msgpack_pack_ext_with_body(pk, s, n, (int8_t)(rnd() % 100));
+        break;
+    }
+    case 10:
+    case 11: {
+        uint32_t n = (uint32_t)(rnd() % (rnd() % 10 == 0 ? 20 : 5));
+        msgpack_pack_array(pk, n);
+        for (uint32_t i = 0; i < n; i++)
+            rand_value(pk, depth + 1, max_depth);
+        break;
+    }
+    default: { /* maps: string, integer, boolean, nil and NaN keys */
+        uint32_t n = (uint32_t)(rnd() % (rnd() % 10 == 0 ? 20 : 5));
+        msgpack_pack_map(pk, n);
+        for (uint32_t i = 0; i < n; i++) {
+            unsigned k = (unsigned)(rnd() % 10);
+            if (k < 5) {
+                size_t m = 1 + (size_t)(rnd() % 3);
+                rand_bytes(s, m);
+                msgpack_pack_str_with_body(pk, s, m);
+            } else if (k < 7) {
+                msgpack_pack_int64(pk, (int64_t)(rnd() % 7) - 2);
+            } else if (k == 7) {
+                msgpack_pack_nil(pk);
+            } else if (k == 8) {
+                msgpack_pack_double(pk, NAN);
+            } else {
+                msgpack_pack_true(pk);
+            }
+            rand_value(pk, depth + 1, max_depth);
+        }
+        break;
+    }
+    }
+}
+
+/* A chain of one-element arrays `levels` deep around an integer. */
+static void deep_value(msgpack_packer *pk, int levels)
+{
+    for (int i = 0; i < levels; i++)
+        msgpack_pack_array(pk, 1);
+    msgpack_pack_int(pk, 7);
+}
+
+/* ---- comparing Lua values ---------------------------------------------------------- */
+
+static bool lua_same(lua_State *L, int a, int b, int depth);
+
+/* Every key of table a is in b with the same value. */
+static bool lua_subset(lua_State *L, int a, int b, int depth)
+{
+    lua_pushnil(L);
+    while (lua_next(L, a)) {
+        int v = lua_gettop(L);
+        lua_pushvalue(L, v - 1);
+        if (lua_type(L, v - 1) == LUA_TTABLE) {
+            /* table keys: equal by shape, found by scanning b */
+            bool found = false;
+            lua_pop(L, 1);
+            lua_pushnil(L);
+            while (!found && lua_next(L, b)) {
+                int w = lua_gettop(L);
+                if (lua_type(L, w - 1) == LUA_TTABLE &&
+                    lua_same(L, v - 1, w - 1, depth + 1) &&
+                    lua_same(L, v, w, depth + 1))
+                    found = true;
+                lua_pop(L, found ? 2 : 1);
+            }
+            if (!found) {
+                lua_pop(L, 2);
+                return false;
+            }
+            lua_pop(L, 1);
+            continue;
+        }
+        lua_rawget(L, b);
+        bool ok = lua_same(L, v, lua_gettop(L), depth + 1);
+        lua_pop(L, 2);
+        if (!ok) {
+            lua_pop(L, 1);
+            return false;
+        }
+    }
+    return true;
+}
+
+static size_t n_keys(lua_State *L, int t)
+{
+    size_t n = 0;
+    lua_pushnil(L);
+    while (lua_next(L, t)) {
+        n++;
+        lua_pop(L, 1);
+    }
+    return n;
+}
+
+static bool lua_same(lua_State *L, int a, int b, int depth)
+{
+    luaL_checkstack(L, 8, "compare");
+    a = lua_absindex(L, a);
+    b = lua_absindex(L, b);
+    int t = lua_type(L, a);
+    if (t != lua_type(L, b) || depth > 200)
+        return false;
+    switch (t) {
+    case LUA_TNUMBER: {
+        if (lua_isinteger(L, a) != lua_isinteger(L, b))
+            return false;
+        if (lua_isinteger(L, a))
+            return lua_tointeger(L, a) == lua_tointeger(L, b);
+        lua_Number x = lua_tonumber(L, a), y = lua_tonumber(L, b);
+        return x == y || (x != x && y != y);
+    }
+    case LUA_TTABLE:
+        if (lua_rawlen(L, a) != lua_rawlen(L, b))
+            return false;
+        /* as many keys, and every key of a in b with the same value */
+        return n_keys(L, a) == n_keys(L, b) && lua_subset(L, a, b, depth);
+    default:
+        return lua_rawequal(L, a, b);
+    }
+}
+
+/* ---- the tests ------------------------------------------------------------------------ */
+
+static run *run_new(lua_State *L)
+{
+    run *r = calloc(1, sizeof *r);
+    r->L = L;
+    return r;
+}
+
+static void run_free(run *r)
+{
+    if (r->unp_live)
+        msgpack_unpacked_destroy(&r->unp);
+    free(r);
+}
+
+/* The result of a tool with `meta` both ways: directly (push_result) and
+ * as the codec's bytes unpacked (the converter it replaced). */
+static bool both_ways_same(lua_State *L, run *r, const char *meta, size_t len,
+                           bool ok)
+{
+    th_result_copy res;
+    memset(&res, 0, sizeof res);
+    res.kind = TH_RESULT_DONE;
+    res.ok = ok;
+    th_buf_append(&res.out, "out\xff", 4); /* not UTF-8: bin in the codec */
+    th_buf_append(&res.err, "err", 3);
+    if (len)
+        th_buf_append(&res.meta, meta, len);
+    int top = lua_gettop(L);
+    th_code__push_result(L, r, &res);
+    th_buf codec = TH_BUF_INIT;
+    CU_ASSERT_EQUAL_FATAL(th_codec_result_to_buf(&codec, &res), 0);
+    th_code__push_msgpack(L, r, &codec);
+    if (!ok) { /* as push_result adds it */
+        lua_getfield(L, top + 1, "error");
+        lua_setfield(L, top + 2, "error");
+    }
+    bool same = lua_same(L, top + 1, top + 2, 0);
+    lua_settop(L, top);
+    th_buf_destroy(&codec);
+    th_result_copy_destroy(&res);
+    return same;
+}
+
+static void test_random_results(void)
+{
+    lua_State *L = luaL_newstate();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(L);
+    run *r = run_new(L);
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    int differ = 0, rounds = 3000;
+    for (int i = 0; i < rounds; i++) {
+        msgpack_sbuffer_clear(&sb);
+        if (i % 50 == 49) /* deep, within what msgpack-c unpacks (32) */
+            deep_value(&pk, 20 + (int)(rnd() % 11));
+        else
+            rand_value(&pk, 0, 1 + (int)(rnd() % 4));
+        if (!both_ways_same(L, r, sb.data, sb.size, rnd() & 1)) {
+            if (differ++ < 3)
+                fprintf(stderr, "round %d: the direct result differs (%zu "
+                                "bytes of meta)\n",
+                        i, sb.size);
+        }
+    }
+    CU_ASSERT_EQUAL(differ, 0);
+    msgpack_sbuffer_destroy(&sb);
+    run_free(r);
+    lua_close(L);
+}
+
+/* Hand-picked: a meta map, errors, and meta bytes that are not one
+ * complete msgpack value (meta becomes an empty table; ok and the texts
+ * stay, where the old converter lost the whole result). */
+static void test_directed_results(void)
+{
+    lua_State *L = luaL_newstate();
+    luaL_openlibs(L);
+    run *r = run_new(L);
+    /* {"toolhost": {"n": 5, "f": -1.5, "l": [1, nil, "x"]}} */
+    static const char meta[] = "\x81\xa8toolhost\x83\xa1n\x05\xa1\x66\xcb\xbf\xf8"
+                               "\x00\x00\x00\x00\x00\x00\xa1l\x93\x01\xc0\xa1x";
+    th_result_copy res;
+    memset(&res, 0, sizeof res);
+    res.kind = TH_RESULT_DONE;
+    res.ok = true;
+    th_buf_append(&res.out, "hi", 2);
+    th_buf_append(&res.meta, meta, sizeof meta - 1);
+    th_code__push_result(L, r, &res);
+    lua_setglobal(L, "r");
+    CU_ASSERT_EQUAL(luaL_dostring(L,
+                                  "assert(r.ok == true and r.stdout == 'hi' and "
+                                  "r.stderr == '')\n"
+                                  "local t = r.meta.toolhost\n"
+                                  "assert(math.type(t.n) == 'integer' and t.n == 5)\n"
+                                  "assert(t.f == -1.5)\n"
+                                  "assert(t.l[1] == 1 and t.l[2] == nil and t.l[3] == 'x')\n"
+                                  "assert(r.error == nil and r.structured == nil)"),
+                    LUA_OK);
+    /* truncated meta: an empty table, the rest kept */
+    for (size_t cut = 1; cut < sizeof meta - 1; cut += 3) {
+        th_buf_reset(&res.meta);
+        th_buf_append(&res.meta, meta, cut);
+        int top = lua_gettop(L);
+        th_code__push_result(L, r, &res);
+        CU_ASSERT_EQUAL(lua_gettop(L), top + 1);
+        lua_setglobal(L, "r");
+        CU_ASSERT_EQUAL(luaL_dostring(L, "assert(r.ok and r.stdout == 'hi' and "
+                                         "next(r.meta) == nil)"),
+                        LUA_OK);
+    }
+    /* deeper than the unpacker goes (it refused the whole result past 32
+     * levels): kept to 64 levels, nil below, as push_object cuts */
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    deep_value(&pk, 70);
+    th_buf_reset(&res.meta);
+    th_buf_append(&res.meta, sb.data, sb.size);
+    msgpack_sbuffer_destroy(&sb);
+    th_code__push_result(L, r, &res);
+    lua_setglobal(L, "r");
+    CU_ASSERT_EQUAL(luaL_dostring(L, "local t = r.meta\n"
+                                     "for i = 1, 63 do t = t[1] end\n"
+                                     "assert(type(t) == 'table' and t[1] == nil)\n"
+                                     "assert(r.stdout == 'hi')"),
+                    LUA_OK);
+    /* a run that failed: error = {code = tool_failed, message = stderr} */
+    th_buf_reset(&res.meta);
+    res.ok = false;
+    th_buf_append(&res.err, "boom", 4);
+    th_code__push_result(L, r, &res);
+    lua_setglobal(L, "r");
+    CU_ASSERT_EQUAL(luaL_dostring(L, "assert(r.ok == false and r.stderr == 'boom' "
+                                     "and r.error.code == 'tool_failed' and "
+                                     "r.error.message == 'boom' and "
+                                     "next(r.meta) == nil)"),
+                    LUA_OK);
+    th_result_copy_destroy(&res);
+    /* an error result: {ok = false, error = {code, message}} */
+    th_code__push_error_result(L, r, TH_EINVAL, "bad args");
+    lua_setglobal(L, "r");
+    CU_ASSERT_EQUAL(luaL_dostring(L, "assert(r.ok == false and r.error.code == "
+                                     "'invalid_request' and r.error.message == "
+                                     "'bad args' and r.stdout == nil)"),
+                    LUA_OK);
+    run_free(r);
+    lua_close(L);
+}
+
+void th_suite_code_bridge(void)
+{
+    CU_pSuite s = CU_add_suite("code_bridge", NULL, NULL);
+    CU_add_test(s, "random_results", test_random_results);
+    CU_add_test(s, "directed_results", test_directed_results);
+}
