@@ -438,10 +438,11 @@ static void *run_call(void *arg)
  * role when there is none; else it idles (10 s, then it ends).
  *
  * The reader reads the socket and takes its frames.  A CALL that is the
- * last whole frame it has runs on the reader itself: no hand-off, so a
- * short call costs one wake-up each way, like a bare round trip over the
- * socketpair.  Frames before it go to idle threads (a call waiting
- * behind another never waits for it).  While the reader runs a call
+ * last whole frame it has, with no other call running in the worker,
+ * runs on the reader itself: no hand-off, so a sequential call costs one
+ * wake-up each way, like a bare round trip over the socketpair.  Other
+ * calls (more frames read, calls in flight) go to idle threads, and the
+ * reader goes on reading for them.  While the reader runs a call
  * nobody reads the socket; the sentinel sleeps until that call has run
  * ISO_INLINE_MS and then becomes the reader, so a long call delays a
  * CANCEL or a concurrent call by at most that.  The thread whose call
@@ -521,7 +522,7 @@ static void refuse(uint64_t id, int ask, const char *why)
 
 /* A call record from a CALL or ASK frame, registered (g_calls), or NULL
  * (answered already: out of memory). */
-static wcall *new_call(const msgpack_object_array *a, int ask)
+static wcall *new_call(const msgpack_object_array *a, int ask, int *active)
 {
     pthread_mutex_lock(&g_mu);
     wcall *c = g_free;
@@ -571,7 +572,7 @@ static wcall *new_call(const msgpack_object_array *a, int ask)
     pthread_mutex_lock(&g_mu);
     c->next = g_calls;
     g_calls = c;
-    g_active++;
+    *active = ++g_active;
     pthread_mutex_unlock(&g_mu);
     return c;
 oom:
@@ -627,6 +628,7 @@ static bool take_frame(const uint8_t *f, size_t len, bool last)
     const msgpack_object_array *a = &u.data.via.array;
     int type = (int)th_iso_int(a, 0);
     wcall *c = NULL;
+    int active = 0;
     if (type == ISO_INIT && !g_ready) {
         size_t n;
         const uint8_t *cfg = th_iso_bytes(a, 1, &n);
@@ -636,7 +638,8 @@ static bool take_frame(const uint8_t *f, size_t len, bool last)
         send_text(ISO_READY, rc == 0, rc ? err.msg : NULL);
         g_ready = rc == 0;
     } else if ((type == ISO_CALL || type == ISO_ASK) && g_ready) {
-        c = new_call(a, type == ISO_ASK ? (int)th_iso_int(a, 2) : 0);
+        c = new_call(a, type == ISO_ASK ? (int)th_iso_int(a, 2) : 0,
+                     &active);
     } else if (type == ISO_CANCEL) {
         cancel_call((uint64_t)th_iso_int(a, 1));
     } else if (type == ISO_EXIT) {
@@ -655,7 +658,9 @@ static bool take_frame(const uint8_t *f, size_t len, bool last)
     msgpack_unpacked_destroy(&u);
     if (!c)
         return true;
-    if (last)
+    /* Alone: run it here.  Among others (calls in flight, more frames
+     * read): to a thread, so this one goes on reading for them. */
+    if (last && active == 1)
         return run_inline(c);
     pthread_mutex_lock(&g_tp_mu);
     int rc = hand_off_locked(c);
