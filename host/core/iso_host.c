@@ -573,14 +573,19 @@ static void *reader_main(void *arg)
         if (w->rd == RD_FREE &&
             (w->sock_eof || (looked && w->call_seq == seen)))
             w->rd = RD_THREAD;
-        bool mine = w->rd == RD_THREAD;
+        bool mine = w->rd == RD_THREAD, is_free = w->rd == RD_FREE;
         looked = !mine;
         seen = w->call_seq;
         pthread_mutex_unlock(&P->mu);
         struct pollfd pf[3] = {{w->evfd, POLLIN, 0},
                                {err_open ? w->errfd : -1, POLLIN, 0},
                                {w->sock, POLLIN, 0}};
-        int n = poll(pf, mine ? 3 : 2, mine ? -1 : ISO_READER_IDLE_MS);
+        /* Free: look again soon to take it back; with a call: that call
+         * frees it or hands it on, so look now and then. */
+        int n = poll(pf, mine ? 3 : 2,
+                     mine      ? -1
+                     : is_free ? ISO_READER_IDLE_MS
+                               : 10 * ISO_READER_IDLE_MS);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
