@@ -266,9 +266,12 @@ int main(int argc, char **argv)
     h = open_host(build, true);
     double start_ms = (double)(bench_now_ns() - t_open) / 1e6;
     run_sync(h, n, samples, &iso);
+    /* TH_BENCH_ISO_SEQ=1: the sequential figures only (for strace -c or
+     * perf of one sequential call). */
     long nf = bench_iters(100000, 20, 2000);
-    double fl64 = floor_inflight(nf, 64);
-    double iso64 = run_inflight(h, nf, 64);
+    bool seq_only = getenv("TH_BENCH_ISO_SEQ") != NULL;
+    double fl64 = seq_only ? 1 : floor_inflight(nf, 64);
+    double iso64 = seq_only ? 1 : run_inflight(h, nf, 64);
     th_host_close(h);
     free(samples);
 
