@@ -8,9 +8,11 @@
  * worker's messages to the real call callbacks on the calling thread
  * (the call's owner), until DONE or the worker's death.
  *
- * One reader thread per worker reads its socket and its stderr (lines go
- * to the log under the plugin's name) and routes messages to the waiting
- * calls.  When the worker dies (EOF), the reader reaps it, fails its
+ * One reader thread per worker reads its stderr (lines go to the log
+ * under the plugin's name) and its socket while the worker starts or is
+ * idle; while calls run, the thread of a waiting call reads the socket
+ * itself and routes the other calls' messages to them ("Reading" below).
+ * When the worker dies (EOF), the reader thread reaps it, fails its
  * calls with plugin_crashed naming the signal (or the limit), and the
  * next call restarts it after a backoff (0 after a worker that finished
  * calls, then 100 ms doubling to 5 s).  `crash_loop` deaths in a row
@@ -18,8 +20,9 @@
  * one new start is tried every `unhealthy_retry`.
  *
  * Locks: pool->mu guards the workers, their call lists and queues, the
- * counters; never held while sending, calling a host callback or
- * waiting for a process.
+ * counters, who reads a socket (w->rd); never held while sending,
+ * reading, calling a host callback or waiting for a process.  w->send_mu
+ * orders the frames sent to one worker; nothing is locked under it.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -2,8 +2,9 @@
  * plugin (docs/isolation.md).  Drops privileges and applies its limits
  * first, then loads the plugin from the fd the host opened and checked,
  * sends its descriptor, runs init() with the config the host sends, and
- * serves calls on a pool of threads (one per concurrent call, idle ones
- * end after 10 s).  Every host callback of the ABI
+ * serves calls: a lone call on the thread that read it, concurrent ones
+ * on a pool of threads (one per concurrent call, idle ones end after
+ * 10 s; "threads" below).  Every host callback of the ABI
  * becomes a message on the socket; is_cancelled and time_left_ms are
  * answered locally from the CANCEL messages and the deadline.
  *
