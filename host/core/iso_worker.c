@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <pwd.h>
 #include <seccomp.h>
@@ -483,11 +484,13 @@ static int spawn_thread(void)
     return rc;
 }
 
-/* g_tp_mu held.  0, or -1 when no thread waits and none can be started. */
+/* g_tp_mu held.  0, or pthread_create's error when no thread waits and
+ * none can be started. */
 static int hand_off_locked(wcall *c)
 {
-    if (g_tp_idle <= g_tp_queued && spawn_thread() != 0)
-        return -1; /* every idle thread is spoken for, and no new one */
+    int rc;
+    if (g_tp_idle <= g_tp_queued && (rc = spawn_thread()) != 0)
+        return rc; /* every idle thread is spoken for, and no new one */
     c->qnext = NULL;
     if (g_tp_tail)
         g_tp_tail->qnext = c;
@@ -670,10 +673,13 @@ static bool take_frame(const uint8_t *f, size_t len, bool last)
         uint64_t id = c->id;
         int ask = c->ask;
         drop_call(c);
-        refuse(id, ask,
-               ask ? "the worker cannot start a thread"
-                   : "the plugin's worker process cannot start a thread "
-                     "for this call (processes limit?)\n");
+        char why[200];
+        snprintf(why, sizeof why,
+                 ask ? "the worker cannot start a thread: %s"
+                     : "the plugin's worker process cannot start a thread "
+                       "for this call: %s (processes or memory limit?)\n",
+                 strerror(rc));
+        refuse(id, ask, why);
     }
     return true;
 }
@@ -714,8 +720,8 @@ static bool sentinel(bool is_main)
     g_sent_coming = false;
     uint64_t seen = g_exec_seq;
     for (;;) {
-        if (g_tp_exit || g_tp_head)
-            break;
+        if (g_tp_exit)
+            break; /* (queued calls have idle threads of their own) */
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         int64_t now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec, due;
@@ -997,6 +1003,13 @@ static int apply(const wopts *o)
     if (o->memory && set_limit(RLIMIT_AS, o->memory, "memory") != 0)
         return -1;
     g_mem_limit = o->memory;
+    /* RLIMIT_AS counts address space, and glibc reserves 64 MiB of it for
+     * each thread's malloc arena (up to 8 per core): a handful of threads
+     * would reach a small limit without using the memory, and the next
+     * pthread_create fails (EAGAIN).  One arena: `memory` bounds what the
+     * worker uses, whichever threads allocate. */
+    if (o->memory)
+        mallopt(M_ARENA_MAX, 1);
 #endif
     if (o->cpu && set_limit(RLIMIT_CPU, o->cpu, "cpu") != 0)
         return -1;
