@@ -8,9 +8,11 @@
  * worker's messages to the real call callbacks on the calling thread
  * (the call's owner), until DONE or the worker's death.
  *
- * One reader thread per worker reads its socket and its stderr (lines go
- * to the log under the plugin's name) and routes messages to the waiting
- * calls.  When the worker dies (EOF), the reader reaps it, fails its
+ * One reader thread per worker reads its stderr (lines go to the log
+ * under the plugin's name) and its socket while the worker starts or is
+ * idle; while calls run, the thread of a waiting call reads the socket
+ * itself and routes the other calls' messages to them ("Reading" below).
+ * When the worker dies (EOF), the reader thread reaps it, fails its
  * calls with plugin_crashed naming the signal (or the limit), and the
  * next call restarts it after a backoff (0 after a worker that finished
  * calls, then 100 ms doubling to 5 s).  `crash_loop` deaths in a row
@@ -18,8 +20,9 @@
  * one new start is tried every `unhealthy_retry`.
  *
  * Locks: pool->mu guards the workers, their call lists and queues, the
- * counters; never held while sending, calling a host callback or
- * waiting for a process.
+ * counters, who reads a socket (w->rd); never held while sending,
+ * reading, calling a host callback or waiting for a process.  w->send_mu
+ * orders the frames sent to one worker; nothing is locked under it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -30,7 +33,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -69,6 +75,7 @@ typedef struct pend {
     char *death;          /* the worker died: why */
     int death_code;
     pthread_cond_t cv;
+    toolhost_call *call;  /* NULL for an ASK */
     struct pend *next;
 } pend;
 
@@ -89,7 +96,21 @@ typedef struct worker {
     bool reaped;          /* set when we sent SIGKILL (a deadline) */
     bool reader_done;     /* the reader's last touch is over (under mu) */
     struct worker *next_dead;
+    /* Who reads the socket (under mu): nobody, the reader thread, or the
+     * thread of a call waiting for its answer (rd_pend).  Only that one
+     * touches rx.  See "Reading" below. */
+    int rd;
+    pend *rd_pend;
+    th_iso_rx rx;
+    int evfd;             /* wakes the reader thread */
+    uint64_t call_seq;    /* calls started on this worker */
+    uint64_t ends;        /* DONE and ANSWER frames routed */
+    bool sock_eof;        /* the socket ended under a call, or the pool
+                             closes: the reader thread takes it, reaps */
 } worker;
+
+enum { RD_FREE, RD_THREAD, RD_CALLER };
+#define ISO_READER_IDLE_MS 20 /* the reader thread looks this often */
 
 typedef struct pool {
     toolhost_plugin desc; /* the proxy's descriptor; first (container_of) */
@@ -329,7 +350,31 @@ static bool frame_ok(const uint8_t *f, size_t n)
     return th_mp_check(f, n, TH_MP_MAX_DEPTH, &vlen, NULL) == 0 && vlen == n;
 }
 
-static void route(pool *P, worker *w, const uint8_t *f, size_t n)
+/* A message of the call whose thread read it: to the call's callbacks
+ * at once, no queue, no copy. */
+static void deliver(toolhost_call *call, int type, const msgpack_object_array *a)
+{
+    size_t len = 0;
+    const uint8_t *d;
+    if (!call)
+        return;
+    if (type == ISO_WRITE) {
+        d = th_iso_bytes(a, 3, &len);
+        call->host->write(call, (int)th_iso_int(a, 2), d, len);
+    } else if (type == ISO_META) {
+        d = th_iso_bytes(a, 2, &len);
+        call->host->set_meta(call, d, len);
+    } else {
+        char *t = th_iso_strdup(a, 3);
+        d = th_iso_bytes(a, 4, &len);
+        call->host->progress(call, th_iso_num(a, 2), t, d, len);
+        free(t);
+    }
+}
+
+/* One frame from a worker, read by the reader thread (self NULL) or by
+ * the thread of the call `self`. */
+static void route(pool *P, worker *w, const uint8_t *f, size_t n, pend *self)
 {
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
@@ -387,6 +432,12 @@ static void route(pool *P, worker *w, const uint8_t *f, size_t n)
         pend *p = find_pend(w, (uint64_t)th_iso_int(a, 1));
         if (!p || p->done)
             break;
+        if (p == self) {
+            pthread_mutex_unlock(&P->mu);
+            deliver(self->call, type, a);
+            msgpack_unpacked_destroy(&u);
+            return;
+        }
         msg *m = calloc(1, sizeof *m);
         if (!m)
             break;
@@ -436,6 +487,7 @@ static void route(pool *P, worker *w, const uint8_t *f, size_t n)
         if (type == ISO_ANSWER)
             p->answer = th_iso_strdup(a, 3);
         p->done = true;
+        w->ends++;
         if (type == ISO_DONE)
             w->finished++;
         if (P->loop || P->unhealthy) {
@@ -455,20 +507,97 @@ static void route(pool *P, worker *w, const uint8_t *f, size_t n)
     msgpack_unpacked_destroy(&u);
 }
 
+/* Reading.  The socket of a worker has one reader at a time (w->rd):
+ *  - the reader thread (RD_THREAD) while the worker starts, while it is
+ *    idle, and once a call saw the socket end (it reaps);
+ *  - or the thread of a call that waits for its answer (RD_CALLER,
+ *    w->rd_pend): it reads the socket itself, gets its own frames
+ *    without a hand-off and routes the others' to them, so a call costs
+ *    one wake-up each way, like a bare round trip.  When its call ends
+ *    it hands the socket to another waiting call, or frees it;
+ *  - or nobody (RD_FREE): the next call takes it.
+ * The reader thread does not poll the socket while calls come (it would
+ * wake up for every answer): it looks every ISO_READER_IDLE_MS and takes
+ * the socket back when no call started since it last looked (a LOG from
+ * an idle plugin waits that long at most).  A call that finds the reader
+ * thread reading waits for its frames as they are routed, and the reader
+ * thread hands the socket to it. */
+
+/* The reader thread's side of the socket: what it read, routed.  false
+ * when the socket ended or the worker misbehaved (*bad). */
+static bool reader_read(pool *P, worker *w, bool *bad)
+{
+    int r = th_iso_rx_fill(&w->rx, w->sock);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return true;
+    if (r <= 0)
+        return false;
+    pthread_mutex_lock(&P->mu);
+    uint64_t ends = w->ends;
+    pthread_mutex_unlock(&P->mu);
+    const uint8_t *f;
+    size_t len;
+    int t;
+    while ((t = th_iso_take(&w->rx, &f, &len)) == 1)
+        route(P, w, f, len, NULL);
+    if (t < 0) {
+        *bad = true;
+        return false;
+    }
+    /* Calls are running: the socket goes to one of them, or is left
+     * free for the next. */
+    pthread_mutex_lock(&P->mu);
+    if (w->rd == RD_THREAD && w->ready_state == 1 && !w->sock_eof) {
+        pend *q = w->calls;
+        while (q && q->done)
+            q = q->next;
+        if (q) {
+            w->rd = RD_CALLER;
+            w->rd_pend = q;
+            pthread_cond_signal(&q->cv);
+        } else if (w->ends != ends) {
+            w->rd = RD_FREE;
+        }
+    }
+    pthread_mutex_unlock(&P->mu);
+    return true;
+}
+
 static void *reader_main(void *arg)
 {
     worker *w = arg;
     pool *P = w->pool;
-    th_iso_rx rx = {TH_BUF_INIT, 0};
     th_buf eb = TH_BUF_INIT;
-    bool sock_open = true, err_open = true;
+    bool sock_open = true, err_open = true, bad = false;
+    uint64_t seen = 0;
+    bool looked = false; /* one period without the socket passed */
     while (sock_open) {
-        struct pollfd pf[2] = {{w->sock, POLLIN, 0}, {w->errfd, POLLIN, 0}};
-        int n = poll(pf, err_open ? 2 : 1, -1);
+        pthread_mutex_lock(&P->mu);
+        if (w->rd == RD_FREE &&
+            (w->sock_eof || (looked && w->call_seq == seen)))
+            w->rd = RD_THREAD;
+        bool mine = w->rd == RD_THREAD, is_free = w->rd == RD_FREE;
+        looked = !mine;
+        seen = w->call_seq;
+        pthread_mutex_unlock(&P->mu);
+        struct pollfd pf[3] = {{w->evfd, POLLIN, 0},
+                               {err_open ? w->errfd : -1, POLLIN, 0},
+                               {w->sock, POLLIN, 0}};
+        /* Free: look again soon to take it back; with a call: that call
+         * frees it or hands it on, so look now and then. */
+        int n = poll(pf, mine ? 3 : 2,
+                     mine      ? -1
+                     : is_free ? ISO_READER_IDLE_MS
+                               : 10 * ISO_READER_IDLE_MS);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
             break;
+        if (pf[0].revents & POLLIN) {
+            uint64_t v;
+            ssize_t r = read(w->evfd, &v, sizeof v);
+            (void)r;
+        }
         if (err_open && (pf[1].revents & (POLLIN | POLLHUP | POLLERR))) {
             char buf[4096];
             ssize_t r = read(w->errfd, buf, sizeof buf);
@@ -479,20 +608,11 @@ static void *reader_main(void *arg)
                 err_open = false;
             }
         }
-        if (pf[0].revents & (POLLIN | POLLHUP | POLLERR)) {
-            int r = th_iso_rx_fill(&rx, w->sock);
-            if (r <= 0) {
-                sock_open = false;
-                break;
-            }
-            const uint8_t *f;
-            size_t len;
-            int t;
-            while ((t = th_iso_take(&rx, &f, &len)) == 1)
-                route(P, w, f, len);
-            if (t < 0)
-                break;
-        }
+        if (mine && (pf[2].revents & (POLLIN | POLLHUP | POLLERR)) &&
+            !reader_read(P, w, &bad))
+            sock_open = bad;
+        if (bad)
+            break;
     }
     /* Dead or misbehaving: make sure it is gone, then reap it. */
     bool killed_by_us = false;
@@ -530,7 +650,6 @@ static void *reader_main(void *arg)
     }
     log_stderr(P, w, &eb, true);
     th_buf_destroy(&eb);
-    th_iso_rx_destroy(&rx);
     char note[16] = "";
     {
         int fl = fcntl(w->notefd, F_GETFL);
@@ -590,6 +709,9 @@ static void worker_free(worker *w)
         close(w->errfd);
     if (w->notefd >= 0)
         close(w->notefd);
+    if (w->evfd >= 0)
+        close(w->evfd);
+    th_iso_rx_destroy(&w->rx);
     free(w->fail_msg);
     free(w->hello);
     pthread_mutex_destroy(&w->send_mu);
@@ -634,8 +756,10 @@ static int spawn(pool *P, worker **out, th_error *err)
         return th_error_set(err, TH_ENOMEM, "out of memory");
     w->pool = P;
     w->sock = w->errfd = w->notefd = -1;
+    w->rd = RD_THREAD; /* HELLO, READY */
     pthread_mutex_init(&w->send_mu, NULL);
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0 ||
+    if ((w->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ||
+        socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0 ||
         pipe2(ep, O_CLOEXEC) != 0 || pipe2(np, O_CLOEXEC) != 0) {
         th_error_set(err, TH_ELOAD, "%s: cannot start a worker: %s", P->path,
                      strerror(errno));
@@ -717,6 +841,10 @@ static int spawn(pool *P, worker **out, th_error *err)
         goto fail;
     }
     w->sock = sv[0];
+    /* A call reading its answer looks at its deadline and cancellation
+     * this often (the reader thread polls first). */
+    struct timeval tv = {0, ISO_READER_IDLE_MS * 1000};
+    setsockopt(w->sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     w->errfd = ep[0];
     w->notefd = np[0];
     sv[0] = ep[0] = np[0] = -1;
@@ -1001,8 +1129,18 @@ static void stop_workers(pool *P, int64_t grace_ms)
     pthread_mutex_unlock(&P->mu);
     for (uint32_t i = 0; i < P->n_workers; i++) {
         worker *w = P->w[i];
-        if (w && w->alive)
+        if (w && w->alive) {
             send_simple(w, ISO_EXIT, 0, false);
+            /* Its reader thread reads the socket to its end now. */
+            pthread_mutex_lock(&P->mu);
+            w->sock_eof = true;
+            if (w->rd == RD_FREE)
+                w->rd = RD_THREAD;
+            pthread_mutex_unlock(&P->mu);
+            uint64_t one = 1;
+            ssize_t wr = write(w->evfd, &one, sizeof one);
+            (void)wr;
+        }
     }
     int64_t end = now_ms() + grace_ms;
     for (uint32_t i = 0; i < P->n_workers; i++) {
@@ -1341,6 +1479,63 @@ static int fail_call(toolhost_call *call, int code, const char *m)
 
 /* Sends one call or ask and runs its messages on this thread until it
  * ends.  Returns the DONE status (or the ANSWER rc in *rc_out). */
+/* A small frame part on the stack. */
+typedef struct smallbuf {
+    uint8_t b[48];
+    size_t n;
+} smallbuf;
+
+static int small_write(void *data, const char *buf, size_t len)
+{
+    smallbuf *f = data;
+    if (len > sizeof f->b - f->n)
+        return -1;
+    memcpy(f->b + f->n, buf, len);
+    f->n += len;
+    return 0;
+}
+
+/* The thread of call `self` holds w's socket: one read (at most
+ * ISO_READER_IDLE_MS, SO_RCVTIMEO), every whole frame routed.  0, or -1
+ * when the socket ended or the worker misbehaved (then the worker is
+ * killed and the reader thread reaps it). */
+static int caller_read(pool *P, worker *w, pend *self)
+{
+    int r = th_iso_rx_fill(&w->rx, w->sock);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return 0;
+    if (r <= 0)
+        return -1;
+    const uint8_t *f;
+    size_t len;
+    int t;
+    while ((t = th_iso_take(&w->rx, &f, &len)) == 1)
+        route(P, w, f, len, self);
+    if (t < 0) {
+        th_log_warn("plugin %s: worker %d sent a malformed frame: killed",
+                    P->name, (int)w->pid);
+        kill(w->pid, SIGKILL);
+        return -1;
+    }
+    return 0;
+}
+
+/* The call `p` is over (mu held): its socket, if it held it, goes to
+ * another waiting call, else it is free. */
+static void release_socket(worker *w, pend *p)
+{
+    if (w->rd != RD_CALLER || w->rd_pend != p)
+        return;
+    pend *q = w->calls;
+    while (q && (q == p || q->done))
+        q = q->next;
+    w->rd_pend = q;
+    if (q)
+        pthread_cond_signal(&q->cv);
+    else
+        w->rd = RD_FREE;
+}
+
 static int run(pool *P, uint32_t tool_idx, int ask, toolhost_call *call,
                const uint8_t *args, size_t len, char *ans, size_t ans_cap)
 {
@@ -1362,32 +1557,42 @@ static int run(pool *P, uint32_t tool_idx, int ask, toolhost_call *call,
     p.id = ++P->next_id;
     p.ask = ask;
     p.w = w;
+    p.call = call;
     p.next = w->calls;
     w->calls = &p;
     w->ncalls++;
+    w->call_seq++;
+    if (w->rd == RD_FREE && !w->sock_eof) { /* the answer is read here */
+        w->rd = RD_CALLER;
+        w->rd_pend = &p;
+    }
     pthread_mutex_unlock(&P->mu);
 
-    th_buf b = TH_BUF_INIT;
+    /* The frame around the args, which are sent from where they are. */
+    smallbuf head = {.n = 0}, tail = {.n = 0};
     msgpack_packer pk;
-    msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
+    msgpack_packer_init(&pk, &head, small_write);
     int e = msgpack_pack_array(&pk, 5);
     e |= msgpack_pack_int(&pk, ask ? ISO_ASK : ISO_CALL);
     e |= msgpack_pack_uint64(&pk, p.id);
-    if (ask) {
+    if (ask)
         e |= msgpack_pack_int(&pk, ask);
-        e |= msgpack_pack_uint32(&pk, tool_idx);
-        e |= msgpack_pack_bin_with_body(&pk, args, len);
-    } else {
-        e |= msgpack_pack_uint32(&pk, tool_idx);
-        e |= msgpack_pack_bin_with_body(&pk, args, len);
+    e |= msgpack_pack_uint32(&pk, tool_idx);
+    e |= msgpack_pack_bin(&pk, (uint32_t)len);
+    msgpack_packer_init(&pk, &tail, small_write);
+    if (!ask)
         e |= msgpack_pack_int64(&pk, call ? call->host->time_left_ms(call) : -1);
+    struct iovec parts[3] = {{head.b, head.n},
+                             {(void *)args, len},
+                             {tail.b, tail.n}};
+    if (!e) {
+        pthread_mutex_lock(&w->send_mu);
+        if (w->sock >= 0)
+            th_iso_sendv(w->sock, parts, 3);
+        pthread_mutex_unlock(&w->send_mu);
     }
-    if (e)
-        th_buf_destroy(&b);
-    if (e || wsend(w, &b) != 0) {
-        /* A dead socket: the reader fails the call shortly. */
-        (void)0;
-    }
+    /* A dead socket: the call sees its end below, or the reader fails
+     * the call shortly. */
 
     int64_t cancel_at = 0, t_start = now_ms();
     bool killed = false;
@@ -1446,10 +1651,28 @@ static int run(pool *P, uint32_t tool_idx, int ask, toolhost_call *call,
                         ISO_ASK_TIMEOUT_MS / 1000, (int)w->pid);
             kill(w->pid, SIGKILL);
         }
+        if (w->rd == RD_FREE && !w->sock_eof) {
+            w->rd = RD_CALLER;
+            w->rd_pend = &p;
+        }
+        if (w->rd == RD_CALLER && w->rd_pend == &p) {
+            pthread_mutex_unlock(&P->mu);
+            int r = caller_read(P, w, &p);
+            pthread_mutex_lock(&P->mu);
+            if (r != 0) { /* the reader thread takes over, and reaps */
+                w->sock_eof = true;
+                w->rd = RD_THREAD;
+                uint64_t one = 1;
+                ssize_t wr = write(w->evfd, &one, sizeof one);
+                (void)wr;
+            }
+            continue;
+        }
         struct timespec ts;
         deadline_in(&ts, 20);
         pthread_cond_timedwait(&p.cv, &P->mu, &ts);
     }
+    release_socket(w, &p);
     int status = p.status;
     char *death = p.death;
     p.death = NULL;
@@ -1591,7 +1814,7 @@ int th_iso_fuzz_frame(const uint8_t *f, size_t n)
     worker *w = calloc(1, sizeof *w);
     if (w) {
         w->pool = P;
-        w->sock = w->errfd = w->notefd = -1;
+        w->sock = w->errfd = w->notefd = w->evfd = -1;
         pthread_mutex_init(&w->send_mu, NULL);
         pend p;
         memset(&p, 0, sizeof p);
@@ -1600,7 +1823,7 @@ int th_iso_fuzz_frame(const uint8_t *f, size_t n)
         p.w = w;
         w->calls = &p;
         w->ncalls = 1;
-        route(P, w, f, n);
+        route(P, w, f, n, NULL);
         pthread_mutex_lock(&P->mu);
         pend_unlink(w, &p);
         pthread_mutex_unlock(&P->mu);

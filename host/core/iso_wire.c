@@ -4,37 +4,57 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "iso_wire.h"
 
-int th_iso_send(int fd, const void *data, size_t len)
+int th_iso_sendv(int fd, const struct iovec *parts, int n)
 {
-    if (len > ISO_MAX_FRAME) {
+    size_t len = 0;
+    for (int i = 0; i < n; i++)
+        len += parts[i].iov_len;
+    if (len > ISO_MAX_FRAME || n > 7) {
         errno = EMSGSIZE;
         return -1;
     }
     uint8_t hdr[4] = {(uint8_t)(len >> 24), (uint8_t)(len >> 16),
                       (uint8_t)(len >> 8), (uint8_t)len};
-    struct {
-        const uint8_t *p;
-        size_t n;
-    } part[2] = {{hdr, 4}, {data, len}};
-    for (int i = 0; i < 2; i++) {
-        const uint8_t *p = part[i].p;
-        size_t n = part[i].n;
-        while (n) {
-            /* A socket: a dead peer is EPIPE, never SIGPIPE. */
-            ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w <= 0)
-                return -1;
-            p += w;
-            n -= (size_t)w;
+    struct iovec iov[8];
+    iov[0].iov_base = hdr;
+    iov[0].iov_len = 4;
+    for (int i = 0; i < n; i++)
+        iov[i + 1] = parts[i];
+    /* One sendmsg() for the length and the body; a short send goes on
+     * from where it stopped. */
+    struct iovec *v = iov;
+    int nv = n + 1;
+    while (nv) {
+        struct msghdr mh = {.msg_iov = v, .msg_iovlen = (size_t)nv};
+        /* A socket: a dead peer is EPIPE, never SIGPIPE. */
+        ssize_t w = sendmsg(fd, &mh, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return -1;
+        size_t k = (size_t)w;
+        while (nv && k >= v->iov_len) {
+            k -= v->iov_len;
+            v++;
+            nv--;
+        }
+        if (nv) {
+            v->iov_base = (uint8_t *)v->iov_base + k;
+            v->iov_len -= k;
         }
     }
     return 0;
+}
+
+int th_iso_send(int fd, const void *data, size_t len)
+{
+    struct iovec one = {(void *)data, len};
+    return th_iso_sendv(fd, &one, 1);
 }
 
 int th_iso_rx_fill(th_iso_rx *rx, int fd)

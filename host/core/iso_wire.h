@@ -49,6 +49,10 @@ enum { ISO_ASK_VALIDATE = 1, ISO_ASK_PERMISSION = 2 };
  * socket (send() with MSG_NOSIGNAL: a dead peer is -1/EPIPE, not
  * SIGPIPE).  Blocking; EINTR retried.  0 or -1 (errno). */
 int th_iso_send(int fd, const void *data, size_t len);
+/* The same for a frame whose body is the `n` (at most 7) parts in order:
+ * one sendmsg(), no copy.  0 or -1 (errno). */
+struct iovec;
+int th_iso_sendv(int fd, const struct iovec *parts, int n);
 
 /* Frame reassembly from a stream: append what read() gave, then take
  * whole frames.  th_iso_take returns 1 and points *frame and *len into the

@@ -2,8 +2,9 @@
  * plugin (docs/isolation.md).  Drops privileges and applies its limits
  * first, then loads the plugin from the fd the host opened and checked,
  * sends its descriptor, runs init() with the config the host sends, and
- * serves calls on a pool of threads (one per concurrent call, idle ones
- * end after 10 s).  Every host callback of the ABI
+ * serves calls: a lone call on the thread that read it, concurrent ones
+ * on a pool of threads (one per concurrent call, idle ones end after
+ * 10 s; "threads" below).  Every host callback of the ABI
  * becomes a message on the socket; is_cancelled and time_left_ms are
  * answered locally from the CANCEL messages and the deadline.
  *
@@ -14,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <pwd.h>
 #include <seccomp.h>
@@ -41,20 +43,24 @@ typedef struct wcall {
     atomic_int suspended;
     atomic_int refs;
     uint32_t tool;
-    uint8_t *args;
-    size_t args_len;
+    th_buf args;
     int ask; /* 0 call, else ISO_ASK_* */
     struct wcall *next;
-    struct wcall *qnext; /* waiting for a thread */
+    struct wcall *qnext; /* waiting for a thread; in the free list */
     th_buf ob;           /* frames not sent yet (owner thread only) */
 } wcall;
 
 static th_plugin *g_p;
 static pthread_mutex_t g_send_mu = PTHREAD_MUTEX_INITIALIZER;
+/* g_mu: the calls (g_calls, g_active), the free list, g_exit. */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
 static wcall *g_calls;
 static int g_active;
+static bool g_exit; /* EXIT read: drain, fini(), out */
+static wcall *g_free; /* call records kept for the next calls */
+static int g_n_free;
+#define ISO_FREE_MAX 64
 static uint64_t g_mem_limit;
 
 static int64_t now_ns(void)
@@ -92,21 +98,55 @@ static int send_buf(th_buf *b)
         return send_buf(&b);                                                  \
     } while (0)
 
-/* Frames of a call (write, meta) wait in c->ob and go out together with
- * the next progress or DONE, or at 64 KiB: one send and one wake-up of
- * the host instead of one per write. */
-static int queue_buf(wcall *c, th_buf *b, bool flush)
+/* A small frame on the stack: DONE must go out even when memory is short. */
+typedef struct fixbuf {
+    uint8_t b[64];
+    size_t n;
+} fixbuf;
+
+static int fix_write(void *data, const char *buf, size_t len)
 {
-    uint8_t hdr[4] = {(uint8_t)(b->len >> 24), (uint8_t)(b->len >> 16),
-                      (uint8_t)(b->len >> 8), (uint8_t)b->len};
-    int rc = th_buf_append(&c->ob, hdr, 4);
-    if (rc == 0)
-        rc = th_buf_append(&c->ob, b->data, b->len);
-    th_buf_destroy(b);
+    fixbuf *f = data;
+    if (len > sizeof f->b - f->n)
+        return -1;
+    memcpy(f->b + f->n, buf, len);
+    f->n += len;
+    return 0;
+}
+
+static int send_done(uint64_t id, int status)
+{
+    fixbuf f = {.n = 0};
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &f, fix_write);
+    int e = msgpack_pack_array(&pk, 3);
+    e |= msgpack_pack_int(&pk, ISO_DONE);
+    e |= msgpack_pack_uint64(&pk, id);
+    e |= msgpack_pack_int(&pk, status);
+    pthread_mutex_lock(&g_send_mu);
+    int rc = e ? 0 : th_iso_send(ISO_FD_SOCK, f.b, f.n);
+    pthread_mutex_unlock(&g_send_mu);
     if (rc != 0)
-        return TOOLHOST_ENOMEM;
-    if (!flush && c->ob.len < 65536)
-        return 0;
+        _exit(0); /* the host is gone */
+    return 0;
+}
+
+/* A call's frames (write, meta, progress, DONE) are packed straight into
+ * c->ob, each a 4-byte length and its body, and go out together with the
+ * next progress or the DONE, or at 64 KiB: one send() and one wake-up of
+ * the host for a short call, and no allocation once c->ob has grown. */
+static size_t ob_begin(wcall *c, msgpack_packer *pk)
+{
+    static const uint8_t room[4];
+    size_t at = c->ob.len;
+    if (th_buf_append(&c->ob, room, 4) != 0)
+        return SIZE_MAX;
+    msgpack_packer_init(pk, &c->ob, th_buf_msgpack_write);
+    return at;
+}
+
+static void ob_flush(wcall *c)
+{
     pthread_mutex_lock(&g_send_mu);
     const uint8_t *p = c->ob.data;
     size_t n = c->ob.len;
@@ -121,35 +161,49 @@ static int queue_buf(wcall *c, th_buf *b, bool flush)
     }
     pthread_mutex_unlock(&g_send_mu);
     th_buf_reset(&c->ob);
+}
+
+/* Closes the frame ob_begin() opened at `at` (e: the packer failed). */
+static int ob_end(wcall *c, size_t at, int e, bool flush)
+{
+    if (at == SIZE_MAX)
+        return TOOLHOST_ENOMEM;
+    size_t n = c->ob.len - at - 4;
+    if (e || n > ISO_MAX_FRAME) {
+        c->ob.len = at; /* the frame is dropped whole */
+        c->ob.data[at] = '\0';
+        return e ? TOOLHOST_ENOMEM : TOOLHOST_EINVAL;
+    }
+    uint8_t *h = c->ob.data + at;
+    h[0] = (uint8_t)(n >> 24);
+    h[1] = (uint8_t)(n >> 16);
+    h[2] = (uint8_t)(n >> 8);
+    h[3] = (uint8_t)n;
+    if (flush || c->ob.len >= 65536)
+        ob_flush(c);
     return 0;
 }
 
-#define PK_END_CALL(c, flush)                                                 \
-    do {                                                                      \
-        if (e) {                                                              \
-            th_buf_destroy(&b);                                                  \
-            return TOOLHOST_ENOMEM;                                           \
-        }                                                                     \
-        return queue_buf((c), &b, (flush));                                   \
-    } while (0)
-
 static int send_done_c(wcall *c, int status)
 {
-    PK_BEGIN(3);
-    e |= msgpack_pack_int(&pk, ISO_DONE);
-    e |= msgpack_pack_uint64(&pk, c->id);
-    e |= msgpack_pack_int(&pk, status);
-    PK_END_CALL(c, true);
+    msgpack_packer pk;
+    size_t at = ob_begin(c, &pk);
+    int e = 0;
+    if (at != SIZE_MAX) {
+        e |= msgpack_pack_array(&pk, 3);
+        e |= msgpack_pack_int(&pk, ISO_DONE);
+        e |= msgpack_pack_uint64(&pk, c->id);
+        e |= msgpack_pack_int(&pk, status);
+    }
+    int rc = ob_end(c, at, e, true);
+    if (rc != 0) { /* no room for DONE: what was queued, then DONE alone */
+        if (c->ob.len)
+            ob_flush(c);
+        send_done(c->id, status);
+    }
+    return rc;
 }
 
-static int send_done(uint64_t id, int status)
-{
-    PK_BEGIN(3);
-    e |= msgpack_pack_int(&pk, ISO_DONE);
-    e |= msgpack_pack_uint64(&pk, id);
-    e |= msgpack_pack_int(&pk, status);
-    PK_END();
-}
 
 static int send_answer(uint64_t id, int rc, const char *msg)
 {
@@ -194,12 +248,17 @@ static int w_write(toolhost_call *call, int stream, const void *data,
         return TOOLHOST_ECANCELLED;
     if (len == 0)
         return 0;
-    PK_BEGIN(4);
-    e |= msgpack_pack_int(&pk, ISO_WRITE);
-    e |= msgpack_pack_uint64(&pk, c->id);
-    e |= msgpack_pack_int(&pk, stream);
-    e |= msgpack_pack_bin_with_body(&pk, data, len);
-    PK_END_CALL(c, false);
+    msgpack_packer pk;
+    size_t at = ob_begin(c, &pk);
+    int e = 0;
+    if (at != SIZE_MAX) {
+        e |= msgpack_pack_array(&pk, 4);
+        e |= msgpack_pack_int(&pk, ISO_WRITE);
+        e |= msgpack_pack_uint64(&pk, c->id);
+        e |= msgpack_pack_int(&pk, stream);
+        e |= msgpack_pack_bin_with_body(&pk, data, len);
+    }
+    return ob_end(c, at, e, false);
 }
 
 static int w_set_meta(toolhost_call *call, const uint8_t *map, size_t len)
@@ -216,11 +275,16 @@ static int w_set_meta(toolhost_call *call, const uint8_t *map, size_t len)
     msgpack_unpacked_destroy(&u);
     if (!ok)
         return TOOLHOST_EINVAL;
-    PK_BEGIN(3);
-    e |= msgpack_pack_int(&pk, ISO_META);
-    e |= msgpack_pack_uint64(&pk, c->id);
-    e |= msgpack_pack_bin_with_body(&pk, map, len);
-    PK_END_CALL(c, false);
+    msgpack_packer pk;
+    size_t at = ob_begin(c, &pk);
+    int e = 0;
+    if (at != SIZE_MAX) {
+        e |= msgpack_pack_array(&pk, 3);
+        e |= msgpack_pack_int(&pk, ISO_META);
+        e |= msgpack_pack_uint64(&pk, c->id);
+        e |= msgpack_pack_bin_with_body(&pk, map, len);
+    }
+    return ob_end(c, at, e, false);
 }
 
 static int w_progress(toolhost_call *call, double fraction,
@@ -230,16 +294,21 @@ static int w_progress(toolhost_call *call, double fraction,
     wcall *c = (wcall *)call;
     if (cancelled(c))
         return TOOLHOST_ECANCELLED;
-    PK_BEGIN(5);
-    e |= msgpack_pack_int(&pk, ISO_PROGRESS);
-    e |= msgpack_pack_uint64(&pk, c->id);
-    e |= msgpack_pack_double(&pk, fraction);
-    e |= th_pack_cstr(&pk, message);
-    if (data && data_len)
-        e |= msgpack_pack_bin_with_body(&pk, data, data_len);
-    else
-        e |= msgpack_pack_nil(&pk);
-    PK_END_CALL(c, true);
+    msgpack_packer pk;
+    size_t at = ob_begin(c, &pk);
+    int e = 0;
+    if (at != SIZE_MAX) {
+        e |= msgpack_pack_array(&pk, 5);
+        e |= msgpack_pack_int(&pk, ISO_PROGRESS);
+        e |= msgpack_pack_uint64(&pk, c->id);
+        e |= msgpack_pack_double(&pk, fraction);
+        e |= th_pack_cstr(&pk, message);
+        if (data && data_len)
+            e |= msgpack_pack_bin_with_body(&pk, data, data_len);
+        else
+            e |= msgpack_pack_nil(&pk);
+    }
+    return ob_end(c, at, e, true);
 }
 
 static int w_is_cancelled(const toolhost_call *call)
@@ -267,10 +336,20 @@ static void call_unref(wcall *c)
             break;
         }
     g_active--;
-    pthread_cond_broadcast(&g_cv);
+    if (g_exit)
+        pthread_cond_broadcast(&g_cv); /* the drain waits for g_active */
+    bool keep = g_n_free < ISO_FREE_MAX && c->ob.cap <= 65536 * 2 &&
+                c->args.cap <= 65536;
+    if (keep) { /* the record and its buffers serve the next call */
+        c->qnext = g_free;
+        g_free = c;
+        g_n_free++;
+    }
     pthread_mutex_unlock(&g_mu);
+    if (keep)
+        return;
     th_buf_destroy(&c->ob);
-    free(c->args);
+    th_buf_destroy(&c->args);
     free(c);
 }
 
@@ -322,12 +401,13 @@ static void *run_call(void *arg)
         char msg[1024] = "";
         int rc = 0;
         if (c->ask == ISO_ASK_VALIDATE && t && t->desc->validate_args)
-            rc = t->desc->validate_args(g_p->state, t->desc, c->args,
-                                        c->args_len, msg, sizeof msg);
+            rc = t->desc->validate_args(g_p->state, t->desc, c->args.data,
+                                        c->args.len, msg, sizeof msg);
         else if (c->ask == ISO_ASK_PERMISSION && t &&
                  t->desc->needs_permission)
-            rc = t->desc->needs_permission(g_p->state, t->desc, c->args,
-                                           c->args_len, msg, sizeof msg);
+            rc = t->desc->needs_permission(g_p->state, t->desc,
+                                           c->args.data, c->args.len, msg,
+                                           sizeof msg);
         msg[sizeof msg - 1] = '\0';
         send_answer(c->id, rc, msg);
         call_unref(c);
@@ -335,8 +415,8 @@ static void *run_call(void *arg)
     }
     int st = TOOLHOST_FAILED;
     if (t)
-        st = t->desc->execute(g_p->state, t->desc, &c->base.pub, c->args,
-                              c->args_len);
+        st = t->desc->execute(g_p->state, t->desc, &c->base.pub,
+                              c->args.data, c->args.len);
     /* After a successful suspend() the call belongs to complete(). */
     int s = atomic_load(&c->suspended);
     if (s == 0) {
@@ -353,139 +433,371 @@ static void *run_call(void *arg)
     return NULL;
 }
 
-/* Threads that run calls: idle ones wait (up to 10 s, then end) for the
- * next call; a call finds one or starts one. */
+/* ---- threads: one reader at a time ------------------------------------------------ */
+
+/* Every thread of the worker runs thread_main() and takes, in this order:
+ * a queued call; the reader's role when nobody holds it; the sentinel's
+ * role when there is none; else it idles (10 s, then it ends).
+ *
+ * The reader reads the socket and takes its frames.  A CALL that is the
+ * last whole frame it has, with no other call running in the worker,
+ * runs on the reader itself: no hand-off, so a sequential call costs one
+ * wake-up each way, like a bare round trip over the socketpair.  Other
+ * calls (more frames read, calls in flight) go to idle threads, and the
+ * reader goes on reading for them.  While the reader runs a call
+ * nobody reads the socket; the sentinel sleeps until that call has run
+ * ISO_INLINE_MS and then becomes the reader, so a long call delays a
+ * CANCEL or a concurrent call by at most that.  The thread whose call
+ * was overtaken so goes back to the pool when the call ends.
+ *
+ * g_tp_mu guards everything below and is never held while running a
+ * call, reading or sending.  Lock order: g_tp_mu before g_mu. */
+#define ISO_INLINE_MS 1
+#define ISO_IDLE_S 10
+
 static pthread_mutex_t g_tp_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_tp_cv = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t g_sent_cv; /* CLOCK_MONOTONIC, set up in main */
 static wcall *g_tp_head, *g_tp_tail; /* linked by ->qnext */
 static int g_tp_idle, g_tp_queued;
+static bool g_role_free;     /* no thread holds the reader's role */
+static int g_exec;           /* the reader runs a call itself (1) or not */
+static int64_t g_exec_start; /* ... since (ns) */
+static uint64_t g_exec_seq;  /* calls the reader ran itself */
+static uint64_t g_taken_seq; /* the call whose reader the sentinel replaced */
+static bool g_sentinel, g_sent_coming, g_sent_asleep;
+static bool g_tp_exit;
+static th_iso_rx g_rx;  /* the reader's */
+static bool g_ready;    /* init() succeeded (the reader's) */
 
-static void *pool_thread(void *arg)
+static void *thread_main(void *arg);
+static void cancel_call(uint64_t id);
+
+static int spawn_thread(void)
 {
-    (void)arg;
-    pthread_mutex_lock(&g_tp_mu);
-    for (;;) {
-        while (!g_tp_head) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += 10;
-            g_tp_idle++;
-            int rc = pthread_cond_timedwait(&g_tp_cv, &g_tp_mu, &ts);
-            g_tp_idle--;
-            if (rc != 0 && !g_tp_head) {
-                pthread_mutex_unlock(&g_tp_mu);
-                return NULL;
-            }
-        }
-        wcall *c = g_tp_head;
-        g_tp_head = c->qnext;
-        if (!g_tp_head)
-            g_tp_tail = NULL;
-        g_tp_queued--;
-        pthread_mutex_unlock(&g_tp_mu);
-        run_call(c);
-        pthread_mutex_lock(&g_tp_mu);
-    }
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    pthread_t th;
+    int rc = pthread_create(&th, &at, thread_main, NULL);
+    pthread_attr_destroy(&at);
+    return rc;
 }
 
-/* 0, or -1 when no thread waits and none can be started. */
-static int hand_off(wcall *c)
+/* g_tp_mu held.  0, or pthread_create's error when no thread waits and
+ * none can be started. */
+static int hand_off_locked(wcall *c)
 {
-    pthread_mutex_lock(&g_tp_mu);
-    int rc = 0;
-    if (g_tp_idle <= g_tp_queued) { /* every idle thread is spoken for */
-        pthread_attr_t at;
-        pthread_attr_init(&at);
-        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-        pthread_t th;
-        rc = pthread_create(&th, &at, pool_thread, NULL);
-        pthread_attr_destroy(&at);
-    }
-    if (rc == 0) {
-        c->qnext = NULL;
-        if (g_tp_tail)
-            g_tp_tail->qnext = c;
-        else
-            g_tp_head = c;
-        g_tp_tail = c;
-        g_tp_queued++;
-        pthread_cond_signal(&g_tp_cv);
-    }
-    pthread_mutex_unlock(&g_tp_mu);
-    return rc == 0 ? 0 : -1;
+    int rc;
+    if (g_tp_idle <= g_tp_queued && (rc = spawn_thread()) != 0)
+        return rc; /* every idle thread is spoken for, and no new one */
+    c->qnext = NULL;
+    if (g_tp_tail)
+        g_tp_tail->qnext = c;
+    else
+        g_tp_head = c;
+    g_tp_tail = c;
+    g_tp_queued++;
+    pthread_cond_signal(&g_tp_cv);
+    return 0;
 }
 
-static void start_call(const msgpack_object_array *a, int ask)
+/* The worker cannot run the call: it says why and ends it. */
+static void refuse(uint64_t id, int ask, const char *why)
 {
-    wcall *c = calloc(1, sizeof *c);
-    size_t n = 0;
-    const uint8_t *args;
-    if (!c)
+    if (ask) {
+        send_answer(id, 1, why);
+        return;
+    }
+    th_buf b = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
+    int e = msgpack_pack_array(&pk, 4);
+    e |= msgpack_pack_int(&pk, ISO_WRITE);
+    e |= msgpack_pack_uint64(&pk, id);
+    e |= msgpack_pack_int(&pk, TOOLHOST_STDERR);
+    e |= msgpack_pack_bin_with_body(&pk, why, strlen(why));
+    if (e)
+        th_buf_destroy(&b);
+    else
+        send_buf(&b);
+    send_done(id, TOOLHOST_FAILED);
+}
+
+/* A call record from a CALL or ASK frame, registered (g_calls), or NULL
+ * (answered already: out of memory). */
+static wcall *new_call(const msgpack_object_array *a, int ask, int *active)
+{
+    pthread_mutex_lock(&g_mu);
+    wcall *c = g_free;
+    if (c) {
+        g_free = c->qnext;
+        g_n_free--;
+    }
+    pthread_mutex_unlock(&g_mu);
+    if (!c && !(c = calloc(1, sizeof *c)))
         goto oom;
+    th_buf args = c->args, ob = c->ob;
+    memset(c, 0, sizeof *c);
+    c->args = args;
+    c->ob = ob;
+    th_buf_reset(&c->args);
+    th_buf_reset(&c->ob);
     c->base.pub.struct_size = sizeof(toolhost_call);
     c->base.pub.host = &g_p->api;
     c->base.vt = &w_vtbl;
     c->id = (uint64_t)th_iso_int(a, 1);
     c->base.pub.call_id = c->id;
     c->ask = ask;
+    size_t n = 0;
+    const uint8_t *args_p;
     if (ask) {
         c->tool = (uint32_t)th_iso_int(a, 3);
-        args = th_iso_bytes(a, 4, &n);
+        args_p = th_iso_bytes(a, 4, &n);
     } else {
         c->tool = (uint32_t)th_iso_int(a, 2);
-        args = th_iso_bytes(a, 3, &n);
+        args_p = th_iso_bytes(a, 3, &n);
         int64_t left = th_iso_int(a, 4);
         if (left >= 0)
             c->deadline_ns = now_ns() + left * 1000000;
     }
-    c->args = malloc(n ? n : 1);
-    if (!c->args)
+    /* A copy: the frame is in the reader's buffer, which the next reader
+     * refills while this call may still run.  Never NULL for a plugin. */
+    if (th_buf_reserve(&c->args, 1) != 0 ||
+        (n && th_buf_append(&c->args, args_p, n) != 0)) {
+        th_buf_destroy(&c->args);
+        th_buf_destroy(&c->ob);
+        free(c);
         goto oom;
-    if (n)
-        memcpy(c->args, args, n);
-    c->args_len = n;
+    }
     /* The thread's reference, and for a call the one complete() drops
      * (run_call drops it when the call never suspended). */
     atomic_init(&c->refs, ask ? 1 : 2);
     pthread_mutex_lock(&g_mu);
     c->next = g_calls;
     g_calls = c;
-    g_active++;
+    *active = ++g_active;
     pthread_mutex_unlock(&g_mu);
-    if (hand_off(c) == 0)
-        return;
-    /* No thread: answer here. */
-    uint64_t id = c->id;
+    return c;
+oom:
+    refuse((uint64_t)th_iso_int(a, 1), ask, "worker out of memory");
+    return NULL;
+}
+
+/* A registered call that will never run. */
+static void drop_call(wcall *c)
+{
     atomic_store(&c->refs, 1);
     call_unref(c);
-    if (ask) {
-        send_answer(id, 1, "the worker cannot start a thread");
-    } else {
-        static const char m[] = "the plugin's worker process cannot start a "
-                                "thread for this call (processes limit?)\n";
-        th_buf b = TH_BUF_INIT;
-        msgpack_packer pk;
-        msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
-        int e = msgpack_pack_array(&pk, 4);
-        e |= msgpack_pack_int(&pk, ISO_WRITE);
-        e |= msgpack_pack_uint64(&pk, id);
-        e |= msgpack_pack_int(&pk, TOOLHOST_STDERR);
-        e |= msgpack_pack_bin_with_body(&pk, m, sizeof m - 1);
-        if (e)
-            th_buf_destroy(&b);
-        else
-            send_buf(&b);
-        send_done(id, TOOLHOST_FAILED);
+}
+
+/* The reader runs `c` itself.  Returns true while it still holds the
+ * reader's role afterwards. */
+static bool run_inline(wcall *c)
+{
+    pthread_mutex_lock(&g_tp_mu);
+    uint64_t seq = ++g_exec_seq;
+    g_exec = 1;
+    g_exec_start = now_ns();
+    if (g_sent_asleep) {
+        pthread_cond_signal(&g_sent_cv); /* arm it */
+    } else if (!g_sentinel && !g_sent_coming) {
+        g_sent_coming = true;
+        if (g_tp_idle > g_tp_queued)
+            pthread_cond_signal(&g_tp_cv);
+        else if (spawn_thread() != 0)
+            g_sent_coming = false; /* none: the call runs unwatched */
     }
-    return;
-oom:
-    if (c)
-        free(c->args);
-    free(c);
-    if (ask)
-        send_answer((uint64_t)th_iso_int(a, 1), 1, "worker out of memory");
-    else
-        send_done((uint64_t)th_iso_int(a, 1), TOOLHOST_FAILED);
+    pthread_mutex_unlock(&g_tp_mu);
+    run_call(c);
+    pthread_mutex_lock(&g_tp_mu);
+    bool still = g_taken_seq != seq;
+    if (still)
+        g_exec = 0;
+    pthread_mutex_unlock(&g_tp_mu);
+    return still;
+}
+
+/* One frame from the host; `last`: no whole frame follows it yet.
+ * Returns false when this thread no longer holds the reader's role. */
+static bool take_frame(const uint8_t *f, size_t len, bool last)
+{
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    if (msgpack_unpack_next(&u, (const char *)f, len, &off) !=
+            MSGPACK_UNPACK_SUCCESS ||
+        u.data.type != MSGPACK_OBJECT_ARRAY || u.data.via.array.size < 1)
+        _exit(3); /* not from our host */
+    const msgpack_object_array *a = &u.data.via.array;
+    int type = (int)th_iso_int(a, 0);
+    wcall *c = NULL;
+    int active = 0;
+    if (type == ISO_INIT && !g_ready) {
+        size_t n;
+        const uint8_t *cfg = th_iso_bytes(a, 1, &n);
+        th_error err;
+        th_error_clear(&err);
+        int rc = th_plugin_init(g_p, cfg, n, &err);
+        send_text(ISO_READY, rc == 0, rc ? err.msg : NULL);
+        g_ready = rc == 0;
+    } else if ((type == ISO_CALL || type == ISO_ASK) && g_ready) {
+        c = new_call(a, type == ISO_ASK ? (int)th_iso_int(a, 2) : 0,
+                     &active);
+    } else if (type == ISO_CANCEL) {
+        cancel_call((uint64_t)th_iso_int(a, 1));
+    } else if (type == ISO_EXIT) {
+        pthread_mutex_lock(&g_tp_mu);
+        g_tp_exit = true;
+        pthread_cond_broadcast(&g_tp_cv);
+        pthread_cond_broadcast(&g_sent_cv);
+        pthread_mutex_unlock(&g_tp_mu);
+        pthread_mutex_lock(&g_mu);
+        g_exit = true;
+        pthread_cond_broadcast(&g_cv);
+        pthread_mutex_unlock(&g_mu);
+        msgpack_unpacked_destroy(&u);
+        return false; /* nobody reads any more */
+    }
+    msgpack_unpacked_destroy(&u);
+    if (!c)
+        return true;
+    /* Alone: run it here.  Among others (calls in flight, more frames
+     * read): to a thread, so this one goes on reading for them. */
+    if (last && active == 1)
+        return run_inline(c);
+    pthread_mutex_lock(&g_tp_mu);
+    int rc = hand_off_locked(c);
+    pthread_mutex_unlock(&g_tp_mu);
+    if (rc != 0) {
+        uint64_t id = c->id;
+        int ask = c->ask;
+        drop_call(c);
+        char why[200];
+        snprintf(why, sizeof why,
+                 ask ? "the worker cannot start a thread: %s"
+                     : "the plugin's worker process cannot start a thread "
+                       "for this call: %s (processes or memory limit?)\n",
+                 strerror(rc));
+        refuse(id, ask, why);
+    }
+    return true;
+}
+
+/* The reader's role: read, take frames, until another thread took the
+ * role over (or EXIT). */
+static void lead(void)
+{
+    for (;;) {
+        const uint8_t *f;
+        size_t n;
+        int t = th_iso_take(&g_rx, &f, &n);
+        if (t < 0)
+            _exit(3);
+        if (t == 0) {
+            if (th_iso_rx_fill(&g_rx, ISO_FD_SOCK) <= 0)
+                _exit(0); /* the host went away: nothing to finish for */
+            continue;
+        }
+        size_t have = g_rx.b.len - g_rx.off;
+        bool last = true;
+        if (have >= 4) {
+            const uint8_t *h = g_rx.b.data + g_rx.off;
+            size_t next = ((size_t)h[0] << 24) | ((size_t)h[1] << 16) |
+                          ((size_t)h[2] << 8) | h[3];
+            last = have < 4 + next;
+        }
+        if (!take_frame(f, n, last))
+            return;
+    }
+}
+
+/* The sentinel's role (g_tp_mu held): returns when this thread became
+ * the reader (true) or ends as sentinel (false). */
+static bool sentinel(bool is_main)
+{
+    g_sentinel = true;
+    g_sent_coming = false;
+    uint64_t seen = g_exec_seq;
+    for (;;) {
+        if (g_tp_exit)
+            break; /* (queued calls have idle threads of their own) */
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        int64_t now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec, due;
+        if (g_exec) {
+            due = g_exec_start + ISO_INLINE_MS * 1000000;
+            if (now >= due) { /* the reader's call runs long: read now */
+                g_taken_seq = g_exec_seq;
+                g_exec = 0;
+                g_sentinel = false;
+                return true;
+            }
+        } else if (g_exec_seq != seen) {
+            /* Calls are coming: stay armed one more period, so the next
+             * call does not have to wake us. */
+            seen = g_exec_seq;
+            due = now + ISO_INLINE_MS * 1000000;
+        } else {
+            due = now + (int64_t)ISO_IDLE_S * 1000000000;
+            g_sent_asleep = true;
+        }
+        struct timespec dl = {(time_t)(due / 1000000000), (long)(due % 1000000000)};
+        int rc = pthread_cond_timedwait(&g_sent_cv, &g_tp_mu, &dl);
+        bool asleep = g_sent_asleep;
+        g_sent_asleep = false;
+        if (rc == ETIMEDOUT && asleep && !g_exec && !is_main)
+            break; /* idle for ISO_IDLE_S */
+    }
+    g_sentinel = false;
+    return false;
+}
+
+static void *thread_main(void *arg)
+{
+    bool is_main = arg != NULL;
+    pthread_mutex_lock(&g_tp_mu);
+    for (;;) {
+        if (g_tp_head) {
+            wcall *c = g_tp_head;
+            g_tp_head = c->qnext;
+            if (!g_tp_head)
+                g_tp_tail = NULL;
+            g_tp_queued--;
+            pthread_mutex_unlock(&g_tp_mu);
+            run_call(c);
+            pthread_mutex_lock(&g_tp_mu);
+            continue;
+        }
+        if (g_tp_exit)
+            break;
+        bool read_now = false;
+        if (g_role_free) {
+            g_role_free = false;
+            read_now = true;
+        } else if (!g_sentinel) {
+            read_now = sentinel(is_main);
+            if (!read_now && !is_main && !g_tp_head && !g_tp_exit)
+                break; /* idle */
+        } else {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += ISO_IDLE_S;
+            g_tp_idle++;
+            int rc = pthread_cond_timedwait(&g_tp_cv, &g_tp_mu, &ts);
+            g_tp_idle--;
+            if (rc != 0 && !g_tp_head && !is_main && !g_sent_coming)
+                break;
+            continue;
+        }
+        if (read_now) {
+            pthread_mutex_unlock(&g_tp_mu);
+            lead();
+            pthread_mutex_lock(&g_tp_mu);
+        }
+    }
+    pthread_mutex_unlock(&g_tp_mu);
+    return NULL;
 }
 
 static void cancel_call(uint64_t id)
@@ -691,6 +1003,13 @@ static int apply(const wopts *o)
     if (o->memory && set_limit(RLIMIT_AS, o->memory, "memory") != 0)
         return -1;
     g_mem_limit = o->memory;
+    /* RLIMIT_AS counts address space, and glibc reserves 64 MiB of it for
+     * each thread's malloc arena (up to 8 per core): a handful of threads
+     * would reach a small limit without using the memory, and the next
+     * pthread_create fails (EAGAIN).  One arena: `memory` bounds what the
+     * worker uses, whichever threads allocate. */
+    if (o->memory)
+        mallopt(M_ARENA_MAX, 1);
 #endif
     if (o->cpu && set_limit(RLIMIT_CPU, o->cpu, "cpu") != 0)
         return -1;
@@ -791,50 +1110,28 @@ int th_iso_worker_main(int argc, char **argv)
         }
         send_buf(&b);
     }
-    th_iso_rx rx = {TH_BUF_INIT, 0};
-    th_buf f = TH_BUF_INIT;
-    bool ready = false;
-    for (;;) {
-        int r = th_iso_recv(ISO_FD_SOCK, &rx, &f);
-        if (r != 0)
-            _exit(0); /* the host went away: nothing to finish for */
-        msgpack_unpacked u;
-        msgpack_unpacked_init(&u);
-        size_t off = 0;
-        if (msgpack_unpack_next(&u, (const char *)f.data, f.len, &off) !=
-                MSGPACK_UNPACK_SUCCESS ||
-            u.data.type != MSGPACK_OBJECT_ARRAY || u.data.via.array.size < 1) {
-            msgpack_unpacked_destroy(&u);
-            _exit(3);
-        }
-        const msgpack_object_array *a = &u.data.via.array;
-        int type = (int)th_iso_int(a, 0);
-        if (type == ISO_INIT && !ready) {
-            size_t n;
-            const uint8_t *cfg = th_iso_bytes(a, 1, &n);
-            th_error_clear(&err);
-            int rc = th_plugin_init(g_p, cfg, n, &err);
-            send_text(ISO_READY, rc == 0, rc ? err.msg : NULL);
-            ready = rc == 0;
-        } else if (type == ISO_CALL && ready) {
-            start_call(a, 0);
-        } else if (type == ISO_ASK && ready) {
-            start_call(a, (int)th_iso_int(a, 2));
-        } else if (type == ISO_CANCEL) {
-            cancel_call((uint64_t)th_iso_int(a, 1));
-        } else if (type == ISO_EXIT) {
-            msgpack_unpacked_destroy(&u);
-            break;
-        }
-        msgpack_unpacked_destroy(&u);
-    }
+    /* This thread reads first; the others come when calls need them. */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&g_sent_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    g_role_free = true;
+    thread_main(&g_role_free);
     /* Drain: the calls in flight end, then fini() and out. */
     pthread_mutex_lock(&g_mu);
     while (g_active > 0)
         pthread_cond_wait(&g_cv, &g_mu);
+    while (g_free) {
+        wcall *c = g_free;
+        g_free = c->qnext;
+        th_buf_destroy(&c->ob);
+        th_buf_destroy(&c->args);
+        free(c);
+    }
+    g_n_free = 0;
     pthread_mutex_unlock(&g_mu);
-    th_buf_destroy(&f);
-    th_iso_rx_destroy(&rx);
+    th_iso_rx_destroy(&g_rx);
     th_plugin_close(g_p);
     g_p = NULL;
     fflush(stderr);
