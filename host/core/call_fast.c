@@ -90,7 +90,7 @@ static void demote(th_fast *f, uint64_t max_ns, int64_t now)
 
 th_fast_outcome th_fast_inline_end(th_fast *f, bool declared,
                                    uint64_t max_ns, int64_t ns, int64_t now,
-                                   int64_t *backoff_ns)
+                                   int64_t *backoff_ns, unsigned *overruns)
 {
     if (!max_ns)
         return TH_FAST_KEPT;
@@ -131,6 +131,8 @@ th_fast_outcome th_fast_inline_end(th_fast *f, bool declared,
     }
     if (r == TH_FAST_DEMOTED && backoff_ns)
         *backoff_ns = f->backoff_ns;
+    if (overruns)
+        *overruns = f->overruns;
     fast_unlock(f);
     return r;
 }
@@ -196,9 +198,9 @@ void th_call_fast_inline_end(th_host *h, uint64_t max_ms, th_stat *st,
     bool declared = t->flags & TOOLHOST_TOOL_SHORT;
     uint64_t max_ns = max_ms * 1000000u;
     int64_t backoff = 0;
-    th_fast_outcome r =
-        th_fast_inline_end(&st->fast, declared, max_ns, ns,
-                           t1, &backoff);
+    unsigned overruns = 0;
+    th_fast_outcome r = th_fast_inline_end(&st->fast, declared, max_ns, ns,
+                                           t1, &backoff, &overruns);
     double ms = (double)ns / 1e6;
     const char *kind = declared ? "is declared short but" : "(measured short)";
     switch (r) {
@@ -212,7 +214,7 @@ void th_call_fast_inline_end(th_host *h, uint64_t max_ms, th_stat *st,
                         "workers)",
                         t->name, (unsigned long long)call_id, ms,
                         (unsigned long long)max_ms,
-                        (unsigned)st->fast.overruns,
+                        overruns,
                         (unsigned)TH_FAST_DECLARED_OVERRUNS);
         break;
     case TH_FAST_DEMOTED:

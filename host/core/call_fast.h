@@ -77,10 +77,11 @@ bool th_fast_pick(th_fast *f, bool declared, bool client, uint64_t max_ns,
 /* Whether a call not run inline on a short_client thread is a sample
  * (its execute() timed on the worker): a measured tool not yet promoted. */
 bool th_fast_samples(const th_fast *f, bool declared);
-/* An inline run took `ns`; *backoff_ns is set on DEMOTED. */
+/* An inline run took `ns`; *backoff_ns is set on DEMOTED, *overruns (if
+ * not NULL) to the overruns counted since the last promotion. */
 th_fast_outcome th_fast_inline_end(th_fast *f, bool declared,
                                    uint64_t max_ns, int64_t ns, int64_t now,
-                                   int64_t *backoff_ns);
+                                   int64_t *backoff_ns, unsigned *overruns);
 /* A sampled worker run's execute() took `ns`. */
 th_fast_outcome th_fast_worker_end(th_fast *f, uint64_t max_ns, int64_t ns);
 

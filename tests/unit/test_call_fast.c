@@ -51,16 +51,19 @@ static void test_declared_demotion_backoff(void)
     th_fast f;
     memset(&f, 0, sizeof f);
     int64_t now = 1000 * MS, bo = 0;
-    CU_ASSERT_EQUAL(th_fast_inline_end(&f, true, MAX_NS, 11 * MS, now, &bo),
+    unsigned ov = 0;
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, true, MAX_NS, 11 * MS, now, &bo, &ov),
                     TH_FAST_OVERRUN);
-    CU_ASSERT_EQUAL(th_fast_inline_end(&f, true, MAX_NS, 1 * MS, now, &bo),
+    CU_ASSERT_EQUAL(ov, 1);
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, true, MAX_NS, 1 * MS, now, &bo, NULL),
                     TH_FAST_KEPT);
-    CU_ASSERT_EQUAL(th_fast_inline_end(&f, true, MAX_NS, 10 * MS, now, &bo),
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, true, MAX_NS, 10 * MS, now, &bo, NULL),
                     TH_FAST_KEPT); /* max itself is in time */
-    CU_ASSERT_EQUAL(th_fast_inline_end(&f, true, MAX_NS, 12 * MS, now, &bo),
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, true, MAX_NS, 12 * MS, now, &bo, &ov),
                     TH_FAST_OVERRUN);
+    CU_ASSERT_EQUAL(ov, 2); /* not in a row: counted since promotion */
     CU_ASSERT(th_fast_pick(&f, true, false, MAX_NS, now));
-    CU_ASSERT_EQUAL(th_fast_inline_end(&f, true, MAX_NS, 15 * MS, now, &bo),
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, true, MAX_NS, 15 * MS, now, &bo, NULL),
                     TH_FAST_DEMOTED);
     CU_ASSERT_EQUAL(bo, 1000 * MS);
     /* on workers until the back-off is over, for either kind of thread */
@@ -71,21 +74,21 @@ static void test_declared_demotion_backoff(void)
     CU_ASSERT(!th_fast_pick(&f, true, false, MAX_NS, now + 1000 * MS));
     /* the try is slow again: demoted at once, twice the back-off */
     now += 1000 * MS;
-    CU_ASSERT_EQUAL(th_fast_inline_end(&f, true, MAX_NS, 11 * MS, now, &bo),
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, true, MAX_NS, 11 * MS, now, &bo, NULL),
                     TH_FAST_DEMOTED);
     CU_ASSERT_EQUAL(bo, 2000 * MS);
     CU_ASSERT(!th_fast_pick(&f, true, false, MAX_NS, now + 1999 * MS));
     CU_ASSERT(th_fast_pick(&f, true, false, MAX_NS, now + 2000 * MS));
     /* this try is in time: inline again, without waiting */
     now += 2000 * MS;
-    CU_ASSERT_EQUAL(th_fast_inline_end(&f, true, MAX_NS, 1 * MS, now, &bo),
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, true, MAX_NS, 1 * MS, now, &bo, NULL),
                     TH_FAST_PROMOTED);
     CU_ASSERT(th_fast_pick(&f, true, false, MAX_NS, now));
     CU_ASSERT(th_fast_pick(&f, true, false, MAX_NS, now));
     /* the back-off keeps doubling up to 64 x its base */
     for (int i = 0; i < 10; i++) {
         CU_ASSERT_EQUAL(
-            th_fast_inline_end(&f, true, MAX_NS, 200 * MS, now, &bo),
+            th_fast_inline_end(&f, true, MAX_NS, 200 * MS, now, &bo, NULL),
             TH_FAST_DEMOTED); /* over 10 x max: at once (a retry too) */
         now += bo;
         CU_ASSERT(th_fast_pick(&f, true, false, MAX_NS, now));
@@ -102,13 +105,13 @@ static void test_measured_demotion(void)
     int64_t now = 5 * MS, bo = 0;
     CU_ASSERT_EQUAL(th_fast_worker_end(&f, MAX_NS, 0), TH_FAST_KEPT);
     CU_ASSERT_EQUAL(th_fast_worker_end(&f, MAX_NS, 0), TH_FAST_PROMOTED);
-    CU_ASSERT_EQUAL(th_fast_inline_end(&f, false, MAX_NS, 3 * MS, now, &bo),
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, false, MAX_NS, 3 * MS, now, &bo, NULL),
                     TH_FAST_OVERRUN); /* once may be the scheduler */
-    CU_ASSERT_EQUAL(th_fast_inline_end(&f, false, MAX_NS, 1 * MS, now, &bo),
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, false, MAX_NS, 1 * MS, now, &bo, NULL),
                     TH_FAST_KEPT); /* the series is broken */
-    CU_ASSERT_EQUAL(th_fast_inline_end(&f, false, MAX_NS, 3 * MS, now, &bo),
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, false, MAX_NS, 3 * MS, now, &bo, NULL),
                     TH_FAST_OVERRUN);
-    CU_ASSERT_EQUAL(th_fast_inline_end(&f, false, MAX_NS, 3 * MS, now, &bo),
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, false, MAX_NS, 3 * MS, now, &bo, NULL),
                     TH_FAST_DEMOTED);
     CU_ASSERT_EQUAL(bo, 1000 * MS);
     CU_ASSERT(!th_fast_pick(&f, false, true, MAX_NS, now));
@@ -119,7 +122,7 @@ static void test_measured_demotion(void)
     CU_ASSERT(!th_fast_pick(&f, false, true, MAX_NS, now + 999 * MS));
     CU_ASSERT(th_fast_pick(&f, false, true, MAX_NS, now + 1000 * MS));
     CU_ASSERT_EQUAL(th_fast_inline_end(&f, false, MAX_NS, 3 * MS,
-                                       now + 1000 * MS, &bo),
+                                       now + 1000 * MS, &bo, NULL),
                     TH_FAST_DEMOTED); /* a retry gets one chance */
     CU_ASSERT_EQUAL(bo, 2000 * MS);
     /* one run over 10 x max demotes a promoted tool at once */
@@ -127,7 +130,7 @@ static void test_measured_demotion(void)
     memset(&g, 0, sizeof g);
     th_fast_worker_end(&g, MAX_NS, 0);
     CU_ASSERT_EQUAL(th_fast_worker_end(&g, MAX_NS, 0), TH_FAST_PROMOTED);
-    CU_ASSERT_EQUAL(th_fast_inline_end(&g, false, MAX_NS, 101 * MS, now, &bo),
+    CU_ASSERT_EQUAL(th_fast_inline_end(&g, false, MAX_NS, 101 * MS, now, &bo, NULL),
                     TH_FAST_DEMOTED);
 }
 
@@ -140,7 +143,7 @@ static void test_max_scales_and_off(void)
     CU_ASSERT_EQUAL(th_fast_worker_end(&f, max, 9 * MS), TH_FAST_KEPT);
     CU_ASSERT_EQUAL(th_fast_worker_end(&f, max, 9 * MS), TH_FAST_PROMOTED);
     int64_t bo = 0;
-    CU_ASSERT_EQUAL(th_fast_inline_end(&f, false, max, 19 * MS, 0, &bo),
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, false, max, 19 * MS, 0, &bo, NULL),
                     TH_FAST_KEPT);
     th_fast z;
     memset(&z, 0, sizeof z);
@@ -149,7 +152,7 @@ static void test_max_scales_and_off(void)
     CU_ASSERT(!th_fast_pick(&f, false, true, 0, 0)); /* even if promoted */
     CU_ASSERT_EQUAL(th_fast_worker_end(&z, 0, 0), TH_FAST_KEPT);
     CU_ASSERT_EQUAL(th_fast_worker_end(&z, 0, 0), TH_FAST_KEPT);
-    CU_ASSERT_EQUAL(th_fast_inline_end(&z, true, 0, 1000 * MS, 0, &bo),
+    CU_ASSERT_EQUAL(th_fast_inline_end(&z, true, 0, 1000 * MS, 0, &bo, NULL),
                     TH_FAST_KEPT);
 }
 
