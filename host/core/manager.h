@@ -13,7 +13,8 @@
  * No two locks of the right-hand group are ever held together, and no
  * thread takes a call->mu while holding any of them (they collect
  * references, unlock, then lock each call).  Event callbacks and front ops
- * run with no lock held.
+ * run with no lock held.  th_stat.fast.lk (call_fast.c, a spin flag for a
+ * tool's short-call transitions) is a leaf taken with no other lock held.
  */
 #ifndef TH_MANAGER_H
 #define TH_MANAGER_H
