@@ -271,11 +271,12 @@ static void test_modes(void)
  * third overrun sends it to workers (counted, for every front). */
 static void test_core_times_and_demotes(void)
 {
-    th_host *h = open_host("10ms");
+    /* 60 ms naps against 50 ms: overruns, far from 10 x (at once) */
+    th_host *h = open_host("50ms");
     th_session *s = open_trusted(h);
     uint64_t inl, dem;
     for (int i = 0; i < 3; i++) {
-        CU_ASSERT(call_inline(s, "short_nap", 25, true, false));
+        CU_ASSERT(call_inline(s, "short_nap", 60, true, false));
         mgr(h, &inl, &dem);
         CU_ASSERT_EQUAL(dem, i < 2 ? 0 : 1);
     }
