@@ -164,43 +164,47 @@ bool th_call_fast_ok(const th_tool *t)
            !t->plugin->iso;
 }
 
-bool th_call_fast_pick(th_host *h, uint64_t max_ms, th_stat *st,
-                       const th_tool *t, const th_call_opts *o, bool *sample)
+/* The rest of th_call_fast_pick, off its hot path: a measured tool not
+ * promoted (sampled on a worker), or a demoted one (its retry). */
+__attribute__((noinline, cold)) static bool
+pick_rest(th_stat *st, bool declared, bool client, uint64_t max_ms,
+          bool *sample)
 {
-    (void)h;
-    *sample = false;
-    if (!max_ms || !(o->short_inline || o->short_client) || !st ||
-        o->may_block || !th_call_fast_ok(t))
-        return false;
-    bool declared = t->flags & TOOLHOST_TOOL_SHORT;
-    bool client = o->short_client;
-    if (!declared && !client)
-        return false;
-    uint64_t max_ns = max_ms * 1000000u;
     /* the clock only matters to a demoted tool (its retry) */
     int64_t now = atomic_load_explicit(&st->fast.state,
                                        memory_order_relaxed) == TH_FAST_OFF
                       ? th_now_ns()
                       : 0;
-    if (th_fast_pick(&st->fast, declared, client, max_ns, now))
+    if (th_fast_pick(&st->fast, declared, client, max_ms * 1000000u, now))
         return true;
     *sample = client && th_fast_samples(&st->fast, declared);
     return false;
 }
 
-void th_call_fast_inline_end(th_host *h, uint64_t max_ms, th_stat *st,
-                             const th_tool *t, uint64_t call_id, int64_t t0,
-                             int64_t t1, bool ran)
+bool th_call_fast_pick(th_host *h, uint64_t max_ms, th_stat *st,
+                       const th_tool *t, const th_call_opts *o, bool *sample)
 {
-    int64_t ns = t1 - t0;
-    if (ran)
-        atomic_fetch_add(&h->mgr.inline_front, 1);
+    (void)h;
+    *sample = false;
+    if (!max_ms || !st || o->may_block || !th_call_fast_ok(t))
+        return false;
     bool declared = t->flags & TOOLHOST_TOOL_SHORT;
-    uint64_t max_ns = max_ms * 1000000u;
-    int64_t backoff = 0;
-    unsigned overruns = 0;
-    th_fast_outcome r = th_fast_inline_end(&st->fast, declared, max_ns, ns,
-                                           t1, &backoff, &overruns);
+    bool client = o->short_client;
+    if (!declared && !client)
+        return false;
+    /* the hot case: a tool that runs inline now */
+    if (fast_on(atomic_load_explicit(&st->fast.state, memory_order_relaxed),
+                declared))
+        return true;
+    return pick_rest(st, declared, client, max_ms, sample);
+}
+
+/* What an inline run changed, said in the log and counted (cold). */
+__attribute__((noinline, cold)) static void
+inline_report(th_host *h, uint64_t max_ms, const th_tool *t, bool declared,
+              uint64_t call_id, int64_t ns, th_fast_outcome r,
+              int64_t backoff, unsigned overruns)
+{
     double ms = (double)ns / 1e6;
     const char *kind = declared ? "is declared short but" : "(measured short)";
     switch (r) {
@@ -213,8 +217,7 @@ void th_call_fast_inline_end(th_host *h, uint64_t max_ms, th_stat *st,
                         "ms; overrun %u of %u before its calls go to "
                         "workers)",
                         t->name, (unsigned long long)call_id, ms,
-                        (unsigned long long)max_ms,
-                        overruns,
+                        (unsigned long long)max_ms, overruns,
                         (unsigned)TH_FAST_DECLARED_OVERRUNS);
         break;
     case TH_FAST_DEMOTED:
@@ -234,6 +237,24 @@ void th_call_fast_inline_end(th_host *h, uint64_t max_ms, th_stat *st,
                     t->name, kind, (unsigned long long)call_id, ms);
         break;
     }
+}
+
+void th_call_fast_inline_end(th_host *h, uint64_t max_ms, th_stat *st,
+                             const th_tool *t, uint64_t call_id, int64_t t0,
+                             int64_t t1, bool ran)
+{
+    if (ran)
+        atomic_fetch_add_explicit(&h->mgr.inline_front, 1,
+                                  memory_order_relaxed);
+    bool declared = t->flags & TOOLHOST_TOOL_SHORT;
+    int64_t backoff = 0;
+    unsigned overruns = 0;
+    th_fast_outcome r =
+        th_fast_inline_end(&st->fast, declared, max_ms * 1000000u, t1 - t0,
+                           t1, &backoff, &overruns);
+    if (r != TH_FAST_KEPT)
+        inline_report(h, max_ms, t, declared, call_id, t1 - t0, r, backoff,
+                      overruns);
 }
 
 void th_call_fast_worker_end(th_mcall *c, int64_t ns)
