@@ -746,9 +746,12 @@ void th_mcall_run(th_mcall *c)
     c->in_execute = true;
     c->ran = true;
     const th_tool *t = c->tool;
+    int64_t fast_t0 = c->fast_sample ? th_now_ns() : 0;
     int st = c->mock ? th_mock_execute(c)
                      : t->desc->execute(t->plugin->state, t->desc, &c->base.pub,
                                         c->args, c->args_len);
+    if (fast_t0 && st != TOOLHOST_PENDING)
+        th_call_fast_worker_end(c, th_now_ns() - fast_t0); /* call_fast.c */
     tl_cur = prev;
     pthread_mutex_lock(&c->mu);
     c->in_execute = false;

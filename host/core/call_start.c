@@ -483,8 +483,12 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
         th_config_unref(p.cfg);
         return rc > 0 ? 0 : rc;
     }
-    /* An event loop runs a call itself only for a tool declared short. */
-    if (o.short_inline && th_call_fast_ok(p.tool))
+    /* A front's own thread runs a short call itself (call_fast.c). */
+    bool sample = false, fast = (o.short_inline || o.short_client) &&
+        p.ts && /* not a task tool (tasks.result waits) */
+        th_call_fast_pick(h, p.cfg->host.short_call_max_ms, p.st, p.tool,
+                          &o, &sample);
+    if (fast)
         o.may_block = true;
     /* Plugin hooks never run on a caller that must not block (a front's
      * event loop): a worker runs stages 3 and 4 on a copy of the args. */
@@ -493,10 +497,22 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
     rc = stage_record(s, &p, on_worker ? args : NULL, len, &o, fn, ud, id, &c);
     if (rc != 0)
         return rc;
-    if (on_worker)
+    c->fast_sample = sample;
+    if (on_worker) {
         th_mgr_prepare(c);
-    else
+    } else if (fast) {
+        /* the core times what held the front's thread (the reference
+         * keeps c, its tool, stats entry and config past its end) */
+        th_mcall_ref(c);
+        int64_t t0 = th_now_ns();
         prepare(c, args, len, true);
+        int64_t t1 = th_now_ns();
+        th_call_fast_inline_end(h, c->cfg->host.short_call_max_ms, c->st,
+                                c->tool, id, t0, t1, c->inline_run);
+        th_mcall_unref(c);
+    } else {
+        prepare(c, args, len, true);
+    }
     return 0;
 }
 

@@ -13,7 +13,8 @@
  * No two locks of the right-hand group are ever held together, and no
  * thread takes a call->mu while holding any of them (they collect
  * references, unlock, then lock each call).  Event callbacks and front ops
- * run with no lock held.
+ * run with no lock held.  th_stat.fast.lk (call_fast.c, a spin flag for a
+ * tool's short-call transitions) is a leaf taken with no other lock held.
  */
 #ifndef TH_MANAGER_H
 #define TH_MANAGER_H
@@ -28,6 +29,7 @@
 #include "th/config.h"
 #include "th/host.h"
 #include "out.h"
+#include "call_fast.h"
 #include "th/progress.h"
 #include "th/tool.h"
 
@@ -80,6 +82,8 @@ typedef struct th_stat {
     atomic_ullong sum_ns;       /* of the latencies in hist */
     th_stat_slot win[TH_WIN_SLOTS]; /* the last 5 minutes, 10 s a slot */
     struct th_stat *next;
+    th_fast fast;               /* short calls on a front's thread
+                                   (call_fast.c) */
 } th_stat;
 
 /* Sessions by front: cli, rpc, mcp, code, then any other or unnamed. */
@@ -228,6 +232,7 @@ struct th_mcall {
     bool completed;             /* complete() was called (once only) */
     bool ran;                   /* execute() was entered */
     bool inline_run;            /* runs on the caller's thread */
+    bool fast_sample;           /* execute() timed for call_fast.c */
 
     /* Everything below: under mu. */
     pthread_mutex_t mu;
@@ -399,6 +404,7 @@ typedef struct th_mgr {
     th_group *ts_groups;        /* one per toolset */
     th_group *tool_groups;      /* overrides and serial tools, by key */
     atomic_ulong running, inline_calls, calls_total;
+    atomic_ulong inline_front, short_demoted; /* call_fast.c */
 
     /* Deadline heap. */
     pthread_mutex_t tmu;

@@ -335,6 +335,12 @@ int th_metrics_render(th_host *h, th_buf *b)
                (double)ms.lost_workers);
     e |= gauge(b, "toolhost_lost_workers", "gauge",
                "Lost workers still stuck now.", (double)ms.lost_workers_now);
+    e |= gauge(b, "toolhost_calls_inline_front_total", "counter",
+               "Short calls run on a front's own thread (host.short_call_max).",
+               (double)ms.inline_front);
+    e |= gauge(b, "toolhost_short_demoted_total", "counter",
+               "Short tools sent back to workers for holding a front's thread.",
+               (double)ms.short_demoted);
     th_front_stats fs[8];
     size_t nf = th_host_front_stats(h, fs, 8);
     e |= family(b, "toolhost_sessions_opened_total", "counter",

@@ -259,110 +259,6 @@ static void *timer_main(void *arg)
 
 static __thread mcp_call *tl_starting; /* the call inside th_call_start */
 
-/* ---- Short calls on the input thread (run_short) -------------------------------
- *
- * A sync tool is "short" for a session once two runs in a row on a worker
- * took under SHORT_PROMOTE_NS from th_call_start to the result (queue wait
- * and the hand-offs included: an upper bound of its run); from then on it
- * runs on the input thread (may_block), without the thread hand-offs.
- * It goes back to the workers (a log line) after one run there over
- * SHORT_HARD_NS, or two in a row over SHORT_DEMOTE_NS (one such run may be
- * the scheduler preempting the thread on a busy machine, not the tool), so
- * a tool that turns slow holds the input for one or two calls.  A tool
- * sent back is tried on the input thread once more after a back-off (1 s,
- * doubled at each demotion up to 64 s): under a steady load its worker
- * runs wait in the queue and would never look short again.  A tool never
- * seen starts on a worker. */
-#define SHORT_PROMOTE_NS 1000000LL
-#define SHORT_DEMOTE_NS 2000000LL
-#define SHORT_HARD_NS 100000000LL
-#define SHORT_PROMOTE_RUNS 2
-#define SHORT_BACKOFF_NS 1000000000LL
-#define SHORT_BACKOFF_MAX_NS 64000000000LL
-
-static int64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-/* The slot of tool `name` (m->mu held): its own, else a fresh one (taking
- * over whatever tool had it); NULL for names too long to keep. */
-static mcp_speed *speed_slot(th_mcp_session *m, const char *name)
-{
-    size_t n = strlen(name);
-    if (n >= sizeof m->speed[0].name)
-        return NULL;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)name[i]) * 1099511628211ull;
-    mcp_speed *sp = &m->speed[h % MCP_SPEED_SLOTS];
-    if (strcmp(sp->name, name) != 0) {
-        memset(sp, 0, sizeof *sp);
-        memcpy(sp->name, name, n + 1);
-    }
-    return sp;
-}
-
-/* A run of c on a worker ended (m->mu held). */
-static void speed_worker_run(th_mcp_session *m, mcp_call *c)
-{
-    if (!m->run_short || c->task || !c->t0_ns)
-        return;
-    mcp_speed *sp = speed_slot(m, c->tool);
-    if (!sp)
-        return;
-    if (mono_ns() - c->t0_ns >= SHORT_PROMOTE_NS) {
-        sp->fast = 0;
-        return;
-    }
-    if (sp->fast < SHORT_PROMOTE_RUNS)
-        sp->fast++;
-    if (sp->fast >= SHORT_PROMOTE_RUNS && !sp->short_ok) {
-        sp->short_ok = true;
-        sp->retry_ns = 0;
-        th_log_debug("mcp session=%llu tool %s is short: it runs on the "
-                     "input thread",
-                     (unsigned long long)th_session_id(m->s), c->tool);
-    }
-}
-
-/* A call of tool `name` tried on the input thread took `took` ns (m->mu
- * held); `now` is the clock. */
-static void speed_inline_run(th_mcp_session *m, const char *name,
-                             int64_t took, int64_t now)
-{
-    mcp_speed *sp = speed_slot(m, name);
-    if (!sp)
-        return;
-    if (took <= SHORT_DEMOTE_NS) {
-        sp->slow = 0;
-        if (!sp->short_ok) { /* a retry after a back-off went well */
-            sp->short_ok = true;
-            sp->retry_ns = 0;
-            th_log_debug("mcp session=%llu tool %s is short again",
-                         (unsigned long long)th_session_id(m->s), name);
-        }
-        return;
-    }
-    if (sp->slow < 255)
-        sp->slow++;
-    if (sp->short_ok && took <= SHORT_HARD_NS && sp->slow < 2)
-        return; /* once may be the scheduler */
-    sp->short_ok = false;
-    sp->slow = 0;
-    sp->fast = 0;
-    sp->backoff_ns = sp->backoff_ns ? sp->backoff_ns * 2 : SHORT_BACKOFF_NS;
-    if (sp->backoff_ns > SHORT_BACKOFF_MAX_NS)
-        sp->backoff_ns = SHORT_BACKOFF_MAX_NS;
-    sp->retry_ns = now + sp->backoff_ns;
-    th_log_info("mcp session=%llu tool %s took %lld us on the input thread: "
-                "it runs on the workers again (tried here again in %lld s)",
-                (unsigned long long)th_session_id(m->s), name,
-                (long long)(took / 1000), (long long)(sp->backoff_ns / 1000000000));
-}
-
 static void call_free(mcp_call *c)
 {
     json_decref(c->id);
@@ -471,10 +367,6 @@ static void on_event(const th_event *e, void *ud)
     }
     /* The final result. */
     c->finished = true;
-    if (tl_starting == c)
-        c->ended_inline = true; /* answered inside th_call_start */
-    else if (r->kind == TH_RESULT_DONE)
-        speed_worker_run(m, c); /* a run on a worker (not a refusal) */
     if (m->inflight)
         m->inflight--;
     if (m->drain_waiters)
@@ -784,29 +676,19 @@ static void m_tools_call(th_mcp_session *m, const json_t *id,
     c->next = m->calls;
     m->calls = c;
     m->inflight++;
-    int64_t t0 = mono_ns();
-    if (m->run_short && !async) {
-        mcp_speed *sp = speed_slot(m, name);
-        bool retry = sp && !sp->short_ok && sp->retry_ns && t0 >= sp->retry_ns;
-        if (retry)
-            sp->retry_ns = t0 + sp->backoff_ns; /* one try per back-off */
-        o.may_block = c->inline_try = sp && (sp->short_ok || retry);
-    }
+    /* This thread serves one client: a short sync call (not a task) may
+     * run right here (the core's policy, call_fast.c: declared or
+     * measured short, host.short_call_max, demotion and back-off). */
+    o.short_client = m->run_short && !c->task;
     pthread_mutex_unlock(&m->mu);
 
     uint64_t call_id = 0;
     tl_starting = c;
-    c->t0_ns = t0;
     int rc = th_call_start(m->s, name, mp.data, mp.len, &o, on_event, c,
                            &call_id);
-    int64_t took = c->inline_try ? mono_ns() - c->t0_ns : 0;
     tl_starting = NULL;
     th_buf_destroy(&mp);
     pthread_mutex_lock(&m->mu);
-    if (rc == 0 && c->inline_try)
-        /* c->ended_inline: it ran here; else it waited here (a hook, a
-         * full group) and went on elsewhere: counted the same. */
-        speed_inline_run(m, name, took, c->t0_ns + took);
     if (rc != 0) {
         /* The callback never runs. */
         c->finished = true;

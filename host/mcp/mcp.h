@@ -57,10 +57,12 @@ typedef struct th_mcp_opts {
     size_t max_message;  /* bytes; 0: 16 MiB */
     bool http;           /* the transport is Streamable HTTP (what the
                             session may tell clients) */
-    bool run_short;      /* the thread of th_mcp_session_input() may run a
-                            short sync call itself (no hand-off to a
-                            worker): a tool measured short (docs/mcp.md,
-                            "Speed") runs inline there */
+    bool run_short;      /* the thread of th_mcp_session_input() serves
+                            this one client only: its calls pass
+                            th_call_opts.short_client, so a short sync
+                            call (declared, or measured by the core) runs
+                            there, no hand-off to a worker (docs/mcp.md,
+                            "Speed") */
 } th_mcp_opts;
 
 /* The default of th_mcp_opts.max_message (host key mcp_max_message). */

@@ -51,10 +51,6 @@ typedef struct mcp_call {
     bool structured;         /* the tool declares an object output schema:
                                 structuredContent */
     uint64_t call_id;        /* 0 until th_call_start returned (or asked) */
-    int64_t t0_ns;           /* when th_call_start was called */
-    bool inline_try;         /* started with may_block (a short tool) */
-    bool ended_inline;       /* the final result came inside th_call_start
-                                on the input thread (not a worker sample) */
     double last_progress;
     bool started;            /* th_call_start returned */
     bool finished;           /* the final event arrived */
@@ -74,18 +70,6 @@ typedef struct mcp_call {
     int64_t created_ms, updated_ms, ttl_ms;
     struct mcp_call *next;
 } mcp_call;
-
-/* How long a sync tool takes, as this session saw it: whether it may run
- * on the input thread (run_short).  Under m->mu. */
-#define MCP_SPEED_SLOTS 32
-typedef struct mcp_speed {
-    char name[64];           /* "" : free */
-    bool short_ok;           /* run it inline */
-    uint8_t fast;            /* fast runs seen on workers in a row */
-    uint8_t slow;            /* slow runs on the input thread in a row */
-    int64_t backoff_ns;      /* after a demotion: wait before a retry */
-    int64_t retry_ns;        /* when to try it inline again (0: no) */
-} mcp_speed;
 
 struct th_mcp_session {
     th_host *h;
@@ -120,11 +104,11 @@ struct th_mcp_session {
                                 tasks this session started are visible */
     bool deferred;           /* input thread: the request being dispatched
                                 is answered later (request_done then) */
-    bool run_short;          /* th_mcp_opts.run_short */
+    bool run_short;          /* th_mcp_opts.run_short: calls pass
+                                th_call_opts.short_client */
     int drain_waiters;       /* threads in th_mcp_session_drain (the end
                                 of a call wakes cv only for them, not the
                                 timer thread on every call) */
-    mcp_speed speed[MCP_SPEED_SLOTS];
 };
 
 typedef struct mcp_ask {     /* an elicitation/create we sent */

@@ -33,16 +33,6 @@ struct rpc_call {
                                    ran on the loop: m_call frees it */
 };
 
-/* A tool declared short (TOOLHOST_TOOL_SHORT) whose calls held the loop
- * longer than host.short_call_max_ms. */
-typedef struct rpc_slow {
-    struct rpc_slow *next;
-    uint32_t overruns;
-    bool demoted;               /* its calls go to workers from now on */
-    char name[];
-} rpc_slow;
-#define RPC_SLOW_DEMOTE 3       /* overruns before a tool is demoted */
-
 /* A log line of one kind at most RATELOG_PER_SEC times a second. */
 typedef struct rpc_ratelog {
     uint64_t t0;                /* uv_hrtime() / 1e6 when the second began
@@ -168,10 +158,7 @@ struct th_rpc_server {
     rpc_ratelog rl_accept, rl_refuse, rl_budget, rl_timeout;
     uint64_t refused, closed_idle, closed_frame, closed_budget,
         closed_proto;
-    /* the short path (TOOLHOST_TOOL_SHORT tools run on the loop) */
-    uint64_t short_max_ns;      /* host.short_call_max_ms; 0: off */
-    rpc_slow *slow;             /* short tools seen overrunning */
-    uint32_t n_demoted;
+    /* the short path (the core's policy, call_fast.c) */
     uint64_t short_calls;       /* calls answered while they started */
     rpc_call *spare;            /* freed call records kept for reuse */
     uint32_t n_spare;           /* at most RPC_SPARE_CALLS */
@@ -210,12 +197,9 @@ void call_free(rpc_call *call);
  * (NULL after): an event of it that comes on this thread meanwhile is
  * answered at once, without a copy or a trip through the event queue. */
 void call_starting(rpc_call *call);
-/* After th_call_start() of a call that ran on the loop: counts an overrun
- * of a short tool (host.short_call_max_ms) and frees a call answered for
- * good. */
-void call_started(rpc_call *call, uint64_t ns);
-/* Whether calls of `tool` may take the short path (short_inline). */
-bool short_allowed(th_rpc_server *srv, const char *tool);
+/* After th_call_start(): frees a call answered for good while it ran on
+ * the loop (the core timed it, call_fast.c). */
+void call_started(rpc_call *call);
 /* Any thread: the core's event callback for one call (th_call_start). */
 void on_call_event(const th_event *e, void *ud);
 

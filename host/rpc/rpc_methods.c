@@ -222,15 +222,18 @@ static void m_stats(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
     e |= th_pack_cstr(&pk, "closed_protocol_errors");
     e |= msgpack_pack_uint64(&pk, srv->closed_proto);
     e |= th_pack_cstr(&pk, "calls");
-    e |= msgpack_pack_map(&pk, 4);
+    e |= msgpack_pack_map(&pk, 5);
     e |= th_pack_cstr(&pk, "total");
     e |= msgpack_pack_uint64(&pk, srv->calls_total);
     e |= th_pack_cstr(&pk, "in_flight");
     e |= msgpack_pack_uint32(&pk, inflight);
     e |= th_pack_cstr(&pk, "on_loop");
     e |= msgpack_pack_uint64(&pk, srv->short_calls);
+    /* the core's short-call policy, host-wide (every front) */
+    e |= th_pack_cstr(&pk, "inline_front");
+    e |= msgpack_pack_uint64(&pk, ms.inline_front);
     e |= th_pack_cstr(&pk, "short_demoted");
-    e |= msgpack_pack_uint32(&pk, srv->n_demoted);
+    e |= msgpack_pack_uint64(&pk, ms.short_demoted);
     e |= th_pack_cstr(&pk, "memory");
     e |= msgpack_pack_map(&pk, 1);
     e |= th_pack_cstr(&pk, "rss_bytes");
@@ -531,10 +534,11 @@ static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
     c->calls = call;
     c->inflight++;
     srv->calls_total++;
-    /* A tool declared short runs right here on the loop (plugin.h,
-     * TOOLHOST_TOOL_SHORT); its result is answered from inside
-     * th_call_start (call_starting, on_call_event). */
-    opts.short_inline = short_allowed(srv, name);
+    /* The loop is shared by every client: a tool declared short runs
+     * right here (the core's policy, call_fast.c: host.short_call_max,
+     * demotion); its result is answered from inside th_call_start
+     * (call_starting, on_call_event). */
+    opts.short_inline = true;
     call_starting(call);
     int rc = th_call_start(c->session, name, ap, alen, &opts,
                            on_call_event, call, &call->call_id);
@@ -552,7 +556,7 @@ static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
                  (unsigned long long)c->id, name,
                  (unsigned long long)call->call_id,
                  (unsigned long long)msgid);
-    call_started(call, opts.short_inline ? uv_hrtime() - call->t0 : 0);
+    call_started(call);
 }
 
 static void m_tools_cancel(rpc_conn *c, uint64_t msgid,

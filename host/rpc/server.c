@@ -17,7 +17,8 @@
  * comes on the loop thread while tl_starting names the call, and is
  * packed into the connection's buffer at once (answer_now) — no copy, no
  * queue; m_call frees the record after th_call_start() returns
- * (call_started, which also times the call against short_call_max).
+ * (call_started).  Which calls run on the loop, their timing against
+ * host.short_call_max and demotion are the core's (call_fast.c).
  * With --stdio and stdin a regular file or /dev/null (epoll refuses them),
  * one more thread (relay_main) copies stdin into a pipe the loop reads; it
  * shares nothing with the loop but two fds and is joined in free_server().
@@ -648,74 +649,9 @@ static void answer_now(rpc_call *call, const th_result *r)
     c->srv->short_calls++;
 }
 
-bool short_allowed(th_rpc_server *srv, const char *tool)
-{
-    if (!srv->short_max_ns)
-        return false;
-    for (rpc_slow *s = srv->slow; s && srv->n_demoted; s = s->next)
-        if (s->demoted && strcmp(s->name, tool) == 0)
-            return false;
-    return true;
-}
-
-/* A call of `call->tool` held the loop `ns` (over host.short_call_max_ms).
- * Counted only for a tool declared short: another tool's call never runs
- * here (what held the loop was the host's own work, e.g. validating a huge
- * argument map).  After RPC_SLOW_DEMOTE overruns the tool's calls go to
- * workers from then on (not after one: the first call of a tool may meet
- * cold caches, lazy binding, a preempted loop). */
-static void short_overrun(rpc_call *call, uint64_t ns)
-{
-    rpc_conn *c = call->conn;
-    th_rpc_server *srv = c->srv;
-    const th_tool *t = c->session ? th_session_acquire(c->session, call->tool)
-                                  : NULL;
-    bool declared = t && (t->flags & TOOLHOST_TOOL_SHORT);
-    if (t)
-        th_tool_release(t);
-    if (!declared)
-        return;
-    rpc_slow *s = srv->slow;
-    while (s && strcmp(s->name, call->tool) != 0)
-        s = s->next;
-    if (!s) {
-        size_t n = strlen(call->tool);
-        s = calloc(1, sizeof *s + n + 1);
-        if (!s) {
-            th_log_error("out of memory recording a slow short tool");
-            return;
-        }
-        memcpy(s->name, call->tool, n + 1);
-        s->next = srv->slow;
-        srv->slow = s;
-    }
-    if (s->demoted)
-        return;
-    s->overruns++;
-    double ms = (double)ns / 1e6;
-    unsigned long long max_ms = (unsigned long long)(srv->short_max_ns / 1000000u);
-    if (s->overruns >= RPC_SLOW_DEMOTE) {
-        s->demoted = true;
-        srv->n_demoted++;
-        th_log_warn("tool=%s is declared short but call=%llu held the event "
-                    "loop %.1f ms (host.short_call_max %llu ms; overrun %u): "
-                    "its calls run on workers from now on",
-                    call->tool, (unsigned long long)call->call_id, ms, max_ms,
-                    (unsigned)s->overruns);
-    } else {
-        th_log_warn("tool=%s is declared short but call=%llu held the event "
-                    "loop %.1f ms (host.short_call_max %llu ms; overrun %u of "
-                    "%u before its calls go to workers)",
-                    call->tool, (unsigned long long)call->call_id, ms, max_ms,
-                    (unsigned)s->overruns, (unsigned)RPC_SLOW_DEMOTE);
-    }
-}
-
-void call_started(rpc_call *call, uint64_t ns)
+void call_started(rpc_call *call)
 {
     th_rpc_server *srv = call->conn->srv;
-    if (srv->short_max_ns && ns > srv->short_max_ns)
-        short_overrun(call, ns);
     if (call->done) {
         call_free(call);
         server_check_drained(srv);
@@ -1825,11 +1761,6 @@ static void free_server(th_rpc_server *srv)
         srv->spare = k->next;
         free(k);
     }
-    while (srv->slow) {
-        rpc_slow *sl = srv->slow;
-        srv->slow = sl->next;
-        free(sl);
-    }
     free(srv->sock_path);
     pthread_mutex_destroy(&srv->mu);
     free(srv);
@@ -1880,7 +1811,6 @@ int th_rpc_serve(th_host *h, const th_rpc_serve_opts *o, th_error *err)
     srv->max_outbuf = cfg->max_outbuf ? cfg->max_outbuf : DEF_MAX_OUTBUF;
     srv->grace_ms = cfg->shutdown_grace_ms ? cfg->shutdown_grace_ms
                                            : DEF_GRACE_MS;
-    srv->short_max_ns = cfg->short_call_max_ms * 1000000u;
     /* Limits: a zeroed config (an embedding program) gets the defaults
      * of host_init() in config.c. */
     srv->max_conns = cfg->max_connections ? cfg->max_connections : 1024;

@@ -183,16 +183,20 @@ typedef enum toolhost_semantic {
 #define TOOLHOST_TOOL_ADVISORY_MASK 0xffff0000u
 /* Short (a hint; advisory, so an older host just runs the tool on a
  * worker): execute(), validate_args() and needs_permission() of this sync
- * tool return within about a millisecond (well under host.short_call_max_ms)
+ * tool return within about a millisecond (well under host.short_call_max)
  * and never block or wait: no sleeping, no waiting on locks others hold for
  * long, no network or slow disk I/O, no calls of other tools, no
- * suspend().  A front's event loop (the msgpack-RPC server) may then run
- * them itself instead of handing the call to a worker and back, which
- * saves two thread hand-offs per call; while they run, that loop serves no
- * other client, so a slow call stalls every client of the loop.  The host
- * measures each such call: one that holds the loop longer than
- * host.short_call_max_ms is logged and the tool runs on workers from then
- * on.  Ignored for TOOLHOST_TOOL_ASYNC tools and for isolated plugins. */
+ * suspend().  A front's own thread may then run them itself instead of
+ * handing the call to a worker and back, which saves two thread hand-offs
+ * per call: the msgpack-RPC server's event loop (shared by every client:
+ * only tools with this flag run there) and an MCP session's input thread
+ * (one client; a tool the host measured short on workers runs there too).
+ * While they run, that thread serves nothing else, so a slow call stalls
+ * every client of the RPC loop.  The host times each such run: one that
+ * holds the thread longer than host.short_call_max is logged; at the third
+ * (or at one over 10x that) the tool runs on workers, tried on the thread
+ * again after a back-off (1 s, doubling to 64 s at the default).  Ignored
+ * for TOOLHOST_TOOL_ASYNC tools and for isolated plugins. */
 #define TOOLHOST_TOOL_SHORT (1u << 16)
 
 /* Plugin flags (bits of toolhost_plugin.flags, ABI 1.1). */

@@ -146,14 +146,15 @@ static bool call_ok(proc *p, json_int_t id, int ms)
 
 /* ms from writing a ping (right behind a call of `ms`) to its answer;
  * then waits for the call's answer too. */
-static int64_t ping_behind(proc *p, json_int_t call_id, int ms)
+static int64_t ping_behind_tool(proc *p, const char *tool, json_int_t call_id,
+                                int ms)
 {
     char line[256];
     snprintf(line, sizeof line,
              "{\"jsonrpc\":\"2.0\",\"id\":%lld,\"method\":\"tools/call\","
-             "\"params\":{\"name\":\"slow_validate\",\"arguments\":{\"ms\":"
+             "\"params\":{\"name\":\"%s\",\"arguments\":{\"ms\":"
              "%d}}}\n{\"jsonrpc\":\"2.0\",\"id\":%lld,\"method\":\"ping\"}",
-             (long long)call_id, ms, (long long)call_id + 1);
+             (long long)call_id, tool, ms, (long long)call_id + 1);
     int64_t t0 = now_ms();
     send_line(p, line);
     bool answered = false;
@@ -167,6 +168,11 @@ static int64_t ping_behind(proc *p, json_int_t call_id, int ms)
         json_decref(r);
     }
     return took;
+}
+
+static int64_t ping_behind(proc *p, json_int_t call_id, int ms)
+{
+    return ping_behind_tool(p, "slow_validate", call_id, ms);
 }
 
 static bool file_has(const char *path, const char *needle)
@@ -230,8 +236,60 @@ static void test_short_call_demoted(void)
     free(dir);
 }
 
+/* A tool declared TOOLHOST_TOOL_SHORT runs on the input thread from its
+ * first call (the core's one policy: no measuring first); one run there
+ * over 10 x host.short_call_max sends it back to the workers at once (the
+ * core's warning), so the next slow call no longer holds a ping. */
+static void test_declared_short_inline(void)
+{
+    th_test_timeout(60);
+    char *dir = th_test_tmpdir();
+    char text[1024];
+    snprintf(text, sizeof text,
+             "host:\n"
+             "  short_call_max: 20ms\n"
+             "plugins:\n"
+             "  - name: short_tools\n"
+             "    path: %s\n"
+             "toolsets:\n"
+             "  - name: t\n"
+             "    tools: [\"*\"]\n",
+             th_test_build_path("fixtures/short_tools.so"));
+    char *cfg = th_test_write_file(dir, "c.yaml", text, (size_t)-1);
+    char errfile[4096];
+    snprintf(errfile, sizeof errfile, "%s/stderr.log", dir);
+    char *argv[] = {(char *)th_test_build_path("toolhost"), "mcp", "-c", cfg,
+                    "--log-level", "info", NULL};
+    proc p;
+    CU_ASSERT_FATAL(proc_start(&p, argv, errfile) == 0);
+    send_line(&p, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\","
+                  "\"params\":{\"protocolVersion\":\"2025-06-18\","
+                  "\"capabilities\":{},\"clientInfo\":{\"name\":\"t\","
+                  "\"version\":\"1\"}}}");
+    json_t *init = wait_id(&p, 1, 15000);
+    CU_ASSERT_PTR_NOT_NULL(init);
+    json_decref(init);
+    /* the very first call of the tool holds the input */
+    int64_t held = ping_behind_tool(&p, "short_nap", 10, 400);
+    fprintf(stderr, " [ping behind the first call: %lld ms",
+            (long long)held);
+    CU_ASSERT(held >= 300);
+    /* 400 ms > 10 x 20 ms: on a worker from now on */
+    int64_t free_ms = ping_behind_tool(&p, "short_nap", 20, 400);
+    fprintf(stderr, ", behind the second: %lld ms] ", (long long)free_ms);
+    CU_ASSERT(free_ms < 250);
+    int st = proc_end(&p);
+    CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CU_ASSERT(file_has(errfile, "tool=short_nap is declared short but"));
+    CU_ASSERT(file_has(errfile, "its calls run on workers from now on"));
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
 void th_suite_mcp_speed(void)
 {
     CU_pSuite s = CU_add_suite("mcp_speed", NULL, NULL);
     CU_add_test(s, "short_call_demoted", test_short_call_demoted);
+    CU_add_test(s, "declared_short_inline", test_declared_short_inline);
 }

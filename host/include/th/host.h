@@ -174,10 +174,22 @@ typedef struct th_call_opts {
                            every result; false (default): only a stream
                            that was cut or spilled is described, and a
                            result with nothing to say has no such key */
-    bool short_inline;  /* the caller is an event loop that must not block:
-                           a tool declared TOOLHOST_TOOL_SHORT (sync, not
+    bool short_inline;  /* the caller is an event loop shared by many
+                           clients (the RPC server) that must not block: a
+                           tool declared TOOLHOST_TOOL_SHORT (sync, not
                            isolated) runs inline on it as with may_block;
-                           any other call goes to a worker (call_fast.c) */
+                           any other call goes to a worker */
+    bool short_client;  /* the caller is a thread that serves one client
+                           only (the MCP stdio input thread, one HTTP
+                           connection's thread): a sync tool declared
+                           short, or measured short on the workers, runs
+                           inline on it; any other call goes to a worker.
+                           For both: the core times the inline run, sends a
+                           tool that holds the thread too long back to the
+                           workers (a log line), retries it after a
+                           back-off; host.short_call_max governs it all, 0
+                           turns it off (call_fast.c, docs/manager.md
+                           "Short calls on a front's thread") */
 } th_call_opts;
 
 typedef enum th_result_kind {
@@ -405,6 +417,11 @@ typedef struct th_mgr_stats {
                              execute() lost_worker_grace after its
                              deadline) */
     uint32_t lost_workers_now; /* of those, still stuck now */
+    uint64_t inline_front;/* ran on a front's own thread (short_inline,
+                             short_client: call_fast.c) */
+    uint64_t short_demoted;/* short tools sent back to the workers for
+                             holding a front's thread too long (each
+                             demotion, retries included) */
 } th_mgr_stats;
 void th_host_mgr_stats(th_host *h, th_mgr_stats *out);
 

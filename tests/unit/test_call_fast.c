@@ -1,0 +1,321 @@
+/* test_call_fast.c - the one short-call policy of the core (call_fast.c):
+ * which calls a front's own thread runs itself.  The pure policy on a fake
+ * clock (declared vs measured, promotion, overruns, demotion, back-off and
+ * its retry, short_call_max 0), then through th_call_start on a real host:
+ * short_inline (a shared loop: declared tools only), short_client (one
+ * client's thread: measured tools too), the core's own timing demoting a
+ * slow declared tool, the counters, and short_call_max: 0 turning the path
+ * off for every mode. */
+#include "common/th_test.h"
+#include "unit/test_manager_fx.h"
+
+#define MS 1000000LL
+#define MAX_NS ((uint64_t)(10 * MS)) /* the default short_call_max */
+
+/* ---- The pure policy ------------------------------------------------------ */
+
+static void test_declared_vs_measured(void)
+{
+    th_fast f;
+    memset(&f, 0, sizeof f);
+    /* declared: inline on both kinds of thread from the first call */
+    CU_ASSERT(th_fast_pick(&f, true, false, MAX_NS, 0));
+    CU_ASSERT(th_fast_pick(&f, true, true, MAX_NS, 0));
+    CU_ASSERT(!th_fast_samples(&f, true));
+    /* measured: never on a shared loop; on a client's thread once two
+     * worker runs in a row were under max / 10 */
+    th_fast g;
+    memset(&g, 0, sizeof g);
+    CU_ASSERT(!th_fast_pick(&g, false, false, MAX_NS, 0));
+    CU_ASSERT(!th_fast_pick(&g, false, true, MAX_NS, 0));
+    CU_ASSERT(th_fast_samples(&g, false));
+    CU_ASSERT_EQUAL(th_fast_worker_end(&g, MAX_NS, MS / 2), TH_FAST_KEPT);
+    /* a slow worker run breaks the series */
+    CU_ASSERT_EQUAL(th_fast_worker_end(&g, MAX_NS, MS), TH_FAST_KEPT);
+    CU_ASSERT_EQUAL(th_fast_worker_end(&g, MAX_NS, MS / 2), TH_FAST_KEPT);
+    CU_ASSERT(!th_fast_pick(&g, false, true, MAX_NS, 0));
+    CU_ASSERT_EQUAL(th_fast_worker_end(&g, MAX_NS, MS / 2), TH_FAST_PROMOTED);
+    CU_ASSERT(th_fast_pick(&g, false, true, MAX_NS, 0));
+    CU_ASSERT(!th_fast_pick(&g, false, false, MAX_NS, 0)); /* still not */
+    CU_ASSERT(!th_fast_samples(&g, false));
+    /* promoted: further worker samples change nothing */
+    CU_ASSERT_EQUAL(th_fast_worker_end(&g, MAX_NS, 50 * MS), TH_FAST_KEPT);
+    CU_ASSERT(th_fast_pick(&g, false, true, MAX_NS, 0));
+}
+
+/* A declared tool: three overruns of max (not in a row) demote it; the
+ * retry after the back-off (100 x max) is one call; a good one makes it
+ * inline again, a bad one demotes it with the back-off doubled. */
+static void test_declared_demotion_backoff(void)
+{
+    th_fast f;
+    memset(&f, 0, sizeof f);
+    int64_t now = 1000 * MS, bo = 0;
+    unsigned ov = 0;
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, true, MAX_NS, 11 * MS, now, &bo, &ov),
+                    TH_FAST_OVERRUN);
+    CU_ASSERT_EQUAL(ov, 1);
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, true, MAX_NS, 1 * MS, now, &bo, NULL),
+                    TH_FAST_KEPT);
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, true, MAX_NS, 10 * MS, now, &bo, NULL),
+                    TH_FAST_KEPT); /* max itself is in time */
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, true, MAX_NS, 12 * MS, now, &bo, &ov),
+                    TH_FAST_OVERRUN);
+    CU_ASSERT_EQUAL(ov, 2); /* not in a row: counted since promotion */
+    CU_ASSERT(th_fast_pick(&f, true, false, MAX_NS, now));
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, true, MAX_NS, 15 * MS, now, &bo, NULL),
+                    TH_FAST_DEMOTED);
+    CU_ASSERT_EQUAL(bo, 1000 * MS);
+    /* on workers until the back-off is over, for either kind of thread */
+    CU_ASSERT(!th_fast_pick(&f, true, false, MAX_NS, now));
+    CU_ASSERT(!th_fast_pick(&f, true, true, MAX_NS, now + 999 * MS));
+    /* then one try (a second caller at the same time goes to a worker) */
+    CU_ASSERT(th_fast_pick(&f, true, false, MAX_NS, now + 1000 * MS));
+    CU_ASSERT(!th_fast_pick(&f, true, false, MAX_NS, now + 1000 * MS));
+    /* the try is slow again: demoted at once, twice the back-off */
+    now += 1000 * MS;
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, true, MAX_NS, 11 * MS, now, &bo, NULL),
+                    TH_FAST_DEMOTED);
+    CU_ASSERT_EQUAL(bo, 2000 * MS);
+    CU_ASSERT(!th_fast_pick(&f, true, false, MAX_NS, now + 1999 * MS));
+    CU_ASSERT(th_fast_pick(&f, true, false, MAX_NS, now + 2000 * MS));
+    /* this try is in time: inline again, without waiting */
+    now += 2000 * MS;
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, true, MAX_NS, 1 * MS, now, &bo, NULL),
+                    TH_FAST_PROMOTED);
+    CU_ASSERT(th_fast_pick(&f, true, false, MAX_NS, now));
+    CU_ASSERT(th_fast_pick(&f, true, false, MAX_NS, now));
+    /* the back-off keeps doubling up to 64 x its base */
+    for (int i = 0; i < 10; i++) {
+        CU_ASSERT_EQUAL(
+            th_fast_inline_end(&f, true, MAX_NS, 200 * MS, now, &bo, NULL),
+            TH_FAST_DEMOTED); /* over 10 x max: at once (a retry too) */
+        now += bo;
+        CU_ASSERT(th_fast_pick(&f, true, false, MAX_NS, now));
+    }
+    CU_ASSERT_EQUAL(bo, 64000 * MS);
+}
+
+/* A measured tool promised nothing: a run over max / 5 is slow, two in a
+ * row (or one over 10 x max) demote it; its retry needs max / 5 too. */
+static void test_measured_demotion(void)
+{
+    th_fast f;
+    memset(&f, 0, sizeof f);
+    int64_t now = 5 * MS, bo = 0;
+    CU_ASSERT_EQUAL(th_fast_worker_end(&f, MAX_NS, 0), TH_FAST_KEPT);
+    CU_ASSERT_EQUAL(th_fast_worker_end(&f, MAX_NS, 0), TH_FAST_PROMOTED);
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, false, MAX_NS, 3 * MS, now, &bo, NULL),
+                    TH_FAST_OVERRUN); /* once may be the scheduler */
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, false, MAX_NS, 1 * MS, now, &bo, NULL),
+                    TH_FAST_KEPT); /* the series is broken */
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, false, MAX_NS, 3 * MS, now, &bo, NULL),
+                    TH_FAST_OVERRUN);
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, false, MAX_NS, 3 * MS, now, &bo, NULL),
+                    TH_FAST_DEMOTED);
+    CU_ASSERT_EQUAL(bo, 1000 * MS);
+    CU_ASSERT(!th_fast_pick(&f, false, true, MAX_NS, now));
+    /* demoted: fast worker runs do not bring it back, only its retry */
+    CU_ASSERT(!th_fast_samples(&f, false));
+    CU_ASSERT_EQUAL(th_fast_worker_end(&f, MAX_NS, 0), TH_FAST_KEPT);
+    CU_ASSERT_EQUAL(th_fast_worker_end(&f, MAX_NS, 0), TH_FAST_KEPT);
+    CU_ASSERT(!th_fast_pick(&f, false, true, MAX_NS, now + 999 * MS));
+    CU_ASSERT(th_fast_pick(&f, false, true, MAX_NS, now + 1000 * MS));
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, false, MAX_NS, 3 * MS,
+                                       now + 1000 * MS, &bo, NULL),
+                    TH_FAST_DEMOTED); /* a retry gets one chance */
+    CU_ASSERT_EQUAL(bo, 2000 * MS);
+    /* one run over 10 x max demotes a promoted tool at once */
+    th_fast g;
+    memset(&g, 0, sizeof g);
+    th_fast_worker_end(&g, MAX_NS, 0);
+    CU_ASSERT_EQUAL(th_fast_worker_end(&g, MAX_NS, 0), TH_FAST_PROMOTED);
+    CU_ASSERT_EQUAL(th_fast_inline_end(&g, false, MAX_NS, 101 * MS, now, &bo, NULL),
+                    TH_FAST_DEMOTED);
+}
+
+/* short_call_max scales every threshold; 0 turns the path off. */
+static void test_max_scales_and_off(void)
+{
+    th_fast f;
+    memset(&f, 0, sizeof f);
+    uint64_t max = 100 * MS; /* promote under 10 ms, slow over 20 ms */
+    CU_ASSERT_EQUAL(th_fast_worker_end(&f, max, 9 * MS), TH_FAST_KEPT);
+    CU_ASSERT_EQUAL(th_fast_worker_end(&f, max, 9 * MS), TH_FAST_PROMOTED);
+    int64_t bo = 0;
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, false, max, 19 * MS, 0, &bo, NULL),
+                    TH_FAST_KEPT);
+    th_fast z;
+    memset(&z, 0, sizeof z);
+    CU_ASSERT(!th_fast_pick(&z, true, false, 0, 0));
+    CU_ASSERT(!th_fast_pick(&z, true, true, 0, 0));
+    CU_ASSERT(!th_fast_pick(&f, false, true, 0, 0)); /* even if promoted */
+    CU_ASSERT_EQUAL(th_fast_worker_end(&z, 0, 0), TH_FAST_KEPT);
+    CU_ASSERT_EQUAL(th_fast_worker_end(&z, 0, 0), TH_FAST_KEPT);
+    CU_ASSERT_EQUAL(th_fast_inline_end(&z, true, 0, 1000 * MS, 0, &bo, NULL),
+                    TH_FAST_KEPT);
+}
+
+/* ---- Through th_call_start ----------------------------------------------- */
+
+typedef struct waiter {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done, ok;
+    pthread_t thread;
+} waiter;
+
+static void on_ev(const th_event *e, void *ud)
+{
+    waiter *w = ud;
+    if (e->kind != TH_EV_RESULT)
+        return;
+    pthread_mutex_lock(&w->mu);
+    w->done = true;
+    w->ok = e->result->kind == TH_RESULT_DONE && e->result->ok;
+    w->thread = pthread_self();
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Calls `tool` (args {ms}, ms -1: {text: "x"}, -2: {}) from a shared
+ * loop or a client's thread; true when its final result came on this thread
+ * inside th_call_start (it ran inline).  Waits 10 s at most. */
+static bool call_inline(th_session *s, const char *tool, long long ms,
+                        bool loop, bool client)
+{
+    waiter w = {.done = false};
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    th_buf a = ms >= 0 ? A(1, "ms", 'i', ms)
+               : ms == -1 ? A(1, "text", 's', "x") : A(0);
+    th_call_opts o = {.short_inline = loop, .short_client = client};
+    int rc = th_call_start(s, tool, a.data, a.len, &o, on_ev, &w, NULL);
+    CU_ASSERT_EQUAL(rc, 0);
+    pthread_mutex_lock(&w.mu);
+    bool here = w.done && pthread_equal(w.thread, pthread_self());
+    struct timespec ts;
+    th_deadline_rt(&ts, 10000);
+    while (!w.done && rc == 0)
+        if (pthread_cond_timedwait(&w.cv, &w.mu, &ts) != 0)
+            break;
+    CU_ASSERT(w.done && w.ok);
+    pthread_mutex_unlock(&w.mu);
+    th_buf_destroy(&a);
+    pthread_mutex_destroy(&w.mu);
+    pthread_cond_destroy(&w.cv);
+    return here;
+}
+
+static th_host *open_host(const char *max)
+{
+    char text[2048];
+    snprintf(text, sizeof text,
+             "host: {workers: 2, log_level: error, short_call_max: %s}\n"
+             "plugins:\n"
+             "  - name: echo\n    path: %s\n"
+             "  - name: short_tools\n    path: %s\n",
+             max, th_test_build_path("plugins/echo.so"),
+             th_test_build_path("fixtures/short_tools.so"));
+    th_config *cfg = NULL;
+    th_error e;
+    th_error_clear(&e);
+    int rc = th_config_parse("fast-test.yaml", "/tmp", text, strlen(text),
+                             &cfg, &e);
+    if (rc)
+        fprintf(stderr, "config: %s\n", e.msg);
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+    return host_new(cfg);
+}
+
+static void mgr(th_host *h, uint64_t *inline_front, uint64_t *demoted)
+{
+    th_mgr_stats ms;
+    th_host_mgr_stats(h, &ms);
+    *inline_front = ms.inline_front;
+    *demoted = ms.short_demoted;
+}
+
+/* short_inline runs only declared tools; short_client measured ones too,
+ * once the core saw them fast on the workers; nothing else is inline. */
+static void test_modes(void)
+{
+    th_host *h = open_host("10ms");
+    th_session *s = open_trusted(h);
+    uint64_t inl, dem;
+    CU_ASSERT(call_inline(s, "echo", -1, true, false));     /* declared */
+    CU_ASSERT(call_inline(s, "echo", -1, false, true));
+    CU_ASSERT(!call_inline(s, "echo", -1, false, false));   /* no mode */
+    mgr(h, &inl, &dem);
+    CU_ASSERT_EQUAL(inl, 2);
+    /* t_echo is not declared: never on a shared loop */
+    for (int i = 0; i < 4; i++)
+        CU_ASSERT(!call_inline(s, "t_echo", -1, true, false));
+    /* on a client's thread after two fast worker runs in a row (a loaded
+     * machine may make a run slow: a few more tries) */
+    bool promoted = false;
+    for (int i = 0; i < 40 && !promoted; i++)
+        promoted = call_inline(s, "t_echo", -1, false, true);
+    CU_ASSERT(promoted);
+    CU_ASSERT(call_inline(s, "t_echo", -1, false, true) ||
+              call_inline(s, "t_echo", -1, false, true));
+    CU_ASSERT(!call_inline(s, "t_echo", -1, true, false)); /* still not */
+    mgr(h, &inl, &dem);
+    CU_ASSERT(inl >= 4);
+    CU_ASSERT_EQUAL(dem, 0);
+    th_session_close(s);
+    th_host_close(h);
+}
+
+/* The core times a declared tool that sleeps past short_call_max: the
+ * third overrun sends it to workers (counted, for every front). */
+static void test_core_times_and_demotes(void)
+{
+    /* 60 ms naps against 50 ms: overruns, far from 10 x (at once) */
+    th_host *h = open_host("50ms");
+    th_session *s = open_trusted(h);
+    uint64_t inl, dem;
+    for (int i = 0; i < 3; i++) {
+        CU_ASSERT(call_inline(s, "short_nap", 60, true, false));
+        mgr(h, &inl, &dem);
+        CU_ASSERT_EQUAL(dem, i < 2 ? 0 : 1);
+    }
+    /* now on a worker, whichever front asks (the state is per tool) */
+    CU_ASSERT(!call_inline(s, "short_nap", 0, true, false));
+    CU_ASSERT(!call_inline(s, "short_nap", 0, false, true));
+    /* another declared tool is not affected */
+    CU_ASSERT(call_inline(s, "short_hex", -2, true, false));
+    th_session_close(s);
+    th_host_close(h);
+}
+
+/* short_call_max: 0: no call runs on a front's thread, in any mode. */
+static void test_off_everywhere(void)
+{
+    th_host *h = open_host("0");
+    th_session *s = open_trusted(h);
+    for (int i = 0; i < 4; i++) {
+        CU_ASSERT(!call_inline(s, "echo", -1, true, false));
+        CU_ASSERT(!call_inline(s, "echo", -1, false, true));
+        CU_ASSERT(!call_inline(s, "t_echo", -1, false, true));
+    }
+    uint64_t inl, dem;
+    mgr(h, &inl, &dem);
+    CU_ASSERT_EQUAL(inl, 0);
+    CU_ASSERT_EQUAL(dem, 0);
+    th_session_close(s);
+    th_host_close(h);
+}
+
+void th_suite_call_fast(void)
+{
+    CU_pSuite s = CU_add_suite("call_fast", suite_init, suite_cleanup);
+    CU_add_test(s, "declared_vs_measured", test_declared_vs_measured);
+    CU_add_test(s, "declared_demotion_backoff",
+                test_declared_demotion_backoff);
+    CU_add_test(s, "measured_demotion", test_measured_demotion);
+    CU_add_test(s, "max_scales_and_off", test_max_scales_and_off);
+    CU_add_test(s, "modes", test_modes);
+    CU_add_test(s, "core_times_and_demotes", test_core_times_and_demotes);
+    CU_add_test(s, "off_everywhere", test_off_everywhere);
+}
