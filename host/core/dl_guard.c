@@ -4,7 +4,8 @@
  * How a thread is looked at, without stopping it: /proc/self/task/TID/
  * syscall gives the stack and instruction pointers of a thread that is
  * blocked (in a system call or not) and says "running" for one that runs
- * or waits for a CPU.  The instruction pointer must not be in the object's
+ * or waits for a CPU; that one gets one sample signal whose handler copies
+ * the interrupted registers.  The instruction pointer must not be in the object's
  * executable segments, nor any aligned word of the stack from the stack
  * pointer to the end of its mapping (a return address into the object is
  * there while a frame of the object's code is live; its start routine

@@ -7,8 +7,9 @@
  * alive before dlopen(); at close, every thread born after it (a plugin
  * thread is always one) is checked: its instruction pointer and the words
  * of its stack (from its stack pointer up) must not point into the
- * object's executable segments.  A thread that runs (not blocked) cannot
- * be looked at and counts as inside until it blocks.  When a thread is
+ * object's executable segments.  A running thread is sampled with one
+ * signal (SIGRTMIN+4); one that cannot be sampled counts as inside until
+ * it blocks.  When a thread is
  * inside, the object stays mapped and a background thread (th-unload)
  * checks again every 50 ms and dlclose()s it once no thread is.
  * docs/reload.md, "Plugin threads after fini()".

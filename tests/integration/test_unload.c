@@ -72,6 +72,11 @@ static bool reload_ok(th_rpc_client *c)
 
 static void test_thread_inside_at_reload(void)
 {
+    /* valgrind runs the guest's threads on registers of its own: the host
+     * cannot look at them and keeps every such object mapped
+     * (dl_guard.c), so "unloaded later" never comes. */
+    if (rpc_valgrind())
+        TH_SKIP("under valgrind the host cannot see a thread's registers");
     char *dir = th_test_tmpdir();
     char so[1024], marker[1100], plugins[2600];
     snprintf(so, sizeof so, "%s/dt.so", dir);
