@@ -220,23 +220,49 @@ static bool in_ranges(uintptr_t v, const range *r, int nr)
 
 enum { T_CLEAR, T_INSIDE, T_RUNNING };
 
-/* The end of the mapping holding `addr` (0: none), from /proc/self/maps. */
-static uintptr_t mapping_end(uintptr_t addr)
+/* The mappings of the process (/proc/self/maps), read once per pass. */
+typedef struct maps {
+    range *m;
+    size_t n;
+    bool read;
+} maps;
+
+static void maps_read(maps *mp)
 {
+    mp->read = true;
     FILE *f = fopen("/proc/self/maps", "re");
     if (!f)
-        return 0;
+        return;
+    size_t cap = 0;
     unsigned long a, b;
-    uintptr_t end = 0;
-    while (!end && fscanf(f, "%lx-%lx", &a, &b) == 2) {
-        if (addr >= a && addr < b)
-            end = b;
+    while (fscanf(f, "%lx-%lx", &a, &b) == 2) {
+        if (mp->n == cap) {
+            size_t nc = cap ? 2 * cap : 256;
+            range *m = realloc(mp->m, nc * sizeof *m);
+            if (!m)
+                break;
+            mp->m = m;
+            cap = nc;
+        }
+        mp->m[mp->n].lo = a;
+        mp->m[mp->n].hi = b;
+        mp->n++;
         int ch;
         while ((ch = fgetc(f)) != '\n' && ch != EOF)
             ;
     }
     fclose(f);
-    return end;
+}
+
+/* The end of the mapping holding `addr` (0: none). */
+static uintptr_t mapping_end(maps *mp, uintptr_t addr)
+{
+    if (!mp->read)
+        maps_read(mp);
+    for (size_t i = 0; i < mp->n; i++)
+        if (addr >= mp->m[i].lo && addr < mp->m[i].hi)
+            return mp->m[i].hi;
+    return 0;
 }
 
 /* Any aligned word of [sp, end) in the ranges. */
@@ -261,11 +287,11 @@ static bool stack_points_in(uintptr_t sp, uintptr_t end, const range *r,
 }
 
 static bool stack_or_pc_in(uintptr_t sp, uintptr_t pc, const range *r,
-                           int nr, uintptr_t *buf)
+                           int nr, uintptr_t *buf, maps *mp)
 {
     if (in_ranges(pc, r, nr))
         return true;
-    uintptr_t end = mapping_end(sp);
+    uintptr_t end = mapping_end(mp, sp);
     return end && stack_points_in(sp, end, r, nr, buf);
 }
 
@@ -354,7 +380,8 @@ static int sample(pid_t tid, uintptr_t *sp, uintptr_t *pc)
     return rc;
 }
 
-static int look_at(pid_t tid, const range *r, int nr, uintptr_t *buf)
+static int look_at(pid_t tid, const range *r, int nr, uintptr_t *buf,
+                   maps *mp)
 {
     char path[64], text[512];
     snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)tid);
@@ -371,7 +398,7 @@ static int look_at(pid_t tid, const range *r, int nr, uintptr_t *buf)
         int got = sample(tid, &sp, &pc);
         if (got != 0)
             return got == 1 ? T_CLEAR : T_RUNNING;
-        return stack_or_pc_in(sp, pc, r, nr, buf) ? T_INSIDE : T_CLEAR;
+        return stack_or_pc_in(sp, pc, r, nr, buf, mp) ? T_INSIDE : T_CLEAR;
     }
     /* "NR ARG1..ARG6 SP PC" in a system call, "-1 SP PC" blocked outside */
     char *tok[12], *save = NULL;
@@ -383,7 +410,7 @@ static int look_at(pid_t tid, const range *r, int nr, uintptr_t *buf)
         return T_RUNNING;
     sp = (uintptr_t)strtoull(tok[k - 2], NULL, 0);
     pc = (uintptr_t)strtoull(tok[k - 1], NULL, 0);
-    return stack_or_pc_in(sp, pc, r, nr, buf) ? T_INSIDE : T_CLEAR;
+    return stack_or_pc_in(sp, pc, r, nr, buf, mp) ? T_INSIDE : T_CLEAR;
 }
 
 static bool under_valgrind(void)
@@ -412,6 +439,7 @@ static bool nobody_inside(const range *r, int nr, const th_dl_snap *s,
         goto out;
     for (int t = 0; t < tries; t++) {
         bool pending = false;
+        maps mp = {0};
         for (size_t i = 0; i < n; i++) {
             if (done[i])
                 continue;
@@ -419,10 +447,11 @@ static bool nobody_inside(const range *r, int nr, const th_dl_snap *s,
                 done[i] = true;
                 continue;
             }
-            int st = vg ? T_INSIDE : look_at(tids[i], r, nr, buf);
+            int st = vg ? T_INSIDE : look_at(tids[i], r, nr, buf, &mp);
             if (st == T_INSIDE) {
                 *tid_out = tids[i];
                 *running = false;
+                free(mp.m);
                 goto out;
             }
             if (st == T_CLEAR)
@@ -433,6 +462,7 @@ static bool nobody_inside(const range *r, int nr, const th_dl_snap *s,
                 *running = true;
             }
         }
+        free(mp.m);
         if (!pending) {
             ok = true;
             goto out;
