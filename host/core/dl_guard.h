@@ -3,9 +3,9 @@
  *
  * A plugin may leave a thread of its own running after fini() (a detached
  * thread that finishes some work after complete()).  Unmapping its code
- * under it crashes the host.  The loader takes a snapshot of the threads
- * alive before dlopen(); at close, every thread born after it (a plugin
- * thread is always one) is checked: its instruction pointer and the words
+ * under it crashes the host.  The loader notes when dlopen() began (a
+ * clock tick); at close, every thread started since that tick (a plugin
+ * thread always is) is checked: its instruction pointer and the words
  * of its stack (from its stack pointer up) must not point into the
  * object's executable segments.  A running thread is sampled with one
  * signal (SIGRTMIN+4); one that cannot be sampled counts as inside until
@@ -19,8 +19,8 @@
 
 typedef struct th_dl_snap th_dl_snap;
 
-/* The threads alive now; NULL when out of memory (then every thread counts
- * as born later: more checking, never less). */
+/* Now, to tell the threads started later; NULL when out of memory (then
+ * every thread counts as born later: more checking, never less). */
 th_dl_snap *th_dl_snap_take(void);
 /* Keeps `s` with handle `dl` (after a successful dlopen()); frees it when
  * out of memory.  th_dl_snap_free() for a failed dlopen(). */
