@@ -5,9 +5,10 @@
  * thread that finishes some work after complete()).  Unmapping its code
  * under it crashes the host.  The loader notes when dlopen() began (a
  * clock tick); at close, every thread started since that tick (a plugin
- * thread always is) is checked: its instruction pointer and the words
- * of its stack (from its stack pointer up) must not point into the
- * object's executable segments.  A running thread is sampled with one
+ * thread always is) is checked: its instruction pointer must not be in
+ * the object's executable segments, and, reading its stack from the top
+ * down, the first return address into the object or the host program
+ * must be the host's.  A running thread is sampled with one
  * signal (SIGRTMIN+4); one that cannot be sampled counts as inside until
  * it blocks.  When a thread is
  * inside, the object stays mapped and a background thread (th-unload)
