@@ -29,6 +29,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dl_guard.h"
 #include "th/jschema.h"
 #include "th/log.h"
 #include "th/tool.h"
@@ -236,8 +237,8 @@ void th_plugin_close(th_plugin *p)
     p->initialized = false;
     free_tools(p->tools, p->n_tools);
     th_params_free(p->config_params, p->n_config_params);
-    if (p->dl)
-        dlclose(p->dl);
+    if (p->dl) /* not under a thread of the plugin still in its code */
+        th_dl_close_guarded(p->dl, p->name);
     free(p->name);
     free(p->path);
     free(p->load_path);
@@ -1056,7 +1057,12 @@ int th_plugin_open(const char *path, const th_load_opts *opts,
         goto fail;
     }
     dlerror();
+    th_dl_snap *snap = th_dl_snap_take(); /* threads born later: dl_guard.h */
     p->dl = dlopen(dlpath, RTLD_NOW | RTLD_LOCAL);
+    if (p->dl)
+        th_dl_snap_attach(p->dl, snap);
+    else
+        th_dl_snap_free(snap);
     if (!p->dl) {
         const char *e = dlerror();
         char why[512];

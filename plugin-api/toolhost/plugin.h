@@ -81,9 +81,15 @@
  * has ended (complete() returned for suspended ones), nothing more: a
  * thread that called complete() may still be running plugin code.  Before
  * fini() returns, the plugin MUST make every thread it started leave its
- * code (join them; a detached thread still running after fini() is
- * undefined behaviour: the host unmaps the code, e.g. at a hot reload,
- * and the process crashes).  Example: sdk/AUTHORING.md section 9.
+ * code (join them).  A thread still running after fini() is a bug of the
+ * plugin, but the host survives it: it unmaps the code only when no thread
+ * started after the load is inside it (its pc, or the first return
+ * address on its stack into the plugin rather than the host), else it
+ * keeps the object mapped and unloads it once the thread has left (a
+ * warning names the thread; docs/reload.md says what the check cannot
+ * see).  What such a thread finds is
+ * still undefined: its state was freed by fini(), the host may have
+ * closed what init() opened.  Example: sdk/AUTHORING.md section 9.
  *
  * Generations.  A hot reload loads the changed plugin as a new generation
  * (its own copy of the object, own state) and calls its init() while calls

@@ -3,8 +3,9 @@
  * own call with the right words while another client keeps getting echo
  * answers; a crash loop marks the plugin unhealthy; the CLI names the
  * signal; reloads of an isolated plugin under load lose no call; a soak
- * of crashing and good calls from 4 clients leaves the host alive, its
- * RSS flat and no zombie behind. */
+ * of crashing and good calls from 8 clients (issue 14's at full size with
+ * `make soak`) leaves the host alive, every good call answered, its RSS
+ * flat and no worker or zombie behind. */
 #include <CUnit/CUnit.h>
 #include <dirent.h>
 #include <pthread.h>
@@ -27,9 +28,11 @@
     "leak_tool, fds_tool, fork_tool, burn_tool, net_tool"
 
 /* A server whose config has the crash fixture isolated (2 workers, small
- * limits) and, with `fx`, the reload fixture isolated too. */
-static int iso_start_cpu(rpc_srv *s, const char *fx_so, const char *fx_dir,
-                         const char *cpu, const char *extra)
+ * limits: `mem` and `procs` are process_limits.memory and .processes)
+ * and, with `fx`, the reload fixture isolated too. */
+static int iso_start_lim(rpc_srv *s, const char *fx_so, const char *fx_dir,
+                         const char *cpu, const char *mem, const char *procs,
+                         const char *extra)
 {
     char plugins[2048], pub[512];
     snprintf(plugins, sizeof plugins,
@@ -40,14 +43,15 @@ static int iso_start_cpu(rpc_srv *s, const char *fx_so, const char *fx_dir,
              "    kill_grace: 300ms\n"
              "%s"
              "    process_limits:\n"
-             "      memory: 256MiB\n"
+             "      memory: %s\n"
              "      open_files: 64\n"
-             "      processes: 24\n"
+             "      processes: %s\n"
              "      cpu_seconds: %s\n"
              "    network: false\n"
              "%s"
              "%s%s%s%s%s",
-             TH_BUILD_DIR, geteuid() == 0 ? "    user: nobody\n" : "", cpu,
+             TH_BUILD_DIR, geteuid() == 0 ? "    user: nobody\n" : "", mem,
+             procs, cpu,
              extra ? extra : "",
              fx_so ? "  - name: fx\n    path: " : "", fx_so ? fx_so : "",
              fx_so ? "\n    isolation: process\n    workers: 2\n"
@@ -66,9 +70,31 @@ static int iso_start_cpu(rpc_srv *s, const char *fx_so, const char *fx_dir,
     return rpc_srv_start(s, &o);
 }
 
+static int iso_start_cpu(rpc_srv *s, const char *fx_so, const char *fx_dir,
+                         const char *cpu, const char *extra)
+{
+    return iso_start_lim(s, fx_so, fx_dir, cpu, "256MiB", "24", extra);
+}
+
 static int iso_start(rpc_srv *s, const char *fx_so, const char *fx_dir)
 {
     return iso_start_cpu(s, fx_so, fx_dir, "20", NULL);
+}
+
+/* For the tests under load (8 clients, several calls at once on one
+ * worker).  The worker runs each concurrent call on a thread of its own,
+ * and `memory` is RLIMIT_AS: every call thread reserves an 8 MiB stack and
+ * its first malloc() a glibc arena of up to 64 MiB of address space, so at
+ * 256MiB a worker with 3-4 calls at once cannot start another thread and
+ * the call fails ("cannot start a thread for this call").  How many calls
+ * meet on one worker depends on timing: on a loaded machine (a full test
+ * run, other builds) more do.  `processes` (RLIMIT_NPROC) counts every
+ * thread of the workers' user on the machine, other test runs' workers
+ * too.  Under load, give the workers room; each_crash keeps the small
+ * limits to see them bite. */
+static int iso_start_roomy(rpc_srv *s, const char *fx_so, const char *fx_dir)
+{
+    return iso_start_lim(s, fx_so, fx_dir, "20", "2GiB", "256", NULL);
 }
 
 static int call(th_rpc_client *c, const char *tool, const char *args,
@@ -107,7 +133,9 @@ static bool err_has(const msgpack_object *res, const char *code,
     if (!ok) {
         const char *p = "";
         size_t n = 0;
-        th_rpc_obj_str(th_rpc_map_get(e, "message"), &p, &n);
+        const msgpack_object *m = th_rpc_map_get(e, "message");
+        if (m)
+            th_rpc_obj_str(m, &p, &n);
         fprintf(stderr, "\nwanted %s/%s, got '%.*s'\n", code, needle, (int)n,
                 p);
     }
@@ -369,7 +397,7 @@ static void test_reload_under_load(void)
     snprintf(so, sizeof so, "%s/fx.so", dir);
     put_file(th_test_build_path("fixtures/reload_a.so"), so);
     rpc_srv s;
-    CU_ASSERT_EQUAL_FATAL(iso_start(&s, so, dir), 0);
+    CU_ASSERT_EQUAL_FATAL(iso_start_roomy(&s, so, dir), 0);
     loader l = {.s = &s};
     pthread_t th[2];
     for (int i = 0; i < 2; i++)
@@ -428,8 +456,9 @@ static long rss_kb(pid_t pid)
     return kb;
 }
 
-/* Children of pid (all its threads), and how many are zombies. */
-static int children(pid_t pid, int *zombies)
+/* Children of pid (all its threads), and how many are zombies; the first
+ * `cap` pids go to pids[] when given. */
+static int child_pids(pid_t pid, int *zombies, pid_t *pids, int cap)
 {
     char path[128];
     snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
@@ -445,6 +474,8 @@ static int children(pid_t pid, int *zombies)
         FILE *f = fopen(p2, "r");
         int kid;
         while (f && fscanf(f, "%d", &kid) == 1) {
+            if (pids && n < cap)
+                pids[n] = (pid_t)kid;
             n++;
             char p3[64], st[512];
             snprintf(p3, sizeof p3, "/proc/%d/stat", kid);
@@ -465,11 +496,55 @@ static int children(pid_t pid, int *zombies)
     return n;
 }
 
+static int children(pid_t pid, int *zombies)
+{
+    return child_pids(pid, zombies, NULL, 0);
+}
+
+/* pid still runs this build's toolhost binary (a worker left behind; a
+ * pid reused by another program does not count). */
+static bool runs_toolhost(pid_t pid)
+{
+    char path[64], exe[4096], want[4096];
+    snprintf(path, sizeof path, "/proc/%d/exe", (int)pid);
+    ssize_t n = readlink(path, exe, sizeof exe - 1);
+    if (n <= 0 || !realpath(rpc_server_bin(), want))
+        return false;
+    exe[n] = '\0';
+    return strcmp(exe, want) == 0;
+}
+
+/* The soak of issue 14: crashing calls (segv_tool, every 11th call of a
+ * client) interleaved with good ones (echo in the host, iso_ok in the
+ * crashing plugin's workers) from SOAK_CLIENTS clients.  Its full size is
+ * 10,000 crashing and 100,000 good calls (`make soak`, TH_SOAK_SCALE=100);
+ * `make check` runs a tenth of it (the default TH_SOAK_SCALE=10). */
+enum { SOAK_CLIENTS = 8, SOAK_FULL_ROUNDS = 13750 /* per client */ };
+
 typedef struct soaker {
     rpc_srv *s;
     int rounds;
     atomic_int good, bad, crashed, wrong_crash;
+    atomic_int iso_lost; /* iso_ok calls that shared a worker with a crash */
+    atomic_int done;     /* calls answered so far */
+    atomic_int finished; /* clients that ended */
+    atomic_int shown;    /* unexpected answers printed so far */
 } soaker;
+
+/* Prints the first few unexpected answers: a count alone says nothing. */
+static void soak_show(soaker *k, const char *tool, int i, int rc,
+                      const rpc_res *r)
+{
+    if (atomic_fetch_add(&k->shown, 1) >= 5)
+        return;
+    char buf[1024] = "";
+    if (r->res)
+        msgpack_object_print_buffer(buf, sizeof buf, *r->res);
+    else if (r->err)
+        msgpack_object_print_buffer(buf, sizeof buf, *r->err);
+    fprintf(stderr, "\nsoak: unexpected answer to %s (round %d, rc %d): %s\n",
+            tool, i, rc, buf);
+}
 
 static void *soak_main(void *arg)
 {
@@ -477,16 +552,20 @@ static void *soak_main(void *arg)
     th_rpc_client *c = rpc_connect(k->s);
     if (!c) {
         atomic_fetch_add(&k->bad, 1);
+        atomic_fetch_add(&k->finished, 1);
         return NULL;
     }
     for (int i = 0; i < k->rounds; i++) {
         rpc_res r;
+        int rc;
         if (i % 11 == 10) {
-            if (call(c, "segv_tool", NULL, &r) == 0 && r.res &&
-                rpc_tool_error_is(r.res, "plugin_crashed"))
+            if ((rc = call(c, "segv_tool", NULL, &r)) == 0 && r.res &&
+                rpc_tool_error_is(r.res, "plugin_crashed")) {
                 atomic_fetch_add(&k->crashed, 1);
-            else
+            } else {
                 atomic_fetch_add(&k->wrong_crash, 1);
+                soak_show(k, "segv_tool", i, rc, &r);
+            }
         } else {
             char args[64], want[32];
             snprintf(want, sizeof want, "g%d", i);
@@ -494,58 +573,133 @@ static void *soak_main(void *arg)
             /* In-process echo must always answer; iso_ok may meet a
              * crash of its worker (then plugin_crashed, nothing else). */
             bool iso = i % 2;
-            if (call(c, iso ? "iso_ok" : "echo", args, &r) == 0 && r.res &&
-                rpc_stdout_is(r.res, want))
+            if ((rc = call(c, iso ? "iso_ok" : "echo", args, &r)) == 0 &&
+                r.res && rpc_stdout_is(r.res, want)) {
                 atomic_fetch_add(&k->good, 1);
-            else if (!(iso && r.res &&
-                       rpc_tool_error_is(r.res, "plugin_crashed")))
+            } else if (iso && r.res &&
+                       rpc_tool_error_is(r.res, "plugin_crashed")) {
+                atomic_fetch_add(&k->iso_lost, 1);
+            } else {
                 atomic_fetch_add(&k->bad, 1);
+                soak_show(k, iso ? "iso_ok" : "echo", i, rc, &r);
+            }
         }
         rpc_res_free(&r);
+        atomic_fetch_add(&k->done, 1);
     }
     th_rpc_client_close(c);
+    atomic_fetch_add(&k->finished, 1);
     return NULL;
+}
+
+/* TH_SOAK_SCALE: the soak's size in percent of issue 14's (1..1000).  By
+ * default 10, and 3 in a sanitizer build: there a crashing worker's exit
+ * (the sanitizer's report) takes seconds on a loaded machine and 8
+ * clients' crashes queue behind each other up to the 4 s call timeout. */
+static int soak_scale(void)
+{
+    const char *e = getenv("TH_SOAK_SCALE");
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    int v = e && *e ? atoi(e) : 3;
+#else
+    int v = e && *e ? atoi(e) : 10;
+#endif
+    return v < 1 ? 1 : v > 1000 ? 1000 : v;
+}
+
+/* Runs `k` with SOAK_CLIENTS threads; samples the host's RSS every 250 ms
+ * while they run: the largest sample, and the one nearest half-way. */
+static void soak_run(soaker *k, long *rss_max, long *rss_half)
+{
+    pthread_t th[SOAK_CLIENTS];
+    int started = 0;
+    for (int i = 0; i < SOAK_CLIENTS; i++)
+        if (pthread_create(&th[i], NULL, soak_main, k) == 0)
+            started++;
+    CU_ASSERT_EQUAL(started, SOAK_CLIENTS);
+    int total = started * k->rounds;
+    *rss_max = *rss_half = 0;
+    while (atomic_load(&k->finished) < started) {
+        usleep(250000);
+        long kb = rss_kb(k->s->pid);
+        if (kb > *rss_max)
+            *rss_max = kb;
+        if (!*rss_half && atomic_load(&k->done) >= total / 2)
+            *rss_half = kb;
+    }
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
 }
 
 static void test_soak(void)
 {
-    th_test_timeout(90);
+    int scale = soak_scale();
+    int rounds = rpc_scale(SOAK_FULL_ROUNDS * scale / 100);
+    /* ~1 ms a call on a quiet machine; 6 s per 1 % leaves room for a
+     * loaded one and for the sanitizers (scaled by the runner) */
+    th_test_timeout(60 + 6 * (unsigned)scale);
     rpc_srv s;
-    CU_ASSERT_EQUAL_FATAL(iso_start(&s, NULL, NULL), 0);
-    /* Warm up, then measure. */
-    soaker w = {.s = &s, .rounds = 20};
-    soak_main(&w);
+    CU_ASSERT_EQUAL_FATAL(iso_start_roomy(&s, NULL, NULL), 0);
+    int64_t t0 = rpc_now_ms();
+    /* Warm up with every client (the host's pools, buffers and connection
+     * records reach their working size), then measure. */
+    soaker w = {.s = &s, .rounds = 110};
+    long rss_max, rss_half;
+    soak_run(&w, &rss_max, &rss_half);
+    CU_ASSERT_EQUAL(atomic_load(&w.bad), 0);
     long rss0 = rss_kb(s.pid);
-    enum { CLIENTS = 4 };
-    soaker k = {.s = &s, .rounds = rpc_scale(2750)};
-    pthread_t th[CLIENTS];
-    for (int i = 0; i < CLIENTS; i++)
-        pthread_create(&th[i], NULL, soak_main, &k);
-    for (int i = 0; i < CLIENTS; i++)
-        pthread_join(th[i], NULL);
+    int64_t t1 = rpc_now_ms();
+    soaker k = {.s = &s, .rounds = rounds};
+    soak_run(&k, &rss_max, &rss_half);
     long rss1 = rss_kb(s.pid);
-    fprintf(stderr, "\nsoak: %d good, %d crashed, %d bad, rss %ld -> %ld kB\n",
-            atomic_load(&k.good), atomic_load(&k.crashed), atomic_load(&k.bad),
-            rss0, rss1);
+    int64_t t2 = rpc_now_ms();
+    int crashes = SOAK_CLIENTS * (rounds / 11);
+    int good = SOAK_CLIENTS * rounds - crashes;
+    fprintf(stderr,
+            "\nsoak (TH_SOAK_SCALE=%d, %d clients): %d crashing + %d good "
+            "calls in %.1f s (warm-up %.1f s): %d good answers, %d "
+            "plugin_crashed for iso_ok, %d crashed, %d bad, %d wrong crash; "
+            "host RSS %ld kB after warm-up, %ld kB half-way, %ld kB max, "
+            "%ld kB at the end\n",
+            scale, SOAK_CLIENTS, crashes, good, (double)(t2 - t1) / 1000,
+            (double)(t1 - t0) / 1000, atomic_load(&k.good),
+            atomic_load(&k.iso_lost), atomic_load(&k.crashed),
+            atomic_load(&k.bad), atomic_load(&k.wrong_crash), rss0, rss_half,
+            rss_max, rss1);
     CU_ASSERT_EQUAL(atomic_load(&k.bad), 0);
     CU_ASSERT_EQUAL(atomic_load(&k.wrong_crash), 0);
-    CU_ASSERT_EQUAL(atomic_load(&k.crashed), CLIENTS * (k.rounds / 11));
+    CU_ASSERT_EQUAL(atomic_load(&k.crashed), crashes);
+    CU_ASSERT_EQUAL(atomic_load(&k.good) + atomic_load(&k.iso_lost), good);
     CU_ASSERT(rpc_alive(&s));
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-    /* (ASan keeps freed memory in quarantine: no RSS figure there) */
-    if (!rpc_valgrind())
+    /* Flat: the end within 16 MiB of the warm-up, and the second half
+     * grew by at most 4 MiB (a leak of a few hundred bytes a call shows
+     * at full size). (ASan keeps freed memory in quarantine: no RSS figure
+     * there.) */
+    if (!rpc_valgrind()) {
         CU_ASSERT(rss1 < rss0 + 16 * 1024);
+        CU_ASSERT(rss_half == 0 || rss1 < rss_half + 4 * 1024);
+    }
 #endif
     /* Only the live workers are children; no zombie. */
-    int z = 0, n = children(s.pid, &z);
+    pid_t kids[16];
+    int z = 0, n = child_pids(s.pid, &z, kids, 16);
     CU_ASSERT(n <= 2);
     CU_ASSERT_EQUAL(z, 0);
     pid_t pid = s.pid;
     CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
-    /* After the host exits nothing of its workers is left. */
+    /* After the host exits nothing of it or its workers is left. */
     char path[64];
     snprintf(path, sizeof path, "/proc/%d", (int)pid);
     CU_ASSERT(access(path, F_OK) != 0);
+    int left = 0;
+    int64_t end = rpc_now_ms() + 5000;
+    do {
+        left = 0;
+        for (int i = 0; i < n && i < 16; i++)
+            left += runs_toolhost(kids[i]);
+    } while (left > 0 && rpc_now_ms() < end && usleep(20000) == 0);
+    CU_ASSERT_EQUAL(left, 0);
     no_worker_reports(&s);
     rpc_srv_free(&s);
 }

@@ -500,14 +500,16 @@ RPC_H bool rpc_stdout_is(const msgpack_object *res, const char *text)
     return n == strlen(text) && memcmp(p, text, n) == 0;
 }
 
-/* {ok: false, error: {code: CODE, message}} */
+/* {ok: false, error: {code: CODE, message}}.  False (not a crash) for an
+ * answer without them, e.g. a tool that failed by itself ({ok: false,
+ * stderr}): th_rpc_obj_streq() does not take NULL. */
 RPC_H bool rpc_tool_error_is(const msgpack_object *res, const char *code)
 {
     const msgpack_object *ok = th_rpc_map_get(res, "ok");
     const msgpack_object *e = th_rpc_map_get(res, "error");
+    const msgpack_object *c = th_rpc_map_get(e, "code");
     return ok && ok->type == MSGPACK_OBJECT_BOOLEAN && !ok->via.boolean &&
-           th_rpc_obj_streq(th_rpc_map_get(e, "code"), code) &&
-           th_rpc_map_get(e, "message");
+           c && th_rpc_obj_streq(c, code) && th_rpc_map_get(e, "message");
 }
 
 RPC_H const msgpack_object *rpc_find_tool(const msgpack_object *list,
