@@ -196,6 +196,8 @@ int th_rpc_reader_next(th_rpc_reader *r, msgpack_unpacked *out, th_error *err)
 
 bool th_rpc_obj_str(const msgpack_object *o, const char **p, size_t *n)
 {
+    if (!o) /* th_rpc_map_get()'s "no such key", passed on */
+        return false;
     if (o->type == MSGPACK_OBJECT_STR) {
         *p = o->via.str.ptr;
         *n = o->via.str.size;

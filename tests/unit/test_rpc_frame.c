@@ -146,6 +146,15 @@ static void test_frame_bytes(void)
     th_buf_destroy(&b);
 }
 
+/* A missing key passed on: th_rpc_map_get() -> NULL -> false, no crash. */
+static void test_obj_str_null(void)
+{
+    const char *p = NULL;
+    size_t n = 0;
+    CU_ASSERT_FALSE(th_rpc_obj_str(NULL, &p, &n));
+    CU_ASSERT_FALSE(th_rpc_obj_streq(th_rpc_map_get(NULL, "code"), "x"));
+}
+
 static void test_malformed(void)
 {
     const uint8_t c1[] = {0x94, 0x00, 0x01, 0xc1};
@@ -602,6 +611,7 @@ void th_suite_rpc_frame(void)
     CU_add_test(s, "split_every_boundary", test_split_every_boundary);
     CU_add_test(s, "frame_bytes", test_frame_bytes);
     CU_add_test(s, "malformed", test_malformed);
+    CU_add_test(s, "obj_str_null", test_obj_str_null);
     CU_add_test(s, "limits", test_limits);
     CU_add_test(s, "values_and_shrink", test_values_and_shrink);
     CU_add_test(s, "shapes", test_shapes);

@@ -122,7 +122,8 @@ typedef struct th_rpc_msg {
 int th_rpc_msg_parse(const msgpack_object *o, th_rpc_msg *m, bool *has_msgid,
                      th_error *err);
 
-/* A msgpack str or bin as bytes: true and *p, *n set, false otherwise. */
+/* A msgpack str or bin as bytes: true and *p, *n set, false otherwise
+ * (o NULL too: th_rpc_map_get()'s missing key may be passed on). */
 bool th_rpc_obj_str(const msgpack_object *o, const char **p, size_t *n);
 /* True when the str/bin `o` equals the NUL-terminated `s`. */
 bool th_rpc_obj_streq(const msgpack_object *o, const char *s);
