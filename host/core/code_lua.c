@@ -149,34 +149,81 @@ static void alloc_poll(run *r, size_t grow);
 #define SMALL_STEP 16
 #define SMALL_MAX (SMALL_STEP * (sizeof ((run *)0)->small / sizeof(void *)))
 #define SMALL_KEEP_MAX (256u << 10)
+/* Small blocks that no freed one can serve are carved from the run's
+ * arena: chunks of 16, 32, 64 and 128 KiB, each allocated when the last
+ * is used up (240 KiB at most; past that small blocks come from malloc).
+ * A run's Lua objects are mostly garbage the collector has not reached
+ * yet when the next one is made (a tool call makes ~6 blocks; a run of
+ * 100 calls ends before a cycle frees them), so the free lists alone
+ * left most blocks to malloc: ~1,300 instructions of an inner call
+ * (bench/README.md, "run_code").  An arena block, once freed, goes to
+ * its free list whatever SMALL_KEEP_MAX says (it is not malloc's to take
+ * back); the chunks go with the run. */
+#define ARENA_FIRST (16u << 10)
+#define ARENA_CHUNKS (sizeof ((run *)0)->arena / sizeof(char *))
 
 static size_t small_class(size_t n) /* n in 1..SMALL_MAX */
 {
     return (n - 1) / SMALL_STEP;
 }
 
+static bool in_arena(const run *r, const void *b)
+{
+    const char *p = b;
+    for (size_t i = 0; i < r->arena_n; i++)
+        if (p >= r->arena[i] && p < r->arena[i] + ((size_t)ARENA_FIRST << i))
+            return true;
+    return false;
+}
+
+static void *arena_get(run *r, size_t size)
+{
+    if (r->arena_n) {
+        size_t cap = (size_t)ARENA_FIRST << (r->arena_n - 1);
+        if (cap - r->arena_off >= size) {
+            void *b = r->arena[r->arena_n - 1] + r->arena_off;
+            r->arena_off += size;
+            return b;
+        }
+    }
+    if (r->arena_n == ARENA_CHUNKS)
+        return NULL;
+    char *c = malloc((size_t)ARENA_FIRST << r->arena_n);
+    if (!c)
+        return NULL;
+    r->arena[r->arena_n++] = c;
+    r->arena_off = size;
+    return c;
+}
+
 static void *small_get(run *r, size_t n)
 {
     size_t c = small_class(n);
+    size_t size = (c + 1) * SMALL_STEP;
     void *b = r->small[c];
     if (b) {
         memcpy(&r->small[c], b, sizeof(void *));
-        r->small_bytes -= (c + 1) * SMALL_STEP;
+        if (!in_arena(r, b))
+            r->small_bytes -= size;
         return b;
     }
-    return malloc((c + 1) * SMALL_STEP);
+    b = arena_get(r, size);
+    return b ? b : malloc(size);
 }
 
 static void small_put(run *r, void *b, size_t n)
 {
     size_t c = small_class(n);
-    if (r->small_bytes + (c + 1) * SMALL_STEP > SMALL_KEEP_MAX) {
-        free(b);
-        return;
+    size_t size = (c + 1) * SMALL_STEP;
+    if (!in_arena(r, b)) {
+        if (r->small_bytes + size > SMALL_KEEP_MAX) {
+            free(b);
+            return;
+        }
+        r->small_bytes += size;
     }
     memcpy(b, &r->small[c], sizeof(void *));
     r->small[c] = b;
-    r->small_bytes += (c + 1) * SMALL_STEP;
 }
 
 static void small_drain(run *r)
@@ -185,9 +232,14 @@ static void small_drain(run *r)
         while (r->small[c]) {
             void *b = r->small[c];
             memcpy(&r->small[c], b, sizeof(void *));
-            free(b);
+            if (!in_arena(r, b))
+                free(b);
         }
     r->small_bytes = 0;
+    for (size_t i = 0; i < r->arena_n; i++)
+        free(r->arena[i]);
+    r->arena_n = 0;
+    r->arena_off = 0;
 }
 
 /* Frees a block of Lua's size n (small ones kept). */
@@ -430,6 +482,32 @@ static void progress_tramp(void *ud, double fraction, const char *message,
                           data_len);
 }
 
+/* Empties the run's call result for the next call, keeping its buffers
+ * (the tool caller appends into them) unless one grew past PRES_KEEP_MAX:
+ * a run holds no more than that between its calls. */
+#define PRES_KEEP_MAX (64u << 10)
+
+static void pres_buf_reset(th_buf *b)
+{
+    if (b->cap > PRES_KEEP_MAX)
+        th_buf_destroy(b);
+    else
+        th_buf_reset(b);
+}
+
+static void pres_reset(th_proj_result *p)
+{
+    free(p->message);
+    p->message = NULL;
+    p->kind = 0;
+    p->ok = false;
+    p->error = 0;
+    p->structured = false;
+    pres_buf_reset(&p->out);
+    pres_buf_reset(&p->err);
+    pres_buf_reset(&p->meta);
+}
+
 /* __call of a tool object: upvalue 1 = index in the projection. */
 static int tool_call(lua_State *L)
 {
@@ -468,7 +546,6 @@ static int tool_call(lua_State *L)
         return luaL_error(L, "tools.%s: bad arguments: %s", t->key, r->msg);
     }
     r->res->calls++;
-    th_proj_result_destroy(&r->pres);
     progress_ctx pc = {r, t->name};
     int rc = r->proj->caller.call(r->proj->caller.ud, t->name, r->args.data,
                                   r->args.len, timeout, progress_tramp, &pc,
@@ -492,7 +569,7 @@ static int tool_call(lua_State *L)
         done.structured = r->pres.structured;
         th_code__push_result(L, r, &done);
     }
-    th_proj_result_destroy(&r->pres);
+    pres_reset(&r->pres);
     return 1;
 }
 
