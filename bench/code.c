@@ -20,7 +20,8 @@
  *     whole run / 100 beside it, start-up included.
  * Target (issue 17): an inner call at most 1.5x the inline path.
  *
- * TH_BENCH_PROFILE=1: only the runs with 100 calls (for callgrind).
+ * TH_BENCH_PROFILE=1: only the runs with 100 calls (for callgrind);
+ * TH_BENCH_PROFILE=floor: only the floor, as many calls (1.1x rounds x 100).
  */
 #include <msgpack.h>
 #include <sys/stat.h>
@@ -242,7 +243,23 @@ int main(int argc, char **argv)
     if (!samples)
         bench_die("out of memory");
 
-    if (getenv("TH_BENCH_PROFILE")) {
+    const char *prof = getenv("TH_BENCH_PROFILE");
+    if (prof && strcmp(prof, "floor") == 0) {
+        /* the floor alone, as many calls as the run_code profile makes */
+        bench_stats st;
+        long calls = rounds * N_INNER;
+        uint64_t *s2 = malloc(sizeof(uint64_t) * (size_t)calls);
+        if (!s2)
+            bench_die("out of memory");
+        run_sync(s, calls, s2, &st);
+        printf("floor, %ld calls: p50 %.1f ns\n", calls, (double)st.p50_ns);
+        free(s2);
+        th_session_close(s);
+        th_host_close(host);
+        free(samples);
+        return 0;
+    }
+    if (prof) {
         bench_stats st;
         run_code(s, N_INNER, rounds, samples, &st);
         printf("run_code, %d calls: p50 %.1f us\n", N_INNER,

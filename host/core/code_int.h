@@ -45,6 +45,9 @@ typedef struct run {
     char *arena[4];
     size_t arena_n;     /* chunks allocated */
     size_t arena_off;   /* bytes carved from the last one */
+    /* the keys of a call's result table (ok, stdout, stderr, meta) as
+     * registry references, made at the first result (code_bridge.c) */
+    int keys[4];
     /* output */
     uint64_t kept[3], dropped[3];
     /* scratch C memory that a Lua error may skip over */

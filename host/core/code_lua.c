@@ -1177,7 +1177,7 @@ int th_code_run(const th_projection *proj, const char *code, size_t len,
                             "the memory limit is too small)");
     }
     r->L = L;
-    *(run **)lua_getextraspace(L) = r;
+    lua_gc(L, LUA_GCINC, 400, 0, 0); *(run **)lua_getextraspace(L) = r;
     lua_setwarnf(L, sb_warnf, r);
 
     int rc = 0;
