@@ -129,6 +129,88 @@ static int pack_value(lua_State *L, pack_ctx *c, int idx, int depth,
                       uint32_t hint);
 
 /* Packs the table at idx (absolute). */
+/* Packs the pairs of the table at idx as map entries (the header is the
+ * caller's); *count gets how many.  0 or -1. */
+static int pack_pairs(lua_State *L, pack_ctx *c, int idx, int depth,
+                      size_t *count)
+{
+    int rc = 0;
+    size_t n = 0;
+    lua_pushnil(L);
+    while (!rc && lua_next(L, idx)) {
+        n++;
+        int kt = lua_type(L, -2);
+        if (kt == LUA_TSTRING) {
+            size_t kl;
+            const char *k = lua_tolstring(L, -2, &kl);
+            rc = mp_str(c, k, kl);
+        } else if (kt == LUA_TNUMBER || kt == LUA_TBOOLEAN) {
+            if (depth == 0 && c->tool) {
+                lua_pop(L, 2);
+                return pack_fail(c,
+                                 "tools.%s takes named arguments, e.g. "
+                                 "tools.NAME{key=value}; found a "
+                                 "positional or numeric key",
+                                 c->tool->key);
+            }
+            rc = pack_value(L, c, lua_gettop(L) - 1, depth + 1, 0);
+        } else {
+            lua_pop(L, 2);
+            return pack_fail(c, "table keys must be strings or numbers, "
+                                "not %s values",
+                             lua_typename(L, kt));
+        }
+        uint32_t h = 0;
+        if (!rc && depth == 0 && c->tool && kt == LUA_TSTRING) {
+            const char *k = lua_tostring(L, -2);
+            for (size_t i = 0; i < c->tool->n_params; i++)
+                if (strcmp(c->tool->params[i].name, k) == 0)
+                    h = c->tool->params[i].type;
+        }
+        if (!rc)
+            rc = pack_value(L, c, lua_gettop(L), depth + 1, h);
+        if (rc) {
+            lua_pop(L, 2);
+            break;
+        }
+        lua_pop(L, 1);
+    }
+    *count = n;
+    return rc ? -1 : 0;
+}
+
+/* A table with no border (lua_rawlen 0) and at least one pair is a map:
+ * packed in one pass, the header written once the pairs are counted
+ * (fixmap, widened in place past 15). */
+static int pack_map_1pass(lua_State *L, pack_ctx *c, int idx, int depth,
+                          uint32_t hint)
+{
+    size_t at = c->buf->len, n = 0;
+    if (put(c, "\x80", 1) != 0 || pack_pairs(L, c, idx, depth, &n) != 0)
+        return -1;
+    if (n == 0) {
+        /* empty: an array when the parameter says so, as two passes did */
+        if (hint == TOOLHOST_TYPE_ARRAY && !(depth == 0 && c->tool))
+            c->buf->data[at] = 0x90;
+        return 0;
+    }
+    if (n < 16) {
+        c->buf->data[at] = (uint8_t)(0x80 | n);
+        return 0;
+    }
+    if (n > 0xffffffffu)
+        return pack_fail(c, "%s", "a table has too many keys");
+    size_t extra = n < 65536 ? 2 : 4, end = c->buf->len;
+    if (put(c, "\0\0\0\0", extra) != 0)
+        return -1;
+    uint8_t *d = c->buf->data;
+    memmove(d + at + 1 + extra, d + at + 1, end - at - 1);
+    d[at] = n < 65536 ? 0xde : 0xdf;
+    for (size_t i = 0; i < extra; i++)
+        d[at + 1 + i] = (uint8_t)(n >> (8 * (extra - 1 - i)));
+    return 0;
+}
+
 static int pack_table(lua_State *L, pack_ctx *c, int idx, int depth,
                       uint32_t hint)
 {
@@ -144,6 +226,12 @@ static int pack_table(lua_State *L, pack_ctx *c, int idx, int depth,
                              "arguments and returned values must be trees");
     c->path[depth] = me;
 
+    if (lua_rawlen(L, idx) == 0) {
+        int rc = pack_map_1pass(L, c, idx, depth, hint);
+        if (rc && !c->r->msg[0])
+            snprintf(c->r->msg, sizeof c->r->msg, "out of memory");
+        return rc;
+    }
     size_t n = 0;
     lua_Integer max = 0;
     bool arr = true;
@@ -183,44 +271,9 @@ static int pack_table(lua_State *L, pack_ctx *c, int idx, int depth,
         }
     } else {
         rc = mp_container(c, true, (uint32_t)n);
-        lua_pushnil(L);
-        while (!rc && lua_next(L, idx)) {
-            int kt = lua_type(L, -2);
-            if (kt == LUA_TSTRING) {
-                size_t kl;
-                const char *k = lua_tolstring(L, -2, &kl);
-                rc = mp_str(c, k, kl);
-            } else if (kt == LUA_TNUMBER || kt == LUA_TBOOLEAN) {
-                if (depth == 0 && c->tool) {
-                    lua_pop(L, 2);
-                    return pack_fail(c,
-                                     "tools.%s takes named arguments, e.g. "
-                                     "tools.NAME{key=value}; found a "
-                                     "positional or numeric key",
-                                     c->tool->key);
-                }
-                rc = pack_value(L, c, lua_gettop(L) - 1, depth + 1, 0);
-            } else {
-                lua_pop(L, 2);
-                return pack_fail(c, "table keys must be strings or numbers, "
-                                    "not %s values",
-                                 lua_typename(L, kt));
-            }
-            uint32_t h = 0;
-            if (!rc && depth == 0 && c->tool && kt == LUA_TSTRING) {
-                const char *k = lua_tostring(L, -2);
-                for (size_t i = 0; i < c->tool->n_params; i++)
-                    if (strcmp(c->tool->params[i].name, k) == 0)
-                        h = c->tool->params[i].type;
-            }
-            if (!rc)
-                rc = pack_value(L, c, lua_gettop(L), depth + 1, h);
-            if (rc) {
-                lua_pop(L, 2);
-                break;
-            }
-            lua_pop(L, 1);
-        }
+        size_t got = 0;
+        if (!rc)
+            rc = pack_pairs(L, c, idx, depth, &got);
     }
     if (rc && !c->r->msg[0])
         snprintf(c->r->msg, sizeof c->r->msg, "out of memory");

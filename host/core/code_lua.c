@@ -606,12 +606,11 @@ static void lock_metatable(lua_State *L, const char *what, bool ro)
     lua_setmetatable(L, mt - 1);
 }
 
-/* __index of `tools`: upvalue 1 = the real table. */
+/* __index of the real tools table: a name that is no tool (`tools.NAME`
+ * reads the real table straight, with no C call, through the proxy's
+ * __index). */
 static int tools_index(lua_State *L)
 {
-    lua_pushvalue(L, 2);
-    if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL)
-        return 1;
     run *r = th_code__get_run(L);
     const char *k = lua_tostring(L, 2);
     if (k && strcmp(k, TH_CODE_TOOL_NAME) == 0)
@@ -694,17 +693,21 @@ static void make_tools(lua_State *L, run *r)
         lock_metatable(L, what, true);
         lua_setfield(L, real, t->key);
     }
+    /* the real table: missing names raise, writes too */
+    lua_newtable(L); /* its mt */
+    lua_pushcfunction(L, tools_index);
+    lua_setfield(L, -2, "__index");
+    lock_metatable(L, "tools", true);
     lua_newtable(L); /* proxy */
     lua_newtable(L); /* mt */
     lua_pushvalue(L, real);
-    lua_pushcclosure(L, tools_index, 1);
     lua_setfield(L, -2, "__index");
     lua_pushvalue(L, real);
     lua_pushcclosure(L, tools_pairs, 1);
     lua_setfield(L, -2, "__pairs");
     lock_metatable(L, "tools", true);
     lua_setglobal(L, "tools");
-    lua_pop(L, 1); /* real (kept alive by the closures) */
+    lua_pop(L, 1); /* real (kept alive by the proxy's metatable) */
 }
 
 /* help(x): prints the doc of a tool, or the list of tools. */
@@ -1177,7 +1180,13 @@ int th_code_run(const th_projection *proj, const char *code, size_t len,
                             "the memory limit is too small)");
     }
     r->L = L;
-    lua_gc(L, LUA_GCINC, 400, 0, 0); *(run **)lua_getextraspace(L) = r;
+    /* A cycle when the heap is 4x what the last one left (Lua's default:
+     * 2x): a run's live set is mostly the sandbox, and with the default
+     * the garbage of each tool call paid ~900 instructions of collector
+     * steps.  The memory cap holds as before: an allocation over it makes
+     * Lua collect fully and retry before it fails. */
+    lua_gc(L, LUA_GCINC, 400, 0, 0);
+    *(run **)lua_getextraspace(L) = r;
     lua_setwarnf(L, sb_warnf, r);
 
     int rc = 0;
