@@ -44,7 +44,15 @@ static int put(pack_ctx *c, const void *p, size_t n)
         c->over = true;
         return -1;
     }
-    return th_buf_append(c->buf, p, n) != 0 ? -1 : 0;
+    th_buf *b = c->buf;
+    if (b->cap - b->len <= n || !b->data) { /* room for n and the NUL */
+        if (th_buf_reserve(b, n) != 0)
+            return -1;
+    }
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+    return 0;
 }
 
 /* The msgpack encoders, writing straight into c->buf: the same bytes as

@@ -45,6 +45,7 @@ typedef struct run {
     char *arena[4];
     size_t arena_n;     /* chunks allocated */
     size_t arena_off;   /* bytes carved from the last one */
+    bool closing;       /* lua_close() is freeing everything */
     /* the keys of a call's result table (ok, stdout, stderr, meta) as
      * registry references, made at the first result (code_bridge.c) */
     int keys[4];

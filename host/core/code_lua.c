@@ -242,9 +242,15 @@ static void small_drain(run *r)
     r->arena_off = 0;
 }
 
-/* Frees a block of Lua's size n (small ones kept). */
+/* Frees a block of Lua's size n (small ones kept; while the state closes,
+ * arena blocks are left to go with their chunks). */
 static void block_free(run *r, void *b, size_t n)
 {
+    if (r->closing && n && n <= SMALL_MAX) {
+        if (!in_arena(r, b))
+            free(b);
+        return;
+    }
     if (n && n <= SMALL_MAX)
         small_put(r, b, n);
     else
@@ -1252,6 +1258,7 @@ int th_code_run(const th_projection *proj, const char *code, size_t len,
     }
 
 done:
+    r->closing = true;
     lua_close(L);
     small_drain(r);
     out_finish(r);
