@@ -20,7 +20,8 @@
  *     whole run / 100 beside it, start-up included.
  * Target (issue 17): an inner call at most 1.5x the inline path.
  *
- * TH_BENCH_PROFILE=1: only the runs with 100 calls (for callgrind).
+ * TH_BENCH_PROFILE=1: only the runs with 100 calls (for callgrind);
+ * TH_BENCH_PROFILE=floor: only the floor, as many calls (1.1x rounds x 100).
  */
 #include <msgpack.h>
 #include <sys/stat.h>
@@ -30,6 +31,7 @@
 #include "th/config.h"
 #include "th/host.h"
 #include "th/log.h"
+#include "th/projection.h"
 
 #define TEXT "hello"
 #define N_INNER 100
@@ -225,6 +227,70 @@ static void run_code(th_session *s, int inner, long rounds, uint64_t *samples,
     th_buf_destroy(&args);
 }
 
+/* ---- the Lua side alone ---------------------------------------------------------- */
+
+/* A tool caller that makes no call: echo's result for {text = "hello"}
+ * (the arguments still packed, the result still turned into a table). */
+static int fake_echo(void *ud, const char *tool, const uint8_t *args,
+                     size_t len, int64_t timeout_ms, th_proj_progress_fn pf,
+                     void *pud, th_proj_result *out)
+{
+    (void)ud, (void)tool, (void)args, (void)len, (void)timeout_ms, (void)pf,
+        (void)pud;
+    out->kind = TH_PROJ_DONE;
+    out->ok = true;
+    th_buf_reset(&out->out);
+    return th_buf_append(&out->out, TEXT, sizeof TEXT - 1);
+}
+
+static int add_tool(const th_tool *t, void *ud)
+{
+    th_error err;
+    th_error_clear(&err);
+    return th_code_projection_add(ud, t, &err);
+}
+
+/* th_code_run() of the script with n calls, through fake_echo: what the
+ * Lua side of an inner call costs without the call (the sandbox, its
+ * limits, packing, the result table); the limits of run_code's defaults. */
+static void run_lua_only(th_session *s, int inner, long rounds,
+                         uint64_t *samples, bench_stats *st)
+{
+    th_proj_caller caller = {fake_echo, NULL};
+    th_projection *p = th_projection_new(&th_code_lua_lang, &caller);
+    if (!p || th_session_tools(s, add_tool, p) != 0)
+        bench_die("projection failed");
+    char script[256];
+    snprintf(script, sizeof script,
+             "local n = 0\n"
+             "for i = 1, %d do n = n + #tools.echo{text = \"" TEXT
+             "\"}.stdout end\n"
+             "return n\n",
+             inner);
+    th_code_limits lim = {.timeout_ms = 30000, .memory = 64u << 20,
+                          .max_calls = 1000, .output_limit = 1 << 20};
+    uint64_t t0 = bench_now_ns();
+    for (long i = -(rounds / 10 + 1); i < rounds; i++) {
+        th_code_result res;
+        th_code_result_init(&res);
+        th_error err;
+        th_error_clear(&err);
+        uint64_t a = bench_now_ns();
+        int rc = th_code_run(p, script, strlen(script), &lim, NULL, &res, &err);
+        uint64_t b = bench_now_ns();
+        if (rc != 0 || res.error || res.calls != (uint32_t)inner)
+            bench_die("th_code_run failed: %s", res.error ? res.error : err.msg);
+        th_code_result_destroy(&res);
+        if (i == -1)
+            t0 = bench_now_ns();
+        if (i >= 0)
+            samples[i] = b - a;
+    }
+    bench_stats_from(st, samples, (size_t)rounds, bench_now_ns() - t0,
+                     (size_t)rounds);
+    th_projection_free(p);
+}
+
 int main(int argc, char **argv)
 {
     const char *build = bench_build_dir(argc > 1 ? argv[1] : TH_BUILD_DIR);
@@ -242,7 +308,23 @@ int main(int argc, char **argv)
     if (!samples)
         bench_die("out of memory");
 
-    if (getenv("TH_BENCH_PROFILE")) {
+    const char *prof = getenv("TH_BENCH_PROFILE");
+    if (prof && strcmp(prof, "floor") == 0) {
+        /* the floor alone, as many calls as the run_code profile makes */
+        bench_stats st;
+        long calls = rounds * N_INNER;
+        uint64_t *s2 = malloc(sizeof(uint64_t) * (size_t)calls);
+        if (!s2)
+            bench_die("out of memory");
+        run_sync(s, calls, s2, &st);
+        printf("floor, %ld calls: p50 %.1f ns\n", calls, (double)st.p50_ns);
+        free(s2);
+        th_session_close(s);
+        th_host_close(host);
+        free(samples);
+        return 0;
+    }
+    if (prof) {
         bench_stats st;
         run_code(s, N_INNER, rounds, samples, &st);
         printf("run_code, %d calls: p50 %.1f us\n", N_INNER,
@@ -256,7 +338,7 @@ int main(int argc, char **argv)
     bench_stats syn, inl, c100, c0;
     /* interleaved twice, keeping the faster of each: the machine is
      * shared, and a figure is compared with a floor of the same moment */
-    bench_stats syn2, inl2, c1002, c02;
+    bench_stats syn2, inl2, c1002, c02, l100, l0, l1002, l02;
     run_sync(s, n, samples, &syn);
     run_inline(s, n, samples, &inl);
     run_code(s, N_INNER, rounds, samples, &c100);
@@ -265,6 +347,14 @@ int main(int argc, char **argv)
     run_inline(s, n, samples, &inl2);
     run_code(s, N_INNER, rounds, samples, &c1002);
     run_code(s, 0, rounds, samples, &c02);
+    run_lua_only(s, N_INNER, rounds, samples, &l100);
+    run_lua_only(s, 0, rounds, samples, &l0);
+    run_lua_only(s, N_INNER, rounds, samples, &l1002);
+    run_lua_only(s, 0, rounds, samples, &l02);
+    if (l1002.p50_ns < l100.p50_ns)
+        l100 = l1002;
+    if (l02.p50_ns < l0.p50_ns)
+        l0 = l02;
     if (syn2.p50_ns < syn.p50_ns)
         syn = syn2;
     if (inl2.p50_ns < inl.p50_ns)
@@ -279,6 +369,7 @@ int main(int argc, char **argv)
     double floor = (double)syn.p50_ns;
     double inner = ((double)c100.p50_ns - (double)c0.p50_ns) / N_INNER;
     double whole = (double)c100.p50_ns / N_INNER;
+    double lua = ((double)l100.p50_ns - (double)l0.p50_ns) / N_INNER;
     printf("\n");
     bench_row_head();
     bench_row_ns("floor: echo, th_call_sync (inline path)", &syn, 0, NULL);
@@ -290,6 +381,11 @@ int main(int argc, char **argv)
            "per inner call: (run100 - run0) / 100", inner, "", inner / floor);
     printf("%-44s %10.0fns %21s %7.2fx  th_call_sync\n",
            "per call, whole run: run100 / 100", whole, "", whole / floor);
+    printf("%-44s %10.0fns %21s %7.2fx  th_call_sync\n",
+           "Lua side alone (no call), per inner call", lua, "", lua / floor);
+    printf("%-44s %10.0fns %21s %7.2fx  th_call_sync\n",
+           "the call inside a script: inner - Lua side", inner - lua, "",
+           (inner - lua) / floor);
 
     bench_json j;
     bench_json_begin(&j, "code", &m);
@@ -301,6 +397,8 @@ int main(int argc, char **argv)
     bench_json_num(&j, "whole_run_per_call_ns", whole);
     bench_json_num(&j, "inner_ratio_inline", inner / floor);
     bench_json_num(&j, "whole_ratio_inline", whole / floor);
+    bench_json_num(&j, "lua_side_ns", lua);
+    bench_json_num(&j, "call_in_script_ns", inner - lua);
     bench_target(&j, "run_code_inner", "run_code inner call <= 1.5x the inline path",
                  inner / floor, 1.5, 1);
     bench_json_end(&j);

@@ -21,7 +21,6 @@
 
 typedef struct pack_ctx {
     run *r;
-    msgpack_packer pk;
     th_buf *buf;
     size_t cap;   /* bytes the packed value may take; 0: no cap */
     bool over;    /* the cap was reached */
@@ -38,10 +37,188 @@ static int pack_fail(pack_ctx *c, const char *fmt, const char *a)
     return -1;
 }
 
+/* Appends n bytes within c->cap. */
+static int put(pack_ctx *c, const void *p, size_t n)
+{
+    if (c->cap && (n > c->cap || c->buf->len > c->cap - n)) {
+        c->over = true;
+        return -1;
+    }
+    th_buf *b = c->buf;
+    if (b->cap - b->len <= n || !b->data) { /* room for n and the NUL */
+        if (th_buf_reserve(b, n) != 0)
+            return -1;
+    }
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+    return 0;
+}
+
+/* The msgpack encoders, writing straight into c->buf: the same bytes as
+ * msgpack-c's msgpack_pack_* (smallest form of an integer, float64 for
+ * a float, str8 from 32 bytes), without its write callback per token. */
+static int put_head(pack_ctx *c, uint8_t b0, uint64_t v, size_t n)
+{
+    uint8_t h[9];
+    h[0] = b0;
+    for (size_t i = 0; i < n; i++)
+        h[1 + i] = (uint8_t)(v >> (8 * (n - 1 - i)));
+    return put(c, h, 1 + n);
+}
+
+static int mp_nil(pack_ctx *c)
+{
+    return put(c, "\xc0", 1);
+}
+
+static int mp_bool(pack_ctx *c, bool v)
+{
+    return put(c, v ? "\xc3" : "\xc2", 1);
+}
+
+static int mp_int(pack_ctx *c, int64_t d)
+{
+    if (d < -(1LL << 5)) {
+        if (d < -(1LL << 15))
+            return d < -(1LL << 31) ? put_head(c, 0xd3, (uint64_t)d, 8)
+                                    : put_head(c, 0xd2, (uint64_t)d, 4);
+        return d < -(1LL << 7) ? put_head(c, 0xd1, (uint64_t)d, 2)
+                               : put_head(c, 0xd0, (uint64_t)d, 1);
+    }
+    if (d < (1LL << 7)) {
+        uint8_t b = (uint8_t)d;
+        return put(c, &b, 1);
+    }
+    if (d < (1LL << 16))
+        return d < (1LL << 8) ? put_head(c, 0xcc, (uint64_t)d, 1)
+                              : put_head(c, 0xcd, (uint64_t)d, 2);
+    return d < (1LL << 32) ? put_head(c, 0xce, (uint64_t)d, 4)
+                           : put_head(c, 0xcf, (uint64_t)d, 8);
+}
+
+static int mp_double(pack_ctx *c, double d)
+{
+    uint64_t u;
+    memcpy(&u, &d, sizeof u);
+    return put_head(c, 0xcb, u, 8);
+}
+
+static int mp_str(pack_ctx *c, const char *s, size_t n)
+{
+    int rc;
+    if (n < 32) {
+        uint8_t b = (uint8_t)(0xa0 | n);
+        rc = put(c, &b, 1);
+    } else if (n < 256) {
+        rc = put_head(c, 0xd9, n, 1);
+    } else if (n < 65536) {
+        rc = put_head(c, 0xda, n, 2);
+    } else if ((uint64_t)n <= 0xffffffffu) {
+        rc = put_head(c, 0xdb, n, 4);
+    } else {
+        return -1;
+    }
+    return rc ? rc : put(c, s, n);
+}
+
+static int mp_container(pack_ctx *c, bool map, uint32_t n)
+{
+    if (n < 16) {
+        uint8_t b = (uint8_t)((map ? 0x80 : 0x90) | n);
+        return put(c, &b, 1);
+    }
+    if (n < 65536)
+        return put_head(c, map ? 0xde : 0xdc, n, 2);
+    return put_head(c, map ? 0xdf : 0xdd, n, 4);
+}
+
 static int pack_value(lua_State *L, pack_ctx *c, int idx, int depth,
                       uint32_t hint);
 
 /* Packs the table at idx (absolute). */
+/* Packs the pairs of the table at idx as map entries (the header is the
+ * caller's); *count gets how many.  0 or -1. */
+static int pack_pairs(lua_State *L, pack_ctx *c, int idx, int depth,
+                      size_t *count)
+{
+    int rc = 0;
+    size_t n = 0;
+    lua_pushnil(L);
+    while (!rc && lua_next(L, idx)) {
+        n++;
+        int kt = lua_type(L, -2);
+        if (kt == LUA_TSTRING) {
+            size_t kl;
+            const char *k = lua_tolstring(L, -2, &kl);
+            rc = mp_str(c, k, kl);
+        } else if (kt == LUA_TNUMBER || kt == LUA_TBOOLEAN) {
+            if (depth == 0 && c->tool) {
+                lua_pop(L, 2);
+                return pack_fail(c,
+                                 "tools.%s takes named arguments, e.g. "
+                                 "tools.NAME{key=value}; found a "
+                                 "positional or numeric key",
+                                 c->tool->key);
+            }
+            rc = pack_value(L, c, lua_gettop(L) - 1, depth + 1, 0);
+        } else {
+            lua_pop(L, 2);
+            return pack_fail(c, "table keys must be strings or numbers, "
+                                "not %s values",
+                             lua_typename(L, kt));
+        }
+        uint32_t h = 0;
+        if (!rc && depth == 0 && c->tool && kt == LUA_TSTRING) {
+            const char *k = lua_tostring(L, -2);
+            for (size_t i = 0; i < c->tool->n_params; i++)
+                if (strcmp(c->tool->params[i].name, k) == 0)
+                    h = c->tool->params[i].type;
+        }
+        if (!rc)
+            rc = pack_value(L, c, lua_gettop(L), depth + 1, h);
+        if (rc) {
+            lua_pop(L, 2);
+            break;
+        }
+        lua_pop(L, 1);
+    }
+    *count = n;
+    return rc ? -1 : 0;
+}
+
+/* A table with no border (lua_rawlen 0) and at least one pair is a map:
+ * packed in one pass, the header written once the pairs are counted
+ * (fixmap, widened in place past 15). */
+static int pack_map_1pass(lua_State *L, pack_ctx *c, int idx, int depth,
+                          uint32_t hint)
+{
+    size_t at = c->buf->len, n = 0;
+    if (put(c, "\x80", 1) != 0 || pack_pairs(L, c, idx, depth, &n) != 0)
+        return -1;
+    if (n == 0) {
+        /* empty: an array when the parameter says so, as two passes did */
+        if (hint == TOOLHOST_TYPE_ARRAY && !(depth == 0 && c->tool))
+            c->buf->data[at] = 0x90;
+        return 0;
+    }
+    if (n < 16) {
+        c->buf->data[at] = (uint8_t)(0x80 | n);
+        return 0;
+    }
+    if (n > 0xffffffffu)
+        return pack_fail(c, "%s", "a table has too many keys");
+    size_t extra = n < 65536 ? 2 : 4, end = c->buf->len;
+    if (put(c, "\0\0\0\0", extra) != 0)
+        return -1;
+    uint8_t *d = c->buf->data;
+    memmove(d + at + 1 + extra, d + at + 1, end - at - 1);
+    d[at] = n < 65536 ? 0xde : 0xdf;
+    for (size_t i = 0; i < extra; i++)
+        d[at + 1 + i] = (uint8_t)(n >> (8 * (extra - 1 - i)));
+    return 0;
+}
+
 static int pack_table(lua_State *L, pack_ctx *c, int idx, int depth,
                       uint32_t hint)
 {
@@ -57,6 +234,12 @@ static int pack_table(lua_State *L, pack_ctx *c, int idx, int depth,
                              "arguments and returned values must be trees");
     c->path[depth] = me;
 
+    if (lua_rawlen(L, idx) == 0) {
+        int rc = pack_map_1pass(L, c, idx, depth, hint);
+        if (rc && !c->r->msg[0])
+            snprintf(c->r->msg, sizeof c->r->msg, "out of memory");
+        return rc;
+    }
     size_t n = 0;
     lua_Integer max = 0;
     bool arr = true;
@@ -88,52 +271,17 @@ static int pack_table(lua_State *L, pack_ctx *c, int idx, int depth,
     }
     int rc = 0;
     if (arr) {
-        rc = msgpack_pack_array(&c->pk, (uint32_t)n);
+        rc = mp_container(c, false, (uint32_t)n);
         for (size_t i = 1; i <= n && !rc; i++) {
             lua_rawgeti(L, idx, (lua_Integer)i);
             rc = pack_value(L, c, lua_gettop(L), depth + 1, 0);
             lua_pop(L, 1);
         }
     } else {
-        rc = msgpack_pack_map(&c->pk, (uint32_t)n);
-        lua_pushnil(L);
-        while (!rc && lua_next(L, idx)) {
-            int kt = lua_type(L, -2);
-            if (kt == LUA_TSTRING) {
-                size_t kl;
-                const char *k = lua_tolstring(L, -2, &kl);
-                rc = msgpack_pack_str_with_body(&c->pk, k, kl);
-            } else if (kt == LUA_TNUMBER || kt == LUA_TBOOLEAN) {
-                if (depth == 0 && c->tool) {
-                    lua_pop(L, 2);
-                    return pack_fail(c,
-                                     "tools.%s takes named arguments, e.g. "
-                                     "tools.NAME{key=value}; found a "
-                                     "positional or numeric key",
-                                     c->tool->key);
-                }
-                rc = pack_value(L, c, lua_gettop(L) - 1, depth + 1, 0);
-            } else {
-                lua_pop(L, 2);
-                return pack_fail(c, "table keys must be strings or numbers, "
-                                    "not %s values",
-                                 lua_typename(L, kt));
-            }
-            uint32_t h = 0;
-            if (!rc && depth == 0 && c->tool && kt == LUA_TSTRING) {
-                const char *k = lua_tostring(L, -2);
-                for (size_t i = 0; i < c->tool->n_params; i++)
-                    if (strcmp(c->tool->params[i].name, k) == 0)
-                        h = c->tool->params[i].type;
-            }
-            if (!rc)
-                rc = pack_value(L, c, lua_gettop(L), depth + 1, h);
-            if (rc) {
-                lua_pop(L, 2);
-                break;
-            }
-            lua_pop(L, 1);
-        }
+        rc = mp_container(c, true, (uint32_t)n);
+        size_t got = 0;
+        if (!rc)
+            rc = pack_pairs(L, c, idx, depth, &got);
     }
     if (rc && !c->r->msg[0])
         snprintf(c->r->msg, sizeof c->r->msg, "out of memory");
@@ -146,25 +294,24 @@ static int pack_value(lua_State *L, pack_ctx *c, int idx, int depth,
     luaL_checkstack(L, 8, "tables nested too deeply");
     switch (lua_type(L, idx)) {
     case LUA_TNIL:
-        return msgpack_pack_nil(&c->pk);
+        return mp_nil(c);
     case LUA_TBOOLEAN:
-        return lua_toboolean(L, idx) ? msgpack_pack_true(&c->pk)
-                                     : msgpack_pack_false(&c->pk);
+        return mp_bool(c, lua_toboolean(L, idx));
     case LUA_TNUMBER:
         if (lua_isinteger(L, idx))
-            return msgpack_pack_int64(&c->pk, lua_tointeger(L, idx));
+            return mp_int(c, lua_tointeger(L, idx));
         else {
             lua_Number d = lua_tonumber(L, idx);
             lua_Integer i;
             if (hint == TOOLHOST_TYPE_INTEGER && lua_numbertointeger(d, &i) &&
                 (lua_Number)i == d)
-                return msgpack_pack_int64(&c->pk, i);
-            return msgpack_pack_double(&c->pk, d);
+                return mp_int(c, i);
+            return mp_double(c, d);
         }
     case LUA_TSTRING: {
         size_t n;
         const char *s = lua_tolstring(L, idx, &n);
-        return msgpack_pack_str_with_body(&c->pk, s, n);
+        return mp_str(c, s, n);
     }
     case LUA_TTABLE:
         return pack_table(L, c, idx, depth, hint);
@@ -172,7 +319,7 @@ static int pack_value(lua_State *L, pack_ctx *c, int idx, int depth,
         if (c->lenient) {
             size_t n;
             const char *s = luaL_tolstring(L, idx, &n);
-            int rc = msgpack_pack_str_with_body(&c->pk, s, n);
+            int rc = mp_str(c, s, n);
             lua_pop(L, 1);
             return rc;
         }
@@ -181,17 +328,6 @@ static int pack_value(lua_State *L, pack_ctx *c, int idx, int depth,
                          "nil, booleans, numbers, strings and tables)",
                          luaL_typename(L, idx));
     }
-}
-
-/* msgpack write callback: appends within pack_ctx.cap. */
-static int capped_write(void *data, const char *b, size_t len)
-{
-    pack_ctx *c = data;
-    if (c->cap && (len > c->cap || c->buf->len > c->cap - len)) {
-        c->over = true;
-        return -1;
-    }
-    return th_buf_append(c->buf, b, len) != 0 ? -1 : 0;
 }
 
 /* Packs the value at idx into buf, stopping as soon as it would pass cap
@@ -210,7 +346,6 @@ int th_code__pack_into(lua_State *L, run *r, int idx, th_buf *buf,
     c.over = false;
     r->msg[0] = '\0';
     th_buf_reset(buf);
-    msgpack_packer_init(&c.pk, &c, capped_write);
     int rc = pack_value(L, &c, idx, 0, 0);
     if (over)
         *over = c.over;
@@ -473,6 +608,20 @@ static int push_mp(lua_State *L, const uint8_t **pp, const uint8_t *end,
     return 0;
 }
 
+/* The result table's keys, interned once per run and fetched from the
+ * registry by number: lua_setfield() looks each C string up in the
+ * string table every time (~490 instructions a key, half the result). */
+enum { K_OK, K_STDOUT, K_STDERR, K_META };
+
+static void make_keys(lua_State *L, run *r)
+{
+    static const char *const names[] = {"ok", "stdout", "stderr", "meta"};
+    for (int i = 0; i < 4; i++) {
+        lua_pushstring(L, names[i]);
+        r->keys[i] = luaL_ref(L, LUA_REGISTRYINDEX);
+    }
+}
+
 /* Pushes a call's result as the Lua table of its codec form (th/codec.h:
  * {ok, stdout, stderr, meta[, structured]} or {ok = false, error = {code,
  * message}}; structured: a tool's checked JSON output as a Lua value);
@@ -486,11 +635,21 @@ void th_code__push_result(lua_State *L, run *r, const th_result_copy *res)
          * texts as Lua strings (str and bin alike) and the tool's meta
          * map from its bytes.  Structured results take the codec (the
          * JSON value of stdout), below. */
+        if (!r->keys[0])
+            make_keys(L, r);
         lua_createtable(L, 0, 4);
+        lua_rawgeti(L, LUA_REGISTRYINDEX, r->keys[K_OK]);
         lua_pushboolean(L, res->ok);
-        lua_setfield(L, -2, "ok");
-        set_str(L, "stdout", (const char *)res->out.data, res->out.len);
-        set_str(L, "stderr", (const char *)res->err.data, res->err.len);
+        lua_rawset(L, -3);
+        lua_rawgeti(L, LUA_REGISTRYINDEX, r->keys[K_STDOUT]);
+        lua_pushlstring(L, res->out.data ? (const char *)res->out.data : "",
+                        res->out.len);
+        lua_rawset(L, -3);
+        lua_rawgeti(L, LUA_REGISTRYINDEX, r->keys[K_STDERR]);
+        lua_pushlstring(L, res->err.data ? (const char *)res->err.data : "",
+                        res->err.len);
+        lua_rawset(L, -3);
+        lua_rawgeti(L, LUA_REGISTRYINDEX, r->keys[K_META]);
         if (res->meta.len) {
             const uint8_t *p = res->meta.data;
             int top = lua_gettop(L);
@@ -499,9 +658,9 @@ void th_code__push_result(lua_State *L, run *r, const th_result_copy *res)
                 lua_newtable(L);
             }
         } else {
-            lua_newtable(L);
+            lua_createtable(L, 0, 0);
         }
-        lua_setfield(L, -2, "meta");
+        lua_rawset(L, -3);
         push_failed(L, res);
         return;
     }

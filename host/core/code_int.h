@@ -38,7 +38,17 @@ typedef struct run {
      * run_alloc): the Lua objects of a tool call (argument and result
      * tables, strings) come and go with every call */
     void *small[16];
-    size_t small_bytes; /* what those lists hold, at most SMALL_KEEP_MAX */
+    size_t small_bytes; /* what those lists hold of malloc()ed blocks, at
+                           most SMALL_KEEP_MAX */
+    /* small blocks are carved from a few chunks first (code_lua.c,
+     * small_get): chunk i holds 16 KiB << i, ARENA_CHUNKS of them */
+    char *arena[4];
+    size_t arena_n;     /* chunks allocated */
+    size_t arena_off;   /* bytes carved from the last one */
+    bool closing;       /* lua_close() is freeing everything */
+    /* the keys of a call's result table (ok, stdout, stderr, meta) as
+     * registry references, made at the first result (code_bridge.c) */
+    int keys[4];
     /* output */
     uint64_t kept[3], dropped[3];
     /* scratch C memory that a Lua error may skip over */

@@ -149,34 +149,81 @@ static void alloc_poll(run *r, size_t grow);
 #define SMALL_STEP 16
 #define SMALL_MAX (SMALL_STEP * (sizeof ((run *)0)->small / sizeof(void *)))
 #define SMALL_KEEP_MAX (256u << 10)
+/* Small blocks that no freed one can serve are carved from the run's
+ * arena: chunks of 16, 32, 64 and 128 KiB, each allocated when the last
+ * is used up (240 KiB at most; past that small blocks come from malloc).
+ * A run's Lua objects are mostly garbage the collector has not reached
+ * yet when the next one is made (a tool call makes ~6 blocks; a run of
+ * 100 calls ends before a cycle frees them), so the free lists alone
+ * left most blocks to malloc: ~1,300 instructions of an inner call
+ * (bench/README.md, "run_code").  An arena block, once freed, goes to
+ * its free list whatever SMALL_KEEP_MAX says (it is not malloc's to take
+ * back); the chunks go with the run. */
+#define ARENA_FIRST (16u << 10)
+#define ARENA_CHUNKS (sizeof ((run *)0)->arena / sizeof(char *))
 
 static size_t small_class(size_t n) /* n in 1..SMALL_MAX */
 {
     return (n - 1) / SMALL_STEP;
 }
 
+static bool in_arena(const run *r, const void *b)
+{
+    const char *p = b;
+    for (size_t i = 0; i < r->arena_n; i++)
+        if (p >= r->arena[i] && p < r->arena[i] + ((size_t)ARENA_FIRST << i))
+            return true;
+    return false;
+}
+
+static void *arena_get(run *r, size_t size)
+{
+    if (r->arena_n) {
+        size_t cap = (size_t)ARENA_FIRST << (r->arena_n - 1);
+        if (cap - r->arena_off >= size) {
+            void *b = r->arena[r->arena_n - 1] + r->arena_off;
+            r->arena_off += size;
+            return b;
+        }
+    }
+    if (r->arena_n == ARENA_CHUNKS)
+        return NULL;
+    char *c = malloc((size_t)ARENA_FIRST << r->arena_n);
+    if (!c)
+        return NULL;
+    r->arena[r->arena_n++] = c;
+    r->arena_off = size;
+    return c;
+}
+
 static void *small_get(run *r, size_t n)
 {
     size_t c = small_class(n);
+    size_t size = (c + 1) * SMALL_STEP;
     void *b = r->small[c];
     if (b) {
         memcpy(&r->small[c], b, sizeof(void *));
-        r->small_bytes -= (c + 1) * SMALL_STEP;
+        if (!in_arena(r, b))
+            r->small_bytes -= size;
         return b;
     }
-    return malloc((c + 1) * SMALL_STEP);
+    b = arena_get(r, size);
+    return b ? b : malloc(size);
 }
 
 static void small_put(run *r, void *b, size_t n)
 {
     size_t c = small_class(n);
-    if (r->small_bytes + (c + 1) * SMALL_STEP > SMALL_KEEP_MAX) {
-        free(b);
-        return;
+    size_t size = (c + 1) * SMALL_STEP;
+    if (!in_arena(r, b)) {
+        if (r->small_bytes + size > SMALL_KEEP_MAX) {
+            free(b);
+            return;
+        }
+        r->small_bytes += size;
     }
     memcpy(b, &r->small[c], sizeof(void *));
     r->small[c] = b;
-    r->small_bytes += (c + 1) * SMALL_STEP;
 }
 
 static void small_drain(run *r)
@@ -185,14 +232,25 @@ static void small_drain(run *r)
         while (r->small[c]) {
             void *b = r->small[c];
             memcpy(&r->small[c], b, sizeof(void *));
-            free(b);
+            if (!in_arena(r, b))
+                free(b);
         }
     r->small_bytes = 0;
+    for (size_t i = 0; i < r->arena_n; i++)
+        free(r->arena[i]);
+    r->arena_n = 0;
+    r->arena_off = 0;
 }
 
-/* Frees a block of Lua's size n (small ones kept). */
+/* Frees a block of Lua's size n (small ones kept; while the state closes,
+ * arena blocks are left to go with their chunks). */
 static void block_free(run *r, void *b, size_t n)
 {
+    if (r->closing && n && n <= SMALL_MAX) {
+        if (!in_arena(r, b))
+            free(b);
+        return;
+    }
     if (n && n <= SMALL_MAX)
         small_put(r, b, n);
     else
@@ -430,6 +488,32 @@ static void progress_tramp(void *ud, double fraction, const char *message,
                           data_len);
 }
 
+/* Empties the run's call result for the next call, keeping its buffers
+ * (the tool caller appends into them) unless one grew past PRES_KEEP_MAX:
+ * a run holds no more than that between its calls. */
+#define PRES_KEEP_MAX (64u << 10)
+
+static void pres_buf_reset(th_buf *b)
+{
+    if (b->cap > PRES_KEEP_MAX)
+        th_buf_destroy(b);
+    else
+        th_buf_reset(b);
+}
+
+static void pres_reset(th_proj_result *p)
+{
+    free(p->message);
+    p->message = NULL;
+    p->kind = 0;
+    p->ok = false;
+    p->error = 0;
+    p->structured = false;
+    pres_buf_reset(&p->out);
+    pres_buf_reset(&p->err);
+    pres_buf_reset(&p->meta);
+}
+
 /* __call of a tool object: upvalue 1 = index in the projection. */
 static int tool_call(lua_State *L)
 {
@@ -468,7 +552,6 @@ static int tool_call(lua_State *L)
         return luaL_error(L, "tools.%s: bad arguments: %s", t->key, r->msg);
     }
     r->res->calls++;
-    th_proj_result_destroy(&r->pres);
     progress_ctx pc = {r, t->name};
     int rc = r->proj->caller.call(r->proj->caller.ud, t->name, r->args.data,
                                   r->args.len, timeout, progress_tramp, &pc,
@@ -492,7 +575,7 @@ static int tool_call(lua_State *L)
         done.structured = r->pres.structured;
         th_code__push_result(L, r, &done);
     }
-    th_proj_result_destroy(&r->pres);
+    pres_reset(&r->pres);
     return 1;
 }
 
@@ -529,12 +612,11 @@ static void lock_metatable(lua_State *L, const char *what, bool ro)
     lua_setmetatable(L, mt - 1);
 }
 
-/* __index of `tools`: upvalue 1 = the real table. */
+/* __index of the real tools table: a name that is no tool (`tools.NAME`
+ * reads the real table straight, with no C call, through the proxy's
+ * __index). */
 static int tools_index(lua_State *L)
 {
-    lua_pushvalue(L, 2);
-    if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL)
-        return 1;
     run *r = th_code__get_run(L);
     const char *k = lua_tostring(L, 2);
     if (k && strcmp(k, TH_CODE_TOOL_NAME) == 0)
@@ -617,17 +699,21 @@ static void make_tools(lua_State *L, run *r)
         lock_metatable(L, what, true);
         lua_setfield(L, real, t->key);
     }
+    /* the real table: missing names raise, writes too */
+    lua_newtable(L); /* its mt */
+    lua_pushcfunction(L, tools_index);
+    lua_setfield(L, -2, "__index");
+    lock_metatable(L, "tools", true);
     lua_newtable(L); /* proxy */
     lua_newtable(L); /* mt */
     lua_pushvalue(L, real);
-    lua_pushcclosure(L, tools_index, 1);
     lua_setfield(L, -2, "__index");
     lua_pushvalue(L, real);
     lua_pushcclosure(L, tools_pairs, 1);
     lua_setfield(L, -2, "__pairs");
     lock_metatable(L, "tools", true);
     lua_setglobal(L, "tools");
-    lua_pop(L, 1); /* real (kept alive by the closures) */
+    lua_pop(L, 1); /* real (kept alive by the proxy's metatable) */
 }
 
 /* help(x): prints the doc of a tool, or the list of tools. */
@@ -1100,6 +1186,12 @@ int th_code_run(const th_projection *proj, const char *code, size_t len,
                             "the memory limit is too small)");
     }
     r->L = L;
+    /* A cycle when the heap is 4x what the last one left (Lua's default:
+     * 2x): a run's live set is mostly the sandbox, and with the default
+     * the garbage of each tool call paid ~900 instructions of collector
+     * steps.  The memory cap holds as before: an allocation over it makes
+     * Lua collect fully and retry before it fails. */
+    lua_gc(L, LUA_GCINC, 400, 0, 0);
     *(run **)lua_getextraspace(L) = r;
     lua_setwarnf(L, sb_warnf, r);
 
@@ -1166,6 +1258,7 @@ int th_code_run(const th_projection *proj, const char *code, size_t len,
     }
 
 done:
+    r->closing = true;
     lua_close(L);
     small_drain(r);
     out_finish(r);

@@ -398,26 +398,108 @@ static void flush_progress(exec_ctx *x)
     th_progress_update_destroy(&u);
 }
 
-typedef struct progress_fwd {
-    th_proj_progress_fn fn;
-    void *ud;
-} progress_fwd;
+/* The wait of one call from code: th_call_sync()'s (progress from other
+ * threads coalesced and handed over on this thread, in order, before the
+ * end), with the final result copied straight from the result event into
+ * the runtime's th_proj_result, whose buffers the runtime keeps from call
+ * to call: no th_result_copy (three allocations) to move out of and free.
+ * A call from code runs on this thread (a call inside a running call
+ * always does), so the end usually arrives before th_call_start()
+ * returns and no lock is taken; an async tool may end on another thread,
+ * which is waited for as th_call_sync() does. */
+typedef struct code_wait {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t self;
+    bool done_here;          /* the end came on this thread (only it writes) */
+    bool done;               /* the end came on another thread (under mu) */
+    int rc;
+    th_proj_result *out;
+    th_proj_progress_fn pf;
+    void *pud;
+    th_progress_slot prog;   /* under mu */
+    atomic_bool used;        /* another thread took mu (prog or done) */
+} code_wait;
 
-static void on_event(const th_event *ev, void *ud)
+/* The final result into *o (its buffers reused); 0 or TH_ENOMEM. */
+static int take_result(th_proj_result *o, const th_result *r)
 {
-    progress_fwd *p = ud;
-    if (ev->kind == TH_EV_PROGRESS && p->fn)
-        p->fn(p->ud, ev->fraction, ev->message, ev->data, ev->data_len);
+    if (r->kind == TH_RESULT_ERROR) {
+        o->kind = TH_PROJ_ERROR;
+        o->error = r->error;
+        if (r->message && !(o->message = strdup(r->message)))
+            return TH_ENOMEM;
+        return 0;
+    }
+    o->kind = TH_PROJ_DONE;
+    o->ok = r->ok;
+    o->structured = r->structured;
+    th_buf_reset(&o->out);
+    th_buf_reset(&o->err);
+    th_buf_reset(&o->meta);
+    if ((r->out_len && th_buf_append(&o->out, r->out, r->out_len)) ||
+        (r->err_len && th_buf_append(&o->err, r->err, r->err_len)) ||
+        (r->meta && r->meta_len &&
+         th_buf_append(&o->meta, r->meta, r->meta_len)))
+        return TH_ENOMEM;
+    return 0;
 }
 
-static void move_buf(th_buf *dst, th_buf *src)
+static void code_wait_cb(const th_event *ev, void *ud)
 {
-    th_buf_destroy(dst);
-    *dst = *src;
-    th_buf_init(src);
+    code_wait *w = ud;
+    bool here = pthread_equal(pthread_self(), w->self);
+    th_progress_update u;
+    if (ev->kind == TH_EV_PROGRESS) {
+        if (!w->pf)
+            return;
+        if (here) {
+            w->pf(w->pud, ev->fraction, ev->message, ev->data, ev->data_len);
+            return;
+        }
+        if (th_progress_copy_event(&u, ev) != 0)
+            return; /* out of memory: this update is lost, the next comes */
+        pthread_mutex_lock(&w->mu);
+        th_progress_put(&w->prog, &u);
+        atomic_store(&w->used, true);
+        pthread_cond_signal(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+        return;
+    }
+    if (ev->result->kind == TH_RESULT_RUNNING) {
+        /* the acknowledgement is the task's first update (its message) */
+        if (!w->pf)
+            return;
+        if (here) {
+            w->pf(w->pud, -1, ev->result->message, NULL, 0);
+            return;
+        }
+        if (th_progress_copy(&u, ev->task_id, -1, ev->result->message, NULL,
+                             0, 0) != 0)
+            return;
+        pthread_mutex_lock(&w->mu);
+        if (!w->prog.pending) /* an update already waiting says more */
+            th_progress_put(&w->prog, &u);
+        atomic_store(&w->used, true);
+        pthread_cond_signal(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+        th_progress_update_destroy(&u);
+        return;
+    }
+    if (here) {
+        w->rc = take_result(w->out, ev->result);
+        w->done_here = true;
+        return;
+    }
+    pthread_mutex_lock(&w->mu);
+    w->rc = take_result(w->out, ev->result);
+    w->done = true;
+    atomic_store(&w->used, true);
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
 }
 
-/* The tool caller: one th_call_sync() per call from code. */
+/* The tool caller: one call per call from code, waited for here. */
 static int code_call(void *ud, const char *tool, const uint8_t *args,
                      size_t len, int64_t timeout_ms, th_proj_progress_fn pf,
                      void *pud, th_proj_result *out)
@@ -427,35 +509,49 @@ static int code_call(void *ud, const char *tool, const uint8_t *args,
     memset(&o, 0, sizeof o);
     o.timeout_ms = timeout_ms;
     o.no_progress = pf == NULL;
-    o.may_block = true;
+    o.may_block = true; /* we wait anyway: a sync tool runs right here */
     o.front = TOOLHOST_FRONT_CODE;
-    progress_fwd fwd = {pf, pud};
-    th_result_copy rc;
-    memset(&rc, 0, sizeof rc);
-    int r = th_call_sync(x->session, tool, args, len, &o, on_event, &fwd,
-                         NULL, &rc);
-    flush_progress(x);
-    if (r < 0) {
-        th_result_copy_destroy(&rc);
-        return r;
-    }
-    if (rc.kind == TH_RESULT_ERROR) {
-        out->kind = TH_PROJ_ERROR;
-        out->error = rc.error;
-        if (rc.message) {
-            out->message = rc.message;
-            rc.message = NULL;
+    code_wait w;
+    w.self = pthread_self();
+    w.done_here = w.done = false;
+    w.rc = 0;
+    w.out = out;
+    w.pf = pf;
+    w.pud = pud;
+    memset(&w.prog, 0, sizeof w.prog);
+    atomic_init(&w.used, false);
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    uint64_t id = 0;
+    int rc = th_call_start(x->session, tool, args, len, &o, code_wait_cb, &w,
+                           &id);
+    /* Ended on this thread with no other thread involved: nothing to take
+     * (events of a call come in order, none after its end). */
+    if (rc == 0 && !(w.done_here && !atomic_load(&w.used))) {
+        pthread_mutex_lock(&w.mu);
+        for (;;) { /* progress first, then the end */
+            th_progress_update u;
+            if (th_progress_take(&w.prog, &u)) {
+                pthread_mutex_unlock(&w.mu);
+                if (pf)
+                    pf(pud, u.fraction, u.message, u.data, u.data_len);
+                th_progress_update_destroy(&u);
+                pthread_mutex_lock(&w.mu);
+                continue;
+            }
+            if (w.done || w.done_here)
+                break;
+            pthread_cond_wait(&w.cv, &w.mu);
         }
-    } else {
-        out->kind = TH_PROJ_DONE;
-        out->ok = rc.ok;
-        out->structured = rc.structured;
-        move_buf(&out->out, &rc.out);
-        move_buf(&out->err, &rc.err);
-        move_buf(&out->meta, &rc.meta);
+        pthread_mutex_unlock(&w.mu);
     }
-    th_result_copy_destroy(&rc);
-    return 0;
+    if (rc == 0)
+        rc = w.rc;
+    th_progress_clear(&w.prog);
+    pthread_mutex_destroy(&w.mu);
+    pthread_cond_destroy(&w.cv);
+    flush_progress(x);
+    return rc;
 }
 
 static int io_write(void *ud, int stream, const void *data, size_t len)

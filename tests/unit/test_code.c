@@ -698,6 +698,67 @@ static void test_memory_bomb(void)
     ran_free(&r);
 }
 
+/* Small Lua blocks come from the run's arena first, then from malloc, and
+ * freed ones of both kinds are reused: a script churning far more small
+ * tables and strings than the arena holds, of every size class, computes
+ * the right thing within its cap; one keeping them all still meets the
+ * cap; tool results of growing size reuse the run's result buffers. */
+static void test_small_block_churn(void)
+{
+    ran r;
+    memset(&r, 0, sizeof r);
+    th_code_limits lim = default_lim;
+    lim.memory = 4u << 20;
+    run_with(&r,
+             "local sum = 0\n"
+             "for round = 1, 20 do\n"
+             "  local keep = {}\n"
+             "  for i = 1, 2000 do\n"
+             "    local t = {i, tostring(i), {x = i}}\n"
+             "    for k = 1, i % 17 do t[#t + 1] = k end\n"
+             "    keep[i % 97 + 1] = t\n"
+             "    sum = sum + #t + #t[2]\n"
+             "  end\n"
+             "end\n"
+             "local n = 0\n"
+             "for i = 1, 300 do\n"
+             "  n = n + #tools.echo{text = string.rep('e', i * 7)}.stdout\n"
+             "end\n"
+             "return {sum = sum, n = n}",
+             &lim, NULL);
+    CU_ASSERT_EQUAL(r.res.return_code, 0);
+    if (r.res.error)
+        fprintf(stderr, "churn: %s\n", r.res.error);
+    CU_ASSERT_EQUAL(r.f.calls, 300);
+    /* sum: per round, sum over i of (3 + i % 17) + #tostring(i) */
+    int64_t want = 0;
+    for (int i = 1; i <= 2000; i++) {
+        char d[16];
+        want += 3 + i % 17 + snprintf(d, sizeof d, "%d", i);
+    }
+    want *= 20;
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    CU_ASSERT_EQUAL_FATAL(msgpack_unpack_next(&u, (const char *)r.res.value.data,
+                                              r.res.value.len, NULL),
+                          MSGPACK_UNPACK_SUCCESS);
+    const msgpack_object *sum = map_get(&u.data, "sum");
+    const msgpack_object *n = map_get(&u.data, "n");
+    CU_ASSERT_TRUE(sum && sum->via.i64 == want);
+    CU_ASSERT_TRUE(n && n->via.i64 == 7 * 300 * 301 / 2);
+    msgpack_unpacked_destroy(&u);
+    ran_free(&r);
+
+    memset(&r, 0, sizeof r);
+    run_with(&r,
+             "local keep = {}\n"
+             "for i = 1, 1e8 do keep[i] = {i} end",
+             &lim, NULL);
+    CU_ASSERT_EQUAL(r.res.return_code, 1);
+    CU_ASSERT_TRUE(r.res.out_of_memory);
+    ran_free(&r);
+}
+
 static void test_tiny_memory(void)
 {
     fake f;
@@ -1433,6 +1494,7 @@ void th_suite_code(void)
     CU_add_test(s, "long_tool_call", test_long_tool_call);
     CU_add_test(s, "memory_bomb", test_memory_bomb);
     CU_add_test(s, "tiny_memory", test_tiny_memory);
+    CU_add_test(s, "small_block_churn", test_small_block_churn);
     CU_add_test(s, "sandbox", test_sandbox);
     CU_add_test(s, "sandbox_has", test_sandbox_has);
     CU_add_test(s, "pattern_guard", test_pattern_guard);
