@@ -29,6 +29,7 @@
  * down is not what is measured.
  */
 #include <dlfcn.h>
+#include <malloc.h>
 #include <msgpack.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -44,6 +45,7 @@ typedef struct figure {
     double ms;
     long rss_kib;
     long extra; /* loaded count, tasks started */
+    double heap; /* tasks: heap bytes in use per task (mallinfo2) */
 } figure;
 
 /* Runs fn(arg) in a child; the child writes a figure to the pipe. */
@@ -207,6 +209,7 @@ static void child_tasks(long n, figure *f)
     th_call_opts o = {0};
     th_call_start(s, "echo_async", a.data, a.len, &o, on_event, NULL, &id);
     usleep(100000);
+    struct mallinfo2 mi0 = mallinfo2();
     long rss0 = bench_rss_kib();
     uint64_t t0 = bench_now_ns();
     for (long i = 0; i < n; i++) {
@@ -218,6 +221,9 @@ static void child_tasks(long n, figure *f)
     f->ms = (double)(bench_now_ns() - t0) / 1e6;
     usleep(100000); /* let the workers pick up what they will */
     f->rss_kib = bench_rss_kib() - rss0;
+    /* the heap's own count (malloc's headers included, pages not) */
+    struct mallinfo2 mi1 = mallinfo2();
+    f->heap = (double)(mi1.uordblks - mi0.uordblks) / (double)n;
 }
 
 static void child_tasks_floor(long n, figure *f)
@@ -286,6 +292,18 @@ int main(int argc, char **argv)
     if (!mkdtemp(dir))
         bench_die("mkdtemp: %s", strerror(errno));
     atexit(cleanup);
+    /* TH_BENCH_TASKS_ONLY=1: only the memory-per-task figure (quick
+     * iterations on the call record's size) */
+    if (getenv("TH_BENCH_TASKS_ONLY")) {
+        long nt = bench_quick() ? 1000 : 10000;
+        figure t = in_child(child_tasks, nt);
+        figure tf = in_child(child_tasks_floor, nt);
+        printf("memory per in-flight async task: %.0f B (floor %.0f B), "
+               "heap %.0f B, %ld tasks\n",
+               (double)t.rss_kib * 1024.0 / (double)nt,
+               (double)tf.rss_kib * 1024.0 / (double)nt, t.heap, t.extra);
+        return 0;
+    }
     make_plugins(100);
 
     static const long ns[] = {1, 10, 100};

@@ -102,12 +102,17 @@ void th_stat_window(th_stat *st, int64_t now_ns, unsigned slots,
 
 typedef struct th_mcall th_mcall;
 
-/* What only a call that runs needs (th_mcall.x): its output streams, the
- * tool's meta, a built-in's error, the caller() strings, the tool's name
- * for a tombstone.  Made when the call starts running (th_mcall_run), so
- * that a call waiting in the queue (an async task among thousands) does
- * not carry it; a call that may run inline has the room for it in its
- * own allocation. */
+/* What only a call that runs, or is answered, needs (th_mcall.x): its
+ * output streams, the tool's meta, a built-in's error, the caller()
+ * strings, the tool's name for a tombstone (owner-only), and, under the
+ * call's mu, the answer part: the final result, the pending progress, the
+ * task's last message and times, the ABI 1.1 cancel hooks, the condition
+ * variable.  Made when the call starts running (th_mcall_run), or when it
+ * is answered before that (a queued call cancelled or timed out), so that
+ * a call waiting in the queue (an async task among thousands) carries
+ * none of it; a call that may run inline has it in its own allocation.
+ * c->x is set once, under c->mu (or before the call is visible to another
+ * thread), and stays until the call is freed (a tombstone keeps it). */
 typedef struct th_mcall_x {
     th_out out, err;
     uint8_t *meta;
@@ -117,6 +122,23 @@ typedef struct th_mcall_x {
     char *caller_user;
     char caller_session[24];
     char tname[72];             /* a tombstone's tool name */
+    struct th_mcall *tomb_next; /* the host's quarantine (host->mu) */
+
+    /* Under the call's mu. */
+    pthread_cond_t cv;
+    char *ack_msg;
+    th_progress_slot prog;      /* the latest progress not yet delivered */
+    th_result_copy final;
+    int64_t start_wall_ms;      /* set when acknowledged (a task) */
+    int64_t last_update_ms;
+    char *last_msg;
+    double last_frac;
+    /* ABI 1.1 host callbacks (call_cb.c): the on_cancel() registration,
+     * the cancel_fd() eventfd (-1 until asked for; closed when the call
+     * is freed) */
+    void (*cancel_fn)(void *ud);
+    void *cancel_ud;
+    int cancel_efd;
 } th_mcall_x;
 
 /* A call's final answer is decided (answer_locked, c->mu held): its
@@ -185,7 +207,6 @@ struct th_mcall {
                                    numbers */
     int64_t timeout_ms;
     int64_t start_ns;           /* monotonic */
-    int64_t start_wall_ms;      /* set when acknowledged (a task) */
     _Atomic int64_t deadline_ns;/* 0: none */
     int64_t opt_timeout_ms;
 
@@ -195,8 +216,6 @@ struct th_mcall {
     atomic_bool is_task;        /* acknowledged (readable without mu) */
 
     /* Duplicate table (host->dmu). */
-    uint8_t *dupkey;
-    size_t dupkey_len;
     bool confirm;               /* confirm_duplicate: true */
     th_mcall *dup_prev, *dup_next;
     bool in_dup;
@@ -223,7 +242,8 @@ struct th_mcall {
     /* Owner-only (the thread running execute(), then the plugin's). */
     th_mcall_x *x;              /* NULL until the call runs; kept by a
                                    tombstone */
-    th_mcall_x *x_room;         /* room for x in this allocation, or NULL */
+    bool x_room;                /* x is in this allocation (c + 1) */
+    bool x_ready;               /* x's output streams are set up */
     bool in_execute, suspended;
     bool completed;             /* complete() was called (once only) */
     bool ran;                   /* execute() was entered */
@@ -231,7 +251,6 @@ struct th_mcall {
 
     /* Everything below: under mu. */
     pthread_mutex_t mu;
-    pthread_cond_t cv;
     th_phase phase;
     bool answered;              /* the final answer is decided */
     bool acked;                 /* a task: RUNNING was (or is) sent */
@@ -245,22 +264,14 @@ struct th_mcall {
     th_event_fn fn;             /* NULL once detached */
     void *ud;
     bool pend_ack;
-    char *ack_msg;
-    th_progress_slot prog;           /* the latest progress not yet delivered */
     bool pend_final;
-    th_result_copy final;
-    int64_t last_update_ms;
-    char *last_msg;
-    double last_frac;
+    int fin_oom;                /* answered with this error code while no
+                                   x could be made: delivered without a
+                                   stored result (out of memory) */
 
-    /* ABI 1.1 host callbacks (call.c, "ABI 1.1"), under mu: the
-     * on_cancel() registration, the cancel_fd() eventfd (-1 until asked
-     * for; closed when the call is freed), whether cancellation fired, a
-     * hook running (th_mcall_exec_end waits for it: no hook after the
-     * call ended), and the caller() strings (filled once, by the owner). */
-    void (*cancel_fn)(void *ud);
-    void *cancel_ud;
-    int cancel_efd;
+    /* ABI 1.1 host callbacks (call_cb.c), under mu: whether cancellation
+     * fired, a hook running (th_mcall_exec_end waits for it: no hook
+     * after the call ended); the hook itself and the eventfd are in x. */
     bool cancel_fired, cancel_running, ended;
 
     /* Contract safety (call_cb.c, call.c), under mu.  `ended` above is set
@@ -273,7 +284,6 @@ struct th_mcall {
      * a late callback finds valid memory that says "ended". */
     bool misuse_logged;
     bool tomb;
-    th_mcall *tomb_next;        /* the host's quarantine (host->mu) */
     const char *front;          /* th_call_opts.front, or NULL */
     bool output_info;           /* th_call_opts.output_info */
 };

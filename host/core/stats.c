@@ -389,11 +389,14 @@ void th_stat_call_end(th_mcall *c)
     th_stat_latency_at(c->st, ns, now);
     /* the final result is an ERROR or a DONE; an acknowledgement is not
      * final */
-    if (c->final.kind == TH_RESULT_RUNNING)
+    th_result_copy oom = {.kind = TH_RESULT_ERROR, .error = c->fin_oom};
+    const th_result_copy *fin = c->x ? &c->x->final : &oom; /* no x: out of
+                                                               memory */
+    if (fin->kind == TH_RESULT_RUNNING)
         return;
-    group_count(c->h, 't', c->ts ? c->ts->name : "(tasks)", &c->final, ns);
+    group_count(c->h, 't', c->ts ? c->ts->name : "(tasks)", fin, ns);
     const char *front = c->s ? c->s->ops.front : NULL;
-    group_count(c->h, 'f', front ? front : "other", &c->final, ns);
+    group_count(c->h, 'f', front ? front : "other", fin, ns);
 }
 
 int th_host_group_stats_foreach(th_host *h,
