@@ -176,6 +176,13 @@ typedef enum th_phase {
     TH_PH_OVER        /* execution over (or never ran) */
 } th_phase;
 
+/* The fields are ordered by size (pointers and 64-bit numbers, then
+ * 32-bit ones, then the flags together) so that a queued call has no
+ * padding: with the answer part in x (th_mcall_x) that keeps a queued
+ * async task under 512 bytes in all (bench/startup.c).  Which lock
+ * guards a field is said beside it: [mgr] mgr->mu, [dmu] host->dmu,
+ * [tmu] mgr->tmu, [nmu] mgr->nmu, [owner] the thread running execute(),
+ * then the plugin's, [mu] the call's mu. */
 struct th_mcall {
     th_call_base base;          /* first: toolhost_call* is a th_mcall* */
     th_host *h;
@@ -189,59 +196,74 @@ struct th_mcall {
     const th_tool *tool;        /* pinned until the call is freed */
     th_stat *st;
     const th_toolset_cfg *ts;   /* in cfg; NULL for the task tools */
-    int ts_idx;
     const th_mock_cfg *mock;
     uint8_t *args;              /* validated arguments: owned, or (while
                                    args_borrowed) the caller's own bytes */
     size_t args_len;
+    int64_t timeout_ms;
+    int64_t start_ns;           /* monotonic */
+    _Atomic int64_t deadline_ns;/* 0: none */
+    int64_t opt_timeout_ms;
+
+    /* Duplicate table [dmu]. */
+    th_mcall *dup_prev, *dup_next;
+    void *dup_node;
+
+    /* Pool [mgr]. */
+    th_mcall *qnext;
+    uint64_t qseq;
+    th_group *groups[4];
+
+    /* Deadline heap [tmu]. */
+    size_t heap_idx;            /* SIZE_MAX: not in the heap */
+    int64_t heap_ns;            /* its key: the deadline, or for a lost
+                                   watch deadline + lost_worker_grace */
+
+    /* Notifier queue [nmu]. */
+    th_mcall *nnext;
+
+    th_mcall_x *x;              /* [mu] NULL until the call runs or is
+                                   answered; set once; kept by a tombstone */
+
+    pthread_mutex_t mu;
+    pthread_t deliverer;        /* [mu] */
+    th_event_fn fn;             /* [mu] NULL once detached */
+    void *ud;                   /* [mu] */
+    const char *front;          /* th_call_opts.front, or NULL */
+
+    int ts_idx;
+    th_task_scope scope;
+    atomic_int refs;
+    atomic_int abort_code;      /* the cancel flag: 0, TH_ECANCELLED or
+                                   TH_ETIMEOUT */
+    int n_groups;               /* [mgr] */
+    th_phase phase;             /* [mu] */
+    int fin_oom;                /* [mu] answered with this error code while
+                                   no x could be made: delivered without a
+                                   stored result (out of memory) */
+
     bool args_borrowed;         /* args point into the buffer given to
                                    th_call_start: valid while that call
                                    runs on the caller's thread; copied
                                    (th_mgr_own_args) before the call is
                                    queued, waits for permission, or lives
                                    on after execute() (suspend) */
-    th_task_scope scope;
     bool is_async;              /* TOOLHOST_TOOL_ASYNC */
     bool no_progress, may_block;
     bool args_ok;               /* validated: its end counts in the latency
                                    numbers */
-    int64_t timeout_ms;
-    int64_t start_ns;           /* monotonic */
-    _Atomic int64_t deadline_ns;/* 0: none */
-    int64_t opt_timeout_ms;
-
-    atomic_int refs;
-    atomic_int abort_code;      /* the cancel flag: 0, TH_ECANCELLED or
-                                   TH_ETIMEOUT */
+    bool output_info;           /* th_call_opts.output_info */
     atomic_bool is_task;        /* acknowledged (readable without mu) */
+    atomic_bool lost_watch;     /* [tmu] in the heap for the lost-worker
+                                   check */
+    bool confirm;               /* [dmu] confirm_duplicate: true */
+    bool in_dup;                /* [dmu] */
+    bool prep;                  /* [mgr] queued for a worker to run the
+                                   stages that call plugin code
+                                   (call_start.c) */
+    bool has_slots;             /* [mgr] holds a slot in each group */
 
-    /* Duplicate table (host->dmu). */
-    bool confirm;               /* confirm_duplicate: true */
-    th_mcall *dup_prev, *dup_next;
-    bool in_dup;
-    void *dup_node;
-
-    /* Pool (mgr->mu). */
-    bool prep;                  /* queued for a worker to run the stages
-                                   that call plugin code (call_start.c) */
-    th_mcall *qnext;
-    uint64_t qseq;
-    th_group *groups[4];
-    int n_groups;
-    bool has_slots;             /* holds a slot in each group */
-
-    /* Deadline heap (mgr->tmu). */
-    size_t heap_idx;            /* SIZE_MAX: not in the heap */
-    int64_t heap_ns;            /* its key: the deadline, or for a lost
-                                   watch deadline + lost_worker_grace */
-    atomic_bool lost_watch;     /* in the heap for the lost-worker check */
-
-    /* Notifier queue (mgr->nmu). */
-    th_mcall *nnext;
-
-    /* Owner-only (the thread running execute(), then the plugin's). */
-    th_mcall_x *x;              /* NULL until the call runs; kept by a
-                                   tombstone */
+    /* [owner] */
     bool x_room;                /* x is in this allocation (c + 1) */
     bool x_ready;               /* x's output streams are set up */
     bool in_execute, suspended;
@@ -249,9 +271,7 @@ struct th_mcall {
     bool ran;                   /* execute() was entered */
     bool inline_run;            /* runs on the caller's thread */
 
-    /* Everything below: under mu. */
-    pthread_mutex_t mu;
-    th_phase phase;
+    /* [mu] */
     bool answered;              /* the final answer is decided */
     bool acked;                 /* a task: RUNNING was (or is) sent */
     bool live_counted;          /* counted in the session's live tasks */
@@ -259,22 +279,16 @@ struct th_mcall {
     bool in_tasks;              /* in host->tasks */
     bool exec_counted;          /* counted in s->exec_live */
     bool delivering;
-    pthread_t deliverer;
     bool notify_queued;
-    th_event_fn fn;             /* NULL once detached */
-    void *ud;
     bool pend_ack;
     bool pend_final;
-    int fin_oom;                /* answered with this error code while no
-                                   x could be made: delivered without a
-                                   stored result (out of memory) */
 
-    /* ABI 1.1 host callbacks (call_cb.c), under mu: whether cancellation
+    /* ABI 1.1 host callbacks (call_cb.c), [mu]: whether cancellation
      * fired, a hook running (th_mcall_exec_end waits for it: no hook
      * after the call ended); the hook itself and the eventfd are in x. */
     bool cancel_fired, cancel_running, ended;
 
-    /* Contract safety (call_cb.c, call.c), under mu.  `ended` above is set
+    /* Contract safety (call_cb.c, call.c), [mu].  `ended` above is set
      * when execution ends (before the result is built): from then on a
      * callback on the handle is a plugin's misuse, answered
      * TOOLHOST_ESTATE with one log line (`misuse_logged`).  A call whose
@@ -284,8 +298,6 @@ struct th_mcall {
      * a late callback finds valid memory that says "ended". */
     bool misuse_logged;
     bool tomb;
-    const char *front;          /* th_call_opts.front, or NULL */
-    bool output_info;           /* th_call_opts.output_info */
 };
 
 /* How many ended calls the host keeps as tombstones (see th_mcall.tomb):
