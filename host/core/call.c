@@ -206,8 +206,10 @@ static void call_free(th_mcall *c)
     }
     th_mcall_x *x = c->x;
     if (x) {
-        th_out_destroy(&x->out);
-        th_out_destroy(&x->err);
+        if (c->x_ready) { /* streams set up (a zeroed one has spill_fd 0) */
+            th_out_destroy(&x->out);
+            th_out_destroy(&x->err);
+        }
         free(x->meta);
         free(x->set_error_msg);
         free(x->caller_user);

@@ -205,9 +205,8 @@ struct th_mcall {
     _Atomic int64_t deadline_ns;/* 0: none */
     int64_t opt_timeout_ms;
 
-    /* Duplicate table [dmu]. */
-    th_mcall *dup_prev, *dup_next;
-    void *dup_node;
+    void *dup_link;             /* [dmu] its entry in the duplicate
+                                   table (dup.c), or NULL */
 
     /* Pool [mgr]. */
     th_mcall *qnext;
@@ -257,7 +256,6 @@ struct th_mcall {
     atomic_bool lost_watch;     /* [tmu] in the heap for the lost-worker
                                    check */
     bool confirm;               /* [dmu] confirm_duplicate: true */
-    bool in_dup;                /* [dmu] */
     bool prep;                  /* [mgr] queued for a worker to run the
                                    stages that call plugin code
                                    (call_start.c) */

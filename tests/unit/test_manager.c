@@ -263,6 +263,44 @@ static void test_dup_reject(void)
     close_all();
 }
 
+/* A call answered before it ran (here: refused as a duplicate) gets the
+ * answer part of its record made then; freeing it must not treat its
+ * never-opened output streams as open (a zeroed stream says spill fd 0):
+ * file descriptor 0 stays the process's. */
+static void test_answered_before_run_keeps_fds(void)
+{
+    int saved = dup(0);
+    int p[2];
+    CU_ASSERT_EQUAL_FATAL(pipe(p), 0);
+    CU_ASSERT_EQUAL_FATAL(dup2(p[0], 0), 0);
+    close(p[0]);
+    dup_host(TH_DUP_REJECT, TH_DUPSCOPE_NAME, TH_SCOPE_SESSION);
+    rec a, b;
+    rec_init(&a);
+    rec_init(&b);
+    start(S, "t_dup", A(1, "ms", 'i', 100LL), NULL, &a);
+    start(S, "t_dup", A(1, "ms", 'i', 5LL), NULL, &b);
+    CU_ASSERT_TRUE(rec_wait(&b, 2000));
+    CU_ASSERT_EQUAL(b.final.error, TH_EDUPLICATE);
+    CU_ASSERT_TRUE(rec_wait(&a, 3000));
+    rec_free(&a);
+    rec_free(&b);
+    close_all();
+    /* fd 0 is still the pipe's read end */
+    CU_ASSERT_NOT_EQUAL(fcntl(0, F_GETFD), -1);
+    CU_ASSERT_EQUAL(write(p[1], "k", 1), 1);
+    char ch = 0;
+    CU_ASSERT_EQUAL(read(0, &ch, 1), 1);
+    CU_ASSERT_EQUAL(ch, 'k');
+    close(p[1]);
+    if (saved >= 0) {
+        dup2(saved, 0);
+        close(saved);
+    } else {
+        close(0);
+    }
+}
+
 static void test_dup_replace(void)
 {
     dup_host(TH_DUP_REPLACE, TH_DUPSCOPE_NAME, TH_SCOPE_SESSION);
@@ -1367,6 +1405,8 @@ void th_suite_manager(void)
     CU_add_test(s, "no_progress_option", test_no_progress_option);
     CU_add_test(s, "dup_reject", test_dup_reject);
     CU_add_test(s, "dup_replace", test_dup_replace);
+    CU_add_test(s, "answered_before_run_keeps_fds",
+                test_answered_before_run_keeps_fds);
     CU_add_test(s, "dup_replace_other_session", test_dup_replace_other_session);
     CU_add_test(s, "dup_confirm", test_dup_confirm);
     CU_add_test(s, "dup_scopes_across_sessions", test_dup_scopes_across_sessions);
