@@ -114,7 +114,9 @@ static void x_free_unused(th_mcall_x *x)
 void th_call_wait_locked(th_mcall *c)
 {
     if (c->x) {
+        c->waiters++;
         pthread_cond_wait(&c->x->cv, &c->mu);
+        c->waiters--;
         return;
     }
     /* No x (and so no condition variable) yet: only after an answer that
@@ -126,7 +128,7 @@ void th_call_wait_locked(th_mcall *c)
 
 void th_call_wake_locked(th_mcall *c)
 {
-    if (c->x)
+    if (c->x && c->waiters)
         pthread_cond_broadcast(&c->x->cv);
 }
 
@@ -400,7 +402,20 @@ void th_mcall_detach(th_mcall *c)
 /* With c->mu held and the caller holding a reference: makes *res the final
  * answer and takes the call out of every table.  Returns true when the
  * session's tool list changed (the caller calls tools_changed unlocked). */
-static bool answer_locked(th_mcall *c, th_result_copy *res)
+/* With s->mu held: the call's execution is over (exec_counted).  Only
+ * th_session_close waits for exec_live, after setting `closing` under
+ * s->mu: no one to wake before that. */
+static void exec_over_locked(th_mcall *c, th_session *s)
+{
+    c->exec_counted = false;
+    s->exec_live--;
+    if (s->closing)
+        pthread_cond_broadcast(&s->cv);
+}
+
+/* `exec_over`: the answer is the end of the call's execution as well
+ * (th_mcall_exec_end): both in one turn of the session's lock. */
+static bool answer_locked(th_mcall *c, th_result_copy *res, bool exec_over)
 {
     th_host *h = c->h;
     th_session *s = c->s;
@@ -421,6 +436,8 @@ static bool answer_locked(th_mcall *c, th_result_copy *res)
     th_dup_remove(c);
     th_mgr_disarm(h, c);
     pthread_mutex_lock(&s->mu);
+    if (exec_over && c->exec_counted)
+        exec_over_locked(c, s);
     if (c->in_session) {
         th_u64map_del(&s->calls, c->base.pub.call_id);
         c->in_session = false;
@@ -478,7 +495,7 @@ bool th_call_answer_error(th_mcall *c, int code, const char *msg)
         return false;
     }
     count_error(c->st, code);
-    bool changed = answer_locked(c, &res);
+    bool changed = answer_locked(c, &res, false);
     th_call_deliver_locked(c);
     pthread_mutex_unlock(&c->mu);
     if (changed)
@@ -678,21 +695,20 @@ void th_mcall_exec_end(th_mcall *c, int status, bool ran)
     th_call_cancel_hooks_end_locked(c); /* ABI 1.1: no cancel hook after this */
     bool was_running = c->phase == TH_PH_RUNNING;
     c->phase = TH_PH_OVER;
-    if (c->exec_counted) {
-        c->exec_counted = false;
+    bool answering = !c->answered && have;
+    if (c->exec_counted && !answering) {
         pthread_mutex_lock(&c->s->mu);
-        c->s->exec_live--;
-        pthread_cond_broadcast(&c->s->cv);
+        exec_over_locked(c, c->s);
         pthread_mutex_unlock(&c->s->mu);
     }
-    if (!c->answered && have) {
+    if (answering) {
         if (c->st) {
             if (res.kind == TH_RESULT_ERROR)
                 count_error(c->st, res.error);
             else
                 atomic_fetch_add(res.ok ? &c->st->ok : &c->st->failed, 1);
         }
-        changed = answer_locked(c, &res);
+        changed = answer_locked(c, &res, true);
         th_call_deliver_locked(c);
     } else if (ran && c->st) {
         atomic_fetch_add(&c->st->late, 1);

@@ -465,10 +465,8 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
     memset(&o, 0, sizeof o);
     if (opts)
         o = *opts;
-    pthread_mutex_lock(&s->mu);
-    bool closing = s->closing;
-    pthread_mutex_unlock(&s->mu);
-    if (closing)
+    /* an early answer only: stage_record checks again under s->mu */
+    if (__atomic_load_n(&s->closing, __ATOMIC_ACQUIRE))
         return TH_ESTATE;
     uint64_t id = atomic_fetch_add(&h->next_id, 1);
     if (call_id)

@@ -171,6 +171,14 @@ int th_dup_register(th_mcall *c, char *msg, size_t msg_size)
 void th_dup_leave(th_mcall *c)
 {
     th_host *h = c->h;
+    /* A call whose policy is `allow` (the common case) never joins the
+     * table (th_dup_register): no lock to know that.  (The policy comes
+     * from the call's own config snapshot: it cannot change.) */
+    th_dup_policy pol;
+    th_dup_scope scope;
+    policy_of(c, &pol, &scope);
+    if (pol == TH_DUP_ALLOW)
+        return;
     pthread_mutex_lock(&h->dmu);
     dup_link *l = c->dup_link;
     if (!l) {

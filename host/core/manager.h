@@ -237,6 +237,7 @@ struct th_mcall {
                                    TH_ETIMEOUT */
     int n_groups;               /* [mgr] */
     th_phase phase;             /* [mu] */
+    int waiters;                /* [mu] threads in th_call_wait_locked */
     int fin_oom;                /* [mu] answered with this error code while
                                    no x could be made: delivered without a
                                    stored result (out of memory) */
