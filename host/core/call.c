@@ -439,7 +439,7 @@ static bool answer_locked(th_mcall *c, th_result_copy *res, bool exec_over)
     if (exec_over && c->exec_counted)
         exec_over_locked(c, s);
     if (c->in_session) {
-        th_u64map_del(&s->calls, c->base.pub.call_id);
+        th_u64map_del_node(&s->calls, &c->snode);
         c->in_session = false;
         ref_drop_nonlast(c);
     }

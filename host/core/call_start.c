@@ -212,7 +212,7 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
     atomic_fetch_add(&h->live_calls, 1);
 
     pthread_mutex_lock(&s->mu);
-    if (s->closing || th_u64map_put(&s->calls, id, c) != 0) {
+    if (s->closing || th_u64map_put_node(&s->calls, &c->snode, id, c) != 0) {
         int rc = s->closing ? TH_ESTATE : TH_ENOMEM;
         pthread_mutex_unlock(&s->mu);
         c->fn = NULL;

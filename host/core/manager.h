@@ -55,6 +55,15 @@ void *th_u64map_del(th_u64map *m, uint64_t key);
 void th_u64map_each(const th_u64map *m, void (*fn)(uint64_t k, void *v,
                                                     void *ud), void *ud);
 
+/* The same with nodes the caller owns (embedded in what they map to: no
+ * allocation per entry).  A map uses one kind or the other.  put_node:
+ * 0, TH_ESTATE (the key is there), or TH_ENOMEM; del_node unlinks `n`;
+ * destroy_unowned frees the map's own memory, not the nodes. */
+int th_u64map_put_node(th_u64map *m, th_u64map_node *n, uint64_t key,
+                       void *val);
+void th_u64map_del_node(th_u64map *m, th_u64map_node *n);
+void th_u64map_destroy_unowned(th_u64map *m);
+
 uint64_t th_hash_bytes(const void *data, size_t len);
 
 /* ---- Numbers (stats.c) --------------------------------------------------- */
@@ -205,6 +214,7 @@ struct th_mcall {
     _Atomic int64_t deadline_ns;/* 0: none */
     int64_t opt_timeout_ms;
 
+    th_u64map_node snode;       /* its node in s->calls (session->mu) */
     void *dup_link;             /* [dmu] its entry in the duplicate
                                    table (dup.c), or NULL */
 
@@ -237,11 +247,11 @@ struct th_mcall {
                                    TH_ETIMEOUT */
     int n_groups;               /* [mgr] */
     th_phase phase;             /* [mu] */
-    int waiters;                /* [mu] threads in th_call_wait_locked */
     int fin_oom;                /* [mu] answered with this error code while
                                    no x could be made: delivered without a
                                    stored result (out of memory) */
 
+    uint16_t waiters;           /* [mu] threads in th_call_wait_locked */
     bool args_borrowed;         /* args point into the buffer given to
                                    th_call_start: valid while that call
                                    runs on the caller's thread; copied
@@ -560,7 +570,8 @@ struct th_session {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool closing;
-    th_u64map calls;            /* in-flight calls and live tasks (refs) */
+    th_u64map calls;            /* in-flight calls and live tasks (refs);
+                                   nodes embedded in the calls (snode) */
     size_t live_tasks;
     size_t exec_live;           /* session-scoped calls still executing */
     int ops_inflight;           /* tools_changed running */
