@@ -770,7 +770,9 @@ static int x_open(th_mcall *c)
 {
     if (c->x_ready)
         return 0;
-    th_mcall_x *x = c->x;
+    /* With the room, x was set before the call was visible to another
+     * thread; else it is set under mu (here or by an answer). */
+    th_mcall_x *x = c->x_room ? c->x : NULL;
     if (!x) {
         /* A queued call: its x is made now (or was, by an answer that
          * came first, under mu: then the call does not run). */
