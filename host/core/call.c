@@ -675,13 +675,17 @@ static int build_result(th_mcall *c, int status, th_result_copy *res)
     return 0;
 }
 
-void th_mcall_exec_end(th_mcall *c, int status, bool ran)
+/* `ended`: the caller set c->ended already, under mu (th_mcall_run, in
+ * the turn of the lock it takes when execute() returns). */
+static void exec_end(th_mcall *c, int status, bool ran, bool ended)
 {
     /* From here on a callback on the handle is a misuse (call_cb.c): no
      * write may race with building the result. */
-    pthread_mutex_lock(&c->mu);
-    c->ended = true;
-    pthread_mutex_unlock(&c->mu);
+    if (!ended) {
+        pthread_mutex_lock(&c->mu);
+        c->ended = true;
+        pthread_mutex_unlock(&c->mu);
+    }
     th_mgr_release(c->h, c);
     th_result_copy res;
     memset(&res, 0, sizeof res);
@@ -726,6 +730,11 @@ void th_mcall_exec_end(th_mcall *c, int status, bool ran)
     th_result_copy_destroy(&res);
     if (changed)
         th_session_task_tools_changed(c->s);
+}
+
+void th_mcall_exec_end(th_mcall *c, int status, bool ran)
+{
+    exec_end(c, status, ran, false);
 }
 
 /* ---- Running ------------------------------------------------------------------ */
@@ -849,6 +858,11 @@ void th_mcall_run(th_mcall *c)
     bool take = susp && st != TOOLHOST_PENDING && !c->completed;
     if (take)
         c->completed = true;
+    /* the usual end (no suspend, ok or failed): ended now, saving
+     * exec_end a turn of the lock */
+    bool end_now = !susp && (st == TOOLHOST_OK || st == TOOLHOST_FAILED);
+    if (end_now)
+        c->ended = true;
     if (c->args_borrowed && susp && st == TOOLHOST_PENDING &&
         th_mgr_own_args(c) != 0) {
         /* A suspended task lists its arguments (tasks.list) after the
@@ -875,7 +889,7 @@ void th_mcall_run(th_mcall *c)
             th_mcall_unref(c); /* the suspend reference */
         }
     } else if (st == TOOLHOST_OK || st == TOOLHOST_FAILED) {
-        th_mcall_exec_end(c, st, true);
+        exec_end(c, st, true, end_now);
     } else {
         char m[200];
         snprintf(m, sizeof m, "tool %s returned %d from execute (expected ok, failed, or pending after suspend)",
