@@ -566,6 +566,42 @@ static void test_cancel_before_start(void)
     close_all();
 }
 
+/* A call waiting in the queue costs its record and its arguments only:
+ * the answer part (final result, progress slot, task fields, cancel hooks,
+ * condition variable) and the running part come when it runs.  The
+ * record's size is what keeps 10,000 queued tasks under 512 B each
+ * (bench/startup.c); a field added to it shows here first. */
+static void test_queued_call_is_small(void)
+{
+    CU_ASSERT_TRUE(sizeof(th_mcall) <= 392);
+    open_default(1, 1, 64);
+    rec a, b;
+    rec_init(&a);
+    rec_init(&b);
+    start(S, "t_sleep", A(1, "ms", 'i', 150LL), NULL, &a);
+    nap_ms(10);
+    uint64_t id = start(S, "t_echo", A(1, "text", 's', "later"), NULL, &b);
+    pthread_mutex_lock(&S->mu);
+    th_mcall *c = th_u64map_get(&S->calls, id);
+    if (c)
+        th_mcall_ref(c);
+    pthread_mutex_unlock(&S->mu);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    pthread_mutex_lock(&c->mu);
+    bool queued = c->phase == TH_PH_QUEUED;
+    bool small = c->x == NULL && !c->x_room && c->dup_link == NULL;
+    pthread_mutex_unlock(&c->mu);
+    CU_ASSERT_TRUE(queued);
+    CU_ASSERT_TRUE(small);
+    th_mcall_unref(c);
+    CU_ASSERT_TRUE(rec_wait(&a, 2000));
+    CU_ASSERT_TRUE(rec_wait(&b, 2000));
+    CU_ASSERT_TRUE(b.final.ok);
+    rec_free(&a);
+    rec_free(&b);
+    close_all();
+}
+
 static void test_cancel_running_task(void)
 {
     open_default(2, 1, 64);
@@ -1415,6 +1451,7 @@ void th_suite_manager(void)
     CU_add_test(s, "deadline_tool_ignores_cancel", test_deadline_tool_ignores_cancel);
     CU_add_test(s, "timeout_capped_and_inline", test_timeout_capped_and_inline);
     CU_add_test(s, "cancel_before_start", test_cancel_before_start);
+    CU_add_test(s, "queued_call_is_small", test_queued_call_is_small);
     CU_add_test(s, "cancel_running_task", test_cancel_running_task);
     CU_add_test(s, "busy_refusal", test_busy_refusal);
     CU_add_test(s, "toolset_concurrency", test_toolset_concurrency);
