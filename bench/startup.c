@@ -357,6 +357,8 @@ int main(int argc, char **argv)
     printf("%-34s %10.0f %10.0f %7.1fx   (%ld tasks started in %.1f ms)\n",
            "memory per in-flight async task", per_task, per_floor,
            per_floor > 0 ? per_task / per_floor : 0, tasks.extra, tasks.ms);
+    printf("%-34s %10.0f   (malloc's count: mallinfo2 in use, headers "
+           "included)\n", "  of which heap", tasks.heap);
 
     bench_json j;
     bench_json_begin(&j, "startup", &m);
@@ -378,6 +380,7 @@ int main(int argc, char **argv)
     bench_json_num(&j, "tasks", (double)ntask);
     bench_json_num(&j, "bytes_per_task", per_task);
     bench_json_num(&j, "bytes_per_task_floor", per_floor);
+    bench_json_num(&j, "heap_bytes_per_task", tasks.heap);
     /* issue 17: <= 512 B a task; the same bound against the floor (512 B
      * is ~3x the 170 B floor) */
     bench_target(&j, "bytes_per_task",
