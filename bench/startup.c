@@ -30,6 +30,7 @@
  * down is not what is measured.
  */
 #include <dlfcn.h>
+#include <malloc.h>
 #include <msgpack.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -45,6 +46,7 @@ typedef struct figure {
     double ms;
     long rss_kib;
     long extra; /* loaded count, tasks started */
+    double heap; /* tasks: heap bytes in use per task (mallinfo2) */
 } figure;
 
 /* Runs fn(arg) in a child; the child writes a figure to the pipe. */
@@ -208,6 +210,7 @@ static void child_tasks(long n, figure *f)
     th_call_opts o = {0};
     th_call_start(s, "echo_async", a.data, a.len, &o, on_event, NULL, &id);
     usleep(100000);
+    struct mallinfo2 mi0 = mallinfo2();
     long rss0 = bench_rss_kib();
     uint64_t t0 = bench_now_ns();
     for (long i = 0; i < n; i++) {
@@ -219,6 +222,9 @@ static void child_tasks(long n, figure *f)
     f->ms = (double)(bench_now_ns() - t0) / 1e6;
     usleep(100000); /* let the workers pick up what they will */
     f->rss_kib = bench_rss_kib() - rss0;
+    /* the heap's own count (malloc's headers included, pages not) */
+    struct mallinfo2 mi1 = mallinfo2();
+    f->heap = (double)(mi1.uordblks - mi0.uordblks) / (double)n;
 }
 
 static void child_tasks_floor(long n, figure *f)
@@ -287,6 +293,18 @@ int main(int argc, char **argv)
     if (!mkdtemp(dir))
         bench_die("mkdtemp: %s", strerror(errno));
     atexit(cleanup);
+    /* TH_BENCH_TASKS_ONLY=1: only the memory-per-task figure (quick
+     * iterations on the call record's size) */
+    if (getenv("TH_BENCH_TASKS_ONLY")) {
+        long nt = bench_quick() ? 1000 : 10000;
+        figure t = in_child(child_tasks, nt);
+        figure tf = in_child(child_tasks_floor, nt);
+        printf("memory per in-flight async task: %.0f B (floor %.0f B), "
+               "heap %.0f B, %ld tasks\n",
+               (double)t.rss_kib * 1024.0 / (double)nt,
+               (double)tf.rss_kib * 1024.0 / (double)nt, t.heap, t.extra);
+        return 0;
+    }
     make_plugins(100);
 
     /* TH_BENCH_PROFILE=1: only "load 100 plugins" with `reload: signal`,
@@ -353,6 +371,8 @@ int main(int argc, char **argv)
     printf("%-34s %10.0f %10.0f %7.1fx   (%ld tasks started in %.1f ms)\n",
            "memory per in-flight async task", per_task, per_floor,
            per_floor > 0 ? per_task / per_floor : 0, tasks.extra, tasks.ms);
+    printf("%-34s %10.0f   (malloc's count: mallinfo2 in use, headers "
+           "included)\n", "  of which heap", tasks.heap);
 
     bench_json j;
     bench_json_begin(&j, "startup", &m);
@@ -379,6 +399,7 @@ int main(int argc, char **argv)
     bench_json_num(&j, "tasks", (double)ntask);
     bench_json_num(&j, "bytes_per_task", per_task);
     bench_json_num(&j, "bytes_per_task_floor", per_floor);
+    bench_json_num(&j, "heap_bytes_per_task", tasks.heap);
     /* issue 17: <= 512 B a task; the same bound against the floor (512 B
      * is ~3x the 170 B floor) */
     bench_target(&j, "bytes_per_task",

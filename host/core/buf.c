@@ -17,8 +17,10 @@ void th_buf_init(th_buf *b)
 
 void th_buf_destroy(th_buf *b)
 {
-    free(b->data);
-    th_buf_init(b);
+    if (b->data) /* most result buffers of a call are empty */
+        free(b->data);
+    b->data = NULL;
+    b->len = b->cap = 0;
 }
 
 void th_buf_reset(th_buf *b)

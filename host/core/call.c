@@ -81,10 +81,55 @@ void *th_call_rec_new(bool room)
 {
     if (room && tl_pool.n > 0) {
         void *b = tl_pool.blk[--tl_pool.n];
-        memset(b, 0, sizeof(th_mcall)); /* the room: x_open clears it */
+        memset(b, 0, CALL_REC_FULL);
         return b;
     }
     return calloc(1, room ? CALL_REC_FULL : sizeof(th_mcall));
+}
+
+void th_call_x_init(th_mcall_x *x)
+{
+    pthread_cond_init(&x->cv, NULL);
+    x->cancel_efd = -1;
+    x->last_frac = -1;
+}
+
+/* A call's x made on the heap (a call without the room): NULL when out
+ * of memory. */
+static th_mcall_x *x_new(void)
+{
+    th_mcall_x *x = calloc(1, sizeof *x);
+    if (x)
+        th_call_x_init(x);
+    return x;
+}
+
+/* An x from x_new() that lost the race to be the call's. */
+static void x_free_unused(th_mcall_x *x)
+{
+    pthread_cond_destroy(&x->cv);
+    free(x);
+}
+
+void th_call_wait_locked(th_mcall *c)
+{
+    if (c->x) {
+        c->waiters++;
+        pthread_cond_wait(&c->x->cv, &c->mu);
+        c->waiters--;
+        return;
+    }
+    /* No x (and so no condition variable) yet: only after an answer that
+     * found no memory for one; poll. */
+    pthread_mutex_unlock(&c->mu);
+    usleep(200);
+    pthread_mutex_lock(&c->mu);
+}
+
+void th_call_wake_locked(th_mcall *c)
+{
+    if (c->x && c->waiters)
+        pthread_cond_broadcast(&c->x->cv);
 }
 
 static void call_rec_free(th_mcall *c)
@@ -106,10 +151,12 @@ static void call_rec_free(th_mcall *c)
 
 static void tomb_destroy(th_mcall *c)
 {
-    if (c->x != c->x_room)
-        free(c->x);
+    if (c->x) {
+        pthread_cond_destroy(&c->x->cv);
+        if (!c->x_room)
+            free(c->x);
+    }
     pthread_mutex_destroy(&c->mu);
-    pthread_cond_destroy(&c->cv);
     call_rec_free(c);
 }
 
@@ -117,16 +164,16 @@ static void tomb_destroy(th_mcall *c)
  * TH_CALL_TOMBS is returned for the caller to destroy unlocked. */
 static th_mcall *tomb_push_locked(th_host *h, th_mcall *c)
 {
-    c->tomb_next = NULL;
+    c->x->tomb_next = NULL; /* a tombstone ran: it has its x */
     if (h->tomb_tail)
-        h->tomb_tail->tomb_next = c;
+        h->tomb_tail->x->tomb_next = c;
     else
         h->tomb_head = c;
     h->tomb_tail = c;
     if (++h->n_tombs <= TH_CALL_TOMBS)
         return NULL;
     th_mcall *old = h->tomb_head;
-    h->tomb_head = old->tomb_next;
+    h->tomb_head = old->x->tomb_next;
     h->n_tombs--;
     return old;
 }
@@ -135,7 +182,7 @@ void th_call_tombs_destroy(th_host *h)
 {
     while (h->tomb_head) {
         th_mcall *c = h->tomb_head;
-        h->tomb_head = c->tomb_next;
+        h->tomb_head = c->x->tomb_next;
         tomb_destroy(c);
     }
     h->tomb_tail = NULL;
@@ -159,24 +206,28 @@ static void call_free(th_mcall *c)
         x->tname[tn] = '\0';
         pthread_mutex_unlock(&c->mu);
     }
-    if (c->x) {
-        th_out_destroy(&c->x->out);
-        th_out_destroy(&c->x->err);
-        free(c->x->meta);
-        free(c->x->set_error_msg);
-        free(c->x->caller_user);
-        c->x->meta = NULL;
-        c->x->set_error_msg = c->x->caller_user = NULL;
+    th_mcall_x *x = c->x;
+    if (x) {
+        if (c->x_ready) { /* streams set up (a zeroed one has spill_fd 0) */
+            th_out_destroy(&x->out);
+            th_out_destroy(&x->err);
+        }
+        free(x->meta);
+        free(x->set_error_msg);
+        free(x->caller_user);
+        x->meta = NULL;
+        x->set_error_msg = x->caller_user = NULL;
+        free(x->ack_msg);
+        th_progress_clear(&x->prog);
+        free(x->last_msg);
+        if (x->cancel_efd >= 0)
+            close(x->cancel_efd);
+        th_result_copy_destroy(&x->final);
+        x->ack_msg = x->last_msg = NULL;
+        x->cancel_efd = -1;
     }
     if (!c->args_borrowed)
         free(c->args);
-    free(c->dupkey);
-    free(c->ack_msg);
-    th_progress_clear(&c->prog);
-    free(c->last_msg);
-    if (c->cancel_efd >= 0)
-        close(c->cancel_efd);
-    th_result_copy_destroy(&c->final);
     th_tool_release(c->tool);
     th_config_unref(c->cfg);
     th_session_unref(c->s);
@@ -184,9 +235,6 @@ static void call_free(th_mcall *c)
     if (tomb) {
         /* Only the fields a late callback reads stay meaningful. */
         c->args = NULL;
-        c->dupkey = NULL;
-        c->ack_msg = c->last_msg = NULL;
-        c->cancel_efd = -1;
         c->tool = NULL;
         c->cfg = NULL;
         c->s = NULL;
@@ -281,24 +329,32 @@ void th_call_deliver_locked(th_mcall *c)
         th_result_copy fin;
         bool have_fin = false;
         ev.call_id = c->base.pub.call_id;
-        if (c->pend_ack) {
+        th_mcall_x *x = c->x;
+        if (c->pend_ack) { /* set by a running call: x exists */
             c->pend_ack = false;
-            msg = c->ack_msg;
-            c->ack_msg = NULL;
+            msg = x->ack_msg;
+            x->ack_msg = NULL;
             r.kind = TH_RESULT_RUNNING;
             r.message = msg ? msg : "task started";
             r.task_id = c->base.pub.call_id;
             ev.kind = TH_EV_RESULT;
             ev.task_id = r.task_id;
             ev.result = &r;
-        } else if (th_progress_take(&c->prog, &pu)) {
+        } else if (x && th_progress_take(&x->prog, &pu)) {
             th_progress_event(&pu, c->base.pub.call_id, &ev);
         } else if (c->pend_final) {
             c->pend_final = false;
-            fin = c->final;
-            memset(&c->final, 0, sizeof c->final);
-            have_fin = true;
-            result_view(&fin, &r);
+            if (x) {
+                fin = x->final;
+                memset(&x->final, 0, sizeof x->final);
+                have_fin = true;
+                result_view(&fin, &r);
+            } else {
+                /* answered without memory for its x: the error alone */
+                r.kind = TH_RESULT_ERROR;
+                r.error = c->fin_oom;
+                r.message = th_strerror(c->fin_oom);
+            }
             ev.kind = c->acked ? TH_EV_DONE : TH_EV_RESULT;
             ev.task_id = c->acked ? c->base.pub.call_id : 0;
             ev.result = &r;
@@ -317,7 +373,7 @@ void th_call_deliver_locked(th_mcall *c)
         pthread_mutex_lock(&c->mu);
     }
     c->delivering = false;
-    pthread_cond_broadcast(&c->cv);
+    th_call_wake_locked(c);
 }
 
 /* The notifier thread's work for one call (manager.c). */
@@ -337,7 +393,7 @@ void th_mcall_detach(th_mcall *c)
     pthread_mutex_lock(&c->mu);
     c->fn = NULL;
     while (c->delivering && !pthread_equal(c->deliverer, pthread_self()))
-        pthread_cond_wait(&c->cv, &c->mu);
+        th_call_wait_locked(c);
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -346,22 +402,44 @@ void th_mcall_detach(th_mcall *c)
 /* With c->mu held and the caller holding a reference: makes *res the final
  * answer and takes the call out of every table.  Returns true when the
  * session's tool list changed (the caller calls tools_changed unlocked). */
-static bool answer_locked(th_mcall *c, th_result_copy *res)
+/* With s->mu held: the call's execution is over (exec_counted).  Only
+ * th_session_close waits for exec_live, after setting `closing` under
+ * s->mu: no one to wake before that. */
+static void exec_over_locked(th_mcall *c, th_session *s)
+{
+    c->exec_counted = false;
+    s->exec_live--;
+    if (s->closing)
+        pthread_cond_broadcast(&s->cv);
+}
+
+/* `exec_over`: the answer is the end of the call's execution as well
+ * (th_mcall_exec_end): both in one turn of the session's lock. */
+static bool answer_locked(th_mcall *c, th_result_copy *res, bool exec_over)
 {
     th_host *h = c->h;
     th_session *s = c->s;
     bool changed = false;
     c->answered = true;
-    c->final = *res;
-    memset(res, 0, sizeof *res);
-    c->final.task_id = c->acked ? c->base.pub.call_id : 0;
+    if (!c->x)
+        c->x = x_new(); /* answered before it ran (queued, then cancelled) */
+    if (c->x) {
+        c->x->final = *res;
+        memset(res, 0, sizeof *res);
+        c->x->final.task_id = c->acked ? c->base.pub.call_id : 0;
+    } else {
+        c->fin_oom = res->kind == TH_RESULT_ERROR && res->error ? res->error
+                                                                : TH_ENOMEM;
+    }
     c->pend_final = true;
 
     th_dup_remove(c);
     th_mgr_disarm(h, c);
     pthread_mutex_lock(&s->mu);
+    if (exec_over && c->exec_counted)
+        exec_over_locked(c, s);
     if (c->in_session) {
-        th_u64map_del(&s->calls, c->base.pub.call_id);
+        th_u64map_del_node(&s->calls, &c->snode);
         c->in_session = false;
         ref_drop_nonlast(c);
     }
@@ -376,8 +454,8 @@ static bool answer_locked(th_mcall *c, th_result_copy *res)
         pthread_mutex_lock(&h->tmu);
         if (c->in_tasks)
             th_u64map_del(&h->tasks, c->base.pub.call_id);
-        if (c->acked && c->scope == TH_SCOPE_TOOLSET)
-            th_tasks_keep_locked(h, c->base.pub.call_id, c->ts_idx, &c->final);
+        if (c->acked && c->scope == TH_SCOPE_TOOLSET) /* acked: x exists */
+            th_tasks_keep_locked(h, c->base.pub.call_id, c->ts_idx, &c->x->final);
         pthread_mutex_unlock(&h->tmu);
         if (c->in_tasks) {
             c->in_tasks = false;
@@ -417,7 +495,7 @@ bool th_call_answer_error(th_mcall *c, int code, const char *msg)
         return false;
     }
     count_error(c->st, code);
-    bool changed = answer_locked(c, &res);
+    bool changed = answer_locked(c, &res, false);
     th_call_deliver_locked(c);
     pthread_mutex_unlock(&c->mu);
     if (changed)
@@ -597,13 +675,17 @@ static int build_result(th_mcall *c, int status, th_result_copy *res)
     return 0;
 }
 
-void th_mcall_exec_end(th_mcall *c, int status, bool ran)
+/* `ended`: the caller set c->ended already, under mu (th_mcall_run, in
+ * the turn of the lock it takes when execute() returns). */
+static void exec_end(th_mcall *c, int status, bool ran, bool ended)
 {
     /* From here on a callback on the handle is a misuse (call_cb.c): no
      * write may race with building the result. */
-    pthread_mutex_lock(&c->mu);
-    c->ended = true;
-    pthread_mutex_unlock(&c->mu);
+    if (!ended) {
+        pthread_mutex_lock(&c->mu);
+        c->ended = true;
+        pthread_mutex_unlock(&c->mu);
+    }
     th_mgr_release(c->h, c);
     th_result_copy res;
     memset(&res, 0, sizeof res);
@@ -617,21 +699,20 @@ void th_mcall_exec_end(th_mcall *c, int status, bool ran)
     th_call_cancel_hooks_end_locked(c); /* ABI 1.1: no cancel hook after this */
     bool was_running = c->phase == TH_PH_RUNNING;
     c->phase = TH_PH_OVER;
-    if (c->exec_counted) {
-        c->exec_counted = false;
+    bool answering = !c->answered && have;
+    if (c->exec_counted && !answering) {
         pthread_mutex_lock(&c->s->mu);
-        c->s->exec_live--;
-        pthread_cond_broadcast(&c->s->cv);
+        exec_over_locked(c, c->s);
         pthread_mutex_unlock(&c->s->mu);
     }
-    if (!c->answered && have) {
+    if (answering) {
         if (c->st) {
             if (res.kind == TH_RESULT_ERROR)
                 count_error(c->st, res.error);
             else
                 atomic_fetch_add(res.ok ? &c->st->ok : &c->st->failed, 1);
         }
-        changed = answer_locked(c, &res);
+        changed = answer_locked(c, &res, true);
         th_call_deliver_locked(c);
     } else if (ran && c->st) {
         atomic_fetch_add(&c->st->late, 1);
@@ -649,6 +730,11 @@ void th_mcall_exec_end(th_mcall *c, int status, bool ran)
     th_result_copy_destroy(&res);
     if (changed)
         th_session_task_tools_changed(c->s);
+}
+
+void th_mcall_exec_end(th_mcall *c, int status, bool ran)
+{
+    exec_end(c, status, ran, false);
 }
 
 /* ---- Running ------------------------------------------------------------------ */
@@ -691,11 +777,25 @@ static void set_read_on_base(th_mcall *c)
  * 0 or TH_ENOMEM.  Owner, before execute(). */
 static int x_open(th_mcall *c)
 {
-    th_mcall_x *x = c->x_room;
-    if (x)
-        memset(x, 0, sizeof *x);
-    else if (!(x = calloc(1, sizeof *x)))
-        return TH_ENOMEM;
+    if (c->x_ready)
+        return 0;
+    /* With the room, x was set before the call was visible to another
+     * thread; else it is set under mu (here or by an answer). */
+    th_mcall_x *x = c->x_room ? c->x : NULL;
+    if (!x) {
+        /* A queued call: its x is made now (or was, by an answer that
+         * came first, under mu: then the call does not run). */
+        th_mcall_x *nx = x_new();
+        if (!nx)
+            return TH_ENOMEM;
+        pthread_mutex_lock(&c->mu);
+        if (!c->x)
+            c->x = nx;
+        else
+            x_free_unused(nx);
+        x = c->x;
+        pthread_mutex_unlock(&c->mu);
+    }
     const th_tool *t = c->tool;
     const th_limits *hl = &c->cfg->limits;
     uint32_t so = t->stdout_type < TH_SEM_COUNT ? t->stdout_type : TOOLHOST_SEM_TEXT;
@@ -709,7 +809,7 @@ static int x_open(th_mcall *c)
         (void)th_out_spill(&x->out, hc->spill_dir, hc->spill_max_bytes);
         (void)th_out_spill(&x->err, hc->spill_dir, hc->spill_max_bytes);
     }
-    c->x = x;
+    c->x_ready = true;
     set_read_on_base(c);
     return 0;
 }
@@ -724,7 +824,7 @@ void th_mcall_run(th_mcall *c)
         th_call_prepare(c);
         return;
     }
-    if (!c->x && x_open(c) != 0) {
+    if (x_open(c) != 0) {
         th_call_answer_error(c, TH_ENOMEM, "out of memory");
         th_mcall_exec_end(c, TOOLHOST_FAILED, false);
         th_mcall_unref(c);
@@ -761,6 +861,11 @@ void th_mcall_run(th_mcall *c)
     bool take = susp && st != TOOLHOST_PENDING && !c->completed;
     if (take)
         c->completed = true;
+    /* the usual end (no suspend, ok or failed): ended now, saving
+     * exec_end a turn of the lock */
+    bool end_now = !susp && (st == TOOLHOST_OK || st == TOOLHOST_FAILED);
+    if (end_now)
+        c->ended = true;
     if (c->args_borrowed && susp && st == TOOLHOST_PENDING &&
         th_mgr_own_args(c) != 0) {
         /* A suspended task lists its arguments (tasks.list) after the
@@ -787,7 +892,7 @@ void th_mcall_run(th_mcall *c)
             th_mcall_unref(c); /* the suspend reference */
         }
     } else if (st == TOOLHOST_OK || st == TOOLHOST_FAILED) {
-        th_mcall_exec_end(c, st, true);
+        exec_end(c, st, true, end_now);
     } else {
         char m[200];
         snprintf(m, sizeof m, "tool %s returned %d from execute (expected ok, failed, or pending after suspend)",

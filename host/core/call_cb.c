@@ -69,14 +69,19 @@ void th_call_cancel_hooks_fire(th_mcall *c)
         return;
     }
     c->cancel_fired = true;
-    if (c->cancel_efd >= 0) {
+    if (!c->x) {
+        /* never ran: no hook, no eventfd (a tool sets them up) */
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
+    if (c->x->cancel_efd >= 0) {
         uint64_t one = 1;
-        ssize_t w = write(c->cancel_efd, &one, sizeof one);
+        ssize_t w = write(c->x->cancel_efd, &one, sizeof one);
         (void)w; /* nonblocking; a full counter is still readable */
     }
-    void (*fn)(void *) = c->cancel_fn;
-    void *ud = c->cancel_ud;
-    c->cancel_fn = NULL;
+    void (*fn)(void *) = c->x->cancel_fn;
+    void *ud = c->x->cancel_ud;
+    c->x->cancel_fn = NULL;
     if (fn)
         c->cancel_running = true;
     pthread_mutex_unlock(&c->mu);
@@ -85,16 +90,17 @@ void th_call_cancel_hooks_fire(th_mcall *c)
     fn(ud);
     pthread_mutex_lock(&c->mu);
     c->cancel_running = false;
-    pthread_cond_broadcast(&c->cv);
+    th_call_wake_locked(c);
     pthread_mutex_unlock(&c->mu);
 }
 
 void th_call_cancel_hooks_end_locked(th_mcall *c)
 {
     c->ended = true;
-    c->cancel_fn = NULL;
+    if (c->x)
+        c->x->cancel_fn = NULL;
     while (c->cancel_running)
-        pthread_cond_wait(&c->cv, &c->mu);
+        th_call_wait_locked(c);
 }
 
 static int cb_on_cancel(toolhost_call *call, void (*fn)(void *ud), void *ud)
@@ -103,9 +109,9 @@ static int cb_on_cancel(toolhost_call *call, void (*fn)(void *ud), void *ud)
     pthread_mutex_lock(&c->mu);
     if (!fn) {
         /* Unregister, and wait for a hook that is running. */
-        c->cancel_fn = NULL;
+        c->x->cancel_fn = NULL;
         while (c->cancel_running)
-            pthread_cond_wait(&c->cv, &c->mu);
+            th_call_wait_locked(c);
         pthread_mutex_unlock(&c->mu);
         return 0;
     }
@@ -115,8 +121,8 @@ static int cb_on_cancel(toolhost_call *call, void (*fn)(void *ud), void *ud)
     }
     bool now = c->cancel_fired || cancelled(c);
     if (!now) {
-        c->cancel_fn = fn;
-        c->cancel_ud = ud;
+        c->x->cancel_fn = fn;
+        c->x->cancel_ud = ud;
     }
     pthread_mutex_unlock(&c->mu);
     if (now)
@@ -131,17 +137,17 @@ static int cb_cancel_fd(toolhost_call *call)
     int rc;
     if (c->ended) {
         rc = TOOLHOST_ESTATE;
-    } else if (c->cancel_efd >= 0) {
-        rc = c->cancel_efd;
-    } else if ((c->cancel_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
+    } else if (c->x->cancel_efd >= 0) {
+        rc = c->x->cancel_efd;
+    } else if ((c->x->cancel_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
         rc = errno == ENOMEM ? TOOLHOST_ENOMEM : TOOLHOST_ESTATE;
     } else {
         if (c->cancel_fired || cancelled(c)) {
             uint64_t one = 1;
-            ssize_t w = write(c->cancel_efd, &one, sizeof one);
+            ssize_t w = write(c->x->cancel_efd, &one, sizeof one);
             (void)w;
         }
-        rc = c->cancel_efd;
+        rc = c->x->cancel_efd;
     }
     pthread_mutex_unlock(&c->mu);
     return rc;
@@ -279,18 +285,18 @@ static int cb_progress(toolhost_call *call, double fraction,
         return rc;
     }
     int64_t wall = th_wall_ms();
-    c->last_update_ms = wall;
-    free(c->last_msg);
-    c->last_msg = last;
-    c->last_frac = fraction;
+    c->x->last_update_ms = wall;
+    free(c->x->last_msg);
+    c->x->last_msg = last;
+    c->x->last_frac = fraction;
     if (!c->acked) {
         /* The first update acknowledges: the call becomes a task. */
         c->acked = true;
         atomic_store(&c->is_task, true);
         /* the wall-clock start, read only for tasks (tasks.list) */
-        c->start_wall_ms = wall - (th_now_ns() - c->start_ns) / 1000000;
+        c->x->start_wall_ms = wall - (th_now_ns() - c->start_ns) / 1000000;
         c->pend_ack = true;
-        c->ack_msg = u.message;
+        c->x->ack_msg = u.message;
         u.message = NULL;
         th_progress_update_destroy(&u);
         bool changed = false;
@@ -329,7 +335,7 @@ static int cb_progress(toolhost_call *call, double fraction,
         th_progress_update_destroy(&u);
         return 0;
     }
-    th_progress_put(&c->prog, &u);
+    th_progress_put(&c->x->prog, &u);
     if (!c->delivering) {
         if (inline_here(c)) {
             th_call_deliver_locked(c); /* inline: the caller's own thread */

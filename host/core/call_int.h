@@ -42,4 +42,12 @@ void th_call_cancel_hooks_end_locked(th_mcall *c);
  * one.  NULL when out of memory. */
 void *th_call_rec_new(bool room);
 
+/* A call's x (th_mcall_x), zeroed: its answer part set up (condition
+ * variable, no eventfd, fraction unknown). */
+void th_call_x_init(th_mcall_x *x);
+/* With c->mu held: waits on the call's condition variable (in its x; a
+ * call with no x polls); th_call_wake_locked wakes every waiter. */
+void th_call_wait_locked(th_mcall *c);
+void th_call_wake_locked(th_mcall *c);
+
 #endif

@@ -194,7 +194,6 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
     /* start_wall_ms and last_update_ms: set when the call becomes a task
      * (call_cb.c), the only calls that show them; a clock read saved on
      * every other call */
-    c->last_frac = -1;
     c->heap_idx = SIZE_MAX;
     c->parent = th_mcall_current(); /* referenced: read by cancelled() */
     if (c->parent)
@@ -204,15 +203,16 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
     atomic_init(&c->refs, 1); /* the execution reference */
     atomic_init(&c->abort_code, 0);
     atomic_init(&c->is_task, false);
-    c->cancel_efd = -1;
-    if (room)
-        c->x_room = (th_mcall_x *)(c + 1);
+    if (room) {
+        c->x_room = true;
+        c->x = (th_mcall_x *)(c + 1);
+        th_call_x_init(c->x);
+    }
     pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
     atomic_fetch_add(&h->live_calls, 1);
 
     pthread_mutex_lock(&s->mu);
-    if (s->closing || th_u64map_put(&s->calls, id, c) != 0) {
+    if (s->closing || th_u64map_put_node(&s->calls, &c->snode, id, c) != 0) {
         int rc = s->closing ? TH_ESTATE : TH_ENOMEM;
         pthread_mutex_unlock(&s->mu);
         c->fn = NULL;
@@ -465,10 +465,8 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
     memset(&o, 0, sizeof o);
     if (opts)
         o = *opts;
-    pthread_mutex_lock(&s->mu);
-    bool closing = s->closing;
-    pthread_mutex_unlock(&s->mu);
-    if (closing)
+    /* an early answer only: stage_record checks again under s->mu */
+    if (__atomic_load_n(&s->closing, __ATOMIC_ACQUIRE))
         return TH_ESTATE;
     uint64_t id = atomic_fetch_add(&h->next_id, 1);
     if (call_id)

@@ -10,11 +10,22 @@
 
 /* ---- Duplicates ------------------------------------------------------------- */
 
+struct dup_node;
+
+/* A call's entry in the table (th_mcall.dup_link): made only for the
+ * calls of a tool whose policy is not `allow`, so that the record of every
+ * other call carries one pointer, not the links. */
+typedef struct dup_link {
+    th_mcall *c;
+    struct dup_link *prev, *next;
+    struct dup_node *n;
+} dup_link;
+
 typedef struct dup_node {
     uint64_t hash;
     uint8_t *key;
     size_t len;
-    th_mcall *head;
+    dup_link *head;
     struct dup_node *next;
 } dup_node;
 
@@ -55,7 +66,9 @@ int th_dup_register(th_mcall *c, char *msg, size_t msg_size)
     if (pol == TH_DUP_ALLOW)
         return 0;
     th_buf k = TH_BUF_INIT;
-    if (dup_key(c, scope, &k) != 0) {
+    dup_link *link = calloc(1, sizeof *link);
+    if (!link || dup_key(c, scope, &k) != 0) {
+        free(link);
         th_buf_destroy(&k);
         snprintf(msg, msg_size, "out of memory checking for duplicates");
         return TH_ENOMEM;
@@ -79,7 +92,8 @@ int th_dup_register(th_mcall *c, char *msg, size_t msg_size)
                                scope == TH_DUPSCOPE_NAME ? "any arguments" : "the same arguments");
             int64_t now = th_now_ns();
             int shown = 0;
-            for (th_mcall *o = n->head; o && off < (int)msg_size - 120; o = o->dup_next) {
+            for (dup_link *l = n->head; l && off < (int)msg_size - 120; l = l->next) {
+                th_mcall *o = l->c;
                 if (shown++ == 5) {
                     off += snprintf(msg + off, msg_size - off, " ...");
                     break;
@@ -94,7 +108,8 @@ int th_dup_register(th_mcall *c, char *msg, size_t msg_size)
                          : ". Wait for it or cancel it with cancel_task(task_id).");
             refuse = TH_EDUPLICATE;
         } else if (pol == TH_DUP_REPLACE) {
-            for (th_mcall *o = n->head; o; o = o->dup_next) {
+            for (dup_link *l = n->head; l; l = l->next) {
+                th_mcall *o = l->c;
                 /* Another session's call that is not (yet) a shared task
                  * is not ours to cancel. */
                 if (o->s != c->s && !atomic_load(&o->is_task)) {
@@ -123,18 +138,21 @@ int th_dup_register(th_mcall *c, char *msg, size_t msg_size)
             refuse = TH_ENOMEM;
             snprintf(msg, msg_size, "out of memory checking for duplicates");
         } else {
-            c->dup_prev = NULL;
-            c->dup_next = n->head;
+            link->c = c;
+            link->prev = NULL;
+            link->next = n->head;
             if (n->head)
-                n->head->dup_prev = c;
-            n->head = c;
-            c->dup_node = n;
-            c->in_dup = true;
+                n->head->prev = link;
+            n->head = link;
+            link->n = n;
+            c->dup_link = link;
+            link = NULL;
             ops->ref(c);
         }
     }
     pthread_mutex_unlock(&h->dmu);
     th_buf_destroy(&k);
+    free(link); /* not taken: refused */
     if (refuse) {
         for (size_t i = 0; i < nv; i++)
             ops->unref(victims[i]);
@@ -153,20 +171,29 @@ int th_dup_register(th_mcall *c, char *msg, size_t msg_size)
 void th_dup_leave(th_mcall *c)
 {
     th_host *h = c->h;
+    /* A call whose policy is `allow` (the common case) never joins the
+     * table (th_dup_register): no lock to know that.  (The policy comes
+     * from the call's own config snapshot: it cannot change.) */
+    th_dup_policy pol;
+    th_dup_scope scope;
+    policy_of(c, &pol, &scope);
+    if (pol == TH_DUP_ALLOW)
+        return;
     pthread_mutex_lock(&h->dmu);
-    if (!c->in_dup) {
+    dup_link *l = c->dup_link;
+    if (!l) {
         pthread_mutex_unlock(&h->dmu);
         return;
     }
-    dup_node *n = c->dup_node;
-    if (c->dup_prev)
-        c->dup_prev->dup_next = c->dup_next;
+    dup_node *n = l->n;
+    if (l->prev)
+        l->prev->next = l->next;
     else
-        n->head = c->dup_next;
-    if (c->dup_next)
-        c->dup_next->dup_prev = c->dup_prev;
-    c->in_dup = false;
-    c->dup_prev = c->dup_next = NULL;
+        n->head = l->next;
+    if (l->next)
+        l->next->prev = l->prev;
+    c->dup_link = NULL;
+    free(l);
     if (!n->head) {
         size_t b = n->hash & (h->dup_nb - 1);
         for (dup_node **pp = (dup_node **)&h->dup_b[b]; *pp; pp = &(*pp)->next)

@@ -88,7 +88,8 @@ void th_session_close(th_session *s)
         return;
     th_host *h = s->h;
     pthread_mutex_lock(&s->mu);
-    s->closing = true;
+    __atomic_store_n(&s->closing, true, __ATOMIC_RELEASE); /* th_call_start
+                                                               reads it unlocked */
     size_t n = s->calls.n;
     th_mcall **v = calloc(n ? n : 1, sizeof *v), **p = v;
     if (v)

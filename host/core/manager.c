@@ -91,6 +91,21 @@ static void groups_of(th_host *h, th_mcall *c)
     }
 }
 
+/* Whether groups_of() would give the call any group (without making
+ * one): the same tests on the call's config snapshot and its tool. */
+static bool needs_groups(const th_mcall *c)
+{
+    if (c->ts && c->ts->max_concurrency)
+        return true;
+    const th_tool_override *ov = c->ts ? th_host_override(c->ts, c->tool->name) : NULL;
+    if (ov && ov->max_concurrency)
+        return true;
+    if (c->tool->flags & TOOLHOST_TOOL_SERIAL)
+        return true;
+    const th_plugin *pl = c->tool->plugin;
+    return pl && (pl->flags & TOOLHOST_PLUGIN_SERIAL);
+}
+
 static th_group *group_full(th_mcall *c)
 {
     for (int i = 0; i < c->n_groups; i++)
@@ -157,6 +172,11 @@ void th_mgr_release(th_host *h, th_mcall *c)
     th_mgr *m = &h->mgr;
     if (!c->has_slots)
         return;
+    if (c->n_groups == 0) {
+        /* no group: no slot to give back, no one parked behind it */
+        c->has_slots = false;
+        return;
+    }
     pthread_mutex_lock(&m->mu);
     size_t moved = 0;
     for (int i = 0; i < c->n_groups; i++) {
@@ -410,6 +430,17 @@ void th_mgr_submit(th_mcall *c)
     /* A queued call outlives th_call_start: it needs its own arguments. */
     if (!try_inline && th_mgr_own_args(c) != 0) {
         m->ops->never_run(c, TH_ENOMEM, "out of memory");
+        return;
+    }
+    if (try_inline && !nested && !needs_groups(c) &&
+        !__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE)) {
+        /* No concurrency limit applies: nothing of the pool to take, so
+         * not its lock either (the common inline call). */
+        c->n_groups = 0;
+        c->has_slots = false;
+        atomic_fetch_add(&m->inline_calls, 1);
+        c->inline_run = true;
+        m->ops->run(c);
         return;
     }
     pthread_mutex_lock(&m->mu);
@@ -967,7 +998,8 @@ static uint32_t join_workers(th_mgr *m, int64_t until_ns)
 static bool stop_threads(th_mgr *m)
 {
     pthread_mutex_lock(&m->mu);
-    m->stop = true;
+    __atomic_store_n(&m->stop, true, __ATOMIC_RELEASE); /* read unlocked
+                                                          by th_mgr_submit */
     pthread_cond_broadcast(&m->cv);
     pthread_mutex_unlock(&m->mu);
     /* The deadline thread first: it starts no replacement from now on. */

@@ -57,6 +57,15 @@ void *th_u64map_del(th_u64map *m, uint64_t key);
 void th_u64map_each(const th_u64map *m, void (*fn)(uint64_t k, void *v,
                                                     void *ud), void *ud);
 
+/* The same with nodes the caller owns (embedded in what they map to: no
+ * allocation per entry).  A map uses one kind or the other.  put_node:
+ * 0, TH_ESTATE (the key is there), or TH_ENOMEM; del_node unlinks `n`;
+ * destroy_unowned frees the map's own memory, not the nodes. */
+int th_u64map_put_node(th_u64map *m, th_u64map_node *n, uint64_t key,
+                       void *val);
+void th_u64map_del_node(th_u64map *m, th_u64map_node *n);
+void th_u64map_destroy_unowned(th_u64map *m);
+
 uint64_t th_hash_bytes(const void *data, size_t len);
 
 /* ---- Numbers (stats.c) --------------------------------------------------- */
@@ -106,12 +115,17 @@ void th_stat_window(th_stat *st, int64_t now_ns, unsigned slots,
 
 typedef struct th_mcall th_mcall;
 
-/* What only a call that runs needs (th_mcall.x): its output streams, the
- * tool's meta, a built-in's error, the caller() strings, the tool's name
- * for a tombstone.  Made when the call starts running (th_mcall_run), so
- * that a call waiting in the queue (an async task among thousands) does
- * not carry it; a call that may run inline has the room for it in its
- * own allocation. */
+/* What only a call that runs, or is answered, needs (th_mcall.x): its
+ * output streams, the tool's meta, a built-in's error, the caller()
+ * strings, the tool's name for a tombstone (owner-only), and, under the
+ * call's mu, the answer part: the final result, the pending progress, the
+ * task's last message and times, the ABI 1.1 cancel hooks, the condition
+ * variable.  Made when the call starts running (th_mcall_run), or when it
+ * is answered before that (a queued call cancelled or timed out), so that
+ * a call waiting in the queue (an async task among thousands) carries
+ * none of it; a call that may run inline has it in its own allocation.
+ * c->x is set once, under c->mu (or before the call is visible to another
+ * thread), and stays until the call is freed (a tombstone keeps it). */
 typedef struct th_mcall_x {
     th_out out, err;
     uint8_t *meta;
@@ -121,6 +135,23 @@ typedef struct th_mcall_x {
     char *caller_user;
     char caller_session[24];
     char tname[72];             /* a tombstone's tool name */
+    struct th_mcall *tomb_next; /* the host's quarantine (host->mu) */
+
+    /* Under the call's mu. */
+    pthread_cond_t cv;
+    char *ack_msg;
+    th_progress_slot prog;      /* the latest progress not yet delivered */
+    th_result_copy final;
+    int64_t start_wall_ms;      /* set when acknowledged (a task) */
+    int64_t last_update_ms;
+    char *last_msg;
+    double last_frac;
+    /* ABI 1.1 host callbacks (call_cb.c): the on_cancel() registration,
+     * the cancel_fd() eventfd (-1 until asked for; closed when the call
+     * is freed) */
+    void (*cancel_fn)(void *ud);
+    void *cancel_ud;
+    int cancel_efd;
 } th_mcall_x;
 
 /* A call's final answer is decided (answer_locked, c->mu held): its
@@ -158,6 +189,13 @@ typedef enum th_phase {
     TH_PH_OVER        /* execution over (or never ran) */
 } th_phase;
 
+/* The fields are ordered by size (pointers and 64-bit numbers, then
+ * 32-bit ones, then the flags together) so that a queued call has no
+ * padding: with the answer part in x (th_mcall_x) that keeps a queued
+ * async task under 512 bytes in all (bench/startup.c).  Which lock
+ * guards a field is said beside it: [mgr] mgr->mu, [dmu] host->dmu,
+ * [tmu] mgr->tmu, [nmu] mgr->nmu, [owner] the thread running execute(),
+ * then the plugin's, [mu] the call's mu. */
 struct th_mcall {
     th_call_base base;          /* first: toolhost_call* is a th_mcall* */
     th_host *h;
@@ -171,73 +209,83 @@ struct th_mcall {
     const th_tool *tool;        /* pinned until the call is freed */
     th_stat *st;
     const th_toolset_cfg *ts;   /* in cfg; NULL for the task tools */
-    int ts_idx;
     const th_mock_cfg *mock;
     uint8_t *args;              /* validated arguments: owned, or (while
                                    args_borrowed) the caller's own bytes */
     size_t args_len;
+    int64_t timeout_ms;
+    int64_t start_ns;           /* monotonic */
+    _Atomic int64_t deadline_ns;/* 0: none */
+    int64_t opt_timeout_ms;
+
+    th_u64map_node snode;       /* its node in s->calls (session->mu) */
+    void *dup_link;             /* [dmu] its entry in the duplicate
+                                   table (dup.c), or NULL */
+
+    /* Pool [mgr]. */
+    th_mcall *qnext;
+    uint64_t qseq;
+    th_group *groups[4];
+
+    /* Deadline heap [tmu]. */
+    size_t heap_idx;            /* SIZE_MAX: not in the heap */
+    int64_t heap_ns;            /* its key: the deadline, or for a lost
+                                   watch deadline + lost_worker_grace */
+
+    /* Notifier queue [nmu]. */
+    th_mcall *nnext;
+
+    th_mcall_x *x;              /* [mu] NULL until the call runs or is
+                                   answered; set once; kept by a tombstone */
+
+    pthread_mutex_t mu;
+    pthread_t deliverer;        /* [mu] */
+    th_event_fn fn;             /* [mu] NULL once detached */
+    void *ud;                   /* [mu] */
+    const char *front;          /* th_call_opts.front, or NULL */
+
+    int ts_idx;
+    th_task_scope scope;
+    atomic_int refs;
+    atomic_int abort_code;      /* the cancel flag: 0, TH_ECANCELLED or
+                                   TH_ETIMEOUT */
+    int n_groups;               /* [mgr] */
+    th_phase phase;             /* [mu] */
+    int fin_oom;                /* [mu] answered with this error code while
+                                   no x could be made: delivered without a
+                                   stored result (out of memory) */
+
+    uint16_t waiters;           /* [mu] threads in th_call_wait_locked */
     bool args_borrowed;         /* args point into the buffer given to
                                    th_call_start: valid while that call
                                    runs on the caller's thread; copied
                                    (th_mgr_own_args) before the call is
                                    queued, waits for permission, or lives
                                    on after execute() (suspend) */
-    th_task_scope scope;
     bool is_async;              /* TOOLHOST_TOOL_ASYNC */
     bool no_progress, may_block;
     bool args_ok;               /* validated: its end counts in the latency
                                    numbers */
-    int64_t timeout_ms;
-    int64_t start_ns;           /* monotonic */
-    int64_t start_wall_ms;      /* set when acknowledged (a task) */
-    _Atomic int64_t deadline_ns;/* 0: none */
-    int64_t opt_timeout_ms;
-
-    atomic_int refs;
-    atomic_int abort_code;      /* the cancel flag: 0, TH_ECANCELLED or
-                                   TH_ETIMEOUT */
+    bool output_info;           /* th_call_opts.output_info */
     atomic_bool is_task;        /* acknowledged (readable without mu) */
+    atomic_bool lost_watch;     /* [tmu] in the heap for the lost-worker
+                                   check */
+    bool confirm;               /* [dmu] confirm_duplicate: true */
+    bool prep;                  /* [mgr] queued for a worker to run the
+                                   stages that call plugin code
+                                   (call_start.c) */
+    bool has_slots;             /* [mgr] holds a slot in each group */
 
-    /* Duplicate table (host->dmu). */
-    uint8_t *dupkey;
-    size_t dupkey_len;
-    bool confirm;               /* confirm_duplicate: true */
-    th_mcall *dup_prev, *dup_next;
-    bool in_dup;
-    void *dup_node;
-
-    /* Pool (mgr->mu). */
-    bool prep;                  /* queued for a worker to run the stages
-                                   that call plugin code (call_start.c) */
-    th_mcall *qnext;
-    uint64_t qseq;
-    th_group *groups[4];
-    int n_groups;
-    bool has_slots;             /* holds a slot in each group */
-
-    /* Deadline heap (mgr->tmu). */
-    size_t heap_idx;            /* SIZE_MAX: not in the heap */
-    int64_t heap_ns;            /* its key: the deadline, or for a lost
-                                   watch deadline + lost_worker_grace */
-    atomic_bool lost_watch;     /* in the heap for the lost-worker check */
-
-    /* Notifier queue (mgr->nmu). */
-    th_mcall *nnext;
-
-    /* Owner-only (the thread running execute(), then the plugin's). */
-    th_mcall_x *x;              /* NULL until the call runs; kept by a
-                                   tombstone */
-    th_mcall_x *x_room;         /* room for x in this allocation, or NULL */
+    /* [owner] */
+    bool x_room;                /* x is in this allocation (c + 1) */
+    bool x_ready;               /* x's output streams are set up */
     bool in_execute, suspended;
     bool completed;             /* complete() was called (once only) */
     bool ran;                   /* execute() was entered */
     bool inline_run;            /* runs on the caller's thread */
     bool fast_sample;           /* execute() timed for call_fast.c */
 
-    /* Everything below: under mu. */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    th_phase phase;
+    /* [mu] */
     bool answered;              /* the final answer is decided */
     bool acked;                 /* a task: RUNNING was (or is) sent */
     bool live_counted;          /* counted in the session's live tasks */
@@ -245,30 +293,16 @@ struct th_mcall {
     bool in_tasks;              /* in host->tasks */
     bool exec_counted;          /* counted in s->exec_live */
     bool delivering;
-    pthread_t deliverer;
     bool notify_queued;
-    th_event_fn fn;             /* NULL once detached */
-    void *ud;
     bool pend_ack;
-    char *ack_msg;
-    th_progress_slot prog;           /* the latest progress not yet delivered */
     bool pend_final;
-    th_result_copy final;
-    int64_t last_update_ms;
-    char *last_msg;
-    double last_frac;
 
-    /* ABI 1.1 host callbacks (call.c, "ABI 1.1"), under mu: the
-     * on_cancel() registration, the cancel_fd() eventfd (-1 until asked
-     * for; closed when the call is freed), whether cancellation fired, a
-     * hook running (th_mcall_exec_end waits for it: no hook after the
-     * call ended), and the caller() strings (filled once, by the owner). */
-    void (*cancel_fn)(void *ud);
-    void *cancel_ud;
-    int cancel_efd;
+    /* ABI 1.1 host callbacks (call_cb.c), [mu]: whether cancellation
+     * fired, a hook running (th_mcall_exec_end waits for it: no hook
+     * after the call ended); the hook itself and the eventfd are in x. */
     bool cancel_fired, cancel_running, ended;
 
-    /* Contract safety (call_cb.c, call.c), under mu.  `ended` above is set
+    /* Contract safety (call_cb.c, call.c), [mu].  `ended` above is set
      * when execution ends (before the result is built): from then on a
      * callback on the handle is a plugin's misuse, answered
      * TOOLHOST_ESTATE with one log line (`misuse_logged`).  A call whose
@@ -278,9 +312,6 @@ struct th_mcall {
      * a late callback finds valid memory that says "ended". */
     bool misuse_logged;
     bool tomb;
-    th_mcall *tomb_next;        /* the host's quarantine (host->mu) */
-    const char *front;          /* th_call_opts.front, or NULL */
-    bool output_info;           /* th_call_opts.output_info */
 };
 
 /* How many ended calls the host keeps as tombstones (see th_mcall.tomb):
@@ -545,7 +576,8 @@ struct th_session {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool closing;
-    th_u64map calls;            /* in-flight calls and live tasks (refs) */
+    th_u64map calls;            /* in-flight calls and live tasks (refs);
+                                   nodes embedded in the calls (snode) */
     size_t live_tasks;
     size_t exec_live;           /* session-scoped calls still executing */
     int ops_inflight;           /* tools_changed running */

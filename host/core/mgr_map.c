@@ -121,3 +121,40 @@ void th_u64map_each(const th_u64map *m,
         for (th_u64map_node *n = m->b[i]; n; n = n->next)
             fn(n->key, n->val, ud);
 }
+
+/* ---- Nodes owned by the caller ------------------------------------------ */
+
+int th_u64map_put_node(th_u64map *m, th_u64map_node *n, uint64_t key,
+                       void *val)
+{
+    if (th_u64map_get(m, key))
+        return TH_ESTATE;
+    if (m->n >= m->nb && grow(m) != 0 && m->nb == 0)
+        return TH_ENOMEM;
+    size_t s = slot(m, key);
+    n->key = key;
+    n->val = val;
+    n->next = m->b[s];
+    m->b[s] = n;
+    m->n++;
+    return 0;
+}
+
+void th_u64map_del_node(th_u64map *m, th_u64map_node *n)
+{
+    if (!m->nb)
+        return;
+    for (th_u64map_node **pp = &m->b[slot(m, n->key)]; *pp; pp = &(*pp)->next)
+        if (*pp == n) {
+            *pp = n->next;
+            n->next = NULL;
+            m->n--;
+            return;
+        }
+}
+
+void th_u64map_destroy_unowned(th_u64map *m)
+{
+    free(m->b);
+    th_u64map_init(m);
+}

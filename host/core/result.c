@@ -10,6 +10,13 @@ void th_result_copy_destroy(th_result_copy *r)
 {
     if (!r)
         return;
+    if (!r->out.data && !r->err.data && !r->meta.data && !r->message) {
+        /* nothing owned (a result moved out, an error with the default
+         * message): the common case of the several per call */
+        r->out.len = r->out.cap = r->err.len = r->err.cap = 0;
+        r->meta.len = r->meta.cap = 0;
+        return;
+    }
     th_buf_destroy(&r->out);
     th_buf_destroy(&r->err);
     th_buf_destroy(&r->meta);

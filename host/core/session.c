@@ -164,7 +164,7 @@ void th_session_unref(th_session *s)
 {
     if (atomic_fetch_sub(&s->refs, 1) != 1)
         return;
-    th_u64map_destroy(&s->calls);
+    th_u64map_destroy_unowned(&s->calls); /* empty: every call left it */
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s->usable);

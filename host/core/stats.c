@@ -11,9 +11,29 @@
 static th_stat *stat_get_in(th_host *h, _Atomic(th_stat *) *table,
                             size_t mask, const char *tool);
 
+/* The entry a thread looked up last: a thread calling one tool again and
+ * again finds it without hashing the name.  Keyed like the group cache
+ * below: the host's serial (entries live until their host closes; serials
+ * are never reused) and the name, checked against the entry's own. */
+typedef struct stat_cache {
+    uint64_t serial;
+    th_stat *st;
+} stat_cache;
+static __thread stat_cache tl_stat;
+
 th_stat *th_stat_get(th_host *h, const char *tool)
 {
-    return stat_get_in(h, h->stat_b, 255, tool);
+    stat_cache *e = &tl_stat;
+    if (e->st && e->serial == h->mgr.serial && strcmp(e->st->tool, tool) == 0)
+        return e->st;
+    th_stat *st = stat_get_in(h, h->stat_b, 255, tool);
+    /* not a group entry (they have their own cache); serial 0: the
+     * manager is not set up yet, nothing to key on */
+    if (st && tool[0] != '\001' && h->mgr.serial != 0) {
+        e->serial = h->mgr.serial;
+        e->st = st;
+    }
+    return st;
 }
 
 static th_stat *stat_get_in(th_host *h, _Atomic(th_stat *) *table,
@@ -391,11 +411,14 @@ void th_stat_call_end(th_mcall *c)
     th_stat_latency_at(c->st, ns, now);
     /* the final result is an ERROR or a DONE; an acknowledgement is not
      * final */
-    if (c->final.kind == TH_RESULT_RUNNING)
+    th_result_copy oom = {.kind = TH_RESULT_ERROR, .error = c->fin_oom};
+    const th_result_copy *fin = c->x ? &c->x->final : &oom; /* no x: out of
+                                                               memory */
+    if (fin->kind == TH_RESULT_RUNNING)
         return;
-    group_count(c->h, 't', c->ts ? c->ts->name : "(tasks)", &c->final, ns);
+    group_count(c->h, 't', c->ts ? c->ts->name : "(tasks)", fin, ns);
     const char *front = c->s ? c->s->ops.front : NULL;
-    group_count(c->h, 'f', front ? front : "other", &c->final, ns);
+    group_count(c->h, 'f', front ? front : "other", fin, ns);
 }
 
 int th_host_group_stats_foreach(th_host *h,

@@ -142,15 +142,15 @@ static th_kept *kept_new(th_mcall *c)
     k->owner_uid = c->s->who.uid;
     k->ts_idx = c->ts_idx;
     k->scope = c->scope;
-    k->started_ms = c->start_wall_ms;
-    k->last_update_ms = c->last_update_ms;
+    k->started_ms = c->x->start_wall_ms;
+    k->last_update_ms = c->x->last_update_ms;
     k->ended_ms = th_wall_ms();
-    k->fraction = c->last_frac;
+    k->fraction = c->x->last_frac;
     k->refs = 1;
     if (!(k->tool = strdup(c->tool->name)) ||
-        (c->last_msg && !(k->message = strdup(c->last_msg))) ||
+        (c->x->last_msg && !(k->message = strdup(c->x->last_msg))) ||
         (c->args_len && !(k->args = malloc(c->args_len))) ||
-        th_result_copy_dup(&k->res, &c->final) != 0) {
+        th_result_copy_dup(&k->res, &c->x->final) != 0) {
         kept_free(k);
         return NULL;
     }
@@ -160,7 +160,7 @@ static th_kept *kept_new(th_mcall *c)
     return k;
 }
 
-/* Records the end of task c (c->mu held, c->final set). */
+/* Records the end of task c (c->mu held, c->x->final set). */
 static void record_end(th_mcall *c)
 {
     th_host *h = c->h;
@@ -168,7 +168,7 @@ static void record_end(th_mcall *c)
     th_kept *k = kept_new(c);
     int64_t ttl_ns = (int64_t)c->cfg->host.result_ttl_ms * 1000000; /* the call's config */
     pthread_mutex_lock(&h->tmu);
-    wake_waiters_locked(h, id, &c->final);
+    wake_waiters_locked(h, id, &c->x->final);
     if (!k) {
         pthread_mutex_unlock(&h->tmu);
         th_log_error("task=%llu out of memory keeping its result", (unsigned long long)id);
@@ -232,13 +232,13 @@ static bool live_view_locked(th_mcall *c, th_task_view *v, char **msg)
     v->tool = c->tool->name;
     v->scope = c->scope;
     v->state = TH_TASK_WORKING;
-    v->started_ms = c->start_wall_ms;
-    v->last_update_ms = c->last_update_ms;
-    v->fraction = c->last_frac;
+    v->started_ms = c->x->start_wall_ms;
+    v->last_update_ms = c->x->last_update_ms;
+    v->fraction = c->x->last_frac;
     v->args = c->args;
     v->args_len = c->args_len;
-    if (c->last_msg)
-        *msg = strdup(c->last_msg); /* out of memory: shown without it */
+    if (c->x->last_msg)
+        *msg = strdup(c->x->last_msg); /* out of memory: shown without it */
     v->message = *msg;
     return true;
 }

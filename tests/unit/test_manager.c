@@ -263,6 +263,44 @@ static void test_dup_reject(void)
     close_all();
 }
 
+/* A call answered before it ran (here: refused as a duplicate) gets the
+ * answer part of its record made then; freeing it must not treat its
+ * never-opened output streams as open (a zeroed stream says spill fd 0):
+ * file descriptor 0 stays the process's. */
+static void test_answered_before_run_keeps_fds(void)
+{
+    int saved = dup(0);
+    int p[2];
+    CU_ASSERT_EQUAL_FATAL(pipe(p), 0);
+    CU_ASSERT_EQUAL_FATAL(dup2(p[0], 0), 0);
+    close(p[0]);
+    dup_host(TH_DUP_REJECT, TH_DUPSCOPE_NAME, TH_SCOPE_SESSION);
+    rec a, b;
+    rec_init(&a);
+    rec_init(&b);
+    start(S, "t_dup", A(1, "ms", 'i', 100LL), NULL, &a);
+    start(S, "t_dup", A(1, "ms", 'i', 5LL), NULL, &b);
+    CU_ASSERT_TRUE(rec_wait(&b, 2000));
+    CU_ASSERT_EQUAL(b.final.error, TH_EDUPLICATE);
+    CU_ASSERT_TRUE(rec_wait(&a, 3000));
+    rec_free(&a);
+    rec_free(&b);
+    close_all();
+    /* fd 0 is still the pipe's read end */
+    CU_ASSERT_NOT_EQUAL(fcntl(0, F_GETFD), -1);
+    CU_ASSERT_EQUAL(write(p[1], "k", 1), 1);
+    char ch = 0;
+    CU_ASSERT_EQUAL(read(0, &ch, 1), 1);
+    CU_ASSERT_EQUAL(ch, 'k');
+    close(p[1]);
+    if (saved >= 0) {
+        dup2(saved, 0);
+        close(saved);
+    } else {
+        close(0);
+    }
+}
+
 static void test_dup_replace(void)
 {
     dup_host(TH_DUP_REPLACE, TH_DUPSCOPE_NAME, TH_SCOPE_SESSION);
@@ -523,6 +561,42 @@ static void test_cancel_before_start(void)
     CU_ASSERT_EQUAL(atomic_load(&fx_echo_runs), 0);
     CU_ASSERT_EQUAL(th_call_cancel(S, id), TH_ENOTFOUND);
     CU_ASSERT_EQUAL(b.finals, 1);
+    rec_free(&a);
+    rec_free(&b);
+    close_all();
+}
+
+/* A call waiting in the queue costs its record and its arguments only:
+ * the answer part (final result, progress slot, task fields, cancel hooks,
+ * condition variable) and the running part come when it runs.  The
+ * record's size is what keeps 10,000 queued tasks under 512 B each
+ * (bench/startup.c); a field added to it shows here first. */
+static void test_queued_call_is_small(void)
+{
+    CU_ASSERT_TRUE(sizeof(th_mcall) <= 392);
+    open_default(1, 1, 64);
+    rec a, b;
+    rec_init(&a);
+    rec_init(&b);
+    start(S, "t_sleep", A(1, "ms", 'i', 150LL), NULL, &a);
+    nap_ms(10);
+    uint64_t id = start(S, "t_echo", A(1, "text", 's', "later"), NULL, &b);
+    pthread_mutex_lock(&S->mu);
+    th_mcall *c = th_u64map_get(&S->calls, id);
+    if (c)
+        th_mcall_ref(c);
+    pthread_mutex_unlock(&S->mu);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    pthread_mutex_lock(&c->mu);
+    bool queued = c->phase == TH_PH_QUEUED;
+    bool small = c->x == NULL && !c->x_room && c->dup_link == NULL;
+    pthread_mutex_unlock(&c->mu);
+    CU_ASSERT_TRUE(queued);
+    CU_ASSERT_TRUE(small);
+    th_mcall_unref(c);
+    CU_ASSERT_TRUE(rec_wait(&a, 2000));
+    CU_ASSERT_TRUE(rec_wait(&b, 2000));
+    CU_ASSERT_TRUE(b.final.ok);
     rec_free(&a);
     rec_free(&b);
     close_all();
@@ -1367,6 +1441,8 @@ void th_suite_manager(void)
     CU_add_test(s, "no_progress_option", test_no_progress_option);
     CU_add_test(s, "dup_reject", test_dup_reject);
     CU_add_test(s, "dup_replace", test_dup_replace);
+    CU_add_test(s, "answered_before_run_keeps_fds",
+                test_answered_before_run_keeps_fds);
     CU_add_test(s, "dup_replace_other_session", test_dup_replace_other_session);
     CU_add_test(s, "dup_confirm", test_dup_confirm);
     CU_add_test(s, "dup_scopes_across_sessions", test_dup_scopes_across_sessions);
@@ -1375,6 +1451,7 @@ void th_suite_manager(void)
     CU_add_test(s, "deadline_tool_ignores_cancel", test_deadline_tool_ignores_cancel);
     CU_add_test(s, "timeout_capped_and_inline", test_timeout_capped_and_inline);
     CU_add_test(s, "cancel_before_start", test_cancel_before_start);
+    CU_add_test(s, "queued_call_is_small", test_queued_call_is_small);
     CU_add_test(s, "cancel_running_task", test_cancel_running_task);
     CU_add_test(s, "busy_refusal", test_busy_refusal);
     CU_add_test(s, "toolset_concurrency", test_toolset_concurrency);
