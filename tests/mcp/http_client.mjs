@@ -73,6 +73,11 @@ async function full() {
     cancelled = true;
   }
   out({ step: "cancel", ok: cancelled, ms: Date.now() - t0 });
+  // The SDK sends notifications/cancelled without waiting for its POST to
+  // be answered; give it time to arrive before the session is ended below
+  // (else, on a loaded machine, the DELETE can overtake it and the call is
+  // cancelled by the session's end instead: the test checks the client's).
+  await new Promise((r) => setTimeout(r, 300));
 
   // The session still answers after the cancel.
   const again = await client.callTool({ name: "echo", arguments: { text: "again" } });
