@@ -373,15 +373,19 @@ static void on_event(const th_event *e, void *ud)
         pthread_cond_broadcast(&m->cv);
     if (!c->task && !c->client_cancelled && !c->no_response &&
         m->t.send_text) {
-        /* A plain answer goes out as text, without a JSON tree. */
-        th_buf txt;
-        th_buf_init(&txt);
-        if (mcp_tool_result_text(&txt, c->id, r, c->call_id, c->out_type,
+        /* A plain answer goes out as text, without a JSON tree, built in
+         * the session's buffer (m->mu is held): no allocation per call. */
+        th_buf *txt = &m->txt;
+        th_buf_reset(txt);
+        if (mcp_tool_result_text(txt, c->id, r, c->call_id, c->out_type,
                                  c->structured) == 0) {
-            m->t.send_text(m->ud, (const char *)txt.data, txt.len, c->id);
+            m->t.send_text(m->ud, (const char *)txt->data, txt->len, c->id);
             c->no_response = true;
         }
-        th_buf_destroy(&txt);
+        if (txt->cap > ((size_t)64 << 10)) { /* a big answer: not kept */
+            th_buf_destroy(txt);
+            th_buf_init(txt);
+        }
     }
     json_t *res = (c->task && c->acked) || (!c->task && c->no_response)
                       ? NULL
@@ -1079,6 +1083,7 @@ void th_mcp_session_free(th_mcp_session *m)
         m->asks = a->next;
         free(a);
     }
+    th_buf_destroy(&m->txt);
     pthread_mutex_destroy(&m->mu);
     pthread_cond_destroy(&m->cv);
     free(m);

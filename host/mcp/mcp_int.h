@@ -84,6 +84,8 @@ struct th_mcp_session {
     bool initialized;        /* initialize answered */
     bool elicitation;        /* the client declared elicitation */
     int log_level;           /* syslog-ish: 0 debug .. 7 emergency; -1 off */
+    th_buf txt;              /* under mu: the text of a plain answer
+                                (on_event), kept from call to call */
     mcp_call *calls;
     size_t inflight;         /* calls not yet finished */
     uint64_t next_out_id;    /* ids of our requests (elicitation) */

@@ -209,6 +209,23 @@ fail_nocontent:
  * that mcp_send_result() of mcp_tool_result() writes, without building a
  * JSON tree: done, text stdout (valid UTF-8), no structuredContent.
  * 0; 1: not plain (build the tree); -1: out of memory. */
+/* Valid UTF-8: ASCII bytes looked at eight at a time first. */
+static bool text_ok(const void *p, size_t n)
+{
+    const unsigned char *s = p;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t v;
+        memcpy(&v, s + i, 8);
+        if (v & 0x8080808080808080ull)
+            return th_utf8_valid(s + i, n - i);
+    }
+    for (; i < n; i++)
+        if (s[i] & 0x80)
+            return th_utf8_valid(s + i, n - i);
+    return true;
+}
+
 int mcp_tool_result_text(th_buf *b, const json_t *id, const th_result *r,
                          uint64_t call_id, uint32_t out_type,
                          bool structured)
@@ -217,8 +234,8 @@ int mcp_tool_result_text(th_buf *b, const json_t *id, const th_result *r,
         (structured && r->ok && r->out_len))
         return 1;
     bool err_block = !r->ok && r->err_len;
-    if ((r->out_len && !th_utf8_valid(r->out, r->out_len)) ||
-        (err_block && !th_utf8_valid(r->err, r->err_len)))
+    if ((r->out_len && !text_ok(r->out, r->out_len)) ||
+        (err_block && !text_ok(r->err, r->err_len)))
         return 1;
     if (th_buf_reserve(b, 160 + r->out_len + r->err_len) != 0)
         return -1;
@@ -232,10 +249,18 @@ int mcp_tool_result_text(th_buf *b, const json_t *id, const th_result *r,
         rc |= th_buf_puts(b, "},{\"type\":\"text\",\"text\":");
         rc |= mcp_json_append_string(b, (const char *)r->err, r->err_len);
     }
-    rc |= th_buf_printf(b, "}],\"isError\":%s,\"_meta\":{\"toolhost/call_id\":"
-                           "%llu",
-                        r->ok ? "false" : "true",
-                        (unsigned long long)call_id) < 0;
+    rc |= th_buf_puts(b, r->ok ? "}],\"isError\":false,\"_meta\":{"
+                                 "\"toolhost/call_id\":"
+                               : "}],\"isError\":true,\"_meta\":{"
+                                 "\"toolhost/call_id\":");
+    char num[24];
+    size_t nl = sizeof num;
+    uint64_t v = call_id;
+    do {
+        num[--nl] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    rc |= th_buf_append(b, num + nl, sizeof num - nl);
     if (r->meta) {
         size_t at = b->len;
         rc |= th_buf_puts(b, ",\"toolhost/meta\":");

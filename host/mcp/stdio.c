@@ -284,11 +284,31 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     buf->len = sizeof x->rbuf;
 }
 
+/* One whole line (its '\n' and any '\r' before it dropped). */
+static void line_in(mcp_stdio *x, const char *p, size_t len)
+{
+    /* Blank lines are ignored. */
+    size_t i = 0;
+    while (i < len && (p[i] == ' ' || p[i] == '\t'))
+        i++;
+    if (i < len) {
+        th_mcp_session_input(x->m, p, len);
+        out_flush(x, true);
+    }
+}
+
 static void feed(mcp_stdio *x, const char *p, size_t n)
 {
     while (n > 0 && !x->stopping) {
         const char *nl = memchr(p, '\n', n);
         size_t k = nl ? (size_t)(nl - p) : n;
+        if (nl && !x->skipping && !x->line.len && k <= x->max) {
+            /* The whole line is in this read: read in place. */
+            line_in(x, p, k && p[k - 1] == '\r' ? k - 1 : k);
+            p += k + 1;
+            n -= k + 1;
+            continue;
+        }
         if (!x->skipping) {
             if (x->line.len + k > x->max) {
                 /* Too long: the core answers with an error; skip the
@@ -321,14 +341,7 @@ static void feed(mcp_stdio *x, const char *p, size_t n)
         size_t len = x->line.len;
         if (len && x->line.data[len - 1] == '\r')
             len--;
-        /* Blank lines are ignored. */
-        size_t i = 0;
-        while (i < len && (x->line.data[i] == ' ' || x->line.data[i] == '\t'))
-            i++;
-        if (i < len) {
-            th_mcp_session_input(x->m, (const char *)x->line.data, len);
-            out_flush(x, true);
-        }
+        line_in(x, (const char *)x->line.data, len);
         th_buf_reset(&x->line);
         if (x->line.cap > ((size_t)1 << 20)) {
             th_buf_destroy(&x->line);
