@@ -29,6 +29,7 @@ typedef struct pack_ctx {
     const void *path[MAX_DEPTH + 1];
     bool lenient; /* unsupported values become their tostring() text */
     const th_proj_tool *tool; /* for argument hints, or NULL */
+    msgpack_packer pk;        /* msgpack-c, writing through put() */
 } pack_ctx;
 
 static int pack_fail(pack_ctx *c, const char *fmt, const char *a)
@@ -55,82 +56,45 @@ static int put(pack_ctx *c, const void *p, size_t n)
     return 0;
 }
 
-/* The msgpack encoders, writing straight into c->buf: the same bytes as
- * msgpack-c's msgpack_pack_* (smallest form of an integer, float64 for
- * a float, str8 from 32 bytes), without its write callback per token. */
-static int put_head(pack_ctx *c, uint8_t b0, uint64_t v, size_t n)
+/* msgpack-c's packer writes through put(), so the cap holds token by
+ * token. */
+static int capped_write(void *data, const char *b, size_t len)
 {
-    uint8_t h[9];
-    h[0] = b0;
-    for (size_t i = 0; i < n; i++)
-        h[1 + i] = (uint8_t)(v >> (8 * (n - 1 - i)));
-    return put(c, h, 1 + n);
+    return put(data, b, len);
 }
 
 static int mp_nil(pack_ctx *c)
 {
-    return put(c, "\xc0", 1);
+    return msgpack_pack_nil(&c->pk);
 }
 
 static int mp_bool(pack_ctx *c, bool v)
 {
-    return put(c, v ? "\xc3" : "\xc2", 1);
+    return v ? msgpack_pack_true(&c->pk) : msgpack_pack_false(&c->pk);
 }
 
 static int mp_int(pack_ctx *c, int64_t d)
 {
-    if (d < -(1LL << 5)) {
-        if (d < -(1LL << 15))
-            return d < -(1LL << 31) ? put_head(c, 0xd3, (uint64_t)d, 8)
-                                    : put_head(c, 0xd2, (uint64_t)d, 4);
-        return d < -(1LL << 7) ? put_head(c, 0xd1, (uint64_t)d, 2)
-                               : put_head(c, 0xd0, (uint64_t)d, 1);
-    }
-    if (d < (1LL << 7)) {
-        uint8_t b = (uint8_t)d;
-        return put(c, &b, 1);
-    }
-    if (d < (1LL << 16))
-        return d < (1LL << 8) ? put_head(c, 0xcc, (uint64_t)d, 1)
-                              : put_head(c, 0xcd, (uint64_t)d, 2);
-    return d < (1LL << 32) ? put_head(c, 0xce, (uint64_t)d, 4)
-                           : put_head(c, 0xcf, (uint64_t)d, 8);
+    return msgpack_pack_int64(&c->pk, d);
 }
 
 static int mp_double(pack_ctx *c, double d)
 {
-    uint64_t u;
-    memcpy(&u, &d, sizeof u);
-    return put_head(c, 0xcb, u, 8);
+    return msgpack_pack_double(&c->pk, d);
 }
 
 static int mp_str(pack_ctx *c, const char *s, size_t n)
 {
-    int rc;
-    if (n < 32) {
-        uint8_t b = (uint8_t)(0xa0 | n);
-        rc = put(c, &b, 1);
-    } else if (n < 256) {
-        rc = put_head(c, 0xd9, n, 1);
-    } else if (n < 65536) {
-        rc = put_head(c, 0xda, n, 2);
-    } else if ((uint64_t)n <= 0xffffffffu) {
-        rc = put_head(c, 0xdb, n, 4);
-    } else {
+    if ((uint64_t)n > 0xffffffffu)
         return -1;
-    }
-    return rc ? rc : put(c, s, n);
+    return msgpack_pack_str(&c->pk, n) || msgpack_pack_str_body(&c->pk, s, n)
+               ? -1
+               : 0;
 }
 
 static int mp_container(pack_ctx *c, bool map, uint32_t n)
 {
-    if (n < 16) {
-        uint8_t b = (uint8_t)((map ? 0x80 : 0x90) | n);
-        return put(c, &b, 1);
-    }
-    if (n < 65536)
-        return put_head(c, map ? 0xde : 0xdc, n, 2);
-    return put_head(c, map ? 0xdf : 0xdd, n, 4);
+    return map ? msgpack_pack_map(&c->pk, n) : msgpack_pack_array(&c->pk, n);
 }
 
 static int pack_value(lua_State *L, pack_ctx *c, int idx, int depth,
@@ -187,38 +151,6 @@ static int pack_pairs(lua_State *L, pack_ctx *c, int idx, int depth,
     return rc ? -1 : 0;
 }
 
-/* A table with no border (lua_rawlen 0) and at least one pair is a map:
- * packed in one pass, the header written once the pairs are counted
- * (fixmap, widened in place past 15). */
-static int pack_map_1pass(lua_State *L, pack_ctx *c, int idx, int depth,
-                          uint32_t hint)
-{
-    size_t at = c->buf->len, n = 0;
-    if (put(c, "\x80", 1) != 0 || pack_pairs(L, c, idx, depth, &n) != 0)
-        return -1;
-    if (n == 0) {
-        /* empty: an array when the parameter says so, as two passes did */
-        if (hint == TOOLHOST_TYPE_ARRAY && !(depth == 0 && c->tool))
-            c->buf->data[at] = 0x90;
-        return 0;
-    }
-    if (n < 16) {
-        c->buf->data[at] = (uint8_t)(0x80 | n);
-        return 0;
-    }
-    if (n > 0xffffffffu)
-        return pack_fail(c, "%s", "a table has too many keys");
-    size_t extra = n < 65536 ? 2 : 4, end = c->buf->len;
-    if (put(c, "\0\0\0\0", extra) != 0)
-        return -1;
-    uint8_t *d = c->buf->data;
-    memmove(d + at + 1 + extra, d + at + 1, end - at - 1);
-    d[at] = n < 65536 ? 0xde : 0xdf;
-    for (size_t i = 0; i < extra; i++)
-        d[at + 1 + i] = (uint8_t)(n >> (8 * (extra - 1 - i)));
-    return 0;
-}
-
 static int pack_table(lua_State *L, pack_ctx *c, int idx, int depth,
                       uint32_t hint)
 {
@@ -234,12 +166,6 @@ static int pack_table(lua_State *L, pack_ctx *c, int idx, int depth,
                              "arguments and returned values must be trees");
     c->path[depth] = me;
 
-    if (lua_rawlen(L, idx) == 0) {
-        int rc = pack_map_1pass(L, c, idx, depth, hint);
-        if (rc && !c->r->msg[0])
-            snprintf(c->r->msg, sizeof c->r->msg, "out of memory");
-        return rc;
-    }
     size_t n = 0;
     lua_Integer max = 0;
     bool arr = true;
@@ -344,6 +270,7 @@ int th_code__pack_into(lua_State *L, run *r, int idx, th_buf *buf,
     c.buf = buf;
     c.cap = cap;
     c.over = false;
+    msgpack_packer_init(&c.pk, &c, capped_write);
     r->msg[0] = '\0';
     th_buf_reset(buf);
     int rc = pack_value(L, &c, idx, 0, 0);
@@ -444,170 +371,6 @@ static void set_str(lua_State *L, const char *k, const char *v, size_t n)
     lua_setfield(L, -2, k);
 }
 
-/* ---- msgpack bytes -> Lua, without unpacking -------------------------------- */
-
-/* Reads the big-endian unsigned integer of `n` bytes at *p. */
-static uint64_t be(const uint8_t *p, size_t n)
-{
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++)
-        v = v << 8 | p[i];
-    return v;
-}
-
-/* Pushes the msgpack value at *p (bytes up to `end`) as a Lua value, the
- * same value push_object() makes of it once unpacked, and advances *p past
- * it: no unpacker zone, no object tree, strings go from the bytes into Lua
- * once.  -1 when the bytes are not one complete msgpack value: what was
- * pushed by then is left for the caller to drop (lua_settop). */
-static int push_mp(lua_State *L, const uint8_t **pp, const uint8_t *end,
-                   int depth)
-{
-    luaL_checkstack(L, 4, "result nested too deeply");
-    const uint8_t *p = *pp;
-    if (p >= end) {
-        lua_pushnil(L);
-        return -1;
-    }
-    if (depth > MAX_DEPTH) {
-        /* deeper than push_object goes: nil, the value skipped */
-        lua_pushnil(L);
-        size_t vlen = 0;
-        if (th_mp_check(p, (size_t)(end - p), 100000, &vlen, NULL) != 0)
-            return -1;
-        *pp = p + vlen;
-        return 0;
-    }
-    uint8_t b = *p++;
-    size_t left = (size_t)(end - p);
-    uint64_t len = 0, kids = 0;
-    int kind; /* 's' bytes, 'a' array, 'm' map, 'x' skip len bytes (ext) */
-#define NEED(n)                                                                    do {                                                                               if (left < (size_t)(n)) {                                                          lua_pushnil(L);                                                                return -1;                                                                 }                                                                          } while (0)
-    if (b <= 0x7f) {
-        lua_pushinteger(L, b);
-        *pp = p;
-        return 0;
-    } else if (b >= 0xe0) {
-        lua_pushinteger(L, (int8_t)b);
-        *pp = p;
-        return 0;
-    } else if (b >= 0x80 && b <= 0x8f) {
-        kind = 'm', kids = b & 0x0f;
-    } else if (b >= 0x90 && b <= 0x9f) {
-        kind = 'a', kids = b & 0x0f;
-    } else if (b >= 0xa0 && b <= 0xbf) {
-        kind = 's', len = b & 0x1f;
-    } else {
-        switch (b) {
-        case 0xc0:
-            lua_pushnil(L);
-            *pp = p;
-            return 0;
-        case 0xc2:
-        case 0xc3:
-            lua_pushboolean(L, b == 0xc3);
-            *pp = p;
-            return 0;
-        case 0xc4: case 0xd9: NEED(1); kind = 's', len = p[0], p += 1; break;
-        case 0xc5: case 0xda: NEED(2); kind = 's', len = be(p, 2), p += 2; break;
-        case 0xc6: case 0xdb: NEED(4); kind = 's', len = be(p, 4), p += 4; break;
-        case 0xc7: NEED(2); kind = 'x', len = (uint64_t)p[0] + 1, p += 1; break;
-        case 0xc8: NEED(3); kind = 'x', len = be(p, 2) + 1, p += 2; break;
-        case 0xc9: NEED(5); kind = 'x', len = be(p, 4) + 1, p += 4; break;
-        case 0xca: {
-            NEED(4);
-            uint32_t u = (uint32_t)be(p, 4);
-            float f;
-            memcpy(&f, &u, sizeof f);
-            lua_pushnumber(L, (lua_Number)f);
-            *pp = p + 4;
-            return 0;
-        }
-        case 0xcb: {
-            NEED(8);
-            uint64_t u = be(p, 8);
-            double d;
-            memcpy(&d, &u, sizeof d);
-            lua_pushnumber(L, (lua_Number)d);
-            *pp = p + 8;
-            return 0;
-        }
-        case 0xcc: case 0xcd: case 0xce: case 0xcf: {
-            size_t n = (size_t)1 << (b - 0xcc);
-            NEED(n);
-            uint64_t u = be(p, n);
-            if (u > (uint64_t)LUA_MAXINTEGER)
-                lua_pushnumber(L, (lua_Number)u);
-            else
-                lua_pushinteger(L, (lua_Integer)u);
-            *pp = p + n;
-            return 0;
-        }
-        case 0xd0: case 0xd1: case 0xd2: case 0xd3: {
-            size_t n = (size_t)1 << (b - 0xd0);
-            NEED(n);
-            uint64_t u = be(p, n);
-            int64_t v = n == 1 ? (int8_t)u : n == 2 ? (int16_t)u
-                      : n == 4 ? (int32_t)u : (int64_t)u;
-            /* msgpack-c: a non-negative value is a positive integer */
-            lua_pushinteger(L, (lua_Integer)v);
-            *pp = p + n;
-            return 0;
-        }
-        case 0xd4: case 0xd5: case 0xd6: case 0xd7: case 0xd8:
-            kind = 'x', len = ((uint64_t)1 << (b - 0xd4)) + 1;
-            break;
-        case 0xdc: NEED(2); kind = 'a', kids = be(p, 2), p += 2; break;
-        case 0xdd: NEED(4); kind = 'a', kids = be(p, 4), p += 4; break;
-        case 0xde: NEED(2); kind = 'm', kids = be(p, 2), p += 2; break;
-        case 0xdf: NEED(4); kind = 'm', kids = be(p, 4), p += 4; break;
-        default: /* 0xc1: never used */
-            lua_pushnil(L);
-            return -1;
-        }
-        left = (size_t)(end - p);
-    }
-    if (kind == 's' || kind == 'x') {
-        NEED(len);
-        if (kind == 's')
-            lua_pushlstring(L, (const char *)p, (size_t)len);
-        else
-            lua_pushnil(L); /* ext */
-        *pp = p + len;
-        return 0;
-    }
-#undef NEED
-    /* every element takes at least one byte: a count beyond the bytes
-     * left is a lie, not a reason to size a table */
-    if (kids > left / (kind == 'm' ? 2 : 1)) {
-        lua_pushnil(L);
-        return -1;
-    }
-    *pp = p;
-    if (kind == 'a') {
-        lua_createtable(L, (int)kids, 0);
-        for (uint64_t i = 0; i < kids; i++) {
-            if (push_mp(L, pp, end, depth + 1) != 0)
-                return -1; /* the caller resets the stack */
-            lua_rawseti(L, -2, (lua_Integer)i + 1);
-        }
-        return 0;
-    }
-    lua_createtable(L, 0, (int)kids);
-    for (uint64_t i = 0; i < kids; i++) {
-        if (push_mp(L, pp, end, depth + 1) != 0 ||
-            push_mp(L, pp, end, depth + 1) != 0)
-            return -1; /* the caller resets the stack */
-        if (lua_isnil(L, -2) ||
-            (lua_type(L, -2) == LUA_TNUMBER &&
-             lua_tonumber(L, -2) != lua_tonumber(L, -2)))
-            lua_pop(L, 2); /* nil or NaN key */
-        else
-            lua_rawset(L, -3);
-    }
-    return 0;
-}
-
 /* The result table's keys, interned once per run and fetched from the
  * registry by number: lua_setfield() looks each C string up in the
  * string table every time (~490 instructions a key, half the result). */
@@ -650,16 +413,7 @@ void th_code__push_result(lua_State *L, run *r, const th_result_copy *res)
                         res->err.len);
         lua_rawset(L, -3);
         lua_rawgeti(L, LUA_REGISTRYINDEX, r->keys[K_META]);
-        if (res->meta.len) {
-            const uint8_t *p = res->meta.data;
-            int top = lua_gettop(L);
-            if (push_mp(L, &p, p + res->meta.len, 1) != 0) {
-                lua_settop(L, top); /* not msgpack: as the codec would */
-                lua_newtable(L);
-            }
-        } else {
-            lua_createtable(L, 0, 0);
-        }
+        th_code__push_msgpack(L, r, &res->meta); /* {} when none */
         lua_rawset(L, -3);
         push_failed(L, res);
         return;
