@@ -1479,21 +1479,6 @@ static int fail_call(toolhost_call *call, int code, const char *m)
 
 /* Sends one call or ask and runs its messages on this thread until it
  * ends.  Returns the DONE status (or the ANSWER rc in *rc_out). */
-/* A small frame part on the stack. */
-typedef struct smallbuf {
-    uint8_t b[48];
-    size_t n;
-} smallbuf;
-
-static int small_write(void *data, const char *buf, size_t len)
-{
-    smallbuf *f = data;
-    if (len > sizeof f->b - f->n)
-        return -1;
-    memcpy(f->b + f->n, buf, len);
-    f->n += len;
-    return 0;
-}
 
 /* The thread of call `self` holds w's socket: one read (at most
  * ISO_READER_IDLE_MS, SO_RCVTIMEO), every whole frame routed.  0, or -1
@@ -1569,9 +1554,9 @@ static int run(pool *P, uint32_t tool_idx, int ask, toolhost_call *call,
     pthread_mutex_unlock(&P->mu);
 
     /* The frame around the args, which are sent from where they are. */
-    smallbuf head = {.n = 0}, tail = {.n = 0};
+    th_iso_small head = {.n = 0}, tail = {.n = 0};
     msgpack_packer pk;
-    msgpack_packer_init(&pk, &head, small_write);
+    msgpack_packer_init(&pk, &head, th_iso_small_write);
     int e = msgpack_pack_array(&pk, 5);
     e |= msgpack_pack_int(&pk, ask ? ISO_ASK : ISO_CALL);
     e |= msgpack_pack_uint64(&pk, p.id);
@@ -1579,7 +1564,7 @@ static int run(pool *P, uint32_t tool_idx, int ask, toolhost_call *call,
         e |= msgpack_pack_int(&pk, ask);
     e |= msgpack_pack_uint32(&pk, tool_idx);
     e |= msgpack_pack_bin(&pk, (uint32_t)len);
-    msgpack_packer_init(&pk, &tail, small_write);
+    msgpack_packer_init(&pk, &tail, th_iso_small_write);
     if (!ask)
         e |= msgpack_pack_int64(&pk, call ? call->host->time_left_ms(call) : -1);
     struct iovec parts[3] = {{head.b, head.n},

@@ -245,3 +245,13 @@ int th_iso_pack_desc(msgpack_packer *pk, const th_plugin *p)
     }
     return e;
 }
+
+int th_iso_small_write(void *data, const char *buf, size_t len)
+{
+    th_iso_small *f = data;
+    if (len > sizeof f->b - f->n)
+        return -1;
+    memcpy(f->b + f->n, buf, len);
+    f->n += len;
+    return 0;
+}

@@ -71,6 +71,15 @@ void th_iso_rx_destroy(th_iso_rx *rx);
 int th_iso_recv(int fd, th_iso_rx *rx, th_buf *out);
 
 /* Small readers of an unpacked array [TYPE, ...]. */
+/* A small frame part packed on the stack (no allocation: a DONE frame must
+ * go out even when memory is short).  th_iso_small_write is its msgpack
+ * write callback: -1 once the 64 bytes are full. */
+typedef struct th_iso_small {
+    uint8_t b[64];
+    size_t n;
+} th_iso_small;
+int th_iso_small_write(void *data, const char *buf, size_t len);
+
 int64_t th_iso_int(const msgpack_object_array *a, uint32_t i);
 double th_iso_num(const msgpack_object_array *a, uint32_t i);
 /* bin or str: pointer/len (NULL, 0 when nil or missing). */

@@ -98,27 +98,12 @@ static int send_buf(th_buf *b)
         return send_buf(&b);                                                  \
     } while (0)
 
-/* A small frame on the stack: DONE must go out even when memory is short. */
-typedef struct fixbuf {
-    uint8_t b[64];
-    size_t n;
-} fixbuf;
-
-static int fix_write(void *data, const char *buf, size_t len)
-{
-    fixbuf *f = data;
-    if (len > sizeof f->b - f->n)
-        return -1;
-    memcpy(f->b + f->n, buf, len);
-    f->n += len;
-    return 0;
-}
 
 static int send_done(uint64_t id, int status)
 {
-    fixbuf f = {.n = 0};
+    th_iso_small f = {.n = 0};
     msgpack_packer pk;
-    msgpack_packer_init(&pk, &f, fix_write);
+    msgpack_packer_init(&pk, &f, th_iso_small_write);
     int e = msgpack_pack_array(&pk, 3);
     e |= msgpack_pack_int(&pk, ISO_DONE);
     e |= msgpack_pack_uint64(&pk, id);
