@@ -64,6 +64,18 @@ static int grow(th_u64map *m)
     return 0;
 }
 
+/* Puts n at the head of key's bucket (room was made by the caller). */
+static void link_node(th_u64map *m, th_u64map_node *n, uint64_t key,
+                      void *val)
+{
+    size_t s = slot(m, key);
+    n->key = key;
+    n->val = val;
+    n->next = m->b[s];
+    m->b[s] = n;
+    m->n++;
+}
+
 int th_u64map_put(th_u64map *m, uint64_t key, void *val)
 {
     if (m->nb) {
@@ -78,12 +90,7 @@ int th_u64map_put(th_u64map *m, uint64_t key, void *val)
     th_u64map_node *n = malloc(sizeof *n);
     if (!n)
         return TH_ENOMEM;
-    size_t s = slot(m, key);
-    n->key = key;
-    n->val = val;
-    n->next = m->b[s];
-    m->b[s] = n;
-    m->n++;
+    link_node(m, n, key, val);
     return 0;
 }
 
@@ -131,12 +138,7 @@ int th_u64map_put_node(th_u64map *m, th_u64map_node *n, uint64_t key,
         return TH_ESTATE;
     if (m->n >= m->nb && grow(m) != 0 && m->nb == 0)
         return TH_ENOMEM;
-    size_t s = slot(m, key);
-    n->key = key;
-    n->val = val;
-    n->next = m->b[s];
-    m->b[s] = n;
-    m->n++;
+    link_node(m, n, key, val);
     return 0;
 }
 
