@@ -114,6 +114,26 @@ typedef struct skip_rec {
 static skip_rec *skips;
 static skip_rec **skips_tail = &skips;
 static unsigned n_skipped;
+
+/* The slowest tests of the run, slowest first: the summary names them so
+ * a reader of a CI log sees where its minutes went. */
+#define N_SLOW 5
+static struct {
+    char name[112];
+    double s;
+} slow[N_SLOW];
+
+static void slow_note(const char *suite, const char *test, double s)
+{
+    int i = N_SLOW;
+    while (i > 0 && s > slow[i - 1].s)
+        i--;
+    if (i == N_SLOW)
+        return;
+    memmove(&slow[i + 1], &slow[i], (N_SLOW - 1 - (size_t)i) * sizeof slow[0]);
+    snprintf(slow[i].name, sizeof slow[i].name, "%s:%s", suite, test);
+    slow[i].s = s;
+}
 static int cur_skipped; /* TH_SKIP was called in the running test */
 
 void th_test_skip(const char *file, int line, const char *reason)
@@ -200,6 +220,18 @@ static void print_summary(const counts *c, const char *extra)
         c->asserts, c->asserts, c->asserts_ok, c->asserts_failed, c->elapsed);
     if (n > 0)
         write_all(1, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
+    if (slow[0].s > 0) {
+        write_all(1, "slowest:", 8);
+        for (int i = 0; i < N_SLOW && slow[i].s > 0; i++) {
+            n = snprintf(buf, sizeof buf, " %s %.1f s%s", slow[i].name,
+                         slow[i].s, i + 1 < N_SLOW && slow[i + 1].s > 0
+                                        ? ","
+                                        : "\n");
+            if (n > 0)
+                write_all(1, buf, (size_t)n < sizeof buf ? (size_t)n
+                                                         : sizeof buf - 1);
+        }
+    }
     if (c->tests_skipped > 0) {
         n = snprintf(buf, sizeof buf, "\n%u skipped:\n", c->tests_skipped);
         write_all(1, buf, (size_t)n);
@@ -556,6 +588,7 @@ static void on_test_complete(const CU_pTest test, const CU_pSuite suite,
     cur_suite = NULL;
     cur_test = NULL;
     pthread_mutex_unlock(&wd_mu);
+    slow_note(suite->pName, test->pName, took);
 
     if (failure) {
         if (verbose)
