@@ -818,8 +818,11 @@ static void test_cli_retry(void)
     const char *err = slurp(dir, "cli.err");
     fprintf(stderr, "\n  idempotent: exit %d after %lld ms; stderr: %s", st,
             (long long)took_ms, err);
-    /* the async call's host was pinged: no wait for timeout + 5 s */
-    CU_ASSERT(took_ms < 6000);
+    /* the async call's host was pinged: no wait for timeout + 5 s.  Under
+     * valgrind the CLI may not even have read the ack before the kill
+     * ("no answer from host (unknown)"): then it waits the timeout + 5 s,
+     * which is the documented fallback. */
+    CU_ASSERT(took_ms < (rpc_valgrind() ? 15000 : 6000));
     CU_ASSERT_EQUAL(st, 0);
     CU_ASSERT(strstr(err, "retrying once") != NULL);
     CU_ASSERT(strstr(slurp(dir, "cli.out"), "again") != NULL);
