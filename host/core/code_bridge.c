@@ -29,6 +29,7 @@ typedef struct pack_ctx {
     const void *path[MAX_DEPTH + 1];
     bool lenient; /* unsupported values become their tostring() text */
     const th_proj_tool *tool; /* for argument hints, or NULL */
+    bool one_pass;            /* pack_args is packing the top level */
     msgpack_packer pk;        /* msgpack-c, writing through put() */
 } pack_ctx;
 
@@ -100,9 +101,9 @@ static int mp_container(pack_ctx *c, bool map, uint32_t n)
 static int pack_value(lua_State *L, pack_ctx *c, int idx, int depth,
                       uint32_t hint);
 
-/* Packs the table at idx (absolute). */
 /* Packs the pairs of the table at idx as map entries (the header is the
- * caller's); *count gets how many.  0 or -1. */
+ * caller's); *count gets how many.  0, -1, or 1 when c->one_pass and a
+ * numeric key at the top of tool arguments (see pack_args). */
 static int pack_pairs(lua_State *L, pack_ctx *c, int idx, int depth,
                       size_t *count)
 {
@@ -119,6 +120,8 @@ static int pack_pairs(lua_State *L, pack_ctx *c, int idx, int depth,
         } else if (kt == LUA_TNUMBER || kt == LUA_TBOOLEAN) {
             if (depth == 0 && c->tool) {
                 lua_pop(L, 2);
+                if (c->one_pass) /* the caller says why, as before */
+                    return 1;
                 return pack_fail(c,
                                  "tools.%s takes named arguments, e.g. "
                                  "tools.NAME{key=value}; found a "
@@ -148,6 +151,42 @@ static int pack_pairs(lua_State *L, pack_ctx *c, int idx, int depth,
         lua_pop(L, 1);
     }
     *count = n;
+    return rc ? -1 : 0;
+}
+
+static int pack_table(lua_State *L, pack_ctx *c, int idx, int depth,
+                      uint32_t hint);
+
+/* Tool arguments (depth 0, a tool): named, so a map; its pairs are packed
+ * in one pass into the run's scratch buffer, then the header msgpack-c
+ * makes of their count and the pairs go to c->buf (a map's header comes
+ * first, and the count is known only at the end).  A numeric key (a list,
+ * or positional arguments) goes back to pack_table's two passes, whose
+ * errors say which.  0 or -1. */
+static int pack_args(lua_State *L, pack_ctx *c, int idx)
+{
+    c->path[0] = lua_topointer(L, idx);
+    th_buf *out = c->buf;
+    size_t cap = c->cap;
+    th_buf_reset(&c->r->scratch);
+    c->buf = &c->r->scratch;
+    c->cap = 0; /* the cap is checked on the whole, below */
+    c->one_pass = true;
+    size_t n = 0;
+    int rc = pack_pairs(L, c, idx, 0, &n);
+    c->one_pass = false;
+    c->buf = out;
+    c->cap = cap;
+    if (rc > 0)
+        return pack_table(L, c, idx, 0, 0);
+    if (rc == 0 && (uint64_t)n > 0xffffffffu)
+        rc = -1;
+    if (rc == 0)
+        rc = mp_container(c, true, (uint32_t)n);
+    if (rc == 0 && c->r->scratch.len)
+        rc = put(c, c->r->scratch.data, c->r->scratch.len);
+    if (rc && !c->r->msg[0])
+        snprintf(c->r->msg, sizeof c->r->msg, "out of memory");
     return rc ? -1 : 0;
 }
 
@@ -270,10 +309,13 @@ int th_code__pack_into(lua_State *L, run *r, int idx, th_buf *buf,
     c.buf = buf;
     c.cap = cap;
     c.over = false;
+    c.one_pass = false;
     msgpack_packer_init(&c.pk, &c, capped_write);
     r->msg[0] = '\0';
     th_buf_reset(buf);
-    int rc = pack_value(L, &c, idx, 0, 0);
+    int rc = tool && lua_type(L, idx) == LUA_TTABLE
+                 ? pack_args(L, &c, idx)
+                 : pack_value(L, &c, idx, 0, 0);
     if (over)
         *over = c.over;
     if (rc && c.over)

@@ -54,6 +54,7 @@ typedef struct run {
     uint64_t kept[3], dropped[3];
     /* scratch C memory that a Lua error may skip over */
     th_buf args;
+    th_buf scratch; /* the pairs of tool arguments (code_bridge.c) */
     th_proj_result pres;
     msgpack_unpacked unp;
     bool unp_live;

@@ -1224,6 +1224,7 @@ int th_code_run(const th_projection *proj, const char *code, size_t len,
     r->res = res;
     r->limit = (size_t)r->lim.memory;
     th_buf_init(&r->args);
+    th_buf_init(&r->scratch);
     th_proj_result_init(&r->pres);
     if (r->lim.timeout_ms > 0) {
         r->has_deadline = true;
@@ -1322,6 +1323,7 @@ done:
     small_drain(r);
     out_finish(r);
     th_buf_destroy(&r->args);
+    th_buf_destroy(&r->scratch);
     th_proj_result_destroy(&r->pres);
     if (r->unp_live)
         msgpack_unpacked_destroy(&r->unp);
