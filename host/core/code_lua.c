@@ -584,7 +584,8 @@ static int tool_call(lua_State *L)
                           "tools.%s takes one table of named arguments, "
                           "e.g. tools.%s{...}",
                           t->key, t->key);
-    if (!lua_isnoneornil(L, 2) && !lua_istable(L, 2))
+    int at = lua_type(L, 2); /* the arguments' type, asked once */
+    if (at != LUA_TNONE && at != LUA_TNIL && at != LUA_TTABLE)
         return luaL_error(L,
                           "tools.%s takes a table of named arguments, "
                           "e.g. tools.%s{...}, not a %s",
@@ -603,7 +604,7 @@ static int tool_call(lua_State *L)
                           "tool call limit reached: a run may make at most "
                           "%d tool calls (run_code max_calls)",
                           (int)r->lim.max_calls);
-    if (lua_isnoneornil(L, 2)) {
+    if (at != LUA_TTABLE) {
         th_buf_reset(&r->args);
         if (th_buf_append(&r->args, "\x80", 1) != 0)
             return luaL_error(L, "out of memory");
