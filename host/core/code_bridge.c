@@ -109,13 +109,15 @@ static int pack_pairs(lua_State *L, pack_ctx *c, int idx, int depth,
 {
     int rc = 0;
     size_t n = 0;
+    int ki = lua_gettop(L) + 1; /* the key's index, the value's above it */
     lua_pushnil(L);
     while (!rc && lua_next(L, idx)) {
         n++;
-        int kt = lua_type(L, -2);
+        int kt = lua_type(L, ki);
+        const char *k = NULL;
         if (kt == LUA_TSTRING) {
             size_t kl;
-            const char *k = lua_tolstring(L, -2, &kl);
+            k = lua_tolstring(L, ki, &kl);
             rc = mp_str(c, k, kl);
         } else if (kt == LUA_TNUMBER || kt == LUA_TBOOLEAN) {
             if (depth == 0 && c->tool) {
@@ -128,7 +130,7 @@ static int pack_pairs(lua_State *L, pack_ctx *c, int idx, int depth,
                                  "positional or numeric key",
                                  c->tool->key);
             }
-            rc = pack_value(L, c, lua_gettop(L) - 1, depth + 1, 0);
+            rc = pack_value(L, c, ki, depth + 1, 0);
         } else {
             lua_pop(L, 2);
             return pack_fail(c, "table keys must be strings or numbers, "
@@ -136,14 +138,13 @@ static int pack_pairs(lua_State *L, pack_ctx *c, int idx, int depth,
                              lua_typename(L, kt));
         }
         uint32_t h = 0;
-        if (!rc && depth == 0 && c->tool && kt == LUA_TSTRING) {
-            const char *k = lua_tostring(L, -2);
+        if (!rc && depth == 0 && c->tool && k) {
             for (size_t i = 0; i < c->tool->n_params; i++)
                 if (strcmp(c->tool->params[i].name, k) == 0)
                     h = c->tool->params[i].type;
         }
         if (!rc)
-            rc = pack_value(L, c, lua_gettop(L), depth + 1, h);
+            rc = pack_value(L, c, ki + 1, depth + 1, h);
         if (rc) {
             lua_pop(L, 2);
             break;
@@ -173,6 +174,7 @@ static int pack_args(lua_State *L, pack_ctx *c, int idx)
     c->cap = 0; /* the cap is checked on the whole, below */
     c->one_pass = true;
     size_t n = 0;
+    luaL_checkstack(L, 8, "tables nested too deeply");
     int rc = pack_pairs(L, c, idx, 0, &n);
     c->one_pass = false;
     c->buf = out;
@@ -196,6 +198,7 @@ static int pack_table(lua_State *L, pack_ctx *c, int idx, int depth,
     if (depth > MAX_DEPTH)
         return pack_fail(c, "a table is nested more than %s levels deep",
                          "64");
+    luaL_checkstack(L, 8, "tables nested too deeply");
     /* Tables nest only in tables: the ancestors are path[0..depth-1]. */
     const void *me = lua_topointer(L, idx);
     for (int d = 0; d < depth; d++)
@@ -256,7 +259,8 @@ static int pack_table(lua_State *L, pack_ctx *c, int idx, int depth,
 static int pack_value(lua_State *L, pack_ctx *c, int idx, int depth,
                       uint32_t hint)
 {
-    luaL_checkstack(L, 8, "tables nested too deeply");
+    /* the stack: pack_table makes room for a level (pack_pairs' three
+     * slots, a tostring of a value) before it walks one */
     switch (lua_type(L, idx)) {
     case LUA_TNIL:
         return mp_nil(c);
