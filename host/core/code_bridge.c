@@ -420,27 +420,17 @@ static void set_str(lua_State *L, const char *k, const char *v, size_t n)
 /* The result table's keys, interned once per run and fetched from the
  * registry by number: lua_setfield() looks each C string up in the
  * string table every time (~490 instructions a key, half the result). */
-enum { K_OK, K_STDOUT, K_STDERR, K_META, K_EMPTY };
+enum { K_OK, K_STDOUT, K_STDERR, K_META };
 
 static void make_keys(lua_State *L, run *r)
 {
-    static const char *const names[] = {"ok", "stdout", "stderr", "meta", ""};
-    int k[5]; /* all or none: luaL_ref may raise (out of memory) */
-    for (int i = 0; i < 5; i++) {
+    static const char *const names[] = {"ok", "stdout", "stderr", "meta"};
+    int k[4]; /* all or none: luaL_ref may raise (out of memory) */
+    for (int i = 0; i < 4; i++) {
         lua_pushstring(L, names[i]);
         k[i] = luaL_ref(L, LUA_REGISTRYINDEX);
     }
     memcpy(r->keys, k, sizeof k);
-}
-
-/* Pushes a text of a result: the empty one (stderr, mostly) from the
- * registry, without hashing and looking it up in the string table. */
-static void push_text(lua_State *L, run *r, const th_buf *b)
-{
-    if (b->len)
-        lua_pushlstring(L, (const char *)b->data, b->len);
-    else
-        lua_rawgeti(L, LUA_REGISTRYINDEX, r->keys[K_EMPTY]);
 }
 
 /* Pushes a call's result as the Lua table of its codec form (th/codec.h:
@@ -463,10 +453,12 @@ void th_code__push_result(lua_State *L, run *r, const th_result_copy *res)
         lua_pushboolean(L, res->ok);
         lua_rawset(L, -3);
         lua_rawgeti(L, LUA_REGISTRYINDEX, r->keys[K_STDOUT]);
-        push_text(L, r, &res->out);
+        lua_pushlstring(L, res->out.data ? (const char *)res->out.data : "",
+                        res->out.len);
         lua_rawset(L, -3);
         lua_rawgeti(L, LUA_REGISTRYINDEX, r->keys[K_STDERR]);
-        push_text(L, r, &res->err);
+        lua_pushlstring(L, res->err.data ? (const char *)res->err.data : "",
+                        res->err.len);
         lua_rawset(L, -3);
         lua_rawgeti(L, LUA_REGISTRYINDEX, r->keys[K_META]);
         th_code__push_msgpack(L, r, &res->meta); /* {} when none */

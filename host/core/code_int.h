@@ -47,10 +47,9 @@ typedef struct run {
     size_t arena_off;   /* bytes carved from it */
     bool arena_failed;  /* its malloc failed: small blocks from malloc */
     bool closing;       /* lua_close() is freeing everything */
-    /* the keys of a call's result table (ok, stdout, stderr, meta) and
-     * the empty string as registry references, made at the first result
-     * (code_bridge.c) */
-    int keys[5];
+    /* the keys of a call's result table (ok, stdout, stderr, meta) as
+     * registry references, made at the first result (code_bridge.c) */
+    int keys[4];
     /* output */
     uint64_t kept[3], dropped[3];
     /* scratch C memory that a Lua error may skip over */
