@@ -21,6 +21,8 @@
  * Target (issue 17): an inner call at most 1.5x the inline path.
  *
  * TH_BENCH_PROFILE=1: only the runs with 100 calls (for callgrind);
+ * TH_BENCH_PROFILE=0: only the runs with none (the same rounds);
+ * TH_BENCH_PROFILE=lua, lua0: the Lua side alone, 100 and 0 calls;
  * TH_BENCH_PROFILE=floor: only the floor, as many calls (1.1x rounds x 100).
  */
 #include <msgpack.h>
@@ -325,10 +327,20 @@ int main(int argc, char **argv)
         return 0;
     }
     if (prof) {
+        /* 1: run_code with 100 calls; 0: with none; lua, lua0: the Lua
+         * side alone (th_code_run, no call) with 100 and 0 calls.  The
+         * difference of two profiles / (rounds x 100) is per inner call. */
         bench_stats st;
-        run_code(s, N_INNER, rounds, samples, &st);
-        printf("run_code, %d calls: p50 %.1f us\n", N_INNER,
-               (double)st.p50_ns / 1e3);
+        bool lua = strncmp(prof, "lua", 3) == 0;
+        int inner = strcmp(prof, "0") == 0 || strcmp(prof, "lua0") == 0
+                        ? 0
+                        : N_INNER;
+        if (lua)
+            run_lua_only(s, inner, rounds, samples, &st);
+        else
+            run_code(s, inner, rounds, samples, &st);
+        printf("%s, %d calls: p50 %.1f us\n", lua ? "Lua side" : "run_code",
+               inner, (double)st.p50_ns / 1e3);
         th_session_close(s);
         th_host_close(host);
         free(samples);

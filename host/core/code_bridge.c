@@ -29,6 +29,7 @@ typedef struct pack_ctx {
     const void *path[MAX_DEPTH + 1];
     bool lenient; /* unsupported values become their tostring() text */
     const th_proj_tool *tool; /* for argument hints, or NULL */
+    bool one_pass;            /* pack_args is packing the top level */
     msgpack_packer pk;        /* msgpack-c, writing through put() */
 } pack_ctx;
 
@@ -100,32 +101,36 @@ static int mp_container(pack_ctx *c, bool map, uint32_t n)
 static int pack_value(lua_State *L, pack_ctx *c, int idx, int depth,
                       uint32_t hint);
 
-/* Packs the table at idx (absolute). */
 /* Packs the pairs of the table at idx as map entries (the header is the
- * caller's); *count gets how many.  0 or -1. */
+ * caller's); *count gets how many.  0, -1, or 1 when c->one_pass and a
+ * numeric key at the top of tool arguments (see pack_args). */
 static int pack_pairs(lua_State *L, pack_ctx *c, int idx, int depth,
                       size_t *count)
 {
     int rc = 0;
     size_t n = 0;
+    int ki = lua_gettop(L) + 1; /* the key's index, the value's above it */
     lua_pushnil(L);
     while (!rc && lua_next(L, idx)) {
         n++;
-        int kt = lua_type(L, -2);
+        int kt = lua_type(L, ki);
+        const char *k = NULL;
         if (kt == LUA_TSTRING) {
             size_t kl;
-            const char *k = lua_tolstring(L, -2, &kl);
+            k = lua_tolstring(L, ki, &kl);
             rc = mp_str(c, k, kl);
         } else if (kt == LUA_TNUMBER || kt == LUA_TBOOLEAN) {
             if (depth == 0 && c->tool) {
                 lua_pop(L, 2);
+                if (c->one_pass) /* the caller says why, as before */
+                    return 1;
                 return pack_fail(c,
                                  "tools.%s takes named arguments, e.g. "
                                  "tools.NAME{key=value}; found a "
                                  "positional or numeric key",
                                  c->tool->key);
             }
-            rc = pack_value(L, c, lua_gettop(L) - 1, depth + 1, 0);
+            rc = pack_value(L, c, ki, depth + 1, 0);
         } else {
             lua_pop(L, 2);
             return pack_fail(c, "table keys must be strings or numbers, "
@@ -133,14 +138,13 @@ static int pack_pairs(lua_State *L, pack_ctx *c, int idx, int depth,
                              lua_typename(L, kt));
         }
         uint32_t h = 0;
-        if (!rc && depth == 0 && c->tool && kt == LUA_TSTRING) {
-            const char *k = lua_tostring(L, -2);
+        if (!rc && depth == 0 && c->tool && k) {
             for (size_t i = 0; i < c->tool->n_params; i++)
                 if (strcmp(c->tool->params[i].name, k) == 0)
                     h = c->tool->params[i].type;
         }
         if (!rc)
-            rc = pack_value(L, c, lua_gettop(L), depth + 1, h);
+            rc = pack_value(L, c, ki + 1, depth + 1, h);
         if (rc) {
             lua_pop(L, 2);
             break;
@@ -152,11 +156,49 @@ static int pack_pairs(lua_State *L, pack_ctx *c, int idx, int depth,
 }
 
 static int pack_table(lua_State *L, pack_ctx *c, int idx, int depth,
+                      uint32_t hint);
+
+/* Tool arguments (depth 0, a tool): named, so a map; its pairs are packed
+ * in one pass into the run's scratch buffer, then the header msgpack-c
+ * makes of their count and the pairs go to c->buf (a map's header comes
+ * first, and the count is known only at the end).  A numeric key (a list,
+ * or positional arguments) goes back to pack_table's two passes, whose
+ * errors say which.  0 or -1. */
+static int pack_args(lua_State *L, pack_ctx *c, int idx)
+{
+    c->path[0] = lua_topointer(L, idx);
+    th_buf *out = c->buf;
+    size_t cap = c->cap;
+    th_buf_reset(&c->r->scratch);
+    c->buf = &c->r->scratch;
+    c->cap = 0; /* the cap is checked on the whole, below */
+    c->one_pass = true;
+    size_t n = 0;
+    luaL_checkstack(L, 8, "tables nested too deeply");
+    int rc = pack_pairs(L, c, idx, 0, &n);
+    c->one_pass = false;
+    c->buf = out;
+    c->cap = cap;
+    if (rc > 0)
+        return pack_table(L, c, idx, 0, 0);
+    if (rc == 0 && (uint64_t)n > 0xffffffffu)
+        rc = -1;
+    if (rc == 0)
+        rc = mp_container(c, true, (uint32_t)n);
+    if (rc == 0 && c->r->scratch.len)
+        rc = put(c, c->r->scratch.data, c->r->scratch.len);
+    if (rc && !c->r->msg[0])
+        snprintf(c->r->msg, sizeof c->r->msg, "out of memory");
+    return rc ? -1 : 0;
+}
+
+static int pack_table(lua_State *L, pack_ctx *c, int idx, int depth,
                       uint32_t hint)
 {
     if (depth > MAX_DEPTH)
         return pack_fail(c, "a table is nested more than %s levels deep",
                          "64");
+    luaL_checkstack(L, 8, "tables nested too deeply");
     /* Tables nest only in tables: the ancestors are path[0..depth-1]. */
     const void *me = lua_topointer(L, idx);
     for (int d = 0; d < depth; d++)
@@ -217,7 +259,8 @@ static int pack_table(lua_State *L, pack_ctx *c, int idx, int depth,
 static int pack_value(lua_State *L, pack_ctx *c, int idx, int depth,
                       uint32_t hint)
 {
-    luaL_checkstack(L, 8, "tables nested too deeply");
+    /* the stack: pack_table makes room for a level (pack_pairs' three
+     * slots, a tostring of a value) before it walks one */
     switch (lua_type(L, idx)) {
     case LUA_TNIL:
         return mp_nil(c);
@@ -270,10 +313,13 @@ int th_code__pack_into(lua_State *L, run *r, int idx, th_buf *buf,
     c.buf = buf;
     c.cap = cap;
     c.over = false;
+    c.one_pass = false;
     msgpack_packer_init(&c.pk, &c, capped_write);
     r->msg[0] = '\0';
     th_buf_reset(buf);
-    int rc = pack_value(L, &c, idx, 0, 0);
+    int rc = tool && lua_type(L, idx) == LUA_TTABLE
+                 ? pack_args(L, &c, idx)
+                 : pack_value(L, &c, idx, 0, 0);
     if (over)
         *over = c.over;
     if (rc && c.over)
@@ -379,10 +425,12 @@ enum { K_OK, K_STDOUT, K_STDERR, K_META };
 static void make_keys(lua_State *L, run *r)
 {
     static const char *const names[] = {"ok", "stdout", "stderr", "meta"};
+    int k[4]; /* all or none: luaL_ref may raise (out of memory) */
     for (int i = 0; i < 4; i++) {
         lua_pushstring(L, names[i]);
-        r->keys[i] = luaL_ref(L, LUA_REGISTRYINDEX);
+        k[i] = luaL_ref(L, LUA_REGISTRYINDEX);
     }
+    memcpy(r->keys, k, sizeof k);
 }
 
 /* Pushes a call's result as the Lua table of its codec form (th/codec.h:

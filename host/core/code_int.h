@@ -40,11 +40,12 @@ typedef struct run {
     void *small[16];
     size_t small_bytes; /* what those lists hold of malloc()ed blocks, at
                            most SMALL_KEEP_MAX */
-    /* small blocks are carved from a few chunks first (code_lua.c,
-     * small_get): chunk i holds 16 KiB << i, ARENA_CHUNKS of them */
-    char *arena[4];
-    size_t arena_n;     /* chunks allocated */
-    size_t arena_off;   /* bytes carved from the last one */
+    /* small blocks are carved from one region first (code_lua.c,
+     * small_get), allocated at the first small block */
+    char *arena;
+    size_t arena_size;  /* 0 until it is allocated */
+    size_t arena_off;   /* bytes carved from it */
+    bool arena_failed;  /* its malloc failed: small blocks from malloc */
     bool closing;       /* lua_close() is freeing everything */
     /* the keys of a call's result table (ok, stdout, stderr, meta) as
      * registry references, made at the first result (code_bridge.c) */
@@ -53,6 +54,7 @@ typedef struct run {
     uint64_t kept[3], dropped[3];
     /* scratch C memory that a Lua error may skip over */
     th_buf args;
+    th_buf scratch; /* the pairs of tool arguments (code_bridge.c) */
     th_proj_result pres;
     msgpack_unpacked unp;
     bool unp_live;

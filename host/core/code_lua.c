@@ -150,53 +150,49 @@ static void alloc_poll(run *r, size_t grow);
 #define SMALL_MAX (SMALL_STEP * (sizeof ((run *)0)->small / sizeof(void *)))
 #define SMALL_KEEP_MAX (256u << 10)
 /* Small blocks that no freed one can serve are carved from the run's
- * arena: chunks of 16, 32, 64 and 128 KiB, each allocated when the last
- * is used up (240 KiB at most; past that small blocks come from malloc).
- * A run's Lua objects are mostly garbage the collector has not reached
- * yet when the next one is made (a tool call makes ~6 blocks; a run of
- * 100 calls ends before a cycle frees them), so the free lists alone
- * left most blocks to malloc: ~1,300 instructions of an inner call
- * (bench/README.md, "run_code").  An arena block, once freed, goes to
- * its free list whatever SMALL_KEEP_MAX says (it is not malloc's to take
- * back); the chunks go with the run. */
-#define ARENA_FIRST (16u << 10)
-#define ARENA_CHUNKS (sizeof ((run *)0)->arena / sizeof(char *))
+ * arena: one region of ARENA_SIZE bytes, allocated at the first small
+ * block (past it, small blocks come from malloc).  A run's Lua objects are
+ * mostly garbage the collector has not reached yet when the next one is
+ * made (a tool call makes ~5 blocks; a run of 100 calls ends before a
+ * cycle frees them), so the free lists alone left most blocks to malloc:
+ * ~1,300 instructions of an inner call (bench/README.md, "run_code").  One
+ * region rather than chunks makes "is this block the arena's" one
+ * comparison: it is asked at every free.  Untouched pages of the region
+ * cost nothing (malloc hands out the same heap pages run after run).  An
+ * arena block, once freed, goes to its free list whatever SMALL_KEEP_MAX
+ * says (it is not malloc's to take back); the region goes with the run. */
+#define ARENA_SIZE (240u << 10)
 
 static size_t small_class(size_t n) /* n in 1..SMALL_MAX */
 {
     return (n - 1) / SMALL_STEP;
 }
 
-static bool in_arena(const run *r, const void *b)
+static inline bool in_arena(const run *r, const void *b)
 {
-    const char *p = b;
-    for (size_t i = 0; i < r->arena_n; i++)
-        if (p >= r->arena[i] && p < r->arena[i] + ((size_t)ARENA_FIRST << i))
-            return true;
-    return false;
+    return (uintptr_t)b - (uintptr_t)r->arena < r->arena_size;
 }
 
 static void *arena_get(run *r, size_t size)
 {
-    if (r->arena_n) {
-        size_t cap = (size_t)ARENA_FIRST << (r->arena_n - 1);
-        if (cap - r->arena_off >= size) {
-            void *b = r->arena[r->arena_n - 1] + r->arena_off;
-            r->arena_off += size;
-            return b;
+    if (!r->arena_size) {
+        if (r->arena_failed) /* out of memory once: malloc from then on */
+            return NULL;
+        r->arena = malloc(ARENA_SIZE);
+        if (!r->arena) {
+            r->arena_failed = true;
+            return NULL;
         }
+        r->arena_size = ARENA_SIZE;
     }
-    if (r->arena_n == ARENA_CHUNKS)
+    if (r->arena_size - r->arena_off < size)
         return NULL;
-    char *c = malloc((size_t)ARENA_FIRST << r->arena_n);
-    if (!c)
-        return NULL;
-    r->arena[r->arena_n++] = c;
-    r->arena_off = size;
-    return c;
+    void *b = r->arena + r->arena_off;
+    r->arena_off += size;
+    return b;
 }
 
-static void *small_get(run *r, size_t n)
+static inline void *small_get(run *r, size_t n)
 {
     size_t c = small_class(n);
     size_t size = (c + 1) * SMALL_STEP;
@@ -207,15 +203,20 @@ static void *small_get(run *r, size_t n)
             r->small_bytes -= size;
         return b;
     }
+    if (r->arena_size - r->arena_off >= size) { /* the common case */
+        b = r->arena + r->arena_off;
+        r->arena_off += size;
+        return b;
+    }
     b = arena_get(r, size);
     return b ? b : malloc(size);
 }
 
-static void small_put(run *r, void *b, size_t n)
+static inline void small_put(run *r, void *b, size_t n)
 {
     size_t c = small_class(n);
-    size_t size = (c + 1) * SMALL_STEP;
     if (!in_arena(r, b)) {
+        size_t size = (c + 1) * SMALL_STEP;
         if (r->small_bytes + size > SMALL_KEEP_MAX) {
             free(b);
             return;
@@ -236,30 +237,31 @@ static void small_drain(run *r)
                 free(b);
         }
     r->small_bytes = 0;
-    for (size_t i = 0; i < r->arena_n; i++)
-        free(r->arena[i]);
-    r->arena_n = 0;
+    if (r->arena_size)
+        free(r->arena);
+    r->arena = NULL;
+    r->arena_size = 0;
     r->arena_off = 0;
 }
 
 /* Frees a block of Lua's size n (small ones kept; while the state closes,
- * arena blocks are left to go with their chunks). */
-static void block_free(run *r, void *b, size_t n)
+ * arena blocks are left to go with the region). */
+static inline void block_free(run *r, void *b, size_t n)
 {
-    if (r->closing && n && n <= SMALL_MAX) {
-        if (!in_arena(r, b))
+    if (n && n <= SMALL_MAX) {
+        if (!r->closing)
+            small_put(r, b, n);
+        else if (!in_arena(r, b))
             free(b);
         return;
     }
-    if (n && n <= SMALL_MAX)
-        small_put(r, b, n);
-    else
-        free(b);
+    free(b);
 }
 
-static void *run_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
+/* Everything but the two common cases of run_alloc (below). */
+__attribute__((noinline)) static void *
+alloc_slow(run *r, void *ptr, size_t osize, size_t nsize)
 {
-    run *r = ud;
     if (!ptr)
         osize = 0; /* osize is a type tag for new blocks */
     if (nsize == 0) {
@@ -268,25 +270,37 @@ static void *run_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
         r->used -= osize;
         return NULL;
     }
-    if (nsize > osize && r->has_deadline) {
-        alloc_poll(r, nsize - osize);
-        /* killed: library calls that build large strings stop here */
-        if (r->kill && nsize - osize > KILLED_ALLOC_MAX)
+    if (nsize > osize) {
+        if (r->has_deadline) {
+            alloc_poll(r, nsize - osize);
+            /* killed: library calls that build large strings stop here */
+            if (r->kill && nsize - osize > KILLED_ALLOC_MAX)
+                return NULL;
+        }
+        if (r->limit && (nsize - osize > r->limit ||
+                         r->used > r->limit - (nsize - osize))) {
+            r->mem_hit = true;
             return NULL;
-    }
-    if (r->limit && nsize > osize &&
-        (nsize - osize > r->limit || r->used > r->limit - (nsize - osize))) {
-        r->mem_hit = true;
-        return NULL;
+        }
     }
     void *n;
-    if (ptr && osize > SMALL_MAX && nsize > SMALL_MAX) {
+    if (nsize <= SMALL_MAX) {
+        if (!ptr) {
+            n = small_get(r, nsize);
+        } else if (osize && osize <= SMALL_MAX &&
+                   small_class(nsize) == small_class(osize)) {
+            n = ptr; /* the block is big enough already */
+        } else {
+            n = small_get(r, nsize);
+            if (n) {
+                memcpy(n, ptr, osize < nsize ? osize : nsize);
+                block_free(r, ptr, osize);
+            }
+        }
+    } else if (ptr && osize > SMALL_MAX) {
         n = realloc(ptr, nsize);
-    } else if (ptr && nsize <= SMALL_MAX && osize &&
-               small_class(nsize) == small_class(osize)) {
-        n = ptr; /* the block is big enough already */
     } else {
-        n = nsize <= SMALL_MAX ? small_get(r, nsize) : malloc(nsize);
+        n = malloc(nsize);
         if (n && ptr) {
             memcpy(n, ptr, osize < nsize ? osize : nsize);
             block_free(r, ptr, osize);
@@ -296,6 +310,51 @@ static void *run_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
         return nsize <= osize ? ptr : NULL;
     r->used = r->used - osize + nsize;
     return n;
+}
+
+/* Lua's allocator.  The two common cases take no call (so no registers to
+ * save): a new small block served by a free list or the arena, within the
+ * cap and before the next clock poll, and an arena block freed (onto its
+ * list, or left to the region while the state closes).  Both do what
+ * alloc_slow would; the rest goes there. */
+static void *run_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
+{
+    run *r = ud;
+    if (!ptr) {
+        if (nsize - 1 < SMALL_MAX &&
+            (!r->has_deadline || (r->alloc_n + 1 < ALLOC_POLL_N &&
+                                  r->alloc_grow + nsize < ALLOC_POLL_BYTES)) &&
+            (!r->limit || (nsize <= r->limit && r->used <= r->limit - nsize))) {
+            size_t c = small_class(nsize);
+            size_t size = (c + 1) * SMALL_STEP;
+            void *b = r->small[c];
+            if (b) {
+                memcpy(&r->small[c], b, sizeof(void *));
+                if (!in_arena(r, b))
+                    r->small_bytes -= size;
+            } else if (r->arena_size - r->arena_off >= size) {
+                b = r->arena + r->arena_off;
+                r->arena_off += size;
+            } else {
+                return alloc_slow(r, ptr, osize, nsize);
+            }
+            if (r->has_deadline) { /* alloc_poll's counts */
+                r->alloc_n++;
+                r->alloc_grow += nsize;
+            }
+            r->used += nsize;
+            return b;
+        }
+    } else if (nsize == 0 && osize - 1 < SMALL_MAX && in_arena(r, ptr)) {
+        if (!r->closing) { /* while the state closes: left to the region */
+            size_t c = small_class(osize);
+            memcpy(ptr, &r->small[c], sizeof(void *));
+            r->small[c] = ptr;
+        }
+        r->used -= osize;
+        return NULL;
+    }
+    return alloc_slow(r, ptr, osize, nsize);
 }
 
 static void hook(lua_State *L, lua_Debug *ar);
@@ -525,7 +584,8 @@ static int tool_call(lua_State *L)
                           "tools.%s takes one table of named arguments, "
                           "e.g. tools.%s{...}",
                           t->key, t->key);
-    if (!lua_isnoneornil(L, 2) && !lua_istable(L, 2))
+    int at = lua_type(L, 2); /* the arguments' type, asked once */
+    if (at != LUA_TNONE && at != LUA_TNIL && at != LUA_TTABLE)
         return luaL_error(L,
                           "tools.%s takes a table of named arguments, "
                           "e.g. tools.%s{...}, not a %s",
@@ -544,7 +604,7 @@ static int tool_call(lua_State *L)
                           "tool call limit reached: a run may make at most "
                           "%d tool calls (run_code max_calls)",
                           (int)r->lim.max_calls);
-    if (lua_isnoneornil(L, 2)) {
+    if (at != LUA_TTABLE) {
         th_buf_reset(&r->args);
         if (th_buf_append(&r->args, "\x80", 1) != 0)
             return luaL_error(L, "out of memory");
@@ -1165,6 +1225,7 @@ int th_code_run(const th_projection *proj, const char *code, size_t len,
     r->res = res;
     r->limit = (size_t)r->lim.memory;
     th_buf_init(&r->args);
+    th_buf_init(&r->scratch);
     th_proj_result_init(&r->pres);
     if (r->lim.timeout_ms > 0) {
         r->has_deadline = true;
@@ -1263,6 +1324,7 @@ done:
     small_drain(r);
     out_finish(r);
     th_buf_destroy(&r->args);
+    th_buf_destroy(&r->scratch);
     th_proj_result_destroy(&r->pres);
     if (r->unp_live)
         msgpack_unpacked_destroy(&r->unp);

@@ -347,8 +347,11 @@ void th_code_builtin_free(th_code_builtin *b)
 
 /* ---- execute ---------------------------------------------------------------- */
 
+struct code_wait;
+
 /* One run_code call: what the tool caller and the io callbacks need. */
 typedef struct exec_ctx {
+    struct code_wait *wait;  /* code_call's, initialised once per run */
     toolhost_call *call;
     th_session *session;
     pthread_t owner;         /* the thread running execute() */
@@ -420,6 +423,20 @@ typedef struct code_wait {
     th_progress_slot prog;   /* under mu */
     atomic_bool used;        /* another thread took mu (prog or done) */
 } code_wait;
+
+/* Makes a waiter ready for one call. */
+static void code_wait_reset(code_wait *w, th_proj_result *out,
+                            th_proj_progress_fn pf, void *pud)
+{
+    w->self = pthread_self();
+    w->done_here = w->done = false;
+    w->rc = 0;
+    w->out = out;
+    w->pf = pf;
+    w->pud = pud;
+    memset(&w->prog, 0, sizeof w->prog);
+    atomic_store_explicit(&w->used, false, memory_order_relaxed);
+}
 
 /* The final result into *o (its buffers reused); 0 or TH_ENOMEM. */
 static int take_result(th_proj_result *o, const th_result *r)
@@ -511,45 +528,36 @@ static int code_call(void *ud, const char *tool, const uint8_t *args,
     o.no_progress = pf == NULL;
     o.may_block = true; /* we wait anyway: a sync tool runs right here */
     o.front = TOOLHOST_FRONT_CODE;
-    code_wait w;
-    w.self = pthread_self();
-    w.done_here = w.done = false;
-    w.rc = 0;
-    w.out = out;
-    w.pf = pf;
-    w.pud = pud;
-    memset(&w.prog, 0, sizeof w.prog);
-    atomic_init(&w.used, false);
-    pthread_mutex_init(&w.mu, NULL);
-    pthread_cond_init(&w.cv, NULL);
+    /* The run's waiter (its lock and condition made once per run): no
+     * event of the previous call comes after its end, so it is free. */
+    code_wait *w = x->wait;
+    code_wait_reset(w, out, pf, pud);
     uint64_t id = 0;
-    int rc = th_call_start(x->session, tool, args, len, &o, code_wait_cb, &w,
+    int rc = th_call_start(x->session, tool, args, len, &o, code_wait_cb, w,
                            &id);
     /* Ended on this thread with no other thread involved: nothing to take
      * (events of a call come in order, none after its end). */
-    if (rc == 0 && !(w.done_here && !atomic_load(&w.used))) {
-        pthread_mutex_lock(&w.mu);
+    if (rc == 0 && !(w->done_here && !atomic_load(&w->used))) {
+        pthread_mutex_lock(&w->mu);
         for (;;) { /* progress first, then the end */
             th_progress_update u;
-            if (th_progress_take(&w.prog, &u)) {
-                pthread_mutex_unlock(&w.mu);
+            if (th_progress_take(&w->prog, &u)) {
+                pthread_mutex_unlock(&w->mu);
                 if (pf)
                     pf(pud, u.fraction, u.message, u.data, u.data_len);
                 th_progress_update_destroy(&u);
-                pthread_mutex_lock(&w.mu);
+                pthread_mutex_lock(&w->mu);
                 continue;
             }
-            if (w.done || w.done_here)
+            if (w->done || w->done_here)
                 break;
-            pthread_cond_wait(&w.cv, &w.mu);
+            pthread_cond_wait(&w->cv, &w->mu);
         }
-        pthread_mutex_unlock(&w.mu);
+        pthread_mutex_unlock(&w->mu);
     }
     if (rc == 0)
-        rc = w.rc;
-    th_progress_clear(&w.prog);
-    pthread_mutex_destroy(&w.mu);
-    pthread_cond_destroy(&w.cv);
+        rc = w->rc;
+    th_progress_clear(&w->prog);
     flush_progress(x);
     return rc;
 }
@@ -706,6 +714,12 @@ static int run_code_execute(void *state, const toolhost_tool *tool,
     x.owner = pthread_self();
     pthread_mutex_init(&x.mu, NULL);
     atomic_init(&x.queued, false);
+    code_wait wait;
+    memset(&wait, 0, sizeof wait);
+    pthread_mutex_init(&wait.mu, NULL);
+    pthread_cond_init(&wait.cv, NULL);
+    atomic_init(&wait.used, false);
+    x.wait = &wait;
 
     th_proj_caller caller = {code_call, &x};
     th_projection *proj = th_projection_new(&th_code_lua_lang, &caller);
@@ -756,6 +770,8 @@ out:
     th_projection_free(proj);
     th_progress_clear(&x.prog);
     pthread_mutex_destroy(&x.mu);
+    pthread_mutex_destroy(&wait.mu);
+    pthread_cond_destroy(&wait.cv);
     free(code);
     return status;
 }

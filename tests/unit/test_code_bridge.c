@@ -231,6 +231,7 @@ static void run_free(run *r)
 {
     if (r->unp_live)
         msgpack_unpacked_destroy(&r->unp);
+    th_buf_destroy(&r->scratch);
     free(r);
 }
 
@@ -527,6 +528,122 @@ static void test_pack_map_widths(void)
     lua_close(L);
 }
 
+/* Tool arguments are packed in one pass (pack_args: the pairs first, the
+ * header after): the bytes are msgpack-c's for the same map (one key, a
+ * float sent as an integer where the tool declares one, 16 keys past a
+ * fixmap, a nested table), empty arguments are an empty map, and numeric
+ * keys still get the two-pass path's errors (a list, positional keys), a
+ * cycle back to the top its own. */
+static void test_pack_tool_args(void)
+{
+    lua_State *L = luaL_newstate();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(L);
+    run *r = run_new(L);
+    th_proj_tool tool;
+    memset(&tool, 0, sizeof tool);
+    th_proj_param params[] = {{(char *)"n", TOOLHOST_TYPE_INTEGER, false},
+                              {(char *)"text", TOOLHOST_TYPE_STRING, true}};
+    tool.key = tool.name = (char *)"t";
+    tool.params = params;
+    tool.n_params = 2;
+
+    /* {text = "hello"} */
+    lua_createtable(L, 0, 1);
+    lua_pushliteral(L, "hello");
+    lua_setfield(L, -2, "text");
+    th_buf b = TH_BUF_INIT;
+    CU_ASSERT_EQUAL_FATAL(th_code__pack_into(L, r, -1, &b, false, &tool, 0,
+                                             NULL),
+                          0);
+    static const uint8_t hello[] = "\x81\xa4text\xa5hello";
+    CU_ASSERT_EQUAL(b.len, sizeof hello - 1);
+    CU_ASSERT_EQUAL(memcmp(b.data, hello, sizeof hello - 1), 0);
+    lua_pop(L, 1);
+
+    /* {n = 3.0}: an integer where declared */
+    lua_createtable(L, 0, 1);
+    lua_pushnumber(L, 3.0);
+    lua_setfield(L, -2, "n");
+    CU_ASSERT_EQUAL(th_code__pack_into(L, r, -1, &b, false, &tool, 0, NULL), 0);
+    static const uint8_t n3[] = "\x81\xa1n\x03";
+    CU_ASSERT_TRUE(b.len == sizeof n3 - 1 && memcmp(b.data, n3, b.len) == 0);
+    lua_pop(L, 1);
+
+    /* 16 keys and a nested table: map16, same bytes as msgpack-c's of the
+     * pairs in lua_next() order */
+    lua_createtable(L, 0, 16);
+    for (int k = 0; k < 15; k++) {
+        char key[16];
+        snprintf(key, sizeof key, "k%d", k);
+        lua_pushinteger(L, k);
+        lua_setfield(L, -2, key);
+    }
+    lua_createtable(L, 2, 0);
+    lua_pushinteger(L, 7);
+    lua_rawseti(L, -2, 1);
+    lua_pushliteral(L, "x");
+    lua_rawseti(L, -2, 2);
+    lua_setfield(L, -2, "list");
+    int t = lua_gettop(L);
+    CU_ASSERT_EQUAL_FATAL(th_code__pack_into(L, r, t, &b, false, &tool, 0,
+                                             NULL),
+                          0);
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 16);
+    lua_pushnil(L);
+    while (lua_next(L, t)) {
+        size_t kl;
+        const char *k = lua_tolstring(L, -2, &kl);
+        msgpack_pack_str_with_body(&pk, k, kl);
+        if (lua_istable(L, -1)) {
+            msgpack_pack_array(&pk, 2);
+            msgpack_pack_int64(&pk, 7);
+            msgpack_pack_str_with_body(&pk, "x", 1);
+        } else {
+            msgpack_pack_int64(&pk, lua_tointeger(L, -1));
+        }
+        lua_pop(L, 1);
+    }
+    CU_ASSERT_EQUAL(b.len, sb.size);
+    CU_ASSERT_TRUE(b.len == sb.size && memcmp(b.data, sb.data, sb.size) == 0);
+    CU_ASSERT_EQUAL(b.data[0], 0xde);
+    msgpack_sbuffer_destroy(&sb);
+    lua_settop(L, t - 1);
+
+    /* {} */
+    lua_newtable(L);
+    CU_ASSERT_EQUAL(th_code__pack_into(L, r, -1, &b, false, &tool, 0, NULL), 0);
+    CU_ASSERT_TRUE(b.len == 1 && b.data[0] == 0x80);
+    lua_pop(L, 1);
+
+    /* errors: a list, a positional key among named ones, a cycle */
+    static const struct {
+        const char *code, *want;
+    } bad[] = {{"return {'a', 'b'}", "not a list"},
+               {"local t = {text = 'x'}; t[5] = 1; return t",
+                "positional or numeric key"},
+               {"local t = {text = 'x'}; t.again = {t}; return t",
+                "contains itself"}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        int top = lua_gettop(L);
+        CU_ASSERT_EQUAL_FATAL(luaL_dostring(L, bad[i].code), 0);
+        CU_ASSERT_EQUAL(th_code__pack_into(L, r, -1, &b, false, &tool, 0,
+                                           NULL),
+                        -1);
+        CU_ASSERT_PTR_NOT_NULL(strstr(r->msg, bad[i].want));
+        if (!strstr(r->msg, bad[i].want))
+            fprintf(stderr, "case %zu: %s\n", i, r->msg);
+        CU_ASSERT_EQUAL(lua_gettop(L), top + 1);
+        lua_settop(L, top);
+    }
+    th_buf_destroy(&b);
+    run_free(r);
+    lua_close(L);
+}
+
 /* Random values: msgpack -> Lua -> th_code__pack_into -> Lua again is
  * the same Lua value (maps in one pass or two, arrays, every scalar). */
 static void test_pack_random(void)
@@ -573,5 +690,6 @@ void th_suite_code_bridge(void)
     CU_add_test(s, "directed_results", test_directed_results);
     CU_add_test(s, "pack_bytes", test_pack_bytes);
     CU_add_test(s, "pack_map_widths", test_pack_map_widths);
+    CU_add_test(s, "pack_tool_args", test_pack_tool_args);
     CU_add_test(s, "pack_random", test_pack_random);
 }
