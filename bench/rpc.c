@@ -729,9 +729,12 @@ int main(int argc, char **argv)
         const char *pause = getenv("TH_BENCH_PROFILE_PAUSE");
         if (pause)
             sleep((unsigned)atoi(pause));
-        enum { NPC = 16 };
+        enum { NPC = 64 };
         conn pc[NPC];
-        int npc = strcmp(prof, "many") == 0 ? NPC : 1;
+        /* TH_BENCH_CONNS: connections for =many (16; at most 64) */
+        const char *pcs = getenv("TH_BENCH_CONNS");
+        int nmany = pcs && atoi(pcs) > 0 && atoi(pcs) <= NPC ? atoi(pcs) : 16;
+        int npc = strcmp(prof, "many") == 0 ? nmany : 1;
         for (int i = 0; i < npc; i++) {
             int pfd = connect_unix(sock_path);
             if (pfd < 0)
@@ -748,8 +751,8 @@ int main(int argc, char **argv)
             n_seq = n_pipe = n_many = atol(pn);
         if (strcmp(prof, "seq") == 0)
             ns = run_sequential(&pc[0], n = n_seq, samples);
-        else if (npc == NPC)
-            ns = run_many(pc, NPC, n = n_many);
+        else if (strcmp(prof, "many") == 0)
+            ns = run_many(pc, npc, n = n_many);
         else
             ns = run_pipelined(&pc[0], n = n_pipe, 64);
         double cpu = server_cpu_s() - cpu0, ccpu = client_cpu_s() - ccpu0;
