@@ -747,8 +747,14 @@ int main(int argc, char **argv)
         /* TH_BENCH_N: this many calls (two runs of different N give the
          * instructions a call costs, without the start-up) */
         const char *pn = getenv("TH_BENCH_N");
-        if (pn && atol(pn) > 0)
+        if (pn && atol(pn) > 0) {
             n_seq = n_pipe = n_many = atol(pn);
+            /* one sample per sequential call: room for N of them */
+            uint64_t *more = realloc(samples, sizeof(uint64_t) * (size_t)n_seq);
+            if (!more)
+                bench_die("out of memory");
+            samples = more;
+        }
         if (strcmp(prof, "seq") == 0)
             ns = run_sequential(&pc[0], n = n_seq, samples);
         else if (strcmp(prof, "many") == 0)
