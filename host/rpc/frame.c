@@ -95,39 +95,53 @@ static int skim(th_rpc_reader *r, const uint8_t *p, size_t n,
     /* The most values a frame of max_frame bytes may hold. */
     uint64_t most = TH_RPC_FRAME_VALUES_FLOOR +
                     r->max_frame / TH_RPC_FRAME_VALUES_PER_BYTE_DIV;
-    while (r->skim_left > 0) {
-        size_t pos = r->skim_pos;
-        if (pos >= n)
-            return 0;
+    /* The walk's state in locals, stored back when it stops (every frame
+     * passes here: the loop runs once per value). */
+    size_t pos = r->skim_pos;
+    uint64_t left = r->skim_left, values = r->skim_values;
+    int rc = 1;
+    while (left > 0) {
         th_mp_head h;
-        int hr = th_mp_head_read(p + pos, n - pos, &h);
-        if (hr == 0)
-            return 0;
-        if (hr < 0)
-            return th_error_set(err, TH_EPROTO,
-                                "byte 0xc1 at offset %zu is not msgpack",
-                                pos);
-        uint64_t payload = h.payload, kids = h.kids;
-        size_t hdr = h.hdr;
-        uint64_t end = (uint64_t)pos + hdr + payload;
+        int hr = pos < n ? th_mp_head_read(p + pos, n - pos, &h) : 0;
+        if (hr == 0) {
+            rc = 0;
+            break;
+        }
+        if (hr < 0) {
+            rc = th_error_set(err, TH_EPROTO,
+                              "byte 0xc1 at offset %zu is not msgpack", pos);
+            break;
+        }
+        uint64_t end = (uint64_t)pos + h.hdr + h.payload;
         /* Every value still to come takes at least one byte. */
-        uint64_t left = r->skim_left - 1 + kids;
-        if (end + left > r->max_frame)
-            return th_error_set(err, TH_ELIMIT,
-                                "frame larger than the maximum of %zu bytes",
-                                r->max_frame);
-        if (end > n)
-            return 0;
-        r->skim_pos = (size_t)end;
-        r->skim_left = left;
-        if (++r->skim_values > most)
-            return th_error_set(err, TH_ELIMIT,
-                                "frame holds more than %llu values (at most "
-                                "%u + 1 per %u bytes)",
-                                (unsigned long long)most,
-                                TH_RPC_FRAME_VALUES_FLOOR,
-                                TH_RPC_FRAME_VALUES_PER_BYTE_DIV);
+        uint64_t more = left - 1 + h.kids;
+        if (end + more > r->max_frame) {
+            rc = th_error_set(err, TH_ELIMIT,
+                              "frame larger than the maximum of %zu bytes",
+                              r->max_frame);
+            break;
+        }
+        if (end > n) {
+            rc = 0;
+            break;
+        }
+        pos = (size_t)end;
+        left = more;
+        if (++values > most) {
+            rc = th_error_set(err, TH_ELIMIT,
+                              "frame holds more than %llu values (at most "
+                              "%u + 1 per %u bytes)",
+                              (unsigned long long)most,
+                              TH_RPC_FRAME_VALUES_FLOOR,
+                              TH_RPC_FRAME_VALUES_PER_BYTE_DIV);
+            break;
+        }
     }
+    r->skim_pos = pos;
+    r->skim_left = left;
+    r->skim_values = values;
+    if (rc <= 0)
+        return rc;
     uint64_t allowed = TH_RPC_FRAME_VALUES_FLOOR +
                        r->skim_pos / TH_RPC_FRAME_VALUES_PER_BYTE_DIV;
     if (r->skim_values > allowed)

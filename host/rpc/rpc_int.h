@@ -27,7 +27,8 @@ struct rpc_call {
     uint64_t msgid;
     uint64_t call_id, task_id;
     char tool[128];             /* as m_call took it (at most 127 bytes) */
-    uint64_t t0;                /* uv_hrtime() at the request */
+    uint64_t t0;                /* uv_hrtime() at the request; 0 when the
+                                   log level was below info then */
     bool responded;             /* the response was sent */
     bool done;                  /* answered for good while th_call_start()
                                    ran on the loop: m_call frees it */

@@ -492,7 +492,8 @@ static void log_outcome(rpc_call *call, const th_result_copy *r,
         snprintf(outcome, sizeof outcome, "error=%s", th_err_name(r->error));
     th_log_info("session=%llu tool=%s call=%llu dur=%.1fms %s %s",
                 (unsigned long long)call->conn->id, call->tool,
-                (unsigned long long)call->call_id, ms_since(call->t0), what,
+                (unsigned long long)call->call_id,
+                call->t0 ? ms_since(call->t0) : 0.0, what,
                 outcome);
 }
 
