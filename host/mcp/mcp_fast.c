@@ -13,7 +13,7 @@
  * This reader accepts only what it is sure of and says "not mine" for
  * anything else: other keys (_meta, task, unknown ones), a repeated key,
  * reals, integers of more than 18 digits, \u escapes of surrogates or of
- * U+0000, ill-formed UTF-8, nesting past FAST_DEPTH, more than FAST_KEYS
+ * U+0000, ill-formed UTF-8, control bytes but tab, LF and CR, nesting past FAST_DEPTH, more than FAST_KEYS
  * keys in one object, anything yajl refuses.  Those messages go through
  * json_loadb() and the usual checks, so every error text and every edge
  * case stays the tree path's.  What it accepts, jansson reads as the same
@@ -62,6 +62,8 @@ typedef struct fast_box {
 } fast_box;
 
 typedef struct fast_read {
+    yajl_handle y;
+    size_t end; /* bytes of the text up to the message's closing brace */
     mcp_fast_call *fc;
     th_buf *out;
     msgpack_packer pk;
@@ -311,6 +313,7 @@ static int ev_end_map(void *ctx)
     switch (r->where) {
     case AT_ENV:
         r->where = AT_DONE;
+        r->end = yajl_get_bytes_consumed(r->y);
         return 1;
     case AT_PARAMS:
         r->where = AT_ENV;
@@ -363,8 +366,10 @@ static int hexval(int c)
 }
 
 /* What yajl would read differently from jansson, checked on the raw
- * text: ill-formed UTF-8 (yajl checks only the shape of a sequence), and
- * \u escapes of U+0000 or of a surrogate (yajl writes '?' for a lone one;
+ * text: ill-formed UTF-8 (yajl checks only the shape of a sequence),
+ * control bytes other than tab, LF and CR (yajl takes \v and \f for
+ * whitespace; inside a string no control byte is allowed anyway), and \u
+ * escapes of U+0000 or of a surrogate (yajl writes '?' for a lone one;
  * jansson refuses it, and a name with U+0000 is not a C string).  An
  * escaped backslash is skipped with its pair.  A short or bad escape is
  * left to yajl, which refuses it. */
@@ -372,24 +377,34 @@ static bool text_plain(const char *text, size_t len)
 {
     const unsigned char *p = (const unsigned char *)text;
     const unsigned char *end = p + len;
+    const uint64_t ones = 0x0101010101010101ull;
+    const uint64_t high = 0x8080808080808080ull;
+    bool utf8 = false;
     size_t i = 0;
-    uint64_t high = 0;
-    for (; i + 8 <= len && !high; i += 8) { /* ASCII, eight bytes a step */
-        uint64_t v;
-        memcpy(&v, p + i, 8);
-        high = v & 0x8080808080808080ull;
+    while (i < len) {
+        if (i + 8 <= len) { /* eight plain ASCII bytes at a time */
+            uint64_t v;
+            memcpy(&v, p + i, 8);
+            if (!((v | ((v - ones * 0x20) & ~v)) & high)) {
+                i += 8;
+                continue;
+            }
+        }
+        unsigned char c = p[i++];
+        if (c >= 0x80)
+            utf8 = true;
+        else if (c < 0x20 && c != '\t' && c != '\n' && c != '\r')
+            return false;
     }
-    for (; i < len && !high; i++)
-        high = p[i] & 0x80;
-    if (high && !th_utf8_valid(text, len))
+    if (utf8 && !th_utf8_valid(text, len))
         return false;
     while ((p = memchr(p, '\\', (size_t)(end - p))) != NULL) {
         if (end - p < 2)
             return true;
         if (p[1] == 'u' && end - p >= 6) {
             unsigned cp = 0;
-            for (int i = 2; i < 6; i++) {
-                int h = hexval(p[i]);
+            for (int k = 2; k < 6; k++) {
+                int h = hexval(p[k]);
                 if (h < 0)
                     return true;
                 cp = cp << 4 | (unsigned)h;
@@ -399,6 +414,14 @@ static bool text_plain(const char *text, size_t len)
         }
         p += 2;
     }
+    return true;
+}
+
+static bool only_space(const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != ' ' && p[i] != '\t' && p[i] != '\n' && p[i] != '\r')
+            return false;
     return true;
 }
 
@@ -449,6 +472,9 @@ static fast_tls *fast_tls_get(void)
         if (!t->y)
             return NULL;
         yajl_config(t->y, yajl_allow_multiple_values, 1);
+        t->r.y = t->y;
+        /* text_plain() checked the UTF-8, as strictly as jansson. */
+        yajl_config(t->y, yajl_dont_validate_strings, 1);
     }
     return t;
 }
@@ -471,14 +497,15 @@ int mcp_fast_call_scan(const char *text, size_t len, mcp_fast_call *fc)
     msgpack_packer_init(&r->pk, &fc->args, th_buf_msgpack_write);
     const unsigned all = SEEN_JSONRPC | SEEN_ID | SEEN_METHOD | SEEN_PARAMS |
                          SEEN_NAME;
-    /* yajl_complete_parse() ends a number at the end of the text and
-     * refuses a cut one; the handle then waits for the next value. */
+    /* The message must end the text: after its closing brace only JSON
+     * whitespace (yajl, reading value after value, would take more as
+     * the start of the next one). */
     int rc = yajl_parse(t->y, (const unsigned char *)text, len) ==
-                         yajl_status_ok &&
-                     yajl_complete_parse(t->y) == yajl_status_ok &&
-                     r->where == AT_DONE && (r->seen & all) == all
-                 ? 1
-                 : 0;
+                     yajl_status_ok &&
+                 r->where == AT_DONE && (r->seen & all) == all &&
+                 only_space(text + r->end, len - r->end)
+             ? 1
+             : 0;
     r->fc = NULL;
     r->out = NULL;
     if (rc != 1) {

@@ -225,6 +225,16 @@ static void test_refuses_the_rest(void)
         "{\"name\":\"echo\"}} x",
         "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":"
         "{\"name\":\"echo\"}",
+        /* a second value after the message (a string cut short, an
+         * object), vertical tab and form feed as whitespace */
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":"
+        "{\"name\":\"echo\"}} \"}}",
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":"
+        "{\"name\":\"echo\"}}{}",
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":"
+        "{\"name\":\"echo\"}}\v",
+        "\f{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":"
+        "{\"name\":\"echo\"}}",
         /* a 19-digit id */
         "{\"jsonrpc\":\"2.0\",\"id\":1234567890123456789,\"method\":"
         "\"tools/call\",\"params\":{\"name\":\"echo\"}}",
