@@ -258,6 +258,9 @@ static void *timer_main(void *arg)
 /* ---- Calls ---------------------------------------------------------------------- */
 
 static __thread mcp_call *tl_starting; /* the call inside th_call_start */
+/* The request being dispatched was read by mcp_fast_call_scan(): its name
+ * and its arguments as msgpack (m_tools_call takes them). */
+static __thread mcp_fast_call *tl_fast;
 
 static void call_free(mcp_call *c)
 {
@@ -595,10 +598,13 @@ static void m_tools_list(th_mcp_session *m, const json_t *id,
 static void m_tools_call(th_mcp_session *m, const json_t *id,
                          const json_t *params)
 {
-    const char *name = json_string_value(json_object_get(params, "name"));
+    mcp_fast_call *fc = tl_fast;
+    tl_fast = NULL;
+    const char *name = fc ? fc->name
+                          : json_string_value(json_object_get(params, "name"));
     json_t *args = json_object_get(params, "arguments");
     json_t *task = json_object_get(params, "task");
-    if (!json_is_object(params) || !name) {
+    if ((!fc && !json_is_object(params)) || !name) {
         mcp_send_error(m, id, MCP_INVALID_PARAMS,
                        "tools/call needs params.name (a string)");
         return;
@@ -639,9 +645,12 @@ static void m_tools_call(th_mcp_session *m, const json_t *id,
     th_buf mp;
     th_buf_init(&mp);
     json_t *empty = NULL;
-    if (!args || json_is_null(args))
+    if (fc) {
+        mp = fc->args; /* the scan's msgpack: taken */
+        th_buf_init(&fc->args);
+    } else if (!args || json_is_null(args))
         args = empty = json_object();
-    if (!args || th_json_to_msgpack(args, &mp) != 0) {
+    if (!fc && (!args || th_json_to_msgpack(args, &mp) != 0)) {
         json_decref(empty);
         th_buf_destroy(&mp);
         /* Not representable (an integer past int64): a tool error. */
@@ -664,7 +673,9 @@ static void m_tools_call(th_mcp_session *m, const json_t *id,
     c->out_type = out_type;
     c->structured = structured;
     c->refs = 3; /* the list, the event, this function */
-    c->id = json_deep_copy(id);
+    /* An id is a string or an integer: nobody changes it, a reference
+     * does. */
+    c->id = json_incref((json_t *)id);
     c->last_progress = 0;
     json_t *tok = json_object_get(json_object_get(params, "_meta"),
                                   "progressToken");
@@ -833,6 +844,34 @@ static bool valid_id(const json_t *id)
     return json_is_string(id) || json_is_integer(id);
 }
 
+/* A tools/call of the plain shape, without a JSON tree (mcp_fast.c): the
+ * same dispatch as th_mcp_session_input_value() gives it.  False: not
+ * such a message (nothing was done). */
+static bool input_fast(th_mcp_session *m, const char *text, size_t len)
+{
+    mcp_fast_call fc;
+    th_buf_init(&fc.args);
+    if (mcp_fast_call_scan(text, len, &fc) != 1) {
+        th_buf_destroy(&fc.args);
+        return false;
+    }
+    json_t *id = fc.id_is_str ? json_stringn_nocheck(fc.id_str, fc.id_len)
+                              : json_integer(fc.id_int);
+    if (!id) {
+        th_buf_destroy(&fc.args);
+        return false;
+    }
+    m->deferred = false;
+    tl_fast = &fc;
+    dispatch_request(m, id, "tools/call", NULL);
+    tl_fast = NULL;
+    if (!m->deferred)
+        mcp_request_done(m, id);
+    json_decref(id);
+    th_buf_destroy(&fc.args);
+    return true;
+}
+
 void th_mcp_session_input(th_mcp_session *m, const char *text, size_t len)
 {
     if (len > m->max_message) {
@@ -844,6 +883,8 @@ void th_mcp_session_input(th_mcp_session *m, const char *text, size_t len)
                        len, m->max_message);
         return;
     }
+    if (input_fast(m, text, len))
+        return;
     json_error_t jerr;
     json_t *msg = json_loadb(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL,
                              &jerr);

@@ -42,6 +42,7 @@ static const char *fr_input = "?"; /* the input being replayed */
 #include "../../fuzz/iso_wire.c"
 #include "../../fuzz/json.c"
 #include "../../fuzz/mcp.c"
+#include "../../fuzz/mcp_fast.c"
 #include "../../fuzz/out.c"
 #include "../../fuzz/rpc_frames.c"
 #include "../../fuzz/rpc_serve.c"
@@ -61,6 +62,7 @@ static const fr_target fr_targets[] = {
     {"iso_wire", fuzz_iso_wire, NULL},
     {"json", fuzz_json, NULL},
     {"mcp", fuzz_mcp, mc_close},
+    {"mcp_fast", fuzz_mcp_fast, NULL},
     {"out", fuzz_out, NULL},
     {"rpc_frames", fuzz_rpc_frames, NULL},
     {"rpc_serve", fuzz_rpc_serve, rs_close},
