@@ -847,6 +847,13 @@ void th_mcall_run(th_mcall *c)
     c->ran = true;
     const th_tool *t = c->tool;
     int64_t fast_t0 = c->fast_sample ? th_now_ns() : 0;
+    /* ABI 1.2: the arguments decoded one level, so that the plugin need
+     * not decode them again (valid until execute() returns, like args) */
+    toolhost_arg view_args[TH_ARGS_VIEW_MAX];
+    toolhost_args_view view;
+    if (!c->mock && th_args_view_build(c->args, c->args_len, view_args,
+                                       TH_ARGS_VIEW_MAX, &view) == 0)
+        c->base.pub.args_view = &view;
     int st = c->mock ? th_mock_execute(c)
                      : t->desc->execute(t->plugin->state, t->desc, &c->base.pub,
                                         c->args, c->args_len);
@@ -855,6 +862,7 @@ void th_mcall_run(th_mcall *c)
     tl_cur = prev;
     pthread_mutex_lock(&c->mu);
     c->in_execute = false;
+    c->base.pub.args_view = NULL; /* on this stack frame */
     bool susp = c->suspended;
     /* suspend() then anything but PENDING: the worker finishes the call
      * unless complete() already did (its suspend reference is ours). */

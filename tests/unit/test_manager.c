@@ -573,7 +573,8 @@ static void test_cancel_before_start(void)
  * (bench/startup.c); a field added to it shows here first. */
 static void test_queued_call_is_small(void)
 {
-    CU_ASSERT_TRUE(sizeof(th_mcall) <= 392);
+    /* 392 until ABI 1.2 appended toolhost_call.args_view (8 bytes) */
+    CU_ASSERT_TRUE(sizeof(th_mcall) <= 400);
     open_default(1, 1, 64);
     rec a, b;
     rec_init(&a);
