@@ -252,7 +252,8 @@ static void call_free(th_mcall *c)
         th_mcall_unref(parent);
     /* The last call goes to zero under h->mu, which th_host_close() holds
      * when it reads the count: it cannot free the host before we are
-     * done with h->mu. */
+     * done with h->mu.  While the host is open its own count keeps v
+     * above 1: no lock. */
     unsigned long v = atomic_load(&h->live_calls);
     while (v > 1 && !atomic_compare_exchange_weak(&h->live_calls, &v, v - 1))
         ;
@@ -322,15 +323,15 @@ void th_call_deliver_locked(th_mcall *c)
         th_event ev;
         th_result r;
         memset(&ev, 0, sizeof ev);
-        memset(&r, 0, sizeof r);
         char *msg = NULL;
-        th_progress_update pu;
-        memset(&pu, 0, sizeof pu);
+        th_progress_update pu; /* zeroed by th_progress_take */
+        bool have_pu = false;
         th_result_copy fin;
         bool have_fin = false;
         ev.call_id = c->base.pub.call_id;
         th_mcall_x *x = c->x;
         if (c->pend_ack) { /* set by a running call: x exists */
+            memset(&r, 0, sizeof r);
             c->pend_ack = false;
             msg = x->ack_msg;
             x->ack_msg = NULL;
@@ -340,7 +341,8 @@ void th_call_deliver_locked(th_mcall *c)
             ev.kind = TH_EV_RESULT;
             ev.task_id = r.task_id;
             ev.result = &r;
-        } else if (x && th_progress_take(&x->prog, &pu)) {
+        } else if (x && x->prog.pending && th_progress_take(&x->prog, &pu)) {
+            have_pu = true;
             th_progress_event(&pu, c->base.pub.call_id, &ev);
         } else if (c->pend_final) {
             c->pend_final = false;
@@ -348,9 +350,10 @@ void th_call_deliver_locked(th_mcall *c)
                 fin = x->final;
                 memset(&x->final, 0, sizeof x->final);
                 have_fin = true;
-                result_view(&fin, &r);
+                result_view(&fin, &r); /* sets every member of r */
             } else {
                 /* answered without memory for its x: the error alone */
+                memset(&r, 0, sizeof r);
                 r.kind = TH_RESULT_ERROR;
                 r.error = c->fin_oom;
                 r.message = th_strerror(c->fin_oom);
@@ -367,7 +370,8 @@ void th_call_deliver_locked(th_mcall *c)
         if (fn)
             fn(&ev, ud);
         free(msg);
-        th_progress_update_destroy(&pu);
+        if (have_pu)
+            th_progress_update_destroy(&pu);
         if (have_fin)
             th_result_copy_destroy(&fin);
         pthread_mutex_lock(&c->mu);

@@ -548,7 +548,10 @@ struct th_host {
 
     pthread_mutex_t stmu;       /* stats table (insert only) */
     _Atomic(th_stat *) stat_b[256]; /* lock-free reads */
-    atomic_ulong live_calls;    /* calls not yet freed */
+    atomic_ulong live_calls;    /* calls not yet freed, plus 1 while the
+                                   host is open (th_host_close drops it):
+                                   call_free takes mu only for the last
+                                   call of a closing host */
     th_mcall *tomb_head, *tomb_tail; /* quarantine of ended calls (mu) */
     size_t n_tombs;
     atomic_ulong sess_opened[TH_FRONT_KINDS]; /* per front (stats.c) */

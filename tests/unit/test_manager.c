@@ -98,7 +98,7 @@ static void test_errors_before_run(void)
     CU_ASSERT_EQUAL(r.final.error, TH_EARGS);
     CU_ASSERT_PTR_NOT_NULL(strstr(r.final.message, "text"));
     rec_free(&r);
-    CU_ASSERT_EQUAL(atomic_load(&H->live_calls), 0);
+    CU_ASSERT_EQUAL(atomic_load(&H->live_calls), 1); /* the open host's */
     close_all();
 }
 
@@ -1360,9 +1360,9 @@ static void test_stress(void)
     /* nothing leaks: every call object is freed once the stubborn tools
      * (which ignore cancel) have returned */
     until = mono_ms() + 5000;
-    while (atomic_load(&H->live_calls) > 0 && mono_ms() < until)
+    while (atomic_load(&H->live_calls) > 1 && mono_ms() < until)
         nap_ms(1);
-    CU_ASSERT_EQUAL(atomic_load(&H->live_calls), 0);
+    CU_ASSERT_EQUAL(atomic_load(&H->live_calls), 1); /* the open host's */
     th_host_close(H);
     H = NULL;
     free(SX.started);
