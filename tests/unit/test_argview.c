@@ -117,7 +117,7 @@ typedef struct reading {
     bool has;
     const char *s;
     size_t slen;
-    int64_t i;
+    int64_t i, i_or;
     double d;
     bool b;
     char cstr[64];
@@ -134,7 +134,7 @@ static void read_key(th_sdk_args *a, const char *key, reading *r)
     r->rc[1] = th_sdk_arg_int(a, key, &r->i);
     r->rc[2] = th_sdk_arg_number(a, key, &r->d);
     r->rc[3] = th_sdk_arg_bool(a, key, &r->b);
-    r->i += th_sdk_arg_int_or(a, key, 3);
+    r->i_or = th_sdk_arg_int_or(a, key, 3);
     const char *c = NULL;
     r->rc[4] = th_sdk_arg_cstr(a, key, &c);
     if (c)
@@ -147,14 +147,14 @@ static void read_key(th_sdk_args *a, const char *key, reading *r)
     const int64_t *is = NULL;
     r->rc[7] = th_sdk_arg_ints(a, key, &is, &r->nints);
     for (size_t k = 0; is && k < r->nints; k++)
-        r->ints_sum += is[k];
+        r->ints_sum = (int64_t)((uint64_t)r->ints_sum + (uint64_t)is[k]);
 }
 
 static bool same_reading(const reading *x, const reading *y)
 {
     return memcmp(x->rc, y->rc, sizeof x->rc) == 0 && x->has == y->has &&
            x->slen == y->slen && (!x->slen || memcmp(x->s, y->s, x->slen) == 0) &&
-           x->i == y->i && (x->d == y->d || (x->d != x->d && y->d != y->d)) &&
+           x->i == y->i && x->i_or == y->i_or && (x->d == y->d || (x->d != x->d && y->d != y->d)) &&
            x->b == y->b && strcmp(x->cstr, y->cstr) == 0 &&
            x->otype == y->otype && x->nstrings == y->nstrings &&
            x->nints == y->nints && x->ints_sum == y->ints_sum;
