@@ -160,33 +160,26 @@ static void tomb_destroy(th_mcall *c)
     call_rec_free(c);
 }
 
-/* With h->mu held: `c` joins the quarantine; the oldest beyond
- * TH_CALL_TOMBS is returned for the caller to destroy unlocked. */
-static th_mcall *tomb_push_locked(th_host *h, th_mcall *c)
+/* `c` joins the quarantine, without a lock: the slot after the last
+ * one taken gets c, and what it held (the tombstone TH_CALL_TOMBS pushes
+ * older, or NULL) is returned for the caller to destroy.  The exchange
+ * (acq_rel) hands the record's memory from thread to thread. */
+static th_mcall *tomb_push(th_host *h, th_mcall *c)
 {
-    c->x->tomb_next = NULL; /* a tombstone ran: it has its x */
-    if (h->tomb_tail)
-        h->tomb_tail->x->tomb_next = c;
-    else
-        h->tomb_head = c;
-    h->tomb_tail = c;
-    if (++h->n_tombs <= TH_CALL_TOMBS)
-        return NULL;
-    th_mcall *old = h->tomb_head;
-    h->tomb_head = old->x->tomb_next;
-    h->n_tombs--;
-    return old;
+    size_t i = atomic_fetch_add_explicit(&h->tomb_at, 1, memory_order_relaxed) %
+               TH_CALL_TOMBS;
+    return atomic_exchange_explicit(&h->tomb_ring[i], c, memory_order_acq_rel);
 }
 
 void th_call_tombs_destroy(th_host *h)
 {
-    while (h->tomb_head) {
-        th_mcall *c = h->tomb_head;
-        h->tomb_head = c->x->tomb_next;
-        tomb_destroy(c);
+    for (size_t i = 0; i < TH_CALL_TOMBS; i++) {
+        th_mcall *c = atomic_exchange_explicit(&h->tomb_ring[i], NULL,
+                                               memory_order_acq_rel);
+        if (c)
+            tomb_destroy(c);
     }
-    h->tomb_tail = NULL;
-    h->n_tombs = 0;
+    atomic_store(&h->tomb_at, 0);
     pool_drain(&tl_pool); /* this thread's pool goes with the host */
 }
 
@@ -240,9 +233,7 @@ static void call_free(th_mcall *c)
         c->s = NULL;
         c->parent = NULL;
         c->inline_run = false;
-        pthread_mutex_lock(&h->mu);
-        th_mcall *old = tomb_push_locked(h, c);
-        pthread_mutex_unlock(&h->mu);
+        th_mcall *old = tomb_push(h, c);
         if (old)
             tomb_destroy(old);
     } else {

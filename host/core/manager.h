@@ -135,7 +135,6 @@ typedef struct th_mcall_x {
     char *caller_user;
     char caller_session[24];
     char tname[72];             /* a tombstone's tool name */
-    struct th_mcall *tomb_next; /* the host's quarantine (host->mu) */
 
     /* Under the call's mu. */
     pthread_cond_t cv;
@@ -552,8 +551,11 @@ struct th_host {
                                    host is open (th_host_close drops it):
                                    call_free takes mu only for the last
                                    call of a closing host */
-    th_mcall *tomb_head, *tomb_tail; /* quarantine of ended calls (mu) */
-    size_t n_tombs;
+    /* The quarantine of ended calls (call.c): a ring that a tombstone
+     * enters with one atomic exchange, taking out the one TH_CALL_TOMBS
+     * tombstones older (destroyed by whoever took it out); no lock. */
+    _Atomic(th_mcall *) tomb_ring[TH_CALL_TOMBS];
+    atomic_size_t tomb_at;
     atomic_ulong sess_opened[TH_FRONT_KINDS]; /* per front (stats.c) */
     atomic_ulong front_ev[TH_FRONT_KINDS][TH_FEV_N]; /* per front, reason
                                                   (stats.c) */
