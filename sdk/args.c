@@ -27,6 +27,9 @@ int th_sdk_args_init(th_sdk_args *a, const uint8_t *data, size_t len)
         return TH_SDK_EINVAL;
     msgpack_unpacked_init(&a->unp);
     a->map = NULL;
+    a->view = NULL;
+    a->data = data;
+    a->len = len;
     if (!data || len == 0)
         return TH_SDK_OK;
     size_t off = 0;
@@ -41,18 +44,69 @@ int th_sdk_args_init(th_sdk_args *a, const uint8_t *data, size_t len)
     return TH_SDK_OK;
 }
 
+int th_sdk_args_init_call(th_sdk_args *a, const toolhost_call *call,
+                          const uint8_t *data, size_t len)
+{
+    if (!a)
+        return TH_SDK_EINVAL;
+    const toolhost_args_view *v =
+        call && TOOLHOST_HAS_MEMBER(toolhost_call, call, args_view)
+            ? call->args_view
+            : NULL;
+    /* The view is used only when it describes these very bytes and its
+     * structs hold every member this SDK reads. */
+    if (!v || !data || v->data != data || v->len != len ||
+        !TOOLHOST_HAS_MEMBER(toolhost_args_view, v, args) ||
+        (v->n_args && (!v->args || v->args[0].struct_size < sizeof(toolhost_arg))))
+        return th_sdk_args_init(a, data, len);
+    msgpack_unpacked_init(&a->unp);
+    a->map = NULL;
+    a->view = v;
+    a->data = data;
+    a->len = len;
+    return TH_SDK_OK;
+}
+
 void th_sdk_args_destroy(th_sdk_args *a)
 {
     if (!a)
         return;
     msgpack_unpacked_destroy(&a->unp);
     a->map = NULL;
+    a->view = NULL;
+}
+
+/* The view's entry for `key`, or NULL. */
+static const toolhost_arg *view_lookup(const toolhost_args_view *v,
+                                       const char *key)
+{
+    size_t klen = strlen(key);
+    const char *p = (const char *)v->args;
+    size_t stride = v->n_args ? v->args[0].struct_size : 0;
+    for (uint32_t i = 0; i < v->n_args; i++, p += stride) {
+        const toolhost_arg *e = (const toolhost_arg *)(const void *)p;
+        if (e->name_len == klen && memcmp(e->name, key, klen) == 0)
+            return e;
+    }
+    return NULL;
+}
+
+/* Leaves the view for the parsed map (the getters that need msgpack
+ * objects or the zone): parses the bytes as th_sdk_args_init() would.
+ * The th_sdk_args is the caller's own, non-const object (the getters'
+ * const is the promise not to change what was read). */
+static int leave_view(const th_sdk_args *ca)
+{
+    th_sdk_args *a = (th_sdk_args *)ca;
+    if (!a->view)
+        return TH_SDK_OK;
+    return th_sdk_args_init(a, a->data, a->len);
 }
 
 /* The value of `key`, or NULL. */
 static const msgpack_object *lookup(const th_sdk_args *a, const char *key)
 {
-    if (!a || !key || !a->map)
+    if (!a || !key || (a->view && leave_view(a) != TH_SDK_OK) || !a->map)
         return NULL;
     size_t klen = strlen(key);
     const msgpack_object_map *m = &a->map->via.map;
@@ -150,7 +204,20 @@ static int zone_cstr(th_sdk_args *a, const msgpack_object *o, const char **s)
 
 bool th_sdk_arg_has(const th_sdk_args *a, const char *key)
 {
+    if (a && key && a->view)
+        return view_lookup(a->view, key) != NULL;
     return lookup(a, key) != NULL;
+}
+
+/* The view's entry for `key` for the scalar getters: 0 with *e set,
+ * TH_SDK_EABSENT, or TH_SDK_EINVAL. */
+static int view_find(const th_sdk_args *a, const char *key,
+                     const toolhost_arg **e)
+{
+    if (!key)
+        return TH_SDK_EINVAL;
+    *e = view_lookup(a->view, key);
+    return *e ? TH_SDK_OK : TH_SDK_EABSENT;
 }
 
 int th_sdk_arg_object(const th_sdk_args *a, const char *key,
@@ -169,6 +236,19 @@ int th_sdk_arg_string(const th_sdk_args *a, const char *key, const char **s,
     const msgpack_object *o;
     if (!s)
         return TH_SDK_EINVAL;
+    if (a && a->view) {
+        const toolhost_arg *e;
+        int rc = view_find(a, key, &e);
+        if (rc)
+            return rc;
+        if (e->type != TOOLHOST_VALUE_STR &&
+            (e->type != TOOLHOST_VALUE_BIN || !utf8_ok(e->bytes, e->len)))
+            return TH_SDK_ETYPE;
+        *s = (const char *)e->bytes;
+        if (len)
+            *len = e->len;
+        return TH_SDK_OK;
+    }
     int rc = find(a, key, &o);
     if (rc)
         return rc;
@@ -214,6 +294,22 @@ int th_sdk_arg_int(const th_sdk_args *a, const char *key, int64_t *v)
     const msgpack_object *o;
     if (!v)
         return TH_SDK_EINVAL;
+    if (a && a->view) {
+        const toolhost_arg *e;
+        int rc = view_find(a, key, &e);
+        if (rc)
+            return rc;
+        if (e->type == TOOLHOST_VALUE_UINT) {
+            if (e->u > (uint64_t)INT64_MAX)
+                return TH_SDK_ERANGE;
+            *v = (int64_t)e->u;
+            return TH_SDK_OK;
+        }
+        if (e->type != TOOLHOST_VALUE_INT)
+            return TH_SDK_ETYPE;
+        *v = e->i;
+        return TH_SDK_OK;
+    }
     int rc = find(a, key, &o);
     if (rc)
         return rc;
@@ -229,6 +325,18 @@ int th_sdk_arg_number(const th_sdk_args *a, const char *key, double *v)
     const msgpack_object *o;
     if (!v)
         return TH_SDK_EINVAL;
+    if (a && a->view) {
+        const toolhost_arg *e;
+        int rc = view_find(a, key, &e);
+        if (rc)
+            return rc;
+        switch (e->type) {
+        case TOOLHOST_VALUE_FLOAT: *v = e->f; return TH_SDK_OK;
+        case TOOLHOST_VALUE_UINT: *v = (double)e->u; return TH_SDK_OK;
+        case TOOLHOST_VALUE_INT: *v = (double)e->i; return TH_SDK_OK;
+        default: return TH_SDK_ETYPE;
+        }
+    }
     int rc = find(a, key, &o);
     if (rc)
         return rc;
@@ -253,6 +361,16 @@ int th_sdk_arg_bool(const th_sdk_args *a, const char *key, bool *v)
     const msgpack_object *o;
     if (!v)
         return TH_SDK_EINVAL;
+    if (a && a->view) {
+        const toolhost_arg *e;
+        int rc = view_find(a, key, &e);
+        if (rc)
+            return rc;
+        if (e->type != TOOLHOST_VALUE_BOOL)
+            return TH_SDK_ETYPE;
+        *v = e->i != 0;
+        return TH_SDK_OK;
+    }
     int rc = find(a, key, &o);
     if (rc)
         return rc;

@@ -160,33 +160,26 @@ static void tomb_destroy(th_mcall *c)
     call_rec_free(c);
 }
 
-/* With h->mu held: `c` joins the quarantine; the oldest beyond
- * TH_CALL_TOMBS is returned for the caller to destroy unlocked. */
-static th_mcall *tomb_push_locked(th_host *h, th_mcall *c)
+/* `c` joins the quarantine, without a lock: the slot after the last
+ * one taken gets c, and what it held (the tombstone TH_CALL_TOMBS pushes
+ * older, or NULL) is returned for the caller to destroy.  The exchange
+ * (acq_rel) hands the record's memory from thread to thread. */
+static th_mcall *tomb_push(th_host *h, th_mcall *c)
 {
-    c->x->tomb_next = NULL; /* a tombstone ran: it has its x */
-    if (h->tomb_tail)
-        h->tomb_tail->x->tomb_next = c;
-    else
-        h->tomb_head = c;
-    h->tomb_tail = c;
-    if (++h->n_tombs <= TH_CALL_TOMBS)
-        return NULL;
-    th_mcall *old = h->tomb_head;
-    h->tomb_head = old->x->tomb_next;
-    h->n_tombs--;
-    return old;
+    size_t i = atomic_fetch_add_explicit(&h->tomb_at, 1, memory_order_relaxed) %
+               TH_CALL_TOMBS;
+    return atomic_exchange_explicit(&h->tomb_ring[i], c, memory_order_acq_rel);
 }
 
 void th_call_tombs_destroy(th_host *h)
 {
-    while (h->tomb_head) {
-        th_mcall *c = h->tomb_head;
-        h->tomb_head = c->x->tomb_next;
-        tomb_destroy(c);
+    for (size_t i = 0; i < TH_CALL_TOMBS; i++) {
+        th_mcall *c = atomic_exchange_explicit(&h->tomb_ring[i], NULL,
+                                               memory_order_acq_rel);
+        if (c)
+            tomb_destroy(c);
     }
-    h->tomb_tail = NULL;
-    h->n_tombs = 0;
+    atomic_store(&h->tomb_at, 0);
     pool_drain(&tl_pool); /* this thread's pool goes with the host */
 }
 
@@ -240,9 +233,7 @@ static void call_free(th_mcall *c)
         c->s = NULL;
         c->parent = NULL;
         c->inline_run = false;
-        pthread_mutex_lock(&h->mu);
-        th_mcall *old = tomb_push_locked(h, c);
-        pthread_mutex_unlock(&h->mu);
+        th_mcall *old = tomb_push(h, c);
         if (old)
             tomb_destroy(old);
     } else {
@@ -252,7 +243,8 @@ static void call_free(th_mcall *c)
         th_mcall_unref(parent);
     /* The last call goes to zero under h->mu, which th_host_close() holds
      * when it reads the count: it cannot free the host before we are
-     * done with h->mu. */
+     * done with h->mu.  While the host is open its own count keeps v
+     * above 1: no lock. */
     unsigned long v = atomic_load(&h->live_calls);
     while (v > 1 && !atomic_compare_exchange_weak(&h->live_calls, &v, v - 1))
         ;
@@ -322,15 +314,15 @@ void th_call_deliver_locked(th_mcall *c)
         th_event ev;
         th_result r;
         memset(&ev, 0, sizeof ev);
-        memset(&r, 0, sizeof r);
         char *msg = NULL;
-        th_progress_update pu;
-        memset(&pu, 0, sizeof pu);
+        th_progress_update pu; /* zeroed by th_progress_take */
+        bool have_pu = false;
         th_result_copy fin;
         bool have_fin = false;
         ev.call_id = c->base.pub.call_id;
         th_mcall_x *x = c->x;
         if (c->pend_ack) { /* set by a running call: x exists */
+            memset(&r, 0, sizeof r);
             c->pend_ack = false;
             msg = x->ack_msg;
             x->ack_msg = NULL;
@@ -340,7 +332,8 @@ void th_call_deliver_locked(th_mcall *c)
             ev.kind = TH_EV_RESULT;
             ev.task_id = r.task_id;
             ev.result = &r;
-        } else if (x && th_progress_take(&x->prog, &pu)) {
+        } else if (x && x->prog.pending && th_progress_take(&x->prog, &pu)) {
+            have_pu = true;
             th_progress_event(&pu, c->base.pub.call_id, &ev);
         } else if (c->pend_final) {
             c->pend_final = false;
@@ -348,9 +341,10 @@ void th_call_deliver_locked(th_mcall *c)
                 fin = x->final;
                 memset(&x->final, 0, sizeof x->final);
                 have_fin = true;
-                result_view(&fin, &r);
+                result_view(&fin, &r); /* sets every member of r */
             } else {
                 /* answered without memory for its x: the error alone */
+                memset(&r, 0, sizeof r);
                 r.kind = TH_RESULT_ERROR;
                 r.error = c->fin_oom;
                 r.message = th_strerror(c->fin_oom);
@@ -367,7 +361,8 @@ void th_call_deliver_locked(th_mcall *c)
         if (fn)
             fn(&ev, ud);
         free(msg);
-        th_progress_update_destroy(&pu);
+        if (have_pu)
+            th_progress_update_destroy(&pu);
         if (have_fin)
             th_result_copy_destroy(&fin);
         pthread_mutex_lock(&c->mu);
@@ -847,6 +842,13 @@ void th_mcall_run(th_mcall *c)
     c->ran = true;
     const th_tool *t = c->tool;
     int64_t fast_t0 = c->fast_sample ? th_now_ns() : 0;
+    /* ABI 1.2: the arguments decoded one level, so that the plugin need
+     * not decode them again (valid until execute() returns, like args) */
+    toolhost_arg view_args[TH_ARGS_VIEW_MAX];
+    toolhost_args_view view;
+    if (!c->mock && th_args_view_build(c->args, c->args_len, view_args,
+                                       TH_ARGS_VIEW_MAX, &view) == 0)
+        c->base.pub.args_view = &view;
     int st = c->mock ? th_mock_execute(c)
                      : t->desc->execute(t->plugin->state, t->desc, &c->base.pub,
                                         c->args, c->args_len);
@@ -855,6 +857,7 @@ void th_mcall_run(th_mcall *c)
     tl_cur = prev;
     pthread_mutex_lock(&c->mu);
     c->in_execute = false;
+    c->base.pub.args_view = NULL; /* on this stack frame */
     bool susp = c->suspended;
     /* suspend() then anything but PENDING: the worker finishes the call
      * unless complete() already did (its suspend reference is ours). */

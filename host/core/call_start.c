@@ -341,8 +341,10 @@ static void stage_permission(th_mcall *c)
         return;
     }
     uint32_t flags = t->flags;
-    char reason[256] = "";
+    char reason[256];
+    reason[0] = '\0';
     if (t->desc->needs_permission &&
+        memset(reason, 0, sizeof reason) &&
         t->desc->needs_permission(t->plugin->state, t->desc, c->args,
                                   c->args_len, reason, sizeof reason) == 1)
         flags |= TH_PERM_FLAG_NEEDS;

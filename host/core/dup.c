@@ -35,7 +35,9 @@ static void policy_of(const th_mcall *c, th_dup_policy *pol, th_dup_scope *scope
     *scope = TH_DUPSCOPE_NAME_AND_ARGS;
     if (!c->ts)
         return;
-    const th_tool_override *ov = th_host_override(c->ts, c->tool->name);
+    /* twice a call: no override search when the toolset has none */
+    const th_tool_override *ov =
+        c->ts->n_overrides ? th_host_override(c->ts, c->tool->name) : NULL;
     *pol = ov && ov->on_duplicate_call >= 0 ? (th_dup_policy)ov->on_duplicate_call
                                             : c->ts->on_duplicate_call;
     *scope = ov && ov->duplicate_scope >= 0 ? (th_dup_scope)ov->duplicate_scope

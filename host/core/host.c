@@ -216,6 +216,7 @@ int th_host_open_ex(th_config *cfg, const th_host_opts *opts, th_host **out,
         return th_error_set(err, TH_ENOMEM, "out of memory opening the host");
     }
     h->cfg = cfg;
+    atomic_init(&h->live_calls, 1); /* the open host's own count */
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->cv, NULL);
     pthread_mutex_init(&h->dmu, NULL);
@@ -323,6 +324,8 @@ void th_host_close(th_host *h)
         return;
     pthread_mutex_lock(&h->mu);
     h->closing = true;
+    /* From here the last call to be freed wakes wait_calls under mu. */
+    atomic_fetch_sub(&h->live_calls, 1);
     pthread_mutex_unlock(&h->mu);
     /* Sessions the fronts left open. */
     for (;;) {

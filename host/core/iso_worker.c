@@ -399,9 +399,16 @@ static void *run_call(void *arg)
         return NULL;
     }
     int st = TOOLHOST_FAILED;
+    /* ABI 1.2: the arguments decoded, as the host's call path does */
+    toolhost_arg view_args[TH_ARGS_VIEW_MAX];
+    toolhost_args_view view;
+    if (t && th_args_view_build(c->args.data, c->args.len, view_args,
+                                TH_ARGS_VIEW_MAX, &view) == 0)
+        c->base.pub.args_view = &view;
     if (t)
         st = t->desc->execute(g_p->state, t->desc, &c->base.pub,
                               c->args.data, c->args.len);
+    c->base.pub.args_view = NULL; /* on this stack frame */
     /* After a successful suspend() the call belongs to complete(). */
     int s = atomic_load(&c->suspended);
     if (s == 0) {

@@ -135,7 +135,6 @@ typedef struct th_mcall_x {
     char *caller_user;
     char caller_session[24];
     char tname[72];             /* a tombstone's tool name */
-    struct th_mcall *tomb_next; /* the host's quarantine (host->mu) */
 
     /* Under the call's mu. */
     pthread_cond_t cv;
@@ -548,9 +547,15 @@ struct th_host {
 
     pthread_mutex_t stmu;       /* stats table (insert only) */
     _Atomic(th_stat *) stat_b[256]; /* lock-free reads */
-    atomic_ulong live_calls;    /* calls not yet freed */
-    th_mcall *tomb_head, *tomb_tail; /* quarantine of ended calls (mu) */
-    size_t n_tombs;
+    atomic_ulong live_calls;    /* calls not yet freed, plus 1 while the
+                                   host is open (th_host_close drops it):
+                                   call_free takes mu only for the last
+                                   call of a closing host */
+    /* The quarantine of ended calls (call.c): a ring that a tombstone
+     * enters with one atomic exchange, taking out the one TH_CALL_TOMBS
+     * tombstones older (destroyed by whoever took it out); no lock. */
+    _Atomic(th_mcall *) tomb_ring[TH_CALL_TOMBS];
+    atomic_size_t tomb_at;
     atomic_ulong sess_opened[TH_FRONT_KINDS]; /* per front (stats.c) */
     atomic_ulong front_ev[TH_FRONT_KINDS][TH_FEV_N]; /* per front, reason
                                                   (stats.c) */

@@ -8,8 +8,9 @@
 
 bool th_host_is_task_tool(const char *name)
 {
-    return strcmp(name, "get_running_tasks") == 0 ||
-           strcmp(name, "cancel_task") == 0;
+    /* the first byte first: this runs twice on every call */
+    return (name[0] == 'g' && strcmp(name, "get_running_tasks") == 0) ||
+           (name[0] == 'c' && strcmp(name, "cancel_task") == 0);
 }
 
 /* A reload swaps h->cfg for new calls (reload_host.c): read it with an
@@ -42,7 +43,8 @@ bool th_host_toolset_has(th_host *h, const th_toolset_cfg *ts,
         if (h->builtins[i].p == tool->plugin && h->builtins[i].member)
             return h->builtins[i].member(ts, tool->name, h->builtins[i].ud);
     for (size_t i = 0; i < ts->n_tools; i++)
-        if (strcmp(ts->tools[i], "*") == 0 || strcmp(ts->tools[i], tool->name) == 0)
+        if ((ts->tools[i][0] == '*' && ts->tools[i][1] == '\0') ||
+            strcmp(ts->tools[i], tool->name) == 0)
             return true;
     return false;
 }

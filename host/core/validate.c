@@ -2,7 +2,9 @@
  * against a parameter table, defaults filled in, then the tool's own
  * validate_args().
  *
- * Speed: this runs on every call.  The map is unpacked with msgpack_unpack()
+ * Speed: this runs on every call.  A map of at most TH_ARGS_VIEW_MAX
+ * scalar values is read through the decoded view (argview.c: one walk, no
+ * unpacking, nothing allocated).  Any other map is unpacked with msgpack_unpack()
  * into a zone that each thread keeps and clears after use (strings are not
  * copied: objects point into the caller's bytes), so a call whose arguments
  * need no default allocates nothing once its thread has validated before.
@@ -444,6 +446,82 @@ static int validate_map(const char *what, const th_param *params, size_t n,
     return 0;
 }
 
+/* A scalar of the decoded view as the msgpack object msgpack-c would
+ * have made (strings point into the argument bytes, as there).  false for
+ * a container. */
+static bool view_object(const toolhost_arg *a, msgpack_object *o)
+{
+    memset(o, 0, sizeof *o);
+    switch (a->type) {
+    case TOOLHOST_VALUE_NIL:
+        o->type = MSGPACK_OBJECT_NIL;
+        return true;
+    case TOOLHOST_VALUE_BOOL:
+        o->type = MSGPACK_OBJECT_BOOLEAN;
+        o->via.boolean = a->i != 0;
+        return true;
+    case TOOLHOST_VALUE_UINT:
+        o->type = MSGPACK_OBJECT_POSITIVE_INTEGER;
+        o->via.u64 = a->u;
+        return true;
+    case TOOLHOST_VALUE_INT:
+        o->type = MSGPACK_OBJECT_NEGATIVE_INTEGER;
+        o->via.i64 = a->i;
+        return true;
+    case TOOLHOST_VALUE_FLOAT:
+        o->type = a->raw[0] == 0xca ? MSGPACK_OBJECT_FLOAT32
+                                    : MSGPACK_OBJECT_FLOAT64;
+        o->via.f64 = a->f;
+        return true;
+    case TOOLHOST_VALUE_STR:
+        o->type = MSGPACK_OBJECT_STR;
+        o->via.str.ptr = (const char *)a->bytes;
+        o->via.str.size = (uint32_t)a->len;
+        return true;
+    case TOOLHOST_VALUE_BIN:
+        o->type = MSGPACK_OBJECT_BIN;
+        o->via.bin.ptr = (const char *)a->bytes;
+        o->via.bin.size = (uint32_t)a->len;
+        return true;
+    case TOOLHOST_VALUE_EXT:
+        o->type = MSGPACK_OBJECT_EXT;
+        o->via.ext.type = (int8_t)a->i;
+        o->via.ext.ptr = (const char *)a->bytes;
+        o->via.ext.size = (uint32_t)a->len;
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* The common case without unpacking: a map of at most TH_ARGS_VIEW_MAX
+ * entries whose values are all scalars, read through the decoded view
+ * (argview.c), the same objects msgpack_unpack() would build.  1 when it
+ * does not apply (then the full path decides, with its messages). */
+static int validate_flat(const char *what, const th_param *params, size_t n,
+                         const uint8_t *args, size_t len, uint64_t *seen,
+                         th_buf *out, bool *filled, th_verr *err)
+{
+    toolhost_arg items[TH_ARGS_VIEW_MAX];
+    toolhost_args_view v;
+    msgpack_object_kv kv[TH_ARGS_VIEW_MAX];
+    if (th_args_view_build(args, len, items, TH_ARGS_VIEW_MAX, &v) != 0)
+        return 1;
+    for (uint32_t i = 0; i < v.n_args; i++) {
+        if (!view_object(&items[i], &kv[i].val))
+            return 1;
+        kv[i].key.type = MSGPACK_OBJECT_STR;
+        kv[i].key.via.str.ptr = items[i].name;
+        kv[i].key.via.str.size = (uint32_t)items[i].name_len;
+    }
+    msgpack_object map;
+    memset(&map, 0, sizeof map);
+    map.type = MSGPACK_OBJECT_MAP;
+    map.via.map.size = v.n_args;
+    map.via.map.ptr = kv;
+    return validate_map(what, params, n, &map, seen, out, filled, err);
+}
+
 int th_validate_params(const char *what, const th_param *params, size_t n,
                        const uint8_t *args, size_t len, th_buf *out,
                        bool *filled, th_verr *err)
@@ -461,6 +539,16 @@ int th_validate_params(const char *what, const th_param *params, size_t n,
                         "the arguments are empty; send an object (a map of "
                         "parameter names to values), {} when there are none");
 
+    uint64_t seen_stack[4] = {0, 0, 0, 0};
+    uint64_t *seen = seen_stack;
+    if (n <= 4 * 64) {
+        int frc = validate_flat(what, params, n, args, len, seen, out,
+                                filled, err);
+        if (frc != 1)
+            return frc;
+        memset(seen_stack, 0, sizeof seen_stack);
+    }
+
     /* Counts and nesting first: the unpacker allocates for what a header
      * announces and calls a nesting past its stack "out of memory". */
     th_error werr;
@@ -468,8 +556,6 @@ int th_validate_params(const char *what, const th_param *params, size_t n,
         return verr_set(err, what, NULL, "the arguments are not valid: %s",
                         werr.msg);
 
-    uint64_t seen_stack[4] = {0, 0, 0, 0};
-    uint64_t *seen = seen_stack;
     if (n > 4 * 64) {
         seen = calloc((n + 63) / 64, sizeof *seen);
         if (!seen)

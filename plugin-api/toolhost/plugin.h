@@ -1,4 +1,4 @@
-/* toolhost/plugin.h - the toolhost plugin ABI, version 1.1.
+/* toolhost/plugin.h - the toolhost plugin ABI, version 1.2.
  *
  * This header is the whole contract between the toolhost host process and a
  * tool plugin (a shared object).  If a type, constant or function does not
@@ -114,7 +114,7 @@ extern "C" {
 #endif
 
 #define TOOLHOST_ABI_MAJOR 1
-#define TOOLHOST_ABI_MINOR 1
+#define TOOLHOST_ABI_MINOR 2
 
 /* Whether the struct at `p` (with its struct_size) holds `member` of `type`. */
 #define TOOLHOST_HAS_MEMBER(type, p, member)                                  \
@@ -249,10 +249,24 @@ struct toolhost_tool;
  * MUST NOT copy the struct or keep the pointer after the call ended: the
  * call ends when execute() returns anything but TOOLHOST_PENDING, or, after
  * TOOLHOST_PENDING, when complete() returns. */
+struct toolhost_args_view;
+
 typedef struct toolhost_call {
     uint32_t struct_size;
     const struct toolhost_host_api *host; /* the same api init() was given */
     uint64_t call_id;                     /* unique within the host process */
+
+    /* ---- ABI 1.2 (check with TOOLHOST_HAS_MEMBER before use) ---- */
+
+    /* NULL, or the arguments of execute() already decoded by the host (it
+     * walked them while validating): a read-only view, borrowed, valid
+     * exactly as long as execute()'s `args` (until execute() returns).  It
+     * describes the bytes at view->data; use it only when view->data and
+     * view->len are execute()'s `args` and `args_len` (the SDK's
+     * th_sdk_args_init_call() checks that and falls back to decoding).
+     * The host may leave it NULL for any call (too many arguments, a host
+     * that does not build it); it is set only while execute() runs. */
+    const struct toolhost_args_view *args_view;
 } toolhost_call;
 
 /* Who calls (ABI 1.1, filled by toolhost_host_api.caller).  Strings are
@@ -266,6 +280,48 @@ typedef struct toolhost_caller {
     const char *toolset;  /* the toolset the call came through */
     const char *front;    /* TOOLHOST_FRONT_* */
 } toolhost_caller;
+
+/* The kind of a decoded argument value (toolhost_arg.type, ABI 1.2). */
+#define TOOLHOST_VALUE_NIL 1
+#define TOOLHOST_VALUE_BOOL 2   /* i: 0 or 1                                */
+#define TOOLHOST_VALUE_UINT 3   /* a non-negative integer: u                */
+#define TOOLHOST_VALUE_INT 4    /* a negative integer: i                    */
+#define TOOLHOST_VALUE_FLOAT 5  /* f (a float32 is widened)                 */
+#define TOOLHOST_VALUE_STR 6    /* bytes, len: the string (no NUL at end)   */
+#define TOOLHOST_VALUE_BIN 7    /* bytes, len: the binary payload           */
+#define TOOLHOST_VALUE_ARRAY 8  /* len: the number of elements              */
+#define TOOLHOST_VALUE_MAP 9    /* len: the number of entries               */
+#define TOOLHOST_VALUE_EXT 10   /* bytes, len: the payload; i: the ext type */
+
+/* One top-level entry of the arguments map (ABI 1.2), in map order.  Every
+ * pointer points into the argument bytes (toolhost_args_view.data); the
+ * value is decoded one level: a scalar fully, a container by its count,
+ * with its encoded bytes in raw/raw_len for a decoder of the plugin's own
+ * choice. */
+typedef struct toolhost_arg {
+    uint32_t struct_size;  /* sizeof(toolhost_arg) of the host */
+    uint32_t type;         /* TOOLHOST_VALUE_* */
+    const char *name;      /* the key, not NUL-terminated */
+    size_t name_len;
+    const uint8_t *raw;    /* the value as msgpack */
+    size_t raw_len;
+    const uint8_t *bytes;  /* STR, BIN, EXT: the payload */
+    size_t len;            /* STR, BIN, EXT: bytes; ARRAY, MAP: count */
+    int64_t i;             /* BOOL, INT, EXT (see the kinds above) */
+    uint64_t u;            /* UINT */
+    double f;              /* FLOAT */
+} toolhost_arg;
+
+/* The decoded arguments of one execute() (toolhost_call.args_view, ABI
+ * 1.2): what the host's validation already found, so that a plugin need
+ * not decode the map again.  Read-only, owned by the host. */
+typedef struct toolhost_args_view {
+    uint32_t struct_size;      /* sizeof(toolhost_args_view) of the host */
+    uint32_t n_args;           /* entries in args (the map's size) */
+    const uint8_t *data;       /* the argument bytes this view describes */
+    size_t len;
+    const toolhost_arg *args;  /* n_args entries; stride args[0].struct_size */
+} toolhost_args_view;
 
 /* ---- What the host gives the plugin ----------------------------------- */
 
@@ -425,7 +481,9 @@ typedef struct toolhost_tool {
      * in; it and `call` are valid until execute() returns (for a suspended
      * call: `args` until execute() returns, `call` until complete()).
      * Returns TOOLHOST_OK, TOOLHOST_FAILED or (after suspend())
-     * TOOLHOST_PENDING.  Output goes through call->host->write(). */
+     * TOOLHOST_PENDING.  Output goes through call->host->write().
+     * A 1.2 host may also hand the same arguments decoded in
+     * call->args_view (see toolhost_call). */
     int (*execute)(void *state, const struct toolhost_tool *tool,
                    toolhost_call *call, const uint8_t *args, size_t args_len);
 

@@ -1,6 +1,9 @@
 /* echo.c - the echo plugin: the example of the toolhost SDK.  `echo`
  * writes its text back; `echo_async` does the same after reporting a few
- * progress steps, stopping early when cancelled. */
+ * progress steps, stopping early when cancelled.  execute() reads its
+ * arguments with th_sdk_args_init_call(): on a 1.2 host the getters read
+ * the host's decoded view (nothing parsed twice), on an older one they
+ * parse the map. */
 #include <stdio.h>
 
 #include <toolhost/sdk.h>
@@ -12,7 +15,7 @@ static int echo(void *state, const toolhost_tool *tool, toolhost_call *call,
     th_sdk_args a;
     const char *text;
     size_t n;
-    int rc = th_sdk_args_init(&a, args, len);
+    int rc = th_sdk_args_init_call(&a, call, args, len);
     if (rc == 0 && (rc = th_sdk_arg_string(&a, "text", &text, &n)) != 0) {
         th_sdk_args_destroy(&a);
         return th_sdk_fail(call, "'text' must be a string: %s",
@@ -35,7 +38,7 @@ static int echo_async(void *state, const toolhost_tool *tool,
     th_sdk_args a;
     const char *text;
     size_t n;
-    if (th_sdk_args_init(&a, args, len) != 0 ||
+    if (th_sdk_args_init_call(&a, call, args, len) != 0 ||
         th_sdk_arg_string(&a, "text", &text, &n) != 0) {
         th_sdk_args_destroy(&a);
         return th_sdk_fail(call, "'text' must be a string");

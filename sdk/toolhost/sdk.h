@@ -192,12 +192,27 @@ const char *th_sdk_strerror(int code);
 typedef struct th_sdk_args {
     msgpack_unpacked unp;     /* private */
     const msgpack_object *map; /* private: the map, or NULL when empty */
+    const toolhost_args_view *view; /* private: the host's decoded view,
+                                       or NULL (then `map` is used) */
+    const uint8_t *data;      /* private: the bytes (for a late decode) */
+    size_t len;
 } th_sdk_args;
 
 /* Parses `data`/`len` (a msgpack map; NULL/0 reads as an empty map).
  * Returns 0, TH_SDK_EINVAL (not one msgpack map) or TH_SDK_ENOMEM.  Call
  * th_sdk_args_destroy() in every case. */
 int th_sdk_args_init(th_sdk_args *a, const uint8_t *data, size_t len);
+/* Like th_sdk_args_init() for execute()'s arguments, given its call: on a
+ * host that hands the arguments decoded (ABI 1.2, call->args_view, when
+ * it describes exactly `data`/`len`) nothing is parsed and the getters
+ * read the host's view (the scalar getters decode nothing; the object,
+ * cstr, strings and ints getters parse the map on first use); otherwise
+ * (an older host, another buffer, call NULL) it is th_sdk_args_init().
+ * Same results and errors either way.  Use it in execute() only (the view
+ * is valid until execute() returns, like `args`); validate_args() and
+ * init() have no call: use th_sdk_args_init() there. */
+int th_sdk_args_init_call(th_sdk_args *a, const toolhost_call *call,
+                          const uint8_t *data, size_t len);
 /* Frees what the th_sdk_args holds, including th_sdk_arg_cstr() copies.
  * Safe to call twice. */
 void th_sdk_args_destroy(th_sdk_args *a);

@@ -384,6 +384,15 @@ int th_validate_call(const th_tool *tool, const uint8_t *args, size_t len,
                      th_buf *out, const uint8_t **args_out, size_t *len_out,
                      th_error *err);
 
+/* The decoded view of an argument map (ABI 1.2, toolhost_call.args_view;
+ * argview.c): fills items[0..n) with the map's entries in order (every
+ * pointer into `data`) and *v.  0, or -1 (nothing to hand out) when
+ * `data` is not one msgpack map with string keys, or has more than `cap`
+ * entries.  Allocates nothing; any thread. */
+#define TH_ARGS_VIEW_MAX 16
+int th_args_view_build(const uint8_t *data, size_t len, toolhost_arg *items,
+                       size_t cap, toolhost_args_view *v);
+
 /* Checks what a call that succeeded wrote to stdout, when the tool's
  * stdout is TOOLHOST_SEM_STRUCTURED (ABI 1.1): one JSON value (empty output
  * is accepted when the tool has no output_schema), matching the tool's
