@@ -87,7 +87,8 @@
  * address on its stack into the plugin rather than the host), else it
  * keeps the object mapped and unloads it once the thread has left (a
  * warning names the thread; docs/reload.md says what the check cannot
- * see).  What such a thread finds is
+ * see).  A thread whose stack cannot be read (process_vm_readv refused)
+ * counts as inside until it is gone.  What such a thread finds is
  * still undefined: its state was freed by fini(), the host may have
  * closed what init() opened.  Example: sdk/AUTHORING.md section 9.
  *
