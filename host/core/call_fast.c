@@ -371,18 +371,10 @@ static void stuck_report(th_host *h, th_fast_slot *sl, th_stat *st,
     if (running) {
         if (atomic_load(&f->state) != TH_FAST_OFF ||
             atomic_load(&f->retry_ns) != INT64_MAX) {
-            /* demote() as at the end of a slow run, but no retry until
-             * it has returned (stuck_done) */
-            int64_t base = (int64_t)max_ms * 1000000 * TH_FAST_BACKOFF_MUL;
-            int64_t top = base * TH_FAST_BACKOFF_MAX_MUL;
-            f->backoff_ns = f->backoff_ns ? f->backoff_ns * 2 : base;
-            if (f->backoff_ns > top)
-                f->backoff_ns = top;
-            f->fast = 0;
-            f->overruns = 0;
-            atomic_store(&f->slow, 0);
+            /* as at the end of a slow run, but no retry until it has
+             * returned (stuck_done) */
+            demote(f, max_ms * 1000000u, now);
             atomic_store(&f->retry_ns, INT64_MAX);
-            atomic_store(&f->state, TH_FAST_OFF);
             demoted = true;
         }
         f->stuck++;

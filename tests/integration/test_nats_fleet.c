@@ -15,27 +15,6 @@ static gnatsd G;
 static char G_url[64];
 static bool g_up;
 
-static void gnatsd_files(gnatsd *g, const char *conf)
-{
-    memset(g, 0, sizeof *g);
-    g->dir = th_test_tmpdir();
-    g->conf = th_test_write_file(g->dir, "nats.conf", conf, (size_t)-1);
-    size_t ll = strlen(g->dir) + 16;
-    g->log = malloc(ll);
-    snprintf(g->log, ll, "%s/nats.log", g->dir);
-}
-
-static void gnatsd_free(gnatsd *g)
-{
-    gnatsd_kill(g, SIGKILL);
-    if (g->dir)
-        th_test_rmtree(g->dir);
-    free(g->dir);
-    free(g->conf);
-    free(g->log);
-    memset(g, 0, sizeof *g);
-}
-
 static char js_dir[512];
 
 static int suite_init(void)
@@ -69,102 +48,6 @@ static int suite_clean(void)
         CU_ASSERT_FATAL(g_up);                                                \
     } while (0)
 
-static natsConnection *connect_to(const char *url)
-{
-    natsOptions *o = NULL;
-    natsConnection *nc = NULL;
-    natsOptions_Create(&o);
-    natsOptions_SetURL(o, url);
-    natsOptions_SetMaxReconnect(o, -1);
-    natsOptions_SetReconnectWait(o, 100);
-    natsOptions_SetTimeout(o, 3000);
-    natsStatus st = natsConnection_Connect(&nc, o);
-    natsOptions_Destroy(o);
-    return st == NATS_OK ? nc : NULL;
-}
-
-/* Starts a host on `url` with the toolset "public" of `tools` (plugins
- * echo and reload_fx), subject prefix `prefix`, service `name`, and its
- * id read from its log. */
-static int host_start(rpc_srv *h, char *id, const char *url,
-                      const char *prefix, const char *name,
-                      const char *tools, const char *nats_extra)
-{
-    char cfg[2048];
-    snprintf(cfg, sizeof cfg,
-             "host:\n"
-             "  log_level: debug\n"
-             "  shutdown_grace: 1s\n"
-             "  listen: [\"%s\"]\n"
-             "plugins:\n"
-             "  - name: echo\n"
-             "    path: @BUILD@/plugins/echo.so\n"
-             "  - name: reload_fx\n"
-             "    path: @BUILD@/fixtures/reload_a.so\n"
-             "toolsets:\n"
-             "  - name: public\n"
-             "    tools: [%s]\n"
-             "    allow_users: [nats]\n"
-             "nats:\n"
-             "  prefix: %s\n"
-             "  name: %s\n"
-             "  toolsets: [public]\n"
-             "  reconnect_wait: 100ms\n"
-             "%s",
-             url, tools, prefix, name, nats_extra ? nats_extra : "");
-    rpc_opts o = {.config = cfg};
-    if (rpc_srv_start(h, &o) != 0)
-        return -1;
-    host_id_from_log(h, id, 40);
-    if (!id[0]) {
-        rpc_dump_log(h);
-        return -1;
-    }
-    return 0;
-}
-
-/* How many lines of the host's log have `needle`. */
-static int log_count(rpc_srv *h, const char *needle)
-{
-    FILE *f = fopen(h->log, "r");
-    char line[2048];
-    int n = 0;
-    while (f && fgets(line, sizeof line, f))
-        n += strstr(line, needle) != NULL;
-    if (f)
-        fclose(f);
-    return n;
-}
-
-/* The time of day (ms) of the first log line with `needle`, or -1. */
-static int64_t log_time_ms(rpc_srv *h, const char *needle)
-{
-    FILE *f = fopen(h->log, "r");
-    char line[2048];
-    int64_t t = -1;
-    while (t < 0 && f && fgets(line, sizeof line, f)) {
-        int hh, mm, ss, ms;
-        if (strstr(line, needle) &&
-            sscanf(line, "%*10cT%d:%d:%d.%dZ", &hh, &mm, &ss, &ms) == 4)
-            t = ((int64_t)(hh * 60 + mm) * 60 + ss) * 1000 + ms;
-    }
-    if (f)
-        fclose(f);
-    return t;
-}
-
-/* Waits (bounded) until the host's log has `needle`. */
-static bool log_wait(rpc_srv *h, const char *needle, int64_t ms)
-{
-    int64_t end = rpc_now_ms() + ms;
-    while (rpc_now_ms() < end) {
-        if (log_count(h, needle) > 0)
-            return true;
-        usleep(20000);
-    }
-    return false;
-}
-
 /* The endpoint names of host `id` in its $SRV.INFO, comma-joined. */
 static void info_endpoints(natsConnection *nc, const char *name,
                            const char *id, char *out, size_t n)
@@ -189,47 +72,6 @@ static void info_endpoints(natsConnection *nc, const char *name,
     json_decref(j);
 }
 
-/* num_requests of `tool` in host `id`'s $SRV.STATS, or -1. */
-static int64_t stats_of(natsConnection *nc, const char *name, const char *id,
-                        const char *tool)
-{
-    char subj[160];
-    snprintf(subj, sizeof subj, "$SRV.STATS.%s.%s", name, id);
-    natsMsg *r = NULL;
-    if (natsConnection_RequestString(&r, nc, subj, "", 2000) != NATS_OK)
-        return -1;
-    json_t *j = json_loadb(natsMsg_GetData(r),
-                           (size_t)natsMsg_GetDataLength(r), 0, NULL);
-    natsMsg_Destroy(r);
-    int64_t v = -1;
-    size_t k;
-    json_t *e;
-    json_array_foreach(json_object_get(j, "endpoints"), k, e)
-        if (strcmp(json_string_value(json_object_get(e, "name")), tool) == 0)
-            v = json_integer_value(json_object_get(e, "num_requests"));
-    json_decref(j);
-    return v;
-}
-
-static void rewrite_tools(rpc_srv *h, const char *from, const char *to)
-{
-    FILE *f = fopen(h->cfg, "r");
-    CU_ASSERT_FATAL(f != NULL);
-    static char text[4096];
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[n] = '\0';
-    char *p = strstr(text, from);
-    CU_ASSERT_FATAL(p != NULL);
-    static char out[4096];
-    snprintf(out, sizeof out, "%.*s%s%s", (int)(p - text), text, to,
-             p + strlen(from));
-    f = fopen(h->cfg, "w");
-    CU_ASSERT_FATAL(f != NULL);
-    fputs(out, f);
-    fclose(f);
-}
-
 /* A host started before its NATS server: `serve` comes up at once (the
  * socket answers), retries in the background, and serves when the server
  * comes. */
@@ -247,10 +89,10 @@ static void test_late_server(void)
     CU_ASSERT_FATAL(host_start(&h, id, url, "late", "late", "echo", NULL) ==
                     0);
     CU_ASSERT(rpc_now_ms() - t0 < 10000);
-    CU_ASSERT(log_count(&h, "is not reachable yet") == 1);
+    CU_ASSERT(rpc_log_count(&h, "is not reachable yet") == 1);
     CU_ASSERT_FATAL(gnatsd_start(&s) == 0); /* that port */
-    CU_ASSERT(log_wait(&h, "nats: connected to", 5000));
-    natsConnection *nc = connect_to(url);
+    CU_ASSERT(rpc_log_wait(&h, "nats: connected to", 5000));
+    natsConnection *nc = nats_connect(url, NULL, NULL);
     CU_ASSERT_FATAL(nc != NULL);
     bool ok = false;
     int64_t end = rpc_now_ms() + 5000;
@@ -279,7 +121,7 @@ static void test_reload_endpoints(void)
     char id[40];
     CU_ASSERT_FATAL(host_start(&h, id, G_url, "rl", "rl", "echo", NULL) ==
                     0);
-    natsConnection *nc = connect_to(G_url);
+    natsConnection *nc = nats_connect(G_url, NULL, NULL);
     CU_ASSERT_FATAL(nc != NULL);
     char eps[512];
     info_endpoints(nc, "rl", id, eps, sizeof eps);
@@ -290,10 +132,10 @@ static void test_reload_endpoints(void)
     natsMsg_Destroy(r);
     r = NULL;
     /* add rl_answer (a tool of another plugin) and echo_async */
-    rewrite_tools(&h, "tools: [echo]", "tools: [echo, rl_answer, echo_async]");
+    cfg_replace(&h, "tools: [echo]", "tools: [echo, rl_answer, echo_async]");
     kill(h.pid, SIGHUP);
-    CU_ASSERT_FATAL(log_wait(&h, "now serving rl.public.rl_answer", 10000));
-    CU_ASSERT(log_wait(&h, "2 added, 0 removed", 2000));
+    CU_ASSERT_FATAL(rpc_log_wait(&h, "now serving rl.public.rl_answer", 10000));
+    CU_ASSERT(rpc_log_wait(&h, "2 added, 0 removed", 2000));
     CU_ASSERT_FATAL(request(nc, &r, "rl.public.rl_answer", "{}", 3000) ==
                     NATS_OK);
     CU_ASSERT(reply_ok(r, "A"));
@@ -303,10 +145,10 @@ static void test_reload_endpoints(void)
     CU_ASSERT(strstr(eps, "rl_answer") && strstr(eps, "echo_async") &&
               strstr(eps, "echo"));
     /* remove it again: the subject has no responders, INFO drops it */
-    rewrite_tools(&h, "tools: [echo, rl_answer, echo_async]",
+    cfg_replace(&h, "tools: [echo, rl_answer, echo_async]",
                   "tools: [echo_async]");
     kill(h.pid, SIGHUP);
-    CU_ASSERT_FATAL(log_wait(&h, "rl.public.rl_answer is no longer served",
+    CU_ASSERT_FATAL(rpc_log_wait(&h, "rl.public.rl_answer is no longer served",
                              10000));
     int64_t t0 = rpc_now_ms();
     CU_ASSERT(request(nc, &r, "rl.public.rl_answer", "{}", 3000) ==
@@ -321,9 +163,9 @@ static void test_reload_endpoints(void)
     info_endpoints(nc, "rl", id, eps, sizeof eps);
     CU_ASSERT_STRING_EQUAL(eps, "echo_async");
     /* and back: the same endpoint subscribed again */
-    rewrite_tools(&h, "tools: [echo_async]", "tools: [echo, echo_async]");
+    cfg_replace(&h, "tools: [echo_async]", "tools: [echo, echo_async]");
     kill(h.pid, SIGHUP);
-    CU_ASSERT_FATAL(log_wait(&h, "1 added, 0 removed", 10000));
+    CU_ASSERT_FATAL(rpc_log_wait(&h, "1 added, 0 removed", 10000));
     CU_ASSERT_FATAL(request(nc, &r, "rl.public.echo", "{\"text\":\"back\"}",
                             3000) == NATS_OK);
     CU_ASSERT(reply_ok(r, "back"));
@@ -384,8 +226,8 @@ static void test_result_after_host_gone(void)
                                    "echo, echo_async",
                                    "  results_ttl: 1m\n"
                                    "  results_bucket: kvtest\n") == 0);
-    CU_ASSERT(log_wait(&h[0], "key-value bucket kvtest", 5000));
-    natsConnection *nc = connect_to(G_url);
+    CU_ASSERT(rpc_log_wait(&h[0], "key-value bucket kvtest", 5000));
+    natsConnection *nc = nats_connect(G_url, NULL, NULL);
     CU_ASSERT_FATAL(nc != NULL);
     char task[96] = "";
     int owner = async_call(nc, "kv.public.echo_async", ids, 2, task,
@@ -492,12 +334,12 @@ static void test_cluster_failover(void)
                                    "echo", NULL) == 0);
     /* the server host 0 is on (the client library shuffles the list) */
     int victim = -1;
-    CU_ASSERT_FATAL(log_wait(&h[0], "nats: connected to", 5000));
+    CU_ASSERT_FATAL(rpc_log_wait(&h[0], "nats: connected to", 5000));
     for (int i = 0; i < NS; i++) {
         char needle[64];
         snprintf(needle, sizeof needle, "connected to nats://127.0.0.1:%d",
                  s[i].port);
-        if (log_count(&h[0], needle) > 0)
+        if (rpc_log_count(&h[0], needle) > 0)
             victim = i;
     }
     CU_ASSERT_FATAL(victim >= 0);
@@ -505,7 +347,7 @@ static void test_cluster_failover(void)
     char curl[64];
     snprintf(curl, sizeof curl, "nats://127.0.0.1:%d",
              s[(victim + 1) % NS].port);
-    natsConnection *nc = connect_to(curl);
+    natsConnection *nc = nats_connect(curl, NULL, NULL);
     CU_ASSERT_FATAL(nc != NULL);
     char ping0[160];
     snprintf(ping0, sizeof ping0, "$SRV.PING.fo.%s", ids[0]);
@@ -551,7 +393,7 @@ static void test_cluster_failover(void)
         }
         natsMsg_Destroy(r);
     }
-    CU_ASSERT(log_wait(&h[0], "nats: reconnected to", 3000));
+    CU_ASSERT(rpc_log_wait(&h[0], "nats: reconnected to", 3000));
     int64_t gap = log_time_ms(&h[0], "nats: reconnected to") -
                   log_time_ms(&h[0], "nats: disconnected");
     fprintf(stderr, "\n  cluster: server %d (host 0's) killed: host 0 "
@@ -679,7 +521,7 @@ static void test_tls_auth(void)
     natsMsg_Destroy(r);
     natsConnection_Destroy(nc);
     /* no JetStream on this server: said once, and the host goes on */
-    CU_ASSERT_EQUAL(log_count(&h, "is not available"), 1);
+    CU_ASSERT_EQUAL(rpc_log_count(&h, "is not available"), 1);
     CU_ASSERT_EQUAL(rpc_srv_stop(&h, SIGTERM), 0);
     rpc_srv_free(&h);
     /* a wrong password: serve stops at start and says why */
@@ -801,7 +643,7 @@ static void test_cli_retry(void)
     for (int i = 0; i < 2; i++)
         CU_ASSERT_FATAL(host_start(&h[i], ids[i], G_url, "rt", "rt",
                                    "echo_async, rl_hold", NULL) == 0);
-    natsConnection *nc = connect_to(G_url);
+    natsConnection *nc = nats_connect(G_url, NULL, NULL);
     CU_ASSERT_FATAL(nc != NULL);
     char *dir = th_test_tmpdir();
     /* echo_async is read-only: idempotent for the CLI */
@@ -966,7 +808,7 @@ static void test_ask(void)
     CU_ASSERT_FATAL(rpc_srv_start(&h, &o) == 0);
     char id[40];
     host_id_from_log(&h, id, sizeof id);
-    natsConnection *nc = connect_to(G_url);
+    natsConnection *nc = nats_connect(G_url, NULL, NULL);
     CU_ASSERT_FATAL(nc != NULL);
     char code[64];
     bool asked;
@@ -979,7 +821,7 @@ static void test_ask(void)
     ask_call(nc, "ak.public.echo", false, NULL, code, sizeof code, &asked);
     CU_ASSERT(!asked);
     CU_ASSERT_STRING_EQUAL(code, "permission_denied");
-    CU_ASSERT(log_count(&h, "did not offer one") == 1);
+    CU_ASSERT(rpc_log_count(&h, "did not offer one") == 1);
     /* asked, never answered: host.permission_timeout denies */
     int64_t t0 = rpc_now_ms();
     ask_call(nc, "ak.public.echo", true, NULL, code, sizeof code, &asked);
@@ -996,7 +838,7 @@ static void test_ask(void)
     CU_ASSERT(r.status != 0);
     CU_ASSERT(r.err && strstr(r.err, "permission"));
     th_test_run_free(&r);
-    CU_ASSERT(log_count(&h, "did not offer one") == 1);
+    CU_ASSERT(rpc_log_count(&h, "did not offer one") == 1);
     natsConnection_Destroy(nc);
     CU_ASSERT_EQUAL(rpc_srv_stop(&h, SIGTERM), 0);
     rpc_srv_free(&h);

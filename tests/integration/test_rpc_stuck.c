@@ -15,25 +15,6 @@
 
 #define NAP_MS 2000
 
-/* Waits up to `ms` for a line with `needle` in the server log. */
-static bool log_wait(rpc_srv *s, const char *needle, int ms)
-{
-    int64_t end = rpc_now_ms() + ms;
-    do {
-        FILE *f = fopen(s->log, "r");
-        char line[4096];
-        bool found = false;
-        while (f && !found && fgets(line, sizeof line, f))
-            found = strstr(line, needle) != NULL;
-        if (f)
-            fclose(f);
-        if (found)
-            return true;
-        usleep(10 * 1000);
-    } while (rpc_now_ms() < end);
-    return false;
-}
-
 static uint64_t stat_calls(rpc_raw *w, uint64_t id, const char *key)
 {
     rpc_raw_request(w, id, "host.stats", "[]");
@@ -68,7 +49,7 @@ static void test_stuck_short_call(void)
     snprintf(req, sizeof req, "[\"short_nap\", {\"ms\": %d}]", NAP_MS);
     int64_t t0 = rpc_now_ms();
     rpc_raw_request(&a, 2, "tools.call", req);
-    bool seen = log_wait(&s,
+    bool seen = rpc_log_wait(&s,
                          "tool=short_nap plugin=short_tools call=", NAP_MS);
     int64_t seen_ms = rpc_now_ms() - t0;
     CU_ASSERT(seen);
@@ -87,7 +68,7 @@ static void test_stuck_short_call(void)
     fprintf(stderr, "\n  stuck call reported after %lld ms, ping answered "
                     "after %lld ms\n",
             (long long)seen_ms, (long long)ping_ms);
-    CU_ASSERT(log_wait(&s, "returned after holding the front's thread",
+    CU_ASSERT(rpc_log_wait(&s, "returned after holding the front's thread",
                        rpc_wait_ms()));
     /* counted once (the watchdog's demotion, not again at the end) */
     CU_ASSERT_EQUAL(stat_calls(&a, 4, "short_demoted"), 1);
