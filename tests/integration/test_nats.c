@@ -570,15 +570,21 @@ static void test_host_killed(void)
         owner[i] = -1, done[i] = 0;
     /* Rounds over every inbox until each call ended or its host is the
      * killed one; calls the killed host had taken but not acknowledged
-     * yet see nothing at all ("unknown"). */
-    int64_t end = rpc_now_ms() + 8000;
+     * yet see nothing at all ("unknown").  Not a fixed wait for those:
+     * once every call the survivors took ($SRV.STATS, counted when a
+     * request arrives) has ended and nothing came for a quiet second
+     * (2 s under valgrind), the rest are the killed host's. */
+    int64_t end = rpc_now_ms() + 8000, quiet_ms = rpc_valgrind() ? 2000 : 1000;
+    int64_t last_msg = rpc_now_ms(), next_stats = 0;
     for (bool more = true; more && rpc_now_ms() < end;) {
         more = false;
+        bool survivors_busy = false;
         for (int i = 0; i < N; i++) {
             if (done[i] || owner[i] == victim)
                 continue;
             natsMsg *m = NULL;
             while (natsSubscription_NextMsg(&m, sub[i], 1) == NATS_OK) {
+                last_msg = rpc_now_ms();
                 const char *k = reply_kind(m);
                 if (strcmp(k, "ack") == 0)
                     owner[i] = reply_host(&C, m);
@@ -586,8 +592,21 @@ static void test_host_killed(void)
                     done[i] = reply_ok(m, NULL) ? 1 : -1;
                 natsMsg_Destroy(m);
             }
-            if (!done[i] && owner[i] != victim)
+            if (!done[i] && owner[i] != victim) {
                 more = true;
+                survivors_busy |= owner[i] >= 0;
+            }
+        }
+        if (more && !survivors_busy && rpc_now_ms() - last_msg >= quiet_ms &&
+            rpc_now_ms() >= next_stats) {
+            next_stats = rpc_now_ms() + 200;
+            int ended = 0;
+            for (int i = 0; i < N; i++)
+                ended += done[i] != 0 && owner[i] != victim;
+            int64_t taken = stats_requests(nc, 0, "echo_async") +
+                            stats_requests(nc, 1, "echo_async") - base;
+            if (taken == ended)
+                break;
         }
         usleep(20000);
     }
