@@ -656,18 +656,19 @@ static void test_cli_retry(void)
     natsConnection *nc = nats_connect(G_url, NULL, NULL);
     CU_ASSERT_FATAL(nc != NULL);
     char *dir = th_test_tmpdir();
-    /* echo_async is read-only: idempotent for the CLI.  Under valgrind
-     * the host is slow to send the ack: the call lasts longer and the
-     * kill waits until the CLI surely has it. */
+    /* echo_async is read-only: idempotent for the CLI.  The kill waits
+     * until the CLI shows a progress update (so it has the ack and knows
+     * the host: under valgrind the host is slow to send it). */
     bool vg = rpc_valgrind();
-    char *a1[] = {"--timeout", vg ? "6s" : "2s", "echo_async", "text=again",
-                  "steps=8", vg ? "delay_ms=300" : "delay_ms=100", NULL};
+    char *a1[] = {"--timeout", "2s", "echo_async", "text=again", "steps=8",
+                  "delay_ms=100", NULL};
     int64_t t0 = rpc_now_ms();
     pid_t cli = cli_spawn(dir, "rt", a1);
     int took = who_took(nc, ids, 2, "echo_async");
     CU_ASSERT_FATAL(took >= 0);
-    if (vg)
-        usleep(1200 * 1000);
+    for (int64_t e = rpc_now_ms() + 5000;
+         rpc_now_ms() < e && !strstr(slurp(dir, "cli.err"), "progress:");)
+        usleep(10000);
     kill(h[took].pid, SIGKILL);
     rpc_srv_wait(&h[took]);
     int st = cli_wait(cli, 20000);
