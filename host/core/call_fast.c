@@ -414,8 +414,9 @@ static void wd_scan(th_host *h, int64_t now, uint64_t max_ms,
         if (atomic_load(&sl->h) != h)
             continue;
         int64_t t0 = atomic_load_explicit(&sl->t0, memory_order_acquire);
-        uint64_t id = atomic_load_explicit(&sl->id, memory_order_relaxed);
-        th_stat *st = atomic_load_explicit(&sl->st, memory_order_relaxed);
+        /* acquire: the second look at t0 below stays after these */
+        uint64_t id = atomic_load_explicit(&sl->id, memory_order_acquire);
+        th_stat *st = atomic_load_explicit(&sl->st, memory_order_acquire);
         /* a stuck call returned and its front missed the flag: finish */
         uint64_t fl = atomic_load(&sl->flagged);
         if (fl && (!t0 || id != fl)) {
@@ -429,7 +430,6 @@ static void wd_scan(th_host *h, int64_t now, uint64_t max_ms,
         }
         if (!t0 || !st || now - t0 < limit_ns || sl->warned == id)
             continue;
-        atomic_thread_fence(memory_order_acquire);
         if (atomic_load(&sl->t0) != t0 || atomic_load(&sl->id) != id)
             continue; /* it ended meanwhile */
         sl->warned = id;
