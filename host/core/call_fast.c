@@ -389,19 +389,23 @@ static void stuck_report(th_host *h, th_fast_slot *sl, th_stat *st,
     const th_tool *t = th_registry_acquire(h->reg, st->tool);
     const char *plugin = t && t->plugin && t->plugin->name ? t->plugin->name
                                                            : "?";
+    bool declared = t && (t->flags & TOOLHOST_TOOL_SHORT);
     bool shared = atomic_load(&sl->shared);
-    th_log_warn("tool=%s plugin=%s call=%llu is declared short but has held "
-                "%s (thread %d) for %lld ms (host.short_call_stuck %llu ms, "
+    th_log_warn("tool=%s %s call=%llu has held %s (thread %d; plugin %s) "
+                "for %lld ms so far (host.short_call_stuck %llu ms, "
                 "host.short_call_max %llu ms): %s until it returns (a call "
                 "cannot be taken off the thread it runs on); %s",
-                st->tool, plugin, (unsigned long long)id,
+                st->tool,
+                declared ? "is declared short but" : "(measured short)",
+                (unsigned long long)id,
                 shared ? "the front's event loop" : "a front's thread",
-                sl->tid, (long long)((now - t0) / 1000000),
+                sl->tid, plugin, (long long)((now - t0) / 1000000),
                 (unsigned long long)stuck_ms, (unsigned long long)max_ms,
                 shared ? "every client of that loop waits"
                        : "its client waits",
-                demoted ? "its later calls run on workers"
-                        : "its calls already run on workers");
+                !demoted ? "its calls already run on workers"
+                : declared ? "its calls run on workers from now on"
+                           : "it runs on the workers again");
     if (t)
         th_tool_release(t);
 }

@@ -49,13 +49,15 @@ static void test_stuck_short_call(void)
     snprintf(req, sizeof req, "[\"short_nap\", {\"ms\": %d}]", NAP_MS);
     int64_t t0 = rpc_now_ms();
     rpc_raw_request(&a, 2, "tools.call", req);
-    bool seen = rpc_log_wait(&s,
-                         "tool=short_nap plugin=short_tools call=", NAP_MS);
+    bool seen = rpc_log_wait(&s, "tool=short_nap is declared short but call=",
+                             NAP_MS);
     int64_t seen_ms = rpc_now_ms() - t0;
     CU_ASSERT(seen);
     /* while it runs (not at its end), under valgrind too */
     CU_ASSERT(seen_ms < NAP_MS);
     CU_ASSERT(rpc_log_has(&s, "has held the front's event loop"));
+    CU_ASSERT(rpc_log_has(&s, "; plugin short_tools) for"));
+    CU_ASSERT(rpc_log_has(&s, "its calls run on workers from now on"));
     /* b: the loop is held; its ping is answered once the nap returned */
     rpc_raw_request(&b, 3, "host.ping", "[]");
     const msgpack_object *m = rpc_raw_response(&b, 3, rpc_wait_ms());
