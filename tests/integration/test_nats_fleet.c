@@ -445,11 +445,20 @@ static bool run_sh(const char *cmd)
     return ok;
 }
 
-/* `toolhost serve` with the config text `cfg` (no unix socket needed):
- * it should exit at once; its status and stderr. */
-static void serve_expect_fail(const char *dir, const char *cfg,
-                              th_test_run *r)
+/* `toolhost serve` of the toolset "public" [echo] on NATS at `url`, the
+ * nats: block's other lines `nats_lines` (its credentials): it should
+ * exit at once; its status and stderr. */
+static void serve_expect_fail(const char *dir, const char *url,
+                              const char *nats_lines, th_test_run *r)
 {
+    char cfg[2048];
+    snprintf(cfg, sizeof cfg,
+             "host:\n  listen: [\"%s\"]\n"
+             "plugins:\n  - name: echo\n    path: %s/plugins/echo.so\n"
+             "toolsets:\n  - name: public\n    tools: [echo]\n"
+             "    allow_users: [nats]\n"
+             "nats:\n  toolsets: [public]\n%s",
+             url, TH_BUILD_DIR, nats_lines);
     char *p = th_test_write_file(dir, "bad.yaml", cfg, (size_t)-1);
     char listen[600];
     snprintf(listen, sizeof listen, "unix:%s/bad.sock", dir);
@@ -532,18 +541,12 @@ static void test_tls_auth(void)
     CU_ASSERT_EQUAL(rpc_srv_stop(&h, SIGTERM), 0);
     rpc_srv_free(&h);
     /* a wrong password: serve stops at start and says why */
-    char cfg[2048];
-    snprintf(cfg, sizeof cfg,
-             "host:\n  listen: [\"%s\"]\n"
-             "plugins:\n  - name: echo\n    path: %s/plugins/echo.so\n"
-             "toolsets:\n  - name: public\n    tools: [echo]\n"
-             "    allow_users: [nats]\n"
-             "nats:\n  toolsets: [public]\n  user: host\n"
-             "  password: wrong\n  tls_ca: %s/ca.pem\n",
-             url, TH_BUILD_DIR, dir);
+    char lines[1024];
+    snprintf(lines, sizeof lines,
+             "  user: host\n  password: wrong\n  tls_ca: %s/ca.pem\n", dir);
     th_test_run rr = {0};
     int64_t t0 = rpc_now_ms();
-    serve_expect_fail(dir, cfg, &rr);
+    serve_expect_fail(dir, url, lines, &rr);
     fprintf(stderr, "\n  wrong password: exit %d after %lld ms: %s", rr.status,
             (long long)(rpc_now_ms() - t0), rr.err ? rr.err : "");
     CU_ASSERT(rr.status != 0 && rr.status < 128);
@@ -551,16 +554,8 @@ static void test_tls_auth(void)
               strstr(rr.err, "nats.user/password"));
     th_test_run_free(&rr);
     /* no CA for the server's certificate: the same, naming TLS */
-    snprintf(cfg, sizeof cfg,
-             "host:\n  listen: [\"%s\"]\n"
-             "plugins:\n  - name: echo\n    path: %s/plugins/echo.so\n"
-             "toolsets:\n  - name: public\n    tools: [echo]\n"
-             "    allow_users: [nats]\n"
-             "nats:\n  toolsets: [public]\n  user: host\n"
-             "  password: hostpw\n",
-             url, TH_BUILD_DIR);
     memset(&rr, 0, sizeof rr);
-    serve_expect_fail(dir, cfg, &rr);
+    serve_expect_fail(dir, url, "  user: host\n  password: hostpw\n", &rr);
     fprintf(stderr, "  no CA: exit %d: %s", rr.status, rr.err ? rr.err : "");
     CU_ASSERT(rr.status != 0 && rr.status < 128);
     CU_ASSERT(rr.err && strstr(rr.err, "nats.tls_ca"));
@@ -611,16 +606,8 @@ static void test_token_auth(void)
     rpc_srv_free(&h);
     /* a host with a wrong token: serve stops at start and says why */
     char *dir = th_test_tmpdir();
-    char cfg[2048];
-    snprintf(cfg, sizeof cfg,
-             "host:\n  listen: [\"%s\"]\n"
-             "plugins:\n  - name: echo\n    path: %s/plugins/echo.so\n"
-             "toolsets:\n  - name: public\n    tools: [echo]\n"
-             "    allow_users: [nats]\n"
-             "nats:\n  toolsets: [public]\n  token: t0ken-bad\n",
-             url, TH_BUILD_DIR);
     th_test_run rr = {0};
-    serve_expect_fail(dir, cfg, &rr);
+    serve_expect_fail(dir, url, "  token: t0ken-bad\n", &rr);
     fprintf(stderr, "\n  wrong token: exit %d: %s", rr.status,
             rr.err ? rr.err : "");
     CU_ASSERT(rr.status != 0 && rr.status < 128);
