@@ -20,7 +20,12 @@
  */
 #include "call_fast.h"
 
+#include <pthread.h>
 #include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "manager.h"
 #include "th/clock.h"
@@ -239,6 +244,44 @@ inline_report(th_host *h, uint64_t max_ms, const th_tool *t, bool declared,
     }
 }
 
+/* (lk held) a call the watchdog found stuck has returned: when it was
+ * the last one of its tool, the back-off starts now. */
+static void stuck_done(th_fast *f, int64_t now)
+{
+    if (f->stuck)
+        f->stuck--;
+    if (!f->stuck && atomic_load(&f->state) == TH_FAST_OFF &&
+        atomic_load(&f->retry_ns) == INT64_MAX)
+        atomic_store(&f->retry_ns, now + f->backoff_ns);
+}
+
+/* The end of an inline run that was slow or flagged: true when the
+ * watchdog had demoted this very call while it ran (then nothing more is
+ * decided or counted: it was, once). */
+__attribute__((noinline, cold)) static bool
+stuck_end(th_fast_slot *sl, th_stat *st, const th_tool *t, uint64_t call_id,
+          int64_t ns, int64_t now)
+{
+    th_fast *f = &st->fast;
+    fast_lock(f);
+    bool mine = atomic_load(&sl->flagged) == call_id &&
+                atomic_load(&sl->flag_st) == st;
+    if (mine) {
+        atomic_store(&sl->flagged, 0);
+        stuck_done(f, now);
+    }
+    int64_t backoff = f->backoff_ns;
+    fast_unlock(f);
+    if (mine)
+        th_log_warn("tool=%s call=%llu returned after holding the front's "
+                    "thread %.1f ms (demoted while it ran): its calls run "
+                    "on workers, tried on the front's thread again in "
+                    "%.1f s",
+                    t->name, (unsigned long long)call_id, (double)ns / 1e6,
+                    (double)backoff / 1e9);
+    return mine;
+}
+
 void th_call_fast_inline_end(th_host *h, uint64_t max_ms, th_stat *st,
                              const th_tool *t, uint64_t call_id, int64_t t0,
                              int64_t t1, bool ran)
@@ -246,6 +289,17 @@ void th_call_fast_inline_end(th_host *h, uint64_t max_ms, th_stat *st,
     if (ran)
         atomic_fetch_add_explicit(&h->mgr.inline_front, 1,
                                   memory_order_relaxed);
+    /* the watchdog's slot: the run is over */
+    th_fast_slot *sl = th_fast_tl;
+    if (sl) {
+        atomic_store_explicit(&sl->t0, 0, memory_order_release);
+        if (__builtin_expect(
+                t1 - t0 > (int64_t)(max_ms * 1000000u) ||
+                    atomic_load_explicit(&sl->flagged, memory_order_relaxed),
+                0) &&
+            stuck_end(sl, st, t, call_id, t1 - t0, t1))
+            return;
+    }
     bool declared = t->flags & TOOLHOST_TOOL_SHORT;
     int64_t backoff = 0;
     unsigned overruns = 0;
@@ -266,4 +320,262 @@ void th_call_fast_worker_end(th_mcall *c, int64_t ns)
                      "in a row under %.1f ms): a front's own thread runs it",
                      c->tool->name, (double)ns / 1e6, TH_FAST_PROMOTE_RUNS,
                      (double)max_ms / TH_FAST_PROMOTE_DIV);
+}
+
+/* ---- The watchdog (call_fast.h) -------------------------------------------- */
+
+typedef struct fast_wd {
+    th_host *h;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool stop;
+    struct fast_wd *next;
+} fast_wd;
+
+static pthread_mutex_t g_wd_mu = PTHREAD_MUTEX_INITIALIZER;
+static fast_wd *g_wds;          /* (g_wd_mu) one per host that has one */
+static th_fast_slot *g_slots;   /* (g_wd_mu) every slot, reused */
+static pthread_key_t g_slot_key;
+static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
+static bool g_key_ok;
+
+_Thread_local th_fast_slot *th_fast_tl;
+
+/* A thread that ran short calls exits: its slot is free for another. */
+static void slot_release(void *p)
+{
+    th_fast_slot *sl = p;
+    pthread_mutex_lock(&g_wd_mu);
+    atomic_store(&sl->h, NULL);
+    sl->in_use = false;
+    pthread_mutex_unlock(&g_wd_mu);
+}
+
+static void key_make(void)
+{
+    g_key_ok = pthread_key_create(&g_slot_key, slot_release) == 0;
+}
+
+/* Reports a call stuck on its thread and demotes its tool (once per
+ * call).  g_wd_mu held: the slot stays this host's. */
+static void stuck_report(th_host *h, th_fast_slot *sl, th_stat *st,
+                         uint64_t id, int64_t t0, int64_t now,
+                         uint64_t max_ms, uint64_t stuck_ms)
+{
+    th_fast *f = &st->fast;
+    bool demoted = false;
+    fast_lock(f);
+    /* still that call (the front clears t0 before it takes lk) */
+    bool running = atomic_load(&sl->t0) == t0 && atomic_load(&sl->id) == id;
+    if (running) {
+        if (atomic_load(&f->state) != TH_FAST_OFF ||
+            atomic_load(&f->retry_ns) != INT64_MAX) {
+            /* as at the end of a slow run, but no retry until it has
+             * returned (stuck_done) */
+            demote(f, max_ms * 1000000u, now);
+            atomic_store(&f->retry_ns, INT64_MAX);
+            demoted = true;
+        }
+        f->stuck++;
+        atomic_store(&sl->flag_st, st);
+        atomic_store(&sl->flagged, id);
+    }
+    fast_unlock(f);
+    if (!running)
+        return;
+    if (demoted)
+        atomic_fetch_add(&h->mgr.short_demoted, 1);
+    const th_tool *t = th_registry_acquire(h->reg, st->tool);
+    const char *plugin = t && t->plugin && t->plugin->name ? t->plugin->name
+                                                           : "?";
+    bool declared = t && (t->flags & TOOLHOST_TOOL_SHORT);
+    bool shared = atomic_load(&sl->shared);
+    th_log_warn("tool=%s %s call=%llu has held %s (thread %d; plugin %s) "
+                "for %lld ms so far (host.short_call_stuck %llu ms, "
+                "host.short_call_max %llu ms): %s until it returns (a call "
+                "cannot be taken off the thread it runs on); %s",
+                st->tool,
+                declared ? "is declared short but" : "(measured short)",
+                (unsigned long long)id,
+                shared ? "the front's event loop" : "a front's thread",
+                sl->tid, plugin, (long long)((now - t0) / 1000000),
+                (unsigned long long)stuck_ms, (unsigned long long)max_ms,
+                shared ? "every client of that loop waits"
+                       : "its client waits",
+                !demoted ? "its calls already run on workers"
+                : declared ? "its calls run on workers from now on"
+                           : "it runs on the workers again");
+    if (t)
+        th_tool_release(t);
+}
+
+/* g_wd_mu held: one look at the host's slots. */
+static void wd_scan(th_host *h, int64_t now, uint64_t max_ms,
+                    uint64_t stuck_ms, int64_t limit_ns)
+{
+    for (th_fast_slot *sl = g_slots; sl; sl = sl->next) {
+        if (atomic_load(&sl->h) != h)
+            continue;
+        int64_t t0 = atomic_load_explicit(&sl->t0, memory_order_acquire);
+        /* acquire: the second look at t0 below stays after these */
+        uint64_t id = atomic_load_explicit(&sl->id, memory_order_acquire);
+        th_stat *st = atomic_load_explicit(&sl->st, memory_order_acquire);
+        /* a stuck call returned and its front missed the flag: finish */
+        uint64_t fl = atomic_load(&sl->flagged);
+        if (fl && (!t0 || id != fl)) {
+            th_stat *fst = atomic_load(&sl->flag_st);
+            fast_lock(&fst->fast);
+            if (atomic_load(&sl->flagged) == fl) {
+                atomic_store(&sl->flagged, 0);
+                stuck_done(&fst->fast, now);
+            }
+            fast_unlock(&fst->fast);
+        }
+        if (!t0 || !st || now - t0 < limit_ns || sl->warned == id)
+            continue;
+        if (atomic_load(&sl->t0) != t0 || atomic_load(&sl->id) != id)
+            continue; /* it ended meanwhile */
+        sl->warned = id;
+        stuck_report(h, sl, st, id, t0, now, max_ms, stuck_ms);
+    }
+}
+
+static void *wd_main(void *arg)
+{
+    fast_wd *w = arg;
+    pthread_setname_np(pthread_self(), "th-shortwd");
+    pthread_mutex_lock(&w->mu);
+    while (!w->stop) {
+        pthread_mutex_unlock(&w->mu);
+        th_config *cfg = th_host_config_get(w->h);
+        uint64_t max_ms = cfg->host.short_call_max_ms;
+        uint64_t stuck_ms = cfg->host.short_call_stuck_ms;
+        th_config_unref(cfg);
+        if (stuck_ms && stuck_ms < max_ms)
+            stuck_ms = max_ms;
+        int64_t limit = (int64_t)stuck_ms * 1000000;
+        /* a quarter of the limit: reported within 1.25x of it */
+        int64_t tick = limit ? limit / 4 : 250 * 1000000LL;
+        if (tick < 2 * 1000000LL)
+            tick = 2 * 1000000LL;
+        if (tick > 250 * 1000000LL)
+            tick = 250 * 1000000LL;
+        if (max_ms && stuck_ms) {
+            pthread_mutex_lock(&g_wd_mu);
+            wd_scan(w->h, th_now_ns(), max_ms, stuck_ms, limit);
+            pthread_mutex_unlock(&g_wd_mu);
+        }
+        struct timespec ts;
+        th_timespec_mono(&ts, th_now_ns() + tick);
+        pthread_mutex_lock(&w->mu);
+        if (!w->stop)
+            pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* g_wd_mu held: the host's watchdog runs (started now if need be); false
+ * when it cannot be started (logged once per host). */
+static bool wd_ensure(th_host *h)
+{
+    for (fast_wd *w = g_wds; w; w = w->next)
+        if (w->h == h)
+            return true;
+    fast_wd *w = calloc(1, sizeof *w);
+    if (!w)
+        return false;
+    w->h = h;
+    pthread_condattr_t ca;
+    bool ok = pthread_condattr_init(&ca) == 0;
+    if (ok) {
+        ok = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
+             pthread_cond_init(&w->cv, &ca) == 0;
+        pthread_condattr_destroy(&ca);
+    }
+    if (!ok) {
+        free(w);
+        return false;
+    }
+    pthread_mutex_init(&w->mu, NULL);
+    int rc = pthread_create(&w->th, NULL, wd_main, w);
+    if (rc != 0) {
+        pthread_cond_destroy(&w->cv);
+        pthread_mutex_destroy(&w->mu);
+        free(w);
+        th_log_warn("short calls: cannot start the watchdog thread (%s): "
+                    "a short call stuck on a front's thread is not "
+                    "reported until it returns",
+                    strerror(rc));
+        return false;
+    }
+    w->next = g_wds;
+    g_wds = w;
+    return true;
+}
+
+th_fast_slot *th_fast_slot_get(th_host *h)
+{
+    pthread_once(&g_key_once, key_make);
+    if (!g_key_ok)
+        return NULL;
+    pthread_mutex_lock(&g_wd_mu);
+    th_fast_slot *sl = th_fast_tl;
+    if (!sl) {
+        for (th_fast_slot *k = g_slots; k; k = k->next)
+            if (!k->in_use) {
+                sl = k;
+                break;
+            }
+        if (!sl && (sl = calloc(1, sizeof *sl)) != NULL) {
+            sl->next = g_slots;
+            g_slots = sl;
+        }
+        if (sl) {
+            sl->in_use = true;
+            sl->tid = (int)syscall(SYS_gettid);
+            if (pthread_setspecific(g_slot_key, sl) != 0) {
+                sl->in_use = false;
+                sl = NULL;
+            }
+        }
+        th_fast_tl = sl;
+    }
+    if (sl && !wd_ensure(h))
+        sl = NULL; /* not watched; tried again at the next call */
+    if (sl) {
+        atomic_store(&sl->t0, 0);
+        atomic_store(&sl->flagged, 0);
+        sl->warned = 0;
+        atomic_store(&sl->h, h);
+    }
+    pthread_mutex_unlock(&g_wd_mu);
+    return sl;
+}
+
+void th_call_fast_host_close(th_host *h)
+{
+    pthread_mutex_lock(&g_wd_mu);
+    fast_wd *w = NULL;
+    for (fast_wd **pp = &g_wds; *pp; pp = &(*pp)->next)
+        if ((*pp)->h == h) {
+            w = *pp;
+            *pp = w->next;
+            break;
+        }
+    for (th_fast_slot *sl = g_slots; sl; sl = sl->next)
+        if (atomic_load(&sl->h) == h)
+            atomic_store(&sl->h, NULL);
+    pthread_mutex_unlock(&g_wd_mu);
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->mu);
+    w->stop = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->th, NULL);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
 }

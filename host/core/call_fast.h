@@ -56,6 +56,9 @@ typedef struct th_fast {
     uint32_t fast;              /* (lk) fast worker runs in a row */
     uint32_t overruns;          /* (lk) overruns since the last promotion */
     int64_t backoff_ns;         /* (lk) the current back-off */
+    uint32_t stuck;             /* (lk) its calls the watchdog found stuck
+                                   on a front's thread, not yet returned:
+                                   while > 0 no retry (retry_ns max) */
 } th_fast;
 
 /* What th_fast_inline_end and th_fast_worker_end saw. */
@@ -105,5 +108,62 @@ void th_call_fast_inline_end(struct th_host *h, uint64_t max_ms,
                              bool ran);
 /* The worker: a sampled call's execute() took `ns`. */
 void th_call_fast_worker_end(struct th_mcall *c, int64_t ns);
+
+/* ---- The watchdog: a short call that does not return ---------------------
+ * A call running on a front's thread cannot be taken off it (nothing
+ * preempts a plugin's execute() in-process), and th_call_fast_inline_end
+ * only learns how long it took when it returns.  So each thread that runs
+ * short calls has a slot where th_call_fast_inline_begin stores the start
+ * time (and which call: three plain stores); one thread per host (started
+ * with the first such call, joined by th_call_fast_host_close) looks at
+ * the slots every quarter of host.short_call_stuck.  A call that has held
+ * its thread longer than that (at least short_call_max) is logged once
+ * (tool, plugin, call, thread) and its tool demoted at once: its later
+ * calls run on workers; the back-off (the retry on the front's thread)
+ * starts only when the stuck call has returned.  Counted in
+ * calls.short_demoted. */
+typedef struct th_fast_slot {
+    _Atomic int64_t t0;             /* the inline run now: its start
+                                       (monotonic ns), 0: none */
+    _Atomic uint64_t id;            /* its call id */
+    _Atomic(struct th_stat *) st;   /* its tool's stats entry */
+    atomic_bool shared;             /* short_inline: a loop of many clients */
+    _Atomic(struct th_host *) h;    /* the host it serves (g_wd_mu) */
+    _Atomic uint64_t flagged;       /* (st->fast.lk) the call the watchdog
+                                       demoted while it ran, 0: none */
+    _Atomic(struct th_stat *) flag_st;
+    uint64_t warned;                /* watchdog only: the call reported */
+    int tid;                        /* the thread (its log lines) */
+    bool in_use;                    /* (g_wd_mu) a live thread owns it */
+    struct th_fast_slot *next;      /* every slot, never freed */
+} th_fast_slot;
+
+/* This thread's slot (NULL before its first inline call). */
+extern _Thread_local th_fast_slot *th_fast_tl;
+/* Cold: this thread's slot for host h (registered, the host's watchdog
+ * started); NULL when out of memory (then the call is not watched). */
+th_fast_slot *th_fast_slot_get(struct th_host *h);
+
+/* th_call_start, right before an inline run that started at t0. */
+static inline void th_call_fast_inline_begin(struct th_host *h,
+                                             struct th_stat *st, uint64_t id,
+                                             int64_t t0, bool shared)
+{
+    th_fast_slot *sl = th_fast_tl;
+    if (__builtin_expect(!sl || atomic_load_explicit(
+                                    &sl->h, memory_order_relaxed) != h,
+                         0))
+        sl = th_fast_slot_get(h);
+    if (!sl)
+        return;
+    atomic_store_explicit(&sl->st, st, memory_order_relaxed);
+    atomic_store_explicit(&sl->id, id, memory_order_relaxed);
+    atomic_store_explicit(&sl->shared, shared, memory_order_relaxed);
+    atomic_store_explicit(&sl->t0, t0, memory_order_release);
+}
+
+/* host_free, first: stops and joins the host's watchdog, releases its
+ * slots.  Any host (a host without one: nothing). */
+void th_call_fast_host_close(struct th_host *h);
 
 #endif

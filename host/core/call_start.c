@@ -505,6 +505,7 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
          * keeps c, its tool, stats entry and config past its end) */
         th_mcall_ref(c);
         int64_t t0 = th_now_ns();
+        th_call_fast_inline_begin(h, c->st, id, t0, o.short_inline);
         prepare(c, args, len, true);
         int64_t t1 = th_now_ns();
         th_call_fast_inline_end(h, c->cfg->host.short_call_max_ms, c->st,

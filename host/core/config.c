@@ -916,6 +916,8 @@ static const cfkey host_keys[] = {
      .off = H(allow_unknown_users)},
     {.name = "short_call_max", .set = set_duration,
      .off = H(short_call_max_ms), .min = 0, .max = MINUTE},
+    {.name = "short_call_stuck", .set = set_duration,
+     .off = H(short_call_stuck_ms), .min = 0, .max = MINUTE},
     {.name = NULL}};
 #undef H
 
@@ -946,6 +948,7 @@ static void host_init(th_host_cfg *h)
     h->reload = TH_RELOAD_SIGNAL;
     h->reload_debounce_ms = 200;
     h->short_call_max_ms = 10;
+    h->short_call_stuck_ms = 100;
     h->reload_drain_timeout_ms = 10 * SEC;
     h->spill_max_bytes = 64 * MIB;
     h->spill_max_age_ms = HOUR;

@@ -15,8 +15,12 @@
  * fini() already waited for.
  *
  * A thread that cannot be looked at counts as inside: the object stays
- * mapped longer (the memory of one object).  Under valgrind the registers
- * seen there are valgrind's, so any thread born later counts as inside.
+ * mapped longer (the memory of one object).  So does one whose stack
+ * cannot be read (process_vm_readv() refused by a seccomp filter or an
+ * LSM: EPERM, ENOSYS; EFAULT; anything else) unless the thread is gone
+ * (ESRCH, or no such thread any more): the warning says why.  Under
+ * valgrind the registers seen there are valgrind's, so any thread born
+ * later counts as inside.
  */
 #include "dl_guard.h"
 
@@ -259,7 +263,9 @@ static bool in_ranges(uintptr_t v, const range *r, int nr)
 
 /* ---- threads ------------------------------------------------------------------------ */
 
-enum { T_CLEAR, T_INSIDE, T_RUNNING };
+/* T_UNREAD: its stack could not be read (the errno in *unread): kept
+ * as inside, like T_INSIDE, with that reason in the warning. */
+enum { T_CLEAR, T_INSIDE, T_RUNNING, T_UNREAD };
 
 /* The mappings of the process (/proc/self/maps), read once per pass. */
 typedef struct maps {
@@ -386,9 +392,10 @@ static bool ret_addr(uintptr_t v)
  * host thread meets host code first; return addresses into the object
  * further down are stale, left in unwritten parts of live frames by a
  * call it once ran (seen in the reload suite under ASan), and must not
- * keep the object mapped. */
-static bool stack_points_in(uintptr_t sp, uintptr_t end, const range *r,
-                            int nr, uintptr_t *buf)
+ * keep the object mapped.  1: inside, 0: not, -1: the stack could not be
+ * read (*err: process_vm_readv's errno; EFAULT for a short read). */
+static int stack_points_in(uintptr_t sp, uintptr_t end, const range *r,
+                           int nr, uintptr_t *buf, int *err)
 {
     pthread_once(&g_exe_once, exe_find);
     sp &= ~(uintptr_t)(sizeof(uintptr_t) - 1);
@@ -400,9 +407,14 @@ static bool stack_points_in(uintptr_t sp, uintptr_t end, const range *r,
         size_t want = len - done < SCAN_CHUNK ? len - done : SCAN_CHUNK;
         uintptr_t from = end - done - want;
         struct iovec lo = {buf, want}, re = {(void *)from, want};
+        errno = 0;
         ssize_t got = process_vm_readv(getpid(), &lo, 1, &re, 1, 0);
-        if (got != (ssize_t)want)
-            return false; /* the thread (and its stack) went away */
+        if (got != (ssize_t)want) {
+            /* not "not inside": unknown (the caller tells a thread that
+             * went away from a read that was refused) */
+            *err = got < 0 && errno ? errno : EFAULT;
+            return -1;
+        }
         for (size_t i = want / sizeof(uintptr_t); i-- > 0;) {
             bool mine = in_ranges(buf[i], r, nr);
             if (!mine &&
@@ -414,18 +426,37 @@ static bool stack_points_in(uintptr_t sp, uintptr_t end, const range *r,
         }
         done += want;
     }
-    return false;
+    return 0;
 }
 
-/* The thread is in the object's code: its instruction pointer, or its
- * stack read from the top (stack_points_in). */
-static bool stack_or_pc_in(uintptr_t sp, uintptr_t pc, const range *r,
-                           int nr, uintptr_t *buf, maps *mp)
+/* Whether thread `tid` of this process still exists. */
+static bool thread_alive(pid_t tid)
+{
+    return syscall(SYS_tgkill, (int)getpid(), (int)tid, 0) == 0 ||
+           errno != ESRCH;
+}
+
+/* Whether the thread is in the object's code: its instruction pointer, or
+ * its stack read from the top (stack_points_in): T_INSIDE, T_CLEAR, or
+ * T_UNREAD (*unread: why) when its stack could not be read and the thread
+ * is still there (ESRCH, or a thread gone meanwhile: T_CLEAR). */
+static int stack_or_pc_in(pid_t tid, uintptr_t sp, uintptr_t pc,
+                          const range *r, int nr, uintptr_t *buf, maps *mp,
+                          int *unread)
 {
     if (in_ranges(pc, r, nr))
-        return true;
+        return T_INSIDE;
     uintptr_t end = mapping_end(mp, sp);
-    return end && stack_points_in(sp, end, r, nr, buf);
+    if (!end)
+        return T_CLEAR;
+    int err = 0;
+    int in = stack_points_in(sp, end, r, nr, buf, &err);
+    if (in >= 0)
+        return in ? T_INSIDE : T_CLEAR;
+    if (err == ESRCH || !thread_alive(tid))
+        return T_CLEAR;
+    *unread = err;
+    return T_UNREAD;
 }
 
 /* ---- a running thread: one sample of its registers ----------------------------------
@@ -514,7 +545,7 @@ static int sample(pid_t tid, uintptr_t *sp, uintptr_t *pc)
 }
 
 static int look_at(pid_t tid, const range *r, int nr, uintptr_t *buf,
-                   maps *mp)
+                   maps *mp, int *unread)
 {
     char path[64], text[512];
     snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)tid);
@@ -531,7 +562,7 @@ static int look_at(pid_t tid, const range *r, int nr, uintptr_t *buf,
         int got = sample(tid, &sp, &pc);
         if (got != 0)
             return got == 1 ? T_CLEAR : T_RUNNING;
-        return stack_or_pc_in(sp, pc, r, nr, buf, mp) ? T_INSIDE : T_CLEAR;
+        return stack_or_pc_in(tid, sp, pc, r, nr, buf, mp, unread);
     }
     /* "NR ARG1..ARG6 SP PC" in a system call, "-1 SP PC" blocked outside */
     char *tok[12], *save = NULL;
@@ -543,7 +574,7 @@ static int look_at(pid_t tid, const range *r, int nr, uintptr_t *buf,
         return T_RUNNING;
     sp = (uintptr_t)strtoull(tok[k - 2], NULL, 0);
     pc = (uintptr_t)strtoull(tok[k - 1], NULL, 0);
-    return stack_or_pc_in(sp, pc, r, nr, buf, mp) ? T_INSIDE : T_CLEAR;
+    return stack_or_pc_in(tid, sp, pc, r, nr, buf, mp, unread);
 }
 
 static bool under_valgrind(void)
@@ -554,15 +585,18 @@ static bool under_valgrind(void)
 
 /* True when no thread born after the snapshot is inside the ranges; a
  * running thread is looked at again up to `tries` times.  *tid_out: a
- * thread that is (or may be) inside. */
+ * thread that is (or may be) inside; *unread: the errno when its stack
+ * could not be read (0 otherwise). */
 static bool nobody_inside(const range *r, int nr, const th_dl_snap *s,
-                          int tries, pid_t *tid_out, bool *running)
+                          int tries, pid_t *tid_out, bool *running,
+                          int *unread)
 {
     pid_t self = (pid_t)syscall(SYS_gettid);
     pid_t *tids = NULL;
     size_t n = 0;
     *tid_out = 0;
     *running = false;
+    *unread = 0;
     if (list_tids(&tids, &n) != 0)
         return false;
     bool *done = calloc(n ? n : 1, sizeof *done);
@@ -580,8 +614,9 @@ static bool nobody_inside(const range *r, int nr, const th_dl_snap *s,
                 done[i] = true;
                 continue;
             }
-            int st = vg ? T_INSIDE : look_at(tids[i], r, nr, buf, &mp);
-            if (st == T_INSIDE) {
+            int st = vg ? T_INSIDE
+                        : look_at(tids[i], r, nr, buf, &mp, unread);
+            if (st == T_INSIDE || st == T_UNREAD) {
                 *tid_out = tids[i];
                 *running = false;
                 free(mp.m);
@@ -631,11 +666,12 @@ static th_dl_snap *take_snap(void *dl)
 
 /* 1: closed (or nothing to wait for), 0: someone is still inside. */
 static int try_close(void *dl, const th_dl_snap *s, int tries, pid_t *tid,
-                     bool *running, size_t *mapped)
+                     bool *running, size_t *mapped, int *unread)
 {
     range r[MAX_RANGES];
     int nr = ranges_of(dl, r, mapped);
-    if (nr > 0 && !nobody_inside(r, nr, s, tries, tid, running))
+    *unread = 0;
+    if (nr > 0 && !nobody_inside(r, nr, s, tries, tid, running, unread))
         return 0;
     dlclose(dl);
     return 1;
@@ -658,7 +694,9 @@ static void *unloader_main(void *arg)
             pid_t tid = 0;
             bool running;
             size_t mapped;
-            if (try_close(n->dl, n->snap, 3, &tid, &running, &mapped)) {
+            int unread;
+            if (try_close(n->dl, n->snap, 3, &tid, &running, &mapped,
+                          &unread)) {
                 th_log_info("unload: plugin %s: no thread is inside its code "
                             "any more: unloaded %lld ms after its fini()",
                             n->name, (long long)(now_ms() - n->since_ms));
@@ -696,8 +734,9 @@ void th_dl_close_guarded(void *dl, const char *name)
     pid_t tid = 0;
     bool running = false;
     size_t mapped = 0;
+    int unread = 0;
     int64_t t0 = now_us();
-    if (try_close(dl, s, RUNNING_TRIES, &tid, &running, &mapped)) {
+    if (try_close(dl, s, RUNNING_TRIES, &tid, &running, &mapped, &unread)) {
         th_log_debug("unload: plugin %s: no thread inside its code (checked "
                      "in %lld us): unmapped",
                      name ? name : "?", (long long)(now_us() - t0));
@@ -734,6 +773,14 @@ void th_dl_close_guarded(void *dl, const char *name)
         th_log_debug("unload: plugin %s stays mapped: under valgrind threads "
                      "cannot be looked at",
                      name);
+    else if (unread)
+        th_log_warn("unload: plugin %s: the stack of thread %d (%s) cannot "
+                    "be read (process_vm_readv: %s) after fini(): whether "
+                    "it is inside the plugin's code is unknown, so its "
+                    "object (%zu KiB) stays mapped (the safe choice); "
+                    "checked again every %d ms",
+                    name, (int)tid, comm, strerror(unread),
+                    (mapped + 1023) / 1024, RECHECK_MS);
     else
         th_log_warn("unload: plugin %s: thread %d (%s) %s after fini(): "
                     "its object (%zu KiB) stays mapped until no thread is "

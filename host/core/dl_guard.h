@@ -10,7 +10,9 @@
  * down, the first return address into the object or the host program
  * must be the host's.  A running thread is sampled with one
  * signal (SIGRTMIN+4); one that cannot be sampled counts as inside until
- * it blocks.  When a thread is
+ * it blocks; one whose stack cannot be read (process_vm_readv refused:
+ * EPERM, ENOSYS, EFAULT...) counts as inside until it is gone (ESRCH).
+ * When a thread is
  * inside, the object stays mapped and a background thread (th-unload)
  * checks again every 50 ms and dlclose()s it once no thread is.
  * docs/reload.md, "Plugin threads after fini()".

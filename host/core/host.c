@@ -169,6 +169,7 @@ static atomic_uint n_abandoned;
 
 static void host_free(th_host *h)
 {
+    th_call_fast_host_close(h); /* its short-call watchdog (call_fast.c) */
     if (!th_mgr_destroy(h)) {
         unsigned i = atomic_fetch_add(&n_abandoned, 1);
         if (i < sizeof abandoned_hosts / sizeof abandoned_hosts[0])

@@ -87,7 +87,8 @@
  * address on its stack into the plugin rather than the host), else it
  * keeps the object mapped and unloads it once the thread has left (a
  * warning names the thread; docs/reload.md says what the check cannot
- * see).  What such a thread finds is
+ * see).  A thread whose stack cannot be read (process_vm_readv refused)
+ * counts as inside until it is gone.  What such a thread finds is
  * still undefined: its state was freed by fini(), the host may have
  * closed what init() opened.  Example: sdk/AUTHORING.md section 9.
  *
@@ -201,7 +202,11 @@ typedef enum toolhost_semantic {
  * every client of the RPC loop.  The host times each such run: one that
  * holds the thread longer than host.short_call_max is logged; at the third
  * (or at one over 10x that) the tool runs on workers, tried on the thread
- * again after a back-off (1 s, doubling to 64 s at the default).  Ignored
+ * again after a back-off (1 s, doubling to 64 s at the default).  A run
+ * that has not returned after host.short_call_stuck (100 ms) is logged
+ * while it runs and the tool is sent to workers at once; that run itself
+ * cannot be moved or preempted (it holds the thread until execute()
+ * returns), so a tool that may hang must not set this flag.  Ignored
  * for TOOLHOST_TOOL_ASYNC tools and for isolated plugins. */
 #define TOOLHOST_TOOL_SHORT (1u << 16)
 

@@ -15,27 +15,6 @@ static gnatsd G;
 static char G_url[64];
 static bool g_up;
 
-static void gnatsd_files(gnatsd *g, const char *conf)
-{
-    memset(g, 0, sizeof *g);
-    g->dir = th_test_tmpdir();
-    g->conf = th_test_write_file(g->dir, "nats.conf", conf, (size_t)-1);
-    size_t ll = strlen(g->dir) + 16;
-    g->log = malloc(ll);
-    snprintf(g->log, ll, "%s/nats.log", g->dir);
-}
-
-static void gnatsd_free(gnatsd *g)
-{
-    gnatsd_kill(g, SIGKILL);
-    if (g->dir)
-        th_test_rmtree(g->dir);
-    free(g->dir);
-    free(g->conf);
-    free(g->log);
-    memset(g, 0, sizeof *g);
-}
-
 static char js_dir[512];
 
 static int suite_init(void)
@@ -69,102 +48,6 @@ static int suite_clean(void)
         CU_ASSERT_FATAL(g_up);                                                \
     } while (0)
 
-static natsConnection *connect_to(const char *url)
-{
-    natsOptions *o = NULL;
-    natsConnection *nc = NULL;
-    natsOptions_Create(&o);
-    natsOptions_SetURL(o, url);
-    natsOptions_SetMaxReconnect(o, -1);
-    natsOptions_SetReconnectWait(o, 100);
-    natsOptions_SetTimeout(o, 3000);
-    natsStatus st = natsConnection_Connect(&nc, o);
-    natsOptions_Destroy(o);
-    return st == NATS_OK ? nc : NULL;
-}
-
-/* Starts a host on `url` with the toolset "public" of `tools` (plugins
- * echo and reload_fx), subject prefix `prefix`, service `name`, and its
- * id read from its log. */
-static int host_start(rpc_srv *h, char *id, const char *url,
-                      const char *prefix, const char *name,
-                      const char *tools, const char *nats_extra)
-{
-    char cfg[2048];
-    snprintf(cfg, sizeof cfg,
-             "host:\n"
-             "  log_level: debug\n"
-             "  shutdown_grace: 1s\n"
-             "  listen: [\"%s\"]\n"
-             "plugins:\n"
-             "  - name: echo\n"
-             "    path: @BUILD@/plugins/echo.so\n"
-             "  - name: reload_fx\n"
-             "    path: @BUILD@/fixtures/reload_a.so\n"
-             "toolsets:\n"
-             "  - name: public\n"
-             "    tools: [%s]\n"
-             "    allow_users: [nats]\n"
-             "nats:\n"
-             "  prefix: %s\n"
-             "  name: %s\n"
-             "  toolsets: [public]\n"
-             "  reconnect_wait: 100ms\n"
-             "%s",
-             url, tools, prefix, name, nats_extra ? nats_extra : "");
-    rpc_opts o = {.config = cfg};
-    if (rpc_srv_start(h, &o) != 0)
-        return -1;
-    host_id_from_log(h, id, 40);
-    if (!id[0]) {
-        rpc_dump_log(h);
-        return -1;
-    }
-    return 0;
-}
-
-/* How many lines of the host's log have `needle`. */
-static int log_count(rpc_srv *h, const char *needle)
-{
-    FILE *f = fopen(h->log, "r");
-    char line[2048];
-    int n = 0;
-    while (f && fgets(line, sizeof line, f))
-        n += strstr(line, needle) != NULL;
-    if (f)
-        fclose(f);
-    return n;
-}
-
-/* The time of day (ms) of the first log line with `needle`, or -1. */
-static int64_t log_time_ms(rpc_srv *h, const char *needle)
-{
-    FILE *f = fopen(h->log, "r");
-    char line[2048];
-    int64_t t = -1;
-    while (t < 0 && f && fgets(line, sizeof line, f)) {
-        int hh, mm, ss, ms;
-        if (strstr(line, needle) &&
-            sscanf(line, "%*10cT%d:%d:%d.%dZ", &hh, &mm, &ss, &ms) == 4)
-            t = ((int64_t)(hh * 60 + mm) * 60 + ss) * 1000 + ms;
-    }
-    if (f)
-        fclose(f);
-    return t;
-}
-
-/* Waits (bounded) until the host's log has `needle`. */
-static bool log_wait(rpc_srv *h, const char *needle, int64_t ms)
-{
-    int64_t end = rpc_now_ms() + ms;
-    while (rpc_now_ms() < end) {
-        if (log_count(h, needle) > 0)
-            return true;
-        usleep(20000);
-    }
-    return false;
-}
-
 /* The endpoint names of host `id` in its $SRV.INFO, comma-joined. */
 static void info_endpoints(natsConnection *nc, const char *name,
                            const char *id, char *out, size_t n)
@@ -189,47 +72,6 @@ static void info_endpoints(natsConnection *nc, const char *name,
     json_decref(j);
 }
 
-/* num_requests of `tool` in host `id`'s $SRV.STATS, or -1. */
-static int64_t stats_of(natsConnection *nc, const char *name, const char *id,
-                        const char *tool)
-{
-    char subj[160];
-    snprintf(subj, sizeof subj, "$SRV.STATS.%s.%s", name, id);
-    natsMsg *r = NULL;
-    if (natsConnection_RequestString(&r, nc, subj, "", 2000) != NATS_OK)
-        return -1;
-    json_t *j = json_loadb(natsMsg_GetData(r),
-                           (size_t)natsMsg_GetDataLength(r), 0, NULL);
-    natsMsg_Destroy(r);
-    int64_t v = -1;
-    size_t k;
-    json_t *e;
-    json_array_foreach(json_object_get(j, "endpoints"), k, e)
-        if (strcmp(json_string_value(json_object_get(e, "name")), tool) == 0)
-            v = json_integer_value(json_object_get(e, "num_requests"));
-    json_decref(j);
-    return v;
-}
-
-static void rewrite_tools(rpc_srv *h, const char *from, const char *to)
-{
-    FILE *f = fopen(h->cfg, "r");
-    CU_ASSERT_FATAL(f != NULL);
-    static char text[4096];
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[n] = '\0';
-    char *p = strstr(text, from);
-    CU_ASSERT_FATAL(p != NULL);
-    static char out[4096];
-    snprintf(out, sizeof out, "%.*s%s%s", (int)(p - text), text, to,
-             p + strlen(from));
-    f = fopen(h->cfg, "w");
-    CU_ASSERT_FATAL(f != NULL);
-    fputs(out, f);
-    fclose(f);
-}
-
 /* A host started before its NATS server: `serve` comes up at once (the
  * socket answers), retries in the background, and serves when the server
  * comes. */
@@ -247,10 +89,10 @@ static void test_late_server(void)
     CU_ASSERT_FATAL(host_start(&h, id, url, "late", "late", "echo", NULL) ==
                     0);
     CU_ASSERT(rpc_now_ms() - t0 < 10000);
-    CU_ASSERT(log_count(&h, "is not reachable yet") == 1);
+    CU_ASSERT(rpc_log_count(&h, "is not reachable yet") == 1);
     CU_ASSERT_FATAL(gnatsd_start(&s) == 0); /* that port */
-    CU_ASSERT(log_wait(&h, "nats: connected to", 5000));
-    natsConnection *nc = connect_to(url);
+    CU_ASSERT(rpc_log_wait(&h, "nats: connected to", 5000));
+    natsConnection *nc = nats_connect(url, NULL, NULL);
     CU_ASSERT_FATAL(nc != NULL);
     bool ok = false;
     int64_t end = rpc_now_ms() + 5000;
@@ -279,7 +121,7 @@ static void test_reload_endpoints(void)
     char id[40];
     CU_ASSERT_FATAL(host_start(&h, id, G_url, "rl", "rl", "echo", NULL) ==
                     0);
-    natsConnection *nc = connect_to(G_url);
+    natsConnection *nc = nats_connect(G_url, NULL, NULL);
     CU_ASSERT_FATAL(nc != NULL);
     char eps[512];
     info_endpoints(nc, "rl", id, eps, sizeof eps);
@@ -290,10 +132,10 @@ static void test_reload_endpoints(void)
     natsMsg_Destroy(r);
     r = NULL;
     /* add rl_answer (a tool of another plugin) and echo_async */
-    rewrite_tools(&h, "tools: [echo]", "tools: [echo, rl_answer, echo_async]");
+    cfg_replace(&h, "tools: [echo]", "tools: [echo, rl_answer, echo_async]");
     kill(h.pid, SIGHUP);
-    CU_ASSERT_FATAL(log_wait(&h, "now serving rl.public.rl_answer", 10000));
-    CU_ASSERT(log_wait(&h, "2 added, 0 removed", 2000));
+    CU_ASSERT_FATAL(rpc_log_wait(&h, "now serving rl.public.rl_answer", 10000));
+    CU_ASSERT(rpc_log_wait(&h, "2 added, 0 removed", 2000));
     CU_ASSERT_FATAL(request(nc, &r, "rl.public.rl_answer", "{}", 3000) ==
                     NATS_OK);
     CU_ASSERT(reply_ok(r, "A"));
@@ -303,10 +145,10 @@ static void test_reload_endpoints(void)
     CU_ASSERT(strstr(eps, "rl_answer") && strstr(eps, "echo_async") &&
               strstr(eps, "echo"));
     /* remove it again: the subject has no responders, INFO drops it */
-    rewrite_tools(&h, "tools: [echo, rl_answer, echo_async]",
+    cfg_replace(&h, "tools: [echo, rl_answer, echo_async]",
                   "tools: [echo_async]");
     kill(h.pid, SIGHUP);
-    CU_ASSERT_FATAL(log_wait(&h, "rl.public.rl_answer is no longer served",
+    CU_ASSERT_FATAL(rpc_log_wait(&h, "rl.public.rl_answer is no longer served",
                              10000));
     int64_t t0 = rpc_now_ms();
     CU_ASSERT(request(nc, &r, "rl.public.rl_answer", "{}", 3000) ==
@@ -321,9 +163,9 @@ static void test_reload_endpoints(void)
     info_endpoints(nc, "rl", id, eps, sizeof eps);
     CU_ASSERT_STRING_EQUAL(eps, "echo_async");
     /* and back: the same endpoint subscribed again */
-    rewrite_tools(&h, "tools: [echo_async]", "tools: [echo, echo_async]");
+    cfg_replace(&h, "tools: [echo_async]", "tools: [echo, echo_async]");
     kill(h.pid, SIGHUP);
-    CU_ASSERT_FATAL(log_wait(&h, "1 added, 0 removed", 10000));
+    CU_ASSERT_FATAL(rpc_log_wait(&h, "1 added, 0 removed", 10000));
     CU_ASSERT_FATAL(request(nc, &r, "rl.public.echo", "{\"text\":\"back\"}",
                             3000) == NATS_OK);
     CU_ASSERT(reply_ok(r, "back"));
@@ -384,8 +226,8 @@ static void test_result_after_host_gone(void)
                                    "echo, echo_async",
                                    "  results_ttl: 1m\n"
                                    "  results_bucket: kvtest\n") == 0);
-    CU_ASSERT(log_wait(&h[0], "key-value bucket kvtest", 5000));
-    natsConnection *nc = connect_to(G_url);
+    CU_ASSERT(rpc_log_wait(&h[0], "key-value bucket kvtest", 5000));
+    natsConnection *nc = nats_connect(G_url, NULL, NULL);
     CU_ASSERT_FATAL(nc != NULL);
     char task[96] = "";
     int owner = async_call(nc, "kv.public.echo_async", ids, 2, task,
@@ -485,19 +327,22 @@ static void test_cluster_failover(void)
         snprintf(urls[i], sizeof urls[i],
                  "nats://127.0.0.1:%d,nats://127.0.0.1:%d,nats://127.0.0.1:%d",
                  s[i].port, s[(i + 1) % NS].port, s[(i + 2) % NS].port);
+    /* two hosts under valgrind (each start costs seconds there): host 0
+     * on the server that dies, one elsewhere */
+    int nh = rpc_valgrind() ? 2 : NS;
     rpc_srv h[NS];
     char ids[NS][40];
-    for (int i = 0; i < NS; i++)
+    for (int i = 0; i < nh; i++)
         CU_ASSERT_FATAL(host_start(&h[i], ids[i], urls[i], "fo", "fo",
                                    "echo", NULL) == 0);
     /* the server host 0 is on (the client library shuffles the list) */
     int victim = -1;
-    CU_ASSERT_FATAL(log_wait(&h[0], "nats: connected to", 5000));
+    CU_ASSERT_FATAL(rpc_log_wait(&h[0], "nats: connected to", 5000));
     for (int i = 0; i < NS; i++) {
         char needle[64];
         snprintf(needle, sizeof needle, "connected to nats://127.0.0.1:%d",
                  s[i].port);
-        if (log_count(&h[0], needle) > 0)
+        if (rpc_log_count(&h[0], needle) > 0)
             victim = i;
     }
     CU_ASSERT_FATAL(victim >= 0);
@@ -505,7 +350,7 @@ static void test_cluster_failover(void)
     char curl[64];
     snprintf(curl, sizeof curl, "nats://127.0.0.1:%d",
              s[(victim + 1) % NS].port);
-    natsConnection *nc = connect_to(curl);
+    natsConnection *nc = nats_connect(curl, NULL, NULL);
     CU_ASSERT_FATAL(nc != NULL);
     char ping0[160];
     snprintf(ping0, sizeof ping0, "$SRV.PING.fo.%s", ids[0]);
@@ -521,21 +366,25 @@ static void test_cluster_failover(void)
             usleep(50000);
     }
     CU_ASSERT_FATAL(routed);
+    /* fewer calls under valgrind (each is slow there): what is proved
+     * is that calls go on, not how many */
+    int n_before = rpc_scale(20), n_during = rpc_scale(100),
+        n_after = rpc_scale(30);
     int ok_before = 0;
-    for (int i = 0; i < 20; i++) {
+    for (int i = 0; i < n_before; i++) {
         natsMsg *r = NULL;
         ok_before += request(nc, &r, "fo.public.echo", "{\"text\":\"a\"}",
                              2000) == NATS_OK && reply_ok(r, "a");
         natsMsg_Destroy(r);
     }
-    CU_ASSERT_EQUAL(ok_before, 20);
+    CU_ASSERT_EQUAL(ok_before, n_before);
     /* kill it under load: calls every few ms; host 0 pinged meanwhile */
     gnatsd_kill(&s[victim], SIGKILL);
     int64_t t0 = rpc_now_ms();
     int calls = 0, failed = 0;
     int64_t host0_back = -1, last_fail = -1;
     end = t0 + 15000;
-    while (rpc_now_ms() < end && (host0_back < 0 || calls < 100)) {
+    while (rpc_now_ms() < end && (host0_back < 0 || calls < n_during)) {
         natsMsg *r = NULL;
         if (host0_back < 0 &&
             natsConnection_RequestString(&r, nc, ping0, "", 100) == NATS_OK)
@@ -551,7 +400,7 @@ static void test_cluster_failover(void)
         }
         natsMsg_Destroy(r);
     }
-    CU_ASSERT(log_wait(&h[0], "nats: reconnected to", 3000));
+    CU_ASSERT(rpc_log_wait(&h[0], "nats: reconnected to", 3000));
     int64_t gap = log_time_ms(&h[0], "nats: reconnected to") -
                   log_time_ms(&h[0], "nats: disconnected");
     fprintf(stderr, "\n  cluster: server %d (host 0's) killed: host 0 "
@@ -568,15 +417,15 @@ static void test_cluster_failover(void)
     CU_ASSERT(failed < calls / 2);
     /* every call answered afterwards */
     int ok_after = 0;
-    for (int i = 0; i < 30; i++) {
+    for (int i = 0; i < n_after; i++) {
         natsMsg *r = NULL;
         ok_after += request(nc, &r, "fo.public.echo", "{\"text\":\"c\"}",
                             2000) == NATS_OK && reply_ok(r, "c");
         natsMsg_Destroy(r);
     }
-    CU_ASSERT_EQUAL(ok_after, 30);
+    CU_ASSERT_EQUAL(ok_after, n_after);
     natsConnection_Destroy(nc);
-    for (int i = 0; i < NS; i++) {
+    for (int i = 0; i < nh; i++) {
         CU_ASSERT_EQUAL(rpc_srv_stop(&h[i], SIGTERM), 0);
         rpc_srv_free(&h[i]);
     }
@@ -596,11 +445,20 @@ static bool run_sh(const char *cmd)
     return ok;
 }
 
-/* `toolhost serve` with the config text `cfg` (no unix socket needed):
- * it should exit at once; its status and stderr. */
-static void serve_expect_fail(const char *dir, const char *cfg,
-                              th_test_run *r)
+/* `toolhost serve` of the toolset "public" [echo] on NATS at `url`, the
+ * nats: block's other lines `nats_lines` (its credentials): it should
+ * exit at once; its status and stderr. */
+static void serve_expect_fail(const char *dir, const char *url,
+                              const char *nats_lines, th_test_run *r)
 {
+    char cfg[2048];
+    snprintf(cfg, sizeof cfg,
+             "host:\n  listen: [\"%s\"]\n"
+             "plugins:\n  - name: echo\n    path: %s/plugins/echo.so\n"
+             "toolsets:\n  - name: public\n    tools: [echo]\n"
+             "    allow_users: [nats]\n"
+             "nats:\n  toolsets: [public]\n%s",
+             url, TH_BUILD_DIR, nats_lines);
     char *p = th_test_write_file(dir, "bad.yaml", cfg, (size_t)-1);
     char listen[600];
     snprintf(listen, sizeof listen, "unix:%s/bad.sock", dir);
@@ -679,22 +537,16 @@ static void test_tls_auth(void)
     natsMsg_Destroy(r);
     natsConnection_Destroy(nc);
     /* no JetStream on this server: said once, and the host goes on */
-    CU_ASSERT_EQUAL(log_count(&h, "is not available"), 1);
+    CU_ASSERT_EQUAL(rpc_log_count(&h, "is not available"), 1);
     CU_ASSERT_EQUAL(rpc_srv_stop(&h, SIGTERM), 0);
     rpc_srv_free(&h);
     /* a wrong password: serve stops at start and says why */
-    char cfg[2048];
-    snprintf(cfg, sizeof cfg,
-             "host:\n  listen: [\"%s\"]\n"
-             "plugins:\n  - name: echo\n    path: %s/plugins/echo.so\n"
-             "toolsets:\n  - name: public\n    tools: [echo]\n"
-             "    allow_users: [nats]\n"
-             "nats:\n  toolsets: [public]\n  user: host\n"
-             "  password: wrong\n  tls_ca: %s/ca.pem\n",
-             url, TH_BUILD_DIR, dir);
+    char lines[1024];
+    snprintf(lines, sizeof lines,
+             "  user: host\n  password: wrong\n  tls_ca: %s/ca.pem\n", dir);
     th_test_run rr = {0};
     int64_t t0 = rpc_now_ms();
-    serve_expect_fail(dir, cfg, &rr);
+    serve_expect_fail(dir, url, lines, &rr);
     fprintf(stderr, "\n  wrong password: exit %d after %lld ms: %s", rr.status,
             (long long)(rpc_now_ms() - t0), rr.err ? rr.err : "");
     CU_ASSERT(rr.status != 0 && rr.status < 128);
@@ -702,19 +554,65 @@ static void test_tls_auth(void)
               strstr(rr.err, "nats.user/password"));
     th_test_run_free(&rr);
     /* no CA for the server's certificate: the same, naming TLS */
-    snprintf(cfg, sizeof cfg,
-             "host:\n  listen: [\"%s\"]\n"
-             "plugins:\n  - name: echo\n    path: %s/plugins/echo.so\n"
-             "toolsets:\n  - name: public\n    tools: [echo]\n"
-             "    allow_users: [nats]\n"
-             "nats:\n  toolsets: [public]\n  user: host\n"
-             "  password: hostpw\n",
-             url, TH_BUILD_DIR);
     memset(&rr, 0, sizeof rr);
-    serve_expect_fail(dir, cfg, &rr);
+    serve_expect_fail(dir, url, "  user: host\n  password: hostpw\n", &rr);
     fprintf(stderr, "  no CA: exit %d: %s", rr.status, rr.err ? rr.err : "");
     CU_ASSERT(rr.status != 0 && rr.status < 128);
     CU_ASSERT(rr.err && strstr(rr.err, "nats.tls_ca"));
+    th_test_run_free(&rr);
+    gnatsd_free(&s);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+/* 4b. Token auth (nats.token): a server that wants a token; a host with
+ * it serves and a client with it calls; a wrong token ends `serve` at
+ * start with the reason, and a client with a wrong one is refused.
+ * (creds, a JWT + NKey file, needs an operator setup made with nsc, which
+ * is not here: not covered.) */
+static void test_token_auth(void)
+{
+    NEED_SERVER();
+    gnatsd s;
+    gnatsd_files(&s, "authorization {\n  token: \"t0ken-good\"\n}\n");
+    CU_ASSERT_FATAL(gnatsd_start(&s) == 0);
+    char url[64];
+    snprintf(url, sizeof url, "nats://127.0.0.1:%d", s.port);
+    rpc_srv h;
+    char id[40];
+    CU_ASSERT_FATAL(host_start(&h, id, url, "tk", "tk", "echo",
+                               "  token: t0ken-good\n") == 0);
+    natsOptions *o = NULL;
+    natsConnection *nc = NULL;
+    natsOptions_Create(&o);
+    natsOptions_SetURL(o, url);
+    natsOptions_SetToken(o, "t0ken-good");
+    natsOptions_SetTimeout(o, 3000);
+    CU_ASSERT_FATAL(natsConnection_Connect(&nc, o) == NATS_OK);
+    natsMsg *r = NULL;
+    CU_ASSERT(request(nc, &r, "tk.public.echo", "{\"text\":\"tok\"}",
+                      3000) == NATS_OK &&
+              reply_ok(r, "tok"));
+    natsMsg_Destroy(r);
+    natsConnection_Destroy(nc);
+    /* a client with a wrong token is refused by the server */
+    nc = NULL;
+    natsOptions_SetToken(o, "t0ken-bad");
+    natsOptions_SetMaxReconnect(o, 0);
+    CU_ASSERT(natsConnection_Connect(&nc, o) != NATS_OK);
+    natsConnection_Destroy(nc);
+    natsOptions_Destroy(o);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&h, SIGTERM), 0);
+    rpc_srv_free(&h);
+    /* a host with a wrong token: serve stops at start and says why */
+    char *dir = th_test_tmpdir();
+    th_test_run rr = {0};
+    serve_expect_fail(dir, url, "  token: t0ken-bad\n", &rr);
+    fprintf(stderr, "\n  wrong token: exit %d: %s", rr.status,
+            rr.err ? rr.err : "");
+    CU_ASSERT(rr.status != 0 && rr.status < 128);
+    CU_ASSERT(rr.err && strstr(rr.err, "nats: cannot connect to") &&
+              strstr(rr.err, "token"));
     th_test_run_free(&rr);
     gnatsd_free(&s);
     th_test_rmtree(dir);
@@ -792,7 +690,10 @@ static int who_took(natsConnection *nc, char ids[][40], int n,
 
 /* 5. `toolhost call --connect nats://`: the host that took an idempotent
  * call dies mid-call; the CLI retries once on the other host and says so.
- * A tool that is not idempotent is not retried. */
+ * A tool that is not idempotent is not retried.  Both calls are async
+ * (acknowledged: the CLI knows their host and pings it once it goes
+ * quiet), so the loss is seen within about a second, not after the
+ * call's timeout + 5 s (a sync call's fallback: not what is tested). */
 static void test_cli_retry(void)
 {
     NEED_SERVER();
@@ -800,17 +701,23 @@ static void test_cli_retry(void)
     char ids[2][40] = {"", ""};
     for (int i = 0; i < 2; i++)
         CU_ASSERT_FATAL(host_start(&h[i], ids[i], G_url, "rt", "rt",
-                                   "echo_async, rl_hold", NULL) == 0);
-    natsConnection *nc = connect_to(G_url);
+                                   "echo_async, rl_task", NULL) == 0);
+    natsConnection *nc = nats_connect(G_url, NULL, NULL);
     CU_ASSERT_FATAL(nc != NULL);
     char *dir = th_test_tmpdir();
-    /* echo_async is read-only: idempotent for the CLI */
+    /* echo_async is read-only: idempotent for the CLI.  The kill waits
+     * until the CLI shows a progress update (so it has the ack and knows
+     * the host: under valgrind the host is slow to send it). */
+    bool vg = rpc_valgrind();
     char *a1[] = {"--timeout", "2s", "echo_async", "text=again", "steps=8",
                   "delay_ms=100", NULL};
     int64_t t0 = rpc_now_ms();
     pid_t cli = cli_spawn(dir, "rt", a1);
     int took = who_took(nc, ids, 2, "echo_async");
     CU_ASSERT_FATAL(took >= 0);
+    for (int64_t e = rpc_now_ms() + 5000;
+         rpc_now_ms() < e && !strstr(slurp(dir, "cli.err"), "progress:");)
+        usleep(10000);
     kill(h[took].pid, SIGKILL);
     rpc_srv_wait(&h[took]);
     int st = cli_wait(cli, 20000);
@@ -818,36 +725,40 @@ static void test_cli_retry(void)
     const char *err = slurp(dir, "cli.err");
     fprintf(stderr, "\n  idempotent: exit %d after %lld ms; stderr: %s", st,
             (long long)took_ms, err);
-    /* the async call's host was pinged: no wait for timeout + 5 s.  Under
-     * valgrind the CLI may not even have read the ack before the kill
-     * ("no answer from host (unknown)"): then it waits the timeout + 5 s,
-     * which is the documented fallback. */
-    CU_ASSERT(took_ms < (rpc_valgrind() ? 15000 : 6000));
+    /* the async call's host was pinged: no wait for timeout + 5 s */
+    CU_ASSERT(took_ms < (vg ? 10000 : 6000));
     CU_ASSERT_EQUAL(st, 0);
     CU_ASSERT(strstr(err, "retrying once") != NULL);
     CU_ASSERT(strstr(slurp(dir, "cli.out"), "again") != NULL);
     int other = 1 - took;
     CU_ASSERT_EQUAL(stats_of(nc, "rt", ids[other], "echo_async"), 1);
-    /* a second survivor, then a tool that is not idempotent */
+    /* a second survivor, then a tool that is not idempotent (rl_task:
+     * async, acknowledged by its first progress, then waits for a file
+     * that never comes) */
     rpc_srv_free(&h[took]);
     CU_ASSERT_FATAL(host_start(&h[took], ids[took], G_url, "rt", "rt",
-                               "echo_async, rl_hold", NULL) == 0);
+                               "echo_async, rl_task", NULL) == 0);
     char never[600];
     snprintf(never, sizeof never, "path=%s/never", dir);
-    char *a2[] = {"--timeout", "1s", "rl_hold", never, NULL};
+    char *a2[] = {"--timeout", "5s", "rl_task", never, NULL};
+    t0 = rpc_now_ms();
     cli = cli_spawn(dir, "rt", a2);
-    took = who_took(nc, ids, 2, "rl_hold");
+    took = who_took(nc, ids, 2, "rl_task");
     CU_ASSERT_FATAL(took >= 0);
     other = 1 - took;
+    if (vg)
+        usleep(1200 * 1000);
     kill(h[took].pid, SIGKILL);
     rpc_srv_wait(&h[took]);
     st = cli_wait(cli, 20000);
+    took_ms = rpc_now_ms() - t0;
     err = slurp(dir, "cli.err");
-    fprintf(stderr, "  not idempotent: exit %d; stderr: %s", st, err);
+    fprintf(stderr, "  not idempotent: exit %d after %lld ms; stderr: %s",
+            st, (long long)took_ms, err);
     CU_ASSERT(st != 0 && st != -1);
     CU_ASSERT(strstr(err, "retrying") == NULL);
     CU_ASSERT(strstr(err, "no answer") != NULL);
-    CU_ASSERT_EQUAL(stats_of(nc, "rt", ids[other], "rl_hold"), 0);
+    CU_ASSERT_EQUAL(stats_of(nc, "rt", ids[other], "rl_task"), 0);
     natsConnection_Destroy(nc);
     CU_ASSERT_EQUAL(rpc_srv_stop(&h[other], SIGTERM), 0);
     for (int i = 0; i < 2; i++)
@@ -966,7 +877,7 @@ static void test_ask(void)
     CU_ASSERT_FATAL(rpc_srv_start(&h, &o) == 0);
     char id[40];
     host_id_from_log(&h, id, sizeof id);
-    natsConnection *nc = connect_to(G_url);
+    natsConnection *nc = nats_connect(G_url, NULL, NULL);
     CU_ASSERT_FATAL(nc != NULL);
     char code[64];
     bool asked;
@@ -979,7 +890,7 @@ static void test_ask(void)
     ask_call(nc, "ak.public.echo", false, NULL, code, sizeof code, &asked);
     CU_ASSERT(!asked);
     CU_ASSERT_STRING_EQUAL(code, "permission_denied");
-    CU_ASSERT(log_count(&h, "did not offer one") == 1);
+    CU_ASSERT(rpc_log_count(&h, "did not offer one") == 1);
     /* asked, never answered: host.permission_timeout denies */
     int64_t t0 = rpc_now_ms();
     ask_call(nc, "ak.public.echo", true, NULL, code, sizeof code, &asked);
@@ -996,7 +907,7 @@ static void test_ask(void)
     CU_ASSERT(r.status != 0);
     CU_ASSERT(r.err && strstr(r.err, "permission"));
     th_test_run_free(&r);
-    CU_ASSERT(log_count(&h, "did not offer one") == 1);
+    CU_ASSERT(rpc_log_count(&h, "did not offer one") == 1);
     natsConnection_Destroy(nc);
     CU_ASSERT_EQUAL(rpc_srv_stop(&h, SIGTERM), 0);
     rpc_srv_free(&h);
@@ -1010,6 +921,7 @@ void th_suite_nats_fleet(void)
     CU_add_test(s, "result_after_host_gone", test_result_after_host_gone);
     CU_add_test(s, "cluster_failover", test_cluster_failover);
     CU_add_test(s, "tls_auth", test_tls_auth);
+    CU_add_test(s, "token_auth", test_token_auth);
     CU_add_test(s, "cli_retry", test_cli_retry);
     CU_add_test(s, "ask", test_ask);
 }

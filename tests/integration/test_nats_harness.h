@@ -1,12 +1,16 @@
 /* test_nats_harness.h - shared by the NATS suites (test_nats.c,
  * test_nats_fleet.c): nats-server on loopback (free ports, retried on a
- * clash), reading a host's NATS id from its log, reply headers and bodies.
+ * clash, its files), a client, a host serving a toolset on NATS and its
+ * NATS id, its log (count, wait, time of a line), its config rewritten,
+ * $SRV.STATS numbers, reply headers and bodies.
  * Static helpers for tests only. */
 #ifndef TEST_NATS_HARNESS_H
 #define TEST_NATS_HARNESS_H
 
+#include <CUnit/CUnit.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <jansson.h>
 #include <nats/nats.h>
 
 #include "test_rpc_harness.h"
@@ -170,6 +174,150 @@ NATS_H natsStatus request(natsConnection *nc, natsMsg **reply,
                                            (int)b.len, ms);
     th_buf_destroy(&b);
     return st;
+}
+
+/* A nats-server's files in a fresh temp dir: `conf` as its config. */
+NATS_H void gnatsd_files(gnatsd *g, const char *conf)
+{
+    memset(g, 0, sizeof *g);
+    g->dir = th_test_tmpdir();
+    g->conf = th_test_write_file(g->dir, "nats.conf", conf, (size_t)-1);
+    size_t ll = strlen(g->dir) + 16;
+    g->log = malloc(ll);
+    snprintf(g->log, ll, "%s/nats.log", g->dir);
+}
+
+/* Kills it (if running) and removes its files. */
+NATS_H void gnatsd_free(gnatsd *g)
+{
+    gnatsd_kill(g, SIGKILL);
+    if (g->dir)
+        th_test_rmtree(g->dir);
+    free(g->dir);
+    free(g->conf);
+    free(g->log);
+    memset(g, 0, sizeof *g);
+}
+
+/* A client of `url` (user/password when user is not NULL) that
+ * reconnects forever every 100 ms; NULL when it cannot connect in 3 s. */
+NATS_H natsConnection *nats_connect(const char *url, const char *user,
+                                    const char *pw)
+{
+    natsOptions *o = NULL;
+    natsConnection *nc = NULL;
+    natsOptions_Create(&o);
+    natsOptions_SetURL(o, url);
+    if (user)
+        natsOptions_SetUserInfo(o, user, pw);
+    natsOptions_SetMaxReconnect(o, -1);
+    natsOptions_SetReconnectWait(o, 100);
+    natsOptions_SetTimeout(o, 3000);
+    natsStatus st = natsConnection_Connect(&nc, o);
+    natsOptions_Destroy(o);
+    return st == NATS_OK ? nc : NULL;
+}
+
+/* Starts a host on `url` with the toolset "public" of `tools` (plugins
+ * echo and reload_fx; the toolset "hidden" [echo] is not served on NATS),
+ * subject prefix `prefix`, service `name`, `nats_extra` appended to its
+ * nats: block, and its id read from its log. */
+NATS_H int host_start(rpc_srv *h, char *id, const char *url,
+                      const char *prefix, const char *name,
+                      const char *tools, const char *nats_extra)
+{
+    char cfg[2048];
+    snprintf(cfg, sizeof cfg,
+             "host:\n"
+             "  log_level: debug\n"
+             "  shutdown_grace: 1s\n"
+             "  listen: [\"%s\"]\n"
+             "plugins:\n"
+             "  - name: echo\n"
+             "    path: @BUILD@/plugins/echo.so\n"
+             "  - name: reload_fx\n"
+             "    path: @BUILD@/fixtures/reload_a.so\n"
+             "toolsets:\n"
+             "  - name: public\n"
+             "    tools: [%s]\n"
+             "    allow_users: [nats]\n"
+             "  - name: hidden\n"
+             "    tools: [echo]\n"
+             "nats:\n"
+             "  prefix: %s\n"
+             "  name: %s\n"
+             "  toolsets: [public]\n"
+             "  reconnect_wait: 100ms\n"
+             "%s",
+             url, tools, prefix, name, nats_extra ? nats_extra : "");
+    rpc_opts o = {.config = cfg};
+    if (rpc_srv_start(h, &o) != 0)
+        return -1;
+    host_id_from_log(h, id, 40);
+    if (!id[0]) {
+        rpc_dump_log(h);
+        return -1;
+    }
+    return 0;
+}
+
+/* The time of day (ms) of the first log line with `needle`, or -1. */
+NATS_H int64_t log_time_ms(rpc_srv *h, const char *needle)
+{
+    FILE *f = fopen(h->log, "r");
+    char line[2048];
+    int64_t t = -1;
+    while (t < 0 && f && fgets(line, sizeof line, f)) {
+        int hh, mm, ss, ms;
+        if (strstr(line, needle) &&
+            sscanf(line, "%*10cT%d:%d:%d.%dZ", &hh, &mm, &ss, &ms) == 4)
+            t = ((int64_t)(hh * 60 + mm) * 60 + ss) * 1000 + ms;
+    }
+    if (f)
+        fclose(f);
+    return t;
+}
+
+/* num_requests of `tool` in host `id`'s $SRV.STATS, or -1. */
+NATS_H int64_t stats_of(natsConnection *nc, const char *name, const char *id,
+                        const char *tool)
+{
+    char subj[160];
+    snprintf(subj, sizeof subj, "$SRV.STATS.%s.%s", name, id);
+    natsMsg *r = NULL;
+    if (natsConnection_RequestString(&r, nc, subj, "", 2000) != NATS_OK)
+        return -1;
+    json_t *j = json_loadb(natsMsg_GetData(r),
+                           (size_t)natsMsg_GetDataLength(r), 0, NULL);
+    natsMsg_Destroy(r);
+    int64_t v = -1;
+    size_t k;
+    json_t *e;
+    json_array_foreach(json_object_get(j, "endpoints"), k, e)
+        if (strcmp(json_string_value(json_object_get(e, "name")), tool) == 0)
+            v = json_integer_value(json_object_get(e, "num_requests"));
+    json_decref(j);
+    return v;
+}
+
+/* Replaces the first `from` in the host's config file by `to`. */
+NATS_H void cfg_replace(rpc_srv *h, const char *from, const char *to)
+{
+    FILE *f = fopen(h->cfg, "r");
+    CU_ASSERT_FATAL(f != NULL);
+    static char text[4096];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    char *p = strstr(text, from);
+    CU_ASSERT_FATAL(p != NULL);
+    static char out[4096];
+    snprintf(out, sizeof out, "%.*s%s%s", (int)(p - text), text, to,
+             p + strlen(from));
+    f = fopen(h->cfg, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fputs(out, f);
+    fclose(f);
 }
 
 #endif

@@ -599,19 +599,6 @@ static bool answer(const msgpack_object *req, void *ud)
     return mode[0] == 1;
 }
 
-/* Lines of the server's log holding `needle`. */
-static int log_count(rpc_srv *s, const char *needle)
-{
-    FILE *f = fopen(s->log, "r");
-    char line[4096];
-    int n = 0;
-    while (f && fgets(line, sizeof line, f))
-        n += strstr(line, needle) != NULL;
-    if (f)
-        fclose(f);
-    return n;
-}
-
 static void test_permission(void)
 {
     if (geteuid() != 0) {
@@ -689,12 +676,12 @@ static void test_permission(void)
     rpc_raw_close(&w);
     CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
     /* Each decision is logged once: 5 asks, 4 answers, 1 timeout denial. */
-    CU_ASSERT_EQUAL(log_count(&s, "asking permission"), 5);
-    CU_ASSERT_EQUAL(log_count(&s, "permission asked"), 0);
-    CU_ASSERT_EQUAL(log_count(&s, "permission granted by the front") +
-                        log_count(&s, "permission refused by the front"), 4);
-    CU_ASSERT_EQUAL(log_count(&s, "by the client"), 0);
-    CU_ASSERT_EQUAL(log_count(&s, "no answer within 300 ms"), 1);
+    CU_ASSERT_EQUAL(rpc_log_count(&s, "asking permission"), 5);
+    CU_ASSERT_EQUAL(rpc_log_count(&s, "permission asked"), 0);
+    CU_ASSERT_EQUAL(rpc_log_count(&s, "permission granted by the front") +
+                        rpc_log_count(&s, "permission refused by the front"), 4);
+    CU_ASSERT_EQUAL(rpc_log_count(&s, "by the client"), 0);
+    CU_ASSERT_EQUAL(rpc_log_count(&s, "no answer within 300 ms"), 1);
     rpc_srv_free(&s);
 }
 

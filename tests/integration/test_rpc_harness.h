@@ -337,6 +337,32 @@ RPC_H void rpc_dump_log(rpc_srv *s)
     th_test_run_free(&r);
 }
 
+/* Lines of the server's log holding `needle`. */
+RPC_H int rpc_log_count(rpc_srv *s, const char *needle)
+{
+    FILE *f = fopen(s->log, "r");
+    char line[4096];
+    int n = 0;
+    while (f && fgets(line, sizeof line, f))
+        n += strstr(line, needle) != NULL;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* Waits (at most `ms`) until the server's log has a line with `needle`. */
+RPC_H bool rpc_log_wait(rpc_srv *s, const char *needle, int64_t ms)
+{
+    int64_t end = rpc_now_ms() + ms;
+    for (;;) {
+        if (rpc_log_count(s, needle) > 0)
+            return true;
+        if (rpc_now_ms() >= end)
+            return false;
+        usleep(10000);
+    }
+}
+
 /* The server's log has a line containing `needle` (else it is shown). */
 RPC_H bool rpc_log_has(rpc_srv *s, const char *needle)
 {

@@ -6,6 +6,8 @@
  * client's thread: measured tools too), the core's own timing demoting a
  * slow declared tool, the counters, and short_call_max: 0 turning the path
  * off for every mode. */
+#include <unistd.h>
+
 #include "common/th_test.h"
 #include "unit/test_manager_fx.h"
 
@@ -207,15 +209,18 @@ static bool call_inline(th_session *s, const char *tool, long long ms,
     return here;
 }
 
-static th_host *open_host(const char *max)
+/* A host with host.short_call_max `max` and host.short_call_stuck
+ * `stuck` (the watchdog). */
+static th_host *open_host_stuck(const char *max, const char *stuck)
 {
     char text[2048];
     snprintf(text, sizeof text,
-             "host: {workers: 2, log_level: error, short_call_max: %s}\n"
+             "host: {workers: 2, log_level: error, short_call_max: %s, "
+             "short_call_stuck: %s}\n"
              "plugins:\n"
              "  - name: echo\n    path: %s\n"
              "  - name: short_tools\n    path: %s\n",
-             max, th_test_build_path("plugins/echo.so"),
+             max, stuck, th_test_build_path("plugins/echo.so"),
              th_test_build_path("fixtures/short_tools.so"));
     th_config *cfg = NULL;
     th_error e;
@@ -226,6 +231,13 @@ static th_host *open_host(const char *max)
         fprintf(stderr, "config: %s\n", e.msg);
     CU_ASSERT_EQUAL_FATAL(rc, 0);
     return host_new(cfg);
+}
+
+/* The tests of the end-of-run policy: the watchdog far away (a nap of
+ * 60 ms under valgrind must not reach it). */
+static th_host *open_host(const char *max)
+{
+    return open_host_stuck(max, "1m");
 }
 
 static void mgr(th_host *h, uint64_t *inline_front, uint64_t *demoted)
@@ -289,6 +301,58 @@ static void test_core_times_and_demotes(void)
     th_host_close(h);
 }
 
+typedef struct nap_job {
+    th_session *s;
+    atomic_bool done;
+    bool inline_run;
+} nap_job;
+
+static void *nap_main(void *arg)
+{
+    nap_job *j = arg;
+    j->inline_run = call_inline(j->s, "short_nap", 600, true, false);
+    atomic_store(&j->done, true);
+    return NULL;
+}
+
+/* The watchdog (host.short_call_stuck 50 ms): a declared tool that
+ * sleeps 600 ms on a shared loop is demoted while it still runs (counted
+ * once, not again when it returns); its next call goes to a worker; the
+ * back-off starts only once it has returned. */
+static void test_watchdog_demotes_while_running(void)
+{
+    th_host *h = open_host_stuck("10ms", "50ms");
+    th_session *s = open_trusted(h);
+    nap_job j = {.s = s};
+    pthread_t th;
+    CU_ASSERT_FATAL(pthread_create(&th, NULL, nap_main, &j) == 0);
+    uint64_t inl, dem = 0;
+    int64_t t0 = th_now_ns();
+    while (!atomic_load(&j.done) && th_now_ns() - t0 < 5000 * MS) {
+        mgr(h, &inl, &dem);
+        if (dem)
+            break;
+        usleep(2000);
+    }
+    bool running = !atomic_load(&j.done);
+    th_stat *st = th_stat_get(h, "short_nap");
+    CU_ASSERT_FATAL(st != NULL);
+    int64_t retry_during = atomic_load(&st->fast.retry_ns);
+    pthread_join(th, NULL);
+    CU_ASSERT_EQUAL(dem, 1);
+    CU_ASSERT(running); /* seen while the nap still ran */
+    CU_ASSERT(j.inline_run);
+    CU_ASSERT_EQUAL(retry_during, INT64_MAX); /* no retry while stuck */
+    int64_t retry = atomic_load(&st->fast.retry_ns);
+    CU_ASSERT(retry > 0 && retry != INT64_MAX); /* back-off from the end */
+    mgr(h, &inl, &dem);
+    CU_ASSERT_EQUAL(dem, 1); /* not counted again at its end */
+    CU_ASSERT(!call_inline(s, "short_nap", 0, true, false));
+    CU_ASSERT(call_inline(s, "short_hex", -2, true, false));
+    th_session_close(s);
+    th_host_close(h);
+}
+
 /* short_call_max: 0: no call runs on a front's thread, in any mode. */
 static void test_off_everywhere(void)
 {
@@ -318,4 +382,6 @@ void th_suite_call_fast(void)
     CU_add_test(s, "modes", test_modes);
     CU_add_test(s, "core_times_and_demotes", test_core_times_and_demotes);
     CU_add_test(s, "off_everywhere", test_off_everywhere);
+    CU_add_test(s, "watchdog_demotes_while_running",
+                test_watchdog_demotes_while_running);
 }

@@ -238,6 +238,11 @@ typedef struct th_host_cfg {
                                   RPC loop this long; longer: the tool
                                   runs on workers from then on; 10 ms,
                                   0: short tools run on workers too     */
+    uint64_t short_call_stuck_ms; /* a short call still holding a front's
+                                  thread after this (at least
+                                  short_call_max) is reported by the
+                                  watchdog and its tool demoted while it
+                                  runs; 100 ms, 0: no watchdog          */
 } th_host_cfg;
 
 /* A bearer token of the MCP HTTP front, known by its SHA-256 only. */
