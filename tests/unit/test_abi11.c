@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/host_session.h"
 #include "common/th_test.h"
 #include "th/host.h"
 #include "th/json.h"
@@ -31,29 +32,13 @@ static int suite_init(void)
              "  - name: main\n"
              "    tools: [\"*\"]\n",
              th_test_build_path("fixtures/abi11_tools.so"));
-    th_config *cfg = NULL;
-    th_error e;
     log_level = th_log_get_level();
-    if (th_config_parse("abi11.yaml", NULL, yaml, strlen(yaml), &cfg, &e)) {
-        fprintf(stderr, "config: %s\n", e.msg);
-        return -1;
-    }
-    if (th_host_open(cfg, &h, &e)) {
-        fprintf(stderr, "host: %s\n", e.msg);
-        return -1;
-    }
-    static const th_front_ops ops = {.front = TOOLHOST_FRONT_RPC};
-    th_principal who = {(uint32_t)getuid(), (uint32_t)getgid(), true};
-    s = th_session_open(h, &who, &ops, NULL);
-    return s ? 0 : -1;
+    return th_test_host_session_open("abi11.yaml", yaml, &h, &s);
 }
 
 static int suite_clean(void)
 {
-    if (s)
-        th_session_close(s);
-    if (h)
-        th_host_close(h);
+    th_test_host_session_close(h, s);
     th_log_set_level(log_level);
     return 0;
 }

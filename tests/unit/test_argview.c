@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/host_session.h"
 #include "common/th_test.h"
 #include "th/host.h"
 #include "th/json.h"
@@ -276,28 +277,12 @@ static int suite_init(void)
              "    tools: [\"*\"]\n",
              th_test_build_path("fixtures/abi12_view.so"),
              th_test_build_path("fixtures/abi10_basic.so"));
-    th_config *cfg = NULL;
-    th_error e;
-    if (th_config_parse("abi12.yaml", NULL, yaml, strlen(yaml), &cfg, &e)) {
-        fprintf(stderr, "config: %s\n", e.msg);
-        return -1;
-    }
-    if (th_host_open(cfg, &h, &e)) {
-        fprintf(stderr, "host: %s\n", e.msg);
-        return -1;
-    }
-    static const th_front_ops ops = {.front = TOOLHOST_FRONT_RPC};
-    th_principal who = {(uint32_t)getuid(), (uint32_t)getgid(), true};
-    s = th_session_open(h, &who, &ops, NULL);
-    return s ? 0 : -1;
+    return th_test_host_session_open("abi12.yaml", yaml, &h, &s);
 }
 
 static int suite_clean(void)
 {
-    if (s)
-        th_session_close(s);
-    if (h)
-        th_host_close(h);
+    th_test_host_session_close(h, s);
     return 0;
 }
 

@@ -13,6 +13,7 @@
 
 #include "../../host/mcp/mcp.h"
 #include "../../host/mcp/mcp_int.h"
+#include "common/host_session.h"
 #include "common/th_test.h"
 #include "th/config.h"
 #include "th/json.h"
@@ -105,20 +106,10 @@ static void in(th_mcp_session *m, const char *s)
 
 static void test_request_done_pairing(void)
 {
-    char yaml[1024];
-    snprintf(yaml, sizeof yaml,
-             "host:\n  log_level: error\n  shutdown_grace: 50ms\n"
-             "plugins:\n  - name: echo\n    path: %s\n",
-             th_test_build_path("plugins/echo.so"));
-    th_config *cfg = NULL;
+    th_host *h = th_test_echo_host_open();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(h);
     th_error err;
     th_error_clear(&err);
-    int lvl = th_log_get_level();
-    CU_ASSERT_FATAL(th_config_parse("t.yaml", "/", yaml, strlen(yaml), &cfg,
-                                    &err) == 0);
-    th_host *h = NULL;
-    CU_ASSERT_FATAL(th_host_open(cfg, &h, &err) == 0);
-    th_log_set_level(lvl);
     cap c = {.sent = json_array(), .done = json_array()};
     pthread_mutex_init(&c.mu, NULL);
     pthread_cond_init(&c.cv, NULL);
@@ -208,14 +199,8 @@ static void test_principal_user_and_toolset(void)
              "    allow_groups: [\"%u\"]\n"
              "  - name: c\n    tools: [\"echo\", \"echo_async\"]\n",
              th_test_build_path("plugins/echo.so"), (unsigned)getgid());
-    th_config *cfg = NULL;
-    th_error err;
-    int lvl = th_log_get_level();
-    CU_ASSERT_FATAL(th_config_parse("t.yaml", "/", yaml, strlen(yaml), &cfg,
-                                    &err) == 0);
-    th_host *h = NULL;
-    CU_ASSERT_FATAL(th_host_open(cfg, &h, &err) == 0);
-    th_log_set_level(lvl);
+    th_host *h = th_test_host_open("t.yaml", yaml);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(h);
     th_principal alice = {.uid = (uint32_t)-1, .gid = (uint32_t)getgid(),
                           .user = "alice"};
     th_principal bob = {.uid = (uint32_t)-1, .gid = (uint32_t)getgid(),

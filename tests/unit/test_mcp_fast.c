@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "../../host/mcp/mcp_int.h"
+#include "common/host_session.h"
 #include "common/th_test.h"
 #include "th/buf.h"
 #include "th/config.h"
@@ -474,20 +475,10 @@ static void same_answer(th_mcp_session *m, got *g, int k, const char *params)
 
 static void test_session_same_answers(void)
 {
-    char yaml[1024];
-    snprintf(yaml, sizeof yaml,
-             "host:\n  log_level: error\n  shutdown_grace: 50ms\n"
-             "plugins:\n  - name: echo\n    path: %s\n",
-             th_test_build_path("plugins/echo.so"));
-    th_config *cfg = NULL;
+    th_host *h = th_test_echo_host_open();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(h);
     th_error err;
     th_error_clear(&err);
-    int lvl = th_log_get_level();
-    CU_ASSERT_FATAL(th_config_parse("t.yaml", "/", yaml, strlen(yaml), &cfg,
-                                    &err) == 0);
-    th_host *h = NULL;
-    CU_ASSERT_FATAL(th_host_open(cfg, &h, &err) == 0);
-    th_log_set_level(lvl);
     got g = {.by_id = json_object()};
     pthread_mutex_init(&g.mu, NULL);
     th_mcp_transport t = {.send = got_send, .send_text = got_text};
