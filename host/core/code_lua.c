@@ -192,10 +192,10 @@ static void *arena_get(run *r, size_t size)
     return b;
 }
 
-static inline void *small_get(run *r, size_t n)
+/* A block of class c (size bytes) from the class's free list or the
+ * arena's free end, or NULL: the common cases, without a call. */
+static inline void *small_take(run *r, size_t c, size_t size)
 {
-    size_t c = small_class(n);
-    size_t size = (c + 1) * SMALL_STEP;
     void *b = r->small[c];
     if (b) {
         memcpy(&r->small[c], b, sizeof(void *));
@@ -203,11 +203,21 @@ static inline void *small_get(run *r, size_t n)
             r->small_bytes -= size;
         return b;
     }
-    if (r->arena_size - r->arena_off >= size) { /* the common case */
+    if (r->arena_size - r->arena_off >= size) {
         b = r->arena + r->arena_off;
         r->arena_off += size;
         return b;
     }
+    return NULL;
+}
+
+static inline void *small_get(run *r, size_t n)
+{
+    size_t c = small_class(n);
+    size_t size = (c + 1) * SMALL_STEP;
+    void *b = small_take(r, c, size);
+    if (b)
+        return b;
     b = arena_get(r, size);
     return b ? b : malloc(size);
 }
@@ -327,17 +337,9 @@ static void *run_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
             (!r->limit || (nsize <= r->limit && r->used <= r->limit - nsize))) {
             size_t c = small_class(nsize);
             size_t size = (c + 1) * SMALL_STEP;
-            void *b = r->small[c];
-            if (b) {
-                memcpy(&r->small[c], b, sizeof(void *));
-                if (!in_arena(r, b))
-                    r->small_bytes -= size;
-            } else if (r->arena_size - r->arena_off >= size) {
-                b = r->arena + r->arena_off;
-                r->arena_off += size;
-            } else {
+            void *b = small_take(r, c, size);
+            if (!b)
                 return alloc_slow(r, ptr, osize, nsize);
-            }
             if (r->has_deadline) { /* alloc_poll's counts */
                 r->alloc_n++;
                 r->alloc_grow += nsize;
