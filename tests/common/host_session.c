@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include "th/config.h"
+#include "th/buf.h"
 #include "th/err.h"
+#include "th/json.h"
 #include "th/log.h"
 #include "th_test.h"
 
@@ -64,4 +66,26 @@ void th_test_host_session_close(th_host *h, th_session *s)
         th_session_close(s);
     if (h)
         th_host_close(h);
+}
+
+int th_test_call_json(th_session *s, const char *tool, const char *json,
+                      int64_t timeout_ms, bool may_block, th_result_copy *r)
+{
+    json_t *j = json_loads(json, 0, NULL);
+    th_buf a = TH_BUF_INIT;
+    th_json_to_msgpack(j, &a);
+    json_decref(j);
+    th_call_opts o;
+    memset(&o, 0, sizeof o);
+    o.timeout_ms = timeout_ms;
+    o.may_block = may_block;
+    memset(r, 0, sizeof *r);
+    int rc = th_call_sync(s, tool, a.data, a.len, &o, NULL, NULL, NULL, r);
+    th_buf_destroy(&a);
+    return rc;
+}
+
+const char *th_test_out(const th_result_copy *r)
+{
+    return r->out.data ? (const char *)r->out.data : "";
 }

@@ -4,6 +4,9 @@
 #ifndef TH_TEST_HOST_SESSION_H
 #define TH_TEST_HOST_SESSION_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
 #include "th/host.h"
 
 /* Parses yaml (name: the file name in error messages) and opens the host;
@@ -17,6 +20,13 @@ th_host *th_test_echo_host_open(void);
  * a session; 0, or -1 with the reason on stderr (nothing left open). */
 int th_test_host_session_open(const char *name, const char *yaml,
                               th_host **h, th_session **s);
+/* th_call_sync() of tool with the arguments given as JSON text (an
+ * object), a timeout of timeout_ms and o.may_block; r is filled (the
+ * caller destroys it).  The call's return code. */
+int th_test_call_json(th_session *s, const char *tool, const char *json,
+                      int64_t timeout_ms, bool may_block, th_result_copy *r);
+/* The stdout of a result as a C string ("" when empty). */
+const char *th_test_out(const th_result_copy *r);
 /* Closes what th_test_host_session_open() opened (either may be NULL). */
 void th_test_host_session_close(th_host *h, th_session *s);
 

@@ -46,23 +46,10 @@ static int suite_clean(void)
 static int call_json(const char *tool, const char *json, int64_t timeout_ms,
                      th_result_copy *r)
 {
-    json_t *j = json_loads(json, 0, NULL);
-    th_buf a = TH_BUF_INIT;
-    th_json_to_msgpack(j, &a);
-    json_decref(j);
-    th_call_opts o;
-    memset(&o, 0, sizeof o);
-    o.timeout_ms = timeout_ms;
-    memset(r, 0, sizeof *r);
-    int rc = th_call_sync(s, tool, a.data, a.len, &o, NULL, NULL, NULL, r);
-    th_buf_destroy(&a);
-    return rc;
+    return th_test_call_json(s, tool, json, timeout_ms, false, r);
 }
 
-static const char *out_of(const th_result_copy *r)
-{
-    return r->out.data ? (const char *)r->out.data : "";
-}
+#define out_of th_test_out
 
 static void bounds_before_execute(void)
 {

@@ -289,24 +289,10 @@ static int suite_clean(void)
 static int call_json(const char *tool, const char *json, bool may_block,
                      th_result_copy *r)
 {
-    json_t *j = json_loads(json, 0, NULL);
-    th_buf a = TH_BUF_INIT;
-    th_json_to_msgpack(j, &a);
-    json_decref(j);
-    th_call_opts o;
-    memset(&o, 0, sizeof o);
-    o.timeout_ms = 10000;
-    o.may_block = may_block;
-    memset(r, 0, sizeof *r);
-    int rc = th_call_sync(s, tool, a.data, a.len, &o, NULL, NULL, NULL, r);
-    th_buf_destroy(&a);
-    return rc;
+    return th_test_call_json(s, tool, json, 10000, may_block, r);
 }
 
-static const char *out_of(const th_result_copy *r)
-{
-    return r->out.data ? (const char *)r->out.data : "";
-}
+#define out_of th_test_out
 
 static void host_hands_the_view(void)
 {
