@@ -24,9 +24,9 @@
 
 static void mf_check(const char *text, size_t len)
 {
-    mcp_fast_call fc;
+    th_mcp_plain fc;
     th_buf_init(&fc.args);
-    int rc = mcp_fast_call_scan(text, len, &fc);
+    int rc = th_mcp_plain_scan(text, len, &fc);
     TH_FUZZ_CHECK(rc == 0 || rc == 1);
     if (rc == 1) {
         json_error_t je;

@@ -729,13 +729,59 @@ static void input_value(hsess *s, json_t *msg)
     pthread_mutex_unlock(&s->in_mu);
 }
 
+static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
+                                   hreq *q, th_mcp_plain *fc);
+
+/* A plain tools/call read without a tree (th_mcp_plain_scan): the parts
+ * of it do_post() looks at, {"id": ID, "method": "tools/call"}; NULL when
+ * the body is not such a request. */
+static json_t *plain_msg(const hreq *q, th_mcp_plain *fc)
+{
+    if (!q->body || th_mcp_plain_scan(q->body, q->len, fc) != 1)
+        return NULL;
+    json_t *msg = json_object();
+    if (msg && (json_object_set_new(msg, "id", th_mcp_plain_id(fc)) != 0 ||
+                json_object_set_new(msg, "method",
+                                    json_string("tools/call")) != 0)) {
+        json_decref(msg);
+        msg = NULL;
+    }
+    return msg;
+}
+
+/* The POST's message to its session: a plain call as read, else the
+ * parsed message. */
+static void input_post(hsess *s, json_t *msg, th_mcp_plain *fc, bool plain)
+{
+    if (!plain) {
+        input_value(s, msg);
+        return;
+    }
+    pthread_mutex_lock(&s->in_mu);
+    th_mcp_session_input_plain(s->m, fc, json_object_get(msg, "id"));
+    pthread_mutex_unlock(&s->in_mu);
+}
+
 /* A whole POST body: one JSON-RPC message. */
 static enum MHD_Result do_post(th_mcp_http *f, struct MHD_Connection *c,
                                hreq *q)
 {
+    th_mcp_plain fc;
+    th_buf_init(&fc.args);
+    enum MHD_Result rc = do_post_msg(f, c, q, &fc);
+    th_buf_destroy(&fc.args);
+    return rc;
+}
+
+static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
+                                   hreq *q, th_mcp_plain *fc)
+{
     json_error_t je;
-    json_t *msg = json_loadb(q->body ? q->body : "", q->len, JSON_ALLOW_NUL,
-                             &je);
+    json_t *msg = plain_msg(q, fc);
+    bool plain = msg != NULL;
+    if (!msg)
+        msg = json_loadb(q->body ? q->body : "", q->len, JSON_ALLOW_NUL,
+                         &je);
     if (!msg || !json_is_object(msg))
         th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_PROTOCOL_ERROR);
     if (!msg)
@@ -815,7 +861,7 @@ static enum MHD_Result do_post(th_mcp_http *f, struct MHD_Connection *c,
                                      "id is in flight")
                    : MHD_NO;
     }
-    input_value(s, msg);
+    input_post(s, msg, fc, plain);
     json_decref(msg);
     /* Decide on the first message: JSON when it is the response, SSE
      * when something comes first.  A client that hangs up meanwhile (a

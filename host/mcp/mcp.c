@@ -258,9 +258,9 @@ static void *timer_main(void *arg)
 /* ---- Calls ---------------------------------------------------------------------- */
 
 static __thread mcp_call *tl_starting; /* the call inside th_call_start */
-/* The request being dispatched was read by mcp_fast_call_scan(): its name
+/* The request being dispatched was read by th_mcp_plain_scan(): its name
  * and its arguments as msgpack (m_tools_call takes them). */
-static __thread mcp_fast_call *tl_fast;
+static __thread th_mcp_plain *tl_fast;
 
 static void call_free(mcp_call *c)
 {
@@ -598,7 +598,7 @@ static void m_tools_list(th_mcp_session *m, const json_t *id,
 static void m_tools_call(th_mcp_session *m, const json_t *id,
                          const json_t *params)
 {
-    mcp_fast_call *fc = tl_fast;
+    th_mcp_plain *fc = tl_fast;
     tl_fast = NULL;
     const char *name = fc ? fc->name
                           : json_string_value(json_object_get(params, "name"));
@@ -844,32 +844,38 @@ static bool valid_id(const json_t *id)
     return json_is_string(id) || json_is_integer(id);
 }
 
-/* A tools/call of the plain shape, without a JSON tree (mcp_fast.c): the
- * same dispatch as th_mcp_session_input_value() gives it.  False: not
- * such a message (nothing was done). */
-static bool input_fast(th_mcp_session *m, const char *text, size_t len)
+json_t *th_mcp_plain_id(const th_mcp_plain *fc)
 {
-    mcp_fast_call fc;
-    th_buf_init(&fc.args);
-    if (mcp_fast_call_scan(text, len, &fc) != 1) {
-        th_buf_destroy(&fc.args);
-        return false;
-    }
-    json_t *id = fc.id_is_str ? json_stringn_nocheck(fc.id_str, fc.id_len)
-                              : json_integer(fc.id_int);
-    if (!id) {
-        th_buf_destroy(&fc.args);
-        return false;
-    }
+    return fc->id_is_str ? json_stringn_nocheck(fc->id_str, fc->id_len)
+                         : json_integer(fc->id_int);
+}
+
+void th_mcp_session_input_plain(th_mcp_session *m, th_mcp_plain *fc,
+                                const json_t *id)
+{
     m->deferred = false;
-    tl_fast = &fc;
+    tl_fast = fc;
     dispatch_request(m, id, "tools/call", NULL);
     tl_fast = NULL;
     if (!m->deferred)
         mcp_request_done(m, id);
+}
+
+/* A tools/call of the plain shape, without a JSON tree: the same
+ * dispatch as th_mcp_session_input_value() gives it.  False: not such a
+ * message (nothing was done). */
+static bool input_fast(th_mcp_session *m, const char *text, size_t len)
+{
+    th_mcp_plain fc;
+    th_buf_init(&fc.args);
+    json_t *id = th_mcp_plain_scan(text, len, &fc) == 1
+                     ? th_mcp_plain_id(&fc)
+                     : NULL;
+    if (id)
+        th_mcp_session_input_plain(m, &fc, id);
     json_decref(id);
     th_buf_destroy(&fc.args);
-    return true;
+    return id != NULL;
 }
 
 void th_mcp_session_input(th_mcp_session *m, const char *text, size_t len)

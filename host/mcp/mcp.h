@@ -84,6 +84,29 @@ void th_mcp_session_input(th_mcp_session *m, const char *text, size_t len);
  * JSON_DECODE_ANY | JSON_ALLOW_NUL, within max_message): borrowed, not
  * parsed a second time. */
 void th_mcp_session_input_value(th_mcp_session *m, json_t *msg);
+/* A tools/call request of the plain shape, {"jsonrpc":"2.0","id":ID,
+ * "method":"tools/call","params":{"name":NAME,"arguments":{...}}} (keys in
+ * any order), read without a JSON tree (mcp_fast.c: yajl's events, the
+ * arguments straight to msgpack, the bytes th_json_to_msgpack() of
+ * jansson's tree gives).  args: the caller inits it and destroys it. */
+typedef struct th_mcp_plain {
+    bool id_is_str;
+    int64_t id_int;
+    char id_str[64];
+    size_t id_len;
+    char name[128];
+    th_buf args;
+} th_mcp_plain;
+/* 1: text is such a request (fc filled); 0: not (parse it as usual: every
+ * error is the tree path's); -1: no memory.  Any thread. */
+int th_mcp_plain_scan(const char *text, size_t len, th_mcp_plain *fc);
+/* The request's id as a new JSON value (NULL: no memory). */
+json_t *th_mcp_plain_id(const th_mcp_plain *fc);
+/* th_mcp_session_input() of a request th_mcp_plain_scan() read; id is
+ * th_mcp_plain_id()'s (borrowed).  fc->args is taken.  From one thread at
+ * a time, like th_mcp_session_input(). */
+void th_mcp_session_input_plain(th_mcp_session *m, th_mcp_plain *fc,
+                                const json_t *id);
 /* The negotiated protocol version once initialize succeeded, else NULL. */
 const char *th_mcp_session_version(const th_mcp_session *m);
 /* Calls not yet answered (tasks included).  Any thread. */

@@ -64,7 +64,7 @@ typedef struct fast_box {
 typedef struct fast_read {
     yajl_handle y;
     size_t end; /* bytes of the text up to the message's closing brace */
-    mcp_fast_call *fc;
+    th_mcp_plain *fc;
     th_buf *out;
     msgpack_packer pk;
     int where;
@@ -212,7 +212,7 @@ static int ev_string(void *ctx, const unsigned char *s, size_t n)
         arg_counted(r);
         return msgpack_pack_str_with_body(&r->pk, s, n) == 0;
     }
-    mcp_fast_call *fc = r->fc;
+    th_mcp_plain *fc = r->fc;
     switch (r->key) {
     case K_JSONRPC:
         if (n != 3 || memcmp(s, "2.0", 3) != 0)
@@ -479,7 +479,7 @@ static fast_tls *fast_tls_get(void)
     return t;
 }
 
-int mcp_fast_call_scan(const char *text, size_t len, mcp_fast_call *fc)
+int th_mcp_plain_scan(const char *text, size_t len, th_mcp_plain *fc)
 {
     if (!text_plain(text, len))
         return 0;

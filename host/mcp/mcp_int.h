@@ -169,19 +169,4 @@ void mcp_tasks_expire_locked(struct th_mcp_session *m, int64_t now_ms);
 void mcp_call_unref_locked(struct th_mcp_session *m, mcp_call *c);
 int64_t mcp_task_ttl(struct th_mcp_session *m, const json_t *task);
 
-/* mcp_fast.c: a tools/call request of the plain shape (see the file),
- * read without a JSON tree.  args: the arguments as msgpack (th_json_to_
- * msgpack's bytes); the caller inits it and destroys it. */
-typedef struct mcp_fast_call {
-    bool id_is_str;
-    int64_t id_int;
-    char id_str[64];
-    size_t id_len;
-    char name[128];
-    th_buf args;
-} mcp_fast_call;
-/* 1: text is such a request (fc filled); 0: not (use the tree: every
- * error is the tree path's); -1: no memory. */
-int mcp_fast_call_scan(const char *text, size_t len, mcp_fast_call *fc);
-
 #endif

@@ -460,6 +460,22 @@ static void test_refusals(void)
     CU_ASSERT(has(&r, "Content-Type: application/json"));
     CU_ASSERT(has(&r, "plain"));
     free(r.text);
+    /* A string id, read without a tree (plain) and by the tree (a _meta
+     * key): each answered with its own id. */
+    static const char *const same[] = {
+        "{\"jsonrpc\":\"2.0\",\"id\":\"p-1\",\"method\":\"tools/call\","
+        "\"params\":{\"name\":\"echo\",\"arguments\":{\"text\":\"same\"}}}",
+        "{\"jsonrpc\":\"2.0\",\"id\":\"t-1\",\"method\":\"tools/call\","
+        "\"params\":{\"_meta\":{},\"name\":\"echo\",\"arguments\":{\"text\":"
+        "\"same\"}}}",
+    };
+    for (int i = 0; i < 2; i++) {
+        CU_ASSERT_EQUAL(http_do(m.port, "POST", h, same[i], &r), 200);
+        CU_ASSERT(has(&r, i ? "\"id\":\"t-1\"" : "\"id\":\"p-1\""));
+        CU_ASSERT(has(&r, "\"text\":\"same\""));
+        CU_ASSERT(has(&r, "\"isError\":false"));
+        free(r.text);
+    }
     CU_ASSERT_EQUAL(http_do(m.port, "DELETE", h, NULL, &r), 200);
     free(r.text);
     CU_ASSERT_EQUAL(http_do(m.port, "POST", h, CALL_ECHO(4, "x"), &r), 404);

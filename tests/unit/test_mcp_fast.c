@@ -35,9 +35,9 @@ static char *line_with(const char *args)
 /* Scans text and checks it against the tree's reading. */
 static void same_as_tree(const char *text, size_t len)
 {
-    mcp_fast_call fc;
+    th_mcp_plain fc;
     th_buf_init(&fc.args);
-    int rc = mcp_fast_call_scan(text, len, &fc);
+    int rc = th_mcp_plain_scan(text, len, &fc);
     CU_ASSERT_EQUAL(rc, 1);
     if (rc != 1) {
         fprintf(stderr, "\nrefused: %.300s\n", text);
@@ -167,9 +167,9 @@ static void test_same_as_tree(void)
 /* The scan says "not mine" (0): the tree reads these. */
 static void refused(const char *text, size_t len)
 {
-    mcp_fast_call fc;
+    th_mcp_plain fc;
     th_buf_init(&fc.args);
-    int rc = mcp_fast_call_scan(text, len, &fc);
+    int rc = th_mcp_plain_scan(text, len, &fc);
     CU_ASSERT_EQUAL(rc, 0);
     if (rc != 0)
         fprintf(stderr, "\naccepted: %.300s\n", text);
@@ -357,9 +357,9 @@ static void test_mutations_agree(void)
                 n--;
             }
         }
-        mcp_fast_call fc;
+        th_mcp_plain fc;
         th_buf_init(&fc.args);
-        int rc = mcp_fast_call_scan(buf, n, &fc);
+        int rc = th_mcp_plain_scan(buf, n, &fc);
         th_buf_destroy(&fc.args);
         json_error_t je;
         json_t *msg = json_loadb(buf, n, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
@@ -445,10 +445,10 @@ static void same_answer(th_mcp_session *m, got *g, int k, const char *params)
              "{\"jsonrpc\":\"2.0\",\"id\":\"%s\",\"method\":\"tools/call\","
              "\"params\":{\"_meta\":{},%s}}",
              sid, params);
-    mcp_fast_call fc;
+    th_mcp_plain fc;
     th_buf_init(&fc.args);
-    CU_ASSERT_EQUAL(mcp_fast_call_scan(fast, strlen(fast), &fc), 1);
-    CU_ASSERT_EQUAL(mcp_fast_call_scan(slow, strlen(slow), &fc), 0);
+    CU_ASSERT_EQUAL(th_mcp_plain_scan(fast, strlen(fast), &fc), 1);
+    CU_ASSERT_EQUAL(th_mcp_plain_scan(slow, strlen(slow), &fc), 0);
     th_buf_destroy(&fc.args);
     th_mcp_session_input(m, fast, strlen(fast));
     th_mcp_session_input(m, slow, strlen(slow));
