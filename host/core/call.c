@@ -429,7 +429,8 @@ static bool answer_locked(th_mcall *c, th_result_copy *res, bool exec_over)
     c->pend_final = true;
 
     th_dup_remove(c);
-    th_mgr_disarm(h, c);
+    if (!c->no_heap)
+        th_mgr_disarm(h, c);
     pthread_mutex_lock(&s->mu);
     if (exec_over && c->exec_counted)
         exec_over_locked(c, s);
@@ -820,6 +821,8 @@ void th_mcall_run(th_mcall *c)
         return;
     }
     if (x_open(c) != 0) {
+        if (c->islot)
+            (void)th_mgr_islot_clear(c->h, c); /* armed or not: disarmed */
         th_call_answer_error(c, TH_ENOMEM, "out of memory");
         th_mcall_exec_end(c, TOOLHOST_FAILED, false);
         th_mcall_unref(c);
@@ -831,6 +834,8 @@ void th_mcall_run(th_mcall *c)
         c->phase = TH_PH_RUNNING;
     pthread_mutex_unlock(&c->mu);
     if (skip) {
+        if (c->islot)
+            (void)th_mgr_islot_clear(c->h, c);
         th_mcall_exec_end(c, TOOLHOST_FAILED, false);
         th_mcall_unref(c);
         return;
@@ -855,6 +860,10 @@ void th_mcall_run(th_mcall *c)
     if (fast_t0 && st != TOOLHOST_PENDING)
         th_call_fast_worker_end(c, th_now_ns() - fast_t0); /* call_fast.c */
     tl_cur = prev;
+    /* An inline call in its thread's slot (manager.c): out of it now,
+     * before anyone answers it from here; `heapless` when the deadline
+     * thread never armed it. */
+    bool heapless = c->islot && !th_mgr_islot_clear(c->h, c);
     pthread_mutex_lock(&c->mu);
     c->in_execute = false;
     c->base.pub.args_view = NULL; /* on this stack frame */
@@ -869,6 +878,15 @@ void th_mcall_run(th_mcall *c)
     bool end_now = !susp && (st == TOOLHOST_OK || st == TOOLHOST_FAILED);
     if (end_now)
         c->ended = true;
+    if (heapless) {
+        if (susp && st == TOOLHOST_PENDING) {
+            /* it lives on: its deadline goes to the heap now */
+            if (!c->answered)
+                th_mgr_arm(c->h, c);
+        } else {
+            c->no_heap = true; /* the answer skips the heap's lock */
+        }
+    }
     if (c->args_borrowed && susp && st == TOOLHOST_PENDING &&
         th_mgr_own_args(c) != 0) {
         /* A suspended task lists its arguments (tasks.list) after the
