@@ -190,14 +190,16 @@ static void call_free(th_mcall *c)
      * thread: keep its memory as a tombstone (see th_mcall.tomb). */
     bool tomb = c->ran && !c->mock;
     if (tomb) {
-        pthread_mutex_lock(&c->mu);
-        c->ended = true;
+        /* x->tname was set before execute() (x_open), and a call that ran
+         * is ended by now (exec_end, under mu; the last reference's
+         * release orders that before us): a late callback finds it ended
+         * and names the tool from x.  No lock, unless it is not ended. */
+        if (!c->ended) {
+            pthread_mutex_lock(&c->mu);
+            c->ended = true;
+            pthread_mutex_unlock(&c->mu);
+        }
         c->tomb = true;
-        th_mcall_x *x = c->x; /* ran: it exists */
-        size_t tn = strnlen(c->tool->name, sizeof x->tname - 1);
-        memcpy(x->tname, c->tool->name, tn);
-        x->tname[tn] = '\0';
-        pthread_mutex_unlock(&c->mu);
     }
     th_mcall_x *x = c->x;
     if (x) {
@@ -805,6 +807,12 @@ static int x_open(th_mcall *c)
         (void)th_out_spill(&x->out, hc->spill_dir, hc->spill_max_bytes);
         (void)th_out_spill(&x->err, hc->spill_dir, hc->spill_max_bytes);
     }
+    /* the tool's name as a late callback reports it once the call is a
+     * tombstone (its tool released): set before plugin code sees the
+     * handle, read-only after */
+    size_t tn = strnlen(t->name, sizeof x->tname - 1);
+    memcpy(x->tname, t->name, tn);
+    x->tname[tn] = '\0';
     c->x_ready = true;
     set_read_on_base(c);
     return 0;

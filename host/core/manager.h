@@ -134,7 +134,8 @@ typedef struct th_mcall_x {
     char *set_error_msg;
     char *caller_user;
     char caller_session[24];
-    char tname[72];             /* a tombstone's tool name */
+    char tname[72];             /* the tool's name, set before execute()
+                                   (x_open): a tombstone's */
 
     /* Under the call's mu. */
     pthread_cond_t cv;
