@@ -428,7 +428,7 @@ static bool islot_put(th_mgr *m, th_mcall *c)
         tl_islot = i = atomic_fetch_add_explicit(&islot_count, 1,
                                                  memory_order_relaxed) % TH_ISLOTS + 1;
     uintptr_t z = 0;
-    if (!atomic_compare_exchange_strong(&m->islot[i - 1], &z, (uintptr_t)c))
+    if (!atomic_compare_exchange_strong(&m->islot[i - 1].v, &z, (uintptr_t)c))
         return false;
     c->islot = (uint8_t)i;
     /* Dekker with the deadline thread (seq_cst both sides): it sets
@@ -449,7 +449,7 @@ static bool islot_put(th_mgr *m, th_mcall *c)
 
 bool th_mgr_islot_clear(th_host *h, th_mcall *c)
 {
-    _Atomic uintptr_t *sl = &h->mgr.islot[c->islot - 1];
+    _Atomic uintptr_t *sl = &h->mgr.islot[c->islot - 1].v;
     c->islot = 0;
     for (unsigned n = 0;; n++) {
         uintptr_t v = atomic_load(sl);
@@ -473,22 +473,22 @@ static bool islot_scan(th_host *h, int64_t now)
     th_mgr *m = &h->mgr;
     bool any = false;
     for (unsigned i = 0; i < TH_ISLOTS; i++) {
-        uintptr_t v = atomic_load_explicit(&m->islot[i], memory_order_relaxed);
+        uintptr_t v = atomic_load_explicit(&m->islot[i].v, memory_order_relaxed);
         if (!v || (v & 3))
             continue;
         /* bit 0: the owner cannot take the call out (nor drop its
          * reference) until we let go */
-        if (!atomic_compare_exchange_strong(&m->islot[i], &v, v | 1)) {
+        if (!atomic_compare_exchange_strong(&m->islot[i].v, &v, v | 1)) {
             any = true; /* changed meanwhile: next round */
             continue;
         }
         th_mcall *c = (th_mcall *)v;
         if (now - c->start_ns >= TH_ISLOT_SCAN_NS && th_mgr_arm(h, c) == 0) {
             atomic_fetch_add_explicit(&m->islot_armed, 1, memory_order_relaxed);
-            atomic_store(&m->islot[i], v | 2);
+            atomic_store(&m->islot[i].v, v | 2);
             continue;
         }
-        atomic_store(&m->islot[i], v);
+        atomic_store(&m->islot[i].v, v);
         any = true;
     }
     return any;
@@ -498,7 +498,7 @@ static bool islot_scan(th_host *h, int64_t now)
 static bool islot_any(th_mgr *m)
 {
     for (unsigned i = 0; i < TH_ISLOTS; i++) {
-        uintptr_t v = atomic_load(&m->islot[i]);
+        uintptr_t v = atomic_load(&m->islot[i].v);
         if (v && !(v & 2))
             return true;
     }

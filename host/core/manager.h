@@ -423,6 +423,13 @@ typedef struct th_wslot {
 #define TH_ISLOT_SCAN_NS 10000000LL
 #define TH_ISLOT_MIN_TIMEOUT_MS 100
 
+/* One slot a cache line (64 bytes apart: no two threads' slots share
+ * one, whatever the host's alignment). */
+typedef struct th_islot {
+    _Atomic uintptr_t v;
+    char pad[64 - sizeof(uintptr_t)];
+} th_islot;
+
 typedef struct th_mgr {
     pthread_mutex_t mu;
     pthread_cond_t cv;          /* workers wait here */
@@ -472,7 +479,7 @@ typedef struct th_mgr {
      * and bit 1 once it is armed.  islot_idle (set under tmu) says the
      * deadline thread sleeps without a scan due: a publisher then wakes
      * it.  islot_next_ns [tmu]: the next scan. */
-    _Atomic uintptr_t islot[TH_ISLOTS];
+    th_islot islot[TH_ISLOTS];
     atomic_bool islot_idle;
     int64_t islot_next_ns;
     atomic_ulong islot_armed;   /* inline calls the deadline thread armed */

@@ -661,7 +661,7 @@ static void test_islot_inline_timeout(void)
     CU_ASSERT_EQUAL(H->mgr.hn, hn0);
     pthread_mutex_unlock(&H->mgr.tmu);
     for (unsigned i = 0; i < TH_ISLOTS; i++)
-        CU_ASSERT_EQUAL(atomic_load(&H->mgr.islot[i]), 0);
+        CU_ASSERT_EQUAL(atomic_load(&H->mgr.islot[i].v), 0);
     rec_free(&r);
     close_all();
 }
@@ -730,7 +730,7 @@ static void test_islot_stress(void)
     CU_ASSERT_EQUAL(H->mgr.hn, 0);
     pthread_mutex_unlock(&H->mgr.tmu);
     for (unsigned i = 0; i < TH_ISLOTS; i++)
-        CU_ASSERT_EQUAL(atomic_load(&H->mgr.islot[i]), 0);
+        CU_ASSERT_EQUAL(atomic_load(&H->mgr.islot[i].v), 0);
     close_all();
 }
 
