@@ -190,14 +190,16 @@ static void call_free(th_mcall *c)
      * thread: keep its memory as a tombstone (see th_mcall.tomb). */
     bool tomb = c->ran && !c->mock;
     if (tomb) {
-        pthread_mutex_lock(&c->mu);
-        c->ended = true;
+        /* x->tname was set before execute() (x_open), and a call that ran
+         * is ended by now (exec_end, under mu; the last reference's
+         * release orders that before us): a late callback finds it ended
+         * and names the tool from x.  No lock, unless it is not ended. */
+        if (!c->ended) {
+            pthread_mutex_lock(&c->mu);
+            c->ended = true;
+            pthread_mutex_unlock(&c->mu);
+        }
         c->tomb = true;
-        th_mcall_x *x = c->x; /* ran: it exists */
-        size_t tn = strnlen(c->tool->name, sizeof x->tname - 1);
-        memcpy(x->tname, c->tool->name, tn);
-        x->tname[tn] = '\0';
-        pthread_mutex_unlock(&c->mu);
     }
     th_mcall_x *x = c->x;
     if (x) {
@@ -429,7 +431,8 @@ static bool answer_locked(th_mcall *c, th_result_copy *res, bool exec_over)
     c->pend_final = true;
 
     th_dup_remove(c);
-    th_mgr_disarm(h, c);
+    if (!c->no_heap)
+        th_mgr_disarm(h, c);
     pthread_mutex_lock(&s->mu);
     if (exec_over && c->exec_counted)
         exec_over_locked(c, s);
@@ -804,6 +807,12 @@ static int x_open(th_mcall *c)
         (void)th_out_spill(&x->out, hc->spill_dir, hc->spill_max_bytes);
         (void)th_out_spill(&x->err, hc->spill_dir, hc->spill_max_bytes);
     }
+    /* the tool's name as a late callback reports it once the call is a
+     * tombstone (its tool released): set before plugin code sees the
+     * handle, read-only after */
+    size_t tn = strnlen(t->name, sizeof x->tname - 1);
+    memcpy(x->tname, t->name, tn);
+    x->tname[tn] = '\0';
     c->x_ready = true;
     set_read_on_base(c);
     return 0;
@@ -820,6 +829,8 @@ void th_mcall_run(th_mcall *c)
         return;
     }
     if (x_open(c) != 0) {
+        if (c->islot)
+            (void)th_mgr_islot_clear(c->h, c); /* armed or not: disarmed */
         th_call_answer_error(c, TH_ENOMEM, "out of memory");
         th_mcall_exec_end(c, TOOLHOST_FAILED, false);
         th_mcall_unref(c);
@@ -831,6 +842,8 @@ void th_mcall_run(th_mcall *c)
         c->phase = TH_PH_RUNNING;
     pthread_mutex_unlock(&c->mu);
     if (skip) {
+        if (c->islot)
+            (void)th_mgr_islot_clear(c->h, c);
         th_mcall_exec_end(c, TOOLHOST_FAILED, false);
         th_mcall_unref(c);
         return;
@@ -855,6 +868,10 @@ void th_mcall_run(th_mcall *c)
     if (fast_t0 && st != TOOLHOST_PENDING)
         th_call_fast_worker_end(c, th_now_ns() - fast_t0); /* call_fast.c */
     tl_cur = prev;
+    /* An inline call in its thread's slot (manager.c): out of it now,
+     * before anyone answers it from here; `heapless` when the deadline
+     * thread never armed it. */
+    bool heapless = c->islot && !th_mgr_islot_clear(c->h, c);
     pthread_mutex_lock(&c->mu);
     c->in_execute = false;
     c->base.pub.args_view = NULL; /* on this stack frame */
@@ -869,6 +886,15 @@ void th_mcall_run(th_mcall *c)
     bool end_now = !susp && (st == TOOLHOST_OK || st == TOOLHOST_FAILED);
     if (end_now)
         c->ended = true;
+    if (heapless) {
+        if (susp && st == TOOLHOST_PENDING) {
+            /* it lives on: its deadline goes to the heap now */
+            if (!c->answered)
+                th_mgr_arm(c->h, c);
+        } else {
+            c->no_heap = true; /* the answer skips the heap's lock */
+        }
+    }
     if (c->args_borrowed && susp && st == TOOLHOST_PENDING &&
         th_mgr_own_args(c) != 0) {
         /* A suspended task lists its arguments (tasks.list) after the

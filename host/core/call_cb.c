@@ -38,7 +38,7 @@ static bool misuse_locked(th_mcall *c, const char *what)
         c->misuse_logged = true;
         th_log_error("tool=%s call=%llu: %s (contract misuse: the call handle is "
                      "invalid once the call ended; answered TOOLHOST_ESTATE)",
-                     c->tomb ? c->x->tname : c->tool->name,
+                     c->x && c->x->tname[0] ? c->x->tname : c->tool->name,
                      (unsigned long long)c->base.pub.call_id, what);
     }
     return true;

@@ -413,27 +413,123 @@ int th_mgr_own_args(th_mcall *c)
     return 0;
 }
 
+/* ---- Inline slots (th_mgr.islot) ------------------------------------------ */
+
+static __thread unsigned tl_islot;     /* this thread's slot + 1; 0: none yet */
+static atomic_uint islot_count;
+
+/* An inline call about to run on this thread: published in the thread's
+ * slot instead of the deadline heap.  False when the slot is taken (a
+ * thread sharing it runs an inline call): arm it as usual. */
+static bool islot_put(th_mgr *m, th_mcall *c)
+{
+    unsigned i = tl_islot;
+    if (!i)
+        tl_islot = i = atomic_fetch_add_explicit(&islot_count, 1,
+                                                 memory_order_relaxed) % TH_ISLOTS + 1;
+    uintptr_t z = 0;
+    if (!atomic_compare_exchange_strong(&m->islot[i - 1].v, &z, (uintptr_t)c))
+        return false;
+    c->islot = (uint8_t)i;
+    /* Dekker with the deadline thread (seq_cst both sides): it sets
+     * islot_idle, then looks at the slots once more before it sleeps;
+     * we filled the slot, then read islot_idle.  One of us sees the
+     * other. */
+    if (atomic_load(&m->islot_idle)) {
+        pthread_mutex_lock(&m->tmu);
+        atomic_store(&m->islot_idle, false);
+        int64_t at = c->start_ns + TH_ISLOT_SCAN_NS;
+        if (at < m->islot_next_ns)
+            m->islot_next_ns = at;
+        pthread_cond_signal(&m->tcv);
+        pthread_mutex_unlock(&m->tmu);
+    }
+    return true;
+}
+
+bool th_mgr_islot_clear(th_host *h, th_mcall *c)
+{
+    _Atomic uintptr_t *sl = &h->mgr.islot[c->islot - 1].v;
+    c->islot = 0;
+    for (unsigned n = 0;; n++) {
+        uintptr_t v = atomic_load(sl);
+        if (v & 1) {
+            /* the deadline thread looks at it (a few hundred ns, unless
+             * it was preempted there) */
+            if (n > 64)
+                sched_yield();
+            continue;
+        }
+        if (atomic_compare_exchange_weak(sl, &v, 0))
+            return (v & 2) != 0;
+    }
+}
+
+/* Deadline thread, no lock held: arms every published inline call that
+ * has run TH_ISLOT_SCAN_NS or longer.  True when a slot still holds a
+ * call that is not armed. */
+static bool islot_scan(th_host *h, int64_t now)
+{
+    th_mgr *m = &h->mgr;
+    bool any = false;
+    for (unsigned i = 0; i < TH_ISLOTS; i++) {
+        uintptr_t v = atomic_load_explicit(&m->islot[i].v, memory_order_relaxed);
+        if (!v || (v & 3))
+            continue;
+        /* bit 0: the owner cannot take the call out (nor drop its
+         * reference) until we let go */
+        if (!atomic_compare_exchange_strong(&m->islot[i].v, &v, v | 1)) {
+            any = true; /* changed meanwhile: next round */
+            continue;
+        }
+        th_mcall *c = (th_mcall *)v;
+        if (now - c->start_ns >= TH_ISLOT_SCAN_NS && th_mgr_arm(h, c) == 0) {
+            atomic_fetch_add_explicit(&m->islot_armed, 1, memory_order_relaxed);
+            atomic_store(&m->islot[i].v, v | 2);
+            continue;
+        }
+        atomic_store(&m->islot[i].v, v);
+        any = true;
+    }
+    return any;
+}
+
+/* Under tmu: whether a slot holds a call not armed. */
+static bool islot_any(th_mgr *m)
+{
+    for (unsigned i = 0; i < TH_ISLOTS; i++) {
+        uintptr_t v = atomic_load(&m->islot[i].v);
+        if (v && !(v & 2))
+            return true;
+    }
+    return false;
+}
+
 void th_mgr_submit(th_mcall *c)
 {
     th_host *h = c->h;
     th_mgr *m = &h->mgr;
     c->timeout_ms = timeout_of(h, c);
-    if (c->timeout_ms > 0) {
+    if (c->timeout_ms > 0)
         atomic_store(&c->deadline_ns, c->start_ns + c->timeout_ms * 1000000);
-        th_mgr_arm(h, c);
-    }
 
     th_mcall *cur = m->ops->current();
     bool nested = c->may_block && cur != NULL;
     bool try_inline = c->may_block &&
                       (nested || (!c->is_async && !has_delays(c->mock)));
+    bool quick = try_inline && !nested && !needs_groups(c) &&
+                 !__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE);
+    /* An inline call with a timeout long enough enters its thread's slot;
+     * the deadline thread arms it if it runs past TH_ISLOT_SCAN_NS. */
+    if (c->timeout_ms > 0 &&
+        !(quick && c->timeout_ms >= TH_ISLOT_MIN_TIMEOUT_MS && islot_put(m, c)))
+        th_mgr_arm(h, c);
     /* A queued call outlives th_call_start: it needs its own arguments. */
     if (!try_inline && th_mgr_own_args(c) != 0) {
         m->ops->never_run(c, TH_ENOMEM, "out of memory");
         return;
     }
-    if (try_inline && !nested && !needs_groups(c) &&
-        !__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE)) {
+    if (quick) {
         /* No concurrency limit applies: nothing of the pool to take, so
          * not its lock either (the common inline call). */
         c->n_groups = 0;
@@ -792,7 +888,22 @@ static void *timer_main(void *arg)
             pthread_mutex_lock(&m->tmu);
             continue;
         }
+        if (now >= m->islot_next_ns) {
+            pthread_mutex_unlock(&m->tmu);
+            bool any = islot_scan(h, now);
+            pthread_mutex_lock(&m->tmu);
+            if (!any) {
+                /* sleep unless a call came meanwhile (see islot_put) */
+                atomic_store(&m->islot_idle, true);
+                if ((any = islot_any(m)))
+                    atomic_store(&m->islot_idle, false);
+            }
+            m->islot_next_ns = any ? now + TH_ISLOT_SCAN_NS : INT64_MAX;
+            continue;
+        }
         int64_t wake = spill && m->gc_every_ns > 0 ? m->gc_next_ns : INT64_MAX;
+        if (m->islot_next_ns < wake)
+            wake = m->islot_next_ns;
         th_mcall *c = m->hn ? m->heap[0] : NULL;
         int64_t d = c ? c->heap_ns : INT64_MAX;
         if (!c || d > now) {
@@ -926,6 +1037,8 @@ int th_mgr_init(th_host *h, const th_mgr_ops *ops, th_error *err)
     pthread_mutex_init(&m->tmu, NULL);
     cond_init_mono(&m->tcv);
     m->timer_wake_ns = INT64_MAX;
+    m->islot_next_ns = INT64_MAX;
+    atomic_store(&m->islot_idle, true);
     m->gc_every_ns = (int64_t)60 * 1000000000; /* host open cleaned once */
     m->gc_next_ns = th_now_ns() + m->gc_every_ns;
     pthread_mutex_init(&m->nmu, NULL);

@@ -134,7 +134,8 @@ typedef struct th_mcall_x {
     char *set_error_msg;
     char *caller_user;
     char caller_session[24];
-    char tname[72];             /* a tombstone's tool name */
+    char tname[72];             /* the tool's name, set before execute()
+                                   (x_open): a tombstone's */
 
     /* Under the call's mu. */
     pthread_cond_t cv;
@@ -249,12 +250,13 @@ struct th_mcall {
     atomic_int abort_code;      /* the cancel flag: 0, TH_ECANCELLED or
                                    TH_ETIMEOUT */
     int n_groups;               /* [mgr] */
-    th_phase phase;             /* [mu] */
     int fin_oom;                /* [mu] answered with this error code while
                                    no x could be made: delivered without a
                                    stored result (out of memory) */
 
     uint16_t waiters;           /* [mu] threads in th_call_wait_locked */
+    uint8_t phase;              /* [mu] a th_phase (one byte: a queued
+                                   call stays within 400 bytes) */
     bool args_borrowed;         /* args point into the buffer given to
                                    th_call_start: valid while that call
                                    runs on the caller's thread; copied
@@ -283,9 +285,16 @@ struct th_mcall {
     bool ran;                   /* execute() was entered */
     bool inline_run;            /* runs on the caller's thread */
     bool fast_sample;           /* execute() timed for call_fast.c */
+    uint8_t islot;              /* its inline slot + 1 (th_mgr.islot), 0:
+                                   none; the owner clears it when
+                                   execute() returns */
 
     /* [mu] */
     bool answered;              /* the final answer is decided */
+    bool no_heap;               /* never in the deadline heap from here
+                                   on (an inline call whose slot the
+                                   deadline thread never armed): the
+                                   answer skips the heap's lock */
     bool acked;                 /* a task: RUNNING was (or is) sent */
     bool live_counted;          /* counted in the session's live tasks */
     bool in_session;            /* in s->calls */
@@ -407,6 +416,20 @@ typedef struct th_wslot {
     bool lost;
 } th_wslot;
 
+/* Inline call slots (th_mgr.islot): how many, how often the deadline
+ * thread looks at them, and the shortest timeout that uses one (a shorter
+ * one enters the heap at once, so its deadline is kept to the ms). */
+#define TH_ISLOTS 64
+#define TH_ISLOT_SCAN_NS 10000000LL
+#define TH_ISLOT_MIN_TIMEOUT_MS 100
+
+/* One slot a cache line (64 bytes apart: no two threads' slots share
+ * one, whatever the host's alignment). */
+typedef struct th_islot {
+    _Atomic uintptr_t v;
+    char pad[64 - sizeof(uintptr_t)];
+} th_islot;
+
 typedef struct th_mgr {
     pthread_mutex_t mu;
     pthread_cond_t cv;          /* workers wait here */
@@ -447,6 +470,20 @@ typedef struct th_mgr {
     bool tstop, timer_started;
     pthread_t timer;
 
+    /* Inline calls not in the heap (islot_put, manager.c): a call running
+     * inline on its caller's thread publishes itself in its thread's slot
+     * (one compare-and-swap) instead of entering the heap; every
+     * TH_ISLOT_SCAN_NS the deadline thread arms the calls that have run
+     * that long.  A slot holds the call's pointer, with bit 0 while the
+     * deadline thread looks at the call (the owner waits for it to go)
+     * and bit 1 once it is armed.  islot_idle (set under tmu) says the
+     * deadline thread sleeps without a scan due: a publisher then wakes
+     * it.  islot_next_ns [tmu]: the next scan. */
+    th_islot islot[TH_ISLOTS];
+    atomic_bool islot_idle;
+    int64_t islot_next_ns;
+    atomic_ulong islot_armed;   /* inline calls the deadline thread armed */
+
     /* Progress notifier. */
     pthread_mutex_t nmu;
     pthread_cond_t ncv;
@@ -475,6 +512,13 @@ void th_mgr_lost(th_host *h, uint64_t *total, uint32_t *now);
 /* Deadline heap: (re)arms the call at c->deadline_ns, or disarms it. */
 int th_mgr_arm(th_host *h, th_mcall *c);
 void th_mgr_disarm(th_host *h, th_mcall *c);
+/* Owner of an inline call that holds a slot (c->islot), when execute()
+ * returned (or the call does not run): takes it out of its slot (waiting
+ * for the deadline thread to let go of it) and clears c->islot.  True
+ * when the deadline thread armed it meanwhile (the heap has it: the
+ * answer disarms it); false: it never was and never will be in the heap
+ * unless armed again.  No lock held. */
+bool th_mgr_islot_clear(th_host *h, th_mcall *c);
 
 /* Sets the period of the deadline thread's spill_dir cleaning (default
  * 60 s; the first one is at host open) and starts it over from now.  For

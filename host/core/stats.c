@@ -85,9 +85,9 @@ static double hist_upper_ms(unsigned b)
     return hi / 1000.0;
 }
 
-void th_stat_latency_at(th_stat *st, int64_t ns, int64_t now_ns)
+/* th_stat_latency_at with the bucket of `ns` already known. */
+static void latency_b(th_stat *st, unsigned b, int64_t ns, int64_t now_ns)
 {
-    unsigned b = hist_bucket(ns);
     atomic_fetch_add_explicit(&st->hist[b], 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&st->sum_ns, ns > 0 ? (unsigned long long)ns : 0,
                               memory_order_relaxed);
@@ -104,6 +104,11 @@ void th_stat_latency_at(th_stat *st, int64_t ns, int64_t now_ns)
     }
     if (atomic_load_explicit(&sl->epoch, memory_order_acquire) == ep)
         atomic_fetch_add_explicit(&sl->hist[b], 1, memory_order_relaxed);
+}
+
+void th_stat_latency_at(th_stat *st, int64_t ns, int64_t now_ns)
+{
+    latency_b(st, hist_bucket(ns), ns, now_ns);
 }
 
 void th_stat_latency(th_stat *st, int64_t ns)
@@ -379,7 +384,7 @@ static th_stat *group_get(th_host *h, char kind, const char *name)
 }
 
 static void group_count(th_host *h, char kind, const char *name,
-                        const th_result_copy *r, int64_t ns)
+                        const th_result_copy *r, unsigned b, int64_t ns)
 {
     th_stat *g = group_get(h, kind, name);
     if (!g)
@@ -397,7 +402,7 @@ static void group_count(th_host *h, char kind, const char *name,
         default: atomic_fetch_add(&g->errors, 1); break;
         }
     }
-    atomic_fetch_add_explicit(&g->hist[hist_bucket(ns)], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&g->hist[b], 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&g->sum_ns, ns > 0 ? (unsigned long long)ns : 0,
                               memory_order_relaxed);
 }
@@ -408,7 +413,8 @@ void th_stat_call_end(th_mcall *c)
         return;
     int64_t now = th_now_ns(); /* one clock read for both */
     int64_t ns = now - c->start_ns;
-    th_stat_latency_at(c->st, ns, now);
+    unsigned b = hist_bucket(ns); /* one bucket for the three histograms */
+    latency_b(c->st, b, ns, now);
     /* the final result is an ERROR or a DONE; an acknowledgement is not
      * final */
     th_result_copy oom = {.kind = TH_RESULT_ERROR, .error = c->fin_oom};
@@ -416,9 +422,9 @@ void th_stat_call_end(th_mcall *c)
                                                                memory */
     if (fin->kind == TH_RESULT_RUNNING)
         return;
-    group_count(c->h, 't', c->ts ? c->ts->name : "(tasks)", fin, ns);
+    group_count(c->h, 't', c->ts ? c->ts->name : "(tasks)", fin, b, ns);
     const char *front = c->s ? c->s->ops.front : NULL;
-    group_count(c->h, 'f', front ? front : "other", fin, ns);
+    group_count(c->h, 'f', front ? front : "other", fin, b, ns);
 }
 
 int th_host_group_stats_foreach(th_host *h,

@@ -584,6 +584,11 @@ static void test_cancel_inline_call(void)
     int64_t t0 = mono_ms();
     pthread_t th;
     CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, run_inline, &ir), 0);
+    /* t_sleep has started (a cancel that came before would answer the
+     * call without running it: fx_cancel_seen 0, a flaky test) */
+    int64_t until = mono_ms() + 2000;
+    while (atomic_load(&fx_conc) == 0 && mono_ms() < until)
+        nap_ms(1);
     CU_ASSERT_EQUAL(cancel_when_seen(S, id), 0);
     CU_ASSERT_TRUE(rec_wait(&ir.r, 1500));
     pthread_join(th, NULL);
@@ -619,6 +624,113 @@ static void test_session_close_cancels_inline_call(void)
     CU_ASSERT_EQUAL(ir.r.final.error, TH_ECANCELLED);
     CU_ASSERT_TRUE(mono_ms() - t0 < 1500);
     rec_free(&ir.r);
+    close_all();
+}
+
+/* An inline call with a timeout of 100 ms or more does not enter the
+ * deadline heap at start (it sits in its thread's slot); the deadline
+ * thread arms it once it has run 10 ms: a hung one is still answered
+ * `timeout` at its deadline, on its own thread's call. */
+static void test_islot_inline_timeout(void)
+{
+    open_default(1, 1, 64);
+    rec r;
+    rec_init(&r);
+    th_call_opts o = {.timeout_ms = 300, .may_block = true};
+    int64_t t0 = mono_ms();
+    start(S, "t_sleep", A(1, "ms", 'i', 2000LL), &o, &r);
+    CU_ASSERT_TRUE(rec_wait(&r, 3000));
+    int64_t dt = mono_ms() - t0;
+    CU_ASSERT_EQUAL(r.final.error, TH_ETIMEOUT);
+    CU_ASSERT_TRUE(dt >= 250 && dt < 1000);
+    CU_ASSERT_EQUAL(atomic_load(&H->mgr.islot_armed), 1);
+    /* quick ones never reach the heap, and leave their slot empty (the
+     * timed-out call's lost-worker check may be in the heap: 3 s) */
+    pthread_mutex_lock(&H->mgr.tmu);
+    size_t hn0 = H->mgr.hn;
+    pthread_mutex_unlock(&H->mgr.tmu);
+    for (int i = 0; i < 50; i++) {
+        rec e;
+        rec_init(&e);
+        start(S, "t_echo", A(1, "text", 's', "x"), &o, &e);
+        CU_ASSERT_TRUE(rec_wait(&e, 2000));
+        CU_ASSERT_TRUE(e.final.ok);
+        rec_free(&e);
+    }
+    pthread_mutex_lock(&H->mgr.tmu);
+    CU_ASSERT_EQUAL(H->mgr.hn, hn0);
+    pthread_mutex_unlock(&H->mgr.tmu);
+    for (unsigned i = 0; i < TH_ISLOTS; i++)
+        CU_ASSERT_EQUAL(atomic_load(&H->mgr.islot[i].v), 0);
+    rec_free(&r);
+    close_all();
+}
+
+/* An inline call that suspends leaves its slot unarmed when execute()
+ * returns: it enters the heap then, and its deadline still holds. */
+static void test_islot_inline_suspend_deadline(void)
+{
+    open_default(1, 1, 64);
+    rec r;
+    rec_init(&r);
+    th_call_opts o = {.timeout_ms = 150, .may_block = true};
+    int64_t t0 = mono_ms();
+    start(S, "t_suspend", A(1, "ms", 'i', 500LL), &o, &r);
+    CU_ASSERT_TRUE(rec_wait(&r, 3000));
+    int64_t dt = mono_ms() - t0;
+    CU_ASSERT_EQUAL(r.final.error, TH_ETIMEOUT);
+    CU_ASSERT_TRUE(dt >= 100 && dt < 450);
+    rec_free(&r);
+    close_all();
+}
+
+/* Threads running inline calls while the deadline thread scans their
+ * slots: short ones, and some of 15 ms that it arms (the owner then finds
+ * its slot marked armed).  Every call answered ok, every slot empty after,
+ * no call left in the heap. */
+typedef struct islot_runner {
+    th_session *s;
+    int ok;
+} islot_runner;
+
+static void *islot_run(void *p)
+{
+    islot_runner *ir = p;
+    th_call_opts o = {.timeout_ms = 5000, .may_block = true};
+    for (int i = 0; i < 600; i++) {
+        bool slow = i % 100 == 0;
+        rec r;
+        rec_init(&r);
+        th_buf a = slow ? A(1, "ms", 'i', 15LL) : A(1, "text", 's', "x");
+        th_call_start(ir->s, slow ? "t_sleep" : "t_echo", a.data, a.len, &o,
+                      rec_cb, &r, NULL);
+        th_buf_destroy(&a);
+        if (rec_wait(&r, 3000) && r.final.ok)
+            ir->ok++;
+        rec_free(&r);
+    }
+    return NULL;
+}
+
+static void test_islot_stress(void)
+{
+    open_default(1, 1, 64);
+    islot_runner ir[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        ir[i] = (islot_runner){.s = S};
+        CU_ASSERT_EQUAL_FATAL(pthread_create(&th[i], NULL, islot_run, &ir[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        CU_ASSERT_EQUAL(ir[i].ok, 600);
+    }
+    CU_ASSERT_TRUE(atomic_load(&H->mgr.islot_armed) > 0);
+    pthread_mutex_lock(&H->mgr.tmu);
+    CU_ASSERT_EQUAL(H->mgr.hn, 0);
+    pthread_mutex_unlock(&H->mgr.tmu);
+    for (unsigned i = 0; i < TH_ISLOTS; i++)
+        CU_ASSERT_EQUAL(atomic_load(&H->mgr.islot[i].v), 0);
     close_all();
 }
 
@@ -1530,6 +1642,9 @@ void th_suite_manager(void)
     CU_add_test(s, "scope_toolset_outlives_session", test_scope_toolset_outlives_session);
     CU_add_test(s, "deadline_tool_ignores_cancel", test_deadline_tool_ignores_cancel);
     CU_add_test(s, "timeout_capped_and_inline", test_timeout_capped_and_inline);
+    CU_add_test(s, "islot_inline_timeout", test_islot_inline_timeout);
+    CU_add_test(s, "islot_inline_suspend_deadline", test_islot_inline_suspend_deadline);
+    CU_add_test(s, "islot_stress", test_islot_stress);
     CU_add_test(s, "cancel_before_start", test_cancel_before_start);
     CU_add_test(s, "cancel_inline_call", test_cancel_inline_call);
     CU_add_test(s, "session_close_cancels_inline_call", test_session_close_cancels_inline_call);
