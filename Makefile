@@ -235,12 +235,13 @@ test: deps
 
 # TEST_JOBS=N (what `make test` sets, N = the cores): every suite of the
 # unit and integration runners in a runner process of its own, N at a time
-# (scripts/run-suites; the suites in SLOW_SUITES start first).  The suites
+# (scripts/run-suites; the suites in SLOW_SUITES start first: the longest
+# under valgrind or in the normal run, measured).  The suites
 # wait on sleeps, timeouts and child processes more than they compute, so
 # two at a time on two cores take little more than half the time.  Without
 # TEST_JOBS, or with SUITES=..., one runner per kind as before.
 TEST_JOBS ?=
-SLOW_SUITES ?= nats_fleet nats isolation cli rpc_limits reload fs_sec mcp_http code code_host manager
+SLOW_SUITES ?= cli exec cli_perm isolation nats_fleet nats rpc mcp_http manager code mcp check_child rpc_limits
 RUN_SUITES = TH_SLOW_SUITES='$(SLOW_SUITES)' scripts/run-suites -j $(TEST_JOBS)
 PARALLEL := $(if $(strip $(TEST_JOBS)),$(if $(strip $(SUITES)),,yes))
 
