@@ -242,7 +242,11 @@ test: deps
 # TEST_JOBS, or with SUITES=..., one runner per kind as before.
 TEST_JOBS ?=
 SLOW_SUITES ?= cli exec cli_perm isolation nats_fleet nats rpc mcp_http manager code mcp check_child rpc_limits
-RUN_SUITES = TH_SLOW_SUITES='$(SLOW_SUITES)' scripts/run-suites -j $(TEST_JOBS)
+# The NATS suites time a server's restart and a host's loss against the
+# clock: they run first, alone (nats:server_restart and nats:host_killed
+# failed beside another suite, at load 4).
+ALONE_SUITES ?= nats nats_fleet
+RUN_SUITES = TH_SLOW_SUITES='$(SLOW_SUITES)' TH_ALONE_SUITES='$(ALONE_SUITES)' scripts/run-suites -j $(TEST_JOBS)
 PARALLEL := $(if $(strip $(TEST_JOBS)),$(if $(strip $(SUITES)),,yes))
 
 check: $(if $(PARALLEL),check-parallel,check-unit check-integration) check-layers
