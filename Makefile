@@ -101,7 +101,7 @@ BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 TEST_DEFS = -Ihost/core -DTH_BUILD_DIR='"$(abspath $(BUILD))"' -DTH_SOURCE_DIR='"$(abspath .)"' -Itests \
 	-DTH_SANITIZER='"$(SANITIZER)"'
 
-.PHONY: all examples deps run test check check-unit check-integration check-tsan soak check-layers layers-graph \
+.PHONY: all examples deps run test check check-unit check-integration check-parallel unit-build check-tsan soak check-layers layers-graph \
 	valgrind bench fuzz fuzz-replay install uninstall clean
 .DEFAULT_GOAL := all
 
@@ -233,7 +233,26 @@ test: deps
 
 # ---- suites -------------------------------------------------------------------
 
-check: check-unit check-integration check-layers
+# TEST_JOBS=N (what `make test` sets, N = the cores): every suite of the
+# unit and integration runners in a runner process of its own, N at a time
+# (scripts/run-suites; the suites in SLOW_SUITES start first: the longest
+# under valgrind or in the normal run, measured).  The suites
+# wait on sleeps, timeouts and child processes more than they compute, so
+# two at a time on two cores take little more than half the time.  Without
+# TEST_JOBS, or with SUITES=..., one runner per kind as before.
+TEST_JOBS ?=
+SLOW_SUITES ?= cli exec cli_perm isolation nats_fleet nats rpc mcp_http manager code mcp check_child rpc_limits
+# The NATS suites time a server's restart and a host's loss against the
+# clock: they run first, alone (nats:server_restart and nats:host_killed
+# failed beside another suite, at load 4).
+ALONE_SUITES ?= nats nats_fleet
+RUN_SUITES = TH_SLOW_SUITES='$(SLOW_SUITES)' TH_ALONE_SUITES='$(ALONE_SUITES)' scripts/run-suites -j $(TEST_JOBS)
+PARALLEL := $(if $(strip $(TEST_JOBS)),$(if $(strip $(SUITES)),,yes))
+
+check: $(if $(PARALLEL),check-parallel,check-unit check-integration) check-layers
+
+check-parallel: $(UNIT_BIN) $(INTEG_BIN) $(PLUGIN_SO) $(FIX_SO) $(TOOLHOST)
+	$(RUN_SUITES) $(INTEG_BIN) $(UNIT_BIN)
 
 # The layers hold (docs/architecture.md): a plugin cannot include a host
 # header; the binary exports no symbol a plugin could bind to; the fronts
@@ -263,7 +282,11 @@ check-layers: $(TOOLHOST)
 layers-graph: $(LIBTH)
 	@scripts/layers-graph $(CORE_OBJ)
 
-check-unit: $(UNIT_BIN) $(PLUGIN_SO) $(FIX_SO) $(TOOLHOST)
+# What the unit suites need (check-tsan builds only this: no integration
+# runner, no examples).
+unit-build: $(UNIT_BIN) $(PLUGIN_SO) $(FIX_SO) $(TOOLHOST)
+
+check-unit: unit-build
 	$(UNIT_BIN) $(SUITES)
 
 check-integration: $(INTEG_BIN)
@@ -281,15 +304,15 @@ soak: $(INTEG_BIN)
 # The manager and reload suites under ThreadSanitizer.
 TSAN_SUITES ?= manager host registry validate rpc_frame code code_host e2e_output reload abi11
 check-tsan:
-	@$(MAKE) --no-print-directory SANITIZER=thread all
+	@$(MAKE) --no-print-directory SANITIZER=thread unit-build
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-	  build/san-thread/tests/unit-tests $(TSAN_SUITES)
+	  $(if $(PARALLEL),TH_RUN_SUITES='$(TSAN_SUITES)' $(RUN_SUITES)) build/san-thread/tests/unit-tests $(if $(PARALLEL),,$(TSAN_SUITES))
 
 VALGRIND := valgrind --quiet --error-exitcode=99 --leak-check=full \
 	--show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible \
 	--track-fds=no --suppressions=tests/valgrind.supp
 valgrind: $(INTEG_BIN)
-	TH_VALGRIND="$(VALGRIND)" $(VALGRIND) $(INTEG_BIN) $(SUITES)
+	TH_VALGRIND="$(VALGRIND)" $(if $(PARALLEL),TH_RUN_WRAP="$(VALGRIND)" $(RUN_SUITES),$(VALGRIND)) $(INTEG_BIN) $(SUITES)
 
 bench: all $(BENCH_BIN)
 	@scripts/run-bench $(BUILD) $(BENCH_BIN) bench/mcp/bench-mcp

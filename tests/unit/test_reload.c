@@ -709,6 +709,22 @@ static void *caller(void *arg)
     return NULL;
 }
 
+/* How many mappings of f's private copies /proc/self/maps lists, other
+ * than those of the generation named `live` ("/fx-g101-"). */
+static int old_gens_mapped(const fx *f, const char *live)
+{
+    FILE *m = fopen("/proc/self/maps", "r");
+    if (!m)
+        return -1;
+    char line[8192];
+    int n = 0;
+    while (fgets(line, sizeof line, m))
+        if (strstr(line, f->dir) && strstr(line, "/fx-g") && !strstr(line, live))
+            n++;
+    fclose(m);
+    return n;
+}
+
 static int cmp_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -754,7 +770,17 @@ static void test_hundred_reloads_under_load(void)
     th_reload_stats st;
     th_reload_get_stats(f.r, &st);
     CU_ASSERT_EQUAL(st.closed, 100);
-    CU_ASSERT_EQUAL(st.unloaded, 100);
+    /* A generation whose fini() found a caller still inside its code (a
+     * caller thread preempted there: now and then on a loaded machine, two
+     * TSan suites at a time) is counted still_mapped and unloaded once the
+     * thread has left (checked every 50 ms): in the end no old generation
+     * is in memory. */
+    CU_ASSERT_EQUAL(st.unloaded + st.still_mapped, 100);
+    int mapped = -1;
+    for (int t = 0; t < 300 && (mapped = old_gens_mapped(&f, "/fx-g101-")) != 0; t++)
+        usleep(10000);
+    CU_ASSERT_EQUAL(mapped, 0);
+    CU_ASSERT(old_gens_mapped(&f, "/none/") > 0); /* the live one is seen */
     CU_ASSERT_EQUAL(st.draining, 0);
     /* The swap is well under 10 ms: the median (the maximum depends on the
      * scheduler of a loaded machine; bench/reload reports it). */
