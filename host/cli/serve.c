@@ -185,6 +185,12 @@ int cli_serve(int argc, char **argv)
     }
     th_log_set_level(level >= 0 ? level : cfg->host.log_level);
     th_log_set_format(cfg->host.log_format == TH_LOG_FORMAT_JSON);
+    /* A host that reloads on SIGHUP must not die of one that comes while
+     * it starts (the HTTP front may already answer before the reload
+     * watcher takes the signal): ignored until then; the config being
+     * loaded is the newest anyway. */
+    if (cfg->host.reload != TH_RELOAD_OFF)
+        signal(SIGHUP, SIG_IGN);
     /* The socket's folder first: a bad address fails before the plugins
      * load, with a message that says which folder and why. */
     char def[128];

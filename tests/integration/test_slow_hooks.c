@@ -65,9 +65,65 @@ static void test_slow_needs_permission(void)
     slow_hook_does_not_stall("slow_permission");
 }
 
+/* Bit sig of the process's ignored signals (/proc/PID/status SigIgn). */
+static bool sig_ignored(pid_t pid, int sig)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    bool ign = false;
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "SigIgn:", 7) == 0)
+            ign = (strtoull(line + 7, NULL, 16) >> (sig - 1)) & 1;
+    if (f)
+        fclose(f);
+    return ign;
+}
+
+/* A SIGHUP while the host still starts (a plugin's init takes 1.5 s) does
+ * not kill it: it serves, and SIGTERM ends it with status 0. */
+static void test_sighup_while_starting(void)
+{
+    rpc_srv s;
+    char plugins[512];
+    snprintf(plugins, sizeof plugins,
+             "  - name: check_slow_init\n"
+             "    path: %s/fixtures/check_slow_init.so\n",
+             TH_BUILD_DIR);
+    rpc_opts o = {.plugins_extra = plugins, .no_wait = true};
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
+    /* once the config is read, SIGHUP is ignored until the reloader
+     * takes it: send it then, while init() sleeps */
+    bool ign = false;
+    for (int i = 0; i < 1000 && !ign; i++) {
+        ign = sig_ignored(s.pid, SIGHUP);
+        if (!ign)
+            usleep(2000);
+    }
+    CU_ASSERT(ign);
+    kill(s.pid, SIGHUP);
+    rpc_raw a;
+    bool up = false;
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    while (!up && rpc_now_ms() < end) {
+        up = rpc_raw_open(&a, &s) == 0;
+        if (!up)
+            usleep(50 * 1000);
+    }
+    CU_ASSERT_FATAL(up);
+    rpc_raw_request(&a, 1, "tools.call", "[\"echo\", {\"text\": \"up\"}]");
+    const msgpack_object *m = rpc_raw_response(&a, 1, rpc_wait_ms());
+    CU_ASSERT(m && rpc_ok(&m->via.array.ptr[3]) &&
+              rpc_stdout_is(&m->via.array.ptr[3], "up"));
+    rpc_raw_close(&a);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+}
+
 void th_suite_slow_hooks(void)
 {
     CU_pSuite s = CU_add_suite("slow_hooks", NULL, NULL);
     CU_add_test(s, "slow_validate_args", test_slow_validate_args);
     CU_add_test(s, "slow_needs_permission", test_slow_needs_permission);
+    CU_add_test(s, "sighup_while_starting", test_sighup_while_starting);
 }
