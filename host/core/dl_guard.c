@@ -726,10 +726,10 @@ static void *unloader_main(void *arg)
     }
 }
 
-void th_dl_close_guarded(void *dl, const char *name)
+bool th_dl_close_guarded(void *dl, const char *name)
 {
     if (!dl)
-        return;
+        return true;
     th_dl_snap *s = take_snap(dl);
     pid_t tid = 0;
     bool running = false;
@@ -741,7 +741,7 @@ void th_dl_close_guarded(void *dl, const char *name)
                      "in %lld us): unmapped",
                      name ? name : "?", (long long)(now_us() - t0));
         th_dl_snap_free(s);
-        return;
+        return true;
     }
     if (!name)
         name = "?";
@@ -754,7 +754,7 @@ void th_dl_close_guarded(void *dl, const char *name)
                     "code after fini(); out of memory to wait for it: its "
                     "object stays mapped",
                     name, (int)tid);
-        return;
+        return false;
     }
     n->dl = dl;
     n->snap = s;
@@ -802,7 +802,7 @@ void th_dl_close_guarded(void *dl, const char *name)
         g_unloader = true;
     pthread_mutex_unlock(&g_mu);
     if (!start)
-        return;
+        return false;
     pthread_t th;
     pthread_attr_t at;
     int rc = pthread_attr_init(&at);
@@ -820,6 +820,7 @@ void th_dl_close_guarded(void *dl, const char *name)
                     "mapped",
                     strerror(rc), name);
     }
+    return false;
 }
 
 unsigned th_dl_deferred(void)

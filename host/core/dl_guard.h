@@ -20,6 +20,8 @@
 #ifndef TH_CORE_DL_GUARD_H
 #define TH_CORE_DL_GUARD_H
 
+#include <stdbool.h>
+
 typedef struct th_dl_snap th_dl_snap;
 
 /* Now, to tell the threads started later; NULL when out of memory (then
@@ -31,8 +33,9 @@ void th_dl_snap_attach(void *dl, th_dl_snap *s);
 void th_dl_snap_free(th_dl_snap *s);
 
 /* dlclose(dl) now when no thread born after dlopen() is inside its code,
- * else later (logged; `name` names the plugin in the log). */
-void th_dl_close_guarded(void *dl, const char *name);
+ * else later (logged; `name` names the plugin in the log).  True: closed
+ * now; false: the dlclose() waits (or the object stays mapped). */
+bool th_dl_close_guarded(void *dl, const char *name);
 
 /* Objects whose dlclose() is deferred now (tests, stats). */
 unsigned th_dl_deferred(void);

@@ -230,6 +230,13 @@ static void free_tools(th_tool *tools, size_t n)
 
 void th_plugin_close(th_plugin *p)
 {
+    th_plugin_close_ex(p, NULL);
+}
+
+void th_plugin_close_ex(th_plugin *p, bool *deferred)
+{
+    if (deferred)
+        *deferred = false;
     if (!p)
         return;
     if (p->initialized && p->desc && p->desc->fini)
@@ -237,8 +244,9 @@ void th_plugin_close(th_plugin *p)
     p->initialized = false;
     free_tools(p->tools, p->n_tools);
     th_params_free(p->config_params, p->n_config_params);
-    if (p->dl) /* not under a thread of the plugin still in its code */
-        th_dl_close_guarded(p->dl, p->name);
+    /* not under a thread of the plugin still in its code */
+    if (p->dl && !th_dl_close_guarded(p->dl, p->name) && deferred)
+        *deferred = true;
     free(p->name);
     free(p->path);
     free(p->load_path);

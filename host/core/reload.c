@@ -191,12 +191,17 @@ static void close_gen(th_reloader *r, th_gen *g)
     char lp[PATH_MAX];
     bool had_dl = g->p->dl != NULL;
     snprintf(lp, sizeof lp, "%s", g->p->load_path ? g->p->load_path : "");
-    th_plugin_close(g->p);
+    bool deferred = false;
+    th_plugin_close_ex(g->p, &deferred);
     g->p = NULL;
     bool mapped = had_dl && lp[0] && th_dl_still_loaded(lp);
     if (g->copy)
         th_copydir_remove(r->dir, g->copy);
-    if (mapped)
+    if (mapped && deferred) /* dl_guard said why and unmaps it later */
+        th_log_debug("reload: plugin %s generation %llu is closed; its "
+                     "object is unmapped once no thread is inside it",
+                     g->name, (unsigned long long)g->generation);
+    else if (mapped)
         th_log_warn("reload: plugin %s generation %llu is closed but its object "
                     "stays in memory (%s): it cannot be unloaded (nodelete, "
                     "unique symbols or thread-local destructors)",

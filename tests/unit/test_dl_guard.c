@@ -86,7 +86,8 @@ static int child(bool forbid)
             errno != EPERM)
             return C_STILL_READABLE;
     }
-    th_dl_close_guarded(dl, "dlg");
+    if (th_dl_close_guarded(dl, "dlg")) /* true: closed at once */
+        return C_NOT_DEFERRED;
     if (th_dl_deferred() != 1)
         return C_NOT_DEFERRED; /* unmapped under a sleeping thread */
     /* th-unload looks again every 50 ms: while the thread sleeps the

@@ -214,6 +214,9 @@ void th_plugin_unref(th_plugin *p);
  * whatever the refcount.  Load class: not concurrently with other Load
  * functions of the plugin, and only once no call uses it.  NULL is ok. */
 void th_plugin_close(th_plugin *p);
+/* th_plugin_close(), telling whether the object's dlclose() waits for a
+ * thread still inside its code (dl_guard: it is unmapped later). */
+void th_plugin_close_ex(th_plugin *p, bool *deferred);
 
 /* The th_plugin whose api is `api` (for host callbacks such as log). */
 th_plugin *th_plugin_from_api(const toolhost_host_api *api);
