@@ -258,9 +258,6 @@ static void *timer_main(void *arg)
 /* ---- Calls ---------------------------------------------------------------------- */
 
 static __thread mcp_call *tl_starting; /* the call inside th_call_start */
-/* The request being dispatched was read by th_mcp_plain_scan(): its name
- * and its arguments as msgpack (m_tools_call takes them). */
-static __thread th_mcp_plain *tl_fast;
 
 static void call_free(mcp_call *c)
 {
@@ -595,11 +592,11 @@ static void m_tools_list(th_mcp_session *m, const json_t *id,
     mcp_send_result(m, id, res);
 }
 
+/* fc: the request as th_mcp_plain_scan() read it (its name and its
+ * arguments as msgpack, taken), else NULL and params says. */
 static void m_tools_call(th_mcp_session *m, const json_t *id,
-                         const json_t *params)
+                         const json_t *params, th_mcp_plain *fc)
 {
-    th_mcp_plain *fc = tl_fast;
-    tl_fast = NULL;
     const char *name = fc ? fc->name
                           : json_string_value(json_object_get(params, "name"));
     json_t *args = json_object_get(params, "arguments");
@@ -778,6 +775,19 @@ static void m_set_level(th_mcp_session *m, const json_t *id,
 
 /* ---- Dispatch ------------------------------------------------------------------- */
 
+/* True once initialize was answered; else the request gets the error. */
+static bool initialized_or_say(th_mcp_session *m, const json_t *id)
+{
+    pthread_mutex_lock(&m->mu);
+    bool init = m->initialized;
+    pthread_mutex_unlock(&m->mu);
+    if (!init)
+        mcp_send_error(m, id, MCP_INVALID_REQUEST,
+                       "the session is not initialized: send initialize "
+                       "first (only ping is allowed before it)");
+    return init;
+}
+
 static void dispatch_request(th_mcp_session *m, const json_t *id,
                              const char *method, const json_t *params)
 {
@@ -801,15 +811,8 @@ static void dispatch_request(th_mcp_session *m, const json_t *id,
             m_initialize(m, id, params);
         return;
     }
-    pthread_mutex_lock(&m->mu);
-    bool init = m->initialized;
-    pthread_mutex_unlock(&m->mu);
-    if (!init) {
-        mcp_send_error(m, id, MCP_INVALID_REQUEST,
-                       "the session is not initialized: send initialize "
-                       "first (only ping is allowed before it)");
+    if (!initialized_or_say(m, id))
         return;
-    }
     if (params && !json_is_object(params)) {
         mcp_send_error(m, id, MCP_INVALID_PARAMS,
                        "params must be an object");
@@ -818,7 +821,7 @@ static void dispatch_request(th_mcp_session *m, const json_t *id,
     if (strcmp(method, "tools/list") == 0)
         m_tools_list(m, id, params);
     else if (strcmp(method, "tools/call") == 0)
-        m_tools_call(m, id, params);
+        m_tools_call(m, id, params, NULL);
     else if (strcmp(method, "logging/setLevel") == 0)
         m_set_level(m, id, params);
     else if (strcmp(method, "tasks/get") == 0)
@@ -854,9 +857,8 @@ void th_mcp_session_input_plain(th_mcp_session *m, th_mcp_plain *fc,
                                 const json_t *id)
 {
     m->deferred = false;
-    tl_fast = fc;
-    dispatch_request(m, id, "tools/call", NULL);
-    tl_fast = NULL;
+    if (initialized_or_say(m, id))
+        m_tools_call(m, id, NULL, fc);
     if (!m->deferred)
         mcp_request_done(m, id);
 }

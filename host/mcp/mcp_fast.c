@@ -29,6 +29,7 @@
 
 #define FAST_DEPTH 32 /* nesting of arguments */
 #define FAST_KEYS 32  /* keys of one arguments object (duplicate check) */
+#define FAST_KEEP_MAX ((size_t)64 << 10) /* longer messages: handle dropped */
 
 enum {
     AT_TOP,    /* before the message's object */
@@ -508,11 +509,15 @@ int th_mcp_plain_scan(const char *text, size_t len, th_mcp_plain *fc)
              : 0;
     r->fc = NULL;
     r->out = NULL;
-    if (rc != 1) {
+    /* A handle that stopped inside a message is dropped; so is one that
+     * read a long message (yajl keeps its string buffer at the size of
+     * the longest string it decoded: up to mcp_max_message per thread). */
+    if (rc != 1 || len > FAST_KEEP_MAX) {
         yajl_free(t->y);
         t->y = NULL;
-        return 0;
     }
+    if (rc != 1)
+        return 0;
     if (!(r->seen & SEEN_ARGS) && th_buf_append(&fc->args, "\x80", 1) != 0)
         return -1; /* no arguments: {} as the tree gives them */
     return 1;
