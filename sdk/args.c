@@ -125,6 +125,11 @@ static int find(const th_sdk_args *a, const char *key,
 {
     if (!a || !key)
         return TH_SDK_EINVAL;
+    int rc = leave_view(a); /* its own error (no memory), not "absent" */
+    if (rc != TH_SDK_OK) {
+        *o = NULL;
+        return rc;
+    }
     *o = lookup(a, key);
     return *o ? TH_SDK_OK : TH_SDK_EABSENT;
 }

@@ -842,8 +842,10 @@ void th_mcall_run(th_mcall *c)
         c->phase = TH_PH_RUNNING;
     pthread_mutex_unlock(&c->mu);
     if (skip) {
-        if (c->islot)
-            (void)th_mgr_islot_clear(c->h, c);
+        /* armed by the deadline thread meanwhile: out of the heap (an
+         * answer given before that found nothing to disarm) */
+        if (c->islot && th_mgr_islot_clear(c->h, c))
+            th_mgr_disarm(c->h, c);
         th_mcall_exec_end(c, TOOLHOST_FAILED, false);
         th_mcall_unref(c);
         return;
@@ -895,6 +897,10 @@ void th_mcall_run(th_mcall *c)
             c->no_heap = true; /* the answer skips the heap's lock */
         }
     }
+    /* Armed by the deadline thread while it ran but answered already (a
+     * cancel: its answer found it not yet in the heap): out of the heap
+     * now, not at its deadline. */
+    bool drop = c->islot && !heapless && c->answered;
     if (c->args_borrowed && susp && st == TOOLHOST_PENDING &&
         th_mgr_own_args(c) != 0) {
         /* A suspended task lists its arguments (tasks.list) after the
@@ -905,6 +911,8 @@ void th_mcall_run(th_mcall *c)
         c->args_borrowed = false;
     }
     pthread_mutex_unlock(&c->mu);
+    if (drop)
+        th_mgr_disarm(c->h, c);
     unsigned long long id = (unsigned long long)c->base.pub.call_id;
     if (susp && st == TOOLHOST_PENDING) {
         /* complete() finishes it (or already did). */

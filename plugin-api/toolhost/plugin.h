@@ -264,7 +264,7 @@ typedef struct toolhost_call {
     /* ---- ABI 1.2 (check with TOOLHOST_HAS_MEMBER before use) ---- */
 
     /* NULL, or the arguments of execute() already decoded by the host (it
-     * walked them while validating): a read-only view, borrowed, valid
+     * walks them once, just before execute()): a read-only view, borrowed, valid
      * exactly as long as execute()'s `args` (until execute() returns).  It
      * describes the bytes at view->data; use it only when view->data and
      * view->len are execute()'s `args` and `args_len` (the SDK's

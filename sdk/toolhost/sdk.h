@@ -210,7 +210,9 @@ int th_sdk_args_init(th_sdk_args *a, const uint8_t *data, size_t len);
  * (an older host, another buffer, call NULL) it is th_sdk_args_init().
  * Same results and errors either way.  Use it in execute() only (the view
  * is valid until execute() returns, like `args`); validate_args() and
- * init() have no call: use th_sdk_args_init() there. */
+ * init() have no call: use th_sdk_args_init() there.  With the view even
+ * the scalar getters read the host's memory: do not read this th_sdk_args
+ * after execute() returns (copy what a suspended call needs first). */
 int th_sdk_args_init_call(th_sdk_args *a, const toolhost_call *call,
                           const uint8_t *data, size_t len);
 /* Frees what the th_sdk_args holds, including th_sdk_arg_cstr() copies.
