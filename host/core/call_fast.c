@@ -255,6 +255,26 @@ static void stuck_done(th_fast *f, int64_t now)
         atomic_store(&f->retry_ns, now + f->backoff_ns);
 }
 
+/* A stuck call that returned without its thread seeing the flag (a
+ * thread's loads may pass the watchdog's stores: wd_scan), or whose
+ * thread moved to another host or exited before the next scan: finished
+ * now, so its tool's back-off starts.  g_wd_mu held and the slot's host
+ * alive (th_call_fast_host_close clears sl->h under g_wd_mu before the
+ * host's stats go): flag_st is valid. */
+static void flag_finish(th_fast_slot *sl, int64_t now)
+{
+    uint64_t fl = atomic_load(&sl->flagged);
+    if (!fl)
+        return;
+    th_stat *fst = atomic_load(&sl->flag_st);
+    fast_lock(&fst->fast);
+    if (atomic_load(&sl->flagged) == fl) {
+        atomic_store(&sl->flagged, 0);
+        stuck_done(&fst->fast, now);
+    }
+    fast_unlock(&fst->fast);
+}
+
 /* The end of an inline run that was slow or flagged: true when the
  * watchdog had demoted this very call while it ran (then nothing more is
  * decided or counted: it was, once). */
@@ -324,12 +344,17 @@ void th_call_fast_worker_end(th_mcall *c, int64_t ns)
 
 /* ---- The watchdog (call_fast.h) -------------------------------------------- */
 
+/* A host's watchdog: the record is made with the host's first slot; the
+ * thread runs while the host's config wants it (short_call_max and
+ * short_call_stuck both set) or once it has been started. */
 typedef struct fast_wd {
     th_host *h;
     pthread_t th;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool stop;
+    bool running;               /* (g_wd_mu) th was started */
+    bool failed;                /* (g_wd_mu) a start failed (logged once) */
     struct fast_wd *next;
 } fast_wd;
 
@@ -347,6 +372,9 @@ static void slot_release(void *p)
 {
     th_fast_slot *sl = p;
     pthread_mutex_lock(&g_wd_mu);
+    if (atomic_load(&sl->h))
+        flag_finish(sl, th_now_ns());
+    atomic_store(&sl->flagged, 0);
     atomic_store(&sl->h, NULL);
     sl->in_use = false;
     pthread_mutex_unlock(&g_wd_mu);
@@ -410,9 +438,11 @@ static void stuck_report(th_host *h, th_fast_slot *sl, th_stat *st,
         th_tool_release(t);
 }
 
-/* g_wd_mu held: one look at the host's slots. */
+/* g_wd_mu held: one look at the host's slots; without `report` (the
+ * watchdog turned off by a reload) only the flags of calls that have
+ * returned are finished. */
 static void wd_scan(th_host *h, int64_t now, uint64_t max_ms,
-                    uint64_t stuck_ms, int64_t limit_ns)
+                    uint64_t stuck_ms, int64_t limit_ns, bool report)
 {
     for (th_fast_slot *sl = g_slots; sl; sl = sl->next) {
         if (atomic_load(&sl->h) != h)
@@ -423,16 +453,9 @@ static void wd_scan(th_host *h, int64_t now, uint64_t max_ms,
         th_stat *st = atomic_load_explicit(&sl->st, memory_order_acquire);
         /* a stuck call returned and its front missed the flag: finish */
         uint64_t fl = atomic_load(&sl->flagged);
-        if (fl && (!t0 || id != fl)) {
-            th_stat *fst = atomic_load(&sl->flag_st);
-            fast_lock(&fst->fast);
-            if (atomic_load(&sl->flagged) == fl) {
-                atomic_store(&sl->flagged, 0);
-                stuck_done(&fst->fast, now);
-            }
-            fast_unlock(&fst->fast);
-        }
-        if (!t0 || !st || now - t0 < limit_ns || sl->warned == id)
+        if (fl && (!t0 || id != fl))
+            flag_finish(sl, now);
+        if (!report || !t0 || !st || now - t0 < limit_ns || sl->warned == id)
             continue;
         if (atomic_load(&sl->t0) != t0 || atomic_load(&sl->id) != id)
             continue; /* it ended meanwhile */
@@ -461,11 +484,10 @@ static void *wd_main(void *arg)
             tick = 2 * 1000000LL;
         if (tick > 250 * 1000000LL)
             tick = 250 * 1000000LL;
-        if (max_ms && stuck_ms) {
-            pthread_mutex_lock(&g_wd_mu);
-            wd_scan(w->h, th_now_ns(), max_ms, stuck_ms, limit);
-            pthread_mutex_unlock(&g_wd_mu);
-        }
+        pthread_mutex_lock(&g_wd_mu);
+        wd_scan(w->h, th_now_ns(), max_ms, stuck_ms, limit,
+                max_ms && stuck_ms);
+        pthread_mutex_unlock(&g_wd_mu);
         struct timespec ts;
         th_timespec_mono(&ts, th_now_ns() + tick);
         pthread_mutex_lock(&w->mu);
@@ -476,17 +498,16 @@ static void *wd_main(void *arg)
     return NULL;
 }
 
-/* g_wd_mu held: the host's watchdog runs (started now if need be); false
- * when it cannot be started (logged once per host). */
-static bool wd_ensure(th_host *h)
+/* g_wd_mu held: the host's watchdog record, made if need be (NULL when
+ * out of memory). */
+static fast_wd *wd_record(th_host *h)
 {
     for (fast_wd *w = g_wds; w; w = w->next)
         if (w->h == h)
-            return true;
+            return w;
     fast_wd *w = calloc(1, sizeof *w);
     if (!w)
-        return false;
-    w->h = h;
+        return NULL;
     pthread_condattr_t ca;
     bool ok = pthread_condattr_init(&ca) == 0;
     if (ok) {
@@ -496,23 +517,65 @@ static bool wd_ensure(th_host *h)
     }
     if (!ok) {
         free(w);
-        return false;
+        return NULL;
     }
     pthread_mutex_init(&w->mu, NULL);
-    int rc = pthread_create(&w->th, NULL, wd_main, w);
-    if (rc != 0) {
-        pthread_cond_destroy(&w->cv);
-        pthread_mutex_destroy(&w->mu);
-        free(w);
-        th_log_warn("short calls: cannot start the watchdog thread (%s): "
-                    "a short call stuck on a front's thread is not "
-                    "reported until it returns",
-                    strerror(rc));
-        return false;
-    }
+    w->h = h;
     w->next = g_wds;
     g_wds = w;
-    return true;
+    return w;
+}
+
+/* g_wd_mu held: starts the host's watchdog thread when its config wants
+ * one and it is not running.  A start that fails is logged once per host
+ * and tried again at the next slot or reload (not on every call: the
+ * slot is this host's either way, only not watched). */
+static void wd_start(th_host *h)
+{
+    th_config *cfg = th_host_config_get(h);
+    bool want = cfg->host.short_call_max_ms && cfg->host.short_call_stuck_ms;
+    th_config_unref(cfg);
+    fast_wd *w = want ? wd_record(h) : NULL;
+    if (!w || w->running)
+        return;
+    w->stop = false;
+    int rc = pthread_create(&w->th, NULL, wd_main, w);
+    if (rc == 0) {
+        w->running = true;
+        if (w->failed)
+            th_log_info("short calls: the watchdog thread started");
+        w->failed = false;
+        return;
+    }
+    if (!w->failed)
+        th_log_warn("short calls: cannot start the watchdog thread (%s): "
+                    "a short call stuck on a front's thread is not "
+                    "reported until it returns (tried again when another "
+                    "thread runs short calls, or at a reload)",
+                    strerror(rc));
+    w->failed = true;
+}
+
+void th_call_fast_config_changed(th_host *h)
+{
+    pthread_mutex_lock(&g_wd_mu);
+    /* only a host whose fronts ran short calls: it has slots */
+    bool any = false;
+    for (th_fast_slot *sl = g_slots; sl && !any; sl = sl->next)
+        any = atomic_load(&sl->h) == h;
+    if (any)
+        wd_start(h);
+    pthread_mutex_unlock(&g_wd_mu);
+}
+
+bool th_call_fast_watched(th_host *h)
+{
+    pthread_mutex_lock(&g_wd_mu);
+    bool on = false;
+    for (fast_wd *w = g_wds; w && !on; w = w->next)
+        on = w->h == h && w->running;
+    pthread_mutex_unlock(&g_wd_mu);
+    return on;
 }
 
 th_fast_slot *th_fast_slot_get(th_host *h)
@@ -542,13 +605,18 @@ th_fast_slot *th_fast_slot_get(th_host *h)
         }
         th_fast_tl = sl;
     }
-    if (sl && !wd_ensure(h))
-        sl = NULL; /* not watched; tried again at the next call */
     if (sl) {
+        /* the thread moves from another host (still open: its flag is
+         * finished there) or comes back to this one */
+        th_host *was = atomic_load(&sl->h);
+        if (was && was != h)
+            flag_finish(sl, th_now_ns());
         atomic_store(&sl->t0, 0);
-        atomic_store(&sl->flagged, 0);
+        if (was != h)
+            atomic_store(&sl->flagged, 0);
         sl->warned = 0;
         atomic_store(&sl->h, h);
+        wd_start(h);
     }
     pthread_mutex_unlock(&g_wd_mu);
     return sl;
@@ -570,11 +638,13 @@ void th_call_fast_host_close(th_host *h)
     pthread_mutex_unlock(&g_wd_mu);
     if (!w)
         return;
-    pthread_mutex_lock(&w->mu);
-    w->stop = true;
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-    pthread_join(w->th, NULL);
+    if (w->running) {
+        pthread_mutex_lock(&w->mu);
+        w->stop = true;
+        pthread_cond_signal(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+        pthread_join(w->th, NULL);
+    }
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
     free(w);

@@ -115,13 +115,15 @@ void th_call_fast_worker_end(struct th_mcall *c, int64_t ns);
  * only learns how long it took when it returns.  So each thread that runs
  * short calls has a slot where th_call_fast_inline_begin stores the start
  * time (and which call: three plain stores); one thread per host (started
- * with the first such call, joined by th_call_fast_host_close) looks at
+ * with the first such call on the host, joined by
+ * th_call_fast_host_close) looks at
  * the slots every quarter of host.short_call_stuck.  A call that has held
  * its thread longer than that (at least short_call_max) is logged once
  * (tool, plugin, call, thread) and its tool demoted at once: its later
  * calls run on workers; the back-off (the retry on the front's thread)
  * starts only when the stuck call has returned.  Counted in
- * calls.short_demoted. */
+ * calls.short_demoted.  No thread while short_call_stuck or
+ * short_call_max is 0 (a reload that sets both starts it). */
 typedef struct th_fast_slot {
     _Atomic int64_t t0;             /* the inline run now: its start
                                        (monotonic ns), 0: none */
@@ -156,8 +158,11 @@ static inline void th_call_fast_inline_begin(struct th_host *h,
         sl = th_fast_slot_get(h);
     if (!sl)
         return;
-    atomic_store_explicit(&sl->st, st, memory_order_relaxed);
-    atomic_store_explicit(&sl->id, id, memory_order_relaxed);
+    /* release: a watchdog that reads the new id or stats entry also sees
+     * the 0 the last run's end stored in t0 (its second look at t0 then
+     * tells an old start from this call's); plain stores on x86 */
+    atomic_store_explicit(&sl->st, st, memory_order_release);
+    atomic_store_explicit(&sl->id, id, memory_order_release);
     atomic_store_explicit(&sl->shared, shared, memory_order_relaxed);
     atomic_store_explicit(&sl->t0, t0, memory_order_release);
 }
@@ -165,5 +170,11 @@ static inline void th_call_fast_inline_begin(struct th_host *h,
 /* host_free, first: stops and joins the host's watchdog, releases its
  * slots.  Any host (a host without one: nothing). */
 void th_call_fast_host_close(struct th_host *h);
+/* A reload swapped the host's config: the watchdog starts if the new one
+ * wants it and the host's fronts run short calls.  (One that runs stays:
+ * turned off, it only finishes the flags of calls that have returned.) */
+void th_call_fast_config_changed(struct th_host *h);
+/* Whether the host's watchdog thread runs (tests, stats). */
+bool th_call_fast_watched(struct th_host *h);
 
 #endif

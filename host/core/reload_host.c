@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "call_fast.h"
 #include "iso_wire.h"
 #include "manager.h"
 #include "reloader.h"
@@ -130,6 +131,7 @@ static void swap_config(void *ud, th_config *nc)
         nc->host.log_level <= TOOLHOST_LOG_DEBUG)
         th_log_set_level(nc->host.log_level);
     th_host_config_swap(h, nc);
+    th_call_fast_config_changed(h); /* the short-call watchdog */
 }
 
 /* ---- life ------------------------------------------------------------------------- */

@@ -211,7 +211,7 @@ static bool call_inline(th_session *s, const char *tool, long long ms,
 
 /* A host with host.short_call_max `max` and host.short_call_stuck
  * `stuck` (the watchdog). */
-static th_host *open_host_stuck(const char *max, const char *stuck)
+static th_config *stuck_cfg(const char *max, const char *stuck)
 {
     char text[2048];
     snprintf(text, sizeof text,
@@ -230,7 +230,12 @@ static th_host *open_host_stuck(const char *max, const char *stuck)
     if (rc)
         fprintf(stderr, "config: %s\n", e.msg);
     CU_ASSERT_EQUAL_FATAL(rc, 0);
-    return host_new(cfg);
+    return cfg;
+}
+
+static th_host *open_host_stuck(const char *max, const char *stuck)
+{
+    return host_new(stuck_cfg(max, stuck));
 }
 
 /* The tests of the end-of-run policy: the watchdog far away (a nap of
@@ -353,6 +358,119 @@ static void test_watchdog_demotes_while_running(void)
     th_host_close(h);
 }
 
+/* As if the watchdog had flagged a call of `st` on this thread's slot
+ * and demoted the tool, and the call had returned without its thread
+ * seeing the flag (a thread's load may pass the watchdog's store). */
+static void missed_flag(th_stat *st, uint64_t id)
+{
+    th_fast_slot *sl = th_fast_tl;
+    CU_ASSERT_FATAL(sl != NULL);
+    atomic_store(&st->fast.state, TH_FAST_OFF);
+    atomic_store(&st->fast.retry_ns, INT64_MAX);
+    st->fast.backoff_ns = 1000 * MS;
+    st->fast.stuck = 1;
+    atomic_store(&sl->t0, 0);
+    atomic_store(&sl->flag_st, st);
+    atomic_store(&sl->flagged, id);
+}
+
+/* The missed flag is finished: the tool's back-off has started. */
+static bool back_off_started(th_stat *st)
+{
+    int64_t r = atomic_load(&st->fast.retry_ns);
+    return r > 0 && r != INT64_MAX;
+}
+
+/* host.short_call_stuck 0: no watchdog thread; a reload that sets it
+ * starts one (for a host whose fronts run short calls). */
+static void test_watchdog_off_until_reload(void)
+{
+    th_host *h = open_host_stuck("10ms", "0");
+    th_session *s = open_trusted(h);
+    CU_ASSERT(call_inline(s, "short_hex", -2, true, false));
+    CU_ASSERT(!th_call_fast_watched(h));
+    th_host_config_swap(h, stuck_cfg("10ms", "50ms"));
+    th_call_fast_config_changed(h);
+    CU_ASSERT(th_call_fast_watched(h));
+    CU_ASSERT(call_inline(s, "short_hex", -2, true, false));
+    th_session_close(s);
+    th_host_close(h);
+}
+
+/* A thread whose stuck call's flag was missed moves to another host:
+ * the flag is finished on the first (its tool would otherwise stay on
+ * the workers with no retry, for good). */
+static void test_watchdog_flag_host_switch(void)
+{
+    /* no watchdog on the first host: only the switch can finish it */
+    th_host *h1 = open_host_stuck("10ms", "0");
+    th_session *s1 = open_trusted(h1);
+    CU_ASSERT(call_inline(s1, "short_hex", -2, true, false));
+    th_stat *st = th_stat_get(h1, "short_hex");
+    CU_ASSERT_FATAL(st != NULL);
+    missed_flag(st, 424242);
+    th_host *h2 = open_host_stuck("10ms", "0");
+    th_session *s2 = open_trusted(h2);
+    CU_ASSERT(call_inline(s2, "short_hex", -2, true, false));
+    CU_ASSERT(back_off_started(st));
+    CU_ASSERT_EQUAL(st->fast.stuck, 0);
+    th_session_close(s2);
+    th_host_close(h2);
+    th_session_close(s1);
+    th_host_close(h1);
+}
+
+typedef struct flag_job {
+    th_session *s;
+    th_stat *st;
+} flag_job;
+
+static void *flag_exit_main(void *arg)
+{
+    flag_job *j = arg;
+    CU_ASSERT(call_inline(j->s, "short_hex", -2, true, false));
+    missed_flag(j->st, 434343);
+    return NULL; /* the thread's slot is released: the flag finished */
+}
+
+/* ... or exits. */
+static void test_watchdog_flag_thread_exit(void)
+{
+    th_host *h = open_host_stuck("10ms", "0");
+    th_session *s = open_trusted(h);
+    flag_job j = {.s = s, .st = th_stat_get(h, "short_hex")};
+    CU_ASSERT_FATAL(j.st != NULL);
+    pthread_t th;
+    CU_ASSERT_FATAL(pthread_create(&th, NULL, flag_exit_main, &j) == 0);
+    pthread_join(th, NULL);
+    CU_ASSERT(back_off_started(j.st));
+    CU_ASSERT_EQUAL(j.st->fast.stuck, 0);
+    th_session_close(s);
+    th_host_close(h);
+}
+
+/* ... or a reload turns the watchdog off: it still finishes the flags of
+ * calls that have returned. */
+static void test_watchdog_flag_after_off(void)
+{
+    th_host *h = open_host_stuck("10ms", "50ms");
+    th_session *s = open_trusted(h);
+    CU_ASSERT(call_inline(s, "short_hex", -2, true, false));
+    CU_ASSERT(th_call_fast_watched(h));
+    th_host_config_swap(h, stuck_cfg("10ms", "0"));
+    th_call_fast_config_changed(h);
+    th_stat *st = th_stat_get(h, "short_hex");
+    CU_ASSERT_FATAL(st != NULL);
+    missed_flag(st, 444444);
+    /* the idle watchdog looks every 250 ms */
+    int64_t t0 = th_now_ns();
+    while (!back_off_started(st) && th_now_ns() - t0 < 5000 * MS)
+        usleep(5000);
+    CU_ASSERT(back_off_started(st));
+    th_session_close(s);
+    th_host_close(h);
+}
+
 /* short_call_max: 0: no call runs on a front's thread, in any mode. */
 static void test_off_everywhere(void)
 {
@@ -384,4 +502,8 @@ void th_suite_call_fast(void)
     CU_add_test(s, "off_everywhere", test_off_everywhere);
     CU_add_test(s, "watchdog_demotes_while_running",
                 test_watchdog_demotes_while_running);
+    CU_add_test(s, "watchdog_off_until_reload", test_watchdog_off_until_reload);
+    CU_add_test(s, "watchdog_flag_host_switch", test_watchdog_flag_host_switch);
+    CU_add_test(s, "watchdog_flag_thread_exit", test_watchdog_flag_thread_exit);
+    CU_add_test(s, "watchdog_flag_after_off", test_watchdog_flag_after_off);
 }
