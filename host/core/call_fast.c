@@ -412,6 +412,7 @@ static void stuck_report(th_host *h, th_fast_slot *sl, th_stat *st,
     fast_unlock(f);
     if (!running)
         return;
+    atomic_fetch_add(&h->mgr.short_stuck, 1);
     if (demoted)
         atomic_fetch_add(&h->mgr.short_demoted, 1);
     const th_tool *t = th_registry_acquire(h->reg, st->tool);

@@ -457,7 +457,7 @@ typedef struct th_mgr {
     th_group *ts_groups;        /* one per toolset */
     th_group *tool_groups;      /* overrides and serial tools, by key */
     atomic_ulong running, inline_calls, calls_total;
-    atomic_ulong inline_front, short_demoted; /* call_fast.c */
+    atomic_ulong inline_front, short_demoted, short_stuck; /* call_fast.c */
 
     /* Deadline heap. */
     pthread_mutex_t tmu;

@@ -232,6 +232,7 @@ void th_host_mgr_stats(th_host *h, th_mgr_stats *out)
     out->inline_calls = atomic_load(&m->inline_calls);
     out->inline_front = atomic_load(&m->inline_front);
     out->short_demoted = atomic_load(&m->short_demoted);
+    out->short_stuck = atomic_load(&m->short_stuck);
     pthread_mutex_lock(&h->mu);
     for (th_session *s = h->sessions; s; s = s->next) {
         pthread_mutex_lock(&s->mu);

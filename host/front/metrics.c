@@ -341,6 +341,10 @@ int th_metrics_render(th_host *h, th_buf *b)
     e |= gauge(b, "toolhost_short_demoted_total", "counter",
                "Short tools sent back to workers for holding a front's thread.",
                (double)ms.short_demoted);
+    e |= gauge(b, "toolhost_short_stuck_total", "counter",
+               "Short calls found still holding a front's thread past "
+               "host.short_call_stuck.",
+               (double)ms.short_stuck);
     th_front_stats fs[8];
     size_t nf = th_host_front_stats(h, fs, 8);
     e |= family(b, "toolhost_sessions_opened_total", "counter",

@@ -222,7 +222,7 @@ static void m_stats(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
     e |= th_pack_cstr(&pk, "closed_protocol_errors");
     e |= msgpack_pack_uint64(&pk, srv->closed_proto);
     e |= th_pack_cstr(&pk, "calls");
-    e |= msgpack_pack_map(&pk, 5);
+    e |= msgpack_pack_map(&pk, 6);
     e |= th_pack_cstr(&pk, "total");
     e |= msgpack_pack_uint64(&pk, srv->calls_total);
     e |= th_pack_cstr(&pk, "in_flight");
@@ -234,6 +234,8 @@ static void m_stats(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
     e |= msgpack_pack_uint64(&pk, ms.inline_front);
     e |= th_pack_cstr(&pk, "short_demoted");
     e |= msgpack_pack_uint64(&pk, ms.short_demoted);
+    e |= th_pack_cstr(&pk, "short_stuck");
+    e |= msgpack_pack_uint64(&pk, ms.short_stuck);
     e |= th_pack_cstr(&pk, "memory");
     e |= msgpack_pack_map(&pk, 1);
     e |= th_pack_cstr(&pk, "rss_bytes");

@@ -74,6 +74,7 @@ static void test_stuck_short_call(void)
                        rpc_wait_ms()));
     /* counted once (the watchdog's demotion, not again at the end) */
     CU_ASSERT_EQUAL(stat_calls(&a, 4, "short_demoted"), 1);
+    CU_ASSERT_EQUAL(stat_calls(&a, 41, "short_stuck"), 1);
 
     /* later naps run on workers: b's echo is not stalled */
     uint64_t on0 = stat_calls(&a, 5, "on_loop");
@@ -91,6 +92,7 @@ static void test_stuck_short_call(void)
     /* the echo ran on the loop, the nap did not; no second report */
     CU_ASSERT_EQUAL(stat_calls(&a, 8, "on_loop"), on0 + 1);
     CU_ASSERT_EQUAL(stat_calls(&a, 9, "short_demoted"), 1);
+    CU_ASSERT_EQUAL(stat_calls(&a, 91, "short_stuck"), 1);
     rpc_raw_close(&a);
     rpc_raw_close(&b);
     CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);

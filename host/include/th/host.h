@@ -422,6 +422,9 @@ typedef struct th_mgr_stats {
     uint64_t short_demoted;/* short tools sent back to the workers for
                              holding a front's thread too long (each
                              demotion, retries included) */
+    uint64_t short_stuck;  /* short calls the watchdog found still holding
+                             a front's thread past host.short_call_stuck
+                             (each call once) */
 } th_mgr_stats;
 void th_host_mgr_stats(th_host *h, th_mgr_stats *out);
 
