@@ -420,16 +420,51 @@ static void set_str(lua_State *L, const char *k, const char *v, size_t n)
 /* The result table's keys, interned once per run and fetched from the
  * registry by number: lua_setfield() looks each C string up in the
  * string table every time (~490 instructions a key, half the result). */
-enum { K_OK, K_STDOUT, K_STDERR, K_META };
+#define K_OK TH_CODE_K_OK
+#define K_STDOUT TH_CODE_K_STDOUT
+#define K_STDERR TH_CODE_K_STDERR
+#define K_META TH_CODE_K_META
+#define K_LAZY_MT TH_CODE_K_LAZY_MT
+
+/* __index of a result with no meta: `r.meta` is an empty table made on
+ * its first read and stored in r (so r.meta == r.meta, and r.meta.x is
+ * nil); any other missing key is nil.  An empty meta table per call was a
+ * table and a key insertion (~560 instructions, ~50 ns of an inner call,
+ * bench/README.md, "run_code") that few scripts read. */
+static int lazy_meta(lua_State *L)
+{
+    size_t n;
+    const char *k;
+    if (lua_type(L, 1) == LUA_TTABLE && lua_type(L, 2) == LUA_TSTRING &&
+        (k = lua_tolstring(L, 2, &n)) && n == 4 && memcmp(k, "meta", 4) == 0) {
+        lua_settop(L, 2);
+        lua_newtable(L);
+        lua_pushvalue(L, 2);
+        lua_pushvalue(L, 3);
+        lua_rawset(L, 1);
+        return 1;
+    }
+    return 0;
+}
 
 static void make_keys(lua_State *L, run *r)
 {
     static const char *const names[] = {"ok", "stdout", "stderr", "meta"};
-    int k[4]; /* all or none: luaL_ref may raise (out of memory) */
+    int k[5]; /* all or none: luaL_ref may raise (out of memory) */
     for (int i = 0; i < 4; i++) {
         lua_pushstring(L, names[i]);
         k[i] = luaL_ref(L, LUA_REGISTRYINDEX);
     }
+    /* The metatable is protected (__metatable): the script cannot reach
+     * it to add a __gc that every later result would carry (finalizers
+     * run outside the deadline); the sandbox's setmetatable may still
+     * replace it on a result (code_lua.c, sb_setmetatable). */
+    lua_createtable(L, 0, 2);
+    lua_pushcfunction(L, lazy_meta);
+    lua_setfield(L, -2, "__index");
+    lua_pushboolean(L, 0);
+    lua_setfield(L, -2, "__metatable");
+    k[K_LAZY_MT] = luaL_ref(L, LUA_REGISTRYINDEX);
     memcpy(r->keys, k, sizeof k);
 }
 
@@ -460,9 +495,14 @@ void th_code__push_result(lua_State *L, run *r, const th_result_copy *res)
         lua_pushlstring(L, res->err.data ? (const char *)res->err.data : "",
                         res->err.len);
         lua_rawset(L, -3);
-        lua_rawgeti(L, LUA_REGISTRYINDEX, r->keys[K_META]);
-        th_code__push_msgpack(L, r, &res->meta); /* {} when none */
-        lua_rawset(L, -3);
+        if (res->meta.len) {
+            lua_rawgeti(L, LUA_REGISTRYINDEX, r->keys[K_META]);
+            th_code__push_msgpack(L, r, &res->meta);
+            lua_rawset(L, -3);
+        } else { /* no meta key: an empty table on first read */
+            lua_rawgeti(L, LUA_REGISTRYINDEX, r->keys[K_LAZY_MT]);
+            lua_setmetatable(L, -2);
+        }
         push_failed(L, res);
         return;
     }

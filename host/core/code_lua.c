@@ -383,6 +383,33 @@ static void poll_limits(run *r, lua_State *L)
         set_kill(r, L, KILL_CANCEL);
 }
 
+/* poll_limits after a tool call returned (the time spent in the tool
+ * counts: a call that ended past the deadline kills the run at once).
+ * Most calls end far from the deadline, which the coarse clock (~5 ns, the
+ * last tick's time) can tell: it lags the precise one (~26 ns here) by at
+ * most a tick, so when the deadline is further than coarse_slack_ns from
+ * its reading, it is not passed; closer, the precise clock decides. */
+static void poll_after_call(run *r, lua_State *L)
+{
+    if (r->kill)
+        return;
+    if (r->has_deadline) {
+        struct timespec t;
+        bool far = false;
+        if (r->coarse_slack_ns &&
+            clock_gettime(CLOCK_MONOTONIC_COARSE, &t) == 0)
+            far = (int64_t)(r->deadline.tv_sec - t.tv_sec) * 1000000000 +
+                      (r->deadline.tv_nsec - t.tv_nsec) >
+                  r->coarse_slack_ns;
+        if (!far && th_code__ms_left(r) <= 0) {
+            set_kill(r, L, KILL_TIMEOUT);
+            return;
+        }
+    }
+    if (r->io.is_cancelled && r->io.is_cancelled(r->io.ud))
+        set_kill(r, L, KILL_CANCEL);
+}
+
 /* Raises the kill error, with the position of the function `level` up
  * the stack (0 from the hook, 1 from a C function called by the script). */
 static int raise_kill(lua_State *L, run *r, int level)
@@ -618,7 +645,7 @@ static int tool_call(lua_State *L)
     int rc = r->proj->caller.call(r->proj->caller.ud, t->name, r->args.data,
                                   r->args.len, timeout, progress_tramp, &pc,
                                   &r->pres);
-    poll_limits(r, L);
+    poll_after_call(r, L);
     if (r->kill)
         return raise_kill(L, r, 1);
     if (rc < 0) {
@@ -912,6 +939,21 @@ static int sb_setmetatable(lua_State *L)
                              "available in the toolhost sandbox (finalizers "
                              "would run outside the deadline)");
     lua_settop(L, 2);
+    /* A tool result with no meta has the run's shared metatable, protected
+     * so that no script reaches it (code_bridge.c, lazy_meta); the script
+     * may still give the result a metatable of its own. */
+    run *r = th_code__get_run(L);
+    if (r->keys[TH_CODE_K_LAZY_MT] && lua_type(L, 1) == LUA_TTABLE &&
+        (lua_isnil(L, 2) || lua_type(L, 2) == LUA_TTABLE) &&
+        lua_getmetatable(L, 1)) {
+        lua_rawgeti(L, LUA_REGISTRYINDEX, r->keys[TH_CODE_K_LAZY_MT]);
+        bool shared = lua_rawequal(L, -1, -2);
+        lua_settop(L, 2);
+        if (shared) {
+            lua_setmetatable(L, 1);
+            return 1;
+        }
+    }
     lua_pushvalue(L, lua_upvalueindex(1));
     lua_insert(L, 1);
     lua_call(L, 2, 1);
@@ -1238,6 +1280,10 @@ int th_code_run(const th_projection *proj, const char *code, size_t len,
             r->deadline.tv_sec++;
             r->deadline.tv_nsec -= 1000000000;
         }
+        struct timespec res;
+        if (clock_getres(CLOCK_MONOTONIC_COARSE, &res) == 0 &&
+            res.tv_sec == 0 && res.tv_nsec > 0 && res.tv_nsec <= 50000000)
+            r->coarse_slack_ns = 2 * (int64_t)res.tv_nsec + 1000000;
     }
 
     lua_State *L = lua_newstate(run_alloc, r);
