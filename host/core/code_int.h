@@ -99,6 +99,9 @@ int th_code__pack_into(lua_State *L, run *r, int idx, th_buf *buf,
                        bool lenient, const th_proj_tool *tool, size_t cap,
                        bool *over);
 void th_code__push_result(lua_State *L, run *r, const th_result_copy *res);
+/* push_result of a DONE result that is not structured, from its parts. */
+void th_code__push_done(lua_State *L, run *r, bool ok, const th_buf *out,
+                        const th_buf *err, const th_buf *meta);
 void th_code__push_error_result(lua_State *L, run *r, int code,
                                 const char *message);
 int th_code__pack_returned(lua_State *L, run *r);

@@ -326,11 +326,16 @@ alloc_slow(run *r, void *ptr, size_t osize, size_t nsize)
  * save): a new small block served by a free list or the arena, within the
  * cap and before the next clock poll, and an arena block freed (onto its
  * list, or left to the region while the state closes).  Both do what
- * alloc_slow would; the rest goes there. */
+ * alloc_slow would, as does the no-op of no block to 0 bytes; the rest
+ * goes there. */
 static void *run_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 {
     run *r = ud;
     if (!ptr) {
+        /* Lua "resizes" and frees the absent array part of every table it
+         * makes and frees (NULL, 0 bytes): twice per table, nothing to do */
+        if (!nsize)
+            return NULL;
         if (nsize - 1 < SMALL_MAX &&
             (!r->has_deadline || (r->alloc_n + 1 < ALLOC_POLL_N &&
                                   r->alloc_grow + nsize < ALLOC_POLL_BYTES)) &&
@@ -602,12 +607,12 @@ static void pres_reset(th_proj_result *p)
     pres_buf_reset(&p->meta);
 }
 
-/* __call of a tool object: upvalue 1 = index in the projection. */
+/* __call of a tool object: upvalue 1 = its th_proj_tool (light userdata;
+ * the projection outlives the run). */
 static int tool_call(lua_State *L)
 {
     run *r = th_code__get_run(L);
-    lua_Integer idx = lua_tointeger(L, lua_upvalueindex(1));
-    const th_proj_tool *t = &r->proj->tools[idx];
+    const th_proj_tool *t = lua_touserdata(L, lua_upvalueindex(1));
     if (lua_gettop(L) > 2)
         return luaL_error(L,
                           "tools.%s takes one table of named arguments, "
@@ -652,6 +657,9 @@ static int tool_call(lua_State *L)
         th_code__push_error_result(L, r, rc, NULL);
     } else if (r->pres.kind == TH_PROJ_ERROR) {
         th_code__push_error_result(L, r, r->pres.error, r->pres.message);
+    } else if (!r->pres.structured) {
+        th_code__push_done(L, r, r->pres.ok, &r->pres.out, &r->pres.err,
+                           &r->pres.meta);
     } else {
         /* A view of the projection's result (nothing changes hands). */
         th_result_copy done;
@@ -774,7 +782,7 @@ static void make_tools(lua_State *L, run *r)
         lua_pushstring(L, t->signature);
         lua_setfield(L, -2, "signature");
         lua_setfield(L, -2, "__index");
-        lua_pushinteger(L, (lua_Integer)i);
+        lua_pushlightuserdata(L, (void *)t);
         lua_pushcclosure(L, tool_call, 1);
         lua_setfield(L, -2, "__call");
         lua_pushstring(L, t->key);
