@@ -988,6 +988,12 @@ static void test_tool_results(void)
                  "local c = tools.echo{text = 'hi'}\n"
                  "assert(c.ok and c.stdout == 'hi' and c.stderr == '')\n"
                  "assert(type(c.meta) == 'table')\n"
+                 /* meta: a key when the tool set one, lazy when none */
+                 "local s = tools.add{a = 1, b = 2}\n"
+                 "assert(rawget(s, 'meta') and s.meta.sum == 3)\n"
+                 "local e = tools.echo{text = 'x'}\n"
+                 "assert(rawget(e, 'meta') == nil and next(e.meta) == nil)\n"
+                 "assert(rawget(e, 'meta') == e.meta)\n"
                  "local d = tools.my_tool{text = 'dash'}\n"
                  "assert(d.stdout == 'dash')\n"
                  "return 1");
