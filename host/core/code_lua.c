@@ -392,8 +392,11 @@ static void poll_limits(run *r, lua_State *L)
  * counts: a call that ended past the deadline kills the run at once).
  * Most calls end far from the deadline, which the coarse clock (~5 ns, the
  * last tick's time) can tell: it lags the precise one (~26 ns here) by at
- * most a tick, so when the deadline is further than coarse_slack_ns from
- * its reading, it is not passed; closer, the precise clock decides. */
+ * most a tick, so when the deadline is more than coarse_slack_ns (two
+ * ticks and 1 ms) past its reading, it is not passed; closer, the precise
+ * clock decides.  (The call's timeout, before it, keeps the precise read:
+ * a coarse one would make it up to the slack short, and a tool that runs
+ * to its timeout would leave the script a few ms after it.) */
 static void poll_after_call(run *r, lua_State *L)
 {
     if (r->kill)
