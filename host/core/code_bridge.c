@@ -543,6 +543,17 @@ void th_code__push_result(lua_State *L, run *r, const th_result_copy *res)
     }
     th_code__push_msgpack(L, r, &b);
     th_buf_destroy(&b);
+    if (res->kind == TH_RESULT_DONE && !res->meta.len &&
+        lua_type(L, -1) == LUA_TTABLE) {
+        /* the codec's empty meta: lazy, as for any result */
+        if (!r->keys[0])
+            make_keys(L, r);
+        lua_rawgeti(L, LUA_REGISTRYINDEX, r->keys[K_META]);
+        lua_pushnil(L);
+        lua_rawset(L, -3);
+        lua_rawgeti(L, LUA_REGISTRYINDEX, r->keys[K_LAZY_MT]);
+        lua_setmetatable(L, -2);
+    }
     push_failed(L, res);
 }
 
