@@ -441,7 +441,7 @@ static void set_str(lua_State *L, const char *k, const char *v, size_t n)
 /* __index of a result with no meta: `r.meta` is an empty table made on
  * its first read and stored in r (so r.meta == r.meta, and r.meta.x is
  * nil); any other missing key is nil.  An empty meta table per call was a
- * table and a key insertion (~560 instructions, ~50 ns of an inner call,
+ * table and a key insertion (~400 instructions of an inner call,
  * bench/README.md, "run_code") that few scripts read. */
 static int lazy_meta(lua_State *L)
 {
