@@ -51,7 +51,18 @@ static int put(pack_ctx *c, const void *p, size_t n)
         if (th_buf_reserve(b, n) != 0)
             return -1;
     }
-    memcpy(b->data + b->len, p, n);
+    uint8_t *d = b->data + b->len;
+    const uint8_t *s = p;
+    if (n >= 4 && n <= 8) { /* msgpack-c's tokens, short strings: no call */
+        memcpy(d, s, 4);
+        memcpy(d + n - 4, s + n - 4, 4);
+    } else if (n && n < 4) {
+        d[0] = s[0];
+        d[n / 2] = s[n / 2];
+        d[n - 1] = s[n - 1];
+    } else {
+        memcpy(d, p, n);
+    }
     b->len += n;
     b->data[b->len] = '\0';
     return 0;
@@ -410,6 +421,7 @@ void th_code__push_msgpack(lua_State *L, run *r, const th_buf *b)
 }
 
 static void push_failed(lua_State *L, const th_result_copy *res);
+static void push_failed_msg(lua_State *L, const th_buf *err);
 
 static void set_str(lua_State *L, const char *k, const char *v, size_t n)
 {
@@ -420,16 +432,51 @@ static void set_str(lua_State *L, const char *k, const char *v, size_t n)
 /* The result table's keys, interned once per run and fetched from the
  * registry by number: lua_setfield() looks each C string up in the
  * string table every time (~490 instructions a key, half the result). */
-enum { K_OK, K_STDOUT, K_STDERR, K_META };
+#define K_OK TH_CODE_K_OK
+#define K_STDOUT TH_CODE_K_STDOUT
+#define K_STDERR TH_CODE_K_STDERR
+#define K_META TH_CODE_K_META
+#define K_LAZY_MT TH_CODE_K_LAZY_MT
+
+/* __index of a result with no meta: `r.meta` is an empty table made on
+ * its first read and stored in r (so r.meta == r.meta, and r.meta.x is
+ * nil); any other missing key is nil.  An empty meta table per call was a
+ * table and a key insertion (~400 instructions of an inner call,
+ * bench/README.md, "run_code") that few scripts read. */
+static int lazy_meta(lua_State *L)
+{
+    size_t n;
+    const char *k;
+    if (lua_type(L, 1) == LUA_TTABLE && lua_type(L, 2) == LUA_TSTRING &&
+        (k = lua_tolstring(L, 2, &n)) && n == 4 && memcmp(k, "meta", 4) == 0) {
+        lua_settop(L, 2);
+        lua_newtable(L);
+        lua_pushvalue(L, 2);
+        lua_pushvalue(L, 3);
+        lua_rawset(L, 1);
+        return 1;
+    }
+    return 0;
+}
 
 static void make_keys(lua_State *L, run *r)
 {
     static const char *const names[] = {"ok", "stdout", "stderr", "meta"};
-    int k[4]; /* all or none: luaL_ref may raise (out of memory) */
+    int k[5]; /* all or none: luaL_ref may raise (out of memory) */
     for (int i = 0; i < 4; i++) {
         lua_pushstring(L, names[i]);
         k[i] = luaL_ref(L, LUA_REGISTRYINDEX);
     }
+    /* The metatable is protected (__metatable): the script cannot reach
+     * it to add a __gc that every later result would carry (finalizers
+     * run outside the deadline); the sandbox's setmetatable may still
+     * replace it on a result (code_lua.c, sb_setmetatable). */
+    lua_createtable(L, 0, 2);
+    lua_pushcfunction(L, lazy_meta);
+    lua_setfield(L, -2, "__index");
+    lua_pushboolean(L, 0);
+    lua_setfield(L, -2, "__metatable");
+    k[K_LAZY_MT] = luaL_ref(L, LUA_REGISTRYINDEX);
     memcpy(r->keys, k, sizeof k);
 }
 
@@ -438,32 +485,41 @@ static void make_keys(lua_State *L, run *r)
  * message}}; structured: a tool's checked JSON output as a Lua value);
  * a run that failed (ok = false) also gets error = {code = "tool_failed",
  * message = its stderr} (TH_EFAILED).  Raises on out of memory. */
+void th_code__push_done(lua_State *L, run *r, bool ok, const th_buf *out,
+                        const th_buf *err, const th_buf *meta)
+{
+    /* The codec form built here directly, each part converted once:
+     * {ok, stdout, stderr[, meta]} (th_codec_pack_result) with the texts
+     * as Lua strings (str and bin alike) and the tool's meta map from its
+     * bytes; with no meta, the lazy metatable (lazy_meta). */
+    if (!r->keys[0])
+        make_keys(L, r);
+    lua_createtable(L, 0, 4);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, r->keys[K_OK]);
+    lua_pushboolean(L, ok);
+    lua_rawset(L, -3);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, r->keys[K_STDOUT]);
+    lua_pushlstring(L, out->data ? (const char *)out->data : "", out->len);
+    lua_rawset(L, -3);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, r->keys[K_STDERR]);
+    lua_pushlstring(L, err->data ? (const char *)err->data : "", err->len);
+    lua_rawset(L, -3);
+    if (meta->len) {
+        lua_rawgeti(L, LUA_REGISTRYINDEX, r->keys[K_META]);
+        th_code__push_msgpack(L, r, meta);
+        lua_rawset(L, -3);
+    } else { /* no meta key: an empty table on first read */
+        lua_rawgeti(L, LUA_REGISTRYINDEX, r->keys[K_LAZY_MT]);
+        lua_setmetatable(L, -2);
+    }
+    if (!ok)
+        push_failed_msg(L, err);
+}
+
 void th_code__push_result(lua_State *L, run *r, const th_result_copy *res)
 {
     if (res->kind == TH_RESULT_DONE && !res->structured) {
-        /* The codec form built here directly, each part converted once:
-         * {ok, stdout, stderr, meta} (th_codec_pack_result) with the
-         * texts as Lua strings (str and bin alike) and the tool's meta
-         * map from its bytes.  Structured results take the codec (the
-         * JSON value of stdout), below. */
-        if (!r->keys[0])
-            make_keys(L, r);
-        lua_createtable(L, 0, 4);
-        lua_rawgeti(L, LUA_REGISTRYINDEX, r->keys[K_OK]);
-        lua_pushboolean(L, res->ok);
-        lua_rawset(L, -3);
-        lua_rawgeti(L, LUA_REGISTRYINDEX, r->keys[K_STDOUT]);
-        lua_pushlstring(L, res->out.data ? (const char *)res->out.data : "",
-                        res->out.len);
-        lua_rawset(L, -3);
-        lua_rawgeti(L, LUA_REGISTRYINDEX, r->keys[K_STDERR]);
-        lua_pushlstring(L, res->err.data ? (const char *)res->err.data : "",
-                        res->err.len);
-        lua_rawset(L, -3);
-        lua_rawgeti(L, LUA_REGISTRYINDEX, r->keys[K_META]);
-        th_code__push_msgpack(L, r, &res->meta); /* {} when none */
-        lua_rawset(L, -3);
-        push_failed(L, res);
+        th_code__push_done(L, r, res->ok, &res->out, &res->err, &res->meta);
         return;
     }
     if (res->kind == TH_RESULT_ERROR) {
@@ -487,21 +543,36 @@ void th_code__push_result(lua_State *L, run *r, const th_result_copy *res)
     }
     th_code__push_msgpack(L, r, &b);
     th_buf_destroy(&b);
+    if (res->kind == TH_RESULT_DONE && !res->meta.len &&
+        lua_type(L, -1) == LUA_TTABLE) {
+        /* the codec's empty meta: lazy, as for any result */
+        if (!r->keys[0])
+            make_keys(L, r);
+        lua_rawgeti(L, LUA_REGISTRYINDEX, r->keys[K_META]);
+        lua_pushnil(L);
+        lua_rawset(L, -3);
+        lua_rawgeti(L, LUA_REGISTRYINDEX, r->keys[K_LAZY_MT]);
+        lua_setmetatable(L, -2);
+    }
     push_failed(L, res);
 }
 
 /* A run that failed: error = {code = "tool_failed", message = stderr}. */
+static void push_failed_msg(lua_State *L, const th_buf *err)
+{
+    lua_createtable(L, 0, 2);
+    set_str(L, "code", th_err_name(TH_EFAILED), strlen(th_err_name(TH_EFAILED)));
+    if (err->len)
+        set_str(L, "message", (const char *)err->data, err->len);
+    else
+        set_str(L, "message", th_strerror(TH_EFAILED), strlen(th_strerror(TH_EFAILED)));
+    lua_setfield(L, -2, "error");
+}
+
 static void push_failed(lua_State *L, const th_result_copy *res)
 {
-    if (res->kind == TH_RESULT_DONE && !res->ok) {
-        lua_createtable(L, 0, 2);
-        set_str(L, "code", th_err_name(TH_EFAILED), strlen(th_err_name(TH_EFAILED)));
-        if (res->err.len)
-            set_str(L, "message", (const char *)res->err.data, res->err.len);
-        else
-            set_str(L, "message", th_strerror(TH_EFAILED), strlen(th_strerror(TH_EFAILED)));
-        lua_setfield(L, -2, "error");
-    }
+    if (res->kind == TH_RESULT_DONE && !res->ok)
+        push_failed_msg(L, &res->err);
 }
 
 void th_code__push_error_result(lua_State *L, run *r, int code,

@@ -30,6 +30,9 @@ typedef struct run {
     /* time */
     bool has_deadline;
     struct timespec deadline;
+    /* how far CLOCK_MONOTONIC_COARSE may lag the precise clock (two of its
+     * ticks and 1 ms); 0: not used (code_lua.c, poll_after_call) */
+    int64_t coarse_slack_ns;
     int kill;
     bool warn_cont; /* a warning is being continued */
     uint32_t alloc_n;   /* allocations since the allocator read the clock */
@@ -47,9 +50,10 @@ typedef struct run {
     size_t arena_off;   /* bytes carved from it */
     bool arena_failed;  /* its malloc failed: small blocks from malloc */
     bool closing;       /* lua_close() is freeing everything */
-    /* the keys of a call's result table (ok, stdout, stderr, meta) as
+    /* the keys of a call's result table (ok, stdout, stderr, meta) and
+     * the shared metatable of a result with no meta (TH_CODE_K_*), as
      * registry references, made at the first result (code_bridge.c) */
-    int keys[4];
+    int keys[5];
     /* output */
     uint64_t kept[3], dropped[3];
     /* scratch C memory that a Lua error may skip over */
@@ -60,6 +64,12 @@ typedef struct run {
     bool unp_live;
     char msg[512];
 } run;
+
+/* r->keys: the result table's keys, and the metatable (a protected one,
+ * shared by every result of the run that has no meta) whose __index makes
+ * `r.meta` an empty table on first read (code_bridge.c). */
+enum { TH_CODE_K_OK, TH_CODE_K_STDOUT, TH_CODE_K_STDERR, TH_CODE_K_META,
+       TH_CODE_K_LAZY_MT };
 
 /* The sandbox's clock and run, for all three files; inline so that the
  * guard and the bridge call nothing of code_lua.c (no cycle between the
@@ -89,6 +99,9 @@ int th_code__pack_into(lua_State *L, run *r, int idx, th_buf *buf,
                        bool lenient, const th_proj_tool *tool, size_t cap,
                        bool *over);
 void th_code__push_result(lua_State *L, run *r, const th_result_copy *res);
+/* push_result of a DONE result that is not structured, from its parts. */
+void th_code__push_done(lua_State *L, run *r, bool ok, const th_buf *out,
+                        const th_buf *err, const th_buf *meta);
 void th_code__push_error_result(lua_State *L, run *r, int code,
                                 const char *message);
 int th_code__pack_returned(lua_State *L, run *r);

@@ -326,11 +326,16 @@ alloc_slow(run *r, void *ptr, size_t osize, size_t nsize)
  * save): a new small block served by a free list or the arena, within the
  * cap and before the next clock poll, and an arena block freed (onto its
  * list, or left to the region while the state closes).  Both do what
- * alloc_slow would; the rest goes there. */
+ * alloc_slow would, as does the no-op of no block to 0 bytes; the rest
+ * goes there. */
 static void *run_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 {
     run *r = ud;
     if (!ptr) {
+        /* Lua "resizes" and frees the absent array part of every table it
+         * makes and frees (NULL, 0 bytes): twice per table, nothing to do */
+        if (!nsize)
+            return NULL;
         if (nsize - 1 < SMALL_MAX &&
             (!r->has_deadline || (r->alloc_n + 1 < ALLOC_POLL_N &&
                                   r->alloc_grow + nsize < ALLOC_POLL_BYTES)) &&
@@ -380,6 +385,36 @@ static void poll_limits(run *r, lua_State *L)
     if (r->has_deadline && th_code__ms_left(r) <= 0)
         set_kill(r, L, KILL_TIMEOUT);
     else if (r->io.is_cancelled && r->io.is_cancelled(r->io.ud))
+        set_kill(r, L, KILL_CANCEL);
+}
+
+/* poll_limits after a tool call returned (the time spent in the tool
+ * counts: a call that ended past the deadline kills the run at once).
+ * Most calls end far from the deadline, which the coarse clock (~5 ns, the
+ * last tick's time) can tell: it lags the precise one (~26 ns here) by at
+ * most a tick, so when the deadline is more than coarse_slack_ns (two
+ * ticks and 1 ms) past its reading, it is not passed; closer, the precise
+ * clock decides.  (The call's timeout, before it, keeps the precise read:
+ * a coarse one would make it up to the slack short, and a tool that runs
+ * to its timeout would leave the script a few ms after it.) */
+static void poll_after_call(run *r, lua_State *L)
+{
+    if (r->kill)
+        return;
+    if (r->has_deadline) {
+        struct timespec t;
+        bool far = false;
+        if (r->coarse_slack_ns &&
+            clock_gettime(CLOCK_MONOTONIC_COARSE, &t) == 0)
+            far = (int64_t)(r->deadline.tv_sec - t.tv_sec) * 1000000000 +
+                      (r->deadline.tv_nsec - t.tv_nsec) >
+                  r->coarse_slack_ns;
+        if (!far && th_code__ms_left(r) <= 0) {
+            set_kill(r, L, KILL_TIMEOUT);
+            return;
+        }
+    }
+    if (r->io.is_cancelled && r->io.is_cancelled(r->io.ud))
         set_kill(r, L, KILL_CANCEL);
 }
 
@@ -575,12 +610,12 @@ static void pres_reset(th_proj_result *p)
     pres_buf_reset(&p->meta);
 }
 
-/* __call of a tool object: upvalue 1 = index in the projection. */
+/* __call of a tool object: upvalue 1 = its th_proj_tool (light userdata;
+ * the projection outlives the run). */
 static int tool_call(lua_State *L)
 {
     run *r = th_code__get_run(L);
-    lua_Integer idx = lua_tointeger(L, lua_upvalueindex(1));
-    const th_proj_tool *t = &r->proj->tools[idx];
+    const th_proj_tool *t = lua_touserdata(L, lua_upvalueindex(1));
     if (lua_gettop(L) > 2)
         return luaL_error(L,
                           "tools.%s takes one table of named arguments, "
@@ -618,13 +653,16 @@ static int tool_call(lua_State *L)
     int rc = r->proj->caller.call(r->proj->caller.ud, t->name, r->args.data,
                                   r->args.len, timeout, progress_tramp, &pc,
                                   &r->pres);
-    poll_limits(r, L);
+    poll_after_call(r, L);
     if (r->kill)
         return raise_kill(L, r, 1);
     if (rc < 0) {
         th_code__push_error_result(L, r, rc, NULL);
     } else if (r->pres.kind == TH_PROJ_ERROR) {
         th_code__push_error_result(L, r, r->pres.error, r->pres.message);
+    } else if (!r->pres.structured) {
+        th_code__push_done(L, r, r->pres.ok, &r->pres.out, &r->pres.err,
+                           &r->pres.meta);
     } else {
         /* A view of the projection's result (nothing changes hands). */
         th_result_copy done;
@@ -747,7 +785,7 @@ static void make_tools(lua_State *L, run *r)
         lua_pushstring(L, t->signature);
         lua_setfield(L, -2, "signature");
         lua_setfield(L, -2, "__index");
-        lua_pushinteger(L, (lua_Integer)i);
+        lua_pushlightuserdata(L, (void *)t);
         lua_pushcclosure(L, tool_call, 1);
         lua_setfield(L, -2, "__call");
         lua_pushstring(L, t->key);
@@ -912,6 +950,21 @@ static int sb_setmetatable(lua_State *L)
                              "available in the toolhost sandbox (finalizers "
                              "would run outside the deadline)");
     lua_settop(L, 2);
+    /* A tool result with no meta has the run's shared metatable, protected
+     * so that no script reaches it (code_bridge.c, lazy_meta); the script
+     * may still give the result a metatable of its own. */
+    run *r = th_code__get_run(L);
+    if (r->keys[TH_CODE_K_LAZY_MT] && lua_type(L, 1) == LUA_TTABLE &&
+        (lua_isnil(L, 2) || lua_type(L, 2) == LUA_TTABLE) &&
+        lua_getmetatable(L, 1)) {
+        lua_rawgeti(L, LUA_REGISTRYINDEX, r->keys[TH_CODE_K_LAZY_MT]);
+        bool shared = lua_rawequal(L, -1, -2);
+        lua_settop(L, 2);
+        if (shared) {
+            lua_setmetatable(L, 1);
+            return 1;
+        }
+    }
     lua_pushvalue(L, lua_upvalueindex(1));
     lua_insert(L, 1);
     lua_call(L, 2, 1);
@@ -1238,6 +1291,10 @@ int th_code_run(const th_projection *proj, const char *code, size_t len,
             r->deadline.tv_sec++;
             r->deadline.tv_nsec -= 1000000000;
         }
+        struct timespec res;
+        if (clock_getres(CLOCK_MONOTONIC_COARSE, &res) == 0 &&
+            res.tv_sec == 0 && res.tv_nsec > 0 && res.tv_nsec <= 50000000)
+            r->coarse_slack_ns = 2 * (int64_t)res.tv_nsec + 1000000;
     }
 
     lua_State *L = lua_newstate(run_alloc, r);

@@ -115,6 +115,11 @@ static int fake_call(void *ud, const char *tool, const uint8_t *args,
         /* honours its timeout like the manager would */
         int64_t ms = map_int(&u.data, "ms", 0);
         int64_t waited = 0;
+        if (ms == -1 && timeout_ms > 0) { /* exactly its timeout, then out */
+            sleep_ms((int)timeout_ms);
+            ms = timeout_ms + 1;
+            waited = timeout_ms;
+        }
         while (waited < ms && (timeout_ms <= 0 || waited < timeout_ms)) {
             sleep_ms(5);
             waited += 5;
@@ -660,6 +665,21 @@ static void test_long_tool_call(void)
     CU_ASSERT_TRUE(r.secs < 2.0);
     CU_ASSERT_TRUE(r.f.calls >= 3 && r.f.calls <= 10);
     ran_free(&r);
+
+    /* a tool that returns right at its timeout (the deadline less under
+     * 1 ms): the check after it kills the run at once, the script goes no
+     * further (that check reads the coarse clock when the deadline is far,
+     * the precise one this close) */
+    memset(&r, 0, sizeof r);
+    run_with(&r, "print('start')\nlocal x = tools.sleep{ms = 1}\n"
+                 "local res = tools.sleep{ms = -1}\nprint('not reached')",
+             &lim, NULL);
+    CU_ASSERT_EQUAL(r.res.return_code, 1);
+    CU_ASSERT_TRUE(r.res.timed_out);
+    CU_ASSERT_EQUAL(r.f.calls, 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err_of(&r), "code:3: timed out"));
+    CU_ASSERT_STRING_EQUAL(out_of(&r), "start\n");
+    ran_free(&r);
 }
 
 static void test_memory_bomb(void)
@@ -988,6 +1008,12 @@ static void test_tool_results(void)
                  "local c = tools.echo{text = 'hi'}\n"
                  "assert(c.ok and c.stdout == 'hi' and c.stderr == '')\n"
                  "assert(type(c.meta) == 'table')\n"
+                 /* meta: a key when the tool set one, lazy when none */
+                 "local s = tools.add{a = 1, b = 2}\n"
+                 "assert(rawget(s, 'meta') and s.meta.sum == 3)\n"
+                 "local e = tools.echo{text = 'x'}\n"
+                 "assert(rawget(e, 'meta') == nil and next(e.meta) == nil)\n"
+                 "assert(rawget(e, 'meta') == e.meta)\n"
                  "local d = tools.my_tool{text = 'dash'}\n"
                  "assert(d.stdout == 'dash')\n"
                  "return 1");

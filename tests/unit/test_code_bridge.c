@@ -348,6 +348,28 @@ static void test_directed_results(void)
     CU_ASSERT_EQUAL(luaL_dostring(L, "assert(type(r.meta) == 'table')\n"
                                      "assert(r.stdout == 'hi')"),
                     LUA_OK);
+    /* a structured result: meta lazy like any other when it is empty, a
+     * key when the tool set one */
+    th_buf_reset(&res.out);
+    th_buf_append(&res.out, "{\"n\": [1, 2]}", 13);
+    th_buf_reset(&res.meta);
+    res.structured = true;
+    th_code__push_result(L, r, &res);
+    lua_setglobal(L, "r");
+    CU_ASSERT_EQUAL(luaL_dostring(L, "assert(r.structured.n[2] == 2)\n"
+                                     "assert(rawget(r, 'meta') == nil)\n"
+                                     "assert(next(r.meta) == nil and "
+                                     "rawget(r, 'meta') == r.meta)"),
+                    LUA_OK);
+    th_buf_append(&res.meta, "\x81\xa1k\x01", 4); /* {"k": 1} */
+    th_code__push_result(L, r, &res);
+    lua_setglobal(L, "r");
+    CU_ASSERT_EQUAL(luaL_dostring(L, "assert(r.structured.n[1] == 1)\n"
+                                     "assert(rawget(r, 'meta').k == 1)"),
+                    LUA_OK);
+    res.structured = false;
+    th_buf_reset(&res.out);
+    th_buf_append(&res.out, "hi", 2);
     /* a run that failed: error = {code = tool_failed, message = stderr} */
     th_buf_reset(&res.meta);
     res.ok = false;

@@ -656,6 +656,89 @@ static void test_timeout_capped_by_toolset(void)
     chost_down(&fx);
 }
 
+/* ---- 4: a result's meta: there when the output was cut, lazy otherwise ---- */
+
+/* A tool result carries a `meta` key only when it has something in it (the
+ * host cut a stream: toolhost.output); otherwise `r.meta` is an empty table
+ * made on first read and stored in r, so pairs(r) lists no meta until it
+ * is read.  The returned value (packed with rawget) has no meta either. */
+static void test_result_meta_lazy(void)
+{
+    chost fx;
+    CU_ASSERT_EQUAL_FATAL(chost_up(&fx, 2), 0);
+    th_session *s = open_as(&fx, 1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    static const char script[] =
+        "local function keys(t)\n"
+        "  local k = {}\n"
+        "  for name in pairs(t) do k[#k + 1] = name end\n"
+        "  table.sort(k)\n"
+        "  return table.concat(k, ',')\n"
+        "end\n"
+        /* cut by command_output (8000): meta.toolhost.output, a real key */
+        "local big = tools.echo{text = string.rep('x', 9000)}\n"
+        "assert(rawget(big, 'meta'), 'cut: meta is a key')\n"
+        "assert(big.meta.toolhost.output, 'cut: meta.toolhost.output')\n"
+        "print(keys(big))\n"
+        /* nothing cut, no meta from the tool: no key until read */
+        "local r = tools.echo{text = 'hi'}\n"
+        "print(keys(r))\n"
+        "assert(rawget(r, 'meta') == nil)\n"
+        "local m = r.meta\n"
+        "assert(type(m) == 'table' and next(m) == nil and m.x == nil)\n"
+        "assert(r.meta == m and rawget(r, 'meta') == m)\n"
+        "print(keys(r))\n"
+        "assert(r.error == nil and r.structured == nil and r.zzz == nil)\n"
+        /* each result gets its own, and meta is writable like any table */
+        "local a, b = tools.echo{text = 'a'}, tools.echo{text = 'b'}\n"
+        "assert(a.meta ~= b.meta)\n"
+        "a.meta.note = 'mine'\n"
+        "assert(a.meta.note == 'mine' and b.meta.note == nil)\n"
+        /* the shared metatable is out of reach; a script's own may replace it */
+        "assert(getmetatable(b) == false)\n"
+        "local c = tools.echo{text = 'c'}\n"
+        "setmetatable(c, {__index = function() return 42 end})\n"
+        "assert(c.meta == 42 and c.stdout == 'c')\n"
+        "assert(not pcall(setmetatable, b, {__gc = print}))\n"
+        "return tools.echo{text = 'v'}\n";
+    seen a;
+    seen_init(&a);
+    CU_ASSERT_EQUAL(run_sync(s, script, &a), 0);
+    CU_ASSERT_TRUE(a.fin.ok);
+    CU_ASSERT_STRING_EQUAL(out_text(&a.fin),
+                           "meta,ok,stderr,stdout\n"
+                           "ok,stderr,stdout\n"
+                           "meta,ok,stderr,stdout\n");
+    if (!a.fin.ok || strncmp(out_text(&a.fin), "meta,ok,stderr", 14) != 0)
+        fprintf(stderr, "\n  lazy meta: %s / %s\n", out_text(&a.fin),
+                err_text(&a.fin));
+    /* the returned value, in the run's meta.value: {ok, stdout, stderr} */
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    bool found = false;
+    if (a.fin.meta.len &&
+        msgpack_unpack_next(&u, (const char *)a.fin.meta.data, a.fin.meta.len,
+                            NULL) == MSGPACK_UNPACK_SUCCESS &&
+        u.data.type == MSGPACK_OBJECT_MAP) {
+        for (uint32_t i = 0; i < u.data.via.map.size; i++) {
+            const msgpack_object_kv *kv = &u.data.via.map.ptr[i];
+            if (kv->key.type == MSGPACK_OBJECT_STR &&
+                kv->key.via.str.size == 5 &&
+                memcmp(kv->key.via.str.ptr, "value", 5) == 0) {
+                found = true;
+                CU_ASSERT_EQUAL(kv->val.type, MSGPACK_OBJECT_MAP);
+                if (kv->val.type == MSGPACK_OBJECT_MAP)
+                    CU_ASSERT_EQUAL(kv->val.via.map.size, 3);
+            }
+        }
+    }
+    CU_ASSERT_TRUE(found);
+    msgpack_unpacked_destroy(&u);
+    seen_free(&a);
+    th_session_close(s);
+    chost_down(&fx);
+}
+
 void th_suite_code_host(void)
 {
     CU_pSuite s = CU_add_suite("code_host", NULL, NULL);
@@ -668,4 +751,5 @@ void th_suite_code_host(void)
     CU_add_test(s, "call_toolset_null", test_call_toolset_null);
     CU_add_test(s, "description_limits", test_description_limits);
     CU_add_test(s, "progress_inline", test_progress_inline);
+    CU_add_test(s, "result_meta_lazy", test_result_meta_lazy);
 }
