@@ -721,6 +721,7 @@ static void exec_end(th_mcall *c, int status, bool ran, bool ended)
         c->args = NULL;
         c->args_len = 0;
         c->args_borrowed = false;
+        c->base.pub.args_view = NULL; /* validation's, of those bytes */
     }
     pthread_mutex_unlock(&c->mu);
     if (was_running)
@@ -861,9 +862,18 @@ void th_mcall_run(th_mcall *c)
      * not decode them again (valid until execute() returns, like args) */
     toolhost_arg view_args[TH_ARGS_VIEW_MAX];
     toolhost_args_view view;
-    if (!c->mock && th_args_view_build(c->args, c->args_len, view_args,
-                                       TH_ARGS_VIEW_MAX, &view) == 0)
+    const toolhost_args_view *given = c->base.pub.args_view;
+    c->base.pub.args_view = NULL;
+    if (c->mock) {
+        /* a mock reads no view */
+    } else if (given && c->args_borrowed && given->data == c->args &&
+               given->len == c->args_len) {
+        /* validation's, on the caller's frame (call_start.c prepare) */
+        c->base.pub.args_view = given;
+    } else if (th_args_view_build(c->args, c->args_len, view_args,
+                                  TH_ARGS_VIEW_MAX, &view) == 0) {
         c->base.pub.args_view = &view;
+    }
     int st = c->mock ? th_mock_execute(c)
                      : t->desc->execute(t->plugin->state, t->desc, &c->base.pub,
                                         c->args, c->args_len);
@@ -876,7 +886,7 @@ void th_mcall_run(th_mcall *c)
     bool heapless = c->islot && !th_mgr_islot_clear(c->h, c);
     pthread_mutex_lock(&c->mu);
     c->in_execute = false;
-    c->base.pub.args_view = NULL; /* on this stack frame */
+    c->base.pub.args_view = NULL; /* on this stack frame, or the caller's */
     bool susp = c->suspended;
     /* suspend() then anything but PENDING: the worker finishes the call
      * unless complete() already did (its suspend reference is ours). */

@@ -237,7 +237,8 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
  * (th_mcall.args_borrowed).  0, or the call is answered and its execution
  * reference dropped (nonzero). */
 static int stage_args(th_mcall *c, const uint8_t *raw, size_t raw_len,
-                      bool borrow)
+                      bool borrow, toolhost_arg *vitems,
+                      toolhost_args_view *view)
 {
     const th_tool *t = c->tool;
     const th_tool_override *ov = c->ts ? th_host_override(c->ts, t->name) : NULL;
@@ -274,7 +275,7 @@ static int stage_args(th_mcall *c, const uint8_t *raw, size_t raw_len,
     th_error e;
     th_error_clear(&e);
     uint8_t *copy = NULL;
-    int rc = th_validate_call(t, a, al, &vb, &va, &vl, &e);
+    int rc = th_validate_call_view(t, a, al, &vb, &va, &vl, vitems, view, &e);
     /* Where the validated bytes live decides what the call keeps: the
      * caller's own buffer is borrowed, the validator's rewrite or the
      * call's own copy is kept as is, anything else is copied once. */
@@ -296,6 +297,10 @@ static int stage_args(th_mcall *c, const uint8_t *raw, size_t raw_len,
     if (lend) {
         c->args = (uint8_t *)va;
         c->args_borrowed = true;
+        /* validation's view of these bytes, for execute() (th_mcall_run
+         * takes it while the arguments stay borrowed) */
+        if (view && view->data == va)
+            c->base.pub.args_view = view;
     } else if (!same) {
         if (take)
             copy = th_buf_take(&vb, NULL);
@@ -412,11 +417,16 @@ static bool answered(th_mcall *c)
 }
 
 /* Stages 3 and 4 with the raw arguments (c->args, or with `borrow` the
- * caller's). */
+ * caller's).  A call with borrowed arguments runs inline within this
+ * frame, if it runs on this thread at all: validation's view of them
+ * lives here. */
 static void prepare(th_mcall *c, const uint8_t *raw, size_t raw_len,
                     bool borrow)
 {
-    if (stage_args(c, raw, raw_len, borrow) != 0)
+    toolhost_arg vitems[TH_ARGS_VIEW_MAX];
+    toolhost_args_view view;
+    if (stage_args(c, raw, raw_len, borrow, borrow ? vitems : NULL,
+                   borrow ? &view : NULL) != 0)
         return;
     /* The deadline armed while a worker ran the hooks is set again by the
      * manager, or replaced by the permission question's. */

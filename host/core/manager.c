@@ -410,6 +410,7 @@ int th_mgr_own_args(th_mcall *c)
         memcpy(copy, c->args, c->args_len);
     c->args = copy;
     c->args_borrowed = false;
+    c->base.pub.args_view = NULL; /* validation's view: of the caller's */
     return 0;
 }
 
