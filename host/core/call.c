@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <msgpack.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,10 +62,22 @@ static pthread_key_t pool_key;
 static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 static bool pool_key_ok;
 
+/* A pooled block keeps its mutex and its x's condition variable set up
+ * (an unlocked mutex and a condition variable nobody waits on, reused as
+ * they are): they are initialized once when the block is allocated and
+ * destroyed when it leaves the pool for free(). */
+static void rec_release(th_mcall *c)
+{
+    if (c->x_room)
+        pthread_cond_destroy(&((th_mcall_x *)(c + 1))->cv);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
 static void pool_drain(call_pool *p)
 {
     while (p->n > 0)
-        free(p->blk[--p->n]);
+        rec_release(p->blk[--p->n]);
 }
 
 static void pool_exit(void *v)
@@ -77,14 +90,40 @@ static void pool_key_make(void)
     pool_key_ok = pthread_key_create(&pool_key, pool_exit) == 0;
 }
 
-void *th_call_rec_new(bool room)
+/* Zeroes [from, to) of an object: what lies around a kept member. */
+static void zero_span(void *base, size_t from, size_t to)
 {
+    memset((char *)base + from, 0, to - from);
+}
+
+th_mcall *th_call_rec_new(bool room)
+{
+    th_mcall *c;
+    th_mcall_x *x;
     if (room && tl_pool.n > 0) {
-        void *b = tl_pool.blk[--tl_pool.n];
-        memset(b, 0, CALL_REC_FULL);
-        return b;
+        /* everything zeroed but the kept mutex and condition variable */
+        c = tl_pool.blk[--tl_pool.n];
+        x = (th_mcall_x *)(c + 1);
+        zero_span(c, 0, offsetof(th_mcall, mu));
+        zero_span(c, offsetof(th_mcall, mu) + sizeof c->mu, sizeof *c);
+        zero_span(x, 0, offsetof(th_mcall_x, cv));
+        zero_span(x, offsetof(th_mcall_x, cv) + sizeof x->cv, sizeof *x);
+    } else {
+        c = calloc(1, room ? CALL_REC_FULL : sizeof(th_mcall));
+        if (!c)
+            return NULL;
+        pthread_mutex_init(&c->mu, NULL);
+        x = (th_mcall_x *)(c + 1);
+        if (room)
+            pthread_cond_init(&x->cv, NULL);
     }
-    return calloc(1, room ? CALL_REC_FULL : sizeof(th_mcall));
+    if (room) {
+        c->x_room = true;
+        c->x = x;
+        x->cancel_efd = -1;
+        x->last_frac = -1;
+    }
+    return c;
 }
 
 void th_call_x_init(th_mcall_x *x)
@@ -132,32 +171,25 @@ void th_call_wake_locked(th_mcall *c)
         pthread_cond_broadcast(&c->x->cv);
 }
 
-static void call_rec_free(th_mcall *c)
+void th_call_rec_free(th_mcall *c)
 {
     if (!c->x_room || tl_pool.n >= TH_CALL_POOL) {
-        free(c);
+        if (c->x && !c->x_room) {
+            pthread_cond_destroy(&c->x->cv);
+            free(c->x);
+        }
+        rec_release(c);
         return;
     }
     if (tl_pool.n == 0) {
         /* the first block: the thread's exit frees the pool */
         pthread_once(&pool_once, pool_key_make);
         if (!pool_key_ok || pthread_setspecific(pool_key, &tl_pool) != 0) {
-            free(c);
+            rec_release(c);
             return;
         }
     }
-    tl_pool.blk[tl_pool.n++] = c;
-}
-
-static void tomb_destroy(th_mcall *c)
-{
-    if (c->x) {
-        pthread_cond_destroy(&c->x->cv);
-        if (!c->x_room)
-            free(c->x);
-    }
-    pthread_mutex_destroy(&c->mu);
-    call_rec_free(c);
+    tl_pool.blk[tl_pool.n++] = c; /* mu and x->cv stay set up */
 }
 
 /* `c` joins the quarantine, without a lock: the slot after the last
@@ -177,7 +209,7 @@ void th_call_tombs_destroy(th_host *h)
         th_mcall *c = atomic_exchange_explicit(&h->tomb_ring[i], NULL,
                                                memory_order_acq_rel);
         if (c)
-            tomb_destroy(c);
+            th_call_rec_free(c);
     }
     atomic_store(&h->tomb_at, 0);
     pool_drain(&tl_pool); /* this thread's pool goes with the host */
@@ -237,9 +269,9 @@ static void call_free(th_mcall *c)
         c->inline_run = false;
         th_mcall *old = tomb_push(h, c);
         if (old)
-            tomb_destroy(old);
+            th_call_rec_free(old);
     } else {
-        tomb_destroy(c);
+        th_call_rec_free(c);
     }
     if (parent)
         th_mcall_unref(parent);

@@ -160,7 +160,8 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
     th_mcall *c = th_call_rec_new(room);
     uint8_t *copy = args ? malloc(len ? len : 1) : NULL;
     if (!c || (args && !copy)) {
-        free(c);
+        if (c)
+            th_call_rec_free(c);
         free(copy);
         th_tool_release(t);
         th_config_unref(p->cfg);
@@ -203,12 +204,6 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
     atomic_init(&c->refs, 1); /* the execution reference */
     atomic_init(&c->abort_code, 0);
     atomic_init(&c->is_task, false);
-    if (room) {
-        c->x_room = true;
-        c->x = (th_mcall_x *)(c + 1);
-        th_call_x_init(c->x);
-    }
-    pthread_mutex_init(&c->mu, NULL);
     atomic_fetch_add(&h->live_calls, 1);
 
     pthread_mutex_lock(&s->mu);
