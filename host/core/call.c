@@ -442,6 +442,32 @@ static void exec_over_locked(th_mcall *c, th_session *s)
         pthread_cond_broadcast(&s->cv);
 }
 
+int th_call_session_put_locked(th_mcall *c)
+{
+    th_session *s = c->s;
+    if (c->in_session || c->answered)
+        return 0;
+    if (s->closing)
+        return TH_ESTATE;
+    if (th_u64map_put_node(&s->calls, &c->snode, c->base.pub.call_id, c) != 0)
+        return TH_ENOMEM;
+    th_mcall_ref(c);
+    c->in_session = true;
+    c->exec_counted = true;
+    s->exec_live++;
+    return 0;
+}
+
+int th_call_session_enter_locked(th_mcall *c)
+{
+    if (c->in_session || c->answered)
+        return 0;
+    pthread_mutex_lock(&c->s->mu);
+    int rc = th_call_session_put_locked(c);
+    pthread_mutex_unlock(&c->s->mu);
+    return rc;
+}
+
 /* `exec_over`: the answer is the end of the call's execution as well
  * (th_mcall_exec_end): both in one turn of the session's lock. */
 static bool answer_locked(th_mcall *c, th_result_copy *res, bool exec_over)
@@ -465,20 +491,24 @@ static bool answer_locked(th_mcall *c, th_result_copy *res, bool exec_over)
     th_dup_remove(c);
     if (!c->no_heap)
         th_mgr_disarm(h, c);
-    pthread_mutex_lock(&s->mu);
-    if (exec_over && c->exec_counted)
-        exec_over_locked(c, s);
-    if (c->in_session) {
-        th_u64map_del_node(&s->calls, &c->snode);
-        c->in_session = false;
-        ref_drop_nonlast(c);
+    /* (a call in a call slot that never entered the map has nothing
+     * here: not even the lock) */
+    if ((exec_over && c->exec_counted) || c->in_session || c->live_counted) {
+        pthread_mutex_lock(&s->mu);
+        if (exec_over && c->exec_counted)
+            exec_over_locked(c, s);
+        if (c->in_session) {
+            th_u64map_del_node(&s->calls, &c->snode);
+            c->in_session = false;
+            ref_drop_nonlast(c);
+        }
+        if (c->live_counted) {
+            c->live_counted = false;
+            s->live_tasks--;
+            changed = s->live_tasks == 0 && !c->cfg->host.expose_task_tools;
+        }
+        pthread_mutex_unlock(&s->mu);
     }
-    if (c->live_counted) {
-        c->live_counted = false;
-        s->live_tasks--;
-        changed = s->live_tasks == 0 && !c->cfg->host.expose_task_tools;
-    }
-    pthread_mutex_unlock(&s->mu);
     if (c->in_tasks || (c->acked && c->scope == TH_SCOPE_TOOLSET)) {
         /* One step: a reader sees the task live or its result kept. */
         pthread_mutex_lock(&h->tmu);
@@ -943,6 +973,10 @@ void th_mcall_run(th_mcall *c)
      * cancel: its answer found it not yet in the heap): out of the heap
      * now, not at its deadline. */
     bool drop = c->islot && !heapless && c->answered;
+    /* Suspended, it outlives its inline run: out of its call slot into
+     * the session's map (closing: cancelled below, still in the slot). */
+    int enter_rc = susp && st == TOOLHOST_PENDING
+                       ? th_call_session_enter_locked(c) : 0;
     if (c->args_borrowed && susp && st == TOOLHOST_PENDING &&
         th_mgr_own_args(c) != 0) {
         /* A suspended task lists its arguments (tasks.list) after the
@@ -955,6 +989,10 @@ void th_mcall_run(th_mcall *c)
     pthread_mutex_unlock(&c->mu);
     if (drop)
         th_mgr_disarm(c->h, c);
+    if (enter_rc != 0)
+        th_mcall_abort(c, enter_rc == TH_ESTATE ? TH_ECANCELLED : TH_ENOMEM,
+                       "%s", enter_rc == TH_ESTATE ? "the session ended"
+                                                   : "out of memory");
     unsigned long long id = (unsigned long long)c->base.pub.call_id;
     if (susp && st == TOOLHOST_PENDING) {
         /* complete() finishes it (or already did). */
@@ -986,11 +1024,7 @@ void th_mcall_run(th_mcall *c)
 int th_call_cancel(th_session *s, uint64_t id)
 {
     th_host *h = s->h;
-    pthread_mutex_lock(&s->mu);
-    th_mcall *c = th_u64map_get(&s->calls, id);
-    if (c)
-        th_mcall_ref(c);
-    pthread_mutex_unlock(&s->mu);
+    th_mcall *c = th_mgr_session_call(s, id); /* map or call slot */
     if (!c) {
         /* A toolset-scoped task of a toolset this session may use. */
         pthread_mutex_lock(&h->tmu);

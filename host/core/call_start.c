@@ -141,7 +141,9 @@ static int stage_lookup(th_session *s, const char *name, uint64_t id,
 /* ---- 2. The call record ---------------------------------------------------- */
 
 /* Makes the call object from the plan (whose references it takes, also on
- * failure) and registers it in its session.  With `args` the call keeps a
+ * failure) and registers it in its session (its map, or this thread's
+ * call slot: then *out keeps the slot's reference, and 1 says the call
+ * is answered already: its session closes).  With `args` the call keeps a
  * copy of the arguments as given (for a worker to validate later); with
  * NULL the caller validates them right away (c->args stays NULL until
  * then).  0 with *out holding the execution reference, or TH_ENOMEM /
@@ -206,19 +208,31 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
     atomic_init(&c->is_task, false);
     atomic_fetch_add(&h->live_calls, 1);
 
+    /* A call that runs inline here with nothing of the pool to take is
+     * published in this thread's call slot, not the session's map (no
+     * lock); th_call_start takes it out.  Closing: the seq_cst pair with
+     * th_session_close (it sets closing, then looks at the slots; we
+     * filled the slot, then read closing) means one of us sees the other. */
+    if (th_mgr_cslot_put(h, c)) {
+        th_mcall_ref(c); /* the slot's: dropped when it is cleared */
+        *out = c;
+        if (__atomic_load_n(&s->closing, __ATOMIC_SEQ_CST)) {
+            /* The close may have found it in the slot already: answered
+             * as the close answers its calls (fn gets one answer,
+             * whoever gives it). */
+            th_mcall_never_run(c, TH_ECANCELLED, "the session ended");
+            return 1;
+        }
+        return 0;
+    }
     pthread_mutex_lock(&s->mu);
-    if (s->closing || th_u64map_put_node(&s->calls, &c->snode, id, c) != 0) {
-        int rc = s->closing ? TH_ESTATE : TH_ENOMEM;
-        pthread_mutex_unlock(&s->mu);
+    int rc = th_call_session_put_locked(c);
+    pthread_mutex_unlock(&s->mu);
+    if (rc != 0) {
         c->fn = NULL;
         th_mcall_unref(c);
         return rc;
     }
-    th_mcall_ref(c);
-    c->in_session = true;
-    c->exec_counted = true;
-    s->exec_live++;
-    pthread_mutex_unlock(&s->mu);
     *out = c;
     return 0;
 }
@@ -378,8 +392,17 @@ static void stage_permission(th_mcall *c)
         return;
     }
     pthread_mutex_lock(&c->mu);
-    c->phase = TH_PH_PERM_WAIT;
+    /* it outlives th_call_start: out of its call slot, into the map */
+    int erc = th_call_session_enter_locked(c);
+    if (erc == 0)
+        c->phase = TH_PH_PERM_WAIT;
     pthread_mutex_unlock(&c->mu);
+    if (erc != 0) {
+        th_mcall_never_run(c, erc == TH_ESTATE ? TH_ECANCELLED : TH_ENOMEM,
+                           erc == TH_ESTATE ? "the session ended"
+                                            : "out of memory");
+        return;
+    }
     uint64_t pt = c->cfg->host.permission_timeout_ms;
     atomic_store(&c->deadline_ns, th_now_ns() + (int64_t)(pt ? pt : 60000) * 1000000);
     th_mgr_arm(h, c);
@@ -500,10 +523,13 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
     bool on_worker = has_hooks(&p) && !o.may_block;
     th_mcall *c = NULL;
     rc = stage_record(s, &p, on_worker ? args : NULL, len, &o, fn, ud, id, &c);
-    if (rc != 0)
+    if (rc < 0)
         return rc;
     c->fast_sample = sample;
-    if (on_worker) {
+    bool slot = c->cslot != 0; /* c stays valid: the slot's reference */
+    if (rc > 0) {
+        /* answered by stage_record */
+    } else if (on_worker) {
         th_mgr_prepare(c);
     } else if (fast) {
         /* the core times what held the front's thread (the reference
@@ -518,6 +544,18 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
         th_mcall_unref(c);
     } else {
         prepare(c, args, len, true);
+    }
+    if (slot) {
+        /* Answered by now, or in the session's map (it lives on: asks
+         * permission, suspended, a task): out of the call slot.  A session
+         * closing meanwhile waits for its calls to leave the slots. */
+        th_mgr_cslot_clear(h, c);
+        if (__atomic_load_n(&s->closing, __ATOMIC_SEQ_CST)) {
+            pthread_mutex_lock(&s->mu);
+            pthread_cond_broadcast(&s->cv);
+            pthread_mutex_unlock(&s->mu);
+        }
+        th_mcall_unref(c);
     }
     return 0;
 }
@@ -535,11 +573,7 @@ void th_mcall_perm_expired(th_mcall *c)
 
 int th_permission_answer(th_session *s, uint64_t call_id, bool allow)
 {
-    pthread_mutex_lock(&s->mu);
-    th_mcall *c = th_u64map_get(&s->calls, call_id);
-    if (c)
-        th_mcall_ref(c);
-    pthread_mutex_unlock(&s->mu);
+    th_mcall *c = th_mgr_session_call(s, call_id); /* map or call slot */
     if (!c)
         return TH_ENOTFOUND;
     pthread_mutex_lock(&c->mu);
