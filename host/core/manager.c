@@ -422,12 +422,36 @@ static atomic_uint islot_count;
 /* An inline call about to run on this thread: published in the thread's
  * slot instead of the deadline heap.  False when the slot is taken (a
  * thread sharing it runs an inline call): arm it as usual. */
-static bool islot_put(th_mgr *m, th_mcall *c)
+/* This thread's slot in th_mgr.islot and th_mgr.cslot, + 1. */
+static unsigned thread_slot(void)
 {
     unsigned i = tl_islot;
     if (!i)
         tl_islot = i = atomic_fetch_add_explicit(&islot_count, 1,
                                                  memory_order_relaxed) % TH_ISLOTS + 1;
+    return i;
+}
+
+/* The owner empties its slot: waits while a reader (bit 0) looks at the
+ * call in it (a few hundred ns, unless it was preempted there).  Returns
+ * what the slot held. */
+static uintptr_t slot_empty(_Atomic uintptr_t *sl)
+{
+    for (unsigned n = 0;; n++) {
+        uintptr_t v = atomic_load(sl);
+        if (v & 1) {
+            if (n > 64)
+                sched_yield();
+            continue;
+        }
+        if (atomic_compare_exchange_weak(sl, &v, 0))
+            return v;
+    }
+}
+
+static bool islot_put(th_mgr *m, th_mcall *c)
+{
+    unsigned i = thread_slot();
     uintptr_t z = 0;
     if (!atomic_compare_exchange_strong(&m->islot[i - 1].v, &z, (uintptr_t)c))
         return false;
@@ -452,18 +476,7 @@ bool th_mgr_islot_clear(th_host *h, th_mcall *c)
 {
     _Atomic uintptr_t *sl = &h->mgr.islot[c->islot - 1].v;
     c->islot = 0;
-    for (unsigned n = 0;; n++) {
-        uintptr_t v = atomic_load(sl);
-        if (v & 1) {
-            /* the deadline thread looks at it (a few hundred ns, unless
-             * it was preempted there) */
-            if (n > 64)
-                sched_yield();
-            continue;
-        }
-        if (atomic_compare_exchange_weak(sl, &v, 0))
-            return (v & 2) != 0;
-    }
+    return (slot_empty(sl) & 2) != 0; /* bit 0: the deadline thread */
 }
 
 /* Deadline thread, no lock held: arms every published inline call that
@@ -522,10 +535,7 @@ bool th_mgr_cslot_put(th_host *h, th_mcall *c)
     if (!quick_call(c, c->parent != NULL) ||
         __atomic_load_n(&m->stop, __ATOMIC_ACQUIRE))
         return false;
-    unsigned i = tl_islot;
-    if (!i)
-        tl_islot = i = atomic_fetch_add_explicit(&islot_count, 1,
-                                                 memory_order_relaxed) % TH_ISLOTS + 1;
+    unsigned i = thread_slot();
     uintptr_t z = 0;
     /* seq_cst: the caller reads s->closing next (see th_session_close) */
     if (!atomic_compare_exchange_strong(&m->cslot[i - 1].v, &z, (uintptr_t)c))
@@ -538,17 +548,7 @@ void th_mgr_cslot_clear(th_host *h, th_mcall *c)
 {
     _Atomic uintptr_t *sl = &h->mgr.cslot[c->cslot - 1].v;
     c->cslot = 0;
-    for (unsigned n = 0;; n++) {
-        uintptr_t v = atomic_load(sl);
-        if (v & 1) {
-            /* a reader looks at it (a reference taken, a few ns) */
-            if (n > 64)
-                sched_yield();
-            continue;
-        }
-        if (atomic_compare_exchange_weak(sl, &v, 0))
-            return;
-    }
+    (void)slot_empty(sl); /* bit 0: a reader taking a reference */
 }
 
 /* Visits the calls of `s` in the call slots (with `id`, that call only):

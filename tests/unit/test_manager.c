@@ -563,6 +563,20 @@ static void *run_inline(void *p)
     return NULL;
 }
 
+/* Starts run_inline on a thread and waits (2 s at most) until t_sleep
+ * runs there (a cancel that came before would answer the call without
+ * running it).  True once it runs. */
+static bool inline_started(inline_runner *ir, pthread_t *th)
+{
+    rec_init(&ir->r);
+    if (pthread_create(th, NULL, run_inline, ir) != 0)
+        return false;
+    int64_t until = mono_ms() + 2000;
+    while (atomic_load(&fx_conc) == 0 && mono_ms() < until)
+        nap_ms(1);
+    return atomic_load(&fx_conc) > 0;
+}
+
 /* The id the next call gets (nothing else starts calls meanwhile), and
  * its cancel once it is registered: 0, or the last code after 2 s. */
 static int cancel_when_seen(th_session *s, uint64_t id)
@@ -579,16 +593,10 @@ static void test_cancel_inline_call(void)
     open_default(1, 1, 64);
     atomic_store(&fx_cancel_seen, 0);
     inline_runner ir = {.s = S};
-    rec_init(&ir.r);
     uint64_t id = atomic_load(&H->next_id);
     int64_t t0 = mono_ms();
     pthread_t th;
-    CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, run_inline, &ir), 0);
-    /* t_sleep has started (a cancel that came before would answer the
-     * call without running it: fx_cancel_seen 0, a flaky test) */
-    int64_t until = mono_ms() + 2000;
-    while (atomic_load(&fx_conc) == 0 && mono_ms() < until)
-        nap_ms(1);
+    CU_ASSERT_FATAL(inline_started(&ir, &th));
     CU_ASSERT_EQUAL(cancel_when_seen(S, id), 0);
     CU_ASSERT_TRUE(rec_wait(&ir.r, 1500));
     pthread_join(th, NULL);
@@ -608,15 +616,9 @@ static void test_session_close_cancels_inline_call(void)
 {
     open_default(1, 1, 64);
     inline_runner ir = {.s = S};
-    rec_init(&ir.r);
     int64_t t0 = mono_ms();
     pthread_t th;
-    CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, run_inline, &ir), 0);
-    /* t_sleep has started: the call runs inline on the other thread */
-    int64_t until = mono_ms() + 2000;
-    while (atomic_load(&fx_conc) == 0 && mono_ms() < until)
-        nap_ms(1);
-    CU_ASSERT_TRUE(atomic_load(&fx_conc) > 0);
+    CU_ASSERT_FATAL(inline_started(&ir, &th));
     th_session_close(S);
     S = NULL;
     CU_ASSERT_TRUE(rec_wait(&ir.r, 1500));
@@ -655,14 +657,9 @@ static void test_cslot_cancel_by_id(void)
     open_default(1, 1, 64);
     atomic_store(&fx_cancel_seen, 0);
     inline_runner ir = {.s = S};
-    rec_init(&ir.r);
     uint64_t id = atomic_load(&H->next_id);
     pthread_t th;
-    CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, run_inline, &ir), 0);
-    int64_t until = mono_ms() + 2000;
-    while (atomic_load(&fx_conc) == 0 && mono_ms() < until)
-        nap_ms(1);
-    CU_ASSERT_TRUE(atomic_load(&fx_conc) > 0);
+    CU_ASSERT_FATAL(inline_started(&ir, &th));
     CU_ASSERT_EQUAL(calls_in_map(S), 0);          /* not in the map... */
     CU_ASSERT_EQUAL(th_mgr_cslot_running(H, S), 1); /* ...in its slot */
     th_result_copy res;
@@ -690,12 +687,8 @@ static void test_cslot_session_close_other_thread(void)
 {
     open_default(1, 1, 64);
     inline_runner ir = {.s = S};
-    rec_init(&ir.r);
     pthread_t th;
-    CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, run_inline, &ir), 0);
-    int64_t until = mono_ms() + 2000;
-    while (atomic_load(&fx_conc) == 0 && mono_ms() < until)
-        nap_ms(1);
+    CU_ASSERT_FATAL(inline_started(&ir, &th));
     CU_ASSERT_EQUAL(calls_in_map(S), 0);
     CU_ASSERT_EQUAL(th_mgr_cslot_running(H, S), 1);
     int64_t t0 = mono_ms();
