@@ -58,6 +58,7 @@ typedef struct call_pool {
 } call_pool;
 
 static __thread call_pool tl_pool;
+static __thread bool tl_pool_keyed;    /* pool_key set for this thread */
 static pthread_key_t pool_key;
 static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 static bool pool_key_ok;
@@ -83,6 +84,7 @@ static void pool_drain(call_pool *p)
 static void pool_exit(void *v)
 {
     pool_drain(v);
+    tl_pool_keyed = false; /* a block freed after this sets it again */
 }
 
 static void pool_key_make(void)
@@ -181,13 +183,15 @@ void th_call_rec_free(th_mcall *c)
         rec_release(c);
         return;
     }
-    if (tl_pool.n == 0) {
-        /* the first block: the thread's exit frees the pool */
+    if (!tl_pool_keyed) {
+        /* the first block: the thread's exit frees the pool (the key's
+         * value stays set while the thread lives: once a thread) */
         pthread_once(&pool_once, pool_key_make);
         if (!pool_key_ok || pthread_setspecific(pool_key, &tl_pool) != 0) {
             rec_release(c);
             return;
         }
+        tl_pool_keyed = true;
     }
     tl_pool.blk[tl_pool.n++] = c; /* mu and x->cv stay set up */
 }

@@ -632,9 +632,10 @@ void th_mgr_submit(th_mcall *c)
     bool nested = c->may_block && cur != NULL;
     bool try_inline = c->may_block &&
                       (nested || (!c->is_async && !has_delays(c->mock)));
-    /* (a call in a call slot is quick unless the host stops meanwhile:
-     * then it is answered `busy` below, on this thread) */
-    bool quick = quick_call(c, nested) &&
+    /* (a call in a call slot was found quick when it was recorded, by
+     * the same test on the same call; unless the host stops meanwhile it
+     * is: then it is answered `busy` below, on this thread) */
+    bool quick = (c->cslot || quick_call(c, nested)) &&
                  !__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE);
     /* An inline call with a timeout long enough enters its thread's slot;
      * the deadline thread arms it if it runs past TH_ISLOT_SCAN_NS. */
