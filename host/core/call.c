@@ -739,18 +739,19 @@ static int build_result(th_mcall *c, int status, th_result_copy *res)
     return 0;
 }
 
-/* `ended`: the caller set c->ended already, under mu (th_mcall_run, in
- * the turn of the lock it takes when execute() returns). */
-static void exec_end(th_mcall *c, int status, bool ran, bool ended)
+/* `held`: the caller holds c->mu and set c->ended in that turn
+ * (th_mcall_run, when execute() returns): the result is built and the
+ * call answered in the same turn, c->mu released on return. */
+static void exec_end(th_mcall *c, int status, bool ran, bool held)
 {
     /* From here on a callback on the handle is a misuse (call_cb.c): no
      * write may race with building the result. */
-    if (!ended) {
+    if (!held) {
         pthread_mutex_lock(&c->mu);
         c->ended = true;
         pthread_mutex_unlock(&c->mu);
     }
-    th_mgr_release(c->h, c);
+    th_mgr_release(c->h, c); /* (c->mu -> mgr->mu: in the lock order) */
     th_result_copy res;
     memset(&res, 0, sizeof res);
     bool have = false;
@@ -759,7 +760,8 @@ static void exec_end(th_mcall *c, int status, bool ran, bool ended)
         have = true;
     }
     bool changed = false;
-    pthread_mutex_lock(&c->mu);
+    if (!held)
+        pthread_mutex_lock(&c->mu);
     th_call_cancel_hooks_end_locked(c); /* ABI 1.1: no cancel hook after this */
     bool was_running = c->phase == TH_PH_RUNNING;
     c->phase = TH_PH_OVER;
@@ -959,8 +961,8 @@ void th_mcall_run(th_mcall *c)
     bool take = susp && st != TOOLHOST_PENDING && !c->completed;
     if (take)
         c->completed = true;
-    /* the usual end (no suspend, ok or failed): ended now, saving
-     * exec_end a turn of the lock */
+    /* the usual end (no suspend, ok or failed): ended now, and answered
+     * in this same turn of the lock (exec_end) */
     bool end_now = !susp && (st == TOOLHOST_OK || st == TOOLHOST_FAILED);
     if (end_now)
         c->ended = true;
@@ -990,6 +992,15 @@ void th_mcall_run(th_mcall *c)
         c->args_len = 0;
         c->args_borrowed = false;
     }
+    if (end_now) {
+        /* the usual end: result and answer in this turn of the lock
+         * (th_mgr_disarm under c->mu: in the lock order) */
+        if (drop)
+            th_mgr_disarm(c->h, c);
+        exec_end(c, st, true, true); /* releases c->mu */
+        th_mcall_unref(c);
+        return;
+    }
     pthread_mutex_unlock(&c->mu);
     if (drop)
         th_mgr_disarm(c->h, c);
@@ -1012,8 +1023,6 @@ void th_mcall_run(th_mcall *c)
             th_mcall_exec_end(c, TOOLHOST_FAILED, true);
             th_mcall_unref(c); /* the suspend reference */
         }
-    } else if (st == TOOLHOST_OK || st == TOOLHOST_FAILED) {
-        exec_end(c, st, true, end_now);
     } else {
         char m[200];
         snprintf(m, sizeof m, "tool %s returned %d from execute (expected ok, failed, or pending after suspend)",
