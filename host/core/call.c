@@ -751,7 +751,7 @@ static void exec_end(th_mcall *c, int status, bool ran, bool held)
         c->ended = true;
         pthread_mutex_unlock(&c->mu);
     }
-    th_mgr_release(c->h, c); /* (c->mu -> mgr->mu: in the lock order) */
+    th_mgr_release(c->h, c); /* held: no group slot to give back (no lock) */
     th_result_copy res;
     memset(&res, 0, sizeof res);
     bool have = false;
@@ -992,9 +992,11 @@ void th_mcall_run(th_mcall *c)
         c->args_len = 0;
         c->args_borrowed = false;
     }
-    if (end_now) {
+    if (end_now && (!c->has_slots || c->n_groups == 0)) {
         /* the usual end: result and answer in this turn of the lock
-         * (th_mgr_disarm under c->mu: in the lock order) */
+         * (th_mgr_disarm under c->mu: in the lock order; a call holding
+         * a group's slot gives it back under mgr->mu, which th_mgr_submit
+         * holds while it takes a call's mu: not here, but below) */
         if (drop)
             th_mgr_disarm(c->h, c);
         exec_end(c, st, true, true); /* releases c->mu */
@@ -1023,6 +1025,8 @@ void th_mcall_run(th_mcall *c)
             th_mcall_exec_end(c, TOOLHOST_FAILED, true);
             th_mcall_unref(c); /* the suspend reference */
         }
+    } else if (end_now) {
+        exec_end(c, st, true, false); /* ended already: set again */
     } else {
         char m[200];
         snprintf(m, sizeof m, "tool %s returned %d from execute (expected ok, failed, or pending after suspend)",
