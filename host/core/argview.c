@@ -6,18 +6,11 @@
  * a plugin (the SDK's getters) need not decode the map a second time.
  *
  * Nothing here allocates; any thread. */
+#include <stdbool.h>
 #include <string.h>
 
 #include "th/mpwalk.h"
 #include "th/tool.h"
-
-static uint64_t be(const uint8_t *p, size_t n)
-{
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++)
-        v = v << 8 | p[i];
-    return v;
-}
 
 /* The length of the one msgpack value at p (containers with all they
  * hold), or 0 when it does not fit in n bytes. */
@@ -40,137 +33,87 @@ static size_t skip_value(const uint8_t *p, size_t n)
 }
 
 /* Decodes the value at p (n bytes) into a (type, raw, the decoded
- * members).  0, or -1 when it is not one complete value. */
+ * members): its header read by th_mp_head_read (mpwalk.c), the scalar
+ * from the payload the header gives.  0, or -1 when it is not one
+ * complete value. */
 static int decode_value(const uint8_t *p, size_t n, toolhost_arg *a)
 {
-    if (n == 0)
+    th_mp_head h;
+    if (th_mp_head_read(p, n, &h) != 1 || h.payload > n - h.hdr)
         return -1;
     uint8_t b = p[0];
+    const uint8_t *pl = p + h.hdr; /* the payload */
     a->raw = p;
+    a->raw_len = h.hdr + (size_t)h.payload;
     a->bytes = NULL;
     a->len = 0;
     a->i = 0;
     a->u = 0;
     a->f = 0;
-    size_t need = 1;
+    if (h.container) {
+        bool map = (b >= 0x80 && b <= 0x8f) || b >= 0xde;
+        a->type = map ? TOOLHOST_VALUE_MAP : TOOLHOST_VALUE_ARRAY;
+        a->len = (size_t)(map ? h.kids / 2 : h.kids);
+        a->raw_len = skip_value(p, n);
+        return a->raw_len ? 0 : -1;
+    }
     if (b <= 0x7f) {
         a->type = TOOLHOST_VALUE_UINT;
         a->u = b;
     } else if (b >= 0xe0) {
         a->type = TOOLHOST_VALUE_INT;
         a->i = (int8_t)b;
-    } else if (b >= 0xa0 && b <= 0xbf) {
-        a->type = TOOLHOST_VALUE_STR;
-        a->len = b & 0x1fu;
-        a->bytes = p + 1;
-        need = 1 + a->len;
-    } else {
-        size_t lenb = 0;
-        switch (b) {
-        case 0xc0: a->type = TOOLHOST_VALUE_NIL; break;
-        case 0xc2: case 0xc3:
-            a->type = TOOLHOST_VALUE_BOOL;
-            a->i = b == 0xc3;
-            break;
-        case 0xcc: case 0xcd: case 0xce: case 0xcf:
-            lenb = (size_t)1 << (b - 0xcc);
-            if (n < 1 + lenb)
-                return -1;
+    } else if ((b >= 0xa0 && b <= 0xbf) || (b >= 0xd9 && b <= 0xdb) ||
+               (b >= 0xc4 && b <= 0xc6)) {
+        a->type = b >= 0xc4 && b <= 0xc6 ? TOOLHOST_VALUE_BIN
+                                         : TOOLHOST_VALUE_STR;
+        a->bytes = pl;
+        a->len = (size_t)h.payload;
+    } else if (b >= 0xcc && b <= 0xcf) {
+        a->type = TOOLHOST_VALUE_UINT;
+        a->u = th_mp_be(pl, (size_t)h.payload);
+    } else if (b >= 0xd0 && b <= 0xd3) {
+        uint64_t v = th_mp_be(pl, (size_t)h.payload);
+        int64_t s = b == 0xd0   ? (int8_t)v
+                    : b == 0xd1 ? (int16_t)v
+                    : b == 0xd2 ? (int32_t)v
+                                : (int64_t)v;
+        /* msgpack-c reads a non-negative signed int as unsigned */
+        if (s >= 0) {
             a->type = TOOLHOST_VALUE_UINT;
-            a->u = be(p + 1, lenb);
-            need = 1 + lenb;
-            break;
-        case 0xd0: case 0xd1: case 0xd2: case 0xd3: {
-            lenb = (size_t)1 << (b - 0xd0);
-            if (n < 1 + lenb)
-                return -1;
-            uint64_t v = be(p + 1, lenb);
-            int64_t s = lenb == 1   ? (int8_t)v
-                        : lenb == 2 ? (int16_t)v
-                        : lenb == 4 ? (int32_t)v
-                                    : (int64_t)v;
-            /* msgpack-c reads a non-negative signed int as unsigned */
-            if (s >= 0) {
-                a->type = TOOLHOST_VALUE_UINT;
-                a->u = (uint64_t)s;
-            } else {
-                a->type = TOOLHOST_VALUE_INT;
-                a->i = s;
-            }
-            need = 1 + lenb;
-            break;
+            a->u = (uint64_t)s;
+        } else {
+            a->type = TOOLHOST_VALUE_INT;
+            a->i = s;
         }
-        case 0xca: {
-            if (n < 5)
-                return -1;
-            uint32_t v = (uint32_t)be(p + 1, 4);
-            float f;
-            memcpy(&f, &v, 4);
-            a->type = TOOLHOST_VALUE_FLOAT;
-            a->f = f;
-            need = 5;
-            break;
-        }
-        case 0xcb: {
-            if (n < 9)
-                return -1;
-            uint64_t v = be(p + 1, 8);
-            memcpy(&a->f, &v, 8);
-            a->type = TOOLHOST_VALUE_FLOAT;
-            need = 9;
-            break;
-        }
-        case 0xd9: case 0xda: case 0xdb:
-        case 0xc4: case 0xc5: case 0xc6:
-            lenb = b >= 0xd9 ? (size_t)1 << (b - 0xd9) : (size_t)1 << (b - 0xc4);
-            if (n < 1 + lenb)
-                return -1;
-            a->type = b >= 0xd9 ? TOOLHOST_VALUE_STR : TOOLHOST_VALUE_BIN;
-            a->len = (size_t)be(p + 1, lenb);
-            a->bytes = p + 1 + lenb;
-            if (a->len > n - 1 - lenb)
-                return -1;
-            need = 1 + lenb + a->len;
-            break;
-        case 0xd4: case 0xd5: case 0xd6: case 0xd7: case 0xd8:
-            a->type = TOOLHOST_VALUE_EXT;
-            a->len = (size_t)1 << (b - 0xd4);
-            if (n < 2 + a->len)
-                return -1;
-            a->i = (int8_t)p[1];
-            a->bytes = p + 2;
-            need = 2 + a->len;
-            break;
-        case 0xc7: case 0xc8: case 0xc9:
-            lenb = (size_t)1 << (b - 0xc7);
-            if (n < 2 + lenb)
-                return -1;
-            a->type = TOOLHOST_VALUE_EXT;
-            a->len = (size_t)be(p + 1, lenb);
-            a->i = (int8_t)p[1 + lenb];
-            a->bytes = p + 2 + lenb;
-            if (a->len > n - 2 - lenb)
-                return -1;
-            need = 2 + lenb + a->len;
-            break;
-        default: {
-            /* arrays and maps (0x80-0x9f, 0xdc-0xdf); 0xc1 is refused */
-            th_mp_head h;
-            if (th_mp_head_read(p, n, &h) != 1 || !h.container)
-                return -1;
-            bool map = (b >= 0x80 && b <= 0x8f) || b >= 0xde;
-            a->type = map ? TOOLHOST_VALUE_MAP : TOOLHOST_VALUE_ARRAY;
-            a->len = (size_t)(map ? h.kids / 2 : h.kids);
-            need = skip_value(p, n);
-            if (need == 0)
-                return -1;
-            break;
-        }
-        }
+    } else if (b == 0xca) {
+        uint32_t v = (uint32_t)th_mp_be(pl, 4);
+        float f;
+        memcpy(&f, &v, 4);
+        a->type = TOOLHOST_VALUE_FLOAT;
+        a->f = f;
+    } else if (b == 0xcb) {
+        uint64_t v = th_mp_be(pl, 8);
+        memcpy(&a->f, &v, 8);
+        a->type = TOOLHOST_VALUE_FLOAT;
+    } else if (b >= 0xd4 && b <= 0xd8) {
+        /* fixext: the payload is the ext type, then the data */
+        a->type = TOOLHOST_VALUE_EXT;
+        a->i = (int8_t)pl[0];
+        a->bytes = pl + 1;
+        a->len = (size_t)h.payload - 1;
+    } else if (b >= 0xc7 && b <= 0xc9) {
+        /* ext 8/16/32: the header ends with the ext type */
+        a->type = TOOLHOST_VALUE_EXT;
+        a->i = (int8_t)p[h.hdr - 1];
+        a->bytes = pl;
+        a->len = (size_t)h.payload;
+    } else if (b == 0xc0) {
+        a->type = TOOLHOST_VALUE_NIL;
+    } else { /* 0xc2, 0xc3 (0xc1 was refused by th_mp_head_read) */
+        a->type = TOOLHOST_VALUE_BOOL;
+        a->i = b == 0xc3;
     }
-    if (need > n)
-        return -1;
-    a->raw_len = need;
     return 0;
 }
 
@@ -197,18 +140,12 @@ int th_args_view_build(const uint8_t *data, size_t len, toolhost_arg *items,
 {
     if (!data || len == 0)
         return -1;
-    size_t n, pos;
-    if (data[0] >= 0x80 && data[0] <= 0x8f) {
-        n = data[0] & 0x0fu;
-        pos = 1;
-    } else {
-        th_mp_head h;
-        if ((data[0] != 0xde && data[0] != 0xdf) ||
-            th_mp_head_read(data, len, &h) != 1)
-            return -1;
-        n = (size_t)(h.kids / 2);
-        pos = h.hdr;
-    }
+    th_mp_head h;
+    uint8_t b = data[0];
+    if (!((b >= 0x80 && b <= 0x8f) || b == 0xde || b == 0xdf) ||
+        th_mp_head_read(data, len, &h) != 1)
+        return -1;
+    size_t n = (size_t)(h.kids / 2), pos = h.hdr;
     if (n > cap)
         return -1;
     for (size_t k = 0; k < n; k++) {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <msgpack.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,19 +58,33 @@ typedef struct call_pool {
 } call_pool;
 
 static __thread call_pool tl_pool;
+static __thread bool tl_pool_keyed;    /* pool_key set for this thread */
 static pthread_key_t pool_key;
 static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 static bool pool_key_ok;
 
+/* A pooled block keeps its mutex and its x's condition variable set up
+ * (an unlocked mutex and a condition variable nobody waits on, reused as
+ * they are): they are initialized once when the block is allocated and
+ * destroyed when it leaves the pool for free(). */
+static void rec_release(th_mcall *c)
+{
+    if (c->x_room)
+        pthread_cond_destroy(&((th_mcall_x *)(c + 1))->cv);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
 static void pool_drain(call_pool *p)
 {
     while (p->n > 0)
-        free(p->blk[--p->n]);
+        rec_release(p->blk[--p->n]);
 }
 
 static void pool_exit(void *v)
 {
     pool_drain(v);
+    tl_pool_keyed = false; /* a block freed after this sets it again */
 }
 
 static void pool_key_make(void)
@@ -77,14 +92,40 @@ static void pool_key_make(void)
     pool_key_ok = pthread_key_create(&pool_key, pool_exit) == 0;
 }
 
-void *th_call_rec_new(bool room)
+/* Zeroes [from, to) of an object: what lies around a kept member. */
+static void zero_span(void *base, size_t from, size_t to)
 {
+    memset((char *)base + from, 0, to - from);
+}
+
+th_mcall *th_call_rec_new(bool room)
+{
+    th_mcall *c;
+    th_mcall_x *x;
     if (room && tl_pool.n > 0) {
-        void *b = tl_pool.blk[--tl_pool.n];
-        memset(b, 0, CALL_REC_FULL);
-        return b;
+        /* everything zeroed but the kept mutex and condition variable */
+        c = tl_pool.blk[--tl_pool.n];
+        x = (th_mcall_x *)(c + 1);
+        zero_span(c, 0, offsetof(th_mcall, mu));
+        zero_span(c, offsetof(th_mcall, mu) + sizeof c->mu, sizeof *c);
+        zero_span(x, 0, offsetof(th_mcall_x, cv));
+        zero_span(x, offsetof(th_mcall_x, cv) + sizeof x->cv, sizeof *x);
+    } else {
+        c = calloc(1, room ? CALL_REC_FULL : sizeof(th_mcall));
+        if (!c)
+            return NULL;
+        pthread_mutex_init(&c->mu, NULL);
+        x = (th_mcall_x *)(c + 1);
+        if (room)
+            pthread_cond_init(&x->cv, NULL);
     }
-    return calloc(1, room ? CALL_REC_FULL : sizeof(th_mcall));
+    if (room) {
+        c->x_room = true;
+        c->x = x;
+        x->cancel_efd = -1;
+        x->last_frac = -1;
+    }
+    return c;
 }
 
 void th_call_x_init(th_mcall_x *x)
@@ -132,32 +173,27 @@ void th_call_wake_locked(th_mcall *c)
         pthread_cond_broadcast(&c->x->cv);
 }
 
-static void call_rec_free(th_mcall *c)
+void th_call_rec_free(th_mcall *c)
 {
     if (!c->x_room || tl_pool.n >= TH_CALL_POOL) {
-        free(c);
+        if (c->x && !c->x_room) {
+            pthread_cond_destroy(&c->x->cv);
+            free(c->x);
+        }
+        rec_release(c);
         return;
     }
-    if (tl_pool.n == 0) {
-        /* the first block: the thread's exit frees the pool */
+    if (!tl_pool_keyed) {
+        /* the first block: the thread's exit frees the pool (the key's
+         * value stays set while the thread lives: once a thread) */
         pthread_once(&pool_once, pool_key_make);
         if (!pool_key_ok || pthread_setspecific(pool_key, &tl_pool) != 0) {
-            free(c);
+            rec_release(c);
             return;
         }
+        tl_pool_keyed = true;
     }
-    tl_pool.blk[tl_pool.n++] = c;
-}
-
-static void tomb_destroy(th_mcall *c)
-{
-    if (c->x) {
-        pthread_cond_destroy(&c->x->cv);
-        if (!c->x_room)
-            free(c->x);
-    }
-    pthread_mutex_destroy(&c->mu);
-    call_rec_free(c);
+    tl_pool.blk[tl_pool.n++] = c; /* mu and x->cv stay set up */
 }
 
 /* `c` joins the quarantine, without a lock: the slot after the last
@@ -177,7 +213,7 @@ void th_call_tombs_destroy(th_host *h)
         th_mcall *c = atomic_exchange_explicit(&h->tomb_ring[i], NULL,
                                                memory_order_acq_rel);
         if (c)
-            tomb_destroy(c);
+            th_call_rec_free(c);
     }
     atomic_store(&h->tomb_at, 0);
     pool_drain(&tl_pool); /* this thread's pool goes with the host */
@@ -237,9 +273,9 @@ static void call_free(th_mcall *c)
         c->inline_run = false;
         th_mcall *old = tomb_push(h, c);
         if (old)
-            tomb_destroy(old);
+            th_call_rec_free(old);
     } else {
-        tomb_destroy(c);
+        th_call_rec_free(c);
     }
     if (parent)
         th_mcall_unref(parent);
@@ -410,6 +446,32 @@ static void exec_over_locked(th_mcall *c, th_session *s)
         pthread_cond_broadcast(&s->cv);
 }
 
+int th_call_session_put_locked(th_mcall *c)
+{
+    th_session *s = c->s;
+    if (c->in_session || c->answered)
+        return 0;
+    if (s->closing)
+        return TH_ESTATE;
+    if (th_u64map_put_node(&s->calls, &c->snode, c->base.pub.call_id, c) != 0)
+        return TH_ENOMEM;
+    th_mcall_ref(c);
+    c->in_session = true;
+    c->exec_counted = true;
+    s->exec_live++;
+    return 0;
+}
+
+int th_call_session_enter_locked(th_mcall *c)
+{
+    if (c->in_session || c->answered)
+        return 0;
+    pthread_mutex_lock(&c->s->mu);
+    int rc = th_call_session_put_locked(c);
+    pthread_mutex_unlock(&c->s->mu);
+    return rc;
+}
+
 /* `exec_over`: the answer is the end of the call's execution as well
  * (th_mcall_exec_end): both in one turn of the session's lock. */
 static bool answer_locked(th_mcall *c, th_result_copy *res, bool exec_over)
@@ -433,20 +495,24 @@ static bool answer_locked(th_mcall *c, th_result_copy *res, bool exec_over)
     th_dup_remove(c);
     if (!c->no_heap)
         th_mgr_disarm(h, c);
-    pthread_mutex_lock(&s->mu);
-    if (exec_over && c->exec_counted)
-        exec_over_locked(c, s);
-    if (c->in_session) {
-        th_u64map_del_node(&s->calls, &c->snode);
-        c->in_session = false;
-        ref_drop_nonlast(c);
+    /* (a call in a call slot that never entered the map has nothing
+     * here: not even the lock) */
+    if ((exec_over && c->exec_counted) || c->in_session || c->live_counted) {
+        pthread_mutex_lock(&s->mu);
+        if (exec_over && c->exec_counted)
+            exec_over_locked(c, s);
+        if (c->in_session) {
+            th_u64map_del_node(&s->calls, &c->snode);
+            c->in_session = false;
+            ref_drop_nonlast(c);
+        }
+        if (c->live_counted) {
+            c->live_counted = false;
+            s->live_tasks--;
+            changed = s->live_tasks == 0 && !c->cfg->host.expose_task_tools;
+        }
+        pthread_mutex_unlock(&s->mu);
     }
-    if (c->live_counted) {
-        c->live_counted = false;
-        s->live_tasks--;
-        changed = s->live_tasks == 0 && !c->cfg->host.expose_task_tools;
-    }
-    pthread_mutex_unlock(&s->mu);
     if (c->in_tasks || (c->acked && c->scope == TH_SCOPE_TOOLSET)) {
         /* One step: a reader sees the task live or its result kept. */
         pthread_mutex_lock(&h->tmu);
@@ -673,18 +739,19 @@ static int build_result(th_mcall *c, int status, th_result_copy *res)
     return 0;
 }
 
-/* `ended`: the caller set c->ended already, under mu (th_mcall_run, in
- * the turn of the lock it takes when execute() returns). */
-static void exec_end(th_mcall *c, int status, bool ran, bool ended)
+/* `held`: the caller holds c->mu and set c->ended in that turn
+ * (th_mcall_run, when execute() returns): the result is built and the
+ * call answered in the same turn, c->mu released on return. */
+static void exec_end(th_mcall *c, int status, bool ran, bool held)
 {
     /* From here on a callback on the handle is a misuse (call_cb.c): no
      * write may race with building the result. */
-    if (!ended) {
+    if (!held) {
         pthread_mutex_lock(&c->mu);
         c->ended = true;
         pthread_mutex_unlock(&c->mu);
     }
-    th_mgr_release(c->h, c);
+    th_mgr_release(c->h, c); /* held: no group slot to give back (no lock) */
     th_result_copy res;
     memset(&res, 0, sizeof res);
     bool have = false;
@@ -693,7 +760,8 @@ static void exec_end(th_mcall *c, int status, bool ran, bool ended)
         have = true;
     }
     bool changed = false;
-    pthread_mutex_lock(&c->mu);
+    if (!held)
+        pthread_mutex_lock(&c->mu);
     th_call_cancel_hooks_end_locked(c); /* ABI 1.1: no cancel hook after this */
     bool was_running = c->phase == TH_PH_RUNNING;
     c->phase = TH_PH_OVER;
@@ -721,6 +789,7 @@ static void exec_end(th_mcall *c, int status, bool ran, bool ended)
         c->args = NULL;
         c->args_len = 0;
         c->args_borrowed = false;
+        c->base.pub.args_view = NULL; /* validation's, of those bytes */
     }
     pthread_mutex_unlock(&c->mu);
     if (was_running)
@@ -861,9 +930,18 @@ void th_mcall_run(th_mcall *c)
      * not decode them again (valid until execute() returns, like args) */
     toolhost_arg view_args[TH_ARGS_VIEW_MAX];
     toolhost_args_view view;
-    if (!c->mock && th_args_view_build(c->args, c->args_len, view_args,
-                                       TH_ARGS_VIEW_MAX, &view) == 0)
+    const toolhost_args_view *given = c->base.pub.args_view;
+    c->base.pub.args_view = NULL;
+    if (c->mock) {
+        /* a mock reads no view */
+    } else if (given && c->args_borrowed && given->data == c->args &&
+               given->len == c->args_len) {
+        /* validation's, on the caller's frame (call_start.c prepare) */
+        c->base.pub.args_view = given;
+    } else if (th_args_view_build(c->args, c->args_len, view_args,
+                                  TH_ARGS_VIEW_MAX, &view) == 0) {
         c->base.pub.args_view = &view;
+    }
     int st = c->mock ? th_mock_execute(c)
                      : t->desc->execute(t->plugin->state, t->desc, &c->base.pub,
                                         c->args, c->args_len);
@@ -876,15 +954,15 @@ void th_mcall_run(th_mcall *c)
     bool heapless = c->islot && !th_mgr_islot_clear(c->h, c);
     pthread_mutex_lock(&c->mu);
     c->in_execute = false;
-    c->base.pub.args_view = NULL; /* on this stack frame */
+    c->base.pub.args_view = NULL; /* on this stack frame, or the caller's */
     bool susp = c->suspended;
     /* suspend() then anything but PENDING: the worker finishes the call
      * unless complete() already did (its suspend reference is ours). */
     bool take = susp && st != TOOLHOST_PENDING && !c->completed;
     if (take)
         c->completed = true;
-    /* the usual end (no suspend, ok or failed): ended now, saving
-     * exec_end a turn of the lock */
+    /* the usual end (no suspend, ok or failed): ended now, and answered
+     * in this same turn of the lock (exec_end) */
     bool end_now = !susp && (st == TOOLHOST_OK || st == TOOLHOST_FAILED);
     if (end_now)
         c->ended = true;
@@ -901,6 +979,10 @@ void th_mcall_run(th_mcall *c)
      * cancel: its answer found it not yet in the heap): out of the heap
      * now, not at its deadline. */
     bool drop = c->islot && !heapless && c->answered;
+    /* Suspended, it outlives its inline run: out of its call slot into
+     * the session's map (closing: cancelled below, still in the slot). */
+    int enter_rc = susp && st == TOOLHOST_PENDING
+                       ? th_call_session_enter_locked(c) : 0;
     if (c->args_borrowed && susp && st == TOOLHOST_PENDING &&
         th_mgr_own_args(c) != 0) {
         /* A suspended task lists its arguments (tasks.list) after the
@@ -910,9 +992,24 @@ void th_mcall_run(th_mcall *c)
         c->args_len = 0;
         c->args_borrowed = false;
     }
+    if (end_now && (!c->has_slots || c->n_groups == 0)) {
+        /* the usual end: result and answer in this turn of the lock
+         * (th_mgr_disarm under c->mu: in the lock order; a call holding
+         * a group's slot gives it back under mgr->mu, which th_mgr_submit
+         * holds while it takes a call's mu: not here, but below) */
+        if (drop)
+            th_mgr_disarm(c->h, c);
+        exec_end(c, st, true, true); /* releases c->mu */
+        th_mcall_unref(c);
+        return;
+    }
     pthread_mutex_unlock(&c->mu);
     if (drop)
         th_mgr_disarm(c->h, c);
+    if (enter_rc != 0)
+        th_mcall_abort(c, enter_rc == TH_ESTATE ? TH_ECANCELLED : TH_ENOMEM,
+                       "%s", enter_rc == TH_ESTATE ? "the session ended"
+                                                   : "out of memory");
     unsigned long long id = (unsigned long long)c->base.pub.call_id;
     if (susp && st == TOOLHOST_PENDING) {
         /* complete() finishes it (or already did). */
@@ -928,8 +1025,8 @@ void th_mcall_run(th_mcall *c)
             th_mcall_exec_end(c, TOOLHOST_FAILED, true);
             th_mcall_unref(c); /* the suspend reference */
         }
-    } else if (st == TOOLHOST_OK || st == TOOLHOST_FAILED) {
-        exec_end(c, st, true, end_now);
+    } else if (end_now) {
+        exec_end(c, st, true, false); /* ended already: set again */
     } else {
         char m[200];
         snprintf(m, sizeof m, "tool %s returned %d from execute (expected ok, failed, or pending after suspend)",
@@ -944,11 +1041,7 @@ void th_mcall_run(th_mcall *c)
 int th_call_cancel(th_session *s, uint64_t id)
 {
     th_host *h = s->h;
-    pthread_mutex_lock(&s->mu);
-    th_mcall *c = th_u64map_get(&s->calls, id);
-    if (c)
-        th_mcall_ref(c);
-    pthread_mutex_unlock(&s->mu);
+    th_mcall *c = th_mgr_session_call(s, id); /* map or call slot */
     if (!c) {
         /* A toolset-scoped task of a toolset this session may use. */
         pthread_mutex_lock(&h->tmu);

@@ -301,6 +301,9 @@ static int cb_progress(toolhost_call *call, double fraction,
         th_progress_update_destroy(&u);
         bool changed = false;
         pthread_mutex_lock(&s->mu);
+        /* a task is listed from the session's map: a call in its call
+         * slot enters it (closing: the close finds it in the slot) */
+        (void)th_call_session_put_locked(c);
         s->live_tasks++;
         c->live_counted = true;
         changed = s->live_tasks == 1 && !c->cfg->host.expose_task_tools;

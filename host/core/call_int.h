@@ -37,10 +37,23 @@ void th_call_cancel_hooks_fire(th_mcall *c);
 /* Under c->mu: the call ends; no hook may run after this returns. */
 void th_call_cancel_hooks_end_locked(th_mcall *c);
 
-/* A zeroed call record (call.c): with `room`, followed by the room for
- * its th_mcall_x, taken from this thread's pool of freed ones when it has
- * one.  NULL when out of memory. */
-void *th_call_rec_new(bool room);
+/* With c->mu and s->mu held (s = c->s): the call enters its session's
+ * call map and counts as executing there (exec_live), unless it is there
+ * already or answered.  What a call in a call slot (th_mgr_cslot_put)
+ * does when it outlives its inline run.  0, TH_ESTATE (the session
+ * closes: nothing changed) or TH_ENOMEM. */
+int th_call_session_put_locked(th_mcall *c);
+/* The same taking s->mu; c->mu held. */
+int th_call_session_enter_locked(th_mcall *c);
+
+/* A zeroed call record (call.c) with its mutex set up; with `room`,
+ * followed by the room for its th_mcall_x (c->x, x_room set), set up as
+ * th_call_x_init does; taken from this thread's pool of freed ones when
+ * it has one (which keep the mutex and condition variable set up).  NULL
+ * when out of memory.  th_call_rec_free gives it back (or frees it, with
+ * an x of its own). */
+th_mcall *th_call_rec_new(bool room);
+void th_call_rec_free(th_mcall *c);
 
 /* A call's x (th_mcall_x), zeroed: its answer part set up (condition
  * variable, no eventfd, fraction unknown). */

@@ -141,7 +141,9 @@ static int stage_lookup(th_session *s, const char *name, uint64_t id,
 /* ---- 2. The call record ---------------------------------------------------- */
 
 /* Makes the call object from the plan (whose references it takes, also on
- * failure) and registers it in its session.  With `args` the call keeps a
+ * failure) and registers it in its session (its map, or this thread's
+ * call slot: then *out keeps the slot's reference, and 1 says the call
+ * is answered already: its session closes).  With `args` the call keeps a
  * copy of the arguments as given (for a worker to validate later); with
  * NULL the caller validates them right away (c->args stays NULL until
  * then).  0 with *out holding the execution reference, or TH_ENOMEM /
@@ -160,7 +162,8 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
     th_mcall *c = th_call_rec_new(room);
     uint8_t *copy = args ? malloc(len ? len : 1) : NULL;
     if (!c || (args && !copy)) {
-        free(c);
+        if (c)
+            th_call_rec_free(c);
         free(copy);
         th_tool_release(t);
         th_config_unref(p->cfg);
@@ -203,27 +206,33 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
     atomic_init(&c->refs, 1); /* the execution reference */
     atomic_init(&c->abort_code, 0);
     atomic_init(&c->is_task, false);
-    if (room) {
-        c->x_room = true;
-        c->x = (th_mcall_x *)(c + 1);
-        th_call_x_init(c->x);
-    }
-    pthread_mutex_init(&c->mu, NULL);
     atomic_fetch_add(&h->live_calls, 1);
 
+    /* A call that runs inline here with nothing of the pool to take is
+     * published in this thread's call slot, not the session's map (no
+     * lock); th_call_start takes it out.  Closing: the seq_cst pair with
+     * th_session_close (it sets closing, then looks at the slots; we
+     * filled the slot, then read closing) means one of us sees the other. */
+    if (th_mgr_cslot_put(h, c)) {
+        th_mcall_ref(c); /* the slot's: dropped when it is cleared */
+        *out = c;
+        if (__atomic_load_n(&s->closing, __ATOMIC_SEQ_CST)) {
+            /* The close may have found it in the slot already: answered
+             * as the close answers its calls (fn gets one answer,
+             * whoever gives it). */
+            th_mcall_never_run(c, TH_ECANCELLED, "the session ended");
+            return 1;
+        }
+        return 0;
+    }
     pthread_mutex_lock(&s->mu);
-    if (s->closing || th_u64map_put_node(&s->calls, &c->snode, id, c) != 0) {
-        int rc = s->closing ? TH_ESTATE : TH_ENOMEM;
-        pthread_mutex_unlock(&s->mu);
+    int rc = th_call_session_put_locked(c);
+    pthread_mutex_unlock(&s->mu);
+    if (rc != 0) {
         c->fn = NULL;
         th_mcall_unref(c);
         return rc;
     }
-    th_mcall_ref(c);
-    c->in_session = true;
-    c->exec_counted = true;
-    s->exec_live++;
-    pthread_mutex_unlock(&s->mu);
     *out = c;
     return 0;
 }
@@ -237,7 +246,8 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
  * (th_mcall.args_borrowed).  0, or the call is answered and its execution
  * reference dropped (nonzero). */
 static int stage_args(th_mcall *c, const uint8_t *raw, size_t raw_len,
-                      bool borrow)
+                      bool borrow, toolhost_arg *vitems,
+                      toolhost_args_view *view)
 {
     const th_tool *t = c->tool;
     const th_tool_override *ov = c->ts ? th_host_override(c->ts, t->name) : NULL;
@@ -274,7 +284,7 @@ static int stage_args(th_mcall *c, const uint8_t *raw, size_t raw_len,
     th_error e;
     th_error_clear(&e);
     uint8_t *copy = NULL;
-    int rc = th_validate_call(t, a, al, &vb, &va, &vl, &e);
+    int rc = th_validate_call_view(t, a, al, &vb, &va, &vl, vitems, view, &e);
     /* Where the validated bytes live decides what the call keeps: the
      * caller's own buffer is borrowed, the validator's rewrite or the
      * call's own copy is kept as is, anything else is copied once. */
@@ -296,6 +306,10 @@ static int stage_args(th_mcall *c, const uint8_t *raw, size_t raw_len,
     if (lend) {
         c->args = (uint8_t *)va;
         c->args_borrowed = true;
+        /* validation's view of these bytes, for execute() (th_mcall_run
+         * takes it while the arguments stay borrowed) */
+        if (view && view->data == va)
+            c->base.pub.args_view = view;
     } else if (!same) {
         if (take)
             copy = th_buf_take(&vb, NULL);
@@ -378,8 +392,17 @@ static void stage_permission(th_mcall *c)
         return;
     }
     pthread_mutex_lock(&c->mu);
-    c->phase = TH_PH_PERM_WAIT;
+    /* it outlives th_call_start: out of its call slot, into the map */
+    int erc = th_call_session_enter_locked(c);
+    if (erc == 0)
+        c->phase = TH_PH_PERM_WAIT;
     pthread_mutex_unlock(&c->mu);
+    if (erc != 0) {
+        th_mcall_never_run(c, erc == TH_ESTATE ? TH_ECANCELLED : TH_ENOMEM,
+                           erc == TH_ESTATE ? "the session ended"
+                                            : "out of memory");
+        return;
+    }
     uint64_t pt = c->cfg->host.permission_timeout_ms;
     atomic_store(&c->deadline_ns, th_now_ns() + (int64_t)(pt ? pt : 60000) * 1000000);
     th_mgr_arm(h, c);
@@ -412,11 +435,16 @@ static bool answered(th_mcall *c)
 }
 
 /* Stages 3 and 4 with the raw arguments (c->args, or with `borrow` the
- * caller's). */
+ * caller's).  A call with borrowed arguments runs inline within this
+ * frame, if it runs on this thread at all: validation's view of them
+ * lives here. */
 static void prepare(th_mcall *c, const uint8_t *raw, size_t raw_len,
                     bool borrow)
 {
-    if (stage_args(c, raw, raw_len, borrow) != 0)
+    toolhost_arg vitems[TH_ARGS_VIEW_MAX];
+    toolhost_args_view view;
+    if (stage_args(c, raw, raw_len, borrow, borrow ? vitems : NULL,
+                   borrow ? &view : NULL) != 0)
         return;
     /* The deadline armed while a worker ran the hooks is set again by the
      * manager, or replaced by the permission question's. */
@@ -495,10 +523,13 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
     bool on_worker = has_hooks(&p) && !o.may_block;
     th_mcall *c = NULL;
     rc = stage_record(s, &p, on_worker ? args : NULL, len, &o, fn, ud, id, &c);
-    if (rc != 0)
+    if (rc < 0)
         return rc;
     c->fast_sample = sample;
-    if (on_worker) {
+    bool slot = c->cslot != 0; /* c stays valid: the slot's reference */
+    if (rc > 0) {
+        /* answered by stage_record */
+    } else if (on_worker) {
         th_mgr_prepare(c);
     } else if (fast) {
         /* the core times what held the front's thread (the reference
@@ -513,6 +544,18 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
         th_mcall_unref(c);
     } else {
         prepare(c, args, len, true);
+    }
+    if (slot) {
+        /* Answered by now, or in the session's map (it lives on: asks
+         * permission, suspended, a task): out of the call slot.  A session
+         * closing meanwhile waits for its calls to leave the slots. */
+        th_mgr_cslot_clear(h, c);
+        if (__atomic_load_n(&s->closing, __ATOMIC_SEQ_CST)) {
+            pthread_mutex_lock(&s->mu);
+            pthread_cond_broadcast(&s->cv);
+            pthread_mutex_unlock(&s->mu);
+        }
+        th_mcall_unref(c);
     }
     return 0;
 }
@@ -530,11 +573,7 @@ void th_mcall_perm_expired(th_mcall *c)
 
 int th_permission_answer(th_session *s, uint64_t call_id, bool allow)
 {
-    pthread_mutex_lock(&s->mu);
-    th_mcall *c = th_u64map_get(&s->calls, call_id);
-    if (c)
-        th_mcall_ref(c);
-    pthread_mutex_unlock(&s->mu);
+    th_mcall *c = th_mgr_session_call(s, call_id); /* map or call slot */
     if (!c)
         return TH_ENOTFOUND;
     pthread_mutex_lock(&c->mu);

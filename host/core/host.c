@@ -88,13 +88,18 @@ void th_session_close(th_session *s)
         return;
     th_host *h = s->h;
     pthread_mutex_lock(&s->mu);
-    __atomic_store_n(&s->closing, true, __ATOMIC_RELEASE); /* th_call_start
-                                                               reads it unlocked */
+    /* th_call_start reads it unlocked; seq_cst: a call recorded in a call
+     * slot reads it after filling its slot, we look at the slots after
+     * this (th_mgr_cslot_put) */
+    __atomic_store_n(&s->closing, true, __ATOMIC_SEQ_CST);
     size_t n = s->calls.n;
-    th_mcall **v = calloc(n ? n : 1, sizeof *v), **p = v;
+    th_mcall **v = calloc(n + TH_ISLOTS, sizeof *v), **p = v;
     if (v)
         th_u64map_each(&s->calls, collect_call, &p);
     pthread_mutex_unlock(&s->mu);
+    /* and the calls running inline in their threads' call slots */
+    if (v)
+        p += th_mgr_cslot_collect(h, s, p, TH_ISLOTS);
     /* Cancel what is the session's; toolset-scoped tasks go on, detached
      * from the front.  (Out of memory here: the calls end on their own.) */
     for (size_t i = 0; v && i < (size_t)(p - v); i++) {
@@ -113,15 +118,26 @@ void th_session_close(th_session *s)
     th_config *cfg = th_host_config_get(h);
     int64_t until = th_now_ns() + (int64_t)cfg->host.session_grace_ms * 1000000;
     th_config_unref(cfg);
+    /* The calls in call slots are counted with no lock held (each one's
+     * mu comes before s->mu); their owners wake s->cv as they leave the
+     * slots, and the 5 ms slices bound a wake-up missed in between. */
+    size_t in_slots = th_mgr_cslot_running(h, s);
     pthread_mutex_lock(&s->mu);
-    while (s->ops_inflight > 0 || (s->exec_live > 0 && th_now_ns() < until)) {
+    while (s->ops_inflight > 0 ||
+           ((s->exec_live > 0 || in_slots > 0) && th_now_ns() < until)) {
         struct timespec ts;
         th_deadline_rt(&ts, 5);
         pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+        if (in_slots > 0) {
+            pthread_mutex_unlock(&s->mu);
+            in_slots = th_mgr_cslot_running(h, s);
+            pthread_mutex_lock(&s->mu);
+        }
     }
-    if (s->exec_live > 0)
+    size_t stuck = s->exec_live + in_slots;
+    if (stuck > 0)
         th_log_warn("session=%llu closed with %zu calls still stopping",
-                    (unsigned long long)s->id, s->exec_live);
+                    (unsigned long long)s->id, stuck);
     pthread_mutex_unlock(&s->mu);
     pthread_mutex_lock(&h->mu);
     if (s->prev)

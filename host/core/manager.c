@@ -410,6 +410,7 @@ int th_mgr_own_args(th_mcall *c)
         memcpy(copy, c->args, c->args_len);
     c->args = copy;
     c->args_borrowed = false;
+    c->base.pub.args_view = NULL; /* validation's view: of the caller's */
     return 0;
 }
 
@@ -421,12 +422,36 @@ static atomic_uint islot_count;
 /* An inline call about to run on this thread: published in the thread's
  * slot instead of the deadline heap.  False when the slot is taken (a
  * thread sharing it runs an inline call): arm it as usual. */
-static bool islot_put(th_mgr *m, th_mcall *c)
+/* This thread's slot in th_mgr.islot and th_mgr.cslot, + 1. */
+static unsigned thread_slot(void)
 {
     unsigned i = tl_islot;
     if (!i)
         tl_islot = i = atomic_fetch_add_explicit(&islot_count, 1,
                                                  memory_order_relaxed) % TH_ISLOTS + 1;
+    return i;
+}
+
+/* The owner empties its slot: waits while a reader (bit 0) looks at the
+ * call in it (a few hundred ns, unless it was preempted there).  Returns
+ * what the slot held. */
+static uintptr_t slot_empty(_Atomic uintptr_t *sl)
+{
+    for (unsigned n = 0;; n++) {
+        uintptr_t v = atomic_load(sl);
+        if (v & 1) {
+            if (n > 64)
+                sched_yield();
+            continue;
+        }
+        if (atomic_compare_exchange_weak(sl, &v, 0))
+            return v;
+    }
+}
+
+static bool islot_put(th_mgr *m, th_mcall *c)
+{
+    unsigned i = thread_slot();
     uintptr_t z = 0;
     if (!atomic_compare_exchange_strong(&m->islot[i - 1].v, &z, (uintptr_t)c))
         return false;
@@ -451,18 +476,7 @@ bool th_mgr_islot_clear(th_host *h, th_mcall *c)
 {
     _Atomic uintptr_t *sl = &h->mgr.islot[c->islot - 1].v;
     c->islot = 0;
-    for (unsigned n = 0;; n++) {
-        uintptr_t v = atomic_load(sl);
-        if (v & 1) {
-            /* the deadline thread looks at it (a few hundred ns, unless
-             * it was preempted there) */
-            if (n > 64)
-                sched_yield();
-            continue;
-        }
-        if (atomic_compare_exchange_weak(sl, &v, 0))
-            return (v & 2) != 0;
-    }
+    return (slot_empty(sl) & 2) != 0; /* bit 0: the deadline thread */
 }
 
 /* Deadline thread, no lock held: arms every published inline call that
@@ -505,6 +519,107 @@ static bool islot_any(th_mgr *m)
     return false;
 }
 
+/* ---- Call slots (th_mgr.cslot) ------------------------------------------- */
+
+/* Whether a call runs inline on its caller's thread with nothing of the
+ * pool to take (th_mgr_submit's quick path): known when it is recorded. */
+static bool quick_call(const th_mcall *c, bool nested)
+{
+    return c->may_block && !nested && !c->is_async && !has_delays(c->mock) &&
+           !needs_groups(c);
+}
+
+bool th_mgr_cslot_put(th_host *h, th_mcall *c)
+{
+    th_mgr *m = &h->mgr;
+    if (!quick_call(c, c->parent != NULL) ||
+        __atomic_load_n(&m->stop, __ATOMIC_ACQUIRE))
+        return false;
+    unsigned i = thread_slot();
+    uintptr_t z = 0;
+    /* seq_cst: the caller reads s->closing next (see th_session_close) */
+    if (!atomic_compare_exchange_strong(&m->cslot[i - 1].v, &z, (uintptr_t)c))
+        return false;
+    c->cslot = (uint8_t)i;
+    return true;
+}
+
+void th_mgr_cslot_clear(th_host *h, th_mcall *c)
+{
+    _Atomic uintptr_t *sl = &h->mgr.cslot[c->cslot - 1].v;
+    c->cslot = 0;
+    (void)slot_empty(sl); /* bit 0: a reader taking a reference */
+}
+
+/* Visits the calls of `s` in the call slots (with `id`, that call only):
+ * each claimed (bit 0: its owner cannot let go of it meanwhile, so it is
+ * valid), given a reference for the caller when `out` has room, let go.
+ * Returns how many matched. */
+static size_t cslot_visit(th_host *h, const th_session *s, uint64_t id,
+                          th_mcall **out, size_t cap)
+{
+    th_mgr *m = &h->mgr;
+    size_t n = 0;
+    for (unsigned i = 0; i < TH_ISLOTS; i++) {
+        _Atomic uintptr_t *sl = &m->cslot[i].v;
+        uintptr_t v;
+        for (unsigned k = 0;; k++) {
+            v = atomic_load(sl);
+            if (!v)
+                break;
+            if ((v & 1) == 0 && atomic_compare_exchange_weak(sl, &v, v | 1))
+                break;
+            if (k > 64)
+                sched_yield(); /* another reader holds it */
+        }
+        if (!v)
+            continue;
+        th_mcall *c = (th_mcall *)(v & ~(uintptr_t)1);
+        if (c->s == s && (id == 0 || c->base.pub.call_id == id)) {
+            if (n < cap && out) {
+                m->ops->ref(c);
+                out[n] = c;
+            }
+            n++;
+        }
+        atomic_store(sl, v);
+    }
+    return n;
+}
+
+size_t th_mgr_cslot_collect(th_host *h, const th_session *s, th_mcall **out,
+                            size_t cap)
+{
+    size_t n = cslot_visit(h, s, 0, out, cap);
+    return n < cap ? n : cap;
+}
+
+size_t th_mgr_cslot_running(th_host *h, const th_session *s)
+{
+    th_mcall *v[TH_ISLOTS];
+    size_t n = th_mgr_cslot_collect(h, s, v, TH_ISLOTS), running = 0;
+    for (size_t i = 0; i < n; i++) {
+        pthread_mutex_lock(&v[i]->mu);
+        running += v[i]->phase != TH_PH_OVER;
+        pthread_mutex_unlock(&v[i]->mu);
+        h->mgr.ops->unref(v[i]);
+    }
+    return running;
+}
+
+th_mcall *th_mgr_session_call(th_session *s, uint64_t id)
+{
+    th_host *h = s->h;
+    pthread_mutex_lock(&s->mu);
+    th_mcall *c = th_u64map_get(&s->calls, id);
+    if (c)
+        h->mgr.ops->ref(c);
+    pthread_mutex_unlock(&s->mu);
+    if (!c && id != 0)
+        cslot_visit(h, s, id, &c, 1);
+    return c;
+}
+
 void th_mgr_submit(th_mcall *c)
 {
     th_host *h = c->h;
@@ -517,7 +632,10 @@ void th_mgr_submit(th_mcall *c)
     bool nested = c->may_block && cur != NULL;
     bool try_inline = c->may_block &&
                       (nested || (!c->is_async && !has_delays(c->mock)));
-    bool quick = try_inline && !nested && !needs_groups(c) &&
+    /* (a call in a call slot was found quick when it was recorded, by
+     * the same test on the same call; unless the host stops meanwhile it
+     * is: then it is answered `busy` below, on this thread) */
+    bool quick = (c->cslot || quick_call(c, nested)) &&
                  !__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE);
     /* An inline call with a timeout long enough enters its thread's slot;
      * the deadline thread arms it if it runs past TH_ISLOT_SCAN_NS. */

@@ -218,7 +218,9 @@ struct th_mcall {
     _Atomic int64_t deadline_ns;/* 0: none */
     int64_t opt_timeout_ms;
 
-    th_u64map_node snode;       /* its node in s->calls (session->mu) */
+    th_u64map_node snode;       /* its node in s->calls (session->mu);
+                                   a call in a call slot (cslot) enters
+                                   only if it outlives its inline run */
     void *dup_link;             /* [dmu] its entry in the duplicate
                                    table (dup.c), or NULL */
 
@@ -288,6 +290,8 @@ struct th_mcall {
     uint8_t islot;              /* its inline slot + 1 (th_mgr.islot), 0:
                                    none; the owner clears it when
                                    execute() returns */
+    uint8_t cslot;              /* its call slot + 1 (th_mgr.cslot), 0:
+                                   none; th_call_start clears it */
 
     /* [mu] */
     bool answered;              /* the final answer is decided */
@@ -484,6 +488,14 @@ typedef struct th_mgr {
     int64_t islot_next_ns;
     atomic_ulong islot_armed;   /* inline calls the deadline thread armed */
 
+    /* Call slots (th_mgr_cslot_put): an inline call that nothing of the
+     * pool limits is published in its thread's slot from its record to
+     * the end of its inline run instead of its session's call map; those
+     * who look calls up by id (cancel, session close, tasks) look here
+     * too.  A slot holds the call's pointer, with bit 0 while a reader
+     * looks at the call (the owner waits for it to go). */
+    th_islot cslot[TH_ISLOTS];
+
     /* Progress notifier. */
     pthread_mutex_t nmu;
     pthread_cond_t ncv;
@@ -519,6 +531,37 @@ void th_mgr_disarm(th_host *h, th_mcall *c);
  * answer disarms it); false: it never was and never will be in the heap
  * unless armed again.  No lock held. */
 bool th_mgr_islot_clear(th_host *h, th_mcall *c);
+
+/* Call slots (th_mgr.cslot).  A call that will run inline on this thread
+ * with nothing of the pool to take (the quick path of th_mgr_submit: it
+ * may block, is not nested, async, a delayed mock, nor under a
+ * concurrency limit) takes its thread's slot when it is recorded,
+ * instead of entering its session's call map: true, c->cslot set (its
+ * owner's, the recording thread's).  False: not such a call, the host
+ * stops, or the slot is taken (a call of a thread sharing it, or one
+ * whose owner has not let go yet): the map as before.
+ *
+ * The invariant that makes the slot as good as the map for whoever looks
+ * a call up: from its record until its owner clears the slot, the call
+ * is in the slot (and valid: the slot holds a reference); the owner
+ * clears it only once the call is answered (its answer delivered on the
+ * owner's thread, or by a thread that took it from the slot) or has
+ * entered the map (th_call_session_put_locked: it asks permission, is
+ * suspended, or became a task).  No lock; any thread. */
+bool th_mgr_cslot_put(th_host *h, th_mcall *c);
+/* Owner: takes c out of its slot (waiting for a reader to let go). */
+void th_mgr_cslot_clear(th_host *h, th_mcall *c);
+/* The calls of `s` in the slots, each with a reference for the caller:
+ * up to cap of them.  No lock held. */
+size_t th_mgr_cslot_collect(th_host *h, const th_session *s, th_mcall **out,
+                            size_t cap);
+/* How many calls of `s` in the slots are still executing (phase not
+ * over: what s->exec_live counts for a call in the map).  No lock held
+ * (it takes each call's mu). */
+size_t th_mgr_cslot_running(th_host *h, const th_session *s);
+/* The call `id` of s with a reference for the caller: in its call map
+ * (s->mu) or a call slot; NULL when neither has it. */
+th_mcall *th_mgr_session_call(th_session *s, uint64_t id);
 
 /* Sets the period of the deadline thread's spill_dir cleaning (default
  * 60 s; the first one is at host open) and starts it over from now.  For

@@ -1,14 +1,6 @@
 /* mpwalk.c - walking msgpack bytes without unpacking them (th/mpwalk.h). */
 #include "th/mpwalk.h"
 
-static uint64_t be(const uint8_t *p, size_t n)
-{
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++)
-        v = (v << 8) | p[i];
-    return v;
-}
-
 int th_mp_head_read(const uint8_t *p, size_t n, th_mp_head *h)
 {
     if (n == 0)
@@ -59,7 +51,7 @@ int th_mp_head_read(const uint8_t *p, size_t n, th_mp_head *h)
     if (n < h->hdr)
         return 0;
     if (lenb) {
-        uint64_t v = be(p + 1, lenb);
+        uint64_t v = th_mp_be(p + 1, lenb);
         if (kid_mult)
             h->kids = v * (uint64_t)kid_mult;
         else

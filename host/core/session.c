@@ -326,16 +326,16 @@ const th_tool *th_session_acquire(th_session *s, const char *name)
 uint64_t th_call_origin(th_session *s, uint64_t call_id)
 {
     uint64_t root = 0;
-    pthread_mutex_lock(&s->mu);
-    const th_mcall *c = th_u64map_get(&s->calls, call_id);
-    /* c->parent is fixed at creation and referenced by c, which the map
-     * holds while s->mu is held. */
-    for (; c; c = c->parent) {
+    th_mcall *c0 = th_mgr_session_call(s, call_id); /* map or call slot */
+    /* c->parent is fixed at creation and referenced by c, which our
+     * reference keeps */
+    for (const th_mcall *c = c0; c; c = c->parent) {
         if (c->s != s)
             break;
         root = c->base.pub.call_id;
     }
-    pthread_mutex_unlock(&s->mu);
+    if (c0)
+        s->h->mgr.ops->unref(c0);
     return root;
 }
 

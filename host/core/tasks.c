@@ -266,11 +266,7 @@ static void kept_view(const th_kept *k, th_task_view *v)
 static th_mcall *live_ref(th_session *s, uint64_t id)
 {
     th_host *h = s->h;
-    pthread_mutex_lock(&s->mu);
-    th_mcall *c = th_u64map_get(&s->calls, id);
-    if (c)
-        c->h->mgr.ops->ref(c);
-    pthread_mutex_unlock(&s->mu);
+    th_mcall *c = th_mgr_session_call(s, id); /* map or call slot */
     if (c)
         return c;
     pthread_mutex_lock(&h->tmu);
@@ -589,8 +585,8 @@ int th_task_result(th_session *s, uint64_t task_id, th_result_copy *out)
     if (th_task_get(s, task_id, result_one, &ctx) == 0)
         return ctx.rc;
     /* A call of this session that is not (yet) a task. */
-    pthread_mutex_lock(&s->mu);
-    int rc = th_u64map_get(&s->calls, task_id) ? TH_ESTATE : TH_ENOTFOUND;
-    pthread_mutex_unlock(&s->mu);
-    return rc;
+    th_mcall *c = th_mgr_session_call(s, task_id); /* map or call slot */
+    if (c)
+        s->h->mgr.ops->unref(c);
+    return c ? TH_ESTATE : TH_ENOTFOUND;
 }

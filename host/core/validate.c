@@ -500,13 +500,15 @@ static bool view_object(const toolhost_arg *a, msgpack_object *o)
  * does not apply (then the full path decides, with its messages). */
 static int validate_flat(const char *what, const th_param *params, size_t n,
                          const uint8_t *args, size_t len, uint64_t *seen,
-                         th_buf *out, bool *filled, th_verr *err)
+                         th_buf *out, bool *filled, toolhost_arg *items,
+                         toolhost_args_view *vp, th_verr *err)
 {
-    toolhost_arg items[TH_ARGS_VIEW_MAX];
-    toolhost_args_view v;
     msgpack_object_kv kv[TH_ARGS_VIEW_MAX];
-    if (th_args_view_build(args, len, items, TH_ARGS_VIEW_MAX, &v) != 0)
+    if (th_args_view_build(args, len, items, TH_ARGS_VIEW_MAX, vp) != 0) {
+        vp->data = NULL;
         return 1;
+    }
+    const toolhost_args_view v = *vp;
     for (uint32_t i = 0; i < v.n_args; i++) {
         if (!view_object(&items[i], &kv[i].val))
             return 1;
@@ -522,10 +524,20 @@ static int validate_flat(const char *what, const th_param *params, size_t n,
     return validate_map(what, params, n, &map, seen, out, filled, err);
 }
 
-int th_validate_params(const char *what, const th_param *params, size_t n,
-                       const uint8_t *args, size_t len, th_buf *out,
-                       bool *filled, th_verr *err)
+/* th_validate_params; with `items`, the view validation decoded `args`
+ * into is kept in *view (view->data NULL: none). */
+static int validate_params(const char *what, const th_param *params,
+                           size_t n, const uint8_t *args, size_t len,
+                           th_buf *out, bool *filled, toolhost_arg *items,
+                           toolhost_args_view *view, th_verr *err)
 {
+    toolhost_arg own_items[TH_ARGS_VIEW_MAX];
+    toolhost_args_view own_view;
+    if (!items) {
+        items = own_items;
+        view = &own_view;
+    }
+    view->data = NULL;
     bool dummy;
     if (!filled)
         filled = &dummy;
@@ -543,7 +555,7 @@ int th_validate_params(const char *what, const th_param *params, size_t n,
     uint64_t *seen = seen_stack;
     if (n <= 4 * 64) {
         int frc = validate_flat(what, params, n, args, len, seen, out,
-                                filled, err);
+                                filled, items, view, err);
         if (frc != 1)
             return frc;
         memset(seen_stack, 0, sizeof seen_stack);
@@ -599,14 +611,31 @@ out:
     return rc;
 }
 
+int th_validate_params(const char *what, const th_param *params, size_t n,
+                       const uint8_t *args, size_t len, th_buf *out,
+                       bool *filled, th_verr *err)
+{
+    return validate_params(what, params, n, args, len, out, filled, NULL,
+                           NULL, err);
+}
+
 int th_validate_call(const th_tool *tool, const uint8_t *args, size_t len,
                      th_buf *out, const uint8_t **args_out, size_t *len_out,
                      th_error *err)
 {
+    return th_validate_call_view(tool, args, len, out, args_out, len_out,
+                                 NULL, NULL, err);
+}
+
+int th_validate_call_view(const th_tool *tool, const uint8_t *args,
+                          size_t len, th_buf *out, const uint8_t **args_out,
+                          size_t *len_out, toolhost_arg *items,
+                          toolhost_args_view *view, th_error *err)
+{
     th_verr ve;
     bool filled = false;
-    int rc = th_validate_params(tool->name, tool->params, tool->n_params, args,
-                                len, out, &filled, &ve);
+    int rc = validate_params(tool->name, tool->params, tool->n_params, args,
+                             len, out, &filled, items, view, &ve);
     if (rc) {
         if (err)
             *err = ve.e;
@@ -614,6 +643,8 @@ int th_validate_call(const th_tool *tool, const uint8_t *args, size_t len,
     }
     const uint8_t *a = filled ? out->data : args;
     size_t n = filled ? out->len : len;
+    if (filled && items)
+        view->data = NULL; /* it described the bytes before the defaults */
     if (tool->desc && tool->desc->validate_args) {
         char msg[512];
         msg[0] = '\0';

@@ -310,6 +310,24 @@ static void host_hands_the_view(void)
     th_result_copy_destroy(&r);
 }
 
+/* Every parameter given (nothing filled in): execute() gets the view
+ * validation decoded the caller's bytes into (the call path builds none
+ * of its own while the arguments are borrowed), inline and when the call
+ * leaves the caller's frame for a worker (its own view then). */
+static void validation_view_handed_on(void)
+{
+    th_result_copy r;
+    for (int inl = 1; inl >= 0; inl--) {
+        CU_ASSERT_EQUAL(call_json("abi12_view_probe",
+                                  "{\"flag\": true, \"text\": \"all\", \"n\": 5}",
+                                  inl != 0, &r), 0);
+        CU_ASSERT_TRUE(r.ok);
+        CU_ASSERT_STRING_EQUAL(out_of(&r),
+                               "view=1 n_args=3 same=1 text=all n=5 flag=1");
+        th_result_copy_destroy(&r);
+    }
+}
+
 static void many_args_no_view(void)
 {
     char json[1024] = "{\"text\": \"many\"";
@@ -346,6 +364,7 @@ void th_suite_argview(void)
     CU_add_test(su, "sdk_view_reads_as_parsing", sdk_view_reads_as_parsing);
     CU_add_test(su, "sdk_ignores_what_it_must_not_read", sdk_ignores_what_it_must_not_read);
     CU_add_test(su, "host_hands_the_view", host_hands_the_view);
+    CU_add_test(su, "validation_view_handed_on", validation_view_handed_on);
     CU_add_test(su, "many_args_no_view", many_args_no_view);
     CU_add_test(su, "old_plugin_unchanged", old_plugin_unchanged);
 }

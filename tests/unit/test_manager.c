@@ -563,6 +563,20 @@ static void *run_inline(void *p)
     return NULL;
 }
 
+/* Starts run_inline on a thread and waits (2 s at most) until t_sleep
+ * runs there (a cancel that came before would answer the call without
+ * running it).  True once it runs. */
+static bool inline_started(inline_runner *ir, pthread_t *th)
+{
+    rec_init(&ir->r);
+    if (pthread_create(th, NULL, run_inline, ir) != 0)
+        return false;
+    int64_t until = mono_ms() + 2000;
+    while (atomic_load(&fx_conc) == 0 && mono_ms() < until)
+        nap_ms(1);
+    return atomic_load(&fx_conc) > 0;
+}
+
 /* The id the next call gets (nothing else starts calls meanwhile), and
  * its cancel once it is registered: 0, or the last code after 2 s. */
 static int cancel_when_seen(th_session *s, uint64_t id)
@@ -579,16 +593,10 @@ static void test_cancel_inline_call(void)
     open_default(1, 1, 64);
     atomic_store(&fx_cancel_seen, 0);
     inline_runner ir = {.s = S};
-    rec_init(&ir.r);
     uint64_t id = atomic_load(&H->next_id);
     int64_t t0 = mono_ms();
     pthread_t th;
-    CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, run_inline, &ir), 0);
-    /* t_sleep has started (a cancel that came before would answer the
-     * call without running it: fx_cancel_seen 0, a flaky test) */
-    int64_t until = mono_ms() + 2000;
-    while (atomic_load(&fx_conc) == 0 && mono_ms() < until)
-        nap_ms(1);
+    CU_ASSERT_FATAL(inline_started(&ir, &th));
     CU_ASSERT_EQUAL(cancel_when_seen(S, id), 0);
     CU_ASSERT_TRUE(rec_wait(&ir.r, 1500));
     pthread_join(th, NULL);
@@ -608,15 +616,9 @@ static void test_session_close_cancels_inline_call(void)
 {
     open_default(1, 1, 64);
     inline_runner ir = {.s = S};
-    rec_init(&ir.r);
     int64_t t0 = mono_ms();
     pthread_t th;
-    CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, run_inline, &ir), 0);
-    /* t_sleep has started: the call runs inline on the other thread */
-    int64_t until = mono_ms() + 2000;
-    while (atomic_load(&fx_conc) == 0 && mono_ms() < until)
-        nap_ms(1);
-    CU_ASSERT_TRUE(atomic_load(&fx_conc) > 0);
+    CU_ASSERT_FATAL(inline_started(&ir, &th));
     th_session_close(S);
     S = NULL;
     CU_ASSERT_TRUE(rec_wait(&ir.r, 1500));
@@ -624,6 +626,103 @@ static void test_session_close_cancels_inline_call(void)
     CU_ASSERT_EQUAL(ir.r.final.error, TH_ECANCELLED);
     CU_ASSERT_TRUE(mono_ms() - t0 < 1500);
     rec_free(&ir.r);
+    close_all();
+}
+
+/* Call slots (th_mgr.cslot): an inline call nothing of the pool limits
+ * is not in its session's call map while it runs, only in its thread's
+ * call slot. */
+static size_t calls_in_map(th_session *s)
+{
+    pthread_mutex_lock(&s->mu);
+    size_t n = s->calls.n;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+static bool cslots_empty(th_host *h)
+{
+    for (unsigned i = 0; i < TH_ISLOTS; i++)
+        if (atomic_load(&h->mgr.cslot[i].v) != 0)
+            return false;
+    return true;
+}
+
+/* Whatever looks a call up by id finds one running inline on another
+ * thread through its call slot: cancel by id (th_call_cancel and the
+ * task API's cancel), a permission answer and a task's result (not a
+ * task: TH_ESTATE, not TH_ENOTFOUND). */
+static void test_cslot_cancel_by_id(void)
+{
+    open_default(1, 1, 64);
+    atomic_store(&fx_cancel_seen, 0);
+    inline_runner ir = {.s = S};
+    uint64_t id = atomic_load(&H->next_id);
+    pthread_t th;
+    CU_ASSERT_FATAL(inline_started(&ir, &th));
+    CU_ASSERT_EQUAL(calls_in_map(S), 0);          /* not in the map... */
+    CU_ASSERT_EQUAL(th_mgr_cslot_running(H, S), 1); /* ...in its slot */
+    th_result_copy res;
+    CU_ASSERT_EQUAL(th_task_result(S, id, &res), TH_ESTATE);
+    CU_ASSERT_EQUAL(th_permission_answer(S, id, true), TH_ESTATE);
+    CU_ASSERT_EQUAL(th_task_cancel(S, id), 0);
+    CU_ASSERT_TRUE(rec_wait(&ir.r, 1500));
+    pthread_join(th, NULL);
+    CU_ASSERT_EQUAL(ir.rc, 0);
+    CU_ASSERT_EQUAL(ir.r.final.error, TH_ECANCELLED);
+    CU_ASSERT_EQUAL(atomic_load(&fx_cancel_seen), 1);
+    CU_ASSERT_EQUAL(ir.r.finals, 1);
+    /* gone from the slot with its call: nothing to find any more */
+    CU_ASSERT_TRUE(cslots_empty(H));
+    CU_ASSERT_EQUAL(th_call_cancel(S, id), TH_ENOTFOUND);
+    CU_ASSERT_EQUAL(th_task_result(S, id, &res), TH_ENOTFOUND);
+    rec_free(&ir.r);
+    close_all();
+}
+
+/* A session closed while its call runs inline on another thread, in
+ * that thread's call slot: the close finds it there, cancels it, and
+ * returns only once it has left the slot (answered and delivered). */
+static void test_cslot_session_close_other_thread(void)
+{
+    open_default(1, 1, 64);
+    inline_runner ir = {.s = S};
+    pthread_t th;
+    CU_ASSERT_FATAL(inline_started(&ir, &th));
+    CU_ASSERT_EQUAL(calls_in_map(S), 0);
+    CU_ASSERT_EQUAL(th_mgr_cslot_running(H, S), 1);
+    int64_t t0 = mono_ms();
+    th_session_close(S);
+    S = NULL;
+    /* answered (by the close) and its execution over before the close
+     * returned */
+    CU_ASSERT_TRUE(rec_wait(&ir.r, 0));
+    CU_ASSERT_EQUAL(ir.r.final.error, TH_ECANCELLED);
+    CU_ASSERT_EQUAL(atomic_load(&fx_conc), 0);
+    CU_ASSERT_TRUE(mono_ms() - t0 < 1500);
+    pthread_join(th, NULL);
+    CU_ASSERT_EQUAL(ir.rc, 0);
+    CU_ASSERT_TRUE(cslots_empty(H));
+    rec_free(&ir.r);
+    close_all();
+}
+
+/* An inline call that suspends outlives its inline run: it leaves its
+ * call slot for the session's map, where cancel by id finds it. */
+static void test_cslot_suspended_enters_map(void)
+{
+    open_default(1, 1, 64);
+    rec r;
+    rec_init(&r);
+    th_call_opts o = {.timeout_ms = 5000, .may_block = true};
+    uint64_t id = start(S, "t_suspend", A(1, "ms", 'i', 400LL), &o, &r);
+    CU_ASSERT_TRUE(cslots_empty(H));
+    CU_ASSERT_EQUAL(calls_in_map(S), 1);
+    CU_ASSERT_EQUAL(th_call_cancel(S, id), 0);
+    CU_ASSERT_TRUE(rec_wait(&r, 1500));
+    CU_ASSERT_EQUAL(r.final.error, TH_ECANCELLED);
+    CU_ASSERT_EQUAL(calls_in_map(S), 0);
+    rec_free(&r);
     close_all();
 }
 
@@ -1648,6 +1747,9 @@ void th_suite_manager(void)
     CU_add_test(s, "cancel_before_start", test_cancel_before_start);
     CU_add_test(s, "cancel_inline_call", test_cancel_inline_call);
     CU_add_test(s, "session_close_cancels_inline_call", test_session_close_cancels_inline_call);
+    CU_add_test(s, "cslot_cancel_by_id", test_cslot_cancel_by_id);
+    CU_add_test(s, "cslot_session_close_other_thread", test_cslot_session_close_other_thread);
+    CU_add_test(s, "cslot_suspended_enters_map", test_cslot_suspended_enters_map);
     CU_add_test(s, "queued_call_is_small", test_queued_call_is_small);
     CU_add_test(s, "cancel_running_task", test_cancel_running_task);
     CU_add_test(s, "busy_refusal", test_busy_refusal);

@@ -28,6 +28,16 @@ typedef struct th_mp_head {
     int container; /* an array or a map, even an empty one */
 } th_mp_head;
 
+/* The big-endian unsigned integer in the n bytes at p (n <= 8): every
+ * length and number msgpack writes after its type byte. */
+static inline uint64_t th_mp_be(const uint8_t *p, size_t n)
+{
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++)
+        v = (v << 8) | p[i];
+    return v;
+}
+
 /* Decodes the header of the value starting at p (n bytes available).
  * 1 when decoded, 0 when more bytes are needed, TH_EPROTO for the byte
  * 0xc1 (never used by msgpack). */

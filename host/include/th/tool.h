@@ -387,6 +387,17 @@ int th_validate_call(const th_tool *tool, const uint8_t *args, size_t len,
                      th_buf *out, const uint8_t **args_out, size_t *len_out,
                      th_error *err);
 
+/* th_validate_call that also hands out the view validation decoded the
+ * arguments into (items: TH_ARGS_VIEW_MAX entries), so that the call path
+ * need not decode them again for execute(): on 0, view->data is
+ * *args_out (the arguments as given, no default filled in) or NULL (no
+ * view: more entries than items, or defaults filled in).  items and view
+ * may be NULL (then it is th_validate_call). */
+int th_validate_call_view(const th_tool *tool, const uint8_t *args,
+                          size_t len, th_buf *out, const uint8_t **args_out,
+                          size_t *len_out, toolhost_arg *items,
+                          toolhost_args_view *view, th_error *err);
+
 /* The decoded view of an argument map (ABI 1.2, toolhost_call.args_view;
  * argview.c): fills items[0..n) with the map's entries in order (every
  * pointer into `data`) and *v.  0, or -1 (nothing to hand out) when
