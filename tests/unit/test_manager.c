@@ -726,6 +726,180 @@ static void test_cslot_suspended_enters_map(void)
     close_all();
 }
 
+/* A call the front allows while it is still in its owner's call slot
+ * (answered from ask_permission, on the caller's thread or another one
+ * while the caller waits) runs on a worker, not inline on the answering
+ * thread: th_permission_answer drops may_block (the answer may come from
+ * a front's event loop).  Inline5 ran it where the answer came from
+ * (th_mgr_submit took c->cslot for "quick", and read the owner's
+ * c->cslot from the answering thread). */
+typedef struct perm_front {
+    th_session *s;
+    int mode;            /* 0: answer here; 1: another thread answers */
+    int rc;              /* th_permission_answer's */
+    pthread_t answerer;
+    uint64_t id;
+} perm_front;
+
+static void *perm_answer_thread(void *p)
+{
+    perm_front *pf = p;
+    pf->rc = th_permission_answer(pf->s, pf->id, true);
+    return NULL;
+}
+
+static int perm_ask_now(void *ud, uint64_t call_id, const char *tool,
+                        const uint8_t *args, size_t len, const char *reason)
+{
+    (void)tool;
+    (void)args;
+    (void)len;
+    (void)reason;
+    perm_front *pf = ud;
+    pf->id = call_id;
+    if (pf->mode == 0) {
+        pf->rc = th_permission_answer(pf->s, call_id, true);
+        return 0;
+    }
+    /* the caller waits (the tool returns at once) while another thread
+     * answers: its call is still in the caller's slot */
+    if (pthread_create(&pf->answerer, NULL, perm_answer_thread, pf) != 0)
+        return -1;
+    pthread_join(pf->answerer, NULL);
+    return 0;
+}
+
+static void test_cslot_permission_answer_on_worker(void)
+{
+    th_config *c = cfg_new(1, 1, 64);
+    cfg_toolset(c, "default", all_tools)->perm_default = TH_PERM_ASK;
+    H = host_new(c);
+    perm_front pf = {.rc = -1};
+    th_front_ops ops = {.ask_permission = perm_ask_now};
+    th_principal p = {.uid = 1000, .gid = 1000, .trusted = true};
+    pf.s = th_session_open(H, &p, &ops, &pf);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(pf.s);
+    for (int mode = 0; mode < 2; mode++) {
+        pf.mode = mode;
+        pf.rc = -1;
+        atomic_store(&fx_where_set, 0);
+        rec r;
+        rec_init(&r);
+        th_call_opts o = {.timeout_ms = 5000, .may_block = true};
+        start(pf.s, "t_where", A(0), &o, &r);
+        CU_ASSERT_TRUE(rec_wait(&r, 2000));
+        CU_ASSERT_EQUAL(pf.rc, 0);
+        CU_ASSERT_TRUE(r.final.ok);
+        CU_ASSERT_EQUAL_FATAL(atomic_load(&fx_where_set), 1);
+        /* a worker ran it: neither the caller nor the answering thread */
+        CU_ASSERT_FALSE(pthread_equal(fx_where_tid, pthread_self()));
+        if (mode == 1)
+            CU_ASSERT_FALSE(pthread_equal(fx_where_tid, pf.answerer));
+        CU_ASSERT_TRUE(cslots_empty(H));
+        rec_free(&r);
+    }
+    th_session_close(pf.s);
+    close_all();
+}
+
+/* A lookup by id that misses the map, then the slots, while the call
+ * moves from its slot to the map in between (it suspends: it enters the
+ * map, then its owner clears the slot) looks at the map once more: the
+ * cancel finds the live call.  Inline5 answered TH_ENOTFOUND.  The test
+ * holds the canceller between the two looks: a claim (bit 0) it puts in
+ * an empty slot scanned before the call's. */
+typedef struct gate_runner {
+    th_session *s;
+    rec r;
+    uint64_t id;
+    int rc;
+} gate_runner;
+
+static void *run_gate_susp(void *p)
+{
+    gate_runner *g = p;
+    th_call_opts o = {.timeout_ms = 5000, .may_block = true};
+    th_buf a = A(1, "ms", 'i', 300LL);
+    g->rc = th_call_start(g->s, "t_gate_susp", a.data, a.len, &o, rec_cb, &g->r,
+                          &g->id);
+    th_buf_destroy(&a);
+    return NULL;
+}
+
+typedef struct canceller {
+    th_session *s;
+    uint64_t id;
+    int rc;
+    atomic_int done;
+} canceller;
+
+static void *run_cancel(void *p)
+{
+    canceller *k = p;
+    k->rc = th_call_cancel(k->s, k->id);
+    atomic_store(&k->done, 1);
+    return NULL;
+}
+
+static void test_cslot_lookup_while_entering_map(void)
+{
+    open_default(1, 1, 64);
+    atomic_store(&fx_gate_open, 0);
+    atomic_store(&fx_conc, 0);
+    /* this thread takes a slot index first (inline calls take them in
+     * turn): the runner's, taken next, is not the first slot scanned */
+    rec w;
+    rec_init(&w);
+    th_call_opts wo = {.may_block = true};
+    start(S, "t_echo", A(1, "text", 's', "x"), &wo, &w);
+    CU_ASSERT_TRUE(rec_wait(&w, 2000));
+    rec_free(&w);
+    gate_runner g = {.s = S};
+    rec_init(&g.r);
+    pthread_t rt;
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&rt, NULL, run_gate_susp, &g), 0);
+    int64_t until = mono_ms() + 2000;
+    while (atomic_load(&fx_conc) == 0 && mono_ms() < until)
+        nap_ms(1);
+    CU_ASSERT_FATAL(atomic_load(&fx_conc) > 0); /* it runs, in its slot */
+    int i = -1, j = -1;
+    for (int k = 0; k < TH_ISLOTS && i < 0; k++) {
+        uintptr_t v = atomic_load(&H->mgr.cslot[k].v);
+        if (v && ((th_mcall *)(v & ~(uintptr_t)1))->base.pub.call_id == g.id)
+            i = k;
+    }
+    CU_ASSERT_FATAL(i >= 0);
+    for (int k = 0; k < i && j < 0; k++) {
+        uintptr_t z = 0;
+        if (atomic_compare_exchange_strong(&H->mgr.cslot[k].v, &z, 1))
+            j = k; /* claimed, empty: the canceller waits there */
+    }
+    canceller k = {.s = S, .id = g.id};
+    pthread_t ct;
+    bool held = j >= 0; /* (its slot is the first: nothing to hold it) */
+    if (held) {
+        CU_ASSERT_EQUAL_FATAL(pthread_create(&ct, NULL, run_cancel, &k), 0);
+        nap_ms(50); /* it missed the map and waits at slot j */
+        CU_ASSERT_EQUAL(atomic_load(&k.done), 0);
+    }
+    atomic_store(&fx_gate_open, 1); /* suspends: map, then out of the slot */
+    pthread_join(rt, NULL);
+    CU_ASSERT_EQUAL(g.rc, 0);
+    CU_ASSERT_EQUAL(calls_in_map(S), 1);
+    if (held) {
+        atomic_store(&H->mgr.cslot[j].v, 0);
+        pthread_join(ct, NULL);
+        CU_ASSERT_EQUAL(k.rc, 0); /* found (in the map), cancelled */
+    } else {
+        CU_ASSERT_EQUAL(th_call_cancel(S, g.id), 0);
+    }
+    CU_ASSERT_TRUE(rec_wait(&g.r, 1500));
+    CU_ASSERT_EQUAL(g.r.final.error, TH_ECANCELLED);
+    atomic_store(&fx_gate_open, 0);
+    rec_free(&g.r);
+    close_all();
+}
+
 /* An inline call with a timeout of 100 ms or more does not enter the
  * deadline heap at start (it sits in its thread's slot); the deadline
  * thread arms it once it has run 10 ms: a hung one is still answered
@@ -1750,6 +1924,8 @@ void th_suite_manager(void)
     CU_add_test(s, "cslot_cancel_by_id", test_cslot_cancel_by_id);
     CU_add_test(s, "cslot_session_close_other_thread", test_cslot_session_close_other_thread);
     CU_add_test(s, "cslot_suspended_enters_map", test_cslot_suspended_enters_map);
+    CU_add_test(s, "cslot_permission_answer_on_worker", test_cslot_permission_answer_on_worker);
+    CU_add_test(s, "cslot_lookup_while_entering_map", test_cslot_lookup_while_entering_map);
     CU_add_test(s, "queued_call_is_small", test_queued_call_is_small);
     CU_add_test(s, "cancel_running_task", test_cancel_running_task);
     CU_add_test(s, "busy_refusal", test_busy_refusal);
