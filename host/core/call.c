@@ -951,7 +951,8 @@ void th_mcall_run(th_mcall *c)
     /* An inline call in its thread's slot (manager.c): out of it now,
      * before anyone answers it from here; `heapless` when the deadline
      * thread never armed it. */
-    bool heapless = c->islot && !th_mgr_islot_clear(c->h, c);
+    bool had_islot = c->islot != 0; /* (th_mgr_islot_clear zeroes it) */
+    bool heapless = had_islot && !th_mgr_islot_clear(c->h, c);
     pthread_mutex_lock(&c->mu);
     c->in_execute = false;
     c->base.pub.args_view = NULL; /* on this stack frame, or the caller's */
@@ -978,7 +979,7 @@ void th_mcall_run(th_mcall *c)
     /* Armed by the deadline thread while it ran but answered already (a
      * cancel: its answer found it not yet in the heap): out of the heap
      * now, not at its deadline. */
-    bool drop = c->islot && !heapless && c->answered;
+    bool drop = had_islot && !heapless && c->answered;
     /* Suspended, it outlives its inline run: out of its call slot into
      * the session's map (closing: cancelled below, still in the slot). */
     int enter_rc = susp && st == TOOLHOST_PENDING

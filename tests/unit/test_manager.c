@@ -985,6 +985,58 @@ static void *islot_run(void *p)
     return NULL;
 }
 
+/* An inline call cancelled before the deadline thread armed it (its
+ * answer found nothing in the heap to take out), then armed by the
+ * deadline thread's scan while it still runs (the tool ignores the
+ * cancel), leaves the heap when execute() returns, not at its deadline.
+ * 7d5a075 meant this (`drop` in th_mcall_run), but read c->islot after
+ * th_mgr_islot_clear had zeroed it: the call stayed in the heap, with its
+ * reference (record, tool, config) until its 5 s deadline. */
+typedef struct stubborn_runner {
+    th_session *s;
+    rec r;
+    uint64_t id;
+} stubborn_runner;
+
+static void *run_stubborn(void *p)
+{
+    stubborn_runner *sr = p;
+    th_call_opts o = {.timeout_ms = 5000, .may_block = true};
+    th_buf a = A(1, "ms", 'i', 300LL);
+    th_call_start(sr->s, "t_stubborn", a.data, a.len, &o, rec_cb, &sr->r, NULL);
+    th_buf_destroy(&a);
+    return NULL;
+}
+
+static void test_islot_cancelled_then_armed_leaves_heap(void)
+{
+    open_default(1, 1, 64);
+    stubborn_runner sr = {.s = S};
+    rec_init(&sr.r);
+    sr.id = atomic_load(&H->next_id); /* nothing else starts calls */
+    unsigned long armed0 = atomic_load(&H->mgr.islot_armed);
+    pthread_t th;
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, run_stubborn, &sr), 0);
+    /* cancelled as soon as it is seen, within its first 10 ms */
+    CU_ASSERT_EQUAL(cancel_when_seen(S, sr.id), 0);
+    bool before = atomic_load(&H->mgr.islot_armed) == armed0;
+    /* the deadline thread arms it (it runs on for 300 ms) */
+    int64_t until = mono_ms() + 1000;
+    while (atomic_load(&H->mgr.islot_armed) == armed0 && mono_ms() < until)
+        nap_ms(1);
+    CU_ASSERT_TRUE(atomic_load(&H->mgr.islot_armed) > armed0);
+    pthread_join(th, NULL); /* execute() returned */
+    CU_ASSERT_TRUE(rec_wait(&sr.r, 0));
+    CU_ASSERT_EQUAL(sr.r.final.error, TH_ECANCELLED);
+    pthread_mutex_lock(&H->mgr.tmu);
+    size_t hn = H->mgr.hn;
+    pthread_mutex_unlock(&H->mgr.tmu);
+    if (before) /* (cancelled after the arm: its answer disarmed it) */
+        CU_ASSERT_EQUAL(hn, 0);
+    rec_free(&sr.r);
+    close_all();
+}
+
 static void test_islot_stress(void)
 {
     open_default(1, 1, 64);
@@ -1918,6 +1970,7 @@ void th_suite_manager(void)
     CU_add_test(s, "islot_inline_timeout", test_islot_inline_timeout);
     CU_add_test(s, "islot_inline_suspend_deadline", test_islot_inline_suspend_deadline);
     CU_add_test(s, "islot_stress", test_islot_stress);
+    CU_add_test(s, "islot_cancelled_then_armed_leaves_heap", test_islot_cancelled_then_armed_leaves_heap);
     CU_add_test(s, "cancel_before_start", test_cancel_before_start);
     CU_add_test(s, "cancel_inline_call", test_cancel_inline_call);
     CU_add_test(s, "session_close_cancels_inline_call", test_session_close_cancels_inline_call);
