@@ -7,12 +7,17 @@
  *
  * Lock order (a thread holding one may take those to its right only):
  *
- *   call->mu  ->  session->mu | host->dmu | host->tmu | mgr->tmu |
- *                 mgr->nmu | mgr->mu | host->stmu
+ *   mgr->mu  ->  call->mu  ->  session->mu | host->dmu | host->tmu |
+ *                              mgr->tmu | mgr->nmu | host->stmu
  *
- * No two locks of the right-hand group are ever held together, and no
- * thread takes a call->mu while holding any of them (they collect
- * references, unlock, then lock each call).  Event callbacks and front ops
+ * mgr->mu comes first: th_mgr_submit marks a call it queues (phase
+ * QUEUED) under it, and no thread takes mgr->mu while it holds a call's mu
+ * (th_mgr_release, which takes it to give a group's slot back, runs with
+ * no call's mu held; under one, as the one-turn end of th_mcall_run does,
+ * only for a call holding no group's slot: no lock).  No two locks of the
+ * right-hand group are ever held together, and no thread takes a call->mu
+ * while holding any of them (they collect references, unlock, then lock
+ * each call).  Event callbacks and front ops
  * run with no lock held.  th_stat.fast.lk (call_fast.c, a spin flag for a
  * tool's short-call transitions) is a leaf taken with no other lock held.
  */
