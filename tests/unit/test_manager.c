@@ -900,6 +900,136 @@ static void test_cslot_lookup_while_entering_map(void)
     close_all();
 }
 
+/* Call slots under stress (bounded: 4 x 150 calls, then a close while
+ * calls run): inline calls (echo, a 1 ms sleep, a suspend that enters the
+ * map) on four threads while another looks their ids up (cancel, origin,
+ * task result), then a session closed under running calls.  Every call
+ * started is answered exactly once, the slots are empty at the end.  Run
+ * under TSan for the orderings (build/san-thread/tests/unit-tests). */
+#define CS_THREADS 4
+#define CS_CALLS 150
+
+typedef struct cs_runner {
+    th_session *s;
+    int calls;           /* how many to start (0: until stop) */
+    atomic_int *stop;
+    int started, answered_once, bad;
+} cs_runner;
+
+static void *cs_run(void *p)
+{
+    cs_runner *cr = p;
+    for (int i = 0; cr->calls ? i < cr->calls : !atomic_load(cr->stop); i++) {
+        static const char *const tools[] = {"t_echo", "t_sleep", "t_suspend"};
+        const char *tool = tools[i % 3];
+        th_buf a = i % 3 == 0 ? A(1, "text", 's', "x") : A(1, "ms", 'i', 1LL);
+        rec *r = malloc(sizeof *r);
+        rec_init(r);
+        th_call_opts o = {.timeout_ms = 5000, .may_block = true};
+        int rc = th_call_start(cr->s, tool, a.data, a.len, &o, rec_cb, r, NULL);
+        th_buf_destroy(&a);
+        if (rc == 0) {
+            cr->started++;
+            bool got = rec_wait(r, 3000);
+            pthread_mutex_lock(&r->mu);
+            if (got && r->finals == 1 && !r->order_bad)
+                cr->answered_once++;
+            else
+                cr->bad++;
+            pthread_mutex_unlock(&r->mu);
+        } else if (rc != TH_ESTATE) {
+            cr->bad++;
+        }
+        /* a suspended call's final may come from its thread: wait for it
+         * (rec_wait above) before the record goes */
+        rec_free(r);
+        free(r);
+        if (rc == TH_ESTATE)
+            break; /* the session closed */
+    }
+    return NULL;
+}
+
+typedef struct cs_looker {
+    th_session *s;
+    atomic_int *stop;
+    long looks;
+} cs_looker;
+
+static void *cs_look(void *p)
+{
+    cs_looker *k = p;
+    while (!atomic_load(k->stop)) {
+        uint64_t top = atomic_load(&H->next_id);
+        for (uint64_t id = top > 8 ? top - 8 : 1; id < top; id++) {
+            switch (id % 3) {
+            case 0:
+                (void)th_call_cancel(k->s, id);
+                break;
+            case 1:
+                (void)th_call_origin(k->s, id);
+                break;
+            default: {
+                th_result_copy res;
+                memset(&res, 0, sizeof res);
+                if (th_task_result(k->s, id, &res) == 0)
+                    th_result_copy_destroy(&res);
+                break;
+            }
+            }
+            k->looks++;
+        }
+        sched_yield();
+    }
+    return NULL;
+}
+
+static void test_cslot_stress(void)
+{
+    open_default(2, 1, 64);
+    atomic_int stop = 0;
+    cs_runner cr[CS_THREADS];
+    pthread_t th[CS_THREADS], lt;
+    cs_looker k = {.s = S, .stop = &stop};
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&lt, NULL, cs_look, &k), 0);
+    for (int i = 0; i < CS_THREADS; i++) {
+        cr[i] = (cs_runner){.s = S, .calls = CS_CALLS, .stop = &stop};
+        CU_ASSERT_EQUAL_FATAL(pthread_create(&th[i], NULL, cs_run, &cr[i]), 0);
+    }
+    for (int i = 0; i < CS_THREADS; i++) {
+        pthread_join(th[i], NULL);
+        CU_ASSERT_EQUAL(cr[i].bad, 0);
+        CU_ASSERT_EQUAL(cr[i].answered_once, cr[i].started);
+    }
+    atomic_store(&stop, 1);
+    pthread_join(lt, NULL);
+    CU_ASSERT_TRUE(k.looks > 0);
+    /* a session closed while its calls run inline on other threads */
+    th_principal pr = {.uid = 1000, .gid = 1000, .trusted = true};
+    th_session *s2 = th_session_open(H, &pr, NULL, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s2);
+    atomic_int stop2 = 0;
+    for (int i = 0; i < CS_THREADS; i++) {
+        cr[i] = (cs_runner){.s = s2, .calls = 0, .stop = &stop2};
+        CU_ASSERT_EQUAL_FATAL(pthread_create(&th[i], NULL, cs_run, &cr[i]), 0);
+    }
+    nap_ms(50);
+    int64_t t0 = mono_ms();
+    th_session_close(s2);
+    CU_ASSERT_TRUE(mono_ms() - t0 < 1500);
+    atomic_store(&stop2, 1);
+    int total = 0;
+    for (int i = 0; i < CS_THREADS; i++) {
+        pthread_join(th[i], NULL);
+        CU_ASSERT_EQUAL(cr[i].bad, 0);
+        CU_ASSERT_EQUAL(cr[i].answered_once, cr[i].started);
+        total += cr[i].started;
+    }
+    CU_ASSERT_TRUE(total > 0);
+    CU_ASSERT_TRUE(cslots_empty(H));
+    close_all();
+}
+
 /* An inline call with a timeout of 100 ms or more does not enter the
  * deadline heap at start (it sits in its thread's slot); the deadline
  * thread arms it once it has run 10 ms: a hung one is still answered
@@ -1979,6 +2109,7 @@ void th_suite_manager(void)
     CU_add_test(s, "cslot_suspended_enters_map", test_cslot_suspended_enters_map);
     CU_add_test(s, "cslot_permission_answer_on_worker", test_cslot_permission_answer_on_worker);
     CU_add_test(s, "cslot_lookup_while_entering_map", test_cslot_lookup_while_entering_map);
+    CU_add_test(s, "cslot_stress", test_cslot_stress);
     CU_add_test(s, "queued_call_is_small", test_queued_call_is_small);
     CU_add_test(s, "cancel_running_task", test_cancel_running_task);
     CU_add_test(s, "busy_refusal", test_busy_refusal);
