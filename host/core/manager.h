@@ -565,7 +565,9 @@ size_t th_mgr_cslot_collect(th_host *h, const th_session *s, th_mcall **out,
  * (it takes each call's mu). */
 size_t th_mgr_cslot_running(th_host *h, const th_session *s);
 /* The call `id` of s with a reference for the caller: in its call map
- * (s->mu) or a call slot; NULL when neither has it. */
+ * (s->mu) or a call slot (the map again when both missed: the call may
+ * have moved from its slot to the map in between); NULL when neither has
+ * it. */
 th_mcall *th_mgr_session_call(th_session *s, uint64_t id);
 
 /* Sets the period of the deadline thread's spill_dir cleaning (default
