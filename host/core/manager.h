@@ -272,8 +272,10 @@ struct th_mcall {
                                    on after execute() (suspend) */
     bool is_async;              /* TOOLHOST_TOOL_ASYNC */
     bool no_progress, may_block;
-    bool args_ok;               /* validated: its end counts in the latency
-                                   numbers */
+    atomic_bool args_ok;        /* validated: its end counts in the latency
+                                   numbers (atomic: the owner sets it
+                                   unlocked while a canceller's answer may
+                                   read it, relaxed both sides) */
     bool output_info;           /* th_call_opts.output_info */
     atomic_bool is_task;        /* acknowledged (readable without mu) */
     atomic_bool lost_watch;     /* [tmu] in the heap for the lost-worker

@@ -1008,6 +1008,9 @@ static void test_cslot_stress(void)
     th_principal pr = {.uid = 1000, .gid = 1000, .trusted = true};
     th_session *s2 = th_session_open(H, &pr, NULL, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(s2);
+    /* the runners use s2 until they see it closed: a reference of theirs
+     * (the close drops the front's) */
+    th_session_ref(s2);
     atomic_int stop2 = 0;
     for (int i = 0; i < CS_THREADS; i++) {
         cr[i] = (cs_runner){.s = s2, .calls = 0, .stop = &stop2};
@@ -1025,6 +1028,7 @@ static void test_cslot_stress(void)
         CU_ASSERT_EQUAL(cr[i].answered_once, cr[i].started);
         total += cr[i].started;
     }
+    th_session_unref(s2);
     CU_ASSERT_TRUE(total > 0);
     CU_ASSERT_TRUE(cslots_empty(H));
     close_all();
