@@ -468,6 +468,15 @@ int th_call_session_enter_locked(th_mcall *c)
         return 0;
     pthread_mutex_lock(&c->s->mu);
     int rc = th_call_session_put_locked(c);
+    if (rc == TH_ESTATE && !c->exec_counted) {
+        /* closing: not in the map (the close looked there already), but
+         * its execution counts, so that the close waits for it (a
+         * suspended call's complete(), within session_grace) as for the
+         * map's once it has left its call slot; its end (exec_end) takes
+         * the count back */
+        c->exec_counted = true;
+        c->s->exec_live++;
+    }
     pthread_mutex_unlock(&c->s->mu);
     return rc;
 }

@@ -900,6 +900,81 @@ static void test_cslot_lookup_while_entering_map(void)
     close_all();
 }
 
+/* A session closed while its inline call suspends: the close has set
+ * `closing` and looked at the map, the call then suspends (execute()
+ * returns pending), cannot enter the map (closing: cancelled) and leaves
+ * its slot before the close looks there.  The close still waits (within
+ * session_grace) for its execution to end - complete() from the tool's
+ * thread 300 ms later - as it does for a call in the map.  Inline5's
+ * close returned at once.  The test holds the close between its two
+ * looks with a claim on an empty slot scanned before the call's. */
+static void *run_close(void *p)
+{
+    th_session_close(p);
+    return NULL;
+}
+
+static void test_cslot_close_while_suspending(void)
+{
+    open_default(1, 1, 64);
+    atomic_store(&fx_gate_open, 0);
+    atomic_store(&fx_conc, 0);
+    rec w;
+    rec_init(&w);
+    th_call_opts wo = {.may_block = true};
+    start(S, "t_echo", A(1, "text", 's', "x"), &wo, &w); /* (a slot index) */
+    CU_ASSERT_TRUE(rec_wait(&w, 2000));
+    rec_free(&w);
+    gate_runner g = {.s = S};
+    rec_init(&g.r);
+    th_session_ref(S); /* the runner's, past the close */
+    pthread_t rt;
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&rt, NULL, run_gate_susp, &g), 0);
+    int64_t until = mono_ms() + 2000;
+    while (atomic_load(&fx_conc) == 0 && mono_ms() < until)
+        nap_ms(1);
+    CU_ASSERT_FATAL(atomic_load(&fx_conc) > 0);
+    int i = -1, j = -1;
+    for (int k = 0; k < TH_ISLOTS && i < 0; k++) {
+        uintptr_t v = atomic_load(&H->mgr.cslot[k].v);
+        if (v && ((th_mcall *)(v & ~(uintptr_t)1))->base.pub.call_id == g.id)
+            i = k;
+    }
+    CU_ASSERT_FATAL(i >= 0);
+    for (int k = 0; k < i && j < 0; k++) {
+        uintptr_t z = 0;
+        if (atomic_compare_exchange_strong(&H->mgr.cslot[k].v, &z, 1))
+            j = k;
+    }
+    th_session *s = S;
+    S = NULL;
+    int done0 = atomic_load(&fx_susp_done);
+    pthread_t ct;
+    if (j >= 0) {
+        CU_ASSERT_EQUAL_FATAL(pthread_create(&ct, NULL, run_close, s), 0);
+        nap_ms(50); /* closing set, the map looked at: it waits at slot j */
+    }
+    atomic_store(&fx_gate_open, 1); /* suspends, cancelled, leaves the slot */
+    pthread_join(rt, NULL);
+    CU_ASSERT_EQUAL(g.rc, 0);
+    if (j >= 0) {
+        atomic_store(&H->mgr.cslot[j].v, 0);
+        pthread_join(ct, NULL);
+        /* the close returned only once the suspended execution ended */
+        CU_ASSERT_EQUAL(atomic_load(&fx_susp_done), done0 + 1);
+    } else {
+        th_session_close(s); /* (its slot is the first: nothing to hold) */
+    }
+    CU_ASSERT_TRUE(rec_wait(&g.r, 1500));
+    CU_ASSERT_EQUAL(g.r.final.error, TH_ECANCELLED);
+    CU_ASSERT_TRUE(cslots_empty(H));
+    atomic_store(&fx_gate_open, 0);
+    th_session_unref(s);
+    rec_free(&g.r);
+    nap_ms(400); /* (t_suspend's thread is done with the call) */
+    close_all();
+}
+
 /* Call slots under stress (bounded: 4 x 150 calls, then a close while
  * calls run): inline calls (echo, a 1 ms sleep, a suspend that enters the
  * map) on four threads while another looks their ids up (cancel, origin,
@@ -2114,6 +2189,7 @@ void th_suite_manager(void)
     CU_add_test(s, "cslot_permission_answer_on_worker", test_cslot_permission_answer_on_worker);
     CU_add_test(s, "cslot_lookup_while_entering_map", test_cslot_lookup_while_entering_map);
     CU_add_test(s, "cslot_stress", test_cslot_stress);
+    CU_add_test(s, "cslot_close_while_suspending", test_cslot_close_while_suspending);
     CU_add_test(s, "queued_call_is_small", test_queued_call_is_small);
     CU_add_test(s, "cancel_running_task", test_cancel_running_task);
     CU_add_test(s, "busy_refusal", test_busy_refusal);

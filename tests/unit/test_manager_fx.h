@@ -232,6 +232,7 @@ static int fx_fail(void *st, const toolhost_tool *t, toolhost_call *c, const uin
     return TOOLHOST_FAILED;
 }
 
+static atomic_int fx_susp_done; /* completions of t_suspend's thread */
 typedef struct fx_susp {
     toolhost_call *c;
     long ms;
@@ -243,6 +244,7 @@ static void *fx_susp_thread(void *arg)
     nap_ms(s->ms);
     s->c->host->write(s->c, TOOLHOST_STDOUT, "from thread", 11);
     s->c->host->complete(s->c, TOOLHOST_OK);
+    atomic_fetch_add(&fx_susp_done, 1);
     free(s);
     return NULL;
 }
