@@ -468,6 +468,15 @@ int th_call_session_enter_locked(th_mcall *c)
         return 0;
     pthread_mutex_lock(&c->s->mu);
     int rc = th_call_session_put_locked(c);
+    if (rc == TH_ESTATE && !c->exec_counted) {
+        /* closing: not in the map (the close looked there already), but
+         * its execution counts, so that the close waits for it (a
+         * suspended call's complete(), within session_grace) as for the
+         * map's once it has left its call slot; its end (exec_end) takes
+         * the count back */
+        c->exec_counted = true;
+        c->s->exec_live++;
+    }
     pthread_mutex_unlock(&c->s->mu);
     return rc;
 }
@@ -951,7 +960,8 @@ void th_mcall_run(th_mcall *c)
     /* An inline call in its thread's slot (manager.c): out of it now,
      * before anyone answers it from here; `heapless` when the deadline
      * thread never armed it. */
-    bool heapless = c->islot && !th_mgr_islot_clear(c->h, c);
+    bool had_islot = c->islot != 0; /* (th_mgr_islot_clear zeroes it) */
+    bool heapless = had_islot && !th_mgr_islot_clear(c->h, c);
     pthread_mutex_lock(&c->mu);
     c->in_execute = false;
     c->base.pub.args_view = NULL; /* on this stack frame, or the caller's */
@@ -978,7 +988,7 @@ void th_mcall_run(th_mcall *c)
     /* Armed by the deadline thread while it ran but answered already (a
      * cancel: its answer found it not yet in the heap): out of the heap
      * now, not at its deadline. */
-    bool drop = c->islot && !heapless && c->answered;
+    bool drop = had_islot && !heapless && c->answered;
     /* Suspended, it outlives its inline run: out of its call slot into
      * the session's map (closing: cancelled below, still in the slot). */
     int enter_rc = susp && st == TOOLHOST_PENDING

@@ -321,7 +321,7 @@ static int stage_args(th_mcall *c, const uint8_t *raw, size_t raw_len,
     th_buf_destroy(&vb);
     th_buf_destroy(&stripped);
     c->args_len = vl;
-    c->args_ok = true;
+    atomic_store_explicit(&c->args_ok, true, memory_order_relaxed);
     return 0;
 }
 

@@ -615,8 +615,16 @@ th_mcall *th_mgr_session_call(th_session *s, uint64_t id)
     if (c)
         h->mgr.ops->ref(c);
     pthread_mutex_unlock(&s->mu);
-    if (!c && id != 0)
-        cslot_visit(h, s, id, &c, 1);
+    if (!c && id != 0 && cslot_visit(h, s, id, &c, 1) == 0) {
+        /* Not in the map, nor in a slot: it may have moved from its slot
+         * to the map between the two looks (it enters the map before its
+         * owner clears the slot): the map once more. */
+        pthread_mutex_lock(&s->mu);
+        c = th_u64map_get(&s->calls, id);
+        if (c)
+            h->mgr.ops->ref(c);
+        pthread_mutex_unlock(&s->mu);
+    }
     return c;
 }
 
@@ -634,8 +642,11 @@ void th_mgr_submit(th_mcall *c)
                       (nested || (!c->is_async && !has_delays(c->mock)));
     /* (a call in a call slot was found quick when it was recorded, by
      * the same test on the same call; unless the host stops meanwhile it
-     * is: then it is answered `busy` below, on this thread) */
-    bool quick = (c->cslot || quick_call(c, nested)) &&
+     * is: then it is answered `busy` below, on this thread.  A call the
+     * front allowed (th_permission_answer) may still be in its owner's
+     * slot, but no longer may block: it goes to a worker, and c->cslot,
+     * its owner's, is not read from the answering thread) */
+    bool quick = c->may_block && (c->cslot || quick_call(c, nested)) &&
                  !__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE);
     /* An inline call with a timeout long enough enters its thread's slot;
      * the deadline thread arms it if it runs past TH_ISLOT_SCAN_NS. */

@@ -7,12 +7,17 @@
  *
  * Lock order (a thread holding one may take those to its right only):
  *
- *   call->mu  ->  session->mu | host->dmu | host->tmu | mgr->tmu |
- *                 mgr->nmu | mgr->mu | host->stmu
+ *   mgr->mu  ->  call->mu  ->  session->mu | host->dmu | host->tmu |
+ *                              mgr->tmu | mgr->nmu | host->stmu
  *
- * No two locks of the right-hand group are ever held together, and no
- * thread takes a call->mu while holding any of them (they collect
- * references, unlock, then lock each call).  Event callbacks and front ops
+ * mgr->mu comes first: th_mgr_submit marks a call it queues (phase
+ * QUEUED) under it, and no thread takes mgr->mu while it holds a call's mu
+ * (th_mgr_release, which takes it to give a group's slot back, runs with
+ * no call's mu held; under one, as the one-turn end of th_mcall_run does,
+ * only for a call holding no group's slot: no lock).  No two locks of the
+ * right-hand group are ever held together, and no thread takes a call->mu
+ * while holding any of them (they collect references, unlock, then lock
+ * each call).  Event callbacks and front ops
  * run with no lock held.  th_stat.fast.lk (call_fast.c, a spin flag for a
  * tool's short-call transitions) is a leaf taken with no other lock held.
  */
@@ -267,8 +272,10 @@ struct th_mcall {
                                    on after execute() (suspend) */
     bool is_async;              /* TOOLHOST_TOOL_ASYNC */
     bool no_progress, may_block;
-    bool args_ok;               /* validated: its end counts in the latency
-                                   numbers */
+    atomic_bool args_ok;        /* validated: its end counts in the latency
+                                   numbers (atomic: the owner sets it
+                                   unlocked while a canceller's answer may
+                                   read it, relaxed both sides) */
     bool output_info;           /* th_call_opts.output_info */
     atomic_bool is_task;        /* acknowledged (readable without mu) */
     atomic_bool lost_watch;     /* [tmu] in the heap for the lost-worker
@@ -560,7 +567,9 @@ size_t th_mgr_cslot_collect(th_host *h, const th_session *s, th_mcall **out,
  * (it takes each call's mu). */
 size_t th_mgr_cslot_running(th_host *h, const th_session *s);
 /* The call `id` of s with a reference for the caller: in its call map
- * (s->mu) or a call slot; NULL when neither has it. */
+ * (s->mu) or a call slot (the map again when both missed: the call may
+ * have moved from its slot to the map in between); NULL when neither has
+ * it. */
 th_mcall *th_mgr_session_call(th_session *s, uint64_t id);
 
 /* Sets the period of the deadline thread's spill_dir cleaning (default

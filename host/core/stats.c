@@ -410,7 +410,7 @@ static void group_count(th_host *h, char kind, const char *name,
 
 void th_stat_call_end(th_mcall *c)
 {
-    if (!c->st || !c->args_ok)
+    if (!c->st || !atomic_load_explicit(&c->args_ok, memory_order_relaxed))
         return;
     int64_t now = th_now_ns(); /* one clock read for both */
     int64_t ns = now - c->start_ns;

@@ -726,6 +726,389 @@ static void test_cslot_suspended_enters_map(void)
     close_all();
 }
 
+/* A call the front allows while it is still in its owner's call slot
+ * (answered from ask_permission, on the caller's thread or another one
+ * while the caller waits) runs on a worker, not inline on the answering
+ * thread: th_permission_answer drops may_block (the answer may come from
+ * a front's event loop).  Inline5 ran it where the answer came from
+ * (th_mgr_submit took c->cslot for "quick", and read the owner's
+ * c->cslot from the answering thread). */
+typedef struct perm_front {
+    th_session *s;
+    int mode;            /* 0: answer here; 1: another thread answers */
+    int rc;              /* th_permission_answer's */
+    pthread_t answerer;
+    uint64_t id;
+} perm_front;
+
+static void *perm_answer_thread(void *p)
+{
+    perm_front *pf = p;
+    pf->rc = th_permission_answer(pf->s, pf->id, true);
+    return NULL;
+}
+
+static int perm_ask_now(void *ud, uint64_t call_id, const char *tool,
+                        const uint8_t *args, size_t len, const char *reason)
+{
+    (void)tool;
+    (void)args;
+    (void)len;
+    (void)reason;
+    perm_front *pf = ud;
+    pf->id = call_id;
+    if (pf->mode == 0) {
+        pf->rc = th_permission_answer(pf->s, call_id, true);
+        return 0;
+    }
+    /* the caller waits (the tool returns at once) while another thread
+     * answers: its call is still in the caller's slot */
+    if (pthread_create(&pf->answerer, NULL, perm_answer_thread, pf) != 0)
+        return -1;
+    pthread_join(pf->answerer, NULL);
+    return 0;
+}
+
+static void test_cslot_permission_answer_on_worker(void)
+{
+    th_config *c = cfg_new(1, 1, 64);
+    cfg_toolset(c, "default", all_tools)->perm_default = TH_PERM_ASK;
+    H = host_new(c);
+    perm_front pf = {.rc = -1};
+    th_front_ops ops = {.ask_permission = perm_ask_now};
+    th_principal p = {.uid = 1000, .gid = 1000, .trusted = true};
+    pf.s = th_session_open(H, &p, &ops, &pf);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(pf.s);
+    for (int mode = 0; mode < 2; mode++) {
+        pf.mode = mode;
+        pf.rc = -1;
+        atomic_store(&fx_where_set, 0);
+        rec r;
+        rec_init(&r);
+        th_call_opts o = {.timeout_ms = 5000, .may_block = true};
+        start(pf.s, "t_where", A(0), &o, &r);
+        CU_ASSERT_TRUE(rec_wait(&r, 2000));
+        CU_ASSERT_EQUAL(pf.rc, 0);
+        CU_ASSERT_TRUE(r.final.ok);
+        CU_ASSERT_EQUAL_FATAL(atomic_load(&fx_where_set), 1);
+        /* a worker ran it: neither the caller nor the answering thread */
+        CU_ASSERT_FALSE(pthread_equal(fx_where_tid, pthread_self()));
+        if (mode == 1)
+            CU_ASSERT_FALSE(pthread_equal(fx_where_tid, pf.answerer));
+        CU_ASSERT_TRUE(cslots_empty(H));
+        rec_free(&r);
+    }
+    th_session_close(pf.s);
+    close_all();
+}
+
+/* A lookup by id that misses the map, then the slots, while the call
+ * moves from its slot to the map in between (it suspends: it enters the
+ * map, then its owner clears the slot) looks at the map once more: the
+ * cancel finds the live call.  Inline5 answered TH_ENOTFOUND.  The test
+ * holds the canceller between the two looks: a claim (bit 0) it puts in
+ * an empty slot scanned before the call's. */
+typedef struct gate_runner {
+    th_session *s;
+    rec r;
+    uint64_t id;
+    int rc;
+} gate_runner;
+
+static void *run_gate_susp(void *p)
+{
+    gate_runner *g = p;
+    th_call_opts o = {.timeout_ms = 5000, .may_block = true};
+    th_buf a = A(1, "ms", 'i', 300LL);
+    g->rc = th_call_start(g->s, "t_gate_susp", a.data, a.len, &o, rec_cb, &g->r,
+                          &g->id);
+    th_buf_destroy(&a);
+    return NULL;
+}
+
+typedef struct canceller {
+    th_session *s;
+    uint64_t id;
+    int rc;
+    atomic_int done;
+} canceller;
+
+static void *run_cancel(void *p)
+{
+    canceller *k = p;
+    k->rc = th_call_cancel(k->s, k->id);
+    atomic_store(&k->done, 1);
+    return NULL;
+}
+
+static void test_cslot_lookup_while_entering_map(void)
+{
+    open_default(1, 1, 64);
+    atomic_store(&fx_gate_open, 0);
+    atomic_store(&fx_conc, 0);
+    /* this thread takes a slot index first (inline calls take them in
+     * turn): the runner's, taken next, is not the first slot scanned */
+    rec w;
+    rec_init(&w);
+    th_call_opts wo = {.may_block = true};
+    start(S, "t_echo", A(1, "text", 's', "x"), &wo, &w);
+    CU_ASSERT_TRUE(rec_wait(&w, 2000));
+    rec_free(&w);
+    gate_runner g = {.s = S};
+    rec_init(&g.r);
+    pthread_t rt;
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&rt, NULL, run_gate_susp, &g), 0);
+    int64_t until = mono_ms() + 2000;
+    while (atomic_load(&fx_conc) == 0 && mono_ms() < until)
+        nap_ms(1);
+    CU_ASSERT_FATAL(atomic_load(&fx_conc) > 0); /* it runs, in its slot */
+    int i = -1, j = -1;
+    for (int k = 0; k < TH_ISLOTS && i < 0; k++) {
+        uintptr_t v = atomic_load(&H->mgr.cslot[k].v);
+        if (v && ((th_mcall *)(v & ~(uintptr_t)1))->base.pub.call_id == g.id)
+            i = k;
+    }
+    CU_ASSERT_FATAL(i >= 0);
+    for (int k = 0; k < i && j < 0; k++) {
+        uintptr_t z = 0;
+        if (atomic_compare_exchange_strong(&H->mgr.cslot[k].v, &z, 1))
+            j = k; /* claimed, empty: the canceller waits there */
+    }
+    canceller k = {.s = S, .id = g.id};
+    pthread_t ct;
+    bool held = j >= 0; /* (its slot is the first: nothing to hold it) */
+    if (held) {
+        CU_ASSERT_EQUAL_FATAL(pthread_create(&ct, NULL, run_cancel, &k), 0);
+        nap_ms(50); /* it missed the map and waits at slot j */
+        CU_ASSERT_EQUAL(atomic_load(&k.done), 0);
+    }
+    atomic_store(&fx_gate_open, 1); /* suspends: map, then out of the slot */
+    pthread_join(rt, NULL);
+    CU_ASSERT_EQUAL(g.rc, 0);
+    CU_ASSERT_EQUAL(calls_in_map(S), 1);
+    if (held) {
+        atomic_store(&H->mgr.cslot[j].v, 0);
+        pthread_join(ct, NULL);
+        CU_ASSERT_EQUAL(k.rc, 0); /* found (in the map), cancelled */
+    } else {
+        CU_ASSERT_EQUAL(th_call_cancel(S, g.id), 0);
+    }
+    CU_ASSERT_TRUE(rec_wait(&g.r, 1500));
+    CU_ASSERT_EQUAL(g.r.final.error, TH_ECANCELLED);
+    atomic_store(&fx_gate_open, 0);
+    rec_free(&g.r);
+    close_all();
+}
+
+/* A session closed while its inline call suspends: the close has set
+ * `closing` and looked at the map, the call then suspends (execute()
+ * returns pending), cannot enter the map (closing: cancelled) and leaves
+ * its slot before the close looks there.  The close still waits (within
+ * session_grace) for its execution to end - complete() from the tool's
+ * thread 300 ms later - as it does for a call in the map.  Inline5's
+ * close returned at once.  The test holds the close between its two
+ * looks with a claim on an empty slot scanned before the call's. */
+static void *run_close(void *p)
+{
+    th_session_close(p);
+    return NULL;
+}
+
+static void test_cslot_close_while_suspending(void)
+{
+    open_default(1, 1, 64);
+    atomic_store(&fx_gate_open, 0);
+    atomic_store(&fx_conc, 0);
+    rec w;
+    rec_init(&w);
+    th_call_opts wo = {.may_block = true};
+    start(S, "t_echo", A(1, "text", 's', "x"), &wo, &w); /* (a slot index) */
+    CU_ASSERT_TRUE(rec_wait(&w, 2000));
+    rec_free(&w);
+    gate_runner g = {.s = S};
+    rec_init(&g.r);
+    th_session_ref(S); /* the runner's, past the close */
+    pthread_t rt;
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&rt, NULL, run_gate_susp, &g), 0);
+    int64_t until = mono_ms() + 2000;
+    while (atomic_load(&fx_conc) == 0 && mono_ms() < until)
+        nap_ms(1);
+    CU_ASSERT_FATAL(atomic_load(&fx_conc) > 0);
+    int i = -1, j = -1;
+    for (int k = 0; k < TH_ISLOTS && i < 0; k++) {
+        uintptr_t v = atomic_load(&H->mgr.cslot[k].v);
+        if (v && ((th_mcall *)(v & ~(uintptr_t)1))->base.pub.call_id == g.id)
+            i = k;
+    }
+    CU_ASSERT_FATAL(i >= 0);
+    for (int k = 0; k < i && j < 0; k++) {
+        uintptr_t z = 0;
+        if (atomic_compare_exchange_strong(&H->mgr.cslot[k].v, &z, 1))
+            j = k;
+    }
+    th_session *s = S;
+    S = NULL;
+    int done0 = atomic_load(&fx_susp_done);
+    pthread_t ct;
+    if (j >= 0) {
+        CU_ASSERT_EQUAL_FATAL(pthread_create(&ct, NULL, run_close, s), 0);
+        nap_ms(50); /* closing set, the map looked at: it waits at slot j */
+    }
+    atomic_store(&fx_gate_open, 1); /* suspends, cancelled, leaves the slot */
+    pthread_join(rt, NULL);
+    CU_ASSERT_EQUAL(g.rc, 0);
+    if (j >= 0) {
+        atomic_store(&H->mgr.cslot[j].v, 0);
+        pthread_join(ct, NULL);
+        /* the close returned only once the suspended execution ended */
+        CU_ASSERT_EQUAL(atomic_load(&fx_susp_done), done0 + 1);
+    } else {
+        th_session_close(s); /* (its slot is the first: nothing to hold) */
+    }
+    CU_ASSERT_TRUE(rec_wait(&g.r, 1500));
+    CU_ASSERT_EQUAL(g.r.final.error, TH_ECANCELLED);
+    CU_ASSERT_TRUE(cslots_empty(H));
+    atomic_store(&fx_gate_open, 0);
+    th_session_unref(s);
+    rec_free(&g.r);
+    nap_ms(400); /* (t_suspend's thread is done with the call) */
+    close_all();
+}
+
+/* Call slots under stress (bounded: 4 x 150 calls, then a close while
+ * calls run): inline calls (echo, a 1 ms sleep, a suspend that enters the
+ * map) on four threads while another looks their ids up (cancel, origin,
+ * task result), then a session closed under running calls.  Every call
+ * started is answered exactly once, the slots are empty at the end.  Run
+ * under TSan for the orderings (build/san-thread/tests/unit-tests). */
+#define CS_THREADS 4
+#define CS_CALLS 150
+
+typedef struct cs_runner {
+    th_session *s;
+    int calls;           /* how many to start (0: until stop) */
+    atomic_int *stop;
+    int started, answered_once, bad;
+} cs_runner;
+
+static void *cs_run(void *p)
+{
+    cs_runner *cr = p;
+    for (int i = 0; cr->calls ? i < cr->calls : !atomic_load(cr->stop); i++) {
+        static const char *const tools[] = {"t_echo", "t_sleep", "t_suspend"};
+        const char *tool = tools[i % 3];
+        th_buf a = i % 3 == 0 ? A(1, "text", 's', "x") : A(1, "ms", 'i', 1LL);
+        rec *r = malloc(sizeof *r);
+        rec_init(r);
+        th_call_opts o = {.timeout_ms = 5000, .may_block = true};
+        int rc = th_call_start(cr->s, tool, a.data, a.len, &o, rec_cb, r, NULL);
+        th_buf_destroy(&a);
+        if (rc == 0) {
+            cr->started++;
+            bool got = rec_wait(r, 3000);
+            pthread_mutex_lock(&r->mu);
+            if (got && r->finals == 1 && !r->order_bad)
+                cr->answered_once++;
+            else
+                cr->bad++;
+            pthread_mutex_unlock(&r->mu);
+        } else if (rc != TH_ESTATE) {
+            cr->bad++;
+        }
+        /* a suspended call's final may come from its thread: wait for it
+         * (rec_wait above) before the record goes */
+        rec_free(r);
+        free(r);
+        if (rc == TH_ESTATE)
+            break; /* the session closed */
+    }
+    return NULL;
+}
+
+typedef struct cs_looker {
+    th_session *s;
+    atomic_int *stop;
+    long looks;
+} cs_looker;
+
+static void *cs_look(void *p)
+{
+    cs_looker *k = p;
+    while (!atomic_load(k->stop)) {
+        uint64_t top = atomic_load(&H->next_id);
+        for (uint64_t id = top > 8 ? top - 8 : 1; id < top; id++) {
+            switch (id % 3) {
+            case 0:
+                (void)th_call_cancel(k->s, id);
+                break;
+            case 1:
+                (void)th_call_origin(k->s, id);
+                break;
+            default: {
+                th_result_copy res;
+                memset(&res, 0, sizeof res);
+                if (th_task_result(k->s, id, &res) == 0)
+                    th_result_copy_destroy(&res);
+                break;
+            }
+            }
+            k->looks++;
+        }
+        sched_yield();
+    }
+    return NULL;
+}
+
+static void test_cslot_stress(void)
+{
+    open_default(2, 1, 64);
+    atomic_int stop = 0;
+    cs_runner cr[CS_THREADS];
+    pthread_t th[CS_THREADS], lt;
+    cs_looker k = {.s = S, .stop = &stop};
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&lt, NULL, cs_look, &k), 0);
+    for (int i = 0; i < CS_THREADS; i++) {
+        cr[i] = (cs_runner){.s = S, .calls = CS_CALLS, .stop = &stop};
+        CU_ASSERT_EQUAL_FATAL(pthread_create(&th[i], NULL, cs_run, &cr[i]), 0);
+    }
+    for (int i = 0; i < CS_THREADS; i++) {
+        pthread_join(th[i], NULL);
+        CU_ASSERT_EQUAL(cr[i].bad, 0);
+        CU_ASSERT_EQUAL(cr[i].answered_once, cr[i].started);
+    }
+    atomic_store(&stop, 1);
+    pthread_join(lt, NULL);
+    CU_ASSERT_TRUE(k.looks > 0);
+    /* a session closed while its calls run inline on other threads */
+    th_principal pr = {.uid = 1000, .gid = 1000, .trusted = true};
+    th_session *s2 = th_session_open(H, &pr, NULL, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s2);
+    /* the runners use s2 until they see it closed: a reference of theirs
+     * (the close drops the front's) */
+    th_session_ref(s2);
+    atomic_int stop2 = 0;
+    for (int i = 0; i < CS_THREADS; i++) {
+        cr[i] = (cs_runner){.s = s2, .calls = 0, .stop = &stop2};
+        CU_ASSERT_EQUAL_FATAL(pthread_create(&th[i], NULL, cs_run, &cr[i]), 0);
+    }
+    nap_ms(50);
+    int64_t t0 = mono_ms();
+    th_session_close(s2);
+    CU_ASSERT_TRUE(mono_ms() - t0 < 1500);
+    atomic_store(&stop2, 1);
+    int total = 0;
+    for (int i = 0; i < CS_THREADS; i++) {
+        pthread_join(th[i], NULL);
+        CU_ASSERT_EQUAL(cr[i].bad, 0);
+        CU_ASSERT_EQUAL(cr[i].answered_once, cr[i].started);
+        total += cr[i].started;
+    }
+    th_session_unref(s2);
+    CU_ASSERT_TRUE(total > 0);
+    CU_ASSERT_TRUE(cslots_empty(H));
+    close_all();
+}
+
 /* An inline call with a timeout of 100 ms or more does not enter the
  * deadline heap at start (it sits in its thread's slot); the deadline
  * thread arms it once it has run 10 ms: a hung one is still answered
@@ -809,6 +1192,58 @@ static void *islot_run(void *p)
         rec_free(&r);
     }
     return NULL;
+}
+
+/* An inline call cancelled before the deadline thread armed it (its
+ * answer found nothing in the heap to take out), then armed by the
+ * deadline thread's scan while it still runs (the tool ignores the
+ * cancel), leaves the heap when execute() returns, not at its deadline.
+ * 7d5a075 meant this (`drop` in th_mcall_run), but read c->islot after
+ * th_mgr_islot_clear had zeroed it: the call stayed in the heap, with its
+ * reference (record, tool, config) until its 5 s deadline. */
+typedef struct stubborn_runner {
+    th_session *s;
+    rec r;
+    uint64_t id;
+} stubborn_runner;
+
+static void *run_stubborn(void *p)
+{
+    stubborn_runner *sr = p;
+    th_call_opts o = {.timeout_ms = 5000, .may_block = true};
+    th_buf a = A(1, "ms", 'i', 300LL);
+    th_call_start(sr->s, "t_stubborn", a.data, a.len, &o, rec_cb, &sr->r, NULL);
+    th_buf_destroy(&a);
+    return NULL;
+}
+
+static void test_islot_cancelled_then_armed_leaves_heap(void)
+{
+    open_default(1, 1, 64);
+    stubborn_runner sr = {.s = S};
+    rec_init(&sr.r);
+    sr.id = atomic_load(&H->next_id); /* nothing else starts calls */
+    unsigned long armed0 = atomic_load(&H->mgr.islot_armed);
+    pthread_t th;
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, run_stubborn, &sr), 0);
+    /* cancelled as soon as it is seen, within its first 10 ms */
+    CU_ASSERT_EQUAL(cancel_when_seen(S, sr.id), 0);
+    bool before = atomic_load(&H->mgr.islot_armed) == armed0;
+    /* the deadline thread arms it (it runs on for 300 ms) */
+    int64_t until = mono_ms() + 1000;
+    while (atomic_load(&H->mgr.islot_armed) == armed0 && mono_ms() < until)
+        nap_ms(1);
+    CU_ASSERT_TRUE(atomic_load(&H->mgr.islot_armed) > armed0);
+    pthread_join(th, NULL); /* execute() returned */
+    CU_ASSERT_TRUE(rec_wait(&sr.r, 0));
+    CU_ASSERT_EQUAL(sr.r.final.error, TH_ECANCELLED);
+    pthread_mutex_lock(&H->mgr.tmu);
+    size_t hn = H->mgr.hn;
+    pthread_mutex_unlock(&H->mgr.tmu);
+    if (before) /* (cancelled after the arm: its answer disarmed it) */
+        CU_ASSERT_EQUAL(hn, 0);
+    rec_free(&sr.r);
+    close_all();
 }
 
 static void test_islot_stress(void)
@@ -1744,12 +2179,17 @@ void th_suite_manager(void)
     CU_add_test(s, "islot_inline_timeout", test_islot_inline_timeout);
     CU_add_test(s, "islot_inline_suspend_deadline", test_islot_inline_suspend_deadline);
     CU_add_test(s, "islot_stress", test_islot_stress);
+    CU_add_test(s, "islot_cancelled_then_armed_leaves_heap", test_islot_cancelled_then_armed_leaves_heap);
     CU_add_test(s, "cancel_before_start", test_cancel_before_start);
     CU_add_test(s, "cancel_inline_call", test_cancel_inline_call);
     CU_add_test(s, "session_close_cancels_inline_call", test_session_close_cancels_inline_call);
     CU_add_test(s, "cslot_cancel_by_id", test_cslot_cancel_by_id);
     CU_add_test(s, "cslot_session_close_other_thread", test_cslot_session_close_other_thread);
     CU_add_test(s, "cslot_suspended_enters_map", test_cslot_suspended_enters_map);
+    CU_add_test(s, "cslot_permission_answer_on_worker", test_cslot_permission_answer_on_worker);
+    CU_add_test(s, "cslot_lookup_while_entering_map", test_cslot_lookup_while_entering_map);
+    CU_add_test(s, "cslot_stress", test_cslot_stress);
+    CU_add_test(s, "cslot_close_while_suspending", test_cslot_close_while_suspending);
     CU_add_test(s, "queued_call_is_small", test_queued_call_is_small);
     CU_add_test(s, "cancel_running_task", test_cancel_running_task);
     CU_add_test(s, "busy_refusal", test_busy_refusal);

@@ -232,6 +232,7 @@ static int fx_fail(void *st, const toolhost_tool *t, toolhost_call *c, const uin
     return TOOLHOST_FAILED;
 }
 
+static atomic_int fx_susp_done; /* completions of t_suspend's thread */
 typedef struct fx_susp {
     toolhost_call *c;
     long ms;
@@ -243,6 +244,7 @@ static void *fx_susp_thread(void *arg)
     nap_ms(s->ms);
     s->c->host->write(s->c, TOOLHOST_STDOUT, "from thread", 11);
     s->c->host->complete(s->c, TOOLHOST_OK);
+    atomic_fetch_add(&fx_susp_done, 1);
     free(s);
     return NULL;
 }
@@ -364,6 +366,32 @@ static int fx_needs(void *st, const toolhost_tool *t, const uint8_t *a, size_t l
     return 1;
 }
 
+/* Records the thread it runs on (fx_where_tid, then fx_where_set). */
+static pthread_t fx_where_tid;
+static atomic_int fx_where_set;
+static int fx_where(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
+{
+    (void)st;
+    (void)t;
+    (void)a;
+    (void)l;
+    fx_where_tid = pthread_self();
+    atomic_store(&fx_where_set, 1);
+    c->host->write(c, TOOLHOST_STDOUT, "here", 4);
+    return TOOLHOST_OK;
+}
+
+/* Waits for the gate (fx_gate_open; fx_conc counts it meanwhile), then
+ * suspends like t_suspend (completed from a thread after `ms`). */
+static int fx_gate_suspend(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
+{
+    conc_enter();
+    while (!atomic_load(&fx_gate_open) && !c->host->is_cancelled(c))
+        nap_ms(1);
+    atomic_fetch_sub(&fx_conc, 1);
+    return fx_suspend(st, t, c, a, l);
+}
+
 #define P(nm, ty, req, d) \
     {.struct_size = sizeof(toolhost_param), .name = nm, .type = ty, .required = req, .description = d}
 
@@ -397,6 +425,10 @@ static const toolhost_tool fx_tools[] = {
     {.struct_size = sizeof(toolhost_tool), .name = "t_guarded", .description = "needs permission",
      .params = p_text, .n_params = 1, .stdout_type = TOOLHOST_SEM_TEXT,
      .stderr_type = TOOLHOST_SEM_ERROR, .execute = fx_echo, .needs_permission = fx_needs},
+    {.struct_size = sizeof(toolhost_tool), .name = "t_where", .description = "needs permission",
+     .stdout_type = TOOLHOST_SEM_TEXT, .stderr_type = TOOLHOST_SEM_ERROR,
+     .execute = fx_where, .needs_permission = fx_needs},
+    T("t_gate_susp", p_ms, 2, 0, fx_gate_suspend),
 };
 
 static const toolhost_plugin fx_plugin = {
