@@ -494,6 +494,81 @@ static bool view_object(const toolhost_arg *a, msgpack_object *o)
     }
 }
 
+/* The usual valid call in one pass over the decoded view, without the
+ * msgpack objects validate_map() reads: every key a parameter (once),
+ * every value a non-nil scalar of the parameter's type (an enum's value
+ * among its values), no constraints to check, nothing missing that is
+ * required or has a default.  0: valid, nothing to fill in; 1: anything
+ * else, which validate_flat's full check decides (with its messages). */
+static int validate_view_quick(const th_param *params, size_t n,
+                               const toolhost_args_view *v)
+{
+    if (n > 64)
+        return 1;
+    uint64_t seen = 0;
+    for (uint32_t i = 0; i < v->n_args; i++) {
+        const toolhost_arg *a = &v->args[i];
+        size_t kl = a->name_len;
+        size_t j;
+        for (j = 0; j < n; j++) {
+            /* byte by byte: names are short; stops at the name's end */
+            const char *pn = params[j].name;
+            size_t t = 0;
+            while (t < kl && pn[t] && pn[t] == a->name[t])
+                t++;
+            if (kl && t == kl && pn[kl] == '\0')
+                break;
+        }
+        if (j == n || (seen >> j & 1))
+            return 1;
+        seen |= (uint64_t)1 << j;
+        const th_param *p = &params[j];
+        if (p->cons)
+            return 1;
+        bool ok;
+        switch ((uint32_t)p->type) {
+        case 0:
+            ok = a->type != TOOLHOST_VALUE_NIL && a->type != TOOLHOST_VALUE_BIN;
+            break;
+        case TOOLHOST_TYPE_STRING:
+            ok = a->type == TOOLHOST_VALUE_STR;
+            break;
+        case TOOLHOST_TYPE_INTEGER:
+            ok = a->type == TOOLHOST_VALUE_UINT || a->type == TOOLHOST_VALUE_INT;
+            break;
+        case TOOLHOST_TYPE_NUMBER:
+            ok = a->type == TOOLHOST_VALUE_UINT ||
+                 a->type == TOOLHOST_VALUE_INT ||
+                 a->type == TOOLHOST_VALUE_FLOAT;
+            break;
+        case TOOLHOST_TYPE_BOOLEAN:
+            ok = a->type == TOOLHOST_VALUE_BOOL;
+            break;
+        default: /* containers: the full check */
+            ok = false;
+            break;
+        }
+        if (!ok || a->type == TOOLHOST_VALUE_ARRAY ||
+            a->type == TOOLHOST_VALUE_MAP)
+            return 1;
+        if (p->n_enum) {
+            if (a->type != TOOLHOST_VALUE_STR)
+                return 1;
+            size_t e;
+            for (e = 0; e < p->n_enum; e++)
+                if (strlen(p->enum_values[e]) == a->len &&
+                    memcmp(p->enum_values[e], a->bytes, a->len) == 0)
+                    break;
+            if (e == p->n_enum)
+                return 1;
+        }
+    }
+    for (size_t j = 0; j < n; j++)
+        if (!(seen >> j & 1) && (params[j].required || params[j].default_mp))
+            return 1;
+    return 0;
+}
+
 /* The common case without unpacking: a map of at most TH_ARGS_VIEW_MAX
  * entries whose values are all scalars, read through the decoded view
  * (argview.c), the same objects msgpack_unpack() would build.  1 when it
@@ -509,6 +584,8 @@ static int validate_flat(const char *what, const th_param *params, size_t n,
         return 1;
     }
     const toolhost_args_view v = *vp;
+    if (validate_view_quick(params, n, &v) == 0)
+        return 0;
     for (uint32_t i = 0; i < v.n_args; i++) {
         if (!view_object(&items[i], &kv[i].val))
             return 1;
