@@ -217,6 +217,7 @@ void th_call_tombs_destroy(th_host *h)
     }
     atomic_store(&h->tomb_at, 0);
     pool_drain(&tl_pool); /* this thread's pool goes with the host */
+    th_out_spare_drop();  /* and its spare output buffer */
 }
 
 static void call_free(th_mcall *c)
@@ -401,8 +402,10 @@ void th_call_deliver_locked(th_mcall *c)
         free(msg);
         if (have_pu)
             th_progress_update_destroy(&pu);
-        if (have_fin)
+        if (have_fin) {
+            th_out_spare_put(&fin.out); /* the next call's output block */
             th_result_copy_destroy(&fin);
+        }
         pthread_mutex_lock(&c->mu);
     }
     c->delivering = false;
