@@ -1003,6 +1003,33 @@ static void quick_model(void)
         CU_ASSERT_EQUAL(rc, ok ? 0 : TH_EARGS);
         if (ok)
             CU_ASSERT_EQUAL(filled, fill);
+        /* the call's entry (view built first, then the quick check): the
+         * same verdict, the bytes with the defaults when filled, and the
+         * view handed on only when it describes the bytes given */
+        th_tool tool = {.name = "t", .params = ps, .n_params = nps};
+        toolhost_arg items[TH_ARGS_VIEW_MAX];
+        toolhost_args_view view;
+        th_buf vout = TH_BUF_INIT;
+        const uint8_t *va = NULL;
+        size_t vl = 0;
+        th_error ve2;
+        int vrc = th_validate_call_view(&tool, b.data, b.len, &vout, &va, &vl,
+                                        items, &view, &ve2);
+        CU_ASSERT_EQUAL(vrc, rc);
+        if (vrc == 0 && rc == 0) {
+            if (fill) {
+                CU_ASSERT_PTR_EQUAL(va, vout.data);
+                CU_ASSERT_PTR_NULL(view.data);
+            } else {
+                CU_ASSERT_PTR_EQUAL(va, b.data);
+                CU_ASSERT_EQUAL(vl, b.len);
+                CU_ASSERT_PTR_EQUAL(view.data, b.data);
+                CU_ASSERT_EQUAL(view.n_args, n);
+            }
+        } else if (vrc) {
+            CU_ASSERT_STRING_EQUAL(ve2.msg, ve.e.msg);
+        }
+        th_buf_destroy(&vout);
         if ((rc == 0) != ok)
             fprintf(stderr, "\n  round %d: rc %d, model %d: %s\n", round, rc,
                     ok, ve.e.msg);
