@@ -43,11 +43,9 @@ static strat strategy(uint32_t sem)
 
 void th_out_init(th_out *o, uint32_t sem, uint64_t limit)
 {
-    memset(o, 0, sizeof *o);
-    o->sem = sem;
-    o->limit = limit;
-    th_buf_init(&o->head);
-    o->spill_fd = -1;
+    /* one assignment: the compiler stores the zeroes inline (two streams
+     * a call; a memset call and the stores after it cost twice this) */
+    *o = (th_out){.sem = sem, .limit = limit, .spill_fd = -1};
 }
 
 void th_out_set_offset_base(th_out *o, uint64_t base)
@@ -746,10 +744,12 @@ void th_out_destroy(th_out *o)
     o->ring = NULL;
     if (o->spill_fd >= 0)
         spill_drop(o); /* never finished: the copy goes too */
-    free(o->spill_path);
-    o->spill_path = NULL;
-    free(o->spill_dir);
-    o->spill_dir = NULL;
+    if (o->spill_path || o->spill_dir) { /* spill configured (rare) */
+        free(o->spill_path);
+        o->spill_path = NULL;
+        free(o->spill_dir);
+        o->spill_dir = NULL;
+    }
 }
 
 /* ---- Meta ---------------------------------------------------------------- */
