@@ -217,6 +217,7 @@ void th_call_tombs_destroy(th_host *h)
     }
     atomic_store(&h->tomb_at, 0);
     pool_drain(&tl_pool); /* this thread's pool goes with the host */
+    th_out_spare_drop();  /* and its spare output buffer */
 }
 
 static void call_free(th_mcall *c)
@@ -401,8 +402,10 @@ void th_call_deliver_locked(th_mcall *c)
         free(msg);
         if (have_pu)
             th_progress_update_destroy(&pu);
-        if (have_fin)
+        if (have_fin) {
+            th_out_spare_put(&fin.out); /* the next call's output block */
             th_result_copy_destroy(&fin);
+        }
         pthread_mutex_lock(&c->mu);
     }
     c->delivering = false;
@@ -762,11 +765,12 @@ static void exec_end(th_mcall *c, int status, bool ran, bool held)
     }
     th_mgr_release(c->h, c); /* held: no group slot to give back (no lock) */
     th_result_copy res;
-    memset(&res, 0, sizeof res);
     bool have = false;
     if (ran && atomic_load(&c->abort_code) == 0) {
-        build_result(c, status, &res);
+        build_result(c, status, &res); /* zeroes res first */
         have = true;
+    } else {
+        memset(&res, 0, sizeof res);
     }
     bool changed = false;
     if (!held)
@@ -876,8 +880,10 @@ static int x_open(th_mcall *c)
     const th_limits *hl = &c->cfg->limits;
     uint32_t so = t->stdout_type < TH_SEM_COUNT ? t->stdout_type : TOOLHOST_SEM_TEXT;
     uint32_t se = t->stderr_type < TH_SEM_COUNT ? t->stderr_type : TOOLHOST_SEM_TEXT;
-    th_out_init(&x->out, so, th_out_limit(hl, c->ts, t->name, so));
-    th_out_init(&x->err, se, th_out_limit(hl, c->ts, t->name, se));
+    uint64_t lo = th_out_limit(hl, c->ts, t->name, so);
+    th_out_init(&x->out, so, lo);
+    /* the same kind of output (text, usually): the same limit */
+    th_out_init(&x->err, se, se == so ? lo : th_out_limit(hl, c->ts, t->name, se));
     const th_host_cfg *hc = &c->cfg->host;
     if (hc->spill_dir) {
         /* Full outputs that get cut are saved there (no file otherwise);

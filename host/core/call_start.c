@@ -363,8 +363,10 @@ static void stage_permission(th_mcall *c)
                                   c->args_len, reason, sizeof reason) == 1)
         flags |= TH_PERM_FLAG_NEEDS;
     reason[sizeof reason - 1] = '\0';
-    th_perm_decision d;
-    memset(&d, 0, sizeof d);
+    th_perm_decision d; /* th_perm_decide sets action and rule on every
+                           path: not zeroed (256 bytes a call) */
+    d.action = TH_PERM_DENY;
+    d.rule[0] = '\0';
     th_perm_decide(c->ts, c->cfg->path, t->name, flags, &d);
     if (d.action == TH_PERM_DENY) {
         th_log_info("session=%llu tool=%s call=%llu permission denied by %s",

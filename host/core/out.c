@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <msgpack.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,11 +43,9 @@ static strat strategy(uint32_t sem)
 
 void th_out_init(th_out *o, uint32_t sem, uint64_t limit)
 {
-    memset(o, 0, sizeof *o);
-    o->sem = sem;
-    o->limit = limit;
-    th_buf_init(&o->head);
-    o->spill_fd = -1;
+    /* one assignment: the compiler stores the zeroes inline (two streams
+     * a call; a memset call and the stores after it cost twice this) */
+    *o = (th_out){.sem = sem, .limit = limit, .spill_fd = -1};
 }
 
 void th_out_set_offset_base(th_out *o, uint64_t base)
@@ -126,6 +125,61 @@ static const char *fmt_num(uint64_t v, char buf[32])
 
 /* ---- Memory -------------------------------------------------------------- */
 
+/* One spare output buffer per thread: the head of a result the caller
+ * only read (delivery hands it back with th_out_spare_put once the
+ * callback returned) becomes the next stream's first block on the same
+ * thread, instead of a free() and a malloc() a call.  Only buffers of
+ * TH_OUT_SPARE_MIN..TH_OUT_SPARE_MAX bytes are kept; the thread's exit
+ * (a key's destructor) and th_out_spare_drop() free it. */
+#define TH_OUT_SPARE_MIN 256
+#define TH_OUT_SPARE_MAX 4096
+static __thread uint8_t *tl_spare;
+static __thread size_t tl_spare_cap;
+static __thread bool tl_spare_keyed;
+static pthread_key_t spare_key;
+static pthread_once_t spare_once = PTHREAD_ONCE_INIT;
+static bool spare_key_ok;
+
+static void spare_exit(void *v)
+{
+    (void)v;
+    th_out_spare_drop();
+    tl_spare_keyed = false;
+}
+
+static void spare_key_make(void)
+{
+    spare_key_ok = pthread_key_create(&spare_key, spare_exit) == 0;
+}
+
+void th_out_spare_put(th_buf *b)
+{
+    if (!b->data)
+        return;
+    if (tl_spare || b->cap < TH_OUT_SPARE_MIN || b->cap > TH_OUT_SPARE_MAX)
+        goto drop;
+    if (!tl_spare_keyed) { /* once a thread: its exit frees the spare */
+        pthread_once(&spare_once, spare_key_make);
+        if (!spare_key_ok || pthread_setspecific(spare_key, &tl_spare) != 0)
+            goto drop;
+        tl_spare_keyed = true;
+    }
+    tl_spare = b->data;
+    tl_spare_cap = b->cap;
+    b->data = NULL;
+    b->len = b->cap = 0;
+    return;
+drop:
+    th_buf_destroy(b);
+}
+
+void th_out_spare_drop(void)
+{
+    free(tl_spare);
+    tl_spare = NULL;
+    tl_spare_cap = 0;
+}
+
 /* Room for `need` content bytes plus the NUL; grows by doubling but never
  * past limit + 1 while the stream is limited. */
 static int head_reserve(th_out *o, size_t need)
@@ -134,6 +188,14 @@ static int head_reserve(th_out *o, size_t need)
         return 0;
     if (need == SIZE_MAX)
         return TH_ENOMEM;
+    if (!o->head.data && tl_spare && need < tl_spare_cap &&
+        (!o->limit || tl_spare_cap <= o->limit + 1)) {
+        o->head.data = tl_spare; /* the thread's spare (th_out_spare_put) */
+        o->head.cap = tl_spare_cap;
+        tl_spare = NULL;
+        tl_spare_cap = 0;
+        return 0;
+    }
     size_t cap = o->head.cap ? o->head.cap : 256;
     while (cap < need + 1)
         cap = cap > SIZE_MAX / 2 ? need + 1 : cap * 2;
@@ -682,10 +744,12 @@ void th_out_destroy(th_out *o)
     o->ring = NULL;
     if (o->spill_fd >= 0)
         spill_drop(o); /* never finished: the copy goes too */
-    free(o->spill_path);
-    o->spill_path = NULL;
-    free(o->spill_dir);
-    o->spill_dir = NULL;
+    if (o->spill_path || o->spill_dir) { /* spill configured (rare) */
+        free(o->spill_path);
+        o->spill_path = NULL;
+        free(o->spill_dir);
+        o->spill_dir = NULL;
+    }
 }
 
 /* ---- Meta ---------------------------------------------------------------- */

@@ -104,6 +104,13 @@ int th_out_write(th_out *o, const void *data, size_t len);
 int th_out_finish(th_out *o, th_buf *dst, th_out_info *info);
 void th_out_destroy(th_out *o);
 
+/* A finished stream's buffer the caller is done with (a delivered result's
+ * head): kept as this thread's spare for the next stream's first block,
+ * or freed; *b is left empty.  th_out_spare_drop frees this thread's
+ * spare (a thread's exit does it too). */
+void th_out_spare_put(th_buf *b);
+void th_out_spare_drop(void);
+
 /* Packs {"stdout": {...}, "stderr": {...}} describing both streams, for
  * meta["toolhost"]["output"].  Each is {truncated, total_bytes, kept_bytes,
  * total_lines, spill_path?, spill_bytes?, note?}; a NULL info is left out.

@@ -418,9 +418,15 @@ void th_stat_call_end(th_mcall *c)
     latency_b(c->st, b, ns, now);
     /* the final result is an ERROR or a DONE; an acknowledgement is not
      * final */
-    th_result_copy oom = {.kind = TH_RESULT_ERROR, .error = c->fin_oom};
-    const th_result_copy *fin = c->x ? &c->x->final : &oom; /* no x: out of
-                                                               memory */
+    th_result_copy oom; /* no x: out of memory (filled only then) */
+    const th_result_copy *fin = &oom;
+    if (c->x) {
+        fin = &c->x->final;
+    } else {
+        memset(&oom, 0, sizeof oom);
+        oom.kind = TH_RESULT_ERROR;
+        oom.error = c->fin_oom;
+    }
     if (fin->kind == TH_RESULT_RUNNING)
         return;
     group_count(c->h, 't', c->ts ? c->ts->name : "(tasks)", fin, b, ns);

@@ -494,6 +494,81 @@ static bool view_object(const toolhost_arg *a, msgpack_object *o)
     }
 }
 
+/* The usual valid call in one pass over the decoded view, without the
+ * msgpack objects validate_map() reads: every key a parameter (once),
+ * every value a non-nil scalar of the parameter's type (an enum's value
+ * among its values), no constraints to check, nothing missing that is
+ * required or has a default.  0: valid, nothing to fill in; 1: anything
+ * else, which validate_flat's full check decides (with its messages). */
+static int validate_view_quick(const th_param *params, size_t n,
+                               const toolhost_args_view *v)
+{
+    if (n > 64)
+        return 1;
+    uint64_t seen = 0;
+    for (uint32_t i = 0; i < v->n_args; i++) {
+        const toolhost_arg *a = &v->args[i];
+        size_t kl = a->name_len;
+        size_t j;
+        for (j = 0; j < n; j++) {
+            /* byte by byte: names are short; stops at the name's end */
+            const char *pn = params[j].name;
+            size_t t = 0;
+            while (t < kl && pn[t] && pn[t] == a->name[t])
+                t++;
+            if (kl && t == kl && pn[kl] == '\0')
+                break;
+        }
+        if (j == n || (seen >> j & 1))
+            return 1;
+        seen |= (uint64_t)1 << j;
+        const th_param *p = &params[j];
+        if (p->cons)
+            return 1;
+        bool ok;
+        switch ((uint32_t)p->type) {
+        case 0:
+            ok = a->type != TOOLHOST_VALUE_NIL && a->type != TOOLHOST_VALUE_BIN;
+            break;
+        case TOOLHOST_TYPE_STRING:
+            ok = a->type == TOOLHOST_VALUE_STR;
+            break;
+        case TOOLHOST_TYPE_INTEGER:
+            ok = a->type == TOOLHOST_VALUE_UINT || a->type == TOOLHOST_VALUE_INT;
+            break;
+        case TOOLHOST_TYPE_NUMBER:
+            ok = a->type == TOOLHOST_VALUE_UINT ||
+                 a->type == TOOLHOST_VALUE_INT ||
+                 a->type == TOOLHOST_VALUE_FLOAT;
+            break;
+        case TOOLHOST_TYPE_BOOLEAN:
+            ok = a->type == TOOLHOST_VALUE_BOOL;
+            break;
+        default: /* containers: the full check */
+            ok = false;
+            break;
+        }
+        if (!ok || a->type == TOOLHOST_VALUE_ARRAY ||
+            a->type == TOOLHOST_VALUE_MAP)
+            return 1;
+        if (p->n_enum) {
+            if (a->type != TOOLHOST_VALUE_STR)
+                return 1;
+            size_t e;
+            for (e = 0; e < p->n_enum; e++)
+                if (strlen(p->enum_values[e]) == a->len &&
+                    memcmp(p->enum_values[e], a->bytes, a->len) == 0)
+                    break;
+            if (e == p->n_enum)
+                return 1;
+        }
+    }
+    for (size_t j = 0; j < n; j++)
+        if (!(seen >> j & 1) && (params[j].required || params[j].default_mp))
+            return 1;
+    return 0;
+}
+
 /* The common case without unpacking: a map of at most TH_ARGS_VIEW_MAX
  * entries whose values are all scalars, read through the decoded view
  * (argview.c), the same objects msgpack_unpack() would build.  1 when it
@@ -501,14 +576,18 @@ static bool view_object(const toolhost_arg *a, msgpack_object *o)
 static int validate_flat(const char *what, const th_param *params, size_t n,
                          const uint8_t *args, size_t len, uint64_t *seen,
                          th_buf *out, bool *filled, toolhost_arg *items,
-                         toolhost_args_view *vp, th_verr *err)
+                         toolhost_args_view *vp, int built, th_verr *err)
 {
     msgpack_object_kv kv[TH_ARGS_VIEW_MAX];
-    if (th_args_view_build(args, len, items, TH_ARGS_VIEW_MAX, vp) != 0) {
+    if (built < 0 ||
+        (built == 0 &&
+         th_args_view_build(args, len, items, TH_ARGS_VIEW_MAX, vp) != 0)) {
         vp->data = NULL;
         return 1;
     }
     const toolhost_args_view v = *vp;
+    if (built == 0 && validate_view_quick(params, n, &v) == 0)
+        return 0;
     for (uint32_t i = 0; i < v.n_args; i++) {
         if (!view_object(&items[i], &kv[i].val))
             return 1;
@@ -525,19 +604,23 @@ static int validate_flat(const char *what, const th_param *params, size_t n,
 }
 
 /* th_validate_params; with `items`, the view validation decoded `args`
- * into is kept in *view (view->data NULL: none). */
+ * into is kept in *view (view->data NULL: none).  `built`: 0, the view is
+ * to be built here; 1, *view describes `args` already and the quick check
+ * failed on it; -1, it could not be built. */
 static int validate_params(const char *what, const th_param *params,
                            size_t n, const uint8_t *args, size_t len,
                            th_buf *out, bool *filled, toolhost_arg *items,
-                           toolhost_args_view *view, th_verr *err)
+                           toolhost_args_view *view, int built, th_verr *err)
 {
     toolhost_arg own_items[TH_ARGS_VIEW_MAX];
     toolhost_args_view own_view;
     if (!items) {
         items = own_items;
         view = &own_view;
+        built = 0;
     }
-    view->data = NULL;
+    if (built <= 0)
+        view->data = NULL;
     bool dummy;
     if (!filled)
         filled = &dummy;
@@ -555,7 +638,7 @@ static int validate_params(const char *what, const th_param *params,
     uint64_t *seen = seen_stack;
     if (n <= 4 * 64) {
         int frc = validate_flat(what, params, n, args, len, seen, out,
-                                filled, items, view, err);
+                                filled, items, view, built, err);
         if (frc != 1)
             return frc;
         memset(seen_stack, 0, sizeof seen_stack);
@@ -616,7 +699,7 @@ int th_validate_params(const char *what, const th_param *params, size_t n,
                        bool *filled, th_verr *err)
 {
     return validate_params(what, params, n, args, len, out, filled, NULL,
-                           NULL, err);
+                           NULL, 0, err);
 }
 
 int th_validate_call(const th_tool *tool, const uint8_t *args, size_t len,
@@ -632,14 +715,29 @@ int th_validate_call_view(const th_tool *tool, const uint8_t *args,
                           size_t *len_out, toolhost_arg *items,
                           toolhost_args_view *view, th_error *err)
 {
-    th_verr ve;
     bool filled = false;
-    int rc = validate_params(tool->name, tool->params, tool->n_params, args,
-                             len, out, &filled, items, view, &ve);
-    if (rc) {
-        if (err)
-            *err = ve.e;
-        return rc;
+    int built = 0;
+    if (items && args && len) {
+        /* the usual valid call: the view and one pass over it, before the
+         * full check's frame is set up */
+        built = th_args_view_build(args, len, items, TH_ARGS_VIEW_MAX,
+                                   view) == 0 ? 1 : -1;
+        if (built > 0 &&
+            validate_view_quick(tool->params, tool->n_params, view) != 0)
+            built = 1;
+        else if (built > 0)
+            built = 2; /* valid, nothing to fill in */
+    }
+    if (built != 2) {
+        th_verr ve;
+        int rc = validate_params(tool->name, tool->params, tool->n_params,
+                                 args, len, out, &filled, items, view,
+                                 built, &ve);
+        if (rc) {
+            if (err)
+                *err = ve.e;
+            return rc;
+        }
     }
     const uint8_t *a = filled ? out->data : args;
     size_t n = filled ? out->len : len;

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <msgpack.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -966,6 +967,79 @@ static void test_limit_lookup(void)
     CU_ASSERT_EQUAL(th_out_limit(&host, NULL, NULL, 99), 8000);
 }
 
+/* A finished stream's buffer handed back (th_out_spare_put, what delivery
+ * does once the caller's callback returned) is the next stream's first
+ * block on the same thread; a small limit, a big buffer or a second spare
+ * are not kept; the content is the new stream's alone. */
+static void *spare_other_thread(void *arg)
+{
+    th_out o;
+    th_out_init(&o, TOOLHOST_SEM_TEXT, 0);
+    CU_ASSERT_EQUAL(th_out_write(&o, "x", 1), 0);
+    void *got = o.head.data;
+    th_buf b = TH_BUF_INIT;
+    CU_ASSERT_EQUAL(th_out_finish(&o, &b, NULL), 0);
+    th_out_destroy(&o);
+    th_out_spare_put(&b); /* freed by this thread's exit */
+    return got == arg ? (void *)1 : NULL; /* NULL: not the other spare */
+}
+
+static void test_spare_buffer(void)
+{
+    th_out_spare_drop();
+    th_out o;
+    th_out_init(&o, TOOLHOST_SEM_TEXT, 0);
+    CU_ASSERT_EQUAL(th_out_write(&o, "hello world", 11), 0);
+    th_buf b = TH_BUF_INIT;
+    CU_ASSERT_EQUAL(th_out_finish(&o, &b, NULL), 0);
+    th_out_destroy(&o);
+    uint8_t *first = b.data;
+    th_out_spare_put(&b);
+    CU_ASSERT_PTR_NULL(b.data);
+    CU_ASSERT_EQUAL(b.cap, 0);
+
+    /* another thread does not get it */
+    pthread_t t;
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&t, NULL, spare_other_thread, first), 0);
+    void *r = (void *)1;
+    pthread_join(t, &r);
+    CU_ASSERT_PTR_NULL(r);
+
+    /* a stream limited below the spare's size allocates its own */
+    th_out_init(&o, TOOLHOST_SEM_TEXT, 16);
+    CU_ASSERT_EQUAL(th_out_write(&o, "abc", 3), 0);
+    CU_ASSERT_PTR_NOT_EQUAL(o.head.data, first);
+    CU_ASSERT(o.head.cap <= 17);
+    th_out_destroy(&o);
+
+    /* the next unlimited one takes it: only its own bytes */
+    th_out_init(&o, TOOLHOST_SEM_TEXT, 0);
+    CU_ASSERT_EQUAL(th_out_write(&o, "ab", 2), 0);
+    CU_ASSERT_PTR_EQUAL(o.head.data, first);
+    th_buf c = TH_BUF_INIT;
+    CU_ASSERT_EQUAL(th_out_finish(&o, &c, NULL), 0);
+    CU_ASSERT_EQUAL(c.len, 2);
+    CU_ASSERT_EQUAL(memcmp(c.data, "ab", 3), 0);
+    th_out_destroy(&o);
+
+    /* a second buffer while one is kept, and a big one: freed */
+    th_buf d = TH_BUF_INIT;
+    CU_ASSERT_EQUAL(th_buf_append(&d, "z", 1), 0);
+    th_out_spare_put(&c);
+    th_out_spare_put(&d);
+    CU_ASSERT_PTR_NULL(d.data);
+    th_buf big = TH_BUF_INIT;
+    CU_ASSERT_EQUAL(th_buf_reserve(&big, 64 * 1024), 0);
+    th_out_spare_drop();
+    th_out_spare_put(&big);
+    CU_ASSERT_PTR_NULL(big.data);
+    th_out_init(&o, TOOLHOST_SEM_TEXT, 0);
+    CU_ASSERT_EQUAL(th_out_write(&o, "q", 1), 0);
+    CU_ASSERT(o.head.cap < 64 * 1024);
+    th_out_destroy(&o);
+    th_out_spare_drop();
+}
+
 void th_suite_out(void)
 {
     CU_pSuite s = CU_add_suite("out", NULL, suite_clean);
@@ -983,4 +1057,5 @@ void th_suite_out(void)
     CU_add_test(s, "spill_gc", test_spill_gc);
     CU_add_test(s, "pack_info", test_pack_info);
     CU_add_test(s, "limit_lookup", test_limit_lookup);
+    CU_add_test(s, "spare_buffer", test_spare_buffer);
 }

@@ -900,6 +900,150 @@ static void threads(void)
     }
 }
 
+/* The one-pass check of a flat map (validate_view_quick) against a model
+ * of the rules: random tables of scalar parameters (required, defaults,
+ * enums) and random maps of their names, near-miss names (a prefix, one
+ * byte more, a NUL inside) and values of every scalar kind.  The quick
+ * check may only accept what the rules accept, and with nothing filled
+ * in; everything else goes to the full check, whose messages the tests
+ * above pin. */
+static const char *const q_enum[] = {"ab", "c", NULL};
+static void quick_model(void)
+{
+    static const toolhost_param pool[] = {
+        P("a", TOOLHOST_TYPE_STRING, 1, "x", NULL, NULL, 0),
+        P("bb", TOOLHOST_TYPE_INTEGER, 0, "x", NULL, NULL, 0),
+        P("ccc", TOOLHOST_TYPE_NUMBER, 0, "x", NULL, "2", 0),
+        P("dd", TOOLHOST_TYPE_BOOLEAN, 1, "x", NULL, NULL, 0),
+        P("e", TOOLHOST_TYPE_STRING, 0, "x", q_enum, NULL, 0),
+        P("ab", TOOLHOST_TYPE_STRING, 0, "x", NULL, NULL, 0),
+    };
+    static const char *const keys[] = {"a", "bb", "ccc", "dd", "e", "ab",
+                                       "b", "cc", "abc", "a\0", ""};
+    static const size_t klen[] = {1, 2, 3, 2, 1, 2, 1, 2, 3, 2, 0};
+    unsigned seed = 17;
+    int accepted = 0, refused = 0;
+    for (int round = 0; round < 20000; round++) {
+        toolhost_param tab[6];
+        uint32_t nt = 0;
+        for (size_t i = 0; i < 6; i++)
+            if (rand_r(&seed) % 3)
+                tab[nt++] = pool[i];
+        th_param *ps = NULL;
+        size_t nps = 0;
+        th_error e;
+        int prc = th_params_from_abi("t", tab, nt, &ps, &nps, &e);
+        if (prc)
+            fprintf(stderr, "\n  table: %s\n", e.msg);
+        CU_ASSERT_FATAL(prc == 0);
+        th_buf b = TH_BUF_INIT;
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
+        unsigned n = (unsigned)rand_r(&seed) % 5;
+        msgpack_pack_map(&pk, n);
+        bool ok = true;
+        uint64_t seen = 0, nulls = 0;
+        bool fill = false;
+        for (unsigned i = 0; i < n; i++) {
+            size_t k = (size_t)rand_r(&seed) % 11;
+            msgpack_pack_str_with_body(&pk, keys[k], klen[k]);
+            int vk = rand_r(&seed) % 8;
+            switch (vk) {
+            case 0: msgpack_pack_str_with_body(&pk, "ab", 2); break;
+            case 1: msgpack_pack_str_with_body(&pk, "zz", 2); break;
+            case 2: msgpack_pack_int64(&pk, 5); break;
+            case 3: msgpack_pack_int64(&pk, -5); break;
+            case 4: msgpack_pack_double(&pk, 1.5); break;
+            case 5: msgpack_pack_true(&pk); break;
+            case 6: msgpack_pack_nil(&pk); break;
+            default: msgpack_pack_bin_with_body(&pk, "ab", 2); break;
+            }
+            size_t j;
+            for (j = 0; j < nps; j++)
+                if (strlen(ps[j].name) == klen[k] &&
+                    memcmp(ps[j].name, keys[k], klen[k]) == 0)
+                    break;
+            if (j == nps || (seen >> j & 1)) {
+                ok = false;
+                continue;
+            }
+            seen |= 1ull << j;
+            const th_param *p = &ps[j];
+            bool str = vk <= 1 || vk == 7; /* bin "ab" is valid UTF-8 */
+            bool t;
+            if (vk == 6) { /* null: refused if required, else absent
+                              (the map is written again without it) */
+                t = !p->required;
+                nulls |= 1ull << j;
+                fill = true;
+            } else if (p->type == TOOLHOST_TYPE_STRING)
+                t = str && (!p->n_enum || vk == 0 || vk == 7);
+            else if (p->type == TOOLHOST_TYPE_INTEGER)
+                t = vk == 2 || vk == 3;
+            else if (p->type == TOOLHOST_TYPE_NUMBER)
+                t = vk >= 2 && vk <= 4;
+            else
+                t = vk == 5;
+            ok = ok && t;
+        }
+        seen &= ~nulls;
+        for (size_t j = 0; j < nps; j++) {
+            if (seen >> j & 1)
+                continue;
+            if (ps[j].required)
+                ok = false;
+            else if (ps[j].default_mp)
+                fill = true;
+        }
+        th_buf out = TH_BUF_INIT;
+        bool filled = false;
+        th_verr ve;
+        int rc = th_validate_params("t", ps, nps, b.data, b.len, &out,
+                                    &filled, &ve);
+        CU_ASSERT_EQUAL(rc, ok ? 0 : TH_EARGS);
+        if (ok)
+            CU_ASSERT_EQUAL(filled, fill);
+        /* the call's entry (view built first, then the quick check): the
+         * same verdict, the bytes with the defaults when filled, and the
+         * view handed on only when it describes the bytes given */
+        th_tool tool = {.name = "t", .params = ps, .n_params = nps};
+        toolhost_arg items[TH_ARGS_VIEW_MAX];
+        toolhost_args_view view;
+        th_buf vout = TH_BUF_INIT;
+        const uint8_t *va = NULL;
+        size_t vl = 0;
+        th_error ve2;
+        int vrc = th_validate_call_view(&tool, b.data, b.len, &vout, &va, &vl,
+                                        items, &view, &ve2);
+        CU_ASSERT_EQUAL(vrc, rc);
+        if (vrc == 0 && rc == 0) {
+            if (fill) {
+                CU_ASSERT_PTR_EQUAL(va, vout.data);
+                CU_ASSERT_PTR_NULL(view.data);
+            } else {
+                CU_ASSERT_PTR_EQUAL(va, b.data);
+                CU_ASSERT_EQUAL(vl, b.len);
+                CU_ASSERT_PTR_EQUAL(view.data, b.data);
+                CU_ASSERT_EQUAL(view.n_args, n);
+            }
+        } else if (vrc) {
+            CU_ASSERT_STRING_EQUAL(ve2.msg, ve.e.msg);
+        }
+        th_buf_destroy(&vout);
+        if ((rc == 0) != ok)
+            fprintf(stderr, "\n  round %d: rc %d, model %d: %s\n", round, rc,
+                    ok, ve.e.msg);
+        accepted += ok;
+        refused += !ok;
+        th_buf_destroy(&out);
+        th_buf_destroy(&b);
+        th_params_free(ps, nps);
+    }
+    if (accepted < 300 || refused < 300)
+        fprintf(stderr, "\n  accepted %d, refused %d\n", accepted, refused);
+    CU_ASSERT(accepted >= 300 && refused >= 300);
+}
+
 void th_suite_validate(void)
 {
     CU_pSuite s = CU_add_suite("validate", suite_init, suite_clean);
@@ -922,4 +1066,5 @@ void th_suite_validate(void)
     CU_add_test(s, "validate_call", validate_call);
     CU_add_test(s, "canonical", canonical);
     CU_add_test(s, "threads", threads);
+    CU_add_test(s, "quick_model", quick_model);
 }
