@@ -144,22 +144,31 @@ static int slot_take(void)
     return tl_slot = got >= 0 ? got + 1 : -4096;
 }
 
-/* The calling thread's shard of `st`, or NULL (no slot, out of memory):
- * then the caller counts on the entry with atomics. */
-static th_stat_shard *shard_of(th_stat *st)
+/* The calling thread's slot + 1, or <= 0 for none (then the counts go to
+ * the entries with atomics). */
+static inline int my_slot(void)
 {
     int t = tl_slot;
-    if (t <= 0) {
-        if (t < 0 && ++tl_slot < 0)
-            return NULL;
-        if ((t = slot_take()) <= 0)
-            return NULL;
-    }
-    _Atomic(th_stat_shard *) *p = &st->shard[t - 1];
-    th_stat_shard *sh = atomic_load_explicit(p, memory_order_acquire);
-    if (!sh && (sh = calloc(1, sizeof *sh))) /* only slot t's owner makes it */
-        atomic_store_explicit(p, sh, memory_order_release);
+    if (t > 0)
+        return t;
+    if (t < 0 && ++tl_slot < 0)
+        return t;
+    return slot_take();
+}
+
+static __attribute__((noinline)) th_stat_shard *shard_make(th_stat *st, int t)
+{
+    th_stat_shard *sh = calloc(1, sizeof *sh);
+    if (sh) /* only slot t's owner makes its shard */
+        atomic_store_explicit(&st->shard[t - 1], sh, memory_order_release);
     return sh;
+}
+
+/* Slot t's shard of `st` (t > 0), or NULL when out of memory. */
+static inline th_stat_shard *shard_of(th_stat *st, int t)
+{
+    th_stat_shard *sh = atomic_load_explicit(&st->shard[t - 1], memory_order_acquire);
+    return sh ? sh : shard_make(st, t);
 }
 
 void th_stat_free_shards(th_stat *st)
@@ -181,14 +190,28 @@ static inline void own_add_ull(atomic_ullong *a, unsigned long long n)
                           memory_order_relaxed);
 }
 
+static __thread int64_t tl_ep_start = INT64_MAX, tl_ep;
+static __thread unsigned tl_ep_i;
+
 /* latency_b on this thread's shard: the window slot is cleared by its one
  * writer before its epoch is published. */
-static void shard_latency(th_stat_shard *sh, unsigned b, int64_t ns, int64_t now_ns)
+static inline __attribute__((always_inline)) void shard_latency(th_stat_shard *sh, unsigned b, int64_t ns, int64_t now_ns)
 {
     own_add(&sh->hist[b], 1);
     own_add_ull(&sh->sum_ns, ns > 0 ? (unsigned long long)ns : 0);
-    int64_t ep = (now_ns > 0 ? now_ns : 0) / TH_WIN_SLOT_NS + 1;
-    th_stat_slot *sl = &sh->win[ep % TH_WIN_SLOTS];
+    /* the slice of the thread's last count, known without a division */
+    int64_t ep;
+    th_stat_slot *sl;
+    if (now_ns >= tl_ep_start && now_ns - tl_ep_start < TH_WIN_SLOT_NS) {
+        ep = tl_ep;
+        sl = &sh->win[tl_ep_i];
+    } else {
+        ep = (now_ns > 0 ? now_ns : 0) / TH_WIN_SLOT_NS + 1;
+        tl_ep_start = now_ns > 0 ? (ep - 1) * TH_WIN_SLOT_NS : INT64_MAX;
+        tl_ep = ep;
+        tl_ep_i = (unsigned)(ep % TH_WIN_SLOTS);
+        sl = &sh->win[tl_ep_i];
+    }
     int64_t old = atomic_load_explicit(&sl->epoch, memory_order_relaxed);
     if (old != ep) {
         if (old > ep) /* a clock behind the slot's: as latency_b, uncounted */
@@ -540,11 +563,10 @@ typedef struct grp_cache {
 } grp_cache;
 static __thread grp_cache tl_grp[2];
 
-static th_stat *group_get(th_host *h, char kind, const char *name)
+static __attribute__((noinline)) th_stat *group_find(th_host *h, char kind,
+                                                     const char *name,
+                                                     grp_cache *e)
 {
-    grp_cache *e = &tl_grp[kind == 't' ? 0 : 1];
-    if (e->g && e->serial == h->mgr.serial && strcmp(e->g->tool + 3, name) == 0)
-        return e->g;
     /* the key built by hand: snprintf cost ~800 instructions a call */
     char key[160];
     size_t n = strnlen(name, sizeof key - 4);
@@ -561,6 +583,14 @@ static th_stat *group_get(th_host *h, char kind, const char *name)
     return g;
 }
 
+static inline th_stat *group_get(th_host *h, char kind, const char *name)
+{
+    grp_cache *e = &tl_grp[kind == 't' ? 0 : 1];
+    if (e->g && e->serial == h->mgr.serial && strcmp(e->g->tool + 3, name) == 0)
+        return e->g;
+    return group_find(h, kind, name, e);
+}
+
 /* The counter of a final result's outcome in `p` (an entry or a shard). */
 #define OUTCOME(p, r)                                                          \
     ((r)->kind != TH_RESULT_ERROR ? ((r)->ok ? &(p)->ok : &(p)->failed)       \
@@ -571,13 +601,14 @@ static th_stat *group_get(th_host *h, char kind, const char *name)
      : (r)->error == TH_EPERM     ? &(p)->perm_denied                         \
                                   : &(p)->errors)
 
-static void group_count(th_host *h, char kind, const char *name,
-                        const th_result_copy *r, unsigned b, int64_t ns)
+static inline __attribute__((always_inline)) void
+group_count(th_host *h, char kind, const char *name, const th_result_copy *r,
+            unsigned b, int64_t ns, int t)
 {
     th_stat *g = group_get(h, kind, name);
     if (!g)
         return;
-    th_stat_shard *sh = shard_of(g);
+    th_stat_shard *sh = t > 0 ? shard_of(g, t) : NULL;
     if (sh) {
         own_add(&sh->calls, 1);
         own_add(OUTCOME(sh, r), 1);
@@ -592,12 +623,13 @@ static void group_count(th_host *h, char kind, const char *name,
                               memory_order_relaxed);
 }
 
-void th_stat_end_counts(th_host *h, th_stat *st, const char *toolset,
-                        const char *front, const th_result_copy *fin,
-                        int64_t ns, int64_t now)
+static inline __attribute__((always_inline)) void
+end_counts(th_host *h, th_stat *st, const char *toolset, const char *front,
+           const th_result_copy *fin, int64_t ns, int64_t now)
 {
     unsigned b = hist_bucket(ns); /* one bucket for the three histograms */
-    th_stat_shard *sh = shard_of(st);
+    int t = my_slot();
+    th_stat_shard *sh = t > 0 ? shard_of(st, t) : NULL;
     if (sh)
         shard_latency(sh, b, ns, now);
     else
@@ -606,8 +638,15 @@ void th_stat_end_counts(th_host *h, th_stat *st, const char *toolset,
      * final */
     if (fin->kind == TH_RESULT_RUNNING)
         return;
-    group_count(h, 't', toolset, fin, b, ns);
-    group_count(h, 'f', front, fin, b, ns);
+    group_count(h, 't', toolset, fin, b, ns, t);
+    group_count(h, 'f', front, fin, b, ns, t);
+}
+
+void th_stat_end_counts(th_host *h, th_stat *st, const char *toolset,
+                        const char *front, const th_result_copy *fin,
+                        int64_t ns, int64_t now)
+{
+    end_counts(h, st, toolset, front, fin, ns, now);
 }
 
 void th_stat_call_end(th_mcall *c)
@@ -625,8 +664,8 @@ void th_stat_call_end(th_mcall *c)
         oom.error = c->fin_oom;
     }
     const char *front = c->s ? c->s->ops.front : NULL;
-    th_stat_end_counts(c->h, c->st, c->ts ? c->ts->name : "(tasks)",
-                       front ? front : "other", fin, now - c->start_ns, now);
+    end_counts(c->h, c->st, c->ts ? c->ts->name : "(tasks)",
+               front ? front : "other", fin, now - c->start_ns, now);
 }
 
 int th_host_group_stats_foreach(th_host *h,
