@@ -198,6 +198,7 @@ static void host_free(th_host *h)
         th_stat *s = atomic_load(&h->stat_b[b]);
         while (s) {
             th_stat *n = s->next;
+            th_stat_free_shards(s);
             free(s->tool);
             free(s);
             s = n;

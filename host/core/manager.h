@@ -88,6 +88,19 @@ typedef struct th_stat_slot {
     atomic_uint hist[TH_HIST_BUCKETS];
 } th_stat_slot;
 
+/* One thread's part of a stats entry (stats.c): written only by the
+ * thread holding shard slot i (plain loads and stores, no lock prefix),
+ * summed with the entry's own atomics by every reader.  A slot outlives
+ * its thread: the next thread given the slot counts on where it left. */
+#define TH_STAT_SHARDS 32
+typedef struct th_stat_shard {
+    atomic_ulong calls, ok, failed, errors, timeouts, cancels, dup_rejected,
+        busy, perm_denied;
+    atomic_ulong hist[TH_HIST_BUCKETS];
+    atomic_ullong sum_ns;
+    th_stat_slot win[TH_WIN_SLOTS];
+} th_stat_shard;
+
 typedef struct th_stat {
     char *tool;
     atomic_ulong calls, ok, failed, errors, timeouts, cancels, dup_rejected,
@@ -96,6 +109,7 @@ typedef struct th_stat {
     atomic_ullong sum_ns;       /* of the latencies in hist */
     th_stat_slot win[TH_WIN_SLOTS]; /* the last 5 minutes, 10 s a slot */
     struct th_stat *next;
+    _Atomic(th_stat_shard *) shard[TH_STAT_SHARDS]; /* made on first use */
     th_fast fast;               /* short calls on a front's thread
                                    (call_fast.c) */
 } th_stat;
@@ -115,6 +129,8 @@ void th_stat_latency_at(th_stat *st, int64_t ns, int64_t now_ns);
  * (the current one included) as of `now_ns`; 0 when none. */
 void th_stat_window(th_stat *st, int64_t now_ns, unsigned slots,
                     double *p50_ms, double *p99_ms);
+/* Frees an entry's shards (host close). */
+void th_stat_free_shards(th_stat *st);
 
 /* ---- Calls ------------------------------------------------------------------ */
 
@@ -163,6 +179,12 @@ typedef struct th_mcall_x {
  * latency per tool, and its outcome and latency per toolset and per
  * front (stats.c). */
 void th_stat_call_end(th_mcall *c);
+/* Its counts, given: the latency `ns` of a call of `st` that ended at
+ * monotonic `now`, and, when `fin` is final, its outcome under its toolset
+ * and front (tests count through it from many threads). */
+void th_stat_end_counts(th_host *h, th_stat *st, const char *toolset,
+                        const char *front, const th_result_copy *fin,
+                        int64_t ns, int64_t now);
 
 /* What a concurrency limit belongs to. */
 typedef enum th_group_kind {

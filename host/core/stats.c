@@ -85,6 +85,208 @@ static double hist_upper_ms(unsigned b)
     return hi / 1000.0;
 }
 
+/* ---- Per-thread shards ------------------------------------------------------
+ * The counts of a call's end (th_stat_call_end) go to the calling thread's
+ * shard of each entry: plain loads and stores on lines no other thread
+ * writes, where an atomic add would take a lock-prefixed read-modify-write
+ * on a line every calling thread shares.  A thread takes one of
+ * TH_STAT_SHARDS slots on its first count and gives it back when it exits
+ * (a key's destructor); the next thread to take the slot counts on in the
+ * same shards, so nothing is folded and nothing lost.  Slots are handed
+ * over under slot_mu: the new owner sees every store of the old one.  A
+ * thread that finds no slot free counts with atomics on the entry itself,
+ * and looks again every 4096 counts.  Readers sum the entry and its
+ * shards. */
+static pthread_mutex_t slot_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t slot_used; /* bit i: slot i held by a live thread */
+static pthread_key_t slot_key;
+static pthread_once_t slot_once = PTHREAD_ONCE_INIT;
+static bool slot_key_ok;
+/* 0: no slot yet; i + 1: slot i; below 0: none free, counts up to 0 */
+static __thread int tl_slot;
+
+_Static_assert(TH_STAT_SHARDS <= 32, "slot_used has 32 bits");
+
+static void slot_release(void *v)
+{
+    unsigned i = (unsigned)(uintptr_t)v - 1;
+    pthread_mutex_lock(&slot_mu);
+    slot_used &= ~(1u << i);
+    pthread_mutex_unlock(&slot_mu);
+    tl_slot = 0; /* a later destructor that counts takes a slot again */
+}
+
+static void slot_init(void)
+{
+    slot_key_ok = pthread_key_create(&slot_key, slot_release) == 0;
+}
+
+/* The calling thread's slot + 1, or <= 0 for none. */
+static int slot_take(void)
+{
+    pthread_once(&slot_once, slot_init);
+    int got = -1;
+    if (slot_key_ok) {
+        pthread_mutex_lock(&slot_mu);
+        for (unsigned i = 0; i < TH_STAT_SHARDS; i++)
+            if (!(slot_used & (1u << i))) {
+                slot_used |= 1u << i;
+                got = (int)i;
+                break;
+            }
+        pthread_mutex_unlock(&slot_mu);
+        if (got >= 0 &&
+            pthread_setspecific(slot_key, (void *)(uintptr_t)(got + 1)) != 0) {
+            slot_release((void *)(uintptr_t)(got + 1));
+            got = -1;
+        }
+    }
+    return tl_slot = got >= 0 ? got + 1 : -4096;
+}
+
+/* The calling thread's slot + 1, or <= 0 for none (then the counts go to
+ * the entries with atomics). */
+static inline int my_slot(void)
+{
+    int t = tl_slot;
+    if (t > 0)
+        return t;
+    if (t < 0 && ++tl_slot < 0)
+        return t;
+    return slot_take();
+}
+
+static __attribute__((noinline)) th_stat_shard *shard_make(th_stat *st, int t)
+{
+    th_stat_shard *sh = calloc(1, sizeof *sh);
+    if (sh) /* only slot t's owner makes its shard */
+        atomic_store_explicit(&st->shard[t - 1], sh, memory_order_release);
+    return sh;
+}
+
+/* Slot t's shard of `st` (t > 0), or NULL when out of memory. */
+static inline th_stat_shard *shard_of(th_stat *st, int t)
+{
+    th_stat_shard *sh = atomic_load_explicit(&st->shard[t - 1], memory_order_acquire);
+    return sh ? sh : shard_make(st, t);
+}
+
+void th_stat_free_shards(th_stat *st)
+{
+    for (unsigned i = 0; i < TH_STAT_SHARDS; i++)
+        free(atomic_load_explicit(&st->shard[i], memory_order_relaxed));
+}
+
+/* One more on a counter only this thread writes: no lock prefix. */
+static inline void own_add(atomic_ulong *a, unsigned long n)
+{
+    atomic_store_explicit(a, atomic_load_explicit(a, memory_order_relaxed) + n,
+                          memory_order_relaxed);
+}
+
+static inline void own_add_ull(atomic_ullong *a, unsigned long long n)
+{
+    atomic_store_explicit(a, atomic_load_explicit(a, memory_order_relaxed) + n,
+                          memory_order_relaxed);
+}
+
+static __thread int64_t tl_ep_start = INT64_MAX, tl_ep;
+static __thread unsigned tl_ep_i;
+
+/* latency_b on this thread's shard: the window slot is cleared by its one
+ * writer before its epoch is published. */
+static inline __attribute__((always_inline)) void shard_latency(th_stat_shard *sh, unsigned b, int64_t ns, int64_t now_ns)
+{
+    own_add(&sh->hist[b], 1);
+    own_add_ull(&sh->sum_ns, ns > 0 ? (unsigned long long)ns : 0);
+    /* the slice of the thread's last count, known without a division */
+    int64_t ep;
+    th_stat_slot *sl;
+    if (now_ns >= tl_ep_start && now_ns - tl_ep_start < TH_WIN_SLOT_NS) {
+        ep = tl_ep;
+        sl = &sh->win[tl_ep_i];
+    } else {
+        ep = (now_ns > 0 ? now_ns : 0) / TH_WIN_SLOT_NS + 1;
+        tl_ep_start = now_ns > 0 ? (ep - 1) * TH_WIN_SLOT_NS : INT64_MAX;
+        tl_ep = ep;
+        tl_ep_i = (unsigned)(ep % TH_WIN_SLOTS);
+        sl = &sh->win[tl_ep_i];
+    }
+    int64_t old = atomic_load_explicit(&sl->epoch, memory_order_relaxed);
+    if (old != ep) {
+        if (old > ep) /* a clock behind the slot's: as latency_b, uncounted */
+            return;
+        for (unsigned i = 0; i < TH_HIST_BUCKETS; i++)
+            atomic_store_explicit(&sl->hist[i], 0, memory_order_relaxed);
+        atomic_store_explicit(&sl->epoch, ep, memory_order_release);
+    }
+    atomic_store_explicit(&sl->hist[b],
+                          atomic_load_explicit(&sl->hist[b], memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+}
+
+/* An entry's numbers: its own atomics plus every shard's. */
+typedef struct stat_sum {
+    uint64_t calls, ok, failed, errors, timeouts, cancels, dup_rejected, busy,
+        perm_denied, late, perm_asks, sum_ns;
+    uint64_t hist[TH_HIST_BUCKETS];
+} stat_sum;
+
+#define LD(x) atomic_load_explicit(&(x), memory_order_relaxed)
+static void stat_read(th_stat *s, stat_sum *o)
+{
+    o->calls = LD(s->calls);
+    o->ok = LD(s->ok);
+    o->failed = LD(s->failed);
+    o->errors = LD(s->errors);
+    o->timeouts = LD(s->timeouts);
+    o->cancels = LD(s->cancels);
+    o->dup_rejected = LD(s->dup_rejected);
+    o->busy = LD(s->busy);
+    o->perm_denied = LD(s->perm_denied);
+    o->late = LD(s->late);
+    o->perm_asks = LD(s->perm_asks);
+    o->sum_ns = LD(s->sum_ns);
+    for (unsigned i = 0; i < TH_HIST_BUCKETS; i++)
+        o->hist[i] = LD(s->hist[i]);
+    for (unsigned k = 0; k < TH_STAT_SHARDS; k++) {
+        th_stat_shard *sh = atomic_load_explicit(&s->shard[k], memory_order_acquire);
+        if (!sh)
+            continue;
+        o->calls += LD(sh->calls);
+        o->ok += LD(sh->ok);
+        o->failed += LD(sh->failed);
+        o->errors += LD(sh->errors);
+        o->timeouts += LD(sh->timeouts);
+        o->cancels += LD(sh->cancels);
+        o->dup_rejected += LD(sh->dup_rejected);
+        o->busy += LD(sh->busy);
+        o->perm_denied += LD(sh->perm_denied);
+        o->sum_ns += LD(sh->sum_ns);
+        for (unsigned i = 0; i < TH_HIST_BUCKETS; i++)
+            o->hist[i] += LD(sh->hist[i]);
+    }
+}
+
+/* Adds the window slots of the last `slots` slices as of epoch `ep`. */
+static uint64_t win_add(const th_stat_slot *win, int64_t ep, unsigned slots,
+                        uint64_t *hist)
+{
+    uint64_t total = 0;
+    for (unsigned k = 0; k < slots && ep - (int64_t)k > 0; k++) {
+        int64_t e = ep - (int64_t)k;
+        const th_stat_slot *sl = &win[e % TH_WIN_SLOTS];
+        if (atomic_load_explicit(&sl->epoch, memory_order_acquire) != e)
+            continue;
+        for (unsigned i = 0; i < TH_HIST_BUCKETS; i++) {
+            uint64_t v = atomic_load_explicit(&sl->hist[i], memory_order_relaxed);
+            hist[i] += v;
+            total += v;
+        }
+    }
+    return total;
+}
+
 /* th_stat_latency_at with the bucket of `ns` already known. */
 static void latency_b(th_stat *st, unsigned b, int64_t ns, int64_t now_ns)
 {
@@ -140,16 +342,11 @@ void th_stat_window(th_stat *st, int64_t now_ns, unsigned slots,
     if (slots > TH_WIN_SLOTS)
         slots = TH_WIN_SLOTS;
     int64_t ep = (now_ns > 0 ? now_ns : 0) / TH_WIN_SLOT_NS + 1;
-    for (unsigned k = 0; k < slots && ep - (int64_t)k > 0; k++) {
-        int64_t e = ep - (int64_t)k;
-        th_stat_slot *sl = &st->win[e % TH_WIN_SLOTS];
-        if (atomic_load_explicit(&sl->epoch, memory_order_acquire) != e)
-            continue;
-        for (unsigned i = 0; i < TH_HIST_BUCKETS; i++) {
-            uint64_t v = atomic_load_explicit(&sl->hist[i], memory_order_relaxed);
-            hist[i] += v;
-            total += v;
-        }
+    total += win_add(st->win, ep, slots, hist);
+    for (unsigned k = 0; k < TH_STAT_SHARDS; k++) {
+        th_stat_shard *sh = atomic_load_explicit(&st->shard[k], memory_order_acquire);
+        if (sh)
+            total += win_add(sh->win, ep, slots, hist);
     }
     *p50_ms = percentile(hist, total, 0.50);
     *p99_ms = percentile(hist, total, 0.99);
@@ -186,27 +383,30 @@ int th_host_stats_foreach(th_host *h, int (*fn)(const th_tool_stats *st, void *u
             th_tool_stats t;
             memset(&t, 0, sizeof t);
             t.tool = s->tool;
-            t.calls = atomic_load(&s->calls);
-            t.ok = atomic_load(&s->ok);
-            t.failed = atomic_load(&s->failed);
-            t.errors = atomic_load(&s->errors);
-            t.timeouts = atomic_load(&s->timeouts);
-            t.cancels = atomic_load(&s->cancels);
-            t.duplicates_rejected = atomic_load(&s->dup_rejected);
-            t.busy = atomic_load(&s->busy);
-            t.permission_denied = atomic_load(&s->perm_denied);
-            t.late_results = atomic_load(&s->late);
-            t.permission_asks = atomic_load(&s->perm_asks);
-            uint64_t hist[TH_HIST_BUCKETS], total = 0;
+            stat_sum v;
+            stat_read(s, &v);
+            t.calls = v.calls;
+            t.ok = v.ok;
+            t.failed = v.failed;
+            t.errors = v.errors;
+            t.timeouts = v.timeouts;
+            t.cancels = v.cancels;
+            t.duplicates_rejected = v.dup_rejected;
+            t.busy = v.busy;
+            t.permission_denied = v.perm_denied;
+            t.late_results = v.late;
+            t.permission_asks = v.perm_asks;
+            const uint64_t *hist = v.hist;
+            uint64_t total = 0;
             for (unsigned i = 0; i < TH_HIST_BUCKETS; i++)
-                total += hist[i] = atomic_load_explicit(&s->hist[i], memory_order_relaxed);
+                total += hist[i];
             t.p50_ms = percentile(hist, total, 0.50);
             t.p99_ms = percentile(hist, total, 0.99);
             int64_t now = th_now_ns();
             th_stat_window(s, now, 6, &t.p50_1m_ms, &t.p99_1m_ms);
             th_stat_window(s, now, TH_WIN_SLOTS, &t.p50_5m_ms, &t.p99_5m_ms);
             t.lat_count = total;
-            t.lat_sum_s = (double)atomic_load(&s->sum_ns) / 1e9;
+            t.lat_sum_s = (double)v.sum_ns / 1e9;
             fill_le(hist, t.lat_le);
             int rc = fn(&t, ud);
             if (rc)
@@ -363,11 +563,10 @@ typedef struct grp_cache {
 } grp_cache;
 static __thread grp_cache tl_grp[2];
 
-static th_stat *group_get(th_host *h, char kind, const char *name)
+static __attribute__((noinline)) th_stat *group_find(th_host *h, char kind,
+                                                     const char *name,
+                                                     grp_cache *e)
 {
-    grp_cache *e = &tl_grp[kind == 't' ? 0 : 1];
-    if (e->g && e->serial == h->mgr.serial && strcmp(e->g->tool + 3, name) == 0)
-        return e->g;
     /* the key built by hand: snprintf cost ~800 instructions a call */
     char key[160];
     size_t n = strnlen(name, sizeof key - 4);
@@ -384,28 +583,70 @@ static th_stat *group_get(th_host *h, char kind, const char *name)
     return g;
 }
 
-static void group_count(th_host *h, char kind, const char *name,
-                        const th_result_copy *r, unsigned b, int64_t ns)
+static inline th_stat *group_get(th_host *h, char kind, const char *name)
+{
+    grp_cache *e = &tl_grp[kind == 't' ? 0 : 1];
+    if (e->g && e->serial == h->mgr.serial && strcmp(e->g->tool + 3, name) == 0)
+        return e->g;
+    return group_find(h, kind, name, e);
+}
+
+/* The counter of a final result's outcome in `p` (an entry or a shard). */
+#define OUTCOME(p, r)                                                          \
+    ((r)->kind != TH_RESULT_ERROR ? ((r)->ok ? &(p)->ok : &(p)->failed)       \
+     : (r)->error == TH_ETIMEOUT  ? &(p)->timeouts                            \
+     : (r)->error == TH_ECANCELLED ? &(p)->cancels                            \
+     : (r)->error == TH_EDUPLICATE ? &(p)->dup_rejected                       \
+     : (r)->error == TH_EBUSY     ? &(p)->busy                                \
+     : (r)->error == TH_EPERM     ? &(p)->perm_denied                         \
+                                  : &(p)->errors)
+
+static inline __attribute__((always_inline)) void
+group_count(th_host *h, char kind, const char *name, const th_result_copy *r,
+            unsigned b, int64_t ns, int t)
 {
     th_stat *g = group_get(h, kind, name);
     if (!g)
         return;
-    atomic_fetch_add(&g->calls, 1);
-    if (r->kind != TH_RESULT_ERROR) {
-        atomic_fetch_add(r->ok ? &g->ok : &g->failed, 1);
-    } else {
-        switch (r->error) {
-        case TH_ETIMEOUT: atomic_fetch_add(&g->timeouts, 1); break;
-        case TH_ECANCELLED: atomic_fetch_add(&g->cancels, 1); break;
-        case TH_EDUPLICATE: atomic_fetch_add(&g->dup_rejected, 1); break;
-        case TH_EBUSY: atomic_fetch_add(&g->busy, 1); break;
-        case TH_EPERM: atomic_fetch_add(&g->perm_denied, 1); break;
-        default: atomic_fetch_add(&g->errors, 1); break;
-        }
+    th_stat_shard *sh = t > 0 ? shard_of(g, t) : NULL;
+    if (sh) {
+        own_add(&sh->calls, 1);
+        own_add(OUTCOME(sh, r), 1);
+        own_add(&sh->hist[b], 1);
+        own_add_ull(&sh->sum_ns, ns > 0 ? (unsigned long long)ns : 0);
+        return;
     }
+    atomic_fetch_add(&g->calls, 1);
+    atomic_fetch_add(OUTCOME(g, r), 1);
     atomic_fetch_add_explicit(&g->hist[b], 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&g->sum_ns, ns > 0 ? (unsigned long long)ns : 0,
                               memory_order_relaxed);
+}
+
+static inline __attribute__((always_inline)) void
+end_counts(th_host *h, th_stat *st, const char *toolset, const char *front,
+           const th_result_copy *fin, int64_t ns, int64_t now)
+{
+    unsigned b = hist_bucket(ns); /* one bucket for the three histograms */
+    int t = my_slot();
+    th_stat_shard *sh = t > 0 ? shard_of(st, t) : NULL;
+    if (sh)
+        shard_latency(sh, b, ns, now);
+    else
+        latency_b(st, b, ns, now);
+    /* the final result is an ERROR or a DONE; an acknowledgement is not
+     * final */
+    if (fin->kind == TH_RESULT_RUNNING)
+        return;
+    group_count(h, 't', toolset, fin, b, ns, t);
+    group_count(h, 'f', front, fin, b, ns, t);
+}
+
+void th_stat_end_counts(th_host *h, th_stat *st, const char *toolset,
+                        const char *front, const th_result_copy *fin,
+                        int64_t ns, int64_t now)
+{
+    end_counts(h, st, toolset, front, fin, ns, now);
 }
 
 void th_stat_call_end(th_mcall *c)
@@ -413,11 +654,6 @@ void th_stat_call_end(th_mcall *c)
     if (!c->st || !atomic_load_explicit(&c->args_ok, memory_order_relaxed))
         return;
     int64_t now = th_now_ns(); /* one clock read for both */
-    int64_t ns = now - c->start_ns;
-    unsigned b = hist_bucket(ns); /* one bucket for the three histograms */
-    latency_b(c->st, b, ns, now);
-    /* the final result is an ERROR or a DONE; an acknowledgement is not
-     * final */
     th_result_copy oom; /* no x: out of memory (filled only then) */
     const th_result_copy *fin = &oom;
     if (c->x) {
@@ -427,11 +663,9 @@ void th_stat_call_end(th_mcall *c)
         oom.kind = TH_RESULT_ERROR;
         oom.error = c->fin_oom;
     }
-    if (fin->kind == TH_RESULT_RUNNING)
-        return;
-    group_count(c->h, 't', c->ts ? c->ts->name : "(tasks)", fin, b, ns);
     const char *front = c->s ? c->s->ops.front : NULL;
-    group_count(c->h, 'f', front ? front : "other", fin, b, ns);
+    end_counts(c->h, c->st, c->ts ? c->ts->name : "(tasks)",
+               front ? front : "other", fin, now - c->start_ns, now);
 }
 
 int th_host_group_stats_foreach(th_host *h,
@@ -447,20 +681,23 @@ int th_host_group_stats_foreach(th_host *h,
             memset(&g, 0, sizeof g);
             g.kind = s->tool[1] == 't' ? "toolset" : "front";
             g.name = s->tool + 3;
-            g.calls = atomic_load(&s->calls);
-            g.ok = atomic_load(&s->ok);
-            g.failed = atomic_load(&s->failed);
-            g.errors = atomic_load(&s->errors);
-            g.timeouts = atomic_load(&s->timeouts);
-            g.cancels = atomic_load(&s->cancels);
-            g.duplicates_rejected = atomic_load(&s->dup_rejected);
-            g.busy = atomic_load(&s->busy);
-            g.permission_denied = atomic_load(&s->perm_denied);
-            uint64_t hist[TH_HIST_BUCKETS], total = 0;
+            stat_sum v;
+            stat_read(s, &v);
+            g.calls = v.calls;
+            g.ok = v.ok;
+            g.failed = v.failed;
+            g.errors = v.errors;
+            g.timeouts = v.timeouts;
+            g.cancels = v.cancels;
+            g.duplicates_rejected = v.dup_rejected;
+            g.busy = v.busy;
+            g.permission_denied = v.perm_denied;
+            const uint64_t *hist = v.hist;
+            uint64_t total = 0;
             for (unsigned i = 0; i < TH_HIST_BUCKETS; i++)
-                total += hist[i] = atomic_load_explicit(&s->hist[i], memory_order_relaxed);
+                total += hist[i];
             g.lat_count = total;
-            g.lat_sum_s = (double)atomic_load(&s->sum_ns) / 1e9;
+            g.lat_sum_s = (double)v.sum_ns / 1e9;
             fill_le(hist, g.lat_le);
             int rc = fn(&g, ud);
             if (rc)
