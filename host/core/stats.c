@@ -190,39 +190,16 @@ static inline void own_add_ull(atomic_ullong *a, unsigned long long n)
                           memory_order_relaxed);
 }
 
-static __thread int64_t tl_ep_start = INT64_MAX, tl_ep;
-static __thread unsigned tl_ep_i;
+static void win_count(th_stat *st, unsigned b, int64_t now_ns);
 
-/* latency_b on this thread's shard: the window slot is cleared by its one
- * writer before its epoch is published. */
-static inline __attribute__((always_inline)) void shard_latency(th_stat_shard *sh, unsigned b, int64_t ns, int64_t now_ns)
+/* latency_b on this thread's shard (the window on the entry). */
+static inline __attribute__((always_inline)) void
+shard_latency(th_stat *st, th_stat_shard *sh, unsigned b, int64_t ns,
+              int64_t now_ns)
 {
     own_add(&sh->hist[b], 1);
     own_add_ull(&sh->sum_ns, ns > 0 ? (unsigned long long)ns : 0);
-    /* the slice of the thread's last count, known without a division */
-    int64_t ep;
-    th_stat_slot *sl;
-    if (now_ns >= tl_ep_start && now_ns - tl_ep_start < TH_WIN_SLOT_NS) {
-        ep = tl_ep;
-        sl = &sh->win[tl_ep_i];
-    } else {
-        ep = (now_ns > 0 ? now_ns : 0) / TH_WIN_SLOT_NS + 1;
-        tl_ep_start = now_ns > 0 ? (ep - 1) * TH_WIN_SLOT_NS : INT64_MAX;
-        tl_ep = ep;
-        tl_ep_i = (unsigned)(ep % TH_WIN_SLOTS);
-        sl = &sh->win[tl_ep_i];
-    }
-    int64_t old = atomic_load_explicit(&sl->epoch, memory_order_relaxed);
-    if (old != ep) {
-        if (old > ep) /* a clock behind the slot's: as latency_b, uncounted */
-            return;
-        for (unsigned i = 0; i < TH_HIST_BUCKETS; i++)
-            atomic_store_explicit(&sl->hist[i], 0, memory_order_relaxed);
-        atomic_store_explicit(&sl->epoch, ep, memory_order_release);
-    }
-    atomic_store_explicit(&sl->hist[b],
-                          atomic_load_explicit(&sl->hist[b], memory_order_relaxed) + 1,
-                          memory_order_relaxed);
+    win_count(st, b, now_ns);
 }
 
 /* An entry's numbers: its own atomics plus every shard's. */
@@ -287,15 +264,11 @@ static uint64_t win_add(const th_stat_slot *win, int64_t ep, unsigned slots,
     return total;
 }
 
-/* th_stat_latency_at with the bucket of `ns` already known. */
-static void latency_b(th_stat *st, unsigned b, int64_t ns, int64_t now_ns)
+/* The window: the first call of a new slice takes the slot over and
+ * clears it.  A call racing with that clear may go uncounted; the
+ * windowed numbers are an estimate, the totals are exact. */
+static void win_count(th_stat *st, unsigned b, int64_t now_ns)
 {
-    atomic_fetch_add_explicit(&st->hist[b], 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&st->sum_ns, ns > 0 ? (unsigned long long)ns : 0,
-                              memory_order_relaxed);
-    /* The window: the first call of a new slice takes the slot over and
-     * clears it.  A call racing with that clear may go uncounted; the
-     * windowed numbers are an estimate, the totals above are exact. */
     int64_t ep = (now_ns > 0 ? now_ns : 0) / TH_WIN_SLOT_NS + 1;
     th_stat_slot *sl = &st->win[ep % TH_WIN_SLOTS];
     int64_t old = atomic_load_explicit(&sl->epoch, memory_order_acquire);
@@ -306,6 +279,15 @@ static void latency_b(th_stat *st, unsigned b, int64_t ns, int64_t now_ns)
     }
     if (atomic_load_explicit(&sl->epoch, memory_order_acquire) == ep)
         atomic_fetch_add_explicit(&sl->hist[b], 1, memory_order_relaxed);
+}
+
+/* th_stat_latency_at with the bucket of `ns` already known. */
+static void latency_b(th_stat *st, unsigned b, int64_t ns, int64_t now_ns)
+{
+    atomic_fetch_add_explicit(&st->hist[b], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&st->sum_ns, ns > 0 ? (unsigned long long)ns : 0,
+                              memory_order_relaxed);
+    win_count(st, b, now_ns);
 }
 
 void th_stat_latency_at(th_stat *st, int64_t ns, int64_t now_ns)
@@ -343,11 +325,6 @@ void th_stat_window(th_stat *st, int64_t now_ns, unsigned slots,
         slots = TH_WIN_SLOTS;
     int64_t ep = (now_ns > 0 ? now_ns : 0) / TH_WIN_SLOT_NS + 1;
     total += win_add(st->win, ep, slots, hist);
-    for (unsigned k = 0; k < TH_STAT_SHARDS; k++) {
-        th_stat_shard *sh = atomic_load_explicit(&st->shard[k], memory_order_acquire);
-        if (sh)
-            total += win_add(sh->win, ep, slots, hist);
-    }
     *p50_ms = percentile(hist, total, 0.50);
     *p99_ms = percentile(hist, total, 0.99);
 }
@@ -631,7 +608,7 @@ end_counts(th_host *h, th_stat *st, const char *toolset, const char *front,
     int t = my_slot();
     th_stat_shard *sh = t > 0 ? shard_of(st, t) : NULL;
     if (sh)
-        shard_latency(sh, b, ns, now);
+        shard_latency(st, sh, b, ns, now);
     else
         latency_b(st, b, ns, now);
     /* the final result is an ERROR or a DONE; an acknowledgement is not

