@@ -103,13 +103,23 @@ th_mcall *th_call_rec_new(bool room)
     th_mcall *c;
     th_mcall_x *x;
     if (room && tl_pool.n > 0) {
-        /* everything zeroed but the kept mutex and condition variable */
+        /* Everything zeroed but the kept mutex and condition variable
+         * and what no code reads before the call writes it whole (so a
+         * used block reads as a fresh one to all code; test:
+         * manager:rec_reuse_zeroed): the output streams (th_out_init in
+         * x_open; read only once c->x_ready or c->ran says so), the
+         * final result (written whole by the answer; destroyed only once
+         * c->answered) and the tool's name past its first byte (set in
+         * x_open; an empty one is not read).  ~430 of 1.1 KiB. */
         c = tl_pool.blk[--tl_pool.n];
         x = (th_mcall_x *)(c + 1);
         zero_span(c, 0, offsetof(th_mcall, mu));
         zero_span(c, offsetof(th_mcall, mu) + sizeof c->mu, sizeof *c);
-        zero_span(x, 0, offsetof(th_mcall_x, cv));
-        zero_span(x, offsetof(th_mcall_x, cv) + sizeof x->cv, sizeof *x);
+        zero_span(x, offsetof(th_mcall_x, meta), offsetof(th_mcall_x, tname));
+        x->tname[0] = '\0';
+        zero_span(x, offsetof(th_mcall_x, cv) + sizeof x->cv,
+                  offsetof(th_mcall_x, final));
+        zero_span(x, offsetof(th_mcall_x, final) + sizeof x->final, sizeof *x);
     } else {
         c = calloc(1, room ? CALL_REC_FULL : sizeof(th_mcall));
         if (!c)
@@ -244,17 +254,22 @@ static void call_free(th_mcall *c)
             th_out_destroy(&x->out);
             th_out_destroy(&x->err);
         }
-        free(x->meta);
-        free(x->set_error_msg);
-        free(x->caller_user);
+        /* each set by few calls: no free(NULL) calls for the rest */
+        if (x->meta || x->set_error_msg || x->caller_user || x->ack_msg ||
+            x->last_msg) {
+            free(x->meta);
+            free(x->set_error_msg);
+            free(x->caller_user);
+            free(x->ack_msg);
+            free(x->last_msg);
+        }
         x->meta = NULL;
         x->set_error_msg = x->caller_user = NULL;
-        free(x->ack_msg);
         th_progress_clear(&x->prog);
-        free(x->last_msg);
         if (x->cancel_efd >= 0)
             close(x->cancel_efd);
-        th_result_copy_destroy(&x->final);
+        if (c->answered) /* else never written (a reused block's is stale) */
+            th_result_copy_destroy(&x->final);
         x->ack_msg = x->last_msg = NULL;
         x->cancel_efd = -1;
     }
