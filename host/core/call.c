@@ -419,12 +419,14 @@ void th_call_deliver_locked(th_mcall *c)
         pthread_mutex_unlock(&c->mu);
         if (fn)
             fn(&ev, ud);
-        free(msg);
+        if (msg)
+            free(msg);
         if (have_pu)
             th_progress_update_destroy(&pu);
         if (fin) {
             th_out_spare_put(&fin->out); /* the next call's output block */
-            th_result_copy_destroy(fin);
+            if (fin->out.data || fin->err.data || fin->meta.data || fin->message)
+                th_result_copy_destroy(fin); /* (usually nothing left) */
         }
         pthread_mutex_lock(&c->mu);
     }
@@ -806,9 +808,10 @@ static void exec_end(th_mcall *c, int status, bool ran, bool held)
     if (rp == &res && !have)
         memset(&res, 0, sizeof res);
     bool changed = false;
-    if (!held)
+    if (!held) {
         pthread_mutex_lock(&c->mu);
-    th_call_cancel_hooks_end_locked(c); /* ABI 1.1: no cancel hook after this */
+        th_call_cancel_hooks_end_locked(c); /* ABI 1.1: no cancel hook after this */
+    }
     bool was_running = c->phase == TH_PH_RUNNING;
     c->phase = TH_PH_OVER;
     bool answering = !c->answered && have;
@@ -819,10 +822,10 @@ static void exec_end(th_mcall *c, int status, bool ran, bool held)
     }
     if (answering) {
         if (c->st) {
-            if (res.kind == TH_RESULT_ERROR)
-                count_error(c->st, res.error);
+            if (rp->kind == TH_RESULT_ERROR)
+                count_error(c->st, rp->error);
             else
-                atomic_fetch_add(res.ok ? &c->st->ok : &c->st->failed, 1);
+                atomic_fetch_add(rp->ok ? &c->st->ok : &c->st->failed, 1);
         }
         changed = answer_locked(c, rp, true);
         th_call_deliver_locked(c);
