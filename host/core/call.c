@@ -265,7 +265,10 @@ static void call_free(th_mcall *c)
         }
         x->meta = NULL;
         x->set_error_msg = x->caller_user = NULL;
-        th_progress_clear(&x->prog);
+        /* only what it owns: a reused block's slot is zeroed by
+         * th_call_rec_new, a tombstone's is read by no one */
+        if (x->prog.message || x->prog.data)
+            th_progress_clear(&x->prog);
         if (x->cancel_efd >= 0)
             close(x->cancel_efd);
         if (c->answered) /* else never written (a reused block's is stale) */
