@@ -103,13 +103,23 @@ th_mcall *th_call_rec_new(bool room)
     th_mcall *c;
     th_mcall_x *x;
     if (room && tl_pool.n > 0) {
-        /* everything zeroed but the kept mutex and condition variable */
+        /* Everything zeroed but the kept mutex and condition variable
+         * and what no code reads before the call writes it whole (so a
+         * used block reads as a fresh one to all code; test:
+         * manager:rec_reuse_zeroed): the output streams (th_out_init in
+         * x_open; read only once c->x_ready or c->ran says so), the
+         * final result (written whole by the answer; destroyed only once
+         * c->answered) and the tool's name past its first byte (set in
+         * x_open; an empty one is not read).  ~430 of 1.1 KiB. */
         c = tl_pool.blk[--tl_pool.n];
         x = (th_mcall_x *)(c + 1);
         zero_span(c, 0, offsetof(th_mcall, mu));
         zero_span(c, offsetof(th_mcall, mu) + sizeof c->mu, sizeof *c);
-        zero_span(x, 0, offsetof(th_mcall_x, cv));
-        zero_span(x, offsetof(th_mcall_x, cv) + sizeof x->cv, sizeof *x);
+        zero_span(x, offsetof(th_mcall_x, meta), offsetof(th_mcall_x, tname));
+        x->tname[0] = '\0';
+        zero_span(x, offsetof(th_mcall_x, cv) + sizeof x->cv,
+                  offsetof(th_mcall_x, final));
+        zero_span(x, offsetof(th_mcall_x, final) + sizeof x->final, sizeof *x);
     } else {
         c = calloc(1, room ? CALL_REC_FULL : sizeof(th_mcall));
         if (!c)
@@ -244,17 +254,25 @@ static void call_free(th_mcall *c)
             th_out_destroy(&x->out);
             th_out_destroy(&x->err);
         }
-        free(x->meta);
-        free(x->set_error_msg);
-        free(x->caller_user);
+        /* each set by few calls: no free(NULL) calls for the rest */
+        if (x->meta || x->set_error_msg || x->caller_user || x->ack_msg ||
+            x->last_msg) {
+            free(x->meta);
+            free(x->set_error_msg);
+            free(x->caller_user);
+            free(x->ack_msg);
+            free(x->last_msg);
+        }
         x->meta = NULL;
         x->set_error_msg = x->caller_user = NULL;
-        free(x->ack_msg);
-        th_progress_clear(&x->prog);
-        free(x->last_msg);
+        /* only what it owns: a reused block's slot is zeroed by
+         * th_call_rec_new, a tombstone's is read by no one */
+        if (x->prog.message || x->prog.data)
+            th_progress_clear(&x->prog);
         if (x->cancel_efd >= 0)
             close(x->cancel_efd);
-        th_result_copy_destroy(&x->final);
+        if (c->answered) /* else never written (a reused block's is stale) */
+            th_result_copy_destroy(&x->final);
         x->ack_msg = x->last_msg = NULL;
         x->cancel_efd = -1;
     }
@@ -305,21 +323,22 @@ void th_mcall_unref(th_mcall *c)
 
 static void result_view(const th_result_copy *c, th_result *r)
 {
-    memset(r, 0, sizeof *r);
-    r->kind = c->kind;
-    r->ok = c->ok;
-    r->out = c->out.data;
-    r->out_len = c->out.len;
-    r->err = c->err.data;
-    r->err_len = c->err.len;
-    r->meta = c->meta.data;
-    r->meta_len = c->meta.len;
-    r->error = c->error;
-    r->message = c->message ? c->message
-                            : (c->kind == TH_RESULT_ERROR ? th_strerror(c->error)
-                                                          : NULL);
-    r->task_id = c->task_id;
-    r->structured = c->structured;
+    *r = (th_result){
+        .kind = c->kind,
+        .ok = c->ok,
+        .out = c->out.data,
+        .out_len = c->out.len,
+        .err = c->err.data,
+        .err_len = c->err.len,
+        .meta = c->meta.data,
+        .meta_len = c->meta.len,
+        .error = c->error,
+        .message = c->message ? c->message
+                              : (c->kind == TH_RESULT_ERROR ? th_strerror(c->error)
+                                                            : NULL),
+        .task_id = c->task_id,
+        .structured = c->structured,
+    };
 }
 
 /* An error answered before a call object exists (on the caller's thread). */
@@ -356,8 +375,7 @@ void th_call_deliver_locked(th_mcall *c)
         char *msg = NULL;
         th_progress_update pu; /* zeroed by th_progress_take */
         bool have_pu = false;
-        th_result_copy fin;
-        bool have_fin = false;
+        th_result_copy *fin = NULL; /* x->final, delivered where it lies */
         ev.call_id = c->base.pub.call_id;
         th_mcall_x *x = c->x;
         if (c->pend_ack) { /* set by a running call: x exists */
@@ -377,10 +395,15 @@ void th_call_deliver_locked(th_mcall *c)
         } else if (c->pend_final) {
             c->pend_final = false;
             if (x) {
-                fin = x->final;
-                memset(&x->final, 0, sizeof x->final);
-                have_fin = true;
-                result_view(&fin, &r); /* sets every member of r */
+                /* Viewed in place: x->final is written once, by the
+                 * answer (answer_locked, before pend_final was set), and
+                 * read after that only by this deliverer (at most one at
+                 * a time, and pend_final is taken once) and by call_free
+                 * after the last reference, which this thread's caller
+                 * holds: no copy, and its buffers are freed below
+                 * without the lock. */
+                fin = &x->final;
+                result_view(fin, &r); /* sets every member of r */
             } else {
                 /* answered without memory for its x: the error alone */
                 memset(&r, 0, sizeof r);
@@ -399,12 +422,14 @@ void th_call_deliver_locked(th_mcall *c)
         pthread_mutex_unlock(&c->mu);
         if (fn)
             fn(&ev, ud);
-        free(msg);
+        if (msg)
+            free(msg);
         if (have_pu)
             th_progress_update_destroy(&pu);
-        if (have_fin) {
-            th_out_spare_put(&fin.out); /* the next call's output block */
-            th_result_copy_destroy(&fin);
+        if (fin) {
+            th_out_spare_put(&fin->out); /* the next call's output block */
+            if (fin->out.data || fin->err.data || fin->meta.data || fin->message)
+                th_result_copy_destroy(fin); /* (usually nothing left) */
         }
         pthread_mutex_lock(&c->mu);
     }
@@ -485,7 +510,9 @@ int th_call_session_enter_locked(th_mcall *c)
 }
 
 /* `exec_over`: the answer is the end of the call's execution as well
- * (th_mcall_exec_end): both in one turn of the session's lock. */
+ * (th_mcall_exec_end): both in one turn of the session's lock.  `res`
+ * may be c->x->final itself (exec_end built it there, under c->mu since
+ * it found the call unanswered): then it is kept where it is. */
 static bool answer_locked(th_mcall *c, th_result_copy *res, bool exec_over)
 {
     th_host *h = c->h;
@@ -495,8 +522,10 @@ static bool answer_locked(th_mcall *c, th_result_copy *res, bool exec_over)
     if (!c->x)
         c->x = x_new(); /* answered before it ran (queued, then cancelled) */
     if (c->x) {
-        c->x->final = *res;
-        memset(res, 0, sizeof *res);
+        if (res != &c->x->final) {
+            c->x->final = *res;
+            memset(res, 0, sizeof *res);
+        }
         c->x->final.task_id = c->acked ? c->base.pub.call_id : 0;
     } else {
         c->fin_oom = res->kind == TH_RESULT_ERROR && res->error ? res->error
@@ -765,17 +794,27 @@ static void exec_end(th_mcall *c, int status, bool ran, bool held)
     }
     th_mgr_release(c->h, c); /* held: no group slot to give back (no lock) */
     th_result_copy res;
+    th_result_copy *rp = &res; /* where the result is built */
     bool have = false;
-    if (ran && atomic_load(&c->abort_code) == 0) {
-        build_result(c, status, &res); /* zeroes res first */
-        have = true;
-    } else {
-        memset(&res, 0, sizeof res);
+    if (held) {
+        /* ABI 1.1: no cancel hook after this.  Waiting for a running
+         * hook may release c->mu: first, so that the call's being
+         * unanswered, seen below, holds until its answer in this turn. */
+        th_call_cancel_hooks_end_locked(c);
+        if (!c->answered)
+            rp = &c->x->final; /* built where it is delivered from */
     }
+    if (ran && atomic_load(&c->abort_code) == 0) {
+        build_result(c, status, rp); /* zeroes *rp first */
+        have = true;
+    }
+    if (rp == &res && !have)
+        memset(&res, 0, sizeof res);
     bool changed = false;
-    if (!held)
+    if (!held) {
         pthread_mutex_lock(&c->mu);
-    th_call_cancel_hooks_end_locked(c); /* ABI 1.1: no cancel hook after this */
+        th_call_cancel_hooks_end_locked(c); /* ABI 1.1: no cancel hook after this */
+    }
     bool was_running = c->phase == TH_PH_RUNNING;
     c->phase = TH_PH_OVER;
     bool answering = !c->answered && have;
@@ -786,12 +825,12 @@ static void exec_end(th_mcall *c, int status, bool ran, bool held)
     }
     if (answering) {
         if (c->st) {
-            if (res.kind == TH_RESULT_ERROR)
-                count_error(c->st, res.error);
+            if (rp->kind == TH_RESULT_ERROR)
+                count_error(c->st, rp->error);
             else
-                atomic_fetch_add(res.ok ? &c->st->ok : &c->st->failed, 1);
+                atomic_fetch_add(rp->ok ? &c->st->ok : &c->st->failed, 1);
         }
-        changed = answer_locked(c, &res, true);
+        changed = answer_locked(c, rp, true);
         th_call_deliver_locked(c);
     } else if (ran && c->st) {
         atomic_fetch_add(&c->st->late, 1);
@@ -807,7 +846,8 @@ static void exec_end(th_mcall *c, int status, bool ran, bool held)
     pthread_mutex_unlock(&c->mu);
     if (was_running)
         atomic_fetch_sub(&c->h->mgr.running, 1);
-    th_result_copy_destroy(&res);
+    if (rp == &res) /* (in x->final it is the call's: delivered, freed) */
+        th_result_copy_destroy(&res);
     if (changed)
         th_session_task_tools_changed(c->s);
 }

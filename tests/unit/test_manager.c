@@ -9,6 +9,7 @@
 
 #include "common/th_test.h"
 #include "unit/test_manager_fx.h"
+#include "call_int.h"
 
 static th_host *H;
 static th_session *S;
@@ -1328,6 +1329,68 @@ static void test_queued_call_is_small(void)
     close_all();
 }
 
+/* A record from the thread's pool reads as a fresh one (call.c,
+ * th_call_rec_new zeroes only part of a used block): every byte a call
+ * may have written is dirtied, the block goes back to the pool, and the
+ * next record must equal a fresh one byte by byte in all but the mutex,
+ * the condition variable and the members no code reads before the call
+ * writes them whole (the output streams, the final result, the tool's
+ * name past its first byte). */
+static void dirty_around(void *base, size_t keep_from, size_t keep_len,
+                         size_t size)
+{
+    memset(base, 0xa5, keep_from);
+    memset((char *)base + keep_from + keep_len, 0xa5,
+           size - keep_from - keep_len);
+}
+
+static bool zero_like(const void *got, const void *want, size_t from,
+                      size_t to)
+{
+    return memcmp((const char *)got + from, (const char *)want + from,
+                  to - from) == 0;
+}
+
+static void test_rec_reuse_zeroed(void)
+{
+    th_mcall *c = th_call_rec_new(true);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    th_mcall_x *x = c->x;
+    CU_ASSERT_PTR_EQUAL_FATAL(x, (th_mcall_x *)(c + 1));
+    dirty_around(c, offsetof(th_mcall, mu), sizeof c->mu, sizeof *c);
+    dirty_around(x, offsetof(th_mcall_x, cv), sizeof x->cv, sizeof *x);
+    c->x = x;
+    c->x_room = true; /* what th_call_rec_free reads */
+    th_call_rec_free(c);
+    th_mcall *d = th_call_rec_new(true);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(d);
+    /* the pool is per thread and LIFO: the same block, unless the
+     * pool could not keep it (then d is fresh from calloc) */
+    th_mcall *want = calloc(1, sizeof(th_mcall) + sizeof(th_mcall_x));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(want);
+    th_mcall_x *wx = (th_mcall_x *)(want + 1);
+    want->x_room = true;
+    want->x = d->x;
+    wx->cancel_efd = -1;
+    wx->last_frac = -1;
+    CU_ASSERT_PTR_EQUAL(d->x, (th_mcall_x *)(d + 1));
+    CU_ASSERT_TRUE(zero_like(d, want, 0, offsetof(th_mcall, mu)));
+    CU_ASSERT_TRUE(zero_like(d, want, offsetof(th_mcall, mu) + sizeof d->mu,
+                             sizeof *d));
+    th_mcall_x *dx = d->x;
+    CU_ASSERT_TRUE(zero_like(dx, wx, offsetof(th_mcall_x, meta),
+                             offsetof(th_mcall_x, tname)));
+    CU_ASSERT_EQUAL(dx->tname[0], '\0');
+    CU_ASSERT_TRUE(zero_like(dx, wx, offsetof(th_mcall_x, cv) + sizeof dx->cv,
+                             offsetof(th_mcall_x, final)));
+    CU_ASSERT_TRUE(zero_like(dx, wx,
+                             offsetof(th_mcall_x, final) + sizeof dx->final,
+                             sizeof *dx));
+    CU_ASSERT_PTR_EQUAL(d, c); /* (else the check above proved little) */
+    free(want);
+    th_call_rec_free(d);
+}
+
 static void test_cancel_running_task(void)
 {
     open_default(2, 1, 64);
@@ -2191,6 +2254,7 @@ void th_suite_manager(void)
     CU_add_test(s, "cslot_stress", test_cslot_stress);
     CU_add_test(s, "cslot_close_while_suspending", test_cslot_close_while_suspending);
     CU_add_test(s, "queued_call_is_small", test_queued_call_is_small);
+    CU_add_test(s, "rec_reuse_zeroed", test_rec_reuse_zeroed);
     CU_add_test(s, "cancel_running_task", test_cancel_running_task);
     CU_add_test(s, "busy_refusal", test_busy_refusal);
     CU_add_test(s, "toolset_concurrency", test_toolset_concurrency);
