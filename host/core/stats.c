@@ -245,6 +245,21 @@ static void stat_read(th_stat *s, stat_sum *o)
     }
 }
 
+/* The outcome counts of a sum into a tool's or a group's public numbers
+ * (th_tool_stats, th_group_stats: the same member names). */
+#define SUM_OUTCOMES(d, v)                                                    \
+    do {                                                                      \
+        (d).calls = (v).calls;                                                \
+        (d).ok = (v).ok;                                                      \
+        (d).failed = (v).failed;                                              \
+        (d).errors = (v).errors;                                              \
+        (d).timeouts = (v).timeouts;                                          \
+        (d).cancels = (v).cancels;                                            \
+        (d).duplicates_rejected = (v).dup_rejected;                           \
+        (d).busy = (v).busy;                                                  \
+        (d).permission_denied = (v).perm_denied;                              \
+    } while (0)
+
 /* Adds the window slots of the last `slots` slices as of epoch `ep`. */
 static uint64_t win_add(const th_stat_slot *win, int64_t ep, unsigned slots,
                         uint64_t *hist)
@@ -362,15 +377,7 @@ int th_host_stats_foreach(th_host *h, int (*fn)(const th_tool_stats *st, void *u
             t.tool = s->tool;
             stat_sum v;
             stat_read(s, &v);
-            t.calls = v.calls;
-            t.ok = v.ok;
-            t.failed = v.failed;
-            t.errors = v.errors;
-            t.timeouts = v.timeouts;
-            t.cancels = v.cancels;
-            t.duplicates_rejected = v.dup_rejected;
-            t.busy = v.busy;
-            t.permission_denied = v.perm_denied;
+            SUM_OUTCOMES(t, v);
             t.late_results = v.late;
             t.permission_asks = v.perm_asks;
             const uint64_t *hist = v.hist;
@@ -660,15 +667,7 @@ int th_host_group_stats_foreach(th_host *h,
             g.name = s->tool + 3;
             stat_sum v;
             stat_read(s, &v);
-            g.calls = v.calls;
-            g.ok = v.ok;
-            g.failed = v.failed;
-            g.errors = v.errors;
-            g.timeouts = v.timeouts;
-            g.cancels = v.cancels;
-            g.duplicates_rejected = v.dup_rejected;
-            g.busy = v.busy;
-            g.permission_denied = v.perm_denied;
+            SUM_OUTCOMES(g, v);
             const uint64_t *hist = v.hist;
             uint64_t total = 0;
             for (unsigned i = 0; i < TH_HIST_BUCKETS; i++)
