@@ -1044,6 +1044,130 @@ static void quick_model(void)
     CU_ASSERT(accepted >= 300 && refused >= 300);
 }
 
+/* The one-pass check against the full check itself (review7): the same
+ * random parameters and maps validated through a table of at most 5
+ * parameters (the quick check applies) and through the same table padded
+ * to 70 optional parameters that no map names (more than the quick
+ * check's 64: the full check decides).  Both must agree on the outcome
+ * and on the bytes handed on.  Values of every kind the view decodes:
+ * nil, booleans, integers at the ends of their ranges, float32 and
+ * float64, strings (one not UTF-8, one empty), bin (UTF-8 or not), ext;
+ * types: any, string (with or without an enum), integer, number,
+ * boolean; required and defaulted parameters; duplicate, unknown, empty
+ * and near-miss keys. */
+static void pack_any(msgpack_packer *pk, unsigned k)
+{
+    static const char *const strs[] = {"ab", "c", "", "a\xff", "zz"};
+    switch (k % 13) {
+    case 0: msgpack_pack_nil(pk); break;
+    case 1: msgpack_pack_true(pk); break;
+    case 2: msgpack_pack_uint64(pk, UINT64_MAX); break;
+    case 3: msgpack_pack_int64(pk, INT64_MIN); break;
+    case 4: msgpack_pack_uint64(pk, 7); break;
+    case 5: msgpack_pack_float(pk, 1.0f); break;
+    case 6: msgpack_pack_double(pk, 2.5); break;
+    case 7: msgpack_pack_bin_with_body(pk, "ab", 2); break;
+    case 8: msgpack_pack_bin_with_body(pk, "\xff\xfe", 2); break;
+    case 9: msgpack_pack_ext_with_body(pk, "xy", 2, 5); break;
+    default: {
+        const char *v = strs[(k / 13) % 5];
+        msgpack_pack_str_with_body(pk, v, strlen(v));
+        break;
+    }
+    }
+}
+
+static void quick_vs_full(void)
+{
+    static const char *const names[] = {"a", "bb", "c", "dd", "e"};
+    static const char *const keys[] = {"a", "bb", "c", "dd", "e", "b", "",
+                                       "zpad00"};
+    static const toolhost_type types[] = {
+        0, TOOLHOST_TYPE_STRING, TOOLHOST_TYPE_INTEGER, TOOLHOST_TYPE_NUMBER,
+        TOOLHOST_TYPE_BOOLEAN};
+    static char *en[] = {"ab", "c"};
+    static uint8_t dflt[] = {0x07};
+    enum { PAD = 70 };
+    th_param *ps = calloc(PAD, sizeof *ps);
+    char (*pad)[8] = calloc(PAD, sizeof *pad);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ps);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(pad);
+    for (size_t i = 0; i < PAD; i++) {
+        snprintf(pad[i], sizeof pad[i], "zpad%02zu", i + 1);
+        ps[i].name = pad[i];
+    }
+    unsigned seed = 7;
+    int quick_ok = 0, differ = 0;
+    for (int round = 0; round < 30000; round++) {
+        size_t np = (size_t)rand_r(&seed) % 6;
+        for (size_t j = 0; j < PAD; j++) {
+            th_param *p = &ps[j];
+            p->name = j < np ? (char *)names[j] : pad[j];
+            p->type = j < np ? types[rand_r(&seed) % 5] : 0;
+            p->required = j < np && rand_r(&seed) % 4 == 0;
+            p->enum_values = NULL;
+            p->n_enum = 0;
+            p->default_mp = NULL;
+            p->default_len = 0;
+            if (j < np && p->type == TOOLHOST_TYPE_STRING &&
+                rand_r(&seed) % 3 == 0) {
+                p->enum_values = en;
+                p->n_enum = 2;
+            }
+            if (j < np && rand_r(&seed) % 5 == 0) {
+                p->default_mp = dflt;
+                p->default_len = sizeof dflt;
+            }
+        }
+        th_buf in = TH_BUF_INIT;
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &in, th_buf_msgpack_write);
+        unsigned nk = (unsigned)rand_r(&seed) % 5;
+        msgpack_pack_map(&pk, nk);
+        for (unsigned i = 0; i < nk; i++) {
+            const char *k = keys[rand_r(&seed) % 8];
+            msgpack_pack_str_with_body(&pk, k, strlen(k));
+            pack_any(&pk, (unsigned)rand_r(&seed));
+        }
+        int rc[2];
+        size_t olen[2];
+        bool filled[2];
+        th_buf out[2] = {TH_BUF_INIT, TH_BUF_INIT};
+        for (int w = 0; w < 2; w++) {
+            th_tool t;
+            memset(&t, 0, sizeof t);
+            t.name = "t";
+            t.params = ps;
+            t.n_params = w ? PAD : np;
+            toolhost_arg items[TH_ARGS_VIEW_MAX];
+            toolhost_args_view view;
+            const uint8_t *ao = NULL;
+            size_t lo = 0;
+            th_error e;
+            rc[w] = th_validate_call_view(&t, in.data, in.len, &out[w], &ao,
+                                          &lo, items, &view, &e);
+            filled[w] = rc[w] == 0 && ao != in.data;
+            olen[w] = rc[w] == 0 ? lo : 0;
+        }
+        bool same = rc[0] == rc[1] && filled[0] == filled[1] &&
+                    olen[0] == olen[1] &&
+                    (!filled[0] || memcmp(out[0].data, out[1].data,
+                                          olen[0]) == 0);
+        if (!same && differ++ < 3)
+            fprintf(stderr, "\n  round %d: rc %d/%d filled %d/%d len %zu/%zu",
+                    round, rc[0], rc[1], filled[0], filled[1], olen[0],
+                    olen[1]);
+        quick_ok += rc[0] == 0 && !filled[0];
+        th_buf_destroy(&out[0]);
+        th_buf_destroy(&out[1]);
+        th_buf_destroy(&in);
+    }
+    CU_ASSERT_EQUAL(differ, 0);
+    CU_ASSERT(quick_ok >= 1000); /* the quick check was exercised */
+    free(pad);
+    free(ps);
+}
+
 void th_suite_validate(void)
 {
     CU_pSuite s = CU_add_suite("validate", suite_init, suite_clean);
@@ -1067,4 +1191,5 @@ void th_suite_validate(void)
     CU_add_test(s, "canonical", canonical);
     CU_add_test(s, "threads", threads);
     CU_add_test(s, "quick_model", quick_model);
+    CU_add_test(s, "quick_vs_full", quick_vs_full);
 }
