@@ -491,7 +491,7 @@ static void test_scope_toolset_outlives_session(void)
 
 static int late_of(const th_tool_stats *st, void *ud)
 {
-    if (strcmp(st->tool, "t_stubborn") == 0) {
+    if (strcmp(st->tool, "t_cancel_deaf") == 0) {
         *(uint64_t *)ud = st->late_results * 1000 + st->timeouts;
         return 1;
     }
@@ -501,19 +501,19 @@ static int late_of(const th_tool_stats *st, void *ud)
 static void test_deadline_tool_ignores_cancel(void)
 {
     open_default(2, 1, 64);
-    atomic_store(&fx_stubborn_done, 0);
+    atomic_store(&fx_cancel_deaf_done, 0);
     rec r;
     rec_init(&r);
     th_call_opts o = {.timeout_ms = 50};
     int64_t t0 = mono_ms();
-    start(S, "t_stubborn", A(1, "ms", 'i', 400LL), &o, &r);
+    start(S, "t_cancel_deaf", A(1, "ms", 'i', 400LL), &o, &r);
     CU_ASSERT_TRUE(rec_wait(&r, 2000));
     int64_t dt = mono_ms() - t0;
     CU_ASSERT_TRUE(dt >= 45 && dt < 300);
     CU_ASSERT_EQUAL(r.final.error, TH_ETIMEOUT);
-    CU_ASSERT_EQUAL(atomic_load(&fx_stubborn_done), 0);
+    CU_ASSERT_EQUAL(atomic_load(&fx_cancel_deaf_done), 0);
     int64_t until = mono_ms() + 2000;
-    while (atomic_load(&fx_stubborn_done) == 0 && mono_ms() < until)
+    while (atomic_load(&fx_cancel_deaf_done) == 0 && mono_ms() < until)
         nap_ms(5);
     nap_ms(20);
     uint64_t v = 0;
@@ -1201,19 +1201,20 @@ static void *islot_run(void *p)
  * cancel), leaves the heap when execute() returns, not at its deadline.
  * 7d5a075 meant this (`drop` in th_mcall_run), but read c->islot after
  * th_mgr_islot_clear had zeroed it: the call stayed in the heap, with its
- * reference (record, tool, config) until its 5 s deadline. */
-typedef struct stubborn_runner {
+ * reference (record, tool, config) until its 5 s deadline.  The runner
+ * calls t_cancel_deaf, the fixture tool that ignores a cancel and runs on. */
+typedef struct cancel_deaf_runner {
     th_session *s;
     rec r;
     uint64_t id;
-} stubborn_runner;
+} cancel_deaf_runner;
 
-static void *run_stubborn(void *p)
+static void *run_cancel_deaf(void *p)
 {
-    stubborn_runner *sr = p;
+    cancel_deaf_runner *sr = p;
     th_call_opts o = {.timeout_ms = 5000, .may_block = true};
     th_buf a = A(1, "ms", 'i', 300LL);
-    th_call_start(sr->s, "t_stubborn", a.data, a.len, &o, rec_cb, &sr->r, NULL);
+    th_call_start(sr->s, "t_cancel_deaf", a.data, a.len, &o, rec_cb, &sr->r, NULL);
     th_buf_destroy(&a);
     return NULL;
 }
@@ -1221,12 +1222,12 @@ static void *run_stubborn(void *p)
 static void test_islot_cancelled_then_armed_leaves_heap(void)
 {
     open_default(1, 1, 64);
-    stubborn_runner sr = {.s = S};
+    cancel_deaf_runner sr = {.s = S};
     rec_init(&sr.r);
     sr.id = atomic_load(&H->next_id); /* nothing else starts calls */
     unsigned long armed0 = atomic_load(&H->mgr.islot_armed);
     pthread_t th;
-    CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, run_stubborn, &sr), 0);
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, run_cancel_deaf, &sr), 0);
     /* cancelled as soon as it is seen, within its first 10 ms */
     CU_ASSERT_EQUAL(cancel_when_seen(S, sr.id), 0);
     bool before = atomic_load(&H->mgr.islot_armed) == armed0;
@@ -2063,7 +2064,7 @@ static void *stress_thread(void *arg)
             tool = "t_async";
             a = A(3, "text", 's', "a", "steps", 'i', (long long)((x >> 8) % 3), "delay_ms", 'i', 0LL);
         } else if (r < 710) {
-            tool = "t_stubborn";
+            tool = "t_cancel_deaf";
             a = A(1, "ms", 'i', 2LL);
             o.timeout_ms = 1;
         } else if (r < 850) {
@@ -2145,7 +2146,7 @@ static void test_stress(void)
                 atomic_load(&SX.cancels), atomic_load(&SX.dups), atomic_load(&SX.busy));
     for (int i = 0; i < 4; i++)
         th_session_close(SX.s[i]);
-    /* nothing leaks: every call object is freed once the stubborn tools
+    /* nothing leaks: every call object is freed once the cancel-deaf tools
      * (which ignore cancel) have returned */
     until = mono_ms() + 5000;
     while (atomic_load(&H->live_calls) > 1 && mono_ms() < until)

@@ -124,7 +124,7 @@ static int64_t mono_ms(void)
 static atomic_int fx_echo_runs;
 static atomic_int fx_conc, fx_conc_max;
 static atomic_int fx_cancel_seen;
-static atomic_int fx_stubborn_done;
+static atomic_int fx_cancel_deaf_done;
 
 static void conc_enter(void)
 {
@@ -167,13 +167,13 @@ static int fx_sleep(void *st, const toolhost_tool *t, toolhost_call *c, const ui
 }
 
 /* Ignores cancellation: sleeps the whole `ms`, then writes. */
-static int fx_stubborn(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
+static int fx_cancel_deaf(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
 {
     (void)st;
     (void)t;
     nap_ms((long)arg_int(a, l, "ms", 100));
     c->host->write(c, TOOLHOST_STDOUT, "late", 4);
-    atomic_fetch_add(&fx_stubborn_done, 1);
+    atomic_fetch_add(&fx_cancel_deaf_done, 1);
     return TOOLHOST_OK;
 }
 
@@ -414,7 +414,7 @@ static const toolhost_tool fx_tools[] = {
     T("t_gate", p_ms, 2, 0, fx_gate),
     T("t_dup", p_ms, 2, 0, fx_sleep),
     T("t_serial", p_ms, 2, TOOLHOST_TOOL_SERIAL, fx_gate),
-    T("t_stubborn", p_ms, 2, 0, fx_stubborn),
+    T("t_cancel_deaf", p_ms, 2, 0, fx_cancel_deaf),
     T("t_async", p_async, 3, TOOLHOST_TOOL_ASYNC, fx_async),
     T("t_fail", NULL, 0, 0, fx_fail),
     T("t_suspend", p_ms, 2, 0, fx_suspend),
