@@ -949,7 +949,7 @@ static void test_cslot_close_while_suspending(void)
     }
     th_session *s = S;
     S = NULL;
-    int done0 = atomic_load(&fx_susp_done);
+    int done0 = atomic_load(&fx_susp_completing);
     pthread_t ct;
     if (j >= 0) {
         CU_ASSERT_EQUAL_FATAL(pthread_create(&ct, NULL, run_close, s), 0);
@@ -962,7 +962,7 @@ static void test_cslot_close_while_suspending(void)
         atomic_store(&H->mgr.cslot[j].v, 0);
         pthread_join(ct, NULL);
         /* the close returned only once the suspended execution ended */
-        CU_ASSERT_EQUAL(atomic_load(&fx_susp_done), done0 + 1);
+        CU_ASSERT_EQUAL(atomic_load(&fx_susp_completing), done0 + 1);
     } else {
         th_session_close(s); /* (its slot is the first: nothing to hold) */
     }

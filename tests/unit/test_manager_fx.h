@@ -232,7 +232,10 @@ static int fx_fail(void *st, const toolhost_tool *t, toolhost_call *c, const uin
     return TOOLHOST_FAILED;
 }
 
-static atomic_int fx_susp_done; /* completions of t_suspend's thread */
+/* t_suspend's thread: complete() calls begun.  Counted before the call,
+ * since the execution ends inside it: whoever waited for that end (a
+ * session close) sees the count; counted after, it might not yet. */
+static atomic_int fx_susp_completing;
 typedef struct fx_susp {
     toolhost_call *c;
     long ms;
@@ -243,8 +246,8 @@ static void *fx_susp_thread(void *arg)
     fx_susp *s = arg;
     nap_ms(s->ms);
     s->c->host->write(s->c, TOOLHOST_STDOUT, "from thread", 11);
+    atomic_fetch_add(&fx_susp_completing, 1);
     s->c->host->complete(s->c, TOOLHOST_OK);
-    atomic_fetch_add(&fx_susp_done, 1);
     free(s);
     return NULL;
 }
