@@ -96,4 +96,8 @@ void th_hz_wait(int k, const void *old);
 /* How many records exist, and how many threads own one (for tests). */
 void th_hz_count(size_t *records, size_t *owned);
 
+/* For tests: the table a lookup in `reg` protects now (registry.c). */
+struct th_registry;
+void *th_registry_table(struct th_registry *reg);
+
 #endif

@@ -316,6 +316,11 @@ const th_tool *th_registry_acquire(th_registry *reg, const char *name)
     return t;
 }
 
+void *th_registry_table(th_registry *reg)
+{
+    return __atomic_load_n(&reg->tab, __ATOMIC_SEQ_CST);
+}
+
 void th_tool_release(const th_tool *tool)
 {
     if (tool)
