@@ -1,5 +1,6 @@
 /* hazard.c - per-thread hazard slots (hazard.h): the records' list, a
- * thread's record taken and given back, a writer's wait.
+ * thread's record taken and given back (thread exit, fork's child), a
+ * writer's wait.
  *
  * The list only grows (a record is pushed with a CAS and never unlinked
  * or freed), so a writer walks it without a lock.  rec_mu is taken only
@@ -31,9 +32,25 @@ static void rec_exit(void *v)
     __atomic_store_n(&r->used, 0, __ATOMIC_RELEASE);
 }
 
+/* A child of fork() has only the forking thread: the other threads'
+ * records go back (a slot one of them held at the fork would make a
+ * writer in the child wait for ever). */
+static void rec_after_fork(void)
+{
+    for (th_hz_rec *r = __atomic_load_n(&rec_head, __ATOMIC_ACQUIRE); r;
+         r = r->next) {
+        if (r == th_hz_tl)
+            continue;
+        for (int k = 0; k < TH_HZ_SLOTS; k++)
+            __atomic_store_n(&r->slot[k], NULL, __ATOMIC_RELAXED);
+        __atomic_store_n(&r->used, 0, __ATOMIC_RELEASE);
+    }
+}
+
 static void rec_key_make(void)
 {
-    rec_key_ok = pthread_key_create(&rec_key, rec_exit) == 0;
+    rec_key_ok = pthread_key_create(&rec_key, rec_exit) == 0 &&
+                 pthread_atfork(NULL, NULL, rec_after_fork) == 0;
 }
 
 th_hz_rec *th_hz_take(void)
