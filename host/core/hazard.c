@@ -6,14 +6,18 @@
  * or freed), so a writer walks it without a lock.  rec_mu is taken only
  * by a thread looking for a free record (its first read), never by a
  * reader or a writer. */
+#include <linux/membarrier.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "hazard.h"
 
 __thread th_hz_rec *th_hz_tl;
+int th_hz_light;
 
 static th_hz_rec *rec_head; /* atomic */
 static pthread_mutex_t rec_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -35,6 +39,25 @@ static void rec_exit(void *v)
 /* A child of fork() has only the forking thread: the other threads'
  * records go back (a slot one of them held at the fork would make a
  * writer in the child wait for ever). */
+static bool membarrier_register(void)
+{
+#if defined(__SANITIZE_THREAD__)
+    return false; /* TSan does not see the kernel's barrier */
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+    return false;
+#endif
+#endif
+#if defined(__NR_membarrier)
+    long q = syscall(__NR_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+    return q > 0 && (q & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
+           syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED,
+                   0, 0) == 0;
+#else
+    return false;
+#endif
+}
+
 static void rec_after_fork(void)
 {
     for (th_hz_rec *r = __atomic_load_n(&rec_head, __ATOMIC_ACQUIRE); r;
@@ -45,12 +68,20 @@ static void rec_after_fork(void)
             __atomic_store_n(&r->slot[k], NULL, __ATOMIC_RELAXED);
         __atomic_store_n(&r->used, 0, __ATOMIC_RELEASE);
     }
+    /* one thread: no reader to order; threads started later publish
+     * with the full store unless the child's registration holds */
+    if (th_hz_light && !membarrier_register())
+        __atomic_store_n(&th_hz_light, 0, __ATOMIC_RELAXED);
 }
 
 static void rec_key_make(void)
 {
     rec_key_ok = pthread_key_create(&rec_key, rec_exit) == 0 &&
                  pthread_atfork(NULL, NULL, rec_after_fork) == 0;
+    /* set before any thread holds a record: every reader then publishes
+     * the same way */
+    if (rec_key_ok && membarrier_register())
+        __atomic_store_n(&th_hz_light, 1, __ATOMIC_RELEASE);
 }
 
 th_hz_rec *th_hz_take(void)
@@ -94,6 +125,12 @@ void th_hz_wait(int k, const void *old)
 {
     if (!old)
         return;
+#if defined(__NR_membarrier)
+    /* every thread's plain publish before this point is seen below (a
+     * registered process: the command does not fail) */
+    if (__atomic_load_n(&th_hz_light, __ATOMIC_ACQUIRE))
+        (void)syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+#endif
     for (th_hz_rec *r = __atomic_load_n(&rec_head, __ATOMIC_ACQUIRE); r;
          r = r->next) {
         /* A reader holds the slot for a few instructions; one preempted
