@@ -7,8 +7,10 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "th/tool.h"
+#include "hazard.h" /* white-box: a lookup held inside its section */
 
 static atomic_int inits, finis;
 
@@ -302,6 +304,103 @@ static void concurrent(void)
     CU_ASSERT_EQUAL(atomic_load(&finis), swaps + 2);
 }
 
+/* ---- a writer waits for a lookup inside its section (hazard.h) --------------- */
+
+typedef struct remover {
+    th_registry *reg;
+    th_plugin *p;
+    atomic_int done;
+} remover;
+
+static void *remove_thread(void *arg)
+{
+    remover *m = arg;
+    th_registry_remove(m->reg, m->p);
+    atomic_store(&m->done, 1);
+    return NULL;
+}
+
+/* This thread stands for a lookup stopped between reading the table and
+ * taking its plugin's reference (its hazard slot holds the table): a
+ * removal of that plugin must not drop the registry's reference (fini)
+ * nor free the table until the slot is cleared.  Without the writer's
+ * wait (th_hz_wait in change()) the removal returns at once and fini()
+ * runs under the lookup. */
+static void writer_waits_for_lookup(void)
+{
+    reset();
+    th_registry *reg = th_registry_new();
+    th_plugin *b = make(&beta);
+    th_error e;
+    CU_ASSERT_EQUAL_FATAL(th_registry_add(reg, b, &e), 0);
+    th_hz_rec *r = th_hz_mine();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+    void *tab = th_registry_table(reg);
+    __atomic_store_n(&r->slot[TH_HZ_REGISTRY], tab, __ATOMIC_SEQ_CST);
+    CU_ASSERT_PTR_EQUAL(th_registry_table(reg), tab);
+    remover m = {reg, b, 0};
+    pthread_t th;
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, remove_thread, &m), 0);
+    for (int i = 0; i < 100 && !atomic_load(&m.done); i++)
+        usleep(1000);
+    CU_ASSERT_EQUAL(atomic_load(&m.done), 0);  /* waits for the lookup */
+    CU_ASSERT_EQUAL(atomic_load(&finis), 0);   /* beta not finished under it */
+    CU_ASSERT_PTR_NOT_EQUAL(th_registry_table(reg), tab); /* new lookups: the new table */
+    th_hz_clear(r, TH_HZ_REGISTRY);
+    for (int i = 0; i < 5000 && !atomic_load(&m.done); i++)
+        usleep(1000);
+    CU_ASSERT_EQUAL_FATAL(atomic_load(&m.done), 1);
+    pthread_join(th, NULL);
+    CU_ASSERT_EQUAL(atomic_load(&finis), 1);
+    CU_ASSERT_PTR_NULL(th_registry_acquire(reg, "beta_b"));
+    th_registry_free(reg);
+}
+
+/* A thread's lookup cache answers only for the table it was filled from:
+ * after a replace the same name finds the new generation, after a remove
+ * nothing, and a second registry with the same tool names answers with
+ * its own tools. */
+static void lookup_cache_generations(void)
+{
+    reset();
+    th_registry *reg = th_registry_new(), *reg2 = th_registry_new();
+    th_plugin *b1 = make(&beta), *c = make(&beta);
+    th_error e;
+    CU_ASSERT_EQUAL_FATAL(th_registry_add(reg, b1, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(th_registry_add(reg2, c, &e), 0);
+    for (int i = 0; i < 3; i++) {
+        const th_tool *t = th_registry_acquire(reg, "beta_b");
+        CU_ASSERT(t && t->plugin == b1);
+        th_tool_release(t);
+        t = th_registry_acquire(reg2, "beta_b");
+        CU_ASSERT(t && t->plugin == c);
+        th_tool_release(t);
+    }
+    th_plugin *b2 = make(&beta2);
+    CU_ASSERT_EQUAL_FATAL(th_registry_replace(reg, b1, b2, &e), 0);
+    const th_tool *t = th_registry_acquire(reg, "beta_b");
+    CU_ASSERT(t && t->plugin == b2);
+    th_tool_release(t);
+    CU_ASSERT_PTR_NULL(th_registry_acquire(reg, "beta_c"));
+    th_registry_remove(reg, b2);
+    CU_ASSERT_PTR_NULL(th_registry_acquire(reg, "beta_b"));
+    /* the same bytes at another address, and a name the cache slot shares */
+    char name[16];
+    strcpy(name, "beta_b");
+    t = th_registry_acquire(reg2, name);
+    CU_ASSERT(t && t->plugin == c && t->name != name);
+    th_tool_release(t);
+    strcpy(name, "beta_c");
+    t = th_registry_acquire(reg2, name);
+    CU_ASSERT(t && strcmp(t->name, "beta_c") == 0);
+    th_tool_release(t);
+    strcpy(name, "beta_x");
+    CU_ASSERT_PTR_NULL(th_registry_acquire(reg2, name));
+    th_registry_free(reg);
+    th_registry_free(reg2);
+    CU_ASSERT_EQUAL(atomic_load(&finis), 3);
+}
+
 void th_suite_registry(void)
 {
     CU_pSuite s = CU_add_suite("registry", NULL, NULL);
@@ -310,4 +409,6 @@ void th_suite_registry(void)
     CU_add_test(s, "pinning", pinning);
     CU_add_test(s, "replace", replace);
     CU_add_test(s, "concurrent", concurrent);
+    CU_add_test(s, "writer_waits_for_lookup", writer_waits_for_lookup);
+    CU_add_test(s, "lookup_cache_generations", lookup_cache_generations);
 }

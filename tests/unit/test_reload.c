@@ -30,6 +30,8 @@
 #include "th/log.h"
 #include "front/reload_watch.h"
 #include "reloader.h" /* white-box: private copies, th_reloader_new */
+#include "hazard.h"   /* white-box: th_hz_count, slots */
+#include "manager.h"  /* white-box: th_host.cfg */
 #include <uv.h>
 
 /* ---- helpers ------------------------------------------------------------------- */
@@ -1439,6 +1441,310 @@ static void test_host_swaps_under_calls(void)
     hx_close(&x);
 }
 
+/* ---- readers without a lock (hazard.h): snapshot and lookup under reloads ---- */
+
+/* Two configs whose toolset differs in two places: a reader that saw a
+ * whole config sees both of one. */
+static const char *const snap_cfg_a =
+    "toolsets:\n  - name: default\n    tools: [\"*\"]\n    timeout: 30s\n";
+static const char *const snap_cfg_b =
+    "toolsets:\n  - name: default\n    tools: [rl_answer, rl_hold]\n"
+    "    timeout: 40s\n";
+
+static bool snap_cfg_whole(const th_config *c)
+{
+    if (c->n_toolsets != 1)
+        return false;
+    const th_toolset_cfg *t = &c->toolsets[0];
+    if (t->timeout_ms == 30000)
+        return t->n_tools == 1 && strcmp(t->tools[0], "*") == 0;
+    return t->timeout_ms == 40000 && t->n_tools == 2 &&
+           strcmp(t->tools[0], "rl_answer") == 0 &&
+           strcmp(t->tools[1], "rl_hold") == 0;
+}
+
+typedef struct hammer {
+    hx *x;
+    atomic_int stop;
+    atomic_long rounds, bad_cfg, bad_tool, failed;
+} hammer;
+
+static void *hammer_thread(void *arg)
+{
+    hammer *u = arg;
+    th_registry *reg = th_host_registry(u->x->h);
+    char out[256];
+    for (long i = 0; !atomic_load(&u->stop); i++) {
+        /* the snapshot: whole, and still whole after a yield (pinned) */
+        th_config *c = th_host_config_get(u->x->h);
+        if (!snap_cfg_whole(c))
+            atomic_fetch_add(&u->bad_cfg, 1);
+        /* the lookup: the tool's generation pinned while held */
+        const th_tool *t = th_registry_acquire(reg, "rl_answer");
+        if (!t || strcmp(t->name, "rl_answer") != 0 ||
+            atomic_load(&t->plugin->refs) < 1 || !t->plugin->initialized)
+            atomic_fetch_add(&u->bad_tool, 1);
+        if (i % 8 == 0)
+            sched_yield();
+        if (t && (!t->plugin->initialized || strcmp(t->plugin->name, "fx") != 0))
+            atomic_fetch_add(&u->bad_tool, 1);
+        if (!snap_cfg_whole(c))
+            atomic_fetch_add(&u->bad_cfg, 1);
+        th_tool_release(t);
+        th_config_unref(c);
+        /* and a whole call through the manager now and then */
+        if (i % 4 == 0 && (hx_call(u->x, "rl_answer", out, sizeof out) != 0 ||
+                           (strcmp(out, "A") != 0 && strcmp(out, "B") != 0)))
+            atomic_fetch_add(&u->failed, 1);
+        atomic_fetch_add(&u->rounds, 1);
+    }
+    return NULL;
+}
+
+/* Four threads read the config snapshot, look the tool up and call it
+ * while the main thread reloads the plugin and the config 100 times: every
+ * reader sees a whole config and a pinned, initialized generation (ASan
+ * and TSan check that nothing read was freed under it), every call
+ * succeeds, and in the end every old generation is closed and unloaded
+ * (the readers' per-thread records pin nothing). */
+static void test_snapshot_hammer(void)
+{
+    hx x;
+    CU_ASSERT_EQUAL_FATAL(hx_open(&x, snap_cfg_a), 0);
+    th_reloader *r = th_host_reloader(x.h);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+    hammer u;
+    memset(&u, 0, sizeof u);
+    u.x = &x;
+    enum { NT = 4 };
+    pthread_t th[NT];
+    for (int i = 0; i < NT; i++)
+        pthread_create(&th[i], NULL, hammer_thread, &u);
+    int bad = 0, plugin_swaps = 0;
+    for (int i = 0; i < 100; i++) {
+        if (i % 2 == 0) {
+            put_file(th_test_build_path(i % 4 == 0 ? "fixtures/reload_b.so"
+                                                   : "fixtures/reload_a.so"),
+                     x.so, (size_t)-1);
+            plugin_swaps++;
+        } else {
+            hx_config(&x, i % 4 == 1 ? snap_cfg_b : snap_cfg_a);
+        }
+        th_reload_result res;
+        if (th_reload_run(r, &res) != 0) {
+            bad++;
+            fprintf(stderr, "reload %d: %s\n", i, res.err.msg);
+        }
+        /* let the readers run between two swaps */
+        long seen = atomic_load(&u.rounds);
+        for (int w = 0; w < 200 && atomic_load(&u.rounds) < seen + 20; w++)
+            usleep(1000);
+    }
+    atomic_store(&u.stop, 1);
+    for (int i = 0; i < NT; i++)
+        pthread_join(th[i], NULL);
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(atomic_load(&u.bad_cfg), 0);
+    CU_ASSERT_EQUAL(atomic_load(&u.bad_tool), 0);
+    CU_ASSERT_EQUAL(atomic_load(&u.failed), 0);
+    CU_ASSERT(atomic_load(&u.rounds) > 40);
+    CU_ASSERT(th_reload_quiesce(r, 10000));
+    th_reload_stats st;
+    th_reload_get_stats(r, &st);
+    CU_ASSERT_EQUAL(st.closed, (uint64_t)plugin_swaps);
+    CU_ASSERT_EQUAL(st.unloaded + st.still_mapped, (uint64_t)plugin_swaps);
+    CU_ASSERT_EQUAL(st.draining, 0);
+    hx_close(&x);
+}
+
+/* A thread that read the config and looked the tool up, then went idle,
+ * holds nothing: the old config is freed by the reload that swaps it (no
+ * reference left but the test's own), the old plugin is closed; at the
+ * thread's exit its record goes back and the next thread takes it; after
+ * the host closes, the same thread's lookup cache does not answer for a
+ * new host's registry. */
+typedef struct idle_ud {
+    hx *x;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int step; /* 1: the thread has read; 2: it may exit */
+    int ok;
+    th_hz_rec *rec; /* the thread's hazard record */
+} idle_ud;
+
+static void *idle_reader(void *arg)
+{
+    idle_ud *u = arg;
+    char out[256];
+    int ok = 0;
+    for (int i = 0; i < 50; i++) {
+        th_config *c = th_host_config_get(u->x->h);
+        const th_tool *t = th_registry_acquire(th_host_registry(u->x->h), "rl_answer");
+        ok += c && t;
+        th_tool_release(t);
+        th_config_unref(c);
+        ok += hx_call(u->x, "rl_answer", out, sizeof out) == 0;
+    }
+    pthread_mutex_lock(&u->mu);
+    u->ok = ok;
+    u->rec = th_hz_tl;
+    u->step = 1;
+    pthread_cond_broadcast(&u->cv);
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += 30; /* bounded: the test moves on well before */
+    while (u->step < 2)
+        if (pthread_cond_timedwait(&u->cv, &u->mu, &dl) != 0)
+            break;
+    pthread_mutex_unlock(&u->mu);
+    return NULL;
+}
+
+static void *just_read(void *arg)
+{
+    hx *x = arg;
+    th_config_unref(th_host_config_get(x->h));
+    return NULL;
+}
+
+static void test_snapshot_idle_thread(void)
+{
+    hx x;
+    CU_ASSERT_EQUAL_FATAL(hx_open(&x, snap_cfg_a), 0);
+    th_reloader *r = th_host_reloader(x.h);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+    idle_ud u = {.x = &x, .mu = PTHREAD_MUTEX_INITIALIZER,
+                 .cv = PTHREAD_COND_INITIALIZER};
+    size_t rec0, own0, rec1, own1;
+    th_hz_count(&rec0, &own0);
+    pthread_t th;
+    pthread_create(&th, NULL, idle_reader, &u);
+    pthread_mutex_lock(&u.mu);
+    for (int i = 0; i < 3000 && u.step < 1; i++) {
+        pthread_mutex_unlock(&u.mu);
+        usleep(10000);
+        pthread_mutex_lock(&u.mu);
+    }
+    CU_ASSERT_EQUAL(u.step, 1);
+    CU_ASSERT_EQUAL(u.ok, 100);
+    pthread_mutex_unlock(&u.mu);
+    th_hz_count(&rec1, &own1);
+    CU_ASSERT(own1 >= 2); /* the idle thread's and this one's (and others) */
+    CU_ASSERT(rec1 >= own1);
+
+    /* The config swapped while the thread idles: ours is the only
+     * reference left on the old one (extra_refs counts beyond the
+     * first). */
+    th_config *old = th_host_config_get(x.h);
+    CU_ASSERT(snap_cfg_whole(old));
+    hx_config(&x, snap_cfg_b);
+    th_reload_result res;
+    CU_ASSERT_EQUAL(th_reload_run(r, &res), 0);
+    CU_ASSERT(res.config_changed);
+    CU_ASSERT_EQUAL(__atomic_load_n(&old->extra_refs, __ATOMIC_ACQUIRE), 0);
+    th_config_unref(old); /* freed here (ASan: nothing reads it after) */
+
+    /* The plugin swapped while it idles: the old generation is closed. */
+    put_file(th_test_build_path("fixtures/reload_b.so"), x.so, (size_t)-1);
+    CU_ASSERT_EQUAL(th_reload_run(r, &res), 0);
+    CU_ASSERT(th_reload_quiesce(r, 5000));
+    th_reload_stats st;
+    th_reload_get_stats(r, &st);
+    CU_ASSERT_EQUAL(st.closed, 1);
+    CU_ASSERT_EQUAL(st.draining, 0);
+
+    /* Its exit gives the record back: the next thread takes it. */
+    pthread_mutex_lock(&u.mu);
+    u.step = 2;
+    pthread_cond_broadcast(&u.cv);
+    pthread_mutex_unlock(&u.mu);
+    pthread_join(th, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(u.rec);
+    CU_ASSERT_EQUAL(__atomic_load_n(&u.rec->used, __ATOMIC_ACQUIRE), 0);
+    CU_ASSERT_PTR_NULL(__atomic_load_n(&u.rec->slot[TH_HZ_CONFIG], __ATOMIC_ACQUIRE));
+    CU_ASSERT_PTR_NULL(__atomic_load_n(&u.rec->slot[TH_HZ_REGISTRY], __ATOMIC_ACQUIRE));
+    size_t rec2, own2;
+    th_hz_count(&rec2, &own2);
+    pthread_create(&th, NULL, just_read, &x);
+    pthread_join(th, NULL);
+    size_t rec3, own3;
+    th_hz_count(&rec3, &own3);
+    CU_ASSERT_EQUAL(rec3, rec2); /* reused, not a new one */
+
+    /* This thread looked rl_answer up in x's registry (its cache has it);
+     * after x closes, a new host's registry answers with its own tool. */
+    const th_tool *t1 = th_registry_acquire(th_host_registry(x.h), "rl_answer");
+    CU_ASSERT_PTR_NOT_NULL(t1);
+    th_tool_release(t1);
+    hx_close(&x);
+    hx y;
+    CU_ASSERT_EQUAL_FATAL(hx_open(&y, snap_cfg_a), 0);
+    const th_tool *t2 = th_registry_acquire(th_host_registry(y.h), "rl_answer");
+    CU_ASSERT_PTR_NOT_NULL(t2);
+    CU_ASSERT(t2 && th_registry_plugin(th_host_registry(y.h), "fx") == t2->plugin);
+    th_tool_release(t2);
+    char out[256];
+    CU_ASSERT_EQUAL(hx_call(&y, "rl_answer", out, sizeof out), 0);
+    CU_ASSERT_STRING_EQUAL(out, "A");
+    hx_close(&y);
+}
+
+/* This thread stands for a reader of the config stopped between reading
+ * h->cfg and taking its reference (its hazard slot holds the config): a
+ * reload that swaps the config must not drop the host's reference (the
+ * last one: the config would be freed under the reader) until the slot is
+ * cleared.  Without the swap's wait (th_hz_wait in th_host_config_swap)
+ * the reload returns at once and the config read below is freed memory. */
+typedef struct reload_bg {
+    th_reloader *r;
+    th_reload_result res;
+    int rc;
+    atomic_int done;
+} reload_bg;
+
+static void *reload_thread(void *arg)
+{
+    reload_bg *b = arg;
+    b->rc = th_reload_run(b->r, &b->res);
+    atomic_store(&b->done, 1);
+    return NULL;
+}
+
+static void test_snapshot_swap_waits(void)
+{
+    hx x;
+    CU_ASSERT_EQUAL_FATAL(hx_open(&x, snap_cfg_a), 0);
+    reload_bg b = {.r = th_host_reloader(x.h)};
+    CU_ASSERT_PTR_NOT_NULL_FATAL(b.r);
+    th_hz_rec *r = th_hz_mine();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+    th_config *c = __atomic_load_n(&x.h->cfg, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&r->slot[TH_HZ_CONFIG], c, __ATOMIC_SEQ_CST);
+    CU_ASSERT_PTR_EQUAL(__atomic_load_n(&x.h->cfg, __ATOMIC_SEQ_CST), c);
+    hx_config(&x, snap_cfg_b);
+    pthread_t th;
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, reload_thread, &b), 0);
+    /* the swap happens (h->cfg is the new config), then waits */
+    for (int i = 0; i < 5000 && __atomic_load_n(&x.h->cfg, __ATOMIC_SEQ_CST) == c; i++)
+        usleep(1000);
+    CU_ASSERT_PTR_NOT_EQUAL(__atomic_load_n(&x.h->cfg, __ATOMIC_SEQ_CST), c);
+    usleep(100 * 1000);
+    CU_ASSERT_EQUAL(atomic_load(&b.done), 0);
+    CU_ASSERT(snap_cfg_whole(c)); /* still there (ASan: not freed) */
+    CU_ASSERT_EQUAL(c->toolsets[0].timeout_ms, 30000);
+    th_hz_clear(r, TH_HZ_CONFIG);
+    for (int i = 0; i < 5000 && !atomic_load(&b.done); i++)
+        usleep(1000);
+    CU_ASSERT_EQUAL_FATAL(atomic_load(&b.done), 1);
+    pthread_join(th, NULL);
+    CU_ASSERT_EQUAL(b.rc, 0);
+    CU_ASSERT(b.res.config_changed);
+    th_config *n = th_host_config_get(x.h);
+    CU_ASSERT_EQUAL(n->toolsets[0].timeout_ms, 40000);
+    th_config_unref(n);
+    hx_close(&x);
+}
+
 /* ---- a call keeps the config it started under ----------------------------------- */
 
 typedef struct snap_call {
@@ -1846,6 +2152,9 @@ void th_suite_reload(void)
     CU_add_test(s, "watcher", test_watcher);
     CU_add_test(s, "host_config_swap", test_host_config_swap);
     CU_add_test(s, "host_swaps_under_calls", test_host_swaps_under_calls);
+    CU_add_test(s, "snapshot_hammer", test_snapshot_hammer);
+    CU_add_test(s, "snapshot_idle_thread", test_snapshot_idle_thread);
+    CU_add_test(s, "snapshot_swap_waits", test_snapshot_swap_waits);
     CU_add_test(s, "call_keeps_toolset_timeout", test_call_keeps_toolset_timeout);
     CU_add_test(s, "call_keeps_host_timeout", test_call_keeps_host_timeout);
     CU_add_test(s, "copy_is_checked_file", test_copy_is_checked_file);

@@ -313,9 +313,10 @@ int th_registry_replace(th_registry *reg, th_plugin *old, th_plugin *p,
 void th_registry_remove(th_registry *reg, th_plugin *p);
 
 /* Looks up a tool and pins its generation; NULL when unknown.  Pair with
- * th_tool_release().  Safe from any thread: a read lock, a binary search
- * and one atomic increment.  The tool stays valid until released, even if
- * its plugin is removed or replaced meanwhile. */
+ * th_tool_release().  Safe from any thread, without a lock: the thread's
+ * hazard slot, its lookup cache (one strcmp) or a binary search, and one
+ * atomic increment.  The tool stays valid until released, even if its
+ * plugin is removed or replaced meanwhile. */
 const th_tool *th_registry_acquire(th_registry *reg, const char *name);
 void th_tool_release(const th_tool *tool);
 
