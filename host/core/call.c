@@ -519,6 +519,13 @@ static bool answer_locked(th_mcall *c, th_result_copy *res, bool exec_over)
     th_session *s = c->s;
     bool changed = false;
     c->answered = true;
+    /* Not started yet: it never will be (th_mcall_run's start). */
+    uint8_t ph = atomic_load_explicit(&c->phase, memory_order_relaxed);
+    while ((ph == TH_PH_NEW || ph == TH_PH_QUEUED) &&
+           !atomic_compare_exchange_weak_explicit(&c->phase, &ph, TH_PH_NOT_RUN,
+                                                  memory_order_acq_rel,
+                                                  memory_order_relaxed))
+        ; /* (fails only spuriously, or for RUNNING: the start came first) */
     if (!c->x)
         c->x = x_new(); /* answered before it ran (queued, then cancelled) */
     if (c->x) {
@@ -815,8 +822,10 @@ static void exec_end(th_mcall *c, int status, bool ran, bool held)
         pthread_mutex_lock(&c->mu);
         th_call_cancel_hooks_end_locked(c); /* ABI 1.1: no cancel hook after this */
     }
-    bool was_running = c->phase == TH_PH_RUNNING;
-    c->phase = TH_PH_OVER;
+    /* (the execution's owner: no start can race this store; mu held) */
+    bool was_running = atomic_load_explicit(&c->phase, memory_order_relaxed) ==
+                       TH_PH_RUNNING;
+    atomic_store_explicit(&c->phase, TH_PH_OVER, memory_order_relaxed);
     bool answering = !c->answered && have;
     if (c->exec_counted && !answering) {
         pthread_mutex_lock(&c->s->mu);
@@ -960,11 +969,20 @@ void th_mcall_run(th_mcall *c)
         th_mcall_unref(c);
         return;
     }
-    pthread_mutex_lock(&c->mu);
-    bool skip = c->answered || atomic_load(&c->abort_code) != 0;
-    if (!skip)
-        c->phase = TH_PH_RUNNING;
-    pthread_mutex_unlock(&c->mu);
+    /* The run's start, without the call's lock: one compare-and-swap of
+     * the phase, NEW (inline) or QUEUED (a worker's) -> RUNNING.  An
+     * answer that came first (a cancel, a timeout, the session's close,
+     * a refusal) made it NOT_RUN under mu (answer_locked): the swap fails
+     * and the call does not run.  An answer that comes after finds it
+     * RUNNING, as the deadline thread's lost-worker check and the
+     * session's close (th_mgr_cslot_running) read it.  A cancel or a
+     * timeout on its way sets abort_code before it answers. */
+    uint8_t ph = atomic_load_explicit(&c->phase, memory_order_relaxed);
+    bool skip = atomic_load(&c->abort_code) != 0 ||
+                (ph != TH_PH_NEW && ph != TH_PH_QUEUED) ||
+                !atomic_compare_exchange_strong_explicit(
+                    &c->phase, &ph, TH_PH_RUNNING, memory_order_acq_rel,
+                    memory_order_acquire);
     if (skip) {
         /* armed by the deadline thread meanwhile: out of the heap (an
          * answer given before that found nothing to disarm) */
