@@ -279,7 +279,7 @@ static void call_free(th_mcall *c)
         x->ack_msg = x->last_msg = NULL;
         x->cancel_efd = -1;
     }
-    if (!c->args_borrowed)
+    if (!c->args_borrowed && c->args) /* (an inline call's: dropped) */
         free(c->args);
     th_tool_release(c->tool);
     th_config_unref(c->cfg);
@@ -383,6 +383,11 @@ void th_call_deliver_locked(th_mcall *c)
     c->delivering = true;
     c->deliverer = pthread_self();
     for (;;) {
+        th_mcall_x *x = c->x;
+        /* nothing pending (the usual second turn, after the final): out
+         * before the event is set up */
+        if (!c->pend_ack && !c->pend_final && !(x && x->prog.pending))
+            break;
         th_event ev;
         th_result r;
         memset(&ev, 0, sizeof ev);
@@ -391,7 +396,6 @@ void th_call_deliver_locked(th_mcall *c)
         bool have_pu = false;
         th_result_copy *fin = NULL; /* x->final, delivered where it lies */
         ev.call_id = c->base.pub.call_id;
-        th_mcall_x *x = c->x;
         if (c->pend_ack) { /* set by a running call: x exists */
             memset(&r, 0, sizeof r);
             c->pend_ack = false;
