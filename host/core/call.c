@@ -271,12 +271,15 @@ static void call_free(th_mcall *c)
             th_progress_clear(&x->prog);
         if (x->cancel_efd >= 0)
             close(x->cancel_efd);
-        if (c->answered) /* else never written (a reused block's is stale) */
+        /* answered: else never written (a reused block's is stale);
+         * delivered, it owns nothing any more (the usual case) */
+        if (c->answered && (x->final.out.data || x->final.err.data ||
+                            x->final.meta.data || x->final.message))
             th_result_copy_destroy(&x->final);
         x->ack_msg = x->last_msg = NULL;
         x->cancel_efd = -1;
     }
-    if (!c->args_borrowed)
+    if (!c->args_borrowed && c->args) /* (an inline call's: dropped) */
         free(c->args);
     th_tool_release(c->tool);
     th_config_unref(c->cfg);
@@ -320,6 +323,17 @@ void th_mcall_unref(th_mcall *c)
 }
 
 /* ---- Results -------------------------------------------------------------- */
+
+/* Zeroes a result (112 bytes) in two parts of at most 64: the compiler
+ * then stores vectors, where one memset of 112 becomes a `rep stos`
+ * (dear to start on this machine, and 26 instructions where this is 8). */
+_Static_assert(sizeof(th_result_copy) > 64 && sizeof(th_result_copy) <= 128,
+               "zero_result's two parts");
+static inline void zero_result(th_result_copy *r)
+{
+    memset(r, 0, 64);
+    memset((char *)r + 64, 0, sizeof *r - 64);
+}
 
 static void result_view(const th_result_copy *c, th_result *r)
 {
@@ -369,6 +383,11 @@ void th_call_deliver_locked(th_mcall *c)
     c->delivering = true;
     c->deliverer = pthread_self();
     for (;;) {
+        th_mcall_x *x = c->x;
+        /* nothing pending (the usual second turn, after the final): out
+         * before the event is set up */
+        if (!c->pend_ack && !c->pend_final && !(x && x->prog.pending))
+            break;
         th_event ev;
         th_result r;
         memset(&ev, 0, sizeof ev);
@@ -377,7 +396,6 @@ void th_call_deliver_locked(th_mcall *c)
         bool have_pu = false;
         th_result_copy *fin = NULL; /* x->final, delivered where it lies */
         ev.call_id = c->base.pub.call_id;
-        th_mcall_x *x = c->x;
         if (c->pend_ack) { /* set by a running call: x exists */
             memset(&r, 0, sizeof r);
             c->pend_ack = false;
@@ -519,12 +537,19 @@ static bool answer_locked(th_mcall *c, th_result_copy *res, bool exec_over)
     th_session *s = c->s;
     bool changed = false;
     c->answered = true;
+    /* Not started yet: it never will be (th_mcall_run's start). */
+    uint8_t ph = atomic_load_explicit(&c->phase, memory_order_relaxed);
+    while ((ph == TH_PH_NEW || ph == TH_PH_QUEUED) &&
+           !atomic_compare_exchange_weak_explicit(&c->phase, &ph, TH_PH_NOT_RUN,
+                                                  memory_order_acq_rel,
+                                                  memory_order_relaxed))
+        ; /* (fails only spuriously, or for RUNNING: the start came first) */
     if (!c->x)
         c->x = x_new(); /* answered before it ran (queued, then cancelled) */
     if (c->x) {
         if (res != &c->x->final) {
             c->x->final = *res;
-            memset(res, 0, sizeof *res);
+            zero_result(res);
         }
         c->x->final.task_id = c->acked ? c->base.pub.call_id : 0;
     } else {
@@ -589,7 +614,7 @@ static void count_error(th_stat *st, int code)
 bool th_call_answer_error(th_mcall *c, int code, const char *msg)
 {
     th_result_copy res;
-    memset(&res, 0, sizeof res);
+    zero_result(&res);
     res.kind = TH_RESULT_ERROR;
     res.error = code;
     res.message = strdup(msg); /* NULL: the default message is shown */
@@ -742,7 +767,7 @@ static int build_meta(th_mcall *c, const th_out_info *oi, const th_out_info *ei,
 
 static int build_result(th_mcall *c, int status, th_result_copy *res)
 {
-    memset(res, 0, sizeof *res);
+    zero_result(res);
     th_mcall_x *x = c->x;
     if (x->set_error) {
         res->kind = TH_RESULT_ERROR;
@@ -792,7 +817,8 @@ static void exec_end(th_mcall *c, int status, bool ran, bool held)
         c->ended = true;
         pthread_mutex_unlock(&c->mu);
     }
-    th_mgr_release(c->h, c); /* held: no group slot to give back (no lock) */
+    if (c->has_slots) /* (th_mgr_release's own first test) */
+        th_mgr_release(c->h, c); /* held: no group slot to give back (no lock) */
     th_result_copy res;
     th_result_copy *rp = &res; /* where the result is built */
     bool have = false;
@@ -809,14 +835,16 @@ static void exec_end(th_mcall *c, int status, bool ran, bool held)
         have = true;
     }
     if (rp == &res && !have)
-        memset(&res, 0, sizeof res);
+        zero_result(&res);
     bool changed = false;
     if (!held) {
         pthread_mutex_lock(&c->mu);
         th_call_cancel_hooks_end_locked(c); /* ABI 1.1: no cancel hook after this */
     }
-    bool was_running = c->phase == TH_PH_RUNNING;
-    c->phase = TH_PH_OVER;
+    /* (the execution's owner: no start can race this store; mu held) */
+    bool was_running = atomic_load_explicit(&c->phase, memory_order_relaxed) ==
+                       TH_PH_RUNNING;
+    atomic_store_explicit(&c->phase, TH_PH_OVER, memory_order_relaxed);
     bool answering = !c->answered && have;
     if (c->exec_counted && !answering) {
         pthread_mutex_lock(&c->s->mu);
@@ -960,11 +988,20 @@ void th_mcall_run(th_mcall *c)
         th_mcall_unref(c);
         return;
     }
-    pthread_mutex_lock(&c->mu);
-    bool skip = c->answered || atomic_load(&c->abort_code) != 0;
-    if (!skip)
-        c->phase = TH_PH_RUNNING;
-    pthread_mutex_unlock(&c->mu);
+    /* The run's start, without the call's lock: one compare-and-swap of
+     * the phase, NEW (inline) or QUEUED (a worker's) -> RUNNING.  An
+     * answer that came first (a cancel, a timeout, the session's close,
+     * a refusal) made it NOT_RUN under mu (answer_locked): the swap fails
+     * and the call does not run.  An answer that comes after finds it
+     * RUNNING, as the deadline thread's lost-worker check and the
+     * session's close (th_mgr_cslot_running) read it.  A cancel or a
+     * timeout on its way sets abort_code before it answers. */
+    uint8_t ph = atomic_load_explicit(&c->phase, memory_order_relaxed);
+    bool skip = atomic_load(&c->abort_code) != 0 ||
+                (ph != TH_PH_NEW && ph != TH_PH_QUEUED) ||
+                !atomic_compare_exchange_strong_explicit(
+                    &c->phase, &ph, TH_PH_RUNNING, memory_order_acq_rel,
+                    memory_order_acquire);
     if (skip) {
         /* armed by the deadline thread meanwhile: out of the heap (an
          * answer given before that found nothing to disarm) */

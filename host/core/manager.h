@@ -214,7 +214,10 @@ typedef enum th_phase {
     TH_PH_PERM_WAIT,  /* waiting for a permission answer */
     TH_PH_QUEUED,     /* in the pool's queue or parked on a group */
     TH_PH_RUNNING,    /* execute() or suspended */
-    TH_PH_OVER        /* execution over (or never ran) */
+    TH_PH_OVER,       /* execution over (or never ran) */
+    TH_PH_NOT_RUN     /* answered while NEW or QUEUED (answer_locked): it
+                         never runs (th_mcall_run's start finds it so);
+                         its end makes it OVER */
 } th_phase;
 
 /* The fields are ordered by size (pointers and 64-bit numbers, then
@@ -285,8 +288,14 @@ struct th_mcall {
                                    stored result (out of memory) */
 
     uint16_t waiters;           /* [mu] threads in th_call_wait_locked */
-    uint8_t phase;              /* [mu] a th_phase (one byte: a queued
-                                   call stays within 400 bytes) */
+    _Atomic uint8_t phase;      /* a th_phase (one byte: a queued call
+                                   stays within 400 bytes); written under
+                                   mu, except the run's start: one
+                                   compare-and-swap NEW|QUEUED -> RUNNING
+                                   by the thread that runs it, racing only
+                                   an answer's NEW|QUEUED -> NOT_RUN (under
+                                   mu): whichever comes first wins, as the
+                                   two turns of mu did */
     bool args_borrowed;         /* args point into the buffer given to
                                    th_call_start: valid while that call
                                    runs on the caller's thread; copied
