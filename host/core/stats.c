@@ -192,6 +192,35 @@ static inline void own_add_ull(atomic_ullong *a, unsigned long long n)
 
 static void win_count(th_stat *st, unsigned b, int64_t now_ns);
 
+/* ---- A call's start and its outcome, on this thread's shard --------------- */
+
+void th_stat_call_started(th_host *h, th_stat *st)
+{
+    int t = my_slot();
+    if (t <= 0) {
+        atomic_fetch_add(&h->mgr.calls_total, 1);
+        if (st)
+            atomic_fetch_add(&st->calls, 1);
+        return;
+    }
+    own_add(&h->mgr.calls_sh[t - 1].n, 1);
+    th_stat_shard *sh = st ? shard_of(st, t) : NULL;
+    if (sh)
+        own_add(&sh->calls, 1);
+    else if (st) /* out of memory for the shard */
+        atomic_fetch_add(&st->calls, 1);
+}
+
+void th_stat_count_done(th_stat *st, bool ok)
+{
+    int t = my_slot();
+    th_stat_shard *sh = t > 0 ? shard_of(st, t) : NULL;
+    if (sh)
+        own_add(ok ? &sh->ok : &sh->failed, 1);
+    else
+        atomic_fetch_add(ok ? &st->ok : &st->failed, 1);
+}
+
 /* latency_b on this thread's shard (the window on the entry). */
 static inline __attribute__((always_inline)) void
 shard_latency(th_stat *st, th_stat_shard *sh, unsigned b, int64_t ns,
@@ -413,6 +442,9 @@ void th_host_mgr_stats(th_host *h, th_mgr_stats *out)
     pthread_mutex_unlock(&m->mu);
     out->running = atomic_load(&m->running);
     out->calls_total = atomic_load(&m->calls_total);
+    for (unsigned i = 0; i < TH_STAT_SHARDS; i++)
+        out->calls_total += atomic_load_explicit(&m->calls_sh[i].n,
+                                                 memory_order_relaxed);
     out->inline_calls = atomic_load(&m->inline_calls);
     out->inline_front = atomic_load(&m->inline_front);
     out->short_demoted = atomic_load(&m->short_demoted);
