@@ -90,6 +90,8 @@ typedef struct call_plan {
     const th_toolset_cfg *ts;   /* in cfg */
     const th_tool_override *ov; /* in cfg: the tool's override in ts */
     const th_mock_cfg *mock;    /* in cfg */
+    int64_t timeout_ms;         /* the call's timeout unless it asks for
+                                   a lower one (timeout_of) */
     bool perm_free;             /* the tool has no needs_permission hook
                                    and ts's rules allow it without asking:
                                    stage 4 has nothing to decide */
@@ -126,6 +128,7 @@ typedef struct plan_entry {
     const th_toolset_cfg *ts;
     const th_tool_override *ov;
     const th_mock_cfg *mock;
+    int64_t timeout_ms;
     int ts_idx;
     bool perm_free;
 } plan_entry;
@@ -159,6 +162,38 @@ static inline plan_entry *plan_slot(const th_tool *t, uint64_t sid)
     return &tl_plan[k >> 61 & (PLAN_WAYS - 1)];
 }
 
+/* The call's timeout from its snapshot: the tool's override in its
+ * toolset, else the toolset's, else the host's default; a call's own
+ * timeout_ms (opt, > 0) may lower it; host.max_timeout caps it.  `c`
+ * (for the log line) may be NULL when opt is 0. */
+static int64_t timeout_of(const th_config *cfg, const th_toolset_cfg *ts,
+                          const th_tool_override *ov, int64_t opt,
+                          const th_mcall *c)
+{
+    const th_host_cfg *hc = &cfg->host;
+    uint64_t max = hc->max_timeout_ms;
+    uint64_t t = ov && ov->timeout_ms ? ov->timeout_ms
+                 : ts && ts->timeout_ms ? ts->timeout_ms
+                                        : hc->default_timeout_ms;
+    /* A call's own timeout_ms may lower its toolset's timeout, not raise
+     * it (whatever the front: RPC, CLI, run_code's nested calls). */
+    if (opt > 0) {
+        if (t && (uint64_t)opt > t)
+            th_log_info("session=%llu tool=%s call=%llu timeout_ms %lld is above "
+                        "the toolset's timeout: %llu ms used",
+                        (unsigned long long)(c->s ? c->s->id : 0), c->tool->name,
+                        (unsigned long long)c->base.pub.call_id,
+                        (long long)opt, (unsigned long long)t);
+        else
+            t = (uint64_t)opt;
+    }
+    if (max && t > max)
+        t = max;
+    if (t > (uint64_t)INT64_MAX / 4000000) /* no overflow in ns (~73 days) */
+        t = (uint64_t)INT64_MAX / 4000000;
+    return (int64_t)t;
+}
+
 /* Stage 1 without the cache (p->st found): 0 with p filled, or 1
  * (answered through fn, the tool released). */
 static int plan_decide(th_session *s, const char *name, uint64_t id,
@@ -171,6 +206,7 @@ static int plan_decide(th_session *s, const char *name, uint64_t id,
     p->ov = NULL;
     p->mock = th_mock_find(p->cfg, t->name);
     p->perm_free = true; /* a task tool: no toolset, no rules */
+    p->timeout_ms = timeout_of(p->cfg, NULL, NULL, 0, NULL);
     if (th_host_is_task_tool(t->name))
         return 0;
     /* The first toolset in config order that contains the tool and that
@@ -193,6 +229,7 @@ static int plan_decide(th_session *s, const char *name, uint64_t id,
             th_perm_decide(p->ts, p->cfg->path, t->name, t->flags, &d);
             p->perm_free = d.action == TH_PERM_ALLOW;
         }
+        p->timeout_ms = timeout_of(p->cfg, p->ts, p->ov, 0, NULL);
         return 0;
     }
     if (any) {
@@ -233,6 +270,7 @@ static int stage_lookup(th_session *s, const char *name, uint64_t id,
         p->ts = e->ts;
         p->ov = e->ov;
         p->mock = e->mock;
+        p->timeout_ms = e->timeout_ms;
         p->perm_free = e->perm_free;
         th_stat_call_started(h, p->st);
         return 0;
@@ -250,38 +288,10 @@ static int stage_lookup(th_session *s, const char *name, uint64_t id,
     *e = (plan_entry){.host = hs, .sid = s->id, .cfg_serial = cs,
                       .plugin_serial = ps, .cfg = p->cfg, .tool = t,
                       .st = p->st, .ts = p->ts, .ov = p->ov,
-                      .mock = p->mock, .ts_idx = p->ts_idx,
+                      .mock = p->mock, .timeout_ms = p->timeout_ms,
+                      .ts_idx = p->ts_idx,
                       .perm_free = p->perm_free};
     return 0;
-}
-
-/* The call's timeout from its snapshot: the tool's override in its
- * toolset, else the toolset's, else the host's default; a call's own
- * timeout_ms (opt, > 0) may lower it; host.max_timeout caps it. */
-static int64_t call_timeout(const th_mcall *c, int64_t opt)
-{
-    const th_host_cfg *hc = &c->cfg->host;
-    uint64_t max = hc->max_timeout_ms;
-    uint64_t t = c->ov && c->ov->timeout_ms ? c->ov->timeout_ms
-                 : c->ts && c->ts->timeout_ms ? c->ts->timeout_ms
-                                              : hc->default_timeout_ms;
-    /* A call's own timeout_ms may lower its toolset's timeout, not raise
-     * it (whatever the front: RPC, CLI, run_code's nested calls). */
-    if (opt > 0) {
-        if (t && (uint64_t)opt > t)
-            th_log_info("session=%llu tool=%s call=%llu timeout_ms %lld is above "
-                        "the toolset's timeout: %llu ms used",
-                        (unsigned long long)(c->s ? c->s->id : 0), c->tool->name,
-                        (unsigned long long)c->base.pub.call_id,
-                        (long long)opt, (unsigned long long)t);
-        else
-            t = (uint64_t)opt;
-    }
-    if (max && t > max)
-        t = max;
-    if (t > (uint64_t)INT64_MAX / 4000000) /* no overflow in ns (~73 days) */
-        t = (uint64_t)INT64_MAX / 4000000;
-    return (int64_t)t;
 }
 
 /* ---- 2. The call record ---------------------------------------------------- */
@@ -339,7 +349,9 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
     c->may_block = o->may_block;
     c->front = o->front;
     c->output_info = o->output_info;
-    c->timeout_ms = call_timeout(c, o->timeout_ms);
+    c->timeout_ms = o->timeout_ms > 0
+                        ? timeout_of(c->cfg, c->ts, c->ov, o->timeout_ms, c)
+                        : p->timeout_ms;
     c->start_ns = th_now_ns();
     /* start_wall_ms and last_update_ms: set when the call becomes a task
      * (call_cb.c), the only calls that show them; a clock read saved on
@@ -654,8 +666,7 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
         *call_id = id;
     /* calls_total: counted by stage_lookup (stats.c, this thread's shard) */
 
-    call_plan p;
-    memset(&p, 0, sizeof p);
+    call_plan p; /* stage_lookup fills what it returns 0 with */
     p.cfg = th_host_config_get(h); /* the call's one snapshot */
     int rc = stage_lookup(s, name, id, fn, ud, &p);
     if (rc != 0) {

@@ -163,14 +163,13 @@ int th_dup_register(th_mcall *c, char *msg, size_t msg_size)
     return 0;
 }
 
-void th_dup_leave(th_mcall *c)
+void th_dup_leave_table(th_mcall *c)
 {
     th_host *h = c->h;
     /* A call whose policy is `allow` (the common case) never joins the
-     * table (th_dup_register): no lock to know that.  (The policy comes
-     * from the call's own config snapshot: it cannot change.) */
-    if (th_call_dup_policy(c) == TH_DUP_ALLOW)
-        return;
+     * table (th_dup_register): th_dup_leave (manager.h) comes here only
+     * for the others.  (The policy comes from the call's own config
+     * snapshot: it cannot change.) */
     pthread_mutex_lock(&h->dmu);
     dup_link *l = c->dup_link;
     if (!l) {

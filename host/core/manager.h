@@ -803,8 +803,14 @@ void th_dup_remove(th_mcall *c);
  * refusal's error code with its message in msg (msg_size bytes), which the
  * caller answers to the call (th_mcall_abort). */
 int th_dup_register(th_mcall *c, char *msg, size_t msg_size);
-/* Takes the call out of the duplicate table (host->dmu); drops its ref. */
-void th_dup_leave(th_mcall *c);
+/* Takes the call out of the duplicate table (host->dmu); drops its ref.
+ * A call of policy `allow` never joined it: nothing to do, no call. */
+void th_dup_leave_table(th_mcall *c);
+static inline void th_dup_leave(th_mcall *c)
+{
+    if (th_call_dup_policy(c) != TH_DUP_ALLOW)
+        th_dup_leave_table(c);
+}
 void th_dup_destroy(th_host *h);
 
 /* mocks.c */
