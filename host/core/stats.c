@@ -575,6 +575,12 @@ int th_host_front_events_foreach(th_host *h,
  * reused) and the name, checked against the entry's own key. */
 typedef struct grp_cache {
     uint64_t serial;
+    /* A key that names the entry without its name, for a call's end
+     * (th_stat_call_end): toolset, the call's config serial and toolset
+     * index + 1 (0: the task tools); front, the session's id.  Config
+     * serials and session ids are never reused (in a host), so the key
+     * stands for one name for good.  k1 0: none. */
+    uint64_t k1, k2;
     th_stat *g;
 } grp_cache;
 static __thread grp_cache tl_grp[2];
@@ -595,6 +601,7 @@ static __attribute__((noinline)) th_stat *group_find(th_host *h, char kind,
     if (g && n < sizeof key - 4) { /* a cut name is not cached */
         e->serial = h->mgr.serial;
         e->g = g;
+        e->k1 = e->k2 = 0; /* the caller keys it */
     }
     return g;
 }
@@ -617,11 +624,28 @@ static inline th_stat *group_get(th_host *h, char kind, const char *name)
      : (r)->error == TH_EPERM     ? &(p)->perm_denied                         \
                                   : &(p)->errors)
 
-static inline __attribute__((always_inline)) void
-group_count(th_host *h, char kind, const char *name, const th_result_copy *r,
-            unsigned b, int64_t ns, int t)
+/* group_get for a caller that has a key for the name (k1 != 0, see
+ * grp_cache): the thread's entry with that key is the name's entry, no
+ * compare of names. */
+static inline th_stat *group_get_keyed(th_host *h, char kind, const char *name,
+                                       uint64_t k1, uint64_t k2)
 {
+    grp_cache *e = &tl_grp[kind == 't' ? 0 : 1];
+    if (k1 && e->g && e->k1 == k1 && e->k2 == k2 && e->serial == h->mgr.serial)
+        return e->g;
     th_stat *g = group_get(h, kind, name);
+    if (g && e->g == g) { /* the entry holds it (a cut name's does not) */
+        e->k1 = k1;
+        e->k2 = k2;
+    }
+    return g;
+}
+
+static inline __attribute__((always_inline)) void
+group_count(th_host *h, char kind, const char *name, uint64_t k1, uint64_t k2,
+            const th_result_copy *r, unsigned b, int64_t ns, int t)
+{
+    th_stat *g = group_get_keyed(h, kind, name, k1, k2);
     if (!g)
         return;
     th_stat_shard *sh = t > 0 ? shard_of(g, t) : NULL;
@@ -639,9 +663,12 @@ group_count(th_host *h, char kind, const char *name, const th_result_copy *r,
                               memory_order_relaxed);
 }
 
+/* keys: (tk1, tk2) for the toolset's name, (fk1, 0) for the front's (0:
+ * none; see grp_cache). */
 static inline __attribute__((always_inline)) void
 end_counts(th_host *h, th_stat *st, const char *toolset, const char *front,
-           const th_result_copy *fin, int64_t ns, int64_t now)
+           const th_result_copy *fin, int64_t ns, int64_t now, uint64_t tk1,
+           uint64_t tk2, uint64_t fk1)
 {
     unsigned b = hist_bucket(ns); /* one bucket for the three histograms */
     int t = my_slot();
@@ -654,15 +681,15 @@ end_counts(th_host *h, th_stat *st, const char *toolset, const char *front,
      * final */
     if (fin->kind == TH_RESULT_RUNNING)
         return;
-    group_count(h, 't', toolset, fin, b, ns, t);
-    group_count(h, 'f', front, fin, b, ns, t);
+    group_count(h, 't', toolset, tk1, tk2, fin, b, ns, t);
+    group_count(h, 'f', front, fk1, 0, fin, b, ns, t);
 }
 
 void th_stat_end_counts(th_host *h, th_stat *st, const char *toolset,
                         const char *front, const th_result_copy *fin,
                         int64_t ns, int64_t now)
 {
-    end_counts(h, st, toolset, front, fin, ns, now);
+    end_counts(h, st, toolset, front, fin, ns, now, 0, 0, 0);
 }
 
 void th_stat_call_end(th_mcall *c)
@@ -680,8 +707,12 @@ void th_stat_call_end(th_mcall *c)
         oom.error = c->fin_oom;
     }
     const char *front = c->s ? c->s->ops.front : NULL;
+    /* the keys: the config's serial (given when the call started,
+     * call_start.c) and the toolset's index; the session's id */
+    uint64_t cs = __atomic_load_n(&c->cfg->serial, __ATOMIC_RELAXED);
     end_counts(c->h, c->st, c->ts ? c->ts->name : "(tasks)",
-               front ? front : "other", fin, now - c->start_ns, now);
+               front ? front : "other", fin, now - c->start_ns, now, cs,
+               c->ts ? (uint64_t)c->ts_idx + 1 : 0, c->s ? c->s->id : 0);
 }
 
 int th_host_group_stats_foreach(th_host *h,

@@ -509,6 +509,76 @@ static void test_config_address_reused(void)
     th_test_host_session_close(h, s);
 }
 
+/* ---- the outcome counts per toolset and front -------------------------------------- */
+
+typedef struct grp_nums {
+    uint64_t t, u, rpc, cli;
+} grp_nums;
+
+static int grp_stats(const th_group_stats *g, void *ud)
+{
+    grp_nums *n = ud;
+    bool ts = strcmp(g->kind, "toolset") == 0;
+    if (ts && strcmp(g->name, "t") == 0)
+        n->t = g->ok;
+    else if (ts && strcmp(g->name, "u") == 0)
+        n->u = g->ok;
+    else if (!ts && strcmp(g->name, "rpc") == 0)
+        n->rpc = g->ok;
+    else if (!ts && strcmp(g->name, "cli") == 0)
+        n->cli = g->ok;
+    return 0;
+}
+
+/* A call's end counts under its toolset and front through the thread's
+ * last entry of each, found by the call's config serial and toolset index
+ * and its session's id (stats.c, no compare of names): two sessions, of
+ * two uids (toolsets t and u) and two fronts (rpc and cli), interleaved
+ * on one thread, across a config swap; every count lands where its name
+ * says. */
+static void test_group_counts(void)
+{
+    char yaml[1024];
+    snprintf(yaml, sizeof yaml,
+             "host:\n  workers: 2\n  log_level: error\n  shutdown_grace: 50ms\n"
+             "plugins:\n  - name: echo\n    path: %s\n"
+             "toolsets:\n  - name: t\n    tools: [echo]\n    allow_users: [\"%u\"]\n"
+             "  - name: u\n    tools: [echo]\n",
+             th_test_build_path("plugins/echo.so"), (unsigned)getuid());
+    th_host *h = th_test_host_open("cache.yaml", yaml);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(h);
+    static const th_front_ops rpc = {.front = TOOLHOST_FRONT_RPC};
+    static const th_front_ops cli = {.front = TOOLHOST_FRONT_CLI};
+    th_principal me = {.uid = (uint32_t)getuid(), .gid = (uint32_t)getgid()};
+    th_principal other = {.uid = (uint32_t)getuid() + 4242, .gid = (uint32_t)getgid()};
+    th_session *a = th_session_open(h, &me, &rpc, NULL);
+    th_session *b = th_session_open(h, &other, &cli, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+    char out[64];
+    int na = 0, nb = 0;
+    for (int i = 0; i < 60; i++) {
+        if (i == 30) {
+            th_config *c = parse(yaml);
+            CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+            th_host_config_swap(h, c);
+        }
+        bool mine = i % 3 != 0;
+        CU_ASSERT_EQUAL(call(mine ? a : b, "echo", "{\"text\":\"x\"}", out, sizeof out), 0);
+        na += mine;
+        nb += !mine;
+    }
+    grp_nums n = {0, 0, 0, 0};
+    th_host_group_stats_foreach(h, grp_stats, &n);
+    CU_ASSERT_EQUAL(n.t, (uint64_t)na);
+    CU_ASSERT_EQUAL(n.rpc, (uint64_t)na);
+    CU_ASSERT_EQUAL(n.u, (uint64_t)nb);
+    CU_ASSERT_EQUAL(n.cli, (uint64_t)nb);
+    th_session_close(a);
+    th_session_close(b);
+    th_host_close(h);
+}
+
 void th_suite_call_cache(void)
 {
     CU_pSuite s = CU_add_suite("call_cache", NULL, NULL);
@@ -518,4 +588,5 @@ void th_suite_call_cache(void)
     CU_add_test(s, "needs_permission_every_call", test_needs_permission_every_call);
     CU_add_test(s, "threads_one_session", test_threads_one_session);
     CU_add_test(s, "config_address_reused", test_config_address_reused);
+    CU_add_test(s, "group_counts", test_group_counts);
 }
