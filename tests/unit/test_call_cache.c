@@ -85,6 +85,8 @@ typedef struct cx {
     char so[1024], cfg_path[1024], hold[1024];
     th_host *h;
     th_session *s;
+    int log_level; /* the process's, put back at close (a reload sets the
+                      config's: the suites after this one count log lines) */
 } cx;
 
 /* The config: echo, the reload fixture (fx, a copy in dir), perm_tools,
@@ -114,6 +116,7 @@ static th_session *cx_session(cx *x, uint32_t uid, bool trusted)
 static int cx_open(cx *x, const char *tail)
 {
     memset(x, 0, sizeof *x);
+    x->log_level = th_log_get_level();
     x->dir = th_test_tmpdir();
     snprintf(x->so, sizeof x->so, "%s/fx.so", x->dir);
     snprintf(x->cfg_path, sizeof x->cfg_path, "%s/toolhost.yaml", x->dir);
@@ -141,6 +144,7 @@ static void cx_close(cx *x)
         th_host_close(x->h);
     th_test_rmtree(x->dir);
     free(x->dir);
+    th_log_set_level(x->log_level);
 }
 
 static void cx_reload(cx *x)
