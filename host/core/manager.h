@@ -126,10 +126,32 @@ th_stat *th_stat_get(th_host *h, const char *tool);
 /* A call started (call_start.c): one more in the host's calls_total and,
  * with `st` (NULL: an unknown tool), in its tool's calls; on the calling
  * thread's shard (no lock-prefixed add).  Any thread. */
-void th_stat_call_started(th_host *h, th_stat *st);
+static inline void th_stat_call_started(th_host *h, th_stat *st);
 /* A call of `st` ended with a result (call.c): ok or failed, on the
  * calling thread's shard.  Any thread. */
-void th_stat_count_done(th_stat *st, bool ok);
+static inline void th_stat_count_done(th_stat *st, bool ok);
+/* Their slow paths (stats.c): a thread without its slot or shard yet. */
+void th_stat_call_started_slow(th_host *h, th_stat *st);
+void th_stat_count_done_slow(th_stat *st, bool ok);
+/* This thread's shard slot + 1 (stats.c), <= 0: none (yet). */
+extern __thread int th_stat_tl_slot;
+/* One more on a counter only this thread writes (its shard's). */
+static inline void th_stat_own_inc(atomic_ulong *a)
+{
+    atomic_store_explicit(a, atomic_load_explicit(a, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+}
+static inline void th_stat_count_done(th_stat *st, bool ok)
+{
+    int t = th_stat_tl_slot;
+    th_stat_shard *sh = t > 0 ? atomic_load_explicit(&st->shard[t - 1],
+                                                     memory_order_acquire)
+                              : NULL;
+    if (sh)
+        th_stat_own_inc(ok ? &sh->ok : &sh->failed);
+    else
+        th_stat_count_done_slow(st, ok);
+}
 void th_stat_latency(th_stat *st, int64_t ns);
 /* The same at monotonic time `now_ns` (tests: a fake clock). */
 void th_stat_latency_at(th_stat *st, int64_t ns, int64_t now_ns);
@@ -760,6 +782,20 @@ struct th_session {
     int ops_inflight;           /* tools_changed running */
     th_session *prev, *next;
 };
+
+static inline void th_stat_call_started(th_host *h, th_stat *st)
+{
+    int t = th_stat_tl_slot;
+    th_stat_shard *sh = t > 0 && st ? atomic_load_explicit(&st->shard[t - 1],
+                                                           memory_order_acquire)
+                                    : NULL;
+    if (sh) {
+        th_stat_own_inc(&h->mgr.calls_sh[t - 1].n);
+        th_stat_own_inc(&sh->calls);
+    } else {
+        th_stat_call_started_slow(h, st);
+    }
+}
 
 void th_session_ref(th_session *s);
 void th_session_unref(th_session *s);

@@ -102,8 +102,10 @@ static uint32_t slot_used; /* bit i: slot i held by a live thread */
 static pthread_key_t slot_key;
 static pthread_once_t slot_once = PTHREAD_ONCE_INIT;
 static bool slot_key_ok;
-/* 0: no slot yet; i + 1: slot i; below 0: none free, counts up to 0 */
-static __thread int tl_slot;
+/* 0: no slot yet; i + 1: slot i; below 0: none free, counts up to 0
+ * (read by manager.h's inline counters) */
+__thread int th_stat_tl_slot;
+#define tl_slot th_stat_tl_slot
 
 _Static_assert(TH_STAT_SHARDS <= 32, "slot_used has 32 bits");
 
@@ -194,7 +196,7 @@ static void win_count(th_stat *st, unsigned b, int64_t now_ns);
 
 /* ---- A call's start and its outcome, on this thread's shard --------------- */
 
-void th_stat_call_started(th_host *h, th_stat *st)
+void th_stat_call_started_slow(th_host *h, th_stat *st)
 {
     int t = my_slot();
     if (t <= 0) {
@@ -211,7 +213,7 @@ void th_stat_call_started(th_host *h, th_stat *st)
         atomic_fetch_add(&st->calls, 1);
 }
 
-void th_stat_count_done(th_stat *st, bool ok)
+void th_stat_count_done_slow(th_stat *st, bool ok)
 {
     int t = my_slot();
     th_stat_shard *sh = t > 0 ? shard_of(st, t) : NULL;

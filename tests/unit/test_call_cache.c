@@ -583,6 +583,88 @@ static void test_group_counts(void)
     th_host_close(h);
 }
 
+typedef struct counted_nums {
+    uint64_t calls, ok, failed;
+    bool seen;
+} counted_nums;
+
+static int counted_stats(const th_tool_stats *st, void *ud)
+{
+    counted_nums *n = ud;
+    if (strcmp(st->tool, "counted") == 0) {
+        n->calls = st->calls;
+        n->ok = st->ok;
+        n->failed = st->failed;
+        n->seen = true;
+    }
+    return 0;
+}
+
+/* ---- the start and outcome counters on the shards ---------------------------------- */
+
+#define SC_THREADS 40 /* more than TH_STAT_SHARDS: some count on the entry */
+#define SC_COUNTS 500
+
+typedef struct sc_run {
+    th_host *h;
+    th_stat *st;
+    pthread_barrier_t *all_in;
+} sc_run;
+
+static void *sc_main(void *arg)
+{
+    sc_run *r = arg;
+    for (int i = 0; i < SC_COUNTS; i++) {
+        th_stat_call_started(r->h, i % 5 ? r->st : NULL); /* NULL: unknown */
+        if (i % 5)
+            th_stat_count_done(r->st, i % 2 == 0);
+    }
+    /* all threads live at once: 8 of them find no shard slot */
+    pthread_barrier_wait(r->all_in);
+    return NULL;
+}
+
+/* th_stat_call_started and th_stat_count_done (manager.h's inline counts
+ * on the thread's shard, stats.c's slow path for a thread without a slot
+ * or a shard yet, or with none free) from 40 threads at once: calls,
+ * ok, failed and calls_total exact. */
+static void test_shard_counts(void)
+{
+    th_host *h = th_test_echo_host_open();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(h);
+    th_stat *st = th_stat_get(h, "counted");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+    th_mgr_stats m0;
+    th_host_mgr_stats(h, &m0);
+    pthread_barrier_t all_in;
+    pthread_barrier_init(&all_in, NULL, SC_THREADS);
+    sc_run r = {.h = h, .st = st, .all_in = &all_in};
+    pthread_t th[SC_THREADS];
+    for (int i = 0; i < SC_THREADS; i++)
+        CU_ASSERT_EQUAL_FATAL(pthread_create(&th[i], NULL, sc_main, &r), 0);
+    for (int i = 0; i < SC_THREADS; i++)
+        pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&all_in);
+    uint64_t per = 0, ok = 0, failed = 0;
+    for (int i = 0; i < SC_COUNTS; i++)
+        if (i % 5) {
+            per++;
+            ok += i % 2 == 0;
+            failed += i % 2 != 0;
+        }
+    counted_nums n = {0, 0, 0, false};
+    th_host_stats_foreach(h, counted_stats, &n);
+    CU_ASSERT(n.seen);
+    CU_ASSERT_EQUAL(n.calls, per * SC_THREADS);
+    CU_ASSERT_EQUAL(n.ok, ok * SC_THREADS);
+    CU_ASSERT_EQUAL(n.failed, failed * SC_THREADS);
+    th_mgr_stats m1;
+    th_host_mgr_stats(h, &m1);
+    CU_ASSERT_EQUAL(m1.calls_total - m0.calls_total,
+                    (uint64_t)SC_COUNTS * SC_THREADS);
+    th_host_close(h);
+}
+
 void th_suite_call_cache(void)
 {
     CU_pSuite s = CU_add_suite("call_cache", NULL, NULL);
@@ -593,4 +675,5 @@ void th_suite_call_cache(void)
     CU_add_test(s, "threads_one_session", test_threads_one_session);
     CU_add_test(s, "config_address_reused", test_config_address_reused);
     CU_add_test(s, "group_counts", test_group_counts);
+    CU_add_test(s, "shard_counts", test_shard_counts);
 }
