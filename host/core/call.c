@@ -856,7 +856,7 @@ static void exec_end(th_mcall *c, int status, bool ran, bool held)
             if (rp->kind == TH_RESULT_ERROR)
                 count_error(c->st, rp->error);
             else
-                atomic_fetch_add(rp->ok ? &c->st->ok : &c->st->failed, 1);
+                th_stat_count_done(c->st, rp->ok); /* this thread's shard */
         }
         changed = answer_locked(c, rp, true);
         th_call_deliver_locked(c);
@@ -945,13 +945,13 @@ static int x_open(th_mcall *c)
         pthread_mutex_unlock(&c->mu);
     }
     const th_tool *t = c->tool;
-    const th_limits *hl = &c->cfg->limits;
     uint32_t so = t->stdout_type < TH_SEM_COUNT ? t->stdout_type : TOOLHOST_SEM_TEXT;
     uint32_t se = t->stderr_type < TH_SEM_COUNT ? t->stderr_type : TOOLHOST_SEM_TEXT;
-    uint64_t lo = th_out_limit(hl, c->ts, t->name, so);
+    /* th_out_limit's answers, through the override found at the start */
+    uint64_t lo = th_call_out_limit(c, so);
     th_out_init(&x->out, so, lo);
     /* the same kind of output (text, usually): the same limit */
-    th_out_init(&x->err, se, se == so ? lo : th_out_limit(hl, c->ts, t->name, se));
+    th_out_init(&x->err, se, se == so ? lo : th_call_out_limit(c, se));
     const th_host_cfg *hc = &c->cfg->host;
     if (hc->spill_dir) {
         /* Full outputs that get cut are saved there (no file otherwise);

@@ -88,34 +88,132 @@ typedef struct call_plan {
     th_stat *st;
     int ts_idx;                 /* -1: a task tool (no toolset) */
     const th_toolset_cfg *ts;   /* in cfg */
+    const th_tool_override *ov; /* in cfg: the tool's override in ts */
+    const th_mock_cfg *mock;    /* in cfg */
+    int64_t timeout_ms;         /* the call's timeout unless it asks for
+                                   a lower one (timeout_of) */
+    bool perm_free;             /* the tool has no needs_permission hook
+                                   and ts's rules allow it without asking:
+                                   stage 4 has nothing to decide */
 } call_plan;
 
-/* 0: go on; 1: answered through fn (nothing held); < 0: fn will never be
- * called.  p->cfg is the caller's; on 0 p->tool is pinned. */
-static int stage_lookup(th_session *s, const char *name, uint64_t id,
-                        th_event_fn fn, void *ud, call_plan *p)
+/* The decision cache.  What stage 1 decides depends on the config
+ * snapshot, the tool and the session (its principal's usable toolsets,
+ * fixed when it opened) alone: each thread keeps its last decisions, so
+ * that a call of the same tool in the same session under the same config
+ * costs a compare instead of the toolset scan, the override and mock
+ * lookups, the stats entry's lookup and the permission rules.
+ *
+ * An entry is keyed by
+ *   - the host's serial (th_mgr.serial) and the session's id: neither is
+ *     ever reused, so a closed session's or host's entry never matches;
+ *   - the config's pointer and serial (th_config.serial), the tool's
+ *     pointer and its plugin generation's serial (th_plugin.serial):
+ *     serials are never reused, so a config or a plugin freed by a reload
+ *     and another made at the same address never match (no ABA).
+ * A thread compares the key against the snapshot and the pinned tool of
+ * the call it starts (which it holds), and reads the entry's pointers
+ * (toolset, override, mock: in that config; the stats entry: in that
+ * host) only after the key matched: an entry whose config is gone is
+ * never dereferenced, and holds no reference (a reload frees what it
+ * replaced as before).  Per thread: no lock, no atomics; several threads
+ * calling on one session each decide once.  Only plain outcomes are kept:
+ * a refusal (no toolset, denied) is decided again each time, and a tool
+ * with a needs_permission hook is asked on every call (stage 4). */
+typedef struct plan_entry {
+    uint64_t host, sid, cfg_serial, plugin_serial;
+    const th_config *cfg;       /* compared only */
+    const th_tool *tool;        /* compared only */
+    th_stat *st;
+    const th_toolset_cfg *ts;
+    const th_tool_override *ov;
+    const th_mock_cfg *mock;
+    int64_t timeout_ms;
+    int ts_idx;
+    bool perm_free;
+} plan_entry;
+
+#define PLAN_WAYS 8 /* a power of two */
+static __thread plan_entry tl_plan[PLAN_WAYS];
+
+static _Atomic uint64_t serial_next;
+
+/* Gives *slot a serial unless another thread did first. */
+static __attribute__((noinline)) uint64_t serial_give(uint64_t *slot)
+{
+    uint64_t n = atomic_fetch_add(&serial_next, 1) + 1, z = 0;
+    if (__atomic_compare_exchange_n(slot, &z, n, false, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED))
+        return n;
+    return z; /* the other thread's */
+}
+
+/* The serial of a config or plugin generation the caller holds. */
+static inline uint64_t serial_of(uint64_t *slot)
+{
+    uint64_t v = __atomic_load_n(slot, __ATOMIC_RELAXED);
+    return v ? v : serial_give(slot);
+}
+
+static inline plan_entry *plan_slot(const th_tool *t, uint64_t sid)
+{
+    uint64_t k = ((uint64_t)(uintptr_t)t ^ (sid * 0x9E3779B97F4A7C15ull)) *
+                 0x9E3779B97F4A7C15ull;
+    return &tl_plan[k >> 61 & (PLAN_WAYS - 1)];
+}
+
+/* The call's timeout from its snapshot: the tool's override in its
+ * toolset, else the toolset's, else the host's default; a call's own
+ * timeout_ms (opt, > 0) may lower it; host.max_timeout caps it.  `c`
+ * (for the log line) may be NULL when opt is 0. */
+static int64_t timeout_of(const th_config *cfg, const th_toolset_cfg *ts,
+                          const th_tool_override *ov, int64_t opt,
+                          const th_mcall *c)
+{
+    const th_host_cfg *hc = &cfg->host;
+    uint64_t max = hc->max_timeout_ms;
+    uint64_t t = ov && ov->timeout_ms ? ov->timeout_ms
+                 : ts && ts->timeout_ms ? ts->timeout_ms
+                                        : hc->default_timeout_ms;
+    /* A call's own timeout_ms may lower its toolset's timeout, not raise
+     * it (whatever the front: RPC, CLI, run_code's nested calls). */
+    if (opt > 0) {
+        if (t && (uint64_t)opt > t)
+            th_log_info("session=%llu tool=%s call=%llu timeout_ms %lld is above "
+                        "the toolset's timeout: %llu ms used",
+                        (unsigned long long)(c->s ? c->s->id : 0), c->tool->name,
+                        (unsigned long long)c->base.pub.call_id,
+                        (long long)opt, (unsigned long long)t);
+        else
+            t = (uint64_t)opt;
+    }
+    if (max && t > max)
+        t = max;
+    if (t > (uint64_t)INT64_MAX / 4000000) /* no overflow in ns (~73 days) */
+        t = (uint64_t)INT64_MAX / 4000000;
+    return (int64_t)t;
+}
+
+/* Stage 1 without the cache (p->st found): 0 with p filled, or 1
+ * (answered through fn, the tool released). */
+static int plan_decide(th_session *s, const char *name, uint64_t id,
+                       th_event_fn fn, void *ud, call_plan *p)
 {
     th_host *h = s->h;
-    p->tool = th_registry_acquire(h->reg, name);
-    if (!p->tool) {
-        th_call_emit_error(fn, ud, id, TH_EUNKNOWN_TOOL, "unknown tool '%s'", name);
-        return 1;
-    }
-    p->st = th_stat_get(h, p->tool->name);
-    if (!p->st) {
-        th_tool_release(p->tool);
-        return TH_ENOMEM;
-    }
-    atomic_fetch_add(&p->st->calls, 1);
+    const th_tool *t = p->tool;
     p->ts_idx = -1;
     p->ts = NULL;
-    if (th_host_is_task_tool(p->tool->name))
+    p->ov = NULL;
+    p->mock = th_mock_find(p->cfg, t->name);
+    p->perm_free = true; /* a task tool: no toolset, no rules */
+    p->timeout_ms = timeout_of(p->cfg, NULL, NULL, 0, NULL);
+    if (th_host_is_task_tool(t->name))
         return 0;
     /* The first toolset in config order that contains the tool and that
      * the session may use. */
     bool any = false;
     for (size_t i = 0; i < p->cfg->n_toolsets && p->ts_idx < 0; i++) {
-        if (!th_host_toolset_has(h, &p->cfg->toolsets[i], p->tool))
+        if (!th_host_toolset_has(h, &p->cfg->toolsets[i], t))
             continue;
         any = true;
         if (s->usable[i])
@@ -123,6 +221,15 @@ static int stage_lookup(th_session *s, const char *name, uint64_t id,
     }
     if (p->ts_idx >= 0) {
         p->ts = &p->cfg->toolsets[p->ts_idx];
+        p->ov = th_host_override(p->ts, t->name);
+        p->perm_free = false;
+        if (t->desc && !t->desc->needs_permission) {
+            /* the decision of stage 4 for this tool's own flags */
+            th_perm_decision d;
+            th_perm_decide(p->ts, p->cfg->path, t->name, t->flags, &d);
+            p->perm_free = d.action == TH_PERM_ALLOW;
+        }
+        p->timeout_ms = timeout_of(p->cfg, p->ts, p->ov, 0, NULL);
         return 0;
     }
     if (any) {
@@ -134,8 +241,57 @@ static int stage_lookup(th_session *s, const char *name, uint64_t id,
         atomic_fetch_add(&p->st->errors, 1);
         th_call_emit_error(fn, ud, id, TH_EUNKNOWN_TOOL, "unknown tool '%s'", name);
     }
-    th_tool_release(p->tool);
+    th_tool_release(t);
     return 1;
+}
+
+/* 0: go on; 1: answered through fn (nothing held); < 0: fn will never be
+ * called.  p->cfg is the caller's; on 0 p->tool is pinned. */
+static int stage_lookup(th_session *s, const char *name, uint64_t id,
+                        th_event_fn fn, void *ud, call_plan *p)
+{
+    th_host *h = s->h;
+    p->tool = th_registry_acquire(h->reg, name);
+    if (!p->tool) {
+        th_stat_call_started(h, NULL);
+        th_call_emit_error(fn, ud, id, TH_EUNKNOWN_TOOL, "unknown tool '%s'", name);
+        return 1;
+    }
+    const th_tool *t = p->tool;
+    uint64_t hs = h->mgr.serial;
+    uint64_t cs = serial_of(&p->cfg->serial);
+    uint64_t ps = serial_of(&t->plugin->serial);
+    plan_entry *e = plan_slot(t, s->id);
+    if (e->tool == t && e->cfg == p->cfg && e->sid == s->id &&
+        e->host == hs && e->cfg_serial == cs && e->plugin_serial == ps &&
+        hs != 0) {
+        p->st = e->st;
+        p->ts_idx = e->ts_idx;
+        p->ts = e->ts;
+        p->ov = e->ov;
+        p->mock = e->mock;
+        p->timeout_ms = e->timeout_ms;
+        p->perm_free = e->perm_free;
+        th_stat_call_started(h, p->st);
+        return 0;
+    }
+    p->st = th_stat_get(h, t->name);
+    if (!p->st) {
+        th_stat_call_started(h, NULL);
+        th_tool_release(t);
+        return TH_ENOMEM;
+    }
+    th_stat_call_started(h, p->st);
+    int rc = plan_decide(s, name, id, fn, ud, p);
+    if (rc != 0 || hs == 0) /* serial 0: a manager not set up */
+        return rc;
+    *e = (plan_entry){.host = hs, .sid = s->id, .cfg_serial = cs,
+                      .plugin_serial = ps, .cfg = p->cfg, .tool = t,
+                      .st = p->st, .ts = p->ts, .ov = p->ov,
+                      .mock = p->mock, .timeout_ms = p->timeout_ms,
+                      .ts_idx = p->ts_idx,
+                      .perm_free = p->perm_free};
+    return 0;
 }
 
 /* ---- 2. The call record ---------------------------------------------------- */
@@ -183,7 +339,8 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
     c->st = p->st;
     c->ts = p->ts;
     c->ts_idx = p->ts_idx;
-    c->mock = th_mock_find(c->cfg, t->name);
+    c->ov = p->ov;
+    c->mock = p->mock;
     c->args = copy;
     c->args_len = copy ? len : 0;
     c->scope = c->ts ? c->ts->scope : TH_SCOPE_SESSION;
@@ -192,7 +349,9 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
     c->may_block = o->may_block;
     c->front = o->front;
     c->output_info = o->output_info;
-    c->opt_timeout_ms = o->timeout_ms;
+    c->timeout_ms = o->timeout_ms > 0
+                        ? timeout_of(c->cfg, c->ts, c->ov, o->timeout_ms, c)
+                        : p->timeout_ms;
     c->start_ns = th_now_ns();
     /* start_wall_ms and last_update_ms: set when the call becomes a task
      * (call_cb.c), the only calls that show them; a clock read saved on
@@ -250,11 +409,7 @@ static int stage_args(th_mcall *c, const uint8_t *raw, size_t raw_len,
                       toolhost_args_view *view)
 {
     const th_tool *t = c->tool;
-    const th_tool_override *ov = c->ts ? th_host_override(c->ts, t->name) : NULL;
-    th_dup_policy pol = TH_DUP_ALLOW;
-    if (c->ts)
-        pol = ov && ov->on_duplicate_call >= 0 ? (th_dup_policy)ov->on_duplicate_call
-                                               : c->ts->on_duplicate_call;
+    th_dup_policy pol = th_call_dup_policy(c);
     /* confirm_duplicate is the host's parameter: strip it first. */
     th_buf stripped = TH_BUF_INIT;
     const uint8_t *a = raw;
@@ -332,6 +487,10 @@ static int stage_args(th_mcall *c, const uint8_t *raw, size_t raw_len,
  * submits it to the manager.  Consumes the caller's reference. */
 static void submit(th_mcall *c)
 {
+    if (th_call_dup_policy(c) == TH_DUP_ALLOW) {
+        th_mgr_submit(c); /* allow: nothing to join (th_dup_register) */
+        return;
+    }
     char msg[1024];
     int rc = th_dup_register(c, msg, sizeof msg);
     if (rc != 0) {
@@ -343,14 +502,16 @@ static void submit(th_mcall *c)
     th_mgr_submit(c);
 }
 /* Asks the plugin and the toolset's rules; submits the call, answers it
- * (denied), or asks the front.  Consumes the execution reference. */
-static void stage_permission(th_mcall *c)
+ * (denied), or asks the front.  `perm_free`: stage 1 found that the tool
+ * has no needs_permission hook and that the rules allow it without
+ * asking (call_plan.perm_free).  Consumes the execution reference. */
+static void stage_permission(th_mcall *c, bool perm_free)
 {
     const th_tool *t = c->tool;
     th_session *s = c->s;
     th_host *h = c->h;
     uint64_t id = c->base.pub.call_id;
-    if (!c->ts) {
+    if (!c->ts || perm_free) {
         submit(c);
         return;
     }
@@ -441,7 +602,7 @@ static bool answered(th_mcall *c)
  * frame, if it runs on this thread at all: validation's view of them
  * lives here. */
 static void prepare(th_mcall *c, const uint8_t *raw, size_t raw_len,
-                    bool borrow)
+                    bool borrow, bool perm_free)
 {
     toolhost_arg vitems[TH_ARGS_VIEW_MAX];
     toolhost_args_view view;
@@ -460,7 +621,7 @@ static void prepare(th_mcall *c, const uint8_t *raw, size_t raw_len,
         th_mcall_never_run(c, TH_ECANCELLED, "cancelled");
         return;
     }
-    stage_permission(c);
+    stage_permission(c, perm_free);
 }
 
 void th_call_prepare(th_mcall *c)
@@ -471,7 +632,7 @@ void th_call_prepare(th_mcall *c)
         th_mcall_never_run(c, TH_ECANCELLED, "cancelled");
         return;
     }
-    prepare(c, c->args, c->args_len, false);
+    prepare(c, c->args, c->args_len, false, false);
 }
 
 /* Whether stages 3 and 4 call plugin code. */
@@ -503,10 +664,9 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
     uint64_t id = atomic_fetch_add(&h->next_id, 1);
     if (call_id)
         *call_id = id;
-    atomic_fetch_add(&h->mgr.calls_total, 1);
+    /* calls_total: counted by stage_lookup (stats.c, this thread's shard) */
 
-    call_plan p;
-    memset(&p, 0, sizeof p);
+    call_plan p; /* stage_lookup fills what it returns 0 with */
     p.cfg = th_host_config_get(h); /* the call's one snapshot */
     int rc = stage_lookup(s, name, id, fn, ud, &p);
     if (rc != 0) {
@@ -539,13 +699,13 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
         th_mcall_ref(c);
         int64_t t0 = th_now_ns();
         th_call_fast_inline_begin(h, c->st, id, t0, o.short_inline);
-        prepare(c, args, len, true);
+        prepare(c, args, len, true, p.perm_free);
         int64_t t1 = th_now_ns();
         th_call_fast_inline_end(h, c->cfg->host.short_call_max_ms, c->st,
                                 c->tool, id, t0, t1, c->inline_run);
         th_mcall_unref(c);
     } else {
-        prepare(c, args, len, true);
+        prepare(c, args, len, true, p.perm_free);
     }
     if (slot) {
         /* Answered by now, or in the session's map (it lives on: asks

@@ -29,19 +29,12 @@ typedef struct dup_node {
     struct dup_node *next;
 } dup_node;
 
+/* The call's policy and scope, from its snapshot (c->ts and its override
+ * c->ov, found when the call started: no name lookup here). */
 static void policy_of(const th_mcall *c, th_dup_policy *pol, th_dup_scope *scope)
 {
-    *pol = TH_DUP_ALLOW;
-    *scope = TH_DUPSCOPE_NAME_AND_ARGS;
-    if (!c->ts)
-        return;
-    /* twice a call: no override search when the toolset has none */
-    const th_tool_override *ov =
-        c->ts->n_overrides ? th_host_override(c->ts, c->tool->name) : NULL;
-    *pol = ov && ov->on_duplicate_call >= 0 ? (th_dup_policy)ov->on_duplicate_call
-                                            : c->ts->on_duplicate_call;
-    *scope = ov && ov->duplicate_scope >= 0 ? (th_dup_scope)ov->duplicate_scope
-                                            : c->ts->duplicate_scope;
+    *pol = th_call_dup_policy(c);
+    *scope = th_call_dup_scope(c);
 }
 
 /* The domain of a duplicate: toolset, session (for session scope), tool
@@ -170,17 +163,13 @@ int th_dup_register(th_mcall *c, char *msg, size_t msg_size)
     return 0;
 }
 
-void th_dup_leave(th_mcall *c)
+void th_dup_leave_table(th_mcall *c)
 {
     th_host *h = c->h;
     /* A call whose policy is `allow` (the common case) never joins the
-     * table (th_dup_register): no lock to know that.  (The policy comes
-     * from the call's own config snapshot: it cannot change.) */
-    th_dup_policy pol;
-    th_dup_scope scope;
-    policy_of(c, &pol, &scope);
-    if (pol == TH_DUP_ALLOW)
-        return;
+     * table (th_dup_register): th_dup_leave (manager.h) comes here only
+     * for the others.  (The policy comes from the call's own config
+     * snapshot: it cannot change.) */
     pthread_mutex_lock(&h->dmu);
     dup_link *l = c->dup_link;
     if (!l) {

@@ -71,7 +71,7 @@ static void groups_of(th_host *h, th_mcall *c)
     c->n_groups = 0;
     if (c->ts && c->ts->max_concurrency)
         c->groups[c->n_groups++] = &m->ts_groups[c->ts_idx];
-    const th_tool_override *ov = c->ts ? th_host_override(c->ts, c->tool->name) : NULL;
+    const th_tool_override *ov = c->ov;
     if (ov && ov->max_concurrency) {
         th_group *g = group_get(m, TH_GROUP_OVERRIDE, c->ts_idx, c->tool->name,
                                 ov->max_concurrency);
@@ -97,7 +97,7 @@ static bool needs_groups(const th_mcall *c)
 {
     if (c->ts && c->ts->max_concurrency)
         return true;
-    const th_tool_override *ov = c->ts ? th_host_override(c->ts, c->tool->name) : NULL;
+    const th_tool_override *ov = c->ov;
     if (ov && ov->max_concurrency)
         return true;
     if (c->tool->flags & TOOLHOST_TOOL_SERIAL)
@@ -306,37 +306,6 @@ static void *worker_main(void *arg)
 
 /* ---- Submit: deadline, inline or queue ------------------------------------ */
 
-/* The call's timeout, from its config snapshot: the tool's override in
- * its toolset, else the toolset's, else the host's default; a call's own
- * timeout_ms may lower it; host.max_timeout caps it. */
-static int64_t timeout_of(th_host *h, th_mcall *c)
-{
-    (void)h;
-    const th_host_cfg *hc = &c->cfg->host;
-    uint64_t max = hc->max_timeout_ms;
-    const th_tool_override *ov = c->ts ? th_host_override(c->ts, c->tool->name) : NULL;
-    uint64_t t = ov && ov->timeout_ms ? ov->timeout_ms
-                 : c->ts && c->ts->timeout_ms ? c->ts->timeout_ms
-                                              : hc->default_timeout_ms;
-    /* A call's own timeout_ms may lower its toolset's timeout, not raise
-     * it (whatever the front: RPC, CLI, run_code's nested calls). */
-    if (c->opt_timeout_ms > 0) {
-        if (t && (uint64_t)c->opt_timeout_ms > t)
-            th_log_info("session=%llu tool=%s call=%llu timeout_ms %lld is above "
-                        "the toolset's timeout: %llu ms used",
-                        (unsigned long long)(c->s ? c->s->id : 0), c->tool->name,
-                        (unsigned long long)c->base.pub.call_id,
-                        (long long)c->opt_timeout_ms, (unsigned long long)t);
-        else
-            t = (uint64_t)c->opt_timeout_ms;
-    }
-    if (max && t > max)
-        t = max;
-    if (t > (uint64_t)INT64_MAX / 4000000) /* no overflow in ns (~73 days) */
-        t = (uint64_t)INT64_MAX / 4000000;
-    return (int64_t)t;
-}
-
 static bool has_delays(const th_mock_cfg *mk)
 {
     if (!mk)
@@ -380,8 +349,8 @@ void th_mgr_prepare(th_mcall *c)
 {
     th_host *h = c->h;
     th_mgr *m = &h->mgr;
-    /* The hooks may hang: the deadline answers the caller meanwhile. */
-    c->timeout_ms = timeout_of(h, c);
+    /* The hooks may hang: the deadline answers the caller meanwhile
+     * (c->timeout_ms: set when the call was recorded, call_start.c). */
     if (c->timeout_ms > 0) {
         atomic_store(&c->deadline_ns, c->start_ns + c->timeout_ms * 1000000);
         th_mgr_arm(h, c);
@@ -632,7 +601,7 @@ void th_mgr_submit(th_mcall *c)
 {
     th_host *h = c->h;
     th_mgr *m = &h->mgr;
-    c->timeout_ms = timeout_of(h, c);
+    /* c->timeout_ms: set when the call was recorded (call_start.c) */
     if (c->timeout_ms > 0)
         atomic_store(&c->deadline_ns, c->start_ns + c->timeout_ms * 1000000);
 

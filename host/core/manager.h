@@ -123,6 +123,35 @@ void th_stat_session_opened(th_host *h, const char *front);
 
 /* The entry of `tool`, created on first use; NULL when out of memory. */
 th_stat *th_stat_get(th_host *h, const char *tool);
+/* A call started (call_start.c): one more in the host's calls_total and,
+ * with `st` (NULL: an unknown tool), in its tool's calls; on the calling
+ * thread's shard (no lock-prefixed add).  Any thread. */
+static inline void th_stat_call_started(th_host *h, th_stat *st);
+/* A call of `st` ended with a result (call.c): ok or failed, on the
+ * calling thread's shard.  Any thread. */
+static inline void th_stat_count_done(th_stat *st, bool ok);
+/* Their slow paths (stats.c): a thread without its slot or shard yet. */
+void th_stat_call_started_slow(th_host *h, th_stat *st);
+void th_stat_count_done_slow(th_stat *st, bool ok);
+/* This thread's shard slot + 1 (stats.c), <= 0: none (yet). */
+extern __thread int th_stat_tl_slot;
+/* One more on a counter only this thread writes (its shard's). */
+static inline void th_stat_own_inc(atomic_ulong *a)
+{
+    atomic_store_explicit(a, atomic_load_explicit(a, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+}
+static inline void th_stat_count_done(th_stat *st, bool ok)
+{
+    int t = th_stat_tl_slot;
+    th_stat_shard *sh = t > 0 ? atomic_load_explicit(&st->shard[t - 1],
+                                                     memory_order_acquire)
+                              : NULL;
+    if (sh)
+        th_stat_own_inc(ok ? &sh->ok : &sh->failed);
+    else
+        th_stat_count_done_slow(st, ok);
+}
 void th_stat_latency(th_stat *st, int64_t ns);
 /* The same at monotonic time `now_ns` (tests: a fake clock). */
 void th_stat_latency_at(th_stat *st, int64_t ns, int64_t now_ns);
@@ -244,10 +273,16 @@ struct th_mcall {
     uint8_t *args;              /* validated arguments: owned, or (while
                                    args_borrowed) the caller's own bytes */
     size_t args_len;
-    int64_t timeout_ms;
+    int64_t timeout_ms;         /* 0: none; set when the call is recorded
+                                   (call_start.c, from its snapshot and
+                                   its own timeout_ms option) */
     int64_t start_ns;           /* monotonic */
     _Atomic int64_t deadline_ns;/* 0: none */
-    int64_t opt_timeout_ms;
+    const th_tool_override *ov; /* in cfg: the tool's override in ts, or
+                                   NULL; every reader of the override
+                                   (timeout, concurrency, duplicates,
+                                   output limits) reads this, no name
+                                   lookup */
 
     th_u64map_node snode;       /* its node in s->calls (session->mu);
                                    a call in a call slot (cslot) enters
@@ -364,6 +399,39 @@ struct th_mcall {
     bool misuse_logged;
     bool tomb;
 };
+
+/* The call's duplicate policy and scope, from its snapshot (c->ts,
+ * c->ov): the override's when it sets one, else the toolset's; a task
+ * tool (no toolset) is `allow`. */
+static inline th_dup_policy th_call_dup_policy(const th_mcall *c)
+{
+    if (!c->ts)
+        return TH_DUP_ALLOW;
+    return c->ov && c->ov->on_duplicate_call >= 0
+               ? (th_dup_policy)c->ov->on_duplicate_call
+               : c->ts->on_duplicate_call;
+}
+static inline th_dup_scope th_call_dup_scope(const th_mcall *c)
+{
+    if (!c->ts)
+        return TH_DUPSCOPE_NAME_AND_ARGS;
+    return c->ov && c->ov->duplicate_scope >= 0
+               ? (th_dup_scope)c->ov->duplicate_scope
+               : c->ts->duplicate_scope;
+}
+/* The byte limit of the call's `sem` stream: th_out_limit's answer (the
+ * override's, else the toolset's, else the config's), read through c->ov
+ * (a toolset names a tool once among its overrides: the config refuses a
+ * duplicate key). */
+static inline uint64_t th_call_out_limit(const th_mcall *c, uint32_t sem)
+{
+    uint32_t i = sem < TH_SEM_COUNT ? sem : 0;
+    if (c->ov && c->ov->limits.bytes[i])
+        return c->ov->limits.bytes[i];
+    if (c->ts && c->ts->limits.bytes[i])
+        return c->ts->limits.bytes[i];
+    return c->cfg->limits.bytes[i];
+}
 
 /* How many ended calls the host keeps as tombstones (see th_mcall.tomb):
  * a callback on a handle older than that is undefined behaviour again. */
@@ -500,6 +568,13 @@ typedef struct th_mgr {
     th_group *ts_groups;        /* one per toolset */
     th_group *tool_groups;      /* overrides and serial tools, by key */
     atomic_ulong running, inline_calls, calls_total;
+    /* calls_total's per-thread parts (stats.c, th_stat_call_started):
+     * part i is written only by the thread holding stats shard slot i;
+     * readers add them to calls_total. */
+    struct {
+        atomic_ulong n;
+        char pad[64 - sizeof(atomic_ulong)];
+    } calls_sh[TH_STAT_SHARDS];
     atomic_ulong inline_front, short_demoted, short_stuck; /* call_fast.c */
 
     /* Deadline heap. */
@@ -717,6 +792,20 @@ struct th_session {
     th_session *prev, *next;
 };
 
+static inline void th_stat_call_started(th_host *h, th_stat *st)
+{
+    int t = th_stat_tl_slot;
+    th_stat_shard *sh = t > 0 && st ? atomic_load_explicit(&st->shard[t - 1],
+                                                           memory_order_acquire)
+                                    : NULL;
+    if (sh) {
+        th_stat_own_inc(&h->mgr.calls_sh[t - 1].n);
+        th_stat_own_inc(&sh->calls);
+    } else {
+        th_stat_call_started_slow(h, st);
+    }
+}
+
 void th_session_ref(th_session *s);
 void th_session_unref(th_session *s);
 /* Calls tools_changed outside every lock, unless the session closes. */
@@ -759,8 +848,14 @@ void th_dup_remove(th_mcall *c);
  * refusal's error code with its message in msg (msg_size bytes), which the
  * caller answers to the call (th_mcall_abort). */
 int th_dup_register(th_mcall *c, char *msg, size_t msg_size);
-/* Takes the call out of the duplicate table (host->dmu); drops its ref. */
-void th_dup_leave(th_mcall *c);
+/* Takes the call out of the duplicate table (host->dmu); drops its ref.
+ * A call of policy `allow` never joined it: nothing to do, no call. */
+void th_dup_leave_table(th_mcall *c);
+static inline void th_dup_leave(th_mcall *c)
+{
+    if (th_call_dup_policy(c) != TH_DUP_ALLOW)
+        th_dup_leave_table(c);
+}
 void th_dup_destroy(th_host *h);
 
 /* mocks.c */

@@ -102,8 +102,10 @@ static uint32_t slot_used; /* bit i: slot i held by a live thread */
 static pthread_key_t slot_key;
 static pthread_once_t slot_once = PTHREAD_ONCE_INIT;
 static bool slot_key_ok;
-/* 0: no slot yet; i + 1: slot i; below 0: none free, counts up to 0 */
-static __thread int tl_slot;
+/* 0: no slot yet; i + 1: slot i; below 0: none free, counts up to 0
+ * (read by manager.h's inline counters) */
+__thread int th_stat_tl_slot;
+#define tl_slot th_stat_tl_slot
 
 _Static_assert(TH_STAT_SHARDS <= 32, "slot_used has 32 bits");
 
@@ -191,6 +193,35 @@ static inline void own_add_ull(atomic_ullong *a, unsigned long long n)
 }
 
 static void win_count(th_stat *st, unsigned b, int64_t now_ns);
+
+/* ---- A call's start and its outcome, on this thread's shard --------------- */
+
+void th_stat_call_started_slow(th_host *h, th_stat *st)
+{
+    int t = my_slot();
+    if (t <= 0) {
+        atomic_fetch_add(&h->mgr.calls_total, 1);
+        if (st)
+            atomic_fetch_add(&st->calls, 1);
+        return;
+    }
+    own_add(&h->mgr.calls_sh[t - 1].n, 1);
+    th_stat_shard *sh = st ? shard_of(st, t) : NULL;
+    if (sh)
+        own_add(&sh->calls, 1);
+    else if (st) /* out of memory for the shard */
+        atomic_fetch_add(&st->calls, 1);
+}
+
+void th_stat_count_done_slow(th_stat *st, bool ok)
+{
+    int t = my_slot();
+    th_stat_shard *sh = t > 0 ? shard_of(st, t) : NULL;
+    if (sh)
+        own_add(ok ? &sh->ok : &sh->failed, 1);
+    else
+        atomic_fetch_add(ok ? &st->ok : &st->failed, 1);
+}
 
 /* latency_b on this thread's shard (the window on the entry). */
 static inline __attribute__((always_inline)) void
@@ -413,6 +444,9 @@ void th_host_mgr_stats(th_host *h, th_mgr_stats *out)
     pthread_mutex_unlock(&m->mu);
     out->running = atomic_load(&m->running);
     out->calls_total = atomic_load(&m->calls_total);
+    for (unsigned i = 0; i < TH_STAT_SHARDS; i++)
+        out->calls_total += atomic_load_explicit(&m->calls_sh[i].n,
+                                                 memory_order_relaxed);
     out->inline_calls = atomic_load(&m->inline_calls);
     out->inline_front = atomic_load(&m->inline_front);
     out->short_demoted = atomic_load(&m->short_demoted);
@@ -543,6 +577,12 @@ int th_host_front_events_foreach(th_host *h,
  * reused) and the name, checked against the entry's own key. */
 typedef struct grp_cache {
     uint64_t serial;
+    /* A key that names the entry without its name, for a call's end
+     * (th_stat_call_end): toolset, the call's config serial and toolset
+     * index + 1 (0: the task tools); front, the session's id.  Config
+     * serials and session ids are never reused (in a host), so the key
+     * stands for one name for good.  k1 0: none. */
+    uint64_t k1, k2;
     th_stat *g;
 } grp_cache;
 static __thread grp_cache tl_grp[2];
@@ -563,6 +603,7 @@ static __attribute__((noinline)) th_stat *group_find(th_host *h, char kind,
     if (g && n < sizeof key - 4) { /* a cut name is not cached */
         e->serial = h->mgr.serial;
         e->g = g;
+        e->k1 = e->k2 = 0; /* the caller keys it */
     }
     return g;
 }
@@ -585,11 +626,28 @@ static inline th_stat *group_get(th_host *h, char kind, const char *name)
      : (r)->error == TH_EPERM     ? &(p)->perm_denied                         \
                                   : &(p)->errors)
 
-static inline __attribute__((always_inline)) void
-group_count(th_host *h, char kind, const char *name, const th_result_copy *r,
-            unsigned b, int64_t ns, int t)
+/* group_get for a caller that has a key for the name (k1 != 0, see
+ * grp_cache): the thread's entry with that key is the name's entry, no
+ * compare of names. */
+static inline th_stat *group_get_keyed(th_host *h, char kind, const char *name,
+                                       uint64_t k1, uint64_t k2)
 {
+    grp_cache *e = &tl_grp[kind == 't' ? 0 : 1];
+    if (k1 && e->g && e->k1 == k1 && e->k2 == k2 && e->serial == h->mgr.serial)
+        return e->g;
     th_stat *g = group_get(h, kind, name);
+    if (g && e->g == g) { /* the entry holds it (a cut name's does not) */
+        e->k1 = k1;
+        e->k2 = k2;
+    }
+    return g;
+}
+
+static inline __attribute__((always_inline)) void
+group_count(th_host *h, char kind, const char *name, uint64_t k1, uint64_t k2,
+            const th_result_copy *r, unsigned b, int64_t ns, int t)
+{
+    th_stat *g = group_get_keyed(h, kind, name, k1, k2);
     if (!g)
         return;
     th_stat_shard *sh = t > 0 ? shard_of(g, t) : NULL;
@@ -607,9 +665,12 @@ group_count(th_host *h, char kind, const char *name, const th_result_copy *r,
                               memory_order_relaxed);
 }
 
+/* keys: (tk1, tk2) for the toolset's name, (fk1, 0) for the front's (0:
+ * none; see grp_cache). */
 static inline __attribute__((always_inline)) void
 end_counts(th_host *h, th_stat *st, const char *toolset, const char *front,
-           const th_result_copy *fin, int64_t ns, int64_t now)
+           const th_result_copy *fin, int64_t ns, int64_t now, uint64_t tk1,
+           uint64_t tk2, uint64_t fk1)
 {
     unsigned b = hist_bucket(ns); /* one bucket for the three histograms */
     int t = my_slot();
@@ -622,15 +683,15 @@ end_counts(th_host *h, th_stat *st, const char *toolset, const char *front,
      * final */
     if (fin->kind == TH_RESULT_RUNNING)
         return;
-    group_count(h, 't', toolset, fin, b, ns, t);
-    group_count(h, 'f', front, fin, b, ns, t);
+    group_count(h, 't', toolset, tk1, tk2, fin, b, ns, t);
+    group_count(h, 'f', front, fk1, 0, fin, b, ns, t);
 }
 
 void th_stat_end_counts(th_host *h, th_stat *st, const char *toolset,
                         const char *front, const th_result_copy *fin,
                         int64_t ns, int64_t now)
 {
-    end_counts(h, st, toolset, front, fin, ns, now);
+    end_counts(h, st, toolset, front, fin, ns, now, 0, 0, 0);
 }
 
 void th_stat_call_end(th_mcall *c)
@@ -648,8 +709,12 @@ void th_stat_call_end(th_mcall *c)
         oom.error = c->fin_oom;
     }
     const char *front = c->s ? c->s->ops.front : NULL;
+    /* the keys: the config's serial (given when the call started,
+     * call_start.c) and the toolset's index; the session's id */
+    uint64_t cs = __atomic_load_n(&c->cfg->serial, __ATOMIC_RELAXED);
     end_counts(c->h, c->st, c->ts ? c->ts->name : "(tasks)",
-               front ? front : "other", fin, now - c->start_ns, now);
+               front ? front : "other", fin, now - c->start_ns, now, cs,
+               c->ts ? (uint64_t)c->ts_idx + 1 : 0, c->s ? c->s->id : 0);
 }
 
 int th_host_group_stats_foreach(th_host *h,

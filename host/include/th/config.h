@@ -439,6 +439,11 @@ typedef struct th_config {
     int extra_refs;        /* th_config_ref()s not yet dropped (atomic) */
     th_admin_cfg admin;
     th_nats_cfg nats;      /* the `nats:` section                         */
+    /* Appended: this config's serial, unique in the process and never
+     * reused, given on first use (call_start.c's decision cache keys on
+     * it with the pointer: a config freed and another made at the same
+     * address never match).  0 until then; read and set atomically. */
+    uint64_t serial;
 } th_config;
 
 /* Reads and checks `path`.  On success *out is a new config (free with

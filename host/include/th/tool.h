@@ -91,6 +91,11 @@ struct th_plugin {
      * (iso_host.c); on_destroy runs last in th_plugin_close(). */
     void *iso;
     void (*on_destroy)(th_plugin *p);
+    /* Appended: this generation's serial, unique in the process and never
+     * reused, given on first use (call_start.c's decision cache keys a
+     * tool on its pointer and this).  0 until then; read and set
+     * atomically. */
+    uint64_t serial;
 };
 
 /* The sizes of the ABI 1.0 structs: where the members of 1.1 start (each
