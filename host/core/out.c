@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <msgpack.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -379,6 +380,15 @@ int th_out_write(th_out *o, const void *data, size_t len)
     o->lines += count_nl(data, len);
     o->last = ((const uint8_t *)data)[len - 1];
     return 0;
+}
+
+void th_out_claim(th_out *o)
+{
+    /* the holder is in one th_out_write: spin a little, then yield */
+    for (unsigned i = 0; !th_out_try_claim(o); i++)
+        while (atomic_load_explicit(&o->wr, memory_order_relaxed))
+            if (++i > 64)
+                sched_yield();
 }
 
 /* ---- JSON element boundaries --------------------------------------------- */

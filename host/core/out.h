@@ -28,11 +28,16 @@
  * bytes however much is written.  While the limit is not reached,
  * th_out_write() is an append and th_out_finish() hands the buffer over.
  *
- * Threads: one th_out is used by one thread at a time (the call's owner).
+ * Threads: one th_out is used by one thread at a time.  A call's streams
+ * may be written from more than one thread (the thread running execute()
+ * without the call's lock, a plugin thread under it): such writers take
+ * turns through the stream's claim word (th_out_try_claim, th_out_claim,
+ * th_out_unclaim), held for one th_out_write.
  */
 #ifndef TH_OUT_H
 #define TH_OUT_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -65,6 +70,7 @@ typedef struct th_out {
     uint64_t spill_max, spill_bytes;
     bool spill_failed;
     const char *note;    /* static text for meta, or NULL */
+    atomic_uint wr;      /* 1 while a writer holds the stream (claim) */
 } th_out;
 
 /* What happened to a stream, for the result's meta. */
@@ -98,6 +104,23 @@ int th_out_spill(th_out *o, const char *dir, uint64_t max_bytes);
 void th_out_set_offset_base(th_out *o, uint64_t base);
 /* 0, or TH_ENOMEM (the stream keeps what it had). */
 int th_out_write(th_out *o, const void *data, size_t len);
+
+/* The claim word of a stream written from more than one thread: a writer
+ * holds it for the span of one th_out_write.  th_out_try_claim takes it
+ * when free (one CAS; true when taken), th_out_claim waits for it (a
+ * holder only ever holds it for one write: bounded), th_out_unclaim gives
+ * it back (a release store: the next holder sees the bytes written). */
+static inline bool th_out_try_claim(th_out *o)
+{
+    unsigned free_word = 0;
+    return atomic_compare_exchange_strong_explicit(
+        &o->wr, &free_word, 1, memory_order_acquire, memory_order_relaxed);
+}
+void th_out_claim(th_out *o);
+static inline void th_out_unclaim(th_out *o)
+{
+    atomic_store_explicit(&o->wr, 0, memory_order_release);
+}
 /* Appends the final text (with marker) to dst and fills *info (may be
  * NULL).  Call once.  `o` stays valid for th_out_destroy(); info->spill_path
  * points into `o`.  0 or TH_ENOMEM. */
