@@ -49,28 +49,35 @@ struct th_limits;
 struct th_toolset_cfg;
 
 typedef struct th_out {
+    /* Set by th_out_init (the rest is set where it starts to count: once
+     * over the limit, or by th_out_spill, or by a write). */
     uint32_t sem;        /* toolhost_semantic */
+    atomic_uint wr;      /* 1 while a writer holds the stream (claim) */
     uint64_t limit;      /* bytes kept at most; 0 = no limit */
     th_buf head;         /* the first bytes (after the limit: head part,
                             then the ring, in one allocation) */
-    uint8_t *ring;       /* the last bytes (head+tail types, once over the
-                            limit): points into head.data, not freed alone */
-    size_t ring_cap, ring_pos, ring_len;
-    uint8_t ring_prev;   /* the byte just before the oldest ring byte */
-    size_t head_keep;    /* head bytes kept once over the limit */
-    bool over;           /* the limit was reached: counting only */
-    uint8_t last;        /* the last byte written (for the line count) */
     uint64_t total;      /* every byte written */
     uint64_t lines;      /* newlines written */
     uint64_t offset_base;/* lines (files) or bytes (knowledge) before this
                             output, for the "offset=" of the marker */
     char *spill_dir;     /* spill wanted (th_out_spill), or NULL */
-    int spill_fd;        /* full output saved here, or -1 */
     char *spill_path;
+    const char *note;    /* static text for meta, or NULL */
+    int spill_fd;        /* full output saved here, or -1 */
+    bool over;           /* the limit was reached: counting only */
+
+    uint8_t last;        /* the last byte written (for the line count;
+                            read only once total > 0) */
+    /* Once over the limit: */
+    uint8_t ring_prev;   /* the byte just before the oldest ring byte */
+    uint8_t *ring;       /* the last bytes (head+tail types): points into
+                            head.data, not freed alone; NULL for the
+                            other types */
+    size_t ring_cap, ring_pos, ring_len;
+    size_t head_keep;    /* head bytes kept once over the limit */
+    /* Set by th_out_spill: */
     uint64_t spill_max, spill_bytes;
     bool spill_failed;
-    const char *note;    /* static text for meta, or NULL */
-    atomic_uint wr;      /* 1 while a writer holds the stream (claim) */
 } th_out;
 
 /* What happened to a stream, for the result's meta. */
@@ -125,7 +132,15 @@ static inline void th_out_unclaim(th_out *o)
  * NULL).  Call once.  `o` stays valid for th_out_destroy(); info->spill_path
  * points into `o`.  0 or TH_ENOMEM. */
 int th_out_finish(th_out *o, th_buf *dst, th_out_info *info);
-void th_out_destroy(th_out *o);
+/* Frees what the stream holds.  Inline: after a finish that handed the
+ * buffer over, with no spill, there is nothing to do. */
+void th_out_destroy_held(th_out *o);
+static inline void th_out_destroy(th_out *o)
+{
+    /* an open spill file has a path and a folder: spill_dir says it */
+    if (o->head.data || o->spill_dir)
+        th_out_destroy_held(o);
+}
 
 /* A finished stream's buffer the caller is done with (a delivered result's
  * head): kept as this thread's spare for the next stream's first block,
