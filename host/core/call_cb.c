@@ -185,6 +185,37 @@ static int cb_caller(const toolhost_call *call, toolhost_caller *out)
     return 0;
 }
 
+/* A write under the call's lock: the ended check and the write in one
+ * turn, never concurrently with the end of the call (which sets `ended`
+ * under the lock before the streams are finished). */
+static __attribute__((noinline)) int write_locked(th_mcall *c, int stream,
+                                                  const void *data, size_t len)
+{
+    pthread_mutex_lock(&c->mu);
+    int rc = 0;
+    if (c->ended) {
+        misuse_locked(c, "write() after the call ended");
+        rc = TOOLHOST_ESTATE;
+    } else if (cancelled(c)) {
+        rc = TOOLHOST_ECANCELLED;
+    } else if (len) {
+        th_out *o = stream == TOOLHOST_STDOUT ? &c->x->out : &c->x->err;
+        th_out_claim(o); /* the running thread may be writing unlocked */
+        rc = th_out_write(o, data, len) == 0 ? 0 : TOOLHOST_ENOMEM;
+        th_out_unclaim(o);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* Owner.  The thread running execute() of the call (not suspended) needs
+ * no lock: nothing can end the call under it (only this thread ends it,
+ * once execute() returns; complete() needs suspend(), after which writes
+ * take the lock), and a write from another thread (a plugin thread
+ * misusing the Owner class) claims the stream too (th_out_try_claim),
+ * so two writes never overlap.  Any other writer takes the call's lock
+ * (write_locked): TOOLHOST_ESTATE and the misuse log once the call ended
+ * (a plugin thread racing its own complete()). */
 static int cb_write(toolhost_call *call, int stream, const void *data,
                     size_t len)
 {
@@ -192,19 +223,18 @@ static int cb_write(toolhost_call *call, int stream, const void *data,
     if ((stream != TOOLHOST_STDOUT && stream != TOOLHOST_STDERR) ||
         (!data && len))
         return TOOLHOST_EINVAL;
-    /* One lock: the ended check (stale()) and the write, never
-     * concurrently with the end of the call (a plugin thread racing its
-     * own complete() gets TOOLHOST_ESTATE). */
-    pthread_mutex_lock(&c->mu);
-    int rc = c->ended ? (misuse_locked(c, "write() after the call ended"), TOOLHOST_ESTATE)
-             : cancelled(c) ? TOOLHOST_ECANCELLED
-             : !len         ? 0
-             : th_out_write(stream == TOOLHOST_STDOUT ? &c->x->out : &c->x->err, data,
-                            len) == 0
-                 ? 0
-                 : TOOLHOST_ENOMEM;
-    pthread_mutex_unlock(&c->mu);
-    return rc;
+    if (th_mcall_current() != c || c->suspended)
+        return write_locked(c, stream, data, len);
+    if (cancelled(c))
+        return TOOLHOST_ECANCELLED;
+    if (!len)
+        return 0;
+    th_out *o = stream == TOOLHOST_STDOUT ? &c->x->out : &c->x->err;
+    if (!th_out_try_claim(o))
+        return write_locked(c, stream, data, len); /* after the other writer */
+    int rc = th_out_write(o, data, len);
+    th_out_unclaim(o);
+    return rc == 0 ? 0 : TOOLHOST_ENOMEM;
 }
 
 static int cb_set_meta(toolhost_call *call, const uint8_t *map, size_t len)

@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <msgpack.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,9 +44,18 @@ static strat strategy(uint32_t sem)
 
 void th_out_init(th_out *o, uint32_t sem, uint64_t limit)
 {
-    /* one assignment: the compiler stores the zeroes inline (two streams
-     * a call; a memset call and the stores after it cost twice this) */
-    *o = (th_out){.sem = sem, .limit = limit, .spill_fd = -1};
+    /* only what is read before it is set (out.h): two streams a call,
+     * the ring's and the spill's members wait until they count */
+    o->sem = sem;
+    atomic_init(&o->wr, 0);
+    o->limit = limit;
+    o->head.data = NULL;
+    o->head.len = o->head.cap = 0;
+    o->total = o->lines = o->offset_base = 0;
+    o->spill_dir = o->spill_path = NULL;
+    o->note = NULL;
+    o->spill_fd = -1;
+    o->over = false;
 }
 
 void th_out_set_offset_base(th_out *o, uint64_t base)
@@ -338,47 +348,81 @@ static void spill_write(th_out *o, const uint8_t *p, size_t n)
 
 /* ---- Writing ------------------------------------------------------------- */
 
+/* A write that reaches the limit, or comes after it: the head takes
+ * what fits, the ring (head+tail types) and the spill file the rest. */
+static __attribute__((noinline)) int write_over(th_out *o, const uint8_t *data,
+                                                size_t len)
+{
+    const uint8_t *p = data;
+    size_t n = len;
+    if (!o->over) {
+        size_t room = (size_t)(o->limit - o->head.len);
+        if (head_append(o, p, room) != 0)
+            return TH_ENOMEM;
+        o->over = true;
+        p += room;
+        n -= room;
+        if (o->spill_dir && !o->spill_failed)
+            spill_open(o);
+        o->ring = NULL;
+        if (strategy(o->sem) == ST_HEAD_TAIL) {
+            o->head_keep = (size_t)(o->limit / 2);
+            o->ring = o->head.data + o->head_keep;
+            o->ring_cap = o->ring_len = (size_t)o->limit - o->head_keep;
+            o->ring_pos = 0;
+            o->ring_prev = o->head_keep ? o->head.data[o->head_keep - 1]
+                                        : 0;
+        }
+    }
+    if (o->ring)
+        ring_put(o, p, n);
+    if (o->spill_fd >= 0)
+        spill_write(o, p, n);
+    o->total += len;
+    o->lines += count_nl(data, len);
+    o->last = data[len - 1];
+    return 0;
+}
+
 int th_out_write(th_out *o, const void *data, size_t len)
 {
     if (len == 0)
         return 0;
     if (!data)
         return TH_EINVAL;
-    const uint8_t *p = data;
-    size_t n = len;
-
-    if (!o->over) {
-        uint64_t room = o->limit ? o->limit - o->head.len : UINT64_MAX;
-        if (n <= room) { /* the fast path: an append */
-            if (head_append(o, p, n) != 0)
-                return TH_ENOMEM;
-            p = NULL;
-        } else {
-            if (head_append(o, p, (size_t)room) != 0)
-                return TH_ENOMEM;
-            o->over = true;
-            p += room;
-            n -= (size_t)room;
-            if (o->spill_dir && !o->spill_failed)
-                spill_open(o);
-            if (strategy(o->sem) == ST_HEAD_TAIL) {
-                o->head_keep = (size_t)(o->limit / 2);
-                o->ring = o->head.data + o->head_keep;
-                o->ring_cap = o->ring_len = (size_t)o->limit - o->head_keep;
-                o->ring_pos = 0;
-                o->ring_prev = o->head_keep ? o->head.data[o->head_keep - 1]
-                                            : 0;
-            }
+    size_t at = o->head.len;
+    if (o->over || (o->limit && len > o->limit - at))
+        return write_over(o, data, len);
+    /* the usual write: an append within the limit (the block grows, or
+     * is this thread's spare, when the bytes and the NUL do not fit) */
+    if (len >= o->head.cap - at) {
+        if (!o->head.data && tl_spare && len < tl_spare_cap &&
+            (!o->limit || tl_spare_cap <= o->limit + 1)) {
+            o->head.data = tl_spare; /* the thread's spare (as head_reserve) */
+            o->head.cap = tl_spare_cap;
+            tl_spare = NULL;
+            tl_spare_cap = 0;
+        } else if (head_reserve(o, at + len) != 0) {
+            return TH_ENOMEM;
         }
     }
-    if (p && o->ring)
-        ring_put(o, p, n);
-    if (p && o->spill_fd >= 0)
-        spill_write(o, p, n);
+    uint8_t *d = o->head.data + at;
+    memcpy(d, data, len);
+    d[len] = '\0';
+    o->head.len = at + len;
     o->total += len;
-    o->lines += count_nl(data, len);
-    o->last = ((const uint8_t *)data)[len - 1];
+    o->lines += count_nl(d, len);
+    o->last = d[len - 1];
     return 0;
+}
+
+void th_out_claim(th_out *o)
+{
+    /* the holder is in one th_out_write: spin a little, then yield */
+    for (unsigned i = 0; !th_out_try_claim(o); i++)
+        while (atomic_load_explicit(&o->wr, memory_order_relaxed))
+            if (++i > 64)
+                sched_yield();
 }
 
 /* ---- JSON element boundaries --------------------------------------------- */
@@ -682,7 +726,10 @@ static int finish_json(th_out *o, th_out_info *info)
     return 0;
 }
 
-int th_out_finish(th_out *o, th_buf *dst, th_out_info *info)
+/* The rest of th_out_finish: a stream over its limit, an append to a
+ * buffer that holds text, no info wanted. */
+static __attribute__((noinline)) int finish_cut(th_out *o, th_buf *dst,
+                                                th_out_info *info)
 {
     th_out_info dummy;
     if (!info)
@@ -730,7 +777,8 @@ int th_out_finish(th_out *o, th_buf *dst, th_out_info *info)
 
     if (!dst->data) { /* a move */
         *dst = o->head;
-        th_buf_init(&o->head);
+        o->head.data = NULL;
+        o->head.len = o->head.cap = 0;
         return 0;
     }
     if (th_buf_append(dst, o->head.data, o->head.len) != 0)
@@ -738,7 +786,27 @@ int th_out_finish(th_out *o, th_buf *dst, th_out_info *info)
     return 0;
 }
 
-void th_out_destroy(th_out *o)
+int th_out_finish(th_out *o, th_buf *dst, th_out_info *info)
+{
+    if (o->over || dst->data || !info)
+        return finish_cut(o, dst, info);
+    /* Nothing was cut (so nothing spilled: a spill file opens at the
+     * limit): the buffer is handed over as it is, and a stream never
+     * written hands over nothing. */
+    *info = (th_out_info){
+        .total_bytes = o->total,
+        .kept_bytes = o->head.len,
+        .total_lines = o->lines + (o->total > 0 && o->last != '\n'),
+        .kept_lines = o->lines,
+        .note = o->note,
+    };
+    *dst = o->head;
+    o->head.data = NULL;
+    o->head.len = o->head.cap = 0;
+    return 0;
+}
+
+void th_out_destroy_held(th_out *o)
 {
     th_buf_destroy(&o->head);
     o->ring = NULL;

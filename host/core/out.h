@@ -28,11 +28,16 @@
  * bytes however much is written.  While the limit is not reached,
  * th_out_write() is an append and th_out_finish() hands the buffer over.
  *
- * Threads: one th_out is used by one thread at a time (the call's owner).
+ * Threads: one th_out is used by one thread at a time.  A call's streams
+ * may be written from more than one thread (the thread running execute()
+ * without the call's lock, a plugin thread under it): such writers take
+ * turns through the stream's claim word (th_out_try_claim, th_out_claim,
+ * th_out_unclaim), held for one th_out_write.
  */
 #ifndef TH_OUT_H
 #define TH_OUT_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -44,27 +49,35 @@ struct th_limits;
 struct th_toolset_cfg;
 
 typedef struct th_out {
+    /* Set by th_out_init (the rest is set where it starts to count: once
+     * over the limit, or by th_out_spill, or by a write). */
     uint32_t sem;        /* toolhost_semantic */
+    atomic_uint wr;      /* 1 while a writer holds the stream (claim) */
     uint64_t limit;      /* bytes kept at most; 0 = no limit */
     th_buf head;         /* the first bytes (after the limit: head part,
                             then the ring, in one allocation) */
-    uint8_t *ring;       /* the last bytes (head+tail types, once over the
-                            limit): points into head.data, not freed alone */
-    size_t ring_cap, ring_pos, ring_len;
-    uint8_t ring_prev;   /* the byte just before the oldest ring byte */
-    size_t head_keep;    /* head bytes kept once over the limit */
-    bool over;           /* the limit was reached: counting only */
-    uint8_t last;        /* the last byte written (for the line count) */
     uint64_t total;      /* every byte written */
     uint64_t lines;      /* newlines written */
     uint64_t offset_base;/* lines (files) or bytes (knowledge) before this
                             output, for the "offset=" of the marker */
     char *spill_dir;     /* spill wanted (th_out_spill), or NULL */
-    int spill_fd;        /* full output saved here, or -1 */
     char *spill_path;
+    const char *note;    /* static text for meta, or NULL */
+    int spill_fd;        /* full output saved here, or -1 */
+    bool over;           /* the limit was reached: counting only */
+
+    uint8_t last;        /* the last byte written (for the line count;
+                            read only once total > 0) */
+    /* Once over the limit: */
+    uint8_t ring_prev;   /* the byte just before the oldest ring byte */
+    uint8_t *ring;       /* the last bytes (head+tail types): points into
+                            head.data, not freed alone; NULL for the
+                            other types */
+    size_t ring_cap, ring_pos, ring_len;
+    size_t head_keep;    /* head bytes kept once over the limit */
+    /* Set by th_out_spill: */
     uint64_t spill_max, spill_bytes;
     bool spill_failed;
-    const char *note;    /* static text for meta, or NULL */
 } th_out;
 
 /* What happened to a stream, for the result's meta. */
@@ -98,11 +111,36 @@ int th_out_spill(th_out *o, const char *dir, uint64_t max_bytes);
 void th_out_set_offset_base(th_out *o, uint64_t base);
 /* 0, or TH_ENOMEM (the stream keeps what it had). */
 int th_out_write(th_out *o, const void *data, size_t len);
+
+/* The claim word of a stream written from more than one thread: a writer
+ * holds it for the span of one th_out_write.  th_out_try_claim takes it
+ * when free (one CAS; true when taken), th_out_claim waits for it (a
+ * holder only ever holds it for one write: bounded), th_out_unclaim gives
+ * it back (a release store: the next holder sees the bytes written). */
+static inline bool th_out_try_claim(th_out *o)
+{
+    unsigned free_word = 0;
+    return atomic_compare_exchange_strong_explicit(
+        &o->wr, &free_word, 1, memory_order_acquire, memory_order_relaxed);
+}
+void th_out_claim(th_out *o);
+static inline void th_out_unclaim(th_out *o)
+{
+    atomic_store_explicit(&o->wr, 0, memory_order_release);
+}
 /* Appends the final text (with marker) to dst and fills *info (may be
  * NULL).  Call once.  `o` stays valid for th_out_destroy(); info->spill_path
  * points into `o`.  0 or TH_ENOMEM. */
 int th_out_finish(th_out *o, th_buf *dst, th_out_info *info);
-void th_out_destroy(th_out *o);
+/* Frees what the stream holds.  Inline: after a finish that handed the
+ * buffer over, with no spill, there is nothing to do. */
+void th_out_destroy_held(th_out *o);
+static inline void th_out_destroy(th_out *o)
+{
+    /* an open spill file has a path and a folder: spill_dir says it */
+    if (o->head.data || o->spill_dir)
+        th_out_destroy_held(o);
+}
 
 /* A finished stream's buffer the caller is done with (a delivered result's
  * head): kept as this thread's spare for the next stream's first block,

@@ -6,6 +6,7 @@
  * TOOLHOST_PLUGIN_SERIAL never runs two calls of its tools at once, and a
  * nested call into it from its own call is refused. */
 #include <fcntl.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include "common/th_test.h"
@@ -155,6 +156,133 @@ static int ct_never(void *st, const toolhost_tool *t, toolhost_call *c, const ui
     return TOOLHOST_PENDING;
 }
 
+/* ---- Writes racing the call's end, and each other ------------------------------- */
+
+static atomic_int wr_ok, wr_rc, wr_done, wr_cstarted;
+static atomic_int wr_rc_owner, wr_rc_thread, wr_started;
+
+/* Writes `chunk` (2 bytes) until a write is refused (1 s at most); wr_ok
+ * counts the accepted ones, wr_rc keeps the last answer. */
+static void write_until_refused(toolhost_call *c, const char *chunk)
+{
+    int64_t until = mono_ms() + 1000; /* the completer runs first */
+    while (!atomic_load(&wr_cstarted) && mono_ms() < until)
+        sched_yield();
+    int rc = 0, n = 0;
+    until = mono_ms() + 1000;
+    while ((n % 256 || mono_ms() < until) &&
+           (rc = c->host->write(c, TOOLHOST_STDOUT, chunk, 2)) == 0)
+        atomic_store(&wr_ok, ++n);
+    atomic_store(&wr_rc, rc);
+}
+
+/* The call's owner after suspend(): completes it once 20 writes went in,
+ * while another thread goes on writing. */
+static void *th_complete_soon(void *arg)
+{
+    toolhost_call *c = arg;
+    atomic_store(&wr_cstarted, 1);
+    int64_t until = mono_ms() + 1000;
+    while (atomic_load(&wr_ok) < 20 && mono_ms() < until)
+        sched_yield();
+    c->host->complete(c, TOOLHOST_OK);
+    atomic_fetch_add(&wr_done, 1);
+    return NULL;
+}
+
+static void *th_write_on(void *arg)
+{
+    write_until_refused(arg, "w\n");
+    atomic_fetch_add(&wr_done, 1);
+    return NULL;
+}
+
+/* execute()'s own thread writes on after suspend() (a misuse: the call
+ * was handed off) while the plugin thread completes it. */
+static int ct_wr_owner_race(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
+{
+    (void)st, (void)t, (void)a, (void)l;
+    if (c->host->suspend(c) != 0)
+        return TOOLHOST_FAILED;
+    spawn(th_complete_soon, c);
+    write_until_refused(c, "w\n");
+    atomic_fetch_add(&wr_done, 1);
+    return TOOLHOST_PENDING;
+}
+
+/* An async tool: one plugin thread completes the call while another
+ * writes to it. */
+static int ct_wr_thread_race(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
+{
+    (void)st, (void)t, (void)a, (void)l;
+    if (c->host->suspend(c) != 0)
+        return TOOLHOST_FAILED;
+    spawn(th_complete_soon, c);
+    spawn(th_write_on, c);
+    return TOOLHOST_PENDING;
+}
+
+typedef struct wr_job {
+    toolhost_call *c;
+    long long n;
+} wr_job;
+
+static void *th_write_b(void *arg)
+{
+    wr_job *j = arg;
+    atomic_store(&wr_started, 1);
+    for (long long i = 0; i < j->n; i++)
+        if (j->c->host->write(j->c, TOOLHOST_STDOUT, "b\n", 2) != 0)
+            atomic_fetch_add(&wr_rc_thread, 1);
+    return NULL;
+}
+
+/* execute() writes "a\n" n times while a thread of its own writes "b\n"
+ * n times into the same call (not suspended: a misuse of the Owner
+ * class the host serialises). */
+static int ct_wr_two(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
+{
+    (void)st, (void)t;
+    wr_job j = {c, arg_int(a, l, "n", 100)};
+    pthread_t th;
+    atomic_store(&wr_started, 0);
+    if (pthread_create(&th, NULL, th_write_b, &j) != 0)
+        return TOOLHOST_FAILED;
+    int64_t until = mono_ms() + 2000; /* both write at once */
+    while (!atomic_load(&wr_started) && mono_ms() < until)
+        sched_yield();
+    for (long long i = 0; i < j.n; i++)
+        if (c->host->write(c, TOOLHOST_STDOUT, "a\n", 2) != 0)
+            atomic_fetch_add(&wr_rc_owner, 1);
+    pthread_join(th, NULL);
+    return TOOLHOST_OK;
+}
+
+static void *th_write_once(void *arg)
+{
+    toolhost_call *c = arg;
+    atomic_store(&wr_rc_thread, c->host->write(c, TOOLHOST_STDOUT, "t", 1));
+    return NULL;
+}
+
+/* Waits (3 s at most) for its cancellation (a timeout), then writes from
+ * its own thread and from another one. */
+static int ct_wr_cancelled(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
+{
+    (void)st, (void)t, (void)a, (void)l;
+    c->host->write(c, TOOLHOST_STDOUT, "before", 6);
+    int64_t until = mono_ms() + 3000;
+    while (!c->host->is_cancelled(c) && mono_ms() < until)
+        nap_ms(1);
+    atomic_store(&wr_rc_owner, c->host->write(c, TOOLHOST_STDOUT, "o", 1));
+    pthread_t th;
+    if (pthread_create(&th, NULL, th_write_once, c) == 0)
+        pthread_join(th, NULL);
+    return TOOLHOST_OK;
+}
+
+static const toolhost_param wr_n[] = {P("n", TOOLHOST_TYPE_INTEGER, 0, "writes")};
+
 static const toolhost_tool ct_tools[] = {
     T("c_susp_ok", NULL, 0, 0, ct_susp_ok),
     T("c_twice", NULL, 0, 0, ct_twice),
@@ -162,6 +290,10 @@ static const toolhost_tool ct_tools[] = {
     T("c_status42", NULL, 0, 0, ct_status42),
     T("c_ret42", NULL, 0, 0, ct_ret42),
     T("c_never", NULL, 0, 0, ct_never),
+    T("c_wr_owner_race", NULL, 0, 0, ct_wr_owner_race),
+    T("c_wr_thread_race", NULL, 0, 0, ct_wr_thread_race),
+    T("c_wr_two", wr_n, 1, 0, ct_wr_two),
+    T("c_wr_cancelled", NULL, 0, 0, ct_wr_cancelled),
 };
 
 static const toolhost_plugin ct_plugin = {
@@ -263,6 +395,14 @@ static bool wait_flag(atomic_int *f, int ms)
     while (!atomic_load(f) && mono_ms() < until)
         nap_ms(1);
     return atomic_load(f) != 0;
+}
+
+static bool wait_flag_n(atomic_int *f, int n, int ms)
+{
+    int64_t until = mono_ms() + ms;
+    while (atomic_load(f) < n && mono_ms() < until)
+        nap_ms(1);
+    return atomic_load(f) >= n;
 }
 
 static bool msg_has(const th_result_copy *r, const char *s)
@@ -455,6 +595,188 @@ static void test_plugin_serial_nested(void)
     close_ct();
 }
 
+/* The stream's `key` ("total_bytes", "total_lines") in the output record
+ * of meta (stdout's comes first), or -1. */
+static long long meta_count(const th_result_copy *r, const char *key)
+{
+    const uint8_t *m = r->meta.data;
+    size_t klen = strlen(key);
+    const uint8_t *k = m ? memmem(m, r->meta.len, key, klen) : NULL;
+    if (!k)
+        return -1;
+    const uint8_t *v = k + klen, *end = m + r->meta.len;
+    if (v >= end)
+        return -1;
+    if (*v < 0x80)
+        return *v;
+    int n = *v == 0xcc ? 1 : *v == 0xcd ? 2 : *v == 0xce ? 4 : *v == 0xcf ? 8 : 0;
+    if (!n || v + 1 + n > end)
+        return -1;
+    long long x = 0;
+    for (int i = 1; i <= n; i++)
+        x = x << 8 | v[i];
+    return x;
+}
+
+/* Whether what was kept of stdout is whole "w\n" chunks (a cut marker
+ * aside). */
+static bool out_whole_chunks(const th_result_copy *r)
+{
+    const uint8_t *d = r->out.data;
+    size_t len = r->out.len;
+    const uint8_t *mk = d ? memmem(d, len, "... [", 5) : NULL;
+    size_t head = mk ? (size_t)(mk - d) : len;
+    for (size_t i = 0; i < head; i += 2)
+        if (d[i] != 'w' || i + 1 >= head || d[i + 1] != '\n')
+            return false;
+    return true;
+}
+
+/* A write racing the end of the call, from execute()'s own thread after
+ * suspend() (round 0: inline, 1: a worker) or from a plugin thread while
+ * another completes the call: every write answered 0 is in the result,
+ * counted (bytes and lines: the output record of meta), and every later
+ * one is refused with TOOLHOST_ESTATE and the misuse line.  It fails when execute()'s thread writes without the
+ * lock after suspend() (checked: its writes after complete() were
+ * answered 0 and not in the result). */
+static void test_write_races_end(void)
+{
+    log_capture();
+    open_ct(2, 300);
+    int refused = 0, rounds = 0;
+    for (int tool = 0; tool < 2; tool++)
+        for (int i = 0; i < 12; i++, rounds++) {
+            atomic_store(&wr_ok, 0);
+            atomic_store(&wr_rc, 99);
+            atomic_store(&wr_done, 0);
+            atomic_store(&wr_cstarted, 0);
+            rec r;
+            rec_init(&r);
+            th_call_opts o = {.may_block = i % 2, .output_info = true};
+            uint64_t id = start(S, tool ? "c_wr_thread_race" : "c_wr_owner_race", A(0), &o, &r);
+            CU_ASSERT_TRUE(rec_wait(&r, 5000));
+            CU_ASSERT_TRUE(wait_flag_n(&wr_done, 2, 5000));
+            CU_ASSERT_TRUE(r.final.ok);
+            int ok = atomic_load(&wr_ok), rc = atomic_load(&wr_rc);
+            long long tb = meta_count(&r.final, "total_bytes");
+            long long tl = meta_count(&r.final, "total_lines");
+            CU_ASSERT_EQUAL(tb, 2LL * ok);
+            CU_ASSERT_EQUAL(tl, ok);
+            CU_ASSERT_TRUE(out_whole_chunks(&r.final));
+            if (tb != 2LL * ok)
+                fprintf(stderr, "round %d: %d writes accepted, %lld bytes counted\n", rounds,
+                        ok, tb);
+            CU_ASSERT_TRUE(rc == TOOLHOST_ESTATE || rc == 0); /* 0: 1 s passed */
+            if (rc == TOOLHOST_ESTATE) {
+                refused++;
+                char want[128];
+                snprintf(want, sizeof want, "call=%llu: write() after the call ended",
+                         (unsigned long long)id);
+                CU_ASSERT_TRUE(log_has(want));
+            }
+            rec_free(&r);
+        }
+    CU_ASSERT_TRUE(refused >= rounds / 2); /* the race was run */
+    close_ct();
+    log_release();
+}
+
+/* Counts s[0..n) bytes equal to ch. */
+static size_t count_ch(const uint8_t *s, size_t n, char ch)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += s[i] == (uint8_t)ch;
+    return k;
+}
+
+/* "1,234" at s: its value; *end after it. */
+static unsigned long long num_commas(const char *s, const char **end)
+{
+    unsigned long long v = 0;
+    for (; (*s >= '0' && *s <= '9') || *s == ','; s++)
+        if (*s != ',')
+            v = v * 10 + (unsigned)(*s - '0');
+    *end = s;
+    return v;
+}
+
+/* execute()'s thread and a thread of the plugin write into one call at
+ * once (inline and on a worker): every write whole, none lost; past the
+ * limit, the cut marker's bytes and lines plus what was kept are exactly
+ * what was written.  It fails when execute()'s thread writes without
+ * claiming the stream (checked: bytes lost or torn, and TSan reports the
+ * race). */
+static void test_write_two_threads(void)
+{
+    open_ct(2, 300);
+    for (int round = 0; round < 8; round++) {
+        long long n = round < 4 ? 1500 : 6000; /* 6,000 bytes, or 24,000 (cut) */
+        atomic_store(&wr_rc_owner, 0);
+        atomic_store(&wr_rc_thread, 0);
+        rec r;
+        rec_init(&r);
+        th_call_opts o = {.may_block = round % 2};
+        start(S, "c_wr_two", A(1, "n", 'i', n), &o, &r);
+        CU_ASSERT_TRUE(rec_wait(&r, 5000));
+        CU_ASSERT_TRUE(r.final.ok);
+        CU_ASSERT_EQUAL(atomic_load(&wr_rc_owner), 0);
+        CU_ASSERT_EQUAL(atomic_load(&wr_rc_thread), 0);
+        const uint8_t *d = r.final.out.data;
+        size_t len = r.final.out.len;
+        if (n == 1500) {
+            CU_ASSERT_EQUAL(len, (size_t)n * 4);
+            bool whole = true;
+            for (size_t i = 0; i + 1 < len && whole; i += 2)
+                whole = (d[i] == 'a' || d[i] == 'b') && d[i + 1] == '\n';
+            CU_ASSERT_TRUE(whole);
+            CU_ASSERT_EQUAL(count_ch(d, len, 'a'), (size_t)n);
+            CU_ASSERT_EQUAL(count_ch(d, len, 'b'), (size_t)n);
+        } else {
+            const char *m = d ? memmem(d, len, "... [", 5) : NULL;
+            CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+            const char *e;
+            unsigned long long cut_b = num_commas(m + 5, &e);
+            CU_ASSERT_EQUAL(strncmp(e, " bytes, ", 8), 0);
+            unsigned long long cut_l = num_commas(e + 8, &e);
+            CU_ASSERT_EQUAL(strncmp(e, " lines cut] ...\n", 16), 0);
+            size_t mlen = (size_t)(e + 16 - m);
+            size_t kept = len - mlen;
+            CU_ASSERT_EQUAL(kept + cut_b, (unsigned long long)n * 4);
+            size_t kept_nl = count_ch(d, len, '\n') - 1; /* the marker's */
+            CU_ASSERT_EQUAL(kept_nl + cut_l, (unsigned long long)n * 2);
+            CU_ASSERT_TRUE(kept <= 8000);
+        }
+        rec_free(&r);
+    }
+    close_ct();
+}
+
+/* A write after the call was cancelled (here: timed out) is refused with
+ * TOOLHOST_ECANCELLED, from execute()'s thread (no lock) as from another
+ * thread (under the lock), inline and on a worker. */
+static void test_write_cancelled(void)
+{
+    open_ct(2, 300);
+    for (int inl = 0; inl < 2; inl++) {
+        atomic_store(&wr_rc_owner, 99);
+        atomic_store(&wr_rc_thread, 99);
+        rec r;
+        rec_init(&r);
+        th_call_opts o = {.may_block = inl, .timeout_ms = 50};
+        start(S, "c_wr_cancelled", A(0), &o, &r);
+        CU_ASSERT_TRUE(rec_wait(&r, 3000));
+        CU_ASSERT_EQUAL(r.final.error, TH_ETIMEOUT);
+        int64_t until = mono_ms() + 3000;
+        while (atomic_load(&wr_rc_thread) == 99 && mono_ms() < until)
+            nap_ms(1);
+        CU_ASSERT_EQUAL(atomic_load(&wr_rc_owner), TOOLHOST_ECANCELLED);
+        CU_ASSERT_EQUAL(atomic_load(&wr_rc_thread), TOOLHOST_ECANCELLED);
+        rec_free(&r);
+    }
+    close_ct();
+}
+
 void th_suite_contract(void)
 {
     CU_pSuite s = CU_add_suite("contract", suite_init, suite_cleanup);
@@ -465,4 +787,7 @@ void th_suite_contract(void)
     CU_add_test(s, "close_suspended_never_completed", test_close_suspended_never_completed);
     CU_add_test(s, "plugin_serial", test_plugin_serial);
     CU_add_test(s, "plugin_serial_nested", test_plugin_serial_nested);
+    CU_add_test(s, "write_races_end", test_write_races_end);
+    CU_add_test(s, "write_two_threads", test_write_two_threads);
+    CU_add_test(s, "write_cancelled", test_write_cancelled);
 }

@@ -1040,6 +1040,134 @@ static void test_spare_buffer(void)
     th_out_spare_drop();
 }
 
+/* One stream on storage filled with `fill` before th_out_init, written
+ * with `chunks` (sizes cycling through `sizes`), finished into an empty
+ * buffer or one holding "<", with a spill when `dir`. */
+static void dirty_run(uint8_t fill, uint32_t sem, uint64_t limit, const uint8_t *in,
+                      size_t n, const size_t *sizes, size_t n_sizes, bool append,
+                      const char *dir, th_buf *dst, th_out_info *info)
+{
+    th_out *o = malloc(sizeof *o);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(o);
+    memset(o, fill, sizeof *o);
+    th_out_init(o, sem, limit);
+    if (dir)
+        CU_ASSERT_EQUAL(th_out_spill(o, dir, 0), 0);
+    for (size_t at = 0, k = 0; at < n; k++) {
+        size_t len = sizes[k % n_sizes] < n - at ? sizes[k % n_sizes] : n - at;
+        CU_ASSERT_EQUAL(th_out_write(o, in + at, len), 0);
+        at += len;
+    }
+    th_buf_init(dst);
+    if (append)
+        th_buf_puts(dst, "<");
+    CU_ASSERT_EQUAL(th_out_finish(o, dst, info), 0);
+    if (info->spill_path) { /* the file goes; its name (random) leaves the text */
+        size_t pl = strlen(info->spill_path);
+        uint8_t *at = dst->data ? memmem(dst->data, dst->len, info->spill_path, pl) : NULL;
+        if (at) {
+            memmove(at, at + pl, dst->len - (size_t)(at - dst->data) - pl + 1);
+            dst->len -= pl;
+        }
+        unlink(info->spill_path);
+        info->spill_path = "(spill)";
+    }
+    th_out_destroy(o);
+    free(o);
+}
+
+/* th_out_init sets only what is read before it is set (the ring's and the
+ * spill's members wait until the stream goes over its limit or spills):
+ * a stream on storage full of garbage behaves exactly as one on zeroed
+ * storage, for every strategy, under, at and over the limit, with and
+ * without a spill, a finish that hands the buffer over or appends, and a
+ * stream never written.  It fails when init leaves out a member read
+ * before it is set (checked: without the ring cleared for head-only
+ * types a write over the limit copies into the garbage pointer). */
+static void test_dirty_storage(void)
+{
+    static const uint32_t sems[] = {
+        TOOLHOST_SEM_COMMAND_OUTPUT, TOOLHOST_SEM_FILE_CONTENT,
+        TOOLHOST_SEM_KNOWLEDGE, TOOLHOST_SEM_STRUCTURED, TOOLHOST_SEM_BINARY};
+    static const uint64_t limits[] = {0, 1, 7, 64, 300};
+    static const size_t sizes[] = {1, 5, 3, 40, 2};
+    char *tmp = th_test_tmpdir();
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/spill", tmp);
+    uint8_t in[400];
+    const char *text = "{\"a\": [1, 2, \"x\\n\"], \"b\": \"\xc3\xa9t\xc3\xa9\"}\nline two\n";
+    for (size_t i = 0; i < sizeof in; i++)
+        in[i] = (uint8_t)text[i % strlen(text)];
+    int differ = 0, runs = 0;
+    for (size_t si = 0; si < sizeof sems / sizeof sems[0]; si++)
+        for (size_t li = 0; li < sizeof limits / sizeof limits[0]; li++)
+            for (size_t n = 0; n <= sizeof in; n += n < 10 ? 3 : 97)
+                for (int mode = 0; mode < 4; mode++, runs++) {
+                    bool append = mode & 1;
+                    const char *sd = mode & 2 ? dir : NULL;
+                    th_buf a, b;
+                    th_out_info ia, ib;
+                    dirty_run(0x00, sems[si], limits[li], in, n, sizes, 5, append, sd, &a,
+                              &ia);
+                    dirty_run(0xA5, sems[si], limits[li], in, n, sizes, 5, append, sd, &b,
+                              &ib);
+                    bool same = a.len == b.len && (a.len == 0 || memcmp(a.data, b.data, a.len) == 0) &&
+                                ia.truncated == ib.truncated &&
+                                ia.total_bytes == ib.total_bytes && ia.kept_bytes == ib.kept_bytes &&
+                                ia.total_lines == ib.total_lines && ia.kept_lines == ib.kept_lines &&
+                                ia.spill_bytes == ib.spill_bytes && ia.note == ib.note &&
+                                (ia.spill_path == NULL) == (ib.spill_path == NULL) &&
+                                ia.total_bytes == n;
+                    if (!same && differ++ < 5)
+                        fprintf(stderr, "dirty storage: sem %u limit %llu n %zu mode %d differs\n",
+                                sems[si], (unsigned long long)limits[li], n, mode);
+                    /* a stream never written hands over nothing */
+                    if (n == 0 && !append)
+                        CU_ASSERT_PTR_NULL(a.data);
+                    th_buf_destroy(&a);
+                    th_buf_destroy(&b);
+                }
+    CU_ASSERT_EQUAL(differ, 0);
+    CU_ASSERT_TRUE(runs > 400);
+    th_test_rmtree(tmp);
+    free(tmp);
+}
+
+/* The buffer written is the buffer handed over when nothing was cut (no
+ * copy), and the info says so. */
+static void test_finish_hands_over(void)
+{
+    th_out o;
+    th_out_init(&o, TOOLHOST_SEM_TEXT, 100);
+    CU_ASSERT_EQUAL(th_out_write(&o, "one\ntwo", 7), 0);
+    const uint8_t *written = o.head.data;
+    th_buf dst = TH_BUF_INIT;
+    th_out_info info;
+    memset(&info, 0xA5, sizeof info);
+    CU_ASSERT_EQUAL(th_out_finish(&o, &dst, &info), 0);
+    CU_ASSERT_PTR_EQUAL(dst.data, written);
+    CU_ASSERT_EQUAL(dst.len, 7);
+    CU_ASSERT_FALSE(info.truncated);
+    CU_ASSERT_EQUAL(info.total_bytes, 7);
+    CU_ASSERT_EQUAL(info.kept_bytes, 7);
+    CU_ASSERT_EQUAL(info.total_lines, 2);
+    CU_ASSERT_EQUAL(info.kept_lines, 1);
+    CU_ASSERT_PTR_NULL(info.spill_path);
+    CU_ASSERT_EQUAL(info.spill_bytes, 0);
+    CU_ASSERT_PTR_NULL(info.note);
+    CU_ASSERT_PTR_NULL(o.head.data);
+    th_out_destroy(&o); /* nothing left to free */
+    th_buf_destroy(&dst);
+    /* never written: nothing handed over, all counts 0 */
+    th_out_init(&o, TOOLHOST_SEM_ERROR, 100);
+    memset(&info, 0xA5, sizeof info);
+    CU_ASSERT_EQUAL(th_out_finish(&o, &dst, &info), 0);
+    CU_ASSERT_PTR_NULL(dst.data);
+    CU_ASSERT_EQUAL(info.total_bytes + info.kept_bytes + info.total_lines + info.kept_lines, 0);
+    CU_ASSERT_FALSE(info.truncated);
+    th_out_destroy(&o);
+}
+
 void th_suite_out(void)
 {
     CU_pSuite s = CU_add_suite("out", NULL, suite_clean);
@@ -1058,4 +1186,6 @@ void th_suite_out(void)
     CU_add_test(s, "pack_info", test_pack_info);
     CU_add_test(s, "limit_lookup", test_limit_lookup);
     CU_add_test(s, "spare_buffer", test_spare_buffer);
+    CU_add_test(s, "dirty_storage", test_dirty_storage);
+    CU_add_test(s, "finish_hands_over", test_finish_hands_over);
 }
