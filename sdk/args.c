@@ -80,12 +80,17 @@ void th_sdk_args_destroy(th_sdk_args *a)
 static const toolhost_arg *view_lookup(const toolhost_args_view *v,
                                        const char *key)
 {
-    size_t klen = strlen(key);
     const char *p = (const char *)v->args;
     size_t stride = v->n_args ? v->args[0].struct_size : 0;
     for (uint32_t i = 0; i < v->n_args; i++, p += stride) {
         const toolhost_arg *e = (const toolhost_arg *)(const void *)p;
-        if (e->name_len == klen && memcmp(e->name, key, klen) == 0)
+        /* byte by byte, stopping at the key's NUL: names are short, and a
+         * strlen and memcmp through the plugin's PLT cost more than the
+         * compare */
+        size_t n = e->name_len, j = 0;
+        while (j < n && key[j] && key[j] == e->name[j])
+            j++;
+        if (j == n && key[n] == '\0')
             return e;
     }
     return NULL;
