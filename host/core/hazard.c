@@ -125,6 +125,10 @@ void th_hz_wait(int k, const void *old)
 {
     if (!old)
         return;
+    /* th_hz_light is decided before it is read here: a writer that came
+     * before the first reader would else read 0 and skip the barrier
+     * while that reader, setting it to 1, publishes with a plain store */
+    pthread_once(&rec_once, rec_key_make);
 #if defined(__NR_membarrier)
     /* every thread's plain publish before this point is seen below (a
      * registered process: the command does not fail) */

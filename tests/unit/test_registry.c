@@ -4,9 +4,12 @@
  * acquire/release against replacement from several threads. */
 #include <CUnit/CUnit.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "th/tool.h"
@@ -401,6 +404,62 @@ static void lookup_cache_generations(void)
     CU_ASSERT_EQUAL(atomic_load(&finis), 3);
 }
 
+/* ---- the first writer and the first reader publish the same way (hazard.h) -- */
+
+/* In a fresh process (no hazard record taken yet): a writer's wait comes
+ * first, then a thread takes its record.  The way the writer looked at the
+ * slots (membarrier or not, th_hz_light) must be the way that reader then
+ * publishes: a writer that read th_hz_light before the first reader set it
+ * skips the process-wide barrier while that reader publishes with a plain
+ * store, and can free what the reader is about to take.  Exit status 0:
+ * they agree; 1: they differ; 3: the process was not fresh. */
+static void hz_first_wait_child(void)
+{
+    static int old;
+    size_t n = 0, u = 0;
+    th_hz_count(&n, &u);
+    if (n != 0)
+        _exit(3);
+    th_hz_wait(TH_HZ_CONFIG, &old); /* a writer first: no slot holds &old */
+    int writer = __atomic_load_n(&th_hz_light, __ATOMIC_ACQUIRE);
+    th_hz_rec *r = th_hz_mine(); /* then the process's first reader */
+    int reader = __atomic_load_n(&th_hz_light, __ATOMIC_ACQUIRE);
+    printf("hz_first_wait: writer light %d, reader light %d\n", writer, reader);
+    fflush(stdout);
+    _exit(r && writer == reader ? 0 : 1);
+}
+
+/* It fails when th_hz_wait reads th_hz_light before the hazard records
+ * were set up (the writer 0, the reader 1, on a kernel with membarrier;
+ * under TSan both are 0 and it cannot fail).  The check runs in a child
+ * that runs this test alone (the registry suite took records already). */
+static void hz_first_wait(void)
+{
+    if (getenv("TH_TEST_HZ_FRESH"))
+        hz_first_wait_child();
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    CU_ASSERT_FATAL(len > 0);
+    self[len] = '\0';
+    pid_t pid = fork();
+    CU_ASSERT_FATAL(pid >= 0);
+    if (pid == 0) {
+        setenv("TH_TEST_HZ_FRESH", "1", 1); /* one thread here */
+        execl(self, self, "registry:hz_first_wait", (char *)NULL);
+        _exit(127);
+    }
+    int st = 0;
+    pid_t w = 0;
+    for (int i = 0; i < 3000 && (w = waitpid(pid, &st, WNOHANG)) == 0; i++)
+        usleep(10000); /* 30 s at most */
+    if (w == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+    }
+    CU_ASSERT_TRUE(WIFEXITED(st));
+    CU_ASSERT_EQUAL(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 0);
+}
+
 void th_suite_registry(void)
 {
     CU_pSuite s = CU_add_suite("registry", NULL, NULL);
@@ -411,4 +470,5 @@ void th_suite_registry(void)
     CU_add_test(s, "concurrent", concurrent);
     CU_add_test(s, "writer_waits_for_lookup", writer_waits_for_lookup);
     CU_add_test(s, "lookup_cache_generations", lookup_cache_generations);
+    CU_add_test(s, "hz_first_wait", hz_first_wait);
 }
