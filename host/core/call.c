@@ -873,7 +873,7 @@ static void exec_end(th_mcall *c, int status, bool ran, bool held)
     }
     pthread_mutex_unlock(&c->mu);
     if (was_running)
-        atomic_fetch_sub(&c->h->mgr.running, 1);
+        th_mgr_own_add(&c->h->mgr, run, running, -1);
     if (rp == &res) /* (in x->final it is the call's: delivered, freed) */
         th_result_copy_destroy(&res);
     if (changed)
@@ -1011,7 +1011,7 @@ void th_mcall_run(th_mcall *c)
         th_mcall_unref(c);
         return;
     }
-    atomic_fetch_add(&c->h->mgr.running, 1);
+    th_mgr_own_add(&c->h->mgr, run, running, 1);
     th_mcall *prev = tl_cur;
     tl_cur = c;
     c->in_execute = true;

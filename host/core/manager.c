@@ -632,7 +632,7 @@ void th_mgr_submit(th_mcall *c)
          * not its lock either (the common inline call). */
         c->n_groups = 0;
         c->has_slots = false;
-        atomic_fetch_add(&m->inline_calls, 1);
+        th_mgr_own_add(m, inl, inline_calls, 1);
         c->inline_run = true;
         m->ops->run(c);
         return;
@@ -692,7 +692,7 @@ void th_mgr_submit(th_mcall *c)
             take_slots(c); /* has_slots: released by th_mgr_release */
         }
         pthread_mutex_unlock(&m->mu);
-        atomic_fetch_add(&m->inline_calls, 1);
+        th_mgr_own_add(m, inl, inline_calls, 1);
         c->inline_run = true;
         m->ops->run(c);
         return;
@@ -700,7 +700,7 @@ void th_mgr_submit(th_mcall *c)
     if (try_inline && !group_full(c) && !m->stop) {
         take_slots(c);
         pthread_mutex_unlock(&m->mu);
-        atomic_fetch_add(&m->inline_calls, 1);
+        th_mgr_own_add(m, inl, inline_calls, 1);
         c->inline_run = true;
         m->ops->run(c);
         return;

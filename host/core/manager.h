@@ -129,6 +129,22 @@ th_stat *th_stat_get(th_host *h, const char *tool);
 static inline void th_stat_call_started(th_host *h, th_stat *st);
 /* A call of `st` ended with a result (call.c): ok or failed, on the
  * calling thread's shard.  Any thread. */
+/* n more (modulo 2^64) on one of th_mgr's per-thread parts of the shared
+ * counter `all`: the calling thread's part when it holds a stats shard
+ * slot (no lock prefix), else `all` itself. */
+#define th_mgr_own_add(m, part, all, n)                                      \
+    do {                                                                     \
+        int t_ = th_stat_tl_slot;                                            \
+        if (t_ > 0) {                                                        \
+            atomic_ulong *a_ = &(m)->calls_sh[t_ - 1].part;                  \
+            atomic_store_explicit(                                           \
+                a_, atomic_load_explicit(a_, memory_order_relaxed) +         \
+                        (unsigned long)(n),                                  \
+                memory_order_relaxed);                                       \
+        } else {                                                             \
+            atomic_fetch_add(&(m)->all, (unsigned long)(n));                 \
+        }                                                                    \
+    } while (0)
 static inline void th_stat_count_done(th_stat *st, bool ok);
 /* Their slow paths (stats.c): a thread without its slot or shard yet. */
 void th_stat_call_started_slow(th_host *h, th_stat *st);
@@ -573,7 +589,11 @@ typedef struct th_mgr {
      * readers add them to calls_total. */
     struct {
         atomic_ulong n;
-        char pad[64 - sizeof(atomic_ulong)];
+        /* running and inline_calls' parts, the same way (th_mgr_own_add):
+         * a run's end may be counted by another thread than its start, so
+         * a part of `run` may wrap below 0; readers add them modulo 2^64 */
+        atomic_ulong run, inl;
+        char pad[64 - 3 * sizeof(atomic_ulong)];
     } calls_sh[TH_STAT_SHARDS];
     atomic_ulong inline_front, short_demoted, short_stuck; /* call_fast.c */
 

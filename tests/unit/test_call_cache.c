@@ -665,6 +665,89 @@ static void test_shard_counts(void)
     th_host_close(h);
 }
 
+/* ---- the manager's running and inline_calls on the thread parts ----------------- */
+
+#define MP_THREADS 40 /* more than TH_STAT_SHARDS: some count on the shared word */
+#define MP_COUNTS 300
+
+typedef struct mp_run {
+    th_host *h;
+    th_stat *st;
+    int dir; /* +1: runs start here; -1: runs end here (started elsewhere) */
+    pthread_barrier_t *all_in;
+} mp_run;
+
+static void *mp_main(void *arg)
+{
+    mp_run *r = arg;
+    th_mgr *m = &r->h->mgr;
+    th_stat_call_started(r->h, r->st); /* takes this thread's slot, if any */
+    for (int i = 0; i < MP_COUNTS; i++) {
+        th_mgr_own_add(m, run, running, r->dir);
+        if (r->dir > 0)
+            th_mgr_own_add(m, inl, inline_calls, 1);
+    }
+    pthread_barrier_wait(r->all_in); /* all live at once: 8 without a slot */
+    return NULL;
+}
+
+/* th_mgr_own_add from 40 threads at once (8 without a shard slot, on the
+ * shared word) that start runs, then from 40 others that end as many (a
+ * run ended on another thread than the one it started on: that thread's
+ * part goes below 0).  host.stats' running comes back to where
+ * it was, inline_calls exact; then inline echo calls from 4 threads:
+ * inline_calls up by their number, running back to 0. */
+static void test_mgr_parts(void)
+{
+    th_host *h = th_test_echo_host_open();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(h);
+    th_stat *st = th_stat_get(h, "counted");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+    th_mgr_stats m0;
+    th_host_mgr_stats(h, &m0);
+    mp_run r[2] = {{.h = h, .st = st, .dir = 1}, {.h = h, .st = st, .dir = -1}};
+    th_mgr_stats m1;
+    for (int k = 0; k < 2; k++) {
+        /* first 40 threads start runs, then 40 others end them */
+        pthread_barrier_t all_in;
+        pthread_barrier_init(&all_in, NULL, MP_THREADS);
+        r[k].all_in = &all_in;
+        pthread_t th[MP_THREADS];
+        for (int i = 0; i < MP_THREADS; i++)
+            CU_ASSERT_EQUAL_FATAL(pthread_create(&th[i], NULL, mp_main, &r[k]), 0);
+        for (int i = 0; i < MP_THREADS; i++)
+            pthread_join(th[i], NULL);
+        pthread_barrier_destroy(&all_in);
+        th_host_mgr_stats(h, &m1);
+        CU_ASSERT_EQUAL(m1.running,
+                        m0.running + (k ? 0 : (uint64_t)MP_COUNTS * MP_THREADS));
+        CU_ASSERT_EQUAL(m1.inline_calls - m0.inline_calls,
+                        (uint64_t)MP_COUNTS * MP_THREADS);
+    }
+    th_stat_call_started(h, st); /* this thread's slot */
+    /* the same from one thread's side: a start counted, then its end */
+    th_mgr_own_add(&h->mgr, run, running, 1);
+    th_host_mgr_stats(h, &m1);
+    CU_ASSERT_EQUAL(m1.running, m0.running + 1);
+    th_mgr_own_add(&h->mgr, run, running, -1);
+    th_host_mgr_stats(h, &m1);
+    CU_ASSERT_EQUAL(m1.running, m0.running);
+    /* inline echo calls: each counted inline once, none left running */
+    static const th_front_ops rpc = {.front = TOOLHOST_FRONT_RPC};
+    th_principal me = {.uid = (uint32_t)getuid(), .gid = (uint32_t)getgid()};
+    th_session *a = th_session_open(h, &me, &rpc, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+    char out[64];
+    for (int i = 0; i < 50; i++)
+        CU_ASSERT_EQUAL(call(a, "echo", "{\"text\":\"x\"}", out, sizeof out), 0);
+    th_mgr_stats m2;
+    th_host_mgr_stats(h, &m2);
+    CU_ASSERT_EQUAL(m2.inline_calls - m1.inline_calls, 50);
+    CU_ASSERT_EQUAL(m2.running, 0);
+    th_session_close(a);
+    th_host_close(h);
+}
+
 void th_suite_call_cache(void)
 {
     CU_pSuite s = CU_add_suite("call_cache", NULL, NULL);
@@ -676,4 +759,5 @@ void th_suite_call_cache(void)
     CU_add_test(s, "config_address_reused", test_config_address_reused);
     CU_add_test(s, "group_counts", test_group_counts);
     CU_add_test(s, "shard_counts", test_shard_counts);
+    CU_add_test(s, "mgr_parts", test_mgr_parts);
 }
