@@ -601,9 +601,15 @@ void th_mgr_submit(th_mcall *c)
 {
     th_host *h = c->h;
     th_mgr *m = &h->mgr;
-    /* c->timeout_ms: set when the call was recorded (call_start.c) */
+    /* c->timeout_ms: set when the call was recorded (call_start.c).  A
+     * release store (a seq_cst one is a locked `xchg`): the deadline
+     * thread reads it only after the call is published to it, by
+     * islot_put's compare-and-swap or th_mgr_arm's tmu, both after this
+     * store; another thread's relaxed read (call_cb.c) needs no order. */
     if (c->timeout_ms > 0)
-        atomic_store(&c->deadline_ns, c->start_ns + c->timeout_ms * 1000000);
+        atomic_store_explicit(&c->deadline_ns,
+                              c->start_ns + c->timeout_ms * 1000000,
+                              memory_order_release);
 
     th_mcall *cur = m->ops->current();
     bool nested = c->may_block && cur != NULL;
