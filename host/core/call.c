@@ -301,19 +301,28 @@ static void call_free(th_mcall *c)
     }
     if (parent)
         th_mcall_unref(parent);
-    /* The last call goes to zero under h->mu, which th_host_close() holds
-     * when it reads the count: it cannot free the host before we are
-     * done with h->mu.  While the host is open its own count keeps v
-     * above 1: no lock. */
-    unsigned long v = atomic_load(&h->live_calls);
-    while (v > 1 && !atomic_compare_exchange_weak(&h->live_calls, &v, v - 1))
-        ;
-    if (v <= 1) {
-        pthread_mutex_lock(&h->mu);
-        if (atomic_fetch_sub(&h->live_calls, 1) == 1)
-            pthread_cond_broadcast(&h->cv);
-        pthread_mutex_unlock(&h->mu);
+    /* One call less: the last thing done with h.  While the host is not
+     * closing, on this thread's part (a plain release store: the closer's
+     * acquire read of it sees all this call did) or the shared word,
+     * without a lock; th_host_close() polls the count.  A closing host's
+     * count goes down under h->mu, which th_host_close() holds when it
+     * reads the count (it cannot free the host before we are done with
+     * h->mu), and the closer is woken. */
+    if (!__atomic_load_n(&h->closing, __ATOMIC_ACQUIRE)) {
+        int t = th_stat_tl_slot;
+        if (t > 0) {
+            atomic_ulong *lf = &h->mgr.calls_sh[t - 1].lfree;
+            atomic_store_explicit(lf, atomic_load_explicit(lf, memory_order_relaxed) + 1,
+                                  memory_order_release);
+        } else {
+            atomic_fetch_sub(&h->live_calls, 1);
+        }
+        return;
     }
+    pthread_mutex_lock(&h->mu);
+    atomic_fetch_sub(&h->live_calls, 1);
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
 }
 
 void th_mcall_unref(th_mcall *c)

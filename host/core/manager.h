@@ -593,7 +593,10 @@ typedef struct th_mgr {
          * a run's end may be counted by another thread than its start, so
          * a part of `run` may wrap below 0; readers add them modulo 2^64 */
         atomic_ulong run, inl;
-        char pad[64 - 3 * sizeof(atomic_ulong)];
+        /* h->live_calls' parts: calls recorded and freed by this thread
+         * (both only grow; th_host_live_calls reads them) */
+        atomic_ulong lstart, lfree;
+        char pad[64 - 5 * sizeof(atomic_ulong)];
     } calls_sh[TH_STAT_SHARDS];
     atomic_ulong inline_front, short_demoted, short_stuck; /* call_fast.c */
 
@@ -771,9 +774,11 @@ struct th_host {
     pthread_mutex_t stmu;       /* stats table (insert only) */
     _Atomic(th_stat *) stat_b[256]; /* lock-free reads */
     atomic_ulong live_calls;    /* calls not yet freed, plus 1 while the
-                                   host is open (th_host_close drops it):
-                                   call_free takes mu only for the last
-                                   call of a closing host */
+                                   host is open (th_host_close drops it),
+                                   with mgr.calls_sh's lstart - lfree
+                                   (a thread with a stats shard slot counts
+                                   there): th_host_live_calls.  call_free
+                                   of a closing host takes mu */
     /* The quarantine of ended calls (call.c): a ring that a tombstone
      * enters with one atomic exchange, taking out the one TH_CALL_TOMBS
      * tombstones older (destroyed by whoever took it out); no lock. */
@@ -825,6 +830,10 @@ static inline void th_stat_call_started(th_host *h, th_stat *st)
         th_stat_call_started_slow(h, st);
     }
 }
+
+/* host.c: calls not yet freed, plus 1 while the host is open (see
+ * th_host.live_calls). */
+unsigned long th_host_live_calls(th_host *h);
 
 void th_session_ref(th_session *s);
 void th_session_unref(th_session *s);

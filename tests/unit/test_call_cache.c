@@ -20,6 +20,7 @@
 #include <CUnit/CUnit.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -748,6 +749,148 @@ static void test_mgr_parts(void)
     th_host_close(h);
 }
 
+/* ---- the live call count's thread parts, read while they change ------------------ */
+
+#define LC_FILL 16 /* threads holding the slots between the two counters' */
+
+typedef struct lc_run {
+    th_host *h;
+    cpu_set_t one; /* the reader, the starter and the freer share a CPU:
+                      the reader is preempted between its reads */
+    atomic_ulong started; /* recorded, not yet freed */
+    atomic_int stop, ready, slotless;
+} lc_run;
+
+static void lc_take_slot(lc_run *r)
+{
+    th_stat_call_started(r->h, NULL); /* this thread's slot, till it ends */
+    if (th_stat_tl_slot <= 0)
+        atomic_store(&r->slotless, 1);
+    atomic_fetch_add(&r->ready, 1);
+}
+
+static void *lc_filler(void *arg)
+{
+    lc_run *r = arg;
+    lc_take_slot(r);
+    struct timespec ts = {0, 1000000};
+    for (int i = 0; i < 20000 && !atomic_load(&r->stop); i++)
+        nanosleep(&ts, NULL);
+    return NULL;
+}
+
+/* "calls" recorded on this thread's part and freed on another's right
+ * after, as calls ended by another thread than their caller's */
+static void *lc_starter(void *arg)
+{
+    lc_run *r = arg;
+    (void)pthread_setaffinity_np(pthread_self(), sizeof r->one, &r->one);
+    lc_take_slot(r);
+    if (th_stat_tl_slot <= 0)
+        return NULL;
+    atomic_ulong *ls = &r->h->mgr.calls_sh[th_stat_tl_slot - 1].lstart;
+    while (!atomic_load(&r->stop)) {
+        atomic_store_explicit(ls, atomic_load_explicit(ls, memory_order_relaxed) + 1,
+                              memory_order_relaxed);
+        atomic_fetch_add_explicit(&r->started, 1, memory_order_release);
+        for (int k = 0; k < 1000 && atomic_load(&r->started) > 4; k++)
+            ; /* the freer keeps up */
+    }
+    return NULL;
+}
+
+static void *lc_freer(void *arg)
+{
+    lc_run *r = arg;
+    (void)pthread_setaffinity_np(pthread_self(), sizeof r->one, &r->one);
+    lc_take_slot(r);
+    if (th_stat_tl_slot <= 0)
+        return NULL;
+    atomic_ulong *lf = &r->h->mgr.calls_sh[th_stat_tl_slot - 1].lfree;
+    for (;;) {
+        unsigned long n = atomic_load_explicit(&r->started, memory_order_acquire);
+        if (!n) {
+            if (atomic_load(&r->stop) == 2) /* the starter has ended */
+                break;
+            continue;
+        }
+        atomic_fetch_sub_explicit(&r->started, 1, memory_order_acq_rel);
+        atomic_store_explicit(lf, atomic_load_explicit(lf, memory_order_relaxed) + 1,
+                              memory_order_release);
+    }
+    return NULL;
+}
+
+static int64_t lc_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static bool lc_wait_ready(lc_run *r, int n)
+{
+    struct timespec ts = {0, 100000};
+    for (int i = 0; i < 50000 && atomic_load(&r->ready) < n; i++)
+        nanosleep(&ts, NULL); /* 5 s at most */
+    return atomic_load(&r->ready) >= n;
+}
+
+/* th_host_live_calls (what th_host_close waits for) read while calls are
+ * counted on one thread's part and freed on another's 16 slots later:
+ * never below the open host's own 1 (a reader that sums the parts once
+ * counts frees whose starts it read too early, and says 0: the host
+ * would be freed under live calls), and exact once they stop. */
+static void test_live_calls_parts(void)
+{
+    th_host *h = th_test_echo_host_open();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(h);
+    th_stat_call_started(h, NULL); /* the reader's own slot first */
+    lc_run r = {.h = h};
+    cpu_set_t all;
+    CPU_ZERO(&r.one);
+    if (sched_getaffinity(0, sizeof all, &all) == 0)
+        for (int c = 0; c < CPU_SETSIZE; c++)
+            if (CPU_ISSET(c, &all)) {
+                CPU_SET(c, &r.one);
+                break;
+            }
+    pthread_t st, fr, fill[LC_FILL];
+    /* slots in this order: the starter's, the fillers', the freer's */
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&st, NULL, lc_starter, &r), 0);
+    CU_ASSERT_FATAL(lc_wait_ready(&r, 1));
+    for (int i = 0; i < LC_FILL; i++) {
+        CU_ASSERT_EQUAL_FATAL(pthread_create(&fill[i], NULL, lc_filler, &r), 0);
+        CU_ASSERT_FATAL(lc_wait_ready(&r, 2 + i));
+    }
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&fr, NULL, lc_freer, &r), 0);
+    CU_ASSERT_FATAL(lc_wait_ready(&r, 2 + LC_FILL));
+    CU_ASSERT_FALSE(atomic_load(&r.slotless)); /* (then nothing is counted) */
+    cpu_set_t was;
+    bool pinned = pthread_getaffinity_np(pthread_self(), sizeof was, &was) == 0 &&
+                  pthread_setaffinity_np(pthread_self(), sizeof r.one, &r.one) == 0;
+    int64_t until = lc_now_ms() + 300;
+    long reads = 0, low = 0;
+    while (lc_now_ms() < until) {
+        for (int i = 0; i < 1000; i++, reads++)
+            low += (long)th_host_live_calls(h) < 1; /* (below 0: a huge unsigned) */
+    }
+    if (pinned)
+        (void)pthread_setaffinity_np(pthread_self(), sizeof was, &was);
+    atomic_store(&r.stop, 1);
+    pthread_join(st, NULL);
+    atomic_store(&r.stop, 2);
+    pthread_join(fr, NULL);
+    for (int i = 0; i < LC_FILL; i++)
+        pthread_join(fill[i], NULL);
+    CU_ASSERT_EQUAL(low, 0);
+    if (low)
+        fprintf(stderr, "\n  live calls read below 1: %ld of %ld reads\n", low, reads);
+    unsigned long lc_end = th_host_live_calls(h);
+    CU_ASSERT_EQUAL(lc_end, 1); /* the open host's own */
+    th_host_close(h);
+}
+
 void th_suite_call_cache(void)
 {
     CU_pSuite s = CU_add_suite("call_cache", NULL, NULL);
@@ -760,4 +903,5 @@ void th_suite_call_cache(void)
     CU_add_test(s, "group_counts", test_group_counts);
     CU_add_test(s, "shard_counts", test_shard_counts);
     CU_add_test(s, "mgr_parts", test_mgr_parts);
+    CU_add_test(s, "live_calls_parts", test_live_calls_parts);
 }
