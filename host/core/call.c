@@ -327,7 +327,15 @@ static void call_free(th_mcall *c)
 
 void th_mcall_unref(th_mcall *c)
 {
-    if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1)
+    /* The only reference left (the usual last drop, by the caller of an
+     * inline call): no one else holds one, and a reference is only ever
+     * taken by a holder of one or from a place that holds one (session
+     * map, tasks, heap, a slot its owner empties first; callbacks take
+     * none), so the count cannot rise meanwhile: freed without the
+     * locked decrement.  The acquire pairs with the other holders'
+     * decrements. */
+    if (atomic_load_explicit(&c->refs, memory_order_acquire) == 1 ||
+        atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1)
         call_free(c);
 }
 
