@@ -808,9 +808,11 @@ static void *lc_freer(void *arg)
         return NULL;
     atomic_ulong *lf = &r->h->mgr.calls_sh[th_stat_tl_slot - 1].lfree;
     for (;;) {
+        /* stop read first: 2 means the starter had ended, so n is all */
+        bool last = atomic_load(&r->stop) == 2;
         unsigned long n = atomic_load_explicit(&r->started, memory_order_acquire);
         if (!n) {
-            if (atomic_load(&r->stop) == 2) /* the starter has ended */
+            if (last)
                 break;
             continue;
         }
