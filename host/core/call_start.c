@@ -379,8 +379,11 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
      * lock); th_call_start takes it out.  Closing: the seq_cst pair with
      * th_session_close (it sets closing, then looks at the slots; we
      * filled the slot, then read closing) means one of us sees the other. */
+    /* The slot's reference (dropped when it is cleared) counted before
+     * the slot's compare-and-swap publishes c: no one else sees c yet,
+     * so plain stores, no locked increment. */
+    atomic_store_explicit(&c->refs, 2, memory_order_relaxed);
     if (th_mgr_cslot_put(h, c)) {
-        th_mcall_ref(c); /* the slot's: dropped when it is cleared */
         *out = c;
         if (__atomic_load_n(&s->closing, __ATOMIC_SEQ_CST)) {
             /* The close may have found it in the slot already: answered
@@ -391,6 +394,7 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
         }
         return 0;
     }
+    atomic_store_explicit(&c->refs, 1, memory_order_relaxed); /* not published */
     pthread_mutex_lock(&s->mu);
     int rc = th_call_session_put_locked(c);
     pthread_mutex_unlock(&s->mu);
