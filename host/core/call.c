@@ -19,9 +19,6 @@
 #include "th/perm.h"
 
 static __thread th_mcall *tl_cur;      /* the call this thread executes */
-/* th_call_keep_begin/end: the call whose execution reference th_mcall_run
- * leaves to th_call_start (bit 0 once it did) */
-static __thread uintptr_t tl_keep;
 
 
 th_mcall *th_mcall_current(void)
@@ -339,28 +336,6 @@ void th_mcall_unref(th_mcall *c)
      * decrements. */
     if (atomic_load_explicit(&c->refs, memory_order_acquire) == 1 ||
         atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1)
-        call_free(c);
-}
-
-uintptr_t th_call_keep_begin(th_mcall *c)
-{
-    uintptr_t prev = tl_keep;
-    tl_keep = (uintptr_t)c;
-    return prev;
-}
-
-void th_call_keep_end(th_mcall *c, uintptr_t prev)
-{
-    bool kept = tl_keep == ((uintptr_t)c | 1);
-    tl_keep = prev;
-    if (!kept) {
-        th_mcall_unref(c);
-        return;
-    }
-    /* both references ours (the execution's and the slot's): the only
-     * ones left when the count reads 2 (see th_mcall_unref) */
-    if (atomic_load_explicit(&c->refs, memory_order_acquire) == 2 ||
-        atomic_fetch_sub_explicit(&c->refs, 2, memory_order_acq_rel) == 2)
         call_free(c);
 }
 
@@ -1135,10 +1110,7 @@ void th_mcall_run(th_mcall *c)
         if (drop)
             th_mgr_disarm(c->h, c);
         exec_end(c, st, true, true); /* releases c->mu */
-        if (tl_keep == (uintptr_t)c)
-            tl_keep |= 1; /* dropped with the slot's (th_call_keep_end) */
-        else
-            th_mcall_unref(c);
+        th_mcall_unref(c);
         return;
     }
     pthread_mutex_unlock(&c->mu);

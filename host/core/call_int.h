@@ -60,12 +60,6 @@ void th_call_rec_free(th_mcall *c);
 void th_call_x_init(th_mcall_x *x);
 /* With c->mu held: waits on the call's condition variable (in its x; a
  * call with no x polls); th_call_wake_locked wakes every waiter. */
-/* th_call_start's call in its thread's call slot: th_mcall_run on this
- * thread ending it the usual way leaves its execution reference to
- * th_call_keep_end, which drops it with the slot's (one decrement, or
- * none when they are the last two).  Nested keeps restore `prev`. */
-uintptr_t th_call_keep_begin(th_mcall *c);
-void th_call_keep_end(th_mcall *c, uintptr_t prev);
 void th_call_wait_locked(th_mcall *c);
 void th_call_wake_locked(th_mcall *c);
 

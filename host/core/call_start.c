@@ -700,7 +700,6 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
         return rc;
     c->fast_sample = sample;
     bool slot = c->cslot != 0; /* c stays valid: the slot's reference */
-    uintptr_t keep = slot ? th_call_keep_begin(c) : 0;
     if (rc > 0) {
         /* answered by stage_record */
     } else if (on_worker) {
@@ -729,7 +728,7 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
             pthread_cond_broadcast(&s->cv);
             pthread_mutex_unlock(&s->mu);
         }
-        th_call_keep_end(c, keep); /* the slot's reference (and the run's) */
+        th_mcall_unref(c);
     }
     return 0;
 }
