@@ -301,24 +301,41 @@ static void call_free(th_mcall *c)
     }
     if (parent)
         th_mcall_unref(parent);
-    /* The last call goes to zero under h->mu, which th_host_close() holds
-     * when it reads the count: it cannot free the host before we are
-     * done with h->mu.  While the host is open its own count keeps v
-     * above 1: no lock. */
-    unsigned long v = atomic_load(&h->live_calls);
-    while (v > 1 && !atomic_compare_exchange_weak(&h->live_calls, &v, v - 1))
-        ;
-    if (v <= 1) {
-        pthread_mutex_lock(&h->mu);
-        if (atomic_fetch_sub(&h->live_calls, 1) == 1)
-            pthread_cond_broadcast(&h->cv);
-        pthread_mutex_unlock(&h->mu);
+    /* One call less: the last thing done with h.  While the host is not
+     * closing, on this thread's part (a plain release store: the closer's
+     * acquire read of it sees all this call did) or the shared word,
+     * without a lock; th_host_close() polls the count.  A closing host's
+     * count goes down under h->mu, which th_host_close() holds when it
+     * reads the count (it cannot free the host before we are done with
+     * h->mu), and the closer is woken. */
+    if (!__atomic_load_n(&h->closing, __ATOMIC_ACQUIRE)) {
+        int t = th_stat_tl_slot;
+        if (t > 0) {
+            atomic_ulong *lf = &h->mgr.calls_sh[t - 1].lfree;
+            atomic_store_explicit(lf, atomic_load_explicit(lf, memory_order_relaxed) + 1,
+                                  memory_order_release);
+        } else {
+            atomic_fetch_sub(&h->live_calls, 1);
+        }
+        return;
     }
+    pthread_mutex_lock(&h->mu);
+    atomic_fetch_sub(&h->live_calls, 1);
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
 }
 
 void th_mcall_unref(th_mcall *c)
 {
-    if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1)
+    /* The only reference left (the usual last drop, by the caller of an
+     * inline call): no one else holds one, and a reference is only ever
+     * taken by a holder of one or from a place that holds one (session
+     * map, tasks, heap, a slot its owner empties first; callbacks take
+     * none), so the count cannot rise meanwhile: freed without the
+     * locked decrement.  The acquire pairs with the other holders'
+     * decrements. */
+    if (atomic_load_explicit(&c->refs, memory_order_acquire) == 1 ||
+        atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1)
         call_free(c);
 }
 
@@ -873,7 +890,7 @@ static void exec_end(th_mcall *c, int status, bool ran, bool held)
     }
     pthread_mutex_unlock(&c->mu);
     if (was_running)
-        atomic_fetch_sub(&c->h->mgr.running, 1);
+        th_mgr_own_add(&c->h->mgr, run, running, -1);
     if (rp == &res) /* (in x->final it is the call's: delivered, freed) */
         th_result_copy_destroy(&res);
     if (changed)
@@ -1011,7 +1028,7 @@ void th_mcall_run(th_mcall *c)
         th_mcall_unref(c);
         return;
     }
-    atomic_fetch_add(&c->h->mgr.running, 1);
+    th_mgr_own_add(&c->h->mgr, run, running, 1);
     th_mcall *prev = tl_cur;
     tl_cur = c;
     c->in_execute = true;

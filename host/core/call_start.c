@@ -365,15 +365,25 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
     atomic_init(&c->refs, 1); /* the execution reference */
     atomic_init(&c->abort_code, 0);
     atomic_init(&c->is_task, false);
-    atomic_fetch_add(&h->live_calls, 1);
+    /* counted on this thread's part (no lock prefix), else the shared word */
+    if (th_stat_tl_slot > 0) {
+        atomic_ulong *ls = &h->mgr.calls_sh[th_stat_tl_slot - 1].lstart;
+        atomic_store_explicit(ls, atomic_load_explicit(ls, memory_order_relaxed) + 1,
+                              memory_order_relaxed);
+    } else {
+        atomic_fetch_add(&h->live_calls, 1);
+    }
 
     /* A call that runs inline here with nothing of the pool to take is
      * published in this thread's call slot, not the session's map (no
      * lock); th_call_start takes it out.  Closing: the seq_cst pair with
      * th_session_close (it sets closing, then looks at the slots; we
      * filled the slot, then read closing) means one of us sees the other. */
+    /* The slot's reference (dropped when it is cleared) counted before
+     * the slot's compare-and-swap publishes c: no one else sees c yet,
+     * so plain stores, no locked increment. */
+    atomic_store_explicit(&c->refs, 2, memory_order_relaxed);
     if (th_mgr_cslot_put(h, c)) {
-        th_mcall_ref(c); /* the slot's: dropped when it is cleared */
         *out = c;
         if (__atomic_load_n(&s->closing, __ATOMIC_SEQ_CST)) {
             /* The close may have found it in the slot already: answered
@@ -384,6 +394,7 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
         }
         return 0;
     }
+    atomic_store_explicit(&c->refs, 1, memory_order_relaxed); /* not published */
     pthread_mutex_lock(&s->mu);
     int rc = th_call_session_put_locked(c);
     pthread_mutex_unlock(&s->mu);

@@ -320,18 +320,55 @@ static void collect_task(uint64_t k, void *v, void *ud)
     *(*pp)++ = c;
 }
 
-/* Waits until `pred` or the monotonic deadline; with h->mu held. */
+/* Calls not yet freed (plus 1 while the host is open): the shared word
+ * plus every thread part's lstart - lfree (manager.h), modulo 2^64.  The
+ * parts are collected twice around the shared word's read: a free seen
+ * (acquire) in the first collect has its start (made before it, on any
+ * thread) seen in the second, so two equal collects are one moment's
+ * counts.  Not settled after 64 tries (calls starting and ending all the
+ * while): the last sum, at least 1. */
+unsigned long th_host_live_calls(th_host *h)
+{
+    enum { N = 2 * TH_STAT_SHARDS };
+    unsigned long a[N], b[N], v = 0, sum = 0;
+    th_mgr *m = &h->mgr;
+    for (unsigned try = 0; try < 64; try++) {
+        unsigned long *x = try % 2 ? b : a, *y = try % 2 ? a : b;
+        if (try == 0)
+            for (unsigned i = 0; i < TH_STAT_SHARDS; i++) {
+                a[2 * i] = atomic_load_explicit(&m->calls_sh[i].lstart,
+                                                memory_order_acquire);
+                a[2 * i + 1] = atomic_load_explicit(&m->calls_sh[i].lfree,
+                                                    memory_order_acquire);
+            }
+        v = atomic_load(&h->live_calls);
+        for (unsigned i = 0; i < TH_STAT_SHARDS; i++) {
+            y[2 * i] = atomic_load_explicit(&m->calls_sh[i].lstart,
+                                            memory_order_acquire);
+            y[2 * i + 1] = atomic_load_explicit(&m->calls_sh[i].lfree,
+                                                memory_order_acquire);
+        }
+        sum = v;
+        for (unsigned i = 0; i < TH_STAT_SHARDS; i++)
+            sum += y[2 * i] - y[2 * i + 1];
+        if (memcmp(x, y, sizeof a) == 0)
+            return sum;
+    }
+    return sum ? sum : 1;
+}
+
+/* Waits until every call is freed or the monotonic deadline. */
 static bool wait_calls(th_host *h, int64_t until_ns)
 {
     pthread_mutex_lock(&h->mu);
-    while (atomic_load(&h->live_calls) > 0) {
+    while (th_host_live_calls(h) > 0) {
         if (until_ns && th_now_ns() >= until_ns)
             break;
         struct timespec ts;
         th_deadline_rt(&ts, 10);
         pthread_cond_timedwait(&h->cv, &h->mu, &ts);
     }
-    bool done = atomic_load(&h->live_calls) == 0;
+    bool done = th_host_live_calls(h) == 0;
     pthread_mutex_unlock(&h->mu);
     return done;
 }
@@ -341,8 +378,8 @@ void th_host_close(th_host *h)
     if (!h)
         return;
     pthread_mutex_lock(&h->mu);
-    h->closing = true;
-    /* From here the last call to be freed wakes wait_calls under mu. */
+    /* From here a call freed wakes wait_calls under mu (call_free) */
+    __atomic_store_n(&h->closing, true, __ATOMIC_SEQ_CST);
     atomic_fetch_sub(&h->live_calls, 1);
     pthread_mutex_unlock(&h->mu);
     /* Sessions the fronts left open. */
@@ -375,7 +412,7 @@ void th_host_close(th_host *h)
              * workers inside tools that ignore cancellation: a plugin
              * thread may still use them (and the host), so the host's
              * memory is kept, not freed under them. */
-            unsigned long n = (unsigned long)atomic_load(&h->live_calls);
+            unsigned long n = th_host_live_calls(h);
             th_log_warn("host close: abandoning %lu call%s still running (suspended "
                         "calls never completed, or tools that ignore cancellation): "
                         "not waiting for them; the host's memory is kept",

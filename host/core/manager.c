@@ -601,9 +601,15 @@ void th_mgr_submit(th_mcall *c)
 {
     th_host *h = c->h;
     th_mgr *m = &h->mgr;
-    /* c->timeout_ms: set when the call was recorded (call_start.c) */
+    /* c->timeout_ms: set when the call was recorded (call_start.c).  A
+     * release store (a seq_cst one is a locked `xchg`): the deadline
+     * thread reads it only after the call is published to it, by
+     * islot_put's compare-and-swap or th_mgr_arm's tmu, both after this
+     * store; another thread's relaxed read (call_cb.c) needs no order. */
     if (c->timeout_ms > 0)
-        atomic_store(&c->deadline_ns, c->start_ns + c->timeout_ms * 1000000);
+        atomic_store_explicit(&c->deadline_ns,
+                              c->start_ns + c->timeout_ms * 1000000,
+                              memory_order_release);
 
     th_mcall *cur = m->ops->current();
     bool nested = c->may_block && cur != NULL;
@@ -632,7 +638,7 @@ void th_mgr_submit(th_mcall *c)
          * not its lock either (the common inline call). */
         c->n_groups = 0;
         c->has_slots = false;
-        atomic_fetch_add(&m->inline_calls, 1);
+        th_mgr_own_add(m, inl, inline_calls, 1);
         c->inline_run = true;
         m->ops->run(c);
         return;
@@ -692,7 +698,7 @@ void th_mgr_submit(th_mcall *c)
             take_slots(c); /* has_slots: released by th_mgr_release */
         }
         pthread_mutex_unlock(&m->mu);
-        atomic_fetch_add(&m->inline_calls, 1);
+        th_mgr_own_add(m, inl, inline_calls, 1);
         c->inline_run = true;
         m->ops->run(c);
         return;
@@ -700,7 +706,7 @@ void th_mgr_submit(th_mcall *c)
     if (try_inline && !group_full(c) && !m->stop) {
         take_slots(c);
         pthread_mutex_unlock(&m->mu);
-        atomic_fetch_add(&m->inline_calls, 1);
+        th_mgr_own_add(m, inl, inline_calls, 1);
         c->inline_run = true;
         m->ops->run(c);
         return;

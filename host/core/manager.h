@@ -129,6 +129,22 @@ th_stat *th_stat_get(th_host *h, const char *tool);
 static inline void th_stat_call_started(th_host *h, th_stat *st);
 /* A call of `st` ended with a result (call.c): ok or failed, on the
  * calling thread's shard.  Any thread. */
+/* n more (modulo 2^64) on one of th_mgr's per-thread parts of the shared
+ * counter `all`: the calling thread's part when it holds a stats shard
+ * slot (no lock prefix), else `all` itself. */
+#define th_mgr_own_add(m, part, all, n)                                      \
+    do {                                                                     \
+        int t_ = th_stat_tl_slot;                                            \
+        if (t_ > 0) {                                                        \
+            atomic_ulong *a_ = &(m)->calls_sh[t_ - 1].part;                  \
+            atomic_store_explicit(                                           \
+                a_, atomic_load_explicit(a_, memory_order_relaxed) +         \
+                        (unsigned long)(n),                                  \
+                memory_order_relaxed);                                       \
+        } else {                                                             \
+            atomic_fetch_add(&(m)->all, (unsigned long)(n));                 \
+        }                                                                    \
+    } while (0)
 static inline void th_stat_count_done(th_stat *st, bool ok);
 /* Their slow paths (stats.c): a thread without its slot or shard yet. */
 void th_stat_call_started_slow(th_host *h, th_stat *st);
@@ -573,7 +589,14 @@ typedef struct th_mgr {
      * readers add them to calls_total. */
     struct {
         atomic_ulong n;
-        char pad[64 - sizeof(atomic_ulong)];
+        /* running and inline_calls' parts, the same way (th_mgr_own_add):
+         * a run's end may be counted by another thread than its start, so
+         * a part of `run` may wrap below 0; readers add them modulo 2^64 */
+        atomic_ulong run, inl;
+        /* h->live_calls' parts: calls recorded and freed by this thread
+         * (both only grow; th_host_live_calls reads them) */
+        atomic_ulong lstart, lfree;
+        char pad[64 - 5 * sizeof(atomic_ulong)];
     } calls_sh[TH_STAT_SHARDS];
     atomic_ulong inline_front, short_demoted, short_stuck; /* call_fast.c */
 
@@ -751,9 +774,11 @@ struct th_host {
     pthread_mutex_t stmu;       /* stats table (insert only) */
     _Atomic(th_stat *) stat_b[256]; /* lock-free reads */
     atomic_ulong live_calls;    /* calls not yet freed, plus 1 while the
-                                   host is open (th_host_close drops it):
-                                   call_free takes mu only for the last
-                                   call of a closing host */
+                                   host is open (th_host_close drops it),
+                                   with mgr.calls_sh's lstart - lfree
+                                   (a thread with a stats shard slot counts
+                                   there): th_host_live_calls.  call_free
+                                   of a closing host takes mu */
     /* The quarantine of ended calls (call.c): a ring that a tombstone
      * enters with one atomic exchange, taking out the one TH_CALL_TOMBS
      * tombstones older (destroyed by whoever took it out); no lock. */
@@ -805,6 +830,10 @@ static inline void th_stat_call_started(th_host *h, th_stat *st)
         th_stat_call_started_slow(h, st);
     }
 }
+
+/* host.c: calls not yet freed, plus 1 while the host is open (see
+ * th_host.live_calls). */
+unsigned long th_host_live_calls(th_host *h);
 
 void th_session_ref(th_session *s);
 void th_session_unref(th_session *s);

@@ -442,12 +442,19 @@ void th_host_mgr_stats(th_host *h, th_mgr_stats *out)
     out->lost_workers = m->lost_total;
     out->lost_workers_now = m->lost_now;
     pthread_mutex_unlock(&m->mu);
-    out->running = atomic_load(&m->running);
     out->calls_total = atomic_load(&m->calls_total);
-    for (unsigned i = 0; i < TH_STAT_SHARDS; i++)
+    unsigned long run = atomic_load(&m->running);
+    out->inline_calls = atomic_load(&m->inline_calls);
+    for (unsigned i = 0; i < TH_STAT_SHARDS; i++) {
         out->calls_total += atomic_load_explicit(&m->calls_sh[i].n,
                                                  memory_order_relaxed);
-    out->inline_calls = atomic_load(&m->inline_calls);
+        run += atomic_load_explicit(&m->calls_sh[i].run, memory_order_relaxed);
+        out->inline_calls += atomic_load_explicit(&m->calls_sh[i].inl,
+                                                  memory_order_relaxed);
+    }
+    /* (parts read one after the other: a run that started on one thread
+     * and ended on another may be seen ended and not started) */
+    out->running = (long)run < 0 ? 0 : run;
     out->inline_front = atomic_load(&m->inline_front);
     out->short_demoted = atomic_load(&m->short_demoted);
     out->short_stuck = atomic_load(&m->short_stuck);

@@ -20,6 +20,7 @@
 #include <CUnit/CUnit.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -665,6 +666,233 @@ static void test_shard_counts(void)
     th_host_close(h);
 }
 
+/* ---- the manager's running and inline_calls on the thread parts ----------------- */
+
+#define MP_THREADS 40 /* more than TH_STAT_SHARDS: some count on the shared word */
+#define MP_COUNTS 300
+
+typedef struct mp_run {
+    th_host *h;
+    th_stat *st;
+    int dir; /* +1: runs start here; -1: runs end here (started elsewhere) */
+    pthread_barrier_t *all_in;
+} mp_run;
+
+static void *mp_main(void *arg)
+{
+    mp_run *r = arg;
+    th_mgr *m = &r->h->mgr;
+    th_stat_call_started(r->h, r->st); /* takes this thread's slot, if any */
+    for (int i = 0; i < MP_COUNTS; i++) {
+        th_mgr_own_add(m, run, running, r->dir);
+        if (r->dir > 0)
+            th_mgr_own_add(m, inl, inline_calls, 1);
+    }
+    pthread_barrier_wait(r->all_in); /* all live at once: 8 without a slot */
+    return NULL;
+}
+
+/* th_mgr_own_add from 40 threads at once (8 without a shard slot, on the
+ * shared word) that start runs, then from 40 others that end as many (a
+ * run ended on another thread than the one it started on: that thread's
+ * part goes below 0).  host.stats' running comes back to where
+ * it was, inline_calls exact; then inline echo calls from 4 threads:
+ * inline_calls up by their number, running back to 0. */
+static void test_mgr_parts(void)
+{
+    th_host *h = th_test_echo_host_open();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(h);
+    th_stat *st = th_stat_get(h, "counted");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+    th_mgr_stats m0;
+    th_host_mgr_stats(h, &m0);
+    mp_run r[2] = {{.h = h, .st = st, .dir = 1}, {.h = h, .st = st, .dir = -1}};
+    th_mgr_stats m1;
+    for (int k = 0; k < 2; k++) {
+        /* first 40 threads start runs, then 40 others end them */
+        pthread_barrier_t all_in;
+        pthread_barrier_init(&all_in, NULL, MP_THREADS);
+        r[k].all_in = &all_in;
+        pthread_t th[MP_THREADS];
+        for (int i = 0; i < MP_THREADS; i++)
+            CU_ASSERT_EQUAL_FATAL(pthread_create(&th[i], NULL, mp_main, &r[k]), 0);
+        for (int i = 0; i < MP_THREADS; i++)
+            pthread_join(th[i], NULL);
+        pthread_barrier_destroy(&all_in);
+        th_host_mgr_stats(h, &m1);
+        CU_ASSERT_EQUAL(m1.running,
+                        m0.running + (k ? 0 : (uint64_t)MP_COUNTS * MP_THREADS));
+        CU_ASSERT_EQUAL(m1.inline_calls - m0.inline_calls,
+                        (uint64_t)MP_COUNTS * MP_THREADS);
+    }
+    th_stat_call_started(h, st); /* this thread's slot */
+    /* the same from one thread's side: a start counted, then its end */
+    th_mgr_own_add(&h->mgr, run, running, 1);
+    th_host_mgr_stats(h, &m1);
+    CU_ASSERT_EQUAL(m1.running, m0.running + 1);
+    th_mgr_own_add(&h->mgr, run, running, -1);
+    th_host_mgr_stats(h, &m1);
+    CU_ASSERT_EQUAL(m1.running, m0.running);
+    /* inline echo calls: each counted inline once, none left running */
+    static const th_front_ops rpc = {.front = TOOLHOST_FRONT_RPC};
+    th_principal me = {.uid = (uint32_t)getuid(), .gid = (uint32_t)getgid()};
+    th_session *a = th_session_open(h, &me, &rpc, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+    char out[64];
+    for (int i = 0; i < 50; i++)
+        CU_ASSERT_EQUAL(call(a, "echo", "{\"text\":\"x\"}", out, sizeof out), 0);
+    th_mgr_stats m2;
+    th_host_mgr_stats(h, &m2);
+    CU_ASSERT_EQUAL(m2.inline_calls - m1.inline_calls, 50);
+    CU_ASSERT_EQUAL(m2.running, 0);
+    th_session_close(a);
+    th_host_close(h);
+}
+
+/* ---- the live call count's thread parts, read while they change ------------------ */
+
+#define LC_FILL 16 /* threads holding the slots between the two counters' */
+
+typedef struct lc_run {
+    th_host *h;
+    cpu_set_t one; /* the reader, the starter and the freer share a CPU:
+                      the reader is preempted between its reads */
+    atomic_ulong started; /* recorded, not yet freed */
+    atomic_int stop, ready, slotless;
+} lc_run;
+
+static void lc_take_slot(lc_run *r)
+{
+    th_stat_call_started(r->h, NULL); /* this thread's slot, till it ends */
+    if (th_stat_tl_slot <= 0)
+        atomic_store(&r->slotless, 1);
+    atomic_fetch_add(&r->ready, 1);
+}
+
+static void *lc_filler(void *arg)
+{
+    lc_run *r = arg;
+    lc_take_slot(r);
+    struct timespec ts = {0, 1000000};
+    for (int i = 0; i < 20000 && !atomic_load(&r->stop); i++)
+        nanosleep(&ts, NULL);
+    return NULL;
+}
+
+/* "calls" recorded on this thread's part and freed on another's right
+ * after, as calls ended by another thread than their caller's */
+static void *lc_starter(void *arg)
+{
+    lc_run *r = arg;
+    (void)pthread_setaffinity_np(pthread_self(), sizeof r->one, &r->one);
+    lc_take_slot(r);
+    if (th_stat_tl_slot <= 0)
+        return NULL;
+    atomic_ulong *ls = &r->h->mgr.calls_sh[th_stat_tl_slot - 1].lstart;
+    while (!atomic_load(&r->stop)) {
+        atomic_store_explicit(ls, atomic_load_explicit(ls, memory_order_relaxed) + 1,
+                              memory_order_relaxed);
+        atomic_fetch_add_explicit(&r->started, 1, memory_order_release);
+        for (int k = 0; k < 1000 && atomic_load(&r->started) > 4; k++)
+            ; /* the freer keeps up */
+    }
+    return NULL;
+}
+
+static void *lc_freer(void *arg)
+{
+    lc_run *r = arg;
+    (void)pthread_setaffinity_np(pthread_self(), sizeof r->one, &r->one);
+    lc_take_slot(r);
+    if (th_stat_tl_slot <= 0)
+        return NULL;
+    atomic_ulong *lf = &r->h->mgr.calls_sh[th_stat_tl_slot - 1].lfree;
+    for (;;) {
+        /* stop read first: 2 means the starter had ended, so n is all */
+        bool last = atomic_load(&r->stop) == 2;
+        unsigned long n = atomic_load_explicit(&r->started, memory_order_acquire);
+        if (!n) {
+            if (last)
+                break;
+            continue;
+        }
+        atomic_fetch_sub_explicit(&r->started, 1, memory_order_acq_rel);
+        atomic_store_explicit(lf, atomic_load_explicit(lf, memory_order_relaxed) + 1,
+                              memory_order_release);
+    }
+    return NULL;
+}
+
+static int64_t lc_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static bool lc_wait_ready(lc_run *r, int n)
+{
+    struct timespec ts = {0, 100000};
+    for (int i = 0; i < 50000 && atomic_load(&r->ready) < n; i++)
+        nanosleep(&ts, NULL); /* 5 s at most */
+    return atomic_load(&r->ready) >= n;
+}
+
+/* th_host_live_calls (what th_host_close waits for) read while calls are
+ * counted on one thread's part and freed on another's 16 slots later:
+ * never below the open host's own 1 (a reader that sums the parts once
+ * counts frees whose starts it read too early, and says 0: the host
+ * would be freed under live calls), and exact once they stop. */
+static void test_live_calls_parts(void)
+{
+    th_host *h = th_test_echo_host_open();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(h);
+    th_stat_call_started(h, NULL); /* the reader's own slot first */
+    lc_run r = {.h = h};
+    cpu_set_t all;
+    CPU_ZERO(&r.one);
+    if (sched_getaffinity(0, sizeof all, &all) == 0)
+        for (int c = 0; c < CPU_SETSIZE; c++)
+            if (CPU_ISSET(c, &all)) {
+                CPU_SET(c, &r.one);
+                break;
+            }
+    pthread_t st, fr, fill[LC_FILL];
+    /* slots in this order: the starter's, the fillers', the freer's */
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&st, NULL, lc_starter, &r), 0);
+    CU_ASSERT_FATAL(lc_wait_ready(&r, 1));
+    for (int i = 0; i < LC_FILL; i++) {
+        CU_ASSERT_EQUAL_FATAL(pthread_create(&fill[i], NULL, lc_filler, &r), 0);
+        CU_ASSERT_FATAL(lc_wait_ready(&r, 2 + i));
+    }
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&fr, NULL, lc_freer, &r), 0);
+    CU_ASSERT_FATAL(lc_wait_ready(&r, 2 + LC_FILL));
+    CU_ASSERT_FALSE(atomic_load(&r.slotless)); /* (then nothing is counted) */
+    cpu_set_t was;
+    bool pinned = pthread_getaffinity_np(pthread_self(), sizeof was, &was) == 0 &&
+                  pthread_setaffinity_np(pthread_self(), sizeof r.one, &r.one) == 0;
+    int64_t until = lc_now_ms() + 300;
+    long reads = 0, low = 0;
+    while (lc_now_ms() < until) {
+        for (int i = 0; i < 1000; i++, reads++)
+            low += (long)th_host_live_calls(h) < 1; /* (below 0: a huge unsigned) */
+    }
+    if (pinned)
+        (void)pthread_setaffinity_np(pthread_self(), sizeof was, &was);
+    atomic_store(&r.stop, 1);
+    pthread_join(st, NULL);
+    atomic_store(&r.stop, 2);
+    pthread_join(fr, NULL);
+    for (int i = 0; i < LC_FILL; i++)
+        pthread_join(fill[i], NULL);
+    CU_ASSERT_EQUAL(low, 0);
+    if (low)
+        fprintf(stderr, "\n  live calls read below 1: %ld of %ld reads\n", low, reads);
+    unsigned long lc_end = th_host_live_calls(h);
+    CU_ASSERT_EQUAL(lc_end, 1); /* the open host's own */
+    th_host_close(h);
+}
+
 void th_suite_call_cache(void)
 {
     CU_pSuite s = CU_add_suite("call_cache", NULL, NULL);
@@ -676,4 +904,6 @@ void th_suite_call_cache(void)
     CU_add_test(s, "config_address_reused", test_config_address_reused);
     CU_add_test(s, "group_counts", test_group_counts);
     CU_add_test(s, "shard_counts", test_shard_counts);
+    CU_add_test(s, "mgr_parts", test_mgr_parts);
+    CU_add_test(s, "live_calls_parts", test_live_calls_parts);
 }
