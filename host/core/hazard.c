@@ -121,6 +121,11 @@ th_hz_rec *th_hz_take(void)
     return r;
 }
 
+void th_hz_init(void)
+{
+    pthread_once(&rec_once, rec_key_make);
+}
+
 void th_hz_wait(int k, const void *old)
 {
     if (!old)

@@ -61,6 +61,15 @@ extern __thread th_hz_rec *th_hz_tl;
  * caller then reads under its lock, as before). */
 th_hz_rec *th_hz_take(void);
 
+/* Sets the process up (the thread key, the light mode): the first host's
+ * open calls it, before the host starts a thread.  The kernel's
+ * registration for membarrier waits for an RCU grace period when the
+ * process has more than one thread (13.7 ms measured under strace on the
+ * machines of bench/README.md, paid by a start with `reload: signal`,
+ * which copies plugins on threads); with one thread it returns at once.
+ * Later calls do nothing; readers and writers call it themselves too. */
+void th_hz_init(void);
+
 static inline th_hz_rec *th_hz_mine(void)
 {
     th_hz_rec *r = th_hz_tl;

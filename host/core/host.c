@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hazard.h"
 #include "manager.h"
 #include "out.h"
 #include "reloader.h"
@@ -228,6 +229,7 @@ int th_host_open_ex(th_config *cfg, const th_host_opts *opts, th_host **out,
                     th_error *err)
 {
     *out = NULL;
+    th_hz_init(); /* while the process may still have one thread */
     th_host *h = calloc(1, sizeof *h);
     if (!h) {
         th_config_free(cfg);
