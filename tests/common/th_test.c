@@ -1,6 +1,8 @@
 /* th_test.c - helpers shared by the test suites (see th_test.h). */
 #include "common/th_test.h"
 
+#include <CUnit/CUnit.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -86,6 +88,44 @@ char *th_test_write_file(const char *dir, const char *name, const char *text,
         die("fwrite");
     fclose(f);
     return p;
+}
+
+void th_test_replace_file(const char *dst, const void *data, size_t n,
+                          int mode)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.new", dst);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, mode);
+    CU_ASSERT_FATAL(fd >= 0);
+    CU_ASSERT_EQUAL_FATAL(write(fd, data, n), (ssize_t)n);
+    fchmod(fd, (mode_t)mode);
+    close(fd);
+    CU_ASSERT_EQUAL_FATAL(rename(tmp, dst), 0);
+}
+
+char *th_test_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 8192, n = 0, got;
+    char *b = malloc(cap);
+    if (!b)
+        die("malloc");
+    while ((got = fread(b + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (cap - n - 1 == 0) {
+            char *m = realloc(b, cap *= 2);
+            if (!m)
+                die("realloc");
+            b = m;
+        }
+    }
+    fclose(f);
+    b[n] = '\0';
+    if (len)
+        *len = n;
+    return b;
 }
 
 static void append(char **buf, size_t *len, size_t *cap, const char *d,

@@ -23,6 +23,17 @@ void th_test_rmtree(const char *path);
 char *th_test_write_file(const char *dir, const char *name, const char *text,
                          size_t len);
 
+/* Replaces dst with n bytes of data and the given mode through a
+ * temporary file and rename(): a new inode, as a build that replaces its
+ * output (a reloading host sees the change).  Fails the test (CUnit
+ * fatal assertion) on any error. */
+void th_test_replace_file(const char *dst, const void *data, size_t n,
+                          int mode);
+
+/* The whole of a file, NUL-terminated (the NUL not counted in *len, which
+ * may be NULL), malloc()ed; NULL when it cannot be opened. */
+char *th_test_read_file(const char *path, size_t *len);
+
 /* The output of a finished program. */
 typedef struct th_test_run {
     int status;  /* exit status, or 128 + signal number */

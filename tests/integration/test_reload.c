@@ -43,17 +43,6 @@ static int64_t wait_ms(void)
 
 /* ---- files ------------------------------------------------------------------------- */
 
-static void put_bytes(const char *dst, const void *data, size_t n)
-{
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.new", dst);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0755);
-    CU_ASSERT_FATAL(fd >= 0);
-    CU_ASSERT_EQUAL_FATAL(write(fd, data, n), (ssize_t)n);
-    close(fd);
-    CU_ASSERT_EQUAL_FATAL(rename(tmp, dst), 0);
-}
-
 static void put_file(const char *src, const char *dst)
 {
     FILE *f = fopen(src, "rb");
@@ -64,7 +53,7 @@ static void put_file(const char *src, const char *dst)
     while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
         th_buf_append(&b, chunk, n);
     fclose(f);
-    put_bytes(dst, b.data, b.len);
+    th_test_replace_file(dst, b.data, b.len, 0755);
     th_buf_destroy(&b);
 }
 
@@ -105,7 +94,7 @@ static void write_config(srv *s, const char *reload, bool with_fx,
         th_buf_printf(&b,
                       "  - name: fx\n    path: %s\n    config:\n      marker: %s\n%s",
                       s->so, s->marker, fx_extra ? fx_extra : "");
-    put_bytes(s->cfg, b.data, b.len);
+    th_test_replace_file(s->cfg, b.data, b.len, 0755);
     th_buf_destroy(&b);
 }
 
@@ -377,7 +366,7 @@ static void test_sighup_method_cli(void)
     CU_ASSERT_STRING_EQUAL(out, "A");
 
     /* A broken .so: nothing changes, the reason comes back. */
-    put_bytes(s.so, "this is no shared object, it is text long enough\n", 49);
+    th_test_replace_file(s.so, "this is no shared object, it is text long enough\n", 49, 0755);
     CU_ASSERT(!reload_ok(c, why, sizeof why));
     CU_ASSERT_PTR_NOT_NULL(strstr(why, "not a shared object"));
     CU_ASSERT_EQUAL(call_tool(c, "rl_answer", NULL, out, sizeof out), 0);
@@ -385,7 +374,7 @@ static void test_sighup_method_cli(void)
 
     /* A config with a syntax error. */
     put_file(th_test_build_path("fixtures/reload_a.so"), s.so);
-    put_bytes(s.cfg, "plugins: [unclosed\n", 19);
+    th_test_replace_file(s.cfg, "plugins: [unclosed\n", 19, 0755);
     CU_ASSERT(!reload_ok(c, why, sizeof why));
     CU_ASSERT_PTR_NOT_NULL(strstr(why, "toolhost.yaml:"));
     CU_ASSERT_EQUAL(call_tool(c, "rl_answer", NULL, out, sizeof out), 0);
@@ -554,7 +543,7 @@ static void old_code_finishes(const char *tool, const char *started_log)
     CU_ASSERT_EQUAL(call_tool(c, "rl_answer", NULL, out, sizeof out), 0);
     CU_ASSERT_STRING_EQUAL(out, "B");
     CU_ASSERT(!file_has(s.marker, "fini A"));
-    put_bytes(s.gate, "go", 2);
+    th_test_replace_file(s.gate, "go", 2, 0755);
     pthread_join(th, NULL);
     CU_ASSERT_EQUAL(b.rc, 0);
     CU_ASSERT_STRING_EQUAL(b.out, "A");
@@ -595,7 +584,7 @@ static void test_removed_in_flight(void)
     CU_ASSERT_NOT_EQUAL(call_tool(c, "rl_answer", NULL, out, sizeof out), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "rl_answer"));
     CU_ASSERT(!file_has(s.marker, "fini"));
-    put_bytes(s.gate, "go", 2);
+    th_test_replace_file(s.gate, "go", 2, 0755);
     pthread_join(th, NULL);
     CU_ASSERT_EQUAL(b.rc, 0);
     CU_ASSERT_STRING_EQUAL(b.out, "A");

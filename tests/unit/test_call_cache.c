@@ -40,42 +40,12 @@
 
 /* ---- files ------------------------------------------------------------------ */
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    th_buf b = TH_BUF_INIT;
-    char chunk[8192];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        th_buf_append(&b, chunk, n);
-    fclose(f);
-    *len = b.len;
-    th_buf_append(&b, "", 1);
-    return (char *)th_buf_take(&b, NULL);
-}
-
-/* Writes `data` to `dst` by a temporary file and rename() (a new inode,
- * as a build that replaces its output). */
-static void put_bytes(const char *dst, const void *data, size_t n, int mode)
-{
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.new", dst);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, mode);
-    CU_ASSERT_FATAL(fd >= 0);
-    CU_ASSERT_EQUAL_FATAL(write(fd, data, n), (ssize_t)n);
-    fchmod(fd, (mode_t)mode);
-    close(fd);
-    CU_ASSERT_EQUAL_FATAL(rename(tmp, dst), 0);
-}
-
 static void put_so(const char *fixture, const char *dst)
 {
     size_t n = 0;
-    char *data = slurp(th_test_build_path(fixture), &n);
+    char *data = th_test_read_file(th_test_build_path(fixture), &n);
     CU_ASSERT_PTR_NOT_NULL_FATAL(data);
-    put_bytes(dst, data, n, 0755);
+    th_test_replace_file(dst, data, n, 0755);
     free(data);
 }
 
@@ -103,7 +73,7 @@ static void cx_config(cx *x, const char *tail)
                   "  - name: perm\n    path: %s\n%s",
                   x->dir, th_test_build_path("plugins/echo.so"), x->so,
                   th_test_build_path("fixtures/perm_tools.so"), tail);
-    put_bytes(x->cfg_path, b.data, b.len, 0644);
+    th_test_replace_file(x->cfg_path, b.data, b.len, 0644);
     th_buf_destroy(&b);
 }
 
@@ -262,7 +232,7 @@ static void check_config(cx *x, th_session *s, bool is_x)
      * the file rl_hold waits for is there: it answers at once) */
     snprintf(args, sizeof args, "{\"path\":\"%s\"}", x->hold);
     if (!is_x)
-        put_bytes(x->hold, "", 0, 0644);
+        th_test_replace_file(x->hold, "", 0, 0644);
     int64_t t0 = now_ms();
     rc = call(s, "rl_hold", args, out, sizeof out);
     int64_t took = now_ms() - t0;

@@ -36,29 +36,12 @@
 
 /* ---- helpers ------------------------------------------------------------------- */
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    th_buf b = TH_BUF_INIT;
-    char chunk[8192];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        th_buf_append(&b, chunk, n);
-    fclose(f);
-    th_buf_append(&b, "", 1);
-    if (len)
-        *len = b.len - 1;
-    return (char *)th_buf_take(&b, NULL);
-}
-
 /* Writes `len` bytes of `src` (all when len is (size_t)-1) to `dst` by a
  * temporary file and rename(), as a build that replaces its output does. */
 static void put_file(const char *src, const char *dst, size_t len)
 {
     size_t n = 0;
-    char *data = slurp(src, &n);
+    char *data = th_test_read_file(src, &n);
     CU_ASSERT_PTR_NOT_NULL_FATAL(data);
     if (len != (size_t)-1 && len < n)
         n = len;
@@ -312,7 +295,7 @@ static uint64_t gen_of(fx *f)
 
 static bool marker_has(fx *f, const char *line)
 {
-    char *m = slurp(f->marker, NULL);
+    char *m = th_test_read_file(f->marker, NULL);
     bool has = m && strstr(m, line);
     free(m);
     return has;
@@ -2044,7 +2027,7 @@ static void *xr_run(void *arg)
 
 static long marker_pos(fx *f, const char *line)
 {
-    char *m = slurp(f->marker, NULL);
+    char *m = th_test_read_file(f->marker, NULL);
     const char *p = m ? strstr(m, line) : NULL;
     long pos = p ? (long)(p - m) : -1;
     free(m);
