@@ -11,11 +11,11 @@
 
 #include "manager.h"
 
-bool th_host_is_admin(th_host *h, const th_principal *who)
+/* Both read the config through a reference of their own (a front's
+ * thread, while a reload may swap the config and free the old one once
+ * its last holder lets go). */
+static bool is_admin(const th_config *cfg, const th_principal *who)
 {
-    if (who->trusted || who->uid == 0)
-        return true;
-    const th_config *cfg = th_host_config(h);
     if (!cfg->admin.present)
         return who->uid == (uint32_t)geteuid();
     if (cfg->admin.n_users == 0 && cfg->admin.n_groups == 0)
@@ -27,9 +27,19 @@ bool th_host_is_admin(th_host *h, const th_principal *who)
     return th_acl_allows(&acl, who);
 }
 
+bool th_host_is_admin(th_host *h, const th_principal *who)
+{
+    if (who->trusted || who->uid == 0)
+        return true;
+    th_config *cfg = th_host_config_get(h);
+    bool yes = is_admin(cfg, who);
+    th_config_unref(cfg);
+    return yes;
+}
+
 const char *th_host_admin_rule(th_host *h, char *buf, size_t n)
 {
-    const th_config *cfg = th_host_config(h);
+    th_config *cfg = th_host_config_get(h);
     if (cfg->admin.present)
         snprintf(buf, n, "admin.users/admin.groups in %s:%d:%d", cfg->path,
                  cfg->admin.line, cfg->admin.col);
@@ -38,5 +48,6 @@ const char *th_host_admin_rule(th_host *h, char *buf, size_t n)
                  "without an admin: section in %s, root and the uid the "
                  "host runs as (%u)",
                  cfg->path, (unsigned)geteuid());
+    th_config_unref(cfg);
     return buf;
 }
