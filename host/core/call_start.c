@@ -366,13 +366,10 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
     atomic_init(&c->abort_code, 0);
     atomic_init(&c->is_task, false);
     /* counted on this thread's part (no lock prefix), else the shared word */
-    if (th_stat_tl_slot > 0) {
-        atomic_ulong *ls = &h->mgr.calls_sh[th_stat_tl_slot - 1].lstart;
-        atomic_store_explicit(ls, atomic_load_explicit(ls, memory_order_relaxed) + 1,
-                              memory_order_relaxed);
-    } else {
+    if (th_stat_tl_slot > 0)
+        th_own_add(&h->mgr.calls_sh[th_stat_tl_slot - 1].lstart, 1);
+    else
         atomic_fetch_add(&h->live_calls, 1);
-    }
 
     /* A call that runs inline here with nothing of the pool to take is
      * published in this thread's call slot, not the session's map (no

@@ -123,40 +123,37 @@ void th_stat_session_opened(th_host *h, const char *front);
 
 /* The entry of `tool`, created on first use; NULL when out of memory. */
 th_stat *th_stat_get(th_host *h, const char *tool);
+/* This thread's shard slot + 1 (stats.c), <= 0: none (yet). */
+extern __thread int th_stat_tl_slot;
+/* n more (modulo 2^64) on a counter only this thread writes (its stats
+ * shard's, its part of a th_mgr counter): a plain load and store, no lock
+ * prefix.  Readers load it relaxed and add the parts. */
+static inline void th_own_add(atomic_ulong *a, unsigned long n)
+{
+    atomic_store_explicit(a, atomic_load_explicit(a, memory_order_relaxed) + n,
+                          memory_order_relaxed);
+}
+/* n more on one of th_mgr's per-thread parts of the shared counter `all`:
+ * the calling thread's part when it holds a stats shard slot, else `all`
+ * itself (an atomic add). */
+#define th_mgr_own_add(m, part, all, n)                                      \
+    do {                                                                     \
+        int t_ = th_stat_tl_slot;                                            \
+        if (t_ > 0)                                                          \
+            th_own_add(&(m)->calls_sh[t_ - 1].part, (unsigned long)(n));     \
+        else                                                                 \
+            atomic_fetch_add(&(m)->all, (unsigned long)(n));                 \
+    } while (0)
 /* A call started (call_start.c): one more in the host's calls_total and,
  * with `st` (NULL: an unknown tool), in its tool's calls; on the calling
  * thread's shard (no lock-prefixed add).  Any thread. */
 static inline void th_stat_call_started(th_host *h, th_stat *st);
 /* A call of `st` ended with a result (call.c): ok or failed, on the
  * calling thread's shard.  Any thread. */
-/* n more (modulo 2^64) on one of th_mgr's per-thread parts of the shared
- * counter `all`: the calling thread's part when it holds a stats shard
- * slot (no lock prefix), else `all` itself. */
-#define th_mgr_own_add(m, part, all, n)                                      \
-    do {                                                                     \
-        int t_ = th_stat_tl_slot;                                            \
-        if (t_ > 0) {                                                        \
-            atomic_ulong *a_ = &(m)->calls_sh[t_ - 1].part;                  \
-            atomic_store_explicit(                                           \
-                a_, atomic_load_explicit(a_, memory_order_relaxed) +         \
-                        (unsigned long)(n),                                  \
-                memory_order_relaxed);                                       \
-        } else {                                                             \
-            atomic_fetch_add(&(m)->all, (unsigned long)(n));                 \
-        }                                                                    \
-    } while (0)
 static inline void th_stat_count_done(th_stat *st, bool ok);
 /* Their slow paths (stats.c): a thread without its slot or shard yet. */
 void th_stat_call_started_slow(th_host *h, th_stat *st);
 void th_stat_count_done_slow(th_stat *st, bool ok);
-/* This thread's shard slot + 1 (stats.c), <= 0: none (yet). */
-extern __thread int th_stat_tl_slot;
-/* One more on a counter only this thread writes (its shard's). */
-static inline void th_stat_own_inc(atomic_ulong *a)
-{
-    atomic_store_explicit(a, atomic_load_explicit(a, memory_order_relaxed) + 1,
-                          memory_order_relaxed);
-}
 static inline void th_stat_count_done(th_stat *st, bool ok)
 {
     int t = th_stat_tl_slot;
@@ -164,7 +161,7 @@ static inline void th_stat_count_done(th_stat *st, bool ok)
                                                      memory_order_acquire)
                               : NULL;
     if (sh)
-        th_stat_own_inc(ok ? &sh->ok : &sh->failed);
+        th_own_add(ok ? &sh->ok : &sh->failed, 1);
     else
         th_stat_count_done_slow(st, ok);
 }
@@ -435,18 +432,11 @@ static inline th_dup_scope th_call_dup_scope(const th_mcall *c)
                ? (th_dup_scope)c->ov->duplicate_scope
                : c->ts->duplicate_scope;
 }
-/* The byte limit of the call's `sem` stream: th_out_limit's answer (the
- * override's, else the toolset's, else the config's), read through c->ov
- * (a toolset names a tool once among its overrides: the config refuses a
- * duplicate key). */
+/* The byte limit of the call's `sem` stream (th_out_limit_ov's rule),
+ * read through c->ov: no name lookup. */
 static inline uint64_t th_call_out_limit(const th_mcall *c, uint32_t sem)
 {
-    uint32_t i = sem < TH_SEM_COUNT ? sem : 0;
-    if (c->ov && c->ov->limits.bytes[i])
-        return c->ov->limits.bytes[i];
-    if (c->ts && c->ts->limits.bytes[i])
-        return c->ts->limits.bytes[i];
-    return c->cfg->limits.bytes[i];
+    return th_out_limit_ov(&c->cfg->limits, c->ts, c->ov, sem);
 }
 
 /* How many ended calls the host keeps as tombstones (see th_mcall.tomb):
@@ -824,8 +814,8 @@ static inline void th_stat_call_started(th_host *h, th_stat *st)
                                                            memory_order_acquire)
                                     : NULL;
     if (sh) {
-        th_stat_own_inc(&h->mgr.calls_sh[t - 1].n);
-        th_stat_own_inc(&sh->calls);
+        th_own_add(&h->mgr.calls_sh[t - 1].n, 1);
+        th_own_add(&sh->calls, 1);
     } else {
         th_stat_call_started_slow(h, st);
     }

@@ -66,17 +66,11 @@ void th_out_set_offset_base(th_out *o, uint64_t base)
 uint64_t th_out_limit(const th_limits *host, const th_toolset_cfg *ts,
                       const char *tool, uint32_t sem)
 {
-    uint32_t i = sem < TH_SEM_COUNT ? sem : 0;
-    if (ts) {
-        for (size_t k = 0; tool && k < ts->n_overrides; k++)
-            if (ts->overrides[k].tool &&
-                strcmp(ts->overrides[k].tool, tool) == 0 &&
-                ts->overrides[k].limits.bytes[i])
-                return ts->overrides[k].limits.bytes[i];
-        if (ts->limits.bytes[i])
-            return ts->limits.bytes[i];
-    }
-    return host ? host->bytes[i] : 0;
+    const th_tool_override *ov = NULL;
+    for (size_t k = 0; ts && tool && !ov && k < ts->n_overrides; k++)
+        if (ts->overrides[k].tool && strcmp(ts->overrides[k].tool, tool) == 0)
+            ov = &ts->overrides[k]; /* a toolset names a tool once */
+    return th_out_limit_ov(host, ts, ov, sem);
 }
 
 /* ---- UTF-8 and counting ------------------------------------------------ */

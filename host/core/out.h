@@ -43,6 +43,7 @@
 #include <stdint.h>
 
 #include "th/buf.h"
+#include "th/config.h"
 
 struct msgpack_packer;
 struct th_limits;
@@ -163,10 +164,27 @@ int th_out_pack_info(struct msgpack_packer *pk, const th_out_info *out,
  * is 0).  Safe from any thread. */
 int th_out_spill_gc(const char *dir, uint64_t max_age_ms, uint64_t max_total);
 
-/* The byte limit for a `sem` stream of tool `tool` in toolset `ts`: the
- * toolset's override for that tool if it sets one, else the toolset's
- * limits, else `host` (the config's limits, defaults filled in).  0 entries
- * inherit; a type out of range uses entry 0.  `ts` may be NULL.  Pure. */
+/* The byte limit for a `sem` stream of a tool in toolset `ts` whose
+ * override there is `ov`: the override's if it sets one, else the
+ * toolset's limits, else `host` (the config's limits, defaults filled
+ * in).  0 entries inherit; a type out of range uses entry 0.  `ts`, `ov`
+ * and `host` may be NULL.  Pure.  The one place of this rule: the call
+ * path (th_call_out_limit, through the override found when the call
+ * started) and th_out_limit (by the tool's name) come here. */
+static inline uint64_t th_out_limit_ov(const th_limits *host,
+                                       const th_toolset_cfg *ts,
+                                       const th_tool_override *ov,
+                                       uint32_t sem)
+{
+    uint32_t i = sem < TH_SEM_COUNT ? sem : 0;
+    if (ov && ov->limits.bytes[i])
+        return ov->limits.bytes[i];
+    if (ts && ts->limits.bytes[i])
+        return ts->limits.bytes[i];
+    return host ? host->bytes[i] : 0;
+}
+
+/* The same for tool `tool`, its override found by name in `ts`. */
 uint64_t th_out_limit(const struct th_limits *host,
                       const struct th_toolset_cfg *ts, const char *tool,
                       uint32_t sem);

@@ -179,13 +179,7 @@ void th_stat_free_shards(th_stat *st)
         free(atomic_load_explicit(&st->shard[i], memory_order_relaxed));
 }
 
-/* One more on a counter only this thread writes: no lock prefix. */
-static inline void own_add(atomic_ulong *a, unsigned long n)
-{
-    atomic_store_explicit(a, atomic_load_explicit(a, memory_order_relaxed) + n,
-                          memory_order_relaxed);
-}
-
+/* th_own_add (manager.h) for the 64-bit sum. */
 static inline void own_add_ull(atomic_ullong *a, unsigned long long n)
 {
     atomic_store_explicit(a, atomic_load_explicit(a, memory_order_relaxed) + n,
@@ -205,10 +199,10 @@ void th_stat_call_started_slow(th_host *h, th_stat *st)
             atomic_fetch_add(&st->calls, 1);
         return;
     }
-    own_add(&h->mgr.calls_sh[t - 1].n, 1);
+    th_own_add(&h->mgr.calls_sh[t - 1].n, 1);
     th_stat_shard *sh = st ? shard_of(st, t) : NULL;
     if (sh)
-        own_add(&sh->calls, 1);
+        th_own_add(&sh->calls, 1);
     else if (st) /* out of memory for the shard */
         atomic_fetch_add(&st->calls, 1);
 }
@@ -218,7 +212,7 @@ void th_stat_count_done_slow(th_stat *st, bool ok)
     int t = my_slot();
     th_stat_shard *sh = t > 0 ? shard_of(st, t) : NULL;
     if (sh)
-        own_add(ok ? &sh->ok : &sh->failed, 1);
+        th_own_add(ok ? &sh->ok : &sh->failed, 1);
     else
         atomic_fetch_add(ok ? &st->ok : &st->failed, 1);
 }
@@ -228,7 +222,7 @@ static inline __attribute__((always_inline)) void
 shard_latency(th_stat *st, th_stat_shard *sh, unsigned b, int64_t ns,
               int64_t now_ns)
 {
-    own_add(&sh->hist[b], 1);
+    th_own_add(&sh->hist[b], 1);
     own_add_ull(&sh->sum_ns, ns > 0 ? (unsigned long long)ns : 0);
     win_count(st, b, now_ns);
 }
@@ -659,9 +653,9 @@ group_count(th_host *h, char kind, const char *name, uint64_t k1, uint64_t k2,
         return;
     th_stat_shard *sh = t > 0 ? shard_of(g, t) : NULL;
     if (sh) {
-        own_add(&sh->calls, 1);
-        own_add(OUTCOME(sh, r), 1);
-        own_add(&sh->hist[b], 1);
+        th_own_add(&sh->calls, 1);
+        th_own_add(OUTCOME(sh, r), 1);
+        th_own_add(&sh->hist[b], 1);
         own_add_ull(&sh->sum_ns, ns > 0 ? (unsigned long long)ns : 0);
         return;
     }
