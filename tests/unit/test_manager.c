@@ -842,9 +842,13 @@ static void *run_cancel(void *p)
     return NULL;
 }
 
-static void test_cslot_lookup_while_entering_map(void)
+/* The set-up of the two tests below: the session's gated call (g, run by
+ * *rt) inline in its call slot, and an empty slot scanned before that
+ * one claimed (a lookup or a close that scans the slots waits there
+ * until the test lets the slot go).  The claimed slot's index, or -1
+ * when the call's slot is the first (nothing to hold a scan with). */
+static int gated_call_in_slot(gate_runner *g, pthread_t *rt)
 {
-    open_default(1, 1, 64);
     atomic_store(&fx_gate_open, 0);
     atomic_store(&fx_conc, 0);
     /* this thread takes a slot index first (inline calls take them in
@@ -855,10 +859,9 @@ static void test_cslot_lookup_while_entering_map(void)
     start(S, "t_echo", A(1, "text", 's', "x"), &wo, &w);
     CU_ASSERT_TRUE(rec_wait(&w, 2000));
     rec_free(&w);
-    gate_runner g = {.s = S};
-    rec_init(&g.r);
-    pthread_t rt;
-    CU_ASSERT_EQUAL_FATAL(pthread_create(&rt, NULL, run_gate_susp, &g), 0);
+    g->s = S;
+    rec_init(&g->r);
+    CU_ASSERT_EQUAL_FATAL(pthread_create(rt, NULL, run_gate_susp, g), 0);
     int64_t until = mono_ms() + 2000;
     while (atomic_load(&fx_conc) == 0 && mono_ms() < until)
         nap_ms(1);
@@ -866,15 +869,24 @@ static void test_cslot_lookup_while_entering_map(void)
     int i = -1, j = -1;
     for (int k = 0; k < TH_ISLOTS && i < 0; k++) {
         uintptr_t v = atomic_load(&H->mgr.cslot[k].v);
-        if (v && ((th_mcall *)(v & ~(uintptr_t)1))->base.pub.call_id == g.id)
+        if (v && ((th_mcall *)(v & ~(uintptr_t)1))->base.pub.call_id == g->id)
             i = k;
     }
     CU_ASSERT_FATAL(i >= 0);
     for (int k = 0; k < i && j < 0; k++) {
         uintptr_t z = 0;
         if (atomic_compare_exchange_strong(&H->mgr.cslot[k].v, &z, 1))
-            j = k; /* claimed, empty: the canceller waits there */
+            j = k; /* claimed, empty */
     }
+    return j;
+}
+
+static void test_cslot_lookup_while_entering_map(void)
+{
+    open_default(1, 1, 64);
+    gate_runner g = {0};
+    pthread_t rt;
+    int j = gated_call_in_slot(&g, &rt); /* the canceller waits at slot j */
     canceller k = {.s = S, .id = g.id};
     pthread_t ct;
     bool held = j >= 0; /* (its slot is the first: nothing to hold it) */
@@ -918,35 +930,10 @@ static void *run_close(void *p)
 static void test_cslot_close_while_suspending(void)
 {
     open_default(1, 1, 64);
-    atomic_store(&fx_gate_open, 0);
-    atomic_store(&fx_conc, 0);
-    rec w;
-    rec_init(&w);
-    th_call_opts wo = {.may_block = true};
-    start(S, "t_echo", A(1, "text", 's', "x"), &wo, &w); /* (a slot index) */
-    CU_ASSERT_TRUE(rec_wait(&w, 2000));
-    rec_free(&w);
-    gate_runner g = {.s = S};
-    rec_init(&g.r);
     th_session_ref(S); /* the runner's, past the close */
+    gate_runner g = {0};
     pthread_t rt;
-    CU_ASSERT_EQUAL_FATAL(pthread_create(&rt, NULL, run_gate_susp, &g), 0);
-    int64_t until = mono_ms() + 2000;
-    while (atomic_load(&fx_conc) == 0 && mono_ms() < until)
-        nap_ms(1);
-    CU_ASSERT_FATAL(atomic_load(&fx_conc) > 0);
-    int i = -1, j = -1;
-    for (int k = 0; k < TH_ISLOTS && i < 0; k++) {
-        uintptr_t v = atomic_load(&H->mgr.cslot[k].v);
-        if (v && ((th_mcall *)(v & ~(uintptr_t)1))->base.pub.call_id == g.id)
-            i = k;
-    }
-    CU_ASSERT_FATAL(i >= 0);
-    for (int k = 0; k < i && j < 0; k++) {
-        uintptr_t z = 0;
-        if (atomic_compare_exchange_strong(&H->mgr.cslot[k].v, &z, 1))
-            j = k;
-    }
+    int j = gated_call_in_slot(&g, &rt); /* the close waits at slot j */
     th_session *s = S;
     S = NULL;
     int done0 = atomic_load(&fx_susp_completing);
