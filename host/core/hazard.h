@@ -13,7 +13,10 @@
  * the other: the reader retries or the writer waits.  Where the kernel
  * offers membarrier(2), the reader's publish is a plain store and the
  * writer issues the process-wide barrier instead (th_hz_light): a reload
- * pays ~0.5 us, a read no lock-prefixed instruction.  The slot is held
+ * pays ~0.5 us, a read no lock-prefixed instruction.  A writer with no
+ * other thread owning a record (a host's start, before any call) skips
+ * the barrier and the scan: a thread counts its record, with a full
+ * barrier, before its first protect.  The slot is held
  * only for the few instructions that take a reference (no lock, no call
  * out): a writer waits for nothing longer than a preempted reader.
  *

@@ -460,6 +460,94 @@ static void hz_first_wait(void)
     CU_ASSERT_EQUAL(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 0);
 }
 
+/* ---- a writer with no reader skips the wait, never a reader's slot ------- */
+
+typedef struct hz_obj {
+    atomic_uint magic; /* HZ_LIVE while the writer has not dropped it */
+} hz_obj;
+#define HZ_LIVE 0x5afe5afeu
+
+static hz_obj *_Atomic hz_src;
+static atomic_int hz_stop, hz_bad;
+static atomic_long hz_reads;
+
+/* A short-lived reader: its thread takes a record, protects what hz_src
+ * holds, checks it is live, and ends (its record goes back). */
+static void *hz_reader(void *arg)
+{
+    (void)arg;
+    th_hz_rec *r = th_hz_mine();
+    if (!r)
+        return NULL;
+    for (int i = 0; i < 64; i++) {
+        hz_obj *o = th_hz_protect(r, TH_HZ_CONFIG, &hz_src);
+        for (int k = 0; k < 32; k++) /* a protected section of ~100 ns */
+            if (atomic_load(&o->magic) != HZ_LIVE) {
+                atomic_fetch_add(&hz_bad, 1);
+                break;
+            }
+        th_hz_clear(r, TH_HZ_CONFIG);
+    }
+    atomic_fetch_add(&hz_reads, 64);
+    return NULL;
+}
+
+/* A thread that only writes (it never takes a record): swaps hz_src,
+ * waits, then kills the old object (its memory is reused only 64 swaps
+ * later, so a reader that should not hold it sees it killed). */
+static void *hz_writer(void *arg)
+{
+    static hz_obj pool[64];
+    long *swaps = arg;
+    for (unsigned i = 1; !atomic_load(&hz_stop); i = (i + 1) % 64) {
+        hz_obj *n = &pool[i];
+        atomic_store(&n->magic, HZ_LIVE);
+        hz_obj *old = atomic_exchange(&hz_src, n); /* seq_cst, as a swap */
+        th_hz_wait(TH_HZ_CONFIG, old);
+        atomic_store(&old->magic, 0);
+        (*swaps)++;
+    }
+    return NULL;
+}
+
+/* th_hz_wait returns at once when no thread but the writer owns a record
+ * (a host's start: one registry add per plugin, no reader yet), so every
+ * thread that owns one must be counted before its first protect.  Here
+ * readers come and go on fresh threads (each counts itself, protects,
+ * leaves) while a writer with no record of its own swaps and kills the
+ * old object: no reader may ever see a killed one.  It
+ * fails when the writer skips while a reader is counted (a wait that
+ * always returns, or one that skips with one owner though the writer owns
+ * none: readers then read killed objects within a few hundred swaps). */
+static void hz_wait_skip_vs_new_readers(void)
+{
+    static hz_obj first;
+    atomic_store(&first.magic, HZ_LIVE);
+    atomic_store(&hz_src, &first);
+    atomic_store(&hz_stop, 0);
+    atomic_store(&hz_bad, 0);
+    atomic_store(&hz_reads, 0);
+    long swaps = 0;
+    pthread_t w;
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&w, NULL, hz_writer, &swaps), 0);
+    for (int round = 0; round < 400 && atomic_load(&hz_bad) == 0; round++) {
+        pthread_t rd[4];
+        int n = 0;
+        for (int i = 0; i < 4; i++)
+            if (pthread_create(&rd[n], NULL, hz_reader, NULL) == 0)
+                n++;
+        for (int i = 0; i < n; i++)
+            pthread_join(rd[i], NULL);
+    }
+    atomic_store(&hz_stop, 1);
+    pthread_join(w, NULL);
+    printf("hz_wait_skip_vs_new_readers: %ld swaps, %ld reads, %d of a "
+           "killed object\n", swaps, atomic_load(&hz_reads),
+           atomic_load(&hz_bad));
+    CU_ASSERT_EQUAL(atomic_load(&hz_bad), 0);
+    CU_ASSERT(atomic_load(&hz_reads) > 0);
+}
+
 void th_suite_registry(void)
 {
     CU_pSuite s = CU_add_suite("registry", NULL, NULL);
@@ -471,4 +559,5 @@ void th_suite_registry(void)
     CU_add_test(s, "writer_waits_for_lookup", writer_waits_for_lookup);
     CU_add_test(s, "lookup_cache_generations", lookup_cache_generations);
     CU_add_test(s, "hz_first_wait", hz_first_wait);
+    CU_add_test(s, "hz_wait_skip_vs_new_readers", hz_wait_skip_vs_new_readers);
 }
