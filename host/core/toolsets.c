@@ -13,8 +13,10 @@ bool th_host_is_task_tool(const char *name)
            (name[0] == 'c' && strcmp(name, "cancel_task") == 0);
 }
 
-/* A reload swaps h->cfg for new calls (reload_host.c): read it with an
- * acquire load; the config read stays valid while the host lives. */
+/* A reload swaps h->cfg for new calls (reload_host.c) and drops the
+ * host's reference: what this returns is borrowed, valid until the next
+ * swap (th/host.h).  A front's thread takes a reference instead
+ * (th_host_config_get). */
 const th_config *th_host_config(const th_host *h)
 {
     return __atomic_load_n(&h->cfg, __ATOMIC_ACQUIRE);
@@ -53,13 +55,15 @@ int th_host_pick_toolset(th_host *h, th_session *s, const th_tool *tool,
                          bool *any)
 {
     *any = false;
-    const th_config *cfg = th_host_config(h);
-    for (size_t i = 0; i < cfg->n_toolsets; i++) {
+    th_config *cfg = th_host_config_get(h); /* any thread: a reload may swap it */
+    int idx = -1;
+    for (size_t i = 0; i < cfg->n_toolsets && idx < 0; i++) {
         if (!th_host_toolset_has(h, &cfg->toolsets[i], tool))
             continue;
         *any = true;
         if (s->usable[i])
-            return (int)i;
+            idx = (int)i;
     }
-    return -1;
+    th_config_unref(cfg);
+    return idx;
 }

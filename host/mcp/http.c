@@ -596,16 +596,18 @@ static const char *token_user(th_mcp_http *f, struct MHD_Connection *c,
 /* A toolset lets `user` in (the rule of session.c for token users). */
 static bool user_has_toolset(th_mcp_http *f, const char *user)
 {
-    const th_config *cfg = th_host_config(f->h);
-    for (size_t i = 0; i < cfg->n_toolsets; i++) {
+    th_config *cfg = th_host_config_get(f->h); /* a reload may swap it */
+    bool has = false;
+    for (size_t i = 0; i < cfg->n_toolsets && !has; i++) {
         const th_toolset_cfg *ts = &cfg->toolsets[i];
         if (ts->n_allow_users == 0 && ts->n_allow_groups == 0)
-            return true;
-        for (size_t j = 0; j < ts->n_allow_users; j++)
+            has = true;
+        for (size_t j = 0; j < ts->n_allow_users && !has; j++)
             if (strcmp(ts->allow_users[j], user) == 0)
-                return true;
+                has = true;
     }
-    return false;
+    th_config_unref(cfg);
+    return has;
 }
 
 static bool version_ok(const char *v)

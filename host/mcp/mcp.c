@@ -973,7 +973,8 @@ th_mcp_session *th_mcp_session_new(th_host *h, const th_principal *who,
     th_mcp_opts def = {0};
     if (!o)
         o = &def;
-    const th_config *cfg = th_host_config(h);
+    /* a front's thread: a reload may swap the config meanwhile */
+    th_config *cfg = th_host_config_get(h);
     th_principal p = who ? *who : (th_principal){0};
     if (o->toolset) {
         const th_toolset_cfg *ts = NULL;
@@ -982,12 +983,15 @@ th_mcp_session *th_mcp_session_new(th_host *h, const th_principal *who,
                 strcmp(cfg->toolsets[i].name, o->toolset) == 0)
                 ts = &cfg->toolsets[i];
         if (!ts) {
+            th_config_unref(cfg);
             th_error_set(err, TH_ENOTFOUND, "no toolset '%s' in the config",
                          o->toolset);
             return NULL;
         }
         p.toolset = o->toolset;
     }
+    size_t cfg_max_message = (size_t)cfg->host.mcp_max_message;
+    th_config_unref(cfg);
     th_mcp_session *m = calloc(1, sizeof *m);
     if (!m) {
         th_error_set(err, TH_ENOMEM, "out of memory");
@@ -1003,9 +1007,8 @@ th_mcp_session *th_mcp_session_new(th_host *h, const th_principal *who,
     m->own_tasks_only = p.uid == (uint32_t)-1 && !p.trusted;
     m->log_level = 3; /* warning, until logging/setLevel */
     m->max_message = o->max_message ? o->max_message
-                     : cfg->host.mcp_max_message
-                         ? (size_t)cfg->host.mcp_max_message
-                         : TH_MCP_MAX_MESSAGE_DEFAULT;
+                     : cfg_max_message ? cfg_max_message
+                                       : TH_MCP_MAX_MESSAGE_DEFAULT;
     pthread_mutex_init(&m->mu, NULL);
     pthread_cond_init(&m->cv, NULL);
     th_front_ops ops = {.ask_permission = front_ask_permission,

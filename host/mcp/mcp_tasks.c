@@ -35,9 +35,10 @@ static const char *const status_names[] = {"working", "input_required",
 
 int64_t mcp_task_ttl(th_mcp_session *m, const json_t *task)
 {
-    const th_config *cfg = th_host_config(m->h);
+    th_config *cfg = th_host_config_get(m->h); /* a reload may swap it */
     int64_t max = cfg->host.result_ttl_ms ? (int64_t)cfg->host.result_ttl_ms
                                           : TASK_TTL_DEFAULT_MS;
+    th_config_unref(cfg);
     if (max > TASK_TTL_MAX_MS)
         max = TASK_TTL_MAX_MS;
     json_t *t = json_object_get(task, "ttl");
