@@ -513,11 +513,12 @@ bool th_mgr_cslot_put(th_host *h, th_mcall *c)
     return true;
 }
 
-void th_mgr_cslot_clear(th_host *h, th_mcall *c)
+bool th_mgr_cslot_clear(th_host *h, th_mcall *c)
 {
     _Atomic uintptr_t *sl = &h->mgr.cslot[c->cslot - 1].v;
     c->cslot = 0;
-    (void)slot_empty(sl); /* bit 0: a reader taking a reference */
+    /* bit 0: a reader taking a reference; bit 1: one did (cslot_visit) */
+    return (slot_empty(sl) & 2) != 0;
 }
 
 /* Visits the calls of `s` in the call slots (with `id`, that call only):
@@ -543,7 +544,7 @@ static size_t cslot_visit(th_host *h, const th_session *s, uint64_t id,
         }
         if (!v)
             continue;
-        th_mcall *c = (th_mcall *)(v & ~(uintptr_t)1);
+        th_mcall *c = (th_mcall *)(v & ~(uintptr_t)3);
         if (c->s == s && (id == 0 || c->base.pub.call_id == id)) {
             if (n < cap && out) {
                 m->ops->ref(c);
@@ -551,7 +552,10 @@ static size_t cslot_visit(th_host *h, const th_session *s, uint64_t id,
             }
             n++;
         }
-        atomic_store(sl, v);
+        /* let go, with bit 1: the call was seen here (its owner, emptying
+         * the slot, learns that another thread may hold it: the final
+         * delivery's end takes the call's lock then, call.c) */
+        atomic_store(sl, v | 2);
     }
     return n;
 }

@@ -620,7 +620,9 @@ typedef struct th_mgr {
      * the end of its inline run instead of its session's call map; those
      * who look calls up by id (cancel, session close, tasks) look here
      * too.  A slot holds the call's pointer, with bit 0 while a reader
-     * looks at the call (the owner waits for it to go). */
+     * looks at the call (the owner waits for it to go) and bit 1 once
+     * one did (the owner's final delivery then ends under the call's
+     * lock: th_mgr_cslot_clear). */
     th_islot cslot[TH_ISLOTS];
 
     /* Progress notifier. */
@@ -676,8 +678,11 @@ bool th_mgr_islot_clear(th_host *h, th_mcall *c);
  * entered the map (th_call_session_put_locked: it asks permission, is
  * suspended, or became a task).  No lock; any thread. */
 bool th_mgr_cslot_put(th_host *h, th_mcall *c);
-/* Owner: takes c out of its slot (waiting for a reader to let go). */
-void th_mgr_cslot_clear(th_host *h, th_mcall *c);
+/* Owner: takes c out of its slot (waiting for a reader to let go).
+ * True when a reader visited the slot while c was in it (so another
+ * thread may hold c, or have taken its lock); false: no thread found c
+ * through the slot, and none can from now on. */
+bool th_mgr_cslot_clear(th_host *h, th_mcall *c);
 /* The calls of `s` in the slots, each with a reference for the caller:
  * up to cap of them.  No lock held. */
 size_t th_mgr_cslot_collect(th_host *h, const th_session *s, th_mcall **out,
