@@ -484,9 +484,13 @@ static bool deliver(th_mcall *c, bool own)
         }
         if (own && fin) {
             /* answered and delivered: out of the call slot now (see
-             * above); seen there, the delivery ends under mu */
+             * above); seen there, the delivery ends under mu.  Armed
+             * from the slot: out of the heap (answered). */
             own = false;
-            if (!th_mgr_cslot_clear(c->h, c) && solo) {
+            unsigned sl = th_mgr_cslot_clear(c->h, c);
+            if (sl & TH_CSLOT_ARMED)
+                th_mgr_disarm(c->h, c);
+            if (!(sl & TH_CSLOT_SEEN) && solo) {
                 c->delivering = false; /* read by no other thread now */
                 return false;
             }
@@ -1097,6 +1101,10 @@ void th_mcall_run(th_mcall *c)
      * read only on an inline run) */
     bool own = c->inline_run && c->cslot != 0;
     bool heapless = had_islot && !th_mgr_islot_clear(c->h, c);
+    /* its deadline armed from its call slot (th_mgr_cslot_deadline): the
+     * deadline thread may arm it until the slot is emptied, which says
+     * whether it did (deliver, th_call_start) */
+    bool slot_dl = th_mgr_cslot_deadline(c, own);
     pthread_mutex_lock(&c->mu);
     c->in_execute = false;
     c->base.pub.args_view = NULL; /* on this stack frame, or the caller's */
@@ -1111,13 +1119,15 @@ void th_mcall_run(th_mcall *c)
     bool end_now = !susp && (st == TOOLHOST_OK || st == TOOLHOST_FAILED);
     if (end_now)
         c->ended = true;
-    if (heapless) {
+    if (heapless || slot_dl) {
         if (susp && st == TOOLHOST_PENDING) {
             /* it lives on: its deadline goes to the heap now */
             if (!c->answered)
                 th_mgr_arm(c->h, c);
         } else {
-            c->no_heap = true; /* the answer skips the heap's lock */
+            c->no_heap = true; /* the answer skips the heap's lock (armed
+                                  from the call slot: disarmed when the
+                                  slot is emptied) */
         }
     }
     /* Armed by the deadline thread while it ran but answered already (a

@@ -2463,6 +2463,47 @@ static void test_cslot_final_unvisited(void)
     close_all();
 }
 
+/* The call slot is the inline call's deadline slot too (refs10): an
+ * inline call with a timeout of 100 ms or more is in its call slot
+ * only (no inline slot), the deadline thread arms it there (bit 2), a
+ * cancel by id still finds it (the lookup masks the slot's bits), and
+ * once it is answered and out of the slot it is out of the heap. */
+static void test_cslot_is_deadline_slot(void)
+{
+    open_default(1, 1, 64);
+    inline_runner ir = {.s = S}; /* t_sleep 2 s, timeout 10 s, inline */
+    uint64_t id = atomic_load(&H->next_id);
+    unsigned long armed0 = atomic_load(&H->mgr.islot_armed);
+    pthread_t th;
+    CU_ASSERT_FATAL(inline_started(&ir, &th));
+    int64_t until = mono_ms() + 1000;
+    while (atomic_load(&H->mgr.islot_armed) == armed0 && mono_ms() < until)
+        nap_ms(1);
+    CU_ASSERT_TRUE(atomic_load(&H->mgr.islot_armed) > armed0);
+    int armed_in_cslot = 0;
+    for (unsigned i = 0; i < TH_ISLOTS; i++) {
+        CU_ASSERT_EQUAL(atomic_load(&H->mgr.islot[i].v), 0);
+        uintptr_t v = atomic_load(&H->mgr.cslot[i].v);
+        if (v && (v & TH_CSLOT_ARMED) &&
+            ((th_mcall *)(v & ~(uintptr_t)7))->base.pub.call_id == id)
+            armed_in_cslot++;
+    }
+    CU_ASSERT_EQUAL(armed_in_cslot, 1);
+    pthread_mutex_lock(&H->mgr.tmu);
+    CU_ASSERT_EQUAL(H->mgr.hn, 1);
+    pthread_mutex_unlock(&H->mgr.tmu);
+    CU_ASSERT_EQUAL(th_call_cancel(S, id), 0);
+    CU_ASSERT_TRUE(rec_wait(&ir.r, 1500));
+    pthread_join(th, NULL);
+    CU_ASSERT_EQUAL(ir.r.final.error, TH_ECANCELLED);
+    CU_ASSERT_TRUE(cslots_empty(H));
+    pthread_mutex_lock(&H->mgr.tmu);
+    CU_ASSERT_EQUAL(H->mgr.hn, 0);
+    pthread_mutex_unlock(&H->mgr.tmu);
+    rec_free(&ir.r);
+    close_all();
+}
+
 void th_suite_manager(void)
 {
     CU_pSuite s = CU_add_suite("manager", suite_init, suite_cleanup);
@@ -2501,6 +2542,7 @@ void th_suite_manager(void)
     CU_add_test(s, "cslot_close_while_suspending", test_cslot_close_while_suspending);
     CU_add_test(s, "cslot_close_during_final_callback", test_cslot_close_during_final_callback);
     CU_add_test(s, "cslot_final_unvisited", test_cslot_final_unvisited);
+    CU_add_test(s, "cslot_is_deadline_slot", test_cslot_is_deadline_slot);
     CU_add_test(s, "queued_call_is_small", test_queued_call_is_small);
     CU_add_test(s, "rec_reuse_zeroed", test_rec_reuse_zeroed);
     CU_add_test(s, "cancel_running_task", test_cancel_running_task);
