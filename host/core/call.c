@@ -393,10 +393,23 @@ void th_call_emit_error(th_event_fn fn, void *ud, uint64_t id, int code,
  * thread will pick them up.  Callbacks run with mu released; returns with
  * mu held.  At most one thread delivers a call's events at a time, so they
  * arrive in order and never concurrently. */
-void th_call_deliver_locked(th_mcall *c)
+/* `own`: the owner's end of an inline run in its call slot (exec_end
+ * from th_mcall_run, c->cslot set).  Then, once the final answer's
+ * callback returned, the owner empties its slot (which it would do next
+ * anyway, th_call_start) instead of taking mu again: when no reader
+ * visited the slot (th_mgr_cslot_clear: false) and, as read under mu
+ * before the callback, no progress is queued for the notifier, the call
+ * is no task (never in the session's map or the host's tasks) and no
+ * thread waits on it, then no other thread holds the call but the
+ * deadline thread (which never reads `delivering`) and a plugin's own
+ * threads (a late callback, which finds it ended): no one can wait for
+ * this delivery, nor deliver, nor ever find the call from now on.  The
+ * delivery then ends without the lock and returns false (mu released).
+ * True: mu held, as th_call_deliver_locked. */
+static bool deliver(th_mcall *c, bool own)
 {
     if (c->delivering)
-        return;
+        return true;
     c->delivering = true;
     c->deliverer = pthread_self();
     for (;;) {
@@ -454,6 +467,9 @@ void th_call_deliver_locked(th_mcall *c)
         }
         th_event_fn fn = c->fn;
         void *ud = c->ud;
+        /* the final is the last event: nothing can be pending after it */
+        bool solo = own && fin && !c->notify_queued && !c->acked &&
+                    c->waiters == 0;
         pthread_mutex_unlock(&c->mu);
         if (fn)
             fn(&ev, ud);
@@ -466,10 +482,29 @@ void th_call_deliver_locked(th_mcall *c)
             if (fin->out.data || fin->err.data || fin->meta.data || fin->message)
                 th_result_copy_destroy(fin); /* (usually nothing left) */
         }
+        if (own && fin) {
+            /* answered and delivered: out of the call slot now (see
+             * above); seen there, the delivery ends under mu.  Armed
+             * from the slot: out of the heap (answered). */
+            own = false;
+            unsigned sl = th_mgr_cslot_clear(c->h, c);
+            if (sl & TH_CSLOT_ARMED)
+                th_mgr_disarm(c->h, c);
+            if (!(sl & TH_CSLOT_SEEN) && solo) {
+                c->delivering = false; /* read by no other thread now */
+                return false;
+            }
+        }
         pthread_mutex_lock(&c->mu);
     }
     c->delivering = false;
     th_call_wake_locked(c);
+    return true;
+}
+
+void th_call_deliver_locked(th_mcall *c)
+{
+    (void)deliver(c, false);
 }
 
 /* The notifier thread's work for one call (manager.c). */
@@ -825,7 +860,7 @@ static int build_result(th_mcall *c, int status, th_result_copy *res)
 /* `held`: the caller holds c->mu and set c->ended in that turn
  * (th_mcall_run, when execute() returns): the result is built and the
  * call answered in the same turn, c->mu released on return. */
-static void exec_end(th_mcall *c, int status, bool ran, bool held)
+static void exec_end(th_mcall *c, int status, bool ran, bool held, bool own)
 {
     /* From here on a callback on the handle is a misuse (call_cb.c): no
      * write may race with building the result. */
@@ -876,7 +911,6 @@ static void exec_end(th_mcall *c, int status, bool ran, bool held)
                 th_stat_count_done(c->st, rp->ok); /* this thread's shard */
         }
         changed = answer_locked(c, rp, true);
-        th_call_deliver_locked(c);
     } else if (ran && c->st) {
         atomic_fetch_add(&c->st->late, 1);
     }
@@ -888,7 +922,9 @@ static void exec_end(th_mcall *c, int status, bool ran, bool held)
         c->args_borrowed = false;
         c->base.pub.args_view = NULL; /* validation's, of those bytes */
     }
-    pthread_mutex_unlock(&c->mu);
+    /* (the owner's final delivery may end without mu: deliver) */
+    if (!answering || deliver(c, own))
+        pthread_mutex_unlock(&c->mu);
     if (was_running)
         th_mgr_own_add(&c->h->mgr, run, running, -1);
     if (rp == &res) /* (in x->final it is the call's: delivered, freed) */
@@ -899,7 +935,7 @@ static void exec_end(th_mcall *c, int status, bool ran, bool held)
 
 void th_mcall_exec_end(th_mcall *c, int status, bool ran)
 {
-    exec_end(c, status, ran, false);
+    exec_end(c, status, ran, false, false);
 }
 
 /* ---- Running ------------------------------------------------------------------ */
@@ -1061,7 +1097,14 @@ void th_mcall_run(th_mcall *c)
      * before anyone answers it from here; `heapless` when the deadline
      * thread never armed it. */
     bool had_islot = c->islot != 0; /* (th_mgr_islot_clear zeroes it) */
+    /* run inline by its owner, in its call slot (c->cslot is the owner's:
+     * read only on an inline run) */
+    bool own = c->inline_run && c->cslot != 0;
     bool heapless = had_islot && !th_mgr_islot_clear(c->h, c);
+    /* its deadline armed from its call slot (th_mgr_cslot_deadline): the
+     * deadline thread may arm it until the slot is emptied, which says
+     * whether it did (deliver, th_call_start) */
+    bool slot_dl = th_mgr_cslot_deadline(c, own);
     pthread_mutex_lock(&c->mu);
     c->in_execute = false;
     c->base.pub.args_view = NULL; /* on this stack frame, or the caller's */
@@ -1076,13 +1119,15 @@ void th_mcall_run(th_mcall *c)
     bool end_now = !susp && (st == TOOLHOST_OK || st == TOOLHOST_FAILED);
     if (end_now)
         c->ended = true;
-    if (heapless) {
+    if (heapless || slot_dl) {
         if (susp && st == TOOLHOST_PENDING) {
             /* it lives on: its deadline goes to the heap now */
             if (!c->answered)
                 th_mgr_arm(c->h, c);
         } else {
-            c->no_heap = true; /* the answer skips the heap's lock */
+            c->no_heap = true; /* the answer skips the heap's lock (armed
+                                  from the call slot: disarmed when the
+                                  slot is emptied) */
         }
     }
     /* Armed by the deadline thread while it ran but answered already (a
@@ -1109,7 +1154,7 @@ void th_mcall_run(th_mcall *c)
          * holds while it takes a call's mu: not here, but below) */
         if (drop)
             th_mgr_disarm(c->h, c);
-        exec_end(c, st, true, true); /* releases c->mu */
+        exec_end(c, st, true, true, own); /* releases c->mu */
         th_mcall_unref(c);
         return;
     }
@@ -1136,7 +1181,7 @@ void th_mcall_run(th_mcall *c)
             th_mcall_unref(c); /* the suspend reference */
         }
     } else if (end_now) {
-        exec_end(c, st, true, false); /* ended already: set again */
+        exec_end(c, st, true, false, false); /* ended already: set again */
     } else {
         char m[200];
         snprintf(m, sizeof m, "tool %s returned %d from execute (expected ok, failed, or pending after suspend)",

@@ -719,7 +719,10 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
         /* Answered by now, or in the session's map (it lives on: asks
          * permission, suspended, a task): out of the call slot.  A session
          * closing meanwhile waits for its calls to leave the slots. */
-        th_mgr_cslot_clear(h, c);
+        /* (emptied already by the final delivery's end, call.c) */
+        if (c->cslot &&
+            (th_mgr_cslot_clear(h, c) & TH_CSLOT_ARMED) && answered(c))
+            th_mgr_disarm(h, c); /* armed from the slot, answered: out */
         if (__atomic_load_n(&s->closing, __ATOMIC_SEQ_CST)) {
             pthread_mutex_lock(&s->mu);
             pthread_cond_broadcast(&s->cv);

@@ -418,17 +418,13 @@ static uintptr_t slot_empty(_Atomic uintptr_t *sl)
     }
 }
 
-static bool islot_put(th_mgr *m, th_mcall *c)
+/* Wakes the deadline thread for a call published in a slot (islot_put,
+ * or its call slot) unless it scans anyway.  Dekker with the deadline
+ * thread (seq_cst both sides): it sets islot_idle, then looks at the
+ * slots once more before it sleeps; we filled the slot (a seq_cst
+ * compare-and-swap), then read islot_idle.  One of us sees the other. */
+static void islot_wake(th_mgr *m, th_mcall *c)
 {
-    unsigned i = thread_slot();
-    uintptr_t z = 0;
-    if (!atomic_compare_exchange_strong(&m->islot[i - 1].v, &z, (uintptr_t)c))
-        return false;
-    c->islot = (uint8_t)i;
-    /* Dekker with the deadline thread (seq_cst both sides): it sets
-     * islot_idle, then looks at the slots once more before it sleeps;
-     * we filled the slot, then read islot_idle.  One of us sees the
-     * other. */
     if (atomic_load(&m->islot_idle)) {
         pthread_mutex_lock(&m->tmu);
         atomic_store(&m->islot_idle, false);
@@ -438,6 +434,16 @@ static bool islot_put(th_mgr *m, th_mcall *c)
         pthread_cond_signal(&m->tcv);
         pthread_mutex_unlock(&m->tmu);
     }
+}
+
+static bool islot_put(th_mgr *m, th_mcall *c)
+{
+    unsigned i = thread_slot();
+    uintptr_t z = 0;
+    if (!atomic_compare_exchange_strong(&m->islot[i - 1].v, &z, (uintptr_t)c))
+        return false;
+    c->islot = (uint8_t)i;
+    islot_wake(m, c);
     return true;
 }
 
@@ -474,6 +480,36 @@ static bool islot_scan(th_host *h, int64_t now)
         atomic_store(&m->islot[i].v, v);
         any = true;
     }
+    /* The call slots: any call there keeps the scan going (its owner
+     * checks islot_idle only once it submits, after the slot's
+     * compare-and-swap: see th_mgr_submit); a running inline call of
+     * th_mgr_cslot_deadline is armed once it has run long enough. */
+    for (unsigned i = 0; i < TH_ISLOTS; i++) {
+        _Atomic uintptr_t *sl = &m->cslot[i].v;
+        uintptr_t v = atomic_load_explicit(sl, memory_order_relaxed);
+        if (!v || (v & TH_CSLOT_ARMED))
+            continue;
+        /* bit 0: the owner cannot take the call out (nor drop its
+         * reference) until we let go */
+        if ((v & 1) || !atomic_compare_exchange_strong(sl, &v, v | 1)) {
+            any = true; /* a reader holds it, or it changed: next round */
+            continue;
+        }
+        th_mcall *c = (th_mcall *)(v & ~(uintptr_t)7);
+        /* RUNNING (the run's start, acquire) orders the owner's inline_run
+         * before this read; timeout_ms is set before the slot publishes */
+        bool run = atomic_load_explicit(&c->phase, memory_order_acquire) ==
+                   TH_PH_RUNNING;
+        if (run && th_mgr_cslot_deadline(c, c->inline_run) &&
+            atomic_load(&c->deadline_ns) != 0 &&
+            now - c->start_ns >= TH_ISLOT_SCAN_NS && th_mgr_arm(h, c) == 0) {
+            atomic_fetch_add_explicit(&m->islot_armed, 1, memory_order_relaxed);
+            atomic_store(sl, v | TH_CSLOT_ARMED);
+            continue;
+        }
+        atomic_store(sl, v);
+        any = true;
+    }
     return any;
 }
 
@@ -483,6 +519,9 @@ static bool islot_any(th_mgr *m)
     for (unsigned i = 0; i < TH_ISLOTS; i++) {
         uintptr_t v = atomic_load(&m->islot[i].v);
         if (v && !(v & 2))
+            return true;
+        v = atomic_load(&m->cslot[i].v);
+        if (v && !(v & TH_CSLOT_ARMED))
             return true;
     }
     return false;
@@ -513,11 +552,12 @@ bool th_mgr_cslot_put(th_host *h, th_mcall *c)
     return true;
 }
 
-void th_mgr_cslot_clear(th_host *h, th_mcall *c)
+unsigned th_mgr_cslot_clear(th_host *h, th_mcall *c)
 {
     _Atomic uintptr_t *sl = &h->mgr.cslot[c->cslot - 1].v;
     c->cslot = 0;
-    (void)slot_empty(sl); /* bit 0: a reader taking a reference */
+    /* bit 0: a reader taking a reference (or the deadline thread) */
+    return (unsigned)(slot_empty(sl) & (TH_CSLOT_SEEN | TH_CSLOT_ARMED));
 }
 
 /* Visits the calls of `s` in the call slots (with `id`, that call only):
@@ -543,7 +583,7 @@ static size_t cslot_visit(th_host *h, const th_session *s, uint64_t id,
         }
         if (!v)
             continue;
-        th_mcall *c = (th_mcall *)(v & ~(uintptr_t)1);
+        th_mcall *c = (th_mcall *)(v & ~(uintptr_t)7);
         if (c->s == s && (id == 0 || c->base.pub.call_id == id)) {
             if (n < cap && out) {
                 m->ops->ref(c);
@@ -551,7 +591,10 @@ static size_t cslot_visit(th_host *h, const th_session *s, uint64_t id,
             }
             n++;
         }
-        atomic_store(sl, v);
+        /* let go, with bit 1: the call was seen here (its owner, emptying
+         * the slot, learns that another thread may hold it: the final
+         * delivery's end takes the call's lock then, call.c) */
+        atomic_store(sl, v | TH_CSLOT_SEEN);
     }
     return n;
 }
@@ -625,8 +668,13 @@ void th_mgr_submit(th_mcall *c)
                  !__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE);
     /* An inline call with a timeout long enough enters its thread's slot;
      * the deadline thread arms it if it runs past TH_ISLOT_SCAN_NS. */
-    if (c->timeout_ms > 0 &&
-        !(quick && c->timeout_ms >= TH_ISLOT_MIN_TIMEOUT_MS && islot_put(m, c)))
+    /* One in its call slot has it there already (th_mgr_cslot_deadline:
+     * the deadline thread's scan arms it from the call slot). */
+    if (c->timeout_ms > 0 && quick && th_mgr_cslot_deadline(c, c->cslot != 0))
+        islot_wake(m, c);
+    else if (c->timeout_ms > 0 &&
+             !(quick && c->timeout_ms >= TH_ISLOT_MIN_TIMEOUT_MS &&
+               islot_put(m, c)))
         th_mgr_arm(h, c);
     /* A queued call outlives th_call_start: it needs its own arguments. */
     if (!try_inline && th_mgr_own_args(c) != 0) {

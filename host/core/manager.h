@@ -620,7 +620,13 @@ typedef struct th_mgr {
      * the end of its inline run instead of its session's call map; those
      * who look calls up by id (cancel, session close, tasks) look here
      * too.  A slot holds the call's pointer, with bit 0 while a reader
-     * looks at the call (the owner waits for it to go). */
+     * (or the deadline thread) looks at the call (the owner waits for it
+     * to go), bit 1 (TH_CSLOT_SEEN) once a reader did (the owner's final
+     * delivery then ends under the call's lock: th_mgr_cslot_clear) and
+     * bit 2 (TH_CSLOT_ARMED) once the deadline thread armed it.  The
+     * slot is the call's inline slot as well (one compare-and-swap in,
+     * one out): the deadline thread's scan arms the running calls of
+     * th_mgr_cslot_deadline from here, as it does the islot's. */
     th_islot cslot[TH_ISLOTS];
 
     /* Progress notifier. */
@@ -676,8 +682,24 @@ bool th_mgr_islot_clear(th_host *h, th_mcall *c);
  * entered the map (th_call_session_put_locked: it asks permission, is
  * suspended, or became a task).  No lock; any thread. */
 bool th_mgr_cslot_put(th_host *h, th_mcall *c);
-/* Owner: takes c out of its slot (waiting for a reader to let go). */
-void th_mgr_cslot_clear(th_host *h, th_mcall *c);
+/* Owner: takes c out of its slot (waiting for a reader to let go).
+ * Returns what the slot said of c: TH_CSLOT_SEEN when a reader visited
+ * the slot while c was in it (so another thread may hold c, or have
+ * taken its lock; without it no thread found c through the slot, and
+ * none can from now on), TH_CSLOT_ARMED when the deadline thread armed
+ * c from the slot (the heap holds it: an answered call is disarmed by
+ * the caller). */
+#define TH_CSLOT_SEEN 2u
+#define TH_CSLOT_ARMED 4u
+unsigned th_mgr_cslot_clear(th_host *h, th_mcall *c);
+/* Whether the deadline thread arms `c` from its call slot (instead of
+ * the heap or an inline slot: th_mgr_submit): a call run inline by its
+ * owner in its call slot (`own`) with a timeout of
+ * TH_ISLOT_MIN_TIMEOUT_MS or more. */
+static inline bool th_mgr_cslot_deadline(const th_mcall *c, bool own)
+{
+    return own && c->timeout_ms >= TH_ISLOT_MIN_TIMEOUT_MS;
+}
 /* The calls of `s` in the slots, each with a reference for the caller:
  * up to cap of them.  No lock held. */
 size_t th_mgr_cslot_collect(th_host *h, const th_session *s, th_mcall **out,

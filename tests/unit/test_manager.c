@@ -869,7 +869,7 @@ static int gated_call_in_slot(gate_runner *g, pthread_t *rt)
     int i = -1, j = -1;
     for (int k = 0; k < TH_ISLOTS && i < 0; k++) {
         uintptr_t v = atomic_load(&H->mgr.cslot[k].v);
-        if (v && ((th_mcall *)(v & ~(uintptr_t)1))->base.pub.call_id == g->id)
+        if (v && ((th_mcall *)(v & ~(uintptr_t)3))->base.pub.call_id == g->id)
             i = k;
     }
     CU_ASSERT_FATAL(i >= 0);
@@ -2351,6 +2351,159 @@ static void test_args_outlive_caller(void)
     close_all();
 }
 
+/* The owner's final delivery of an inline call in its call slot ends
+ * without the call's lock when no other thread found the call (refs10,
+ * call.c deliver).  A session's close that finds the call in its slot
+ * while the final answer's callback runs on the owner's thread must
+ * still wait for that callback (th_mcall_detach: the front's data may go
+ * once the close returns): the owner sees the visit in its slot
+ * (bit 1) and ends the delivery under the lock, waking the close.  With
+ * the visit ignored the close waits forever (fails here after 2 s). */
+typedef struct final_gate {
+    th_session *s;
+    atomic_int in_fn, open, fn_done, finals;
+    int rc;
+} final_gate;
+
+static void final_gate_cb(const th_event *ev, void *ud)
+{
+    final_gate *g = ud;
+    if (ev->kind != TH_EV_RESULT || !ev->result ||
+        ev->result->kind == TH_RESULT_RUNNING)
+        return;
+    atomic_fetch_add(&g->finals, 1);
+    atomic_store(&g->in_fn, 1);
+    int64_t until = mono_ms() + 3000;
+    while (!atomic_load(&g->open) && mono_ms() < until)
+        nap_ms(1);
+    nap_ms(20); /* the close is in th_mcall_detach by now */
+    atomic_store(&g->fn_done, 1);
+}
+
+static void *final_gate_run(void *p)
+{
+    final_gate *g = p;
+    th_call_opts o = {.timeout_ms = 10000, .may_block = true};
+    th_buf a = A(1, "text", 's', "hi");
+    g->rc = th_call_start(g->s, "t_echo", a.data, a.len, &o, final_gate_cb, g,
+                          NULL);
+    th_buf_destroy(&a);
+    return NULL;
+}
+
+typedef struct closer {
+    th_session *s;
+    final_gate *g;
+    atomic_int done;
+    int fn_done_at_return;
+} closer;
+
+static void *closer_run(void *p)
+{
+    closer *k = p;
+    th_session_close(k->s);
+    k->fn_done_at_return = atomic_load(&k->g->fn_done);
+    atomic_store(&k->done, 1);
+    return NULL;
+}
+
+static void test_cslot_close_during_final_callback(void)
+{
+    open_default(1, 1, 64);
+    th_session_ref(S); /* the runner's, past the close */
+    final_gate g = {.s = S};
+    pthread_t rt, ct;
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&rt, NULL, final_gate_run, &g), 0);
+    int64_t until = mono_ms() + 2000;
+    while (!atomic_load(&g.in_fn) && mono_ms() < until)
+        nap_ms(1);
+    CU_ASSERT_FATAL(atomic_load(&g.in_fn));
+    /* the call is answered and in its final callback, still in its slot
+     * (not looked at from here: the close's is the only visit) */
+    closer k = {.s = S, .g = &g};
+    th_session *s = S;
+    S = NULL;
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&ct, NULL, closer_run, &k), 0);
+    nap_ms(50);
+    CU_ASSERT_EQUAL(atomic_load(&k.done), 0); /* waits for the callback */
+    atomic_store(&g.open, 1);
+    until = mono_ms() + 2000;
+    while (!atomic_load(&k.done) && mono_ms() < until)
+        nap_ms(1);
+    CU_ASSERT_FATAL(atomic_load(&k.done)); /* woken by the delivery's end */
+    CU_ASSERT_EQUAL(k.fn_done_at_return, 1);
+    pthread_join(ct, NULL);
+    pthread_join(rt, NULL);
+    CU_ASSERT_EQUAL(g.rc, 0);
+    CU_ASSERT_EQUAL(atomic_load(&g.finals), 1);
+    CU_ASSERT_TRUE(cslots_empty(H));
+    th_session_unref(s);
+    close_all();
+}
+
+/* The same delivery with no visitor: it ends without the lock, leaves
+ * the slot empty, and a cancel by id afterwards finds nothing; many in a
+ * row on threads sharing slots with lookers (cslot_stress covers the
+ * lookups racing the whole call). */
+static void test_cslot_final_unvisited(void)
+{
+    open_default(1, 1, 64);
+    for (int i = 0; i < 200; i++) {
+        rec r;
+        rec_init(&r);
+        th_call_opts o = {.timeout_ms = 5000, .may_block = true};
+        uint64_t id = start(S, "t_echo", A(1, "text", 's', "x"), &o, &r);
+        CU_ASSERT_TRUE(rec_wait(&r, 0)); /* delivered before the return */
+        CU_ASSERT_EQUAL(r.finals, 1);
+        CU_ASSERT_FALSE(r.order_bad);
+        CU_ASSERT_TRUE(cslots_empty(H));
+        CU_ASSERT_EQUAL(th_call_cancel(S, id), TH_ENOTFOUND);
+        rec_free(&r);
+    }
+    close_all();
+}
+
+/* The call slot is the inline call's deadline slot too (refs10): an
+ * inline call with a timeout of 100 ms or more is in its call slot
+ * only (no inline slot), the deadline thread arms it there (bit 2), a
+ * cancel by id still finds it (the lookup masks the slot's bits), and
+ * once it is answered and out of the slot it is out of the heap. */
+static void test_cslot_is_deadline_slot(void)
+{
+    open_default(1, 1, 64);
+    inline_runner ir = {.s = S}; /* t_sleep 2 s, timeout 10 s, inline */
+    uint64_t id = atomic_load(&H->next_id);
+    unsigned long armed0 = atomic_load(&H->mgr.islot_armed);
+    pthread_t th;
+    CU_ASSERT_FATAL(inline_started(&ir, &th));
+    int64_t until = mono_ms() + 1000;
+    while (atomic_load(&H->mgr.islot_armed) == armed0 && mono_ms() < until)
+        nap_ms(1);
+    CU_ASSERT_TRUE(atomic_load(&H->mgr.islot_armed) > armed0);
+    int armed_in_cslot = 0;
+    for (unsigned i = 0; i < TH_ISLOTS; i++) {
+        CU_ASSERT_EQUAL(atomic_load(&H->mgr.islot[i].v), 0);
+        uintptr_t v = atomic_load(&H->mgr.cslot[i].v);
+        if (v && (v & TH_CSLOT_ARMED) &&
+            ((th_mcall *)(v & ~(uintptr_t)7))->base.pub.call_id == id)
+            armed_in_cslot++;
+    }
+    CU_ASSERT_EQUAL(armed_in_cslot, 1);
+    pthread_mutex_lock(&H->mgr.tmu);
+    CU_ASSERT_EQUAL(H->mgr.hn, 1);
+    pthread_mutex_unlock(&H->mgr.tmu);
+    CU_ASSERT_EQUAL(th_call_cancel(S, id), 0);
+    CU_ASSERT_TRUE(rec_wait(&ir.r, 1500));
+    pthread_join(th, NULL);
+    CU_ASSERT_EQUAL(ir.r.final.error, TH_ECANCELLED);
+    CU_ASSERT_TRUE(cslots_empty(H));
+    pthread_mutex_lock(&H->mgr.tmu);
+    CU_ASSERT_EQUAL(H->mgr.hn, 0);
+    pthread_mutex_unlock(&H->mgr.tmu);
+    rec_free(&ir.r);
+    close_all();
+}
+
 void th_suite_manager(void)
 {
     CU_pSuite s = CU_add_suite("manager", suite_init, suite_cleanup);
@@ -2387,6 +2540,9 @@ void th_suite_manager(void)
     CU_add_test(s, "cslot_lookup_while_entering_map", test_cslot_lookup_while_entering_map);
     CU_add_test(s, "cslot_stress", test_cslot_stress);
     CU_add_test(s, "cslot_close_while_suspending", test_cslot_close_while_suspending);
+    CU_add_test(s, "cslot_close_during_final_callback", test_cslot_close_during_final_callback);
+    CU_add_test(s, "cslot_final_unvisited", test_cslot_final_unvisited);
+    CU_add_test(s, "cslot_is_deadline_slot", test_cslot_is_deadline_slot);
     CU_add_test(s, "queued_call_is_small", test_queued_call_is_small);
     CU_add_test(s, "rec_reuse_zeroed", test_rec_reuse_zeroed);
     CU_add_test(s, "cancel_running_task", test_cancel_running_task);
