@@ -76,7 +76,9 @@ STRINGOP := $(shell $(CC) $(STRINGOP_OPT) -x c -c -o /dev/null /dev/null 2>/dev/
 # builds (their own -O1) nor the tests' and benchmarks' own objects (they
 # link the optimized library as a program would).  Fat objects: the
 # installed archives also hold plain machine code, so a program or plugin
-# built by another compiler, or without -flto, links them as before.
+# linked without -flto (any compiler), or with clang's, links them as
+# before; linked with another GCC major version's -flto, GCC refuses the
+# archives' LTO sections (build toolhost with `LTO=` for that).
 # `make LTO=` turns it off.
 LTO_OPT := -flto=auto -ffat-lto-objects
 ifeq ($(SANITIZER),)

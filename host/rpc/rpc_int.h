@@ -120,7 +120,7 @@ struct th_rpc_server {
     th_host *host;
     msgpack_unpacked msg;       /* the frame being dispatched; its zone is
                                    cleared after each frame, kept between */
-    const th_host_cfg *cfg;
+    const th_host_cfg *cfg; /* borrowed: the start's only (NULL after) */
     uint64_t max_frame, max_outbuf, grace_ms;
     uint32_t max_inflight;
     bool stdio;

@@ -1874,6 +1874,8 @@ int th_rpc_serve(th_host *h, const th_rpc_serve_opts *o, th_error *err)
         free_server(srv);
         return rc;
     }
+    /* the config is borrowed (th/host.h): the first reload may free it */
+    srv->cfg = NULL;
     th_reloader *rl = th_host_reloader(h);
     if (rl) {
         th_reload_watch_opts wo = {.mode = cfg->reload,
