@@ -1,0 +1,386 @@
+/* test_clock.c - th_fast_ns(), the TSC clock of clock.c: within a few
+ * microseconds of th_now_ns() over time and on several threads at once;
+ * a thread's values step back by no more than that when its base is taken
+ * again; a value read on one thread and one read later on another are in
+ * order within that bound; the state machine (unset, calibrating = the
+ * plain clock until the window has passed, tsc); TOOLHOST_CLOCK=monotonic
+ * gives th_now_ns(); a TSC that disagrees with the kernel is given up; a
+ * wrong multiplier is seen by the accuracy check (so it has teeth); a
+ * negative duration counts as 0 in the stats.  Each test starts over with
+ * th_clock_reset() and ends with the defaults back. */
+#include <CUnit/CUnit.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/th_test.h"
+#include "manager.h"
+#include "th/clock.h"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <x86intrin.h>
+#endif
+
+#define US 1000LL
+#define MS 1000000LL
+/* th_fast_ns() against th_now_ns(): the pair's error (< 1 us) plus the
+ * multiplier's over a base's life (~10 ns): 20 us leaves room for a
+ * sanitizer build's slower pairs, and a 1% wrong multiplier is 100 us
+ * off after 10 ms */
+#define BOUND (20 * US)
+
+static int is_source(const char *s)
+{
+    return strcmp(th_clock_source(), s) == 0;
+}
+
+/* Whether clock.c should use the TSC here: an invariant TSC and the
+ * kernel's clocksource "tsc" (checked independently of clock.c). */
+static int tsc_expected(void)
+{
+#if defined(__x86_64__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0x80000000u, &a, &b, &c, &d) || a < 0x80000007u)
+        return 0;
+    if (!__get_cpuid(0x80000007u, &a, &b, &c, &d) || !((d >> 8) & 1))
+        return 0;
+    FILE *f = fopen("/sys/devices/system/clocksource/clocksource0/current_clocksource", "r");
+    if (!f)
+        return 0;
+    char buf[32] = {0};
+    int ok = fgets(buf, sizeof buf, f) && strcmp(buf, "tsc\n") == 0;
+    fclose(f);
+    return ok;
+#else
+    return 0;
+#endif
+}
+
+/* Starts over and waits (at most 2 s) until the calibration is done;
+ * returns whether the clock reads the TSC. */
+static int calibrated(int64_t window_ns, int64_t refresh_ns, uint64_t mult)
+{
+    th_clock_reset(window_ns, refresh_ns, mult);
+    int64_t t0 = th_now_ns();
+    (void)th_fast_ns();
+    while (is_source("calibrating") && th_now_ns() - t0 < 2000 * MS) {
+        usleep(200);
+        (void)th_fast_ns();
+    }
+    return is_source("tsc");
+}
+
+static void restore(void)
+{
+    unsetenv("TOOLHOST_CLOCK");
+    th_clock_reset(0, 0, 0);
+}
+
+/* For `dur_ns`: a = now, f = fast, b = now; the largest distance of f
+ * outside [a, b] (0 when always inside). */
+static int64_t worst_error(int64_t dur_ns)
+{
+    int64_t worst = 0, end = th_now_ns() + dur_ns;
+    for (long i = 0;; i++) {
+        int64_t a = th_now_ns();
+        int64_t f = th_fast_ns();
+        int64_t b = th_now_ns();
+        int64_t e = f < a ? a - f : f > b ? f - b : 0;
+        if (e > worst)
+            worst = e;
+        if (b >= end)
+            break;
+        if (i % 64 == 63)
+            usleep(50); /* bases of all ages, a few preemptions */
+    }
+    return worst;
+}
+
+static void test_forced_plain(void)
+{
+    setenv("TOOLHOST_CLOCK", "monotonic", 1);
+    th_clock_reset(0, 0, 0);
+    CU_ASSERT_STRING_EQUAL(th_clock_source(), "unset");
+    for (int i = 0; i < 20000; i++) {
+        int64_t a = th_now_ns();
+        int64_t f = th_fast_ns();
+        int64_t b = th_now_ns();
+        if (f < a || f > b) {
+            CU_FAIL("th_fast_ns() outside two th_now_ns() with the plain clock forced");
+            break;
+        }
+    }
+    CU_ASSERT_STRING_EQUAL(th_clock_source(), "monotonic");
+    CU_ASSERT_EQUAL(th_clock_mult(), 0);
+    /* and past any window: still the plain clock */
+    usleep(60 * 1000);
+    (void)th_fast_ns();
+    CU_ASSERT_STRING_EQUAL(th_clock_source(), "monotonic");
+    restore();
+}
+
+static void test_states(void)
+{
+    unsetenv("TOOLHOST_CLOCK");
+    const int64_t window = 30 * MS;
+    th_clock_reset(window, 0, 0);
+    CU_ASSERT_STRING_EQUAL(th_clock_source(), "unset");
+    int64_t t0 = th_now_ns();
+    (void)th_fast_ns();
+    if (!tsc_expected()) {
+        CU_ASSERT_STRING_EQUAL(th_clock_source(), "monotonic");
+        restore();
+        TH_SKIP("no invariant TSC or the kernel's clocksource is not tsc: "
+                "only the fallback checked");
+    }
+    /* before the window: the plain clock, exactly */
+    CU_ASSERT_STRING_EQUAL(th_clock_source(), "calibrating");
+    CU_ASSERT_EQUAL(th_clock_mult(), 0);
+    while (th_now_ns() - t0 < window / 2) {
+        int64_t a = th_now_ns();
+        int64_t f = th_fast_ns();
+        int64_t b = th_now_ns();
+        if (f < a || f > b) {
+            CU_FAIL("th_fast_ns() outside two th_now_ns() while calibrating");
+            break;
+        }
+    }
+    /* after it: the TSC, within 2 s at most (the window and a lock) */
+    while (!is_source("tsc") && th_now_ns() - t0 < 2000 * MS) {
+        usleep(500);
+        (void)th_fast_ns();
+    }
+    int64_t took = th_now_ns() - t0;
+    CU_ASSERT_STRING_EQUAL(th_clock_source(), "tsc");
+    CU_ASSERT(took >= window);
+    /* the multiplier against the test's own measure over 50 ms */
+    uint64_t m = th_clock_mult();
+    CU_ASSERT(m != 0);
+#if defined(__x86_64__)
+    uint64_t ta = __rdtsc();
+    int64_t na = th_now_ns();
+    usleep(50 * 1000);
+    uint64_t tb = __rdtsc();
+    int64_t nb = th_now_ns();
+    double mine = (double)(nb - na) / (double)(tb - ta);
+    double its = (double)th_clock_mult() / 4294967296.0;
+    /* 50 ms against ~20 ns of pairing: 1 ppm; 100 ppm of slack */
+    CU_ASSERT(its > mine * (1 - 1e-4) && its < mine * (1 + 1e-4));
+#endif
+    restore();
+}
+
+static void test_accuracy(void)
+{
+    unsetenv("TOOLHOST_CLOCK");
+    if (!calibrated(5 * MS, 0, 0)) {
+        CU_ASSERT(!tsc_expected()); /* the TSC was expected: a failure */
+        restore();
+        TH_SKIP("the TSC clock is not used here");
+    }
+    /* 150 ms: 15 bases taken again, the multiplier refined twice */
+    int64_t worst = worst_error(150 * MS);
+    CU_ASSERT(worst <= BOUND);
+    if (worst > BOUND)
+        fprintf(stderr, "clock:accuracy: %lld ns off\n", (long long)worst);
+    CU_ASSERT_STRING_EQUAL(th_clock_source(), "tsc");
+    restore();
+}
+
+/* The check above has teeth: a multiplier 1% off is seen (and it is
+ * below what the guard gives up at: the clock keeps reading the TSC). */
+static void test_wrong_mult_seen(void)
+{
+    unsetenv("TOOLHOST_CLOCK");
+    if (!calibrated(5 * MS, 0, 0)) {
+        restore();
+        TH_SKIP("the TSC clock is not used here");
+    }
+    uint64_t m = th_clock_mult();
+    CU_ASSERT_FATAL(calibrated(5 * MS, 0, m + m / 100));
+    int64_t worst = worst_error(60 * MS);
+    CU_ASSERT(worst > BOUND);
+    CU_ASSERT(worst < 200 * US);
+    CU_ASSERT_STRING_EQUAL(th_clock_source(), "tsc");
+    restore();
+}
+
+/* A TSC that disagrees with the kernel (here a multiplier 5% off: 500 us
+ * after 10 ms) is given up at a thread's next base: th_now_ns() from then
+ * on. */
+static void test_guard(void)
+{
+    unsetenv("TOOLHOST_CLOCK");
+    if (!calibrated(5 * MS, 0, 0)) {
+        restore();
+        TH_SKIP("the TSC clock is not used here");
+    }
+    uint64_t m = th_clock_mult();
+    CU_ASSERT_FATAL(calibrated(5 * MS, 0, m + m / 20));
+    int64_t t0 = th_now_ns();
+    while (is_source("tsc") && th_now_ns() - t0 < 500 * MS) {
+        usleep(1000);
+        (void)th_fast_ns();
+    }
+    CU_ASSERT_STRING_EQUAL(th_clock_source(), "monotonic");
+    for (int i = 0; i < 1000; i++) {
+        int64_t a = th_now_ns();
+        int64_t f = th_fast_ns();
+        int64_t b = th_now_ns();
+        if (f < a || f > b) {
+            CU_FAIL("th_fast_ns() outside two th_now_ns() once given up");
+            break;
+        }
+    }
+    restore();
+}
+
+/* A thread's values: never back by more than the bound, with a base taken
+ * again every millisecond. */
+static void test_monotone(void)
+{
+    unsetenv("TOOLHOST_CLOCK");
+    if (!calibrated(5 * MS, 1 * MS, 0)) {
+        restore();
+        TH_SKIP("the TSC clock is not used here");
+    }
+    int64_t end = th_now_ns() + 100 * MS, prev = th_fast_ns(), back = 0;
+    long n = 0;
+    while (th_now_ns() < end) {
+        int64_t v = th_fast_ns();
+        if (prev - v > back)
+            back = prev - v;
+        prev = v;
+        if (++n % 256 == 0)
+            usleep(20);
+    }
+    CU_ASSERT(back <= BOUND);
+    CU_ASSERT(n > 1000);
+    restore();
+}
+
+typedef struct clock_run {
+    int64_t worst;
+} clock_run;
+
+static void *accuracy_thread(void *arg)
+{
+    clock_run *r = arg;
+    r->worst = worst_error(80 * MS);
+    return NULL;
+}
+
+/* Several threads at once, each with its own base: each within the bound. */
+static void test_threads(void)
+{
+    unsetenv("TOOLHOST_CLOCK");
+    if (!calibrated(5 * MS, 0, 0)) {
+        restore();
+        TH_SKIP("the TSC clock is not used here");
+    }
+    enum { N = 4 };
+    pthread_t t[N];
+    clock_run r[N];
+    memset(r, 0, sizeof r);
+    for (int i = 0; i < N; i++)
+        CU_ASSERT_FATAL(pthread_create(&t[i], NULL, accuracy_thread, &r[i]) == 0);
+    for (int i = 0; i < N; i++) {
+        pthread_join(t[i], NULL);
+        CU_ASSERT(r[i].worst <= BOUND);
+    }
+    restore();
+}
+
+/* A value handed from one thread to another: the one the other reads
+ * after it is not below it by more than the bound (a call started on one
+ * thread and ended on another). */
+typedef struct handoff {
+    _Atomic int64_t val;   /* the last value handed over */
+    _Atomic int turn;      /* whose turn: 0 or 1; 2: stop */
+    _Atomic int64_t worst; /* the largest step back seen */
+    int64_t end;
+} handoff;
+
+static void pass_on(handoff *h, int me)
+{
+    int64_t t0 = th_now_ns();
+    for (;;) {
+        int turn = atomic_load(&h->turn);
+        if (turn == 2)
+            return;
+        if (turn != me) {
+            if (th_now_ns() - t0 > 5000 * MS) { /* a bounded wait */
+                atomic_store(&h->turn, 2);
+                return;
+            }
+            sched_yield();
+            continue;
+        }
+        int64_t mine = th_fast_ns();
+        int64_t back = atomic_load(&h->val) - mine;
+        if (back > atomic_load(&h->worst))
+            atomic_store(&h->worst, back);
+        atomic_store(&h->val, th_fast_ns());
+        atomic_store(&h->turn, th_now_ns() > h->end ? 2 : 1 - me);
+        t0 = th_now_ns();
+    }
+}
+
+static void *handoff_thread(void *arg)
+{
+    pass_on(arg, 1);
+    return NULL;
+}
+
+static void test_across_threads(void)
+{
+    unsetenv("TOOLHOST_CLOCK");
+    if (!calibrated(5 * MS, 2 * MS, 0)) {
+        restore();
+        TH_SKIP("the TSC clock is not used here");
+    }
+    handoff h;
+    atomic_init(&h.val, th_fast_ns());
+    atomic_init(&h.turn, 0);
+    atomic_init(&h.worst, INT64_MIN);
+    h.end = th_now_ns() + 80 * MS;
+    pthread_t t;
+    CU_ASSERT_FATAL(pthread_create(&t, NULL, handoff_thread, &h) == 0);
+    pass_on(&h, 0);
+    pthread_join(t, NULL);
+    CU_ASSERT(atomic_load(&h.worst) <= BOUND);
+    CU_ASSERT(atomic_load(&h.worst) > INT64_MIN); /* handed over at all */
+    restore();
+}
+
+/* Where the durations are computed from it (stats.c), a negative one (a
+ * step back of a few us) counts as 0: the fastest bucket, nothing added
+ * to the sum. */
+static void test_negative_duration(void)
+{
+    th_stat *st = calloc(1, sizeof *st);
+    CU_ASSERT_FATAL(st != NULL);
+    th_stat_latency_at(st, -3 * US, 1000LL * 1000000000LL);
+    CU_ASSERT_EQUAL(st->hist[0], 1);
+    CU_ASSERT_EQUAL(st->sum_ns, 0);
+    free(st);
+}
+
+void th_suite_clock(void)
+{
+    CU_pSuite s = CU_add_suite("clock", NULL, NULL);
+    CU_add_test(s, "forced_plain", test_forced_plain);
+    CU_add_test(s, "states", test_states);
+    CU_add_test(s, "accuracy", test_accuracy);
+    CU_add_test(s, "wrong_mult_seen", test_wrong_mult_seen);
+    CU_add_test(s, "guard", test_guard);
+    CU_add_test(s, "monotone", test_monotone);
+    CU_add_test(s, "threads", test_threads);
+    CU_add_test(s, "across_threads", test_across_threads);
+    CU_add_test(s, "negative_duration", test_negative_duration);
+}
