@@ -9,6 +9,7 @@
  * negative duration counts as 0 in the stats.  Each test starts over with
  * th_clock_reset() and ends with the defaults back. */
 #include <CUnit/CUnit.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -20,6 +21,7 @@
 #include "common/th_test.h"
 #include "manager.h"
 #include "th/clock.h"
+#include "th/log.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -29,9 +31,18 @@
 #define US 1000LL
 #define MS 1000000LL
 /* th_fast_ns() against th_now_ns(): the pair's error (< 1 us) plus the
- * multiplier's over a base's life (~10 ns); 15-50 ns measured here.  A
- * base 3 us off, or a multiplier 0.03% off, fails. */
-#define BOUND (3 * US)
+ * multiplier's over a base's life (~10 ns); 15-50 ns measured here, up to
+ * 0.8 us under TSan (its clock_gettime() is slower).  A base 3 us off, or
+ * a multiplier 0.03% off, fails. */
+#define BOUND bound()
+
+static int64_t bound(void)
+{
+    const char *vg = getenv("TH_VALGRIND");
+    if (vg && *vg)
+        return 30 * US;
+    return strstr(TH_BUILD_DIR, "/san-") ? 10 * US : 3 * US;
+}
 
 static int is_source(const char *s)
 {
@@ -59,6 +70,24 @@ static int tsc_expected(void)
     return 0;
 #endif
 }
+
+#if defined(__x86_64__)
+/* The test's own (tsc, monotonic) pair: the narrowest of 5. */
+static void own_pair(uint64_t *tsc, int64_t *ns)
+{
+    uint64_t best = UINT64_MAX;
+    for (int i = 0; i < 5; i++) {
+        uint64_t a = __rdtsc();
+        int64_t n = th_now_ns();
+        uint64_t b = __rdtsc();
+        if (b - a < best) {
+            best = b - a;
+            *tsc = a + (b - a) / 2;
+            *ns = n;
+        }
+    }
+}
+#endif
 
 /* Starts over and waits (at most 2 s) until the calibration is done;
  * returns whether the clock reads the TSC. */
@@ -161,15 +190,19 @@ static void test_states(void)
     uint64_t m = th_clock_mult();
     CU_ASSERT(m != 0);
 #if defined(__x86_64__)
-    uint64_t ta = __rdtsc();
-    int64_t na = th_now_ns();
-    usleep(50 * 1000);
-    uint64_t tb = __rdtsc();
-    int64_t nb = th_now_ns();
+    uint64_t ta = 0, tb = 0;
+    int64_t na = 0, nb = 0;
+    own_pair(&ta, &na);
+    usleep(100 * 1000);
+    own_pair(&tb, &nb);
     double mine = (double)(nb - na) / (double)(tb - ta);
     double its = (double)th_clock_mult() / 4294967296.0;
-    /* 50 ms against ~20 ns of pairing: 1 ppm; 100 ppm of slack */
-    CU_ASSERT(its > mine * (1 - 1e-4) && its < mine * (1 + 1e-4));
+    /* its 30 ms against pairs good to < 1 us (a sanitizer's slower
+     * clock_gettime() included): < 70 ppm; 200 ppm of slack (3 us over a
+     * base's 10 ms: test_accuracy's bound) */
+    if (getenv("TH_CLOCK_VERBOSE"))
+        fprintf(stderr, "clock:states: %.3f ppm\n", (its / mine - 1) * 1e6);
+    CU_ASSERT(its > mine * (1 - 2e-4) && its < mine * (1 + 2e-4));
 #endif
     restore();
 }
@@ -191,8 +224,9 @@ static void test_accuracy(void)
     restore();
 }
 
-/* The check above has teeth: a multiplier 1% off is seen (and it is
- * below what the guard gives up at: the clock keeps reading the TSC). */
+/* The check above has teeth: a multiplier 1.5% off is seen (150 us after
+ * a base's 10 ms: below what the guard gives up at, unless a preemption
+ * kept the base much longer), and a base is not used past its 10 ms. */
 static void test_wrong_mult_seen(void)
 {
     unsetenv("TOOLHOST_CLOCK");
@@ -201,11 +235,10 @@ static void test_wrong_mult_seen(void)
         TH_SKIP("the TSC clock is not used here");
     }
     uint64_t m = th_clock_mult();
-    CU_ASSERT_FATAL(calibrated(5 * MS, 0, m + m / 100));
+    CU_ASSERT_FATAL(calibrated(5 * MS, 0, m + m / 66));
     int64_t worst = worst_error(60 * MS);
     CU_ASSERT(worst > BOUND);
-    CU_ASSERT(worst < 200 * US);
-    CU_ASSERT_STRING_EQUAL(th_clock_source(), "tsc");
+    CU_ASSERT(worst < 200 * US + BOUND);
     restore();
 }
 
@@ -221,12 +254,29 @@ static void test_guard(void)
     }
     uint64_t m = th_clock_mult();
     CU_ASSERT_FATAL(calibrated(5 * MS, 0, m + m / 20));
+    char *dir = th_test_tmpdir();
+    CU_ASSERT_FATAL(dir != NULL);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/log", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    CU_ASSERT_FATAL(fd >= 0);
+    th_log_set_fd(fd);
     int64_t t0 = th_now_ns();
     while (is_source("tsc") && th_now_ns() - t0 < 500 * MS) {
         usleep(1000);
         (void)th_fast_ns();
     }
+    th_log_set_fd(2);
     CU_ASSERT_STRING_EQUAL(th_clock_source(), "monotonic");
+    /* said once in the log, with how far off */
+    char buf[512] = {0};
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    CU_ASSERT(n > 0);
+    CU_ASSERT(strstr(buf, "warn  clock: the TSC disagrees with the kernel (") != NULL);
+    CU_ASSERT(strstr(buf, "call timings from clock_gettime() from now on") != NULL);
+    close(fd);
+    th_test_rmtree(dir);
+    free(dir);
     for (int i = 0; i < 1000; i++) {
         int64_t a = th_now_ns();
         int64_t f = th_fast_ns();
