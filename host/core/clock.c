@@ -64,10 +64,9 @@
 #include "th/clock.h"
 #include "th/log.h"
 
-#if defined(__x86_64__) && !defined(TH_CLOCK_NO_TSC)
+#ifdef TH_CLOCK_TSC /* th/clock.h: x86-64 */
 #include <cpuid.h>
 #include <x86intrin.h>
-#define TH_CLOCK_TSC 1
 #endif
 
 int64_t th_now_ns(void)
@@ -104,6 +103,27 @@ void th_timespec_mono(struct timespec *ts, int64_t mono_ns)
 
 /* ---- the fast clock ------------------------------------------------------ */
 
+#ifndef TH_CLOCK_TSC /* th_fast_ns() is th_now_ns() (th/clock.h) */
+
+const char *th_clock_source(void)
+{
+    return "monotonic";
+}
+
+uint64_t th_clock_mult(void)
+{
+    return 0;
+}
+
+void th_clock_reset(int64_t window_ns, int64_t refresh_ns, uint64_t mult)
+{
+    (void)window_ns;
+    (void)refresh_ns;
+    (void)mult;
+}
+
+#else
+
 enum {
     CK_UNSET,       /* nothing decided yet (or reset) */
     CK_CHECKING,    /* one thread is deciding */
@@ -113,7 +133,6 @@ enum {
 };
 
 static _Atomic int g_mode;
-static _Atomic unsigned g_gen = 1; /* a thread's base is valid for one */
 static _Atomic uint64_t g_tsc0;    /* the first pair */
 static _Atomic int64_t g_ns0;
 static _Atomic uint64_t g_mult;       /* ns per tick, 32.32 fixed point */
@@ -144,30 +163,10 @@ uint64_t th_clock_mult(void)
                : 0;
 }
 
-#ifndef TH_CLOCK_TSC
-
-int64_t th_fast_ns(void)
-{
-    return th_now_ns();
-}
-
-void th_clock_reset(int64_t window_ns, int64_t refresh_ns, uint64_t mult)
-{
-    (void)window_ns;
-    (void)refresh_ns;
-    (void)mult;
-    atomic_store(&g_mode, CK_PLAIN);
-}
-
-#else
-
-static _Thread_local struct {
-    uint64_t tsc;  /* the base: a counter reading ... */
-    int64_t ns;    /* ... and the monotonic time at it */
-    uint64_t mult; /* g_mult when the base was taken */
-    uint64_t lim;  /* ticks the base is used for (0: never) */
-    unsigned gen;  /* g_gen when the base was taken (0: none) */
-} tl;
+/* A thread's base (th/clock.h), and the generation it is valid for: a
+ * reset or giving up adds 1, so every thread takes its base again. */
+_Thread_local th_clock_base th_clock_tl;
+_Atomic unsigned th_clock_gen = 1;
 
 /* One (tsc, monotonic) pair: clock_gettime() between two counter reads,
  * the narrowest of up to 3 tries (a try preempted in between is wide). */
@@ -234,7 +233,7 @@ static int kernel_uses_tsc(void)
 static void give_up(const char *why, int64_t off_ns)
 {
     atomic_store_explicit(&g_mode, CK_PLAIN, memory_order_release);
-    atomic_fetch_add_explicit(&g_gen, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&th_clock_gen, 1, memory_order_relaxed);
     if (off_ns)
         th_log_warn("clock: the TSC %s (%lld us off CLOCK_MONOTONIC); call "
                     "timings from clock_gettime() from now on",
@@ -308,17 +307,18 @@ static void calibrate(uint64_t t, int64_t n)
  * 200 us + 0.1% of the base's age; else 0. */
 static int64_t base_off(uint64_t t, int64_t n)
 {
-    int64_t since = n - tl.ns;
+    int64_t since = n - th_clock_tl.ns;
     if (since < 0 || since >= 1000000000)
         return 0;
-    __int128 pred = (__int128)tl.ns + (((__int128)(int64_t)(t - tl.tsc) * (__int128)tl.mult) >> 32);
+    __int128 ticks = (__int128)(int64_t)(t - th_clock_tl.tsc);
+    __int128 pred = (__int128)th_clock_tl.ns + ((ticks * (__int128)th_clock_tl.mult) >> 32);
     int64_t off = (int64_t)(pred - n);
     int64_t allow = 200000 + since / 1000;
     return off > allow || off < -allow ? off : 0;
 }
 
 /* Past the fast path: decide, calibrate, or take this thread's base again. */
-__attribute__((noinline, cold)) static int64_t fast_slow(void)
+__attribute__((noinline, cold)) int64_t th_fast_ns_slow(void)
 {
     int mode = atomic_load_explicit(&g_mode, memory_order_acquire);
     if (mode == CK_UNSET) {
@@ -333,11 +333,11 @@ __attribute__((noinline, cold)) static int64_t fast_slow(void)
             atomic_load_explicit(&g_window_ns, memory_order_relaxed))
             return n;
     }
-    unsigned gen = atomic_load_explicit(&g_gen, memory_order_relaxed);
+    unsigned gen = atomic_load_explicit(&th_clock_gen, memory_order_relaxed);
     uint64_t t;
     int64_t n;
     take_pair(&t, &n);
-    if (mode == CK_TSC && tl.gen == gen && tl.mult) {
+    if (mode == CK_TSC && th_clock_tl.gen == gen && th_clock_tl.mult) {
         /* the guard: what the counter says against what the kernel says
          * (only over a base at most 1 s old: a thread idle longer is not
          * checked, its base is just taken again); a pair preempted in
@@ -356,22 +356,12 @@ __attribute__((noinline, cold)) static int64_t fast_slow(void)
         return n;
     uint64_t m = atomic_load_explicit(&g_mult, memory_order_relaxed);
     int64_t r = atomic_load_explicit(&g_refresh_ns, memory_order_relaxed);
-    tl.tsc = t;
-    tl.ns = n;
-    tl.mult = m;
-    tl.lim = (uint64_t)(((unsigned __int128)(uint64_t)r << 32) / m);
-    tl.gen = gen;
+    th_clock_tl.tsc = t;
+    th_clock_tl.ns = n;
+    th_clock_tl.mult = m;
+    th_clock_tl.lim = (uint64_t)(((unsigned __int128)(uint64_t)r << 32) / m);
+    th_clock_tl.gen = gen;
     return n;
-}
-
-int64_t th_fast_ns(void)
-{
-    if (__builtin_expect(tl.gen == atomic_load_explicit(&g_gen, memory_order_relaxed), 1)) {
-        uint64_t d = __rdtsc() - tl.tsc;
-        if (__builtin_expect(d < tl.lim, 1))
-            return tl.ns + (int64_t)((d * tl.mult) >> 32);
-    }
-    return fast_slow();
 }
 
 void th_clock_reset(int64_t window_ns, int64_t refresh_ns, uint64_t mult)
@@ -385,7 +375,7 @@ void th_clock_reset(int64_t window_ns, int64_t refresh_ns, uint64_t mult)
     atomic_store(&g_mult, 0);
     atomic_store(&g_next_refine, 0);
     atomic_store(&g_mode, CK_UNSET);
-    atomic_fetch_add(&g_gen, 1);
+    atomic_fetch_add(&th_clock_gen, 1);
     pthread_mutex_unlock(&g_cal_mu);
 }
 
