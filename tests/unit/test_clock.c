@@ -22,6 +22,7 @@
 #include "manager.h"
 #include "th/clock.h"
 #include "th/log.h"
+#include "unit/test_manager_fx.h"
 
 #ifdef TH_CLOCK_TSC /* th/clock.h */
 #include <cpuid.h>
@@ -424,9 +425,72 @@ static void test_negative_duration(void)
     free(st);
 }
 
+static int sleep_stats(const th_tool_stats *st, void *ud)
+{
+    if (strcmp(st->tool, "t_sleep") == 0) {
+        *(th_tool_stats *)ud = *st;
+        return 1;
+    }
+    return 0;
+}
+
+/* Through the call path, the TSC clock calibrated: calls of 20 ms, inline
+ * and on a worker (started on this thread, ended on the worker's), count
+ * 20 ms each in the stats (not 0, not the time since boot); a 30 ms
+ * timeout, counted from the call's TSC start, ends the call at ~30 ms by
+ * the deadline thread's clock_gettime(). */
+static void test_calls(void)
+{
+    unsetenv("TOOLHOST_CLOCK");
+    if (!calibrated(5 * MS, 0, 0)) {
+        restore();
+        TH_SKIP("the TSC clock is not used here");
+    }
+    th_config *c = cfg_new(2, 1, 64);
+    cfg_toolset(c, "default", all_tools);
+    th_host *h = host_new(c);
+    th_session *s = open_trusted(h);
+    for (int inl = 0; inl < 2; inl++) {
+        th_call_opts o = {.timeout_ms = 10000, .may_block = inl == 1};
+        for (int i = 0; i < 3; i++) {
+            rec r;
+            rec_init(&r);
+            start(s, "t_sleep", A(1, "ms", 'i', 20LL), &o, &r);
+            CU_ASSERT_TRUE(rec_wait(&r, 5000));
+            CU_ASSERT_EQUAL(r.final.kind, TH_RESULT_DONE);
+            rec_free(&r);
+        }
+    }
+    th_tool_stats st;
+    memset(&st, 0, sizeof st);
+    CU_ASSERT_EQUAL(th_host_stats_foreach(h, sleep_stats, &st), 1);
+    CU_ASSERT_EQUAL(st.calls, 6);
+    /* 6 x 20 ms, and each at most a second (a loaded machine) */
+    CU_ASSERT(st.lat_sum_s >= 6 * 0.020 - 1e-4);
+    CU_ASSERT(st.lat_sum_s < 6 * 1.0);
+    CU_ASSERT(st.p50_ms >= 16 && st.p50_ms < 1000);
+    /* the deadline */
+    for (int inl = 0; inl < 2; inl++) {
+        th_call_opts o = {.timeout_ms = 30, .may_block = inl == 1};
+        rec r;
+        rec_init(&r);
+        int64_t t0 = th_now_ns();
+        start(s, "t_sleep", A(1, "ms", 'i', 3000LL), &o, &r);
+        CU_ASSERT_TRUE(rec_wait(&r, 5000));
+        int64_t took = th_now_ns() - t0;
+        CU_ASSERT_EQUAL(r.final.error, TH_ETIMEOUT);
+        CU_ASSERT(took >= 29 * MS && took < 2000 * MS);
+        rec_free(&r);
+    }
+    CU_ASSERT_STRING_EQUAL(th_clock_source(), "tsc");
+    th_session_close(s);
+    th_host_close(h);
+    restore();
+}
+
 void th_suite_clock(void)
 {
-    CU_pSuite s = CU_add_suite("clock", NULL, NULL);
+    CU_pSuite s = CU_add_suite("clock", suite_init, suite_cleanup);
     CU_add_test(s, "forced_plain", test_forced_plain);
     CU_add_test(s, "states", test_states);
     CU_add_test(s, "accuracy", test_accuracy);
@@ -436,4 +500,5 @@ void th_suite_clock(void)
     CU_add_test(s, "threads", test_threads);
     CU_add_test(s, "across_threads", test_across_threads);
     CU_add_test(s, "negative_duration", test_negative_duration);
+    CU_add_test(s, "calls", test_calls);
 }
