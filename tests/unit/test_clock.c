@@ -465,9 +465,12 @@ static void test_calls(void)
     memset(&st, 0, sizeof st);
     CU_ASSERT_EQUAL(th_host_stats_foreach(h, sleep_stats, &st), 1);
     CU_ASSERT_EQUAL(st.calls, 6);
-    /* 6 x 20 ms, and each at most a second (a loaded machine) */
-    CU_ASSERT(st.lat_sum_s >= 6 * 0.020 - 1e-4);
+    /* 6 x 20 ms (t_sleep counts whole ms: each at least 19), and each at
+     * most a second (a loaded machine) */
+    CU_ASSERT(st.lat_sum_s >= 6 * 0.019);
     CU_ASSERT(st.lat_sum_s < 6 * 1.0);
+    if (getenv("TH_CLOCK_VERBOSE") || st.lat_sum_s < 6 * 0.019)
+        fprintf(stderr, "clock:calls: %.6f s in all\n", st.lat_sum_s);
     CU_ASSERT(st.p50_ms >= 16 && st.p50_ms < 1000);
     /* the deadline */
     for (int inl = 0; inl < 2; inl++) {
