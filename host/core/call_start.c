@@ -352,7 +352,7 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
     c->timeout_ms = o->timeout_ms > 0
                         ? timeout_of(c->cfg, c->ts, c->ov, o->timeout_ms, c)
                         : p->timeout_ms;
-    c->start_ns = th_now_ns();
+    c->start_ns = th_fast_ns(); /* the TSC clock: clock.c */
     /* start_wall_ms and last_update_ms: set when the call becomes a task
      * (call_cb.c), the only calls that show them; a clock read saved on
      * every other call */

@@ -1,6 +1,10 @@
 /* clock.c - the core's one clock: monotonic time for durations and
  * deadlines, wall time for what people read.  Nothing else in host/core
- * calls clock_gettime(). */
+ * calls clock_gettime().
+ *
+ * th_fast_ns(), the calls' own clock (the calibrated TSC), is in
+ * clock_tsc.c: a file of its own because it logs, and the log reads
+ * this clock. */
 #include <time.h>
 
 #include "th/clock.h"

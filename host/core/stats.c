@@ -699,7 +699,7 @@ void th_stat_call_end(th_mcall *c)
 {
     if (!c->st || !atomic_load_explicit(&c->args_ok, memory_order_relaxed))
         return;
-    int64_t now = th_now_ns(); /* one clock read for both */
+    int64_t now = th_fast_ns(); /* one read for both (clamped at 0 below) */
     th_result_copy oom; /* no x: out of memory (filled only then) */
     const th_result_copy *fin = &oom;
     if (c->x) {
