@@ -605,6 +605,22 @@ static bool answered(th_mcall *c)
     return a;
 }
 
+/* A call the deadline thread armed from its call slot, out of the slot
+ * now: true when it is answered (the caller takes it out of the heap).
+ * Not answered yet (a cancel that set abort_code, so that the tool
+ * stopped, but has not answered yet): its answer takes it out, so the
+ * no_heap that th_mcall_run set (before it knew of the arm) goes, in
+ * the same turn of mu as the answer's test. */
+static bool armed_answered(th_mcall *c)
+{
+    pthread_mutex_lock(&c->mu);
+    bool a = c->answered;
+    if (!a)
+        c->no_heap = false;
+    pthread_mutex_unlock(&c->mu);
+    return a;
+}
+
 /* Stages 3 and 4 with the raw arguments (c->args, or with `borrow` the
  * caller's).  A call with borrowed arguments runs inline within this
  * frame, if it runs on this thread at all: validation's view of them
@@ -721,7 +737,7 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
          * closing meanwhile waits for its calls to leave the slots. */
         /* (emptied already by the final delivery's end, call.c) */
         if (c->cslot &&
-            (th_mgr_cslot_clear(h, c) & TH_CSLOT_ARMED) && answered(c))
+            (th_mgr_cslot_clear(h, c) & TH_CSLOT_ARMED) && armed_answered(c))
             th_mgr_disarm(h, c); /* armed from the slot, answered: out */
         if (__atomic_load_n(&s->closing, __ATOMIC_SEQ_CST)) {
             pthread_mutex_lock(&s->mu);

@@ -384,7 +384,10 @@ struct th_mcall {
     bool answered;              /* the final answer is decided */
     bool no_heap;               /* never in the deadline heap from here
                                    on (an inline call whose slot the
-                                   deadline thread never armed): the
+                                   deadline thread never armed, or one
+                                   of th_mgr_cslot_deadline until its
+                                   slot is emptied armed: see
+                                   armed_answered in call_start.c): the
                                    answer skips the heap's lock */
     bool acked;                 /* a task: RUNNING was (or is) sent */
     bool live_counted;          /* counted in the session's live tasks */

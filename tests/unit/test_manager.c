@@ -2504,6 +2504,49 @@ static void test_cslot_is_deadline_slot(void)
     close_all();
 }
 
+/* review11: a call armed from its call slot, whose cancel set abort_code
+ * (th_mcall_abort's first step) and was then held up before its answer
+ * (preempted, or an on_cancel hook on the cancelling thread) while the
+ * tool saw the cancel and returned: th_call_start empties the slot
+ * (armed) but finds the call unanswered, so it leaves the heap entry to
+ * the answer; the answer must then take it out.  With d6ec391 the owner
+ * had set no_heap (th_mcall_run, for any call of th_mgr_cslot_deadline)
+ * and the answer skipped the heap: the call stayed there, with its
+ * reference (record, tool, config, session), until its 10 s deadline. */
+static void test_cslot_armed_answered_after_start(void)
+{
+    open_default(1, 1, 64);
+    inline_runner ir = {.s = S}; /* t_sleep 2 s, timeout 10 s, inline */
+    uint64_t id = atomic_load(&H->next_id);
+    unsigned long armed0 = atomic_load(&H->mgr.islot_armed);
+    pthread_t th;
+    CU_ASSERT_FATAL(inline_started(&ir, &th));
+    int64_t until = mono_ms() + 1000;
+    while (atomic_load(&H->mgr.islot_armed) == armed0 && mono_ms() < until)
+        nap_ms(1);
+    CU_ASSERT_FATAL(atomic_load(&H->mgr.islot_armed) > armed0);
+    th_mcall *c = th_mgr_session_call(S, id); /* as th_call_cancel does */
+    CU_ASSERT_FATAL(c != NULL);
+    /* the cancel's first step, then held up: the tool stops, execute()
+     * returns, th_call_start empties the slot and returns unanswered */
+    int zero = 0;
+    atomic_compare_exchange_strong(&c->abort_code, &zero, TH_ECANCELLED);
+    pthread_join(th, NULL);
+    CU_ASSERT_EQUAL(ir.rc, 0);
+    CU_ASSERT_TRUE(cslots_empty(H));
+    CU_ASSERT_FALSE(rec_wait(&ir.r, 0));
+    /* the cancel goes on: its answer */
+    th_mcall_abort(c, TH_ECANCELLED, "cancelled");
+    th_mcall_unref(c);
+    CU_ASSERT_TRUE(rec_wait(&ir.r, 1000));
+    CU_ASSERT_EQUAL(ir.r.final.error, TH_ECANCELLED);
+    pthread_mutex_lock(&H->mgr.tmu);
+    CU_ASSERT_EQUAL(H->mgr.hn, 0); /* out of the heap with its answer */
+    pthread_mutex_unlock(&H->mgr.tmu);
+    rec_free(&ir.r);
+    close_all();
+}
+
 void th_suite_manager(void)
 {
     CU_pSuite s = CU_add_suite("manager", suite_init, suite_cleanup);
@@ -2543,6 +2586,7 @@ void th_suite_manager(void)
     CU_add_test(s, "cslot_close_during_final_callback", test_cslot_close_during_final_callback);
     CU_add_test(s, "cslot_final_unvisited", test_cslot_final_unvisited);
     CU_add_test(s, "cslot_is_deadline_slot", test_cslot_is_deadline_slot);
+    CU_add_test(s, "cslot_armed_answered_after_start", test_cslot_armed_answered_after_start);
     CU_add_test(s, "queued_call_is_small", test_queued_call_is_small);
     CU_add_test(s, "rec_reuse_zeroed", test_rec_reuse_zeroed);
     CU_add_test(s, "cancel_running_task", test_cancel_running_task);
