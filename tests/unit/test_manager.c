@@ -2468,18 +2468,26 @@ static void test_cslot_final_unvisited(void)
  * only (no inline slot), the deadline thread arms it there (bit 2), a
  * cancel by id still finds it (the lookup masks the slot's bits), and
  * once it is answered and out of the slot it is out of the heap. */
-static void test_cslot_is_deadline_slot(void)
+/* An inline t_sleep (2 s, timeout 10 s) started on thread *th and armed
+ * by the deadline thread from its call slot; its id. */
+static uint64_t inline_armed(inline_runner *ir, pthread_t *th)
 {
-    open_default(1, 1, 64);
-    inline_runner ir = {.s = S}; /* t_sleep 2 s, timeout 10 s, inline */
     uint64_t id = atomic_load(&H->next_id);
     unsigned long armed0 = atomic_load(&H->mgr.islot_armed);
-    pthread_t th;
-    CU_ASSERT_FATAL(inline_started(&ir, &th));
+    CU_ASSERT_FATAL(inline_started(ir, th));
     int64_t until = mono_ms() + 1000;
     while (atomic_load(&H->mgr.islot_armed) == armed0 && mono_ms() < until)
         nap_ms(1);
-    CU_ASSERT_TRUE(atomic_load(&H->mgr.islot_armed) > armed0);
+    CU_ASSERT_FATAL(atomic_load(&H->mgr.islot_armed) > armed0);
+    return id;
+}
+
+static void test_cslot_is_deadline_slot(void)
+{
+    open_default(1, 1, 64);
+    inline_runner ir = {.s = S};
+    pthread_t th;
+    uint64_t id = inline_armed(&ir, &th);
     int armed_in_cslot = 0;
     for (unsigned i = 0; i < TH_ISLOTS; i++) {
         CU_ASSERT_EQUAL(atomic_load(&H->mgr.islot[i].v), 0);
@@ -2516,15 +2524,9 @@ static void test_cslot_is_deadline_slot(void)
 static void test_cslot_armed_answered_after_start(void)
 {
     open_default(1, 1, 64);
-    inline_runner ir = {.s = S}; /* t_sleep 2 s, timeout 10 s, inline */
-    uint64_t id = atomic_load(&H->next_id);
-    unsigned long armed0 = atomic_load(&H->mgr.islot_armed);
+    inline_runner ir = {.s = S};
     pthread_t th;
-    CU_ASSERT_FATAL(inline_started(&ir, &th));
-    int64_t until = mono_ms() + 1000;
-    while (atomic_load(&H->mgr.islot_armed) == armed0 && mono_ms() < until)
-        nap_ms(1);
-    CU_ASSERT_FATAL(atomic_load(&H->mgr.islot_armed) > armed0);
+    uint64_t id = inline_armed(&ir, &th);
     th_mcall *c = th_mgr_session_call(S, id); /* as th_call_cancel does */
     CU_ASSERT_FATAL(c != NULL);
     /* the cancel's first step, then held up: the tool stops, execute()

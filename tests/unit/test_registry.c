@@ -406,6 +406,34 @@ static void lookup_cache_generations(void)
 
 /* ---- the first writer and the first reader publish the same way (hazard.h) -- */
 
+/* Runs test `name` of this suite alone in a fresh process (the binary
+ * again, with `env` set so the test runs its child part): the suite's own
+ * threads took hazard records already.  The child's exit status 0 passes. */
+static void run_fresh(const char *name, const char *env)
+{
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    CU_ASSERT_FATAL(len > 0);
+    self[len] = '\0';
+    pid_t pid = fork();
+    CU_ASSERT_FATAL(pid >= 0);
+    if (pid == 0) {
+        setenv(env, "1", 1); /* one thread here */
+        execl(self, self, name, (char *)NULL);
+        _exit(127);
+    }
+    int st = 0;
+    pid_t w = 0;
+    for (int i = 0; i < 3000 && (w = waitpid(pid, &st, WNOHANG)) == 0; i++)
+        usleep(10000); /* 30 s at most */
+    if (w == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+    }
+    CU_ASSERT_TRUE(WIFEXITED(st));
+    CU_ASSERT_EQUAL(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 0);
+}
+
 /* In a fresh process (no hazard record taken yet): a writer's wait comes
  * first, then a thread takes its record.  The way the writer looked at the
  * slots (membarrier or not, th_hz_light) must be the way that reader then
@@ -437,27 +465,7 @@ static void hz_first_wait(void)
 {
     if (getenv("TH_TEST_HZ_FRESH"))
         hz_first_wait_child();
-    char self[4096];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    CU_ASSERT_FATAL(len > 0);
-    self[len] = '\0';
-    pid_t pid = fork();
-    CU_ASSERT_FATAL(pid >= 0);
-    if (pid == 0) {
-        setenv("TH_TEST_HZ_FRESH", "1", 1); /* one thread here */
-        execl(self, self, "registry:hz_first_wait", (char *)NULL);
-        _exit(127);
-    }
-    int st = 0;
-    pid_t w = 0;
-    for (int i = 0; i < 3000 && (w = waitpid(pid, &st, WNOHANG)) == 0; i++)
-        usleep(10000); /* 30 s at most */
-    if (w == 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &st, 0);
-    }
-    CU_ASSERT_TRUE(WIFEXITED(st));
-    CU_ASSERT_EQUAL(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 0);
+    run_fresh("registry:hz_first_wait", "TH_TEST_HZ_FRESH");
 }
 
 /* ---- a writer with no reader skips the wait, never a reader's slot ------- */
@@ -562,27 +570,7 @@ static void hz_wait_skip_vs_new_readers(void)
 {
     if (getenv("TH_TEST_HZ_SKIP_FRESH"))
         hz_wait_skip_child();
-    char self[4096];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    CU_ASSERT_FATAL(len > 0);
-    self[len] = '\0';
-    pid_t pid = fork();
-    CU_ASSERT_FATAL(pid >= 0);
-    if (pid == 0) {
-        setenv("TH_TEST_HZ_SKIP_FRESH", "1", 1); /* one thread here */
-        execl(self, self, "registry:hz_wait_skip_vs_new_readers", (char *)NULL);
-        _exit(127);
-    }
-    int st = 0;
-    pid_t w = 0;
-    for (int i = 0; i < 3000 && (w = waitpid(pid, &st, WNOHANG)) == 0; i++)
-        usleep(10000); /* 30 s at most */
-    if (w == 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &st, 0);
-    }
-    CU_ASSERT_TRUE(WIFEXITED(st));
-    CU_ASSERT_EQUAL(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 0);
+    run_fresh("registry:hz_wait_skip_vs_new_readers", "TH_TEST_HZ_SKIP_FRESH");
 }
 
 void th_suite_registry(void)
