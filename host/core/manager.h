@@ -860,11 +860,12 @@ void th_session_task_tools_changed(th_session *s);
 
 /* toolsets.c: which toolset a call runs under. */
 
-/* The toolset a session's call of `tool` runs under (first in config order
- * that contains it and that the session may use): its index, or -1 with
- * *any set when some toolset contains it. */
-int th_host_pick_toolset(th_host *h, th_session *s, const th_tool *tool,
-                         bool *any);
+/* The toolset a session's call of `tool` runs under in the config `cfg`
+ * (the caller's reference; first in config order that contains it and
+ * that the session may use): its index, or -1 with *any set when some
+ * toolset contains it. */
+int th_host_pick_toolset(th_host *h, const th_config *cfg, th_session *s,
+                         const th_tool *tool, bool *any);
 bool th_host_toolset_has(th_host *h, const th_toolset_cfg *ts,
                          const th_tool *tool);
 bool th_host_is_task_tool(const char *name);

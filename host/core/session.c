@@ -212,15 +212,15 @@ void th_session_task_tools_changed(th_session *s)
 
 /* ---- Tools ------------------------------------------------------------------------ */
 
-static bool visible(th_session *s, const th_tool *t, int *ts_idx)
+/* Whether s sees t under the config snapshot cfg (the caller's
+ * reference), and the toolset it would run in. */
+static bool visible(th_session *s, const th_config *cfg, const th_tool *t,
+                    int *ts_idx)
 {
     th_host *h = s->h;
     *ts_idx = -1;
     if (th_host_is_task_tool(t->name)) {
-        th_config *cfg = th_host_config_get(h);
-        bool always = cfg->host.expose_task_tools;
-        th_config_unref(cfg);
-        if (always)
+        if (cfg->host.expose_task_tools)
             return true;
         pthread_mutex_lock(&s->mu);
         bool v = s->live_tasks > 0;
@@ -228,7 +228,7 @@ static bool visible(th_session *s, const th_tool *t, int *ts_idx)
         return v;
     }
     bool any;
-    *ts_idx = th_host_pick_toolset(h, s, t, &any);
+    *ts_idx = th_host_pick_toolset(h, cfg, s, t, &any);
     return *ts_idx >= 0;
 }
 
@@ -273,7 +273,7 @@ int th_session_tools(th_session *s, int (*fn)(const th_tool *t, void *ud),
     for (size_t i = 0; i < p.n && rc == 0; i++) {
         const th_tool *t = p.v[i];
         int ts_idx;
-        if (!visible(s, t, &ts_idx))
+        if (!visible(s, cfg, t, &ts_idx))
             continue;
         const th_toolset_cfg *ts = ts_idx >= 0 ? &cfg->toolsets[ts_idx] : NULL;
         const th_tool_override *ov = ts ? th_host_override(ts, t->name) : NULL;
@@ -314,7 +314,10 @@ const th_tool *th_session_acquire(th_session *s, const char *name)
     if (!t)
         return NULL;
     int ts_idx;
-    if (!visible(s, t, &ts_idx)) {
+    th_config *cfg = th_host_config_get(s->h); /* a reload may swap it */
+    bool v = visible(s, cfg, t, &ts_idx);
+    th_config_unref(cfg);
+    if (!v) {
         th_tool_release(t);
         return NULL;
     }

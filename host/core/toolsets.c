@@ -51,11 +51,10 @@ bool th_host_toolset_has(th_host *h, const th_toolset_cfg *ts,
     return false;
 }
 
-int th_host_pick_toolset(th_host *h, th_session *s, const th_tool *tool,
-                         bool *any)
+int th_host_pick_toolset(th_host *h, const th_config *cfg, th_session *s,
+                         const th_tool *tool, bool *any)
 {
     *any = false;
-    th_config *cfg = th_host_config_get(h); /* any thread: a reload may swap it */
     int idx = -1;
     for (size_t i = 0; i < cfg->n_toolsets && idx < 0; i++) {
         if (!th_host_toolset_has(h, &cfg->toolsets[i], tool))
@@ -64,6 +63,5 @@ int th_host_pick_toolset(th_host *h, th_session *s, const th_tool *tool,
         if (s->usable[i])
             idx = (int)i;
     }
-    th_config_unref(cfg);
     return idx;
 }
