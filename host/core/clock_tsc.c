@@ -58,9 +58,11 @@
  * Measured (AMD EPYC VM, TSC at 2.6 GHz, kernel clocksource tsc): a read
  * 9.6-10.3 ns against 24 for clock_gettime(); 1-112 ns off it (0.8 us
  * under TSan); the first read 20 us once (cpuid in a VM), the calibrating
- * one ~70 us once (the sysfs read).  On the inline echo call it takes
- * ~10 ns off the p50 and 30-40 ns off th_call_sync's (bench/README.md,
- * "Tenth pass, the clock").
+ * one ~70 us once (the sysfs read).  Once calibrated it takes ~30 ns off
+ * the inline echo call's p50 (231 -> 200 ns) and 30-40 ns off
+ * th_call_sync's (bench/README.md, "Tenth pass, the clock" and "the
+ * bench's own window": measured inside the 50 ms calibration, the inline
+ * row had shown 0-10 ns).
  *
  * th_clock_reset() starts over (tests: thresholds, a forced multiplier). */
 #include <errno.h>
