@@ -243,7 +243,7 @@ static void call_free(th_mcall *c)
          * and names the tool from x.  No lock, unless it is not ended. */
         if (!c->ended) {
             pthread_mutex_lock(&c->mu);
-            c->ended = true;
+            th_mcall_set_ended(c);
             pthread_mutex_unlock(&c->mu);
         }
         c->tomb = true;
@@ -866,7 +866,7 @@ static void exec_end(th_mcall *c, int status, bool ran, bool held, bool own)
      * write may race with building the result. */
     if (!held) {
         pthread_mutex_lock(&c->mu);
-        c->ended = true;
+        th_mcall_set_ended(c);
         pthread_mutex_unlock(&c->mu);
     }
     if (c->has_slots) /* (th_mgr_release's own first test) */
@@ -1118,7 +1118,7 @@ void th_mcall_run(th_mcall *c)
      * in this same turn of the lock (exec_end) */
     bool end_now = !susp && (st == TOOLHOST_OK || st == TOOLHOST_FAILED);
     if (end_now)
-        c->ended = true;
+        th_mcall_set_ended(c);
     if (heapless || slot_dl) {
         if (susp && st == TOOLHOST_PENDING) {
             /* it lives on: its deadline goes to the heap now */

@@ -46,6 +46,11 @@ static bool misuse_locked(th_mcall *c, const char *what)
 
 static bool stale(th_mcall *c, const char *fn)
 {
+    /* c->ended is set under mu by a release store (th_mcall_set_ended): a
+     * callback made while the call runs, the usual case, reads it false
+     * and takes no lock (a script's is_cancelled() twice per tool call) */
+    if (!__atomic_load_n(&c->ended, __ATOMIC_ACQUIRE))
+        return false;
     pthread_mutex_lock(&c->mu);
     bool gone = c->ended;
     if (gone) {
@@ -96,7 +101,7 @@ void th_call_cancel_hooks_fire(th_mcall *c)
 
 void th_call_cancel_hooks_end_locked(th_mcall *c)
 {
-    c->ended = true;
+    th_mcall_set_ended(c);
     if (c->x)
         c->x->cancel_fn = NULL;
     while (c->cancel_running)

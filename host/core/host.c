@@ -94,13 +94,13 @@ void th_session_close(th_session *s)
      * this (th_mgr_cslot_put) */
     __atomic_store_n(&s->closing, true, __ATOMIC_SEQ_CST);
     size_t n = s->calls.n;
-    th_mcall **v = calloc(n + TH_ISLOTS, sizeof *v), **p = v;
+    th_mcall **v = calloc(n + TH_CSLOTS, sizeof *v), **p = v;
     if (v)
         th_u64map_each(&s->calls, collect_call, &p);
     pthread_mutex_unlock(&s->mu);
     /* and the calls running inline in their threads' call slots */
     if (v)
-        p += th_mgr_cslot_collect(h, s, p, TH_ISLOTS);
+        p += th_mgr_cslot_collect(h, s, p, TH_CSLOTS);
     /* Cancel what is the session's; toolset-scoped tasks go on, detached
      * from the front.  (Out of memory here: the calls end on their own.) */
     for (size_t i = 0; v && i < (size_t)(p - v); i++) {

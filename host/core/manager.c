@@ -484,7 +484,7 @@ static bool islot_scan(th_host *h, int64_t now)
      * checks islot_idle only once it submits, after the slot's
      * compare-and-swap: see th_mgr_submit); a running inline call of
      * th_mgr_cslot_deadline is armed once it has run long enough. */
-    for (unsigned i = 0; i < TH_ISLOTS; i++) {
+    for (unsigned i = 0; i < TH_CSLOTS; i++) {
         _Atomic uintptr_t *sl = &m->cslot[i].v;
         uintptr_t v = atomic_load_explicit(sl, memory_order_relaxed);
         if (!v || (v & TH_CSLOT_ARMED))
@@ -520,7 +520,9 @@ static bool islot_any(th_mgr *m)
         uintptr_t v = atomic_load(&m->islot[i].v);
         if (v && !(v & 2))
             return true;
-        v = atomic_load(&m->cslot[i].v);
+    }
+    for (unsigned i = 0; i < TH_CSLOTS; i++) {
+        uintptr_t v = atomic_load(&m->cslot[i].v);
         if (v && !(v & TH_CSLOT_ARMED))
             return true;
     }
@@ -530,20 +532,24 @@ static bool islot_any(th_mgr *m)
 /* ---- Call slots (th_mgr.cslot) ------------------------------------------- */
 
 /* Whether a call runs inline on its caller's thread with nothing of the
- * pool to take (th_mgr_submit's quick path): known when it is recorded. */
-static bool quick_call(const th_mcall *c, bool nested)
+ * pool to take (th_mgr_submit's quick path): known when it is recorded.
+ * A nested call (made by a running call on its thread: run_code's) is
+ * one too when no concurrency limit applies to it: with no group, the
+ * nested path's lending of an ancestor's slots has nothing to do. */
+static bool quick_call(const th_mcall *c)
 {
-    return c->may_block && !nested && !c->is_async && !has_delays(c->mock) &&
+    return c->may_block && !c->is_async && !has_delays(c->mock) &&
            !needs_groups(c);
 }
 
 bool th_mgr_cslot_put(th_host *h, th_mcall *c)
 {
     th_mgr *m = &h->mgr;
-    if (!quick_call(c, c->parent != NULL) ||
-        __atomic_load_n(&m->stop, __ATOMIC_ACQUIRE))
+    if (!quick_call(c) || __atomic_load_n(&m->stop, __ATOMIC_ACQUIRE))
         return false;
-    unsigned i = thread_slot();
+    /* a nested call takes its thread's second slot (the first holds the
+     * call that makes it, when that one runs inline too) */
+    unsigned i = thread_slot() + (c->parent ? TH_ISLOTS : 0);
     uintptr_t z = 0;
     /* seq_cst: the caller reads s->closing next (see th_session_close) */
     if (!atomic_compare_exchange_strong(&m->cslot[i - 1].v, &z, (uintptr_t)c))
@@ -569,7 +575,7 @@ static size_t cslot_visit(th_host *h, const th_session *s, uint64_t id,
 {
     th_mgr *m = &h->mgr;
     size_t n = 0;
-    for (unsigned i = 0; i < TH_ISLOTS; i++) {
+    for (unsigned i = 0; i < TH_CSLOTS; i++) {
         _Atomic uintptr_t *sl = &m->cslot[i].v;
         uintptr_t v;
         for (unsigned k = 0;; k++) {
@@ -608,8 +614,8 @@ size_t th_mgr_cslot_collect(th_host *h, const th_session *s, th_mcall **out,
 
 size_t th_mgr_cslot_running(th_host *h, const th_session *s)
 {
-    th_mcall *v[TH_ISLOTS];
-    size_t n = th_mgr_cslot_collect(h, s, v, TH_ISLOTS), running = 0;
+    th_mcall *v[TH_CSLOTS];
+    size_t n = th_mgr_cslot_collect(h, s, v, TH_CSLOTS), running = 0;
     for (size_t i = 0; i < n; i++) {
         pthread_mutex_lock(&v[i]->mu);
         running += v[i]->phase != TH_PH_OVER;
@@ -660,12 +666,14 @@ void th_mgr_submit(th_mcall *c)
                       (nested || (!c->is_async && !has_delays(c->mock)));
     /* (a call in a call slot was found quick when it was recorded, by
      * the same test on the same call; unless the host stops meanwhile it
-     * is: then it is answered `busy` below, on this thread.  A call the
+     * is: then it is answered `busy` below, on this thread, but a nested
+     * one runs all the same, as the nested path below would run it.  A
+     * call the
      * front allowed (th_permission_answer) may still be in its owner's
      * slot, but no longer may block: it goes to a worker, and c->cslot,
      * its owner's, is not read from the answering thread) */
-    bool quick = c->may_block && (c->cslot || quick_call(c, nested)) &&
-                 !__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE);
+    bool quick = c->may_block && (c->cslot || quick_call(c)) &&
+                 (nested || !__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE));
     /* An inline call with a timeout long enough enters its thread's slot;
      * the deadline thread arms it if it runs past TH_ISLOT_SCAN_NS. */
     /* One in its call slot has it there already (th_mgr_cslot_deadline:

@@ -411,10 +411,18 @@ struct th_mcall {
      * handle reached plugin code is not freed at its last reference but
      * becomes a tombstone (`tomb`: its contents freed, mu and the tool's
      * name kept) in the host's quarantine (TH_CALL_TOMBS newest), so that
-     * a late callback finds valid memory that says "ended". */
+     * a late callback finds valid memory that says "ended".  `ended` is
+     * written under mu by th_mcall_set_ended (a release store), so that a
+     * callback may read it without mu first (call_cb.c, stale). */
     bool misuse_logged;
     bool tomb;
 };
+
+/* Under c->mu: execution ended (see th_mcall.ended). */
+static inline void th_mcall_set_ended(th_mcall *c)
+{
+    __atomic_store_n(&c->ended, true, __ATOMIC_RELEASE);
+}
 
 /* The call's duplicate policy and scope, from its snapshot (c->ts,
  * c->ov): the override's when it sets one, else the toolset's; a task
@@ -540,6 +548,9 @@ typedef struct th_wslot {
  * thread looks at them, and the shortest timeout that uses one (a shorter
  * one enters the heap at once, so its deadline is kept to the ms). */
 #define TH_ISLOTS 64
+/* Call slots (th_mgr.cslot): a thread's first slot for its call, its
+ * second (TH_ISLOTS on) for a call that call makes (run_code's) */
+#define TH_CSLOTS (2 * TH_ISLOTS)
 #define TH_ISLOT_SCAN_NS 10000000LL
 #define TH_ISLOT_MIN_TIMEOUT_MS 100
 
@@ -630,7 +641,7 @@ typedef struct th_mgr {
      * slot is the call's inline slot as well (one compare-and-swap in,
      * one out): the deadline thread's scan arms the running calls of
      * th_mgr_cslot_deadline from here, as it does the islot's. */
-    th_islot cslot[TH_ISLOTS];
+    th_islot cslot[TH_CSLOTS];
 
     /* Progress notifier. */
     pthread_mutex_t nmu;
@@ -670,8 +681,9 @@ bool th_mgr_islot_clear(th_host *h, th_mcall *c);
 
 /* Call slots (th_mgr.cslot).  A call that will run inline on this thread
  * with nothing of the pool to take (the quick path of th_mgr_submit: it
- * may block, is not nested, async, a delayed mock, nor under a
- * concurrency limit) takes its thread's slot when it is recorded,
+ * may block, is not async, a delayed mock, nor under a concurrency
+ * limit) takes its thread's slot when it is recorded (a nested call, its
+ * thread's second slot: TH_CSLOTS),
  * instead of entering its session's call map: true, c->cslot set (its
  * owner's, the recording thread's).  False: not such a call, the host
  * stops, or the slot is taken (a call of a thread sharing it, or one

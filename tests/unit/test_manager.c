@@ -643,7 +643,7 @@ static size_t calls_in_map(th_session *s)
 
 static bool cslots_empty(th_host *h)
 {
-    for (unsigned i = 0; i < TH_ISLOTS; i++)
+    for (unsigned i = 0; i < TH_CSLOTS; i++)
         if (atomic_load(&h->mgr.cslot[i].v) != 0)
             return false;
     return true;
@@ -703,6 +703,103 @@ static void test_cslot_session_close_other_thread(void)
     CU_ASSERT_TRUE(mono_ms() - t0 < 1500);
     pthread_join(th, NULL);
     CU_ASSERT_EQUAL(ir.rc, 0);
+    CU_ASSERT_TRUE(cslots_empty(H));
+    rec_free(&ir.r);
+    close_all();
+}
+
+/* A nested call (t_nested_long's t_sleep, made while it runs inline on
+ * another thread) runs in its thread's second call slot, beside the call
+ * that made it in the first: neither is in the session's map, and a
+ * cancel by id reaches the inner one there. */
+static void *run_nested_inline(void *p)
+{
+    inline_runner *ir = p;
+    th_call_opts o = {.timeout_ms = 10000, .may_block = true};
+    ir->rc = th_call_start(ir->s, "t_nested_long", NULL, 0, &o, rec_cb, &ir->r,
+                           NULL);
+    return NULL;
+}
+
+/* Starts run_nested_inline and waits until the inner t_sleep runs.
+ * Returns the outer call's id (the inner one is the next), 0 on failure;
+ * the slots each call holds in *outer_slot, *inner_slot (+ 1). */
+static uint64_t nested_started(inline_runner *ir, pthread_t *th,
+                               unsigned *outer_slot, unsigned *inner_slot)
+{
+    atomic_store(&fx_nested_long_done, 0);
+    uint64_t id = atomic_load(&H->next_id);
+    rec_init(&ir->r);
+    if (pthread_create(th, NULL, run_nested_inline, ir) != 0)
+        return 0;
+    int64_t until = mono_ms() + 2000;
+    while (atomic_load(&fx_conc) == 0 && mono_ms() < until)
+        nap_ms(1);
+    if (atomic_load(&fx_conc) == 0)
+        return 0;
+    *outer_slot = *inner_slot = 0;
+    for (unsigned i = 0; i < TH_CSLOTS; i++) {
+        uintptr_t v = atomic_load(&H->mgr.cslot[i].v);
+        if (!v)
+            continue;
+        uint64_t cid = ((th_mcall *)(v & ~(uintptr_t)7))->base.pub.call_id;
+        if (cid == id)
+            *outer_slot = i + 1;
+        else if (cid == id + 1)
+            *inner_slot = i + 1;
+    }
+    return id;
+}
+
+static void test_cslot_nested_second_slot(void)
+{
+    open_default(1, 1, 64);
+    atomic_store(&fx_cancel_seen, 0);
+    inline_runner ir = {.s = S};
+    pthread_t th;
+    unsigned outer, inner;
+    uint64_t id = nested_started(&ir, &th, &outer, &inner);
+    CU_ASSERT_FATAL(id != 0);
+    /* both in their thread's slots, the inner one TH_ISLOTS further */
+    CU_ASSERT(outer >= 1 && outer <= TH_ISLOTS);
+    CU_ASSERT_EQUAL(inner, outer + TH_ISLOTS);
+    CU_ASSERT_EQUAL(calls_in_map(S), 0);
+    CU_ASSERT_EQUAL(th_mgr_cslot_running(H, S), 2);
+    /* the inner call found by id, in its slot: it stops; the outer one
+     * goes on and ends well */
+    CU_ASSERT_EQUAL(th_call_cancel(S, id + 1), 0);
+    CU_ASSERT_TRUE(rec_wait(&ir.r, 1500));
+    pthread_join(th, NULL);
+    CU_ASSERT_EQUAL(ir.rc, 0);
+    CU_ASSERT_TRUE(ir.r.final.ok);
+    CU_ASSERT_EQUAL(atomic_load(&fx_cancel_seen), 1);
+    CU_ASSERT_EQUAL(atomic_load(&fx_nested_long_done), 1);
+    CU_ASSERT_TRUE(cslots_empty(H));
+    CU_ASSERT_EQUAL(th_call_cancel(S, id + 1), TH_ENOTFOUND);
+    rec_free(&ir.r);
+    close_all();
+}
+
+/* A session closed while a call and the call it makes run in their
+ * thread's two call slots: the close finds both there, cancels both, and
+ * returns once both have left. */
+static void test_cslot_nested_session_close(void)
+{
+    open_default(1, 1, 64);
+    atomic_store(&fx_cancel_seen, 0);
+    inline_runner ir = {.s = S};
+    pthread_t th;
+    unsigned outer, inner;
+    CU_ASSERT_FATAL(nested_started(&ir, &th, &outer, &inner) != 0);
+    CU_ASSERT(outer != 0 && inner != 0);
+    int64_t t0 = mono_ms();
+    th_session_close(S);
+    S = NULL;
+    CU_ASSERT_TRUE(rec_wait(&ir.r, 0)); /* answered before the close returned */
+    CU_ASSERT_EQUAL(ir.r.final.error, TH_ECANCELLED);
+    CU_ASSERT_TRUE(mono_ms() - t0 < 1500);
+    pthread_join(th, NULL);
+    CU_ASSERT_EQUAL(atomic_load(&fx_nested_long_done), 1);
     CU_ASSERT_TRUE(cslots_empty(H));
     rec_free(&ir.r);
     close_all();
@@ -2589,6 +2686,8 @@ void th_suite_manager(void)
     CU_add_test(s, "cslot_final_unvisited", test_cslot_final_unvisited);
     CU_add_test(s, "cslot_is_deadline_slot", test_cslot_is_deadline_slot);
     CU_add_test(s, "cslot_armed_answered_after_start", test_cslot_armed_answered_after_start);
+    CU_add_test(s, "cslot_nested_second_slot", test_cslot_nested_second_slot);
+    CU_add_test(s, "cslot_nested_session_close", test_cslot_nested_session_close);
     CU_add_test(s, "queued_call_is_small", test_queued_call_is_small);
     CU_add_test(s, "rec_reuse_zeroed", test_rec_reuse_zeroed);
     CU_add_test(s, "cancel_running_task", test_cancel_running_task);
