@@ -18,6 +18,9 @@
  *     msgpack once, the call (registry, policy, validation, manager,
  *     execute, limits), the result turned into a Lua table once.  And the
  *     whole run / 100 beside it, start-up included.
+ *   - the Lua floor: the same loop in a bare stock Lua state whose `echo`
+ *     is a C function returning {ok, stdout, stderr}, and the bound it
+ *     sets with the inline call (Lua floor + th_call_start inline).
  * Target (issue 17): an inner call at most 1.5x the inline path.
  *
  * TH_BENCH_PROFILE=1: only the runs with 100 calls (for callgrind);
@@ -34,6 +37,10 @@
 #include "th/host.h"
 #include "th/log.h"
 #include "th/projection.h"
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
 
 #define TEXT "hello"
 #define N_INNER 100
@@ -293,6 +300,89 @@ static void run_lua_only(th_session *s, int inner, long rounds,
     th_projection_free(p);
 }
 
+/* ---- the Lua floor: stock Lua, no host --------------------------------------------- */
+
+/* The least a Lua binding of `tools.NAME{...}` returning a result table
+ * can do: read the argument table's `text` and return {ok, stdout,
+ * stderr}.  No sandbox, no limits, no msgpack, no call. */
+static int floor_echo(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_getfield(L, 1, "text");
+    size_t n;
+    const char *t = lua_tolstring(L, -1, &n);
+    lua_createtable(L, 0, 3);
+    lua_pushboolean(L, 1);
+    lua_setfield(L, -2, "ok");
+    lua_pushlstring(L, t ? t : "", n);
+    lua_setfield(L, -2, "stdout");
+    lua_pushliteral(L, "");
+    lua_setfield(L, -2, "stderr");
+    return 1;
+}
+
+/* One stock Lua state (luaL_newstate: the C library's allocator) with
+ * `echo` bound to floor_echo and the collector in `gen` (generational)
+ * or Lua's default incremental mode; the bench's loop with n calls per
+ * chunk call, p50 over the rounds. */
+static void run_lua_floor(bool gen, int inner, long rounds, uint64_t *samples,
+                          bench_stats *st)
+{
+    lua_State *L = luaL_newstate();
+    if (!L)
+        bench_die("luaL_newstate failed");
+    if (gen)
+        lua_gc(L, LUA_GCGEN, 0, 0);
+    luaL_requiref(L, LUA_GNAME, luaopen_base, 1);
+    lua_pop(L, 1);
+    lua_register(L, "echo", floor_echo);
+    char script[256];
+    snprintf(script, sizeof script,
+             "local n = 0\n"
+             "for i = 1, %d do n = n + #echo{text = \"" TEXT
+             "\"}.stdout end\n"
+             "return n\n",
+             inner);
+    if (luaL_loadstring(L, script) != LUA_OK)
+        bench_die("Lua floor: %s", lua_tostring(L, -1));
+    uint64_t t0 = bench_now_ns();
+    for (long i = -(rounds / 10 + 1); i < rounds; i++) {
+        lua_pushvalue(L, -1);
+        uint64_t a = bench_now_ns();
+        lua_call(L, 0, 1);
+        uint64_t b = bench_now_ns();
+        if (lua_tointeger(L, -1) != (lua_Integer)inner * (lua_Integer)(sizeof TEXT - 1))
+            bench_die("Lua floor: the script returned %lld",
+                      (long long)lua_tointeger(L, -1));
+        lua_pop(L, 1);
+        if (i == -1)
+            t0 = bench_now_ns();
+        if (i >= 0)
+            samples[i] = b - a;
+    }
+    bench_stats_from(st, samples, (size_t)rounds, bench_now_ns() - t0,
+                     (size_t)rounds);
+    lua_close(L);
+}
+
+/* Per call of the Lua floor, the better of the two collector modes
+ * (*gen: which). */
+static double lua_floor_ns(long rounds, uint64_t *samples, bool *gen)
+{
+    double best = 0;
+    for (int g = 0; g < 2; g++) {
+        bench_stats a, b;
+        run_lua_floor(g, N_INNER, rounds, samples, &a);
+        run_lua_floor(g, 0, rounds, samples, &b);
+        double v = ((double)a.p50_ns - (double)b.p50_ns) / N_INNER;
+        if (g == 0 || v < best) {
+            best = v;
+            *gen = g;
+        }
+    }
+    return best;
+}
+
 int main(int argc, char **argv)
 {
     const char *build = bench_build_dir(argc > 1 ? argv[1] : TH_BUILD_DIR);
@@ -375,6 +465,8 @@ int main(int argc, char **argv)
         c100 = c1002;
     if (c02.p50_ns < c0.p50_ns)
         c0 = c02;
+    bool floor_gen = false;
+    double lfloor = lua_floor_ns(rounds, samples, &floor_gen);
     th_session_close(s);
     th_host_close(host);
 
@@ -398,6 +490,15 @@ int main(int argc, char **argv)
     printf("%-44s %10.0fns %21s %7.2fx  th_call_sync\n",
            "the call inside a script: inner - Lua side", inner - lua, "",
            (inner - lua) / floor);
+    char what[64];
+    snprintf(what, sizeof what, "Lua floor (stock Lua, %s GC)",
+             floor_gen ? "generational" : "incremental");
+    printf("%-44s %10.0fns %21s %7.2fx  th_call_sync\n", what, lfloor, "",
+           lfloor / floor);
+    double bound = lfloor + (double)inl.p50_ns;
+    printf("%-44s %10.0fns %21s %7.2fx  th_call_sync\n",
+           "bound: Lua floor + th_call_start inline", bound, "",
+           bound / floor);
 
     bench_json j;
     bench_json_begin(&j, "code", &m);
@@ -411,6 +512,10 @@ int main(int argc, char **argv)
     bench_json_num(&j, "whole_ratio_inline", whole / floor);
     bench_json_num(&j, "lua_side_ns", lua);
     bench_json_num(&j, "call_in_script_ns", inner - lua);
+    bench_json_num(&j, "lua_floor_ns", lfloor);
+    bench_json_str(&j, "lua_floor_gc", floor_gen ? "generational" : "incremental");
+    bench_json_num(&j, "bound_ns", bound);
+    bench_json_num(&j, "bound_ratio_inline", bound / floor);
     bench_target(&j, "run_code_inner", "run_code inner call <= 1.5x the inline path",
                  inner / floor, 1.5, 1);
     bench_json_end(&j);
