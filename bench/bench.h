@@ -153,6 +153,25 @@ static inline void bench_stats_from(bench_stats *s, uint64_t *samples,
     s->p99_ns = bench_quantile(samples, n, 0.99);
 }
 
+/* Runs `one` n / 10 + 1 times to warm up, then n times: each measured
+ * round's time (what `one` returns: the span it timed itself) into
+ * samples[0..n), the figures into *st (mean: the measured rounds' wall
+ * time / n). */
+typedef uint64_t (*bench_round_fn)(void *ud);
+static inline void bench_rounds(long n, bench_round_fn one, void *ud,
+                                uint64_t *samples, bench_stats *st)
+{
+    uint64_t t0 = bench_now_ns();
+    for (long i = -(n / 10 + 1); i < n; i++) {
+        uint64_t d = one(ud);
+        if (i == -1)
+            t0 = bench_now_ns();
+        if (i >= 0)
+            samples[i] = d;
+    }
+    bench_stats_from(st, samples, (size_t)n, bench_now_ns() - t0, (size_t)n);
+}
+
 /* ---- the JSON line ----------------------------------------------------------- */
 
 /* Builds {"bench":NAME,"machine":{...},...}: bench_json_num/str add

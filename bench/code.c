@@ -63,16 +63,22 @@ static void pack_echo_args(void)
     msgpack_sbuffer_destroy(&sb);
 }
 
+/* The bench's script: n calls of `fn` (tools.echo, or the Lua floor's
+ * echo), returning the total length of their stdout. */
+static void loop_script(char *buf, size_t size, const char *fn, int n)
+{
+    snprintf(buf, size,
+             "local n = 0\n"
+             "for i = 1, %d do n = n + #%s{text = \"" TEXT "\"}.stdout end\n"
+             "return n\n",
+             n, fn);
+}
+
 /* {code: "..."} for a script making n echo calls */
 static void pack_code_args(th_buf *b, int n)
 {
     char script[256];
-    snprintf(script, sizeof script,
-             "local n = 0\n"
-             "for i = 1, %d do n = n + #tools.echo{text = \"" TEXT
-             "\"}.stdout end\n"
-             "return n\n",
-             n);
+    loop_script(script, sizeof script, "tools.echo", n);
     msgpack_packer pk;
     msgpack_packer_init(&pk, b, th_buf_msgpack_write);
     msgpack_pack_map(&pk, 1);
@@ -124,27 +130,25 @@ static th_session *session_new(void)
 
 /* ---- the inline path ------------------------------------------------------------ */
 
+static uint64_t sync_once(void *ud)
+{
+    th_call_opts o = {.may_block = true};
+    th_result_copy r;
+    memset(&r, 0, sizeof r);
+    uint64_t a = bench_now_ns();
+    int rc = th_call_sync(ud, "echo", echo_args, echo_len, &o, NULL, NULL,
+                          NULL, &r);
+    uint64_t b = bench_now_ns();
+    if (rc < 0 || r.kind != TH_RESULT_DONE || !r.ok ||
+        r.out.len != sizeof TEXT - 1)
+        bench_die("th_call_sync(echo) failed (%d)", rc);
+    th_result_copy_destroy(&r);
+    return b - a;
+}
+
 static void run_sync(th_session *s, long n, uint64_t *samples, bench_stats *st)
 {
-    uint64_t t0 = bench_now_ns();
-    th_call_opts o = {.may_block = true};
-    for (long i = -(n / 10 + 1); i < n; i++) {
-        th_result_copy r;
-        memset(&r, 0, sizeof r);
-        uint64_t a = bench_now_ns();
-        int rc = th_call_sync(s, "echo", echo_args, echo_len, &o, NULL, NULL,
-                              NULL, &r);
-        uint64_t b = bench_now_ns();
-        if (rc < 0 || r.kind != TH_RESULT_DONE || !r.ok ||
-            r.out.len != sizeof TEXT - 1)
-            bench_die("th_call_sync(echo) failed (%d)", rc);
-        th_result_copy_destroy(&r);
-        if (i == -1)
-            t0 = bench_now_ns();
-        if (i >= 0)
-            samples[i] = b - a;
-    }
-    bench_stats_from(st, samples, (size_t)n, bench_now_ns() - t0, (size_t)n);
+    bench_rounds(n, sync_once, s, samples, st);
 }
 
 static void on_event(const th_event *ev, void *ud)
@@ -159,23 +163,20 @@ static void on_event(const th_event *ev, void *ud)
 
 /* th_call_start(may_block): the call runs on this thread, its result
  * event arrives before th_call_start returns. */
+static uint64_t inline_once(void *ud)
+{
+    th_call_opts o = {.may_block = true};
+    int got = 0;
+    uint64_t id, a = bench_now_ns();
+    if (th_call_start(ud, "echo", echo_args, echo_len, &o, on_event, &got,
+                      &id) < 0 || !got)
+        bench_die("th_call_start(echo) did not run inline");
+    return bench_now_ns() - a;
+}
+
 static void run_inline(th_session *s, long n, uint64_t *samples, bench_stats *st)
 {
-    uint64_t t0 = bench_now_ns();
-    th_call_opts o = {.may_block = true};
-    for (long i = -(n / 10 + 1); i < n; i++) {
-        int got = 0;
-        uint64_t id, a = bench_now_ns();
-        if (th_call_start(s, "echo", echo_args, echo_len, &o, on_event, &got,
-                          &id) < 0 || !got)
-            bench_die("th_call_start(echo) did not run inline");
-        uint64_t b = bench_now_ns();
-        if (i == -1)
-            t0 = bench_now_ns();
-        if (i >= 0)
-            samples[i] = b - a;
-    }
-    bench_stats_from(st, samples, (size_t)n, bench_now_ns() - t0, (size_t)n);
+    bench_rounds(n, inline_once, s, samples, st);
 }
 
 /* ---- run_code ------------------------------------------------------------------- */
@@ -202,38 +203,42 @@ static int64_t meta_value(const th_buf *meta)
     return v;
 }
 
+typedef struct code_round {
+    th_session *s;
+    th_buf args;
+    int inner;
+} code_round;
+
+static uint64_t code_once(void *ud)
+{
+    code_round *cr = ud;
+    th_call_opts o = {.may_block = true};
+    th_result_copy r;
+    memset(&r, 0, sizeof r);
+    uint64_t a = bench_now_ns();
+    int rc = th_call_sync(cr->s, "run_code", cr->args.data, cr->args.len, &o,
+                          NULL, NULL, NULL, &r);
+    uint64_t b = bench_now_ns();
+    if (rc < 0 || r.kind != TH_RESULT_DONE || !r.ok)
+        bench_die("run_code failed (%d, %s): %.*s", rc,
+                  r.message ? r.message : "", (int)r.err.len,
+                  (const char *)r.err.data);
+    /* the script's return value (meta.value) is the total length */
+    if (meta_value(&r.meta) != (int64_t)cr->inner * (int64_t)(sizeof TEXT - 1))
+        bench_die("run_code returned %lld, wanted %d",
+                  (long long)meta_value(&r.meta),
+                  cr->inner * (int)(sizeof TEXT - 1));
+    th_result_copy_destroy(&r);
+    return b - a;
+}
+
 static void run_code(th_session *s, int inner, long rounds, uint64_t *samples,
                      bench_stats *st)
 {
-    th_buf args = TH_BUF_INIT;
-    pack_code_args(&args, inner);
-    uint64_t t0 = bench_now_ns();
-    th_call_opts o = {.may_block = true};
-    for (long i = -(rounds / 10 + 1); i < rounds; i++) {
-        th_result_copy r;
-        memset(&r, 0, sizeof r);
-        uint64_t a = bench_now_ns();
-        int rc = th_call_sync(s, "run_code", args.data, args.len, &o, NULL,
-                              NULL, NULL, &r);
-        uint64_t b = bench_now_ns();
-        if (rc < 0 || r.kind != TH_RESULT_DONE || !r.ok)
-            bench_die("run_code failed (%d, %s): %.*s", rc,
-                      r.message ? r.message : "", (int)r.err.len,
-                      (const char *)r.err.data);
-        /* the script's return value (meta.value) is the total length */
-        if (meta_value(&r.meta) != (int64_t)inner * (int64_t)(sizeof TEXT - 1))
-            bench_die("run_code returned %lld, wanted %d",
-                      (long long)meta_value(&r.meta),
-                      inner * (int)(sizeof TEXT - 1));
-        th_result_copy_destroy(&r);
-        if (i == -1)
-            t0 = bench_now_ns();
-        if (i >= 0)
-            samples[i] = b - a;
-    }
-    bench_stats_from(st, samples, (size_t)rounds, bench_now_ns() - t0,
-                     (size_t)rounds);
-    th_buf_destroy(&args);
+    code_round cr = {s, TH_BUF_INIT, inner};
+    pack_code_args(&cr.args, inner);
+    bench_rounds(rounds, code_once, &cr, samples, st);
+    th_buf_destroy(&cr.args);
 }
 
 /* ---- the Lua side alone ---------------------------------------------------------- */
@@ -262,42 +267,42 @@ static int add_tool(const th_tool *t, void *ud)
 /* th_code_run() of the script with n calls, through fake_echo: what the
  * Lua side of an inner call costs without the call (the sandbox, its
  * limits, packing, the result table); the limits of run_code's defaults. */
+typedef struct lua_round {
+    th_projection *p;
+    char script[256];
+    int inner;
+} lua_round;
+
+static uint64_t lua_once(void *ud)
+{
+    lua_round *lr = ud;
+    th_code_limits lim = {.timeout_ms = 30000, .memory = 64u << 20,
+                          .max_calls = 1000, .output_limit = 1 << 20};
+    th_code_result res;
+    th_code_result_init(&res);
+    th_error err;
+    th_error_clear(&err);
+    uint64_t a = bench_now_ns();
+    int rc = th_code_run(lr->p, lr->script, strlen(lr->script), &lim, NULL,
+                         &res, &err);
+    uint64_t b = bench_now_ns();
+    if (rc != 0 || res.error || res.calls != (uint32_t)lr->inner)
+        bench_die("th_code_run failed: %s", res.error ? res.error : err.msg);
+    th_code_result_destroy(&res);
+    return b - a;
+}
+
 static void run_lua_only(th_session *s, int inner, long rounds,
                          uint64_t *samples, bench_stats *st)
 {
     th_proj_caller caller = {fake_echo, NULL};
-    th_projection *p = th_projection_new(&th_code_lua_lang, &caller);
-    if (!p || th_session_tools(s, add_tool, p) != 0)
+    lua_round lr = {.p = th_projection_new(&th_code_lua_lang, &caller),
+                    .inner = inner};
+    if (!lr.p || th_session_tools(s, add_tool, lr.p) != 0)
         bench_die("projection failed");
-    char script[256];
-    snprintf(script, sizeof script,
-             "local n = 0\n"
-             "for i = 1, %d do n = n + #tools.echo{text = \"" TEXT
-             "\"}.stdout end\n"
-             "return n\n",
-             inner);
-    th_code_limits lim = {.timeout_ms = 30000, .memory = 64u << 20,
-                          .max_calls = 1000, .output_limit = 1 << 20};
-    uint64_t t0 = bench_now_ns();
-    for (long i = -(rounds / 10 + 1); i < rounds; i++) {
-        th_code_result res;
-        th_code_result_init(&res);
-        th_error err;
-        th_error_clear(&err);
-        uint64_t a = bench_now_ns();
-        int rc = th_code_run(p, script, strlen(script), &lim, NULL, &res, &err);
-        uint64_t b = bench_now_ns();
-        if (rc != 0 || res.error || res.calls != (uint32_t)inner)
-            bench_die("th_code_run failed: %s", res.error ? res.error : err.msg);
-        th_code_result_destroy(&res);
-        if (i == -1)
-            t0 = bench_now_ns();
-        if (i >= 0)
-            samples[i] = b - a;
-    }
-    bench_stats_from(st, samples, (size_t)rounds, bench_now_ns() - t0,
-                     (size_t)rounds);
-    th_projection_free(p);
+    loop_script(lr.script, sizeof lr.script, "tools.echo", inner);
+    bench_rounds(rounds, lua_once, &lr, samples, st);
+    th_projection_free(lr.p);
 }
 
 /* ---- the Lua floor: stock Lua, no host --------------------------------------------- */
@@ -325,10 +330,31 @@ static int floor_echo(lua_State *L)
  * `echo` bound to floor_echo and the collector in `gen` (generational)
  * or Lua's default incremental mode; the bench's loop with n calls per
  * chunk call, p50 over the rounds. */
+typedef struct floor_round {
+    lua_State *L; /* the chunk at the top of its stack */
+    int inner;
+} floor_round;
+
+static uint64_t floor_once(void *ud)
+{
+    floor_round *fr = ud;
+    lua_State *L = fr->L;
+    lua_pushvalue(L, -1);
+    uint64_t a = bench_now_ns();
+    lua_call(L, 0, 1);
+    uint64_t b = bench_now_ns();
+    if (lua_tointeger(L, -1) != (lua_Integer)fr->inner * (lua_Integer)(sizeof TEXT - 1))
+        bench_die("Lua floor: the script returned %lld",
+                  (long long)lua_tointeger(L, -1));
+    lua_pop(L, 1);
+    return b - a;
+}
+
 static void run_lua_floor(bool gen, int inner, long rounds, uint64_t *samples,
                           bench_stats *st)
 {
-    lua_State *L = luaL_newstate();
+    floor_round fr = {luaL_newstate(), inner};
+    lua_State *L = fr.L;
     if (!L)
         bench_die("luaL_newstate failed");
     if (gen)
@@ -337,31 +363,10 @@ static void run_lua_floor(bool gen, int inner, long rounds, uint64_t *samples,
     lua_pop(L, 1);
     lua_register(L, "echo", floor_echo);
     char script[256];
-    snprintf(script, sizeof script,
-             "local n = 0\n"
-             "for i = 1, %d do n = n + #echo{text = \"" TEXT
-             "\"}.stdout end\n"
-             "return n\n",
-             inner);
+    loop_script(script, sizeof script, "echo", inner);
     if (luaL_loadstring(L, script) != LUA_OK)
         bench_die("Lua floor: %s", lua_tostring(L, -1));
-    uint64_t t0 = bench_now_ns();
-    for (long i = -(rounds / 10 + 1); i < rounds; i++) {
-        lua_pushvalue(L, -1);
-        uint64_t a = bench_now_ns();
-        lua_call(L, 0, 1);
-        uint64_t b = bench_now_ns();
-        if (lua_tointeger(L, -1) != (lua_Integer)inner * (lua_Integer)(sizeof TEXT - 1))
-            bench_die("Lua floor: the script returned %lld",
-                      (long long)lua_tointeger(L, -1));
-        lua_pop(L, 1);
-        if (i == -1)
-            t0 = bench_now_ns();
-        if (i >= 0)
-            samples[i] = b - a;
-    }
-    bench_stats_from(st, samples, (size_t)rounds, bench_now_ns() - t0,
-                     (size_t)rounds);
+    bench_rounds(rounds, floor_once, &fr, samples, st);
     lua_close(L);
 }
 
