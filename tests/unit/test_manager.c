@@ -971,6 +971,8 @@ static void test_cslot_nested_stress(void)
     for (; made < NT; made++)
         if (pthread_create(&th[made], NULL, nstress_run, &ns) != 0)
             break;
+    th_session_ref(S); /* the threads start calls on it until they see it closed */
+    th_session *ss = S;
     unsigned seed = 7;
     int64_t until = mono_ms() + 300;
     while (mono_ms() < until) {
@@ -984,6 +986,8 @@ static void test_cslot_nested_stress(void)
     atomic_store(&ns.stop, true);
     for (int i = 0; i < made; i++)
         pthread_join(th[i], NULL);
+    th_session_unref(ss);
+    CU_ASSERT_TRUE(atomic_load(&ns.started) > 0);
     CU_ASSERT_EQUAL(atomic_load(&ns.answered), atomic_load(&ns.started));
     CU_ASSERT_TRUE(cslots_empty(H));
     close_all();
