@@ -815,12 +815,13 @@ typedef struct nested2_runner {
     rec r;
     int rc;
     int64_t timeout_ms;
+    bool worker; /* the outer call runs on a worker */
 } nested2_runner;
 
 static void *run_nested2(void *p)
 {
     nested2_runner *nr = p;
-    th_call_opts o = {.timeout_ms = nr->timeout_ms, .may_block = true};
+    th_call_opts o = {.timeout_ms = nr->timeout_ms, .may_block = !nr->worker};
     nr->rc = th_call_start(nr->s, "t_nested2", NULL, 0, &o, rec_cb, &nr->r, NULL);
     return NULL;
 }
@@ -859,6 +860,12 @@ static void nested2_end(nested2_runner *nr, pthread_t th)
     CU_ASSERT_TRUE(rec_wait(&nr->r, 2000));
     pthread_join(th, NULL);
     CU_ASSERT_EQUAL(nr->rc, 0);
+    /* (on a worker, the outer call's answer may come before its end) */
+    int64_t until = mono_ms() + 1500;
+    while (!atomic_load(&fx_nested2_done) && mono_ms() < until)
+        nap_ms(1);
+    for (int k = 0; k < 200 && !cslots_empty(H); k++)
+        nap_ms(1);
     CU_ASSERT_EQUAL(atomic_load(&fx_nested_long_done), 1);
     CU_ASSERT_EQUAL(atomic_load(&fx_nested2_done), 1);
     CU_ASSERT_TRUE(cslots_empty(H));
@@ -911,6 +918,39 @@ static void test_cslot_nested_depth2_close(void)
     CU_ASSERT_TRUE(mono_ms() - t0 < 1500);
     nested2_end(&nr, th);
     close_all();
+}
+
+/* The outer call on a worker (in the map): the middle one takes the
+ * worker thread's second slot, the inner one its first (free: the outer
+ * call is in no slot).  Cancel by id at each level, and a close. */
+static void test_cslot_nested_on_worker(void)
+{
+    for (int which = 0; which < 4; which++) {
+        open_default(2, 1, 64);
+        atomic_store(&fx_cancel_seen, 0);
+        nested2_runner nr = {.s = S, .timeout_ms = 10000, .worker = true};
+        pthread_t th;
+        unsigned sl[3];
+        uint64_t id = nested2_started(&nr, &th, sl);
+        CU_ASSERT_FATAL(id != 0);
+        CU_ASSERT_EQUAL(sl[0], 0);
+        CU_ASSERT(sl[1] > TH_ISLOTS && sl[1] <= TH_CSLOTS);
+        CU_ASSERT_EQUAL(calls_in_map(S) + (sl[2] != 0), 2);
+        int64_t t0 = mono_ms();
+        if (which < 3) {
+            CU_ASSERT_EQUAL(th_call_cancel(S, id + 2 - (uint64_t)which), 0);
+        } else {
+            th_session_close(S);
+            S = NULL;
+            CU_ASSERT_TRUE(rec_wait(&nr.r, 0));
+        }
+        nested2_end(&nr, th);
+        CU_ASSERT_TRUE(mono_ms() - t0 < 1500);
+        CU_ASSERT_EQUAL(atomic_load(&fx_cancel_seen), 1);
+        if (which >= 2)
+            CU_ASSERT_EQUAL(nr.r.final.error, TH_ECANCELLED);
+        close_all();
+    }
 }
 
 /* The outer call's deadline (armed from its call slot) ends all three. */
@@ -2879,6 +2919,7 @@ void th_suite_manager(void)
     CU_add_test(s, "cslot_nested_depth2_cancel", test_cslot_nested_depth2_cancel);
     CU_add_test(s, "cslot_nested_depth2_close", test_cslot_nested_depth2_close);
     CU_add_test(s, "cslot_nested_depth2_deadline", test_cslot_nested_depth2_deadline);
+    CU_add_test(s, "cslot_nested_on_worker", test_cslot_nested_on_worker);
     CU_add_test(s, "cslot_nested_stress", test_cslot_nested_stress);
     CU_add_test(s, "queued_call_is_small", test_queued_call_is_small);
     CU_add_test(s, "rec_reuse_zeroed", test_rec_reuse_zeroed);
