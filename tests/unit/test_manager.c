@@ -1128,6 +1128,40 @@ static void test_cslot_permission_answer_on_worker(void)
     close_all();
 }
 
+/* A nested call (in its thread's second call slot) that asks permission:
+ * answered from ask_permission or by another thread, it runs on a
+ * worker, and the call that made it gets its result. */
+static void test_cslot_nested_permission(void)
+{
+    th_config *c = cfg_new(2, 1, 64);
+    cfg_toolset(c, "default", all_tools)->perm_default = TH_PERM_ASK;
+    H = host_new(c);
+    perm_front pf = {.rc = -1};
+    th_front_ops ops = {.ask_permission = perm_ask_now};
+    th_principal p = {.uid = 1000, .gid = 1000, .trusted = true};
+    pf.s = th_session_open(H, &p, &ops, &pf);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(pf.s);
+    for (int mode = 0; mode < 2; mode++) {
+        pf.mode = mode;
+        pf.rc = -1;
+        atomic_store(&fx_where_set, 0);
+        rec r;
+        rec_init(&r);
+        th_call_opts o = {.timeout_ms = 5000, .may_block = true};
+        start(pf.s, "t_nested_where", A(0), &o, &r);
+        CU_ASSERT_TRUE(rec_wait(&r, 2000));
+        CU_ASSERT_EQUAL(pf.rc, 0);
+        CU_ASSERT_TRUE(r.final.ok);
+        CU_ASSERT_EQUAL_FATAL(atomic_load(&fx_where_set), 1);
+        CU_ASSERT_FALSE(pthread_equal(fx_where_tid, pthread_self()));
+        CU_ASSERT_TRUE(cslots_empty(H));
+        CU_ASSERT_EQUAL(calls_in_map(pf.s), 0);
+        rec_free(&r);
+    }
+    th_session_close(pf.s);
+    close_all();
+}
+
 /* A lookup by id that misses the map, then the slots, while the call
  * moves from its slot to the map in between (it suspends: it enters the
  * map, then its owner clears the slot) looks at the map once more: the
@@ -2920,6 +2954,7 @@ void th_suite_manager(void)
     CU_add_test(s, "cslot_nested_depth2_close", test_cslot_nested_depth2_close);
     CU_add_test(s, "cslot_nested_depth2_deadline", test_cslot_nested_depth2_deadline);
     CU_add_test(s, "cslot_nested_on_worker", test_cslot_nested_on_worker);
+    CU_add_test(s, "cslot_nested_permission", test_cslot_nested_permission);
     CU_add_test(s, "cslot_nested_stress", test_cslot_nested_stress);
     CU_add_test(s, "queued_call_is_small", test_queued_call_is_small);
     CU_add_test(s, "rec_reuse_zeroed", test_rec_reuse_zeroed);
