@@ -953,6 +953,72 @@ static void test_cslot_nested_on_worker(void)
     }
 }
 
+/* Two threads sharing a slot index (thread_slot() wraps at TH_ISLOTS):
+ * the second one's outer and middle calls find both of their slots
+ * taken by the first thread's and enter the map; cancel by id reaches
+ * every call, both chains end, the slots end empty. */
+static bool in_slots(uint64_t id)
+{
+    for (unsigned i = 0; i < TH_CSLOTS; i++) {
+        uintptr_t v = atomic_load(&H->mgr.cslot[i].v);
+        if (v && ((th_mcall *)(v & ~(uintptr_t)7))->base.pub.call_id == id)
+            return true;
+    }
+    return false;
+}
+
+static void test_cslot_nested_shared_index(void)
+{
+    open_default(1, 1, 64);
+    atomic_store(&fx_conc, 0);
+    nested2_runner a = {.s = S, .timeout_ms = 10000};
+    pthread_t ta;
+    unsigned sl[3];
+    uint64_t a0 = nested2_started(&a, &ta, sl);
+    CU_ASSERT_FATAL(a0 != 0);
+    CU_ASSERT_FATAL(sl[0] != 0 && sl[1] == sl[0] + TH_ISLOTS);
+    bool shared = false;
+    /* new threads take the next indexes: within TH_ISLOTS + 1 of them
+     * one shares the first thread's */
+    for (int k = 0; k < 2 * TH_ISLOTS + 2 && !shared; k++) {
+        nested2_runner b = {.s = S, .timeout_ms = 10000};
+        uint64_t b0 = atomic_load(&H->next_id);
+        rec_init(&b.r);
+        pthread_t tb;
+        CU_ASSERT_FATAL(pthread_create(&tb, NULL, run_nested2, &b) == 0);
+        int64_t until = mono_ms() + 2000;
+        while (atomic_load(&fx_conc) < 2 && mono_ms() < until)
+            nap_ms(1);
+        CU_ASSERT_FATAL(atomic_load(&fx_conc) == 2);
+        if (!in_slots(b0)) {
+            shared = true;
+            /* its middle call: the second slot is the first thread's too */
+            CU_ASSERT_FALSE(in_slots(b0 + 1));
+            CU_ASSERT_FALSE(in_slots(b0 + 2));
+            CU_ASSERT_EQUAL(calls_in_map(S), 4);
+            CU_ASSERT_EQUAL(th_mgr_cslot_running(H, S), 2);
+            /* the second thread's middle call, in the map */
+            CU_ASSERT_EQUAL(th_call_cancel(S, b0 + 1), 0);
+        } else {
+            CU_ASSERT_EQUAL(th_call_cancel(S, b0), 0);
+        }
+        CU_ASSERT_TRUE(rec_wait(&b.r, 2000));
+        pthread_join(tb, NULL);
+        CU_ASSERT_EQUAL(b.rc, 0);
+        rec_free(&b.r);
+        until = mono_ms() + 2000;
+        while (atomic_load(&fx_conc) > 1 && mono_ms() < until)
+            nap_ms(1);
+    }
+    CU_ASSERT_TRUE(shared);
+    /* the first thread's middle call, in its second slot */
+    CU_ASSERT_TRUE(in_slots(a0 + 1));
+    CU_ASSERT_EQUAL(th_call_cancel(S, a0 + 1), 0);
+    nested2_end(&a, ta);
+    CU_ASSERT_EQUAL(calls_in_map(S), 0);
+    close_all();
+}
+
 /* The outer call's deadline (armed from its call slot) ends all three. */
 static void test_cslot_nested_depth2_deadline(void)
 {
@@ -2954,6 +3020,7 @@ void th_suite_manager(void)
     CU_add_test(s, "cslot_nested_depth2_close", test_cslot_nested_depth2_close);
     CU_add_test(s, "cslot_nested_depth2_deadline", test_cslot_nested_depth2_deadline);
     CU_add_test(s, "cslot_nested_on_worker", test_cslot_nested_on_worker);
+    CU_add_test(s, "cslot_nested_shared_index", test_cslot_nested_shared_index);
     CU_add_test(s, "cslot_nested_permission", test_cslot_nested_permission);
     CU_add_test(s, "cslot_nested_stress", test_cslot_nested_stress);
     CU_add_test(s, "queued_call_is_small", test_queued_call_is_small);
