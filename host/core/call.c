@@ -291,8 +291,10 @@ static void call_free(th_mcall *c)
         c->tool = NULL;
         c->cfg = NULL;
         c->s = NULL;
-        c->parent = NULL;
-        c->inline_run = false;
+        /* (read by a callback racing the end without the lock:
+         * call_cb.c, cancelled) */
+        __atomic_store_n(&c->parent, NULL, __ATOMIC_RELAXED);
+        __atomic_store_n(&c->inline_run, false, __ATOMIC_RELAXED);
         th_mcall *old = tomb_push(h, c);
         if (old)
             th_call_rec_free(old);

@@ -16,10 +16,15 @@
 
 /* A call nested inline in another (a tool calling tools on its own
  * thread) is also cancelled when an ancestor is (each call holds a
- * reference to its parent). */
+ * reference to its parent).  is_cancelled() reads the chain without the
+ * call's lock, maybe while another thread ends the call and makes it a
+ * tombstone (call_free zeroes inline_run and parent): relaxed atomic
+ * loads there, as call_free's stores. */
 static bool cancelled(th_mcall *c)
 {
-    for (; c; c = c->inline_run ? c->parent : NULL)
+    for (; c; c = __atomic_load_n(&c->inline_run, __ATOMIC_RELAXED)
+                      ? __atomic_load_n(&c->parent, __ATOMIC_RELAXED)
+                      : NULL)
         if (atomic_load_explicit(&c->abort_code, memory_order_relaxed))
             return true;
     return false;

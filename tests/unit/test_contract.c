@@ -281,6 +281,53 @@ static int ct_wr_cancelled(void *st, const toolhost_tool *t, toolhost_call *c, c
     return TOOLHOST_OK;
 }
 
+/* ---- Polls racing the call's end ----------------------------------------------- */
+
+/* A plugin thread polls is_cancelled() and time_left_ms() (both read
+ * `ended` without the call's lock while it is not set: call_cb.c stale)
+ * while another thread completes the call; it stops at the first poll
+ * that finds the call ended (1 s at most). */
+static atomic_int pl_polls, pl_cancel_rc, pl_left_rc, pl_done;
+
+static void *th_poll(void *arg)
+{
+    toolhost_call *c = arg;
+    int64_t until = mono_ms() + 1000;
+    int n = 0;
+    for (;;) {
+        int rc = c->host->is_cancelled(c);
+        int64_t left = c->host->time_left_ms(c);
+        n++;
+        if (rc || mono_ms() > until) {
+            atomic_store(&pl_cancel_rc, rc);
+            atomic_store(&pl_left_rc, (int)left);
+            break;
+        }
+    }
+    atomic_store(&pl_polls, n);
+    atomic_store(&pl_done, 1);
+    return NULL;
+}
+
+static void *th_poll_complete(void *arg)
+{
+    toolhost_call *c = arg;
+    nap_ms(5);
+    c->host->write(c, TOOLHOST_STDOUT, "done", 4);
+    c->host->complete(c, TOOLHOST_OK);
+    return NULL;
+}
+
+static int ct_poll_race(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
+{
+    (void)st, (void)t, (void)a, (void)l;
+    if (c->host->suspend(c) != 0)
+        return TOOLHOST_FAILED;
+    spawn(th_poll, c);
+    spawn(th_poll_complete, c);
+    return TOOLHOST_PENDING;
+}
+
 static const toolhost_param wr_n[] = {P("n", TOOLHOST_TYPE_INTEGER, 0, "writes")};
 
 static const toolhost_tool ct_tools[] = {
@@ -294,6 +341,7 @@ static const toolhost_tool ct_tools[] = {
     T("c_wr_thread_race", NULL, 0, 0, ct_wr_thread_race),
     T("c_wr_two", wr_n, 1, 0, ct_wr_two),
     T("c_wr_cancelled", NULL, 0, 0, ct_wr_cancelled),
+    T("c_poll_race", NULL, 0, 0, ct_poll_race),
 };
 
 static const toolhost_plugin ct_plugin = {
@@ -777,6 +825,44 @@ static void test_write_cancelled(void)
     close_ct();
 }
 
+/* Polls from a plugin thread racing complete() from another: until the
+ * end they read "not cancelled" (no lock taken), the first one after it
+ * reads the call ended (is_cancelled 1, time_left_ms 0) and the misuse
+ * is logged once. */
+static void test_polls_race_end(void)
+{
+    log_capture();
+    open_ct(2, 300);
+    for (int round = 0; round < 20; round++) {
+        atomic_store(&pl_done, 0);
+        atomic_store(&pl_cancel_rc, -1);
+        rec r;
+        rec_init(&r);
+        th_call_opts o = {.timeout_ms = 5000};
+        uint64_t id = start(S, "c_poll_race", A(0), &o, &r);
+        CU_ASSERT_TRUE(rec_wait(&r, 3000));
+        CU_ASSERT_TRUE(wait_flag(&pl_done, 3000));
+        CU_ASSERT_TRUE(r.final.ok);
+        CU_ASSERT_EQUAL(atomic_load(&pl_cancel_rc), 1);
+        CU_ASSERT_EQUAL(atomic_load(&pl_left_rc), 0);
+        CU_ASSERT_TRUE(atomic_load(&pl_polls) > 1);
+        /* the first poll after the end logs (either of the two) */
+        char want[128];
+        snprintf(want, sizeof want, "tool=c_poll_race call=%llu: ",
+                 (unsigned long long)id);
+        char *txt = log_text();
+        const char *at = txt ? strstr(txt, want) : NULL;
+        CU_ASSERT_TRUE(at && (strncmp(at + strlen(want), "is_cancelled() after", 20) == 0 ||
+                              strncmp(at + strlen(want), "time_left_ms() after", 20) == 0));
+        if (at)
+            CU_ASSERT_PTR_NULL(strstr(at + 1, want)); /* once */
+        free(txt);
+        rec_free(&r);
+    }
+    close_ct();
+    log_release();
+}
+
 void th_suite_contract(void)
 {
     CU_pSuite s = CU_add_suite("contract", suite_init, suite_cleanup);
@@ -790,4 +876,5 @@ void th_suite_contract(void)
     CU_add_test(s, "write_races_end", test_write_races_end);
     CU_add_test(s, "write_two_threads", test_write_two_threads);
     CU_add_test(s, "write_cancelled", test_write_cancelled);
+    CU_add_test(s, "polls_race_end", test_polls_race_end);
 }

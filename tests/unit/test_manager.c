@@ -805,6 +805,300 @@ static void test_cslot_nested_session_close(void)
     close_all();
 }
 
+/* Three calls nested on one thread (t_nested2 -> t_nested_long ->
+ * t_sleep): the outer one in its thread's first call slot, the middle
+ * one in the second, the inner one (both slots taken) in the session's
+ * map.  Cancel by id, a session's close and the outer call's deadline
+ * reach each of them. */
+typedef struct nested2_runner {
+    th_session *s;
+    rec r;
+    int rc;
+    int64_t timeout_ms;
+    bool worker; /* the outer call runs on a worker */
+} nested2_runner;
+
+static void *run_nested2(void *p)
+{
+    nested2_runner *nr = p;
+    th_call_opts o = {.timeout_ms = nr->timeout_ms, .may_block = !nr->worker};
+    nr->rc = th_call_start(nr->s, "t_nested2", NULL, 0, &o, rec_cb, &nr->r, NULL);
+    return NULL;
+}
+
+/* Starts run_nested2 and waits (2 s at most) until the inner t_sleep
+ * runs: the outer call's id, 0 on failure; the slots of the outer and
+ * middle calls (+ 1, 0: none) in *slots, the inner one's in slots[2]. */
+static uint64_t nested2_started(nested2_runner *nr, pthread_t *th,
+                                unsigned slots[3])
+{
+    atomic_store(&fx_nested2_done, 0);
+    atomic_store(&fx_nested_long_done, 0);
+    uint64_t id = atomic_load(&H->next_id);
+    rec_init(&nr->r);
+    if (pthread_create(th, NULL, run_nested2, nr) != 0)
+        return 0;
+    int64_t until = mono_ms() + 2000;
+    while (atomic_load(&fx_conc) == 0 && mono_ms() < until)
+        nap_ms(1);
+    if (atomic_load(&fx_conc) == 0)
+        return 0;
+    slots[0] = slots[1] = slots[2] = 0;
+    for (unsigned i = 0; i < TH_CSLOTS; i++) {
+        uintptr_t v = atomic_load(&H->mgr.cslot[i].v);
+        if (!v)
+            continue;
+        uint64_t cid = ((th_mcall *)(v & ~(uintptr_t)7))->base.pub.call_id;
+        if (cid >= id && cid <= id + 2)
+            slots[cid - id] = i + 1;
+    }
+    return id;
+}
+
+static void nested2_end(nested2_runner *nr, pthread_t th)
+{
+    CU_ASSERT_TRUE(rec_wait(&nr->r, 2000));
+    pthread_join(th, NULL);
+    CU_ASSERT_EQUAL(nr->rc, 0);
+    /* (on a worker, the outer call's answer may come before its end) */
+    int64_t until = mono_ms() + 1500;
+    while (!atomic_load(&fx_nested2_done) && mono_ms() < until)
+        nap_ms(1);
+    for (int k = 0; k < 200 && !cslots_empty(H); k++)
+        nap_ms(1);
+    CU_ASSERT_EQUAL(atomic_load(&fx_nested_long_done), 1);
+    CU_ASSERT_EQUAL(atomic_load(&fx_nested2_done), 1);
+    CU_ASSERT_TRUE(cslots_empty(H));
+    rec_free(&nr->r);
+}
+
+static void test_cslot_nested_depth2_cancel(void)
+{
+    for (int which = 0; which < 3; which++) {
+        open_default(1, 1, 64);
+        atomic_store(&fx_cancel_seen, 0);
+        nested2_runner nr = {.s = S, .timeout_ms = 10000};
+        pthread_t th;
+        unsigned sl[3];
+        uint64_t id = nested2_started(&nr, &th, sl);
+        CU_ASSERT_FATAL(id != 0);
+        CU_ASSERT(sl[0] >= 1 && sl[0] <= TH_ISLOTS);
+        CU_ASSERT_EQUAL(sl[1], sl[0] + TH_ISLOTS);
+        CU_ASSERT_EQUAL(sl[2], 0);
+        CU_ASSERT_EQUAL(calls_in_map(S), 1); /* the inner one */
+        CU_ASSERT_EQUAL(th_mgr_cslot_running(H, S), 2);
+        int64_t t0 = mono_ms();
+        /* the inner, middle or outer call cancelled by id: t_sleep stops */
+        CU_ASSERT_EQUAL(th_call_cancel(S, id + 2 - (uint64_t)which), 0);
+        nested2_end(&nr, th);
+        CU_ASSERT_TRUE(mono_ms() - t0 < 1500);
+        CU_ASSERT_EQUAL(atomic_load(&fx_cancel_seen), 1);
+        if (which == 2)
+            CU_ASSERT_EQUAL(nr.r.final.error, TH_ECANCELLED);
+        CU_ASSERT_EQUAL(calls_in_map(S), 0);
+        for (uint64_t k = 0; k < 3; k++)
+            CU_ASSERT_EQUAL(th_call_cancel(S, id + k), TH_ENOTFOUND);
+        close_all();
+    }
+}
+
+static void test_cslot_nested_depth2_close(void)
+{
+    open_default(1, 1, 64);
+    atomic_store(&fx_cancel_seen, 0);
+    nested2_runner nr = {.s = S, .timeout_ms = 10000};
+    pthread_t th;
+    unsigned sl[3];
+    CU_ASSERT_FATAL(nested2_started(&nr, &th, sl) != 0);
+    int64_t t0 = mono_ms();
+    th_session_close(S);
+    S = NULL;
+    CU_ASSERT_TRUE(rec_wait(&nr.r, 0)); /* answered before the close returned */
+    CU_ASSERT_EQUAL(nr.r.final.error, TH_ECANCELLED);
+    CU_ASSERT_TRUE(mono_ms() - t0 < 1500);
+    nested2_end(&nr, th);
+    close_all();
+}
+
+/* The outer call on a worker (in the map): the middle one takes the
+ * worker thread's second slot, the inner one its first (free: the outer
+ * call is in no slot).  Cancel by id at each level, and a close. */
+static void test_cslot_nested_on_worker(void)
+{
+    for (int which = 0; which < 4; which++) {
+        open_default(2, 1, 64);
+        atomic_store(&fx_cancel_seen, 0);
+        nested2_runner nr = {.s = S, .timeout_ms = 10000, .worker = true};
+        pthread_t th;
+        unsigned sl[3];
+        uint64_t id = nested2_started(&nr, &th, sl);
+        CU_ASSERT_FATAL(id != 0);
+        CU_ASSERT_EQUAL(sl[0], 0);
+        CU_ASSERT(sl[1] > TH_ISLOTS && sl[1] <= TH_CSLOTS);
+        CU_ASSERT_EQUAL(calls_in_map(S) + (sl[2] != 0), 2);
+        int64_t t0 = mono_ms();
+        if (which < 3) {
+            CU_ASSERT_EQUAL(th_call_cancel(S, id + 2 - (uint64_t)which), 0);
+        } else {
+            th_session_close(S);
+            S = NULL;
+            CU_ASSERT_TRUE(rec_wait(&nr.r, 0));
+        }
+        nested2_end(&nr, th);
+        CU_ASSERT_TRUE(mono_ms() - t0 < 1500);
+        CU_ASSERT_EQUAL(atomic_load(&fx_cancel_seen), 1);
+        if (which >= 2)
+            CU_ASSERT_EQUAL(nr.r.final.error, TH_ECANCELLED);
+        close_all();
+    }
+}
+
+/* Two threads sharing a slot index (thread_slot() wraps at TH_ISLOTS):
+ * the second one's outer and middle calls find both of their slots
+ * taken by the first thread's and enter the map; cancel by id reaches
+ * every call, both chains end, the slots end empty. */
+static bool in_slots(uint64_t id)
+{
+    for (unsigned i = 0; i < TH_CSLOTS; i++) {
+        uintptr_t v = atomic_load(&H->mgr.cslot[i].v);
+        if (v && ((th_mcall *)(v & ~(uintptr_t)7))->base.pub.call_id == id)
+            return true;
+    }
+    return false;
+}
+
+static void test_cslot_nested_shared_index(void)
+{
+    open_default(1, 1, 64);
+    atomic_store(&fx_conc, 0);
+    nested2_runner a = {.s = S, .timeout_ms = 10000};
+    pthread_t ta;
+    unsigned sl[3];
+    uint64_t a0 = nested2_started(&a, &ta, sl);
+    CU_ASSERT_FATAL(a0 != 0);
+    CU_ASSERT_FATAL(sl[0] != 0 && sl[1] == sl[0] + TH_ISLOTS);
+    bool shared = false;
+    /* new threads take the next indexes: within TH_ISLOTS + 1 of them
+     * one shares the first thread's */
+    for (int k = 0; k < 2 * TH_ISLOTS + 2 && !shared; k++) {
+        nested2_runner b = {.s = S, .timeout_ms = 10000};
+        uint64_t b0 = atomic_load(&H->next_id);
+        rec_init(&b.r);
+        pthread_t tb;
+        CU_ASSERT_FATAL(pthread_create(&tb, NULL, run_nested2, &b) == 0);
+        int64_t until = mono_ms() + 2000;
+        while (atomic_load(&fx_conc) < 2 && mono_ms() < until)
+            nap_ms(1);
+        CU_ASSERT_FATAL(atomic_load(&fx_conc) == 2);
+        if (!in_slots(b0)) {
+            shared = true;
+            /* its middle call: the second slot is the first thread's too */
+            CU_ASSERT_FALSE(in_slots(b0 + 1));
+            CU_ASSERT_FALSE(in_slots(b0 + 2));
+            CU_ASSERT_EQUAL(calls_in_map(S), 4);
+            CU_ASSERT_EQUAL(th_mgr_cslot_running(H, S), 2);
+            /* the second thread's middle call, in the map */
+            CU_ASSERT_EQUAL(th_call_cancel(S, b0 + 1), 0);
+        } else {
+            CU_ASSERT_EQUAL(th_call_cancel(S, b0), 0);
+        }
+        CU_ASSERT_TRUE(rec_wait(&b.r, 2000));
+        pthread_join(tb, NULL);
+        CU_ASSERT_EQUAL(b.rc, 0);
+        rec_free(&b.r);
+        until = mono_ms() + 2000;
+        while (atomic_load(&fx_conc) > 1 && mono_ms() < until)
+            nap_ms(1);
+    }
+    CU_ASSERT_TRUE(shared);
+    /* the first thread's middle call, in its second slot */
+    CU_ASSERT_TRUE(in_slots(a0 + 1));
+    CU_ASSERT_EQUAL(th_call_cancel(S, a0 + 1), 0);
+    nested2_end(&a, ta);
+    CU_ASSERT_EQUAL(calls_in_map(S), 0);
+    close_all();
+}
+
+/* The outer call's deadline (armed from its call slot) ends all three. */
+static void test_cslot_nested_depth2_deadline(void)
+{
+    open_default(1, 1, 64);
+    atomic_store(&fx_cancel_seen, 0);
+    nested2_runner nr = {.s = S, .timeout_ms = 300};
+    pthread_t th;
+    unsigned sl[3];
+    int64_t t0 = mono_ms();
+    CU_ASSERT_FATAL(nested2_started(&nr, &th, sl) != 0);
+    nested2_end(&nr, th);
+    CU_ASSERT_EQUAL(nr.r.final.error, TH_ETIMEOUT);
+    CU_ASSERT_TRUE(mono_ms() - t0 < 1500);
+    CU_ASSERT_EQUAL(atomic_load(&fx_cancel_seen), 1);
+    close_all();
+}
+
+/* Many threads (more than TH_ISLOTS share nothing here, but slots are
+ * taken by whichever thread comes first) run nested calls inline while
+ * another cancels ids at random and the session closes at the end:
+ * every call is answered once, the slots end empty. */
+typedef struct nstress {
+    th_session *s;
+    atomic_int answered, started;
+    atomic_bool stop;
+} nstress;
+
+static void nstress_cb(const th_event *ev, void *ud)
+{
+    nstress *ns = ud;
+    if (ev->kind == TH_EV_RESULT && ev->result->kind != TH_RESULT_RUNNING)
+        atomic_fetch_add(&ns->answered, 1);
+    else if (ev->kind == TH_EV_DONE)
+        atomic_fetch_add(&ns->answered, 1);
+}
+
+static void *nstress_run(void *p)
+{
+    nstress *ns = p;
+    int64_t until = mono_ms() + 5000;
+    for (int k = 0; k < 200 && !atomic_load(&ns->stop) && mono_ms() < until; k++) {
+        th_call_opts o = {.timeout_ms = k % 3 ? 10000 : 0, .may_block = true};
+        if (th_call_start(ns->s, "t_nested", NULL, 0, &o, nstress_cb, ns, NULL) == 0)
+            atomic_fetch_add(&ns->started, 1);
+    }
+    return NULL;
+}
+
+static void test_cslot_nested_stress(void)
+{
+    open_default(2, 2, 256);
+    nstress ns = {.s = S};
+    enum { NT = 6 };
+    pthread_t th[NT];
+    int made = 0;
+    for (; made < NT; made++)
+        if (pthread_create(&th[made], NULL, nstress_run, &ns) != 0)
+            break;
+    th_session_ref(S); /* the threads start calls on it until they see it closed */
+    th_session *ss = S;
+    unsigned seed = 7;
+    int64_t until = mono_ms() + 300;
+    while (mono_ms() < until) {
+        uint64_t top = atomic_load(&H->next_id);
+        seed = seed * 1103515245u + 12345u;
+        if (top > 1)
+            (void)th_call_cancel(S, 1 + (seed >> 8) % top);
+    }
+    th_session_close(S);
+    S = NULL;
+    atomic_store(&ns.stop, true);
+    for (int i = 0; i < made; i++)
+        pthread_join(th[i], NULL);
+    th_session_unref(ss);
+    CU_ASSERT_TRUE(atomic_load(&ns.started) > 0);
+    CU_ASSERT_EQUAL(atomic_load(&ns.answered), atomic_load(&ns.started));
+    CU_ASSERT_TRUE(cslots_empty(H));
+    close_all();
+}
+
 /* An inline call that suspends outlives its inline run: it leaves its
  * call slot for the session's map, where cancel by id finds it. */
 static void test_cslot_suspended_enters_map(void)
@@ -894,6 +1188,40 @@ static void test_cslot_permission_answer_on_worker(void)
         if (mode == 1)
             CU_ASSERT_FALSE(pthread_equal(fx_where_tid, pf.answerer));
         CU_ASSERT_TRUE(cslots_empty(H));
+        rec_free(&r);
+    }
+    th_session_close(pf.s);
+    close_all();
+}
+
+/* A nested call (in its thread's second call slot) that asks permission:
+ * answered from ask_permission or by another thread, it runs on a
+ * worker, and the call that made it gets its result. */
+static void test_cslot_nested_permission(void)
+{
+    th_config *c = cfg_new(2, 1, 64);
+    cfg_toolset(c, "default", all_tools)->perm_default = TH_PERM_ASK;
+    H = host_new(c);
+    perm_front pf = {.rc = -1};
+    th_front_ops ops = {.ask_permission = perm_ask_now};
+    th_principal p = {.uid = 1000, .gid = 1000, .trusted = true};
+    pf.s = th_session_open(H, &p, &ops, &pf);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(pf.s);
+    for (int mode = 0; mode < 2; mode++) {
+        pf.mode = mode;
+        pf.rc = -1;
+        atomic_store(&fx_where_set, 0);
+        rec r;
+        rec_init(&r);
+        th_call_opts o = {.timeout_ms = 5000, .may_block = true};
+        start(pf.s, "t_nested_where", A(0), &o, &r);
+        CU_ASSERT_TRUE(rec_wait(&r, 2000));
+        CU_ASSERT_EQUAL(pf.rc, 0);
+        CU_ASSERT_TRUE(r.final.ok);
+        CU_ASSERT_EQUAL_FATAL(atomic_load(&fx_where_set), 1);
+        CU_ASSERT_FALSE(pthread_equal(fx_where_tid, pthread_self()));
+        CU_ASSERT_TRUE(cslots_empty(H));
+        CU_ASSERT_EQUAL(calls_in_map(pf.s), 0);
         rec_free(&r);
     }
     th_session_close(pf.s);
@@ -2688,6 +3016,13 @@ void th_suite_manager(void)
     CU_add_test(s, "cslot_armed_answered_after_start", test_cslot_armed_answered_after_start);
     CU_add_test(s, "cslot_nested_second_slot", test_cslot_nested_second_slot);
     CU_add_test(s, "cslot_nested_session_close", test_cslot_nested_session_close);
+    CU_add_test(s, "cslot_nested_depth2_cancel", test_cslot_nested_depth2_cancel);
+    CU_add_test(s, "cslot_nested_depth2_close", test_cslot_nested_depth2_close);
+    CU_add_test(s, "cslot_nested_depth2_deadline", test_cslot_nested_depth2_deadline);
+    CU_add_test(s, "cslot_nested_on_worker", test_cslot_nested_on_worker);
+    CU_add_test(s, "cslot_nested_shared_index", test_cslot_nested_shared_index);
+    CU_add_test(s, "cslot_nested_permission", test_cslot_nested_permission);
+    CU_add_test(s, "cslot_nested_stress", test_cslot_nested_stress);
     CU_add_test(s, "queued_call_is_small", test_queued_call_is_small);
     CU_add_test(s, "rec_reuse_zeroed", test_rec_reuse_zeroed);
     CU_add_test(s, "cancel_running_task", test_cancel_running_task);

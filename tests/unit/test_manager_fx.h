@@ -358,6 +358,39 @@ static int fx_nested_long(void *st, const toolhost_tool *t, toolhost_call *c, co
     return TOOLHOST_OK;
 }
 
+/* Calls t_nested_long from inside itself: three calls nested on one
+ * thread (this one, t_nested_long, its t_sleep). */
+static atomic_int fx_nested2_done;
+static int fx_nested2(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
+{
+    (void)st;
+    (void)t;
+    (void)a;
+    (void)l;
+    th_result_copy r;
+    int rc = th_call_sync(th_call_session(c), "t_nested_long", NULL, 0, NULL, NULL,
+                          NULL, NULL, &r);
+    bool ok = rc == 0 && r.kind == TH_RESULT_DONE && r.ok;
+    th_result_copy_destroy(&r);
+    atomic_store(&fx_nested2_done, 1);
+    return ok ? TOOLHOST_OK : TOOLHOST_FAILED;
+}
+
+/* Calls t_where (it needs permission) from inside itself. */
+static int fx_nested_where(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
+{
+    (void)st;
+    (void)t;
+    (void)a;
+    (void)l;
+    th_result_copy r;
+    int rc = th_call_sync(th_call_session(c), "t_where", NULL, 0, NULL, NULL,
+                          NULL, NULL, &r);
+    bool ok = rc == 0 && r.kind == TH_RESULT_DONE && r.ok;
+    th_result_copy_destroy(&r);
+    return ok ? TOOLHOST_OK : TOOLHOST_FAILED;
+}
+
 static int fx_needs(void *st, const toolhost_tool *t, const uint8_t *a, size_t l,
                     char *reason, size_t n)
 {
@@ -425,6 +458,8 @@ static const toolhost_tool fx_tools[] = {
     T("t_nosusp", NULL, 0, 0, fx_nosusp),
     T("t_spin", p_ms, 2, 0, fx_spin),
     T("t_nested_long", NULL, 0, 0, fx_nested_long),
+    T("t_nested2", NULL, 0, 0, fx_nested2),
+    T("t_nested_where", NULL, 0, 0, fx_nested_where),
     {.struct_size = sizeof(toolhost_tool), .name = "t_guarded", .description = "needs permission",
      .params = p_text, .n_params = 1, .stdout_type = TOOLHOST_SEM_TEXT,
      .stderr_type = TOOLHOST_SEM_ERROR, .execute = fx_echo, .needs_permission = fx_needs},
