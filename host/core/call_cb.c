@@ -168,22 +168,43 @@ static int cb_cancel_fd(toolhost_call *call)
 static int cb_caller(const toolhost_call *call, toolhost_caller *out)
 {
     th_mcall *c = (th_mcall *)(uintptr_t)call;
-    if (stale(c, "caller"))
+    /* Under mu throughout but for the user name's lookup: a plugin thread
+     * that asks while another ends the call (a misuse) must not read x
+     * after call_free let it go, and while mu is held with `ended` unset
+     * the call cannot end.  The name is looked up once per call. */
+    pthread_mutex_lock(&c->mu);
+    if (c->ended) {
+        misuse_locked(c, "caller() after the call ended");
+        pthread_mutex_unlock(&c->mu);
         return TOOLHOST_ESTATE;
+    }
     const th_session *s = c->s;
-    out->uid = s ? (int64_t)s->who.uid : -1;
     th_mcall_x *x = c->x;
     if (s && !x->caller_user) {
+        char *name = NULL;
+        uid_t uid = (uid_t)s->who.uid;
         if (s->who.user) { /* a user named by a token (MCP over HTTP) */
-            x->caller_user = strdup(s->who.user);
+            name = strdup(s->who.user);
         } else {
+            pthread_mutex_unlock(&c->mu); /* NSS may be slow (a directory) */
             char buf[1024];
             struct passwd pw, *res = NULL;
-            if (getpwuid_r((uid_t)s->who.uid, &pw, buf, sizeof buf, &res) == 0 &&
-                res)
-                x->caller_user = strdup(res->pw_name);
+            if (getpwuid_r(uid, &pw, buf, sizeof buf, &res) == 0 && res)
+                name = strdup(res->pw_name);
+            pthread_mutex_lock(&c->mu);
+            if (c->ended) {
+                misuse_locked(c, "caller() after the call ended");
+                pthread_mutex_unlock(&c->mu);
+                free(name);
+                return TOOLHOST_ESTATE;
+            }
         }
+        if (!x->caller_user)
+            x->caller_user = name;
+        else
+            free(name); /* another thread of the plugin asked meanwhile */
     }
+    out->uid = s ? (int64_t)s->who.uid : -1;
     out->user = x->caller_user;
     if (s) {
         snprintf(x->caller_session, sizeof x->caller_session, "%llu",
@@ -192,6 +213,7 @@ static int cb_caller(const toolhost_call *call, toolhost_caller *out)
         out->front = c->front ? c->front : s->ops.front;
     }
     out->toolset = c->ts ? c->ts->name : NULL;
+    pthread_mutex_unlock(&c->mu);
     return 0;
 }
 

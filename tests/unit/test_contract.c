@@ -318,6 +318,59 @@ static void *th_poll_complete(void *arg)
     return NULL;
 }
 
+/* Two plugin threads ask caller() at once while a third completes the
+ * call (all misuse but the first: caller() is Owner): each answer is
+ * either the caller, the same user name string for both threads, or
+ * TOOLHOST_ESTATE once the call ended; the name is looked up once (no
+ * leak, no write racing another). */
+static atomic_int cr_ok, cr_estate, cr_bad, cr_done;
+static const char *_Atomic cr_user;
+
+static void *th_caller(void *arg)
+{
+    toolhost_call *c = arg;
+    for (int i = 0; i < 200; i++) {
+        toolhost_caller who;
+        memset(&who, 0, sizeof who);
+        who.struct_size = sizeof who;
+        int rc = c->host->caller(c, &who);
+        if (rc == TOOLHOST_ESTATE) {
+            atomic_fetch_add(&cr_estate, 1);
+            break;
+        }
+        const char *seen = NULL;
+        /* open_trusted's principal: uid 1000, named or not here */
+        if (rc == 0 && who.uid == 1000 && who.session &&
+            (atomic_compare_exchange_strong(&cr_user, &seen, who.user) ||
+             seen == who.user))
+            atomic_fetch_add(&cr_ok, 1);
+        else
+            atomic_fetch_add(&cr_bad, 1);
+    }
+    atomic_fetch_add(&cr_done, 1);
+    return NULL;
+}
+
+static void *th_caller_complete(void *arg)
+{
+    toolhost_call *c = arg;
+    nap_ms(1);
+    c->host->write(c, TOOLHOST_STDOUT, "done", 4);
+    c->host->complete(c, TOOLHOST_OK);
+    return NULL;
+}
+
+static int ct_caller_race(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
+{
+    (void)st, (void)t, (void)a, (void)l;
+    if (c->host->suspend(c) != 0)
+        return TOOLHOST_FAILED;
+    spawn(th_caller, c);
+    spawn(th_caller, c);
+    spawn(th_caller_complete, c);
+    return TOOLHOST_PENDING;
+}
+
 static int ct_poll_race(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
 {
     (void)st, (void)t, (void)a, (void)l;
@@ -342,6 +395,7 @@ static const toolhost_tool ct_tools[] = {
     T("c_wr_two", wr_n, 1, 0, ct_wr_two),
     T("c_wr_cancelled", NULL, 0, 0, ct_wr_cancelled),
     T("c_poll_race", NULL, 0, 0, ct_poll_race),
+    T("c_caller_race", NULL, 0, 0, ct_caller_race),
 };
 
 static const toolhost_plugin ct_plugin = {
@@ -863,6 +917,31 @@ static void test_polls_race_end(void)
     log_release();
 }
 
+static void test_caller_race_end(void)
+{
+    log_capture();
+    open_ct(2, 300);
+    for (int round = 0; round < 20; round++) {
+        atomic_store(&cr_ok, 0);
+        atomic_store(&cr_estate, 0);
+        atomic_store(&cr_bad, 0);
+        atomic_store(&cr_done, 0);
+        atomic_store(&cr_user, NULL);
+        rec r;
+        rec_init(&r);
+        th_call_opts o = {.timeout_ms = 5000};
+        start(S, "c_caller_race", A(0), &o, &r);
+        CU_ASSERT_TRUE(rec_wait(&r, 3000));
+        CU_ASSERT_TRUE(wait_flag_n(&cr_done, 2, 3000));
+        CU_ASSERT_TRUE(r.final.ok);
+        CU_ASSERT_EQUAL(atomic_load(&cr_bad), 0);
+        CU_ASSERT_TRUE(atomic_load(&cr_ok) + atomic_load(&cr_estate) > 0);
+        rec_free(&r);
+    }
+    close_ct();
+    log_release();
+}
+
 void th_suite_contract(void)
 {
     CU_pSuite s = CU_add_suite("contract", suite_init, suite_cleanup);
@@ -877,4 +956,5 @@ void th_suite_contract(void)
     CU_add_test(s, "write_two_threads", test_write_two_threads);
     CU_add_test(s, "write_cancelled", test_write_cancelled);
     CU_add_test(s, "polls_race_end", test_polls_race_end);
+    CU_add_test(s, "caller_race_end", test_caller_race_end);
 }
