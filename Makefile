@@ -329,7 +329,7 @@ soak: $(INTEG_BIN)
 	TH_SOAK_SCALE=$(SOAK_SCALE) $(INTEG_BIN) isolation:soak
 
 # The manager and reload suites under ThreadSanitizer.
-TSAN_SUITES ?= manager host registry validate rpc_frame code code_host e2e_output reload abi11
+TSAN_SUITES ?= manager host registry validate rpc_frame code code_host e2e_output reload abi11 contract
 check-tsan:
 	@$(MAKE) --no-print-directory SANITIZER=thread unit-build
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \

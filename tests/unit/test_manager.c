@@ -1161,9 +1161,13 @@ static int perm_ask_now(void *ud, uint64_t call_id, const char *tool,
     return 0;
 }
 
-static void test_cslot_permission_answer_on_worker(void)
+/* Runs `tool` (asking permission itself, or calling a tool that does)
+ * inline, the permission answered from ask_permission (mode 0) or by
+ * another thread (mode 1): the call that asked runs on a worker, and the
+ * caller gets its result; the slots are empty after. */
+static void perm_runs_on_worker(const char *tool, uint32_t workers, bool nested)
 {
-    th_config *c = cfg_new(1, 1, 64);
+    th_config *c = cfg_new(workers, 1, 64);
     cfg_toolset(c, "default", all_tools)->perm_default = TH_PERM_ASK;
     H = host_new(c);
     perm_front pf = {.rc = -1};
@@ -1178,20 +1182,27 @@ static void test_cslot_permission_answer_on_worker(void)
         rec r;
         rec_init(&r);
         th_call_opts o = {.timeout_ms = 5000, .may_block = true};
-        start(pf.s, "t_where", A(0), &o, &r);
+        start(pf.s, tool, A(0), &o, &r);
         CU_ASSERT_TRUE(rec_wait(&r, 2000));
         CU_ASSERT_EQUAL(pf.rc, 0);
         CU_ASSERT_TRUE(r.final.ok);
         CU_ASSERT_EQUAL_FATAL(atomic_load(&fx_where_set), 1);
         /* a worker ran it: neither the caller nor the answering thread */
         CU_ASSERT_FALSE(pthread_equal(fx_where_tid, pthread_self()));
-        if (mode == 1)
+        if (mode == 1 && !nested)
             CU_ASSERT_FALSE(pthread_equal(fx_where_tid, pf.answerer));
         CU_ASSERT_TRUE(cslots_empty(H));
+        if (nested)
+            CU_ASSERT_EQUAL(calls_in_map(pf.s), 0);
         rec_free(&r);
     }
     th_session_close(pf.s);
     close_all();
+}
+
+static void test_cslot_permission_answer_on_worker(void)
+{
+    perm_runs_on_worker("t_where", 1, false);
 }
 
 /* A nested call (in its thread's second call slot) that asks permission:
@@ -1199,33 +1210,7 @@ static void test_cslot_permission_answer_on_worker(void)
  * worker, and the call that made it gets its result. */
 static void test_cslot_nested_permission(void)
 {
-    th_config *c = cfg_new(2, 1, 64);
-    cfg_toolset(c, "default", all_tools)->perm_default = TH_PERM_ASK;
-    H = host_new(c);
-    perm_front pf = {.rc = -1};
-    th_front_ops ops = {.ask_permission = perm_ask_now};
-    th_principal p = {.uid = 1000, .gid = 1000, .trusted = true};
-    pf.s = th_session_open(H, &p, &ops, &pf);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(pf.s);
-    for (int mode = 0; mode < 2; mode++) {
-        pf.mode = mode;
-        pf.rc = -1;
-        atomic_store(&fx_where_set, 0);
-        rec r;
-        rec_init(&r);
-        th_call_opts o = {.timeout_ms = 5000, .may_block = true};
-        start(pf.s, "t_nested_where", A(0), &o, &r);
-        CU_ASSERT_TRUE(rec_wait(&r, 2000));
-        CU_ASSERT_EQUAL(pf.rc, 0);
-        CU_ASSERT_TRUE(r.final.ok);
-        CU_ASSERT_EQUAL_FATAL(atomic_load(&fx_where_set), 1);
-        CU_ASSERT_FALSE(pthread_equal(fx_where_tid, pthread_self()));
-        CU_ASSERT_TRUE(cslots_empty(H));
-        CU_ASSERT_EQUAL(calls_in_map(pf.s), 0);
-        rec_free(&r);
-    }
-    th_session_close(pf.s);
-    close_all();
+    perm_runs_on_worker("t_nested_where", 2, true);
 }
 
 /* A lookup by id that misses the map, then the slots, while the call
