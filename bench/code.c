@@ -307,7 +307,7 @@ static void run_lua_only(th_session *s, int inner, long rounds,
     th_projection_free(lr.p);
 }
 
-/* ---- the Lua floor: stock Lua, no host --------------------------------------------- */
+/* ---- the Lua floor: a bare Lua state, no host -------------------------------------- */
 
 /* The least a Lua binding of `tools.NAME{...}` returning a result table
  * can do: read the argument table's `text` and return {ok, stdout,

@@ -173,11 +173,8 @@ static int cb_caller(const toolhost_call *call, toolhost_caller *out)
      * after call_free let it go, and while mu is held with `ended` unset
      * the call cannot end.  The name is looked up once per call. */
     pthread_mutex_lock(&c->mu);
-    if (c->ended) {
-        misuse_locked(c, "caller() after the call ended");
-        pthread_mutex_unlock(&c->mu);
-        return TOOLHOST_ESTATE;
-    }
+    if (c->ended)
+        goto ended;
     const th_session *s = c->s;
     th_mcall_x *x = c->x;
     if (s && !x->caller_user) {
@@ -193,10 +190,8 @@ static int cb_caller(const toolhost_call *call, toolhost_caller *out)
                 name = strdup(res->pw_name);
             pthread_mutex_lock(&c->mu);
             if (c->ended) {
-                misuse_locked(c, "caller() after the call ended");
-                pthread_mutex_unlock(&c->mu);
                 free(name);
-                return TOOLHOST_ESTATE;
+                goto ended;
             }
         }
         if (!x->caller_user)
@@ -215,6 +210,10 @@ static int cb_caller(const toolhost_call *call, toolhost_caller *out)
     out->toolset = c->ts ? c->ts->name : NULL;
     pthread_mutex_unlock(&c->mu);
     return 0;
+ended:
+    misuse_locked(c, "caller() after the call ended");
+    pthread_mutex_unlock(&c->mu);
+    return TOOLHOST_ESTATE;
 }
 
 /* A write under the call's lock: the ended check and the write in one

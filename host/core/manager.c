@@ -668,10 +668,9 @@ void th_mgr_submit(th_mcall *c)
      * the same test on the same call; unless the host stops meanwhile it
      * is: then it is answered `busy` below, on this thread, but a nested
      * one runs all the same, as the nested path below would run it.  A
-     * call the
-     * front allowed (th_permission_answer) may still be in its owner's
-     * slot, but no longer may block: it goes to a worker, and c->cslot,
-     * its owner's, is not read from the answering thread) */
+     * call the front allowed (th_permission_answer) may still be in its
+     * owner's slot, but no longer may block: it goes to a worker, and
+     * c->cslot, its owner's, is not read from the answering thread) */
     bool quick = c->may_block && (c->cslot || quick_call(c)) &&
                  (nested || !__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE));
     /* An inline call with a timeout long enough enters its thread's slot;
