@@ -401,6 +401,16 @@ static unsigned scaled(unsigned s)
     return s > 0xFFFFFFFFu / timeout_scale ? 0xFFFFFFFFu : s * timeout_scale;
 }
 
+unsigned th_test_scale(void)
+{
+    return timeout_scale;
+}
+
+unsigned th_test_ms(unsigned ms)
+{
+    return ms > 0xFFFFFFFFu / timeout_scale ? 0xFFFFFFFFu : ms * timeout_scale;
+}
+
 void th_test_timeout(unsigned seconds)
 {
     if (seconds == 0)
@@ -733,6 +743,18 @@ static void read_settings(void)
     const char *vg = getenv("TH_VALGRIND");
     if (vg && *vg)
         timeout_scale = 5;
+    /* TH_TEST_SCALE=N multiplies every budget once more (a slow or busy
+     * machine; make test-stress sets it). */
+    const char *sc = getenv("TH_TEST_SCALE");
+    if (sc && *sc) {
+        char *end;
+        long v = strtol(sc, &end, 10);
+        if (*end == '\0' && v >= 1 && v <= 100)
+            timeout_scale *= (unsigned)v;
+        else
+            fprintf(stderr, "TH_TEST_SCALE='%s' is not a factor (1..100); "
+                            "ignored\n", sc);
+    }
     verbose = getenv("TH_TEST_VERBOSE") != NULL;
 }
 

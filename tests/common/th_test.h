@@ -76,4 +76,14 @@ void th_test_skip(const char *file, int line, const char *reason);
  * install). */
 void th_test_timeout(unsigned seconds);
 
+/* The one knob every time budget of a test scales with: 1 in a plain
+ * build, 2 in a sanitizer build, 5 under valgrind, each multiplied by
+ * $TH_TEST_SCALE (1..100) when it is set.  A budget is a deadline for
+ * something that must happen ("the answer comes within th_test_ms(5000)"),
+ * never a sleep that shows something did not happen: show that with an
+ * event (a counter, an ack, a log line after a barrier).  th_test_ms(ms)
+ * is ms times the scale, saturating. */
+unsigned th_test_scale(void);
+unsigned th_test_ms(unsigned ms);
+
 #endif
