@@ -128,7 +128,7 @@ BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 TEST_DEFS = -Ihost/core -DTH_BUILD_DIR='"$(abspath $(BUILD))"' -DTH_SOURCE_DIR='"$(abspath .)"' -Itests \
 	-DTH_SANITIZER='"$(SANITIZER)"'
 
-.PHONY: all examples deps run test check check-unit check-integration check-parallel unit-build check-tsan soak check-layers layers-graph \
+.PHONY: all examples deps run test test-stress check check-unit check-integration check-parallel unit-build check-tsan soak check-layers layers-graph \
 	valgrind bench fuzz fuzz-replay install uninstall clean
 .DEFAULT_GOAL := all
 
@@ -257,6 +257,15 @@ run: deps
 
 test: deps
 	@scripts/run-tests
+
+# The suites beside a CPU hog of 2 x cores busy processes (scripts/run-stress):
+# STRESS_RUNS plain runs (default 10), then ASan+UBSan, TSan and valgrind
+# once each; a table of each test's passes.  STRESS_LOOP="N suite:test ..."
+# loops those tests instead; STRESS_MAKE_TEST=N runs the whole `make test`
+# N times beside the hog.
+STRESS_RUNS ?= 10
+test-stress: deps
+	@STRESS_RUNS=$(STRESS_RUNS) scripts/run-stress $(if $(STRESS_LOOP),--loop $(STRESS_LOOP),$(if $(STRESS_MAKE_TEST),--make-test $(STRESS_MAKE_TEST)))
 
 # ---- suites -------------------------------------------------------------------
 

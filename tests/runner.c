@@ -40,6 +40,7 @@
 #include <CUnit/TestRun.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -76,6 +77,11 @@ static const char *volatile cur_suite;
 static const char *volatile cur_test;
 
 static int verbose;
+/* $TH_TEST_RESULTS: a file that gets one line per test, appended with one
+ * write(2) each ("pass suite:test", "fail ...", "skip ...", "timeout ...",
+ * "crash ..."), so several runners can share it (make test-stress counts
+ * each test's passes from it).  -1 when unset. */
+static int results_fd = -1;
 static unsigned default_timeout_s = DEFAULT_TIMEOUT_S;
 static int timeout_explicit; /* TH_TEST_TIMEOUT was set */
 static unsigned timeout_scale = 1;
@@ -310,6 +316,8 @@ static void kill_children(void)
     closedir(d);
 }
 
+static void result_line(const char *what, const char *sn, const char *tn);
+
 /* Called by the watchdog with wd_mu held; does not return. */
 static void on_timeout(void)
 {
@@ -337,6 +345,7 @@ static void on_timeout(void)
     c.elapsed = now_s() - run_started;
     char extra[600];
     snprintf(extra, sizeof extra, "%s:%s timed out", sn, tn);
+    result_line("timeout", sn, tn);
     print_summary(&c, extra);
     kill_children();
     _exit(EXIT_TIMEOUT);
@@ -467,6 +476,22 @@ static void put_uint(char *buf, size_t cap, size_t *len, unsigned v)
         buf[(*len)++] = d[--i];
 }
 
+/* Appends "<what> suite:test\n" to $TH_TEST_RESULTS; async-signal-safe. */
+static void result_line(const char *what, const char *sn, const char *tn)
+{
+    if (results_fd < 0 || !sn || !tn)
+        return;
+    char buf[600];
+    size_t len = 0;
+    put(buf, sizeof buf, &len, what);
+    put(buf, sizeof buf, &len, " ");
+    put(buf, sizeof buf, &len, sn);
+    put(buf, sizeof buf, &len, ":");
+    put(buf, sizeof buf, &len, tn);
+    put(buf, sizeof buf, &len, "\n");
+    write_all(results_fd, buf, len);
+}
+
 static void say_test(const char *what, const char *detail, int sig)
 {
     char buf[700];
@@ -493,6 +518,7 @@ static void say_test(const char *what, const char *detail, int sig)
     }
     put(buf, sizeof buf, &len, "\n");
     write_all(2, buf, len);
+    result_line(strcmp(what, "CRASH") == 0 ? "crash" : "interrupted", sn, tn);
 }
 
 static void on_fatal(int sig, siginfo_t *si, void *uc)
@@ -599,6 +625,8 @@ static void on_test_complete(const CU_pTest test, const CU_pSuite suite,
     cur_test = NULL;
     pthread_mutex_unlock(&wd_mu);
     slow_note(suite->pName, test->pName, took);
+    result_line(failure ? "fail" : cur_skipped ? "skip" : "pass",
+                suite->pName, test->pName);
 
     if (failure) {
         if (verbose)
@@ -756,6 +784,13 @@ static void read_settings(void)
                             "ignored\n", sc);
     }
     verbose = getenv("TH_TEST_VERBOSE") != NULL;
+    const char *rf = getenv("TH_TEST_RESULTS");
+    if (rf && *rf) {
+        results_fd = open(rf, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+        if (results_fd < 0)
+            fprintf(stderr, "TH_TEST_RESULTS='%s': %s; no results file\n",
+                    rf, strerror(errno));
+    }
 }
 
 int main(int argc, char **argv)
