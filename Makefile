@@ -389,6 +389,10 @@ UNITS := configs/systemd/toolhost.service configs/systemd/toolhost.socket
 I := $(DESTDIR)$(PREFIX)
 
 install: $(TOOLHOST) $(LIBSDK) $(LIBTH) $(PLUGIN_SO)
+	@if [ -z "$(SD_DEFS)" ]; then \
+	  echo "install: WARNING: built without libsystemd: the Type=notify unit in share/toolhost/systemd/" >&2; \
+	  echo "install: WARNING: will never report READY=1 and socket activation will not work;" >&2; \
+	  echo "install: WARNING: install libsystemd-dev (scripts/install-deps does) and rebuild" >&2; fi
 	install -d $(I)/bin $(I)/include/toolhost/host/th $(I)/include/toolhost/host/front \
 	  $(I)/lib/pkgconfig $(I)/lib/toolhost/plugins \
 	  $(I)/share/man/man1 $(I)/share/man/man5 $(I)/share/doc/toolhost/template \
