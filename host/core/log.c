@@ -7,6 +7,7 @@
  * and should the log's own descriptor be closed and its number reused, the
  * identity check drops the line instead of writing it into a stranger. */
 #include "th/log.h"
+#include "th/utf8.h"
 #include "th/clock.h"
 
 #include <errno.h>
@@ -341,12 +342,53 @@ static void json_line(lbuf *b, int level, const char *msg, size_t len)
     lb_str(b, "}");
 }
 
+/* The one escaping rule for what reaches the log (docs/security.md, "Log
+ * lines"): a message may carry a caller's words (a tool name, an Origin, a
+ * path), so every byte that could end the line or drive a terminal is
+ * written as the four characters \xHH: C0 controls but tab (newline, ESC),
+ * DEL, the C1 controls U+0080-U+009F (each byte of their encoding), and
+ * every byte that is not part of well-formed UTF-8.  Applied here, in
+ * the writer, to every line of either format, so no caller can forget it.
+ * Writes at most cap bytes of dst (whole escapes only); returns the
+ * length. */
+static size_t log_escape(char *dst, size_t cap, const char *src, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *s = (const unsigned char *)src;
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        size_t bad, l = th_utf8_seq(s + i, n - i, &bad);
+        bool esc = l == 0 || (l == 1 && ((s[i] < 0x20 && s[i] != '\t') || s[i] == 0x7f)) ||
+                   (l == 2 && s[i] == 0xC2 && s[i + 1] < 0xA0);
+        size_t take = l ? l : 1;
+        if (!esc) {
+            if (take > cap - o)
+                break;
+            memcpy(dst + o, s + i, take);
+            o += take;
+        } else {
+            if (4 * take > cap - o)
+                break;
+            for (size_t k = 0; k < take; k++) {
+                dst[o++] = '\\';
+                dst[o++] = 'x';
+                dst[o++] = hex[s[i + k] >> 4];
+                dst[o++] = hex[s[i + k] & 15];
+            }
+        }
+        i += take;
+    }
+    return o;
+}
+
 /* One line to the log's descriptor with one write(2). */
-static void emit(int level, const char *msg, size_t len)
+static void emit(int level, const char *raw, size_t raw_len)
 {
     int fd = atomic_load(&log_fd);
     if (level > atomic_load(&log_level) || fd < 0 || !fd_ok(fd))
         return;
+    char msg[4 * 2048];
+    size_t len = log_escape(msg, sizeof msg, raw, raw_len);
     char line[16384];
     lbuf b = {.p = line, .cap = sizeof line - 1}; /* 1: the newline */
     if (atomic_load(&log_journal)) {

@@ -156,6 +156,50 @@ static void test_json_long(void)
     fx_close();
 }
 
+/* The one escaping rule (log.c, log_escape): a caller's word with a
+ * newline, ESC, DEL, a C1 control or a byte that is not UTF-8 cannot
+ * forge a second line nor drive a terminal, in either format; tabs and
+ * well-formed UTF-8 pass as they are. */
+static void test_escape(void)
+{
+    const char *evil = "x\n2026-01-01T00:00:00.000Z error forged\x1b[31mred"
+                       "\x7f\xc2\x9b" "1m\xff\xc3(\tcaf\xc3\xa9 \xf0\x9f\x94\xa7";
+    const char *want = "x\\x0a2026-01-01T00:00:00.000Z error forged"
+                       "\\x1b[31mred\\x7f\\xc2\\x9b1m\\xff\\xc3(\t"
+                       "caf\xc3\xa9 \xf0\x9f\x94\xa7";
+    for (int json = 0; json <= 1; json++) {
+        fx_open();
+        th_log_set_format(json);
+        th_log_warn("unknown tool %s", evil);
+        th_log_info("next");
+        char *s = fx_text();
+        /* two lines, no more: the newline inside did not end the first */
+        size_t lines = 0;
+        for (const char *p = s; *p; p++)
+            lines += *p == '\n';
+        CU_ASSERT_EQUAL(lines, 2);
+        CU_ASSERT_PTR_NULL(strchr(s, '\x1b'));
+        CU_ASSERT_PTR_NULL(strchr(s, '\x7f'));
+        CU_ASSERT_PTR_NULL(strstr(s, "\xc2\x9b"));
+        if (!json) {
+            char line[512];
+            snprintf(line, sizeof line, "warn  unknown tool %s\n", want);
+            CU_ASSERT_PTR_NOT_NULL(strstr(s, line));
+        } else {
+            json_t *o[3];
+            CU_ASSERT_EQUAL_FATAL(json_lines(s, o, 3), 2);
+            char m[512];
+            snprintf(m, sizeof m, "unknown tool %s", want);
+            CU_ASSERT_STRING_EQUAL(
+                json_string_value(json_object_get(o[0], "msg")), m);
+            json_decref(o[0]);
+            json_decref(o[1]);
+        }
+        free(s);
+        fx_close();
+    }
+}
+
 static void test_journal(void)
 {
     fx_open();
@@ -211,6 +255,7 @@ void th_suite_log(void)
     CU_add_test(s, "text", test_text);
     CU_add_test(s, "json", test_json);
     CU_add_test(s, "json_long", test_json_long);
+    CU_add_test(s, "escape", test_escape);
     CU_add_test(s, "journal", test_journal);
     CU_add_test(s, "journal_detect", test_journal_detect);
 }
