@@ -1,22 +1,27 @@
 /* call_fast.c - short calls on a front's own thread: the one policy.
  *
  * A front says only what its thread is (th/host.h): short_inline, an event
- * loop shared by many clients (the RPC server): only a tool declared
- * TOOLHOST_TOOL_SHORT runs there; short_client, a thread that serves one
- * client (the MCP stdio input thread, one HTTP connection's thread): a
- * declared tool, or one measured short on the workers, runs there.  Such a
- * call runs as a caller that waits would (may_block): every stage is the
- * same as on a worker (lookup, policy, validation, permission, the
+ * loop shared by many clients (the RPC server), or short_client, a thread
+ * that serves one client (the MCP stdio input thread, one HTTP
+ * connection's thread).  On either, only a tool declared
+ * TOOLHOST_TOOL_SHORT runs there: what a call costs may depend on its
+ * arguments (a grep pattern, a path, a command line), so a tool seen fast
+ * on earlier calls proves nothing about the next one, and nothing can take
+ * a front's thread back from a call running on it (its deadline included).
+ * Such a call runs as a caller that waits would (may_block): every stage
+ * is the same as on a worker (lookup, policy, validation, permission, the
  * manager's limits - a full group or a stopping manager still queues -,
  * output limits, stats); what the front saves is the hand-off to a worker
  * and back.
  *
  * The state is per tool name, host-wide (th_stat.fast): what one front or
- * session learns, every other uses.  The core times what it runs: the
- * whole inline stretch of th_call_start (hooks, execute, result, the
- * front's callback: what held the front's thread), and a sampled worker
- * run's execute().  Every constant is in call_fast.h, derived from
- * host.short_call_max; 0 turns the path off on every front.
+ * session learns, every other uses.  The core times the whole inline
+ * stretch of th_call_start (hooks, execute, result, the front's callback:
+ * what held the front's thread) and demotes a declared tool that overruns.
+ * Every constant is in call_fast.h, derived from host.short_call_max; 0
+ * turns the path off on every front.  (The pure policy below still models
+ * "measured" tools, promoted by fast worker runs, for its unit tests; the
+ * core no longer asks it about any tool not declared short.)
  */
 #include "call_fast.h"
 
@@ -169,39 +174,35 @@ bool th_call_fast_ok(const th_tool *t)
            !t->plugin->iso;
 }
 
-/* The rest of th_call_fast_pick, off its hot path: a measured tool not
- * promoted (sampled on a worker), or a demoted one (its retry). */
-__attribute__((noinline, cold)) static bool
-pick_rest(th_stat *st, bool declared, bool client, uint64_t max_ms,
-          bool *sample)
+/* The rest of th_call_fast_pick, off its hot path: a demoted tool (its
+ * retry after the back-off). */
+__attribute__((noinline, cold)) static bool pick_rest(th_stat *st,
+                                                      uint64_t max_ms)
 {
     /* the clock only matters to a demoted tool (its retry) */
     int64_t now = atomic_load_explicit(&st->fast.state,
                                        memory_order_relaxed) == TH_FAST_OFF
                       ? th_now_ns()
                       : 0;
-    if (th_fast_pick(&st->fast, declared, client, max_ms * 1000000u, now))
-        return true;
-    *sample = client && th_fast_samples(&st->fast, declared);
-    return false;
+    return th_fast_pick(&st->fast, true, false, max_ms * 1000000u, now);
 }
 
 bool th_call_fast_pick(th_host *h, uint64_t max_ms, th_stat *st,
-                       const th_tool *t, const th_call_opts *o, bool *sample)
+                       const th_tool *t, const th_call_opts *o)
 {
     (void)h;
-    *sample = false;
-    if (!max_ms || !st || o->may_block || !th_call_fast_ok(t))
-        return false;
-    bool declared = t->flags & TOOLHOST_TOOL_SHORT;
-    bool client = o->short_client;
-    if (!declared && !client)
+    /* Only a tool that declares itself short: what a call costs may
+     * depend on its arguments (a pattern, a path, a command), so a tool
+     * fast on every call so far proves nothing about the next one, and a
+     * front's thread cannot be taken back from a call that runs on it. */
+    if (!max_ms || !st || o->may_block || !th_call_fast_ok(t) ||
+        !(t->flags & TOOLHOST_TOOL_SHORT))
         return false;
     /* the hot case: a tool that runs inline now */
     if (fast_on(atomic_load_explicit(&st->fast.state, memory_order_relaxed),
-                declared))
+                true))
         return true;
-    return pick_rest(st, declared, client, max_ms, sample);
+    return pick_rest(st, max_ms);
 }
 
 /* What an inline run changed, said in the log and counted (cold). */
@@ -329,17 +330,6 @@ void th_call_fast_inline_end(th_host *h, uint64_t max_ms, th_stat *st,
     if (r != TH_FAST_KEPT)
         inline_report(h, max_ms, t, declared, call_id, t1 - t0, r, backoff,
                       overruns);
-}
-
-void th_call_fast_worker_end(th_mcall *c, int64_t ns)
-{
-    uint64_t max_ms = c->cfg->host.short_call_max_ms;
-    if (th_fast_worker_end(&c->st->fast, max_ms * 1000000u, ns) ==
-        TH_FAST_PROMOTED)
-        th_log_debug("tool=%s is short (execute %.3f ms on a worker, %d runs "
-                     "in a row under %.1f ms): a front's own thread runs it",
-                     c->tool->name, (double)ns / 1e6, TH_FAST_PROMOTE_RUNS,
-                     (double)max_ms / TH_FAST_PROMOTE_DIV);
 }
 
 /* ---- The watchdog (call_fast.h) -------------------------------------------- */

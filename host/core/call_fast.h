@@ -94,10 +94,11 @@ th_fast_outcome th_fast_worker_end(th_fast *f, uint64_t max_ns, int64_t ns);
  * (an isolated call waits for another process), not a task tool. */
 bool th_call_fast_ok(const th_tool *t);
 /* th_call_start: whether this call runs inline on the caller (opts say
- * what the caller's thread is), or, via *sample, is timed on a worker. */
+ * what the caller's thread is).  Only a tool declared TOOLHOST_TOOL_SHORT
+ * ever does: a tool's cost may depend on its arguments, so no number of
+ * fast calls makes the next one safe to run on a front's thread. */
 bool th_call_fast_pick(struct th_host *h, uint64_t max_ms, struct th_stat *st,
-                       const th_tool *t, const struct th_call_opts *o,
-                       bool *sample);
+                       const th_tool *t, const struct th_call_opts *o);
 /* th_call_start, after an inline pick: the caller's thread was held from
  * t0 to t1 (monotonic ns: hooks, execute, the result and the front's
  * callback); `ran`: it ran there (not queued behind a full group).
@@ -106,8 +107,6 @@ void th_call_fast_inline_end(struct th_host *h, uint64_t max_ms,
                              struct th_stat *st, const th_tool *t,
                              uint64_t call_id, int64_t t0, int64_t t1,
                              bool ran);
-/* The worker: a sampled call's execute() took `ns`. */
-void th_call_fast_worker_end(struct th_mcall *c, int64_t ns);
 
 /* ---- The watchdog: a short call that does not return ---------------------
  * A call running on a front's thread cannot be taken off it (nothing
