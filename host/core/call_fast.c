@@ -19,9 +19,7 @@
  * stretch of th_call_start (hooks, execute, result, the front's callback:
  * what held the front's thread) and demotes a declared tool that overruns.
  * Every constant is in call_fast.h, derived from host.short_call_max; 0
- * turns the path off on every front.  (The pure policy below still models
- * "measured" tools, promoted by fast worker runs, for its unit tests; the
- * core no longer asks it about any tool not declared short.)
+ * turns the path off on every front.
  */
 #include "call_fast.h"
 
@@ -48,21 +46,18 @@ static void fast_unlock(th_fast *f)
     atomic_store_explicit(&f->lk, false, memory_order_release);
 }
 
-static bool fast_on(unsigned st, bool declared)
+static bool fast_on(unsigned st)
 {
-    return st == TH_FAST_ON || (st == TH_FAST_NEW && declared);
+    return st != TH_FAST_OFF;
 }
 
-bool th_fast_pick(th_fast *f, bool declared, bool client, uint64_t max_ns,
-                  int64_t now)
+bool th_fast_pick(th_fast *f, uint64_t max_ns, int64_t now)
 {
-    if (!max_ns || (!declared && !client))
+    if (!max_ns)
         return false;
     unsigned st = atomic_load_explicit(&f->state, memory_order_relaxed);
-    if (fast_on(st, declared))
+    if (fast_on(st))
         return true;
-    if (st != TH_FAST_OFF)
-        return false;
     int64_t at = atomic_load_explicit(&f->retry_ns, memory_order_relaxed);
     if (!at || now < at)
         return false;
@@ -76,13 +71,6 @@ bool th_fast_pick(th_fast *f, bool declared, bool client, uint64_t max_ns,
     return mine;
 }
 
-bool th_fast_samples(const th_fast *f, bool declared)
-{
-    return !declared && atomic_load_explicit(&((th_fast *)f)->state,
-                                             memory_order_relaxed) ==
-                            TH_FAST_NEW;
-}
-
 /* (lk held) back to workers until a try at now + the back-off. */
 static void demote(th_fast *f, uint64_t max_ns, int64_t now)
 {
@@ -91,25 +79,21 @@ static void demote(th_fast *f, uint64_t max_ns, int64_t now)
     f->backoff_ns = f->backoff_ns ? f->backoff_ns * 2 : base;
     if (f->backoff_ns > top)
         f->backoff_ns = top;
-    f->fast = 0;
     f->overruns = 0;
-    atomic_store(&f->slow, 0);
     atomic_store(&f->retry_ns, now + f->backoff_ns);
     atomic_store(&f->state, TH_FAST_OFF);
 }
 
-th_fast_outcome th_fast_inline_end(th_fast *f, bool declared,
-                                   uint64_t max_ns, int64_t ns, int64_t now,
-                                   int64_t *backoff_ns, unsigned *overruns)
+th_fast_outcome th_fast_inline_end(th_fast *f, uint64_t max_ns, int64_t ns,
+                                   int64_t now, int64_t *backoff_ns,
+                                   unsigned *overruns)
 {
     if (!max_ns)
         return TH_FAST_KEPT;
-    int64_t limit = declared ? (int64_t)max_ns
-                             : (int64_t)max_ns / TH_FAST_MEASURED_SLOW_DIV;
+    int64_t limit = (int64_t)max_ns;
     unsigned st = atomic_load_explicit(&f->state, memory_order_relaxed);
     /* the common case, without the lock: in time, nothing to reset */
-    if (ns <= limit && fast_on(st, declared) &&
-        atomic_load_explicit(&f->slow, memory_order_relaxed) == 0)
+    if (ns <= limit && fast_on(st))
         return TH_FAST_KEPT;
     th_fast_outcome r = TH_FAST_KEPT;
     fast_lock(f);
@@ -118,7 +102,6 @@ th_fast_outcome th_fast_inline_end(th_fast *f, bool declared,
         /* the one try after a back-off */
         if (ns <= limit) {
             f->overruns = 0;
-            atomic_store(&f->slow, 0);
             atomic_store(&f->retry_ns, 0);
             atomic_store(&f->state, TH_FAST_ON);
             r = TH_FAST_PROMOTED;
@@ -126,15 +109,10 @@ th_fast_outcome th_fast_inline_end(th_fast *f, bool declared,
             demote(f, max_ns, now);
             r = TH_FAST_DEMOTED;
         }
-    } else if (ns <= limit) {
-        atomic_store(&f->slow, 0);
-    } else {
-        atomic_fetch_add(&f->slow, 1);
+    } else if (ns > limit) {
         f->overruns++;
         bool out = ns > (int64_t)max_ns * TH_FAST_HARD_MUL ||
-                   (declared ? f->overruns >= TH_FAST_DECLARED_OVERRUNS
-                             : atomic_load(&f->slow) >=
-                                   TH_FAST_MEASURED_SLOW_RUNS);
+                   f->overruns >= TH_FAST_DECLARED_OVERRUNS;
         if (out)
             demote(f, max_ns, now);
         r = out ? TH_FAST_DEMOTED : TH_FAST_OVERRUN;
@@ -143,25 +121,6 @@ th_fast_outcome th_fast_inline_end(th_fast *f, bool declared,
         *backoff_ns = f->backoff_ns;
     if (overruns)
         *overruns = f->overruns;
-    fast_unlock(f);
-    return r;
-}
-
-th_fast_outcome th_fast_worker_end(th_fast *f, uint64_t max_ns, int64_t ns)
-{
-    if (!max_ns || atomic_load(&f->state) != TH_FAST_NEW)
-        return TH_FAST_KEPT;
-    th_fast_outcome r = TH_FAST_KEPT;
-    fast_lock(f);
-    if (atomic_load(&f->state) == TH_FAST_NEW) {
-        if (ns >= (int64_t)max_ns / TH_FAST_PROMOTE_DIV) {
-            f->fast = 0;
-        } else if (++f->fast >= TH_FAST_PROMOTE_RUNS) {
-            f->fast = 0;
-            atomic_store(&f->state, TH_FAST_ON);
-            r = TH_FAST_PROMOTED;
-        }
-    }
     fast_unlock(f);
     return r;
 }
@@ -184,7 +143,7 @@ __attribute__((noinline, cold)) static bool pick_rest(th_stat *st,
                                        memory_order_relaxed) == TH_FAST_OFF
                       ? th_now_ns()
                       : 0;
-    return th_fast_pick(&st->fast, true, false, max_ms * 1000000u, now);
+    return th_fast_pick(&st->fast, max_ms * 1000000u, now);
 }
 
 bool th_call_fast_pick(th_host *h, uint64_t max_ms, th_stat *st,
@@ -199,48 +158,43 @@ bool th_call_fast_pick(th_host *h, uint64_t max_ms, th_stat *st,
         !(t->flags & TOOLHOST_TOOL_SHORT))
         return false;
     /* the hot case: a tool that runs inline now */
-    if (fast_on(atomic_load_explicit(&st->fast.state, memory_order_relaxed),
-                true))
+    if (fast_on(atomic_load_explicit(&st->fast.state, memory_order_relaxed)))
         return true;
     return pick_rest(st, max_ms);
 }
 
 /* What an inline run changed, said in the log and counted (cold). */
 __attribute__((noinline, cold)) static void
-inline_report(th_host *h, uint64_t max_ms, const th_tool *t, bool declared,
-              uint64_t call_id, int64_t ns, th_fast_outcome r,
-              int64_t backoff, unsigned overruns)
+inline_report(th_host *h, uint64_t max_ms, const th_tool *t, uint64_t call_id,
+              int64_t ns, th_fast_outcome r, int64_t backoff,
+              unsigned overruns)
 {
     double ms = (double)ns / 1e6;
-    const char *kind = declared ? "is declared short but" : "(measured short)";
     switch (r) {
     case TH_FAST_KEPT:
         break;
     case TH_FAST_OVERRUN:
-        if (declared)
-            th_log_warn("tool=%s is declared short but call=%llu held the "
-                        "front's thread %.1f ms (host.short_call_max %llu "
-                        "ms; overrun %u of %u before its calls go to "
-                        "workers)",
-                        t->name, (unsigned long long)call_id, ms,
-                        (unsigned long long)max_ms, overruns,
-                        (unsigned)TH_FAST_DECLARED_OVERRUNS);
+        th_log_warn("tool=%s is declared short but call=%llu held the "
+                    "front's thread %.1f ms (host.short_call_max %llu ms; "
+                    "overrun %u of %u before its calls go to workers)",
+                    t->name, (unsigned long long)call_id, ms,
+                    (unsigned long long)max_ms, overruns,
+                    (unsigned)TH_FAST_DECLARED_OVERRUNS);
         break;
     case TH_FAST_DEMOTED:
         atomic_fetch_add(&h->mgr.short_demoted, 1);
-        th_log_warn("tool=%s %s call=%llu held the front's thread %.1f ms "
-                    "(host.short_call_max %llu ms): %s (tried on the "
+        th_log_warn("tool=%s is declared short but call=%llu held the "
+                    "front's thread %.1f ms (host.short_call_max %llu ms): "
+                    "its calls run on workers from now on (tried on the "
                     "front's thread again in %.1f s)",
-                    t->name, kind, (unsigned long long)call_id, ms,
-                    (unsigned long long)max_ms,
-                    declared ? "its calls run on workers from now on"
-                             : "it runs on the workers again",
-                    (double)backoff / 1e9);
+                    t->name, (unsigned long long)call_id, ms,
+                    (unsigned long long)max_ms, (double)backoff / 1e9);
         break;
     case TH_FAST_PROMOTED:
-        th_log_info("tool=%s %s call=%llu took %.3f ms on the front's "
-                    "thread after its back-off: it runs there again",
-                    t->name, kind, (unsigned long long)call_id, ms);
+        th_log_info("tool=%s is declared short: call=%llu took %.3f ms on "
+                    "the front's thread after its back-off: it runs there "
+                    "again",
+                    t->name, (unsigned long long)call_id, ms);
         break;
     }
 }
@@ -321,15 +275,12 @@ void th_call_fast_inline_end(th_host *h, uint64_t max_ms, th_stat *st,
             stuck_end(sl, st, t, call_id, t1 - t0, t1))
             return;
     }
-    bool declared = t->flags & TOOLHOST_TOOL_SHORT;
     int64_t backoff = 0;
     unsigned overruns = 0;
-    th_fast_outcome r =
-        th_fast_inline_end(&st->fast, declared, max_ms * 1000000u, t1 - t0,
-                           t1, &backoff, &overruns);
+    th_fast_outcome r = th_fast_inline_end(&st->fast, max_ms * 1000000u,
+                                           t1 - t0, t1, &backoff, &overruns);
     if (r != TH_FAST_KEPT)
-        inline_report(h, max_ms, t, declared, call_id, t1 - t0, r, backoff,
-                      overruns);
+        inline_report(h, max_ms, t, call_id, t1 - t0, r, backoff, overruns);
 }
 
 /* ---- The watchdog (call_fast.h) -------------------------------------------- */
@@ -408,23 +359,20 @@ static void stuck_report(th_host *h, th_fast_slot *sl, th_stat *st,
     const th_tool *t = th_registry_acquire(h->reg, st->tool);
     const char *plugin = t && t->plugin && t->plugin->name ? t->plugin->name
                                                            : "?";
-    bool declared = t && (t->flags & TOOLHOST_TOOL_SHORT);
     bool shared = atomic_load(&sl->shared);
-    th_log_warn("tool=%s %s call=%llu has held %s (thread %d; plugin %s) "
+    th_log_warn("tool=%s is declared short but call=%llu has held %s "
+                "(thread %d; plugin %s) "
                 "for %lld ms so far (host.short_call_stuck %llu ms, "
                 "host.short_call_max %llu ms): %s until it returns (a call "
                 "cannot be taken off the thread it runs on); %s",
-                st->tool,
-                declared ? "is declared short but" : "(measured short)",
-                (unsigned long long)id,
+                st->tool, (unsigned long long)id,
                 shared ? "the front's event loop" : "a front's thread",
                 sl->tid, plugin, (long long)((now - t0) / 1000000),
                 (unsigned long long)stuck_ms, (unsigned long long)max_ms,
                 shared ? "every client of that loop waits"
                        : "its client waits",
                 !demoted ? "its calls already run on workers"
-                : declared ? "its calls run on workers from now on"
-                           : "it runs on the workers again");
+                         : "its calls run on workers from now on");
     if (t)
         th_tool_release(t);
 }
