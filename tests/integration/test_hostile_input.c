@@ -271,7 +271,10 @@ static void test_rpc_grep(void)
         CU_ASSERT(g[i].answered && !g[i].ok);
         CU_ASSERT(g[i].ms < deadline_ms() + (int64_t)th_test_ms(1000));
     }
-    CU_ASSERT_PTR_NOT_NULL(strstr(g[0].text, "pattern too costly"));
+    /* which error: the step limit (under valgrind, busy, its 1,000,000
+     * steps may take as long as the deadline: then a timeout) */
+    if (!rpc_valgrind())
+        CU_ASSERT_PTR_NOT_NULL(strstr(g[0].text, "pattern too costly"));
     CU_ASSERT_PTR_NOT_NULL(strstr(g[1].text, "invalid pattern"));
     /* The workers are free: four plain greps at once, answered at once
      * (before, they waited for the workers held in regexec). */
