@@ -88,7 +88,7 @@ static int ask_permission(void *ud, uint64_t call_id, const char *tool,
  * ignoring cancellation, and the host would wait for it (shutdown_grace,
  * lost_worker_grace); the command ends anyway, within the caller's budget,
  * with the call's exit status. */
-#define CLOSE_WAIT_MS 500
+#define CLOSE_WAIT_MS 200
 
 typedef struct closer {
     cli_host *ch;
