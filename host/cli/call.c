@@ -1,8 +1,11 @@
 /* call.c - `toolhost call` and `toolhost list`: in-process through the
  * same call path the server uses (th_call_sync -> manager), or on a
  * running host with --connect. */
+#include <errno.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -34,8 +37,13 @@ static const char call_usage[] =
     "  -y, --yes             answer yes when the policy asks for permission\n"
     "  -h, --help            this help\n"
     "\n"
+    "With -c the tool runs on a worker thread: --timeout and Ctrl-C (or\n"
+    "SIGTERM) end the command on time even when the tool ignores them; a\n"
+    "second signal exits at once.\n"
+    "\n"
     "Exit status: 0 the tool succeeded, 1 it failed (or timed out, was\n"
-    "denied, ...), 2 usage or argument error, 130 cancelled with Ctrl-C.\n";
+    "denied, ...), 2 usage or argument error, 130 cancelled with Ctrl-C\n"
+    "(SIGINT), 143 cancelled with SIGTERM.\n";
 
 typedef struct call_ctx {
     bool yes;
@@ -74,6 +82,70 @@ static int ask_permission(void *ud, uint64_t call_id, const char *tool,
     return th_permission_answer(cc->session, call_id, allow);
 }
 
+
+/* How long `toolhost call -c` waits for the host to close after a call
+ * that timed out or was cancelled: its tool may still be running,
+ * ignoring cancellation, and the host would wait for it (shutdown_grace,
+ * lost_worker_grace); the command ends anyway, within the caller's budget,
+ * with the call's exit status. */
+#define CLOSE_WAIT_MS 200
+
+typedef struct closer {
+    cli_host *ch;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+} closer;
+
+static void *close_main(void *arg)
+{
+    closer *k = arg;
+    cli_host_close(k->ch);
+    pthread_mutex_lock(&k->mu);
+    k->done = true;
+    pthread_cond_signal(&k->cv);
+    pthread_mutex_unlock(&k->mu);
+    return NULL;
+}
+
+/* Closes the host, waiting at most CLOSE_WAIT_MS (or not at all when the
+ * helper thread cannot start); a close still running then ends with the
+ * process: exits with `rc` at once (stdio flushed).  Returns otherwise. */
+static void close_bounded(cli_host *ch, int rc)
+{
+    closer k = {.ch = ch, .done = false};
+    pthread_mutex_init(&k.mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&k.cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_t th;
+    bool done = false;
+    if (pthread_create(&th, NULL, close_main, &k) == 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += (long)(CLOSE_WAIT_MS % 1000) * 1000000L;
+        ts.tv_sec += CLOSE_WAIT_MS / 1000 + ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_mutex_lock(&k.mu);
+        while (!k.done &&
+               pthread_cond_timedwait(&k.cv, &k.mu, &ts) != ETIMEDOUT)
+            ;
+        done = k.done;
+        pthread_mutex_unlock(&k.mu);
+        if (done)
+            pthread_join(th, NULL);
+    }
+    if (!done) {
+        /* a tool that ignores cancellation holds the host: the kernel
+         * frees the rest */
+        fflush(NULL);
+        _exit(rc);
+    }
+    pthread_mutex_destroy(&k.mu);
+    pthread_cond_destroy(&k.cv);
+}
 
 int cli_call(int argc, char **argv)
 {
@@ -188,8 +260,10 @@ int cli_call(int argc, char **argv)
     json_decref(args);
 
     cli_catch_sigint();
+    /* keep_thread: the tool runs on a worker, so that this thread sees
+     * the deadline and the signals even while the tool hangs */
     th_call_opts copts = {.timeout_ms = (int64_t)timeout_ms,
-                          .may_block = true, .output_info = output_info};
+                          .keep_thread = true, .output_info = output_info};
     th_result_copy res;
     memset(&res, 0, sizeof res);
     rc = th_call_sync(ch.session, tool, mp.data, mp.len, &copts, on_progress,
@@ -202,10 +276,15 @@ int cli_call(int argc, char **argv)
         return CLI_FAILED;
     }
     rc = cli_print_result(&res, show_meta, tool);
+    bool ended = res.kind == TH_RESULT_ERROR &&
+                 (res.error == TH_ECANCELLED || res.error == TH_ETIMEOUT);
     if (res.kind == TH_RESULT_ERROR && res.error == TH_ECANCELLED &&
         cli_interrupted)
         fprintf(stderr, "%s: cancelled\n", tool);
     th_result_copy_destroy(&res);
-    cli_host_close(&ch);
+    if (ended)
+        close_bounded(&ch, rc); /* its tool may still run */
+    else
+        cli_host_close(&ch);
     return rc;
 }

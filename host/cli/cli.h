@@ -118,7 +118,8 @@ int cli_list_nats(const char *url, bool json);
  * none (with --yes the caller does not ask). */
 bool cli_ask_terminal(const char *tool, const char *reason);
 
-/* Set by the SIGINT handler that cli_catch_sigint() installs. */
+/* The signal number (SIGINT, SIGTERM) the handler that cli_catch_sigint()
+ * installs caught first, 0: none; a second signal exits at once. */
 extern volatile sig_atomic_t cli_interrupted;
 void cli_catch_sigint(void);
 

@@ -203,7 +203,7 @@ int cli_print_result(const th_result_copy *r, bool show_meta,
         if (r->error == TH_EARGS || r->error == TH_EUNKNOWN_TOOL)
             return CLI_USAGE;
         if (r->error == TH_ECANCELLED && cli_interrupted)
-            return CLI_CANCELLED;
+            return 128 + cli_interrupted; /* 130 SIGINT, 143 SIGTERM */
         return CLI_FAILED;
     case TH_RESULT_RUNNING:
         fprintf(stderr, "%s: task %llu is running: %s\n", tool,
@@ -255,10 +255,20 @@ void cli_progress_end(void)
     }
 }
 
+/* The first SIGINT or SIGTERM asks the call to end (cancel); a second
+ * one ends the process at once, whatever a tool is doing (a fixed line,
+ * then _exit: async-signal-safe). */
 static void on_sigint(int sig)
 {
-    (void)sig;
-    cli_interrupted = 1;
+    if (cli_interrupted) {
+        static const char msg[] =
+            "toolhost: second signal: exiting now, without waiting for the "
+            "call\n";
+        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)w;
+        _exit(128 + sig);
+    }
+    cli_interrupted = sig;
 }
 
 void cli_catch_sigint(void)

@@ -1072,7 +1072,6 @@ void th_mcall_run(th_mcall *c)
     c->in_execute = true;
     c->ran = true;
     const th_tool *t = c->tool;
-    int64_t fast_t0 = c->fast_sample ? th_now_ns() : 0;
     /* ABI 1.2: the arguments decoded one level, so that the plugin need
      * not decode them again (valid until execute() returns, like args) */
     toolhost_arg view_args[TH_ARGS_VIEW_MAX];
@@ -1092,8 +1091,6 @@ void th_mcall_run(th_mcall *c)
     int st = c->mock ? th_mock_execute(c)
                      : t->desc->execute(t->plugin->state, t->desc, &c->base.pub,
                                         c->args, c->args_len);
-    if (fast_t0 && st != TOOLHOST_PENDING)
-        th_call_fast_worker_end(c, th_now_ns() - fast_t0); /* call_fast.c */
     tl_cur = prev;
     /* An inline call in its thread's slot (manager.c): out of it now,
      * before anyone answers it from here; `heapless` when the deadline

@@ -21,22 +21,11 @@ struct th_call_opts;
 /* ---- The constants, all of them here, derived from host.short_call_max
  * (`max`, ns; 0 turns the whole path off on every front) ---------------- */
 
-/* A worker's execute() of a tool not declared short under max / 10 (1 ms
- * at the default 10 ms) is a fast run; TH_FAST_PROMOTE_RUNS of them in a
- * row and the tool is "measured short": a short_client thread runs it. */
-#define TH_FAST_PROMOTE_DIV 10
-#define TH_FAST_PROMOTE_RUNS 2
-/* An inline run longer than this holds the front's thread too long: for a
- * declared tool max itself (an overrun, logged); for a measured tool max
- * / 5 (2 ms at the default): it promised nothing. */
-#define TH_FAST_MEASURED_SLOW_DIV 5
-/* Demotion (back to workers, one log line): a declared tool at its
- * TH_FAST_DECLARED_OVERRUNS-th overrun, a measured tool at its
- * TH_FAST_MEASURED_SLOW_RUNS-th slow run in a row (once may be the
- * scheduler preempting the thread), either at once after one run over
- * max * TH_FAST_HARD_MUL (100 ms at the default). */
+/* An inline run of a declared tool longer than max holds the front's
+ * thread too long (an overrun, logged); at its TH_FAST_DECLARED_OVERRUNS-th
+ * overrun, or at once after one run over max * TH_FAST_HARD_MUL (100 ms
+ * at the default), the tool is demoted (back to workers, one log line). */
 #define TH_FAST_DECLARED_OVERRUNS 3
-#define TH_FAST_MEASURED_SLOW_RUNS 2
 #define TH_FAST_HARD_MUL 10
 /* A demoted tool is tried inline once more after a back-off of max *
  * TH_FAST_BACKOFF_MUL (1 s at the default), doubled at each demotion up to
@@ -45,15 +34,14 @@ struct th_call_opts;
 #define TH_FAST_BACKOFF_MUL 100
 #define TH_FAST_BACKOFF_MAX_MUL 64
 
-/* The state of one tool (a member of its th_stat, zeroed at creation). */
+/* The state of one declared tool (a member of its th_stat, zeroed at
+ * creation). */
 enum { TH_FAST_NEW = 0, TH_FAST_ON = 1, TH_FAST_OFF = 2 };
 typedef struct th_fast {
-    atomic_uint state;          /* TH_FAST_*; NEW: a declared tool runs
-                                   inline, a measured one is sampled */
-    atomic_uint slow;           /* slow inline runs in a row */
+    atomic_uint state;          /* TH_FAST_*; NEW and ON: inline, OFF:
+                                   demoted (workers until its retry) */
     _Atomic int64_t retry_ns;   /* OFF: the next try inline (monotonic) */
     atomic_bool lk;             /* guards the transitions (tiny) */
-    uint32_t fast;              /* (lk) fast worker runs in a row */
     uint32_t overruns;          /* (lk) overruns since the last promotion */
     int64_t backoff_ns;         /* (lk) the current back-off */
     uint32_t stuck;             /* (lk) its calls the watchdog found stuck
@@ -61,43 +49,37 @@ typedef struct th_fast {
                                    while > 0 no retry (retry_ns max) */
 } th_fast;
 
-/* What th_fast_inline_end and th_fast_worker_end saw. */
+/* What th_fast_inline_end saw. */
 typedef enum th_fast_outcome {
     TH_FAST_KEPT = 0,           /* nothing changed */
     TH_FAST_OVERRUN,            /* slow, not demoted yet */
     TH_FAST_DEMOTED,            /* back to workers (until retry) */
-    TH_FAST_PROMOTED            /* inline from now on */
+    TH_FAST_PROMOTED            /* a retry in time: inline again */
 } th_fast_outcome;
 
 /* ---- The policy itself: pure (a state, a clock), any thread ------------ */
 
-/* Whether a call of a tool (`declared`: TOOLHOST_TOOL_SHORT) runs inline
- * on a front's thread (`client`: short_client, else short_inline) at
- * monotonic time `now`.  A tool being retried after its back-off is
- * given one try per back-off. */
-bool th_fast_pick(th_fast *f, bool declared, bool client, uint64_t max_ns,
-                  int64_t now);
-/* Whether a call not run inline on a short_client thread is a sample
- * (its execute() timed on the worker): a measured tool not yet promoted. */
-bool th_fast_samples(const th_fast *f, bool declared);
+/* Whether a call of a declared tool runs inline on a front's thread at
+ * monotonic time `now` (max_ns 0: never).  A tool being retried after its
+ * back-off is given one try per back-off. */
+bool th_fast_pick(th_fast *f, uint64_t max_ns, int64_t now);
 /* An inline run took `ns`; *backoff_ns is set on DEMOTED, *overruns (if
  * not NULL) to the overruns counted since the last promotion. */
-th_fast_outcome th_fast_inline_end(th_fast *f, bool declared,
-                                   uint64_t max_ns, int64_t ns, int64_t now,
-                                   int64_t *backoff_ns, unsigned *overruns);
-/* A sampled worker run's execute() took `ns`. */
-th_fast_outcome th_fast_worker_end(th_fast *f, uint64_t max_ns, int64_t ns);
+th_fast_outcome th_fast_inline_end(th_fast *f, uint64_t max_ns, int64_t ns,
+                                   int64_t now, int64_t *backoff_ns,
+                                   unsigned *overruns);
 
-/* ---- What th_call_start and the worker call ---------------------------- */
+/* ---- What th_call_start calls ---------------------------- */
 
 /* Whether the tool may run on a front's thread at all: sync, not isolated
  * (an isolated call waits for another process), not a task tool. */
 bool th_call_fast_ok(const th_tool *t);
 /* th_call_start: whether this call runs inline on the caller (opts say
- * what the caller's thread is), or, via *sample, is timed on a worker. */
+ * what the caller's thread is).  Only a tool declared TOOLHOST_TOOL_SHORT
+ * ever does: a tool's cost may depend on its arguments, so no number of
+ * fast calls makes the next one safe to run on a front's thread. */
 bool th_call_fast_pick(struct th_host *h, uint64_t max_ms, struct th_stat *st,
-                       const th_tool *t, const struct th_call_opts *o,
-                       bool *sample);
+                       const th_tool *t, const struct th_call_opts *o);
 /* th_call_start, after an inline pick: the caller's thread was held from
  * t0 to t1 (monotonic ns: hooks, execute, the result and the front's
  * callback); `ran`: it ran there (not queued behind a full group).
@@ -106,8 +88,6 @@ void th_call_fast_inline_end(struct th_host *h, uint64_t max_ms,
                              struct th_stat *st, const th_tool *t,
                              uint64_t call_id, int64_t t0, int64_t t1,
                              bool ran);
-/* The worker: a sampled call's execute() took `ns`. */
-void th_call_fast_worker_end(struct th_mcall *c, int64_t ns);
 
 /* ---- The watchdog: a short call that does not return ---------------------
  * A call running on a front's thread cannot be taken off it (nothing

@@ -698,10 +698,10 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
         return rc > 0 ? 0 : rc;
     }
     /* A front's own thread runs a short call itself (call_fast.c). */
-    bool sample = false, fast = (o.short_inline || o.short_client) &&
+    bool fast = (o.short_inline || o.short_client) &&
         p.ts && /* not a task tool (tasks.result waits) */
         th_call_fast_pick(h, p.cfg->host.short_call_max_ms, p.st, p.tool,
-                          &o, &sample);
+                          &o);
     if (fast)
         o.may_block = true;
     /* Plugin hooks never run on a caller that must not block (a front's
@@ -711,7 +711,6 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
     rc = stage_record(s, &p, on_worker ? args : NULL, len, &o, fn, ud, id, &c);
     if (rc < 0)
         return rc;
-    c->fast_sample = sample;
     bool slot = c->cslot != 0; /* c stays valid: the slot's reference */
     if (rc > 0) {
         /* answered by stage_record */

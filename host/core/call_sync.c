@@ -95,7 +95,10 @@ int th_call_sync(th_session *s, const char *tool, const uint8_t *args,
     memset(&o, 0, sizeof o);
     if (opts)
         o = *opts;
-    o.may_block = true; /* we wait anyway: a sync tool may run right here */
+    /* we wait anyway: a sync tool may run right here, unless the caller
+     * keeps its thread (then the call is answered at its deadline or
+     * cancellation even when the tool never returns) */
+    o.may_block = !o.keep_thread;
     uint64_t id = 0;
     int rc = th_call_start(s, tool, args, len, &o, sync_cb, &w, &id);
     bool cancelled = false;

@@ -373,7 +373,6 @@ struct th_mcall {
     bool completed;             /* complete() was called (once only) */
     bool ran;                   /* execute() was entered */
     bool inline_run;            /* runs on the caller's thread */
-    bool fast_sample;           /* execute() timed for call_fast.c */
     uint8_t islot;              /* its inline slot + 1 (th_mgr.islot), 0:
                                    none; the owner clears it when
                                    execute() returns */

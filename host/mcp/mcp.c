@@ -689,8 +689,9 @@ static void m_tools_call(th_mcp_session *m, const json_t *id,
     m->calls = c;
     m->inflight++;
     /* This thread serves one client: a short sync call (not a task) may
-     * run right here (the core's policy, call_fast.c: declared or
-     * measured short, host.short_call_max, demotion and back-off). */
+     * run right here (the core's policy, call_fast.c: declared
+     * TOOLHOST_TOOL_SHORT only, host.short_call_max, demotion and
+     * back-off). */
     o.short_client = m->run_short && !c->task;
     pthread_mutex_unlock(&m->mu);
 

@@ -60,7 +60,7 @@ typedef struct th_mcp_opts {
     bool run_short;      /* the thread of th_mcp_session_input() serves
                             this one client only: its calls pass
                             th_call_opts.short_client, so a short sync
-                            call (declared, or measured by the core) runs
+                            call (declared TOOLHOST_TOOL_SHORT) runs
                             there, no hand-off to a worker (docs/mcp.md,
                             "Speed") */
 } th_mcp_opts;

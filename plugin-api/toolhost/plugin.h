@@ -197,7 +197,9 @@ typedef enum toolhost_semantic {
  * handing the call to a worker and back, which saves two thread hand-offs
  * per call: the msgpack-RPC server's event loop (shared by every client:
  * only tools with this flag run there) and an MCP session's input thread
- * (one client; a tool the host measured short on workers runs there too).
+ * (one client).  No tool without the flag ever runs there: set it only
+ * when every call is bounded whatever its arguments (a tool whose cost
+ * depends on a pattern, a path or a command must not).
  * While they run, that thread serves nothing else, so a slow call stalls
  * every client of the RPC loop.  The host times each such run: one that
  * holds the thread longer than host.short_call_max is logged; at the third

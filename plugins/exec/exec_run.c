@@ -1,14 +1,24 @@
 /* exec_run.c - one call of a declared command: argv and env built from the
- * arguments (never through a shell), the child spawned in its own session
- * (so its process group id is its pid) with a clean environment, stdout and
- * stderr streamed to the host as they arrive, cancellation and the tool's
- * timeout polled every POLL_MS, and the group ended with SIGTERM, then
- * SIGKILL after the plugin's kill_grace.
+ * arguments (never through a shell), stdout and stderr streamed to the host
+ * as they arrive, cancellation and the tool's timeout polled every POLL_MS,
+ * and the command ended with SIGTERM, then SIGKILL after the plugin's
+ * kill_grace.
  *
- * When the command exits, whatever it left running in its group is killed
- * (a call leaves no process behind), and the pipes are drained for at most
- * DRAIN_MS more (a grandchild that escaped the group and holds them cannot
- * keep the call open).
+ * The command's whole tree is contained by a keeper: a process forked for
+ * the call that starts a session of its own (its group), marks itself a
+ * child subreaper (PR_SET_CHILD_SUBREAPER) and forks the command.  Every
+ * descendant that loses its parent - a daemon that double-forks, a
+ * `setsid sleep 300 &` that leaves the group - is re-parented to the
+ * keeper, not to init, so at the call's end the keeper kills its children
+ * (read from /proc/self/task/TID/children) round after round until none
+ * is left, reaps them, and exits.  A call leaves no process behind, even
+ * one that left the process group.
+ *
+ * The keeper runs only system calls between fork() and its _exit() (the
+ * host has threads).  It reports the command's wait status on a pipe; the
+ * plugin closes the control pipe to say "end everything now".  The pipes
+ * are drained for at most DRAIN_MS after the command exits (a grandchild
+ * that holds them cannot keep the call open).
  *
  * Result: exit status 0 is ok; anything else failed.  Meta: exit_code or
  * signal (number) and signal_name, timed_out, cancelled, duration_ms. */
@@ -21,6 +31,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -161,94 +173,307 @@ static char *env_pair(const char *name, const char *value)
     return s;
 }
 
-/* ---- the child ------------------------------------------------------------------- */
+/* ---- the keeper and the command ------------------------------------------------ */
 
 typedef struct child {
-    pid_t pid;
+    pid_t pid;       /* the keeper (its group id is its pid) */
     int fd[2];       /* stdout, stderr read ends; -1 once closed */
-    bool exited;     /* the leader is a zombie (not reaped yet) */
-    int status;      /* its wait status, once reaped */
+    int st_fd;       /* keeper -> plugin: the command's wait status */
+    int ctl_fd;      /* plugin -> keeper: closed = end everything */
+    bool exited;     /* the command has exited (status known) */
+    int status;      /* its wait status */
 } child;
+
+/* What the command's process says when it cannot run (before exec). */
+typedef struct spawn_err {
+    int stage; /* 1: chdir, 2: exec, 3: fork */
+    int err;
+} spawn_err;
+
+/* (keeper/command, after fork: system calls only) */
+static void write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n > 0) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return;
+        c += w;
+        n -= (size_t)w;
+    }
+}
+
+/* (command) becomes the command: never returns. */
+static void command_main(const exec_tool *x, char **argv, char **envp,
+                         int out_w, int err_w, int err_fd)
+{
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    for (int sig = 1; sig < NSIG; sig++)
+        sigaction(sig, &dfl, NULL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    int nul = open("/dev/null", O_RDONLY);
+    if (nul >= 0 && nul != 0) {
+        dup2(nul, 0);
+        close(nul);
+    }
+    dup2(out_w, 1);
+    dup2(err_w, 2);
+    spawn_err e = {1, 0};
+    if (chdir(x->cwd ? x->cwd : "/") != 0) {
+        e.err = errno;
+        write_all(err_fd, &e, sizeof e);
+        _exit(127);
+    }
+    /* every other fd closes at exec (err_fd is close-on-exec already) */
+    syscall(SYS_close_range, 3u, ~0u, 4u /* CLOSE_RANGE_CLOEXEC */);
+    execve(argv[0], argv, envp);
+    e.stage = 2;
+    e.err = errno;
+    write_all(err_fd, &e, sizeof e);
+    _exit(127);
+}
+
+/* (keeper) SIGKILLs every child (and its group) until none is left, and
+ * reaps them; a reaped `cmd` stores its status in *cmd_st. */
+static void keeper_sweep(pid_t cmd, int *cmd_st, bool *cmd_done)
+{
+    char path[64] = "/proc/self/task/", num[16];
+    pid_t self = (pid_t)syscall(SYS_gettid);
+    int k = 0;
+    do
+        num[k++] = (char)('0' + self % 10);
+    while ((self /= 10) > 0 && k < 15);
+    size_t n = strlen(path);
+    while (k > 0)
+        path[n++] = num[--k];
+    memcpy(path + n, "/children", 10);
+    for (int round = 0; round < 10000; round++) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        char buf[4096];
+        ssize_t r = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+        if (fd >= 0)
+            close(fd);
+        bool any = false;
+        if (r > 0) {
+            pid_t p = 0;
+            for (ssize_t i = 0; i <= r; i++) {
+                if (i < r && buf[i] >= '0' && buf[i] <= '9') {
+                    p = p * 10 + (buf[i] - '0');
+                    continue;
+                }
+                if (p > 0) {
+                    kill(-p, SIGKILL); /* its group, if it leads one */
+                    kill(p, SIGKILL);
+                    any = true;
+                }
+                p = 0;
+            }
+        } else if (fd < 0 && cmd > 0 && !*cmd_done) {
+            /* no /proc: the command and the keeper's group at least */
+            kill(cmd, SIGKILL);
+            any = true;
+        }
+        int st;
+        pid_t w;
+        while ((w = waitpid(-1, &st, any ? 0 : WNOHANG)) > 0) {
+            if (w == cmd && !*cmd_done) {
+                *cmd_st = st;
+                *cmd_done = true;
+            }
+            any = true;
+            break; /* look at the list again: more may have come */
+        }
+        if (!any && (w < 0 && errno == ECHILD))
+            return;
+        if (!any)
+            poll(NULL, 0, 1);
+    }
+}
+
+/* (keeper) never returns. */
+static void keeper_main(const exec_tool *x, char **argv, char **envp,
+                        int out_w, int err_w, int err_fd, int st_w, int ctl_r)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    setsid(); /* a session and group of its own: no terminal */
+    /* the signals meant for the command's group are not for the keeper */
+    struct sigaction ign;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    sigaction(SIGTERM, &ign, NULL);
+    sigaction(SIGINT, &ign, NULL);
+    sigaction(SIGHUP, &ign, NULL);
+    sigaction(SIGPIPE, &ign, NULL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    pid_t cmd = fork();
+    if (cmd == 0)
+        command_main(x, argv, envp, out_w, err_w, err_fd);
+    if (cmd < 0) {
+        spawn_err e = {3, errno};
+        write_all(err_fd, &e, sizeof e);
+        _exit(127);
+    }
+    /* the keeper holds only its two pipes: nothing of the host's (the
+     * output pipes must reach EOF when the command's tree is gone) */
+    int lo = st_w < ctl_r ? st_w : ctl_r, hi = st_w < ctl_r ? ctl_r : st_w;
+    if (lo > 3)
+        syscall(SYS_close_range, 3u, (unsigned)lo - 1, 0u);
+    if (hi > lo + 1)
+        syscall(SYS_close_range, (unsigned)lo + 1, (unsigned)hi - 1, 0u);
+    syscall(SYS_close_range, (unsigned)hi + 1, ~0u, 0u);
+    int nul = open("/dev/null", O_RDWR);
+    if (nul >= 0) {
+        dup2(nul, 0);
+        dup2(nul, 1);
+        dup2(nul, 2);
+        if (nul > 2)
+            close(nul);
+    }
+    int st = 0;
+    bool done = false;
+    for (;;) {
+        pid_t w;
+        while ((w = waitpid(-1, &st, WNOHANG)) > 0)
+            if (w == cmd && !done) {
+                done = true;
+                write_all(st_w, &st, sizeof st);
+            }
+        struct pollfd pf = {.fd = ctl_r, .events = POLLIN};
+        if (poll(&pf, 1, done ? -1 : POLL_MS) > 0)
+            break; /* closed (or written): the call is over */
+    }
+    bool told = done;
+    int cst = st;
+    keeper_sweep(cmd, &cst, &done);
+    if (done && !told)
+        write_all(st_w, &cst, sizeof cst);
+    _exit(0);
+}
 
 static int spawn(const exec_tool *x, char **argv, char **envp, child *c,
                  char *err, size_t es)
 {
-    int out[2] = {-1, -1}, er[2] = {-1, -1};
+    int out[2] = {-1, -1}, er[2] = {-1, -1}, ep[2] = {-1, -1},
+        sp[2] = {-1, -1}, cp[2] = {-1, -1};
     c->pid = -1;
-    c->fd[0] = c->fd[1] = -1;
-    /* posix_spawn() reports a failed exec as its return value with glibc,
-     * but not everywhere (e.g. under valgrind the child exits 127): look
-     * first, for a clear message in every case. */
+    c->fd[0] = c->fd[1] = c->st_fd = c->ctl_fd = -1;
+    /* Look first, for a clear message before anything is forked. */
     if (access(argv[0], X_OK) != 0) {
         snprintf(err, es, "cannot run %s: %s", argv[0], strerror(errno));
         return -1;
     }
-    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(er, O_CLOEXEC) != 0) {
+    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(er, O_CLOEXEC) != 0 ||
+        pipe2(ep, O_CLOEXEC) != 0 || pipe2(sp, O_CLOEXEC) != 0 ||
+        pipe2(cp, O_CLOEXEC) != 0) {
         snprintf(err, es, "cannot make a pipe: %s", strerror(errno));
         goto fail;
     }
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t at;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawnattr_init(&at);
-    sigset_t none, all;
-    sigemptyset(&none);
-    sigfillset(&all);
-    /* A session of its own: its group id is its pid, and no terminal. */
-    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK |
-                                      POSIX_SPAWN_SETSIGDEF);
-    posix_spawnattr_setsigmask(&at, &none);
-    posix_spawnattr_setsigdefault(&at, &all);
-    int rc = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    if (!rc)
-        rc = posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-    if (!rc)
-        rc = posix_spawn_file_actions_adddup2(&fa, er[1], 2);
-    if (!rc)
-        rc = posix_spawn_file_actions_addchdir_np(&fa, x->cwd ? x->cwd : "/");
-    if (!rc)
-        rc = posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-    if (!rc)
-        rc = posix_spawn(&c->pid, argv[0], &fa, &at, argv, envp);
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&at);
-    if (rc) {
-        c->pid = -1;
-        if (x->cwd && access(x->cwd, X_OK) != 0)
-            snprintf(err, es, "cannot enter the working folder %s: %s",
-                     x->cwd, strerror(errno));
-        else
-            snprintf(err, es, "cannot run %s: %s", argv[0], strerror(rc));
+    pid_t k = fork();
+    if (k == 0)
+        keeper_main(x, argv, envp, out[1], er[1], ep[1], sp[1], cp[0]);
+    if (k < 0) {
+        snprintf(err, es, "cannot fork: %s", strerror(errno));
         goto fail;
     }
+    c->pid = k;
     close(out[1]);
     close(er[1]);
+    close(ep[1]);
+    close(sp[1]);
+    close(cp[0]);
+    out[1] = er[1] = ep[1] = sp[1] = cp[0] = -1;
     c->fd[0] = out[0];
     c->fd[1] = er[0];
-    fcntl(out[0], F_SETFL, O_NONBLOCK);
-    fcntl(er[0], F_SETFL, O_NONBLOCK);
+    c->st_fd = sp[0];
+    c->ctl_fd = cp[1];
+    out[0] = er[0] = sp[0] = cp[1] = -1;
+    fcntl(c->fd[0], F_SETFL, O_NONBLOCK);
+    fcntl(c->fd[1], F_SETFL, O_NONBLOCK);
+    fcntl(c->st_fd, F_SETFL, O_NONBLOCK);
+    /* EOF: the command runs (its copy closed at exec, the keeper's too);
+     * a record: it could not */
+    spawn_err e;
+    ssize_t r;
+    do
+        r = read(ep[0], &e, sizeof e);
+    while (r < 0 && errno == EINTR);
+    close(ep[0]);
+    ep[0] = -1;
+    if (r == (ssize_t)sizeof e) {
+        if (e.stage == 1)
+            snprintf(err, es, "cannot enter the working folder %s: %s",
+                     x->cwd ? x->cwd : "/", strerror(e.err));
+        else if (e.stage == 2)
+            snprintf(err, es, "cannot run %s: %s", argv[0], strerror(e.err));
+        else
+            snprintf(err, es, "cannot fork: %s", strerror(e.err));
+        return -1; /* the caller ends the keeper (c->pid) */
+    }
     return 0;
 fail:
     for (int i = 0; i < 2; i++) {
-        if (out[i] >= 0)
-            close(out[i]);
-        if (er[i] >= 0)
-            close(er[i]);
+        int *v[] = {out, er, ep, sp, cp};
+        for (int j = 0; j < 5; j++)
+            if (v[j][i] >= 0)
+                close(v[j][i]);
     }
     return -1;
 }
 
-/* Has the leader exited?  Peeks without reaping, so its pid (the group id)
- * cannot be reused while we still signal the group. */
+/* Ends the keeper: closing the control pipe makes it kill the command's
+ * whole tree, report the status if it had not, and exit; reaped here. */
+static void keeper_end(child *c)
+{
+    if (c->pid < 0)
+        return;
+    if (c->ctl_fd >= 0) {
+        close(c->ctl_fd);
+        c->ctl_fd = -1;
+    }
+    int st;
+    while (waitpid(c->pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    if (!c->exited && c->st_fd >= 0) {
+        int cs;
+        ssize_t r = read(c->st_fd, &cs, sizeof cs);
+        if (r == (ssize_t)sizeof cs) {
+            c->status = cs;
+            c->exited = true;
+        }
+    }
+    if (!c->exited) { /* the keeper died before it could say */
+        c->status = SIGKILL;
+        c->exited = true;
+    }
+    if (c->st_fd >= 0)
+        close(c->st_fd);
+    c->st_fd = -1;
+    c->pid = -1;
+}
+
+/* Has the command exited?  Its status comes from the keeper. */
 static bool leader_exited(child *c)
 {
     if (c->exited)
         return true;
-    siginfo_t si;
-    memset(&si, 0, sizeof si);
-    if (waitid(P_PID, (id_t)c->pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
-        si.si_pid == c->pid)
+    int st;
+    ssize_t r = read(c->st_fd, &st, sizeof st);
+    if (r == (ssize_t)sizeof st) {
+        c->status = st;
         c->exited = true;
+    } else if (r == 0) {
+        c->status = SIGKILL; /* the keeper is gone */
+        c->exited = true;
+    }
     return c->exited;
 }
 
@@ -334,7 +559,7 @@ int exec_execute(void *state, const toolhost_tool *tool, toolhost_call *call,
     char err[512] = "";
     strv argv = {0}, envp = {0};
     char *buf = NULL;
-    child c = {.pid = -1, .fd = {-1, -1}};
+    child c = {.pid = -1, .fd = {-1, -1}, .st_fd = -1, .ctl_fd = -1};
     th_sdk_args a;
     int rc = TOOLHOST_FAILED;
     int64_t start = now_ms();
@@ -395,8 +620,10 @@ int exec_execute(void *state, const toolhost_tool *tool, toolhost_call *call,
     }
     if (!(buf = malloc(CHUNK)))
         goto oom;
-    if (spawn(x, argv.v, envp.v, &c, err, sizeof err) != 0)
+    if (spawn(x, argv.v, envp.v, &c, err, sizeof err) != 0) {
+        keeper_end(&c);
         goto fail;
+    }
 
     /* Run: stream output, watch the leader, the call and the timeout. */
     int64_t deadline = x->timeout_ms > 0 ? start + x->timeout_ms : -1;
@@ -421,22 +648,20 @@ int exec_execute(void *state, const toolhost_tool *tool, toolhost_call *call,
         }
     }
     if (cancelled || timed_out) {
-        kill(-c.pid, SIGTERM);
+        kill(-c.pid, SIGTERM); /* the keeper's group: the keeper ignores it */
         int64_t until = now_ms() + x->grace_ms;
         while (!leader_exited(&c) && now_ms() < until)
             pump(&c, call, buf, 10, &refused);
         if (!c.exited)
             th_sdk_log(call->host, TOOLHOST_LOG_WARN,
                        "%s: call %llu: the command did not end within %lldms "
-                       "of SIGTERM; sending SIGKILL to its process group",
+                       "of SIGTERM; killing its process tree",
                        tool->name, (unsigned long long)call->call_id,
                        (long long)x->grace_ms);
     }
-    /* Nothing of the call stays behind: the rest of the group goes too. */
-    kill(-c.pid, SIGKILL);
-    while (waitpid(c.pid, &c.status, 0) < 0 && errno == EINTR)
-        ;
-    c.exited = true;
+    /* Nothing of the call stays behind: the keeper kills the command's
+     * whole tree (those that left its group too) and exits. */
+    keeper_end(&c);
     /* Whatever is still buffered in the pipes. */
     for (int turn = 0; turn < 64 && !refused && (c.fd[0] >= 0 || c.fd[1] >= 0);
          turn++)

@@ -1,10 +1,12 @@
-/* text.c - the text plugin: grep with POSIX extended regexes and line,
- * word and byte counts, for files below a root folder from the config. */
+/* text.c - the text plugin: grep with PCRE2 patterns (bounded in time and
+ * memory per line: a caller's pattern is hostile input) and line, word and
+ * byte counts, for files below a root folder from the config. */
+#define PCRE2_CODE_UNIT_WIDTH 8
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <regex.h>
+#include <pcre2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,13 +21,70 @@ typedef th_sdk_rooted text_state;
 
 /* ---- text_grep ----------------------------------------------------------- */
 
+/* What one pattern may cost.  The caller's pattern is untrusted: a
+ * backtracking pattern ((.*)(.*)\2\1x, (a|aa)*c) or a nested counted
+ * repeat (((a{0,100}){0,100}){0,100}) must end as an error, not hold a
+ * worker for minutes or take gigabytes.  PCRE2's interpreter (no JIT: the
+ * JIT ignores the depth and heap limits) counts its steps, so every line
+ * costs at most GREP_MATCH_LIMIT steps (~80 ms on one core of the machines
+ * of bench/README.md) and GREP_HEAP_KIB of backtracking memory; between
+ * lines the call's cancellation (which includes its deadline) is looked at.
+ * Compiling is bounded by the pattern's length, the nesting of its
+ * parentheses, PCRE2's own 64 KiB cap on a compiled pattern and, for all
+ * of the plugin's PCRE2 memory of a call, GREP_MEM_BYTES. */
+#define GREP_PATTERN_MAX 4096        /* bytes of pattern */
+#define GREP_PARENS_MAX 64           /* nested parentheses */
+#define GREP_MATCH_LIMIT 1000000u    /* backtracking steps per line */
+#define GREP_DEPTH_LIMIT 10000u      /* nested backtracking points */
+#define GREP_HEAP_KIB 8192u          /* backtracking memory per line */
+#define GREP_MEM_BYTES (16u << 20)   /* every PCRE2 allocation of a call */
+
+/* PCRE2's allocations for one call, counted against GREP_MEM_BYTES (each
+ * block carries its size in front of it). */
+typedef struct grep_mem {
+    size_t used;
+} grep_mem;
+
+typedef union grep_blk {
+    size_t n;
+    max_align_t align;
+} grep_blk;
+
+static void *grep_malloc(size_t n, void *ud)
+{
+    grep_mem *m = ud;
+    if (n > GREP_MEM_BYTES - m->used)
+        return NULL;
+    grep_blk *b = malloc(sizeof *b + n);
+    if (!b)
+        return NULL;
+    b->n = n;
+    m->used += n;
+    return b + 1;
+}
+
+static void grep_free(void *p, void *ud)
+{
+    if (!p)
+        return;
+    grep_blk *b = (grep_blk *)p - 1;
+    ((grep_mem *)ud)->used -= b->n;
+    free(b);
+}
+
 typedef struct grep {
     const text_state *st;
     toolhost_call *call;
-    regex_t re;
+    grep_mem mem;
+    pcre2_general_context *gc;
+    pcre2_code *re;
+    pcre2_match_context *mc;
+    pcre2_match_data *md;
     int64_t max, matches, files, cuts;
     bool truncated, stop;
-    char *line; /* max_line_bytes + 1: the line NUL-terminated */
+    int err;               /* a PCRE2 error that ended the call, 0: none */
+    int64_t err_line;      /* its line */
+    char *err_file;        /* its file (owned) */
 } grep;
 
 #define MAX_DEPTH 128 /* folder levels text_grep descends */
@@ -54,17 +113,32 @@ static void grep_fd(grep *g, int fd, const char *rel)
         g->cuts += cut;
         if (n > 0 && s[n - 1] == '\n')
             n--;
-        memcpy(g->line, s, n);
-        g->line[n] = '\0';
-        if (regexec(&g->re, g->line, 0, NULL, 0) != 0)
+        /* each line may cost up to the match limit: look at the
+         * cancellation (and deadline) before every one */
+        if (th_sdk_cancelled(g->call)) {
+            g->stop = true;
+            break;
+        }
+        int m = pcre2_match(g->re, (PCRE2_SPTR)s, n, 0, 0, g->md, g->mc);
+        if (m == PCRE2_ERROR_NOMATCH)
             continue;
+        if (m < 0) {
+            /* a limit (match, depth, heap, memory): the whole call fails,
+             * naming the line, rather than answer a partial search */
+            g->err = m;
+            g->err_line = lineno;
+            g->err_file = strdup(rel);
+            g->stop = true;
+            break;
+        }
         if (g->matches == g->max) {
             g->truncated = g->stop = true;
             break;
         }
         g->matches++;
-        if (th_sdk_printf(g->call, "%s:%lld:%s\n", rel, (long long)lineno,
-                          g->line) != 0)
+        /* printed up to a NUL byte, as the line was matched before */
+        if (th_sdk_printf(g->call, "%s:%lld:%.*s\n", rel, (long long)lineno,
+                          (int)n, s) != 0)
             g->stop = true;
     }
     if (!g->stop && rc == TH_SDK_ECANCELLED)
@@ -157,6 +231,52 @@ out:
     closedir(dir);
 }
 
+/* Compiles the caller's pattern within the limits above; 0, or fails the
+ * call with PCRE2's words and where in the pattern. */
+static int grep_compile(grep *g, const char *pattern, bool icase)
+{
+    size_t plen = strlen(pattern);
+    if (plen > GREP_PATTERN_MAX) {
+        th_sdk_fail(g->call, "pattern too long: %zu bytes (at most %d)", plen,
+                    GREP_PATTERN_MAX);
+        return -1;
+    }
+    g->gc = pcre2_general_context_create(grep_malloc, grep_free, &g->mem);
+    pcre2_compile_context *cc = g->gc ? pcre2_compile_context_create(g->gc)
+                                      : NULL;
+    g->mc = g->gc ? pcre2_match_context_create(g->gc) : NULL;
+    g->md = g->gc ? pcre2_match_data_create(1, g->gc) : NULL;
+    if (!cc || !g->mc || !g->md) {
+        pcre2_compile_context_free(cc);
+        th_sdk_fail(g->call, "out of memory");
+        return -1;
+    }
+    pcre2_set_max_pattern_length(cc, GREP_PATTERN_MAX);
+    pcre2_set_parens_nest_limit(cc, GREP_PARENS_MAX);
+    pcre2_set_match_limit(g->mc, GREP_MATCH_LIMIT);
+    pcre2_set_depth_limit(g->mc, GREP_DEPTH_LIMIT);
+    pcre2_set_heap_limit(g->mc, GREP_HEAP_KIB);
+    /* UTF-8 with invalid bytes allowed in the subject (they match
+     * nothing): files are not always valid UTF-8 */
+    uint32_t opts = PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | PCRE2_NEVER_BACKSLASH_C;
+    if (icase)
+        opts |= PCRE2_CASELESS;
+    int ec;
+    PCRE2_SIZE at;
+    g->re = pcre2_compile((PCRE2_SPTR)pattern, plen, opts, &ec, &at, cc);
+    pcre2_compile_context_free(cc);
+    if (!g->re) {
+        PCRE2_UCHAR msg[256];
+        if (pcre2_get_error_message(ec, msg, sizeof msg) < 0)
+            snprintf((char *)msg, sizeof msg, "error %d", ec);
+        th_sdk_fail(g->call, "invalid pattern '%s': %s at offset %zu "
+                    "(PCRE2 syntax)", pattern, (const char *)msg,
+                    (size_t)at);
+        return -1;
+    }
+    return 0;
+}
+
 static int text_grep(void *state, const toolhost_tool *tool,
                      toolhost_call *call, const uint8_t *args, size_t args_len)
 {
@@ -165,8 +285,7 @@ static int text_grep(void *state, const toolhost_tool *tool,
     th_sdk_args a;
     char *rel = NULL;
     const char *pattern;
-    int fd = -1, status = TOOLHOST_FAILED, rc;
-    bool compiled = false;
+    int fd = -1, status = TOOLHOST_FAILED;
     struct stat sb;
 
     if (th_sdk_args_init(&a, args, args_len) != 0 ||
@@ -179,20 +298,8 @@ static int text_grep(void *state, const toolhost_tool *tool,
                                &rel) != 0)
         goto out;
     g.max = th_sdk_arg_int_or(&a, "max_matches", 100);
-    int cflags = REG_EXTENDED | REG_NOSUB;
-    if (th_sdk_arg_bool_or(&a, "ignore_case", false))
-        cflags |= REG_ICASE;
-    if ((rc = regcomp(&g.re, pattern, cflags)) != 0) {
-        char msg[256];
-        regerror(rc, &g.re, msg, sizeof msg);
-        th_sdk_fail(call, "invalid pattern '%s': %s", pattern, msg);
+    if (grep_compile(&g, pattern, th_sdk_arg_bool_or(&a, "ignore_case", false)))
         goto out;
-    }
-    compiled = true;
-    if (!(g.line = malloc((size_t)g.st->max_line_bytes + 1))) {
-        th_sdk_fail(call, "out of memory");
-        goto out;
-    }
     int f = fd;
     fd = -1; /* closed by grep_dir / grep_fd */
     if (S_ISDIR(sb.st_mode))
@@ -201,6 +308,19 @@ static int text_grep(void *state, const toolhost_tool *tool,
         grep_fd(&g, f, rel);
     if (th_sdk_cancelled(call))
         goto out; /* nothing more to say: the answer is dropped */
+    if (g.err) {
+        PCRE2_UCHAR msg[256];
+        if (pcre2_get_error_message(g.err, msg, sizeof msg) < 0)
+            snprintf((char *)msg, sizeof msg, "error %d", g.err);
+        th_sdk_fail(call,
+                    "pattern too costly: %s at %s:%lld (each line may take "
+                    "%u backtracking steps and %u KiB); simplify the "
+                    "pattern: avoid nested repeats such as (a*)* and "
+                    "backreferences after .*",
+                    (const char *)msg, g.err_file ? g.err_file : "?",
+                    (long long)g.err_line, GREP_MATCH_LIMIT, GREP_HEAP_KIB);
+        goto out;
+    }
     if (g.cuts)
         th_sdk_log(g.st->host, TOOLHOST_LOG_INFO,
                    "text_grep: %lld line(s) cut at max_line_bytes (%lld)",
@@ -214,11 +334,13 @@ static int text_grep(void *state, const toolhost_tool *tool,
     th_sdk_meta_destroy(&m);
     status = TOOLHOST_OK;
 out:
-    if (compiled)
-        regfree(&g.re);
+    pcre2_code_free(g.re);
+    pcre2_match_data_free(g.md);
+    pcre2_match_context_free(g.mc);
+    pcre2_general_context_free(g.gc);
+    free(g.err_file);
     if (fd >= 0)
         close(fd);
-    free(g.line);
     free(rel);
     th_sdk_args_destroy(&a);
     return status;
@@ -306,7 +428,7 @@ out:
 
 static const toolhost_param grep_params[] = {
     TH_SDK_PARAM("pattern", STRING,
-                 "POSIX extended regular expression, matched per line.",
+                 "Regular expression (PCRE2, Perl syntax), matched per line.",
                  TH_SDK_REQUIRED),
     TH_SDK_PARAM("path", STRING,
                  "File or folder (searched recursively), relative to the root.",
@@ -336,9 +458,16 @@ static const toolhost_tool text_tools[] = {
                     "links met on the way, .git folders and binary files "
                     "(a NUL byte in the first 4 KiB) are skipped, and so are "
                     "FIFOs, devices and sockets.\n"
-                    "The pattern is POSIX extended (regcomp(3)): use "
-                    "[[:space:]] rather than \\s.  Meta holds `matches`, "
-                    "`files` and `truncated` (max_matches was reached)."),
+                    "The pattern is PCRE2 (Perl syntax: \\s, \\d, \\b, "
+                    "(?:...), lazy and possessive repeats, lookaround; "
+                    "POSIX classes such as [[:space:]] too), matched as "
+                    "UTF-8; at most 4096 bytes.  Each line may cost at "
+                    "most 1,000,000 backtracking steps and 8 MiB: a "
+                    "pattern that needs more (nested repeats such as "
+                    "(a*)*, backreferences after .*) fails the call with "
+                    "'pattern too costly' naming the file and line.  Meta "
+                    "holds `matches`, `files` and `truncated` (max_matches "
+                    "was reached)."),
     TH_SDK_TOOL("text_count", text_count,
                 "Counts the lines, words and bytes of a file (like wc).",
                 TH_SDK_PARAMS(count_params), TH_SDK_OUTPUT(TEXT, ERROR),

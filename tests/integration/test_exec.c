@@ -7,8 +7,10 @@
  * called through the real binary: `toolhost call -c` with hostile
  * arguments, `toolhost serve` + `call --connect`, a hanging command
  * cancelled with Ctrl-C and one past its timeout (its process group gone
- * afterwards), a flood cut by the host's command_output limit, and a
- * SIGHUP reload that adds one tool and drops another. */
+ * afterwards), a command that leaves a process behind in a session of its
+ * own (gone too: the call's keeper reaps the whole tree), a flood cut by
+ * the host's command_output limit, and a SIGHUP reload that adds one tool
+ * and drops another. */
 #include <CUnit/CUnit.h>
 #include <dirent.h>
 #include <stdio.h>
@@ -164,13 +166,20 @@ static char *script(const char *dir, const char *name, const char *text)
     return path;
 }
 
-/* Writes $$ (its pid, and its process group: exec starts each command in a
+/* Writes its process group (exec starts each command's keeper in a
  * session of its own) to the file named by $1, starts a grandchild in the
  * same group, and waits forever. */
 static const char hang_sh[] = "#!/bin/sh\n"
                               "sleep 1000 &\n"
-                              "echo $$ > \"$1.tmp\" && mv \"$1.tmp\" \"$1\"\n"
+                              "read -r _ _ _ _ pg _ < /proc/$$/stat\n"
+                              "echo $pg > \"$1.tmp\" && mv \"$1.tmp\" \"$1\"\n"
                               "wait\n";
+
+/* Starts `sleep 300` in a session of its own (out of the command's
+ * process group, as a daemon would), writes its pid to $1, and exits. */
+static const char escape_sh[] = "#!/bin/sh\n"
+                                "setsid sleep 300 &\n"
+                                "echo $! > \"$1.tmp\" && mv \"$1.tmp\" \"$1\"\n";
 
 /* Whether a process of group `pgid` is alive (zombies do not count: an
  * orphan's zombie waits for whoever reaps orphans here). */
@@ -201,6 +210,22 @@ static bool group_alive(pid_t pgid)
     }
     closedir(d);
     return alive;
+}
+
+/* Whether process `pid` is alive (not a zombie). */
+static bool pid_alive(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *r = strrchr(buf, ')');
+    char st;
+    return r && sscanf(r + 1, " %c", &st) == 1 && st != 'Z' && st != 'X';
 }
 
 static bool group_gone_within(pid_t pgid, int ms)
@@ -238,6 +263,7 @@ static pid_t read_pid(const char *path, int ms)
 static char *tools_block(const char *dir)
 {
     char *hang = script(dir, "hang.sh", hang_sh);
+    char *escape = script(dir, "escape.sh", escape_sh);
     char *text = malloc(4096);
     CU_ASSERT_PTR_NOT_NULL_FATAL(text);
     snprintf(text, 4096,
@@ -258,14 +284,21 @@ static char *tools_block(const char *dir)
              "          timeout: 300ms\n"
              "          params: [{name: pidfile, description: p, required: "
              "true}]\n"
+             "        - name: escape\n"
+             "          description: Leaves a process in its own session\n"
+             "          argv: [\"%s\", \"{pidfile}\"]\n"
+             "          params: [{name: pidfile, description: p, required: "
+             "true}]\n"
              "        - name: flood\n"
              "          description: Counts to n\n"
              "          argv: [/usr/bin/seq, \"1\", \"{n}\"]\n"
              "          stdout: command_output\n"
              "          params: [{name: n, type: integer, description: n, "
              "required: true}]\n",
-             th_test_source_path("tests/fixtures/exec/args.sh"), hang, hang);
+             th_test_source_path("tests/fixtures/exec/args.sh"), hang, hang,
+             escape);
     free(hang);
+    free(escape);
     return text;
 }
 
@@ -357,6 +390,35 @@ static void test_timeouts(void)
     pg = read_pid(pidf + 8, 100);
     CU_ASSERT(pg > 0);
     CU_ASSERT(pg > 0 && group_gone_within(pg, 3000));
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+/* `setsid sleep 300 &`: the call ends (status 0) and the sleep, which
+ * left the command's process group and session, is gone too (before, it
+ * stayed: 3 runs of 3). */
+static void test_no_process_behind(void)
+{
+    char *dir = th_test_tmpdir();
+    char *cfg = exec_cfg(dir, NULL, NULL);
+    for (int i = 0; i < 3; i++) {
+        char pidf[1024];
+        snprintf(pidf, sizeof pidf, "pidfile=%s/esc%d", dir, i);
+        th_test_run r;
+        th_test_toolhost(&r, "call", "-c", cfg, "escape", pidf, NULL);
+        CU_ASSERT_EQUAL(r.status, 0);
+        th_test_run_free(&r);
+        pid_t pid = read_pid(pidf + 8, (int)th_test_ms(2000));
+        CU_ASSERT(pid > 0);
+        int64_t end = rpc_now_ms() + th_test_ms(3000);
+        while (pid > 0 && pid_alive(pid) && rpc_now_ms() < end)
+            usleep(20000);
+        bool alive = pid > 0 && pid_alive(pid);
+        CU_ASSERT_FALSE(alive);
+        if (alive)
+            kill(pid, SIGKILL); /* this test's own leftover */
+    }
     free(cfg);
     th_test_rmtree(dir);
     free(dir);
@@ -796,6 +858,7 @@ void th_suite_exec(void)
     CU_add_test(s, "plugin_check", test_plugin_check);
     CU_add_test(s, "call_hostile", test_call_hostile);
     CU_add_test(s, "timeouts", test_timeouts);
+    CU_add_test(s, "no_process_behind", test_no_process_behind);
     CU_add_test(s, "flood", test_flood);
     CU_add_test(s, "serve_cancel", test_serve_cancel);
     CU_add_test(s, "reload_tools", test_reload_tools);

@@ -1,11 +1,11 @@
 /* test_call_fast.c - the one short-call policy of the core (call_fast.c):
  * which calls a front's own thread runs itself.  The pure policy on a fake
- * clock (declared vs measured, promotion, overruns, demotion, back-off and
- * its retry, short_call_max 0), then through th_call_start on a real host:
- * short_inline (a shared loop: declared tools only), short_client (one
- * client's thread: measured tools too), the core's own timing demoting a
- * slow declared tool, the counters, and short_call_max: 0 turning the path
- * off for every mode. */
+ * clock (a declared tool inline from its first call, overruns, demotion,
+ * back-off and its retry, short_call_max 0), then through th_call_start on
+ * a real host: short_inline (a shared loop) and short_client (one client's
+ * thread) run declared tools only, never a tool however fast it was on the
+ * workers; the core's own timing demoting a slow declared tool, the
+ * counters, and short_call_max: 0 turning the path off for every mode. */
 #include <unistd.h>
 
 #include "common/th_test.h"
@@ -16,33 +16,16 @@
 
 /* ---- The pure policy ------------------------------------------------------ */
 
-static void test_declared_vs_measured(void)
+/* A declared tool runs inline from its first call (the pure policy is
+ * asked about declared tools only: th_call_fast_pick). */
+static void test_declared_first_call(void)
 {
     th_fast f;
     memset(&f, 0, sizeof f);
-    /* declared: inline on both kinds of thread from the first call */
-    CU_ASSERT(th_fast_pick(&f, true, false, MAX_NS, 0));
-    CU_ASSERT(th_fast_pick(&f, true, true, MAX_NS, 0));
-    CU_ASSERT(!th_fast_samples(&f, true));
-    /* measured: never on a shared loop; on a client's thread once two
-     * worker runs in a row were under max / 10 */
-    th_fast g;
-    memset(&g, 0, sizeof g);
-    CU_ASSERT(!th_fast_pick(&g, false, false, MAX_NS, 0));
-    CU_ASSERT(!th_fast_pick(&g, false, true, MAX_NS, 0));
-    CU_ASSERT(th_fast_samples(&g, false));
-    CU_ASSERT_EQUAL(th_fast_worker_end(&g, MAX_NS, MS / 2), TH_FAST_KEPT);
-    /* a slow worker run breaks the series */
-    CU_ASSERT_EQUAL(th_fast_worker_end(&g, MAX_NS, MS), TH_FAST_KEPT);
-    CU_ASSERT_EQUAL(th_fast_worker_end(&g, MAX_NS, MS / 2), TH_FAST_KEPT);
-    CU_ASSERT(!th_fast_pick(&g, false, true, MAX_NS, 0));
-    CU_ASSERT_EQUAL(th_fast_worker_end(&g, MAX_NS, MS / 2), TH_FAST_PROMOTED);
-    CU_ASSERT(th_fast_pick(&g, false, true, MAX_NS, 0));
-    CU_ASSERT(!th_fast_pick(&g, false, false, MAX_NS, 0)); /* still not */
-    CU_ASSERT(!th_fast_samples(&g, false));
-    /* promoted: further worker samples change nothing */
-    CU_ASSERT_EQUAL(th_fast_worker_end(&g, MAX_NS, 50 * MS), TH_FAST_KEPT);
-    CU_ASSERT(th_fast_pick(&g, false, true, MAX_NS, 0));
+    CU_ASSERT(th_fast_pick(&f, MAX_NS, 0));
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, MAX_NS, MS, 0, NULL, NULL),
+                    TH_FAST_KEPT);
+    CU_ASSERT(th_fast_pick(&f, MAX_NS, 0));
 }
 
 /* A declared tool: three overruns of max (not in a row) demote it; the
@@ -54,86 +37,48 @@ static void test_declared_demotion_backoff(void)
     memset(&f, 0, sizeof f);
     int64_t now = 1000 * MS, bo = 0;
     unsigned ov = 0;
-    CU_ASSERT_EQUAL(th_fast_inline_end(&f, true, MAX_NS, 11 * MS, now, &bo, &ov),
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, MAX_NS, 11 * MS, now, &bo, &ov),
                     TH_FAST_OVERRUN);
     CU_ASSERT_EQUAL(ov, 1);
-    CU_ASSERT_EQUAL(th_fast_inline_end(&f, true, MAX_NS, 1 * MS, now, &bo, NULL),
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, MAX_NS, 1 * MS, now, &bo, NULL),
                     TH_FAST_KEPT);
-    CU_ASSERT_EQUAL(th_fast_inline_end(&f, true, MAX_NS, 10 * MS, now, &bo, NULL),
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, MAX_NS, 10 * MS, now, &bo, NULL),
                     TH_FAST_KEPT); /* max itself is in time */
-    CU_ASSERT_EQUAL(th_fast_inline_end(&f, true, MAX_NS, 12 * MS, now, &bo, &ov),
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, MAX_NS, 12 * MS, now, &bo, &ov),
                     TH_FAST_OVERRUN);
     CU_ASSERT_EQUAL(ov, 2); /* not in a row: counted since promotion */
-    CU_ASSERT(th_fast_pick(&f, true, false, MAX_NS, now));
-    CU_ASSERT_EQUAL(th_fast_inline_end(&f, true, MAX_NS, 15 * MS, now, &bo, NULL),
+    CU_ASSERT(th_fast_pick(&f, MAX_NS, now));
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, MAX_NS, 15 * MS, now, &bo, NULL),
                     TH_FAST_DEMOTED);
     CU_ASSERT_EQUAL(bo, 1000 * MS);
-    /* on workers until the back-off is over, for either kind of thread */
-    CU_ASSERT(!th_fast_pick(&f, true, false, MAX_NS, now));
-    CU_ASSERT(!th_fast_pick(&f, true, true, MAX_NS, now + 999 * MS));
+    /* on workers until the back-off is over, for every front */
+    CU_ASSERT(!th_fast_pick(&f, MAX_NS, now));
+    CU_ASSERT(!th_fast_pick(&f, MAX_NS, now + 999 * MS));
     /* then one try (a second caller at the same time goes to a worker) */
-    CU_ASSERT(th_fast_pick(&f, true, false, MAX_NS, now + 1000 * MS));
-    CU_ASSERT(!th_fast_pick(&f, true, false, MAX_NS, now + 1000 * MS));
+    CU_ASSERT(th_fast_pick(&f, MAX_NS, now + 1000 * MS));
+    CU_ASSERT(!th_fast_pick(&f, MAX_NS, now + 1000 * MS));
     /* the try is slow again: demoted at once, twice the back-off */
     now += 1000 * MS;
-    CU_ASSERT_EQUAL(th_fast_inline_end(&f, true, MAX_NS, 11 * MS, now, &bo, NULL),
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, MAX_NS, 11 * MS, now, &bo, NULL),
                     TH_FAST_DEMOTED);
     CU_ASSERT_EQUAL(bo, 2000 * MS);
-    CU_ASSERT(!th_fast_pick(&f, true, false, MAX_NS, now + 1999 * MS));
-    CU_ASSERT(th_fast_pick(&f, true, false, MAX_NS, now + 2000 * MS));
+    CU_ASSERT(!th_fast_pick(&f, MAX_NS, now + 1999 * MS));
+    CU_ASSERT(th_fast_pick(&f, MAX_NS, now + 2000 * MS));
     /* this try is in time: inline again, without waiting */
     now += 2000 * MS;
-    CU_ASSERT_EQUAL(th_fast_inline_end(&f, true, MAX_NS, 1 * MS, now, &bo, NULL),
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, MAX_NS, 1 * MS, now, &bo, NULL),
                     TH_FAST_PROMOTED);
-    CU_ASSERT(th_fast_pick(&f, true, false, MAX_NS, now));
-    CU_ASSERT(th_fast_pick(&f, true, false, MAX_NS, now));
+    CU_ASSERT(th_fast_pick(&f, MAX_NS, now));
+    CU_ASSERT(th_fast_pick(&f, MAX_NS, now));
     /* the back-off keeps doubling up to 64 x its base */
     for (int i = 0; i < 10; i++) {
         CU_ASSERT_EQUAL(
-            th_fast_inline_end(&f, true, MAX_NS, 200 * MS, now, &bo, NULL),
+            th_fast_inline_end(&f, MAX_NS, 200 * MS, now, &bo, NULL),
             TH_FAST_DEMOTED); /* over 10 x max: at once (a retry too) */
         now += bo;
-        CU_ASSERT(th_fast_pick(&f, true, false, MAX_NS, now));
+        CU_ASSERT(th_fast_pick(&f, MAX_NS, now));
     }
     CU_ASSERT_EQUAL(bo, 64000 * MS);
-}
-
-/* A measured tool promised nothing: a run over max / 5 is slow, two in a
- * row (or one over 10 x max) demote it; its retry needs max / 5 too. */
-static void test_measured_demotion(void)
-{
-    th_fast f;
-    memset(&f, 0, sizeof f);
-    int64_t now = 5 * MS, bo = 0;
-    CU_ASSERT_EQUAL(th_fast_worker_end(&f, MAX_NS, 0), TH_FAST_KEPT);
-    CU_ASSERT_EQUAL(th_fast_worker_end(&f, MAX_NS, 0), TH_FAST_PROMOTED);
-    CU_ASSERT_EQUAL(th_fast_inline_end(&f, false, MAX_NS, 3 * MS, now, &bo, NULL),
-                    TH_FAST_OVERRUN); /* once may be the scheduler */
-    CU_ASSERT_EQUAL(th_fast_inline_end(&f, false, MAX_NS, 1 * MS, now, &bo, NULL),
-                    TH_FAST_KEPT); /* the series is broken */
-    CU_ASSERT_EQUAL(th_fast_inline_end(&f, false, MAX_NS, 3 * MS, now, &bo, NULL),
-                    TH_FAST_OVERRUN);
-    CU_ASSERT_EQUAL(th_fast_inline_end(&f, false, MAX_NS, 3 * MS, now, &bo, NULL),
-                    TH_FAST_DEMOTED);
-    CU_ASSERT_EQUAL(bo, 1000 * MS);
-    CU_ASSERT(!th_fast_pick(&f, false, true, MAX_NS, now));
-    /* demoted: fast worker runs do not bring it back, only its retry */
-    CU_ASSERT(!th_fast_samples(&f, false));
-    CU_ASSERT_EQUAL(th_fast_worker_end(&f, MAX_NS, 0), TH_FAST_KEPT);
-    CU_ASSERT_EQUAL(th_fast_worker_end(&f, MAX_NS, 0), TH_FAST_KEPT);
-    CU_ASSERT(!th_fast_pick(&f, false, true, MAX_NS, now + 999 * MS));
-    CU_ASSERT(th_fast_pick(&f, false, true, MAX_NS, now + 1000 * MS));
-    CU_ASSERT_EQUAL(th_fast_inline_end(&f, false, MAX_NS, 3 * MS,
-                                       now + 1000 * MS, &bo, NULL),
-                    TH_FAST_DEMOTED); /* a retry gets one chance */
-    CU_ASSERT_EQUAL(bo, 2000 * MS);
-    /* one run over 10 x max demotes a promoted tool at once */
-    th_fast g;
-    memset(&g, 0, sizeof g);
-    th_fast_worker_end(&g, MAX_NS, 0);
-    CU_ASSERT_EQUAL(th_fast_worker_end(&g, MAX_NS, 0), TH_FAST_PROMOTED);
-    CU_ASSERT_EQUAL(th_fast_inline_end(&g, false, MAX_NS, 101 * MS, now, &bo, NULL),
-                    TH_FAST_DEMOTED);
 }
 
 /* short_call_max scales every threshold; 0 turns the path off. */
@@ -141,20 +86,19 @@ static void test_max_scales_and_off(void)
 {
     th_fast f;
     memset(&f, 0, sizeof f);
-    uint64_t max = 100 * MS; /* promote under 10 ms, slow over 20 ms */
-    CU_ASSERT_EQUAL(th_fast_worker_end(&f, max, 9 * MS), TH_FAST_KEPT);
-    CU_ASSERT_EQUAL(th_fast_worker_end(&f, max, 9 * MS), TH_FAST_PROMOTED);
+    uint64_t max = 100 * MS; /* an overrun over 100 ms, at once over 1 s */
     int64_t bo = 0;
-    CU_ASSERT_EQUAL(th_fast_inline_end(&f, false, max, 19 * MS, 0, &bo, NULL),
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, max, 99 * MS, 0, &bo, NULL),
                     TH_FAST_KEPT);
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, max, 101 * MS, 0, &bo, NULL),
+                    TH_FAST_OVERRUN);
+    CU_ASSERT_EQUAL(th_fast_inline_end(&f, max, 1001 * MS, 0, &bo, NULL),
+                    TH_FAST_DEMOTED);
+    CU_ASSERT_EQUAL(bo, 10000 * MS);
     th_fast z;
     memset(&z, 0, sizeof z);
-    CU_ASSERT(!th_fast_pick(&z, true, false, 0, 0));
-    CU_ASSERT(!th_fast_pick(&z, true, true, 0, 0));
-    CU_ASSERT(!th_fast_pick(&f, false, true, 0, 0)); /* even if promoted */
-    CU_ASSERT_EQUAL(th_fast_worker_end(&z, 0, 0), TH_FAST_KEPT);
-    CU_ASSERT_EQUAL(th_fast_worker_end(&z, 0, 0), TH_FAST_KEPT);
-    CU_ASSERT_EQUAL(th_fast_inline_end(&z, true, 0, 1000 * MS, 0, &bo, NULL),
+    CU_ASSERT(!th_fast_pick(&z, 0, 0));
+    CU_ASSERT_EQUAL(th_fast_inline_end(&z, 0, 1000 * MS, 0, &bo, NULL),
                     TH_FAST_KEPT);
 }
 
@@ -253,8 +197,9 @@ static void mgr(th_host *h, uint64_t *inline_front, uint64_t *demoted)
     *demoted = ms.short_demoted;
 }
 
-/* short_inline runs only declared tools; short_client measured ones too,
- * once the core saw them fast on the workers; nothing else is inline. */
+/* short_inline and short_client run declared tools only: a tool that is
+ * fast on the workers call after call is still never run inline (its
+ * next call's cost may depend on its arguments); nothing else is inline. */
 static void test_modes(void)
 {
     th_host *h = open_host("10ms");
@@ -265,20 +210,14 @@ static void test_modes(void)
     CU_ASSERT(!call_inline(s, "echo", -1, false, false));   /* no mode */
     mgr(h, &inl, &dem);
     CU_ASSERT_EQUAL(inl, 2);
-    /* t_echo is not declared: never on a shared loop */
-    for (int i = 0; i < 4; i++)
+    /* t_echo is not declared: never on a shared loop, never on a
+     * client's thread, however many fast runs it had */
+    for (int i = 0; i < 10; i++) {
         CU_ASSERT(!call_inline(s, "t_echo", -1, true, false));
-    /* on a client's thread after two fast worker runs in a row (a loaded
-     * machine may make a run slow: a few more tries) */
-    bool promoted = false;
-    for (int i = 0; i < 40 && !promoted; i++)
-        promoted = call_inline(s, "t_echo", -1, false, true);
-    CU_ASSERT(promoted);
-    CU_ASSERT(call_inline(s, "t_echo", -1, false, true) ||
-              call_inline(s, "t_echo", -1, false, true));
-    CU_ASSERT(!call_inline(s, "t_echo", -1, true, false)); /* still not */
+        CU_ASSERT(!call_inline(s, "t_echo", -1, false, true));
+    }
     mgr(h, &inl, &dem);
-    CU_ASSERT(inl >= 4);
+    CU_ASSERT_EQUAL(inl, 2);
     CU_ASSERT_EQUAL(dem, 0);
     th_session_close(s);
     th_host_close(h);
@@ -492,10 +431,9 @@ static void test_off_everywhere(void)
 void th_suite_call_fast(void)
 {
     CU_pSuite s = CU_add_suite("call_fast", suite_init, suite_cleanup);
-    CU_add_test(s, "declared_vs_measured", test_declared_vs_measured);
+    CU_add_test(s, "declared_first_call", test_declared_first_call);
     CU_add_test(s, "declared_demotion_backoff",
                 test_declared_demotion_backoff);
-    CU_add_test(s, "measured_demotion", test_measured_demotion);
     CU_add_test(s, "max_scales_and_off", test_max_scales_and_off);
     CU_add_test(s, "modes", test_modes);
     CU_add_test(s, "core_times_and_demotes", test_core_times_and_demotes);

@@ -1,5 +1,7 @@
 /* test_plugin_text.c - the text plugin through the fake host: text_grep
- * over files and folders, max_matches, bad patterns, refusals; text_count. */
+ * over files and folders, max_matches, bad patterns, refusals, hostile
+ * patterns (catastrophic backtracking, huge counted repeats: errors within
+ * their budget); text_count. */
 #include <CUnit/CUnit.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -354,6 +356,88 @@ static void test_grep_long_line(void)
     unlink(p);
 }
 
+/* PCRE2 syntax (the dialect since POSIX ERE): \\s, \\d, lazy repeats,
+ * lookahead; POSIX classes still work. */
+static void test_grep_pcre2(void)
+{
+    th_harness_call c;
+    CU_ASSERT_EQUAL(grep("^l\\d$", "a.txt", "{\"max_matches\": 1}", &c),
+                    TOOLHOST_OK);
+    CU_ASSERT_STRING_EQUAL(th_harness_out(&c), "a.txt:1:l1\n");
+    th_harness_call_free(&c);
+    CU_ASSERT_EQUAL(grep("two\\s+thr(?=ee)", "words.txt", NULL, &c),
+                    TOOLHOST_OK); /* "two\n  three": not on one line */
+    CU_ASSERT_EQUAL(c.out.len, 0);
+    th_harness_call_free(&c);
+    CU_ASSERT_EQUAL(grep("^[[:space:]]+thr(?=ee)", "words.txt", NULL, &c),
+                    TOOLHOST_OK);
+    CU_ASSERT_STRING_EQUAL(th_harness_out(&c), "words.txt:2:  three\t\n");
+    th_harness_call_free(&c);
+    /* a pattern error names PCRE2 and the offset */
+    CU_ASSERT_EQUAL(grep("a(?<", "a.txt", NULL, &c), TOOLHOST_FAILED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(th_harness_err(&c), "invalid pattern"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(th_harness_err(&c), "offset"));
+    th_harness_call_free(&c);
+    /* too long a pattern */
+    char big[5000];
+    memset(big, 'a', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    CU_ASSERT_EQUAL(grep(big, "a.txt", NULL, &c), TOOLHOST_FAILED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(th_harness_err(&c), "pattern too long"));
+    th_harness_call_free(&c);
+}
+
+/* In a child (1 GiB of address space outside ASan): the hostile patterns
+ * end as errors, each within its budget.  glibc's regexec took minutes on
+ * the first (backreferences after .*) and regcomp gigabytes on the
+ * second (nested counted repeats). */
+static int grep_hostile(void)
+{
+    static const struct {
+        const char *pattern, *want;
+    } cases[] = {
+        {"(.*)(.*)(.*)(.*)(.*)\\5\\4\\3\\2\\1x", "pattern too costly"},
+        {"((a{0,100}){0,100}){0,100}", "invalid pattern"},
+        {"(?:(?:a*)*)*y", NULL}, /* PCRE2 sees through it: no match, ok */
+    };
+    int bad = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        th_harness_call c;
+        double t0 = now_s();
+        int rc = grep(cases[i].pattern, "hostile.txt", NULL, &c);
+        double dt = now_s() - t0;
+        bool ok = dt < th_test_ms(1000) / 1000.0 &&
+                  (cases[i].want
+                       ? rc == TOOLHOST_FAILED &&
+                             strstr(th_harness_err(&c), cases[i].want)
+                       : rc == TOOLHOST_OK);
+        fprintf(stderr, "\n  %s: %.3f s: %s ", cases[i].pattern, dt,
+                rc == TOOLHOST_OK ? "ok" : th_harness_err(&c));
+        bad += !ok;
+        th_harness_call_free(&c);
+    }
+    return bad;
+}
+
+static void test_grep_hostile(void)
+{
+    /* 40 lines of 300 bytes: 'b' runs ending in 'x', then 'a' runs */
+    static char text[40 * 301 + 1];
+    char *p = text;
+    for (int l = 0; l < 40; l++) {
+        memset(p, l < 20 ? 'b' : 'a', 299);
+        p[299] = l < 20 ? 'x' : 'a';
+        p[300] = '\n';
+        p += 301;
+    }
+    *p = '\0';
+    free(th_test_write_file(root, "hostile.txt", text, (size_t)-1));
+    CU_ASSERT_EQUAL(in_child(grep_hostile, 30), 0);
+    char f[4200];
+    snprintf(f, sizeof f, "%s/hostile.txt", root);
+    unlink(f);
+}
+
 void th_suite_plugin_text(void)
 {
     CU_pSuite s = CU_add_suite("plugin_text", setup, teardown);
@@ -365,4 +449,6 @@ void th_suite_plugin_text(void)
     CU_add_test(s, "device", test_device);
     CU_add_test(s, "count_cancelled", test_count_cancelled);
     CU_add_test(s, "grep_long_line", test_grep_long_line);
+    CU_add_test(s, "grep_pcre2", test_grep_pcre2);
+    CU_add_test(s, "grep_hostile", test_grep_hostile);
 }

@@ -167,6 +167,11 @@ typedef struct th_call_opts {
     bool no_progress;   /* do not deliver progress events */
     bool may_block;     /* the caller may block: a short sync call may run
                            inline on the calling thread */
+    bool keep_thread;   /* th_call_sync only: run the call on a worker
+                           although the caller waits for it, so the
+                           caller's thread stays its own (its deadline and
+                           signals are honoured while a tool hangs and
+                           ignores cancellation: `toolhost call`) */
     const char *front;  /* toolhost_caller.front of this call (a static
                            string), over the session's; NULL: the
                            session's (th_front_ops.front) */
@@ -182,8 +187,10 @@ typedef struct th_call_opts {
     bool short_client;  /* the caller is a thread that serves one client
                            only (the MCP stdio input thread, one HTTP
                            connection's thread): a sync tool declared
-                           short, or measured short on the workers, runs
-                           inline on it; any other call goes to a worker.
+                           short runs inline on it; any other call goes to
+                           a worker (a tool's cost may depend on its
+                           arguments: no number of fast calls makes the
+                           next one safe on a front's thread).
                            For both: the core times the inline run, sends a
                            tool that holds the thread too long back to the
                            workers (a log line), retries it after a
