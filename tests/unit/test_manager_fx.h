@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/th_test.h"
 #include "th/host.h"
 #include "th/log.h"
 #include "manager.h"
@@ -591,10 +592,11 @@ static void rec_cb(const th_event *ev, void *ud)
     pthread_mutex_unlock(&r->mu);
 }
 
-/* Waits until the final event (or `ms`); returns whether it came. */
+/* Waits until the final event (or `ms`, scaled by th_test_ms: a deadline
+ * for something that must happen); returns whether it came. */
 static bool rec_wait(rec *r, int ms)
 {
-    int64_t until = mono_ms() + ms;
+    int64_t until = mono_ms() + th_test_ms((unsigned)ms);
     pthread_mutex_lock(&r->mu);
     while (!r->finals && mono_ms() < until) {
         pthread_mutex_unlock(&r->mu);
@@ -608,7 +610,7 @@ static bool rec_wait(rec *r, int ms)
 
 static bool rec_wait_running(rec *r, int ms)
 {
-    int64_t until = mono_ms() + ms;
+    int64_t until = mono_ms() + th_test_ms((unsigned)ms);
     pthread_mutex_lock(&r->mu);
     while (!r->running && !r->finals && mono_ms() < until) {
         pthread_mutex_unlock(&r->mu);
