@@ -245,7 +245,13 @@ typedef struct fx_susp {
 static void *fx_susp_thread(void *arg)
 {
     fx_susp *s = arg;
-    nap_ms(s->ms);
+    if (s->ms >= 0) {
+        nap_ms(s->ms);
+    } else { /* until the test opens the gate (bounded) */
+        int64_t until = mono_ms() + 20000;
+        while (!atomic_load(&fx_gate_open) && mono_ms() < until)
+            nap_ms(1);
+    }
     s->c->host->write(s->c, TOOLHOST_STDOUT, "from thread", 11);
     atomic_fetch_add(&fx_susp_completing, 1);
     s->c->host->complete(s->c, TOOLHOST_OK);
@@ -253,7 +259,10 @@ static void *fx_susp_thread(void *arg)
     return NULL;
 }
 
-/* Suspends and completes from a thread of its own after `ms`. */
+/* Suspends and completes from a thread of its own after `ms` (-1: once
+ * fx_gate_open is set); fx_suspended counts the executions that returned
+ * TOOLHOST_PENDING (counted just before: the event "it is suspended"). */
+static atomic_int fx_suspended;
 static int fx_suspend(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
 {
     (void)st;
@@ -267,6 +276,7 @@ static int fx_suspend(void *st, const toolhost_tool *t, toolhost_call *c, const 
     pthread_t th;
     pthread_create(&th, NULL, fx_susp_thread, s);
     pthread_detach(th);
+    atomic_fetch_add(&fx_suspended, 1);
     return TOOLHOST_PENDING;
 }
 
