@@ -237,6 +237,8 @@ static int fx_fail(void *st, const toolhost_tool *t, toolhost_call *c, const uin
  * since the execution ends inside it: whoever waited for that end (a
  * session close) sees the count; counted after, it might not yet. */
 static atomic_int fx_susp_completing;
+/* ... and complete() calls returned: the thread touches the call no more. */
+static atomic_int fx_susp_completed;
 typedef struct fx_susp {
     toolhost_call *c;
     long ms;
@@ -255,6 +257,7 @@ static void *fx_susp_thread(void *arg)
     s->c->host->write(s->c, TOOLHOST_STDOUT, "from thread", 11);
     atomic_fetch_add(&fx_susp_completing, 1);
     s->c->host->complete(s->c, TOOLHOST_OK);
+    atomic_fetch_add(&fx_susp_completed, 1); /* done with the call */
     free(s);
     return NULL;
 }
