@@ -76,6 +76,7 @@ static node *g_open;      /* handles with their snapshot */
 static node *g_deferred;  /* fini() done, not yet dlclose()d */
 static unsigned g_n_deferred;
 static bool g_unloader;   /* th-unload runs */
+static unsigned g_passes; /* th-unload's passes over g_deferred, ended */
 
 static int64_t now_us(void)
 {
@@ -711,6 +712,7 @@ static void *unloader_main(void *arg)
         }
         pthread_mutex_lock(&g_mu);
         g_n_deferred -= closed;
+        g_passes++;
         while (keep) {
             node *n = keep;
             keep = n->next;
@@ -827,6 +829,14 @@ unsigned th_dl_deferred(void)
 {
     pthread_mutex_lock(&g_mu);
     unsigned n = g_n_deferred;
+    pthread_mutex_unlock(&g_mu);
+    return n;
+}
+
+unsigned th_dl_passes(void)
+{
+    pthread_mutex_lock(&g_mu);
+    unsigned n = g_passes;
     pthread_mutex_unlock(&g_mu);
     return n;
 }

@@ -40,4 +40,10 @@ bool th_dl_close_guarded(void *dl, const char *name);
 /* Objects whose dlclose() is deferred now (tests, stats). */
 unsigned th_dl_deferred(void);
 
+/* Passes th-unload ended so far, each a fresh look at every deferred
+ * object (for tests: an object still deferred after a pass that began
+ * after its close was looked at again and kept, an event to wait for
+ * instead of a sleep). */
+unsigned th_dl_passes(void);
+
 #endif

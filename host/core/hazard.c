@@ -135,6 +135,10 @@ void th_hz_init(void)
     pthread_once(&rec_once, rec_key_make);
 }
 
+/* Per slot kind: how often th_hz_wait met a reader's slot holding the
+ * old pointer and waited for it (tests: th_hz_waited). */
+static unsigned long hz_waited[TH_HZ_SLOTS];
+
 void th_hz_wait(int k, const void *old)
 {
     if (!old)
@@ -160,6 +164,9 @@ void th_hz_wait(int k, const void *old)
 #endif
     for (th_hz_rec *r = __atomic_load_n(&rec_head, __ATOMIC_ACQUIRE); r;
          r = r->next) {
+        if (__atomic_load_n(&r->slot[k], __ATOMIC_SEQ_CST) != old)
+            continue;
+        __atomic_add_fetch(&hz_waited[k], 1, __ATOMIC_RELAXED);
         /* A reader holds the slot for a few instructions; one preempted
          * there is waited out (it cannot block inside). */
         for (unsigned spins = 0;
@@ -167,6 +174,11 @@ void th_hz_wait(int k, const void *old)
             if (spins >= 64)
                 sched_yield();
     }
+}
+
+unsigned long th_hz_waited(int k)
+{
+    return __atomic_load_n(&hz_waited[k], __ATOMIC_RELAXED);
 }
 
 void th_hz_count(size_t *records, size_t *owned)

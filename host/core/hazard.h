@@ -122,6 +122,11 @@ static inline void th_hz_clear(th_hz_rec *r, int k)
  * on sees the new pointer and retries). */
 void th_hz_wait(int k, const void *old);
 
+/* For tests: how many times a writer's th_hz_wait(k, ...) found a
+ * thread's slot k holding the old pointer and waited for that reader (an
+ * event to wait for: "the writer is blocked on my slot"). */
+unsigned long th_hz_waited(int k);
+
 /* How many records exist, and how many threads own one (for tests). */
 void th_hz_count(size_t *records, size_t *owned);
 

@@ -376,7 +376,7 @@ static void test_infinite_loop(void)
         CU_ASSERT_EQUAL(r.res.return_code, 1);
         CU_ASSERT_TRUE(r.res.timed_out);
         CU_ASSERT_PTR_NOT_NULL(strstr(err_of(&r), "timed out"));
-        CU_ASSERT_TRUE(r.secs < 2.0);
+        CU_ASSERT_TRUE(r.secs < th_test_ms(2000) / 1000.0);
         if (!r.res.timed_out)
             fprintf(stderr, "script %zu: %s\n", i, err_of(&r));
         ran_free(&r);
@@ -529,8 +529,8 @@ static void test_hookless_paths(void)
         CU_ASSERT_TRUE(b->res.timed_out);
         CU_ASSERT_PTR_NOT_NULL(
             strstr(b->res.error ? b->res.error : "", "timed out"));
-        CU_ASSERT_TRUE(b->secs < 1.0);
-        if (!b->res.timed_out || b->secs >= 1.0)
+        CU_ASSERT_TRUE(b->secs < th_test_ms(1000) / 1000.0);
+        if (!b->res.timed_out || b->secs >= th_test_ms(1000) / 1000.0)
             fprintf(stderr, "\n  script %zu: %.3f s: %s\n", i, b->secs,
                     b->res.error ? b->res.error : "(no error)");
         bounded_free(b);
@@ -604,7 +604,7 @@ static void test_value_cap(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(b->res.error ? b->res.error : "",
                                   "the returned value is too large: it passes "
                                   "65536 bytes once serialised"));
-    CU_ASSERT_TRUE(b->secs < 1.0);
+    CU_ASSERT_TRUE(b->secs < th_test_ms(1000) / 1000.0);
     bounded_free(b);
 
     /* no output limit: a fixed cap (64 MiB) still holds */
@@ -651,26 +651,30 @@ static void test_long_tool_call(void)
              &lim, NULL);
     CU_ASSERT_EQUAL(r.res.return_code, 1);
     CU_ASSERT_TRUE(r.res.timed_out);
-    CU_ASSERT_TRUE(r.secs < 2.0);
+    CU_ASSERT_TRUE(r.secs < 5.0); /* the deadline, not the tool's 10 s */
     CU_ASSERT_TRUE(r.f.last_timeout > 0 && r.f.last_timeout <= 200);
     CU_ASSERT_PTR_NOT_NULL(strstr(err_of(&r), "code:2: timed out"));
     CU_ASSERT_STRING_EQUAL(out_of(&r), "start\n");
     ran_free(&r);
 
-    /* a loop of calls, the time spent in tools counts */
+    /* a loop of calls, the time spent in tools counts: at most 200 / 30
+     * calls fit (each sleeps 30 ms at least); how many did is up to the
+     * machine's load, so no lower bound but one */
     memset(&r, 0, sizeof r);
     run_with(&r, "while true do tools.sleep{ms = 30} end", &lim, NULL);
     CU_ASSERT_EQUAL(r.res.return_code, 1);
     CU_ASSERT_TRUE(r.res.timed_out);
-    CU_ASSERT_TRUE(r.secs < 2.0);
-    CU_ASSERT_TRUE(r.f.calls >= 3 && r.f.calls <= 10);
+    CU_ASSERT_TRUE(r.secs < 5.0);
+    CU_ASSERT_TRUE(r.f.calls >= 1 && r.f.calls <= 10);
     ran_free(&r);
 
     /* a tool that returns right at its timeout (the deadline less under
      * 1 ms): the check after it kills the run at once, the script goes no
      * further (that check reads the coarse clock when the deadline is far,
-     * the precise one this close) */
+     * the precise one this close).  A budget of 1 s: the first call and
+     * the start must fit in it on a loaded machine too. */
     memset(&r, 0, sizeof r);
+    lim.timeout_ms = 1000;
     run_with(&r, "print('start')\nlocal x = tools.sleep{ms = 1}\n"
                  "local res = tools.sleep{ms = -1}\nprint('not reached')",
              &lim, NULL);
@@ -697,7 +701,9 @@ static void test_memory_bomb(void)
         memset(&r, 0, sizeof r);
         th_code_limits lim = default_lim;
         lim.memory = 8u << 20;
-        lim.timeout_ms = 3000;
+        /* a safety net only: the cap ends these scripts, in CPU time a
+         * machine under load may stretch past a few seconds */
+        lim.timeout_ms = i < 3 ? 30000 : 3000;
         run_with(&r, scripts[i], &lim, NULL);
         CU_ASSERT_EQUAL(r.rc, 0);
         CU_ASSERT_EQUAL(r.res.return_code, 1);
@@ -865,7 +871,7 @@ static void test_sandbox(void)
         run_with(&r, "table.move({}, 1, math.maxinteger - 1, 2)", &lim, NULL);
         CU_ASSERT_EQUAL(r.res.return_code, 1);
         CU_ASSERT_PTR_NOT_NULL(strstr(err_of(&r), "too many to move"));
-        CU_ASSERT_TRUE(r.secs < 1.0);
+        CU_ASSERT_TRUE(r.secs < th_test_ms(1000) / 1000.0);
         ran_free(&r);
         run_code(&r, "local t = table.move({1, 2, 3}, 1, 3, 2) "
                      "assert(#t == 4) warn('careful') "
@@ -909,7 +915,7 @@ static void test_pattern_guard(void)
         run_with(&r, refused[i], &lim, NULL);
         CU_ASSERT_EQUAL(r.res.return_code, 1);
         CU_ASSERT_FALSE(r.res.timed_out);
-        CU_ASSERT_TRUE(r.secs < 1.5);
+        CU_ASSERT_TRUE(r.secs < th_test_ms(1500) / 1000.0);
         if (!strstr(err_of(&r), "could take too long")) {
             fprintf(stderr, "\npattern %zu: %s\n", i, err_of(&r));
             CU_FAIL("costly pattern not refused");

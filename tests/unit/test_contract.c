@@ -285,15 +285,24 @@ static int ct_wr_cancelled(void *st, const toolhost_tool *t, toolhost_call *c, c
 
 /* A plugin thread polls is_cancelled() and time_left_ms() (both read
  * `ended` without the call's lock while it is not set: call_cb.c stale)
- * while another thread completes the call; it stops at the first poll
- * that finds the call ended (1 s at most). */
+ * while another thread completes the call.  The interleaving is forced,
+ * not hoped for: the poller polls once, then lets the completer go (a
+ * handshake) and polls on in a tight loop until a poll finds the call
+ * ended; so one poll surely ran before the end and one after it, and the
+ * polls in between race complete() (ASan, TSan: `make SANITIZER=thread`
+ * runs this suite).  The bound on the loop is a safety net only. */
 static atomic_int pl_polls, pl_cancel_rc, pl_left_rc, pl_done;
+static atomic_int pl_ready, pl_first_rc, pl_completed;
+static _Atomic int64_t pl_first_left;
 
 static void *th_poll(void *arg)
 {
     toolhost_call *c = arg;
-    int64_t until = mono_ms() + 1000;
-    int n = 0;
+    atomic_store(&pl_first_rc, c->host->is_cancelled(c));
+    atomic_store(&pl_first_left, c->host->time_left_ms(c));
+    int n = 1;
+    atomic_store(&pl_ready, 1); /* the completer may end the call now */
+    int64_t until = mono_ms() + th_test_ms(20000);
     for (;;) {
         int rc = c->host->is_cancelled(c);
         int64_t left = c->host->time_left_ms(c);
@@ -312,9 +321,12 @@ static void *th_poll(void *arg)
 static void *th_poll_complete(void *arg)
 {
     toolhost_call *c = arg;
-    nap_ms(5);
+    int64_t until = mono_ms() + th_test_ms(20000);
+    while (!atomic_load(&pl_ready) && mono_ms() < until)
+        sched_yield();
     c->host->write(c, TOOLHOST_STDOUT, "done", 4);
     c->host->complete(c, TOOLHOST_OK);
+    atomic_store(&pl_completed, 1);
     return NULL;
 }
 
@@ -491,9 +503,10 @@ static void close_ct(void)
     H = NULL;
 }
 
+/* Deadlines for what must happen, scaled (th_test_ms). */
 static bool wait_flag(atomic_int *f, int ms)
 {
-    int64_t until = mono_ms() + ms;
+    int64_t until = mono_ms() + th_test_ms((unsigned)ms);
     while (!atomic_load(f) && mono_ms() < until)
         nap_ms(1);
     return atomic_load(f) != 0;
@@ -501,7 +514,7 @@ static bool wait_flag(atomic_int *f, int ms)
 
 static bool wait_flag_n(atomic_int *f, int n, int ms)
 {
-    int64_t until = mono_ms() + ms;
+    int64_t until = mono_ms() + th_test_ms((unsigned)ms);
     while (atomic_load(f) < n && mono_ms() < until)
         nap_ms(1);
     return atomic_load(f) >= n;
@@ -879,27 +892,39 @@ static void test_write_cancelled(void)
     close_ct();
 }
 
-/* Polls from a plugin thread racing complete() from another: until the
- * end they read "not cancelled" (no lock taken), the first one after it
- * reads the call ended (is_cancelled 1, time_left_ms 0) and the misuse
- * is logged once. */
+/* Polls from a plugin thread racing complete() from another: before the
+ * end they read "not cancelled" with time left (no lock taken), the first
+ * one after it reads the call ended (is_cancelled 1, time_left_ms 0) and
+ * the misuse is logged once.  Nothing here depends on how the threads are
+ * scheduled: the poller's first poll comes before complete() by the
+ * handshake, and it stops only at a poll that saw the end. */
 static void test_polls_race_end(void)
 {
     log_capture();
     open_ct(2, 300);
     for (int round = 0; round < 20; round++) {
         atomic_store(&pl_done, 0);
+        atomic_store(&pl_ready, 0);
+        atomic_store(&pl_completed, 0);
+        atomic_store(&pl_polls, 0);
+        atomic_store(&pl_first_rc, -1);
+        atomic_store(&pl_first_left, -1);
         atomic_store(&pl_cancel_rc, -1);
         rec r;
         rec_init(&r);
-        th_call_opts o = {.timeout_ms = 5000};
+        th_call_opts o = {.timeout_ms = 60000}; /* never reached */
         uint64_t id = start(S, "c_poll_race", A(0), &o, &r);
         CU_ASSERT_TRUE(rec_wait(&r, 3000));
         CU_ASSERT_TRUE(wait_flag(&pl_done, 3000));
         CU_ASSERT_TRUE(r.final.ok);
+        CU_ASSERT_EQUAL(atomic_load(&pl_completed), 1);
+        /* before the end: not cancelled, time left */
+        CU_ASSERT_EQUAL(atomic_load(&pl_first_rc), 0);
+        CU_ASSERT_TRUE(atomic_load(&pl_first_left) > 0);
+        /* after it: ended */
         CU_ASSERT_EQUAL(atomic_load(&pl_cancel_rc), 1);
         CU_ASSERT_EQUAL(atomic_load(&pl_left_rc), 0);
-        CU_ASSERT_TRUE(atomic_load(&pl_polls) > 1);
+        CU_ASSERT_TRUE(atomic_load(&pl_polls) >= 2);
         /* the first poll after the end logs (either of the two) */
         char want[128];
         snprintf(want, sizeof want, "tool=c_poll_race call=%llu: ",

@@ -1,22 +1,31 @@
 /* test_dl_guard.c - th_dl_close_guarded() (host/core/dl_guard.c) when the
  * stacks of threads cannot be read: a child process installs a seccomp
  * filter that makes process_vm_readv() fail with EPERM (as a hardened
- * container may), then closes an object one of its threads sleeps in.
- * The object must stay mapped (deferred) while the thread sleeps:
+ * container may), then closes an object one of its threads blocks in.
+ * The object must stay mapped (deferred) while the thread blocks:
  * "cannot read" is not "not inside"; once the thread is gone it is
  * unloaded.  Without the filter the same close is deferred too (the
  * thread is seen inside), then unloaded once the thread has left.  On the
  * old code the EPERM case unmapped the object at once and the child died
- * of SIGSEGV when the thread woke. */
+ * of SIGSEGV when the thread woke.
+ *
+ * Nothing here waits for a time to pass: the thread blocks in read() on a
+ * pipe until the test writes to it (seen blocked through /proc), "stays
+ * mapped" is checked after th-unload's passes looked at it again
+ * (th_dl_passes), and every wait is for an event, bounded by th_test_ms. */
 #include <CUnit/CUnit.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <seccomp.h>
 #include <stdbool.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -24,8 +33,7 @@
 
 #include "common/th_test.h"
 #include "dl_guard.h"
-
-#define SLEEP_MS 300
+#include "th/log.h"
 
 /* Under valgrind dl_guard counts every later thread as inside (its
  * registers are valgrind's): nothing to tell apart there. */
@@ -42,32 +50,85 @@ static void ms_sleep(long ms)
         ;
 }
 
+static long long mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Thread `tid` of this process is blocked in read(2): its
+ * /proc/self/task/TID/syscall names the system call it sleeps in. */
+static bool blocked_in_read(int tid)
+{
+    char path[64], text[256];
+    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n <= 0)
+        return false;
+    text[n] = '\0';
+    char want[16];
+    snprintf(want, sizeof want, "%d ", (int)SYS_read);
+    return strncmp(text, want, strlen(want)) == 0;
+}
+
 /* Child exit codes. */
 enum { C_OK = 0, C_LOAD = 10, C_SECCOMP = 11, C_NOT_DEFERRED = 12,
-       C_NOT_UNLOADED = 13, C_STILL_READABLE = 14 };
+       C_NOT_UNLOADED = 13, C_STILL_READABLE = 14, C_NOT_BLOCKED = 15,
+       C_NO_PASS = 16, C_NOT_EPERM = 17 };
 
 /* In the child: loads dlg_sleeper.so (with its snapshot), starts its
- * thread, optionally forbids process_vm_readv, closes the object while
- * the thread sleeps in it, then waits for the thread to leave. */
+ * thread, waits until it blocks in read() inside the object, optionally
+ * forbids process_vm_readv, closes the object, sees it kept over two
+ * passes of th-unload, then lets the thread go and waits for the object
+ * to be unloaded. */
 static int child(bool forbid)
 {
-    /* the snapshot a few clock ticks after the fork: this (main) thread
-     * is older than the load, so only the sleeper is looked at (with
-     * EPERM, every thread born later would stay unknown) */
+    /* the snapshot at least one clock tick (10 ms at USER_HZ 100) after
+     * the fork: this (main) thread is older than the load, so only the
+     * sleeper is looked at (with EPERM, every thread born later would
+     * stay unknown).  A clock requirement, not a scheduling one: any
+     * sleep of 30 ms spans a tick. */
     ms_sleep(30);
+    FILE *logf = tmpfile();
+    if (!logf)
+        return C_LOAD;
+    th_log_set_fd(fileno(logf));
+    th_log_set_level(TOOLHOST_LOG_WARN);
+    int pfd[2];
+    if (pipe(pfd) != 0)
+        return C_LOAD;
     th_dl_snap *snap = th_dl_snap_take();
     void *dl = dlopen(th_test_build_path("fixtures/dlg_sleeper.so"),
                       RTLD_NOW | RTLD_LOCAL);
     if (!dl)
         return C_LOAD;
     th_dl_snap_attach(dl, snap);
-    int (*start)(long) = (int (*)(long))dlsym(dl, "dlg_start");
+    int (*start)(int) = (int (*)(int))dlsym(dl, "dlg_start");
     volatile int *started = dlsym(dl, "dlg_started");
-    if (!start || !started || start(SLEEP_MS) != 0)
+    volatile int *tid = dlsym(dl, "dlg_tid");
+    if (!start || !started || !tid || start(pfd[0]) != 0)
         return C_LOAD;
-    for (int i = 0; i < 500 && !*started; i++)
-        ms_sleep(2);
-    ms_sleep(20); /* most likely in nanosleep() now (else sampled) */
+    long long until = mono_ms() + th_test_ms(10000);
+    while (!(*started && blocked_in_read(*tid)) && mono_ms() < until)
+        ms_sleep(1);
+    if (!*started || !blocked_in_read(*tid)) {
+        char path[64], text[512] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%d/syscall", *tid);
+        FILE *f = fopen(path, "re");
+        if (f) {
+            if (!fgets(text, sizeof text, f))
+                text[0] = '\0';
+            fclose(f);
+        }
+        fprintf(stderr, "\ndl_guard child: started %d, thread %d, syscall "
+                "\"%s\"\n", *started, *tid, text);
+        return C_NOT_BLOCKED;
+    }
     if (forbid) {
         scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
         if (!ctx ||
@@ -89,19 +150,75 @@ static int child(bool forbid)
     if (th_dl_close_guarded(dl, "dlg")) /* true: closed at once */
         return C_NOT_DEFERRED;
     if (th_dl_deferred() != 1)
-        return C_NOT_DEFERRED; /* unmapped under a sleeping thread */
-    /* th-unload looks again every 50 ms: while the thread sleeps the
-     * object stays (unknown is not "not inside") */
-    ms_sleep(SLEEP_MS / 2);
+        return C_NOT_DEFERRED; /* unmapped under a blocked thread */
+    if (forbid) {
+        /* kept for the reason under test: the stack could not be read */
+        char want[160];
+        snprintf(want, sizeof want, "cannot be read (process_vm_readv: %s)",
+                 strerror(EPERM));
+        char text[4096];
+        ssize_t got = pread(fileno(logf), text, sizeof text - 1, 0);
+        text[got > 0 ? got : 0] = '\0';
+        if (!strstr(text, want)) {
+            fprintf(stderr, "\ndl_guard child log:\n%s\n", text);
+            return C_NOT_EPERM;
+        }
+    }
+    /* th-unload looks again every 50 ms: two of its passes, the second
+     * begun after the close, find the thread still blocked and keep the
+     * object (unknown is not "not inside") */
+    unsigned p0 = th_dl_passes();
+    until = mono_ms() + th_test_ms(10000);
+    while (th_dl_passes() < p0 + 2 && mono_ms() < until)
+        ms_sleep(1);
+    if (th_dl_passes() < p0 + 2)
+        return C_NO_PASS;
     if (th_dl_deferred() != 1)
         return C_NOT_DEFERRED;
     /* the thread wakes, returns through the object and ends (a crash
      * here would be the old behaviour); once it is gone, its stack need
      * not be read: the object is unloaded.  `done` is not read: it lives
      * in the object. */
-    for (int i = 0; i < 300 && th_dl_deferred() != 0; i++)
-        ms_sleep(10);
+    if (write(pfd[1], "g", 1) != 1)
+        return C_LOAD;
+    until = mono_ms() + th_test_ms(10000);
+    while (th_dl_deferred() != 0 && mono_ms() < until)
+        ms_sleep(1);
     return th_dl_deferred() == 0 ? C_OK : C_NOT_UNLOADED;
+}
+
+/* Every other thread of this process sleeps in futex(2) (a condition
+ * variable: the runner's watchdog), none is inside malloc.  Why: GCC 12's
+ * ASan allocator takes no lock around fork(), so a child forked while
+ * another thread holds one of its locks inherits it locked, and the
+ * child's new thread hangs in its first calloc (seen: the sleeper never
+ * started, its stack in SizeClassAllocator64::GetFromAllocator; the
+ * runner's watchdog was still starting, when this test runs first). */
+static bool others_in_futex(void)
+{
+    pid_t self = (pid_t)syscall(SYS_gettid);
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return true; /* cannot tell: go on */
+    bool quiet = true;
+    struct dirent *e;
+    char want[16];
+    snprintf(want, sizeof want, "%d ", (int)SYS_futex);
+    while (quiet && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9' || atoi(e->d_name) == self)
+            continue;
+        char path[300], text[256];
+        snprintf(path, sizeof path, "/proc/self/task/%s/syscall", e->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue; /* gone */
+        ssize_t n = read(fd, text, sizeof text - 1);
+        close(fd);
+        text[n > 0 ? n : 0] = '\0';
+        quiet = strncmp(text, want, strlen(want)) == 0;
+    }
+    closedir(d);
+    return quiet;
 }
 
 /* TSan cannot start threads in a child forked from a threaded process
@@ -114,11 +231,23 @@ static int child(bool forbid)
 
 static int run_child(bool forbid)
 {
+    /* The child counts deferred objects from zero and needs its own
+     * th-unload: an object an earlier suite left deferred (its th-unload
+     * running, g_unloader set, at the fork) would break both.  Such an
+     * object is unloaded once its thread ends. */
+    long long until = mono_ms() + th_test_ms(10000);
+    while (th_dl_deferred() != 0 && mono_ms() < until)
+        ms_sleep(1);
+    CU_ASSERT_EQUAL_FATAL(th_dl_deferred(), 0);
+    /* no other thread in the allocator at the fork (others_in_futex) */
+    until = mono_ms() + th_test_ms(10000);
+    while (!others_in_futex() && mono_ms() < until)
+        ms_sleep(1);
     fflush(NULL);
     pid_t pid = fork();
     CU_ASSERT_FATAL(pid >= 0);
     if (pid == 0) {
-        alarm(20); /* bounded, whatever happens */
+        alarm(th_test_ms(20000) / 1000); /* bounded, whatever happens */
         _exit(child(forbid));
     }
     int st = 0;

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/th_test.h"
 #include "th/host.h"
 #include "th/log.h"
 #include "manager.h"
@@ -236,6 +237,8 @@ static int fx_fail(void *st, const toolhost_tool *t, toolhost_call *c, const uin
  * since the execution ends inside it: whoever waited for that end (a
  * session close) sees the count; counted after, it might not yet. */
 static atomic_int fx_susp_completing;
+/* ... and complete() calls returned: the thread touches the call no more. */
+static atomic_int fx_susp_completed;
 typedef struct fx_susp {
     toolhost_call *c;
     long ms;
@@ -244,15 +247,25 @@ typedef struct fx_susp {
 static void *fx_susp_thread(void *arg)
 {
     fx_susp *s = arg;
-    nap_ms(s->ms);
+    if (s->ms >= 0) {
+        nap_ms(s->ms);
+    } else { /* until the test opens the gate (bounded) */
+        int64_t until = mono_ms() + 20000;
+        while (!atomic_load(&fx_gate_open) && mono_ms() < until)
+            nap_ms(1);
+    }
     s->c->host->write(s->c, TOOLHOST_STDOUT, "from thread", 11);
     atomic_fetch_add(&fx_susp_completing, 1);
     s->c->host->complete(s->c, TOOLHOST_OK);
+    atomic_fetch_add(&fx_susp_completed, 1); /* done with the call */
     free(s);
     return NULL;
 }
 
-/* Suspends and completes from a thread of its own after `ms`. */
+/* Suspends and completes from a thread of its own after `ms` (-1: once
+ * fx_gate_open is set); fx_suspended counts the executions that returned
+ * TOOLHOST_PENDING (counted just before: the event "it is suspended"). */
+static atomic_int fx_suspended;
 static int fx_suspend(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
 {
     (void)st;
@@ -266,6 +279,7 @@ static int fx_suspend(void *st, const toolhost_tool *t, toolhost_call *c, const 
     pthread_t th;
     pthread_create(&th, NULL, fx_susp_thread, s);
     pthread_detach(th);
+    atomic_fetch_add(&fx_suspended, 1);
     return TOOLHOST_PENDING;
 }
 
@@ -591,10 +605,11 @@ static void rec_cb(const th_event *ev, void *ud)
     pthread_mutex_unlock(&r->mu);
 }
 
-/* Waits until the final event (or `ms`); returns whether it came. */
+/* Waits until the final event (or `ms`, scaled by th_test_ms: a deadline
+ * for something that must happen); returns whether it came. */
 static bool rec_wait(rec *r, int ms)
 {
-    int64_t until = mono_ms() + ms;
+    int64_t until = mono_ms() + th_test_ms((unsigned)ms);
     pthread_mutex_lock(&r->mu);
     while (!r->finals && mono_ms() < until) {
         pthread_mutex_unlock(&r->mu);
@@ -608,7 +623,7 @@ static bool rec_wait(rec *r, int ms)
 
 static bool rec_wait_running(rec *r, int ms)
 {
-    int64_t until = mono_ms() + ms;
+    int64_t until = mono_ms() + th_test_ms((unsigned)ms);
     pthread_mutex_lock(&r->mu);
     while (!r->running && !r->finals && mono_ms() < until) {
         pthread_mutex_unlock(&r->mu);

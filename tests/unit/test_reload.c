@@ -36,6 +36,14 @@
 
 /* ---- helpers ------------------------------------------------------------------- */
 
+/* The monotonic clock in ms, for deadlines (th_test_ms). */
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /* Writes `len` bytes of `src` (all when len is (size_t)-1) to `dst` by a
  * temporary file and rename(), as a build that replaces its output does. */
 static void put_file(const char *src, const char *dst, size_t len)
@@ -1705,18 +1713,25 @@ static void test_snapshot_swap_waits(void)
     __atomic_store_n(&r->slot[TH_HZ_CONFIG], c, __ATOMIC_SEQ_CST);
     CU_ASSERT_PTR_EQUAL(__atomic_load_n(&x.h->cfg, __ATOMIC_SEQ_CST), c);
     hx_config(&x, snap_cfg_b);
+    unsigned long w0 = th_hz_waited(TH_HZ_CONFIG);
     pthread_t th;
     CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, reload_thread, &b), 0);
-    /* the swap happens (h->cfg is the new config), then waits */
-    for (int i = 0; i < 5000 && __atomic_load_n(&x.h->cfg, __ATOMIC_SEQ_CST) == c; i++)
+    /* the swap happens (h->cfg is the new config), then the writer finds
+     * this thread's slot holding the old one and waits for it (the
+     * event: th_hz_waited); a reload that did not wait ends (done) */
+    int64_t until = mono_ms() + th_test_ms(10000);
+    while ((__atomic_load_n(&x.h->cfg, __ATOMIC_SEQ_CST) == c ||
+            th_hz_waited(TH_HZ_CONFIG) == w0) &&
+           !atomic_load(&b.done) && mono_ms() < until)
         usleep(1000);
     CU_ASSERT_PTR_NOT_EQUAL(__atomic_load_n(&x.h->cfg, __ATOMIC_SEQ_CST), c);
-    usleep(100 * 1000);
+    CU_ASSERT(th_hz_waited(TH_HZ_CONFIG) > w0);
     CU_ASSERT_EQUAL(atomic_load(&b.done), 0);
     CU_ASSERT(snap_cfg_whole(c)); /* still there (ASan: not freed) */
     CU_ASSERT_EQUAL(c->toolsets[0].timeout_ms, 30000);
     th_hz_clear(r, TH_HZ_CONFIG);
-    for (int i = 0; i < 5000 && !atomic_load(&b.done); i++)
+    until = mono_ms() + th_test_ms(10000);
+    while (!atomic_load(&b.done) && mono_ms() < until)
         usleep(1000);
     CU_ASSERT_EQUAL_FATAL(atomic_load(&b.done), 1);
     pthread_join(th, NULL);
@@ -1767,9 +1782,11 @@ static void snap_event(const th_event *ev, void *ud)
     atomic_store(&c->done, 1);
 }
 
+/* Waits (ms at most, scaled: th_test_ms) until *v reaches want. */
 static bool snap_wait(atomic_int *v, int want, int ms)
 {
-    for (int i = 0; i < ms && atomic_load(v) < want; i++)
+    int64_t until = mono_ms() + th_test_ms((unsigned)ms);
+    while (atomic_load(v) < want && mono_ms() < until)
         usleep(1000);
     return atomic_load(v) >= want;
 }
@@ -1788,20 +1805,23 @@ static const char *snap_toolsets(const char *timeout)
 }
 
 /* A timeout changes by reload while a call waits for its permission
- * answer: the call keeps the timeout of the config it started under (2 s:
- * it finishes), a call started after the reload gets the new one (100 ms:
- * it times out).  by_toolset: the toolset's timeout changes, else the
- * host's default_timeout (the toolset has none).  Before the snapshot the
- * host's part was read from the new config when the call was submitted:
- * the first call timed out at once. */
+ * answer: the call keeps the timeout of the config it started under (60 s:
+ * never reached here, so it finishes however slow the machine), a call
+ * started after the reload gets the new one (100 ms: it times out).
+ * by_toolset: the toolset's timeout changes, else the host's
+ * default_timeout (the toolset has none).  Before the snapshot the host's
+ * part was read from the new config when the call was submitted: the
+ * first call, older than 100 ms by then, timed out at once.  No sleep
+ * shows that the first call did not time out: a call that timed out never
+ * ends DONE, and it ends only once the test opens its gate. */
 static void snap_run(bool by_toolset)
 {
     hx x;
     snap_fx f;
     memset(&f, 0, sizeof f);
     th_front_ops ops = {.ask_permission = snap_ask};
-    hx_host_extra = by_toolset ? "" : "  default_timeout: 2s\n";
-    CU_ASSERT_EQUAL_FATAL(hx_open_ops(&x, snap_toolsets(by_toolset ? "2s" : NULL),
+    hx_host_extra = by_toolset ? "" : "  default_timeout: 60s\n";
+    CU_ASSERT_EQUAL_FATAL(hx_open_ops(&x, snap_toolsets(by_toolset ? "60s" : NULL),
                                       &ops, &f), 0);
     th_reloader *r = th_host_reloader(x.h);
     CU_ASSERT_PTR_NOT_NULL_FATAL(r);
@@ -1814,6 +1834,7 @@ static void snap_run(bool by_toolset)
     memset(&c1, 0, sizeof c1);
     memset(&c2, 0, sizeof c2);
     uint64_t id1 = 0, id2 = 0;
+    int64_t t1 = mono_ms(); /* before the first call starts */
     CU_ASSERT_EQUAL_FATAL(th_call_start(x.s, "rl_hold", a.data, a.len, NULL,
                                         snap_event, &c1, &id1), 0);
     CU_ASSERT_FATAL(snap_wait(&f.n_asked, 1, 5000));
@@ -1826,7 +1847,11 @@ static void snap_run(bool by_toolset)
     th_reload_result res;
     CU_ASSERT_EQUAL(th_reload_run(r, &res), 0);
     CU_ASSERT(res.config_changed);
-    usleep(150 * 1000); /* past the new timeout, well within the old */
+    /* The clock passes the new timeout counted from the first call's
+     * start (a wait for the clock, not for another thread): on the new
+     * timeout it would be over by the time it is submitted. */
+    while (mono_ms() < t1 + 150)
+        usleep(1000);
     CU_ASSERT_EQUAL(th_permission_answer(x.s, id1, true), 0);
 
     CU_ASSERT_EQUAL_FATAL(th_call_start(x.s, "rl_hold", a.data, a.len, NULL,
@@ -1838,7 +1863,8 @@ static void snap_run(bool by_toolset)
     CU_ASSERT(snap_wait(&c2.done, 1, 5000));
     CU_ASSERT_EQUAL(c2.kind, TH_RESULT_ERROR);
     CU_ASSERT_EQUAL(c2.error, TH_ETIMEOUT);
-    usleep(200 * 1000);
+    /* the first call still waits at its gate (it cannot end before the
+     * gate opens but by a timeout) */
     CU_ASSERT_EQUAL(atomic_load(&c1.done), 0);
     if (atomic_load(&c1.done))
         fprintf(stderr, "\nfirst call ended early: kind %d error %d\n", c1.kind,
@@ -2051,8 +2077,18 @@ static void test_exclusive_reload(void)
     put_file(th_test_build_path("fixtures/reload_xb.so"), f.so, (size_t)-1);
     xr x = {.f = &f};
     pthread_create(&rth, NULL, xr_run, &x);
-    usleep(200 * 1000);
-    /* the reload waits for the old generation: no init of B yet */
+    /* the reload takes A out (counted draining, then it waits for A's
+     * last call: this thread's reference, held until the gate opens) */
+    th_reload_stats st;
+    int64_t until = mono_ms() + th_test_ms(10000);
+    for (;;) {
+        th_reload_get_stats(f.r, &st);
+        if (st.draining || atomic_load(&x.done) || mono_ms() >= until)
+            break;
+        usleep(1000);
+    }
+    CU_ASSERT_EQUAL(st.draining, 1);
+    /* it waits for the old generation: no init of B yet */
     CU_ASSERT_EQUAL(atomic_load(&x.done), 0);
     CU_ASSERT(!marker_has(&f, "init B"));
     CU_ASSERT(!marker_has(&f, "fini A"));
