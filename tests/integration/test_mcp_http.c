@@ -487,16 +487,26 @@ static void test_refusals(void)
 /* mcp.max_sessions and mcp.session_idle bite, with a log line each. */
 static void test_session_limits(void)
 {
+    /* session_idle long enough that the two sessions outlive the third
+     * one's refusal on a busy machine; then their idle end is waited for
+     * (the log line of each), not slept for. */
     mh_srv m;
-    CU_ASSERT_FATAL(mh_start(&m, "  max_sessions: 2\n"
-                                 "  session_idle: 500ms\n") == 0);
+    char mcp[128];
+    snprintf(mcp, sizeof mcp, "  max_sessions: 2\n  session_idle: %ums\n",
+             th_test_ms(2000));
+    CU_ASSERT_FATAL(mh_start(&m, mcp) == 0);
     char a[80], b[80], c[80];
     CU_ASSERT_FATAL(mh_session(m.port, ALICE, a) == 0);
     CU_ASSERT_FATAL(mh_session(m.port, CAROL, b) == 0);
     CU_ASSERT_EQUAL(mh_session(m.port, ALICE, c), 503);
     CU_ASSERT(rpc_log_has(&m.rs, "(mcp.max_sessions)"));
+    CU_ASSERT_EQUAL(rpc_log_count(&m.rs, "(mcp.session_idle): closed"), 0);
     /* Unused for longer than session_idle: gone, and room again. */
-    usleep(1500 * 1000);
+    int64_t end = rpc_now_ms() + th_test_ms(2000) + rpc_wait_ms();
+    while (rpc_log_count(&m.rs, "(mcp.session_idle): closed") < 2 &&
+           rpc_now_ms() < end)
+        usleep(20 * 1000);
+    CU_ASSERT_EQUAL(rpc_log_count(&m.rs, "(mcp.session_idle): closed"), 2);
     char h[512];
     hres r;
     sess_hdrs(h, sizeof h, ALICE, a);
