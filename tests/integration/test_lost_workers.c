@@ -108,37 +108,6 @@ static bool hang_times_out(th_rpc_client *c)
     return ok && rpc_now_ms() - t0 < th_test_ms(3000);
 }
 
-static uint64_t mgr_stat(th_rpc_client *c, const char *key)
-{
-    rpc_res r;
-    uint64_t v = UINT64_MAX;
-    if (rpc_call(c, "host.stats", "[]", &r) == 0) {
-        const msgpack_object *o =
-            th_rpc_map_get(th_rpc_map_get(r.res, "manager"), key);
-        if (o && o->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
-            v = o->via.u64;
-    }
-    rpc_res_free(&r);
-    return v;
-}
-
-/* Waits until `n` calls run in a tool (host.stats manager.running, counted
- * as the tool's run begins): the event a test waits on instead of a sleep
- * "to let the call start".  False after rpc_wait_ms(). */
-static bool wait_running(rpc_srv *s, uint64_t n)
-{
-    th_rpc_client *c = rpc_connect(s);
-    if (!c)
-        return false;
-    int64_t end = rpc_now_ms() + rpc_wait_ms();
-    uint64_t v;
-    while (((v = mgr_stat(c, "running")) == UINT64_MAX || v < n) &&
-           rpc_now_ms() < end)
-        usleep(5000);
-    th_rpc_client_close(c);
-    return v != UINT64_MAX && v >= n;
-}
-
 /* Four calls of a tool that ignores cancellation on two workers: normal
  * calls still succeed, host.stats counts the lost workers, and SIGTERM
  * ends the host within its graces (the stuck threads are abandoned). */
@@ -152,7 +121,7 @@ static void test_lost_workers_serve(void)
     for (int i = 0; i < 4; i++)
         CU_ASSERT(hang_times_out(c));
     int64_t end = rpc_now_ms() + rpc_wait_ms();
-    while (mgr_stat(c, "lost_workers") < 4 && rpc_now_ms() < end)
+    while (rpc_mgr_stat(c, "lost_workers") < 4 && rpc_now_ms() < end)
         usleep(20000);
     /* (before: the first of these waited until a stuck tool ended) */
     int64_t t_echo = rpc_now_ms();
@@ -165,8 +134,8 @@ static void test_lost_workers_serve(void)
     }
     /* far below the 30 s a stuck tool takes */
     CU_ASSERT(rpc_now_ms() - t_echo < th_test_ms(2000));
-    CU_ASSERT_EQUAL(mgr_stat(c, "lost_workers"), 4);
-    CU_ASSERT_EQUAL(mgr_stat(c, "lost_workers_now"), 4);
+    CU_ASSERT_EQUAL(rpc_mgr_stat(c, "lost_workers"), 4);
+    CU_ASSERT_EQUAL(rpc_mgr_stat(c, "lost_workers_now"), 4);
     th_rpc_client_close(c);
     CU_ASSERT(rpc_alive(&s));
     int64_t t0 = rpc_now_ms();
@@ -194,7 +163,7 @@ static void test_stuck_call_sigterm(void)
     rpc_raw_request(&w, 1, "tools.call",
                     "[\"hang_nocancel\", {\"ms\": 60000}, "
                     "{\"timeout_ms\": 60000}]");
-    CU_ASSERT_FATAL(wait_running(&s, 1));
+    CU_ASSERT_FATAL(rpc_wait_running(&s, 1));
     int64_t t0 = rpc_now_ms();
     kill(s.pid, SIGTERM);
     const msgpack_object *m = rpc_raw_response(&w, 1, rpc_wait_ms());
@@ -226,7 +195,7 @@ static void test_second_signal(void)
     rpc_raw_request(&w, 1, "tools.call",
                     "[\"hang_nocancel\", {\"ms\": 60000}, "
                     "{\"timeout_ms\": 60000}]");
-    CU_ASSERT_FATAL(wait_running(&s, 1));
+    CU_ASSERT_FATAL(rpc_wait_running(&s, 1));
     kill(s.pid, SIGTERM);
     /* the first signal taken: the host now waits for the call */
     CU_ASSERT_FATAL(rpc_log_wait(&s, "shutdown: SIGTERM", rpc_wait_ms()));
