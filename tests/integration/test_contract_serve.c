@@ -62,7 +62,7 @@ static void test_misuse_reported(void)
     CU_ASSERT(rpc_call(c, "tools.call", "[\"cm_susp_ok\", {}]", &r) == 0);
     CU_ASSERT(tool_error_has(r.res, "after suspend()"));
     rpc_res_free(&r);
-    CU_ASSERT(rpc_now_ms() - t0 < 3000); /* before: the 60 s timeout */
+    CU_ASSERT(rpc_now_ms() - t0 < th_test_ms(3000)); /* before: the 60 s timeout */
     CU_ASSERT(rpc_call(c, "tools.call", "[\"cm_twice\", {}]", &r) == 0);
     CU_ASSERT(rpc_stdout_is(r.res, "once"));
     rpc_res_free(&r);
@@ -72,10 +72,10 @@ static void test_misuse_reported(void)
     CU_ASSERT(rpc_call(c, "tools.call", "[\"cm_status42\", {}]", &r) == 0);
     CU_ASSERT(tool_error_has(r.res, "unknown status 42"));
     rpc_res_free(&r);
-    CU_ASSERT(log_wait(&s, "tool=cm_susp_ok call=", 3000));
-    CU_ASSERT(log_wait(&s, "complete() called twice", 3000));
-    CU_ASSERT(log_wait(&s, "write() after the call ended", 3000));
-    CU_ASSERT(log_wait(&s, "tool=cm_status42 call=", 3000));
+    CU_ASSERT(log_wait(&s, "tool=cm_susp_ok call=", rpc_wait_ms()));
+    CU_ASSERT(log_wait(&s, "complete() called twice", rpc_wait_ms()));
+    CU_ASSERT(log_wait(&s, "write() after the call ended", rpc_wait_ms()));
+    CU_ASSERT(log_wait(&s, "tool=cm_status42 call=", rpc_wait_ms()));
     CU_ASSERT(rpc_call(c, "tools.call", "[\"echo\", {\"text\": \"up\"}]", &r) == 0 &&
               rpc_stdout_is(r.res, "up"));
     rpc_res_free(&r);
@@ -106,7 +106,7 @@ static void test_never_completed_sigterm(void)
     if (getenv("TH_TEST_VERBOSE"))
         fprintf(stderr, "\nexit after SIGTERM with a call never completed: %lld ms\n",
                 (long long)took);
-    CU_ASSERT(took < 5000);
+    CU_ASSERT(took < th_test_ms(5000));
     CU_ASSERT(rpc_log_has(&s, "abandoning 1 call still running"));
     rpc_srv_free(&s);
 }

@@ -375,11 +375,11 @@ static void test_timeouts(void)
     if (!strstr(r.err, "timed out after 300ms"))
         fprintf(stderr, "\nhang_to: %s\n", r.err);
     CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "timed out after 300ms"));
-    CU_ASSERT(took < 8000);
+    CU_ASSERT(took < th_test_ms(8000));
     th_test_run_free(&r);
     pid_t pg = read_pid(pidf + 8, 100);
     CU_ASSERT(pg > 0);
-    CU_ASSERT(pg > 0 && group_gone_within(pg, 3000));
+    CU_ASSERT(pg > 0 && group_gone_within(pg, th_test_ms(3000)));
 
     snprintf(pidf, sizeof pidf, "pidfile=%s/pid2", dir);
     th_test_toolhost(&r, "call", "-c", cfg, "hang", pidf, "--timeout",
@@ -389,7 +389,7 @@ static void test_timeouts(void)
     th_test_run_free(&r);
     pg = read_pid(pidf + 8, 100);
     CU_ASSERT(pg > 0);
-    CU_ASSERT(pg > 0 && group_gone_within(pg, 3000));
+    CU_ASSERT(pg > 0 && group_gone_within(pg, th_test_ms(3000)));
     free(cfg);
     th_test_rmtree(dir);
     free(dir);
@@ -509,7 +509,7 @@ static void test_serve_cancel(void)
         waitpid(cli, &st, 0);
     }
     CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 130);
-    CU_ASSERT(pg > 0 && group_gone_within(pg, 3000));
+    CU_ASSERT(pg > 0 && group_gone_within(pg, th_test_ms(3000)));
     /* The host goes on. */
     th_test_toolhost(&r, "call", "--connect", addr, "show_args", "a=x",
                      NULL);

@@ -94,7 +94,7 @@ static void expect_refused(const char *tool, const char *path,
     call(&r, tool, path);
     int64_t ms = rpc_now_ms() - t0;
     CU_ASSERT_EQUAL(r.status, 1);
-    CU_ASSERT_TRUE(ms < 5000);
+    CU_ASSERT_TRUE(ms < th_test_ms(5000));
     CU_ASSERT_PTR_NULL(strstr(r.out, "SECRET"));
     if (!strstr(r.err, words)) {
         CU_FAIL("refusal message");
@@ -223,7 +223,7 @@ static void test_serve(void)
     /* every worker is free: a normal call answers */
     rpc_raw_request(&w, 100, "tools.call",
                     "[\"fs_read\", {\"path\": \"a.txt\"}]");
-    const msgpack_object *m = rpc_raw_response(&w, 100, 5000);
+    const msgpack_object *m = rpc_raw_response(&w, 100, rpc_wait_ms());
     const msgpack_object *res =
         m && m->type == MSGPACK_OBJECT_ARRAY && m->via.array.size == 4
             ? &m->via.array.ptr[3]
@@ -233,7 +233,7 @@ static void test_serve(void)
 
     t0 = rpc_now_ms();
     CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
-    CU_ASSERT_TRUE(rpc_now_ms() - t0 < 5000);
+    CU_ASSERT_TRUE(rpc_now_ms() - t0 < th_test_ms(5000));
     rpc_srv_free(&s);
 }
 

@@ -623,7 +623,9 @@ static void test_http_vanishes_mid_call(void)
                      "text/event-stream\r\nContent-Length: %zu\r\n\r\n%s",
                      sid, sizeof body - 1, body);
     CU_ASSERT(send(fd, head, (size_t)k, MSG_NOSIGNAL) == k);
-    usleep(300 * 1000);
+    /* the call runs (host.stats manager.running), then the client hangs
+     * up: an event, not a 300 ms sleep */
+    CU_ASSERT(rpc_wait_running(&h.rs, 1));
     close(fd);
     bool cancelled = false;
     int64_t end = rpc_now_ms() + rpc_wait_ms();

@@ -89,7 +89,7 @@ NATS_H int gnatsd_start(gnatsd *g)
         }
         close(logfd);
         g->pid = pid;
-        int64_t end = rpc_now_ms() + 5000;
+        int64_t end = rpc_now_ms() + th_test_ms(5000);
         while (rpc_now_ms() < end) {
             int st;
             if (waitpid(pid, &st, WNOHANG) == pid) {
@@ -113,7 +113,7 @@ NATS_H void gnatsd_kill(gnatsd *g, int sig)
 {
     if (g->pid > 0) {
         kill(g->pid, sig);
-        int64_t end = rpc_now_ms() + 5000;
+        int64_t end = rpc_now_ms() + th_test_ms(5000);
         while (rpc_now_ms() < end && waitpid(g->pid, NULL, WNOHANG) == 0)
             usleep(5000);
         if (kill(g->pid, 0) == 0) {
@@ -127,7 +127,7 @@ NATS_H void gnatsd_kill(gnatsd *g, int sig)
 NATS_H void host_id_from_log(rpc_srv *s, char *out, size_t n)
 {
     out[0] = '\0';
-    int64_t end = rpc_now_ms() + 5000;
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
     while (!out[0] && rpc_now_ms() < end) {
         FILE *f = fopen(s->log, "r");
         char line[1024];
@@ -165,13 +165,16 @@ NATS_H bool reply_ok(natsMsg *m, const char *want_stdout)
     return ok;
 }
 
+/* A request with JSON params; `ms` is scaled by th_test_ms() (it is a
+ * deadline for the answer, never a wait that shows none comes). */
 NATS_H natsStatus request(natsConnection *nc, natsMsg **reply,
                           const char *subj, const char *json, int64_t ms)
 {
     th_buf b = TH_BUF_INIT;
     rpc_pack_json(&b, json);
     natsStatus st = natsConnection_Request(reply, nc, subj, b.data,
-                                           (int)b.len, ms);
+                                           (int)b.len,
+                                           th_test_ms((unsigned)ms));
     th_buf_destroy(&b);
     return st;
 }
@@ -200,7 +203,8 @@ NATS_H void gnatsd_free(gnatsd *g)
 }
 
 /* A client of `url` (user/password when user is not NULL) that
- * reconnects forever every 100 ms; NULL when it cannot connect in 3 s. */
+ * reconnects forever every 100 ms; NULL when it cannot connect in
+ * th_test_ms(3000). */
 NATS_H natsConnection *nats_connect(const char *url, const char *user,
                                     const char *pw)
 {
@@ -212,7 +216,7 @@ NATS_H natsConnection *nats_connect(const char *url, const char *user,
         natsOptions_SetUserInfo(o, user, pw);
     natsOptions_SetMaxReconnect(o, -1);
     natsOptions_SetReconnectWait(o, 100);
-    natsOptions_SetTimeout(o, 3000);
+    natsOptions_SetTimeout(o, th_test_ms(3000));
     natsStatus st = natsConnection_Connect(&nc, o);
     natsOptions_Destroy(o);
     return st == NATS_OK ? nc : NULL;
@@ -285,7 +289,8 @@ NATS_H int64_t stats_of(natsConnection *nc, const char *name, const char *id,
     char subj[160];
     snprintf(subj, sizeof subj, "$SRV.STATS.%s.%s", name, id);
     natsMsg *r = NULL;
-    if (natsConnection_RequestString(&r, nc, subj, "", 2000) != NATS_OK)
+    if (natsConnection_RequestString(&r, nc, subj, "", th_test_ms(2000)) !=
+        NATS_OK)
         return -1;
     json_t *j = json_loadb(natsMsg_GetData(r),
                            (size_t)natsMsg_GetDataLength(r), 0, NULL);

@@ -36,9 +36,11 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* A deadline for something that must happen: th_test_ms(12000) (60 s
+ * under valgrind). */
 static int64_t wait_ms(void)
 {
-    return under_valgrind() ? 60000 : 10000;
+    return th_test_ms(12000);
 }
 
 /* ---- files ------------------------------------------------------------------------- */

@@ -257,14 +257,16 @@ static void test_nothing_sent(void)
     char sock[108], addr[128];
     snprintf(sock, sizeof sock, "%s/fake.sock", run);
     snprintf(addr, sizeof addr, "unix:%s", sock);
-    int p[2];
+    int p[2], rdy[2]; /* rdy: the fake server listens (an event to wait on) */
     CU_ASSERT_FATAL(pipe(p) == 0);
+    CU_ASSERT_FATAL(pipe(rdy) == 0);
     fflush(NULL);
     pid_t pid = fork();
     CU_ASSERT_FATAL(pid >= 0);
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         close(p[0]);
+        close(rdy[0]);
         if (setgroups(0, NULL) != 0 || setgid(nobody_pw.pw_gid) != 0 ||
             setuid(nobody_pw.pw_uid) != 0)
             _exit(10);
@@ -272,8 +274,10 @@ static void test_nothing_sent(void)
         struct sockaddr_un sa = {.sun_family = AF_UNIX};
         snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock);
         if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
-            chmod(sock, 0666) != 0 || listen(fd, 4) != 0)
+            chmod(sock, 0666) != 0 || listen(fd, 4) != 0 ||
+            write(rdy[1], "r", 1) != 1)
             _exit(11);
+        close(rdy[1]);
         long total = 0;
         for (int conn = 0; conn < 2; conn++) {
             struct pollfd pf = {.fd = fd, .events = POLLIN};
@@ -299,10 +303,13 @@ static void test_nothing_sent(void)
         _exit(0);
     }
     close(p[1]);
-    int64_t end = rpc_now_ms() + rpc_wait_ms();
-    while (rpc_now_ms() < end && access(sock, F_OK) != 0)
-        usleep(5000);
-    usleep(20000); /* bound, chmod and listen follow quickly */
+    close(rdy[1]);
+    /* bound, chmod()ed and listening: the child says so */
+    struct pollfd pr = {.fd = rdy[0], .events = POLLIN};
+    char r1 = 0;
+    CU_ASSERT_FATAL(poll(&pr, 1, rpc_wait_ms()) == 1 &&
+                    read(rdy[0], &r1, 1) == 1 && r1 == 'r');
+    close(rdy[0]);
     th_rpc_client *c = NULL;
     th_error err;
     CU_ASSERT_EQUAL(th_rpc_client_connect(addr, &c, &err), TH_EPERM);

@@ -40,9 +40,11 @@ RPC_H int rpc_scale(int n)
     return rpc_valgrind() ? (n / 10 > 0 ? n / 10 : 1) : n;
 }
 
+/* The deadline for something that must happen (an answer, a log line, a
+ * start): 12 s times th_test_ms()'s scale (60 s under valgrind). */
 RPC_H int rpc_wait_ms(void)
 {
-    return rpc_valgrind() ? 60000 : 10000;
+    return (int)th_test_ms(12000);
 }
 
 RPC_H int64_t rpc_now_ms(void)
@@ -598,6 +600,38 @@ RPC_H bool rpc_wait_connections(rpc_srv *s, uint64_t others, int timeout_ms)
     }
     th_rpc_client_close(c);
     return ok;
+}
+
+/* A number of host.stats' "manager" map (UINT64_MAX when missing). */
+RPC_H uint64_t rpc_mgr_stat(th_rpc_client *c, const char *key)
+{
+    rpc_res r;
+    uint64_t v = UINT64_MAX;
+    if (rpc_call(c, "host.stats", "[]", &r) == 0) {
+        const msgpack_object *o =
+            th_rpc_map_get(th_rpc_map_get(r.res, "manager"), key);
+        if (o && o->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+            v = o->via.u64;
+    }
+    rpc_res_free(&r);
+    return v;
+}
+
+/* Waits until `n` calls run in a tool (host.stats manager.running, counted
+ * as the tool's run begins): the event a test waits on instead of a sleep
+ * "to let the call start".  False after rpc_wait_ms(). */
+RPC_H bool rpc_wait_running(rpc_srv *s, uint64_t n)
+{
+    th_rpc_client *c = rpc_connect(s);
+    if (!c)
+        return false;
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    uint64_t v;
+    while (((v = rpc_mgr_stat(c, "running")) == UINT64_MAX || v < n) &&
+           rpc_now_ms() < end)
+        usleep(5000);
+    th_rpc_client_close(c);
+    return v != UINT64_MAX && v >= n;
 }
 
 /* ---- raw frames -------------------------------------------------------------- */

@@ -218,15 +218,20 @@ static void test_overrun_demotes(void)
     CU_ASSERT(rpc_log_has(&s, "its calls run on workers from now on"));
     /* now on a worker: echo on another connection answers meanwhile */
     uint64_t on0 = on;
-    rpc_raw_request(&a, 10, "tools.call", "[\"short_nap\", {\"ms\": 800}]");
-    usleep(100 * 1000);
+    /* a nap far longer than the echo's bound (both scaled), running
+     * on a worker before the echo is sent (an event, not a sleep) */
+    char nap[64];
+    snprintf(nap, sizeof nap, "[\"short_nap\", {\"ms\": %u}]",
+             th_test_ms(800));
+    rpc_raw_request(&a, 10, "tools.call", nap);
+    CU_ASSERT(rpc_wait_running(&s, 1));
     int64_t t0 = rpc_now_ms();
     rpc_raw_request(&b, 11, "tools.call", "[\"echo\", {\"text\": \"hi\"}]");
     const msgpack_object *m = rpc_raw_response(&b, 11, rpc_wait_ms());
     int64_t echo_ms = rpc_now_ms() - t0;
     CU_ASSERT(m && rpc_ok(&m->via.array.ptr[3]) &&
               rpc_stdout_is(&m->via.array.ptr[3], "hi"));
-    CU_ASSERT(echo_ms < 500);
+    CU_ASSERT(echo_ms < th_test_ms(500));
     m = rpc_raw_response(&a, 10, rpc_wait_ms());
     CU_ASSERT(m && rpc_ok(&m->via.array.ptr[3]));
     stats(&a, 200, &on, &dem, &inl);

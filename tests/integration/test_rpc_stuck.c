@@ -78,15 +78,20 @@ static void test_stuck_short_call(void)
 
     /* later naps run on workers: b's echo is not stalled */
     uint64_t on0 = stat_calls(&a, 5, "on_loop");
-    rpc_raw_request(&a, 6, "tools.call", "[\"short_nap\", {\"ms\": 800}]");
-    usleep(100 * 1000);
+    /* a nap far longer than the echo's bound (both scaled), running
+     * on a worker before the echo is sent (an event, not a sleep) */
+    char nap[64];
+    snprintf(nap, sizeof nap, "[\"short_nap\", {\"ms\": %u}]",
+             th_test_ms(800));
+    rpc_raw_request(&a, 6, "tools.call", nap);
+    CU_ASSERT(rpc_wait_running(&s, 1));
     int64_t e0 = rpc_now_ms();
     rpc_raw_request(&b, 7, "tools.call", "[\"echo\", {\"text\": \"hi\"}]");
     m = rpc_raw_response(&b, 7, rpc_wait_ms());
     int64_t echo_ms = rpc_now_ms() - e0;
     CU_ASSERT(m && rpc_ok(&m->via.array.ptr[3]) &&
               rpc_stdout_is(&m->via.array.ptr[3], "hi"));
-    CU_ASSERT(echo_ms < 500);
+    CU_ASSERT(echo_ms < th_test_ms(500));
     m = rpc_raw_response(&a, 6, rpc_wait_ms());
     CU_ASSERT(m && rpc_ok(&m->via.array.ptr[3]));
     /* the echo ran on the loop, the nap did not; no second report */

@@ -25,7 +25,9 @@ static void slow_hook_does_not_stall(const char *tool)
     CU_ASSERT_FATAL(rpc_raw_open(&b, &s) == 0);
 
     char req[128];
-    snprintf(req, sizeof req, "[\"%s\", {\"ms\": 1000}]", tool);
+    /* the hook's sleep far longer than the echo's bound (both scaled) */
+    snprintf(req, sizeof req, "[\"%s\", {\"ms\": %u}]", tool,
+             th_test_ms(1000));
     int64_t t0 = rpc_now_ms();
     rpc_raw_request(&a, 1, "tools.call", req);
     usleep(150 * 1000); /* the hook sleeps now */
@@ -37,7 +39,7 @@ static void slow_hook_does_not_stall(const char *tool)
     CU_ASSERT(m && m->via.array.ptr[2].type == MSGPACK_OBJECT_NIL &&
               rpc_ok(&m->via.array.ptr[3]) &&
               rpc_stdout_is(&m->via.array.ptr[3], "hi"));
-    CU_ASSERT(echo_ms < 500);
+    CU_ASSERT(echo_ms < th_test_ms(500));
 
     m = rpc_raw_response(&a, 1, rpc_wait_ms());
     int64_t slow_ms = rpc_now_ms() - t0;

@@ -123,7 +123,16 @@ static void test_thread_inside_at_reload(void)
     }
     CU_ASSERT(go(c, "B", 0)); /* the 10th reload went back to B */
     CU_ASSERT(wait_file_has(marker, "done B", rpc_wait_ms()));
-    usleep(500000); /* every thread woke and left */
+    /* every thread woke and left: each deferred unload has its "no
+     * thread is inside" line (the event, not a 500 ms sleep) */
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    for (;;) {
+        int d = rpc_log_count(&s, "its object ("),
+            u = rpc_log_count(&s, "no thread is inside its code any");
+        if ((d >= 1 && u == d) || rpc_now_ms() >= end)
+            break;
+        usleep(10000);
+    }
     CU_ASSERT(rpc_alive(&s));
     th_rpc_client_close(c);
     CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
