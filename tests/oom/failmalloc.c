@@ -17,6 +17,18 @@
  *   FAILMALLOC_FIRE=F     when the first injected failure happens, append
  *                         "fired=N pid=P" to file F (a test learns that the
  *                         failure was injected, and where)
+ *   FAILMALLOC_ONLY=FN    count (and fail) only the calls of FN (malloc,
+ *                         calloc, realloc, ...): aims a failure at one
+ *                         allocation site, e.g. calloc for a struct
+ *   FAILMALLOC_IN=SYM     count (and fail) only allocations made while the
+ *                         exported function SYM is on the stack (found with
+ *                         backtrace() and dladdr(), e.g. uv_loop_init or
+ *                         uv_queue_work): aims failures inside a library
+ *   FAILMALLOC_ARM_SIGNAL=S
+ *                         count nothing until signal S (a number, e.g. 12
+ *                         for SIGUSR2) arrives; from then on count from 0.
+ *                         The shim's handler appends "armed pid=P" to the
+ *                         FIRE file first, so a test knows when to act.
  * With neither NTH nor FROM the shim only counts (the sweep's first run,
  * which learns how many allocation points a session has).
  *
@@ -33,9 +45,12 @@
  * glibc's __libc_* entry points: no dlsym() (which itself allocates) is
  * needed.  Counting is one atomic increment: any thread may allocate.
  */
+#include <dlfcn.h>
 #include <errno.h>
+#include <execinfo.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -61,6 +76,10 @@ static atomic_bool armed;       /* false in a forked child */
 static char report_path[512];
 static char fire_path[512];
 static atomic_bool fired;
+static char only_fn[16];        /* "": every function counts */
+static char in_sym[64];         /* "": wherever the allocation comes from */
+static __thread bool in_check;  /* inside the FAILMALLOC_IN check */
+static int arm_signal;          /* 0: counting from the start */
 
 /* Formats "KEY=V" pairs without stdio (which allocates). */
 static size_t put_num(char *p, unsigned long long v)
@@ -111,6 +130,23 @@ static void env_path(const char *name, char *dst, size_t cap)
         memcpy(dst, v, strlen(v) + 1);
 }
 
+/* FAILMALLOC_ARM_SIGNAL: counting starts now. */
+static void on_arm_signal(int sig)
+{
+    (void)sig;
+    int saved = errno;
+    if (fire_path[0]) {
+        char line[64];
+        size_t n = put_str(line, "armed pid=");
+        n += put_num(line + n, (unsigned long long)getpid());
+        line[n++] = '\n';
+        append_line(fire_path, line, n);
+    }
+    atomic_store(&n_allocs, 0);
+    atomic_store(&armed, true);
+    errno = saved;
+}
+
 /* A child made by fork() allocates normally. */
 static void failmalloc_child(void)
 {
@@ -135,18 +171,37 @@ __attribute__((constructor)) static void failmalloc_init(void)
     from = env_num("FAILMALLOC_FROM");
     env_path("FAILMALLOC_REPORT", report_path, sizeof report_path);
     env_path("FAILMALLOC_FIRE", fire_path, sizeof fire_path);
+    env_path("FAILMALLOC_ONLY", only_fn, sizeof only_fn);
+    env_path("FAILMALLOC_IN", in_sym, sizeof in_sym);
+    if (in_sym[0]) { /* the first backtrace() loads the unwinder: now */
+        void *f[4];
+        (void)backtrace(f, 4);
+    }
+    arm_signal = (int)env_num("FAILMALLOC_ARM_SIGNAL");
     bool any = nth || from || report_path[0];
     unsetenv("FAILMALLOC_NTH");
     unsetenv("FAILMALLOC_FROM");
     unsetenv("FAILMALLOC_REPORT");
     unsetenv("FAILMALLOC_FIRE");
     unsetenv("FAILMALLOC_PROG");
+    unsetenv("FAILMALLOC_ONLY");
+    unsetenv("FAILMALLOC_IN");
+    unsetenv("FAILMALLOC_ARM_SIGNAL");
     /* Counting starts here: the allocations above are not counted. */
     atomic_store(&n_allocs, 0);
     if (any) {
         armed_pid = getpid();
         pthread_atfork(NULL, NULL, failmalloc_child);
-        atomic_store(&armed, true);
+        if (arm_signal > 0) {
+            struct sigaction sa;
+            memset(&sa, 0, sizeof sa);
+            sa.sa_handler = on_arm_signal;
+            sigemptyset(&sa.sa_mask);
+            sa.sa_flags = SA_RESTART;
+            sigaction(arm_signal, &sa, NULL);
+        } else {
+            atomic_store(&armed, true);
+        }
     }
 }
 
@@ -165,10 +220,33 @@ __attribute__((destructor)) static void failmalloc_fini(void)
     append_line(report_path, line, n);
 }
 
-/* Whether this allocation fails. */
-static bool fail_now(void)
+/* Whether the function named by FAILMALLOC_IN is on the stack. */
+static bool on_stack(void)
+{
+    if (in_check)
+        return false;
+    in_check = true;
+    void *f[48];
+    int n = backtrace(f, 48);
+    bool found = false;
+    for (int i = 1; i < n && !found; i++) {
+        Dl_info di;
+        if (dladdr(f[i], &di) && di.dli_sname &&
+            strcmp(di.dli_sname, in_sym) == 0)
+            found = true;
+    }
+    in_check = false;
+    return found;
+}
+
+/* Whether this allocation, by function fn, fails. */
+static bool fail_now_fn(const char *fn)
 {
     if (!atomic_load_explicit(&armed, memory_order_relaxed))
+        return false;
+    if (only_fn[0] && strcmp(fn, only_fn) != 0)
+        return false;
+    if (in_sym[0] && !on_stack())
         return false;
     unsigned long long k = atomic_fetch_add(&n_allocs, 1) + 1;
     bool fail = (nth && k == nth) || (from && k >= from);
@@ -190,19 +268,19 @@ static bool fail_now(void)
 
 void *malloc(size_t n)
 {
-    return fail_now() ? NULL : __libc_malloc(n);
+    return fail_now_fn("malloc") ? NULL : __libc_malloc(n);
 }
 
 void *calloc(size_t n, size_t m)
 {
-    return fail_now() ? NULL : __libc_calloc(n, m);
+    return fail_now_fn("calloc") ? NULL : __libc_calloc(n, m);
 }
 
 void *realloc(void *p, size_t n)
 {
     if (p && n == 0)
         return __libc_realloc(p, n);
-    return fail_now() ? NULL : __libc_realloc(p, n);
+    return fail_now_fn("realloc") ? NULL : __libc_realloc(p, n);
 }
 
 void *reallocarray(void *p, size_t n, size_t m)
@@ -218,7 +296,7 @@ int posix_memalign(void **out, size_t align, size_t n)
 {
     if (align < sizeof(void *) || (align & (align - 1)))
         return EINVAL;
-    if (fail_now())
+    if (fail_now_fn("posix_memalign"))
         return ENOMEM;
     void *p = __libc_memalign(align, n);
     if (!p)
@@ -229,20 +307,20 @@ int posix_memalign(void **out, size_t align, size_t n)
 
 void *aligned_alloc(size_t align, size_t n)
 {
-    return fail_now() ? NULL : __libc_memalign(align, n);
+    return fail_now_fn("aligned_alloc") ? NULL : __libc_memalign(align, n);
 }
 
 void *memalign(size_t align, size_t n)
 {
-    return fail_now() ? NULL : __libc_memalign(align, n);
+    return fail_now_fn("memalign") ? NULL : __libc_memalign(align, n);
 }
 
 void *valloc(size_t n)
 {
-    return fail_now() ? NULL : __libc_valloc(n);
+    return fail_now_fn("valloc") ? NULL : __libc_valloc(n);
 }
 
 void *pvalloc(size_t n)
 {
-    return fail_now() ? NULL : __libc_pvalloc(n);
+    return fail_now_fn("pvalloc") ? NULL : __libc_pvalloc(n);
 }

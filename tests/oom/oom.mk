@@ -16,7 +16,7 @@ OOM_MODE ?= full
 
 $(OOM_SO): tests/oom/failmalloc.c
 	@mkdir -p $(dir $@)
-	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) -O2 -g -fPIC -shared -o $@ $< -lpthread
+	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) -O2 -g -fPIC -shared -o $@ $< -lpthread -ldl
 
 all: $(OOM_SO)
 $(INTEG_BIN): | $(OOM_SO)
