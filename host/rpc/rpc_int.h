@@ -126,6 +126,11 @@ struct th_rpc_server {
     bool stdio;
     uv_pipe_t listener;
     bool listening;
+    /* A client libuv accepted while no connection could be made (out of
+     * memory): taken into `drop` (uv_accept, so the listener is polled
+     * again) and closed; one at a time, the next waits (drop_pending). */
+    uv_pipe_t drop;
+    bool drop_busy, drop_pending;
     char *sock_path;            /* to unlink at the end */
     bool bound;                 /* sock_path is ours */
     uv_signal_t sigterm, sigint;

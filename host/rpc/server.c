@@ -1272,6 +1272,39 @@ static void count_open(th_rpc_server *srv, rpc_conn *c, bool exact,
     }
 }
 
+static void on_connection(uv_stream_t *server, int status);
+
+static void on_drop_closed(uv_handle_t *h)
+{
+    th_rpc_server *srv = h->data;
+    srv->drop_busy = false;
+    if (srv->drop_pending && srv->listening) {
+        srv->drop_pending = false;
+        on_connection((uv_stream_t *)&srv->listener, 0);
+    }
+}
+
+/* No memory for a new connection.  libuv has accepted the client already
+ * and polls the listener again only once uv_accept() takes it: take it
+ * into srv->drop (no allocation) and close it, so the client sees its
+ * connection end and the next one is served.  While drop closes, a client
+ * that comes waits in libuv (drop_pending) and is taken when it has
+ * closed. */
+static void conn_drop(th_rpc_server *srv)
+{
+    srv_log(srv, &srv->rl_accept, TOOLHOST_LOG_ERROR,
+            "out of memory: connection dropped");
+    if (srv->drop_busy) {
+        srv->drop_pending = true;
+        return;
+    }
+    srv->drop_busy = true;
+    uv_pipe_init(&srv->loop, &srv->drop, 0);
+    srv->drop.data = srv;
+    (void)uv_accept((uv_stream_t *)&srv->listener, (uv_stream_t *)&srv->drop);
+    uv_close((uv_handle_t *)&srv->drop, on_drop_closed);
+}
+
 static void on_connection(uv_stream_t *server, int status)
 {
     th_rpc_server *srv = server->data;
@@ -1289,14 +1322,7 @@ static void on_connection(uv_stream_t *server, int status)
     }
     rpc_conn *c = conn_new(srv);
     if (!c) {
-        /* Accept and drop, so the listen queue does not fill up. */
-        uv_os_fd_t lfd;
-        if (uv_fileno((uv_handle_t *)server, &lfd) == 0) {
-            int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-            if (fd >= 0)
-                close(fd);
-        }
-        th_log_error("out of memory: connection dropped");
+        conn_drop(srv);
         return;
     }
     uv_pipe_init(&srv->loop, &c->in, 0);
