@@ -29,6 +29,9 @@
  *                         for SIGUSR2) arrives; from then on count from 0.
  *                         The shim's handler appends "armed pid=P" to the
  *                         FIRE file first, so a test knows when to act.
+ * When armed, a crash (SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGFPE) writes the
+ * stack to stderr before the signal's default action (unless the program
+ * installs handlers of its own).
  * With neither NTH nor FROM the shim only counts (the sweep's first run,
  * which learns how many allocation points a session has).
  *
@@ -147,6 +150,20 @@ static void on_arm_signal(int sig)
     errno = saved;
 }
 
+/* A crash of the armed process: its stack on stderr (what the sweep's log
+ * shows), then the signal's default action. */
+static void on_crash(int sig)
+{
+    void *f[64];
+    int n = backtrace(f, 64);
+    static const char head[] = "failmalloc: crashed; stack:\n";
+    ssize_t w = write(2, head, sizeof head - 1);
+    (void)w;
+    backtrace_symbols_fd(f, n, 2);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 /* A child made by fork() allocates normally. */
 static void failmalloc_child(void)
 {
@@ -192,6 +209,11 @@ __attribute__((constructor)) static void failmalloc_init(void)
     if (any) {
         armed_pid = getpid();
         pthread_atfork(NULL, NULL, failmalloc_child);
+        void *f[4];
+        (void)backtrace(f, 4); /* loads the unwinder now */
+        static const int deadly[] = {SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGFPE};
+        for (size_t i = 0; i < sizeof deadly / sizeof deadly[0]; i++)
+            signal(deadly[i], on_crash);
         if (arm_signal > 0) {
             struct sigaction sa;
             memset(&sa, 0, sizeof sa);
