@@ -74,6 +74,7 @@
 #include "th/codec.h"
 #include "th/log.h"
 #include "front/reload_watch.h"
+#include "front/uv_guard.h"
 #include "th/schema.h"
 
 #define DEF_MAX_FRAME ((uint64_t)16 << 20)
@@ -88,6 +89,7 @@
 static void server_begin_stop(th_rpc_server *srv, const char *why);
 static void server_check_drained(th_rpc_server *srv);
 static void drain_events(th_rpc_server *srv);
+static void finish_closed(th_rpc_server *srv);
 static void check_budget(th_rpc_server *srv);
 
 static double ms_since(uint64_t t0)
@@ -973,6 +975,7 @@ static void on_wake(uv_async_t *a)
     srv->stop_req = false;
     pthread_mutex_unlock(&srv->mu);
     drain_events(srv);
+    finish_closed(srv);
     if (stop)
         server_begin_stop(srv, "stop requested");
 }
@@ -1012,22 +1015,68 @@ static void on_handle_closed(uv_handle_t *h)
     conn_maybe_free(c);
 }
 
-static void session_close_work(uv_work_t *w)
+/* After th_session_close(): every event of the session is queued by now:
+ * handle them (the connection is closing, so nothing is written) before
+ * freeing.  On the loop. */
+static void session_close_after(rpc_conn *c)
 {
-    rpc_conn *c = w->data;
-    th_session_close(c->session);
-}
-
-static void session_close_after(uv_work_t *w, int status)
-{
-    (void)status;
-    rpc_conn *c = w->data;
-    /* Every event of the session is queued by now: handle them (the
-     * connection is closing, so nothing is written) before freeing. */
     drain_events(c->srv);
     c->session = NULL;
     c->session_closed = true;
     conn_maybe_free(c);
+}
+
+/* Hands a connection whose session is closed to the loop (any thread):
+ * on_wake finishes it.  The server's wake handle is open while any
+ * connection is (server_check_drained). */
+static void session_closed(rpc_conn *c)
+{
+    th_rpc_server *srv = c->srv;
+    pthread_mutex_lock(&srv->mu);
+    c->closed_next = srv->closed;
+    srv->closed = c;
+    uv_async_send(&srv->wake);
+    pthread_mutex_unlock(&srv->mu);
+}
+
+static void *closer_main(void *arg)
+{
+    rpc_conn *c = arg;
+    th_session_close(c->session);
+    session_closed(c);
+    return NULL;
+}
+
+/* On the loop: the sessions closed since the last wake-up. */
+static void finish_closed(th_rpc_server *srv)
+{
+    pthread_mutex_lock(&srv->mu);
+    rpc_conn *c = srv->closed;
+    srv->closed = NULL;
+    pthread_mutex_unlock(&srv->mu);
+    while (c) {
+        rpc_conn *next = c->closed_next;
+        if (c->has_closer) /* it has handed c over: it ends at once */
+            pthread_join(c->closer, NULL);
+        session_close_after(c);
+        c = next;
+    }
+}
+
+/* th_session_close() may wait (session_grace) for the session's calls
+ * to stop: on a thread of its own (not libuv's pool, whose creation
+ * aborts the process when it fails).  Without a thread (out of memory,
+ * no threads left) it runs here, and the loop waits with it. */
+static void session_close_start(rpc_conn *c)
+{
+    c->has_closer = pthread_create(&c->closer, NULL, closer_main, c) == 0;
+    if (c->has_closer)
+        return;
+    th_log_warn("session=%llu: no thread to close the session on: closed "
+                "on the loop",
+                (unsigned long long)c->id);
+    th_session_close(c->session);
+    session_closed(c);
 }
 
 void conn_close(rpc_conn *c, bool graceful, const char *fmt, ...)
@@ -1074,12 +1123,7 @@ void conn_close(rpc_conn *c, bool graceful, const char *fmt, ...)
     if (c->two_handles)
         uv_close((uv_handle_t *)&c->out, on_handle_closed);
     if (c->session) {
-        c->close_work.data = c;
-        if (uv_queue_work(&c->srv->loop, &c->close_work, session_close_work,
-                          session_close_after) != 0) {
-            th_session_close(c->session);
-            session_close_after(&c->close_work, 0);
-        }
+        session_close_start(c);
     } else {
         c->session_closed = true;
     }
@@ -1863,13 +1907,19 @@ int th_rpc_serve(th_host *h, const th_rpc_serve_opts *o, th_error *err)
         free(srv);
         return th_error_set(err, TH_ENOMEM, "mutex");
     }
+    th_uv_guard_init(); /* libuv's own allocations: no abort() */
     int rc = uv_loop_init(&srv->loop);
     if (rc < 0) {
         pthread_mutex_destroy(&srv->mu);
         free(srv);
         return th_error_set(err, TH_EIO, "event loop: %s", uv_strerror(rc));
     }
-    uv_async_init(&srv->loop, &srv->wake, on_wake);
+    if ((rc = uv_async_init(&srv->loop, &srv->wake, on_wake)) < 0) {
+        uv_loop_close(&srv->loop);
+        pthread_mutex_destroy(&srv->mu);
+        free(srv);
+        return th_error_set(err, TH_EIO, "event loop: %s", uv_strerror(rc));
+    }
     srv->wake.data = srv;
     uv_timer_init(&srv->loop, &srv->grace);
     uv_timer_init(&srv->loop, &srv->hard);
@@ -1882,18 +1932,29 @@ int th_rpc_serve(th_host *h, const th_rpc_serve_opts *o, th_error *err)
     srv->flush.data = srv;
     uv_prepare_start(&srv->flush, flush_pending);
     uv_unref((uv_handle_t *)&srv->flush); /* never keeps the loop alive */
+    rc = 0;
     if (!o->no_signals) {
-        srv->signals = true;
-        uv_signal_init(&srv->loop, &srv->sigterm);
-        uv_signal_init(&srv->loop, &srv->sigint);
-        srv->sigterm.data = srv->sigint.data = srv;
-        uv_signal_start(&srv->sigterm, on_signal, SIGTERM);
-        uv_signal_start(&srv->sigint, on_signal, SIGINT);
+        /* sigterm and sigint close together (server_check_drained) */
+        if ((rc = uv_signal_init(&srv->loop, &srv->sigterm)) == 0 &&
+            (rc = uv_signal_init(&srv->loop, &srv->sigint)) != 0)
+            uv_close((uv_handle_t *)&srv->sigterm, NULL);
+        if (rc == 0) {
+            srv->signals = true;
+            srv->sigterm.data = srv->sigint.data = srv;
+            if ((rc = uv_signal_start(&srv->sigterm, on_signal, SIGTERM)) ==
+                0)
+                rc = uv_signal_start(&srv->sigint, on_signal, SIGINT);
+        }
+        if (rc != 0)
+            rc = th_error_set(err, TH_EIO, "signal handlers: %s",
+                              uv_strerror(rc));
     }
     /* A client that goes away must not kill the host. */
     signal(SIGPIPE, SIG_IGN);
 
-    rc = o->stdio ? start_stdio(srv, o, err) : start_listen(srv, addr, err);
+    if (rc == 0)
+        rc = o->stdio ? start_stdio(srv, o, err)
+                      : start_listen(srv, addr, err);
     if (rc) {
         abort_start(srv);
         uv_loop_close(&srv->loop);

@@ -3,7 +3,7 @@
  * (built by tests/oom/oom.mk), aimed at one place with its
  * FAILMALLOC_ONLY / FAILMALLOC_IN / FAILMALLOC_ARM_SIGNAL knobs; the host
  * must end in a clean error or go on serving, never abort, hang or stop
- * answering.  Also the fd limit below which serve refuses to start.
+ * answering.
  * The sweep over every allocation point is tests/oom/run-oom. */
 #include <CUnit/CUnit.h>
 
@@ -75,6 +75,37 @@ static bool file_wait(const char *path, const char *needle, int ms)
     }
 }
 
+/* Whether the server process has not ended (reaps it when it has). */
+static bool running(rpc_srv *s)
+{
+    if (s->reaped)
+        return false;
+    int st;
+    if (waitpid(s->pid, &st, WNOHANG) != s->pid)
+        return true;
+    s->reaped = true;
+    s->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return false;
+}
+
+/* Waits until w is the server's only connection (host.stats on w). */
+static bool only_connection(rpc_raw *w)
+{
+    int64_t end = rpc_now_ms() + th_test_ms(10000);
+    for (uint64_t id = 100; rpc_now_ms() < end; id++) {
+        rpc_raw_request(w, id, "host.stats", "[]");
+        const msgpack_object *m = rpc_raw_response(w, id, th_test_ms(10000));
+        if (!m)
+            return false;
+        const msgpack_object *cur = th_rpc_map_get(
+            th_rpc_map_get(&m->via.array.ptr[3], "connections"), "current");
+        if (cur && cur->via.u64 == 1)
+            return true;
+        usleep(5000);
+    }
+    return false;
+}
+
 /* host.ping on a fresh connection is answered. */
 static bool fresh_client_answered(rpc_srv *s)
 {
@@ -109,9 +140,12 @@ static void test_accept_fails(void)
     int rc = rpc_srv_start(&s, NULL);
     oom_env_clear();
     CU_ASSERT_FATAL(rc == 0);
-    /* Every connection so far (the harness's probe) is accepted once a
-     * later one is answered. */
-    CU_ASSERT_FATAL(fresh_client_answered(&s));
+    /* Once w0 is the only connection, every earlier one (the harness's
+     * probe) is closed and freed: nothing of theirs allocates any more.
+     * w0 stays open meanwhile, so that no close is in flight either. */
+    rpc_raw w0;
+    CU_ASSERT_FATAL(rpc_raw_open(&w0, &s) == 0);
+    CU_ASSERT_FATAL(only_connection(&w0));
     /* Armed: the next calloc on the loop thread (uv_run on the stack)
      * fails, and on an idle loop that is the new connection's. */
     CU_ASSERT_FATAL(kill(s.pid, SIGUSR2) == 0);
@@ -124,6 +158,108 @@ static void test_accept_fails(void)
     CU_ASSERT(rpc_log_has(&s, "out of memory: connection dropped"));
     CU_ASSERT(fresh_client_answered(&s));
     CU_ASSERT(fresh_client_answered(&s));
+    rpc_raw_close(&w0);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+/* Starts serve with the shim failing allocations made inside libuv's
+ * `sym` (FAILMALLOC_IN) as `how` says ("FAILMALLOC_NTH=2"); the host
+ * must not abort: it serves (the failure absorbed) or ends with a
+ * message.  libuv abort()s when its watcher array cannot grow
+ * (uv__io_start, from uv_loop_init and the first uv_signal_init). */
+static void start_with_libuv_failing(const char *sym, const char *how)
+{
+    char *dir = th_test_tmpdir();
+    char fire[512], in[96];
+    snprintf(fire, sizeof fire, "%s/fire", dir);
+    snprintf(in, sizeof in, "FAILMALLOC_IN=%s", sym);
+    const char *const kv[] = {in, how, NULL};
+    oom_env(fire, kv);
+    rpc_srv s;
+    rpc_opts o = {.no_wait = true};
+    int rc = rpc_srv_start(&s, &o);
+    oom_env_clear();
+    CU_ASSERT_FATAL(rc == 0);
+    /* up (the socket answers) or ended */
+    int64_t end = rpc_now_ms() + th_test_ms(10000);
+    bool up = false;
+    while (!up && running(&s) && rpc_now_ms() < end) {
+        up = rpc_sock_answers(s.sock);
+        if (!up)
+            usleep(5000);
+    }
+    char *f = th_test_read_file(fire, NULL);
+    CU_ASSERT(f && strstr(f, "fired="));
+    if (!f || !strstr(f, "fired="))
+        fprintf(stderr, "\nno failure was injected in %s\n", sym);
+    free(f);
+    if (up) {
+        CU_ASSERT(fresh_client_answered(&s));
+        CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    } else {
+        int st = rpc_srv_wait(&s);
+        CU_ASSERT(st > 0 && st < 128); /* an error exit, not a signal */
+        if (!(st > 0 && st < 128))
+            fprintf(stderr, "\n%s, %s: serve ended with status %d\n", sym,
+                    how, st);
+        CU_ASSERT(rpc_log_count(&s, "serve:") > 0);
+    }
+    rpc_srv_free(&s);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+static void test_start_libuv_fails(void)
+{
+    const char *why;
+    if (!shim_usable(&why))
+        TH_SKIP(why);
+    start_with_libuv_failing("uv_loop_init", "FAILMALLOC_NTH=1");
+    start_with_libuv_failing("uv_loop_init", "FAILMALLOC_NTH=2");
+    start_with_libuv_failing("uv_signal_init", "FAILMALLOC_NTH=1");
+    start_with_libuv_failing("uv_signal_init", "FAILMALLOC_FROM=1");
+}
+
+/* A session that ends needs a thread to close on (th_session_close may
+ * wait for its calls).  With every allocation inside pthread_create()
+ * failing from a signal on, a client calls and leaves: the host must not
+ * abort (libuv's thread pool, started lazily at the first disconnect,
+ * abort()ed when it could not make its threads) and a fresh client is
+ * answered. */
+static void test_disconnect_no_thread(void)
+{
+    const char *why;
+    if (!shim_usable(&why))
+        TH_SKIP(why);
+    char *dir = th_test_tmpdir();
+    char fire[512];
+    snprintf(fire, sizeof fire, "%s/fire", dir);
+    static const char *const kv[] = {"FAILMALLOC_ARM_SIGNAL=12",
+                                     "FAILMALLOC_FROM=1",
+                                     "FAILMALLOC_IN=pthread_create", NULL};
+    oom_env(fire, kv);
+    rpc_srv s;
+    /* No connection before the failures are armed: the first session to
+     * close is one of the clients below. */
+    rpc_opts o = {.no_wait = true};
+    int rc = rpc_srv_start(&s, &o);
+    oom_env_clear();
+    CU_ASSERT_FATAL(rc == 0);
+    CU_ASSERT_FATAL(rpc_log_wait(&s, "listening on", th_test_ms(10000)));
+    CU_ASSERT_FATAL(kill(s.pid, SIGUSR2) == 0);
+    CU_ASSERT_FATAL(file_wait(fire, "armed", (int)th_test_ms(10000)));
+    for (int i = 0; i < 3; i++) {
+        rpc_raw w;
+        CU_ASSERT_FATAL(rpc_raw_open(&w, &s) == 0);
+        rpc_raw_request(&w, 1, "tools.call", "[\"echo\", {\"text\": \"x\"}]");
+        CU_ASSERT(rpc_raw_response(&w, 1, (int)th_test_ms(10000)) != NULL);
+        rpc_raw_close(&w);
+    }
+    CU_ASSERT(fresh_client_answered(&s));
+    CU_ASSERT(rpc_alive(&s));
     CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
     rpc_srv_free(&s);
     th_test_rmtree(dir);
@@ -134,4 +270,6 @@ void th_suite_oom(void)
 {
     CU_pSuite s = CU_add_suite("oom", NULL, NULL);
     CU_add_test(s, "accept_fails", test_accept_fails);
+    CU_add_test(s, "start_libuv_fails", test_start_libuv_fails);
+    CU_add_test(s, "disconnect_no_thread", test_disconnect_no_thread);
 }
