@@ -1485,13 +1485,20 @@ static void sweep_start(th_rpc_server *srv)
     uv_timer_start(&srv->sweep, on_sweep, t, t);
 }
 
+/* Connections the fd limit must leave room for, besides the fds open at
+ * start and the FD_RESERVE / 2 that on_connection() keeps free: below
+ * that the host would refuse every client, so serve does not start. */
+#define FD_MIN_CONNS 8
+
 /* Keeps max_connections below the fd limit (raising the soft limit when
- * the hard one allows), so the cap bites before accept() fails. */
-static void fit_fd_limit(th_rpc_server *srv)
+ * the hard one allows), so the cap bites before accept() fails.  0, or
+ * TH_ELIMIT when the limit leaves room for fewer than FD_MIN_CONNS
+ * connections. */
+static int fit_fd_limit(th_rpc_server *srv, th_error *err)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
-        return;
+        return 0;
     rlim_t need = (rlim_t)srv->max_conns + FD_RESERVE;
     if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
         struct rlimit up = rl;
@@ -1502,16 +1509,38 @@ static void fit_fd_limit(th_rpc_server *srv)
             rl = up;
     }
     srv->fd_limit = rl.rlim_cur == RLIM_INFINITY ? 0 : (uint64_t)rl.rlim_cur;
-    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+    if (!srv->fd_limit)
+        return 0;
+    /* The lowest free fd: the listener takes it, clients come above. */
+    int low = fcntl(uv_backend_fd(&srv->loop), F_DUPFD_CLOEXEC, 0);
+    if (low >= 0)
+        close(low);
+    uint64_t first = low >= 0 ? (uint64_t)low + 1 : 0;
+    uint64_t room = srv->fd_limit > first + FD_RESERVE / 2
+                        ? srv->fd_limit - first - FD_RESERVE / 2
+                        : 0;
+    if (room < FD_MIN_CONNS)
+        return th_error_set(
+            err, TH_ELIMIT,
+            "the fd limit (ulimit -n) is %llu: with %llu fds in use and %d "
+            "kept in reserve it leaves room for %llu connections; serve "
+            "needs room for %d (a limit of %llu or more)",
+            (unsigned long long)srv->fd_limit, (unsigned long long)first,
+            FD_RESERVE / 2, (unsigned long long)room, FD_MIN_CONNS,
+            (unsigned long long)(first + FD_RESERVE / 2 + FD_MIN_CONNS));
+    if (rl.rlim_cur < need) {
         uint32_t fit = rl.rlim_cur > 2 * FD_RESERVE
                            ? (uint32_t)(rl.rlim_cur - FD_RESERVE)
                            : (uint32_t)(rl.rlim_cur / 2 + 1);
+        if (fit > room)
+            fit = (uint32_t)room;
         th_log_warn("max_connections lowered from %u to %u: the fd limit "
                     "is %llu",
                     (unsigned)srv->max_conns, (unsigned)fit,
                     (unsigned long long)rl.rlim_cur);
         srv->max_conns = fit;
     }
+    return 0;
 }
 
 /* ---- Shutdown -------------------------------------------------------------- */
@@ -1925,8 +1954,6 @@ int th_rpc_serve(th_host *h, const th_rpc_serve_opts *o, th_error *err)
     uv_timer_init(&srv->loop, &srv->hard);
     uv_timer_init(&srv->loop, &srv->sweep);
     srv->grace.data = srv->hard.data = srv->sweep.data = srv;
-    if (!o->stdio)
-        fit_fd_limit(srv);
     sweep_start(srv);
     uv_prepare_init(&srv->loop, &srv->flush);
     srv->flush.data = srv;
@@ -1952,6 +1979,8 @@ int th_rpc_serve(th_host *h, const th_rpc_serve_opts *o, th_error *err)
     /* A client that goes away must not kill the host. */
     signal(SIGPIPE, SIG_IGN);
 
+    if (rc == 0 && !o->stdio)
+        rc = fit_fd_limit(srv, err);
     if (rc == 0)
         rc = o->stdio ? start_stdio(srv, o, err)
                       : start_listen(srv, addr, err);

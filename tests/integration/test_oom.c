@@ -3,7 +3,7 @@
  * (built by tests/oom/oom.mk), aimed at one place with its
  * FAILMALLOC_ONLY / FAILMALLOC_IN / FAILMALLOC_ARM_SIGNAL knobs; the host
  * must end in a clean error or go on serving, never abort, hang or stop
- * answering.
+ * answering.  Also the fd limit below which serve refuses to start.
  * The sweep over every allocation point is tests/oom/run-oom. */
 #include <CUnit/CUnit.h>
 
@@ -266,10 +266,67 @@ static void test_disconnect_no_thread(void)
     free(dir);
 }
 
+/* ulimit -n 32: no room for a single connection next to the fds the host
+ * holds and the reserve it keeps: serve refuses to start and says so
+ * (it used to start and refuse every client). */
+static void test_fd_limit_too_low(void)
+{
+    if (rpc_valgrind())
+        TH_SKIP("valgrind keeps fds of its own");
+    rpc_srv s;
+    rpc_opts o = {.nofile = 32, .no_wait = true};
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
+    int st = rpc_srv_wait(&s);
+    CU_ASSERT(st > 0 && st < 128);
+    CU_ASSERT(rpc_log_has(&s, "the fd limit (ulimit -n) is 32"));
+    CU_ASSERT(!rpc_sock_answers(s.sock));
+    rpc_srv_free(&s);
+}
+
+/* ulimit -n 64: serve runs, answers a few clients and refuses the rest
+ * with a reason and a log line. */
+static void test_fd_limit_small(void)
+{
+    if (rpc_valgrind())
+        TH_SKIP("valgrind keeps fds of its own");
+    rpc_srv s;
+    rpc_opts o = {.nofile = 64};
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
+    enum { N = 40 };
+    rpc_raw w[N];
+    int served = 0, refused = 0;
+    for (int i = 0; i < N; i++) {
+        CU_ASSERT_FATAL(rpc_raw_open(&w[i], &s) == 0);
+        rpc_raw_request(&w[i], 1, "host.ping", "[]");
+        const msgpack_object *m =
+            rpc_raw_response(&w[i], 1, (int)th_test_ms(10000));
+        if (m && th_rpc_obj_streq(&m->via.array.ptr[3], "pong"))
+            served++;
+        else
+            refused++;
+    }
+    CU_ASSERT(served >= 8);
+    CU_ASSERT(refused >= 1);
+    CU_ASSERT(rpc_log_has(&s, "refused"));
+    for (int i = 0; i < N; i++)
+        rpc_raw_close(&w[i]);
+    /* once the host has seen those close, a client is served again */
+    int64_t end = rpc_now_ms() + th_test_ms(10000);
+    bool again = false;
+    while (!again && rpc_now_ms() < end)
+        if (!(again = fresh_client_answered(&s)))
+            usleep(10000);
+    CU_ASSERT(again);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+}
+
 void th_suite_oom(void)
 {
     CU_pSuite s = CU_add_suite("oom", NULL, NULL);
     CU_add_test(s, "accept_fails", test_accept_fails);
     CU_add_test(s, "start_libuv_fails", test_start_libuv_fails);
     CU_add_test(s, "disconnect_no_thread", test_disconnect_no_thread);
+    CU_add_test(s, "fd_limit_too_low", test_fd_limit_too_low);
+    CU_add_test(s, "fd_limit_small", test_fd_limit_small);
 }
