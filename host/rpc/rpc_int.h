@@ -80,6 +80,8 @@ struct rpc_conn {
     pthread_t closer;
     bool has_closer;
     rpc_conn *closed_next;      /* srv->closed, under srv->mu */
+    bool lost_event;            /* under srv->mu: a result could not be
+                                   queued (out of memory): close */
     /* limits (all uv_now() times, ms) */
     uint64_t in_counted;        /* pending input counted in srv->in_total */
     uint64_t last_active;       /* last byte read, or last seen busy */
@@ -148,6 +150,7 @@ struct th_rpc_server {
                                    wake_closed */
     rpc_ev *evq_head, *evq_tail;
     rpc_conn *closed;           /* sessions closed, for the loop to finish */
+    bool lost_events;           /* some conn has lost_event set */
     bool stop_req;
     bool wake_closed;           /* no uv_async_send() any more */
     bool stopping, cancelled_rest;

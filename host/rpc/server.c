@@ -250,6 +250,8 @@ void send_error(rpc_conn *c, uint64_t msgid, int code, const char *fmt,
     th_buf b = TH_BUF_INIT;
     if (th_rpc_pack_error(&b, msgid, code, msg) == 0)
         conn_send(c, &b);
+    else /* the client would wait for this response for good */
+        conn_close(c, false, "out of memory packing a response");
     th_buf_destroy(&b);
     conn_log(c, TOOLHOST_LOG_DEBUG, "session=%llu msgid=%llu error %s: %s",
              (unsigned long long)c->id, (unsigned long long)msgid,
@@ -547,17 +549,19 @@ static void handle_call_event(th_rpc_server *srv, rpc_ev *ev)
     if (ev->kind == TH_EV_DONE && ev->has_result) {
         /* The core's task store keeps the result (tasks.result). */
         log_outcome(call, &ev->res, "task done");
-        th_buf res = TH_BUF_INIT;
-        if (pack_result(&res, &ev->res) == 0) {
-            th_buf p = TH_BUF_INIT;
-            msgpack_packer pk;
-            msgpack_packer_init(&pk, &p, th_buf_msgpack_write);
-            if (!msgpack_pack_array(&pk, 2) &&
-                !msgpack_pack_uint64(&pk, call->task_id) &&
-                !th_buf_append(&p, res.data, res.len))
-                send_notify(c, "task.done", &p);
-            th_buf_destroy(&p);
-        }
+        th_buf res = TH_BUF_INIT, p = TH_BUF_INIT, f = TH_BUF_INIT;
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &p, th_buf_msgpack_write);
+        if (pack_result(&res, &ev->res) == 0 &&
+            !msgpack_pack_array(&pk, 2) &&
+            !msgpack_pack_uint64(&pk, call->task_id) &&
+            !th_buf_append(&p, res.data, res.len) &&
+            th_rpc_pack_notify(&f, "task.done", p.data, p.len) == 0)
+            conn_send(c, &f);
+        else /* the client would wait for task.done for good */
+            conn_close(c, false, "out of memory packing task.done");
+        th_buf_destroy(&f);
+        th_buf_destroy(&p);
         th_buf_destroy(&res);
         if (!call->responded) { /* a DONE without an ack: answer now */
             call->responded = true;
@@ -747,11 +751,41 @@ oom_ev:
     free(ev->data);
     free(ev);
 oom:
-    /* A lost progress update is harmless; a lost result would leave the
-     * call open until its connection ends, which then frees it. */
+    /* A lost progress update is harmless.  A lost result or task.done
+     * would leave the client waiting for good: the connection is closed
+     * instead (on the loop, lost_events), so the client sees it end. */
     th_log_error("session=%llu call=%llu out of memory queuing an event",
                  (unsigned long long)call->conn->id,
                  (unsigned long long)e->call_id);
+    if (e->kind != TH_EV_PROGRESS) {
+        pthread_mutex_lock(&srv->mu);
+        call->conn->lost_event = true;
+        srv->lost_events = true;
+        uv_async_send(&srv->wake);
+        pthread_mutex_unlock(&srv->mu);
+    }
+}
+
+/* On the loop: closes the connections that lost a result (on_call_event
+ * could not queue it). */
+static void close_lost(th_rpc_server *srv)
+{
+    pthread_mutex_lock(&srv->mu);
+    bool any = srv->lost_events;
+    srv->lost_events = false;
+    pthread_mutex_unlock(&srv->mu);
+    if (!any)
+        return;
+    for (rpc_conn *c = srv->conns, *n; c; c = n) {
+        n = c->next; /* conn_kill closes, never frees, c */
+        pthread_mutex_lock(&srv->mu);
+        bool lost = c->lost_event;
+        c->lost_event = false;
+        pthread_mutex_unlock(&srv->mu);
+        if (lost && !c->closing)
+            conn_kill(c, TH_ENOMEM,
+                      "out of memory delivering the result of a call");
+    }
 }
 
 static void push_ev(th_rpc_server *srv, rpc_ev *ev)
@@ -975,6 +1009,7 @@ static void on_wake(uv_async_t *a)
     srv->stop_req = false;
     pthread_mutex_unlock(&srv->mu);
     drain_events(srv);
+    close_lost(srv);
     finish_closed(srv);
     if (stop)
         server_begin_stop(srv, "stop requested");
