@@ -25,6 +25,7 @@ typedef struct grep {
     regex_t re;
     int64_t max, matches, files, cuts;
     bool truncated, stop;
+    bool failed; /* out of memory: the answer would be incomplete */
     char *line; /* max_line_bytes + 1: the line NUL-terminated */
 } grep;
 
@@ -36,7 +37,7 @@ static void grep_fd(grep *g, int fd, const char *rel)
     th_sdk_lines r;
     g->files++;
     if (th_sdk_lines_init(&r, fd, (size_t)g->st->max_line_bytes) != 0) {
-        g->stop = true;
+        g->stop = g->failed = true;
         goto out;
     }
     /* A NUL byte in the first 4 KiB: a binary file, skipped. */
@@ -56,8 +57,21 @@ static void grep_fd(grep *g, int fd, const char *rel)
             n--;
         memcpy(g->line, s, n);
         g->line[n] = '\0';
-        if (regexec(&g->re, g->line, 0, NULL, 0) != 0)
+        /* glibc's regexec() returns REG_NOMATCH for REG_ESPACE too: an
+         * allocation that failed inside it shows only in errno */
+        errno = 0;
+        int m = regexec(&g->re, g->line, 0, NULL, 0);
+        if (m != 0 && m != REG_NOMATCH) {
+            g->stop = g->failed = true;
+            break;
+        }
+        if (m == REG_NOMATCH) {
+            if (errno == ENOMEM) {
+                g->stop = g->failed = true;
+                break;
+            }
             continue;
+        }
         if (g->matches == g->max) {
             g->truncated = g->stop = true;
             break;
@@ -65,7 +79,7 @@ static void grep_fd(grep *g, int fd, const char *rel)
         g->matches++;
         if (th_sdk_printf(g->call, "%s:%lld:%s\n", rel, (long long)lineno,
                           g->line) != 0)
-            g->stop = true;
+            g->stop = g->failed = true; /* (cancelled: checked after) */
     }
     if (!g->stop && rc == TH_SDK_ECANCELLED)
         g->stop = true;
@@ -149,7 +163,7 @@ static void grep_dir(grep *g, int dfd, const char *rel, int depth)
     }
     goto out;
 oom:
-    g->stop = true;
+    g->stop = g->failed = true;
 out:
     for (size_t i = 0; i < n; i++)
         free(names[i]);
@@ -201,6 +215,10 @@ static int text_grep(void *state, const toolhost_tool *tool,
         grep_fd(&g, f, rel);
     if (th_sdk_cancelled(call))
         goto out; /* nothing more to say: the answer is dropped */
+    if (g.failed) { /* what was found is not all there is */
+        th_sdk_fail(call, "out of memory while searching");
+        goto out;
+    }
     if (g.cuts)
         th_sdk_log(g.st->host, TOOLHOST_LOG_INFO,
                    "text_grep: %lld line(s) cut at max_line_bytes (%lld)",
