@@ -707,9 +707,14 @@ int th_jschema_check_text(const th_jschema *s, const char *text, size_t len,
     }
     th_buf b = TH_BUF_INIT;
     int rc = -1;
-    if (th_json_to_msgpack(j, &b) == 0) {
-        msgpack_zone zone;
-        msgpack_zone_init(&zone, 2048);
+    msgpack_zone zone;
+    if (th_json_to_msgpack(j, &b) != 0) {
+        snprintf(msg, cap, "cannot be converted (out of memory, or an "
+                           "integer beyond 64 bits)");
+        rc = 1;
+    } else if (!msgpack_zone_init(&zone, 2048)) {
+        snprintf(msg, cap, "out of memory");
+    } else {
         msgpack_object o;
         size_t off = 0;
         if (msgpack_unpack((const char *)b.data, b.len, &off, &zone, &o) ==
@@ -718,10 +723,6 @@ int th_jschema_check_text(const th_jschema *s, const char *text, size_t len,
         else
             snprintf(msg, cap, "out of memory");
         msgpack_zone_destroy(&zone);
-    } else {
-        snprintf(msg, cap, "cannot be converted (out of memory, or an "
-                           "integer beyond 64 bits)");
-        rc = 1;
     }
     th_buf_destroy(&b);
     json_decref(j);

@@ -383,7 +383,8 @@ static int convert_one(const char *what, const toolhost_param *a, size_t idx,
             return rc;
         /* The default must satisfy the constraints it comes with. */
         msgpack_zone z;
-        msgpack_zone_init(&z, 512);
+        if (!msgpack_zone_init(&z, 512))
+            return th_error_set(err, TH_ENOMEM, "%s: out of memory", what);
         msgpack_object o;
         size_t off = 0;
         char msg[300];

@@ -347,12 +347,17 @@ int th_reload_watch_start(th_reloader *r, uv_loop_t *loop,
     w->debounce.data = w;
     w->handles++;
     if (opts->mode != TH_RELOAD_OFF && !opts->no_sighup) {
-        uv_signal_init(loop, &w->sighup);
-        w->sighup.data = w;
-        w->handles++;
-        w->has_sighup = true;
-        if ((rc = uv_signal_start(&w->sighup, sighup_cb, SIGHUP)) < 0)
+        /* A handle whose init failed is never closed (stop) */
+        if ((rc = uv_signal_init(loop, &w->sighup)) < 0) {
             th_log_warn("reload: cannot handle SIGHUP: %s", uv_strerror(rc));
+        } else {
+            w->sighup.data = w;
+            w->handles++;
+            w->has_sighup = true;
+            if ((rc = uv_signal_start(&w->sighup, sighup_cb, SIGHUP)) < 0)
+                th_log_warn("reload: cannot handle SIGHUP: %s",
+                            uv_strerror(rc));
+        }
     }
     uint64_t wd_us = th_sd_watchdog_usec();
     if (wd_us) { /* pinged from this loop: a stuck loop stops the pings */

@@ -13,8 +13,8 @@
  * stops reading stdout therefore holds back the threads that answer it
  * (and, once one of them holds the session's lock, the loop too): like
  * any stdio server, this one needs a client that reads what it asked for.
- * Input that is a regular file or /dev/null (epoll refuses those) is read
- * on libuv's thread pool instead of a pipe handle.  Input: bytes are split
+ * Input that is a regular file or /dev/null (epoll refuses those) is
+ * copied into a pipe by a thread of ours (relay_main).  Input: bytes are split
  * at '\n' ('\r' before it dropped); a line longer than max_message is
  * answered with an error and skipped up to its newline.  End of input or a
  * signal stops reading; calls in flight get shutdown_grace to finish (their
@@ -35,15 +35,18 @@
 #include "th/buf.h"
 #include "th/log.h"
 #include "front/reload_watch.h"
+#include "front/uv_guard.h"
 #include "th/reload.h"
 
 typedef struct mcp_stdio {
     uv_loop_t loop;
     uv_pipe_t in;
-    bool use_fs;            /* input is a file (not pollable): uv_fs_read */
-    bool fs_busy;           /* a uv_fs_read is in flight */
-    int in_fd;
-    uv_fs_t fsreq;
+    int in_fd;              /* what `in` reads (the relay's pipe) */
+    /* input that epoll refuses (a file, /dev/null): relay_main copies it
+     * into a pipe, `in` reads the other end */
+    pthread_t relay;
+    bool relay_started;
+    int relay_src, relay_dst;
     uv_signal_t sigterm, sigint;
     uv_async_t wake;
     th_reload_watch *reload;
@@ -86,8 +89,6 @@ static bool input_gone_locked(mcp_stdio *x)
 {
     if (x->input_ended)
         return true;
-    if (x->use_fs)
-        return false;
     struct pollfd pi = {.fd = x->in_fd, .events = POLLRDHUP};
     return poll(&pi, 1, 0) > 0 && (pi.revents & (POLLHUP | POLLRDHUP));
 }
@@ -246,7 +247,7 @@ static void begin_stop(mcp_stdio *x, const char *why)
     x->stopping = true;
     x->why = why;
     th_log_info("mcp stdio: %s: stopping", why);
-    if (!x->use_fs && !uv_is_closing((uv_handle_t *)&x->in))
+    if (!uv_is_closing((uv_handle_t *)&x->in))
         uv_close((uv_handle_t *)&x->in, NULL);
     if (x->reload) {
         th_reload_watch_stop(x->reload);
@@ -371,45 +372,51 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
 }
 
-/* Input from a regular file or /dev/null (epoll refuses them): read on
- * libuv's thread pool, one read at a time. */
-static void on_fs_read(uv_fs_t *req);
-
-static void fs_read_next(mcp_stdio *x)
+/* Input from a regular file or /dev/null (epoll refuses them): this
+ * thread copies it into a pipe whose other end is `in`, so reading stays
+ * that of a pipe (not libuv's thread pool, whose creation aborts the
+ * process when it fails).  It ends at the end of the input or when the
+ * read end is gone (EPIPE; SIGPIPE is ignored); reading a file never
+ * blocks, so th_mcp_stdio_run() joins it once the loop is over. */
+static void *relay_main(void *arg)
 {
-    uv_buf_t b = uv_buf_init(x->rbuf, sizeof x->rbuf);
-    x->fsreq.data = x;
-    if (uv_fs_read(&x->loop, &x->fsreq, x->in_fd, &b, 1, -1, on_fs_read) ==
-        0)
-        x->fs_busy = true;
-    else
-        begin_stop(x, "input error");
+    mcp_stdio *x = arg;
+    char buf[16384];
+    for (;;) {
+        ssize_t n = read(x->relay_src, buf, sizeof buf);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        for (ssize_t off = 0; off < n;) {
+            ssize_t w = write(x->relay_dst, buf + off, (size_t)(n - off));
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0)
+                goto out;
+            off += w;
+        }
+    }
+out:
+    close(x->relay_dst);
+    return NULL;
 }
 
-static void on_fs_read(uv_fs_t *req)
+/* Starts the relay for in_fd; the fd to read instead, or -1. */
+static int relay_start(mcp_stdio *x, int in_fd)
 {
-    mcp_stdio *x = req->data;
-    ssize_t n = req->result;
-    uv_fs_req_cleanup(req);
-    x->fs_busy = false;
-    if (n > 0) {
-        tl_feeding = x;
-        feed(x, x->rbuf, (size_t)n);
-        tl_feeding = NULL;
-        out_flush(x, false);
-        if (!x->stopping)
-            fs_read_next(x);
-        return;
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0)
+        return -1;
+    x->relay_src = in_fd;
+    x->relay_dst = p[1];
+    if (pthread_create(&x->relay, NULL, relay_main, x) != 0) {
+        close(p[0]);
+        close(p[1]);
+        return -1;
     }
-    if (n == 0) {
-        if (x->line.len && !x->skipping)
-            th_mcp_session_input(x->m, (const char *)x->line.data,
-                                 x->line.len);
-        begin_stop(x, "end of input");
-    } else {
-        th_log_warn("mcp stdio: reading input: %s", uv_strerror((int)n));
-        begin_stop(x, "input error");
-    }
+    x->relay_started = true;
+    return p[0];
 }
 
 static bool pollable(int fd)
@@ -442,6 +449,7 @@ int th_mcp_stdio_run(th_host *h, const th_principal *who,
     }
     th_buf_init(&x->line);
     pthread_mutex_init(&x->wmu, NULL);
+    th_uv_guard_init(); /* libuv's own allocations: no abort() */
     int rc = uv_loop_init(&x->loop);
     if (rc < 0) {
         pthread_mutex_destroy(&x->wmu);
@@ -472,32 +480,74 @@ int th_mcp_stdio_run(th_host *h, const th_principal *who,
     x->max = o && o->max_message ? o->max_message
              : cfg->host.mcp_max_message ? (size_t)cfg->host.mcp_max_message
                                          : TH_MCP_MAX_MESSAGE_DEFAULT;
-    uv_async_init(&x->loop, &x->wake, on_wake);
+    /* begin_stop() closes these handles: all of them are made (none of
+     * these inits allocates but the first signal's, which the guard
+     * covers), and a failure to start one stops the session at once. */
+    const char *what = "event loop";
+    if ((rc = uv_async_init(&x->loop, &x->wake, on_wake)) < 0) {
+        th_mcp_session_free(x->m);
+        th_buf_destroy(&x->out);
+        uv_loop_close(&x->loop);
+        pthread_mutex_destroy(&x->wmu);
+        free(x);
+        return th_error_set(err, TH_EIO, "mcp stdio: event loop: %s",
+                            uv_strerror(rc));
+    }
     x->wake.data = x;
-    uv_signal_init(&x->loop, &x->sigterm);
-    uv_signal_init(&x->loop, &x->sigint);
+    uv_pipe_init(&x->loop, &x->in, 0);
+    x->in.data = x;
+    int r1 = uv_signal_init(&x->loop, &x->sigterm);
+    int r2 = uv_signal_init(&x->loop, &x->sigint);
     x->sigterm.data = x->sigint.data = x;
-    uv_signal_start(&x->sigterm, on_signal, SIGTERM);
-    uv_signal_start(&x->sigint, on_signal, SIGINT);
+    if (r1 < 0 || r2 < 0) {
+        /* an uninitialised handle must not reach begin_stop's uv_close */
+        if (r1 == 0)
+            uv_close((uv_handle_t *)&x->sigterm, NULL);
+        if (r2 == 0)
+            uv_close((uv_handle_t *)&x->sigint, NULL);
+        uv_close((uv_handle_t *)&x->wake, NULL);
+        uv_close((uv_handle_t *)&x->in, NULL);
+        uv_run(&x->loop, UV_RUN_DEFAULT);
+        th_mcp_session_free(x->m);
+        th_buf_destroy(&x->out);
+        uv_loop_close(&x->loop);
+        pthread_mutex_destroy(&x->wmu);
+        free(x);
+        return th_error_set(err, TH_EIO, "mcp stdio: signal handlers: %s",
+                            uv_strerror(r1 < 0 ? r1 : r2));
+    }
+    if ((rc = uv_signal_start(&x->sigterm, on_signal, SIGTERM)) == 0)
+        rc = uv_signal_start(&x->sigint, on_signal, SIGINT);
+    if (rc < 0)
+        what = "signal handlers";
     x->in_fd = in_fd;
-    x->use_fs = !pollable(in_fd);
-    if (x->use_fs) {
-        rc = 0;
-        fs_read_next(x);
-    } else {
-        uv_pipe_init(&x->loop, &x->in, 0);
-        x->in.data = x;
-        rc = uv_pipe_open(&x->in, in_fd);
+    if (rc == 0 && !pollable(in_fd)) {
+        x->in_fd = relay_start(x, in_fd);
+        if (x->in_fd < 0) {
+            rc = UV_ENOMEM;
+            what = "stdin: cannot start the thread that reads a file";
+        }
+        th_log_debug("mcp stdio: input is not a pipe or socket: relayed");
+    }
+    if (rc == 0) {
+        what = "stdin";
+        rc = uv_pipe_open(&x->in, x->in_fd);
+        if (rc < 0 && x->relay_started)
+            close(x->in_fd);
         if (rc == 0)
             rc = uv_read_start((uv_stream_t *)&x->in, on_alloc, on_read);
     }
     if (rc < 0) {
-        th_error_set(err, TH_EIO, "stdin: %s (MCP over stdio needs a pipe, "
-                                  "a socket or a terminal)",
-                     uv_strerror(rc));
+        bool in = strcmp(what, "stdin") == 0;
+        th_error_set(err, TH_EIO, "%s: %s%s", what, uv_strerror(rc),
+                     in ? " (MCP over stdio needs a pipe, a socket, a "
+                          "terminal or a file)"
+                        : "");
         begin_stop(x, "no input");
         uv_run(&x->loop, UV_RUN_DEFAULT);
         uv_loop_close(&x->loop);
+        if (x->relay_started)
+            pthread_join(x->relay, NULL);
         th_mcp_session_free(x->m);
         th_buf_destroy(&x->line);
         th_buf_destroy(&x->out);
@@ -533,6 +583,8 @@ int th_mcp_stdio_run(th_host *h, const th_principal *who,
     }
     th_mcp_session_free(x->m);
     rc = uv_loop_close(&x->loop);
+    if (x->relay_started)
+        pthread_join(x->relay, NULL);
     if (rc != 0)
         th_log_warn("mcp stdio: event loop closed with handles open: %s",
                     uv_strerror(rc));

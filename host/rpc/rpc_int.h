@@ -75,7 +75,13 @@ struct rpc_conn {
                                    together by flush_pending() */
     char *flush_reason;
     bool session_closed;
-    uv_work_t close_work;
+    /* th_session_close() runs on a thread of its own (closer), which then
+     * links the connection into srv->closed and wakes the loop. */
+    pthread_t closer;
+    bool has_closer;
+    rpc_conn *closed_next;      /* srv->closed, under srv->mu */
+    bool lost_event;            /* under srv->mu: a result could not be
+                                   queued (out of memory): close */
     /* limits (all uv_now() times, ms) */
     uint64_t in_counted;        /* pending input counted in srv->in_total */
     uint64_t last_active;       /* last byte read, or last seen busy */
@@ -126,6 +132,11 @@ struct th_rpc_server {
     bool stdio;
     uv_pipe_t listener;
     bool listening;
+    /* A client libuv accepted while no connection could be made (out of
+     * memory): taken into `drop` (uv_accept, so the listener is polled
+     * again) and closed; one at a time, the next waits (drop_pending). */
+    uv_pipe_t drop;
+    bool drop_busy, drop_pending;
     char *sock_path;            /* to unlink at the end */
     bool bound;                 /* sock_path is ours */
     uv_signal_t sigterm, sigint;
@@ -135,8 +146,11 @@ struct th_rpc_server {
     uv_prepare_t flush;         /* before each poll: write what is pending */
     uint32_t n_pending;         /* connections with pend.len > 0 */
     uv_timer_t grace, hard;
-    pthread_mutex_t mu;         /* guards evq_*, stop_req, wake_closed */
+    pthread_mutex_t mu;         /* guards evq_*, closed, stop_req,
+                                   wake_closed */
     rpc_ev *evq_head, *evq_tail;
+    rpc_conn *closed;           /* sessions closed, for the loop to finish */
+    bool lost_events;           /* some conn has lost_event set */
     bool stop_req;
     bool wake_closed;           /* no uv_async_send() any more */
     bool stopping, cancelled_rest;

@@ -74,6 +74,7 @@
 #include "th/codec.h"
 #include "th/log.h"
 #include "front/reload_watch.h"
+#include "front/uv_guard.h"
 #include "th/schema.h"
 
 #define DEF_MAX_FRAME ((uint64_t)16 << 20)
@@ -88,6 +89,7 @@
 static void server_begin_stop(th_rpc_server *srv, const char *why);
 static void server_check_drained(th_rpc_server *srv);
 static void drain_events(th_rpc_server *srv);
+static void finish_closed(th_rpc_server *srv);
 static void check_budget(th_rpc_server *srv);
 
 static double ms_since(uint64_t t0)
@@ -248,6 +250,8 @@ void send_error(rpc_conn *c, uint64_t msgid, int code, const char *fmt,
     th_buf b = TH_BUF_INIT;
     if (th_rpc_pack_error(&b, msgid, code, msg) == 0)
         conn_send(c, &b);
+    else /* the client would wait for this response for good */
+        conn_close(c, false, "out of memory packing a response");
     th_buf_destroy(&b);
     conn_log(c, TOOLHOST_LOG_DEBUG, "session=%llu msgid=%llu error %s: %s",
              (unsigned long long)c->id, (unsigned long long)msgid,
@@ -545,17 +549,19 @@ static void handle_call_event(th_rpc_server *srv, rpc_ev *ev)
     if (ev->kind == TH_EV_DONE && ev->has_result) {
         /* The core's task store keeps the result (tasks.result). */
         log_outcome(call, &ev->res, "task done");
-        th_buf res = TH_BUF_INIT;
-        if (pack_result(&res, &ev->res) == 0) {
-            th_buf p = TH_BUF_INIT;
-            msgpack_packer pk;
-            msgpack_packer_init(&pk, &p, th_buf_msgpack_write);
-            if (!msgpack_pack_array(&pk, 2) &&
-                !msgpack_pack_uint64(&pk, call->task_id) &&
-                !th_buf_append(&p, res.data, res.len))
-                send_notify(c, "task.done", &p);
-            th_buf_destroy(&p);
-        }
+        th_buf res = TH_BUF_INIT, p = TH_BUF_INIT, f = TH_BUF_INIT;
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &p, th_buf_msgpack_write);
+        if (pack_result(&res, &ev->res) == 0 &&
+            !msgpack_pack_array(&pk, 2) &&
+            !msgpack_pack_uint64(&pk, call->task_id) &&
+            !th_buf_append(&p, res.data, res.len) &&
+            th_rpc_pack_notify(&f, "task.done", p.data, p.len) == 0)
+            conn_send(c, &f);
+        else /* the client would wait for task.done for good */
+            conn_close(c, false, "out of memory packing task.done");
+        th_buf_destroy(&f);
+        th_buf_destroy(&p);
         th_buf_destroy(&res);
         if (!call->responded) { /* a DONE without an ack: answer now */
             call->responded = true;
@@ -745,11 +751,41 @@ oom_ev:
     free(ev->data);
     free(ev);
 oom:
-    /* A lost progress update is harmless; a lost result would leave the
-     * call open until its connection ends, which then frees it. */
+    /* A lost progress update is harmless.  A lost result or task.done
+     * would leave the client waiting for good: the connection is closed
+     * instead (on the loop, lost_events), so the client sees it end. */
     th_log_error("session=%llu call=%llu out of memory queuing an event",
                  (unsigned long long)call->conn->id,
                  (unsigned long long)e->call_id);
+    if (e->kind != TH_EV_PROGRESS) {
+        pthread_mutex_lock(&srv->mu);
+        call->conn->lost_event = true;
+        srv->lost_events = true;
+        uv_async_send(&srv->wake);
+        pthread_mutex_unlock(&srv->mu);
+    }
+}
+
+/* On the loop: closes the connections that lost a result (on_call_event
+ * could not queue it). */
+static void close_lost(th_rpc_server *srv)
+{
+    pthread_mutex_lock(&srv->mu);
+    bool any = srv->lost_events;
+    srv->lost_events = false;
+    pthread_mutex_unlock(&srv->mu);
+    if (!any)
+        return;
+    for (rpc_conn *c = srv->conns, *n; c; c = n) {
+        n = c->next; /* conn_kill closes, never frees, c */
+        pthread_mutex_lock(&srv->mu);
+        bool lost = c->lost_event;
+        c->lost_event = false;
+        pthread_mutex_unlock(&srv->mu);
+        if (lost && !c->closing)
+            conn_kill(c, TH_ENOMEM,
+                      "out of memory delivering the result of a call");
+    }
 }
 
 static void push_ev(th_rpc_server *srv, rpc_ev *ev)
@@ -973,6 +1009,8 @@ static void on_wake(uv_async_t *a)
     srv->stop_req = false;
     pthread_mutex_unlock(&srv->mu);
     drain_events(srv);
+    close_lost(srv);
+    finish_closed(srv);
     if (stop)
         server_begin_stop(srv, "stop requested");
 }
@@ -1012,22 +1050,68 @@ static void on_handle_closed(uv_handle_t *h)
     conn_maybe_free(c);
 }
 
-static void session_close_work(uv_work_t *w)
+/* After th_session_close(): every event of the session is queued by now:
+ * handle them (the connection is closing, so nothing is written) before
+ * freeing.  On the loop. */
+static void session_close_after(rpc_conn *c)
 {
-    rpc_conn *c = w->data;
-    th_session_close(c->session);
-}
-
-static void session_close_after(uv_work_t *w, int status)
-{
-    (void)status;
-    rpc_conn *c = w->data;
-    /* Every event of the session is queued by now: handle them (the
-     * connection is closing, so nothing is written) before freeing. */
     drain_events(c->srv);
     c->session = NULL;
     c->session_closed = true;
     conn_maybe_free(c);
+}
+
+/* Hands a connection whose session is closed to the loop (any thread):
+ * on_wake finishes it.  The server's wake handle is open while any
+ * connection is (server_check_drained). */
+static void session_closed(rpc_conn *c)
+{
+    th_rpc_server *srv = c->srv;
+    pthread_mutex_lock(&srv->mu);
+    c->closed_next = srv->closed;
+    srv->closed = c;
+    uv_async_send(&srv->wake);
+    pthread_mutex_unlock(&srv->mu);
+}
+
+static void *closer_main(void *arg)
+{
+    rpc_conn *c = arg;
+    th_session_close(c->session);
+    session_closed(c);
+    return NULL;
+}
+
+/* On the loop: the sessions closed since the last wake-up. */
+static void finish_closed(th_rpc_server *srv)
+{
+    pthread_mutex_lock(&srv->mu);
+    rpc_conn *c = srv->closed;
+    srv->closed = NULL;
+    pthread_mutex_unlock(&srv->mu);
+    while (c) {
+        rpc_conn *next = c->closed_next;
+        if (c->has_closer) /* it has handed c over: it ends at once */
+            pthread_join(c->closer, NULL);
+        session_close_after(c);
+        c = next;
+    }
+}
+
+/* th_session_close() may wait (session_grace) for the session's calls
+ * to stop: on a thread of its own (not libuv's pool, whose creation
+ * aborts the process when it fails).  Without a thread (out of memory,
+ * no threads left) it runs here, and the loop waits with it. */
+static void session_close_start(rpc_conn *c)
+{
+    c->has_closer = pthread_create(&c->closer, NULL, closer_main, c) == 0;
+    if (c->has_closer)
+        return;
+    th_log_warn("session=%llu: no thread to close the session on: closed "
+                "on the loop",
+                (unsigned long long)c->id);
+    th_session_close(c->session);
+    session_closed(c);
 }
 
 void conn_close(rpc_conn *c, bool graceful, const char *fmt, ...)
@@ -1074,12 +1158,7 @@ void conn_close(rpc_conn *c, bool graceful, const char *fmt, ...)
     if (c->two_handles)
         uv_close((uv_handle_t *)&c->out, on_handle_closed);
     if (c->session) {
-        c->close_work.data = c;
-        if (uv_queue_work(&c->srv->loop, &c->close_work, session_close_work,
-                          session_close_after) != 0) {
-            th_session_close(c->session);
-            session_close_after(&c->close_work, 0);
-        }
+        session_close_start(c);
     } else {
         c->session_closed = true;
     }
@@ -1272,6 +1351,39 @@ static void count_open(th_rpc_server *srv, rpc_conn *c, bool exact,
     }
 }
 
+static void on_connection(uv_stream_t *server, int status);
+
+static void on_drop_closed(uv_handle_t *h)
+{
+    th_rpc_server *srv = h->data;
+    srv->drop_busy = false;
+    if (srv->drop_pending && srv->listening) {
+        srv->drop_pending = false;
+        on_connection((uv_stream_t *)&srv->listener, 0);
+    }
+}
+
+/* No memory for a new connection.  libuv has accepted the client already
+ * and polls the listener again only once uv_accept() takes it: take it
+ * into srv->drop (no allocation) and close it, so the client sees its
+ * connection end and the next one is served.  While drop closes, a client
+ * that comes waits in libuv (drop_pending) and is taken when it has
+ * closed. */
+static void conn_drop(th_rpc_server *srv)
+{
+    srv_log(srv, &srv->rl_accept, TOOLHOST_LOG_ERROR,
+            "out of memory: connection dropped");
+    if (srv->drop_busy) {
+        srv->drop_pending = true;
+        return;
+    }
+    srv->drop_busy = true;
+    uv_pipe_init(&srv->loop, &srv->drop, 0);
+    srv->drop.data = srv;
+    (void)uv_accept((uv_stream_t *)&srv->listener, (uv_stream_t *)&srv->drop);
+    uv_close((uv_handle_t *)&srv->drop, on_drop_closed);
+}
+
 static void on_connection(uv_stream_t *server, int status)
 {
     th_rpc_server *srv = server->data;
@@ -1289,14 +1401,7 @@ static void on_connection(uv_stream_t *server, int status)
     }
     rpc_conn *c = conn_new(srv);
     if (!c) {
-        /* Accept and drop, so the listen queue does not fill up. */
-        uv_os_fd_t lfd;
-        if (uv_fileno((uv_handle_t *)server, &lfd) == 0) {
-            int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-            if (fd >= 0)
-                close(fd);
-        }
-        th_log_error("out of memory: connection dropped");
+        conn_drop(srv);
         return;
     }
     uv_pipe_init(&srv->loop, &c->in, 0);
@@ -1415,13 +1520,20 @@ static void sweep_start(th_rpc_server *srv)
     uv_timer_start(&srv->sweep, on_sweep, t, t);
 }
 
+/* Connections the fd limit must leave room for, besides the fds open at
+ * start and the FD_RESERVE / 2 that on_connection() keeps free: below
+ * that the host would refuse every client, so serve does not start. */
+#define FD_MIN_CONNS 8
+
 /* Keeps max_connections below the fd limit (raising the soft limit when
- * the hard one allows), so the cap bites before accept() fails. */
-static void fit_fd_limit(th_rpc_server *srv)
+ * the hard one allows), so the cap bites before accept() fails.  0, or
+ * TH_ELIMIT when the limit leaves room for fewer than FD_MIN_CONNS
+ * connections. */
+static int fit_fd_limit(th_rpc_server *srv, th_error *err)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
-        return;
+        return 0;
     rlim_t need = (rlim_t)srv->max_conns + FD_RESERVE;
     if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
         struct rlimit up = rl;
@@ -1432,16 +1544,38 @@ static void fit_fd_limit(th_rpc_server *srv)
             rl = up;
     }
     srv->fd_limit = rl.rlim_cur == RLIM_INFINITY ? 0 : (uint64_t)rl.rlim_cur;
-    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+    if (!srv->fd_limit)
+        return 0;
+    /* The lowest free fd: the listener takes it, clients come above. */
+    int low = fcntl(uv_backend_fd(&srv->loop), F_DUPFD_CLOEXEC, 0);
+    if (low >= 0)
+        close(low);
+    uint64_t first = low >= 0 ? (uint64_t)low + 1 : 0;
+    uint64_t room = srv->fd_limit > first + FD_RESERVE / 2
+                        ? srv->fd_limit - first - FD_RESERVE / 2
+                        : 0;
+    if (room < FD_MIN_CONNS)
+        return th_error_set(
+            err, TH_ELIMIT,
+            "the fd limit (ulimit -n) is %llu: with %llu fds in use and %d "
+            "kept in reserve it leaves room for %llu connections; serve "
+            "needs room for %d (a limit of %llu or more)",
+            (unsigned long long)srv->fd_limit, (unsigned long long)first,
+            FD_RESERVE / 2, (unsigned long long)room, FD_MIN_CONNS,
+            (unsigned long long)(first + FD_RESERVE / 2 + FD_MIN_CONNS));
+    if (rl.rlim_cur < need) {
         uint32_t fit = rl.rlim_cur > 2 * FD_RESERVE
                            ? (uint32_t)(rl.rlim_cur - FD_RESERVE)
                            : (uint32_t)(rl.rlim_cur / 2 + 1);
+        if (fit > room)
+            fit = (uint32_t)room;
         th_log_warn("max_connections lowered from %u to %u: the fd limit "
                     "is %llu",
                     (unsigned)srv->max_conns, (unsigned)fit,
                     (unsigned long long)rl.rlim_cur);
         srv->max_conns = fit;
     }
+    return 0;
 }
 
 /* ---- Shutdown -------------------------------------------------------------- */
@@ -1837,37 +1971,54 @@ int th_rpc_serve(th_host *h, const th_rpc_serve_opts *o, th_error *err)
         free(srv);
         return th_error_set(err, TH_ENOMEM, "mutex");
     }
+    th_uv_guard_init(); /* libuv's own allocations: no abort() */
     int rc = uv_loop_init(&srv->loop);
     if (rc < 0) {
         pthread_mutex_destroy(&srv->mu);
         free(srv);
         return th_error_set(err, TH_EIO, "event loop: %s", uv_strerror(rc));
     }
-    uv_async_init(&srv->loop, &srv->wake, on_wake);
+    if ((rc = uv_async_init(&srv->loop, &srv->wake, on_wake)) < 0) {
+        uv_loop_close(&srv->loop);
+        pthread_mutex_destroy(&srv->mu);
+        free(srv);
+        return th_error_set(err, TH_EIO, "event loop: %s", uv_strerror(rc));
+    }
     srv->wake.data = srv;
     uv_timer_init(&srv->loop, &srv->grace);
     uv_timer_init(&srv->loop, &srv->hard);
     uv_timer_init(&srv->loop, &srv->sweep);
     srv->grace.data = srv->hard.data = srv->sweep.data = srv;
-    if (!o->stdio)
-        fit_fd_limit(srv);
     sweep_start(srv);
     uv_prepare_init(&srv->loop, &srv->flush);
     srv->flush.data = srv;
     uv_prepare_start(&srv->flush, flush_pending);
     uv_unref((uv_handle_t *)&srv->flush); /* never keeps the loop alive */
+    rc = 0;
     if (!o->no_signals) {
-        srv->signals = true;
-        uv_signal_init(&srv->loop, &srv->sigterm);
-        uv_signal_init(&srv->loop, &srv->sigint);
-        srv->sigterm.data = srv->sigint.data = srv;
-        uv_signal_start(&srv->sigterm, on_signal, SIGTERM);
-        uv_signal_start(&srv->sigint, on_signal, SIGINT);
+        /* sigterm and sigint close together (server_check_drained) */
+        if ((rc = uv_signal_init(&srv->loop, &srv->sigterm)) == 0 &&
+            (rc = uv_signal_init(&srv->loop, &srv->sigint)) != 0)
+            uv_close((uv_handle_t *)&srv->sigterm, NULL);
+        if (rc == 0) {
+            srv->signals = true;
+            srv->sigterm.data = srv->sigint.data = srv;
+            if ((rc = uv_signal_start(&srv->sigterm, on_signal, SIGTERM)) ==
+                0)
+                rc = uv_signal_start(&srv->sigint, on_signal, SIGINT);
+        }
+        if (rc != 0)
+            rc = th_error_set(err, TH_EIO, "signal handlers: %s",
+                              uv_strerror(rc));
     }
     /* A client that goes away must not kill the host. */
     signal(SIGPIPE, SIG_IGN);
 
-    rc = o->stdio ? start_stdio(srv, o, err) : start_listen(srv, addr, err);
+    if (rc == 0 && !o->stdio)
+        rc = fit_fd_limit(srv, err);
+    if (rc == 0)
+        rc = o->stdio ? start_stdio(srv, o, err)
+                      : start_listen(srv, addr, err);
     if (rc) {
         abort_start(srv);
         uv_loop_close(&srv->loop);

@@ -64,7 +64,7 @@ static int fs_read(void *state, const toolhost_tool *tool, toolhost_call *call,
     const char *line;
     size_t n;
     bool cut;
-    int rc;
+    int rc, wrc = 0;
     while ((rc = th_sdk_lines_next(&r, call, &line, &n, &cut)) == 1) {
         if (lineno++ < offset)
             continue;
@@ -74,10 +74,10 @@ static int fs_read(void *state, const toolhost_tool *tool, toolhost_call *call,
             budget = !(limit >= 0 && written >= limit);
             break;
         }
-        if (th_sdk_write(call, TOOLHOST_STDOUT, line, n) != 0 ||
-            (cut && th_sdk_write(call, TOOLHOST_STDOUT, CUT_MARK,
-                                 sizeof CUT_MARK - 1) != 0))
-            break; /* cancelled: the output is dropped anyway */
+        if ((wrc = th_sdk_write(call, TOOLHOST_STDOUT, line, n)) != 0 ||
+            (cut && (wrc = th_sdk_write(call, TOOLHOST_STDOUT, CUT_MARK,
+                                        sizeof CUT_MARK - 1)) != 0))
+            break; /* cancelled (the output is dropped) or out of memory */
         cuts += cut;
         bytes += (int64_t)n;
         written++;
@@ -86,6 +86,10 @@ static int fs_read(void *state, const toolhost_tool *tool, toolhost_call *call,
         goto out; /* nothing more to say: the answer is dropped */
     if (rc < 0) {
         th_sdk_fail(call, "error reading '%s': %s", rel, strerror(errno));
+        goto out;
+    }
+    if (wrc != 0) { /* not an answer with lines missing */
+        th_sdk_fail(call, "out of memory writing '%s'", rel);
         goto out;
     }
     if (cuts)
@@ -208,8 +212,11 @@ static int fs_list(void *state, const toolhost_tool *tool, toolhost_call *call,
         qsort(names, n, sizeof *names, by_name);
     int64_t shown = 0;
     for (size_t i = 0; i < n; i++) {
-        if (th_sdk_printf(call, "%s\n", names[i]) != 0)
+        if (th_sdk_printf(call, "%s\n", names[i]) != 0) {
+            if (!th_sdk_cancelled(call)) /* not a list with holes */
+                goto oom;
             break;
+        }
         shown++;
     }
     th_sdk_meta m;
@@ -277,7 +284,10 @@ static int fs_stat(void *state, const toolhost_tool *tool, toolhost_call *call,
         th_sdk_fail(call, "out of memory");
         goto out;
     }
-    th_sdk_printf(call, "%s\n", text);
+    if (th_sdk_printf(call, "%s\n", text) != 0) {
+        th_sdk_fail(call, "out of memory");
+        goto out;
+    }
     status = TOOLHOST_OK;
 out:
     free(text);

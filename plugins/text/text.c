@@ -83,6 +83,7 @@ typedef struct grep {
     int64_t max, matches, files, cuts;
     bool truncated, stop;
     int err;               /* a PCRE2 error that ended the call, 0: none */
+    bool failed;           /* out of memory: the answer would be incomplete */
     int64_t err_line;      /* its line */
     char *err_file;        /* its file (owned) */
 } grep;
@@ -95,7 +96,7 @@ static void grep_fd(grep *g, int fd, const char *rel)
     th_sdk_lines r;
     g->files++;
     if (th_sdk_lines_init(&r, fd, (size_t)g->st->max_line_bytes) != 0) {
-        g->stop = true;
+        g->stop = g->failed = true;
         goto out;
     }
     /* A NUL byte in the first 4 KiB: a binary file, skipped. */
@@ -139,7 +140,7 @@ static void grep_fd(grep *g, int fd, const char *rel)
         /* printed up to a NUL byte, as the line was matched before */
         if (th_sdk_printf(g->call, "%s:%lld:%.*s\n", rel, (long long)lineno,
                           (int)n, s) != 0)
-            g->stop = true;
+            g->stop = g->failed = true; /* (cancelled: checked after) */
     }
     if (!g->stop && rc == TH_SDK_ECANCELLED)
         g->stop = true;
@@ -223,7 +224,7 @@ static void grep_dir(grep *g, int dfd, const char *rel, int depth)
     }
     goto out;
 oom:
-    g->stop = true;
+    g->stop = g->failed = true;
 out:
     for (size_t i = 0; i < n; i++)
         free(names[i]);
@@ -319,6 +320,10 @@ static int text_grep(void *state, const toolhost_tool *tool,
                     "backreferences after .*",
                     (const char *)msg, g.err_file ? g.err_file : "?",
                     (long long)g.err_line, GREP_MATCH_LIMIT, GREP_HEAP_KIB);
+        goto out;
+    }
+    if (g.failed) { /* what was found is not all there is */
+        th_sdk_fail(call, "out of memory while searching");
         goto out;
     }
     if (g.cuts)
