@@ -27,7 +27,8 @@
  *     body
  * In header values "$A", "$B", "$E" stand for the tokens of alice, bob
  * (both allowed by a toolset) and eve (no toolset), "$0".."$7" for the
- * session ids the host gave out so far in this input.  Headers of the
+ * session ids the host gave out so far in this input; in the body "$K"
+ * stands for the last taskId the host gave out.  Headers of the
  * harness: X-Fuzz-Chunk: N (body in N-byte pieces), X-Fuzz-Async: 1 (the
  * request runs on a thread of its own, as on a connection of its own),
  * X-Fuzz-Open: 1 (a GET stream stays open until the end of the input),
@@ -35,8 +36,10 @@
  * At the end of each input every session it opened is deleted (DELETE
  * with its owner's token) and every stream still open is read out.
  *
- * The host is opened once: build/plugins/echo.so (echo, echo_async; ask
- * before echo_async), tokens of alice (with uid), bob and eve, max_body
+ * The host is opened once: build/plugins/echo.so (echo, echo_async),
+ * toolsets `asks` for alice (echo_async asks first: an elicitation, for a
+ * client that declared it) and `open` for bob (no asks), tokens of alice
+ * (with uid), bob and eve (no toolset), max_body
  * 8 KiB, max_sessions 6, max_streams 2, max_queued 4 KiB, keepalive 2 ms
  * (set past the config's floor so a quiet stream costs little),
  * max_timeout 1 s, permission_timeout 100 ms.
@@ -329,6 +332,7 @@ static const char *mh_resp_hdr(const struct MHD_Response *r, const char *n)
 
 static th_host *mh_host;
 static th_mcp_http *mh_front;
+static bool mh_trace; /* TH_FUZZ_TRACE set: each request and its answer */
 
 static void mh_hex_sha256(const char *s, char hex[65])
 {
@@ -360,10 +364,12 @@ static void mh_open_host(void)
              "  default_timeout: 1s\n  permission_timeout: 100ms\n"
              "  listen: [\"http://127.0.0.1:0/mcp\"]\n"
              "%s%s%s"
-             "toolsets:\n  - name: public\n    tools: [\"*\"]\n"
-             "    allow_users: [alice, bob]\n"
+             "toolsets:\n  - name: asks\n    tools: [\"*\"]\n"
+             "    allow_users: [alice]\n"
              "    permissions:\n      default: allow\n"
              "      rules:\n        - {match: echo_async, action: ask}\n"
+             "  - name: open\n    tools: [\"*\"]\n"
+             "    allow_users: [bob]\n    permissions: {default: allow}\n"
              "mcp:\n  allow_origins: [\"https://app.example\"]\n"
              "  max_body: 8KiB\n  max_sessions: 6\n  max_streams: 2\n"
              "  max_queued: 4KiB\n  session_idle: 30s\n"
@@ -411,6 +417,7 @@ typedef struct mh_req {
     size_t n_hdrs;
     const uint8_t *body;
     size_t body_len;
+    char *body_own; /* the body with $K replaced, when it had one */
     bool timeout; /* Content-Length promised more than came */
     size_t chunk;
     bool async, open, hangup;
@@ -434,6 +441,7 @@ static mh_sess mh_sess_v[MH_MAX_SESS];
 static size_t mh_n_sess;
 static mh_open mh_open_v[MH_MAX_OPEN];
 static size_t mh_n_open;
+static char mh_task[32]; /* the last taskId the host gave out ($K) */
 
 static void mh_req_free(mh_req *q)
 {
@@ -442,6 +450,7 @@ static void mh_req_free(mh_req *q)
         free(q->hdrs[i].value);
     }
     free(q->sess_owner);
+    free(q->body_own);
     free(q);
 }
 
@@ -609,6 +618,28 @@ static mh_req *mh_parse(const uint8_t *p, size_t n)
     }
     q->body = p;
     q->body_len = (size_t)(end - p);
+    if (memmem(q->body, q->body_len, "$K", 2)) {
+        char task[32];
+        pthread_mutex_lock(&mh_mu);
+        memcpy(task, mh_task, sizeof task);
+        pthread_mutex_unlock(&mh_mu);
+        size_t tl = strlen(task), k = 0;
+        q->body_own = malloc(q->body_len * (tl + 1) + 1);
+        if (!q->body_own)
+            goto bad;
+        for (size_t i = 0; i < q->body_len; i++) {
+            if (q->body[i] == '$' && i + 1 < q->body_len &&
+                q->body[i + 1] == 'K') {
+                memcpy(q->body_own + k, task, tl);
+                k += tl;
+                i++;
+            } else {
+                q->body_own[k++] = (char)q->body[i];
+            }
+        }
+        q->body = (const uint8_t *)q->body_own;
+        q->body_len = k;
+    }
     const char *cl = mh_req_hdr(q, "Content-Length");
     if (cl) {
         /* libmicrohttpd answers a bad one 400 itself, and reads exactly
@@ -642,8 +673,25 @@ bad:
     return NULL;
 }
 
+/* Notes the last "taskId":"N" of a message, for $K. */
+static void mh_learn_task(const char *text, size_t len)
+{
+    const char *p = memmem(text, len, "\"taskId\":\"", 10);
+    if (!p)
+        return;
+    p += 10;
+    size_t n = strspn(p, "0123456789");
+    if (n == 0 || n >= sizeof mh_task || p + n > text + len)
+        return;
+    pthread_mutex_lock(&mh_mu);
+    memcpy(mh_task, p, n);
+    mh_task[n] = '\0';
+    pthread_mutex_unlock(&mh_mu);
+}
+
 static bool mh_is_rpc(const char *text, size_t len)
 {
+    mh_learn_task(text, len);
     json_t *j = json_loadb(text, len, 0, NULL);
     bool ok = json_is_object(j) &&
               json_string_value(json_object_get(j, "jsonrpc")) &&
@@ -817,7 +865,7 @@ static void mh_run(mh_req *q)
     }
     struct MHD_Response *r = c->resp;
     unsigned st = c->status;
-    if (getenv("TH_FUZZ_TRACE")) /* what a seed does, for its author */
+    if (mh_trace) /* what a seed does, for its author */
         fprintf(stderr, "mcp_http: %s %s (%s) -> %u %.*s\n", q->method,
                 q->path, q->user ? q->user : "-", st,
                 r->crc ? 5 : (int)(r->size > 300 ? 300 : r->size),
@@ -887,12 +935,51 @@ static void mh_delete(size_t i)
     mh_req_free(q);
 }
 
+static int fuzz_mcp_http(const uint8_t *data, size_t size);
+
+/* The host keeps the records of its last 1024 calls (tombstones, for late
+ * plugin callbacks): until that ring is full each call leaves blocks
+ * behind, and libFuzzer would scan for leaks after every input.  Filled
+ * at the start, with echo calls on one session, before the first input. */
+static void mh_warm_up(void)
+{
+    static const char init[] =
+        "POST /mcp\nAuthorization: Bearer $A\n"
+        "Content-Type: application/json\n\n"
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\","
+        "\"params\":{\"protocolVersion\":\"2025-06-18\","
+        "\"capabilities\":{},\"clientInfo\":{\"name\":\"w\","
+        "\"version\":\"1\"}}}";
+    static const char call[] =
+        "POST /mcp\nAuthorization: Bearer $A\n"
+        "Content-Type: application/json\nMcp-Session-Id: $0\n\n"
+        "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\","
+        "\"params\":{\"name\":\"echo\",\"arguments\":{\"text\":\"w\"}}}";
+    mh_req *q = mh_parse((const uint8_t *)init, sizeof init - 1);
+    if (q) {
+        mh_run(q);
+        mh_req_free(q);
+    }
+    for (int i = 0; i < 1100 && mh_n_sess; i++) {
+        q = mh_parse((const uint8_t *)call, sizeof call - 1);
+        if (q) {
+            mh_run(q);
+            mh_req_free(q);
+        }
+    }
+    fuzz_mcp_http(NULL, 0); /* deletes the session */
+}
+
 static int fuzz_mcp_http(const uint8_t *data, size_t size)
 {
     if (size > 64000)
         return 0;
-    if (!mh_host)
+    if (!mh_host) {
         mh_open_host();
+        mh_warm_up();
+        mh_trace = getenv("TH_FUZZ_TRACE") != NULL;
+    }
+    th_fuzz_settle settle = th_fuzz_settle_begin();
     pthread_t th[MH_MAX_THREADS];
     size_t n_th = 0;
     size_t off = 0;
@@ -925,6 +1012,8 @@ static int fuzz_mcp_http(const uint8_t *data, size_t size)
                       true);
     }
     mh_n_open = 0;
+    /* a session's last frees may run on a call's thread just after */
+    th_fuzz_settle_end(settle, 10);
     return 0;
 }
 
