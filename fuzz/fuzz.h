@@ -139,6 +139,93 @@ static inline int th_fuzz_msgpack_depth(const uint8_t *p, size_t len)
     return th_fuzz_msgpack_walk(p, len, &d) ? d : -1;
 }
 
+/* Settling for targets whose host finishes work on its own threads after
+ * an input's last answer (a call's record and reply freed on a manager
+ * thread a moment later).  libFuzzer counts mallocs and frees during each
+ * input and, when frees fall short, runs the input again and then a full
+ * leak scan - tens of milliseconds, each input.  th_fuzz_settle_begin() at
+ * the start of an input and th_fuzz_settle_end(ms) at its end wait (at most
+ * ms, yielding) until this input's frees have caught up with its mallocs,
+ * counted by allocator hooks of our own beside libFuzzer's.  A real leak
+ * never catches up: the wait ends at ms and libFuzzer's check runs as
+ * before.  No-ops outside a clang sanitizer build. */
+#if defined(__clang__) && !defined(TH_FUZZ_NO_ENTRY)
+#include <sanitizer/allocator_interface.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <time.h>
+
+static inline atomic_ulong *th_fuzz_alloc_counts(void)
+{
+    static atomic_ulong counts[2]; /* mallocs, frees */
+    return counts;
+}
+
+static inline void th_fuzz_malloc_hook(const volatile void *p, size_t n)
+{
+    (void)p, (void)n;
+    atomic_fetch_add_explicit(&th_fuzz_alloc_counts()[0], 1,
+                              memory_order_relaxed);
+}
+
+static inline void th_fuzz_free_hook(const volatile void *p)
+{
+    (void)p;
+    atomic_fetch_add_explicit(&th_fuzz_alloc_counts()[1], 1,
+                              memory_order_relaxed);
+}
+
+typedef struct th_fuzz_settle {
+    unsigned long mallocs, frees;
+} th_fuzz_settle;
+
+static inline th_fuzz_settle th_fuzz_settle_begin(void)
+{
+    static int installed;
+    if (!installed) {
+        installed = 1;
+        __sanitizer_install_malloc_and_free_hooks(th_fuzz_malloc_hook,
+                                                  th_fuzz_free_hook);
+    }
+    th_fuzz_settle s = {atomic_load(&th_fuzz_alloc_counts()[0]),
+                        atomic_load(&th_fuzz_alloc_counts()[1])};
+    return s;
+}
+
+static inline void th_fuzz_settle_end(th_fuzz_settle s, long ms)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        unsigned long m = atomic_load(&th_fuzz_alloc_counts()[0]) - s.mallocs;
+        unsigned long f = atomic_load(&th_fuzz_alloc_counts()[1]) - s.frees;
+        if (f >= m)
+            return;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((t.tv_sec - t0.tv_sec) * 1000 +
+                (t.tv_nsec - t0.tv_nsec) / 1000000 >= ms) {
+            if (getenv("TH_FUZZ_SETTLE_DEBUG"))
+                fprintf(stderr, "settle: %lu mallocs, %lu frees\n", m, f);
+            return;
+        }
+        sched_yield();
+    }
+}
+#else
+typedef struct th_fuzz_settle {
+    int unused;
+} th_fuzz_settle;
+static inline th_fuzz_settle th_fuzz_settle_begin(void)
+{
+    th_fuzz_settle s = {0};
+    return s;
+}
+static inline void th_fuzz_settle_end(th_fuzz_settle s, long ms)
+{
+    (void)s, (void)ms;
+}
+#endif
+
 #ifdef TH_FUZZ_NO_ENTRY
 #define TH_FUZZ_ENTRY(fn)
 #else

@@ -427,6 +427,7 @@ static bool deliver(th_mcall *c, bool own)
         th_progress_update pu; /* zeroed by th_progress_take */
         bool have_pu = false;
         th_result_copy *fin = NULL; /* x->final, delivered where it lies */
+        bool owed = false; /* counted in the session's finals_owed */
         ev.call_id = c->base.pub.call_id;
         if (c->pend_ack) { /* set by a running call: x exists */
             memset(&r, 0, sizeof r);
@@ -444,6 +445,8 @@ static bool deliver(th_mcall *c, bool own)
             th_progress_event(&pu, c->base.pub.call_id, &ev);
         } else if (c->pend_final) {
             c->pend_final = false;
+            owed = c->final_owed;
+            c->final_owed = false;
             if (x) {
                 /* Viewed in place: x->final is written once, by the
                  * answer (answer_locked, before pend_final was set), and
@@ -475,6 +478,15 @@ static bool deliver(th_mcall *c, bool own)
         pthread_mutex_unlock(&c->mu);
         if (fn)
             fn(&ev, ud);
+        if (owed) {
+            /* the session's last callback for this call has returned */
+            th_session *s = c->s;
+            pthread_mutex_lock(&s->mu);
+            s->finals_owed--;
+            if (s->closing)
+                pthread_cond_broadcast(&s->cv);
+            pthread_mutex_unlock(&s->mu);
+        }
         if (msg)
             free(msg);
         if (have_pu)
@@ -625,6 +637,14 @@ static bool answer_locked(th_mcall *c, th_result_copy *res, bool exec_over)
             th_u64map_del_node(&s->calls, &c->snode);
             c->in_session = false;
             ref_drop_nonlast(c);
+            /* Out of the map th_session_close() detaches from, with its
+             * final event still to come (maybe on the notifier thread,
+             * right now delivering a progress event): the close waits
+             * for that callback instead. */
+            if (c->fn) {
+                c->final_owed = true;
+                s->finals_owed++;
+            }
         }
         if (c->live_counted) {
             c->live_counted = false;

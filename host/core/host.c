@@ -124,7 +124,10 @@ void th_session_close(th_session *s)
      * slots, and the 5 ms slices bound a wake-up missed in between. */
     size_t in_slots = th_mgr_cslot_running(h, s);
     pthread_mutex_lock(&s->mu);
-    while (s->ops_inflight > 0 ||
+    /* (finals_owed: calls answered just before the close, out of the
+     * map, whose final callback has not returned yet: no callback may run
+     * after we return) */
+    while (s->ops_inflight > 0 || s->finals_owed > 0 ||
            ((s->exec_live > 0 || in_slots > 0) && th_now_ns() < until)) {
         struct timespec ts;
         th_deadline_rt(&ts, 5);

@@ -396,7 +396,12 @@ struct th_mcall {
     bool delivering;
     bool notify_queued;
     bool pend_ack;
-    bool pend_final;
+    /* [mu] final_owed: answered in its session's map with a callback
+     * set, counted in s->finals_owed until its final event's callback
+     * has returned.  Bits of one byte, both under mu: the record stays
+     * within its 400 bytes (manager:queued_call_is_small). */
+    bool pend_final : 1;
+    bool final_owed : 1;
 
     /* ABI 1.1 host callbacks (call_cb.c), [mu]: whether cancellation
      * fired, a hook running (th_mcall_exec_end waits for it: no hook
@@ -840,6 +845,9 @@ struct th_session {
     size_t live_tasks;
     size_t exec_live;           /* session-scoped calls still executing */
     int ops_inflight;           /* tools_changed running */
+    int finals_owed;            /* calls answered (out of `calls`) whose
+                                   final event is still to be delivered:
+                                   th_session_close waits for them */
     th_session *prev, *next;
 };
 
