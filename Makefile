@@ -129,7 +129,7 @@ TEST_DEFS = -Ihost/core -DTH_BUILD_DIR='"$(abspath $(BUILD))"' -DTH_SOURCE_DIR='
 	-DTH_SANITIZER='"$(SANITIZER)"'
 
 .PHONY: all examples deps run test test-stress check check-unit check-integration check-parallel unit-build check-tsan soak check-layers layers-graph \
-	valgrind bench fuzz fuzz-replay install uninstall clean
+	valgrind bench fuzz fuzz-long fuzz-replay install uninstall clean
 .DEFAULT_GOAL := all
 
 all: $(TOOLHOST) $(LIBSDK) $(PLUGIN_SO) $(FIX_SO) $(UNIT_BIN) $(INTEG_BIN) examples
@@ -357,10 +357,19 @@ FUZZ_SECONDS ?= 30
 fuzz: deps
 	@scripts/run-fuzz run $(FUZZ_SECONDS)
 
+# Every target to FUZZ_LONG_EXECS executions (default 10M) or
+# FUZZ_LONG_SECONDS (default 600) each, whichever comes first, and a table
+# of the figures (scripts/run-fuzz long; fuzz/README.md).
+fuzz-long: deps
+	@scripts/run-fuzz long
+
 # Replays the seed corpora and every past crash through the fuzz targets
 # (no fuzzing): what `make test` runs so regressions stay caught.
 fuzz-replay:
 	@scripts/run-fuzz replay
+
+# The allocation-failure sweep, make test-oom (tests/oom/oom.mk).
+include tests/oom/oom.mk
 
 # ---- install --------------------------------------------------------------------
 
