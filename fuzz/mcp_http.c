@@ -33,8 +33,10 @@
  * request runs on a thread of its own, as on a connection of its own),
  * X-Fuzz-Open: 1 (a GET stream stays open until the end of the input),
  * X-Fuzz-Hangup: 1 (the client's socket is already closed).
- * At the end of each input every session it opened is deleted (DELETE
- * with its owner's token) and every stream still open is read out.
+ * At the end of each input the tasks it started are cancelled
+ * (tasks/cancel, which a task outliving its session still takes), every
+ * session it opened is deleted (DELETE with its owner's token) and every
+ * stream still open is read out.
  *
  * The host is opened once: build/plugins/echo.so (echo, echo_async),
  * toolsets `asks` for alice (echo_async asks first: an elicitation, for a
@@ -42,7 +44,8 @@
  * (with uid), bob and eve (no toolset), max_body
  * 8 KiB, max_sessions 6, max_streams 2, max_queued 4 KiB, keepalive 2 ms
  * (set past the config's floor so a quiet stream costs little),
- * max_timeout 1 s, permission_timeout 100 ms.
+ * max_timeout 1 s, permission_timeout 100 ms, session_grace 5 ms and
+ * task_keep 1 (so that what an input leaves behind is soon gone).
  * Properties beyond "no crash, no leak, no UB, no hang":
  *   - every request is answered by its last call (a response, or MHD_NO),
  *     with a status of the front's set;
@@ -360,8 +363,9 @@ static void mh_open_host(void)
     char yaml[6000];
     snprintf(yaml, sizeof yaml,
              "host:\n  log_level: error\n  shutdown_grace: 50ms\n"
-             "  session_grace: 50ms\n  max_timeout: 1s\n"
+             "  session_grace: 5ms\n  max_timeout: 1s\n"
              "  default_timeout: 1s\n  permission_timeout: 100ms\n"
+             "  task_keep: 1\n"
              "  listen: [\"http://127.0.0.1:0/mcp\"]\n"
              "%s%s%s"
              "toolsets:\n  - name: asks\n    tools: [\"*\"]\n"
@@ -442,6 +446,8 @@ static size_t mh_n_sess;
 static mh_open mh_open_v[MH_MAX_OPEN];
 static size_t mh_n_open;
 static char mh_task[32]; /* the last taskId the host gave out ($K) */
+static char mh_tasks[16][32]; /* all of this input's, cancelled at its end */
+static size_t mh_n_tasks;
 
 static void mh_req_free(mh_req *q)
 {
@@ -686,6 +692,11 @@ static void mh_learn_task(const char *text, size_t len)
     pthread_mutex_lock(&mh_mu);
     memcpy(mh_task, p, n);
     mh_task[n] = '\0';
+    bool seen = false;
+    for (size_t i = 0; i < mh_n_tasks && !seen; i++)
+        seen = strcmp(mh_tasks[i], mh_task) == 0;
+    if (!seen && mh_n_tasks < sizeof mh_tasks / sizeof mh_tasks[0])
+        memcpy(mh_tasks[mh_n_tasks++], mh_task, sizeof mh_task);
     pthread_mutex_unlock(&mh_mu);
 }
 
@@ -913,15 +924,36 @@ static void *mh_thread(void *arg)
     return NULL;
 }
 
-/* A request of the harness's own: DELETE session i with its owner's
- * token. */
+/* Requests of the harness's own, with session i's owner's token: DELETE
+ * the session, or (task) cancel a task first - a task outlives its
+ * session. */
+static void mh_own_request(size_t i, const char *task);
+
 static void mh_delete(size_t i)
+{
+    mh_own_request(i, NULL);
+}
+
+static void mh_own_request(size_t i, const char *task)
 {
     mh_req *q = calloc(1, sizeof *q);
     if (!q)
         return;
-    strcpy(q->method, "DELETE");
+    strcpy(q->method, task ? "POST" : "DELETE");
     strcpy(q->path, "/mcp");
+    if (task) {
+        int k = asprintf(&q->body_own,
+                         "{\"jsonrpc\":\"2.0\",\"id\":\"fz\",\"method\":"
+                         "\"tasks/cancel\",\"params\":{\"taskId\":\"%s\"}}",
+                         task);
+        if (k < 0) {
+            q->body_own = NULL;
+            free(q);
+            return;
+        }
+        q->body = (const uint8_t *)q->body_own;
+        q->body_len = (size_t)k;
+    }
     const char *tok = strcmp(mh_sess_v[i].user, "alice") == 0 ? MH_ALICE
                       : strcmp(mh_sess_v[i].user, "bob") == 0 ? MH_BOB
                                                                : MH_EVE;
@@ -930,6 +962,9 @@ static void mh_delete(size_t i)
     q->hdrs[0] = (mh_hdr){strdup("Authorization"), strdup(auth)};
     q->hdrs[1] = (mh_hdr){strdup("Mcp-Session-Id"), strdup(mh_sess_v[i].id)};
     q->n_hdrs = 2;
+    if (task)
+        q->hdrs[q->n_hdrs++] = (mh_hdr){strdup("Content-Type"),
+                                        strdup("application/json")};
     q->user = mh_token_user(auth);
     mh_run(q);
     mh_req_free(q);
@@ -980,6 +1015,7 @@ static int fuzz_mcp_http(const uint8_t *data, size_t size)
         mh_trace = getenv("TH_FUZZ_TRACE") != NULL;
     }
     th_fuzz_settle settle = th_fuzz_settle_begin();
+    int64_t t0 = mh_now_ms();
     pthread_t th[MH_MAX_THREADS];
     size_t n_th = 0;
     size_t off = 0;
@@ -1000,7 +1036,12 @@ static int fuzz_mcp_http(const uint8_t *data, size_t size)
     }
     for (size_t i = 0; i < n_th; i++)
         pthread_join(th[i], NULL);
-    /* the client goes: its sessions are deleted, its streams read out */
+    /* the client goes: its tasks cancelled, its sessions deleted, its
+     * streams read out */
+    for (size_t t = 0; t < mh_n_tasks; t++)
+        for (size_t i = 0; i < mh_n_sess; i++)
+            mh_own_request(i, mh_tasks[t]);
+    mh_n_tasks = 0;
     for (size_t i = 0; i < mh_n_sess; i++)
         mh_delete(i);
     mh_n_sess = 0;
@@ -1012,6 +1053,9 @@ static int fuzz_mcp_http(const uint8_t *data, size_t size)
                       true);
     }
     mh_n_open = 0;
+    if (mh_trace)
+        fprintf(stderr, "mcp_http: input done in %lld ms\n",
+                (long long)(mh_now_ms() - t0));
     /* a session's last frees may run on a call's thread just after */
     th_fuzz_settle_end(settle, 10);
     return 0;
