@@ -133,6 +133,7 @@ typedef struct pool {
     char **envp;          /* the workers' environment */
     int contain;          /* CONTAIN_*: how the last worker was started */
     int contain_said;     /* the one the log last named */
+    bool netns;           /* network: false: a network namespace too */
     int plugfd;
     th_proc_limits lim;
     bool network;
@@ -683,14 +684,38 @@ static void *reader_main(void *arg)
     th_buf_destroy(&eb);
     /* Notes: "memory" from the worker near its limit; "status N" from
      * the init of its PID namespace: the worker's own wait status. */
-    char note[64] = "";
+    char note[256] = "";
     {
         int fl = fcntl(w->notefd, F_GETFL);
         fcntl(w->notefd, F_SETFL, fl | O_NONBLOCK);
-        ssize_t n = read(w->notefd, note, sizeof note - 1);
-        note[n > 0 ? n : 0] = '\0';
+        /* The plugin may write there too: read it all (bounded), keep
+         * its end, where the init wrote last. */
+        char buf[4096];
+        size_t have = 0;
+        ssize_t n;
+        for (int i = 0; i < 64 && (n = read(w->notefd, buf, sizeof buf)) > 0;
+             i++) {
+            size_t k = (size_t)n;
+            if (k >= sizeof note - 1) {
+                memcpy(note, buf + k - (sizeof note - 1), sizeof note - 1);
+                have = sizeof note - 1;
+            } else {
+                size_t keep = have + k > sizeof note - 1
+                                  ? sizeof note - 1 - k
+                                  : have;
+                memmove(note, note + have - keep, keep);
+                memcpy(note + keep, buf, k);
+                have = keep + k;
+            }
+        }
+        note[have] = '\0';
+        for (size_t i = 0; i < have; i++)
+            if (note[i] == '\0')
+                note[i] = ' ';
     }
-    const char *st = strstr(note, "status ");
+    const char *st = NULL;
+    for (const char *q = note; (q = strstr(q, "status ")); q++)
+        st = q; /* the last one: the init's */
     if (st && WIFEXITED(status) && WEXITSTATUS(status) == 0)
         status = atoi(st + 7);
     char words[512], shortw[128];
@@ -856,7 +881,10 @@ static int child_exec(void *arg)
 static int start_contained(pool *P, worker *w, const char *exe, char **argv,
                            const int *hi)
 {
-    static const int tries[] = {CLONE_NEWPID, 0};
+    /* network: false also gets a network namespace of its own (only
+     * loopback, no abstract AF_UNIX sockets of the host) and an IPC one */
+    int ns = P->network ? 0 : CLONE_NEWNET | CLONE_NEWIPC;
+    const int tries[] = {CLONE_NEWPID | ns, CLONE_NEWPID, 0};
     enum { STACK = 64 * 1024 };
     void *stack = mmap(NULL, STACK, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
@@ -881,6 +909,7 @@ static int start_contained(pool *P, worker *w, const char *exe, char **argv,
             w->pid = pid;
             w->pidfd = pidfd;
             P->contain = tries[i] ? CONTAIN_PIDNS : CONTAIN_GROUP;
+            P->netns = (tries[i] & CLONE_NEWNET) != 0;
             res = 1;
             break;
         }
@@ -1040,8 +1069,11 @@ started:
     P->contain_said = P->contain;
     pthread_mutex_unlock(&P->mu);
     if (first && P->contain == CONTAIN_PIDNS)
-        th_log_info("plugin %s: workers contained by %s", P->name,
-                    g_contain_words[P->contain]);
+        th_log_info("plugin %s: workers contained by %s%s", P->name,
+                    g_contain_words[P->contain],
+                    P->netns ? "; network: false: a network and an IPC "
+                               "namespace of their own"
+                             : "");
     else if (first)
         th_log_warn("plugin %s: workers contained by %s", P->name,
                     g_contain_words[P->contain]);

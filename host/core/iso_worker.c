@@ -1266,6 +1266,9 @@ static int become_init(void)
             pid_t r;
             while ((r = waitpid(-1, &st, WNOHANG)) > 0)
                 if (r == kid) {
+                    /* never blocks on a pipe the plugin filled */
+                    fcntl(ISO_FD_NOTE, F_SETFL,
+                          fcntl(ISO_FD_NOTE, F_GETFL) | O_NONBLOCK);
                     char note[32];
                     int k = snprintf(note, sizeof note, "status %d\n", st);
                     ssize_t w = write(ISO_FD_NOTE, note, (size_t)k);

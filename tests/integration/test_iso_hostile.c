@@ -11,7 +11,9 @@
 #include <CUnit/CUnit.h>
 #include <dirent.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 
 #include "integration/test_rpc_harness.h"
 
@@ -21,7 +23,7 @@
 
 #define HOSTILE_TOOLS                                                         \
     "[h_sock64, h_family, h_x32, h_uring, h_attack, h_whoami, h_env, "        \
-    "h_setsid_exit, h_daemon, h_undump, h_segv, iso_ok]"
+    "h_setsid_exit, h_daemon, h_undump, h_ns, h_abstract, h_segv, iso_ok]"
 
 #define TOKEN "th-secret-token-0123456789"
 
@@ -227,6 +229,20 @@ static void test_sockets(void)
     for (size_t i = 0; i < sizeof fams / sizeof fams[0]; i++)
         refused(c, "h_family", fams[i], "refused");
     refused(c, "h_uring", NULL, "io_uring_setup: refused");
+    refused(c, "h_ns", NULL, "clone3: refused");
+    /* An abstract AF_UNIX socket of the host (no permission check): out
+     * of reach from the network namespace of a network: false worker. */
+    char name[64];
+    snprintf(name, sizeof name, "toolhost-iso-hostile-%d", (int)getpid());
+    int ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    memcpy(sa.sun_path + 1, name, strlen(name));
+    socklen_t sl =
+        (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name));
+    CU_ASSERT_FATAL(ls >= 0 && bind(ls, (struct sockaddr *)&sa, sl) == 0 &&
+                    listen(ls, 4) == 0);
+    refused(c, "h_abstract", name, "connect(@name): refused");
+    close(ls);
     /* x32: the filter kills the process (another ABI) */
     rpc_res r;
     CU_ASSERT_EQUAL(call(c, "h_x32", NULL, &r), 0);
