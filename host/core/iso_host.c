@@ -12,8 +12,10 @@
  * under the plugin's name) and its socket while the worker starts or is
  * idle; while calls run, the thread of a waiting call reads the socket
  * itself and routes the other calls' messages to them ("Reading" below).
- * When the worker dies (EOF), the reader thread reaps it, fails its
- * calls with plugin_crashed naming the signal (or the limit), and the
+ * Workers start by clone() in a PID namespace of their own where the host
+ * may make one ("Containment" in the doc), with a minimal environment.
+ * When the worker dies (its pidfd, else EOF), the reader thread reaps it,
+ * fails its calls with plugin_crashed naming the signal (or the limit), and the
  * next call restarts it after a backoff (0 after a worker that finished
  * calls, then 100 ms doubling to 5 s).  `crash_loop` deaths in a row
  * with no call finished mark the plugin unhealthy: calls fail at once;

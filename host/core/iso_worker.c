@@ -8,6 +8,11 @@
  * becomes a message on the socket; is_cancelled and time_left_ms are
  * answered locally from the CANCEL messages and the deadline.
  *
+ * Started as pid 1 of a PID namespace it stays that namespace's init and
+ * forks the worker (become_init).  The sandbox: the plugin's user, not
+ * dumpable, rlimits, no_new_privs and a seccomp allow-list
+ * (th_iso_filter_load; docs/security.md).
+ *
  * Its stdout is /dev/null, its stderr a pipe into the host's log.  When
  * it dies of a signal while near its memory limit, it leaves a note on
  * fd 5 ("memory") so the host can say which limit was hit.
