@@ -147,7 +147,8 @@ static th_host *open_host(const char *build, bool isolated)
              "  - name: echo\n"
              "    path: %s\n"
              "%s",
-             path, isolated ? "    isolation: process\n" : "");
+             path,
+             isolated ? "    isolation: process\n    user: auto\n" : "");
     th_config *cfg = NULL;
     th_error err;
     th_error_clear(&err);

@@ -1212,6 +1212,54 @@ static int set_plugin_config(cfctx *c, const cfkey *k, th_ynode *v,
 
 static const char *const iso_names[] = {"in-process", "process", NULL};
 
+/* `env: [NAME, ...]`: names of variables the workers get from the host's
+ * environment.  Never the host's own TOOLHOST_* (tokens, secrets). */
+static int set_plugin_env(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+{
+    th_plugin_cfg *pc = base;
+    int rc = strlist(c, k, v, &pc->env, &pc->n_env, NULL);
+    if (rc < 0)
+        return rc;
+    for (size_t i = 0; i < pc->n_env; i++) {
+        const th_ynode *at = v->kind == TH_Y_SEQ ? v->kids[i] : v;
+        const char *e = pc->env[i];
+        bool ok = (*e >= 'A' && *e <= 'Z') || (*e >= 'a' && *e <= 'z') ||
+                  *e == '_';
+        for (const char *q = e; ok && *q; q++)
+            ok = (*q >= 'A' && *q <= 'Z') || (*q >= 'a' && *q <= 'z') ||
+                 (*q >= '0' && *q <= '9') || *q == '_';
+        if (!ok)
+            return cf_err(c, at, "'env' lists names of environment "
+                          "variables ('%s' is not one: letters, digits and "
+                          "'_', not a digit first)", e);
+        if (strncmp(e, "TOOLHOST_", 9) == 0)
+            return cf_err(c, at, "'env' must not pass the host's own "
+                          "variable '%s' to a plugin's workers (TOOLHOST_* "
+                          "hold the host's tokens and secrets)", e);
+    }
+    return 0;
+}
+
+/* `isolation_uid_range: LO-HI`: the uids `user: auto` takes from. */
+static int set_uid_range(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+{
+    th_plugin_cfg *pc = base;
+    (void)k;
+    unsigned long lo, hi;
+    int end = 0;
+    if (v->kind != TH_Y_SCALAR ||
+        sscanf(v->str, "%lu-%lu%n", &lo, &hi, &end) != 2 ||
+        v->str[end] != '\0' || !(v->str[0] >= '0' && v->str[0] <= '9'))
+        return cf_err(c, v, "'isolation_uid_range' must be two uids, "
+                      "LOW-HIGH (e.g. 61184-65519)");
+    if (lo < 1000 || hi < lo || hi >= 4294967295ul)
+        return cf_err(c, v, "'isolation_uid_range' %lu-%lu: want "
+                      "1000 <= LOW <= HIGH < 4294967295", lo, hi);
+    pc->uid_lo = (uint32_t)lo;
+    pc->uid_hi = (uint32_t)hi;
+    return 0;
+}
+
 #define PL(f) offsetof(th_proc_limits, f)
 static const cfkey proc_limit_keys[] = {
     {.name = "memory", .set = set_size, .off = PL(memory), .min = 16 * MIB,
@@ -1242,6 +1290,8 @@ static const cfkey plugin_keys[] = {
      .sub = proc_limit_keys, .what = "process_limits"},
     {.name = "network", .set = set_bool, .off = P(network)},
     {.name = "user", .set = set_str, .off = P(user)},
+    {.name = "env", .set = set_plugin_env},
+    {.name = "isolation_uid_range", .set = set_uid_range},
     {.name = "kill_grace", .set = set_duration, .off = P(kill_grace_ms),
      .min = 1, .max = 60000},
     {.name = "crash_loop", .set = set_u32, .off = P(crash_loop), .min = 1,
@@ -1283,7 +1333,8 @@ static int plugin_check(cfctx *c, th_ynode *n, void *el)
     if (pc->isolation != TH_ISO_PROCESS) { /* isolation keys need process */
         static const char *const only[] = {
             "workers", "process_limits", "network", "user", "kill_grace",
-            "crash_loop", "unhealthy_retry", NULL};
+            "crash_loop", "unhealthy_retry", "env", "isolation_uid_range",
+            NULL};
         for (size_t i = 0; only[i]; i++) {
             const th_ynode *k = th_ynode_get_key(n, only[i]);
             if (k)
@@ -1294,6 +1345,10 @@ static int plugin_check(cfctx *c, th_ynode *n, void *el)
                               only[i], pc->name);
         }
     }
+    const th_ynode *ur = th_ynode_get_key(n, "isolation_uid_range");
+    if (ur && !(pc->user && strcmp(pc->user, "auto") == 0))
+        return cf_err(c, ur, "'isolation_uid_range' applies only with "
+                      "'user: auto' (plugin '%s')", pc->name);
     if (pc->config) {
         char where[128];
         snprintf(where, sizeof where, "the config of plugin '%s'", pc->name);
@@ -2238,6 +2293,9 @@ void th_config_free(th_config *cfg)
         free(cfg->plugins[i].name);
         free(cfg->plugins[i].path);
         free(cfg->plugins[i].user);
+        for (size_t j = 0; j < cfg->plugins[i].n_env; j++)
+            free(cfg->plugins[i].env[j]);
+        free(cfg->plugins[i].env);
     }
     free(cfg->plugins);
     for (size_t i = 0; i < cfg->n_toolsets; i++) {
@@ -2524,6 +2582,16 @@ const th_toolset_cfg *th_config_toolset(const th_config *cfg,
     return NULL;
 }
 
+static bool env_equal(const th_plugin_cfg *a, const th_plugin_cfg *b)
+{
+    if (a->n_env != b->n_env)
+        return false;
+    for (size_t i = 0; i < a->n_env; i++)
+        if (strcmp(a->env[i], b->env[i]) != 0)
+            return false;
+    return true;
+}
+
 bool th_plugin_cfg_equal(const th_plugin_cfg *a, const th_plugin_cfg *b)
 {
     return strcmp(a->name, b->name) == 0 && strcmp(a->path, b->path) == 0 &&
@@ -2538,7 +2606,9 @@ bool th_plugin_cfg_equal(const th_plugin_cfg *a, const th_plugin_cfg *b)
            a->network == b->network && a->kill_grace_ms == b->kill_grace_ms &&
            a->crash_loop == b->crash_loop &&
            a->unhealthy_retry_ms == b->unhealthy_retry_ms &&
-           (a->user ? b->user && strcmp(a->user, b->user) == 0 : !b->user);
+           (a->user ? b->user && strcmp(a->user, b->user) == 0 : !b->user) &&
+           a->uid_lo == b->uid_lo && a->uid_hi == b->uid_hi &&
+           env_equal(a, b);
 }
 
 /* ---- after the plugins are loaded ------------------------------------------------ */

@@ -12,8 +12,10 @@
  * under the plugin's name) and its socket while the worker starts or is
  * idle; while calls run, the thread of a waiting call reads the socket
  * itself and routes the other calls' messages to them ("Reading" below).
- * When the worker dies (EOF), the reader thread reaps it, fails its
- * calls with plugin_crashed naming the signal (or the limit), and the
+ * Workers start by clone() in a PID namespace of their own where the host
+ * may make one ("Containment" in the doc), with a minimal environment.
+ * When the worker dies (its pidfd, else EOF), the reader thread reaps it,
+ * fails its calls with plugin_crashed naming the signal (or the limit), and the
  * next call restarts it after a backoff (0 after a worker that finished
  * calls, then 100 ms doubling to 5 s).  `crash_loop` deaths in a row
  * with no call finished mark the plugin unhealthy: calls fail at once;
@@ -33,7 +35,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pwd.h>
+#include <sched.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/uio.h>
@@ -51,7 +58,6 @@
 #define ISO_QUEUE_MAX (8u * 1024 * 1024)
 #define ISO_ASK_TIMEOUT_MS 10000 /* validate_args, needs_permission */
 
-extern char **environ;
 
 typedef struct msg {
     int type;
@@ -83,6 +89,7 @@ typedef struct worker {
     struct pool *pool;
     pid_t pid;
     int sock, errfd, notefd;
+    int pidfd;            /* -1: none (the socket's end tells the death) */
     pthread_t reader;
     bool has_reader, alive, ready;
     int ready_state;      /* 0 waiting, 1 ok, -1 failed */
@@ -124,6 +131,11 @@ typedef struct pool {
     size_t n_enum_arrays;
 
     char *name, *path, *file, *user;
+    uint32_t uid;         /* user: auto: the plugin's own uid */
+    char **envp;          /* the workers' environment */
+    int contain;          /* CONTAIN_*: how the last worker was started */
+    int contain_said;     /* the one the log last named */
+    bool netns;           /* network: false: a network namespace too */
     int plugfd;
     th_proc_limits lim;
     bool network;
@@ -580,12 +592,13 @@ static void *reader_main(void *arg)
         looked = !mine;
         seen = w->call_seq;
         pthread_mutex_unlock(&P->mu);
-        struct pollfd pf[3] = {{w->evfd, POLLIN, 0},
+        struct pollfd pf[4] = {{w->evfd, POLLIN, 0},
                                {err_open ? w->errfd : -1, POLLIN, 0},
+                               {w->pidfd, POLLIN, 0},
                                {w->sock, POLLIN, 0}};
         /* Free: look again soon to take it back; with a call: that call
          * frees it or hands it on, so look now and then. */
-        int n = poll(pf, mine ? 3 : 2,
+        int n = poll(pf, mine ? 4 : 3,
                      mine      ? -1
                      : is_free ? ISO_READER_IDLE_MS
                                : 10 * ISO_READER_IDLE_MS);
@@ -608,11 +621,21 @@ static void *reader_main(void *arg)
                 err_open = false;
             }
         }
-        if (mine && (pf[2].revents & (POLLIN | POLLHUP | POLLERR)) &&
+        if (mine && (pf[3].revents & (POLLIN | POLLHUP | POLLERR)) &&
             !reader_read(P, w, &bad))
             sock_open = bad;
         if (bad)
             break;
+        /* The process ended: its death counts, not the socket's end, which
+         * a process it left behind may hold open.  What it sent before is
+         * read first when the socket is the reader's. */
+        if (pf[2].revents & (POLLIN | POLLHUP | POLLERR)) {
+            if (mine)
+                while (reader_read(P, w, &bad) && !bad &&
+                       poll(&pf[3], 1, 0) == 1 && (pf[3].revents & POLLIN))
+                    ;
+            break;
+        }
     }
     /* Dead or misbehaving: make sure it is gone, then reap it. */
     bool killed_by_us = false;
@@ -621,7 +644,18 @@ static void *reader_main(void *arg)
     pthread_mutex_unlock(&P->mu);
     int status = 0;
     pid_t r;
-    /* A worker that closed its socket but lives: give it a moment. */
+    /* A worker that closed its socket but lives: give it a moment.  With
+     * a pidfd, wait for exactly its end (up to 500 ms), then kill. */
+    if (w->pidfd >= 0) {
+        struct pollfd pp = {w->pidfd, POLLIN, 0};
+        int64_t until = now_ms() + 500;
+        while (poll(&pp, 1, (int)(until - now_ms() > 0 ? until - now_ms()
+                                                        : 0)) < 0 &&
+               errno == EINTR)
+            ;
+        if (!(pp.revents & POLLIN))
+            kill(w->pid, SIGKILL);
+    }
     for (int i = 0; i < 100; i++) {
         r = waitpid(w->pid, &status, WNOHANG);
         if (r == w->pid || (r < 0 && errno != EINTR))
@@ -650,15 +684,44 @@ static void *reader_main(void *arg)
     }
     log_stderr(P, w, &eb, true);
     th_buf_destroy(&eb);
-    char note[16] = "";
+    /* Notes: "memory" from the worker near its limit; "status N" from
+     * the init of its PID namespace: the worker's own wait status. */
+    char note[256] = "";
     {
         int fl = fcntl(w->notefd, F_GETFL);
         fcntl(w->notefd, F_SETFL, fl | O_NONBLOCK);
-        ssize_t n = read(w->notefd, note, sizeof note - 1);
-        note[n > 0 ? n : 0] = '\0';
+        /* The plugin may write there too: read it all (bounded), keep
+         * its end, where the init wrote last. */
+        char buf[4096];
+        size_t have = 0;
+        ssize_t n;
+        for (int i = 0; i < 64 && (n = read(w->notefd, buf, sizeof buf)) > 0;
+             i++) {
+            size_t k = (size_t)n;
+            if (k >= sizeof note - 1) {
+                memcpy(note, buf + k - (sizeof note - 1), sizeof note - 1);
+                have = sizeof note - 1;
+            } else {
+                size_t keep = have + k > sizeof note - 1
+                                  ? sizeof note - 1 - k
+                                  : have;
+                memmove(note, note + have - keep, keep);
+                memcpy(note + keep, buf, k);
+                have = keep + k;
+            }
+        }
+        note[have] = '\0';
+        for (size_t i = 0; i < have; i++)
+            if (note[i] == '\0')
+                note[i] = ' ';
     }
+    const char *st = NULL;
+    for (const char *q = note; (q = strstr(q, "status ")); q++)
+        st = q; /* the last one: the init's */
+    if (st && WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        status = atoi(st + 7);
     char words[512], shortw[128];
-    death_words(P, status, strncmp(note, "memory", 6) == 0, killed_by_us,
+    death_words(P, status, strstr(note, "memory") != NULL, killed_by_us,
                 words, sizeof words, shortw, sizeof shortw);
     pthread_mutex_lock(&P->mu);
     w->alive = false;
@@ -711,6 +774,8 @@ static void worker_free(worker *w)
         close(w->notefd);
     if (w->evfd >= 0)
         close(w->evfd);
+    if (w->pidfd >= 0)
+        close(w->pidfd);
     th_iso_rx_destroy(&w->rx);
     free(w->fail_msg);
     free(w->hello);
@@ -746,6 +811,122 @@ static void find_self(void)
     memcpy(g_self, buf, (size_t)n + 1);
 }
 
+/* How a pool's workers are contained (docs/isolation.md, "Containment"),
+ * as the last start found it. */
+enum {
+    CONTAIN_UNSET,
+    CONTAIN_PIDNS,  /* a PID namespace each: nothing outlives the worker */
+    CONTAIN_GROUP,  /* its process group is killed, its death is seen */
+    CONTAIN_SOCKET  /* the same, death seen as the socket's end only */
+};
+
+static const char *const g_contain_words[] = {
+    "", "a PID namespace of its own (every process it starts dies with it)",
+    "its process group only (a process of the plugin that leaves the "
+    "group with setsid() can outlive the worker)",
+    "its process group only, and its death is seen when its socket ends "
+    "(no pidfd: a process it leaves holding the socket delays that)"};
+
+/* In the child of clone(), until execve(): raw system calls only (no
+ * lock of libc or of a sanitizer runtime another thread may have held at
+ * the clone; the memory is the host's).  Sets fds 0-5 up, closes the
+ * rest, resets the signals, makes a process group of its own (not a
+ * session: a session is a scheduling group of its own under autogroup,
+ * which made a crash loop 2x slower on a loaded machine; the filter
+ * refuses TIOCSTI on any terminal), runs the worker. */
+struct k_sigaction {
+    void *handler;
+    unsigned long flags;
+    void *restorer;
+    unsigned long mask;
+};
+
+typedef struct child_args {
+    const char *exe;
+    char **argv, **envp;
+    const int *hi;
+} child_args;
+
+static int child_exec(void *arg)
+{
+    const child_args *a = arg;
+    struct k_sigaction dfl = {SIG_DFL, 0, NULL, 0};
+    for (int sig = 1; sig <= 64; sig++)
+        if (sig != SIGKILL && sig != SIGSTOP)
+            syscall(SYS_rt_sigaction, sig, &dfl, NULL, 8);
+    long nul = syscall(SYS_openat, AT_FDCWD, "/dev/null", O_RDWR, 0);
+    if (nul < 0 || syscall(SYS_dup2, nul, 0) < 0 ||
+        syscall(SYS_dup2, nul, 1) < 0 ||
+        syscall(SYS_dup2, a->hi[2], 2) < 0 ||
+        syscall(SYS_dup2, a->hi[0], ISO_FD_SOCK) < 0 ||
+        syscall(SYS_dup2, a->hi[1], ISO_FD_PLUGIN) < 0 ||
+        syscall(SYS_dup2, a->hi[3], ISO_FD_NOTE) < 0)
+        syscall(SYS_exit_group, 127);
+    if (syscall(SYS_close_range, ISO_FD_NOTE + 1, ~0u, 0) != 0)
+        for (long fd = ISO_FD_NOTE + 1; fd < 65536; fd++)
+            syscall(SYS_close, fd);
+    syscall(SYS_setpgid, 0, 0);
+    uint64_t none = 0;
+    syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, 8);
+    syscall(SYS_execve, a->exe, a->argv, a->envp);
+    syscall(SYS_exit_group, 127);
+    return 127;
+}
+
+/* Starts the worker with clone(): in a PID namespace of its own when the
+ * host may make one (root), and with a pidfd.  Like posix_spawn, the
+ * child shares the host's memory (CLONE_VM, on a stack of its own) and
+ * the host's thread waits until it has run execve() (CLONE_VFORK): no
+ * copy of the host's page tables, no copy-on-write faults for the host's
+ * other threads.  1: started; 0: clone() cannot do it here (the caller
+ * uses posix_spawn); -1: failed (errno). */
+static int start_contained(pool *P, worker *w, const char *exe, char **argv,
+                           const int *hi)
+{
+    /* network: false also gets a network namespace of its own (only
+     * loopback, no abstract AF_UNIX sockets of the host) and an IPC one */
+    int ns = P->network ? 0 : CLONE_NEWNET | CLONE_NEWIPC;
+    const int tries[] = {CLONE_NEWPID | ns, CLONE_NEWPID, 0};
+    enum { STACK = 64 * 1024 };
+    void *stack = mmap(NULL, STACK, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (stack == MAP_FAILED)
+        return -1;
+    child_args a = {exe, argv, P->envp, hi};
+    sigset_t all, old;
+    sigfillset(&all);
+    int res = 0;
+    for (size_t i = 0; i < sizeof tries / sizeof tries[0]; i++) {
+        if (tries[i] && geteuid() != 0)
+            continue; /* without root: a user namespace would be needed */
+        int pidfd = -1;
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        pid_t pid = clone(child_exec, (char *)stack + STACK,
+                          tries[i] | CLONE_VM | CLONE_VFORK | CLONE_PIDFD |
+                              SIGCHLD,
+                          &a, &pidfd);
+        int e = errno;
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (pid > 0) {
+            w->pid = pid;
+            w->pidfd = pidfd;
+            P->contain = tries[i] ? CONTAIN_PIDNS : CONTAIN_GROUP;
+            P->netns = (tries[i] & CLONE_NEWNET) != 0;
+            res = 1;
+            break;
+        }
+        if (e == EAGAIN || e == ENOMEM) {
+            errno = e;
+            res = -1;
+            break;
+        }
+    }
+    int e = errno;
+    munmap(stack, STACK);
+    errno = e;
+    return res; /* 0: EPERM, EINVAL, ENOSYS: a sandbox or a tool refuses */
+}
+
 static int spawn(pool *P, worker **out, th_error *err)
 {
     *out = NULL;
@@ -755,7 +936,7 @@ static int spawn(pool *P, worker **out, th_error *err)
     if (!w)
         return th_error_set(err, TH_ENOMEM, "out of memory");
     w->pool = P;
-    w->sock = w->errfd = w->notefd = -1;
+    w->sock = w->errfd = w->notefd = w->pidfd = -1;
     w->rd = RD_THREAD; /* HELLO, READY */
     pthread_mutex_init(&w->send_mu, NULL);
     if ((w->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ||
@@ -796,11 +977,36 @@ static int spawn(pool *P, worker **out, th_error *err)
     argv[k++] = a_procs;
     argv[k++] = "--network";
     argv[k++] = P->network ? "1" : "0";
-    if (P->user) {
+    char a_uid[24];
+    if (P->uid) {
+        snprintf(a_uid, sizeof a_uid, "%u", P->uid);
+        argv[k++] = "--uid";
+        argv[k++] = a_uid;
+    } else if (P->user && strcmp(P->user, "auto") != 0) {
         argv[k++] = "--user";
         argv[k++] = P->user;
     }
     argv[k] = NULL;
+    pthread_once(&g_self_once, find_self);
+    const char *exe = g_exe ? g_exe : g_self;
+    int rc = start_contained(P, w, exe, argv, hi);
+    if (rc < 0) {
+        rc = errno;
+        for (int i = 0; i < 4; i++)
+            close(hi[i]);
+        hi[0] = hi[1] = hi[2] = hi[3] = -1;
+        close(sv[1]);
+        close(ep[1]);
+        close(np[1]);
+        sv[1] = ep[1] = np[1] = -1;
+        th_error_set(err, TH_ELOAD, "%s: cannot start a worker (%s): %s",
+                     P->path, exe, strerror(rc));
+        goto fail;
+    }
+    if (rc == 1) {
+        rc = 0;
+        goto started;
+    }
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t at;
     posix_spawn_file_actions_init(&fa);
@@ -823,11 +1029,14 @@ static int spawn(pool *P, worker **out, th_error *err)
     posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK |
                                       POSIX_SPAWN_SETSIGDEF |
                                       POSIX_SPAWN_SETPGROUP);
-    pthread_once(&g_self_once, find_self);
-    const char *exe = g_exe ? g_exe : g_self;
-    int rc = posix_spawn(&w->pid, exe, &fa, &at, argv, environ);
+    rc = posix_spawn(&w->pid, exe, &fa, &at, argv, P->envp);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&at);
+    if (rc == 0) {
+        w->pidfd = (int)syscall(SYS_pidfd_open, w->pid, 0);
+        P->contain = w->pidfd >= 0 ? CONTAIN_GROUP : CONTAIN_SOCKET;
+    }
+started:
     for (int i = 0; i < 4; i++)
         close(hi[i]);
     hi[0] = hi[1] = hi[2] = hi[3] = -1;
@@ -857,6 +1066,19 @@ static int spawn(pool *P, worker **out, th_error *err)
         goto fail;
     }
     w->has_reader = true;
+    pthread_mutex_lock(&P->mu);
+    bool first = !P->contain_said || P->contain_said != P->contain;
+    P->contain_said = P->contain;
+    pthread_mutex_unlock(&P->mu);
+    if (first && P->contain == CONTAIN_PIDNS)
+        th_log_info("plugin %s: workers contained by %s%s", P->name,
+                    g_contain_words[P->contain],
+                    P->netns ? "; network: false: a network and an IPC "
+                               "namespace of their own"
+                             : "");
+    else if (first)
+        th_log_warn("plugin %s: workers contained by %s", P->name,
+                    g_contain_words[P->contain]);
     *out = w;
     return 0;
 fail:
@@ -1111,6 +1333,9 @@ static void pool_free(pool *P)
     free(P->path);
     free(P->file);
     free(P->user);
+    for (size_t i = 0; P->envp && P->envp[i]; i++)
+        free(P->envp[i]);
+    free(P->envp);
     free(P->config);
     free(P->w);
     if (P->plugfd >= 0)
@@ -1189,10 +1414,113 @@ static void on_destroy(th_plugin *p)
     pool_free(P);
 }
 
+/* The workers' environment: PATH, LANG, LC_ALL, the sanitizers' options
+ * (not secrets; they matter only to sanitizer builds), and the names the
+ * plugin's `env:` lists, with the host's values; never the rest (the
+ * host's tokens).  NULL when out of memory. */
+static char **build_env(const th_plugin_cfg *pc)
+{
+    static const char *const base[] = {"PATH", "LANG", "LC_ALL",
+                                       "ASAN_OPTIONS", "UBSAN_OPTIONS",
+                                       "LSAN_OPTIONS", "TSAN_OPTIONS", NULL};
+    size_t nb = sizeof base / sizeof base[0] - 1, n = nb + pc->n_env;
+    char **e = calloc(n + 2, sizeof *e);
+    if (!e)
+        return NULL;
+    size_t k = 0;
+    bool path = false;
+    for (size_t i = 0; i < n; i++) {
+        const char *name = i < nb ? base[i] : pc->env[i - nb];
+        bool dup = strncmp(name, "TOOLHOST_", 9) == 0;
+        for (size_t j = 0; j < i && !dup; j++)
+            dup = strcmp(name, j < nb ? base[j] : pc->env[j - nb]) == 0;
+        const char *v = dup ? NULL : getenv(name);
+        if (!v)
+            continue;
+        size_t len = strlen(name) + strlen(v) + 2;
+        if (!(e[k] = malloc(len)))
+            goto oom;
+        snprintf(e[k++], len, "%s=%s", name, v);
+        path |= strcmp(name, "PATH") == 0;
+    }
+    if (!path && !(e[k++] = strdup("PATH=/usr/local/bin:/usr/bin:/bin")))
+        goto oom;
+    return e;
+oom:
+    for (size_t i = 0; i < k; i++)
+        free(e[i]);
+    free(e);
+    return NULL;
+}
+
+/* `user: auto`: a uid of the plugin's own in uid_lo..uid_hi, the same for
+ * every generation of one plugin name in this host, never one another
+ * plugin here has, nor one an account of the system has (getpwuid). */
+#define ISO_UID_LO 61184
+#define ISO_UID_HI 65519
+static struct {
+    char name[72];
+    uint32_t uid;
+} g_uids[256];
+static size_t g_n_uids;
+static pthread_mutex_t g_uids_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int auto_uid(const th_plugin_cfg *pc, uint32_t *out, th_error *err)
+{
+    uint32_t lo = pc->uid_lo ? pc->uid_lo : ISO_UID_LO;
+    uint32_t hi = pc->uid_lo ? pc->uid_hi : ISO_UID_HI;
+    int rc = 0;
+    pthread_mutex_lock(&g_uids_mu);
+    for (size_t i = 0; i < g_n_uids; i++)
+        if (strcmp(g_uids[i].name, pc->name) == 0 && g_uids[i].uid >= lo &&
+            g_uids[i].uid <= hi) {
+            *out = g_uids[i].uid;
+            goto done;
+        }
+    uint32_t h = 2166136261u; /* FNV-1a of the name: where to start */
+    for (const char *c = pc->name; *c; c++)
+        h = (h ^ (uint8_t)*c) * 16777619u;
+    uint64_t span = (uint64_t)hi - lo + 1;
+    for (uint64_t i = 0; i < span && i < 100000; i++) {
+        uint32_t uid = lo + (uint32_t)((h + i) % span);
+        bool taken = false;
+        for (size_t j = 0; j < g_n_uids && !taken; j++)
+            taken = g_uids[j].uid == uid;
+        if (taken || getpwuid(uid))
+            continue;
+        if (g_n_uids == sizeof g_uids / sizeof g_uids[0])
+            break;
+        snprintf(g_uids[g_n_uids].name, sizeof g_uids[0].name, "%s",
+                 pc->name);
+        g_uids[g_n_uids++].uid = uid;
+        *out = uid;
+        goto done;
+    }
+    rc = th_error_set(err, TH_ELOAD, "%s: 'user: auto' found no free uid "
+                      "in %u-%u (isolation_uid_range)", pc->path, lo, hi);
+done:
+    pthread_mutex_unlock(&g_uids_mu);
+    return rc;
+}
+
 int th_iso_open(const th_plugin_cfg *pc, const char *file, bool check,
                 uint64_t generation, th_plugin **out, th_error *err)
 {
     *out = NULL;
+    /* A worker running as root could signal, trace and read the host and
+     * every other plugin's workers: refused (docs/security.md). */
+    if (geteuid() == 0 && (!pc->user || strcmp(pc->user, "root") == 0))
+        return th_error_set(err, TH_ELOAD,
+                            "'isolation: process' in a host running as root "
+                            "needs 'user:' (a user of the plugin's own, or "
+                            "'user: auto'); its workers would run as root");
+    uint32_t uid = 0;
+    bool is_auto = pc->user && strcmp(pc->user, "auto") == 0;
+    if (is_auto && geteuid() == 0) {
+        int urc = auto_uid(pc, &uid, err);
+        if (urc)
+            return urc;
+    }
     pool *P = calloc(1, sizeof *P);
     if (!P)
         return th_error_set(err, TH_ENOMEM, "%s: out of memory", pc->path);
@@ -1207,7 +1535,12 @@ int th_iso_open(const th_plugin_cfg *pc, const char *file, bool check,
     P->retry_ms = pc->unhealthy_retry_ms ? (int64_t)pc->unhealthy_retry_ms
                                          : 30000;
     P->generation = generation ? generation : 1;
-    if (!(P->name = strdup(pc->name)) || !(P->path = strdup(pc->path)) ||
+    P->uid = uid;
+    if (is_auto && !uid)
+        th_log_info("plugin %s: 'user: auto' in a host not running as "
+                    "root: the workers run as the host's user (uid %u)",
+                    pc->name, (unsigned)geteuid());
+    if (!(P->envp = build_env(pc)) || !(P->name = strdup(pc->name)) || !(P->path = strdup(pc->path)) ||
         !(P->file = strdup(file)) || (pc->user && !(P->user = strdup(pc->user))) ||
         !(P->w = calloc(P->n_workers, sizeof *P->w))) {
         pool_free(P);
@@ -1799,7 +2132,7 @@ int th_iso_fuzz_frame(const uint8_t *f, size_t n)
     worker *w = calloc(1, sizeof *w);
     if (w) {
         w->pool = P;
-        w->sock = w->errfd = w->notefd = w->evfd = -1;
+        w->sock = w->errfd = w->notefd = w->evfd = w->pidfd = -1;
         pthread_mutex_init(&w->send_mu, NULL);
         pend p;
         memset(&p, 0, sizeof p);

@@ -8,6 +8,11 @@
  * becomes a message on the socket; is_cancelled and time_left_ms are
  * answered locally from the CANCEL messages and the deadline.
  *
+ * Started as pid 1 of a PID namespace it stays that namespace's init and
+ * forks the worker (become_init).  The sandbox: the plugin's user, not
+ * dumpable, rlimits, no_new_privs and a seccomp allow-list
+ * (th_iso_filter_load; docs/security.md).
+ *
  * Its stdout is /dev/null, its stderr a pipe into the host's log.  When
  * it dies of a signal while near its memory limit, it leaves a note on
  * fd 5 ("memory") so the host can say which limit was hit.
@@ -26,7 +31,12 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/mman.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sched.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <poll.h>
 #include <time.h>
 #include <unistd.h>
 #include <dirent.h>
@@ -849,21 +859,168 @@ static int set_limit(int res, uint64_t v, const char *what)
     return -1;
 }
 
-static int deny_network(void)
+/* The seccomp filter (docs/security.md, "The worker's seccomp filter"):
+ * an allow-list.  What is not named below fails with EPERM (clone3 with
+ * ENOSYS, so that glibc falls back to clone(), whose flags the filter can
+ * see); a call from another ABI (i386 by int 0x80) kills the process;
+ * x32 numbers (bit 30 set) are not in the list, so they fail too. */
+static const char *const g_allow[] = {
+    /* memory */
+    "brk", "mmap", "munmap", "mremap", "mprotect", "madvise", "mincore",
+    "msync", "mlock", "mlock2", "munlock", "mlockall", "munlockall",
+    "membarrier", "pkey_alloc", "pkey_free", "pkey_mprotect",
+    /* files: what the worker's user may open */
+    "read", "write", "readv", "writev", "pread64", "pwrite64", "preadv",
+    "pwritev", "preadv2", "pwritev2", "lseek", "close", "close_range",
+    "open", "openat", "openat2", "creat", "stat", "fstat", "lstat",
+    "newfstatat", "statx", "statfs", "fstatfs", "access", "faccessat",
+    "faccessat2", "readlink", "readlinkat", "getdents", "getdents64",
+    "getcwd", "chdir", "fchdir", "mkdir", "mkdirat", "rmdir", "unlink",
+    "unlinkat", "rename", "renameat", "renameat2", "link", "linkat",
+    "symlink", "symlinkat", "chmod", "fchmod", "fchmodat", "chown",
+    "fchown", "lchown", "fchownat", "truncate", "ftruncate", "fallocate",
+    "fsync", "fdatasync", "sync_file_range", "utime", "utimes",
+    "utimensat", "futimesat", "umask", "flock", "fcntl", "dup", "dup2",
+    "dup3", "pipe", "pipe2", "mknod", "mknodat", "sendfile",
+    "copy_file_range", "splice", "tee", "vmsplice", "fadvise64",
+    "readahead", "getxattr", "lgetxattr", "fgetxattr", "listxattr",
+    "llistxattr", "flistxattr", "setxattr", "lsetxattr", "fsetxattr",
+    "removexattr", "lremovexattr", "fremovexattr", "memfd_create",
+    "inotify_init", "inotify_init1", "inotify_add_watch",
+    "inotify_rm_watch",
+    /* waiting, events, time */
+    "select", "pselect6", "poll", "ppoll", "epoll_create", "epoll_create1",
+    "epoll_ctl", "epoll_wait", "epoll_pwait", "epoll_pwait2", "eventfd",
+    "eventfd2", "signalfd", "signalfd4", "timerfd_create",
+    "timerfd_settime", "timerfd_gettime", "nanosleep", "clock_nanosleep",
+    "clock_gettime", "clock_getres", "gettimeofday", "time", "times",
+    "getrusage", "sysinfo", "uname", "getrandom", "getcpu",
+    "alarm", "setitimer", "getitimer", "timer_create", "timer_settime",
+    "timer_gettime", "timer_getoverrun", "timer_delete",
+    /* threads */
+    "futex", "futex_waitv", "set_robust_list", "get_robust_list",
+    "set_tid_address", "rseq", "sched_yield", "sched_getaffinity",
+    "sched_setaffinity", "sched_getparam", "sched_getscheduler",
+    "sched_get_priority_max", "sched_get_priority_min",
+    "sched_rr_get_interval", "getpriority", "setpriority", "arch_prctl",
+    "restart_syscall",
+    /* signals (kill reaches only what the worker's user may signal) */
+    "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "rt_sigpending",
+    "rt_sigtimedwait", "rt_sigsuspend", "rt_sigqueueinfo",
+    "rt_tgsigqueueinfo", "sigaltstack", "pause", "kill", "tgkill", "tkill",
+    /* processes: tools may start commands (contained: docs/isolation.md) */
+    "fork", "vfork", "execve", "execveat", "exit", "exit_group", "wait4",
+    "waitid", "pidfd_open", "pidfd_send_signal", "getpid", "getppid",
+    "gettid", "getuid", "geteuid", "getgid", "getegid", "getgroups",
+    "getresuid", "getresgid", "getpgid", "getpgrp", "getsid", "setsid",
+    "setpgid", "capget", "getrlimit", "setrlimit", "prlimit64",
+    "personality",
+    /* sockets: the families are filtered below */
+    "connect", "bind", "listen", "accept", "accept4", "getsockname",
+    "getpeername", "sendto", "recvfrom", "sendmsg", "recvmsg", "sendmmsg",
+    "recvmmsg", "shutdown", "setsockopt", "getsockopt",
+    /* System V shared memory and semaphores (permission-checked) */
+    "shmget", "shmat", "shmdt", "shmctl", "semget", "semop", "semtimedop",
+    "semctl",
+    NULL};
+
+/* ALLOW rules for `sys` when the low 32 bits of argument `arg` are none
+ * of no[0..n): the kernel reads that argument as a 32-bit int, so a
+ * 64-bit comparison could be passed with the high bits set.  The
+ * complement of the set, split on the first bit where a value leaves it:
+ * one MASKED_EQ rule per branch. */
+static int allow_but32(scmp_filter_ctx ctx, int sys, unsigned arg,
+                       const uint32_t *no, size_t n, int bit, uint32_t prefix)
 {
-    scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+    uint32_t mask = bit >= 31 ? 0 : ~(uint32_t)0 << (bit + 1);
+    bool any = false;
+    for (size_t i = 0; i < n && !any; i++)
+        any = (no[i] & mask) == prefix;
+    if (!any)
+        return seccomp_rule_add(ctx, SCMP_ACT_ALLOW, sys, 1,
+                                SCMP_CMP64(arg, SCMP_CMP_MASKED_EQ,
+                                           (scmp_datum_t)mask,
+                                           (scmp_datum_t)prefix));
+    if (bit < 0)
+        return 0; /* one of no[] */
+    int rc = allow_but32(ctx, sys, arg, no, n, bit - 1, prefix);
+    if (rc == 0)
+        rc = allow_but32(ctx, sys, arg, no, n, bit - 1,
+                         prefix | (uint32_t)1 << bit);
+    return rc;
+}
+
+/* The address families a worker may open: AF_UNIX always; with
+ * `network: true` also IPv4, IPv6 and netlink (routing queries of
+ * getaddrinfo).  Any other family is refused with EACCES (a 64-bit
+ * domain whose low 32 bits name a family counts as that family). */
+static bool family_ok(int f, bool network)
+{
+    return f == AF_UNIX ||
+           (network && (f == AF_INET || f == AF_INET6 || f == AF_NETLINK));
+}
+
+#define ISO_NS_FLAGS                                                          \
+    (CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC |            \
+     CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET)
+
+int th_iso_filter_load(bool network)
+{
+    scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ERRNO(EPERM));
     if (!ctx)
         return -1;
-    static const int fams[] = {AF_INET, AF_INET6, AF_PACKET, AF_NETLINK};
-    int rc = 0;
-    for (size_t i = 0; rc == 0 && i < sizeof fams / sizeof fams[0]; i++) {
-        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socket), 1,
-                              SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)fams[i]));
-        if (rc == 0)
-            rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES),
-                                  SCMP_SYS(socketpair), 1,
-                                  SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)fams[i]));
+    int rc = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH,
+                              SCMP_ACT_KILL_PROCESS);
+    /* A binary tree over the syscall numbers: a few comparisons per
+     * system call instead of one per rule. */
+    if (rc == 0)
+        rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);
+    for (size_t i = 0; rc == 0 && g_allow[i]; i++) {
+        int nr = seccomp_syscall_resolve_name(g_allow[i]);
+        if (nr != __NR_SCMP_ERROR)
+            rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 0);
     }
+    /* clone3 keeps its flags in memory the filter cannot read: ENOSYS
+     * makes glibc use clone(), whose flags must not ask for namespaces. */
+    if (rc == 0)
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3),
+                              0);
+    if (rc == 0)
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(clone), 1,
+                              SCMP_A0_64(SCMP_CMP_MASKED_EQ, ISO_NS_FLAGS, 0));
+    /* prctl, except making the process dumpable again (it would let a
+     * process of the same user trace it or open its /proc/PID/mem). */
+#ifdef __SANITIZE_ADDRESS__
+    /* LeakSanitizer checks for leaks at exit from a tracer process that
+     * makes the worker dumpable and ptraces its threads: an ASan build
+     * (a test build) allows both; the other barriers (a uid per plugin,
+     * the PID namespace) still hold. */
+    if (rc == 0)
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(prctl), 0);
+    if (rc == 0)
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ptrace), 0);
+#else
+    static const uint32_t no_prctl[] = {PR_SET_DUMPABLE};
+    if (rc == 0)
+        rc = allow_but32(ctx, SCMP_SYS(prctl), 0, no_prctl, 1, 31, 0);
+#endif
+    /* ioctl, except pushing input into a terminal. */
+    static const uint32_t no_ioctl[] = {TIOCSTI, TIOCLINUX};
+    if (rc == 0)
+        rc = allow_but32(ctx, SCMP_SYS(ioctl), 1, no_ioctl, 2, 31, 0);
+    /* socket(): the allowed families (low 32 bits), EACCES for the other
+     * known ones, EPERM (the default) beyond.  socketpair(): AF_UNIX. */
+    for (int f = 0; rc == 0 && f < AF_MAX; f++)
+        rc = seccomp_rule_add(ctx, family_ok(f, network)
+                                       ? SCMP_ACT_ALLOW
+                                       : SCMP_ACT_ERRNO(EACCES),
+                              SCMP_SYS(socket), 1,
+                              SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffu,
+                                         (scmp_datum_t)f));
+    if (rc == 0)
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socketpair), 1,
+                              SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffu,
+                                         (scmp_datum_t)AF_UNIX));
     if (rc == 0)
         rc = seccomp_load(ctx);
     seccomp_release(ctx);
@@ -910,32 +1067,42 @@ static void catch_fatal(void)
 
 typedef struct wopts {
     const char *name, *shown, *user;
+    uint64_t uid; /* user: auto; 0: none */
     uint64_t memory;
     uint64_t cpu, files, procs;
     bool no_network;
 } wopts;
 
-static int drop_user(const char *user)
+/* `user: NAME` (its groups) or `user: auto` (a uid of the plugin's own,
+ * no groups; the host passes it as --uid).  The process is left
+ * non-dumpable: no process of the same user may trace it or open its
+ * /proc/PID/mem, and the filter keeps it so. */
+static int drop_user(const char *user, uint64_t uid)
 {
     if (geteuid() != 0) {
         fprintf(stderr, "worker: 'user: %s' needs a host running as root\n",
-                user);
+                user ? user : "auto");
         return -1;
     }
-    struct passwd *pw = getpwnam(user);
-    if (!pw) {
-        fprintf(stderr, "worker: unknown user '%s'\n", user);
-        return -1;
+    int rc;
+    if (user) {
+        struct passwd *pw = getpwnam(user);
+        if (!pw) {
+            fprintf(stderr, "worker: unknown user '%s'\n", user);
+            return -1;
+        }
+        rc = initgroups(pw->pw_name, pw->pw_gid) != 0 ||
+             setgid(pw->pw_gid) != 0 || setuid(pw->pw_uid) != 0;
+    } else {
+        rc = setgroups(0, NULL) != 0 || setgid((gid_t)uid) != 0 ||
+             setuid((uid_t)uid) != 0;
     }
-    if (initgroups(pw->pw_name, pw->pw_gid) != 0 || setgid(pw->pw_gid) != 0 ||
-        setuid(pw->pw_uid) != 0) {
-        fprintf(stderr, "worker: cannot become user '%s': %s\n", user,
+    if (rc || getuid() == 0 || geteuid() == 0) {
+        fprintf(stderr, "worker: cannot become user '%s' (uid %llu): %s\n",
+                user ? user : "auto", (unsigned long long)uid,
                 strerror(errno));
         return -1;
     }
-    /* setuid() made the process non-dumpable, which puts /proc/self
-     * out of its reach: the loader opens the plugin by /proc/self/fd/4. */
-    prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
     return 0;
 }
 
@@ -979,13 +1146,20 @@ static int plugin_to_memfd(void)
 
 static int apply(const wopts *o)
 {
-    if (o->user && plugin_to_memfd() != 0) {
+    bool drop = o->user || o->uid;
+    if (drop && plugin_to_memfd() != 0) {
         fprintf(stderr, "worker: cannot copy the plugin: %s\n",
                 strerror(errno));
         return -1;
     }
-    if (o->user && drop_user(o->user) != 0)
+    if (drop && drop_user(o->user, o->uid) != 0)
         return -1;
+    /* Not dumpable whatever the user: the loader reaches the plugin by
+     * /proc/self/fd/4, which a process may always open for itself. */
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+        fprintf(stderr, "worker: not dumpable: %s\n", strerror(errno));
+        return -1;
+    }
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
     /* The sanitizers reserve terabytes of address space up front. */
     if (o->memory)
@@ -1019,7 +1193,7 @@ static int apply(const wopts *o)
         fprintf(stderr, "worker: no_new_privs: %s\n", strerror(errno));
         return -1;
     }
-    if (o->no_network && deny_network() != 0) {
+    if (th_iso_filter_load(!o->no_network) != 0) {
         fprintf(stderr, "worker: cannot load the seccomp filter\n");
         return -1;
     }
@@ -1049,6 +1223,8 @@ static int parse(int argc, char **argv, wopts *o)
             o->shown = v;
         else if (strcmp(k, "--user") == 0)
             o->user = v;
+        else if (strcmp(k, "--uid") == 0)
+            o->uid = n;
         else if (strcmp(k, "--memory") == 0)
             o->memory = n;
         else if (strcmp(k, "--cpu") == 0)
@@ -1065,6 +1241,62 @@ static int parse(int argc, char **argv, wopts *o)
     return o->name && o->shown ? 0 : -1;
 }
 
+/* The worker started as the first process of a PID namespace of its own
+ * (docs/isolation.md, "Containment"): this process stays its init and
+ * forks the real worker.  It keeps no plugin code, reaps whatever ends in
+ * the namespace, and when the worker ends writes its wait status on the
+ * note pipe ("status N") and exits: the kernel then kills every process
+ * left in the namespace, whatever session or group it made.  It exits too
+ * when the host's end of the socket closes (the host died).  Returns in
+ * the child (the worker, pid 2), never in the init. */
+static int become_init(void)
+{
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+    int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+    pid_t kid = sfd < 0 ? -1 : fork();
+    if (kid == 0) {
+        close(sfd);
+        sigprocmask(SIG_UNBLOCK, &chld, NULL);
+        return 0;
+    }
+    if (kid < 0) {
+        fprintf(stderr, "worker: cannot start in its namespace: %s\n",
+                strerror(errno));
+        _exit(2);
+    }
+    close(ISO_FD_PLUGIN);
+    prctl(PR_SET_NAME, "toolhost-init", 0, 0, 0);
+    for (;;) {
+        struct pollfd pf[2] = {{sfd, POLLIN, 0}, {ISO_FD_SOCK, POLLRDHUP, 0}};
+        int n = poll(pf, 2, -1);
+        if (n < 0 && errno != EINTR)
+            _exit(3);
+        if (pf[0].revents & POLLIN) {
+            struct signalfd_siginfo si;
+            while (read(sfd, &si, sizeof si) > 0)
+                ;
+            int st;
+            pid_t r;
+            while ((r = waitpid(-1, &st, WNOHANG)) > 0)
+                if (r == kid) {
+                    /* never blocks on a pipe the plugin filled */
+                    fcntl(ISO_FD_NOTE, F_SETFL,
+                          fcntl(ISO_FD_NOTE, F_GETFL) | O_NONBLOCK);
+                    char note[32];
+                    int k = snprintf(note, sizeof note, "status %d\n", st);
+                    ssize_t w = write(ISO_FD_NOTE, note, (size_t)k);
+                    (void)w;
+                    _exit(0);
+                }
+        }
+        if (pf[1].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))
+            _exit(0); /* the host is gone */
+    }
+}
+
 int th_iso_worker_main(int argc, char **argv)
 {
     wopts o;
@@ -1074,6 +1306,8 @@ int th_iso_worker_main(int argc, char **argv)
                         "host for plugins with 'isolation: process'\n");
         return 2;
     }
+    if (getpid() == 1)
+        become_init();
     signal(SIGPIPE, SIG_IGN);
     if (apply(&o) != 0)
         return fail("%s: the worker could not apply its limits (see the log)",
@@ -1124,6 +1358,11 @@ int th_iso_worker_main(int argc, char **argv)
     g_n_free = 0;
     pthread_mutex_unlock(&g_mu);
     th_iso_rx_destroy(&g_rx);
+    /* fini(), not dlclose(): the process ends next, and the unload guard
+     * could not look at a thread of the plugin here (the filter refuses
+     * process_vm_readv; a non-dumpable process cannot read its own
+     * /proc/self/task/N/syscall as another user). */
+    g_p->dl = NULL;
     th_plugin_close(g_p);
     g_p = NULL;
     fflush(stderr);

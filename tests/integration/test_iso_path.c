@@ -55,9 +55,9 @@ static int fx_open_with(fx *f, const char *extra)
              "    isolation: process\n"
              "    workers: 1\n"
              "    kill_grace: 5s\n"
-             "%s",
+             "%s%s",
              f->dir, th_test_build_path("fixtures/iso_path.so"),
-             extra ? extra : "");
+             geteuid() == 0 ? "    user: auto\n" : "", extra ? extra : "");
     th_config *cfg = NULL;
     th_error err;
     th_error_clear(&err);

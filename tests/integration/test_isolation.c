@@ -54,8 +54,11 @@ static int iso_start_lim(rpc_srv *s, const char *fx_so, const char *fx_dir,
              procs, cpu,
              extra ? extra : "",
              fx_so ? "  - name: fx\n    path: " : "", fx_so ? fx_so : "",
-             fx_so ? "\n    isolation: process\n    workers: 2\n"
-                     "    config:\n      marker: "
+             fx_so ? (geteuid() == 0
+                          ? "\n    isolation: process\n    workers: 2\n"
+                            "    user: auto\n    config:\n      marker: "
+                          : "\n    isolation: process\n    workers: 2\n"
+                            "    config:\n      marker: ")
                    : "",
              fx_so ? fx_dir : "", fx_so ? "/marker\n" : "");
     snprintf(pub, sizeof pub,

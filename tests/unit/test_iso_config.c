@@ -1,5 +1,6 @@
 /* test_iso_config.c - the isolation keys of a plugin entry (isolation,
- * workers, process_limits, network, user, kill_grace): defaults, values,
+ * workers, process_limits, network, user, kill_grace, env,
+ * isolation_uid_range): defaults, values,
  * errors, and that a change to any of them counts as a changed entry for
  * a reload (th_plugin_cfg_equal). */
 #include <CUnit/CUnit.h>
@@ -126,6 +127,53 @@ static void test_equal(void)
     th_config_free(f);
 }
 
+/* env: and isolation_uid_range: (docs/isolation.md, "Users"). */
+static void test_env_and_uids(void)
+{
+    th_config *c = parse(HEAD "    isolation: process\n"
+                              "    user: auto\n"
+                              "    isolation_uid_range: 70000-70099\n"
+                              "    env: [HOME, TZ]\n");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    const th_plugin_cfg *pc = &c->plugins[0];
+    CU_ASSERT_EQUAL(pc->uid_lo, 70000);
+    CU_ASSERT_EQUAL(pc->uid_hi, 70099);
+    CU_ASSERT_EQUAL_FATAL(pc->n_env, 2);
+    CU_ASSERT_STRING_EQUAL(pc->env[0], "HOME");
+    CU_ASSERT_STRING_EQUAL(pc->env[1], "TZ");
+    th_config *d = parse(HEAD "    isolation: process\n"
+                              "    user: auto\n"
+                              "    isolation_uid_range: 70000-70099\n"
+                              "    env: [HOME]\n");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(d);
+    CU_ASSERT_FALSE(th_plugin_cfg_equal(&c->plugins[0], &d->plugins[0]));
+    th_config_free(c);
+    th_config_free(d);
+    c = parse(HEAD "    isolation: process\n    env: HOME\n");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    CU_ASSERT_EQUAL(c->plugins[0].n_env, 1);
+    th_config_free(c);
+
+    expect_err(HEAD "    isolation: process\n    env: [TOOLHOST_MCP_TOKEN]\n",
+               "t.yaml:5:11: 'env' must not pass the host's own variable "
+               "'TOOLHOST_MCP_TOKEN'");
+    expect_err(HEAD "    isolation: process\n    env: [HOME, \"A=B\"]\n",
+               "t.yaml:5:17: 'env' lists names of environment variables");
+    expect_err(HEAD "    env: [HOME]\n",
+               "t.yaml:4:5: 'env' applies only to a plugin with "
+               "'isolation: process'");
+    expect_err(HEAD "    isolation: process\n    user: auto\n"
+                    "    isolation_uid_range: 5-6\n",
+               "t.yaml:6:26: 'isolation_uid_range' 5-6: want 1000");
+    expect_err(HEAD "    isolation: process\n    user: auto\n"
+                    "    isolation_uid_range: lots\n",
+               "t.yaml:6:26: 'isolation_uid_range' must be two uids");
+    expect_err(HEAD "    isolation: process\n    user: nobody\n"
+                    "    isolation_uid_range: 70000-70099\n",
+               "t.yaml:6:5: 'isolation_uid_range' applies only with "
+               "'user: auto'");
+}
+
 void th_suite_iso_config(void)
 {
     CU_pSuite s = CU_add_suite("iso_config", NULL, NULL);
@@ -133,4 +181,5 @@ void th_suite_iso_config(void)
     CU_add_test(s, "values", test_values);
     CU_add_test(s, "errors", test_errors);
     CU_add_test(s, "equal", test_equal);
+    CU_add_test(s, "env_and_uids", test_env_and_uids);
 }

@@ -309,11 +309,18 @@ typedef struct th_plugin_cfg {
     th_proc_limits process_limits;
     bool network;          /* false: sockets of AF_INET/6 refused (seccomp);
                               default true                              */
-    char *user;            /* run the workers as this user (root only)   */
+    char *user;            /* run the workers as this user (root only);
+                              "auto": a uid of the plugin's own from
+                              uid_lo..uid_hi                            */
     uint64_t kill_grace_ms;/* after a deadline, SIGKILL after; 0: 1000   */
     uint32_t crash_loop;   /* deaths in a row, no call finished, before
                               unhealthy; 0: 5                           */
     uint64_t unhealthy_retry_ms; /* unhealthy: a new start every; 0: 30 s */
+    char **env;            /* `env:` names the workers get from the host's
+                              environment (besides PATH, LANG, LC_ALL)  */
+    size_t n_env;
+    uint32_t uid_lo, uid_hi; /* isolation_uid_range (user: auto); 0: the
+                                default 61184-65519                     */
 } th_plugin_cfg;
 
 typedef struct th_perm_rule {
