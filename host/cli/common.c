@@ -193,6 +193,9 @@ int cli_print_result(const th_result_copy *r, bool show_meta,
         fflush(stdout);
         if (r->err.len)
             fwrite(r->err.data, 1, r->err.len, stderr);
+        else if (!r->ok) /* e.g. its message could not be stored: out of
+                            memory */
+            fprintf(stderr, "%s: the tool failed without a message\n", tool);
         if (show_meta)
             print_meta(r);
         return r->ok ? CLI_OK : CLI_FAILED;

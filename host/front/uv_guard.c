@@ -104,6 +104,21 @@ static void *g_realloc(void *p, size_t n)
     return q;
 }
 
+void *th_uv_guard_malloc(size_t n)
+{
+    return g_malloc(n);
+}
+
+void *th_uv_guard_realloc(void *p, size_t n)
+{
+    return g_realloc(p, n);
+}
+
+void th_uv_guard_free(void *p)
+{
+    g_free(p);
+}
+
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int init_rc;
 

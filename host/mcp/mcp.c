@@ -42,6 +42,8 @@ void mcp_send(th_mcp_session *m, json_t *msg, const json_t *req)
 {
     if (!msg) {
         th_log_error("mcp: out of memory building a message");
+        if (m->t.lost)
+            m->t.lost(m->ud, req);
         return;
     }
     m->t.send(m->ud, msg, req);

@@ -50,6 +50,11 @@ typedef struct th_mcp_transport {
      * tools/call result).  NULL: always send(). */
     void (*send_text)(void *ud, const char *text, size_t len,
                       const json_t *req);
+    /* Optional: a message for `req` (NULL: none) could not be built (out
+     * of memory) and is lost.  A transport whose client would wait for
+     * it for good ends the exchange (stdio stops the session).  Any
+     * thread.  NULL: only logged. */
+    void (*lost)(void *ud, const json_t *req);
 } th_mcp_transport;
 
 typedef struct th_mcp_opts {

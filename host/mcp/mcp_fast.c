@@ -26,6 +26,7 @@
 
 #include "mcp_int.h"
 #include "th/utf8.h"
+#include "front/uv_guard.h"
 
 #define FAST_DEPTH 32 /* nesting of arguments */
 #define FAST_KEYS 32  /* keys of one arguments object (duplicate check) */
@@ -452,6 +453,27 @@ static void fast_key_init(void)
     fast_key_ok = pthread_key_create(&fast_key, fast_tls_free) == 0;
 }
 
+static void *guard_malloc(void *ctx, size_t n)
+{
+    (void)ctx;
+    return th_uv_guard_malloc(n);
+}
+
+static void *guard_realloc(void *ctx, void *p, size_t n)
+{
+    (void)ctx;
+    return th_uv_guard_realloc(p, n);
+}
+
+static void guard_free(void *ctx, void *p)
+{
+    (void)ctx;
+    th_uv_guard_free(p);
+}
+
+static yajl_alloc_funcs guard_funcs = {guard_malloc, guard_realloc,
+                                       guard_free, NULL};
+
 static fast_tls *fast_tls_get(void)
 {
     pthread_once(&fast_once, fast_key_init);
@@ -469,7 +491,9 @@ static fast_tls *fast_tls_get(void)
         }
     }
     if (!t->y) {
-        t->y = yajl_alloc(&fast_events, NULL, &t->r);
+        /* yajl uses what its allocator returns without a check (a NULL
+         * from malloc crashes it): the guard's reserve stands behind */
+        t->y = yajl_alloc(&fast_events, &guard_funcs, &t->r);
         if (!t->y)
             return NULL;
         yajl_config(t->y, yajl_allow_multiple_values, 1);

@@ -54,6 +54,7 @@ typedef struct mcp_stdio {
     int out_fd;
     pthread_mutex_t wmu;    /* output lines, broken */
     bool broken;
+    bool lost;              /* under wmu: a message was lost (no memory) */
     bool wake_closed;       /* under wmu: no uv_async_send() any more */
     bool stopping;
     const char *why;
@@ -156,6 +157,18 @@ static bool out_write_locked(mcp_stdio *x, const char *p, size_t n)
     return !fail;
 }
 
+/* A message could not be built or written (out of memory): the client
+ * would wait for it for good, so the session stops (wmu held), as when
+ * the output breaks: the client sees its input end. */
+static void lost_locked(mcp_stdio *x)
+{
+    th_log_error("mcp stdio: out of memory: a message was lost: stopping");
+    x->lost = true;
+    x->broken = true;
+    if (!x->wake_closed)
+        uv_async_send(&x->wake);
+}
+
 /* Appends msg as one line to b.  0 or -1 (b as it was). */
 static int out_dump(th_buf *b, const json_t *msg)
 {
@@ -189,7 +202,7 @@ static void out_line_locked(mcp_stdio *x, const char *p, size_t n)
     if (!at)
         x->out_t0 = now_ns();
     if (th_buf_reserve(&x->out, n + 1) != 0) {
-        th_log_error("mcp stdio: out of memory writing a message");
+        lost_locked(x);
         return;
     }
     memcpy(x->out.data + at, p, n);
@@ -221,7 +234,7 @@ static void tr_send(void *ud, const json_t *msg, const json_t *req)
             x->out_t0 = now_ns();
         if (!x->broken && out_dump(&x->out, msg) != 0) {
             x->out.len = at;
-            th_log_error("mcp stdio: out of memory writing a message");
+            lost_locked(x);
         }
         if (x->out.len >= OUT_FLUSH_AT)
             out_write_locked(x, NULL, 0);
@@ -233,11 +246,22 @@ static void tr_send(void *ud, const json_t *msg, const json_t *req)
     th_buf_init(&b);
     if (mcp_json_append(&b, msg) != 0) {
         th_buf_destroy(&b);
-        th_log_error("mcp stdio: out of memory writing a message");
+        pthread_mutex_lock(&x->wmu);
+        lost_locked(x);
+        pthread_mutex_unlock(&x->wmu);
         return;
     }
     tr_send_text(x, (const char *)b.data, b.len, req);
     th_buf_destroy(&b);
+}
+
+static void tr_lost(void *ud, const json_t *req)
+{
+    (void)req;
+    mcp_stdio *x = ud;
+    pthread_mutex_lock(&x->wmu);
+    lost_locked(x);
+    pthread_mutex_unlock(&x->wmu);
 }
 
 static void begin_stop(mcp_stdio *x, const char *why)
@@ -266,10 +290,10 @@ static void on_wake(uv_async_t *a)
 {
     mcp_stdio *x = a->data;
     pthread_mutex_lock(&x->wmu);
-    bool broken = x->broken;
+    bool broken = x->broken, lost = x->lost;
     pthread_mutex_unlock(&x->wmu);
     if (broken)
-        begin_stop(x, "output closed");
+        begin_stop(x, lost ? "out of memory" : "output closed");
 }
 
 static void on_signal(uv_signal_t *s, int sig)
@@ -458,7 +482,7 @@ int th_mcp_stdio_run(th_host *h, const th_principal *who,
     }
     signal(SIGPIPE, SIG_IGN);
     th_mcp_transport t = {.send = tr_send, .request_done = NULL,
-                          .send_text = tr_send_text};
+                          .send_text = tr_send_text, .lost = tr_lost};
     /* One client, and its input is read on this loop only: a short sync
      * call runs right here (th_mcp_opts.run_short). */
     th_mcp_opts so = o ? *o : (th_mcp_opts){0};
@@ -590,7 +614,11 @@ int th_mcp_stdio_run(th_host *h, const th_principal *who,
                     uv_strerror(rc));
     th_buf_destroy(&x->line);
     th_buf_destroy(&x->out);
+    bool lost = x->lost;
     pthread_mutex_destroy(&x->wmu);
     free(x);
+    if (lost)
+        return th_error_set(err, TH_ENOMEM,
+                            "out of memory: a message to the client was lost");
     return 0;
 }

@@ -411,8 +411,12 @@ static int text_count(void *state, const toolhost_tool *tool,
             }
         }
     }
-    th_sdk_printf(call, "lines: %lld\nwords: %lld\nbytes: %lld\n",
-                  (long long)lines, (long long)words, (long long)bytes);
+    if (th_sdk_printf(call, "lines: %lld\nwords: %lld\nbytes: %lld\n",
+                      (long long)lines, (long long)words,
+                      (long long)bytes) != 0) {
+        th_sdk_fail(call, "out of memory"); /* not an empty answer */
+        goto out;
+    }
     th_sdk_meta m;
     th_sdk_meta_init(&m);
     th_sdk_meta_int(&m, "lines", lines);

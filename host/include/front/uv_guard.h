@@ -1,4 +1,5 @@
-/* front/uv_guard.h - libuv under allocation failure (front support).
+/* front/uv_guard.h - libuv (and yajl) under allocation failure (front
+ * support).
  *
  * libuv returns UV_ENOMEM from most of its functions, but a few of its
  * own allocations abort() the process when they fail: the array of
@@ -29,6 +30,13 @@
 
 /* 0, or a libuv error code (uv_replace_allocator refused). */
 int th_uv_guard_init(void);
+
+/* The same allocator, for other libraries that crash on NULL (yajl,
+ * through yajl_alloc_funcs in mcp_fast.c): malloc, then the reserve.
+ * A block from either is freed with th_uv_guard_free.  Any thread. */
+void *th_uv_guard_malloc(size_t n);
+void *th_uv_guard_realloc(void *p, size_t n);
+void th_uv_guard_free(void *p);
 
 /* Bytes of the reserve given out so far (a test, the stats). */
 size_t th_uv_guard_reserve_used(void);
