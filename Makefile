@@ -215,10 +215,13 @@ EXAMPLES_SO := $(BUILD)/examples/cxx_stats.so \
 	$(if $(HAVE_RUSTC),$(BUILD)/examples/rust_hello.so)
 examples: $(EXAMPLES_SO)
 
-$(BUILD)/examples/cxx_stats.so: sdk/examples/cxx/cxx_stats.cpp $(LIBSDK) plugin-api/toolhost/plugin.h sdk/toolhost/sdk.h
+# The C++ one links with the SDK's version script (sdk/toolhost-plugin.map):
+# only the entry symbol is exported, not libstdc++'s template instances.
+$(BUILD)/examples/cxx_stats.so: sdk/examples/cxx/cxx_stats.cpp $(LIBSDK) plugin-api/toolhost/plugin.h sdk/toolhost/sdk.h sdk/toolhost-plugin.map
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -Wall -Wextra -Werror -Wno-missing-field-initializers $(OPT) -g $(SAN_FLAGS) \
 	  -Iplugin-api -Isdk $(shell pkg-config --cflags msgpack 2>/dev/null) -fPIC -fvisibility=hidden -shared \
+	  -Wl,--version-script=sdk/toolhost-plugin.map \
 	  -o $@ $< $(LIBSDK) $(shell pkg-config --libs msgpack 2>/dev/null)
 
 $(BUILD)/examples/rust_hello.so: sdk/examples/rust/src/lib.rs
@@ -375,6 +378,7 @@ fuzz-replay:
 #   share/doc/toolhost/                             README, guides, example
 #   share/toolhost/systemd/toolhost.service, .socket (ExecStart set to
 #                                                   PREFIX/bin/toolhost)
+#   share/toolhost/toolhost-plugin.map              version script (C++)
 # `make uninstall PREFIX=...` removes exactly these files, and the folders
 # that are toolhost's own once they are empty.
 RPC_FRONT_HEADERS := host/include/front/rpc.h
@@ -416,6 +420,7 @@ install: $(TOOLHOST) $(LIBSDK) $(LIBTH) $(PLUGIN_SO)
 	install -m 0644 $(MAN5) $(I)/share/man/man5/
 	install -m 0644 $(DOC_FILES) $(I)/share/doc/toolhost/
 	install -m 0644 $(TEMPLATE_FILES) $(I)/share/doc/toolhost/template/
+	install -m 0644 sdk/toolhost-plugin.map $(I)/share/toolhost/
 	for u in $(UNITS); do \
 	  sed -e 's|/usr/local/bin/toolhost|$(PREFIX)/bin/toolhost|g' $$u \
 	    > $(I)/share/toolhost/systemd/$$(basename $$u) && \
@@ -436,6 +441,7 @@ uninstall:
 	rm -f $(addprefix $(I)/share/doc/toolhost/,$(notdir $(DOC_FILES)))
 	rm -f $(addprefix $(I)/share/doc/toolhost/template/,$(notdir $(TEMPLATE_FILES)))
 	rm -f $(addprefix $(I)/share/toolhost/systemd/,$(notdir $(UNITS)))
+	rm -f $(I)/share/toolhost/toolhost-plugin.map
 	for d in include/toolhost/host/th include/toolhost/host/front \
 	  include/toolhost/host include/toolhost \
 	  lib/toolhost/plugins lib/toolhost share/doc/toolhost/template share/doc/toolhost \

@@ -34,7 +34,15 @@ static void test_install_and_build_out_of_tree(void)
              "cd '%s'\n"
              "'%s/prefix/bin/toolhost' new greeter >/dev/null\n"
              "cd greeter\n"
-             "make -s >/dev/null\n"
+             /* POSIX is declared in the template's build: strdup with
+              * -std=c11 and -Werror compiles */
+             "printf '#include <string.h>\\nchar *greeter_dup(const char *);\\n"
+             "char *greeter_dup(const char *s) { return strdup(s); }\\n' "
+             ">> greeter.c\n"
+             "make -s CC='cc -Werror' >/dev/null\n"
+             /* the version script for C++ plugins is installed */
+             "test -f \"$(pkg-config --variable=version_script "
+             "toolhost-plugin)\"\n"
              "'%s/prefix/bin/toolhost' check ./greeter.so\n"
              "cat > '%s/cfg.yaml' <<EOF\n"
              "plugins:\n"
