@@ -915,22 +915,32 @@ typedef struct wopts {
     bool no_network;
 } wopts;
 
+/* Why apply() failed when it was the user, for the error the host gets
+ * (the log has the line too). */
+static char g_apply_why[256];
+
 static int drop_user(const char *user)
 {
     if (geteuid() != 0) {
-        fprintf(stderr, "worker: 'user: %s' needs a host running as root\n",
-                user);
+        snprintf(g_apply_why, sizeof g_apply_why,
+                 "'user: %s' needs a host running as root", user);
+        fprintf(stderr, "worker: %s\n", g_apply_why);
         return -1;
     }
+    errno = 0;
     struct passwd *pw = getpwnam(user);
     if (!pw) {
-        fprintf(stderr, "worker: unknown user '%s'\n", user);
+        snprintf(g_apply_why, sizeof g_apply_why,
+                 "'user: %s': no such user on this system%s%s", user,
+                 errno ? ": " : "", errno ? strerror(errno) : "");
+        fprintf(stderr, "worker: %s\n", g_apply_why);
         return -1;
     }
     if (initgroups(pw->pw_name, pw->pw_gid) != 0 || setgid(pw->pw_gid) != 0 ||
         setuid(pw->pw_uid) != 0) {
-        fprintf(stderr, "worker: cannot become user '%s': %s\n", user,
-                strerror(errno));
+        snprintf(g_apply_why, sizeof g_apply_why,
+                 "cannot become user '%s': %s", user, strerror(errno));
+        fprintf(stderr, "worker: %s\n", g_apply_why);
         return -1;
     }
     /* setuid() made the process non-dumpable, which puts /proc/self
@@ -1075,9 +1085,16 @@ int th_iso_worker_main(int argc, char **argv)
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
-    if (apply(&o) != 0)
+    if (apply(&o) != 0) {
+        if (g_apply_why[0]) {
+            char m[600];
+            snprintf(m, sizeof m, "%s: the worker could not take on its "
+                     "user: %s", o.shown, g_apply_why);
+            return fail("%s", m);
+        }
         return fail("%s: the worker could not apply its limits (see the log)",
                     o.shown);
+    }
     th_load_opts lo;
     memset(&lo, 0, sizeof lo);
     lo.name = o.name;
