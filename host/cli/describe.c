@@ -48,6 +48,9 @@ int cli_describe(int argc, char **argv)
             return CLI_USAGE;
         }
     }
+    /* toolhost describe ./x.so TOOL: the plugin alone, as `call` does */
+    if (!config && optind + 2 == argc && cli_is_plugin_path(argv[optind]))
+        config = argv[optind++];
     if (optind + 1 != argc) {
         cli_error("describe: give one tool name");
         fputs(describe_usage, stderr);
