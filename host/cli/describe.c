@@ -10,6 +10,7 @@
 
 static const char describe_usage[] =
     "usage: toolhost describe -c FILE TOOL [--json]\n"
+    "       toolhost describe ./PLUGIN.so TOOL [--json]\n"
     "\n"
     "Prints the tool's detailed description as a model sees it (summary,\n"
     "long description with its sections, parameters, output types and\n"
