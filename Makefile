@@ -1,13 +1,15 @@
 # toolhost - build, test, bench, fuzz, install.
 #
 #   make                 build everything into build/
-#   make run             install missing packages, build, run the host on
+#   make run             install missing packages, build what running needs
+#                        (toolhost, plugins, SDK; -j nproc), run the host on
 #                        configs/default.yaml
 #   make test            install missing packages, build, run every suite,
 #                        again under ASan+UBSan, the manager suites under
 #                        TSan, and the integration suite under valgrind
 #   make check           run the unit and integration suites of this build
 #   make bench | fuzz | install PREFIX=... | uninstall PREFIX=... | clean
+#   make deb             a Debian package in build/ (debhelper)
 #   SANITIZER=address|undefined|thread (or a comma list) builds into
 #   build/san-<list>/ with those sanitizers.
 
@@ -128,7 +130,7 @@ BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 TEST_DEFS = -Ihost/core -DTH_BUILD_DIR='"$(abspath $(BUILD))"' -DTH_SOURCE_DIR='"$(abspath .)"' -Itests \
 	-DTH_SANITIZER='"$(SANITIZER)"'
 
-.PHONY: all examples deps run test test-stress check check-unit check-integration check-parallel unit-build check-tsan soak check-layers layers-graph \
+.PHONY: all examples deps run deb test test-stress check check-unit check-integration check-parallel unit-build check-tsan soak check-layers layers-graph \
 	valgrind bench fuzz fuzz-replay install uninstall clean
 .DEFAULT_GOAL := all
 
@@ -254,9 +256,18 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBTH) | $(TOOLHOST) $(PLUGIN_SO)
 deps:
 	@scripts/install-deps
 
+# `make run` builds only what running needs (the binary, the bundled
+# plugins, the SDK; no test runner, fixture or example), on every core.
+NPROC := $(shell nproc 2>/dev/null || echo 2)
 run: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$(NPROC) $(TOOLHOST) $(PLUGIN_SO) $(LIBSDK)
 	@scripts/run-default $(BUILD)
+
+# `make deb`: a Debian package of toolhost, built with debhelper from
+# configs/debian/ (copied into $(BUILD)/deb/, so the source tree keeps its
+# fixed layout); the .deb lands in $(BUILD)/.  scripts/deb has the steps.
+deb:
+	@scripts/deb $(BUILD) $(VERSION)
 
 test: deps
 	@scripts/run-tests
@@ -280,7 +291,7 @@ test-stress: deps
 # two at a time on two cores take little more than half the time.  Without
 # TEST_JOBS, or with SUITES=..., one runner per kind as before.
 TEST_JOBS ?=
-SLOW_SUITES ?= cli exec cli_perm isolation nats_fleet nats rpc mcp_http manager code mcp check_child rpc_limits
+SLOW_SUITES ?= deb cli exec cli_perm isolation nats_fleet nats rpc mcp_http manager code mcp check_child rpc_limits
 # The NATS suites time a server's restart and a host's loss against the
 # clock: they run first, alone (nats:server_restart and nats:host_killed
 # failed beside another suite, at load 4).
