@@ -211,9 +211,15 @@ int cli_call(int argc, char **argv)
         return CLI_USAGE;
     }
     /* toolhost call ./x.so TOOL ...: the plugin alone, config defaults. */
-    if (!config && !remote.connect && cli_is_plugin_path(argv[optind]) &&
-        optind + 1 < argc)
+    if (!config && !remote.connect && cli_is_plugin_path(argv[optind])) {
+        if (optind + 1 >= argc) {
+            cli_error("call: which tool of %s? (toolhost list %s shows "
+                      "them)", argv[optind], argv[optind]);
+            fputs(call_usage, stderr);
+            return CLI_USAGE;
+        }
         config = argv[optind++];
+    }
     if (!config == !remote.connect) {
         cli_error("call: give exactly one of -c FILE and --connect [ADDR]");
         return CLI_USAGE;

@@ -18,6 +18,7 @@
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <getopt.h>
 #include <grp.h>
 #include <poll.h>
@@ -36,6 +37,7 @@
 #include "th/code.h"
 #include "th/json.h"
 #include "th/log.h"
+#include "th/perm.h"
 
 static const char check_usage[] =
     "usage: toolhost check [--config JSON] [--allow-insecure] [--timeout S]\n"
@@ -652,7 +654,9 @@ static const char config_usage[] =
     "\n"
     "Validates a config file: YAML syntax, every key and value, the plugins\n"
     "(each is loaded, checked and initialised, then closed) and that every\n"
-    "tool a toolset names exists. Errors read FILE:LINE:COL: message.\n"
+    "tool a toolset names exists. Errors read FILE:LINE:COL: message; every\n"
+    "mistake in the keys is listed (up to 20), not the first alone. Warns\n"
+    "about a permission rule that matches no tool of its toolset.\n"
     "--json prints one JSON object instead: {\"ok\", \"errors\": [{\"file\",\n"
     "\"line\", \"col\", \"message\"}], \"warnings\": [...], \"plugins\", \"tools\"}\n"
     "(line and col 0 when a finding has no place in the file).\n"
@@ -743,6 +747,142 @@ static void logged_findings(int fd, const char *cfg_path, json_t *warnings)
     fclose(f);
 }
 
+/* The errors th_config_load_report() found, in order. */
+typedef struct cfg_errors {
+    char *msg[TH_CONFIG_MAX_ERRORS];
+    size_t n;
+} cfg_errors;
+
+static void keep_error(void *ud, const th_error *e)
+{
+    cfg_errors *l = ud;
+    if (l->n < TH_CONFIG_MAX_ERRORS && (l->msg[l->n] = strdup(e->msg)))
+        l->n++;
+}
+
+/* The line and column of "FILE:LINE:COL: ..." (0 when none). */
+static long place_of(const char *m, long *col)
+{
+    *col = 0;
+    for (const char *q = strchr(m, ':'); q; q = strchr(q + 1, ':')) {
+        char *e1, *e2;
+        long l = strtol(q + 1, &e1, 10);
+        if (e1 == q + 1 || *e1 != ':')
+            continue;
+        long c = strtol(e1 + 1, &e2, 10);
+        if (e2 == e1 + 1 || *e2 != ':')
+            continue;
+        *col = c;
+        return l;
+    }
+    return 0;
+}
+
+/* In the order of the file: the walk reports a map's unknown keys before
+ * its values. */
+static int by_place(const void *a, const void *b)
+{
+    long ca, cb, la = place_of(*(char *const *)a, &ca),
+                 lb = place_of(*(char *const *)b, &cb);
+    return la != lb ? (la < lb ? -1 : 1) : ca < cb ? -1 : ca > cb;
+}
+
+static void cfg_errors_free(cfg_errors *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->msg[i]);
+    l->n = 0;
+}
+
+/* Reads the config with every mistake in `l` (th_config_load_report);
+ * *err is the first, or the one failure that ended the reading. */
+static int load_all(const char *path, th_config **cfg, cfg_errors *l,
+                    th_error *err)
+{
+    memset(l, 0, sizeof *l);
+    th_error_clear(err);
+    if (cli_is_plugin_path(path))
+        return 0; /* a .so alone: cli_host_open() writes its config */
+    int rc = th_config_load_report(path, cfg, err, keep_error, l);
+    if (rc != 0 && l->n == 0 && (l->msg[0] = strdup(err->msg)))
+        l->n = 1;
+    qsort(l->msg, l->n, sizeof l->msg[0], by_place);
+    return rc;
+}
+
+static bool in_toolset(const th_toolset_cfg *ts, const char *tool)
+{
+    for (size_t i = 0; i < ts->n_tools; i++)
+        if (strcmp(ts->tools[i], "*") == 0 || strcmp(ts->tools[i], tool) == 0)
+            return true;
+    return false;
+}
+
+typedef struct rule_probe {
+    const th_toolset_cfg *ts;
+    const th_perm_rule *rule;
+    bool hit;
+} rule_probe;
+
+/* Whether the rule may match the tool: its glob and its static flags
+ * (needs_permission depends on the arguments: any tool may say it). */
+static int probe_rule(const th_tool *t, void *ud)
+{
+    rule_probe *p = ud;
+    uint32_t want = p->rule->flags & ~(uint32_t)TH_PERM_FLAG_NEEDS;
+    if (!in_toolset(p->ts, t->name) ||
+        (p->rule->match && fnmatch(p->rule->match, t->name, 0) != 0) ||
+        (t->flags & want) != want)
+        return 0;
+    p->hit = true;
+    return 1;
+}
+
+/* One "FILE:LINE:COL: ..." warning per permission rule that matches no
+ * tool of its toolset (a misspelt glob allows or denies nothing). */
+static void rule_warnings(th_host *h, void (*warn)(void *ud, const char *m),
+                          void *ud)
+{
+    const th_config *cfg = th_host_config(h);
+    for (size_t i = 0; i < cfg->n_toolsets; i++) {
+        const th_toolset_cfg *ts = &cfg->toolsets[i];
+        for (size_t j = 0; j < ts->n_rules; j++) {
+            rule_probe p = {.ts = ts, .rule = &ts->rules[j]};
+            th_registry_foreach(th_host_registry(h), probe_rule, &p);
+            if (p.hit)
+                continue;
+            char flags[160] = "", m[512];
+            if (p.rule->flags)
+                th_perm_flags_str(p.rule->flags, flags, sizeof flags);
+            snprintf(m, sizeof m,
+                     "%s:%d:%d: the permission rule (%s%s%s%s%s%s) of "
+                     "toolset '%s' matches no tool of that toolset",
+                     cfg->path, p.rule->line, p.rule->col,
+                     p.rule->match ? "match '" : "",
+                     p.rule->match ? p.rule->match : "",
+                     p.rule->match ? "'" : "",
+                     p.rule->match && flags[0] ? ", " : "",
+                     flags[0] ? "flags " : "", flags, ts->name);
+            warn(ud, m);
+        }
+    }
+}
+
+static void warn_stderr(void *ud, const char *m)
+{
+    (void)ud;
+    fprintf(stderr, "warning: %s\n", m);
+}
+
+static void warn_json(void *ud, const char *m)
+{
+    const char *path = ((void **)ud)[0];
+    json_t *warnings = ((void **)ud)[1];
+    json_t *o = finding(path, m);
+    if (o)
+        json_array_append_new(warnings, o);
+}
+
 /* `toolhost config check --json FILE`: the findings as one JSON object on
  * stdout.  Exit status as without --json. */
 static int config_check_json(const char *path)
@@ -770,10 +910,15 @@ static int config_check_json(const char *path)
     th_config *cfg = NULL;
     th_host *h = NULL;
     size_t n_plugins = 0, n_tools = 0;
-    if (th_config_load(path, &cfg, &err) == 0) {
+    cfg_errors all;
+    void *wud[2] = {(void *)path, warnings};
+    if (load_all(path, &cfg, &all, &err) == 0) {
         n_plugins = cfg->n_plugins;
-        if (th_host_open(cfg, &h, &err) == 0 && th_code_attach(h, &err) == 0)
+        if (th_host_open(cfg, &h, &err) == 0 &&
+            th_code_attach(h, &err) == 0) {
             n_tools = th_registry_count(th_host_registry(h));
+            rule_warnings(h, warn_json, wud);
+        }
     }
     if (h)
         th_host_close(h);
@@ -784,11 +929,17 @@ static int config_check_json(const char *path)
         close(logfd);
     }
     bool ok = err.code == 0;
-    if (!ok) {
+    for (size_t i = 0; i < all.n; i++) {
+        json_t *o = finding(path, all.msg[i]);
+        if (o)
+            json_array_append_new(errors, o);
+    }
+    if (!ok && all.n == 0) { /* the host's: a plugin that did not load */
         json_t *o = finding(path, err.msg);
         if (o)
             json_array_append_new(errors, o);
     }
+    cfg_errors_free(&all);
     json_object_set_new(out, "ok", json_boolean(ok));
     json_object_set_new(out, "errors", errors);
     json_object_set_new(out, "warnings", warnings);
@@ -819,10 +970,27 @@ int cli_config(int argc, char **argv)
         fputs(config_usage, stderr);
         return CLI_USAGE;
     }
+    /* Every mistake in the file first (th_config_load_report), then the
+     * host opened from it as any command does. */
+    cfg_errors all;
+    th_error err;
+    th_config *pre = NULL;
+    if (load_all(argv[2], &pre, &all, &err) != 0) {
+        for (size_t i = 0; i < all.n; i++)
+            fprintf(stderr, "%s\n", all.msg[i]);
+        if (all.n > 1)
+            fprintf(stderr, "%s: %zu errors%s\n", argv[2], all.n,
+                    all.n >= TH_CONFIG_MAX_ERRORS ? " (the first "
+                    "20; there may be more)" : "");
+        cfg_errors_free(&all);
+        return CLI_USAGE;
+    }
+    th_config_free(pre);
     cli_host ch;
     int rc = cli_host_open(argv[2], NULL, NULL, &ch);
     if (rc != CLI_OK)
         return rc;
+    rule_warnings(ch.host, warn_stderr, NULL);
     const th_config *cfg = th_host_config(ch.host);
     /* The tools `toolhost list` shows: the task tools only when they are
      * always listed (host.expose_task_tools). */

@@ -10,6 +10,7 @@
 
 static const char describe_usage[] =
     "usage: toolhost describe -c FILE TOOL [--json]\n"
+    "       toolhost describe ./PLUGIN.so TOOL [--json]\n"
     "\n"
     "Prints the tool's detailed description as a model sees it (summary,\n"
     "long description with its sections, parameters, output types and\n"
@@ -48,6 +49,9 @@ int cli_describe(int argc, char **argv)
             return CLI_USAGE;
         }
     }
+    /* toolhost describe ./x.so TOOL: the plugin alone, as `call` does */
+    if (!config && optind + 2 == argc && cli_is_plugin_path(argv[optind]))
+        config = argv[optind++];
     if (optind + 1 != argc) {
         cli_error("describe: give one tool name");
         fputs(describe_usage, stderr);

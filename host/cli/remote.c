@@ -307,8 +307,9 @@ int cli_list_remote(const cli_remote *remote, bool json)
             printf("%s\n", s);
         free(s);
     } else {
-        printf("%-20s %-22s %-24s %s\n", "TOOL", "FLAGS", "STDOUT/STDERR",
-               "DESCRIPTION");
+        /* the columns of `toolhost list -c` (list.c) */
+        printf("%-20s %-12s %-22s %-22s %s\n", "TOOL", "PLUGIN", "FLAGS",
+               "STDOUT/STDERR", "DESCRIPTION");
         size_t i;
         json_t *t;
         json_array_foreach(tools, i, t)
@@ -327,9 +328,12 @@ int cli_list_remote(const cli_remote *remote, bool json)
             snprintf(types, sizeof types, "%s/%s",
                      json_string_value(json_object_get(t, "stdout_type")),
                      json_string_value(json_object_get(t, "stderr_type")));
-            printf("%-20s %-22s %-24s %s\n",
+            const char *plugin =
+                json_string_value(json_object_get(t, "plugin"));
+            printf("%-20s %-12s %-22s %-22s %s\n",
                    json_string_value(json_object_get(t, "name")),
-                   flags[0] ? flags : "-", types,
+                   plugin && *plugin ? plugin : "-", flags[0] ? flags : "-",
+                   types,
                    json_string_value(json_object_get(t, "description")));
         }
     }

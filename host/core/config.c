@@ -227,7 +227,39 @@ typedef struct cfctx {
     th_ystats *stats;  /* key_probes counts the duplicate checks here too */
     th_strset plugin_names, toolset_names, mock_tools; /* indexes into the
                                                          lists of cfg */
+    /* Every mistake, not the first alone (th_config_load_report): each
+     * goes to report(), the first is kept for *err, and the walk goes on
+     * with the next key, list item or section, up to TH_CONFIG_MAX_ERRORS.
+     * NULL report: the first error ends the walk. */
+    th_config_report_fn report;
+    void *report_ud;
+    unsigned n_errs;
+    bool capped;
+    th_error first;
 } cfctx;
+
+/* Returned up the walk once an error went to report(): the callers go on
+ * (cf_more) without reporting it again. */
+#define CF_REPORTED (-100000)
+
+/* After a key, list item or section failed with rc: true when the walk
+ * goes on with the next one (the error reported), false when rc ends it. */
+static bool cf_more(cfctx *c, int rc)
+{
+    if (rc == CF_REPORTED)
+        return !c->capped;
+    if (rc != TH_ECONFIG || !c->report || c->capped)
+        return false;
+    if (c->n_errs++ == 0)
+        c->first = *c->err;
+    c->report(c->report_ud, c->err);
+    if (c->n_errs >= TH_CONFIG_MAX_ERRORS) {
+        c->capped = true;
+        return false;
+    }
+    th_error_clear(c->err);
+    return true;
+}
 
 /* A name seen before in `set` (at index *first), 0 when new, TH_ENOMEM. */
 static int cf_seen(cfctx *c, th_strset *set, const char *name, size_t idx,
@@ -626,6 +658,7 @@ static int set_list(cfctx *c, const cfkey *k, th_ynode *v, void *base)
     *arr = calloc(v->n, k->elem_size);
     if (!*arr)
         return cf_nomem(c);
+    bool failed = false;
     for (size_t i = 0; i < v->n; i++) {
         void *el = (char *)*arr + i * k->elem_size;
         th_ynode *item = v->kids[i];
@@ -634,17 +667,24 @@ static int set_list(cfctx *c, const cfkey *k, th_ynode *v, void *base)
         *cnt = i + 1;
         if (item->kind != TH_Y_MAP) {
             char d[64];
-            return cf_err(c, item, "each item of '%s' must be a map (a %s), "
-                          "got %s", k->name, k->what,
-                          describe(item, d, sizeof d));
+            int rc = cf_err(c, item, "each item of '%s' must be a map (a "
+                            "%s), got %s", k->name, k->what,
+                            describe(item, d, sizeof d));
+            if (!cf_more(c, rc))
+                return rc;
+            failed = true;
+            continue;
         }
         int rc = apply_map(c, item, k->sub, el, k->what);
         if (rc == 0 && k->check)
             rc = k->check(c, item, el);
-        if (rc < 0)
-            return rc;
+        if (rc < 0) {
+            if (!cf_more(c, rc))
+                return rc;
+            failed = true;
+        }
     }
-    return 0;
+    return failed ? CF_REPORTED : 0;
 }
 
 /* A list of strings (one scalar counts as a list of one). */
@@ -1538,7 +1578,8 @@ static const cfkey toolset_keys[] = {
     {.name = "permissions", .set = set_section, .off = 0, .sub = perm_keys,
      .what = "permissions"},
     {.name = "limits", .set = set_limits, .off = T(limits)},
-    {.name = "tool_overrides", .set = set_overrides},
+    {.name = "tool_overrides", .set = set_overrides,
+     .sub = override_keys}, /* .sub: for th_config_each_key */
     {.name = "run_code", .set = set_section, .off = T(run_code),
      .sub = run_code_keys, .what = "run_code"},
     {.name = NULL}};
@@ -2203,30 +2244,81 @@ static int apply_map(cfctx *c, th_ynode *node, const cfkey *table,
                       describe(node, d, sizeof d));
     }
     size_t n = node && node->kind == TH_Y_MAP ? node->n : 0;
+    /* With a report (cf_more): each mistake is reported and the walk goes
+     * on; the map then fails as a whole (CF_REPORTED), so no check runs on
+     * what it half filled. */
+    bool failed = false;
+    int rc;
     for (size_t i = 0; i + 1 < n; i += 2) {
         const th_ynode *key = node->kids[i];
-        if (key->kind != TH_Y_SCALAR)
-            return cf_err(c, key, "keys in %s must be plain names", what);
+        if (key->kind != TH_Y_SCALAR) {
+            rc = cf_err(c, key, "keys in %s must be plain names", what);
+            if (!cf_more(c, rc))
+                return rc;
+            failed = true;
+            continue;
+        }
         const cfkey *k = table;
         while (k->name && strcmp(k->name, key->str) != 0)
             k++;
-        if (!k->name)
-            return unknown_key(c, key, table, what);
+        if (!k->name) {
+            rc = unknown_key(c, key, table, what);
+            if (!cf_more(c, rc))
+                return rc;
+            failed = true;
+        }
     }
     for (const cfkey *k = table; k->name; k++) {
         for (size_t i = 0; i + 1 < n; i += 2) {
-            if (strcmp(node->kids[i]->str, k->name) != 0)
+            if (node->kids[i]->kind != TH_Y_SCALAR ||
+                strcmp(node->kids[i]->str, k->name) != 0)
                 continue;
-            int rc = k->set(c, k, node->kids[i + 1], base);
-            if (rc < 0)
-                return rc;
+            rc = k->set(c, k, node->kids[i + 1], base);
+            if (rc < 0) {
+                if (!cf_more(c, rc))
+                    return rc;
+                failed = true;
+            }
         }
     }
     for (const cfkey *k = table; k->name; k++)
-        if ((k->flags & CF_REQUIRED) && !th_ynode_get(node, k->name))
-            return cf_err(c, node, "missing required key '%s' in %s",
-                          k->name, what);
-    return 0;
+        if ((k->flags & CF_REQUIRED) && !th_ynode_get(node, k->name)) {
+            rc = cf_err(c, node, "missing required key '%s' in %s", k->name,
+                        what);
+            if (!cf_more(c, rc))
+                return rc;
+            failed = true;
+        }
+    return failed ? CF_REPORTED : 0;
+}
+
+/* ---- the list of keys ------------------------------------------------------ */
+
+static void each_key(const cfkey *table, char *path, size_t len,
+                     void (*fn)(const char *path, void *ud), void *ud)
+{
+    for (const cfkey *k = table; k->name; k++) {
+        int n = snprintf(path + len, 256 - len, "%s%s", len ? "." : "",
+                         k->name);
+        if (n < 0 || (size_t)n >= 256 - len)
+            continue;
+        fn(path, ud);
+        if (k->sub)
+            each_key(k->sub, path, len + (size_t)n, fn, ud);
+        else if (k->set == set_limits)
+            for (size_t t = 1; t < TH_SEM_COUNT; t++) {
+                char one[256];
+                snprintf(one, sizeof one, "%s.%s", path, sem_names[t]);
+                fn(one, ud);
+            }
+        path[len] = '\0';
+    }
+}
+
+void th_config_each_key(void (*fn)(const char *path, void *ud), void *ud)
+{
+    char path[256] = "";
+    each_key(top_keys, path, 0, fn, ud);
 }
 
 /* ---- free --------------------------------------------------------------------- */
@@ -2394,9 +2486,23 @@ int th_config_parse(const char *name, const char *dir, const char *text,
     return th_config_parse_ex(name, dir, text, len, NULL, NULL, out, err);
 }
 
+static int parse_report(const char *name, const char *dir, const char *text,
+                        size_t len, const th_ylimits *lim, th_ystats *stats,
+                        th_config_report_fn report, void *ud,
+                        th_config **out, th_error *err);
+
 int th_config_parse_ex(const char *name, const char *dir, const char *text,
                        size_t len, const th_ylimits *lim, th_ystats *stats,
                        th_config **out, th_error *err)
+{
+    return parse_report(name, dir, text, len, lim, stats, NULL, NULL, out,
+                        err);
+}
+
+static int parse_report(const char *name, const char *dir, const char *text,
+                        size_t len, const th_ylimits *lim, th_ystats *stats,
+                        th_config_report_fn report, void *ud,
+                        th_config **out, th_error *err)
 {
     *out = NULL;
     th_error_clear(err);
@@ -2415,7 +2521,8 @@ int th_config_parse_ex(const char *name, const char *dir, const char *text,
     if (!cfg)
         return th_error_set(err, TH_ENOMEM, "%s: out of memory", name);
     cfctx c = {.file = name, .cfg = cfg, .err = err,
-               .stats = stats ? stats : &scratch};
+               .stats = stats ? stats : &scratch, .report = report,
+               .report_ud = ud};
     th_strset_init(&c.plugin_names, &c.stats->key_probes);
     th_strset_init(&c.toolset_names, &c.stats->key_probes);
     th_strset_init(&c.mock_tools, &c.stats->key_probes);
@@ -2442,8 +2549,13 @@ int th_config_parse_ex(const char *name, const char *dir, const char *text,
                     describe(cfg->root, d, sizeof d));
         goto fail;
     }
-    if ((rc = apply_map(&c, cfg->root, top_keys, cfg, "the config")) < 0)
+    if ((rc = apply_map(&c, cfg->root, top_keys, cfg, "the config")) < 0) {
+        if (c.n_errs) { /* reported: *err is the first */
+            *err = c.first;
+            rc = TH_ECONFIG;
+        }
         goto fail;
+    }
     if (!th_ynode_get(cfg->root, "host") &&
         (rc = host_check(&c, NULL, &cfg->host)) < 0)
         goto fail;
@@ -2525,6 +2637,12 @@ static int read_config(const char *path, const th_ylimits *lim, th_buf *b,
 
 int th_config_load(const char *path, th_config **out, th_error *err)
 {
+    return th_config_load_report(path, out, err, NULL, NULL);
+}
+
+int th_config_load_report(const char *path, th_config **out, th_error *err,
+                          th_config_report_fn report, void *ud)
+{
     *out = NULL;
     th_error_clear(err);
     th_ylimits lim;
@@ -2553,9 +2671,9 @@ int th_config_load(const char *path, th_config **out, th_error *err)
         dir = copy;
     }
     char *real = realpath(dir, NULL);
-    rc = th_config_parse_ex(path, real ? real : dir,
-                            b.data ? (const char *)b.data : "", b.len, &lim,
-                            NULL, out, err);
+    rc = parse_report(path, real ? real : dir,
+                      b.data ? (const char *)b.data : "", b.len, &lim, NULL,
+                      report, ud, out, err);
     free(real);
     free(copy);
     th_buf_destroy(&b);

@@ -1073,6 +1073,10 @@ typedef struct wopts {
     bool no_network;
 } wopts;
 
+/* Why apply() failed when it was the user, for the error the host gets
+ * (the log has the line too). */
+static char g_apply_why[256];
+
 /* `user: NAME` (its groups) or `user: auto` (a uid of the plugin's own,
  * no groups; the host passes it as --uid).  The process is left
  * non-dumpable: no process of the same user may trace it or open its
@@ -1080,15 +1084,21 @@ typedef struct wopts {
 static int drop_user(const char *user, uint64_t uid)
 {
     if (geteuid() != 0) {
-        fprintf(stderr, "worker: 'user: %s' needs a host running as root\n",
-                user ? user : "auto");
+        snprintf(g_apply_why, sizeof g_apply_why,
+                 "'user: %s' needs a host running as root",
+                 user ? user : "auto");
+        fprintf(stderr, "worker: %s\n", g_apply_why);
         return -1;
     }
     int rc;
     if (user) {
+        errno = 0;
         struct passwd *pw = getpwnam(user);
         if (!pw) {
-            fprintf(stderr, "worker: unknown user '%s'\n", user);
+            snprintf(g_apply_why, sizeof g_apply_why,
+                     "'user: %s': no such user on this system%s%s", user,
+                     errno ? ": " : "", errno ? strerror(errno) : "");
+            fprintf(stderr, "worker: %s\n", g_apply_why);
             return -1;
         }
         rc = initgroups(pw->pw_name, pw->pw_gid) != 0 ||
@@ -1098,9 +1108,11 @@ static int drop_user(const char *user, uint64_t uid)
              setuid((uid_t)uid) != 0;
     }
     if (rc || getuid() == 0 || geteuid() == 0) {
-        fprintf(stderr, "worker: cannot become user '%s' (uid %llu): %s\n",
-                user ? user : "auto", (unsigned long long)uid,
-                strerror(errno));
+        snprintf(g_apply_why, sizeof g_apply_why,
+                 "cannot become user '%s' (uid %llu): %s",
+                 user ? user : "auto", (unsigned long long)uid,
+                 strerror(errno));
+        fprintf(stderr, "worker: %s\n", g_apply_why);
         return -1;
     }
     return 0;
@@ -1309,9 +1321,16 @@ int th_iso_worker_main(int argc, char **argv)
     if (getpid() == 1)
         become_init();
     signal(SIGPIPE, SIG_IGN);
-    if (apply(&o) != 0)
+    if (apply(&o) != 0) {
+        if (g_apply_why[0]) {
+            char m[600];
+            snprintf(m, sizeof m, "%s: the worker could not take on its "
+                     "user: %s", o.shown, g_apply_why);
+            return fail("%s", m);
+        }
         return fail("%s: the worker could not apply its limits (see the log)",
                     o.shown);
+    }
     th_load_opts lo;
     memset(&lo, 0, sizeof lo);
     lo.name = o.name;

@@ -491,7 +491,14 @@ int th_schema_pack_tool(struct msgpack_packer *pk, const th_tool *tool)
     if (!params)
         return TH_ENOMEM;
     json_t *os = th_schema_output(tool);
-    int rc = msgpack_pack_map(pk, 7 + (tool->title != NULL) + (os != NULL));
+    bool plugin = tool->plugin && tool->plugin->name;
+    int rc = msgpack_pack_map(pk, 7 + (tool->title != NULL) + (os != NULL) +
+                                      plugin);
+    /* the plugin's config name (`toolhost list --connect` shows it) */
+    if (plugin) {
+        rc |= PACK_KEY(pk, "plugin");
+        rc |= th_pack_cstr(pk, tool->plugin->name);
+    }
     /* ABI 1.1 keys, only when the tool has them. */
     if (tool->title) {
         rc |= PACK_KEY(pk, "title");

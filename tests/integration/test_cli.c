@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/th_test.h"
@@ -374,6 +375,192 @@ static void test_config_check(void)
     free(dir);
 }
 
+/* `config check` reports every mistake of the file in one run (in the
+ * order of the file, up to 20) and warns about permission rules that match
+ * no tool. */
+static void test_config_check_all(void)
+{
+    char *dir = th_test_tmpdir();
+    char yaml[8192];
+    snprintf(yaml, sizeof yaml,
+             "host:\n"
+             "  workers: 0\n"
+             "  log_levle: info\n"
+             "  default_timeout: forever\n"
+             "plugins:\n"
+             "  - name: echo\n"
+             "    path: %s\n"
+             "    optinal: true\n"
+             "  - name: \"bad name!\"\n"
+             "    path: %s\n"
+             "toolsets:\n"
+             "  - name: default\n"
+             "    tools: [\"*\"]\n"
+             "    timeout: 3x\n"
+             "    permissions:\n"
+             "      rules:\n"
+             "        - match: \"ech*\"\n"
+             "          action: maybe\n",
+             th_test_build_path("plugins/echo.so"),
+             th_test_build_path("plugins/fs.so"));
+    char *f = th_test_write_file(dir, "many.yaml", yaml, (size_t)-1);
+    th_test_run r;
+    RUN(r, "config", "check", f);
+    CU_ASSERT_EQUAL(r.status, 2);
+    static const char *const want[] = {
+        ":2:12: 'workers' is out of range",
+        ":3:3: unknown key 'log_levle' in host",
+        ":4:20: 'default_timeout' must be a duration",
+        ":8:5: unknown key 'optinal' in plugin",
+        ":9:11: invalid plugin name 'bad name!'",
+        ":14:14: 'timeout' must be a duration",
+        ":18:19: invalid value 'maybe' for 'action'",
+        ": 7 errors"};
+    const char *at = r.err;
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const char *hit = at ? strstr(at, want[i]) : NULL;
+        if (!hit)
+            fprintf(stderr, "\n  missing (in order): %s\n%s", want[i], r.err);
+        CU_ASSERT_PTR_NOT_NULL(hit);
+        at = hit;
+    }
+    th_test_run_free(&r);
+    /* --json: the same seven */
+    RUN(r, "config", "check", "--json", f);
+    CU_ASSERT_EQUAL(r.status, 2);
+    int n = 0;
+    for (const char *q = strstr(r.out, "\"message\""); q;
+         q = strstr(q + 1, "\"message\""))
+        n++;
+    CU_ASSERT_EQUAL(n, 7);
+    th_test_run_free(&r);
+    free(f);
+
+    /* 30 mistakes: the first 20, and a line that says so */
+    char big[8192] = "host:\n";
+    for (int i = 0; i < 30; i++)
+        snprintf(big + strlen(big), sizeof big - strlen(big),
+                 "  nokey%d: 1\n", i);
+    f = th_test_write_file(dir, "cap.yaml", big, (size_t)-1);
+    RUN(r, "config", "check", f);
+    CU_ASSERT_EQUAL(r.status, 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "nokey19"));
+    CU_ASSERT_PTR_NULL(strstr(r.err, "nokey20"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "20 errors (the first 20"));
+    th_test_run_free(&r);
+    free(f);
+
+    /* rules that match nothing: warned, the config still valid */
+    snprintf(yaml, sizeof yaml,
+             "plugins:\n"
+             "  - name: echo\n"
+             "    path: %s\n"
+             "toolsets:\n"
+             "  - name: default\n"
+             "    tools: [\"*\"]\n"
+             "    permissions:\n"
+             "      default: ask\n"
+             "      rules:\n"
+             "        - match: \"ehco*\"\n"
+             "          action: allow\n"
+             "        - match: \"echo*\"\n"
+             "          action: allow\n"
+             "        - flags: [destructive]\n"
+             "          action: deny\n",
+             th_test_build_path("plugins/echo.so"));
+    f = th_test_write_file(dir, "rules.yaml", yaml, (size_t)-1);
+    RUN(r, "config", "check", f);
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "rules.yaml:10:11: the permission "
+                                         "rule (match 'ehco*') of toolset "
+                                         "'default' matches no tool"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, ":14:11: the permission rule "
+                                         "(flags destructive)"));
+    CU_ASSERT_PTR_NULL(strstr(r.err, ":12:11:")); /* echo* matches */
+    th_test_run_free(&r);
+    RUN(r, "config", "check", "--json", f);
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "\"warnings\":[{"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "match 'ehco*'"));
+    th_test_run_free(&r);
+    free(f);
+
+    /* an isolated plugin's unknown user is named (as root: no such user;
+     * otherwise: the user needs a root host) */
+    snprintf(yaml, sizeof yaml,
+             "plugins:\n"
+             "  - name: echo\n"
+             "    path: %s\n"
+             "    isolation: process\n"
+             "    user: th-no-such-user\n",
+             th_test_build_path("plugins/echo.so"));
+    f = th_test_write_file(dir, "user.yaml", yaml, (size_t)-1);
+    RUN(r, "config", "check", f);
+    CU_ASSERT_EQUAL(r.status, 2);
+    const char *line = strstr(r.err, "user.yaml:2:5:");
+    CU_ASSERT_PTR_NOT_NULL(line);
+    CU_ASSERT(line && strstr(line, "'user: th-no-such-user'") != NULL);
+    CU_ASSERT_PTR_NULL(strstr(r.err, "(see the log)"));
+    th_test_run_free(&r);
+    free(f);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A plugin file straight: `describe ./x.so TOOL` as `call ./x.so TOOL`
+ * does; `call ./x.so` without a tool asks which; a tool that suspends and
+ * never completes, called with --timeout, ends soon after its deadline. */
+static void test_plugin_file_edges(void)
+{
+    const char *so = th_test_build_path("plugins/echo.so");
+    th_test_run r;
+    RUN(r, "describe", so, "echo");
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "\"text\""));
+    th_test_run_free(&r);
+    RUN(r, "describe", so, "echo", "--json");
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "\"name\": \"echo\""));
+    th_test_run_free(&r);
+    RUN(r, "describe", so);
+    CU_ASSERT_EQUAL(r.status, 2);
+    th_test_run_free(&r);
+
+    RUN(r, "call", so);
+    CU_ASSERT_EQUAL(r.status, 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "which tool of "));
+    CU_ASSERT_PTR_NULL(strstr(r.err, "exactly one of"));
+    th_test_run_free(&r);
+
+    /* cm_never: suspend(), and complete() never comes.  Not under
+     * valgrind: the CLI exits on the deadline without waiting for the
+     * abandoned call (its threads and host are left to the exit, which
+     * valgrind would count as leaks). */
+    char *th = strdup(th_test_build_path("toolhost"));
+    char *never = strdup(th_test_build_path("fixtures/contract_misuse.so"));
+    CU_ASSERT_FATAL(th && never);
+    char *argv[] = {th, "call", "--timeout", "1s", never, "cm_never", NULL};
+    int64_t t0 = now_ms();
+    th_test_run_argv(argv, NULL, 60, 0, &r);
+    int64_t took = now_ms() - t0;
+    free(th);
+    free(never);
+    CU_ASSERT_EQUAL(r.status, 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "timed out"));
+    if (took >= 1000 + (int64_t)th_test_ms(2500))
+        fprintf(stderr, "\n  call --timeout 1s took %lld ms\n",
+                (long long)took);
+    CU_ASSERT(took < 1000 + (int64_t)th_test_ms(2500));
+    th_test_run_free(&r);
+}
+
 /* `call --connect` and `list --connect` against a real `toolhost serve`:
  * the same output and exit statuses as in-process. */
 static void test_connect(void)
@@ -420,6 +607,16 @@ static void test_connect(void)
     RUN(r, "list", "--connect", addr);
     CU_ASSERT_EQUAL(r.status, 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "fs_read"));
+    /* the columns of `list -c`, PLUGIN among them */
+    CU_ASSERT_EQUAL(strncmp(r.out, "TOOL", 4), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, " PLUGIN "));
+    const char *row = strstr(r.out, "\nfs_read ");
+    CU_ASSERT_PTR_NOT_NULL(row);
+    if (row) {
+        char name[32], plugin[32];
+        CU_ASSERT_EQUAL(sscanf(row + 1, "%31s %31s", name, plugin), 2);
+        CU_ASSERT_STRING_EQUAL(plugin, "fs");
+    }
     th_test_run_free(&r);
     RUN(r, "list", "--connect", addr, "--json");
     CU_ASSERT_EQUAL(r.status, 0);
@@ -460,5 +657,7 @@ void th_suite_cli(void)
     CU_add_test(s, "list_describe", test_list_describe);
     CU_add_test(s, "check", test_check);
     CU_add_test(s, "config_check", test_config_check);
+    CU_add_test(s, "config_check_all", test_config_check_all);
+    CU_add_test(s, "plugin_file_edges", test_plugin_file_edges);
     CU_add_test(s, "connect", test_connect);
 }

@@ -34,7 +34,20 @@ static void test_install_and_build_out_of_tree(void)
              "cd '%s'\n"
              "'%s/prefix/bin/toolhost' new greeter >/dev/null\n"
              "cd greeter\n"
-             "make -s >/dev/null\n"
+             /* POSIX is declared in the template's build: strdup with
+              * -std=c11 and -Werror compiles */
+             "printf '#include <string.h>\\nchar *greeter_dup(const char *);\\n"
+             "char *greeter_dup(const char *s) { return strdup(s); }\\n' "
+             ">> greeter.c\n"
+             "make -s CC='cc -Werror' >/dev/null\n"
+             /* the version script for C++ plugins is installed, and the
+              * C++ example built with it against the install passes
+              * check --strict */
+             "test -f \"$(pkg-config --variable=version_script "
+             "toolhost-plugin)\"\n"
+             "cp -r '%s/sdk/examples/cxx' ../cxx\n"
+             "make -s -C ../cxx >/dev/null\n"
+             "'%s/prefix/bin/toolhost' check --strict ../cxx/cxx_stats.so\n"
              "'%s/prefix/bin/toolhost' check ./greeter.so\n"
              "cat > '%s/cfg.yaml' <<EOF\n"
              "plugins:\n"
@@ -70,8 +83,8 @@ static void test_install_and_build_out_of_tree(void)
              "EOF\n"
              "cc -o t t.c greeter.c $(pkg-config --cflags --libs toolhost-testing)\n"
              "./t && echo harness-ok\n",
-             TH_SOURCE_DIR, TH_SANITIZER, dir, dir, dir, dir, dir, dir, dir, dir,
-             dir, dir, dir, dir);
+             TH_SOURCE_DIR, TH_SANITIZER, dir, dir, dir, dir, TH_SOURCE_DIR,
+             dir, dir, dir, dir, dir, dir, dir, dir, dir);
     th_test_run r;
     sh(script, &r);
     if (r.status != 0)

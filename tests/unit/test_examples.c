@@ -59,6 +59,26 @@ static void cxx_stats(void)
     th_harness_unload(h);
 }
 
+/* The C++ example passes its own lint: linked with the SDK's version
+ * script (sdk/toolhost-plugin.map) it exports the entry symbol alone, not
+ * the std::vector instances it uses, so `check --strict` has no warning. */
+static void cxx_strict_check(void)
+{
+    const char *so = th_test_build_path("examples/cxx_stats.so");
+    if (access(so, R_OK) != 0)
+        TH_SKIP("build/examples/cxx_stats.so is not built (make examples)");
+    th_test_run r;
+    CU_ASSERT_EQUAL_FATAL(th_test_toolhost(&r, "check", "--strict", so, NULL),
+                          0);
+    if (r.status != 0)
+        fprintf(stderr, "\n  toolhost check --strict %s:\n%s%s", so, r.out,
+                r.err);
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "0 errors, 0 warnings"));
+    CU_ASSERT_PTR_NULL(strstr(r.out, "besides the entry symbol"));
+    th_test_run_free(&r);
+}
+
 static void rust_hello(void)
 {
     if (access(th_test_build_path("examples/rust_hello.so"), R_OK) != 0)
@@ -94,5 +114,6 @@ void th_suite_examples(void)
 {
     CU_pSuite s = CU_add_suite("examples", NULL, NULL);
     CU_add_test(s, "cxx_stats", cxx_stats);
+    CU_add_test(s, "cxx_strict_check", cxx_strict_check);
     CU_add_test(s, "rust_hello", rust_hello);
 }

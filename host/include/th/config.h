@@ -460,6 +460,24 @@ typedef struct th_config {
  * pipe); ...") and a file over the size limit ("FILE: the config is N
  * bytes, more than the limit of 4MiB ...") are refused before reading. */
 int th_config_load(const char *path, th_config **out, th_error *err);
+
+/* th_config_load that goes on after a mistake in the file: report() gets
+ * each one ("FILE:LINE:COL: message", in the order of the file's keys),
+ * up to TH_CONFIG_MAX_ERRORS; *err is then the first.  A failure that
+ * ends the reading at once (the file unreadable, bad YAML, a check of the
+ * whole config) is not reported: it is in *err alone.  `toolhost config
+ * check` prints them all. */
+#define TH_CONFIG_MAX_ERRORS 20
+typedef void (*th_config_report_fn)(void *ud, const th_error *e);
+int th_config_load_report(const char *path, th_config **out, th_error *err,
+                          th_config_report_fn report, void *ud);
+
+/* Calls fn with the dotted path of every key the config reader knows
+ * ("host.workers", "toolsets.permissions.rules.match", "limits.text"; a
+ * list's items add no step; the keys of a plugin's own `config:` block are
+ * the plugin's), in table order.  The man page test holds
+ * toolhost.yaml(5) to this list. */
+void th_config_each_key(void (*fn)(const char *path, void *ud), void *ud);
 /* The same for YAML text in memory; `name` stands for the file in
  * messages and `dir` resolves relative plugin paths (NULL: cwd). */
 int th_config_parse(const char *name, const char *dir, const char *text,
