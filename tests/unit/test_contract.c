@@ -76,12 +76,18 @@ static void *th_complete_twice(void *arg)
     return NULL;
 }
 
+/* Set by the test once the call's record is freed (a tombstone left). */
+static atomic_int ct_go;
+
 static void *th_write_after(void *arg)
 {
     toolhost_call *c = arg;
     c->host->write(c, TOOLHOST_STDOUT, "done", 4);
     c->host->complete(c, TOOLHOST_OK);
-    nap_ms(20); /* the call is freed meanwhile (a tombstone) */
+    /* the test says when the call is freed (bounded: whatever it does) */
+    int64_t until = mono_ms() + 20000;
+    while (!atomic_load(&ct_go) && mono_ms() < until)
+        nap_ms(1);
     atomic_store(&ct_rc_write, c->host->write(c, TOOLHOST_STDOUT, "late", 4));
     atomic_store(&ct_rc_progress, c->host->progress(c, 0.5, "late", NULL, 0));
     static const uint8_t map[] = {0x80};
@@ -587,10 +593,19 @@ static void test_write_after_end(void)
     log_capture();
     open_ct(2, 300);
     atomic_store(&ct_thread_done, 0);
+    atomic_store(&ct_go, 0);
+    unsigned long live0 = th_host_live_calls(H);
     rec r;
     rec_init(&r);
     uint64_t id = start(S, "c_late", A(0), NULL, &r);
     CU_ASSERT_TRUE(rec_wait(&r, 3000));
+    /* the late calls come once the call's record is freed (a tombstone
+     * answers them), an event where a 20 ms nap was */
+    int64_t until = mono_ms() + th_test_ms(3000);
+    while (th_host_live_calls(H) != live0 && mono_ms() < until)
+        nap_ms(1);
+    CU_ASSERT_EQUAL(th_host_live_calls(H), live0);
+    atomic_store(&ct_go, 1);
     CU_ASSERT_TRUE(wait_flag(&ct_thread_done, 3000));
     CU_ASSERT_TRUE(r.final.ok);
     CU_ASSERT_TRUE(out_is(&r.final, "done"));
