@@ -85,7 +85,7 @@ static void *th_write_after(void *arg)
     c->host->write(c, TOOLHOST_STDOUT, "done", 4);
     c->host->complete(c, TOOLHOST_OK);
     /* the test says when the call is freed (bounded: whatever it does) */
-    int64_t until = mono_ms() + 20000;
+    int64_t until = mono_ms() + th_test_ms(20000);
     while (!atomic_load(&ct_go) && mono_ms() < until)
         nap_ms(1);
     atomic_store(&ct_rc_write, c->host->write(c, TOOLHOST_STDOUT, "late", 4));
@@ -171,11 +171,11 @@ static atomic_int wr_rc_owner, wr_rc_thread, wr_started;
  * counts the accepted ones, wr_rc keeps the last answer. */
 static void write_until_refused(toolhost_call *c, const char *chunk)
 {
-    int64_t until = mono_ms() + 1000; /* the completer runs first */
+    int64_t until = mono_ms() + th_test_ms(1000); /* the completer runs first */
     while (!atomic_load(&wr_cstarted) && mono_ms() < until)
         sched_yield();
     int rc = 0, n = 0;
-    until = mono_ms() + 1000;
+    until = mono_ms() + th_test_ms(1000);
     while ((n % 256 || mono_ms() < until) &&
            (rc = c->host->write(c, TOOLHOST_STDOUT, chunk, 2)) == 0)
         atomic_store(&wr_ok, ++n);
@@ -188,7 +188,7 @@ static void *th_complete_soon(void *arg)
 {
     toolhost_call *c = arg;
     atomic_store(&wr_cstarted, 1);
-    int64_t until = mono_ms() + 1000;
+    int64_t until = mono_ms() + th_test_ms(1000);
     while (atomic_load(&wr_ok) < 20 && mono_ms() < until)
         sched_yield();
     c->host->complete(c, TOOLHOST_OK);
@@ -254,7 +254,7 @@ static int ct_wr_two(void *st, const toolhost_tool *t, toolhost_call *c, const u
     atomic_store(&wr_started, 0);
     if (pthread_create(&th, NULL, th_write_b, &j) != 0)
         return TOOLHOST_FAILED;
-    int64_t until = mono_ms() + 2000; /* both write at once */
+    int64_t until = mono_ms() + th_test_ms(2000); /* both write at once */
     while (!atomic_load(&wr_started) && mono_ms() < until)
         sched_yield();
     for (long long i = 0; i < j.n; i++)
@@ -277,7 +277,7 @@ static int ct_wr_cancelled(void *st, const toolhost_tool *t, toolhost_call *c, c
 {
     (void)st, (void)t, (void)a, (void)l;
     c->host->write(c, TOOLHOST_STDOUT, "before", 6);
-    int64_t until = mono_ms() + 3000;
+    int64_t until = mono_ms() + th_test_ms(3000);
     while (!c->host->is_cancelled(c) && mono_ms() < until)
         nap_ms(1);
     atomic_store(&wr_rc_owner, c->host->write(c, TOOLHOST_STDOUT, "o", 1));
@@ -897,7 +897,7 @@ static void test_write_cancelled(void)
         start(S, "c_wr_cancelled", A(0), &o, &r);
         CU_ASSERT_TRUE(rec_wait(&r, 3000));
         CU_ASSERT_EQUAL(r.final.error, TH_ETIMEOUT);
-        int64_t until = mono_ms() + 3000;
+        int64_t until = mono_ms() + th_test_ms(3000);
         while (atomic_load(&wr_rc_thread) == 99 && mono_ms() < until)
             nap_ms(1);
         CU_ASSERT_EQUAL(atomic_load(&wr_rc_owner), TOOLHOST_ECANCELLED);
