@@ -1297,7 +1297,7 @@ static int gated_call_in_slot(gate_runner *g, pthread_t *rt)
     int i = -1, j = -1;
     for (int k = 0; k < TH_ISLOTS && i < 0; k++) {
         uintptr_t v = atomic_load(&H->mgr.cslot[k].v);
-        if (v && ((th_mcall *)(v & ~(uintptr_t)3))->base.pub.call_id == g->id)
+        if (v && ((th_mcall *)(v & ~(uintptr_t)7))->base.pub.call_id == g->id)
             i = k;
     }
     CU_ASSERT_FATAL(i >= 0);
