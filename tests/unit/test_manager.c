@@ -1369,7 +1369,15 @@ static void test_cslot_close_while_suspending(void)
     pthread_t ct;
     if (j >= 0) {
         CU_ASSERT_EQUAL_FATAL(pthread_create(&ct, NULL, run_close, s), 0);
-        nap_ms(50); /* closing set, the map looked at: it waits at slot j */
+        /* closing set and the map looked at (one critical section under
+         * s->mu in th_session_close): seen, then it can only be on its way
+         * to slot j, where it waits; no nap */
+        int64_t until = mono_ms() + th_test_ms(2000);
+        while (!__atomic_load_n(&s->closing, __ATOMIC_SEQ_CST) && mono_ms() < until)
+            nap_ms(1);
+        CU_ASSERT_FATAL(__atomic_load_n(&s->closing, __ATOMIC_SEQ_CST));
+        pthread_mutex_lock(&s->mu);
+        pthread_mutex_unlock(&s->mu);
     }
     atomic_store(&fx_gate_open, 1); /* suspends, cancelled, leaves the slot */
     pthread_join(rt, NULL);
