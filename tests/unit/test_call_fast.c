@@ -272,7 +272,7 @@ static void test_watchdog_demotes_while_running(void)
     CU_ASSERT_FATAL(pthread_create(&th, NULL, nap_main, &j) == 0);
     uint64_t inl, dem = 0;
     int64_t t0 = th_now_ns();
-    while (!atomic_load(&j.done) && th_now_ns() - t0 < 5000 * MS) {
+    while (!atomic_load(&j.done) && th_now_ns() - t0 < (int64_t)th_test_ms(5000) * MS) {
         mgr(h, &inl, &dem);
         if (dem)
             break;
@@ -403,7 +403,7 @@ static void test_watchdog_flag_after_off(void)
     missed_flag(st, 444444);
     /* the idle watchdog looks every 250 ms */
     int64_t t0 = th_now_ns();
-    while (!back_off_started(st) && th_now_ns() - t0 < 5000 * MS)
+    while (!back_off_started(st) && th_now_ns() - t0 < (int64_t)th_test_ms(5000) * MS)
         usleep(5000);
     CU_ASSERT(back_off_started(st));
     th_session_close(s);

@@ -76,12 +76,18 @@ static void *th_complete_twice(void *arg)
     return NULL;
 }
 
+/* Set by the test once the call's record is freed (a tombstone left). */
+static atomic_int ct_go;
+
 static void *th_write_after(void *arg)
 {
     toolhost_call *c = arg;
     c->host->write(c, TOOLHOST_STDOUT, "done", 4);
     c->host->complete(c, TOOLHOST_OK);
-    nap_ms(20); /* the call is freed meanwhile (a tombstone) */
+    /* the test says when the call is freed (bounded: whatever it does) */
+    int64_t until = mono_ms() + th_test_ms(20000);
+    while (!atomic_load(&ct_go) && mono_ms() < until)
+        nap_ms(1);
     atomic_store(&ct_rc_write, c->host->write(c, TOOLHOST_STDOUT, "late", 4));
     atomic_store(&ct_rc_progress, c->host->progress(c, 0.5, "late", NULL, 0));
     static const uint8_t map[] = {0x80};
@@ -165,11 +171,11 @@ static atomic_int wr_rc_owner, wr_rc_thread, wr_started;
  * counts the accepted ones, wr_rc keeps the last answer. */
 static void write_until_refused(toolhost_call *c, const char *chunk)
 {
-    int64_t until = mono_ms() + 1000; /* the completer runs first */
+    int64_t until = mono_ms() + th_test_ms(1000); /* the completer runs first */
     while (!atomic_load(&wr_cstarted) && mono_ms() < until)
         sched_yield();
     int rc = 0, n = 0;
-    until = mono_ms() + 1000;
+    until = mono_ms() + th_test_ms(1000);
     while ((n % 256 || mono_ms() < until) &&
            (rc = c->host->write(c, TOOLHOST_STDOUT, chunk, 2)) == 0)
         atomic_store(&wr_ok, ++n);
@@ -182,7 +188,7 @@ static void *th_complete_soon(void *arg)
 {
     toolhost_call *c = arg;
     atomic_store(&wr_cstarted, 1);
-    int64_t until = mono_ms() + 1000;
+    int64_t until = mono_ms() + th_test_ms(1000);
     while (atomic_load(&wr_ok) < 20 && mono_ms() < until)
         sched_yield();
     c->host->complete(c, TOOLHOST_OK);
@@ -248,7 +254,7 @@ static int ct_wr_two(void *st, const toolhost_tool *t, toolhost_call *c, const u
     atomic_store(&wr_started, 0);
     if (pthread_create(&th, NULL, th_write_b, &j) != 0)
         return TOOLHOST_FAILED;
-    int64_t until = mono_ms() + 2000; /* both write at once */
+    int64_t until = mono_ms() + th_test_ms(2000); /* both write at once */
     while (!atomic_load(&wr_started) && mono_ms() < until)
         sched_yield();
     for (long long i = 0; i < j.n; i++)
@@ -271,7 +277,7 @@ static int ct_wr_cancelled(void *st, const toolhost_tool *t, toolhost_call *c, c
 {
     (void)st, (void)t, (void)a, (void)l;
     c->host->write(c, TOOLHOST_STDOUT, "before", 6);
-    int64_t until = mono_ms() + 3000;
+    int64_t until = mono_ms() + th_test_ms(3000);
     while (!c->host->is_cancelled(c) && mono_ms() < until)
         nap_ms(1);
     atomic_store(&wr_rc_owner, c->host->write(c, TOOLHOST_STDOUT, "o", 1));
@@ -587,10 +593,19 @@ static void test_write_after_end(void)
     log_capture();
     open_ct(2, 300);
     atomic_store(&ct_thread_done, 0);
+    atomic_store(&ct_go, 0);
+    unsigned long live0 = th_host_live_calls(H);
     rec r;
     rec_init(&r);
     uint64_t id = start(S, "c_late", A(0), NULL, &r);
     CU_ASSERT_TRUE(rec_wait(&r, 3000));
+    /* the late calls come once the call's record is freed (a tombstone
+     * answers them), an event where a 20 ms nap was */
+    int64_t until = mono_ms() + th_test_ms(3000);
+    while (th_host_live_calls(H) != live0 && mono_ms() < until)
+        nap_ms(1);
+    CU_ASSERT_EQUAL(th_host_live_calls(H), live0);
+    atomic_store(&ct_go, 1);
     CU_ASSERT_TRUE(wait_flag(&ct_thread_done, 3000));
     CU_ASSERT_TRUE(r.final.ok);
     CU_ASSERT_TRUE(out_is(&r.final, "done"));
@@ -882,7 +897,7 @@ static void test_write_cancelled(void)
         start(S, "c_wr_cancelled", A(0), &o, &r);
         CU_ASSERT_TRUE(rec_wait(&r, 3000));
         CU_ASSERT_EQUAL(r.final.error, TH_ETIMEOUT);
-        int64_t until = mono_ms() + 3000;
+        int64_t until = mono_ms() + th_test_ms(3000);
         while (atomic_load(&wr_rc_thread) == 99 && mono_ms() < until)
             nap_ms(1);
         CU_ASSERT_EQUAL(atomic_load(&wr_rc_owner), TOOLHOST_ECANCELLED);

@@ -482,7 +482,7 @@ static void test_scope_toolset_outlives_session(void)
     th_session *s2 = open_trusted(H);
     th_result_copy res;
     CU_ASSERT_EQUAL(th_task_result(s2, id, &res), TH_ESTATE);
-    int64_t until = mono_ms() + 3000;
+    int64_t until = mono_ms() + th_test_ms(3000);
     int rc;
     while ((rc = th_task_result(s2, id, &res)) == TH_ESTATE && mono_ms() < until)
         nap_ms(5);
@@ -590,7 +590,7 @@ static bool inline_started(inline_runner *ir, pthread_t *th)
     rec_init(&ir->r);
     if (pthread_create(th, NULL, run_inline, ir) != 0)
         return false;
-    int64_t until = mono_ms() + 2000;
+    int64_t until = mono_ms() + th_test_ms(2000);
     while (atomic_load(&fx_conc) == 0 && mono_ms() < until)
         nap_ms(1);
     return atomic_load(&fx_conc) > 0;
@@ -601,7 +601,7 @@ static bool inline_started(inline_runner *ir, pthread_t *th)
 static int cancel_when_seen(th_session *s, uint64_t id)
 {
     int rc = TH_ENOTFOUND;
-    int64_t until = mono_ms() + 2000;
+    int64_t until = mono_ms() + th_test_ms(2000);
     while ((rc = th_call_cancel(s, id)) == TH_ENOTFOUND && mono_ms() < until)
         nap_ms(1);
     return rc;
@@ -750,7 +750,7 @@ static uint64_t nested_started(inline_runner *ir, pthread_t *th,
     rec_init(&ir->r);
     if (pthread_create(th, NULL, run_nested_inline, ir) != 0)
         return 0;
-    int64_t until = mono_ms() + 2000;
+    int64_t until = mono_ms() + th_test_ms(2000);
     while (atomic_load(&fx_conc) == 0 && mono_ms() < until)
         nap_ms(1);
     if (atomic_load(&fx_conc) == 0)
@@ -856,7 +856,7 @@ static uint64_t nested2_started(nested2_runner *nr, pthread_t *th,
     rec_init(&nr->r);
     if (pthread_create(th, NULL, run_nested2, nr) != 0)
         return 0;
-    int64_t until = mono_ms() + 2000;
+    int64_t until = mono_ms() + th_test_ms(2000);
     while (atomic_load(&fx_conc) == 0 && mono_ms() < until)
         nap_ms(1);
     if (atomic_load(&fx_conc) == 0)
@@ -879,7 +879,7 @@ static void nested2_end(nested2_runner *nr, pthread_t th)
     pthread_join(th, NULL);
     CU_ASSERT_EQUAL(nr->rc, 0);
     /* (on a worker, the outer call's answer may come before its end) */
-    int64_t until = mono_ms() + 1500;
+    int64_t until = mono_ms() + th_test_ms(1500);
     while (!atomic_load(&fx_nested2_done) && mono_ms() < until)
         nap_ms(1);
     for (int k = 0; k < 200 && !cslots_empty(H); k++)
@@ -1004,7 +1004,7 @@ static void test_cslot_nested_shared_index(void)
         rec_init(&b.r);
         pthread_t tb;
         CU_ASSERT_FATAL(pthread_create(&tb, NULL, run_nested2, &b) == 0);
-        int64_t until = mono_ms() + 2000;
+        int64_t until = mono_ms() + th_test_ms(2000);
         while (atomic_load(&fx_conc) < 2 && mono_ms() < until)
             nap_ms(1);
         CU_ASSERT_FATAL(atomic_load(&fx_conc) == 2);
@@ -1024,7 +1024,7 @@ static void test_cslot_nested_shared_index(void)
         pthread_join(tb, NULL);
         CU_ASSERT_EQUAL(b.rc, 0);
         rec_free(&b.r);
-        until = mono_ms() + 2000;
+        until = mono_ms() + th_test_ms(2000);
         while (atomic_load(&fx_conc) > 1 && mono_ms() < until)
             nap_ms(1);
     }
@@ -1076,7 +1076,7 @@ static void nstress_cb(const th_event *ev, void *ud)
 static void *nstress_run(void *p)
 {
     nstress *ns = p;
-    int64_t until = mono_ms() + 5000;
+    int64_t until = mono_ms() + th_test_ms(5000);
     for (int k = 0; k < 200 && !atomic_load(&ns->stop) && mono_ms() < until; k++) {
         th_call_opts o = {.timeout_ms = k % 3 ? 10000 : 0, .may_block = true};
         if (th_call_start(ns->s, "t_nested", NULL, 0, &o, nstress_cb, ns, NULL) == 0)
@@ -1290,14 +1290,14 @@ static int gated_call_in_slot(gate_runner *g, pthread_t *rt)
     g->s = S;
     rec_init(&g->r);
     CU_ASSERT_EQUAL_FATAL(pthread_create(rt, NULL, run_gate_susp, g), 0);
-    int64_t until = mono_ms() + 2000;
+    int64_t until = mono_ms() + th_test_ms(2000);
     while (atomic_load(&fx_conc) == 0 && mono_ms() < until)
         nap_ms(1);
     CU_ASSERT_FATAL(atomic_load(&fx_conc) > 0); /* it runs, in its slot */
     int i = -1, j = -1;
     for (int k = 0; k < TH_ISLOTS && i < 0; k++) {
         uintptr_t v = atomic_load(&H->mgr.cslot[k].v);
-        if (v && ((th_mcall *)(v & ~(uintptr_t)3))->base.pub.call_id == g->id)
+        if (v && ((th_mcall *)(v & ~(uintptr_t)7))->base.pub.call_id == g->id)
             i = k;
     }
     CU_ASSERT_FATAL(i >= 0);
@@ -1369,7 +1369,15 @@ static void test_cslot_close_while_suspending(void)
     pthread_t ct;
     if (j >= 0) {
         CU_ASSERT_EQUAL_FATAL(pthread_create(&ct, NULL, run_close, s), 0);
-        nap_ms(50); /* closing set, the map looked at: it waits at slot j */
+        /* closing set and the map looked at (one critical section under
+         * s->mu in th_session_close): seen, then it can only be on its way
+         * to slot j, where it waits; no nap */
+        int64_t until = mono_ms() + th_test_ms(2000);
+        while (!__atomic_load_n(&s->closing, __ATOMIC_SEQ_CST) && mono_ms() < until)
+            nap_ms(1);
+        CU_ASSERT_FATAL(__atomic_load_n(&s->closing, __ATOMIC_SEQ_CST));
+        pthread_mutex_lock(&s->mu);
+        pthread_mutex_unlock(&s->mu);
     }
     atomic_store(&fx_gate_open, 1); /* suspends, cancelled, leaves the slot */
     pthread_join(rt, NULL);
@@ -1649,7 +1657,7 @@ static void *run_cancel_deaf(void *p)
  * start, where the answer keeps it from running at all. */
 static int cancel_when_running(th_session *s, uint64_t id)
 {
-    int64_t until = mono_ms() + 2000;
+    int64_t until = mono_ms() + th_test_ms(2000);
     while (mono_ms() < until) {
         th_mcall *c = th_mgr_session_call(s, id);
         bool running = false;
@@ -1682,7 +1690,7 @@ static void test_islot_cancelled_then_armed_leaves_heap(void)
     CU_ASSERT_EQUAL(cancel_when_running(S, sr.id), 0);
     bool before = atomic_load(&H->mgr.islot_armed) == armed0;
     /* the deadline thread arms it (it runs on for 300 ms) */
-    int64_t until = mono_ms() + 1000;
+    int64_t until = mono_ms() + th_test_ms(1000);
     while (atomic_load(&H->mgr.islot_armed) == armed0 && mono_ms() < until)
         nap_ms(1);
     CU_ASSERT_TRUE(atomic_load(&H->mgr.islot_armed) > armed0);
@@ -1811,7 +1819,7 @@ static void test_run_start_vs_answer(void)
     pthread_t th;
     CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, start_race_cancel, &sr), 0);
     int bad = 0, won_before = 0, won_after = 0, calls = 0;
-    int64_t until = mono_ms() + 3000;
+    int64_t until = mono_ms() + th_test_ms(3000);
     for (int i = 0; i < 3000 && mono_ms() < until; i++) {
         rec r;
         rec_init(&r);
@@ -1835,7 +1843,7 @@ static void test_run_start_vs_answer(void)
         CU_ASSERT_TRUE(rec_wait(&r, 2000));
         bool ran = atomic_load(&fx_echo_runs) != runs0;
         /* the canceller's verdict on this call */
-        int64_t vt = mono_ms() + 2000;
+        int64_t vt = mono_ms() + th_test_ms(2000);
         while (atomic_load(&sr.verdict_id) != id && mono_ms() < vt)
             sched_yield();
         CU_ASSERT_EQUAL_FATAL(atomic_load(&sr.verdict_id), id);
@@ -2256,7 +2264,7 @@ static void wait_lost(uint64_t total, int ms)
 static void spin_release_all(void)
 {
     atomic_store(&fx_spin_release, 1);
-    int64_t until = mono_ms() + 5000;
+    int64_t until = mono_ms() + th_test_ms(5000);
     while (atomic_load(&fx_spin_running) > 0 && mono_ms() < until)
         nap_ms(2);
     CU_ASSERT_EQUAL(atomic_load(&fx_spin_running), 0);
@@ -2289,7 +2297,7 @@ static void test_lost_workers_replaced(void)
     CU_ASSERT_EQUAL(st.workers, 2);
     /* the stuck tools end at last: their workers come back or end */
     spin_release_all();
-    int64_t until = mono_ms() + 3000;
+    int64_t until = mono_ms() + th_test_ms(3000);
     do {
         nap_ms(5);
         th_host_mgr_stats(H, &st);
@@ -2549,7 +2557,7 @@ static void test_nested_sees_parent_cancel(void)
     CU_ASSERT_TRUE(rec_wait(&r, 2000));
     CU_ASSERT_EQUAL(r.final.error, TH_ETIMEOUT);
     /* the inner call, inline on the same worker, stops soon too */
-    int64_t until = mono_ms() + 1000;
+    int64_t until = mono_ms() + th_test_ms(1000);
     while (!atomic_load(&fx_nested_long_done) && mono_ms() < until)
         nap_ms(1);
     CU_ASSERT_EQUAL(atomic_load(&fx_nested_long_done), 1);
@@ -2764,7 +2772,7 @@ static void test_stress(void)
         pthread_create(&th[i], NULL, stress_thread, (void *)(intptr_t)i);
     for (int i = 0; i < 2; i++)
         pthread_join(th[i], NULL);
-    int64_t until = mono_ms() + 30000;
+    int64_t until = mono_ms() + th_test_ms(30000);
     while (atomic_load(&SX.inflight) > 0 && mono_ms() < until)
         nap_ms(1);
     int64_t dt = mono_ms() - t0;
@@ -2794,7 +2802,7 @@ static void test_stress(void)
         th_session_close(SX.s[i]);
     /* nothing leaks: every call object is freed once the cancel-deaf tools
      * (which ignore cancel) have returned */
-    until = mono_ms() + 5000;
+    until = mono_ms() + th_test_ms(5000);
     while (th_host_live_calls(H) > 1 && mono_ms() < until)
         nap_ms(1);
     CU_ASSERT_EQUAL(th_host_live_calls(H), 1); /* the open host's */
@@ -2887,7 +2895,7 @@ static void final_gate_cb(const th_event *ev, void *ud)
         return;
     atomic_fetch_add(&g->finals, 1);
     atomic_store(&g->in_fn, 1);
-    int64_t until = mono_ms() + 3000;
+    int64_t until = mono_ms() + th_test_ms(3000);
     while (!atomic_load(&g->open) && mono_ms() < until)
         nap_ms(1);
     nap_ms(20); /* the close is in th_mcall_detach by now */
@@ -2928,7 +2936,7 @@ static void test_cslot_close_during_final_callback(void)
     final_gate g = {.s = S};
     pthread_t rt, ct;
     CU_ASSERT_EQUAL_FATAL(pthread_create(&rt, NULL, final_gate_run, &g), 0);
-    int64_t until = mono_ms() + 2000;
+    int64_t until = mono_ms() + th_test_ms(2000);
     while (!atomic_load(&g.in_fn) && mono_ms() < until)
         nap_ms(1);
     CU_ASSERT_FATAL(atomic_load(&g.in_fn));
@@ -2941,7 +2949,7 @@ static void test_cslot_close_during_final_callback(void)
     nap_ms(50);
     CU_ASSERT_EQUAL(atomic_load(&k.done), 0); /* waits for the callback */
     atomic_store(&g.open, 1);
-    until = mono_ms() + 2000;
+    until = mono_ms() + th_test_ms(2000);
     while (!atomic_load(&k.done) && mono_ms() < until)
         nap_ms(1);
     CU_ASSERT_FATAL(atomic_load(&k.done)); /* woken by the delivery's end */
@@ -2989,7 +2997,7 @@ static uint64_t inline_armed(inline_runner *ir, pthread_t *th)
     uint64_t id = atomic_load(&H->next_id);
     unsigned long armed0 = atomic_load(&H->mgr.islot_armed);
     CU_ASSERT_FATAL(inline_started(ir, th));
-    int64_t until = mono_ms() + 1000;
+    int64_t until = mono_ms() + th_test_ms(1000);
     while (atomic_load(&H->mgr.islot_armed) == armed0 && mono_ms() < until)
         nap_ms(1);
     CU_ASSERT_FATAL(atomic_load(&H->mgr.islot_armed) > armed0);

@@ -1133,6 +1133,7 @@ typedef struct wt {
     th_reload_result last;
     int want;            /* stop the loop after this many results */
     void (*later_fn)(struct wt *);
+    uint64_t retries0;   /* complete_after_retry: the count before */
 } wt;
 
 static void wt_result(const th_reload_result *res, void *ud)
@@ -1159,7 +1160,7 @@ static void wt_later(uv_timer_t *h)
 static void wt_wait(wt *t, int want)
 {
     t->want = t->results + want;
-    uv_timer_start(&t->timeout, wt_timeout, 10000, 0);
+    uv_timer_start(&t->timeout, wt_timeout, th_test_ms(10000), 0);
     uv_run(&t->loop, UV_RUN_DEFAULT);
     uv_timer_stop(&t->timeout);
 }
@@ -1167,6 +1168,19 @@ static void wt_wait(wt *t, int want)
 static void complete_file(wt *t)
 {
     put_file(th_test_build_path("fixtures/reload_a.so"), t->f->so, (size_t)-1);
+}
+
+/* On a repeating timer: completes the half-written file once the
+ * reloader has met it and retried (its stats), not after a fixed time
+ * that a slow loop could overtake. */
+static void complete_after_retry(wt *t)
+{
+    th_reload_stats st;
+    th_reload_get_stats(t->f->r, &st);
+    if (st.retries <= t->retries0)
+        return;
+    uv_timer_stop(&t->later);
+    complete_file(t);
 }
 
 static void send_sighup(wt *t)
@@ -1202,12 +1216,15 @@ static void test_watcher(void)
     CU_ASSERT_EQUAL(call(f.reg, "rl_answer", NULL, out, sizeof out), TOOLHOST_OK);
     CU_ASSERT_STRING_EQUAL(out, "B");
 
-    /* A half-written file, completed 120 ms later: retried, not reported
-     * as broken; one result, the good one. */
+    /* A half-written file, completed once the reloader retried it: not
+     * reported as broken; one result, the good one. */
     th_log_set_fd(-1);
+    th_reload_stats st;
+    th_reload_get_stats(f.r, &st);
+    t.retries0 = st.retries;
     put_file(th_test_build_path("fixtures/reload_a.so"), f.so, 9000);
-    t.later_fn = complete_file;
-    uv_timer_start(&t.later, wt_later, 120, 0);
+    t.later_fn = complete_after_retry;
+    uv_timer_start(&t.later, wt_later, 1, 1);
     wt_wait(&t, 1);
     th_log_set_fd(2);
     CU_ASSERT_EQUAL(t.results, 2);
@@ -1215,9 +1232,8 @@ static void test_watcher(void)
     CU_ASSERT_EQUAL(t.last.n_changed, 1);
     CU_ASSERT_EQUAL(call(f.reg, "rl_answer", NULL, out, sizeof out), TOOLHOST_OK);
     CU_ASSERT_STRING_EQUAL(out, "A");
-    th_reload_stats st;
     th_reload_get_stats(f.r, &st);
-    CU_ASSERT(st.retries >= 1);
+    CU_ASSERT(st.retries > t.retries0);
 
     /* SIGHUP: a reload (nothing changed). */
     t.later_fn = send_sighup;
