@@ -233,6 +233,7 @@ void th_call_tombs_destroy(th_host *h)
 static void call_free(th_mcall *c)
 {
     th_host *h = c->h;
+    free(c->audit); /* a call freed without an answer (never published) */
     /* A handle plugin code saw may be used again by a misbehaving plugin
      * thread: keep its memory as a tombstone (see th_mcall.tomb). */
     bool tomb = c->ran && !c->mock;
@@ -647,6 +648,8 @@ static bool answer_locked(th_mcall *c, th_result_copy *res, bool exec_over)
         }
     }
     th_stat_call_end(c); /* stats.c: per tool, toolset and front */
+    if (h->audit)
+        th_audit_call_end(c); /* audit.c: the call's line */
     return changed;
 }
 

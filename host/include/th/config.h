@@ -224,6 +224,8 @@ typedef struct th_host_cfg {
                                   (docs/ops.md), not MCP                 */
     size_t n_listen_metrics;
     int log_format;            /* TH_LOG_FORMAT_TEXT (default) or _JSON  */
+    char *audit;               /* the audit log: a file (absolute), or
+                                  "journald"; NULL: none (docs/ops.md)   */
     bool allow_unknown_users;  /* allow_users/allow_groups/admin names
                                   that do not exist yet are not errors   */
     int line, col;             /* where the section starts (0 if absent) */
