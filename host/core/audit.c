@@ -206,11 +206,15 @@ static char *render(const th_audit_call *c, size_t *len)
     set_str(o, "args_sha256", c->args_sha256);
     set_str(o, "outcome", c->outcome);
     set_str(o, "error", c->error ? th_err_name(c->error) : NULL);
-    json_object_set_new(o, "dur_ms", json_real(c->dur_ms));
+    /* to the microsecond: 0.159477, not 0.15947700000000001 */
+    json_object_set_new(o, "dur_ms",
+                        json_real((double)(int64_t)(c->dur_ms * 1000 + 0.5) /
+                                  1000));
     json_object_set_new(o, "bytes_out",
                         json_integer((json_int_t)c->bytes_out));
     set_str(o, "traceparent", c->traceparent);
-    char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER |
+                                JSON_REAL_PRECISION(12));
     json_decref(o);
     if (!s)
         return NULL;
