@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <msgpack.h>
 #include <nettle/sha2.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -292,14 +293,70 @@ struct th_audit_rec {
     char tp[56]; /* "" when the caller sent none (or a malformed one) */
 };
 
+static bool is_sensitive(const th_tool_override *ov, const char *k, size_t n)
+{
+    for (size_t i = 0; ov && i < ov->n_sensitive; i++)
+        if (strlen(ov->sensitive[i]) == n && memcmp(ov->sensitive[i], k, n) == 0)
+            return true;
+    return false;
+}
+
+/* The digest of an argument map whose sensitive parameters' values are
+ * replaced by nil (the keys stay: the digest still tells which were
+ * given): a secret with little entropy cannot be found again by hashing
+ * guesses.  false when the map has none (the caller's bytes are digested
+ * as they are) or cannot be read. */
+static bool digest_redacted(const th_tool_override *ov, const uint8_t *args,
+                            size_t len, char hex[65])
+{
+    if (!ov || !ov->n_sensitive || !args)
+        return false;
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    bool done = false;
+    if (msgpack_unpack_next(&u, (const char *)args, len, &off) ==
+            MSGPACK_UNPACK_SUCCESS &&
+        u.data.type == MSGPACK_OBJECT_MAP) {
+        const msgpack_object_map *m = &u.data.via.map;
+        bool any = false;
+        for (uint32_t i = 0; i < m->size && !any; i++)
+            any = m->ptr[i].key.type == MSGPACK_OBJECT_STR &&
+                  is_sensitive(ov, m->ptr[i].key.via.str.ptr,
+                               m->ptr[i].key.via.str.size);
+        msgpack_sbuffer sb;
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        int e = any ? msgpack_pack_map(&pk, m->size) : -1;
+        for (uint32_t i = 0; i < m->size && !e; i++) {
+            const msgpack_object *k = &m->ptr[i].key;
+            e = msgpack_pack_object(&pk, *k);
+            if (!e && k->type == MSGPACK_OBJECT_STR &&
+                is_sensitive(ov, k->via.str.ptr, k->via.str.size))
+                e = msgpack_pack_nil(&pk);
+            else if (!e)
+                e = msgpack_pack_object(&pk, m->ptr[i].val);
+        }
+        if (any && !e) {
+            th_audit_sha256_hex((const uint8_t *)sb.data, sb.size, hex);
+            done = true;
+        }
+        msgpack_sbuffer_destroy(&sb);
+    }
+    msgpack_unpacked_destroy(&u);
+    return done;
+}
+
 void th_audit_call_begin(th_mcall *c, const uint8_t *args, size_t len,
                          const char *traceparent)
 {
     th_audit_rec *r = malloc(sizeof *r);
     if (!r)
         return; /* the line is still written, without a digest */
-    th_audit_sha256_hex(args ? args : (const uint8_t *)"", args ? len : 0,
-                        r->sha);
+    if (!digest_redacted(c->ov, args, len, r->sha))
+        th_audit_sha256_hex(args ? args : (const uint8_t *)"",
+                            args ? len : 0, r->sha);
     r->tp[0] = '\0';
     if (th_audit_traceparent_ok(traceparent))
         memcpy(r->tp, traceparent, 56);

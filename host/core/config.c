@@ -1444,6 +1444,8 @@ static const cfkey override_keys[] = {
     {.name = "duplicate_scope", .set = set_enum, .off = O(duplicate_scope),
      .names = dup_scopes},
     {.name = "limits", .set = set_limits, .off = O(limits)},
+    {.name = "sensitive", .set = set_strlist, .off = O(sensitive),
+     .off2 = O(n_sensitive)},
     {.name = NULL}};
 #undef O
 
@@ -2274,8 +2276,10 @@ void th_config_free(th_config *cfg)
         for (size_t j = 0; j < ts->n_rules; j++)
             free(ts->rules[j].match);
         free(ts->rules);
-        for (size_t j = 0; j < ts->n_overrides; j++)
+        for (size_t j = 0; j < ts->n_overrides; j++) {
             free(ts->overrides[j].tool);
+            free_strv(ts->overrides[j].sensitive, ts->overrides[j].n_sensitive);
+        }
         free(ts->overrides);
     }
     free(cfg->toolsets);

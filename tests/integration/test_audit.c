@@ -19,18 +19,23 @@
 #define TP "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 #define TP2 "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
-/* SHA-256 hex of the MessagePack map {"text": text} (fixmap, fixstr). */
+/* SHA-256 hex of the MessagePack map {"text": text} (fixmap, fixstr;
+ * NULL: nil, as a sensitive parameter is hashed). */
 static void args_digest(const char *text, char hex[65])
 {
     uint8_t mp[64];
-    size_t n = 0, tl = strlen(text);
+    size_t n = 0, tl = text ? strlen(text) : 0;
     mp[n++] = 0x81;
     mp[n++] = 0xa4;
     memcpy(mp + n, "text", 4);
     n += 4;
-    mp[n++] = (uint8_t)(0xa0 | tl);
-    memcpy(mp + n, text, tl);
-    n += tl;
+    if (text) {
+        mp[n++] = (uint8_t)(0xa0 | tl);
+        memcpy(mp + n, text, tl);
+        n += tl;
+    } else {
+        mp[n++] = 0xc0;
+    }
     uint8_t d[32];
     struct sha256_ctx ctx;
     sha256_init(&ctx);
@@ -211,6 +216,39 @@ static void test_socket(void)
         CU_ASSERT(str_is(l[1], "args_sha256", want));
         CU_ASSERT(str_is(l[1], "traceparent", TP));
         CU_ASSERT(json_is_null(json_object_get(l[2], "traceparent")));
+    }
+    free_lines(l, n);
+    rpc_srv_free(&s);
+}
+
+/* A parameter the toolset marks sensitive is hashed as nil: two calls
+ * with different secrets have the same digest. */
+static void test_sensitive(void)
+{
+    rpc_srv s;
+    rpc_opts o = {.host_extra = "  audit: audit.log\n",
+                  .public_extra = "    tool_overrides:\n"
+                                  "      echo: {sensitive: [text]}\n"};
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_FATAL(c != NULL);
+    CU_ASSERT(rpc_echo(c, "[\"echo\", {\"text\": \"hunter2\"}]"));
+    CU_ASSERT(rpc_echo(c, "[\"echo\", {\"text\": \"1234\"}]"));
+    th_rpc_client_close(c);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    char path[4200];
+    audit_path(&s, path, sizeof path);
+    json_t *l[8];
+    size_t n = audit_lines(path, l, 8);
+    CU_ASSERT_EQUAL(n, 2);
+    char want[65], clear[65];
+    args_digest(NULL, want);
+    args_digest("1234", clear);
+    for (size_t i = 0; i < n; i++) {
+        CU_ASSERT(str_is(l[i], "args_sha256", want));
+        char *line = json_dumps(l[i], 0);
+        CU_ASSERT(line && !strstr(line, "hunter2") && !strstr(line, clear));
+        free(line);
     }
     free_lines(l, n);
     rpc_srv_free(&s);
@@ -475,6 +513,7 @@ void th_suite_audit(void)
 {
     CU_pSuite s = CU_add_suite("audit", NULL, NULL);
     CU_add_test(s, "socket", test_socket);
+    CU_add_test(s, "sensitive", test_sensitive);
     CU_add_test(s, "mcp_http", test_mcp_http);
     CU_add_test(s, "reopen", test_reopen);
     CU_add_test(s, "write_error", test_write_error);

@@ -336,6 +336,9 @@ typedef struct th_tool_override {
     int duplicate_scope;        /* -1: inherit, else th_dup_scope */
     th_limits limits;           /* 0 entries inherit */
     int line, col;
+    char **sensitive;           /* parameters whose values the audit log's
+                                   digest leaves out (docs/ops.md) */
+    size_t n_sensitive;
 } th_tool_override;
 
 typedef struct th_run_code_cfg {
