@@ -1,7 +1,8 @@
 /* test_audit.c - the audit log (host.audit, docs/ops.md "Audit log") and
  * the JSON log's schema on the real `toolhost serve`: a socket call and an
  * MCP HTTP call each write one line with the right principal, front,
- * digest of the arguments and traceparent; SIGHUP reopens the file after
+ * digest of the arguments and traceparent, and so does a NATS request
+ * (the host's NATS user, the traceparent header); SIGHUP reopens the file after
  * logrotate renamed it; a line that cannot be written (/dev/full) is
  * counted in /metrics and logged; every line a host writes with
  * log_format: json through calls, errors, a reload and a budget matches
@@ -13,7 +14,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 
-#include "integration/test_rpc_harness.h"
+#include "integration/test_nats_harness.h"
 
 #define TOKEN "audit-token-0123456789abcdef"
 #define TP "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -344,6 +345,77 @@ static void test_mcp_http(void)
     free(tokdir);
 }
 
+/* ---- NATS: the host's NATS user, the traceparent header -------------------- */
+
+static void test_nats(void)
+{
+    if (!nats_server_bin()) {
+        TH_SKIP("needs nats-server (scripts/install-deps)");
+        return;
+    }
+    gnatsd g;
+    gnatsd_files(&g, "");
+    CU_ASSERT_FATAL(gnatsd_start(&g) == 0);
+    char url[64], cfg[2048], id[40];
+    snprintf(url, sizeof url, "nats://127.0.0.1:%d", g.port);
+    snprintf(cfg, sizeof cfg,
+             "host:\n"
+             "  log_level: debug\n"
+             "  shutdown_grace: 1s\n"
+             "  audit: audit.log\n"
+             "  listen: [\"%s\"]\n"
+             "plugins:\n"
+             "  - name: echo\n"
+             "    path: @BUILD@/plugins/echo.so\n"
+             "toolsets:\n"
+             "  - name: public\n"
+             "    tools: [echo]\n"
+             "    allow_users: [nats]\n"
+             "nats:\n"
+             "  prefix: th\n"
+             "  name: toolhost\n"
+             "  toolsets: [public]\n",
+             url);
+    rpc_srv h;
+    rpc_opts o = {.config = cfg};
+    CU_ASSERT_FATAL(rpc_srv_start(&h, &o) == 0);
+    host_id_from_log(&h, id, sizeof id);
+    CU_ASSERT_FATAL(id[0] != '\0');
+    natsConnection *nc = nats_connect(url, NULL, NULL);
+    CU_ASSERT_FATAL(nc != NULL);
+    natsMsg *req = NULL, *rep = NULL;
+    th_buf b = TH_BUF_INIT;
+    rpc_pack_json(&b, "{\"text\":\"q\"}");
+    CU_ASSERT_FATAL(natsMsg_Create(&req, "th.public.echo", NULL,
+                                   (const char *)b.data, (int)b.len) ==
+                    NATS_OK);
+    natsMsgHeader_Set(req, "traceparent", TP);
+    CU_ASSERT(natsConnection_RequestMsg(&rep, nc, req, rpc_wait_ms()) ==
+                  NATS_OK &&
+              reply_ok(rep, "q"));
+    natsMsg_Destroy(req);
+    natsMsg_Destroy(rep);
+    th_buf_destroy(&b);
+    natsConnection_Destroy(nc);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&h, SIGTERM), 0);
+    char path[4200];
+    audit_path(&h, path, sizeof path);
+    json_t *l[8];
+    size_t n = audit_lines(path, l, 8);
+    CU_ASSERT_EQUAL(n, 1);
+    char want[65];
+    args_digest("q", want);
+    if (n == 1) {
+        CU_ASSERT(str_is(json_object_get(l[0], "principal"), "user", "nats"));
+        CU_ASSERT(str_is(l[0], "front", "nats"));
+        CU_ASSERT(str_is(l[0], "args_sha256", want));
+        CU_ASSERT(str_is(l[0], "traceparent", TP));
+    }
+    free_lines(l, n);
+    rpc_srv_free(&h);
+    gnatsd_free(&g);
+}
+
 /* ---- logrotate: SIGHUP reopens ------------------------------------------------ */
 
 static void test_reopen(void)
@@ -515,6 +587,7 @@ void th_suite_audit(void)
     CU_add_test(s, "socket", test_socket);
     CU_add_test(s, "sensitive", test_sensitive);
     CU_add_test(s, "mcp_http", test_mcp_http);
+    CU_add_test(s, "nats", test_nats);
     CU_add_test(s, "reopen", test_reopen);
     CU_add_test(s, "write_error", test_write_error);
     CU_add_test(s, "config", test_config);
