@@ -30,7 +30,17 @@ struct th_audit {
     char *path;   /* the file, or NULL for the journal */
     int fd;       /* [mu] */
     atomic_ullong lines, write_errors, reopens;
+    pthread_mutex_t rmu; /* a leaf lock */
+    th_u64map recs;      /* [rmu] call id -> th_audit_rec, from a call's
+                            begin to its line */
 };
+
+static void rec_free(uint64_t k, void *v, void *ud)
+{
+    (void)k;
+    (void)ud;
+    free(v);
+}
 
 static int open_file(const char *path)
 {
@@ -62,6 +72,8 @@ int th_audit_open(const char *target, th_audit **out, th_error *err)
                             target, strerror(e));
     }
     pthread_mutex_init(&a->mu, NULL);
+    pthread_mutex_init(&a->rmu, NULL);
+    th_u64map_init(&a->recs);
     *out = a;
     return 0;
 }
@@ -73,6 +85,11 @@ void th_audit_close(th_audit *a)
     if (a->fd >= 0)
         close(a->fd);
     pthread_mutex_destroy(&a->mu);
+    /* calls recorded but never answered (a session that failed to take
+     * them) */
+    th_u64map_each(&a->recs, rec_free, NULL);
+    th_u64map_destroy(&a->recs);
+    pthread_mutex_destroy(&a->rmu);
     free(a->path);
     free(a);
 }
@@ -288,10 +305,10 @@ void th_audit_write(th_audit *a, const th_audit_call *c)
 
 /* ---- the call path's two hooks (manager.h) ----------------------------- */
 
-struct th_audit_rec {
+typedef struct th_audit_rec {
     char sha[65];
     char tp[56]; /* "" when the caller sent none (or a malformed one) */
-};
+} th_audit_rec;
 
 static bool is_sensitive(const th_tool_override *ov, const char *k, size_t n)
 {
@@ -360,7 +377,12 @@ void th_audit_call_begin(th_mcall *c, const uint8_t *args, size_t len,
     r->tp[0] = '\0';
     if (th_audit_traceparent_ok(traceparent))
         memcpy(r->tp, traceparent, 56);
-    c->audit = r;
+    th_audit *a = c->h->audit;
+    pthread_mutex_lock(&a->rmu);
+    int rc = th_u64map_put(&a->recs, c->base.pub.call_id, r);
+    pthread_mutex_unlock(&a->rmu);
+    if (rc != 0)
+        free(r); /* the line is written without a digest */
 }
 
 static const char *outcome_of(const th_result_copy *f)
@@ -379,8 +401,10 @@ static const char *outcome_of(const th_result_copy *f)
 
 void th_audit_call_end(th_mcall *c)
 {
-    th_audit_rec *r = c->audit;
-    c->audit = NULL;
+    th_audit *au = c->h->audit;
+    pthread_mutex_lock(&au->rmu);
+    th_audit_rec *r = th_u64map_del(&au->recs, c->base.pub.call_id);
+    pthread_mutex_unlock(&au->rmu);
     th_result_copy oom;
     const th_result_copy *f = &oom;
     if (c->x) {

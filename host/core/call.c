@@ -233,8 +233,6 @@ void th_call_tombs_destroy(th_host *h)
 static void call_free(th_mcall *c)
 {
     th_host *h = c->h;
-    free(c->audit); /* a call freed without an answer (never published) */
-    c->audit = NULL; /* a tombstone keeps the record */
     /* A handle plugin code saw may be used again by a misbehaving plugin
      * thread: keep its memory as a tombstone (see th_mcall.tomb). */
     bool tomb = c->ran && !c->mock;

@@ -220,9 +220,9 @@ typedef struct th_mcall_x {
 
 /* The audit log (host.audit, audit.c): th_audit_call_begin when the call
  * is recorded (the digest of the arguments as the caller sent them, the
- * traceparent it gave); th_audit_call_end writes its line when its final
- * answer is decided (answer_locked, c->mu held). */
-typedef struct th_audit_rec th_audit_rec;
+ * traceparent it gave, kept in the audit log's table by call id: a queued
+ * call stays as small as without an audit log); th_audit_call_end writes
+ * its line when its final answer is decided (answer_locked, c->mu held). */
 void th_audit_call_begin(th_mcall *c, const uint8_t *args, size_t len,
                          const char *traceparent);
 void th_audit_call_end(th_mcall *c);
@@ -333,9 +333,6 @@ struct th_mcall {
     th_event_fn fn;             /* [mu] NULL once detached */
     void *ud;                   /* [mu] */
     const char *front;          /* th_call_opts.front, or NULL */
-    struct th_audit_rec *audit; /* host.audit: the digest and traceparent
-                                   the call's line will carry (audit.c),
-                                   freed when it is written */
 
     int ts_idx;
     th_task_scope scope;
