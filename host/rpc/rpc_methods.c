@@ -570,7 +570,9 @@ static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
         call_free(call);
         return;
     }
-    th_log_debug("session=%llu tool=%s call=%llu msgid=%llu started",
+    th_log_event(TOOLHOST_LOG_DEBUG, "call.start",
+                 "front=rpc session=%llu tool=%s call_id=%llu msgid=%llu "
+                 "started",
                  (unsigned long long)c->id, name,
                  (unsigned long long)call->call_id,
                  (unsigned long long)msgid);
