@@ -667,6 +667,8 @@ static bool answer_locked(th_mcall *c, th_result_copy *res, bool exec_over)
         }
     }
     th_stat_call_end(c); /* stats.c: per tool, toolset and front */
+    if (h->audit)
+        th_audit_call_end(c); /* audit.c: the call's line */
     return changed;
 }
 

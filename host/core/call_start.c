@@ -305,8 +305,9 @@ static int stage_lookup(th_session *s, const char *name, uint64_t id,
  * then).  0 with *out holding the execution reference, or TH_ENOMEM /
  * TH_ESTATE (fn will never be called). */
 static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
-                        size_t len, const th_call_opts *o, th_event_fn fn,
-                        void *ud, uint64_t id, th_mcall **out)
+                        size_t len, const uint8_t *raw,
+                        const th_call_opts *o, th_event_fn fn, void *ud,
+                        uint64_t id, th_mcall **out)
 {
     th_host *h = s->h;
     const th_tool *t = p->tool;
@@ -348,6 +349,8 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
     c->no_progress = o->no_progress;
     c->may_block = o->may_block;
     c->front = o->front;
+    if (h->audit)
+        th_audit_call_begin(c, raw, len, o->traceparent);
     c->output_info = o->output_info;
     c->timeout_ms = o->timeout_ms > 0
                         ? timeout_of(c->cfg, c->ts, c->ov, o->timeout_ms, c)
@@ -708,7 +711,8 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
      * event loop): a worker runs stages 3 and 4 on a copy of the args. */
     bool on_worker = has_hooks(&p) && !o.may_block;
     th_mcall *c = NULL;
-    rc = stage_record(s, &p, on_worker ? args : NULL, len, &o, fn, ud, id, &c);
+    rc = stage_record(s, &p, on_worker ? args : NULL, len, args, &o, fn, ud,
+                      id, &c);
     if (rc < 0)
         return rc;
     bool slot = c->cslot != 0; /* c stays valid: the slot's reference */

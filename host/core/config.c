@@ -859,6 +859,28 @@ static int listen_item(cfctx *c, th_ynode *v, th_host_cfg *h, bool *unix_seen)
     return h->listen ? 0 : cf_nomem(c);
 }
 
+/* host.audit: "journald", or a file (relative paths against the config's
+ * folder), docs/ops.md "Audit log". */
+static int set_audit(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+{
+    th_host_cfg *h = base;
+    if (th_ynode_is_null(v))
+        return 0;
+    int rc = want_scalar(c, k, v, "a file path or 'journald'");
+    if (rc < 0)
+        return rc;
+    if (v->len == 0)
+        return cf_err(c, v, "'audit' must be a file path or 'journald', "
+                      "not empty");
+    if (v->str[v->len - 1] == '/')
+        return cf_err(c, v, "'audit' must name a file, not a folder: '%s'",
+                      v->str);
+    free(h->audit);
+    h->audit = strcmp(v->str, "journald") == 0 ? strdup(v->str)
+                                               : resolve_path(c, v->str);
+    return h->audit ? 0 : cf_nomem(c);
+}
+
 static int set_listen(cfctx *c, const cfkey *k, th_ynode *v, void *base)
 {
     (void)k;
@@ -958,6 +980,7 @@ static const cfkey host_keys[] = {
      .off = H(short_call_max_ms), .min = 0, .max = MINUTE},
     {.name = "short_call_stuck", .set = set_duration,
      .off = H(short_call_stuck_ms), .min = 0, .max = MINUTE},
+    {.name = "audit", .set = set_audit, .off = 0},
     {.name = NULL}};
 #undef H
 
@@ -1516,6 +1539,8 @@ static const cfkey override_keys[] = {
     {.name = "duplicate_scope", .set = set_enum, .off = O(duplicate_scope),
      .names = dup_scopes},
     {.name = "limits", .set = set_limits, .off = O(limits)},
+    {.name = "sensitive", .set = set_strlist, .off = O(sensitive),
+     .off2 = O(n_sensitive)},
     {.name = NULL}};
 #undef O
 
@@ -2379,6 +2404,7 @@ void th_config_free(th_config *cfg)
     free(mc->tls_cert);
     free(mc->tls_key);
     free(h->socket_group);
+    free(h->audit);
     free(h->state_dir);
     free(h->spill_dir);
     for (size_t i = 0; i < cfg->n_plugins; i++) {
@@ -2400,8 +2426,10 @@ void th_config_free(th_config *cfg)
         for (size_t j = 0; j < ts->n_rules; j++)
             free(ts->rules[j].match);
         free(ts->rules);
-        for (size_t j = 0; j < ts->n_overrides; j++)
+        for (size_t j = 0; j < ts->n_overrides; j++) {
             free(ts->overrides[j].tool);
+            free_strv(ts->overrides[j].sensitive, ts->overrides[j].n_sensitive);
+        }
         free(ts->overrides);
     }
     free(cfg->toolsets);

@@ -15,6 +15,7 @@
 #include "manager.h"
 #include "out.h"
 #include "reloader.h"
+#include "th/audit.h"
 #include "th/log.h"
 
 /* Names a toolset may list before their tool exists: the task tools (added
@@ -224,6 +225,7 @@ static void host_free(th_host *h)
     pthread_mutex_destroy(&h->dmu);
     pthread_mutex_destroy(&h->tmu);
     pthread_mutex_destroy(&h->stmu);
+    th_audit_close(h->audit); /* after the last call's line */
     th_config_unref(h->cfg); /* the host's reference */
     free(h);
 }
@@ -260,6 +262,11 @@ int th_host_open_ex(th_config *cfg, const th_host_opts *opts, th_host **out,
         th_log_set_level(cfg->host.log_level);
 
     int rc;
+    if (cfg->host.audit &&
+        (rc = th_audit_open(cfg->host.audit, &h->audit, err)) != 0) {
+        host_free(h);
+        return rc;
+    }
     if ((rc = th_reload_host_open(h, err)) != 0) {
         host_free(h);
         return rc;

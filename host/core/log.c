@@ -243,57 +243,95 @@ static bool is_int(const char *s, size_t n)
     return true;
 }
 
+/* A decimal fraction as JSON writes it: -?(0|[1-9][0-9]*)\.[0-9]+
+ * (dur_ms=0.312). */
+static bool is_dec(const char *s, size_t n)
+{
+    const char *dot = memchr(s, '.', n);
+    if (!dot || dot == s || (size_t)(dot - s) + 1 >= n)
+        return false;
+    size_t a = (size_t)(dot - s), f = n - a - 1;
+    if (!is_int(s, a) || (a == 1 && s[0] == '-') || f > 18)
+        return false;
+    for (size_t i = 0; i < f; i++)
+        if (dot[1 + i] < '0' || dot[1 + i] > '9')
+            return false;
+    return true;
+}
+
 /* Fields of the JSON format that a message's key=value words may not
- * take. */
+ * take ("event=" names the event instead, th_log_event). */
 static bool reserved(const char *k, size_t n)
 {
-    static const char *const names[] = {"time", "level", "event", "msg"};
+    static const char *const names[] = {"ts", "level", "event", "msg"};
     for (size_t i = 0; i < 4; i++)
         if (strlen(names[i]) == n && memcmp(names[i], k, n) == 0)
             return true;
     return false;
 }
 
-/* {"time":..., "level":..., "event":..., KEY: VALUE..., "msg": ...}: the
- * message's key=value words become keys (integers as numbers; the first
- * of a repeated key wins), its first other word the event ("call" for the
- * line that ends a call, which has dur=). */
-static void json_line(lbuf *b, int level, const char *msg, size_t len)
+static bool ev_char(char ch)
 {
-    char t[24];
-    put_time(t);
-    lb_str(b, "{\"time\":\"");
-    lb_raw(b, t, sizeof t);
-    lb_str(b, "\",\"level\":\"");
-    lb_str(b, th_log_level_name(level));
-    /* the event: the first word that is not key=value */
+    return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+           ch == '_' || ch == '.';
+}
+
+/* Writes the event's name: the value of the message's first event= word
+ * (th_log_event), else its first word that is not key=value, lowercased,
+ * cut at the first byte outside [a-z0-9_.] ("reload:" -> "reload"), else
+ * "log".  Always ^[a-z0-9_.]{1,64}$ (docs/ops.md, "Log lines"). */
+static void put_event(lbuf *b, const char *msg, size_t len)
+{
     const char *ev = NULL;
     size_t evn = 0;
-    bool call_end = false;
-    for (size_t i = 0; i < len;) {
+    bool named = false;
+    for (size_t i = 0; i < len && !named;) {
         while (i < len && msg[i] == ' ')
             i++;
         size_t j = i;
         while (j < len && msg[j] != ' ')
             j++;
         size_t k = kv_key(msg + i, j - i);
-        if (k == 3 && memcmp(msg + i, "dur", 3) == 0)
-            call_end = true;
-        if (!k && !ev && j > i) {
+        if (k == 5 && memcmp(msg + i, "event", 5) == 0) {
+            ev = msg + i + 6;
+            evn = j - i - 6;
+            named = true;
+        } else if (!k && !ev && j > i) {
             ev = msg + i;
             evn = j - i;
-            while (evn && (ev[evn - 1] == ':' || ev[evn - 1] == ','))
-                evn--;
         }
         i = j;
     }
-    lb_str(b, "\",\"event\":\"");
-    if (evn > 64)
-        evn = 64;
-    if (call_end)
-        lb_str(b, "call");
+    char out[64];
+    size_t n = 0;
+    for (size_t i = 0; ev && i < evn && n < sizeof out; i++) {
+        char ch = ev[i];
+        if (ch >= 'A' && ch <= 'Z')
+            ch = (char)(ch - 'A' + 'a');
+        if (!ev_char(ch))
+            break;
+        out[n++] = ch;
+    }
+    if (n == 0)
+        lb_str(b, "log");
     else
-        lb_json(b, ev ? ev : "", ev ? evn : 0);
+        lb_raw(b, out, n);
+}
+
+/* {"ts":..., "level":..., "event":..., KEY: VALUE..., "msg": ...}: the
+ * message's key=value words become keys (integers and decimals as
+ * numbers; the first of a repeated key wins); put_event names the
+ * event. */
+static void json_line(lbuf *b, int level, const char *msg, size_t len)
+{
+    char t[24];
+    put_time(t);
+    lb_str(b, "{\"ts\":\"");
+    lb_raw(b, t, sizeof t);
+    lb_str(b, "\",\"level\":\"");
+    lb_str(b, th_log_level_name(level));
+    lb_str(b, "\",\"event\":\"");
+    put_event(b, msg, len);
     lb_str(b, "\"");
     /* key=value words, each key once */
     const char *seen[32];
@@ -326,7 +364,7 @@ static void json_line(lbuf *b, int level, const char *msg, size_t len)
         lb_str(b, ",\"");
         lb_raw(b, w, k);
         lb_str(b, "\":");
-        if (is_int(v, vn)) {
+        if (is_int(v, vn) || is_dec(v, vn)) {
             lb_raw(b, v, vn);
         } else {
             lb_str(b, "\"");
@@ -429,6 +467,24 @@ void th_log(int level, const char *fmt, ...)
     if (m < 0)
         return;
     emit(level, msg, (size_t)m < sizeof msg ? (size_t)m : sizeof msg - 1);
+}
+
+void th_log_event(int level, const char *event, const char *fmt, ...)
+{
+    if (level > atomic_load(&log_level) || atomic_load(&log_fd) < 0)
+        return;
+    char msg[2048];
+    int p = snprintf(msg, sizeof msg, "event=%s ", event);
+    if (p < 0 || (size_t)p >= sizeof msg)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int m = vsnprintf(msg + p, sizeof msg - (size_t)p, fmt, ap);
+    va_end(ap);
+    if (m < 0)
+        return;
+    size_t n = (size_t)p + (size_t)m;
+    emit(level, msg, n < sizeof msg ? n : sizeof msg - 1);
 }
 
 void th_log_raw(int level, const char *msg)

@@ -218,6 +218,15 @@ typedef struct th_mcall_x {
     int cancel_efd;
 } th_mcall_x;
 
+/* The audit log (host.audit, audit.c): th_audit_call_begin when the call
+ * is recorded (the digest of the arguments as the caller sent them, the
+ * traceparent it gave, kept in the audit log's table by call id: a queued
+ * call stays as small as without an audit log); th_audit_call_end writes
+ * its line when its final answer is decided (answer_locked, c->mu held). */
+void th_audit_call_begin(th_mcall *c, const uint8_t *args, size_t len,
+                         const char *traceparent);
+void th_audit_call_end(th_mcall *c);
+
 /* A call's final answer is decided (answer_locked, c->mu held): its
  * latency per tool, and its outcome and latency per toolset and per
  * front (stats.c). */
@@ -778,6 +787,7 @@ struct th_task_waiter;
 
 struct th_host {
     th_config *cfg;
+    struct th_audit *audit;     /* host.audit, or NULL (audit.c) */
     th_registry *reg;
     th_plugin *task_plugin;
     th_builtin *builtins;

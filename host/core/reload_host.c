@@ -17,6 +17,7 @@
 #include "iso_wire.h"
 #include "manager.h"
 #include "reloader.h"
+#include "th/audit.h"
 #include "th/log.h"
 
 /* Set at open, before any other thread sees the host; freed at close. */
@@ -66,6 +67,12 @@ static int check_config(void *ud, const th_config *nc, th_error *err)
 {
     th_host *h = ud;
     const th_config *oc = h->cfg; /* only the reload thread writes it */
+    /* Every reload (SIGHUP) reopens the audit log: logrotate renamed it */
+    th_audit_reopen(h->audit);
+    if ((oc->host.audit || nc->host.audit) &&
+        (!oc->host.audit || !nc->host.audit ||
+         strcmp(oc->host.audit, nc->host.audit) != 0))
+        th_log_warn("reload: host.audit changes at the next restart");
     bool same = nc->n_toolsets == oc->n_toolsets;
     size_t i = 0; /* the first toolset that differs */
     for (; i < nc->n_toolsets && i < oc->n_toolsets; i++)

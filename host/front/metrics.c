@@ -3,13 +3,18 @@
  * th_host_mgr_stats, the reloader's counters, the process's RSS) in the
  * text exposition format: HELP and TYPE once per family, label values
  * escaped, histograms as cumulative _bucket{le} lines ending in +Inf, then
- * _sum and _count. */
+ * _sum and _count; toolhost_build_info, the audit log's counters, and the
+ * process_* families every Prometheus client library exports (start time,
+ * CPU, RSS, open and maximum descriptors, from /proc and getrusage). */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "front/metrics.h"
+#include "th/audit.h"
 #include "th/http.h"
 #include "th/log.h"
 #include "th/reload.h"
@@ -278,6 +283,50 @@ static int reload_hist(th_buf *b, const th_reload_stats *rs)
     return e;
 }
 
+/* ---- the process_* families Prometheus clients export ------------------ */
+
+/* Seconds since the epoch when the process started: /proc/self/stat's
+ * starttime (clock ticks after boot) plus /proc/stat's btime; -1 when
+ * either is unreadable. */
+static double start_time_s(void)
+{
+    double v = -1;
+    unsigned long long start = 0, btime = 0;
+    char line[1024];
+    FILE *f = fopen("/proc/self/stat", "r");
+    if (f) {
+        size_t n = fread(line, 1, sizeof line - 1, f);
+        line[n] = '\0';
+        fclose(f);
+        /* the command (field 2) may hold spaces and ')': after the last */
+        const char *p = strrchr(line, ')');
+        /* fields 3..22: starttime is field 22, the 20th after ')' */
+        for (int i = 0; p && i < 20; i++)
+            p = strchr(p + 1, ' ');
+        if (p)
+            start = strtoull(p + 1, NULL, 10);
+    }
+    f = fopen("/proc/stat", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "btime ", 6) == 0)
+            btime = strtoull(line + 6, NULL, 10);
+    if (f)
+        fclose(f);
+    long hz = sysconf(_SC_CLK_TCK);
+    if (btime && hz > 0)
+        v = (double)btime + (double)start / (double)hz;
+    return v;
+}
+
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return -1;
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
 static long rss_bytes(void)
 {
     FILE *f = fopen("/proc/self/statm", "r");
@@ -288,6 +337,48 @@ static long rss_bytes(void)
         res = -1;
     fclose(f);
     return res < 0 ? -1 : res * sysconf(_SC_PAGESIZE);
+}
+
+/* Open descriptors: the entries of /proc/self/fd but the one the count
+ * itself opens. */
+static long open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    long n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n > 0 ? n - 1 : 0;
+}
+
+static int process_families(th_buf *b)
+{
+    int e = 0;
+    double st = start_time_s(), cpu = cpu_seconds();
+    long rss = rss_bytes(), fds = open_fds();
+    struct rlimit rl;
+    if (st >= 0)
+        e |= gauge(b, "process_start_time_seconds", "gauge",
+                   "Start time of the process since unix epoch in seconds.",
+                   st);
+    if (cpu >= 0)
+        e |= gauge(b, "process_cpu_seconds_total", "counter",
+                   "Total user and system CPU time spent in seconds.", cpu);
+    if (rss >= 0)
+        e |= gauge(b, "process_resident_memory_bytes", "gauge",
+                   "Resident memory size in bytes.", (double)rss);
+    if (fds >= 0)
+        e |= gauge(b, "process_open_fds", "gauge",
+                   "Number of open file descriptors.", (double)fds);
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
+        e |= gauge(b, "process_max_fds", "gauge",
+                   "Maximum number of open file descriptors.",
+                   rl.rlim_cur == RLIM_INFINITY ? 1e300
+                                                : (double)rl.rlim_cur);
+    return e;
 }
 
 int th_metrics_render(th_host *h, th_buf *b)
@@ -308,6 +399,11 @@ int th_metrics_render(th_host *h, th_buf *b)
         {"toolhost_tool_call_duration_seconds", "histogram",
          "Call latency from start to final result, per tool."},
     };
+    e |= family(b, "toolhost_build_info", "gauge",
+                "The toolhost version and the plugin ABI it offers; always 1.");
+    e |= th_buf_printf(b, "toolhost_build_info{version=\"%s\",abi=\"%d.%d\"} 1\n",
+                       TOOLHOST_VERSION, TOOLHOST_ABI_MAJOR,
+                       TOOLHOST_ABI_MINOR);
     for (int i = 0; i < W_N && !e; i++) {
         e |= family(b, fams[i].name, fams[i].type, fams[i].help);
         walk w = {.b = b, .which = i};
@@ -379,10 +475,22 @@ int th_metrics_render(th_host *h, th_buf *b)
                    (double)rs.max_swap_ns / 1e9);
         e |= reload_hist(b, &rs);
     }
-    long rss = rss_bytes();
-    if (rss >= 0)
-        e |= gauge(b, "process_resident_memory_bytes", "gauge",
-                   "Resident memory size in bytes.", (double)rss);
+    th_audit *au = th_host_audit(h);
+    if (au) {
+        th_audit_stats as;
+        th_audit_get_stats(au, &as);
+        e |= gauge(b, "toolhost_audit_lines_total", "counter",
+                   "Lines written to the audit log (host.audit).",
+                   (double)as.lines);
+        e |= gauge(b, "toolhost_audit_write_errors_total", "counter",
+                   "Audit lines that could not be written (each is also "
+                   "logged).",
+                   (double)as.write_errors);
+        e |= gauge(b, "toolhost_audit_reopens_total", "counter",
+                   "Audit log reopens (every reload, for logrotate).",
+                   (double)as.reopens);
+    }
+    e |= process_families(b);
     return e ? TH_ENOMEM : 0;
 }
 

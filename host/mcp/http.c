@@ -753,14 +753,16 @@ static json_t *plain_msg(const hreq *q, th_mcp_plain *fc)
 
 /* The POST's message to its session: a plain call as read, else the
  * parsed message. */
-static void input_post(hsess *s, json_t *msg, th_mcp_plain *fc, bool plain)
+static void input_post(hsess *s, json_t *msg, th_mcp_plain *fc, bool plain,
+                       const char *traceparent)
 {
-    if (!plain) {
-        input_value(s, msg);
-        return;
-    }
     pthread_mutex_lock(&s->in_mu);
-    th_mcp_session_input_plain(s->m, fc, json_object_get(msg, "id"));
+    th_mcp_session_set_traceparent(s->m, traceparent);
+    if (plain)
+        th_mcp_session_input_plain(s->m, fc, json_object_get(msg, "id"));
+    else
+        th_mcp_session_input_value(s->m, msg);
+    th_mcp_session_set_traceparent(s->m, NULL);
     pthread_mutex_unlock(&s->in_mu);
 }
 
@@ -863,7 +865,8 @@ static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
                                      "id is in flight")
                    : MHD_NO;
     }
-    input_post(s, msg, fc, plain);
+    input_post(s, msg, fc, plain,
+               MHD_lookup_connection_value(c, MHD_HEADER_KIND, "traceparent"));
     json_decref(msg);
     /* Decide on the first message: JSON when it is the response, SSE
      * when something comes first.  A client that hangs up meanwhile (a

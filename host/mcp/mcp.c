@@ -696,6 +696,11 @@ static void m_tools_call(th_mcp_session *m, const json_t *id,
      * back-off). */
     o.short_client = m->run_short && !c->task;
     pthread_mutex_unlock(&m->mu);
+    /* W3C trace context for the audit log: _meta.traceparent, else the
+     * transport's (an HTTP header); both live past th_call_start */
+    const char *tp = json_string_value(json_object_get(
+        json_object_get(params, "_meta"), "traceparent"));
+    o.traceparent = tp ? tp : m->traceparent;
 
     uint64_t call_id = 0;
     tl_starting = c;
@@ -881,6 +886,11 @@ static bool input_fast(th_mcp_session *m, const char *text, size_t len)
     json_decref(id);
     th_buf_destroy(&fc.args);
     return id != NULL;
+}
+
+void th_mcp_session_set_traceparent(th_mcp_session *m, const char *tp)
+{
+    m->traceparent = tp;
 }
 
 void th_mcp_session_input(th_mcp_session *m, const char *text, size_t len)

@@ -85,6 +85,10 @@ th_mcp_session *th_mcp_session_new(th_host *h, const th_principal *who,
  * request) itself.  A message longer than max_message is answered with an
  * error without being parsed.  From one thread at a time. */
 void th_mcp_session_input(th_mcp_session *m, const char *text, size_t len);
+/* The transport's W3C traceparent (an HTTP header) for the messages
+ * input until it is set again (NULL: none); params._meta.traceparent
+ * wins.  From the input thread; the string lives until then. */
+void th_mcp_session_set_traceparent(th_mcp_session *m, const char *tp);
 /* The same for a message the transport has parsed already (with
  * JSON_DECODE_ANY | JSON_ALLOW_NUL, within max_message): borrowed, not
  * parsed a second time. */

@@ -106,6 +106,10 @@ struct th_mcp_session {
                                 tasks this session started are visible */
     bool deferred;           /* input thread: the request being dispatched
                                 is answered later (request_done then) */
+    const char *traceparent; /* input thread: the HTTP request's
+                                traceparent header while it is
+                                dispatched (th_mcp_session_set_traceparent),
+                                or NULL */
     bool run_short;          /* th_mcp_opts.run_short: calls pass
                                 th_call_opts.short_client */
     int drain_waiters;       /* threads in th_mcp_session_drain (the end

@@ -497,6 +497,9 @@ static void on_request(natsConnection *nc, natsSubscription *sub,
     if (natsMsgHeader_Get(msg, TH_NATS_H_OUTPUT_INFO, &v) == NATS_OK && v &&
         strcmp(v, "1") == 0)
         o.output_info = true;
+    /* W3C trace context for the audit log; msg outlives th_call_start */
+    if (natsMsgHeader_Get(msg, "traceparent", &v) == NATS_OK && v)
+        o.traceparent = v;
     bool can_ask = natsMsgHeader_Get(msg, TH_NATS_H_ASK, &v) == NATS_OK &&
                    v && strcmp(v, "1") == 0;
     nt_call *c = calloc(1, sizeof *c);

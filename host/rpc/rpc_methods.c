@@ -448,6 +448,7 @@ static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
         return;
     }
     th_call_opts opts = {0};
+    char tp[64]; /* the traceparent option, NUL-terminated */
     const msgpack_object *o = np == 3 ? &params->via.array.ptr[2] : NULL;
     if (o && o->type != MSGPACK_OBJECT_NIL) {
         if (o->type != MSGPACK_OBJECT_MAP) {
@@ -482,13 +483,27 @@ static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
                     return;
                 }
                 opts.output_info = v->via.boolean;
+            } else if (th_rpc_obj_streq(k, "traceparent")) {
+                /* W3C trace context, for the audit log (docs/ops.md) */
+                const char *tv = NULL;
+                size_t tn = 0;
+                if (!th_rpc_obj_str(v, &tv, &tn) || tn >= sizeof tp) {
+                    send_error(c, msgid, TH_EINVAL,
+                               "tools.call: traceparent must be a string "
+                               "(W3C trace context)");
+                    return;
+                }
+                memcpy(tp, tv, tn);
+                tp[tn] = '\0';
+                opts.traceparent = tp;
             } else {
                 const char *kp = "?";
                 size_t kn = 1;
                 th_rpc_obj_str(k, &kp, &kn);
                 send_error(c, msgid, TH_EINVAL,
                            "tools.call: unknown option '%.*s' (known: "
-                           "timeout_ms, progress, output_info)",
+                           "timeout_ms, progress, output_info, "
+                           "traceparent)",
                            (int)(kn > 64 ? 64 : kn), kp);
                 return;
             }
@@ -555,7 +570,9 @@ static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
         call_free(call);
         return;
     }
-    th_log_debug("session=%llu tool=%s call=%llu msgid=%llu started",
+    th_log_event(TOOLHOST_LOG_DEBUG, "call.start",
+                 "front=rpc session=%llu tool=%s call_id=%llu msgid=%llu "
+                 "started",
                  (unsigned long long)c->id, name,
                  (unsigned long long)call->call_id,
                  (unsigned long long)msgid);

@@ -481,24 +481,40 @@ rpc_call *call_new(th_rpc_server *srv)
     return call;
 }
 
+/* The call's line (debug: one a call; docs/ops.md "Log lines",
+ * event call.end, or call.ack for an async task's acknowledgement). */
 static void log_outcome(rpc_call *call, const th_result_copy *r,
                         const char *what)
 {
-    if (th_log_get_level() < TOOLHOST_LOG_INFO)
+    if (th_log_get_level() < TOOLHOST_LOG_DEBUG)
         return; /* not even the formatting */
-    char outcome[160];
-    if (r->kind == TH_RESULT_DONE)
-        snprintf(outcome, sizeof outcome, "%s", r->ok ? "ok" : "failed");
-    else if (r->kind == TH_RESULT_RUNNING)
-        snprintf(outcome, sizeof outcome, "running task=%llu",
+    const char *outcome = "error";
+    char extra[64] = "";
+    size_t bytes = 0;
+    if (r->kind == TH_RESULT_DONE) {
+        outcome = r->ok ? "ok" : "failed";
+        bytes = r->out.len + r->err.len;
+    } else if (r->kind == TH_RESULT_RUNNING) {
+        outcome = "running";
+        snprintf(extra, sizeof extra, " task=%llu",
                  (unsigned long long)r->task_id);
+    } else {
+        snprintf(extra, sizeof extra, " error=%s", th_err_name(r->error));
+    }
+    const th_principal *who = &call->conn->who;
+    char principal[160];
+    if (who->user)
+        snprintf(principal, sizeof principal, "%s", who->user);
     else
-        snprintf(outcome, sizeof outcome, "error=%s", th_err_name(r->error));
-    th_log_info("session=%llu tool=%s call=%llu dur=%.1fms %s %s",
-                (unsigned long long)call->conn->id, call->tool,
-                (unsigned long long)call->call_id,
-                call->t0 ? ms_since(call->t0) : 0.0, what,
-                outcome);
+        snprintf(principal, sizeof principal, "uid:%u", (unsigned)who->uid);
+    th_log_event(TOOLHOST_LOG_DEBUG,
+                 r->kind == TH_RESULT_RUNNING ? "call.ack" : "call.end",
+                 "front=rpc session=%llu tool=%s call_id=%llu principal=%s "
+                 "dur_ms=%.3f bytes_out=%zu %s outcome=%s%s",
+                 (unsigned long long)call->conn->id, call->tool,
+                 (unsigned long long)call->call_id, principal,
+                 call->t0 ? ms_since(call->t0) : 0.0, bytes, what, outcome,
+                 extra);
 }
 
 static void handle_call_event(th_rpc_server *srv, rpc_ev *ev)
@@ -1143,14 +1159,17 @@ void conn_close(rpc_conn *c, bool graceful, const char *fmt, ...)
     c->closing = true;
     conn_count_input(c); /* its input no longer counts */
     if (c->log_suppressed)
-        th_log_info("session=%llu disconnect: %s (%u calls in flight; %llu "
+        th_log_event(TOOLHOST_LOG_INFO, "session.close",
+                    "session=%llu disconnect: %s (%u calls in flight; %llu "
                     "log lines suppressed)",
                     (unsigned long long)c->id, reason, (unsigned)c->inflight,
                     (unsigned long long)c->log_suppressed);
-    else if (!c->quiet)
-        th_log_info("session=%llu disconnect: %s (%u calls in flight)",
-                    (unsigned long long)c->id, reason,
-                    (unsigned)c->inflight);
+    else if (!c->quiet) /* info only when it cut calls short */
+        th_log_event(c->inflight ? TOOLHOST_LOG_INFO : TOOLHOST_LOG_DEBUG,
+                     "session.close",
+                     "session=%llu disconnect: %s (%u calls in flight)",
+                     (unsigned long long)c->id, reason,
+                     (unsigned)c->inflight);
     /* In stdio mode the one session is the whole server. */
     if (c->srv->stdio && !c->srv->stopping)
         server_begin_stop(c->srv, reason);
@@ -1280,7 +1299,8 @@ static void conn_start(rpc_conn *c)
     c->session_closed = false;
     c->id = th_session_id(c->session);
     c->task_tools_listed = task_tools_listed(c); /* expose_task_tools */
-    th_log_info("session=%llu connect uid=%u gid=%u",
+    th_log_event(TOOLHOST_LOG_DEBUG, "session.open",
+                 "session=%llu connect uid=%u gid=%u",
                 (unsigned long long)c->id, (unsigned)c->who.uid,
                 (unsigned)c->who.gid);
     int rc = uv_read_start((uv_stream_t *)&c->in, on_alloc, on_read);

@@ -2,11 +2,13 @@
  * a listen entry http://127.0.0.1:0/metrics beside the Unix socket; a
  * scrape parsed by the Prometheus client's own parser (python3
  * prometheus_client), whose per-tool histogram moves after a call; label
- * escaping; no token needed; only GET. */
+ * escaping; no token needed; only GET; `promtool check metrics` clean on a
+ * real scrape, with toolhost_build_info and the process_* families. */
 #include <CUnit/CUnit.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <time.h>
 
 #include "front/metrics.h"
 #include "integration/test_rpc_harness.h"
@@ -331,6 +333,72 @@ static void test_connection_events(void)
     free(tokdir);
 }
 
+/* A real scrape (after a call, with the audit log on so that its
+ * families show) passes `promtool check metrics` without a word, and has
+ * toolhost_build_info and the process_* families Prometheus users expect. */
+static void test_promtool(void)
+{
+    if (access("/usr/bin/promtool", X_OK) != 0) {
+        TH_SKIP("needs promtool (Debian's prometheus, scripts/install-deps)");
+        return;
+    }
+    rpc_srv s;
+    char extra[4400];
+    char *dir = th_test_tmpdir();
+    snprintf(extra, sizeof extra,
+             "  listen: [\"http://127.0.0.1:0/metrics\"]\n"
+             "  audit: %s/audit.log\n", dir);
+    rpc_opts o = {.host_extra = extra};
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
+    unsigned port = metrics_port(&s);
+    CU_ASSERT_FATAL(port != 0);
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_FATAL(c != NULL);
+    rpc_res r;
+    CU_ASSERT(rpc_call(c, "tools.call", "[\"echo\", {\"text\": \"a\"}]", &r) == 0 &&
+              !r.err);
+    rpc_res_free(&r);
+    th_rpc_client_close(c);
+    char *ans = NULL;
+    CU_ASSERT_EQUAL_FATAL(http_get(port, "GET", &ans), 200);
+    const char *body = strstr(ans, "\r\n\r\n");
+    CU_ASSERT_FATAL(body != NULL);
+    body += 4;
+    char want[128];
+    snprintf(want, sizeof want,
+             "toolhost_build_info{version=\"%s\",abi=\"%d.%d\"} 1\n",
+             TOOLHOST_VERSION, TOOLHOST_ABI_MAJOR, TOOLHOST_ABI_MINOR);
+    CU_ASSERT_PTR_NOT_NULL(strstr(body, want));
+    static const char *const fams[] = {
+        "\nprocess_start_time_seconds ", "\nprocess_cpu_seconds_total ",
+        "\nprocess_resident_memory_bytes ", "\nprocess_open_fds ",
+        "\nprocess_max_fds ", "\ntoolhost_audit_lines_total 1\n",
+        "\ntoolhost_audit_write_errors_total 0\n"};
+    for (size_t i = 0; i < sizeof fams / sizeof *fams; i++) {
+        CU_ASSERT_PTR_NOT_NULL(strstr(body, fams[i]));
+        if (!strstr(body, fams[i]))
+            fprintf(stderr, "\nmissing:%s\n", fams[i]);
+    }
+    /* the start time is the process's: within the last day, not 0 */
+    const char *st = strstr(body, "\nprocess_start_time_seconds ");
+    double t0 = st ? strtod(st + 28, NULL) : 0;
+    CU_ASSERT(t0 > (double)time(NULL) - 86400 && t0 <= (double)time(NULL) + 1);
+    char *argv[] = {"/usr/bin/promtool", "check", "metrics", NULL};
+    th_test_run pr;
+    th_test_run_argv(argv, body, 30, 0, &pr);
+    if (pr.status != 0 || pr.out_len || pr.err_len)
+        fprintf(stderr, "\npromtool (%d): %s%s\n", pr.status,
+                pr.out ? pr.out : "", pr.err ? pr.err : "");
+    CU_ASSERT_EQUAL(pr.status, 0);
+    CU_ASSERT_EQUAL(pr.out_len + pr.err_len, 0);
+    th_test_run_free(&pr);
+    free(ans);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
 void th_suite_metrics(void)
 {
     CU_pSuite s = CU_add_suite("metrics", NULL, NULL);
@@ -338,4 +406,5 @@ void th_suite_metrics(void)
     CU_add_test(s, "config", test_config);
     CU_add_test(s, "label_escaping", test_label_escaping);
     CU_add_test(s, "connection_events", test_connection_events);
+    CU_add_test(s, "promtool", test_promtool);
 }

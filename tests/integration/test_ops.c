@@ -271,19 +271,23 @@ static void test_json_log(void)
             fprintf(stderr, "\nnot JSON: %s", line);
             continue;
         }
-        CU_ASSERT(json_is_string(json_object_get(j, "time")) &&
+        CU_ASSERT(json_is_string(json_object_get(j, "ts")) &&
                   json_is_string(json_object_get(j, "level")) &&
                   json_is_string(json_object_get(j, "event")) &&
                   json_is_string(json_object_get(j, "msg")));
         const char *ev = json_string_value(json_object_get(j, "event"));
-        if (ev && strcmp(ev, "call") == 0) {
+        if (ev && strcmp(ev, "call.end") == 0) {
             calls++;
             CU_ASSERT(json_is_integer(json_object_get(j, "session")));
-            CU_ASSERT(json_is_integer(json_object_get(j, "call")));
+            CU_ASSERT(json_is_integer(json_object_get(j, "call_id")));
+            CU_ASSERT(json_is_number(json_object_get(j, "dur_ms")));
+            CU_ASSERT(json_is_integer(json_object_get(j, "bytes_out")));
+            const char *oc = json_string_value(json_object_get(j, "outcome"));
+            CU_ASSERT(oc && strcmp(oc, "ok") == 0);
             const char *tool = json_string_value(json_object_get(j, "tool"));
             CU_ASSERT(tool && strcmp(tool, "echo") == 0);
         }
-        if (ev && strcmp(ev, "connect") == 0) {
+        if (ev && strcmp(ev, "session.open") == 0) {
             connects++;
             CU_ASSERT(json_is_integer(json_object_get(j, "uid")));
         }

@@ -153,10 +153,10 @@ static void test_outcome_duration(void)
     char line[4096];
     double dur = -1;
     while (fgets(line, sizeof line, f)) {
-        const char *t = strstr(line, "tool=text_count call=");
-        const char *d = t ? strstr(t, " dur=") : NULL;
+        const char *t = strstr(line, "tool=text_count call_id=");
+        const char *d = t ? strstr(t, " dur_ms=") : NULL;
         if (d && strstr(d, " result ")) {
-            dur = atof(d + 5);
+            dur = atof(d + 8);
             break;
         }
     }

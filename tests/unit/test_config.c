@@ -393,7 +393,7 @@ static void test_unknown_keys(void)
                "idle_timeout, frame_timeout, max_buffered, "
                "max_protocol_errors, max_conn_log_lines, lost_worker_grace, "
                "max_lost_workers, task_keep, log_format, allow_unknown_users, "
-               "short_call_max, short_call_stuck)");
+               "short_call_max, short_call_stuck, audit)");
 }
 
 static void test_wrong_types(void)

@@ -1,5 +1,6 @@
 /* test_log.c - the host's log lines (th/log.h): the text form, the JSON
- * form (host.log_format: json) with a message's key=value words as keys,
+ * form (host.log_format: json, docs/ops.md "Log lines") with a message's
+ * key=value words as keys and th_log_event's stable event names,
  * and journal mode (JOURNAL_STREAM: "<N>" priorities, no time in text). */
 #include <CUnit/CUnit.h>
 #include <jansson.h>
@@ -87,30 +88,41 @@ static void test_json(void)
 {
     fx_open();
     th_log_set_format(1);
-    th_log_info("session=3 tool=echo call=17 dur=0.2ms result ok");
+    th_log_event(TOOLHOST_LOG_DEBUG, "call.end",
+                 "front=rpc session=3 tool=echo call_id=17 dur_ms=0.213 "
+                 "bytes_out=5 outcome=ok");
     th_log_warn("session=4 connect uid=1000 gid=1000");
-    th_log_info("reload: plugin \"a\\b\" moved\tby x=1 x=2 time=now");
+    th_log_info("reload: plugin \"a\\b\" moved\tby x=1 x=2 ts=now");
     th_log_raw(TOOLHOST_LOG_INFO, "shutdown: SIGTERM");
+    th_log_info("Weird!name v=1.2.3 w=-0.5 z=.5");
+    th_log_info("event=Bad/Name q=1");
     char *s = fx_text();
     json_t *o[8];
     size_t n = json_lines(s, o, 8);
-    CU_ASSERT_EQUAL_FATAL(n, 4);
-    /* the call line: event "call", numbers as numbers */
+    CU_ASSERT_EQUAL_FATAL(n, 6);
+    /* the call line: the event named, numbers as numbers (dur_ms a
+     * decimal), the event= word not a key */
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o[0], "level")),
-                           "info");
+                           "debug");
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o[0], "event")),
-                           "call");
+                           "call.end");
     CU_ASSERT_EQUAL(json_integer_value(json_object_get(o[0], "session")), 3);
-    CU_ASSERT_EQUAL(json_integer_value(json_object_get(o[0], "call")), 17);
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(o[0], "call_id")), 17);
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(o[0], "bytes_out")), 5);
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o[0], "tool")),
                            "echo");
-    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o[0], "dur")),
-                           "0.2ms");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o[0], "outcome")),
+                           "ok");
+    CU_ASSERT(json_is_real(json_object_get(o[0], "dur_ms")));
+    CU_ASSERT_DOUBLE_EQUAL(json_real_value(json_object_get(o[0], "dur_ms")),
+                           0.213, 1e-9);
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o[0], "msg")),
-                           "session=3 tool=echo call=17 dur=0.2ms result ok");
-    const char *t = json_string_value(json_object_get(o[0], "time"));
+                           "event=call.end front=rpc session=3 tool=echo "
+                           "call_id=17 dur_ms=0.213 bytes_out=5 outcome=ok");
+    const char *t = json_string_value(json_object_get(o[0], "ts"));
     CU_ASSERT(t && strlen(t) == 24 && t[23] == 'Z');
-    /* the first word that is not key=value names the event */
+    CU_ASSERT_PTR_NULL(json_object_get(o[0], "time"));
+    /* without event=, the first word that is not key=value names it */
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o[1], "event")),
                            "connect");
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o[1], "level")),
@@ -122,17 +134,43 @@ static void test_json(void)
                            "reload");
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o[2], "msg")),
                            "reload: plugin \"a\\b\" moved\tby x=1 x=2 "
-                           "time=now");
+                           "ts=now");
     CU_ASSERT_EQUAL(json_integer_value(json_object_get(o[2], "x")), 1);
     CU_ASSERT_STRING_NOT_EQUAL(
-        json_string_value(json_object_get(o[2], "time")), "now");
+        json_string_value(json_object_get(o[2], "ts")), "now");
     /* the signal-safe path writes the same form */
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o[3], "event")),
                            "shutdown");
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o[3], "msg")),
                            "shutdown: SIGTERM");
+    /* event names stay [a-z0-9_.]: lowercased, cut at the first other
+     * byte; only well-formed decimals become numbers */
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o[4], "event")),
+                           "weird");
+    CU_ASSERT(json_is_string(json_object_get(o[4], "v")));
+    CU_ASSERT(json_is_real(json_object_get(o[4], "w")));
+    CU_ASSERT(json_is_string(json_object_get(o[4], "z")));
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o[5], "event")),
+                           "bad");
+    CU_ASSERT_PTR_NULL(json_object_get(o[5], "event_"));
     for (size_t i = 0; i < n; i++)
         json_decref(o[i]);
+    free(s);
+    fx_close();
+}
+
+/* th_log_event in the text format: the event= word leads the message. */
+static void test_event_text(void)
+{
+    fx_open();
+    th_log_event(TOOLHOST_LOG_INFO, "reload.ok", "reload #%d ok", 1);
+    th_log_event(TOOLHOST_LOG_DEBUG, "call.end", "tool=echo");
+    th_log_set_level(TOOLHOST_LOG_INFO);
+    th_log_event(TOOLHOST_LOG_DEBUG, "call.end", "dropped");
+    char *s = fx_text();
+    CU_ASSERT_PTR_NOT_NULL(strstr(s, "Z info  event=reload.ok reload #1 ok\n"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(s, "Z debug event=call.end tool=echo\n"));
+    CU_ASSERT_PTR_NULL(strstr(s, "dropped"));
     free(s);
     fx_close();
 }
@@ -213,7 +251,7 @@ static void test_journal(void)
     char *s = fx_text();
     CU_ASSERT_PTR_NOT_NULL(strstr(s, "<6>info  listening on unix:/x\n<3>error "
                                      "bad\n<4>warn  careful\n<7>debug "
-                                     "detail\n<4>{\"time\":"));
+                                     "detail\n<4>{\"ts\":"));
     free(s);
     fx_close();
 }
@@ -254,6 +292,7 @@ void th_suite_log(void)
     CU_pSuite s = CU_add_suite("log", NULL, NULL);
     CU_add_test(s, "text", test_text);
     CU_add_test(s, "json", test_json);
+    CU_add_test(s, "event_text", test_event_text);
     CU_add_test(s, "json_long", test_json_long);
     CU_add_test(s, "escape", test_escape);
     CU_add_test(s, "journal", test_journal);

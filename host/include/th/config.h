@@ -224,6 +224,8 @@ typedef struct th_host_cfg {
                                   (docs/ops.md), not MCP                 */
     size_t n_listen_metrics;
     int log_format;            /* TH_LOG_FORMAT_TEXT (default) or _JSON  */
+    char *audit;               /* the audit log: a file (absolute), or
+                                  "journald"; NULL: none (docs/ops.md)   */
     bool allow_unknown_users;  /* allow_users/allow_groups/admin names
                                   that do not exist yet are not errors   */
     int line, col;             /* where the section starts (0 if absent) */
@@ -341,6 +343,9 @@ typedef struct th_tool_override {
     int duplicate_scope;        /* -1: inherit, else th_dup_scope */
     th_limits limits;           /* 0 entries inherit */
     int line, col;
+    char **sensitive;           /* parameters whose values the audit log's
+                                   digest leaves out (docs/ops.md) */
+    size_t n_sensitive;
 } th_tool_override;
 
 typedef struct th_run_code_cfg {

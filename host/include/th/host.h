@@ -197,6 +197,11 @@ typedef struct th_call_opts {
                            back-off; host.short_call_max governs it all, 0
                            turns it off (call_fast.c, docs/manager.md
                            "Short calls on a front's thread") */
+    const char *traceparent; /* the W3C traceparent the caller sent (MCP
+                           _meta.traceparent, an HTTP or NATS header), or
+                           NULL: the audit log's line carries it (copied
+                           when the call starts; a malformed one is left
+                           out) */
 } th_call_opts;
 
 typedef enum th_result_kind {

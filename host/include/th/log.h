@@ -1,6 +1,6 @@
 /* th/log.h - the host's log: one line per event on stderr.
  *
- *   2026-11-25T21:30:00.123Z info  session=3 tool=echo call=17 dur=0.2ms ok
+ *   2026-11-25T21:30:00.123Z info  event=reload.ok reload #1 ok (12 ms)
  *
  * th_log() may be called from any thread; each line is written with one
  * write(2), so lines from different threads never interleave.
@@ -26,10 +26,14 @@ int th_log_own_stderr(void);
 /* One line with a fixed message; async-signal-safe (for signal handlers:
  * no locks, no allocation, no stdio). */
 void th_log_raw(int level, const char *msg);
-/* host.log_format: nonzero writes each line as one JSON object,
- *   {"time":"...","level":"info","event":"call","session":3,"tool":"echo",
- *    "call":17,"dur":"0.2ms","msg":"session=3 tool=echo call=17 ..."}
- * (the message's key=value words as keys, integers as numbers). */
+/* host.log_format: nonzero writes each line as one JSON object
+ * (docs/ops.md, "Log lines", has the schema):
+ *   {"ts":"2026-11-25T21:30:00.123Z","level":"debug","event":"call.end",
+ *    "front":"rpc","session":3,"tool":"echo","call_id":17,"dur_ms":0.2,
+ *    "outcome":"ok","msg":"event=call.end front=rpc session=3 ..."}
+ * The message's key=value words become keys (integers and decimals as
+ * numbers); the event is the value of an event= word (th_log_event), else
+ * the message's first plain word. */
 void th_log_set_format(int json);
 /* Journal mode: each line starts with "<N>", the syslog priority
  * (sd-daemon(3)), and text lines carry no time (the journal adds it).
@@ -44,6 +48,12 @@ const char *th_log_level_name(int level);
 
 void th_log(int level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* A line with a stable event name (docs/ops.md lists them): the message
+ * starts "event=NAME " (the text format shows it so; the JSON format takes
+ * it as "event").  NAME: [a-z0-9_.]+, e.g. "call.end", "reload.ok". */
+void th_log_event(int level, const char *event, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 #define th_log_error(...) th_log(TOOLHOST_LOG_ERROR, __VA_ARGS__)
 #define th_log_warn(...) th_log(TOOLHOST_LOG_WARN, __VA_ARGS__)
