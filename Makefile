@@ -346,10 +346,12 @@ check-integration: $(INTEG_BIN)
 # isolated plugin that crashes every 11th call, 8 clients over the Unix
 # socket, 10,000 crashing + 100,000 good calls; every good answer checked,
 # the host's RSS flat, no worker or zombie left (docs/isolation.md,
-# "Soak").  `make check` runs the same test at SOAK_SCALE=10 (a tenth).
+# "Soak").  Then the mixed soak: 10,000 good calls from 8 clients among
+# calls of a plugin that misbehaves in 18 ways (iso_soak:mixed, needs
+# root).  `make check` runs both at SOAK_SCALE=10 (a tenth).
 SOAK_SCALE ?= 100
 soak: $(INTEG_BIN)
-	TH_SOAK_SCALE=$(SOAK_SCALE) $(INTEG_BIN) isolation:soak
+	TH_SOAK_SCALE=$(SOAK_SCALE) $(INTEG_BIN) isolation:soak iso_soak:mixed
 
 # The manager and reload suites under ThreadSanitizer.
 TSAN_SUITES ?= manager host registry validate rpc_frame code code_host e2e_output reload abi11 contract
