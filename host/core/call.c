@@ -390,6 +390,18 @@ void th_call_emit_error(th_event_fn fn, void *ud, uint64_t id, int code,
 
 /* ---- Delivery --------------------------------------------------------------- */
 
+/* A call counted in its session's finals_owed (th_mcall.final_owed) has
+ * had its last callback: th_session_close may return (lock order: the
+ * call's mu, when held, before s->mu). */
+static void owed_paid(th_session *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->finals_owed--;
+    if (s->closing)
+        pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* With c->mu held: delivers every pending slot (ack, then progress, then
  * the final result) unless another thread is delivering, in which case that
  * thread will pick them up.  Callbacks run with mu released; returns with
@@ -478,15 +490,8 @@ static bool deliver(th_mcall *c, bool own)
         pthread_mutex_unlock(&c->mu);
         if (fn)
             fn(&ev, ud);
-        if (owed) {
-            /* the session's last callback for this call has returned */
-            th_session *s = c->s;
-            pthread_mutex_lock(&s->mu);
-            s->finals_owed--;
-            if (s->closing)
-                pthread_cond_broadcast(&s->cv);
-            pthread_mutex_unlock(&s->mu);
-        }
+        if (owed)
+            owed_paid(c->s); /* the session's last callback for it returned */
         if (msg)
             free(msg);
         if (have_pu)
@@ -511,6 +516,13 @@ static bool deliver(th_mcall *c, bool own)
         }
         pthread_mutex_lock(&c->mu);
     }
+    if (c->final_owed && c->answered && !c->pend_final) {
+        /* owed when its call slot was emptied (th_call_slot_leave_locked)
+         * while this loop delivered the final: its callback has
+         * returned by now */
+        c->final_owed = false;
+        owed_paid(c->s);
+    }
     c->delivering = false;
     th_call_wake_locked(c);
     return true;
@@ -529,6 +541,29 @@ void th_mcall_notified(th_mcall *c)
     th_call_deliver_locked(c);
     pthread_mutex_unlock(&c->mu);
     th_mcall_unref(c);
+}
+
+/* With c->mu held, by the owner of an inline call about to empty its call
+ * slot (th_call_start) unless the final delivery's end emptied it.  The
+ * slot is the last place th_session_close() looks for a call that is not
+ * in the session's map; a call that leaves it before its final callback
+ * returned - answered by another thread (a cancel by id, the deadline
+ * thread) that is still delivering, or not answered yet because the
+ * answer of such an aborter is on its way (abort_code set) - is counted
+ * in s->finals_owed until that callback has returned (deliver), so that
+ * a close that no longer finds it still waits for it: no callback of the
+ * session after th_session_close() returns. */
+void th_call_slot_leave_locked(th_mcall *c)
+{
+    if (!c->fn || c->in_session || c->final_owed)
+        return; /* no callback, or the map's (answer_locked) */
+    if (c->answered && !c->pend_final && !c->delivering)
+        return; /* delivered: the callback has returned */
+    c->final_owed = true;
+    th_session *s = c->s;
+    pthread_mutex_lock(&s->mu);
+    s->finals_owed++;
+    pthread_mutex_unlock(&s->mu);
 }
 
 /* Stops event delivery to the front; waits for a callback in progress on
@@ -641,7 +676,7 @@ static bool answer_locked(th_mcall *c, th_result_copy *res, bool exec_over)
              * final event still to come (maybe on the notifier thread,
              * right now delivering a progress event): the close waits
              * for that callback instead. */
-            if (c->fn) {
+            if (c->fn && !c->final_owed) {
                 c->final_owed = true;
                 s->finals_owed++;
             }

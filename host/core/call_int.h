@@ -61,6 +61,9 @@ void th_call_x_init(th_mcall_x *x);
 /* With c->mu held: waits on the call's condition variable (in its x; a
  * call with no x polls); th_call_wake_locked wakes every waiter. */
 void th_call_wait_locked(th_mcall *c);
+/* The owner's inline call leaves its call slot (call.c: counted in the
+ * session's finals_owed while its final callback is still to return). */
+void th_call_slot_leave_locked(th_mcall *c);
 void th_call_wake_locked(th_mcall *c);
 
 #endif

@@ -739,6 +739,14 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
          * permission, suspended, a task): out of the call slot.  A session
          * closing meanwhile waits for its calls to leave the slots. */
         /* (emptied already by the final delivery's end, call.c) */
+        if (c->cslot) {
+            /* its final callback still to return (answered or about to
+             * be by another thread): the close waits for it once the
+             * call is in no slot (th_call_slot_leave_locked) */
+            pthread_mutex_lock(&c->mu);
+            th_call_slot_leave_locked(c);
+            pthread_mutex_unlock(&c->mu);
+        }
         if (c->cslot &&
             (th_mgr_cslot_clear(h, c) & TH_CSLOT_ARMED) && armed_answered(c))
             th_mgr_disarm(h, c); /* armed from the slot, answered: out */

@@ -406,8 +406,10 @@ struct th_mcall {
     bool notify_queued;
     bool pend_ack;
     /* [mu] final_owed: answered in its session's map with a callback
-     * set, counted in s->finals_owed until its final event's callback
-     * has returned.  Bits of one byte, both under mu: the record stays
+     * set (answer_locked), or out of its call slot with its final
+     * callback still to return (th_call_slot_leave_locked): counted in
+     * s->finals_owed until its final event's callback has returned
+     * (deliver), for th_session_close, which no longer finds it.  Bits of one byte, both under mu: the record stays
      * within its 400 bytes (manager:queued_call_is_small). */
     bool pend_final : 1;
     bool final_owed : 1;
@@ -855,8 +857,9 @@ struct th_session {
     size_t live_tasks;
     size_t exec_live;           /* session-scoped calls still executing */
     int ops_inflight;           /* tools_changed running */
-    int finals_owed;            /* calls answered (out of `calls`) whose
-                                   final event is still to be delivered:
+    int finals_owed;            /* calls out of `calls` and of the call
+                                   slots whose final event's callback has
+                                   not returned yet (th_mcall.final_owed):
                                    th_session_close waits for them */
     th_session *prev, *next;
 };

@@ -3071,6 +3071,170 @@ static void test_cslot_armed_answered_after_start(void)
     close_all();
 }
 
+/* No event callback of a session after th_session_close() returned,
+ * whatever state its calls were in: here an inline call that left its
+ * call slot (the last place the close looks for a call out of the map)
+ * with its final callback still to return.  (1) Cancelled by id from
+ * another thread, which delivers the final (a slow callback) while the
+ * tool sees the cancel, returns and th_call_start empties the slot.
+ * (2) The cancel's first step only (abort_code), its answer held up
+ * while the owner empties the slot: the answer comes after.  In both the
+ * close must wait for the callback (th_call_slot_leave_locked counts the
+ * call in finals_owed).  The callback is held until the close either
+ * returned (the rule broken: the test fails at once) or counts it. */
+typedef struct late_final {
+    th_session *s;
+    atomic_int in_fn, fn_done, close_returned, finals;
+    int fn_done_at_close, close_returned_in_fn;
+    int rc;
+} late_final;
+
+/* Whether s's close is waiting for an owed final (or returned). */
+static bool close_owes_or_returned(late_final *lf)
+{
+    if (atomic_load(&lf->close_returned))
+        return true;
+    pthread_mutex_lock(&lf->s->mu);
+    bool owes = lf->s->closing && lf->s->finals_owed > 0;
+    pthread_mutex_unlock(&lf->s->mu);
+    return owes;
+}
+
+static void late_final_cb(const th_event *ev, void *ud)
+{
+    late_final *lf = ud;
+    if (ev->kind != TH_EV_RESULT || !ev->result ||
+        ev->result->kind == TH_RESULT_RUNNING)
+        return;
+    atomic_fetch_add(&lf->finals, 1);
+    atomic_store(&lf->in_fn, 1);
+    int64_t until = mono_ms() + th_test_ms(5000);
+    while (!close_owes_or_returned(lf) && mono_ms() < until)
+        nap_ms(1);
+    lf->close_returned_in_fn = atomic_load(&lf->close_returned);
+    atomic_store(&lf->fn_done, 1);
+}
+
+static void *late_final_run(void *p)
+{
+    late_final *lf = p;
+    th_call_opts o = {.timeout_ms = 10000, .may_block = true};
+    th_buf a = A(1, "ms", 'i', 2000LL);
+    lf->rc = th_call_start(lf->s, "t_sleep", a.data, a.len, &o, late_final_cb,
+                           lf, NULL);
+    th_buf_destroy(&a);
+    return NULL;
+}
+
+typedef struct late_cancel {
+    th_session *s;
+    uint64_t id;
+    int rc;
+} late_cancel;
+
+static void *late_cancel_run(void *p)
+{
+    late_cancel *k = p;
+    k->rc = th_call_cancel(k->s, k->id);
+    return NULL;
+}
+
+/* Starts the inline call on a thread; true once t_sleep runs there, in
+ * its call slot. */
+static bool late_final_started(late_final *lf, pthread_t *th)
+{
+    if (pthread_create(th, NULL, late_final_run, lf) != 0)
+        return false;
+    int64_t until = mono_ms() + th_test_ms(2000);
+    while (atomic_load(&fx_conc) == 0 && mono_ms() < until)
+        nap_ms(1);
+    return atomic_load(&fx_conc) > 0 && calls_in_map(lf->s) == 0 &&
+           th_mgr_cslot_running(H, lf->s) == 1;
+}
+
+static void test_close_waits_final_of_cancelled_cslot_call(void)
+{
+    open_default(1, 1, 64);
+    th_session_ref(S); /* read by the callback past the close */
+    late_final lf = {.s = S};
+    uint64_t id = atomic_load(&H->next_id);
+    pthread_t rt, kt;
+    CU_ASSERT_FATAL(late_final_started(&lf, &rt));
+    late_cancel k = {.s = S, .id = id};
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&kt, NULL, late_cancel_run, &k), 0);
+    int64_t until = mono_ms() + th_test_ms(2000);
+    while (!atomic_load(&lf.in_fn) && mono_ms() < until)
+        nap_ms(1);
+    CU_ASSERT_FATAL(atomic_load(&lf.in_fn));
+    /* the final callback runs on the cancelling thread; the owner's
+     * th_call_start returns meanwhile, its slot emptied */
+    pthread_join(rt, NULL);
+    CU_ASSERT_EQUAL(lf.rc, 0);
+    CU_ASSERT_TRUE(cslots_empty(H));
+    CU_ASSERT_EQUAL(calls_in_map(S), 0);
+    th_session *s = S;
+    S = NULL;
+    th_session_close(s);
+    lf.fn_done_at_close = atomic_load(&lf.fn_done);
+    atomic_store(&lf.close_returned, 1);
+    pthread_join(kt, NULL);
+    CU_ASSERT_EQUAL(k.rc, 0);
+    CU_ASSERT_EQUAL(lf.fn_done_at_close, 1); /* returned after the callback */
+    CU_ASSERT_EQUAL(lf.close_returned_in_fn, 0);
+    CU_ASSERT_EQUAL(atomic_load(&lf.finals), 1);
+    th_session_unref(s);
+    close_all();
+}
+
+typedef struct closer2 {
+    th_session *s;
+    late_final *lf;
+} closer2;
+
+static void *closer2_run(void *p)
+{
+    closer2 *k = p;
+    th_session_close(k->s);
+    k->lf->fn_done_at_close = atomic_load(&k->lf->fn_done);
+    atomic_store(&k->lf->close_returned, 1);
+    return NULL;
+}
+
+static void test_close_waits_final_answered_after_cslot(void)
+{
+    open_default(1, 1, 64);
+    th_session_ref(S);
+    late_final lf = {.s = S};
+    uint64_t id = atomic_load(&H->next_id);
+    pthread_t rt, ct;
+    CU_ASSERT_FATAL(late_final_started(&lf, &rt));
+    th_mcall *c = th_mgr_session_call(S, id); /* as th_call_cancel does */
+    CU_ASSERT_FATAL(c != NULL);
+    /* the cancel's first step, then held up: the tool stops and
+     * th_call_start empties the slot, the call unanswered */
+    int zero = 0;
+    atomic_compare_exchange_strong(&c->abort_code, &zero, TH_ECANCELLED);
+    pthread_join(rt, NULL);
+    CU_ASSERT_TRUE(cslots_empty(H));
+    CU_ASSERT_EQUAL(atomic_load(&lf.finals), 0);
+    th_session *s = S;
+    S = NULL;
+    closer2 k = {.s = s, .lf = &lf};
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&ct, NULL, closer2_run, &k), 0);
+    /* the answer once the close waits for it (or returned: broken) */
+    int64_t until = mono_ms() + th_test_ms(5000);
+    while (!close_owes_or_returned(&lf) && mono_ms() < until)
+        nap_ms(1);
+    th_mcall_abort(c, TH_ECANCELLED, "cancelled");
+    th_mcall_unref(c);
+    pthread_join(ct, NULL);
+    CU_ASSERT_EQUAL(lf.close_returned_in_fn, 0); /* the callback came first */
+    CU_ASSERT_EQUAL(lf.fn_done_at_close, 1);
+    CU_ASSERT_EQUAL(atomic_load(&lf.finals), 1);
+    th_session_unref(s);
+    close_all();
+}
+
 void th_suite_manager(void)
 {
     CU_pSuite s = CU_add_suite("manager", suite_init, suite_cleanup);
@@ -3109,6 +3273,10 @@ void th_suite_manager(void)
     CU_add_test(s, "cslot_close_while_suspending", test_cslot_close_while_suspending);
     CU_add_test(s, "cslot_close_during_final_callback", test_cslot_close_during_final_callback);
     CU_add_test(s, "cslot_final_unvisited", test_cslot_final_unvisited);
+    CU_add_test(s, "close_waits_final_of_cancelled_cslot_call",
+                test_close_waits_final_of_cancelled_cslot_call);
+    CU_add_test(s, "close_waits_final_answered_after_cslot",
+                test_close_waits_final_answered_after_cslot);
     CU_add_test(s, "cslot_is_deadline_slot", test_cslot_is_deadline_slot);
     CU_add_test(s, "cslot_armed_answered_after_start", test_cslot_armed_answered_after_start);
     CU_add_test(s, "cslot_nested_second_slot", test_cslot_nested_second_slot);
