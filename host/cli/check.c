@@ -14,6 +14,7 @@
  * SIGSEGV", "constructor crashed with SIGABRT", "init did not return
  * within 10 s".
  */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
@@ -29,12 +30,14 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "th/code.h"
+#include "th/iso.h"
 #include "th/json.h"
 #include "th/log.h"
 #include "th/perm.h"
@@ -286,6 +289,24 @@ static void sandbox(const char *path, unsigned timeout_s, unsigned memory_mb)
         signal(deadly[i], SIG_DFL);
     (void)prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
     (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    /* The caller's environment may hold secrets (TOOLHOST_MCP_TOKEN):
+     * the plugin sees PATH and LANG alone, as an isolated worker does. */
+    char keep_path[4096] = "/usr/local/bin:/usr/bin:/bin", keep_lang[256] = "";
+    const char *v = getenv("PATH");
+    if (v && strlen(v) < sizeof keep_path)
+        snprintf(keep_path, sizeof keep_path, "%s", v);
+    v = getenv("LANG");
+    if (v && strlen(v) < sizeof keep_lang)
+        snprintf(keep_lang, sizeof keep_lang, "%s", v);
+    clearenv();
+    setenv("PATH", keep_path, 1);
+    if (keep_lang[0])
+        setenv("LANG", keep_lang, 1);
+    /* The isolated workers' allow-list with the network off: a plugin's
+     * constructor or init() opens no internet socket while checked. */
+    if (th_iso_filter_load(false) != 0)
+        fprintf(stderr, "toolhost: check %s: warning: cannot load the "
+                "seccomp filter; the plugin runs unfiltered\n", path);
 }
 
 /* --strict: a call that captures stdout and stderr, nothing more. */
@@ -456,19 +477,32 @@ static int64_t mono_ms(void)
 
 /* Copies the child's report to stdout and follows its stages until both
  * pipes end or time runs out.  Returns false on timeout. */
-static bool follow_child(int out, int st, int64_t deadline, int *last)
+static bool follow_child(pid_t pid, int out, int st, int64_t deadline,
+                         int *last)
 {
-    struct pollfd pf[2] = {{out, POLLIN, 0}, {st, POLLIN, 0}};
+    /* The child's end is seen by its pidfd, not by the pipes' end alone: a
+     * process the plugin started may hold them open (then what is already
+     * in the pipes is read, and no more). */
+    int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    struct pollfd pf[3] = {{out, POLLIN, 0}, {st, POLLIN, 0}, {pfd, POLLIN, 0}};
     char buf[4096];
+    bool exited = false;
     while (pf[0].fd >= 0 || pf[1].fd >= 0) {
         int64_t left = deadline - mono_ms();
-        if (left <= 0)
+        if (left <= 0 && !exited) {
+            if (pfd >= 0)
+                close(pfd);
             return false;
-        int n = poll(pf, 2, (int)(left > 1000 ? 1000 : left));
+        }
+        int n = poll(pf, 3, exited ? 0 : (int)(left > 1000 ? 1000 : left));
         if (n < 0 && errno == EINTR)
             continue;
-        if (n < 0)
-            return true;
+        if (n < 0 || (n == 0 && exited))
+            break;
+        if (pf[2].fd >= 0 && (pf[2].revents & POLLIN)) {
+            exited = true; /* drain what is there, then stop */
+            pf[2].fd = -1;
+        }
         for (int i = 0; i < 2; i++) {
             if (pf[i].fd < 0 || !(pf[i].revents & (POLLIN | POLLHUP | POLLERR)))
                 continue;
@@ -485,7 +519,43 @@ static bool follow_child(int out, int st, int64_t deadline, int *last)
                 *last = (unsigned char)buf[r - 1];
         }
     }
+    if (pfd >= 0)
+        close(pfd);
     return true;
+}
+
+/* Kills and reaps every process the checked plugin left behind: `check`
+ * is their subreaper (PR_SET_CHILD_SUBREAPER before the fork), so a
+ * double-forked daemon comes back to it as its child.  Rounds until no
+ * child is left (a child may fork while the list is read). */
+static void kill_leftovers(void)
+{
+    for (int round = 0; round < 100; round++) {
+        int found = 0;
+        DIR *tasks = opendir("/proc/self/task");
+        struct dirent *t;
+        while (tasks && (t = readdir(tasks)) != NULL) {
+            if (t->d_name[0] == '.')
+                continue;
+            char path[300];
+            snprintf(path, sizeof path, "/proc/self/task/%s/children",
+                     t->d_name);
+            FILE *f = fopen(path, "r");
+            long c;
+            while (f && fscanf(f, "%ld", &c) == 1) {
+                kill((pid_t)c, SIGKILL);
+                found++;
+            }
+            if (f)
+                fclose(f);
+        }
+        if (tasks)
+            closedir(tasks);
+        while (waitpid(-1, NULL, found ? 0 : WNOHANG) > 0)
+            ;
+        if (!found)
+            return;
+    }
 }
 
 /* Waits for the child at most until `deadline`; kills it then. */
@@ -593,6 +663,7 @@ int cli_check(int argc, char **argv)
     }
     fflush(stdout);
     fflush(stderr);
+    (void)prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     pid_t pid = fork();
     if (pid < 0) {
         cli_error("check: fork: %s", strerror(errno));
@@ -618,12 +689,13 @@ int cli_check(int argc, char **argv)
     close(stp[1]);
     int64_t deadline = mono_ms() + (int64_t)timeout_s * 1000;
     int last = 0;
-    bool in_time = follow_child(outp[0], stp[0], deadline, &last);
+    bool in_time = follow_child(pid, outp[0], stp[0], deadline, &last);
     close(outp[0]);
     close(stp[0]);
     close(fd);
     bool killed = false;
     int status = reap(pid, in_time ? deadline + 1000 : 0, &killed);
+    kill_leftovers();
     fflush(stdout);
     if (killed) {
         printf("%s: %s did not return within %u s (the check killed it)\n",

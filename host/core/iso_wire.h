@@ -112,9 +112,4 @@ int th_iso_plugin_open(const th_plugin_cfg *pc, const th_load_opts *lo,
  * the descriptor passed the checks, else a TH_E code. */
 int th_iso_fuzz_frame(const uint8_t *f, size_t n);
 
-/* Loads the workers' seccomp filter (an allow-list, iso_worker.c) into
- * the calling process; `network` false: no socket but AF_UNIX.  0, or
- * nonzero when libseccomp could not build or load it. */
-int th_iso_filter_load(bool network);
-
 #endif

@@ -6,6 +6,7 @@
  * before any plugin code runs.  Each case runs the real build/toolhost. */
 #include <CUnit/CUnit.h>
 #include <pwd.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -216,6 +217,48 @@ static void test_path_refused(void)
     free(dir);
 }
 
+/* The child that loads the plugin sees no environment but PATH and LANG
+ * (not the caller's TOOLHOST_MCP_TOKEN), opens no internet socket (the
+ * isolated workers' seccomp filter, network off), and nothing it started
+ * outlives `check`: a double-forked daemon is gone when check returns
+ * (check is the subreaper of what the plugin starts, and kills it). */
+static void test_contained(void)
+{
+    char *f = fixture("check_hostile");
+    setenv("TOOLHOST_MCP_TOKEN", "secret-of-the-caller", 1);
+    th_test_run r;
+    RUN(r, "check", f);
+    unsetenv("TOOLHOST_MCP_TOKEN");
+    CU_ASSERT_EQUAL(r.status, 1);
+    const char *m = strstr(r.out, "init failed: token ");
+    if (!m)
+        fprintf(stderr, "\ncheck said:\n%s%s\n", r.out, r.err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    char tok[16] = "";
+    long daemon = -2;
+    CU_ASSERT_EQUAL(sscanf(m, "init failed: token %15s ", tok), 1);
+    CU_ASSERT_STRING_EQUAL(tok, "unset");
+    /* the socket refused: "inet <strerror>", not "inet ok" */
+    CU_ASSERT_PTR_NOT_NULL(strstr(m, " inet "));
+    CU_ASSERT_PTR_NULL(strstr(m, " inet ok "));
+    const char *d = strstr(m, " daemon ");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(d);
+    CU_ASSERT_EQUAL(sscanf(d, " daemon %ld", &daemon), 1);
+    CU_ASSERT(daemon > 0);
+    if (daemon > 0) {
+        /* gone, not even a zombie: check reaped it */
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%ld", daemon);
+        struct stat st;
+        int alive = stat(path, &st) == 0;
+        CU_ASSERT_FALSE(alive);
+        if (alive)
+            kill((pid_t)daemon, SIGKILL);
+    }
+    th_test_run_free(&r);
+    free(f);
+}
+
 void th_suite_check_child(void)
 {
     CU_pSuite s = CU_add_suite("check_child", NULL, NULL);
@@ -226,4 +269,5 @@ void th_suite_check_child(void)
     CU_add_test(s, "good_unchanged", test_good_unchanged);
     CU_add_test(s, "every_problem_and_lint", test_every_problem_and_lint);
     CU_add_test(s, "path_refused", test_path_refused);
+    CU_add_test(s, "contained", test_contained);
 }

@@ -8,7 +8,16 @@
 #ifndef TH_ISO_H
 #define TH_ISO_H
 
+#include <stdbool.h>
+
 struct msgpack_packer;
+
+/* Loads the workers' seccomp filter (an allow-list, iso_worker.c;
+ * docs/security.md, "The worker's seccomp filter") into the calling
+ * process, after PR_SET_NO_NEW_PRIVS; `network` false: no socket but
+ * AF_UNIX.  0, or nonzero when libseccomp could not build or load it.
+ * Also what `toolhost check` puts on the child that loads a plugin. */
+int th_iso_filter_load(bool network);
 
 /* The hidden `toolhost worker` command: never run by hand.  Expects the
  * fds the host set up (socket 3, plugin file 4, note pipe 5); returns the
