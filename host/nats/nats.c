@@ -473,6 +473,10 @@ static void on_request(natsConnection *nc, natsSubscription *sub,
         return;
     }
     if (!handler_enter(f)) {
+        /* stopping: a request the server delivered before it saw our
+         * unsubscribe (th_nats_stop drains) is answered, never dropped */
+        publish_error(f, reply, TH_ECANCELLED,
+                      "the host is stopping: the call was not started");
         natsMsg_Destroy(msg);
         return;
     }
@@ -1153,6 +1157,15 @@ static void sub_track(th_nats *f, natsSubscription *sub)
     }
 }
 
+/* Stops a subscription's deliveries at the server while what it already
+ * sent is still handled (an unsubscribe when draining is not possible,
+ * e.g. while disconnected). */
+static void sub_drain(natsSubscription *sub)
+{
+    if (natsSubscription_Drain(sub) != NATS_OK)
+        natsSubscription_Unsubscribe(sub);
+}
+
 static bool is_stopping(th_nats *f)
 {
     pthread_mutex_lock(&f->mu);
@@ -1600,17 +1613,35 @@ void th_nats_stop(th_nats *f)
     pthread_mutex_lock(&f->mu);
     f->stopping = true;
     pthread_mutex_unlock(&f->mu);
+    /* 1. No new deliveries: drain every subscription - the server stops
+     * routing to us, and what it had already sent (in the socket, in the
+     * client's queues) is still handed to on_request, which answers it
+     * `cancelled` (an unsubscribe would drop those silently). */
     pthread_mutex_lock(&f->eps_mu);
     for (size_t i = 0; i < f->n_eps; i++)
         if (f->eps[i]->live)
-            natsSubscription_Unsubscribe(f->eps[i]->sub);
-    pthread_mutex_unlock(&f->eps_mu);
+            sub_drain(f->eps[i]->sub);
     for (size_t i = 0; i < f->n_srv; i++)
-        natsSubscription_Unsubscribe(f->srv[i]);
+        sub_drain(f->srv[i]);
+    pthread_mutex_unlock(&f->eps_mu);
+    flush_now(f);
+    /* the drains end once the server confirmed the unsubscribes and every
+     * message before that was handled (bounded: a lost server) */
+    int64_t drain_ms = 5000;
+    struct timespec d0;
+    clock_gettime(CLOCK_MONOTONIC, &d0);
+    pthread_mutex_lock(&f->eps_mu);
+    for (size_t i = 0; i < f->n_eps; i++) {
+        int64_t left = drain_ms - ns_since(&d0) / 1000000;
+        if (f->eps[i]->live && left > 0)
+            natsSubscription_WaitForDrainCompletion(f->eps[i]->sub, left);
+    }
+    pthread_mutex_unlock(&f->eps_mu);
     pthread_mutex_lock(&f->mu);
     while (f->active)
         pthread_cond_wait(&f->cv, &f->mu);
     pthread_mutex_unlock(&f->mu);
+    /* 2. Cancel what runs; 3. flush the replies; 4. close (below). */
     /* Closing the sessions cancels their calls: each caller gets its
      * final `cancelled` reply before the connection closes. */
     for (size_t i = 0; i < f->n_ts; i++)

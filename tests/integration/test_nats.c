@@ -8,6 +8,7 @@
 #include "test_nats_harness.h"
 
 #include <CUnit/CUnit.h>
+#include <pthread.h>
 
 #define NHOSTS 3
 
@@ -757,6 +758,159 @@ static void test_slow_consumer(void)
     rpc_srv_free(&h);
 }
 
+/* A host serving `prefix` (echo, echo_async) for the tests that stop or
+ * freeze it; `extra` is added to its host: block. */
+static int solo_start(rpc_srv *h, const char *prefix, const char *extra)
+{
+    char cfg[2048];
+    snprintf(cfg, sizeof cfg,
+             "host:\n"
+             "  log_level: info\n"
+             "  shutdown_grace: 1s\n"
+             "  listen: [\"%s\"]\n"
+             "%s"
+             "plugins:\n"
+             "  - name: echo\n"
+             "    path: @BUILD@/plugins/echo.so\n"
+             "toolsets:\n"
+             "  - name: public\n"
+             "    tools: [echo, echo_async]\n"
+             "    allow_users: [nats]\n"
+             "nats:\n"
+             "  prefix: %s\n"
+             "  user: host\n"
+             "  password: hostpw\n"
+             "  toolsets: [public]\n"
+             "  max_pending: 100000\n",
+             C.url, extra ? extra : "", prefix);
+    rpc_opts o = {.config = cfg};
+    if (rpc_srv_start(h, &o) != 0)
+        return -1;
+    char id[40];
+    host_id_from_log(h, id, sizeof id);
+    return id[0] ? 0 : -1;
+}
+
+/* Publishes request i of a batch: reply subject _INBOX.<tag>.<i>. */
+static void publish_nth(natsConnection *nc, const char *subj,
+                        const char *tag, int i, const th_buf *b,
+                        const char *hname, const char *hval)
+{
+    char reply[64];
+    snprintf(reply, sizeof reply, "_INBOX.%s.%d", tag, i);
+    natsMsg *m = NULL;
+    natsMsg_Create(&m, subj, reply, (const char *)b->data, (int)b->len);
+    if (hname)
+        natsMsgHeader_Set(m, hname, hval);
+    natsConnection_PublishMsg(nc, m);
+    natsMsg_Destroy(m);
+}
+
+/* Final answers on a batch's inboxes, gathered by a subscription's
+ * callback: fin[i] 1 ok, 2 cancelled, 3 other error, 4 no responders
+ * (the server had nobody to deliver it to); 0 not yet.  The client turns
+ * a "no responders" status into an error of NextMsg, so the answers are
+ * taken in a callback, where the message itself is seen. */
+typedef struct finals {
+    pthread_mutex_t mu;
+    int *fin, n, done;
+} finals;
+
+static void on_final(natsConnection *nc, natsSubscription *sub, natsMsg *m,
+                     void *ud)
+{
+    (void)nc, (void)sub;
+    finals *x = ud;
+    const char *dot = strrchr(natsMsg_GetSubject(m), '.');
+    int i = dot ? atoi(dot + 1) : -1;
+    int v = natsMsg_IsNoResponders(m) ? 4
+            : strcmp(reply_kind(m), "result") != 0 ? 0
+            : reply_ok(m, NULL)                    ? 1
+            : reply_error_is(m, "cancelled")       ? 2
+                                                   : 3;
+    pthread_mutex_lock(&x->mu);
+    if (v && i >= 0 && i < x->n && !x->fin[i]) {
+        x->fin[i] = v;
+        x->done++;
+    }
+    pthread_mutex_unlock(&x->mu);
+    natsMsg_Destroy(m);
+}
+
+static int finals_done(finals *x)
+{
+    pthread_mutex_lock(&x->mu);
+    int d = x->done;
+    pthread_mutex_unlock(&x->mu);
+    return d;
+}
+
+/* SIGTERM with calls streaming in: every call the server delivered to the
+ * host is answered - its result or `cancelled` - and every other one gets
+ * the server's "no responders"; no caller is left without an answer. */
+static void test_drain(void)
+{
+    NEED_CLUSTER();
+    rpc_srv h;
+    CU_ASSERT_FATAL(solo_start(&h, "drain", NULL) == 0);
+    natsConnection *nc = nats_connect(C.url, "host", "hostpw");
+    CU_ASSERT_FATAL(nc != NULL);
+    enum { N1 = 1000, N = 3000 };
+    static int fin[N];
+    memset(fin, 0, sizeof fin);
+    /* static: a callback under way when it is unsubscribed outlives us */
+    static finals x = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    x.fin = fin;
+    x.n = N;
+    x.done = 0;
+    natsSubscription *sub = NULL;
+    CU_ASSERT_FATAL(natsConnection_Subscribe(&sub, nc, "_INBOX.drain.>",
+                                             on_final, &x) == NATS_OK);
+    natsSubscription_SetPendingLimits(sub, -1, -1);
+    natsConnection_Flush(nc);
+    th_buf b = TH_BUF_INIT;
+    char args[96];
+    snprintf(args, sizeof args,
+             "{\"text\":\"d\",\"steps\":1,\"delay_ms\":%u}", th_test_ms(20));
+    rpc_pack_json(&b, args);
+    for (int i = 0; i < N1; i++)
+        publish_nth(nc, "drain.public.echo_async", "drain", i, &b, NULL,
+                    NULL);
+    natsConnection_Flush(nc);
+    /* the host is answering (an event, not a sleep) */
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    while (finals_done(&x) == 0 && rpc_now_ms() < end)
+        usleep(1000);
+    kill(h.pid, SIGTERM);
+    for (int i = N1; i < N; i++)
+        publish_nth(nc, "drain.public.echo_async", "drain", i, &b, NULL,
+                    NULL);
+    natsConnection_Flush(nc);
+    int st = rpc_srv_wait(&h);
+    CU_ASSERT_EQUAL(st, 0);
+    end = rpc_now_ms() + rpc_wait_ms();
+    while (finals_done(&x) < N && rpc_now_ms() < end)
+        usleep(10000);
+    natsSubscription_Unsubscribe(sub);
+    int c[5] = {0};
+    pthread_mutex_lock(&x.mu);
+    for (int i = 0; i < N; i++)
+        c[fin[i]]++;
+    pthread_mutex_unlock(&x.mu);
+    fprintf(stderr, "\n  SIGTERM with %d calls streaming in: %d ok, %d "
+            "cancelled, %d other errors, %d no responders (after the host "
+            "left), %d without any answer\n",
+            N, c[1], c[2], c[3], c[4], c[0]);
+    if (c[0])
+        rpc_dump_log(&h);
+    CU_ASSERT_EQUAL(c[0], 0);
+    CU_ASSERT(c[1] > 0);
+    th_buf_destroy(&b);
+    natsSubscription_Destroy(sub);
+    natsConnection_Destroy(nc);
+    rpc_srv_free(&h);
+}
+
 /* SIGTERM: the hosts stop cleanly (exit 0) with the NATS front running. */
 static void test_clean_stop(void)
 {
@@ -816,5 +970,6 @@ void th_suite_nats(void)
     CU_add_test(s, "server_restart", test_server_restart);
     CU_add_test(s, "host_killed", test_host_killed);
     CU_add_test(s, "slow_consumer", test_slow_consumer);
+    CU_add_test(s, "drain", test_drain);
     CU_add_test(s, "clean_stop", test_clean_stop);
 }
