@@ -49,8 +49,11 @@ typedef struct nt_ep {
     natsSubscription *sub;
     bool live; /* subscribed now (a reload may have removed the tool) */
     atomic_uint_fast64_t requests, errors, proc_ns;
-    pthread_mutex_t err_mu;
-    char last_error[160];
+    /* errors by code (index -TH_E*, 0 for any other): $SRV.STATS reports
+     * counts only, never an error's text - that is another caller's
+     * business and may name a path */
+#define NT_ERR_CODES 32
+    atomic_uint_fast64_t err_by_code[NT_ERR_CODES];
 } nt_ep;
 
 struct th_nats {
@@ -391,10 +394,8 @@ static void count(nt_call *c, const th_result *r)
     atomic_fetch_add(&ep->proc_ns, (uint64_t)ns_since(&c->t0));
     if (r->kind == TH_RESULT_ERROR) {
         atomic_fetch_add(&ep->errors, 1);
-        pthread_mutex_lock(&ep->err_mu);
-        snprintf(ep->last_error, sizeof ep->last_error, "%s: %s",
-                 th_err_name(r->error), r->message ? r->message : "");
-        pthread_mutex_unlock(&ep->err_mu);
+        int k = r->error < 0 && r->error > -NT_ERR_CODES ? -r->error : 0;
+        atomic_fetch_add(&ep->err_by_code[k], 1);
     }
 }
 
@@ -744,9 +745,25 @@ static json_t *srv_endpoint(nt_ep *ep, bool stats)
     uint64_t ns = atomic_load(&ep->proc_ns);
     json_object_set_new(e, "num_requests", json_integer((json_int_t)n));
     json_object_set_new(e, "num_errors", json_integer((json_int_t)ne));
-    pthread_mutex_lock(&ep->err_mu);
-    json_object_set_new(e, "last_error", json_string(ep->last_error));
-    pthread_mutex_unlock(&ep->err_mu);
+    /* the micro protocol's last_error stays empty: other callers' error
+     * texts are not ours to show; data.errors counts them by code */
+    json_object_set_new(e, "last_error", json_string(""));
+    json_t *by = json_object();
+    for (int k = 0; by && k < NT_ERR_CODES; k++) {
+        uint64_t v = atomic_load(&ep->err_by_code[k]);
+        const char *name = k ? th_err_name(-k) : "other";
+        if (v) /* codes sharing a name add up */
+            json_object_set_new(
+                by, name,
+                json_integer(json_integer_value(json_object_get(by, name)) +
+                             (json_int_t)v));
+    }
+    json_t *data = json_object();
+    if (data && by)
+        json_object_set_new(data, "errors", by);
+    else
+        json_decref(by);
+    json_object_set_new(e, "data", data);
     json_object_set_new(e, "processing_time", json_integer((json_int_t)ns));
     json_object_set_new(e, "average_processing_time",
                         json_integer(n ? (json_int_t)(ns / n) : 0));
@@ -1120,7 +1137,6 @@ static nt_ep *ep_new(th_nats *f, nt_ts *ts, const char *tool)
     }
     snprintf(ep->subject, n, "%s.%s.%s", f->nc_cfg->prefix, ts->cfg->name,
              tool);
-    pthread_mutex_init(&ep->err_mu, NULL);
     f->eps[f->n_eps++] = ep;
     return ep;
 }
@@ -1131,7 +1147,6 @@ static void ep_free(nt_ep *ep)
     free(ep->subject);
     free(ep->tool);
     free(ep->param_types);
-    pthread_mutex_destroy(&ep->err_mu);
     free(ep);
 }
 

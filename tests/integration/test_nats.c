@@ -758,6 +758,55 @@ static void test_slow_consumer(void)
     rpc_srv_free(&h);
 }
 
+/* $SRV.STATS is open to anyone who may use discovery: it counts errors
+ * by code and never shows an error's text (another caller's arguments,
+ * paths of the host). */
+static void test_stats_counts(void)
+{
+    NEED_CLUSTER();
+    natsConnection *nc = nats_connect(C.url, "alice", "alicepw");
+    CU_ASSERT_FATAL(nc != NULL);
+    /* the validator names the unknown parameter in its message */
+    for (int i = 0; i < 6; i++) {
+        natsMsg *r = NULL;
+        CU_ASSERT(request(nc, &r, "th.public.echo",
+                          "{\"text\":\"x\",\"secret_zq9\":1}", 2000) ==
+                  NATS_OK);
+        CU_ASSERT(r && reply_error_is(r, "invalid_arguments"));
+        natsMsg_Destroy(r);
+    }
+    int64_t counted = 0;
+    for (int i = 0; i < NHOSTS; i++) {
+        char subj[160];
+        snprintf(subj, sizeof subj, "$SRV.STATS.toolhost.%s", C.id[i]);
+        natsMsg *r = NULL;
+        CU_ASSERT_FATAL(natsConnection_RequestString(&r, nc, subj, "",
+                                                     th_test_ms(2000)) ==
+                        NATS_OK);
+        const char *text = natsMsg_GetData(r);
+        int len = natsMsg_GetDataLength(r);
+        bool leaks = memmem(text, (size_t)len, "secret_zq9", 10) ||
+                     memmem(text, (size_t)len, C.h[i].cfg,
+                            strlen(C.h[i].cfg));
+        if (leaks)
+            fprintf(stderr, "\n  host %d: %.*s\n", i, len, text);
+        CU_ASSERT(!leaks);
+        json_t *j = json_loadb(text, (size_t)len, 0, NULL);
+        size_t k;
+        json_t *e;
+        json_array_foreach(json_object_get(j, "endpoints"), k, e)
+            if (strcmp(json_string_value(json_object_get(e, "name")),
+                       "echo") == 0)
+                counted += json_integer_value(json_object_get(
+                    json_object_get(json_object_get(e, "data"), "errors"),
+                    "invalid_arguments"));
+        json_decref(j);
+        natsMsg_Destroy(r);
+    }
+    CU_ASSERT(counted >= 6);
+    natsConnection_Destroy(nc);
+}
+
 /* A host serving `prefix` (echo, echo_async) for the tests that stop or
  * freeze it; `extra` is added to its host: block. */
 static int solo_start(rpc_srv *h, const char *prefix, const char *extra)
@@ -970,6 +1019,7 @@ void th_suite_nats(void)
     CU_add_test(s, "server_restart", test_server_restart);
     CU_add_test(s, "host_killed", test_host_killed);
     CU_add_test(s, "slow_consumer", test_slow_consumer);
+    CU_add_test(s, "stats_counts", test_stats_counts);
     CU_add_test(s, "drain", test_drain);
     CU_add_test(s, "clean_stop", test_clean_stop);
 }
