@@ -13,7 +13,8 @@
  * reloader's thread).  Also here: `ask` rules answered by the caller
  * (on_ask, on_permit), and finished async results in a JetStream
  * key-value bucket (kv_*), read by <prefix>.tasks.result on any host.
- * Lock order: eps_mu, then mu; start_mu, then mu; kv_mu alone. */
+ * Lock order: eps_mu, then mu; start_mu, then mu; kv_mu alone; slow_mu,
+ * then eps_mu only tried. */
 #include <inttypes.h>
 #include <jansson.h>
 #include <msgpack.h>
@@ -98,6 +99,12 @@ struct th_nats {
     size_t calls;  /* calls not yet answered */
     struct nt_call *live_calls; /* those calls, for `ask` answers (under mu) */
     pthread_mutex_t start_mu; /* held across th_call_start + its id */
+    /* slow consumer lines, at most one a second (slow_note) */
+    pthread_mutex_t slow_mu;
+    struct timespec slow_last;
+    bool slow_logged;
+    uint64_t slow_events;      /* callbacks since the last line */
+    int64_t slow_dropped_seen; /* the endpoints' drop total at that line */
 };
 
 /* The call being started on this thread (th_call_start may ask for
@@ -1023,18 +1030,57 @@ static void on_late_connect(natsConnection *nc, void *ud)
     th_log_info("nats: connected to %s", url);
 }
 
+/* The NATS client says "slow consumer" each time a subscription starts
+ * dropping (under a flood, thousands of times a second): one line a
+ * second at most, with what was dropped since the last line.  eps_mu is
+ * only tried (stop and reloads hold it across network round trips): a
+ * busy one puts the line off to the next report. */
+#define NT_SLOW_LOG_NS 1000000000LL
+static void slow_note(th_nats *f, natsSubscription *sub)
+{
+    pthread_mutex_lock(&f->slow_mu);
+    f->slow_events++;
+    if ((f->slow_logged && ns_since(&f->slow_last) < NT_SLOW_LOG_NS) ||
+        pthread_mutex_trylock(&f->eps_mu) != 0) {
+        pthread_mutex_unlock(&f->slow_mu);
+        return;
+    }
+    int64_t total = 0;
+    for (size_t i = 0; i < f->n_eps; i++) {
+        int64_t d = 0;
+        if (f->eps[i]->sub &&
+            natsSubscription_GetDropped(f->eps[i]->sub, &d) == NATS_OK)
+            total += d;
+    }
+    pthread_mutex_unlock(&f->eps_mu);
+    /* a reload's new subscription starts from 0 again */
+    int64_t dropped = total >= f->slow_dropped_seen
+                          ? total - f->slow_dropped_seen
+                          : total;
+    uint64_t events = f->slow_events;
+    f->slow_dropped_seen = total;
+    f->slow_events = 0;
+    f->slow_logged = true;
+    clock_gettime(CLOCK_MONOTONIC, &f->slow_last);
+    pthread_mutex_unlock(&f->slow_mu);
+    int msgs = 0, bytes = 0;
+    if (sub)
+        natsSubscription_GetPending(sub, &msgs, &bytes);
+    th_log_warn("nats: slow consumer: requests arrive faster than this host "
+                "takes them; the NATS client dropped %" PRId64 " request(s) "
+                "since the last such line (%" PRIu64 " report(s), %d "
+                "pending now; at most one line a second) - raise "
+                "nats.max_pending or add hosts",
+                dropped, events, msgs);
+}
+
 static void on_async_error(natsConnection *nc, natsSubscription *sub,
                            natsStatus err, void *ud)
 {
     (void)nc;
-    (void)ud;
+    th_nats *f = ud;
     if (err == NATS_SLOW_CONSUMER) {
-        int msgs = 0, bytes = 0;
-        if (sub)
-            natsSubscription_GetPending(sub, &msgs, &bytes);
-        th_log_warn("nats: slow consumer: requests arrive faster than this "
-                    "host takes them (%d pending); the NATS client drops the "
-                    "excess (raise nats.max_pending or add hosts)", msgs);
+        slow_note(f, sub);
         return;
     }
     th_log_warn("nats: %s", natsStatus_GetText(err));
@@ -1328,6 +1374,7 @@ static void nats_free(th_nats *f)
     pthread_mutex_destroy(&f->mu);
     pthread_mutex_destroy(&f->eps_mu);
     pthread_mutex_destroy(&f->start_mu);
+    pthread_mutex_destroy(&f->slow_mu);
     pthread_cond_destroy(&f->cv);
     free(f);
 }
@@ -1515,6 +1562,7 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
     pthread_mutex_init(&f->mu, NULL);
     pthread_mutex_init(&f->eps_mu, NULL);
     pthread_mutex_init(&f->start_mu, NULL);
+    pthread_mutex_init(&f->slow_mu, NULL);
     pthread_cond_init(&f->cv, NULL);
     make_id(f);
     kv_init_cfg(f);

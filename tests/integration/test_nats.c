@@ -741,8 +741,38 @@ static void test_slow_consumer(void)
         usleep(50000);
         said = rpc_log_has(&h, "nats: slow consumer");
     }
+    /* one more burst after the first line: the line comes at most once a
+     * second, with the count of what was dropped */
+    for (int i = 0; said && i < 5000; i++)
+        natsConnection_PublishRequest(nc, "slow.public.echo", "_INBOX.nobody",
+                                      b.data, (int)b.len);
+    natsConnection_FlushTimeout(nc, 5000);
     th_buf_destroy(&b);
     CU_ASSERT(said);
+    int lines = 0;
+    int64_t first = -1, last = -1;
+    bool counted = true;
+    FILE *lf = fopen(h.log, "r");
+    char line[2048];
+    while (lf && fgets(line, sizeof line, lf)) {
+        int hh, mm, ss, ms;
+        if (!strstr(line, "nats: slow consumer") ||
+            sscanf(line, "%*10cT%d:%d:%d.%dZ", &hh, &mm, &ss, &ms) != 4)
+            continue;
+        int64_t t = ((int64_t)(hh * 60 + mm) * 60 + ss) * 1000 + ms;
+        if (first < 0)
+            first = t;
+        last = t;
+        lines++;
+        counted &= strstr(line, "dropped") != NULL;
+    }
+    if (lf)
+        fclose(lf);
+    fprintf(stderr, "\n  slow consumer: %d line(s) over %lld ms\n", lines,
+            (long long)(last - first));
+    CU_ASSERT(lines >= 1);
+    CU_ASSERT(lines <= (last - first) / 1000 + 1);
+    CU_ASSERT(counted);
     /* and it still answers afterwards */
     natsMsg *r = NULL;
     bool answered = false;
