@@ -395,14 +395,19 @@ static void call_end(nt_call *c)
     free(c);
 }
 
+static void count_error(nt_ep *ep, int code)
+{
+    atomic_fetch_add(&ep->errors, 1);
+    int k = code < 0 && code > -NT_ERR_CODES ? -code : 0;
+    atomic_fetch_add(&ep->err_by_code[k], 1);
+}
+
 static void count(nt_call *c, const th_result *r)
 {
     nt_ep *ep = c->ep;
     atomic_fetch_add(&ep->proc_ns, (uint64_t)ns_since(&c->t0));
     if (r->kind == TH_RESULT_ERROR) {
-        atomic_fetch_add(&ep->errors, 1);
-        int k = r->error < 0 && r->error > -NT_ERR_CODES ? -r->error : 0;
-        atomic_fetch_add(&ep->err_by_code[k], 1);
+        count_error(ep, r->error);
     }
 }
 
@@ -492,17 +497,49 @@ static void on_request(natsConnection *nc, natsSubscription *sub,
     th_call_opts o;
     memset(&o, 0, sizeof o);
     const char *v = NULL;
+    /* the caller's absolute deadline (Unix ms): a request that waited past
+     * it (in the server, the socket, a stopped or busy host) is not
+     * started - its caller has given up - and the rest of the time left
+     * bounds the call, its wait for a worker included */
+    int64_t left_ms = 0;
+    if (natsMsgHeader_Get(msg, TH_NATS_H_DEADLINE, &v) == NATS_OK && v) {
+        char *end;
+        long long dl = strtoll(v, &end, 10);
+        if (*end || dl <= 0 || end == v) {
+            publish_error(f, reply, TH_EINVAL, "Toolhost-Deadline must be a "
+                          "Unix time in milliseconds");
+            count_error(ep, TH_EINVAL);
+            goto out;
+        }
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        left_ms = dl - ((int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000);
+        if (left_ms <= 0) {
+            char why[160];
+            snprintf(why, sizeof why, "the caller's deadline had passed "
+                     "(%lld ms ago) when this host took the call: not "
+                     "started", (long long)-left_ms);
+            publish_error(f, reply, TH_ETIMEOUT, why);
+            count_error(ep, TH_ETIMEOUT);
+            th_log_info("nats: %s: a request past its caller's deadline "
+                        "(%lld ms): not started", ep->subject,
+                        (long long)-left_ms);
+            goto out;
+        }
+    }
     if (natsMsgHeader_Get(msg, TH_NATS_H_TIMEOUT, &v) == NATS_OK && v) {
         char *end;
         long long ms = strtoll(v, &end, 10);
         if (*end || ms < 0) {
             publish_error(f, reply, TH_EINVAL, "Toolhost-Timeout-Ms must "
                           "be a number of milliseconds");
-            atomic_fetch_add(&ep->errors, 1);
+            count_error(ep, TH_EINVAL);
             goto out;
         }
         o.timeout_ms = ms;
     }
+    if (left_ms > 0 && (o.timeout_ms <= 0 || o.timeout_ms > left_ms))
+        o.timeout_ms = left_ms;
     if (natsMsgHeader_Get(msg, TH_NATS_H_PROGRESS, &v) == NATS_OK && v &&
         strcmp(v, "0") == 0)
         o.no_progress = true;

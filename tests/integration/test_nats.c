@@ -807,6 +807,8 @@ static void test_stats_counts(void)
     }
     int64_t counted = 0;
     for (int i = 0; i < NHOSTS; i++) {
+        if (C.h[i].reaped) /* host_killed ended it */
+            continue;
         char subj[160];
         snprintf(subj, sizeof subj, "$SRV.STATS.toolhost.%s", C.id[i]);
         natsMsg *r = NULL;
@@ -990,6 +992,218 @@ static void test_drain(void)
     rpc_srv_free(&h);
 }
 
+/* Toolhost-Deadline: a host frozen (SIGSTOP) while requests with a
+ * deadline wait for it, resumed after the deadline, does not start them:
+ * they are answered `timeout` and their tool never runs (hang_mark makes
+ * a file when it starts); a later request without a deadline runs. */
+static void test_deadline(void)
+{
+    NEED_CLUSTER();
+    char cfg[2048];
+    snprintf(cfg, sizeof cfg,
+             "host:\n"
+             "  log_level: info\n"
+             "  shutdown_grace: 1s\n"
+             "  workers: 1\n"
+             "  listen: [\"%s\"]\n"
+             "plugins:\n"
+             "  - name: hang_mark\n"
+             "    path: @BUILD@/fixtures/hang_mark.so\n"
+             "toolsets:\n"
+             "  - name: public\n"
+             "    tools: [hang_mark]\n"
+             "    allow_users: [nats]\n"
+             "nats:\n"
+             "  prefix: dl\n"
+             "  user: host\n"
+             "  password: hostpw\n"
+             "  toolsets: [public]\n",
+             C.url);
+    rpc_srv h;
+    rpc_opts o = {.config = cfg};
+    CU_ASSERT_FATAL(rpc_srv_start(&h, &o) == 0);
+    char id[40];
+    host_id_from_log(&h, id, sizeof id);
+    CU_ASSERT_FATAL(id[0]);
+    natsConnection *nc = nats_connect(C.url, "host", "hostpw");
+    CU_ASSERT_FATAL(nc != NULL);
+    natsSubscription *sub = NULL;
+    CU_ASSERT_FATAL(natsConnection_SubscribeSync(&sub, nc, "_INBOX.dl.>") ==
+                    NATS_OK);
+    natsConnection_Flush(nc);
+    enum { N = 5 };
+    kill(h.pid, SIGSTOP);
+    struct timespec rt;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    int64_t deadline = (int64_t)rt.tv_sec * 1000 + rt.tv_nsec / 1000000 +
+                       th_test_ms(300);
+    char dls[32];
+    snprintf(dls, sizeof dls, "%lld", (long long)deadline);
+    for (int i = 0; i < N; i++) {
+        char args[512];
+        snprintf(args, sizeof args, "{\"ms\":0,\"mark\":\"%s/late%d\"}",
+                 h.dir, i);
+        th_buf b = TH_BUF_INIT;
+        rpc_pack_json(&b, args);
+        publish_nth(nc, "dl.public.hang_mark", "dl", i, &b,
+                    "Toolhost-Deadline", dls);
+        th_buf_destroy(&b);
+    }
+    natsConnection_Flush(nc);
+    /* the deadline itself is the event: wait until it has passed */
+    for (;;) {
+        clock_gettime(CLOCK_REALTIME, &rt);
+        if ((int64_t)rt.tv_sec * 1000 + rt.tv_nsec / 1000000 > deadline)
+            break;
+        usleep(10000);
+    }
+    kill(h.pid, SIGCONT);
+    int timeouts = 0;
+    for (int got = 0; got < N;) {
+        natsMsg *m = NULL;
+        if (natsSubscription_NextMsg(&m, sub, rpc_wait_ms()) != NATS_OK)
+            break;
+        if (strcmp(reply_kind(m), "result") == 0) {
+            got++;
+            timeouts += reply_error_is(m, "timeout");
+        }
+        natsMsg_Destroy(m);
+    }
+    /* a request after them, without a deadline, runs: the host works */
+    char args[512];
+    snprintf(args, sizeof args, "{\"ms\":0,\"mark\":\"%s/after\"}", h.dir);
+    natsMsg *r = NULL;
+    CU_ASSERT(request(nc, &r, "dl.public.hang_mark", args, 5000) ==
+              NATS_OK);
+    CU_ASSERT(r && reply_ok(r, NULL));
+    natsMsg_Destroy(r);
+    char p[600];
+    snprintf(p, sizeof p, "%s/after", h.dir);
+    CU_ASSERT(access(p, F_OK) == 0);
+    int ran = 0;
+    for (int i = 0; i < N; i++) {
+        snprintf(p, sizeof p, "%s/late%d", h.dir, i);
+        ran += access(p, F_OK) == 0;
+    }
+    fprintf(stderr, "\n  %d requests reached a frozen host before their "
+            "deadline, resumed after it: %d answered timeout, %d ran\n",
+            N, timeouts, ran);
+    CU_ASSERT_EQUAL(timeouts, N);
+    CU_ASSERT_EQUAL(ran, 0);
+    natsSubscription_Destroy(sub);
+    natsConnection_Destroy(nc);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&h, SIGTERM), 0);
+    rpc_srv_free(&h);
+}
+
+/* A stand-in host for the CLI's messages: it answers $SRV.INFO with
+ * one tool (fk.public.slow) and its own $SRV.PING, takes the request and
+ * never answers it - after an ack (`acks`) or silently. */
+typedef struct fake_host {
+    pthread_mutex_t mu;
+    bool acks;
+    int64_t deadline; /* Toolhost-Deadline of the last request, or -1 */
+    int64_t sent_at;  /* when it came (Unix ms) */
+} fake_host;
+
+static int64_t unix_ms(void)
+{
+    struct timespec rt;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    return (int64_t)rt.tv_sec * 1000 + rt.tv_nsec / 1000000;
+}
+
+static void on_fake(natsConnection *nc, natsSubscription *sub, natsMsg *m,
+                    void *ud)
+{
+    (void)sub;
+    fake_host *x = ud;
+    const char *subj = natsMsg_GetSubject(m), *reply = natsMsg_GetReply(m);
+    if (strncmp(subj, "$SRV.INFO", 9) == 0 && reply) {
+        natsConnection_PublishString(
+            nc, reply,
+            "{\"type\":\"io.nats.micro.v1.info_response\",\"name\":"
+            "\"toolhost\",\"id\":\"fake0001\",\"endpoints\":[{\"name\":"
+            "\"slow\",\"subject\":\"fk.public.slow\",\"metadata\":{"
+            "\"toolset\":\"public\",\"tool\":\"slow\",\"idempotent\":"
+            "\"false\",\"param_types\":\"{}\",\"async\":\"true\"}}]}");
+    } else if (strncmp(subj, "$SRV.PING", 9) == 0 && reply) {
+        natsConnection_PublishString(nc, reply, "{}");
+    } else if (reply) {
+        const char *v = NULL;
+        pthread_mutex_lock(&x->mu);
+        x->sent_at = unix_ms();
+        x->deadline = natsMsgHeader_Get(m, "Toolhost-Deadline", &v) ==
+                              NATS_OK && v
+                          ? atoll(v)
+                          : -1;
+        bool acks = x->acks;
+        pthread_mutex_unlock(&x->mu);
+        if (acks) {
+            natsMsg *a = NULL;
+            natsMsg_Create(&a, reply, NULL, "\x80", 1);
+            natsMsgHeader_Set(a, "Toolhost-Kind", "ack");
+            natsMsgHeader_Set(a, "Toolhost-Host", "fake0001");
+            natsConnection_PublishMsg(nc, a);
+            natsMsg_Destroy(a);
+        }
+    }
+    natsMsg_Destroy(m);
+}
+
+/* The CLI sends its deadline (now + --timeout) and says which of the two
+ * happened: no host took the call, or one took it and did not answer. */
+static void test_cli_deadline(void)
+{
+    NEED_CLUSTER();
+    natsConnection *nc = nats_connect(C.url, "host", "hostpw");
+    CU_ASSERT_FATAL(nc != NULL);
+    static fake_host x = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    natsSubscription *s1 = NULL, *s2 = NULL, *s3 = NULL;
+    CU_ASSERT_FATAL(natsConnection_Subscribe(&s1, nc, "$SRV.INFO.toolhost",
+                                             on_fake, &x) == NATS_OK);
+    CU_ASSERT_FATAL(natsConnection_Subscribe(
+                        &s2, nc, "$SRV.PING.toolhost.fake0001", on_fake,
+                        &x) == NATS_OK);
+    CU_ASSERT_FATAL(natsConnection_Subscribe(&s3, nc, "fk.public.slow",
+                                             on_fake, &x) == NATS_OK);
+    natsConnection_Flush(nc);
+    char url[128];
+    snprintf(url, sizeof url, "nats://host:hostpw@127.0.0.1:%d", C.g.port);
+    for (int acks = 0; acks < 2; acks++) {
+        pthread_mutex_lock(&x.mu);
+        x.acks = acks;
+        x.deadline = 0;
+        pthread_mutex_unlock(&x.mu);
+        int64_t t0 = unix_ms();
+        th_test_run r = {0};
+        th_test_toolhost(&r, "call", "--connect", url, "--timeout", "1s",
+                         "public.slow", NULL);
+        pthread_mutex_lock(&x.mu);
+        int64_t dl = x.deadline, at = x.sent_at;
+        pthread_mutex_unlock(&x.mu);
+        fprintf(stderr, "\n  CLI, host %s: deadline now+%lld ms; %s",
+                acks ? "acks" : "silent", (long long)(dl - at),
+                r.err ? r.err : "");
+        CU_ASSERT_EQUAL(r.status, 1);
+        /* now + 1 s, as the CLI's clock saw it when it sent */
+        CU_ASSERT(dl >= t0 + 1000 && dl <= at + 1000);
+        CU_ASSERT(r.err && strstr(r.err, acks ? "the host took the call "
+                                                "but did not answer within "
+                                                "6 s"
+                                              : "no host took the call "
+                                                "within 6 s"));
+        th_test_run_free(&r);
+    }
+    natsSubscription_Unsubscribe(s1);
+    natsSubscription_Unsubscribe(s2);
+    natsSubscription_Unsubscribe(s3);
+    natsConnection_Destroy(nc);
+    natsSubscription_Destroy(s1);
+    natsSubscription_Destroy(s2);
+    natsSubscription_Destroy(s3);
+}
+
 /* SIGTERM: the hosts stop cleanly (exit 0) with the NATS front running. */
 static void test_clean_stop(void)
 {
@@ -1051,5 +1265,7 @@ void th_suite_nats(void)
     CU_add_test(s, "slow_consumer", test_slow_consumer);
     CU_add_test(s, "stats_counts", test_stats_counts);
     CU_add_test(s, "drain", test_drain);
+    CU_add_test(s, "deadline", test_deadline);
+    CU_add_test(s, "cli_deadline", test_cli_deadline);
     CU_add_test(s, "clean_stop", test_clean_stop);
 }
