@@ -8,6 +8,7 @@
 #include "test_nats_harness.h"
 
 #include <CUnit/CUnit.h>
+#include <dirent.h>
 #include <pthread.h>
 
 #define NHOSTS 3
@@ -992,6 +993,35 @@ static void test_drain(void)
     rpc_srv_free(&h);
 }
 
+/* Whether every thread of `pid` is stopped (SIGSTOP takes effect only
+ * once the thread that takes the signal runs: under load, later). */
+static bool all_threads_stopped(pid_t pid)
+{
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(dir);
+    if (!d)
+        return false;
+    bool all = true;
+    struct dirent *e;
+    while (all && (e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char p[384], buf[512] = "";
+        snprintf(p, sizeof p, "%s/%s/stat", dir, e->d_name);
+        FILE *f = fopen(p, "r");
+        if (!f)
+            continue; /* a thread that ended meanwhile */
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        const char *q = strrchr(buf, ')');
+        all = q && (q[2] == 'T' || q[2] == 't');
+    }
+    closedir(d);
+    return all;
+}
+
 /* Toolhost-Deadline: a host frozen (SIGSTOP) while requests with a
  * deadline wait for it, resumed after the deadline, does not start them:
  * they are answered `timeout` and their tool never runs (hang_mark makes
@@ -1033,6 +1063,10 @@ static void test_deadline(void)
     natsConnection_Flush(nc);
     enum { N = 5 };
     kill(h.pid, SIGSTOP);
+    for (int64_t end = rpc_now_ms() + rpc_wait_ms();
+         !all_threads_stopped(h.pid) && rpc_now_ms() < end;)
+        usleep(2000);
+    CU_ASSERT_FATAL(all_threads_stopped(h.pid));
     struct timespec rt;
     clock_gettime(CLOCK_REALTIME, &rt);
     int64_t deadline = (int64_t)rt.tv_sec * 1000 + rt.tv_nsec / 1000000 +
