@@ -1730,13 +1730,17 @@ void th_nats_stop(th_nats *f)
     int64_t drain_ms = 5000;
     struct timespec d0;
     clock_gettime(CLOCK_MONOTONIC, &d0);
+    /* without eps_mu (a $SRV handler that waits for it would hold a
+     * delivery thread the drains need): once stopping, nothing changes
+     * the endpoint set or frees a subscription before nats_free() */
     pthread_mutex_lock(&f->eps_mu);
-    for (size_t i = 0; i < f->n_eps; i++) {
+    size_t n_eps = f->n_eps;
+    pthread_mutex_unlock(&f->eps_mu);
+    for (size_t i = 0; i < n_eps; i++) {
         int64_t left = drain_ms - ns_since(&d0) / 1000000;
         if (f->eps[i]->live && left > 0)
             natsSubscription_WaitForDrainCompletion(f->eps[i]->sub, left);
     }
-    pthread_mutex_unlock(&f->eps_mu);
     pthread_mutex_lock(&f->mu);
     while (f->active)
         pthread_cond_wait(&f->cv, &f->mu);
