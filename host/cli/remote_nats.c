@@ -180,8 +180,8 @@ int cli_list_nats(const char *url, bool json)
 }
 
 /* One attempt: publishes the request and reads replies until the result.
- * 0 with *out filled, 1 when nothing came back (no host, or the host was
- * lost), -1 on a malformed reply. */
+ * 0 with *out filled, 1 when nothing came back in time, 2 when the host
+ * that took the call was lost, -1 on a malformed reply. */
 static int attempt(natsConnection *nc, const char *subj, const th_buf *args,
                    int64_t timeout_ms, th_result_copy *out, char *host,
                    size_t host_n)
@@ -228,8 +228,10 @@ static int attempt(natsConnection *nc, const char *subj, const th_buf *args,
                 natsStatus ps = natsConnection_RequestString(&pr, nc, ping,
                                                              "", 1000);
                 natsMsg_Destroy(pr);
-                if (ps == NATS_NO_RESPONDERS)
-                    break; /* lost with the call */
+                if (ps == NATS_NO_RESPONDERS) {
+                    rc = 2; /* lost with the call */
+                    break;
+                }
                 quiet_since = now_ms();
             }
             continue;
@@ -375,7 +377,7 @@ int cli_call_nats(const char *url, const char *tool, char **kv, int n_kv,
     memset(&r, 0, sizeof r);
     char host[64] = "";
     int a = attempt(nc, subj, &mp, timeout_ms, &r, host, sizeof host);
-    if (a == 1 && idem && hosts > 1 && !cli_interrupted) {
+    if (a >= 1 && idem && hosts > 1 && !cli_interrupted) {
         fprintf(stderr, "%s: no answer from host %s; the tool is "
                 "idempotent: retrying once (another host of %d may take "
                 "it)\n",
@@ -385,7 +387,12 @@ int cli_call_nats(const char *url, const char *tool, char **kv, int n_kv,
         a = attempt(nc, subj, &mp, timeout_ms, &r, host, sizeof host);
     }
     cli_progress_end();
-    if (a == 1 && host[0]) {
+    if (a == 2) {
+        cli_error("%s: the host took the call and was lost (no answer; "
+                  "host %s no longer answers $SRV.PING)",
+                  subj, host);
+        rc = CLI_FAILED;
+    } else if (a == 1 && host[0]) {
         /* (the URL may carry a password: not repeated here) */
         cli_error("%s: the host took the call but did not answer within "
                   "%lld s (no answer from host %s: lost, stopped or "
