@@ -180,8 +180,8 @@ int cli_list_nats(const char *url, bool json)
 }
 
 /* One attempt: publishes the request and reads replies until the result.
- * 0 with *out filled, 1 when nothing came back (no host, or the host was
- * lost), -1 on a malformed reply. */
+ * 0 with *out filled, 1 when nothing came back in time, 2 when the host
+ * that took the call was lost, -1 on a malformed reply. */
 static int attempt(natsConnection *nc, const char *subj, const th_buf *args,
                    int64_t timeout_ms, th_result_copy *out, char *host,
                    size_t host_n)
@@ -190,14 +190,22 @@ static int attempt(natsConnection *nc, const char *subj, const th_buf *args,
     natsSubscription *sub = NULL;
     natsMsg *req = NULL;
     int rc = 1;
-    char tmo[32];
+    char tmo[32], dl[32];
     snprintf(tmo, sizeof tmo, "%lld", (long long)timeout_ms);
+    /* our absolute deadline: a host that gets the request only after it
+     * (stopped, partitioned, backed up) does not start it */
+    struct timespec rt;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    snprintf(dl, sizeof dl, "%lld",
+             (long long)rt.tv_sec * 1000 + rt.tv_nsec / 1000000 +
+                 (long long)timeout_ms);
     if (natsInbox_Create(&ib) != NATS_OK ||
         natsConnection_SubscribeSync(&sub, nc, ib) != NATS_OK ||
         natsMsg_Create(&req, subj, ib, (const char *)args->data,
                        (int)args->len) != NATS_OK ||
         (timeout_ms > 0 &&
-         natsMsgHeader_Set(req, TH_NATS_H_TIMEOUT, tmo) != NATS_OK) ||
+         (natsMsgHeader_Set(req, TH_NATS_H_TIMEOUT, tmo) != NATS_OK ||
+          natsMsgHeader_Set(req, TH_NATS_H_DEADLINE, dl) != NATS_OK)) ||
         natsMsgHeader_Set(req, TH_NATS_H_ASK, "1") != NATS_OK ||
         natsConnection_PublishMsg(nc, req) != NATS_OK)
         goto out;
@@ -220,8 +228,10 @@ static int attempt(natsConnection *nc, const char *subj, const th_buf *args,
                 natsStatus ps = natsConnection_RequestString(&pr, nc, ping,
                                                              "", 1000);
                 natsMsg_Destroy(pr);
-                if (ps == NATS_NO_RESPONDERS)
-                    break; /* lost with the call */
+                if (ps == NATS_NO_RESPONDERS) {
+                    rc = 2; /* lost with the call */
+                    break;
+                }
                 quiet_since = now_ms();
             }
             continue;
@@ -367,7 +377,7 @@ int cli_call_nats(const char *url, const char *tool, char **kv, int n_kv,
     memset(&r, 0, sizeof r);
     char host[64] = "";
     int a = attempt(nc, subj, &mp, timeout_ms, &r, host, sizeof host);
-    if (a == 1 && idem && hosts > 1 && !cli_interrupted) {
+    if (a >= 1 && idem && hosts > 1 && !cli_interrupted) {
         fprintf(stderr, "%s: no answer from host %s; the tool is "
                 "idempotent: retrying once (another host of %d may take "
                 "it)\n",
@@ -377,10 +387,27 @@ int cli_call_nats(const char *url, const char *tool, char **kv, int n_kv,
         a = attempt(nc, subj, &mp, timeout_ms, &r, host, sizeof host);
     }
     cli_progress_end();
-    if (a == 1) {
-        cli_error("%s: no answer on %s (no host took the call, or its host "
-                  "was lost)",
-                  subj, url);
+    if (a == 2) {
+        cli_error("%s: the host took the call and was lost (no answer; "
+                  "host %s no longer answers $SRV.PING)",
+                  subj, host);
+        rc = CLI_FAILED;
+    } else if (a == 1 && host[0]) {
+        /* (the URL may carry a password: not repeated here) */
+        cli_error("%s: the host took the call but did not answer within "
+                  "%lld s (no answer from host %s: lost, stopped or "
+                  "overloaded)",
+                  subj, (long long)((timeout_ms > 0 ? timeout_ms : 60000) +
+                                    5000) / 1000,
+                  host);
+        rc = CLI_FAILED;
+    } else if (a == 1) {
+        cli_error("%s: no host took the call within %lld s (nothing came "
+                  "back: no host got it, or its host was lost before it "
+                  "acknowledged; a host that gets it after the deadline "
+                  "does not start it)",
+                  subj, (long long)((timeout_ms > 0 ? timeout_ms : 60000) +
+                                    5000) / 1000);
         rc = CLI_FAILED;
     } else if (a < 0) {
         cli_error("the host sent a result of the wrong shape");

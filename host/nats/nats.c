@@ -13,7 +13,8 @@
  * reloader's thread).  Also here: `ask` rules answered by the caller
  * (on_ask, on_permit), and finished async results in a JetStream
  * key-value bucket (kv_*), read by <prefix>.tasks.result on any host.
- * Lock order: eps_mu, then mu; start_mu, then mu; kv_mu alone. */
+ * Lock order: eps_mu, then mu; start_mu, then mu; kv_mu alone; slow_mu,
+ * then eps_mu only tried. */
 #include <inttypes.h>
 #include <jansson.h>
 #include <msgpack.h>
@@ -49,8 +50,11 @@ typedef struct nt_ep {
     natsSubscription *sub;
     bool live; /* subscribed now (a reload may have removed the tool) */
     atomic_uint_fast64_t requests, errors, proc_ns;
-    pthread_mutex_t err_mu;
-    char last_error[160];
+    /* errors by code (index -TH_E*, 0 for any other): $SRV.STATS reports
+     * counts only, never an error's text - that is another caller's
+     * business and may name a path */
+#define NT_ERR_CODES 32
+    atomic_uint_fast64_t err_by_code[NT_ERR_CODES];
 } nt_ep;
 
 struct th_nats {
@@ -95,6 +99,12 @@ struct th_nats {
     size_t calls;  /* calls not yet answered */
     struct nt_call *live_calls; /* those calls, for `ask` answers (under mu) */
     pthread_mutex_t start_mu; /* held across th_call_start + its id */
+    /* slow consumer lines, at most one a second (slow_note) */
+    pthread_mutex_t slow_mu;
+    struct timespec slow_last;
+    bool slow_logged;
+    uint64_t slow_events;      /* callbacks since the last line */
+    int64_t slow_dropped_seen; /* the endpoints' drop total at that line */
 };
 
 /* The call being started on this thread (th_call_start may ask for
@@ -385,16 +395,19 @@ static void call_end(nt_call *c)
     free(c);
 }
 
+static void count_error(nt_ep *ep, int code)
+{
+    atomic_fetch_add(&ep->errors, 1);
+    int k = code < 0 && code > -NT_ERR_CODES ? -code : 0;
+    atomic_fetch_add(&ep->err_by_code[k], 1);
+}
+
 static void count(nt_call *c, const th_result *r)
 {
     nt_ep *ep = c->ep;
     atomic_fetch_add(&ep->proc_ns, (uint64_t)ns_since(&c->t0));
     if (r->kind == TH_RESULT_ERROR) {
-        atomic_fetch_add(&ep->errors, 1);
-        pthread_mutex_lock(&ep->err_mu);
-        snprintf(ep->last_error, sizeof ep->last_error, "%s: %s",
-                 th_err_name(r->error), r->message ? r->message : "");
-        pthread_mutex_unlock(&ep->err_mu);
+        count_error(ep, r->error);
     }
 }
 
@@ -473,6 +486,10 @@ static void on_request(natsConnection *nc, natsSubscription *sub,
         return;
     }
     if (!handler_enter(f)) {
+        /* stopping: a request the server delivered before it saw our
+         * unsubscribe (th_nats_stop drains) is answered, never dropped */
+        publish_error(f, reply, TH_ECANCELLED,
+                      "the host is stopping: the call was not started");
         natsMsg_Destroy(msg);
         return;
     }
@@ -480,17 +497,49 @@ static void on_request(natsConnection *nc, natsSubscription *sub,
     th_call_opts o;
     memset(&o, 0, sizeof o);
     const char *v = NULL;
+    /* the caller's absolute deadline (Unix ms): a request that waited past
+     * it (in the server, the socket, a stopped or busy host) is not
+     * started - its caller has given up - and the rest of the time left
+     * bounds the call, its wait for a worker included */
+    int64_t left_ms = 0;
+    if (natsMsgHeader_Get(msg, TH_NATS_H_DEADLINE, &v) == NATS_OK && v) {
+        char *end;
+        long long dl = strtoll(v, &end, 10);
+        if (*end || dl <= 0 || end == v) {
+            publish_error(f, reply, TH_EINVAL, "Toolhost-Deadline must be a "
+                          "Unix time in milliseconds");
+            count_error(ep, TH_EINVAL);
+            goto out;
+        }
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        left_ms = dl - ((int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000);
+        if (left_ms <= 0) {
+            char why[160];
+            snprintf(why, sizeof why, "the caller's deadline had passed "
+                     "(%lld ms ago) when this host took the call: not "
+                     "started", (long long)-left_ms);
+            publish_error(f, reply, TH_ETIMEOUT, why);
+            count_error(ep, TH_ETIMEOUT);
+            th_log_info("nats: %s: a request past its caller's deadline "
+                        "(%lld ms): not started", ep->subject,
+                        (long long)-left_ms);
+            goto out;
+        }
+    }
     if (natsMsgHeader_Get(msg, TH_NATS_H_TIMEOUT, &v) == NATS_OK && v) {
         char *end;
         long long ms = strtoll(v, &end, 10);
         if (*end || ms < 0) {
             publish_error(f, reply, TH_EINVAL, "Toolhost-Timeout-Ms must "
                           "be a number of milliseconds");
-            atomic_fetch_add(&ep->errors, 1);
+            count_error(ep, TH_EINVAL);
             goto out;
         }
         o.timeout_ms = ms;
     }
+    if (left_ms > 0 && (o.timeout_ms <= 0 || o.timeout_ms > left_ms))
+        o.timeout_ms = left_ms;
     if (natsMsgHeader_Get(msg, TH_NATS_H_PROGRESS, &v) == NATS_OK && v &&
         strcmp(v, "0") == 0)
         o.no_progress = true;
@@ -743,9 +792,25 @@ static json_t *srv_endpoint(nt_ep *ep, bool stats)
     uint64_t ns = atomic_load(&ep->proc_ns);
     json_object_set_new(e, "num_requests", json_integer((json_int_t)n));
     json_object_set_new(e, "num_errors", json_integer((json_int_t)ne));
-    pthread_mutex_lock(&ep->err_mu);
-    json_object_set_new(e, "last_error", json_string(ep->last_error));
-    pthread_mutex_unlock(&ep->err_mu);
+    /* the micro protocol's last_error stays empty: other callers' error
+     * texts are not ours to show; data.errors counts them by code */
+    json_object_set_new(e, "last_error", json_string(""));
+    json_t *by = json_object();
+    for (int k = 0; by && k < NT_ERR_CODES; k++) {
+        uint64_t v = atomic_load(&ep->err_by_code[k]);
+        const char *name = k ? th_err_name(-k) : "other";
+        if (v) /* codes sharing a name add up */
+            json_object_set_new(
+                by, name,
+                json_integer(json_integer_value(json_object_get(by, name)) +
+                             (json_int_t)v));
+    }
+    json_t *data = json_object();
+    if (data && by)
+        json_object_set_new(data, "errors", by);
+    else
+        json_decref(by);
+    json_object_set_new(e, "data", data);
     json_object_set_new(e, "processing_time", json_integer((json_int_t)ns));
     json_object_set_new(e, "average_processing_time",
                         json_integer(n ? (json_int_t)(ns / n) : 0));
@@ -1005,18 +1070,57 @@ static void on_late_connect(natsConnection *nc, void *ud)
     th_log_info("nats: connected to %s", url);
 }
 
+/* The NATS client says "slow consumer" each time a subscription starts
+ * dropping (under a flood, thousands of times a second): one line a
+ * second at most, with what was dropped since the last line.  eps_mu is
+ * only tried (stop and reloads hold it across network round trips): a
+ * busy one puts the line off to the next report. */
+#define NT_SLOW_LOG_NS 1000000000LL
+static void slow_note(th_nats *f, natsSubscription *sub)
+{
+    pthread_mutex_lock(&f->slow_mu);
+    f->slow_events++;
+    if ((f->slow_logged && ns_since(&f->slow_last) < NT_SLOW_LOG_NS) ||
+        pthread_mutex_trylock(&f->eps_mu) != 0) {
+        pthread_mutex_unlock(&f->slow_mu);
+        return;
+    }
+    int64_t total = 0;
+    for (size_t i = 0; i < f->n_eps; i++) {
+        int64_t d = 0;
+        if (f->eps[i]->sub &&
+            natsSubscription_GetDropped(f->eps[i]->sub, &d) == NATS_OK)
+            total += d;
+    }
+    pthread_mutex_unlock(&f->eps_mu);
+    /* a reload's new subscription starts from 0 again */
+    int64_t dropped = total >= f->slow_dropped_seen
+                          ? total - f->slow_dropped_seen
+                          : total;
+    uint64_t events = f->slow_events;
+    f->slow_dropped_seen = total;
+    f->slow_events = 0;
+    f->slow_logged = true;
+    clock_gettime(CLOCK_MONOTONIC, &f->slow_last);
+    pthread_mutex_unlock(&f->slow_mu);
+    int msgs = 0, bytes = 0;
+    if (sub)
+        natsSubscription_GetPending(sub, &msgs, &bytes);
+    th_log_warn("nats: slow consumer: requests arrive faster than this host "
+                "takes them; the NATS client dropped %" PRId64 " request(s) "
+                "since the last such line (%" PRIu64 " report(s), %d "
+                "pending now; at most one line a second) - raise "
+                "nats.max_pending or add hosts",
+                dropped, events, msgs);
+}
+
 static void on_async_error(natsConnection *nc, natsSubscription *sub,
                            natsStatus err, void *ud)
 {
     (void)nc;
-    (void)ud;
+    th_nats *f = ud;
     if (err == NATS_SLOW_CONSUMER) {
-        int msgs = 0, bytes = 0;
-        if (sub)
-            natsSubscription_GetPending(sub, &msgs, &bytes);
-        th_log_warn("nats: slow consumer: requests arrive faster than this "
-                    "host takes them (%d pending); the NATS client drops the "
-                    "excess (raise nats.max_pending or add hosts)", msgs);
+        slow_note(f, sub);
         return;
     }
     th_log_warn("nats: %s", natsStatus_GetText(err));
@@ -1119,7 +1223,6 @@ static nt_ep *ep_new(th_nats *f, nt_ts *ts, const char *tool)
     }
     snprintf(ep->subject, n, "%s.%s.%s", f->nc_cfg->prefix, ts->cfg->name,
              tool);
-    pthread_mutex_init(&ep->err_mu, NULL);
     f->eps[f->n_eps++] = ep;
     return ep;
 }
@@ -1130,7 +1233,6 @@ static void ep_free(nt_ep *ep)
     free(ep->subject);
     free(ep->tool);
     free(ep->param_types);
-    pthread_mutex_destroy(&ep->err_mu);
     free(ep);
 }
 
@@ -1154,6 +1256,15 @@ static void sub_track(th_nats *f, natsSubscription *sub)
         f->subs_open++;
         pthread_mutex_unlock(&f->mu);
     }
+}
+
+/* Stops a subscription's deliveries at the server while what it already
+ * sent is still handled (an unsubscribe when draining is not possible,
+ * e.g. while disconnected). */
+static void sub_drain(natsSubscription *sub)
+{
+    if (natsSubscription_Drain(sub) != NATS_OK)
+        natsSubscription_Unsubscribe(sub);
 }
 
 static bool is_stopping(th_nats *f)
@@ -1303,6 +1414,7 @@ static void nats_free(th_nats *f)
     pthread_mutex_destroy(&f->mu);
     pthread_mutex_destroy(&f->eps_mu);
     pthread_mutex_destroy(&f->start_mu);
+    pthread_mutex_destroy(&f->slow_mu);
     pthread_cond_destroy(&f->cv);
     free(f);
 }
@@ -1490,6 +1602,7 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
     pthread_mutex_init(&f->mu, NULL);
     pthread_mutex_init(&f->eps_mu, NULL);
     pthread_mutex_init(&f->start_mu, NULL);
+    pthread_mutex_init(&f->slow_mu, NULL);
     pthread_cond_init(&f->cv, NULL);
     make_id(f);
     kv_init_cfg(f);
@@ -1603,17 +1716,39 @@ void th_nats_stop(th_nats *f)
     pthread_mutex_lock(&f->mu);
     f->stopping = true;
     pthread_mutex_unlock(&f->mu);
+    /* 1. No new deliveries: drain every subscription - the server stops
+     * routing to us, and what it had already sent (in the socket, in the
+     * client's queues) is still handed to on_request, which answers it
+     * `cancelled` (an unsubscribe would drop those silently). */
     pthread_mutex_lock(&f->eps_mu);
     for (size_t i = 0; i < f->n_eps; i++)
         if (f->eps[i]->live)
-            natsSubscription_Unsubscribe(f->eps[i]->sub);
-    pthread_mutex_unlock(&f->eps_mu);
+            sub_drain(f->eps[i]->sub);
     for (size_t i = 0; i < f->n_srv; i++)
-        natsSubscription_Unsubscribe(f->srv[i]);
+        sub_drain(f->srv[i]);
+    pthread_mutex_unlock(&f->eps_mu);
+    flush_now(f);
+    /* the drains end once the server confirmed the unsubscribes and every
+     * message before that was handled (bounded: a lost server) */
+    int64_t drain_ms = 5000;
+    struct timespec d0;
+    clock_gettime(CLOCK_MONOTONIC, &d0);
+    /* without eps_mu (a $SRV handler that waits for it would hold a
+     * delivery thread the drains need): once stopping, nothing changes
+     * the endpoint set or frees a subscription before nats_free() */
+    pthread_mutex_lock(&f->eps_mu);
+    size_t n_eps = f->n_eps;
+    pthread_mutex_unlock(&f->eps_mu);
+    for (size_t i = 0; i < n_eps; i++) {
+        int64_t left = drain_ms - ns_since(&d0) / 1000000;
+        if (f->eps[i]->live && left > 0)
+            natsSubscription_WaitForDrainCompletion(f->eps[i]->sub, left);
+    }
     pthread_mutex_lock(&f->mu);
     while (f->active)
         pthread_cond_wait(&f->cv, &f->mu);
     pthread_mutex_unlock(&f->mu);
+    /* 2. Cancel what runs; 3. flush the replies; 4. close (below). */
     /* Closing the sessions cancels their calls: each caller gets its
      * final `cancelled` reply before the connection closes. */
     for (size_t i = 0; i < f->n_ts; i++)

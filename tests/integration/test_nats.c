@@ -8,6 +8,8 @@
 #include "test_nats_harness.h"
 
 #include <CUnit/CUnit.h>
+#include <dirent.h>
+#include <pthread.h>
 
 #define NHOSTS 3
 
@@ -740,8 +742,38 @@ static void test_slow_consumer(void)
         usleep(50000);
         said = rpc_log_has(&h, "nats: slow consumer");
     }
+    /* one more burst after the first line: the line comes at most once a
+     * second, with the count of what was dropped */
+    for (int i = 0; said && i < 5000; i++)
+        natsConnection_PublishRequest(nc, "slow.public.echo", "_INBOX.nobody",
+                                      b.data, (int)b.len);
+    natsConnection_FlushTimeout(nc, 5000);
     th_buf_destroy(&b);
     CU_ASSERT(said);
+    int lines = 0;
+    int64_t first = -1, last = -1;
+    bool counted = true;
+    FILE *lf = fopen(h.log, "r");
+    char line[2048];
+    while (lf && fgets(line, sizeof line, lf)) {
+        int hh, mm, ss, ms;
+        if (!strstr(line, "nats: slow consumer") ||
+            sscanf(line, "%*10cT%d:%d:%d.%dZ", &hh, &mm, &ss, &ms) != 4)
+            continue;
+        int64_t t = ((int64_t)(hh * 60 + mm) * 60 + ss) * 1000 + ms;
+        if (first < 0)
+            first = t;
+        last = t;
+        lines++;
+        counted &= strstr(line, "dropped") != NULL;
+    }
+    if (lf)
+        fclose(lf);
+    fprintf(stderr, "\n  slow consumer: %d line(s) over %lld ms\n", lines,
+            (long long)(last - first));
+    CU_ASSERT(lines >= 1);
+    CU_ASSERT(lines <= (last - first) / 1000 + 1);
+    CU_ASSERT(counted);
     /* and it still answers afterwards */
     natsMsg *r = NULL;
     bool answered = false;
@@ -755,6 +787,455 @@ static void test_slow_consumer(void)
     natsConnection_Destroy(nc);
     CU_ASSERT_EQUAL(rpc_srv_stop(&h, SIGTERM), 0);
     rpc_srv_free(&h);
+}
+
+/* $SRV.STATS is open to anyone who may use discovery: it counts errors
+ * by code and never shows an error's text (another caller's arguments,
+ * paths of the host). */
+static void test_stats_counts(void)
+{
+    NEED_CLUSTER();
+    natsConnection *nc = nats_connect(C.url, "alice", "alicepw");
+    CU_ASSERT_FATAL(nc != NULL);
+    /* the validator names the unknown parameter in its message */
+    for (int i = 0; i < 6; i++) {
+        natsMsg *r = NULL;
+        CU_ASSERT(request(nc, &r, "th.public.echo",
+                          "{\"text\":\"x\",\"secret_zq9\":1}", 2000) ==
+                  NATS_OK);
+        CU_ASSERT(r && reply_error_is(r, "invalid_arguments"));
+        natsMsg_Destroy(r);
+    }
+    int64_t counted = 0;
+    for (int i = 0; i < NHOSTS; i++) {
+        if (C.h[i].reaped) /* host_killed ended it */
+            continue;
+        char subj[160];
+        snprintf(subj, sizeof subj, "$SRV.STATS.toolhost.%s", C.id[i]);
+        natsMsg *r = NULL;
+        CU_ASSERT_FATAL(natsConnection_RequestString(&r, nc, subj, "",
+                                                     th_test_ms(2000)) ==
+                        NATS_OK);
+        const char *text = natsMsg_GetData(r);
+        int len = natsMsg_GetDataLength(r);
+        bool leaks = memmem(text, (size_t)len, "secret_zq9", 10) ||
+                     memmem(text, (size_t)len, C.h[i].cfg,
+                            strlen(C.h[i].cfg));
+        if (leaks)
+            fprintf(stderr, "\n  host %d: %.*s\n", i, len, text);
+        CU_ASSERT(!leaks);
+        json_t *j = json_loadb(text, (size_t)len, 0, NULL);
+        size_t k;
+        json_t *e;
+        json_array_foreach(json_object_get(j, "endpoints"), k, e)
+            if (strcmp(json_string_value(json_object_get(e, "name")),
+                       "echo") == 0)
+                counted += json_integer_value(json_object_get(
+                    json_object_get(json_object_get(e, "data"), "errors"),
+                    "invalid_arguments"));
+        json_decref(j);
+        natsMsg_Destroy(r);
+    }
+    CU_ASSERT(counted >= 6);
+    natsConnection_Destroy(nc);
+}
+
+/* A host serving `prefix` (echo, echo_async) for the tests that stop or
+ * freeze it; `extra` is added to its host: block. */
+static int solo_start(rpc_srv *h, const char *prefix, const char *extra)
+{
+    char cfg[2048];
+    snprintf(cfg, sizeof cfg,
+             "host:\n"
+             "  log_level: info\n"
+             "  shutdown_grace: 1s\n"
+             "  listen: [\"%s\"]\n"
+             "%s"
+             "plugins:\n"
+             "  - name: echo\n"
+             "    path: @BUILD@/plugins/echo.so\n"
+             "toolsets:\n"
+             "  - name: public\n"
+             "    tools: [echo, echo_async]\n"
+             "    allow_users: [nats]\n"
+             "nats:\n"
+             "  prefix: %s\n"
+             "  user: host\n"
+             "  password: hostpw\n"
+             "  toolsets: [public]\n"
+             "  max_pending: 100000\n",
+             C.url, extra ? extra : "", prefix);
+    rpc_opts o = {.config = cfg};
+    if (rpc_srv_start(h, &o) != 0)
+        return -1;
+    char id[40];
+    host_id_from_log(h, id, sizeof id);
+    return id[0] ? 0 : -1;
+}
+
+/* Publishes request i of a batch: reply subject _INBOX.<tag>.<i>. */
+static void publish_nth(natsConnection *nc, const char *subj,
+                        const char *tag, int i, const th_buf *b,
+                        const char *hname, const char *hval)
+{
+    char reply[64];
+    snprintf(reply, sizeof reply, "_INBOX.%s.%d", tag, i);
+    natsMsg *m = NULL;
+    natsMsg_Create(&m, subj, reply, (const char *)b->data, (int)b->len);
+    if (hname)
+        natsMsgHeader_Set(m, hname, hval);
+    natsConnection_PublishMsg(nc, m);
+    natsMsg_Destroy(m);
+}
+
+/* Final answers on a batch's inboxes, gathered by a subscription's
+ * callback: fin[i] 1 ok, 2 cancelled, 3 other error, 4 no responders
+ * (the server had nobody to deliver it to); 0 not yet.  The client turns
+ * a "no responders" status into an error of NextMsg, so the answers are
+ * taken in a callback, where the message itself is seen. */
+typedef struct finals {
+    pthread_mutex_t mu;
+    int *fin, n, done;
+} finals;
+
+static void on_final(natsConnection *nc, natsSubscription *sub, natsMsg *m,
+                     void *ud)
+{
+    (void)nc, (void)sub;
+    finals *x = ud;
+    const char *dot = strrchr(natsMsg_GetSubject(m), '.');
+    int i = dot ? atoi(dot + 1) : -1;
+    int v = natsMsg_IsNoResponders(m) ? 4
+            : strcmp(reply_kind(m), "result") != 0 ? 0
+            : reply_ok(m, NULL)                    ? 1
+            : reply_error_is(m, "cancelled")       ? 2
+                                                   : 3;
+    pthread_mutex_lock(&x->mu);
+    if (v && i >= 0 && i < x->n && !x->fin[i]) {
+        x->fin[i] = v;
+        x->done++;
+    }
+    pthread_mutex_unlock(&x->mu);
+    natsMsg_Destroy(m);
+}
+
+static int finals_done(finals *x)
+{
+    pthread_mutex_lock(&x->mu);
+    int d = x->done;
+    pthread_mutex_unlock(&x->mu);
+    return d;
+}
+
+/* SIGTERM with calls streaming in: every call the server delivered to the
+ * host is answered - its result or `cancelled` - and every other one gets
+ * the server's "no responders"; no caller is left without an answer. */
+static void test_drain(void)
+{
+    NEED_CLUSTER();
+    rpc_srv h;
+    CU_ASSERT_FATAL(solo_start(&h, "drain", NULL) == 0);
+    natsConnection *nc = nats_connect(C.url, "host", "hostpw");
+    CU_ASSERT_FATAL(nc != NULL);
+    enum { N1 = 1000, N = 3000 };
+    static int fin[N];
+    memset(fin, 0, sizeof fin);
+    /* static: a callback under way when it is unsubscribed outlives us */
+    static finals x = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    x.fin = fin;
+    x.n = N;
+    x.done = 0;
+    natsSubscription *sub = NULL;
+    CU_ASSERT_FATAL(natsConnection_Subscribe(&sub, nc, "_INBOX.drain.>",
+                                             on_final, &x) == NATS_OK);
+    natsSubscription_SetPendingLimits(sub, -1, -1);
+    natsConnection_Flush(nc);
+    th_buf b = TH_BUF_INIT;
+    char args[96];
+    snprintf(args, sizeof args,
+             "{\"text\":\"d\",\"steps\":1,\"delay_ms\":%u}", th_test_ms(20));
+    rpc_pack_json(&b, args);
+    for (int i = 0; i < N1; i++)
+        publish_nth(nc, "drain.public.echo_async", "drain", i, &b, NULL,
+                    NULL);
+    natsConnection_Flush(nc);
+    /* the host is answering (an event, not a sleep) */
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    while (finals_done(&x) == 0 && rpc_now_ms() < end)
+        usleep(1000);
+    kill(h.pid, SIGTERM);
+    for (int i = N1; i < N; i++)
+        publish_nth(nc, "drain.public.echo_async", "drain", i, &b, NULL,
+                    NULL);
+    natsConnection_Flush(nc);
+    int st = rpc_srv_wait(&h);
+    CU_ASSERT_EQUAL(st, 0);
+    end = rpc_now_ms() + rpc_wait_ms();
+    while (finals_done(&x) < N && rpc_now_ms() < end)
+        usleep(10000);
+    natsSubscription_Unsubscribe(sub);
+    int c[5] = {0};
+    pthread_mutex_lock(&x.mu);
+    for (int i = 0; i < N; i++)
+        c[fin[i]]++;
+    pthread_mutex_unlock(&x.mu);
+    fprintf(stderr, "\n  SIGTERM with %d calls streaming in: %d ok, %d "
+            "cancelled, %d other errors, %d no responders (after the host "
+            "left), %d without any answer\n",
+            N, c[1], c[2], c[3], c[4], c[0]);
+    if (c[0])
+        rpc_dump_log(&h);
+    CU_ASSERT_EQUAL(c[0], 0);
+    CU_ASSERT(c[1] > 0);
+    th_buf_destroy(&b);
+    natsSubscription_Destroy(sub);
+    natsConnection_Destroy(nc);
+    rpc_srv_free(&h);
+}
+
+/* Whether every thread of `pid` is stopped (SIGSTOP takes effect only
+ * once the thread that takes the signal runs: under load, later). */
+static bool all_threads_stopped(pid_t pid)
+{
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(dir);
+    if (!d)
+        return false;
+    bool all = true;
+    struct dirent *e;
+    while (all && (e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char p[384], buf[512] = "";
+        snprintf(p, sizeof p, "%s/%s/stat", dir, e->d_name);
+        FILE *f = fopen(p, "r");
+        if (!f)
+            continue; /* a thread that ended meanwhile */
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        const char *q = strrchr(buf, ')');
+        all = q && (q[2] == 'T' || q[2] == 't');
+    }
+    closedir(d);
+    return all;
+}
+
+/* Toolhost-Deadline: a host frozen (SIGSTOP) while requests with a
+ * deadline wait for it, resumed after the deadline, does not start them:
+ * they are answered `timeout` and their tool never runs (hang_mark makes
+ * a file when it starts); a later request without a deadline runs. */
+static void test_deadline(void)
+{
+    NEED_CLUSTER();
+    char cfg[2048];
+    snprintf(cfg, sizeof cfg,
+             "host:\n"
+             "  log_level: info\n"
+             "  shutdown_grace: 1s\n"
+             "  workers: 1\n"
+             "  listen: [\"%s\"]\n"
+             "plugins:\n"
+             "  - name: hang_mark\n"
+             "    path: @BUILD@/fixtures/hang_mark.so\n"
+             "toolsets:\n"
+             "  - name: public\n"
+             "    tools: [hang_mark]\n"
+             "    allow_users: [nats]\n"
+             "nats:\n"
+             "  prefix: dl\n"
+             "  user: host\n"
+             "  password: hostpw\n"
+             "  toolsets: [public]\n",
+             C.url);
+    rpc_srv h;
+    rpc_opts o = {.config = cfg};
+    CU_ASSERT_FATAL(rpc_srv_start(&h, &o) == 0);
+    char id[40];
+    host_id_from_log(&h, id, sizeof id);
+    CU_ASSERT_FATAL(id[0]);
+    natsConnection *nc = nats_connect(C.url, "host", "hostpw");
+    CU_ASSERT_FATAL(nc != NULL);
+    natsSubscription *sub = NULL;
+    CU_ASSERT_FATAL(natsConnection_SubscribeSync(&sub, nc, "_INBOX.dl.>") ==
+                    NATS_OK);
+    natsConnection_Flush(nc);
+    enum { N = 5 };
+    kill(h.pid, SIGSTOP);
+    for (int64_t end = rpc_now_ms() + rpc_wait_ms();
+         !all_threads_stopped(h.pid) && rpc_now_ms() < end;)
+        usleep(2000);
+    CU_ASSERT_FATAL(all_threads_stopped(h.pid));
+    struct timespec rt;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    int64_t deadline = (int64_t)rt.tv_sec * 1000 + rt.tv_nsec / 1000000 +
+                       th_test_ms(300);
+    char dls[32];
+    snprintf(dls, sizeof dls, "%lld", (long long)deadline);
+    for (int i = 0; i < N; i++) {
+        char args[512];
+        snprintf(args, sizeof args, "{\"ms\":0,\"mark\":\"%s/late%d\"}",
+                 h.dir, i);
+        th_buf b = TH_BUF_INIT;
+        rpc_pack_json(&b, args);
+        publish_nth(nc, "dl.public.hang_mark", "dl", i, &b,
+                    "Toolhost-Deadline", dls);
+        th_buf_destroy(&b);
+    }
+    natsConnection_Flush(nc);
+    /* the deadline itself is the event: wait until it has passed */
+    for (;;) {
+        clock_gettime(CLOCK_REALTIME, &rt);
+        if ((int64_t)rt.tv_sec * 1000 + rt.tv_nsec / 1000000 > deadline)
+            break;
+        usleep(10000);
+    }
+    kill(h.pid, SIGCONT);
+    int timeouts = 0;
+    for (int got = 0; got < N;) {
+        natsMsg *m = NULL;
+        if (natsSubscription_NextMsg(&m, sub, rpc_wait_ms()) != NATS_OK)
+            break;
+        if (strcmp(reply_kind(m), "result") == 0) {
+            got++;
+            timeouts += reply_error_is(m, "timeout");
+        }
+        natsMsg_Destroy(m);
+    }
+    /* a request after them, without a deadline, runs: the host works */
+    char args[512];
+    snprintf(args, sizeof args, "{\"ms\":0,\"mark\":\"%s/after\"}", h.dir);
+    natsMsg *r = NULL;
+    CU_ASSERT(request(nc, &r, "dl.public.hang_mark", args, 5000) ==
+              NATS_OK);
+    CU_ASSERT(r && reply_ok(r, NULL));
+    natsMsg_Destroy(r);
+    char p[600];
+    snprintf(p, sizeof p, "%s/after", h.dir);
+    CU_ASSERT(access(p, F_OK) == 0);
+    int ran = 0;
+    for (int i = 0; i < N; i++) {
+        snprintf(p, sizeof p, "%s/late%d", h.dir, i);
+        ran += access(p, F_OK) == 0;
+    }
+    fprintf(stderr, "\n  %d requests reached a frozen host before their "
+            "deadline, resumed after it: %d answered timeout, %d ran\n",
+            N, timeouts, ran);
+    CU_ASSERT_EQUAL(timeouts, N);
+    CU_ASSERT_EQUAL(ran, 0);
+    natsSubscription_Destroy(sub);
+    natsConnection_Destroy(nc);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&h, SIGTERM), 0);
+    rpc_srv_free(&h);
+}
+
+/* A stand-in host for the CLI's messages: it answers $SRV.INFO with
+ * one tool (fk.public.slow) and its own $SRV.PING, takes the request and
+ * never answers it - after an ack (`acks`) or silently. */
+typedef struct fake_host {
+    pthread_mutex_t mu;
+    bool acks;
+    int64_t deadline; /* Toolhost-Deadline of the last request, or -1 */
+    int64_t sent_at;  /* when it came (Unix ms) */
+} fake_host;
+
+static int64_t unix_ms(void)
+{
+    struct timespec rt;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    return (int64_t)rt.tv_sec * 1000 + rt.tv_nsec / 1000000;
+}
+
+static void on_fake(natsConnection *nc, natsSubscription *sub, natsMsg *m,
+                    void *ud)
+{
+    (void)sub;
+    fake_host *x = ud;
+    const char *subj = natsMsg_GetSubject(m), *reply = natsMsg_GetReply(m);
+    if (strncmp(subj, "$SRV.INFO", 9) == 0 && reply) {
+        natsConnection_PublishString(
+            nc, reply,
+            "{\"type\":\"io.nats.micro.v1.info_response\",\"name\":"
+            "\"toolhost\",\"id\":\"fake0001\",\"endpoints\":[{\"name\":"
+            "\"slow\",\"subject\":\"fk.public.slow\",\"metadata\":{"
+            "\"toolset\":\"public\",\"tool\":\"slow\",\"idempotent\":"
+            "\"false\",\"param_types\":\"{}\",\"async\":\"true\"}}]}");
+    } else if (strncmp(subj, "$SRV.PING", 9) == 0 && reply) {
+        natsConnection_PublishString(nc, reply, "{}");
+    } else if (reply) {
+        const char *v = NULL;
+        pthread_mutex_lock(&x->mu);
+        x->sent_at = unix_ms();
+        x->deadline = natsMsgHeader_Get(m, "Toolhost-Deadline", &v) ==
+                              NATS_OK && v
+                          ? atoll(v)
+                          : -1;
+        bool acks = x->acks;
+        pthread_mutex_unlock(&x->mu);
+        if (acks) {
+            natsMsg *a = NULL;
+            natsMsg_Create(&a, reply, NULL, "\x80", 1);
+            natsMsgHeader_Set(a, "Toolhost-Kind", "ack");
+            natsMsgHeader_Set(a, "Toolhost-Host", "fake0001");
+            natsConnection_PublishMsg(nc, a);
+            natsMsg_Destroy(a);
+        }
+    }
+    natsMsg_Destroy(m);
+}
+
+/* The CLI sends its deadline (now + --timeout) and says which of the two
+ * happened: no host took the call, or one took it and did not answer. */
+static void test_cli_deadline(void)
+{
+    NEED_CLUSTER();
+    natsConnection *nc = nats_connect(C.url, "host", "hostpw");
+    CU_ASSERT_FATAL(nc != NULL);
+    static fake_host x = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    natsSubscription *s1 = NULL, *s2 = NULL, *s3 = NULL;
+    CU_ASSERT_FATAL(natsConnection_Subscribe(&s1, nc, "$SRV.INFO.toolhost",
+                                             on_fake, &x) == NATS_OK);
+    CU_ASSERT_FATAL(natsConnection_Subscribe(
+                        &s2, nc, "$SRV.PING.toolhost.fake0001", on_fake,
+                        &x) == NATS_OK);
+    CU_ASSERT_FATAL(natsConnection_Subscribe(&s3, nc, "fk.public.slow",
+                                             on_fake, &x) == NATS_OK);
+    natsConnection_Flush(nc);
+    char url[128];
+    snprintf(url, sizeof url, "nats://host:hostpw@127.0.0.1:%d", C.g.port);
+    for (int acks = 0; acks < 2; acks++) {
+        pthread_mutex_lock(&x.mu);
+        x.acks = acks;
+        x.deadline = 0;
+        pthread_mutex_unlock(&x.mu);
+        int64_t t0 = unix_ms();
+        th_test_run r = {0};
+        th_test_toolhost(&r, "call", "--connect", url, "--timeout", "1s",
+                         "public.slow", NULL);
+        pthread_mutex_lock(&x.mu);
+        int64_t dl = x.deadline, at = x.sent_at;
+        pthread_mutex_unlock(&x.mu);
+        fprintf(stderr, "\n  CLI, host %s: deadline now+%lld ms; %s",
+                acks ? "acks" : "silent", (long long)(dl - at),
+                r.err ? r.err : "");
+        CU_ASSERT_EQUAL(r.status, 1);
+        /* now + 1 s, as the CLI's clock saw it when it sent */
+        CU_ASSERT(dl >= t0 + 1000 && dl <= at + 1000);
+        CU_ASSERT(r.err && strstr(r.err, acks ? "the host took the call "
+                                                "but did not answer within "
+                                                "6 s"
+                                              : "no host took the call "
+                                                "within 6 s"));
+        th_test_run_free(&r);
+    }
+    natsSubscription_Unsubscribe(s1);
+    natsSubscription_Unsubscribe(s2);
+    natsSubscription_Unsubscribe(s3);
+    natsConnection_Destroy(nc);
+    natsSubscription_Destroy(s1);
+    natsSubscription_Destroy(s2);
+    natsSubscription_Destroy(s3);
 }
 
 /* SIGTERM: the hosts stop cleanly (exit 0) with the NATS front running. */
@@ -816,5 +1297,9 @@ void th_suite_nats(void)
     CU_add_test(s, "server_restart", test_server_restart);
     CU_add_test(s, "host_killed", test_host_killed);
     CU_add_test(s, "slow_consumer", test_slow_consumer);
+    CU_add_test(s, "stats_counts", test_stats_counts);
+    CU_add_test(s, "drain", test_drain);
+    CU_add_test(s, "deadline", test_deadline);
+    CU_add_test(s, "cli_deadline", test_cli_deadline);
     CU_add_test(s, "clean_stop", test_clean_stop);
 }

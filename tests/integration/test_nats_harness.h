@@ -165,6 +165,19 @@ NATS_H bool reply_ok(natsMsg *m, const char *want_stdout)
     return ok;
 }
 
+/* The reply is {ok: false, error: {code: CODE, ...}}. */
+NATS_H bool reply_error_is(natsMsg *m, const char *code)
+{
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    bool is = msgpack_unpack_next(&u, natsMsg_GetData(m),
+                                  (size_t)natsMsg_GetDataLength(m), NULL) ==
+                  MSGPACK_UNPACK_SUCCESS &&
+              rpc_tool_error_is(&u.data, code);
+    msgpack_unpacked_destroy(&u);
+    return is;
+}
+
 /* A request with JSON params; `ms` is scaled by th_test_ms() (it is a
  * deadline for the answer, never a wait that shows none comes). */
 NATS_H natsStatus request(natsConnection *nc, natsMsg **reply,

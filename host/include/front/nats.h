@@ -18,6 +18,8 @@ typedef struct th_nats th_nats;
 
 /* Header names of requests and replies. */
 #define TH_NATS_H_TIMEOUT "Toolhost-Timeout-Ms" /* request: per-call ms    */
+#define TH_NATS_H_DEADLINE "Toolhost-Deadline" /* request: the caller's
+                                                  deadline, Unix ms       */
 #define TH_NATS_H_PROGRESS "Toolhost-Progress"  /* request: "0": none      */
 #define TH_NATS_H_OUTPUT_INFO "Toolhost-Output-Info" /* request: "1": meta
                                            describes both streams (the
