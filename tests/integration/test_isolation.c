@@ -300,10 +300,14 @@ static void test_cpu_limit(void)
 static void test_crash_loop_unhealthy(void)
 {
     rpc_srv s;
-    CU_ASSERT_EQUAL_FATAL(iso_start_cpu(&s, NULL, NULL, "20",
-                                        "    crash_loop: 5\n"
-                                        "    unhealthy_retry: 1500ms\n"),
-                          0);
+    /* The three calls after the fifth crash must all land inside the
+     * unhealthy window: long enough for a loaded machine (the window
+     * scales with th_test_ms; 1.5 s was missed at load 15). */
+    unsigned retry_ms = th_test_ms(5000);
+    char extra[128];
+    snprintf(extra, sizeof extra,
+             "    crash_loop: 5\n    unhealthy_retry: %ums\n", retry_ms);
+    CU_ASSERT_EQUAL_FATAL(iso_start_cpu(&s, NULL, NULL, "20", extra), 0);
     th_rpc_client *c = rpc_connect(&s);
     CU_ASSERT_PTR_NOT_NULL_FATAL(c);
     rpc_res r;
@@ -327,7 +331,7 @@ static void test_crash_loop_unhealthy(void)
     CU_ASSERT_EQUAL(unhealthy, 3);
     /* After unhealthy_retry one start is tried; a call that finishes makes
      * the plugin healthy again. */
-    int64_t end = rpc_now_ms() + 10000;
+    int64_t end = rpc_now_ms() + retry_ms + th_test_ms(10000);
     bool back = false;
     while (!back && rpc_now_ms() < end) {
         usleep(100000);
