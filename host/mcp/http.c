@@ -24,6 +24,9 @@
 #include "front/mcp_http.h"
 
 #define SID_LEN 64 /* hex characters of a session id (32 random bytes) */
+/* How long a POST's handler waits, after its client hung up, for the
+ * cancelled request to end before it leaves it behind. */
+#define HANGUP_GRACE_MS 2000
 
 typedef struct chunk {
     struct chunk *next;
@@ -46,6 +49,11 @@ typedef struct stream {
     bool done;           /* no more messages: end once the queue is sent */
     bool dead;           /* dropped (too slow): end now */
     bool linked;
+    bool orphan;         /* POST: its handler left (the client hung up and
+                            the request outlived HANGUP_GRACE_MS); holds no
+                            session reference, stays listed so that its id
+                            stays taken, freed by request_done() or with
+                            the session */
 } stream;
 
 /* A request whose response went out and whose request_done() is still to
@@ -215,6 +223,20 @@ static void stream_free(stream *st)
     sess_unref(s);
 }
 
+/* Unlinks and frees an orphan POST stream (f->mu held). */
+static void orphan_free(stream *st)
+{
+    hsess *s = st->s;
+    for (stream **pp = &s->streams; *pp; pp = &(*pp)->next)
+        if (*pp == st) {
+            *pp = st->next;
+            break;
+        }
+    queue_clear(st);
+    free(st->key);
+    free(st);
+}
+
 /* ---- the core's callbacks ----------------------------------------------------- */
 
 static stream *find_post(hsess *s, const char *key)
@@ -328,6 +350,8 @@ static void t_request_done(void *ud, const json_t *req)
     stream *st = was_owed ? NULL : find_post(s, key);
     if (st)
         st->done = true;
+    if (st && st->orphan)
+        orphan_free(st);
     pthread_cond_broadcast(&f->cv);
     pthread_mutex_unlock(&f->mu);
     free(key);
@@ -345,6 +369,9 @@ static void sess_unref(hsess *s)
         return;
     if (s->m)
         th_mcp_session_free(s->m);
+    /* Only orphans are left: every other stream holds a reference. */
+    while (s->streams)
+        orphan_free(s->streams);
     while (s->owed) {
         owed *o = s->owed;
         s->owed = o->next;
@@ -734,6 +761,12 @@ static void input_value(hsess *s, json_t *msg)
 static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
                                    hreq *q, th_mcp_plain *fc);
 
+/* A JSON-RPC id this front takes: a string or an integer. */
+static bool rpc_id_ok(const json_t *id)
+{
+    return json_is_string(id) || json_is_integer(id);
+}
+
 /* A plain tools/call read without a tree (th_mcp_plain_scan): the parts
  * of it do_post() looks at, {"id": ID, "method": "tools/call"}; NULL when
  * the body is not such a request. */
@@ -808,6 +841,17 @@ static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
                                "Invalid Request: not a request, a "
                                "notification or a response");
     }
+    /* An id is a string or an integer (MCP: never null), checked before
+     * any session or stream exists: the core answers another id with id
+     * null and never ends the request, which would leave this handler
+     * waiting on a stream keyed by it. */
+    if (id && !rpc_id_ok(id)) {
+        json_decref(msg);
+        th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_PROTOCOL_ERROR);
+        return reply_rpc_error(c, 400, -32600,
+                               "Invalid Request: id must be a string or "
+                               "an integer");
+    }
     const char *sid = hdr(c, "Mcp-Session-Id");
     hsess *s = NULL;
     if (is_init) {
@@ -872,16 +916,26 @@ static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     int cfd = ci ? ci->connect_fd : -1;
-    bool gone = false;
+    bool gone = false, left = false;
+    int64_t gone_at = 0;
     pthread_mutex_lock(&f->mu);
     while (!st->first_seen && !st->done && !st->dead && !f->closing) {
         cv_wait_ms(f, 200);
+        if (gone && !st->first_seen && !st->done &&
+            now_ms() - gone_at >= HANGUP_GRACE_MS) {
+            /* The cancelled request did not end: leave it behind rather
+             * than hold this thread for no one. */
+            st->orphan = st->dead = true;
+            left = true;
+            break;
+        }
         if (gone || cfd < 0 || st->first_seen || st->done)
             continue;
         struct pollfd pf = {.fd = cfd, .events = POLLRDHUP};
         if (poll(&pf, 1, 0) > 0 &&
             (pf.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
             gone = true;
+            gone_at = now_ms();
             char note[256];
             int k = snprintf(note, sizeof note,
                              "{\"jsonrpc\":\"2.0\",\"method\":"
@@ -910,7 +964,18 @@ static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
             blen = ch->len;
         }
     }
+    if (left) {
+        /* Logged under f->mu: request_done() may free the orphan. */
+        th_log_warn("mcp http: session %.8s: request %s still runs %d ms "
+                    "after its client hung up; its handler leaves it",
+                    s->id, st->key, HANGUP_GRACE_MS);
+        s->refs--; /* the orphan's; the caller's is still held */
+    }
     pthread_mutex_unlock(&f->mu);
+    if (left) {
+        sess_unref(s);
+        return MHD_NO;
+    }
     const char *sid_out = is_init ? s->id : NULL;
     if (sse) {
         rc = reply_sse(c, st, sid_out);

@@ -518,6 +518,60 @@ static void test_session_limits(void)
     mh_free(&m);
 }
 
+/* An id that is neither a string nor an integer (null too, on a
+ * request) is refused at once with -32600, before any session or stream
+ * exists: an initialize with id 1.5 used to leave its handler waiting
+ * forever on a stream keyed by it, holding a session slot, so that
+ * max_sessions of them made every later initialize answer 503. */
+static void test_bad_ids(void)
+{
+    static const char *const ids[] = {"1.5", "true", "false", "[]", "{}",
+                                      "1.0", "-0.0", "1e3", "null"};
+    mh_srv m;
+    CU_ASSERT_FATAL(mh_start(&m, "  max_sessions: 2\n") == 0);
+    char sid[80];
+    CU_ASSERT_FATAL(mh_session(m.port, ALICE, sid) == 0);
+    char h[512];
+    sess_hdrs(h, sizeof h, ALICE, sid);
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+        char body[512];
+        snprintf(body, sizeof body,
+                 "{\"jsonrpc\":\"2.0\",\"id\":%s,\"method\":\"initialize\","
+                 "\"params\":{\"protocolVersion\":\"2025-06-18\","
+                 "\"capabilities\":{},\"clientInfo\":{\"name\":\"raw\","
+                 "\"version\":\"1\"}}}",
+                 ids[i]);
+        hres r;
+        int st = http_do(m.port, "POST", AUTH(ALICE), body, &r);
+        bool ok = st == 400 && has(&r, "-32600");
+        free(r.text);
+        snprintf(body, sizeof body,
+                 "{\"jsonrpc\":\"2.0\",\"id\":%s,\"method\":\"tools/call\","
+                 "\"params\":{\"name\":\"echo\",\"arguments\":{\"text\":"
+                 "\"x\"}}}",
+                 ids[i]);
+        int st2 = http_do(m.port, "POST", h, body, &r);
+        ok = ok && st2 == 400 && has(&r, "-32600");
+        free(r.text);
+        if (!ok) {
+            fprintf(stderr, "\nid %s: initialize %d, tools/call %d\n",
+                    ids[i], st, st2);
+            CU_FAIL("an invalid id was not refused at once");
+            break;
+        }
+    }
+    /* The one free slot is still free, for alice as for carol. */
+    char b[80];
+    CU_ASSERT_EQUAL(mh_session(m.port, CAROL, b), 0);
+    hres r;
+    CU_ASSERT_EQUAL(http_do(m.port, "POST", h, CALL_ECHO(7, "still"), &r),
+                    200);
+    CU_ASSERT(has(&r, "still"));
+    free(r.text);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
+    mh_free(&m);
+}
+
 /* The RPC socket answers while an HTTP call runs (the text_count mock
  * takes 400 ms): both fronts on one host at once. */
 static void test_rpc_meanwhile(void)
@@ -1081,6 +1135,7 @@ void th_suite_mcp_http(void)
     CU_add_test(s, "sdk_permission", test_sdk_permission);
     CU_add_test(s, "refusals", test_refusals);
     CU_add_test(s, "session_limits", test_session_limits);
+    CU_add_test(s, "bad_ids", test_bad_ids);
     CU_add_test(s, "rpc_meanwhile", test_rpc_meanwhile);
     CU_add_test(s, "task_cross_front", test_task_cross_front);
     CU_add_test(s, "task_no_uid_private", test_task_no_uid_private);
