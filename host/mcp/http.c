@@ -27,6 +27,11 @@
 /* How long a POST's handler waits, after its client hung up, for the
  * cancelled request to end before it leaves it behind. */
 #define HANGUP_GRACE_MS 2000
+/* Bytes of a string request id at most. */
+#define MAX_ID_LEN 128
+/* A stream key at most: an id of MAX_ID_LEN bytes, each escaped as
+ * \u00XX, in quotes (an integer's key is shorter). */
+#define MAX_KEY_LEN (6 * MAX_ID_LEN + 2)
 
 typedef struct chunk {
     struct chunk *next;
@@ -761,10 +766,13 @@ static void input_value(hsess *s, json_t *msg)
 static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
                                    hreq *q, th_mcp_plain *fc);
 
-/* A JSON-RPC id this front takes: a string or an integer. */
+/* A JSON-RPC id this front takes: an integer, or a string of at most
+ * MAX_ID_LEN bytes (its stream key, quoted and escaped, then fits the
+ * hang-up note of do_post_msg). */
 static bool rpc_id_ok(const json_t *id)
 {
-    return json_is_string(id) || json_is_integer(id);
+    return json_is_integer(id) ||
+           (json_is_string(id) && json_string_length(id) <= MAX_ID_LEN);
 }
 
 /* A plain tools/call read without a tree (th_mcp_plain_scan): the parts
@@ -849,8 +857,8 @@ static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
         json_decref(msg);
         th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_PROTOCOL_ERROR);
         return reply_rpc_error(c, 400, -32600,
-                               "Invalid Request: id must be a string or "
-                               "an integer");
+                               "Invalid Request: id must be an integer "
+                               "or a string of at most 128 bytes");
     }
     const char *sid = hdr(c, "Mcp-Session-Id");
     hsess *s = NULL;
@@ -936,7 +944,7 @@ static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
             (pf.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
             gone = true;
             gone_at = now_ms();
-            char note[256];
+            char note[160 + MAX_KEY_LEN];
             int k = snprintf(note, sizeof note,
                              "{\"jsonrpc\":\"2.0\",\"method\":"
                              "\"notifications/cancelled\",\"params\":{"

@@ -572,6 +572,48 @@ static void test_bad_ids(void)
     mh_free(&m);
 }
 
+/* A string id is at most 128 bytes: a longer one is refused with
+ * -32600; one of 128 bytes that each escape to six (\u0001) still cancels
+ * its call when the client hangs up (the cancel note used to overflow a
+ * 256-byte buffer and was dropped). */
+static void test_long_ids(void)
+{
+    mh_srv m;
+    CU_ASSERT_FATAL(mh_start(&m, NULL) == 0);
+    char sid[80], h[512];
+    CU_ASSERT_FATAL(mh_session(m.port, ALICE, sid) == 0);
+    sess_hdrs(h, sizeof h, ALICE, sid);
+    char id[129 * 6 + 1], body[2048];
+    memset(id, 'a', 129);
+    id[129] = '\0';
+    snprintf(body, sizeof body,
+             "{\"jsonrpc\":\"2.0\",\"id\":\"%s\",\"method\":\"tools/call\","
+             "\"params\":{\"name\":\"echo\",\"arguments\":{\"text\":\"x\"}}}",
+             id);
+    hres r;
+    CU_ASSERT_EQUAL(http_do(m.port, "POST", h, body, &r), 400);
+    CU_ASSERT(has(&r, "-32600"));
+    free(r.text);
+    id[0] = '\0';
+    for (int i = 0; i < 128; i++)
+        strcat(id, "\\u0001");
+    snprintf(body, sizeof body,
+             "{\"jsonrpc\":\"2.0\",\"id\":\"%s\",\"method\":\"tools/call\","
+             "\"params\":{\"name\":\"echo_async\",\"arguments\":{\"text\":"
+             "\"x\",\"steps\":200,\"delay_ms\":20}}}",
+             id);
+    int fd = tcp_connect(m.port, 0);
+    CU_ASSERT_FATAL(fd >= 0);
+    CU_ASSERT(http_send(fd, "POST", h, body) == 0);
+    close(fd); /* the handler, waiting for the call's first message, sees
+                  the hang-up and cancels the call */
+    CU_ASSERT(rpc_log_wait(&m.rs, "hung up: cancelled", rpc_wait_ms()));
+    CU_ASSERT(rpc_log_wait(&m.rs, "cancelled by the client: the client "
+                                  "hung up", rpc_wait_ms()));
+    CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
+    mh_free(&m);
+}
+
 /* The RPC socket answers while an HTTP call runs (the text_count mock
  * takes 400 ms): both fronts on one host at once. */
 static void test_rpc_meanwhile(void)
@@ -1136,6 +1178,7 @@ void th_suite_mcp_http(void)
     CU_add_test(s, "refusals", test_refusals);
     CU_add_test(s, "session_limits", test_session_limits);
     CU_add_test(s, "bad_ids", test_bad_ids);
+    CU_add_test(s, "long_ids", test_long_ids);
     CU_add_test(s, "rpc_meanwhile", test_rpc_meanwhile);
     CU_add_test(s, "task_cross_front", test_task_cross_front);
     CU_add_test(s, "task_no_uid_private", test_task_no_uid_private);
