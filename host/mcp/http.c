@@ -83,6 +83,12 @@ struct hsess {
     int64_t last_used_ms;
 };
 
+/* A session being opened (sess_new): counted for its user meanwhile. */
+typedef struct opening {
+    struct opening *next;
+    const char *user;
+} opening;
+
 struct th_mcp_http {
     th_host *h;
     const th_mcp_cfg *mc; /* = &mcfg */
@@ -96,6 +102,7 @@ struct th_mcp_http {
                                  every message, which woke it each time */
     hsess *sessions;
     unsigned n_sessions;
+    struct opening *opening; /* sessions reserved, not yet listed */
     bool closing;
     pthread_t reaper;
     bool reaper_started;
@@ -425,6 +432,19 @@ static const th_mcp_transport transport = {.send = t_send,
                                            .request_done = t_request_done,
                                            .send_text = t_send_text};
 
+/* Sessions of `user` listed or being opened (f->mu held). */
+static unsigned user_sessions(th_mcp_http *f, const char *user)
+{
+    unsigned n = 0;
+    for (hsess *s = f->sessions; s; s = s->next)
+        if (strcmp(s->user, user) == 0)
+            n++;
+    for (opening *o = f->opening; o; o = o->next)
+        if (strcmp(o->user, user) == 0)
+            n++;
+    return n;
+}
+
 /* A new session for `user` in the table, with a reference for the caller;
  * NULL with *status (503: too many sessions, 500). */
 static hsess *sess_new(th_mcp_http *f, const char *user, unsigned *status)
@@ -474,13 +494,25 @@ static hsess *sess_new(th_mcp_http *f, const char *user, unsigned *status)
     o.run_short = true;
     pthread_mutex_lock(&f->mu);
     bool full = f->n_sessions >= f->mc->max_sessions;
-    if (!full)
+    bool user_full = !full && user_sessions(f, user) >=
+                                  f->mc->max_sessions_per_user;
+    opening op = {.next = f->opening, .user = user};
+    if (!full && !user_full) {
         f->n_sessions++; /* reserved */
+        f->opening = &op;
+    }
     pthread_mutex_unlock(&f->mu);
-    if (full) {
+    if (user_full) {
+        th_log_warn("mcp http: a new session for '%s' refused: that user "
+                    "has %u open (mcp.max_sessions_per_user)",
+                    user, f->mc->max_sessions_per_user);
+        full = true;
+    } else if (full) {
         th_log_warn("mcp http: a new session for '%s' refused: %u sessions "
                     "open (mcp.max_sessions)",
                     user, f->mc->max_sessions);
+    }
+    if (full) {
         *status = 503;
         th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_REFUSED_MAX_SESSIONS);
         pthread_mutex_destroy(&s->in_mu);
@@ -492,6 +524,11 @@ static hsess *sess_new(th_mcp_http *f, const char *user, unsigned *status)
     th_error_clear(&err);
     s->m = th_mcp_session_new(f->h, &who, &transport, s, &o, &err);
     pthread_mutex_lock(&f->mu);
+    for (opening **pp = &f->opening; *pp; pp = &(*pp)->next)
+        if (*pp == &op) {
+            *pp = op.next;
+            break;
+        }
     if (!s->m) {
         f->n_sessions--;
         pthread_mutex_unlock(&f->mu);

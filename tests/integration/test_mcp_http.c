@@ -614,6 +614,32 @@ static void test_long_ids(void)
     mh_free(&m);
 }
 
+/* One token's user holds at most mcp.max_sessions_per_user sessions (16
+ * by default): past it that user gets 503 while another user still opens
+ * one (max_sessions was shared by all, so one token could starve the
+ * others for session_idle). */
+static void test_sessions_per_user(void)
+{
+    mh_srv m;
+    CU_ASSERT_FATAL(mh_start(&m, "  max_sessions: 24\n") == 0);
+    char sid[80];
+    for (int i = 0; i < 16; i++)
+        CU_ASSERT_EQUAL_FATAL(mh_session(m.port, ALICE, sid), 0);
+    CU_ASSERT_EQUAL(mh_session(m.port, ALICE, sid), 503);
+    CU_ASSERT(rpc_log_has(&m.rs, "(mcp.max_sessions_per_user)"));
+    CU_ASSERT_EQUAL(mh_session(m.port, CAROL, sid), 0);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
+    mh_free(&m);
+    /* The key sets it. */
+    CU_ASSERT_FATAL(mh_start(&m, "  max_sessions_per_user: 2\n") == 0);
+    CU_ASSERT_EQUAL(mh_session(m.port, ALICE, sid), 0);
+    CU_ASSERT_EQUAL(mh_session(m.port, ALICE, sid), 0);
+    CU_ASSERT_EQUAL(mh_session(m.port, ALICE, sid), 503);
+    CU_ASSERT_EQUAL(mh_session(m.port, CAROL, sid), 0);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
+    mh_free(&m);
+}
+
 /* The RPC socket answers while an HTTP call runs (the text_count mock
  * takes 400 ms): both fronts on one host at once. */
 static void test_rpc_meanwhile(void)
@@ -1179,6 +1205,7 @@ void th_suite_mcp_http(void)
     CU_add_test(s, "session_limits", test_session_limits);
     CU_add_test(s, "bad_ids", test_bad_ids);
     CU_add_test(s, "long_ids", test_long_ids);
+    CU_add_test(s, "sessions_per_user", test_sessions_per_user);
     CU_add_test(s, "rpc_meanwhile", test_rpc_meanwhile);
     CU_add_test(s, "task_cross_front", test_task_cross_front);
     CU_add_test(s, "task_no_uid_private", test_task_no_uid_private);
