@@ -615,9 +615,23 @@ static bool origin_loopback(const char *o)
         size_t dl = strspn(p, "0123456789");
         if (dl == 0 || dl > 5)
             return false;
+        unsigned long port = strtoul(p, NULL, 10);
+        if (port == 0 || port > 65535)
+            return false;
         p += dl;
     }
     return *p == '\0' || (p[0] == '/' && p[1] == '\0');
+}
+
+/* Content-Type application/json, then nothing or parameters: type/subtype
+ * compared whole (application/jsonx is not JSON). */
+static bool json_media_type(const char *ct)
+{
+    if (!ct || strncasecmp(ct, "application/json", 16) != 0)
+        return false;
+    const char *p = ct + 16;
+    p += strspn(p, " \t");
+    return *p == '\0' || *p == ';';
 }
 
 static bool origin_ok(th_mcp_http *f, const char *o)
@@ -1174,7 +1188,7 @@ static enum MHD_Result on_request(void *ud, struct MHD_Connection *c,
                                    "MCP-Protocol-Version");
         if (post) {
             const char *ct = hdr(c, MHD_HTTP_HEADER_CONTENT_TYPE);
-            if (!ct || strncasecmp(ct, "application/json", 16) != 0)
+            if (!json_media_type(ct))
                 return th_http_reply(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE,
                                      "text/plain",
                                      "POST a JSON-RPC message as "

@@ -640,6 +640,57 @@ static void test_sessions_per_user(void)
     mh_free(&m);
 }
 
+/* Sends `head` (request line and headers, without the blank line) and
+ * `body` as they are; the status, 0 without one. */
+static int raw_do(unsigned port, const char *head, const char *body)
+{
+    int fd = tcp_connect(port, 0);
+    if (fd < 0)
+        return -1;
+    char req[4096];
+    int n = snprintf(req, sizeof req, "%sContent-Length: %zu\r\n\r\n%s",
+                     head, strlen(body), body);
+    hres r;
+    memset(&r, 0, sizeof r);
+    if (write(fd, req, (size_t)n) == n)
+        http_read(fd, &r, "\r\n\r\n", rpc_wait_ms());
+    close(fd);
+    free(r.text);
+    return r.status;
+}
+
+#define RAW_HEAD(ct)                                                          \
+    "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"        \
+    "Accept: application/json, text/event-stream\r\n" AUTH(ALICE)           \
+    "Content-Type: " ct "\r\n"
+
+/* The media type is compared whole (type/subtype, then parameters only),
+ * and an Origin's port is a number 1..65535. */
+static void test_strict_headers(void)
+{
+    mh_srv m;
+    CU_ASSERT_FATAL(mh_start(&m, NULL) == 0);
+    CU_ASSERT_EQUAL(raw_do(m.port, RAW_HEAD("application/jsonxyz"),
+                           INIT_BODY), 415);
+    CU_ASSERT_EQUAL(raw_do(m.port, RAW_HEAD("application/json-seq"),
+                           INIT_BODY), 415);
+    CU_ASSERT_EQUAL(raw_do(m.port, RAW_HEAD("application/json ; charset=utf-8"),
+                           INIT_BODY), 200);
+    CU_ASSERT_EQUAL(raw_do(m.port, RAW_HEAD("Application/JSON"), INIT_BODY),
+                    200);
+    CU_ASSERT_EQUAL(raw_do(m.port, RAW_HEAD("application/json")
+                           "Origin: http://localhost:99999\r\n", INIT_BODY),
+                    403);
+    CU_ASSERT_EQUAL(raw_do(m.port, RAW_HEAD("application/json")
+                           "Origin: http://127.0.0.1:0\r\n", INIT_BODY),
+                    403);
+    CU_ASSERT_EQUAL(raw_do(m.port, RAW_HEAD("application/json")
+                           "Origin: http://[::1]:65535\r\n", INIT_BODY),
+                    200);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
+    mh_free(&m);
+}
+
 /* The RPC socket answers while an HTTP call runs (the text_count mock
  * takes 400 ms): both fronts on one host at once. */
 static void test_rpc_meanwhile(void)
@@ -1206,6 +1257,7 @@ void th_suite_mcp_http(void)
     CU_add_test(s, "bad_ids", test_bad_ids);
     CU_add_test(s, "long_ids", test_long_ids);
     CU_add_test(s, "sessions_per_user", test_sessions_per_user);
+    CU_add_test(s, "strict_headers", test_strict_headers);
     CU_add_test(s, "rpc_meanwhile", test_rpc_meanwhile);
     CU_add_test(s, "task_cross_front", test_task_cross_front);
     CU_add_test(s, "task_no_uid_private", test_task_no_uid_private);
