@@ -687,6 +687,19 @@ static void test_strict_headers(void)
     CU_ASSERT_EQUAL(raw_do(m.port, RAW_HEAD("application/json")
                            "Origin: http://[::1]:65535\r\n", INIT_BODY),
                     200);
+    /* The path is matched as sent: /mcp%00 and /mc%70 are not /mcp. */
+    CU_ASSERT_EQUAL(raw_do(m.port,
+                           "POST /mcp%00 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                           "Connection: close\r\n" AUTH(ALICE)
+                           "Content-Type: application/json\r\n",
+                           INIT_BODY),
+                    404);
+    CU_ASSERT_EQUAL(raw_do(m.port,
+                           "POST /mc%70 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                           "Connection: close\r\n" AUTH(ALICE)
+                           "Content-Type: application/json\r\n",
+                           INIT_BODY),
+                    404);
     CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
     mh_free(&m);
 }
