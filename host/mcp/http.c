@@ -870,6 +870,15 @@ static enum MHD_Result do_post(th_mcp_http *f, struct MHD_Connection *c,
 static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
                                    hreq *q, th_mcp_plain *fc)
 {
+    /* A session named in the header is looked up before the body is
+     * parsed: a client without one of its own pays no parse. */
+    const char *sid0 = hdr(c, "Mcp-Session-Id");
+    if (sid0) {
+        hsess *s0 = sess_get(f, sid0, q->user);
+        if (!s0)
+            return reply_rpc_error(c, 404, -32001, "Session not found");
+        sess_unref(s0);
+    }
     json_error_t je;
     json_t *msg = plain_msg(q, fc);
     bool plain = msg != NULL;

@@ -687,6 +687,15 @@ static void test_strict_headers(void)
     CU_ASSERT_EQUAL(raw_do(m.port, RAW_HEAD("application/json")
                            "Origin: http://[::1]:65535\r\n", INIT_BODY),
                     200);
+    /* An unknown session is answered before the body is parsed. */
+    {
+        hres r;
+        CU_ASSERT_EQUAL(http_do(m.port, "POST",
+                                AUTH(ALICE) "Mcp-Session-Id: 0123abcd\r\n",
+                                "[[[[{nope", &r),
+                        404);
+        free(r.text);
+    }
     /* The path is matched as sent: /mcp%00 and /mc%70 are not /mcp. */
     CU_ASSERT_EQUAL(raw_do(m.port,
                            "POST /mcp%00 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
