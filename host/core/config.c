@@ -1992,6 +1992,8 @@ static const cfkey mcp_keys[] = {
      .max = GIB},
     {.name = "max_sessions", .set = set_u32, .off = M(max_sessions),
      .min = 1, .max = 100000},
+    {.name = "max_sessions_per_user", .set = set_u32,
+     .off = M(max_sessions_per_user), .min = 1, .max = 100000},
     {.name = "max_streams", .set = set_u32, .off = M(max_streams), .min = 1,
      .max = 64},
     {.name = "max_connections", .set = set_u32, .off = M(max_connections),
@@ -2012,6 +2014,7 @@ static void mcp_init(th_mcp_cfg *m)
     memset(m, 0, sizeof *m);
     m->max_body = 4 * MIB;
     m->max_sessions = 64;
+    m->max_sessions_per_user = 16;
     m->max_streams = 2;
     m->max_connections = 256;
     m->session_idle_ms = 30 * MINUTE;

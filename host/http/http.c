@@ -139,6 +139,15 @@ enum MHD_Result th_http_reply(struct MHD_Connection *c, unsigned status,
     return rc;
 }
 
+/* Leaves the URL as sent: routes match the raw path, so /mcp%00 or
+ * /mc%70 is not /mcp (no handler reads query arguments). */
+static size_t keep_escaped(void *cls, struct MHD_Connection *c, char *uri)
+{
+    (void)cls;
+    (void)c;
+    return strlen(uri);
+}
+
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
                                  const char *url, const char *method,
                                  const char *version, const char *upload,
@@ -377,7 +386,7 @@ int th_http_start(const th_http_opts *o, const th_http_route *routes,
         }
         flags |= MHD_USE_TLS;
     }
-    struct MHD_OptionItem opts[10];
+    struct MHD_OptionItem opts[12];
     size_t n = 0;
     int act = take_activated(&s->url);
     if (act >= 0) {
@@ -397,6 +406,8 @@ int th_http_start(const th_http_opts *o, const th_http_route *routes,
                                         (intptr_t)on_completed, s};
     opts[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_CONNECTION,
                                         (intptr_t)on_connection, s};
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_UNESCAPE_CALLBACK,
+                                        (intptr_t)keep_escaped, NULL};
     if (s->url.tls) {
         opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0,
                                             s->cert};

@@ -24,6 +24,14 @@
 #include "front/mcp_http.h"
 
 #define SID_LEN 64 /* hex characters of a session id (32 random bytes) */
+/* How long a POST's handler waits, after its client hung up, for the
+ * cancelled request to end before it leaves it behind. */
+#define HANGUP_GRACE_MS 2000
+/* Bytes of a string request id at most. */
+#define MAX_ID_LEN 128
+/* A stream key at most: an id of MAX_ID_LEN bytes, each escaped as
+ * \u00XX, in quotes (an integer's key is shorter). */
+#define MAX_KEY_LEN (6 * MAX_ID_LEN + 2)
 
 typedef struct chunk {
     struct chunk *next;
@@ -46,6 +54,11 @@ typedef struct stream {
     bool done;           /* no more messages: end once the queue is sent */
     bool dead;           /* dropped (too slow): end now */
     bool linked;
+    bool orphan;         /* POST: its handler left (the client hung up and
+                            the request outlived HANGUP_GRACE_MS); holds no
+                            session reference, stays listed so that its id
+                            stays taken, freed by request_done() or with
+                            the session */
 } stream;
 
 /* A request whose response went out and whose request_done() is still to
@@ -70,6 +83,12 @@ struct hsess {
     int64_t last_used_ms;
 };
 
+/* A session being opened (sess_new): counted for its user meanwhile. */
+typedef struct opening {
+    struct opening *next;
+    const char *user;
+} opening;
+
 struct th_mcp_http {
     th_host *h;
     const th_mcp_cfg *mc; /* = &mcfg */
@@ -83,6 +102,7 @@ struct th_mcp_http {
                                  every message, which woke it each time */
     hsess *sessions;
     unsigned n_sessions;
+    struct opening *opening; /* sessions reserved, not yet listed */
     bool closing;
     pthread_t reaper;
     bool reaper_started;
@@ -215,6 +235,20 @@ static void stream_free(stream *st)
     sess_unref(s);
 }
 
+/* Unlinks and frees an orphan POST stream (f->mu held). */
+static void orphan_free(stream *st)
+{
+    hsess *s = st->s;
+    for (stream **pp = &s->streams; *pp; pp = &(*pp)->next)
+        if (*pp == st) {
+            *pp = st->next;
+            break;
+        }
+    queue_clear(st);
+    free(st->key);
+    free(st);
+}
+
 /* ---- the core's callbacks ----------------------------------------------------- */
 
 static stream *find_post(hsess *s, const char *key)
@@ -328,6 +362,8 @@ static void t_request_done(void *ud, const json_t *req)
     stream *st = was_owed ? NULL : find_post(s, key);
     if (st)
         st->done = true;
+    if (st && st->orphan)
+        orphan_free(st);
     pthread_cond_broadcast(&f->cv);
     pthread_mutex_unlock(&f->mu);
     free(key);
@@ -345,6 +381,9 @@ static void sess_unref(hsess *s)
         return;
     if (s->m)
         th_mcp_session_free(s->m);
+    /* Only orphans are left: every other stream holds a reference. */
+    while (s->streams)
+        orphan_free(s->streams);
     while (s->owed) {
         owed *o = s->owed;
         s->owed = o->next;
@@ -392,6 +431,19 @@ static hsess *sess_get(th_mcp_http *f, const char *id, const char *user)
 static const th_mcp_transport transport = {.send = t_send,
                                            .request_done = t_request_done,
                                            .send_text = t_send_text};
+
+/* Sessions of `user` listed or being opened (f->mu held). */
+static unsigned user_sessions(th_mcp_http *f, const char *user)
+{
+    unsigned n = 0;
+    for (hsess *s = f->sessions; s; s = s->next)
+        if (strcmp(s->user, user) == 0)
+            n++;
+    for (opening *o = f->opening; o; o = o->next)
+        if (strcmp(o->user, user) == 0)
+            n++;
+    return n;
+}
 
 /* A new session for `user` in the table, with a reference for the caller;
  * NULL with *status (503: too many sessions, 500). */
@@ -442,13 +494,25 @@ static hsess *sess_new(th_mcp_http *f, const char *user, unsigned *status)
     o.run_short = true;
     pthread_mutex_lock(&f->mu);
     bool full = f->n_sessions >= f->mc->max_sessions;
-    if (!full)
+    bool user_full = !full && user_sessions(f, user) >=
+                                  f->mc->max_sessions_per_user;
+    opening op = {.next = f->opening, .user = user};
+    if (!full && !user_full) {
         f->n_sessions++; /* reserved */
+        f->opening = &op;
+    }
     pthread_mutex_unlock(&f->mu);
-    if (full) {
+    if (user_full) {
+        th_log_warn("mcp http: a new session for '%s' refused: that user "
+                    "has %u open (mcp.max_sessions_per_user)",
+                    user, f->mc->max_sessions_per_user);
+        full = true;
+    } else if (full) {
         th_log_warn("mcp http: a new session for '%s' refused: %u sessions "
                     "open (mcp.max_sessions)",
                     user, f->mc->max_sessions);
+    }
+    if (full) {
         *status = 503;
         th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_REFUSED_MAX_SESSIONS);
         pthread_mutex_destroy(&s->in_mu);
@@ -460,6 +524,11 @@ static hsess *sess_new(th_mcp_http *f, const char *user, unsigned *status)
     th_error_clear(&err);
     s->m = th_mcp_session_new(f->h, &who, &transport, s, &o, &err);
     pthread_mutex_lock(&f->mu);
+    for (opening **pp = &f->opening; *pp; pp = &(*pp)->next)
+        if (*pp == &op) {
+            *pp = op.next;
+            break;
+        }
     if (!s->m) {
         f->n_sessions--;
         pthread_mutex_unlock(&f->mu);
@@ -546,9 +615,23 @@ static bool origin_loopback(const char *o)
         size_t dl = strspn(p, "0123456789");
         if (dl == 0 || dl > 5)
             return false;
+        unsigned long port = strtoul(p, NULL, 10);
+        if (port == 0 || port > 65535)
+            return false;
         p += dl;
     }
     return *p == '\0' || (p[0] == '/' && p[1] == '\0');
+}
+
+/* Content-Type application/json, then nothing or parameters: type/subtype
+ * compared whole (application/jsonx is not JSON). */
+static bool json_media_type(const char *ct)
+{
+    if (!ct || strncasecmp(ct, "application/json", 16) != 0)
+        return false;
+    const char *p = ct + 16;
+    p += strspn(p, " \t");
+    return *p == '\0' || *p == ';';
 }
 
 static bool origin_ok(th_mcp_http *f, const char *o)
@@ -734,6 +817,15 @@ static void input_value(hsess *s, json_t *msg)
 static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
                                    hreq *q, th_mcp_plain *fc);
 
+/* A JSON-RPC id this front takes: an integer, or a string of at most
+ * MAX_ID_LEN bytes (its stream key, quoted and escaped, then fits the
+ * hang-up note of do_post_msg). */
+static bool rpc_id_ok(const json_t *id)
+{
+    return json_is_integer(id) ||
+           (json_is_string(id) && json_string_length(id) <= MAX_ID_LEN);
+}
+
 /* A plain tools/call read without a tree (th_mcp_plain_scan): the parts
  * of it do_post() looks at, {"id": ID, "method": "tools/call"}; NULL when
  * the body is not such a request. */
@@ -780,6 +872,15 @@ static enum MHD_Result do_post(th_mcp_http *f, struct MHD_Connection *c,
 static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
                                    hreq *q, th_mcp_plain *fc)
 {
+    /* A session named in the header is looked up before the body is
+     * parsed: a client without one of its own pays no parse. */
+    const char *sid0 = hdr(c, "Mcp-Session-Id");
+    if (sid0) {
+        hsess *s0 = sess_get(f, sid0, q->user);
+        if (!s0)
+            return reply_rpc_error(c, 404, -32001, "Session not found");
+        sess_unref(s0);
+    }
     json_error_t je;
     json_t *msg = plain_msg(q, fc);
     bool plain = msg != NULL;
@@ -809,6 +910,17 @@ static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
         return reply_rpc_error(c, 400, -32600,
                                "Invalid Request: not a request, a "
                                "notification or a response");
+    }
+    /* An id is a string or an integer (MCP: never null), checked before
+     * any session or stream exists: the core answers another id with id
+     * null and never ends the request, which would leave this handler
+     * waiting on a stream keyed by it. */
+    if (id && !rpc_id_ok(id)) {
+        json_decref(msg);
+        th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_PROTOCOL_ERROR);
+        return reply_rpc_error(c, 400, -32600,
+                               "Invalid Request: id must be an integer "
+                               "or a string of at most 128 bytes");
     }
     const char *sid = hdr(c, "Mcp-Session-Id");
     hsess *s = NULL;
@@ -875,17 +987,27 @@ static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     int cfd = ci ? ci->connect_fd : -1;
-    bool gone = false;
+    bool gone = false, left = false;
+    int64_t gone_at = 0;
     pthread_mutex_lock(&f->mu);
     while (!st->first_seen && !st->done && !st->dead && !f->closing) {
         cv_wait_ms(f, 200);
+        if (gone && !st->first_seen && !st->done &&
+            now_ms() - gone_at >= HANGUP_GRACE_MS) {
+            /* The cancelled request did not end: leave it behind rather
+             * than hold this thread for no one. */
+            st->orphan = st->dead = true;
+            left = true;
+            break;
+        }
         if (gone || cfd < 0 || st->first_seen || st->done)
             continue;
         struct pollfd pf = {.fd = cfd, .events = POLLRDHUP};
         if (poll(&pf, 1, 0) > 0 &&
             (pf.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
             gone = true;
-            char note[256];
+            gone_at = now_ms();
+            char note[160 + MAX_KEY_LEN];
             int k = snprintf(note, sizeof note,
                              "{\"jsonrpc\":\"2.0\",\"method\":"
                              "\"notifications/cancelled\",\"params\":{"
@@ -913,7 +1035,18 @@ static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
             blen = ch->len;
         }
     }
+    if (left) {
+        /* Logged under f->mu: request_done() may free the orphan. */
+        th_log_warn("mcp http: session %.8s: request %s still runs %d ms "
+                    "after its client hung up; its handler leaves it",
+                    s->id, st->key, HANGUP_GRACE_MS);
+        s->refs--; /* the orphan's; the caller's is still held */
+    }
     pthread_mutex_unlock(&f->mu);
+    if (left) {
+        sess_unref(s);
+        return MHD_NO;
+    }
     const char *sid_out = is_init ? s->id : NULL;
     if (sse) {
         rc = reply_sse(c, st, sid_out);
@@ -1067,7 +1200,7 @@ static enum MHD_Result on_request(void *ud, struct MHD_Connection *c,
                                    "MCP-Protocol-Version");
         if (post) {
             const char *ct = hdr(c, MHD_HTTP_HEADER_CONTENT_TYPE);
-            if (!ct || strncasecmp(ct, "application/json", 16) != 0)
+            if (!json_media_type(ct))
                 return th_http_reply(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE,
                                      "text/plain",
                                      "POST a JSON-RPC message as "

@@ -687,6 +687,20 @@ static void m_tools_call(th_mcp_session *m, const json_t *id,
     }
     th_call_opts o = {0};
     pthread_mutex_lock(&m->mu);
+    if (!task && find_call(m, id)) {
+        /* Two calls in flight under one id: the second is refused (a
+         * cancel or a response could not tell them apart). */
+        pthread_mutex_unlock(&m->mu);
+        json_decref(c->id);
+        json_decref(c->token);
+        free(c->tool);
+        free(c);
+        th_buf_destroy(&mp);
+        mcp_send_error(m, id, MCP_INVALID_REQUEST,
+                       "Invalid Request: a request with this id is in "
+                       "flight");
+        return;
+    }
     c->next = m->calls;
     m->calls = c;
     m->inflight++;

@@ -497,6 +497,43 @@ static void test_raw_eof_drains(void)
     free(dir);
 }
 
+/* Two calls with the same id in flight: the second is refused with
+ * -32600, the first still answers. */
+static void test_raw_dup_id(void)
+{
+    char *dir = th_test_tmpdir();
+    char *cfg = write_config(dir, "[\"echo\", \"echo_async\"]", NULL);
+    const char *input =
+        INIT "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\","
+             "\"params\":{\"name\":\"echo_async\",\"arguments\":{\"text\":"
+             "\"first\",\"steps\":50,\"delay_ms\":40}}}\n"
+             "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\","
+             "\"params\":{\"name\":\"echo_async\",\"arguments\":{\"text\":"
+             "\"second\",\"steps\":5,\"delay_ms\":40}}}\n";
+    int st = -1;
+    json_t *out = run_raw(cfg, input, &st);
+    CU_ASSERT_EQUAL(st, 0);
+    int results = 0, refused = 0;
+    size_t i;
+    json_t *v;
+    json_array_foreach(out, i, v)
+    {
+        if (json_integer_value(json_object_get(v, "id")) != 2)
+            continue;
+        if (json_object_get(v, "result"))
+            results++;
+        if (json_integer_value(json_object_get(
+                json_object_get(v, "error"), "code")) == -32600)
+            refused++;
+    }
+    CU_ASSERT_EQUAL(results, 1);
+    CU_ASSERT_EQUAL(refused, 1);
+    json_decref(out);
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
 /* SIGTERM while a long call runs: the grace passes, the call is cancelled
  * (its answer, a cancelled tool error, goes out), exit 0, no child left. */
 static void test_sigterm(void)
@@ -827,6 +864,7 @@ void th_suite_mcp(void)
     CU_add_test(s, "raw_long_line", test_raw_long_line);
     CU_add_test(s, "raw_deep_nesting", test_raw_deep_nesting);
     CU_add_test(s, "raw_eof_drains", test_raw_eof_drains);
+    CU_add_test(s, "raw_dup_id", test_raw_dup_id);
     CU_add_test(s, "raw_binary_and_bad_utf8", test_raw_binary_and_bad_utf8);
     CU_add_test(s, "raw_failure_blocks", test_raw_failure_blocks);
     CU_add_test(s, "raw_stray_printf", test_raw_stray_printf);

@@ -518,6 +518,201 @@ static void test_session_limits(void)
     mh_free(&m);
 }
 
+/* An id that is neither a string nor an integer (null too, on a
+ * request) is refused at once with -32600, before any session or stream
+ * exists: an initialize with id 1.5 used to leave its handler waiting
+ * forever on a stream keyed by it, holding a session slot, so that
+ * max_sessions of them made every later initialize answer 503. */
+static void test_bad_ids(void)
+{
+    static const char *const ids[] = {"1.5", "true", "false", "[]", "{}",
+                                      "1.0", "-0.0", "1e3", "null"};
+    mh_srv m;
+    CU_ASSERT_FATAL(mh_start(&m, "  max_sessions: 2\n") == 0);
+    char sid[80];
+    CU_ASSERT_FATAL(mh_session(m.port, ALICE, sid) == 0);
+    char h[512];
+    sess_hdrs(h, sizeof h, ALICE, sid);
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+        char body[512];
+        snprintf(body, sizeof body,
+                 "{\"jsonrpc\":\"2.0\",\"id\":%s,\"method\":\"initialize\","
+                 "\"params\":{\"protocolVersion\":\"2025-06-18\","
+                 "\"capabilities\":{},\"clientInfo\":{\"name\":\"raw\","
+                 "\"version\":\"1\"}}}",
+                 ids[i]);
+        hres r;
+        int st = http_do(m.port, "POST", AUTH(ALICE), body, &r);
+        bool ok = st == 400 && has(&r, "-32600");
+        free(r.text);
+        snprintf(body, sizeof body,
+                 "{\"jsonrpc\":\"2.0\",\"id\":%s,\"method\":\"tools/call\","
+                 "\"params\":{\"name\":\"echo\",\"arguments\":{\"text\":"
+                 "\"x\"}}}",
+                 ids[i]);
+        int st2 = http_do(m.port, "POST", h, body, &r);
+        ok = ok && st2 == 400 && has(&r, "-32600");
+        free(r.text);
+        if (!ok) {
+            fprintf(stderr, "\nid %s: initialize %d, tools/call %d\n",
+                    ids[i], st, st2);
+            CU_FAIL("an invalid id was not refused at once");
+            break;
+        }
+    }
+    /* The one free slot is still free, for alice as for carol. */
+    char b[80];
+    CU_ASSERT_EQUAL(mh_session(m.port, CAROL, b), 0);
+    hres r;
+    CU_ASSERT_EQUAL(http_do(m.port, "POST", h, CALL_ECHO(7, "still"), &r),
+                    200);
+    CU_ASSERT(has(&r, "still"));
+    free(r.text);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
+    mh_free(&m);
+}
+
+/* A string id is at most 128 bytes: a longer one is refused with
+ * -32600; one of 128 bytes that each escape to six (\u0001) still cancels
+ * its call when the client hangs up (the cancel note used to overflow a
+ * 256-byte buffer and was dropped). */
+static void test_long_ids(void)
+{
+    mh_srv m;
+    CU_ASSERT_FATAL(mh_start(&m, NULL) == 0);
+    char sid[80], h[512];
+    CU_ASSERT_FATAL(mh_session(m.port, ALICE, sid) == 0);
+    sess_hdrs(h, sizeof h, ALICE, sid);
+    char id[129 * 6 + 1], body[2048];
+    memset(id, 'a', 129);
+    id[129] = '\0';
+    snprintf(body, sizeof body,
+             "{\"jsonrpc\":\"2.0\",\"id\":\"%s\",\"method\":\"tools/call\","
+             "\"params\":{\"name\":\"echo\",\"arguments\":{\"text\":\"x\"}}}",
+             id);
+    hres r;
+    CU_ASSERT_EQUAL(http_do(m.port, "POST", h, body, &r), 400);
+    CU_ASSERT(has(&r, "-32600"));
+    free(r.text);
+    id[0] = '\0';
+    for (int i = 0; i < 128; i++)
+        strcat(id, "\\u0001");
+    snprintf(body, sizeof body,
+             "{\"jsonrpc\":\"2.0\",\"id\":\"%s\",\"method\":\"tools/call\","
+             "\"params\":{\"name\":\"echo_async\",\"arguments\":{\"text\":"
+             "\"x\",\"steps\":200,\"delay_ms\":20}}}",
+             id);
+    int fd = tcp_connect(m.port, 0);
+    CU_ASSERT_FATAL(fd >= 0);
+    CU_ASSERT(http_send(fd, "POST", h, body) == 0);
+    close(fd); /* the handler, waiting for the call's first message, sees
+                  the hang-up and cancels the call */
+    CU_ASSERT(rpc_log_wait(&m.rs, "hung up: cancelled", rpc_wait_ms()));
+    CU_ASSERT(rpc_log_wait(&m.rs, "cancelled by the client: the client "
+                                  "hung up", rpc_wait_ms()));
+    CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
+    mh_free(&m);
+}
+
+/* One token's user holds at most mcp.max_sessions_per_user sessions (16
+ * by default): past it that user gets 503 while another user still opens
+ * one (max_sessions was shared by all, so one token could starve the
+ * others for session_idle). */
+static void test_sessions_per_user(void)
+{
+    mh_srv m;
+    CU_ASSERT_FATAL(mh_start(&m, "  max_sessions: 24\n") == 0);
+    char sid[80];
+    for (int i = 0; i < 16; i++)
+        CU_ASSERT_EQUAL_FATAL(mh_session(m.port, ALICE, sid), 0);
+    CU_ASSERT_EQUAL(mh_session(m.port, ALICE, sid), 503);
+    CU_ASSERT(rpc_log_has(&m.rs, "(mcp.max_sessions_per_user)"));
+    CU_ASSERT_EQUAL(mh_session(m.port, CAROL, sid), 0);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
+    mh_free(&m);
+    /* The key sets it. */
+    CU_ASSERT_FATAL(mh_start(&m, "  max_sessions_per_user: 2\n") == 0);
+    CU_ASSERT_EQUAL(mh_session(m.port, ALICE, sid), 0);
+    CU_ASSERT_EQUAL(mh_session(m.port, ALICE, sid), 0);
+    CU_ASSERT_EQUAL(mh_session(m.port, ALICE, sid), 503);
+    CU_ASSERT_EQUAL(mh_session(m.port, CAROL, sid), 0);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
+    mh_free(&m);
+}
+
+/* Sends `head` (request line and headers, without the blank line) and
+ * `body` as they are; the status, 0 without one. */
+static int raw_do(unsigned port, const char *head, const char *body)
+{
+    int fd = tcp_connect(port, 0);
+    if (fd < 0)
+        return -1;
+    char req[4096];
+    int n = snprintf(req, sizeof req, "%sContent-Length: %zu\r\n\r\n%s",
+                     head, strlen(body), body);
+    hres r;
+    memset(&r, 0, sizeof r);
+    if (write(fd, req, (size_t)n) == n)
+        http_read(fd, &r, "\r\n\r\n", rpc_wait_ms());
+    close(fd);
+    free(r.text);
+    return r.status;
+}
+
+#define RAW_HEAD(ct)                                                          \
+    "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"        \
+    "Accept: application/json, text/event-stream\r\n" AUTH(ALICE)           \
+    "Content-Type: " ct "\r\n"
+
+/* The media type is compared whole (type/subtype, then parameters only),
+ * and an Origin's port is a number 1..65535. */
+static void test_strict_headers(void)
+{
+    mh_srv m;
+    CU_ASSERT_FATAL(mh_start(&m, NULL) == 0);
+    CU_ASSERT_EQUAL(raw_do(m.port, RAW_HEAD("application/jsonxyz"),
+                           INIT_BODY), 415);
+    CU_ASSERT_EQUAL(raw_do(m.port, RAW_HEAD("application/json-seq"),
+                           INIT_BODY), 415);
+    CU_ASSERT_EQUAL(raw_do(m.port, RAW_HEAD("application/json ; charset=utf-8"),
+                           INIT_BODY), 200);
+    CU_ASSERT_EQUAL(raw_do(m.port, RAW_HEAD("Application/JSON"), INIT_BODY),
+                    200);
+    CU_ASSERT_EQUAL(raw_do(m.port, RAW_HEAD("application/json")
+                           "Origin: http://localhost:99999\r\n", INIT_BODY),
+                    403);
+    CU_ASSERT_EQUAL(raw_do(m.port, RAW_HEAD("application/json")
+                           "Origin: http://127.0.0.1:0\r\n", INIT_BODY),
+                    403);
+    CU_ASSERT_EQUAL(raw_do(m.port, RAW_HEAD("application/json")
+                           "Origin: http://[::1]:65535\r\n", INIT_BODY),
+                    200);
+    /* An unknown session is answered before the body is parsed. */
+    {
+        hres r;
+        CU_ASSERT_EQUAL(http_do(m.port, "POST",
+                                AUTH(ALICE) "Mcp-Session-Id: 0123abcd\r\n",
+                                "[[[[{nope", &r),
+                        404);
+        free(r.text);
+    }
+    /* The path is matched as sent: /mcp%00 and /mc%70 are not /mcp. */
+    CU_ASSERT_EQUAL(raw_do(m.port,
+                           "POST /mcp%00 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                           "Connection: close\r\n" AUTH(ALICE)
+                           "Content-Type: application/json\r\n",
+                           INIT_BODY),
+                    404);
+    CU_ASSERT_EQUAL(raw_do(m.port,
+                           "POST /mc%70 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                           "Connection: close\r\n" AUTH(ALICE)
+                           "Content-Type: application/json\r\n",
+                           INIT_BODY),
+                    404);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
+    mh_free(&m);
+}
+
 /* The RPC socket answers while an HTTP call runs (the text_count mock
  * takes 400 ms): both fronts on one host at once. */
 static void test_rpc_meanwhile(void)
@@ -1081,6 +1276,10 @@ void th_suite_mcp_http(void)
     CU_add_test(s, "sdk_permission", test_sdk_permission);
     CU_add_test(s, "refusals", test_refusals);
     CU_add_test(s, "session_limits", test_session_limits);
+    CU_add_test(s, "bad_ids", test_bad_ids);
+    CU_add_test(s, "long_ids", test_long_ids);
+    CU_add_test(s, "sessions_per_user", test_sessions_per_user);
+    CU_add_test(s, "strict_headers", test_strict_headers);
     CU_add_test(s, "rpc_meanwhile", test_rpc_meanwhile);
     CU_add_test(s, "task_cross_front", test_task_cross_front);
     CU_add_test(s, "task_no_uid_private", test_task_no_uid_private);

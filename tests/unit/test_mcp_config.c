@@ -66,6 +66,7 @@ static void test_listen_list(void)
     CU_ASSERT_EQUAL(cfg->mcp.max_body, 4u << 20);
     CU_ASSERT_EQUAL(cfg->mcp.max_sessions, 64);
     CU_ASSERT_EQUAL(cfg->mcp.max_streams, 2);
+    CU_ASSERT_EQUAL(cfg->mcp.max_sessions_per_user, 16);
     CU_ASSERT_EQUAL(cfg->mcp.session_idle_ms, 30 * 60 * 1000);
     CU_ASSERT_EQUAL(cfg->mcp.max_queued, 8u << 20);
     CU_ASSERT_EQUAL(cfg->mcp.client_timeout_ms, 60000);
@@ -160,6 +161,8 @@ static void test_tokens(void)
                "is the token of user 'a'");
     expect_err("mcp:\n  max_streams: 0\n", "'max_streams' is out of range");
     expect_err("mcp:\n  max_body: 10\n", "'max_body' is out of range");
+    expect_err("mcp:\n  max_sessions_per_user: 0\n",
+               "t.yaml:2:26: 'max_sessions_per_user' is out of range");
     expect_err("mcp:\n  tls_cert: /a.pem\n", "go together");
     expect_err("mcp:\n  bogus: 1\n", "unknown key 'bogus' in mcp");
     unsetenv("TH_TEST_MCP_TOKEN");

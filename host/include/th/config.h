@@ -274,6 +274,7 @@ typedef struct th_mcp_cfg {
     char *tls_cert, *tls_key; /* PEM files for https:// entries         */
     uint64_t max_body;     /* bytes of one POST body; default 4 MiB      */
     uint32_t max_sessions; /* MCP sessions at once; default 64           */
+    uint32_t max_sessions_per_user; /* of them, one token's user; 16     */
     uint32_t max_streams;  /* GET SSE streams per session; default 2     */
     uint32_t max_connections; /* HTTP connections at once; default 256  */
     uint64_t session_idle_ms; /* a session unused this long ends; 30 m  */
