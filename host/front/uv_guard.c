@@ -8,6 +8,7 @@
  * realloc can copy it out.  A block of the reserve is never reused: free
  * ignores it, realloc moves it to the heap when the heap has room again.
  */
+#include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdalign.h>
@@ -16,6 +17,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include "front/uv_guard.h"
@@ -137,4 +139,26 @@ size_t th_uv_guard_reserve_used(void)
 {
     size_t n = atomic_load(&reserve_used);
     return n < sizeof reserve ? n : sizeof reserve;
+}
+
+void th_fd_relay(int src, int dst)
+{
+    char buf[64 * 1024];
+    for (;;) {
+        ssize_t n = read(src, buf, sizeof buf);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        for (ssize_t off = 0; off < n;) {
+            ssize_t w = write(dst, buf + off, (size_t)(n - off));
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0)
+                goto out;
+            off += w;
+        }
+    }
+out:
+    close(dst);
 }

@@ -405,24 +405,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 static void *relay_main(void *arg)
 {
     mcp_stdio *x = arg;
-    char buf[16384];
-    for (;;) {
-        ssize_t n = read(x->relay_src, buf, sizeof buf);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        for (ssize_t off = 0; off < n;) {
-            ssize_t w = write(x->relay_dst, buf + off, (size_t)(n - off));
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w <= 0)
-                goto out;
-            off += w;
-        }
-    }
-out:
-    close(x->relay_dst);
+    th_fd_relay(x->relay_src, x->relay_dst);
     return NULL;
 }
 

@@ -1835,24 +1835,7 @@ static bool pollable(int fd)
 static void *relay_main(void *arg)
 {
     th_rpc_server *srv = arg;
-    char buf[64 * 1024];
-    for (;;) {
-        ssize_t n = read(srv->relay_src, buf, sizeof buf);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        for (ssize_t off = 0; off < n;) {
-            ssize_t w = write(srv->relay_dst, buf + off, (size_t)(n - off));
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w <= 0)
-                goto out;
-            off += w;
-        }
-    }
-out:
-    close(srv->relay_dst);
+    th_fd_relay(srv->relay_src, srv->relay_dst);
     return NULL;
 }
 

@@ -38,6 +38,12 @@ void *th_uv_guard_malloc(size_t n);
 void *th_uv_guard_realloc(void *p, size_t n);
 void th_uv_guard_free(void *p);
 
+/* Copies fd `src` into fd `dst` until src ends or dst fails, then closes
+ * dst (src stays open): the relay thread a front runs for an input that
+ * epoll refuses (a file, /dev/null), so that libuv reads a pipe and never
+ * needs its thread pool.  Blocking; on a thread of the front's own. */
+void th_fd_relay(int src, int dst);
+
 /* Bytes of the reserve given out so far (a test, the stats). */
 size_t th_uv_guard_reserve_used(void);
 
