@@ -3,7 +3,8 @@
  * READY=1 once serving, WATCHDOG=1 at half $WATCHDOG_USEC, RELOADING=1 on
  * SIGHUP then READY=1, STOPPING=1 on SIGTERM; socket activation: a Unix
  * socket and a TCP socket the test binds and passes as fds 3 and 4
- * ($LISTEN_FDS, $LISTEN_PID) are served instead of binding. */
+ * ($LISTEN_FDS, $LISTEN_PID) are served instead of binding; and the same
+ * through Debian's systemd-socket-activate. */
 #include <CUnit/CUnit.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -199,9 +200,74 @@ static void test_activation(void)
     rpc_srv_free(&s);
 }
 
+/* The real tool: Debian's systemd-socket-activate binds the socket, waits
+ * for the first client, then execs `toolhost serve` with $LISTEN_FDS;
+ * the client that woke it is answered on the socket it handed over. */
+static void test_socket_activate(void)
+{
+#ifndef TH_HAVE_SYSTEMD
+    TH_SKIP("built without libsystemd");
+    return;
+#endif
+    const char *tool = "/usr/bin/systemd-socket-activate";
+    if (access(tool, X_OK) != 0) {
+        TH_SKIP("no systemd-socket-activate (Debian's systemd package)");
+        return;
+    }
+    rpc_srv s;
+    memset(&s, 0, sizeof s);
+    s.in_fd = s.out_fd = -1;
+    s.dir = th_test_tmpdir();
+    snprintf(s.sock, sizeof s.sock, "%s/sa.sock", s.dir);
+    char extra[256];
+    snprintf(extra, sizeof extra, "  listen: [\"unix:%s\"]\n", s.sock);
+    rpc_opts o = {.host_extra = extra};
+    rpc_write_config(&s, &o);
+    size_t ll = strlen(s.dir) + 16;
+    s.log = malloc(ll);
+    CU_ASSERT_FATAL(s.log != NULL);
+    snprintf(s.log, ll, "%s/serve.log", s.dir);
+    int logfd = open(s.log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    CU_ASSERT_FATAL(logfd >= 0);
+    char listen_arg[sizeof s.sock + 4];
+    snprintf(listen_arg, sizeof listen_arg, "%s", s.sock);
+    fflush(NULL);
+    pid_t pid = fork();
+    CU_ASSERT_FATAL(pid >= 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        dup2(logfd, 2);
+        dup2(logfd, 1);
+        int nul = open("/dev/null", O_RDWR);
+        dup2(nul, 0);
+        execl(tool, tool, "-l", listen_arg, "--", rpc_server_bin(), "serve",
+              "-c", s.cfg, (char *)NULL);
+        _exit(127);
+    }
+    s.pid = pid; /* systemd-socket-activate execs toolhost in place */
+    close(logfd);
+    /* the socket exists once the tool says it listens */
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    while (rpc_now_ms() < end && !log_quiet_has(&s, "Listening on"))
+        usleep(20000);
+    CU_ASSERT_FATAL(log_quiet_has(&s, "Listening on"));
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_FATAL(c != NULL);
+    rpc_res r;
+    CU_ASSERT(rpc_call(c, "tools.call", "[\"echo\", {\"text\": \"woke\"}]",
+                       &r) == 0 &&
+              !r.err);
+    rpc_res_free(&r);
+    th_rpc_client_close(c);
+    CU_ASSERT(rpc_log_has(&s, "socket from the service manager"));
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+}
+
 void th_suite_systemd(void)
 {
     CU_pSuite s = CU_add_suite("systemd", NULL, NULL);
     CU_add_test(s, "notify", test_notify);
     CU_add_test(s, "activation", test_activation);
+    CU_add_test(s, "socket_activate", test_socket_activate);
 }
