@@ -990,11 +990,12 @@ static void abi11_tool_members(void)
     CU_ASSERT_EQUAL(th_validate_output(t, "", 0, &e), TH_ETOOL);
     th_plugin_unref(p);
     /* A keyword outside the subset is refused at load, by name. */
-    tools[0].output_schema = "{\"type\":\"object\",\"anyOf\":[]}";
+    tools[0].output_schema =
+        "{\"type\":\"object\",\"unevaluatedProperties\":false}";
     CU_ASSERT_EQUAL(th_plugin_builtin(&d, &p, &e), TH_ELOAD);
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "built-in plugin 'o': tool 't': "
                                          "output_schema: uses the keyword "
-                                         "'anyOf'"));
+                                         "'unevaluatedProperties'"));
     /* An output_schema needs structured stdout. */
     tools[0].output_schema = "{}";
     tools[0].stdout_type = TOOLHOST_SEM_TEXT;

@@ -530,12 +530,12 @@ static void constraints(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "tool 't': parameter 's': pattern "
                                          "'([' does not compile"));
     toolhost_param b3[] = {P("o", TOOLHOST_TYPE_OBJECT, 0, "d", NULL, NULL, 0)};
-    b3[0].schema_json = "{\"type\":\"object\",\"patternProperties\":{}}";
+    b3[0].schema_json = "{\"type\":\"object\",\"$dynamicRef\":\"#x\"}";
     CU_ASSERT_EQUAL(th_params_from_abi("tool 't'", b3, 1, &t, &n, &e),
                     TH_ELOAD);
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "tool 't': parameter 'o': "
                                          "schema_json: uses the keyword "
-                                         "'patternProperties'"));
+                                         "'$dynamicRef'"));
     toolhost_param b4[] = {P("n", TOOLHOST_TYPE_INTEGER, 0, "d", NULL, "0", 0)};
     b4[0].bounds = TOOLHOST_BOUND_MINIMUM;
     b4[0].minimum = 1;

@@ -1,16 +1,30 @@
 /* th/jschema.h - the JSON Schema subset tool schemas use, compiled once and
  * checked against msgpack values (arguments, structured output).
  *
- * The subset: type (a name or a list), enum, const, minimum, maximum,
- * exclusiveMinimum, exclusiveMaximum (numbers, as in draft 6 and later),
- * minLength, maxLength (code points), pattern (PCRE2, UTF, not anchored),
- * items (one schema), minItems, maxItems, properties, required,
- * additionalProperties (a boolean or a schema), boolean schemas, and the
- * annotations title, description, default, examples, $schema, $comment,
- * $id, readOnly, writeOnly, deprecated, format (ignored, as format is an
- * annotation by default).  Any other keyword is refused when the schema is
- * compiled, naming it: a host that silently ignored "oneOf" would accept
- * what the author meant to refuse.
+ * The subset (JSON Schema 2020-12, proven on the official test suite):
+ *   assertions   type (a name or a list), enum, const, minimum, maximum,
+ *                exclusiveMinimum, exclusiveMaximum (numbers, draft 6 on),
+ *                multipleOf, minLength, maxLength (code points), pattern
+ *                (PCRE2, UTF, not anchored), minItems, maxItems,
+ *                uniqueItems, minContains, maxContains, minProperties,
+ *                maxProperties, required, dependentRequired;
+ *   applicators  properties, patternProperties, additionalProperties,
+ *                propertyNames, dependentSchemas, items (one schema, for
+ *                the items after prefixItems), prefixItems, contains,
+ *                allOf, anyOf, oneOf, not, if / then / else;
+ *   references   $ref to a place in the same document: "#", a JSON pointer
+ *                "#/$defs/name" (percent- and ~-escaped) or an "#anchor"
+ *                named by $anchor; $defs holds the targets;
+ *   annotations  title, description, default, examples, $schema,
+ *                $comment, $id (at the top), $anchor, readOnly, writeOnly,
+ *                deprecated, format (an annotation, as 2020-12 says by
+ *                default), contentMediaType, contentEncoding,
+ *                contentSchema.
+ * Any other keyword is refused when the schema is compiled, naming it: a
+ * host that silently ignored "unevaluatedProperties" would accept what the
+ * author meant to refuse.  So are a $ref to another document and an $id
+ * below the top of a document that uses $ref (they change what a
+ * reference means).
  *
  * Numbers: an integer and a float compare by value (1 == 1.0), and a float
  * with no fraction is an "integer" (draft 6 and later).  Equality for enum
@@ -65,6 +79,23 @@ struct th_jschema {
     size_t n_req;
     char **req;
     th_jschema *additional; /* NULL: any other property is allowed */
+    /* 2020-12 beyond the first subset (all optional, zero = absent) */
+    bool has_multiple_of, unique_items;
+    double multiple_of;
+    long long min_props, max_props;       /* -1: none */
+    long long min_contains, max_contains; /* -1: none */
+    th_jschema *contains, *prop_names_s, *not_s, *if_s, *then_s, *else_s;
+    size_t n_prefix, n_all, n_any, n_one, n_pat, n_dep;
+    th_jschema **prefix, **all_of, **any_of, **one_of;
+    void **pat_re;                /* pcre2_code * each */
+    char **pat_src;
+    th_jschema **pat_s;
+    json_t *dep_required;         /* an object: name -> [names], or NULL */
+    char **dep_names;             /* dependentSchemas: name -> schema */
+    th_jschema **dep_s;
+    const th_jschema *ref;        /* $ref's target, not owned */
+    size_t n_owned;               /* the top node only: $ref targets */
+    th_jschema **owned;
 };
 
 /* A node with no constraint (an "{}" schema).  NULL when out of memory. */
