@@ -2,7 +2,10 @@
  * stdout as a text block (binary: a base64 resource blob), stderr as a
  * second text block when the call failed, meta under _meta with
  * "toolhost/" keys; every tool-level failure is isError: true with a
- * message a model can act on. */
+ * message a model can act on.  An empty stream adds no block: a failed
+ * call's content is its stdout and stderr when it wrote them, else a line
+ * that says it failed. */
+#include <nettle/base64.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,31 +45,14 @@ fail:
     return NULL;
 }
 
+/* Binary stdout for a resource blob: nettle's base64, NUL-terminated. */
 static char *base64(const uint8_t *p, size_t n)
 {
-    static const char tab[] =
-        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    char *out = malloc((n + 2) / 3 * 4 + 1);
+    char *out = malloc(BASE64_ENCODE_RAW_LENGTH(n) + 1);
     if (!out)
         return NULL;
-    size_t o = 0, i = 0;
-    for (; i + 2 < n; i += 3) {
-        uint32_t v = (uint32_t)p[i] << 16 | (uint32_t)p[i + 1] << 8 | p[i + 2];
-        out[o++] = tab[v >> 18];
-        out[o++] = tab[(v >> 12) & 63];
-        out[o++] = tab[(v >> 6) & 63];
-        out[o++] = tab[v & 63];
-    }
-    if (i < n) {
-        uint32_t v = (uint32_t)p[i] << 16;
-        if (i + 1 < n)
-            v |= (uint32_t)p[i + 1] << 8;
-        out[o++] = tab[v >> 18];
-        out[o++] = tab[(v >> 12) & 63];
-        out[o++] = i + 1 < n ? tab[(v >> 6) & 63] : '=';
-        out[o++] = '=';
-    }
-    out[o] = '\0';
+    base64_encode_raw(out, n, p);
+    out[BASE64_ENCODE_RAW_LENGTH(n)] = '\0';
     return out;
 }
 
@@ -159,13 +145,20 @@ json_t *mcp_tool_result(const th_result *r, const char *tool,
         free(b);
         if (!blk || json_array_append_new(content, blk) != 0)
             goto fail_meta;
-    } else {
+    } else if (r->out_len) {
         json_t *blk = text_block(r->out, r->out_len);
         if (!blk || json_array_append_new(content, blk) != 0)
             goto fail_meta;
     }
     if (!r->ok && r->err_len) {
         json_t *blk = text_block(r->err, r->err_len);
+        if (!blk || json_array_append_new(content, blk) != 0)
+            goto fail_meta;
+    }
+    if (!r->ok && json_array_size(content) == 0) {
+        char m[300];
+        snprintf(m, sizeof m, "Tool %.200s failed and wrote no output.", tool);
+        json_t *blk = text_block((const uint8_t *)m, strlen(m));
         if (!blk || json_array_append_new(content, blk) != 0)
             goto fail_meta;
     }
@@ -231,8 +224,8 @@ int mcp_tool_result_text(th_buf *b, const json_t *id, const th_result *r,
                          bool structured)
 {
     if (r->kind != TH_RESULT_DONE || out_type == TOOLHOST_SEM_BINARY ||
-        (structured && r->ok && r->out_len))
-        return 1;
+        (structured && r->ok && r->out_len) || (!r->ok && !r->out_len))
+        return 1; /* a failure without stdout: the tree's way */
     bool err_block = !r->ok && r->err_len;
     if ((r->out_len && !text_ok(r->out, r->out_len)) ||
         (err_block && !text_ok(r->err, r->err_len)))
@@ -241,17 +234,20 @@ int mcp_tool_result_text(th_buf *b, const json_t *id, const th_result *r,
         return -1;
     int rc = th_buf_puts(b, "{\"jsonrpc\":\"2.0\",\"id\":");
     rc |= mcp_json_append(b, id ? id : json_null());
-    rc |= th_buf_puts(b, ",\"result\":{\"content\":[{\"type\":\"text\","
-                         "\"text\":");
-    rc |= mcp_json_append_string(b, r->out_len ? (const char *)r->out : "",
-                                 r->out_len);
-    if (err_block) {
-        rc |= th_buf_puts(b, "},{\"type\":\"text\",\"text\":");
-        rc |= mcp_json_append_string(b, (const char *)r->err, r->err_len);
+    rc |= th_buf_puts(b, ",\"result\":{\"content\":[");
+    if (r->out_len) {
+        rc |= th_buf_puts(b, "{\"type\":\"text\",\"text\":");
+        rc |= mcp_json_append_string(b, (const char *)r->out, r->out_len);
+        rc |= th_buf_puts(b, err_block ? "}," : "}");
     }
-    rc |= th_buf_puts(b, r->ok ? "}],\"isError\":false,\"_meta\":{"
+    if (err_block) {
+        rc |= th_buf_puts(b, "{\"type\":\"text\",\"text\":");
+        rc |= mcp_json_append_string(b, (const char *)r->err, r->err_len);
+        rc |= th_buf_puts(b, "}");
+    }
+    rc |= th_buf_puts(b, r->ok ? "],\"isError\":false,\"_meta\":{"
                                  "\"toolhost/call_id\":"
-                               : "}],\"isError\":true,\"_meta\":{"
+                               : "],\"isError\":true,\"_meta\":{"
                                  "\"toolhost/call_id\":");
     char num[24];
     size_t nl = sizeof num;

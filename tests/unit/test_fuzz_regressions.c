@@ -41,6 +41,7 @@ static const char *fr_input = "?"; /* the input being replayed */
 #include "../../fuzz/config.c"
 #include "../../fuzz/iso_wire.c"
 #include "../../fuzz/json.c"
+#include "../../fuzz/jschema.c"
 #include "../../fuzz/mcp.c"
 #include "../../fuzz/mcp_fast.c"
 #include "../../fuzz/out.c"
@@ -61,6 +62,7 @@ static const fr_target fr_targets[] = {
     {"config", fuzz_config, NULL},
     {"iso_wire", fuzz_iso_wire, NULL},
     {"json", fuzz_json, NULL},
+    {"jschema", fuzz_jschema, NULL},
     {"mcp", fuzz_mcp, mc_close},
     {"mcp_fast", fuzz_mcp_fast, NULL},
     {"out", fuzz_out, NULL},
