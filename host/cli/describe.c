@@ -105,7 +105,7 @@ int cli_describe(int argc, char **argv)
 
 static const char export_usage[] =
     "usage: toolhost export -c FILE --format "
-    "openai|openai-responses|anthropic|jsonschema [--strict] "
+    "openai|openai-responses|anthropic|gemini|jsonschema [--strict] "
     "[--toolset NAME]\n"
     "\n"
     "Writes the tools as the function-calling JSON that API accepts, in a\n"
@@ -116,12 +116,17 @@ static const char export_usage[] =
     "  jsonschema  {name: JSON Schema of the parameters}\n"
     "  openai-responses  [{\"type\": \"function\", name, description,\n"
     "              parameters, strict}] (the flat Responses API shape)\n"
+    "  gemini      {\"functionDeclarations\": [{name, description,\n"
+    "              parameters}]}: one Tool; parameters in the OpenAPI 3.0\n"
+    "              subset Gemini reads (what it cannot say is left out;\n"
+    "              the host still checks every argument)\n"
     "Parameters are JSON Schema: type object, properties, required, enum,\n"
     "default, additionalProperties false.\n"
     "\n"
     "Options:\n"
     "  -c, --config FILE     load the plugins of this config\n"
-    "  -f, --format FORMAT   openai, openai-responses, anthropic or jsonschema\n"
+    "  -f, --format FORMAT   openai, openai-responses, anthropic, gemini or\n"
+    "                        jsonschema\n"
     "                        (default openai)\n"
     "      --strict          openai formats: strict mode (every property\n"
     "                        required, optional ones nullable,\n"
@@ -206,7 +211,7 @@ int cli_export(int argc, char **argv)
     th_export_format fmt = th_export_format_from_name(format);
     if (!fmt) {
         cli_error("export: unknown format '%s' (openai, openai-responses, "
-                  "anthropic, jsonschema)",
+                  "anthropic, gemini, jsonschema)",
                   format);
         return CLI_USAGE;
     }

@@ -28,6 +28,8 @@ th_export_format th_export_format_from_name(const char *name)
         return TH_EXPORT_JSONSCHEMA;
     if (strcmp(name, "openai-responses") == 0)
         return TH_EXPORT_OPENAI_RESPONSES;
+    if (strcmp(name, "gemini") == 0)
+        return TH_EXPORT_GEMINI;
     return 0;
 }
 
@@ -42,6 +44,8 @@ const char *th_export_format_name(th_export_format f)
         return "jsonschema";
     case TH_EXPORT_OPENAI_RESPONSES:
         return "openai-responses";
+    case TH_EXPORT_GEMINI:
+        return "gemini";
     }
     return NULL;
 }
@@ -394,6 +398,13 @@ static json_t *export_one(const th_tool *t, th_export_format fmt)
             break;
         case TH_EXPORT_OPENAI_RESPONSES: /* th_schema_export_ex */
             break;
+        case TH_EXPORT_GEMINI: {
+            json_t *g = th_schema_gemini(params);
+            r = g ? json_pack("{s:s, s:s, s:o}", "name", t->name,
+                              "description", desc, "parameters", g)
+                  : NULL;
+            break;
+        }
         case TH_EXPORT_JSONSCHEMA:
             r = json_pack("{s:s, s:s, s:s}", "$schema",
                           "https://json-schema.org/draft/2020-12/schema",
@@ -427,8 +438,8 @@ json_t *th_schema_export(const th_tool *const *tools, size_t n,
         return th_schema_export_ex(tools, n, fmt, NULL, err);
     if (!th_export_format_name(fmt)) {
         th_error_set(err, TH_EINVAL,
-                     "unknown export format (use openai, anthropic or "
-                     "jsonschema)");
+                     "unknown export format (use openai, openai-responses, "
+                     "anthropic, gemini or jsonschema)");
         return NULL;
     }
     const th_tool **sorted = malloc((n ? n : 1) * sizeof *sorted);
@@ -457,6 +468,12 @@ json_t *th_schema_export(const th_tool *const *tools, size_t n,
         }
     }
     free(sorted);
+    if (fmt == TH_EXPORT_GEMINI) {
+        json_t *tool = json_pack("{s:o}", "functionDeclarations", out);
+        if (!tool)
+            th_error_set(err, TH_ENOMEM, "out of memory");
+        return tool;
+    }
     return out;
 }
 
@@ -773,6 +790,131 @@ json_t *th_schema_strict(const json_t *schema)
         return NULL;
     }
     return c;
+}
+
+/* ---- Gemini's schema subset ------------------------------------------------ */
+
+static json_t *gemini_walk(const json_t *in, int depth);
+
+/* Copies a keyword whose value is a schema, a list or a map of them. */
+static int gemini_sub(json_t *out, const char *k, const json_t *v, int depth)
+{
+    json_t *c = NULL;
+    if (json_is_array(v)) {
+        c = json_array();
+        size_t i;
+        const json_t *e;
+        json_array_foreach(v, i, e)
+        {
+            json_t *g = gemini_walk(e, depth + 1);
+            if (!g || json_array_append_new(c, g) != 0) {
+                json_decref(c);
+                return TH_ENOMEM;
+            }
+        }
+    } else if (strcmp(k, "properties") == 0 && json_is_object(v)) {
+        c = json_object();
+        const char *pk;
+        json_t *pv;
+        json_object_foreach((json_t *)v, pk, pv)
+        {
+            json_t *g = gemini_walk(pv, depth + 1);
+            if (!g || json_object_set_new(c, pk, g) != 0) {
+                json_decref(c);
+                return TH_ENOMEM;
+            }
+        }
+    } else {
+        c = gemini_walk(v, depth + 1);
+    }
+    return !c || json_object_set_new(out, k, c) != 0 ? TH_ENOMEM : 0;
+}
+
+static json_t *gemini_walk(const json_t *in, int depth)
+{
+    static const char *const keep[] = {
+        "format",    "title",     "description", "nullable", "maxItems",
+        "minItems",  "required",  "minProperties", "maxProperties",
+        "minLength", "maxLength", "pattern",     "default",  "minimum",
+        "maximum",   "propertyOrdering", "example", NULL};
+    json_t *out = json_object();
+    if (!out || !json_is_object(in) || depth > 32)
+        return out; /* true / false / too deep: any value */
+    int rc = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)in, k, v)
+    {
+        for (size_t i = 0; keep[i]; i++)
+            if (strcmp(k, keep[i]) == 0)
+                rc |= json_object_set(out, k, v);
+        if (!strcmp(k, "properties") || !strcmp(k, "items") ||
+            !strcmp(k, "anyOf") || !strcmp(k, "oneOf"))
+            rc |= gemini_sub(out, strcmp(k, "oneOf") ? k : "anyOf", v, depth);
+        else if (!strcmp(k, "examples") && json_array_size(v))
+            rc |= json_object_set(out, "example", json_array_get(v, 0));
+        else if (!strcmp(k, "const") && json_is_string(v))
+            rc |= json_object_set_new(out, "enum", json_pack("[O]", v));
+        else if (!strcmp(k, "enum") && json_is_array(v)) {
+            /* Gemini's enum lists strings; null in a list of strings
+             * becomes "nullable" */
+            json_t *strs = json_array();
+            bool only = strs != NULL, null = false;
+            size_t i;
+            json_t *e;
+            json_array_foreach(v, i, e)
+            {
+                if (json_is_string(e))
+                    rc |= json_array_append(strs, e);
+                else if (json_is_null(e))
+                    null = true;
+                else
+                    only = false;
+            }
+            if (only && json_array_size(strs)) {
+                rc |= json_object_set(out, "enum", strs);
+                if (null)
+                    rc |= json_object_set_new(out, "nullable", json_true());
+            }
+            json_decref(strs);
+        }
+    }
+    /* "type": a list becomes one type and "nullable", or anyOf */
+    json_t *t = json_object_get(in, "type");
+    if (json_is_string(t)) {
+        rc |= json_object_set(out, "type", t);
+    } else if (json_is_array(t)) {
+        json_t *types = json_array();
+        size_t i;
+        json_t *e;
+        json_array_foreach(t, i, e)
+        {
+            if (json_is_string(e) && strcmp(json_string_value(e), "null") == 0)
+                rc |= json_object_set_new(out, "nullable", json_true());
+            else if (json_is_string(e))
+                rc |= json_array_append(types, e);
+        }
+        if (json_array_size(types) == 1) {
+            rc |= json_object_set(out, "type", json_array_get(types, 0));
+        } else if (json_array_size(types) > 1 &&
+                   !json_object_get(out, "anyOf")) {
+            json_t *any = json_array();
+            json_array_foreach(types, i, e)
+                rc |= json_array_append_new(any, json_pack("{s:O}", "type", e));
+            rc |= json_object_set_new(out, "anyOf", any);
+        }
+        json_decref(types);
+    }
+    if (rc) {
+        json_decref(out);
+        return NULL;
+    }
+    return out;
+}
+
+json_t *th_schema_gemini(const json_t *schema)
+{
+    return gemini_walk(schema, 0);
 }
 
 json_t *th_schema_export_ex(const th_tool *const *tools, size_t n,

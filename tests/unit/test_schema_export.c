@@ -1,5 +1,5 @@
 /* test_schema_export.c - the MCP tool entry, strict schemas, the
- * openai-responses shape and descriptions fitted to 1,024 characters that
+ * openai-responses and gemini shapes and descriptions fitted to 1,024 characters that
  * still name every tool of a "## Tools" section. */
 #include <CUnit/CUnit.h>
 #include <jansson.h>
@@ -141,6 +141,62 @@ static void test_responses_shape(void)
                     TH_EXPORT_OPENAI_RESPONSES);
 }
 
+/* Gemini's OpenAPI subset: what it can say is kept or rewritten, what it
+ * refuses is left out, recursively; the export is one Tool object. */
+static void test_gemini(void)
+{
+    json_error_t e;
+    json_t *in = json_loads(
+        "{\"type\":\"object\",\"additionalProperties\":false,"
+        "\"$defs\":{\"x\":{}},\"properties\":{"
+        "\"a\":{\"type\":[\"string\",\"null\"],\"pattern\":\"^a\","
+        "\"examples\":[\"ab\"]},"
+        "\"b\":{\"type\":[\"integer\",\"string\"],\"exclusiveMinimum\":0},"
+        "\"c\":{\"const\":\"only\"},"
+        "\"d\":{\"enum\":[1,2]},"
+        "\"e\":{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"array\","
+        "\"items\":{\"type\":\"object\",\"additionalProperties\":{}}}]},"
+        "\"f\":{\"enum\":[\"x\",null],\"default\":\"x\"}},"
+        "\"required\":[\"a\"]}",
+        0, &e);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(in);
+    json_t *g = th_schema_gemini(in);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    char *txt = json_dumps(g, JSON_COMPACT | JSON_SORT_KEYS);
+    CU_ASSERT_STRING_EQUAL(
+        txt,
+        "{\"properties\":{"
+        "\"a\":{\"example\":\"ab\",\"nullable\":true,\"pattern\":\"^a\","
+        "\"type\":\"string\"},"
+        "\"b\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"string\"}]},"
+        "\"c\":{\"enum\":[\"only\"]},"
+        "\"d\":{},"
+        "\"e\":{\"anyOf\":[{\"type\":\"string\"},{\"items\":{\"type\":"
+        "\"object\"},\"type\":\"array\"}]},"
+        "\"f\":{\"default\":\"x\",\"enum\":[\"x\"],\"nullable\":true}},"
+        "\"required\":[\"a\"],\"type\":\"object\"}");
+    free(txt);
+    json_decref(g);
+    json_decref(in);
+    th_tool t;
+    memset(&t, 0, sizeof t);
+    t.name = "w";
+    t.description = "Writes.";
+    const th_tool *tools[] = {&t};
+    th_error err;
+    json_t *j = th_schema_export(tools, 1, TH_EXPORT_GEMINI, &err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+    json_t *fd = json_array_get(json_object_get(j, "functionDeclarations"), 0);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(fd, "name")), "w");
+    CU_ASSERT_STRING_EQUAL(
+        json_string_value(json_object_get(json_object_get(fd, "parameters"),
+                                          "type")),
+        "object");
+    json_decref(j);
+    CU_ASSERT_EQUAL(th_export_format_from_name("gemini"), TH_EXPORT_GEMINI);
+    CU_ASSERT_STRING_EQUAL(th_export_format_name(TH_EXPORT_GEMINI), "gemini");
+}
+
 void th_suite_schema_export(void)
 {
     CU_pSuite s = CU_add_suite("schema_export", NULL, NULL);
@@ -148,4 +204,5 @@ void th_suite_schema_export(void)
     CU_add_test(s, "strict", test_strict);
     CU_add_test(s, "fit_names_every_tool", test_fit_names_every_tool);
     CU_add_test(s, "responses_shape", test_responses_shape);
+    CU_add_test(s, "gemini", test_gemini);
 }

@@ -29,15 +29,20 @@ typedef enum th_export_format {
     TH_EXPORT_ANTHROPIC,   /* [{name, description, input_schema}, ...]    */
     TH_EXPORT_JSONSCHEMA,  /* {name: schema (with $schema, title,
                               description), ...}                         */
-    TH_EXPORT_OPENAI_RESPONSES /* the Responses API: [{"type": "function",
+    TH_EXPORT_OPENAI_RESPONSES, /* the Responses API: [{"type": "function",
                               name, description, parameters, strict}]    */
+    TH_EXPORT_GEMINI       /* one Gemini Tool: {"functionDeclarations":
+                              [{name, description, parameters}, ...]},
+                              parameters in the OpenAPI 3.0 subset Gemini
+                              reads (th_schema_gemini)                   */
 } th_export_format;
 
 /* OpenAI's function description limit (characters); the openai export
  * keeps the description within it. */
 #define TH_SCHEMA_OPENAI_DESC_MAX 1024
 
-/* "openai", "anthropic", "jsonschema" and back; 0 / NULL when unknown. */
+/* "openai", "openai-responses", "anthropic", "jsonschema", "gemini" and
+ * back; 0 / NULL when unknown. */
 th_export_format th_export_format_from_name(const char *name);
 const char *th_export_format_name(th_export_format f);
 
@@ -106,6 +111,15 @@ char *th_schema_description_fit(const th_tool *tool, size_t max_chars);
  * additionalProperties false, "default" moved into the description;
  * recursively.  NULL when out of memory. */
 json_t *th_schema_strict(const json_t *schema);
+
+/* A parameters schema in the OpenAPI 3.0 subset Gemini's function
+ * declarations read: a list of types becomes one type (+ "nullable") or
+ * "anyOf"; "const" a one-value "enum"; "oneOf" "anyOf"; "examples" one
+ * "example"; a non-string enum, "exclusiveMinimum"/"exclusiveMaximum",
+ * "additionalProperties", "$ref" and the other keywords Gemini refuses are
+ * left out (the host still validates every argument against the whole
+ * schema).  A new reference; NULL when out of memory. */
+json_t *th_schema_gemini(const json_t *schema);
 
 typedef struct th_export_opts {
     bool strict; /* openai, openai-responses: strict schemas, strict: true */
