@@ -496,6 +496,9 @@ static int stage_args(th_mcall *c, const uint8_t *raw, size_t raw_len,
 
 /* Registers the call in the duplicate table, answering a refusal, and
  * submits it to the manager.  Consumes the caller's reference. */
+static void ask_fallback(th_session *s, th_mcall *c, const th_tool *t,
+                         uint64_t id, const char *rule);
+
 static void submit(th_mcall *c)
 {
     if (th_call_dup_policy(c) == TH_DUP_ALLOW) {
@@ -585,13 +588,8 @@ static void stage_permission(th_mcall *c, bool perm_free)
                     ? s->ops.ask_permission(s->front_ud, id, t->name, c->args,
                                             c->args_len, reason[0] ? reason : d.rule)
                     : -1;
-    if (asked != 0) {
-        char m[512];
-        snprintf(m, sizeof m,
-                 "permission denied for tool %s: %s asks, and no one can be asked",
-                 t->name, d.rule);
-        th_call_answer_error(c, TH_EPERM, m);
-    }
+    if (asked != 0)
+        ask_fallback(s, c, t, id, d.rule);
     /* Answered meanwhile (cancelled, session closed, refused): whoever
      * leaves PERM_WAIT drops the execution reference. */
     th_call_perm_settle(c);
@@ -769,6 +767,53 @@ void th_mcall_perm_expired(th_mcall *c)
     th_log_info("session=%llu tool=%s call=%llu %s", (unsigned long long)c->s->id, c->tool->name, (unsigned long long)c->base.pub.call_id, m);
     th_call_answer_error(c, TH_EPERM, m);
     th_call_perm_settle(c);
+}
+
+/* No one can be asked (the front has no asks, or its client cannot take
+ * them): the toolset's ask_fallback decides.  The call is in PERM_WAIT. */
+static void ask_fallback(th_session *s, th_mcall *c, const th_tool *t,
+                         uint64_t id, const char *rule)
+{
+    th_ask_fallback fb = c->ts ? c->ts->ask_fallback : TH_ASKFB_DENY;
+    char m[512];
+    if (fb == TH_ASKFB_ALLOW_READ_ONLY &&
+        (t->desc->flags & TOOLHOST_TOOL_READ_ONLY)) {
+        pthread_mutex_lock(&c->mu);
+        bool mine = c->phase == TH_PH_PERM_WAIT && !c->answered;
+        if (mine)
+            c->phase = TH_PH_NEW;
+        pthread_mutex_unlock(&c->mu);
+        if (!mine)
+            return; /* answered meanwhile (cancelled, session closed) */
+        th_mgr_disarm(s->h, c);
+        atomic_store(&c->deadline_ns, 0);
+        th_log_info("session=%llu tool=%s call=%llu permission granted by "
+                    "ask_fallback allow_read_only (%s asks, no one can be "
+                    "asked; the tool is read-only)",
+                    (unsigned long long)s->id, t->name,
+                    (unsigned long long)id, rule);
+        submit(c);
+        return;
+    }
+    if (fb == TH_ASKFB_ERROR) {
+        snprintf(m, sizeof m,
+                 "tool %s needs the user's permission (%s asks) and this "
+                 "client cannot be asked: use a client that answers "
+                 "permission asks (MCP elicitation), or change the "
+                 "toolset's ask_fallback",
+                 t->name, rule);
+        th_call_answer_error(c, TH_ESTATE, m);
+        return;
+    }
+    snprintf(m, sizeof m,
+             "permission denied for tool %s: %s asks, and no one can be "
+             "asked%s",
+             t->name, rule,
+             fb == TH_ASKFB_ALLOW_READ_ONLY
+                 ? " (ask_fallback allow_read_only: the tool is not "
+                   "read-only)"
+                 : "");
+    th_call_answer_error(c, TH_EPERM, m);
 }
 
 int th_permission_answer(th_session *s, uint64_t call_id, bool allow)

@@ -784,6 +784,8 @@ static const char *const dup_policies[] = {"allow", "reject", "replace",
 static const char *const dup_scopes[] = {"name_and_args", "name", NULL};
 static const char *const task_scopes[] = {"session", "toolset", NULL};
 static const char *const perm_actions[] = {"deny", "allow", "ask", NULL};
+static const char *const ask_fallbacks[] = {"deny", "allow_read_only",
+                                            "error", NULL};
 
 static int expand_scalar(cfctx *c, th_ynode *n, const char *where, bool path);
 
@@ -1596,6 +1598,8 @@ static const cfkey toolset_keys[] = {
     {.name = "duplicate_scope", .set = set_enum, .off = T(duplicate_scope),
      .names = dup_scopes},
     {.name = "scope", .set = set_enum, .off = T(scope), .names = task_scopes},
+    {.name = "ask_fallback", .set = set_enum, .off = T(ask_fallback),
+     .names = ask_fallbacks},
     {.name = "allow_users", .set = set_strlist, .off = T(allow_users),
      .off2 = T(n_allow_users)},
     {.name = "allow_groups", .set = set_strlist, .off = T(allow_groups),

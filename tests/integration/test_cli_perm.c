@@ -86,6 +86,58 @@ static void test_default_ask(void)
     free(dir);
 }
 
+/* ask_fallback, when a rule asks and no one can be asked (no terminal):
+ * deny (the default), allow_read_only (a read-only tool runs, others are
+ * denied saying why), error (bad_state, naming what to change). */
+static void test_ask_fallback(void)
+{
+    char *dir = th_test_tmpdir();
+    char *cfg = write_cfg(dir, "ro.yaml",
+                          "    ask_fallback: allow_read_only\n"
+                          "    permissions:\n"
+                          "      rules:\n"
+                          "        - match: \"*\"\n"
+                          "          action: ask\n");
+    th_test_run r;
+    RUN(r, "call", "-c", cfg, "perm_read", "target=b");
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_STRING_EQUAL(r.out, "perm_read b\n");
+    th_test_run_free(&r);
+    RUN(r, "call", "-c", cfg, "perm_rm", "target=a");
+    expect_denied(&r, "ask_fallback allow_read_only: the tool is not "
+                      "read-only");
+    th_test_run_free(&r);
+    free(cfg);
+
+    cfg = write_cfg(dir, "err.yaml",
+                    "    ask_fallback: error\n"
+                    "    permissions:\n"
+                    "      default: ask\n");
+    RUN(r, "call", "-c", cfg, "perm_rm", "target=a");
+    CU_ASSERT_EQUAL(r.status, 1);
+    CU_ASSERT_STRING_EQUAL(r.out, "");
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "bad_state"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "cannot be asked"));
+    th_test_run_free(&r);
+    free(cfg);
+
+    /* deny is the default, and a bad value is a located config error */
+    cfg = write_cfg(dir, "bad.yaml",
+                    "    ask_fallback: maybe\n"
+                    "    permissions:\n"
+                    "      default: ask\n");
+    RUN(r, "call", "-c", cfg, "perm_rm", "target=a");
+    CU_ASSERT_EQUAL(r.status, 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "bad.yaml:9:19:"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "allow_read_only"));
+    if (!strstr(r.err, "bad.yaml:9:19:"))
+        fprintf(stderr, "\n%s\n", r.err);
+    th_test_run_free(&r);
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
 /* Ordered rules: deny by name pattern (even with --yes), allow by flag,
  * ask on needs_permission; the default (deny) for the rest. */
 static void test_rules(void)
@@ -194,6 +246,7 @@ void th_suite_cli_perm(void)
     CU_pSuite s = CU_add_suite("cli_perm", NULL, NULL);
     CU_add_test(s, "default_ask", test_default_ask);
     CU_add_test(s, "rules", test_rules);
+    CU_add_test(s, "ask_fallback", test_ask_fallback);
     CU_add_test(s, "default_deny", test_default_deny);
     CU_add_test(s, "meta_not_utf8", test_meta_not_utf8);
 }

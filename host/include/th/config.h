@@ -357,6 +357,15 @@ typedef struct th_run_code_cfg {
     uint64_t output_limit; /* bytes; default 64 KiB */
 } th_run_code_cfg;
 
+/* What a call a permission rule says to ask about gets when no one can
+ * be asked (a front without asks, an MCP client that did not declare
+ * elicitation). */
+typedef enum th_ask_fallback {
+    TH_ASKFB_DENY = 0,       /* permission_denied, saying why */
+    TH_ASKFB_ALLOW_READ_ONLY, /* run a tool flagged read-only, deny others */
+    TH_ASKFB_ERROR           /* bad_state: the client cannot take asks */
+} th_ask_fallback;
+
 typedef struct th_toolset_cfg {
     char *name;
     char **tools;          /* tool names; a single "*" means every tool */
@@ -374,6 +383,7 @@ typedef struct th_toolset_cfg {
     size_t n_rules;
     th_perm_action perm_default; /* when no rule matches; default deny for
                                     tools that need permission, see docs */
+    th_ask_fallback ask_fallback;
     th_limits limits;      /* 0 entries inherit the host's */
     th_tool_override *overrides;
     size_t n_overrides;
