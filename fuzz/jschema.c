@@ -16,6 +16,9 @@
  * patterns are bounded by the validator (a depth, a step budget, PCRE2's
  * match limit), so a slow input is a finding too.
  *
+ * (Fixed, in fuzz/corpus/jschema/leak-pattern-properties-names: the
+ * names of patternProperties were allocated twice, one list leaked.)
+ *
  * needs: host/core/jschema.c host/core/json.c
  */
 #include <jansson.h>

@@ -326,9 +326,8 @@ static int compile_more(cctx *c, th_jschema *s, const char *k,
                            &s->n_dep);
     if (strcmp(k, "patternProperties") == 0) {
         size_t cap = json_is_object(v) ? json_object_size(v) : 0;
-        if (cap && (!(s->pat_re = calloc(cap, sizeof *s->pat_re)) ||
-                    !(s->pat_src = calloc(cap, sizeof *s->pat_src))))
-            return oom(c);
+        if (cap && !(s->pat_re = calloc(cap, sizeof *s->pat_re)))
+            return oom(c); /* pat_src and pat_s: compile_map's */
         int rc = compile_map(c, k, v, path, depth, &s->pat_src, &s->pat_s,
                              &s->n_pat);
         for (size_t i = 0; !rc && i < s->n_pat; i++) {

@@ -113,8 +113,9 @@ json_t *mcp_tool_result(const th_result *r, const char *tool,
                      "%s. This MCP client did not declare elicitation, so "
                      "the host cannot ask; to allow the tool, add a rule "
                      "`- match: \"%s\"\\n  action: allow` to the toolset's "
-                     "permissions in the host config, or use a client that "
-                     "supports elicitation",
+                     "permissions in the host config (or `ask_fallback: "
+                     "allow_read_only` for read-only tools), or use a client "
+                     "that supports elicitation",
                      r->message, tool);
             return mcp_tool_error(tool, r->error, m);
         }
