@@ -695,12 +695,10 @@ static bool user_has_toolset(th_mcp_http *f, const char *user)
 
 static bool version_ok(const char *v)
 {
-    static const char *const known[] = {"2025-11-25", "2025-06-18",
-                                        "2025-03-26", NULL};
     if (!v)
         return true;
-    for (size_t i = 0; known[i]; i++)
-        if (strcmp(v, known[i]) == 0)
+    for (size_t i = 0; mcp_versions[i]; i++)
+        if (strcmp(v, mcp_versions[i]) == 0)
             return true;
     return false;
 }

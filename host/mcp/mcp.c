@@ -18,8 +18,12 @@
 #define LIST_PAGE 100           /* tools per tools/list page */
 #define LIST_CHANGED_MIN_MS 1000 /* at most one list_changed a second */
 
-static const char *const versions[] = {"2025-11-25", "2025-06-18",
-                                       "2025-03-26"};
+/* 2024-11-05 clients speak the same tools/list and tools/call over stdio
+ * (its HTTP transport, HTTP+SSE, is not served); the fields later
+ * revisions added (outputSchema, structuredContent, annotations) are ones
+ * its clients ignore. */
+const char *const mcp_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26",
+                                    "2024-11-05", NULL};
 
 int64_t mcp_wall_ms(void)
 {
@@ -523,10 +527,10 @@ static void m_initialize(th_mcp_session *m, const json_t *id,
                        "initialize needs params.protocolVersion (a string)");
         return;
     }
-    const char *v = versions[0];
-    for (size_t i = 0; i < sizeof versions / sizeof *versions; i++)
-        if (strcmp(want, versions[i]) == 0)
-            v = versions[i];
+    const char *v = mcp_versions[0];
+    for (size_t i = 0; mcp_versions[i]; i++)
+        if (strcmp(want, mcp_versions[i]) == 0)
+            v = mcp_versions[i];
     json_t *caps = json_object_get(params, "capabilities");
     bool elicit = json_is_object(json_object_get(caps, "elicitation"));
     json_t *res = json_pack(

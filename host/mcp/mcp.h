@@ -143,4 +143,8 @@ int th_mcp_stdio_run(th_host *h, const th_principal *who,
                      const th_mcp_opts *o, int in_fd, int out_fd,
                      th_error *err);
 
+/* The protocol revisions served, newest first, NULL-terminated: what
+ * initialize agrees to and what MCP-Protocol-Version may name. */
+extern const char *const mcp_versions[];
+
 #endif

@@ -353,8 +353,9 @@ static void test_raw_versions(void)
     const char *vs[][2] = {{"1999-01-01", "2025-11-25"},
                            {"2025-06-18", "2025-06-18"},
                            {"2025-03-26", "2025-03-26"},
-                           {"2025-11-25", "2025-11-25"}};
-    for (int i = 0; i < 4; i++) {
+                           {"2025-11-25", "2025-11-25"},
+                           {"2024-11-05", "2024-11-05"}};
+    for (int i = 0; i < 5; i++) {
         char input[512];
         snprintf(input, sizeof input,
                  "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\","
