@@ -347,6 +347,7 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
     c->scope = c->ts ? c->ts->scope : TH_SCOPE_SESSION;
     c->is_async = (t->flags & TOOLHOST_TOOL_ASYNC) != 0;
     c->no_progress = o->no_progress;
+    c->as_task = o->as_task;
     c->may_block = o->may_block;
     c->front = o->front;
     if (h->audit)

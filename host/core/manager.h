@@ -360,7 +360,7 @@ struct th_mcall {
                                    queued, waits for permission, or lives
                                    on after execute() (suspend) */
     bool is_async;              /* TOOLHOST_TOOL_ASYNC */
-    bool no_progress, may_block;
+    bool no_progress, may_block, as_task;
     atomic_bool args_ok;        /* validated: its end counts in the latency
                                    numbers (atomic: the owner sets it
                                    unlocked while a canceller's answer may
@@ -773,6 +773,7 @@ typedef struct th_kept {
     uint32_t owner_uid;
     int ts_idx;
     th_task_scope scope;
+    bool as_task;               /* th_call_opts.as_task */
     char *tool;
     int64_t started_ms, last_update_ms, ended_ms; /* Unix ms */
     int64_t expires_ns;         /* monotonic: ended + result_ttl */

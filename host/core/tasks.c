@@ -142,6 +142,7 @@ static th_kept *kept_new(th_mcall *c)
     k->owner_uid = c->s->who.uid;
     k->ts_idx = c->ts_idx;
     k->scope = c->scope;
+    k->as_task = c->as_task;
     k->started_ms = c->x->start_wall_ms;
     k->last_update_ms = c->x->last_update_ms;
     k->ended_ms = th_wall_ms();
@@ -231,6 +232,7 @@ static bool live_view_locked(th_mcall *c, th_task_view *v, char **msg)
     v->owner_uid = c->s->who.uid;
     v->tool = c->tool->name;
     v->scope = c->scope;
+    v->as_task = c->as_task;
     v->state = TH_TASK_WORKING;
     v->started_ms = c->x->start_wall_ms;
     v->last_update_ms = c->x->last_update_ms;
@@ -251,6 +253,7 @@ static void kept_view(const th_kept *k, th_task_view *v)
     v->owner_uid = k->owner_uid;
     v->tool = k->tool;
     v->scope = k->scope;
+    v->as_task = k->as_task;
     v->state = th_task_state_of(&k->res);
     v->started_ms = k->started_ms;
     v->last_update_ms = k->last_update_ms;

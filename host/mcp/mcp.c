@@ -689,7 +689,7 @@ static void m_tools_call(th_mcp_session *m, const json_t *id,
         c->created_ms = c->updated_ms = mcp_wall_ms();
         c->ttl_ms = mcp_task_ttl(m, task);
     }
-    th_call_opts o = {0};
+    th_call_opts o = {.as_task = task != NULL};
     pthread_mutex_lock(&m->mu);
     if (!task && find_call(m, id)) {
         /* Two calls in flight under one id: the second is refused (a

@@ -538,6 +538,8 @@ static int list_each(const th_task_view *tv, void *ud)
     }
     if (x->m->own_tasks_only && tv->session_id != th_session_id(x->m->s))
         return 0;
+    if (!tv->as_task)
+        return 0; /* an async call not started as a task: not MCP's task */
     core_task *t = &x->v[x->n++];
     memset(t, 0, sizeof *t);
     core_copy(tv, t);

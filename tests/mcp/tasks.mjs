@@ -34,6 +34,16 @@ check(got.status === 'completed', `tasks/get: ${JSON.stringify(got)}`);
 const list = await tasks.listTasks();
 check(list.tasks.some((t) => t.taskId === taskId),
       `tasks/list: ${JSON.stringify(list)}`);
+// An async call made without `task` runs as a task in the core, but it is
+// not an MCP task: tasks/list leaves it out.
+const plain = await client.callTool({ name: 'echo_async',
+  arguments: { text: 'plain', steps: 1, delay_ms: 1 } });
+const plainId = String(plain._meta['toolhost/call_id']);
+const list2 = await tasks.listTasks();
+check(plain.content[0].text === 'plain' &&
+      !list2.tasks.some((t) => String(t.taskId) === plainId) &&
+      list2.tasks.some((t) => t.taskId === taskId),
+      `tasks/list lists a plain call ${plainId}: ${JSON.stringify(list2)}`);
 const again = await tasks.getTaskResult(taskId, CallToolResultSchema);
 check(again.content[0].text === 'as a task', 'tasks/result after the end');
 

@@ -310,7 +310,8 @@ static void test_export_shapes(void)
                     TH_EXPORT_ANTHROPIC);
     CU_ASSERT_EQUAL(th_export_format_from_name("jsonschema"),
                     TH_EXPORT_JSONSCHEMA);
-    CU_ASSERT_EQUAL(th_export_format_from_name("gemini"), 0);
+    CU_ASSERT_EQUAL(th_export_format_from_name("gemini"), TH_EXPORT_GEMINI);
+    CU_ASSERT_EQUAL(th_export_format_from_name("palm"), 0);
     CU_ASSERT_STRING_EQUAL(th_export_format_name(TH_EXPORT_OPENAI), "openai");
 }
 

@@ -175,6 +175,9 @@ typedef struct th_call_opts {
     const char *front;  /* toolhost_caller.front of this call (a static
                            string), over the session's; NULL: the
                            session's (th_front_ops.front) */
+    bool as_task;       /* the caller asked for a task (an MCP
+                           task-augmented tools/call): th_task_view.as_task,
+                           so a front can list those only */
     bool output_info;   /* meta.toolhost.output describes both streams on
                            every result; false (default): only a stream
                            that was cut or spilled is described, and a
@@ -345,6 +348,7 @@ typedef struct th_task_view {     /* valid during the callback only */
                                      NULL */
     const uint8_t *args;          /* validated arguments (msgpack map) */
     size_t args_len;
+    bool as_task;                 /* started with th_call_opts.as_task */
 } th_task_view;
 
 /* Calls fn with the task's view under the store's protection.  0 or
