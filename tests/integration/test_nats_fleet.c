@@ -9,6 +9,7 @@
 #include "test_nats_harness.h"
 
 #include <CUnit/CUnit.h>
+#include <sys/stat.h>
 
 /* One nats-server with JetStream, no auth, for the suite. */
 static gnatsd G;
@@ -221,11 +222,20 @@ static void test_result_after_host_gone(void)
     NEED_SERVER();
     rpc_srv h[2];
     char ids[2][40];
+    /* the key both hosts sign and check the bucket's entries with */
+    char *key = th_test_write_file(G.dir, "results.key",
+                                   "kv-test-key-0123456789abcdef-0123456789",
+                                   (size_t)-1);
+    chmod(key, 0600);
+    char extra[1024];
+    snprintf(extra, sizeof extra,
+             "  results_ttl: 1m\n"
+             "  results_bucket: kvtest\n"
+             "  results_key_file: %s\n", key);
+    free(key);
     for (int i = 0; i < 2; i++)
         CU_ASSERT_FATAL(host_start(&h[i], ids[i], G_url, "kv", "kv",
-                                   "echo, echo_async",
-                                   "  results_ttl: 1m\n"
-                                   "  results_bucket: kvtest\n") == 0);
+                                   "echo, echo_async", extra) == 0);
     CU_ASSERT(rpc_log_wait(&h[0], "key-value bucket kvtest", rpc_wait_ms()));
     natsConnection *nc = nats_connect(G_url, NULL, NULL);
     CU_ASSERT_FATAL(nc != NULL);
