@@ -38,7 +38,7 @@ static int64_t now_ms(void)
  * nats_connect_or_say (one connection per process). */
 static char cli_user[128];
 
-/* TOOLHOST_NATS_USER, or USER of nats://USER[:PASSWORD]@HOST (the first
+/* TOOLHOST_NATS_USER, or USER of nats://USER:PASSWORD@HOST (the first
  * URL of a list). */
 static void user_of(const char *url, char *out, size_t n)
 {
@@ -54,8 +54,9 @@ static void user_of(const char *url, char *out, size_t n)
     const char *at = memchr(p, '@', end);
     if (!at)
         return;
+    /* USER:PASSWORD@ only: a lone TOKEN@ is a secret, never a subject */
     size_t l = strcspn(p, ":@");
-    if (l < n && p + l <= at) {
+    if (l < n && p + l < at) {
         memcpy(out, p, l);
         out[l] = '\0';
     }

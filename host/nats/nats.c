@@ -130,6 +130,10 @@ struct th_nats {
     uint64_t kv_ttl_ms;
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    /* quiesced: no new calls (th_nats_quiesce, at SIGTERM: the tool
+     * subjects are drained, what they still deliver is answered
+     * `cancelled`); stopping: no handler at all (th_nats_stop) */
+    atomic_bool quiesced;
     bool stopping;
     bool closed; /* the connection's last callback ran (on_closed) */
     size_t subs_open; /* subscriptions whose on_sub_done has not run */
@@ -900,9 +904,13 @@ static void on_request(natsConnection *nc, natsSubscription *sub,
         natsMsg_Destroy(msg);
         return;
     }
-    if (!handler_enter(f)) {
+    bool entered = handler_enter(f);
+    if (!entered || atomic_load(&f->quiesced)) {
         /* stopping: a request the server delivered before it saw our
-         * unsubscribe (th_nats_stop drains) is answered, never dropped */
+         * unsubscribe (th_nats_quiesce drains) is answered, never
+         * dropped */
+        if (entered)
+            handler_leave(f);
         publish_error(f, reply, TH_ECANCELLED,
                       "the host is stopping: the call was not started");
         natsMsg_Destroy(msg);
@@ -1728,7 +1736,7 @@ static void sub_drain(natsSubscription *sub)
 static bool is_stopping(th_nats *f)
 {
     pthread_mutex_lock(&f->mu);
-    bool v = f->stopping;
+    bool v = f->stopping || atomic_load(&f->quiesced);
     pthread_mutex_unlock(&f->mu);
     return v;
 }
@@ -2198,21 +2206,35 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
     return 0;
 }
 
-void th_nats_stop(th_nats *f)
+void th_nats_quiesce(th_nats *f)
 {
-    if (!f)
+    if (!f || atomic_exchange(&f->quiesced, true))
         return;
-    pthread_mutex_lock(&f->mu);
-    f->stopping = true;
-    pthread_mutex_unlock(&f->mu);
-    /* 1. No new deliveries: drain every subscription - the server stops
-     * routing to us, and what it had already sent (in the socket, in the
+    /* No new calls: drain the tool subjects - the server stops routing
+     * them to us, and what it had already sent (in the socket, in the
      * client's queues) is still handed to on_request, which answers it
-     * `cancelled` (an unsubscribe would drop those silently). */
+     * `cancelled` (an unsubscribe would drop those silently).  Tasks,
+     * `ask` answers and discovery go on until th_nats_stop. */
     pthread_mutex_lock(&f->eps_mu);
     for (size_t i = 0; i < f->n_eps; i++)
         if (f->eps[i]->live)
             sub_drain(f->eps[i]->sub);
+    pthread_mutex_unlock(&f->eps_mu);
+    flush_now(f);
+    th_log_info("nats: stopping: no new calls are taken (the tool "
+                "subjects are drained; calls in flight go on)");
+}
+
+void th_nats_stop(th_nats *f)
+{
+    if (!f)
+        return;
+    th_nats_quiesce(f); /* 1. no new calls */
+    pthread_mutex_lock(&f->mu);
+    f->stopping = true;
+    pthread_mutex_unlock(&f->mu);
+    /* and no more deliveries on the host's own subjects either */
+    pthread_mutex_lock(&f->eps_mu);
     for (size_t i = 0; i < f->n_srv; i++)
         sub_drain(f->srv[i]);
     pthread_mutex_unlock(&f->eps_mu);
@@ -2246,13 +2268,29 @@ void th_nats_stop(th_nats *f)
     /* the users' sessions (no handler runs any more: none is added) */
     for (nt_sess *x = f->sess; x; x = x->next)
         th_session_close(x->s);
+    /* No event callback of a closed session runs any more: a call still
+     * listed here will never hear its end (an acknowledged toolset-scoped
+     * task goes on detached from its session; a call the core gave up
+     * on).  Its caller is told now, never left without an answer, and its
+     * record freed. */
     pthread_mutex_lock(&f->mu);
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    dl.tv_sec += 5;
-    while (f->calls && pthread_cond_timedwait(&f->cv, &f->mu, &dl) == 0)
-        ;
+    nt_call *left = f->live_calls;
+    f->live_calls = NULL;
+    size_t n_left = f->calls;
+    f->calls = 0;
     pthread_mutex_unlock(&f->mu);
+    for (nt_call *c = left, *next; c; c = next) {
+        next = c->next;
+        publish_error(f, c->reply, TH_ECANCELLED,
+                      "the host is stopping: the call was cancelled");
+        free(c->reply);
+        free(c);
+    }
+    if (n_left)
+        th_log_info("nats: %zu call(s) without an end when their sessions "
+                    "closed (tasks that outlive their session) were "
+                    "answered `cancelled`", n_left);
+    struct timespec dl;
     if (f->nc) {
         if (natsConnection_Status(f->nc) == NATS_CONN_STATUS_CONNECTED)
             natsConnection_FlushTimeout(f->nc, 1000);

@@ -999,6 +999,82 @@ static void test_drain(void)
     rpc_srv_free(&h);
 }
 
+/* SIGTERM stops new NATS calls at once: while the host lets a socket
+ * call finish (host.shutdown_grace), a NATS request finds the tool
+ * subjects drained (no responders, or `cancelled`) instead of starting
+ * work on a host that is going away. */
+static void test_sigterm_no_new_calls(void)
+{
+    NEED_CLUSTER();
+    char cfg[2048];
+    snprintf(cfg, sizeof cfg,
+             "host:\n"
+             "  log_level: info\n"
+             "  shutdown_grace: 600s\n"
+             "  listen: [\"%s\"]\n"
+             "plugins:\n"
+             "  - name: echo\n"
+             "    path: @BUILD@/plugins/echo.so\n"
+             "  - name: hang_mark\n"
+             "    path: @BUILD@/fixtures/hang_mark.so\n"
+             "toolsets:\n"
+             "  - name: public\n"
+             "    tools: [echo]\n"
+             "    allow_users: [nats]\n"
+             "  - name: local\n"
+             "    tools: [hang_mark]\n"
+             "nats:\n"
+             "  prefix: qt\n"
+             "  user: host\n"
+             "  password: hostpw\n"
+             "  toolsets: [public]\n",
+             C.url);
+    rpc_srv h;
+    rpc_opts o = {.config = cfg};
+    CU_ASSERT_FATAL(rpc_srv_start(&h, &o) == 0);
+    natsConnection *nc = nats_connect(C.url, "host", "hostpw");
+    CU_ASSERT_FATAL(nc != NULL);
+    natsMsg *r = NULL;
+    CU_ASSERT_FATAL(request(nc, &r, "qt.public.echo", "{\"text\":\"up\"}",
+                            3000) == NATS_OK);
+    CU_ASSERT(reply_ok(r, "up"));
+    natsMsg_Destroy(r);
+    r = NULL;
+    /* a socket call that holds the server in its grace */
+    char mark[600], args[800];
+    snprintf(mark, sizeof mark, "%s/mark", h.dir);
+    /* (it outlasts the test: a second SIGTERM ends the host below) */
+    snprintf(args, sizeof args, "[\"hang_mark\", {\"ms\": 600000, "
+             "\"mark\": \"%s\"}]", mark);
+    rpc_raw w;
+    CU_ASSERT_FATAL(rpc_raw_open(&w, &h) == 0);
+    rpc_raw_request(&w, 1, "tools.call", args);
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    while (access(mark, F_OK) != 0 && rpc_now_ms() < end)
+        usleep(5000);
+    CU_ASSERT_FATAL(access(mark, F_OK) == 0);
+    kill(h.pid, SIGTERM);
+    CU_ASSERT(rpc_log_wait(&h, "nats: stopping: no new calls",
+                           rpc_wait_ms()));
+    /* the socket call still runs (the host waits for it); a new NATS
+     * call is not taken */
+    natsStatus st = request(nc, &r, "qt.public.echo", "{\"text\":\"late\"}",
+                            3000);
+    CU_ASSERT(st == NATS_NO_RESPONDERS ||
+              (st == NATS_OK && reply_error_is(r, "cancelled")));
+    if (st == NATS_OK && !reply_error_is(r, "cancelled"))
+        fprintf(stderr, "\n  a NATS call after SIGTERM was taken and "
+                "answered (%s)\n", reply_ok(r, "late") ? "ok" : "?");
+    natsMsg_Destroy(r);
+    CU_ASSERT(waitpid(h.pid, NULL, WNOHANG) == 0); /* still in its grace */
+    /* a second signal: the host exits at once (status 1) */
+    kill(h.pid, SIGTERM);
+    CU_ASSERT_EQUAL(rpc_srv_wait(&h), 1);
+    rpc_raw_close(&w);
+    natsConnection_Destroy(nc);
+    rpc_srv_free(&h);
+}
+
 /* Whether every thread of `pid` is stopped (SIGSTOP takes effect only
  * once the thread that takes the signal runs: under load, later). */
 static bool all_threads_stopped(pid_t pid)
@@ -1305,6 +1381,7 @@ void th_suite_nats(void)
     CU_add_test(s, "slow_consumer", test_slow_consumer);
     CU_add_test(s, "stats_counts", test_stats_counts);
     CU_add_test(s, "drain", test_drain);
+    CU_add_test(s, "sigterm_no_new_calls", test_sigterm_no_new_calls);
     CU_add_test(s, "deadline", test_deadline);
     CU_add_test(s, "cli_deadline", test_cli_deadline);
     CU_add_test(s, "clean_stop", test_clean_stop);

@@ -9,7 +9,6 @@
 #include "test_nats_harness.h"
 
 #include <CUnit/CUnit.h>
-#include <sys/stat.h>
 
 /* One nats-server with JetStream, no auth, for the suite. */
 static gnatsd G;
@@ -223,10 +222,7 @@ static void test_result_after_host_gone(void)
     rpc_srv h[2];
     char ids[2][40];
     /* the key both hosts sign and check the bucket's entries with */
-    char *key = th_test_write_file(G.dir, "results.key",
-                                   "kv-test-key-0123456789abcdef-0123456789",
-                                   (size_t)-1);
-    chmod(key, 0600);
+    char *key = nats_key_file(G.dir);
     char extra[1024];
     snprintf(extra, sizeof extra,
              "  results_ttl: 1m\n"
@@ -534,8 +530,11 @@ static void test_tls_auth(void)
     char url[64];
     snprintf(url, sizeof url, "tls://127.0.0.1:%d", s.port);
     char extra[1024];
+    char *key = nats_key_file(dir); /* so that it asks for JetStream */
     snprintf(extra, sizeof extra,
-             "  user: host\n  password: hostpw\n  tls_ca: %s/ca.pem\n", dir);
+             "  user: host\n  password: hostpw\n  tls_ca: %s/ca.pem\n"
+             "  results_key_file: %s\n", dir, key);
+    free(key);
     rpc_srv h;
     char id[40];
     CU_ASSERT_FATAL(host_start(&h, id, url, "tl", "tl", "echo", extra) == 0);

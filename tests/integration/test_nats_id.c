@@ -12,7 +12,6 @@
 
 #include <CUnit/CUnit.h>
 #include <pthread.h>
-#include <sys/stat.h>
 
 /* The layout of docs/scale.md, prefix "id", results bucket "idb". */
 static const char nats_conf[] =
@@ -62,11 +61,8 @@ static int suite_init(void)
         return 0;
     }
     snprintf(G_url, sizeof G_url, "nats://127.0.0.1:%d", G.port);
-    char *k = th_test_write_file(G.dir, "results.key",
-                                 "0123456789abcdef0123456789abcdef-key",
-                                 (size_t)-1);
+    char *k = nats_key_file(G.dir);
     snprintf(key_path, sizeof key_path, "%s", k);
-    chmod(key_path, 0600);
     free(k);
     char cfg[3072];
     snprintf(cfg, sizeof cfg,
