@@ -1346,6 +1346,8 @@ static void test_config_errors(void)
         {"nats:\n  results_bucket: a.b\n",
          "2:19: 'results_bucket' must be a bucket name"},
         {"nats:\n  results_ttl: 10ms\n", "results_ttl"},
+        {"nats:\n  users: [alice, \"a.b\"]\n",
+         "nats.users: 'a.b' cannot be a subject token"},
     };
     char *dir = th_test_tmpdir();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

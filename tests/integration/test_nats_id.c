@@ -667,6 +667,48 @@ static void test_cli_user(void)
     th_test_run_free(&r);
 }
 
+/* nats.results_key_file must be the owner's alone and long enough: else
+ * serve stops at start and says why. */
+static void test_key_file_checked(void)
+{
+    NEED_UP();
+    char *k = th_test_write_file(G.dir, "open.key",
+                                 "0123456789abcdef0123456789abcdef",
+                                 (size_t)-1);
+    chmod(k, 0644);
+    char *s = th_test_write_file(G.dir, "short.key", "short", (size_t)-1);
+    chmod(s, 0600);
+    const char *keys[2] = {k, s};
+    const char *says[2] = {"only its owner may read", "32 to 255 bytes"};
+    for (int i = 0; i < 2; i++) {
+        char cfg[1024];
+        snprintf(cfg, sizeof cfg,
+                 "host:\n  listen: [\"%s\"]\n"
+                 "plugins:\n  - name: echo\n    path: %s/plugins/echo.so\n"
+                 "toolsets:\n  - name: public\n    tools: [echo]\n"
+                 "    allow_users: [alice]\n"
+                 "nats:\n  toolsets: [public]\n  users: [alice]\n"
+                 "  user: host\n  password: hostpw\n"
+                 "  results_key_file: %s\n",
+                 G_url, TH_BUILD_DIR, keys[i]);
+        char *path = th_test_write_file(G.dir, "bad-key.yaml", cfg,
+                                        (size_t)-1);
+        th_test_run r = {0};
+        char sock[600];
+        snprintf(sock, sizeof sock, "unix:%s/bad-key.sock", G.dir);
+        th_test_toolhost(&r, "serve", "-c", path, "--listen", sock, NULL);
+        CU_ASSERT_EQUAL(r.status, 2);
+        CU_ASSERT(r.err && strstr(r.err, says[i]));
+        if (!(r.err && strstr(r.err, says[i])))
+            fprintf(stderr, "\nserve with key %d: %s\n", i,
+                    r.err ? r.err : "");
+        th_test_run_free(&r);
+        free(path);
+    }
+    free(k);
+    free(s);
+}
+
 void th_suite_nats_id(void)
 {
     CU_pSuite s = CU_add_suite("nats_id", suite_init, suite_clean);
@@ -679,4 +721,5 @@ void th_suite_nats_id(void)
     CU_add_test(s, "unknown_user", test_unknown_user);
     CU_add_test(s, "audit_principal", test_audit_principal);
     CU_add_test(s, "cli_user", test_cli_user);
+    CU_add_test(s, "key_file_checked", test_key_file_checked);
 }
