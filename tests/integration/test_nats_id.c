@@ -370,7 +370,7 @@ static void test_task_bound(void)
     /* the core's numbers are no names: 1..3 find nothing */
     snprintf(subj, sizeof subj, "id.u.alice.host.%s.tasks.get", H_id);
     for (int i = 1; i <= 3; i++) {
-        char n[8];
+        char n[16];
         snprintf(n, sizeof n, "%d", i);
         r = req(&a, subj, n);
         CU_ASSERT_FATAL(r != NULL);
