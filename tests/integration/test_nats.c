@@ -932,12 +932,6 @@ static int finals_done(finals *x)
  * the server's "no responders"; no caller is left without an answer. */
 static void test_drain(void)
 {
-    /* Under valgrind the host answered all but one of 3000 and exited
-     * non-zero, with that request's record leaked (nats.c on_request): an
-     * open defect of the drain under a very slow host, not hidden here
-     * but named (docs/scale.md, "Drain"). */
-    if (getenv("TH_VALGRIND"))
-        TH_SKIP("under valgrind the drain loses 1 of 3000 requests (open defect, docs/scale.md)");
     NEED_CLUSTER();
     rpc_srv h;
     CU_ASSERT_FATAL(solo_start(&h, "drain", NULL) == 0);
@@ -1067,9 +1061,11 @@ static void test_sigterm_no_new_calls(void)
                 "answered (%s)\n", reply_ok(r, "late") ? "ok" : "?");
     natsMsg_Destroy(r);
     CU_ASSERT(waitpid(h.pid, NULL, WNOHANG) == 0); /* still in its grace */
-    /* a second signal: the host exits at once (status 1) */
+    /* a second signal: the host exits at once (status 1; valgrind's 99
+     * there, as it counts what an immediate exit leaves allocated) */
     kill(h.pid, SIGTERM);
-    CU_ASSERT_EQUAL(rpc_srv_wait(&h), 1);
+    int st2 = rpc_srv_wait(&h);
+    CU_ASSERT(st2 == 1 || (rpc_valgrind() && st2 == 99));
     rpc_raw_close(&w);
     natsConnection_Destroy(nc);
     rpc_srv_free(&h);
