@@ -1071,6 +1071,70 @@ static void test_sigterm_no_new_calls(void)
     rpc_srv_free(&h);
 }
 
+/* A toolset-scoped task outlives its session; at stop the NATS front's
+ * sessions close and the task no longer reports to them: its caller is
+ * still answered (`cancelled`), not left waiting, and the host exits 0. */
+static void test_stop_toolset_task(void)
+{
+    NEED_CLUSTER();
+    rpc_srv h;
+    char cfg[2048];
+    snprintf(cfg, sizeof cfg,
+             "host:\n"
+             "  log_level: info\n"
+             "  shutdown_grace: 1s\n"
+             "  listen: [\"%s\"]\n"
+             "plugins:\n"
+             "  - name: echo\n"
+             "    path: @BUILD@/plugins/echo.so\n"
+             "toolsets:\n"
+             "  - name: public\n"
+             "    tools: [echo_async]\n"
+             "    allow_users: [nats]\n"
+             "    scope: toolset\n"
+             "nats:\n"
+             "  prefix: tsk\n"
+             "  user: host\n"
+             "  password: hostpw\n"
+             "  toolsets: [public]\n",
+             C.url);
+    rpc_opts o = {.config = cfg};
+    CU_ASSERT_FATAL(rpc_srv_start(&h, &o) == 0);
+    natsConnection *nc = nats_connect(C.url, "host", "hostpw");
+    CU_ASSERT_FATAL(nc != NULL);
+    natsSubscription *sub = NULL;
+    CU_ASSERT_FATAL(natsConnection_SubscribeSync(&sub, nc, "_INBOX.tsk.1") ==
+                    NATS_OK);
+    natsConnection_Flush(nc);
+    th_buf b = TH_BUF_INIT;
+    rpc_pack_json(&b, "{\"text\":\"x\",\"steps\":6000,\"delay_ms\":100}");
+    natsConnection_PublishRequest(nc, "tsk.public.echo_async",
+                                  "_INBOX.tsk.1", b.data, (int)b.len);
+    th_buf_destroy(&b);
+    bool acked = false, ended = false;
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    while (!ended && rpc_now_ms() < end) {
+        natsMsg *m = NULL;
+        if (natsSubscription_NextMsg(&m, sub, 200) != NATS_OK)
+            continue;
+        const char *k = reply_kind(m);
+        if (strcmp(k, "ack") == 0 && !acked) {
+            acked = true;
+            kill(h.pid, SIGTERM);
+        } else if (strcmp(k, "result") == 0) {
+            ended = true;
+            CU_ASSERT(reply_error_is(m, "cancelled"));
+        }
+        natsMsg_Destroy(m);
+    }
+    CU_ASSERT(acked);
+    CU_ASSERT(ended);
+    CU_ASSERT_EQUAL(rpc_srv_wait(&h), 0);
+    natsSubscription_Destroy(sub);
+    natsConnection_Destroy(nc);
+    rpc_srv_free(&h);
+}
+
 /* Whether every thread of `pid` is stopped (SIGSTOP takes effect only
  * once the thread that takes the signal runs: under load, later). */
 static bool all_threads_stopped(pid_t pid)
@@ -1380,6 +1444,7 @@ void th_suite_nats(void)
     CU_add_test(s, "stats_counts", test_stats_counts);
     CU_add_test(s, "drain", test_drain);
     CU_add_test(s, "sigterm_no_new_calls", test_sigterm_no_new_calls);
+    CU_add_test(s, "stop_toolset_task", test_stop_toolset_task);
     CU_add_test(s, "deadline", test_deadline);
     CU_add_test(s, "cli_deadline", test_cli_deadline);
     CU_add_test(s, "clean_stop", test_clean_stop);
