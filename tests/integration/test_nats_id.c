@@ -333,6 +333,23 @@ static void test_reply_forged(void)
     CU_ASSERT(rpc_log_wait(&H, "its reply subject is not under",
                            rpc_wait_ms()));
     natsSubscription_Destroy(sub);
+    /* wildcards in alice's own reply subject cost nobody else: the host
+     * stays connected and answers her next call */
+    send_call(&a, "id.u.alice.public.echo", "_INBOX.alice.>",
+              "{\"text\":\"w\"}", false);
+    send_call(&a, "id.u.alice.public.echo", "_INBOX.alice.*.x",
+              "{\"text\":\"w\"}", false);
+    natsConnection_Flush(a.nc); /* routed before bob's, on one queue */
+    natsMsg *r = NULL;
+    th_buf args = TH_BUF_INIT;
+    rpc_pack_json(&args, "{\"text\":\"after\"}");
+    CU_ASSERT(natsConnection_Request(&r, b.nc, "id.u.bob.public.echo",
+                                     args.data, (int)args.len,
+                                     th_test_ms(3000)) == NATS_OK &&
+              reply_ok(r, "after"));
+    natsMsg_Destroy(r);
+    th_buf_destroy(&args);
+    CU_ASSERT(!rpc_log_has(&H, "nats: disconnected"));
     client_close(&a);
     client_close(&b);
 }
