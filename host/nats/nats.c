@@ -2221,8 +2221,9 @@ void th_nats_quiesce(th_nats *f)
             sub_drain(f->eps[i]->sub);
     pthread_mutex_unlock(&f->eps_mu);
     flush_now(f);
-    th_log_info("nats: stopping: no new calls are taken (the tool "
-                "subjects are drained; calls in flight go on)");
+    if (f->nc) /* (not for a start that failed) */
+        th_log_info("nats: stopping: no new calls are taken (the tool "
+                    "subjects are drained; calls in flight go on)");
 }
 
 void th_nats_stop(th_nats *f)
