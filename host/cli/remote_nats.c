@@ -3,7 +3,10 @@
  * ($SRV.INFO.<name>, docs/scale.md).  Credentials come from the URL
  * (nats://USER:PASSWORD@HOST:PORT) or from TOOLHOST_NATS_USER /
  * TOOLHOST_NATS_PASSWORD / TOOLHOST_NATS_TOKEN / TOOLHOST_NATS_CREDS; the
- * service name from TOOLHOST_NATS_SERVICE (default "toolhost"). */
+ * service name from TOOLHOST_NATS_SERVICE (default "toolhost").  As a
+ * NATS user it keeps its replies under _INBOX.<user>. (the only inboxes
+ * the per-user layout of docs/scale.md lets it read) and calls hosts that
+ * tell callers apart on <prefix>.u.<user>.<toolset>.<tool>. */
 #include <jansson.h>
 #include <msgpack.h>
 #include <nats/nats.h>
@@ -31,10 +34,54 @@ static int64_t now_ms(void)
     return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
+/* The NATS user this CLI connects as ("" when none): set by
+ * nats_connect_or_say (one connection per process). */
+static char cli_user[128];
+
+/* TOOLHOST_NATS_USER, or USER of nats://USER:PASSWORD@HOST (the first
+ * URL of a list). */
+static void user_of(const char *url, char *out, size_t n)
+{
+    const char *u = getenv("TOOLHOST_NATS_USER");
+    out[0] = '\0';
+    if (u && *u) {
+        snprintf(out, n, "%s", u);
+        return;
+    }
+    const char *p = strstr(url, "://");
+    p = p ? p + 3 : url;
+    size_t end = strcspn(p, ",/");
+    const char *at = memchr(p, '@', end);
+    if (!at)
+        return;
+    /* USER:PASSWORD@ only: a lone TOKEN@ is a secret, never a subject */
+    size_t l = strcspn(p, ":@");
+    if (l < n && p + l < at) {
+        memcpy(out, p, l);
+        out[l] = '\0';
+    }
+}
+
+/* A fresh inbox subject of ours into out: _INBOX.<user>.<unique> as a
+ * NATS user, else the library's _INBOX.<unique>.  0 or -1. */
+static int inbox_new(char *out, size_t n)
+{
+    natsInbox *ib = NULL;
+    if (natsInbox_Create(&ib) != NATS_OK)
+        return -1;
+    if (cli_user[0])
+        snprintf(out, n, "_INBOX.%s.%s", cli_user, ib + 7);
+    else
+        snprintf(out, n, "%s", ib);
+    natsInbox_Destroy(ib);
+    return 0;
+}
+
 static natsConnection *nats_connect_or_say(const char *url)
 {
     natsOptions *o = NULL;
     natsConnection *nc = NULL;
+    user_of(url, cli_user, sizeof cli_user);
     const char *u = getenv("TOOLHOST_NATS_USER");
     const char *p = getenv("TOOLHOST_NATS_PASSWORD");
     const char *t = getenv("TOOLHOST_NATS_TOKEN");
@@ -50,6 +97,10 @@ static natsConnection *nats_connect_or_say(const char *url)
         st = natsOptions_SetToken(o, t);
     if (st == NATS_OK && cr && *cr)
         st = natsOptions_SetUserCredentialsFromFiles(o, cr, NULL);
+    char pfx[160];
+    snprintf(pfx, sizeof pfx, "_INBOX.%s", cli_user);
+    if (st == NATS_OK && cli_user[0]) /* the library's own requests too */
+        st = natsOptions_SetCustomInboxPrefix(o, pfx);
     if (st == NATS_OK)
         st = natsConnection_Connect(&nc, o);
     natsOptions_Destroy(o);
@@ -74,13 +125,12 @@ static json_t *gather_info(natsConnection *nc, int64_t wait_ms)
     char subj[160];
     snprintf(subj, sizeof subj, "$SRV.INFO.%s", svc && *svc ? svc : "toolhost");
     json_t *all = json_array();
-    natsInbox *ib = NULL;
+    char ib[256];
     natsSubscription *sub = NULL;
-    if (!all || natsInbox_Create(&ib) != NATS_OK ||
+    if (!all || inbox_new(ib, sizeof ib) != 0 ||
         natsConnection_SubscribeSync(&sub, nc, ib) != NATS_OK ||
         natsConnection_PublishRequest(nc, subj, ib, NULL, 0) != NATS_OK) {
         natsSubscription_Destroy(sub);
-        natsInbox_Destroy(ib);
         return all;
     }
     int64_t end = now_ms() + wait_ms;
@@ -101,7 +151,6 @@ static json_t *gather_info(natsConnection *nc, int64_t wait_ms)
         quiet = 300;
     }
     natsSubscription_Destroy(sub);
-    natsInbox_Destroy(ib);
     return all;
 }
 
@@ -186,7 +235,7 @@ static int attempt(natsConnection *nc, const char *subj, const th_buf *args,
                    int64_t timeout_ms, th_result_copy *out, char *host,
                    size_t host_n)
 {
-    natsInbox *ib = NULL;
+    char ib[256];
     natsSubscription *sub = NULL;
     natsMsg *req = NULL;
     int rc = 1;
@@ -199,7 +248,7 @@ static int attempt(natsConnection *nc, const char *subj, const th_buf *args,
     snprintf(dl, sizeof dl, "%lld",
              (long long)rt.tv_sec * 1000 + rt.tv_nsec / 1000000 +
                  (long long)timeout_ms);
-    if (natsInbox_Create(&ib) != NATS_OK ||
+    if (inbox_new(ib, sizeof ib) != 0 ||
         natsConnection_SubscribeSync(&sub, nc, ib) != NATS_OK ||
         natsMsg_Create(&req, subj, ib, (const char *)args->data,
                        (int)args->len) != NATS_OK ||
@@ -290,7 +339,6 @@ static int attempt(natsConnection *nc, const char *subj, const th_buf *args,
 out:
     natsMsg_Destroy(req);
     natsSubscription_Destroy(sub);
-    natsInbox_Destroy(ib);
     return rc;
 }
 
@@ -353,6 +401,23 @@ int cli_call_nats(const char *url, const char *tool, char **kv, int n_kv,
         cli_error("%s: no host on %s serves this tool", tool, url);
         nats_done(nc);
         return CLI_USAGE;
+    }
+    /* hosts that tell callers apart: <prefix>.u.*.<toolset>.<tool>, the
+     * caller's own user in place of the * */
+    char *star = strstr(subj, ".u.*.");
+    if (star && matches == 1) {
+        if (!cli_user[0]) {
+            json_decref(types);
+            cli_error("%s: the hosts tell callers apart (nats.users): "
+                      "connect as a NATS user (nats://USER:PASSWORD@HOST:"
+                      "PORT or TOOLHOST_NATS_USER)", tool);
+            nats_done(nc);
+            return CLI_USAGE;
+        }
+        char rest[512];
+        snprintf(rest, sizeof rest, "%s", star + 4);
+        snprintf(star, sizeof subj - (size_t)(star - subj), ".u.%s%s",
+                 cli_user, rest);
     }
     if (matches > 1) {
         cli_error("%s: more than one toolset serves it; name one as "

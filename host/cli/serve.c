@@ -30,20 +30,25 @@
 static struct sigaction srv_term, srv_int; /* the server's handlers */
 static atomic_int n_signals;
 static atomic_bool serving;
-/* STOPPING=1 leaves from a thread: the signal handler only writes a byte
- * to this pipe (-1 when there is no service manager to tell). */
+/* What the first stop signal starts beside the server's own shutdown
+ * leaves from a thread (the signal handler only writes a byte to this
+ * pipe; -1 when there is nothing to do): STOPPING=1 to the service
+ * manager, and the NATS front takes no new calls from then on (the
+ * server's grace is for the calls in flight, not for new ones). */
 static int stop_pipe[2] = {-1, -1};
 
 static void *stop_notifier(void *ud)
 {
-    (void)ud;
+    th_nats *nats = ud;
     char b;
     ssize_t n;
     do
         n = read(stop_pipe[0], &b, 1);
     while (n < 0 && errno == EINTR);
-    if (n == 1)
+    if (n == 1) {
+        th_nats_quiesce(nats);
         th_sd_stopping();
+    }
     return NULL;
 }
 
@@ -273,8 +278,8 @@ int cli_serve(int argc, char **argv)
     th_http_close_unused_listen_fds();
     pthread_t stopper;
     bool have_stopper = false;
-    if (getenv("NOTIFY_SOCKET") && pipe2(stop_pipe, O_CLOEXEC) == 0) {
-        have_stopper = pthread_create(&stopper, NULL, stop_notifier, NULL) == 0;
+    if ((getenv("NOTIFY_SOCKET") || nats) && pipe2(stop_pipe, O_CLOEXEC) == 0) {
+        have_stopper = pthread_create(&stopper, NULL, stop_notifier, nats) == 0;
         if (!have_stopper) {
             close(stop_pipe[0]);
             close(stop_pipe[1]);

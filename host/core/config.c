@@ -1652,13 +1652,22 @@ static bool token_user(cfctx *c, const char *name)
 }
 
 /* Whether `name` is the user NATS calls run as (nats.as_user, default
- * "nats"; docs/scale.md): a user of the host, not of the system. */
+ * "nats") or one of nats.users (docs/scale.md): a user of the host, not
+ * of the system. */
 static bool nats_user(cfctx *c, const char *name)
 {
     const th_ynode *m = c->cfg->root ? th_ynode_get(c->cfg->root, "nats") : NULL;
     const th_ynode *u = m && m->kind == TH_Y_MAP ? th_ynode_get(m, "as_user") : NULL;
+    if (u && u->kind == TH_Y_SCALAR && strcmp(u->str, name) == 0)
+        return true;
+    const th_ynode *us = m && m->kind == TH_Y_MAP ? th_ynode_get(m, "users")
+                                                  : NULL;
+    for (size_t i = 0; us && us->kind == TH_Y_SEQ && i < us->n; i++)
+        if (us->kids[i]->kind == TH_Y_SCALAR &&
+            strcmp(us->kids[i]->str, name) == 0)
+            return true;
     if (u && u->kind == TH_Y_SCALAR)
-        return strcmp(u->str, name) == 0;
+        return false;
     return m && strcmp(name, "nats") == 0;
 }
 
@@ -2123,6 +2132,10 @@ static const cfkey nats_keys[] = {
     {.name = "results_bucket", .set = set_str, .off = N(results_bucket)},
     {.name = "results_ttl", .set = set_duration, .off = N(results_ttl_ms),
      .min = SEC, .max = 7 * DAY},
+    {.name = "users", .set = set_strlist, .off = N(users),
+     .off2 = N(n_users)},
+    {.name = "results_key_file", .set = set_str, .off = N(results_key_file),
+     .flags = CF_PATH},
     {.name = NULL}};
 #undef N
 
@@ -2160,6 +2173,14 @@ static int nats_check(cfctx *c, th_ynode *n, void *el)
     if ((m->user != NULL) + (m->token != NULL) + (m->creds != NULL) > 1)
         return cf_err(c, n, "give one of 'user'/'password', 'token' or "
                       "'creds'");
+    for (size_t i = 0; i < m->n_users; i++) {
+        const th_ynode *ul = th_ynode_get(n, "users");
+        if (!nats_token_ok(m->users[i], false))
+            return cf_err(c, ul && ul->kind == TH_Y_SEQ && i < ul->n
+                                 ? ul->kids[i] : ul,
+                          "nats.users: '%s' cannot be a subject token "
+                          "(letters, digits, '-', '_')", m->users[i]);
+    }
     if (m->results_bucket && !nats_token_ok(m->results_bucket, false))
         return cf_err(c, th_ynode_get(n, "results_bucket"),
                       "'results_bucket' must be a bucket name (letters, "
@@ -2399,6 +2420,8 @@ void th_config_free(th_config *cfg)
     free_strv(nc->toolsets, nc->n_toolsets);
     free(nc->as_user);
     free(nc->results_bucket);
+    free_strv(nc->users, nc->n_users);
+    free(nc->results_key_file);
     th_mcp_cfg *mc = &cfg->mcp;
     for (size_t i = 0; i < mc->n_tokens; i++) {
         free(mc->tokens[i].user);

@@ -13,13 +13,28 @@
  * reloader's thread).  Also here: `ask` rules answered by the caller
  * (on_ask, on_permit), and finished async results in a JetStream
  * key-value bucket (kv_*), read by <prefix>.tasks.result on any host.
+ * Caller identity (nats.users, docs/scale.md "Caller identity"): callers
+ * publish on <prefix>.u.<user>.…, which the NATS server's permissions let
+ * only that user publish on; the host takes the principal from that token
+ * (caller_of), answers only to reply subjects under _INBOX.<user>., runs
+ * the call in that user's session of the toolset (user_session), names
+ * async tasks by 128 random bits bound to their caller (the task map,
+ * task_*), and signs what it writes to the results bucket with the HMAC
+ * key of nats.results_key_file (kv_seal, kv_unseal).
  * Lock order: eps_mu, then mu; start_mu, then mu; kv_mu alone; slow_mu,
- * then eps_mu only tried. */
+ * then eps_mu only tried; sess_mu alone; tasks_mu alone; note_mu alone. */
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <msgpack.h>
 #include <nats/nats.h>
+#include <nettle/base16.h>
+#include <nettle/hmac.h>
+#include <nettle/memops.h>
 #include <pthread.h>
+#include <sys/random.h>
+#include <sys/stat.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,8 +52,31 @@
 typedef struct nt_ts {
     struct th_nats *f;
     const th_toolset_cfg *cfg;
-    th_session *s;
+    th_session *s; /* lists the tools; the calls' session when no
+                      nats.users (every call as nats.as_user) */
 } nt_ts;
+
+/* A NATS user's session in one toolset (nats.users), opened at its first
+ * call and closed at stop; under sess_mu. */
+typedef struct nt_sess {
+    struct nt_sess *next;
+    nt_ts *ts;
+    const char *user; /* the config's string (nats.users) */
+    th_session *s;
+} nt_sess;
+
+/* An async task as NATS names it: 128 random bits (hex), bound to the
+ * caller that started it; tasks_mu guards the table. */
+#define NT_TOK_LEN 32
+#define NT_TASK_BUCKETS 1024
+typedef struct nt_task {
+    struct nt_task *next;
+    char tok[NT_TOK_LEN + 1];
+    uint64_t id;      /* the core's task id */
+    th_session *s;    /* the session that started it */
+    const char *user; /* its caller (the config's string) */
+    int64_t ended_ms; /* monotonic ms at its end, 0 while it runs */
+} nt_task;
 
 typedef struct nt_ep {
     struct th_nats *f;
@@ -92,6 +130,10 @@ struct th_nats {
     uint64_t kv_ttl_ms;
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    /* quiesced: no new calls (th_nats_quiesce, at SIGTERM: the tool
+     * subjects are drained, what they still deliver is answered
+     * `cancelled`); stopping: no handler at all (th_nats_stop) */
+    atomic_bool quiesced;
     bool stopping;
     bool closed; /* the connection's last callback ran (on_closed) */
     size_t subs_open; /* subscriptions whose on_sub_done has not run */
@@ -105,7 +147,24 @@ struct th_nats {
     bool slow_logged;
     uint64_t slow_events;      /* callbacks since the last line */
     int64_t slow_dropped_seen; /* the endpoints' drop total at that line */
+    /* Caller identity (nats.users): per_user when the list is not empty */
+    bool per_user;
+    pthread_mutex_t sess_mu;
+    nt_sess *sess;
+    pthread_mutex_t tasks_mu;
+    nt_task *tasks[NT_TASK_BUCKETS];
+    /* the results bucket's HMAC-SHA256 key (nats.results_key_file) */
+    uint8_t rkey[256];
+    size_t rkey_len;
+    /* refused requests, logged at most once a second (note_refusal) */
+    pthread_mutex_t note_mu;
+    struct timespec note_last;
+    bool noted;
+    uint64_t note_quiet; /* refusals not logged since the last line */
 };
+
+static int on_ask(void *ud, uint64_t call_id, const char *tool,
+                  const uint8_t *args, size_t args_len, const char *reason);
 
 /* The call being started on this thread (th_call_start may ask for
  * permission before it returns the call's id). */
@@ -114,6 +173,9 @@ static _Thread_local struct nt_call *tl_starting;
 typedef struct nt_call {
     th_nats *f;
     nt_ep *ep;
+    th_session *s;    /* the caller's session in ep's toolset */
+    const char *user; /* the caller (the config's string) */
+    char tok[NT_TOK_LEN + 1]; /* its task's name on NATS, once acked */
     char *reply;
     struct timespec t0;
     bool acked;
@@ -158,7 +220,128 @@ static void kv_init_cfg(th_nats *f)
         f->kv_state = -1; /* off: results stay on their host */
         return;
     }
+    if (!f->rkey_len) {
+        /* an entry nobody can check could be anyone's forgery */
+        f->kv_state = -1;
+        th_log_warn("nats: no nats.results_key_file: finished task results "
+                    "stay on the host that ran them (the results bucket %s "
+                    "is used only with a key to sign its entries)", b);
+        return;
+    }
     f->kv_bucket = b;
+}
+
+/* Reads the results bucket's HMAC key (nats.results_key_file): a file of
+ * 32 to 256 bytes that only its owner may read.  0, or TH_ECONFIG with
+ * the reason in err. */
+static int rkey_load(th_nats *f, th_error *err)
+{
+    const char *path = f->nc_cfg->results_key_file;
+    if (!path)
+        return 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return th_error_set(err, TH_ECONFIG, "nats.results_key_file %s: %s",
+                            path, strerror(e));
+    }
+    ssize_t n = -1;
+    if (S_ISREG(st.st_mode) && !(st.st_mode & 077))
+        n = read(fd, f->rkey, sizeof f->rkey);
+    close(fd);
+    if (!S_ISREG(st.st_mode) || (st.st_mode & 077))
+        return th_error_set(err, TH_ECONFIG, "nats.results_key_file %s: "
+                            "must be a regular file that only its owner may "
+                            "read (chmod 600)", path);
+    if (n < 32 || (size_t)n >= sizeof f->rkey)
+        return th_error_set(err, TH_ECONFIG, "nats.results_key_file %s: "
+                            "the key must be 32 to %zu bytes (e.g. head -c "
+                            "32 /dev/urandom)", path, sizeof f->rkey - 1);
+    f->rkey_len = (size_t)n;
+    return 0;
+}
+
+/* An entry of the results bucket: HMAC-SHA256(key, payload) || payload,
+ * payload the msgpack array ["toolhost.result.v1", KEY, USER, RESULT]
+ * (RESULT the reply body, bin): the MAC proves a host with the key wrote
+ * it, KEY that it was written under this name, USER whose it is. */
+#define NT_KV_TAG "toolhost.result.v1"
+static void kv_mac(th_nats *f, const uint8_t *p, size_t n,
+                   uint8_t out[SHA256_DIGEST_SIZE])
+{
+    struct hmac_sha256_ctx h;
+    hmac_sha256_set_key(&h, f->rkey_len, f->rkey);
+    hmac_sha256_update(&h, n, p);
+    hmac_sha256_digest(&h, SHA256_DIGEST_SIZE, out);
+}
+
+static int kv_seal(th_nats *f, const char *key, const char *user,
+                   const void *data, size_t len, th_buf *out)
+{
+    uint8_t mac[SHA256_DIGEST_SIZE] = {0};
+    if (th_buf_append(out, mac, sizeof mac) != 0)
+        return TH_ENOMEM;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, out, th_buf_msgpack_write);
+    int e = msgpack_pack_array(&pk, 4);
+    e |= th_pack_cstr(&pk, NT_KV_TAG);
+    e |= th_pack_cstr(&pk, key);
+    e |= th_pack_cstr(&pk, user);
+    e |= msgpack_pack_bin(&pk, len);
+    e |= msgpack_pack_bin_body(&pk, data, len);
+    if (e)
+        return TH_ENOMEM;
+    kv_mac(f, out->data + sizeof mac, out->len - sizeof mac, mac);
+    memcpy(out->data, mac, sizeof mac);
+    return 0;
+}
+
+static bool mp_str_is(const msgpack_object *o, const char *s)
+{
+    return o->type == MSGPACK_OBJECT_STR && o->via.str.size == strlen(s) &&
+           memcmp(o->via.str.ptr, s, o->via.str.size) == 0;
+}
+
+/* The result in entry v (n bytes) stored under `key`, for `user`: 0 and
+ * the reply body appended to b; TH_EPERM when the entry fails its HMAC
+ * (not written by a host with our key: logged) or is another user's;
+ * TH_ENOMEM. */
+static int kv_unseal(th_nats *f, const char *key, const char *user,
+                     const uint8_t *v, size_t n, th_buf *b)
+{
+    uint8_t mac[SHA256_DIGEST_SIZE];
+    if (n <= sizeof mac)
+        goto forged;
+    kv_mac(f, v + sizeof mac, n - sizeof mac, mac);
+    if (!memeql_sec(mac, v, sizeof mac))
+        goto forged;
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    int rc = TH_EPERM;
+    if (msgpack_unpack_next(&u, (const char *)v + sizeof mac,
+                            n - sizeof mac, NULL) == MSGPACK_UNPACK_SUCCESS &&
+        u.data.type == MSGPACK_OBJECT_ARRAY && u.data.via.array.size == 4) {
+        const msgpack_object *a = u.data.via.array.ptr;
+        if (mp_str_is(&a[0], NT_KV_TAG) && mp_str_is(&a[1], key) &&
+            a[3].type == MSGPACK_OBJECT_BIN)
+            rc = !mp_str_is(&a[2], user)
+                     ? TH_EPERM
+                     : th_buf_append(b, a[3].via.bin.ptr, a[3].via.bin.size)
+                           == 0 ? 0 : TH_ENOMEM;
+        else
+            rc = 1; /* signed by us, but not for this key: a copy */
+    }
+    msgpack_unpacked_destroy(&u);
+    if (rc != 1)
+        return rc;
+forged:
+    th_log_warn("nats: the results bucket entry %s fails its check (not "
+                "written under this name by a host with this "
+                "nats.results_key_file): refused", key);
+    return TH_EPERM;
 }
 
 /* Whether the account has JetStream: $JS.API.INFO on an inbox of our own
@@ -283,23 +466,28 @@ static void kv_close(th_nats *f)
 /* Stores a finished task's result (its reply body) under HOSTID.TASKID
  * before the caller is told, so a caller that has the result can count on
  * the bucket having it.  A failure is logged; the reply still goes. */
-static void kv_put(th_nats *f, uint64_t task_id, const void *data,
-                   size_t len)
+static void kv_put(th_nats *f, const char *tok, const char *user,
+                   const void *data, size_t len)
 {
-    if (kv_open(f) != 1)
+    if (!tok[0] || kv_open(f) != 1)
         return;
     char key[80];
-    snprintf(key, sizeof key, "%s.%" PRIu64, f->id, task_id);
+    snprintf(key, sizeof key, "%s.%s", f->id, tok);
+    th_buf e = TH_BUF_INIT;
+    natsStatus st = NATS_NO_MEMORY;
     uint64_t rev = 0;
-    natsStatus st = kvStore_Put(&rev, f->kv, key, data, (int)len);
+    if (kv_seal(f, key, user, data, len, &e) == 0)
+        st = kvStore_Put(&rev, f->kv, key, e.data, (int)e.len);
+    th_buf_destroy(&e);
     if (st != NATS_OK)
         th_log_warn("nats: the result of task %s was not stored in %s: %s",
                     key, f->kv_bucket, natsStatus_GetText(st));
 }
 
-/* The stored result of task `key` (HOSTID.TASKID) into b: 0, TH_ENOTFOUND,
- * or TH_EIO (no bucket, or JetStream did not answer). */
-static int kv_get(th_nats *f, const char *key, th_buf *b)
+/* The stored result of task `key` (HOSTID.TASKID) of `user` into b: 0,
+ * TH_ENOTFOUND, TH_EPERM (another user's, or an entry that fails its
+ * check), or TH_EIO (JetStream did not answer). */
+static int kv_get(th_nats *f, const char *key, const char *user, th_buf *b)
 {
     if (kv_open(f) != 1)
         return TH_ENOTFOUND;
@@ -312,15 +500,17 @@ static int kv_get(th_nats *f, const char *key, th_buf *b)
                     natsStatus_GetText(st));
         return TH_EIO;
     }
-    int rc = th_buf_append(b, kvEntry_Value(e), (size_t)kvEntry_ValueLen(e));
+    int rc = kv_unseal(f, key, user, kvEntry_Value(e),
+                       (size_t)kvEntry_ValueLen(e), b);
     kvEntry_Destroy(e);
-    return rc == 0 ? 0 : TH_ENOMEM;
+    return rc;
 }
 
 /* ---- Replies ------------------------------------------------------------ */
 
+/* `tok`: the task's name (Toolhost-Task: HOSTID.TOK), or NULL/"". */
 static void publish(th_nats *f, const char *subj, const char *kind,
-                    uint64_t task_id, const void *data, size_t len)
+                    const char *tok, const void *data, size_t len)
 {
     natsMsg *m = NULL;
     natsStatus st = natsMsg_Create(&m, subj, NULL, data, (int)len);
@@ -328,9 +518,9 @@ static void publish(th_nats *f, const char *subj, const char *kind,
         st = natsMsgHeader_Set(m, TH_NATS_H_KIND, kind);
     if (st == NATS_OK)
         st = natsMsgHeader_Set(m, TH_NATS_H_HOST, f->id);
-    if (st == NATS_OK && task_id) {
+    if (st == NATS_OK && tok && tok[0]) {
         char t[80];
-        snprintf(t, sizeof t, "%s.%" PRIu64, f->id, task_id);
+        snprintf(t, sizeof t, "%s.%s", f->id, tok);
         st = natsMsgHeader_Set(m, TH_NATS_H_TASK, t);
     }
     if (st == NATS_OK)
@@ -341,10 +531,11 @@ static void publish(th_nats *f, const char *subj, const char *kind,
     natsMsg_Destroy(m);
 }
 
-/* A reply in the RPC front's result form; `store`: a finished async
- * task's result, also written to the results bucket first. */
+/* A reply in the RPC front's result form; `c`: a finished async task's
+ * call, whose result is also written to the results bucket first. */
 static void publish_result_ex(th_nats *f, const char *subj, const char *kind,
-                              const th_result *res, bool store)
+                              const th_result *res, const char *tok,
+                              const struct nt_call *c)
 {
     th_result_copy rc;
     memset(&rc, 0, sizeof rc);
@@ -353,9 +544,9 @@ static void publish_result_ex(th_nats *f, const char *subj, const char *kind,
         th_codec_result_to_buf(&b, &rc) != 0) {
         th_log_error("nats: out of memory packing a reply to %s", subj);
     } else {
-        if (store && res->task_id)
-            kv_put(f, res->task_id, b.data, b.len);
-        publish(f, subj, kind, res->task_id, b.data, b.len);
+        if (c && tok && tok[0])
+            kv_put(f, tok, c->user, b.data, b.len);
+        publish(f, subj, kind, tok, b.data, b.len);
     }
     th_buf_destroy(&b);
     th_result_copy_destroy(&rc);
@@ -364,7 +555,7 @@ static void publish_result_ex(th_nats *f, const char *subj, const char *kind,
 static void publish_result(th_nats *f, const char *subj, const char *kind,
                            const th_result *res)
 {
-    publish_result_ex(f, subj, kind, res, false);
+    publish_result_ex(f, subj, kind, res, NULL, NULL);
 }
 
 static void publish_error(th_nats *f, const char *subj, int code,
@@ -376,6 +567,220 @@ static void publish_error(th_nats *f, const char *subj, int code,
     r.error = code;
     r.message = msg;
     publish_result(f, subj, "result", &r);
+}
+
+/* ---- Caller identity ---------------------------------------------------- */
+
+/* A refused request, logged at most once a second (a caller may send
+ * thousands): `user` is a subject token, shown only when printable. */
+static void note_refusal(th_nats *f, const char *user, const char *why)
+{
+    pthread_mutex_lock(&f->note_mu);
+    if (f->noted && ns_since(&f->note_last) < 1000000000LL) {
+        f->note_quiet++;
+        pthread_mutex_unlock(&f->note_mu);
+        return;
+    }
+    uint64_t quiet = f->note_quiet;
+    f->note_quiet = 0;
+    f->noted = true;
+    clock_gettime(CLOCK_MONOTONIC, &f->note_last);
+    pthread_mutex_unlock(&f->note_mu);
+    bool shown = user && strlen(user) <= 64 && token_ok(user);
+    th_log_warn("nats: a request from NATS user %s refused: %s (%" PRIu64
+                " more refusal(s) not logged since the last such line; at "
+                "most one line a second)",
+                shown ? user : "(unprintable)", why, quiet);
+}
+
+/* The user token of a per-user subject <prefix>.u.<user>.… into out. */
+static bool subject_user(th_nats *f, const char *subj, char *out, size_t n)
+{
+    size_t pl = strlen(f->nc_cfg->prefix);
+    if (strncmp(subj, f->nc_cfg->prefix, pl) != 0 ||
+        strncmp(subj + pl, ".u.", 3) != 0)
+        return false;
+    const char *u = subj + pl + 3, *e = strchr(u, '.');
+    if (!e || e == u || (size_t)(e - u) >= n)
+        return false;
+    memcpy(out, u, (size_t)(e - u));
+    out[e - u] = '\0';
+    return true;
+}
+
+/* Whether `reply` is under the caller's inbox prefix _INBOX.<user>. (the
+ * only replies the NATS server lets that user read). */
+static bool reply_is_users(const char *reply, const char *user)
+{
+    size_t ul = strlen(user);
+    return strncmp(reply, "_INBOX.", 7) == 0 &&
+           strncmp(reply + 7, user, ul) == 0 && reply[7 + ul] == '.' &&
+           reply[8 + ul] != '\0';
+}
+
+/* Who sent msg: the principal's name (a string of the config: one of
+ * nats.users, or nats.as_user without them), or NULL when the request is
+ * refused - a subject without a user, a reply subject outside the user's
+ * inbox (not answered: answering it is what a forger wants), a user not
+ * in nats.users (answered permission_denied).  `need_reply`: a request
+ * without a reply subject is refused too. */
+static const char *caller_of(th_nats *f, natsMsg *msg, bool need_reply)
+{
+    const char *reply = natsMsg_GetReply(msg);
+    bool has_reply = reply && *reply;
+    if (!f->per_user)
+        return has_reply || !need_reply ? f->nc_cfg->as_user : NULL;
+    char u[128];
+    if (!subject_user(f, natsMsg_GetSubject(msg), u, sizeof u)) {
+        note_refusal(f, NULL, "no user token in the subject");
+        return NULL;
+    }
+    if (has_reply ? !reply_is_users(reply, u) : need_reply) {
+        note_refusal(f, u, has_reply ? "its reply subject is not under "
+                                       "its own inbox prefix _INBOX.<user>."
+                                     : "no reply subject");
+        return NULL;
+    }
+    for (size_t i = 0; i < f->nc_cfg->n_users; i++)
+        if (strcmp(f->nc_cfg->users[i], u) == 0)
+            return f->nc_cfg->users[i];
+    note_refusal(f, u, "not in nats.users");
+    if (has_reply)
+        publish_error(f, reply, TH_EPERM, "this NATS user is not in "
+                      "nats.users of the host");
+    return NULL;
+}
+
+/* The session that runs `user`'s calls in toolset ts: with nats.users one
+ * per user and toolset (so tasks, toolsets, ACLs and the audit log see
+ * the user), opened at its first call; else the toolset's one. */
+static th_session *user_session(th_nats *f, nt_ts *ts, const char *user)
+{
+    if (!f->per_user)
+        return ts->s;
+    pthread_mutex_lock(&f->sess_mu);
+    nt_sess *x = f->sess;
+    while (x && !(x->ts == ts && x->user == user))
+        x = x->next;
+    if (!x && (x = calloc(1, sizeof *x))) {
+        th_principal who;
+        memset(&who, 0, sizeof who);
+        who.uid = (uint32_t)-1;
+        who.gid = (uint32_t)-1;
+        who.user = user;
+        who.toolset = ts->cfg->name;
+        th_front_ops ops;
+        memset(&ops, 0, sizeof ops);
+        ops.front = "nats";
+        ops.ask_permission = on_ask;
+        x->ts = ts;
+        x->user = user;
+        x->s = th_session_open(f->h, &who, &ops, ts);
+        if (x->s) {
+            x->next = f->sess;
+            f->sess = x;
+        } else {
+            free(x);
+            x = NULL;
+        }
+    }
+    pthread_mutex_unlock(&f->sess_mu);
+    return x ? x->s : NULL;
+}
+
+static size_t tok_bucket(const char *tok)
+{
+    size_t h = 0;
+    for (int i = 0; i < 4 && tok[i]; i++)
+        h = h * 16 + (size_t)(tok[i] <= '9' ? tok[i] - '0' : tok[i] - 'a');
+    return h % NT_TASK_BUCKETS;
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* Names c's task (core id `id`) with 128 random bits into c->tok and
+ * records it for c's caller.  Entries whose task ended more than
+ * host.result_ttl ago (the core has forgotten it by then) are dropped on
+ * the way.  On failure c->tok stays empty: the task has no NATS name. */
+static void task_add(th_nats *f, struct nt_call *c, uint64_t id)
+{
+    uint8_t rnd[NT_TOK_LEN / 2];
+    size_t got = 0;
+    while (got < sizeof rnd) {
+        ssize_t r = getrandom(rnd + got, sizeof rnd - got, 0);
+        if (r < 0 && errno != EINTR)
+            return;
+        got += r > 0 ? (size_t)r : 0;
+    }
+    nt_task *t = calloc(1, sizeof *t);
+    if (!t)
+        return;
+    base16_encode_update(t->tok, sizeof rnd, rnd);
+    t->id = id;
+    t->s = c->s;
+    t->user = c->user;
+    int64_t ttl = (int64_t)f->cfg->host.result_ttl_ms, now = mono_ms();
+    size_t k = tok_bucket(t->tok);
+    pthread_mutex_lock(&f->tasks_mu);
+    for (nt_task **pp = &f->tasks[k]; *pp;) {
+        nt_task *x = *pp;
+        if (x->ended_ms && now - x->ended_ms > ttl) {
+            *pp = x->next;
+            free(x);
+        } else {
+            pp = &x->next;
+        }
+    }
+    t->next = f->tasks[k];
+    f->tasks[k] = t;
+    pthread_mutex_unlock(&f->tasks_mu);
+    memcpy(c->tok, t->tok, sizeof c->tok);
+}
+
+static void task_ended(th_nats *f, const char *tok)
+{
+    if (!tok[0])
+        return;
+    pthread_mutex_lock(&f->tasks_mu);
+    for (nt_task *x = f->tasks[tok_bucket(tok)]; x; x = x->next)
+        if (strcmp(x->tok, tok) == 0)
+            x->ended_ms = mono_ms();
+    pthread_mutex_unlock(&f->tasks_mu);
+}
+
+/* The task named `tok`, for `user`: 0 with its session and core id,
+ * TH_ENOTFOUND (no such name on this host), TH_EPERM (another caller's). */
+static int task_find(th_nats *f, const char *tok, const char *user,
+                     th_session **s, uint64_t *id)
+{
+    if (strlen(tok) != NT_TOK_LEN)
+        return TH_ENOTFOUND;
+    int rc = TH_ENOTFOUND;
+    pthread_mutex_lock(&f->tasks_mu);
+    for (nt_task *x = f->tasks[tok_bucket(tok)]; x; x = x->next)
+        if (strcmp(x->tok, tok) == 0) {
+            rc = strcmp(x->user, user) != 0 ? TH_EPERM : 0;
+            *s = x->s;
+            *id = x->id;
+            break;
+        }
+    pthread_mutex_unlock(&f->tasks_mu);
+    return rc;
+}
+
+static void tasks_free(th_nats *f)
+{
+    for (size_t k = 0; k < NT_TASK_BUCKETS; k++)
+        while (f->tasks[k]) {
+            nt_task *x = f->tasks[k];
+            f->tasks[k] = x->next;
+            free(x);
+        }
 }
 
 static void call_end(nt_call *c)
@@ -419,11 +824,15 @@ static void on_event(const th_event *ev, void *ud)
     case TH_EV_RESULT:
         if (ev->result->kind == TH_RESULT_RUNNING) {
             c->acked = true;
-            publish_result(f, c->reply, "ack", ev->result);
+            if (ev->result->task_id && !c->tok[0])
+                task_add(f, c, ev->result->task_id);
+            publish_result_ex(f, c->reply, "ack", ev->result, c->tok, NULL);
             return;
         }
         count(c, ev->result);
-        publish_result_ex(f, c->reply, "result", ev->result, c->acked);
+        publish_result_ex(f, c->reply, "result", ev->result, c->tok,
+                          c->acked ? c : NULL);
+        task_ended(f, c->tok);
         call_end(c);
         return;
     case TH_EV_PROGRESS: {
@@ -439,13 +848,15 @@ static void on_event(const th_event *ev, void *ud)
         msgpack_packer pk;
         msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
         if (th_codec_pack_progress(&pk, &p) == 0)
-            publish(f, c->reply, "progress", ev->task_id, b.data, b.len);
+            publish(f, c->reply, "progress", c->tok, b.data, b.len);
         th_buf_destroy(&b);
         return;
     }
     case TH_EV_DONE:
         count(c, ev->result);
-        publish_result_ex(f, c->reply, "result", ev->result, c->acked);
+        publish_result_ex(f, c->reply, "result", ev->result, c->tok,
+                          c->acked ? c : NULL);
+        task_ended(f, c->tok);
         call_end(c);
         return;
     }
@@ -485,9 +896,21 @@ static void on_request(natsConnection *nc, natsSubscription *sub,
         natsMsg_Destroy(msg);
         return;
     }
-    if (!handler_enter(f)) {
+    /* who calls (the user token of the subject, which the NATS server
+     * lets only that user publish on), and a reply subject of theirs */
+    const char *user = caller_of(f, msg, true);
+    if (!user) {
+        count_error(ep, TH_EPERM);
+        natsMsg_Destroy(msg);
+        return;
+    }
+    bool entered = handler_enter(f);
+    if (!entered || atomic_load(&f->quiesced)) {
         /* stopping: a request the server delivered before it saw our
-         * unsubscribe (th_nats_stop drains) is answered, never dropped */
+         * unsubscribe (th_nats_quiesce drains) is answered, never
+         * dropped */
+        if (entered)
+            handler_leave(f);
         publish_error(f, reply, TH_ECANCELLED,
                       "the host is stopping: the call was not started");
         natsMsg_Destroy(msg);
@@ -559,6 +982,7 @@ static void on_request(natsConnection *nc, natsSubscription *sub,
     }
     c->f = f;
     c->ep = ep;
+    c->user = user;
     c->can_ask = can_ask;
     clock_gettime(CLOCK_MONOTONIC, &c->t0);
     pthread_mutex_lock(&f->mu);
@@ -578,9 +1002,15 @@ static void on_request(natsConnection *nc, natsSubscription *sub,
     uint64_t id = 0;
     /* an ask from a pool worker waits on start_mu until the id is known;
      * one from this thread finds the call through tl_starting */
+    c->s = user_session(f, ep->ts, user);
+    if (!c->s) {
+        publish_error(f, reply, TH_ENOMEM, "out of memory");
+        call_end(c);
+        goto out;
+    }
     pthread_mutex_lock(&f->start_mu);
     tl_starting = c;
-    int started = th_call_start(ep->ts->s, ep->tool, data, len, &o, on_event,
+    int started = th_call_start(c->s, ep->tool, data, len, &o, on_event,
                                 c, &id);
     tl_starting = NULL;
     if (started == 0) {
@@ -635,17 +1065,21 @@ static int on_ask(void *ud, uint64_t call_id, const char *tool,
     char reply[256] = "", permit[300] = "";
     if (can) {
         uint8_t rnd[8];
-        FILE *u = fopen("/dev/urandom", "rb");
-        if (!u || fread(rnd, 1, sizeof rnd, u) != sizeof rnd)
+        if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
             can = false; /* no unguessable name: do not ask */
-        if (u)
-            fclose(u);
-        for (size_t i = 0; can && i < sizeof rnd; i++)
-            snprintf(c->nonce + 2 * i, 3, "%02x", rnd[i]);
+        else
+            base16_encode_update(c->nonce, sizeof rnd, rnd);
+        c->nonce[2 * sizeof rnd] = '\0';
         c->asking = can;
         snprintf(reply, sizeof reply, "%s", c->reply);
-        snprintf(permit, sizeof permit, "%s.host.%s.permit.%" PRIu64 ".%s",
-                 f->nc_cfg->prefix, f->id, call_id, c->nonce);
+        if (f->per_user) /* the caller's own tree: only it may answer */
+            snprintf(permit, sizeof permit,
+                     "%s.u.%s.host.%s.permit.%" PRIu64 ".%s",
+                     f->nc_cfg->prefix, c->user, f->id, call_id, c->nonce);
+        else
+            snprintf(permit, sizeof permit,
+                     "%s.host.%s.permit.%" PRIu64 ".%s", f->nc_cfg->prefix,
+                     f->id, call_id, c->nonce);
     }
     pthread_mutex_unlock(&f->mu);
     if (!can) {
@@ -696,7 +1130,8 @@ static void on_permit(natsConnection *nc, natsSubscription *sub,
     (void)nc;
     (void)sub;
     th_nats *f = closure;
-    if (!handler_enter(f)) {
+    const char *user = caller_of(f, msg, false);
+    if (!user || !handler_enter(f)) {
         natsMsg_Destroy(msg);
         return;
     }
@@ -714,29 +1149,38 @@ static void on_permit(natsConnection *nc, natsSubscription *sub,
     bool allow = strcmp(body, "allow") == 0;
     bool valid = allow || strcmp(body, "deny") == 0;
     th_session *s = NULL;
+    bool theirs = false;
     pthread_mutex_lock(&f->mu);
     nt_call *c = f->live_calls;
     for (; c && !(c->id == id && c->asking && nonce &&
                   strcmp(c->nonce, nonce + 1) == 0);
          c = c->next)
         ;
-    if (c && valid) {
+    /* only the caller that was asked answers (its subject tree) */
+    theirs = c && strcmp(c->user, user) != 0;
+    if (c && valid && !theirs) {
         c->asking = false;
-        s = c->ep->ts->s;
+        s = c->s;
     }
     pthread_mutex_unlock(&f->mu);
-    int rc = !valid ? TH_EINVAL
-             : !s   ? TH_ENOTFOUND
-                    : th_permission_answer(s, id, allow);
+    int rc = !valid   ? TH_EINVAL
+             : theirs ? TH_EPERM
+             : !s     ? TH_ENOTFOUND
+                      : th_permission_answer(s, id, allow);
+    if (theirs)
+        note_refusal(f, user, "it answered an ask sent to another user");
     if (reply && *reply) {
         if (rc == 0) {
             static const uint8_t ok[] = {0x81, 0xa2, 'o', 'k', 0xc3};
-            publish(f, reply, "permit", 0, ok, sizeof ok);
+            publish(f, reply, "permit", NULL, ok, sizeof ok);
         } else {
             publish_error(f, reply, rc,
                           rc == TH_EINVAL ? "the body must be allow or deny"
-                                          : "no call waits for this answer "
-                                            "(answered, timed out or ended)");
+                          : rc == TH_EPERM
+                              ? "this ask was sent to another caller: only "
+                                "its caller may answer it"
+                              : "no call waits for this answer "
+                                "(answered, timed out or ended)");
         }
     }
     natsMsg_Destroy(msg);
@@ -892,65 +1336,71 @@ static void on_task(natsConnection *nc, natsSubscription *sub, natsMsg *msg,
     (void)sub;
     th_nats *f = closure;
     const char *reply = natsMsg_GetReply(msg);
-    if (!reply || !*reply || !handler_enter(f)) {
+    const char *user = caller_of(f, msg, true);
+    if (!user || !handler_enter(f)) {
         natsMsg_Destroy(msg);
         return;
     }
     const char *subj = natsMsg_GetSubject(msg);
     const char *op = strrchr(subj, '.');
     op = op ? op + 1 : "";
-    char idt[32] = "";
+    char tok[NT_TOK_LEN + 8] = "";
     int len = natsMsg_GetDataLength(msg);
-    if (len > 0 && len < (int)sizeof idt)
-        memcpy(idt, natsMsg_GetData(msg), (size_t)len);
-    char *end;
-    unsigned long long id = strtoull(idt, &end, 10);
-    if (!idt[0] || *end) {
+    if (len > 0 && len < (int)sizeof tok)
+        memcpy(tok, natsMsg_GetData(msg), (size_t)len);
+    if (!tok[0]) {
         publish_error(f, reply, TH_EINVAL, "the body must be a task id "
-                      "(the number after the host id in Toolhost-Task)");
+                      "(the part after the host id in Toolhost-Task)");
         goto out;
     }
-    int rc = TH_ENOTFOUND;
+    th_session *s = NULL;
+    uint64_t id = 0;
+    int rc = strcmp(op, "get") != 0 && strcmp(op, "cancel") != 0 &&
+                     strcmp(op, "result") != 0
+                 ? TH_EINVAL
+                 : task_find(f, tok, user, &s, &id);
     th_buf b = TH_BUF_INIT;
-    for (size_t i = 0; i < f->n_ts && rc == TH_ENOTFOUND; i++) {
-        th_session *s = f->ts[i].s;
-        if (strcmp(op, "get") == 0) {
-            task_pack x = {&b, 0};
-            rc = th_task_get(s, id, pack_task_cb, &x);
-            if (rc == 0)
-                rc = x.rc;
-        } else if (strcmp(op, "cancel") == 0) {
-            rc = th_task_cancel(s, id);
-            if (rc == 0) {
-                msgpack_packer pk;
-                msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
-                msgpack_pack_map(&pk, 1);
-                th_pack_cstr(&pk, "ok");
-                msgpack_pack_true(&pk);
-            }
-        } else if (strcmp(op, "result") == 0) {
-            th_result_copy r;
-            memset(&r, 0, sizeof r);
-            rc = th_task_result(s, id, &r);
-            if (rc == 0)
-                rc = th_codec_result_to_buf(&b, &r);
-            th_result_copy_destroy(&r);
-        } else {
-            rc = TH_EINVAL;
+    if (rc == 0 && strcmp(op, "get") == 0) {
+        task_pack x = {&b, 0};
+        rc = th_task_get(s, id, pack_task_cb, &x);
+        if (rc == 0)
+            rc = x.rc;
+    } else if (rc == 0 && strcmp(op, "cancel") == 0) {
+        rc = th_task_cancel(s, id);
+        if (rc == 0) {
+            msgpack_packer pk;
+            msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
+            msgpack_pack_map(&pk, 1);
+            th_pack_cstr(&pk, "ok");
+            msgpack_pack_true(&pk);
         }
+    } else if (rc == 0) {
+        th_result_copy r;
+        memset(&r, 0, sizeof r);
+        rc = th_task_result(s, id, &r);
+        if (rc == 0)
+            rc = th_codec_result_to_buf(&b, &r);
+        th_result_copy_destroy(&r);
     }
     if (rc == TH_ENOTFOUND && strcmp(op, "result") == 0) {
         /* dropped here already (host.task_keep): the bucket may have it */
-        char key[80];
-        snprintf(key, sizeof key, "%s.%llu", f->id, id);
+        char key[96];
+        snprintf(key, sizeof key, "%s.%s", f->id, tok);
         th_buf_reset(&b);
-        rc = kv_get(f, key, &b) == 0 ? 0 : TH_ENOTFOUND;
+        rc = kv_get(f, key, user, &b);
+        if (rc != TH_EPERM)
+            rc = rc == 0 ? 0 : TH_ENOTFOUND;
     }
+    if (rc == TH_EPERM)
+        note_refusal(f, user, "it asked for another caller's task");
     if (rc == 0)
-        publish(f, reply, "task", id, b.data, b.len);
+        publish(f, reply, "task", tok, b.data, b.len);
     else
         publish_error(f, reply, rc,
                       rc == TH_ENOTFOUND ? "no such task on this host"
+                      : rc == TH_EPERM   ? "this task is not yours: only "
+                                           "the caller that started it may "
+                                           "use it"
                       : rc == TH_ESTATE  ? "the task is still running, or "
                                            "already ended"
                       : rc == TH_EINVAL  ? "unknown operation (get, result, "
@@ -965,7 +1415,8 @@ out:
 /* <prefix>.tasks.result in the queue group: any host answers the result of
  * a finished task, body HOSTID.TASKID (the Toolhost-Task header of the
  * ack): its own from memory, every other from the results bucket - so the
- * answer comes even when the task's host has gone. */
+ * answer comes even when the task's host has gone.  Only to the caller
+ * that started it (the task map, or the entry's signed user). */
 static void on_any_result(natsConnection *nc, natsSubscription *sub,
                           natsMsg *msg, void *closure)
 {
@@ -973,7 +1424,8 @@ static void on_any_result(natsConnection *nc, natsSubscription *sub,
     (void)sub;
     th_nats *f = closure;
     const char *reply = natsMsg_GetReply(msg);
-    if (!reply || !*reply || !handler_enter(f)) {
+    const char *user = caller_of(f, msg, true);
+    if (!user || !handler_enter(f)) {
         natsMsg_Destroy(msg);
         return;
     }
@@ -981,22 +1433,29 @@ static void on_any_result(natsConnection *nc, natsSubscription *sub,
     int len = natsMsg_GetDataLength(msg);
     if (len > 0 && len < (int)sizeof key)
         memcpy(key, natsMsg_GetData(msg), (size_t)len);
-    const char *dot = strrchr(key, '.');
-    char *end = NULL;
-    unsigned long long id = dot ? strtoull(dot + 1, &end, 10) : 0;
-    if (!dot || dot == key || !dot[1] || *end) {
+    const char *dot = strchr(key, '.');
+    bool shape = dot && dot != key && dot[1] && !strchr(dot + 1, '.');
+    for (const char *p = key; shape && *p; p++)
+        shape = (*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z') ||
+                (*p >= 'A' && *p <= 'Z') || *p == '-' || *p == '_' ||
+                *p == '.';
+    if (!shape) {
         publish_error(f, reply, TH_EINVAL, "the body must be a task id "
                       "HOSTID.TASKID (the Toolhost-Task header of the ack)");
         goto out;
     }
     th_buf b = TH_BUF_INIT;
     int rc = TH_ENOTFOUND;
+    const char *tok = dot + 1;
     if ((size_t)(dot - key) == strlen(f->id) &&
         strncmp(key, f->id, (size_t)(dot - key)) == 0) {
-        for (size_t i = 0; i < f->n_ts && rc == TH_ENOTFOUND; i++) {
+        th_session *s = NULL;
+        uint64_t id = 0;
+        rc = task_find(f, tok, user, &s, &id);
+        if (rc == 0) {
             th_result_copy r;
             memset(&r, 0, sizeof r);
-            rc = th_task_result(f->ts[i].s, id, &r);
+            rc = th_task_result(s, id, &r);
             if (rc == 0)
                 rc = th_codec_result_to_buf(&b, &r);
             th_result_copy_destroy(&r);
@@ -1004,12 +1463,18 @@ static void on_any_result(natsConnection *nc, natsSubscription *sub,
     }
     if (rc == TH_ENOTFOUND) {
         th_buf_reset(&b);
-        rc = kv_get(f, key, &b);
+        rc = kv_get(f, key, user, &b);
     }
+    if (rc == TH_EPERM)
+        note_refusal(f, user, "it asked for a result that is not its own "
+                     "(another caller's, or an entry that fails its check)");
     if (rc == 0)
-        publish(f, reply, "task", id, b.data, b.len);
+        publish(f, reply, "task", tok, b.data, b.len);
     else if (rc == TH_ESTATE)
         publish_error(f, reply, rc, "the task is still running");
+    else if (rc == TH_EPERM)
+        publish_error(f, reply, rc, "this result is not yours, or its "
+                      "stored entry was not written by a host: refused");
     else if (rc == TH_ENOTFOUND)
         publish_error(f, reply, rc,
                       f->kv_state == 1
@@ -1213,6 +1678,7 @@ static nt_ep *ep_new(th_nats *f, nt_ts *ts, const char *tool)
     ep->ts = ts;
     size_t n = strlen(f->nc_cfg->prefix) + strlen(ts->cfg->name) +
                strlen(tool) + 3;
+    n += 4; /* per user: <prefix>.u.*.<toolset>.<tool> */
     ep->subject = malloc(n);
     ep->tool = strdup(tool);
     if (!ep->subject || !ep->tool) {
@@ -1221,8 +1687,8 @@ static nt_ep *ep_new(th_nats *f, nt_ts *ts, const char *tool)
         free(ep);
         return NULL;
     }
-    snprintf(ep->subject, n, "%s.%s.%s", f->nc_cfg->prefix, ts->cfg->name,
-             tool);
+    snprintf(ep->subject, n, "%s%s.%s.%s", f->nc_cfg->prefix,
+             f->per_user ? ".u.*" : "", ts->cfg->name, tool);
     f->eps[f->n_eps++] = ep;
     return ep;
 }
@@ -1270,7 +1736,7 @@ static void sub_drain(natsSubscription *sub)
 static bool is_stopping(th_nats *f)
 {
     pthread_mutex_lock(&f->mu);
-    bool v = f->stopping;
+    bool v = f->stopping || atomic_load(&f->quiesced);
     pthread_mutex_unlock(&f->mu);
     return v;
 }
@@ -1362,7 +1828,7 @@ static int resync_locked(th_nats *f, nt_ts *ts, bool reload, th_error *err)
     if (rc == 0 && live == 0 && !reload)
         th_log_warn("nats: toolset %s serves no tool on NATS (is "
                     "nats.as_user '%s' in its allow_users?)",
-                    ts->cfg->name, f->nc_cfg->as_user);
+                    ts->cfg->name, f->per_user ? "-" : f->nc_cfg->as_user);
     if (rc == 0 && reload && (added || removed))
         th_log_info("nats: toolset %s: %zu tool(s) on NATS after the "
                     "reload (%zu added, %zu removed)",
@@ -1403,6 +1869,13 @@ static void nats_free(th_nats *f)
         ep_free(f->eps[i]);
     for (size_t i = 0; i < f->n_srv; i++)
         natsSubscription_Destroy(f->srv[i]);
+    while (f->sess) {
+        nt_sess *x = f->sess;
+        f->sess = x->next;
+        free(x);
+    }
+    tasks_free(f);
+    memset(f->rkey, 0, sizeof f->rkey);
     if (f->nc)
         natsConnection_Destroy(f->nc);
     natsOptions_Destroy(f->opts);
@@ -1415,6 +1888,9 @@ static void nats_free(th_nats *f)
     pthread_mutex_destroy(&f->eps_mu);
     pthread_mutex_destroy(&f->start_mu);
     pthread_mutex_destroy(&f->slow_mu);
+    pthread_mutex_destroy(&f->sess_mu);
+    pthread_mutex_destroy(&f->tasks_mu);
+    pthread_mutex_destroy(&f->note_mu);
     pthread_cond_destroy(&f->cv);
     free(f);
 }
@@ -1603,8 +2079,18 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
     pthread_mutex_init(&f->eps_mu, NULL);
     pthread_mutex_init(&f->start_mu, NULL);
     pthread_mutex_init(&f->slow_mu, NULL);
+    pthread_mutex_init(&f->sess_mu, NULL);
+    pthread_mutex_init(&f->tasks_mu, NULL);
+    pthread_mutex_init(&f->note_mu, NULL);
     pthread_cond_init(&f->cv, NULL);
+    f->per_user = cfg->nats.n_users > 0;
     make_id(f);
+    int krc = rkey_load(f, err);
+    if (krc != 0) {
+        pthread_mutex_init(&f->kv_mu, NULL); /* kv_close destroys it */
+        nats_free(f);
+        return krc;
+    }
     kv_init_cfg(f);
     f->ts = calloc(cfg->nats.n_toolsets, sizeof *f->ts);
     if (!f->ts) {
@@ -1628,6 +2114,13 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
         who.gid = (uint32_t)-1;
         who.user = cfg->nats.as_user;
         who.toolset = tc->name;
+        /* with nats.users this session only lists the toolset's tools
+         * (each user's calls run in a session of its own, which the
+         * toolset's allow_users and ACL judge) */
+        if (f->per_user) {
+            who.user = NULL;
+            who.trusted = true;
+        }
         th_front_ops ops;
         memset(&ops, 0, sizeof ops);
         ops.front = "nats";
@@ -1669,19 +2162,20 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
     for (size_t k = 0; rc == 0 && k < 3; k++) {
         static const char *const ops[] = {"get", "result", "cancel"};
         char subj[256];
-        snprintf(subj, sizeof subj, "%s.host.%s.tasks.%s", cfg->nats.prefix,
-                 f->id, ops[k]);
+        snprintf(subj, sizeof subj, "%s%s.host.%s.tasks.%s",
+                 cfg->nats.prefix, f->per_user ? ".u.*" : "", f->id, ops[k]);
         rc = sub_plain(f, subj, NULL, on_task, err);
     }
     if (rc == 0) { /* callers' answers to `ask` */
         char subj[256];
-        snprintf(subj, sizeof subj, "%s.host.%s.permit.>", cfg->nats.prefix,
-                 f->id);
+        snprintf(subj, sizeof subj, "%s%s.host.%s.permit.>",
+                 cfg->nats.prefix, f->per_user ? ".u.*" : "", f->id);
         rc = sub_plain(f, subj, NULL, on_permit, err);
     }
     if (rc == 0) { /* any host answers a finished task's result */
         char subj[256];
-        snprintf(subj, sizeof subj, "%s.tasks.result", cfg->nats.prefix);
+        snprintf(subj, sizeof subj, "%s%s.tasks.result", cfg->nats.prefix,
+                 f->per_user ? ".u.*" : "");
         rc = sub_plain(f, subj, QUEUE, on_any_result, err);
     }
     if (rc == 0 && natsConnection_Status(f->nc) ==
@@ -1702,28 +2196,46 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
         n_live += f->eps[i]->live;
     pthread_mutex_unlock(&f->eps_mu);
     th_log_info("nats: serving %zu tool(s) of %zu toolset(s) on %s as "
-                "service %s id %s (subjects %s.<toolset>.<tool>)",
+                "service %s id %s (subjects %s%s.<toolset>.<tool>%s)",
                 n_live, f->n_ts, cfg->host.listen_nats, cfg->nats.name,
-                f->id, cfg->nats.prefix);
+                f->id, cfg->nats.prefix, f->per_user ? ".u.<user>" : "",
+                f->per_user ? ", callers told apart by nats.users"
+                            : "; no nats.users: every caller runs as "
+                              "nats.as_user");
     *out = f;
     return 0;
+}
+
+void th_nats_quiesce(th_nats *f)
+{
+    if (!f || atomic_exchange(&f->quiesced, true))
+        return;
+    /* No new calls: drain the tool subjects - the server stops routing
+     * them to us, and what it had already sent (in the socket, in the
+     * client's queues) is still handed to on_request, which answers it
+     * `cancelled` (an unsubscribe would drop those silently).  Tasks,
+     * `ask` answers and discovery go on until th_nats_stop. */
+    pthread_mutex_lock(&f->eps_mu);
+    for (size_t i = 0; i < f->n_eps; i++)
+        if (f->eps[i]->live)
+            sub_drain(f->eps[i]->sub);
+    pthread_mutex_unlock(&f->eps_mu);
+    flush_now(f);
+    if (f->nc) /* (not for a start that failed) */
+        th_log_info("nats: stopping: no new calls are taken (the tool "
+                    "subjects are drained; calls in flight go on)");
 }
 
 void th_nats_stop(th_nats *f)
 {
     if (!f)
         return;
+    th_nats_quiesce(f); /* 1. no new calls */
     pthread_mutex_lock(&f->mu);
     f->stopping = true;
     pthread_mutex_unlock(&f->mu);
-    /* 1. No new deliveries: drain every subscription - the server stops
-     * routing to us, and what it had already sent (in the socket, in the
-     * client's queues) is still handed to on_request, which answers it
-     * `cancelled` (an unsubscribe would drop those silently). */
+    /* and no more deliveries on the host's own subjects either */
     pthread_mutex_lock(&f->eps_mu);
-    for (size_t i = 0; i < f->n_eps; i++)
-        if (f->eps[i]->live)
-            sub_drain(f->eps[i]->sub);
     for (size_t i = 0; i < f->n_srv; i++)
         sub_drain(f->srv[i]);
     pthread_mutex_unlock(&f->eps_mu);
@@ -1754,13 +2266,32 @@ void th_nats_stop(th_nats *f)
     for (size_t i = 0; i < f->n_ts; i++)
         if (f->ts[i].s)
             th_session_close(f->ts[i].s);
+    /* the users' sessions (no handler runs any more: none is added) */
+    for (nt_sess *x = f->sess; x; x = x->next)
+        th_session_close(x->s);
+    /* No event callback of a closed session runs any more: a call still
+     * listed here will never hear its end (an acknowledged toolset-scoped
+     * task goes on detached from its session; a call the core gave up
+     * on).  Its caller is told now, never left without an answer, and its
+     * record freed. */
     pthread_mutex_lock(&f->mu);
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    dl.tv_sec += 5;
-    while (f->calls && pthread_cond_timedwait(&f->cv, &f->mu, &dl) == 0)
-        ;
+    nt_call *left = f->live_calls;
+    f->live_calls = NULL;
+    size_t n_left = f->calls;
+    f->calls = 0;
     pthread_mutex_unlock(&f->mu);
+    for (nt_call *c = left, *next; c; c = next) {
+        next = c->next;
+        publish_error(f, c->reply, TH_ECANCELLED,
+                      "the host is stopping: the call was cancelled");
+        free(c->reply);
+        free(c);
+    }
+    if (n_left)
+        th_log_info("nats: %zu call(s) without an end when their sessions "
+                    "closed (tasks that outlive their session) were "
+                    "answered `cancelled`", n_left);
+    struct timespec dl;
     if (f->nc) {
         if (natsConnection_Status(f->nc) == NATS_CONN_STATUS_CONNECTED)
             natsConnection_FlushTimeout(f->nc, 1000);

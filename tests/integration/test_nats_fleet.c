@@ -221,11 +221,17 @@ static void test_result_after_host_gone(void)
     NEED_SERVER();
     rpc_srv h[2];
     char ids[2][40];
+    /* the key both hosts sign and check the bucket's entries with */
+    char *key = nats_key_file(G.dir);
+    char extra[1024];
+    snprintf(extra, sizeof extra,
+             "  results_ttl: 1m\n"
+             "  results_bucket: kvtest\n"
+             "  results_key_file: %s\n", key);
+    free(key);
     for (int i = 0; i < 2; i++)
         CU_ASSERT_FATAL(host_start(&h[i], ids[i], G_url, "kv", "kv",
-                                   "echo, echo_async",
-                                   "  results_ttl: 1m\n"
-                                   "  results_bucket: kvtest\n") == 0);
+                                   "echo, echo_async", extra) == 0);
     CU_ASSERT(rpc_log_wait(&h[0], "key-value bucket kvtest", rpc_wait_ms()));
     natsConnection *nc = nats_connect(G_url, NULL, NULL);
     CU_ASSERT_FATAL(nc != NULL);
@@ -524,8 +530,11 @@ static void test_tls_auth(void)
     char url[64];
     snprintf(url, sizeof url, "tls://127.0.0.1:%d", s.port);
     char extra[1024];
+    char *key = nats_key_file(dir); /* so that it asks for JetStream */
     snprintf(extra, sizeof extra,
-             "  user: host\n  password: hostpw\n  tls_ca: %s/ca.pem\n", dir);
+             "  user: host\n  password: hostpw\n  tls_ca: %s/ca.pem\n"
+             "  results_key_file: %s\n", dir, key);
+    free(key);
     rpc_srv h;
     char id[40];
     CU_ASSERT_FATAL(host_start(&h, id, url, "tl", "tl", "echo", extra) == 0);

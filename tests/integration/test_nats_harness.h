@@ -10,6 +10,7 @@
 #include <CUnit/CUnit.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/stat.h>
 #include <jansson.h>
 #include <nats/nats.h>
 
@@ -201,6 +202,17 @@ NATS_H void gnatsd_files(gnatsd *g, const char *conf)
     size_t ll = strlen(g->dir) + 16;
     g->log = malloc(ll);
     snprintf(g->log, ll, "%s/nats.log", g->dir);
+}
+
+/* A results bucket key (nats.results_key_file) in `dir`, mode 0600: its
+ * path (malloc'ed). */
+NATS_H char *nats_key_file(const char *dir)
+{
+    char *k = th_test_write_file(dir, "results.key",
+                                 "toolhost-test-results-key-0123456789abcdef",
+                                 (size_t)-1);
+    chmod(k, 0600);
+    return k;
 }
 
 /* Kills it (if running) and removes its files. */

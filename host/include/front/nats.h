@@ -50,8 +50,15 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
 natsStatus th_nats_set_urls(natsOptions *o, const char *list);
 /* The host's id on NATS (its $SRV id, the HOSTID of task ids). */
 const char *th_nats_id(const th_nats *f);
-/* Stops taking requests, cancels the calls in flight (their callers get
- * `cancelled`), closes the connection.  NULL is fine. */
+/* Stops taking new calls (at SIGTERM, before the host lets its calls
+ * finish): the tool subjects are drained, so the server routes new calls
+ * to other hosts (or answers "no responders"), and what it had already
+ * delivered is answered `cancelled`; calls in flight, tasks, `ask`
+ * answers and discovery go on.  Once; any thread; NULL is fine. */
+void th_nats_quiesce(th_nats *f);
+/* Stops taking requests (th_nats_quiesce if not yet), cancels the calls in
+ * flight (their callers get `cancelled`; every call delivered gets an
+ * answer), closes the connection.  NULL is fine. */
 void th_nats_stop(th_nats *f);
 
 #endif

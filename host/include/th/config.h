@@ -443,6 +443,16 @@ typedef struct th_nats_cfg {
                               results; "toolhost_results"; "off": none  */
     uint64_t results_ttl_ms; /* their TTL; 0: host.result_ttl           */
     int line, col;
+    /* Appended.  The NATS users that may call (docs/scale.md, "Caller
+     * identity"): with any, each calls on <prefix>.u.<user>.… and its
+     * replies go to _INBOX.<user>.…, the NATS server's permissions tie
+     * the subject to the user, and the call runs as the host user of
+     * that name (allow_users lists it); none: the anonymous layout, every
+     * call as as_user. */
+    char **users;
+    size_t n_users;
+    char *results_key_file; /* the HMAC-SHA256 key that signs results
+                               bucket entries; NULL: no bucket         */
 } th_nats_cfg;
 
 typedef struct th_config {
