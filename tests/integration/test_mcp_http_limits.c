@@ -383,6 +383,153 @@ static void test_slow_body(void)
     ml_free(&m);
 }
 
+/* ---- the edges --------------------------------------------------------------- */
+
+/* Reads until `n` responses ("HTTP/1.1 ") have come, EOF or the wait. */
+static int read_responses(int fd, int n, char **out)
+{
+    size_t cap = 65536, len = 0;
+    char *t = calloc(1, cap);
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    int got = 0;
+    while (got < n) {
+        int left = (int)(end - rpc_now_ms());
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (left <= 0 || poll(&p, 1, left) <= 0)
+            break;
+        if (len + 4097 > cap)
+            t = realloc(t, cap *= 2);
+        ssize_t k = read(fd, t + len, 4096);
+        if (k <= 0)
+            break;
+        len += (size_t)k;
+        t[len] = '\0';
+        got = 0;
+        for (const char *q = t; (q = strstr(q, "HTTP/1.1 ")); q += 9)
+            got++;
+    }
+    *out = t;
+    return got;
+}
+
+/* A body at exactly mcp.max_body and one byte over; chunked bodies (over
+ * max_body, too deep, trickled); pipelined requests; a TLS port that
+ * hears nothing. */
+static void test_edges(void)
+{
+    ml_srv m;
+    CU_ASSERT_FATAL(ml_start(&m,
+                             "  max_body: 1KiB\n"
+                             "  header_timeout: 1s\n"
+                             "  body_timeout: 2s\n",
+                             false, NULL) == 0);
+    /* exactly 1024 bytes: parsed (a ping without a session: 400 for the
+     * missing session, not 413); 1025: 413 */
+    char body[1100];
+    int pad = 1024 - (int)strlen("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":"
+                                 "\"ping\",\"x\":\"\"}");
+    snprintf(body, sizeof body,
+             "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"x\":\"%*s\"}",
+             pad, "");
+    CU_ASSERT_EQUAL(strlen(body), 1024);
+    char *out;
+    int st = do_req(m.port, 2, "POST", "/mcp", AUTH, body, 1024, &out);
+    CU_ASSERT_EQUAL(st, 400);
+    CU_ASSERT(has(out, "Mcp-Session-Id header is required"));
+    free(out);
+    snprintf(body, sizeof body,
+             "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"x\":\"%*s\"}",
+             pad + 1, "");
+    st = do_req(m.port, 2, "POST", "/mcp", AUTH, body, 1025, &out);
+    CU_ASSERT_EQUAL(st, 413);
+    free(out);
+    /* chunked, over max_body without a Content-Length: 413 */
+    int fd = tcp_from(m.port, 2);
+    CU_ASSERT_FATAL(fd >= 0);
+    static const char chead[] = "POST /mcp HTTP/1.1\r\nHost: x\r\n"
+                                "Connection: close\r\n" AUTH
+                                "Content-Type: application/json\r\n"
+                                "Transfer-Encoding: chunked\r\n\r\n";
+    CU_ASSERT(send_all(fd, chead, sizeof chead - 1) == 0);
+    char chunk[700];
+    memset(chunk, ' ', sizeof chunk);
+    for (int i = 0; i < 2; i++) {
+        char sz[16];
+        int k = snprintf(sz, sizeof sz, "%zx\r\n", sizeof chunk);
+        CU_ASSERT(send_all(fd, sz, (size_t)k) == 0);
+        CU_ASSERT(send_all(fd, chunk, sizeof chunk) == 0);
+        CU_ASSERT(send_all(fd, "\r\n", 2) == 0);
+    }
+    (void)send_all(fd, "0\r\n\r\n", 5);
+    st = read_reply(fd, rpc_wait_ms(), &out, NULL);
+    close(fd);
+    CU_ASSERT_EQUAL(st, 413);
+    free(out);
+    /* chunked, too deep, in chunks of 10 bytes */
+    fd = tcp_from(m.port, 2);
+    CU_ASSERT_FATAL(fd >= 0);
+    CU_ASSERT(send_all(fd, chead, sizeof chead - 1) == 0);
+    for (int i = 0; i < 14; i++) {
+        char c[32];
+        int k = snprintf(c, sizeof c, "a\r\n%s\r\n",
+                         i < 7 ? "[[[[[[[[[[" : "]]]]]]]]]]");
+        CU_ASSERT(send_all(fd, c, (size_t)k) == 0);
+    }
+    CU_ASSERT(send_all(fd, "0\r\n\r\n", 5) == 0);
+    st = read_reply(fd, rpc_wait_ms(), &out, NULL);
+    close(fd);
+    CU_ASSERT_EQUAL(st, 400);
+    CU_ASSERT(has(out, "mcp.max_json_depth"));
+    free(out);
+    /* chunked and trickled: a chunk header a byte at a time, never a
+     * whole body: body_timeout */
+    trickle t;
+    memset(&t, 0, sizeof t);
+    t.text = "1\r\n \r\n";
+    t.fd[0] = tcp_from(m.port, 2);
+    CU_ASSERT_FATAL(t.fd[0] >= 0);
+    CU_ASSERT(send_all(t.fd[0], chead, sizeof chead - 1) == 0);
+    t.n = 1;
+    atomic_init(&t.open, 1);
+    int64_t t0 = rpc_now_ms();
+    t.until_ms = t0 + th_test_ms(8000);
+    trickle_main(&t);
+    CU_ASSERT_EQUAL(atomic_load(&t.open), 0);
+    CU_ASSERT(t.closed_ms[0] - t0 >= 1900);
+    close(t.fd[0]);
+    /* pipelined: two initializes in one write, both answered in order on
+     * the one connection */
+    fd = tcp_from(m.port, 1);
+    CU_ASSERT_FATAL(fd >= 0);
+    char two[2048];
+    int k = snprintf(two, sizeof two,
+                     "POST /mcp HTTP/1.1\r\nHost: x\r\n" AUTH
+                     "Content-Type: application/json\r\n"
+                     "Content-Length: %zu\r\n\r\n%s"
+                     "POST /mcp HTTP/1.1\r\nHost: x\r\n" AUTH
+                     "Content-Type: application/json\r\n"
+                     "Content-Length: %zu\r\n\r\n%s",
+                     strlen(INIT_BODY), INIT_BODY, strlen(INIT_BODY),
+                     INIT_BODY);
+    CU_ASSERT(send_all(fd, two, (size_t)k) == 0);
+    int n = read_responses(fd, 2, &out);
+    CU_ASSERT_EQUAL(n, 2);
+    const char *second = strstr(out + 9, "HTTP/1.1 ");
+    CU_ASSERT(!strncmp(out, "HTTP/1.1 200", 12) && second &&
+              !strncmp(second, "HTTP/1.1 200", 12));
+    free(out);
+    /* ...and then the kept-alive connection, silent, is closed by
+     * header_timeout */
+    bool eof;
+    t0 = rpc_now_ms();
+    read_reply(fd, rpc_wait_ms(), NULL, &eof);
+    CU_ASSERT(eof);
+    CU_ASSERT(rpc_now_ms() - t0 < rpc_wait_ms() - 100);
+    close(fd);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
+    ml_free(&m);
+}
+
 /* ---- per address ------------------------------------------------------------ */
 
 static void test_per_address(void)
@@ -678,7 +825,9 @@ static void test_tls_priorities(void)
     th_test_run_free(&gen);
     CU_ASSERT_FATAL(gst == 0);
     char extra[1200];
-    snprintf(extra, sizeof extra, "  tls_cert: %s\n  tls_key: %s\n", crt, key);
+    snprintf(extra, sizeof extra,
+             "  tls_cert: %s\n  tls_key: %s\n  header_timeout: 1s\n", crt,
+             key);
     ml_srv m;
     CU_ASSERT_FATAL(ml_start(&m, extra, false,
                              "\"https://127.0.0.1:0/mcp\"") == 0);
@@ -697,6 +846,20 @@ static void test_tls_priorities(void)
     CU_ASSERT_TRUE(s_client(m.port, "-tls1_2", "-cipher",
                             "ECDHE-RSA-CHACHA20-POLY1305"));
     CU_ASSERT_TRUE(s_client(m.port, "-tls1_3", NULL, NULL));
+    /* A client that never finishes its handshake: header_timeout (1 s
+     * here) closes it. */
+    int fd = tcp_from(m.port, 2);
+    CU_ASSERT_FATAL(fd >= 0);
+    CU_ASSERT(send_all(fd, "\x16\x03\x01", 3) == 0);
+    bool eof;
+    int64_t t0 = rpc_now_ms();
+    read_reply(fd, rpc_wait_ms(), NULL, &eof);
+    int64_t ms = rpc_now_ms() - t0;
+    fprintf(stderr, " [half a handshake closed after %lld ms] ",
+            (long long)ms);
+    CU_ASSERT(eof && ms < rpc_wait_ms() - 100);
+    close(fd);
+    CU_ASSERT(rpc_log_has(&m.rs, "(mcp.header_timeout)"));
     CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
     ml_free(&m);
     /* mcp.tls_priorities replaces the default: with TLS 1.3 only, 1.2 is
@@ -721,6 +884,7 @@ void th_suite_mcp_http_limits(void)
     CU_pSuite s = CU_add_suite("mcp_http_limits", NULL, NULL);
     CU_add_test(s, "slowloris", test_slowloris);
     CU_add_test(s, "slow_body", test_slow_body);
+    CU_add_test(s, "edges", test_edges);
     CU_add_test(s, "per_address", test_per_address);
     CU_add_test(s, "json_bounds", test_json_bounds);
     CU_add_test(s, "nul_header", test_nul_header);
