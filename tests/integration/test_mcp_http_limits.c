@@ -305,7 +305,7 @@ static void test_slowloris(void)
             (long long)served, t.n - still, t.n,
             (long long)(last ? last - t0 : -1));
     CU_ASSERT_EQUAL(still, 0);
-    CU_ASSERT(rpc_log_has(&m.rs, "(mcp.header_timeout)"));
+    CU_ASSERT(rpc_log_wait(&m.rs, "(mcp.header_timeout)", rpc_wait_ms()));
     for (int i = 0; i < t.n; i++)
         close(t.fd[i]);
     CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
@@ -859,7 +859,7 @@ static void test_tls_priorities(void)
             (long long)ms);
     CU_ASSERT(eof && ms < rpc_wait_ms() - 100);
     close(fd);
-    CU_ASSERT(rpc_log_has(&m.rs, "(mcp.header_timeout)"));
+    CU_ASSERT(rpc_log_wait(&m.rs, "(mcp.header_timeout)", rpc_wait_ms()));
     CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
     ml_free(&m);
     /* mcp.tls_priorities replaces the default: with TLS 1.3 only, 1.2 is
