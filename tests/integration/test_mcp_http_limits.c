@@ -781,6 +781,32 @@ static void test_nul_header(void)
         CU_ASSERT(has(out, "Mcp-Session-Id header is required"));
         free(out);
     }
+    /* A big head (24 headers of 500 bytes, a cookie): no false alarm
+     * when the library's read buffer grows. */
+    {
+        size_t cap = 32768, len = 0;
+        char *big = malloc(cap);
+        len += (size_t)snprintf(big + len, cap - len,
+                                "GET /mcp?q=1 HTTP/1.1\r\nHost: x\r\n"
+                                "Connection: close\r\nCookie: a=b; c=d\r\n");
+        for (int i = 0; i < 24; i++) {
+            len += (size_t)snprintf(big + len, cap - len, "X-Big-%d: ", i);
+            memset(big + len, 'v', 500);
+            len += 500;
+            memcpy(big + len, "\r\n", 2);
+            len += 2;
+        }
+        len += (size_t)snprintf(big + len, cap - len, AUTH "\r\n");
+        fd = tcp_from(m.port, 1);
+        CU_ASSERT_FATAL(fd >= 0);
+        CU_ASSERT(send_all(fd, big, len) == 0);
+        st = read_reply(fd, rpc_wait_ms(), &out, NULL);
+        close(fd);
+        CU_ASSERT_EQUAL(st, 400);
+        CU_ASSERT(has(out, "Mcp-Session-Id header is required"));
+        free(out);
+        free(big);
+    }
     /* The same request without the NUL is served. */
     st = do_req(m.port, 1, "POST", "/mcp", AUTH, INIT_BODY, strlen(INIT_BODY),
                 NULL);
