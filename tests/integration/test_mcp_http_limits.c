@@ -281,7 +281,10 @@ static void test_slowloris(void)
     pthread_t th;
     CU_ASSERT_FATAL(pthread_create(&th, NULL, trickle_main, &t) == 0);
     /* Both caps are reached (16 taken, 4 waiting in the kernel). */
-    CU_ASSERT(rpc_log_wait(&m.rs, "(mcp.max_connections)", rpc_wait_ms()));
+    CU_ASSERT(rpc_log_wait(&m.rs, "127.0.0.1:0/mcp: 16 connections open",
+                           rpc_wait_ms()));
+    CU_ASSERT(rpc_log_wait(&m.rs, "127.0.0.1:0/metrics: 16 connections open",
+                           rpc_wait_ms()));
     char *out = NULL;
     int st = do_req(m.port, 1, "POST", "/mcp", AUTH, INIT_BODY,
                     strlen(INIT_BODY), &out);
