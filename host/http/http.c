@@ -42,7 +42,8 @@ typedef struct hconn {
 } hconn;
 
 /* A log line said at most once a second, with the count of events since
- * the last one said. */
+ * the last one said; the watchdog says what is left over (rl_take each
+ * tick), so no event goes uncounted. */
 typedef struct rl_log {
     int64_t last_ms;
     unsigned pending;
@@ -69,6 +70,7 @@ struct th_http_server {
     pthread_t dog;
     bool dog_started, dog_stop;
     rl_log log_head, log_body, log_addr, log_nul; /* under mu */
+    char addr_last[INET6_ADDRSTRLEN]; /* the last address refused; mu */
 };
 
 static int64_t mono_ms(void)
@@ -78,17 +80,30 @@ static int64_t mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Counts one event; true when a line is due now (then *n is how many it
- * covers).  s->mu held. */
-static bool rl_due(rl_log *l, int64_t now, unsigned *n)
+/* True when a line is due now for the events counted in l->pending
+ * (then *n is how many it covers).  s->mu held. */
+static bool rl_take(rl_log *l, int64_t now, unsigned *n)
 {
-    l->pending++;
-    if (l->last_ms && now - l->last_ms < 1000)
+    if (!l->pending || (l->last_ms && now - l->last_ms < 1000))
         return false;
     l->last_ms = now;
     *n = l->pending;
     l->pending = 0;
     return true;
+}
+
+static void say_nul(const th_http_server *s, unsigned n)
+{
+    th_log_info("http: %s: %u request(s) with a NUL byte (or an obs-fold "
+                "line) in the head refused",
+                s->entry, n);
+}
+
+static void say_addr(const th_http_server *s, unsigned n)
+{
+    th_log_warn("http: %s: %u connection(s) refused, the last from %s: "
+                "%u from one address at once (%s.max_connections_per_address)",
+                s->entry, n, s->addr_last, s->per_addr, s->what);
 }
 
 /* What *req_cls points to while a request is routed. */
@@ -367,12 +382,10 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
         if (head_hides_bytes(c, method, url, version)) {
             pthread_mutex_lock(&s->mu);
             unsigned said = 0;
-            bool say = rl_due(&s->log_nul, mono_ms(), &said);
+            s->log_nul.pending++;
+            if (rl_take(&s->log_nul, mono_ms(), &said))
+                say_nul(s, said);
             pthread_mutex_unlock(&s->mu);
-            if (say)
-                th_log_info("http: %s: %u request(s) with a NUL byte (or an "
-                            "obs-fold line) in the head refused",
-                            s->entry, said);
             return th_http_reply(c, MHD_HTTP_BAD_REQUEST, "text/plain",
                                  "a NUL byte in the request head\n", NULL, NULL);
         }
@@ -503,23 +516,24 @@ static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr,
     if (!s->per_addr || !addr)
         return MHD_YES;
     unsigned n = 0, said = 0;
-    char ip[INET6_ADDRSTRLEN] = "?";
     pthread_mutex_lock(&s->mu);
     for (hconn *hc = s->conns; hc; hc = hc->next)
         if (same_host(&hc->addr, addr))
             n++;
     bool refuse = n >= s->per_addr;
-    bool say = refuse && rl_due(&s->log_addr, mono_ms(), &said);
-    pthread_mutex_unlock(&s->mu);
-    if (say) {
-        if (addr->sa_family == AF_INET)
-            inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)addr)->sin_addr, ip, sizeof ip);
-        else if (addr->sa_family == AF_INET6)
-            inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)addr)->sin6_addr, ip, sizeof ip);
-        th_log_warn("http: %s: %u connection(s) from %s refused: %u open "
-                    "from that address (%s.max_connections_per_address)",
-                    s->entry, said, ip, n, s->what);
+    if (refuse) {
+        const void *ia =
+            addr->sa_family == AF_INET6
+                ? (const void *)&((const struct sockaddr_in6 *)(const void *)addr)->sin6_addr
+                : (const void *)&((const struct sockaddr_in *)(const void *)addr)->sin_addr;
+        if (!inet_ntop(addr->sa_family, ia, s->addr_last,
+                       sizeof s->addr_last))
+            snprintf(s->addr_last, sizeof s->addr_last, "?");
+        s->log_addr.pending++;
+        if (rl_take(&s->log_addr, mono_ms(), &said))
+            say_addr(s, said);
     }
+    pthread_mutex_unlock(&s->mu);
     return refuse ? MHD_NO : MHD_YES;
 }
 
@@ -544,7 +558,7 @@ static void *dog_main(void *arg)
         }
         pthread_cond_timedwait(&s->dog_cv, &s->mu, &ts);
         int64_t now = mono_ms();
-        unsigned said_head = 0, said_body = 0;
+        unsigned said_head = 0, said_body = 0, said = 0;
         for (hconn *hc = s->conns; hc; hc = hc->next) {
             if (hc->cut || hc->phase == PH_REPLY)
                 continue;
@@ -553,11 +567,14 @@ static void *dog_main(void *arg)
                 continue;
             hc->cut = true;
             shutdown(hc->fd, SHUT_RDWR);
-            if (head)
-                rl_due(&s->log_head, now, &said_head);
-            else
-                rl_due(&s->log_body, now, &said_body);
+            (head ? &s->log_head : &s->log_body)->pending++;
         }
+        rl_take(&s->log_head, now, &said_head);
+        rl_take(&s->log_body, now, &said_body);
+        if (rl_take(&s->log_addr, now, &said))
+            say_addr(s, said);
+        if (rl_take(&s->log_nul, now, &said))
+            say_nul(s, said);
         if (said_head)
             th_log_warn("http: %s: %u connection(s) closed: no whole request "
                         "head within %u ms (%s.header_timeout)",
