@@ -2019,6 +2019,17 @@ static const cfkey mcp_keys[] = {
      .off = M(client_timeout_ms), .min = 0, .max = DAY},
     {.name = "keepalive", .set = set_duration, .off = M(keepalive_ms),
      .min = 100, .max = HOUR},
+    {.name = "header_timeout", .set = set_duration,
+     .off = M(header_timeout_ms), .min = 100, .max = HOUR},
+    {.name = "body_timeout", .set = set_duration, .off = M(body_timeout_ms),
+     .min = 100, .max = DAY},
+    {.name = "max_connections_per_address", .set = set_u32,
+     .off = M(max_connections_per_address), .min = 1, .max = 100000},
+    {.name = "max_json_depth", .set = set_u32, .off = M(max_json_depth),
+     .min = 2, .max = 1000},
+    {.name = "max_json_elements", .set = set_u32,
+     .off = M(max_json_elements), .min = 16, .max = 100000000},
+    {.name = "tls_priorities", .set = set_str, .off = M(tls_priorities)},
     {.name = NULL}};
 #undef M
 
@@ -2034,6 +2045,11 @@ static void mcp_init(th_mcp_cfg *m)
     m->max_queued = 8 * MIB;
     m->client_timeout_ms = 60 * SEC;
     m->keepalive_ms = 15 * SEC;
+    m->header_timeout_ms = 10 * SEC;
+    m->body_timeout_ms = 60 * SEC;
+    m->max_connections_per_address = 64;
+    m->max_json_depth = 64;
+    m->max_json_elements = 100000;
 }
 
 static int mcp_check(cfctx *c, th_ynode *n, void *el)
@@ -2433,6 +2449,7 @@ void th_config_free(th_config *cfg)
     free_strv(mc->allow_origins, mc->n_allow_origins);
     free(mc->tls_cert);
     free(mc->tls_key);
+    free(mc->tls_priorities);
     free(h->socket_group);
     free(h->audit);
     free(h->state_dir);

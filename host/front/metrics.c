@@ -565,6 +565,10 @@ int th_metrics_start(th_host *h, const th_config *cfg, th_metrics **out,
         o.tls_key = cfg->mcp.tls_key;
         o.max_connections = 16;
         o.client_timeout_s = 30;
+        o.header_timeout_ms = (unsigned)cfg->mcp.header_timeout_ms;
+        o.body_timeout_ms = (unsigned)cfg->mcp.body_timeout_ms;
+        o.max_per_address = cfg->mcp.max_connections_per_address;
+        o.tls_priorities = cfg->mcp.tls_priorities;
         rc = th_http_start(&o, &r, 1, &m->srv[i], err);
         if (rc < 0) {
             th_metrics_stop(m);

@@ -1,4 +1,18 @@
-/* http.c - the HTTP server layer of th/http.h over libmicrohttpd. */
+/* http.c - the HTTP server layer of th/http.h over libmicrohttpd.
+ *
+ * Deadlines: each connection has a record (hconn, its socket context) in
+ * the server's list, in one of three phases: HEAD (waiting for a request
+ * line and headers, since the connection's start or the previous
+ * request's end), BODY (since the headers), REPLY (the handler has the
+ * whole request: no deadline here; mcp.client_timeout covers a client
+ * that takes in nothing).  The watchdog thread shuts down the socket of a
+ * connection past its phase's deadline; libmicrohttpd's thread of that
+ * connection then sees the end and closes it.  The record leaves the list
+ * (NOTIFY_CLOSED) before libmicrohttpd closes the fd, both under s->mu
+ * for the watchdog, so it never shuts down a reused fd.
+ *
+ * Lock order: s->mu is a leaf (nothing is called while it is held but
+ * shutdown(2) and the log). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -16,6 +30,25 @@
 #include "th/http.h"
 #include "th/log.h"
 
+enum { PH_HEAD, PH_BODY, PH_REPLY };
+
+typedef struct hconn {
+    struct hconn *next, *prev; /* in s->conns, under s->mu */
+    int fd;
+    int phase;        /* PH_*, under s->mu */
+    int64_t since_ms; /* when the phase began */
+    bool cut;         /* shut down by the watchdog */
+    struct sockaddr_storage addr;
+} hconn;
+
+/* A log line said at most once a second, with the count of events since
+ * the last one said; the watchdog says what is left over (rl_take each
+ * tick), so no event goes uncounted. */
+typedef struct rl_log {
+    int64_t last_ms;
+    unsigned pending;
+} rl_log;
+
 struct th_http_server {
     struct MHD_Daemon *d;
     th_http_route *routes;
@@ -28,7 +61,50 @@ struct th_http_server {
     unsigned max_conn;
     atomic_uint n_conn;
     atomic_llong full_logged_ms; /* when "at the cap" was last logged */
+    const char *what;            /* config section in log lines */
+    char *priorities;            /* GnuTLS priorities, kept while running */
+    unsigned head_ms, body_ms, per_addr;
+    pthread_mutex_t mu;
+    pthread_cond_t dog_cv;       /* CLOCK_MONOTONIC */
+    hconn *conns;
+    pthread_t dog;
+    bool dog_started, dog_stop;
+    rl_log log_head, log_body, log_addr, log_nul; /* under mu */
+    char addr_last[INET6_ADDRSTRLEN]; /* the last address refused; mu */
 };
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* True when a line is due now for the events counted in l->pending
+ * (then *n is how many it covers).  s->mu held. */
+static bool rl_take(rl_log *l, int64_t now, unsigned *n)
+{
+    if (!l->pending || (l->last_ms && now - l->last_ms < 1000))
+        return false;
+    l->last_ms = now;
+    *n = l->pending;
+    l->pending = 0;
+    return true;
+}
+
+static void say_nul(const th_http_server *s, unsigned n)
+{
+    th_log_info("http: %s: %u request(s) with a NUL byte (or an obs-fold "
+                "line) in the head refused",
+                s->entry, n);
+}
+
+static void say_addr(const th_http_server *s, unsigned n)
+{
+    th_log_warn("http: %s: %u connection(s) refused, the last from %s: "
+                "%u from one address at once (%s.max_connections_per_address)",
+                s->entry, n, s->addr_last, s->per_addr, s->what);
+}
 
 /* What *req_cls points to while a request is routed. */
 typedef struct route_req {
@@ -148,15 +224,171 @@ static size_t keep_escaped(void *cls, struct MHD_Connection *c, char *uri)
     return strlen(uri);
 }
 
+static hconn *conn_of(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* Moves the connection's record to phase `ph` (from `from`, or from any
+ * phase when from < 0). */
+static void conn_phase(th_http_server *s, struct MHD_Connection *c,
+                       int from, int ph)
+{
+    hconn *hc = conn_of(c);
+    if (!hc)
+        return;
+    pthread_mutex_lock(&s->mu);
+    if (from < 0 || hc->phase == from) {
+        hc->phase = ph;
+        hc->since_ms = mono_ms();
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- a NUL in the head ---------------------------------------------------
+ *
+ * libmicrohttpd before 1.0 reads a header value, the URL and the method as
+ * C strings: "Authorization: Bearer <token>\0junk" reaches a handler as
+ * the token alone, "/mcp\0junk" as /mcp.  Its API shows no byte after
+ * such a NUL, but it parses the head in place, in one buffer of
+ * header_size bytes from the method: every byte of that buffer is either
+ * a parsed field (method, URL, version, header names and values, query
+ * arguments) or a separator it overwrote with a NUL (the spaces of the
+ * request line, each ':' '?' '&' '=', CR and LF) or whitespace it
+ * skipped.  So a head in which some byte outside every field is anything
+ * else held a NUL that hid it: refused.  A field outside the buffer (an
+ * obs-fold continuation line, which it copies; RFC 9112 lets a server
+ * refuse those) is refused too.  From 1.0 on the library refuses a NUL in
+ * the head itself and this check is off. */
+
+typedef struct span {
+    const char *p;
+    size_t n;
+} span;
+
+typedef struct spans {
+    span *v;
+    size_t n, cap;
+    bool oom;
+} spans;
+
+static void span_add(spans *a, const char *p, size_t n)
+{
+    if (!p || a->oom)
+        return;
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? 2 * a->cap : 32;
+        span *v = realloc(a->v, cap * sizeof *v);
+        if (!v) {
+            a->oom = true;
+            return;
+        }
+        a->v = v;
+        a->cap = cap;
+    }
+    a->v[a->n++] = (span){p, n};
+}
+
+static enum MHD_Result span_collect(void *cls, enum MHD_ValueKind kind,
+                                    const char *key, size_t key_size,
+                                    const char *value, size_t value_size)
+{
+    (void)kind;
+    span_add(cls, key, key_size);
+    span_add(cls, value, value_size);
+    return MHD_YES;
+}
+
+static int span_cmp(const void *a, const void *b)
+{
+    const char *x = ((const span *)a)->p, *y = ((const span *)b)->p;
+    return x < y ? -1 : x > y;
+}
+
+static bool gap_ok(const char *p, const char *e)
+{
+    for (; p < e; p++)
+        if (*p != '\0' && *p != ' ' && *p != '\t')
+            return false;
+    return true;
+}
+
+/* True when the library reads the head as C strings (before 1.0). */
+static bool head_check_needed(void)
+{
+    static atomic_int need = -1;
+    int v = atomic_load(&need);
+    if (v < 0) {
+        unsigned major = 1;
+        const char *ver = MHD_get_version();
+        if (ver)
+            sscanf(ver, "%u", &major);
+        v = major < 1;
+        atomic_store(&need, v);
+    }
+    return v == 1;
+}
+
+/* True when the request's head held a byte no field shows (see above). */
+static bool head_hides_bytes(struct MHD_Connection *c, const char *method,
+                             const char *url, const char *version)
+{
+    if (!head_check_needed())
+        return false;
+    const union MHD_ConnectionInfo *hi =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    if (!hi || !method)
+        return true;
+    const char *end = method + hi->header_size;
+    spans a = {0};
+    span_add(&a, method, strlen(method));
+    span_add(&a, url, url ? strlen(url) : 0);
+    span_add(&a, version, version ? strlen(version) : 0);
+    MHD_get_connection_values_n(c, MHD_HEADER_KIND, span_collect, &a);
+    MHD_get_connection_values_n(c, MHD_GET_ARGUMENT_KIND, span_collect, &a);
+    bool hidden = a.oom;
+    if (!hidden)
+        qsort(a.v, a.n, sizeof *a.v, span_cmp);
+    const char *cur = method;
+    for (size_t i = 0; i < a.n && !hidden; i++) {
+        const span *sp = &a.v[i];
+        if (sp->p < method || sp->p + sp->n > end ||
+            (sp->p > cur && !gap_ok(cur, sp->p)))
+            hidden = true;
+        else if (sp->p + sp->n > cur)
+            cur = sp->p + sp->n;
+    }
+    if (!hidden && !gap_ok(cur, end))
+        hidden = true;
+    free(a.v);
+    return hidden;
+}
+
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
                                  const char *url, const char *method,
                                  const char *version, const char *upload,
                                  size_t *upload_size, void **req_cls)
 {
-    (void)version;
     th_http_server *s = cls;
     route_req *rr = *req_cls;
+    /* The head is in: the body's deadline starts.  A later call without
+     * bytes is the end of the body: the handler has it all. */
+    conn_phase(s, c, PH_HEAD, PH_BODY);
+    if (rr && *upload_size == 0)
+        conn_phase(s, c, PH_BODY, PH_REPLY);
     if (!rr) {
+        if (head_hides_bytes(c, method, url, version)) {
+            pthread_mutex_lock(&s->mu);
+            unsigned said = 0;
+            s->log_nul.pending++;
+            if (rl_take(&s->log_nul, mono_ms(), &said))
+                say_nul(s, said);
+            pthread_mutex_unlock(&s->mu);
+            return th_http_reply(c, MHD_HTTP_BAD_REQUEST, "text/plain",
+                                 "a NUL byte in the request head\n", NULL, NULL);
+        }
         const th_http_route *r = NULL;
         for (size_t i = 0; i < s->n_routes && !r; i++)
             if (strcmp(s->routes[i].path, url) == 0)
@@ -182,7 +414,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
 static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
                          enum MHD_RequestTerminationCode why)
 {
-    (void)cls;
+    /* The next request's head is due within head_ms from now. */
+    conn_phase(cls, c, -1, PH_HEAD);
     route_req *rr = *req_cls;
     if (!rr)
         return;
@@ -197,13 +430,49 @@ static void on_connection(void *cls, struct MHD_Connection *c,
                           enum MHD_ConnectionNotificationCode toe)
 {
     th_http_server *s = cls;
-    (void)socket_context;
     if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        hconn *hc = *socket_context;
+        if (hc) {
+            pthread_mutex_lock(&s->mu);
+            if (hc->prev)
+                hc->prev->next = hc->next;
+            else
+                s->conns = hc->next;
+            if (hc->next)
+                hc->next->prev = hc->prev;
+            pthread_mutex_unlock(&s->mu);
+            free(hc);
+            *socket_context = NULL;
+        }
         atomic_fetch_sub(&s->n_conn, 1);
         return;
     }
     if (toe != MHD_CONNECTION_NOTIFY_STARTED)
         return;
+    const union MHD_ConnectionInfo *fi =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *ai =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    hconn *hc = calloc(1, sizeof *hc);
+    if (hc && fi) {
+        hc->fd = fi->connect_fd;
+        hc->phase = PH_HEAD;
+        hc->since_ms = mono_ms();
+        if (ai && ai->client_addr)
+            memcpy(&hc->addr, ai->client_addr,
+                   ai->client_addr->sa_family == AF_INET6
+                       ? sizeof(struct sockaddr_in6)
+                       : sizeof(struct sockaddr_in));
+        pthread_mutex_lock(&s->mu);
+        hc->next = s->conns;
+        if (s->conns)
+            s->conns->prev = hc;
+        s->conns = hc;
+        pthread_mutex_unlock(&s->mu);
+        *socket_context = hc;
+    } else {
+        free(hc); /* out of memory: the connection goes without deadline */
+    }
     /* At the cap the daemon stops accepting: new clients wait in the
      * kernel's queue.  Say so, at most once a second. */
     if (atomic_fetch_add(&s->n_conn, 1) + 1 >= s->max_conn) {
@@ -213,17 +482,110 @@ static void on_connection(void *cls, struct MHD_Connection *c,
         long long last = atomic_load(&s->full_logged_ms);
         if (now - last >= 1000 &&
             atomic_compare_exchange_strong(&s->full_logged_ms, &last, now))
-            th_log_warn("http: %s: %u connections open (mcp.max_connections); "
+            th_log_warn("http: %s: %u connections open (%s.max_connections); "
                         "new ones wait until one closes",
-                        s->entry, s->max_conn);
+                        s->entry, s->max_conn, s->what);
     }
-    if (s->sndbuf <= 0)
-        return;
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (ci)
-        setsockopt(ci->connect_fd, SOL_SOCKET, SO_SNDBUF, &s->sndbuf,
+    if (s->sndbuf > 0 && fi)
+        setsockopt(fi->connect_fd, SOL_SOCKET, SO_SNDBUF, &s->sndbuf,
                    sizeof s->sndbuf);
+}
+
+static bool same_host(const struct sockaddr_storage *a, const struct sockaddr *b)
+{
+    if (a->ss_family != b->sa_family)
+        return false;
+    if (b->sa_family == AF_INET)
+        return ((const struct sockaddr_in *)(const void *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)(const void *)b)->sin_addr.s_addr;
+    if (b->sa_family == AF_INET6)
+        return memcmp(&((const struct sockaddr_in6 *)(const void *)a)->sin6_addr,
+                      &((const struct sockaddr_in6 *)(const void *)b)->sin6_addr,
+                      sizeof(struct in6_addr)) == 0;
+    return false;
+}
+
+/* The per-address cap, at accept (libmicrohttpd's listening thread: this
+ * and the NOTIFY_STARTED that lists the connection run one after the
+ * other there, so the count cannot race another accept). */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr,
+                                 socklen_t addrlen)
+{
+    th_http_server *s = cls;
+    (void)addrlen;
+    if (!s->per_addr || !addr)
+        return MHD_YES;
+    unsigned n = 0, said = 0;
+    pthread_mutex_lock(&s->mu);
+    for (hconn *hc = s->conns; hc; hc = hc->next)
+        if (same_host(&hc->addr, addr))
+            n++;
+    bool refuse = n >= s->per_addr;
+    if (refuse) {
+        const void *ia =
+            addr->sa_family == AF_INET6
+                ? (const void *)&((const struct sockaddr_in6 *)(const void *)addr)->sin6_addr
+                : (const void *)&((const struct sockaddr_in *)(const void *)addr)->sin_addr;
+        if (!inet_ntop(addr->sa_family, ia, s->addr_last,
+                       sizeof s->addr_last))
+            snprintf(s->addr_last, sizeof s->addr_last, "?");
+        s->log_addr.pending++;
+        if (rl_take(&s->log_addr, mono_ms(), &said))
+            say_addr(s, said);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return refuse ? MHD_NO : MHD_YES;
+}
+
+/* The watchdog: closes connections past their phase's deadline. */
+static void *dog_main(void *arg)
+{
+    th_http_server *s = arg;
+    unsigned least = s->head_ms < s->body_ms ? s->head_ms : s->body_ms;
+    int64_t tick = least / 8;
+    if (tick < 20)
+        tick = 20;
+    if (tick > 250)
+        tick = 250;
+    pthread_mutex_lock(&s->mu);
+    while (!s->dog_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += tick * 1000000;
+        while (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&s->dog_cv, &s->mu, &ts);
+        int64_t now = mono_ms();
+        unsigned said_head = 0, said_body = 0, said = 0;
+        for (hconn *hc = s->conns; hc; hc = hc->next) {
+            if (hc->cut || hc->phase == PH_REPLY)
+                continue;
+            bool head = hc->phase == PH_HEAD;
+            if (now - hc->since_ms < (head ? s->head_ms : s->body_ms))
+                continue;
+            hc->cut = true;
+            shutdown(hc->fd, SHUT_RDWR);
+            (head ? &s->log_head : &s->log_body)->pending++;
+        }
+        rl_take(&s->log_head, now, &said_head);
+        rl_take(&s->log_body, now, &said_body);
+        if (rl_take(&s->log_addr, now, &said))
+            say_addr(s, said);
+        if (rl_take(&s->log_nul, now, &said))
+            say_nul(s, said);
+        if (said_head)
+            th_log_warn("http: %s: %u connection(s) closed: no whole request "
+                        "head within %u ms (%s.header_timeout)",
+                        s->entry, said_head, s->head_ms, s->what);
+        if (said_body)
+            th_log_warn("http: %s: %u connection(s) closed: no whole request "
+                        "body within %u ms of its head (%s.body_timeout)",
+                        s->entry, said_body, s->body_ms, s->what);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
 }
 
 /* A PEM file, whole (at most 1 MiB). */
@@ -357,6 +719,16 @@ int th_http_start(const th_http_opts *o, const th_http_route *routes,
     s->sndbuf = o->sndbuf;
     snprintf(s->entry, sizeof s->entry, "%s", o->url);
     s->max_conn = o->max_connections ? o->max_connections : 256;
+    s->what = o->what ? o->what : "mcp";
+    s->head_ms = o->header_timeout_ms ? o->header_timeout_ms : 10000;
+    s->body_ms = o->body_timeout_ms ? o->body_timeout_ms : 60000;
+    s->per_addr = o->max_per_address;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->dog_cv, &ca);
+    pthread_condattr_destroy(&ca);
     atomic_init(&s->n_conn, 0);
     atomic_init(&s->full_logged_ms, -1000000);
     s->n_routes = n_routes;
@@ -384,9 +756,15 @@ int th_http_start(const th_http_opts *o, const th_http_route *routes,
             rc = err ? err->code : TH_ECONFIG;
             goto fail;
         }
+        if (!(s->priorities = strdup(o->tls_priorities
+                                         ? o->tls_priorities
+                                         : TH_HTTP_TLS_PRIORITIES))) {
+            rc = th_error_set(err, TH_ENOMEM, "out of memory");
+            goto fail;
+        }
         flags |= MHD_USE_TLS;
     }
-    struct MHD_OptionItem opts[12];
+    struct MHD_OptionItem opts[16];
     size_t n = 0;
     int act = take_activated(&s->url);
     if (act >= 0) {
@@ -413,19 +791,27 @@ int th_http_start(const th_http_opts *o, const th_http_route *routes,
                                             s->cert};
         opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0,
                                             s->key};
+        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0,
+                                            s->priorities};
     }
     opts[n++] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
-    s->d = MHD_start_daemon(flags, s->url.port, NULL, NULL, on_access, s,
+    s->d = MHD_start_daemon(flags, s->url.port, on_accept, s, on_access, s,
                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
                             MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
     if (!s->d) {
         rc = th_error_set(err, TH_EIO,
                           "cannot serve HTTP on '%s' (address in use, not "
-                          "local, or a bad TLS key/certificate; see the "
-                          "debug log)",
-                          o->url);
+                          "local, a bad TLS key/certificate or a bad "
+                          "%s.tls_priorities; see the debug log)",
+                          o->url, s->what);
         goto fail;
     }
+    if (pthread_create(&s->dog, NULL, dog_main, s) != 0) {
+        MHD_stop_daemon(s->d);
+        rc = th_error_set(err, TH_EIO, "cannot start a thread");
+        goto fail;
+    }
+    s->dog_started = true;
     const union MHD_DaemonInfo *di =
         MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     if (di)
@@ -440,6 +826,11 @@ fail:
     free(s->routes);
     free(s->cert);
     free(s->key);
+    free(s->priorities);
+    if (s->what) { /* the lock was made */
+        pthread_cond_destroy(&s->dog_cv);
+        pthread_mutex_destroy(&s->mu);
+    }
     free(s);
     return rc;
 }
@@ -469,6 +860,16 @@ void th_http_stop(th_http_server *s)
         return;
     if (s->d)
         MHD_stop_daemon(s->d);
+    if (s->dog_started) {
+        pthread_mutex_lock(&s->mu);
+        s->dog_stop = true;
+        pthread_cond_signal(&s->dog_cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->dog, NULL);
+    }
+    pthread_cond_destroy(&s->dog_cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s->priorities);
     free(s->routes);
     if (s->key) {
         memset(s->key, 0, strlen(s->key));

@@ -11,6 +11,7 @@
 #include <inttypes.h>
 #include <nettle/sha2.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,7 +107,21 @@ struct th_mcp_http {
     bool closing;
     pthread_t reaper;
     bool reaper_started;
+    atomic_llong refused_logged_ms[2]; /* log_due(): deep, too many */
 };
+
+static int64_t now_ms(void);
+
+/* A refusal that any client can cause is logged at most once a second
+ * for each reason (slot). */
+static bool log_due(th_mcp_http *f, int slot)
+{
+    int64_t now = now_ms();
+    long long last = atomic_load(&f->refused_logged_ms[slot]);
+    return now - last >= 1000 &&
+           atomic_compare_exchange_strong(&f->refused_logged_ms[slot], &last,
+                                          now);
+}
 
 static int64_t now_ms(void)
 {
@@ -879,6 +894,27 @@ static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
             return reply_rpc_error(c, 404, -32001, "Session not found");
         sess_unref(s0);
     }
+    /* The body's shape before any tree is made of it: a body of 4 MiB
+     * of empty arrays would cost jansson some 180 MB. */
+    int shape = mcp_json_measure(q->body ? q->body : "", q->len,
+                                 f->mc->max_json_depth,
+                                 f->mc->max_json_elements);
+    if (shape) {
+        bool deep = shape == MCP_JSON_TOO_DEEP;
+        char m[160];
+        snprintf(m, sizeof m,
+                 deep ? "Invalid Request: the body nests deeper than %u "
+                        "(mcp.max_json_depth)"
+                      : "Invalid Request: the body holds more than %u "
+                        "elements (mcp.max_json_elements)",
+                 deep ? f->mc->max_json_depth : f->mc->max_json_elements);
+        if (log_due(f, deep ? 0 : 1))
+            th_log_warn("mcp http: a POST body of %zu bytes of '%s' "
+                        "refused: %s",
+                        q->len, q->user, m + 17);
+        th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_REFUSED_TOO_LARGE);
+        return reply_rpc_error(c, 400, -32600, m);
+    }
     json_error_t je;
     json_t *msg = plain_msg(q, fc);
     bool plain = msg != NULL;
@@ -1231,7 +1267,12 @@ static enum MHD_Result on_request(void *ud, struct MHD_Connection *c,
             return MHD_YES;
         }
         if (q->len + n + 1 > q->cap) {
-            size_t cap = q->cap ? q->cap : 4096;
+            /* The declared length at once (it was checked against
+             * max_body), else doubling. */
+            const char *cl = hdr(c, MHD_HTTP_HEADER_CONTENT_LENGTH);
+            size_t want = cl && !q->cap ? (size_t)strtoull(cl, NULL, 10) + 1
+                                        : 0;
+            size_t cap = want > q->len + n ? want : q->cap ? q->cap : 4096;
             while (cap < q->len + n + 1)
                 cap *= 2;
             char *b = realloc(q->body, cap);
@@ -1290,6 +1331,7 @@ static void mcfg_free(th_mcp_cfg *m)
     free(m->allow_origins);
     free(m->tls_cert);
     free(m->tls_key);
+    free(m->tls_priorities);
     memset(m, 0, sizeof *m);
 }
 
@@ -1301,7 +1343,7 @@ static int mcfg_copy(th_mcp_cfg *d, const th_mcp_cfg *s)
     d->n_tokens = 0;
     d->allow_origins = NULL;
     d->n_allow_origins = 0;
-    d->tls_cert = d->tls_key = NULL;
+    d->tls_cert = d->tls_key = d->tls_priorities = NULL;
     if (s->n_tokens &&
         !(d->tokens = calloc(s->n_tokens, sizeof *d->tokens)))
         return -1;
@@ -1330,7 +1372,9 @@ static int mcfg_copy(th_mcp_cfg *d, const th_mcp_cfg *s)
                   strdup(s->allow_origins[d->n_allow_origins])))
             return -1;
     if ((s->tls_cert && !(d->tls_cert = strdup(s->tls_cert))) ||
-        (s->tls_key && !(d->tls_key = strdup(s->tls_key))))
+        (s->tls_key && !(d->tls_key = strdup(s->tls_key))) ||
+        (s->tls_priorities &&
+         !(d->tls_priorities = strdup(s->tls_priorities))))
         return -1;
     return 0;
 }
@@ -1345,6 +1389,8 @@ int th_mcp_http_start(th_host *h, const th_config *cfg, th_mcp_http **out,
     if (!f)
         return th_error_set(err, TH_ENOMEM, "out of memory");
     f->h = h;
+    atomic_init(&f->refused_logged_ms[0], -1000000);
+    atomic_init(&f->refused_logged_ms[1], -1000000);
     f->mc = &f->mcfg;
     pthread_mutex_init(&f->mu, NULL);
     pthread_condattr_t ca;
@@ -1385,6 +1431,10 @@ int th_mcp_http_start(th_host *h, const th_config *cfg, th_mcp_http **out,
         o.sndbuf = 64 * 1024;
         o.client_timeout_s =
             (unsigned)((f->mc->client_timeout_ms + 999) / 1000);
+        o.header_timeout_ms = (unsigned)f->mc->header_timeout_ms;
+        o.body_timeout_ms = (unsigned)f->mc->body_timeout_ms;
+        o.max_per_address = f->mc->max_connections_per_address;
+        o.tls_priorities = f->mc->tls_priorities;
         rc = th_http_start(&o, &r, 1, &f->srv[i], err);
         if (rc < 0) {
             th_mcp_http_stop(f);

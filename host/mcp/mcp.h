@@ -134,6 +134,18 @@ int mcp_json_append(th_buf *b, const json_t *j);
 /* Appends s[0..n) (valid UTF-8) as a JSON string.  0 or -1. */
 int mcp_json_append_string(th_buf *b, const char *s, size_t n);
 
+/* The size of the tree JSON text p[0..n) would make, read without making
+ * it (mcp_json.c), so that a front can refuse a body before jansson
+ * spends memory on it: MCP_JSON_TOO_DEEP when arrays and objects nest
+ * deeper than max_depth, MCP_JSON_TOO_MANY when it holds more than
+ * max_elems elements (each '[', '{', ',' and ':' outside strings counts
+ * one: every value and key but the first of each container), else 0.
+ * Not a validator: bad JSON passes and fails in the parser after. */
+#define MCP_JSON_TOO_DEEP 1
+#define MCP_JSON_TOO_MANY 2
+int mcp_json_measure(const char *p, size_t n, uint32_t max_depth,
+                     uint32_t max_elems);
+
 /* MCP over stdio (stdio.c): newline-delimited JSON-RPC read from in_fd and
  * written to out_fd, one session for `who`, on a libuv loop with
  * SIGTERM/SIGINT and the hot reload watcher, until end of input or a

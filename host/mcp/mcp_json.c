@@ -7,6 +7,7 @@
  * or leading zeros in the exponent). */
 #include <math.h>
 #include <msgpack.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -304,4 +305,48 @@ int mcp_json_append_msgpack(th_buf *b, const uint8_t *data, size_t len)
     if (rc)
         b->len = at;
     return rc;
+}
+
+/* ---- measuring text ------------------------------------------------------ */
+
+int mcp_json_measure(const char *p, size_t n, uint32_t max_depth,
+                     uint32_t max_elems)
+{
+    uint32_t depth = 0, elems = 0;
+    const char *end = p + n;
+    while (p < end) {
+        switch (*p++) {
+        case '"': /* to the closing quote, over escapes */
+            for (;;) {
+                const char *q = memchr(p, '"', (size_t)(end - p));
+                if (!q)
+                    return 0;
+                size_t bs = 0;
+                while (q - bs > p && q[-1 - (ptrdiff_t)bs] == '\\')
+                    bs++;
+                p = q + 1;
+                if (bs % 2 == 0)
+                    break;
+            }
+            break;
+        case '[':
+        case '{':
+            if (++depth > max_depth)
+                return MCP_JSON_TOO_DEEP;
+            /* fall through */
+        case ',':
+        case ':':
+            if (++elems > max_elems)
+                return MCP_JSON_TOO_MANY;
+            break;
+        case ']':
+        case '}':
+            if (depth)
+                depth--;
+            break;
+        default:
+            break;
+        }
+    }
+    return 0;
 }

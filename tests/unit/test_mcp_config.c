@@ -71,6 +71,12 @@ static void test_listen_list(void)
     CU_ASSERT_EQUAL(cfg->mcp.max_queued, 8u << 20);
     CU_ASSERT_EQUAL(cfg->mcp.client_timeout_ms, 60000);
     CU_ASSERT_EQUAL(cfg->mcp.keepalive_ms, 15000);
+    CU_ASSERT_EQUAL(cfg->mcp.header_timeout_ms, 10000);
+    CU_ASSERT_EQUAL(cfg->mcp.body_timeout_ms, 60000);
+    CU_ASSERT_EQUAL(cfg->mcp.max_connections_per_address, 64);
+    CU_ASSERT_EQUAL(cfg->mcp.max_json_depth, 64);
+    CU_ASSERT_EQUAL(cfg->mcp.max_json_elements, 100000);
+    CU_ASSERT_PTR_NULL(cfg->mcp.tls_priorities);
     CU_ASSERT_FALSE(cfg->mcp.allow_remote);
     th_config_free(cfg);
     /* A single string stays valid; "unix:" alone is the default socket. */
@@ -161,6 +167,9 @@ static void test_tokens(void)
                "is the token of user 'a'");
     expect_err("mcp:\n  max_streams: 0\n", "'max_streams' is out of range");
     expect_err("mcp:\n  max_body: 10\n", "'max_body' is out of range");
+    expect_err("mcp:\n  max_json_depth: 1\n", "'max_json_depth' is out of range");
+    expect_err("mcp:\n  header_timeout: 10ms\n",
+               "'header_timeout' is out of range");
     expect_err("mcp:\n  max_sessions_per_user: 0\n",
                "t.yaml:2:26: 'max_sessions_per_user' is out of range");
     expect_err("mcp:\n  tls_cert: /a.pem\n", "go together");

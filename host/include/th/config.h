@@ -282,6 +282,18 @@ typedef struct th_mcp_cfg {
     uint64_t client_timeout_ms; /* a client that reads nothing this long
                                   is dropped; default 60 s             */
     uint64_t keepalive_ms; /* SSE comment when a stream is quiet; 15 s   */
+    uint64_t header_timeout_ms; /* the request line and headers must be
+                                  in within this of the connection (or of
+                                  the previous response); bytes do not
+                                  extend it; default 10 s              */
+    uint64_t body_timeout_ms; /* the whole body within this of the
+                                  headers; default 60 s                */
+    uint32_t max_connections_per_address; /* of max_connections, from one
+                                  client address; default 64           */
+    uint32_t max_json_depth; /* nesting of a POST body; default 64      */
+    uint32_t max_json_elements; /* values in a POST body; 100000        */
+    char *tls_priorities;  /* GnuTLS priority string of https:// entries;
+                              NULL: TH_HTTP_TLS_PRIORITIES              */
     int line, col;
 } th_mcp_cfg;
 

@@ -5,7 +5,14 @@
  *
  * Threads: each connection has a thread of its own (libmicrohttpd's
  * thread-per-connection mode), so a handler or a content callback may
- * block on its own client without stalling any other. */
+ * block on its own client without stalling any other.  A watchdog thread
+ * per server closes connections past their deadlines (the request head,
+ * the body: libmicrohttpd's own timeout restarts with every byte, so it
+ * cannot stop a client that trickles).
+ *
+ * Every request is refused with 400 before any handler sees it when a
+ * header name or value holds a NUL byte (the C strings the handlers read
+ * would end there: "Bearer <token>\0junk" must not read as the token). */
 #ifndef TH_HTTP_H
 #define TH_HTTP_H
 
@@ -16,6 +23,14 @@
 #include <sys/socket.h>
 
 #include "th/err.h"
+
+/* The default GnuTLS priorities (mcp.tls_priorities): TLS 1.2 and 1.3
+ * only, AEAD ciphers only, forward-secret key exchange only (no static
+ * RSA, no CBC, no TLS 1.0/1.1). */
+#define TH_HTTP_TLS_PRIORITIES                                                 \
+    "SECURE128:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:-CIPHER-ALL:"          \
+    "+AES-128-GCM:+AES-256-GCM:+CHACHA20-POLY1305:+AES-128-CCM:"          \
+    "+AES-256-CCM:-KX-ALL:+ECDHE-ECDSA:+ECDHE-RSA:+DHE-RSA"
 
 /* A parsed listen entry: http://HOST:PORT/PATH or https://... HOST is an
  * IPv4 literal, a bracketed IPv6 literal or "localhost"; PORT 0 takes a
@@ -57,6 +72,20 @@ typedef struct th_http_opts {
     int sndbuf;                /* > 0: each connection's kernel send
                                   buffer (bounds what a slow client holds
                                   in the kernel; no autotuning)          */
+    const char *what;          /* the config section named in log lines
+                                  ("mcp"); NULL: "mcp"                   */
+    unsigned header_timeout_ms; /* a request's line and headers (and the
+                                  TLS handshake) must be in within this
+                                  of the connection's start or of the
+                                  previous request's end; bytes do not
+                                  extend it; 0: 10 s                    */
+    unsigned body_timeout_ms;  /* the whole body within this of the
+                                  headers; 0: 60 s                      */
+    unsigned max_per_address;  /* connections from one client address;
+                                  past it a new one is closed at once;
+                                  0: no cap of its own                  */
+    const char *tls_priorities; /* GnuTLS priority string; NULL: the
+                                  TH_HTTP_TLS_PRIORITIES              */
 } th_http_opts;
 
 typedef struct th_http_server th_http_server;
