@@ -1478,20 +1478,13 @@ int th_jschema_check(const th_jschema *s, const msgpack_object *v, char *msg,
     return rc == TOO_COSTLY ? 1 : rc;
 }
 
-int th_jschema_check_text(const th_jschema *s, const char *text, size_t len,
-                          char *msg, size_t cap)
+int th_jschema_check_json(const th_jschema *s, const json_t *v, char *msg,
+                          size_t cap)
 {
-    json_error_t jerr;
-    json_t *j = json_loadb(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
-    if (!j) {
-        snprintf(msg, cap, "is not valid JSON (%s, line %d column %d)",
-                 jerr.text, jerr.line, jerr.column);
-        return 1;
-    }
     th_buf b = TH_BUF_INIT;
     int rc = -1;
     msgpack_zone zone;
-    if (th_json_to_msgpack(j, &b) != 0) {
+    if (th_json_to_msgpack(v, &b) != 0) {
         snprintf(msg, cap, "cannot be converted (out of memory, or an "
                            "integer beyond 64 bits)");
         rc = 1;
@@ -1508,6 +1501,20 @@ int th_jschema_check_text(const th_jschema *s, const char *text, size_t len,
         msgpack_zone_destroy(&zone);
     }
     th_buf_destroy(&b);
+    return rc;
+}
+
+int th_jschema_check_text(const th_jschema *s, const char *text, size_t len,
+                          char *msg, size_t cap)
+{
+    json_error_t jerr;
+    json_t *j = json_loadb(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+    if (!j) {
+        snprintf(msg, cap, "is not valid JSON (%s, line %d column %d)",
+                 jerr.text, jerr.line, jerr.column);
+        return 1;
+    }
+    int rc = th_jschema_check_json(s, j, msg, cap);
     json_decref(j);
     return rc;
 }

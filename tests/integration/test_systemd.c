@@ -100,6 +100,17 @@ static bool log_quiet_has(rpc_srv *s, const char *needle)
     return found;
 }
 
+/* The config written, s->log named in s->dir and opened for the server
+ * (an fd to hand it as stdout and stderr). */
+static int open_log(rpc_srv *s)
+{
+    size_t ll = strlen(s->dir) + 16;
+    s->log = malloc(ll);
+    CU_ASSERT_FATAL(s->log != NULL);
+    snprintf(s->log, ll, "%s/serve.log", s->dir);
+    return open(s->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+}
+
 static int high_dup(int fd)
 {
     int h = fcntl(fd, F_DUPFD, 10);
@@ -141,11 +152,7 @@ static void test_activation(void)
              s.sock, port);
     rpc_opts o = {.host_extra = extra};
     rpc_write_config(&s, &o);
-    size_t ll = strlen(s.dir) + 16;
-    s.log = malloc(ll);
-    CU_ASSERT_FATAL(s.log != NULL);
-    snprintf(s.log, ll, "%s/serve.log", s.dir);
-    int logfd = open(s.log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    int logfd = open_log(&s);
     fflush(NULL);
     pid_t pid = fork();
     CU_ASSERT_FATAL(pid >= 0);
@@ -223,11 +230,7 @@ static void test_socket_activate(void)
     snprintf(extra, sizeof extra, "  listen: [\"unix:%s\"]\n", s.sock);
     rpc_opts o = {.host_extra = extra};
     rpc_write_config(&s, &o);
-    size_t ll = strlen(s.dir) + 16;
-    s.log = malloc(ll);
-    CU_ASSERT_FATAL(s.log != NULL);
-    snprintf(s.log, ll, "%s/serve.log", s.dir);
-    int logfd = open(s.log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    int logfd = open_log(&s);
     CU_ASSERT_FATAL(logfd >= 0);
     char listen_arg[sizeof s.sock + 4];
     snprintf(listen_arg, sizeof listen_arg, "%s", s.sock);

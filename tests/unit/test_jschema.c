@@ -54,27 +54,6 @@ static group *groups;
 static size_t n_groups;
 static unsigned cases_run, cases_passed;
 
-static int check_json(const th_jschema *s, const json_t *data, char *msg,
-                      size_t cap)
-{
-    th_buf b = TH_BUF_INIT;
-    if (th_json_to_msgpack(data, &b)) {
-        th_buf_destroy(&b);
-        return -2;
-    }
-    msgpack_zone z;
-    msgpack_zone_init(&z, 1024);
-    msgpack_object o;
-    size_t off = 0;
-    int rc = -2;
-    if (msgpack_unpack((const char *)b.data, b.len, &off, &z, &o) ==
-        MSGPACK_UNPACK_SUCCESS)
-        rc = th_jschema_check(s, &o, msg, cap);
-    msgpack_zone_destroy(&z);
-    th_buf_destroy(&b);
-    return rc;
-}
-
 static void run_group(void)
 {
     CU_pTest t = CU_get_current_test();
@@ -109,7 +88,8 @@ static void run_group(void)
     {
         char msg[512];
         bool want = json_is_true(json_object_get(tc, "valid"));
-        int r = check_json(s, json_object_get(tc, "data"), msg, sizeof msg);
+        int r = th_jschema_check_json(s, json_object_get(tc, "data"), msg,
+                                      sizeof msg);
         cases_run++;
         fc->run++;
         bool ok = (r == 0) == want && r >= 0;

@@ -125,6 +125,12 @@ int th_jschema_set_pattern(th_jschema *s, const char *what,
 int th_jschema_check(const th_jschema *s, const msgpack_object *v, char *msg,
                      size_t cap);
 
+/* Checks a parsed JSON value: as th_jschema_check after converting it;
+ * 1 with msg set when it cannot be converted (an integer beyond 64 bits),
+ * -1 out of memory. */
+int th_jschema_check_json(const th_jschema *s, const json_t *v, char *msg,
+                          size_t cap);
+
 /* Checks JSON text (one value) against a schema: 0, 1 (msg says why, "is
  * not valid JSON: ..." included), -1 out of memory. */
 int th_jschema_check_text(const th_jschema *s, const char *text, size_t len,
