@@ -1329,6 +1329,19 @@ static void pack_task_cb(const th_task_view *t, void *ud)
                                            now.tv_nsec / 1000000);
 }
 
+
+/* A finished task's result, encoded as the wire's result map into b. */
+static int task_result_buf(th_session *s, uint64_t id, th_buf *b)
+{
+    th_result_copy r;
+    memset(&r, 0, sizeof r);
+    int rc = th_task_result(s, id, &r);
+    if (rc == 0)
+        rc = th_codec_result_to_buf(b, &r);
+    th_result_copy_destroy(&r);
+    return rc;
+}
+
 static void on_task(natsConnection *nc, natsSubscription *sub, natsMsg *msg,
                     void *closure)
 {
@@ -1375,12 +1388,7 @@ static void on_task(natsConnection *nc, natsSubscription *sub, natsMsg *msg,
             msgpack_pack_true(&pk);
         }
     } else if (rc == 0) {
-        th_result_copy r;
-        memset(&r, 0, sizeof r);
-        rc = th_task_result(s, id, &r);
-        if (rc == 0)
-            rc = th_codec_result_to_buf(&b, &r);
-        th_result_copy_destroy(&r);
+        rc = task_result_buf(s, id, &b);
     }
     if (rc == TH_ENOTFOUND && strcmp(op, "result") == 0) {
         /* dropped here already (host.task_keep): the bucket may have it */
@@ -1452,14 +1460,8 @@ static void on_any_result(natsConnection *nc, natsSubscription *sub,
         th_session *s = NULL;
         uint64_t id = 0;
         rc = task_find(f, tok, user, &s, &id);
-        if (rc == 0) {
-            th_result_copy r;
-            memset(&r, 0, sizeof r);
-            rc = th_task_result(s, id, &r);
-            if (rc == 0)
-                rc = th_codec_result_to_buf(&b, &r);
-            th_result_copy_destroy(&r);
-        }
+        if (rc == 0)
+            rc = task_result_buf(s, id, &b);
     }
     if (rc == TH_ENOTFOUND) {
         th_buf_reset(&b);
