@@ -45,6 +45,16 @@
 #include "th/iso.h"
 #include "th/log.h"
 
+/* A call record: the toolhost_call the plugin gets.  A plugin may keep
+ * that pointer past the end of its call (a bug of the plugin, which the
+ * ABI says the host must refuse: plugin.h, "Misuse of a call"), so an
+ * ended record is never reused at once: it waits in the ended queue
+ * (g_ended) behind the ISO_TOMBS most recent ended calls, and every
+ * callback on it answers TOOLHOST_ESTATE (is_cancelled 1) without
+ * touching the call that record serves later.  `mu` orders a late
+ * callback against the end of the call: the end is marked (`ended`)
+ * under it, and write, set_meta, progress, suspend and complete look at
+ * `ended` and do their work under it. */
 typedef struct wcall {
     th_call_base base; /* first */
     uint64_t id;
@@ -52,25 +62,34 @@ typedef struct wcall {
     atomic_int cancelled;
     atomic_int suspended;
     atomic_int refs;
+    atomic_bool ended;     /* DONE or the answer was sent (set under mu) */
+    atomic_bool misuse_said; /* a late callback was logged */
     uint32_t tool;
-    th_buf args;
     int ask; /* 0 call, else ISO_ASK_* */
     struct wcall *next;
-    struct wcall *qnext; /* waiting for a thread; in the free list */
-    th_buf ob;           /* frames not sent yet (owner thread only) */
+    struct wcall *qnext; /* waiting for a thread; in the ended queue */
+    /* kept when the record is reused (new_call clears what is above) */
+    th_buf args;
+    th_buf ob;           /* frames not sent yet (under mu) */
+    pthread_mutex_t mu;
 } wcall;
 
 static th_plugin *g_p;
 static pthread_mutex_t g_send_mu = PTHREAD_MUTEX_INITIALIZER;
-/* g_mu: the calls (g_calls, g_active), the free list, g_exit. */
+/* g_mu: the calls (g_calls, g_active), the ended queue, g_exit.  Lock
+ * order: a record's mu before g_send_mu; g_mu is never held with mu. */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
 static wcall *g_calls;
 static int g_active;
 static bool g_exit; /* EXIT read: drain, fini(), out */
-static wcall *g_free; /* call records kept for the next calls */
-static int g_n_free;
-#define ISO_FREE_MAX 64
+/* Ended records, oldest first (linked by qnext): one is reused for a new
+ * call only when more than ISO_TOMBS (the host's TH_CALL_TOMBS) ended
+ * after it, with its buffers when they are small. */
+static wcall *g_ended, *g_ended_tail;
+static int g_n_ended;
+#define ISO_TOMBS 1024
+#define ISO_KEEP_BUF 4096
 static uint64_t g_mem_limit;
 
 static int64_t now_ns(void)
@@ -232,13 +251,28 @@ static bool cancelled(const wcall *c)
            (c->deadline_ns && now_ns() >= c->deadline_ns);
 }
 
-static int w_write(toolhost_call *call, int stream, const void *data,
-                   size_t len)
+/* A callback on an ended call: logged once per call, refused. */
+static int late(wcall *c, const char *what)
 {
-    wcall *c = (wcall *)call;
-    if ((stream != TOOLHOST_STDOUT && stream != TOOLHOST_STDERR) ||
-        (!data && len))
-        return TOOLHOST_EINVAL;
+    if (!atomic_exchange(&c->misuse_said, true)) {
+        char m[160];
+        snprintf(m, sizeof m,
+                 "call %llu: %s() after the call ended (refused with "
+                 "TOOLHOST_ESTATE)",
+                 (unsigned long long)c->id, what);
+        send_text(ISO_LOG, TOOLHOST_LOG_ERROR, m);
+    }
+    return TOOLHOST_ESTATE;
+}
+
+/* Ends the record for the plugin (mu held): later callbacks are late. */
+static void mark_ended(wcall *c)
+{
+    atomic_store(&c->ended, true);
+}
+
+static int write_locked(wcall *c, int stream, const void *data, size_t len)
+{
     if (cancelled(c))
         return TOOLHOST_ECANCELLED;
     if (len == 0)
@@ -256,6 +290,20 @@ static int w_write(toolhost_call *call, int stream, const void *data,
     return ob_end(c, at, e, false);
 }
 
+static int w_write(toolhost_call *call, int stream, const void *data,
+                   size_t len)
+{
+    wcall *c = (wcall *)call;
+    if ((stream != TOOLHOST_STDOUT && stream != TOOLHOST_STDERR) ||
+        (!data && len))
+        return TOOLHOST_EINVAL;
+    pthread_mutex_lock(&c->mu);
+    int rc = atomic_load(&c->ended) ? TOOLHOST_ESTATE
+                                    : write_locked(c, stream, data, len);
+    pthread_mutex_unlock(&c->mu);
+    return rc == TOOLHOST_ESTATE ? late(c, "write") : rc;
+}
+
 static int w_set_meta(toolhost_call *call, const uint8_t *map, size_t len)
 {
     wcall *c = (wcall *)call;
@@ -270,6 +318,11 @@ static int w_set_meta(toolhost_call *call, const uint8_t *map, size_t len)
     msgpack_unpacked_destroy(&u);
     if (!ok)
         return TOOLHOST_EINVAL;
+    pthread_mutex_lock(&c->mu);
+    if (atomic_load(&c->ended)) {
+        pthread_mutex_unlock(&c->mu);
+        return late(c, "set_meta");
+    }
     msgpack_packer pk;
     size_t at = ob_begin(c, &pk);
     int e = 0;
@@ -279,14 +332,14 @@ static int w_set_meta(toolhost_call *call, const uint8_t *map, size_t len)
         e |= msgpack_pack_uint64(&pk, c->id);
         e |= msgpack_pack_bin_with_body(&pk, map, len);
     }
-    return ob_end(c, at, e, false);
+    int rc = ob_end(c, at, e, false);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
 }
 
-static int w_progress(toolhost_call *call, double fraction,
-                      const char *message, const uint8_t *data,
-                      size_t data_len)
+static int progress_locked(wcall *c, double fraction, const char *message,
+                           const uint8_t *data, size_t data_len)
 {
-    wcall *c = (wcall *)call;
     if (cancelled(c))
         return TOOLHOST_ECANCELLED;
     msgpack_packer pk;
@@ -306,14 +359,30 @@ static int w_progress(toolhost_call *call, double fraction,
     return ob_end(c, at, e, true);
 }
 
+static int w_progress(toolhost_call *call, double fraction,
+                      const char *message, const uint8_t *data,
+                      size_t data_len)
+{
+    wcall *c = (wcall *)call;
+    pthread_mutex_lock(&c->mu);
+    int rc = atomic_load(&c->ended)
+                 ? TOOLHOST_ESTATE
+                 : progress_locked(c, fraction, message, data, data_len);
+    pthread_mutex_unlock(&c->mu);
+    return rc == TOOLHOST_ESTATE ? late(c, "progress") : rc;
+}
+
 static int w_is_cancelled(const toolhost_call *call)
 {
-    return cancelled((const wcall *)call);
+    const wcall *c = (const wcall *)call;
+    return atomic_load(&c->ended) || cancelled(c);
 }
 
 static int64_t w_time_left_ms(const toolhost_call *call)
 {
     const wcall *c = (const wcall *)call;
+    if (atomic_load(&c->ended))
+        return 0;
     if (!c->deadline_ns)
         return -1;
     int64_t left = (c->deadline_ns - now_ns()) / 1000000;
@@ -333,37 +402,50 @@ static void call_unref(wcall *c)
     g_active--;
     if (g_exit)
         pthread_cond_broadcast(&g_cv); /* the drain waits for g_active */
-    bool keep = g_n_free < ISO_FREE_MAX && c->ob.cap <= 65536 * 2 &&
-                c->args.cap <= 65536;
-    if (keep) { /* the record and its buffers serve the next call */
-        c->qnext = g_free;
-        g_free = c;
-        g_n_free++;
-    }
+    /* (the plugin may still hold it: no callback reaches it again
+     * before ISO_TOMBS more calls ended) */
+    if (c->ob.cap > ISO_KEEP_BUF)
+        th_buf_destroy(&c->ob);
+    if (c->args.cap > ISO_KEEP_BUF)
+        th_buf_destroy(&c->args);
+    c->qnext = NULL;
+    if (g_ended_tail)
+        g_ended_tail->qnext = c;
+    else
+        g_ended = c;
+    g_ended_tail = c;
+    g_n_ended++;
     pthread_mutex_unlock(&g_mu);
-    if (keep)
-        return;
-    th_buf_destroy(&c->ob);
-    th_buf_destroy(&c->args);
-    free(c);
 }
 
 static int w_suspend(toolhost_call *call)
 {
     wcall *c = (wcall *)call;
     int expect = 0;
-    return atomic_compare_exchange_strong(&c->suspended, &expect, 1)
-               ? 0
-               : TOOLHOST_ESTATE;
+    pthread_mutex_lock(&c->mu);
+    bool ended = atomic_load(&c->ended);
+    bool ok = !ended &&
+              atomic_compare_exchange_strong(&c->suspended, &expect, 1);
+    pthread_mutex_unlock(&c->mu);
+    if (ended)
+        return late(c, "suspend");
+    return ok ? 0 : TOOLHOST_ESTATE;
 }
 
 static int w_complete(toolhost_call *call, int status)
 {
     wcall *c = (wcall *)call;
     int expect = 1;
-    if (!atomic_compare_exchange_strong(&c->suspended, &expect, 2))
-        return TOOLHOST_ESTATE;
+    pthread_mutex_lock(&c->mu);
+    bool ended = atomic_load(&c->ended);
+    if (ended ||
+        !atomic_compare_exchange_strong(&c->suspended, &expect, 2)) {
+        pthread_mutex_unlock(&c->mu);
+        return ended ? late(c, "complete") : TOOLHOST_ESTATE;
+    }
     send_done_c(c, status == TOOLHOST_OK ? TOOLHOST_OK : TOOLHOST_FAILED);
+    mark_ended(c);
+    pthread_mutex_unlock(&c->mu);
     call_unref(c);
     return 0;
 }
@@ -405,6 +487,7 @@ static void *run_call(void *arg)
                                            sizeof msg);
         msg[sizeof msg - 1] = '\0';
         send_answer(c->id, rc, msg);
+        atomic_store(&c->ended, true); /* (never handed to the plugin) */
         call_unref(c);
         return NULL;
     }
@@ -420,17 +503,21 @@ static void *run_call(void *arg)
                               c->args.data, c->args.len);
     c->base.pub.args_view = NULL; /* on this stack frame */
     /* After a successful suspend() the call belongs to complete(). */
+    pthread_mutex_lock(&c->mu);
     int s = atomic_load(&c->suspended);
     if (s == 0) {
         if (st == TOOLHOST_PENDING) {
             static const char m[] = "the tool returned TOOLHOST_PENDING "
                                     "without suspend()\n";
-            w_write(&c->base.pub, TOOLHOST_STDERR, m, sizeof m - 1);
+            write_locked(c, TOOLHOST_STDERR, m, sizeof m - 1);
             st = TOOLHOST_FAILED;
         }
         send_done_c(c, st == TOOLHOST_OK ? TOOLHOST_OK : TOOLHOST_FAILED);
-        call_unref(c); /* complete()'s, never owed */
+        mark_ended(c);
     }
+    pthread_mutex_unlock(&c->mu);
+    if (s == 0)
+        call_unref(c); /* complete()'s, never owed */
     call_unref(c);
     return NULL;
 }
@@ -531,18 +618,21 @@ static void refuse(uint64_t id, int ask, const char *why)
 static wcall *new_call(const msgpack_object_array *a, int ask, int *active)
 {
     pthread_mutex_lock(&g_mu);
-    wcall *c = g_free;
-    if (c) {
-        g_free = c->qnext;
-        g_n_free--;
+    wcall *c = NULL;
+    if (g_n_ended > ISO_TOMBS) { /* the oldest ended record */
+        c = g_ended;
+        g_ended = c->qnext;
+        if (!g_ended)
+            g_ended_tail = NULL;
+        g_n_ended--;
     }
     pthread_mutex_unlock(&g_mu);
-    if (!c && !(c = calloc(1, sizeof *c)))
-        goto oom;
-    th_buf args = c->args, ob = c->ob;
-    memset(c, 0, sizeof *c);
-    c->args = args;
-    c->ob = ob;
+    if (!c) {
+        if (!(c = calloc(1, sizeof *c)))
+            goto oom;
+        pthread_mutex_init(&c->mu, NULL);
+    }
+    memset(c, 0, offsetof(wcall, args));
     th_buf_reset(&c->args);
     th_buf_reset(&c->ob);
     c->base.pub.struct_size = sizeof(toolhost_call);
@@ -569,6 +659,7 @@ static wcall *new_call(const msgpack_object_array *a, int ask, int *active)
         (n && th_buf_append(&c->args, args_p, n) != 0)) {
         th_buf_destroy(&c->args);
         th_buf_destroy(&c->ob);
+        pthread_mutex_destroy(&c->mu);
         free(c);
         goto oom;
     }
@@ -1367,14 +1458,16 @@ int th_iso_worker_main(int argc, char **argv)
     pthread_mutex_lock(&g_mu);
     while (g_active > 0)
         pthread_cond_wait(&g_cv, &g_mu);
-    while (g_free) {
-        wcall *c = g_free;
-        g_free = c->qnext;
+    while (g_ended) {
+        wcall *c = g_ended;
+        g_ended = c->qnext;
         th_buf_destroy(&c->ob);
         th_buf_destroy(&c->args);
+        pthread_mutex_destroy(&c->mu);
         free(c);
     }
-    g_n_free = 0;
+    g_ended_tail = NULL;
+    g_n_ended = 0;
     pthread_mutex_unlock(&g_mu);
     th_iso_rx_destroy(&g_rx);
     /* fini(), not dlclose(): the process ends next, and the unload guard
