@@ -9,7 +9,8 @@
  * answered locally from the CANCEL messages and the deadline.
  *
  * Started as pid 1 of a PID namespace it stays that namespace's init and
- * forks the worker (become_init).  The sandbox: the plugin's user, not
+ * forks the worker (become_init); without a PID namespace (--reaper) it
+ * is a subreaper init that kills the worker's tree.  The sandbox: the plugin's user, not
  * dumpable, rlimits, no_new_privs and a seccomp allow-list
  * (th_iso_filter_load; docs/security.md).
  *
@@ -1055,6 +1056,29 @@ static bool family_ok(int f, bool network)
     (CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC |            \
      CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET)
 
+/* Processes the worker must not signal (a subreaper init and the host:
+ * th_iso_filter_guard); 0: none. */
+static pid_t g_guard_init, g_guard_host;
+
+void th_iso_filter_guard(pid_t init, pid_t host)
+{
+    g_guard_init = init;
+    g_guard_host = host;
+}
+
+/* The system calls that take a pid to signal (or a pidfd of) in their
+ * first argument, and are allowed but for the guarded pids. */
+static bool guarded_sys(const char *name)
+{
+    static const char *const g[] = {"kill", "tgkill", "rt_sigqueueinfo",
+                                    "rt_tgsigqueueinfo", "pidfd_open",
+                                    NULL};
+    for (size_t i = 0; g[i]; i++)
+        if (strcmp(name, g[i]) == 0)
+            return true;
+    return false;
+}
+
 int th_iso_filter_load(bool network)
 {
     scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ERRNO(EPERM));
@@ -1066,10 +1090,31 @@ int th_iso_filter_load(bool network)
      * system call instead of one per rule. */
     if (rc == 0)
         rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);
+    bool guard = g_guard_init > 0;
     for (size_t i = 0; rc == 0 && g_allow[i]; i++) {
         int nr = seccomp_syscall_resolve_name(g_allow[i]);
-        if (nr != __NR_SCMP_ERROR)
+        /* guarded: pidfd_send_signal takes a pidfd, which an open() of
+         * /proc/PID also is, and tkill a thread id: refused whole */
+        if (nr != __NR_SCMP_ERROR && !(guard && guarded_sys(g_allow[i])) &&
+            !(guard && (strcmp(g_allow[i], "pidfd_send_signal") == 0 ||
+                        strcmp(g_allow[i], "tkill") == 0)))
             rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 0);
+    }
+    /* Not the init, its group, the host, its group, nor everything
+     * (-1): the pid as the kernel reads it, a 32-bit int. */
+    if (guard) {
+        uint32_t no[5] = {(uint32_t)g_guard_init, (uint32_t)-g_guard_init,
+                          (uint32_t)-1, 0, 0};
+        size_t nn = 3;
+        if (g_guard_host > 1) {
+            no[nn++] = (uint32_t)g_guard_host;
+            no[nn++] = (uint32_t)-g_guard_host;
+        }
+        for (size_t i = 0; rc == 0 && g_allow[i]; i++) {
+            int nr = seccomp_syscall_resolve_name(g_allow[i]);
+            if (nr != __NR_SCMP_ERROR && guarded_sys(g_allow[i]))
+                rc = allow_but32(ctx, nr, 0, no, nn, 31, 0);
+        }
     }
     /* clone3 keeps its flags in memory the filter cannot read: ENOSYS
      * makes glibc use clone(), whose flags must not ask for namespaces. */
@@ -1162,6 +1207,8 @@ typedef struct wopts {
     uint64_t memory;
     uint64_t cpu, files, procs;
     bool no_network;
+    bool reaper; /* not in a PID namespace: a subreaper init forks it */
+    bool userns; /* in a user namespace: wait for the host's byte first */
 } wopts;
 
 /* Why apply() failed when it was the user, for the error the host gets
@@ -1338,31 +1385,118 @@ static int parse(int argc, char **argv, wopts *o)
             o->procs = n;
         else if (strcmp(k, "--network") == 0)
             o->no_network = strcmp(v, "0") == 0;
+        else if (strcmp(k, "--reaper") == 0)
+            o->reaper = strcmp(v, "0") != 0;
+        else if (strcmp(k, "--userns") == 0)
+            o->userns = strcmp(v, "0") != 0;
         else
             return -1;
     }
     return o->name && o->shown ? 0 : -1;
 }
 
-/* The worker started as the first process of a PID namespace of its own
- * (docs/isolation.md, "Containment"): this process stays its init and
- * forks the real worker.  It keeps no plugin code, reaps whatever ends in
- * the namespace, and when the worker ends writes its wait status on the
- * note pipe ("status N") and exits: the kernel then kills every process
- * left in the namespace, whatever session or group it made.  It exits too
- * when the host's end of the socket closes (the host died).  Returns in
- * the child (the worker, pid 2), never in the init. */
-static int become_init(void)
+/* The processes this one started, whatever they did since (a subreaper
+ * gets the orphans of its tree): SIGKILL to each child, reap, again,
+ * until it has no child left.  A child cannot be reaped by anyone else,
+ * so its pid names it until this process reaps it. */
+static void kill_tree(pid_t kid, int *status)
 {
+    pid_t me = getpid();
+    for (;;) {
+        int st;
+        pid_t r;
+        while ((r = waitpid(-1, &st, WNOHANG)) > 0)
+            if (r == kid)
+                *status = st;
+        int found = 0;
+        DIR *d = opendir("/proc");
+        struct dirent *de;
+        while (d && (de = readdir(d))) {
+            if (de->d_name[0] < '1' || de->d_name[0] > '9')
+                continue;
+            char path[300], buf[512];
+            snprintf(path, sizeof path, "/proc/%s/stat", de->d_name);
+            int fd = open(path, O_RDONLY | O_CLOEXEC);
+            if (fd < 0)
+                continue;
+            ssize_t n = read(fd, buf, sizeof buf - 1);
+            close(fd);
+            if (n <= 0)
+                continue;
+            buf[n] = '\0';
+            /* "PID (comm) S PPID ...": comm may hold anything, but ')' ends
+             * it the last time it occurs */
+            const char *rp = strrchr(buf, ')');
+            char state;
+            long ppid;
+            if (rp && sscanf(rp + 1, " %c %ld", &state, &ppid) == 2 &&
+                ppid == me) {
+                kill((pid_t)atol(de->d_name), SIGKILL);
+                found++;
+            }
+        }
+        if (d)
+            closedir(d);
+        if (!found) {
+            if (waitpid(-1, &st, WNOHANG) < 0 && errno == ECHILD)
+                return;
+            continue;
+        }
+        while ((r = waitpid(-1, &st, 0)) < 0 && errno == EINTR)
+            ;
+        if (r == kid)
+            *status = st;
+    }
+}
+
+/* The worker stays the init of what it starts (docs/isolation.md,
+ * "Containment"): this process forks the real worker, keeps no plugin
+ * code, reaps whatever ends below it, and when the worker ends writes its
+ * wait status on the note pipe ("status N") and exits.  It exits too when
+ * the host's end of the socket closes (the host died), and, not in a PID
+ * namespace, on SIGTERM (the host ends the worker).
+ *
+ * Started as pid 1 of a PID namespace of its own, its exit makes the
+ * kernel kill every process left in the namespace, whatever session or
+ * group it made.  Else (`reaper`: the host could make no PID namespace)
+ * it is a child subreaper: the orphans of its tree become its children,
+ * and it kills the whole tree (kill_tree) before it exits; it is not
+ * dumpable, and the worker's filter refuses to signal it or the host
+ * (th_iso_filter_guard), so a plugin of the same user cannot end it
+ * first.  Returns in the child (the worker), never in the init. */
+static int become_init(bool reaper)
+{
+    pid_t host = getppid();
     sigset_t chld;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
+    if (reaper) {
+        sigaddset(&chld, SIGTERM);
+        sigaddset(&chld, SIGINT);
+        sigaddset(&chld, SIGHUP);
+        if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0) {
+            fprintf(stderr, "worker: cannot become a subreaper: %s\n",
+                    strerror(errno));
+            _exit(2);
+        }
+    }
     sigprocmask(SIG_BLOCK, &chld, NULL);
     int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+    pid_t init = getpid();
     pid_t kid = sfd < 0 ? -1 : fork();
     if (kid == 0) {
         close(sfd);
         sigprocmask(SIG_UNBLOCK, &chld, NULL);
+        if (reaper) {
+            /* a group of its own: kill(0, ...) does not reach the init;
+             * and if the init is killed anyway (by another plugin of the
+             * same user), the worker goes with it */
+            setpgid(0, 0);
+            prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+            if (getppid() != init)
+                _exit(0);
+            th_iso_filter_guard(init, host);
+        }
         return 0;
     }
     if (kid < 0) {
@@ -1372,31 +1506,50 @@ static int become_init(void)
     }
     close(ISO_FD_PLUGIN);
     prctl(PR_SET_NAME, "toolhost-init", 0, 0, 0);
+#ifndef __SANITIZE_ADDRESS__ /* (LeakSanitizer ptraces its process) */
+    /* A process of the plugin's user may not write its memory (it may be
+     * the same user: a host not root) */
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+#endif
+    int status = -1;
+    bool asked = false; /* SIGTERM: the host ends the worker */
     for (;;) {
         struct pollfd pf[2] = {{sfd, POLLIN, 0}, {ISO_FD_SOCK, POLLRDHUP, 0}};
         int n = poll(pf, 2, -1);
         if (n < 0 && errno != EINTR)
             _exit(3);
+        bool end = false;
         if (pf[0].revents & POLLIN) {
             struct signalfd_siginfo si;
             while (read(sfd, &si, sizeof si) > 0)
-                ;
+                if (si.ssi_signo != SIGCHLD)
+                    end = asked = true;
             int st;
             pid_t r;
             while ((r = waitpid(-1, &st, WNOHANG)) > 0)
                 if (r == kid) {
-                    /* never blocks on a pipe the plugin filled */
-                    fcntl(ISO_FD_NOTE, F_SETFL,
-                          fcntl(ISO_FD_NOTE, F_GETFL) | O_NONBLOCK);
-                    char note[32];
-                    int k = snprintf(note, sizeof note, "status %d\n", st);
-                    ssize_t w = write(ISO_FD_NOTE, note, (size_t)k);
-                    (void)w;
-                    _exit(0);
+                    status = st;
+                    end = true;
                 }
         }
         if (pf[1].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))
-            _exit(0); /* the host is gone */
+            end = true; /* the host is gone */
+        if (!end)
+            continue;
+        if (reaper)
+            kill_tree(kid, &status);
+        if (asked) /* as the host's SIGKILL ends the init of a namespace */
+            kill(getpid(), SIGKILL);
+        if (status != -1) {
+            /* never blocks on a pipe the plugin filled */
+            fcntl(ISO_FD_NOTE, F_SETFL,
+                  fcntl(ISO_FD_NOTE, F_GETFL) | O_NONBLOCK);
+            char note[32];
+            int k = snprintf(note, sizeof note, "status %d\n", status);
+            ssize_t w = write(ISO_FD_NOTE, note, (size_t)k);
+            (void)w;
+        }
+        _exit(0);
     }
 }
 
@@ -1409,8 +1562,18 @@ int th_iso_worker_main(int argc, char **argv)
                         "host for plugins with 'isolation: process'\n");
         return 2;
     }
-    if (getpid() == 1)
-        become_init();
+    /* In a user namespace of its own, the host maps its ids after this
+     * process started, then sends one byte: nothing before needs them. */
+    if (o.userns) {
+        char b;
+        ssize_t r;
+        while ((r = read(ISO_FD_SOCK, &b, 1)) < 0 && errno == EINTR)
+            ;
+        if (r != 1)
+            return 0; /* the host is gone */
+    }
+    if (getpid() == 1 || o.reaper)
+        become_init(getpid() != 1);
     signal(SIGPIPE, SIG_IGN);
     if (apply(&o) != 0) {
         if (g_apply_why[0]) {
