@@ -54,7 +54,8 @@ static const char *out_of(const rpc_res *r, char *buf, size_t cap)
 }
 
 #define CONTAIN_TOOLS                                                         \
-    "[late_keep, late_probe, ct_escape, ct_peek, ct_exit, ct_ok]"
+    "[late_keep, late_probe, ct_escape, ct_peek, ct_attack, ct_exit, "      \
+    "ct_ok]"
 
 /* ---- a call handle used after its call ended ---------------------------------- */
 
@@ -140,26 +141,30 @@ static void refuse_userns(void)
 
 /* `toolhost serve` as uid and gid 65534 (no groups), the iso_contain
  * fixture isolated (network: false, one worker, calls time out after
- * 2 s); `no_userns`: in a host that may not create user namespaces.
+ * th_test_ms(2000)); `no_userns`: in a host that may not create user namespaces.
  * Like rpc_srv_start(). */
 static int nr_start(rpc_srv *s, bool no_userns)
 {
     memset(s, 0, sizeof *s);
     s->in_fd = s->out_fd = -1;
     s->dir = th_test_tmpdir();
-    rpc_opts o = {.config = "host:\n"
-                            "  log_level: debug\n"
-                            "  shutdown_grace: 1s\n"
-                            "plugins:\n"
-                            "  - name: contain\n"
-                            "    path: @BUILD@/fixtures/iso_contain.so\n"
-                            "    isolation: process\n"
-                            "    kill_grace: 300ms\n"
-                            "    network: false\n"
-                            "toolsets:\n"
-                            "  - name: public\n"
-                            "    tools: " CONTAIN_TOOLS "\n"
-                            "    timeout: 2s\n"};
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg,
+             "host:\n"
+             "  log_level: debug\n"
+             "  shutdown_grace: 1s\n"
+             "plugins:\n"
+             "  - name: contain\n"
+             "    path: @BUILD@/fixtures/iso_contain.so\n"
+             "    isolation: process\n"
+             "    kill_grace: 300ms\n"
+             "    network: false\n"
+             "toolsets:\n"
+             "  - name: public\n"
+             "    tools: " CONTAIN_TOOLS "\n"
+             "    timeout: %lldms\n",
+             (long long)th_test_ms(2000));
+    rpc_opts o = {.config = cfg};
     rpc_write_config(s, &o);
     snprintf(s->sock, sizeof s->sock, "%s/th.sock", s->dir);
     size_t ll = strlen(s->dir) + 16;
@@ -339,7 +344,7 @@ static void nr_escapes(rpc_srv *s, th_rpc_client *c, bool host_kill)
         escape(c, modes[i][0], tag, sizeof tag, modes[i][1]);
         worker_exits(c, tag);
     }
-    /* hang: the deadline (2 s) and kill_grace pass, the host kills */
+    /* hang: the deadline and kill_grace pass, the host kills */
     snprintf(tag, sizeof tag, "c%dhang", (int)getpid() % 100000);
     char text[64];
     snprintf(text, sizeof text, "hang %s", tag);
@@ -409,6 +414,20 @@ static void test_nonroot_subreaper(void)
     CU_ASSERT(r.res && rpc_stdout_is(r.res, "hi"));
     rpc_res_free(&r);
     nr_peek_host(&s, c);
+    /* the worker cannot signal its init or the host */
+    char out[1024];
+    CU_ASSERT_EQUAL(call(c, "ct_attack", NULL, &r), 0);
+    out_of(&r, out, sizeof out);
+    bool ok = r.res && rpc_ok(r.res) && strstr(out, "kill(init) refused") &&
+              !strstr(out, "ESCAPED");
+#ifdef __SANITIZE_ADDRESS__ /* ptrace and a dumpable init: LeakSanitizer */
+    ok = r.res && rpc_ok(r.res) && strstr(out, "kill(init) refused") &&
+         strstr(out, "pidfd_send_signal(/proc/init) refused");
+#endif
+    if (!ok || getenv("TH_ISO_CONTAIN_SHOW"))
+        fprintf(stderr, "\nct_attack: %s\n", out);
+    CU_ASSERT(ok);
+    rpc_res_free(&r);
     nr_escapes(&s, c, false);
     rpc_srv_free(&s);
 }
