@@ -13,7 +13,9 @@
  * idle; while calls run, the thread of a waiting call reads the socket
  * itself and routes the other calls' messages to them ("Reading" below).
  * Workers start by clone() in a PID namespace of their own where the host
- * may make one ("Containment" in the doc), with a minimal environment.
+ * may make one (with a user namespace when the host is not root), else
+ * under a subreaper init ("Containment" in the doc), with a minimal
+ * environment.
  * When the worker dies (its pidfd, else EOF), the reader thread reaps it,
  * fails its calls with plugin_crashed naming the signal (or the limit), and the
  * next call restarts it after a backoff (0 after a worker that finished
@@ -90,6 +92,8 @@ typedef struct worker {
     pid_t pid;
     int sock, errfd, notefd;
     int pidfd;            /* -1: none (the socket's end tells the death) */
+    bool reaper;          /* w->pid is a subreaper init, not a PID 1 */
+    bool userns;          /* in a user namespace: it waits for a byte */
     pthread_t reader;
     bool has_reader, alive, ready;
     int ready_state;      /* 0 waiting, 1 ok, -1 failed */
@@ -136,6 +140,7 @@ typedef struct pool {
     int contain;          /* CONTAIN_*: how the last worker was started */
     int contain_said;     /* the one the log last named */
     bool netns;           /* network: false: a network namespace too */
+    char contain_why[160]; /* the levels refused before it, and why */
     int plugfd;
     th_proc_limits lim;
     bool network;
@@ -386,6 +391,17 @@ static void deliver(toolhost_call *call, int type, const msgpack_object_array *a
 
 /* One frame from a worker, read by the reader thread (self NULL) or by
  * the thread of the call `self`. */
+/* Ends a worker and everything it started.  The init of a PID namespace
+ * takes its namespace with it when killed; a subreaper init must kill
+ * its tree first, which it does on SIGTERM (iso_worker.c, become_init),
+ * and the plugin cannot stop it doing so (its filter refuses to signal
+ * the init).  SIGKILL stays the last resort of reader_main(). */
+static void worker_kill(worker *w)
+{
+    if (w->pid > 0)
+        kill(w->pid, w->reaper ? SIGTERM : SIGKILL);
+}
+
 static void route(pool *P, worker *w, const uint8_t *f, size_t n, pend *self)
 {
     msgpack_unpacked u;
@@ -399,8 +415,7 @@ static void route(pool *P, worker *w, const uint8_t *f, size_t n, pend *self)
         /* Not what a worker of ours sends: it is broken or hostile. */
         th_log_warn("plugin %s: worker %d sent a malformed frame: killed",
                     P->name, (int)w->pid);
-        if (w->pid > 0)
-            kill(w->pid, SIGKILL);
+        worker_kill(w);
         return;
     }
     const msgpack_object_array *a = &u.data.via.array;
@@ -654,7 +669,7 @@ static void *reader_main(void *arg)
                errno == EINTR)
             ;
         if (!(pp.revents & POLLIN))
-            kill(w->pid, SIGKILL);
+            worker_kill(w);
     }
     for (int i = 0; i < 100; i++) {
         r = waitpid(w->pid, &status, WNOHANG);
@@ -816,16 +831,21 @@ static void find_self(void)
 enum {
     CONTAIN_UNSET,
     CONTAIN_PIDNS,  /* a PID namespace each: nothing outlives the worker */
-    CONTAIN_GROUP,  /* its process group is killed, its death is seen */
+    CONTAIN_USERNS, /* the same, in a user namespace (a host not root) */
+    CONTAIN_REAPER, /* a subreaper init kills the tree, death by pidfd */
     CONTAIN_SOCKET  /* the same, death seen as the socket's end only */
 };
 
 static const char *const g_contain_words[] = {
     "", "a PID namespace of its own (every process it starts dies with it)",
-    "its process group only (a process of the plugin that leaves the "
-    "group with setsid() can outlive the worker)",
-    "its process group only, and its death is seen when its socket ends "
-    "(no pidfd: a process it leaves holding the socket delays that)"};
+    "a user and a PID namespace of its own (the host is not root; every "
+    "process it starts dies with it)",
+    "a subreaper init of its own, no PID namespace (every process it "
+    "starts is killed when the worker ends, whatever session or group it "
+    "made)",
+    "a subreaper init of its own, no PID namespace, and its death is seen "
+    "when its socket ends (no pidfd: a process it leaves holding the "
+    "socket delays that)"};
 
 /* In the child of clone(), until execve(): raw system calls only (no
  * lock of libc or of a sanitizer runtime another thread may have held at
@@ -846,6 +866,42 @@ typedef struct child_args {
     char **argv, **envp;
     const int *hi;
 } child_args;
+
+/* Writes `text` to /proc/PID/FILE; 0 or an errno. */
+static int write_proc(pid_t pid, const char *file, const char *text)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, file);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno;
+    size_t n = strlen(text);
+    ssize_t w = write(fd, text, n);
+    int e = w == (ssize_t)n ? 0 : w < 0 ? errno : EIO;
+    close(fd);
+    return e;
+}
+
+/* The worker `pid` runs in a user namespace of its own, created by this
+ * host (its owner): the host's uid and gid map to themselves there, so
+ * files, signals and /proc see the same ids and files it creates get
+ * them.  Written by the host after the worker's execve (the host may be
+ * non-dumpable, which would make its child's /proc files root's before
+ * that); the worker waits for the byte spawn() sends next.  0 or errno. */
+static int map_ids(pid_t pid)
+{
+    char um[48], gm[48];
+    snprintf(um, sizeof um, "%u %u 1\n", (unsigned)geteuid(),
+             (unsigned)geteuid());
+    snprintf(gm, sizeof gm, "%u %u 1\n", (unsigned)getegid(),
+             (unsigned)getegid());
+    int e = write_proc(pid, "setgroups", "deny");
+    if (!e)
+        e = write_proc(pid, "uid_map", um);
+    if (!e)
+        e = write_proc(pid, "gid_map", gm);
+    return e;
+}
 
 static int child_exec(void *arg)
 {
@@ -874,19 +930,23 @@ static int child_exec(void *arg)
 }
 
 /* Starts the worker with clone(): in a PID namespace of its own when the
- * host may make one (root), and with a pidfd.  Like posix_spawn, the
+ * host may make one (root; else in a user namespace of its own too), and
+ * with a pidfd.  Without a PID namespace the worker is a subreaper init
+ * (its --reaper argument).  P->contain_why says what was refused.  Like posix_spawn, the
  * child shares the host's memory (CLONE_VM, on a stack of its own) and
  * the host's thread waits until it has run execve() (CLONE_VFORK): no
  * copy of the host's page tables, no copy-on-write faults for the host's
  * other threads.  1: started; 0: clone() cannot do it here (the caller
  * uses posix_spawn); -1: failed (errno). */
 static int start_contained(pool *P, worker *w, const char *exe, char **argv,
-                           const int *hi)
+                           int uarg, const int *hi)
 {
     /* network: false also gets a network namespace of its own (only
      * loopback, no abstract AF_UNIX sockets of the host) and an IPC one */
     int ns = P->network ? 0 : CLONE_NEWNET | CLONE_NEWIPC;
-    const int tries[] = {CLONE_NEWPID | ns, CLONE_NEWPID, 0};
+    /* Without root a PID namespace needs a user namespace of its own. */
+    int user = geteuid() == 0 ? 0 : CLONE_NEWUSER;
+    const int tries[] = {user | CLONE_NEWPID | ns, user | CLONE_NEWPID, 0};
     enum { STACK = 64 * 1024 };
     void *stack = mmap(NULL, STACK, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
@@ -896,10 +956,11 @@ static int start_contained(pool *P, worker *w, const char *exe, char **argv,
     sigset_t all, old;
     sigfillset(&all);
     int res = 0;
+    P->contain_why[0] = '\0';
     for (size_t i = 0; i < sizeof tries / sizeof tries[0]; i++) {
-        if (tries[i] && geteuid() != 0)
-            continue; /* without root: a user namespace would be needed */
         int pidfd = -1;
+        bool userns = (tries[i] & CLONE_NEWUSER) != 0;
+        argv[uarg] = userns ? "1" : "0"; /* the worker waits for its map */
         pthread_sigmask(SIG_SETMASK, &all, &old);
         pid_t pid = clone(child_exec, (char *)stack + STACK,
                           tries[i] | CLONE_VM | CLONE_VFORK | CLONE_PIDFD |
@@ -907,10 +968,25 @@ static int start_contained(pool *P, worker *w, const char *exe, char **argv,
                           &a, &pidfd);
         int e = errno;
         pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (pid > 0 && userns && (e = map_ids(pid)) != 0) {
+            kill(pid, SIGKILL);
+            while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+                ;
+            close(pidfd);
+            size_t l = strlen(P->contain_why);
+            snprintf(P->contain_why + l, sizeof P->contain_why - l,
+                     "%sa user namespace's id map refused (%s)",
+                     l ? "; " : "", strerror(e));
+            continue;
+        }
         if (pid > 0) {
             w->pid = pid;
             w->pidfd = pidfd;
-            P->contain = tries[i] ? CONTAIN_PIDNS : CONTAIN_GROUP;
+            w->reaper = tries[i] == 0;
+            w->userns = userns;
+            P->contain = !tries[i] ? CONTAIN_REAPER
+                         : user    ? CONTAIN_USERNS
+                                   : CONTAIN_PIDNS;
             P->netns = (tries[i] & CLONE_NEWNET) != 0;
             res = 1;
             break;
@@ -920,6 +996,16 @@ static int start_contained(pool *P, worker *w, const char *exe, char **argv,
             res = -1;
             break;
         }
+        /* refused: say so once per kind of namespace */
+        size_t l = strlen(P->contain_why);
+        const char *what = (tries[i] & CLONE_NEWNET) ? NULL
+                           : tries[i] & CLONE_NEWUSER
+                               ? "a user and a PID namespace"
+                           : tries[i] ? "a PID namespace"
+                                      : "clone()";
+        if (what)
+            snprintf(P->contain_why + l, sizeof P->contain_why - l,
+                     "%s%s refused (%s)", l ? "; " : "", what, strerror(e));
     }
     int e = errno;
     munmap(stack, STACK);
@@ -986,10 +1072,16 @@ static int spawn(pool *P, worker **out, th_error *err)
         argv[k++] = "--user";
         argv[k++] = P->user;
     }
+    /* the init of a PID namespace ignores it */
+    argv[k++] = "--reaper";
+    argv[k++] = "1";
+    argv[k++] = "--userns";
+    int uarg = k;
+    argv[k++] = "0";
     argv[k] = NULL;
     pthread_once(&g_self_once, find_self);
     const char *exe = g_exe ? g_exe : g_self;
-    int rc = start_contained(P, w, exe, argv, hi);
+    int rc = start_contained(P, w, exe, argv, uarg, hi);
     if (rc < 0) {
         rc = errno;
         for (int i = 0; i < 4; i++)
@@ -1034,7 +1126,8 @@ static int spawn(pool *P, worker **out, th_error *err)
     posix_spawnattr_destroy(&at);
     if (rc == 0) {
         w->pidfd = (int)syscall(SYS_pidfd_open, w->pid, 0);
-        P->contain = w->pidfd >= 0 ? CONTAIN_GROUP : CONTAIN_SOCKET;
+        w->reaper = true;
+        P->contain = w->pidfd >= 0 ? CONTAIN_REAPER : CONTAIN_SOCKET;
     }
 started:
     for (int i = 0; i < 4; i++)
@@ -1050,6 +1143,9 @@ started:
         goto fail;
     }
     w->sock = sv[0];
+    /* its ids are mapped (map_ids): the worker may go on */
+    if (w->userns && send(w->sock, "M", 1, MSG_NOSIGNAL) != 1)
+        worker_kill(w); /* (seen as a death at its start) */
     /* A call reading its answer looks at its deadline and cancellation
      * this often (the reader thread polls first). */
     struct timeval tv = {0, ISO_READER_IDLE_MS * 1000};
@@ -1059,7 +1155,7 @@ started:
     sv[0] = ep[0] = np[0] = -1;
     w->alive = true;
     if ((rc = pthread_create(&w->reader, NULL, reader_main, w)) != 0) {
-        kill(w->pid, SIGKILL);
+        worker_kill(w);
         waitpid(w->pid, NULL, 0);
         th_error_set(err, TH_ELOAD, "%s: cannot start a thread: %s", P->path,
                      strerror(rc));
@@ -1070,15 +1166,20 @@ started:
     bool first = !P->contain_said || P->contain_said != P->contain;
     P->contain_said = P->contain;
     pthread_mutex_unlock(&P->mu);
-    if (first && P->contain == CONTAIN_PIDNS)
-        th_log_info("plugin %s: workers contained by %s%s", P->name,
+    /* The operator's view of the containment (docs/isolation.md): the
+     * level that applied, and what was refused before it. */
+    if (first && (P->contain == CONTAIN_PIDNS ||
+                  P->contain == CONTAIN_USERNS))
+        th_log_info("plugin %s: workers contained by %s%s%s%s", P->name,
                     g_contain_words[P->contain],
                     P->netns ? "; network: false: a network and an IPC "
                                "namespace of their own"
-                             : "");
+                             : "",
+                    P->contain_why[0] ? "; " : "", P->contain_why);
     else if (first)
-        th_log_warn("plugin %s: workers contained by %s", P->name,
-                    g_contain_words[P->contain]);
+        th_log_warn("plugin %s: workers contained by %s%s%s", P->name,
+                    g_contain_words[P->contain],
+                    P->contain_why[0] ? "; " : "", P->contain_why);
     *out = w;
     return 0;
 fail:
@@ -1105,7 +1206,7 @@ static int wait_worker(pool *P, worker *w, bool want_ready, th_error *err)
     while (w->ready_state == 0 && (want_ready || !w->hello)) {
         int64_t left = end - now_ms();
         if (left <= 0) {
-            kill(w->pid, SIGKILL);
+            worker_kill(w);
             return th_error_set(err, TH_ELOAD,
                                 "%s: the worker did not start within %ds",
                                 P->path, ISO_START_TIMEOUT_MS / 1000);
@@ -1158,7 +1259,7 @@ static int start_ready(pool *P, worker **out, th_error *err)
         pthread_mutex_unlock(&P->mu);
     }
     if (rc) {
-        kill(w->pid, SIGKILL);
+        worker_kill(w);
         worker_end(w);
         return rc;
     }
@@ -1383,7 +1484,7 @@ static void stop_workers(pool *P, int64_t grace_ms)
         if (alive) {
             th_log_warn("plugin %s: worker %d did not exit in time: killed",
                         P->name, (int)w->pid);
-            kill(w->pid, SIGKILL);
+            worker_kill(w);
         }
         worker_end(w);
         P->w[i] = NULL;
@@ -1503,6 +1604,32 @@ done:
     return rc;
 }
 
+/* A host that is not root runs its isolated plugins as its own user,
+ * and a process of the same user may open a dumpable process's
+ * /proc/PID/environ (the host's secrets) and /proc/PID/mem: the host
+ * makes itself non-dumpable, once (no core dump then).  Not in an ASan
+ * build: LeakSanitizer ptraces its own process. */
+static pthread_once_t g_undump_once = PTHREAD_ONCE_INIT;
+
+static void undump_host(void)
+{
+#ifdef __SANITIZE_ADDRESS__
+    th_log_warn("isolated plugins run as the host's own user (uid %u); an "
+                "ASan build stays dumpable, so they can read its memory",
+                (unsigned)geteuid());
+#else
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0)
+        th_log_info("host: not dumpable (isolated plugins run as its own "
+                    "user, uid %u: no process of that user may read its "
+                    "environment or memory; no core dump)",
+                    (unsigned)geteuid());
+    else
+        th_log_warn("host: cannot make itself non-dumpable (%s): isolated "
+                    "plugins, which run as its own user, can read its "
+                    "environment and memory", strerror(errno));
+#endif
+}
+
 int th_iso_open(const th_plugin_cfg *pc, const char *file, bool check,
                 uint64_t generation, th_plugin **out, th_error *err)
 {
@@ -1514,6 +1641,8 @@ int th_iso_open(const th_plugin_cfg *pc, const char *file, bool check,
                             "'isolation: process' in a host running as root "
                             "needs 'user:' (a user of the plugin's own, or "
                             "'user: auto'); its workers would run as root");
+    if (geteuid() != 0)
+        pthread_once(&g_undump_once, undump_host);
     uint32_t uid = 0;
     bool is_auto = pc->user && strcmp(pc->user, "auto") == 0;
     if (is_auto && geteuid() == 0) {
@@ -1576,7 +1705,7 @@ int th_iso_open(const th_plugin_cfg *pc, const char *file, bool check,
     if (rc == 0)
         rc = th_plugin_builtin(&P->desc, &p, err);
     if (rc) {
-        kill(w->pid, SIGKILL);
+        worker_kill(w);
         worker_end(w);
         pool_free(P);
         return rc;
@@ -1832,7 +1961,7 @@ static int caller_read(pool *P, worker *w, pend *self)
     if (t < 0) {
         th_log_warn("plugin %s: worker %d sent a malformed frame: killed",
                     P->name, (int)w->pid);
-        kill(w->pid, SIGKILL);
+        worker_kill(w);
         return -1;
     }
     return 0;
@@ -1955,7 +2084,7 @@ static int run(pool *P, uint32_t tool_idx, int ask, toolhost_call *call,
                             "or deadline for %llums: worker %d killed",
                             P->name, (unsigned long long)call->call_id,
                             (unsigned long long)P->kill_grace_ms, (int)w->pid);
-                kill(w->pid, SIGKILL);
+                worker_kill(w);
             }
         }
         if (ask && !killed && now_ms() - t_start >= ISO_ASK_TIMEOUT_MS) {
@@ -1967,7 +2096,7 @@ static int run(pool *P, uint32_t tool_idx, int ask, toolhost_call *call,
                         ask == ISO_ASK_VALIDATE ? "validate_args"
                                                 : "needs_permission",
                         ISO_ASK_TIMEOUT_MS / 1000, (int)w->pid);
-            kill(w->pid, SIGKILL);
+            worker_kill(w);
         }
         if (w->rd == RD_FREE && !w->sock_eof) {
             w->rd = RD_CALLER;

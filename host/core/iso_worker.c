@@ -9,7 +9,8 @@
  * answered locally from the CANCEL messages and the deadline.
  *
  * Started as pid 1 of a PID namespace it stays that namespace's init and
- * forks the worker (become_init).  The sandbox: the plugin's user, not
+ * forks the worker (become_init); without a PID namespace (--reaper) it
+ * is a subreaper init that kills the worker's tree.  The sandbox: the plugin's user, not
  * dumpable, rlimits, no_new_privs and a seccomp allow-list
  * (th_iso_filter_load; docs/security.md).
  *
@@ -45,6 +46,16 @@
 #include "th/iso.h"
 #include "th/log.h"
 
+/* A call record: the toolhost_call the plugin gets.  A plugin may keep
+ * that pointer past the end of its call (a bug of the plugin, which the
+ * ABI says the host must refuse: plugin.h, "Misuse of a call"), so an
+ * ended record is never reused at once: it waits in the ended queue
+ * (g_ended) behind the ISO_TOMBS most recent ended calls, and every
+ * callback on it answers TOOLHOST_ESTATE (is_cancelled 1) without
+ * touching the call that record serves later.  `mu` orders a late
+ * callback against the end of the call: the end is marked (`ended`)
+ * under it, and write, set_meta, progress, suspend and complete look at
+ * `ended` and do their work under it. */
 typedef struct wcall {
     th_call_base base; /* first */
     uint64_t id;
@@ -52,25 +63,34 @@ typedef struct wcall {
     atomic_int cancelled;
     atomic_int suspended;
     atomic_int refs;
+    atomic_bool ended;     /* DONE or the answer was sent (set under mu) */
+    atomic_bool misuse_said; /* a late callback was logged */
     uint32_t tool;
-    th_buf args;
     int ask; /* 0 call, else ISO_ASK_* */
     struct wcall *next;
-    struct wcall *qnext; /* waiting for a thread; in the free list */
-    th_buf ob;           /* frames not sent yet (owner thread only) */
+    struct wcall *qnext; /* waiting for a thread; in the ended queue */
+    /* kept when the record is reused (new_call clears what is above) */
+    th_buf args;
+    th_buf ob;           /* frames not sent yet (under mu) */
+    pthread_mutex_t mu;
 } wcall;
 
 static th_plugin *g_p;
 static pthread_mutex_t g_send_mu = PTHREAD_MUTEX_INITIALIZER;
-/* g_mu: the calls (g_calls, g_active), the free list, g_exit. */
+/* g_mu: the calls (g_calls, g_active), the ended queue, g_exit.  Lock
+ * order: a record's mu before g_send_mu; g_mu is never held with mu. */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
 static wcall *g_calls;
 static int g_active;
 static bool g_exit; /* EXIT read: drain, fini(), out */
-static wcall *g_free; /* call records kept for the next calls */
-static int g_n_free;
-#define ISO_FREE_MAX 64
+/* Ended records, oldest first (linked by qnext): one is reused for a new
+ * call only when more than ISO_TOMBS (the host's TH_CALL_TOMBS) ended
+ * after it, with its buffers when they are small. */
+static wcall *g_ended, *g_ended_tail;
+static int g_n_ended;
+#define ISO_TOMBS 1024
+#define ISO_KEEP_BUF 4096
 static uint64_t g_mem_limit;
 
 static int64_t now_ns(void)
@@ -232,13 +252,28 @@ static bool cancelled(const wcall *c)
            (c->deadline_ns && now_ns() >= c->deadline_ns);
 }
 
-static int w_write(toolhost_call *call, int stream, const void *data,
-                   size_t len)
+/* A callback on an ended call: logged once per call, refused. */
+static int late(wcall *c, const char *what)
 {
-    wcall *c = (wcall *)call;
-    if ((stream != TOOLHOST_STDOUT && stream != TOOLHOST_STDERR) ||
-        (!data && len))
-        return TOOLHOST_EINVAL;
+    if (!atomic_exchange(&c->misuse_said, true)) {
+        char m[160];
+        snprintf(m, sizeof m,
+                 "call %llu: %s() after the call ended (refused with "
+                 "TOOLHOST_ESTATE)",
+                 (unsigned long long)c->id, what);
+        send_text(ISO_LOG, TOOLHOST_LOG_ERROR, m);
+    }
+    return TOOLHOST_ESTATE;
+}
+
+/* Ends the record for the plugin (mu held): later callbacks are late. */
+static void mark_ended(wcall *c)
+{
+    atomic_store(&c->ended, true);
+}
+
+static int write_locked(wcall *c, int stream, const void *data, size_t len)
+{
     if (cancelled(c))
         return TOOLHOST_ECANCELLED;
     if (len == 0)
@@ -256,6 +291,20 @@ static int w_write(toolhost_call *call, int stream, const void *data,
     return ob_end(c, at, e, false);
 }
 
+static int w_write(toolhost_call *call, int stream, const void *data,
+                   size_t len)
+{
+    wcall *c = (wcall *)call;
+    if ((stream != TOOLHOST_STDOUT && stream != TOOLHOST_STDERR) ||
+        (!data && len))
+        return TOOLHOST_EINVAL;
+    pthread_mutex_lock(&c->mu);
+    int rc = atomic_load(&c->ended) ? TOOLHOST_ESTATE
+                                    : write_locked(c, stream, data, len);
+    pthread_mutex_unlock(&c->mu);
+    return rc == TOOLHOST_ESTATE ? late(c, "write") : rc;
+}
+
 static int w_set_meta(toolhost_call *call, const uint8_t *map, size_t len)
 {
     wcall *c = (wcall *)call;
@@ -270,6 +319,11 @@ static int w_set_meta(toolhost_call *call, const uint8_t *map, size_t len)
     msgpack_unpacked_destroy(&u);
     if (!ok)
         return TOOLHOST_EINVAL;
+    pthread_mutex_lock(&c->mu);
+    if (atomic_load(&c->ended)) {
+        pthread_mutex_unlock(&c->mu);
+        return late(c, "set_meta");
+    }
     msgpack_packer pk;
     size_t at = ob_begin(c, &pk);
     int e = 0;
@@ -279,14 +333,14 @@ static int w_set_meta(toolhost_call *call, const uint8_t *map, size_t len)
         e |= msgpack_pack_uint64(&pk, c->id);
         e |= msgpack_pack_bin_with_body(&pk, map, len);
     }
-    return ob_end(c, at, e, false);
+    int rc = ob_end(c, at, e, false);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
 }
 
-static int w_progress(toolhost_call *call, double fraction,
-                      const char *message, const uint8_t *data,
-                      size_t data_len)
+static int progress_locked(wcall *c, double fraction, const char *message,
+                           const uint8_t *data, size_t data_len)
 {
-    wcall *c = (wcall *)call;
     if (cancelled(c))
         return TOOLHOST_ECANCELLED;
     msgpack_packer pk;
@@ -306,14 +360,30 @@ static int w_progress(toolhost_call *call, double fraction,
     return ob_end(c, at, e, true);
 }
 
+static int w_progress(toolhost_call *call, double fraction,
+                      const char *message, const uint8_t *data,
+                      size_t data_len)
+{
+    wcall *c = (wcall *)call;
+    pthread_mutex_lock(&c->mu);
+    int rc = atomic_load(&c->ended)
+                 ? TOOLHOST_ESTATE
+                 : progress_locked(c, fraction, message, data, data_len);
+    pthread_mutex_unlock(&c->mu);
+    return rc == TOOLHOST_ESTATE ? late(c, "progress") : rc;
+}
+
 static int w_is_cancelled(const toolhost_call *call)
 {
-    return cancelled((const wcall *)call);
+    const wcall *c = (const wcall *)call;
+    return atomic_load(&c->ended) || cancelled(c);
 }
 
 static int64_t w_time_left_ms(const toolhost_call *call)
 {
     const wcall *c = (const wcall *)call;
+    if (atomic_load(&c->ended))
+        return 0;
     if (!c->deadline_ns)
         return -1;
     int64_t left = (c->deadline_ns - now_ns()) / 1000000;
@@ -333,37 +403,50 @@ static void call_unref(wcall *c)
     g_active--;
     if (g_exit)
         pthread_cond_broadcast(&g_cv); /* the drain waits for g_active */
-    bool keep = g_n_free < ISO_FREE_MAX && c->ob.cap <= 65536 * 2 &&
-                c->args.cap <= 65536;
-    if (keep) { /* the record and its buffers serve the next call */
-        c->qnext = g_free;
-        g_free = c;
-        g_n_free++;
-    }
+    /* (the plugin may still hold it: no callback reaches it again
+     * before ISO_TOMBS more calls ended) */
+    if (c->ob.cap > ISO_KEEP_BUF)
+        th_buf_destroy(&c->ob);
+    if (c->args.cap > ISO_KEEP_BUF)
+        th_buf_destroy(&c->args);
+    c->qnext = NULL;
+    if (g_ended_tail)
+        g_ended_tail->qnext = c;
+    else
+        g_ended = c;
+    g_ended_tail = c;
+    g_n_ended++;
     pthread_mutex_unlock(&g_mu);
-    if (keep)
-        return;
-    th_buf_destroy(&c->ob);
-    th_buf_destroy(&c->args);
-    free(c);
 }
 
 static int w_suspend(toolhost_call *call)
 {
     wcall *c = (wcall *)call;
     int expect = 0;
-    return atomic_compare_exchange_strong(&c->suspended, &expect, 1)
-               ? 0
-               : TOOLHOST_ESTATE;
+    pthread_mutex_lock(&c->mu);
+    bool ended = atomic_load(&c->ended);
+    bool ok = !ended &&
+              atomic_compare_exchange_strong(&c->suspended, &expect, 1);
+    pthread_mutex_unlock(&c->mu);
+    if (ended)
+        return late(c, "suspend");
+    return ok ? 0 : TOOLHOST_ESTATE;
 }
 
 static int w_complete(toolhost_call *call, int status)
 {
     wcall *c = (wcall *)call;
     int expect = 1;
-    if (!atomic_compare_exchange_strong(&c->suspended, &expect, 2))
-        return TOOLHOST_ESTATE;
+    pthread_mutex_lock(&c->mu);
+    bool ended = atomic_load(&c->ended);
+    if (ended ||
+        !atomic_compare_exchange_strong(&c->suspended, &expect, 2)) {
+        pthread_mutex_unlock(&c->mu);
+        return ended ? late(c, "complete") : TOOLHOST_ESTATE;
+    }
     send_done_c(c, status == TOOLHOST_OK ? TOOLHOST_OK : TOOLHOST_FAILED);
+    mark_ended(c);
+    pthread_mutex_unlock(&c->mu);
     call_unref(c);
     return 0;
 }
@@ -405,6 +488,7 @@ static void *run_call(void *arg)
                                            sizeof msg);
         msg[sizeof msg - 1] = '\0';
         send_answer(c->id, rc, msg);
+        atomic_store(&c->ended, true); /* (never handed to the plugin) */
         call_unref(c);
         return NULL;
     }
@@ -420,17 +504,21 @@ static void *run_call(void *arg)
                               c->args.data, c->args.len);
     c->base.pub.args_view = NULL; /* on this stack frame */
     /* After a successful suspend() the call belongs to complete(). */
+    pthread_mutex_lock(&c->mu);
     int s = atomic_load(&c->suspended);
     if (s == 0) {
         if (st == TOOLHOST_PENDING) {
             static const char m[] = "the tool returned TOOLHOST_PENDING "
                                     "without suspend()\n";
-            w_write(&c->base.pub, TOOLHOST_STDERR, m, sizeof m - 1);
+            write_locked(c, TOOLHOST_STDERR, m, sizeof m - 1);
             st = TOOLHOST_FAILED;
         }
         send_done_c(c, st == TOOLHOST_OK ? TOOLHOST_OK : TOOLHOST_FAILED);
-        call_unref(c); /* complete()'s, never owed */
+        mark_ended(c);
     }
+    pthread_mutex_unlock(&c->mu);
+    if (s == 0)
+        call_unref(c); /* complete()'s, never owed */
     call_unref(c);
     return NULL;
 }
@@ -531,18 +619,21 @@ static void refuse(uint64_t id, int ask, const char *why)
 static wcall *new_call(const msgpack_object_array *a, int ask, int *active)
 {
     pthread_mutex_lock(&g_mu);
-    wcall *c = g_free;
-    if (c) {
-        g_free = c->qnext;
-        g_n_free--;
+    wcall *c = NULL;
+    if (g_n_ended > ISO_TOMBS) { /* the oldest ended record */
+        c = g_ended;
+        g_ended = c->qnext;
+        if (!g_ended)
+            g_ended_tail = NULL;
+        g_n_ended--;
     }
     pthread_mutex_unlock(&g_mu);
-    if (!c && !(c = calloc(1, sizeof *c)))
-        goto oom;
-    th_buf args = c->args, ob = c->ob;
-    memset(c, 0, sizeof *c);
-    c->args = args;
-    c->ob = ob;
+    if (!c) {
+        if (!(c = calloc(1, sizeof *c)))
+            goto oom;
+        pthread_mutex_init(&c->mu, NULL);
+    }
+    memset(c, 0, offsetof(wcall, args));
     th_buf_reset(&c->args);
     th_buf_reset(&c->ob);
     c->base.pub.struct_size = sizeof(toolhost_call);
@@ -569,6 +660,7 @@ static wcall *new_call(const msgpack_object_array *a, int ask, int *active)
         (n && th_buf_append(&c->args, args_p, n) != 0)) {
         th_buf_destroy(&c->args);
         th_buf_destroy(&c->ob);
+        pthread_mutex_destroy(&c->mu);
         free(c);
         goto oom;
     }
@@ -964,6 +1056,29 @@ static bool family_ok(int f, bool network)
     (CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC |            \
      CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET)
 
+/* Processes the worker must not signal (a subreaper init and the host:
+ * th_iso_filter_guard); 0: none. */
+static pid_t g_guard_init, g_guard_host;
+
+void th_iso_filter_guard(pid_t init, pid_t host)
+{
+    g_guard_init = init;
+    g_guard_host = host;
+}
+
+/* The system calls that take a pid to signal (or a pidfd of) in their
+ * first argument, and are allowed but for the guarded pids. */
+static bool guarded_sys(const char *name)
+{
+    static const char *const g[] = {"kill", "tgkill", "rt_sigqueueinfo",
+                                    "rt_tgsigqueueinfo", "pidfd_open",
+                                    NULL};
+    for (size_t i = 0; g[i]; i++)
+        if (strcmp(name, g[i]) == 0)
+            return true;
+    return false;
+}
+
 int th_iso_filter_load(bool network)
 {
     scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ERRNO(EPERM));
@@ -975,10 +1090,31 @@ int th_iso_filter_load(bool network)
      * system call instead of one per rule. */
     if (rc == 0)
         rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);
+    bool guard = g_guard_init > 0;
     for (size_t i = 0; rc == 0 && g_allow[i]; i++) {
         int nr = seccomp_syscall_resolve_name(g_allow[i]);
-        if (nr != __NR_SCMP_ERROR)
+        /* guarded: pidfd_send_signal takes a pidfd, which an open() of
+         * /proc/PID also is, and tkill a thread id: refused whole */
+        if (nr != __NR_SCMP_ERROR && !(guard && guarded_sys(g_allow[i])) &&
+            !(guard && (strcmp(g_allow[i], "pidfd_send_signal") == 0 ||
+                        strcmp(g_allow[i], "tkill") == 0)))
             rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 0);
+    }
+    /* Not the init, its group, the host, its group, nor everything
+     * (-1): the pid as the kernel reads it, a 32-bit int. */
+    if (guard) {
+        uint32_t no[5] = {(uint32_t)g_guard_init, (uint32_t)-g_guard_init,
+                          (uint32_t)-1, 0, 0};
+        size_t nn = 3;
+        if (g_guard_host > 1) {
+            no[nn++] = (uint32_t)g_guard_host;
+            no[nn++] = (uint32_t)-g_guard_host;
+        }
+        for (size_t i = 0; rc == 0 && g_allow[i]; i++) {
+            int nr = seccomp_syscall_resolve_name(g_allow[i]);
+            if (nr != __NR_SCMP_ERROR && guarded_sys(g_allow[i]))
+                rc = allow_but32(ctx, nr, 0, no, nn, 31, 0);
+        }
     }
     /* clone3 keeps its flags in memory the filter cannot read: ENOSYS
      * makes glibc use clone(), whose flags must not ask for namespaces. */
@@ -1071,6 +1207,8 @@ typedef struct wopts {
     uint64_t memory;
     uint64_t cpu, files, procs;
     bool no_network;
+    bool reaper; /* not in a PID namespace: a subreaper init forks it */
+    bool userns; /* in a user namespace: wait for the host's byte first */
 } wopts;
 
 /* Why apply() failed when it was the user, for the error the host gets
@@ -1247,31 +1385,118 @@ static int parse(int argc, char **argv, wopts *o)
             o->procs = n;
         else if (strcmp(k, "--network") == 0)
             o->no_network = strcmp(v, "0") == 0;
+        else if (strcmp(k, "--reaper") == 0)
+            o->reaper = strcmp(v, "0") != 0;
+        else if (strcmp(k, "--userns") == 0)
+            o->userns = strcmp(v, "0") != 0;
         else
             return -1;
     }
     return o->name && o->shown ? 0 : -1;
 }
 
-/* The worker started as the first process of a PID namespace of its own
- * (docs/isolation.md, "Containment"): this process stays its init and
- * forks the real worker.  It keeps no plugin code, reaps whatever ends in
- * the namespace, and when the worker ends writes its wait status on the
- * note pipe ("status N") and exits: the kernel then kills every process
- * left in the namespace, whatever session or group it made.  It exits too
- * when the host's end of the socket closes (the host died).  Returns in
- * the child (the worker, pid 2), never in the init. */
-static int become_init(void)
+/* The processes this one started, whatever they did since (a subreaper
+ * gets the orphans of its tree): SIGKILL to each child, reap, again,
+ * until it has no child left.  A child cannot be reaped by anyone else,
+ * so its pid names it until this process reaps it. */
+static void kill_tree(pid_t kid, int *status)
 {
+    pid_t me = getpid();
+    for (;;) {
+        int st;
+        pid_t r;
+        while ((r = waitpid(-1, &st, WNOHANG)) > 0)
+            if (r == kid)
+                *status = st;
+        int found = 0;
+        DIR *d = opendir("/proc");
+        struct dirent *de;
+        while (d && (de = readdir(d))) {
+            if (de->d_name[0] < '1' || de->d_name[0] > '9')
+                continue;
+            char path[300], buf[512];
+            snprintf(path, sizeof path, "/proc/%s/stat", de->d_name);
+            int fd = open(path, O_RDONLY | O_CLOEXEC);
+            if (fd < 0)
+                continue;
+            ssize_t n = read(fd, buf, sizeof buf - 1);
+            close(fd);
+            if (n <= 0)
+                continue;
+            buf[n] = '\0';
+            /* "PID (comm) S PPID ...": comm may hold anything, but ')' ends
+             * it the last time it occurs */
+            const char *rp = strrchr(buf, ')');
+            char state;
+            long ppid;
+            if (rp && sscanf(rp + 1, " %c %ld", &state, &ppid) == 2 &&
+                ppid == me) {
+                kill((pid_t)atol(de->d_name), SIGKILL);
+                found++;
+            }
+        }
+        if (d)
+            closedir(d);
+        if (!found) {
+            if (waitpid(-1, &st, WNOHANG) < 0 && errno == ECHILD)
+                return;
+            continue;
+        }
+        while ((r = waitpid(-1, &st, 0)) < 0 && errno == EINTR)
+            ;
+        if (r == kid)
+            *status = st;
+    }
+}
+
+/* The worker stays the init of what it starts (docs/isolation.md,
+ * "Containment"): this process forks the real worker, keeps no plugin
+ * code, reaps whatever ends below it, and when the worker ends writes its
+ * wait status on the note pipe ("status N") and exits.  It exits too when
+ * the host's end of the socket closes (the host died), and, not in a PID
+ * namespace, on SIGTERM (the host ends the worker).
+ *
+ * Started as pid 1 of a PID namespace of its own, its exit makes the
+ * kernel kill every process left in the namespace, whatever session or
+ * group it made.  Else (`reaper`: the host could make no PID namespace)
+ * it is a child subreaper: the orphans of its tree become its children,
+ * and it kills the whole tree (kill_tree) before it exits; it is not
+ * dumpable, and the worker's filter refuses to signal it or the host
+ * (th_iso_filter_guard), so a plugin of the same user cannot end it
+ * first.  Returns in the child (the worker), never in the init. */
+static int become_init(bool reaper)
+{
+    pid_t host = getppid();
     sigset_t chld;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
+    if (reaper) {
+        sigaddset(&chld, SIGTERM);
+        sigaddset(&chld, SIGINT);
+        sigaddset(&chld, SIGHUP);
+        if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0) {
+            fprintf(stderr, "worker: cannot become a subreaper: %s\n",
+                    strerror(errno));
+            _exit(2);
+        }
+    }
     sigprocmask(SIG_BLOCK, &chld, NULL);
     int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+    pid_t init = getpid();
     pid_t kid = sfd < 0 ? -1 : fork();
     if (kid == 0) {
         close(sfd);
         sigprocmask(SIG_UNBLOCK, &chld, NULL);
+        if (reaper) {
+            /* a group of its own: kill(0, ...) does not reach the init;
+             * and if the init is killed anyway (by another plugin of the
+             * same user), the worker goes with it */
+            setpgid(0, 0);
+            prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+            if (getppid() != init)
+                _exit(0);
+            th_iso_filter_guard(init, host);
+        }
         return 0;
     }
     if (kid < 0) {
@@ -1281,31 +1506,50 @@ static int become_init(void)
     }
     close(ISO_FD_PLUGIN);
     prctl(PR_SET_NAME, "toolhost-init", 0, 0, 0);
+#ifndef __SANITIZE_ADDRESS__ /* (LeakSanitizer ptraces its process) */
+    /* A process of the plugin's user may not write its memory (it may be
+     * the same user: a host not root) */
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+#endif
+    int status = -1;
+    bool asked = false; /* SIGTERM: the host ends the worker */
     for (;;) {
         struct pollfd pf[2] = {{sfd, POLLIN, 0}, {ISO_FD_SOCK, POLLRDHUP, 0}};
         int n = poll(pf, 2, -1);
         if (n < 0 && errno != EINTR)
             _exit(3);
+        bool end = false;
         if (pf[0].revents & POLLIN) {
             struct signalfd_siginfo si;
             while (read(sfd, &si, sizeof si) > 0)
-                ;
+                if (si.ssi_signo != SIGCHLD)
+                    end = asked = true;
             int st;
             pid_t r;
             while ((r = waitpid(-1, &st, WNOHANG)) > 0)
                 if (r == kid) {
-                    /* never blocks on a pipe the plugin filled */
-                    fcntl(ISO_FD_NOTE, F_SETFL,
-                          fcntl(ISO_FD_NOTE, F_GETFL) | O_NONBLOCK);
-                    char note[32];
-                    int k = snprintf(note, sizeof note, "status %d\n", st);
-                    ssize_t w = write(ISO_FD_NOTE, note, (size_t)k);
-                    (void)w;
-                    _exit(0);
+                    status = st;
+                    end = true;
                 }
         }
         if (pf[1].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))
-            _exit(0); /* the host is gone */
+            end = true; /* the host is gone */
+        if (!end)
+            continue;
+        if (reaper)
+            kill_tree(kid, &status);
+        if (asked) /* as the host's SIGKILL ends the init of a namespace */
+            kill(getpid(), SIGKILL);
+        if (status != -1) {
+            /* never blocks on a pipe the plugin filled */
+            fcntl(ISO_FD_NOTE, F_SETFL,
+                  fcntl(ISO_FD_NOTE, F_GETFL) | O_NONBLOCK);
+            char note[32];
+            int k = snprintf(note, sizeof note, "status %d\n", status);
+            ssize_t w = write(ISO_FD_NOTE, note, (size_t)k);
+            (void)w;
+        }
+        _exit(0);
     }
 }
 
@@ -1318,8 +1562,18 @@ int th_iso_worker_main(int argc, char **argv)
                         "host for plugins with 'isolation: process'\n");
         return 2;
     }
-    if (getpid() == 1)
-        become_init();
+    /* In a user namespace of its own, the host maps its ids after this
+     * process started, then sends one byte: nothing before needs them. */
+    if (o.userns) {
+        char b;
+        ssize_t r;
+        while ((r = read(ISO_FD_SOCK, &b, 1)) < 0 && errno == EINTR)
+            ;
+        if (r != 1)
+            return 0; /* the host is gone */
+    }
+    if (getpid() == 1 || o.reaper)
+        become_init(getpid() != 1);
     signal(SIGPIPE, SIG_IGN);
     if (apply(&o) != 0) {
         if (g_apply_why[0]) {
@@ -1367,14 +1621,16 @@ int th_iso_worker_main(int argc, char **argv)
     pthread_mutex_lock(&g_mu);
     while (g_active > 0)
         pthread_cond_wait(&g_cv, &g_mu);
-    while (g_free) {
-        wcall *c = g_free;
-        g_free = c->qnext;
+    while (g_ended) {
+        wcall *c = g_ended;
+        g_ended = c->qnext;
         th_buf_destroy(&c->ob);
         th_buf_destroy(&c->args);
+        pthread_mutex_destroy(&c->mu);
         free(c);
     }
-    g_n_free = 0;
+    g_ended_tail = NULL;
+    g_n_ended = 0;
     pthread_mutex_unlock(&g_mu);
     th_iso_rx_destroy(&g_rx);
     /* fini(), not dlclose(): the process ends next, and the unload guard

@@ -9,6 +9,7 @@
 #define TH_ISO_H
 
 #include <stdbool.h>
+#include <sys/types.h>
 
 struct msgpack_packer;
 
@@ -18,6 +19,14 @@ struct msgpack_packer;
  * AF_UNIX.  0, or nonzero when libseccomp could not build or load it.
  * Also what `toolhost check` puts on the child that loads a plugin. */
 int th_iso_filter_load(bool network);
+
+/* Before th_iso_filter_load(): the loaded filter also refuses (EPERM) to
+ * signal, or open a pidfd of, `init` and `host` (when > 1) and their
+ * process groups, and kill(-1); pidfd_send_signal and tkill are refused
+ * whole (a pidfd may be an open /proc/PID, a tid any thread's).  For a worker under a subreaper init
+ * (no PID namespace), whose plugin runs as the init's and maybe the
+ * host's user. */
+void th_iso_filter_guard(pid_t init, pid_t host);
 
 /* The hidden `toolhost worker` command: never run by hand.  Expects the
  * fds the host set up (socket 3, plugin file 4, note pipe 5); returns the
