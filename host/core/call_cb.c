@@ -495,6 +495,42 @@ static int cb_complete(toolhost_call *call, int status)
     return rc;
 }
 
+/* ---- log_call() lines to the front (th_front_ops.log_call) ------------------ */
+
+/* Any.  Not after the call ended, nor once its session is closing: the
+ * front op runs counted in s->ops_inflight (as tools_changed does), which
+ * th_session_close waits for, so the front is still there.  Lock order:
+ * c->mu, then s->mu. */
+static void cb_log(const toolhost_call *call, int level, const char *line)
+{
+    th_mcall *c = (th_mcall *)(uintptr_t)call;
+    if (__atomic_load_n(&c->ended, __ATOMIC_ACQUIRE))
+        return;
+    pthread_mutex_lock(&c->mu);
+    th_session *s = c->s;
+    if (c->ended || !s || !s->ops.log_call) {
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
+    const char *tool = c->x && c->x->tname[0] ? c->x->tname : c->tool->name;
+    uint64_t id = c->base.pub.call_id;
+    pthread_mutex_lock(&s->mu);
+    bool go = !s->closing;
+    if (go)
+        s->ops_inflight++;
+    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&c->mu);
+    if (!go)
+        return;
+    /* (tool: x->tname or the pinned tool's name, both as long as the call;
+     * the call is the plugin's until it ends) */
+    s->ops.log_call(s->front_ud, id, tool, level, line);
+    pthread_mutex_lock(&s->mu);
+    s->ops_inflight--;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
 const th_call_vtbl th_mcall_vtbl = {
     .write = cb_write,
     .set_meta = cb_set_meta,
@@ -506,5 +542,6 @@ const th_call_vtbl th_mcall_vtbl = {
     .caller = cb_caller,
     .on_cancel = cb_on_cancel,
     .cancel_fd = cb_cancel_fd,
+    .log = cb_log,
 };
 

@@ -97,15 +97,20 @@ static int api_complete(toolhost_call *call, int status)
 }
 
 /* One log line from a plugin: control characters become spaces, long
- * messages are cut with a visible marker.  `call_id` 0: not tagged. */
-static void log_line(const toolhost_host_api *host, uint64_t call_id,
+ * messages are cut with a visible marker.  To the host log at its level,
+ * and, for a log_call() line (`call` set), to the call's vtable log
+ * (the front that made the call), whatever the host log's level. */
+static void log_line(const toolhost_host_api *host, const toolhost_call *call,
                      int level, const char *message)
 {
     if (level < TOOLHOST_LOG_ERROR)
         level = TOOLHOST_LOG_ERROR;
     if (level > TOOLHOST_LOG_DEBUG)
         level = TOOLHOST_LOG_DEBUG;
-    if (level > th_log_get_level())
+    const th_call_vtbl *vt = vt_of(call);
+    bool to_log = level <= th_log_get_level();
+    bool to_call = vt && vt->log;
+    if (!to_log && !to_call)
         return;
     const th_plugin *p = th_plugin_from_api(host);
     /* One line: control characters become spaces.  Long messages are cut
@@ -121,18 +126,20 @@ static void log_line(const toolhost_host_api *host, uint64_t call_id,
         n += 6;
     }
     line[n] = '\0';
-    if (call_id)
+    if (to_log && call)
         th_log(level, "plugin %s: call %llu: %s", p->name,
-               (unsigned long long)call_id, line);
-    else
+               (unsigned long long)call->call_id, line);
+    else if (to_log)
         th_log(level, "plugin %s: %s", p->name, line);
+    if (to_call)
+        vt->log(call, level, line);
 }
 
 static void api_log(const toolhost_host_api *host, int level,
                     const char *message)
 {
     if (host && message)
-        log_line(host, 0, level, message);
+        log_line(host, NULL, level, message);
 }
 
 /* ---- ABI 1.1 callbacks ---- */
@@ -141,7 +148,7 @@ static void api_log_call(const toolhost_call *call, int level,
                          const char *message)
 {
     if (call && call->host && message)
-        log_line(call->host, call->call_id, level, message);
+        log_line(call->host, call, level, message);
 }
 
 static int api_caller(const toolhost_call *call, toolhost_caller *out)

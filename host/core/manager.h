@@ -857,7 +857,7 @@ struct th_session {
                                    nodes embedded in the calls (snode) */
     size_t live_tasks;
     size_t exec_live;           /* session-scoped calls still executing */
-    int ops_inflight;           /* tools_changed running */
+    int ops_inflight;           /* tools_changed, log_call running */
     int finals_owed;            /* calls out of `calls` and of the call
                                    slots whose final event's callback has
                                    not returned yet (th_mcall.final_owed):

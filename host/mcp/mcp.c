@@ -140,6 +140,55 @@ static void mcp_log(th_mcp_session *m, int level, const char *fmt, ...)
                           NULL);
 }
 
+/* A tool's log_call() lines (th_front_ops.log_call) go to the client of
+ * the call as notifications/message, "logger" the tool's name, related to
+ * the tools/call request (over HTTP: on its stream), at most
+ * MCP_LOG_PER_SEC a second per call; the lines dropped beyond are said in
+ * one note at the next window or before the call's result. */
+#define MCP_LOG_PER_SEC 20
+
+/* TOOLHOST_LOG_ERROR, _WARN, _INFO, _DEBUG as MCP levels */
+static const int mcp_level_of_th[] = {4, 3, 1, 0};
+
+/* Under m->mu: the note for the lines dropped, if any. */
+static void log_gate_flush_locked(th_mcp_session *m, mcp_log_gate *g,
+                                  const char *tool, const json_t *req)
+{
+    if (!g->dropped)
+        return;
+    char text[128];
+    snprintf(text, sizeof text,
+             "%u log lines dropped (more than %d a second)", g->dropped,
+             MCP_LOG_PER_SEC);
+    g->dropped = 0;
+    send_notification(m, "notifications/message",
+                      json_pack("{s:s, s:s, s:s}", "level",
+                                mcp_levels[g->drop_level], "logger", tool,
+                                "data", text),
+                      req);
+    g->drop_level = 0;
+}
+
+/* Under m->mu: whether one more line at MCP level `lv` may go now. */
+static bool log_gate_pass_locked(th_mcp_session *m, mcp_log_gate *g,
+                                 const char *tool, const json_t *req, int lv)
+{
+    int64_t now = mono_ms();
+    if (g->win_ms == 0 || now - g->win_ms >= 1000) {
+        log_gate_flush_locked(m, g, tool, req);
+        g->win_ms = now;
+        g->n = 0;
+    }
+    if (g->n < MCP_LOG_PER_SEC) {
+        g->n++;
+        return true;
+    }
+    g->dropped++;
+    if (lv > g->drop_level)
+        g->drop_level = lv;
+    return false;
+}
+
 /* ---- The MCP-visible tool list ----------------------------------------------- */
 
 static bool is_task_tool(const char *name)
@@ -371,7 +420,9 @@ static void on_event(const th_event *e, void *ud)
         pthread_mutex_unlock(&m->mu);
         return;
     }
-    /* The final result. */
+    /* The final result, after the note for its dropped log lines. */
+    if (!c->client_cancelled)
+        log_gate_flush_locked(m, &c->log, c->tool, c->task ? NULL : c->id);
     c->finished = true;
     if (m->inflight)
         m->inflight--;
@@ -482,6 +533,53 @@ static int front_ask_permission(void *ud, uint64_t call_id, const char *tool,
     mcp_send(m, out, task ? NULL : req);
     json_decref(req);
     return 0;
+}
+
+/* th_front_ops.log_call: on the tool's thread.  The line goes out under
+ * m->mu, as progress does, so that it comes before the call's result. */
+static void front_log_call(void *ud, uint64_t call_id, const char *tool,
+                           int level, const char *text)
+{
+    th_mcp_session *m = ud;
+    int lv = mcp_level_of_th[level < TOOLHOST_LOG_ERROR   ? TOOLHOST_LOG_ERROR
+                             : level > TOOLHOST_LOG_DEBUG ? TOOLHOST_LOG_DEBUG
+                                                          : level];
+    pthread_mutex_lock(&m->mu);
+    if (m->log_level < 0 || lv < m->log_level) {
+        pthread_mutex_unlock(&m->mu);
+        return;
+    }
+    mcp_call *c = tl_starting && tl_starting->m == m ? tl_starting
+                                                      : find_call_id(m, call_id);
+    if (!c) {
+        /* A worker logs before th_call_start returned the id: the one
+         * call of that tool still starting is it.  Two such (HTTP
+         * requests in parallel): not related to a request, bounded by
+         * the session's gate. */
+        int n = 0;
+        for (mcp_call *k = m->calls; k; k = k->next)
+            if (!k->call_id && !k->started && strcmp(k->tool, tool) == 0 &&
+                n++ == 0)
+                c = k;
+        if (n != 1)
+            c = NULL;
+    }
+    if (c && !c->call_id)
+        c->call_id = call_id;
+    if (c && c->client_cancelled) {
+        pthread_mutex_unlock(&m->mu);
+        return;
+    }
+    mcp_log_gate *g = c ? &c->log : &m->log_unknown;
+    const json_t *req = c && !c->task ? c->id : NULL;
+    const char *logger = c ? c->tool : tool;
+    if (log_gate_pass_locked(m, g, logger, req, lv))
+        send_notification(m, "notifications/message",
+                          json_pack("{s:s, s:s, s:s}", "level",
+                                    mcp_levels[lv], "logger", logger, "data",
+                                    text),
+                          req);
+    pthread_mutex_unlock(&m->mu);
 }
 
 /* The answer to one of our elicitation/create requests. */
@@ -1044,7 +1142,8 @@ th_mcp_session *th_mcp_session_new(th_host *h, const th_principal *who,
     pthread_cond_init(&m->cv, NULL);
     th_front_ops ops = {.ask_permission = front_ask_permission,
                         .tools_changed = front_tools_changed,
-                        .front = "mcp"};
+                        .front = "mcp",
+                        .log_call = front_log_call};
     m->s = th_session_open(h, &p, &ops, m);
     if (!m->s) {
         th_error_set(err, TH_ENOMEM, "cannot open a session (out of memory "

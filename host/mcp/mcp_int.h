@@ -41,6 +41,15 @@ typedef struct mcp_waiter {
 
 /* One tools/call in flight (or a task-augmented one until it expires).
  * Under m->mu except where said. */
+/* Per call: at most MCP_LOG_PER_SEC log_call() lines a second go to the
+ * client; the rest are counted and said in one note (mcp.c, Logging). */
+typedef struct mcp_log_gate {
+    int64_t win_ms;          /* start of the current one-second window */
+    int n;                   /* lines sent in it */
+    unsigned dropped;        /* lines dropped since the last note */
+    int drop_level;          /* the highest MCP level among them */
+} mcp_log_gate;
+
 typedef struct mcp_call {
     struct th_mcp_session *m;
     int refs;
@@ -52,6 +61,7 @@ typedef struct mcp_call {
                                 structuredContent */
     uint64_t call_id;        /* 0 until th_call_start returned (or asked) */
     double last_progress;
+    mcp_log_gate log;        /* [mu] the tool's log_call() lines */
     bool started;            /* th_call_start returned */
     bool finished;           /* the final event arrived */
     bool client_cancelled;   /* notifications/cancelled: no response */
@@ -84,6 +94,8 @@ struct th_mcp_session {
     bool initialized;        /* initialize answered */
     bool elicitation;        /* the client declared elicitation */
     int log_level;           /* syslog-ish: 0 debug .. 7 emergency; -1 off */
+    mcp_log_gate log_unknown; /* [mu] log_call() lines of a call not yet
+                                 known here (before th_call_start returned) */
     th_buf txt;              /* under mu: the text of a plain answer
                                 (on_event), kept from call to call */
     mcp_call *calls;

@@ -138,6 +138,17 @@ typedef struct th_front_ops {
     /* Appended (ABI 1.1): the front's name for toolhost_caller.front
      * (TOOLHOST_FRONT_CLI, _RPC, _MCP, _CODE); NULL when not said. */
     const char *front;
+    /* Appended: a line a tool logged on call `call_id` with log_call()
+     * (plugin.h), at `level` (TOOLHOST_LOG_ERROR .. _DEBUG, whatever the
+     * host log's level), as one line of at most 2 KiB (control characters
+     * made spaces, a long one cut); the host log gets it as before.  On
+     * the tool's thread, outside every core lock, until the call ends and
+     * never once the session is closing (th_session_close waits for one
+     * running).  A line logged from another thread as the call ends may
+     * come after its final event.  Keep it short; not into the session's
+     * calls.  NULL: not wanted. */
+    void (*log_call)(void *front_ud, uint64_t call_id, const char *tool,
+                     int level, const char *text);
 } th_front_ops;
 
 th_session *th_session_open(th_host *h, const th_principal *who,

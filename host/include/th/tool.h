@@ -248,6 +248,10 @@ typedef struct th_call_vtbl {
     int (*caller)(const toolhost_call *call, toolhost_caller *out);
     int (*on_cancel)(toolhost_call *call, void (*fn)(void *ud), void *ud);
     int (*cancel_fd)(toolhost_call *call);
+    /* Appended, optional: a log_call() line (Any class), already one line
+     * and bounded, passed on to whoever made the call (the session's
+     * front, th_front_ops.log_call).  The host log is written before. */
+    void (*log)(const toolhost_call *call, int level, const char *line);
 } th_call_vtbl;
 
 typedef struct th_call_base {
