@@ -3,12 +3,18 @@
  * that needs the disk says a *write* failed (ENOSPC, "No space left on
  * device"), and the host goes on answering other calls.
  *
- * The full file system is a small tmpfs mounted in a private mount
- * namespace of the server's process only (unshare(CLONE_NEWNS) between
- * fork and exec): nothing is mounted where the rest of the machine sees
- * it, and the mount goes away with the server.  The test fills it through
- * /proc/PID/root, which looks into the server's namespace.  Where mount
- * namespaces are not permitted (no CAP_SYS_ADMIN), the suite skips. */
+ * Two ways to a full disk, each test run both:
+ *  - tmpfs: a small tmpfs mounted in a private mount namespace of the
+ *    server's process only (unshare(CLONE_NEWNS) between fork and exec):
+ *    nothing is mounted where the rest of the machine sees it, and the
+ *    mount goes away with the server.  The test fills it through
+ *    /proc/PID/root, which looks into the server's namespace.  Skipped
+ *    where mount namespaces are not permitted (no CAP_SYS_ADMIN).
+ *  - shim: tests/oom/fullfs.c, an LD_PRELOAD library that makes writes to
+ *    files under one folder fail with ENOSPC once the test says so (a
+ *    switch file); needs no root.  Skipped under valgrind and the
+ *    sanitizers, which want to come first in the process. */
+#include <limits.h>
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -17,15 +23,21 @@
 
 #include "test_rpc_harness.h"
 
-#define SMALL "small"        /* the tmpfs, under the test's folder */
+#define SMALL "small"        /* the full folder, in g_plugdir */
 #define SMALL_SIZE "size=16m" /* room for the copies made at start */
 
+enum { M_TMPFS, M_SHIM };
+static int g_mode;
+static char *g_plugdir; /* a folder with echo.so and small/, for the
+                           configs; made anew by each test */
+
 /* In the server's process: a private mount namespace with a tmpfs on
- * DIR/small.  Exit status 125 when that is not permitted. */
+ * g_plugdir/small.  Exit status 125 when that is not permitted. */
 static void small_fs_child(const char *dir)
 {
+    (void)dir;
     char p[512];
-    snprintf(p, sizeof p, "%s/" SMALL, dir);
+    snprintf(p, sizeof p, "%s/" SMALL, g_plugdir);
     if (mkdir(p, 0700) != 0 && errno != EEXIST)
         _exit(125);
     if (unshare(CLONE_NEWNS) != 0 ||
@@ -45,7 +57,8 @@ static bool small_fs_possible(char *why, size_t n)
     if (pid < 0)
         rpc_die("fork");
     if (pid == 0) {
-        small_fs_child(dir);
+        g_plugdir = dir;
+        small_fs_child(NULL);
         _exit(0);
     }
     int st = 0;
@@ -60,13 +73,29 @@ static bool small_fs_possible(char *why, size_t n)
     return ok;
 }
 
-/* Fills the server's tmpfs (seen through /proc/PID/root) until the
- * kernel says ENOSPC; true when it did. */
+/* The switch file of the shim (FULLFS_FILE): '1' full, '0' not. */
+static void shim_switch(bool full)
+{
+    free(th_test_write_file(g_plugdir, "full", full ? "1" : "0", 1));
+}
+
+/* The tmpfs's filler file, seen through the server's /proc/PID/root. */
+static void fill_path(rpc_srv *s, char *p, size_t n)
+{
+    snprintf(p, n, "/proc/%ld/root%s/" SMALL "/fill", (long)s->pid,
+             g_plugdir);
+}
+
+/* Makes the folder full: the tmpfs filled until the kernel says ENOSPC,
+ * or the shim switched.  True when it is. */
 static bool fill_small_fs(rpc_srv *s)
 {
+    if (g_mode == M_SHIM) {
+        shim_switch(true);
+        return true;
+    }
     char p[600];
-    snprintf(p, sizeof p, "/proc/%ld/root%s/" SMALL "/fill", (long)s->pid,
-             s->dir);
+    fill_path(s, p, sizeof p);
     int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) {
         fprintf(stderr, "\n%s: %s\n", p, strerror(errno));
@@ -95,7 +124,18 @@ static bool fill_small_fs(rpc_srv *s)
     return e == ENOSPC;
 }
 
-static char *g_plugdir; /* a folder with echo.so, for the configs */
+/* Room again. */
+static bool unfill_small_fs(rpc_srv *s)
+{
+    if (g_mode == M_SHIM) {
+        shim_switch(false);
+        return true;
+    }
+    char p[600];
+    fill_path(s, p, sizeof p);
+    return unlink(p) == 0;
+}
+
 
 /* The server on DIR/small: spill files and private copies go there; the
  * echo plugin is g_plugdir/echo.so, a copy of the build's (replaced to
@@ -108,8 +148,8 @@ static int start_server(rpc_srv *s)
              "host:\n"
              "  log_level: info\n"
              "  shutdown_grace: 1s\n"
-             "  spill_dir: @DIR@/" SMALL "/spill\n"
-             "  state_dir: @DIR@/" SMALL "/state\n"
+             "  spill_dir: %s/" SMALL "/spill\n"
+             "  state_dir: %s/" SMALL "/state\n"
              "plugins:\n"
              "  - name: echo\n"
              "    path: %s/echo.so\n"
@@ -117,9 +157,25 @@ static int start_server(rpc_srv *s)
              "  - name: public\n"
              "    tools: [echo]\n"
              "    limits: {text: 100}\n",
-             g_plugdir);
-    rpc_opts o = {.config = cfg, .child_setup = small_fs_child};
-    return rpc_srv_start(s, &o);
+             g_plugdir, g_plugdir, g_plugdir);
+    rpc_opts o = {.config = cfg};
+    if (g_mode == M_TMPFS)
+        o.child_setup = small_fs_child;
+    if (g_mode == M_SHIM) { /* for the server only: it takes them at exec */
+        char dir[600], sw[600];
+        snprintf(dir, sizeof dir, "%s/" SMALL, g_plugdir);
+        snprintf(sw, sizeof sw, "%s/full", g_plugdir);
+        setenv("LD_PRELOAD", th_test_build_path("tests/oom/fullfs.so"), 1);
+        setenv("FULLFS_DIR", dir, 1);
+        setenv("FULLFS_FILE", sw, 1);
+        setenv("FULLFS_AFTER", "1099511627776", 1);
+    }
+    int rc = rpc_srv_start(s, &o);
+    unsetenv("LD_PRELOAD");
+    unsetenv("FULLFS_DIR");
+    unsetenv("FULLFS_FILE");
+    unsetenv("FULLFS_AFTER");
+    return rc;
 }
 
 static void put_plugin(const char *extra, size_t extra_n)
@@ -138,11 +194,32 @@ static void put_plugin(const char *extra, size_t extra_n)
     free(so);
 }
 
-static bool setup_or_skip(char *why, size_t n)
+static bool setup_or_skip(int mode, char *why, size_t n)
 {
-    if (!small_fs_possible(why, n))
+    g_mode = mode;
+    if (mode == M_TMPFS && !small_fs_possible(why, n))
         return false;
-    g_plugdir = th_test_tmpdir();
+    if (mode == M_SHIM && (rpc_valgrind() || TH_SANITIZER[0])) {
+        snprintf(why, n, "the fullfs shim is not loaded under valgrind or a "
+                 "sanitizer (they come first); the tmpfs variant runs");
+        return false;
+    }
+    if (mode == M_SHIM &&
+        access(th_test_build_path("tests/oom/fullfs.so"), R_OK) != 0) {
+        snprintf(why, n, "no build/tests/oom/fullfs.so (make all)");
+        return false;
+    }
+    char *t = th_test_tmpdir();
+    char real[PATH_MAX];
+    g_plugdir = strdup(realpath(t, real) ? real : t); /* as /proc shows it */
+    free(t);
+    CU_ASSERT_FATAL(g_plugdir != NULL);
+    if (mode == M_SHIM) {
+        char p[600];
+        snprintf(p, sizeof p, "%s/" SMALL, g_plugdir);
+        CU_ASSERT_FATAL(mkdir(p, 0700) == 0);
+        shim_switch(false);
+    }
     put_plugin("", 0);
     return true;
 }
@@ -196,10 +273,10 @@ static void long_text_call(char *json, size_t n)
  * system: the call is answered (a spill file is an extra, docs/limits.md),
  * and its cut marker and the log say that *writing* the spill file failed,
  * with the kernel's reason. */
-static void test_spill_write(void)
+static void spill_write(int mode)
 {
     char why[256];
-    if (!setup_or_skip(why, sizeof why))
+    if (!setup_or_skip(mode, why, sizeof why))
         TH_SKIP(why);
     rpc_srv s;
     CU_ASSERT_FATAL(start_server(&s) == 0);
@@ -250,10 +327,10 @@ static void test_spill_write(void)
  * file system: the reload fails, its answer and the log say that *writing*
  * the copy failed (ENOSPC), not reading the plugin; the old plugin goes on
  * serving; with room again, the same reload works. */
-static void test_copy_write(void)
+static void copy_write(int mode)
 {
     char why[256];
-    if (!setup_or_skip(why, sizeof why))
+    if (!setup_or_skip(mode, why, sizeof why))
         TH_SKIP(why);
     rpc_srv s;
     CU_ASSERT_FATAL(start_server(&s) == 0);
@@ -286,10 +363,7 @@ static void test_copy_write(void)
     CU_ASSERT(rpc_alive(&s));
 
     /* room again: the reload works */
-    char p[600];
-    snprintf(p, sizeof p, "/proc/%ld/root%s/" SMALL "/fill", (long)s.pid,
-             s.dir);
-    CU_ASSERT(unlink(p) == 0);
+    CU_ASSERT(unfill_small_fs(&s));
     c = rpc_connect(&s);
     CU_ASSERT_FATAL(c != NULL);
     CU_ASSERT(rpc_call(c, "host.reload", "[]", &r) == 0 && r.res &&
@@ -302,9 +376,31 @@ static void test_copy_write(void)
     teardown();
 }
 
+static void test_spill_write(void)
+{
+    spill_write(M_TMPFS);
+}
+
+static void test_copy_write(void)
+{
+    copy_write(M_TMPFS);
+}
+
+static void test_spill_write_shim(void)
+{
+    spill_write(M_SHIM);
+}
+
+static void test_copy_write_shim(void)
+{
+    copy_write(M_SHIM);
+}
+
 void th_suite_disk_full(void)
 {
     CU_pSuite s = CU_add_suite("disk_full", NULL, NULL);
     CU_add_test(s, "spill_write", test_spill_write);
     CU_add_test(s, "copy_write", test_copy_write);
+    CU_add_test(s, "spill_write_shim", test_spill_write_shim);
+    CU_add_test(s, "copy_write_shim", test_copy_write_shim);
 }
