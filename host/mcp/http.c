@@ -387,20 +387,9 @@ static void t_request_done(void *ud, const json_t *req)
     hsess *s = ud;
     th_mcp_http *f = s->f;
     char *key = json_dumps(req, JSON_COMPACT | JSON_ENCODE_ANY);
-    if (!key) { /* out of memory: the request ends all the same */
-        pthread_mutex_lock(&f->mu);
-        stream *st = s->owed ? NULL : find_post_id(s, req);
-        if (st)
-            st->done = true;
-        if (st && st->orphan)
-            orphan_free(st);
-        pthread_cond_broadcast(&f->cv);
-        pthread_mutex_unlock(&f->mu);
-        return;
-    }
     pthread_mutex_lock(&f->mu);
     bool was_owed = false;
-    for (owed **pp = &s->owed; *pp; pp = &(*pp)->next)
+    for (owed **pp = &s->owed; key && *pp; pp = &(*pp)->next)
         if (strcmp((*pp)->key, key) == 0) {
             owed *o = *pp;
             *pp = o->next;
@@ -409,7 +398,12 @@ static void t_request_done(void *ud, const json_t *req)
             was_owed = true;
             break;
         }
-    stream *st = was_owed ? NULL : find_post(s, key);
+    /* Without a key (out of memory) the request ends all the same: its
+     * stream found by its id, unless a response is owed (to it, maybe). */
+    stream *st = was_owed ? NULL
+                 : key    ? find_post(s, key)
+                 : s->owed ? NULL
+                          : find_post_id(s, req);
     if (st)
         st->done = true;
     if (st && st->orphan)
