@@ -136,12 +136,11 @@ static bool unfill_small_fs(rpc_srv *s)
     return unlink(p) == 0;
 }
 
-
-/* The server on DIR/small: spill files and private copies go there; the
- * echo plugin is g_plugdir/echo.so, a copy of the build's (replaced to
- * make a reload copy it again). */
-
-static int start_server(rpc_srv *s)
+/* The server with g_plugdir/small (the tmpfs, or the shim's folder) for
+ * its spill files and private copies, and a client of it; the echo plugin
+ * is g_plugdir/echo.so, a copy of the build's (replaced to make a reload
+ * copy it again). */
+static th_rpc_client *start_server(rpc_srv *s)
 {
     char cfg[1024];
     snprintf(cfg, sizeof cfg,
@@ -175,7 +174,10 @@ static int start_server(rpc_srv *s)
     unsetenv("FULLFS_DIR");
     unsetenv("FULLFS_FILE");
     unsetenv("FULLFS_AFTER");
-    return rc;
+    CU_ASSERT_FATAL(rc == 0);
+    th_rpc_client *c = rpc_connect(s);
+    CU_ASSERT_FATAL(c != NULL);
+    return c;
 }
 
 static void put_plugin(const char *extra, size_t extra_n)
@@ -224,8 +226,13 @@ static bool setup_or_skip(int mode, char *why, size_t n)
     return true;
 }
 
-static void teardown(void)
+/* The host still serves a fresh client; it stops with status 0; the
+ * test's folders go. */
+static void finish(rpc_srv *s)
 {
+    CU_ASSERT(rpc_alive(s));
+    CU_ASSERT_EQUAL(rpc_srv_stop(s, SIGTERM), 0);
+    rpc_srv_free(s);
     if (g_plugdir) {
         th_test_rmtree(g_plugdir);
         free(g_plugdir);
@@ -279,9 +286,7 @@ static void spill_write(int mode)
     if (!setup_or_skip(mode, why, sizeof why))
         TH_SKIP(why);
     rpc_srv s;
-    CU_ASSERT_FATAL(start_server(&s) == 0);
-    th_rpc_client *c = rpc_connect(&s);
-    CU_ASSERT_FATAL(c != NULL);
+    th_rpc_client *c = start_server(&s);
     char json[4096];
     long_text_call(json, sizeof json);
 
@@ -317,10 +322,7 @@ static void spill_write(int mode)
               rpc_stdout_is(r.res, "short"));
     rpc_res_free(&r);
     th_rpc_client_close(c);
-    CU_ASSERT(rpc_alive(&s));
-    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
-    rpc_srv_free(&s);
-    teardown();
+    finish(&s);
 }
 
 /* A reload that must copy a changed plugin into host.state_dir, on a full
@@ -333,9 +335,7 @@ static void copy_write(int mode)
     if (!setup_or_skip(mode, why, sizeof why))
         TH_SKIP(why);
     rpc_srv s;
-    CU_ASSERT_FATAL(start_server(&s) == 0);
-    th_rpc_client *c = rpc_connect(&s);
-    CU_ASSERT_FATAL(c != NULL);
+    th_rpc_client *c = start_server(&s);
 
     CU_ASSERT_FATAL(fill_small_fs(&s));
     put_plugin("\0changed", 9); /* a new file: the reload copies it */
@@ -370,10 +370,7 @@ static void copy_write(int mode)
               rpc_ok(r.res));
     rpc_res_free(&r);
     th_rpc_client_close(c);
-    CU_ASSERT(rpc_alive(&s));
-    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
-    rpc_srv_free(&s);
-    teardown();
+    finish(&s);
 }
 
 static void test_spill_write(void)
