@@ -19,6 +19,7 @@
 #include "th/clock.h"
 #include "th/config.h"
 #include "th/err.h"
+#include "th/log.h"
 #include "toolhost/plugin.h"
 
 #define SPILL_PREFIX "th-spill-"
@@ -281,7 +282,23 @@ int th_out_spill(th_out *o, const char *dir, uint64_t max_bytes)
     o->spill_max = max_bytes;
     o->spill_bytes = 0;
     o->spill_failed = false;
+    o->spill_errno = 0;
+    o->spill_fail_create = false;
     return 0;
+}
+
+/* Notes why the spill stopped (the first reason only), for the marker
+ * and the log: a full disk must read as a failed write. */
+static void spill_fail(th_out *o, bool create, int e)
+{
+    if (!o->spill_failed) {
+        o->spill_errno = e ? e : EIO;
+        o->spill_fail_create = create;
+        th_log_warn("output not saved in full: %s a spill file in %s "
+                    "failed: %s", create ? "creating" : "writing",
+                    o->spill_dir, strerror(o->spill_errno));
+    }
+    o->spill_failed = true;
 }
 
 static void spill_write(th_out *o, const uint8_t *p, size_t n);
@@ -293,14 +310,14 @@ static void spill_open(th_out *o)
     size_t n = strlen(o->spill_dir) + sizeof "/" SPILL_PREFIX "XXXXXX";
     char *path = malloc(n);
     if (!path) {
-        o->spill_failed = true;
+        spill_fail(o, true, ENOMEM);
         return;
     }
     snprintf(path, n, "%s/" SPILL_PREFIX "XXXXXX", o->spill_dir);
     int fd = mkostemp(path, O_CLOEXEC); /* mode 0600 */
     if (fd < 0) {
+        spill_fail(o, true, errno);
         free(path);
-        o->spill_failed = true;
         return;
     }
     (void)fchmod(fd, 0600);
@@ -330,7 +347,7 @@ static void spill_write(th_out *o, const uint8_t *p, size_t n)
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0) {
-            o->spill_failed = true;
+            spill_fail(o, false, w < 0 ? errno : ENOSPC);
             spill_drop(o);
             return;
         }
@@ -588,6 +605,12 @@ static int head_add_marker(th_out *o, const char *m, size_t mlen)
 
 static const char *spill_note(const th_out *o, char *buf, size_t size)
 {
+    if (!o->spill_path && o->spill_dir && o->spill_errno) {
+        snprintf(buf, size, "; full output not saved: %s a spill file in %s "
+                 "failed: %s", o->spill_fail_create ? "creating" : "writing",
+                 o->spill_dir, strerror(o->spill_errno));
+        return buf;
+    }
     if (!o->spill_path)
         return "";
     if (o->spill_bytes == o->total)
@@ -623,7 +646,7 @@ static int finish_head_tail(th_out *o, th_out_info *info)
     uint64_t cut_bytes = o->total - h - tl;
     uint64_t cut_lines = o->lines - kept_nl;
 
-    char m[PATH_MAX + 160], a[32], b[32], sp[PATH_MAX + 32];
+    char m[PATH_MAX + 320], a[32], b[32], sp[PATH_MAX + 128];
     int ml = snprintf(m, sizeof m, "%s... [%s byte%s, %s line%s cut%s] ...\n",
                       h > 0 && d[h - 1] != '\n' ? "\n" : "",
                       fmt_num(cut_bytes, a), cut_bytes == 1 ? "" : "s",
@@ -658,7 +681,7 @@ static int finish_head(th_out *o, th_out_info *info, bool read_on)
     uint64_t total_lines = o->lines + (o->last != '\n');
     uint64_t more_lines = total_lines - kept_nl;
 
-    char m[PATH_MAX + 200], a[32], b[32], sp[PATH_MAX + 32], ro[96];
+    char m[PATH_MAX + 360], a[32], b[32], sp[PATH_MAX + 128], ro[96];
     ro[0] = '\0';
     if (read_on) {
         if (o->sem == TOOLHOST_SEM_KNOWLEDGE)

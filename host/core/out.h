@@ -79,6 +79,9 @@ typedef struct th_out {
     /* Set by th_out_spill: */
     uint64_t spill_max, spill_bytes;
     bool spill_failed;
+    /* Why (the marker says it): 0, or the errno of the failed step */
+    int spill_errno;
+    bool spill_fail_create; /* creating the file failed, else a write */
 } th_out;
 
 /* What happened to a stream, for the result's meta. */

@@ -472,14 +472,34 @@ static void clone_refused_note(th_copydir *d, uint64_t dev)
     atomic_store(&d->no_clone_set, true);
 }
 
+/* Which side of a copy failed (copy_bytes), for the message. */
+typedef enum copy_side { SIDE_WRITE, SIDE_READ, SIDE_EITHER } copy_side;
+
+/* The side a failed copy_file_range()/sendfile() names: the kernel moved
+ * bytes both ways, so only errors that belong to the destination (a full
+ * file system, a quota, a file size limit, a read-only mount) say
+ * "write"; EIO and the like could be either. */
+static copy_side kernel_copy_side(int e)
+{
+    switch (e) {
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
+    case EROFS:
+        return SIDE_WRITE;
+    default:
+        return SIDE_EITHER;
+    }
+}
+
 /* Copies `size` bytes of `in` (from offset 0, the fd's offset untouched)
- * to `out`; *total: bytes written.  0 or -1 (errno; *reading says which
+ * to `out`; *total: bytes written.  0 or -1 (errno; *side says which
  * side failed). */
 static int copy_bytes(th_copydir *d, int in, int out, uint64_t dev,
-                      uint64_t size, uint64_t *total, bool *reading)
+                      uint64_t size, uint64_t *total, copy_side *side)
 {
     *total = 0;
-    *reading = false;
+    *side = SIDE_WRITE;
     if (!clone_refused(d, dev)) {
         if (ioctl(out, FICLONE, in) == 0) {
             struct stat st;
@@ -518,7 +538,7 @@ static int copy_bytes(th_copydir *d, int in, int out, uint64_t dev,
         if (n < 0 && *total == 0 && !cfr && (errno == EINVAL || errno == ENOSYS))
             break; /* the byte copy below */
         if (n < 0) {
-            *reading = true; /* either side: say "read" as before */
+            *side = kernel_copy_side(errno);
             return -1;
         }
         if (n == 0)
@@ -536,7 +556,7 @@ static int copy_bytes(th_copydir *d, int in, int out, uint64_t dev,
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
-            *reading = true;
+            *side = SIDE_READ;
             return -1;
         }
         if (n == 0)
@@ -584,13 +604,19 @@ int th_copydir_copy_fd(th_copydir *d, int in, const char *src, const char *name,
                             src, d->path, strerror(errno));
     int rc = 0;
     uint64_t total = 0;
-    bool reading = false;
+    copy_side side = SIDE_WRITE;
     if (copy_bytes(d, in, out, (uint64_t)before.st_dev,
-                   (uint64_t)before.st_size, &total, &reading) != 0)
-        rc = reading ? th_error_set(err, TH_EIO, "%s: read failed: %s", src,
-                                    strerror(errno))
-                     : th_error_set(err, TH_EIO, "%s: writing its copy %s "
-                                    "failed: %s", src, final, strerror(errno));
+                   (uint64_t)before.st_size, &total, &side) != 0) {
+        int e = errno;
+        rc = side == SIDE_READ
+                 ? th_error_set(err, TH_EIO, "%s: reading it for its copy "
+                                "failed: %s", src, strerror(e))
+             : side == SIDE_WRITE
+                 ? th_error_set(err, TH_EIO, "%s: writing its copy %s "
+                                "failed: %s", src, final, strerror(e))
+                 : th_error_set(err, TH_EIO, "%s: copying it to %s failed: "
+                                "%s", src, final, strerror(e));
+    }
     if (rc == 0 && fstat(in, &after) == 0) {
         th_file_id a, b;
         id_from_stat(&before, &a);

@@ -49,11 +49,15 @@ typedef struct stream {
     hsess *s;
     int kind;
     char *key;           /* POST: the request id as compact JSON */
+    json_t *id;          /* POST: the id itself (a reference): found
+                            without allocating when a message is lost */
     chunk *head, *tail;
     size_t queued;
     bool first_seen, first_is_response, sse;
     bool done;           /* no more messages: end once the queue is sent */
     bool dead;           /* dropped (too slow): end now */
+    bool lost;           /* dead: its response could not be built (out
+                            of memory, t_lost): answered with an error */
     bool linked;
     bool orphan;         /* POST: its handler left (the client hung up and
                             the request outlived HANGUP_GRACE_MS); holds no
@@ -246,6 +250,7 @@ static void stream_free(stream *st)
     queue_clear(st);
     pthread_mutex_unlock(&f->mu);
     free(st->key);
+    json_decref(st->id);
     free(st);
     sess_unref(s);
 }
@@ -261,6 +266,7 @@ static void orphan_free(stream *st)
         }
     queue_clear(st);
     free(st->key);
+    json_decref(st->id);
     free(st);
 }
 
@@ -272,6 +278,37 @@ static stream *find_post(hsess *s, const char *key)
         if (st->kind == ST_POST && strcmp(st->key, key) == 0)
             return st;
     return NULL;
+}
+
+/* The POST stream of request `req`, compared as a JSON value: no
+ * allocation, for when the key text cannot be made (f->mu held). */
+static stream *find_post_id(hsess *s, const json_t *req)
+{
+    for (stream *st = s->streams; st && req; st = st->next)
+        if (st->kind == ST_POST && st->id && json_equal(st->id, req))
+            return st;
+    return NULL;
+}
+
+/* A message for `req` is lost (out of memory): a client waiting for the
+ * response of that POST would wait for good, so its stream ends (an
+ * error answer, or the SSE stream cut).  A lost message of no request
+ * (req NULL) is only logged by the core. */
+static void t_lost(void *ud, const json_t *req)
+{
+    hsess *s = ud;
+    th_mcp_http *f = s->f;
+    pthread_mutex_lock(&f->mu);
+    stream *st = find_post_id(s, req);
+    if (st && !st->done) {
+        th_log_warn("mcp http: session %.8s: a message of a request is "
+                    "lost (out of memory); its POST ends with an error",
+                    s->id);
+        st->dead = st->lost = true;
+        queue_clear(st);
+    }
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
 }
 
 static void send_text(hsess *s, const char *text, size_t len, bool response,
@@ -286,6 +323,8 @@ static void t_send(void *ud, const json_t *msg, const json_t *req)
         th_log_warn("mcp http: session %.8s: out of memory; a message is "
                     "lost", s->id);
         th_buf_destroy(&b);
+        if (req && !json_object_get(msg, "method"))
+            t_lost(s, req); /* the response */
         return;
     }
     send_text(s, (const char *)b.data, b.len, !json_object_get(msg, "method"),
@@ -308,6 +347,8 @@ static void send_text(hsess *s, const char *text, size_t len, bool response,
     if (req && !key) {
         th_log_warn("mcp http: session %.8s: out of memory; a message is "
                     "lost", s->id);
+        if (response)
+            t_lost(s, req);
         return;
     }
     owed *ow = NULL;
@@ -361,11 +402,9 @@ static void t_request_done(void *ud, const json_t *req)
     hsess *s = ud;
     th_mcp_http *f = s->f;
     char *key = json_dumps(req, JSON_COMPACT | JSON_ENCODE_ANY);
-    if (!key)
-        return;
     pthread_mutex_lock(&f->mu);
     bool was_owed = false;
-    for (owed **pp = &s->owed; *pp; pp = &(*pp)->next)
+    for (owed **pp = &s->owed; key && *pp; pp = &(*pp)->next)
         if (strcmp((*pp)->key, key) == 0) {
             owed *o = *pp;
             *pp = o->next;
@@ -374,7 +413,12 @@ static void t_request_done(void *ud, const json_t *req)
             was_owed = true;
             break;
         }
-    stream *st = was_owed ? NULL : find_post(s, key);
+    /* Without a key (out of memory) the request ends all the same: its
+     * stream found by its id, unless a response is owed (to it, maybe). */
+    stream *st = was_owed ? NULL
+                 : key    ? find_post(s, key)
+                 : s->owed ? NULL
+                          : find_post_id(s, req);
     if (st)
         st->done = true;
     if (st && st->orphan)
@@ -445,7 +489,8 @@ static hsess *sess_get(th_mcp_http *f, const char *id, const char *user)
 
 static const th_mcp_transport transport = {.send = t_send,
                                            .request_done = t_request_done,
-                                           .send_text = t_send_text};
+                                           .send_text = t_send_text,
+                                           .lost = t_lost};
 
 /* Sessions of `user` listed or being opened (f->mu held). */
 static unsigned user_sessions(th_mcp_http *f, const char *user)
@@ -1000,6 +1045,8 @@ static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
     pthread_mutex_lock(&f->mu);
     stream *st = key && !find_post(s, key) ? stream_new(s, ST_POST, key)
                                            : NULL;
+    if (st)
+        st->id = json_incref(id);
     pthread_mutex_unlock(&f->mu);
     if (!st) {
         bool dup = key != NULL;
@@ -1058,6 +1105,7 @@ static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
         }
     }
     bool json = st->first_seen && st->first_is_response && st->head;
+    bool lost = st->lost && !json;
     bool sse = st->first_seen && st->sse && !st->dead;
     char *body = NULL;
     size_t blen = 0;
@@ -1099,6 +1147,9 @@ static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
             } else {
                 rc = MHD_NO;
             }
+        } else if (lost) {
+            rc = reply_rpc_error(c, 500, -32603, "Internal error: out of "
+                                 "memory; the response is lost");
         } else if (f->closing) {
             th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_REFUSED_SHUTDOWN);
             rc = reply_rpc_error(c, 503, -32603, "Server shutting down");

@@ -14,6 +14,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 
+#include "common/th_http.h"
 #include "integration/test_nats_harness.h"
 
 #define TOKEN "audit-token-0123456789abcdef"
@@ -88,78 +89,12 @@ static void audit_path(rpc_srv *s, char *out, size_t n)
     snprintf(out, n, "%s/audit.log", s->dir);
 }
 
-/* The port a log line "... on http://127.0.0.1:PORT" names after `what`. */
-static unsigned port_after(rpc_srv *s, const char *what)
-{
-    unsigned port = 0;
-    FILE *f = fopen(s->log, "r");
-    char line[1024];
-    while (f && fgets(line, sizeof line, f)) {
-        const char *p = strstr(line, what);
-        p = p ? strstr(p, "127.0.0.1:") : NULL;
-        if (p)
-            port = (unsigned)atoi(p + 10);
-    }
-    if (f)
-        fclose(f);
-    return port;
-}
-
 /* One HTTP request over loopback, the whole answer (malloc) in *out;
  * the status. */
 static int http(unsigned port, const char *method, const char *path,
                 const char *hdrs, const char *body, char **out)
 {
-    *out = NULL;
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET,
-                             .sin_port = htons((uint16_t)port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    char req[4096];
-    size_t bl = body ? strlen(body) : 0;
-    int n = snprintf(req, sizeof req,
-                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                     "Connection: close\r\n"
-                     "Accept: application/json, text/event-stream\r\n%s%s"
-                     "Content-Length: %zu\r\n\r\n%s",
-                     method, path, hdrs ? hdrs : "",
-                     body ? "Content-Type: application/json\r\n" : "", bl,
-                     body ? body : "");
-    if (n < 0 || (size_t)n >= sizeof req || write(fd, req, (size_t)n) != n) {
-        close(fd);
-        return -1;
-    }
-    size_t len = 0, cap = 1 << 16;
-    char *b = malloc(cap);
-    int64_t end = rpc_now_ms() + rpc_wait_ms();
-    while (b && rpc_now_ms() < end) {
-        struct pollfd pf = {.fd = fd, .events = POLLIN};
-        if (poll(&pf, 1, 100) <= 0)
-            continue;
-        if (len + 4096 > cap) {
-            char *nb = realloc(b, cap *= 2);
-            if (!nb)
-                break;
-            b = nb;
-        }
-        ssize_t r = read(fd, b + len, cap - len - 1);
-        if (r <= 0)
-            break;
-        len += (size_t)r;
-    }
-    close(fd);
-    if (!b)
-        return -1;
-    b[len] = '\0';
-    *out = b;
-    int status = 0;
-    sscanf(b, "HTTP/1.%*d %d", &status);
-    return status;
+    return th_test_http(port, method, path, hdrs, body, rpc_wait_ms(), out);
 }
 
 static bool rpc_echo(th_rpc_client *c, const char *json)
@@ -272,7 +207,7 @@ static void test_mcp_http(void)
                   .plugins_extra = mcp,
                   .public_extra = pub};
     CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
-    unsigned port = port_after(&s, "(Streamable HTTP) on http");
+    unsigned port = th_test_log_port(s.log, "(Streamable HTTP) on http");
     CU_ASSERT_FATAL(port != 0);
     char *ans = NULL;
     const char *auth = "Authorization: Bearer " TOKEN "\r\n";
@@ -464,7 +399,7 @@ static void test_write_error(void)
     rpc_opts o = {.host_extra = "  audit: /dev/full\n"
                                 "  listen: [\"http://127.0.0.1:0/metrics\"]\n"};
     CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
-    unsigned port = port_after(&s, "serving Prometheus metrics on http");
+    unsigned port = th_test_log_port(s.log, "serving Prometheus metrics on http");
     CU_ASSERT_FATAL(port != 0);
     th_rpc_client *c = rpc_connect(&s);
     CU_ASSERT_FATAL(c != NULL);

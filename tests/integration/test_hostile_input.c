@@ -30,6 +30,7 @@
 #include <stdatomic.h>
 #include <sys/stat.h>
 
+#include "common/th_http.h"
 #include "integration/test_rpc_harness.h"
 
 #define TOKEN "hostile-token-0123456789abcdef"
@@ -151,16 +152,7 @@ static int hsrv_start(hsrv *h)
     rpc_opts o = {.config = cfg};
     if (rpc_srv_start(&h->rs, &o) != 0)
         return -1;
-    FILE *f = fopen(h->rs.log, "r");
-    char line[1024];
-    while (f && fgets(line, sizeof line, f)) {
-        const char *p = strstr(line, "(Streamable HTTP) on http");
-        p = p ? strstr(p, "127.0.0.1:") : NULL;
-        if (p)
-            h->port = (unsigned)atoi(p + 10);
-    }
-    if (f)
-        fclose(f);
+    h->port = th_test_log_port(h->rs.log, "(Streamable HTTP) on http");
     if (!h->port)
         rpc_dump_log(&h->rs);
     if (pthread_create(&h->guard, NULL, guard_main, h) != 0)
@@ -299,21 +291,6 @@ static void test_rpc_grep(void)
 
 /* ---- MCP over HTTP ---------------------------------------------------------------- */
 
-static int tcp_connect(unsigned port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        rpc_die("socket");
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
 /* One POST (Connection: close) with the token and session `sid` (NULL:
  * none); the whole response, read until EOF or timeout_ms (malloc()ed),
  * and how long it took in *ms. */
@@ -321,43 +298,19 @@ static char *mcp_post(unsigned port, const char *sid, const char *body,
                       int timeout_ms, int64_t *ms)
 {
     int64_t t0 = rpc_now_ms();
-    int fd = tcp_connect(port);
+    int fd = th_test_tcp_connect(port, 0);
     if (fd < 0)
         return strdup("");
-    char head[1024];
-    int n = snprintf(head, sizeof head,
-                     "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                     "Connection: close\r\n"
-                     "Accept: application/json, text/event-stream\r\n"
-                     "Authorization: Bearer " TOKEN "\r\n"
-                     "%s%s%s"
-                     "Content-Type: application/json\r\n"
-                     "Content-Length: %zu\r\n\r\n",
-                     sid ? "Mcp-Session-Id: " : "", sid ? sid : "",
-                     sid ? "\r\n" : "", strlen(body));
-    size_t cap = 65536, len = 0;
-    char *r = calloc(1, cap);
-    if (!r || write(fd, head, (size_t)n) != n ||
-        write(fd, body, strlen(body)) != (ssize_t)strlen(body)) {
-        close(fd);
-        return r ? r : strdup("");
-    }
-    int64_t end = t0 + timeout_ms;
-    while (len + 4097 < cap) {
-        int left = (int)(end - rpc_now_ms());
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (left <= 0 || poll(&p, 1, left) <= 0)
-            break;
-        ssize_t k = read(fd, r + len, 4096);
-        if (k <= 0)
-            break;
-        len += (size_t)k;
-        r[len] = '\0';
-    }
+    char hdrs[256];
+    snprintf(hdrs, sizeof hdrs, "Authorization: Bearer " TOKEN "\r\n%s%s%s",
+             sid ? "Mcp-Session-Id: " : "", sid ? sid : "", sid ? "\r\n" : "");
+    char *r = NULL;
+    if (th_test_http_send(fd, "POST", "/mcp", hdrs, body) == 0)
+        th_test_http_read(fd, NULL, timeout_ms, &r);
     close(fd);
     if (ms)
         *ms = rpc_now_ms() - t0;
-    return r;
+    return r ? r : strdup("");
 }
 
 static int mcp_open(unsigned port, char sid[80])

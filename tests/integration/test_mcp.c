@@ -44,6 +44,13 @@ static char *write_config(const char *dir, const char *tools,
     return th_test_write_file(dir, "c.yaml", text, (size_t)-1);
 }
 
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 static bool have_node(void)
 {
     char *argv[] = {"/bin/sh", "-c", "command -v node >/dev/null 2>&1", NULL};
@@ -559,31 +566,38 @@ static void test_sigterm(void)
     const char *input =
         INIT "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\","
              "\"params\":{\"name\":\"echo_async\",\"arguments\":{\"text\":"
-             "\"x\",\"steps\":100000,\"delay_ms\":50}}}\n";
+             "\"x\",\"steps\":100000,\"delay_ms\":50},"
+             "\"_meta\":{\"progressToken\":2}}}\n";
     CU_ASSERT(write(in[1], input, strlen(input)) == (ssize_t)strlen(input));
-    /* Wait for the initialize answer, then a little for the call. */
+    /* Wait for the call to run: its first progress notification. */
     char buf[65536];
     size_t got = 0;
+    buf[0] = '\0';
     struct pollfd pf = {.fd = out[0], .events = POLLIN};
-    while (!memchr(buf, '\n', got) && poll(&pf, 1, 10000) > 0) {
+    int64_t end = mono_ms() + th_test_ms(10000);
+    while (!strstr(buf, "notifications/progress") && mono_ms() < end &&
+           poll(&pf, 1, (int)(end - mono_ms())) > 0) {
         ssize_t n = read(out[0], buf + got, sizeof buf - 1 - got);
         if (n <= 0)
             break;
         got += (size_t)n;
+        buf[got] = '\0';
     }
-    usleep(200 * 1000);
+    CU_ASSERT_PTR_NOT_NULL(strstr(buf, "notifications/progress"));
     kill(pid, SIGTERM);
     int status = -1;
-    for (int i = 0; i < 200; i++) {
+    end = mono_ms() + th_test_ms(10000);
+    for (;;) {
         pid_t w = waitpid(pid, &status, WNOHANG);
         if (w == pid)
             break;
-        usleep(50 * 1000);
-        if (i == 199) {
+        if (mono_ms() >= end) {
             kill(pid, SIGKILL);
             waitpid(pid, &status, 0);
-            CU_FAIL("toolhost mcp did not exit within 10 s of SIGTERM");
+            CU_FAIL("toolhost mcp did not exit in time after SIGTERM");
+            break;
         }
+        usleep(20 * 1000); /* polls the exit, within the deadline */
     }
     CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     for (;;) {

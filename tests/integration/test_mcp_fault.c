@@ -9,6 +9,7 @@
  * stalled SSE reader beside busy clients (slow_client), max_connections,
  * client_timeout, a vanished SSE stream (vanished_client). */
 #include <CUnit/CUnit.h>
+#include <sys/ioctl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -23,6 +24,7 @@
 
 #include <nettle/sha2.h>
 
+#include "common/th_http.h"
 #include "integration/test_rpc_harness.h"
 
 /* ---- toolhost mcp on stdio ------------------------------------------------------- */
@@ -176,6 +178,26 @@ static void mp_close_in(mproc *p)
     p->in = -1;
 }
 
+/* Waits (at most ms) until the pipe `fd` reads from holds half of what it
+ * can take (F_GETPIPE_SZ) unread: its writer's output backs up.  (Not
+ * "full": a pipe refuses a write once its page slots are used, with up to
+ * a page of bytes still free, so no byte count marks it.) */
+static bool wait_pipe_backed_up(int fd, int64_t ms)
+{
+    int cap = fcntl(fd, F_GETPIPE_SZ);
+    int64_t end = rpc_now_ms() + ms;
+    for (;;) {
+        int n = 0;
+        if (cap > 0 && ioctl(fd, FIONREAD, &n) == 0 && n >= cap / 2)
+            return true;
+        if (rpc_now_ms() >= end) {
+            fprintf(stderr, "\npipe: %d of %d bytes unread\n", n, cap);
+            return false;
+        }
+        usleep(2000);
+    }
+}
+
 static long mp_rss_kb(mproc *p)
 {
     char path[64], line[256];
@@ -307,7 +329,9 @@ static void test_stdio_never_reads(void)
             break; /* it stopped reading us */
         sent += k;
     }
-    usleep(300 * 1000);
+    /* Its output is stuck: the pipe to us backs up (what makes it stop
+     * reading), then its memory is measured. */
+    CU_ASSERT(wait_pipe_backed_up(p.out, rpc_wait_ms()));
     long rss = mp_rss_kb(&p);
     fprintf(stderr, " [%zu KiB of requests taken, RSS %ld KiB] ",
             sent >> 10, rss);
@@ -336,8 +360,10 @@ static void test_stdio_vanishes_mid_call(void)
     CU_ASSERT(mp_read_until(&p, "\"id\":1", rpc_wait_ms()));
     mp_send(&p, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/call\","
                 "\"params\":{\"name\":\"echo_async\",\"arguments\":{"
-                "\"text\":\"x\",\"steps\":1000,\"delay_ms\":20}}}\n");
-    usleep(200 * 1000);
+                "\"text\":\"x\",\"steps\":1000,\"delay_ms\":20},"
+                "\"_meta\":{\"progressToken\":4}}}\n");
+    /* the call runs: its first progress notification, not a sleep */
+    CU_ASSERT(mp_read_until(&p, "notifications/progress", rpc_wait_ms()));
     mp_close_in(&p);
     close(p.out);
     p.out = -1;
@@ -387,82 +413,34 @@ static int hs_start(hsrv *h, const char *mcp_extra)
                   .public_extra = pub};
     if (rpc_srv_start(&h->rs, &o) != 0)
         return -1;
-    FILE *f = fopen(h->rs.log, "r");
-    char line[1024];
-    while (f && fgets(line, sizeof line, f)) {
-        const char *p = strstr(line, "(Streamable HTTP) on http");
-        p = p ? strstr(p, "127.0.0.1:") : NULL;
-        if (p)
-            h->port = (unsigned)atoi(p + 10);
-    }
-    if (f)
-        fclose(f);
+    h->port = th_test_log_port(h->rs.log, "(Streamable HTTP) on http");
     if (!h->port)
         rpc_dump_log(&h->rs);
     return h->port ? 0 : -1;
-}
-
-static int tcp_to(unsigned port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(0x7f000001)};
-    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
 }
 
 /* One request on its own connection: the status (0: none within the
  * wait), the text in *out (caller frees) when out is not NULL. */
 static int post(unsigned port, const char *sid, const char *body, char **out)
 {
-    int fd = tcp_to(port);
+    int fd = th_test_tcp_connect(port, 0);
     if (fd < 0)
         return -1;
-    char head[1024];
-    int n = snprintf(head, sizeof head,
-                     "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                     "Authorization: Bearer " TOKEN "\r\n"
-                     "%s%s%s"
-                     "MCP-Protocol-Version: 2025-11-25\r\n"
-                     "Content-Type: application/json\r\n"
-                     "Accept: application/json, text/event-stream\r\n"
-                     "Connection: close\r\nContent-Length: %zu\r\n\r\n",
-                     sid ? "Mcp-Session-Id: " : "", sid ? sid : "",
-                     sid ? "\r\n" : "", strlen(body));
-    if (send(fd, head, (size_t)n, MSG_NOSIGNAL) != n) {
+    char hdrs[256];
+    snprintf(hdrs, sizeof hdrs,
+             "Authorization: Bearer " TOKEN "\r\n"
+             "%s%s%s"
+             "MCP-Protocol-Version: 2025-11-25\r\n",
+             sid ? "Mcp-Session-Id: " : "", sid ? sid : "", sid ? "\r\n" : "");
+    /* The host may answer (413) and close before the body is all sent:
+     * a body cut short is read on all the same. */
+    if (th_test_http_send(fd, "POST", "/mcp", hdrs, body) < 0) {
         close(fd);
         return -1;
     }
-    /* The host may answer (413) and close before the body is all sent. */
-    size_t blen = strlen(body), off = 0;
-    while (off < blen) {
-        ssize_t k = send(fd, body + off, blen - off, MSG_NOSIGNAL);
-        if (k <= 0)
-            break;
-        off += (size_t)k;
-    }
-    size_t cap = 65536, len = 0;
-    char *t = calloc(1, cap);
-    int64_t end = rpc_now_ms() + rpc_wait_ms();
-    for (;;) {
-        int left = (int)(end - rpc_now_ms());
-        struct pollfd pf = {.fd = fd, .events = POLLIN};
-        if (left <= 0 || poll(&pf, 1, left) <= 0)
-            break;
-        if (len + 4097 > cap)
-            t = realloc(t, cap *= 2);
-        ssize_t k = read(fd, t + len, 4096);
-        if (k <= 0)
-            break;
-        len += (size_t)k;
-        t[len] = '\0';
-    }
+    char *t = NULL;
+    int st = th_test_http_read(fd, NULL, rpc_wait_ms(), &t);
     close(fd);
-    int st = len > 12 && strncmp(t, "HTTP/1.1 ", 9) == 0 ? atoi(t + 9) : 0;
     if (out)
         *out = t;
     else
@@ -523,7 +501,7 @@ static void test_http_random_bytes(void)
             seed = seed * 1103515245u + 12345u;
             b[i] = (uint8_t)(seed >> 16);
         }
-        int fd = tcp_to(h.port);
+        int fd = th_test_tcp_connect(h.port, 0);
         CU_ASSERT_FATAL(fd >= 0);
         if (r % 2) /* half of them after a valid request line */
             send(fd, "POST /mcp HTTP/1.1\r\n", 20, MSG_NOSIGNAL);
@@ -561,7 +539,7 @@ static void test_http_long_and_truncated(void)
     CU_ASSERT_EQUAL(post(h.port, sid, big, NULL), 413);
     free(big);
     /* Content-Length says more than comes. */
-    int fd = tcp_to(h.port);
+    int fd = th_test_tcp_connect(h.port, 0);
     CU_ASSERT_FATAL(fd >= 0);
     char head[512];
     int k = snprintf(head, sizeof head,
@@ -584,7 +562,7 @@ static void test_http_connect_cycles(void)
     CU_ASSERT_FATAL(hs_start(&h, NULL) == 0);
     int n = rpc_scale(200), failed = 0;
     for (int i = 0; i < n; i++) {
-        int fd = tcp_to(h.port);
+        int fd = th_test_tcp_connect(h.port, 0);
         if (fd < 0) {
             failed++;
             continue;
@@ -609,7 +587,7 @@ static void test_http_vanishes_mid_call(void)
     CU_ASSERT_FATAL(hs_start(&h, NULL) == 0);
     char sid[80];
     CU_ASSERT_FATAL(hs_session(&h, sid) == 0);
-    int fd = tcp_to(h.port);
+    int fd = th_test_tcp_connect(h.port, 0);
     CU_ASSERT_FATAL(fd >= 0);
     const char body[] =
         "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/call\",\"params\":"

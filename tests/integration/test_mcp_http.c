@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <sys/stat.h>
 
+#include "common/th_http.h"
 #include "integration/test_rpc_harness.h"
 
 #define ALICE "alice-token-0123456789abcdef"
@@ -60,16 +61,7 @@ static int mh_start_ex2(mh_srv *m, const char *mcp, const char *listen,
                   .public_extra = pub};
     if (rpc_srv_start(&m->rs, &o) != 0)
         return -1;
-    FILE *f = fopen(m->rs.log, "r");
-    char line[1024];
-    while (f && fgets(line, sizeof line, f)) {
-        const char *p = strstr(line, "(Streamable HTTP) on http");
-        p = p ? strstr(p, "127.0.0.1:") : NULL;
-        if (p)
-            m->port = (unsigned)atoi(p + 10);
-    }
-    if (f)
-        fclose(f);
+    m->port = th_test_log_port(m->rs.log, "(Streamable HTTP) on http");
     if (!m->port)
         rpc_dump_log(&m->rs);
     return m->port ? 0 : -1;
@@ -96,44 +88,6 @@ static void mh_free(mh_srv *m)
 
 /* ---- raw HTTP ------------------------------------------------------------------ */
 
-static int tcp_connect(unsigned port, int rcvbuf)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        rpc_die("socket");
-    if (rcvbuf > 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-/* Sends one request; `hdrs` are extra header lines ("Name: v\r\n"...). */
-static int http_send(int fd, const char *method, const char *hdrs,
-                     const char *body)
-{
-    char head[4096];
-    size_t blen = body ? strlen(body) : 0;
-    int n = snprintf(head, sizeof head,
-                     "%s /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                     "Connection: close\r\n"
-                     "Accept: application/json, text/event-stream\r\n"
-                     "%s%s"
-                     "Content-Length: %zu\r\n\r\n",
-                     method, hdrs ? hdrs : "",
-                     body ? "Content-Type: application/json\r\n" : "", blen);
-    if (write(fd, head, (size_t)n) != n)
-        return -1;
-    if (blen && write(fd, body, blen) != (ssize_t)blen)
-        return -1;
-    return 0;
-}
-
 typedef struct hres {
     int status;
     char *text; /* head and body, NUL-terminated */
@@ -142,39 +96,15 @@ typedef struct hres {
 /* Reads until EOF, `until` appears (NULL: EOF only) or timeout_ms. */
 static void http_read(int fd, hres *r, const char *until, int timeout_ms)
 {
-    size_t cap = 65536, len = 0;
-    r->text = calloc(1, cap);
-    int64_t end = rpc_now_ms() + timeout_ms;
-    for (;;) {
-        int left = (int)(end - rpc_now_ms());
-        if (left <= 0)
-            break;
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (poll(&p, 1, left) <= 0)
-            break;
-        if (len + 4097 > cap) {
-            cap *= 2;
-            r->text = realloc(r->text, cap);
-        }
-        ssize_t n = read(fd, r->text + len, 4096);
-        if (n <= 0)
-            break;
-        len += (size_t)n;
-        r->text[len] = '\0';
-        if (until && strstr(r->text, until))
-            break;
-    }
-    r->status = 0;
-    if (len > 12 && strncmp(r->text, "HTTP/1.1 ", 9) == 0)
-        r->status = atoi(r->text + 9);
+    r->status = th_test_http_read(fd, until, timeout_ms, &r->text);
 }
 
 static int http_do(unsigned port, const char *method, const char *hdrs,
                    const char *body, hres *r)
 {
     memset(r, 0, sizeof *r);
-    int fd = tcp_connect(port, 0);
-    if (fd < 0 || http_send(fd, method, hdrs, body) != 0) {
+    int fd = th_test_tcp_connect(port, 0);
+    if (fd < 0 || th_test_http_send(fd, method, "/mcp", hdrs, body) != 0) {
         if (fd >= 0)
             close(fd);
         r->text = strdup("");
@@ -431,7 +361,7 @@ static void test_refusals(void)
     CU_ASSERT(rpc_log_has(&m.rs, "mcp.max_body)"));
     /* The same without Content-Length (chunked): cut while reading. */
     {
-        int fd = tcp_connect(m.port, 0);
+        int fd = th_test_tcp_connect(m.port, 0);
         CU_ASSERT_FATAL(fd >= 0);
         char req[4096];
         int n = snprintf(req, sizeof req,
@@ -602,9 +532,9 @@ static void test_long_ids(void)
              "\"params\":{\"name\":\"echo_async\",\"arguments\":{\"text\":"
              "\"x\",\"steps\":200,\"delay_ms\":20}}}",
              id);
-    int fd = tcp_connect(m.port, 0);
+    int fd = th_test_tcp_connect(m.port, 0);
     CU_ASSERT_FATAL(fd >= 0);
-    CU_ASSERT(http_send(fd, "POST", h, body) == 0);
+    CU_ASSERT(th_test_http_send(fd, "POST", "/mcp", h, body) == 0);
     close(fd); /* the handler, waiting for the call's first message, sees
                   the hang-up and cancels the call */
     CU_ASSERT(rpc_log_wait(&m.rs, "hung up: cancelled", rpc_wait_ms()));
@@ -644,7 +574,7 @@ static void test_sessions_per_user(void)
  * `body` as they are; the status, 0 without one. */
 static int raw_do(unsigned port, const char *head, const char *body)
 {
-    int fd = tcp_connect(port, 0);
+    int fd = th_test_tcp_connect(port, 0);
     if (fd < 0)
         return -1;
     char req[4096];
@@ -722,10 +652,10 @@ static void test_rpc_meanwhile(void)
     char sid[80], h[512];
     CU_ASSERT_FATAL(mh_session(m.port, ALICE, sid) == 0);
     sess_hdrs(h, sizeof h, ALICE, sid);
-    int fd = tcp_connect(m.port, 0);
+    int fd = th_test_tcp_connect(m.port, 0);
     CU_ASSERT_FATAL(fd >= 0);
     int64_t t0 = rpc_now_ms();
-    CU_ASSERT(http_send(fd, "POST", h,
+    CU_ASSERT(th_test_http_send(fd, "POST", "/mcp", h,
                         "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":"
                         "\"tools/call\",\"params\":{\"name\":\"text_count\","
                         "\"arguments\":{\"path\":\"rpc.yaml\"}}}") == 0);
@@ -762,9 +692,9 @@ static void test_vanished_client(void)
     char sid[80], h[512];
     CU_ASSERT_FATAL(mh_session(m.port, ALICE, sid) == 0);
     sess_hdrs(h, sizeof h, ALICE, sid);
-    int g = tcp_connect(m.port, 0);
+    int g = th_test_tcp_connect(m.port, 0);
     CU_ASSERT_FATAL(g >= 0);
-    CU_ASSERT(http_send(g, "GET", h, NULL) == 0);
+    CU_ASSERT(th_test_http_send(g, "GET", "/mcp", h, NULL) == 0);
     hres r;
     http_read(g, &r, "text/event-stream", rpc_wait_ms());
     CU_ASSERT_EQUAL(r.status, 200);
@@ -773,9 +703,9 @@ static void test_vanished_client(void)
     free(r.text);
     CU_ASSERT(rpc_log_has(&m.rs, "(mcp.max_streams)"));
     /* A POST stream whose client leaves after the first progress. */
-    int p = tcp_connect(m.port, 0);
+    int p = th_test_tcp_connect(m.port, 0);
     CU_ASSERT_FATAL(p >= 0);
-    CU_ASSERT(http_send(p, "POST", h,
+    CU_ASSERT(th_test_http_send(p, "POST", "/mcp", h,
                         "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":"
                         "\"tools/call\",\"params\":{\"name\":\"echo_async\","
                         "\"arguments\":{\"text\":\"x\",\"steps\":20,"
@@ -794,8 +724,8 @@ static void test_vanished_client(void)
     int st = 0;
     int64_t end = rpc_now_ms() + rpc_wait_ms();
     while (rpc_now_ms() < end) {
-        int fd = tcp_connect(m.port, 0);
-        http_send(fd, "GET", h, NULL);
+        int fd = th_test_tcp_connect(m.port, 0);
+        th_test_http_send(fd, "GET", "/mcp", h, NULL);
         http_read(fd, &r, "\r\n\r\n", 2000);
         st = r.status;
         free(r.text);
@@ -846,9 +776,9 @@ static void test_slow_client(void)
     CU_ASSERT_FATAL(mh_session(m.port, ALICE, a) == 0);
     CU_ASSERT_FATAL(mh_session(m.port, CAROL, b) == 0);
     sess_hdrs(ha, sizeof ha, ALICE, a);
-    int s = tcp_connect(m.port, 1024);
+    int s = th_test_tcp_connect(m.port, 1024);
     CU_ASSERT_FATAL(s >= 0);
-    CU_ASSERT(http_send(s, "POST", ha,
+    CU_ASSERT(th_test_http_send(s, "POST", "/mcp", ha,
                         "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":"
                         "\"tools/call\",\"params\":{\"name\":\"echo_async\","
                         "\"arguments\":{\"text\":\"x\",\"steps\":1000000,"
@@ -891,7 +821,7 @@ static void test_client_timeout(void)
 {
     mh_srv m;
     CU_ASSERT_FATAL(mh_start(&m, "  client_timeout: 1s\n") == 0);
-    int fd = tcp_connect(m.port, 0);
+    int fd = th_test_tcp_connect(m.port, 0);
     CU_ASSERT_FATAL(fd >= 0);
     /* Half a request, then silence. */
     CU_ASSERT(write(fd, "POST /mcp HTTP/1.1\r\nHost: x\r\n", 29) == 29);
@@ -913,16 +843,16 @@ static void test_max_connections(void)
 {
     mh_srv m;
     CU_ASSERT_FATAL(mh_start(&m, "  max_connections: 2\n") == 0);
-    int a = tcp_connect(m.port, 0), b = tcp_connect(m.port, 0);
+    int a = th_test_tcp_connect(m.port, 0), b = th_test_tcp_connect(m.port, 0);
     CU_ASSERT_FATAL(a >= 0 && b >= 0);
     /* a and b hold both slots (a request begun, not finished): the host
      * says so once it has taken the second (the event waited for). */
     CU_ASSERT(write(a, "POST /mcp HTTP/1.1\r\n", 20) == 20);
     CU_ASSERT(write(b, "POST /mcp HTTP/1.1\r\n", 20) == 20);
     CU_ASSERT(rpc_log_wait(&m.rs, "(mcp.max_connections)", rpc_wait_ms()));
-    int c = tcp_connect(m.port, 0);
+    int c = th_test_tcp_connect(m.port, 0);
     CU_ASSERT_FATAL(c >= 0);
-    CU_ASSERT(http_send(c, "POST", AUTH(ALICE), INIT_BODY) == 0);
+    CU_ASSERT(th_test_http_send(c, "POST", "/mcp", AUTH(ALICE), INIT_BODY) == 0);
     /* c waits in the kernel's queue: nothing for it so far */
     struct pollfd pc = {.fd = c, .events = POLLIN};
     CU_ASSERT_EQUAL(poll(&pc, 1, 0), 0);
@@ -946,10 +876,10 @@ static void test_shutdown_busy(void)
     char sid[80], h[512];
     CU_ASSERT_FATAL(mh_session(m.port, ALICE, sid) == 0);
     sess_hdrs(h, sizeof h, ALICE, sid);
-    int g = tcp_connect(m.port, 0), p = tcp_connect(m.port, 0);
+    int g = th_test_tcp_connect(m.port, 0), p = th_test_tcp_connect(m.port, 0);
     CU_ASSERT_FATAL(g >= 0 && p >= 0);
-    CU_ASSERT(http_send(g, "GET", h, NULL) == 0);
-    CU_ASSERT(http_send(p, "POST", h,
+    CU_ASSERT(th_test_http_send(g, "GET", "/mcp", h, NULL) == 0);
+    CU_ASSERT(th_test_http_send(p, "POST", "/mcp", h,
                         "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":"
                         "\"tools/call\",\"params\":{\"name\":\"echo_async\","
                         "\"arguments\":{\"text\":\"x\",\"steps\":1000,"

@@ -11,22 +11,12 @@
 #include <time.h>
 
 #include "front/metrics.h"
+#include "common/th_http.h"
 #include "integration/test_rpc_harness.h"
 
 static unsigned metrics_port(rpc_srv *s)
 {
-    unsigned port = 0;
-    FILE *f = fopen(s->log, "r");
-    char line[1024];
-    while (f && fgets(line, sizeof line, f)) {
-        const char *p = strstr(line, "serving Prometheus metrics on http");
-        p = p ? strstr(p, "127.0.0.1:") : NULL;
-        if (p)
-            port = (unsigned)atoi(p + 10);
-    }
-    if (f)
-        fclose(f);
-    return port;
+    return th_test_log_port(s->log, "serving Prometheus metrics on http");
 }
 
 /* One request for `path`; the whole answer (headers and body) into *out
@@ -34,51 +24,7 @@ static unsigned metrics_port(rpc_srv *s)
 static int http_req(unsigned port, const char *method, const char *path,
                     char **out)
 {
-    *out = NULL;
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET,
-                             .sin_port = htons((uint16_t)port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    char req[256];
-    int n = snprintf(req, sizeof req,
-                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                     "Content-Length: 0\r\nConnection: close\r\n\r\n",
-                     method, path);
-    if (write(fd, req, (size_t)n) != n) {
-        close(fd);
-        return -1;
-    }
-    size_t len = 0, cap = 1 << 16;
-    char *b = malloc(cap);
-    int64_t end = rpc_now_ms() + rpc_wait_ms();
-    while (b && rpc_now_ms() < end) {
-        struct pollfd pf = {.fd = fd, .events = POLLIN};
-        if (poll(&pf, 1, 100) <= 0)
-            continue;
-        if (len + 4096 > cap) {
-            char *nb = realloc(b, cap *= 2);
-            if (!nb)
-                break;
-            b = nb;
-        }
-        ssize_t r = read(fd, b + len, cap - len - 1);
-        if (r <= 0)
-            break;
-        len += (size_t)r;
-    }
-    close(fd);
-    if (!b)
-        return -1;
-    b[len] = '\0';
-    *out = b;
-    int status = 0;
-    sscanf(b, "HTTP/1.%*d %d", &status);
-    return status;
+    return th_test_http(port, method, path, NULL, NULL, rpc_wait_ms(), out);
 }
 
 static int http_get(unsigned port, const char *method, char **out)
@@ -228,18 +174,7 @@ static void test_label_escaping(void)
 /* The port of the MCP HTTP front, from the log. */
 static unsigned mcp_port(rpc_srv *s)
 {
-    unsigned port = 0;
-    FILE *f = fopen(s->log, "r");
-    char line[1024];
-    while (f && fgets(line, sizeof line, f)) {
-        const char *p = strstr(line, "(Streamable HTTP) on http");
-        p = p ? strstr(p, "127.0.0.1:") : NULL;
-        if (p)
-            port = (unsigned)atoi(p + 10);
-    }
-    if (f)
-        fclose(f);
-    return port;
+    return th_test_log_port(s->log, "(Streamable HTTP) on http");
 }
 
 /* Connections refused and closed by reason, protocol errors, an HTTP 401,

@@ -72,6 +72,9 @@ typedef struct rpc_opts {
     const char *plugins_extra; /* more entries under plugins: */
     const char *config;      /* the whole config instead (@DIR@: the test's
                                 folder, @BUILD@: the build folder) */
+    /* Run in the server's process before exec, with the test's folder
+     * (e.g. a private mount namespace); it _exit()s on failure. */
+    void (*child_setup)(const char *dir);
 } rpc_opts;
 
 typedef struct rpc_srv {
@@ -209,6 +212,8 @@ RPC_H int rpc_srv_start(rpc_srv *s, const rpc_opts *o)
     if (pid == 0) {
         /* If the test run dies, the server goes with it. */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (o && o->child_setup)
+            o->child_setup(s->dir);
         if (o && o->nofile > 0) {
             struct rlimit rl = {(rlim_t)o->nofile, (rlim_t)o->nofile};
             if (setrlimit(RLIMIT_NOFILE, &rl) != 0)

@@ -3,11 +3,56 @@
  * RPC server's event loop: a second client's echo answers meanwhile, and
  * the slow call still answers once its hook returns. */
 #include <CUnit/CUnit.h>
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "integration/test_rpc_harness.h"
+
+/* Whether a thread of process `pid` is inside clock_nanosleep() or
+ * nanosleep() (/proc/PID/task/TID/syscall starts with its number). */
+static bool thread_sleeping(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    bool found = false;
+    struct dirent *e;
+    while (d && !found && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char p[320], line[256];
+        snprintf(p, sizeof p, "/proc/%d/task/%s/syscall", (int)pid, e->d_name);
+        FILE *f = fopen(p, "r");
+        long nr = -1;
+        if (f && fgets(line, sizeof line, f))
+            nr = strtol(line, NULL, 10);
+        if (f)
+            fclose(f);
+        found = nr == SYS_clock_nanosleep
+#ifdef SYS_nanosleep
+                || nr == SYS_nanosleep
+#endif
+            ;
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
+/* Waits (at most ms) until a thread of `pid` sleeps in nanosleep. */
+static bool wait_thread_sleeping(pid_t pid, int64_t ms)
+{
+    int64_t end = rpc_now_ms() + ms;
+    while (!thread_sleeping(pid)) {
+        if (rpc_now_ms() >= end)
+            return false;
+        usleep(2000);
+    }
+    return true;
+}
 
 static void slow_hook_does_not_stall(const char *tool)
 {
@@ -30,7 +75,9 @@ static void slow_hook_does_not_stall(const char *tool)
              th_test_ms(1000));
     int64_t t0 = rpc_now_ms();
     rpc_raw_request(&a, 1, "tools.call", req);
-    usleep(150 * 1000); /* the hook sleeps now */
+    /* the hook sleeps now: a thread of the server is in nanosleep (an
+     * event seen in /proc, not a sleep of ours) */
+    CU_ASSERT(wait_thread_sleeping(s.pid, rpc_wait_ms()));
 
     int64_t t1 = rpc_now_ms();
     rpc_raw_request(&b, 7, "tools.call", "[\"echo\", {\"text\": \"hi\"}]");
@@ -97,7 +144,8 @@ static void test_sighup_while_starting(void)
     /* once the config is read, SIGHUP is ignored until the reloader
      * takes it: send it then, while init() sleeps */
     bool ign = false;
-    for (int i = 0; i < 1000 && !ign; i++) {
+    int64_t end0 = rpc_now_ms() + rpc_wait_ms();
+    while (!ign && rpc_now_ms() < end0) {
         ign = sig_ignored(s.pid, SIGHUP);
         if (!ign)
             usleep(2000);

@@ -18,8 +18,16 @@ $(OOM_SO): tests/oom/failmalloc.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) -O2 -g -fPIC -shared -o $@ $< -lpthread -ldl
 
-all: $(OOM_SO)
-$(INTEG_BIN): | $(OOM_SO)
+# The full-disk shim (tests/oom/fullfs.c): writes under one folder fail
+# with ENOSPC; the disk_full suite's way to a full disk without root.
+FULLFS_SO := $(BUILD)/tests/oom/fullfs.so
+
+$(FULLFS_SO): tests/oom/fullfs.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) -O2 -g -fPIC -shared -o $@ $< -ldl
+
+all: $(OOM_SO) $(FULLFS_SO)
+$(INTEG_BIN): | $(OOM_SO) $(FULLFS_SO)
 
 .PHONY: test-oom
 test-oom: $(TOOLHOST) $(PLUGIN_SO) $(OOM_SO)
