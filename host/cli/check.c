@@ -727,8 +727,10 @@ static const char config_usage[] =
     "Validates a config file: YAML syntax, every key and value, the plugins\n"
     "(each is loaded, checked and initialised, then closed) and that every\n"
     "tool a toolset names exists. Errors read FILE:LINE:COL: message; every\n"
-    "mistake in the keys is listed (up to 20), not the first alone. Warns\n"
-    "about a permission rule that matches no tool of its toolset.\n"
+    "mistake is listed (up to 20), not the first alone: first those in the\n"
+    "keys, then each plugin that does not load, then (once every plugin\n"
+    "loads) each tool name no plugin provides. Warns about a permission\n"
+    "rule that matches no tool of its toolset.\n"
     "--json prints one JSON object instead: {\"ok\", \"errors\": [{\"file\",\n"
     "\"line\", \"col\", \"message\"}], \"warnings\": [...], \"plugins\", \"tools\"}\n"
     "(line and col 0 when a finding has no place in the file).\n"
@@ -882,6 +884,36 @@ static int load_all(const char *path, th_config **cfg, cfg_errors *l,
     return rc;
 }
 
+/* Opens a host from `cfg` (taken) going on past each plugin that does not
+ * load and each tool name no plugin provides, every one into `l` in the
+ * order of the file; 0 when the host opened (then closed again). */
+static int open_all(th_config *cfg, cfg_errors *l, th_error *err)
+{
+    memset(l, 0, sizeof *l);
+    th_host_opts o = {.on_error = keep_error, .error_ud = l};
+    th_host *h = NULL;
+    int rc = th_host_open_ex(cfg, &o, &h, err);
+    if (rc == 0) {
+        th_host_close(h);
+        return 0;
+    }
+    if (l->n == 0 && (l->msg[0] = strdup(err->msg)))
+        l->n = 1;
+    qsort(l->msg, l->n, sizeof l->msg[0], by_place);
+    return rc;
+}
+
+static void print_errors(const char *path, cfg_errors *all)
+{
+    for (size_t i = 0; i < all->n; i++)
+        fprintf(stderr, "%s\n", all->msg[i]);
+    if (all->n > 1)
+        fprintf(stderr, "%s: %zu errors%s\n", path, all->n,
+                all->n >= TH_CONFIG_MAX_ERRORS ? " (the first 20; there may "
+                                                 "be more)"
+                                               : "");
+}
+
 static bool in_toolset(const th_toolset_cfg *ts, const char *tool)
 {
     for (size_t i = 0; i < ts->n_tools; i++)
@@ -986,8 +1018,10 @@ static int config_check_json(const char *path)
     void *wud[2] = {(void *)path, warnings};
     if (load_all(path, &cfg, &all, &err) == 0) {
         n_plugins = cfg->n_plugins;
-        if (th_host_open(cfg, &h, &err) == 0 &&
-            th_code_attach(h, &err) == 0) {
+        th_host_opts ho = {.on_error = keep_error, .error_ud = &all};
+        if (th_host_open_ex(cfg, &ho, &h, &err) != 0)
+            qsort(all.msg, all.n, sizeof all.msg[0], by_place);
+        else if (th_code_attach(h, &err) == 0) {
             n_tools = th_registry_count(th_host_registry(h));
             rule_warnings(h, warn_json, wud);
         }
@@ -1047,17 +1081,12 @@ int cli_config(int argc, char **argv)
     cfg_errors all;
     th_error err;
     th_config *pre = NULL;
-    if (load_all(argv[2], &pre, &all, &err) != 0) {
-        for (size_t i = 0; i < all.n; i++)
-            fprintf(stderr, "%s\n", all.msg[i]);
-        if (all.n > 1)
-            fprintf(stderr, "%s: %zu errors%s\n", argv[2], all.n,
-                    all.n >= TH_CONFIG_MAX_ERRORS ? " (the first "
-                    "20; there may be more)" : "");
+    if (load_all(argv[2], &pre, &all, &err) != 0 ||
+        (pre && open_all(pre, &all, &err) != 0)) {
+        print_errors(argv[2], &all);
         cfg_errors_free(&all);
         return CLI_USAGE;
     }
-    th_config_free(pre);
     cli_host ch;
     int rc = cli_host_open(argv[2], NULL, NULL, &ch);
     if (rc != CLI_OK)

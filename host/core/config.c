@@ -2806,42 +2806,72 @@ bool th_plugin_cfg_equal(const th_plugin_cfg *a, const th_plugin_cfg *b)
 
 /* ---- after the plugins are loaded ------------------------------------------------ */
 
-int th_config_check_tools(const th_config *cfg,
-                          bool (*has_tool)(void *ud, const char *name),
-                          void *ud, th_error *err)
+/* One miss: reported and kept going, or the answer at once. */
+static int tool_miss(th_error *first, th_error *e,
+                     void (*report)(void *rud, const th_error *e), void *rud)
 {
-    th_error_clear(err);
+    if (first->code == 0)
+        *first = *e;
+    if (!report)
+        return 1;
+    report(rud, e);
+    return 0;
+}
+
+int th_config_check_tools_all(const th_config *cfg,
+                              bool (*has_tool)(void *ud, const char *name),
+                              void *ud,
+                              void (*report)(void *rud, const th_error *e),
+                              void *rud, th_error *err)
+{
+    th_error first, e;
+    th_error_clear(&first);
     const char *f = cfg->path;
     for (size_t i = 0; i < cfg->n_toolsets; i++) {
         const th_toolset_cfg *ts = &cfg->toolsets[i];
         for (size_t j = 0; j < ts->n_tools; j++) {
             if (strcmp(ts->tools[j], "*") == 0 || has_tool(ud, ts->tools[j]))
                 continue;
-            return th_error_set(err, TH_ECONFIG,
-                                "%s:%d:%d: toolset '%s' names tool '%s', "
-                                "which no plugin provides",
-                                f, ts->tool_marks[j].line,
-                                ts->tool_marks[j].col, ts->name,
-                                ts->tools[j]);
+            th_error_set(&e, TH_ECONFIG,
+                         "%s:%d:%d: toolset '%s' names tool '%s', which no "
+                         "plugin provides",
+                         f, ts->tool_marks[j].line, ts->tool_marks[j].col,
+                         ts->name, ts->tools[j]);
+            if (tool_miss(&first, &e, report, rud))
+                goto out;
         }
         for (size_t j = 0; j < ts->n_overrides; j++) {
             const th_tool_override *o = &ts->overrides[j];
             if (has_tool(ud, o->tool))
                 continue;
-            return th_error_set(err, TH_ECONFIG,
-                                "%s:%d:%d: 'tool_overrides' of toolset '%s' "
-                                "names tool '%s', which no plugin provides",
-                                f, o->line, o->col, ts->name, o->tool);
+            th_error_set(&e, TH_ECONFIG,
+                         "%s:%d:%d: 'tool_overrides' of toolset '%s' names "
+                         "tool '%s', which no plugin provides",
+                         f, o->line, o->col, ts->name, o->tool);
+            if (tool_miss(&first, &e, report, rud))
+                goto out;
         }
     }
     for (size_t i = 0; i < cfg->n_mocks; i++) {
         const th_mock_cfg *m = &cfg->mocks[i];
         if (has_tool(ud, m->tool))
             continue;
-        return th_error_set(err, TH_ECONFIG,
-                            "%s:%d:%d: a mock names tool '%s', which no "
-                            "plugin provides",
-                            f, m->line, m->col, m->tool);
+        th_error_set(&e, TH_ECONFIG,
+                     "%s:%d:%d: a mock names tool '%s', which no plugin "
+                     "provides",
+                     f, m->line, m->col, m->tool);
+        if (tool_miss(&first, &e, report, rud))
+            goto out;
     }
-    return 0;
+out:
+    if (err)
+        *err = first;
+    return first.code;
+}
+
+int th_config_check_tools(const th_config *cfg,
+                          bool (*has_tool)(void *ud, const char *name),
+                          void *ud, th_error *err)
+{
+    return th_config_check_tools_all(cfg, has_tool, ud, NULL, NULL, err);
 }

@@ -271,6 +271,9 @@ int th_host_open_ex(th_config *cfg, const th_host_opts *opts, th_host **out,
         host_free(h);
         return rc;
     }
+    bool go_on = opts && opts->on_error;
+    th_error first;
+    th_error_clear(&first);
     for (size_t i = 0; i < cfg->n_plugins; i++) {
         const th_plugin_cfg *pc = &cfg->plugins[i];
         th_error e;
@@ -283,10 +286,19 @@ int th_host_open_ex(th_config *cfg, const th_host_opts *opts, th_host **out,
             th_log_warn("optional plugin %s skipped: %s", pc->name, e.msg);
             continue;
         }
+        if (first.code == 0)
+            first = e;
+        if (go_on) {
+            opts->on_error(opts->error_ud, &e);
+            continue;
+        }
+        break;
+    }
+    if (first.code != 0) {
         if (err)
-            *err = e;
+            *err = first;
         host_free(h);
-        return rc;
+        return first.code;
     }
     if ((rc = th_plugin_builtin(&th_task_tools_plugin, &h->task_plugin, err)) != 0) {
         host_free(h);
@@ -304,7 +316,10 @@ int th_host_open_ex(th_config *cfg, const th_host_opts *opts, th_host **out,
                 host_free(h);
                 return rc;
             }
-    if ((rc = th_config_check_tools(cfg, has_tool, h, err)) != 0) {
+    if ((rc = th_config_check_tools_all(cfg, has_tool, h,
+                                        go_on ? opts->on_error : NULL,
+                                        go_on ? opts->error_ud : NULL,
+                                        err)) != 0) {
         host_free(h);
         return rc;
     }

@@ -450,6 +450,51 @@ static void test_config_check_all(void)
     th_test_run_free(&r);
     free(f);
 
+    /* what is found once the file is read (plugins that do not load, tool
+     * names no plugin provides): every one, not the first alone */
+    snprintf(yaml, sizeof yaml,
+             "plugins:\n"
+             "  - name: echo\n"
+             "    path: %s\n"
+             "  - name: gone\n"
+             "    path: %s/no-such-a.so\n"
+             "  - name: gone2\n"
+             "    path: %s/no-such-b.so\n",
+             th_test_build_path("plugins/echo.so"), dir, dir);
+    f = th_test_write_file(dir, "plugins.yaml", yaml, (size_t)-1);
+    RUN(r, "config", "check", f);
+    CU_ASSERT_EQUAL(r.status, 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, ":4:5: plugin 'gone' "));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, ":6:5: plugin 'gone2' "));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, ": 2 errors"));
+    th_test_run_free(&r);
+    free(f);
+    snprintf(yaml, sizeof yaml,
+             "plugins:\n"
+             "  - name: echo\n"
+             "    path: %s\n"
+             "toolsets:\n"
+             "  - name: a\n"
+             "    tools: [echo, missing_one]\n"
+             "  - name: b\n"
+             "    tools: [missing_two]\n",
+             th_test_build_path("plugins/echo.so"));
+    f = th_test_write_file(dir, "tools.yaml", yaml, (size_t)-1);
+    RUN(r, "config", "check", f);
+    CU_ASSERT_EQUAL(r.status, 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, ":6:19: toolset 'a' names tool "
+                                         "'missing_one'"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, ":8:13: toolset 'b' names tool "
+                                         "'missing_two'"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, ": 2 errors"));
+    th_test_run_free(&r);
+    RUN(r, "config", "check", "--json", f);
+    CU_ASSERT_EQUAL(r.status, 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "missing_one"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "missing_two"));
+    th_test_run_free(&r);
+    free(f);
+
     /* rules that match nothing: warned, the config still valid */
     snprintf(yaml, sizeof yaml,
              "plugins:\n"

@@ -577,6 +577,13 @@ bool th_plugin_cfg_equal(const th_plugin_cfg *a, const th_plugin_cfg *b);
 int th_config_check_tools(const th_config *cfg,
                           bool (*has_tool)(void *ud, const char *name),
                           void *ud, th_error *err);
+/* The same, going on past each miss: every one is passed to report (when
+ * not NULL); the result is the first. */
+int th_config_check_tools_all(const th_config *cfg,
+                              bool (*has_tool)(void *ud, const char *name),
+                              void *ud,
+                              void (*report)(void *rud, const th_error *e),
+                              void *rud, th_error *err);
 
 /* Parsers of the value forms, shared with the CLI: "64KiB", "1MiB", "512"
  * and "500ms", "30s", "2m", "1h".  0 or TH_EINVAL.  Sizes: B, KiB, MiB,

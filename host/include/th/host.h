@@ -48,6 +48,12 @@ int th_host_open(th_config *cfg, th_host **out, th_error *err);
 typedef struct th_host_opts {
     const toolhost_plugin *const *builtins;
     size_t n_builtins;
+    /* `config check`: when set, opening goes on past a plugin that does
+     * not load, reporting each failure here, and then (when every plugin
+     * loaded) every toolset, override and mock that names a tool no plugin
+     * provides; the open still fails, with the first of them. */
+    void (*on_error)(void *ud, const th_error *e);
+    void *error_ud;
 } th_host_opts;
 int th_host_open_ex(th_config *cfg, const th_host_opts *opts, th_host **out,
                     th_error *err);
