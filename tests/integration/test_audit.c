@@ -13,6 +13,11 @@
 #include <nettle/sha2.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 
 #include "common/th_http.h"
 #include "integration/test_nats_harness.h"
@@ -418,6 +423,125 @@ static void test_write_error(void)
     rpc_srv_free(&s);
 }
 
+/* ---- journald ------------------------------------------------------------------ */
+
+/* The journal's socket the test binds; the server sees it at the path
+ * libsystemd sends to, in a mount namespace of its own. */
+static const char *g_journal_sock;
+
+static void journal_child(const char *dir)
+{
+    (void)dir;
+    int fd;
+    if (unshare(CLONE_NEWNS) != 0 ||
+        mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+        mount("toolhost-test", "/run", "tmpfs", MS_NOSUID | MS_NODEV,
+              "mode=0755") != 0 ||
+        mkdir("/run/systemd", 0755) != 0 ||
+        mkdir("/run/systemd/journal", 0755) != 0 ||
+        (fd = open("/run/systemd/journal/socket", O_CREAT | O_WRONLY, 0600)) <
+            0)
+        _exit(125);
+    close(fd);
+    if (mount(g_journal_sock, "/run/systemd/journal/socket", NULL, MS_BIND,
+              NULL) != 0)
+        _exit(125);
+}
+
+/* Whether a child may make that namespace (root, mounts allowed). */
+static bool journal_possible(void)
+{
+    if (geteuid() != 0)
+        return false;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        _exit(unshare(CLONE_NEWNS) == 0 &&
+                      mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0 &&
+                      mount("toolhost-test", "/run", "tmpfs", 0, NULL) == 0
+                  ? 0
+                  : 1);
+    }
+    int st = 1;
+    return pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) &&
+           WEXITSTATUS(st) == 0;
+}
+
+/* audit: journald: one journal entry a call, sent to the journal's socket
+ * (its native protocol), with the JSON line as MESSAGE and the fields
+ * that let `journalctl TOOLHOST_AUDIT=1` find it. */
+static void test_journald(void)
+{
+#ifndef TH_HAVE_SYSTEMD
+    TH_SKIP("built without libsystemd");
+    return;
+#endif
+    if (!journal_possible()) {
+        TH_SKIP("needs root and a mount namespace (a fake journal socket "
+                "at /run/systemd/journal/socket)");
+        return;
+    }
+    char *jdir = th_test_tmpdir();
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    char sock[sizeof sa.sun_path];
+    CU_ASSERT_FATAL((size_t)snprintf(sock, sizeof sock, "%s/journal.sock",
+                                     jdir) < sizeof sock);
+    int jfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    memcpy(sa.sun_path, sock, sizeof sock);
+    CU_ASSERT_FATAL(jfd >= 0 &&
+                    bind(jfd, (struct sockaddr *)&sa, sizeof sa) == 0);
+    g_journal_sock = sock;
+    rpc_srv s;
+    rpc_opts o = {.host_extra = "  audit: journald\n",
+                  .child_setup = journal_child};
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_FATAL(c != NULL);
+    CU_ASSERT(rpc_echo(c, "[\"echo\", {\"text\": \"to the journal\"}]"));
+    th_rpc_client_close(c);
+    /* the entry: wait for a datagram naming the call (others may come
+     * first) */
+    char buf[8192];
+    bool found = false;
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    while (!found && rpc_now_ms() < end) {
+        struct pollfd pf = {.fd = jfd, .events = POLLIN};
+        if (poll(&pf, 1, 100) != 1)
+            continue;
+        ssize_t r = recv(jfd, buf, sizeof buf - 1, 0);
+        if (r <= 0)
+            continue;
+        buf[r] = '\0';
+        found = strstr(buf, "TOOLHOST_AUDIT=1") != NULL;
+    }
+    CU_ASSERT(found);
+    if (found) {
+        CU_ASSERT_PTR_NOT_NULL(strstr(buf, "SYSLOG_IDENTIFIER=toolhost-audit"));
+        const char *m = strstr(buf, "MESSAGE=");
+        CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+        char *nl = strchr(m, '\n');
+        if (nl)
+            *nl = '\0';
+        json_error_t e;
+        json_t *j = json_loads(m + 8, 0, &e);
+        CU_ASSERT_PTR_NOT_NULL(j);
+        if (j) {
+            CU_ASSERT(str_is(j, "tool", "echo"));
+            CU_ASSERT(str_is(j, "front", "rpc"));
+            CU_ASSERT(str_is(j, "outcome", "ok"));
+            char want[65];
+            args_digest("to the journal", want);
+            CU_ASSERT(str_is(j, "args_sha256", want));
+        }
+        json_decref(j);
+    }
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+    close(jfd);
+    th_test_rmtree(jdir);
+    free(jdir);
+}
+
 /* ---- config errors ------------------------------------------------------------- */
 
 static void test_config(void)
@@ -533,6 +657,7 @@ void th_suite_audit(void)
     CU_add_test(s, "nats", test_nats);
     CU_add_test(s, "reopen", test_reopen);
     CU_add_test(s, "write_error", test_write_error);
+    CU_add_test(s, "journald", test_journald);
     CU_add_test(s, "config", test_config);
     CU_add_test(s, "log_schema", test_log_schema);
 }
