@@ -29,6 +29,7 @@
 
 #include "call_fast.h"
 #include "call_int.h"
+#include "th/audit.h"
 #include "th/log.h"
 #include "th/perm.h"
 
@@ -95,6 +96,8 @@ typedef struct call_plan {
     bool perm_free;             /* the tool has no needs_permission hook
                                    and ts's rules allow it without asking:
                                    stage 4 has nothing to decide */
+    int refused;                /* the TH_E* code a refusal answered with
+                                   before any call record (for the audit) */
 } call_plan;
 
 /* The decision cache.  What stage 1 decides depends on the config
@@ -232,6 +235,7 @@ static int plan_decide(th_session *s, const char *name, uint64_t id,
         p->timeout_ms = timeout_of(p->cfg, p->ts, p->ov, 0, NULL);
         return 0;
     }
+    p->refused = any ? TH_EPERM : TH_EUNKNOWN_TOOL;
     if (any) {
         atomic_fetch_add(&p->st->perm_denied, 1);
         th_call_emit_error(fn, ud, id, TH_EPERM,
@@ -254,6 +258,7 @@ static int stage_lookup(th_session *s, const char *name, uint64_t id,
     p->tool = th_registry_acquire(h->reg, name);
     if (!p->tool) {
         th_stat_call_started(h, NULL);
+        p->refused = TH_EUNKNOWN_TOOL;
         th_call_emit_error(fn, ud, id, TH_EUNKNOWN_TOOL, "unknown tool '%s'", name);
         return 1;
     }
@@ -668,6 +673,31 @@ static bool has_hooks(const call_plan *p)
     return d && (d->validate_args || (p->ts && d->needs_permission));
 }
 
+/* The audit line of a call refused before it had a record (an unknown
+ * tool, no toolset the principal may use): its arguments hashed as given
+ * (no toolset says which are sensitive), no toolset. */
+static void audit_refused(th_session *s, const char *name,
+                          const uint8_t *args, size_t len,
+                          const th_call_opts *o, uint64_t id, int code)
+{
+    char hex[65];
+    th_audit_sha256_hex(args, len, hex);
+    th_audit_call a = {
+        .wall_ms = th_wall_ms(),
+        .who = &s->who,
+        .session = s->id,
+        .front = o->front ? o->front : s->ops.front,
+        .tool = name,
+        .call_id = id,
+        .args_sha256 = hex,
+        .outcome = code == TH_EPERM ? "denied" : "error",
+        .error = code,
+        .traceparent = th_audit_traceparent_ok(o->traceparent)
+                           ? o->traceparent
+                           : NULL};
+    th_audit_write(s->h->audit, &a);
+}
+
 int th_call_start(th_session *s, const char *name, const uint8_t *args,
                   size_t len, const th_call_opts *opts, th_event_fn fn,
                   void *ud, uint64_t *call_id)
@@ -694,9 +724,12 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
 
     call_plan p; /* stage_lookup fills what it returns 0 with */
     p.cfg = th_host_config_get(h); /* the call's one snapshot */
+    p.refused = 0;
     int rc = stage_lookup(s, name, id, fn, ud, &p);
     if (rc != 0) {
         th_config_unref(p.cfg);
+        if (rc > 0 && p.refused && h->audit)
+            audit_refused(s, name, args, len, &o, id, p.refused);
         return rc > 0 ? 0 : rc;
     }
     /* A front's own thread runs a short call itself (call_fast.c). */

@@ -162,6 +162,43 @@ static void test_socket(void)
     rpc_srv_free(&s);
 }
 
+/* A call refused before it has a record (an unknown tool) is audited too:
+ * its name, the digest of its arguments as sent, outcome and error. */
+static void test_refused(void)
+{
+    rpc_srv s;
+    rpc_opts o = {.host_extra = "  audit: audit.log\n"};
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_FATAL(c != NULL);
+    rpc_res r;
+    CU_ASSERT(rpc_call(c, "tools.call",
+                       "[\"no_such_tool\", {\"text\": \"x\"}, "
+                       "{\"traceparent\": \"" TP "\"}]",
+                       &r) == 0);
+    rpc_res_free(&r);
+    th_rpc_client_close(c);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    char path[4200];
+    audit_path(&s, path, sizeof path);
+    json_t *l[4];
+    size_t n = audit_lines(path, l, 4);
+    CU_ASSERT_EQUAL(n, 1);
+    if (n == 1) {
+        CU_ASSERT(str_is(l[0], "tool", "no_such_tool"));
+        CU_ASSERT(str_is(l[0], "front", "rpc"));
+        CU_ASSERT(str_is(l[0], "outcome", "error"));
+        CU_ASSERT(str_is(l[0], "error", "unknown_tool"));
+        CU_ASSERT(str_is(l[0], "traceparent", TP));
+        CU_ASSERT(json_is_null(json_object_get(l[0], "toolset")));
+        char want[65];
+        args_digest("x", want);
+        CU_ASSERT(str_is(l[0], "args_sha256", want));
+    }
+    free_lines(l, n);
+    rpc_srv_free(&s);
+}
+
 /* A parameter the toolset marks sensitive is hashed as nil: two calls
  * with different secrets have the same digest. */
 static void test_sensitive(void)
@@ -652,6 +689,7 @@ void th_suite_audit(void)
 {
     CU_pSuite s = CU_add_suite("audit", NULL, audit_suite_clean);
     CU_add_test(s, "socket", test_socket);
+    CU_add_test(s, "refused", test_refused);
     CU_add_test(s, "sensitive", test_sensitive);
     CU_add_test(s, "mcp_http", test_mcp_http);
     CU_add_test(s, "nats", test_nats);
