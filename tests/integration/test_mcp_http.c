@@ -435,7 +435,7 @@ static void test_refusals(void)
         CU_ASSERT_FATAL(fd >= 0);
         char req[4096];
         int n = snprintf(req, sizeof req,
-                         "POST /mcp HTTP/1.1\r\nHost: x\r\n"
+                         "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                          "Connection: close\r\n" AUTH(ALICE)
                          "Content-Type: application/json\r\n"
                          "Transfer-Encoding: chunked\r\n\r\n"
