@@ -332,6 +332,7 @@ static void test_sdk_permission(void)
  * 403; the tokens from a file, a hash and an environment variable work. */
 static void test_sdk_tokens(void)
 {
+    th_test_timeout(180); /* node starts five times: 67 s beside a CPU hog */
     if (!sdk_ready())
         TH_SKIP(SDK_SKIP_MSG);
     mh_srv m;
