@@ -230,39 +230,33 @@ static stream *stream_new(hsess *s, int kind, char *key)
     return st;
 }
 
+/* Unlinks st from its session and frees it (f->mu held): an orphan POST
+ * stream, or any stream through stream_free(). */
+static void stream_unlink_free(stream *st)
+{
+    hsess *s = st->s;
+    for (stream **pp = &s->streams; *pp; pp = &(*pp)->next)
+        if (*pp == st) {
+            *pp = st->next;
+            break;
+        }
+    queue_clear(st);
+    free(st->key);
+    free(st);
+}
+
 /* Unlinks and frees st, dropping its session reference. */
 static void stream_free(stream *st)
 {
     hsess *s = st->s;
     th_mcp_http *f = s->f;
     pthread_mutex_lock(&f->mu);
-    for (stream **pp = &s->streams; *pp; pp = &(*pp)->next)
-        if (*pp == st) {
-            *pp = st->next;
-            break;
-        }
     if (st->kind == ST_GET && s->n_get)
         s->n_get--;
     s->last_used_ms = now_ms();
-    queue_clear(st);
+    stream_unlink_free(st);
     pthread_mutex_unlock(&f->mu);
-    free(st->key);
-    free(st);
     sess_unref(s);
-}
-
-/* Unlinks and frees an orphan POST stream (f->mu held). */
-static void orphan_free(stream *st)
-{
-    hsess *s = st->s;
-    for (stream **pp = &s->streams; *pp; pp = &(*pp)->next)
-        if (*pp == st) {
-            *pp = st->next;
-            break;
-        }
-    queue_clear(st);
-    free(st->key);
-    free(st);
 }
 
 /* ---- the core's callbacks ----------------------------------------------------- */
@@ -379,7 +373,7 @@ static void t_request_done(void *ud, const json_t *req)
     if (st)
         st->done = true;
     if (st && st->orphan)
-        orphan_free(st);
+        stream_unlink_free(st);
     pthread_cond_broadcast(&f->cv);
     pthread_mutex_unlock(&f->mu);
     free(key);
@@ -399,7 +393,7 @@ static void sess_unref(hsess *s)
         th_mcp_session_free(s->m);
     /* Only orphans are left: every other stream holds a reference. */
     while (s->streams)
-        orphan_free(s->streams);
+        stream_unlink_free(s->streams);
     while (s->owed) {
         owed *o = s->owed;
         s->owed = o->next;
