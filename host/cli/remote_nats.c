@@ -117,9 +117,20 @@ static void nats_done(natsConnection *nc)
     nats_CloseAndWait(1000);
 }
 
-/* Every host's $SRV.INFO answer within wait_ms (until 300 ms pass with no
- * new answer), as a JSON array. */
-static json_t *gather_info(natsConnection *nc, int64_t wait_ms)
+/* Discovery waits this long for the first $SRV.INFO answer before it says
+ * that no host serves the tool: a host on a loaded machine (or behind a
+ * remote NATS server) may take a few seconds to answer, and the wait ends
+ * at the first answer, so only a call no host serves pays all of it.  It
+ * is not bounded by --timeout, which is the call's deadline on the host. */
+#define DISCOVERY_FIRST_MS 5000
+/* After the first answer, others are read until none came for
+ * DISCOVERY_QUIET_MS, and for DISCOVERY_MORE_MS at most. */
+#define DISCOVERY_QUIET_MS 300
+#define DISCOVERY_MORE_MS 2000
+
+/* Every host's $SRV.INFO answer (see DISCOVERY_FIRST_MS), as a JSON
+ * array. */
+static json_t *gather_info(natsConnection *nc)
 {
     const char *svc = getenv("TOOLHOST_NATS_SERVICE");
     char subj[160];
@@ -133,11 +144,18 @@ static json_t *gather_info(natsConnection *nc, int64_t wait_ms)
         natsSubscription_Destroy(sub);
         return all;
     }
-    int64_t end = now_ms() + wait_ms;
-    int64_t quiet = 1000; /* the first answer may take a round trip */
-    while (now_ms() < end) {
+    int64_t end = now_ms() + DISCOVERY_FIRST_MS;
+    bool first = true;
+    for (;;) {
+        int64_t left = end - now_ms();
+        if (left <= 0)
+            break;
         natsMsg *m = NULL;
-        if (natsSubscription_NextMsg(&m, sub, quiet) != NATS_OK)
+        if (natsSubscription_NextMsg(
+                &m, sub,
+                first || left < DISCOVERY_QUIET_MS ? left
+                                                   : DISCOVERY_QUIET_MS) !=
+            NATS_OK)
             break;
         json_t *j = natsMsg_GetDataLength(m) > 0
                         ? json_loadb(natsMsg_GetData(m),
@@ -148,7 +166,9 @@ static json_t *gather_info(natsConnection *nc, int64_t wait_ms)
             json_array_append(all, j);
         json_decref(j);
         natsMsg_Destroy(m);
-        quiet = 300;
+        if (first)
+            end = now_ms() + DISCOVERY_MORE_MS;
+        first = false;
     }
     natsSubscription_Destroy(sub);
     return all;
@@ -167,7 +187,7 @@ int cli_list_nats(const char *url, bool json)
     natsConnection *nc = nats_connect_or_say(url);
     if (!nc)
         return CLI_FAILED;
-    json_t *info = gather_info(nc, 3000);
+    json_t *info = gather_info(nc);
     /* subject -> {toolset, tool, subject, hosts} */
     json_t *by = json_object();
     size_t i, k;
@@ -362,7 +382,7 @@ int cli_call_nats(const char *url, const char *tool, char **kv, int n_kv,
         return CLI_FAILED;
     /* TOOL or TOOLSET.TOOL: its subject and flags from discovery */
     const char *dot = strchr(tool, '.');
-    json_t *info = gather_info(nc, 3000);
+    json_t *info = gather_info(nc);
     char subj[512] = "";
     bool idem = false;
     json_t *types = NULL;

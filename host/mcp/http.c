@@ -6,6 +6,7 @@
  * send() only appends to a stream's bounded queue and wakes it: a worker
  * never waits for a client.  One mutex (f->mu) guards the session table,
  * the streams and their queues; f->cv is broadcast on every change. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <poll.h>
 #include <inttypes.h>
@@ -111,7 +112,7 @@ struct th_mcp_http {
     bool closing;
     pthread_t reaper;
     bool reaper_started;
-    atomic_llong refused_logged_ms[2]; /* log_due(): deep, too many */
+    atomic_llong refused_logged_ms[3]; /* log_due(): deep, too many, Host */
 };
 
 static int64_t now_ms(void);
@@ -233,41 +234,34 @@ static stream *stream_new(hsess *s, int kind, char *key)
     return st;
 }
 
+/* Unlinks st from its session and frees it (f->mu held): an orphan POST
+ * stream, or any stream through stream_free(). */
+static void stream_unlink_free(stream *st)
+{
+    hsess *s = st->s;
+    for (stream **pp = &s->streams; *pp; pp = &(*pp)->next)
+        if (*pp == st) {
+            *pp = st->next;
+            break;
+        }
+    queue_clear(st);
+    free(st->key);
+    json_decref(st->id);
+    free(st);
+}
+
 /* Unlinks and frees st, dropping its session reference. */
 static void stream_free(stream *st)
 {
     hsess *s = st->s;
     th_mcp_http *f = s->f;
     pthread_mutex_lock(&f->mu);
-    for (stream **pp = &s->streams; *pp; pp = &(*pp)->next)
-        if (*pp == st) {
-            *pp = st->next;
-            break;
-        }
     if (st->kind == ST_GET && s->n_get)
         s->n_get--;
     s->last_used_ms = now_ms();
-    queue_clear(st);
+    stream_unlink_free(st);
     pthread_mutex_unlock(&f->mu);
-    free(st->key);
-    json_decref(st->id);
-    free(st);
     sess_unref(s);
-}
-
-/* Unlinks and frees an orphan POST stream (f->mu held). */
-static void orphan_free(stream *st)
-{
-    hsess *s = st->s;
-    for (stream **pp = &s->streams; *pp; pp = &(*pp)->next)
-        if (*pp == st) {
-            *pp = st->next;
-            break;
-        }
-    queue_clear(st);
-    free(st->key);
-    json_decref(st->id);
-    free(st);
 }
 
 /* ---- the core's callbacks ----------------------------------------------------- */
@@ -422,7 +416,7 @@ static void t_request_done(void *ud, const json_t *req)
     if (st)
         st->done = true;
     if (st && st->orphan)
-        orphan_free(st);
+        stream_unlink_free(st);
     pthread_cond_broadcast(&f->cv);
     pthread_mutex_unlock(&f->mu);
     free(key);
@@ -442,7 +436,7 @@ static void sess_unref(hsess *s)
         th_mcp_session_free(s->m);
     /* Only orphans are left: every other stream holds a reference. */
     while (s->streams)
-        orphan_free(s->streams);
+        stream_unlink_free(s->streams);
     while (s->owed) {
         owed *o = s->owed;
         s->owed = o->next;
@@ -649,6 +643,15 @@ static const char *hdr(struct MHD_Connection *c, const char *name)
     return MHD_lookup_connection_value(c, MHD_HEADER_KIND, name);
 }
 
+/* The n bytes at p are "localhost" (any case) or a dotted 127.x
+ * address. */
+static bool name_loopback(const char *p, size_t n)
+{
+    return (n == 9 && strncasecmp(p, "localhost", 9) == 0) ||
+           (n >= 9 && strncmp(p, "127.", 4) == 0 &&
+            strspn(p, "0123456789.") == n);
+}
+
 /* An Origin on a loopback host: http(s)://localhost|127.x|[::1][:port]. */
 static bool origin_loopback(const char *o)
 {
@@ -664,9 +667,7 @@ static bool origin_loopback(const char *o)
         hl = 5;
     } else {
         hl = strcspn(p, ":/");
-        if (!((hl == 9 && strncasecmp(p, "localhost", 9) == 0) ||
-              (hl >= 9 && strncmp(p, "127.", 4) == 0 &&
-               strspn(p, "0123456789.") == hl)))
+        if (!name_loopback(p, hl))
             return false;
     }
     p += hl;
@@ -702,6 +703,105 @@ static bool origin_ok(th_mcp_http *f, const char *o)
         if (strcmp(f->mc->allow_origins[i], o) == 0)
             return true;
     return origin_loopback(o);
+}
+
+/* The name in a Host header value: "name", "name:port", "[v6]" or
+ * "[v6]:port" (blanks after it tolerated); false for anything else. */
+static bool host_name(const char *v, char *name, size_t cap)
+{
+    size_t len = strlen(v);
+    while (len && (v[len - 1] == ' ' || v[len - 1] == '\t'))
+        len--;
+    const char *end = v + len, *p, *q;
+    if (*v == '[') {
+        p = v + 1;
+        q = memchr(p, ']', (size_t)(end - p));
+        if (!q)
+            return false;
+    } else {
+        p = v;
+        q = memchr(p, ':', len);
+        if (!q)
+            q = end;
+    }
+    size_t n = (size_t)(q - p);
+    if (n == 0 || n >= cap)
+        return false;
+    memcpy(name, p, n);
+    name[n] = '\0';
+    if (*v == '[')
+        q++;
+    if (q == end)
+        return true;
+    if (*q != ':')
+        return false;
+    size_t dl = (size_t)(end - q - 1);
+    if (dl == 0 || dl > 5 || strspn(q + 1, "0123456789") < dl)
+        return false;
+    unsigned long port = strtoul(q + 1, NULL, 10);
+    return port > 0 && port <= 65535;
+}
+
+/* `name` is the address the connection came in on (the listening one;
+ * for a wildcard listener the local address the client reached). */
+static bool host_is_local(struct MHD_Connection *c, const char *name)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (!ci || getsockname(ci->connect_fd, (struct sockaddr *)&ss, &sl) != 0)
+        return false;
+    unsigned char want[16];
+    if (ss.ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
+        return inet_pton(AF_INET, name, want) == 1 &&
+               memcmp(want, &a->sin_addr, 4) == 0;
+    }
+    if (ss.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&ss;
+        if (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr))
+            return inet_pton(AF_INET, name, want) == 1 &&
+                   memcmp(want, a->sin6_addr.s6_addr + 12, 4) == 0;
+        return inet_pton(AF_INET6, name, want) == 1 &&
+               memcmp(want, &a->sin6_addr, 16) == 0;
+    }
+    return false;
+}
+
+/* `name` is the host of an mcp.allow_origins entry (any case). */
+static bool host_allowed_origin(th_mcp_http *f, const char *name)
+{
+    size_t n = strlen(name);
+    for (size_t i = 0; i < f->mc->n_allow_origins; i++) {
+        const char *o = strstr(f->mc->allow_origins[i], "://");
+        if (!o)
+            continue;
+        o += 3;
+        bool br = *o == '[';
+        o += br;
+        size_t ol = br ? strcspn(o, "]") : strcspn(o, ":/");
+        if (ol == n && strncasecmp(o, name, n) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* DNS rebinding: a page of evil.example, re-resolved to this host, sends
+ * no Origin on a same-origin GET but its Host names evil.example.  So
+ * without an Origin the Host must name a loopback host, the address the
+ * connection came in on, or a host of mcp.allow_origins.  The port is
+ * not compared (a port forward or a container maps it; the Origin check
+ * does not compare it either); no Host at all (HTTP/1.0) passes. */
+static bool host_ok(th_mcp_http *f, struct MHD_Connection *c, const char *h)
+{
+    char name[256];
+    if (!h)
+        return true;
+    if (!host_name(h, name, sizeof name))
+        return false;
+    return name_loopback(name, strlen(name)) || strcmp(name, "::1") == 0 ||
+           host_allowed_origin(f, name) || host_is_local(c, name);
 }
 
 /* The user of the request's bearer token, or NULL. */
@@ -1258,6 +1358,21 @@ static enum MHD_Result on_request(void *ud, struct MHD_Connection *c,
             return th_http_reply(c, MHD_HTTP_FORBIDDEN, "text/plain",
                                  "origin not allowed\n", NULL, NULL);
         }
+        const char *host = hdr(c, MHD_HTTP_HEADER_HOST);
+        if (!origin && !host_ok(f, c, host)) {
+            if (log_due(f, 2))
+                th_log_warn("mcp http: a request with Host '%.100s' and no "
+                            "Origin refused (not loopback, not the "
+                            "listening address, not a host of "
+                            "mcp.allow_origins; DNS rebinding?)",
+                            host);
+            th_stat_front_event(f->h, TOOLHOST_FRONT_MCP,
+                                TH_FEV_REFUSED_FORBIDDEN);
+            return reply_rpc_error(c, 403, -32600,
+                                   "Forbidden: the Host header names "
+                                   "neither this server nor a host of "
+                                   "mcp.allow_origins");
+        }
         bool given;
         q->user = token_user(f, c, &given);
         if (!q->user) {
@@ -1442,6 +1557,7 @@ int th_mcp_http_start(th_host *h, const th_config *cfg, th_mcp_http **out,
     f->h = h;
     atomic_init(&f->refused_logged_ms[0], -1000000);
     atomic_init(&f->refused_logged_ms[1], -1000000);
+    atomic_init(&f->refused_logged_ms[2], -1000000);
     f->mc = &f->mcfg;
     pthread_mutex_init(&f->mu, NULL);
     pthread_condattr_t ca;

@@ -659,24 +659,34 @@ static void m_initialize(th_mcp_session *m, const json_t *id,
                                 : "");
 }
 
+bool mcp_list_cursor(th_mcp_session *m, const json_t *id,
+                     const json_t *params, const char *method, size_t *off)
+{
+    *off = 0;
+    json_t *cur = json_object_get(params, "cursor");
+    if (!cur)
+        return true;
+    const char *s = json_string_value(cur);
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = s ? strtoull(s, &end, 10) : 0;
+    if (!s || !*s || *end || errno || v > SIZE_MAX) {
+        mcp_send_error(m, id, MCP_INVALID_PARAMS,
+                       "invalid cursor: pass back a nextCursor of an "
+                       "earlier %s",
+                       method);
+        return false;
+    }
+    *off = (size_t)v;
+    return true;
+}
+
 static void m_tools_list(th_mcp_session *m, const json_t *id,
                          const json_t *params)
 {
-    size_t off = 0;
-    json_t *cur = json_object_get(params, "cursor");
-    if (cur) {
-        const char *s = json_string_value(cur);
-        char *end = NULL;
-        errno = 0;
-        unsigned long long v = s ? strtoull(s, &end, 10) : 0;
-        if (!s || !*s || *end || errno || v > SIZE_MAX) {
-            mcp_send_error(m, id, MCP_INVALID_PARAMS,
-                           "invalid cursor: pass back a nextCursor of an "
-                           "earlier tools/list");
-            return;
-        }
-        off = (size_t)v;
-    }
+    size_t off;
+    if (!mcp_list_cursor(m, id, params, "tools/list", &off))
+        return;
     json_t *all = visible_tools(m);
     if (!all) {
         mcp_send_error(m, id, MCP_INTERNAL_ERROR, "out of memory");

@@ -142,6 +142,11 @@ void mcp_send_result(struct th_mcp_session *m, const json_t *id,
 void mcp_send_error(struct th_mcp_session *m, const json_t *id, int code,
                     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 void mcp_request_done(struct th_mcp_session *m, const json_t *id);
+/* The index that a list request's "cursor" (a nextCursor handed out by an
+ * earlier `method`) names, in *off; 0 without a cursor.  false, with the
+ * invalid-params error sent, when it is not one. */
+bool mcp_list_cursor(struct th_mcp_session *m, const json_t *id,
+                     const json_t *params, const char *method, size_t *off);
 
 /* mcp_result.c: a CallToolResult for a final result.  NULL: no memory. */
 json_t *mcp_tool_result(const th_result *r, const char *tool,

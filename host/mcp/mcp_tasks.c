@@ -549,18 +549,9 @@ static int list_each(const th_task_view *tv, void *ud)
 void mcp_tasks_list(th_mcp_session *m, const json_t *id,
                     const json_t *params)
 {
-    size_t off = 0;
-    json_t *cur = json_object_get(params, "cursor");
-    if (cur) {
-        const char *s = json_string_value(cur);
-        char *end = NULL;
-        unsigned long long v = s ? strtoull(s, &end, 10) : 0;
-        if (!s || !*s || *end) {
-            mcp_send_error(m, id, MCP_INVALID_PARAMS, "invalid cursor");
-            return;
-        }
-        off = (size_t)v;
-    }
+    size_t off;
+    if (!mcp_list_cursor(m, id, params, "tasks/list", &off))
+        return;
     list_ctx x = {.m = m};
     int rc = th_task_foreach(m->s, list_each, &x);
     if (rc != 0 || x.oom) {

@@ -543,7 +543,7 @@ static void test_http_long_and_truncated(void)
     CU_ASSERT_FATAL(fd >= 0);
     char head[512];
     int k = snprintf(head, sizeof head,
-                     "POST /mcp HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                     "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
                      TOKEN "\r\nMcp-Session-Id: %s\r\nContent-Type: "
                      "application/json\r\nContent-Length: 4000\r\n\r\n"
                      "{\"jsonrpc\":\"2.0\",\"id\":",
@@ -595,7 +595,7 @@ static void test_http_vanishes_mid_call(void)
         "1000,\"delay_ms\":20}}}";
     char head[1024];
     int k = snprintf(head, sizeof head,
-                     "POST /mcp HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                     "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
                      TOKEN "\r\nMcp-Session-Id: %s\r\nContent-Type: "
                      "application/json\r\nAccept: application/json, "
                      "text/event-stream\r\nContent-Length: %zu\r\n\r\n%s",

@@ -19,7 +19,11 @@
  *   nul_header     a NUL inside the token header (or any header) is a
  *                  400, never the token cut short;
  *   tls_priorities TLS 1.0 and CBC suites are refused, TLS 1.2 AEAD and
- *                  TLS 1.3 work (openssl s_client as the client).
+ *                  TLS 1.3 work (openssl s_client as the client);
+ *   host_check     without an Origin, a Host that names neither a
+ *                  loopback name, the listening address nor a host of
+ *                  mcp.allow_origins is a 403 (DNS rebinding), logged at
+ *                  most once a second; the real names are served.
  *
  * The attackers connect from 127.0.0.2 (all of 127/8 is loopback) so the
  * per-address cap of the real client's 127.0.0.1 is its own. */
@@ -268,7 +272,7 @@ static void test_slowloris(void)
                              true, NULL) == 0);
     trickle t;
     memset(&t, 0, sizeof t);
-    t.text = "POST /mcp HTTP/1.1\r\nHost: x\r\nX-Slow: "
+    t.text = "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "
              "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
     for (int i = 0; i < 2 * N_SLOW; i++) {
         t.fd[i] = tcp_from(i < N_SLOW ? m.port : m.mport, 2);
@@ -332,7 +336,7 @@ static void test_slow_body(void)
     CU_ASSERT_FATAL(t.fd[0] >= 0);
     char head[512];
     int n = snprintf(head, sizeof head,
-                     "POST /mcp HTTP/1.1\r\nHost: x\r\n" AUTH
+                     "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n" AUTH
                      "Content-Type: application/json\r\n"
                      "Content-Length: 100000\r\n\r\n");
     CU_ASSERT_FATAL(send_all(t.fd[0], head, (size_t)n) == 0);
@@ -449,7 +453,7 @@ static void test_edges(void)
     /* chunked, over max_body without a Content-Length: 413 */
     int fd = tcp_from(m.port, 2);
     CU_ASSERT_FATAL(fd >= 0);
-    static const char chead[] = "POST /mcp HTTP/1.1\r\nHost: x\r\n"
+    static const char chead[] = "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                                 "Connection: close\r\n" AUTH
                                 "Content-Type: application/json\r\n"
                                 "Transfer-Encoding: chunked\r\n\r\n";
@@ -506,10 +510,10 @@ static void test_edges(void)
     CU_ASSERT_FATAL(fd >= 0);
     char two[2048];
     int k = snprintf(two, sizeof two,
-                     "POST /mcp HTTP/1.1\r\nHost: x\r\n" AUTH
+                     "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n" AUTH
                      "Content-Type: application/json\r\n"
                      "Content-Length: %zu\r\n\r\n%s"
-                     "POST /mcp HTTP/1.1\r\nHost: x\r\n" AUTH
+                     "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n" AUTH
                      "Content-Type: application/json\r\n"
                      "Content-Length: %zu\r\n\r\n%s",
                      strlen(INIT_BODY), INIT_BODY, strlen(INIT_BODY),
@@ -712,7 +716,8 @@ static void test_nul_header(void)
     CU_ASSERT_FATAL(fd >= 0);
     char head[1024];
     int k = snprintf(head, sizeof head,
-                     "POST /mcp HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                     "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     "Connection: close\r\n"
                      "Content-Type: application/json\r\n"
                      "Content-Length: %zu\r\n",
                      strlen(INIT_BODY));
@@ -739,17 +744,17 @@ static void test_nul_header(void)
     free(out);
     /* A NUL in the path; an obs-fold line (refused, RFC 9112 5.2). */
     static const char *const bad[] = {
-        "GET /mcp\0junk HTTP/1.1\r\nHost: x\r\n" AUTH "\r\n",
-        "GET /mcp HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n" AUTH "\r\n",
-        "GET\0junk /mcp HTTP/1.1\r\nHost: x\r\n" AUTH "\r\n",
-        "GET /mcp HTTP/1.1\r\nHost: x\r\nX-\0junk: a\r\n" AUTH "\r\n",
+        "GET /mcp\0junk HTTP/1.1\r\nHost: 127.0.0.1\r\n" AUTH "\r\n",
+        "GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: a\r\n b\r\n" AUTH "\r\n",
+        "GET\0junk /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n" AUTH "\r\n",
+        "GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-\0junk: a\r\n" AUTH "\r\n",
     };
     static const size_t bad_len[] = {
-        sizeof "GET /mcp\0junk HTTP/1.1\r\nHost: x\r\n" AUTH "\r\n" - 1,
-        sizeof "GET /mcp HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n" AUTH
+        sizeof "GET /mcp\0junk HTTP/1.1\r\nHost: 127.0.0.1\r\n" AUTH "\r\n" - 1,
+        sizeof "GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: a\r\n b\r\n" AUTH
                "\r\n" - 1,
-        sizeof "GET\0junk /mcp HTTP/1.1\r\nHost: x\r\n" AUTH "\r\n" - 1,
-        sizeof "GET /mcp HTTP/1.1\r\nHost: x\r\nX-\0junk: a\r\n" AUTH
+        sizeof "GET\0junk /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n" AUTH "\r\n" - 1,
+        sizeof "GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-\0junk: a\r\n" AUTH
                "\r\n" - 1,
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
@@ -767,11 +772,11 @@ static void test_nul_header(void)
      * ends, trailing blanks: a GET without a session is a 400 of the MCP
      * front (its JSON-RPC error), not of the head check. */
     static const char *const good[] = {
-        "GET /mcp?a=b&c HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        "GET /mcp?a=b&c HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
         AUTH "\r\n",
-        "GET /mcp HTTP/1.1\nHost:x\nConnection:close\n"
+        "GET /mcp HTTP/1.1\nHost:127.0.0.1\nConnection:close\n"
         "Authorization:\t Bearer " TOKEN "\n\n",
-        "GET /mcp HTTP/1.1\r\nHost: x  \r\nX-E:\r\n"
+        "GET /mcp HTTP/1.1\r\nHost: 127.0.0.1  \r\nX-E:\r\n"
         "Connection: close\r\n" AUTH "\r\n",
     };
     for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
@@ -790,7 +795,7 @@ static void test_nul_header(void)
         size_t cap = 32768, len = 0;
         char *big = malloc(cap);
         len += (size_t)snprintf(big + len, cap - len,
-                                "GET /mcp?q=1 HTTP/1.1\r\nHost: x\r\n"
+                                "GET /mcp?q=1 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                                 "Connection: close\r\nCookie: a=b; c=d\r\n");
         for (int i = 0; i < 24; i++) {
             len += (size_t)snprintf(big + len, cap - len, "X-Big-%d: ", i);
@@ -908,6 +913,103 @@ static void test_tls_priorities(void)
     free(dir);
 }
 
+/* ---- Host without Origin (DNS rebinding) ----------------------------------- */
+
+/* An initialize with `host` as the Host header (and `origin` when not
+ * NULL): the status, the text in *out. */
+static int host_req(unsigned port, const char *host, const char *origin,
+                    char **out)
+{
+    int fd = tcp_from(port, 1);
+    if (fd < 0) {
+        *out = strdup("");
+        return -1;
+    }
+    char head[1024];
+    int k = snprintf(head, sizeof head,
+                     "POST /mcp HTTP/1.1\r\nHost: %s\r\n%s%s%s"
+                     "Connection: close\r\n" AUTH
+                     "Accept: application/json, text/event-stream\r\n"
+                     "Content-Type: application/json\r\n"
+                     "Content-Length: %zu\r\n\r\n" INIT_BODY,
+                     host, origin ? "Origin: " : "", origin ? origin : "",
+                     origin ? "\r\n" : "", strlen(INIT_BODY));
+    int st = -1;
+    if (send_all(fd, head, (size_t)k) == 0)
+        st = read_reply(fd, rpc_wait_ms(), out, NULL);
+    else
+        *out = strdup("");
+    close(fd);
+    return st;
+}
+
+static void test_host_check(void)
+{
+    ml_srv m;
+    CU_ASSERT_FATAL(ml_start(&m,
+                             "  allow_origins: [\"https://mcp.example.com\"]\n",
+                             false, NULL) == 0);
+    char h[64], *out;
+    /* A forged name without Origin: 403 with a JSON-RPC error, no
+     * session. */
+    snprintf(h, sizeof h, "evil.example:%u", m.port);
+    int st = host_req(m.port, h, NULL, &out);
+    CU_ASSERT_EQUAL(st, 403);
+    CU_ASSERT(has(out, "\"code\":-32600"));
+    CU_ASSERT(has(out, "Host"));
+    CU_ASSERT(out && !strcasestr(out, "Mcp-Session-Id"));
+    free(out);
+    /* Names that only look like loopback ones. */
+    static const char *const forged[] = {
+        "evil.example", "127.0.0.1.evil.example", "localhost.evil.example",
+        "127.evil", "[::2]", "evil.example:80:80", "", "[::1", "x"};
+    for (size_t i = 0; i < sizeof forged / sizeof *forged; i++) {
+        st = host_req(m.port, forged[i], NULL, &out);
+        if (st != 403 && st != 400)
+            fprintf(stderr, "\nHost '%s' answered %d\n", forged[i], st);
+        CU_ASSERT(st == 403 || st == 400);
+        free(out);
+    }
+    /* The real names of a loopback listener, with and without the port,
+     * and the host of an allowed Origin (any case). */
+    const char *const real[] = {"127.0.0.1:%u", "localhost:%u",
+                                "[::1]:%u",     "LocalHost:%u",
+                                "127.0.0.1",    "mcp.example.com",
+                                "MCP.example.COM:443"};
+    for (size_t i = 0; i < sizeof real / sizeof *real; i++) {
+        snprintf(h, sizeof h, real[i], m.port);
+        st = host_req(m.port, h, NULL, &out);
+        if (st != 200)
+            fprintf(stderr, "\nHost '%s' answered %d\n", h, st);
+        CU_ASSERT_EQUAL(st, 200);
+        CU_ASSERT(has(out, "Mcp-Session-Id"));
+        free(out);
+    }
+    /* With an Origin the Origin check decides (as before). */
+    snprintf(h, sizeof h, "http://127.0.0.1:%u", m.port);
+    st = host_req(m.port, "evil.example", h, &out);
+    CU_ASSERT_EQUAL(st, 200);
+    free(out);
+    st = host_req(m.port, "127.0.0.1", "http://evil.example", &out);
+    CU_ASSERT_EQUAL(st, 403);
+    free(out);
+    /* The refusal is logged, at most once a second: a flood of forged
+     * requests does not flood the log. */
+    int before = rpc_log_count(&m.rs, "and no Origin refused");
+    CU_ASSERT(before >= 1);
+    int64_t t0 = rpc_now_ms();
+    for (int i = 0; i < 20; i++) {
+        st = host_req(m.port, "evil.example", NULL, &out);
+        CU_ASSERT_EQUAL(st, 403);
+        free(out);
+    }
+    int64_t secs = (rpc_now_ms() - t0) / 1000;
+    int lines = rpc_log_count(&m.rs, "and no Origin refused") - before;
+    CU_ASSERT(lines <= 2 + secs);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
+    ml_free(&m);
+}
+
 void th_suite_mcp_http_limits(void)
 {
     CU_pSuite s = CU_add_suite("mcp_http_limits", NULL, NULL);
@@ -918,4 +1020,5 @@ void th_suite_mcp_http_limits(void)
     CU_add_test(s, "json_bounds", test_json_bounds);
     CU_add_test(s, "nul_header", test_nul_header);
     CU_add_test(s, "tls_priorities", test_tls_priorities);
+    CU_add_test(s, "host_check", test_host_check);
 }

@@ -171,6 +171,83 @@ static void test_request_done_pairing(void)
     pthread_cond_destroy(&c.cv);
 }
 
+/* The error code of the response to id (0: a result, 1: none). */
+static int resp_code(cap *c, json_int_t id)
+{
+    size_t i;
+    json_t *v;
+    json_array_foreach(c->sent, i, v)
+    {
+        json_t *m = json_array_get(v, 0);
+        json_t *j = json_object_get(m, "id");
+        if (json_object_get(m, "method") || !json_is_integer(j) ||
+            json_integer_value(j) != id)
+            continue;
+        json_t *e = json_object_get(m, "error");
+        return e ? (int)json_integer_value(json_object_get(e, "code")) : 0;
+    }
+    return 1;
+}
+
+/* tools/list and tasks/list read their cursor alike: a decimal index
+ * that fits, anything else is -32602. */
+static void test_list_cursor(void)
+{
+    th_host *h = th_test_echo_host_open();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(h);
+    th_error err;
+    th_error_clear(&err);
+    cap c = {.sent = json_array(), .done = json_array()};
+    pthread_mutex_init(&c.mu, NULL);
+    pthread_cond_init(&c.cv, NULL);
+    th_mcp_transport t = {.send = cap_send, .request_done = cap_done};
+    th_principal who = {.uid = (uint32_t)getuid(), .gid = (uint32_t)getgid()};
+    th_mcp_session *m = th_mcp_session_new(h, &who, &t, &c, NULL, &err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    in(m, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":"
+          "{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{}}}");
+    in(m, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}");
+    static const struct {
+        const char *method, *cursor;
+        int code;
+    } k[] = {
+        {"tools/list", "\"0\"", 0},
+        {"tools/list", "\"1\"", 0},
+        {"tools/list", "\"x\"", -32602},
+        {"tools/list", "\"\"", -32602},
+        {"tools/list", "3", -32602},
+        {"tools/list", "\"99999999999999999999\"", -32602},
+        {"tasks/list", "\"0\"", 0},
+        {"tasks/list", "\"1x\"", -32602},
+        {"tasks/list", "\"99999999999999999999\"", -32602},
+    };
+    size_t n = sizeof k / sizeof *k;
+    for (size_t i = 0; i < n; i++) {
+        char req[256];
+        snprintf(req, sizeof req,
+                 "{\"jsonrpc\":\"2.0\",\"id\":%zu,\"method\":\"%s\","
+                 "\"params\":{\"cursor\":%s}}",
+                 i + 2, k[i].method, k[i].cursor);
+        in(m, req);
+    }
+    for (size_t i = 0; i < n; i++) {
+        CU_ASSERT(wait_done(&c, (json_int_t)i + 2, 5000));
+        pthread_mutex_lock(&c.mu);
+        int code = resp_code(&c, (json_int_t)i + 2);
+        pthread_mutex_unlock(&c.mu);
+        if (code != k[i].code)
+            fprintf(stderr, "\n%s cursor %s: %d\n", k[i].method, k[i].cursor,
+                    code);
+        CU_ASSERT_EQUAL(code, k[i].code);
+    }
+    th_mcp_session_free(m);
+    th_host_close(h);
+    json_decref(c.sent);
+    json_decref(c.done);
+    pthread_mutex_destroy(&c.mu);
+    pthread_cond_destroy(&c.cv);
+}
+
 static int count_tool(const th_tool *t, void *ud)
 {
     (void)t;
@@ -448,6 +525,7 @@ void th_suite_mcp_core(void)
 {
     CU_pSuite s = CU_add_suite("mcp_core", NULL, NULL);
     CU_add_test(s, "request_done_pairing", test_request_done_pairing);
+    CU_add_test(s, "list_cursor", test_list_cursor);
     CU_add_test(s, "principal_user_and_toolset",
                 test_principal_user_and_toolset);
     CU_add_test(s, "json_text_same_as_jansson",
