@@ -254,7 +254,12 @@ static void test_rpc_grep(void)
         pthread_join(th[i], NULL);
     fprintf(stderr, "\n  echo: %d calls, slowest %lld ms", n_echo,
             (long long)worst);
-    CU_ASSERT(worst < (int64_t)th_test_ms(500));
+    /* Valgrind runs one thread of a process at a time: four CPU-bound
+     * greps hold the echo's thread off for their time slices (4.8 s seen),
+     * whatever the host does; the bound is shown by the plain and
+     * sanitizer builds, valgrind checks the memory side only. */
+    if (!rpc_valgrind())
+        CU_ASSERT(worst < (int64_t)th_test_ms(500));
     for (int i = 0; i < 4; i++) {
         fprintf(stderr, "\n  %s on %s: %lld ms, %s: %.160s", g[i].pattern,
                 g[i].path, (long long)g[i].ms,
