@@ -378,6 +378,25 @@ static void test_config_check(void)
 /* `config check` reports every mistake of the file in one run (in the
  * order of the file, up to 20) and warns about permission rules that match
  * no tool. */
+/* `config check FILE` fails (2) and its stderr has each of want[], in
+ * that order. */
+static void expect_check_errors(const char *f, const char *const *want,
+                                size_t n)
+{
+    th_test_run r;
+    RUN(r, "config", "check", f);
+    CU_ASSERT_EQUAL(r.status, 2);
+    const char *at = r.err;
+    for (size_t i = 0; i < n; i++) {
+        const char *hit = at ? strstr(at, want[i]) : NULL;
+        if (!hit)
+            fprintf(stderr, "\n  missing (in order): %s\n%s", want[i], r.err);
+        CU_ASSERT_PTR_NOT_NULL(hit);
+        at = hit;
+    }
+    th_test_run_free(&r);
+}
+
 static void test_config_check_all(void)
 {
     char *dir = th_test_tmpdir();
@@ -405,8 +424,6 @@ static void test_config_check_all(void)
              th_test_build_path("plugins/fs.so"));
     char *f = th_test_write_file(dir, "many.yaml", yaml, (size_t)-1);
     th_test_run r;
-    RUN(r, "config", "check", f);
-    CU_ASSERT_EQUAL(r.status, 2);
     static const char *const want[] = {
         ":2:12: 'workers' is out of range",
         ":3:3: unknown key 'log_levle' in host",
@@ -416,15 +433,7 @@ static void test_config_check_all(void)
         ":14:14: 'timeout' must be a duration",
         ":18:19: invalid value 'maybe' for 'action'",
         ": 7 errors"};
-    const char *at = r.err;
-    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-        const char *hit = at ? strstr(at, want[i]) : NULL;
-        if (!hit)
-            fprintf(stderr, "\n  missing (in order): %s\n%s", want[i], r.err);
-        CU_ASSERT_PTR_NOT_NULL(hit);
-        at = hit;
-    }
-    th_test_run_free(&r);
+    expect_check_errors(f, want, sizeof want / sizeof want[0]);
     /* --json: the same seven */
     RUN(r, "config", "check", "--json", f);
     CU_ASSERT_EQUAL(r.status, 2);
@@ -461,13 +470,10 @@ static void test_config_check_all(void)
              "  - name: gone2\n"
              "    path: %s/no-such-b.so\n",
              th_test_build_path("plugins/echo.so"), dir, dir);
+    static const char *const want_plugins[] = {
+        ":4:5: plugin 'gone' ", ":6:5: plugin 'gone2' ", ": 2 errors"};
     f = th_test_write_file(dir, "plugins.yaml", yaml, (size_t)-1);
-    RUN(r, "config", "check", f);
-    CU_ASSERT_EQUAL(r.status, 2);
-    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, ":4:5: plugin 'gone' "));
-    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, ":6:5: plugin 'gone2' "));
-    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, ": 2 errors"));
-    th_test_run_free(&r);
+    expect_check_errors(f, want_plugins, 3);
     free(f);
     snprintf(yaml, sizeof yaml,
              "plugins:\n"
@@ -479,15 +485,11 @@ static void test_config_check_all(void)
              "  - name: b\n"
              "    tools: [missing_two]\n",
              th_test_build_path("plugins/echo.so"));
+    static const char *const want_tools[] = {
+        ":6:19: toolset 'a' names tool 'missing_one'",
+        ":8:13: toolset 'b' names tool 'missing_two'", ": 2 errors"};
     f = th_test_write_file(dir, "tools.yaml", yaml, (size_t)-1);
-    RUN(r, "config", "check", f);
-    CU_ASSERT_EQUAL(r.status, 2);
-    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, ":6:19: toolset 'a' names tool "
-                                         "'missing_one'"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, ":8:13: toolset 'b' names tool "
-                                         "'missing_two'"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, ": 2 errors"));
-    th_test_run_free(&r);
+    expect_check_errors(f, want_tools, 3);
     RUN(r, "config", "check", "--json", f);
     CU_ASSERT_EQUAL(r.status, 2);
     CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "missing_one"));
