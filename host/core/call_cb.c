@@ -504,15 +504,22 @@ static int cb_complete(toolhost_call *call, int status)
 static void cb_log(const toolhost_call *call, int level, const char *line)
 {
     th_mcall *c = (th_mcall *)(uintptr_t)call;
-    if (__atomic_load_n(&c->ended, __ATOMIC_ACQUIRE))
+    /* c->s and its ops are fixed for the call's life: a front that wants
+     * no lines costs no lock */
+    if (__atomic_load_n(&c->ended, __ATOMIC_ACQUIRE) || !c->s ||
+        !c->s->ops.log_call)
         return;
     pthread_mutex_lock(&c->mu);
     th_session *s = c->s;
-    if (c->ended || !s || !s->ops.log_call) {
+    if (c->ended) {
         pthread_mutex_unlock(&c->mu);
         return;
     }
-    const char *tool = c->x && c->x->tname[0] ? c->x->tname : c->tool->name;
+    /* copied under c->mu: another thread may end the call (and free its
+     * running part) while the front op runs */
+    char tool[128];
+    snprintf(tool, sizeof tool, "%s",
+             c->x && c->x->tname[0] ? c->x->tname : c->tool->name);
     uint64_t id = c->base.pub.call_id;
     pthread_mutex_lock(&s->mu);
     bool go = !s->closing;
@@ -522,8 +529,6 @@ static void cb_log(const toolhost_call *call, int level, const char *line)
     pthread_mutex_unlock(&c->mu);
     if (!go)
         return;
-    /* (tool: x->tname or the pinned tool's name, both as long as the call;
-     * the call is the plugin's until it ends) */
     s->ops.log_call(s->front_ud, id, tool, level, line);
     pthread_mutex_lock(&s->mu);
     s->ops_inflight--;

@@ -1515,6 +1515,28 @@ static void on_destroy(th_plugin *p)
     pool_free(P);
 }
 
+#ifdef __SANITIZE_ADDRESS__
+/* ASAN_OPTIONS in e[0..k) (added at e[k] if absent) gains
+ * hard_rss_limit_mb, the plugin's `memory` in MiB.  false: out of memory. */
+static bool asan_rss_limit(char **e, size_t k, const th_plugin_cfg *pc)
+{
+    unsigned long long mb = pc->process_limits.memory >> 20;
+    size_t i = 0;
+    while (i < k && strncmp(e[i], "ASAN_OPTIONS=", 13) != 0)
+        i++;
+    const char *old = i < k ? e[i] + 13 : "";
+    size_t len = strlen(old) + 64;
+    char *v = malloc(len);
+    if (!v)
+        return false;
+    snprintf(v, len, "ASAN_OPTIONS=%s%shard_rss_limit_mb=%llu", old,
+             *old ? ":" : "", mb ? mb : 1);
+    free(i < k ? e[i] : NULL);
+    e[i] = v;
+    return true;
+}
+#endif
+
 /* The workers' environment: PATH, LANG, LC_ALL, the sanitizers' options
  * (not secrets; they matter only to sanitizer builds), and the names the
  * plugin's `env:` lists, with the host's values; never the rest (the
@@ -1525,7 +1547,7 @@ static char **build_env(const th_plugin_cfg *pc)
                                        "ASAN_OPTIONS", "UBSAN_OPTIONS",
                                        "LSAN_OPTIONS", "TSAN_OPTIONS", NULL};
     size_t nb = sizeof base / sizeof base[0] - 1, n = nb + pc->n_env;
-    char **e = calloc(n + 2, sizeof *e);
+    char **e = calloc(n + 3, sizeof *e);
     if (!e)
         return NULL;
     size_t k = 0;
@@ -1546,6 +1568,13 @@ static char **build_env(const th_plugin_cfg *pc)
     }
     if (!path && !(e[k++] = strdup("PATH=/usr/local/bin:/usr/bin:/bin")))
         goto oom;
+#ifdef __SANITIZE_ADDRESS__
+    /* AddressSanitizer reserves terabytes of address space, so the worker
+     * cannot apply `memory` as RLIMIT_AS; the sanitizer's own resident-set
+     * limit stands in for it (the worker dies when it passes it). */
+    if (pc->process_limits.memory && !asan_rss_limit(e, k, pc))
+        goto oom;
+#endif
     return e;
 oom:
     for (size_t i = 0; i < k; i++)

@@ -1310,11 +1310,13 @@ static int apply(const wopts *o)
         fprintf(stderr, "worker: not dumpable: %s\n", strerror(errno));
         return -1;
     }
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-    /* The sanitizers reserve terabytes of address space up front. */
+#if defined(__SANITIZE_ADDRESS__)
+    /* The sanitizer reserves terabytes of address space up front: the
+     * host passed `memory` as ASAN_OPTIONS' hard_rss_limit_mb instead. */
+#elif defined(__SANITIZE_THREAD__)
     if (o->memory)
         fprintf(stderr, "worker: the memory limit is not applied in a "
-                        "sanitizer build\n");
+                        "ThreadSanitizer build\n");
 #else
     if (o->memory && set_limit(RLIMIT_AS, o->memory, "memory") != 0)
         return -1;
