@@ -451,7 +451,7 @@ static void test_reload_under_load(void)
     /* The old generations' workers drained and exited: 2 for crash, 2
      * for the current fx. */
     int z = 0, kids = 0;
-    int64_t end = rpc_now_ms() + 5000;
+    int64_t end = rpc_now_ms() + th_test_ms(5000);
     while ((kids = children(s.pid, &z)) > 4 && rpc_now_ms() < end)
         usleep(20000);
     CU_ASSERT(kids <= 4);
@@ -716,7 +716,7 @@ static void test_soak(void)
     snprintf(path, sizeof path, "/proc/%d", (int)pid);
     CU_ASSERT(access(path, F_OK) != 0);
     int left = 0;
-    int64_t end = rpc_now_ms() + 5000;
+    int64_t end = rpc_now_ms() + th_test_ms(5000);
     do {
         left = 0;
         for (int i = 0; i < n && i < 16; i++)

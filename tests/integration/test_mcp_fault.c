@@ -322,7 +322,7 @@ static void test_stdio_never_reads(void)
     /* Not scaled down under valgrind: ~1 MB must outrun what the host
      * takes before its output blocks, however slowly it runs. */
     size_t sent = 0, want = (size_t)20000 * (sizeof req - 1);
-    int64_t end = rpc_now_ms() + 3000;
+    int64_t end = rpc_now_ms() + th_test_ms(3000);
     while (sent < want && rpc_now_ms() < end) {
         size_t k = mp_write(&p, req, sizeof req - 1, 200);
         if (k < sizeof req - 1)
