@@ -1,0 +1,1 @@
+/* check-includes fixture: a front header under host/include. */

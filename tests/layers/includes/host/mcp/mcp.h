@@ -1,0 +1,1 @@
+/* check-includes fixture: a private header of a front folder. */
