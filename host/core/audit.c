@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <msgpack.h>
+#include <nettle/base16.h>
 #include <nettle/sha2.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -133,16 +134,12 @@ void th_audit_get_stats(const th_audit *a, th_audit_stats *out)
 
 void th_audit_sha256_hex(const uint8_t *p, size_t len, char hex[65])
 {
-    static const char digits[] = "0123456789abcdef";
     struct sha256_ctx ctx;
     uint8_t d[SHA256_DIGEST_SIZE];
     sha256_init(&ctx);
     sha256_update(&ctx, len, p);
     sha256_digest(&ctx, sizeof d, d);
-    for (size_t i = 0; i < sizeof d; i++) {
-        hex[2 * i] = digits[d[i] >> 4];
-        hex[2 * i + 1] = digits[d[i] & 15];
-    }
+    base16_encode_update(hex, sizeof d, d);
     hex[64] = '\0';
 }
 

@@ -24,6 +24,7 @@
 
 #include "th/buf.h"
 #include "th/http.h"
+#include <nettle/base16.h>
 #include <nettle/sha2.h>
 #include "toolhost/plugin.h"
 
@@ -1864,14 +1865,6 @@ static int mock_check(cfctx *c, th_ynode *n, void *el)
 
 /* ---- mcp (the Streamable HTTP front) ----------------------------------------- */
 
-static int hexval(int ch)
-{
-    return ch >= '0' && ch <= '9'   ? ch - '0'
-           : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
-           : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
-                                    : -1;
-}
-
 static void sha256_of(const char *s, size_t len, uint8_t out[32])
 {
     struct sha256_ctx ctx;
@@ -1936,13 +1929,13 @@ static int token_check(cfctx *c, th_ynode *n, void *el)
             return cf_err(c, v, "'sha256' must be 64 hex digits (sha256sum "
                           "of the token), got %zu characters",
                           strlen(t->sha256_hex));
-        for (size_t i = 0; i < 32; i++) {
-            int hi = hexval(t->sha256_hex[2 * i]);
-            int lo = hexval(t->sha256_hex[2 * i + 1]);
-            if (hi < 0 || lo < 0)
-                return cf_err(c, v, "'sha256' must be 64 hex digits");
-            t->sha256[i] = (uint8_t)(hi << 4 | lo);
-        }
+        struct base16_decode_ctx hx;
+        size_t got = sizeof t->sha256;
+        base16_decode_init(&hx);
+        if (!base16_decode_update(&hx, &got, t->sha256, 64,
+                                  t->sha256_hex) ||
+            !base16_decode_final(&hx) || got != sizeof t->sha256)
+            return cf_err(c, v, "'sha256' must be 64 hex digits");
     } else if (t->env) {
         const th_ynode *v = th_ynode_get(n, "env");
         const char *val = getenv(t->env);

@@ -11,6 +11,7 @@
 #include "th/clock.h"
 
 #include <errno.h>
+#include <nettle/base16.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -190,7 +191,6 @@ static void lb_str(lbuf *b, const char *s)
  * line. */
 static void lb_json(lbuf *b, const char *s, size_t len)
 {
-    static const char hex[] = "0123456789abcdef";
     for (size_t i = 0; i < len && b->n + 6 + 16 <= b->cap; i++) {
         unsigned char ch = (unsigned char)s[i];
         char e[6];
@@ -206,8 +206,7 @@ static void lb_json(lbuf *b, const char *s, size_t len)
             e[k++] = 't';
         } else if (ch < 0x20 || ch == 0x7f) {
             memcpy(e, "\\u00", 4);
-            e[4] = hex[ch >> 4];
-            e[5] = hex[ch & 15];
+            base16_encode_single(e + 4, ch);
             k = 6;
         } else {
             e[k++] = (char)ch;
@@ -391,7 +390,6 @@ static void json_line(lbuf *b, int level, const char *msg, size_t len)
  * length. */
 static size_t log_escape(char *dst, size_t cap, const char *src, size_t n)
 {
-    static const char hex[] = "0123456789abcdef";
     const unsigned char *s = (const unsigned char *)src;
     size_t o = 0;
     for (size_t i = 0; i < n;) {
@@ -410,8 +408,8 @@ static size_t log_escape(char *dst, size_t cap, const char *src, size_t n)
             for (size_t k = 0; k < take; k++) {
                 dst[o++] = '\\';
                 dst[o++] = 'x';
-                dst[o++] = hex[s[i + k] >> 4];
-                dst[o++] = hex[s[i + k] & 15];
+                base16_encode_single(dst + o, s[i + k]);
+                o += 2;
             }
         }
         i += take;

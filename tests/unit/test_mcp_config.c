@@ -159,6 +159,15 @@ static void test_tokens(void)
     }
     expect_err("mcp:\n  tokens: [{user: e, sha256: abc}]\n",
                "must be 64 hex digits");
+    /* 64 characters, but not 64 hex digits: a letter past f, a space */
+    expect_err("mcp:\n  tokens: [{user: e, sha256: \""
+               "g123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+               "\"}]\n",
+               "must be 64 hex digits");
+    expect_err("mcp:\n  tokens: [{user: e, sha256: \""
+               "0 23456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+               "\"}]\n",
+               "must be 64 hex digits");
     expect_err("mcp:\n  tokens: [{user: e}]\n", "needs exactly one of");
     expect_err("mcp:\n  tokens: [{sha256: abc}]\n", "user");
     expect_err("mcp:\n  tokens:\n"
