@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <yajl/yajl_parse.h>
 
 #include "th/clock.h"
 #include "th/config.h"
@@ -444,17 +445,23 @@ typedef struct jscan {
     bool err;     /* not JSON (or nested too deep) */
     bool have;    /* best is set */
     size_t best;  /* the last cut point with best + depth <= budget */
+    size_t budget;
+    yajl_handle h;
     /* the last such cut point at each depth, SIZE_MAX when none */
     size_t at[JSON_MAX_DEPTH + 1];
 } jscan;
 
-static void jcandidate(jscan *st, size_t i, size_t budget)
+/* A cut point: right after the token yajl just read. */
+static int jcandidate(void *ud)
 {
-    if (i + st->depth <= budget) {
+    jscan *st = ud;
+    size_t i = yajl_get_bytes_consumed(st->h);
+    if (i + st->depth <= st->budget) {
         st->best = i;
         st->have = true;
         st->at[st->depth] = i;
     }
+    return 1;
 }
 
 /* The cut to use: the shallowest boundary that keeps at least half of what
@@ -468,114 +475,73 @@ static size_t jchoose(const jscan *st)
     return st->best;
 }
 
-/* Scans s[0..n) and notes every place where the text can be cut and
- * closed: right after '{' or '[', right after a complete value inside a
- * container, and right after a complete top-level value (so one JSON value
- * per line is cut between lines).  Stops quietly at an incomplete token at
- * the end. */
-static void json_scan(const uint8_t *s, size_t n, size_t budget, jscan *st)
+static int j_null(void *ud) { return jcandidate(ud); }
+static int j_bool(void *ud, int b) { (void)b; return jcandidate(ud); }
+static int j_num(void *ud, const char *p, size_t n)
 {
-    enum { W_VALUE, W_KEY, W_COLON, W_AFTER } want = W_VALUE;
-    bool just_opened = false;
-    size_t i = 0;
+    (void)p, (void)n;
+    return jcandidate(ud);
+}
+static int j_str(void *ud, const unsigned char *p, size_t n)
+{
+    (void)p, (void)n;
+    return jcandidate(ud);
+}
+static int j_key(void *ud, const unsigned char *p, size_t n)
+{
+    (void)ud, (void)p, (void)n;
+    return 1;
+}
+static int j_open(jscan *st, char closer)
+{
+    if (st->depth >= JSON_MAX_DEPTH)
+        return 0; /* too deep: yajl stops, st->err */
+    st->stack[st->depth++] = closer;
+    return jcandidate(st);
+}
+static int j_open_map(void *ud) { return j_open(ud, '}'); }
+static int j_open_array(void *ud) { return j_open(ud, ']'); }
+static int j_close(void *ud)
+{
+    jscan *st = ud;
+    st->depth--;
+    return jcandidate(st);
+}
+
+static const yajl_callbacks jscan_cb = {
+    .yajl_null = j_null,
+    .yajl_boolean = j_bool,
+    .yajl_number = j_num,
+    .yajl_string = j_str,
+    .yajl_start_map = j_open_map,
+    .yajl_map_key = j_key,
+    .yajl_end_map = j_close,
+    .yajl_start_array = j_open_array,
+    .yajl_end_array = j_close,
+};
+
+/* Parses s[0..n) with yajl and notes every place where the text can be cut
+ * and closed: right after '{' or '[', right after a complete value inside a
+ * container, and right after a complete top-level value (several may
+ * follow each other: NDJSON, JSON text sequences, so one value per line is
+ * cut between lines).  An incomplete token at the end (the head was cut
+ * there) is no error: the parse is never completed.  -1: out of memory. */
+static int json_scan(const uint8_t *s, size_t n, size_t budget, jscan *st)
+{
     st->depth = 0;
     st->err = st->have = false;
+    st->best = 0;
+    st->budget = budget;
     for (size_t d = 0; d <= JSON_MAX_DEPTH; d++)
         st->at[d] = SIZE_MAX;
-    while (i < n) {
-        uint8_t c = s[i];
-        if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
-            i++;
-            continue;
-        }
-        bool value_done = false;
-        switch (want) {
-        case W_VALUE:
-        case W_KEY:
-            if (just_opened && st->depth &&
-                c == (uint8_t)st->stack[st->depth - 1]) {
-                st->depth--;
-                i++;
-                value_done = true;
-                break;
-            }
-            if (c == '"') {
-                size_t j = i + 1;
-                while (j < n && s[j] != '"')
-                    j += s[j] == '\\' ? 2 : 1;
-                if (j >= n)
-                    return; /* incomplete */
-                i = j + 1;
-                if (want == W_KEY)
-                    want = W_COLON;
-                else
-                    value_done = true;
-                just_opened = false;
-                break;
-            }
-            if (want == W_KEY) {
-                st->err = true;
-                return;
-            }
-            if (c == '{' || c == '[') {
-                if (st->depth >= JSON_MAX_DEPTH) {
-                    st->err = true;
-                    return;
-                }
-                st->stack[st->depth++] = c == '{' ? '}' : ']';
-                i++;
-                jcandidate(st, i, budget);
-                want = c == '{' ? W_KEY : W_VALUE;
-                just_opened = true;
-                break;
-            }
-            if (c == '-' || (c >= '0' && c <= '9') || c == 't' ||
-                c == 'f' || c == 'n') {
-                size_t j = i;
-                while (j < n && (s[j] == '-' || s[j] == '+' || s[j] == '.' ||
-                                 (s[j] >= '0' && s[j] <= '9') ||
-                                 (s[j] >= 'a' && s[j] <= 'z') ||
-                                 s[j] == 'E'))
-                    j++;
-                if (j >= n)
-                    return; /* a number may go on: incomplete */
-                i = j;
-                value_done = true;
-                just_opened = false;
-                break;
-            }
-            st->err = true;
-            return;
-        case W_COLON:
-            if (c != ':') {
-                st->err = true;
-                return;
-            }
-            i++;
-            want = W_VALUE;
-            break;
-        case W_AFTER:
-            if (c == ',') {
-                i++;
-                want = st->stack[st->depth - 1] == '}' ? W_KEY : W_VALUE;
-            } else if (c == (uint8_t)st->stack[st->depth - 1]) {
-                st->depth--;
-                i++;
-                value_done = true;
-            } else {
-                st->err = true;
-                return;
-            }
-            break;
-        }
-        if (value_done) {
-            just_opened = false;
-            /* at the top level another value may follow (NDJSON, JSON
-             * text sequences): a complete one is a boundary too */
-            want = st->depth == 0 ? W_VALUE : W_AFTER;
-            jcandidate(st, i, budget);
-        }
-    }
+    if (!(st->h = yajl_alloc(&jscan_cb, NULL, st)))
+        return -1;
+    yajl_config(st->h, yajl_allow_multiple_values, 1);
+    yajl_config(st->h, yajl_dont_validate_strings, 1);
+    st->err = yajl_parse(st->h, s, n) != yajl_status_ok;
+    yajl_free(st->h);
+    st->h = NULL;
+    return 0;
 }
 
 /* ---- Finishing ----------------------------------------------------------- */
@@ -711,7 +677,10 @@ static int finish_json(th_out *o, th_out_info *info)
     jscan *st = malloc(sizeof *st);
     if (!st)
         return TH_ENOMEM;
-    json_scan(o->head.data, o->head.len, o->head.len, st);
+    if (json_scan(o->head.data, o->head.len, o->head.len, st) != 0) {
+        free(st);
+        return TH_ENOMEM;
+    }
     if (st->err) {
         free(st);
         o->note = "not valid JSON: cut as text";
@@ -726,7 +695,11 @@ static int finish_json(th_out *o, th_out_info *info)
         return 0;
     }
     size_t cut = jchoose(st);
-    json_scan(o->head.data, cut, cut, st); /* the containers open there */
+    /* the containers open there */
+    if (json_scan(o->head.data, cut, cut, st) != 0) {
+        free(st);
+        return TH_ENOMEM;
+    }
     o->head.len = cut;
     char close[JSON_MAX_DEPTH];
     for (size_t i = 0; i < st->depth; i++)
