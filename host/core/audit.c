@@ -392,6 +392,7 @@ static const char *outcome_of(const th_result_copy *f)
     case TH_EDUPLICATE: return "duplicate";
     case TH_EBUSY: return "busy";
     case TH_EPERM: return "denied";
+    case TH_ERATE_LIMITED: return "rate_limited";
     default: return "error";
     }
 }

@@ -16,6 +16,7 @@
 #include "call_int.h"
 #include "th/log.h"
 #include "manager.h"
+#include "rate.h"
 #include "th/perm.h"
 
 static __thread th_mcall *tl_cur;      /* the call this thread executes */
@@ -717,6 +718,7 @@ static void count_error(th_stat *st, int code)
     case TH_EDUPLICATE: atomic_fetch_add(&st->dup_rejected, 1); break;
     case TH_EBUSY: atomic_fetch_add(&st->busy, 1); break;
     case TH_EPERM: atomic_fetch_add(&st->perm_denied, 1); break;
+    case TH_ERATE_LIMITED: atomic_fetch_add(&st->rate_limited, 1); break;
     default: atomic_fetch_add(&st->errors, 1); break;
     }
 }
@@ -930,6 +932,10 @@ static void exec_end(th_mcall *c, int status, bool ran, bool held, bool own)
     }
     if (c->has_slots) /* (th_mgr_release's own first test) */
         th_mgr_release(c->h, c); /* held: no group slot to give back (no lock) */
+    if (c->rate_hold) { /* the rate limits' concurrent-call slots */
+        th_rate_release(c->h->rate, c->rate_hold);
+        c->rate_hold = NULL;
+    }
     th_result_copy res;
     th_result_copy *rp = &res; /* where the result is built */
     bool have = false;

@@ -29,6 +29,7 @@
 
 #include "call_fast.h"
 #include "call_int.h"
+#include "rate.h"
 #include "th/audit.h"
 #include "th/log.h"
 #include "th/perm.h"
@@ -698,6 +699,22 @@ static void audit_refused(th_session *s, const char *name,
     th_audit_write(s->h->audit, &a);
 }
 
+/* The rate limits (rate.c) admit the call, or answer it rate_limited:
+ * true when they did (the execution reference is gone with the answer).
+ * Admitted, the call holds its concurrent-call slots until exec_end. */
+static bool rate_refused(th_session *s, th_mcall *c)
+{
+    uint64_t retry_ms;
+    char m[512];
+    int rc = th_rate_admit(s->h->rate, c->cfg, &s->who, c->tool->name,
+                           th_now_ns(), th_wall_ms() / 1000, &c->rate_hold,
+                           &retry_ms, m, sizeof m);
+    if (rc == 0)
+        return false;
+    th_mcall_never_run(c, rc, rc == TH_ENOMEM ? "out of memory" : m);
+    return true;
+}
+
 int th_call_start(th_session *s, const char *name, const uint8_t *args,
                   size_t len, const th_call_opts *opts, th_event_fn fn,
                   void *ud, uint64_t *call_id)
@@ -750,6 +767,8 @@ int th_call_start(th_session *s, const char *name, const uint8_t *args,
     bool slot = c->cslot != 0; /* c stays valid: the slot's reference */
     if (rc > 0) {
         /* answered by stage_record */
+    } else if (p.cfg->n_rate_limits && rate_refused(s, c)) {
+        /* answered rate_limited (never ran) */
     } else if (on_worker) {
         th_mgr_prepare(c);
     } else if (fast) {

@@ -10,6 +10,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <msgpack.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -1863,6 +1864,97 @@ static int mock_check(cfctx *c, th_ynode *n, void *el)
     return rc;
 }
 
+/* ---- rate_limits (rate.c) -------------------------------------------------- */
+
+/* A number of calls per second: > 0, at most 1e6, decimals allowed. */
+static int set_rate(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+{
+    char *end = NULL;
+    double d = -1;
+    if (v->kind == TH_Y_SCALAR && v->plain && v->len) {
+        errno = 0;
+        d = strtod(v->str, &end);
+    }
+    if (!end || *end || errno || !(d > 0.0 && d <= 1e6)) {
+        char b[64];
+        return cf_err(c, v,
+                      "'%s' must be a number of calls per second above 0 "
+                      "and at most 1000000 (e.g. 5 or 0.5), got %s",
+                      k->name, describe(v, b, sizeof b));
+    }
+    *(double *)((char *)base + k->off) = d;
+    return 0;
+}
+
+static const char *const rate_per_names[] = {"caller", "caller_tool", "all",
+                                             NULL};
+
+#define RL(f) offsetof(th_rate_cfg, f)
+static const cfkey rate_keys[] = {
+    {.name = "name", .set = set_str, .off = RL(name)},
+    {.name = "users", .set = set_strlist, .off = RL(users),
+     .off2 = RL(n_users)},
+    {.name = "tools", .set = set_strlist, .off = RL(tools),
+     .off2 = RL(n_tools)},
+    {.name = "per", .set = set_enum, .off = RL(per), .names = rate_per_names},
+    {.name = "rate", .set = set_rate, .off = RL(rate)},
+    {.name = "burst", .set = set_u32, .off = RL(burst), .min = 1,
+     .max = 1000000},
+    {.name = "concurrent", .set = set_u32, .off = RL(concurrent), .min = 1,
+     .max = 1000000},
+    {.name = "daily", .set = set_u32, .off = RL(daily), .min = 1,
+     .max = UINT32_MAX},
+    {.name = NULL}};
+#undef RL
+
+static int rate_check(cfctx *c, th_ynode *n, void *el)
+{
+    th_rate_cfg *r = el;
+    size_t idx = (size_t)(r - c->cfg->rate_limits);
+    r->line = n->line;
+    r->col = n->col;
+    if (r->burst && r->rate == 0)
+        return cf_err(c, th_ynode_get(n, "burst"),
+                      "'burst' is the size of the 'rate' bucket: set 'rate' "
+                      "too");
+    if (r->rate == 0 && !r->concurrent && !r->daily)
+        return cf_err(c, n,
+                      "a rate limit needs at least one of 'rate' (calls per "
+                      "second), 'concurrent' or 'daily'");
+    if (r->rate > 0 && !r->burst)
+        r->burst = r->rate < 1 ? 1 : (uint32_t)ceil(r->rate);
+    const th_ynode *tv = th_ynode_get(n, "tools");
+    for (size_t i = 0; i < r->n_tools; i++) {
+        const char *t = r->tools[i];
+        if (!*t || strlen(t) > 64 || strspn(t, "abcdefghijklmnopqrstuvwxyz"
+                                               "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                               "0123456789_-*?[]!") != strlen(t))
+            return cf_err(c, tv && tv->kind == TH_Y_SEQ ? tv->kids[i] : tv,
+                          "invalid tool name or pattern '%s' in a rate limit "
+                          "(tool names, or patterns with * ? [...])",
+                          t);
+    }
+    if (!r->name) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "rate_limits[%zu]", idx);
+        if (!(r->name = strdup(nm)))
+            return cf_nomem(c);
+    } else if (!name_valid(r->name)) {
+        return cf_err(c, th_ynode_get(n, "name"),
+                      "invalid rate limit name '%s' (1 to 64 letters, "
+                      "digits, '_' or '-')",
+                      r->name);
+    }
+    for (size_t i = 0; i < idx; i++)
+        if (strcmp(c->cfg->rate_limits[i].name, r->name) == 0)
+            return cf_err(c, n,
+                          "duplicate rate limit name '%s' (first at line %d, "
+                          "column %d)",
+                          r->name, c->cfg->rate_limits[i].line,
+                          c->cfg->rate_limits[i].col);
+    return 0;
+}
+
 /* ---- mcp (the Streamable HTTP front) ----------------------------------------- */
 
 static void sha256_of(const char *s, size_t len, uint8_t out[32])
@@ -2266,6 +2358,10 @@ static const cfkey top_keys[] = {
      .check = admin_check, .what = "admin"},
     {.name = "nats", .set = set_section, .off = C(nats), .sub = nats_keys,
      .check = nats_check, .what = "nats"},
+    {.name = "rate_limits", .set = set_list, .off = C(rate_limits),
+     .off2 = C(n_rate_limits), .sub = rate_keys,
+     .elem_size = sizeof(th_rate_cfg), .check = rate_check,
+     .what = "rate limit"},
     {.name = NULL}};
 #undef C
 
@@ -2484,6 +2580,13 @@ void th_config_free(th_config *cfg)
         free(m->progress);
     }
     free(cfg->mocks);
+    for (size_t i = 0; i < cfg->n_rate_limits; i++) {
+        th_rate_cfg *r = &cfg->rate_limits[i];
+        free(r->name);
+        free_strv(r->users, r->n_users);
+        free_strv(r->tools, r->n_tools);
+    }
+    free(cfg->rate_limits);
     free_strv(cfg->admin.users, cfg->admin.n_users);
     free_strv(cfg->admin.groups, cfg->admin.n_groups);
     th_ynode_free(cfg->root);

@@ -13,6 +13,7 @@
 
 #include "hazard.h"
 #include "manager.h"
+#include "rate.h"
 #include "out.h"
 #include "reloader.h"
 #include "th/audit.h"
@@ -226,6 +227,7 @@ static void host_free(th_host *h)
     pthread_mutex_destroy(&h->tmu);
     pthread_mutex_destroy(&h->stmu);
     th_audit_close(h->audit); /* after the last call's line */
+    th_rate_free(h->rate);    /* after the last call's end */
     th_config_unref(h->cfg); /* the host's reference */
     free(h);
 }
@@ -262,6 +264,10 @@ int th_host_open_ex(th_config *cfg, const th_host_opts *opts, th_host **out,
         th_log_set_level(cfg->host.log_level);
 
     int rc;
+    if (!(h->rate = th_rate_new())) {
+        host_free(h);
+        return th_error_set(err, TH_ENOMEM, "out of memory");
+    }
     if (cfg->host.audit &&
         (rc = th_audit_open(cfg->host.audit, &h->audit, err)) != 0) {
         host_free(h);

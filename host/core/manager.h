@@ -97,7 +97,7 @@ typedef struct th_stat_slot {
 #define TH_STAT_SHARDS 32
 typedef struct th_stat_shard {
     atomic_ulong calls, ok, failed, errors, timeouts, cancels, dup_rejected,
-        busy, perm_denied;
+        busy, perm_denied, rate_limited;
     atomic_ulong hist[TH_HIST_BUCKETS];
     atomic_ullong sum_ns;
 } th_stat_shard;
@@ -105,7 +105,7 @@ typedef struct th_stat_shard {
 typedef struct th_stat {
     char *tool;
     atomic_ulong calls, ok, failed, errors, timeouts, cancels, dup_rejected,
-        busy, perm_denied, late, perm_asks;
+        busy, perm_denied, late, perm_asks, rate_limited;
     atomic_ulong hist[TH_HIST_BUCKETS];
     atomic_ullong sum_ns;       /* of the latencies in hist */
     th_stat_slot win[TH_WIN_SLOTS]; /* the last 5 minutes, 10 s a slot */
@@ -374,6 +374,10 @@ struct th_mcall {
                                    stages that call plugin code
                                    (call_start.c) */
     bool has_slots;             /* [mgr] holds a slot in each group */
+    struct th_rate_hold *rate_hold; /* concurrent-call slots of the rate
+                                   limits (rate.c), given back when the
+                                   execution ends (exec_end); set once
+                                   by th_call_start before it runs */
 
     /* [owner] */
     bool x_room;                /* x is in this allocation (c + 1) */
@@ -791,6 +795,7 @@ struct th_task_waiter;
 struct th_host {
     th_config *cfg;
     struct th_audit *audit;     /* host.audit, or NULL (audit.c) */
+    struct th_rate *rate;       /* the rate limits' buckets (rate.c) */
     th_registry *reg;
     th_plugin *task_plugin;
     th_builtin *builtins;
@@ -966,5 +971,10 @@ void th_call_tombs_destroy(th_host *h);
 /* The toolset ACL of session.c (allow_users/allow_groups, both empty:
  * everyone), for the admin list (admin.c). */
 bool th_acl_allows(const th_toolset_cfg *ts, const th_principal *who);
+
+/* Whether `entry` (a user name or a numeric uid, as allow_users lists
+ * them) names `who`: a named caller (a token's or NATS user) by its name
+ * only, any other by its uid. */
+bool th_principal_is(const th_principal *who, const char *entry);
 
 #endif

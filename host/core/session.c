@@ -346,3 +346,9 @@ bool th_acl_allows(const th_toolset_cfg *ts, const th_principal *who)
 {
     return acl_allows(ts, who);
 }
+
+bool th_principal_is(const th_principal *who, const char *entry)
+{
+    return who->user ? strcmp(who->user, entry) == 0
+                     : user_is(entry, who->uid);
+}

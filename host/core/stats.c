@@ -230,7 +230,7 @@ shard_latency(th_stat *st, th_stat_shard *sh, unsigned b, int64_t ns,
 /* An entry's numbers: its own atomics plus every shard's. */
 typedef struct stat_sum {
     uint64_t calls, ok, failed, errors, timeouts, cancels, dup_rejected, busy,
-        perm_denied, late, perm_asks, sum_ns;
+        perm_denied, late, perm_asks, rate_limited, sum_ns;
     uint64_t hist[TH_HIST_BUCKETS];
 } stat_sum;
 
@@ -246,6 +246,7 @@ static void stat_read(th_stat *s, stat_sum *o)
     o->dup_rejected = LD(s->dup_rejected);
     o->busy = LD(s->busy);
     o->perm_denied = LD(s->perm_denied);
+    o->rate_limited = LD(s->rate_limited);
     o->late = LD(s->late);
     o->perm_asks = LD(s->perm_asks);
     o->sum_ns = LD(s->sum_ns);
@@ -264,6 +265,7 @@ static void stat_read(th_stat *s, stat_sum *o)
         o->dup_rejected += LD(sh->dup_rejected);
         o->busy += LD(sh->busy);
         o->perm_denied += LD(sh->perm_denied);
+        o->rate_limited += LD(sh->rate_limited);
         o->sum_ns += LD(sh->sum_ns);
         for (unsigned i = 0; i < TH_HIST_BUCKETS; i++)
             o->hist[i] += LD(sh->hist[i]);
@@ -283,6 +285,7 @@ static void stat_read(th_stat *s, stat_sum *o)
         (d).duplicates_rejected = (v).dup_rejected;                           \
         (d).busy = (v).busy;                                                  \
         (d).permission_denied = (v).perm_denied;                              \
+        (d).rate_limited = (v).rate_limited;                                  \
     } while (0)
 
 /* Adds the window slots of the last `slots` slices as of epoch `ep`. */
@@ -625,6 +628,7 @@ static inline th_stat *group_get(th_host *h, char kind, const char *name)
      : (r)->error == TH_EDUPLICATE ? &(p)->dup_rejected                       \
      : (r)->error == TH_EBUSY     ? &(p)->busy                                \
      : (r)->error == TH_EPERM     ? &(p)->perm_denied                         \
+     : (r)->error == TH_ERATE_LIMITED ? &(p)->rate_limited                    \
                                   : &(p)->errors)
 
 /* group_get for a caller that has a key for the name (k1 != 0, see

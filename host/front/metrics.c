@@ -83,10 +83,10 @@ static int tool_fn(const th_tool_stats *st, void *ud)
     case W_OUTCOME: {
         static const char *const names[] = {
             "ok", "failed", "error", "timeout", "cancelled",
-            "duplicate", "busy", "denied"};
+            "duplicate", "busy", "denied", "rate_limited"};
         const uint64_t v[] = {st->ok, st->failed, st->errors, st->timeouts,
                               st->cancels, st->duplicates_rejected, st->busy,
-                              st->permission_denied};
+                              st->permission_denied, st->rate_limited};
         for (size_t i = 0; i < sizeof v / sizeof *v; i++)
             e |= sample(b, "toolhost_tool_calls_total", st->tool, "outcome",
                         names[i], v[i]);
@@ -150,10 +150,10 @@ static int group_fn(const th_group_stats *g, void *ud)
     if (!w->hist) {
         static const char *const names[] = {
             "ok", "failed", "error", "timeout", "cancelled",
-            "duplicate", "busy", "denied"};
+            "duplicate", "busy", "denied", "rate_limited"};
         const uint64_t v[] = {g->ok, g->failed, g->errors, g->timeouts,
                               g->cancels, g->duplicates_rejected, g->busy,
-                              g->permission_denied};
+                              g->permission_denied, g->rate_limited};
         snprintf(name, sizeof name, "toolhost_%s_calls_total", w->kind);
         for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
             e |= glabel(b, name, w->kind, g->name, "outcome", names[i]);
@@ -391,7 +391,7 @@ int th_metrics_render(th_host *h, th_buf *b)
          "Calls started, per tool."},
         {"toolhost_tool_calls_total", "counter",
          "Calls ended, per tool and outcome (ok, failed, error, timeout, "
-         "cancelled, duplicate, busy, denied)."},
+         "cancelled, duplicate, busy, denied, rate_limited)."},
         {"toolhost_tool_late_results_total", "counter",
          "Results discarded after a timeout or cancel, per tool."},
         {"toolhost_tool_permission_asks_total", "counter",

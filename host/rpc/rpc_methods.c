@@ -122,7 +122,7 @@ static int stats_one(const th_tool_stats *st, void *ud)
         return 0;
     sc->n++;
     e |= th_pack_cstr(pk, st->tool);
-    e |= msgpack_pack_map(pk, 16);
+    e |= msgpack_pack_map(pk, 17);
     e |= th_pack_cstr(pk, "calls");
     e |= msgpack_pack_uint64(pk, st->calls);
     e |= th_pack_cstr(pk, "ok");
@@ -141,6 +141,8 @@ static int stats_one(const th_tool_stats *st, void *ud)
     e |= msgpack_pack_uint64(pk, st->busy);
     e |= th_pack_cstr(pk, "permission_denied");
     e |= msgpack_pack_uint64(pk, st->permission_denied);
+    e |= th_pack_cstr(pk, "rate_limited");
+    e |= msgpack_pack_uint64(pk, st->rate_limited);
     e |= th_pack_cstr(pk, "late_results");
     e |= msgpack_pack_uint64(pk, st->late_results);
     e |= th_pack_cstr(pk, "p50_ms");

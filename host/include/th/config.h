@@ -467,6 +467,32 @@ typedef struct th_nats_cfg {
                                bucket entries; NULL: no bucket         */
 } th_nats_cfg;
 
+/* Who shares one bucket of a rate limit (th_rate_cfg.per). */
+#define TH_RATE_PER_CALLER 0      /* each caller its own (the default) */
+#define TH_RATE_PER_CALLER_TOOL 1 /* each caller and tool              */
+#define TH_RATE_PER_ALL 2         /* every caller the rule matches     */
+
+/* One entry of `rate_limits:` (rate.c, docs/gateway.md "Rate limits"):
+ * calls of the tools matched by callers matched, per bucket; 0: that
+ * limit is not set (at least one is). */
+typedef struct th_rate_cfg {
+    char *name;            /* in messages, logs and metrics; default
+                              "rate_limits[N]"                          */
+    char **users;          /* caller names (token and NATS users, or
+                              local user names / numeric uids); none:
+                              every caller                              */
+    size_t n_users;
+    char **tools;          /* tool names or fnmatch patterns; none:
+                              every tool                                */
+    size_t n_tools;
+    int per;               /* TH_RATE_PER_*                             */
+    double rate;           /* calls per second refilled                 */
+    uint32_t burst;        /* the bucket's size; default ceil(rate)     */
+    uint32_t concurrent;   /* calls running at once                     */
+    uint32_t daily;        /* calls per UTC day                         */
+    int line, col;
+} th_rate_cfg;
+
 typedef struct th_config {
     char *path;            /* the file as given */
     char *dir;             /* its folder, absolute */
@@ -489,6 +515,8 @@ typedef struct th_config {
      * it with the pointer: a config freed and another made at the same
      * address never match).  0 until then; read and set atomically. */
     uint64_t serial;
+    th_rate_cfg *rate_limits; /* `rate_limits:` (rate.c)               */
+    size_t n_rate_limits;
 } th_config;
 
 /* Reads and checks `path`.  On success *out is a new config (free with

@@ -32,7 +32,9 @@
     XX(INTERNAL, -18, "internal", "internal error")                           \
     XX(FAILED, -19, "tool_failed", "the tool reported a failure")             \
     XX(PLUGIN_CRASHED, -20, "plugin_crashed",                                 \
-       "the plugin's worker process died during the call")
+       "the plugin's worker process died during the call")                  \
+    XX(RATE_LIMITED, -21, "rate_limited",                                     \
+       "a rate limit or quota of the caller was reached")
 
 enum {
     TH_OK = 0,

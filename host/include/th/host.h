@@ -417,6 +417,7 @@ typedef struct th_tool_stats {
     uint64_t permission_denied;
     uint64_t late_results;        /* results discarded after timeout or
                                      cancel */
+    uint64_t rate_limited;        /* refused by rate_limits (rate.c) */
     double p50_ms, p99_ms;        /* 0 when no call finished */
     /* The same over the last minute and the last 5 minutes (10-second
      * slices: the window is 50-60 s and 290-300 s long). */
@@ -470,7 +471,7 @@ typedef struct th_group_stats {
     const char *kind;             /* "toolset" or "front" */
     const char *name;
     uint64_t calls, ok, failed, errors, timeouts, cancels,
-        duplicates_rejected, busy, permission_denied;
+        duplicates_rejected, busy, permission_denied, rate_limited;
     uint64_t lat_count;
     double lat_sum_s;
     uint64_t lat_le[TH_STATS_LE];
