@@ -384,6 +384,9 @@ static void test_timeouts(void)
     snprintf(pidf, sizeof pidf, "pidfile=%s/pid2", dir);
     th_test_toolhost(&r, "call", "-c", cfg, "hang", pidf, "--timeout",
                      "400ms", NULL);
+    if (r.status != 1)
+        fprintf(stderr, "\nhang --timeout 400ms: status %d: %s\n", r.status,
+                r.err ? r.err : "");
     CU_ASSERT_EQUAL(r.status, 1);
     CU_ASSERT(strstr(r.err, "timed out") || strstr(r.err, "deadline"));
     th_test_run_free(&r);

@@ -194,8 +194,8 @@ static void test_args_bytes(void)
 }
 
 /* A tool declared short that sleeps past host.short_call_max: each overrun
- * is logged; after the third its calls run on workers, so a slow call of
- * it no longer stalls another client's echo.  (The watchdog far away: a
+ * is logged; after the third (or one 10x over) its calls run on workers,
+ * so a slow call of it no longer stalls another client's echo.  (The watchdog far away: a
  * 60 ms nap held past its default 100 ms under valgrind would be demoted
  * while it runs, at the first overrun; rpc_stuck tests that.) */
 static void test_overrun_demotes(void)
@@ -212,8 +212,13 @@ static void test_overrun_demotes(void)
         CU_ASSERT(m && rpc_ok(&m->via.array.ptr[3]) &&
                   rpc_stdout_is(&m->via.array.ptr[3], "awake"));
         stats(&a, 100 + i, &on, &dem, &inl);
-        CU_ASSERT_EQUAL(dem, i < 3 ? 0 : 1);
+        /* the third overrun demotes it (tests/unit/test_call_fast.c
+         * counts them); one held 10x the limit demotes it at once, which
+         * a loaded machine can make of a 60 ms nap: then it is on
+         * workers for the rest, and demoted once all the same */
+        CU_ASSERT(dem <= 1);
     }
+    CU_ASSERT_EQUAL(dem, 1);
     CU_ASSERT(rpc_log_has(&s, "tool=short_nap is declared short but"));
     CU_ASSERT(rpc_log_has(&s, "its calls run on workers from now on"));
     /* now on a worker: echo on another connection answers meanwhile */

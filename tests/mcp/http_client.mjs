@@ -54,12 +54,21 @@ async function full() {
   out({ step: "call", ok: !r.isError,
         text: (r.content || []).map((c) => c.text || "").join("") });
 
-  let progress = 0;
+  // The host coalesces progress (the latest update wins), so how many of
+  // the 4 steps arrive depends on the scheduler: at least one, in order,
+  // none past the total.
+  let count = 0, last = -1, inOrder = true;
   const p = await client.callTool(
     { name: "echo_async", arguments: { steps: 4, delay_ms: 20, text: "done" } },
-    undefined, { onprogress: () => { progress++; } });
-  out({ step: "progress", ok: !p.isError, progress,
-        text: (p.content || []).map((c) => c.text || "").join("") });
+    undefined, { onprogress: (u) => {
+      count++;
+      if (!(u.progress > last) || (u.total !== undefined && u.progress > u.total))
+        inOrder = false;
+      last = u.progress;
+    } });
+  out({ step: "progress", ok: !p.isError,
+        updates_ok: count >= 1 && count <= 4 && inOrder,
+        text: (p.content || []).map((c) => c.text || "").join(""), count });
 
   // Cancel: abort a long call at its first progress update.
   const ac = new AbortController();
