@@ -1058,6 +1058,9 @@ static int lines_with(const char *path, const char *needle)
 static void test_frozen_host(void)
 {
     NEED_SERVER();
+    /* (each CLI call is a process that discovers the hosts first; before
+     * the ack bound, each call the stopped host got took timeout + 5 s) */
+    th_test_timeout(120);
     char *dir = th_test_tmpdir();
     rpc_srv h[2];
     char ids[2][40], marker[2][600], gate[600];
@@ -1191,6 +1194,118 @@ static void test_frozen_host(void)
     }
     th_test_rmtree(dir);
     free(dir);
+}
+
+/* A request on `subj` with header `h: v` (none when h is NULL); the kinds
+ * of its replies, space-separated, into kinds, and the last one kept. */
+static natsMsg *req_kinds(natsConnection *nc, const char *subj,
+                          const char *h, const char *v, char *kinds,
+                          size_t kn)
+{
+    natsInbox *ib = NULL;
+    natsSubscription *sub = NULL;
+    natsInbox_Create(&ib);
+    natsConnection_SubscribeSync(&sub, nc, ib);
+    th_buf b = TH_BUF_INIT;
+    rpc_pack_json(&b, "{\"text\":\"sb\"}");
+    natsMsg *req = NULL;
+    natsMsg_Create(&req, subj, ib, (const char *)b.data, (int)b.len);
+    if (h)
+        natsMsgHeader_Set(req, h, v);
+    natsConnection_PublishMsg(nc, req);
+    natsMsg_Destroy(req);
+    th_buf_destroy(&b);
+    kinds[0] = '\0';
+    natsMsg *last = NULL;
+    for (int64_t end = rpc_now_ms() + rpc_wait_ms(); rpc_now_ms() < end;) {
+        natsMsg *m = NULL;
+        natsStatus ns = natsSubscription_NextMsg(&m, sub, 200);
+        if (ns == NATS_NO_RESPONDERS) { /* (the library's form of a 503) */
+            snprintf(kinds, kn, "503");
+            break;
+        }
+        if (ns != NATS_OK)
+            continue;
+        size_t l = strlen(kinds);
+        const char *st = NULL;
+        natsMsgHeader_Get(m, "Status", &st);
+        snprintf(kinds + l, kn - l, "%s%s", l ? " " : "",
+                 st ? st : reply_kind(m));
+        natsMsg_Destroy(last);
+        last = m;
+        if (st || strcmp(reply_kind(m), "result") == 0)
+            break;
+    }
+    natsSubscription_Destroy(sub);
+    natsInbox_Destroy(ib);
+    return last;
+}
+
+/* Toolhost-Start-By and the host's own call subject, attacked: a request
+ * past its start-by (a late delivery, or an old request replayed) is not
+ * started; a malformed one is refused; one in time gets `took` first,
+ * naming its host; a call addressed to the host for a tool it does not
+ * serve on NATS (another toolset, an unknown tool) is not_found. */
+static void test_start_by(void)
+{
+    NEED_SERVER();
+    rpc_srv h;
+    char id[40];
+    CU_ASSERT_FATAL(host_start(&h, id, G_url, "sb", "sb", "echo", NULL) ==
+                    0);
+    natsConnection *nc = nats_connect(G_url, NULL, NULL);
+    CU_ASSERT_FATAL(nc != NULL);
+    struct timespec rt;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    long long now = (long long)rt.tv_sec * 1000 + rt.tv_nsec / 1000000;
+    char v[32], kinds[128];
+    snprintf(v, sizeof v, "%lld", now - 1);
+    natsMsg *m = req_kinds(nc, "sb.public.echo", "Toolhost-Start-By", v,
+                           kinds, sizeof kinds);
+    CU_ASSERT_STRING_EQUAL(kinds, "result");
+    CU_ASSERT(m && reply_error_is(m, "timeout"));
+    natsMsg_Destroy(m);
+    CU_ASSERT(rpc_log_count(&h, "past its Toolhost-Start-By: not started") ==
+              1);
+    m = req_kinds(nc, "sb.public.echo", "Toolhost-Start-By", "12abc", kinds,
+                  sizeof kinds);
+    CU_ASSERT_STRING_EQUAL(kinds, "result");
+    CU_ASSERT(m && reply_error_is(m, "invalid_request"));
+    natsMsg_Destroy(m);
+    snprintf(v, sizeof v, "%lld", now + 60000);
+    m = req_kinds(nc, "sb.public.echo", "Toolhost-Start-By", v, kinds,
+                  sizeof kinds);
+    CU_ASSERT_STRING_EQUAL(kinds, "took result");
+    CU_ASSERT(m && reply_ok(m, "sb"));
+    natsMsg_Destroy(m);
+    /* without the header: no `took` (callers that do not ask pay nothing) */
+    m = req_kinds(nc, "sb.public.echo", NULL, NULL, kinds, sizeof kinds);
+    CU_ASSERT_STRING_EQUAL(kinds, "result");
+    natsMsg_Destroy(m);
+    /* addressed to the host: its tool, with start-by */
+    char subj[200];
+    snprintf(subj, sizeof subj, "sb.host.%s.call.public.echo", id);
+    m = req_kinds(nc, subj, "Toolhost-Start-By", v, kinds, sizeof kinds);
+    CU_ASSERT_STRING_EQUAL(kinds, "took result");
+    CU_ASSERT(m && reply_ok(m, "sb"));
+    natsMsg_Destroy(m);
+    static const char *const bad[] = {"hidden.echo", "public.nope",
+                                      "public.echo.x", "public"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(subj, sizeof subj, "sb.host.%s.call.%s", id, bad[i]);
+        m = req_kinds(nc, subj, NULL, NULL, kinds, sizeof kinds);
+        CU_ASSERT_STRING_EQUAL(kinds, "result");
+        CU_ASSERT(m && reply_error_is(m, "not_found"));
+        natsMsg_Destroy(m);
+    }
+    /* another host's subject: nobody */
+    m = req_kinds(nc, "sb.host.0123456789abcdef.call.public.echo", NULL,
+                  NULL, kinds, sizeof kinds);
+    CU_ASSERT_STRING_EQUAL(kinds, "503");
+    natsMsg_Destroy(m);
+    natsConnection_Destroy(nc);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&h, SIGTERM), 0);
+    rpc_srv_free(&h);
 }
 
 /* The kind of a reply and its body as JSON. */
@@ -1352,5 +1467,6 @@ void th_suite_nats_fleet(void)
     CU_add_test(s, "token_auth", test_token_auth);
     CU_add_test(s, "cli_retry", test_cli_retry);
     CU_add_test(s, "frozen_host", test_frozen_host);
+    CU_add_test(s, "start_by", test_start_by);
     CU_add_test(s, "ask", test_ask);
 }
