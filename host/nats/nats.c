@@ -20,7 +20,11 @@
  * the call in that user's session of the toolset (user_session), names
  * async tasks by 128 random bits bound to their caller (the task map,
  * task_*), and signs what it writes to the results bucket with the HMAC
- * key of nats.results_key_file (kv_seal, kv_unseal).
+ * key of nats.results_key_file (kv_seal, kv_unseal); the put's outcome
+ * goes to the caller (Toolhost-Stored).  A request with
+ * Toolhost-Start-By is answered `took` at once, or not started when it
+ * came too late (handle_request); <prefix>.host.<id>.call.> takes calls
+ * addressed to this host alone (on_direct: a caller's retry).
  * Lock order: eps_mu, then mu; start_mu, then mu; kv_mu alone; slow_mu,
  * then eps_mu only tried; sess_mu alone; tasks_mu alone; note_mu alone. */
 #include <errno.h>
