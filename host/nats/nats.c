@@ -1068,6 +1068,11 @@ static void handle_request(th_nats *f, nt_ep *ep, natsMsg *msg)
     }
     if (left_ms > 0 && (o.timeout_ms <= 0 || o.timeout_ms > left_ms))
         o.timeout_ms = left_ms;
+    /* the delivery threads are shared by every caller, as the RPC
+     * server's loop is by its clients: a tool declared short runs inline
+     * here (the core times it and sends one that holds the thread too
+     * long to the workers), any other goes to a worker */
+    o.short_inline = true;
     if (natsMsgHeader_Get(msg, TH_NATS_H_PROGRESS, &v) == NATS_OK && v &&
         strcmp(v, "0") == 0)
         o.no_progress = true;
