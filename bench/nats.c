@@ -321,7 +321,7 @@ int main(int argc, char **argv)
     if (!pr)
         bench_die("the bare responder did not answer");
     natsMsg_Destroy(pr);
-    enum { ROUNDS = 3 };
+    enum { ROUNDS = 5 };
     double bare_r[ROUNDS], host_r[ROUNDS], bare_cps = 0, one_cps = 0;
     for (int r = 0; r < ROUNDS; r++) {
         bare_r[r] = pipelined(nc, "bench.bare", body, sizeof body, n_pipe,
@@ -331,6 +331,18 @@ int main(int argc, char **argv)
         bare_cps += bare_r[r] / ROUNDS;
         one_cps += host_r[r] / ROUNDS;
     }
+    /* the median of the rounds' ratios: one round the machine's other
+     * work fell on moves a mean of five by tens of percent */
+    double ratio_r[ROUNDS];
+    for (int r = 0; r < ROUNDS; r++)
+        ratio_r[r] = host_r[r] / bare_r[r];
+    for (int a = 1; a < ROUNDS; a++)
+        for (int b = a; b > 0 && ratio_r[b - 1] > ratio_r[b]; b--) {
+            double t = ratio_r[b];
+            ratio_r[b] = ratio_r[b - 1];
+            ratio_r[b - 1] = t;
+        }
+    double ratio_med = ratio_r[ROUNDS / 2];
     for (int i = 1; i < MAXH; i++)
         start_host(build, i);
     usleep(200000);
@@ -355,7 +367,8 @@ int main(int argc, char **argv)
     printf("%-44s %14.0f %8s  %s\n", "bare C responder process, 64 in flight",
            bare_cps, "", "");
     printf("%-44s %14.0f %7.2fx  %s\n", "echo, 1 host, 64 in flight (rounds)",
-           one_cps, one_cps / bare_cps, "bare responder process");
+           one_cps, ratio_med, "bare responder process (median "
+           "of the rounds' ratios)");
     for (int r = 0; r < ROUNDS; r++)
         printf("  round %d: bare %.0f calls/s, host %.0f calls/s (%.2fx)\n",
                r + 1, bare_r[r], host_r[r], host_r[r] / bare_r[r]);
@@ -376,10 +389,10 @@ int main(int argc, char **argv)
     bench_json_num(&j, "host3_pipe64_cps", three_cps);
     bench_json_num(&j, "bare_pipe64_cps", bare_cps);
     bench_json_num(&j, "host1_rounds_pipe64_cps", one_cps);
-    bench_json_num(&j, "host1_vs_bare_ratio", one_cps / bare_cps);
+    bench_json_num(&j, "host1_vs_bare_ratio", ratio_med);
     bench_target(&j, "nats_pipe64", "NATS 1 host, 64 in flight: calls/s "
-                 "against a bare C responder process", one_cps / bare_cps,
-                 0.9, 0);
+                 "against a bare C responder process (median of 5 rounds)",
+                 ratio_med, 0.9, 0);
     bench_json_end(&j);
     nats_CloseAndWait(2000);
     return 0;
