@@ -6,7 +6,13 @@
  * service name from TOOLHOST_NATS_SERVICE (default "toolhost").  As a
  * NATS user it keeps its replies under _INBOX.<user>. (the only inboxes
  * the per-user layout of docs/scale.md lets it read) and calls hosts that
- * tell callers apart on <prefix>.u.<user>.<toolset>.<tool>. */
+ * tell callers apart on <prefix>.u.<user>.<toolset>.<tool>.
+ * A host must take a call within TOOLHOST_NATS_ACK_MS (default 2000 ms):
+ * the request says by when (Toolhost-Start-By), a host answers `took` at
+ * once and never starts it later; a call nobody took in time is said to
+ * be so, and an idempotent one is retried once on a host that answers
+ * $SRV.PING now, addressed to that host alone
+ * (<prefix>.host.<id>.call.<toolset>.<tool>). */
 #include <jansson.h>
 #include <msgpack.h>
 #include <nats/nats.h>
@@ -248,18 +254,39 @@ int cli_list_nats(const char *url, bool json)
     return rc;
 }
 
+/* How long a host has to take a call (TOOLHOST_NATS_ACK_MS). */
+#define ACK_MS_DEFAULT 2000
+static int64_t ack_ms_get(void)
+{
+    const char *v = getenv("TOOLHOST_NATS_ACK_MS");
+    char *end;
+    long long ms = v && *v ? strtoll(v, &end, 10) : 0;
+    return v && *v && !*end && ms >= 10 && ms <= 600000 ? ms
+                                                        : ACK_MS_DEFAULT;
+}
+
+/* What an attempt came to (attempt's return value). */
+enum {
+    AT_MALFORMED = -1,
+    AT_RESULT = 0,
+    AT_NO_RESULT = 1, /* taken, then nothing in time */
+    AT_LOST = 2,      /* taken, then its host stopped answering */
+    AT_NO_ACK = 3,    /* delivered, not taken within the ack bound */
+    AT_NO_HOST = 4,   /* no responders */
+};
+
 /* One attempt: publishes the request and reads replies until the result.
- * 0 with *out filled, 1 when nothing came back in time, 2 when the host
- * that took the call was lost, -1 on a malformed reply. */
+ * A host must take it (any reply: `took`, ack, progress, ask, result)
+ * within ack_ms; `host` gets the id of the host that took it. */
 static int attempt(natsConnection *nc, const char *subj, const th_buf *args,
-                   int64_t timeout_ms, th_result_copy *out, char *host,
-                   size_t host_n)
+                   int64_t timeout_ms, int64_t ack_ms, th_result_copy *out,
+                   char *host, size_t host_n)
 {
     char ib[256];
     natsSubscription *sub = NULL;
     natsMsg *req = NULL;
-    int rc = 1;
-    char tmo[32], dl[32];
+    int rc = AT_NO_RESULT;
+    char tmo[32], dl[32], sb[32];
     snprintf(tmo, sizeof tmo, "%lld", (long long)timeout_ms);
     /* our absolute deadline: a host that gets the request only after it
      * (stopped, partitioned, backed up) does not start it */
@@ -268,6 +295,12 @@ static int attempt(natsConnection *nc, const char *subj, const th_buf *args,
     snprintf(dl, sizeof dl, "%lld",
              (long long)rt.tv_sec * 1000 + rt.tv_nsec / 1000000 +
                  (long long)timeout_ms);
+    /* by when a host must take it: after that we have moved on (retried
+     * elsewhere or given up), and a host that gets it only then (frozen,
+     * backed up) does not start it */
+    snprintf(sb, sizeof sb, "%lld",
+             (long long)rt.tv_sec * 1000 + rt.tv_nsec / 1000000 +
+                 (long long)ack_ms);
     if (inbox_new(ib, sizeof ib) != 0 ||
         natsConnection_SubscribeSync(&sub, nc, ib) != NATS_OK ||
         natsMsg_Create(&req, subj, ib, (const char *)args->data,
@@ -276,14 +309,24 @@ static int attempt(natsConnection *nc, const char *subj, const th_buf *args,
          (natsMsgHeader_Set(req, TH_NATS_H_TIMEOUT, tmo) != NATS_OK ||
           natsMsgHeader_Set(req, TH_NATS_H_DEADLINE, dl) != NATS_OK)) ||
         natsMsgHeader_Set(req, TH_NATS_H_ASK, "1") != NATS_OK ||
+        natsMsgHeader_Set(req, TH_NATS_H_START_BY, sb) != NATS_OK ||
         natsConnection_PublishMsg(nc, req) != NATS_OK)
         goto out;
     /* the host answers within the call's timeout; a lost host within
      * that plus a margin */
-    int64_t end = now_ms() + (timeout_ms > 0 ? timeout_ms : 60000) + 5000;
+    int64_t t_sent = now_ms();
+    int64_t end = t_sent + (timeout_ms > 0 ? timeout_ms : 60000) + 5000;
+    /* (a quarter more for the `took` on its way back) */
+    int64_t ack_end = t_sent + ack_ms + ack_ms / 4;
     int64_t quiet_since = now_ms();
+    bool taken = false;
+    int missed_pings = 0;
     while (now_ms() < end && !cli_interrupted) {
         natsMsg *m = NULL;
+        if (!taken && now_ms() >= ack_end) {
+            rc = AT_NO_ACK;
+            break;
+        }
         if (natsSubscription_NextMsg(&m, sub, 200) != NATS_OK) {
             /* a host that named itself (an async call's ack) and went
              * quiet: is it still there?  Its own $SRV.PING subject has no
@@ -294,11 +337,14 @@ static int attempt(natsConnection *nc, const char *subj, const th_buf *args,
                 snprintf(ping, sizeof ping, "$SRV.PING.%s.%s",
                          svc && *svc ? svc : "toolhost", host);
                 natsMsg *pr = NULL;
-                natsStatus ps = natsConnection_RequestString(&pr, nc, ping,
-                                                             "", 1000);
+                natsStatus ps = natsConnection_RequestString(
+                    &pr, nc, ping, "", ack_ms > 1000 ? ack_ms : 1000);
                 natsMsg_Destroy(pr);
-                if (ps == NATS_NO_RESPONDERS) {
-                    rc = 2; /* lost with the call */
+                /* gone (no responders), or there but not answering twice
+                 * in a row (stopped, frozen) */
+                missed_pings = ps == NATS_OK ? 0 : missed_pings + 1;
+                if (ps == NATS_NO_RESPONDERS || missed_pings >= 2) {
+                    rc = AT_LOST; /* lost with the call */
                     break;
                 }
                 quiet_since = now_ms();
@@ -313,8 +359,10 @@ static int attempt(natsConnection *nc, const char *subj, const th_buf *args,
             snprintf(host, host_n, "%s", hv);
         if (status && strcmp(status, "503") == 0) { /* no responders */
             natsMsg_Destroy(m);
+            rc = AT_NO_HOST;
             break;
         }
+        taken = true;
         if (kind && strcmp(kind, "ask") == 0) {
             /* an `ask` rule: the host waits for our answer (a y/N prompt
              * on a terminal; no terminal: deny) */
@@ -349,8 +397,8 @@ static int attempt(natsConnection *nc, const char *subj, const th_buf *args,
             rc = th_codec_unpack_result_bytes(
                      (const uint8_t *)natsMsg_GetData(m),
                      (size_t)natsMsg_GetDataLength(m), out) == 0
-                     ? 0
-                     : -1;
+                     ? AT_RESULT
+                     : AT_MALFORMED;
             natsMsg_Destroy(m);
             break;
         }
@@ -360,6 +408,51 @@ out:
     natsMsg_Destroy(req);
     natsSubscription_Destroy(sub);
     return rc;
+}
+
+/* A host for the retry: one of `cands` (ids of the hosts that serve the
+ * tool) other than `not`, that answers $SRV.PING now (within ack_ms): a
+ * host that is stopped or frozen cannot.  Its id into out; false when
+ * none. */
+static bool pick_live_host(natsConnection *nc, json_t *cands,
+                           const char *not, int64_t ack_ms, char *out,
+                           size_t out_n)
+{
+    const char *svc = getenv("TOOLHOST_NATS_SERVICE");
+    char subj[160], ib[256];
+    snprintf(subj, sizeof subj, "$SRV.PING.%s", svc && *svc ? svc : "toolhost");
+    natsSubscription *sub = NULL;
+    bool found = false;
+    if (inbox_new(ib, sizeof ib) != 0 ||
+        natsConnection_SubscribeSync(&sub, nc, ib) != NATS_OK ||
+        natsConnection_PublishRequest(nc, subj, ib, NULL, 0) != NATS_OK) {
+        natsSubscription_Destroy(sub);
+        return false;
+    }
+    int64_t end = now_ms() + ack_ms;
+    while (!found && now_ms() < end) {
+        natsMsg *m = NULL;
+        if (natsSubscription_NextMsg(&m, sub, end - now_ms()) != NATS_OK)
+            break;
+        json_t *j = json_loadb(natsMsg_GetData(m),
+                               (size_t)natsMsg_GetDataLength(m), 0, NULL);
+        const char *id = json_string_value(json_object_get(j, "id"));
+        size_t k;
+        json_t *c;
+        json_array_foreach(cands, k, c)
+        {
+            const char *cid = json_string_value(json_object_get(c, "id"));
+            if (!found && id && cid && strcmp(id, cid) == 0 &&
+                strcmp(id, not) != 0) {
+                snprintf(out, out_n, "%s", id);
+                found = true;
+            }
+        }
+        json_decref(j);
+        natsMsg_Destroy(m);
+    }
+    natsSubscription_Destroy(sub);
+    return found;
 }
 
 /* The parameter types a host published with the endpoint. */
@@ -386,7 +479,8 @@ int cli_call_nats(const char *url, const char *tool, char **kv, int n_kv,
     char subj[512] = "";
     bool idem = false;
     json_t *types = NULL;
-    int hosts = 0, matches = 0;
+    json_t *cands = json_array(); /* {id, prefix, toolset, tool} */
+    int matches = 0;
     size_t i, k;
     json_t *h, *ep;
     json_array_foreach(info, i, h)
@@ -410,7 +504,14 @@ int cli_call_nats(const char *url, const char *tool, char **kv, int n_kv,
             idem = strcmp(md(ep, "idempotent"), "true") == 0;
             if (!types)
                 types = json_loads(md(ep, "param_types"), 0, NULL);
-            hosts++;
+            const char *hid = json_string_value(json_object_get(h, "id"));
+            const char *pfx = json_string_value(json_object_get(
+                json_object_get(h, "metadata"), "prefix"));
+            if (hid && pfx)
+                json_array_append_new(cands,
+                                      json_pack("{s:s, s:s, s:s, s:s}", "id",
+                                                hid, "prefix", pfx, "toolset",
+                                                ts, "tool", tn));
         }
     }
     json_decref(info);
@@ -419,6 +520,7 @@ int cli_call_nats(const char *url, const char *tool, char **kv, int n_kv,
         json_decref(types);
     if (!subj[0]) {
         cli_error("%s: no host on %s serves this tool", tool, url);
+        json_decref(cands);
         nats_done(nc);
         return CLI_USAGE;
     }
@@ -431,6 +533,7 @@ int cli_call_nats(const char *url, const char *tool, char **kv, int n_kv,
             cli_error("%s: the hosts tell callers apart (nats.users): "
                       "connect as a NATS user (nats://USER:PASSWORD@HOST:"
                       "PORT or TOOLHOST_NATS_USER)", tool);
+            json_decref(cands);
             nats_done(nc);
             return CLI_USAGE;
         }
@@ -443,6 +546,7 @@ int cli_call_nats(const char *url, const char *tool, char **kv, int n_kv,
         cli_error("%s: more than one toolset serves it; name one as "
                   "TOOLSET.%s",
                   tool, tool);
+        json_decref(cands);
         nats_done(nc);
         return CLI_USAGE;
     }
@@ -453,6 +557,7 @@ int cli_call_nats(const char *url, const char *tool, char **kv, int n_kv,
     if (!args || th_json_to_msgpack(args, &mp) != 0) {
         json_decref(args);
         th_buf_destroy(&mp);
+        json_decref(cands);
         nats_done(nc);
         return CLI_USAGE;
     }
@@ -461,38 +566,100 @@ int cli_call_nats(const char *url, const char *tool, char **kv, int n_kv,
     th_result_copy r;
     memset(&r, 0, sizeof r);
     char host[64] = "";
-    int a = attempt(nc, subj, &mp, timeout_ms, &r, host, sizeof host);
-    if (a >= 1 && idem && hosts > 1 && !cli_interrupted) {
-        fprintf(stderr, "%s: no answer from host %s; the tool is "
-                "idempotent: retrying once (another host of %d may take "
-                "it)\n",
-                tool, host[0] ? host : "(unknown)", hosts);
-        th_result_copy_destroy(&r);
-        memset(&r, 0, sizeof r);
-        a = attempt(nc, subj, &mp, timeout_ms, &r, host, sizeof host);
+    int64_t ack_ms = ack_ms_get();
+    long long wait_s = (long long)((timeout_ms > 0 ? timeout_ms : 60000) +
+                                   5000) / 1000;
+    int a = attempt(nc, subj, &mp, timeout_ms, ack_ms, &r, host,
+                    sizeof host);
+    const char *to = subj; /* the subject of the last attempt */
+    char direct[600] = "", rhost[64] = "";
+    if ((a == AT_NO_RESULT || a == AT_LOST || a == AT_NO_ACK) && idem &&
+        !cli_interrupted) {
+        /* retried on a host that answers now, addressed to it alone: the
+         * one that did not answer (when known) is left out, and one that
+         * did not take the call in time will not start it later */
+        bool have = pick_live_host(nc, cands, a == AT_NO_ACK ? "" : host,
+                                   ack_ms, rhost, sizeof rhost);
+        size_t k;
+        json_t *c;
+        json_array_foreach(cands, k, c)
+        {
+            if (!have || direct[0] ||
+                strcmp(json_string_value(json_object_get(c, "id")), rhost))
+                continue;
+            if (cli_user[0] && star)
+                snprintf(direct, sizeof direct, "%s.u.%s.host.%s.call.%s.%s",
+                         json_string_value(json_object_get(c, "prefix")),
+                         cli_user, rhost,
+                         json_string_value(json_object_get(c, "toolset")),
+                         json_string_value(json_object_get(c, "tool")));
+            else
+                snprintf(direct, sizeof direct, "%s.host.%s.call.%s.%s",
+                         json_string_value(json_object_get(c, "prefix")),
+                         rhost,
+                         json_string_value(json_object_get(c, "toolset")),
+                         json_string_value(json_object_get(c, "tool")));
+        }
+        if (a == AT_NO_ACK)
+            fprintf(stderr, "%s: a host took the call and did not "
+                    "acknowledge it within %lld ms", tool,
+                    (long long)ack_ms);
+        else
+            fprintf(stderr, "%s: no answer from host %s", tool,
+                    host[0] ? host : "(unknown)");
+        if (direct[0]) {
+            fprintf(stderr, "; the tool is idempotent: retrying once on "
+                    "host %s (it answers $SRV.PING now)\n", rhost);
+            th_result_copy_destroy(&r);
+            memset(&r, 0, sizeof r);
+            host[0] = '\0';
+            to = direct;
+            a = attempt(nc, direct, &mp, timeout_ms, ack_ms, &r, host,
+                        sizeof host);
+            if (a == AT_NO_ACK)
+                snprintf(host, sizeof host, "%s", rhost);
+        } else {
+            fprintf(stderr, "; the tool is idempotent, but no other host "
+                    "answers $SRV.PING now: not retried\n");
+        }
     }
     cli_progress_end();
-    if (a == 2) {
+    if (a == AT_LOST) {
         cli_error("%s: the host took the call and was lost (no answer; "
                   "host %s no longer answers $SRV.PING)",
-                  subj, host);
+                  to, host);
         rc = CLI_FAILED;
-    } else if (a == 1 && host[0]) {
+    } else if (a == AT_NO_ACK && host[0]) {
+        cli_error("%s: host %s took the call and did not acknowledge it "
+                  "within %lld ms (stopped, frozen or overloaded; it will "
+                  "not start it later: Toolhost-Start-By)",
+                  to, host, (long long)ack_ms);
+        rc = CLI_FAILED;
+    } else if (a == AT_NO_ACK) {
+        cli_error("%s: a host took the call and did not acknowledge it "
+                  "within %lld ms (NATS delivered it to one of the hosts "
+                  "and does not say which: one that is stopped, frozen or "
+                  "overloaded; it will not start it later: "
+                  "Toolhost-Start-By)",
+                  to, (long long)ack_ms);
+        rc = CLI_FAILED;
+    } else if (a == AT_NO_HOST) {
+        cli_error("%s: no host took the call (no responders: no host "
+                  "subscribes to it now)", to);
+        rc = CLI_FAILED;
+    } else if (a == AT_NO_RESULT && host[0]) {
         /* (the URL may carry a password: not repeated here) */
         cli_error("%s: the host took the call but did not answer within "
                   "%lld s (no answer from host %s: lost, stopped or "
                   "overloaded)",
-                  subj, (long long)((timeout_ms > 0 ? timeout_ms : 60000) +
-                                    5000) / 1000,
-                  host);
+                  to, wait_s, host);
         rc = CLI_FAILED;
-    } else if (a == 1) {
+    } else if (a == AT_NO_RESULT) {
         cli_error("%s: no host took the call within %lld s (nothing came "
                   "back: no host got it, or its host was lost before it "
                   "acknowledged; a host that gets it after the deadline "
                   "does not start it)",
-                  subj, (long long)((timeout_ms > 0 ? timeout_ms : 60000) +
-                                    5000) / 1000);
+                  to, wait_s);
         rc = CLI_FAILED;
     } else if (a < 0) {
         cli_error("the host sent a result of the wrong shape");
@@ -500,6 +667,7 @@ int cli_call_nats(const char *url, const char *tool, char **kv, int n_kv,
     } else {
         rc = cli_print_result(&r, show_meta, tool);
     }
+    json_decref(cands);
     th_result_copy_destroy(&r);
     th_buf_destroy(&mp);
     nats_done(nc);

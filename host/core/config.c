@@ -2237,6 +2237,8 @@ static const cfkey nats_keys[] = {
      .off2 = N(n_users)},
     {.name = "results_key_file", .set = set_str, .off = N(results_key_file),
      .flags = CF_PATH},
+    {.name = "results_replicas", .set = set_u32, .off = N(results_replicas),
+     .min = 1, .max = 5},
     {.name = NULL}};
 #undef N
 

@@ -20,7 +20,11 @@
  * the call in that user's session of the toolset (user_session), names
  * async tasks by 128 random bits bound to their caller (the task map,
  * task_*), and signs what it writes to the results bucket with the HMAC
- * key of nats.results_key_file (kv_seal, kv_unseal).
+ * key of nats.results_key_file (kv_seal, kv_unseal); the put's outcome
+ * goes to the caller (Toolhost-Stored).  A request with
+ * Toolhost-Start-By is answered `took` at once, or not started when it
+ * came too late (handle_request); <prefix>.host.<id>.call.> takes calls
+ * addressed to this host alone (on_direct: a caller's retry).
  * Lock order: eps_mu, then mu; start_mu, then mu; kv_mu alone; slow_mu,
  * then eps_mu only tried; sess_mu alone; tasks_mu alone; note_mu alone. */
 #include <errno.h>
@@ -384,6 +388,37 @@ out:
     return res;
 }
 
+/* The replicas to create the results bucket with: nats.results_replicas,
+ * else min(3, the servers of the cluster as the server tells the client:
+ * the URLs given and those of its INFO connect_urls, i.e. every server
+ * with a route to ours).  A server that cannot place that many (not
+ * clustered, fewer JetStream peers) says so when the bucket is created,
+ * and kv_open asks for fewer. */
+static int kv_want_replicas(th_nats *f, int *cluster)
+{
+    char **v = NULL;
+    int n = 0;
+    if (natsConnection_GetServers(f->nc, &v, &n) != NATS_OK)
+        n = 1;
+    for (int i = 0; v && i < n; i++)
+        free(v[i]);
+    free(v);
+    *cluster = n < 1 ? 1 : n;
+    if (f->nc_cfg->results_replicas)
+        return (int)f->nc_cfg->results_replicas;
+    return *cluster > 3 ? 3 : *cluster;
+}
+
+/* Whether a failed create is the server refusing the replicas (the text
+ * of its JetStream API error). */
+static bool replicas_refused(void)
+{
+    const char *why = nats_GetLastError(NULL);
+    return why && (strstr(why, "replica") || strstr(why, "insufficient "
+                                                          "resources") ||
+                   strstr(why, "peers"));
+}
+
 /* Opens (or creates) the bucket once the connection is up; 1 when it is
  * usable.  Blocks for a JetStream round trip the first time only. */
 static int kv_open(th_nats *f)
@@ -408,7 +443,9 @@ static int kv_open(th_nats *f)
     jsOptions jo;
     jsOptions_Init(&jo);
     jo.Wait = 2000;
+    kvStatus *ks = NULL;
     natsStatus st = natsConnection_JetStream(&f->js, f->nc, &jo);
+    int cluster = 1, want = kv_want_replicas(f, &cluster), r = want;
     if (st == NATS_OK)
         st = js_KeyValue(&f->kv, f->js, f->kv_bucket);
     if (st == NATS_NOT_FOUND) {
@@ -418,13 +455,38 @@ static int kv_open(th_nats *f)
         kc.Description = "toolhost: finished task results (HOSTID.TASKID)";
         kc.History = 1;
         kc.TTL = (int64_t)f->kv_ttl_ms * 1000000; /* ns, as max_age */
-        st = js_CreateKeyValue(&f->kv, f->js, &kc);
-        if (st != NATS_OK) /* another host created it meanwhile */
+        for (;;) {
+            kc.Replicas = r;
+            st = js_CreateKeyValue(&f->kv, f->js, &kc);
+            if (st == NATS_OK)
+                break;
+            if (r > 1 && replicas_refused()) {
+                th_log_warn("nats: the server cannot keep the key-value "
+                            "bucket %s in %d copies (%s): asking for %d",
+                            f->kv_bucket, r, nats_GetLastError(NULL),
+                            r - 1);
+                r--;
+                continue;
+            }
+            /* another host created it meanwhile */
             st = js_KeyValue(&f->kv, f->js, f->kv_bucket);
+            break;
+        }
     }
-    kvStatus *ks = NULL;
-    if (st == NATS_OK && kvStore_Status(&ks, f->kv) == NATS_OK &&
-        kvStatus_TTL(ks) != (int64_t)f->kv_ttl_ms * 1000000)
+    int64_t have = 0;
+    if (st == NATS_OK && kvStore_Status(&ks, f->kv) == NATS_OK) {
+        have = kvStatus_Replicas(ks);
+        if (have < want)
+            th_log_warn("nats: the key-value bucket %s keeps %" PRId64
+                        " copy(ies) of each result, fewer than the %d asked "
+                        "(%s): a server lost may lose results (raise its "
+                        "replicas on the server, or recreate it)",
+                        f->kv_bucket, have, want,
+                        f->nc_cfg->results_replicas
+                            ? "nats.results_replicas"
+                            : "min(3, the servers of the cluster)");
+    }
+    if (ks && kvStatus_TTL(ks) != (int64_t)f->kv_ttl_ms * 1000000)
         th_log_warn("nats: the key-value bucket %s keeps results %" PRId64
                     " s, not the %" PRIu64 " s of this host's config (the "
                     "host that created it set it; give every host the same "
@@ -435,8 +497,9 @@ static int kv_open(th_nats *f)
     if (st == NATS_OK) {
         f->kv_state = 1;
         th_log_info("nats: finished task results go to the JetStream "
-                    "key-value bucket %s (TTL %" PRIu64 " s)",
-                    f->kv_bucket, f->kv_ttl_ms / 1000);
+                    "key-value bucket %s (TTL %" PRIu64 " s, %" PRId64
+                    " replica(s); %d asked, %d server(s) in the cluster)",
+                    f->kv_bucket, f->kv_ttl_ms / 1000, have, want, cluster);
     } else {
         natsStatus ls = st;
         const char *why = nats_GetLastError(&ls);
@@ -464,13 +527,14 @@ static void kv_close(th_nats *f)
 }
 
 /* Stores a finished task's result (its reply body) under HOSTID.TASKID
- * before the caller is told, so a caller that has the result can count on
- * the bucket having it.  A failure is logged; the reply still goes. */
-static void kv_put(th_nats *f, const char *tok, const char *user,
+ * before the caller is told: true when the bucket acknowledged the put,
+ * and only then does the reply say so (Toolhost-Stored: 1).  A failure is
+ * logged; the reply still goes, with Toolhost-Stored: 0. */
+static bool kv_put(th_nats *f, const char *tok, const char *user,
                    const void *data, size_t len)
 {
     if (!tok[0] || kv_open(f) != 1)
-        return;
+        return false;
     char key[80];
     snprintf(key, sizeof key, "%s.%s", f->id, tok);
     th_buf e = TH_BUF_INIT;
@@ -480,8 +544,10 @@ static void kv_put(th_nats *f, const char *tok, const char *user,
         st = kvStore_Put(&rev, f->kv, key, e.data, (int)e.len);
     th_buf_destroy(&e);
     if (st != NATS_OK)
-        th_log_warn("nats: the result of task %s was not stored in %s: %s",
+        th_log_warn("nats: the result of task %s was not stored in %s: %s "
+                    "(its caller is told: Toolhost-Stored: 0)",
                     key, f->kv_bucket, natsStatus_GetText(st));
+    return st == NATS_OK;
 }
 
 /* The stored result of task `key` (HOSTID.TASKID) of `user` into b: 0,
@@ -508,9 +574,11 @@ static int kv_get(th_nats *f, const char *key, const char *user, th_buf *b)
 
 /* ---- Replies ------------------------------------------------------------ */
 
-/* `tok`: the task's name (Toolhost-Task: HOSTID.TOK), or NULL/"". */
-static void publish(th_nats *f, const char *subj, const char *kind,
-                    const char *tok, const void *data, size_t len)
+/* `tok`: the task's name (Toolhost-Task: HOSTID.TOK), or NULL/"";
+ * `stored`: Toolhost-Stored 0 or 1, or -1 for none. */
+static void publish_st(th_nats *f, const char *subj, const char *kind,
+                       const char *tok, int stored, const void *data,
+                       size_t len)
 {
     natsMsg *m = NULL;
     natsStatus st = natsMsg_Create(&m, subj, NULL, data, (int)len);
@@ -523,12 +591,20 @@ static void publish(th_nats *f, const char *subj, const char *kind,
         snprintf(t, sizeof t, "%s.%s", f->id, tok);
         st = natsMsgHeader_Set(m, TH_NATS_H_TASK, t);
     }
+    if (st == NATS_OK && stored >= 0)
+        st = natsMsgHeader_Set(m, TH_NATS_H_STORED, stored ? "1" : "0");
     if (st == NATS_OK)
         st = natsConnection_PublishMsg(f->nc, m);
     if (st != NATS_OK)
         th_log_warn("nats: reply to %s lost: %s", subj,
                     natsStatus_GetText(st));
     natsMsg_Destroy(m);
+}
+
+static void publish(th_nats *f, const char *subj, const char *kind,
+                    const char *tok, const void *data, size_t len)
+{
+    publish_st(f, subj, kind, tok, -1, data, len);
 }
 
 /* A reply in the RPC front's result form; `c`: a finished async task's
@@ -544,9 +620,10 @@ static void publish_result_ex(th_nats *f, const char *subj, const char *kind,
         th_codec_result_to_buf(&b, &rc) != 0) {
         th_log_error("nats: out of memory packing a reply to %s", subj);
     } else {
+        int stored = -1;
         if (c && tok && tok[0])
-            kv_put(f, tok, c->user, b.data, b.len);
-        publish(f, subj, kind, tok, b.data, b.len);
+            stored = kv_put(f, tok, c->user, b.data, b.len);
+        publish_st(f, subj, kind, tok, stored, b.data, b.len);
     }
     th_buf_destroy(&b);
     th_result_copy_destroy(&rc);
@@ -882,13 +959,10 @@ static void handler_leave(th_nats *f)
     pthread_mutex_unlock(&f->mu);
 }
 
-static void on_request(natsConnection *nc, natsSubscription *sub,
-                       natsMsg *msg, void *closure)
+/* A request for endpoint ep: on its queue subject (on_request) or on the
+ * host's own call subject (on_direct).  Takes msg. */
+static void handle_request(th_nats *f, nt_ep *ep, natsMsg *msg)
 {
-    (void)nc;
-    (void)sub;
-    nt_ep *ep = closure;
-    th_nats *f = ep->f;
     const char *reply = natsMsg_GetReply(msg);
     if (!reply || !*reply) {
         th_log_debug("nats: a request on %s without a reply subject: "
@@ -920,6 +994,37 @@ static void on_request(natsConnection *nc, natsSubscription *sub,
     th_call_opts o;
     memset(&o, 0, sizeof o);
     const char *v = NULL;
+    /* Toolhost-Start-By (Unix ms): the caller waits that long for a host
+     * to take the call (the `took` below) and then retries elsewhere or
+     * gives up - so a host that gets it later (it was stopped, frozen,
+     * backed up) never starts it, and one that gets it in time says so at
+     * once, before the call runs */
+    if (natsMsgHeader_Get(msg, TH_NATS_H_START_BY, &v) == NATS_OK && v) {
+        char *end;
+        long long sb = strtoll(v, &end, 10);
+        if (*end || sb <= 0 || end == v) {
+            publish_error(f, reply, TH_EINVAL, "Toolhost-Start-By must be "
+                          "a Unix time in milliseconds");
+            count_error(ep, TH_EINVAL);
+            goto out;
+        }
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        long long late = (long long)now.tv_sec * 1000 +
+                         now.tv_nsec / 1000000 - sb;
+        if (late > 0) {
+            char why[200];
+            snprintf(why, sizeof why, "this host got the call %lld ms after "
+                     "its Toolhost-Start-By (the caller has moved on): not "
+                     "started", late);
+            publish_error(f, reply, TH_ETIMEOUT, why);
+            count_error(ep, TH_ETIMEOUT);
+            th_log_info("nats: %s: a request %lld ms past its "
+                        "Toolhost-Start-By: not started", ep->subject, late);
+            goto out;
+        }
+        publish(f, reply, "took", NULL, NULL, 0);
+    }
     /* the caller's absolute deadline (Unix ms): a request that waited past
      * it (in the server, the socket, a stopped or busy host) is not
      * started - its caller has given up - and the rest of the time left
@@ -963,6 +1068,11 @@ static void on_request(natsConnection *nc, natsSubscription *sub,
     }
     if (left_ms > 0 && (o.timeout_ms <= 0 || o.timeout_ms > left_ms))
         o.timeout_ms = left_ms;
+    /* the delivery threads are shared by every caller, as the RPC
+     * server's loop is by its clients: a tool declared short runs inline
+     * here (the core times it and sends one that holds the thread too
+     * long to the workers), any other goes to a worker */
+    o.short_inline = true;
     if (natsMsgHeader_Get(msg, TH_NATS_H_PROGRESS, &v) == NATS_OK && v &&
         strcmp(v, "0") == 0)
         o.no_progress = true;
@@ -1032,6 +1142,52 @@ static void on_request(natsConnection *nc, natsSubscription *sub,
 out:
     natsMsg_Destroy(msg);
     handler_leave(f);
+}
+
+static void on_request(natsConnection *nc, natsSubscription *sub,
+                       natsMsg *msg, void *closure)
+{
+    (void)nc;
+    (void)sub;
+    nt_ep *ep = closure;
+    handle_request(ep->f, ep, msg);
+}
+
+/* <prefix>[.u.<user>].host.<id>.call.<toolset>.<tool>: a call addressed
+ * to this host (a caller's retry that must not reach the host that did
+ * not take the call in time).  The endpoint must be served now. */
+static void on_direct(natsConnection *nc, natsSubscription *sub,
+                      natsMsg *msg, void *closure)
+{
+    (void)nc;
+    (void)sub;
+    th_nats *f = closure;
+    const char *subj = natsMsg_GetSubject(msg);
+    const char *p = strstr(subj, ".call.");
+    const char *ts = p ? p + 6 : NULL;
+    const char *dot = ts ? strchr(ts, '.') : NULL;
+    nt_ep *ep = NULL;
+    if (dot && !strchr(dot + 1, '.')) {
+        pthread_mutex_lock(&f->eps_mu);
+        for (size_t i = 0; i < f->n_eps && !ep; i++) {
+            nt_ep *e = f->eps[i];
+            const char *tn = e->ts->cfg->name;
+            if (e->live && strlen(tn) == (size_t)(dot - ts) &&
+                strncmp(tn, ts, (size_t)(dot - ts)) == 0 &&
+                strcmp(e->tool, dot + 1) == 0)
+                ep = e;
+        }
+        pthread_mutex_unlock(&f->eps_mu);
+    }
+    if (ep) { /* (endpoints are freed only at stop, after the handlers) */
+        handle_request(f, ep, msg);
+        return;
+    }
+    const char *reply = natsMsg_GetReply(msg);
+    if (reply && *reply && caller_of(f, msg, true))
+        publish_error(f, reply, TH_ENOTFOUND, "this host serves no such "
+                      "tool (<prefix>.host.<id>.call.<toolset>.<tool>)");
+    natsMsg_Destroy(msg);
 }
 
 /* ---- `ask` rules ------------------------------------------------------- */
@@ -2173,6 +2329,12 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
         snprintf(subj, sizeof subj, "%s%s.host.%s.permit.>",
                  cfg->nats.prefix, f->per_user ? ".u.*" : "", f->id);
         rc = sub_plain(f, subj, NULL, on_permit, err);
+    }
+    if (rc == 0) { /* calls addressed to this host (a caller's retry) */
+        char subj[256];
+        snprintf(subj, sizeof subj, "%s%s.host.%s.call.>", cfg->nats.prefix,
+                 f->per_user ? ".u.*" : "", f->id);
+        rc = sub_plain(f, subj, NULL, on_direct, err);
     }
     if (rc == 0) { /* any host answers a finished task's result */
         char subj[256];

@@ -9,6 +9,7 @@
 #include "test_nats_harness.h"
 
 #include <CUnit/CUnit.h>
+#include <pthread.h>
 
 /* One nats-server with JetStream, no auth, for the suite. */
 static gnatsd G;
@@ -175,6 +176,9 @@ static void test_reload_endpoints(void)
     rpc_srv_free(&h);
 }
 
+/* The Toolhost-Stored header of async_call's last result ("" when none). */
+static char last_stored[8];
+
 /* An async call on whichever host takes it: ack (host, task id), result.
  * Returns the index of the host in ids (or -1) and the task id. */
 static int async_call(natsConnection *nc, const char *subj, char ids[][40],
@@ -206,6 +210,12 @@ static int async_call(natsConnection *nc, const char *subj, char ids[][40],
                     host = i;
         } else if (strcmp(k, "result") == 0) {
             done = reply_ok(m, "kept");
+            const char *sv = NULL;
+            snprintf(last_stored, sizeof last_stored, "%s",
+                     natsMsgHeader_Get(m, "Toolhost-Stored", &sv) ==
+                                 NATS_OK && sv
+                         ? sv
+                         : "");
         }
         natsMsg_Destroy(m);
     }
@@ -305,6 +315,96 @@ static void test_result_after_host_gone(void)
     natsMsg_Destroy(r);
     natsConnection_Destroy(nc);
     CU_ASSERT_EQUAL(rpc_srv_stop(&h[other], SIGTERM), 0);
+    for (int i = 0; i < 2; i++)
+        rpc_srv_free(&h[i]);
+}
+
+/* A JetStream API request with a JSON body; its answer as JSON (NULL when
+ * none came). */
+static json_t *js_api(natsConnection *nc, const char *subj, json_t *body)
+{
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    natsMsg *r = NULL;
+    json_t *j = NULL;
+    if (natsConnection_RequestString(&r, nc, subj, text ? text : "",
+                                     th_test_ms(3000)) == NATS_OK)
+        j = json_loadb(natsMsg_GetData(r), (size_t)natsMsg_GetDataLength(r),
+                       0, NULL);
+    natsMsg_Destroy(r);
+    free(text);
+    return j;
+}
+
+/* 2b. A result is said to be stored (Toolhost-Stored: 1) only when the
+ * bucket took it: once the bucket refuses puts (its streams's largest
+ * message made too small for a result), the reply says Toolhost-Stored:
+ * 0, the log says why, and <prefix>.tasks.result after the host has gone
+ * answers not_found - no claim of a result that is not there.  On one
+ * server the bucket has 1 replica, and the log says how many it asked. */
+static void test_result_not_stored(void)
+{
+    NEED_SERVER();
+    rpc_srv h[2];
+    char ids[2][40];
+    char *key = nats_key_file(G.dir);
+    char extra[1024];
+    snprintf(extra, sizeof extra,
+             "  results_ttl: 1m\n"
+             "  results_bucket: kvst\n"
+             "  results_key_file: %s\n", key);
+    free(key);
+    for (int i = 0; i < 2; i++)
+        CU_ASSERT_FATAL(host_start(&h[i], ids[i], G_url, "ks", "ks",
+                                   "echo, echo_async", extra) == 0);
+    CU_ASSERT(rpc_log_wait(&h[0], "key-value bucket kvst", rpc_wait_ms()));
+    /* one server, no cluster: one replica, as many as asked */
+    CU_ASSERT(rpc_log_count(&h[0], "1 replica(s); 1 asked, 1 server(s)") ==
+              1);
+    natsConnection *nc = nats_connect(G_url, NULL, NULL);
+    CU_ASSERT_FATAL(nc != NULL);
+    json_t *si = js_api(nc, "$JS.API.STREAM.INFO.KV_kvst", NULL);
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(
+                        json_object_get(si, "config"), "num_replicas")),
+                    1);
+    char task[96] = "";
+    CU_ASSERT_FATAL(async_call(nc, "ks.public.echo_async", ids, 2, task,
+                               sizeof task) >= 0);
+    CU_ASSERT_STRING_EQUAL(last_stored, "1");
+    /* the bucket now refuses every put */
+    json_t *cfg = json_deep_copy(json_object_get(si, "config"));
+    json_object_set_new(cfg, "max_msg_size", json_integer(8));
+    json_t *up = js_api(nc, "$JS.API.STREAM.UPDATE.KV_kvst", cfg);
+    CU_ASSERT(up && !json_object_get(up, "error"));
+    json_decref(up);
+    json_decref(cfg);
+    json_decref(si);
+    task[0] = '\0';
+    int owner = async_call(nc, "ks.public.echo_async", ids, 2, task,
+                           sizeof task);
+    CU_ASSERT_FATAL(owner >= 0 && task[0]);
+    CU_ASSERT_STRING_EQUAL(last_stored, "0");
+    CU_ASSERT(rpc_log_count(&h[owner], "was not stored in kvst") == 1);
+    kill(h[owner].pid, SIGKILL);
+    rpc_srv_wait(&h[owner]);
+    /* through the other host (its own subject gone with the owner) */
+    natsMsg *r = NULL;
+    bool answered = false;
+    for (int64_t e = rpc_now_ms() + rpc_wait_ms(); !answered &&
+                                                 rpc_now_ms() < e;) {
+        natsMsg_Destroy(r);
+        r = NULL;
+        answered = natsConnection_RequestString(&r, nc, "ks.tasks.result",
+                                                task, th_test_ms(3000)) ==
+                   NATS_OK;
+    }
+    CU_ASSERT_FATAL(answered);
+    const char *hv = NULL;
+    natsMsgHeader_Get(r, "Toolhost-Host", &hv);
+    CU_ASSERT(hv && strcmp(hv, ids[1 - owner]) == 0);
+    CU_ASSERT(reply_error_is(r, "not_found"));
+    natsMsg_Destroy(r);
+    natsConnection_Destroy(nc);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&h[1 - owner], SIGTERM), 0);
     for (int i = 0; i < 2; i++)
         rpc_srv_free(&h[i]);
 }
@@ -444,6 +544,104 @@ static void test_cluster_failover(void)
     CU_ASSERT_EQUAL(ok_after, n_after);
     natsConnection_Destroy(nc);
     for (int i = 0; i < nh; i++) {
+        CU_ASSERT_EQUAL(rpc_srv_stop(&h[i], SIGTERM), 0);
+        rpc_srv_free(&h[i]);
+    }
+    for (int i = 0; i < NS; i++)
+        gnatsd_free(&s[i]);
+}
+
+/* 3b. Three nats-servers with JetStream in one cluster: a host given the
+ * three creates the results bucket with 3 replicas (min(3, the cluster's
+ * size)); a bucket made earlier with 1 replica is used as it is and the
+ * log says it keeps fewer copies than asked. */
+static void test_cluster_replicas(void)
+{
+    NEED_SERVER();
+    enum { NS = 3 };
+    gnatsd s[NS];
+    int cport[NS];
+    char cl[NS][64], routes[NS][160], sd[NS][600], name[NS][16];
+    for (int i = 0; i < NS; i++)
+        cport[i] = free_port();
+    for (int i = 0; i < NS; i++) {
+        gnatsd_files(&s[i], "max_payload: 1MB\n");
+        snprintf(cl[i], sizeof cl[i], "nats://127.0.0.1:%d", cport[i]);
+        snprintf(routes[i], sizeof routes[i],
+                 "nats://127.0.0.1:%d,nats://127.0.0.1:%d",
+                 cport[(i + 1) % NS], cport[(i + 2) % NS]);
+        snprintf(sd[i], sizeof sd[i], "%s/js", s[i].dir);
+        snprintf(name[i], sizeof name[i], "jr%d", i);
+        const char *x[] = {"-js", "-sd", sd[i], "--server_name", name[i],
+                           "--cluster_name", "thr", "--cluster", cl[i],
+                           "--routes", routes[i], NULL};
+        for (int k = 0; x[k]; k++)
+            s[i].extra[k] = x[k];
+        CU_ASSERT_FATAL(gnatsd_start(&s[i]) == 0);
+    }
+    char urls[256];
+    snprintf(urls, sizeof urls,
+             "nats://127.0.0.1:%d,nats://127.0.0.1:%d,nats://127.0.0.1:%d",
+             s[0].port, s[1].port, s[2].port);
+    char u0[64];
+    snprintf(u0, sizeof u0, "nats://127.0.0.1:%d", s[0].port);
+    natsConnection *nc = nats_connect(u0, NULL, NULL);
+    CU_ASSERT_FATAL(nc != NULL);
+    /* JetStream up: the cluster elected its meta leader */
+    bool up = false;
+    for (int64_t e = rpc_now_ms() + th_test_ms(20000); !up &&
+                                                     rpc_now_ms() < e;) {
+        json_t *j = js_api(nc, "$JS.API.INFO", NULL);
+        up = j && !json_object_get(j, "error");
+        json_decref(j);
+        if (!up)
+            usleep(100000);
+    }
+    CU_ASSERT_FATAL(up);
+    /* a bucket made with 1 replica beforehand */
+    jsCtx *js = NULL;
+    kvStore *kv = NULL;
+    kvConfig kc;
+    kvConfig_Init(&kc);
+    kc.Bucket = "kvone";
+    kc.Replicas = 1;
+    CU_ASSERT_FATAL(natsConnection_JetStream(&js, nc, NULL) == NATS_OK);
+    CU_ASSERT_FATAL(js_CreateKeyValue(&kv, js, &kc) == NATS_OK);
+    kvStore_Destroy(kv);
+    jsCtx_Destroy(js);
+    char *key = nats_key_file(s[0].dir);
+    rpc_srv h[2];
+    char ids[2][40];
+    static const char *const buckets[2] = {"kvthree", "kvone"};
+    for (int i = 0; i < 2; i++) {
+        char extra[1024];
+        snprintf(extra, sizeof extra,
+                 "  results_ttl: 1m\n"
+                 "  results_bucket: %s\n"
+                 "  results_key_file: %s\n", buckets[i], key);
+        CU_ASSERT_FATAL(host_start(&h[i], ids[i], urls, "kr", "kr", "echo",
+                                   extra) == 0);
+        char needle[64];
+        snprintf(needle, sizeof needle, "key-value bucket %s", buckets[i]);
+        CU_ASSERT(rpc_log_wait(&h[i], needle, rpc_wait_ms()));
+    }
+    free(key);
+    json_t *j = js_api(nc, "$JS.API.STREAM.INFO.KV_kvthree", NULL);
+    json_int_t r3 = json_integer_value(json_object_get(
+        json_object_get(j, "config"), "num_replicas"));
+    size_t peers = json_array_size(json_object_get(
+        json_object_get(j, "cluster"), "replicas"));
+    json_decref(j);
+    fprintf(stderr, "\n  3-server cluster: KV_kvthree has %lld replicas "
+            "(leader + %zu peers)\n", (long long)r3, peers);
+    CU_ASSERT_EQUAL(r3, 3);
+    CU_ASSERT_EQUAL(peers, 2);
+    CU_ASSERT(rpc_log_count(&h[0], "3 replica(s); 3 asked, 3 server(s)") ==
+              1);
+    CU_ASSERT(rpc_log_count(&h[1], "keeps 1 copy(ies) of each result, "
+                                   "fewer than the 3 asked") == 1);
+    natsConnection_Destroy(nc);
+    for (int i = 0; i < 2; i++) {
         CU_ASSERT_EQUAL(rpc_srv_stop(&h[i], SIGTERM), 0);
         rpc_srv_free(&h[i]);
     }
@@ -811,6 +1009,305 @@ static void test_cli_retry(void)
     free(dir);
 }
 
+/* Arrival times (ms) of the requests on the subjects of one test, seen by a
+ * plain subscription of the test's own: which subject, when. */
+typedef struct seen_reqs {
+    pthread_mutex_t mu;
+    int n;
+    int64_t at[64];
+    bool direct[64]; /* on a host's own call subject (a retry) */
+} seen_reqs;
+
+static void on_seen(natsConnection *nc, natsSubscription *sub, natsMsg *m,
+                    void *ud)
+{
+    (void)nc;
+    (void)sub;
+    seen_reqs *s = ud;
+    pthread_mutex_lock(&s->mu);
+    if (s->n < 64) {
+        s->at[s->n] = rpc_now_ms();
+        s->direct[s->n] = strstr(natsMsg_GetSubject(m), ".call.") != NULL;
+        s->n++;
+    }
+    pthread_mutex_unlock(&s->mu);
+    natsMsg_Destroy(m);
+}
+
+static int lines_with(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    char line[512];
+    int n = 0;
+    while (f && fgets(line, sizeof line, f))
+        n += strstr(line, needle) != NULL;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* 6. An unresponsive host: two hosts, one stopped (SIGSTOP), calls from
+ * `toolhost call --connect nats://` with a bound of ACK ms for a host to
+ * take the call (TOOLHOST_NATS_ACK_MS).  The calls NATS delivers to the
+ * stopped host are reported as not acknowledged within ACK ms; an
+ * idempotent one (rl_answer) is retried once on the other host, addressed
+ * to it alone, and succeeds; one that is not (rl_hold) is not retried.
+ * After SIGCONT the stopped host gets those requests past their
+ * Toolhost-Start-By and runs none of them (the fixture's marker file
+ * records every run). */
+static void test_frozen_host(void)
+{
+    NEED_SERVER();
+    /* (each CLI call is a process that discovers the hosts first; before
+     * the ack bound, each call the stopped host got took timeout + 5 s) */
+    th_test_timeout(120);
+    char *dir = th_test_tmpdir();
+    rpc_srv h[2];
+    char ids[2][40], marker[2][600], gate[600];
+    snprintf(gate, sizeof gate, "%s/gate", dir);
+    free(th_test_write_file(dir, "gate", "", 0)); /* rl_hold: at once */
+    for (int i = 0; i < 2; i++) {
+        snprintf(marker[i], sizeof marker[i], "%s/marker%d", dir, i);
+        char cfg[2048];
+        snprintf(cfg, sizeof cfg,
+                 "host:\n"
+                 "  log_level: debug\n"
+                 "  shutdown_grace: 1s\n"
+                 "  listen: [\"%s\"]\n"
+                 "plugins:\n"
+                 "  - name: reload_fx\n"
+                 "    path: @BUILD@/fixtures/reload_a.so\n"
+                 "    config:\n"
+                 "      marker: %s\n"
+                 "toolsets:\n"
+                 "  - name: public\n"
+                 "    tools: [rl_answer, rl_hold]\n"
+                 "    allow_users: [nats]\n"
+                 "nats:\n"
+                 "  prefix: fz\n"
+                 "  name: fz\n"
+                 "  toolsets: [public]\n",
+                 G_url, marker[i]);
+        rpc_opts o = {.config = cfg};
+        CU_ASSERT_FATAL(rpc_srv_start(&h[i], &o) == 0);
+        host_id_from_log(&h[i], ids[i], sizeof ids[i]);
+        CU_ASSERT_FATAL(ids[i][0]);
+    }
+    natsConnection *nc = nats_connect(G_url, NULL, NULL);
+    CU_ASSERT_FATAL(nc != NULL);
+    seen_reqs seen;
+    memset(&seen, 0, sizeof seen);
+    pthread_mutex_init(&seen.mu, NULL);
+    natsSubscription *spy = NULL;
+    CU_ASSERT_FATAL(natsConnection_Subscribe(&spy, nc, "fz.>", on_seen,
+                                             &seen) == NATS_OK);
+    natsConnection_Flush(nc);
+    kill(h[1].pid, SIGSTOP);
+    unsigned ack = th_test_ms(1500);
+    char ackv[32];
+    snprintf(ackv, sizeof ackv, "%u", ack);
+    setenv("TOOLHOST_NATS_ACK_MS", ackv, 1);
+    char retry_on[128];
+    snprintf(retry_on, sizeof retry_on, "retrying once on host %s", ids[0]);
+    /* idempotent: until two calls reached the stopped host (NATS picks a
+     * queue member at random: bounded) */
+    int reached = 0, idem_calls = 0;
+    int64_t worst_gap = 0;
+    while (reached < 2 && idem_calls < 24) {
+        idem_calls++;
+        pthread_mutex_lock(&seen.mu);
+        int n0 = seen.n;
+        pthread_mutex_unlock(&seen.mu);
+        char *a[] = {"rl_answer", NULL};
+        pid_t cli = cli_spawn(dir, "fz", a);
+        int st = cli_wait(cli, th_test_ms(30000));
+        CU_ASSERT_EQUAL(st, 0);
+        CU_ASSERT(strstr(slurp(dir, "cli.out"), "A") != NULL);
+        const char *err = slurp(dir, "cli.err"); /* (slurp's buffer) */
+        if (!strstr(err, "did not acknowledge it within"))
+            continue;
+        reached++;
+        fprintf(stderr, "\n  idempotent, reached the stopped host: %s", err);
+        CU_ASSERT(strstr(err, retry_on) != NULL);
+        /* the retry went to host 0's own subject, ACK ms (and a ping)
+         * after the call */
+        pthread_mutex_lock(&seen.mu);
+        CU_ASSERT_EQUAL(seen.n, n0 + 2);
+        if (seen.n == n0 + 2) {
+            CU_ASSERT(!seen.direct[n0] && seen.direct[n0 + 1]);
+            int64_t gap = seen.at[n0 + 1] - seen.at[n0];
+            worst_gap = gap > worst_gap ? gap : worst_gap;
+            CU_ASSERT(gap >= (int64_t)ack);
+            CU_ASSERT(gap < (int64_t)ack * 2 + th_test_ms(500));
+        }
+        pthread_mutex_unlock(&seen.mu);
+    }
+    CU_ASSERT_EQUAL(reached, 2);
+    /* not idempotent: until one reached it */
+    int reached_hold = 0, hold_calls = 0, hold_ok = 0;
+    char path[700];
+    snprintf(path, sizeof path, "path=%s", gate);
+    while (reached_hold < 1 && hold_calls < 24) {
+        hold_calls++;
+        char *a[] = {"rl_hold", path, NULL};
+        pid_t cli = cli_spawn(dir, "fz", a);
+        int st = cli_wait(cli, th_test_ms(30000));
+        const char *err = slurp(dir, "cli.err");
+        if (!strstr(err, "did not acknowledge it within")) {
+            CU_ASSERT_EQUAL(st, 0);
+            hold_ok += st == 0;
+            continue;
+        }
+        reached_hold++;
+        fprintf(stderr, "  not idempotent, reached the stopped host: %s",
+                err);
+        CU_ASSERT(st != 0 && st != -1);
+        CU_ASSERT(strstr(err, "retrying") == NULL);
+        CU_ASSERT(strstr(err, "a host took the call and did not "
+                              "acknowledge it within") != NULL);
+    }
+    CU_ASSERT_EQUAL(reached_hold, 1);
+    unsetenv("TOOLHOST_NATS_ACK_MS");
+    fprintf(stderr, "  %d idempotent call(s), %d not; %d reached the "
+            "stopped host; the slowest retry left %lld ms after its call "
+            "(bound %u ms)\n", idem_calls, hold_calls, reached + reached_hold,
+            (long long)worst_gap, ack);
+    /* woken: it gets those requests past their Toolhost-Start-By */
+    kill(h[1].pid, SIGCONT);
+    int want = reached + reached_hold;
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    while (rpc_log_count(&h[1], "past its Toolhost-Start-By: not started") <
+               want && rpc_now_ms() < end)
+        usleep(20000);
+    CU_ASSERT_EQUAL(rpc_log_count(&h[1], "past its Toolhost-Start-By: not "
+                                         "started"), want);
+    /* ... and ran none of them; host 0 ran each call once */
+    CU_ASSERT_EQUAL(lines_with(marker[1], "start rl_"), 0);
+    CU_ASSERT_EQUAL(lines_with(marker[0], "start rl_answer"), idem_calls);
+    CU_ASSERT_EQUAL(lines_with(marker[0], "start rl_hold"), hold_ok);
+    natsSubscription_Destroy(spy);
+    natsConnection_Destroy(nc);
+    pthread_mutex_destroy(&seen.mu);
+    for (int i = 0; i < 2; i++) {
+        CU_ASSERT_EQUAL(rpc_srv_stop(&h[i], SIGTERM), 0);
+        rpc_srv_free(&h[i]);
+    }
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+/* A request on `subj` with header `h: v` (none when h is NULL); the kinds
+ * of its replies, space-separated, into kinds, and the last one kept. */
+static natsMsg *req_kinds(natsConnection *nc, const char *subj,
+                          const char *h, const char *v, char *kinds,
+                          size_t kn)
+{
+    natsInbox *ib = NULL;
+    natsSubscription *sub = NULL;
+    natsInbox_Create(&ib);
+    natsConnection_SubscribeSync(&sub, nc, ib);
+    th_buf b = TH_BUF_INIT;
+    rpc_pack_json(&b, "{\"text\":\"sb\"}");
+    natsMsg *req = NULL;
+    natsMsg_Create(&req, subj, ib, (const char *)b.data, (int)b.len);
+    if (h)
+        natsMsgHeader_Set(req, h, v);
+    natsConnection_PublishMsg(nc, req);
+    natsMsg_Destroy(req);
+    th_buf_destroy(&b);
+    kinds[0] = '\0';
+    natsMsg *last = NULL;
+    for (int64_t end = rpc_now_ms() + rpc_wait_ms(); rpc_now_ms() < end;) {
+        natsMsg *m = NULL;
+        natsStatus ns = natsSubscription_NextMsg(&m, sub, 200);
+        if (ns == NATS_NO_RESPONDERS) { /* (the library's form of a 503) */
+            snprintf(kinds, kn, "503");
+            break;
+        }
+        if (ns != NATS_OK)
+            continue;
+        size_t l = strlen(kinds);
+        const char *st = NULL;
+        natsMsgHeader_Get(m, "Status", &st);
+        snprintf(kinds + l, kn - l, "%s%s", l ? " " : "",
+                 st ? st : reply_kind(m));
+        natsMsg_Destroy(last);
+        last = m;
+        if (st || strcmp(reply_kind(m), "result") == 0)
+            break;
+    }
+    natsSubscription_Destroy(sub);
+    natsInbox_Destroy(ib);
+    return last;
+}
+
+/* Toolhost-Start-By and the host's own call subject, attacked: a request
+ * past its start-by (a late delivery, or an old request replayed) is not
+ * started; a malformed one is refused; one in time gets `took` first,
+ * naming its host; a call addressed to the host for a tool it does not
+ * serve on NATS (another toolset, an unknown tool) is not_found. */
+static void test_start_by(void)
+{
+    NEED_SERVER();
+    rpc_srv h;
+    char id[40];
+    CU_ASSERT_FATAL(host_start(&h, id, G_url, "sb", "sb", "echo", NULL) ==
+                    0);
+    natsConnection *nc = nats_connect(G_url, NULL, NULL);
+    CU_ASSERT_FATAL(nc != NULL);
+    struct timespec rt;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    long long now = (long long)rt.tv_sec * 1000 + rt.tv_nsec / 1000000;
+    char v[32], kinds[128];
+    snprintf(v, sizeof v, "%lld", now - 1);
+    natsMsg *m = req_kinds(nc, "sb.public.echo", "Toolhost-Start-By", v,
+                           kinds, sizeof kinds);
+    CU_ASSERT_STRING_EQUAL(kinds, "result");
+    CU_ASSERT(m && reply_error_is(m, "timeout"));
+    natsMsg_Destroy(m);
+    CU_ASSERT(rpc_log_count(&h, "past its Toolhost-Start-By: not started") ==
+              1);
+    m = req_kinds(nc, "sb.public.echo", "Toolhost-Start-By", "12abc", kinds,
+                  sizeof kinds);
+    CU_ASSERT_STRING_EQUAL(kinds, "result");
+    CU_ASSERT(m && reply_error_is(m, "invalid_request"));
+    natsMsg_Destroy(m);
+    snprintf(v, sizeof v, "%lld", now + 60000);
+    m = req_kinds(nc, "sb.public.echo", "Toolhost-Start-By", v, kinds,
+                  sizeof kinds);
+    CU_ASSERT_STRING_EQUAL(kinds, "took result");
+    CU_ASSERT(m && reply_ok(m, "sb"));
+    natsMsg_Destroy(m);
+    /* without the header: no `took` (callers that do not ask pay nothing) */
+    m = req_kinds(nc, "sb.public.echo", NULL, NULL, kinds, sizeof kinds);
+    CU_ASSERT_STRING_EQUAL(kinds, "result");
+    natsMsg_Destroy(m);
+    /* addressed to the host: its tool, with start-by */
+    char subj[200];
+    snprintf(subj, sizeof subj, "sb.host.%s.call.public.echo", id);
+    m = req_kinds(nc, subj, "Toolhost-Start-By", v, kinds, sizeof kinds);
+    CU_ASSERT_STRING_EQUAL(kinds, "took result");
+    CU_ASSERT(m && reply_ok(m, "sb"));
+    natsMsg_Destroy(m);
+    static const char *const bad[] = {"hidden.echo", "public.nope",
+                                      "public.echo.x", "public"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(subj, sizeof subj, "sb.host.%s.call.%s", id, bad[i]);
+        m = req_kinds(nc, subj, NULL, NULL, kinds, sizeof kinds);
+        CU_ASSERT_STRING_EQUAL(kinds, "result");
+        CU_ASSERT(m && reply_error_is(m, "not_found"));
+        natsMsg_Destroy(m);
+    }
+    /* another host's subject: nobody */
+    m = req_kinds(nc, "sb.host.0123456789abcdef.call.public.echo", NULL,
+                  NULL, kinds, sizeof kinds);
+    CU_ASSERT_STRING_EQUAL(kinds, "503");
+    natsMsg_Destroy(m);
+    natsConnection_Destroy(nc);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&h, SIGTERM), 0);
+    rpc_srv_free(&h);
+}
+
 /* The kind of a reply and its body as JSON. */
 static json_t *reply_json(natsMsg *m)
 {
@@ -963,9 +1460,13 @@ void th_suite_nats_fleet(void)
     CU_add_test(s, "late_server", test_late_server);
     CU_add_test(s, "reload_endpoints", test_reload_endpoints);
     CU_add_test(s, "result_after_host_gone", test_result_after_host_gone);
+    CU_add_test(s, "result_not_stored", test_result_not_stored);
     CU_add_test(s, "cluster_failover", test_cluster_failover);
+    CU_add_test(s, "cluster_replicas", test_cluster_replicas);
     CU_add_test(s, "tls_auth", test_tls_auth);
     CU_add_test(s, "token_auth", test_token_auth);
     CU_add_test(s, "cli_retry", test_cli_retry);
+    CU_add_test(s, "frozen_host", test_frozen_host);
+    CU_add_test(s, "start_by", test_start_by);
     CU_add_test(s, "ask", test_ask);
 }

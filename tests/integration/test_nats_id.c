@@ -23,6 +23,7 @@ static const char nats_conf[] =
     "                           \"id.u.*.tasks.result toolhost\",\n"
     "                           \"id.u.*.host.*.tasks.*\",\n"
     "                           \"id.u.*.host.*.permit.>\",\n"
+    "                           \"id.u.*.host.*.call.>\",\n"
     "                           \"$SRV.>\", \"_INBOX.>\"]}\n"
     "       publish: {allow: [\"_INBOX.>\", \"$JS.API.>\", "
     "\"$KV.idb.>\"]}}}\n"
@@ -350,6 +351,77 @@ static void test_reply_forged(void)
     natsMsg_Destroy(r);
     th_buf_destroy(&args);
     CU_ASSERT(!rpc_log_has(&H, "nats: disconnected"));
+    client_close(&a);
+    client_close(&b);
+}
+
+/* The host's own call subject and Toolhost-Start-By under nats.users: a
+ * `took` goes only to the caller's own inbox (alice naming bob's inbox on
+ * her call gets bob nothing: his first message is his own call's `took`);
+ * bob cannot publish on alice's call subject of the host (the server
+ * refuses it); nor can he send alice a forged `took` (her inbox is not
+ * his to publish on). */
+static void test_took_bound(void)
+{
+    NEED_UP();
+    client a, b;
+    CU_ASSERT_FATAL(client_open(&a, "alice", "alicepw"));
+    CU_ASSERT_FATAL(client_open(&b, "bob", "bobpw"));
+    natsSubscription *sub = NULL;
+    CU_ASSERT_FATAL(natsConnection_SubscribeSync(&sub, b.nc,
+                                                 "_INBOX.bob.>") == NATS_OK);
+    natsConnection_Flush(b.nc);
+    struct timespec rt;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    char sb[32];
+    snprintf(sb, sizeof sb, "%lld",
+             (long long)rt.tv_sec * 1000 + rt.tv_nsec / 1000000 + 60000);
+    char subj_a[200], subj_b[200];
+    snprintf(subj_a, sizeof subj_a, "id.u.alice.host.%s.call.public.echo",
+             H_id);
+    snprintf(subj_b, sizeof subj_b, "id.u.bob.host.%s.call.public.echo",
+             H_id);
+    th_buf args = TH_BUF_INIT;
+    rpc_pack_json(&args, "{\"text\":\"t\"}");
+    const char *who[2][3] = {{subj_a, "_INBOX.bob.forged", NULL},
+                             {subj_b, "_INBOX.bob.own", NULL}};
+    client *by[2] = {&a, &b};
+    for (int i = 0; i < 2; i++) {
+        natsMsg *m = NULL;
+        natsMsg_Create(&m, who[i][0], who[i][1], (const char *)args.data,
+                       (int)args.len);
+        natsMsgHeader_Set(m, "Toolhost-Start-By", sb);
+        natsConnection_PublishMsg(by[i]->nc, m);
+        natsMsg_Destroy(m);
+        natsConnection_Flush(by[i]->nc); /* alice's routed first */
+    }
+    static const char *const kinds[2] = {"took", "result"};
+    for (int i = 0; i < 2; i++) {
+        natsMsg *m = next_msg(sub);
+        CU_ASSERT_FATAL(m != NULL);
+        CU_ASSERT_STRING_EQUAL(natsMsg_GetSubject(m), "_INBOX.bob.own");
+        CU_ASSERT_STRING_EQUAL(reply_kind(m), kinds[i]);
+        const char *hv = NULL;
+        CU_ASSERT(natsMsgHeader_Get(m, "Toolhost-Host", &hv) == NATS_OK &&
+                  hv && strcmp(hv, H_id) == 0);
+        natsMsg_Destroy(m);
+    }
+    /* bob on alice's call subject of the host */
+    natsConnection_Publish(b.nc, subj_a, args.data, (int)args.len);
+    natsConnection_Flush(b.nc);
+    CU_ASSERT(client_violation(&b, "Publish"));
+    client_close(&b);
+    CU_ASSERT_FATAL(client_open(&b, "bob", "bobpw"));
+    /* a forged `took` into alice's inbox */
+    natsMsg *f = NULL;
+    natsMsg_Create(&f, "_INBOX.alice.x", NULL, NULL, 0);
+    natsMsgHeader_Set(f, "Toolhost-Kind", "took");
+    natsConnection_PublishMsg(b.nc, f);
+    natsMsg_Destroy(f);
+    natsConnection_Flush(b.nc);
+    CU_ASSERT(client_violation(&b, "Publish"));
+    th_buf_destroy(&args);
+    natsSubscription_Destroy(sub);
     client_close(&a);
     client_close(&b);
 }
@@ -731,6 +803,7 @@ void th_suite_nats_id(void)
     CU_pSuite s = CU_add_suite("nats_id", suite_init, suite_clean);
     CU_add_test(s, "inbox_refused", test_inbox_refused);
     CU_add_test(s, "reply_forged", test_reply_forged);
+    CU_add_test(s, "took_bound", test_took_bound);
     CU_add_test(s, "task_bound", test_task_bound);
     CU_add_test(s, "ask_bound", test_ask_bound);
     CU_add_test(s, "forged_result", test_forged_result);

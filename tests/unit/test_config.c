@@ -339,6 +339,27 @@ static void test_host_keys(void)
     th_config_free(cfg);
 }
 
+/* nats.results_replicas: absent is 0 (the host picks min(3, the
+ * JetStream cluster's size)); 1..5 kept; outside refused. */
+static void test_nats_results_replicas(void)
+{
+    th_config *cfg = parse("nats: {results_bucket: rb}\n");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
+    CU_ASSERT_EQUAL(cfg->nats.results_replicas, 0);
+    th_config_free(cfg);
+    cfg = parse("nats: {results_replicas: 3}\n");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
+    CU_ASSERT_EQUAL(cfg->nats.results_replicas, 3);
+    th_config_free(cfg);
+    EXPECT_ERR("nats: {results_replicas: 0}\n", "t.yaml:1:26: 'results_replicas' is out of range: 0 is not "
+               "between 1 and 5");
+    EXPECT_ERR("nats: {results_replicas: 6}\n", "t.yaml:1:26: 'results_replicas' is out of range: 6 is not "
+               "between 1 and 5");
+    EXPECT_ERR("nats: {results_replicas: three}\n",
+               "t.yaml:1:26: 'results_replicas' must be a whole number, got "
+               "'three'");
+}
+
 /* ---- errors ------------------------------------------------------------ */
 
 static void test_unknown_keys(void)
@@ -2102,4 +2123,5 @@ void th_suite_config(void)
     CU_add_test(s, "unknown_user_names", test_unknown_user_names);
     CU_add_test(s, "empty_file", test_empty_file);
     CU_add_test(s, "plugin_load_error", test_plugin_load_error);
+    CU_add_test(s, "nats_results_replicas", test_nats_results_replicas);
 }

@@ -24,11 +24,20 @@ typedef struct th_nats th_nats;
 #define TH_NATS_H_OUTPUT_INFO "Toolhost-Output-Info" /* request: "1": meta
                                            describes both streams (the
                                            tools.call option output_info) */
-#define TH_NATS_H_KIND "Toolhost-Kind"  /* reply: result, ack, progress    */
+#define TH_NATS_H_KIND "Toolhost-Kind"  /* reply: result, ack, progress,
+                                           took                            */
 #define TH_NATS_H_TASK "Toolhost-Task"  /* reply: HOSTID.TASKID            */
 #define TH_NATS_H_HOST "Toolhost-Host"  /* reply: the host's id            */
 #define TH_NATS_H_ASK "Toolhost-Ask"    /* request: "1": the caller answers
                                            `ask` messages (docs/scale.md)  */
+#define TH_NATS_H_START_BY "Toolhost-Start-By" /* request: Unix ms by which
+                                           a host must take the call: it
+                                           answers `took` at once, and
+                                           one that gets the request later
+                                           does not start it               */
+#define TH_NATS_H_STORED "Toolhost-Stored" /* reply (an async task's
+                                           result): "1" it is in the
+                                           results bucket, "0" it is not   */
 
 /* Connects to cfg->host.listen_nats (the host's config; it and h outlive
  * the front) and subscribes.  With no nats:// entry, *out is NULL and 0 is

@@ -465,6 +465,9 @@ typedef struct th_nats_cfg {
     size_t n_users;
     char *results_key_file; /* the HMAC-SHA256 key that signs results
                                bucket entries; NULL: no bucket         */
+    uint32_t results_replicas; /* the bucket's stream replicas when this
+                                  host creates it (1..5); 0: min(3, the
+                                  JetStream cluster's size)            */
 } th_nats_cfg;
 
 /* Who shares one bucket of a rate limit (th_rate_cfg.per). */
