@@ -450,6 +450,8 @@ static bool deliver(th_mcall *c, bool own)
             r.kind = TH_RESULT_RUNNING;
             r.message = msg ? msg : "task started";
             r.task_id = c->base.pub.call_id;
+            r.ack_has_fraction = x->ack_frac >= 0;
+            r.ack_fraction = x->ack_frac;
             ev.kind = TH_EV_RESULT;
             ev.task_id = r.task_id;
             ev.result = &r;

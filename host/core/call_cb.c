@@ -358,6 +358,7 @@ static int cb_progress(toolhost_call *call, double fraction,
         c->x->start_wall_ms = wall - (th_now_ns() - c->start_ns) / 1000000;
         c->pend_ack = true;
         c->x->ack_msg = u.message;
+        c->x->ack_frac = fraction;
         u.message = NULL;
         th_progress_update_destroy(&u);
         bool changed = false;

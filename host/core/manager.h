@@ -204,6 +204,8 @@ typedef struct th_mcall_x {
     /* Under the call's mu. */
     pthread_cond_t cv;
     char *ack_msg;
+    double ack_frac;            /* the acknowledging update's fraction,
+                                   < 0 unknown; set with ack_msg */
     th_progress_slot prog;      /* the latest progress not yet delivered */
     th_result_copy final;
     int64_t start_wall_ms;      /* set when acknowledged (a task) */

@@ -365,7 +365,7 @@ static void send_progress(th_mcp_session *m, mcp_call *c, const th_event *e)
         if (p > total)
             p = total;
     } else {
-        p = c->last_progress + 1;
+        p = c->last_progress < 0 ? 1 : c->last_progress + 1;
     }
     if (p <= c->last_progress) {
         /* Progress must increase strictly: a tiny step past the last. */
@@ -412,8 +412,11 @@ static void on_event(const th_event *e, void *ud)
                 mcp_task_announce_locked(m, c, true);
         }
         if (r && c->token && !c->client_cancelled) {
-            /* The acknowledgement carries the first progress message. */
-            th_event pe = {.kind = TH_EV_PROGRESS, .fraction = -1,
+            /* The acknowledgement carries the first progress update:
+             * its message and, when it gave one, its fraction. */
+            th_event pe = {.kind = TH_EV_PROGRESS,
+                           .fraction = r->ack_has_fraction ? r->ack_fraction
+                                                           : -1,
                            .message = r->message};
             send_progress(m, c, &pe);
         }
@@ -787,7 +790,7 @@ static void m_tools_call(th_mcp_session *m, const json_t *id,
     /* An id is a string or an integer: nobody changes it, a reference
      * does. */
     c->id = json_incref((json_t *)id);
-    c->last_progress = 0;
+    c->last_progress = -1; /* none sent: a first fraction of 0 is 0 */
     json_t *tok = json_object_get(json_object_get(params, "_meta"),
                                   "progressToken");
     if (json_is_string(tok) || json_is_integer(tok))

@@ -60,7 +60,7 @@ typedef struct mcp_call {
     bool structured;         /* the tool declares an object output schema:
                                 structuredContent */
     uint64_t call_id;        /* 0 until th_call_start returned (or asked) */
-    double last_progress;
+    double last_progress;    /* the last progress sent, < 0 none yet */
     mcp_log_gate log;        /* [mu] the tool's log_call() lines */
     bool started;            /* th_call_start returned */
     bool finished;           /* the final event arrived */

@@ -58,6 +58,11 @@ for (let i = 1; i < seen.length; i++)
         `progress not increasing: ${JSON.stringify(seen)}`);
 check(seen.some((p) => p.total === 100 && p.message),
       `progress total/message: ${JSON.stringify(seen)}`);
+// The first update (fraction 1/4) acknowledges the async call: its
+// notification carries the fraction too, not a count.
+check(seen[0].progress === 25 && seen[0].total === 100 &&
+      seen[0].message === 'step 1/4',
+      `first progress is not 25 of 100: ${JSON.stringify(seen)}`);
 
 // Cancel: abort a long call after its first progress.
 const ac = new AbortController();

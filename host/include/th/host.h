@@ -243,6 +243,10 @@ typedef struct th_result {
     int error;                /* ERROR: a TH_E* code (th_err_name) */
     const char *message;      /* ERROR: the message; RUNNING: the ack */
     uint64_t task_id;         /* RUNNING, and the DONE event of a task */
+    bool ack_has_fraction;    /* RUNNING: the progress update that
+                                 acknowledged the call gave a fraction */
+    double ack_fraction;      /* RUNNING, when ack_has_fraction: it, in
+                                 [0, 1] */
     bool structured;          /* DONE, ok: stdout is one JSON value the
                                  host checked (TOOLHOST_SEM_STRUCTURED,
                                  output_schema); fronts send it decoded */
