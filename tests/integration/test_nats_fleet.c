@@ -746,7 +746,7 @@ static void test_tls_auth(void)
     natsOptions_SetSecure(o, true);
     natsOptions_LoadCATrustedCertificates(o, cafile);
     natsOptions_SetUserInfo(o, "alice", "alicepw");
-    natsOptions_SetTimeout(o, 3000);
+    natsOptions_SetTimeout(o, th_test_ms(3000));
     CU_ASSERT_FATAL(natsConnection_Connect(&nc, o) == NATS_OK);
     natsOptions_Destroy(o);
     natsMsg *r = NULL;
@@ -806,7 +806,7 @@ static void test_token_auth(void)
     natsOptions_Create(&o);
     natsOptions_SetURL(o, url);
     natsOptions_SetToken(o, "t0ken-good");
-    natsOptions_SetTimeout(o, 3000);
+    natsOptions_SetTimeout(o, th_test_ms(3000));
     CU_ASSERT_FATAL(natsConnection_Connect(&nc, o) == NATS_OK);
     natsMsg *r = NULL;
     CU_ASSERT(request(nc, &r, "tk.public.echo", "{\"text\":\"tok\"}",
