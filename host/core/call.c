@@ -927,17 +927,21 @@ static void exec_end(th_mcall *c, int status, bool ran, bool held, bool own)
 {
     /* From here on a callback on the handle is a misuse (call_cb.c): no
      * write may race with building the result. */
+    bool rate_held = false; /* (a bit beside others under mu) */
     if (!held) {
         pthread_mutex_lock(&c->mu);
         th_mcall_set_ended(c);
+        rate_held = c->rate_held;
+        c->rate_held = false;
         pthread_mutex_unlock(&c->mu);
+    } else {
+        rate_held = c->rate_held;
+        c->rate_held = false;
     }
     if (c->has_slots) /* (th_mgr_release's own first test) */
         th_mgr_release(c->h, c); /* held: no group slot to give back (no lock) */
-    if (c->rate_hold) { /* the rate limits' concurrent-call slots */
-        th_rate_release(c->h->rate, c->rate_hold);
-        c->rate_hold = NULL;
-    }
+    if (rate_held) /* the rate limits' concurrent-call slots */
+        th_rate_release(c->h->rate, c->base.pub.call_id);
     th_result_copy res;
     th_result_copy *rp = &res; /* where the result is built */
     bool have = false;

@@ -706,11 +706,19 @@ static bool rate_refused(th_session *s, th_mcall *c)
 {
     uint64_t retry_ms;
     char m[512];
+    bool held;
     int rc = th_rate_admit(s->h->rate, c->cfg, &s->who, c->tool->name,
-                           th_now_ns(), th_wall_ms() / 1000, &c->rate_hold,
-                           &retry_ms, m, sizeof m);
-    if (rc == 0)
+                           c->base.pub.call_id, th_now_ns(),
+                           th_wall_ms() / 1000, &held, &retry_ms, m,
+                           sizeof m);
+    if (rc == 0) {
+        if (held) { /* (a bit beside others under mu) */
+            pthread_mutex_lock(&c->mu);
+            c->rate_held = true;
+            pthread_mutex_unlock(&c->mu);
+        }
         return false;
+    }
     th_mcall_never_run(c, rc, rc == TH_ENOMEM ? "out of memory" : m);
     return true;
 }

@@ -376,10 +376,6 @@ struct th_mcall {
                                    stages that call plugin code
                                    (call_start.c) */
     bool has_slots;             /* [mgr] holds a slot in each group */
-    struct th_rate_hold *rate_hold; /* concurrent-call slots of the rate
-                                   limits (rate.c), given back when the
-                                   execution ends (exec_end); set once
-                                   by th_call_start before it runs */
 
     /* [owner] */
     bool x_room;                /* x is in this allocation (c + 1) */
@@ -419,6 +415,10 @@ struct th_mcall {
      * within its 400 bytes (manager:queued_call_is_small). */
     bool pend_final : 1;
     bool final_owed : 1;
+    bool rate_held : 1;         /* holds concurrent-call slots of the
+                                   rate limits (rate.c, by call id),
+                                   given back when the execution ends;
+                                   set by th_call_start before it runs */
 
     /* ABI 1.1 host callbacks (call_cb.c), [mu]: whether cancellation
      * fired, a hook running (th_mcall_exec_end waits for it: no hook

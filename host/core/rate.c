@@ -48,10 +48,11 @@ typedef struct bucket {
     char key[];        /* rule \x1f caller [\x1f tool] */
 } bucket;
 
-struct th_rate_hold {
+/* The concurrent-call slots one admitted call holds. */
+typedef struct hold {
     size_t n;
     bucket *b[RATE_MAX_MATCH];
-};
+} hold;
 
 typedef struct rule_log {
     char name[72];
@@ -64,6 +65,7 @@ struct th_rate {
     bucket **tab;
     size_t cap, n;
     atomic_uint_fast64_t refused;
+    th_u64map holds;   /* call id -> hold, of calls holding slots */
     rule_log logs[RATE_LOG_RULES];
 };
 
@@ -78,6 +80,7 @@ th_rate *th_rate_new(void)
         return NULL;
     }
     pthread_mutex_init(&r->mu, NULL);
+    th_u64map_init(&r->holds);
     return r;
 }
 
@@ -91,6 +94,7 @@ void th_rate_free(th_rate *r)
             free(b);
         }
     free(r->tab);
+    th_u64map_destroy(&r->holds);
     pthread_mutex_destroy(&r->mu);
     free(r);
 }
@@ -242,11 +246,11 @@ static int64_t day_of(int64_t wall_s)
 }
 
 int th_rate_admit(th_rate *r, const th_config *cfg, const th_principal *who,
-                  const char *tool, int64_t now_ns, int64_t wall_s,
-                  th_rate_hold **hold, uint64_t *retry_ms, char *msg,
+                  const char *tool, uint64_t call_id, int64_t now_ns,
+                  int64_t wall_s, bool *held, uint64_t *retry_ms, char *msg,
                   size_t cap)
 {
-    *hold = NULL;
+    *held = false;
     *retry_ms = 0;
     if (!r || !cfg->n_rate_limits || who->trusted)
         return 0;
@@ -347,7 +351,7 @@ int th_rate_admit(th_rate *r, const th_config *cfg, const th_principal *who,
         pthread_mutex_unlock(&r->mu);
         return rc;
     }
-    th_rate_hold h = {0};
+    hold h = {0};
     for (size_t i = 0; i < n; i++) {
         if (rules[i]->rate > 0)
             bs[i]->tokens -= 1.0;
@@ -359,27 +363,29 @@ int th_rate_admit(th_rate *r, const th_config *cfg, const th_principal *who,
         }
     }
     if (h.n) {
-        th_rate_hold *hp = malloc(sizeof *hp);
-        if (!hp) {
+        hold *hp = malloc(sizeof *hp);
+        if (!hp || th_u64map_put(&r->holds, call_id, hp) != 0) {
+            free(hp);
             for (size_t i = 0; i < h.n; i++)
                 h.b[i]->inflight--;
             pthread_mutex_unlock(&r->mu);
             return TH_ENOMEM;
         }
         *hp = h;
-        *hold = hp;
+        *held = true;
     }
     pthread_mutex_unlock(&r->mu);
     return 0;
 }
 
-void th_rate_release(th_rate *r, th_rate_hold *hold)
+void th_rate_release(th_rate *r, uint64_t call_id)
 {
-    if (!r || !hold)
+    if (!r)
         return;
     pthread_mutex_lock(&r->mu);
-    for (size_t i = 0; i < hold->n; i++)
-        hold->b[i]->inflight--;
+    hold *hp = th_u64map_del(&r->holds, call_id);
+    for (size_t i = 0; hp && i < hp->n; i++)
+        hp->b[i]->inflight--;
     pthread_mutex_unlock(&r->mu);
-    free(hold);
+    free(hp);
 }

@@ -23,6 +23,7 @@ typedef struct rig {
     char *tools[4][2];
     char *users[4][2];
     int64_t now, wall;
+    uint64_t next_id;
     char msg[512];
     uint64_t retry;
 } rig;
@@ -45,17 +46,28 @@ static th_rate_cfg *rule(rig *g, const char *name, int per)
     return r;
 }
 
-static int admit(rig *g, const th_principal *who, const char *tool,
-                 th_rate_hold **hold)
+/* Admits a call with a fresh id; with `id` the call keeps its slots
+ * (*id says which to release; *held whether it holds any), else they go
+ * back at once. */
+static int admit_held(rig *g, const th_principal *who, const char *tool,
+                      uint64_t *id, bool *held)
 {
-    th_rate_hold *h = NULL;
-    int rc = th_rate_admit(g->r, &g->cfg, who, tool, g->now, g->wall, &h,
-                           &g->retry, g->msg, sizeof g->msg);
-    if (hold)
-        *hold = h;
-    else
-        th_rate_release(g->r, h);
+    bool h = false;
+    uint64_t cid = ++g->next_id;
+    int rc = th_rate_admit(g->r, &g->cfg, who, tool, cid, g->now, g->wall,
+                           &h, &g->retry, g->msg, sizeof g->msg);
+    if (held)
+        *held = h;
+    if (id)
+        *id = cid;
+    else if (h)
+        th_rate_release(g->r, cid);
     return rc;
+}
+
+static int admit(rig *g, const th_principal *who, const char *tool)
+{
+    return admit_held(g, who, tool, NULL, NULL);
 }
 
 static void test_per_caller(void)
@@ -65,24 +77,24 @@ static void test_per_caller(void)
     th_rate_cfg *r = rule(&g, "two", TH_RATE_PER_CALLER);
     r->rate = 2;
     r->burst = 2;
-    CU_ASSERT_EQUAL(admit(&g, &alice, "echo", NULL), 0);
-    CU_ASSERT_EQUAL(admit(&g, &alice, "fs_read", NULL), 0);
-    CU_ASSERT_EQUAL(admit(&g, &alice, "echo", NULL), TH_ERATE_LIMITED);
+    CU_ASSERT_EQUAL(admit(&g, &alice, "echo"), 0);
+    CU_ASSERT_EQUAL(admit(&g, &alice, "fs_read"), 0);
+    CU_ASSERT_EQUAL(admit(&g, &alice, "echo"), TH_ERATE_LIMITED);
     CU_ASSERT_EQUAL(g.retry, 500);
     CU_ASSERT_PTR_NOT_NULL(strstr(g.msg, "rate limit 'two': 2 calls per "
                                          "second (burst 2) for alice; retry "
                                          "after 500 ms"));
     /* bob has a bucket of his own */
-    CU_ASSERT_EQUAL(admit(&g, &bob, "echo", NULL), 0);
+    CU_ASSERT_EQUAL(admit(&g, &bob, "echo"), 0);
     /* half a second refills one token */
     g.now += SEC / 2;
-    CU_ASSERT_EQUAL(admit(&g, &alice, "echo", NULL), 0);
-    CU_ASSERT_EQUAL(admit(&g, &alice, "echo", NULL), TH_ERATE_LIMITED);
+    CU_ASSERT_EQUAL(admit(&g, &alice, "echo"), 0);
+    CU_ASSERT_EQUAL(admit(&g, &alice, "echo"), TH_ERATE_LIMITED);
     /* a long pause refills no more than the burst */
     g.now += 100 * SEC;
-    CU_ASSERT_EQUAL(admit(&g, &alice, "echo", NULL), 0);
-    CU_ASSERT_EQUAL(admit(&g, &alice, "echo", NULL), 0);
-    CU_ASSERT_EQUAL(admit(&g, &alice, "echo", NULL), TH_ERATE_LIMITED);
+    CU_ASSERT_EQUAL(admit(&g, &alice, "echo"), 0);
+    CU_ASSERT_EQUAL(admit(&g, &alice, "echo"), 0);
+    CU_ASSERT_EQUAL(admit(&g, &alice, "echo"), TH_ERATE_LIMITED);
     CU_ASSERT_EQUAL(th_rate_refused(g.r), 3);
     th_rate_free(g.r);
 }
@@ -94,17 +106,17 @@ static void test_per_caller_tool_and_all(void)
     th_rate_cfg *r = rule(&g, "each", TH_RATE_PER_CALLER_TOOL);
     r->rate = 1;
     r->burst = 1;
-    CU_ASSERT_EQUAL(admit(&g, &alice, "echo", NULL), 0);
-    CU_ASSERT_EQUAL(admit(&g, &alice, "fs_read", NULL), 0);
-    CU_ASSERT_EQUAL(admit(&g, &alice, "echo", NULL), TH_ERATE_LIMITED);
+    CU_ASSERT_EQUAL(admit(&g, &alice, "echo"), 0);
+    CU_ASSERT_EQUAL(admit(&g, &alice, "fs_read"), 0);
+    CU_ASSERT_EQUAL(admit(&g, &alice, "echo"), TH_ERATE_LIMITED);
     th_rate_free(g.r);
 
     rig_init(&g);
     r = rule(&g, "shared", TH_RATE_PER_ALL);
     r->rate = 1;
     r->burst = 1;
-    CU_ASSERT_EQUAL(admit(&g, &alice, "echo", NULL), 0);
-    CU_ASSERT_EQUAL(admit(&g, &bob, "fs_read", NULL), TH_ERATE_LIMITED);
+    CU_ASSERT_EQUAL(admit(&g, &alice, "echo"), 0);
+    CU_ASSERT_EQUAL(admit(&g, &bob, "fs_read"), TH_ERATE_LIMITED);
     th_rate_free(g.r);
 }
 
@@ -114,19 +126,25 @@ static void test_concurrent(void)
     rig_init(&g);
     th_rate_cfg *r = rule(&g, "pair", TH_RATE_PER_CALLER);
     r->concurrent = 2;
-    th_rate_hold *a, *b, *c;
-    CU_ASSERT_EQUAL(admit(&g, &alice, "echo", &a), 0);
-    CU_ASSERT_EQUAL(admit(&g, &alice, "echo", &b), 0);
-    CU_ASSERT_PTR_NOT_NULL(a);
-    CU_ASSERT_EQUAL(admit(&g, &alice, "echo", &c), TH_ERATE_LIMITED);
-    CU_ASSERT_PTR_NULL(c);
+    uint64_t a, b, c;
+    bool held;
+    CU_ASSERT_EQUAL(admit_held(&g, &alice, "echo", &a, &held), 0);
+    CU_ASSERT_TRUE(held);
+    CU_ASSERT_EQUAL(admit_held(&g, &alice, "echo", &b, NULL), 0);
+    CU_ASSERT_EQUAL(admit_held(&g, &alice, "echo", &c, &held),
+                    TH_ERATE_LIMITED);
+    CU_ASSERT_FALSE(held);
     CU_ASSERT_EQUAL(g.retry, 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(g.msg, "at most 2 concurrent calls for "
                                          "alice; retry when one of them "
                                          "ends"));
-    CU_ASSERT_EQUAL(admit(&g, &bob, "echo", &c), 0);
+    CU_ASSERT_EQUAL(admit_held(&g, &bob, "echo", &c, NULL), 0);
     th_rate_release(g.r, a);
-    CU_ASSERT_EQUAL(admit(&g, &alice, "echo", &a), 0);
+    /* released twice, or never held: nothing */
+    th_rate_release(g.r, a);
+    th_rate_release(g.r, 999999);
+    CU_ASSERT_EQUAL(admit_held(&g, &alice, "echo", &a, NULL), 0);
+    CU_ASSERT_EQUAL(admit(&g, &alice, "echo"), TH_ERATE_LIMITED);
     th_rate_release(g.r, a);
     th_rate_release(g.r, b);
     th_rate_release(g.r, c);
@@ -139,16 +157,16 @@ static void test_daily(void)
     rig_init(&g);
     th_rate_cfg *r = rule(&g, "quota", TH_RATE_PER_CALLER);
     r->daily = 2;
-    CU_ASSERT_EQUAL(admit(&g, &alice, "echo", NULL), 0);
-    CU_ASSERT_EQUAL(admit(&g, &alice, "echo", NULL), 0);
-    CU_ASSERT_EQUAL(admit(&g, &alice, "echo", NULL), TH_ERATE_LIMITED);
+    CU_ASSERT_EQUAL(admit(&g, &alice, "echo"), 0);
+    CU_ASSERT_EQUAL(admit(&g, &alice, "echo"), 0);
+    CU_ASSERT_EQUAL(admit(&g, &alice, "echo"), TH_ERATE_LIMITED);
     /* 01:00 UTC: 23 hours to the next day */
     CU_ASSERT_EQUAL(g.retry, 23ull * 3600 * 1000);
     g.wall = DAY0 + 86400 - 1;
-    CU_ASSERT_EQUAL(admit(&g, &alice, "echo", NULL), TH_ERATE_LIMITED);
+    CU_ASSERT_EQUAL(admit(&g, &alice, "echo"), TH_ERATE_LIMITED);
     CU_ASSERT_EQUAL(g.retry, 1000);
     g.wall = DAY0 + 86400;
-    CU_ASSERT_EQUAL(admit(&g, &alice, "echo", NULL), 0);
+    CU_ASSERT_EQUAL(admit(&g, &alice, "echo"), 0);
     th_rate_free(g.r);
 }
 
@@ -166,17 +184,18 @@ static void test_rules_together(void)
     g.tools[1][0] = "fs_*";
     narrow->tools = g.tools[1];
     narrow->n_tools = 1;
-    th_rate_hold *h1, *h2;
-    CU_ASSERT_EQUAL(admit(&g, &alice, "fs_read", &h1), 0);
-    CU_ASSERT_PTR_NOT_NULL(h1);
-    CU_ASSERT_EQUAL(admit(&g, &alice, "fs_list", &h2), TH_ERATE_LIMITED);
+    uint64_t h1, h2;
+    bool held;
+    CU_ASSERT_EQUAL(admit_held(&g, &alice, "fs_read", &h1, &held), 0);
+    CU_ASSERT_TRUE(held);
+    CU_ASSERT_EQUAL(admit(&g, &alice, "fs_list"), TH_ERATE_LIMITED);
     CU_ASSERT_PTR_NOT_NULL(strstr(g.msg, "'narrow'"));
     /* echo is not fs_*: only "wide" counts it; its 2 tokens are there
      * (the refused fs_list took none) */
-    CU_ASSERT_EQUAL(admit(&g, &alice, "echo", &h2), 0);
-    CU_ASSERT_PTR_NULL(h2);
-    CU_ASSERT_EQUAL(admit(&g, &alice, "echo", NULL), 0);
-    CU_ASSERT_EQUAL(admit(&g, &alice, "echo", NULL), TH_ERATE_LIMITED);
+    CU_ASSERT_EQUAL(admit_held(&g, &alice, "echo", &h2, &held), 0);
+    CU_ASSERT_FALSE(held);
+    CU_ASSERT_EQUAL(admit(&g, &alice, "echo"), 0);
+    CU_ASSERT_EQUAL(admit(&g, &alice, "echo"), TH_ERATE_LIMITED);
     CU_ASSERT_PTR_NOT_NULL(strstr(g.msg, "'wide'"));
     th_rate_release(g.r, h1);
     th_rate_free(g.r);
@@ -193,18 +212,18 @@ static void test_users_and_trusted(void)
     r->users = g.users[0];
     r->n_users = 1;
     for (int i = 0; i < 5; i++)
-        CU_ASSERT_EQUAL(admit(&g, &alice, "echo", NULL), 0);
-    CU_ASSERT_EQUAL(admit(&g, &bob, "echo", NULL), 0);
-    CU_ASSERT_EQUAL(admit(&g, &bob, "echo", NULL), TH_ERATE_LIMITED);
+        CU_ASSERT_EQUAL(admit(&g, &alice, "echo"), 0);
+    CU_ASSERT_EQUAL(admit(&g, &bob, "echo"), 0);
+    CU_ASSERT_EQUAL(admit(&g, &bob, "echo"), TH_ERATE_LIMITED);
     /* the in-process CLI: never */
     th_principal cli = {.uid = 0, .trusted = true};
     r->n_users = 0;
     for (int i = 0; i < 5; i++)
-        CU_ASSERT_EQUAL(admit(&g, &cli, "echo", NULL), 0);
+        CU_ASSERT_EQUAL(admit(&g, &cli, "echo"), 0);
     /* a local caller by uid: named "uid N" */
     th_principal local = {.uid = 4242, .gid = 4242};
-    CU_ASSERT_EQUAL(admit(&g, &local, "echo", NULL), 0);
-    CU_ASSERT_EQUAL(admit(&g, &local, "echo", NULL), TH_ERATE_LIMITED);
+    CU_ASSERT_EQUAL(admit(&g, &local, "echo"), 0);
+    CU_ASSERT_EQUAL(admit(&g, &local, "echo"), TH_ERATE_LIMITED);
     CU_ASSERT_PTR_NOT_NULL(strstr(g.msg, "for uid 4242"));
     th_rate_free(g.r);
 }
@@ -224,14 +243,14 @@ static void test_bounded_table(void)
     int bad = 0;
     for (int i = 0; i < 65536; i++) {
         snprintf(name, sizeof name, "u%d", i);
-        bad += admit(&g, &p, "echo", NULL) != 0;
+        bad += admit(&g, &p, "echo") != 0;
     }
     CU_ASSERT_EQUAL(bad, 0);
     snprintf(name, sizeof name, "one-more");
-    CU_ASSERT_EQUAL(admit(&g, &p, "echo", NULL), TH_ERATE_LIMITED);
+    CU_ASSERT_EQUAL(admit(&g, &p, "echo"), TH_ERATE_LIMITED);
     CU_ASSERT_PTR_NOT_NULL(strstr(g.msg, "none idle"));
     g.now += 61 * SEC;
-    CU_ASSERT_EQUAL(admit(&g, &p, "echo", NULL), 0);
+    CU_ASSERT_EQUAL(admit(&g, &p, "echo"), 0);
     th_rate_free(g.r);
 }
 
