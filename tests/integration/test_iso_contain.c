@@ -567,19 +567,33 @@ static void cg_stats(th_rpc_client *c, char *kind, size_t cap, long *procs)
 }
 
 /* `toolhost serve` as root with the iso_contain fixture (user: nobody,
- * network: false); `env`: $TOOLHOST_CGROUP for the host. */
+ * network: false); `env`: $TOOLHOST_CGROUP for the host; `no_pidns`: in
+ * a host that may not create PID namespaces (a filter of the test). */
 static const char *g_cg_env;
+static bool g_cg_no_pidns;
 
 static void cg_env(const char *dir)
 {
     (void)dir;
     if (g_cg_env)
         setenv("TOOLHOST_CGROUP", g_cg_env, 1);
+    if (!g_cg_no_pidns)
+        return;
+    scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+    if (!ctx ||
+        seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0) ||
+        seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
+                         SCMP_A0_64(SCMP_CMP_MASKED_EQ, CLONE_NEWPID,
+                                    CLONE_NEWPID)) ||
+        seccomp_load(ctx))
+        _exit(125);
+    seccomp_release(ctx);
 }
 
-static int cg_start(rpc_srv *s, const char *env)
+static int cg_start(rpc_srv *s, const char *env, bool no_pidns)
 {
     g_cg_env = env;
+    g_cg_no_pidns = no_pidns;
     char cfg[1024];
     snprintf(cfg, sizeof cfg,
              "host:\n"
@@ -629,7 +643,7 @@ static void test_root_cgroup(void)
     if (!cg_can(own, sizeof own))
         return;
     rpc_srv s;
-    CU_ASSERT_EQUAL_FATAL(cg_start(&s, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(cg_start(&s, NULL, false), 0);
     CU_ASSERT(rpc_log_wait(&s, "workers contained by a cgroup each",
                            rpc_wait_ms()));
     CU_ASSERT(rpc_log_has(&s, "and a PID namespace of its own"));
@@ -702,7 +716,7 @@ static void test_root_cgroup_off(void)
     char missing[512];
     snprintf(missing, sizeof missing, "%s/no-cgroup2-here", th_test_tmpdir());
     rpc_srv s;
-    CU_ASSERT_EQUAL_FATAL(cg_start(&s, missing), 0);
+    CU_ASSERT_EQUAL_FATAL(cg_start(&s, missing, false), 0);
     CU_ASSERT(rpc_log_wait(&s, "workers contained by a PID namespace",
                            rpc_wait_ms()));
     CU_ASSERT(rpc_log_has(&s, "no cgroup ("));
@@ -726,6 +740,47 @@ static void test_root_cgroup_off(void)
     rpc_srv_free(&s);
 }
 
+/* A root host that may make no PID namespace: the cgroup, and a
+ * subreaper init under it.  Every way out (a setsid child, a process
+ * group, a double-forked daemon, one that kills the init, a swarm of
+ * sessions racing the kill) leaves nothing once the worker died, and the
+ * leaf is gone by the time the call fails. */
+static void test_root_cgroup_reaper(void)
+{
+    char own[1024];
+    if (!cg_can(own, sizeof own))
+        return;
+    rpc_srv s;
+    CU_ASSERT_EQUAL_FATAL(cg_start(&s, NULL, true), 0);
+    CU_ASSERT(rpc_log_wait(&s, "workers contained by a cgroup each",
+                           rpc_wait_ms()));
+    CU_ASSERT(rpc_log_has(&s, "and a subreaper init of its own"));
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    static const char *const modes[] = {"setsid", "pgrp", "daemon",
+                                        "killinit", "swarm"};
+    char sub[1100], leaf[1200], tag[16];
+    snprintf(sub, sizeof sub, "%s/toolhost-%d", own, (int)s.pid);
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        snprintf(leaf, sizeof leaf, "%s/contain-1-%zu", sub, i + 1);
+        escape(c, modes[i], tag, sizeof tag, "up");
+        pid_t p = pid_of(tag);
+        CU_ASSERT(p > 0 && cg_has(leaf, p));
+        rpc_res r;
+        CU_ASSERT_EQUAL_FATAL(call(c, "ct_exit", NULL, &r), 0);
+        CU_ASSERT(r.res && rpc_tool_error_is(r.res, "plugin_crashed"));
+        rpc_res_free(&r);
+        CU_ASSERT(!is_dir(leaf));
+        CU_ASSERT_EQUAL(tag_gone(tag, 3000), 0);
+    }
+    th_rpc_client_close(c);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    CU_ASSERT(!is_dir(sub));
+    if (getenv("TH_ISO_CONTAIN_SHOW"))
+        rpc_dump_log(&s);
+    rpc_srv_free(&s);
+}
+
 void th_suite_iso_contain(void);
 void th_suite_iso_contain(void)
 {
@@ -735,4 +790,5 @@ void th_suite_iso_contain(void)
     CU_add_test(s, "nonroot_subreaper", test_nonroot_subreaper);
     CU_add_test(s, "root_cgroup", test_root_cgroup);
     CU_add_test(s, "root_cgroup_off", test_root_cgroup_off);
+    CU_add_test(s, "root_cgroup_reaper", test_root_cgroup_reaper);
 }
