@@ -279,6 +279,36 @@ static int enable(const char *dir, const char *ctl)
     return cg_write(dir, "cgroup.subtree_control", w);
 }
 
+/* Subtrees of hosts that died by SIGKILL (no atexit): toolhost-PID with
+ * no process PID and nothing in them.  (A host in another PID namespace
+ * sharing this cgroup would look dead too: only empty ones go.) */
+static void sweep_dead(const char *host)
+{
+    DIR *d = opendir(host);
+    if (!d)
+        return;
+    struct dirent *de;
+    char path[4200];
+    int n = 0;
+    while ((de = readdir(d)) && n < 64) {
+        int pid;
+        char end;
+        if (de->d_type != DT_DIR ||
+            sscanf(de->d_name, "toolhost-%d%c", &pid, &end) != 1 ||
+            pid <= 0 || pid == (int)getpid() ||
+            kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        fmt(path, sizeof path, "%s/%s", host, de->d_name);
+        if (!th_iso_cg_populated(path) && rm_tree(path, 0) == 0)
+            n++;
+    }
+    closedir(d);
+    if (n)
+        th_log_info("host: removed %d cgroup subtree%s of hosts no longer "
+                    "running under %s",
+                    n, n == 1 ? "" : "s", host);
+}
+
 static void setup_once(void)
 {
     const char *env = getenv("TOOLHOST_CGROUP");
@@ -321,6 +351,7 @@ static void setup_once(void)
                  strerror(errno));
         return;
     }
+    sweep_dead(host);
     fmt(g_cg.sub, sizeof g_cg.sub, "%s/toolhost-%d", host,
              (int)getpid());
     if (mkdir(g_cg.sub, 0755) != 0 && errno != EEXIST) {

@@ -642,11 +642,23 @@ static void test_root_cgroup(void)
     char own[1024];
     if (!cg_can(own, sizeof own))
         return;
+    /* the subtree of a host that died by SIGKILL (its pid is gone) */
+    pid_t dead = fork();
+    if (dead == 0)
+        _exit(0);
+    CU_ASSERT_FATAL(dead > 0 && waitpid(dead, NULL, 0) == dead);
+    char stale[1100], stale_leaf[1200];
+    snprintf(stale, sizeof stale, "%s/toolhost-%d", own, (int)dead);
+    snprintf(stale_leaf, sizeof stale_leaf, "%s/contain-1-1", stale);
+    CU_ASSERT(mkdir(stale, 0755) == 0 && mkdir(stale_leaf, 0755) == 0);
     rpc_srv s;
     CU_ASSERT_EQUAL_FATAL(cg_start(&s, NULL, false), 0);
     CU_ASSERT(rpc_log_wait(&s, "workers contained by a cgroup each",
                            rpc_wait_ms()));
     CU_ASSERT(rpc_log_has(&s, "and a PID namespace of its own"));
+    CU_ASSERT(!is_dir(stale)); /* swept at the host's start */
+    rmdir(stale_leaf);
+    rmdir(stale);
     CU_ASSERT(rpc_log_has(&s, "host: isolated workers get a cgroup each"));
     char sub[1100], leaf[1200], tag[16], tag2[16];
     snprintf(sub, sizeof sub, "%s/toolhost-%d", own, (int)s.pid);
