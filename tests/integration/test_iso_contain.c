@@ -725,8 +725,9 @@ static void test_root_cgroup_off(void)
     char own[1024];
     if (!cg_can(own, sizeof own))
         return;
-    char missing[512];
-    snprintf(missing, sizeof missing, "%s/no-cgroup2-here", th_test_tmpdir());
+    char missing[512], *tmp = th_test_tmpdir();
+    snprintf(missing, sizeof missing, "%s/no-cgroup2-here", tmp);
+    free(tmp);
     rpc_srv s;
     CU_ASSERT_EQUAL_FATAL(cg_start(&s, missing, false), 0);
     CU_ASSERT(rpc_log_wait(&s, "workers contained by a PID namespace",
