@@ -422,7 +422,7 @@ int th_iso_cg_make(const char *name, uint64_t memory, uint32_t processes,
                    th_iso_cg *cg)
 {
     cg->dir = NULL;
-    cg->procs_fd = -1;
+    cg->procs_fd = cg->dir_fd = -1;
     cg->removed = false;
     if (!g_cg.ok)
         return ENOENT;
@@ -472,14 +472,18 @@ int th_iso_cg_make(const char *name, uint64_t memory, uint32_t processes,
     char path[4200];
     fmt(path, sizeof path, "%s/cgroup.procs", dir);
     int fd = open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0) {
+    int dfd = fd >= 0 ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    if (dfd < 0) {
         int e = errno;
+        if (fd >= 0)
+            close(fd);
         rmdir(dir);
         free(dir);
         return e;
     }
     cg->dir = dir;
     cg->procs_fd = fd;
+    cg->dir_fd = dfd;
     return 0;
 }
 
@@ -487,7 +491,9 @@ void th_iso_cg_placed(th_iso_cg *cg)
 {
     if (cg->dir && cg->procs_fd >= 0)
         close(cg->procs_fd);
-    cg->procs_fd = -1;
+    if (cg->dir && cg->dir_fd >= 0)
+        close(cg->dir_fd);
+    cg->procs_fd = cg->dir_fd = -1;
 }
 
 void th_iso_cg_kill(const th_iso_cg *cg)

@@ -24,6 +24,8 @@ typedef struct th_iso_cg {
     bool removed; /* th_iso_cg_remove() emptied and removed it */
     int procs_fd; /* its cgroup.procs, open for writing until the child
                      moved itself in (-1 after th_iso_cg_placed) */
+    int dir_fd;   /* the leaf itself (O_DIRECTORY), for clone3's
+                     CLONE_INTO_CGROUP; -1 after th_iso_cg_placed */
 } th_iso_cg;
 
 /* Finds the cgroup2 mount and the host's cgroup, makes the host's
@@ -44,12 +46,12 @@ const char *th_iso_cg_limits(void);
 /* Makes the leaf `name` (sanitized) under the host's subtree, sets
  * memory.max to `memory` (0: none) and pids.max to `processes` plus the
  * worker's own tasks (0: none) where those controllers are enabled, and
- * opens its cgroup.procs for the child to write "0" to.  0, or an errno
- * (`cg` then holds nothing). */
+ * opens the leaf (for clone3) and its cgroup.procs (for a child of
+ * clone() to write "0" to).  0, or an errno (`cg` then holds nothing). */
 int th_iso_cg_make(const char *name, uint64_t memory, uint32_t processes,
                    th_iso_cg *cg);
 
-/* The child moved itself in: closes the cgroup.procs fd. */
+/* The child is in: closes the two fds. */
 void th_iso_cg_placed(th_iso_cg *cg);
 
 /* Kills every process in the leaf and its sub-cgroups: cgroup.kill where

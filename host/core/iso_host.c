@@ -884,7 +884,9 @@ typedef struct child_args {
     const char *exe;
     char **argv, **envp;
     const int *hi;
-    int cg_fd;          /* its cgroup's cgroup.procs, -1: none */
+    int cg_fd;          /* its cgroup's cgroup.procs, -1: none (or
+                           clone3 put it there) */
+    bool cg_ns;         /* a cgroup namespace rooted at its cgroup */
     volatile int cg_err; /* set by the child: the write was refused */
 } child_args;
 
@@ -932,13 +934,12 @@ static int child_exec(void *arg)
      * there: a process of the worker that could write cgroup.procs files
      * (it cannot: another uid) still could not move out of it (the kernel
      * refuses moves from or to outside the writer's namespace root). */
-    if (a->cg_fd >= 0) {
-        if (syscall(SYS_write, a->cg_fd, "0", 1) != 1) {
-            a->cg_err = errno ? errno : EIO;
-            syscall(SYS_exit_group, 126);
-        }
-        syscall(SYS_unshare, CLONE_NEWCGROUP);
+    if (a->cg_fd >= 0 && syscall(SYS_write, a->cg_fd, "0", 1) != 1) {
+        a->cg_err = errno ? errno : EIO;
+        syscall(SYS_exit_group, 126);
     }
+    if (a->cg_ns)
+        syscall(SYS_unshare, CLONE_NEWCGROUP);
     struct k_sigaction dfl = {SIG_DFL, 0, NULL, 0};
     for (int sig = 1; sig <= 64; sig++)
         if (sig != SIGKILL && sig != SIGSTOP)
@@ -961,6 +962,46 @@ static int child_exec(void *arg)
     syscall(SYS_exit_group, 127);
     return 127;
 }
+
+#if defined(__x86_64__) && defined(SYS_clone3)
+#define ISO_HAVE_CLONE3 1
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL /* <linux/sched.h>, 5.7 */
+#endif
+/* struct clone_args of <linux/sched.h> up to `cgroup` (kernel 5.7). */
+typedef struct iso_clone_args {
+    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack,
+        stack_size, tls, set_tid, set_tid_size, cgroup;
+} iso_clone_args;
+
+/* clone3() whose child, on the stack `ca` names, runs fn(arg) and exits
+ * with what it returns: what clone() of glibc does for clone(), which it
+ * has no wrapper for with clone3.  The child shares the caller's memory
+ * (CLONE_VM), so it must not return into the caller's frames: it never
+ * leaves the asm.  The parent gets the pid or -errno. */
+static long clone3_run(iso_clone_args *ca, int (*fn)(void *), void *arg)
+{
+    long ret;
+    __asm__ volatile("syscall\n\t"
+                     "test %%rax, %%rax\n\t"
+                     "jnz 1f\n\t"
+                     "xor %%ebp, %%ebp\n\t"
+                     "mov %[arg], %%rdi\n\t"
+                     "call *%[fn]\n\t"
+                     "mov %%eax, %%edi\n\t"
+                     "mov %[ex], %%eax\n\t"
+                     "syscall\n\t"
+                     "hlt\n\t"
+                     "1:"
+                     : "=a"(ret)
+                     : "0"((long)SYS_clone3), "D"(ca), "S"(sizeof *ca),
+                       [fn] "r"(fn), [arg] "r"(arg),
+                       [ex] "i"(SYS_exit_group)
+                     : "rcx", "r11", "memory", "cc");
+    return ret;
+}
+static int g_no_clone3; /* clone3 answered ENOSYS once */
+#endif
 
 /* Starts the worker with clone(): in a PID namespace of its own when the
  * host may make one (root; else in a user namespace of its own too), and
@@ -985,7 +1026,8 @@ static int start_contained(pool *P, worker *w, const char *exe, char **argv,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
     if (stack == MAP_FAILED)
         return -1;
-    child_args a = {exe, argv, P->envp, hi, w->cg.procs_fd, 0};
+    child_args a = {exe, argv, P->envp, hi, w->cg.procs_fd, w->cg.dir != NULL,
+                    0};
     sigset_t all, old;
     sigfillset(&all);
     int res = 0;
@@ -995,11 +1037,42 @@ static int start_contained(pool *P, worker *w, const char *exe, char **argv,
         bool userns = (tries[i] & CLONE_NEWUSER) != 0;
         argv[uarg] = userns ? "1" : "0"; /* the worker waits for its map */
         pthread_sigmask(SIG_SETMASK, &all, &old);
-        pid_t pid = clone(child_exec, (char *)stack + STACK,
-                          tries[i] | CLONE_VM | CLONE_VFORK | CLONE_PIDFD |
-                              SIGCHLD,
-                          &a, &pidfd);
-        int e = errno;
+        pid_t pid = -1;
+        int e = 0;
+#ifdef ISO_HAVE_CLONE3
+        /* Into its cgroup by clone3 (CLONE_INTO_CGROUP): no migration,
+         * which costs a write lock of every thread group and an RCU grace
+         * period; else clone() and the child writes cgroup.procs. */
+        if (w->cg.dir && w->cg.dir_fd >= 0 &&
+            !__atomic_load_n(&g_no_clone3, __ATOMIC_RELAXED)) {
+            iso_clone_args ca;
+            memset(&ca, 0, sizeof ca);
+            ca.flags = (uint64_t)(unsigned)(tries[i] | CLONE_VM |
+                                            CLONE_VFORK | CLONE_PIDFD) |
+                       CLONE_INTO_CGROUP;
+            ca.pidfd = (uint64_t)(uintptr_t)&pidfd;
+            ca.exit_signal = SIGCHLD;
+            ca.stack = (uint64_t)(uintptr_t)stack;
+            ca.stack_size = STACK;
+            ca.cgroup = (uint64_t)w->cg.dir_fd;
+            a.cg_fd = -1;
+            long r = clone3_run(&ca, child_exec, &a);
+            if (r > 0)
+                pid = (pid_t)r;
+            else if (r == -ENOSYS)
+                __atomic_store_n(&g_no_clone3, 1, __ATOMIC_RELAXED);
+            if (pid < 0)
+                a.cg_fd = w->cg.procs_fd; /* clone() decides below */
+        }
+        if (pid < 0)
+#endif
+        {
+            pid = clone(child_exec, (char *)stack + STACK,
+                        tries[i] | CLONE_VM | CLONE_VFORK | CLONE_PIDFD |
+                            SIGCHLD,
+                        &a, &pidfd);
+            e = errno;
+        }
         pthread_sigmask(SIG_SETMASK, &old, NULL);
         if (pid > 0 && a.cg_err) {
             /* its cgroup refused it: the same level again without one */
@@ -1070,7 +1143,8 @@ static int spawn(pool *P, worker **out, th_error *err)
     if (!w)
         return th_error_set(err, TH_ENOMEM, "out of memory");
     w->pool = P;
-    w->sock = w->errfd = w->notefd = w->pidfd = w->cg.procs_fd = -1;
+    w->sock = w->errfd = w->notefd = w->pidfd = -1;
+    w->cg.procs_fd = w->cg.dir_fd = -1;
     w->rd = RD_THREAD; /* HELLO, READY */
     pthread_mutex_init(&w->send_mu, NULL);
     if ((w->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ||
@@ -2384,7 +2458,7 @@ int th_iso_fuzz_frame(const uint8_t *f, size_t n)
     if (w) {
         w->pool = P;
         w->sock = w->errfd = w->notefd = w->evfd = w->pidfd = -1;
-        w->cg.procs_fd = -1;
+        w->cg.procs_fd = w->cg.dir_fd = -1;
         pthread_mutex_init(&w->send_mu, NULL);
         pend p;
         memset(&p, 0, sizeof p);
