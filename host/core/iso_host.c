@@ -1085,6 +1085,7 @@ static int start_contained(pool *P, worker *w, const char *exe, char **argv,
             th_iso_cg_remove(&w->cg, 1000);
             th_iso_cg_destroy(&w->cg);
             a.cg_fd = -1;
+            a.cg_ns = false;
             a.cg_err = 0;
             i--;
             continue;
@@ -2385,7 +2386,10 @@ int th_iso_stats_pack(struct msgpack_packer *pk)
         }
         e |= msgpack_pack_map(pk, 11);
         e |= th_pack_cstr(pk, "containment");
-        e |= th_pack_cstr(pk, g_contain_names[P->cg ? 0 : P->contain]);
+        e |= th_pack_cstr(pk, P->cg ? g_contain_names[0]
+                              : P->contain != CONTAIN_UNSET
+                                  ? g_contain_names[P->contain]
+                                  : NULL);
         e |= th_pack_cstr(pk, "processes");
         e |= procs >= 0 ? msgpack_pack_int(pk, procs) : msgpack_pack_nil(pk);
         e |= th_pack_cstr(pk, "plugin");
