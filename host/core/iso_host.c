@@ -12,10 +12,13 @@
  * under the plugin's name) and its socket while the worker starts or is
  * idle; while calls run, the thread of a waiting call reads the socket
  * itself and routes the other calls' messages to them ("Reading" below).
- * Workers start by clone() in a PID namespace of their own where the host
- * may make one (with a user namespace when the host is not root), else
- * under a subreaper init ("Containment" in the doc), with a minimal
- * environment.
+ * Workers start in a cgroup v2 of their own where the host may make one
+ * (iso_cgroup.c; clone3 CLONE_INTO_CGROUP, else the child writes its
+ * cgroup.procs before execve), and by clone() in a PID namespace of their
+ * own where the host may make one (with a user namespace when the host is
+ * not root), else under a subreaper init ("Containment" in the doc), with
+ * a minimal environment.  A dead worker's cgroup is killed, emptied and
+ * removed by its reader thread before its calls fail.
  * When the worker dies (its pidfd, else EOF), the reader thread reaps it,
  * fails its calls with plugin_crashed naming the signal (or the limit), and the
  * next call restarts it after a backoff (0 after a worker that finished

@@ -15,7 +15,16 @@
  *                namespaces (a seccomp filter of the test refuses them,
  *                as a container would): the fallback, a subreaper init.
  *
- * The nonroot tests need root to start the host as another uid: skipped
+ *   root_cgroup* a root host on a writable cgroup2 hierarchy: a cgroup per
+ *                worker holds what it starts, is gone when the crashed
+ *                call answers, cannot be left (cgroup.procs writes, a
+ *                sub-cgroup) and beats forks racing its kill; the host's
+ *                subtree goes at exit and a dead host's at the next
+ *                start; `_reaper`: with PID namespaces refused; `_off`:
+ *                $TOOLHOST_CGROUP at a missing mount, the fallback logged.
+ *
+ * The nonroot tests need root to start the host as another uid, the
+ * root_cgroup ones root and a writable cgroup2 hierarchy: skipped
  * otherwise. */
 #include <CUnit/CUnit.h>
 #include <dirent.h>
@@ -674,6 +683,12 @@ static void test_root_cgroup(void)
     pid_t d = pid_of(tag), k = pid_of(tag2);
     CU_ASSERT(d > 0 && cg_has(leaf, d));
     CU_ASSERT(k > 0 && cg_has(leaf, k));
+    /* in a cgroup namespace rooted at its leaf, not the host's */
+    char p1[64], ns1[64] = "", ns2[64] = "";
+    snprintf(p1, sizeof p1, "/proc/%d/ns/cgroup", (int)d);
+    CU_ASSERT(readlink(p1, ns1, sizeof ns1 - 1) > 0 &&
+              readlink("/proc/self/ns/cgroup", ns2, sizeof ns2 - 1) > 0 &&
+              strcmp(ns1, ns2) != 0);
     char kind[32];
     long procs;
     cg_stats(c, kind, sizeof kind, &procs);
@@ -786,6 +801,19 @@ static void test_root_cgroup_reaper(void)
         CU_ASSERT(!is_dir(leaf));
         CU_ASSERT_EQUAL(tag_gone(tag, 3000), 0);
     }
+    /* 400 processes forking as fast as they can, no PID namespace to
+     * take them: the cgroup's kill does */
+    rpc_res r;
+    CU_ASSERT_EQUAL(call(c, "ct_ok", "hi", &r), 0);
+    rpc_res_free(&r);
+    snprintf(leaf, sizeof leaf, "%s/contain-1-6", sub);
+    cg_attack(c, leaf, "procs refused, mkdir refused");
+    CU_ASSERT(tagged("ctfork") >= 1);
+    CU_ASSERT_EQUAL(call(c, "ct_exit", NULL, &r), 0);
+    CU_ASSERT(r.res && rpc_tool_error_is(r.res, "plugin_crashed"));
+    rpc_res_free(&r);
+    CU_ASSERT(!is_dir(leaf));
+    CU_ASSERT_EQUAL(tag_gone("ctfork", 3000), 0);
     th_rpc_client_close(c);
     CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
     CU_ASSERT(!is_dir(sub));
