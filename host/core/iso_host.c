@@ -12,10 +12,13 @@
  * under the plugin's name) and its socket while the worker starts or is
  * idle; while calls run, the thread of a waiting call reads the socket
  * itself and routes the other calls' messages to them ("Reading" below).
- * Workers start by clone() in a PID namespace of their own where the host
- * may make one (with a user namespace when the host is not root), else
- * under a subreaper init ("Containment" in the doc), with a minimal
- * environment.
+ * Workers start in a cgroup v2 of their own where the host may make one
+ * (iso_cgroup.c; clone3 CLONE_INTO_CGROUP, else the child writes its
+ * cgroup.procs before execve), and by clone() in a PID namespace of their
+ * own where the host may make one (with a user namespace when the host is
+ * not root), else under a subreaper init ("Containment" in the doc), with
+ * a minimal environment.  A dead worker's cgroup is killed, emptied and
+ * removed by its reader thread before its calls fail.
  * When the worker dies (its pidfd, else EOF), the reader thread reaps it,
  * fails its calls with plugin_crashed naming the signal (or the limit), and the
  * next call restarts it after a backoff (0 after a worker that finished
@@ -50,6 +53,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "iso_cgroup.h"
 #include "iso_wire.h"
 #include "manager.h"
 #include "th/iso.h"
@@ -94,6 +98,7 @@ typedef struct worker {
     int pidfd;            /* -1: none (the socket's end tells the death) */
     bool reaper;          /* w->pid is a subreaper init, not a PID 1 */
     bool userns;          /* in a user namespace: it waits for a byte */
+    th_iso_cg cg;         /* its cgroup (cg.dir NULL: none) */
     pthread_t reader;
     bool has_reader, alive, ready;
     int ready_state;      /* 0 waiting, 1 ok, -1 failed */
@@ -141,6 +146,10 @@ typedef struct pool {
     int contain_said;     /* the one the log last named */
     bool netns;           /* network: false: a network namespace too */
     char contain_why[160]; /* the levels refused before it, and why */
+    bool cg;              /* the last worker got a cgroup of its own */
+    bool cg_said;         /* the log last named that */
+    char cg_why[256];     /* !cg: why not */
+    uint64_t cg_seq;      /* workers started: the leaves' names */
     int plugfd;
     th_proc_limits lim;
     bool network;
@@ -398,6 +407,7 @@ static void deliver(toolhost_call *call, int type, const msgpack_object_array *a
  * the init).  SIGKILL stays the last resort of reader_main(). */
 static void worker_kill(worker *w)
 {
+    th_iso_cg_kill(&w->cg); /* all of it at once, where it has one */
     if (w->pid > 0)
         kill(w->pid, w->reaper ? SIGTERM : SIGKILL);
 }
@@ -687,6 +697,10 @@ static void *reader_main(void *arg)
             ;
     }
     kill(-w->pid, SIGKILL); /* whatever it left in its process group */
+    /* Its cgroup: whatever is left in it is killed (a PID namespace took
+     * it all with its init already), then the leaf goes, before the
+     * calls hear of the death. */
+    th_iso_cg_remove(&w->cg, 5000);
     /* The rest of its stderr. */
     if (err_open) {
         char buf[4096];
@@ -791,6 +805,8 @@ static void worker_free(worker *w)
         close(w->evfd);
     if (w->pidfd >= 0)
         close(w->pidfd);
+    th_iso_cg_remove(&w->cg, 5000); /* (a worker that never ran) */
+    th_iso_cg_destroy(&w->cg);
     th_iso_rx_destroy(&w->rx);
     free(w->fail_msg);
     free(w->hello);
@@ -847,6 +863,12 @@ static const char *const g_contain_words[] = {
     "when its socket ends (no pidfd: a process it leaves holding the "
     "socket delays that)"};
 
+/* The same for host.stats ("containment"); [0]: a cgroup each (with
+ * the level below it). */
+static const char *const g_contain_names[] = {
+    "cgroup", "pid namespace", "user namespace", "subreaper",
+    "subreaper (no pidfd)"};
+
 /* In the child of clone(), until execve(): raw system calls only (no
  * lock of libc or of a sanitizer runtime another thread may have held at
  * the clone; the memory is the host's).  Sets fds 0-5 up, closes the
@@ -865,6 +887,10 @@ typedef struct child_args {
     const char *exe;
     char **argv, **envp;
     const int *hi;
+    int cg_fd;          /* its cgroup's cgroup.procs, -1: none (or
+                           clone3 put it there) */
+    bool cg_ns;         /* a cgroup namespace rooted at its cgroup */
+    volatile int cg_err; /* set by the child: the write was refused */
 } child_args;
 
 /* Writes `text` to /proc/PID/FILE; 0 or an errno. */
@@ -905,7 +931,18 @@ static int map_ids(pid_t pid)
 
 static int child_exec(void *arg)
 {
-    const child_args *a = arg;
+    child_args *a = arg;
+    /* Into its cgroup before anything else runs ("0": the writer, whatever
+     * its pid in a new PID namespace), then a cgroup namespace rooted
+     * there: a process of the worker that could write cgroup.procs files
+     * (it cannot: another uid) still could not move out of it (the kernel
+     * refuses moves from or to outside the writer's namespace root). */
+    if (a->cg_fd >= 0 && syscall(SYS_write, a->cg_fd, "0", 1) != 1) {
+        a->cg_err = errno ? errno : EIO;
+        syscall(SYS_exit_group, 126);
+    }
+    if (a->cg_ns)
+        syscall(SYS_unshare, CLONE_NEWCGROUP);
     struct k_sigaction dfl = {SIG_DFL, 0, NULL, 0};
     for (int sig = 1; sig <= 64; sig++)
         if (sig != SIGKILL && sig != SIGSTOP)
@@ -928,6 +965,46 @@ static int child_exec(void *arg)
     syscall(SYS_exit_group, 127);
     return 127;
 }
+
+#if defined(__x86_64__) && defined(SYS_clone3)
+#define ISO_HAVE_CLONE3 1
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL /* <linux/sched.h>, 5.7 */
+#endif
+/* struct clone_args of <linux/sched.h> up to `cgroup` (kernel 5.7). */
+typedef struct iso_clone_args {
+    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack,
+        stack_size, tls, set_tid, set_tid_size, cgroup;
+} iso_clone_args;
+
+/* clone3() whose child, on the stack `ca` names, runs fn(arg) and exits
+ * with what it returns: what clone() of glibc does for clone(), which it
+ * has no wrapper for with clone3.  The child shares the caller's memory
+ * (CLONE_VM), so it must not return into the caller's frames: it never
+ * leaves the asm.  The parent gets the pid or -errno. */
+static long clone3_run(iso_clone_args *ca, int (*fn)(void *), void *arg)
+{
+    long ret;
+    __asm__ volatile("syscall\n\t"
+                     "test %%rax, %%rax\n\t"
+                     "jnz 1f\n\t"
+                     "xor %%ebp, %%ebp\n\t"
+                     "mov %[arg], %%rdi\n\t"
+                     "call *%[fn]\n\t"
+                     "mov %%eax, %%edi\n\t"
+                     "mov %[ex], %%eax\n\t"
+                     "syscall\n\t"
+                     "hlt\n\t"
+                     "1:"
+                     : "=a"(ret)
+                     : "0"((long)SYS_clone3), "D"(ca), "S"(sizeof *ca),
+                       [fn] "r"(fn), [arg] "r"(arg),
+                       [ex] "i"(SYS_exit_group)
+                     : "rcx", "r11", "memory", "cc");
+    return ret;
+}
+static int g_no_clone3; /* clone3 answered ENOSYS once */
+#endif
 
 /* Starts the worker with clone(): in a PID namespace of its own when the
  * host may make one (root; else in a user namespace of its own too), and
@@ -952,7 +1029,8 @@ static int start_contained(pool *P, worker *w, const char *exe, char **argv,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
     if (stack == MAP_FAILED)
         return -1;
-    child_args a = {exe, argv, P->envp, hi};
+    child_args a = {exe, argv, P->envp, hi, w->cg.procs_fd, w->cg.dir != NULL,
+                    0};
     sigset_t all, old;
     sigfillset(&all);
     int res = 0;
@@ -962,12 +1040,59 @@ static int start_contained(pool *P, worker *w, const char *exe, char **argv,
         bool userns = (tries[i] & CLONE_NEWUSER) != 0;
         argv[uarg] = userns ? "1" : "0"; /* the worker waits for its map */
         pthread_sigmask(SIG_SETMASK, &all, &old);
-        pid_t pid = clone(child_exec, (char *)stack + STACK,
-                          tries[i] | CLONE_VM | CLONE_VFORK | CLONE_PIDFD |
-                              SIGCHLD,
-                          &a, &pidfd);
-        int e = errno;
+        pid_t pid = -1;
+        int e = 0;
+#ifdef ISO_HAVE_CLONE3
+        /* Into its cgroup by clone3 (CLONE_INTO_CGROUP): no migration,
+         * which costs a write lock of every thread group and an RCU grace
+         * period; else clone() and the child writes cgroup.procs. */
+        if (w->cg.dir && w->cg.dir_fd >= 0 &&
+            !__atomic_load_n(&g_no_clone3, __ATOMIC_RELAXED)) {
+            iso_clone_args ca;
+            memset(&ca, 0, sizeof ca);
+            ca.flags = (uint64_t)(unsigned)(tries[i] | CLONE_VM |
+                                            CLONE_VFORK | CLONE_PIDFD) |
+                       CLONE_INTO_CGROUP;
+            ca.pidfd = (uint64_t)(uintptr_t)&pidfd;
+            ca.exit_signal = SIGCHLD;
+            ca.stack = (uint64_t)(uintptr_t)stack;
+            ca.stack_size = STACK;
+            ca.cgroup = (uint64_t)w->cg.dir_fd;
+            a.cg_fd = -1;
+            long r = clone3_run(&ca, child_exec, &a);
+            if (r > 0)
+                pid = (pid_t)r;
+            else if (r == -ENOSYS)
+                __atomic_store_n(&g_no_clone3, 1, __ATOMIC_RELAXED);
+            if (pid < 0)
+                a.cg_fd = w->cg.procs_fd; /* clone() decides below */
+        }
+        if (pid < 0)
+#endif
+        {
+            pid = clone(child_exec, (char *)stack + STACK,
+                        tries[i] | CLONE_VM | CLONE_VFORK | CLONE_PIDFD |
+                            SIGCHLD,
+                        &a, &pidfd);
+            e = errno;
+        }
         pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (pid > 0 && a.cg_err) {
+            /* its cgroup refused it: the same level again without one */
+            while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+                ;
+            close(pidfd);
+            snprintf(P->cg_why, sizeof P->cg_why,
+                     "cannot move a worker into %.180s: %s", w->cg.dir,
+                     strerror(a.cg_err));
+            th_iso_cg_remove(&w->cg, 1000);
+            th_iso_cg_destroy(&w->cg);
+            a.cg_fd = -1;
+            a.cg_ns = false;
+            a.cg_err = 0;
+            i--;
+            continue;
+        }
         if (pid > 0 && userns && (e = map_ids(pid)) != 0) {
             kill(pid, SIGKILL);
             while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
@@ -1023,6 +1148,7 @@ static int spawn(pool *P, worker **out, th_error *err)
         return th_error_set(err, TH_ENOMEM, "out of memory");
     w->pool = P;
     w->sock = w->errfd = w->notefd = w->pidfd = -1;
+    w->cg.procs_fd = w->cg.dir_fd = -1;
     w->rd = RD_THREAD; /* HELLO, READY */
     pthread_mutex_init(&w->send_mu, NULL);
     if ((w->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ||
@@ -1081,7 +1207,30 @@ static int spawn(pool *P, worker **out, th_error *err)
     argv[k] = NULL;
     pthread_once(&g_self_once, find_self);
     const char *exe = g_exe ? g_exe : g_self;
+    /* A cgroup of its own first, where the host may make one. */
+    P->cg_why[0] = '\0';
+    if (th_iso_cg_setup(P->cg_why, sizeof P->cg_why)) {
+        char leaf[160];
+        uint64_t seq = __atomic_add_fetch(&P->cg_seq, 1, __ATOMIC_RELAXED);
+        snprintf(leaf, sizeof leaf, "%.100s-%llu-%llu", P->name,
+                 (unsigned long long)P->generation, (unsigned long long)seq);
+        int e = th_iso_cg_make(leaf, P->lim.memory, P->lim.processes, &w->cg);
+        if (e)
+            snprintf(P->cg_why, sizeof P->cg_why,
+                     "cannot create a cgroup for it: %s", strerror(e));
+    }
     int rc = start_contained(P, w, exe, argv, uarg, hi);
+    P->cg = rc == 1 && w->cg.dir;
+    if (rc == 1)
+        th_iso_cg_placed(&w->cg);
+    else if (w->cg.dir) {
+        /* posix_spawn cannot place it before execve: no cgroup */
+        snprintf(P->cg_why, sizeof P->cg_why,
+                 "clone() refused: a worker started by posix_spawn gets "
+                 "none");
+        th_iso_cg_remove(&w->cg, 1000);
+        th_iso_cg_destroy(&w->cg);
+    }
     if (rc < 0) {
         rc = errno;
         for (int i = 0; i < 4; i++)
@@ -1163,23 +1312,35 @@ started:
     }
     w->has_reader = true;
     pthread_mutex_lock(&P->mu);
-    bool first = !P->contain_said || P->contain_said != P->contain;
+    bool first = !P->contain_said || P->contain_said != P->contain ||
+                 P->cg_said != P->cg;
     P->contain_said = P->contain;
+    P->cg_said = P->cg;
     pthread_mutex_unlock(&P->mu);
     /* The operator's view of the containment (docs/isolation.md): the
      * level that applied, and what was refused before it. */
-    if (first && (P->contain == CONTAIN_PIDNS ||
+    char cgw[512] = "", whyw[512] = "";
+    if (P->cg)
+        snprintf(cgw, sizeof cgw,
+                 "a cgroup each (%s: every process of the worker is "
+                 "counted and killed there; limits: %s), and ",
+                 w->cg.dir, th_iso_cg_limits());
+    snprintf(whyw, sizeof whyw, "%s%s%s%s%s",
+             P->cg ? "" : "; no cgroup (",
+             P->cg ? "" : P->cg_why,
+             P->cg ? "" : ")",
+             P->contain_why[0] ? "; " : "", P->contain_why);
+    if (first && (P->cg || P->contain == CONTAIN_PIDNS ||
                   P->contain == CONTAIN_USERNS))
         th_log_info("plugin %s: workers contained by %s%s%s%s", P->name,
-                    g_contain_words[P->contain],
+                    cgw, g_contain_words[P->contain],
                     P->netns ? "; network: false: a network and an IPC "
                                "namespace of their own"
                              : "",
-                    P->contain_why[0] ? "; " : "", P->contain_why);
+                    whyw);
     else if (first)
-        th_log_warn("plugin %s: workers contained by %s%s%s", P->name,
-                    g_contain_words[P->contain],
-                    P->contain_why[0] ? "; " : "", P->contain_why);
+        th_log_warn("plugin %s: workers contained by %s%s", P->name,
+                    g_contain_words[P->contain], whyw);
     *out = w;
     return 0;
 fail:
@@ -2218,9 +2379,22 @@ int th_iso_stats_pack(struct msgpack_packer *pk)
     for (pool *P = g_pools; P && !e; P = P->next) {
         pthread_mutex_lock(&P->mu);
         unsigned live = 0;
-        for (uint32_t i = 0; i < P->n_workers; i++)
-            live += P->w[i] && P->w[i]->alive;
-        e |= msgpack_pack_map(pk, 9);
+        int procs = P->cg ? 0 : -1;
+        for (uint32_t i = 0; i < P->n_workers; i++) {
+            worker *w = P->w[i];
+            live += w && w->alive;
+            int k = w && w->alive ? th_iso_cg_count(&w->cg) : 0;
+            if (procs >= 0 && k > 0)
+                procs += k;
+        }
+        e |= msgpack_pack_map(pk, 11);
+        e |= th_pack_cstr(pk, "containment");
+        e |= th_pack_cstr(pk, P->cg ? g_contain_names[0]
+                              : P->contain != CONTAIN_UNSET
+                                  ? g_contain_names[P->contain]
+                                  : NULL);
+        e |= th_pack_cstr(pk, "processes");
+        e |= procs >= 0 ? msgpack_pack_int(pk, procs) : msgpack_pack_nil(pk);
         e |= th_pack_cstr(pk, "plugin");
         e |= th_pack_cstr(pk, P->name);
         e |= th_pack_cstr(pk, "generation");
@@ -2291,6 +2465,7 @@ int th_iso_fuzz_frame(const uint8_t *f, size_t n)
     if (w) {
         w->pool = P;
         w->sock = w->errfd = w->notefd = w->evfd = w->pidfd = -1;
+        w->cg.procs_fd = w->cg.dir_fd = -1;
         pthread_mutex_init(&w->send_mu, NULL);
         pend p;
         memset(&p, 0, sizeof p);

@@ -39,9 +39,13 @@ int th_iso_worker_main(int argc, char **argv);
 void th_iso_set_worker_exe(const char *path);
 
 /* Packs the isolated plugins' state for host.stats: an array of maps
- * {plugin, generation, healthy, workers, live, restarts, crashes,
- * last_crash, unhealthy_reason}, one per generation still open.  0 or
- * nonzero when packing failed.  Any thread. */
+ * {containment, processes, plugin, generation, healthy, workers, live,
+ * restarts, crashes, last_crash, unhealthy_reason}, one per generation
+ * still open.  containment: "cgroup", "pid namespace", "user namespace",
+ * "subreaper" or "subreaper (no pidfd)" (docs/isolation.md,
+ * "Containment"); processes: the processes in the live workers' cgroups
+ * (nil without cgroups).  0 or nonzero when packing failed.  Any
+ * thread. */
 int th_iso_stats_pack(struct msgpack_packer *pk);
 
 /* How many isolated generations are open and worker processes alive
