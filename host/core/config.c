@@ -616,15 +616,21 @@ static int set_enum(cfctx *c, const cfkey *k, th_ynode *v, void *base)
     return 0;
 }
 
-static int set_fraction(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+/* An unquoted scalar that is a whole decimal number: true with *d. */
+static bool scalar_number(const th_ynode *v, double *d)
 {
     char *end = NULL;
+    if (v->kind != TH_Y_SCALAR || !v->plain || !v->len)
+        return false;
+    errno = 0;
+    *d = strtod(v->str, &end);
+    return end && !*end && !errno;
+}
+
+static int set_fraction(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+{
     double d = -1;
-    if (v->kind == TH_Y_SCALAR && v->plain && v->len) {
-        errno = 0;
-        d = strtod(v->str, &end);
-    }
-    if (!end || *end || errno || !(d >= 0.0 && d <= 1.0)) {
+    if (!scalar_number(v, &d) || !(d >= 0.0 && d <= 1.0)) {
         char b[64];
         return cf_err(c, v, "'%s' must be a number from 0 to 1, got %s",
                       k->name, describe(v, b, sizeof b));
@@ -1869,13 +1875,8 @@ static int mock_check(cfctx *c, th_ynode *n, void *el)
 /* A number of calls per second: > 0, at most 1e6, decimals allowed. */
 static int set_rate(cfctx *c, const cfkey *k, th_ynode *v, void *base)
 {
-    char *end = NULL;
     double d = -1;
-    if (v->kind == TH_Y_SCALAR && v->plain && v->len) {
-        errno = 0;
-        d = strtod(v->str, &end);
-    }
-    if (!end || *end || errno || !(d > 0.0 && d <= 1e6)) {
+    if (!scalar_number(v, &d) || !(d > 0.0 && d <= 1e6)) {
         char b[64];
         return cf_err(c, v,
                       "'%s' must be a number of calls per second above 0 "

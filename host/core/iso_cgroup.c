@@ -63,8 +63,7 @@ static int64_t cg_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Writes `text` to DIR/FILE; 0 or an errno. */
-static int cg_write(const char *dir, const char *file, const char *text)
+int th_iso_write_file(const char *dir, const char *file, const char *text)
 {
     char path[4200];
     fmt(path, sizeof path, "%s/%s", dir, file);
@@ -77,6 +76,7 @@ static int cg_write(const char *dir, const char *file, const char *text)
     close(fd);
     return e;
 }
+
 
 /* Reads DIR/FILE into buf (NUL-terminated); bytes read or -1. */
 static ssize_t cg_read(const char *dir, const char *file, char *buf,
@@ -218,9 +218,9 @@ static void kill9(pid_t pid)
  * process cannot fork; SIGKILL still ends it) and SIGKILL to each. */
 static void kill_dir(const char *dir)
 {
-    if (cg_write(dir, "cgroup.kill", "1") == 0)
+    if (th_iso_write_file(dir, "cgroup.kill", "1") == 0)
         return;
-    cg_write(dir, "cgroup.freeze", "1");
+    th_iso_write_file(dir, "cgroup.freeze", "1");
     each_pid(dir, 0, kill9);
 }
 
@@ -276,7 +276,7 @@ static int enable(const char *dir, const char *ctl)
         return 0;
     char w[32];
     fmt(w, sizeof w, "+%s", ctl);
-    return cg_write(dir, "cgroup.subtree_control", w);
+    return th_iso_write_file(dir, "cgroup.subtree_control", w);
 }
 
 /* Subtrees of hosts that died by SIGKILL (no atexit): toolhost-PID with
@@ -458,14 +458,14 @@ int th_iso_cg_make(const char *name, uint64_t memory, uint32_t processes,
     char num[32];
     if (g_cg.memory && memory) {
         fmt(num, sizeof num, "%llu", (unsigned long long)memory);
-        int e = cg_write(dir, "memory.max", num);
+        int e = th_iso_write_file(dir, "memory.max", num);
         if (e)
             th_log_warn("cgroup %s: memory.max %s: %s", dir, num, strerror(e));
-        cg_write(dir, "memory.swap.max", "0");
+        th_iso_write_file(dir, "memory.swap.max", "0");
     }
     if (g_cg.pids && processes) {
         fmt(num, sizeof num, "%u", processes + CG_OWN_TASKS);
-        int e = cg_write(dir, "pids.max", num);
+        int e = th_iso_write_file(dir, "pids.max", num);
         if (e)
             th_log_warn("cgroup %s: pids.max %s: %s", dir, num, strerror(e));
     }

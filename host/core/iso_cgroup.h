@@ -39,6 +39,10 @@ typedef struct th_iso_cg {
  * at a directory that does not exist to see the fallback). */
 bool th_iso_cg_setup(char *why, size_t cap);
 
+/* Writes `text` to DIR/FILE in one write(2) (a cgroup or /proc control
+ * file); 0 or an errno. */
+int th_iso_write_file(const char *dir, const char *file, const char *text);
+
 /* Which limits the leaves get, as set up ("memory.max, pids.max",
  * "pids.max", "none").  Static storage. */
 const char *th_iso_cg_limits(void);

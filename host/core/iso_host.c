@@ -896,16 +896,9 @@ typedef struct child_args {
 /* Writes `text` to /proc/PID/FILE; 0 or an errno. */
 static int write_proc(pid_t pid, const char *file, const char *text)
 {
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, file);
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0)
-        return errno;
-    size_t n = strlen(text);
-    ssize_t w = write(fd, text, n);
-    int e = w == (ssize_t)n ? 0 : w < 0 ? errno : EIO;
-    close(fd);
-    return e;
+    char dir[32];
+    snprintf(dir, sizeof dir, "/proc/%d", (int)pid);
+    return th_iso_write_file(dir, file, text);
 }
 
 /* The worker `pid` runs in a user namespace of its own, created by this

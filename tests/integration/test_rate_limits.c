@@ -54,6 +54,19 @@ static void call_echo(th_rpc_client *c, const char *tool, char *code,
     rpc_res_free(&r);
 }
 
+/* Two calls of `tool` pass, the third is refused rate_limited: its
+ * message in msg. */
+static void two_then_limited(th_rpc_client *c, const char *tool, char *msg)
+{
+    char code[64];
+    call_echo(c, tool, code, msg);
+    CU_ASSERT_STRING_EQUAL(code, "");
+    call_echo(c, tool, code, msg);
+    CU_ASSERT_STRING_EQUAL(code, "");
+    call_echo(c, tool, code, msg);
+    CU_ASSERT_STRING_EQUAL(code, "rate_limited");
+}
+
 static void test_burst(void)
 {
     rpc_srv s;
@@ -67,12 +80,7 @@ static void test_burst(void)
     th_rpc_client *c = rpc_connect(&s);
     CU_ASSERT_PTR_NOT_NULL_FATAL(c);
     char code[64], msg[512];
-    call_echo(c, "echo", code, msg);
-    CU_ASSERT_STRING_EQUAL(code, "");
-    call_echo(c, "echo", code, msg);
-    CU_ASSERT_STRING_EQUAL(code, "");
-    call_echo(c, "echo", code, msg);
-    CU_ASSERT_STRING_EQUAL(code, "rate_limited");
+    two_then_limited(c, "echo", msg);
     CU_ASSERT_PTR_NOT_NULL(strstr(msg, "rate limit 'slow_echo'"));
     CU_ASSERT_PTR_NOT_NULL(strstr(msg, "retry after"));
     /* another tool: no rule matches it */
@@ -160,12 +168,7 @@ static void test_daily(void)
     th_rpc_client *c = rpc_connect(&s);
     CU_ASSERT_PTR_NOT_NULL_FATAL(c);
     char code[64], msg[512];
-    call_echo(c, "echo", code, msg);
-    CU_ASSERT_STRING_EQUAL(code, "");
-    call_echo(c, "echo", code, msg);
-    CU_ASSERT_STRING_EQUAL(code, "");
-    call_echo(c, "echo", code, msg);
-    CU_ASSERT_STRING_EQUAL(code, "rate_limited");
+    two_then_limited(c, "echo", msg);
     CU_ASSERT_PTR_NOT_NULL(strstr(msg, "rate limit 'rate_limits[0]': the "
                                        "daily quota of 2 calls is used"));
     CU_ASSERT_PTR_NOT_NULL(strstr(msg, "(00:00 UTC)"));
