@@ -224,6 +224,28 @@ static int async_call(natsConnection *nc, const char *subj, char ids[][40],
     return done ? host : -1;
 }
 
+/* Two hosts on the shared server, prefix and id `pfx`, serving echo and
+ * echo_async, whose finished results go to `bucket`, signed with one key
+ * (both sign and check its entries with it); 0 once the first has the
+ * bucket. */
+static int kv_hosts(rpc_srv h[2], char ids[2][40], const char *pfx,
+                    const char *bucket)
+{
+    char *key = nats_key_file(G.dir);
+    char extra[1024], want[128];
+    snprintf(extra, sizeof extra,
+             "  results_ttl: 1m\n"
+             "  results_bucket: %s\n"
+             "  results_key_file: %s\n", bucket, key);
+    free(key);
+    for (int i = 0; i < 2; i++)
+        if (host_start(&h[i], ids[i], G_url, pfx, pfx, "echo, echo_async",
+                       extra) != 0)
+            return -1;
+    snprintf(want, sizeof want, "key-value bucket %s", bucket);
+    return rpc_log_wait(&h[0], want, rpc_wait_ms()) ? 0 : -1;
+}
+
 /* 2. Finished results go to the JetStream bucket: after the host that ran
  * a task is killed, <prefix>.tasks.result through another host answers. */
 static void test_result_after_host_gone(void)
@@ -231,18 +253,7 @@ static void test_result_after_host_gone(void)
     NEED_SERVER();
     rpc_srv h[2];
     char ids[2][40];
-    /* the key both hosts sign and check the bucket's entries with */
-    char *key = nats_key_file(G.dir);
-    char extra[1024];
-    snprintf(extra, sizeof extra,
-             "  results_ttl: 1m\n"
-             "  results_bucket: kvtest\n"
-             "  results_key_file: %s\n", key);
-    free(key);
-    for (int i = 0; i < 2; i++)
-        CU_ASSERT_FATAL(host_start(&h[i], ids[i], G_url, "kv", "kv",
-                                   "echo, echo_async", extra) == 0);
-    CU_ASSERT(rpc_log_wait(&h[0], "key-value bucket kvtest", rpc_wait_ms()));
+    CU_ASSERT_FATAL(kv_hosts(h, ids, "kv", "kvtest") == 0);
     natsConnection *nc = nats_connect(G_url, NULL, NULL);
     CU_ASSERT_FATAL(nc != NULL);
     char task[96] = "";
@@ -346,17 +357,7 @@ static void test_result_not_stored(void)
     NEED_SERVER();
     rpc_srv h[2];
     char ids[2][40];
-    char *key = nats_key_file(G.dir);
-    char extra[1024];
-    snprintf(extra, sizeof extra,
-             "  results_ttl: 1m\n"
-             "  results_bucket: kvst\n"
-             "  results_key_file: %s\n", key);
-    free(key);
-    for (int i = 0; i < 2; i++)
-        CU_ASSERT_FATAL(host_start(&h[i], ids[i], G_url, "ks", "ks",
-                                   "echo, echo_async", extra) == 0);
-    CU_ASSERT(rpc_log_wait(&h[0], "key-value bucket kvst", rpc_wait_ms()));
+    CU_ASSERT_FATAL(kv_hosts(h, ids, "ks", "kvst") == 0);
     /* one server, no cluster: one replica, as many as asked */
     CU_ASSERT(rpc_log_count(&h[0], "1 replica(s); 1 asked, 1 server(s)") ==
               1);
