@@ -14,7 +14,10 @@
  *                  serving (resume racing the close);
  *   pipelined      two requests sent back to back on one keep-alive
  *                  connection, the first waiting on a slow call, are both
- *                  answered, in order.
+ *                  answered, in order;
+ *   sse_close_race event streams closed (or reset) while workers send
+ *                  progress to them: each message wakes the connection as
+ *                  it closes; the host keeps serving.
  *
  * The crowd connects from 127.0.0.2 (all of 127/8 is loopback). */
 #include <CUnit/CUnit.h>
@@ -414,10 +417,67 @@ static void test_pipelined(void)
     mp_free(&m);
 }
 
+/* Event streams whose clients close while workers send to them (each
+ * progress message wakes the stream's connection: the wake races the
+ * close, the connection record must outlive it): the host keeps serving,
+ * and under ASan nothing is used after it is freed. */
+#define N_RACE 16
+
+static void test_sse_close_race(void)
+{
+    mp_srv m;
+    CU_ASSERT_FATAL(mp_start(&m, "  max_connections_per_address: 1000\n")
+                    == 0);
+    char h[256];
+    CU_ASSERT_FATAL(new_session(m.port, h, sizeof h) == 0);
+    int id = 100;
+    for (int round = 0; round < 6; round++) {
+        int fd[N_RACE];
+        for (int i = 0; i < N_RACE; i++) {
+            char body[512], req[2048];
+            snprintf(body, sizeof body,
+                     "{\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":"
+                     "\"tools/call\",\"params\":{\"name\":\"echo_async\","
+                     "\"arguments\":{\"text\":\"race\",\"steps\":40,"
+                     "\"delay_ms\":1},\"_meta\":{\"progressToken\":%d}}}",
+                     id, id);
+            id++;
+            fd[i] = tcp_from(m.port, 1);
+            CU_ASSERT_FATAL(fd[i] >= 0);
+            int k = req_text(req, sizeof req, "POST", h, body, false);
+            CU_ASSERT(send_all(fd[i], req, (size_t)k) == 0);
+        }
+        for (int i = 0; i < N_RACE; i++) {
+            /* Some leave at the first progress, some before any answer,
+             * some with a reset. */
+            if (i % 3 != 0) {
+                char *a = read_until(fd[i], "notifications/progress",
+                                     rpc_wait_ms());
+                free(a);
+            }
+            if (i % 4 == 1) {
+                struct linger lg = {.l_onoff = 1, .l_linger = 0};
+                setsockopt(fd[i], SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+            }
+            close(fd[i]);
+        }
+    }
+    char *t = roundtrip(m.port, "POST", h,
+                        "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":"
+                        "\"tools/call\",\"params\":{\"name\":\"echo\","
+                        "\"arguments\":{\"text\":\"after the race\"}}}");
+    if (!has(t, "after the race"))
+        rpc_dump_log(&m.rs);
+    free(t);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
+    mp_free(&m);
+}
+
 void th_suite_mcp_http_pool(void)
 {
     CU_pSuite s = CU_add_suite("mcp_http_pool", NULL, NULL);
     CU_add_test(s, "idle_conns", test_idle_conns);
     CU_add_test(s, "hangup_wait", test_hangup_wait);
     CU_add_test(s, "pipelined", test_pipelined);
+    CU_add_test(s, "sse_close_race", test_sse_close_race);
 }
