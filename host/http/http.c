@@ -1,8 +1,14 @@
 /* http.c - the HTTP server layer of th/http.h over libmicrohttpd.
  *
- * Threads: libmicrohttpd in epoll mode with a pool of opts->threads
- * threads (each with its own epoll set, all accepting), plus the
- * watchdog.  Nothing here blocks a pool thread.
+ * Threads: libmicrohttpd's poll() loop on a pool of opts->threads threads
+ * (each with its own connections, all accepting), plus the watchdog.
+ * Nothing here blocks a pool thread.  Not its epoll loop: when one
+ * epoll_wait() returns its whole array of events (128), libmicrohttpd
+ * (0.9.75 and later) calls epoll_wait() again with the same timeout
+ * before it handles them, so with 128 connections ready at once a pool
+ * thread sat up to the next event or timeout with them unread (seen in
+ * bench/mcp_http_sessions.c with 1000 busy connections: 127 connections
+ * cut by header_timeout at once).
  *
  * Suspension: a connection's record (hconn) says whether it is suspended
  * (set with MHD_suspend_connection() by its own pool thread, cleared with
@@ -930,7 +936,7 @@ int th_http_start(const th_http_opts *o, const th_http_route *routes,
     atomic_init(&s->full_logged_ms, -1000000);
     s->n_routes = n_routes;
     s->threads = o->threads ? o->threads : 2;
-    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME |
+    unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_ERROR_LOG | MHD_USE_ITC;
     if (s->url.addr.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;

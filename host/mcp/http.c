@@ -1220,6 +1220,22 @@ static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
     return post_wait(f, c, q);
 }
 
+/* The notifications/cancelled of a POST's request whose client hung up,
+ * in note (its length, or 0); logged.  f->mu held. */
+static int hangup_note(hsess *s, stream *st, char *note, size_t cap)
+{
+    int k = snprintf(note, cap,
+                     "{\"jsonrpc\":\"2.0\",\"method\":"
+                     "\"notifications/cancelled\",\"params\":{"
+                     "\"requestId\":%s,\"reason\":\"the client "
+                     "hung up\"}}",
+                     st->key);
+    th_log_info("mcp http: session %.8s: the client of request %s hung up: "
+                "cancelled",
+                s->id, st->key);
+    return k > 0 && (size_t)k < cap ? k : 0;
+}
+
 /* A POST's wait for its first message (JSON when it is the response, SSE
  * when something comes first): its connection suspends until a message,
  * the request's end, a hang-up or the front closing wakes it, and
@@ -1247,17 +1263,9 @@ static enum MHD_Result post_wait(th_mcp_http *f, struct MHD_Connection *c,
             q->gone = true;
             q->gone_at = now;
             char note[160 + MAX_KEY_LEN];
-            int k = snprintf(note, sizeof note,
-                             "{\"jsonrpc\":\"2.0\",\"method\":"
-                             "\"notifications/cancelled\",\"params\":{"
-                             "\"requestId\":%s,\"reason\":\"the client "
-                             "hung up\"}}",
-                             st->key);
+            int k = hangup_note(s, st, note, sizeof note);
             pthread_mutex_unlock(&f->mu);
-            th_log_info("mcp http: session %.8s: the client of request %s "
-                        "hung up: cancelled",
-                        s->id, st->key);
-            if (k > 0 && (size_t)k < sizeof note)
+            if (k > 0)
                 input(s, note, (size_t)k);
             pthread_mutex_lock(&f->mu);
             continue;
@@ -1557,14 +1565,21 @@ static void on_completed(void *ud, struct MHD_Connection *c, void **req_cls,
                     f->mc->client_timeout_ms);
     hreq *q = *req_cls;
     if (q && q->st) {
-        /* Over while its POST waited (the server stopping): the stream
-         * goes, or stays as an orphan while its request runs. */
+        /* Over while its POST waited: the client left (libmicrohttpd saw
+         * the end before the handler could suspend) or the server stops.
+         * The stream goes, or stays as an orphan while its request runs;
+         * a request left by its client is cancelled, as in post_wait(). */
         stream *st = q->st;
         hsess *s = q->s;
         th_http_conn *drop = NULL;
+        char note[160 + MAX_KEY_LEN];
+        int k = 0;
         pthread_mutex_lock(&f->mu);
         bool orphan = !st->done;
         if (orphan) {
+            if (!q->gone && !f->closing &&
+                why != MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN)
+                k = hangup_note(s, st, note, sizeof note);
             st->orphan = st->dead = true;
             s->refs--; /* the stream's; q's is still held */
             drop = st->hc;
@@ -1572,6 +1587,8 @@ static void on_completed(void *ud, struct MHD_Connection *c, void **req_cls,
         }
         pthread_mutex_unlock(&f->mu);
         th_http_conn_unref(drop);
+        if (k > 0)
+            input(s, note, (size_t)k);
         if (!orphan)
             stream_free(st);
         sess_unref(s);

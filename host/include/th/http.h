@@ -3,7 +3,7 @@
  * handler.  The MCP Streamable HTTP front (host/mcp/http.c) mounts on it;
  * other endpoints (metrics) can mount beside it.
  *
- * Threads: libmicrohttpd's epoll loop on a small pool of threads
+ * Threads: libmicrohttpd's poll() loop on a small pool of threads
  * (th_http_opts.threads) serves every connection, so an idle or waiting
  * connection costs memory, not a thread.  A handler or a content callback
  * therefore never blocks: when it has nothing to give yet it suspends its
