@@ -2111,6 +2111,8 @@ static const cfkey mcp_keys[] = {
      .min = 100, .max = DAY},
     {.name = "max_connections_per_address", .set = set_u32,
      .off = M(max_connections_per_address), .min = 1, .max = 100000},
+    {.name = "http_threads", .set = set_u32, .off = M(http_threads),
+     .min = 1, .max = 64},
     {.name = "max_json_depth", .set = set_u32, .off = M(max_json_depth),
      .min = 2, .max = 1000},
     {.name = "max_json_elements", .set = set_u32,
@@ -2134,6 +2136,7 @@ static void mcp_init(th_mcp_cfg *m)
     m->header_timeout_ms = 10 * SEC;
     m->body_timeout_ms = 60 * SEC;
     m->max_connections_per_address = 64;
+    m->http_threads = 2;
     m->max_json_depth = 64;
     m->max_json_elements = 100000;
 }

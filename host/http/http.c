@@ -1,5 +1,25 @@
 /* http.c - the HTTP server layer of th/http.h over libmicrohttpd.
  *
+ * Threads: libmicrohttpd's poll() loop on a pool of opts->threads threads
+ * (each with its own connections, all accepting), plus the watchdog.
+ * Nothing here blocks a pool thread.  Not its epoll loop: when one
+ * epoll_wait() returns its whole array of events (128), libmicrohttpd
+ * (0.9.75 and later) calls epoll_wait() again with the same timeout
+ * before it handles them, so with 128 connections ready at once a pool
+ * thread sat up to the next event or timeout with them unread (seen in
+ * bench/mcp_http_sessions.c with 1000 busy connections: 127 connections
+ * cut by header_timeout at once).
+ *
+ * Suspension: a connection's record (hconn) says whether it is suspended
+ * (set with MHD_suspend_connection() by its own pool thread, cleared with
+ * MHD_resume_connection() by whoever wakes it, both under s->mu).  So a
+ * connection is resumed only when it is suspended (libmicrohttpd: anything
+ * else is undefined) and only while it exists (a suspended connection is
+ * never closed: libmicrohttpd skips it; th_http_stop() resumes every one
+ * before it stops the daemon, which would abort on one).  A wake that
+ * finds the connection running leaves a token (woken) that its next
+ * suspend takes instead of suspending: no wake is lost.
+ *
  * Deadlines: each connection has a record (hconn, its socket context) in
  * the server's list, in one of three phases: HEAD (waiting for a request
  * line and headers, since the connection's start or the previous
@@ -17,6 +37,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -32,12 +53,20 @@
 
 enum { PH_HEAD, PH_BODY, PH_REPLY };
 
-typedef struct hconn {
-    struct hconn *next, *prev; /* in s->conns, under s->mu */
-    int fd;
-    int phase;        /* PH_*, under s->mu */
+/* th_http_conn: all but `s` under s->mu. */
+typedef struct th_http_conn {
+    struct th_http_conn *next, *prev; /* in s->conns while open */
+    struct th_http_server *s;
+    struct MHD_Connection *c; /* NULL once closed */
+    int fd;           /* -1: reserved at accept, not started yet */
+    int phase;        /* PH_* */
     int64_t since_ms; /* when the phase began */
     bool cut;         /* shut down by the watchdog */
+    bool suspended;   /* MHD_suspend_connection() done, no resume yet */
+    bool woken;       /* a wake found it running: the next suspend is not */
+    bool hup;         /* the client hung up while it was suspended */
+    int64_t until_ms; /* suspended: resumed at this time; 0: never */
+    int refs;         /* the list's (while open) + th_http_conn_ref()'s */
     struct sockaddr_storage addr;
 } hconn;
 
@@ -69,6 +98,9 @@ struct th_http_server {
     hconn *conns;
     pthread_t dog;
     bool dog_started, dog_stop;
+    bool stopping;               /* th_http_stop(): no more suspends; mu */
+    int64_t dog_due;             /* when the watchdog wakes next; mu */
+    unsigned threads;
     rl_log log_head, log_body, log_addr, log_nul; /* under mu */
     char addr_last[INET6_ADDRSTRLEN]; /* the last address refused; mu */
 };
@@ -425,6 +457,30 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
     *req_cls = NULL;
 }
 
+/* The record reserved by on_accept() in this thread for the connection
+ * it let in, which NOTIFY_STARTED (next, in the same thread) takes. */
+static _Thread_local hconn *accepted;
+
+static void conn_unlink(th_http_server *s, hconn *hc)
+{
+    if (hc->prev)
+        hc->prev->next = hc->next;
+    else
+        s->conns = hc->next;
+    if (hc->next)
+        hc->next->prev = hc->prev;
+    hc->next = hc->prev = NULL;
+}
+
+static void conn_link(th_http_server *s, hconn *hc)
+{
+    hc->prev = NULL;
+    hc->next = s->conns;
+    if (s->conns)
+        s->conns->prev = hc;
+    s->conns = hc;
+}
+
 static void on_connection(void *cls, struct MHD_Connection *c,
                           void **socket_context,
                           enum MHD_ConnectionNotificationCode toe)
@@ -434,14 +490,13 @@ static void on_connection(void *cls, struct MHD_Connection *c,
         hconn *hc = *socket_context;
         if (hc) {
             pthread_mutex_lock(&s->mu);
-            if (hc->prev)
-                hc->prev->next = hc->next;
-            else
-                s->conns = hc->next;
-            if (hc->next)
-                hc->next->prev = hc->prev;
+            conn_unlink(s, hc);
+            hc->c = NULL;
+            hc->suspended = false;
+            bool last = --hc->refs == 0;
             pthread_mutex_unlock(&s->mu);
-            free(hc);
+            if (last)
+                free(hc);
             *socket_context = NULL;
         }
         atomic_fetch_sub(&s->n_conn, 1);
@@ -453,25 +508,35 @@ static void on_connection(void *cls, struct MHD_Connection *c,
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     const union MHD_ConnectionInfo *ai =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    hconn *hc = calloc(1, sizeof *hc);
+    hconn *hc = accepted && accepted->s == s ? accepted : NULL;
+    accepted = NULL;
+    bool listed = hc != NULL;
+    if (!hc)
+        hc = calloc(1, sizeof *hc);
     if (hc && fi) {
+        pthread_mutex_lock(&s->mu);
+        hc->s = s;
+        hc->c = c;
         hc->fd = fi->connect_fd;
         hc->phase = PH_HEAD;
         hc->since_ms = mono_ms();
-        if (ai && ai->client_addr)
+        hc->refs = 1;
+        if (!listed && ai && ai->client_addr)
             memcpy(&hc->addr, ai->client_addr,
                    ai->client_addr->sa_family == AF_INET6
                        ? sizeof(struct sockaddr_in6)
                        : sizeof(struct sockaddr_in));
-        pthread_mutex_lock(&s->mu);
-        hc->next = s->conns;
-        if (s->conns)
-            s->conns->prev = hc;
-        s->conns = hc;
+        if (!listed)
+            conn_link(s, hc);
         pthread_mutex_unlock(&s->mu);
         *socket_context = hc;
-    } else {
-        free(hc); /* out of memory: the connection goes without deadline */
+    } else if (hc) {
+        if (listed) {
+            pthread_mutex_lock(&s->mu);
+            conn_unlink(s, hc);
+            pthread_mutex_unlock(&s->mu);
+        }
+        free(hc); /* the connection goes without deadline */
     }
     /* At the cap the daemon stops accepting: new clients wait in the
      * kernel's queue.  Say so, at most once a second. */
@@ -505,22 +570,43 @@ static bool same_host(const struct sockaddr_storage *a, const struct sockaddr *b
     return false;
 }
 
-/* The per-address cap, at accept (libmicrohttpd's listening thread: this
- * and the NOTIFY_STARTED that lists the connection run one after the
- * other there, so the count cannot race another accept). */
+/* The per-address cap, at accept.  Each pool thread accepts, so two may
+ * let in connections from one address at once: the one let in is listed
+ * here at once (its record reserved, fd -1), under the lock that counts,
+ * and NOTIFY_STARTED, next in the same thread, takes the record.  A
+ * reservation whose connection never started (libmicrohttpd failed it) is
+ * dropped by the thread's next accept. */
 static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr,
                                  socklen_t addrlen)
 {
     th_http_server *s = cls;
     (void)addrlen;
+    if (accepted && accepted->s == s) { /* stale: never started */
+        pthread_mutex_lock(&s->mu);
+        conn_unlink(s, accepted);
+        pthread_mutex_unlock(&s->mu);
+        free(accepted);
+    }
+    accepted = NULL;
     if (!s->per_addr || !addr)
         return MHD_YES;
     unsigned n = 0, said = 0;
+    hconn *res = calloc(1, sizeof *res);
     pthread_mutex_lock(&s->mu);
     for (hconn *hc = s->conns; hc; hc = hc->next)
         if (same_host(&hc->addr, addr))
             n++;
     bool refuse = n >= s->per_addr;
+    if (!refuse && res) {
+        res->s = s;
+        res->fd = -1;
+        memcpy(&res->addr, addr,
+               addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                           : sizeof(struct sockaddr_in));
+        conn_link(s, res);
+        accepted = res;
+        res = NULL;
+    }
     if (refuse) {
         const void *ia =
             addr->sa_family == AF_INET6
@@ -534,6 +620,7 @@ static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr,
             say_addr(s, said);
     }
     pthread_mutex_unlock(&s->mu);
+    free(res);
     return refuse ? MHD_NO : MHD_YES;
 }
 
@@ -547,20 +634,50 @@ static void *dog_main(void *arg)
         tick = 20;
     if (tick > 250)
         tick = 250;
+    struct pollfd *pf = NULL;
+    hconn **pc = NULL;
+    size_t cap = 0;
     pthread_mutex_lock(&s->mu);
     while (!s->dog_stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += tick * 1000000;
-        while (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
+        /* The next tick, or a suspended connection's deadline if sooner
+         * (th_http_suspend signals dog_cv when it sets one). */
+        int64_t due = mono_ms() + tick;
+        for (hconn *hc = s->conns; hc; hc = hc->next)
+            if (hc->suspended && hc->until_ms && hc->until_ms < due)
+                due = hc->until_ms;
+        struct timespec ts = {.tv_sec = due / 1000,
+                              .tv_nsec = (due % 1000) * 1000000};
+        s->dog_due = due;
         pthread_cond_timedwait(&s->dog_cv, &s->mu, &ts);
+        s->dog_due = 0;
+        if (s->dog_stop)
+            break;
         int64_t now = mono_ms();
         unsigned said_head = 0, said_body = 0, said = 0;
+        size_t np = 0;
         for (hconn *hc = s->conns; hc; hc = hc->next) {
-            if (hc->cut || hc->phase == PH_REPLY)
+            if (hc->suspended && hc->until_ms && now >= hc->until_ms) {
+                hc->suspended = false;
+                MHD_resume_connection(hc->c);
+                continue;
+            }
+            if (hc->suspended && !hc->hup) { /* watched for a hang-up */
+                if (np == cap) {
+                    size_t nc = cap ? 2 * cap : 64;
+                    struct pollfd *a = realloc(pf, nc * sizeof *a);
+                    hconn **b = a ? realloc(pc, nc * sizeof *b) : NULL;
+                    if (a)
+                        pf = a;
+                    if (!b)
+                        continue; /* out of memory: watched next tick */
+                    pc = b;
+                    cap = nc;
+                }
+                pf[np] = (struct pollfd){.fd = hc->fd, .events = POLLRDHUP};
+                pc[np++] = hc;
+                continue;
+            }
+            if (hc->cut || hc->phase == PH_REPLY || hc->fd < 0)
                 continue;
             bool head = hc->phase == PH_HEAD;
             if (now - hc->since_ms < (head ? s->head_ms : s->body_ms))
@@ -569,6 +686,16 @@ static void *dog_main(void *arg)
             shutdown(hc->fd, SHUT_RDWR);
             (head ? &s->log_head : &s->log_body)->pending++;
         }
+        /* A hang-up of a suspended connection: libmicrohttpd does not
+         * look at its socket, so its waiter learns it from here. */
+        if (np && poll(pf, (nfds_t)np, 0) > 0)
+            for (size_t i = 0; i < np; i++)
+                if ((pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) &&
+                    pc[i]->suspended) {
+                    pc[i]->hup = true;
+                    pc[i]->suspended = false;
+                    MHD_resume_connection(pc[i]->c);
+                }
         rl_take(&s->log_head, now, &said_head);
         rl_take(&s->log_body, now, &said_body);
         if (rl_take(&s->log_addr, now, &said))
@@ -585,7 +712,83 @@ static void *dog_main(void *arg)
                         s->entry, said_body, s->body_ms, s->what);
     }
     pthread_mutex_unlock(&s->mu);
+    free(pf);
+    free(pc);
     return NULL;
+}
+
+/* ---- waiting without a thread ------------------------------------------- */
+
+int64_t th_http_now_ms(void)
+{
+    return mono_ms();
+}
+
+th_http_conn *th_http_conn_ref(struct MHD_Connection *c)
+{
+    hconn *hc = conn_of(c);
+    if (!hc)
+        return NULL;
+    pthread_mutex_lock(&hc->s->mu);
+    hc->refs++;
+    pthread_mutex_unlock(&hc->s->mu);
+    return hc;
+}
+
+void th_http_conn_unref(th_http_conn *hc)
+{
+    if (!hc)
+        return;
+    th_http_server *s = hc->s;
+    pthread_mutex_lock(&s->mu);
+    bool last = --hc->refs == 0;
+    pthread_mutex_unlock(&s->mu);
+    if (last)
+        free(hc);
+}
+
+int th_http_suspend(th_http_conn *hc, int64_t until_ms)
+{
+    th_http_server *s = hc->s;
+    int rc = 1;
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping || !hc->c) {
+        rc = -1;
+    } else if (hc->woken) {
+        hc->woken = false;
+        rc = 0;
+    } else {
+        MHD_suspend_connection(hc->c);
+        hc->suspended = true;
+        hc->until_ms = until_ms;
+        if (until_ms && s->dog_due && until_ms < s->dog_due)
+            pthread_cond_signal(&s->dog_cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+void th_http_wake(th_http_conn *hc)
+{
+    if (!hc)
+        return;
+    th_http_server *s = hc->s;
+    pthread_mutex_lock(&s->mu);
+    if (hc->suspended) {
+        hc->suspended = false;
+        MHD_resume_connection(hc->c);
+    } else if (hc->c) {
+        hc->woken = true;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+bool th_http_hung_up(th_http_conn *hc)
+{
+    pthread_mutex_lock(&hc->s->mu);
+    bool h = hc->hup;
+    pthread_mutex_unlock(&hc->s->mu);
+    return h;
 }
 
 /* A PEM file, whole (at most 1 MiB). */
@@ -732,9 +935,9 @@ int th_http_start(const th_http_opts *o, const th_http_route *routes,
     atomic_init(&s->n_conn, 0);
     atomic_init(&s->full_logged_ms, -1000000);
     s->n_routes = n_routes;
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION |
-                     MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG |
-                     MHD_USE_ITC;
+    s->threads = o->threads ? o->threads : 2;
+    unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_USE_ERROR_LOG | MHD_USE_ITC;
     if (s->url.addr.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     if (s->url.tls) {
@@ -780,6 +983,9 @@ int th_http_start(const th_http_opts *o, const th_http_route *routes,
         MHD_OPTION_CONNECTION_LIMIT, (intptr_t)s->max_conn, NULL};
     opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT,
                                         (intptr_t)o->client_timeout_s, NULL};
+    if (s->threads > 1)
+        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_THREAD_POOL_SIZE,
+                                            (intptr_t)s->threads, NULL};
     opts[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_COMPLETED,
                                         (intptr_t)on_completed, s};
     opts[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_CONNECTION,
@@ -858,6 +1064,16 @@ void th_http_stop(th_http_server *s)
 {
     if (!s)
         return;
+    /* libmicrohttpd aborts when stopped with a suspended connection:
+     * every one is resumed, and none suspends again. */
+    pthread_mutex_lock(&s->mu);
+    s->stopping = true;
+    for (hconn *hc = s->conns; hc; hc = hc->next)
+        if (hc->suspended) {
+            hc->suspended = false;
+            MHD_resume_connection(hc->c);
+        }
+    pthread_mutex_unlock(&s->mu);
     if (s->d)
         MHD_stop_daemon(s->d);
     if (s->dog_started) {
@@ -866,6 +1082,13 @@ void th_http_stop(th_http_server *s)
         pthread_cond_signal(&s->dog_cv);
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->dog, NULL);
+    }
+    /* Left: records reserved at accept for connections that never
+     * started. */
+    while (s->conns) {
+        hconn *hc = s->conns;
+        conn_unlink(s, hc);
+        free(hc);
     }
     pthread_cond_destroy(&s->dog_cv);
     pthread_mutex_destroy(&s->mu);

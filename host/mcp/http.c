@@ -1,14 +1,19 @@
 /* http.c - MCP over Streamable HTTP: the transport of front/mcp_http.h on the
  * HTTP layer of th/http.h, feeding the protocol core of mcp.h.
  *
- * Every connection has a thread of its own (th/http.h), so a handler waits
- * on its own request and a content callback on its own stream; the core's
- * send() only appends to a stream's bounded queue and wakes it: a worker
- * never waits for a client.  One mutex (f->mu) guards the session table,
- * the streams and their queues; f->cv is broadcast on every change. */
+ * No thread waits for a client or for an answer (th/http.h): a POST whose
+ * answer is not in yet, an event stream with nothing to send, suspend
+ * their connection (th_http_suspend) and return; the core's send() (a
+ * worker) only appends to a stream's bounded queue and wakes the stream's
+ * connection (th_http_wake), and libmicrohttpd calls the handler or the
+ * content callback again on a pool thread.  The keepalive comment and the
+ * hang-up grace are the suspensions' deadlines; a hang-up while suspended
+ * is seen by the HTTP layer's watchdog.  One mutex (f->mu) guards the
+ * session table, the streams and their queues.
+ *
+ * Lock order: f->mu, then the HTTP layer's (th_http_wake under f->mu). */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <poll.h>
 #include <inttypes.h>
 #include <nettle/sha2.h>
 #include <pthread.h>
@@ -60,6 +65,9 @@ typedef struct stream {
     bool lost;           /* dead: its response could not be built (out
                             of memory, t_lost): answered with an error */
     bool linked;
+    th_http_conn *hc;    /* the connection waiting on this stream (a
+                            reference), or NULL: woken on every change */
+    int64_t ka_due;      /* SSE: a keepalive comment is due then */
     bool orphan;         /* POST: its handler left (the client hung up and
                             the request outlived HANGUP_GRACE_MS); holds no
                             session reference, stays listed so that its id
@@ -103,9 +111,7 @@ struct th_mcp_http {
     size_t n_srv;
     char (*paths)[256]; /* the routes' paths */
     pthread_mutex_t mu;
-    pthread_cond_t cv;
-    pthread_cond_t reaper_cv; /* the reaper's own: cv is broadcast on
-                                 every message, which woke it each time */
+    pthread_cond_t reaper_cv;
     hsess *sessions;
     unsigned n_sessions;
     struct opening *opening; /* sessions reserved, not yet listed */
@@ -135,14 +141,6 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void cv_wait_on(th_mcp_http *f, pthread_cond_t *cv, int64_t ms);
-
-/* Waits on f->cv at most ms (f->mu held). */
-static void cv_wait_ms(th_mcp_http *f, int64_t ms)
-{
-    cv_wait_on(f, &f->cv, ms);
-}
-
 static void cv_wait_on(th_mcp_http *f, pthread_cond_t *cv, int64_t ms)
 {
     struct timespec ts;
@@ -159,6 +157,13 @@ static void cv_wait_on(th_mcp_http *f, pthread_cond_t *cv, int64_t ms)
 }
 
 /* ---- streams ------------------------------------------------------------------ */
+
+/* Wakes the connection waiting on st, if any (f->mu held). */
+static void wake(stream *st)
+{
+    if (st && st->hc)
+        th_http_wake(st->hc);
+}
 
 static void queue_clear(stream *st)
 {
@@ -245,6 +250,7 @@ static void stream_unlink_free(stream *st)
             break;
         }
     queue_clear(st);
+    th_http_conn_unref(st->hc);
     free(st->key);
     json_decref(st->id);
     free(st);
@@ -301,7 +307,7 @@ static void t_lost(void *ud, const json_t *req)
         st->dead = st->lost = true;
         queue_clear(st);
     }
-    pthread_cond_broadcast(&f->cv);
+    wake(st);
     pthread_mutex_unlock(&f->mu);
 }
 
@@ -358,6 +364,7 @@ static void send_text(hsess *s, const char *text, size_t len, bool response,
     }
     if (key) {
         stream *st = find_post(s, key);
+        wake(st);
         if (!st) {
             th_log_debug("mcp http: session %.8s: no stream for request %s "
                          "(the client left); a message is dropped",
@@ -380,13 +387,13 @@ static void send_text(hsess *s, const char *text, size_t len, bool response,
         for (stream *st = s->streams; st && !g; st = st->next)
             if (st->kind == ST_GET && !st->dead && !st->done)
                 g = st;
+        wake(g);
         if (g)
             queue_put(g, text, len, true);
         else
             th_log_debug("mcp http: session %.8s: no GET stream open; a "
                          "server message is dropped", s->id);
     }
-    pthread_cond_broadcast(&f->cv);
     pthread_mutex_unlock(&f->mu);
     free(key);
 }
@@ -415,9 +422,9 @@ static void t_request_done(void *ud, const json_t *req)
                           : find_post_id(s, req);
     if (st)
         st->done = true;
+    wake(st);
     if (st && st->orphan)
         stream_unlink_free(st);
-    pthread_cond_broadcast(&f->cv);
     pthread_mutex_unlock(&f->mu);
     free(key);
 }
@@ -460,9 +467,10 @@ static void sess_unlist(hsess *s)
         }
     s->in_table = false;
     f->n_sessions--;
-    for (stream *st = s->streams; st; st = st->next)
+    for (stream *st = s->streams; st; st = st->next) {
         st->done = true;
-    pthread_cond_broadcast(&f->cv);
+        wake(st);
+    }
 }
 
 /* The session `id` of `user`, with a reference, or NULL. */
@@ -543,8 +551,9 @@ static hsess *sess_new(th_mcp_http *f, const char *user, unsigned *status)
     memset(&o, 0, sizeof o);
     o.max_message = (size_t)f->mc->max_body;
     o.http = true;
-    /* The connection's own thread feeds the session and then waits for
-     * the answer anyway: a short call runs right there. */
+    /* A pool thread feeds the session: a short call (microseconds by
+     * its declaration) runs right there, with no hand-off to a worker
+     * and back. */
     o.run_short = true;
     pthread_mutex_lock(&f->mu);
     bool full = f->n_sessions >= f->mc->max_sessions;
@@ -883,8 +892,17 @@ typedef struct hreq {
     size_t len, cap;
     bool too_big;
     bool checked;
+    /* A POST waiting for its first message (post_wait): */
+    stream *st;     /* its stream (holding the connection's record) */
+    hsess *s;       /* its session, with a reference */
+    bool is_init;   /* the answer names the new session */
+    bool gone;      /* the client hung up: the request was cancelled */
+    int64_t gone_at;
 } hreq;
 
+/* The event stream's content: what is queued, else a keepalive comment
+ * when one is due, else nothing yet: the connection is suspended until a
+ * message (wake), the keepalive's time or a hang-up. */
 static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
@@ -892,7 +910,6 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
     th_mcp_http *f = st->s->f;
     ssize_t n = 0;
     int64_t ka = (int64_t)f->mc->keepalive_ms;
-    int64_t until = now_ms() + ka;
     pthread_mutex_lock(&f->mu);
     for (;;) {
         if (st->dead) {
@@ -914,20 +931,38 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
                 free(c);
             }
             n = (ssize_t)k;
+            st->ka_due = now_ms() + ka;
             break;
         }
         if (st->done || f->closing) {
             n = MHD_CONTENT_READER_END_OF_STREAM;
             break;
         }
-        int64_t left = until - now_ms();
-        if (left <= 0) {
+        if (!st->hc || th_http_hung_up(st->hc)) {
+            n = MHD_CONTENT_READER_END_WITH_ERROR;
+            break;
+        }
+        int64_t now = now_ms();
+        if (now >= st->ka_due) {
             static const char ping[] = ": keepalive\n\n";
             n = (ssize_t)(sizeof ping - 1 < max ? sizeof ping - 1 : max);
             memcpy(buf, ping, (size_t)n);
+            st->ka_due = now + ka;
             break;
         }
-        cv_wait_ms(f, left);
+        int64_t due = st->ka_due;
+        th_http_conn *hc = st->hc;
+        pthread_mutex_unlock(&f->mu);
+        int r = th_http_suspend(hc, due);
+        pthread_mutex_lock(&f->mu);
+        if (r > 0) {
+            n = 0; /* nothing yet; called again once resumed */
+            break;
+        }
+        if (r < 0) {
+            n = MHD_CONTENT_READER_END_OF_STREAM;
+            break;
+        }
     }
     pthread_mutex_unlock(&f->mu);
     return n;
@@ -941,6 +976,18 @@ static void sse_free(void *cls)
 static enum MHD_Result reply_sse(struct MHD_Connection *c, stream *st,
                                  const char *sid)
 {
+    th_mcp_http *f = st->s->f;
+    th_http_conn *hc = st->hc ? NULL : th_http_conn_ref(c);
+    pthread_mutex_lock(&f->mu);
+    if (hc)
+        st->hc = hc;
+    st->ka_due = now_ms() + (int64_t)f->mc->keepalive_ms;
+    bool ok = st->hc != NULL;
+    pthread_mutex_unlock(&f->mu);
+    if (!ok) {
+        stream_free(st);
+        return MHD_NO;
+    }
     struct MHD_Response *r = MHD_create_response_from_callback(
         MHD_SIZE_UNKNOWN, 16384, sse_read, st, sse_free);
     if (!r) {
@@ -974,6 +1021,8 @@ static void input_value(hsess *s, json_t *msg)
 
 static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
                                    hreq *q, th_mcp_plain *fc);
+static enum MHD_Result post_wait(th_mcp_http *f, struct MHD_Connection *c,
+                                 hreq *q);
 
 /* A JSON-RPC id this front takes: an integer, or a string of at most
  * MAX_ID_LEN bytes (its stream key, quoted and escaped, then fits the
@@ -1158,52 +1207,83 @@ static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
                                      "id is in flight")
                    : MHD_NO;
     }
+    th_http_conn *hc = th_http_conn_ref(c);
+    pthread_mutex_lock(&f->mu);
+    st->hc = hc; /* woken by every message from here on */
+    pthread_mutex_unlock(&f->mu);
+    q->st = st;
+    q->s = s;
+    q->is_init = is_init;
     input_post(s, msg, fc, plain,
                MHD_lookup_connection_value(c, MHD_HEADER_KIND, "traceparent"));
     json_decref(msg);
-    /* Decide on the first message: JSON when it is the response, SSE
-     * when something comes first.  A client that hangs up meanwhile (a
-     * long call without progress) cancels its request, as
-     * notifications/cancelled would: nothing runs for no one. */
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    int cfd = ci ? ci->connect_fd : -1;
-    bool gone = false, left = false;
-    int64_t gone_at = 0;
+    return post_wait(f, c, q);
+}
+
+/* The notifications/cancelled of a POST's request whose client hung up,
+ * in note (its length, or 0); logged.  f->mu held. */
+static int hangup_note(hsess *s, stream *st, char *note, size_t cap)
+{
+    int k = snprintf(note, cap,
+                     "{\"jsonrpc\":\"2.0\",\"method\":"
+                     "\"notifications/cancelled\",\"params\":{"
+                     "\"requestId\":%s,\"reason\":\"the client "
+                     "hung up\"}}",
+                     st->key);
+    th_log_info("mcp http: session %.8s: the client of request %s hung up: "
+                "cancelled",
+                s->id, st->key);
+    return k > 0 && (size_t)k < cap ? k : 0;
+}
+
+/* A POST's wait for its first message (JSON when it is the response, SSE
+ * when something comes first): its connection suspends until a message,
+ * the request's end, a hang-up or the front closing wakes it, and
+ * libmicrohttpd then calls on_request() again, which comes back here.  A
+ * client that hangs up meanwhile (a long call without progress) cancels
+ * its request, as notifications/cancelled would: nothing runs for no
+ * one; if the request does not end within HANGUP_GRACE_MS it is left
+ * behind (orphan). */
+static enum MHD_Result post_wait(th_mcp_http *f, struct MHD_Connection *c,
+                                 hreq *q)
+{
+    stream *st = q->st;
+    hsess *s = q->s;
+    bool left = false, stopping = false;
+    enum MHD_Result rc;
     pthread_mutex_lock(&f->mu);
     while (!st->first_seen && !st->done && !st->dead && !f->closing) {
-        cv_wait_ms(f, 200);
-        if (gone && !st->first_seen && !st->done &&
-            now_ms() - gone_at >= HANGUP_GRACE_MS) {
-            /* The cancelled request did not end: leave it behind rather
-             * than hold this thread for no one. */
+        int64_t now = now_ms();
+        if (q->gone && now - q->gone_at >= HANGUP_GRACE_MS) {
             st->orphan = st->dead = true;
             left = true;
             break;
         }
-        if (gone || cfd < 0 || st->first_seen || st->done)
-            continue;
-        struct pollfd pf = {.fd = cfd, .events = POLLRDHUP};
-        if (poll(&pf, 1, 0) > 0 &&
-            (pf.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
-            gone = true;
-            gone_at = now_ms();
+        if (st->hc && !q->gone && th_http_hung_up(st->hc)) {
+            q->gone = true;
+            q->gone_at = now;
             char note[160 + MAX_KEY_LEN];
-            int k = snprintf(note, sizeof note,
-                             "{\"jsonrpc\":\"2.0\",\"method\":"
-                             "\"notifications/cancelled\",\"params\":{"
-                             "\"requestId\":%s,\"reason\":\"the client "
-                             "hung up\"}}",
-                             st->key);
+            int k = hangup_note(s, st, note, sizeof note);
             pthread_mutex_unlock(&f->mu);
-            th_log_info("mcp http: session %.8s: the client of request %s "
-                        "hung up: cancelled",
-                        s->id, st->key);
-            if (k > 0 && (size_t)k < sizeof note)
+            if (k > 0)
                 input(s, note, (size_t)k);
             pthread_mutex_lock(&f->mu);
+            continue;
+        }
+        th_http_conn *hc = st->hc;
+        int64_t until = q->gone ? q->gone_at + HANGUP_GRACE_MS : 0;
+        pthread_mutex_unlock(&f->mu);
+        int r = hc ? th_http_suspend(hc, until) : -1;
+        if (r > 0)
+            return MHD_YES; /* called again once resumed */
+        pthread_mutex_lock(&f->mu);
+        if (r < 0) {
+            stopping = true;
+            break;
         }
     }
+    q->st = NULL;
+    q->s = NULL;
     bool json = st->first_seen && st->first_is_response && st->head;
     bool lost = st->lost && !json;
     bool sse = st->first_seen && st->sse && !st->dead;
@@ -1217,19 +1297,23 @@ static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
             blen = ch->len;
         }
     }
+    th_http_conn *drop = NULL;
     if (left) {
         /* Logged under f->mu: request_done() may free the orphan. */
         th_log_warn("mcp http: session %.8s: request %s still runs %d ms "
                     "after its client hung up; its handler leaves it",
                     s->id, st->key, HANGUP_GRACE_MS);
-        s->refs--; /* the orphan's; the caller's is still held */
+        s->refs--; /* the orphan's; the handler's is still held */
+        drop = st->hc;
+        st->hc = NULL;
     }
     pthread_mutex_unlock(&f->mu);
     if (left) {
+        th_http_conn_unref(drop);
         sess_unref(s);
         return MHD_NO;
     }
-    const char *sid_out = is_init ? s->id : NULL;
+    const char *sid_out = q->is_init ? s->id : NULL;
     if (sse) {
         rc = reply_sse(c, st, sid_out);
     } else {
@@ -1250,7 +1334,7 @@ static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
         } else if (lost) {
             rc = reply_rpc_error(c, 500, -32603, "Internal error: out of "
                                  "memory; the response is lost");
-        } else if (f->closing) {
+        } else if (f->closing || stopping) {
             th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_REFUSED_SHUTDOWN);
             rc = reply_rpc_error(c, 503, -32603, "Server shutting down");
         } else {
@@ -1421,6 +1505,8 @@ static enum MHD_Result on_request(void *ud, struct MHD_Connection *c,
         q->checked = true;
         return MHD_YES;
     }
+    if (q->st) /* a POST resumed: its answer may be in */
+        return post_wait(f, c, q);
     if (!q->checked) { /* answered: drop the body */
         *upload_size = 0;
         return MHD_YES;
@@ -1478,6 +1564,35 @@ static void on_completed(void *ud, struct MHD_Connection *c, void **req_cls,
                     " ms (mcp.client_timeout): its connection is closed",
                     f->mc->client_timeout_ms);
     hreq *q = *req_cls;
+    if (q && q->st) {
+        /* Over while its POST waited: the client left (libmicrohttpd saw
+         * the end before the handler could suspend) or the server stops.
+         * The stream goes, or stays as an orphan while its request runs;
+         * a request left by its client is cancelled, as in post_wait(). */
+        stream *st = q->st;
+        hsess *s = q->s;
+        th_http_conn *drop = NULL;
+        char note[160 + MAX_KEY_LEN];
+        int k = 0;
+        pthread_mutex_lock(&f->mu);
+        bool orphan = !st->done;
+        if (orphan) {
+            if (!q->gone && !f->closing &&
+                why != MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN)
+                k = hangup_note(s, st, note, sizeof note);
+            st->orphan = st->dead = true;
+            s->refs--; /* the stream's; q's is still held */
+            drop = st->hc;
+            st->hc = NULL;
+        }
+        pthread_mutex_unlock(&f->mu);
+        th_http_conn_unref(drop);
+        if (k > 0)
+            input(s, note, (size_t)k);
+        if (!orphan)
+            stream_free(st);
+        sess_unref(s);
+    }
     if (q) {
         free(q->body);
         free(q);
@@ -1563,7 +1678,6 @@ int th_mcp_http_start(th_host *h, const th_config *cfg, th_mcp_http **out,
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&f->cv, &ca);
     pthread_cond_init(&f->reaper_cv, &ca);
     pthread_condattr_destroy(&ca);
     f->srv = calloc(cfg->host.n_listen_http, sizeof *f->srv);
@@ -1602,6 +1716,7 @@ int th_mcp_http_start(th_host *h, const th_config *cfg, th_mcp_http **out,
         o.body_timeout_ms = (unsigned)f->mc->body_timeout_ms;
         o.max_per_address = f->mc->max_connections_per_address;
         o.tls_priorities = f->mc->tls_priorities;
+        o.threads = f->mc->http_threads;
         rc = th_http_start(&o, &r, 1, &f->srv[i], err);
         if (rc < 0) {
             th_mcp_http_stop(f);
@@ -1629,9 +1744,10 @@ void th_mcp_http_stop(th_mcp_http *f)
     pthread_mutex_lock(&f->mu);
     f->closing = true;
     for (hsess *s = f->sessions; s; s = s->next)
-        for (stream *st = s->streams; st; st = st->next)
+        for (stream *st = s->streams; st; st = st->next) {
             st->done = true;
-    pthread_cond_broadcast(&f->cv);
+            wake(st);
+        }
     pthread_cond_broadcast(&f->reaper_cv);
     pthread_mutex_unlock(&f->mu);
     if (f->reaper_started)
@@ -1653,7 +1769,6 @@ void th_mcp_http_stop(th_mcp_http *f)
     free(f->srv);
     free(f->paths);
     mcfg_free(&f->mcfg);
-    pthread_cond_destroy(&f->cv);
     pthread_cond_destroy(&f->reaper_cv);
     pthread_mutex_destroy(&f->mu);
     free(f);

@@ -75,6 +75,7 @@ static void test_listen_list(void)
     CU_ASSERT_EQUAL(cfg->mcp.body_timeout_ms, 60000);
     CU_ASSERT_EQUAL(cfg->mcp.max_connections_per_address, 64);
     CU_ASSERT_EQUAL(cfg->mcp.max_json_depth, 64);
+    CU_ASSERT_EQUAL(cfg->mcp.http_threads, 2);
     CU_ASSERT_EQUAL(cfg->mcp.max_json_elements, 100000);
     CU_ASSERT_PTR_NULL(cfg->mcp.tls_priorities);
     CU_ASSERT_FALSE(cfg->mcp.allow_remote);
@@ -177,6 +178,13 @@ static void test_tokens(void)
     expect_err("mcp:\n  max_streams: 0\n", "'max_streams' is out of range");
     expect_err("mcp:\n  max_body: 10\n", "'max_body' is out of range");
     expect_err("mcp:\n  max_json_depth: 1\n", "'max_json_depth' is out of range");
+    expect_err("mcp:\n  http_threads: 0\n", "'http_threads' is out of range");
+    expect_err("mcp:\n  http_threads: 65\n", "'http_threads' is out of range");
+    cfg = parse_ok("mcp:\n  http_threads: 4\n");
+    if (cfg) {
+        CU_ASSERT_EQUAL(cfg->mcp.http_threads, 4);
+        th_config_free(cfg);
+    }
     expect_err("mcp:\n  header_timeout: 10ms\n",
                "'header_timeout' is out of range");
     expect_err("mcp:\n  max_sessions_per_user: 0\n",

@@ -290,6 +290,8 @@ typedef struct th_mcp_cfg {
                                   headers; default 60 s                */
     uint32_t max_connections_per_address; /* of max_connections, from one
                                   client address; default 64           */
+    uint32_t http_threads; /* libmicrohttpd's thread pool of each
+                              http:// entry (poll); default 2        */
     uint32_t max_json_depth; /* nesting of a POST body; default 64      */
     uint32_t max_json_elements; /* values in a POST body; 100000        */
     char *tls_priorities;  /* GnuTLS priority string of https:// entries;

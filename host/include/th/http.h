@@ -3,12 +3,19 @@
  * handler.  The MCP Streamable HTTP front (host/mcp/http.c) mounts on it;
  * other endpoints (metrics) can mount beside it.
  *
- * Threads: each connection has a thread of its own (libmicrohttpd's
- * thread-per-connection mode), so a handler or a content callback may
- * block on its own client without stalling any other.  A watchdog thread
- * per server closes connections past their deadlines (the request head,
- * the body: libmicrohttpd's own timeout restarts with every byte, so it
- * cannot stop a client that trickles).
+ * Threads: libmicrohttpd's poll() loop on a small pool of threads
+ * (th_http_opts.threads) serves every connection, so an idle or waiting
+ * connection costs memory, not a thread.  A handler or a content callback
+ * therefore never blocks: when it has nothing to give yet it suspends its
+ * connection (th_http_suspend) and returns (MHD_YES from a handler, 0 from
+ * a content callback); another thread wakes it (th_http_wake), or its own
+ * deadline does, or its client hanging up, and libmicrohttpd then calls
+ * it again on a pool thread.  A watchdog thread per server closes
+ * connections past their deadlines (the request head, the body:
+ * libmicrohttpd's own timeout restarts with every byte, so it cannot stop
+ * a client that trickles), wakes suspended ones whose deadline passed and
+ * watches the sockets of suspended ones for a hang-up (libmicrohttpd does
+ * not while a connection is suspended).
  *
  * Every request is refused with 400 before any handler sees it when a
  * header name or value holds a NUL byte (the C strings the handlers read
@@ -86,6 +93,7 @@ typedef struct th_http_opts {
                                   0: no cap of its own                  */
     const char *tls_priorities; /* GnuTLS priority string; NULL: the
                                   TH_HTTP_TLS_PRIORITIES              */
+    unsigned threads;          /* the pool serving all connections; 0: 2 */
 } th_http_opts;
 
 typedef struct th_http_server th_http_server;
@@ -110,6 +118,37 @@ const char *th_http_url_of(const th_http_server *s);
  * ones go on.  Then th_http_stop() waits for them (handlers must end). */
 void th_http_quiesce(th_http_server *s);
 void th_http_stop(th_http_server *s);
+
+/* ---- waiting without a thread ----------------------------------------------
+ *
+ * A connection's record, counted: a thread that will wake a connection
+ * (a worker with a message for it) holds a reference, taken by the
+ * connection's handler; the record outlives the connection (a wake after
+ * the close does nothing) and is freed with its last reference.  Every
+ * reference is dropped before th_http_stop() returns (a response's free
+ * callback runs within it). */
+typedef struct th_http_conn th_http_conn;
+
+/* The record of c with a reference for the caller, or NULL (out of
+ * memory when it connected: it cannot wait; answer or close it). */
+th_http_conn *th_http_conn_ref(struct MHD_Connection *c);
+void th_http_conn_unref(th_http_conn *hc);
+
+/* From c's own handler or content callback only: suspends c until
+ * th_http_wake(), the monotonic time until_ms (th_http_now_ms(); 0: no
+ * deadline) or its client hanging up.  1: suspended (return at once);
+ * 0: a wake came since the last suspend (none is lost between the
+ * caller's check and this call), nothing is suspended: check again;
+ * -1: the server is stopping: end the request now. */
+int th_http_suspend(th_http_conn *hc, int64_t until_ms);
+/* From any thread: resumes hc if suspended, else makes its next
+ * th_http_suspend() return 0.  Nothing once hc's connection closed. */
+void th_http_wake(th_http_conn *hc);
+/* The client closed or reset the connection (seen while it was
+ * suspended). */
+bool th_http_hung_up(th_http_conn *hc);
+/* CLOCK_MONOTONIC in milliseconds. */
+int64_t th_http_now_ms(void);
 
 /* Queues a response of `status` with a small text body (and the header
  * `name: value` when name is not NULL). */
