@@ -123,6 +123,22 @@ static const char *fail_code(const rpc_res *r, char *buf, size_t cap)
     return buf;
 }
 
+/* mx_leak in an AddressSanitizer build: the worker's `memory` is the
+ * sanitizer's hard_rss_limit_mb (docs/isolation.md), checked by a
+ * sanitizer thread every 100 ms or so, which a loaded machine may keep
+ * from running before the call's deadline; the leak then ends by the
+ * deadline (the worker killed all the same).  RLIMIT_AS in other builds
+ * answers it at once. */
+static bool leak_may_time_out(int kind)
+{
+#ifdef __SANITIZE_ADDRESS__
+    return strcmp(kinds[kind], "mx_leak") == 0;
+#else
+    (void)kind;
+    return false;
+#endif
+}
+
 /* The kinds whose worker dies during the call. */
 static bool kills_worker(int kind)
 {
@@ -519,7 +535,7 @@ static void test_mixed(void)
          * never by the deadline: a forked child that keeps the socket
          * (mx_setsid_exit, mx_daemon) or a child that ignores SIGTERM
          * (mx_noterm) does not hold the answer back. */
-        if (kills_worker(i))
+        if (kills_worker(i) && !leak_may_time_out(i))
             CU_ASSERT_EQUAL(atomic_load(&t->timeout), 0);
     }
     fprintf(stderr, "  %d bad calls, %d answered with an error, slowest "
