@@ -4,6 +4,7 @@
  * mcp_tasks.c, results in mcp_result.c.  docs/mcp.md is the picture. */
 #include <errno.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -248,6 +249,8 @@ static uint64_t list_hash(th_mcp_session *m)
     return h;
 }
 
+static void timer_wake(void);
+
 /* Sends notifications/tools/list_changed now, or marks it for the timer
  * when one went out less than a second ago.  m->mu held. */
 static void list_changed_locked(th_mcp_session *m)
@@ -255,7 +258,7 @@ static void list_changed_locked(th_mcp_session *m)
     int64_t now = mono_ms();
     if (m->list_sent_ms && now - m->list_sent_ms < LIST_CHANGED_MIN_MS) {
         m->list_pending = true;
-        pthread_cond_broadcast(&m->cv);
+        timer_wake();
         return;
     }
     m->list_pending = false;
@@ -284,30 +287,141 @@ static void front_tools_changed(void *ud)
 
 /* ---- The timer thread --------------------------------------------------------- */
 
+/* One thread for every session of the process (a thread per session cost
+ * ~140 KiB each, and 1,000 HTTP sessions 1,000 threads): once a second,
+ * and when a deferred list_changed falls due, it sends those and expires
+ * the sessions' finished task records.  It runs while any session lives
+ * and ends with the last (th_mcp_session_free joins it).
+ *
+ * Locks: g_tm.mu (the list) before a session's mu; g_tm.wmu (the wake-up)
+ * is a leaf, taken by list_changed_locked under a session's mu. */
+typedef struct timer_run {
+    pthread_t th;
+    atomic_bool stop;
+} timer_run;
+
+static struct {
+    pthread_mutex_t mu;         /* the list, run */
+    th_mcp_session *list;
+    size_t n;
+    timer_run *run;             /* the running thread, NULL: none */
+    pthread_mutex_t wmu;        /* leaf: seq, cv */
+    pthread_cond_t cv;
+    uint64_t seq;               /* bumped by every wake-up */
+} g_tm = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, NULL,
+          PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+
+static void timer_wake(void)
+{
+    pthread_mutex_lock(&g_tm.wmu);
+    g_tm.seq++;
+    pthread_cond_broadcast(&g_tm.cv);
+    pthread_mutex_unlock(&g_tm.wmu);
+}
+
+/* One session's turn (m->mu held): how long until it needs the timer
+ * again, at most 1000 ms. */
+static int64_t timer_turn_locked(th_mcp_session *m, int64_t now)
+{
+    if (m->list_pending && now - m->list_sent_ms >= LIST_CHANGED_MIN_MS)
+        list_changed_locked(m);
+    mcp_tasks_expire_locked(m, mcp_wall_ms());
+    int64_t wait = 1000;
+    if (m->list_pending) {
+        int64_t left = LIST_CHANGED_MIN_MS - (now - m->list_sent_ms);
+        wait = left < 1 ? 1 : left < wait ? left : wait;
+    }
+    return wait;
+}
+
 static void *timer_main(void *arg)
 {
-    th_mcp_session *m = arg;
-    pthread_mutex_lock(&m->mu);
-    while (!m->stop) {
+    timer_run *run = arg;
+    uint64_t seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&g_tm.wmu);
+        seen = g_tm.seq;
+        pthread_mutex_unlock(&g_tm.wmu);
+        int64_t wait = 1000;
+        pthread_mutex_lock(&g_tm.mu);
+        if (atomic_load(&run->stop)) {
+            pthread_mutex_unlock(&g_tm.mu);
+            break;
+        }
         int64_t now = mono_ms();
-        if (m->list_pending &&
-            now - m->list_sent_ms >= LIST_CHANGED_MIN_MS)
-            list_changed_locked(m);
-        mcp_tasks_expire_locked(m, mcp_wall_ms());
+        for (th_mcp_session *m = g_tm.list; m; m = m->tnext) {
+            pthread_mutex_lock(&m->mu);
+            int64_t w = timer_turn_locked(m, now);
+            pthread_mutex_unlock(&m->mu);
+            wait = w < wait ? w : wait;
+        }
+        pthread_mutex_unlock(&g_tm.mu);
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        int64_t wait = 1000;
-        if (m->list_pending) {
-            int64_t left = LIST_CHANGED_MIN_MS - (now - m->list_sent_ms);
-            wait = left < 1 ? 1 : left < wait ? left : wait;
-        }
         ts.tv_nsec += (wait % 1000) * 1000000;
         ts.tv_sec += wait / 1000 + ts.tv_nsec / 1000000000;
         ts.tv_nsec %= 1000000000;
-        pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+        pthread_mutex_lock(&g_tm.wmu);
+        /* (a wake-up since the list was read: another turn at once) */
+        while (g_tm.seq == seen && !atomic_load(&run->stop) &&
+               pthread_cond_timedwait(&g_tm.cv, &g_tm.wmu, &ts) == 0)
+            ;
+        pthread_mutex_unlock(&g_tm.wmu);
     }
-    pthread_mutex_unlock(&m->mu);
     return NULL;
+}
+
+/* Puts m in the timer's list, starting the thread for the first session.
+ * 0, or -1 when the thread cannot start. */
+static int timer_add(th_mcp_session *m)
+{
+    pthread_mutex_lock(&g_tm.mu);
+    if (!g_tm.run) {
+        timer_run *run = calloc(1, sizeof *run);
+        if (!run || pthread_create(&run->th, NULL, timer_main, run) != 0) {
+            free(run);
+            pthread_mutex_unlock(&g_tm.mu);
+            return -1;
+        }
+        g_tm.run = run;
+    }
+    m->tprev = NULL;
+    m->tnext = g_tm.list;
+    if (g_tm.list)
+        g_tm.list->tprev = m;
+    g_tm.list = m;
+    g_tm.n++;
+    m->timed = true;
+    pthread_mutex_unlock(&g_tm.mu);
+    return 0;
+}
+
+/* Takes m out of the timer's list (the timer no longer touches it when
+ * this returns); the last session out stops the thread and joins it. */
+static void timer_remove(th_mcp_session *m)
+{
+    if (!m->timed)
+        return;
+    timer_run *done = NULL;
+    pthread_mutex_lock(&g_tm.mu);
+    if (m->tprev)
+        m->tprev->tnext = m->tnext;
+    else
+        g_tm.list = m->tnext;
+    if (m->tnext)
+        m->tnext->tprev = m->tprev;
+    m->timed = false;
+    if (--g_tm.n == 0) {
+        done = g_tm.run;
+        g_tm.run = NULL;
+        atomic_store(&done->stop, true);
+    }
+    pthread_mutex_unlock(&g_tm.mu);
+    if (done) {
+        timer_wake();
+        pthread_join(done->th, NULL);
+        free(done);
+    }
 }
 
 /* ---- Calls ---------------------------------------------------------------------- */
@@ -1183,12 +1297,11 @@ th_mcp_session *th_mcp_session_new(th_host *h, const th_principal *who,
     }
     m->list_hash = list_hash(m);
     m->list_known = m->list_hash != 0;
-    if (pthread_create(&m->timer, NULL, timer_main, m) != 0) {
+    if (timer_add(m) != 0) {
         th_error_set(err, TH_ENOMEM, "cannot start a thread");
         th_session_close(m->s);
         goto fail;
     }
-    m->timer_started = true;
     return m;
 fail:
     pthread_mutex_destroy(&m->mu);
@@ -1243,12 +1356,7 @@ void th_mcp_session_free(th_mcp_session *m)
 {
     if (!m)
         return;
-    pthread_mutex_lock(&m->mu);
-    m->stop = true;
-    pthread_cond_broadcast(&m->cv);
-    pthread_mutex_unlock(&m->mu);
-    if (m->timer_started)
-        pthread_join(m->timer, NULL);
+    timer_remove(m);
     /* Cancel what runs (toolset-scoped tasks go on in the core). */
     pthread_mutex_lock(&m->mu);
     size_t n = 0;

@@ -106,9 +106,10 @@ struct th_mcp_session {
     uint64_t list_hash;
     bool list_known, list_pending;
     int64_t list_sent_ms;
-    /* the timer thread (deferred list_changed, task expiry) */
-    pthread_t timer;
-    bool timer_started, stop;
+    /* in the timer's list (deferred list_changed, task expiry: one
+     * thread for every session of the process, mcp.c) */
+    struct th_mcp_session *tprev, *tnext;
+    bool timed;
     uint64_t task_seq;
     /* tasks/result requests waiting in th_task_wait (mcp_tasks.c) */
     mcp_waiter *waiters;
@@ -126,7 +127,7 @@ struct th_mcp_session {
                                 th_call_opts.short_client */
     int drain_waiters;       /* threads in th_mcp_session_drain (the end
                                 of a call wakes cv only for them, not the
-                                timer thread on every call) */
+                                timer on every call) */
 };
 
 typedef struct mcp_ask {     /* an elicitation/create we sent */
