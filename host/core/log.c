@@ -141,7 +141,9 @@ static void put_num(char *p, int64_t v, int w)
     }
 }
 
-/* "2026-11-25T21:30:00.123Z" (24 bytes) at p: no locks, no locale. */
+/* "2026-11-25T21:30:00.123Z" (24 bytes) at p: no locks, no locale.  Not
+ * gmtime_r + strftime: those take the time zone lock and read the
+ * locale, and this runs from crash paths (async-signal-safe). */
 static void put_time(char *p)
 {
     int64_t wall = th_wall_ns();
