@@ -384,6 +384,8 @@ static void test_result_not_stored(void)
                            sizeof task);
     CU_ASSERT_FATAL(owner >= 0 && task[0]);
     CU_ASSERT_STRING_EQUAL(last_stored, "0");
+    CU_ASSERT(rpc_log_wait(&h[owner], "was not stored in kvst",
+                           rpc_wait_ms()));
     CU_ASSERT(rpc_log_count(&h[owner], "was not stored in kvst") == 1);
     kill(h[owner].pid, SIGKILL);
     rpc_srv_wait(&h[owner]);
@@ -1266,6 +1268,9 @@ static void test_start_by(void)
     CU_ASSERT_STRING_EQUAL(kinds, "result");
     CU_ASSERT(m && reply_error_is(m, "timeout"));
     natsMsg_Destroy(m);
+    /* (the line may follow the reply) */
+    CU_ASSERT(rpc_log_wait(&h, "past its Toolhost-Start-By: not started",
+                           rpc_wait_ms()));
     CU_ASSERT(rpc_log_count(&h, "past its Toolhost-Start-By: not started") ==
               1);
     m = req_kinds(nc, "sb.public.echo", "Toolhost-Start-By", "12abc", kinds,
