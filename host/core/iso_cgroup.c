@@ -10,6 +10,9 @@
  * A worker's child writes "0" to its leaf's cgroup.procs before execve
  * (iso_host.c, child_exec): nothing of the plugin runs outside it.
  *
+ * The same leaves serve th/iso.h's cages (the end of this file): a
+ * cgroup for a process tree the host starts itself (`toolhost check`).
+ *
  * State: g_cg is written once under g_cg_once, read-only after.
  */
 #include "iso_cgroup.h"
@@ -28,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "th/iso.h"
 #include "th/log.h"
 
 /* pids.max = `processes` + this: the worker's init, its own threads (one
@@ -549,4 +553,64 @@ void th_iso_cg_destroy(th_iso_cg *cg)
 int th_iso_cg_count(const th_iso_cg *cg)
 {
     return cg->dir && !__atomic_load_n(&cg->removed, __ATOMIC_ACQUIRE) ? each_pid(cg->dir, 0, NULL) : -1;
+}
+
+/* ---- cages: th/iso.h's cgroup for a tree the host starts itself ------ */
+
+struct th_iso_cage {
+    th_iso_cg cg;
+};
+
+th_iso_cage *th_iso_cage_open(const char *name, uint64_t memory, char *why,
+                              size_t cap)
+{
+    if (!th_iso_cg_setup(why, cap))
+        return NULL;
+    th_iso_cage *c = calloc(1, sizeof *c);
+    if (!c) {
+        fmt(why, cap, "out of memory");
+        return NULL;
+    }
+    int e = th_iso_cg_make(name, memory, 0, &c->cg);
+    if (e) {
+        fmt(why, cap, "cannot create a cgroup in %.200s: %s", g_cg.sub,
+            strerror(e));
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+int th_iso_cage_enter(const th_iso_cage *c)
+{
+    if (!c || c->cg.procs_fd < 0)
+        return EBADF;
+    ssize_t w = write(c->cg.procs_fd, "0", 1);
+    return w == 1 ? 0 : w < 0 ? errno : EIO;
+}
+
+void th_iso_cage_placed(th_iso_cage *c)
+{
+    if (c)
+        th_iso_cg_placed(&c->cg);
+}
+
+const char *th_iso_cage_dir(const th_iso_cage *c)
+{
+    return c ? c->cg.dir : NULL;
+}
+
+int th_iso_cage_kill_wait(th_iso_cage *c, int64_t ms)
+{
+    return c ? th_iso_cg_remove(&c->cg, ms) : 0;
+}
+
+void th_iso_cage_close(th_iso_cage *c)
+{
+    if (!c)
+        return;
+    if (c->cg.dir && !c->cg.removed)
+        th_iso_cg_remove(&c->cg, 1000);
+    th_iso_cg_destroy(&c->cg);
+    free(c);
 }
