@@ -530,9 +530,11 @@ static bool follow_child(pid_t pid, int out, int st, int64_t deadline,
             if (i == 0)
                 fwrite(buf, 1, (size_t)r, stdout);
             else {
-                *last = (unsigned char)buf[r - 1];
-                if (memchr(buf, ST_CAGED, (size_t)r))
+                /* only as the first byte, written before any plugin
+                 * code runs (the plugin may write to this pipe) */
+                if (*last == 0 && buf[0] == ST_CAGED)
                     *caged = true;
+                *last = (unsigned char)buf[r - 1];
             }
         }
     }
