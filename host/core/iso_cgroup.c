@@ -45,8 +45,10 @@ static struct {
     char sub[4096];      /* <host cgroup>/toolhost-<pid> */
     char why[256];       /* !ok: why not */
     char limits[256];    /* th_iso_cg_limits() */
+    char note[400];      /* why not both limits, for the log */
 } g_cg;
 static pthread_once_t g_cg_once = PTHREAD_ONCE_INIT;
+static pthread_once_t g_cg_log_once = PTHREAD_ONCE_INIT;
 
 /* snprintf for paths and messages: cut at `cap` (a path that long is
  * refused later by the kernel). */
@@ -394,13 +396,21 @@ static void setup_once(void)
             g_cg.pids ? "pids.max" : "");
     else
         fmt(g_cg.limits, sizeof g_cg.limits, "none");
-    char note[400] = "";
     if (!(g_cg.memory && g_cg.pids))
-        fmt(note, sizeof note, " (cgroup.controllers: \"%s\"%s%s)", ctl,
+        fmt(g_cg.note, sizeof g_cg.note,
+            " (cgroup.controllers: \"%s\"%s%s)", ctl,
             not_why[0] ? "; not enabled: " : "", not_why);
+}
+
+/* What the workers get, logged once by the first th_iso_cg_setup() (not
+ * by a cage alone: `toolhost check` says what applied itself). */
+static void log_once(void)
+{
+    if (!g_cg.ok)
+        return;
     th_log_info("host: isolated workers get a cgroup each under %s; "
                 "limits by cgroup: %s%s",
-                g_cg.sub, g_cg.limits, note);
+                g_cg.sub, g_cg.limits, g_cg.note);
     if (!(g_cg.memory && g_cg.pids))
         th_log_info("host: %s%s%sprocess_limits stay rlimits in the worker",
                     g_cg.memory ? "" : "no memory controller for the "
@@ -409,12 +419,20 @@ static void setup_once(void)
                     "");
 }
 
-bool th_iso_cg_setup(char *why, size_t cap)
+/* setup_once, and what it gave when it failed. */
+static bool setup(char *why, size_t cap)
 {
     pthread_once(&g_cg_once, setup_once);
     if (!g_cg.ok && why && cap)
         fmt(why, cap, "%s", g_cg.why);
     return g_cg.ok;
+}
+
+bool th_iso_cg_setup(char *why, size_t cap)
+{
+    bool ok = setup(why, cap);
+    pthread_once(&g_cg_log_once, log_once);
+    return ok;
 }
 
 const char *th_iso_cg_limits(void)
@@ -564,7 +582,7 @@ struct th_iso_cage {
 th_iso_cage *th_iso_cage_open(const char *name, uint64_t memory, char *why,
                               size_t cap)
 {
-    if (!th_iso_cg_setup(why, cap))
+    if (!setup(why, cap))
         return NULL;
     th_iso_cage *c = calloc(1, sizeof *c);
     if (!c) {

@@ -355,6 +355,8 @@ static void test_cgroup(void)
                            dir), 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(l, ", killed whole and removed; and by "
                                      "check as the subreaper of its tree"));
+    /* the host's line about workers is not check's */
+    CU_ASSERT_PTR_NULL(strstr(r.err, "isolated workers"));
     /* the cage is <own>/toolhost-P/check-P, and the daemon was in it */
     char want[1300];
     snprintf(want, sizeof want, "%s/toolhost-", own);

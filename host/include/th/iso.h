@@ -71,8 +71,8 @@ typedef struct th_iso_cage th_iso_cage;
 /* Makes the cage `name` (sanitized) with memory.max `memory` bytes where
  * the memory controller is enabled (0: none).  NULL when the host may not
  * make one (cgroups off, no cgroup2 mount, not root and no delegated
- * subtree, ...): `why` (at most `cap` bytes) says why.  The first call in
- * a process logs (info) what the cgroup level gives. */
+ * subtree, ...): `why` (at most `cap` bytes) says why.  Logs nothing:
+ * the caller says which containment applied. */
 th_iso_cage *th_iso_cage_open(const char *name, uint64_t memory, char *why,
                               size_t cap);
 
