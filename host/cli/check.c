@@ -13,6 +13,14 @@
  * the parent when it runs out of time, is reported as "init crashed with
  * SIGSEGV", "constructor crashed with SIGABRT", "init did not return
  * within 10 s".
+ *
+ * Nothing the plugin starts outlives the check: the child is forked into
+ * a cgroup of its own where the process may make one (th_iso_cage_open:
+ * root or a delegated subtree, a writable cgroup2), which is killed whole
+ * and removed when the child has ended; `check` is also the subreaper of
+ * the child's tree (a double-forked daemon comes back to it) and kills and
+ * reaps what is left.  Without a cgroup the subreaper alone does it.  The
+ * log says which applied (info: --log-level info).
  */
 #include <dirent.h>
 #include <dlfcn.h>
@@ -44,7 +52,8 @@
 
 static const char check_usage[] =
     "usage: toolhost check [--config JSON] [--allow-insecure] [--timeout S]\n"
-    "                      [--memory MB] [--strict] PLUGIN.so\n"
+    "                      [--memory MB] [--strict] [--log-level LEVEL]\n"
+    "                      PLUGIN.so\n"
     "\n"
     "Lints a plugin without a host config: the file is a shared object, it\n"
     "exports the entry symbol (and nothing else: other exported symbols are\n"
@@ -58,7 +67,9 @@ static const char check_usage[] =
     "The plugin's code runs in a child process with no new privileges, no\n"
     "core dumps and limits on CPU time, memory and open files (as user\n"
     "'nobody' when check runs as root); a crash or a hang is reported as an\n"
-    "error.\n"
+    "error. Every process the plugin starts is killed when the check ends\n"
+    "(a cgroup of its own where check may make one, else check as their\n"
+    "subreaper; --log-level info says which).\n"
     "\n"
     "Options:\n"
     "      --config JSON     the plugin's config block, as a JSON object\n"
@@ -70,6 +81,8 @@ static const char check_usage[] =
     "      --strict          warnings count as errors, and each read-only tool\n"
     "                        that needs no argument runs once (after init):\n"
     "                        a failure with nothing on stderr is a warning\n"
+    "      --log-level LEVEL error, warn (default), info or debug: the log of\n"
+    "                        check and of the plugin, on stderr\n"
     "  -h, --help            this help\n";
 
 /* Symbols every shared object exports that the plugin author did not
@@ -211,6 +224,7 @@ enum {
     ST_INIT = 'i',  /* init() */
     ST_FINI = 'f',  /* fini(), dlclose() and the destructors */
     ST_DONE = 'd',  /* the report is written; exiting */
+    ST_CAGED = 'g', /* (before the others) the child is in its cgroup */
 };
 
 static const char *stage_name(int st)
@@ -478,7 +492,7 @@ static int64_t mono_ms(void)
 /* Copies the child's report to stdout and follows its stages until both
  * pipes end or time runs out.  Returns false on timeout. */
 static bool follow_child(pid_t pid, int out, int st, int64_t deadline,
-                         int *last)
+                         int *last, bool *caged)
 {
     /* The child's end is seen by its pidfd, not by the pipes' end alone: a
      * process the plugin started may hold them open (then what is already
@@ -515,8 +529,13 @@ static bool follow_child(pid_t pid, int out, int st, int64_t deadline,
             }
             if (i == 0)
                 fwrite(buf, 1, (size_t)r, stdout);
-            else
+            else {
+                /* only as the first byte, written before any plugin
+                 * code runs (the plugin may write to this pipe) */
+                if (*last == 0 && buf[0] == ST_CAGED)
+                    *caged = true;
                 *last = (unsigned char)buf[r - 1];
+            }
         }
     }
     if (pfd >= 0)
@@ -556,6 +575,34 @@ static void kill_leftovers(void)
         if (!found)
             return;
     }
+}
+
+/* Ends what the plugin left: its cgroup killed whole and removed (where
+ * the child entered one), then the subreaper's round (reaps what the
+ * cgroup's kill left as zombies, and kills whatever had no cgroup).  Logs
+ * which applied. */
+static void contain_end(const char *path, th_iso_cage *cage, bool caged,
+                        const char *why)
+{
+    if (cage && caged) {
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s", th_iso_cage_dir(cage));
+        int rc = th_iso_cage_kill_wait(cage, 5000);
+        kill_leftovers();
+        th_log_info("check %s: contained by a cgroup of its own, %s, %s; "
+                    "and by check as the subreaper of its tree",
+                    path, dir,
+                    rc == 0 ? "killed whole and removed"
+                            : "not emptied in time (the subreaper killed "
+                              "what was left)");
+    } else {
+        kill_leftovers();
+        th_log_info("check %s: contained by check as the subreaper of its "
+                    "tree (every process it started was killed), no "
+                    "cgroup: %s",
+                    path, cage ? "the child could not enter it" : why);
+    }
+    th_iso_cage_close(cage);
 }
 
 /* Waits for the child at most until `deadline`; kills it then. */
@@ -599,11 +646,13 @@ int cli_check(int argc, char **argv)
         {"timeout", required_argument, NULL, 't'},
         {"memory", required_argument, NULL, 'm'},
         {"strict", no_argument, NULL, 's'},
+        {"log-level", required_argument, NULL, 'L'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     const char *config_json = NULL;
     unsigned timeout_s = CHECK_TIMEOUT_S, memory_mb = CHECK_MEMORY_MB;
     bool strict = false;
+    int level = TOOLHOST_LOG_WARN; /* the report is the output */
     th_load_opts lo;
     memset(&lo, 0, sizeof lo);
     int c;
@@ -618,6 +667,10 @@ int cli_check(int argc, char **argv)
             break;
         case 's':
             strict = true;
+            break;
+        case 'L':
+            if ((level = cli_log_level_arg(optarg)) < 0)
+                return CLI_USAGE;
             break;
         case 't':
             if (!parse_uint(optarg, 3600, &timeout_s) || timeout_s == 0) {
@@ -645,6 +698,7 @@ int cli_check(int argc, char **argv)
         return CLI_USAGE;
     }
     const char *path = argv[optind];
+    th_log_set_level(level);
 
     /* Open and check the file here: no plugin code runs for that. */
     th_error err;
@@ -661,17 +715,26 @@ int cli_check(int argc, char **argv)
         close(fd);
         return CLI_FAILED;
     }
+    /* A cgroup of its own for the child, where this process may make one;
+     * check is the subreaper of the child's tree either way. */
+    char why[256] = "", leaf[64];
+    snprintf(leaf, sizeof leaf, "check-%d", (int)getpid());
+    th_iso_cage *cage =
+        th_iso_cage_open(leaf, (uint64_t)memory_mb << 20, why, sizeof why);
     fflush(stdout);
     fflush(stderr);
     (void)prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     pid_t pid = fork();
     if (pid < 0) {
         cli_error("check: fork: %s", strerror(errno));
+        th_iso_cage_close(cage);
         close(fd);
         close(outp[0]), close(outp[1]), close(stp[0]), close(stp[1]);
         return CLI_FAILED;
     }
     if (pid == 0) {
+        /* first: nothing of the child runs outside its cgroup */
+        int cage_err = cage ? th_iso_cage_enter(cage) : -1;
         close(outp[0]);
         close(stp[0]);
         if (dup2(outp[1], STDOUT_FILENO) < 0)
@@ -679,23 +742,32 @@ int cli_check(int argc, char **argv)
         close(outp[1]);
         setvbuf(stdout, NULL, _IOLBF, 0); /* nothing lost to a crash */
         stage_fd = stp[1];
+        if (cage_err == 0)
+            stage(ST_CAGED);
+        else if (cage_err > 0)
+            fprintf(stderr, "toolhost: check %s: warning: cannot enter the "
+                    "cgroup %s: %s\n", path, th_iso_cage_dir(cage),
+                    strerror(cage_err));
         sandbox(path, timeout_s, memory_mb);
         int rc = run_checks(path, fd, config_json, &lo, strict);
         fflush(stdout);
         stage(ST_DONE);
         _exit(rc);
     }
+    th_iso_cage_placed(cage);
     close(outp[1]);
     close(stp[1]);
     int64_t deadline = mono_ms() + (int64_t)timeout_s * 1000;
     int last = 0;
-    bool in_time = follow_child(pid, outp[0], stp[0], deadline, &last);
+    bool caged = false;
+    bool in_time =
+        follow_child(pid, outp[0], stp[0], deadline, &last, &caged);
     close(outp[0]);
     close(stp[0]);
     close(fd);
     bool killed = false;
     int status = reap(pid, in_time ? deadline + 1000 : 0, &killed);
-    kill_leftovers();
+    contain_end(path, cage, caged, why);
     fflush(stdout);
     if (killed) {
         printf("%s: %s did not return within %u s (the check killed it)\n",

@@ -10,6 +10,9 @@
  * A worker's child writes "0" to its leaf's cgroup.procs before execve
  * (iso_host.c, child_exec): nothing of the plugin runs outside it.
  *
+ * The same leaves serve th/iso.h's cages (the end of this file): a
+ * cgroup for a process tree the host starts itself (`toolhost check`).
+ *
  * State: g_cg is written once under g_cg_once, read-only after.
  */
 #include "iso_cgroup.h"
@@ -28,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "th/iso.h"
 #include "th/log.h"
 
 /* pids.max = `processes` + this: the worker's init, its own threads (one
@@ -41,8 +45,10 @@ static struct {
     char sub[4096];      /* <host cgroup>/toolhost-<pid> */
     char why[256];       /* !ok: why not */
     char limits[256];    /* th_iso_cg_limits() */
+    char note[400];      /* why not both limits, for the log */
 } g_cg;
 static pthread_once_t g_cg_once = PTHREAD_ONCE_INIT;
+static pthread_once_t g_cg_log_once = PTHREAD_ONCE_INIT;
 
 /* snprintf for paths and messages: cut at `cap` (a path that long is
  * refused later by the kernel). */
@@ -390,13 +396,21 @@ static void setup_once(void)
             g_cg.pids ? "pids.max" : "");
     else
         fmt(g_cg.limits, sizeof g_cg.limits, "none");
-    char note[400] = "";
     if (!(g_cg.memory && g_cg.pids))
-        fmt(note, sizeof note, " (cgroup.controllers: \"%s\"%s%s)", ctl,
+        fmt(g_cg.note, sizeof g_cg.note,
+            " (cgroup.controllers: \"%s\"%s%s)", ctl,
             not_why[0] ? "; not enabled: " : "", not_why);
+}
+
+/* What the workers get, logged once by the first th_iso_cg_setup() (not
+ * by a cage alone: `toolhost check` says what applied itself). */
+static void log_once(void)
+{
+    if (!g_cg.ok)
+        return;
     th_log_info("host: isolated workers get a cgroup each under %s; "
                 "limits by cgroup: %s%s",
-                g_cg.sub, g_cg.limits, note);
+                g_cg.sub, g_cg.limits, g_cg.note);
     if (!(g_cg.memory && g_cg.pids))
         th_log_info("host: %s%s%sprocess_limits stay rlimits in the worker",
                     g_cg.memory ? "" : "no memory controller for the "
@@ -405,12 +419,20 @@ static void setup_once(void)
                     "");
 }
 
-bool th_iso_cg_setup(char *why, size_t cap)
+/* setup_once, and what it gave when it failed. */
+static bool setup(char *why, size_t cap)
 {
     pthread_once(&g_cg_once, setup_once);
     if (!g_cg.ok && why && cap)
         fmt(why, cap, "%s", g_cg.why);
     return g_cg.ok;
+}
+
+bool th_iso_cg_setup(char *why, size_t cap)
+{
+    bool ok = setup(why, cap);
+    pthread_once(&g_cg_log_once, log_once);
+    return ok;
 }
 
 const char *th_iso_cg_limits(void)
@@ -549,4 +571,64 @@ void th_iso_cg_destroy(th_iso_cg *cg)
 int th_iso_cg_count(const th_iso_cg *cg)
 {
     return cg->dir && !__atomic_load_n(&cg->removed, __ATOMIC_ACQUIRE) ? each_pid(cg->dir, 0, NULL) : -1;
+}
+
+/* ---- cages: th/iso.h's cgroup for a tree the host starts itself ------ */
+
+struct th_iso_cage {
+    th_iso_cg cg;
+};
+
+th_iso_cage *th_iso_cage_open(const char *name, uint64_t memory, char *why,
+                              size_t cap)
+{
+    if (!setup(why, cap))
+        return NULL;
+    th_iso_cage *c = calloc(1, sizeof *c);
+    if (!c) {
+        fmt(why, cap, "out of memory");
+        return NULL;
+    }
+    int e = th_iso_cg_make(name, memory, 0, &c->cg);
+    if (e) {
+        fmt(why, cap, "cannot create a cgroup in %.200s: %s", g_cg.sub,
+            strerror(e));
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+int th_iso_cage_enter(const th_iso_cage *c)
+{
+    if (!c || c->cg.procs_fd < 0)
+        return EBADF;
+    ssize_t w = write(c->cg.procs_fd, "0", 1);
+    return w == 1 ? 0 : w < 0 ? errno : EIO;
+}
+
+void th_iso_cage_placed(th_iso_cage *c)
+{
+    if (c)
+        th_iso_cg_placed(&c->cg);
+}
+
+const char *th_iso_cage_dir(const th_iso_cage *c)
+{
+    return c ? c->cg.dir : NULL;
+}
+
+int th_iso_cage_kill_wait(th_iso_cage *c, int64_t ms)
+{
+    return c ? th_iso_cg_remove(&c->cg, ms) : 0;
+}
+
+void th_iso_cage_close(th_iso_cage *c)
+{
+    if (!c)
+        return;
+    if (c->cg.dir && !c->cg.removed)
+        th_iso_cg_remove(&c->cg, 1000);
+    th_iso_cg_destroy(&c->cg);
+    free(c);
 }

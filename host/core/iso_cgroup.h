@@ -30,7 +30,8 @@ typedef struct th_iso_cg {
 
 /* Finds the cgroup2 mount and the host's cgroup, makes the host's
  * subtree and enables the memory and pids controllers for it where the
- * hierarchy has them; logs once what applied.  Runs once per process
+ * hierarchy has them; logs once what the workers get (a th/iso.h cage
+ * alone does not).  Runs once per process
  * (later calls return the first answer).  true: workers may get cgroups;
  * false: `why` (at most `cap` bytes) says why not.
  *

@@ -7,10 +7,12 @@
 #include <CUnit/CUnit.h>
 #include <pwd.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -267,6 +269,145 @@ static void test_contained(void)
     free(f);
 }
 
+/* The directory of this process's cgroup v2 (mountinfo's cgroup2 mount +
+ * the `0::` line), when root may write there; false otherwise. */
+static bool cg_writable(char *dir, size_t cap)
+{
+    char mnt[512] = "", own[512] = "", line[1200];
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    while (f && !mnt[0] && fgets(line, sizeof line, f)) {
+        char r[512], m[512];
+        const char *dash = strstr(line, " - ");
+        if (dash && strncmp(dash + 3, "cgroup2 ", 8) == 0 &&
+            sscanf(line, "%*s %*s %*s %511s %511s", r, m) == 2 &&
+            strcmp(r, "/") == 0)
+            snprintf(mnt, sizeof mnt, "%s", m);
+    }
+    if (f)
+        fclose(f);
+    f = fopen("/proc/self/cgroup", "re");
+    while (f && !own[0] && fgets(line, sizeof line, f))
+        if (strncmp(line, "0::", 3) == 0) {
+            line[strcspn(line, "\n")] = '\0';
+            snprintf(own, sizeof own, "%.500s", line + 3);
+        }
+    if (f)
+        fclose(f);
+    if (!mnt[0] || !own[0] || geteuid() != 0)
+        return false;
+    snprintf(dir, cap, "%s%s", mnt, strcmp(own, "/") == 0 ? "" : own);
+    return access(dir, W_OK) == 0;
+}
+
+/* `daemon P cgroup C` from check_daemon's init(); false when absent. */
+static bool daemon_report(const th_test_run *r, long *pid, char *cg,
+                          size_t cap)
+{
+    const char *m = strstr(r->out, "init failed: daemon ");
+    char fmt[64];
+    snprintf(fmt, sizeof fmt, "init failed: daemon %%ld cgroup %%%zus",
+             cap - 1);
+    if (!m || sscanf(m, fmt, pid, cg) != 2) {
+        fprintf(stderr, "\ncheck said:\n%s%s\n", r->out, r->err);
+        return false;
+    }
+    return true;
+}
+
+/* The daemon is gone, not even a zombie (check reaped it). */
+static void expect_gone(long pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%ld", pid);
+    struct stat st;
+    int alive = stat(path, &st) == 0;
+    CU_ASSERT_FALSE(alive);
+    if (alive)
+        kill((pid_t)pid, SIGKILL);
+}
+
+/* As root on a writable cgroup2 hierarchy, check forks the plugin's
+ * child into a cgroup of its own (<own>/toolhost-<check pid>/check-<check
+ * pid>): a double-forked setsid() daemon that closed every fd is in it,
+ * is killed with it, and the cgroup and check's subtree are gone when
+ * check returns; the log says so.  Before: no cgroup, the subreaper
+ * alone (no "contained by a cgroup" line). */
+static void test_cgroup(void)
+{
+    char own[1024];
+    if (!cg_writable(own, sizeof own)) {
+        TH_SKIP("needs root and a writable cgroup2 hierarchy");
+    }
+    char *f = fixture("check_daemon");
+    th_test_run r;
+    RUN(r, "check", "--log-level", "info", f);
+    CU_ASSERT_EQUAL(r.status, 1);
+    long daemon = -1;
+    char cg[1024] = "";
+    CU_ASSERT_FATAL(daemon_report(&r, &daemon, cg, sizeof cg));
+    CU_ASSERT(daemon > 0);
+    const char *l = strstr(r.err, "contained by a cgroup of its own, ");
+    if (!l)
+        fprintf(stderr, "\ncheck said:\n%s%s\n", r.out, r.err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(l);
+    char dir[1200] = "";
+    CU_ASSERT_EQUAL(sscanf(l, "contained by a cgroup of its own, %1199[^,]",
+                           dir), 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(l, ", killed whole and removed; and by "
+                                     "check as the subreaper of its tree"));
+    /* the host's line about workers is not check's */
+    CU_ASSERT_PTR_NULL(strstr(r.err, "isolated workers"));
+    /* the cage is <own>/toolhost-P/check-P, and the daemon was in it */
+    char want[1300];
+    snprintf(want, sizeof want, "%s/toolhost-", own);
+    CU_ASSERT_EQUAL(strncmp(dir, want, strlen(want)), 0);
+    size_t dl = strlen(dir), cl = strlen(cg);
+    CU_ASSERT(cl > 1 && dl >= cl && strcmp(dir + dl - cl, cg) == 0);
+    if (daemon > 0)
+        expect_gone(daemon);
+    struct stat st;
+    CU_ASSERT_NOT_EQUAL(stat(dir, &st), 0);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    CU_ASSERT_NOT_EQUAL(stat(dir, &st), 0); /* toolhost-P: at exit */
+    th_test_run_free(&r);
+    free(f);
+}
+
+/* No cgroup (TOOLHOST_CGROUP names a mount that does not exist): check
+ * says why, and its subreaper still ends the daemon.  Anywhere. */
+static void test_cgroup_off(void)
+{
+    char *f = fixture("check_daemon");
+    th_test_run r;
+    setenv("TOOLHOST_CGROUP", "/nonexistent/toolhost-test", 1);
+    RUN(r, "check", "--log-level", "info", f);
+    unsetenv("TOOLHOST_CGROUP");
+    CU_ASSERT_EQUAL(r.status, 1);
+    long daemon = -1;
+    char cg[1024] = "";
+    CU_ASSERT_FATAL(daemon_report(&r, &daemon, cg, sizeof cg));
+    CU_ASSERT(daemon > 0);
+    if (!strstr(r.err, "contained by check as the subreaper of its tree "
+                       "(every process it started was killed), no cgroup: "))
+        fprintf(stderr, "\ncheck said:\n%s%s\n", r.out, r.err);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "contained by check as the "
+                                         "subreaper of its tree"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "no cgroup: /nonexistent/"));
+    CU_ASSERT_PTR_NULL(strstr(r.err, "cgroup of its own"));
+    if (daemon > 0)
+        expect_gone(daemon);
+    th_test_run_free(&r);
+    /* the default level is warn: nothing of it without --log-level */
+    RUN(r, "check", f);
+    CU_ASSERT_PTR_NULL(strstr(r.err, "contained by"));
+    if (daemon_report(&r, &daemon, cg, sizeof cg) && daemon > 0)
+        expect_gone(daemon);
+    th_test_run_free(&r);
+    free(f);
+}
+
 void th_suite_check_child(void)
 {
     CU_pSuite s = CU_add_suite("check_child", NULL, NULL);
@@ -278,4 +419,6 @@ void th_suite_check_child(void)
     CU_add_test(s, "every_problem_and_lint", test_every_problem_and_lint);
     CU_add_test(s, "path_refused", test_path_refused);
     CU_add_test(s, "contained", test_contained);
+    CU_add_test(s, "cgroup", test_cgroup);
+    CU_add_test(s, "cgroup_off", test_cgroup_off);
 }

@@ -9,6 +9,8 @@
 #define TH_ISO_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 struct msgpack_packer;
@@ -51,5 +53,50 @@ int th_iso_stats_pack(struct msgpack_packer *pk);
 /* How many isolated generations are open and worker processes alive
  * (for tests and stats). */
 void th_iso_counts(unsigned *pools, unsigned *live_workers);
+
+/* ---- Cages: a cgroup for a process tree the host starts itself ----
+ *
+ * The isolated workers' cgroups (docs/isolation.md, "Containment") for
+ * other code of the host that runs plugin code in a child: `toolhost
+ * check`.  A cage is a leaf of the host's cgroup subtree
+ * (<host cgroup>/toolhost-<pid>/<name>), made where the host may make one
+ * (root, or a delegated subtree); a child that enters it, and everything
+ * it starts whatever session or group it makes, is counted and killed
+ * there.  The subtree is removed at the process's exit.
+ *
+ * Order: open, fork, enter (in the child), placed (in the parent),
+ * kill_wait, close.  Any thread; one cage is used by one thread. */
+typedef struct th_iso_cage th_iso_cage;
+
+/* Makes the cage `name` (sanitized) with memory.max `memory` bytes where
+ * the memory controller is enabled (0: none).  NULL when the host may not
+ * make one (cgroups off, no cgroup2 mount, not root and no delegated
+ * subtree, ...): `why` (at most `cap` bytes) says why.  Logs nothing:
+ * the caller says which containment applied. */
+th_iso_cage *th_iso_cage_open(const char *name, uint64_t memory, char *why,
+                              size_t cap);
+
+/* In a child after fork(), before it runs anything else: moves the
+ * calling process into the cage (one write(2) to an fd opened by
+ * th_iso_cage_open: async-signal-safe).  0, or an errno (the child is
+ * then where it was). */
+int th_iso_cage_enter(const th_iso_cage *c);
+
+/* In the parent once the child is forked (entered or not): closes the
+ * fds th_iso_cage_enter() needed. */
+void th_iso_cage_placed(th_iso_cage *c);
+
+/* The cage's cgroup directory (owned by the cage), or NULL. */
+const char *th_iso_cage_dir(const th_iso_cage *c);
+
+/* Kills every process in the cage and its sub-cgroups (cgroup.kill, else
+ * cgroup.freeze and SIGKILL to each), waits until it is empty (at most
+ * `ms`) and removes it.  0, or -1 when it could not be emptied or removed
+ * in time (logged).  Reaps nothing: the caller reaps its own children. */
+int th_iso_cage_kill_wait(th_iso_cage *c, int64_t ms);
+
+/* Frees the cage, removing it first when th_iso_cage_kill_wait() did not
+ * (1 s).  NULL is a no-op. */
+void th_iso_cage_close(th_iso_cage *c);
 
 #endif
