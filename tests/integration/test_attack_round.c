@@ -28,7 +28,10 @@
  *                        clients at once while reloads change the tool
  *                        list every few ms (deferred list_changed pending
  *                        in the shared timer): the host keeps serving and
- *                        exits cleanly (run under ASan for use after free).
+ *                        exits cleanly (run under ASan for use after free);
+ *                        then the same with no session staying, the last
+ *                        one out joining the timer thread while others
+ *                        start: no thread is left once all are gone.
  */
 #include <CUnit/CUnit.h>
 #include <pthread.h>
@@ -478,6 +481,71 @@ static void churn_opts(rpc_opts *o, char *buf, size_t cap, const char *tools)
     o->config = buf;
 }
 
+/* CLIENTS clients open and close sessions while reloads change the tool
+ * list (echo_async comes and goes): the reloads done, all of them ok, no
+ * request left unanswered and some sessions opened. */
+static void churn_with_reloads(rpc_srv *s, unsigned port, char *text,
+                               size_t cap)
+{
+    enum { CLIENTS = 3 };
+    churn ch[CLIENTS];
+    pthread_t th[CLIENTS];
+    atomic_store(&g_churning, CLIENTS);
+    for (int i = 0; i < CLIENTS; i++) {
+        ch[i] = (churn){.port = port, .rounds = rpc_valgrind() ? 10 : 150};
+        CU_ASSERT_FATAL(pthread_create(&th[i], NULL, churn_main, &ch[i]) ==
+                        0);
+    }
+    int reloads = 0, i;
+    for (i = 0; i < 40 || (atomic_load(&g_churning) && i < 5000); i++) {
+        rpc_opts r;
+        churn_opts(&r, text, cap, i % 2 ? "echo, echo_async" : "echo");
+        reloads += reload_opts(s, &r);
+    }
+    int opened = 0, failed = 0;
+    for (int k = 0; k < CLIENTS; k++) {
+        pthread_join(th[k], NULL);
+        opened += ch[k].opened;
+        failed += ch[k].failed;
+    }
+    CU_ASSERT_EQUAL(reloads, i);
+    if (getenv("TH_ATTACK_VERBOSE"))
+        fprintf(stderr, "\n  %d reloads, %d sessions\n", reloads, opened);
+    CU_ASSERT_EQUAL(failed, 0);
+    CU_ASSERT(opened > 0);
+    if (failed)
+        rpc_dump_log(s);
+}
+
+/* The server's thread count (/proc/PID/status Threads), -1 if unknown. */
+static long threads_of(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    long n = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "Threads:", 8) == 0)
+            n = strtol(line + 8, NULL, 10);
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* Waits until the server has at most `n` threads. */
+static bool wait_threads_at_most(pid_t pid, long n)
+{
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    long t;
+    while ((t = threads_of(pid)) > n && rpc_now_ms() < end) {
+        struct timespec ts = {0, 5 * 1000000};
+        nanosleep(&ts, NULL); /* a poll's pace */
+    }
+    if (t > n)
+        fprintf(stderr, "\n  %ld threads, want at most %ld\n", t, n);
+    return t >= 0 && t <= n;
+}
+
 static void test_timer_churn(void)
 {
     setenv(TOKEN_ENV, TOKEN, 1);
@@ -488,6 +556,7 @@ static void test_timer_churn(void)
     CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
     unsigned port = th_test_log_port(s.log, "(Streamable HTTP) on http");
     CU_ASSERT_FATAL(port != 0);
+    long before = threads_of(s.pid); /* no MCP session: no timer thread */
     /* a few sessions that stay, with list_changed pending all along */
     char keep[4][256];
     int n_keep = 0;
@@ -511,50 +580,26 @@ static void test_timer_churn(void)
         free(out);
     }
     CU_ASSERT_EQUAL(n_keep, 4);
-    enum { CLIENTS = 3 };
-    churn ch[CLIENTS];
-    pthread_t th[CLIENTS];
-    atomic_store(&g_churning, CLIENTS);
-    for (int i = 0; i < CLIENTS; i++) {
-        ch[i] = (churn){.port = port, .rounds = rpc_valgrind() ? 10 : 150};
-        CU_ASSERT_FATAL(pthread_create(&th[i], NULL, churn_main, &ch[i]) ==
-                        0);
-    }
-    /* reloads that change the list while the clients work: echo_async
-     * comes and goes */
-    int reloads = 0, i;
-    for (i = 0; i < 40 || (atomic_load(&g_churning) && i < 5000); i++) {
-        rpc_opts r;
-        churn_opts(&r, text, sizeof text,
-                   i % 2 ? "echo, echo_async" : "echo");
-        reloads += reload_opts(&s, &r);
-    }
-    int opened = 0, failed = 0;
-    for (int i = 0; i < CLIENTS; i++) {
-        pthread_join(th[i], NULL);
-        opened += ch[i].opened;
-        failed += ch[i].failed;
-    }
-    CU_ASSERT_EQUAL(reloads, i);
-    if (getenv("TH_ATTACK_VERBOSE"))
-        fprintf(stderr, "\n  %d reloads\n", reloads);
-    CU_ASSERT_EQUAL(failed, 0);
-    CU_ASSERT(opened > 0);
+    churn_with_reloads(&s, port, text, sizeof text);
     /* the deferred list_changed went out (the timer ran) */
     bool sent = rpc_log_wait(&s, "tools changed: list_changed",
                              rpc_wait_ms());
     CU_ASSERT(sent);
-    /* the kept sessions go; a new one still works */
+    /* the kept sessions go: then the clients' sessions come and go alone,
+     * the last one out joining the timer thread as the next starts one */
     for (int i = 0; i < n_keep; i++) {
         char *out = NULL;
         th_test_http(port, "DELETE", "/mcp", keep[i], NULL, rpc_wait_ms(),
                      &out);
         free(out);
     }
+    churn_with_reloads(&s, port, text, sizeof text);
+    /* every session gone: so is the timer thread (none left behind) */
+    CU_ASSERT(before > 0 && wait_threads_at_most(s.pid, before));
     bool op;
     CU_ASSERT(one_session(port, &op) && op);
     CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
-    if (failed || !sent)
+    if (!sent)
         rpc_dump_log(&s);
     rpc_srv_free(&s);
     unsetenv(TOKEN_ENV);
