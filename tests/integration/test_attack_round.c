@@ -15,6 +15,9 @@
  *   slot_after_hangup    concurrent 1: a task running when its client
  *                        hangs up is cancelled with the session, and the
  *                        slot comes back;
+ *   hangup_flood         concurrent 2: 20 clients each send 30 calls and
+ *                        hang up at once (the close racing admissions):
+ *                        afterwards exactly two slots are free;
  *   nested_code_counts   calls a run_code script makes count in the
  *                        caller's buckets (no way around a limit by
  *                        calling through Lua); polling tasks.result and
@@ -238,6 +241,56 @@ static void test_slot_after_hangup(void)
         rpc_raw_close(&w); /* the task goes with the session */
         CU_ASSERT(echo_passes_soon(&s));
     }
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+}
+
+static void test_hangup_flood(void)
+{
+    rpc_srv s;
+    rpc_opts o = {.plugins_extra = "rate_limits:\n"
+                                   "  - name: two_at_a_time\n"
+                                   "    concurrent: 2\n"};
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
+    /* clients that send a burst of calls and hang up at once: their
+     * session's close races the admission of calls still coming in */
+    for (int round = 0; round < 20; round++) {
+        rpc_raw w;
+        CU_ASSERT_FATAL(rpc_raw_open(&w, &s) == 0);
+        for (uint64_t id = 1; id <= 30; id++)
+            rpc_raw_request(&w, id, "tools.call",
+                            id % 3 ? "[\"echo_async\", {\"text\": \"x\", "
+                                     "\"steps\": 2, \"delay_ms\": 600000}]"
+                                   : "[\"echo\", {\"text\": \"x\"}]");
+        rpc_raw_close(&w);
+    }
+    CU_ASSERT(echo_passes_soon(&s));
+    /* exactly two slots are free again: two tasks hold them, the next
+     * call is refused (wait until the flood's sessions are all gone) */
+    CU_ASSERT(rpc_wait_connections(&s, 0, rpc_wait_ms()));
+    rpc_raw w;
+    CU_ASSERT_FATAL(rpc_raw_open(&w, &s) == 0);
+    uint64_t t1, t2;
+    bool both = false;
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    for (uint64_t id = 1; !both && rpc_now_ms() < end; id += 2) {
+        if (!start_task(&w, id, &t1))
+            continue; /* a flood call still ending: try again */
+        both = start_task(&w, id + 1, &t2);
+        if (!both) {
+            char p[64];
+            snprintf(p, sizeof p, "[%llu]", (unsigned long long)t1);
+            rpc_raw_request(&w, 1000000 + id, "tasks.cancel", p);
+            rpc_raw_response(&w, 1000000 + id, rpc_wait_ms());
+            rpc_raw_notification(&w, "task.done", rpc_wait_ms());
+        }
+    }
+    CU_ASSERT_FATAL(both);
+    char code[64];
+    call_code(&s, "[\"echo\", {\"text\": \"y\"}]", code, sizeof code);
+    CU_ASSERT_STRING_EQUAL(code, "rate_limited");
+    rpc_raw_close(&w);
+    CU_ASSERT(echo_passes_soon(&s));
     CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
     rpc_srv_free(&s);
 }
@@ -612,6 +665,7 @@ void th_suite_attack_round(void)
     CU_add_test(s, "slot_after_busy", test_slot_after_busy);
     CU_add_test(s, "slot_after_ask", test_slot_after_ask);
     CU_add_test(s, "slot_after_hangup", test_slot_after_hangup);
+    CU_add_test(s, "hangup_flood", test_hangup_flood);
     CU_add_test(s, "nested_code_counts", test_nested_code_counts);
     CU_add_test(s, "reload_keeps_holds", test_reload_keeps_holds);
     CU_add_test(s, "timer_churn", test_timer_churn);
