@@ -127,7 +127,55 @@ struct MHD_Connection {
     unsigned status;
     void *sock_ctx;
     union MHD_ConnectionInfo ctx_info; /* SOCKET_CONTEXT's answer */
+    bool suspended;   /* under mh_susp_mu */
+    uint64_t resumes; /* under mh_susp_mu: MHD_resume_connection()s */
 };
+
+/* Suspension, as libmicrohttpd does it for the host (th_http_suspend):
+ * a suspended connection is not served until another thread resumes it;
+ * then the handler, or the content reader, is called again. */
+static pthread_mutex_t mh_susp_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t mh_susp_cv = PTHREAD_COND_INITIALIZER;
+
+void MHD_suspend_connection(struct MHD_Connection *c)
+{
+    pthread_mutex_lock(&mh_susp_mu);
+    c->suspended = true;
+    pthread_mutex_unlock(&mh_susp_mu);
+}
+
+void MHD_resume_connection(struct MHD_Connection *c)
+{
+    pthread_mutex_lock(&mh_susp_mu);
+    c->suspended = false;
+    c->resumes++;
+    pthread_cond_broadcast(&mh_susp_cv);
+    pthread_mutex_unlock(&mh_susp_mu);
+}
+
+/* Whether c is suspended now; if so waits (until the monotonic time
+ * `until_ms`) for its resume.  True when it was suspended and is resumed. */
+static int64_t mh_now_ms(void);
+static bool mh_wait_resume(struct MHD_Connection *c, int64_t until_ms)
+{
+    pthread_mutex_lock(&mh_susp_mu);
+    bool was = c->suspended;
+    while (c->suspended) {
+        int64_t left = until_ms - mh_now_ms();
+        if (left <= 0)
+            break;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t w = left < 50 ? left : 50;
+        ts.tv_nsec += w * 1000000;
+        ts.tv_sec += ts.tv_nsec / 1000000000;
+        ts.tv_nsec %= 1000000000;
+        pthread_cond_timedwait(&mh_susp_cv, &mh_susp_mu, &ts);
+    }
+    bool resumed = was && !c->suspended;
+    pthread_mutex_unlock(&mh_susp_mu);
+    return resumed;
+}
 
 static struct MHD_Daemon *mh_daemon;
 static pthread_mutex_t mh_resp_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -772,7 +820,8 @@ static int64_t mh_now_ms(void)
 
 /* Reads a callback response: until its end, `until_quiet` (a keepalive
  * comment: nothing waiting) or 300 ms.  1 when it ended. */
-static int mh_read_stream(struct MHD_Response *r, bool until_quiet)
+static int mh_read_stream(struct MHD_Connection *c, struct MHD_Response *r,
+                          bool until_quiet)
 {
     char *all = NULL;
     size_t n = 0;
@@ -787,6 +836,13 @@ static int mh_read_stream(struct MHD_Response *r, bool until_quiet)
             break;
         }
         TH_FUZZ_CHECK(k >= 0 && (size_t)k <= sizeof buf);
+        if (k == 0) {
+            /* nothing yet: the reader suspended the connection until a
+             * message or its keepalive is due */
+            if (!mh_wait_resume(c, stop) && mh_now_ms() > stop)
+                break;
+            continue;
+        }
         char *m = realloc(all, n + (size_t)k + 1);
         if (!m)
             break;
@@ -896,6 +952,14 @@ static void mh_run(mh_req *q)
         rc = d->dh(d->dh_cls, c, q->path, q->method, "HTTP/1.1", NULL, &up,
                    &cls);
     }
+    /* a handler that suspended the connection (a POST waiting for its
+     * answer) is called again once it is resumed */
+    int64_t until = mh_now_ms() + 10000;
+    while (rc == MHD_YES && !c->resp && mh_wait_resume(c, until)) {
+        up = 0;
+        rc = d->dh(d->dh_cls, c, q->path, q->method, "HTTP/1.1", NULL, &up,
+                   &cls);
+    }
     if (rc != MHD_YES || !c->resp) {
         /* the last call must answer: else the client would wait forever */
         TH_FUZZ_CHECK(rc != MHD_YES);
@@ -928,7 +992,7 @@ static void mh_run(mh_req *q)
     if (mh_resp_hdr(r, "Mcp-Session-Id"))
         mh_learn_session(q, r);
     bool keep = q->open && strcmp(q->method, "GET") == 0;
-    int ended = mh_read_stream(r, keep);
+    int ended = mh_read_stream(c, r, keep);
     if (keep && !ended) {
         pthread_mutex_lock(&mh_mu);
         bool room = mh_n_open < MH_MAX_OPEN;
@@ -1074,7 +1138,7 @@ static int fuzz_mcp_http(const uint8_t *data, size_t size)
         mh_delete(i);
     mh_n_sess = 0;
     for (size_t i = 0; i < mh_n_open; i++) {
-        int ended = mh_read_stream(mh_open_v[i].c->resp, false);
+        int ended = mh_read_stream(mh_open_v[i].c, mh_open_v[i].c->resp, false);
         mh_close_conn(mh_open_v[i].c, &mh_open_v[i].cls,
                       ended ? MHD_REQUEST_TERMINATED_COMPLETED_OK
                             : MHD_REQUEST_TERMINATED_CLIENT_ABORT,
