@@ -84,6 +84,7 @@ fs.writeFileSync(path.join(dir, "c.yaml"), `host:
 mcp:
   max_sessions: 256
   max_sessions_per_user: 256
+  sse_poll: 100ms
   tokens:
     - {user: ${user}, file: ${dir}/token}
 plugins:
