@@ -398,6 +398,8 @@ static void stream_release(stream *st)
     if (st->resumable && !st->dead && !f->closing && s->in_table &&
         !(st->done && !st->head)) {
         th_http_conn *drop = st->hc;
+        uint64_t sent = st->kept_tail ? st->kept_tail->seq : 0;
+        size_t kept = st->n_kept;
         st->hc = NULL;
         st->parked = true;
         st->parked_at = s->last_used_ms = now_ms();
@@ -408,8 +410,9 @@ static void stream_release(stream *st)
         s->refs--; /* the stream's; the session's table holds one */
         pthread_mutex_unlock(&f->mu);
         th_http_conn_unref(drop);
-        th_log_debug("mcp http: session %.8s: stream %s parked after event "
-                     "%" PRIu64 " (resumable)", s->id, st->tag, st->seq);
+        th_log_debug("mcp http: session %.8s: stream %s parked; sent up to "
+                     "event %" PRIu64 ", %zu kept for a replay",
+                     s->id, st->tag, sent, kept);
         return;
     }
     pthread_mutex_unlock(&f->mu);
