@@ -11,6 +11,13 @@
  * is seen by the HTTP layer's watchdog.  One mutex (f->mu) guards the
  * session table, the streams and their queues.
  *
+ * Resumable streams (mcp.sse_poll, docs/mcp.md "Resumable streams"): a
+ * POST's event stream whose events carry ids TAG-SEQ outlives its
+ * connection: it parks (listed, no connection, no session reference) and
+ * a GET with Last-Event-ID of the same session takes it up, the sent
+ * events after SEQ (the last sse_replay_events kept) first; the reaper
+ * drops one parked longer than sse_replay_time.
+ *
  * Lock order: f->mu, then the HTTP layer's (th_http_wake under f->mu). */
 #include <arpa/inet.h>
 #include <errno.h>
