@@ -2118,6 +2118,12 @@ static const cfkey mcp_keys[] = {
     {.name = "max_json_elements", .set = set_u32,
      .off = M(max_json_elements), .min = 16, .max = 100000000},
     {.name = "tls_priorities", .set = set_str, .off = M(tls_priorities)},
+    {.name = "sse_poll", .set = set_duration, .off = M(sse_poll_ms),
+     .min = 0, .max = HOUR},
+    {.name = "sse_replay_events", .set = set_u32,
+     .off = M(sse_replay_events), .min = 1, .max = 100000},
+    {.name = "sse_replay_time", .set = set_duration,
+     .off = M(sse_replay_ms), .min = 100, .max = DAY},
     {.name = NULL}};
 #undef M
 
@@ -2139,6 +2145,9 @@ static void mcp_init(th_mcp_cfg *m)
     m->http_threads = 2;
     m->max_json_depth = 64;
     m->max_json_elements = 100000;
+    m->sse_poll_ms = 0;
+    m->sse_replay_events = 64;
+    m->sse_replay_ms = 60 * SEC;
 }
 
 static int mcp_check(cfctx *c, th_ynode *n, void *el)

@@ -11,6 +11,13 @@
  * is seen by the HTTP layer's watchdog.  One mutex (f->mu) guards the
  * session table, the streams and their queues.
  *
+ * Resumable streams (mcp.sse_poll, docs/mcp.md "Resumable streams"): a
+ * POST's event stream whose events carry ids TAG-SEQ outlives its
+ * connection: it parks (listed, no connection, no session reference) and
+ * a GET with Last-Event-ID of the same session takes it up, the sent
+ * events after SEQ (the last sse_replay_events kept) first; the reaper
+ * drops one parked longer than sse_replay_time.
+ *
  * Lock order: f->mu, then the HTTP layer's (th_http_wake under f->mu). */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -43,6 +50,7 @@
 typedef struct chunk {
     struct chunk *next;
     size_t len, off;
+    uint64_t seq; /* a resumable stream's event number; 0: none */
     char data[];
 } chunk;
 
@@ -68,6 +76,24 @@ typedef struct stream {
     th_http_conn *hc;    /* the connection waiting on this stream (a
                             reference), or NULL: woken on every change */
     int64_t ka_due;      /* SSE: a keepalive comment is due then */
+    /* Resumable (mcp.sse_poll; docs/mcp.md "Resumable streams"): */
+    bool can_resume;     /* POST: its client takes text/event-stream and
+                            sse_poll is on: an event stream of it starts
+                            with a priming event */
+    bool resumable;      /* primed: events carry ids TAG-SEQ and outlive
+                            the connection */
+    bool parked;         /* resumable, no connection: waits for a GET
+                            with Last-Event-ID (holds no session
+                            reference, as an orphan) */
+    int64_t parked_at;
+    int64_t poll_due;    /* resumable: its connection ends then */
+    char tag[17];        /* resumable: the stream's part of its event
+                            ids, 64 random bits in hex */
+    uint64_t seq;        /* resumable: the last event's number */
+    chunk *kept, *kept_tail; /* resumable: events sent, the last
+                            mcp.sse_replay_events of them (and at most
+                            mcp.max_queued bytes), for a replay */
+    size_t n_kept, kept_bytes;
     bool orphan;         /* POST: its handler left (the client hung up and
                             the request outlived HANGUP_GRACE_MS); holds no
                             session reference, stays listed so that its id
@@ -182,7 +208,12 @@ static void queue_put(stream *st, const char *text, size_t len, bool sse)
     th_mcp_http *f = st->s->f;
     if (st->dead || st->done)
         return;
-    size_t total = len + (sse ? 24 : 0);
+    char idl[64] = "";
+    if (sse && st->resumable)
+        snprintf(idl, sizeof idl, "id: %s-%" PRIu64 "\n", st->tag,
+                 st->seq + 1);
+    size_t il = strlen(idl);
+    size_t total = len + (sse ? 24 + il : 0);
     if (st->queued + total > f->mc->max_queued) {
         th_log_warn("mcp http: session %.8s: a client reads too slowly (%zu "
                     "bytes waiting, mcp.max_queued); its %s stream is "
@@ -202,11 +233,15 @@ static void queue_put(stream *st, const char *text, size_t len, bool sse)
     }
     c->next = NULL;
     c->off = 0;
+    c->seq = 0;
     if (sse) {
-        memcpy(c->data, "event: message\ndata: ", 21);
-        memcpy(c->data + 21, text, len);
-        memcpy(c->data + 21 + len, "\n\n", 2);
-        c->len = 21 + len + 2;
+        memcpy(c->data, idl, il);
+        memcpy(c->data + il, "event: message\ndata: ", 21);
+        memcpy(c->data + il + 21, text, len);
+        memcpy(c->data + il + 21 + len, "\n\n", 2);
+        c->len = il + 21 + len + 2;
+        if (st->resumable)
+            c->seq = ++st->seq;
     } else {
         memcpy(c->data, text, len);
         c->len = len;
@@ -217,6 +252,92 @@ static void queue_put(stream *st, const char *text, size_t len, bool sse)
         st->head = c;
     st->tail = c;
     st->queued += c->len;
+}
+
+/* Makes st resumable (f->mu held): its event stream starts with the
+ * priming event, an id (TAG-0), the client's reconnection delay and
+ * empty data; the connection ends mcp.sse_poll after it opens. */
+static void prime(stream *st)
+{
+    th_mcp_http *f = st->s->f;
+    st->first_seen = true;
+    st->first_is_response = false;
+    st->sse = st->resumable = true;
+    char ev[96];
+    int n = snprintf(ev, sizeof ev, "id: %s-0\nretry: %" PRIu64
+                     "\ndata: \n\n", st->tag, f->mc->sse_poll_ms);
+    chunk *c = malloc(sizeof *c + (size_t)n);
+    if (!c) {
+        st->dead = true;
+        return;
+    }
+    c->next = st->head;
+    c->off = 0;
+    c->seq = 0;
+    c->len = (size_t)n;
+    memcpy(c->data, ev, (size_t)n);
+    st->head = c;
+    if (!st->tail)
+        st->tail = c;
+    st->queued += c->len;
+}
+
+static void kept_clear(stream *st)
+{
+    while (st->kept) {
+        chunk *c = st->kept;
+        st->kept = c->next;
+        free(c);
+    }
+    st->kept_tail = NULL;
+    st->n_kept = st->kept_bytes = 0;
+}
+
+/* A sent event of a resumable stream kept for a replay, the oldest
+ * dropped beyond mcp.sse_replay_events or mcp.max_queued (f->mu held). */
+static void kept_put(stream *st, chunk *c)
+{
+    th_mcp_http *f = st->s->f;
+    c->next = NULL;
+    c->off = 0;
+    if (st->kept_tail)
+        st->kept_tail->next = c;
+    else
+        st->kept = c;
+    st->kept_tail = c;
+    st->n_kept++;
+    st->kept_bytes += c->len;
+    while (st->kept && (st->n_kept > f->mc->sse_replay_events ||
+                        st->kept_bytes > f->mc->max_queued)) {
+        chunk *o = st->kept;
+        st->kept = o->next;
+        if (!st->kept)
+            st->kept_tail = NULL;
+        st->n_kept--;
+        st->kept_bytes -= o->len;
+        free(o);
+    }
+}
+
+/* cap - 1 random hex digits in out, NUL-terminated (cap odd); -1 when
+ * the kernel gives no random bytes. */
+static int random_hex(char *out, size_t cap)
+{
+    uint8_t rnd[SID_LEN / 2];
+    size_t want = (cap - 1) / 2, got = 0;
+    if (want > sizeof rnd)
+        return -1;
+    while (got < want) {
+        ssize_t n = getrandom(rnd + got, want - got, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        got += (size_t)n;
+    }
+    for (size_t i = 0; i < want; i++)
+        snprintf(out + 2 * i, 3, "%02x", rnd[i]);
+    return 0;
 }
 
 static void sess_unref(hsess *s);
@@ -250,6 +371,7 @@ static void stream_unlink_free(stream *st)
             break;
         }
     queue_clear(st);
+    kept_clear(st);
     th_http_conn_unref(st->hc);
     free(st->key);
     json_decref(st->id);
@@ -268,6 +390,40 @@ static void stream_free(stream *st)
     stream_unlink_free(st);
     pthread_mutex_unlock(&f->mu);
     sess_unref(s);
+}
+
+/* The connection of st's event stream is over.  A resumable stream with
+ * something still to say parks: it stays listed without a connection (nor
+ * a session reference) until a GET with Last-Event-ID takes it up again,
+ * its request's end, or mcp.sse_replay_time (the reaper); anything else
+ * goes. */
+static void stream_release(stream *st)
+{
+    hsess *s = st->s;
+    th_mcp_http *f = s->f;
+    pthread_mutex_lock(&f->mu);
+    if (st->resumable && !st->dead && !f->closing && s->in_table &&
+        !(st->done && !st->head)) {
+        th_http_conn *drop = st->hc;
+        uint64_t sent = st->kept_tail ? st->kept_tail->seq : 0;
+        size_t kept = st->n_kept;
+        st->hc = NULL;
+        st->parked = true;
+        st->parked_at = s->last_used_ms = now_ms();
+        if (st->head) { /* a partly sent event goes again whole */
+            st->queued += st->head->off;
+            st->head->off = 0;
+        }
+        s->refs--; /* the stream's; the session's table holds one */
+        pthread_mutex_unlock(&f->mu);
+        th_http_conn_unref(drop);
+        th_log_debug("mcp http: session %.8s: stream %s parked; sent up to "
+                     "event %" PRIu64 ", %zu kept for a replay",
+                     s->id, st->tag, sent, kept);
+        return;
+    }
+    pthread_mutex_unlock(&f->mu);
+    stream_free(st);
 }
 
 /* ---- the core's callbacks ----------------------------------------------------- */
@@ -370,6 +526,8 @@ static void send_text(hsess *s, const char *text, size_t len, bool response,
                          "(the client left); a message is dropped",
                          s->id, key);
         } else if (!st->first_seen) {
+            if (!response && st->can_resume)
+                prime(st);
             st->first_seen = true;
             st->first_is_response = response;
             st->sse = !st->first_is_response;
@@ -518,21 +676,11 @@ static hsess *sess_new(th_mcp_http *f, const char *user, unsigned *status)
         return NULL;
     }
     s->f = f;
-    uint8_t rnd[SID_LEN / 2];
-    size_t got = 0;
-    while (got < sizeof rnd) {
-        ssize_t n = getrandom(rnd + got, sizeof rnd - got, 0);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            free(s->user);
-            free(s);
-            return NULL;
-        }
-        got += (size_t)n;
+    if (random_hex(s->id, sizeof s->id) != 0) {
+        free(s->user);
+        free(s);
+        return NULL;
     }
-    for (size_t i = 0; i < sizeof rnd; i++)
-        snprintf(s->id + 2 * i, 3, "%02x", rnd[i]);
     pthread_mutex_init(&s->in_mu, NULL);
     th_principal who;
     memset(&who, 0, sizeof who);
@@ -615,16 +763,52 @@ static hsess *sess_new(th_mcp_http *f, const char *user, unsigned *status)
     return s;
 }
 
+/* Parked streams of s whose client did not come back within
+ * mcp.sse_replay_time go (f->mu held): an ended request's at once, a
+ * running one's as an orphan (its messages dropped, freed by
+ * request_done()). */
+static void parked_expire(hsess *s, int64_t now)
+{
+    th_mcp_http *f = s->f;
+    stream **pp = &s->streams;
+    while (*pp) {
+        stream *st = *pp;
+        if (!st->parked ||
+            now - st->parked_at < (int64_t)f->mc->sse_replay_ms) {
+            pp = &st->next;
+            continue;
+        }
+        th_log_info("mcp http: session %.8s: event stream %s not resumed "
+                    "within %" PRIu64 " ms (mcp.sse_replay_time): dropped",
+                    s->id, st->tag, f->mc->sse_replay_ms);
+        st->parked = false;
+        if (st->done) {
+            stream_unlink_free(st); /* unlinks *pp */
+            continue;
+        }
+        st->orphan = st->dead = true;
+        queue_clear(st);
+        kept_clear(st);
+        pp = &st->next;
+    }
+}
+
 /* Ends sessions unused for mcp.session_idle (no stream, no request). */
 static void *reaper_main(void *arg)
 {
     th_mcp_http *f = arg;
     int64_t idle = (int64_t)f->mc->session_idle_ms;
-    int64_t tick = idle / 4 < 1000 ? (idle / 4 > 10 ? idle / 4 : 10) : 1000;
+    int64_t least = idle < (int64_t)f->mc->sse_replay_ms
+                        ? idle
+                        : (int64_t)f->mc->sse_replay_ms;
+    int64_t tick = least / 4 < 1000 ? (least / 4 > 10 ? least / 4 : 10)
+                                    : 1000;
     pthread_mutex_lock(&f->mu);
     while (!f->closing) {
         cv_wait_on(f, &f->reaper_cv, tick);
         int64_t now = now_ms();
+        for (hsess *s = f->sessions; s; s = s->next)
+            parked_expire(s, now);
         for (;;) {
             hsess *victim = NULL;
             for (hsess *s = f->sessions; s && !victim; s = s->next)
@@ -898,6 +1082,8 @@ typedef struct hreq {
     bool is_init;   /* the answer names the new session */
     bool gone;      /* the client hung up: the request was cancelled */
     int64_t gone_at;
+    int64_t prime_at; /* can_resume: still unanswered then, the answer
+                         becomes a resumable event stream; 0: never */
 } hreq;
 
 /* The event stream's content: what is queued, else a keepalive comment
@@ -928,7 +1114,10 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
                 st->head = c->next;
                 if (!st->head)
                     st->tail = NULL;
-                free(c);
+                if (c->seq)
+                    kept_put(st, c);
+                else
+                    free(c);
             }
             n = (ssize_t)k;
             st->ka_due = now_ms() + ka;
@@ -943,6 +1132,11 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
             break;
         }
         int64_t now = now_ms();
+        if (st->resumable && now >= st->poll_due) {
+            /* Polling: the client comes back with Last-Event-ID. */
+            n = MHD_CONTENT_READER_END_OF_STREAM;
+            break;
+        }
         if (now >= st->ka_due) {
             static const char ping[] = ": keepalive\n\n";
             n = (ssize_t)(sizeof ping - 1 < max ? sizeof ping - 1 : max);
@@ -950,7 +1144,9 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
             st->ka_due = now + ka;
             break;
         }
-        int64_t due = st->ka_due;
+        int64_t due = st->resumable && st->poll_due < st->ka_due
+                          ? st->poll_due
+                          : st->ka_due;
         th_http_conn *hc = st->hc;
         pthread_mutex_unlock(&f->mu);
         int r = th_http_suspend(hc, due);
@@ -970,11 +1166,14 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
 
 static void sse_free(void *cls)
 {
-    stream_free(cls);
+    stream_release(cls);
 }
 
+/* st's event stream on c.  The POST's own stream of a resumable request
+ * ends mcp.sse_poll after it opens (poll); a resumed one stays until
+ * the response. */
 static enum MHD_Result reply_sse(struct MHD_Connection *c, stream *st,
-                                 const char *sid)
+                                 const char *sid, bool poll)
 {
     th_mcp_http *f = st->s->f;
     th_http_conn *hc = st->hc ? NULL : th_http_conn_ref(c);
@@ -982,6 +1181,8 @@ static enum MHD_Result reply_sse(struct MHD_Connection *c, stream *st,
     if (hc)
         st->hc = hc;
     st->ka_due = now_ms() + (int64_t)f->mc->keepalive_ms;
+    st->poll_due = poll ? now_ms() + (int64_t)f->mc->sse_poll_ms
+                        : INT64_MAX;
     bool ok = st->hc != NULL;
     pthread_mutex_unlock(&f->mu);
     if (!ok) {
@@ -1207,9 +1408,18 @@ static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
                                      "id is in flight")
                    : MHD_NO;
     }
+    const char *acc = hdr(c, MHD_HTTP_HEADER_ACCEPT);
+    char tag[sizeof st->tag] = "";
+    if (f->mc->sse_poll_ms && acc && strstr(acc, "text/event-stream") &&
+        !is_init && random_hex(tag, sizeof tag) == 0)
+        q->prime_at = now_ms() + (int64_t)f->mc->sse_poll_ms;
     th_http_conn *hc = th_http_conn_ref(c);
     pthread_mutex_lock(&f->mu);
     st->hc = hc; /* woken by every message from here on */
+    if (q->prime_at) {
+        st->can_resume = true;
+        memcpy(st->tag, tag, sizeof tag);
+    }
     pthread_mutex_unlock(&f->mu);
     q->st = st;
     q->s = s;
@@ -1270,8 +1480,12 @@ static enum MHD_Result post_wait(th_mcp_http *f, struct MHD_Connection *c,
             pthread_mutex_lock(&f->mu);
             continue;
         }
+        if (q->prime_at && !q->gone && now >= q->prime_at) {
+            prime(st); /* ends the wait: answered as an event stream */
+            continue;
+        }
         th_http_conn *hc = st->hc;
-        int64_t until = q->gone ? q->gone_at + HANGUP_GRACE_MS : 0;
+        int64_t until = q->gone ? q->gone_at + HANGUP_GRACE_MS : q->prime_at;
         pthread_mutex_unlock(&f->mu);
         int r = hc ? th_http_suspend(hc, until) : -1;
         if (r > 0)
@@ -1315,7 +1529,7 @@ static enum MHD_Result post_wait(th_mcp_http *f, struct MHD_Connection *c,
     }
     const char *sid_out = q->is_init ? s->id : NULL;
     if (sse) {
-        rc = reply_sse(c, st, sid_out);
+        rc = reply_sse(c, st, sid_out, true);
     } else {
         if (json && body) {
             struct MHD_Response *r = MHD_create_response_from_buffer(
@@ -1348,6 +1562,90 @@ static enum MHD_Result post_wait(th_mcp_http *f, struct MHD_Connection *c,
     return rc;
 }
 
+/* A GET with Last-Event-ID TAG-SEQ: the parked stream TAG of this
+ * session (found by the session id and the token's user, so another
+ * session's or user's id names nothing here) goes on on this connection,
+ * from the event after SEQ: the kept ones again, then the new ones. */
+static enum MHD_Result do_resume(th_mcp_http *f, struct MHD_Connection *c,
+                                 hsess *s, const char *last)
+{
+    char tag[sizeof ((stream *)0)->tag];
+    size_t tl = strspn(last, "0123456789abcdef");
+    char *end = NULL;
+    errno = 0;
+    unsigned long long seq =
+        tl == sizeof tag - 1 && last[tl] == '-' &&
+                last[tl + 1] >= '0' && last[tl + 1] <= '9'
+            ? strtoull(last + tl + 1, &end, 10)
+            : 0;
+    if (!end || *end || errno) {
+        th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_PROTOCOL_ERROR);
+        return reply_rpc_error(c, 400, -32600,
+                               "Bad Request: Last-Event-ID is not an event "
+                               "id of this server");
+    }
+    memcpy(tag, last, tl);
+    tag[tl] = '\0';
+    pthread_mutex_lock(&f->mu);
+    stream *st = NULL;
+    for (stream *x = s->streams; x && !st; x = x->next)
+        if (x->resumable && strcmp(x->tag, tag) == 0)
+            st = x;
+    unsigned status = 0;
+    const char *why = NULL;
+    if (!st || seq > st->seq) {
+        status = 404; /* none of this session's, or never sent */
+        why = "Not Found: no event stream of this session has that "
+              "Last-Event-ID (ended, or mcp.sse_replay_time passed)";
+    } else if (!st->parked) {
+        status = 409;
+        why = "Conflict: that event stream is open on another connection";
+    } else {
+        /* Events after seq: the kept ones past it, then the queue.  A
+         * gap (older ones dropped at mcp.sse_replay_events) cannot be
+         * replayed. */
+        while (st->kept && st->kept->seq <= seq) {
+            chunk *o = st->kept;
+            st->kept = o->next;
+            st->n_kept--;
+            st->kept_bytes -= o->len;
+            free(o);
+        }
+        if (!st->kept)
+            st->kept_tail = NULL;
+        chunk *first = st->kept ? st->kept : st->head;
+        while (first && !first->seq)
+            first = first->next;
+        uint64_t next = first ? first->seq : st->seq + 1;
+        if (st->dead || next != seq + 1) {
+            status = 410;
+            why = "Gone: events after that Last-Event-ID are no longer kept "
+                  "(mcp.sse_replay_events, mcp.max_queued)";
+        }
+    }
+    if (status) {
+        pthread_mutex_unlock(&f->mu);
+        th_log_info("mcp http: session %.8s: a resumption refused (%u)",
+                    s->id, status);
+        return reply_rpc_error(c, status, -32600, why);
+    }
+    if (st->kept) {
+        st->kept_tail->next = st->head;
+        if (!st->head)
+            st->tail = st->kept_tail;
+        st->head = st->kept;
+        st->queued += st->kept_bytes;
+        st->kept = st->kept_tail = NULL;
+        st->n_kept = st->kept_bytes = 0;
+    }
+    st->parked = false;
+    s->refs++; /* the stream's again */
+    pthread_mutex_unlock(&f->mu);
+    th_log_debug("mcp http: session %.8s: stream %s resumed after event "
+                 "%llu", s->id, st->tag, seq);
+    return reply_sse(c, st, NULL, false);
+}
+
 static enum MHD_Result do_get(th_mcp_http *f, struct MHD_Connection *c,
                               hreq *q)
 {
@@ -1365,6 +1663,12 @@ static enum MHD_Result do_get(th_mcp_http *f, struct MHD_Connection *c,
     hsess *s = sess_get(f, sid, q->user);
     if (!s)
         return reply_rpc_error(c, 404, -32001, "Session not found");
+    const char *last = hdr(c, "Last-Event-ID");
+    if (last) {
+        enum MHD_Result rc = do_resume(f, c, s, last);
+        sess_unref(s);
+        return rc;
+    }
     pthread_mutex_lock(&f->mu);
     stream *st = NULL;
     bool full = s->n_get >= f->mc->max_streams;
@@ -1383,7 +1687,7 @@ static enum MHD_Result do_get(th_mcp_http *f, struct MHD_Connection *c,
     } else if (!st) {
         rc = MHD_NO;
     } else {
-        rc = reply_sse(c, st, NULL);
+        rc = reply_sse(c, st, NULL, false);
     }
     sess_unref(s);
     return rc;

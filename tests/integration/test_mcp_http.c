@@ -685,6 +685,206 @@ static void test_rpc_meanwhile(void)
 
 /* An SSE client that vanishes is noticed (keepalive) and its stream slot
  * freed; mcp.max_streams bites meanwhile. */
+/* ---- resumable event streams (mcp.sse_poll) ------------------------------------- */
+
+#define SSE_ACCEPT "Accept: application/json, text/event-stream\r\n"
+#define CALL_STEPS(id, steps, delay)                                          \
+    "{\"jsonrpc\":\"2.0\",\"id\":" #id ",\"method\":\"tools/call\","        \
+    "\"params\":{\"name\":\"echo_async\",\"arguments\":{\"text\":\"r" #id   \
+    "\",\"steps\":" #steps ",\"delay_ms\":" #delay "},"                     \
+    "\"_meta\":{\"progressToken\":" #id "}}}"
+
+/* The stream tag and the highest event number of the complete events
+ * (ended by a blank line) in text; -1 when there is none. */
+static long last_event(const char *text, char tag[17])
+{
+    long best = -1;
+    for (const char *p = text; (p = strstr(p, "\nid: ")); p++) {
+        char t[17];
+        long n;
+        if (sscanf(p + 5, "%16[0-9a-f]-%ld", t, &n) == 2 &&
+            strstr(p, "\n\n") && n > best) {
+            best = n;
+            memcpy(tag, t, sizeof t);
+        }
+    }
+    return best;
+}
+
+/* The last event sent on stream `tag` before it parked, from the log
+ * line of the parking; -1 when there is none. */
+static long parked_sent(rpc_srv *rs, const char *tag)
+{
+    FILE *f = fopen(rs->log, "r");
+    char line[1024], pat[64];
+    long sent = -1;
+    snprintf(pat, sizeof pat, "stream %s parked; sent up to event ", tag);
+    while (f && fgets(line, sizeof line, f)) {
+        char *p = strstr(line, pat);
+        if (p)
+            sent = strtol(p + strlen(pat), NULL, 10);
+    }
+    if (f)
+        fclose(f);
+    return sent;
+}
+
+/* Opens a POST of `body` on a new connection; the socket. */
+static int post_open(unsigned port, const char *h, const char *body)
+{
+    int fd = th_test_tcp_connect(port, 0);
+    if (fd >= 0 && th_test_http_send(fd, "POST", "/mcp", h, body) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/* A GET with Last-Event-ID TAG-N of session headers h; its status, the
+ * text read (until `until` or EOF) in r. */
+static int resume(unsigned port, const char *h, const char *tag, long n,
+                  const char *until, hres *r)
+{
+    char hh[1024];
+    snprintf(hh, sizeof hh, "%sAccept: text/event-stream\r\n"
+             "Last-Event-ID: %s-%ld\r\n", h, tag, n);
+    memset(r, 0, sizeof *r);
+    int fd = th_test_tcp_connect(port, 0);
+    if (fd < 0 || th_test_http_send(fd, "GET", "/mcp", hh, NULL) != 0) {
+        if (fd >= 0)
+            close(fd);
+        r->text = strdup("");
+        return -1;
+    }
+    http_read(fd, r, until, rpc_wait_ms());
+    close(fd);
+    return r->status;
+}
+
+/* A POST's event stream dropped by its client resumes on a GET with
+ * Last-Event-ID: every event after that id once, in order, then the
+ * response; the ids name the stream, so a resumption on another session
+ * (of the same or another user) finds nothing and replays nothing; events
+ * sent before the last mcp.sse_replay_events are gone (410); a stream
+ * nobody resumes goes after mcp.sse_replay_time. */
+static void test_sse_resume(void)
+{
+    mh_srv m;
+    char cfg[256];
+    snprintf(cfg, sizeof cfg,
+             "  sse_poll: %lldms\n  sse_replay_events: 4\n"
+             "  sse_replay_time: %lldms\n",
+             (long long)th_test_ms(5000), (long long)th_test_ms(3000));
+    CU_ASSERT_FATAL(mh_start(&m, cfg) == 0);
+    char sid[80], sid2[80], sidb[80], h[512], h2[512], hb[512], hp[600];
+    CU_ASSERT_FATAL(mh_session(m.port, ALICE, sid) == 0);
+    CU_ASSERT_FATAL(mh_session(m.port, ALICE, sid2) == 0);
+    CU_ASSERT_FATAL(mh_session(m.port, CAROL, sidb) == 0);
+    sess_hdrs(h, sizeof h, ALICE, sid);
+    sess_hdrs(h2, sizeof h2, ALICE, sid2);
+    sess_hdrs(hb, sizeof hb, CAROL, sidb);
+    snprintf(hp, sizeof hp, "%s" SSE_ACCEPT, h);
+
+    int st;
+    /* 1. Dropped after its first progress; resumed from it. */
+    int p = post_open(m.port, hp, CALL_STEPS(21, 6, 60));
+    CU_ASSERT_FATAL(p >= 0);
+    hres r;
+    http_read(p, &r, "notifications/progress", rpc_wait_ms());
+    char tag[17] = "";
+    CU_ASSERT(has(&r, "retry: "));
+    long n = last_event(r.text, tag);
+    CU_ASSERT(n >= 1);
+    CU_ASSERT(strstr(r.text, "data: \n\n") != NULL); /* the priming one */
+    free(r.text);
+    close(p); /* the client drops the stream */
+    char parked[80];
+    snprintf(parked, sizeof parked, "stream %s parked", tag);
+    CU_ASSERT_FATAL(rpc_log_wait(&m.rs, parked, rpc_wait_ms()));
+    /* Another session's, another user's: nothing replayed. */
+    CU_ASSERT_EQUAL(resume(m.port, h2, tag, n, NULL, &r), 404);
+    CU_ASSERT(!strstr(r.text, "progress") && !strstr(r.text, "r21"));
+    free(r.text);
+    CU_ASSERT_EQUAL(resume(m.port, hb, tag, n, NULL, &r), 404);
+    CU_ASSERT(!strstr(r.text, "progress") && !strstr(r.text, "r21"));
+    free(r.text);
+    char hx[600];
+    snprintf(hx, sizeof hx,
+             "Authorization: Bearer " CAROL "\r\nMcp-Session-Id: %s\r\n", sid);
+    CU_ASSERT_EQUAL(resume(m.port, hx, tag, n, NULL, &r), 404);
+    CU_ASSERT(!strstr(r.text, "progress"));
+    free(r.text);
+    /* Not an event id of this server. */
+    CU_ASSERT_EQUAL(resume(m.port, h, "zz", 1, NULL, &r), 400);
+    free(r.text);
+    /* Its own session: the rest, from the event after n. */
+    CU_ASSERT_EQUAL(resume(m.port, h, tag, n, "\"r21\"", &r), 200);
+    CU_ASSERT(has(&r, "\"r21\""));
+    char idl[64];
+    snprintf(idl, sizeof idl, "id: %s-%ld\n", tag, n);
+    CU_ASSERT(strstr(r.text, idl) == NULL); /* not again */
+    long last = last_event(r.text, tag);
+    for (long i = n + 1; i <= last; i++) {
+        snprintf(idl, sizeof idl, "id: %s-%ld\n", tag, i);
+        char *a = strstr(r.text, idl);
+        CU_ASSERT(a && !strstr(a + 1, idl)); /* each once */
+    }
+    CU_ASSERT(last >= 7); /* 6 progress events and the response */
+    free(r.text);
+    /* Delivered: the stream is gone (once its connection's end is seen:
+     * until then it is open elsewhere, 409). */
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    while ((st = resume(m.port, h, tag, last, NULL, &r)) == 409 &&
+           rpc_now_ms() < end) {
+        free(r.text);
+        usleep(20 * 1000);
+    }
+    CU_ASSERT_EQUAL(st, 404);
+    free(r.text);
+
+    /* 2. Bounds: six events read, then dropped; of the events sent only
+     * the last 4 (sse_replay_events) are kept, so a resumption needing
+     * an older one is refused (410) and one from the oldest kept goes
+     * on. */
+    p = post_open(m.port, hp, CALL_STEPS(22, 12, 100));
+    CU_ASSERT_FATAL(p >= 0);
+    http_read(p, &r, "step 6/12", rpc_wait_ms());
+    CU_ASSERT(last_event(r.text, tag) >= 6);
+    free(r.text);
+    close(p);
+    snprintf(parked, sizeof parked, "stream %s parked", tag);
+    CU_ASSERT_FATAL(rpc_log_wait(&m.rs, parked, rpc_wait_ms()));
+    long sent = parked_sent(&m.rs, tag);
+    CU_ASSERT_FATAL(sent >= 6);
+    CU_ASSERT_EQUAL(resume(m.port, h, tag, sent - 5, NULL, &r), 410);
+    CU_ASSERT(has(&r, "mcp.sse_replay_events"));
+    CU_ASSERT(!strstr(r.text, "progress\""));
+    free(r.text);
+    CU_ASSERT_EQUAL(resume(m.port, h, tag, sent - 4, "\"r22\"", &r), 200);
+    CU_ASSERT(has(&r, "\"r22\""));
+    for (long i = sent - 3; i <= sent + 1; i++) {
+        snprintf(idl, sizeof idl, "id: %s-%ld\n", tag, i);
+        CU_ASSERT(strstr(r.text, idl) != NULL);
+    }
+    snprintf(idl, sizeof idl, "id: %s-%ld\n", tag, sent - 4);
+    CU_ASSERT(strstr(r.text, idl) == NULL);
+    free(r.text);
+
+    /* 3. Not resumed within sse_replay_time: dropped, then 404. */
+    p = post_open(m.port, hp, CALL_STEPS(23, 2, 10));
+    CU_ASSERT_FATAL(p >= 0);
+    http_read(p, &r, "notifications/progress", rpc_wait_ms());
+    n = last_event(r.text, tag);
+    free(r.text);
+    close(p);
+    snprintf(parked, sizeof parked, "event stream %s not resumed", tag);
+    CU_ASSERT(rpc_log_wait(&m.rs, parked, rpc_wait_ms() + th_test_ms(3000)));
+    CU_ASSERT_EQUAL(resume(m.port, h, tag, n, NULL, &r), 404);
+    free(r.text);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
+    mh_free(&m);
+}
+
 static void test_vanished_client(void)
 {
     mh_srv m;
@@ -1215,6 +1415,7 @@ void th_suite_mcp_http(void)
     CU_add_test(s, "task_cross_front", test_task_cross_front);
     CU_add_test(s, "task_no_uid_private", test_task_no_uid_private);
     CU_add_test(s, "vanished_client", test_vanished_client);
+    CU_add_test(s, "sse_resume", test_sse_resume);
     CU_add_test(s, "slow_client", test_slow_client);
     CU_add_test(s, "client_timeout", test_client_timeout);
     CU_add_test(s, "max_connections", test_max_connections);

@@ -78,12 +78,15 @@ const token = `conform-${Date.now().toString(16)}-0123456789abcdef`;
 fs.writeFileSync(path.join(dir, "token"), `${token}\n`, { mode: 0o600 });
 const user = os.userInfo().username;
 // Each scenario opens a session of its own and the suite's client does not
-// end it (no DELETE): room for all of them.
+// end it (no DELETE): room for all of them.  sse_poll makes a call still running after
+// 100 ms a resumable event stream closed mid-call (server-sse-polling; the
+// SDK client of the other scenarios resumes it too).
 fs.writeFileSync(path.join(dir, "c.yaml"), `host:
   listen: ["unix:${dir}/th.sock", "http://127.0.0.1:0/mcp"]
 mcp:
   max_sessions: 256
   max_sessions_per_user: 256
+  sse_poll: 100ms
   tokens:
     - {user: ${user}, file: ${dir}/token}
 plugins:

@@ -76,6 +76,9 @@ static void test_listen_list(void)
     CU_ASSERT_EQUAL(cfg->mcp.max_connections_per_address, 64);
     CU_ASSERT_EQUAL(cfg->mcp.max_json_depth, 64);
     CU_ASSERT_EQUAL(cfg->mcp.http_threads, 2);
+    CU_ASSERT_EQUAL(cfg->mcp.sse_poll_ms, 0);
+    CU_ASSERT_EQUAL(cfg->mcp.sse_replay_events, 64);
+    CU_ASSERT_EQUAL(cfg->mcp.sse_replay_ms, 60000);
     CU_ASSERT_EQUAL(cfg->mcp.max_json_elements, 100000);
     CU_ASSERT_PTR_NULL(cfg->mcp.tls_priorities);
     CU_ASSERT_FALSE(cfg->mcp.allow_remote);

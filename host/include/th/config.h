@@ -296,6 +296,15 @@ typedef struct th_mcp_cfg {
     uint32_t max_json_elements; /* values in a POST body; 100000        */
     char *tls_priorities;  /* GnuTLS priority string of https:// entries;
                               NULL: TH_HTTP_TLS_PRIORITIES              */
+    uint64_t sse_poll_ms;  /* a POST still unanswered this long becomes a
+                              resumable event stream, whose connection
+                              ends after this long again (the client
+                              resumes with GET + Last-Event-ID); 0: off,
+                              the default                               */
+    uint32_t sse_replay_events; /* events of one resumable stream kept
+                              for replay; default 64                    */
+    uint64_t sse_replay_ms; /* a resumable stream without a connection
+                              waits this long for its client; 60 s     */
     int line, col;
 } th_mcp_cfg;
 
