@@ -60,9 +60,27 @@ int th_test_tcp_connect(unsigned port, int rcvbuf)
     return fd;
 }
 
-/* Sends all of p; false when the peer stopped taking it. */
-static int send_all(int fd, const char *p, size_t n)
+int th_test_tcp_from(unsigned port, int from)
 {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        die("socket");
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(0x7f000000u | (unsigned)from);
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0)
+        die("bind");
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+int th_test_send_all(int fd, const void *buf, size_t n)
+{
+    const char *p = buf;
     while (n > 0) {
         ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
         if (k < 0 && errno == EINTR)
@@ -90,9 +108,9 @@ int th_test_http_send(int fd, const char *method, const char *path,
                      body ? "Content-Type: application/json\r\n" : "", blen);
     if (n < 0 || (size_t)n >= sizeof head)
         return -1;
-    if (send_all(fd, head, (size_t)n) != 0)
+    if (th_test_send_all(fd, head, (size_t)n) != 0)
         return -1;
-    return blen && send_all(fd, body, blen) != 0 ? 1 : 0;
+    return blen && th_test_send_all(fd, body, blen) != 0 ? 1 : 0;
 }
 
 int th_test_http_read(int fd, const char *until, int timeout_ms, char **out)

@@ -19,6 +19,15 @@ unsigned th_test_log_port(const char *log, const char *what);
  * the fd, or -1 when refused. */
 int th_test_tcp_connect(unsigned port, int rcvbuf);
 
+/* A TCP connection to 127.0.0.1:port from 127.0.0.<from> (all of 127/8
+ * is loopback: a per-address budget of one test client is its own); the
+ * fd, or -1 when refused. */
+int th_test_tcp_from(unsigned port, int from);
+
+/* Sends all of p[0..n) (no SIGPIPE, EINTR retried); 0, or -1 when the
+ * peer stopped taking it. */
+int th_test_send_all(int fd, const void *p, size_t n);
+
 /* Sends "METHOD PATH HTTP/1.1" with Host, Connection: close, Accept:
  * application/json, text/event-stream, the extra header lines `hdrs`
  * ("Name: v\r\n"..., may be NULL), Content-Type: application/json when

@@ -33,6 +33,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "common/th_http.h"
 #include "integration/test_rpc_harness.h"
 
 #define TOKEN "limits-token-0123456789abcdef"
@@ -102,37 +103,6 @@ static void ml_free(ml_srv *m)
     unsetenv(TOKEN_ENV);
 }
 
-/* A TCP connection to 127.0.0.1:port from 127.0.0.<from>. */
-static int tcp_from(unsigned port, int from)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        rpc_die("socket");
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    a.sin_addr.s_addr = htonl(0x7f000000u | (unsigned)from);
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0)
-        rpc_die("bind");
-    a.sin_port = htons((uint16_t)port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-static int send_all(int fd, const void *p, size_t n)
-{
-    const char *b = p;
-    while (n) {
-        ssize_t k = send(fd, b, n, MSG_NOSIGNAL);
-        if (k <= 0)
-            return -1;
-        b += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
 
 /* A request: `head_extra` header lines, a body of blen bytes. */
 static int send_req(int fd, const char *method, const char *path,
@@ -147,9 +117,9 @@ static int send_req(int fd, const char *method, const char *path,
                      "Content-Length: %zu\r\n\r\n",
                      method, path, head_extra ? head_extra : "",
                      body ? "Content-Type: application/json\r\n" : "", blen);
-    if (send_all(fd, head, (size_t)n) != 0)
+    if (th_test_send_all(fd, head, (size_t)n) != 0)
         return -1;
-    return blen ? send_all(fd, body, blen) : 0;
+    return blen ? th_test_send_all(fd, body, blen) : 0;
 }
 
 /* Reads until EOF or timeout_ms: the status (0: none), the text in *out
@@ -192,7 +162,7 @@ static int do_req(unsigned port, int from, const char *method,
                   const char *path, const char *hdrs, const char *body,
                   size_t blen, char **out)
 {
-    int fd = tcp_from(port, from);
+    int fd = th_test_tcp_from(port, from);
     if (fd < 0 || send_req(fd, method, path, hdrs, body, blen) != 0) {
         if (fd >= 0)
             close(fd);
@@ -275,7 +245,7 @@ static void test_slowloris(void)
     t.text = "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "
              "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
     for (int i = 0; i < 2 * N_SLOW; i++) {
-        t.fd[i] = tcp_from(i < N_SLOW ? m.port : m.mport, 2);
+        t.fd[i] = th_test_tcp_from(i < N_SLOW ? m.port : m.mport, 2);
         CU_ASSERT_FATAL(t.fd[i] >= 0);
     }
     t.n = 2 * N_SLOW;
@@ -332,14 +302,14 @@ static void test_slow_body(void)
     trickle t;
     memset(&t, 0, sizeof t);
     t.text = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}";
-    t.fd[0] = tcp_from(m.port, 2);
+    t.fd[0] = th_test_tcp_from(m.port, 2);
     CU_ASSERT_FATAL(t.fd[0] >= 0);
     char head[512];
     int n = snprintf(head, sizeof head,
                      "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n" AUTH
                      "Content-Type: application/json\r\n"
                      "Content-Length: 100000\r\n\r\n");
-    CU_ASSERT_FATAL(send_all(t.fd[0], head, (size_t)n) == 0);
+    CU_ASSERT_FATAL(th_test_send_all(t.fd[0], head, (size_t)n) == 0);
     t.n = 1;
     atomic_init(&t.open, 1);
     int64_t t0 = rpc_now_ms();
@@ -354,9 +324,9 @@ static void test_slow_body(void)
     /* One header line that never ends. */
     memset(&t, 0, sizeof t);
     t.text = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
-    t.fd[0] = tcp_from(m.port, 2);
+    t.fd[0] = th_test_tcp_from(m.port, 2);
     CU_ASSERT_FATAL(t.fd[0] >= 0);
-    CU_ASSERT(send_all(t.fd[0], "GET /mcp HTTP/1.1\r\nX-Long: ", 27) == 0);
+    CU_ASSERT(th_test_send_all(t.fd[0], "GET /mcp HTTP/1.1\r\nX-Long: ", 27) == 0);
     t.n = 1;
     atomic_init(&t.open, 1);
     t0 = rpc_now_ms();
@@ -370,9 +340,9 @@ static void test_slow_body(void)
     close(t.fd[0]);
     /* A keep-alive connection: a request answered, then the next head
      * trickled: its deadline runs from the first response. */
-    int fd = tcp_from(m.port, 2);
+    int fd = th_test_tcp_from(m.port, 2);
     CU_ASSERT_FATAL(fd >= 0);
-    CU_ASSERT(send_all(fd, "GET /nothing HTTP/1.1\r\nHost: x\r\n\r\n", 34) == 0);
+    CU_ASSERT(th_test_send_all(fd, "GET /nothing HTTP/1.1\r\nHost: x\r\n\r\n", 34) == 0);
     char buf[512];
     struct pollfd p = {.fd = fd, .events = POLLIN};
     CU_ASSERT(poll(&p, 1, rpc_wait_ms()) == 1 && read(fd, buf, sizeof buf) > 0);
@@ -451,38 +421,38 @@ static void test_edges(void)
     CU_ASSERT_EQUAL(st, 413);
     free(out);
     /* chunked, over max_body without a Content-Length: 413 */
-    int fd = tcp_from(m.port, 2);
+    int fd = th_test_tcp_from(m.port, 2);
     CU_ASSERT_FATAL(fd >= 0);
     static const char chead[] = "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                                 "Connection: close\r\n" AUTH
                                 "Content-Type: application/json\r\n"
                                 "Transfer-Encoding: chunked\r\n\r\n";
-    CU_ASSERT(send_all(fd, chead, sizeof chead - 1) == 0);
+    CU_ASSERT(th_test_send_all(fd, chead, sizeof chead - 1) == 0);
     char chunk[700];
     memset(chunk, ' ', sizeof chunk);
     for (int i = 0; i < 2; i++) {
         char sz[16];
         int k = snprintf(sz, sizeof sz, "%zx\r\n", sizeof chunk);
-        CU_ASSERT(send_all(fd, sz, (size_t)k) == 0);
-        CU_ASSERT(send_all(fd, chunk, sizeof chunk) == 0);
-        CU_ASSERT(send_all(fd, "\r\n", 2) == 0);
+        CU_ASSERT(th_test_send_all(fd, sz, (size_t)k) == 0);
+        CU_ASSERT(th_test_send_all(fd, chunk, sizeof chunk) == 0);
+        CU_ASSERT(th_test_send_all(fd, "\r\n", 2) == 0);
     }
-    (void)send_all(fd, "0\r\n\r\n", 5);
+    (void)th_test_send_all(fd, "0\r\n\r\n", 5);
     st = read_reply(fd, rpc_wait_ms(), &out, NULL);
     close(fd);
     CU_ASSERT_EQUAL(st, 413);
     free(out);
     /* chunked, too deep, in chunks of 10 bytes */
-    fd = tcp_from(m.port, 2);
+    fd = th_test_tcp_from(m.port, 2);
     CU_ASSERT_FATAL(fd >= 0);
-    CU_ASSERT(send_all(fd, chead, sizeof chead - 1) == 0);
+    CU_ASSERT(th_test_send_all(fd, chead, sizeof chead - 1) == 0);
     for (int i = 0; i < 14; i++) {
         char c[32];
         int k = snprintf(c, sizeof c, "a\r\n%s\r\n",
                          i < 7 ? "[[[[[[[[[[" : "]]]]]]]]]]");
-        CU_ASSERT(send_all(fd, c, (size_t)k) == 0);
+        CU_ASSERT(th_test_send_all(fd, c, (size_t)k) == 0);
     }
-    CU_ASSERT(send_all(fd, "0\r\n\r\n", 5) == 0);
+    CU_ASSERT(th_test_send_all(fd, "0\r\n\r\n", 5) == 0);
     st = read_reply(fd, rpc_wait_ms(), &out, NULL);
     close(fd);
     CU_ASSERT_EQUAL(st, 400);
@@ -493,9 +463,9 @@ static void test_edges(void)
     trickle t;
     memset(&t, 0, sizeof t);
     t.text = "1\r\n \r\n";
-    t.fd[0] = tcp_from(m.port, 2);
+    t.fd[0] = th_test_tcp_from(m.port, 2);
     CU_ASSERT_FATAL(t.fd[0] >= 0);
-    CU_ASSERT(send_all(t.fd[0], chead, sizeof chead - 1) == 0);
+    CU_ASSERT(th_test_send_all(t.fd[0], chead, sizeof chead - 1) == 0);
     t.n = 1;
     atomic_init(&t.open, 1);
     int64_t t0 = rpc_now_ms();
@@ -506,7 +476,7 @@ static void test_edges(void)
     close(t.fd[0]);
     /* pipelined: two initializes in one write, both answered in order on
      * the one connection */
-    fd = tcp_from(m.port, 1);
+    fd = th_test_tcp_from(m.port, 1);
     CU_ASSERT_FATAL(fd >= 0);
     char two[2048];
     int k = snprintf(two, sizeof two,
@@ -518,7 +488,7 @@ static void test_edges(void)
                      "Content-Length: %zu\r\n\r\n%s",
                      strlen(INIT_BODY), INIT_BODY, strlen(INIT_BODY),
                      INIT_BODY);
-    CU_ASSERT(send_all(fd, two, (size_t)k) == 0);
+    CU_ASSERT(th_test_send_all(fd, two, (size_t)k) == 0);
     int n = read_responses(fd, 2, &out);
     CU_ASSERT_EQUAL(n, 2);
     const char *second = strstr(out + 9, "HTTP/1.1 ");
@@ -546,13 +516,13 @@ static void test_per_address(void)
                              NULL) == 0);
     int a[3];
     for (int i = 0; i < 3; i++) {
-        a[i] = tcp_from(m.port, 2);
+        a[i] = th_test_tcp_from(m.port, 2);
         CU_ASSERT_FATAL(a[i] >= 0);
-        CU_ASSERT(send_all(a[i], "POST /mcp HTTP/1.1\r\n", 20) == 0);
+        CU_ASSERT(th_test_send_all(a[i], "POST /mcp HTTP/1.1\r\n", 20) == 0);
     }
     /* The fourth from 127.0.0.2 is closed without an answer; the host
      * says so.  (The three are taken in order: accept is FIFO.) */
-    int d = tcp_from(m.port, 2);
+    int d = th_test_tcp_from(m.port, 2);
     CU_ASSERT_FATAL(d >= 0);
     bool eof;
     char *out;
@@ -712,7 +682,7 @@ static void test_nul_header(void)
     char hdrs[256];
     size_t hl = sizeof tok - 1;
     memcpy(hdrs, tok, hl);
-    int fd = tcp_from(m.port, 1);
+    int fd = th_test_tcp_from(m.port, 1);
     CU_ASSERT_FATAL(fd >= 0);
     char head[1024];
     int k = snprintf(head, sizeof head,
@@ -721,9 +691,9 @@ static void test_nul_header(void)
                      "Content-Type: application/json\r\n"
                      "Content-Length: %zu\r\n",
                      strlen(INIT_BODY));
-    CU_ASSERT(send_all(fd, head, (size_t)k) == 0);
-    CU_ASSERT(send_all(fd, hdrs, hl) == 0);
-    CU_ASSERT(send_all(fd, "\r\n" INIT_BODY, 2 + strlen(INIT_BODY)) == 0);
+    CU_ASSERT(th_test_send_all(fd, head, (size_t)k) == 0);
+    CU_ASSERT(th_test_send_all(fd, hdrs, hl) == 0);
+    CU_ASSERT(th_test_send_all(fd, "\r\n" INIT_BODY, 2 + strlen(INIT_BODY)) == 0);
     char *out;
     int st = read_reply(fd, rpc_wait_ms(), &out, NULL);
     close(fd);
@@ -731,13 +701,13 @@ static void test_nul_header(void)
     CU_ASSERT(out && !strcasestr(out, "Mcp-Session-Id"));
     free(out);
     /* A NUL in another header value too. */
-    fd = tcp_from(m.port, 1);
+    fd = th_test_tcp_from(m.port, 1);
     CU_ASSERT_FATAL(fd >= 0);
     static const char other[] = "X-Other: a\0b\r\n";
-    CU_ASSERT(send_all(fd, head, (size_t)k) == 0);
-    CU_ASSERT(send_all(fd, AUTH, strlen(AUTH)) == 0);
-    CU_ASSERT(send_all(fd, other, sizeof other - 1) == 0);
-    CU_ASSERT(send_all(fd, "\r\n" INIT_BODY, 2 + strlen(INIT_BODY)) == 0);
+    CU_ASSERT(th_test_send_all(fd, head, (size_t)k) == 0);
+    CU_ASSERT(th_test_send_all(fd, AUTH, strlen(AUTH)) == 0);
+    CU_ASSERT(th_test_send_all(fd, other, sizeof other - 1) == 0);
+    CU_ASSERT(th_test_send_all(fd, "\r\n" INIT_BODY, 2 + strlen(INIT_BODY)) == 0);
     st = read_reply(fd, rpc_wait_ms(), &out, NULL);
     close(fd);
     CU_ASSERT_EQUAL(st, 400);
@@ -758,9 +728,9 @@ static void test_nul_header(void)
                "\r\n" - 1,
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        fd = tcp_from(m.port, 1);
+        fd = th_test_tcp_from(m.port, 1);
         CU_ASSERT_FATAL(fd >= 0);
-        CU_ASSERT(send_all(fd, bad[i], bad_len[i]) == 0);
+        CU_ASSERT(th_test_send_all(fd, bad[i], bad_len[i]) == 0);
         st = read_reply(fd, rpc_wait_ms(), &out, NULL);
         close(fd);
         if (st != 400 && st != 0)
@@ -780,9 +750,9 @@ static void test_nul_header(void)
         "Connection: close\r\n" AUTH "\r\n",
     };
     for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
-        fd = tcp_from(m.port, 1);
+        fd = th_test_tcp_from(m.port, 1);
         CU_ASSERT_FATAL(fd >= 0);
-        CU_ASSERT(send_all(fd, good[i], strlen(good[i])) == 0);
+        CU_ASSERT(th_test_send_all(fd, good[i], strlen(good[i])) == 0);
         st = read_reply(fd, rpc_wait_ms(), &out, NULL);
         close(fd);
         CU_ASSERT_EQUAL(st, 400);
@@ -805,9 +775,9 @@ static void test_nul_header(void)
             len += 2;
         }
         len += (size_t)snprintf(big + len, cap - len, AUTH "\r\n");
-        fd = tcp_from(m.port, 1);
+        fd = th_test_tcp_from(m.port, 1);
         CU_ASSERT_FATAL(fd >= 0);
-        CU_ASSERT(send_all(fd, big, len) == 0);
+        CU_ASSERT(th_test_send_all(fd, big, len) == 0);
         st = read_reply(fd, rpc_wait_ms(), &out, NULL);
         close(fd);
         CU_ASSERT_EQUAL(st, 400);
@@ -882,9 +852,9 @@ static void test_tls_priorities(void)
     CU_ASSERT_TRUE(s_client(m.port, "-tls1_3", NULL, NULL));
     /* A client that never finishes its handshake: header_timeout (1 s
      * here) closes it. */
-    int fd = tcp_from(m.port, 2);
+    int fd = th_test_tcp_from(m.port, 2);
     CU_ASSERT_FATAL(fd >= 0);
-    CU_ASSERT(send_all(fd, "\x16\x03\x01", 3) == 0);
+    CU_ASSERT(th_test_send_all(fd, "\x16\x03\x01", 3) == 0);
     bool eof;
     int64_t t0 = rpc_now_ms();
     read_reply(fd, rpc_wait_ms(), NULL, &eof);
@@ -920,7 +890,7 @@ static void test_tls_priorities(void)
 static int host_req(unsigned port, const char *host, const char *origin,
                     char **out)
 {
-    int fd = tcp_from(port, 1);
+    int fd = th_test_tcp_from(port, 1);
     if (fd < 0) {
         *out = strdup("");
         return -1;
@@ -935,7 +905,7 @@ static int host_req(unsigned port, const char *host, const char *origin,
                      host, origin ? "Origin: " : "", origin ? origin : "",
                      origin ? "\r\n" : "", strlen(INIT_BODY));
     int st = -1;
-    if (send_all(fd, head, (size_t)k) == 0)
+    if (th_test_send_all(fd, head, (size_t)k) == 0)
         st = read_reply(fd, rpc_wait_ms(), out, NULL);
     else
         *out = strdup("");

@@ -71,36 +71,6 @@ static void mp_free(mp_srv *m)
     unsetenv(TOKEN_ENV);
 }
 
-/* A TCP connection to 127.0.0.1:port from 127.0.0.<from>. */
-static int tcp_from(unsigned port, int from)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        rpc_die("socket");
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    a.sin_addr.s_addr = htonl(0x7f000000u | (unsigned)from);
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0)
-        rpc_die("bind");
-    a.sin_port = htons((uint16_t)port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-static int send_all(int fd, const char *p, size_t n)
-{
-    while (n) {
-        ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
-        if (k <= 0)
-            return -1;
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
 
 /* A request's text: `hdrs` header lines, `body` (NULL: none). */
 static int req_text(char *out, size_t cap, const char *method,
@@ -146,11 +116,11 @@ static char *roundtrip(unsigned port, const char *method, const char *hdrs,
                        const char *body)
 {
     char req[4096];
-    int fd = tcp_from(port, 1);
+    int fd = th_test_tcp_from(port, 1);
     if (fd < 0)
         return strdup("");
     int n = req_text(req, sizeof req, method, hdrs, body, false);
-    char *t = send_all(fd, req, (size_t)n) == 0
+    char *t = th_test_send_all(fd, req, (size_t)n) == 0
                   ? read_until(fd, NULL, rpc_wait_ms())
                   : strdup("");
     close(fd);
@@ -257,24 +227,24 @@ static void test_idle_conns(void)
     static int fd[N_IDLE + N_HEAD + N_SSE];
     int n = 0;
     for (int i = 0; i < N_IDLE; i++)
-        if ((fd[n] = tcp_from(m.port, 2)) >= 0)
+        if ((fd[n] = th_test_tcp_from(m.port, 2)) >= 0)
             n++;
     for (int i = 0; i < N_HEAD; i++) {
-        if ((fd[n] = tcp_from(m.port, 2)) < 0)
+        if ((fd[n] = th_test_tcp_from(m.port, 2)) < 0)
             continue;
         static const char part[] = "POST /mcp HTTP/1.1\r\nHost: 127.0";
-        send_all(fd[n], part, sizeof part - 1);
+        th_test_send_all(fd[n], part, sizeof part - 1);
         n++;
     }
     /* Event streams of the session, each suspended with nothing to say. */
     int n_sse = 0;
     for (int i = 0; i < N_SSE; i++) {
-        int s = tcp_from(m.port, 1);
+        int s = th_test_tcp_from(m.port, 1);
         if (s < 0)
             continue;
         char req[1024];
         int k = req_text(req, sizeof req, "GET", h, NULL, false);
-        send_all(s, req, (size_t)k);
+        th_test_send_all(s, req, (size_t)k);
         char *a = read_until(s, "text/event-stream", rpc_wait_ms());
         if (strstr(a, " 200 ")) {
             fd[n++] = s;
@@ -337,7 +307,7 @@ static void test_hangup_wait(void)
     CU_ASSERT_FATAL(new_session(m.port, h, sizeof h) == 0);
     /* A long call, its client gone while it runs. */
     char req[2048];
-    int fd = tcp_from(m.port, 1);
+    int fd = th_test_tcp_from(m.port, 1);
     CU_ASSERT_FATAL(fd >= 0);
     int k = req_text(req, sizeof req, "POST", h,
                      "{\"jsonrpc\":\"2.0\",\"id\":\"long\",\"method\":"
@@ -345,7 +315,7 @@ static void test_hangup_wait(void)
                      "\"arguments\":{\"text\":\"x\",\"steps\":400,"
                      "\"delay_ms\":50}}}",
                      false);
-    CU_ASSERT(send_all(fd, req, (size_t)k) == 0);
+    CU_ASSERT(th_test_send_all(fd, req, (size_t)k) == 0);
     /* The call runs (host.stats manager.running), its handler's
      * connection suspended; then the client hangs up. */
     CU_ASSERT(rpc_wait_running(&m.rs, 1));
@@ -356,7 +326,7 @@ static void test_hangup_wait(void)
                                   "hung up", rpc_wait_ms()));
     /* Many clients that send a call and close at once. */
     for (int i = 0; i < 200; i++) {
-        int c = tcp_from(m.port, 1);
+        int c = th_test_tcp_from(m.port, 1);
         if (c < 0)
             continue;
         char body[256];
@@ -367,7 +337,7 @@ static void test_hangup_wait(void)
                  100 + i, i % 2 ? "echo" : "echo_async",
                  i % 2 ? "" : ",\"steps\":2,\"delay_ms\":1");
         k = req_text(req, sizeof req, "POST", h, body, i % 3 == 0);
-        send_all(c, req, (size_t)k);
+        th_test_send_all(c, req, (size_t)k);
         if (i % 4 == 0)
             shutdown(c, SHUT_WR);
         close(c);
@@ -404,9 +374,9 @@ static void test_pipelined(void)
                      "\"tools/call\",\"params\":{\"name\":\"echo\","
                      "\"arguments\":{\"text\":\"second\"}}}",
                      false);
-    int fd = tcp_from(m.port, 1);
+    int fd = th_test_tcp_from(m.port, 1);
     CU_ASSERT_FATAL(fd >= 0);
-    CU_ASSERT(send_all(fd, two, (size_t)(a + b)) == 0);
+    CU_ASSERT(th_test_send_all(fd, two, (size_t)(a + b)) == 0);
     char *t = read_until(fd, NULL, rpc_wait_ms());
     close(fd);
     const char *p1 = strstr(t, "first"), *p2 = strstr(t, "second");
@@ -442,10 +412,10 @@ static void test_sse_close_race(void)
                      "\"delay_ms\":1},\"_meta\":{\"progressToken\":%d}}}",
                      id, id);
             id++;
-            fd[i] = tcp_from(m.port, 1);
+            fd[i] = th_test_tcp_from(m.port, 1);
             CU_ASSERT_FATAL(fd[i] >= 0);
             int k = req_text(req, sizeof req, "POST", h, body, false);
-            CU_ASSERT(send_all(fd[i], req, (size_t)k) == 0);
+            CU_ASSERT(th_test_send_all(fd[i], req, (size_t)k) == 0);
         }
         for (int i = 0; i < N_RACE; i++) {
             /* Some leave at the first progress, some before any answer,
