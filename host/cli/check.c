@@ -748,6 +748,7 @@ int cli_check(int argc, char **argv)
             fprintf(stderr, "toolhost: check %s: warning: cannot enter the "
                     "cgroup %s: %s\n", path, th_iso_cage_dir(cage),
                     strerror(cage_err));
+        th_iso_cage_forget(cage); /* the parent's to kill and remove */
         sandbox(path, timeout_s, memory_mb);
         int rc = run_checks(path, fd, config_json, &lo, strict);
         fflush(stdout);

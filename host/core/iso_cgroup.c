@@ -623,6 +623,14 @@ int th_iso_cage_kill_wait(th_iso_cage *c, int64_t ms)
     return c ? th_iso_cg_remove(&c->cg, ms) : 0;
 }
 
+void th_iso_cage_forget(th_iso_cage *c)
+{
+    if (!c)
+        return;
+    th_iso_cg_destroy(&c->cg); /* closes this copy's fds, frees dir */
+    free(c);
+}
+
 void th_iso_cage_close(th_iso_cage *c)
 {
     if (!c)

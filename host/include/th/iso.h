@@ -99,4 +99,9 @@ int th_iso_cage_kill_wait(th_iso_cage *c, int64_t ms);
  * (1 s).  NULL is a no-op. */
 void th_iso_cage_close(th_iso_cage *c);
 
+/* A forked child's copy of the cage, once it has entered it: frees the
+ * memory and the fds of this process's copy and touches nothing else (the
+ * cgroup is its parent's to kill and remove).  NULL is a no-op. */
+void th_iso_cage_forget(th_iso_cage *c);
+
 #endif
