@@ -113,7 +113,7 @@ obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 HOST_OBJ := $(call obj,$(HOST_SRC))
 CORE_OBJ := $(filter $(BUILD)/obj/host/core/%,$(HOST_OBJ))
 CLI_OBJ := $(call obj,$(CLI_SRC)) $(BUILD)/obj/gen/template.o
-TEMPLATE_FILES := $(sort $(wildcard sdk/template/*))
+TEMPLATE_FILES := $(sort $(shell find sdk/template -type f))
 SDK_OBJ := $(call obj,$(SDK_SRC))
 TCOMMON_OBJ := $(call obj,$(TCOMMON_SRC))
 
@@ -174,7 +174,7 @@ $(BUILD)/obj/bench/%.o: bench/%.c
 # The plugin template that `toolhost new` writes, embedded in the binary.
 $(BUILD)/gen/template.c: $(TEMPLATE_FILES) scripts/embed-files
 	@mkdir -p $(dir $@)
-	scripts/embed-files $@ th_plugin_template $(TEMPLATE_FILES)
+	EMBED_ROOT=sdk/template scripts/embed-files $@ th_plugin_template $(TEMPLATE_FILES)
 
 $(BUILD)/obj/gen/template.o: $(BUILD)/gen/template.c
 	@mkdir -p $(dir $@)
@@ -443,7 +443,9 @@ install: $(TOOLHOST) $(LIBSDK) $(LIBTH) $(PLUGIN_SO)
 	install -m 0644 $(MAN1) $(I)/share/man/man1/
 	install -m 0644 $(MAN5) $(I)/share/man/man5/
 	install -m 0644 $(DOC_FILES) $(I)/share/doc/toolhost/
-	install -m 0644 $(TEMPLATE_FILES) $(I)/share/doc/toolhost/template/
+	for f in $(TEMPLATE_FILES); do \
+	  install -D -m 0644 $$f $(I)/share/doc/toolhost/template/$${f#sdk/template/} || exit 1; \
+	done
 	install -m 0644 sdk/toolhost-plugin.map $(I)/share/toolhost/
 	for u in $(UNITS); do \
 	  sed -e 's|/usr/local/bin/toolhost|$(PREFIX)/bin/toolhost|g' $$u \
@@ -463,7 +465,10 @@ uninstall:
 	  $(I)/lib/pkgconfig/toolhost-testing.pc
 	rm -f $(I)/share/man/man1/toolhost.1 $(I)/share/man/man5/toolhost.yaml.5
 	rm -f $(addprefix $(I)/share/doc/toolhost/,$(notdir $(DOC_FILES)))
-	rm -f $(addprefix $(I)/share/doc/toolhost/template/,$(notdir $(TEMPLATE_FILES)))
+	rm -f $(addprefix $(I)/share/doc/toolhost/template/,$(patsubst sdk/template/%,%,$(TEMPLATE_FILES)))
+	for d in $(sort $(filter-out .,$(patsubst sdk/template/%,%,$(dir $(TEMPLATE_FILES))))); do \
+	  rmdir -p --ignore-fail-on-non-empty $(I)/share/doc/toolhost/template/$$d 2>/dev/null || true; \
+	done
 	rm -f $(addprefix $(I)/share/toolhost/systemd/,$(notdir $(UNITS)))
 	rm -f $(I)/share/toolhost/toolhost-plugin.map
 	for d in include/toolhost/host/th include/toolhost/host/front \
