@@ -215,6 +215,10 @@ RUSTC ?= rustc
 HAVE_RUSTC := $(shell command -v $(RUSTC) >/dev/null 2>&1 && echo yes)
 EXAMPLES_SO := $(BUILD)/examples/cxx_stats.so \
 	$(if $(HAVE_RUSTC),$(BUILD)/examples/rust_hello.so)
+# Each SDK beyond C keeps its build rules in sdk/<lang>/sdk.mk: it adds its
+# examples to EXAMPLES_SO (and its tests' needs to SDK_TEST_DEPS).
+SDK_TEST_DEPS :=
+include $(sort $(wildcard sdk/*/sdk.mk))
 examples: $(EXAMPLES_SO)
 
 # The C++ one links with the SDK's version script (sdk/toolhost-plugin.map):
