@@ -778,6 +778,8 @@ bool th_mcall_abort(th_mcall *c, int code, const char *fmt, ...)
     }
     bool won = th_call_answer_error(c, code, msg);
     th_call_perm_settle(c);
+    if (atomic_load(&c->abort_code) != 0)
+        th_mgr_unqueue(c); /* waiting in a queue: its place back now */
     return won;
 }
 

@@ -121,9 +121,10 @@ static void take_slots(th_mcall *c)
     c->has_slots = true;
 }
 
-static void q_push(th_mcall **q, th_mcall *c)
+static void q_push(th_mcall **q, th_mcall *c, th_qwhere w)
 {
     c->qnext = NULL;
+    c->qwhere = (uint8_t)w;
     if (q[1])
         q[1]->qnext = c;
     else
@@ -139,14 +140,42 @@ static th_mcall *q_pop(th_mcall **q)
         if (!q[0])
             q[1] = NULL;
         c->qnext = NULL;
+        c->qwhere = TH_QW_NONE;
     }
     return c;
+}
+
+/* Takes c out of the list q if it is there (a walk from its head). */
+static bool q_unlink(th_mcall **q, th_mcall *c)
+{
+    for (th_mcall *p = q[0], *prev = NULL; p; prev = p, p = p->qnext) {
+        if (p != c)
+            continue;
+        if (prev)
+            prev->qnext = c->qnext;
+        else
+            q[0] = c->qnext;
+        if (q[1] == c)
+            q[1] = prev;
+        c->qnext = NULL;
+        c->qwhere = TH_QW_NONE;
+        return true;
+    }
+    return false;
 }
 
 /* Under m->mu: the next call a worker may run, parking the ones a group
  * holds back.  *async tells which class it came from. */
 static th_mcall *pick_locked(th_mgr *m, bool *async)
 {
+    if (m->dead[0]) {
+        th_mcall *c = q_pop(m->dead);
+        atomic_fetch_sub(&m->nqueued, 1);
+        m->waiting++; /* left `waiting` at th_mgr_unqueue; the worker's
+                         m->waiting-- after a pick is for the others */
+        *async = false;
+        return c;
+    }
     for (;;) {
         th_mcall *s = m->q[0][0];
         th_mcall *a = m->async_running < m->async_cap ? m->q[1][0] : NULL;
@@ -163,7 +192,7 @@ static th_mcall *pick_locked(th_mgr *m, bool *async)
         th_group *g = group_full(c);
         if (!g)
             return c;
-        q_push(g->park[qi], c);
+        q_push(g->park[qi], c, qi ? TH_QW_PARK_ASYNC : TH_QW_PARK_SYNC);
     }
 }
 
@@ -187,8 +216,10 @@ void th_mgr_release(th_host *h, th_mcall *c)
                 continue;
             /* Splice the parked calls back in front of their queue, in
              * order: they are older than anything queued. */
-            for (th_mcall *p = g->park[qi][0]; p; p = p->qnext)
+            for (th_mcall *p = g->park[qi][0]; p; p = p->qnext) {
+                p->qwhere = qi ? TH_QW_ASYNC : TH_QW_SYNC;
                 moved++;
+            }
             g->park[qi][1]->qnext = m->q[qi][0];
             if (!m->q[qi][0])
                 m->q[qi][1] = g->park[qi][1];
@@ -336,13 +367,47 @@ static bool busy_locked(th_mgr *m, char *msg, size_t size)
 static void enqueue_locked(th_mgr *m, th_mcall *c, int qi)
 {
     c->qseq = ++m->qseq;
-    q_push(m->q[qi], c);
+    q_push(m->q[qi], c, qi ? TH_QW_ASYNC : TH_QW_SYNC);
     m->waiting++;
     atomic_fetch_add(&m->nqueued, 1);
     if (m->spinning > m->spin_claimed)
         m->spin_claimed++;
     else if (m->idle)
         pthread_cond_signal(&m->cv);
+}
+
+void th_mgr_unqueue(th_mcall *c)
+{
+    th_mgr *m = &c->h->mgr;
+    pthread_mutex_lock(&m->mu);
+    bool out = false;
+    switch ((th_qwhere)c->qwhere) {
+    case TH_QW_SYNC:
+    case TH_QW_ASYNC:
+        out = q_unlink(m->q[c->qwhere == TH_QW_ASYNC], c);
+        break;
+    case TH_QW_PARK_SYNC:
+    case TH_QW_PARK_ASYNC: {
+        int qi = c->qwhere == TH_QW_PARK_ASYNC;
+        for (int i = 0; i < c->n_groups && !out; i++)
+            out = q_unlink(c->groups[i]->park[qi], c);
+        if (out) /* parked calls are not counted in nqueued */
+            atomic_fetch_add(&m->nqueued, 1);
+        break;
+    }
+    case TH_QW_NONE:
+    case TH_QW_DEAD:
+        break;
+    }
+    if (out) {
+        q_push(m->dead, c, TH_QW_DEAD);
+        m->waiting--; /* its place is free for another call now */
+        if (m->spinning > m->spin_claimed)
+            m->spin_claimed++;
+        else if (m->idle)
+            pthread_cond_signal(&m->cv);
+    }
+    pthread_mutex_unlock(&m->mu);
 }
 
 void th_mgr_prepare(th_mcall *c)
@@ -969,10 +1034,11 @@ static void check_lost(th_host *h, th_mcall *c)
      * call that runs, and get their turn when it ends). */
     th_mcall *drop = NULL;
     if (m->active == 0)
-        for (int qi = 0; qi < 2; qi++)
-            for (th_mcall *x; (x = q_pop(m->q[qi])) != NULL;) {
+        for (int qi = 0; qi < 3; qi++)
+            for (th_mcall *x; (x = q_pop(qi < 2 ? m->q[qi] : m->dead)) != NULL;) {
                 atomic_fetch_sub(&m->nqueued, 1);
-                m->waiting--;
+                if (qi < 2) /* a dead call left `waiting` already */
+                    m->waiting--;
                 x->qnext = drop;
                 drop = x;
             }

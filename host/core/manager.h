@@ -179,6 +179,18 @@ void th_stat_free_shards(th_stat *st);
 
 typedef struct th_mcall th_mcall;
 
+/* Where a call waits for a worker (th_mcall.qwhere, under the manager's
+ * mu): nowhere, its class's queue, a group's park (held by a concurrency
+ * limit), or the dead list (aborted while waiting: a worker only ends it). */
+typedef enum th_qwhere {
+    TH_QW_NONE,
+    TH_QW_SYNC,
+    TH_QW_ASYNC,
+    TH_QW_PARK_SYNC,
+    TH_QW_PARK_ASYNC,
+    TH_QW_DEAD,
+} th_qwhere;
+
 /* What only a call that runs, or is answered, needs (th_mcall.x): its
  * output streams, the tool's meta, a built-in's error, the caller()
  * strings, the tool's name for a tombstone (owner-only), and, under the
@@ -389,6 +401,7 @@ struct th_mcall {
                                    execute() returns */
     uint8_t cslot;              /* its call slot + 1 (th_mgr.cslot), 0:
                                    none; th_call_start clears it */
+    uint8_t qwhere;             /* [mgr] the list it waits in: a th_qwhere */
 
     /* [mu] */
     bool answered;              /* the final answer is decided */
@@ -506,6 +519,12 @@ int th_mgr_own_args(th_mcall *c);
  * meanwhile.  Answers `busy` when the queue is full.  Consumes the
  * caller's reference. */
 void th_mgr_prepare(th_mcall *c);
+/* An aborted call (abort_code set, answered) that still waits in a queue
+ * or a group's park moves to the manager's dead list, so that it gives its
+ * place back now (a full async class or group would hold it there until a
+ * slot freed, counted in `waiting`: `busy` for everyone else); a worker
+ * ends it.  Nothing when it waits nowhere (running, or never queued). */
+void th_mgr_unqueue(th_mcall *c);
 
 /* The host's current config with a reference for the caller (drop it with
  * th_config_unref): what a call, or anything that reads the config after
@@ -587,6 +606,9 @@ typedef struct th_mgr {
     pthread_cond_t cv;          /* workers wait here */
     pthread_cond_t slot_cv;     /* nested inline calls wait for a slot */
     th_mcall *q[2][2];          /* [sync|async][head|tail] */
+    th_mcall *dead[2];          /* [head|tail] aborted while waiting: a
+                                   worker takes them first, whatever the
+                                   async cap and the groups (they only end) */
     uint64_t qseq;
     size_t waiting;             /* queued + parked */
     size_t cap;
