@@ -211,7 +211,9 @@ int th_test_run_argv(char *const argv[], const char *input, int timeout_s,
     append(&out->err, &out->err_len, &ecap, "", 0);
     struct pollfd fds[2] = {{pout[0], POLLIN, 0}, {perr[0], POLLIN, 0}};
     int open_fds = 2;
-    double end = now_s() + timeout_s;
+    /* a deadline for the program to end, scaled like every budget of the
+     * tests (th_test_ms: sanitizers, valgrind, $TH_TEST_SCALE) */
+    double end = now_s() + (double)th_test_ms((unsigned)timeout_s * 1000u) / 1000.0;
     int killed = 0;
     while (open_fds > 0) {
         int left = (int)((end - now_s()) * 1000);

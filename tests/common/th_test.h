@@ -44,7 +44,8 @@ typedef struct th_test_run {
 } th_test_run;
 
 /* Runs argv (argv[0] a path) with `input` on stdin (NULL: empty), waits at
- * most timeout_s seconds (then kills it: status 128+9), captures both
+ * most timeout_s seconds, scaled by th_test_ms() (then kills it: status
+ * 128+9), captures both
  * streams.  When TH_VALGRIND is set in the environment and `wrap` is
  * nonzero, the program runs under that valgrind command line. */
 int th_test_run_argv(char *const argv[], const char *input, int timeout_s,

@@ -18,10 +18,7 @@
 static int sh(const char *script, th_test_run *r)
 {
     char *argv[] = {"/bin/sh", "-c", (char *)script, NULL};
-    /* the packaging run's budget scales as the test's watchdog does
-     * (th_test_timeout(360)): a sanitizer build's make deb and lintian
-     * at load ran past a fixed 330 s */
-    return th_test_run_argv(argv, NULL, (int)(th_test_ms(330 * 1000) / 1000), 0, r);
+    return th_test_run_argv(argv, NULL, 330, 0, r);
 }
 
 static bool have(const char *tool)
