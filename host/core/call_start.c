@@ -723,28 +723,53 @@ static bool rate_refused(th_session *s, th_mcall *c)
     return true;
 }
 
+uint64_t th_call_create(th_call_req *r, th_session *s, const char *tool,
+                         const uint8_t *args, size_t len,
+                         const th_call_opts *opts, th_event_fn fn, void *ud)
+{
+    static const uint8_t empty_map[1] = {0x80};
+    memset(r, 0, sizeof *r);
+    if (!s || !tool || !fn || (!args && len))
+        return 0; /* th_call_submit answers TH_EINVAL */
+    r->s = s;
+    r->tool = tool;
+    r->args = args ? args : empty_map;
+    r->len = args ? len : 1;
+    if (opts)
+        r->opts = *opts;
+    r->fn = fn;
+    r->ud = ud;
+    r->id = atomic_fetch_add(&s->h->next_id, 1);
+    return r->id;
+}
+
 int th_call_start(th_session *s, const char *name, const uint8_t *args,
                   size_t len, const th_call_opts *opts, th_event_fn fn,
                   void *ud, uint64_t *call_id)
 {
-    static const uint8_t empty_map[1] = {0x80};
-    if (!s || !name || !fn || (!args && len))
+    th_call_req r;
+    uint64_t id = th_call_create(&r, s, name, args, len, opts, fn, ud);
+    if (call_id && id)
+        *call_id = id;
+    return th_call_submit(&r);
+}
+
+int th_call_submit(th_call_req *r)
+{
+    if (r->id == 0)
         return TH_EINVAL;
-    if (!args) {
-        args = empty_map;
-        len = 1;
-    }
+    th_session *s = r->s;
+    const char *name = r->tool;
+    const uint8_t *args = r->args;
+    size_t len = r->len;
+    th_event_fn fn = r->fn;
+    void *ud = r->ud;
+    uint64_t id = r->id;
     th_host *h = s->h;
-    th_call_opts o;
-    memset(&o, 0, sizeof o);
-    if (opts)
-        o = *opts;
+    th_call_opts o = r->opts;
     /* an early answer only: stage_record checks again under s->mu */
     if (__atomic_load_n(&s->closing, __ATOMIC_ACQUIRE))
         return TH_ESTATE;
-    uint64_t id = atomic_fetch_add(&h->next_id, 1);
-    if (call_id)
-        *call_id = id;
     /* calls_total: counted by stage_lookup (stats.c, this thread's shard) */
 
     call_plan p; /* stage_lookup fills what it returns 0 with */

@@ -426,8 +426,6 @@ static void timer_remove(th_mcp_session *m)
 
 /* ---- Calls ---------------------------------------------------------------------- */
 
-static __thread mcp_call *tl_starting; /* the call inside th_call_start */
-
 static void call_free(mcp_call *c)
 {
     json_decref(c->id);
@@ -603,15 +601,17 @@ static int front_ask_permission(void *ud, uint64_t call_id, const char *tool,
                                 const char *reason)
 {
     th_mcp_session *m = ud;
+    /* the request the ask belongs to: its call (filed under its id before
+     * th_call_submit), or for a call a tool made, the outermost one */
+    uint64_t root = th_call_origin(m->s, call_id);
     pthread_mutex_lock(&m->mu);
     if (!m->elicitation) {
         pthread_mutex_unlock(&m->mu);
         return -1;
     }
-    mcp_call *c = tl_starting && tl_starting->m == m ? tl_starting
-                                                      : find_call_id(m, call_id);
-    if (c && !c->call_id)
-        c->call_id = call_id;
+    mcp_call *c = find_call_id(m, call_id);
+    if (!c && root && root != call_id)
+        c = find_call_id(m, root);
     mcp_ask *a = calloc(1, sizeof *a);
     if (!a) {
         pthread_mutex_unlock(&m->mu);
@@ -661,28 +661,16 @@ static void front_log_call(void *ud, uint64_t call_id, const char *tool,
     int lv = mcp_level_of_th[level < TOOLHOST_LOG_ERROR   ? TOOLHOST_LOG_ERROR
                              : level > TOOLHOST_LOG_DEBUG ? TOOLHOST_LOG_DEBUG
                                                           : level];
+    /* a line of a call a tool made goes with the request of the outermost */
+    uint64_t root = th_call_origin(m->s, call_id);
     pthread_mutex_lock(&m->mu);
     if (m->log_level < 0 || lv < m->log_level) {
         pthread_mutex_unlock(&m->mu);
         return;
     }
-    mcp_call *c = tl_starting && tl_starting->m == m ? tl_starting
-                                                      : find_call_id(m, call_id);
-    if (!c) {
-        /* A worker logs before th_call_start returned the id: the one
-         * call of that tool still starting is it.  Two such (HTTP
-         * requests in parallel): not related to a request, bounded by
-         * the session's gate. */
-        int n = 0;
-        for (mcp_call *k = m->calls; k; k = k->next)
-            if (!k->call_id && !k->started && strcmp(k->tool, tool) == 0 &&
-                n++ == 0)
-                c = k;
-        if (n != 1)
-            c = NULL;
-    }
-    if (c && !c->call_id)
-        c->call_id = call_id;
+    mcp_call *c = find_call_id(m, call_id);
+    if (!c && root && root != call_id)
+        c = find_call_id(m, root);
     if (c && c->client_cancelled) {
         pthread_mutex_unlock(&m->mu);
         return;
@@ -930,26 +918,27 @@ static void m_tools_call(th_mcp_session *m, const json_t *id,
                        "flight");
         return;
     }
-    c->next = m->calls;
-    m->calls = c;
-    m->inflight++;
     /* This thread serves one client: a short sync call (not a task) may
      * run right here (the core's policy, call_fast.c: declared
      * TOOLHOST_TOOL_SHORT only, host.short_call_max, demotion and
      * back-off). */
     o.short_client = m->run_short && !c->task;
-    pthread_mutex_unlock(&m->mu);
     /* W3C trace context for the audit log: _meta.traceparent, else the
-     * transport's (an HTTP header); both live past th_call_start */
+     * transport's (an HTTP header); both live past th_call_submit */
     const char *tp = json_string_value(json_object_get(
         json_object_get(params, "_meta"), "traceparent"));
     o.traceparent = tp ? tp : m->traceparent;
+    /* filed under its id before it starts: the front ops (ask, log) and
+     * cancels find it by that id from any thread */
+    th_call_req req;
+    c->call_id = th_call_create(&req, m->s, name, mp.data, mp.len, &o,
+                                on_event, c);
+    c->next = m->calls;
+    m->calls = c;
+    m->inflight++;
+    pthread_mutex_unlock(&m->mu);
 
-    uint64_t call_id = 0;
-    tl_starting = c;
-    int rc = th_call_start(m->s, name, mp.data, mp.len, &o, on_event, c,
-                           &call_id);
-    tl_starting = NULL;
+    int rc = th_call_submit(&req);
     th_buf_destroy(&mp);
     pthread_mutex_lock(&m->mu);
     if (rc != 0) {
@@ -965,7 +954,7 @@ static void m_tools_call(th_mcp_session *m, const json_t *id,
                                        "the host is shutting down"));
         return;
     }
-    c->call_id = call_id;
+    uint64_t call_id = c->call_id;
     c->started = true;
     if (!c->task)
         m->deferred = true; /* on_event answers and ends the request */

@@ -25,7 +25,7 @@
  * Toolhost-Start-By is answered `took` at once, or not started when it
  * came too late (handle_request); <prefix>.host.<id>.call.> takes calls
  * addressed to this host alone (on_direct: a caller's retry).
- * Lock order: eps_mu, then mu; start_mu, then mu; kv_mu alone; slow_mu,
+ * Lock order: eps_mu, then mu; kv_mu alone; slow_mu,
  * then eps_mu only tried; sess_mu alone; tasks_mu alone; note_mu alone. */
 #include <errno.h>
 #include <fcntl.h>
@@ -144,7 +144,6 @@ struct th_nats {
     size_t active; /* handlers running */
     size_t calls;  /* calls not yet answered */
     struct nt_call *live_calls; /* those calls, for `ask` answers (under mu) */
-    pthread_mutex_t start_mu; /* held across th_call_start + its id */
     /* slow consumer lines, at most one a second (slow_note) */
     pthread_mutex_t slow_mu;
     struct timespec slow_last;
@@ -169,10 +168,6 @@ struct th_nats {
 
 static int on_ask(void *ud, uint64_t call_id, const char *tool,
                   const uint8_t *args, size_t args_len, const char *reason);
-
-/* The call being started on this thread (th_call_start may ask for
- * permission before it returns the call's id). */
-static _Thread_local struct nt_call *tl_starting;
 
 typedef struct nt_call {
     th_nats *f;
@@ -1095,13 +1090,6 @@ static void handle_request(th_nats *f, nt_ep *ep, natsMsg *msg)
     c->user = user;
     c->can_ask = can_ask;
     clock_gettime(CLOCK_MONOTONIC, &c->t0);
-    pthread_mutex_lock(&f->mu);
-    f->calls++;
-    c->next = f->live_calls;
-    if (c->next)
-        c->next->prev = c;
-    f->live_calls = c;
-    pthread_mutex_unlock(&f->mu);
     const uint8_t *data = (const uint8_t *)natsMsg_GetData(msg);
     size_t len = (size_t)natsMsg_GetDataLength(msg);
     static const uint8_t empty_map = 0x80;
@@ -1109,32 +1097,26 @@ static void handle_request(th_nats *f, nt_ep *ep, natsMsg *msg)
         data = &empty_map;
         len = 1;
     }
-    uint64_t id = 0;
-    /* an ask from a pool worker waits on start_mu until the id is known;
-     * one from this thread finds the call through tl_starting */
     c->s = user_session(f, ep->ts, user);
+    /* the call's id before it starts, and the call in live_calls under
+     * it: an ask (on_ask, from this thread or a pool worker) finds it */
+    th_call_req req;
+    if (c->s)
+        c->id = th_call_create(&req, c->s, ep->tool, data, len, &o,
+                               on_event, c);
+    pthread_mutex_lock(&f->mu);
+    f->calls++;
+    c->next = f->live_calls;
+    if (c->next)
+        c->next->prev = c;
+    f->live_calls = c;
+    pthread_mutex_unlock(&f->mu);
     if (!c->s) {
         publish_error(f, reply, TH_ENOMEM, "out of memory");
         call_end(c);
         goto out;
     }
-    pthread_mutex_lock(&f->start_mu);
-    tl_starting = c;
-    int started = th_call_start(c->s, ep->tool, data, len, &o, on_event,
-                                c, &id);
-    tl_starting = NULL;
-    if (started == 0) {
-        pthread_mutex_lock(&f->mu);
-        /* c may have ended already (a quick call answered inline): reach
-         * it only through the list */
-        for (nt_call *x = f->live_calls; x; x = x->next)
-            if (x == c) { /* at the head, but for a concurrent start */
-                x->id = id;
-                break;
-            }
-        pthread_mutex_unlock(&f->mu);
-    }
-    pthread_mutex_unlock(&f->start_mu);
+    int started = th_call_submit(&req);
     if (started != 0) {
         publish_error(f, reply, TH_EBUSY, "the host is stopping");
         call_end(c);
@@ -1203,20 +1185,10 @@ static int on_ask(void *ud, uint64_t call_id, const char *tool,
 {
     nt_ts *ts = ud;
     th_nats *f = ts->f;
-    nt_call *c = tl_starting;
-    if (c && c->f != f)
-        c = NULL;
-    if (!c) { /* a pool worker: wait until the call's id is known */
-        pthread_mutex_lock(&f->start_mu);
-        pthread_mutex_unlock(&f->start_mu);
-    }
+    nt_call *c;
     pthread_mutex_lock(&f->mu);
-    if (c) {
-        c->id = call_id;
-    } else {
-        for (c = f->live_calls; c && c->id != call_id; c = c->next)
-            ;
-    }
+    for (c = f->live_calls; c && c->id != call_id; c = c->next)
+        ;
     bool can = c && c->can_ask && !c->asking;
     char reply[256] = "", permit[300] = "";
     if (can) {
@@ -2044,7 +2016,6 @@ static void nats_free(th_nats *f)
     free(f->ts);
     pthread_mutex_destroy(&f->mu);
     pthread_mutex_destroy(&f->eps_mu);
-    pthread_mutex_destroy(&f->start_mu);
     pthread_mutex_destroy(&f->slow_mu);
     pthread_mutex_destroy(&f->sess_mu);
     pthread_mutex_destroy(&f->tasks_mu);
@@ -2235,7 +2206,6 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
     f->nc_cfg = &cfg->nats;
     pthread_mutex_init(&f->mu, NULL);
     pthread_mutex_init(&f->eps_mu, NULL);
-    pthread_mutex_init(&f->start_mu, NULL);
     pthread_mutex_init(&f->slow_mu, NULL);
     pthread_mutex_init(&f->sess_mu, NULL);
     pthread_mutex_init(&f->tasks_mu, NULL);

@@ -30,7 +30,11 @@ struct rpc_call {
     uint64_t t0;                /* uv_hrtime() at the request; 0 when the
                                    log level was below info then */
     bool responded;             /* the response was sent */
-    bool done;                  /* answered for good while th_call_start()
+    bool starting;              /* (loop thread only) m_call is inside
+                                   th_call_submit(): a final result that
+                                   comes on the loop meanwhile is answered
+                                   at once (answer_now) */
+    bool done;                  /* answered for good while th_call_submit()
                                    ran on the loop: m_call frees it */
 };
 
@@ -123,6 +127,7 @@ typedef struct rpc_ev {
 
 struct th_rpc_server {
     uv_loop_t loop;
+    pthread_t loop_tid;         /* the thread that runs the loop */
     th_host *host;
     msgpack_unpacked msg;       /* the frame being dispatched; its zone is
                                    cleared after each frame, kept between */
@@ -208,14 +213,10 @@ rpc_call *call_new(th_rpc_server *srv);
 /* Unlinks and frees a call record (keeps it as a spare). */
 void call_free(rpc_call *call);
 #define RPC_SPARE_CALLS 256
-/* The call record `call` is being started by th_call_start() on the loop
- * (NULL after): an event of it that comes on this thread meanwhile is
- * answered at once, without a copy or a trip through the event queue. */
-void call_starting(rpc_call *call);
-/* After th_call_start(): frees a call answered for good while it ran on
+/* After th_call_submit(): frees a call answered for good while it ran on
  * the loop (the core timed it, call_fast.c). */
 void call_started(rpc_call *call);
-/* Any thread: the core's event callback for one call (th_call_start). */
+/* Any thread: the core's event callback for one call (th_call_submit). */
 void on_call_event(const th_event *e, void *ud);
 
 /* ---- rpc_methods.c -------------------------------------------------------- */

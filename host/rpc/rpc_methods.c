@@ -6,12 +6,12 @@
  * rpc_dispatch() for one parsed frame; the core's callbacks that come from
  * other threads (on_call_event and the front ops) live in server.c.
  *
- * Lifetimes.  m_call creates the call record (rpc_call) and hands it to
- * th_call_start with on_call_event; from then on server.c's event handling
- * owns it (freed at its final event or the end of the connection), except
- * when the call was answered for good while th_call_start ran on the loop
- * (the short path, or an error found at once): then m_call frees it
- * through call_started().  A
+ * Lifetimes.  m_call creates the call record (rpc_call), gives it its id
+ * (th_call_create) and hands it to th_call_submit with on_call_event; from
+ * then on server.c's event handling owns it (freed at its final event or
+ * the end of the connection), except when the call was answered for good
+ * while th_call_submit ran on the loop (the short path, or an error found
+ * at once): then m_call frees it through call_started().  A
  * permission.request record (rpc_perm) is freed here when answered, or by
  * server.c with its connection.  Params are parsed into the frame's
  * msgpack objects, which are freed right after rpc_dispatch() returns:
@@ -556,13 +556,15 @@ static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
     srv->calls_total++;
     /* The loop is shared by every client: a tool declared short runs
      * right here (the core's policy, call_fast.c: host.short_call_max,
-     * demotion); its result is answered from inside th_call_start
-     * (call_starting, on_call_event). */
+     * demotion); its result is answered from inside th_call_submit
+     * (`starting`, on_call_event). */
     opts.short_inline = true;
-    call_starting(call);
-    int rc = th_call_start(c->session, name, ap, alen, &opts,
-                           on_call_event, call, &call->call_id);
-    call_starting(NULL);
+    th_call_req req;
+    call->call_id = th_call_create(&req, c->session, name, ap, alen, &opts,
+                                   on_call_event, call);
+    call->starting = true;
+    int rc = th_call_submit(&req);
+    call->starting = false;
     th_buf_destroy(&ab);
     if (rc < 0) {
         send_error(c, msgid, rc, "the call could not start: %s",

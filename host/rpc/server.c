@@ -13,10 +13,10 @@
  * A final result that comes from a worker is packed into its response
  * frame right there (pack_final), so the loop only appends it.  The short
  * path: a tool declared TOOLHOST_TOOL_SHORT runs on the loop itself inside
- * th_call_start() (m_call passes short_inline); its result event then
- * comes on the loop thread while tl_starting names the call, and is
+ * th_call_submit() (m_call passes short_inline); its result event then
+ * comes on the loop thread while the record says `starting`, and is
  * packed into the connection's buffer at once (answer_now) — no copy, no
- * queue; m_call frees the record after th_call_start() returns
+ * queue; m_call frees the record after th_call_submit() returns
  * (call_started).  Which calls run on the loop, their timing against
  * host.short_call_max and demotion are the core's (call_fast.c).
  * With --stdio and stdin a regular file or /dev/null (epoll refuses them),
@@ -591,16 +591,6 @@ static void handle_call_event(th_rpc_server *srv, rpc_ev *ev)
 
 /* ---- The short path --------------------------------------------------------- */
 
-/* The call m_call is starting on this thread (only ever set on the loop
- * thread; thread-local, so a worker's event never mistakes itself for
- * one that came while the loop was inside th_call_start). */
-static _Thread_local rpc_call *tl_starting;
-
-void call_starting(rpc_call *call)
-{
-    tl_starting = call;
-}
-
 /* A msgpack writer into a th_buf with room reserved: a copy, no call. */
 static int pend_write(void *data, const char *buf, size_t len)
 {
@@ -718,7 +708,10 @@ void on_call_event(const th_event *e, void *ud)
 {
     rpc_call *call = ud;
     th_rpc_server *srv = call->conn->srv;
-    if (call == tl_starting && e->kind == TH_EV_RESULT && e->result &&
+    /* on the loop inside m_call's th_call_submit (the loop thread alone
+     * reads `starting`: a worker's event never mistakes itself for one) */
+    if (pthread_equal(pthread_self(), srv->loop_tid) && call->starting &&
+        e->kind == TH_EV_RESULT && e->result &&
         e->result->kind != TH_RESULT_RUNNING) {
         answer_now(call, e->result); /* the loop, inside m_call */
         return;
@@ -2041,6 +2034,7 @@ int th_rpc_serve(th_host *h, const th_rpc_serve_opts *o, th_error *err)
     }
     if (srv->on_ready)
         srv->on_ready(srv, srv->ready_ud);
+    srv->loop_tid = pthread_self();
     uv_run(&srv->loop, UV_RUN_DEFAULT);
     rc = uv_loop_close(&srv->loop);
     if (rc != 0)

@@ -1761,6 +1761,44 @@ static void test_cancel_before_start(void)
     close_all();
 }
 
+/* th_call_create() gives the id and calls nothing - not even for an
+ * unknown tool, whose answer comes from th_call_submit(); the inline short
+ * call's result and an error answer both arrive inside th_call_submit(),
+ * after the front had the id.  A bad request: id 0, submit TH_EINVAL. */
+static void test_create_then_submit(void)
+{
+    open_default(2, 1, 64);
+    rec a, b;
+    rec_init(&a);
+    rec_init(&b);
+    th_buf args = A(1, "text", 's', "hi");
+    th_call_opts o = {.may_block = true};
+    th_call_req ra, rb;
+    uint64_t ida = th_call_create(&ra, S, "t_echo", args.data, args.len, &o,
+                                  rec_cb, &a);
+    uint64_t idb = th_call_create(&rb, S, "no_such_tool", NULL, 0, NULL,
+                                  rec_cb, &b);
+    CU_ASSERT_NOT_EQUAL(ida, 0);
+    CU_ASSERT_NOT_EQUAL(idb, 0);
+    CU_ASSERT_NOT_EQUAL(ida, idb);
+    CU_ASSERT_EQUAL(a.finals + a.running + b.finals + b.running, 0);
+    CU_ASSERT_EQUAL(th_call_submit(&rb), 0);
+    CU_ASSERT_EQUAL(b.finals, 1); /* answered on this thread, in submit */
+    CU_ASSERT_EQUAL(b.final.error, TH_EUNKNOWN_TOOL);
+    CU_ASSERT_EQUAL(th_call_submit(&ra), 0);
+    CU_ASSERT_TRUE(rec_wait(&a, 2000));
+    CU_ASSERT_TRUE(out_is(&a.final, "hi"));
+    th_buf_destroy(&args);
+    th_call_req rc;
+    CU_ASSERT_EQUAL(th_call_create(&rc, S, NULL, NULL, 0, NULL, rec_cb, &a), 0);
+    CU_ASSERT_EQUAL(th_call_submit(&rc), TH_EINVAL);
+    CU_ASSERT_EQUAL(th_call_create(&rc, S, "t_echo", NULL, 5, NULL, rec_cb, &a), 0);
+    CU_ASSERT_EQUAL(th_call_submit(&rc), TH_EINVAL);
+    rec_free(&a);
+    rec_free(&b);
+    close_all();
+}
+
 /* Cancelled calls give their queue places back at once, wherever they
  * wait: async calls behind a full async class (async_workers at its cap)
  * were left in the queue until an async slot freed, counted as waiting, so
@@ -3369,6 +3407,7 @@ void th_suite_manager(void)
     CU_add_test(s, "islot_stress", test_islot_stress);
     CU_add_test(s, "islot_cancelled_then_armed_leaves_heap", test_islot_cancelled_then_armed_leaves_heap);
     CU_add_test(s, "cancel_before_start", test_cancel_before_start);
+    CU_add_test(s, "create_then_submit", test_create_then_submit);
     CU_add_test(s, "cancelled_queued_free_queue", test_cancelled_queued_free_queue);
     CU_add_test(s, "cancelled_parked_free_queue", test_cancelled_parked_free_queue);
     CU_add_test(s, "run_start_vs_answer", test_run_start_vs_answer);

@@ -273,10 +273,40 @@ typedef struct th_event {
 
 typedef void (*th_event_fn)(const th_event *ev, void *ud);
 
-/* Starts a call.  Always returns 0 after assigning *call_id: every outcome,
- * errors included, arrives through fn (possibly before th_call_start
- * returns, on the calling thread).  Returns a negative code only when fn
- * will never be called (out of memory, session closing). */
+/* A call in two steps, for a front: th_call_create() gives the call its
+ * id and calls nothing; the front files its own record of the call under
+ * that id; th_call_submit() starts it, and from then on every outcome,
+ * errors included, arrives through fn - possibly before th_call_submit
+ * returns, on the calling thread, and th_front_ops callbacks for the call
+ * (ask_permission, log_call) may come from any thread: the front's record
+ * is already there to find.  The request lives on the caller's stack;
+ * `tool`, `args` and `opts->traceparent` must stay valid until
+ * th_call_submit returns (the core copies what outlives it). */
+typedef struct th_call_req {
+    th_session *s;
+    const char *tool;
+    const uint8_t *args;
+    size_t len;
+    th_call_opts opts;
+    th_event_fn fn;
+    void *ud;
+    uint64_t id;
+} th_call_req;
+
+/* Fills *r; returns the call's id (never 0), or 0 for a missing session,
+ * tool or fn, or args NULL with a length (th_call_submit then returns
+ * TH_EINVAL).  No event, no callback.  Any thread. */
+uint64_t th_call_create(th_call_req *r, th_session *s, const char *tool,
+                         const uint8_t *args, size_t len,
+                         const th_call_opts *opts, th_event_fn fn, void *ud);
+/* Starts a prepared call.  Returns 0 when fn will be called (exactly one
+ * final answer), or a negative code when it never will (out of memory,
+ * the session closing, an invalid request). */
+int th_call_submit(th_call_req *r);
+
+/* th_call_create() and th_call_submit() in one, for callers that keep no
+ * record the callbacks need to find (the CLI, tests, tools calling tools):
+ * *call_id is assigned before any event. */
 int th_call_start(th_session *s, const char *tool, const uint8_t *args,
                   size_t len, const th_call_opts *opts, th_event_fn fn,
                   void *ud, uint64_t *call_id);
