@@ -42,3 +42,17 @@ install-cxx:
 	install -D -m 0644 sdk/cxx/toolhost.hpp $(DESTDIR)$(PREFIX)/include/toolhost/toolhost.hpp
 uninstall-cxx:
 	rm -f $(DESTDIR)$(PREFIX)/include/toolhost/toolhost.hpp
+
+# A plugin that misbehaves at the SDK's boundary on purpose, for the
+# sdk_cxx suite (tests/integration/test_sdk_cxx.c).
+CXX_SDK_FIXTURES := $(BUILD)/sdk-cxx/cxx_boundary.so
+SDK_TEST_DEPS += $(CXX_SDK_FIXTURES)
+examples: $(CXX_SDK_FIXTURES)
+$(CXX_SDK_FIXTURES): $(BUILD)/sdk-cxx/%.so: sdk/cxx/tests/%.cpp $(CXX_SDK_HPP) \
+		$(LIBSDK) plugin-api/toolhost/plugin.h sdk/toolhost/sdk.h sdk/toolhost-plugin.map
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXX_SDK_FLAGS) -shared -Wl,--no-undefined \
+	  -Wl,--version-script=sdk/toolhost-plugin.map -o $@.tmp $< \
+	  $(LIBSDK) $(shell pkg-config --libs msgpack 2>/dev/null) -lpthread
+	chmod go-w $@.tmp
+	mv -f $@.tmp $@
