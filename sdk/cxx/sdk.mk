@@ -33,15 +33,21 @@ $(CXX_SDK_EXAMPLES): $(BUILD)/examples/%.so: sdk/cxx/examples/%.cpp $(CXX_SDK_HP
 	mv -f $@.tmp $@
 
 # `make install` / `make uninstall` put / remove the header as
-# PREFIX/include/toolhost/toolhost.hpp (hooked here as prerequisites: the
-# header goes before uninstall's recipe removes include/toolhost/).
+# PREFIX/include/toolhost/toolhost.hpp, and the README and examples in
+# PREFIX/share/doc/toolhost/cxx/ (hooked here as prerequisites: they are
+# removed before uninstall's recipe removes the folders left empty).
+CXX_SDK_DOCS := sdk/cxx/README.md $(sort $(wildcard sdk/cxx/examples/*.cpp))
 .PHONY: install-cxx uninstall-cxx
 install: install-cxx
 uninstall: uninstall-cxx
 install-cxx:
 	install -D -m 0644 sdk/cxx/toolhost.hpp $(DESTDIR)$(PREFIX)/include/toolhost/toolhost.hpp
+	install -d $(DESTDIR)$(PREFIX)/share/doc/toolhost/cxx
+	install -m 0644 $(CXX_SDK_DOCS) $(DESTDIR)$(PREFIX)/share/doc/toolhost/cxx/
 uninstall-cxx:
 	rm -f $(DESTDIR)$(PREFIX)/include/toolhost/toolhost.hpp
+	rm -f $(addprefix $(DESTDIR)$(PREFIX)/share/doc/toolhost/cxx/,$(notdir $(CXX_SDK_DOCS)))
+	-rmdir $(DESTDIR)$(PREFIX)/share/doc/toolhost/cxx 2>/dev/null
 
 # A plugin that misbehaves at the SDK's boundary on purpose, for the
 # sdk_cxx suite (tests/integration/test_sdk_cxx.c).

@@ -492,6 +492,7 @@ static void test_template(void)
              "make --no-print-directory -s install SANITIZER='%s' "
              "PREFIX=\"$P\" >/dev/null\n"
              "test -f \"$P/include/toolhost/toolhost.hpp\"\n"
+             "test -f \"$P/share/doc/toolhost/cxx/README.md\"\n"
              "cd '%s'\n"
              "\"$P/bin/toolhost\" new --lang cxx x >/dev/null\n"
              "cd x\n"
@@ -508,6 +509,7 @@ static void test_template(void)
              "make --no-print-directory -s uninstall PREFIX=\"$P\" "
              ">/dev/null 2>&1\n"
              "test ! -e \"$P/include/toolhost/toolhost.hpp\"\n"
+             "test ! -e \"$P/share/doc/toolhost/cxx\"\n"
              "echo template-ok\n",
              dir, TH_SOURCE_DIR, TH_SANITIZER, dir, TH_SOURCE_DIR);
     char *argv[] = {"/bin/sh", "-c", script, NULL};
