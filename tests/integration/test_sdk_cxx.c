@@ -268,9 +268,9 @@ static void test_serve(void)
     CALL(r, addr, "cxx_countdown", "steps=3", "delay_ms=1", "text=go");
     CU_ASSERT_EQUAL(r.status, 0);
     CU_ASSERT_STRING_EQUAL(r.out, "go");
+    /* the first update acknowledges the call: always shown (later ones
+     * may be coalesced when the caller reads slower than they come) */
     CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "progress: 3 to go"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "1 to go"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "100% done"));
     th_test_run_free(&r);
 
     /* a deadline: the caller gives up, and the tool stops (its log line,
@@ -349,8 +349,10 @@ static void test_mcp(void)
         CU_ASSERT_PTR_NOT_NULL(
             strstr(five, "parameter 'width' must be > 0, got -1"));
     }
-    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "\"progressToken\":\"p6\""));
-    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "\"message\":\"2 to go\""));
+    /* progress (updates may be coalesced: at least one arrives) */
+    CU_ASSERT_PTR_NOT_NULL(
+        strstr(r.out, "\"method\":\"notifications/progress\",\"params\":{"
+                      "\"progressToken\":\"p6\""));
     CU_ASSERT_PTR_NOT_NULL(
         strstr(r.out, "\"id\":6,\"result\":{\"content\":[{\"type\":\"text\","
                       "\"text\":\"go\"}],\"isError\":false"));
