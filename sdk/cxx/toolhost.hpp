@@ -44,6 +44,9 @@
 #if __cplusplus < 201703L
 #error "toolhost.hpp needs C++17 (-std=c++17)"
 #endif
+#if !defined(__cpp_exceptions)
+#error "toolhost.hpp needs exceptions (errors are thrown; -fno-exceptions is not supported)"
+#endif
 
 #include <toolhost/sdk.h>
 
