@@ -11,8 +11,9 @@
 //
 // What it gives (sdk/cxx/README.md has the whole tour):
 //   - a declaration style: Plugin, Tool and Param builders (constraints,
-//     defaults, enums, patterns, output schema, flags) turned into the
-//     ABI's tables once, in the entry point TOOLHOST_PLUGIN() defines;
+//     defaults, enums, patterns, output schema, flags, a validate() hook,
+//     the plugin's config keys) turned into the ABI's tables once, in the
+//     entry point TOOLHOST_PLUGIN() defines;
 //   - Call: the arguments (arg<T>(), std::string_view into the host's
 //     bytes, valid until the handler returns), output (out(), err(),
 //     stream-style out() << ...), JSON, progress, cancel checks;
@@ -166,14 +167,17 @@ inline void describe_current(char *buf, size_t cap) noexcept
 
 // Per loaded generation (the state init() stores): the host api and the
 // threads Call::spawn() started, joined in fini().
+class OwnedArgs;
 class Runtime {
   public:
-    explicit Runtime(const toolhost_host_api *h) : host(h) {}
-    ~Runtime() { join_all(); }
+    Runtime(const toolhost_host_api *h, const uint8_t *cfg, size_t len);
+    ~Runtime();
     Runtime(const Runtime &) = delete;
     Runtime &operator=(const Runtime &) = delete;
 
     const toolhost_host_api *host;
+    std::vector<uint8_t> config_bytes; // a copy: init()'s are borrowed
+    std::unique_ptr<OwnedArgs> config;
 
     struct Worker {
         std::thread thread;
@@ -245,6 +249,9 @@ inline std::string quote_json(std::string_view s)
 class Built;
 inline int execute(void *state, const toolhost_tool *tool, toolhost_call *call,
             const uint8_t *args, size_t len) noexcept;
+inline int validate(void *state, const toolhost_tool *tool,
+                    const uint8_t *args, size_t len, char *err,
+                    size_t err_size) noexcept;
 
 } // namespace detail
 
@@ -492,23 +499,22 @@ class Pending : public Output {
     }
 };
 
-// ---- Call: one execute() ----------------------------------------------------------------
+// ---- Args: a msgpack map of arguments (or of config) ------------------------------
 
-// What a handler gets: the arguments (validated by the host against the
-// declared params, defaults filled in) and the call's output.  Lives on
-// execute()'s stack: string_views it hands out point into the host's
-// argument bytes and are valid until the handler returns (copy them into
-// std::string before handing work to another thread).
-class Call : public Output {
+// The validated arguments of a call (Call derives from it), or the
+// arguments validate() checks, or the plugin's config block
+// (Call::config()).  Read-only once built; a string_view it hands out
+// points into the map's bytes (the host's, for a call: valid until the
+// handler returns).
+class Args {
   public:
-    Call(const Call &) = delete;
-    Call &operator=(const Call &) = delete;
-    ~Call() { th_sdk_args_destroy(&args_); }
+    Args(const Args &) = delete;
+    Args &operator=(const Args &) = delete;
 
     // Whether `key` was given (or has a default).
     bool has(const char *key) const { return th_sdk_arg_has(&args_, key); }
 
-    // The argument `key` as T, or ArgError when it is absent or of another
+    // The value of `key` as T, or ArgError when it is absent or of another
     // type.  T: std::string_view, std::string, bool, an integer type
     // (range-checked), double/float, std::vector of std::string_view,
     // std::string, int64_t or double.
@@ -532,13 +538,56 @@ class Call : public Output {
     // The same, nullopt when absent; ArgError when of another type.
     template <class T> std::optional<T> opt(const char *key) const;
 
-    // The raw msgpack value of `key` (valid while the handler runs), or
+    // The raw msgpack value of `key` (valid as long as the map), or
     // nullptr when absent: for objects and anything arg<T> does not read.
     const msgpack_object *raw_arg(const char *key) const
     {
         const msgpack_object *o = nullptr;
         return th_sdk_arg_object(&args_, key, &o) == 0 ? o : nullptr;
     }
+
+  protected:
+    // A map of msgpack bytes that outlive this object.
+    Args(const uint8_t *data, size_t len) noexcept
+    {
+        rc_ = th_sdk_args_init(&args_, data, len);
+    }
+    // execute()'s arguments: the host's decoded view when it has one.
+    Args(const toolhost_call *c, const uint8_t *data, size_t len) noexcept
+    {
+        rc_ = th_sdk_args_init_call(&args_, c, data, len);
+    }
+    ~Args() { th_sdk_args_destroy(&args_); }
+
+    th_sdk_args args_;
+    int rc_ = 0;
+};
+
+namespace detail {
+// An Args the SDK builds (the protected constructors are for it).
+class OwnedArgs : public Args {
+  public:
+    OwnedArgs(const uint8_t *data, size_t len) noexcept : Args(data, len) {}
+    int status() const { return rc_; }
+};
+} // namespace detail
+
+// ---- Call: one execute() ----------------------------------------------------------------
+
+// What a handler gets: the arguments (Args: validated by the host against
+// the declared params, defaults filled in) and the call's output.  Lives
+// on execute()'s stack: string_views it hands out point into the host's
+// argument bytes and are valid until the handler returns (copy them into
+// std::string before handing work to another thread).
+class Call : public Output, public Args {
+  public:
+    Call(const Call &) = delete;
+    Call &operator=(const Call &) = delete;
+
+    // The plugin's config block (Plugin::config() keys, validated by the
+    // host, defaults filled in); empty when it declares none.  Read-only
+    // and shared by every call: valid until the plugin's fini().
+    const Args &config() const;
 
     // Marks the call failed with this reason on stderr; the handler then
     // returns (normally).  Throwing th::Error does the same.
@@ -577,19 +626,31 @@ class Call : public Output {
                                const uint8_t *, size_t) noexcept;
     Call(detail::Runtime *rt, toolhost_call *c, const uint8_t *args,
          size_t len) noexcept
-        : Output(c), rt_(rt)
+        : Output(c), Args(c, args, len), rt_(rt)
     {
-        rc_ = th_sdk_args_init_call(&args_, c, args, len);
     }
 
     detail::Runtime *rt_;
-    th_sdk_args args_;
-    int rc_ = 0;
     bool failed_ = false;
     bool suspended_ = false;
 };
 
-template <class T> std::optional<T> Call::opt(const char *key) const
+namespace detail {
+inline Runtime::Runtime(const toolhost_host_api *h, const uint8_t *cfg,
+                        size_t len)
+    : host(h), config_bytes(cfg, cfg + len)
+{
+    config = std::make_unique<OwnedArgs>(config_bytes.data(),
+                                         config_bytes.size());
+    if (config->status() != 0)
+        throw Error("the config block is not a msgpack map");
+}
+inline Runtime::~Runtime() { join_all(); }
+} // namespace detail
+
+inline const Args &Call::config() const { return *rt_->config; }
+
+template <class T> std::optional<T> Args::opt(const char *key) const
 {
     auto bad = [key](int rc, const char *want) -> ArgError {
         return ArgError(std::string("argument '") + key + "' must be " + want +
@@ -891,6 +952,7 @@ class Param {
 class Tool {
   public:
     using Handler = std::function<void(Call &)>;
+    using Validator = std::function<void(const Args &)>;
 
     Tool(std::string name, std::string description)
         : name_(std::move(name)), description_(std::move(description))
@@ -940,17 +1002,28 @@ class Tool {
         handler_ = std::move(h);
         return *this;
     }
+    // A check of what the parameter table cannot say (plugin.h
+    // validate_args), run before the handler: throw th::Error("what to
+    // change") to refuse the call with that message; return to accept.
+    Tool &validate(Validator v)
+    {
+        validator_ = std::move(v);
+        return *this;
+    }
 
   private:
     friend class detail::Built;
     friend int detail::execute(void *, const toolhost_tool *, toolhost_call *,
                                const uint8_t *, size_t) noexcept;
+    friend int detail::validate(void *, const toolhost_tool *, const uint8_t *,
+                                size_t, char *, size_t) noexcept;
     std::string name_, description_, title_, long_description_,
         output_schema_;
     std::vector<Param> params_;
     Sem stdout_type_ = Sem::Text, stderr_type_ = Sem::Error;
     uint32_t flags_ = 0;
     Handler handler_;
+    Validator validator_;
 };
 
 // The plugin: name, version, description, its tools, plugin flags.
@@ -972,11 +1045,20 @@ class Plugin {
         flags_ = f;
         return *this;
     }
+    // A key of the plugin's config block (the `config:` of its entry in
+    // toolhost.yaml), declared like a parameter; the host validates the
+    // block before init().  Handlers read it with call.config().
+    Plugin &config(Param p)
+    {
+        config_.push_back(std::move(p));
+        return *this;
+    }
 
   private:
     friend class detail::Built;
     std::string name_, version_, description_;
     std::vector<Tool> tools_;
+    std::vector<Param> config_;
     uint64_t flags_ = 0;
 };
 
@@ -1010,11 +1092,30 @@ inline int execute(void *state, const toolhost_tool *tool, toolhost_call *call,
     return c.failed_ ? TOOLHOST_FAILED : TOOLHOST_OK;
 }
 
-inline int init(const toolhost_host_api *host, const uint8_t *, size_t,
-                void **state, char *err, size_t err_size) noexcept
+inline int validate(void *, const toolhost_tool *tool, const uint8_t *args,
+                    size_t len, char *err, size_t err_size) noexcept
+{
+    const Tool *t = static_cast<const Tool *>(tool->user_data);
+    OwnedArgs a(args, len);
+    if (a.status() != 0) {
+        std::snprintf(err, err_size, "the arguments are not a msgpack map");
+        return 1;
+    }
+    try {
+        t->validator_(a);
+        return 0;
+    } catch (...) {
+        describe_current(err, err_size);
+        return 1;
+    }
+}
+
+inline int init(const toolhost_host_api *host, const uint8_t *config,
+                size_t config_len, void **state, char *err,
+                size_t err_size) noexcept
 {
     try {
-        *state = new Runtime(host);
+        *state = new Runtime(host, config, config_len);
         return 0;
     } catch (...) {
         describe_current(err, err_size);
@@ -1058,6 +1159,42 @@ class Built {
     }
 
   private:
+    // The ABI rows of `ps` into `out`, enum lists into `enums`.
+    static void fill(const std::vector<Param> &ps,
+                     std::vector<toolhost_param> &out,
+                     std::vector<std::vector<const char *>> &enums)
+    {
+        out.resize(ps.size());
+        enums.resize(ps.size());
+        for (size_t k = 0; k < ps.size(); k++) {
+            const Param &a = ps[k];
+            toolhost_param &d = out[k];
+            d = toolhost_param{};
+            d.struct_size = sizeof d;
+            d.name = a.name_.c_str();
+            d.type = a.type_;
+            d.required = a.required_;
+            d.description = a.description_.c_str();
+            if (!a.enum_.empty()) {
+                for (const std::string &v : a.enum_)
+                    enums[k].push_back(v.c_str());
+                enums[k].push_back(nullptr);
+                d.enum_values = enums[k].data();
+            }
+            d.default_json = cstr_or_null(a.default_);
+            d.item_type = a.item_type_;
+            d.minimum = a.minimum_;
+            d.maximum = a.maximum_;
+            d.bounds = a.bounds_;
+            d.min_length = a.min_length_;
+            d.max_length = a.max_length_;
+            d.min_items = a.min_items_;
+            d.max_items = a.max_items_;
+            d.pattern = a.has_pattern_ ? a.pattern_.c_str() : nullptr;
+            d.schema_json = cstr_or_null(a.schema_);
+        }
+    }
+
     void build()
     {
         Plugin &p = *p_;
@@ -1067,36 +1204,7 @@ class Built {
         for (size_t i = 0; i < p.tools_.size(); i++) {
             Tool &t = p.tools_[i];
             std::vector<toolhost_param> &ps = params_[i];
-            std::vector<std::vector<const char *>> &es = enums_[i];
-            ps.resize(t.params_.size());
-            es.resize(t.params_.size());
-            for (size_t k = 0; k < t.params_.size(); k++) {
-                const Param &a = t.params_[k];
-                toolhost_param &d = ps[k];
-                d = toolhost_param{};
-                d.struct_size = sizeof d;
-                d.name = a.name_.c_str();
-                d.type = a.type_;
-                d.required = a.required_;
-                d.description = a.description_.c_str();
-                if (!a.enum_.empty()) {
-                    for (const std::string &v : a.enum_)
-                        es[k].push_back(v.c_str());
-                    es[k].push_back(nullptr);
-                    d.enum_values = es[k].data();
-                }
-                d.default_json = cstr_or_null(a.default_);
-                d.item_type = a.item_type_;
-                d.minimum = a.minimum_;
-                d.maximum = a.maximum_;
-                d.bounds = a.bounds_;
-                d.min_length = a.min_length_;
-                d.max_length = a.max_length_;
-                d.min_items = a.min_items_;
-                d.max_items = a.max_items_;
-                d.pattern = a.has_pattern_ ? a.pattern_.c_str() : nullptr;
-                d.schema_json = cstr_or_null(a.schema_);
-            }
+            fill(t.params_, ps, enums_[i]);
             toolhost_tool &d = tools_[i];
             d = toolhost_tool{};
             d.struct_size = sizeof d;
@@ -1109,6 +1217,7 @@ class Built {
             d.stderr_type = static_cast<uint32_t>(t.stderr_type_);
             d.flags = t.flags_;
             d.execute = t.handler_ ? &detail::execute : nullptr;
+            d.validate_args = t.validator_ ? &detail::validate : nullptr;
             d.user_data = &t;
             d.title = cstr_or_null(t.title_);
             d.output_schema = cstr_or_null(t.output_schema_);
@@ -1125,12 +1234,17 @@ class Built {
         plugin_.tools = tools_.empty() ? nullptr : tools_.data();
         plugin_.n_tools = static_cast<uint32_t>(tools_.size());
         plugin_.flags = p.flags_;
+        fill(p.config_, config_, config_enums_);
+        plugin_.config_params = config_.empty() ? nullptr : config_.data();
+        plugin_.n_config_params = static_cast<uint32_t>(config_.size());
     }
 
     std::optional<Plugin> p_;
     std::vector<std::vector<toolhost_param>> params_;
     std::vector<std::vector<std::vector<const char *>>> enums_;
     std::vector<toolhost_tool> tools_;
+    std::vector<toolhost_param> config_;
+    std::vector<std::vector<const char *>> config_enums_;
     toolhost_plugin plugin_{};
     bool ok_ = true;
 };

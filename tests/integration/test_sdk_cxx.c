@@ -454,6 +454,9 @@ static void test_boundary(void)
          "argument 'text' must be an integer that fits (wrong type)\n"},
         {"cxx_boundary_missing", 1, "", "missing argument 'absent'\n"},
         {"cxx_boundary_stream", 0, "t 42 -7 2.5 true", NULL},
+        /* the config block's default, read by a handler */
+        {"cxx_boundary_config", 0, "hi", NULL},
+        {"cxx_boundary_validate", 0, "valid", NULL},
     };
     const char *so = th_test_build_path("sdk-cxx/cxx_boundary.so");
     char path[4200];
@@ -471,6 +474,46 @@ static void test_boundary(void)
         CU_ASSERT(ok);
         th_test_run_free(&r);
     }
+    /* validate(): a th::Error is the caller's message, anything else an
+     * internal error; both refuse the call before the handler runs */
+    static const struct {
+        const char *text, *msg;
+    } refused[] = {{"text=bad", "text must not be 'bad'"},
+                   {"text=worse", "internal error: boom"}};
+    for (size_t i = 0; i < 2; i++) {
+        th_test_run v;
+        CU_ASSERT_EQUAL_FATAL(th_test_toolhost(&v, "call", path,
+                                               "cxx_boundary_validate",
+                                               refused[i].text, NULL),
+                              0);
+        CU_ASSERT_EQUAL(v.status, 2);
+        CU_ASSERT_STRING_EQUAL(v.out, "");
+        if (!strstr(v.err, refused[i].msg))
+            fprintf(stderr, "\n  validate %s: %s\n", refused[i].text, v.err);
+        CU_ASSERT_PTR_NOT_NULL(strstr(v.err, refused[i].msg));
+        th_test_run_free(&v);
+    }
+    /* a config block from toolhost.yaml reaches call.config() */
+    char *dir = th_test_tmpdir();
+    char yaml[4600];
+    snprintf(yaml, sizeof yaml,
+             "plugins:\n"
+             "  - name: cxx_boundary\n"
+             "    path: %s\n"
+             "    config:\n"
+             "      greeting: hey\n",
+             path);
+    char *cfg = th_test_write_file(dir, "c.yaml", yaml, (size_t)-1);
+    th_test_run c;
+    CU_ASSERT_EQUAL_FATAL(th_test_toolhost(&c, "call", "-c", cfg,
+                                           "cxx_boundary_config", NULL),
+                          0);
+    CU_ASSERT_EQUAL(c.status, 0);
+    CU_ASSERT_STRING_EQUAL(c.out, "hey");
+    th_test_run_free(&c);
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
     /* the logged refusals */
     th_test_run r;
     CU_ASSERT_EQUAL_FATAL(

@@ -2,7 +2,8 @@
 // tools that misbehave at the C++ SDK's boundary on purpose (exceptions of
 // every kind, a Pending never completed, a handle used after completion,
 // arguments read as the wrong type), each turned into a tool error with
-// its reason on stderr, never an exception into the host.
+// its reason on stderr, never an exception into the host; and the config
+// block and validate() hooks.
 #include <stdexcept>
 #include <string>
 
@@ -24,6 +25,21 @@ th::Tool tool(const char *name, th::Tool::Handler h, uint32_t flags = 0)
 
 TOOLHOST_PLUGIN(
     th::Plugin("cxx_boundary", "1.0.0", "The C++ SDK's boundary, tested.")
+        .config(th::Param::string("greeting", "What cxx_boundary_config says.")
+                    .default_value("hi"))
+        .tool(tool("cxx_boundary_config",
+                   [](th::Call &call) {
+                       call.out(call.config().arg<std::string_view>(
+                           "greeting"));
+                   }))
+        .tool(tool("cxx_boundary_validate",
+                   [](th::Call &call) { call.out("valid"); })
+                  .validate([](const th::Args &a) {
+                      if (a.arg<std::string_view>("text") == "bad")
+                          throw th::Error("text must not be 'bad'");
+                      if (a.arg<std::string_view>("text") == "worse")
+                          throw std::runtime_error("boom");
+                  }))
         .tool(tool("cxx_boundary_error",
                    [](th::Call &) { throw th::Error("no such thing: x"); }))
         .tool(tool("cxx_boundary_std",
