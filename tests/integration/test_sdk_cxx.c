@@ -427,6 +427,7 @@ static void test_mcp_cancel(void)
 static void test_boundary(void)
 {
     NEED("sdk-cxx/cxx_boundary.so");
+    th_test_timeout(120); /* 16 processes: a minute under valgrind */
     static const struct {
         const char *tool;
         int status;
