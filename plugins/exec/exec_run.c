@@ -314,8 +314,8 @@ static void keeper_sweep(pid_t cmd, int *cmd_st, bool *cmd_done)
 static void keeper_main(const exec_tool *x, char **argv, char **envp,
                         int out_w, int err_w, int err_fd, int st_w, int ctl_r)
 {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0); /* all five: it is variadic */
+    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     setsid(); /* a session and group of its own: no terminal */
     /* the signals meant for the command's group are not for the keeper */
     struct sigaction ign;
@@ -373,6 +373,10 @@ static void keeper_main(const exec_tool *x, char **argv, char **envp,
     _exit(0);
 }
 
+/* In a keeper only: its copy of the call's cage, kept reachable (a leak
+ * checker looks at the keeper's exit too); the parent closes the cage. */
+static toolhost_cage *volatile g_keeper_cage;
+
 static int spawn(const exec_tool *x, char **argv, char **envp, child *c,
                  const toolhost_host_api *host, toolhost_cage *cage,
                  int *cage_err, char *err, size_t es)
@@ -395,6 +399,7 @@ static int spawn(const exec_tool *x, char **argv, char **envp, child *c,
     pid_t k = fork();
     if (k == 0) {
         /* into the call's cgroup before anything else (async-signal-safe) */
+        g_keeper_cage = cage;
         if (cage && th_sdk_cage_enter(host, cage) != 0) {
             spawn_err e = {4, errno};
             write_all(ep[1], &e, sizeof e);
