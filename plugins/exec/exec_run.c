@@ -468,6 +468,7 @@ static bool keeper_gone_within(pid_t pid, int64_t ms)
     int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
     int64_t end = now_ms() + ms;
     bool gone = false;
+    int nap = 1; /* without a pidfd: 1, 2, 4, 8, then 10 ms */
     for (;;) {
         siginfo_t si;
         memset(&si, 0, sizeof si);
@@ -483,7 +484,8 @@ static bool keeper_gone_within(pid_t pid, int64_t ms)
             struct pollfd p = {.fd = pfd, .events = POLLIN};
             poll(&p, 1, (int)(left < 100 ? left : 100));
         } else {
-            poll(NULL, 0, left < 10 ? (int)left : 10);
+            poll(NULL, 0, left < nap ? (int)left : nap);
+            nap = nap < 8 ? nap * 2 : 10;
         }
     }
     if (pfd >= 0)
