@@ -163,6 +163,11 @@ $(BUILD)/obj/tests/fixtures/abi10_%.o: tests/fixtures/abi10_%.c tests/abi10/tool
 	@mkdir -p $(dir $@)
 	$(CC) -Itests/abi10 $(CFLAGS_PLUGIN) -MMD -MP -c $< -o $@
 
+# A fixture of the ABI 1.2 era: built against the frozen 1.2 header.
+$(BUILD)/obj/tests/fixtures/abi12f_%.o: tests/fixtures/abi12f_%.c tests/abi12/toolhost/plugin.h
+	@mkdir -p $(dir $@)
+	$(CC) -Itests/abi12 $(CFLAGS_PLUGIN) -MMD -MP -c $< -o $@
+
 $(BUILD)/obj/tests/%.o: tests/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(TEST_DEFS) -MMD -MP -c $< -o $@

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "dl_guard.h"
+#include "th/iso.h"
 #include "th/jschema.h"
 #include "th/log.h"
 #include "th/tool.h"
@@ -204,6 +205,7 @@ void th_host_api_fill(toolhost_host_api *api)
     api->log_call = api_log_call;
     api->on_cancel = api_on_cancel;
     api->cancel_fd = api_cancel_fd;
+    th_iso_cage_api_fill(api); /* ABI 1.3: iso_cage_api.c */
 }
 
 th_plugin *th_plugin_from_api(const toolhost_host_api *api)

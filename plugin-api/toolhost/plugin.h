@@ -1,4 +1,4 @@
-/* toolhost/plugin.h - the toolhost plugin ABI, version 1.2.
+/* toolhost/plugin.h - the toolhost plugin ABI, version 1.3.
  *
  * This header is the whole contract between the toolhost host process and a
  * tool plugin (a shared object).  If a type, constant or function does not
@@ -115,7 +115,7 @@ extern "C" {
 #endif
 
 #define TOOLHOST_ABI_MAJOR 1
-#define TOOLHOST_ABI_MINOR 2
+#define TOOLHOST_ABI_MINOR 3
 
 /* Whether the struct at `p` (with its struct_size) holds `member` of `type`. */
 #define TOOLHOST_HAS_MEMBER(type, p, member)                                  \
@@ -250,6 +250,11 @@ typedef enum toolhost_semantic {
 
 struct toolhost_host_api;
 struct toolhost_tool;
+
+/* A cage (ABI 1.3): a cgroup the host made for a process tree the plugin
+ * starts itself (toolhost_host_api.cage_open).  Opaque: owned by the
+ * host, handled by the plugin only through the cage_* callbacks. */
+typedef struct toolhost_cage toolhost_cage;
 
 /* One call of a tool.  The host allocates it; the members below are public
  * and read-only for the plugin; host-private data follows them.  A plugin
@@ -421,6 +426,75 @@ typedef struct toolhost_host_api {
      * by the host (do not close or read it), valid until the call ends.
      * Returns the fd or a negative code. */
     int (*cancel_fd)(toolhost_call *call);
+
+    /* ---- ABI 1.3 (check with TH_SDK_HOST_HAS before use) ---- */
+
+    /* Cages: a cgroup for the processes a plugin starts itself (a command,
+     * a helper), made by the host in its own cgroup subtree, so that the
+     * whole tree can be killed at once whatever it does: a process that
+     * makes a session of its own, double-forks, or kills its parent stays
+     * in the cage, and so does everything it starts.  Without a cage the
+     * plugin contains its children itself (a subreaper, a process group).
+     *
+     * Order: cage_open; fork(); cage_enter in the child, first thing;
+     * cage_placed in the parent once the children are forked; when they
+     * are done (or the call is cancelled or past its deadline) cage_kill;
+     * cage_close.  One cage is for one tree: open one per call (or per
+     * batch of children that end together); the host names and removes
+     * it.  The plugin owns the cage from cage_open to cage_close and MUST
+     * close every cage before fini() returns.  A NULL member (a host
+     * older than 1.3) means "no cages": use TH_SDK_HOST_HAS. */
+
+    /* Any.  Opens a cage: a new, empty cgroup below the host's own
+     * (<host cgroup>/toolhost-<pid>/<plugin>.<label>.<n>; `label` may be
+     * NULL, characters other than [A-Za-z0-9_-] become '_').
+     * `memory_max`: the cgroup's memory.max in bytes where the host has
+     * the memory controller for its subtree, 0 for none.  Returns the
+     * cage, or NULL with a one-line reason in `why` (NUL-terminated, at
+     * most why_size bytes) when the host has no cage to give: cgroups
+     * off ($TOOLHOST_CGROUP=off), no cgroup2 hierarchy, a host that may
+     * not make cgroups (not root and no delegated subtree), or a plugin
+     * running in an isolated worker or under `toolhost check` (the
+     * worker's or check's own cgroup already holds whatever the plugin
+     * starts).  NULL is an answer, not an error: go on with the
+     * plugin's own containment.  Logs nothing; say which applied. */
+    toolhost_cage *(*cage_open)(const struct toolhost_host_api *host,
+                                const char *label, uint64_t memory_max,
+                                char *why, size_t why_size);
+
+    /* Async-signal-safe: in a child the plugin forked, right after
+     * fork() and before it runs anything else (before execve, before the
+     * child forks).  Moves the calling process into the cage (one
+     * write(2) to a file the host opened in cage_open()), then, where
+     * the process may (CAP_SYS_ADMIN), puts it in a cgroup namespace
+     * rooted at the cage (it and its descendants see the cage as "/").
+     * Everything the child starts afterwards is in the cage too.
+     * Returns 0; TOOLHOST_EINVAL for a NULL cage; TOOLHOST_ESTATE when
+     * the move failed or cage_placed() came first (errno says why): the
+     * child is then where it was.  The descriptors the host opened for
+     * this are close-on-exec; a child that closes every descriptor
+     * before execve (close_range) MUST call cage_enter first. */
+    int (*cage_enter)(const toolhost_cage *cage);
+
+    /* Any, in the parent once every child meant for the cage is forked
+     * (whether it entered or not): closes the descriptors cage_enter()
+     * needs.  Optional: cage_kill() and cage_close() close them too. */
+    void (*cage_placed)(toolhost_cage *cage);
+
+    /* Any (it waits: not from a front's thread, not in an on_cancel()
+     * hook).  Kills every process in the cage and in the cgroups made
+     * inside it (cgroup.kill, which also takes what forks meanwhile;
+     * before Linux 5.14 freeze and SIGKILL to each), waits until it is
+     * empty (at most `timeout_ms`) and removes it.  Reaps nothing: the
+     * plugin still waits for its own children.  Returns 0, or
+     * TOOLHOST_ESTATE when it could not be emptied or removed in time
+     * (the host logs it, and tries again at cage_close() and at its
+     * exit). */
+    int (*cage_kill)(toolhost_cage *cage, int64_t timeout_ms);
+
+    /* Any.  Frees the cage; one not killed and removed yet is killed and
+     * removed first (waiting at most 1 s).  NULL is a no-op. */
+    void (*cage_close)(toolhost_cage *cage);
 } toolhost_host_api;
 
 /* ---- What the plugin declares ------------------------------------------ */

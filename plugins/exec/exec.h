@@ -45,7 +45,13 @@ typedef struct exec_state {
     toolhost_param **params; /* per tool */
     const toolhost_host_api *host;
     char *path_env;      /* "PATH=..." for every child */
+    /* Which containment the last call had (EXEC_CONTAIN_*), to log each
+     * change once; read and written with __atomic by concurrent calls. */
+    int contain;
 } exec_state;
+
+#define EXEC_CONTAIN_CGROUP 1 /* the host's cage (ABI 1.3) and the keeper */
+#define EXEC_CONTAIN_KEEPER 2 /* the keeper alone */
 
 /* init()'s config parsing, in exec_config.c.  0, or nonzero with a message
  * in err naming the tool and the key. */

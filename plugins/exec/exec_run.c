@@ -14,6 +14,17 @@
  * is left, reaps them, and exits.  A call leaves no process behind, even
  * one that left the process group.
  *
+ * Where the host gives cages (ABI 1.3, toolhost_host_api.cage_open: a
+ * cgroup of the host's subtree per call) the keeper enters the call's
+ * cage first thing after fork(), so the command and everything it starts
+ * are in that cgroup whatever they do, including killing the keeper
+ * (whose orphans would otherwise go to init and outlive the call).  When
+ * the keeper is done the host kills the cage whole (cgroup.kill), waits
+ * until it is empty and removes it, before the call answers.  Without a
+ * cage (an older host, cgroups off or unavailable, an isolated worker
+ * whose own cgroup holds the command) the keeper alone contains the tree;
+ * the log says which applies each time it changes.
+ *
  * The keeper runs only system calls between fork() and its _exit() (the
  * host has threads).  It reports the command's wait status on a pipe; the
  * plugin closes the control pipe to say "end everything now".  The pipes
@@ -47,6 +58,8 @@ extern char **environ;
 #define POLL_MS 20
 #define DRAIN_MS 200
 #define CHUNK 65536
+#define CAGE_KILL_MS 5000 /* the cage empty and removed within this */
+#define KEEPER_END_MS 2000 /* the keeper's sweep ends within this */
 
 static int64_t now_ms(void)
 {
@@ -186,7 +199,8 @@ typedef struct child {
 
 /* What the command's process says when it cannot run (before exec). */
 typedef struct spawn_err {
-    int stage; /* 1: chdir, 2: exec, 3: fork */
+    int stage; /* 1: chdir, 2: exec, 3: fork; 4: the keeper could not
+                  enter the cage (not fatal: it goes on without) */
     int err;
 } spawn_err;
 
@@ -300,8 +314,8 @@ static void keeper_sweep(pid_t cmd, int *cmd_st, bool *cmd_done)
 static void keeper_main(const exec_tool *x, char **argv, char **envp,
                         int out_w, int err_w, int err_fd, int st_w, int ctl_r)
 {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0); /* all five: it is variadic */
+    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     setsid(); /* a session and group of its own: no terminal */
     /* the signals meant for the command's group are not for the keeper */
     struct sigaction ign;
@@ -359,8 +373,13 @@ static void keeper_main(const exec_tool *x, char **argv, char **envp,
     _exit(0);
 }
 
+/* In a keeper only: its copy of the call's cage, kept reachable (a leak
+ * checker looks at the keeper's exit too); the parent closes the cage. */
+static toolhost_cage *volatile g_keeper_cage;
+
 static int spawn(const exec_tool *x, char **argv, char **envp, child *c,
-                 char *err, size_t es)
+                 const toolhost_host_api *host, toolhost_cage *cage,
+                 int *cage_err, char *err, size_t es)
 {
     int out[2] = {-1, -1}, er[2] = {-1, -1}, ep[2] = {-1, -1},
         sp[2] = {-1, -1}, cp[2] = {-1, -1};
@@ -378,8 +397,16 @@ static int spawn(const exec_tool *x, char **argv, char **envp, child *c,
         goto fail;
     }
     pid_t k = fork();
-    if (k == 0)
+    if (k == 0) {
+        /* into the call's cgroup before anything else (async-signal-safe) */
+        g_keeper_cage = cage;
+        if (cage && th_sdk_cage_enter(host, cage) != 0) {
+            spawn_err e = {4, errno};
+            write_all(ep[1], &e, sizeof e);
+        }
         keeper_main(x, argv, envp, out[1], er[1], ep[1], sp[1], cp[0]);
+    }
+    th_sdk_cage_placed(host, cage);
     if (k < 0) {
         snprintf(err, es, "cannot fork: %s", strerror(errno));
         goto fail;
@@ -403,9 +430,14 @@ static int spawn(const exec_tool *x, char **argv, char **envp, child *c,
      * a record: it could not */
     spawn_err e;
     ssize_t r;
-    do
-        r = read(ep[0], &e, sizeof e);
-    while (r < 0 && errno == EINTR);
+    for (;;) {
+        do
+            r = read(ep[0], &e, sizeof e);
+        while (r < 0 && errno == EINTR);
+        if (r != (ssize_t)sizeof e || e.stage != 4)
+            break;
+        *cage_err = e.err ? e.err : EIO; /* and read on: EOF or a failure */
+    }
     close(ep[0]);
     ep[0] = -1;
     if (r == (ssize_t)sizeof e) {
@@ -429,15 +461,61 @@ fail:
     return -1;
 }
 
+/* Waits at most `ms` for the keeper to exit (a pidfd where the kernel
+ * has them, else short polls); true when it has (not reaped yet). */
+static bool keeper_gone_within(pid_t pid, int64_t ms)
+{
+    int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    int64_t end = now_ms() + ms;
+    bool gone = false;
+    int nap = 1; /* without a pidfd: 1, 2, 4, 8, then 10 ms */
+    for (;;) {
+        siginfo_t si;
+        memset(&si, 0, sizeof si);
+        if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+            si.si_pid == pid) {
+            gone = true;
+            break;
+        }
+        int64_t left = end - now_ms();
+        if (left <= 0)
+            break;
+        if (pfd >= 0) {
+            struct pollfd p = {.fd = pfd, .events = POLLIN};
+            poll(&p, 1, (int)(left < 100 ? left : 100));
+        } else {
+            poll(NULL, 0, left < nap ? (int)left : nap);
+            nap = nap < 8 ? nap * 2 : 10;
+        }
+    }
+    if (pfd >= 0)
+        close(pfd);
+    return gone;
+}
+
 /* Ends the keeper: closing the control pipe makes it kill the command's
- * whole tree, report the status if it had not, and exit; reaped here. */
-static void keeper_end(child *c)
+ * whole tree, report the status if it had not, and exit; reaped here.  A
+ * keeper that does not exit within KEEPER_END_MS (the command stopped it
+ * with SIGSTOP, or froze its cgroup) is killed: with the call's cage, the
+ * whole cage at once (a frozen or stopped process dies of it too), else
+ * the keeper alone (its tree is then left to init). */
+static void keeper_end(child *c, const toolhost_host_api *host,
+                       toolhost_cage *cage, const toolhost_call *call)
 {
     if (c->pid < 0)
         return;
     if (c->ctl_fd >= 0) {
         close(c->ctl_fd);
         c->ctl_fd = -1;
+    }
+    if (!keeper_gone_within(c->pid, KEEPER_END_MS)) {
+        th_sdk_log_call(call, TOOLHOST_LOG_WARN,
+                        "the keeper did not end within %dms (stopped or "
+                        "frozen by the command?): killing %s",
+                        KEEPER_END_MS,
+                        cage ? "the call's cgroup" : "the keeper");
+        if (!cage || th_sdk_cage_kill(host, cage, CAGE_KILL_MS) != 0)
+            kill(c->pid, SIGKILL);
     }
     int st;
     while (waitpid(c->pid, &st, 0) < 0 && errno == EINTR)
@@ -551,6 +629,27 @@ static const char *sig_name(int sig)
 
 /* ---- execute ------------------------------------------------------------------------ */
 
+/* Logs which containment a call has when it differs from the last
+ * call's (once at the first call, again on each change). */
+static void contain_note(exec_state *st, const toolhost_call *call, int mode,
+                         const char *why)
+{
+    if (__atomic_exchange_n(&st->contain, mode, __ATOMIC_RELAXED) == mode)
+        return;
+    if (mode == EXEC_CONTAIN_CGROUP)
+        th_sdk_log(call->host, TOOLHOST_LOG_INFO,
+                   "commands contained by a cgroup per call (the host's "
+                   "cage, killed whole and removed before the call answers) "
+                   "and by the call's keeper (a subreaper)");
+    else
+        th_sdk_log(call->host, TOOLHOST_LOG_INFO,
+                   "commands contained by the call's keeper only (a "
+                   "subreaper that kills the tree it still holds; the "
+                   "orphans of a command that kills its keeper outlive the "
+                   "call): no cgroup: %s",
+                   why && why[0] ? why : "unknown");
+}
+
 int exec_execute(void *state, const toolhost_tool *tool, toolhost_call *call,
                  const uint8_t *args, size_t args_len)
 {
@@ -560,6 +659,7 @@ int exec_execute(void *state, const toolhost_tool *tool, toolhost_call *call,
     strv argv = {0}, envp = {0};
     char *buf = NULL;
     child c = {.pid = -1, .fd = {-1, -1}, .st_fd = -1, .ctl_fd = -1};
+    toolhost_cage *cage = NULL;
     th_sdk_args a;
     int rc = TOOLHOST_FAILED;
     int64_t start = now_ms();
@@ -620,10 +720,22 @@ int exec_execute(void *state, const toolhost_tool *tool, toolhost_call *call,
     }
     if (!(buf = malloc(CHUNK)))
         goto oom;
-    if (spawn(x, argv.v, envp.v, &c, err, sizeof err) != 0) {
-        keeper_end(&c);
+    /* A cgroup for the call's whole tree, where the host gives one. */
+    char why[256] = "";
+    cage = th_sdk_cage_open(call->host, tool->name, 0, why, sizeof why);
+    contain_note(st, call, cage ? EXEC_CONTAIN_CGROUP : EXEC_CONTAIN_KEEPER,
+                 why);
+    int cage_err = 0;
+    if (spawn(x, argv.v, envp.v, &c, call->host, cage, &cage_err, err,
+              sizeof err) != 0) {
+        keeper_end(&c, call->host, cage, call);
         goto fail;
     }
+    if (cage_err)
+        th_sdk_log_call(call, TOOLHOST_LOG_WARN,
+                        "%s: the keeper could not enter the call's cgroup "
+                        "(%s): the keeper alone contains this command",
+                        tool->name, strerror(cage_err));
 
     /* Run: stream output, watch the leader, the call and the timeout. */
     int64_t deadline = x->timeout_ms > 0 ? start + x->timeout_ms : -1;
@@ -661,7 +773,13 @@ int exec_execute(void *state, const toolhost_tool *tool, toolhost_call *call,
     }
     /* Nothing of the call stays behind: the keeper kills the command's
      * whole tree (those that left its group too) and exits. */
-    keeper_end(&c);
+    keeper_end(&c, call->host, cage, call);
+    /* And what left the keeper's reach (its orphans, if the command killed
+     * it): the cage dies whole and is removed before the call answers. */
+    if (cage && th_sdk_cage_kill(call->host, cage, CAGE_KILL_MS) != 0)
+        th_sdk_log_call(call, TOOLHOST_LOG_WARN,
+                        "%s: the call's cgroup could not be emptied and "
+                        "removed within %dms", tool->name, CAGE_KILL_MS);
     /* Whatever is still buffered in the pipes. */
     for (int turn = 0; turn < 64 && !refused && (c.fd[0] >= 0 || c.fd[1] >= 0);
          turn++)
@@ -709,6 +827,7 @@ oom:
 fail:
     rc = th_sdk_fail(call, "exec: %s: %s", tool->name, err);
 out:
+    th_sdk_cage_close(call->host, cage); /* removed already, or now */
     for (int i = 0; i < 2; i++)
         if (c.fd[i] >= 0)
             close(c.fd[i]);

@@ -345,6 +345,44 @@ void th_sdk_log_call(const toolhost_call *call, int level, const char *fmt,
 int th_sdk_on_cancel(toolhost_call *call, void (*fn)(void *ud), void *ud);
 int th_sdk_cancel_fd(toolhost_call *call);
 
+/* ---- The host's ABI 1.3 cages ----------------------------------------------
+ *
+ * A cgroup the host makes for a process tree the plugin starts itself, so
+ * that the whole tree dies at once at the end (see toolhost_host_api's
+ * cage_* members for the contract).  The wrappers check the host's minor:
+ * on an older host th_sdk_cage_open() answers NULL with why = "the host
+ * gives no cages (ABI 1.N)", and the others do nothing (NULL cage).
+ *
+ *   char why[256];
+ *   toolhost_cage *cage = th_sdk_cage_open(host, "run", 0, why, sizeof why);
+ *   pid_t pid = fork();
+ *   if (pid == 0) {
+ *       th_sdk_cage_enter(host, cage);   // first; async-signal-safe
+ *       execve(...);
+ *   }
+ *   th_sdk_cage_placed(host, cage);
+ *   ... waitpid(pid, ...) ...
+ *   th_sdk_cage_kill(host, cage, 5000);  // all it started, then rmdir
+ *   th_sdk_cage_close(host, cage);
+ */
+
+/* Any.  toolhost_host_api.cage_open, or NULL with `why` set. */
+toolhost_cage *th_sdk_cage_open(const toolhost_host_api *host,
+                                const char *label, uint64_t memory_max,
+                                char *why, size_t why_size);
+/* Async-signal-safe (in the forked child, first).  0, TH_SDK_EINVAL (no
+ * cage) or TH_SDK_ESTATE (errno says why). */
+int th_sdk_cage_enter(const toolhost_host_api *host,
+                      const toolhost_cage *cage);
+/* Any.  The children are forked; NULL cage: nothing. */
+void th_sdk_cage_placed(const toolhost_host_api *host, toolhost_cage *cage);
+/* Any (waits).  Kills the whole cage, waits at most timeout_ms for it to
+ * be empty, removes it: 0, TH_SDK_EINVAL (no cage) or TH_SDK_ESTATE. */
+int th_sdk_cage_kill(const toolhost_host_api *host, toolhost_cage *cage,
+                     int64_t timeout_ms);
+/* Any.  Frees it (killing and removing it first if need be); NULL: no-op. */
+void th_sdk_cage_close(const toolhost_host_api *host, toolhost_cage *cage);
+
 /* ---- A JSON writer for structured output -------------------------------------
  *
  * Builds one JSON value in memory, with escaping done right: quotes,

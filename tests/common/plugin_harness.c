@@ -192,6 +192,22 @@ th_harness *th_harness_load(const char *so_path, const char *config_json,
     return start(p, config_json, err, err_size);
 }
 
+th_harness *th_harness_load_with(const char *so_path, const char *config_json,
+                                 void (*adjust)(toolhost_host_api *api),
+                                 char *err, size_t err_size)
+{
+    th_load_opts opts = {.allow_insecure = true};
+    th_plugin *p;
+    th_error e;
+    if (th_plugin_open(so_path, &opts, &p, &e) != 0) {
+        snprintf(err, err_size, "%s", e.msg);
+        return NULL;
+    }
+    if (adjust)
+        adjust(&p->api);
+    return start(p, config_json, err, err_size);
+}
+
 th_harness *th_harness_load_desc(const toolhost_plugin *desc,
                                  const char *config_json, char *err,
                                  size_t err_size)

@@ -37,6 +37,11 @@ typedef struct th_harness th_harness;
  * config block, init() failing with the plugin's message). */
 th_harness *th_harness_load(const char *so_path, const char *config_json,
                             char *err, size_t err_size);
+/* The same, with adjust(api) run on the host api before init() (e.g. to
+ * play an older host: a smaller struct_size and abi_minor). */
+th_harness *th_harness_load_with(const char *so_path, const char *config_json,
+                                 void (*adjust)(toolhost_host_api *api),
+                                 char *err, size_t err_size);
 /* The same for a descriptor linked into the test program (no dlopen). */
 th_harness *th_harness_load_desc(const toolhost_plugin *desc,
                                  const char *config_json, char *err,

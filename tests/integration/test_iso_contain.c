@@ -443,34 +443,6 @@ static void test_nonroot_subreaper(void)
 
 /* ---- a cgroup v2 per worker (a root host) ------------------------------------ */
 
-/* The directory of this process's cgroup v2 (the host starts in it):
- * the cgroup2 mount in mountinfo plus the `0::` path. */
-static bool cg_own_dir(char *out, size_t cap)
-{
-    char line[2048], mnt[2048] = "", root[2048] = "", own[2048] = "";
-    FILE *f = fopen("/proc/self/mountinfo", "re");
-    while (f && !mnt[0] && fgets(line, sizeof line, f)) {
-        const char *dash = strstr(line, " - ");
-        if (dash && strncmp(dash + 3, "cgroup2 ", 8) == 0 &&
-            sscanf(line, "%*s %*s %*s %2047s %2047s", root, mnt) != 2)
-            mnt[0] = '\0';
-    }
-    if (f)
-        fclose(f);
-    f = fopen("/proc/self/cgroup", "re");
-    while (f && !own[0] && fgets(line, sizeof line, f))
-        if (strncmp(line, "0::", 3) == 0) {
-            line[strcspn(line, "\n")] = '\0';
-            snprintf(own, sizeof own, "%s", line + 3);
-        }
-    if (f)
-        fclose(f);
-    if (!mnt[0] || !own[0] || strcmp(root, "/") != 0)
-        return false;
-    snprintf(out, cap, "%s%s", mnt, strcmp(own, "/") == 0 ? "" : own);
-    return true;
-}
-
 /* Root, not valgrind (the worker program would be valgrind's), and a
  * cgroup2 hierarchy where this process may make a cgroup. */
 static bool cg_can(char *dir, size_t cap)
@@ -479,7 +451,7 @@ static bool cg_can(char *dir, size_t cap)
         th_test_skip(__FILE__, __LINE__, "not under valgrind");
         return false;
     }
-    if (geteuid() != 0 || !cg_own_dir(dir, cap) || access(dir, W_OK) != 0) {
+    if (geteuid() != 0 || !rpc_cg_own_dir(dir, cap) || access(dir, W_OK) != 0) {
         th_test_skip(__FILE__, __LINE__,
                      "needs root and a writable cgroup2 hierarchy");
         return false;

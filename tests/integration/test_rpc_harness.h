@@ -344,6 +344,34 @@ RPC_H void rpc_dump_log(rpc_srv *s)
     th_test_run_free(&r);
 }
 
+/* The directory of this process's cgroup v2 (the host starts in it):
+ * the cgroup2 mount in mountinfo plus the `0::` path. */
+RPC_H bool rpc_cg_own_dir(char *out, size_t cap)
+{
+    char line[2048], mnt[2048] = "", root[2048] = "", own[2048] = "";
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    while (f && !mnt[0] && fgets(line, sizeof line, f)) {
+        const char *dash = strstr(line, " - ");
+        if (dash && strncmp(dash + 3, "cgroup2 ", 8) == 0 &&
+            sscanf(line, "%*s %*s %*s %2047s %2047s", root, mnt) != 2)
+            mnt[0] = '\0';
+    }
+    if (f)
+        fclose(f);
+    f = fopen("/proc/self/cgroup", "re");
+    while (f && !own[0] && fgets(line, sizeof line, f))
+        if (strncmp(line, "0::", 3) == 0) {
+            line[strcspn(line, "\n")] = '\0';
+            snprintf(own, sizeof own, "%s", line + 3);
+        }
+    if (f)
+        fclose(f);
+    if (!mnt[0] || !own[0] || strcmp(root, "/") != 0)
+        return false;
+    snprintf(out, cap, "%s%s", mnt, strcmp(own, "/") == 0 ? "" : own);
+    return true;
+}
+
 /* Lines of the server's log holding `needle`. */
 RPC_H int rpc_log_count(rpc_srv *s, const char *needle)
 {

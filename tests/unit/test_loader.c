@@ -897,6 +897,31 @@ static void abi10_plugin(void)
     th_plugin_unref(p);
 }
 
+/* A plugin built against the frozen 1.2 header loads on this (1.3) host
+ * and works: it reads the host api up to its own 1.2 struct, which is a
+ * prefix of the host's. */
+static void abi12_plugin(void)
+{
+    const char *path = th_test_build_path("fixtures/abi12f_basic.so");
+    th_plugin *p;
+    th_error e;
+    CU_ASSERT_EQUAL_FATAL(th_plugin_open(path, &insecure, &p, &e), 0);
+    CU_ASSERT_EQUAL(p->abi_minor, 2);
+    CU_ASSERT(p->api.struct_size >
+              offsetof(toolhost_host_api, cancel_fd) + sizeof(void *));
+    CU_ASSERT_EQUAL(th_plugin_init(p, NULL, 0, &e), 0);
+    const uint8_t args[] = {0x80};
+    mock_call m;
+    CU_ASSERT_EQUAL(run_tool(p, "a12_hello", args, sizeof args, &m),
+                    TOOLHOST_OK);
+    char want[64];
+    snprintf(want, sizeof want, "abi 1.%u api>=1.2:1", TOOLHOST_ABI_MINOR);
+    CU_ASSERT_EQUAL(m.out.len, strlen(want));
+    CU_ASSERT_NSTRING_EQUAL(m.out.data, want, m.out.len);
+    mock_free(&m);
+    th_plugin_unref(p);
+}
+
 static int out_run(void *state, const toolhost_tool *tool,
                    toolhost_call *call, const uint8_t *args, size_t len)
 {
@@ -1033,6 +1058,14 @@ static void host_api(void)
     CU_ASSERT_EQUAL(api.abi_minor, TOOLHOST_ABI_MINOR);
     CU_ASSERT_PTR_NOT_NULL(api.write);
     CU_ASSERT_PTR_NOT_NULL(api.log);
+    /* ABI 1.3: the cages, whole (a cage_open answers NULL where the host
+     * has none, a member is never missing) */
+    CU_ASSERT(api.cage_open && api.cage_enter && api.cage_placed &&
+              api.cage_kill && api.cage_close);
+    CU_ASSERT_EQUAL(api.cage_enter(NULL), TOOLHOST_EINVAL);
+    CU_ASSERT_EQUAL(api.cage_kill(NULL, 10), TOOLHOST_EINVAL);
+    api.cage_close(NULL);
+    api.cage_placed(NULL);
     /* A call whose vtable lacks callbacks gets safe answers. */
     th_call_vtbl none = {0};
     th_call_base c = {{sizeof c.pub, &api, 1}, &none};
@@ -1079,6 +1112,7 @@ void th_suite_loader(void)
     CU_add_test(s, "good_basic", good_basic);
     CU_add_test(s, "every_problem_in_table", every_problem_in_table);
     CU_add_test(s, "abi10_plugin", abi10_plugin);
+    CU_add_test(s, "abi12_plugin", abi12_plugin);
     CU_add_test(s, "abi11_forward", abi11_forward);
     CU_add_test(s, "abi11_tool_members", abi11_tool_members);
     CU_add_test(s, "config_block", config_block);

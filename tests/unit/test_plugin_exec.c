@@ -10,10 +10,12 @@
 #include <CUnit/CUnit.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +27,7 @@
 #include "../plugins/exec/exec.h"
 #include "common/plugin_harness.h"
 #include "common/th_test.h"
+#include "th/log.h"
 
 static char *fx(const char *name)
 {
@@ -706,6 +709,69 @@ static void test_concurrent_calls(void)
     th_harness_unload(h);
 }
 
+/* ---- ABI 1.3 cages on an older host ------------------------------------------- */
+
+static int g_poisoned; /* cage members read beyond the host's struct_size */
+
+static toolhost_cage *poison_open(const toolhost_host_api *host,
+                                  const char *label, uint64_t mem, char *why,
+                                  size_t cap)
+{
+    (void)host, (void)label, (void)mem, (void)why, (void)cap;
+    g_poisoned++;
+    return NULL;
+}
+
+/* A 1.2 host: its api ends before cage_open (whatever lies there). */
+static void as_host_12(toolhost_host_api *api)
+{
+    api->struct_size = (uint32_t)offsetof(toolhost_host_api, cage_open);
+    api->abi_minor = 2;
+    api->cage_open = poison_open;
+}
+
+/* exec (built for 1.3) on a 1.2 host: it reads no cage member, runs its
+ * command with the keeper alone and says so in the log. */
+static void test_host_12_no_cage(void)
+{
+    char *dir = th_test_tmpdir();
+    char lpath[1100];
+    snprintf(lpath, sizeof lpath, "%s/log", dir);
+    int lfd = open(lpath, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    CU_ASSERT_FATAL(lfd >= 0);
+    th_log_set_fd(lfd);
+    int level = th_log_get_level();
+    th_log_set_level(TOOLHOST_LOG_INFO);
+    g_poisoned = 0;
+    char err[1024] = "";
+    th_harness *h = th_harness_load_with(
+        th_test_build_path("plugins/exec.so"),
+        "{\"tools\": [{\"name\": \"hi\", \"description\": \"d\", "
+        "\"argv\": [\"/bin/echo\", \"hi\"]}]}",
+        as_host_12, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(h);
+    th_harness_call c;
+    CU_ASSERT_EQUAL(th_harness_run(h, "hi", NULL, 0, &c), TOOLHOST_OK);
+    CU_ASSERT_STRING_EQUAL(th_harness_out(&c), "hi\n");
+    th_harness_call_free(&c);
+    th_harness_unload(h);
+    th_log_set_fd(2);
+    th_log_set_level(level);
+    CU_ASSERT_EQUAL(g_poisoned, 0);
+    char text[8192] = "";
+    ssize_t n = pread(lfd, text, sizeof text - 1, 0);
+    text[n > 0 ? n : 0] = '\0';
+    close(lfd);
+    if (!strstr(text, "no cgroup: the host gives no cages (ABI 1.2)"))
+        fprintf(stderr, "\nlog: %s\n", text);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "commands contained by the call's "
+                                        "keeper only"));
+    CU_ASSERT_PTR_NOT_NULL(
+        strstr(text, "no cgroup: the host gives no cages (ABI 1.2)"));
+    th_test_rmtree(dir);
+    free(dir);
+}
+
 void th_suite_plugin_exec(void)
 {
     CU_pSuite s = CU_add_suite("plugin_exec", NULL, NULL);
@@ -722,4 +788,5 @@ void th_suite_plugin_exec(void)
     CU_add_test(s, "flood_is_streamed", test_flood_is_streamed);
     CU_add_test(s, "missing_program", test_missing_program);
     CU_add_test(s, "concurrent_calls", test_concurrent_calls);
+    CU_add_test(s, "host_12_no_cage", test_host_12_no_cage);
 }

@@ -1136,6 +1136,85 @@ static void c_log_call(const toolhost_call *c, int level, const char *m)
              (unsigned long long)c->call_id, level, m);
 }
 
+/* ---- ABI 1.3: cages ---- */
+
+static int cg_opened, cg_entered, cg_placed, cg_killed, cg_closed;
+static int cg_token; /* the fake cage */
+
+static toolhost_cage *cg_open(const toolhost_host_api *h, const char *label,
+                              uint64_t mem, char *why, size_t cap)
+{
+    (void)h, (void)mem;
+    cg_opened++;
+    if (label && strcmp(label, "none") == 0) {
+        snprintf(why, cap, "cgroups off");
+        return NULL;
+    }
+    return (toolhost_cage *)&cg_token;
+}
+static int cg_enter(const toolhost_cage *c)
+{
+    cg_entered += c == (const toolhost_cage *)&cg_token;
+    return 0;
+}
+static void cg_place(toolhost_cage *c)
+{
+    cg_placed += c == (toolhost_cage *)&cg_token;
+}
+static int cg_kill(toolhost_cage *c, int64_t ms)
+{
+    cg_killed += c == (toolhost_cage *)&cg_token && ms == 5000;
+    return 0;
+}
+static void cg_close(toolhost_cage *c)
+{
+    cg_closed += c == (toolhost_cage *)&cg_token;
+}
+
+/* A 1.3 host's cages reach the host through the wrappers; a 1.2 host's
+ * api (ending before cage_open, whatever lies there) gives NULL with the
+ * reason, and the wrappers on a NULL cage do nothing. */
+static void test_host_13_cages(void)
+{
+    toolhost_host_api api = fake_api;
+    api.abi_minor = 3;
+    api.cage_open = cg_open;
+    api.cage_enter = cg_enter;
+    api.cage_placed = cg_place;
+    api.cage_kill = cg_kill;
+    api.cage_close = cg_close;
+    char why[128] = "x";
+    toolhost_cage *c = th_sdk_cage_open(&api, "run", 0, why, sizeof why);
+    CU_ASSERT_PTR_EQUAL(c, (toolhost_cage *)&cg_token);
+    CU_ASSERT_EQUAL(th_sdk_cage_enter(&api, c), 0);
+    th_sdk_cage_placed(&api, c);
+    CU_ASSERT_EQUAL(th_sdk_cage_kill(&api, c, 5000), 0);
+    th_sdk_cage_close(&api, c);
+    CU_ASSERT_EQUAL(cg_opened, 1);
+    CU_ASSERT(cg_entered == 1 && cg_placed == 1 && cg_killed == 1 &&
+              cg_closed == 1);
+    /* the host has none to give */
+    CU_ASSERT_PTR_NULL(th_sdk_cage_open(&api, "none", 0, why, sizeof why));
+    CU_ASSERT_STRING_EQUAL(why, "cgroups off");
+    CU_ASSERT_EQUAL(th_sdk_cage_enter(&api, NULL), TH_SDK_EINVAL);
+    CU_ASSERT_EQUAL(th_sdk_cage_kill(&api, NULL, 1), TH_SDK_EINVAL);
+    th_sdk_cage_placed(&api, NULL);
+    th_sdk_cage_close(&api, NULL);
+    /* a 1.2 host */
+    api.struct_size = (uint32_t)offsetof(toolhost_host_api, cage_open);
+    api.abi_minor = 2;
+    CU_ASSERT_FALSE(TH_SDK_HOST_HAS(&api, cage_open));
+    CU_ASSERT_PTR_NULL(th_sdk_cage_open(&api, "run", 0, why, sizeof why));
+    CU_ASSERT_STRING_EQUAL(why, "the host gives no cages (ABI 1.2)");
+    CU_ASSERT_EQUAL(cg_opened, 2);
+    CU_ASSERT_EQUAL(th_sdk_cage_enter(&api, (toolhost_cage *)&cg_token),
+                    TH_SDK_EINVAL);
+    CU_ASSERT_EQUAL(th_sdk_cage_kill(&api, (toolhost_cage *)&cg_token, 5000),
+                    TH_SDK_EINVAL);
+    th_sdk_cage_close(&api, (toolhost_cage *)&cg_token);
+    CU_ASSERT(cg_entered == 1 && cg_killed == 1 && cg_closed == 1);
+}
+
 static void test_host_11(void)
 {
     /* A 1.1 host: the wrappers reach the callbacks. */
@@ -1284,6 +1363,7 @@ void th_suite_sdk(void)
     CU_add_test(s, "template", test_template);
     CU_add_test(s, "json_writer", test_json_writer);
     CU_add_test(s, "host_11", test_host_11);
+    CU_add_test(s, "host_13_cages", test_host_13_cages);
     CU_add_test(s, "macros_11", test_macros_11);
     CU_add_test(s, "testing_h", test_testing_h);
 }

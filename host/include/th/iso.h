@@ -104,4 +104,20 @@ void th_iso_cage_close(th_iso_cage *c);
  * cgroup is its parent's to kill and remove).  NULL is a no-op. */
 void th_iso_cage_forget(th_iso_cage *c);
 
+/* ---- The cages of the plugin ABI (1.3, toolhost_host_api.cage_*) ----
+ *
+ * iso_cage_api.c hands the cages above to plugins for the trees they
+ * start themselves (the exec plugin's commands). */
+
+struct toolhost_host_api;
+
+/* Sets the cage members of a host api table (th_host_api_fill). */
+void th_iso_cage_api_fill(struct toolhost_host_api *api);
+
+/* From now on this process gives plugins no cage: cage_open answers NULL
+ * with `why` (static storage).  For processes whose own cgroup already
+ * holds what a plugin starts: an isolated worker, `toolhost check`'s
+ * child.  Call before any plugin code runs. */
+void th_iso_cage_api_off(const char *why);
+
 #endif
