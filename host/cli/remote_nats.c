@@ -394,6 +394,17 @@ static int attempt(natsConnection *nc, const char *subj, const th_buf *args,
             }
             msgpack_unpacked_destroy(&u);
         } else if (kind && strcmp(kind, "result") == 0) {
+            /* an async task's result the host could not put in the
+             * results bucket: the caller has it now, tasks.result will
+             * not find it later (docs/scale.md, Toolhost-Stored) */
+            const char *stored = NULL;
+            if (natsMsgHeader_Get(m, TH_NATS_H_STORED, &stored) == NATS_OK &&
+                stored && strcmp(stored, "0") == 0) {
+                cli_progress_end();
+                fprintf(stderr, "toolhost: note: host %s could not store "
+                        "this result (Toolhost-Stored: 0): tasks.result "
+                        "will not find it later\n", host[0] ? host : "?");
+            }
             rc = th_codec_unpack_result_bytes(
                      (const uint8_t *)natsMsg_GetData(m),
                      (size_t)natsMsg_GetDataLength(m), out) == 0

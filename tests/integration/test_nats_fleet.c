@@ -387,6 +387,19 @@ static void test_result_not_stored(void)
     CU_ASSERT(rpc_log_wait(&h[owner], "was not stored in kvst",
                            rpc_wait_ms()));
     CU_ASSERT(rpc_log_count(&h[owner], "was not stored in kvst") == 1);
+    /* the CLI tells its user too */
+    th_test_run cr = {0};
+    setenv("TOOLHOST_NATS_SERVICE", "ks", 1); /* host_start's service */
+    th_test_toolhost(&cr, "call", "--connect", G_url, "public.echo_async",
+                     "text=x", "steps=1", "delay_ms=1", NULL);
+    unsetenv("TOOLHOST_NATS_SERVICE");
+    CU_ASSERT_EQUAL(cr.status, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(cr.err ? cr.err : "",
+                                  "could not store this result "
+                                  "(Toolhost-Stored: 0)"));
+    if (cr.status != 0 || !strstr(cr.err ? cr.err : "", "Toolhost-Stored"))
+        fprintf(stderr, "\n  CLI: %s", cr.err ? cr.err : "");
+    th_test_run_free(&cr);
     kill(h[owner].pid, SIGKILL);
     rpc_srv_wait(&h[owner]);
     /* through the other host (its own subject gone with the owner) */
