@@ -47,7 +47,9 @@ static bool go_note(int fd, const Elf64_Phdr *ph, uint64_t size)
             size_t dsz = (nh.n_descsz + 3u) & ~3u;
             if (nsz > n - at || dsz > n - at - nsz)
                 break;
-            found = nh.n_type == 4 && nh.n_namesz == 3 &&
+            /* "Go" NUL-terminated: the Go linker pads the name to 4 */
+            found = nh.n_type == 4 &&
+                    (nh.n_namesz == 3 || nh.n_namesz == 4) &&
                     memcmp(b + at, "Go", 3) == 0;
             at += nsz + dsz;
         }
