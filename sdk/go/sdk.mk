@@ -11,6 +11,8 @@
 #                               progress, cancel, completed from a
 #                               goroutine), gotools_stats (constrained
 #                               parameters, structured output)
+#   build/fixtures/go_crash.so  plugin gocrash (sdk/go/testdata/crash): tools
+#                               that crash, for the crash-reporting test
 #   make install-go PREFIX=...  the SDK's sources into
 #                               PREFIX/share/toolhost/go/src/toolhost
 #                               (what `toolhost new --lang go` builds with);
@@ -35,7 +37,9 @@ GO_BUILD_SO = -buildmode=c-shared -trimpath \
 	-ldflags='-extldflags=-Wl,--version-script=$(abspath $(GO_SDK_DIR))/toolhost.map'
 
 ifeq ($(HAVE_GO),yes)
-EXAMPLES_SO += $(BUILD)/examples/go_echo.so $(BUILD)/examples/go_tools.so
+EXAMPLES_SO += $(BUILD)/examples/go_echo.so $(BUILD)/examples/go_tools.so \
+	$(BUILD)/fixtures/go_crash.so
+SDK_TEST_DEPS += $(BUILD)/fixtures/go_crash.so
 endif
 
 # The SDK seen at its import path "toolhost" in GOPATH mode.
@@ -52,6 +56,16 @@ $(BUILD)/examples/go_%.so: $$(wildcard sdk/go/examples/$$*/*.go) $(GO_SDK_FILES)
 	cd sdk/go/examples/$* && env $(GO_ENV) $(GO) build $(GO_BUILD_SO) \
 	  -o '$(abspath $@).tmp' .
 	rm -f '$(abspath $@).tmp.h' '$(basename $(abspath $@)).h'
+	chmod go-w $@.tmp
+	mv -f $@.tmp $@
+
+$(BUILD)/fixtures/go_crash.so: $(wildcard sdk/go/testdata/crash/*.go) \
+		$(GO_SDK_FILES) plugin-api/toolhost/plugin.h sdk/go/sdk.mk \
+		| $(GO_WORK)/path/src/toolhost
+	@mkdir -p $(dir $@)
+	cd sdk/go/testdata/crash && env $(GO_ENV) $(GO) build $(GO_BUILD_SO) \
+	  -o '$(abspath $@).tmp' .
+	rm -f '$(abspath $@).tmp.h'
 	chmod go-w $@.tmp
 	mv -f $@.tmp $@
 

@@ -11,7 +11,8 @@
  * build serving; under isolation: process both plugins run and a reload
  * works.  The host's own signals with a Go runtime loaded: SIGHUP still
  * reloads, SIGTERM still ends the server cleanly, the runtime catches no
- * signal but the synchronous ones, SIGPIPE and SIGURG.  And `toolhost new
+ * signal but the synchronous ones, SIGPIPE and SIGURG; crashes are still
+ * reported (fixtures/go_crash.so).  And `toolhost new
  * --lang go` built against an installed SDK (make install install-go).
  *
  * Without Go (no build/examples/go_echo.so) every test is skipped with
@@ -59,7 +60,8 @@ static const char *ex(const char *name)
 static const char *go_missing(void)
 {
     if (access(ex("examples/go_echo.so"), R_OK) == 0 &&
-        access(ex("examples/go_tools.so"), R_OK) == 0)
+        access(ex("examples/go_tools.so"), R_OK) == 0 &&
+        access(ex("fixtures/go_crash.so"), R_OK) == 0)
         return NULL;
     return "the Go examples were not built: no Go toolchain (/usr/bin/go "
            "and golang-github-vmihailenco-msgpack.v5-dev, installed by "
@@ -697,6 +699,60 @@ static void test_isolated_both_and_reload(void)
     srv_free(&s);
 }
 
+/* Crash reporting with a Go runtime in the process (the fixture
+ * build/fixtures/go_crash.so, sdk/go/testdata/crash): a fault in Go code
+ * is a panic the SDK turns into the call's error; a fault on a C thread
+ * of the plugin is forwarded by the Go runtime's handler to the handler it
+ * found (the default one in `toolhost check`'s child: "crashed with
+ * SIGSEGV"; the worker's own in an isolated worker: plugin_crashed with
+ * the signal); a fault in C code called from Go ends the worker too; the
+ * host goes on serving (here an in-process Go echo beside it). */
+static void test_crash_reports(void)
+{
+    NEED_GO();
+    th_test_timeout(120);
+    const char *fx = ex("fixtures/go_crash.so");
+    th_test_run r;
+    toolhost_plain(&r, "check", "--strict", (char *)fx, NULL, NULL);
+    CU_ASSERT_EQUAL(r.status, 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "crashed with SIGSEGV"));
+    th_test_run_free(&r);
+    toolhost_plain(&r, "call", (char *)fx, "gocrash_go", NULL, NULL);
+    CU_ASSERT_NOT_EQUAL(r.status, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "panic: runtime error: invalid "
+                                         "memory address or nil pointer "
+                                         "dereference"));
+    th_test_run_free(&r);
+
+    srv s;
+    srv_init(&s);
+    th_buf p = TH_BUF_INIT;
+    plug(&p, "gocrash", fx, true);
+    plug(&p, "echo", ex("examples/go_echo.so"), false);
+    srv_config(&s, (const char *)p.data);
+    th_buf_destroy(&p);
+    CU_ASSERT_EQUAL_FATAL(srv_start(&s), 0);
+    th_rpc_client *c = connect_to(&s);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    result k = {0};
+    CU_ASSERT_EQUAL(call_tool(c, "gocrash_thread", "{}", &k), 0);
+    CU_ASSERT(!k.ok);
+    CU_ASSERT_STRING_EQUAL(k.code, "plugin_crashed");
+    CU_ASSERT_PTR_NOT_NULL(strstr(k.msg, "plugin_crashed (SIGSEGV)"));
+    CU_ASSERT_EQUAL(call_tool(c, "gocrash_cgo", "{}", &k), 0);
+    CU_ASSERT(!k.ok);
+    CU_ASSERT_STRING_EQUAL(k.code, "plugin_crashed");
+    CU_ASSERT_EQUAL(call_tool(c, "gocrash_go", "{}", &k), 0);
+    CU_ASSERT(!k.ok);
+    CU_ASSERT_PTR_NOT_NULL(strstr(k.msg, "panic: runtime error"));
+    if (!strstr(k.msg, "panic: runtime error"))
+        fprintf(stderr, "\ngocrash_go: code %s, %s\n", k.code, k.msg);
+    CU_ASSERT(echo_answers(c, "still here"));
+    th_rpc_client_close(c);
+    CU_ASSERT_EQUAL(srv_stop(&s), 0);
+    srv_free(&s);
+}
+
 /* ---- MCP (stdio) ------------------------------------------------------------------ */
 
 #define MCP_INIT                                                               \
@@ -875,6 +931,7 @@ void th_suite_sdk_go(void)
     CU_add_test(s, "second_go_refused", test_second_go_refused);
     CU_add_test(s, "reload_in_process_refused", test_reload_in_process_refused);
     CU_add_test(s, "isolated_both_and_reload", test_isolated_both_and_reload);
+    CU_add_test(s, "crash_reports", test_crash_reports);
     CU_add_test(s, "mcp_stdio", test_mcp_stdio);
     CU_add_test(s, "template", test_template);
     CU_add_test(s, "under_valgrind", test_under_valgrind);
