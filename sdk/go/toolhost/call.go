@@ -10,11 +10,14 @@ package toolhost
 import "C"
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -32,9 +35,53 @@ var errPending = errors.New("toolhost: the call goes on in a goroutine (return t
 // or, after Go, by the goroutine Go started: use it from that goroutine
 // only, and not after Run (or the function given to Go) returned.
 type Call struct {
-	c    *C.toolhost_call
-	args *Args
-	err  callStderr
+	c      *C.toolhost_call
+	args   *Args
+	err    callStderr
+	ctx    context.Context // made by Context
+	cancel context.CancelFunc
+	id     uintptr // the key of cancels while ctx lives
+}
+
+// The contexts of the calls that asked for one, by id: the host's
+// on_cancel callback finds its call here (it gets the id, never a Go
+// pointer).
+var (
+	cancels  sync.Map // uintptr -> context.CancelFunc
+	cancelID uintptr
+)
+
+//export thgoCancelled
+func thgoCancelled(id C.uintptr_t) {
+	if f, ok := cancels.Load(uintptr(id)); ok {
+		f.(context.CancelFunc)()
+	}
+}
+
+// Context is a context.Context that is cancelled when the call is
+// cancelled or passes its deadline (the host's on_cancel callback: no
+// polling), for code that selects on ctx.Done() or passes ctx on.  Ask
+// for it in Run or in the goroutine of Go; it is cancelled too once the
+// call ended.  With a host older than ABI 1.1 it is cancelled only when
+// the call ends.
+func (c *Call) Context() context.Context {
+	if c.ctx != nil {
+		return c.ctx
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.id = atomic.AddUintptr(&cancelID, 1)
+	cancels.Store(c.id, c.cancel)
+	C.thgo_on_cancel(c.c, C.uintptr_t(c.id))
+	return c.ctx
+}
+
+// end: the call has ended (no host callback after this).
+func (c *Call) end() {
+	c.c = nil
+	if c.ctx != nil {
+		cancels.Delete(c.id)
+		c.cancel()
+	}
 }
 
 type callStderr struct{ c *Call }
@@ -136,7 +183,8 @@ func (c *Call) TimeLeft() time.Duration {
 }
 
 // Sleep waits d, or less when the call is cancelled meanwhile (it looks
-// every 10 ms).  It returns false when the call is cancelled.
+// every 10 ms; select on Context().Done() to be told at once).  It returns
+// false when the call is cancelled.
 func (c *Call) Sleep(d time.Duration) bool {
 	end := time.Now().Add(d)
 	for !c.Cancelled() {
@@ -180,8 +228,11 @@ func (c *Call) Go(fn func(c *Call) error) error {
 		defer runtime.UnlockOSThread()
 		st := c.run(func() error { return fn(c) })
 		call := c.c
-		c.c = nil
+		if c.ctx != nil {
+			cancels.Delete(c.id) // on_cancel never runs after the end
+		}
 		C.thgo_complete(call, st)
+		c.end()
 	}()
 	return errPending
 }
@@ -242,7 +293,7 @@ func thgoExecute(tool unsafe.Pointer, call *C.toolhost_call, args unsafe.Pointer
 	c.args = newArgs(call, args, n)
 	st := c.run(func() error { return t.Run(c, c.args) })
 	if st != C.TOOLHOST_PENDING {
-		c.c = nil // the call ends when execute() returns
+		c.end() // the call ends as execute() returns
 	}
 	return st
 }

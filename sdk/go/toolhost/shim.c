@@ -92,6 +92,19 @@ void thgo_log_call(toolhost_call *call, int level, const char *message)
         thgo_log(h, level, message);
 }
 
+static void thgo_cancel_cb(void *ud)
+{
+    thgoCancelled((uintptr_t)ud);
+}
+
+int thgo_on_cancel(toolhost_call *call, uintptr_t id)
+{
+    const toolhost_host_api *h = call->host;
+    if (!TOOLHOST_HAS_MEMBER(toolhost_host_api, h, on_cancel) || !h->on_cancel)
+        return TOOLHOST_ESTATE;
+    return h->on_cancel(call, thgo_cancel_cb, (void *)id);
+}
+
 const toolhost_args_view *thgo_view(toolhost_call *call, const uint8_t *args,
                                     size_t len)
 {

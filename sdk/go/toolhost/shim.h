@@ -35,6 +35,10 @@ int thgo_complete(toolhost_call *call, int status);
 void thgo_log(const toolhost_host_api *host, int level, const char *message);
 void thgo_log_call(toolhost_call *call, int level, const char *message);
 
+/* on_cancel(call, thgo_cancel_cb, id) (ABI 1.1); TOOLHOST_ESTATE when the
+ * host lacks it.  thgo_cancel_cb calls the Go side with the id. */
+int thgo_on_cancel(toolhost_call *call, uintptr_t id);
+
 /* The i-th argument of a view (the stride is args[0].struct_size), or
  * NULL when the call has no view for these bytes. */
 const toolhost_args_view *thgo_view(toolhost_call *call, const uint8_t *args,

@@ -19,11 +19,14 @@ import (
 func countdown(c *toolhost.Call, a *toolhost.Args) error {
 	steps, delay := a.Int("steps"), time.Duration(a.Int("delay_ms"))*time.Millisecond
 	return c.Go(func(c *toolhost.Call) error {
+		done := c.Context().Done() // closed when the call is cancelled
 		for i := int64(1); i <= steps; i++ {
 			if err := c.Progress(float64(i-1)/float64(steps), fmt.Sprintf("step %d of %d", i, steps)); err != nil {
 				return err
 			}
-			if !c.Sleep(delay) {
+			select {
+			case <-time.After(delay):
+			case <-done:
 				c.Log(toolhost.LogInfo, fmt.Sprintf("gotools_countdown: cancelled at step %d", i))
 				return toolhost.ErrCancelled
 			}
