@@ -23,7 +23,7 @@ import (
 // copies the bytes before Run returns).
 type Args struct {
 	data []byte                 // the map (host memory until detached)
-	view *C.toolhost_args_view // the host's decoded view, or nil
+	view *C.toolhost_args_view  // the host's decoded view, or nil
 	m    map[string]interface{} // decoded on first need
 	err  error
 }

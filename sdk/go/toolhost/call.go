@@ -273,8 +273,8 @@ func putMsg(buf *C.char, size C.size_t, msg string) {
 	b[n] = 0
 }
 
-func toolAt(p unsafe.Pointer) *Tool {
-	i := int(uintptr(p)) - 1
+func toolAt(index C.uintptr_t) *Tool {
+	i := int(index) - 1
 	if reg == nil || i < 0 || i >= len(reg.Tools) {
 		return nil
 	}
@@ -282,7 +282,7 @@ func toolAt(p unsafe.Pointer) *Tool {
 }
 
 //export thgoExecute
-func thgoExecute(tool unsafe.Pointer, call *C.toolhost_call, args unsafe.Pointer, n C.size_t) C.int {
+func thgoExecute(tool C.uintptr_t, call *C.toolhost_call, args unsafe.Pointer, n C.size_t) C.int {
 	c := &Call{c: call}
 	c.err.c = c
 	t := toolAt(tool)
@@ -299,7 +299,7 @@ func thgoExecute(tool unsafe.Pointer, call *C.toolhost_call, args unsafe.Pointer
 }
 
 //export thgoValidate
-func thgoValidate(tool unsafe.Pointer, args unsafe.Pointer, n C.size_t, buf *C.char, size C.size_t) (rc C.int) {
+func thgoValidate(tool C.uintptr_t, args unsafe.Pointer, n C.size_t, buf *C.char, size C.size_t) (rc C.int) {
 	t := toolAt(tool)
 	if t == nil || t.Validate == nil {
 		return 0

@@ -133,7 +133,7 @@ func build() *C.toolhost_plugin {
 				c.validate_args = (*[0]byte)(C.thgo_c_validate)
 			}
 			// The tool's index + 1, for thgoExecute.
-			c.user_data = unsafe.Pointer(uintptr(i + 1))
+			C.thgo_tool_set_index(c, C.uintptr_t(i+1))
 		}
 		d.tools = &arr[0]
 		d.n_tools = C.uint32_t(n)

@@ -17,7 +17,7 @@ int thgo_c_execute(void *state, const toolhost_tool *tool, toolhost_call *call,
                    const uint8_t *args, size_t len)
 {
     (void)state;
-    return thgoExecute((void *)tool->user_data, call, (void *)args, len);
+    return thgoExecute((uintptr_t)tool->user_data, call, (void *)args, len);
 }
 
 int thgo_c_validate(void *state, const toolhost_tool *tool,
@@ -25,7 +25,7 @@ int thgo_c_validate(void *state, const toolhost_tool *tool,
                     size_t err_size)
 {
     (void)state;
-    return thgoValidate((void *)tool->user_data, (void *)args, len, err,
+    return thgoValidate((uintptr_t)tool->user_data, (void *)args, len, err,
                         err_size);
 }
 
@@ -40,6 +40,11 @@ void thgo_c_fini(void *state)
 {
     (void)state;
     thgoFini();
+}
+
+void thgo_tool_set_index(toolhost_tool *t, uintptr_t index)
+{
+    t->user_data = (const void *)index;
 }
 
 int thgo_write(toolhost_call *call, int stream, const void *data, size_t len)

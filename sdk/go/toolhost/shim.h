@@ -39,6 +39,10 @@ void thgo_log_call(toolhost_call *call, int level, const char *message);
  * host lacks it.  thgo_cancel_cb calls the Go side with the id. */
 int thgo_on_cancel(toolhost_call *call, uintptr_t id);
 
+/* Stores the tool's index in its user_data (the Go side gets it back as
+ * an integer, never as a pointer). */
+void thgo_tool_set_index(toolhost_tool *t, uintptr_t index);
+
 /* The i-th argument of a view (the stride is args[0].struct_size), or
  * NULL when the call has no view for these bytes. */
 const toolhost_args_view *thgo_view(toolhost_call *call, const uint8_t *args,

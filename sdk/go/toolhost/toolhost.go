@@ -149,8 +149,9 @@ type Plugin struct {
 	Config      []Param // the keys of the plugin's config block
 	Tools       []Tool
 	// Init, optional: runs once when the host loads the plugin, with
-	// the validated config block (defaults filled in).  An error stops
-	// the load with its message.
+	// the validated config block (defaults filled in; valid while Init
+	// runs: keep what the getters return, not the Args).  An error
+	// stops the load with its message.
 	Init func(config *Args) error
 	// Fini, optional: runs once after the last call ended.  Goroutines
 	// that run plugin code must have finished before it returns.

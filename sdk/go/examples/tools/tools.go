@@ -1,11 +1,11 @@
 // tools - two toolhost tools in Go, one plugin (a process holds one Go
 // runtime, so a host loads one Go plugin: put a plugin's tools together).
 //
-//   gotools_countdown  async: acknowledges with its first progress update,
-//                      goes on in a goroutine, reports each step, stops
-//                      when cancelled
-//   gotools_stats      constrained parameters (array size, bounds, enum,
-//                      pattern) and structured output (an output schema)
+//	gotools_countdown  async: acknowledges with its first progress update,
+//	                   goes on in a goroutine, reports each step, stops
+//	                   when cancelled
+//	gotools_stats      constrained parameters (array size, bounds, enum,
+//	                   pattern) and structured output (an output schema)
 package main
 
 import (
