@@ -8,7 +8,9 @@
  * without following a link it has not checked: every folder on the way,
  * every link and the file are owned by root or us and not writable by
  * group or others (sticky folders such as /tmp are fine) unless
- * allow_insecure; dlopen(RTLD_NOW|RTLD_LOCAL)
+ * allow_insecure; a second Go runtime refused (dl_go.h: a Go object is
+ * opened with RTLD_NODELETE, and only one per process);
+ * dlopen(RTLD_NOW|RTLD_LOCAL)
  * (a copy of dlerror() kept; "not a shared object" when the file is not
  * ELF); the entry symbol; struct_size read first, then abi_major, then
  * struct_size against the ABI 1.0 size; name and description; every tool.
@@ -29,6 +31,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dl_go.h"
 #include "dl_guard.h"
 #include "th/iso.h"
 #include "th/jschema.h"
@@ -253,8 +256,12 @@ void th_plugin_close_ex(th_plugin *p, bool *deferred)
     p->initialized = false;
     free_tools(p->tools, p->n_tools);
     th_params_free(p->config_params, p->n_config_params);
-    /* not under a thread of the plugin still in its code */
-    if (p->dl && !th_dl_close_guarded(p->dl, p->name) && deferred)
+    /* not under a thread of the plugin still in its code; a Go object
+     * (RTLD_NODELETE) stays mapped whatever dlclose() does: its runtime's
+     * threads never leave its code (dl_go.h) */
+    if (p->dl && th_dl_go_is(p->dl))
+        dlclose(p->dl);
+    else if (p->dl && !th_dl_close_guarded(p->dl, p->name) && deferred)
         *deferred = true;
     free(p->name);
     free(p->path);
@@ -1073,13 +1080,22 @@ int th_plugin_open(const char *path, const th_load_opts *opts,
                           path);
         goto fail;
     }
+    /* A Go object: one Go runtime per process, never unloaded (dl_go.h). */
+    bool go = th_dl_go_fd(fd), go_fresh = false;
+    if (go && (rc = th_dl_go_claim(fd, path, opts->name, p->generation,
+                                   &go_fresh, err)))
+        goto fail;
     dlerror();
-    th_dl_snap *snap = th_dl_snap_take(); /* threads born later: dl_guard.h */
-    p->dl = dlopen(dlpath, RTLD_NOW | RTLD_LOCAL);
-    if (p->dl)
+    th_dl_snap *snap = go ? NULL : th_dl_snap_take(); /* dl_guard.h */
+    p->dl = dlopen(dlpath, RTLD_NOW | RTLD_LOCAL | (go ? RTLD_NODELETE : 0));
+    if (p->dl && go)
+        th_dl_go_opened(p->dl);
+    else if (p->dl)
         th_dl_snap_attach(p->dl, snap);
     else
         th_dl_snap_free(snap);
+    if (!p->dl && go_fresh)
+        th_dl_go_unclaim();
     if (!p->dl) {
         const char *e = dlerror();
         char why[512];

@@ -27,6 +27,7 @@
 #include "th/buf.h"
 #include "th/clock.h"
 #include "th/log.h"
+#include "dl_go.h"
 #include "iso_wire.h"
 #include "reloader.h"
 
@@ -190,6 +191,7 @@ static void close_gen(th_reloader *r, th_gen *g)
 {
     char lp[PATH_MAX];
     bool had_dl = g->p->dl != NULL;
+    bool go = had_dl && th_dl_go_is(g->p->dl); /* never unloaded: dl_go.h */
     snprintf(lp, sizeof lp, "%s", g->p->load_path ? g->p->load_path : "");
     bool deferred = false;
     th_plugin_close_ex(g->p, &deferred);
@@ -201,6 +203,11 @@ static void close_gen(th_reloader *r, th_gen *g)
         th_log_debug("reload: plugin %s generation %llu is closed; its "
                      "object is unmapped once no thread is inside it",
                      g->name, (unsigned long long)g->generation);
+    else if (mapped && go)
+        th_log_debug("reload: plugin %s generation %llu is closed; its object "
+                     "stays in memory, as the one Go runtime of the process "
+                     "(never unloaded)", g->name,
+                     (unsigned long long)g->generation);
     else if (mapped)
         th_log_warn("reload: plugin %s generation %llu is closed but its object "
                     "stays in memory (%s): it cannot be unloaded (nodelete, "

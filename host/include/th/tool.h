@@ -161,6 +161,10 @@ typedef struct th_load_opts {
  *     stdout/stderr semantic type N | unknown flag bits 0xN
  *   tool 'x': parameter 'p' ... (see th_params_from_abi)
  *   refused: the symlink L belongs to another user (uid U), ...
+ *   refused: it holds a Go runtime and this process already runs the one
+ *     of P (plugin 'N') ...             (a second Go object: dl_go.h)
+ *   refused: a reload of the in-process Go plugin 'N' would load a second
+ *     Go runtime ...                    (generation > 1 of the Go plugin N)
  * The file is opened once with th_plugin_file_open() (the safety walk,
  * skipped with allow_insecure): load_path when given, else `path`.  With
  * load_path, `path` is only the name in messages: the caller opened and
