@@ -6,7 +6,7 @@
 //! answered as the tool's error.
 use serde::Deserialize;
 use std::time::Duration;
-use toolhost::{AsyncCall, Call, Error, Params, Pending, ToolResult};
+use toolhost::{AsyncCall, Call, Error, Level, Params, Pending, ToolResult};
 
 #[derive(Params, Deserialize)]
 struct CountdownArgs {
@@ -24,7 +24,10 @@ struct CountdownArgs {
 fn count(c: &AsyncCall, args: &CountdownArgs) -> ToolResult {
     c.progress(0.0, &format!("counting down from {}", args.steps))?;
     for i in 1..=args.steps {
-        c.sleep(Duration::from_millis(args.delay_ms))?;
+        if let Err(e) = c.sleep(Duration::from_millis(args.delay_ms)) {
+            c.log(Level::Info, &format!("stopped at step {} of {}: {}", i, args.steps, e));
+            return Err(e);
+        }
         let left = args.steps - i;
         c.progress(f64::from(i) / f64::from(args.steps), &format!("{} left", left))?;
     }
