@@ -204,6 +204,9 @@ static void test_serve(void)
         {"{\"word\": \"abc\", \"align\": \"middle\"}", "align"},
         {"{\"word\": \"abc\", \"fill\": \"--\"}", "at most 1"},
         {"{}", "missing required parameter 'word'"},
+        /* the tool's own validate: what the table cannot say */
+        {"{\"word\": \"abc\", \"fill\": \"x\"}",
+         "'fill' must not be a letter, got 'x'"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         CU_ASSERT_EQUAL(rust_call_tool(&s, "rust_constrained_pad",

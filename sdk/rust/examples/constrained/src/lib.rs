@@ -1,7 +1,8 @@
 //! rust_constrained - constrained parameters and structured output:
-//! `rust_constrained_pad` declares a pattern, length bounds, a range and an enum (the
-//! host refuses a call that breaks one before the tool runs, naming the
-//! parameter) and writes JSON that matches its output schema (the host
+//! `rust_constrained_pad` declares a pattern, length bounds, a range and
+//! an enum (the host refuses a call that breaks one before the tool runs,
+//! naming the parameter), checks one more rule of its own before it runs
+//! (validate), and writes JSON that matches its output schema (the host
 //! checks it when the call ends).
 use serde::{Deserialize, Serialize};
 use toolhost::{Call, Params, ToolResult};
@@ -29,6 +30,17 @@ struct Padded {
     padding: u32,
 }
 
+// What the parameter table cannot say, checked before the tool runs (the
+// host's validate_args): the answer would be ambiguous with a letter.
+fn fill_not_a_letter(a: &PadArgs) -> Result<(), String> {
+    match a.fill.as_deref() {
+        Some(f) if f.chars().any(char::is_alphabetic) => {
+            Err(format!("'fill' must not be a letter, got '{}'", f))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Pads a lowercase word to a width, aligned left, right or center.
 ///
 /// The result is one JSON object: the padded text, its width and how many
@@ -36,6 +48,7 @@ struct Padded {
 #[toolhost::tool(
     title = "Pad a word",
     flags = READ_ONLY | IDEMPOTENT | SHORT,
+    validate = fill_not_a_letter,
     output_schema = r#"{"type": "object",
         "properties": {"text": {"type": "string"},
                        "width": {"type": "integer", "minimum": 1},
