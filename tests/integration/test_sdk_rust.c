@@ -383,8 +383,12 @@ static void test_template(void)
              "cd '%s'\n"
              "'%s/prefix/bin/toolhost' new --lang rust greeter >/dev/null\n"
              "cd greeter\n"
+             /* the crates from Debian's registry as make examples built
+              * them (the same target folder): only the project's and the
+              * installed toolhost crates are compiled */
              "make -s CARGO=/usr/bin/cargo RUSTC=/usr/bin/rustc "
-             "BINDGEN=/usr/bin/bindgen >../build.log 2>&1 || "
+             "BINDGEN=/usr/bin/bindgen TARGET_DIR='%s/rust' "
+             ">../build.log 2>&1 || "
              "{ tail -40 ../build.log; exit 5; }\n"
              "test -L toolhost-sdk\n"
              "'%s/prefix/bin/toolhost' check --strict ./greeter.so\n"
@@ -401,8 +405,8 @@ static void test_template(void)
              ">/dev/null\n"
              "test ! -e '%s/prefix/share/toolhost/rust'\n"
              "echo template-ok\n",
-             TH_SOURCE_DIR, TH_SANITIZER, dir, dir, dir, dir, dir, dir, dir,
-             dir, dir, dir, TH_SOURCE_DIR, dir, dir);
+             TH_SOURCE_DIR, TH_SANITIZER, dir, dir, dir, dir, dir, dir,
+             TH_BUILD_DIR, dir, dir, dir, dir, TH_SOURCE_DIR, dir, dir);
     char *argv[] = {"/bin/sh", "-c", script, NULL};
     th_test_run r;
     CU_ASSERT_EQUAL_FATAL(th_test_run_argv(argv, NULL, 900, 0, &r), 0);
