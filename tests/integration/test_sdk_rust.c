@@ -5,8 +5,10 @@
  * async countdown's progress and its cancellation (the tool sees it and
  * stops), the constrained tool's refusals and its structured output, a
  * panic inside a tool answered as the tool's error while the host keeps
- * serving.  Then what an author does: `make install`, `toolhost new --lang
- * rust`, build the project against the installed crates, call it.
+ * serving.  What the call handles' types forbid does not compile (a write
+ * to a completed call, the Call after suspend(), a Call sent to another
+ * thread).  Then what an author does: `make install`, `toolhost new
+ * --lang rust`, build the project against the installed crates, call it.
  * Without the Rust toolchain the tests skip, saying what is missing
  * (build/examples/rust.missing); with CI=true that is a failure. */
 #include <CUnit/CUnit.h>
@@ -362,6 +364,84 @@ static void test_mcp(void)
     free(dir);
 }
 
+/* ---- what the types forbid ------------------------------------------------ */
+
+/* A crate using the in-tree toolhost crate once right (it builds) and once
+ * per misuse (it must not build, with the compiler's reason): writing to a
+ * completed AsyncCall, using the Call after suspend(), sending a Call to
+ * another thread. */
+static const char misuse_rs[] =
+    "use toolhost::{AsyncCall, Call, Error, Pending};\n"
+    "#[cfg(feature = \"right\")]\n"
+    "pub fn f(call: Call) -> Result<Pending, Error> {\n"
+    "    let (c, p) = call.suspend()?;\n"
+    "    toolhost::spawn(move || { let _ = c.out(\"x\"); c.complete(Ok(())) })?;\n"
+    "    Ok(p)\n"
+    "}\n"
+    "#[cfg(feature = \"after_complete\")]\n"
+    "pub fn f(c: AsyncCall) { c.complete(Ok(())); let _ = c.out(\"late\"); }\n"
+    "#[cfg(feature = \"after_suspend\")]\n"
+    "pub fn f(call: Call) -> Result<Pending, Error> {\n"
+    "    let (c, p) = call.suspend()?;\n"
+    "    let _ = call.out(\"x\");\n"
+    "    drop(c);\n"
+    "    Ok(p)\n"
+    "}\n"
+    "#[cfg(feature = \"call_to_thread\")]\n"
+    "pub fn f(call: Call<'static>) {\n"
+    "    std::thread::spawn(move || { let _ = call.out(\"x\"); });\n"
+    "}\n";
+
+static void test_misuse_does_not_compile(void)
+{
+    NEED_RUST();
+    th_test_timeout(600);
+    char *dir = th_test_tmpdir();
+    char toml[1024];
+    snprintf(toml, sizeof toml,
+             "[package]\nname = \"misuse\"\nversion = \"0.0.0\"\n"
+             "edition = \"2021\"\n[lib]\npath = \"lib.rs\"\n"
+             "[dependencies]\ntoolhost = { path = \"%s/sdk/rust/toolhost\" }\n"
+             "[features]\nright = []\nafter_complete = []\n"
+             "after_suspend = []\ncall_to_thread = []\n"
+             "[profile.release]\npanic = \"unwind\"\ndebug = false\n"
+             "strip = \"debuginfo\"\n",
+             TH_SOURCE_DIR);
+    free(th_test_write_file(dir, "Cargo.toml", toml, (size_t)-1));
+    free(th_test_write_file(dir, "lib.rs", misuse_rs, (size_t)-1));
+    static const struct {
+        const char *feature, *says;
+    } cases[] = {
+        {"right", NULL},
+        {"after_complete", "borrow of moved value: `c`"},
+        {"after_suspend", "borrow of moved value: `call`"},
+        {"call_to_thread", "cannot be sent between threads safely"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char script[4096];
+        snprintf(script, sizeof script,
+                 "cd '%s' && CARGO_HOME='%s/cargo-home' RUSTC=/usr/bin/rustc "
+                 "BINDGEN=/usr/bin/bindgen /usr/bin/cargo build --offline "
+                 "--release --lib --target-dir '%s/rust' "
+                 "--config 'source.crates-io.replace-with=\"debian\"' "
+                 "--config 'source.debian.directory=\"/usr/share/cargo/"
+                 "registry\"' --features %s 2>&1",
+                 dir, dir, TH_BUILD_DIR, cases[i].feature);
+        char *argv[] = {"/bin/sh", "-c", script, NULL};
+        th_test_run r;
+        CU_ASSERT_EQUAL_FATAL(th_test_run_argv(argv, NULL, 600, 0, &r), 0);
+        bool ok = cases[i].says ? r.status != 0 && strstr(r.out, cases[i].says)
+                                : r.status == 0;
+        if (!ok)
+            fprintf(stderr, "\n  feature %s (%d):\n%s\n", cases[i].feature,
+                    r.status, r.out);
+        CU_ASSERT(ok);
+        th_test_run_free(&r);
+    }
+    th_test_rmtree(dir);
+    free(dir);
+}
+
 /* ---- the template, against an installed toolhost ---------------------- */
 
 static void test_template(void)
@@ -431,5 +511,6 @@ void th_suite_sdk_rust(void)
     CU_add_test(s, "check_strict", test_check_strict);
     CU_add_test(s, "serve", test_serve);
     CU_add_test(s, "mcp", test_mcp);
+    CU_add_test(s, "misuse_does_not_compile", test_misuse_does_not_compile);
     CU_add_test(s, "template", test_template);
 }
