@@ -401,7 +401,9 @@ static void test_misuse_does_not_compile(void)
     snprintf(toml, sizeof toml,
              "[package]\nname = \"misuse\"\nversion = \"0.0.0\"\n"
              "edition = \"2021\"\n[lib]\npath = \"lib.rs\"\n"
+             /* serde as the examples have it: their build is reused */
              "[dependencies]\ntoolhost = { path = \"%s/sdk/rust/toolhost\" }\n"
+             "serde = { version = \"1\", features = [\"derive\"] }\n"
              "[features]\nright = []\nafter_complete = []\n"
              "after_suspend = []\ncall_to_thread = []\n"
              "[profile.release]\npanic = \"unwind\"\ndebug = false\n"
