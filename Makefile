@@ -213,13 +213,9 @@ $(BUILD)/fixtures/%.so: tests/fixtures/%.cpp plugin-api/toolhost/plugin.h
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -Wall -Wextra -Werror -Wno-missing-field-initializers $(OPT) -g $(SAN_FLAGS) -Iplugin-api -fPIC -fvisibility=hidden -shared -o $@ $<
 
-# Examples in other languages (sdk/examples/): C++17 against the SDK, Rust
-# against plugin.h with std only.  The Rust one is built when rustc is on
-# the PATH (its test reports a skip otherwise).
-RUSTC ?= rustc
-HAVE_RUSTC := $(shell command -v $(RUSTC) >/dev/null 2>&1 && echo yes)
-EXAMPLES_SO := $(BUILD)/examples/cxx_stats.so \
-	$(if $(HAVE_RUSTC),$(BUILD)/examples/rust_hello.so)
+# Examples in other languages (sdk/examples/): C++17 against the SDK.
+# The Rust ones are the Rust SDK's (sdk/rust/sdk.mk).
+EXAMPLES_SO := $(BUILD)/examples/cxx_stats.so
 # Each SDK beyond C keeps its build rules in sdk/<lang>/sdk.mk: it adds its
 # examples to EXAMPLES_SO (and its tests' needs to SDK_TEST_DEPS).
 SDK_TEST_DEPS :=
@@ -234,10 +230,6 @@ $(BUILD)/examples/cxx_stats.so: sdk/examples/cxx/cxx_stats.cpp $(LIBSDK) plugin-
 	  -Iplugin-api -Isdk $(shell pkg-config --cflags msgpack 2>/dev/null) -fPIC -fvisibility=hidden -shared \
 	  -Wl,--version-script=sdk/toolhost-plugin.map \
 	  -o $@ $< $(LIBSDK) $(shell pkg-config --libs msgpack 2>/dev/null)
-
-$(BUILD)/examples/rust_hello.so: sdk/examples/rust/src/lib.rs
-	@mkdir -p $(dir $@)
-	MAKEFLAGS= $(RUSTC) --edition 2021 --crate-type cdylib -C panic=abort -O -o $@ $<
 
 # Test runners: every tests/<kind>/test_NAME.c defines th_suite_NAME().
 $(BUILD)/gen/%_suites.h: $$(sort $$(wildcard tests/%/test_*.c))
