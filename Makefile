@@ -128,7 +128,7 @@ INTEG_BIN := $(BUILD)/tests/integration-tests
 BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
 TEST_DEFS = -Ihost/core -DTH_BUILD_DIR='"$(abspath $(BUILD))"' -DTH_SOURCE_DIR='"$(abspath .)"' -Itests \
-	-DTH_SANITIZER='"$(SANITIZER)"'
+	-DTH_SANITIZER='"$(SANITIZER)"' -DTH_SDK_CACHE='"$(SDK_CACHE)"'
 
 .PHONY: all examples deps run deb test test-stress check check-unit check-integration check-parallel unit-build check-tsan soak check-layers layers-graph \
 	valgrind bench fuzz fuzz-long fuzz-replay install uninstall clean
@@ -218,7 +218,12 @@ $(BUILD)/fixtures/%.so: tests/fixtures/%.cpp plugin-api/toolhost/plugin.h
 EXAMPLES_SO := $(BUILD)/examples/cxx_stats.so
 # Each SDK beyond C keeps its build rules in sdk/<lang>/sdk.mk: it adds its
 # examples to EXAMPLES_SO (and its tests' needs to SDK_TEST_DEPS).
+# SDK_CACHE: the plain build's folder, where every build (plain or a
+# sanitizer's) keeps the Rust and Go compilers' caches: their code is not
+# instrumented, so one compile serves all builds (cargo locks its target
+# folder, go its cache, so builds side by side are safe).
 SDK_TEST_DEPS :=
+SDK_CACHE := $(abspath $(firstword $(subst /san-, ,$(BUILD))))
 include $(sort $(wildcard sdk/*/sdk.mk))
 examples: $(EXAMPLES_SO)
 

@@ -30,7 +30,7 @@ GO_WORK = $(abspath $(BUILD))/go
 # leaves nothing outside $(BUILD).  The plugin is linked with the SDK's
 # version script: it exports toolhost_plugin_v1 and nothing else.
 GO_ENV = GO111MODULE=off GOPATH='$(GO_WORK)/path:$(GOCODE)' \
-	GOCACHE='$(GO_WORK)/cache' GOTMPDIR= GOENV=off GOPROXY=off GOFLAGS= \
+	GOCACHE='$(SDK_CACHE)/go-cache' GOTMPDIR= GOENV=off GOPROXY=off GOFLAGS= \
 	GONOSUMDB= GOSUMDB=off HOME='$(GO_WORK)/home' CGO_ENABLED=1 CC='$(CC)' \
 	CGO_CFLAGS='-O2 -g -I$(abspath plugin-api)' CGO_LDFLAGS=
 GO_BUILD_SO = -buildmode=c-shared -trimpath \

@@ -20,8 +20,8 @@ RUST_MISSING := $(strip \
 	$(foreach p,$(RUST_CARGO) $(RUST_RUSTC) $(RUST_BINDGEN),$(if $(shell test -x $(p) && echo y),,$(p))) \
 	$(foreach c,$(RUST_CRATES),$(if $(wildcard $(RUST_REGISTRY)/$(c)-[0-9]*),,crate:$(c))))
 
-RUST_TARGET := $(abspath $(BUILD))/rust
-RUST_ENV := CARGO_HOME=$(abspath $(BUILD))/cargo-home CARGO_TARGET_DIR=$(RUST_TARGET) \
+RUST_TARGET := $(SDK_CACHE)/rust
+RUST_ENV := CARGO_HOME=$(SDK_CACHE)/cargo-home CARGO_TARGET_DIR=$(RUST_TARGET) \
 	RUSTC=$(RUST_RUSTC) RUSTDOC=$(dir $(RUST_RUSTC))rustdoc BINDGEN=$(RUST_BINDGEN) \
 	RUSTFLAGS= CARGO_BUILD_RUSTFLAGS=
 RUST_CARGO_FLAGS := --offline --release \

@@ -889,7 +889,8 @@ static void test_template(void)
              "cd '%s'\n"
              "\"$P/bin/toolhost\" new --lang go x >/dev/null\n"
              "cd x\n"
-             "make -s GO=/usr/bin/go GOCACHE='%s/gocache' >/dev/null\n"
+             /* the build's go cache (make examples filled it) */
+             "make -s GO=/usr/bin/go GOCACHE='%s/go-cache' >/dev/null\n"
              "test -z \"$(find x.so -perm /022)\"\n"
              "\"$P/bin/toolhost\" check --strict ./x.so\n"
              "\"$P/bin/toolhost\" call ./x.so x_hello\n"
@@ -902,7 +903,7 @@ static void test_template(void)
              "make --no-print-directory -s uninstall-go PREFIX=\"$P\"\n"
              "test ! -e \"$P/share/toolhost/go\"\n"
              "echo template ok\n",
-             dir, TH_SOURCE_DIR, TH_SANITIZER, dir, dir,
+             dir, TH_SOURCE_DIR, TH_SANITIZER, dir, TH_SDK_CACHE,
              TH_SOURCE_DIR);
     char *argv[] = {"/bin/sh", "-c", script, NULL};
     th_test_run r;

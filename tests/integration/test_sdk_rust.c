@@ -438,7 +438,7 @@ static void test_misuse_does_not_compile(void)
                  "--config 'source.crates-io.replace-with=\"debian\"' "
                  "--config 'source.debian.directory=\"/usr/share/cargo/"
                  "registry\"' --features %s 2>&1",
-                 dir, dir, TH_BUILD_DIR, cases[i].feature);
+                 dir, dir, TH_SDK_CACHE, cases[i].feature);
         char *argv[] = {"/bin/sh", "-c", script, NULL};
         th_test_run r;
         CU_ASSERT_EQUAL_FATAL(th_test_run_argv(argv, NULL, 600, 0, &r), 0);
@@ -498,7 +498,7 @@ static void test_template(void)
              "test ! -e '%s/prefix/share/toolhost/rust'\n"
              "echo template-ok\n",
              TH_SOURCE_DIR, TH_SANITIZER, dir, dir, dir, dir, dir, dir,
-             TH_BUILD_DIR, dir, dir, dir, dir, TH_SOURCE_DIR, dir, dir);
+             TH_SDK_CACHE, dir, dir, dir, dir, TH_SOURCE_DIR, dir, dir);
     char *argv[] = {"/bin/sh", "-c", script, NULL};
     th_test_run r;
     CU_ASSERT_EQUAL_FATAL(th_test_run_argv(argv, NULL, 900, 0, &r), 0);
