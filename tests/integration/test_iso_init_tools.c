@@ -13,7 +13,9 @@
  * config.  restart_agrees / restart_differs: a crashed worker's restart
  * serves the same tools; a restart whose init_tools() gives another list
  * is refused with a log line naming both lists, the host keeps the first
- * list, and a restart with the first list again serves.  reload: a
+ * list, and a restart with the first list again serves.
+ * workers_differ_at_load: workers: 2 whose second worker gives another
+ * list: the load is refused with both lists in the log.  reload: a
  * changed exec block (SIGHUP) re-describes the isolated plugin. */
 #include <CUnit/CUnit.h>
 #include <stdio.h>
@@ -326,6 +328,35 @@ static void test_restarts(void)
     free(dir);
 }
 
+/* workers: 2 whose second init_tools() gives another list (the fixture
+ * counts its inits in a file and the odd ones add a tool): the load is
+ * refused, the host does not start, and the log says both lists. */
+static void test_workers_differ_at_load(void)
+{
+    char *dir = th_test_tmpdir();
+    chmod(dir, 0755);
+    char *count = th_test_write_file(dir, "count", "", 0);
+    chmod(count, 0666);
+    char cfg[4096];
+    iti_cfg(cfg, sizeof cfg, true, NULL);
+    char line[1200];
+    snprintf(line, sizeof line, "      count_file: %s\n", count);
+    strncat(cfg, line, sizeof cfg - strlen(cfg) - 1);
+    rpc_srv s;
+    rpc_opts o = {.config = cfg, .no_wait = true};
+    CU_ASSERT_EQUAL_FATAL(rpc_srv_start(&s, &o), 0);
+    int st = rpc_srv_wait(&s);
+    CU_ASSERT(st != 0 && st != -1);
+    CU_ASSERT(rpc_log_has(&s, "refused: its init_tools() gave a different "
+                              "tool list (3 tools: iti_a, iti_b, iti_odd) "
+                              "from the first worker's (2 tools: iti_a, "
+                              "iti_b)"));
+    rpc_srv_free(&s);
+    free(count);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
 /* A changed exec block (SIGHUP): the isolated plugin is described again,
  * the new command listed and called. */
 static void test_reload(void)
@@ -387,5 +418,6 @@ void th_suite_iso_init_tools(void)
     CU_add_test(s, "exec_two_commands", test_exec_two_commands);
     CU_add_test(s, "same_as_in_process", test_same_as_in_process);
     CU_add_test(s, "restarts", test_restarts);
+    CU_add_test(s, "workers_differ_at_load", test_workers_differ_at_load);
     CU_add_test(s, "reload", test_reload);
 }
