@@ -16,7 +16,8 @@
  * list, and a restart with the first list again serves.
  * workers_differ_at_load: workers: 2 whose second worker gives another
  * list: the load is refused with both lists in the log.  reload: a
- * changed exec block (SIGHUP) re-describes the isolated plugin. */
+ * changed exec block (SIGHUP) re-describes the isolated plugin;
+ * reload_so: so does a new .so. */
 #include <CUnit/CUnit.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -411,6 +412,72 @@ static void test_reload(void)
     rpc_srv_free(&s);
 }
 
+/* A new .so (iso_itools_v2.so, SIGHUP): the new generation's first worker
+ * describes the plugin again; the names file changed meanwhile, so its
+ * list is the new one (the old generation's workers were never asked). */
+static void test_reload_so(void)
+{
+    char *dir = th_test_tmpdir();
+    char *nf = names_file(dir, "iti_a,iti_b\n");
+    size_t n = 0;
+    char *so = th_test_read_file(th_test_build_path("fixtures/iso_itools.so"),
+                                 &n);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(so);
+    char sopath[1200];
+    snprintf(sopath, sizeof sopath, "%s/iti.so", dir);
+    th_test_replace_file(sopath, so, n, 0755);
+    char cfg[4096];
+    snprintf(cfg, sizeof cfg,
+             "host:\n  log_level: info\n  reload: signal\n"
+             "plugins:\n"
+             "  - name: iti\n"
+             "    path: %s\n"
+             "    isolation: process\n"
+             "%s"
+             "    config:\n"
+             "      names_file: %s\n",
+             sopath, user_line(), nf);
+    rpc_srv s;
+    rpc_opts o = {.config = cfg};
+    CU_ASSERT_EQUAL_FATAL(rpc_srv_start(&s, &o), 0);
+    char addr[300];
+    snprintf(addr, sizeof addr, "unix:%s", s.sock);
+    CU_ASSERT_EQUAL(call_iti(addr, "iti_b", "x=1", NULL), 0);
+
+    free(names_file(dir, "iti_a,iti_c\n"));
+    free(so);
+    so = th_test_read_file(th_test_build_path("fixtures/iso_itools_v2.so"),
+                           &n);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(so);
+    th_test_replace_file(sopath, so, n, 0755);
+    kill(s.pid, SIGHUP);
+    bool listed = false;
+    th_test_run r;
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    while (!listed && rpc_now_ms() < end) {
+        th_test_toolhost(&r, "list", "--connect", addr, NULL);
+        listed = r.status == 0 && strstr(r.out, "\niti_c ") &&
+                 !strstr(r.out, "\niti_b ");
+        th_test_run_free(&r);
+        if (!listed)
+            usleep(50000);
+    }
+    CU_ASSERT(listed);
+    if (!listed)
+        rpc_dump_log(&s);
+    char *out = NULL;
+    CU_ASSERT_EQUAL(call_iti(addr, "iti_c", "x=5", &out), 0);
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "\"tool\": \"iti_c\""));
+    free(out);
+    CU_ASSERT_NOT_EQUAL(call_iti(addr, "iti_b", "x=5", NULL), 0);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+    free(so);
+    free(nf);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
 void th_suite_iso_init_tools(void);
 void th_suite_iso_init_tools(void)
 {
@@ -420,4 +487,5 @@ void th_suite_iso_init_tools(void)
     CU_add_test(s, "restarts", test_restarts);
     CU_add_test(s, "workers_differ_at_load", test_workers_differ_at_load);
     CU_add_test(s, "reload", test_reload);
+    CU_add_test(s, "reload_so", test_reload_so);
 }
