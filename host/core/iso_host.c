@@ -109,6 +109,8 @@ typedef struct worker {
     size_t hello_len;
     uint8_t *itools;      /* READY's tools_bin: what init_tools() gave */
     size_t itools_len;
+    bool refused;         /* another tool list (same_tools): killed by us,
+                             its start failed; not a crash (under mu) */
     pend *calls;
     unsigned ncalls;
     uint64_t finished;    /* calls that got DONE */
@@ -790,8 +792,9 @@ static void *reader_main(void *arg)
         failed++;
         pthread_cond_signal(&p->cv);
     }
-    if (!clean && w->ready_state == 1)
+    if (!clean && w->ready_state == 1 && !w->refused)
         record_death(P, w, shortw);
+    bool refused = w->refused;
     if (w->ready_state == 0) {
         w->ready_state = -1;
         if (!w->fail_msg) {
@@ -803,7 +806,10 @@ static void *reader_main(void *arg)
     }
     pthread_cond_broadcast(&P->cv);
     pthread_mutex_unlock(&P->mu);
-    if (!clean)
+    if (refused)
+        th_log_debug("plugin %s: refused worker %d ended (%s)", P->name,
+                     (int)w->pid, shortw);
+    else if (!clean)
         th_log_error("plugin %s: worker %d died (%s); %u call%s failed",
                      P->name, (int)w->pid, shortw, failed,
                      failed == 1 ? "" : "s");
@@ -1439,8 +1445,11 @@ static int start_ready(pool *P, worker **out, th_error *err)
         rc = wait_worker(P, w, true, err);
         pthread_mutex_unlock(&P->mu);
     }
-    if (rc == 0 && P->itools_set)
-        rc = same_tools(P, w, err);
+    if (rc == 0 && P->itools_set && (rc = same_tools(P, w, err))) {
+        pthread_mutex_lock(&P->mu);
+        w->refused = true; /* the failed start counts, not its death */
+        pthread_mutex_unlock(&P->mu);
+    }
     if (rc) {
         worker_kill(w);
         worker_end(w);

@@ -310,6 +310,9 @@ static void test_restarts(void)
                            "(2 tools: iti_a, iti_c) from the first "
                            "worker's (2 tools: iti_a, iti_b)"));
     CU_ASSERT(wait_log(&s, "cannot restart a worker"));
+    /* the refused worker's end is no crash (the crashes of iti_crash each
+     * failed their call) */
+    CU_ASSERT(!log_has_quiet(&s, "0 calls failed"));
     /* the host keeps the first list */
     th_test_toolhost(&r, "list", "--connect", addr, NULL);
     CU_ASSERT_EQUAL(r.status, 0);
@@ -352,6 +355,8 @@ static void test_workers_differ_at_load(void)
                               "tool list (3 tools: iti_a, iti_b, iti_odd) "
                               "from the first worker's (2 tools: iti_a, "
                               "iti_b)"));
+    /* the refused worker's end is no crash */
+    CU_ASSERT(!log_has_quiet(&s, "calls failed"));
     rpc_srv_free(&s);
     free(count);
     th_test_rmtree(dir);
