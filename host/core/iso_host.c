@@ -1,7 +1,9 @@
 /* iso_host.c - the host side of process isolation (docs/isolation.md).
  *
  * An isolated plugin is a proxy th_plugin (a pool): its descriptor is
- * built from what the first worker sends (HELLO), so the registry, the
+ * built from what the first worker sends (HELLO), and its init_tools()
+ * gives what the first worker's init_tools() gave (READY; every later
+ * worker must give the same: same_tools), so the registry, the
  * validation, the permissions and the manager see an ordinary plugin.
  * init() starts `workers` processes with the config block; execute()
  * picks the least busy live worker, sends the call, and relays the
@@ -105,6 +107,10 @@ typedef struct worker {
     char *fail_msg;
     uint8_t *hello;       /* HELLO descriptor frame */
     size_t hello_len;
+    uint8_t *itools;      /* READY's tools_bin: what init_tools() gave */
+    size_t itools_len;
+    bool refused;         /* another tool list (same_tools): killed by us,
+                             its start failed; not a crash (under mu) */
     pend *calls;
     unsigned ncalls;
     uint64_t finished;    /* calls that got DONE */
@@ -132,6 +138,15 @@ typedef struct pool {
     toolhost_plugin desc; /* the proxy's descriptor; first (container_of) */
     toolhost_tool *tools;
     uint32_t n_tools;
+    /* The tools init_tools() gave in the first worker (p_init), served
+     * after the static ones; itools_raw is that worker's tools_bin, which
+     * every later worker's must equal (same_tools).  Set once in p_init,
+     * read-only afterwards. */
+    toolhost_tool *itools;
+    uint32_t n_itools;
+    uint8_t *itools_raw;
+    size_t itools_raw_len;
+    bool itools_set;
     char **strs;          /* every string the descriptor points at */
     size_t n_strs, cap_strs;
     toolhost_param **param_arrays;
@@ -446,6 +461,17 @@ static void route(pool *P, worker *w, const uint8_t *f, size_t n, pend *self)
         free(w->fail_msg);
         w->fail_msg = th_iso_strdup(a, 2);
         w->ready_state = type == ISO_READY && th_iso_int(a, 1) ? 1 : -1;
+        if (w->ready_state == 1) {
+            size_t tl = 0;
+            const uint8_t *tb = th_iso_bytes(a, 3, &tl);
+            free(w->itools);
+            w->itools = NULL;
+            w->itools_len = 0;
+            if (tb && tl && (w->itools = malloc(tl))) {
+                memcpy(w->itools, tb, tl);
+                w->itools_len = tl;
+            }
+        }
         pthread_cond_broadcast(&P->cv);
         break;
     case ISO_LOG: {
@@ -766,8 +792,9 @@ static void *reader_main(void *arg)
         failed++;
         pthread_cond_signal(&p->cv);
     }
-    if (!clean && w->ready_state == 1)
+    if (!clean && w->ready_state == 1 && !w->refused)
         record_death(P, w, shortw);
+    bool refused = w->refused;
     if (w->ready_state == 0) {
         w->ready_state = -1;
         if (!w->fail_msg) {
@@ -779,7 +806,10 @@ static void *reader_main(void *arg)
     }
     pthread_cond_broadcast(&P->cv);
     pthread_mutex_unlock(&P->mu);
-    if (!clean)
+    if (refused)
+        th_log_debug("plugin %s: refused worker %d ended (%s)", P->name,
+                     (int)w->pid, shortw);
+    else if (!clean)
         th_log_error("plugin %s: worker %d died (%s); %u call%s failed",
                      P->name, (int)w->pid, shortw, failed,
                      failed == 1 ? "" : "s");
@@ -810,6 +840,7 @@ static void worker_free(worker *w)
     th_iso_rx_destroy(&w->rx);
     free(w->fail_msg);
     free(w->hello);
+    free(w->itools);
     pthread_mutex_destroy(&w->send_mu);
     free(w);
 }
@@ -1394,6 +1425,8 @@ static int send_init(pool *P, worker *w)
     return wsend(w, &b);
 }
 
+static int same_tools(pool *P, worker *w, th_error *err);
+
 /* Spawns, waits for HELLO, sends INIT, waits for READY.  No lock held on
  * entry.  On failure the worker is gone. */
 static int start_ready(pool *P, worker **out, th_error *err)
@@ -1410,6 +1443,11 @@ static int start_ready(pool *P, worker **out, th_error *err)
     if (rc == 0) {
         pthread_mutex_lock(&P->mu);
         rc = wait_worker(P, w, true, err);
+        pthread_mutex_unlock(&P->mu);
+    }
+    if (rc == 0 && P->itools_set && (rc = same_tools(P, w, err))) {
+        pthread_mutex_lock(&P->mu);
+        w->refused = true; /* the failed start counts, not its death */
         pthread_mutex_unlock(&P->mu);
     }
     if (rc) {
@@ -1508,6 +1546,57 @@ static int p_needs(void *state, const toolhost_tool *tool, const uint8_t *args,
 static int p_validate(void *state, const toolhost_tool *tool,
                       const uint8_t *args, size_t len, char *err, size_t size);
 
+static const toolhost_tool *p_init_tools(void *state, uint32_t *n_tools);
+
+/* One tool of HELLO or READY (iso_wire.h) into *t, its strings kept by P.
+ * -1 when it is not a tool. */
+static int build_tool(pool *P, const msgpack_object *e, toolhost_tool *t)
+{
+    if (e->type != MSGPACK_OBJECT_ARRAY || e->via.array.size < 9)
+        return -1;
+    const msgpack_object_array *a = &e->via.array;
+    t->struct_size = sizeof *t;
+    t->name = keep(P, th_iso_strdup(a, 0));
+    t->description = keep(P, th_iso_strdup(a, 1));
+    t->long_description = keep(P, th_iso_strdup(a, 2));
+    if (build_params(P, &a->ptr[3], &t->params, &t->n_params))
+        return -1;
+    t->stdout_type = (uint32_t)th_iso_int(a, 4);
+    t->stderr_type = (uint32_t)th_iso_int(a, 5);
+    t->flags = (uint32_t)th_iso_int(a, 6);
+    t->execute = p_execute;
+    if (th_iso_int(a, 7))
+        t->needs_permission = p_needs;
+    if (th_iso_int(a, 8))
+        t->validate_args = p_validate;
+    t->user_data = P;
+    if (a->size >= 11) {
+        t->title = keep(P, th_iso_strdup(a, 9));
+        t->output_schema = keep(P, th_iso_strdup(a, 10));
+    }
+    return 0;
+}
+
+/* An array of tools (HELLO's, READY's) into a new array *out of *n. */
+static int build_tools(pool *P, const msgpack_object *o, toolhost_tool **out,
+                       uint32_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    if (o->type != MSGPACK_OBJECT_ARRAY)
+        return -1;
+    uint32_t nt = o->via.array.size;
+    toolhost_tool *ts = calloc(nt ? nt : 1, sizeof *ts);
+    if (!ts)
+        return -1;
+    *out = ts; /* the caller's to free, whole or not */
+    for (uint32_t i = 0; i < nt; i++)
+        if (build_tool(P, &o->via.array.ptr[i], &ts[i]))
+            return -1;
+    *n = nt;
+    return 0;
+}
+
 static int build_desc(pool *P, const uint8_t *f, size_t n)
 {
     msgpack_unpacked u;
@@ -1531,36 +1620,17 @@ static int build_desc(pool *P, const uint8_t *f, size_t n)
     D->description = keep(P, th_iso_strdup(d, 2));
     D->init = p_init;
     D->fini = p_fini;
+    /* The tools init_tools() gives in the workers: from the first
+     * worker's READY (p_init). */
+    D->init_tools = p_init_tools;
+    if (d->size >= 6 && d->ptr[5].type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+        D->flags = d->ptr[5].via.u64; /* checked by th_plugin_builtin */
     if (build_params(P, &d->ptr[3], &D->config_params, &D->n_config_params))
         goto out;
-    if (d->ptr[4].type != MSGPACK_OBJECT_ARRAY)
+    uint32_t nt = 0;
+    int brc = build_tools(P, &d->ptr[4], &P->tools, &nt);
+    if (brc)
         goto out;
-    uint32_t nt = d->ptr[4].via.array.size;
-    P->tools = calloc(nt ? nt : 1, sizeof *P->tools);
-    if (!P->tools)
-        goto out;
-    for (uint32_t i = 0; i < nt; i++) {
-        const msgpack_object *e = &d->ptr[4].via.array.ptr[i];
-        if (e->type != MSGPACK_OBJECT_ARRAY || e->via.array.size < 9)
-            goto out;
-        const msgpack_object_array *a = &e->via.array;
-        toolhost_tool *t = &P->tools[i];
-        t->struct_size = sizeof *t;
-        t->name = keep(P, th_iso_strdup(a, 0));
-        t->description = keep(P, th_iso_strdup(a, 1));
-        t->long_description = keep(P, th_iso_strdup(a, 2));
-        if (build_params(P, &a->ptr[3], &t->params, &t->n_params))
-            goto out;
-        t->stdout_type = (uint32_t)th_iso_int(a, 4);
-        t->stderr_type = (uint32_t)th_iso_int(a, 5);
-        t->flags = (uint32_t)th_iso_int(a, 6);
-        t->execute = p_execute;
-        if (th_iso_int(a, 7))
-            t->needs_permission = p_needs;
-        if (th_iso_int(a, 8))
-            t->validate_args = p_validate;
-        t->user_data = P;
-    }
     P->n_tools = nt;
     D->tools = P->tools;
     D->n_tools = nt;
@@ -1568,6 +1638,79 @@ static int build_desc(pool *P, const uint8_t *f, size_t n)
 out:
     msgpack_unpacked_destroy(&u);
     return rc;
+}
+
+/* READY's tools_bin (NULL/0: none) into P->itools. */
+static int build_itools(pool *P, const uint8_t *b, size_t n)
+{
+    if (!b || n == 0)
+        return 0;
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    int rc = -1;
+    if (msgpack_unpack_next(&u, (const char *)b, n, &off) ==
+            MSGPACK_UNPACK_SUCCESS &&
+        off == n)
+        rc = build_tools(P, &u.data, &P->itools, &P->n_itools);
+    msgpack_unpacked_destroy(&u);
+    return rc;
+}
+
+/* "N tools: a, b, c" of a tools_bin, for a log line. */
+static void tool_names(const uint8_t *b, size_t n, char *out, size_t cap)
+{
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    snprintf(out, cap, "no tools");
+    if (b && n &&
+        msgpack_unpack_next(&u, (const char *)b, n, &off) ==
+            MSGPACK_UNPACK_SUCCESS &&
+        u.data.type == MSGPACK_OBJECT_ARRAY && u.data.via.array.size) {
+        const msgpack_object_array *a = &u.data.via.array;
+        size_t k = (size_t)snprintf(out, cap, "%u tool%s:", a->size,
+                                    a->size == 1 ? "" : "s");
+        for (uint32_t i = 0; i < a->size && k < cap; i++) {
+            const msgpack_object *t = &a->ptr[i];
+            char *nm = t->type == MSGPACK_OBJECT_ARRAY && t->via.array.size
+                           ? th_iso_strdup(&t->via.array, 0)
+                           : NULL;
+            k += (size_t)snprintf(out + k, cap - k, "%s %.64s",
+                                  i ? "," : "", nm ? nm : "?");
+            free(nm);
+        }
+    }
+    msgpack_unpacked_destroy(&u);
+}
+
+/* A worker started after the first (workers: N, a restart) must serve the
+ * very tools the first one's init_tools() gave: the host routes a call by
+ * the tool's index.  A different list (a config that changed on disk
+ * under a plugin that reads it, a plugin whose tools are not a function
+ * of its config) refuses the worker: its start fails, with both lists. */
+static int same_tools(pool *P, worker *w, th_error *err)
+{
+    if (w->itools_len == P->itools_raw_len &&
+        (P->itools_raw_len == 0 ||
+         memcmp(w->itools, P->itools_raw, P->itools_raw_len) == 0))
+        return 0;
+    char mine[300], first[300];
+    tool_names(w->itools, w->itools_len, mine, sizeof mine);
+    tool_names(P->itools_raw, P->itools_raw_len, first, sizeof first);
+    return th_error_set(err, TH_ELOAD,
+                        "%s: worker %d refused: its init_tools() gave a "
+                        "different tool list (%s) from the first worker's "
+                        "(%s); an isolated plugin's tools must follow from "
+                        "its config alone",
+                        P->path, (int)w->pid, mine, first);
+}
+
+static const toolhost_tool *p_init_tools(void *state, uint32_t *n_tools)
+{
+    pool *P = state;
+    *n_tools = P->n_itools;
+    return P->itools;
 }
 
 /* ---- the pool's life --------------------------------------------------------------- */
@@ -1584,6 +1727,8 @@ static void pool_free(pool *P)
         free((void *)P->enum_arrays[i]);
     free(P->enum_arrays);
     free(P->tools);
+    free(P->itools);
+    free(P->itools_raw);
     free(P->name);
     free(P->path);
     free(P->file);
@@ -1956,6 +2101,21 @@ static int p_init(const toolhost_host_api *host, const uint8_t *config,
         pthread_mutex_unlock(&P->mu);
     } else {
         th_error_set(&e, TH_ELOAD, "the worker went away");
+    }
+    /* The first worker's init_tools() tools are the plugin's (the loader
+     * takes them from p_init_tools right after this returns); every
+     * other worker must give the same (start_ready). */
+    if (rc == 0) {
+        P->itools_raw_len = w0->itools_len;
+        if (w0->itools_len &&
+            !(P->itools_raw = malloc(w0->itools_len)))
+            rc = th_error_set(&e, TH_ENOMEM, "out of memory");
+        else if (w0->itools_len)
+            memcpy(P->itools_raw, w0->itools, w0->itools_len);
+        if (rc == 0 && build_itools(P, w0->itools, w0->itools_len) != 0)
+            rc = th_error_set(&e, TH_ELOAD, "the worker sent a bad list of "
+                              "the tools from init_tools()");
+        P->itools_set = rc == 0;
     }
     for (uint32_t i = 1; rc == 0 && i < P->n_workers; i++)
         rc = start_ready(P, &P->w[i], &e);
@@ -2331,9 +2491,15 @@ static int run(pool *P, uint32_t tool_idx, int ask, toolhost_call *call,
     return status == TOOLHOST_OK ? TOOLHOST_OK : TOOLHOST_FAILED;
 }
 
+/* The tool's index in the workers' list: the static tools, then those of
+ * init_tools() (the order a worker's loader keeps). */
 static uint32_t tool_index(pool *P, const toolhost_tool *tool)
 {
-    return (uint32_t)(tool - P->tools);
+    uintptr_t t = (uintptr_t)tool, s = (uintptr_t)P->tools;
+    if (t >= s && t < s + P->n_tools * sizeof *P->tools)
+        return (uint32_t)((t - s) / sizeof *P->tools);
+    return P->n_tools +
+           (uint32_t)((t - (uintptr_t)P->itools) / sizeof *P->itools);
 }
 
 static int p_execute(void *state, const toolhost_tool *tool,
@@ -2468,6 +2634,11 @@ int th_iso_fuzz_frame(const uint8_t *f, size_t n)
         w->calls = &p;
         w->ncalls = 1;
         route(P, w, f, n, NULL);
+        if (w->ready_state == 1) { /* a READY: its init_tools() tools */
+            char names[300];
+            tool_names(w->itools, w->itools_len, names, sizeof names);
+            build_itools(P, w->itools, w->itools_len);
+        }
         pthread_mutex_lock(&P->mu);
         pend_unlink(w, &p);
         pthread_mutex_unlock(&P->mu);

@@ -219,30 +219,51 @@ static int pack_params(msgpack_packer *pk, const toolhost_param *ps,
     return e;
 }
 
+/* One tool as [name, description, long_description, params, stdout_type,
+ * stderr_type, flags, has_needs_permission, has_validate_args, title,
+ * output_schema], from the plugin's own descriptor (the host checks it
+ * again as it checks an in-process plugin's). */
+static int pack_tool(msgpack_packer *pk, const toolhost_tool *t)
+{
+    int e = msgpack_pack_array(pk, 11);
+    e |= th_pack_cstr(pk, t->name);
+    e |= th_pack_cstr(pk, t->description);
+    e |= th_pack_cstr(pk, t->long_description);
+    e |= pack_params(pk, t->params, t->n_params);
+    e |= msgpack_pack_uint32(pk, t->stdout_type);
+    e |= msgpack_pack_uint32(pk, t->stderr_type);
+    e |= msgpack_pack_uint32(pk, t->flags);
+    e |= msgpack_pack_uint32(pk, t->needs_permission ? 1 : 0);
+    e |= msgpack_pack_uint32(pk, t->validate_args ? 1 : 0);
+    bool v11 = TOOLHOST_HAS_MEMBER(toolhost_tool, t, output_schema);
+    e |= th_pack_cstr(pk, v11 ? t->title : NULL);
+    e |= th_pack_cstr(pk, v11 ? t->output_schema : NULL);
+    return e;
+}
+
 int th_iso_pack_desc(msgpack_packer *pk, const th_plugin *p)
 {
     const toolhost_plugin *d = p->desc;
-    int e = msgpack_pack_array(pk, 5);
+    int e = msgpack_pack_array(pk, 6);
     e |= th_pack_cstr(pk, d->name);
     e |= th_pack_cstr(pk, d->version);
     e |= th_pack_cstr(pk, d->description);
     e |= pack_params(pk, d->config_params, d->n_config_params);
     e |= msgpack_pack_array(pk, d->n_tools);
     size_t stride = d->n_tools ? d->tools[0].struct_size : 0;
-    for (uint32_t i = 0; i < d->n_tools && !e; i++) {
-        const toolhost_tool *t =
-            (const toolhost_tool *)((const char *)d->tools + stride * i);
-        e |= msgpack_pack_array(pk, 9);
-        e |= th_pack_cstr(pk, t->name);
-        e |= th_pack_cstr(pk, t->description);
-        e |= th_pack_cstr(pk, t->long_description);
-        e |= pack_params(pk, t->params, t->n_params);
-        e |= msgpack_pack_uint32(pk, t->stdout_type);
-        e |= msgpack_pack_uint32(pk, t->stderr_type);
-        e |= msgpack_pack_uint32(pk, t->flags);
-        e |= msgpack_pack_uint32(pk, t->needs_permission ? 1 : 0);
-        e |= msgpack_pack_uint32(pk, t->validate_args ? 1 : 0);
-    }
+    for (uint32_t i = 0; i < d->n_tools && !e; i++)
+        e |= pack_tool(pk, (const toolhost_tool *)((const char *)d->tools +
+                                                   stride * i));
+    e |= msgpack_pack_uint64(pk, p->flags);
+    return e;
+}
+
+int th_iso_pack_tools(msgpack_packer *pk, const th_plugin *p, size_t from)
+{
+    size_t n = p->n_tools > from ? p->n_tools - from : 0;
+    int e = msgpack_pack_array(pk, (uint32_t)n);
+    for (size_t i = from; i < p->n_tools && !e; i++)
+        e |= pack_tool(pk, p->tools[i].desc);
     return e;
 }
 

@@ -12,7 +12,10 @@
  * Worker -> host:
  *   [HELLO, descriptor_map]                after dlopen and the ABI checks
  *   [FAIL, message]                        could not load (then exits)
- *   [READY, ok, message]                   init() answered
+ *   [READY, ok, message, tools_bin]        init() answered; tools_bin
+ *                                          (when ok) holds the array of
+ *                                          the tools init_tools() gave,
+ *                                          packed as HELLO's
  *   [WRITE, id, stream, bin] [META, id, bin]
  *   [PROGRESS, id, fraction, msg|nil, bin|nil]
  *   [DONE, id, status]                     the call ended (execute/complete)
@@ -89,8 +92,15 @@ const uint8_t *th_iso_bytes(const msgpack_object_array *a, uint32_t i,
 char *th_iso_strdup(const msgpack_object_array *a, uint32_t i);
 
 /* The descriptor a worker sends in HELLO, from a loaded plugin, and back:
- * the host builds a toolhost_plugin (with its own strings) from it. */
+ * the host builds a toolhost_plugin (with its own strings) from it:
+ * [name, version, description, config_params, [tool...], plugin_flags],
+ * each tool [name, description, long_description, params, stdout_type,
+ * stderr_type, flags, has_needs_permission, has_validate_args, title,
+ * output_schema]. */
 int th_iso_pack_desc(msgpack_packer *pk, const th_plugin *p);
+/* The tools p->tools[from..] (after init: what init_tools() gave) as an
+ * array of tools packed as in HELLO. */
+int th_iso_pack_tools(msgpack_packer *pk, const th_plugin *p, size_t from);
 
 /* Opens an isolated plugin: checks the file, starts its first worker and
  * reads its descriptor.  The returned th_plugin is a proxy whose init()
@@ -108,7 +118,7 @@ int th_iso_plugin_open(const th_plugin_cfg *pc, const th_load_opts *lo,
 
 /* For fuzz/iso_wire.c: one frame body from a worker, taken as a HELLO
  * (descriptor built and checked) and as any other message (routed to a
- * worker with one waiting call, id 1).  No process, no thread.  0 when
+ * worker with one waiting call, id 1; a READY's tools built).  No process, no thread.  0 when
  * the descriptor passed the checks, else a TH_E code. */
 int th_iso_fuzz_frame(const uint8_t *f, size_t n);
 

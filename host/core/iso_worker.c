@@ -1,8 +1,8 @@
 /* iso_worker.c - `toolhost worker`: one worker process of an isolated
  * plugin (docs/isolation.md).  Drops privileges and applies its limits
  * first, then loads the plugin from the fd the host opened and checked,
- * sends its descriptor, runs init() with the config the host sends, and
- * serves calls: a lone call on the thread that read it, concurrent ones
+ * sends its descriptor, runs init() with the config the host sends
+ * (answering with the tools init_tools() gave), and serves calls: a lone call on the thread that read it, concurrent ones
  * on a pool of threads (one per concurrent call, idle ones end after
  * 10 s; "threads" below).  Every host callback of the ABI
  * becomes a message on the socket; is_cancelled and time_left_ms are
@@ -76,6 +76,7 @@ typedef struct wcall {
 } wcall;
 
 static th_plugin *g_p;
+static size_t g_n_static; /* g_p's tools in HELLO; init_tools() adds more */
 static pthread_mutex_t g_send_mu = PTHREAD_MUTEX_INITIALIZER;
 /* g_mu: the calls (g_calls, g_active), the ended queue, g_exit.  Lock
  * order: a record's mu before g_send_mu; g_mu is never held with mu. */
@@ -241,6 +242,28 @@ static int send_text(int type, int level, const char *msg)
     else
         e |= msgpack_pack_nil(&pk);
     e |= th_pack_cstr(&pk, msg);
+    PK_END();
+}
+
+/* [READY, 1, nil, tools_bin]: init() succeeded; tools_bin is the array of
+ * the tools init_tools() added after the g_n_static of HELLO, packed as
+ * HELLO packs tools, so the host lists what an in-process load lists. */
+static int send_ready(void)
+{
+    th_buf tb = TH_BUF_INIT;
+    msgpack_packer tp;
+    msgpack_packer_init(&tp, &tb, th_buf_msgpack_write);
+    if (th_iso_pack_tools(&tp, g_p, g_n_static)) {
+        th_buf_destroy(&tb);
+        return send_text(ISO_READY, 0, "out of memory describing the tools "
+                                       "from init_tools()");
+    }
+    PK_BEGIN(4);
+    e |= msgpack_pack_int(&pk, ISO_READY);
+    e |= msgpack_pack_int(&pk, 1);
+    e |= msgpack_pack_nil(&pk);
+    e |= msgpack_pack_bin_with_body(&pk, tb.data, tb.len);
+    th_buf_destroy(&tb);
     PK_END();
 }
 
@@ -733,7 +756,10 @@ static bool take_frame(const uint8_t *f, size_t len, bool last)
         th_error err;
         th_error_clear(&err);
         int rc = th_plugin_init(g_p, cfg, n, &err);
-        send_text(ISO_READY, rc == 0, rc ? err.msg : NULL);
+        if (rc == 0)
+            send_ready(); /* with the tools init_tools() gave */
+        else
+            send_text(ISO_READY, 0, err.msg);
         g_ready = rc == 0;
     } else if ((type == ISO_CALL || type == ISO_ASK) && g_ready) {
         c = new_call(a, type == ISO_ASK ? (int)th_iso_int(a, 2) : 0,
@@ -1603,6 +1629,7 @@ int th_iso_worker_main(int argc, char **argv)
     if (th_plugin_open(o.shown, &lo, &g_p, &err) != 0)
         return fail("%s", err.msg);
     g_p->api.log = w_log;
+    g_n_static = g_p->n_tools;
     {
         th_buf b = TH_BUF_INIT;
         msgpack_packer pk;
