@@ -24,7 +24,32 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <msgpack.h>
+
 #include "th/buf.h"
+
+/* The arguments {"text": TEXT} of an echo call, packed as msgpack into
+ * buf (cap bytes); their length (dies when they do not fit). */
+static inline size_t bench_echo_args(uint8_t *buf, size_t cap,
+                                     const char *text)
+{
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 1);
+    msgpack_pack_str_with_body(&pk, "text", 4);
+    msgpack_pack_str_with_body(&pk, text, strlen(text));
+    size_t n = sb.size;
+    if (n <= cap)
+        memcpy(buf, sb.data, n);
+    msgpack_sbuffer_destroy(&sb);
+    if (n > cap) {
+        fprintf(stderr, "bench: echo arguments of %zu bytes do not fit\n", n);
+        exit(1);
+    }
+    return n;
+}
 
 static inline uint64_t bench_now_ns(void)
 {

@@ -53,16 +53,7 @@ static size_t echo_len;
 
 static void pack_echo_args(void)
 {
-    msgpack_sbuffer sb;
-    msgpack_sbuffer_init(&sb);
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 1);
-    msgpack_pack_str_with_body(&pk, "text", 4);
-    msgpack_pack_str_with_body(&pk, TEXT, sizeof TEXT - 1);
-    memcpy(echo_args, sb.data, sb.size);
-    echo_len = sb.size;
-    msgpack_sbuffer_destroy(&sb);
+    echo_len = bench_echo_args(echo_args, sizeof echo_args, TEXT);
 }
 
 /* The bench's script: n calls of `fn` (tools.echo, or the Lua floor's

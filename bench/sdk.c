@@ -35,16 +35,7 @@ static size_t args_len;
 
 static void make_args(void)
 {
-    msgpack_sbuffer sb;
-    msgpack_sbuffer_init(&sb);
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 1);
-    msgpack_pack_str_with_body(&pk, "text", 4);
-    msgpack_pack_str_with_body(&pk, TEXT, sizeof TEXT - 1);
-    memcpy(args_mp, sb.data, sb.size);
-    args_len = sb.size;
-    msgpack_sbuffer_destroy(&sb);
+    args_len = bench_echo_args(args_mp, sizeof args_mp, TEXT);
 }
 
 /* One plugin under test: its host, a session, its samples. */
