@@ -382,8 +382,15 @@ static void test_timeouts(void)
     CU_ASSERT(pg > 0 && group_gone_within(pg, th_test_ms(3000)));
 
     snprintf(pidf, sizeof pidf, "pidfile=%s/pid2", dir);
-    th_test_toolhost(&r, "call", "-c", cfg, "hang", pidf, "--timeout",
-                     "400ms", NULL);
+    /* not under valgrind: past its deadline `call -c` gives the host's
+     * close CLOSE_WAIT_MS (200 ms) and then _exit()s while the exec
+     * plugin may still be reaping the group - by design; valgrind's leak
+     * check of that exit (exit status 99) is not about this test */
+    {
+        char *argv[] = {(char *)rpc_server_bin(), "call", "-c", cfg, "hang",
+                        pidf, "--timeout", "400ms", NULL};
+        th_test_run_argv(argv, NULL, 60, 0, &r);
+    }
     if (r.status != 1)
         fprintf(stderr, "\nhang --timeout 400ms: status %d: %s\n", r.status,
                 r.err ? r.err : "");
