@@ -500,9 +500,7 @@ static void on_event(const th_event *e, void *ud)
 {
     mcp_call *c = ud;
     th_mcp_session *m = c->m;
-    pthread_mutex_lock(&m->mu);
-    if (!c->call_id && e->call_id)
-        c->call_id = e->call_id; /* before th_call_start returned */
+    pthread_mutex_lock(&m->mu); /* (c->call_id: set before th_call_submit) */
     if (e->kind == TH_EV_PROGRESS) {
         if (c->token && !c->finished && !c->client_cancelled)
             send_progress(m, c, e);
