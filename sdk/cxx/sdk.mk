@@ -22,15 +22,20 @@ $(CXX_SDK_HPP): sdk/cxx/toolhost.hpp
 	@mkdir -p $(dir $@)
 	cp $< $@.tmp && mv -f $@.tmp $@
 
-# Temporary name, go-w, rename: what the template's Makefile does too.
-$(CXX_SDK_EXAMPLES): $(BUILD)/examples/%.so: sdk/cxx/examples/%.cpp $(CXX_SDK_HPP) \
-		$(LIBSDK) plugin-api/toolhost/plugin.h sdk/toolhost/sdk.h sdk/toolhost-plugin.map
+# One C++ plugin from its source: temporary name, go-w, rename (what the
+# template's Makefile does too), linked with the SDK's version script.
+define CXX_SDK_LINK
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXX_SDK_FLAGS) -shared -Wl,--no-undefined \
 	  -Wl,--version-script=sdk/toolhost-plugin.map -o $@.tmp $< \
 	  $(LIBSDK) $(shell pkg-config --libs msgpack 2>/dev/null) -lpthread
 	chmod go-w $@.tmp
 	mv -f $@.tmp $@
+endef
+
+$(CXX_SDK_EXAMPLES): $(BUILD)/examples/%.so: sdk/cxx/examples/%.cpp $(CXX_SDK_HPP) \
+		$(LIBSDK) plugin-api/toolhost/plugin.h sdk/toolhost/sdk.h sdk/toolhost-plugin.map
+	$(CXX_SDK_LINK)
 
 # `make install` / `make uninstall` put / remove the header as
 # PREFIX/include/toolhost/toolhost.hpp, and the README and examples in
@@ -56,9 +61,4 @@ SDK_TEST_DEPS += $(CXX_SDK_FIXTURES)
 examples: $(CXX_SDK_FIXTURES)
 $(CXX_SDK_FIXTURES): $(BUILD)/sdk-cxx/%.so: sdk/cxx/tests/%.cpp $(CXX_SDK_HPP) \
 		$(LIBSDK) plugin-api/toolhost/plugin.h sdk/toolhost/sdk.h sdk/toolhost-plugin.map
-	@mkdir -p $(dir $@)
-	$(CXX) $(CXX_SDK_FLAGS) -shared -Wl,--no-undefined \
-	  -Wl,--version-script=sdk/toolhost-plugin.map -o $@.tmp $< \
-	  $(LIBSDK) $(shell pkg-config --libs msgpack 2>/dev/null) -lpthread
-	chmod go-w $@.tmp
-	mv -f $@.tmp $@
+	$(CXX_SDK_LINK)
