@@ -577,6 +577,7 @@ int th_iso_cg_count(const th_iso_cg *cg)
 
 struct th_iso_cage {
     th_iso_cg cg;
+    pid_t opener;   /* the process that opened it: it stays outside */
 };
 
 th_iso_cage *th_iso_cage_open(const char *name, uint64_t memory, char *why,
@@ -596,6 +597,7 @@ th_iso_cage *th_iso_cage_open(const char *name, uint64_t memory, char *why,
         free(c);
         return NULL;
     }
+    c->opener = getpid();
     return c;
 }
 
@@ -603,6 +605,10 @@ int th_iso_cage_enter(const th_iso_cage *c)
 {
     if (!c || c->cg.procs_fd < 0)
         return EBADF;
+    /* only a child the opener forked: the opener itself (the host, for a
+     * plugin's cage) would move into the cage its own kill empties */
+    if (getpid() == c->opener)
+        return EPERM;
     ssize_t w = write(c->cg.procs_fd, "0", 1);
     return w == 1 ? 0 : w < 0 ? errno : EIO;
 }

@@ -457,23 +457,35 @@ static void route(pool *P, worker *w, const uint8_t *f, size_t n, pend *self)
         pthread_cond_broadcast(&P->cv);
         break;
     case ISO_FAIL:
-    case ISO_READY:
+    case ISO_READY: {
+        /* once per worker: the host reads w->itools without mu once the
+         * state is set (start_ready, p_init), so a second READY is not
+         * let to replace it */
+        if (w->ready_state != 0)
+            break;
+        size_t tl = 0;
+        const uint8_t *tb = th_iso_bytes(a, 3, &tl);
+        size_t vlen = 0;
         free(w->fail_msg);
         w->fail_msg = th_iso_strdup(a, 2);
         w->ready_state = type == ISO_READY && th_iso_int(a, 1) ? 1 : -1;
-        if (w->ready_state == 1) {
-            size_t tl = 0;
-            const uint8_t *tb = th_iso_bytes(a, 3, &tl);
-            free(w->itools);
-            w->itools = NULL;
-            w->itools_len = 0;
-            if (tb && tl && (w->itools = malloc(tl))) {
-                memcpy(w->itools, tb, tl);
-                w->itools_len = tl;
-            }
+        if (w->ready_state == 1 && tb && tl &&
+            (th_mp_check(tb, tl, TH_MP_MAX_DEPTH, &vlen, NULL) != 0 ||
+             vlen != tl)) {
+            /* walked before msgpack-c allocates for the counts it
+             * announces, as every frame is (frame_ok) */
+            w->ready_state = -1;
+            free(w->fail_msg);
+            w->fail_msg = strdup("the worker's init_tools() list is not "
+                                 "well-formed msgpack");
+        } else if (w->ready_state == 1 && tb && tl &&
+                   (w->itools = malloc(tl))) {
+            memcpy(w->itools, tb, tl);
+            w->itools_len = tl;
         }
         pthread_cond_broadcast(&P->cv);
         break;
+    }
     case ISO_LOG: {
         char *t = th_iso_strdup(a, 2);
         int lvl = (int)th_iso_int(a, 1);

@@ -442,7 +442,9 @@ typedef struct toolhost_host_api {
      * cage_close.  One cage is for one tree: open one per call (or per
      * batch of children that end together); the host names and removes
      * it.  The plugin owns the cage from cage_open to cage_close and MUST
-     * close every cage before fini() returns.  A NULL member (a host
+     * close every cage before fini() returns; one cage is used by one
+     * thread at a time (cage_kill and cage_close of one cage never run
+     * at once), and cage_close is called once.  A NULL member (a host
      * older than 1.3) means "no cages": use TH_SDK_HOST_HAS. */
 
     /* Any.  Opens a cage: a new, empty cgroup below the host's own
@@ -470,8 +472,9 @@ typedef struct toolhost_host_api {
      * rooted at the cage (it and its descendants see the cage as "/").
      * Everything the child starts afterwards is in the cage too.
      * Returns 0; TOOLHOST_EINVAL for a NULL cage; TOOLHOST_ESTATE when
-     * the move failed or cage_placed() came first (errno says why): the
-     * child is then where it was.  The descriptors the host opened for
+     * the move failed, cage_placed() came first, or the caller is the
+     * process that opened the cage (the host itself: EPERM) (errno says
+     * why): the process is then where it was.  The descriptors the host opened for
      * this are close-on-exec; a child that closes every descriptor
      * before execve (close_range) MUST call cage_enter first. */
     int (*cage_enter)(const toolhost_cage *cage);

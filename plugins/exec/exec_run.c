@@ -514,8 +514,11 @@ static void keeper_end(child *c, const toolhost_host_api *host,
                         "frozen by the command?): killing %s",
                         KEEPER_END_MS,
                         cage ? "the call's cgroup" : "the keeper");
-        if (!cage || th_sdk_cage_kill(host, cage, CAGE_KILL_MS) != 0)
-            kill(c->pid, SIGKILL);
+        if (cage)
+            th_sdk_cage_kill(host, cage, CAGE_KILL_MS);
+        /* the keeper itself whatever the cage did: one that never
+         * entered it (enter may fail) would block the waitpid below */
+        kill(c->pid, SIGKILL);
     }
     int st;
     while (waitpid(c->pid, &st, 0) < 0 && errno == EINTR)

@@ -79,7 +79,7 @@ th_iso_cage *th_iso_cage_open(const char *name, uint64_t memory, char *why,
 /* In a child after fork(), before it runs anything else: moves the
  * calling process into the cage (one write(2) to an fd opened by
  * th_iso_cage_open: async-signal-safe).  0, or an errno (the child is
- * then where it was). */
+ * then where it was); EPERM in the process that opened the cage. */
 int th_iso_cage_enter(const th_iso_cage *c);
 
 /* In the parent once the child is forked (entered or not): closes the
