@@ -124,6 +124,7 @@ static void take_slots(th_mcall *c)
 static void q_push(th_mcall **q, th_mcall *c, th_qwhere w)
 {
     c->qnext = NULL;
+    c->qprev = q[1];
     c->qwhere = (uint8_t)w;
     if (q[1])
         q[1]->qnext = c;
@@ -132,56 +133,45 @@ static void q_push(th_mcall **q, th_mcall *c, th_qwhere w)
     q[1] = c;
 }
 
+/* Takes c out of list q (it is in it): O(1), the list is doubly linked. */
+static void q_unlink(th_mcall **q, th_mcall *c)
+{
+    if (c->qprev)
+        c->qprev->qnext = c->qnext;
+    else
+        q[0] = c->qnext;
+    if (c->qnext)
+        c->qnext->qprev = c->qprev;
+    else
+        q[1] = c->qprev;
+    c->qnext = c->qprev = NULL;
+    c->qwhere = TH_QW_NONE;
+}
+
 static th_mcall *q_pop(th_mcall **q)
 {
     th_mcall *c = q[0];
-    if (c) {
-        q[0] = c->qnext;
-        if (!q[0])
-            q[1] = NULL;
-        c->qnext = NULL;
-        c->qwhere = TH_QW_NONE;
-    }
+    if (c)
+        q_unlink(q, c);
     return c;
 }
 
-/* Takes c out of the list q if it is there (a walk from its head). */
-static bool q_unlink(th_mcall **q, th_mcall *c)
+/* Whether call a came before call b (qseq wraps at 2^32: a difference). */
+static bool q_older(const th_mcall *a, const th_mcall *b)
 {
-    for (th_mcall *p = q[0], *prev = NULL; p; prev = p, p = p->qnext) {
-        if (p != c)
-            continue;
-        if (prev)
-            prev->qnext = c->qnext;
-        else
-            q[0] = c->qnext;
-        if (q[1] == c)
-            q[1] = prev;
-        c->qnext = NULL;
-        c->qwhere = TH_QW_NONE;
-        return true;
-    }
-    return false;
+    return (int32_t)(a->qseq - b->qseq) < 0;
 }
 
 /* Under m->mu: the next call a worker may run, parking the ones a group
  * holds back.  *async tells which class it came from. */
 static th_mcall *pick_locked(th_mgr *m, bool *async)
 {
-    if (m->dead[0]) {
-        th_mcall *c = q_pop(m->dead);
-        atomic_fetch_sub(&m->nqueued, 1);
-        m->waiting++; /* left `waiting` at th_mgr_unqueue; the worker's
-                         m->waiting-- after a pick is for the others */
-        *async = false;
-        return c;
-    }
     for (;;) {
         th_mcall *s = m->q[0][0];
         th_mcall *a = m->async_running < m->async_cap ? m->q[1][0] : NULL;
         if (!s && !a)
             return NULL;
-        int qi = (!s || (a && a->qseq < s->qseq)) ? 1 : 0;
+        int qi = (!s || (a && q_older(a, s))) ? 1 : 0;
         th_mcall *c = q_pop(m->q[qi]);
         atomic_fetch_sub(&m->nqueued, 1);
         *async = qi == 1;
@@ -221,7 +211,9 @@ void th_mgr_release(th_host *h, th_mcall *c)
                 moved++;
             }
             g->park[qi][1]->qnext = m->q[qi][0];
-            if (!m->q[qi][0])
+            if (m->q[qi][0])
+                m->q[qi][0]->qprev = g->park[qi][1];
+            else
                 m->q[qi][1] = g->park[qi][1];
             m->q[qi][0] = g->park[qi][0];
             g->park[qi][0] = g->park[qi][1] = NULL;
@@ -376,38 +368,52 @@ static void enqueue_locked(th_mgr *m, th_mcall *c, int qi)
         pthread_cond_signal(&m->cv);
 }
 
+/* Under m->mu: takes c out of the list it waits in (c->qwhere), giving
+ * its place back; false when it waits in none. */
+static bool unqueue_locked(th_mgr *m, th_mcall *c)
+{
+    switch ((th_qwhere)c->qwhere) {
+    case TH_QW_SYNC:
+    case TH_QW_ASYNC:
+        q_unlink(m->q[c->qwhere == TH_QW_ASYNC], c);
+        atomic_fetch_sub(&m->nqueued, 1);
+        break;
+    case TH_QW_PARK_SYNC:
+    case TH_QW_PARK_ASYNC: {
+        /* the group whose park it is in: the one whose list ends at it,
+         * or for a call in the middle any (only the ends name a list) */
+        int qi = c->qwhere == TH_QW_PARK_ASYNC;
+        th_mcall **q = c->groups[0]->park[qi];
+        for (int i = 0; i < c->n_groups; i++)
+            if (c->groups[i]->park[qi][0] == c ||
+                c->groups[i]->park[qi][1] == c)
+                q = c->groups[i]->park[qi];
+        q_unlink(q, c); /* parked calls are not counted in nqueued */
+        break;
+    }
+    case TH_QW_NONE:
+        return false;
+    }
+    m->waiting--;
+    return true;
+}
+
+/* Ends a call that was answered (aborted) and never ran, with no lock
+ * held: as a worker's run of it would (th_mcall_run's skip). */
+static void end_unrun(th_mgr *m, th_mcall *c)
+{
+    th_mgr_disarm(c->h, c);
+    m->ops->never_run(c, atomic_load(&c->abort_code), "the call was cancelled");
+}
+
 void th_mgr_unqueue(th_mcall *c)
 {
     th_mgr *m = &c->h->mgr;
     pthread_mutex_lock(&m->mu);
-    bool out = false;
-    switch ((th_qwhere)c->qwhere) {
-    case TH_QW_SYNC:
-    case TH_QW_ASYNC:
-        out = q_unlink(m->q[c->qwhere == TH_QW_ASYNC], c);
-        break;
-    case TH_QW_PARK_SYNC:
-    case TH_QW_PARK_ASYNC: {
-        int qi = c->qwhere == TH_QW_PARK_ASYNC;
-        for (int i = 0; i < c->n_groups && !out; i++)
-            out = q_unlink(c->groups[i]->park[qi], c);
-        if (out) /* parked calls are not counted in nqueued */
-            atomic_fetch_add(&m->nqueued, 1);
-        break;
-    }
-    case TH_QW_NONE:
-    case TH_QW_DEAD:
-        break;
-    }
-    if (out) {
-        q_push(m->dead, c, TH_QW_DEAD);
-        m->waiting--; /* its place is free for another call now */
-        if (m->spinning > m->spin_claimed)
-            m->spin_claimed++;
-        else if (m->idle)
-            pthread_cond_signal(&m->cv);
-    }
+    bool out = unqueue_locked(m, c);
     pthread_mutex_unlock(&m->mu);
+    if (out)
+        end_unrun(m, c);
 }
 
 void th_mgr_prepare(th_mcall *c)
@@ -426,6 +432,11 @@ void th_mgr_prepare(th_mcall *c)
         pthread_mutex_unlock(&m->mu);
         th_mgr_disarm(h, c);
         m->ops->never_run(c, TH_EBUSY, msg);
+        return;
+    }
+    if (atomic_load(&c->abort_code) != 0) { /* as in th_mgr_submit */
+        pthread_mutex_unlock(&m->mu);
+        end_unrun(m, c);
         return;
     }
     c->prep = true;
@@ -846,6 +857,13 @@ void th_mgr_submit(th_mcall *c)
         m->ops->never_run(c, TH_EBUSY, msg);
         return;
     }
+    if (atomic_load(&c->abort_code) != 0) {
+        /* cancelled (or past its deadline) before it got here: the abort
+         * found it in no queue (th_mgr_unqueue), so it takes no place */
+        pthread_mutex_unlock(&m->mu);
+        end_unrun(m, c);
+        return;
+    }
     pthread_mutex_lock(&c->mu);
     if (c->phase == TH_PH_NEW)
         c->phase = TH_PH_QUEUED;
@@ -1034,11 +1052,10 @@ static void check_lost(th_host *h, th_mcall *c)
      * call that runs, and get their turn when it ends). */
     th_mcall *drop = NULL;
     if (m->active == 0)
-        for (int qi = 0; qi < 3; qi++)
-            for (th_mcall *x; (x = q_pop(qi < 2 ? m->q[qi] : m->dead)) != NULL;) {
+        for (int qi = 0; qi < 2; qi++)
+            for (th_mcall *x; (x = q_pop(m->q[qi])) != NULL;) {
                 atomic_fetch_sub(&m->nqueued, 1);
-                if (qi < 2) /* a dead call left `waiting` already */
-                    m->waiting--;
+                m->waiting--;
                 x->qnext = drop;
                 drop = x;
             }

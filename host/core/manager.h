@@ -181,14 +181,13 @@ typedef struct th_mcall th_mcall;
 
 /* Where a call waits for a worker (th_mcall.qwhere, under the manager's
  * mu): nowhere, its class's queue, a group's park (held by a concurrency
- * limit), or the dead list (aborted while waiting: a worker only ends it). */
+ * limit). */
 typedef enum th_qwhere {
     TH_QW_NONE,
     TH_QW_SYNC,
     TH_QW_ASYNC,
     TH_QW_PARK_SYNC,
     TH_QW_PARK_ASYNC,
-    TH_QW_DEAD,
 } th_qwhere;
 
 /* What only a call that runs, or is answered, needs (th_mcall.x): its
@@ -327,8 +326,11 @@ struct th_mcall {
                                    table (dup.c), or NULL */
 
     /* Pool [mgr]. */
-    th_mcall *qnext;
-    uint64_t qseq;
+    th_mcall *qnext, *qprev;    /* the list it waits in (qwhere): doubly
+                                   linked, so a cancel takes it out in O(1) */
+    uint32_t qseq;              /* its place in the arrival order (wraps:
+                                   compared as a difference) */
+    int n_groups;               /* of groups[] */
     th_group *groups[4];
 
     /* Deadline heap [tmu]. */
@@ -353,7 +355,6 @@ struct th_mcall {
     atomic_int refs;
     atomic_int abort_code;      /* the cancel flag: 0, TH_ECANCELLED or
                                    TH_ETIMEOUT */
-    int n_groups;               /* [mgr] */
     int fin_oom;                /* [mu] answered with this error code while
                                    no x could be made: delivered without a
                                    stored result (out of memory) */
@@ -520,10 +521,12 @@ int th_mgr_own_args(th_mcall *c);
  * caller's reference. */
 void th_mgr_prepare(th_mcall *c);
 /* An aborted call (abort_code set, answered) that still waits in a queue
- * or a group's park moves to the manager's dead list, so that it gives its
- * place back now (a full async class or group would hold it there until a
- * slot freed, counted in `waiting`: `busy` for everyone else); a worker
- * ends it.  Nothing when it waits nowhere (running, or never queued). */
+ * or a group's park leaves it and is ended here, on the caller's thread
+ * (it never runs: no plugin code), so that its place and its memory come
+ * back now; left there, a full async class or group held it until a slot
+ * freed, counted in `waiting` (`busy` for everyone else).  Nothing when it
+ * waits nowhere (running, or never queued: an aborted call is not queued,
+ * see th_mgr_submit).  Call with no lock held. */
 void th_mgr_unqueue(th_mcall *c);
 
 /* The host's current config with a reference for the caller (drop it with
@@ -606,10 +609,7 @@ typedef struct th_mgr {
     pthread_cond_t cv;          /* workers wait here */
     pthread_cond_t slot_cv;     /* nested inline calls wait for a slot */
     th_mcall *q[2][2];          /* [sync|async][head|tail] */
-    th_mcall *dead[2];          /* [head|tail] aborted while waiting: a
-                                   worker takes them first, whatever the
-                                   async cap and the groups (they only end) */
-    uint64_t qseq;
+    uint32_t qseq;
     size_t waiting;             /* queued + parked */
     size_t cap;
     uint32_t nworkers, async_cap, async_running;

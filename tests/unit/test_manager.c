@@ -1859,6 +1859,38 @@ static void test_cancelled_queued_free_queue(void)
     close_all();
 }
 
+/* ... and their memory: a cancelled waiting call is ended by the cancel
+ * itself, not left for a worker.  With every worker held, 200 async calls
+ * started and cancelled one after the other leave no call record behind
+ * (a list of them waiting for a free worker grew without bound). */
+static void test_cancelled_queued_freed_at_once(void)
+{
+    open_default(1, 1, 4);
+    atomic_store(&fx_conc, 0);
+    atomic_store(&fx_gate_open, 0);
+    unsigned long live0 = th_host_live_calls(H);
+    rec hold;
+    rec_init(&hold);
+    start(S, "t_gate", A(0), NULL, &hold);
+    CU_ASSERT_TRUE(wait_conc(1, 2000));
+    for (int i = 0; i < 200; i++) {
+        rec q;
+        rec_init(&q);
+        uint64_t id = start(S, "t_async", A(1, "text", 's', "never"), NULL, &q);
+        CU_ASSERT_EQUAL(th_call_cancel(S, id), 0);
+        CU_ASSERT_TRUE(rec_wait(&q, 2000));
+        CU_ASSERT_EQUAL(q.final.error, TH_ECANCELLED);
+        rec_free(&q);
+        /* the gated call and nothing else */
+        CU_ASSERT_EQUAL(th_host_live_calls(H), live0 + 1);
+    }
+    atomic_store(&fx_gate_open, 1);
+    CU_ASSERT_TRUE(rec_wait(&hold, 2000));
+    atomic_store(&fx_gate_open, 0);
+    rec_free(&hold);
+    close_all();
+}
+
 /* The same for calls parked by a concurrency group (a serial tool whose
  * one slot a gated call holds): cancelled, they leave the park and the
  * queue's count at once. */
@@ -2034,8 +2066,8 @@ static void test_run_start_vs_answer(void)
 static void test_queued_call_is_small(void)
 {
     /* 392 until ABI 1.2 appended toolhost_call.args_view (8 bytes); 400
-     * until qwhere (the list a waiting call is in, so that a cancel takes
-     * it out at once) took the last free byte and the padding rounds up */
+     * until a waiting call knew its list (qwhere, qprev: a cancel takes it
+     * out at once, in O(1)); qseq went to 32 bits to make room */
     CU_ASSERT_TRUE(sizeof(th_mcall) <= 408);
     open_default(1, 1, 64);
     rec a, b;
@@ -3410,6 +3442,7 @@ void th_suite_manager(void)
     CU_add_test(s, "create_then_submit", test_create_then_submit);
     CU_add_test(s, "cancelled_queued_free_queue", test_cancelled_queued_free_queue);
     CU_add_test(s, "cancelled_parked_free_queue", test_cancelled_parked_free_queue);
+    CU_add_test(s, "cancelled_queued_freed_at_once", test_cancelled_queued_freed_at_once);
     CU_add_test(s, "run_start_vs_answer", test_run_start_vs_answer);
     CU_add_test(s, "cancel_inline_call", test_cancel_inline_call);
     CU_add_test(s, "session_close_cancels_inline_call", test_session_close_cancels_inline_call);
