@@ -113,7 +113,10 @@ obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 HOST_OBJ := $(call obj,$(HOST_SRC))
 CORE_OBJ := $(filter $(BUILD)/obj/host/core/%,$(HOST_OBJ))
 CLI_OBJ := $(call obj,$(CLI_SRC)) $(BUILD)/obj/gen/template.o
-TEMPLATE_FILES := $(sort $(shell find sdk/template -type f))
+# (what a template built in place leaves - cargo's target/, an .so, a
+# go cache, dot files - is not part of it)
+TEMPLATE_FILES := $(sort $(shell find sdk/template -type f ! -path '*/target/*' \
+	! -name '*.so' ! -name '*.so.*' ! -name '.*'))
 SDK_OBJ := $(call obj,$(SDK_SRC))
 TCOMMON_OBJ := $(call obj,$(TCOMMON_SRC))
 
@@ -473,8 +476,8 @@ uninstall:
 	rm -f $(I)/share/man/man1/toolhost.1 $(I)/share/man/man5/toolhost.yaml.5
 	rm -f $(addprefix $(I)/share/doc/toolhost/,$(notdir $(DOC_FILES)))
 	rm -f $(addprefix $(I)/share/doc/toolhost/template/,$(patsubst sdk/template/%,%,$(TEMPLATE_FILES)))
-	for d in $(sort $(filter-out .,$(patsubst sdk/template/%,%,$(dir $(TEMPLATE_FILES))))); do \
-	  rmdir -p --ignore-fail-on-non-empty $(I)/share/doc/toolhost/template/$$d 2>/dev/null || true; \
+	for d in $$(printf '%s\n' $(filter-out .,$(patsubst sdk/template/%,%,$(dir $(TEMPLATE_FILES)))) | sort -ru); do \
+	  rmdir $(I)/share/doc/toolhost/template/$$d 2>/dev/null || true; \
 	done
 	rm -f $(addprefix $(I)/share/toolhost/systemd/,$(notdir $(UNITS)))
 	rm -f $(I)/share/toolhost/toolhost-plugin.map

@@ -594,22 +594,34 @@ static void on_event(const th_event *e, void *ud)
     pthread_mutex_unlock(&m->mu);
 }
 
+/* With m->mu held: the request call `call_id` belongs to - its own
+ * record, or for a call a tool made, the outermost call's.  The origin is
+ * looked up (the core's session lock) with m->mu let go, and only when the
+ * id itself is not a request of this session; NULL when none. */
+static mcp_call *find_call_locked(th_mcp_session *m, uint64_t call_id)
+{
+    mcp_call *c = find_call_id(m, call_id);
+    if (c)
+        return c;
+    pthread_mutex_unlock(&m->mu);
+    uint64_t root = th_call_origin(m->s, call_id);
+    pthread_mutex_lock(&m->mu);
+    return root && root != call_id ? find_call_id(m, root) : NULL;
+}
+
 static int front_ask_permission(void *ud, uint64_t call_id, const char *tool,
                                 const uint8_t *args, size_t args_len,
                                 const char *reason)
 {
     th_mcp_session *m = ud;
-    /* the request the ask belongs to: its call (filed under its id before
-     * th_call_submit), or for a call a tool made, the outermost one */
-    uint64_t root = th_call_origin(m->s, call_id);
     pthread_mutex_lock(&m->mu);
     if (!m->elicitation) {
         pthread_mutex_unlock(&m->mu);
         return -1;
     }
-    mcp_call *c = find_call_id(m, call_id);
-    if (!c && root && root != call_id)
-        c = find_call_id(m, root);
+    /* the request the ask belongs to: its call (filed under its id before
+     * th_call_submit), or for a call a tool made, the outermost one */
+    mcp_call *c = find_call_locked(m, call_id);
     mcp_ask *a = calloc(1, sizeof *a);
     if (!a) {
         pthread_mutex_unlock(&m->mu);
@@ -659,16 +671,13 @@ static void front_log_call(void *ud, uint64_t call_id, const char *tool,
     int lv = mcp_level_of_th[level < TOOLHOST_LOG_ERROR   ? TOOLHOST_LOG_ERROR
                              : level > TOOLHOST_LOG_DEBUG ? TOOLHOST_LOG_DEBUG
                                                           : level];
-    /* a line of a call a tool made goes with the request of the outermost */
-    uint64_t root = th_call_origin(m->s, call_id);
     pthread_mutex_lock(&m->mu);
     if (m->log_level < 0 || lv < m->log_level) {
         pthread_mutex_unlock(&m->mu);
         return;
     }
-    mcp_call *c = find_call_id(m, call_id);
-    if (!c && root && root != call_id)
-        c = find_call_id(m, root);
+    /* a line of a call a tool made goes with the request of the outermost */
+    mcp_call *c = find_call_locked(m, call_id);
     if (c && c->client_cancelled) {
         pthread_mutex_unlock(&m->mu);
         return;

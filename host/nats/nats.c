@@ -1117,7 +1117,7 @@ static void handle_request(th_nats *f, nt_ep *ep, natsMsg *msg)
         goto out;
     }
     int started = th_call_submit(&req);
-    if (started != 0) {
+    if (started != 0) { /* the session closing: the host is stopping */
         publish_error(f, reply, TH_EBUSY, "the host is stopping");
         call_end(c);
     }

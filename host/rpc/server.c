@@ -651,7 +651,7 @@ static th_result_copy result_view(const th_result *r)
     };
 }
 
-/* The loop, inside th_call_start(): the final result of a call that ran
+/* The loop, inside th_call_submit(): the final result of a call that ran
  * (or failed) right there.  Its pointers are the core's, valid during the
  * callback: packed at once, nothing copied. */
 static void answer_now(rpc_call *call, const th_result *r)
