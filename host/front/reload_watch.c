@@ -382,6 +382,16 @@ void th_reload_watch_trigger(th_reload_watch *w)
     request(w);
 }
 
+bool th_reload_watch_idle(th_reload_watch *w)
+{
+    if (uv_is_active((uv_handle_t *)&w->debounce))
+        return false;
+    pthread_mutex_lock(&w->mu);
+    bool idle = w->outstanding == 0 && !w->have_res && !w->answered;
+    pthread_mutex_unlock(&w->mu);
+    return idle;
+}
+
 void th_reload_watch_stop(th_reload_watch *w)
 {
     if (!w)

@@ -40,6 +40,11 @@ void th_reload_watch_stop(th_reload_watch *w);
 /* A reload as SIGHUP would trigger it (loop thread); the result comes
  * through opts->on_result. */
 void th_reload_watch_trigger(th_reload_watch *w);
+/* Whether nothing is under way (loop thread): no reload waiting on its
+ * debounce or retry timer, none asked and not answered, no answer not yet
+ * reported.  File events the loop has not read yet are not seen: a caller
+ * that changed a file first waits for the event itself. */
+bool th_reload_watch_idle(th_reload_watch *w);
 /* A reload whose result goes to fn(res, ud) on the loop's thread (the RPC
  * method): not retried, not passed to opts->on_result.  Call on the loop
  * thread.  0, or TH_ENOMEM / TH_ESTATE (stopping: fn is not called). */
