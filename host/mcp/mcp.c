@@ -561,7 +561,7 @@ static void on_event(const th_event *e, void *ud)
                       ? NULL
                       : mcp_tool_result(r, c->tool, c->call_id,
                                         c->out_type, c->structured,
-                                        m->elicitation);
+                                        m->elicitation, mcp_has_audio(m));
     if (c->task) {
         c->updated_ms = mcp_wall_ms();
         c->status = r->kind == TH_RESULT_ERROR && r->error == TH_ECANCELLED

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "mcp.h"
 #include "th/host.h"
@@ -149,10 +150,17 @@ void mcp_request_done(struct th_mcp_session *m, const json_t *id);
 bool mcp_list_cursor(struct th_mcp_session *m, const json_t *id,
                      const json_t *params, const char *method, size_t *off);
 
-/* mcp_result.c: a CallToolResult for a final result.  NULL: no memory. */
+/* mcp_result.c: a CallToolResult for a final result.  `audio`: the
+ * client's protocol has audio blocks (mcp_has_audio).  NULL: no memory. */
 json_t *mcp_tool_result(const th_result *r, const char *tool,
                         uint64_t call_id, uint32_t out_type,
-                        bool structured, bool elicitation);
+                        bool structured, bool elicitation, bool audio);
+/* Whether the session's protocol version has audio content blocks (from
+ * 2025-03-26; the versions are dates, which compare as strings). */
+static inline bool mcp_has_audio(const th_mcp_session *m)
+{
+    return strcmp(m->version, "2025-03-26") >= 0;
+}
 json_t *mcp_tool_error(const char *tool, int code, const char *message);
 /* The whole response to a tools/call as text when the result is plain
  * (done, text stdout, no structuredContent): 0; 1 not plain; -1 no

@@ -1,5 +1,6 @@
 /* mcp_result.c - a tools/call result (CallToolResult) from a th_result:
- * stdout as a text block (binary: a base64 resource blob), stderr as a
+ * stdout as a text block (binary: base64 in an image or audio block when
+ * meta's mime_type says so, else in an embedded resource), stderr as a
  * second text block when the call failed, meta under _meta with
  * "toolhost/" keys; every tool-level failure is isError: true with a
  * message a model can act on.  An empty stream adds no block: a failed
@@ -101,9 +102,29 @@ json_t *mcp_tool_error(const char *tool, int code, const char *message)
                      "toolhost/error", th_err_name(code));
 }
 
+/* The block of a binary stdout (b: its base64): MCP's image or audio
+ * block for an image/ or audio/ media type (audio only for a client whose
+ * protocol has it), else an embedded resource. */
+static json_t *binary_block(const char *b, const char *mime,
+                            uint64_t call_id, bool audio)
+{
+    if (!mime)
+        mime = "application/octet-stream";
+    if (strncmp(mime, "image/", 6) == 0 ||
+        (audio && strncmp(mime, "audio/", 6) == 0))
+        return json_pack("{s:s, s:s, s:s}", "type",
+                         mime[0] == 'i' ? "image" : "audio", "data", b,
+                         "mimeType", mime);
+    char uri[64];
+    snprintf(uri, sizeof uri, "toolhost://call/%llu/stdout",
+             (unsigned long long)call_id);
+    return json_pack("{s:s, s:{s:s, s:s, s:s}}", "type", "resource",
+                     "resource", "uri", uri, "mimeType", mime, "blob", b);
+}
+
 json_t *mcp_tool_result(const th_result *r, const char *tool,
                         uint64_t call_id, uint32_t out_type, bool structured,
-                        bool elicitation)
+                        bool elicitation, bool audio)
 {
     if (r->kind == TH_RESULT_ERROR) {
         if (r->error == TH_EPERM && !elicitation &&
@@ -134,15 +155,7 @@ json_t *mcp_tool_result(const th_result *r, const char *tool,
         char *b = base64(r->out, r->out_len);
         const char *mime = json_string_value(json_object_get(meta,
                                                              "mime_type"));
-        char uri[64];
-        snprintf(uri, sizeof uri, "toolhost://call/%llu/stdout",
-                 (unsigned long long)call_id);
-        json_t *blk = b ? json_pack("{s:s, s:{s:s, s:s, s:s}}", "type",
-                                    "resource", "resource", "uri", uri,
-                                    "mimeType",
-                                    mime ? mime : "application/octet-stream",
-                                    "blob", b)
-                        : NULL;
+        json_t *blk = b ? binary_block(b, mime, call_id, audio) : NULL;
         free(b);
         if (!blk || json_array_append_new(content, blk) != 0)
             goto fail_meta;

@@ -355,6 +355,58 @@ static void test_json_text_same_as_jansson(void)
     }
 }
 
+/* A binary stdout: an image block for an image/ media type, an audio
+ * block for audio/ when the client's protocol has them (else an embedded
+ * resource, as for any other type), the bytes in base64. */
+static void test_result_binary_blocks(void)
+{
+    static const struct {
+        const char *mime;
+        bool audio;
+        const char *type;
+    } cases[] = {
+        {"image/png", false, "image"},
+        {"audio/wav", true, "audio"},
+        {"audio/wav", false, "resource"},
+        {"application/pdf", true, "resource"},
+        {NULL, true, "resource"},
+    };
+    static const uint8_t bytes[] = {0x89, 'P', 'N', 'G', 0x00, 0xff};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        uint8_t meta[64];
+        size_t ml = 0;
+        if (cases[i].mime) { /* {"mime_type": MIME} */
+            size_t n = strlen(cases[i].mime);
+            meta[ml++] = 0x81;
+            meta[ml++] = 0xa9;
+            memcpy(meta + ml, "mime_type", 9);
+            ml += 9;
+            meta[ml++] = (uint8_t)(0xa0 | n);
+            memcpy(meta + ml, cases[i].mime, n);
+            ml += n;
+        }
+        th_result r = {.kind = TH_RESULT_DONE, .ok = true, .out = bytes,
+                       .out_len = sizeof bytes, .meta = ml ? meta : NULL,
+                       .meta_len = ml};
+        json_t *res = mcp_tool_result(&r, "t", 9, TOOLHOST_SEM_BINARY, false,
+                                      false, cases[i].audio);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(res);
+        json_t *blk = json_array_get(json_object_get(res, "content"), 0);
+        const char *type = json_string_value(json_object_get(blk, "type"));
+        CU_ASSERT(type && strcmp(type, cases[i].type) == 0);
+        json_t *in = strcmp(cases[i].type, "resource") == 0
+                         ? json_object_get(blk, "resource")
+                         : blk;
+        const char *data = json_string_value(json_object_get(
+            in, strcmp(cases[i].type, "resource") == 0 ? "blob" : "data"));
+        CU_ASSERT(data && strcmp(data, "iVBORwD/") == 0);
+        const char *mt = json_string_value(json_object_get(in, "mimeType"));
+        CU_ASSERT(mt && strcmp(mt, cases[i].mime ? cases[i].mime
+                                                 : "application/octet-stream") == 0);
+        json_decref(res);
+    }
+}
+
 /* The text answer of a plain result (mcp_tool_result_text) is the text of
  * the tree answer (mcp_tool_result wrapped as mcp_send_result does); a
  * result that is not plain is refused (1). */
@@ -382,7 +434,7 @@ static void test_result_text_same_as_tree(void)
                                              TOOLHOST_SEM_TEXT, false),
                         0);
         json_t *res = mcp_tool_result(&rs[i], "t", 42 + i, TOOLHOST_SEM_TEXT,
-                                      false, false);
+                                      false, false, true);
         json_t *msg = json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id",
                                 ids[i], "result", res);
         char *want = json_dumps(msg, JSON_COMPACT);
@@ -531,6 +583,7 @@ void th_suite_mcp_core(void)
     CU_add_test(s, "json_text_same_as_jansson",
                 test_json_text_same_as_jansson);
     CU_add_test(s, "result_text_same_as_tree", test_result_text_same_as_tree);
+    CU_add_test(s, "result_binary_blocks", test_result_binary_blocks);
     CU_add_test(s, "msgpack_text_same_as_tree",
                 test_msgpack_text_same_as_tree);
 }
