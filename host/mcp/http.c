@@ -1588,8 +1588,10 @@ static enum MHD_Result do_resume(th_mcp_http *f, struct MHD_Connection *c,
     tag[tl] = '\0';
     pthread_mutex_lock(&f->mu);
     stream *st = NULL;
+    /* an orphan (dropped at sse_replay_time while its call runs on) is
+     * gone for its client: 404, as once its call ends */
     for (stream *x = s->streams; x && !st; x = x->next)
-        if (x->resumable && strcmp(x->tag, tag) == 0)
+        if (x->resumable && !x->orphan && strcmp(x->tag, tag) == 0)
             st = x;
     unsigned status = 0;
     const char *why = NULL;

@@ -870,16 +870,37 @@ static void test_sse_resume(void)
     CU_ASSERT(strstr(r.text, idl) == NULL);
     free(r.text);
 
-    /* 3. Not resumed within sse_replay_time: dropped, then 404. */
-    p = post_open(m.port, hp, CALL_STEPS(23, 2, 10));
+    /* 3. Not resumed within sse_replay_time: dropped, then 404.  The
+     * call's second step comes th_test_ms(1000) after its first progress,
+     * so the client hangs up mid-call (a stream whose call ended and was
+     * all sent does not park); sse_replay_time may pass before or after
+     * the call's end: 404 either way. */
+    char body23[400];
+    snprintf(body23, sizeof body23, CALL_STEPS(23, 2, %u), th_test_ms(1000));
+    p = post_open(m.port, hp, body23);
     CU_ASSERT_FATAL(p >= 0);
     http_read(p, &r, "notifications/progress", rpc_wait_ms());
     n = last_event(r.text, tag);
     free(r.text);
     close(p);
+    /* 4. Beside it, a call that runs on (th_test_ms(6000)) after its
+     * stream is dropped at sse_replay_time: gone for its client too, 404
+     * (once 409, "open on another connection", which it was not). */
+    char body24[400], tag4[17] = "", parked4[96];
+    snprintf(body24, sizeof body24, CALL_STEPS(24, 1, %u), th_test_ms(6000));
+    int p4 = post_open(m.port, hp, body24);
+    CU_ASSERT_FATAL(p4 >= 0);
+    http_read(p4, &r, "notifications/progress", rpc_wait_ms());
+    long n4 = last_event(r.text, tag4);
+    free(r.text);
+    close(p4);
     snprintf(parked, sizeof parked, "event stream %s not resumed", tag);
     CU_ASSERT(rpc_log_wait(&m.rs, parked, rpc_wait_ms() + th_test_ms(3000)));
     CU_ASSERT_EQUAL(resume(m.port, h, tag, n, NULL, &r), 404);
+    free(r.text);
+    snprintf(parked4, sizeof parked4, "event stream %s not resumed", tag4);
+    CU_ASSERT(rpc_log_wait(&m.rs, parked4, rpc_wait_ms() + th_test_ms(3000)));
+    CU_ASSERT_EQUAL(resume(m.port, h, tag4, n4, NULL, &r), 404);
     free(r.text);
     CU_ASSERT_EQUAL(rpc_srv_stop(&m.rs, SIGTERM), 0);
     mh_free(&m);

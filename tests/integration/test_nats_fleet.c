@@ -731,13 +731,15 @@ static void test_tls_auth(void)
              dir);
     CU_ASSERT_FATAL(run_sh(cmd));
     char conf[2048];
+    /* the server's TLS handshake timeout (0.5 s by default) scaled as the
+     * test's budgets are: under valgrind a handshake takes longer */
     snprintf(conf, sizeof conf,
              "tls {\n  cert_file: \"%s/srv.pem\"\n  key_file: \"%s/srv.key\"\n"
-             "}\n"
+             "  timeout: %.1f\n}\n"
              "authorization {\n  users = [\n"
              "    {user: host, password: hostpw}\n"
              "    {user: alice, password: alicepw}\n  ]\n}\n",
-             dir, dir);
+             dir, dir, th_test_ms(2000) / 1000.0);
     gnatsd s;
     gnatsd_files(&s, conf);
     CU_ASSERT_FATAL(gnatsd_start(&s) == 0);

@@ -22,13 +22,16 @@ static void run_with_workers(unsigned workers)
     char host_extra[128];
     snprintf(host_extra, sizeof host_extra,
              "  workers: %u\n  async_workers: 1\n", workers);
-    /* the call's own deadline (2 s) answers a stuck script: before the
-     * fix the answer was "timeout" and the worker stayed busy */
-    rpc_opts o = {.host_extra = host_extra,
-                  .public_extra = "    timeout: 2s\n"
-                                  "    run_code:\n"
-                                  "      enabled: true\n"
-                                  "      timeout: 300ms\n"};
+    /* the call's own deadline (2 s, scaled) answers a stuck script:
+     * before the fix the answer was "timeout" and the worker stayed busy */
+    char public_extra[160];
+    snprintf(public_extra, sizeof public_extra,
+             "    timeout: %ums\n"
+             "    run_code:\n"
+             "      enabled: true\n"
+             "      timeout: 300ms\n",
+             th_test_ms(2000));
+    rpc_opts o = {.host_extra = host_extra, .public_extra = public_extra};
     rpc_srv s;
     CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
     th_rpc_client *c = rpc_connect(&s);
@@ -48,8 +51,9 @@ static void run_with_workers(unsigned workers)
         const msgpack_object *to =
             meta ? th_rpc_map_get(meta, "timed_out") : NULL;
         CU_ASSERT(to && to->type == MSGPACK_OBJECT_BOOLEAN && to->via.boolean);
-        CU_ASSERT(took < 1500);
-        if (!to || took >= 1500)
+        /* well before the call's own deadline (scaled as it is) */
+        CU_ASSERT(took < th_test_ms(1500));
+        if (!to || took >= th_test_ms(1500))
             fprintf(stderr, "\n  workers %u, script %zu: %lld ms\n", workers,
                     i, (long long)took);
         rpc_res_free(&r);
