@@ -10,8 +10,10 @@
  *   calls/s with 64 in flight through 1 host against a bare C responder:
  *   a process of its own with its own connection, as the host has, that
  *   answers each request with its body at once (the NATS C client and
- *   nothing else), alternated with the host in rounds of the same run.
- *   Target (issue 29): the host at least 0.9x the bare responder.
+ *   nothing else), alternated with the host in rounds of the same run;
+ *   and the same responder answering with the two headers every toolhost
+ *   reply carries, to tell what the protocol costs from what the host
+ *   adds.  Target (issue 29): the host at least 0.9x the bare responder.
  * Skipped (exit 0, a line saying so) when nats-server is not installed.
  */
 #include <arpa/inet.h>
@@ -193,6 +195,24 @@ static void on_echo(natsConnection *nc, natsSubscription *sub, natsMsg *m,
     natsMsg_Destroy(m);
 }
 
+/* The same answer with the two headers every toolhost reply carries
+ * (Toolhost-Kind, Toolhost-Host; docs/scale.md): what the wire protocol
+ * alone costs a responder, beside what the host adds. */
+static void on_echo_hdr(natsConnection *nc, natsSubscription *sub,
+                        natsMsg *m, void *ud)
+{
+    (void)sub;
+    (void)ud;
+    natsMsg *r = NULL;
+    if (natsMsg_Create(&r, natsMsg_GetReply(m), NULL, natsMsg_GetData(m),
+                       natsMsg_GetDataLength(m)) == NATS_OK &&
+        natsMsgHeader_Set(r, "Toolhost-Kind", "result") == NATS_OK &&
+        natsMsgHeader_Set(r, "Toolhost-Host", "0123456789abcdef") == NATS_OK)
+        natsConnection_PublishMsg(nc, r);
+    natsMsg_Destroy(r);
+    natsMsg_Destroy(m);
+}
+
 /* The bare responder: a child process (forked before this process used the
  * NATS library) with its own connection, answering on bench.bare. */
 static void start_responder(const char *url)
@@ -206,7 +226,7 @@ static void start_responder(const char *url)
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     natsConnection *nc = NULL;
     natsOptions *o = NULL;
-    natsSubscription *sub = NULL;
+    natsSubscription *sub = NULL, *sub_hdr = NULL;
     if (natsOptions_Create(&o) != NATS_OK ||
         natsOptions_SetURL(o, url) != NATS_OK ||
         natsOptions_SetSendAsap(o, true) != NATS_OK ||
@@ -214,6 +234,9 @@ static void start_responder(const char *url)
         natsConnection_Subscribe(&sub, nc, "bench.bare", on_echo, NULL) !=
             NATS_OK ||
         natsSubscription_SetPendingLimits(sub, -1, -1) != NATS_OK ||
+        natsConnection_Subscribe(&sub_hdr, nc, "bench.bare_hdr", on_echo_hdr,
+                                 NULL) != NATS_OK ||
+        natsSubscription_SetPendingLimits(sub_hdr, -1, -1) != NATS_OK ||
         natsConnection_Flush(nc) != NATS_OK)
         _exit(1);
     for (;;)
@@ -266,6 +289,23 @@ static double pipelined(natsConnection *nc, const char *subj,
     natsSubscription_Destroy(sub);
     natsInbox_Destroy(ib);
     return (double)n * 1e9 / (double)ns;
+}
+
+/* The median over n rounds of a[r] / b[r]. */
+static double median_ratio(const double *a, const double *b, int n)
+{
+    double v[16];
+    if (n > 16)
+        n = 16;
+    for (int r = 0; r < n; r++)
+        v[r] = a[r] / b[r];
+    for (int i = 1; i < n; i++)
+        for (int k = i; k > 0 && v[k - 1] > v[k]; k--) {
+            double t = v[k];
+            v[k] = v[k - 1];
+            v[k - 1] = t;
+        }
+    return v[n / 2];
 }
 
 int main(int argc, char **argv)
@@ -322,27 +362,23 @@ int main(int argc, char **argv)
         bench_die("the bare responder did not answer");
     natsMsg_Destroy(pr);
     enum { ROUNDS = 5 };
-    double bare_r[ROUNDS], host_r[ROUNDS], bare_cps = 0, one_cps = 0;
+    double bare_r[ROUNDS], hdr_r[ROUNDS], host_r[ROUNDS], bare_cps = 0,
+           hdr_cps = 0, one_cps = 0;
     for (int r = 0; r < ROUNDS; r++) {
         bare_r[r] = pipelined(nc, "bench.bare", body, sizeof body, n_pipe,
                               64);
         host_r[r] = pipelined(nc, "toolhost.bench.echo", body, sizeof body,
                               n_pipe, 64);
+        hdr_r[r] = pipelined(nc, "bench.bare_hdr", body, sizeof body, n_pipe,
+                             64);
         bare_cps += bare_r[r] / ROUNDS;
+        hdr_cps += hdr_r[r] / ROUNDS;
         one_cps += host_r[r] / ROUNDS;
     }
     /* the median of the rounds' ratios: one round the machine's other
      * work fell on moves a mean of five by tens of percent */
-    double ratio_r[ROUNDS];
-    for (int r = 0; r < ROUNDS; r++)
-        ratio_r[r] = host_r[r] / bare_r[r];
-    for (int a = 1; a < ROUNDS; a++)
-        for (int b = a; b > 0 && ratio_r[b - 1] > ratio_r[b]; b--) {
-            double t = ratio_r[b];
-            ratio_r[b] = ratio_r[b - 1];
-            ratio_r[b - 1] = t;
-        }
-    double ratio_med = ratio_r[ROUNDS / 2];
+    double ratio_med = median_ratio(host_r, bare_r, ROUNDS);
+    double ratio_hdr = median_ratio(host_r, hdr_r, ROUNDS);
     for (int i = 1; i < MAXH; i++)
         start_host(build, i);
     usleep(200000);
@@ -366,12 +402,17 @@ int main(int argc, char **argv)
            three_cps, three_cps / floor_cps, "responder, 64 in flight");
     printf("%-44s %14.0f %8s  %s\n", "bare C responder process, 64 in flight",
            bare_cps, "", "");
+    printf("%-44s %14.0f %8s  %s\n",
+           "bare responder with the 2 reply headers", hdr_cps, "", "");
     printf("%-44s %14.0f %7.2fx  %s\n", "echo, 1 host, 64 in flight (rounds)",
            one_cps, ratio_med, "bare responder process (median "
            "of the rounds' ratios)");
+    printf("%-44s %14.0f %7.2fx  %s\n", "echo, 1 host, 64 in flight (rounds)",
+           one_cps, ratio_hdr, "bare responder with the reply headers");
     for (int r = 0; r < ROUNDS; r++)
-        printf("  round %d: bare %.0f calls/s, host %.0f calls/s (%.2fx)\n",
-               r + 1, bare_r[r], host_r[r], host_r[r] / bare_r[r]);
+        printf("  round %d: bare %.0f, with headers %.0f, host %.0f calls/s "
+               "(%.2fx, %.2fx)\n", r + 1, bare_r[r], hdr_r[r], host_r[r],
+               host_r[r] / bare_r[r], host_r[r] / hdr_r[r]);
     printf("(all on one machine of %d cores: 3 hosts share its CPUs, so the "
            "3-host figure shows the spread works, not a 3x gain)\n",
            m.cores);
@@ -390,6 +431,8 @@ int main(int argc, char **argv)
     bench_json_num(&j, "bare_pipe64_cps", bare_cps);
     bench_json_num(&j, "host1_rounds_pipe64_cps", one_cps);
     bench_json_num(&j, "host1_vs_bare_ratio", ratio_med);
+    bench_json_num(&j, "bare_hdr_pipe64_cps", hdr_cps);
+    bench_json_num(&j, "host1_vs_bare_hdr_ratio", ratio_hdr);
     bench_target(&j, "nats_pipe64", "NATS 1 host, 64 in flight: calls/s "
                  "against a bare C responder process (median of 5 rounds)",
                  ratio_med, 0.9, 0);
