@@ -292,12 +292,12 @@ test-stress: deps
 
 # ---- suites -------------------------------------------------------------------
 
-# TEST_JOBS=N (what `make test` sets, N = the cores): every suite of the
+# TEST_JOBS=N (what `make test` sets, N = the cores + 1): every suite of the
 # unit and integration runners in a runner process of its own, N at a time
 # (scripts/run-suites; the suites in SLOW_SUITES start first: the longest
 # under valgrind or in the normal run, measured).  The suites
 # wait on sleeps, timeouts and child processes more than they compute, so
-# two at a time on two cores take little more than half the time.  Without
+# three at a time on two cores take little more than half the time.  Without
 # TEST_JOBS, or with SUITES=..., one runner per kind as before.
 TEST_JOBS ?=
 SLOW_SUITES ?= deb cli exec cli_perm isolation nats_fleet nats rpc mcp_http manager code mcp check_child rpc_limits \
