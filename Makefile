@@ -171,6 +171,11 @@ $(BUILD)/obj/tests/fixtures/abi12f_%.o: tests/fixtures/abi12f_%.c tests/abi12/to
 	@mkdir -p $(dir $@)
 	$(CC) -Itests/abi12 $(CFLAGS_PLUGIN) -MMD -MP -c $< -o $@
 
+# A fixture of the ABI 1.3 era: built against the frozen 1.3 header.
+$(BUILD)/obj/tests/fixtures/abi13f_%.o: tests/fixtures/abi13f_%.c tests/abi13/toolhost/plugin.h
+	@mkdir -p $(dir $@)
+	$(CC) -Itests/abi13 $(CFLAGS_PLUGIN) -MMD -MP -c $< -o $@
+
 $(BUILD)/obj/tests/%.o: tests/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(TEST_DEFS) -MMD -MP -c $< -o $@

@@ -2124,6 +2124,8 @@ static const cfkey mcp_keys[] = {
      .off = M(sse_replay_events), .min = 1, .max = 100000},
     {.name = "sse_replay_time", .set = set_duration,
      .off = M(sse_replay_ms), .min = 100, .max = DAY},
+    {.name = "max_subscriptions", .set = set_u32,
+     .off = M(max_subscriptions), .min = 1, .max = 1000000},
     {.name = NULL}};
 #undef M
 
@@ -2148,6 +2150,7 @@ static void mcp_init(th_mcp_cfg *m)
     m->sse_poll_ms = 0;
     m->sse_replay_events = 64;
     m->sse_replay_ms = 60 * SEC;
+    m->max_subscriptions = 256;
 }
 
 static int mcp_check(cfctx *c, th_ynode *n, void *el)

@@ -1586,6 +1586,8 @@ static int build_tool(pool *P, const msgpack_object *e, toolhost_tool *t)
         t->title = keep(P, th_iso_strdup(a, 9));
         t->output_schema = keep(P, th_iso_strdup(a, 10));
     }
+    if (a->size >= 12)
+        t->input_schema = keep(P, th_iso_strdup(a, 11));
     return 0;
 }
 

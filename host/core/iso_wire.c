@@ -221,11 +221,11 @@ static int pack_params(msgpack_packer *pk, const toolhost_param *ps,
 
 /* One tool as [name, description, long_description, params, stdout_type,
  * stderr_type, flags, has_needs_permission, has_validate_args, title,
- * output_schema], from the plugin's own descriptor (the host checks it
- * again as it checks an in-process plugin's). */
+ * output_schema, input_schema], from the plugin's own descriptor (the host
+ * checks it again as it checks an in-process plugin's). */
 static int pack_tool(msgpack_packer *pk, const toolhost_tool *t)
 {
-    int e = msgpack_pack_array(pk, 11);
+    int e = msgpack_pack_array(pk, 12);
     e |= th_pack_cstr(pk, t->name);
     e |= th_pack_cstr(pk, t->description);
     e |= th_pack_cstr(pk, t->long_description);
@@ -238,6 +238,8 @@ static int pack_tool(msgpack_packer *pk, const toolhost_tool *t)
     bool v11 = TOOLHOST_HAS_MEMBER(toolhost_tool, t, output_schema);
     e |= th_pack_cstr(pk, v11 ? t->title : NULL);
     e |= th_pack_cstr(pk, v11 ? t->output_schema : NULL);
+    bool v14 = TOOLHOST_HAS_MEMBER(toolhost_tool, t, input_schema);
+    e |= th_pack_cstr(pk, v14 ? t->input_schema : NULL);
     return e;
 }
 

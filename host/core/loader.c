@@ -31,8 +31,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "dl_go.h"
 #include "dl_guard.h"
+#include "th/content.h"
 #include "th/iso.h"
 #include "th/jschema.h"
 #include "th/log.h"
@@ -209,6 +212,7 @@ void th_host_api_fill(toolhost_host_api *api)
     api->on_cancel = api_on_cancel;
     api->cancel_fd = api_cancel_fd;
     th_iso_cage_api_fill(api); /* ABI 1.3: iso_cage_api.c */
+    th_content_api_fill(api);  /* ABI 1.4: content.c */
 }
 
 th_plugin *th_plugin_from_api(const toolhost_host_api *api)
@@ -227,6 +231,8 @@ static void free_tool_range(th_tool *tools, size_t from, size_t n)
         free(tools[i].title);
         free(tools[i].output_schema);
         th_jschema_free(tools[i].out_schema);
+        free(tools[i].input_schema);
+        th_jschema_free(tools[i].in_schema);
         th_params_free(tools[i].params, tools[i].n_params);
         memset(&tools[i], 0, sizeof tools[i]);
     }
@@ -255,6 +261,7 @@ void th_plugin_close_ex(th_plugin *p, bool *deferred)
         p->desc->fini(p->state);
     p->initialized = false;
     free_tools(p->tools, p->n_tools);
+    th_content_unload(p);
     th_params_free(p->config_params, p->n_config_params);
     /* not under a thread of the plugin still in its code; a Go object
      * (RTLD_NODELETE) stays mapped whatever dlclose() does: its runtime's
@@ -653,6 +660,38 @@ static int check_tool_11(const char *shown, const toolhost_tool *d,
     return th_jschema_compile(what, d->output_schema, &t->out_schema, err);
 }
 
+/* The ABI 1.4 member of a tool: input_schema, one object schema instead
+ * of params. */
+static int check_tool_14(const char *shown, const toolhost_tool *d,
+                         th_tool *t, th_error *err)
+{
+    if (!TOOLHOST_HAS_MEMBER(toolhost_tool, d, input_schema) ||
+        !d->input_schema)
+        return 0;
+    if (d->n_params)
+        return th_error_set(err, TH_ELOAD,
+                            "%s: tool '%s' has both params and an "
+                            "input_schema (declare the input one way)",
+                            shown, d->name);
+    char what[200];
+    snprintf(what, sizeof what, "%s: tool '%s': input_schema", shown,
+             d->name);
+    json_error_t je;
+    json_t *j = json_loads(d->input_schema, 0, &je);
+    const char *type = json_string_value(json_object_get(j, "type"));
+    bool object = type && strcmp(type, "object") == 0, parsed = j != NULL;
+    json_decref(j);
+    if (!object)
+        return th_error_set(err, TH_ELOAD,
+                            "%s: %s (an input schema is a JSON object with "
+                            "\"type\": \"object\")",
+                            what, parsed ? "has no \"type\": \"object\""
+                                         : je.text);
+    if (!(t->input_schema = strdup(d->input_schema)))
+        return th_error_set(err, TH_ENOMEM, "%s: out of memory", shown);
+    return th_jschema_compile(what, d->input_schema, &t->in_schema, err);
+}
+
 /* Where problems go in "report every problem" mode (th_load_opts.on_problem):
  * a problem that does not stop the checks is reported and counted, and
  * the checks go on; the first one is returned at the end. */
@@ -752,6 +791,7 @@ static int check_tool(const char *shown, const toolhost_tool *d, uint32_t idx,
     t->flags = d->flags & ~advisory;
     t->desc = d;
     GO_ON(check_tool_11(shown, d, t, err));
+    GO_ON(check_tool_14(shown, d, t, err));
 #undef GO_ON
     (void)bad; /* reported: the load fails at the end */
     return 0;
@@ -925,6 +965,9 @@ static int check_desc(const char *shown, const toolhost_plugin *d,
         return rc;
     if ((rc = check_tools(shown, "tools", d->tools, d->n_tools,
                           minor, p, r, err)))
+        return rc;
+    if ((rc = th_content_load(shown, d, p, err)) &&
+        (rc = problem(r, err, rc)))
         return rc;
     if (r && r->count) {
         *err = r->first;

@@ -350,6 +350,17 @@ int th_registry_foreach(th_registry *reg,
     return rc;
 }
 
+int th_registry_foreach_plugin(th_registry *reg,
+                               int (*fn)(th_plugin *p, void *ud), void *ud)
+{
+    int rc = 0;
+    pthread_rwlock_rdlock(&reg->lock);
+    for (size_t i = 0; i < reg->n_plugins && rc == 0; i++)
+        rc = fn(reg->plugins[i], ud);
+    pthread_rwlock_unlock(&reg->lock);
+    return rc;
+}
+
 size_t th_registry_count(th_registry *reg)
 {
     pthread_rwlock_rdlock(&reg->lock);

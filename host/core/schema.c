@@ -153,6 +153,8 @@ static json_t *param_schema(const th_param *p)
 
 json_t *th_schema_params(const th_tool *tool)
 {
+    if (tool->input_schema) /* ABI 1.4: the tool's own, as written */
+        return json_loads(tool->input_schema, 0, NULL);
     json_t *s = json_object(), *props = json_object(), *req = json_array();
     int rc = !s || !props || !req;
     for (size_t i = 0; !rc && i < tool->n_params; i++) {
@@ -344,7 +346,10 @@ char *th_schema_describe(const th_tool *tool)
         th_buf_destroy(&lb);
     }
     rc |= th_buf_puts(&b, "\n## Parameters\n\n");
-    if (tool->n_params == 0)
+    if (tool->input_schema)
+        rc |= th_buf_printf(&b, "One JSON Schema:\n\n%s\n",
+                            tool->input_schema);
+    else if (tool->n_params == 0)
         rc |= th_buf_puts(&b, "None.\n");
     for (size_t i = 0; i < tool->n_params; i++)
         rc |= describe_param(&b, &tool->params[i]);

@@ -702,6 +702,41 @@ int th_validate_params(const char *what, const th_param *params, size_t n,
                            NULL, 0, err);
 }
 
+/* A tool's whole input schema (ABI 1.4) against the arguments: 0, or
+ * TH_EARGS with the validator's message (TH_ENOMEM). */
+static int check_input_schema(const th_tool *tool, const uint8_t *args,
+                              size_t len, th_error *err)
+{
+    static const uint8_t empty_map = 0x80;
+    if (!args || !len) {
+        args = &empty_map;
+        len = 1;
+    }
+    bool cached;
+    msgpack_zone *zone = zone_get(&cached);
+    if (!zone)
+        return th_error_set(err, TH_ENOMEM, "out of memory");
+    msgpack_object obj;
+    size_t off = 0;
+    char msg[512] = "";
+    int rc = 0;
+    msgpack_unpack_return ur =
+        msgpack_unpack((const char *)args, len, &off, zone, &obj);
+    if (ur == MSGPACK_UNPACK_NOMEM_ERROR)
+        rc = th_error_set(err, TH_ENOMEM, "out of memory");
+    else if (ur != MSGPACK_UNPACK_SUCCESS)
+        rc = th_error_set(err, TH_EARGS,
+                          "Error parsing arguments for %s: the arguments are "
+                          "not one valid msgpack object",
+                          tool->name);
+    else if ((rc = th_jschema_check(tool->in_schema, &obj, msg, sizeof msg)))
+        rc = th_error_set(err, rc < 0 ? TH_ENOMEM : TH_EARGS,
+                          "Error parsing arguments for %s: the arguments %s",
+                          tool->name, msg);
+    zone_put(zone, cached);
+    return rc;
+}
+
 int th_validate_call(const th_tool *tool, const uint8_t *args, size_t len,
                      th_buf *out, const uint8_t **args_out, size_t *len_out,
                      th_error *err)
@@ -717,7 +752,18 @@ int th_validate_call_view(const th_tool *tool, const uint8_t *args,
 {
     bool filled = false;
     int built = 0;
-    if (items && args && len) {
+    if (tool->in_schema) {
+        /* the whole input is one schema: no params, nothing to fill in */
+        int rc = check_input_schema(tool, args, len, err);
+        if (rc)
+            return rc;
+        built = 2;
+        if (items && (!args || !len ||
+                      th_args_view_build(args, len, items, TH_ARGS_VIEW_MAX,
+                                         view) != 0))
+            view->data = NULL;
+    }
+    if (items && args && len && built == 0) {
         /* the usual valid call: the view and one pass over it, before the
          * full check's frame is set up */
         built = th_args_view_build(args, len, items, TH_ARGS_VIEW_MAX,

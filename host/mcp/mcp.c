@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "mcp_int.h"
+#include "th/content.h"
 #include "th/json.h"
 #include "th/log.h"
 #include "th/schema.h"
@@ -373,6 +374,24 @@ static void *timer_main(void *arg)
 
 /* Puts m in the timer's list, starting the thread for the first session.
  * 0, or -1 when the thread cannot start. */
+/* ---- Resource updates ------------------------------------------------------ */
+
+/* A plugin said the resource at `uri` changed (its thread): the sessions
+ * that subscribed to it hear notifications/resources/updated.  Every
+ * session is in the timer's list (g_tm.mu before a session's mu). */
+static void on_resource_updated(const char *uri)
+{
+    pthread_mutex_lock(&g_tm.mu);
+    for (th_mcp_session *m = g_tm.list; m; m = m->tnext) {
+        pthread_mutex_lock(&m->mu);
+        if (m->initialized && mcp_subscribed_locked(m, uri))
+            send_notification(m, "notifications/resources/updated",
+                              json_pack("{s:s}", "uri", uri), NULL);
+        pthread_mutex_unlock(&m->mu);
+    }
+    pthread_mutex_unlock(&g_tm.mu);
+}
+
 static int timer_add(th_mcp_session *m)
 {
     pthread_mutex_lock(&g_tm.mu);
@@ -744,10 +763,13 @@ static void m_initialize(th_mcp_session *m, const json_t *id,
     json_t *caps = json_object_get(params, "capabilities");
     bool elicit = json_is_object(json_object_get(caps, "elicitation"));
     json_t *res = json_pack(
-        "{s:s, s:{s:{s:b}, s:{}, s:{s:{}, s:{}, s:{s:{s:{}}}}}, "
+        "{s:s, s:{s:{s:b}, s:{}, s:{s:{}, s:{}, s:{s:{s:{}}}}, "
+        "s:{s:b, s:b}, s:{s:b}, s:{}}, "
         "s:{s:s, s:s, s:s}, s:s}",
         "protocolVersion", v, "capabilities", "tools", "listChanged", 1,
         "logging", "tasks", "list", "cancel", "requests", "tools", "call",
+        "resources", "subscribe", 1, "listChanged", 0, "prompts",
+        "listChanged", 0, "completions",
         "serverInfo", "name", "toolhost", "title", "toolhost", "version",
         TOOLHOST_VERSION, "instructions",
         "Tools of a toolhost host. A tool error comes back as a result with "
@@ -1082,8 +1104,16 @@ static void dispatch_request(th_mcp_session *m, const json_t *id,
     else if (strcmp(method, "resources/list") == 0 ||
              strcmp(method, "prompts/list") == 0 ||
              strcmp(method, "resources/templates/list") == 0)
-        mcp_send_error(m, id, MCP_METHOD_NOT_FOUND,
-                       "method %s: this server offers tools only", method);
+        mcp_content_list(m, id, params, method);
+    else if (strcmp(method, "resources/read") == 0)
+        mcp_resources_read(m, id, params);
+    else if (strcmp(method, "resources/subscribe") == 0 ||
+             strcmp(method, "resources/unsubscribe") == 0)
+        mcp_resources_subscribe(m, id, params, method[10] == 's');
+    else if (strcmp(method, "prompts/get") == 0)
+        mcp_prompts_get(m, id, params);
+    else if (strcmp(method, "completion/complete") == 0)
+        mcp_complete(m, id, params);
     else
         mcp_send_error(m, id, MCP_METHOD_NOT_FOUND,
                        "method not found: %.200s", method);
@@ -1293,6 +1323,7 @@ th_mcp_session *th_mcp_session_new(th_host *h, const th_principal *who,
     }
     m->list_hash = list_hash(m);
     m->list_known = m->list_hash != 0;
+    th_content_set_update_hook(on_resource_updated);
     if (timer_add(m) != 0) {
         th_error_set(err, TH_ENOMEM, "cannot start a thread");
         th_session_close(m->s);
@@ -1383,6 +1414,7 @@ void th_mcp_session_free(th_mcp_session *m)
         free(a);
     }
     th_buf_destroy(&m->txt);
+    mcp_subs_free(m);
     pthread_mutex_destroy(&m->mu);
     pthread_cond_destroy(&m->cv);
     free(m);

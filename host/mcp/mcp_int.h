@@ -126,6 +126,8 @@ struct th_mcp_session {
                                 or NULL */
     bool run_short;          /* th_mcp_opts.run_short: calls pass
                                 th_call_opts.short_client */
+    char **subs;             /* [mu] resources/subscribe URIs */
+    size_t n_subs;
     int drain_waiters;       /* threads in th_mcp_session_drain (the end
                                 of a call wakes cv only for them, not the
                                 timer on every call) */
@@ -162,6 +164,26 @@ static inline bool mcp_has_audio(const th_mcp_session *m)
     return strcmp(m->version, "2025-03-26") >= 0;
 }
 json_t *mcp_tool_error(const char *tool, int code, const char *message);
+/* p[0..n) in base64 (nettle's), NUL-terminated, malloc'ed; NULL: no
+ * memory. */
+char *mcp_base64(const uint8_t *p, size_t n);
+
+/* mcp_content.c: resources, prompts and completion (ABI 1.4).  `method`:
+ * resources/list, resources/templates/list or prompts/list. */
+void mcp_content_list(struct th_mcp_session *m, const json_t *id,
+                      const json_t *params, const char *method);
+void mcp_resources_read(struct th_mcp_session *m, const json_t *id,
+                        const json_t *params);
+void mcp_resources_subscribe(struct th_mcp_session *m, const json_t *id,
+                             const json_t *params, bool on);
+void mcp_prompts_get(struct th_mcp_session *m, const json_t *id,
+                     const json_t *params);
+void mcp_complete(struct th_mcp_session *m, const json_t *id,
+                  const json_t *params);
+/* m->mu held: whether the session subscribed to uri. */
+bool mcp_subscribed_locked(const struct th_mcp_session *m, const char *uri);
+/* Frees the subscriptions (the session ends). */
+void mcp_subs_free(struct th_mcp_session *m);
 /* The whole response to a tools/call as text when the result is plain
  * (done, text stdout, no structuredContent): 0; 1 not plain; -1 no
  * memory. */

@@ -46,8 +46,7 @@ fail:
     return NULL;
 }
 
-/* Binary stdout for a resource blob: nettle's base64, NUL-terminated. */
-static char *base64(const uint8_t *p, size_t n)
+char *mcp_base64(const uint8_t *p, size_t n)
 {
     char *out = malloc(BASE64_ENCODE_RAW_LENGTH(n) + 1);
     if (!out)
@@ -152,7 +151,7 @@ json_t *mcp_tool_result(const th_result *r, const char *tool,
                                                         &err)
                            : NULL;
     if (binary && r->out_len) {
-        char *b = base64(r->out, r->out_len);
+        char *b = mcp_base64(r->out, r->out_len);
         const char *mime = json_string_value(json_object_get(meta,
                                                              "mime_type"));
         json_t *blk = b ? binary_block(b, mime, call_id, audio) : NULL;

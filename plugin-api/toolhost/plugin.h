@@ -1,4 +1,4 @@
-/* toolhost/plugin.h - the toolhost plugin ABI, version 1.3.
+/* toolhost/plugin.h - the toolhost plugin ABI, version 1.4.
  *
  * This header is the whole contract between the toolhost host process and a
  * tool plugin (a shared object).  If a type, constant or function does not
@@ -115,7 +115,7 @@ extern "C" {
 #endif
 
 #define TOOLHOST_ABI_MAJOR 1
-#define TOOLHOST_ABI_MINOR 3
+#define TOOLHOST_ABI_MINOR 4
 
 /* Whether the struct at `p` (with its struct_size) holds `member` of `type`. */
 #define TOOLHOST_HAS_MEMBER(type, p, member)                                  \
@@ -138,6 +138,9 @@ extern "C" {
                               write the reason to stderr                   */
 #define TOOLHOST_PENDING 2 /* only after a successful suspend(): the call
                               goes on and is finished by complete()        */
+#define TOOLHOST_NOT_FOUND 3 /* (1.4) a resource read: no such resource
+                                at this URI (a template matched, the
+                                plugin has none)                          */
 
 /* Host callbacks return 0 or one of these negative codes. */
 #define TOOLHOST_EINVAL (-1)     /* a bad argument (NULL, bad msgpack, ...) */
@@ -255,6 +258,43 @@ struct toolhost_tool;
  * starts itself (toolhost_host_api.cage_open).  Opaque: owned by the
  * host, handled by the plugin only through the cage_* callbacks. */
 typedef struct toolhost_cage toolhost_cage;
+
+/* Content (ABI 1.4): where a resource read, a prompt get or a completion
+ * puts what it returns, through out->host->content_add().  The host
+ * allocates it; the members below are public and read-only for the
+ * plugin, host-private data follows them.  Valid only during the callback
+ * it was given to. */
+typedef struct toolhost_content {
+    uint32_t struct_size;
+    const struct toolhost_host_api *host; /* the api init() was given */
+} toolhost_content;
+
+/* Kinds of a content block (toolhost_block.kind). */
+#define TOOLHOST_BLOCK_TEXT 1     /* UTF-8 text: data, len                */
+#define TOOLHOST_BLOCK_IMAGE 2    /* bytes of mime_type image/...         */
+#define TOOLHOST_BLOCK_AUDIO 3    /* bytes of mime_type audio/...         */
+#define TOOLHOST_BLOCK_RESOURCE 4 /* an embedded resource: uri, mime_type,
+                                     its bytes (text when mime_type is
+                                     text/... or a JSON or XML type and
+                                     the bytes are UTF-8, else a blob)   */
+#define TOOLHOST_BLOCK_LINK 5     /* a link to a resource: uri, name,
+                                     mime_type; no data                  */
+
+/* One block of content (ABI 1.4).  The host copies what it points to. */
+typedef struct toolhost_block {
+    uint32_t struct_size; /* sizeof(toolhost_block) the plugin built with */
+    uint32_t kind;        /* TOOLHOST_BLOCK_*                             */
+    const char *role;     /* prompts: "user" or "assistant"; NULL: "user";
+                             ignored elsewhere                            */
+    const char *mime_type; /* IMAGE, AUDIO: required; RESOURCE, LINK and a
+                              resource read's TEXT: NULL takes the
+                              resource's declared type                    */
+    const void *data;     /* the text or the bytes (not NUL-terminated)   */
+    size_t len;
+    const char *uri;      /* RESOURCE, LINK: required; a resource read:
+                             NULL is the URI read                         */
+    const char *name;     /* LINK: required                               */
+} toolhost_block;
 
 /* One call of a tool.  The host allocates it; the members below are public
  * and read-only for the plugin; host-private data follows them.  A plugin
@@ -498,6 +538,27 @@ typedef struct toolhost_host_api {
     /* Any.  Frees the cage; one not killed and removed yet is killed and
      * removed first (waiting at most 1 s).  NULL is a no-op. */
     void (*cage_close)(toolhost_cage *cage);
+
+    /* ---- ABI 1.4 (check with TH_SDK_HOST_HAS before use) ---- */
+
+    /* The thread of the read(), get() or complete() that was given `out`,
+     * during that callback.  Appends one block (copied).  What a resource
+     * read returns is one item of its contents per block (TEXT, or the
+     * bytes of IMAGE, AUDIO or RESOURCE as a blob); a prompt's messages
+     * are one per block, each with its role; a completion's values are
+     * its TEXT blocks, one value each (at most 100 are kept).  Returns 0;
+     * TOOLHOST_EINVAL for a bad block (named in the host log: an unknown
+     * kind, text that is not UTF-8, a missing mime_type, uri or name, a
+     * block a completion cannot hold); TOOLHOST_ENOMEM when the content
+     * would pass the host's budget (mcp.max_message, the answer must fit
+     * in one message) or memory ran out: the request then fails. */
+    int (*content_add)(toolhost_content *out, const toolhost_block *block);
+
+    /* Any.  The resource at `uri` changed: clients that subscribed to it
+     * are told (MCP notifications/resources/updated).  Cheap when nobody
+     * subscribed.  `host` is the api pointer init() was given. */
+    void (*resource_updated)(const struct toolhost_host_api *host,
+                             const char *uri);
 } toolhost_host_api;
 
 /* ---- What the plugin declares ------------------------------------------ */
@@ -598,7 +659,86 @@ typedef struct toolhost_tool {
      * ends; a mismatch fails the call as the tool's error
      * ("tool_output_invalid"), not the caller's. */
     const char *output_schema;
+
+    /* ---- ABI 1.4 ---- */
+
+    /* NULL, or the whole input as one JSON Schema (text): an object
+     * schema ("type": "object") whose keywords may be any the host's
+     * validator knows (JSON Schema 2020-12: local "$ref" into "$defs",
+     * "anyOf", "oneOf", "allOf", "not", "if"/"then"/"else", "const",
+     * "prefixItems", "patternProperties", "dependentRequired", ...); the
+     * host refuses one it does not, naming it.  Clients see it exactly as
+     * written (an MCP inputSchema, an export).  A tool with an
+     * input_schema declares no params (n_params 0): the host checks each
+     * call's arguments against the schema instead, fills in no defaults,
+     * and then calls validate_args() as usual. */
+    const char *input_schema;
 } toolhost_tool;
+
+/* A resource (ABI 1.4): data a client may read by URI, such as a file,
+ * a record or a schema; or, when `uri` holds "{name}" variables, a family
+ * of them (a URI template, RFC 6570 level 1: each variable matches one or
+ * more characters other than '/', '?' and '#').
+ *
+ * read(), get() and complete() below run on the thread of the front that
+ * received the request (an MCP session's input thread, an HTTP pool
+ * thread), like a TOOLHOST_TOOL_SHORT tool: they return within about a
+ * millisecond and never block (no network, no slow disk, no waiting on
+ * locks others hold for long).  The host times each one and logs one
+ * that passes host.short_call_max.  Anything slow belongs in a tool.
+ * Concurrently with each other, with execute() of any tool and with
+ * themselves; never concurrently with Load functions of the plugin. */
+typedef struct toolhost_resource {
+    uint32_t struct_size;
+    const char *uri;         /* "docs://guide", or a template
+                                "db://{table}/{id}"; a scheme is required;
+                                unique in the plugin                     */
+    const char *name;        /* a short name; required                    */
+    const char *title;       /* NULL or a human name                      */
+    const char *description; /* NULL or one line                          */
+    const char *mime_type;   /* NULL or the type of its content           */
+    /* Reads the resource at `uri` (this one, or a URI the template
+     * matched): content_add() of each item of its contents, then
+     * TOOLHOST_OK; TOOLHOST_NOT_FOUND when there is none at that URI;
+     * TOOLHOST_FAILED writing a one-line reason (NUL-terminated, at most
+     * err_size bytes).  Required. */
+    int (*read)(void *state, const struct toolhost_resource *res,
+                const char *uri, toolhost_content *out, char *err,
+                size_t err_size);
+    /* Optional, templates only: values for the template's variable `var`
+     * that start with (or match) `value`, as TEXT blocks; return
+     * TOOLHOST_OK. */
+    int (*complete)(void *state, const struct toolhost_resource *res,
+                    const char *var, const char *value,
+                    toolhost_content *out);
+    const void *user_data;   /* the plugin's own, untouched by the host   */
+} toolhost_resource;
+
+/* A prompt (ABI 1.4): a message template a client offers its user.  Its
+ * arguments are declared like tool parameters, of type
+ * TOOLHOST_TYPE_STRING only (MCP prompt arguments are strings). */
+typedef struct toolhost_prompt {
+    uint32_t struct_size;
+    const char *name;        /* as a tool name; unique in the host        */
+    const char *title;       /* NULL or a human name                      */
+    const char *description; /* one line; required                        */
+    const toolhost_param *args; /* n_args arguments (NULL if 0)           */
+    uint32_t n_args;
+    /* Builds the messages: content_add() of one block per message (its
+     * role in the block), then TOOLHOST_OK, or TOOLHOST_FAILED with a
+     * reason in err.  `args` is a msgpack map of strings, checked against
+     * the declared arguments (required ones present, no others), valid
+     * during the call.  Required. */
+    int (*get)(void *state, const struct toolhost_prompt *prompt,
+               const uint8_t *args, size_t args_len, toolhost_content *out,
+               char *err, size_t err_size);
+    /* Optional: values for argument `arg` given what the user typed so
+     * far (`value`), as TEXT blocks; return TOOLHOST_OK. */
+    int (*complete)(void *state, const struct toolhost_prompt *prompt,
+                    const char *arg, const char *value,
+                    toolhost_content *out);
+    const void *user_data;   /* the plugin's own, untouched by the host   */
+} toolhost_prompt;
 
 typedef struct toolhost_plugin {
     uint32_t struct_size;
@@ -655,6 +795,17 @@ typedef struct toolhost_plugin {
      * config block calls init() and init_tools() again on a new
      * generation. */
     const toolhost_tool *(*init_tools)(void *state, uint32_t *n_tools);
+
+    /* ---- ABI 1.4 ---- */
+
+    /* Resources and prompts (static, like `tools`; a host older than 1.4
+     * does not see them).  A toolset offers those of the plugins it has a
+     * tool of (every plugin's for tools: ["*"]).  Not served for a plugin
+     * run with isolation: process (a load note says so). */
+    const toolhost_resource *resources;
+    uint32_t n_resources;
+    const toolhost_prompt *prompts;
+    uint32_t n_prompts;
 } toolhost_plugin;
 
 /* The entry point every plugin exports, and nothing else.  Load.  Returns

@@ -164,6 +164,13 @@ const char *th_sdk_strerror(int code);
             .description = __VA_ARGS__};                                     \
         return &descriptor;                                                  \
     }
+/* ABI 1.4: the plugin's resources and prompts (toolhost_resource and
+ * toolhost_prompt arrays), as more arguments of TH_SDK_PLUGIN after the
+ * description: TH_SDK_PLUGIN("p", "1.0", tools, "What it does.",
+ * TH_SDK_RESOURCES(resources), TH_SDK_PROMPTS(prompts)). */
+#define TH_SDK_RESOURCES(arr)                                                \
+    .resources = (arr), .n_resources = TH_SDK_COUNT(arr)
+#define TH_SDK_PROMPTS(arr) .prompts = (arr), .n_prompts = TH_SDK_COUNT(arr)
 /* The keys of the plugin's config block (a toolhost_param array). */
 #define TH_SDK_CONFIG(arr)                                                   \
     .config_params = (arr), .n_config_params = TH_SDK_COUNT(arr)
@@ -382,6 +389,57 @@ int th_sdk_cage_kill(const toolhost_host_api *host, toolhost_cage *cage,
                      int64_t timeout_ms);
 /* Any.  Frees it (killing and removing it first if need be); NULL: no-op. */
 void th_sdk_cage_close(const toolhost_host_api *host, toolhost_cage *cage);
+
+/* ---- Resources, prompts, completion (ABI 1.4) ---------------------------------
+ *
+ * What a resource's read(), a prompt's get() and a complete() return,
+ * added to the `out` they are given (toolhost_host_api.content_add; see
+ * toolhost_resource and toolhost_prompt in toolhost/plugin.h):
+ *
+ *   static int read_guide(void *state, const toolhost_resource *res,
+ *                         const char *uri, toolhost_content *out,
+ *                         char *err, size_t err_size)
+ *   {
+ *       return th_sdk_content_text(out, "The guide's text.");
+ *   }
+ *   static int get_review(void *state, const toolhost_prompt *p,
+ *                         const uint8_t *args, size_t len,
+ *                         toolhost_content *out, char *err, size_t n)
+ *   {
+ *       th_sdk_args a;  ... th_sdk_arg_cstr(&a, "code", &code) ...
+ *       return th_sdk_prompt_text(out, "user", "Review this code: ...");
+ *   }
+ *
+ * Each returns TOOLHOST_OK (0) or a negative TOOLHOST_E* code (the host
+ * refused the block, named in its log; TOOLHOST_ENOMEM past the host's
+ * budget); TOOLHOST_EINVAL on a host older than 1.4. */
+
+/* A TEXT block: a resource's text (of its declared type), a completion
+ * value (th_sdk_complete_value says it better), a prompt message from
+ * the user. */
+int th_sdk_content_text(toolhost_content *out, const char *text);
+/* A resource's bytes of type `mime` (NULL: its declared type): a blob. */
+int th_sdk_content_bytes(toolhost_content *out, const char *mime,
+                         const void *data, size_t len);
+/* Prompt messages from `role` ("user" or "assistant"): text, an image or
+ * an audio clip (mime required), an embedded resource (uri required;
+ * text when its mime type is textual), a link to a resource. */
+int th_sdk_prompt_text(toolhost_content *out, const char *role,
+                       const char *text);
+int th_sdk_prompt_image(toolhost_content *out, const char *role,
+                        const char *mime, const void *data, size_t len);
+int th_sdk_prompt_audio(toolhost_content *out, const char *role,
+                        const char *mime, const void *data, size_t len);
+int th_sdk_prompt_resource(toolhost_content *out, const char *role,
+                           const char *uri, const char *mime,
+                           const void *data, size_t len);
+int th_sdk_prompt_link(toolhost_content *out, const char *role,
+                       const char *uri, const char *name, const char *mime);
+/* One completion value. */
+int th_sdk_complete_value(toolhost_content *out, const char *value);
+/* Any: tells subscribed clients that the resource at `uri` changed
+ * (nothing on a host older than 1.4). */
+void th_sdk_resource_updated(const toolhost_host_api *host, const char *uri);
 
 /* ---- A JSON writer for structured output -------------------------------------
  *

@@ -180,6 +180,28 @@ static void test_sdk_structured(void)
     free(dir);
 }
 
+/* ABI 1.4 over MCP with the SDK client: resources, prompts and
+ * completion of the conformance fixture (tests/mcp/content.mjs). */
+static void test_sdk_content(void)
+{
+    if (!have_node())
+        TH_SKIP("node is not installed");
+    char *dir = th_test_tmpdir();
+    char text[1024];
+    snprintf(text, sizeof text,
+             "host:\n"
+             "  reload: off\n"
+             "plugins:\n"
+             "  - name: conform_tools\n"
+             "    path: %s\n",
+             th_test_build_path("fixtures/conform_tools.so"));
+    char *cfg = th_test_write_file(dir, "c.yaml", text, (size_t)-1);
+    run_script("content.mjs", cfg);
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
 /* What a model in OpenAI strict mode sends for `toolhost export --format
  * openai --strict`: every property, null for those it leaves out.  Built
  * from the export itself; the call takes the nulls as absent. */
@@ -891,6 +913,7 @@ void th_suite_mcp(void)
     CU_add_test(s, "sdk_permission", test_sdk_permission);
     CU_add_test(s, "sdk_basic", test_sdk_basic);
     CU_add_test(s, "sdk_structured", test_sdk_structured);
+    CU_add_test(s, "sdk_content", test_sdk_content);
     CU_add_test(s, "strict_export_call", test_strict_export_call);
     CU_add_test(s, "sdk_tasks", test_sdk_tasks);
     CU_add_test(s, "sdk_list_changed", test_sdk_list_changed);

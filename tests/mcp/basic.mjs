@@ -52,7 +52,10 @@ r = await client.callTool(
   { name: 'echo_async', arguments: { text: 'done', steps: 4, delay_ms: 20 } },
   undefined, { onprogress: (p) => seen.push(p) });
 check(r.content[0].text === 'done', `echo_async: ${JSON.stringify(r)}`);
-check(seen.length >= 2, `progress notifications: ${JSON.stringify(seen)}`);
+// The acknowledgement is always one; the manager coalesces later updates
+// and drops those the result overtakes, so how many more arrive depends on
+// the scheduler (on a starved machine, none): at least one, increasing.
+check(seen.length >= 1, `progress notifications: ${JSON.stringify(seen)}`);
 for (let i = 1; i < seen.length; i++)
   check(seen[i].progress > seen[i - 1].progress,
         `progress not increasing: ${JSON.stringify(seen)}`);

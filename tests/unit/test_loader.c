@@ -897,7 +897,7 @@ static void abi10_plugin(void)
     th_plugin_unref(p);
 }
 
-/* A plugin built against the frozen 1.2 header loads on this (1.3) host
+/* A plugin built against the frozen 1.2 header loads on this (1.4) host
  * and works: it reads the host api up to its own 1.2 struct, which is a
  * prefix of the host's. */
 static void abi12_plugin(void)
@@ -916,6 +916,31 @@ static void abi12_plugin(void)
                     TOOLHOST_OK);
     char want[64];
     snprintf(want, sizeof want, "abi 1.%u api>=1.2:1", TOOLHOST_ABI_MINOR);
+    CU_ASSERT_EQUAL(m.out.len, strlen(want));
+    CU_ASSERT_NSTRING_EQUAL(m.out.data, want, m.out.len);
+    mock_free(&m);
+    th_plugin_unref(p);
+}
+
+/* A plugin built against the frozen 1.3 header (cages) loads on this
+ * (1.4) host: its toolhost_plugin ends before the resources, so it
+ * declares none, and the api it reads is a prefix of the host's. */
+static void abi13_plugin(void)
+{
+    const char *path = th_test_build_path("fixtures/abi13f_basic.so");
+    th_plugin *p;
+    th_error e;
+    CU_ASSERT_EQUAL_FATAL(th_plugin_open(path, &insecure, &p, &e), 0);
+    CU_ASSERT_EQUAL(p->abi_minor, 3);
+    CU_ASSERT_EQUAL(p->n_resources + p->n_prompts, 0);
+    CU_ASSERT(p->desc->struct_size <= offsetof(toolhost_plugin, resources));
+    CU_ASSERT_EQUAL(th_plugin_init(p, NULL, 0, &e), 0);
+    const uint8_t args[] = {0x80};
+    mock_call m;
+    CU_ASSERT_EQUAL(run_tool(p, "a13_hello", args, sizeof args, &m),
+                    TOOLHOST_OK);
+    char want[64];
+    snprintf(want, sizeof want, "abi 1.%u api>=1.3:1", TOOLHOST_ABI_MINOR);
     CU_ASSERT_EQUAL(m.out.len, strlen(want));
     CU_ASSERT_NSTRING_EQUAL(m.out.data, want, m.out.len);
     mock_free(&m);
@@ -1113,6 +1138,7 @@ void th_suite_loader(void)
     CU_add_test(s, "every_problem_in_table", every_problem_in_table);
     CU_add_test(s, "abi10_plugin", abi10_plugin);
     CU_add_test(s, "abi12_plugin", abi12_plugin);
+    CU_add_test(s, "abi13_plugin", abi13_plugin);
     CU_add_test(s, "abi11_forward", abi11_forward);
     CU_add_test(s, "abi11_tool_members", abi11_tool_members);
     CU_add_test(s, "config_block", config_block);

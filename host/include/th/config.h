@@ -305,6 +305,8 @@ typedef struct th_mcp_cfg {
                               for replay; default 64                    */
     uint64_t sse_replay_ms; /* a resumable stream without a connection
                               waits this long for its client; 60 s     */
+    uint32_t max_subscriptions; /* resources/subscribe URIs one session
+                              may hold at once; 256                    */
     int line, col;
 } th_mcp_cfg;
 

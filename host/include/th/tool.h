@@ -59,6 +59,10 @@ typedef struct th_tool {
     char *title;                 /* or NULL */
     char *output_schema;         /* the JSON Schema text, or NULL */
     struct th_jschema *out_schema; /* compiled output_schema, or NULL */
+    /* Appended (ABI 1.4): the whole input schema (text, exported as is)
+     * and its compiled form, or NULL: the params describe the input. */
+    char *input_schema;
+    struct th_jschema *in_schema;
 } th_tool;
 
 /* One loaded generation of a plugin. */
@@ -96,6 +100,12 @@ struct th_plugin {
      * tool on its pointer and this).  0 until then; read and set
      * atomically. */
     uint64_t serial;
+    /* Appended (ABI 1.4): its resources and prompts (th/content.h), or
+     * none. */
+    struct th_resource *resources;
+    size_t n_resources;
+    struct th_prompt *prompts;
+    size_t n_prompts;
 };
 
 /* The sizes of the ABI 1.0 structs: where the members of 1.1 start (each
@@ -342,6 +352,11 @@ th_plugin *th_registry_plugin(th_registry *reg, const char *name);
 int th_registry_foreach(th_registry *reg,
                         int (*fn)(const th_tool *tool, void *ud), void *ud);
 size_t th_registry_count(th_registry *reg);
+/* Calls fn for every plugin generation the registry holds, in load order,
+ * read-locked (fn may th_plugin_ref it, nothing more); stops at a nonzero
+ * return and returns it. */
+int th_registry_foreach_plugin(th_registry *reg,
+                               int (*fn)(th_plugin *p, void *ud), void *ud);
 
 /* ---- Validation: the one place ------------------------------------------ */
 

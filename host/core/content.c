@@ -1,0 +1,699 @@
+/* content.c - resources, prompts and completion (ABI 1.4), see
+ * th/content.h: the load-time checks and copies, the content_add() sink,
+ * and serving them to a session. */
+#include "th/content.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "manager.h"
+#include "th/clock.h"
+#include "th/config.h"
+#include "th/log.h"
+#include "th/utf8.h"
+
+#define MAX_COMPLETIONS 100 /* MCP: at most 100 values in one answer */
+#define MAX_URI 2048
+
+/* ---- The sink ------------------------------------------------------------- */
+
+void th_content_init(th_content *c, th_content_mode mode, size_t max_bytes)
+{
+    memset(c, 0, sizeof *c);
+    c->pub.struct_size = sizeof c->pub;
+    c->mode = mode;
+    c->max_bytes = max_bytes ? max_bytes : (size_t)16 << 20;
+}
+
+void th_content_free(th_content *c)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        th_block *b = &c->v[i];
+        free(b->role);
+        free(b->mime_type);
+        free(b->uri);
+        free(b->name);
+        free(b->data);
+    }
+    free(c->v);
+    c->v = NULL;
+    c->n = c->cap = c->bytes = 0;
+}
+
+static int refuse(th_content *c, const char *why, uint32_t kind)
+{
+    if (!c->bad) {
+        snprintf(c->why, sizeof c->why, "%s (block kind %u)", why, kind);
+        th_log(TOOLHOST_LOG_WARN, "plugin %s: content_add: %s",
+               c->plugin ? c->plugin : "?", c->why);
+    }
+    c->bad = true;
+    return TOOLHOST_EINVAL;
+}
+
+bool th_mime_textual(const char *mime)
+{
+    if (!mime)
+        return false;
+    size_t n = strcspn(mime, ";");
+    return strncmp(mime, "text/", 5) == 0 ||
+           (n >= 4 && strncmp(mime + n - 4, "json", 4) == 0) ||
+           (n >= 3 && strncmp(mime + n - 3, "xml", 3) == 0);
+}
+
+/* Checks a block against the sink's mode: NULL when it may go in, else
+ * why not. */
+static const char *block_problem(const th_content *c, const toolhost_block *b)
+{
+    if (b->kind < TOOLHOST_BLOCK_TEXT || b->kind > TOOLHOST_BLOCK_LINK)
+        return "an unknown block kind";
+    if (b->len && !b->data)
+        return "data NULL with a length";
+    if (c->mode == TH_CONTENT_COMPLETE && b->kind != TOOLHOST_BLOCK_TEXT)
+        return "a completion value must be a TEXT block";
+    if (c->mode == TH_CONTENT_READ && b->kind == TOOLHOST_BLOCK_LINK)
+        return "a resource's contents cannot hold a LINK block";
+    if ((b->kind == TOOLHOST_BLOCK_IMAGE || b->kind == TOOLHOST_BLOCK_AUDIO) &&
+        (!b->mime_type || !b->mime_type[0]))
+        return "an IMAGE or AUDIO block needs a mime_type";
+    if ((b->kind == TOOLHOST_BLOCK_RESOURCE ||
+         b->kind == TOOLHOST_BLOCK_LINK) &&
+        (!b->uri || !b->uri[0]) && c->mode != TH_CONTENT_READ)
+        return "a RESOURCE or LINK block needs a uri";
+    if (b->kind == TOOLHOST_BLOCK_LINK && (!b->name || !b->name[0]))
+        return "a LINK block needs a name";
+    if (b->kind == TOOLHOST_BLOCK_TEXT && !th_utf8_valid(b->data, b->len))
+        return "a TEXT block that is not UTF-8";
+    if (b->role && strcmp(b->role, "user") != 0 &&
+        strcmp(b->role, "assistant") != 0)
+        return "role must be \"user\" or \"assistant\"";
+    if (b->uri && strlen(b->uri) > MAX_URI)
+        return "a uri longer than 2048 bytes";
+    return NULL;
+}
+
+static char *dup_or_null(const char *s, bool *oom)
+{
+    if (!s)
+        return NULL;
+    char *d = strdup(s);
+    if (!d)
+        *oom = true;
+    return d;
+}
+
+static int api_content_add(toolhost_content *pub, const toolhost_block *b)
+{
+    th_content *c = (th_content *)pub;
+    if (!c || !b || b->struct_size < offsetof(toolhost_block, name) +
+                                         sizeof b->name)
+        return TOOLHOST_EINVAL;
+    const char *why = block_problem(c, b);
+    if (why)
+        return refuse(c, why, b->kind);
+    if (c->mode == TH_CONTENT_COMPLETE && c->n >= MAX_COMPLETIONS) {
+        c->dropped++;
+        return 0;
+    }
+    /* base64 makes bytes 4/3 larger: count what the answer will hold */
+    size_t cost = b->len + (b->kind == TOOLHOST_BLOCK_TEXT ? 0 : b->len / 3 + 4);
+    if (cost > c->max_bytes - c->bytes) {
+        th_log(TOOLHOST_LOG_WARN,
+               "plugin %s: content_add: the content passes %zu bytes "
+               "(mcp.max_message): refused",
+               c->plugin ? c->plugin : "?", c->max_bytes);
+        if (!c->bad)
+            snprintf(c->why, sizeof c->why,
+                     "the content passes %zu bytes (mcp.max_message)",
+                     c->max_bytes);
+        c->bad = true;
+        return TOOLHOST_ENOMEM;
+    }
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 4;
+        th_block *v = realloc(c->v, cap * sizeof *v);
+        if (!v)
+            return TOOLHOST_ENOMEM;
+        c->v = v;
+        c->cap = cap;
+    }
+    th_block *d = &c->v[c->n];
+    memset(d, 0, sizeof *d);
+    bool oom = false;
+    d->kind = b->kind;
+    d->role = dup_or_null(b->role, &oom);
+    d->mime_type = dup_or_null(b->mime_type, &oom);
+    d->uri = dup_or_null(b->uri, &oom);
+    d->name = dup_or_null(b->name, &oom);
+    d->data = malloc(b->len + 1); /* NUL-terminated: text is a C string */
+    if (d->data) {
+        if (b->len)
+            memcpy(d->data, b->data, b->len);
+        d->data[b->len] = 0;
+        d->len = b->len;
+    }
+    c->n++; /* freed by th_content_free() either way */
+    if (oom || !d->data) {
+        c->bad = true;
+        snprintf(c->why, sizeof c->why, "out of memory");
+        return TOOLHOST_ENOMEM;
+    }
+    c->bytes += cost;
+    return 0;
+}
+
+static void (*update_hook)(const char *uri);
+
+void th_content_set_update_hook(void (*fn)(const char *uri))
+{
+    __atomic_store_n(&update_hook, fn, __ATOMIC_RELEASE);
+}
+
+static void api_resource_updated(const toolhost_host_api *host,
+                                 const char *uri)
+{
+    (void)host;
+    void (*fn)(const char *) = __atomic_load_n(&update_hook, __ATOMIC_ACQUIRE);
+    if (fn && uri && uri[0] && strlen(uri) <= MAX_URI)
+        fn(uri);
+}
+
+void th_content_api_fill(toolhost_host_api *api)
+{
+    api->content_add = api_content_add;
+    api->resource_updated = api_resource_updated;
+}
+
+/* ---- URI templates ---------------------------------------------------------- */
+
+/* A template's shape: at most 8 "{name}" variables, names [A-Za-z0-9_],
+ * none empty, no nesting, no two variables side by side (matching needs
+ * a literal between them). */
+static bool template_ok(const char *t, bool *is_template)
+{
+    *is_template = false;
+    bool prev_var = false;
+    int vars = 0;
+    for (const char *p = t; *p; p++) {
+        if (*p == '}')
+            return false;
+        if (*p != '{') {
+            prev_var = false;
+            continue;
+        }
+        if (prev_var || ++vars > 8)
+            return false;
+        const char *e = p + 1;
+        while ((*e >= 'a' && *e <= 'z') || (*e >= 'A' && *e <= 'Z') ||
+               (*e >= '0' && *e <= '9') || *e == '_')
+            e++;
+        if (e == p + 1 || *e != '}')
+            return false;
+        *is_template = true;
+        prev_var = true;
+        p = e;
+    }
+    return true;
+}
+
+bool th_uri_template_match(const char *t, const char *u)
+{
+    /* One pass, no backtracking (a client's URI against a plugin's
+     * template must cost O(length x literal), whatever the two hold): a
+     * variable ends at the first place where the template's next literal
+     * follows, after at least one character. */
+    while (*t) {
+        if (*t != '{') {
+            if (*t != *u)
+                return false;
+            t++;
+            u++;
+            continue;
+        }
+        t = strchr(t, '}') + 1;
+        size_t lit = strcspn(t, "{"); /* the literal after it */
+        size_t span = strcspn(u, "/?#");
+        if (span == 0)
+            return false;
+        if (lit == 0) { /* the template's end: the rest is the value */
+            u += span;
+            continue;
+        }
+        size_t i = 1;
+        while (i <= span && strncmp(u + i, t, lit) != 0)
+            i++;
+        if (i > span)
+            return false;
+        u += i;
+    }
+    return *u == '\0';
+}
+
+/* ---- Load -------------------------------------------------------------------- */
+
+static bool scheme_ok(const char *u)
+{
+    if (!((*u >= 'a' && *u <= 'z') || (*u >= 'A' && *u <= 'Z')))
+        return false;
+    const char *p = u + strspn(u, "abcdefghijklmnopqrstuvwxyz"
+                                  "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-");
+    return *p == ':' && p[1];
+}
+
+static int load_resources(const char *shown, const toolhost_plugin *d,
+                          th_plugin *p, th_error *err)
+{
+    if (!d->n_resources)
+        return 0;
+    if (!d->resources || d->resources[0].struct_size <
+                             offsetof(toolhost_resource, user_data))
+        return th_error_set(err, TH_ELOAD, "%s: resources: NULL, or a "
+                            "toolhost_resource struct_size too small",
+                            shown);
+    if (d->n_resources > 10000)
+        return th_error_set(err, TH_ELOAD, "%s: %u resources (at most "
+                            "10000)", shown, d->n_resources);
+    uint32_t stride = d->resources[0].struct_size;
+    if (!(p->resources = calloc(d->n_resources, sizeof *p->resources)))
+        return th_error_set(err, TH_ENOMEM, "%s: out of memory", shown);
+    for (uint32_t i = 0; i < d->n_resources; i++) {
+        const toolhost_resource *r =
+            (const void *)((const char *)d->resources + (size_t)i * stride);
+        if (r->struct_size != stride)
+            return th_error_set(err, TH_ELOAD, "%s: resource %u has "
+                                "struct_size %u, the first has %u",
+                                shown, i, r->struct_size, stride);
+        th_resource *o = &p->resources[p->n_resources];
+        bool tmpl;
+        if (!r->uri || !r->uri[0] || strlen(r->uri) > MAX_URI ||
+            !scheme_ok(r->uri) || !template_ok(r->uri, &tmpl))
+            return th_error_set(err, TH_ELOAD, "%s: resource %u: uri "
+                                "'%.200s' is not a URI (scheme:...) or a "
+                                "URI template with {name} variables",
+                                shown, i, r->uri ? r->uri : "(NULL)");
+        if (!r->name || !r->name[0])
+            return th_error_set(err, TH_ELOAD, "%s: resource '%.200s' has "
+                                "no name", shown, r->uri);
+        if (!r->read)
+            return th_error_set(err, TH_ELOAD, "%s: resource '%.200s' has "
+                                "no read function", shown, r->uri);
+        for (size_t j = 0; j < p->n_resources; j++)
+            if (strcmp(p->resources[j].uri, r->uri) == 0)
+                return th_error_set(err, TH_ELOAD, "%s: resource uri "
+                                    "'%.200s' appears twice", shown, r->uri);
+        bool oom = false;
+        o->uri = dup_or_null(r->uri, &oom);
+        o->name = dup_or_null(r->name, &oom);
+        o->title = dup_or_null(r->title, &oom);
+        o->description = dup_or_null(r->description, &oom);
+        o->mime_type = dup_or_null(r->mime_type, &oom);
+        o->is_template = tmpl;
+        o->desc = r;
+        p->n_resources++;
+        if (oom)
+            return th_error_set(err, TH_ENOMEM, "%s: out of memory", shown);
+    }
+    return 0;
+}
+
+static int load_prompts(const char *shown, const toolhost_plugin *d,
+                        th_plugin *p, th_error *err)
+{
+    if (!d->n_prompts)
+        return 0;
+    if (!d->prompts ||
+        d->prompts[0].struct_size < offsetof(toolhost_prompt, user_data))
+        return th_error_set(err, TH_ELOAD, "%s: prompts: NULL, or a "
+                            "toolhost_prompt struct_size too small", shown);
+    if (d->n_prompts > 10000)
+        return th_error_set(err, TH_ELOAD, "%s: %u prompts (at most 10000)",
+                            shown, d->n_prompts);
+    uint32_t stride = d->prompts[0].struct_size;
+    if (!(p->prompts = calloc(d->n_prompts, sizeof *p->prompts)))
+        return th_error_set(err, TH_ENOMEM, "%s: out of memory", shown);
+    for (uint32_t i = 0; i < d->n_prompts; i++) {
+        const toolhost_prompt *q =
+            (const void *)((const char *)d->prompts + (size_t)i * stride);
+        if (q->struct_size != stride)
+            return th_error_set(err, TH_ELOAD, "%s: prompt %u has "
+                                "struct_size %u, the first has %u",
+                                shown, i, q->struct_size, stride);
+        if (!q->name || !th_tool_name_valid(q->name))
+            return th_error_set(err, TH_ELOAD, "%s: prompt %u has an "
+                                "invalid name '%.100s' (allowed: letters, "
+                                "digits, _ and -, 1 to 64)",
+                                shown, i, q->name ? q->name : "(NULL)");
+        if (!q->description || !q->description[0] || !q->get)
+            return th_error_set(err, TH_ELOAD, "%s: prompt '%s' has no %s",
+                                shown, q->name,
+                                q->get ? "description" : "get function");
+        for (size_t j = 0; j < p->n_prompts; j++)
+            if (strcmp(p->prompts[j].name, q->name) == 0)
+                return th_error_set(err, TH_ELOAD, "%s: prompt name '%s' "
+                                    "appears twice", shown, q->name);
+        th_prompt *o = &p->prompts[p->n_prompts];
+        char what[1200];
+        snprintf(what, sizeof what, "%.1000s: prompt '%s'", shown, q->name);
+        int rc = th_params_from_abi(what, q->args, q->n_args, &o->args,
+                                    &o->n_args, err);
+        if (rc)
+            return rc;
+        p->n_prompts++;
+        for (size_t j = 0; j < o->n_args; j++)
+            if (o->args[j].type != TOOLHOST_TYPE_STRING)
+                return th_error_set(err, TH_ELOAD, "%s: argument '%s' is "
+                                    "not a string (prompt arguments are "
+                                    "strings)", what, o->args[j].name);
+        bool oom = false;
+        o->name = dup_or_null(q->name, &oom);
+        o->title = dup_or_null(q->title, &oom);
+        o->description = dup_or_null(q->description, &oom);
+        o->desc = q;
+        if (oom)
+            return th_error_set(err, TH_ENOMEM, "%s: out of memory", shown);
+    }
+    return 0;
+}
+
+int th_content_load(const char *shown, const toolhost_plugin *d, th_plugin *p,
+                    th_error *err)
+{
+    if (!TOOLHOST_HAS_MEMBER(toolhost_plugin, d, n_prompts) ||
+        d->abi_minor < 4)
+        return 0;
+    int rc = load_resources(shown, d, p, err);
+    return rc ? rc : load_prompts(shown, d, p, err);
+}
+
+void th_content_unload(th_plugin *p)
+{
+    for (size_t i = 0; i < p->n_resources; i++) {
+        th_resource *r = &p->resources[i];
+        free(r->uri);
+        free(r->name);
+        free(r->title);
+        free(r->description);
+        free(r->mime_type);
+    }
+    free(p->resources);
+    for (size_t i = 0; i < p->n_prompts; i++) {
+        th_prompt *q = &p->prompts[i];
+        free(q->name);
+        free(q->title);
+        free(q->description);
+        th_params_free(q->args, q->n_args);
+    }
+    free(p->prompts);
+    p->resources = NULL;
+    p->prompts = NULL;
+    p->n_resources = p->n_prompts = 0;
+}
+
+/* ---- Served to a session ------------------------------------------------------ */
+
+/* The generations that offer resources or prompts, pinned. */
+typedef struct gens {
+    th_plugin **v;
+    size_t n, cap;
+} gens;
+
+static int gen_one(th_plugin *p, void *ud)
+{
+    gens *g = ud;
+    if (!p->n_resources && !p->n_prompts)
+        return 0;
+    if (g->n == g->cap) {
+        size_t cap = g->cap ? g->cap * 2 : 8;
+        th_plugin **v = realloc(g->v, cap * sizeof *v);
+        if (!v)
+            return TH_ENOMEM;
+        g->v = v;
+        g->cap = cap;
+    }
+    th_plugin_ref(p);
+    g->v[g->n++] = p;
+    return 0;
+}
+
+static void gens_free(gens *g)
+{
+    for (size_t i = 0; i < g->n; i++)
+        th_plugin_unref(g->v[i]);
+    free(g->v);
+}
+
+/* Whether a toolset the session may use offers plugin p. */
+static bool offered(th_session *s, const th_config *cfg, const th_plugin *p)
+{
+    for (size_t i = 0; i < cfg->n_toolsets; i++) {
+        if (!s->usable[i])
+            continue;
+        const th_toolset_cfg *ts = &cfg->toolsets[i];
+        for (size_t k = 0; k < ts->n_tools; k++)
+            if (strcmp(ts->tools[k], "*") == 0)
+                return true;
+        for (size_t t = 0; t < p->n_tools; t++)
+            if (th_host_toolset_has(s->h, ts, &p->tools[t]))
+                return true;
+    }
+    return false;
+}
+
+/* The generations the session is offered, pinned (gens_free). */
+static int offered_gens(th_session *s, gens *g)
+{
+    memset(g, 0, sizeof *g);
+    gens all = {0};
+    int rc = th_registry_foreach_plugin(s->h->reg, gen_one, &all);
+    th_config *cfg = th_host_config_get(s->h);
+    for (size_t i = 0; i < all.n; i++) {
+        th_plugin *p = all.v[i];
+        if (rc == 0 && offered(s, cfg, p) && (rc = gen_one(p, g)) != 0)
+            break;
+    }
+    th_config_unref(cfg);
+    gens_free(&all);
+    if (rc)
+        gens_free(g);
+    return rc;
+}
+
+int th_session_resources(th_session *s, bool templates,
+                         int (*fn)(const th_resource *r, void *ud), void *ud)
+{
+    gens g;
+    int rc = offered_gens(s, &g);
+    for (size_t i = 0; rc == 0 && i < g.n; i++)
+        for (size_t k = 0; rc == 0 && k < g.v[i]->n_resources; k++)
+            if (g.v[i]->resources[k].is_template == templates)
+                rc = fn(&g.v[i]->resources[k], ud);
+    gens_free(&g);
+    return rc;
+}
+
+int th_session_prompts(th_session *s, int (*fn)(const th_prompt *p, void *ud),
+                       void *ud)
+{
+    gens g;
+    int rc = offered_gens(s, &g);
+    for (size_t i = 0; rc == 0 && i < g.n; i++)
+        for (size_t k = 0; rc == 0 && k < g.v[i]->n_prompts; k++)
+            rc = fn(&g.v[i]->prompts[k], ud);
+    gens_free(&g);
+    return rc;
+}
+
+/* Times a plugin callback as a short call is timed. */
+static void timed_end(th_session *s, const th_plugin *p, const char *what,
+                      const char *name, int64_t t0)
+{
+    int64_t ms = (th_now_ns() - t0) / 1000000;
+    th_config *cfg = th_host_config_get(s->h);
+    uint64_t max = cfg->host.short_call_max_ms;
+    th_config_unref(cfg);
+    if (max && (uint64_t)ms > max)
+        th_log(TOOLHOST_LOG_WARN,
+               "plugin %s: %s of '%s' took %lld ms, past host.short_call_max "
+               "(%llu ms): it runs on the front's thread and must not block "
+               "(offer slow content as a tool)",
+               p->name, what, name, (long long)ms, (unsigned long long)max);
+}
+
+static int plugin_said(int rc, const char *reason, const th_content *out,
+                       const char *what, const char *name, th_error *err)
+{
+    if (out->bad)
+        return th_error_set(err, TH_EARGS, "%s '%s': the plugin gave bad "
+                            "content: %s", what, name, out->why);
+    if (rc == TOOLHOST_OK)
+        return 0;
+    if (rc == TOOLHOST_NOT_FOUND)
+        return th_error_set(err, TH_ENOTFOUND, "%s '%s': not found", what,
+                            name);
+    return th_error_set(err, TH_EFAILED, "%s '%s' failed: %s", what, name,
+                        reason[0] ? reason : "(no reason given)");
+}
+
+int th_session_read(th_session *s, const char *uri, th_content *out,
+                    th_error *err)
+{
+    gens g;
+    if (offered_gens(s, &g) != 0)
+        return th_error_set(err, TH_ENOMEM, "out of memory");
+    const th_resource *hit = NULL;
+    th_plugin *hp = NULL;
+    for (int pass = 0; pass < 2 && !hit; pass++)
+        for (size_t i = 0; i < g.n && !hit; i++)
+            for (size_t k = 0; k < g.v[i]->n_resources && !hit; k++) {
+                const th_resource *r = &g.v[i]->resources[k];
+                if (pass == 0 ? !r->is_template && strcmp(r->uri, uri) == 0
+                              : r->is_template &&
+                                    th_uri_template_match(r->uri, uri)) {
+                    hit = r;
+                    hp = g.v[i];
+                }
+            }
+    int rc;
+    if (!hit) {
+        rc = th_error_set(err, TH_ENOTFOUND, "resource '%.300s': not found",
+                          uri);
+    } else {
+        char reason[512] = "";
+        out->plugin = hp->name;
+        out->pub.host = &hp->api;
+        int64_t t0 = th_now_ns();
+        int prc = hit->desc->read(hp->state, hit->desc, uri, &out->pub, reason,
+                                  sizeof reason);
+        reason[sizeof reason - 1] = 0;
+        timed_end(s, hp, "read", uri, t0);
+        rc = plugin_said(prc, reason, out, "resource", uri, err);
+        /* each item names its URI and type */
+        for (size_t i = 0; rc == 0 && i < out->n; i++) {
+            th_block *b = &out->v[i];
+            if (!b->uri && !(b->uri = strdup(uri)))
+                rc = th_error_set(err, TH_ENOMEM, "out of memory");
+            if (rc == 0 && !b->mime_type && hit->mime_type &&
+                !(b->mime_type = strdup(hit->mime_type)))
+                rc = th_error_set(err, TH_ENOMEM, "out of memory");
+        }
+    }
+    gens_free(&g);
+    return rc;
+}
+
+static const th_prompt *find_prompt(const gens *g, const char *name,
+                                    th_plugin **pp)
+{
+    for (size_t i = 0; i < g->n; i++)
+        for (size_t k = 0; k < g->v[i]->n_prompts; k++)
+            if (strcmp(g->v[i]->prompts[k].name, name) == 0) {
+                *pp = g->v[i];
+                return &g->v[i]->prompts[k];
+            }
+    return NULL;
+}
+
+int th_session_prompt_get(th_session *s, const char *name, const uint8_t *args,
+                          size_t len, th_content *out, th_error *err)
+{
+    static const uint8_t empty_map = 0x80;
+    if (!args || !len) {
+        args = &empty_map;
+        len = 1;
+    }
+    gens g;
+    if (offered_gens(s, &g) != 0)
+        return th_error_set(err, TH_ENOMEM, "out of memory");
+    th_plugin *p = NULL;
+    const th_prompt *q = find_prompt(&g, name, &p);
+    int rc;
+    th_verr ve;
+    th_buf filled;
+    th_buf_init(&filled);
+    bool did_fill = false;
+    if (!q) {
+        rc = th_error_set(err, TH_ENOTFOUND, "prompt '%.200s': not found",
+                          name);
+    } else if ((rc = th_validate_params(q->name, q->args, q->n_args, args, len,
+                                        &filled, &did_fill, &ve)) != 0) {
+        *err = ve.e;
+    } else {
+        if (did_fill) {
+            args = filled.data;
+            len = filled.len;
+        }
+        char reason[512] = "";
+        out->plugin = p->name;
+        out->pub.host = &p->api;
+        int64_t t0 = th_now_ns();
+        int prc = q->desc->get(p->state, q->desc, args, len, &out->pub, reason,
+                               sizeof reason);
+        reason[sizeof reason - 1] = 0;
+        timed_end(s, p, "get", name, t0);
+        rc = plugin_said(prc, reason, out, "prompt", name, err);
+    }
+    th_buf_destroy(&filled);
+    gens_free(&g);
+    return rc;
+}
+
+int th_session_complete(th_session *s, bool is_prompt, const char *ref,
+                        const char *arg, const char *value, th_content *out,
+                        th_error *err)
+{
+    gens g;
+    if (offered_gens(s, &g) != 0)
+        return th_error_set(err, TH_ENOMEM, "out of memory");
+    th_plugin *p = NULL;
+    int rc = 0;
+    int prc = TOOLHOST_OK;
+    int64_t t0 = th_now_ns();
+    out->plugin = NULL;
+    if (is_prompt) {
+        const th_prompt *q = find_prompt(&g, ref, &p);
+        bool has = false;
+        for (size_t i = 0; q && i < q->n_args; i++)
+            has |= strcmp(q->args[i].name, arg) == 0;
+        if (!q || !has)
+            rc = th_error_set(err, TH_ENOTFOUND, q ? "prompt '%.200s' has no "
+                              "argument '%.100s'" : "prompt '%.200s': not "
+                              "found%.0s", ref, arg);
+        else if (q->desc->complete) {
+            out->plugin = p->name;
+            out->pub.host = &p->api;
+            prc = q->desc->complete(p->state, q->desc, arg, value, &out->pub);
+        }
+    } else {
+        const th_resource *hit = NULL;
+        for (size_t i = 0; i < g.n && !hit; i++)
+            for (size_t k = 0; k < g.v[i]->n_resources && !hit; k++)
+                if (g.v[i]->resources[k].is_template &&
+                    strcmp(g.v[i]->resources[k].uri, ref) == 0) {
+                    hit = &g.v[i]->resources[k];
+                    p = g.v[i];
+                }
+        char var[80];
+        int vn = snprintf(var, sizeof var, "{%s}", arg);
+        if (!hit || vn < 0 || (size_t)vn >= sizeof var ||
+            !strstr(hit->uri, var))
+            rc = th_error_set(err, TH_ENOTFOUND, hit ? "resource template "
+                              "'%.200s' has no variable '%.60s'" :
+                              "resource template '%.200s': not found%.0s",
+                              ref, arg);
+        else if (hit->desc->complete) {
+            out->plugin = p->name;
+            out->pub.host = &p->api;
+            prc = hit->desc->complete(p->state, hit->desc, arg, value,
+                                      &out->pub);
+        }
+    }
+    if (rc == 0 && out->plugin) {
+        timed_end(s, p, "complete", ref, t0);
+        rc = plugin_said(prc, "", out, "completion of", ref, err);
+    }
+    gens_free(&g);
+    return rc;
+}
