@@ -17,6 +17,23 @@
 
 #define MAX_COMPLETIONS 100 /* MCP: at most 100 values in one answer */
 #define MAX_URI 2048
+#define MAX_SHORT 255       /* a block's mime_type or name */
+#define BLOCK_OVERHEAD 128  /* the JSON around a block: keys, quotes */
+
+/* The sink a plugin callback of this thread was given (th_content_enter):
+ * content_add() of any other (kept past its callback, another thread's)
+ * is refused before it is touched. */
+static _Thread_local th_content *tl_sink;
+
+void th_content_enter(th_content *c)
+{
+    tl_sink = c;
+}
+
+void th_content_leave(void)
+{
+    tl_sink = NULL;
+}
 
 /* ---- The sink ------------------------------------------------------------- */
 
@@ -85,14 +102,33 @@ static const char *block_problem(const th_content *c, const toolhost_block *b)
         return "a RESOURCE or LINK block needs a uri";
     if (b->kind == TOOLHOST_BLOCK_LINK && (!b->name || !b->name[0]))
         return "a LINK block needs a name";
-    if (b->kind == TOOLHOST_BLOCK_TEXT && !th_utf8_valid(b->data, b->len))
-        return "a TEXT block that is not UTF-8";
-    if (b->role && strcmp(b->role, "user") != 0 &&
-        strcmp(b->role, "assistant") != 0)
+    if (c->mode == TH_CONTENT_PROMPT && b->role &&
+        strcmp(b->role, "user") != 0 && strcmp(b->role, "assistant") != 0)
         return "role must be \"user\" or \"assistant\"";
-    if (b->uri && strlen(b->uri) > MAX_URI)
+    if (b->uri && strnlen(b->uri, MAX_URI + 1) > MAX_URI)
         return "a uri longer than 2048 bytes";
+    if ((b->mime_type && strnlen(b->mime_type, MAX_SHORT + 1) > MAX_SHORT) ||
+        (b->name && strnlen(b->name, MAX_SHORT + 1) > MAX_SHORT))
+        return "a mime_type or name longer than 255 bytes";
+    if ((b->uri && !th_utf8_valid(b->uri, strlen(b->uri))) ||
+        (b->name && !th_utf8_valid(b->name, strlen(b->name))) ||
+        (b->mime_type && !th_utf8_valid(b->mime_type, strlen(b->mime_type))))
+        return "a uri, name or mime_type that is not UTF-8";
     return NULL;
+}
+
+/* What a TEXT block's bytes become in JSON beyond themselves: the escapes
+ * of '"', '\\' and control characters (at most 5 bytes more each). */
+static size_t escape_growth(const uint8_t *p, size_t n)
+{
+    size_t g = 0;
+    for (size_t i = 0; i < n; i++)
+        if (p[i] < 0x20 || p[i] == '"' || p[i] == '\\')
+            g += p[i] < 0x20 && p[i] != '\n' && p[i] != '\t' &&
+                         p[i] != '\r' && p[i] != '\b' && p[i] != '\f'
+                     ? 5
+                     : 1;
+    return g;
 }
 
 static char *dup_or_null(const char *s, bool *oom)
@@ -105,12 +141,42 @@ static char *dup_or_null(const char *s, bool *oom)
     return d;
 }
 
+static int over_budget(th_content *c)
+{
+    th_log(TOOLHOST_LOG_WARN,
+           "plugin %s: content_add: the content passes %zu bytes "
+           "(mcp.max_message): refused",
+           c->plugin ? c->plugin : "?", c->max_bytes);
+    if (!c->bad)
+        snprintf(c->why, sizeof c->why,
+                 "the content passes %zu bytes (mcp.max_message)",
+                 c->max_bytes);
+    c->bad = true;
+    return TOOLHOST_ENOMEM;
+}
+
+static int out_of_memory(th_content *c)
+{
+    if (!c->bad)
+        snprintf(c->why, sizeof c->why, "out of memory");
+    c->bad = true;
+    return TOOLHOST_ENOMEM;
+}
+
 static int api_content_add(toolhost_content *pub, const toolhost_block *b)
 {
     th_content *c = (th_content *)pub;
-    if (!c || !b || b->struct_size < offsetof(toolhost_block, name) +
-                                         sizeof b->name)
-        return TOOLHOST_EINVAL;
+    if (!c || c != tl_sink) {
+        /* a sink kept past its callback, or used from another thread:
+         * its memory may be gone; nothing of it is read */
+        th_log(TOOLHOST_LOG_WARN, "a plugin called content_add() outside "
+               "the read(), get() or complete() it was given the content "
+               "for: refused");
+        return TOOLHOST_ESTATE;
+    }
+    if (!b || b->struct_size < offsetof(toolhost_block, name) +
+                                   sizeof b->name)
+        return refuse(c, "a NULL block or a struct_size too small", 0);
     const char *why = block_problem(c, b);
     if (why)
         return refuse(c, why, b->kind);
@@ -118,25 +184,29 @@ static int api_content_add(toolhost_content *pub, const toolhost_block *b)
         c->dropped++;
         return 0;
     }
-    /* base64 makes bytes 4/3 larger: count what the answer will hold */
-    size_t cost = b->len + (b->kind == TOOLHOST_BLOCK_TEXT ? 0 : b->len / 3 + 4);
-    if (cost > c->max_bytes - c->bytes) {
-        th_log(TOOLHOST_LOG_WARN,
-               "plugin %s: content_add: the content passes %zu bytes "
-               "(mcp.max_message): refused",
-               c->plugin ? c->plugin : "?", c->max_bytes);
-        if (!c->bad)
-            snprintf(c->why, sizeof c->why,
-                     "the content passes %zu bytes (mcp.max_message)",
-                     c->max_bytes);
-        c->bad = true;
-        return TOOLHOST_ENOMEM;
-    }
+    /* What the answer will hold: base64 makes bytes 4/3 larger, JSON
+     * escapes text, and every block has its strings and keys.  The length
+     * is checked first, so the sums cannot wrap (max_bytes is at most
+     * 1 GiB) and no byte is scanned past the budget. */
+    size_t room = c->max_bytes - c->bytes;
+    if (b->len > room)
+        return over_budget(c);
+    if (b->kind == TOOLHOST_BLOCK_TEXT && !th_utf8_valid(b->data, b->len))
+        return refuse(c, "a TEXT block that is not UTF-8", b->kind);
+    size_t cost = BLOCK_OVERHEAD + b->len +
+                  (b->kind == TOOLHOST_BLOCK_TEXT
+                       ? escape_growth(b->data, b->len)
+                       : b->len / 3 + 4) +
+                  (b->uri ? strlen(b->uri) : 0) +
+                  (b->name ? strlen(b->name) : 0) +
+                  (b->mime_type ? strlen(b->mime_type) : 0);
+    if (cost > room)
+        return over_budget(c);
     if (c->n == c->cap) {
         size_t cap = c->cap ? c->cap * 2 : 4;
         th_block *v = realloc(c->v, cap * sizeof *v);
         if (!v)
-            return TOOLHOST_ENOMEM;
+            return out_of_memory(c);
         c->v = v;
         c->cap = cap;
     }
@@ -156,11 +226,8 @@ static int api_content_add(toolhost_content *pub, const toolhost_block *b)
         d->len = b->len;
     }
     c->n++; /* freed by th_content_free() either way */
-    if (oom || !d->data) {
-        c->bad = true;
-        snprintf(c->why, sizeof c->why, "out of memory");
-        return TOOLHOST_ENOMEM;
-    }
+    if (oom || !d->data)
+        return out_of_memory(c);
     c->bytes += cost;
     return 0;
 }
@@ -172,13 +239,34 @@ void th_content_set_update_hook(void (*fn)(const char *uri))
     __atomic_store_n(&update_hook, fn, __ATOMIC_RELEASE);
 }
 
+/* The resource of p at uri (a fixed one first, then the first template
+ * that matches), or NULL. */
+static const th_resource *resource_at(const th_plugin *p, const char *uri,
+                                      bool templates)
+{
+    for (size_t k = 0; k < p->n_resources; k++) {
+        const th_resource *r = &p->resources[k];
+        if (templates ? r->is_template && th_uri_template_match(r->uri, uri)
+                      : !r->is_template && strcmp(r->uri, uri) == 0)
+            return r;
+    }
+    return NULL;
+}
+
 static void api_resource_updated(const toolhost_host_api *host,
                                  const char *uri)
 {
-    (void)host;
     void (*fn)(const char *) = __atomic_load_n(&update_hook, __ATOMIC_ACQUIRE);
-    if (fn && uri && uri[0] && strlen(uri) <= MAX_URI)
-        fn(uri);
+    if (!fn || !host || !uri || !uri[0] || strnlen(uri, MAX_URI + 1) > MAX_URI)
+        return;
+    /* only its own resources: a plugin cannot speak for another's */
+    const th_plugin *p = th_plugin_from_api(host);
+    if (!resource_at(p, uri, false) && !resource_at(p, uri, true)) {
+        th_log(TOOLHOST_LOG_DEBUG, "plugin %s: resource_updated() of a URI "
+               "that is none of its resources: ignored", p->name);
+        return;
+    }
+    fn(uri);
 }
 
 void th_content_api_fill(toolhost_host_api *api)
@@ -263,6 +351,16 @@ static bool scheme_ok(const char *u)
     return *p == ':' && p[1];
 }
 
+/* Whether each of the n strings (NULL ones skipped) is UTF-8: they go
+ * into JSON as they are. */
+static bool all_utf8(const char *const *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (v[i] && !th_utf8_valid(v[i], strlen(v[i])))
+            return false;
+    return true;
+}
+
 static int load_resources(const char *shown, const toolhost_plugin *d,
                           th_plugin *p, th_error *err)
 {
@@ -300,6 +398,12 @@ static int load_resources(const char *shown, const toolhost_plugin *d,
         if (!r->read)
             return th_error_set(err, TH_ELOAD, "%s: resource '%.200s' has "
                                 "no read function", shown, r->uri);
+        const char *strs[] = {r->uri, r->name, r->title, r->description,
+                              r->mime_type};
+        if (!all_utf8(strs, 5))
+            return th_error_set(err, TH_ELOAD, "%s: resource %u: a uri, "
+                                "name, title, description or mime_type that "
+                                "is not UTF-8", shown, i);
         for (size_t j = 0; j < p->n_resources; j++)
             if (strcmp(p->resources[j].uri, r->uri) == 0)
                 return th_error_set(err, TH_ELOAD, "%s: resource uri "
@@ -350,6 +454,11 @@ static int load_prompts(const char *shown, const toolhost_plugin *d,
             return th_error_set(err, TH_ELOAD, "%s: prompt '%s' has no %s",
                                 shown, q->name,
                                 q->get ? "description" : "get function");
+        const char *strs[] = {q->title, q->description};
+        if (!all_utf8(strs, 2))
+            return th_error_set(err, TH_ELOAD, "%s: prompt '%s': a title or "
+                                "description that is not UTF-8", shown,
+                                q->name);
         for (size_t j = 0; j < p->n_prompts; j++)
             if (strcmp(p->prompts[j].name, q->name) == 0)
                 return th_error_set(err, TH_ELOAD, "%s: prompt name '%s' "
@@ -362,11 +471,18 @@ static int load_prompts(const char *shown, const toolhost_plugin *d,
         if (rc)
             return rc;
         p->n_prompts++;
-        for (size_t j = 0; j < o->n_args; j++)
-            if (o->args[j].type != TOOLHOST_TYPE_STRING)
+        for (size_t j = 0; j < o->n_args; j++) {
+            const th_param *a = &o->args[j];
+            if (a->type != TOOLHOST_TYPE_STRING)
                 return th_error_set(err, TH_ELOAD, "%s: argument '%s' is "
                                     "not a string (prompt arguments are "
-                                    "strings)", what, o->args[j].name);
+                                    "strings)", what, a->name);
+            if (a->description &&
+                !th_utf8_valid(a->description, strlen(a->description)))
+                return th_error_set(err, TH_ELOAD, "%s: argument '%s': its "
+                                    "description is not UTF-8", what,
+                                    a->name);
+        }
         bool oom = false;
         o->name = dup_or_null(q->name, &oom);
         o->title = dup_or_null(q->title, &oom);
@@ -410,6 +526,30 @@ void th_content_unload(th_plugin *p)
     p->resources = NULL;
     p->prompts = NULL;
     p->n_resources = p->n_prompts = 0;
+}
+
+int th_content_clash(const th_plugin *have, const th_plugin *add,
+                     th_error *err)
+{
+    for (size_t i = 0; i < add->n_prompts; i++)
+        for (size_t k = 0; k < have->n_prompts; k++)
+            if (strcmp(add->prompts[i].name, have->prompts[k].name) == 0)
+                return th_error_set(err, TH_ELOAD, "%s: prompt '%s' of plugin "
+                                    "'%s' is already provided by plugin '%s' "
+                                    "(%s); prompt names must be unique across "
+                                    "the host",
+                                    add->path, add->prompts[i].name,
+                                    add->name, have->name, have->path);
+    for (size_t i = 0; i < add->n_resources; i++)
+        for (size_t k = 0; k < have->n_resources; k++)
+            if (strcmp(add->resources[i].uri, have->resources[k].uri) == 0)
+                return th_error_set(err, TH_ELOAD, "%s: resource '%.300s' of "
+                                    "plugin '%s' is already provided by "
+                                    "plugin '%s' (%s); resource URIs must be "
+                                    "unique across the host",
+                                    add->path, add->resources[i].uri,
+                                    add->name, have->name, have->path);
+    return 0;
 }
 
 /* ---- Served to a session ------------------------------------------------------ */
@@ -526,7 +666,7 @@ static int plugin_said(int rc, const char *reason, const th_content *out,
                        const char *what, const char *name, th_error *err)
 {
     if (out->bad)
-        return th_error_set(err, TH_EARGS, "%s '%s': the plugin gave bad "
+        return th_error_set(err, TH_ETOOL, "%s '%s': the plugin gave bad "
                             "content: %s", what, name, out->why);
     if (rc == TOOLHOST_OK)
         return 0;
@@ -537,25 +677,41 @@ static int plugin_said(int rc, const char *reason, const th_content *out,
                         reason[0] ? reason : "(no reason given)");
 }
 
+/* The resource at uri among the generations g: a fixed URI in any of
+ * them first, then the first template that matches; *pp its plugin. */
+static const th_resource *find_resource(const gens *g, const char *uri,
+                                        th_plugin **pp)
+{
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < g->n; i++) {
+            const th_resource *r = resource_at(g->v[i], uri, pass == 1);
+            if (r) {
+                *pp = g->v[i];
+                return r;
+            }
+        }
+    return NULL;
+}
+
+bool th_session_resource_offered(th_session *s, const char *uri)
+{
+    gens g;
+    if (offered_gens(s, &g) != 0)
+        return false;
+    th_plugin *p;
+    bool hit = find_resource(&g, uri, &p) != NULL;
+    gens_free(&g);
+    return hit;
+}
+
 int th_session_read(th_session *s, const char *uri, th_content *out,
                     th_error *err)
 {
     gens g;
     if (offered_gens(s, &g) != 0)
         return th_error_set(err, TH_ENOMEM, "out of memory");
-    const th_resource *hit = NULL;
     th_plugin *hp = NULL;
-    for (int pass = 0; pass < 2 && !hit; pass++)
-        for (size_t i = 0; i < g.n && !hit; i++)
-            for (size_t k = 0; k < g.v[i]->n_resources && !hit; k++) {
-                const th_resource *r = &g.v[i]->resources[k];
-                if (pass == 0 ? !r->is_template && strcmp(r->uri, uri) == 0
-                              : r->is_template &&
-                                    th_uri_template_match(r->uri, uri)) {
-                    hit = r;
-                    hp = g.v[i];
-                }
-            }
+    const th_resource *hit = find_resource(&g, uri, &hp);
     int rc;
     if (!hit) {
         rc = th_error_set(err, TH_ENOTFOUND, "resource '%.300s': not found",
@@ -565,8 +721,10 @@ int th_session_read(th_session *s, const char *uri, th_content *out,
         out->plugin = hp->name;
         out->pub.host = &hp->api;
         int64_t t0 = th_now_ns();
+        th_content_enter(out);
         int prc = hit->desc->read(hp->state, hit->desc, uri, &out->pub, reason,
                                   sizeof reason);
+        th_content_leave();
         reason[sizeof reason - 1] = 0;
         timed_end(s, hp, "read", uri, t0);
         rc = plugin_said(prc, reason, out, "resource", uri, err);
@@ -629,8 +787,10 @@ int th_session_prompt_get(th_session *s, const char *name, const uint8_t *args,
         out->plugin = p->name;
         out->pub.host = &p->api;
         int64_t t0 = th_now_ns();
+        th_content_enter(out);
         int prc = q->desc->get(p->state, q->desc, args, len, &out->pub, reason,
                                sizeof reason);
+        th_content_leave();
         reason[sizeof reason - 1] = 0;
         timed_end(s, p, "get", name, t0);
         rc = plugin_said(prc, reason, out, "prompt", name, err);
@@ -664,7 +824,9 @@ int th_session_complete(th_session *s, bool is_prompt, const char *ref,
         else if (q->desc->complete) {
             out->plugin = p->name;
             out->pub.host = &p->api;
+            th_content_enter(out);
             prc = q->desc->complete(p->state, q->desc, arg, value, &out->pub);
+            th_content_leave();
         }
     } else {
         const th_resource *hit = NULL;
@@ -686,8 +848,10 @@ int th_session_complete(th_session *s, bool is_prompt, const char *ref,
         else if (hit->desc->complete) {
             out->plugin = p->name;
             out->pub.host = &p->api;
+            th_content_enter(out);
             prc = hit->desc->complete(p->state, hit->desc, arg, value,
                                       &out->pub);
+            th_content_leave();
         }
     }
     if (rc == 0 && out->plugin) {

@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "hazard.h"
+#include "th/content.h"
 #include "th/tool.h"
 
 typedef struct reg_table {
@@ -162,6 +163,16 @@ static int build(th_registry *reg, th_plugin *drop, th_plugin *add,
                     "host",
                     add->path, t->name, add->name, t->plugin->name,
                     t->plugin->path);
+                free(tab);
+                free(plugins);
+                return rc;
+            }
+        }
+        /* prompt names and resource URIs are unique across the host too */
+        for (size_t i = 0; i < reg->n_plugins; i++) {
+            th_plugin *q = reg->plugins[i];
+            int rc = q != drop ? th_content_clash(q, add, err) : 0;
+            if (rc) {
                 free(tab);
                 free(plugins);
                 return rc;

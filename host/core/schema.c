@@ -153,8 +153,25 @@ static json_t *param_schema(const th_param *p)
 
 json_t *th_schema_params(const th_tool *tool)
 {
-    if (tool->input_schema) /* ABI 1.4: the tool's own, as written */
-        return json_loads(tool->input_schema, 0, NULL);
+    if (tool->input_schema) {
+        /* ABI 1.4: the tool's own, as written, plus what the host adds
+         * to a listed copy (confirm_duplicate, session.c), whose
+         * arguments the host takes off before the schema checks them */
+        json_t *s = json_loads(tool->input_schema, 0, NULL);
+        json_t *props = json_object_get(s, "properties");
+        if (s && tool->n_params && !props) {
+            props = json_object();
+            json_object_set_new(s, "properties", props);
+        }
+        for (size_t i = 0; s && props && i < tool->n_params; i++) {
+            json_t *ps = param_schema(&tool->params[i]);
+            if (!ps || json_object_set_new(props, tool->params[i].name, ps)) {
+                json_decref(s);
+                return NULL;
+            }
+        }
+        return s;
+    }
     json_t *s = json_object(), *props = json_object(), *req = json_array();
     int rc = !s || !props || !req;
     for (size_t i = 0; !rc && i < tool->n_params; i++) {

@@ -326,6 +326,7 @@ static int64_t timer_turn_locked(th_mcp_session *m, int64_t now)
 {
     if (m->list_pending && now - m->list_sent_ms >= LIST_CHANGED_MIN_MS)
         list_changed_locked(m);
+    mcp_subs_send_locked(m);
     mcp_tasks_expire_locked(m, mcp_wall_ms());
     int64_t wait = 1000;
     if (m->list_pending) {
@@ -372,26 +373,32 @@ static void *timer_main(void *arg)
     return NULL;
 }
 
-/* Puts m in the timer's list, starting the thread for the first session.
- * 0, or -1 when the thread cannot start. */
 /* ---- Resource updates ------------------------------------------------------ */
 
-/* A plugin said the resource at `uri` changed (its thread): the sessions
- * that subscribed to it hear notifications/resources/updated.  Every
+/* A plugin said the resource at `uri` changed (its thread, which must not
+ * wait for any client): the subscriptions to it are marked, and the timer
+ * thread sends notifications/resources/updated (mcp_subs_send_locked),
+ * one per subscription however many updates came meanwhile.  Nothing to
+ * do, and no lock taken, while no session subscribed to anything.  Every
  * session is in the timer's list (g_tm.mu before a session's mu). */
 static void on_resource_updated(const char *uri)
 {
+    if (!mcp_subs_any())
+        return;
+    bool any = false;
     pthread_mutex_lock(&g_tm.mu);
     for (th_mcp_session *m = g_tm.list; m; m = m->tnext) {
         pthread_mutex_lock(&m->mu);
-        if (m->initialized && mcp_subscribed_locked(m, uri))
-            send_notification(m, "notifications/resources/updated",
-                              json_pack("{s:s}", "uri", uri), NULL);
+        any |= m->initialized && mcp_subs_mark_locked(m, uri);
         pthread_mutex_unlock(&m->mu);
     }
     pthread_mutex_unlock(&g_tm.mu);
+    if (any)
+        timer_wake();
 }
 
+/* Puts m in the timer's list, starting the thread for the first session.
+ * 0, or -1 when the thread cannot start. */
 static int timer_add(th_mcp_session *m)
 {
     pthread_mutex_lock(&g_tm.mu);

@@ -3,6 +3,7 @@
  * resources/subscribe, resources/unsubscribe, prompts/list, prompts/get
  * and completion/complete, served from what plugins declare (ABI 1.4,
  * th/content.h).  docs/mcp.md ("Resources, prompts and completion"). */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -145,9 +146,22 @@ static json_t *resource_body(const th_block *b, const char *uri)
     return o;
 }
 
-/* A content block of a prompt message. */
-static json_t *content_block(const th_block *b)
+/* A content block of a prompt message, in what the session's protocol
+ * version has: before 2025-03-26 no audio block (the clip goes as an
+ * embedded resource), before 2025-06-18 no resource_link (a text naming
+ * the link). */
+static json_t *content_block(const th_mcp_session *m, const th_block *b)
 {
+    if (b->kind == TOOLHOST_BLOCK_AUDIO && !mcp_has_audio(m)) {
+        json_t *r = resource_body(b, "toolhost://prompt/audio");
+        return r ? json_pack("{s:s, s:o}", "type", "resource", "resource", r)
+                 : NULL;
+    }
+    if (b->kind == TOOLHOST_BLOCK_LINK && !mcp_has_links(m)) {
+        char t[2400];
+        snprintf(t, sizeof t, "%s: %s", b->name, b->uri);
+        return json_pack("{s:s, s:s}", "type", "text", "text", t);
+    }
     switch (b->kind) {
     case TOOLHOST_BLOCK_TEXT:
         return json_pack("{s:s, s:s%}", "type", "text", "text",
@@ -186,8 +200,6 @@ static void send_failure(th_mcp_session *m, const json_t *id, int rc,
         mcp_send_error(m, id, -32002, "%s", err->msg); /* resource not found */
     else if (rc == TH_ENOMEM)
         mcp_send_error(m, id, MCP_INTERNAL_ERROR, "out of memory");
-    else if (rc == TH_EARGS && strstr(err->msg, "bad content"))
-        mcp_send_error(m, id, MCP_INTERNAL_ERROR, "%s", err->msg);
     else if (rc == TH_EARGS)
         mcp_send_error(m, id, MCP_INVALID_PARAMS, "%s", err->msg);
     else
@@ -234,6 +246,14 @@ void mcp_resources_read(th_mcp_session *m, const json_t *id,
 
 /* ---- resources/subscribe, resources/unsubscribe ------------------------------ */
 
+/* Subscriptions held by every session of the process. */
+static atomic_size_t n_subs_all;
+
+bool mcp_subs_any(void)
+{
+    return atomic_load_explicit(&n_subs_all, memory_order_relaxed) != 0;
+}
+
 void mcp_resources_subscribe(th_mcp_session *m, const json_t *id,
                              const json_t *params, bool on)
 {
@@ -245,29 +265,40 @@ void mcp_resources_subscribe(th_mcp_session *m, const json_t *id,
                        on ? "" : "un");
         return;
     }
+    /* only what the session may read: another toolset's resources are
+     * not there for it, not even as "it changed" */
+    if (on && !th_session_resource_offered(m->s, uri)) {
+        mcp_send_error(m, id, -32002, "resource '%.300s': not found (%s)",
+                       uri, "resources/list and resources/templates/list "
+                            "have the resources of this server");
+        return;
+    }
     th_config *cfg = th_host_config_get(m->h);
     size_t max = cfg->mcp.max_subscriptions;
     th_config_unref(cfg);
     pthread_mutex_lock(&m->mu);
     size_t at = m->n_subs;
     for (size_t i = 0; i < m->n_subs; i++)
-        if (strcmp(m->subs[i], uri) == 0)
+        if (strcmp(m->subs[i].uri, uri) == 0)
             at = i;
     int code = 0;
     if (!on && at < m->n_subs) {
-        free(m->subs[at]);
+        free(m->subs[at].uri);
         m->subs[at] = m->subs[--m->n_subs];
+        atomic_fetch_sub(&n_subs_all, 1);
     } else if (on && at == m->n_subs) {
-        char **v = m->n_subs < max ? realloc(m->subs, (m->n_subs + 1) *
-                                                          sizeof *v)
-                                   : NULL;
+        mcp_sub *v = m->n_subs < max ? realloc(m->subs, (m->n_subs + 1) *
+                                                            sizeof *v)
+                                     : NULL;
         char *d = v ? strdup(uri) : NULL;
         if (v)
             m->subs = v;
-        if (d)
-            m->subs[m->n_subs++] = d;
-        else
+        if (d) {
+            m->subs[m->n_subs++] = (mcp_sub){.uri = d};
+            atomic_fetch_add(&n_subs_all, 1);
+        } else {
             code = m->n_subs < max ? MCP_INTERNAL_ERROR : MCP_INVALID_REQUEST;
+        }
     }
     size_t n = m->n_subs;
     pthread_mutex_unlock(&m->mu);
@@ -286,18 +317,39 @@ void mcp_resources_subscribe(th_mcp_session *m, const json_t *id,
     }
 }
 
-bool mcp_subscribed_locked(const th_mcp_session *m, const char *uri)
+bool mcp_subs_mark_locked(th_mcp_session *m, const char *uri)
 {
     for (size_t i = 0; i < m->n_subs; i++)
-        if (strcmp(m->subs[i], uri) == 0)
+        if (strcmp(m->subs[i].uri, uri) == 0) {
+            m->subs[i].pending = true;
+            m->subs_pending = true;
             return true;
+        }
     return false;
+}
+
+void mcp_subs_send_locked(th_mcp_session *m)
+{
+    if (!m->subs_pending)
+        return;
+    m->subs_pending = false;
+    for (size_t i = 0; i < m->n_subs; i++) {
+        if (!m->subs[i].pending)
+            continue;
+        m->subs[i].pending = false;
+        json_t *msg = json_pack("{s:s, s:s, s:{s:s}}", "jsonrpc", "2.0",
+                                "method", "notifications/resources/updated",
+                                "params", "uri", m->subs[i].uri);
+        mcp_send(m, msg, NULL);
+    }
 }
 
 void mcp_subs_free(th_mcp_session *m)
 {
     for (size_t i = 0; i < m->n_subs; i++)
-        free(m->subs[i]);
+        free(m->subs[i].uri);
+    if (m->n_subs)
+        atomic_fetch_sub(&n_subs_all, m->n_subs);
     free(m->subs);
     m->subs = NULL;
     m->n_subs = 0;
@@ -358,7 +410,7 @@ void mcp_prompts_get(th_mcp_session *m, const json_t *id, const json_t *params)
     }
     json_t *msgs = json_array();
     for (size_t i = 0; msgs && i < out.n; i++) {
-        json_t *c = content_block(&out.v[i]);
+        json_t *c = content_block(m, &out.v[i]);
         json_t *msg = c ? json_pack("{s:s, s:o}", "role",
                                     out.v[i].role ? out.v[i].role : "user",
                                     "content", c)

@@ -126,8 +126,9 @@ struct th_mcp_session {
                                 or NULL */
     bool run_short;          /* th_mcp_opts.run_short: calls pass
                                 th_call_opts.short_client */
-    char **subs;             /* [mu] resources/subscribe URIs */
+    struct mcp_sub *subs;    /* [mu] resources/subscribe URIs */
     size_t n_subs;
+    bool subs_pending;       /* [mu] one of them has an update to send */
     int drain_waiters;       /* threads in th_mcp_session_drain (the end
                                 of a call wakes cv only for them, not the
                                 timer on every call) */
@@ -163,6 +164,12 @@ static inline bool mcp_has_audio(const th_mcp_session *m)
 {
     return strcmp(m->version, "2025-03-26") >= 0;
 }
+/* Whether the session's protocol version has resource_link blocks
+ * (2025-06-18 on; the versions are dates, so they compare as strings). */
+static inline bool mcp_has_links(const th_mcp_session *m)
+{
+    return strcmp(m->version, "2025-06-18") >= 0;
+}
 json_t *mcp_tool_error(const char *tool, int code, const char *message);
 /* p[0..n) in base64 (nettle's), NUL-terminated, malloc'ed; NULL: no
  * memory. */
@@ -180,8 +187,19 @@ void mcp_prompts_get(struct th_mcp_session *m, const json_t *id,
                      const json_t *params);
 void mcp_complete(struct th_mcp_session *m, const json_t *id,
                   const json_t *params);
-/* m->mu held: whether the session subscribed to uri. */
-bool mcp_subscribed_locked(const struct th_mcp_session *m, const char *uri);
+/* A subscription: its URI, and whether an update waits to be sent. */
+typedef struct mcp_sub {
+    char *uri;
+    bool pending;
+} mcp_sub;
+/* Whether any session of the process holds a subscription (one atomic
+ * load: a resource update nobody asked for costs no lock). */
+bool mcp_subs_any(void);
+/* m->mu held: marks the subscription to uri as updated; true when the
+ * session has one. */
+bool mcp_subs_mark_locked(struct th_mcp_session *m, const char *uri);
+/* m->mu held (the timer thread): sends the marked updates. */
+void mcp_subs_send_locked(struct th_mcp_session *m);
 /* Frees the subscriptions (the session ends). */
 void mcp_subs_free(struct th_mcp_session *m);
 /* The whole response to a tools/call as text when the result is plain

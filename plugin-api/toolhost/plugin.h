@@ -286,14 +286,16 @@ typedef struct toolhost_block {
     uint32_t kind;        /* TOOLHOST_BLOCK_*                             */
     const char *role;     /* prompts: "user" or "assistant"; NULL: "user";
                              ignored elsewhere                            */
-    const char *mime_type; /* IMAGE, AUDIO: required; RESOURCE, LINK and a
-                              resource read's TEXT: NULL takes the
-                              resource's declared type                    */
+    const char *mime_type; /* at most 255 bytes.  IMAGE, AUDIO: required.
+                              A resource read: NULL takes the resource's
+                              declared type.  A prompt's RESOURCE: NULL
+                              is application/octet-stream (a blob); a
+                              LINK: NULL says none                        */
     const void *data;     /* the text or the bytes (not NUL-terminated)   */
     size_t len;
     const char *uri;      /* RESOURCE, LINK: required; a resource read:
-                             NULL is the URI read                         */
-    const char *name;     /* LINK: required                               */
+                             NULL is the URI read; at most 2048 bytes     */
+    const char *name;     /* LINK: required; at most 255 bytes            */
 } toolhost_block;
 
 /* One call of a tool.  The host allocates it; the members below are public
@@ -551,12 +553,20 @@ typedef struct toolhost_host_api {
      * kind, text that is not UTF-8, a missing mime_type, uri or name, a
      * block a completion cannot hold); TOOLHOST_ENOMEM when the content
      * would pass the host's budget (mcp.max_message, the answer must fit
-     * in one message) or memory ran out: the request then fails. */
+     * in one message: bytes count 4/3 for base64, text its JSON escapes,
+     * every block its strings and a little more) or memory ran out: the
+     * request then fails.  TOOLHOST_ESTATE for an `out` that is not the
+     * one this thread's running callback was given (kept past its
+     * callback, or passed to another thread): nothing is written. */
     int (*content_add)(toolhost_content *out, const toolhost_block *block);
 
-    /* Any.  The resource at `uri` changed: clients that subscribed to it
-     * are told (MCP notifications/resources/updated).  Cheap when nobody
-     * subscribed.  `host` is the api pointer init() was given. */
+    /* Any; never waits for a client.  The resource at `uri` (one of this
+     * plugin's, or a URI one of its templates matches; any other is
+     * ignored) changed: clients that subscribed to it are told (MCP
+     * notifications/resources/updated, sent by a host thread, one per
+     * subscription however many updates came meanwhile).  One atomic load
+     * when nobody subscribed.  `host` is the api pointer init() was
+     * given. */
     void (*resource_updated)(const struct toolhost_host_api *host,
                              const char *uri);
 } toolhost_host_api;
@@ -678,7 +688,10 @@ typedef struct toolhost_tool {
 /* A resource (ABI 1.4): data a client may read by URI, such as a file,
  * a record or a schema; or, when `uri` holds "{name}" variables, a family
  * of them (a URI template, RFC 6570 level 1: each variable matches one or
- * more characters other than '/', '?' and '#').
+ * more characters other than '/', '?' and '#', up to the first place the
+ * template's next literal follows; at most 8 variables, never two side by
+ * side).  The URI read() gets is the client's, as sent: not
+ * percent-decoded; treat what a variable matched as untrusted input.
  *
  * read(), get() and complete() below run on the thread of the front that
  * received the request (an MCP session's input thread, an HTTP pool
@@ -692,7 +705,7 @@ typedef struct toolhost_resource {
     uint32_t struct_size;
     const char *uri;         /* "docs://guide", or a template
                                 "db://{table}/{id}"; a scheme is required;
-                                unique in the plugin                     */
+                                unique in the host                       */
     const char *name;        /* a short name; required                    */
     const char *title;       /* NULL or a human name                      */
     const char *description; /* NULL or one line                          */
@@ -799,9 +812,11 @@ typedef struct toolhost_plugin {
     /* ---- ABI 1.4 ---- */
 
     /* Resources and prompts (static, like `tools`; a host older than 1.4
-     * does not see them).  A toolset offers those of the plugins it has a
+     * does not see them).  Prompt names and resource URIs are unique
+     * across the host, as tool names are (the host refuses a plugin that
+     * repeats another's).  A toolset offers those of the plugins it has a
      * tool of (every plugin's for tools: ["*"]).  Not served for a plugin
-     * run with isolation: process (a load note says so). */
+     * run with isolation: process (its worker does not carry them yet). */
     const toolhost_resource *resources;
     uint32_t n_resources;
     const toolhost_prompt *prompts;

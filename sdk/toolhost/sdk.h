@@ -418,7 +418,9 @@ void th_sdk_cage_close(const toolhost_host_api *host, toolhost_cage *cage);
  * value (th_sdk_complete_value says it better), a prompt message from
  * the user. */
 int th_sdk_content_text(toolhost_content *out, const char *text);
-/* A resource's bytes of type `mime` (NULL: its declared type): a blob. */
+/* A resource's bytes of type `mime` (NULL: its declared type): a blob,
+ * or text when the type is textual (text/..., ...json, ...xml) and the
+ * bytes are UTF-8. */
 int th_sdk_content_bytes(toolhost_content *out, const char *mime,
                          const void *data, size_t len);
 /* Prompt messages from `role` ("user" or "assistant"): text, an image or

@@ -13,10 +13,17 @@
  *                    refused at load with params, a non-object schema or
  *                    a keyword the validator does not know
  *   content_refusals a bad block fails the request (non-UTF-8 text, a bad
- *                    role, no mime type, a link in a read, past the budget)
+ *                    role, no mime type, a long name, a link in a read,
+ *                    past the budget counting base64, escapes and strings,
+ *                    a length that would wrap); a sink not entered (kept
+ *                    past its callback) is never written through
+ *   host_unique      a prompt name or resource URI of another plugin is
+ *                    refused at registry add
  *   methods          list, read (text, blob, template, not found), get
- *                    (arguments checked), completion, subscribe and the
- *                    update notification, the subscription cap
+ *                    (arguments checked), completion, subscribe (only to
+ *                    what the session may read) and the update
+ *                    notification (from the plugin's own resources only),
+ *                    the subscription cap
  *   toolset_scope    a session whose toolset has none of the plugin's
  *                    tools is offered none of its resources or prompts
  */
@@ -272,63 +279,134 @@ static void test_content_refusals(void)
     api.struct_size = sizeof api;
     th_content_api_fill(&api);
     th_content c;
-    th_content_init(&c, TH_CONTENT_PROMPT, 64);
+    th_content_init(&c, TH_CONTENT_PROMPT, 4096);
     c.pub.host = &api;
+    /* a sink nobody entered (kept past its callback, another thread's):
+     * refused before it is touched */
+    CU_ASSERT_EQUAL(th_sdk_prompt_text(&c.pub, "user", "hello"),
+                    TOOLHOST_ESTATE);
+    CU_ASSERT_EQUAL(c.n, 0);
+    th_content_enter(&c);
     CU_ASSERT_EQUAL(th_sdk_prompt_text(&c.pub, "user", "hello"), 0);
     CU_ASSERT_FALSE(c.bad);
     CU_ASSERT_EQUAL(th_sdk_prompt_text(&c.pub, "system", "x"),
                     TOOLHOST_EINVAL);
     CU_ASSERT(c.bad);
     CU_ASSERT_PTR_NOT_NULL(strstr(c.why, "role"));
+    th_content_leave();
     th_content_free(&c);
 
-    th_content_init(&c, TH_CONTENT_PROMPT, 64);
-    c.pub.host = &api;
+#define FRESH(mode, max)                                                      \
+    do {                                                                      \
+        th_content_init(&c, (mode), (max));                                   \
+        c.pub.host = &api;                                                    \
+        th_content_enter(&c);                                                 \
+    } while (0)
+#define DONE()                                                                \
+    do {                                                                      \
+        th_content_leave();                                                   \
+        th_content_free(&c);                                                  \
+    } while (0)
+    FRESH(TH_CONTENT_PROMPT, 4096);
     CU_ASSERT_EQUAL(th_sdk_prompt_text(&c.pub, NULL, "\xff\xfe"),
                     TOOLHOST_EINVAL);
     CU_ASSERT_PTR_NOT_NULL(strstr(c.why, "UTF-8"));
-    th_content_free(&c);
-
-    th_content_init(&c, TH_CONTENT_PROMPT, 64);
-    c.pub.host = &api;
+    DONE();
+    FRESH(TH_CONTENT_PROMPT, 4096);
     CU_ASSERT_EQUAL(th_sdk_prompt_image(&c.pub, NULL, NULL, "x", 1),
                     TOOLHOST_EINVAL);
-    th_content_free(&c);
-
-    th_content_init(&c, TH_CONTENT_READ, 64);
-    c.pub.host = &api;
+    DONE();
+    FRESH(TH_CONTENT_PROMPT, 4096);
+    char longname[300];
+    memset(longname, 'n', sizeof longname - 1);
+    longname[sizeof longname - 1] = 0;
+    CU_ASSERT_EQUAL(th_sdk_prompt_link(&c.pub, NULL, "a://b", longname, NULL),
+                    TOOLHOST_EINVAL);
+    DONE();
+    FRESH(TH_CONTENT_READ, 4096);
     CU_ASSERT_EQUAL(th_sdk_prompt_link(&c.pub, NULL, "a://b", "b", NULL),
                     TOOLHOST_EINVAL);
-    th_content_free(&c);
+    DONE();
 
-    /* the budget counts base64's growth: 48 bytes cost 64 */
-    th_content_init(&c, TH_CONTENT_READ, 64);
-    c.pub.host = &api;
-    char big[60] = {0};
-    CU_ASSERT_EQUAL(th_sdk_content_bytes(&c.pub, "a/b", big, 48),
+    /* the budget counts what the answer holds: 128 per block, the
+     * strings, base64's growth of bytes, JSON's escapes of text */
+    FRESH(TH_CONTENT_READ, 300);
+    char big[200] = {0};
+    CU_ASSERT_EQUAL(th_sdk_content_bytes(&c.pub, "a/b", big, 120), 0);
+    CU_ASSERT_EQUAL(c.bytes, 128 + 120 + 40 + 4 + 3);
+    CU_ASSERT_EQUAL(th_sdk_content_bytes(&c.pub, "a/b", big, 1),
                     TOOLHOST_ENOMEM);
     CU_ASSERT(c.bad);
-    th_content_free(&c);
+    DONE();
+    FRESH(TH_CONTENT_READ, 128 + 10 + 50);
+    CU_ASSERT_EQUAL(th_sdk_content_text(&c.pub, "\x01\x01\x01\x01\x01"
+                                                "\x01\x01\x01\x01\x01"),
+                    0);
+    DONE();
+    FRESH(TH_CONTENT_READ, 128 + 10 + 50 - 1);
+    CU_ASSERT_EQUAL(th_sdk_content_text(&c.pub, "\x01\x01\x01\x01\x01"
+                                                "\x01\x01\x01\x01\x01"),
+                    TOOLHOST_ENOMEM);
+    DONE();
+    /* a length that would wrap the sums is refused before anything is
+     * read (the 1-byte buffer is never touched past its end) */
+    FRESH(TH_CONTENT_READ, 0);
+    CU_ASSERT_EQUAL(th_sdk_content_bytes(&c.pub, "a/b", big,
+                                         (size_t)0xC000000000000000ull),
+                    TOOLHOST_ENOMEM);
+    DONE();
 
-    th_content_init(&c, TH_CONTENT_COMPLETE, 0);
-    c.pub.host = &api;
+    FRESH(TH_CONTENT_COMPLETE, 0);
     CU_ASSERT_EQUAL(th_sdk_content_bytes(&c.pub, "a/b", "x", 1),
                     TOOLHOST_EINVAL);
-    th_content_free(&c);
-    th_content_init(&c, TH_CONTENT_COMPLETE, 0);
-    c.pub.host = &api;
+    DONE();
+    FRESH(TH_CONTENT_COMPLETE, 0);
     for (int i = 0; i < 150; i++)
         CU_ASSERT_EQUAL(th_sdk_complete_value(&c.pub, "v"), 0);
     CU_ASSERT_EQUAL(c.n, 100);
     CU_ASSERT_EQUAL(c.dropped, 50);
-    th_content_free(&c);
+    DONE();
     /* an older host: the SDK says so instead of calling a missing member */
     api.struct_size = offsetof(toolhost_host_api, content_add);
-    th_content_init(&c, TH_CONTENT_READ, 0);
-    c.pub.host = &api;
+    FRESH(TH_CONTENT_READ, 0);
     CU_ASSERT_EQUAL(th_sdk_content_text(&c.pub, "x"), TOOLHOST_EINVAL);
     CU_ASSERT_EQUAL(c.n, 0);
-    th_content_free(&c);
+    DONE();
+#undef FRESH
+#undef DONE
+}
+
+/* Prompt names and resource URIs are unique across the host: the
+ * registry refuses the second plugin, as it does a repeated tool name. */
+static void test_host_unique(void)
+{
+    toolhost_prompt pa[] = {PROMPT("review", "one", get_nothing)};
+    toolhost_resource ra[] = {RES("docs://a", "a", read_nothing)};
+    toolhost_plugin d1 = {.struct_size = sizeof d1,
+                          .abi_major = TOOLHOST_ABI_MAJOR,
+                          .abi_minor = TOOLHOST_ABI_MINOR, .name = "p1",
+                          .description = "one", .prompts = pa,
+                          .n_prompts = 1, .resources = ra, .n_resources = 1};
+    toolhost_plugin d2 = d1, d3 = d1;
+    d2.name = "p2";
+    d2.n_resources = 0; /* the same prompt */
+    d3.name = "p3";
+    d3.n_prompts = 0;   /* the same resource */
+    th_registry *reg = th_registry_new();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
+    th_plugin *p1, *p2, *p3;
+    th_error err;
+    CU_ASSERT_EQUAL_FATAL(th_plugin_builtin(&d1, &p1, &err), 0);
+    CU_ASSERT_EQUAL_FATAL(th_plugin_builtin(&d2, &p2, &err), 0);
+    CU_ASSERT_EQUAL_FATAL(th_plugin_builtin(&d3, &p3, &err), 0);
+    CU_ASSERT_EQUAL(th_registry_add(reg, p1, &err), 0);
+    CU_ASSERT_EQUAL(th_registry_add(reg, p2, &err), TH_ELOAD);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "prompt 'review'"));
+    CU_ASSERT_EQUAL(th_registry_add(reg, p3, &err), TH_ELOAD);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "resource 'docs://a'"));
+    th_plugin_unref(p2);
+    th_plugin_unref(p3);
+    th_registry_free(reg);
 }
 
 /* ---- Over MCP ---------------------------------------------------------------- */
@@ -389,6 +467,27 @@ static json_t *rpc(th_mcp_session *m, cap *c, const char *method,
         fprintf(stderr, "%s: %s\n", method,
                 json_string_value(json_object_get(e, "message")));
     return json_object_get(r, "result");
+}
+
+/* notifications/resources/updated sent so far, each checked to name
+ * test://watched-resource. */
+static size_t n_updates(cap *c)
+{
+    size_t n = 0, i;
+    json_t *v;
+    pthread_mutex_lock(&c->mu);
+    json_array_foreach(c->sent, i, v)
+    {
+        const char *mth = json_string_value(json_object_get(v, "method"));
+        if (mth && strcmp(mth, "notifications/resources/updated") == 0) {
+            n++;
+            const char *u = json_string_value(
+                json_object_get(json_object_get(v, "params"), "uri"));
+            CU_ASSERT(u && strcmp(u, "test://watched-resource") == 0);
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return n;
 }
 
 static const char *msg_of(cap *c)
@@ -587,40 +686,42 @@ static void test_methods(void)
                            &code));
     CU_ASSERT_EQUAL(code, -32602);
 
-    /* subscriptions: the update reaches a subscriber; the cap bites */
+    /* subscriptions: only to what the session may read */
+    CU_ASSERT_PTR_NULL(rpc(f.m, &f.c, "resources/subscribe",
+                           "{\"uri\":\"a://1\"}", &code));
+    CU_ASSERT_EQUAL(code, -32002);
     CU_ASSERT_PTR_NOT_NULL(rpc(f.m, &f.c, "resources/subscribe",
                                "{\"uri\":\"test://watched-resource\"}",
                                &code));
+    /* the update reaches the subscriber (sent by the timer thread: waited
+     * for); an update the plugin makes of another's URI, or of one
+     * nobody subscribed to, reaches nobody: those two are made first, so
+     * they would have been sent in the same turn as the one awaited */
     th_plugin *p = th_registry_plugin(th_host_registry(f.h), "conform_tools");
+    th_plugin *e = th_registry_plugin(th_host_registry(f.h), "echo");
     CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+    e->api.resource_updated(&e->api, "test://watched-resource");
+    p->api.resource_updated(&p->api, "test://static-text");
+    CU_ASSERT_EQUAL(n_updates(&f.c), 0); /* not the caller's thread */
     p->api.resource_updated(&p->api, "test://watched-resource");
-    p->api.resource_updated(&p->api, "test://static-text"); /* not asked */
-    pthread_mutex_lock(&f.c.mu);
-    size_t n_upd = 0, i;
-    json_t *v;
-    json_array_foreach(f.c.sent, i, v)
-    {
-        const char *mth = json_string_value(json_object_get(v, "method"));
-        if (mth && strcmp(mth, "notifications/resources/updated") == 0) {
-            n_upd++;
-            CU_ASSERT_STRING_EQUAL(
-                json_string_value(json_object_get(
-                    json_object_get(v, "params"), "uri")),
-                "test://watched-resource");
-        }
-    }
-    pthread_mutex_unlock(&f.c.mu);
-    CU_ASSERT_EQUAL(n_upd, 1);
+    for (unsigned waited = 0; n_updates(&f.c) == 0 &&
+                              waited < th_test_ms(10000);
+         waited += 2)
+        usleep(2000);
+    CU_ASSERT_EQUAL(n_updates(&f.c), 1);
     CU_ASSERT_PTR_NOT_NULL(rpc(f.m, &f.c, "resources/subscribe",
-                               "{\"uri\":\"a://1\"}", &code));
+                               "{\"uri\":\"test://template/1/data\"}",
+                               &code));
     CU_ASSERT_PTR_NULL(rpc(f.m, &f.c, "resources/subscribe",
-                           "{\"uri\":\"a://2\"}", &code));
+                           "{\"uri\":\"test://static-text\"}", &code));
     CU_ASSERT_EQUAL(code, -32600);
     CU_ASSERT_PTR_NOT_NULL(strstr(msg_of(&f.c), "mcp.max_subscriptions"));
     CU_ASSERT_PTR_NOT_NULL(rpc(f.m, &f.c, "resources/unsubscribe",
-                               "{\"uri\":\"a://1\"}", &code));
+                               "{\"uri\":\"test://template/1/data\"}",
+                               &code));
     CU_ASSERT_PTR_NOT_NULL(rpc(f.m, &f.c, "resources/subscribe",
-                               "{\"uri\":\"a://2\"}", &code));
+                               "{\"uri\":\"test://static-text\"}", &code));
     fx_close(&f);
 }
 
@@ -649,6 +750,7 @@ void th_suite_mcp_content(void)
     CU_add_test(s, "load_checks", test_load_checks);
     CU_add_test(s, "template_match", test_template_match);
     CU_add_test(s, "content_refusals", test_content_refusals);
+    CU_add_test(s, "host_unique", test_host_unique);
     CU_add_test(s, "input_schema", test_input_schema);
     CU_add_test(s, "methods", test_methods);
     CU_add_test(s, "toolset_scope", test_toolset_scope);

@@ -61,6 +61,13 @@ typedef struct th_content {
     char why[256];            /* the first refusal */
 } th_content;
 
+/* The sink the plugin callback about to run on this thread is given;
+ * content_add() refuses any other (one kept past its callback, or used
+ * from another thread), so a stale pointer is never written through.
+ * th_content_leave() when the callback returned. */
+void th_content_enter(th_content *c);
+void th_content_leave(void);
+
 /* An empty sink; max_bytes 0: 16 MiB.  th_content_free() frees the
  * blocks (the struct is the caller's). */
 void th_content_init(th_content *c, th_content_mode mode, size_t max_bytes);
@@ -76,6 +83,12 @@ int th_content_load(const char *shown, const toolhost_plugin *d, th_plugin *p,
                     th_error *err);
 void th_content_unload(th_plugin *p);
 
+/* TH_ELOAD when plugin `add` declares a prompt name or a resource URI
+ * (template) that `have` declares too (unique across the host, as tool
+ * names are: the registry refuses the second); else 0. */
+int th_content_clash(const th_plugin *have, const th_plugin *add,
+                     th_error *err);
+
 /* Whether a MIME type names text (text/..., ...json, ...xml): an
  * embedded resource of that type goes out as text when its bytes are
  * UTF-8. */
@@ -83,8 +96,9 @@ bool th_mime_textual(const char *mime);
 
 /* Whether `uri` matches template `tmpl` (RFC 6570 level 1: a {var}
  * matches one or more characters other than '/', '?', '#', up to the
- * first place the template's next literal follows; no backtracking, so
- * the cost is linear in the URI's length). */
+ * first place the template's next literal follows: "x://{a}.json" does
+ * not match "x://v.jsonx.json").  No backtracking: the cost is at most
+ * the URI's length times the literal's. */
 bool th_uri_template_match(const char *tmpl, const char *uri);
 
 /* Who hears of resource updates (the MCP front sets it once): fn(uri),
@@ -103,11 +117,16 @@ int th_session_resources(struct th_session *s, bool templates,
 int th_session_prompts(struct th_session *s,
                        int (*fn)(const th_prompt *p, void *ud), void *ud);
 
+/* Whether the session is offered a resource at `uri` (as th_session_read
+ * would find it), without reading it. */
+bool th_session_resource_offered(struct th_session *s, const char *uri);
+
 /* Reads `uri`: the first resource the session may read whose URI is it,
  * else the first template that matches it.  0 with the contents in out
  * (a TH_CONTENT_READ sink); TH_ENOTFOUND (no such resource, or the plugin
- * said TOOLHOST_NOT_FOUND); TH_EFAILED with the plugin's reason; TH_EARGS
- * when a block was refused (err says why). */
+ * said TOOLHOST_NOT_FOUND); TH_EFAILED with the plugin's reason; TH_ETOOL
+ * when a block was refused (err says why).  The same TH_ETOOL for the
+ * functions below. */
 int th_session_read(struct th_session *s, const char *uri, th_content *out,
                     th_error *err);
 /* Gets prompt `name` with `args` (a msgpack map, or NULL for none):
