@@ -897,53 +897,49 @@ static void abi10_plugin(void)
     th_plugin_unref(p);
 }
 
-/* A plugin built against the frozen 1.2 header loads on this (1.4) host
- * and works: it reads the host api up to its own 1.2 struct, which is a
- * prefix of the host's. */
-static void abi12_plugin(void)
+/* A plugin built against the frozen 1.`minor` header (fixture
+ * abi1Nf_basic, tool a1N_hello): it loads on this host and works,
+ * reading the host api up to its own struct, a prefix of the host's; its
+ * tool reports "abi 1.<host minor> api>=1.<minor>:1".  The loaded plugin
+ * is returned for more checks (th_plugin_unref). */
+static th_plugin *frozen_plugin(unsigned minor)
 {
-    const char *path = th_test_build_path("fixtures/abi12f_basic.so");
+    char path[64], tool[32], want[64];
+    snprintf(path, sizeof path, "fixtures/abi1%uf_basic.so", minor);
+    snprintf(tool, sizeof tool, "a1%u_hello", minor);
     th_plugin *p;
     th_error e;
-    CU_ASSERT_EQUAL_FATAL(th_plugin_open(path, &insecure, &p, &e), 0);
-    CU_ASSERT_EQUAL(p->abi_minor, 2);
-    CU_ASSERT(p->api.struct_size >
-              offsetof(toolhost_host_api, cancel_fd) + sizeof(void *));
+    CU_ASSERT_EQUAL_FATAL(th_plugin_open(th_test_build_path(path), &insecure,
+                                         &p, &e), 0);
+    CU_ASSERT_EQUAL(p->abi_minor, minor);
     CU_ASSERT_EQUAL(th_plugin_init(p, NULL, 0, &e), 0);
     const uint8_t args[] = {0x80};
     mock_call m;
-    CU_ASSERT_EQUAL(run_tool(p, "a12_hello", args, sizeof args, &m),
-                    TOOLHOST_OK);
-    char want[64];
-    snprintf(want, sizeof want, "abi 1.%u api>=1.2:1", TOOLHOST_ABI_MINOR);
+    CU_ASSERT_EQUAL(run_tool(p, tool, args, sizeof args, &m), TOOLHOST_OK);
+    snprintf(want, sizeof want, "abi 1.%u api>=1.%u:1", TOOLHOST_ABI_MINOR,
+             minor);
     CU_ASSERT_EQUAL(m.out.len, strlen(want));
     CU_ASSERT_NSTRING_EQUAL(m.out.data, want, m.out.len);
     mock_free(&m);
+    return p;
+}
+
+/* The frozen 1.2 header: the host's api goes on past its cancel_fd. */
+static void abi12_plugin(void)
+{
+    th_plugin *p = frozen_plugin(2);
+    CU_ASSERT(p->api.struct_size >
+              offsetof(toolhost_host_api, cancel_fd) + sizeof(void *));
     th_plugin_unref(p);
 }
 
-/* A plugin built against the frozen 1.3 header (cages) loads on this
- * (1.4) host: its toolhost_plugin ends before the resources, so it
- * declares none, and the api it reads is a prefix of the host's. */
+/* The frozen 1.3 header (cages): its toolhost_plugin ends before the
+ * resources, so it declares none. */
 static void abi13_plugin(void)
 {
-    const char *path = th_test_build_path("fixtures/abi13f_basic.so");
-    th_plugin *p;
-    th_error e;
-    CU_ASSERT_EQUAL_FATAL(th_plugin_open(path, &insecure, &p, &e), 0);
-    CU_ASSERT_EQUAL(p->abi_minor, 3);
+    th_plugin *p = frozen_plugin(3);
     CU_ASSERT_EQUAL(p->n_resources + p->n_prompts, 0);
     CU_ASSERT(p->desc->struct_size <= offsetof(toolhost_plugin, resources));
-    CU_ASSERT_EQUAL(th_plugin_init(p, NULL, 0, &e), 0);
-    const uint8_t args[] = {0x80};
-    mock_call m;
-    CU_ASSERT_EQUAL(run_tool(p, "a13_hello", args, sizeof args, &m),
-                    TOOLHOST_OK);
-    char want[64];
-    snprintf(want, sizeof want, "abi 1.%u api>=1.3:1", TOOLHOST_ABI_MINOR);
-    CU_ASSERT_EQUAL(m.out.len, strlen(want));
-    CU_ASSERT_NSTRING_EQUAL(m.out.data, want, m.out.len);
-    mock_free(&m);
     th_plugin_unref(p);
 }
 
