@@ -215,11 +215,6 @@ void th_host_api_fill(toolhost_host_api *api)
     th_content_api_fill(api);  /* ABI 1.4: content.c */
 }
 
-th_plugin *th_plugin_from_api(const toolhost_host_api *api)
-{
-    return (th_plugin *)((char *)(uintptr_t)api - offsetof(th_plugin, api));
-}
-
 /* ---- lifetime ----------------------------------------------------------------- */
 
 static void free_tool_range(th_tool *tools, size_t from, size_t n)

@@ -120,6 +120,33 @@ static th_tool *find(const reg_table *tab, const char *name)
     return NULL;
 }
 
+/* TH_ELOAD when plugin `add` declares a prompt name or a resource URI
+ * (template) that `have` declares too: unique across the host, as tool
+ * names are; else 0. */
+static int content_clash(const th_plugin *have, const th_plugin *add,
+                         th_error *err)
+{
+    for (size_t i = 0; i < add->n_prompts; i++)
+        for (size_t k = 0; k < have->n_prompts; k++)
+            if (strcmp(add->prompts[i].name, have->prompts[k].name) == 0)
+                return th_error_set(err, TH_ELOAD, "%s: prompt '%s' of plugin "
+                                    "'%s' is already provided by plugin '%s' "
+                                    "(%s); prompt names must be unique across "
+                                    "the host",
+                                    add->path, add->prompts[i].name,
+                                    add->name, have->name, have->path);
+    for (size_t i = 0; i < add->n_resources; i++)
+        for (size_t k = 0; k < have->n_resources; k++)
+            if (strcmp(add->resources[i].uri, have->resources[k].uri) == 0)
+                return th_error_set(err, TH_ELOAD, "%s: resource '%.300s' of "
+                                    "plugin '%s' is already provided by "
+                                    "plugin '%s' (%s); resource URIs must be "
+                                    "unique across the host",
+                                    add->path, add->resources[i].uri,
+                                    add->name, have->name, have->path);
+    return 0;
+}
+
 /* The new arrays for (current - `drop`) + `add`, checked for clashes.
  * Caller holds the lock (read or write). */
 static int build(th_registry *reg, th_plugin *drop, th_plugin *add,
@@ -171,7 +198,7 @@ static int build(th_registry *reg, th_plugin *drop, th_plugin *add,
         /* prompt names and resource URIs are unique across the host too */
         for (size_t i = 0; i < reg->n_plugins; i++) {
             th_plugin *q = reg->plugins[i];
-            int rc = q != drop ? th_content_clash(q, add, err) : 0;
+            int rc = q != drop ? content_clash(q, add, err) : 0;
             if (rc) {
                 free(tab);
                 free(plugins);

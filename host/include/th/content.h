@@ -83,11 +83,10 @@ int th_content_load(const char *shown, const toolhost_plugin *d, th_plugin *p,
                     th_error *err);
 void th_content_unload(th_plugin *p);
 
-/* TH_ELOAD when plugin `add` declares a prompt name or a resource URI
- * (template) that `have` declares too (unique across the host, as tool
- * names are: the registry refuses the second); else 0. */
-int th_content_clash(const th_plugin *have, const th_plugin *add,
-                     th_error *err);
+/* The resource of p at uri: a fixed one when !templates, else the first
+ * template that matches; NULL when none. */
+const th_resource *th_resource_at(const th_plugin *p, const char *uri,
+                                  bool templates);
 
 /* Whether a MIME type names text (text/..., ...json, ...xml): an
  * embedded resource of that type goes out as text when its bytes are

@@ -237,8 +237,13 @@ void th_plugin_close(th_plugin *p);
  * thread still inside its code (dl_guard: it is unmapped later). */
 void th_plugin_close_ex(th_plugin *p, bool *deferred);
 
-/* The th_plugin whose api is `api` (for host callbacks such as log). */
-th_plugin *th_plugin_from_api(const toolhost_host_api *api);
+/* The th_plugin whose api is `api` (for host callbacks such as log): the
+ * api is a member of the plugin's record.  Inline, so that the files of
+ * the host callbacks need nothing of the loader. */
+static inline th_plugin *th_plugin_from_api(const toolhost_host_api *api)
+{
+    return (th_plugin *)((char *)(uintptr_t)api - offsetof(th_plugin, api));
+}
 
 /* Every toolhost_call the host hands a plugin is the first member of a
  * th_call_base: the host API's call callbacks (write, set_meta, progress,
