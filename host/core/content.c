@@ -16,15 +16,36 @@
 /* ---- Served to a session ------------------------------------------------------ */
 
 /* The generations that offer resources or prompts, pinned. */
+/* The generations a session is offered that declare resources or
+ * prompts, pinned; filled under the registry's read lock. */
 typedef struct gens {
+    th_session *s;
+    const th_config *cfg;
     th_plugin **v;
     size_t n, cap;
 } gens;
 
+/* Whether a toolset the session may use offers plugin p. */
+static bool offered(th_session *s, const th_config *cfg, const th_plugin *p)
+{
+    for (size_t i = 0; i < cfg->n_toolsets; i++) {
+        if (!s->usable[i])
+            continue;
+        const th_toolset_cfg *ts = &cfg->toolsets[i];
+        for (size_t k = 0; k < ts->n_tools; k++)
+            if (strcmp(ts->tools[k], "*") == 0)
+                return true;
+        for (size_t t = 0; t < p->n_tools; t++)
+            if (th_host_toolset_has(s->h, ts, &p->tools[t]))
+                return true;
+    }
+    return false;
+}
+
 static int gen_one(th_plugin *p, void *ud)
 {
     gens *g = ud;
-    if (!p->n_resources && !p->n_prompts)
+    if ((!p->n_resources && !p->n_prompts) || !offered(g->s, g->cfg, p))
         return 0;
     if (g->n == g->cap) {
         size_t cap = g->cap ? g->cap * 2 : 8;
@@ -46,39 +67,18 @@ static void gens_free(gens *g)
     free(g->v);
 }
 
-/* Whether a toolset the session may use offers plugin p. */
-static bool offered(th_session *s, const th_config *cfg, const th_plugin *p)
-{
-    for (size_t i = 0; i < cfg->n_toolsets; i++) {
-        if (!s->usable[i])
-            continue;
-        const th_toolset_cfg *ts = &cfg->toolsets[i];
-        for (size_t k = 0; k < ts->n_tools; k++)
-            if (strcmp(ts->tools[k], "*") == 0)
-                return true;
-        for (size_t t = 0; t < p->n_tools; t++)
-            if (th_host_toolset_has(s->h, ts, &p->tools[t]))
-                return true;
-    }
-    return false;
-}
-
 /* The generations the session is offered, pinned (gens_free). */
 static int offered_gens(th_session *s, gens *g)
 {
-    memset(g, 0, sizeof *g);
-    gens all = {0};
-    int rc = th_registry_foreach_plugin(s->h->reg, gen_one, &all);
     th_config *cfg = th_host_config_get(s->h);
-    for (size_t i = 0; i < all.n; i++) {
-        th_plugin *p = all.v[i];
-        if (rc == 0 && offered(s, cfg, p) && (rc = gen_one(p, g)) != 0)
-            break;
-    }
+    *g = (gens){.s = s, .cfg = cfg};
+    int rc = th_registry_foreach_plugin(s->h->reg, gen_one, g);
     th_config_unref(cfg);
-    gens_free(&all);
-    if (rc)
+    g->cfg = NULL;
+    if (rc) {
         gens_free(g);
+        memset(g, 0, sizeof *g);
+    }
     return rc;
 }
 

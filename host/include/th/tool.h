@@ -358,8 +358,8 @@ int th_registry_foreach(th_registry *reg,
                         int (*fn)(const th_tool *tool, void *ud), void *ud);
 size_t th_registry_count(th_registry *reg);
 /* Calls fn for every plugin generation the registry holds, in load order,
- * read-locked (fn may th_plugin_ref it, nothing more); stops at a nonzero
- * return and returns it. */
+ * read-locked (fn may th_plugin_ref it; it must not call back into the
+ * registry); stops at a nonzero return and returns it. */
 int th_registry_foreach_plugin(th_registry *reg,
                                int (*fn)(th_plugin *p, void *ud), void *ud);
 
