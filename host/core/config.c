@@ -364,6 +364,8 @@ typedef int (*cfset_fn)(cfctx *c, const cfkey *k, th_ynode *v, void *base);
 
 #define CF_REQUIRED 1u
 #define CF_PATH 2u /* strings: resolve against the config's folder */
+#define CF_NOT 4u  /* booleans: stored negated (a key whose default is
+                      true, in a field whose zero is that default) */
 
 struct cfkey {
     const char *name;
@@ -438,7 +440,7 @@ static int set_bool(cfctx *c, const cfkey *k, th_ynode *v, void *base)
                           ? "a quoted string"
                           : describe(v, d, sizeof d));
     }
-    *(bool *)((char *)base + k->off) = b == 1;
+    *(bool *)((char *)base + k->off) = (b == 1) != !!(k->flags & CF_NOT);
     return 0;
 }
 
@@ -2255,6 +2257,8 @@ static const cfkey nats_keys[] = {
      .flags = CF_PATH},
     {.name = "results_replicas", .set = set_u32, .off = N(results_replicas),
      .min = 1, .max = 5},
+    {.name = "reply_batching", .set = set_bool, .off = N(no_reply_batching),
+     .flags = CF_NOT},
     {.name = NULL}};
 #undef N
 

@@ -24,7 +24,11 @@
  * goes to the caller (Toolhost-Stored).  A request with
  * Toolhost-Start-By is answered `took` at once, or not started when it
  * came too late (handle_request); <prefix>.host.<id>.call.> takes calls
- * addressed to this host alone (on_direct: a caller's retry).
+ * addressed to this host alone (on_direct: a caller's retry).  Reply
+ * batching (nats.reply_batching): a second connection, nc_bulk, carries
+ * the replies of calls that arrived with others waiting behind them
+ * (reply_conn), written together by the client's flusher; each call's
+ * replies stay on the connection it got (nt_call.nc), in order.
  * Lock order: eps_mu, then mu; kv_mu alone; slow_mu,
  * then eps_mu only tried; sess_mu alone; tasks_mu alone; note_mu alone. */
 #include <errno.h>
@@ -108,6 +112,16 @@ struct th_nats {
     const th_nats_cfg *nc_cfg;
     natsOptions *opts;
     natsConnection *nc;
+    /* Reply batching (nats.reply_batching): a second connection, replies
+     * only, without the first's send-at-once.  A call that arrives while
+     * more requests wait behind it (its subscription's pending count) has
+     * every reply of its own go there, and the library writes them out
+     * together within about a millisecond: under load one write carries
+     * many replies; a call alone is answered at once on nc.  NULL: off,
+     * or it could not connect (said in the log). */
+    natsOptions *opts_bulk;
+    natsConnection *nc_bulk;
+    bool bulk_closed; /* (mu) its closed callback ran */
     nt_ts *ts;
     size_t n_ts;
     /* Every endpoint ever served, live or removed by a reload (a call in
@@ -175,15 +189,16 @@ typedef struct nt_call {
     th_session *s;    /* the caller's session in ep's toolset */
     const char *user; /* the caller (the config's string) */
     char tok[NT_TOK_LEN + 1]; /* its task's name on NATS, once acked */
-    char *reply;
     struct timespec t0;
     bool acked;
+    natsConnection *nc; /* where each of its replies goes, in order */
     /* `ask` rules (docs/scale.md): the caller said it answers asks
      * (Toolhost-Ask: 1); while one is open, `nonce` names it */
     bool can_ask, asking;
     uint64_t id; /* the core's call id, once known (under f->mu) */
     char nonce[17];
     struct nt_call *prev, *next; /* f->live_calls, under f->mu */
+    char reply[];                /* the caller's reply subject */
 } nt_call;
 
 static int64_t ns_since(const struct timespec *t0)
@@ -571,9 +586,9 @@ static int kv_get(th_nats *f, const char *key, const char *user, th_buf *b)
 
 /* `tok`: the task's name (Toolhost-Task: HOSTID.TOK), or NULL/"";
  * `stored`: Toolhost-Stored 0 or 1, or -1 for none. */
-static void publish_st(th_nats *f, const char *subj, const char *kind,
-                       const char *tok, int stored, const void *data,
-                       size_t len)
+static void publish_st(th_nats *f, natsConnection *nc, const char *subj,
+                       const char *kind, const char *tok, int stored,
+                       const void *data, size_t len)
 {
     natsMsg *m = NULL;
     natsStatus st = natsMsg_Create(&m, subj, NULL, data, (int)len);
@@ -589,56 +604,56 @@ static void publish_st(th_nats *f, const char *subj, const char *kind,
     if (st == NATS_OK && stored >= 0)
         st = natsMsgHeader_Set(m, TH_NATS_H_STORED, stored ? "1" : "0");
     if (st == NATS_OK)
-        st = natsConnection_PublishMsg(f->nc, m);
+        st = natsConnection_PublishMsg(nc, m);
     if (st != NATS_OK)
         th_log_warn("nats: reply to %s lost: %s", subj,
                     natsStatus_GetText(st));
     natsMsg_Destroy(m);
 }
 
-static void publish(th_nats *f, const char *subj, const char *kind,
-                    const char *tok, const void *data, size_t len)
+static void publish(th_nats *f, natsConnection *nc, const char *subj,
+                    const char *kind, const char *tok, const void *data,
+                    size_t len)
 {
-    publish_st(f, subj, kind, tok, -1, data, len);
+    publish_st(f, nc, subj, kind, tok, -1, data, len);
 }
 
 /* A reply in the RPC front's result form; `c`: a finished async task's
  * call, whose result is also written to the results bucket first. */
-static void publish_result_ex(th_nats *f, const char *subj, const char *kind,
+static void publish_result_ex(th_nats *f, natsConnection *nc,
+                              const char *subj, const char *kind,
                               const th_result *res, const char *tok,
                               const struct nt_call *c)
 {
-    th_result_copy rc;
-    memset(&rc, 0, sizeof rc);
+    th_result_copy rc = th_result_view(res); /* packed at once */
     th_buf b = TH_BUF_INIT;
-    if (th_result_copy_from(&rc, res) != 0 ||
-        th_codec_result_to_buf(&b, &rc) != 0) {
+    if (th_codec_result_to_buf(&b, &rc) != 0) {
         th_log_error("nats: out of memory packing a reply to %s", subj);
     } else {
         int stored = -1;
         if (c && tok && tok[0])
             stored = kv_put(f, tok, c->user, b.data, b.len);
-        publish_st(f, subj, kind, tok, stored, b.data, b.len);
+        publish_st(f, nc, subj, kind, tok, stored, b.data, b.len);
     }
     th_buf_destroy(&b);
-    th_result_copy_destroy(&rc);
 }
 
-static void publish_result(th_nats *f, const char *subj, const char *kind,
+static void publish_result(th_nats *f, natsConnection *nc,
+                           const char *subj, const char *kind,
                            const th_result *res)
 {
-    publish_result_ex(f, subj, kind, res, NULL, NULL);
+    publish_result_ex(f, nc, subj, kind, res, NULL, NULL);
 }
 
-static void publish_error(th_nats *f, const char *subj, int code,
-                          const char *msg)
+static void publish_error(th_nats *f, natsConnection *nc,
+                          const char *subj, int code, const char *msg)
 {
     th_result r;
     memset(&r, 0, sizeof r);
     r.kind = TH_RESULT_ERROR;
     r.error = code;
     r.message = msg;
-    publish_result(f, subj, "result", &r);
+    publish_result(f, nc, subj, "result", &r);
 }
 
 /* ---- Caller identity ---------------------------------------------------- */
@@ -718,7 +733,7 @@ static const char *caller_of(th_nats *f, natsMsg *msg, bool need_reply)
             return f->nc_cfg->users[i];
     note_refusal(f, u, "not in nats.users");
     if (has_reply)
-        publish_error(f, reply, TH_EPERM, "this NATS user is not in "
+        publish_error(f, f->nc, reply, TH_EPERM, "this NATS user is not in "
                       "nats.users of the host");
     return NULL;
 }
@@ -868,7 +883,6 @@ static void call_end(nt_call *c)
     f->calls--;
     pthread_cond_broadcast(&f->cv);
     pthread_mutex_unlock(&f->mu);
-    free(c->reply);
     free(c);
 }
 
@@ -898,11 +912,11 @@ static void on_event(const th_event *ev, void *ud)
             c->acked = true;
             if (ev->result->task_id && !c->tok[0])
                 task_add(f, c, ev->result->task_id);
-            publish_result_ex(f, c->reply, "ack", ev->result, c->tok, NULL);
+            publish_result_ex(f, c->nc, c->reply, "ack", ev->result, c->tok, NULL);
             return;
         }
         count(c, ev->result);
-        publish_result_ex(f, c->reply, "result", ev->result, c->tok,
+        publish_result_ex(f, c->nc, c->reply, "result", ev->result, c->tok,
                           c->acked ? c : NULL);
         task_ended(f, c->tok);
         call_end(c);
@@ -920,13 +934,13 @@ static void on_event(const th_event *ev, void *ud)
         msgpack_packer pk;
         msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
         if (th_codec_pack_progress(&pk, &p) == 0)
-            publish(f, c->reply, "progress", c->tok, b.data, b.len);
+            publish(f, c->nc, c->reply, "progress", c->tok, b.data, b.len);
         th_buf_destroy(&b);
         return;
     }
     case TH_EV_DONE:
         count(c, ev->result);
-        publish_result_ex(f, c->reply, "result", ev->result, c->tok,
+        publish_result_ex(f, c->nc, c->reply, "result", ev->result, c->tok,
                           c->acked ? c : NULL);
         task_ended(f, c->tok);
         call_end(c);
@@ -956,7 +970,8 @@ static void handler_leave(th_nats *f)
 
 /* A request for endpoint ep: on its queue subject (on_request) or on the
  * host's own call subject (on_direct).  Takes msg. */
-static void handle_request(th_nats *f, nt_ep *ep, natsMsg *msg)
+static void handle_request(th_nats *f, nt_ep *ep, natsMsg *msg,
+                           natsConnection *rnc)
 {
     const char *reply = natsMsg_GetReply(msg);
     if (!reply || !*reply) {
@@ -980,7 +995,7 @@ static void handle_request(th_nats *f, nt_ep *ep, natsMsg *msg)
          * dropped */
         if (entered)
             handler_leave(f);
-        publish_error(f, reply, TH_ECANCELLED,
+        publish_error(f, rnc, reply, TH_ECANCELLED,
                       "the host is stopping: the call was not started");
         natsMsg_Destroy(msg);
         return;
@@ -998,7 +1013,7 @@ static void handle_request(th_nats *f, nt_ep *ep, natsMsg *msg)
         char *end;
         long long sb = strtoll(v, &end, 10);
         if (*end || sb <= 0 || end == v) {
-            publish_error(f, reply, TH_EINVAL, "Toolhost-Start-By must be "
+            publish_error(f, rnc, reply, TH_EINVAL, "Toolhost-Start-By must be "
                           "a Unix time in milliseconds");
             count_error(ep, TH_EINVAL);
             goto out;
@@ -1012,13 +1027,13 @@ static void handle_request(th_nats *f, nt_ep *ep, natsMsg *msg)
             snprintf(why, sizeof why, "this host got the call %lld ms after "
                      "its Toolhost-Start-By (the caller has moved on): not "
                      "started", late);
-            publish_error(f, reply, TH_ETIMEOUT, why);
+            publish_error(f, rnc, reply, TH_ETIMEOUT, why);
             count_error(ep, TH_ETIMEOUT);
             th_log_info("nats: %s: a request %lld ms past its "
                         "Toolhost-Start-By: not started", ep->subject, late);
             goto out;
         }
-        publish(f, reply, "took", NULL, NULL, 0);
+        publish(f, rnc, reply, "took", NULL, NULL, 0);
     }
     /* the caller's absolute deadline (Unix ms): a request that waited past
      * it (in the server, the socket, a stopped or busy host) is not
@@ -1029,7 +1044,7 @@ static void handle_request(th_nats *f, nt_ep *ep, natsMsg *msg)
         char *end;
         long long dl = strtoll(v, &end, 10);
         if (*end || dl <= 0 || end == v) {
-            publish_error(f, reply, TH_EINVAL, "Toolhost-Deadline must be a "
+            publish_error(f, rnc, reply, TH_EINVAL, "Toolhost-Deadline must be a "
                           "Unix time in milliseconds");
             count_error(ep, TH_EINVAL);
             goto out;
@@ -1042,7 +1057,7 @@ static void handle_request(th_nats *f, nt_ep *ep, natsMsg *msg)
             snprintf(why, sizeof why, "the caller's deadline had passed "
                      "(%lld ms ago) when this host took the call: not "
                      "started", (long long)-left_ms);
-            publish_error(f, reply, TH_ETIMEOUT, why);
+            publish_error(f, rnc, reply, TH_ETIMEOUT, why);
             count_error(ep, TH_ETIMEOUT);
             th_log_info("nats: %s: a request past its caller's deadline "
                         "(%lld ms): not started", ep->subject,
@@ -1054,7 +1069,7 @@ static void handle_request(th_nats *f, nt_ep *ep, natsMsg *msg)
         char *end;
         long long ms = strtoll(v, &end, 10);
         if (*end || ms < 0) {
-            publish_error(f, reply, TH_EINVAL, "Toolhost-Timeout-Ms must "
+            publish_error(f, rnc, reply, TH_EINVAL, "Toolhost-Timeout-Ms must "
                           "be a number of milliseconds");
             count_error(ep, TH_EINVAL);
             goto out;
@@ -1079,13 +1094,16 @@ static void handle_request(th_nats *f, nt_ep *ep, natsMsg *msg)
         o.traceparent = v;
     bool can_ask = natsMsgHeader_Get(msg, TH_NATS_H_ASK, &v) == NATS_OK &&
                    v && strcmp(v, "1") == 0;
-    nt_call *c = calloc(1, sizeof *c);
-    if (!c || !(c->reply = strdup(reply))) {
-        free(c);
-        publish_error(f, reply, TH_ENOMEM, "out of memory");
+    size_t rlen = strlen(reply);
+    nt_call *c = malloc(sizeof *c + rlen + 1);
+    if (!c) {
+        publish_error(f, rnc, reply, TH_ENOMEM, "out of memory");
         goto out;
     }
+    memset(c, 0, sizeof *c);
+    memcpy(c->reply, reply, rlen + 1);
     c->f = f;
+    c->nc = rnc;
     c->ep = ep;
     c->user = user;
     c->can_ask = can_ask;
@@ -1112,13 +1130,13 @@ static void handle_request(th_nats *f, nt_ep *ep, natsMsg *msg)
     f->live_calls = c;
     pthread_mutex_unlock(&f->mu);
     if (!c->s) {
-        publish_error(f, reply, TH_ENOMEM, "out of memory");
+        publish_error(f, rnc, reply, TH_ENOMEM, "out of memory");
         call_end(c);
         goto out;
     }
     int started = th_call_submit(&req);
     if (started != 0) { /* the session closing: the host is stopping */
-        publish_error(f, reply, TH_EBUSY, "the host is stopping");
+        publish_error(f, rnc, reply, TH_EBUSY, "the host is stopping");
         call_end(c);
     }
 out:
@@ -1126,13 +1144,26 @@ out:
     handler_leave(f);
 }
 
+/* Where the replies of a call that sub delivers now go (nats.reply_batching,
+ * nc_bulk): the batching connection while more requests wait on sub - the
+ * library writes what they send together - and it is up, else the
+ * connection that sends at once. */
+static natsConnection *reply_conn(th_nats *f, natsSubscription *sub)
+{
+    int msgs = 0, bytes = 0;
+    if (f->nc_bulk && natsSubscription_GetPending(sub, &msgs, &bytes) ==
+                          NATS_OK && msgs > 0 &&
+        natsConnection_Status(f->nc_bulk) == NATS_CONN_STATUS_CONNECTED)
+        return f->nc_bulk;
+    return f->nc;
+}
+
 static void on_request(natsConnection *nc, natsSubscription *sub,
                        natsMsg *msg, void *closure)
 {
     (void)nc;
-    (void)sub;
     nt_ep *ep = closure;
-    handle_request(ep->f, ep, msg);
+    handle_request(ep->f, ep, msg, reply_conn(ep->f, sub));
 }
 
 /* <prefix>[.u.<user>].host.<id>.call.<toolset>.<tool>: a call addressed
@@ -1142,7 +1173,6 @@ static void on_direct(natsConnection *nc, natsSubscription *sub,
                       natsMsg *msg, void *closure)
 {
     (void)nc;
-    (void)sub;
     th_nats *f = closure;
     const char *subj = natsMsg_GetSubject(msg);
     const char *p = strstr(subj, ".call.");
@@ -1162,13 +1192,13 @@ static void on_direct(natsConnection *nc, natsSubscription *sub,
         pthread_mutex_unlock(&f->eps_mu);
     }
     if (ep) { /* (endpoints are freed only at stop, after the handlers) */
-        handle_request(f, ep, msg);
+        handle_request(f, ep, msg, reply_conn(f, sub));
         return;
     }
     const char *reply = natsMsg_GetReply(msg);
     if (reply && *reply && caller_of(f, msg, true))
-        publish_error(f, reply, TH_ENOTFOUND, "this host serves no such "
-                      "tool (<prefix>.host.<id>.call.<toolset>.<tool>)");
+        publish_error(f, f->nc, reply, TH_ENOTFOUND, "this host serves no "
+                      "such tool (<prefix>.host.<id>.call.<toolset>.<tool>)");
     natsMsg_Destroy(msg);
 }
 
@@ -1191,6 +1221,7 @@ static int on_ask(void *ud, uint64_t call_id, const char *tool,
         ;
     bool can = c && c->can_ask && !c->asking;
     char reply[256] = "", permit[300] = "";
+    natsConnection *cnc = c ? c->nc : f->nc; /* after the call's `took` */
     if (can) {
         uint8_t rnd[8];
         if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
@@ -1240,7 +1271,7 @@ static int on_ask(void *ud, uint64_t call_id, const char *tool,
     if (st == NATS_OK)
         st = natsMsgHeader_Set(m, TH_NATS_H_HOST, f->id);
     if (st == NATS_OK)
-        st = natsConnection_PublishMsg(f->nc, m);
+        st = natsConnection_PublishMsg(cnc, m);
     natsMsg_Destroy(m);
     th_buf_destroy(&b);
     if (st != NATS_OK) {
@@ -1300,9 +1331,9 @@ static void on_permit(natsConnection *nc, natsSubscription *sub,
     if (reply && *reply) {
         if (rc == 0) {
             static const uint8_t ok[] = {0x81, 0xa2, 'o', 'k', 0xc3};
-            publish(f, reply, "permit", NULL, ok, sizeof ok);
+            publish(f, f->nc, reply, "permit", NULL, ok, sizeof ok);
         } else {
-            publish_error(f, reply, rc,
+            publish_error(f, f->nc, reply, rc,
                           rc == TH_EINVAL ? "the body must be allow or deny"
                           : rc == TH_EPERM
                               ? "this ask was sent to another caller: only "
@@ -1490,7 +1521,7 @@ static void on_task(natsConnection *nc, natsSubscription *sub, natsMsg *msg,
     if (len > 0 && len < (int)sizeof tok)
         memcpy(tok, natsMsg_GetData(msg), (size_t)len);
     if (!tok[0]) {
-        publish_error(f, reply, TH_EINVAL, "the body must be a task id "
+        publish_error(f, f->nc, reply, TH_EINVAL, "the body must be a task id "
                       "(the part after the host id in Toolhost-Task)");
         goto out;
     }
@@ -1530,9 +1561,9 @@ static void on_task(natsConnection *nc, natsSubscription *sub, natsMsg *msg,
     if (rc == TH_EPERM)
         note_refusal(f, user, "it asked for another caller's task");
     if (rc == 0)
-        publish(f, reply, "task", tok, b.data, b.len);
+        publish(f, f->nc, reply, "task", tok, b.data, b.len);
     else
-        publish_error(f, reply, rc,
+        publish_error(f, f->nc, reply, rc,
                       rc == TH_ENOTFOUND ? "no such task on this host"
                       : rc == TH_EPERM   ? "this task is not yours: only "
                                            "the caller that started it may "
@@ -1576,7 +1607,7 @@ static void on_any_result(natsConnection *nc, natsSubscription *sub,
                 (*p >= 'A' && *p <= 'Z') || *p == '-' || *p == '_' ||
                 *p == '.';
     if (!shape) {
-        publish_error(f, reply, TH_EINVAL, "the body must be a task id "
+        publish_error(f, f->nc, reply, TH_EINVAL, "the body must be a task id "
                       "HOSTID.TASKID (the Toolhost-Task header of the ack)");
         goto out;
     }
@@ -1599,14 +1630,14 @@ static void on_any_result(natsConnection *nc, natsSubscription *sub,
         note_refusal(f, user, "it asked for a result that is not its own "
                      "(another caller's, or an entry that fails its check)");
     if (rc == 0)
-        publish(f, reply, "task", tok, b.data, b.len);
+        publish(f, f->nc, reply, "task", tok, b.data, b.len);
     else if (rc == TH_ESTATE)
-        publish_error(f, reply, rc, "the task is still running");
+        publish_error(f, f->nc, reply, rc, "the task is still running");
     else if (rc == TH_EPERM)
-        publish_error(f, reply, rc, "this result is not yours, or its "
+        publish_error(f, f->nc, reply, rc, "this result is not yours, or its "
                       "stored entry was not written by a host: refused");
     else if (rc == TH_ENOTFOUND)
-        publish_error(f, reply, rc,
+        publish_error(f, f->nc, reply, rc,
                       f->kv_state == 1
                           ? "no stored result for this task: it is still "
                             "running on its host, or unknown, or older than "
@@ -1615,7 +1646,7 @@ static void on_any_result(natsConnection *nc, natsSubscription *sub,
                             "bucket: ask its host, "
                             "<prefix>.host.HOSTID.tasks.result)");
     else
-        publish_error(f, reply, rc, th_strerror(rc));
+        publish_error(f, f->nc, reply, rc, th_strerror(rc));
     th_buf_destroy(&b);
 out:
     natsMsg_Destroy(msg);
@@ -1633,6 +1664,38 @@ static void on_disconnected(natsConnection *nc, void *ud)
     pthread_mutex_unlock(&f->mu);
     if (!stopping)
         th_log_warn("nats: disconnected from the server; reconnecting");
+}
+
+static void on_bulk_disconnected(natsConnection *nc, void *ud)
+{
+    (void)nc;
+    th_nats *f = ud;
+    pthread_mutex_lock(&f->mu);
+    bool stopping = f->stopping;
+    pthread_mutex_unlock(&f->mu);
+    if (!stopping)
+        th_log_warn("nats: the reply batching connection was disconnected; "
+                    "reconnecting (its replies wait in the client's "
+                    "buffer)");
+}
+
+/* (a callback makes the library connect in the background: without one
+ * natsConnection_Connect would block until the server is up) */
+static void on_bulk_connected(natsConnection *nc, void *ud)
+{
+    (void)nc;
+    (void)ud;
+    th_log_debug("nats: the reply batching connection is up");
+}
+
+static void on_bulk_closed(natsConnection *nc, void *ud)
+{
+    (void)nc;
+    th_nats *f = ud;
+    pthread_mutex_lock(&f->mu);
+    f->bulk_closed = true;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
 }
 
 /* The connection's last callback: after it the library's callback thread
@@ -2006,6 +2069,9 @@ static void nats_free(th_nats *f)
     }
     tasks_free(f);
     memset(f->rkey, 0, sizeof f->rkey);
+    if (f->nc_bulk)
+        natsConnection_Destroy(f->nc_bulk);
+    natsOptions_Destroy(f->opts_bulk);
     if (f->nc)
         natsConnection_Destroy(f->nc);
     natsOptions_Destroy(f->opts);
@@ -2079,12 +2145,16 @@ natsStatus th_nats_set_urls(natsOptions *o, const char *list)
     return st;
 }
 
-static natsStatus set_options(th_nats *f, natsOptions *o)
+/* The options of the host's connection, or with `replies` of its reply
+ * batching connection (nc_bulk): the same server and credentials, replies
+ * written by the library's flusher, callbacks of its own. */
+static natsStatus set_options(th_nats *f, natsOptions *o, bool replies)
 {
     const th_nats_cfg *m = f->nc_cfg;
     natsStatus st = th_nats_set_urls(o, f->cfg->host.listen_nats);
     char name[96];
-    snprintf(name, sizeof name, "toolhost-%s", f->id);
+    snprintf(name, sizeof name, "toolhost-%s%s", f->id,
+             replies ? "-replies" : "");
     if (st == NATS_OK)
         st = natsOptions_SetName(o, name);
     if (st == NATS_OK && m->user)
@@ -2106,6 +2176,17 @@ static natsStatus set_options(th_nats *f, natsOptions *o)
         st = natsOptions_SetReconnectWait(o, (int64_t)m->reconnect_wait_ms);
     if (st == NATS_OK)
         st = natsOptions_SetMaxPendingMsgs(o, (int)m->max_pending);
+    if (replies) {
+        /* written within about 1 ms by the library's flusher, together
+         * with whatever else was published meanwhile */
+        if (st == NATS_OK)
+            st = natsOptions_SetSendAsap(o, false);
+        if (st == NATS_OK)
+            st = natsOptions_SetDisconnectedCB(o, on_bulk_disconnected, f);
+        if (st == NATS_OK)
+            st = natsOptions_SetClosedCB(o, on_bulk_closed, f);
+        return st;
+    }
     if (st == NATS_OK)
         st = natsOptions_UseGlobalMessageDelivery(o, true);
     /* replies leave at once rather than with the client's next flush
@@ -2121,6 +2202,58 @@ static natsStatus set_options(th_nats *f, natsOptions *o)
     if (st == NATS_OK)
         st = natsOptions_SetErrorHandler(o, on_async_error, f);
     return st;
+}
+
+/* The reply batching connection (nats.reply_batching): made after the
+ * host's own, in the background when the server is not up yet (replies
+ * published meanwhile wait in the library's buffer).  One that cannot be
+ * made (the server's connection limit for this user) leaves batching off:
+ * every reply on the host's connection. */
+static void bulk_connect(th_nats *f)
+{
+    if (f->nc_cfg->no_reply_batching)
+        return;
+    natsStatus st = natsOptions_Create(&f->opts_bulk);
+    if (st == NATS_OK)
+        st = set_options(f, f->opts_bulk, true);
+    if (st == NATS_OK)
+        st = natsOptions_SetRetryOnFailedConnect(f->opts_bulk, true,
+                                                 on_bulk_connected, f);
+    if (st == NATS_OK) {
+        st = natsConnection_Connect(&f->nc_bulk, f->opts_bulk);
+        if (st == NATS_NOT_YET_CONNECTED)
+            st = NATS_OK;
+    }
+    if (st != NATS_OK) {
+        th_log_warn("nats: no reply batching: its second connection "
+                    "failed (%s); every reply goes on the host's "
+                    "connection", tf(st));
+        natsConnection_Destroy(f->nc_bulk);
+        f->nc_bulk = NULL;
+        return;
+    }
+}
+
+/* Flushes and closes nc_bulk: after every reply of th_nats_stop() was
+ * published.  Waits (bounded) for its closed callback: false when it did
+ * not come (f must not be freed). */
+static bool bulk_close(th_nats *f)
+{
+    if (!f->nc_bulk)
+        return true;
+    if (natsConnection_Status(f->nc_bulk) == NATS_CONN_STATUS_CONNECTED)
+        natsConnection_FlushTimeout(f->nc_bulk, 1000);
+    natsConnection_Close(f->nc_bulk);
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += 5;
+    pthread_mutex_lock(&f->mu);
+    while (!f->bulk_closed &&
+           pthread_cond_timedwait(&f->cv, &f->mu, &dl) == 0)
+        ;
+    bool closed = f->bulk_closed;
+    pthread_mutex_unlock(&f->mu);
+    return closed;
 }
 
 /* A plain (or queue group) subscription of the host's own: $SRV, tasks. */
@@ -2263,7 +2396,7 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
     if (rc == 0) {
         st = natsOptions_Create(&f->opts);
         if (st == NATS_OK)
-            st = set_options(f, f->opts);
+            st = set_options(f, f->opts, false);
         if (st != NATS_OK)
             rc = th_error_set(err, TH_ECONFIG, "nats: %s: %s",
                               cfg->host.listen_nats, tf(st));
@@ -2271,6 +2404,8 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
     natsConnection *nc = NULL;
     if (rc == 0)
         rc = connect_first(f, &nc, err);
+    if (rc == 0 && nc)
+        bulk_connect(f); /* before any subscription delivers */
     pthread_mutex_lock(&f->eps_mu);
     f->nc = nc;
     for (size_t i = 0; rc == 0 && i < f->n_ts; i++)
@@ -2330,12 +2465,14 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
         n_live += f->eps[i]->live;
     pthread_mutex_unlock(&f->eps_mu);
     th_log_info("nats: serving %zu tool(s) of %zu toolset(s) on %s as "
-                "service %s id %s (subjects %s%s.<toolset>.<tool>%s)",
+                "service %s id %s (subjects %s%s.<toolset>.<tool>%s; "
+                "reply batching %s)",
                 n_live, f->n_ts, cfg->host.listen_nats, cfg->nats.name,
                 f->id, cfg->nats.prefix, f->per_user ? ".u.<user>" : "",
                 f->per_user ? ", callers told apart by nats.users"
                             : "; no nats.users: every caller runs as "
-                              "nats.as_user");
+                              "nats.as_user",
+                f->nc_bulk ? "on" : "off");
     *out = f;
     return 0;
 }
@@ -2416,15 +2553,15 @@ void th_nats_stop(th_nats *f)
     pthread_mutex_unlock(&f->mu);
     for (nt_call *c = left, *next; c; c = next) {
         next = c->next;
-        publish_error(f, c->reply, TH_ECANCELLED,
+        publish_error(f, c->nc, c->reply, TH_ECANCELLED,
                       "the host is stopping: the call was cancelled");
-        free(c->reply);
         free(c);
     }
     if (n_left)
         th_log_info("nats: %zu call(s) without an end when their sessions "
                     "closed (tasks that outlive their session) were "
                     "answered `cancelled`", n_left);
+    bool bulk_ok = bulk_close(f); /* every reply above written out */
     struct timespec dl;
     if (f->nc) {
         if (natsConnection_Status(f->nc) == NATS_CONN_STATUS_CONNECTED)
@@ -2442,7 +2579,7 @@ void th_nats_stop(th_nats *f)
         while (f->subs_open &&
                pthread_cond_timedwait(&f->cv, &f->mu, &dl) == 0)
             ;
-        bool closed = f->closed && !f->subs_open;
+        bool closed = f->closed && !f->subs_open && bulk_ok;
         pthread_mutex_unlock(&f->mu);
         if (!closed) {
             /* never free what a late callback may still use */

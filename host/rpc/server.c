@@ -634,30 +634,13 @@ static void send_result_of(rpc_conn *c, uint64_t msgid,
     conn_queued(c, c->pend.len - mark, mark == 0);
 }
 
-/* A th_result_copy that borrows the event's pointers (valid during the
- * callback only; never th_result_copy_destroy()ed): what the codec packs. */
-static th_result_copy result_view(const th_result *r)
-{
-    return (th_result_copy){
-        .kind = r->kind,
-        .ok = r->ok,
-        .out = {(uint8_t *)r->out, r->out_len, 0},
-        .err = {(uint8_t *)r->err, r->err_len, 0},
-        .meta = {(uint8_t *)r->meta, r->meta ? r->meta_len : 0, 0},
-        .error = r->error,
-        .message = (char *)r->message,
-        .task_id = r->task_id,
-        .structured = r->structured,
-    };
-}
-
 /* The loop, inside th_call_submit(): the final result of a call that ran
  * (or failed) right there.  Its pointers are the core's, valid during the
  * callback: packed at once, nothing copied. */
 static void answer_now(rpc_call *call, const th_result *r)
 {
     rpc_conn *c = call->conn;
-    th_result_copy v = result_view(r);
+    th_result_copy v = th_result_view(r);
     log_outcome(call, &v, "result");
     if (!call->responded) {
         send_result_of(c, call->msgid, &v);
@@ -683,7 +666,7 @@ void call_started(rpc_call *call)
  * of memory (the caller copies the result instead). */
 static bool pack_final(rpc_ev *ev, const rpc_call *call, const th_result *r)
 {
-    th_result_copy v = result_view(r);
+    th_result_copy v = th_result_view(r);
     size_t want = 96 + v.out.len + v.err.len + v.meta.len +
                   (v.message ? strlen(v.message) : 0);
     msgpack_packer pk;

@@ -201,6 +201,95 @@ static void publish_async(natsConnection *nc, const char *inbox,
     th_buf_destroy(&b);
 }
 
+/* nats.reply_batching (on by default): 240 calls published at once, so
+ * each host has requests waiting behind the one it takes and answers on
+ * its batching connection.  Every call's replies still come in order and
+ * once each - a sync call one result; an async one its ack, then its
+ * progress, then one result, nothing after it - and from one host. */
+static void test_reply_batching(void)
+{
+    NEED_CLUSTER();
+    for (int i = 0; i < NHOSTS; i++)
+        CU_ASSERT(rpc_log_wait(&C.h[i], "reply batching on", rpc_wait_ms()));
+    natsConnection *nc = nats_connect(C.url, "alice", "alicepw");
+    CU_ASSERT_FATAL(nc != NULL);
+    enum { N = 240 };
+    static int state[N], from[N];
+    static bool bad[N];
+    memset(state, 0, sizeof state);
+    memset(bad, 0, sizeof bad);
+    natsSubscription *sub = NULL;
+    CU_ASSERT_FATAL(natsConnection_SubscribeSync(&sub, nc, "_INBOX.rb.*") ==
+                    NATS_OK);
+    natsSubscription_SetPendingLimits(sub, -1, -1);
+    natsConnection_Flush(nc);
+    th_buf sync_args = TH_BUF_INIT, async_args = TH_BUF_INIT;
+    rpc_pack_json(&sync_args, "{\"text\":\"b\"}");
+    rpc_pack_json(&async_args, "{\"text\":\"a\",\"steps\":2,\"delay_ms\":1}");
+    for (int i = 0; i < N; i++) {
+        char inbox[64];
+        snprintf(inbox, sizeof inbox, "_INBOX.rb.%d", i);
+        bool async = i % 4 == 0;
+        th_buf *a = async ? &async_args : &sync_args;
+        natsConnection_PublishRequest(nc, async ? "th.public.echo_async"
+                                                : "th.public.echo",
+                                      inbox, a->data, (int)a->len);
+        from[i] = -1;
+    }
+    natsConnection_Flush(nc);
+    /* state: 0 nothing yet, 1 acked (async), 2 result */
+    int done = 0;
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    while (done < N && rpc_now_ms() < end) {
+        natsMsg *m = NULL;
+        if (natsSubscription_NextMsg(&m, sub, 200) != NATS_OK)
+            continue;
+        int i = atoi(natsMsg_GetSubject(m) + strlen("_INBOX.rb."));
+        CU_ASSERT_FATAL(i >= 0 && i < N);
+        const char *k = reply_kind(m);
+        int h = reply_host(&C, m);
+        if (from[i] < 0)
+            from[i] = h;
+        else if (from[i] != h)
+            bad[i] = true;
+        bool async = i % 4 == 0;
+        if (state[i] == 2)
+            bad[i] = true; /* anything after the result */
+        else if (strcmp(k, "ack") == 0) {
+            bad[i] |= !async || state[i] != 0;
+            state[i] = 1;
+        } else if (strcmp(k, "progress") == 0)
+            bad[i] |= !async || state[i] != 1;
+        else if (strcmp(k, "result") == 0) {
+            bad[i] |= (async && state[i] != 1) || !reply_ok(m, async ? "a"
+                                                                     : "b");
+            state[i] = 2;
+            done++;
+        } else
+            bad[i] = true;
+        natsMsg_Destroy(m);
+    }
+    /* a short while for a stray reply after a result */
+    natsMsg *m = NULL;
+    while (natsSubscription_NextMsg(&m, sub, 100) == NATS_OK) {
+        int i = atoi(natsMsg_GetSubject(m) + strlen("_INBOX.rb."));
+        if (i >= 0 && i < N)
+            bad[i] = true;
+        natsMsg_Destroy(m);
+    }
+    int n_bad = 0;
+    for (int i = 0; i < N; i++)
+        n_bad += bad[i];
+    fprintf(stderr, "\n  reply batching: %d of %d calls answered, %d out "
+            "of order\n", done, N, n_bad);
+    CU_ASSERT_EQUAL(done, N);
+    CU_ASSERT_EQUAL(n_bad, 0);
+    th_buf_destroy(&sync_args);
+    th_buf_destroy(&async_args);
+    natsSubscription_Destroy(sub);
+    natsConnection_Destroy(nc);
+}
+
 /* An async call: the ack names its host and task, progress and the final
  * result follow on the caller's inbox. */
 static void test_async_progress(void)
@@ -1441,6 +1530,7 @@ void th_suite_nats(void)
     CU_add_test(s, "spread", test_spread);
     CU_add_test(s, "output_info", test_output_info);
     CU_add_test(s, "async_progress", test_async_progress);
+    CU_add_test(s, "reply_batching", test_reply_batching);
     CU_add_test(s, "user_refused", test_user_refused);
     CU_add_test(s, "discovery_js", test_discovery_js);
     CU_add_test(s, "cli", test_cli);

@@ -360,6 +360,26 @@ static void test_nats_results_replicas(void)
                "'three'");
 }
 
+/* nats.reply_batching: on unless set false; a boolean only. */
+static void test_nats_reply_batching(void)
+{
+    th_config *cfg = parse("nats: {results_bucket: rb}\n");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
+    CU_ASSERT_FALSE(cfg->nats.no_reply_batching);
+    th_config_free(cfg);
+    cfg = parse("nats: {reply_batching: false}\n");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
+    CU_ASSERT_TRUE(cfg->nats.no_reply_batching);
+    th_config_free(cfg);
+    cfg = parse("nats: {reply_batching: true}\n");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
+    CU_ASSERT_FALSE(cfg->nats.no_reply_batching);
+    th_config_free(cfg);
+    EXPECT_ERR("nats: {reply_batching: sometimes}\n",
+               "t.yaml:1:24: 'reply_batching' must be true or false, got "
+               "'sometimes'");
+}
+
 /* ---- errors ------------------------------------------------------------ */
 
 static void test_unknown_keys(void)
@@ -2124,4 +2144,5 @@ void th_suite_config(void)
     CU_add_test(s, "empty_file", test_empty_file);
     CU_add_test(s, "plugin_load_error", test_plugin_load_error);
     CU_add_test(s, "nats_results_replicas", test_nats_results_replicas);
+    CU_add_test(s, "nats_reply_batching", test_nats_reply_batching);
 }

@@ -481,6 +481,8 @@ typedef struct th_nats_cfg {
     uint32_t results_replicas; /* the bucket's stream replicas when this
                                   host creates it (1..5); 0: min(3, the
                                   JetStream cluster's size)            */
+    bool no_reply_batching; /* reply_batching: false - every reply on
+                               the host's one connection, at once      */
 } th_nats_cfg;
 
 /* Who shares one bucket of a rate limit (th_rate_cfg.per). */

@@ -351,6 +351,24 @@ typedef struct th_result_copy {
 void th_result_copy_destroy(th_result_copy *r);
 int th_result_copy_from(th_result_copy *dst, const th_result *src);
 
+/* A th_result_copy that borrows src's pointers, for packing a result at
+ * once (th_codec_pack_result) without copying it: valid while src is (an
+ * event's result: during the callback), never th_result_copy_destroy()ed. */
+static inline th_result_copy th_result_view(const th_result *src)
+{
+    return (th_result_copy){
+        .kind = src->kind,
+        .ok = src->ok,
+        .out = {(uint8_t *)src->out, src->out_len, 0},
+        .err = {(uint8_t *)src->err, src->err_len, 0},
+        .meta = {(uint8_t *)src->meta, src->meta ? src->meta_len : 0, 0},
+        .error = src->error,
+        .message = (char *)src->message,
+        .task_id = src->task_id,
+        .structured = src->structured,
+    };
+}
+
 /* Runs a call to its end on the calling thread's behalf (waiting through an
  * async task's acknowledgement to its DONE), calling `progress` (may be
  * NULL) for progress events, always on the calling thread.  `cancel_flag`,
