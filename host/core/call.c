@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "call_int.h"
+#include "th/content.h"
 #include "th/log.h"
 #include "manager.h"
 #include "rate.h"
@@ -272,6 +273,8 @@ static void call_free(th_mcall *c)
             th_progress_clear(&x->prog);
         if (x->cancel_efd >= 0)
             close(x->cancel_efd);
+        if (x->blocks || x->answers)
+            th_call_answers_free(x);
         /* answered: else never written (a reused block's is stale);
          * delivered, it owns nothing any more (the usual case) */
         if (c->answered && (x->final.out.data || x->final.err.data ||
@@ -830,7 +833,9 @@ static int build_meta(th_mcall *c, const th_out_info *oi, const th_out_info *ei,
     const th_out_info *se = info_says(c, ei) ? ei : NULL;
     const uint8_t *tm = c->x->meta;
     size_t tm_len = c->x->meta_len;
-    if (!tm && !so && !se)
+    const th_content *bl = c->x->blocks && c->x->blocks->n ? c->x->blocks
+                                                            : NULL;
+    if (!tm && !so && !se && !bl)
         return 0; /* the common case: no meta */
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
@@ -846,13 +851,14 @@ static int build_meta(th_mcall *c, const th_out_info *oi, const th_out_info *ei,
     if (m)
         for (uint32_t i = 0; i < m->size; i++)
             keep += !is_toolhost_key(&m->ptr[i].key);
-    bool say = so || se;
+    bool say = so || se || bl;
     if (!say && keep == 0) {
         msgpack_unpacked_destroy(&u);
         return 0; /* a tool map that held only "toolhost" (or no map) */
     }
-    size_t bound = (tm ? tm_len : 0) + 48 +
-                   (so ? info_bound(so) : 0) + (se ? info_bound(se) : 0);
+    size_t bound = (tm ? tm_len : 0) + 64 +
+                   (so ? info_bound(so) : 0) + (se ? info_bound(se) : 0) +
+                   (bl ? bl->bytes : 0);
     if (th_buf_reserve(dst, bound) != 0) {
         msgpack_unpacked_destroy(&u);
         return TH_ENOMEM;
@@ -872,11 +878,18 @@ static int build_meta(th_mcall *c, const th_out_info *oi, const th_out_info *ei,
         if (rc == 0)
             rc = msgpack_pack_str_with_body(&pk, "toolhost", 8);
         if (rc == 0)
-            rc = msgpack_pack_map(&pk, 1);
-        if (rc == 0)
+            rc = msgpack_pack_map(&pk, (so || se) + !!bl);
+        if (rc == 0 && (so || se)) {
             rc = msgpack_pack_str_with_body(&pk, "output", 6);
-        if (rc == 0)
-            rc = th_out_pack_info(&pk, so, se);
+            if (rc == 0)
+                rc = th_out_pack_info(&pk, so, se);
+        }
+        /* the blocks write_block() added (docs/protocol.md) */
+        if (rc == 0 && bl) {
+            rc = msgpack_pack_str_with_body(&pk, "content", 7);
+            if (rc == 0)
+                rc = th_content_pack(bl, &pk);
+        }
     }
     msgpack_unpacked_destroy(&u);
     return rc ? TH_ENOMEM : 0;

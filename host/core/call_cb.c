@@ -11,7 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "call_int.h"
+#include "th/clock.h"
+#include "th/content.h"
 #include "th/log.h"
 
 /* A call nested inline in another (a tool calling tools on its own
@@ -537,6 +541,189 @@ static void cb_log(const toolhost_call *call, int level, const char *line)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* ---- ABI 1.4: blocks and asks ------------------------------------------------ */
+
+static int cb_write_block(toolhost_call *call, const toolhost_block *block)
+{
+    th_mcall *c = (th_mcall *)call;
+    if (cancelled(c))
+        return TOOLHOST_ECANCELLED;
+    pthread_mutex_lock(&c->mu);
+    if (c->ended || !c->x) {
+        misuse_locked(c, "write_block() after the call ended");
+        pthread_mutex_unlock(&c->mu);
+        return TOOLHOST_ESTATE;
+    }
+    th_mcall_x *x = c->x;
+    if (!x->blocks) {
+        if (!(x->blocks = malloc(sizeof *x->blocks))) {
+            pthread_mutex_unlock(&c->mu);
+            return TOOLHOST_ENOMEM;
+        }
+        /* the blocks together hold what stdout may (0: no limit, the
+         * sink's own 16 MiB) */
+        th_content_init(x->blocks, TH_CONTENT_RESULT, x->out.limit);
+        x->blocks->plugin = x->tname;
+    }
+    x->blocks->bad = false; /* one refused block does not fail the call */
+    int rc = th_content_add(x->blocks, block);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* One ask_client() in flight: its waiter, found by id by the answer. */
+typedef struct ask_wait {
+    uint64_t id;
+    bool done;
+    int rc;
+    char *json;
+    size_t len;
+    pthread_cond_t cv;
+    struct ask_wait *next;
+} ask_wait;
+
+static pthread_mutex_t g_ask_mu = PTHREAD_MUTEX_INITIALIZER;
+static ask_wait *g_asks;
+static uint64_t g_ask_next;
+
+/* The answers a call handed out stay until it is freed (plugin.h). */
+typedef struct th_ask_answer {
+    struct th_ask_answer *next;
+    char json[];
+} th_ask_answer;
+
+void th_call_answers_free(th_mcall_x *x)
+{
+    while (x->answers) {
+        th_ask_answer *a = x->answers;
+        x->answers = a->next;
+        free(a);
+    }
+    if (x->blocks) {
+        th_content_free(x->blocks);
+        free(x->blocks);
+        x->blocks = NULL;
+    }
+}
+
+void th_call_client_answer(uint64_t ask_id, int rc, const char *json,
+                           size_t len)
+{
+    char *copy = NULL;
+    if (json && (copy = malloc(len + 1))) {
+        memcpy(copy, json, len);
+        copy[len] = '\0';
+    }
+    pthread_mutex_lock(&g_ask_mu);
+    ask_wait *w = g_asks;
+    while (w && w->id != ask_id)
+        w = w->next;
+    if (w && !w->done) {
+        w->done = true;
+        w->rc = copy || !json ? rc : TOOLHOST_ENOMEM;
+        w->json = copy;
+        w->len = copy ? len : 0;
+        copy = NULL;
+        pthread_cond_signal(&w->cv);
+    }
+    pthread_mutex_unlock(&g_ask_mu);
+    free(copy); /* nobody waits for it any more */
+}
+
+static int cb_ask_client(toolhost_call *call, int kind, const char *request,
+                         size_t len, const char **answer, size_t *answer_len)
+{
+    th_mcall *c = (th_mcall *)call;
+    if ((kind != TOOLHOST_ASK_SAMPLING && kind != TOOLHOST_ASK_FORM) ||
+        !request || !answer || !answer_len)
+        return TOOLHOST_EINVAL;
+    json_t *j = json_loadb(request, len, 0, NULL);
+    bool obj = json_is_object(j);
+    json_decref(j);
+    if (!obj)
+        return TOOLHOST_EINVAL;
+    if (stale(c, "ask_client"))
+        return TOOLHOST_ESTATE;
+    th_session *s = c->s;
+    if (!s || !s->ops.ask_client)
+        return TOOLHOST_ENOTSUP;
+    if (cancelled(c))
+        return TOOLHOST_ECANCELLED;
+    ask_wait w = {.rc = TOOLHOST_ECANCELLED};
+    pthread_cond_init(&w.cv, NULL);
+    pthread_mutex_lock(&g_ask_mu);
+    w.id = ++g_ask_next;
+    w.next = g_asks;
+    g_asks = &w;
+    pthread_mutex_unlock(&g_ask_mu);
+    /* the front op, as log_call's: not once the session is closing */
+    pthread_mutex_lock(&s->mu);
+    bool go = !s->closing;
+    if (go)
+        s->ops_inflight++;
+    pthread_mutex_unlock(&s->mu);
+    int sent = go ? s->ops.ask_client(s->front_ud, c->base.pub.call_id, w.id,
+                                      kind, request, len)
+                  : -1;
+    if (go) {
+        pthread_mutex_lock(&s->mu);
+        s->ops_inflight--;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+    }
+    /* until answered, cancelled or past the deadline; cancellation is
+     * looked at every 50 ms (a cancel sets a flag, it wakes no one) */
+    pthread_mutex_lock(&g_ask_mu);
+    while (sent == 0 && !w.done && !cancelled(c)) {
+        int64_t dl = atomic_load_explicit(&c->deadline_ns,
+                                          memory_order_relaxed);
+        int64_t now = th_now_ns();
+        if (dl && now >= dl)
+            break;
+        int64_t step = 50000000;
+        if (dl && dl - now < step)
+            step = dl - now;
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        t.tv_nsec += step;
+        t.tv_sec += t.tv_nsec / 1000000000;
+        t.tv_nsec %= 1000000000;
+        pthread_cond_timedwait(&w.cv, &g_ask_mu, &t);
+    }
+    for (ask_wait **p = &g_asks; *p; p = &(*p)->next)
+        if (*p == &w) {
+            *p = w.next;
+            break;
+        }
+    pthread_mutex_unlock(&g_ask_mu);
+    pthread_cond_destroy(&w.cv);
+    if (sent != 0)
+        return TOOLHOST_ENOTSUP;
+    if (!w.done)
+        return TOOLHOST_ECANCELLED;
+    if (!w.json)
+        return w.rc == 0 ? TOOLHOST_ENOMEM : w.rc;
+    th_ask_answer *a = malloc(sizeof *a + w.len + 1);
+    if (!a) {
+        free(w.json);
+        return TOOLHOST_ENOMEM;
+    }
+    memcpy(a->json, w.json, w.len + 1);
+    free(w.json);
+    pthread_mutex_lock(&c->mu);
+    if (c->ended || !c->x) {
+        pthread_mutex_unlock(&c->mu);
+        free(a);
+        return TOOLHOST_ESTATE;
+    }
+    a->next = c->x->answers;
+    c->x->answers = a;
+    pthread_mutex_unlock(&c->mu);
+    *answer = a->json;
+    *answer_len = w.len;
+    return w.rc;
+}
+
 const th_call_vtbl th_mcall_vtbl = {
     .write = cb_write,
     .set_meta = cb_set_meta,
@@ -549,5 +736,7 @@ const th_call_vtbl th_mcall_vtbl = {
     .on_cancel = cb_on_cancel,
     .cancel_fd = cb_cancel_fd,
     .log = cb_log,
+    .write_block = cb_write_block,
+    .ask_client = cb_ask_client,
 };
 

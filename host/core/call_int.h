@@ -34,6 +34,8 @@ void th_call_prepare(th_mcall *c);
  * its cancel_fd and run its on_cancel hook once, unless it has ended.  No
  * lock held. */
 void th_call_cancel_hooks_fire(th_mcall *c);
+/* Frees what write_block() and ask_client() left in x (call_cb.c). */
+void th_call_answers_free(th_mcall_x *x);
 /* Under c->mu: the call ends; no hook may run after this returns. */
 void th_call_cancel_hooks_end_locked(th_mcall *c);
 

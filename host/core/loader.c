@@ -193,6 +193,25 @@ static int api_cancel_fd(toolhost_call *call)
     return vt->cancel_fd ? vt->cancel_fd(call) : TOOLHOST_ESTATE;
 }
 
+static int api_write_block(toolhost_call *call, const toolhost_block *block)
+{
+    const th_call_vtbl *vt = vt_of(call);
+    if (!vt)
+        return TOOLHOST_EINVAL;
+    return vt->write_block ? vt->write_block(call, block) : TOOLHOST_ENOTSUP;
+}
+
+static int api_ask_client(toolhost_call *call, int kind, const char *request,
+                          size_t len, const char **answer, size_t *answer_len)
+{
+    const th_call_vtbl *vt = vt_of(call);
+    if (!vt)
+        return TOOLHOST_EINVAL;
+    return vt->ask_client ? vt->ask_client(call, kind, request, len, answer,
+                                           answer_len)
+                          : TOOLHOST_ENOTSUP;
+}
+
 void th_host_api_fill(toolhost_host_api *api)
 {
     memset(api, 0, sizeof *api);
@@ -211,6 +230,8 @@ void th_host_api_fill(toolhost_host_api *api)
     api->log_call = api_log_call;
     api->on_cancel = api_on_cancel;
     api->cancel_fd = api_cancel_fd;
+    api->write_block = api_write_block; /* ABI 1.4 */
+    api->ask_client = api_ask_client;
     th_iso_cage_api_fill(api); /* ABI 1.3: iso_cage_api.c */
     th_content_api_fill(api);  /* ABI 1.4: content.c */
 }

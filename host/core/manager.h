@@ -229,6 +229,11 @@ typedef struct th_mcall_x {
     void (*cancel_fn)(void *ud);
     void *cancel_ud;
     int cancel_efd;
+    /* ABI 1.4 (call_cb.c, under mu): the blocks write_block() added (NULL
+     * until the first), the answers ask_client() handed out (kept until
+     * the call is freed) */
+    struct th_content *blocks;
+    struct th_ask_answer *answers;
 } th_mcall_x;
 
 /* The audit log (host.audit, audit.c): th_audit_call_begin when the call

@@ -6,10 +6,12 @@
  * (content.c serves what it keeps). */
 #include "th/content.h"
 
+#include <msgpack.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "th/buf.h"
 #include "th/log.h"
 #include "th/utf8.h"
 
@@ -172,6 +174,11 @@ static int api_content_add(toolhost_content *pub, const toolhost_block *b)
                "for: refused");
         return TOOLHOST_ESTATE;
     }
+    return th_content_add(c, b);
+}
+
+int th_content_add(th_content *c, const toolhost_block *b)
+{
     if (!b || b->struct_size < offsetof(toolhost_block, name) +
                                    sizeof b->name)
         return refuse(c, "a NULL block or a struct_size too small", 0);
@@ -212,7 +219,8 @@ static int api_content_add(toolhost_content *pub, const toolhost_block *b)
     memset(d, 0, sizeof *d);
     bool oom = false;
     d->kind = b->kind;
-    d->role = dup_or_null(b->role, &oom);
+    d->role = c->mode == TH_CONTENT_PROMPT ? dup_or_null(b->role, &oom)
+                                           : NULL;
     d->mime_type = dup_or_null(b->mime_type, &oom);
     d->uri = dup_or_null(b->uri, &oom);
     d->name = dup_or_null(b->name, &oom);
@@ -228,6 +236,38 @@ static int api_content_add(toolhost_content *pub, const toolhost_block *b)
         return out_of_memory(c);
     c->bytes += cost;
     return 0;
+}
+
+static const char *const block_type[] = {
+    [TOOLHOST_BLOCK_TEXT] = "text", [TOOLHOST_BLOCK_IMAGE] = "image",
+    [TOOLHOST_BLOCK_AUDIO] = "audio", [TOOLHOST_BLOCK_RESOURCE] = "resource",
+    [TOOLHOST_BLOCK_LINK] = "resource_link"};
+
+static int pack_opt(msgpack_packer *pk, const char *k, const char *v)
+{
+    return v ? th_pack_cstr(pk, k) | th_pack_cstr(pk, v) : 0;
+}
+
+int th_content_pack(const th_content *c, msgpack_packer *pk)
+{
+    int e = msgpack_pack_array(pk, (uint32_t)c->n);
+    for (size_t i = 0; i < c->n && !e; i++) {
+        const th_block *b = &c->v[i];
+        bool text = b->kind == TOOLHOST_BLOCK_TEXT;
+        e |= msgpack_pack_map(pk, 1 + (b->kind != TOOLHOST_BLOCK_LINK) +
+                                      !!b->mime_type + !!b->uri + !!b->name);
+        e |= th_pack_cstr(pk, "type");
+        e |= th_pack_cstr(pk, block_type[b->kind]);
+        if (b->kind != TOOLHOST_BLOCK_LINK) {
+            e |= th_pack_cstr(pk, text ? "text" : "data");
+            e |= text ? msgpack_pack_str_with_body(pk, b->data, b->len)
+                      : msgpack_pack_bin_with_body(pk, b->data, b->len);
+        }
+        e |= pack_opt(pk, "mime_type", b->mime_type);
+        e |= pack_opt(pk, "uri", b->uri);
+        e |= pack_opt(pk, "name", b->name);
+    }
+    return e ? TH_ENOMEM : 0;
 }
 
 static void (*update_hook)(const char *uri);

@@ -587,7 +587,8 @@ static void on_event(const th_event *e, void *ud)
                       ? NULL
                       : mcp_tool_result(r, c->tool, c->call_id,
                                         c->out_type, c->structured,
-                                        m->elicitation, mcp_has_audio(m));
+                                        m->elicitation, mcp_has_audio(m),
+                                        mcp_has_links(m));
     if (c->task) {
         c->updated_ms = mcp_wall_ms();
         c->status = r->kind == TH_RESULT_ERROR && r->error == TH_ECANCELLED
@@ -688,6 +689,53 @@ static int front_ask_permission(void *ud, uint64_t call_id, const char *tool,
     return 0;
 }
 
+/* th_front_ops.ask_client: a tool's sampling/createMessage or
+ * elicitation/create, on the request stream of its call (a task's: the
+ * session's stream, the task input_required meanwhile).  Answered in
+ * on_response; a client that did not declare the capability is not
+ * asked. */
+static int front_ask_client(void *ud, uint64_t call_id, uint64_t ask_id,
+                            int kind, const char *request, size_t len)
+{
+    th_mcp_session *m = ud;
+    json_t *params = json_loadb(request, len, 0, NULL);
+    if (!json_is_object(params)) {
+        json_decref(params);
+        return -1;
+    }
+    pthread_mutex_lock(&m->mu);
+    bool can = kind == TOOLHOST_ASK_SAMPLING ? m->sampling : m->elicitation;
+    mcp_ask *a = can ? calloc(1, sizeof *a) : NULL;
+    if (!a) {
+        pthread_mutex_unlock(&m->mu);
+        json_decref(params);
+        return -1;
+    }
+    mcp_call *c = find_call_locked(m, call_id);
+    snprintf(a->id, sizeof a->id, "toolhost-ask-%llu",
+             (unsigned long long)++m->next_out_id);
+    a->call_id = call_id;
+    a->client_ask = ask_id;
+    a->next = m->asks;
+    m->asks = a;
+    json_t *req = c ? json_incref(c->id) : NULL;
+    bool task = c && c->task;
+    if (task)
+        c->status = MCP_TASK_INPUT_REQUIRED;
+    char id[32];
+    memcpy(id, a->id, sizeof id);
+    pthread_mutex_unlock(&m->mu);
+    json_t *out = json_pack("{s:s, s:s, s:s, s:o}", "jsonrpc", "2.0", "id",
+                            id, "method",
+                            kind == TOOLHOST_ASK_SAMPLING
+                                ? "sampling/createMessage"
+                                : "elicitation/create",
+                            "params", params);
+    mcp_send(m, out, task ? NULL : req);
+    json_decref(req);
+    return 0;
+}
+
 /* th_front_ops.log_call: on the tool's thread.  The line goes out under
  * m->mu, as progress does, so that it comes before the call's result. */
 static void front_log_call(void *ud, uint64_t call_id, const char *tool,
@@ -720,7 +768,8 @@ static void front_log_call(void *ud, uint64_t call_id, const char *tool,
     pthread_mutex_unlock(&m->mu);
 }
 
-/* The answer to one of our elicitation/create requests. */
+/* The answer to one of our requests: a permission ask's, or a tool's
+ * ask_client(). */
 static void on_response(th_mcp_session *m, const json_t *msg)
 {
     const char *id = json_string_value(json_object_get(msg, "id"));
@@ -740,6 +789,19 @@ static void on_response(th_mcp_session *m, const json_t *msg)
     pthread_mutex_unlock(&m->mu);
     if (!a)
         return;
+    if (a->client_ask) {
+        json_t *res = json_object_get(msg, "result");
+        json_t *e = json_object_get(msg, "error");
+        char *txt = json_dumps(res ? res : e ? e : json_null(),
+                               JSON_COMPACT | JSON_ENCODE_ANY);
+        th_call_client_answer(a->client_ask,
+                              res ? 0 : txt ? TOOLHOST_FAILED
+                                            : TOOLHOST_ENOMEM,
+                              txt, txt ? strlen(txt) : 0);
+        free(txt);
+        free(a);
+        return;
+    }
     json_t *res = json_object_get(msg, "result");
     const char *action = json_string_value(json_object_get(res, "action"));
     json_t *allow = json_object_get(json_object_get(res, "content"), "allow");
@@ -769,6 +831,7 @@ static void m_initialize(th_mcp_session *m, const json_t *id,
             v = mcp_versions[i];
     json_t *caps = json_object_get(params, "capabilities");
     bool elicit = json_is_object(json_object_get(caps, "elicitation"));
+    bool sample = json_is_object(json_object_get(caps, "sampling"));
     json_t *res = json_pack(
         "{s:s, s:{s:{s:b}, s:{}, s:{s:{}, s:{}, s:{s:{s:{}}}}, "
         "s:{s:b, s:b}, s:{s:b}, s:{}}, "
@@ -789,6 +852,7 @@ static void m_initialize(th_mcp_session *m, const json_t *id,
     snprintf(m->version, sizeof m->version, "%s", v);
     m->initialized = true;
     m->elicitation = elicit;
+    m->sampling = sample;
     pthread_mutex_unlock(&m->mu);
     mcp_send_result(m, id, res);
     const char *cname = json_string_value(
@@ -1303,7 +1367,8 @@ th_mcp_session *th_mcp_session_new(th_host *h, const th_principal *who,
     th_front_ops ops = {.ask_permission = front_ask_permission,
                         .tools_changed = front_tools_changed,
                         .front = "mcp",
-                        .log_call = front_log_call};
+                        .log_call = front_log_call,
+                        .ask_client = front_ask_client};
     m->s = th_session_open(h, &p, &ops, m);
     if (!m->s) {
         th_error_set(err, TH_ENOMEM, "cannot open a session (out of memory "
@@ -1418,6 +1483,9 @@ void th_mcp_session_free(th_mcp_session *m)
     while (m->asks) {
         mcp_ask *a = m->asks;
         m->asks = a->next;
+        if (a->client_ask) /* (its call was cancelled above) */
+            th_call_client_answer(a->client_ask, TOOLHOST_ECANCELLED, NULL,
+                                  0);
         free(a);
     }
     th_buf_destroy(&m->txt);

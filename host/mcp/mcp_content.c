@@ -152,12 +152,17 @@ static json_t *resource_body(const th_block *b, const char *uri)
  * the link). */
 static json_t *content_block(const th_mcp_session *m, const th_block *b)
 {
-    if (b->kind == TOOLHOST_BLOCK_AUDIO && !mcp_has_audio(m)) {
+    return mcp_block_json(b, mcp_has_audio(m), mcp_has_links(m));
+}
+
+json_t *mcp_block_json(const th_block *b, bool audio, bool links)
+{
+    if (b->kind == TOOLHOST_BLOCK_AUDIO && !audio) {
         json_t *r = resource_body(b, "toolhost://prompt/audio");
         return r ? json_pack("{s:s, s:o}", "type", "resource", "resource", r)
                  : NULL;
     }
-    if (b->kind == TOOLHOST_BLOCK_LINK && !mcp_has_links(m)) {
+    if (b->kind == TOOLHOST_BLOCK_LINK && !links) {
         char t[2400];
         snprintf(t, sizeof t, "%s: %s", b->name, b->uri);
         return json_pack("{s:s, s:s}", "type", "text", "text", t);

@@ -94,6 +94,7 @@ struct th_mcp_session {
     char version[16];
     bool initialized;        /* initialize answered */
     bool elicitation;        /* the client declared elicitation */
+    bool sampling;           /* the client declared sampling */
     int log_level;           /* syslog-ish: 0 debug .. 7 emergency; -1 off */
     mcp_log_gate log_unknown; /* [mu] log_call() lines of a call not yet
                                  known here (before th_call_start returned) */
@@ -134,9 +135,11 @@ struct th_mcp_session {
                                 timer on every call) */
 };
 
-typedef struct mcp_ask {     /* an elicitation/create we sent */
+typedef struct mcp_ask {     /* a request we sent the client */
     char id[32];
     uint64_t call_id;
+    uint64_t client_ask;     /* a tool's ask_client() (its ask id), or 0:
+                                a permission ask */
     struct mcp_ask *next;
 } mcp_ask;
 
@@ -155,9 +158,17 @@ bool mcp_list_cursor(struct th_mcp_session *m, const json_t *id,
 
 /* mcp_result.c: a CallToolResult for a final result.  `audio`: the
  * client's protocol has audio blocks (mcp_has_audio).  NULL: no memory. */
+/* A content block as MCP has it, in what the session's protocol has:
+ * without audio (before 2025-03-26) an audio clip goes as an embedded
+ * resource, without resource_link (before 2025-06-18) a link as a text
+ * naming it.  NULL: no memory. */
+struct th_block;
+json_t *mcp_block_json(const struct th_block *b, bool audio, bool links);
+
 json_t *mcp_tool_result(const th_result *r, const char *tool,
                         uint64_t call_id, uint32_t out_type,
-                        bool structured, bool elicitation, bool audio);
+                        bool structured, bool elicitation, bool audio,
+                        bool links);
 /* Whether the session's protocol version has audio content blocks (from
  * 2025-03-26; the versions are dates, which compare as strings). */
 static inline bool mcp_has_audio(const th_mcp_session *m)

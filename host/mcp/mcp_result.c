@@ -6,12 +6,14 @@
  * message a model can act on.  An empty stream adds no block: a failed
  * call's content is its stdout and stderr when it wrote them, else a line
  * that says it failed. */
+#include <msgpack.h>
 #include <nettle/base64.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mcp_int.h"
+#include "th/content.h"
 #include "th/json.h"
 #include "th/utf8.h"
 #include "toolhost/plugin.h"
@@ -121,9 +123,92 @@ static json_t *binary_block(const char *b, const char *mime,
                      "resource", "uri", uri, "mimeType", mime, "blob", b);
 }
 
+/* The msgpack string o as a C string (copied into buf, at most n - 1
+ * bytes), or NULL when o is not a string. */
+static const char *mp_str(const msgpack_object *o, char *buf, size_t n)
+{
+    if (!o || o->type != MSGPACK_OBJECT_STR || o->via.str.size >= n)
+        return NULL;
+    memcpy(buf, o->via.str.ptr, o->via.str.size);
+    buf[o->via.str.size] = '\0';
+    return buf;
+}
+
+static const msgpack_object *mp_get(const msgpack_object *map, const char *k)
+{
+    if (!map || map->type != MSGPACK_OBJECT_MAP)
+        return NULL;
+    size_t kl = strlen(k);
+    for (uint32_t i = 0; i < map->via.map.size; i++) {
+        const msgpack_object *key = &map->via.map.ptr[i].key;
+        if (key->type == MSGPACK_OBJECT_STR && key->via.str.size == kl &&
+            memcmp(key->via.str.ptr, k, kl) == 0)
+            return &map->via.map.ptr[i].val;
+    }
+    return NULL;
+}
+
+/* meta.toolhost.content of a result's meta (the blocks a tool wrote with
+ * write_block(); th_content_pack's form), or NULL. */
+static const msgpack_object *blocks_of(const msgpack_object *meta)
+{
+    const msgpack_object *c = mp_get(mp_get(meta, "toolhost"), "content");
+    return c && c->type == MSGPACK_OBJECT_ARRAY ? c : NULL;
+}
+
+/* Appends the blocks to content: 0, or -1 out of memory. */
+static int append_blocks(json_t *content, const msgpack_object *arr,
+                         bool audio, bool links)
+{
+    static const char *const kinds[] = {NULL, "text", "image", "audio",
+                                        "resource", "resource_link"};
+    for (uint32_t i = 0; i < arr->via.array.size; i++) {
+        const msgpack_object *o = &arr->via.array.ptr[i];
+        char type[16], mime[256], uri[2049], name[256];
+        const char *t = mp_str(mp_get(o, "type"), type, sizeof type);
+        th_block b;
+        memset(&b, 0, sizeof b);
+        for (uint32_t k = 1; t && k < sizeof kinds / sizeof kinds[0]; k++)
+            if (strcmp(t, kinds[k]) == 0)
+                b.kind = k;
+        if (!b.kind)
+            continue; /* (the core wrote it: not reached) */
+        b.mime_type = (char *)mp_str(mp_get(o, "mime_type"), mime,
+                                     sizeof mime);
+        b.uri = (char *)mp_str(mp_get(o, "uri"), uri, sizeof uri);
+        b.name = (char *)mp_str(mp_get(o, "name"), name, sizeof name);
+        const msgpack_object *d = mp_get(o, b.kind == TOOLHOST_BLOCK_TEXT
+                                                ? "text"
+                                                : "data");
+        if (d && d->type == MSGPACK_OBJECT_STR) {
+            b.data = (uint8_t *)d->via.str.ptr;
+            b.len = d->via.str.size;
+        } else if (d && d->type == MSGPACK_OBJECT_BIN) {
+            b.data = (uint8_t *)d->via.bin.ptr;
+            b.len = d->via.bin.size;
+        }
+        /* a text block's text is a C string for json_pack: copied */
+        uint8_t *txt = NULL;
+        if (b.kind == TOOLHOST_BLOCK_TEXT) {
+            txt = malloc(b.len + 1);
+            if (!txt)
+                return -1;
+            if (b.len)
+                memcpy(txt, b.data, b.len);
+            txt[b.len] = 0;
+            b.data = txt;
+        }
+        json_t *j = mcp_block_json(&b, audio, links);
+        free(txt);
+        if (!j || json_array_append_new(content, j) != 0)
+            return -1;
+    }
+    return 0;
+}
+
 json_t *mcp_tool_result(const th_result *r, const char *tool,
                         uint64_t call_id, uint32_t out_type, bool structured,
-                        bool elicitation, bool audio)
+                        bool elicitation, bool audio, bool links)
 {
     if (r->kind == TH_RESULT_ERROR) {
         if (r->error == TH_EPERM && !elicitation &&
@@ -167,6 +252,27 @@ json_t *mcp_tool_result(const th_result *r, const char *tool,
         json_t *blk = text_block(r->err, r->err_len);
         if (!blk || json_array_append_new(content, blk) != 0)
             goto fail_meta;
+    }
+    if (r->meta) { /* the tool's blocks, after its streams */
+        msgpack_unpacked u;
+        msgpack_unpacked_init(&u);
+        int brc = 0;
+        if (msgpack_unpack_next(&u, (const char *)r->meta, r->meta_len,
+                                NULL) == MSGPACK_UNPACK_SUCCESS) {
+            const msgpack_object *arr = blocks_of(&u.data);
+            if (arr)
+                brc = append_blocks(content, arr, audio, links);
+        }
+        msgpack_unpacked_destroy(&u);
+        if (brc != 0)
+            goto fail_meta;
+        /* not twice: _meta keeps the rest */
+        json_t *thm = json_object_get(meta, "toolhost");
+        if (json_object_get(thm, "content")) {
+            json_object_del(thm, "content");
+            if (json_object_size(thm) == 0)
+                json_object_del(meta, "toolhost");
+        }
     }
     if (!r->ok && json_array_size(content) == 0) {
         char m[300];
@@ -239,6 +345,17 @@ int mcp_tool_result_text(th_buf *b, const json_t *id, const th_result *r,
     if (r->kind != TH_RESULT_DONE || out_type == TOOLHOST_SEM_BINARY ||
         (structured && r->ok && r->out_len) || (!r->ok && !r->out_len))
         return 1; /* a failure without stdout: the tree's way */
+    if (r->meta) { /* blocks: the tree's way */
+        msgpack_unpacked u;
+        msgpack_unpacked_init(&u);
+        bool blocks = msgpack_unpack_next(&u, (const char *)r->meta,
+                                          r->meta_len, NULL) ==
+                          MSGPACK_UNPACK_SUCCESS &&
+                      blocks_of(&u.data);
+        msgpack_unpacked_destroy(&u);
+        if (blocks)
+            return 1;
+    }
     bool err_block = !r->ok && r->err_len;
     if ((r->out_len && !text_ok(r->out, r->out_len)) ||
         (err_block && !text_ok(r->err, r->err_len)))

@@ -255,7 +255,7 @@ static json_t *task_result_json(th_mcp_session *m, uint64_t id,
                    .task_id = id};
     json_t *res = mcp_tool_result(&r, tool ? tool : "?", id, out_type,
                                   structured, m->elicitation,
-                                  mcp_has_audio(m));
+                                  mcp_has_audio(m), mcp_has_links(m));
     if (!res)
         return NULL;
     json_t *meta = json_object_get(res, "_meta");

@@ -148,6 +148,9 @@ extern "C" {
 #define TOOLHOST_ECANCELLED (-3) /* the call was cancelled or timed out;
                                     output is discarded: stop soon         */
 #define TOOLHOST_ESTATE (-4)     /* not allowed now (e.g. suspend twice)    */
+#define TOOLHOST_ENOTSUP (-5)    /* (1.4) the caller cannot do this: ask_client
+                                    to a front or client without it, a block
+                                    where blocks are not carried           */
 
 /* ---- Types ------------------------------------------------------------ */
 
@@ -377,6 +380,19 @@ typedef struct toolhost_args_view {
     const toolhost_arg *args;  /* n_args entries; stride args[0].struct_size */
 } toolhost_args_view;
 
+/* What ask_client() asks the caller's client (ABI 1.4). */
+#define TOOLHOST_ASK_SAMPLING 1 /* a completion from the client's model:
+                                   request = MCP sampling/createMessage
+                                   params ({messages, maxTokens, ...});
+                                   answer = its result ({role, content,
+                                   model, stopReason})                   */
+#define TOOLHOST_ASK_FORM 2     /* a form the user fills: request =
+                                   {message, requestedSchema} (a flat
+                                   object schema: string, number, integer,
+                                   boolean and enum properties, with
+                                   defaults); answer = {action: "accept" |
+                                   "decline" | "cancel", content}         */
+
 /* ---- What the host gives the plugin ----------------------------------- */
 
 typedef struct toolhost_host_api {
@@ -569,6 +585,38 @@ typedef struct toolhost_host_api {
      * given. */
     void (*resource_updated)(const struct toolhost_host_api *host,
                              const char *uri);
+
+    /* Owner.  Appends one content block (copied) to the call's result,
+     * after its stdout: a result of several blocks - text, an image or
+     * audio clip (bytes with their mime_type), an embedded resource, a
+     * link to a resource (toolhost_block; `role` is ignored).  MCP
+     * clients get stdout's block (when it wrote any) and then these, in
+     * order; the RPC and NATS fronts carry them in the result's
+     * meta.toolhost.content (docs/protocol.md).  The blocks together may
+     * hold as much as the call's stdout may (the tool's semantic type);
+     * a block past that is refused.  Returns 0; TOOLHOST_EINVAL for a bad
+     * block (named in the host log); TOOLHOST_ENOMEM past the budget or
+     * out of memory; TOOLHOST_ECANCELLED once the call is cancelled;
+     * TOOLHOST_ENOTSUP where the call's host cannot carry blocks (an
+     * isolated worker, `toolhost check`'s strict mode). */
+    int (*write_block)(toolhost_call *call, const toolhost_block *block);
+
+    /* Owner, and it waits: from the call's own thread (execute(), or the
+     * thread a suspended call was handed to), never from an on_cancel()
+     * hook.  Asks the caller's client (`kind` TOOLHOST_ASK_*; `request`
+     * the JSON text of the ask, `len` bytes) and waits for its answer,
+     * at most until the call is cancelled or passes its deadline.  On 0,
+     * *answer is the JSON text of the client's answer (NUL-terminated,
+     * *answer_len bytes without the NUL), owned by the host and valid
+     * until the call ends.  Returns 0; TOOLHOST_EINVAL (a request that
+     * is not one JSON object, an unknown kind); TOOLHOST_ENOTSUP (the
+     * front cannot carry it, or the client did not declare it: MCP's
+     * `sampling` or `elicitation` capability); TOOLHOST_FAILED (the
+     * client answered with an error: *answer is that error's JSON);
+     * TOOLHOST_ECANCELLED (the call was cancelled or timed out while it
+     * waited, or the client went away). */
+    int (*ask_client)(toolhost_call *call, int kind, const char *request,
+                      size_t len, const char **answer, size_t *answer_len);
 } toolhost_host_api;
 
 /* ---- What the plugin declares ------------------------------------------ */

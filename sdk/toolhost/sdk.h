@@ -443,6 +443,47 @@ int th_sdk_complete_value(toolhost_content *out, const char *value);
  * (nothing on a host older than 1.4). */
 void th_sdk_resource_updated(const toolhost_host_api *host, const char *uri);
 
+/* ---- A tool result of several blocks; asking the client (ABI 1.4) -----------
+ *
+ * Owner.  Each appends one block to the call's result, after its stdout
+ * (toolhost_host_api.write_block): an MCP client sees stdout's text (when
+ * the tool wrote any) and then these, in order:
+ *
+ *   th_sdk_puts(call, "The chart:");
+ *   th_sdk_write_image(call, "image/png", png, png_len);
+ *   th_sdk_write_resource(call, "file:///data.csv", "text/csv", csv, n);
+ *
+ * Returns 0, TOOLHOST_EINVAL (a bad block, named in the host log),
+ * TOOLHOST_ENOMEM (past what the call's stdout may hold),
+ * TOOLHOST_ECANCELLED, or TOOLHOST_ENOTSUP where the host carries no
+ * blocks (older than 1.4, an isolated worker). */
+int th_sdk_write_text_block(toolhost_call *call, const char *text);
+int th_sdk_write_image(toolhost_call *call, const char *mime,
+                       const void *data, size_t len);
+int th_sdk_write_audio(toolhost_call *call, const char *mime,
+                       const void *data, size_t len);
+int th_sdk_write_resource(toolhost_call *call, const char *uri,
+                          const char *mime, const void *data, size_t len);
+int th_sdk_write_link(toolhost_call *call, const char *uri, const char *name,
+                      const char *mime);
+
+/* Owner; waits.  Asks the caller's client (toolhost_host_api.ask_client):
+ * TOOLHOST_ASK_SAMPLING with MCP sampling/createMessage params, or
+ * TOOLHOST_ASK_FORM with {message, requestedSchema}, as JSON text.  On 0
+ * *answer is the client's answer as JSON text (the host's, valid until
+ * the call ends).  TOOLHOST_ENOTSUP when the front or client cannot
+ * carry it (and on a host older than 1.4): say so in the result.
+ *
+ *   const char *ans;
+ *   size_t n;
+ *   int rc = th_sdk_ask_client(call, TOOLHOST_ASK_FORM,
+ *       "{\"message\": \"Your name?\", \"requestedSchema\": {"
+ *       "\"type\": \"object\", \"properties\": {\"name\": "
+ *       "{\"type\": \"string\"}}}}", &ans, &n);
+ */
+int th_sdk_ask_client(toolhost_call *call, int kind, const char *request,
+                      const char **answer, size_t *answer_len);
+
 /* ---- A JSON writer for structured output -------------------------------------
  *
  * Builds one JSON value in memory, with escaping done right: quotes,

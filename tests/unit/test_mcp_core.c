@@ -389,7 +389,7 @@ static void test_result_binary_blocks(void)
                        .out_len = sizeof bytes, .meta = ml ? meta : NULL,
                        .meta_len = ml};
         json_t *res = mcp_tool_result(&r, "t", 9, TOOLHOST_SEM_BINARY, false,
-                                      false, cases[i].audio);
+                                      false, cases[i].audio, true);
         CU_ASSERT_PTR_NOT_NULL_FATAL(res);
         json_t *blk = json_array_get(json_object_get(res, "content"), 0);
         const char *type = json_string_value(json_object_get(blk, "type"));
@@ -434,7 +434,7 @@ static void test_result_text_same_as_tree(void)
                                              TOOLHOST_SEM_TEXT, false),
                         0);
         json_t *res = mcp_tool_result(&rs[i], "t", 42 + i, TOOLHOST_SEM_TEXT,
-                                      false, false, true);
+                                      false, false, true, true);
         json_t *msg = json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id",
                                 ids[i], "result", res);
         char *want = json_dumps(msg, JSON_COMPACT);

@@ -45,7 +45,9 @@ typedef struct th_block {
 typedef enum th_content_mode {
     TH_CONTENT_READ = 1,      /* resource contents */
     TH_CONTENT_PROMPT = 2,    /* prompt messages */
-    TH_CONTENT_COMPLETE = 3   /* completion values: TEXT only, 100 kept */
+    TH_CONTENT_COMPLETE = 3,  /* completion values: TEXT only, 100 kept */
+    TH_CONTENT_RESULT = 4     /* a tool call's blocks (write_block): any
+                                 kind, role ignored */
 } th_content_mode;
 
 /* The sink behind toolhost_content (its public part first). */
@@ -72,6 +74,19 @@ void th_content_leave(void);
  * blocks (the struct is the caller's). */
 void th_content_init(th_content *c, th_content_mode mode, size_t max_bytes);
 void th_content_free(th_content *c);
+
+/* Appends a copy of block b to c (what content_add() and write_block()
+ * do once the sink is known to be the caller's): 0, TOOLHOST_EINVAL (a
+ * bad block, logged once and kept in c->why), TOOLHOST_ENOMEM (past
+ * c->max_bytes, or out of memory). */
+int th_content_add(th_content *c, const toolhost_block *b);
+
+/* c's blocks as one msgpack array, the form a call result's
+ * meta.toolhost.content has (docs/protocol.md): maps of "type" (text,
+ * image, audio, resource, resource_link) and "text" (str) or "data"
+ * (bin), "mime_type", "uri", "name" when set.  0 or TH_ENOMEM. */
+struct msgpack_packer;
+int th_content_pack(const th_content *c, struct msgpack_packer *pk);
 
 /* The host api members of ABI 1.4 (content_add, resource_updated). */
 void th_content_api_fill(toolhost_host_api *api);

@@ -155,6 +155,17 @@ typedef struct th_front_ops {
      * calls.  NULL: not wanted. */
     void (*log_call)(void *front_ud, uint64_t call_id, const char *tool,
                      int level, const char *text);
+    /* Appended (ABI 1.4): a tool's ask_client() on call `call_id` (plugin.h:
+     * `kind` TOOLHOST_ASK_*, `request` one JSON object, `len` bytes).  The
+     * front sends it to its client and answers later, from any thread,
+     * with th_call_client_answer(ask_id, ...), once; the tool waits until
+     * then (or its call is cancelled or past its deadline: a late answer
+     * is dropped).  On the tool's thread, outside every core lock, never
+     * once the session is closing.  Returns 0 when sent, nonzero when the
+     * front or its client cannot carry this kind (the tool gets
+     * TOOLHOST_ENOTSUP).  NULL: none can. */
+    int (*ask_client)(void *front_ud, uint64_t call_id, uint64_t ask_id,
+                      int kind, const char *request, size_t len);
 } th_front_ops;
 
 th_session *th_session_open(th_host *h, const th_principal *who,
@@ -337,6 +348,13 @@ uint64_t th_call_origin(th_session *s, uint64_t call_id);
 
 /* Answers an ask_permission. */
 int th_permission_answer(th_session *s, uint64_t call_id, bool allow);
+
+/* Answers the ask `ask_id` of th_front_ops.ask_client: rc 0 with the
+ * client's answer (JSON text, copied), TOOLHOST_FAILED with the error the
+ * client sent, TOOLHOST_ECANCELLED when it will not come (the client went
+ * away).  An ask nobody waits for any more is ignored.  Any thread. */
+void th_call_client_answer(uint64_t ask_id, int rc, const char *json,
+                           size_t len);
 
 /* A result copied into owned memory, for callers that wait. */
 typedef struct th_result_copy {

@@ -271,6 +271,10 @@ typedef struct th_call_vtbl {
      * and bounded, passed on to whoever made the call (the session's
      * front, th_front_ops.log_call).  The host log is written before. */
     void (*log)(const toolhost_call *call, int level, const char *line);
+    /* Appended (ABI 1.4), each optional (NULL: TOOLHOST_ENOTSUP). */
+    int (*write_block)(toolhost_call *call, const toolhost_block *block);
+    int (*ask_client)(toolhost_call *call, int kind, const char *request,
+                      size_t len, const char **answer, size_t *answer_len);
 } th_call_vtbl;
 
 typedef struct th_call_base {
