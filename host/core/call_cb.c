@@ -671,18 +671,12 @@ static int cb_ask_client(toolhost_call *call, int kind, const char *request,
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
     }
-    /* until answered, cancelled or past the deadline; cancellation is
-     * looked at every 50 ms (a cancel sets a flag, it wakes no one) */
+    /* until answered or cancelled (the deadline's timer cancels the call
+     * as timed out); cancellation is looked at every 50 ms (it sets a
+     * flag and wakes no one) */
     pthread_mutex_lock(&g_ask_mu);
     while (sent == 0 && !w.done && !cancelled(c)) {
-        int64_t dl = atomic_load_explicit(&c->deadline_ns,
-                                          memory_order_relaxed);
-        int64_t now = th_now_ns();
-        if (dl && now >= dl)
-            break;
         int64_t step = 50000000;
-        if (dl && dl - now < step)
-            step = dl - now;
         struct timespec t;
         clock_gettime(CLOCK_REALTIME, &t);
         t.tv_nsec += step;

@@ -4,10 +4,28 @@
 // templated resource, subscribe, get prompts (arguments, an image, an
 // embedded resource), complete a prompt argument and a template variable,
 // and the errors a client sees (an unknown URI, a missing argument).
+// Then tool results of several blocks (write_block) and a tool that asks
+// the client (ask_client): a sampling request and a form, answered by
+// this client's handlers, and what a client without those capabilities
+// gets.  (The conformance suite runs the same tools over HTTP.)
+import { CreateMessageRequestSchema, ElicitRequestSchema } from
+  '@modelcontextprotocol/sdk/types.js';
 import { check, connect, deadline, fail } from './common.mjs';
 
 deadline(60000);
-const { client } = await connect();
+const { client } = await connect([], { sampling: {}, elicitation: {} });
+let sampled = null, elicited = null, formAnswer = 'accept';
+client.setRequestHandler(CreateMessageRequestSchema, async (req) => {
+  sampled = req.params;
+  return { role: 'assistant', content: { type: 'text', text: 'four' },
+           model: 'test-model', stopReason: 'endTurn' };
+});
+client.setRequestHandler(ElicitRequestSchema, async (req) => {
+  elicited = req.params;
+  return formAnswer === 'accept'
+    ? { action: 'accept', content: { username: 'ada', email: 'ada@example.org' } }
+    : { action: 'decline' };
+});
 
 const caps = client.getServerCapabilities();
 check(caps.resources && caps.resources.subscribe === true && caps.prompts &&
@@ -70,5 +88,49 @@ c = await client.complete({ ref: { type: 'ref/resource', uri: 'test://template/{
                             argument: { name: 'id', value: '2' } });
 check(JSON.stringify(c.completion.values) === '["200"]', `complete template: ${JSON.stringify(c)}`);
 
+// A result of several blocks: stdout's text, then the tool's blocks.
+let t = await client.callTool({ name: 'test_multiple_content_types', arguments: {} });
+check(!t.isError && t.content.length === 3 &&
+      t.content[0].type === 'text' && t.content[0].text === 'Multiple content types test:' &&
+      t.content[1].type === 'image' && t.content[1].mimeType === 'image/png' &&
+      Buffer.from(t.content[1].data, 'base64').length === 69 &&
+      t.content[2].type === 'resource' &&
+      t.content[2].resource.uri === 'test://mixed-content-resource' &&
+      JSON.parse(t.content[2].resource.text).value === 123 &&
+      !(t._meta && t._meta['toolhost/meta'] && t._meta['toolhost/meta'].toolhost),
+      `mixed content: ${JSON.stringify(t)}`);
+t = await client.callTool({ name: 'test_image_content', arguments: {} });
+check(!t.isError && t.content.length === 1 && t.content[0].type === 'image',
+      `image: ${JSON.stringify(t)}`);
+
+// Sampling: the request reaches this client, its answer the tool.
+t = await client.callTool({ name: 'test_sampling', arguments: { prompt: 'two plus "two"?' } });
+check(!t.isError && sampled && sampled.maxTokens === 100 &&
+      sampled.messages[0].content.text === 'two plus "two"?' &&
+      /^LLM response: /.test(t.content[0].text) &&
+      JSON.parse(t.content[0].text.slice(14)).content.text === 'four',
+      `sampling: ${JSON.stringify(t)} asked ${JSON.stringify(sampled)}`);
+
+// A form: accepted, then declined.
+t = await client.callTool({ name: 'test_elicitation', arguments: { message: 'Who are you?' } });
+check(!t.isError && elicited && elicited.message === 'Who are you?' &&
+      elicited.requestedSchema.required.includes('email') &&
+      JSON.parse(t.content[0].text.slice(15)).content.username === 'ada',
+      `elicitation: ${JSON.stringify(t)}`);
+formAnswer = 'decline';
+t = await client.callTool({ name: 'test_elicitation', arguments: { message: 'Again?' } });
+check(!t.isError && JSON.parse(t.content[0].text.slice(15)).action === 'decline',
+      `elicitation declined: ${JSON.stringify(t)}`);
+
 await client.close();
+
+// A client that declared neither: the tool is told, and says so.
+const plain = (await connect()).client;
+t = await plain.callTool({ name: 'test_sampling', arguments: { prompt: 'x' } });
+check(t.isError && /cannot answer sampling/.test(JSON.stringify(t.content)),
+      `sampling without the capability: ${JSON.stringify(t)}`);
+t = await plain.callTool({ name: 'test_elicitation', arguments: { message: 'x' } });
+check(t.isError && /cannot answer elicitation/.test(JSON.stringify(t.content)),
+      `elicitation without the capability: ${JSON.stringify(t)}`);
+await plain.close();
 console.log('content: ok');
