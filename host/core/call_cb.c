@@ -649,6 +649,22 @@ static int cb_ask_client(toolhost_call *call, int kind, const char *request,
         return TOOLHOST_ENOTSUP;
     if (cancelled(c))
         return TOOLHOST_ECANCELLED;
+    /* each answer is kept until the call ends: a bounded number */
+    pthread_mutex_lock(&c->mu);
+    uint32_t max = c->cfg ? c->cfg->host.max_client_asks : 32;
+    bool over = c->x && c->x->n_asks >= max;
+    bool first_over = over && c->x->n_asks == max; /* logged once */
+    if (c->x && c->x->n_asks <= max)
+        c->x->n_asks++;
+    pthread_mutex_unlock(&c->mu);
+    if (first_over)
+        th_log_warn("tool=%s call=%llu: ask_client() refused: the call "
+                    "made its %u asks (host.max_client_asks; later ones "
+                    "are refused without a line)",
+                    c->x->tname, (unsigned long long)c->base.pub.call_id,
+                    max);
+    if (over)
+        return TOOLHOST_ESTATE;
     ask_wait w = {.rc = TOOLHOST_ECANCELLED};
     pthread_cond_init(&w.cv, NULL);
     pthread_mutex_lock(&g_ask_mu);

@@ -948,6 +948,8 @@ static const cfkey host_keys[] = {
      .min = 0, .max = 7 * DAY},
     {.name = "permission_timeout", .set = set_duration,
      .off = H(permission_timeout_ms), .min = 1, .max = DAY},
+    {.name = "max_client_asks", .set = set_u32, .off = H(max_client_asks),
+     .min = 1, .max = 100000},
     {.name = "expose_task_tools", .set = set_bool,
      .off = H(expose_task_tools)},
     {.name = "reload", .set = set_enum, .off = H(reload),
@@ -1020,6 +1022,7 @@ static void host_init(th_host_cfg *h)
     h->result_ttl_ms = 10 * MINUTE;
     h->task_keep = 256;
     h->permission_timeout_ms = 60 * SEC;
+    h->max_client_asks = 32;
     h->reload = TH_RELOAD_SIGNAL;
     h->reload_debounce_ms = 200;
     h->short_call_max_ms = 10;

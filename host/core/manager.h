@@ -234,6 +234,7 @@ typedef struct th_mcall_x {
      * the call is freed) */
     struct th_content *blocks;
     struct th_ask_answer *answers;
+    uint32_t n_asks;            /* ask_client() calls made */
 } th_mcall_x;
 
 /* The audit log (host.audit, audit.c): th_audit_call_begin when the call

@@ -79,6 +79,8 @@ static int suite_init(void)
 {
     char yaml[1024];
     snprintf(yaml, sizeof yaml,
+             "host:\n"
+             "  max_client_asks: 3\n"
              "plugins:\n"
              "  - name: abi14_calls\n"
              "    path: %s\n"
@@ -247,6 +249,28 @@ static void ask_bad_requests(void)
     }
 }
 
+/* host.max_client_asks (3 here): the fourth ask of a call is refused
+ * (TOOLHOST_ESTATE), once logged; the next call may ask again. */
+static void asks_bounded_per_call(void)
+{
+    th_result_copy r;
+    how = ANSWER_NOW;
+    CU_ASSERT_EQUAL_FATAL(
+        th_test_call_json(asker, "abi14_calls_ask",
+                          "{\"kind\":2,\"request\":\"{}\",\"times\":5}",
+                          5000, false, &r),
+        0);
+    CU_ASSERT_STRING_EQUAL(th_test_out(&r), "ok=3 rc=-4 answer=");
+    th_result_copy_destroy(&r);
+    CU_ASSERT_EQUAL_FATAL(
+        th_test_call_json(asker, "abi14_calls_ask",
+                          "{\"kind\":2,\"request\":\"{}\",\"times\":3}",
+                          5000, false, &r),
+        0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(th_test_out(&r), "ok=3 rc=0 "));
+    th_result_copy_destroy(&r);
+}
+
 /* No answer: the call's deadline ends the wait (the tool's ask returns
  * ECANCELLED and the call ends as timed out). */
 static void ask_unanswered_times_out(void)
@@ -270,5 +294,6 @@ void th_suite_abi14_calls(void)
     CU_add_test(su, "ask_without_front", ask_without_front);
     CU_add_test(su, "ask_answered", ask_answered);
     CU_add_test(su, "ask_bad_requests", ask_bad_requests);
+    CU_add_test(su, "asks_bounded_per_call", asks_bounded_per_call);
     CU_add_test(su, "ask_unanswered_times_out", ask_unanswered_times_out);
 }

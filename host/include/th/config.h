@@ -245,6 +245,9 @@ typedef struct th_host_cfg {
                                   short_call_max) is reported by the
                                   watchdog and its tool demoted while it
                                   runs; 100 ms, 0: no watchdog          */
+    uint32_t max_client_asks; /* ask_client() calls one tool call may
+                                  make (each answer is kept until the
+                                  call ends); 32                       */
 } th_host_cfg;
 
 /* A bearer token of the MCP HTTP front, known by its SHA-256 only. */
