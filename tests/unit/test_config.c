@@ -429,7 +429,7 @@ static void test_unknown_keys(void)
                "async_workers, queue_size, log_level, listen, socket_mode, "
                "socket_group, max_frame, mcp_max_message, max_inflight, max_outbuf, "
                "shutdown_grace, default_timeout, max_timeout, session_grace, "
-               "result_ttl, permission_timeout, expose_task_tools, reload, "
+               "result_ttl, permission_timeout, max_client_asks, expose_task_tools, reload, "
                "reload_debounce, reload_drain_timeout, state_dir, spill_dir, spill_max_bytes, "
                "spill_max_age, max_connections, max_connections_per_uid, "
                "idle_timeout, frame_timeout, max_buffered, "
