@@ -1655,28 +1655,27 @@ out:
 
 /* ---- Connection events -------------------------------------------------- */
 
-static void on_disconnected(natsConnection *nc, void *ud)
+/* A connection lost, said unless the host is stopping. */
+static void say_disconnected(th_nats *f, const char *what)
 {
-    (void)nc;
-    th_nats *f = ud;
     pthread_mutex_lock(&f->mu);
     bool stopping = f->stopping;
     pthread_mutex_unlock(&f->mu);
     if (!stopping)
-        th_log_warn("nats: disconnected from the server; reconnecting");
+        th_log_warn("nats: %s; reconnecting", what);
+}
+
+static void on_disconnected(natsConnection *nc, void *ud)
+{
+    (void)nc;
+    say_disconnected(ud, "disconnected from the server");
 }
 
 static void on_bulk_disconnected(natsConnection *nc, void *ud)
 {
     (void)nc;
-    th_nats *f = ud;
-    pthread_mutex_lock(&f->mu);
-    bool stopping = f->stopping;
-    pthread_mutex_unlock(&f->mu);
-    if (!stopping)
-        th_log_warn("nats: the reply batching connection was disconnected; "
-                    "reconnecting (its replies wait in the client's "
-                    "buffer)");
+    say_disconnected(ud, "the reply batching connection was disconnected "
+                         "(its replies wait in the client's buffer)");
 }
 
 /* (a callback makes the library connect in the background: without one
