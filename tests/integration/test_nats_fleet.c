@@ -876,6 +876,12 @@ static pid_t cli_spawn(const char *dir, const char *svc, char *const args[])
         dup2(o, 1);
         dup2(e, 2);
         setenv("TOOLHOST_NATS_SERVICE", svc, 1);
+        /* the CLI's bound for a host to take the call or answer a ping
+         * (2 s), scaled as every wait here (under valgrind the CLI and
+         * the hosts are ~20x slower); a test that sets its own keeps it */
+        char ack[24];
+        snprintf(ack, sizeof ack, "%u", th_test_ms(2000));
+        setenv("TOOLHOST_NATS_ACK_MS", ack, 0);
         const char *argv[16] = {rpc_server_bin(), "call", "--connect",
                                 G_url};
         int n = 4;
