@@ -719,6 +719,8 @@ static void test_client_ask(void)
              "plugins:\n"
              "  - name: conform_tools\n"
              "    path: @BUILD@/fixtures/conform_tools.so\n"
+             "  - name: abi14_calls\n"
+             "    path: @BUILD@/fixtures/abi14_calls.so\n"
              "toolsets:\n"
              "  - name: public\n"
              "    tools: [\"*\"]\n");
@@ -822,8 +824,16 @@ static void test_client_ask(void)
     CU_ASSERT(th_rpc_obj_streq(th_rpc_map_get(&content->via.array.ptr[1],
                                               "uri"),
                                "test://mixed-content-resource"));
+    /* a short tool runs on the loop, which cannot wait for the client:
+     * its ask is refused at once (ESTATE), logged */
+    rpc_raw_request(&w, 6, "tools.call",
+                    "[\"abi14_calls_short\", {\"kind\": 2, \"request\": "
+                    "\"{}\"}, {\"client_asks\": [\"form\"]}]");
+    m = rpc_raw_response(&w, 6, rpc_wait_ms());
+    CU_ASSERT(m && rpc_stdout_is(&m->via.array.ptr[3], "rc=-4 answer="));
     rpc_raw_close(&w);
     CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    CU_ASSERT(rpc_log_has(&s, "runs on the front's own thread"));
     rpc_srv_free(&s);
 }
 
