@@ -649,6 +649,21 @@ static int cb_ask_client(toolhost_call *call, int kind, const char *request,
         return TOOLHOST_ENOTSUP;
     if (cancelled(c))
         return TOOLHOST_ECANCELLED;
+    /* a short call on a front's own thread: that thread is the one the
+     * answer would come in on (the stdio reader, the RPC loop) */
+    for (th_mcall *k = c; k;
+         k = __atomic_load_n(&k->inline_run, __ATOMIC_RELAXED)
+                 ? __atomic_load_n(&k->parent, __ATOMIC_RELAXED)
+                 : NULL)
+        if (__atomic_load_n(&k->on_front, __ATOMIC_RELAXED)) {
+            th_log_warn("tool=%s call=%llu: ask_client() refused: a short "
+                        "tool (TOOLHOST_TOOL_SHORT) runs on the front's own "
+                        "thread and cannot wait for its client; do not "
+                        "declare a tool that asks short",
+                        c->x ? c->x->tname : "?",
+                        (unsigned long long)c->base.pub.call_id);
+            return TOOLHOST_ESTATE;
+        }
     /* each answer is kept until the call ends: a bounded number */
     pthread_mutex_lock(&c->mu);
     uint32_t max = c->cfg ? c->cfg->host.max_client_asks : 32;

@@ -810,7 +810,9 @@ int th_call_submit(th_call_req *r)
         th_mcall_ref(c);
         int64_t t0 = th_now_ns();
         th_call_fast_inline_begin(h, c->st, id, t0, o.short_inline);
+        __atomic_store_n(&c->on_front, true, __ATOMIC_RELAXED);
         prepare(c, args, len, true, p.perm_free);
+        __atomic_store_n(&c->on_front, false, __ATOMIC_RELAXED);
         int64_t t1 = th_now_ns();
         th_call_fast_inline_end(h, c->cfg->host.short_call_max_ms, c->st,
                                 c->tool, id, t0, t1, c->inline_run);

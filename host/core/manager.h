@@ -403,6 +403,9 @@ struct th_mcall {
     bool completed;             /* complete() was called (once only) */
     bool ran;                   /* execute() was entered */
     bool inline_run;            /* runs on the caller's thread */
+    bool on_front;              /* a short call running on a front's own
+                                   thread (call_fast.c): it may not wait
+                                   for that front's client (ask_client) */
     uint8_t islot;              /* its inline slot + 1 (th_mgr.islot), 0:
                                    none; the owner clears it when
                                    execute() returns */

@@ -36,6 +36,8 @@ struct rpc_call {
                                    at once (answer_now) */
     bool done;                  /* answered for good while th_call_submit()
                                    ran on the loop: m_call frees it */
+    uint8_t asks;               /* the tools.call option client_asks: bit
+                                   1 << TOOLHOST_ASK_* the client answers */
 };
 
 /* A log line of one kind at most RATELOG_PER_SEC times a second. */
@@ -50,9 +52,11 @@ typedef struct rpc_ratelog {
 } rpc_ratelog;
 
 /* A permission.request sent and not yet answered. */
-typedef struct rpc_perm {
+typedef struct rpc_perm {       /* a request the host sent its client */
     struct rpc_perm *next;
     uint64_t msgid, call_id;
+    uint64_t ask_id;            /* client.ask: the core's ask; 0: a
+                                   permission.request */
 } rpc_perm;
 
 struct rpc_conn {
@@ -100,7 +104,8 @@ typedef enum {
     EV_CALL = 1,
     EV_PERM,
     EV_TOOLS_CHANGED,
-    EV_TASK_TOOLS               /* only the task tools came or went */
+    EV_TASK_TOOLS,              /* only the task tools came or went */
+    EV_ASK                      /* a tool's ask_client() */
 } rpc_ev_type;
 
 typedef struct rpc_ev {
@@ -123,6 +128,8 @@ typedef struct rpc_ev {
     size_t data_len;
     uint32_t coalesced;
     char *tool, *reason;        /* EV_PERM */
+    uint64_t ask_id;            /* EV_ASK (data: the request's JSON) */
+    int ask_kind;               /* EV_ASK: TOOLHOST_ASK_* */
 } rpc_ev;
 
 struct th_rpc_server {

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "th/codec.h"
+#include "th/json.h"
 #include "th/log.h"
 #include "th/mpwalk.h"
 #include "th/schema.h"
@@ -450,6 +451,7 @@ static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
         return;
     }
     th_call_opts opts = {0};
+    uint8_t asks = 0; /* client_asks */
     char tp[64]; /* the traceparent option, NUL-terminated */
     const msgpack_object *o = np == 3 ? &params->via.array.ptr[2] : NULL;
     if (o && o->type != MSGPACK_OBJECT_NIL) {
@@ -485,6 +487,25 @@ static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
                     return;
                 }
                 opts.output_info = v->via.boolean;
+            } else if (th_rpc_obj_streq(k, "client_asks")) {
+                /* what this client answers when the tool asks it
+                 * (client.ask, docs/protocol.md) */
+                bool good = v->type == MSGPACK_OBJECT_ARRAY;
+                for (uint32_t j = 0; good && j < v->via.array.size; j++) {
+                    const msgpack_object *e = &v->via.array.ptr[j];
+                    if (th_rpc_obj_streq(e, "sampling"))
+                        asks |= 1u << TOOLHOST_ASK_SAMPLING;
+                    else if (th_rpc_obj_streq(e, "form"))
+                        asks |= 1u << TOOLHOST_ASK_FORM;
+                    else
+                        good = false;
+                }
+                if (!good) {
+                    send_error(c, msgid, TH_EINVAL,
+                               "tools.call: client_asks must be an array "
+                               "of \"sampling\" and \"form\"");
+                    return;
+                }
             } else if (th_rpc_obj_streq(k, "traceparent")) {
                 /* W3C trace context, for the audit log (docs/ops.md) */
                 const char *tv = NULL;
@@ -505,7 +526,7 @@ static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
                 send_error(c, msgid, TH_EINVAL,
                            "tools.call: unknown option '%.*s' (known: "
                            "timeout_ms, progress, output_info, "
-                           "traceparent)",
+                           "traceparent, client_asks)",
                            (int)(kn > 64 ? 64 : kn), kp);
                 return;
             }
@@ -546,6 +567,7 @@ static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
     memcpy(call->tool, name, strlen(name) + 1); /* name[] is 128 bytes */
     call->conn = c;
     call->msgid = msgid;
+    call->asks = asks;
     /* only the info line of its outcome reads it (log_outcome) */
     call->t0 = th_log_get_level() >= TOOLHOST_LOG_INFO ? uv_hrtime() : 0;
     call->next = c->calls;
@@ -852,6 +874,27 @@ static void on_response(rpc_conn *c, const th_rpc_msg *m)
     }
     rpc_perm *p = *pp;
     *pp = p->next;
+    if (p->ask_id) { /* a client.ask: its answer, or its error, as JSON */
+        bool ok = m->error->type == MSGPACK_OBJECT_NIL;
+        th_buf b = TH_BUF_INIT;
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
+        th_error err;
+        json_t *j = msgpack_pack_object(&pk, ok ? *m->result : *m->error)
+                        ? NULL
+                        : th_json_from_msgpack_lossy(b.data, b.len, &err);
+        th_buf_destroy(&b);
+        char *txt = j ? json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+        json_decref(j);
+        th_call_client_answer(p->ask_id,
+                              !txt ? TOOLHOST_ENOMEM
+                              : ok ? 0
+                                   : TOOLHOST_FAILED,
+                              txt, txt ? strlen(txt) : 0);
+        free(txt);
+        free(p);
+        return;
+    }
     bool allow = m->error->type == MSGPACK_OBJECT_NIL &&
                  m->result->type == MSGPACK_OBJECT_BOOLEAN &&
                  m->result->via.boolean;

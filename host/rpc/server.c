@@ -72,6 +72,7 @@
 #include <uv.h>
 
 #include "th/codec.h"
+#include "th/json.h"
 #include "th/log.h"
 #include "front/reload_watch.h"
 #include "front/uv_guard.h"
@@ -823,6 +824,31 @@ static int front_ask_permission(void *front_ud, uint64_t call_id,
     return 0;
 }
 
+/* Tool thread: a tool's ask_client() (th_front_ops.ask_client); the loop
+ * sends it, or answers ENOTSUP when the tools.call did not say the client
+ * answers that kind (handle_ask_event). */
+static int front_ask_client(void *front_ud, uint64_t call_id, uint64_t ask_id,
+                            int kind, const char *request, size_t len)
+{
+    rpc_conn *c = front_ud;
+    rpc_ev *ev = calloc(1, sizeof *ev);
+    if (!ev || !(ev->data = malloc(len + 1))) {
+        free(ev);
+        return -1;
+    }
+    memcpy(ev->data, request, len);
+    ev->data[len] = 0;
+    ev->data_len = len;
+    ev->type = EV_ASK;
+    ev->conn = c;
+    ev->call_id = call_id;
+    ev->origin = c->session ? th_call_origin(c->session, call_id) : 0;
+    ev->ask_id = ask_id;
+    ev->ask_kind = kind;
+    push_ev(c->srv, ev);
+    return 0;
+}
+
 static void push_conn_ev(rpc_conn *c, rpc_ev_type type)
 {
     rpc_ev *ev = calloc(1, sizeof *ev);
@@ -957,6 +983,73 @@ static void handle_perm_event(rpc_ev *ev)
     conn_send(c, &frame);
 }
 
+/* client.ask [call_id, kind, request, origin] to the client whose
+ * tools.call allowed that kind (option client_asks); else the tool hears
+ * TOOLHOST_ENOTSUP at once.  The answer: on_response (rpc_methods.c). */
+static void handle_ask_event(rpc_ev *ev)
+{
+    rpc_conn *c = ev->conn;
+    if (c->session_closed || c->closing) {
+        th_call_client_answer(ev->ask_id, TOOLHOST_ECANCELLED, NULL, 0);
+        return;
+    }
+    rpc_call *origin = NULL;
+    for (rpc_call *k = c->calls; k && ev->origin; k = k->next)
+        if (k->call_id == ev->origin) {
+            origin = k;
+            break;
+        }
+    if (!origin || !(origin->asks & (1u << ev->ask_kind))) {
+        th_call_client_answer(ev->ask_id, TOOLHOST_ENOTSUP, NULL, 0);
+        return;
+    }
+    rpc_perm *p = calloc(1, sizeof *p);
+    th_buf params = TH_BUF_INIT, frame = TH_BUF_INIT;
+    json_t *req = json_loadb((const char *)ev->data, ev->data_len, 0, NULL);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &params, th_buf_msgpack_write);
+    int e = !p || !req;
+    if (!e) {
+        e |= msgpack_pack_array(&pk, 4);
+        e |= msgpack_pack_uint64(&pk, ev->call_id);
+        e |= th_pack_cstr(&pk, ev->ask_kind == TOOLHOST_ASK_SAMPLING
+                                   ? "sampling"
+                                   : "form");
+        e |= th_json_pack(req, &pk) != 0;
+        e |= msgpack_pack_map(&pk, origin->task_id ? 3 : 2);
+        e |= th_pack_cstr(&pk, "msgid");
+        e |= msgpack_pack_uint64(&pk, origin->msgid);
+        e |= th_pack_cstr(&pk, "tool");
+        e |= th_pack_cstr(&pk, origin->tool);
+        if (origin->task_id) {
+            e |= th_pack_cstr(&pk, "task_id");
+            e |= msgpack_pack_uint64(&pk, origin->task_id);
+        }
+    }
+    json_decref(req);
+    if (!e) {
+        p->msgid = c->next_msgid++ & 0xffffffffu;
+        p->call_id = ev->call_id;
+        p->ask_id = ev->ask_id;
+        e |= th_rpc_pack_request(&frame, p->msgid, "client.ask",
+                                 params.data, params.len);
+    }
+    th_buf_destroy(&params);
+    if (e) {
+        free(p);
+        th_buf_destroy(&frame);
+        th_call_client_answer(ev->ask_id, TOOLHOST_ENOMEM, NULL, 0);
+        return;
+    }
+    p->next = c->perms;
+    c->perms = p;
+    conn_log(c, TOOLHOST_LOG_DEBUG, "session=%llu call=%llu client.ask "
+             "msgid=%llu for msgid=%llu", (unsigned long long)c->id,
+             (unsigned long long)ev->call_id, (unsigned long long)p->msgid,
+             (unsigned long long)origin->msgid);
+    conn_send(c, &frame);
+}
+
 static void ev_free(rpc_ev *ev)
 {
     th_buf_destroy(&ev->frame);
@@ -984,6 +1077,8 @@ static void drain_events(th_rpc_server *srv)
                 handle_call_event(srv, ev);
             else if (ev->type == EV_PERM)
                 handle_perm_event(ev);
+            else if (ev->type == EV_ASK)
+                handle_ask_event(ev);
             else if (ev->type == EV_TOOLS_CHANGED ||
                      ev->type == EV_TASK_TOOLS)
                 handle_tools_event(ev);
@@ -1019,6 +1114,8 @@ static void conn_maybe_free(rpc_conn *c)
     while (c->perms) {
         rpc_perm *p = c->perms;
         c->perms = p->next;
+        if (p->ask_id) /* (its call was cancelled with the session) */
+            th_call_client_answer(p->ask_id, TOOLHOST_ECANCELLED, NULL, 0);
         free(p);
     }
     if (c->prev)
@@ -1938,6 +2035,7 @@ int th_rpc_serve(th_host *h, const th_rpc_serve_opts *o, th_error *err)
     srv->conn_log_lines = cfg->max_conn_log_lines ? cfg->max_conn_log_lines
                                                   : 20;
     srv->ops.ask_permission = front_ask_permission;
+    srv->ops.ask_client = front_ask_client;
     srv->ops.tools_changed = front_tools_changed;
     srv->ops.task_tools_changed = front_task_tools_changed;
     srv->ops.front = TOOLHOST_FRONT_RPC;

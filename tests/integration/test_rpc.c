@@ -702,6 +702,141 @@ static void test_permission(void)
     rpc_srv_free(&s);
 }
 
+/* ---- client.ask ------------------------------------------------------------ */
+
+/* A tool's ask_client() over msgpack-RPC (docs/protocol.md, client.ask):
+ * sent only for a tools.call whose client_asks names the kind, with the
+ * call's origin; the client's answer (or error) reaches the tool; any
+ * other call's tool hears it cannot ask; a result's blocks come in
+ * meta.toolhost.content. */
+static void test_client_ask(void)
+{
+    rpc_srv s;
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg,
+             "host:\n"
+             "  log_level: debug\n"
+             "plugins:\n"
+             "  - name: conform_tools\n"
+             "    path: @BUILD@/fixtures/conform_tools.so\n"
+             "  - name: abi14_calls\n"
+             "    path: @BUILD@/fixtures/abi14_calls.so\n"
+             "toolsets:\n"
+             "  - name: public\n"
+             "    tools: [\"*\"]\n");
+    rpc_opts o = {.config = cfg};
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
+    rpc_raw w;
+    CU_ASSERT_FATAL(rpc_raw_open(&w, &s) == 0);
+    /* a form, accepted */
+    rpc_raw_request(&w, 1, "tools.call",
+                    "[\"test_elicitation\", {\"message\": \"Name?\"}, "
+                    "{\"client_asks\": [\"form\"]}]");
+    const msgpack_object *m = rpc_raw_host_request(&w, "client.ask",
+                                                   rpc_wait_ms());
+    CU_ASSERT_FATAL(m != NULL);
+    const msgpack_object *pa = &m->via.array.ptr[3];
+    CU_ASSERT_FATAL(pa->type == MSGPACK_OBJECT_ARRAY &&
+                    pa->via.array.size == 4);
+    CU_ASSERT(th_rpc_obj_streq(&pa->via.array.ptr[1], "form"));
+    CU_ASSERT(th_rpc_obj_streq(th_rpc_map_get(&pa->via.array.ptr[2],
+                                              "message"),
+                               "Name?"));
+    CU_ASSERT_PTR_NOT_NULL(th_rpc_map_get(&pa->via.array.ptr[2],
+                                          "requestedSchema"));
+    const msgpack_object *mid = th_rpc_map_get(&pa->via.array.ptr[3],
+                                               "msgid");
+    CU_ASSERT(mid && mid->type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
+              mid->via.u64 == 1);
+    th_buf ans = TH_BUF_INIT, f = TH_BUF_INIT;
+    rpc_pack_json(&ans, "{\"action\": \"accept\", \"content\": "
+                        "{\"username\": \"ada\", \"email\": \"a@b\"}}");
+    th_rpc_pack_response(&f, m->via.array.ptr[1].via.u64, NULL, 0, ans.data,
+                         ans.len);
+    rpc_raw_send(&w, f.data, f.len);
+    th_buf_destroy(&f);
+    th_buf_destroy(&ans);
+    m = rpc_raw_response(&w, 1, rpc_wait_ms());
+    CU_ASSERT_FATAL(m != NULL);
+    const msgpack_object *out = th_rpc_map_get(&m->via.array.ptr[3],
+                                               "stdout");
+    CU_ASSERT(rpc_ok(&m->via.array.ptr[3]) && out &&
+              out->type == MSGPACK_OBJECT_STR &&
+              memmem(out->via.str.ptr, out->via.str.size,
+                     "\"username\":\"ada\"", 16) != NULL);
+    /* sampling without client_asks: the tool is told at once */
+    rpc_raw_request(&w, 2, "tools.call",
+                    "[\"test_sampling\", {\"prompt\": \"p\"}, "
+                    "{\"client_asks\": [\"form\"]}]");
+    m = rpc_raw_response(&w, 2, rpc_wait_ms());
+    CU_ASSERT_FATAL(m != NULL);
+    const msgpack_object *err = th_rpc_map_get(&m->via.array.ptr[3],
+                                               "stderr");
+    CU_ASSERT(!rpc_ok(&m->via.array.ptr[3]) && err &&
+              err->type == MSGPACK_OBJECT_STR &&
+              memmem(err->via.str.ptr, err->via.str.size,
+                     "cannot answer sampling", 22) != NULL);
+    /* sampling allowed, answered with an error */
+    rpc_raw_request(&w, 3, "tools.call",
+                    "[\"test_sampling\", {\"prompt\": \"p\"}, "
+                    "{\"client_asks\": [\"sampling\", \"form\"]}]");
+    m = rpc_raw_host_request(&w, "client.ask", rpc_wait_ms());
+    CU_ASSERT_FATAL(m != NULL);
+    pa = &m->via.array.ptr[3];
+    CU_ASSERT(th_rpc_obj_streq(&pa->via.array.ptr[1], "sampling"));
+    th_buf e = TH_BUF_INIT;
+    rpc_pack_json(&e, "\"no model here\"");
+    th_rpc_pack_response(&f, m->via.array.ptr[1].via.u64, e.data, e.len,
+                         NULL, 0);
+    rpc_raw_send(&w, f.data, f.len);
+    th_buf_destroy(&f);
+    th_buf_destroy(&e);
+    m = rpc_raw_response(&w, 3, rpc_wait_ms());
+    CU_ASSERT_FATAL(m != NULL);
+    err = th_rpc_map_get(&m->via.array.ptr[3], "stderr");
+    CU_ASSERT(!rpc_ok(&m->via.array.ptr[3]) && err &&
+              err->type == MSGPACK_OBJECT_STR &&
+              memmem(err->via.str.ptr, err->via.str.size, "no model here",
+                     13) != NULL);
+    /* a bad option */
+    rpc_raw_request(&w, 4, "tools.call",
+                    "[\"test_sampling\", {\"prompt\": \"p\"}, "
+                    "{\"client_asks\": [\"mind-reading\"]}]");
+    m = rpc_raw_response(&w, 4, rpc_wait_ms());
+    CU_ASSERT(m && m->via.array.ptr[2].type != MSGPACK_OBJECT_NIL);
+    /* blocks in meta.toolhost.content */
+    rpc_raw_request(&w, 5, "tools.call",
+                    "[\"test_multiple_content_types\", {}]");
+    m = rpc_raw_response(&w, 5, rpc_wait_ms());
+    CU_ASSERT_FATAL(m != NULL);
+    const msgpack_object *meta = th_rpc_map_get(&m->via.array.ptr[3],
+                                                "meta");
+    const msgpack_object *content =
+        th_rpc_map_get(th_rpc_map_get(meta, "toolhost"), "content");
+    CU_ASSERT_FATAL(content && content->type == MSGPACK_OBJECT_ARRAY &&
+                    content->via.array.size == 2);
+    CU_ASSERT(th_rpc_obj_streq(th_rpc_map_get(&content->via.array.ptr[0],
+                                              "type"),
+                               "image"));
+    const msgpack_object *d = th_rpc_map_get(&content->via.array.ptr[0],
+                                             "data");
+    CU_ASSERT(d && d->type == MSGPACK_OBJECT_BIN && d->via.bin.size == 69);
+    CU_ASSERT(th_rpc_obj_streq(th_rpc_map_get(&content->via.array.ptr[1],
+                                              "uri"),
+                               "test://mixed-content-resource"));
+    /* a short tool runs on the loop, which cannot wait for the client:
+     * its ask is refused at once (ESTATE), logged */
+    rpc_raw_request(&w, 6, "tools.call",
+                    "[\"abi14_calls_short\", {\"kind\": 2, \"request\": "
+                    "\"{}\"}, {\"client_asks\": [\"form\"]}]");
+    m = rpc_raw_response(&w, 6, rpc_wait_ms());
+    CU_ASSERT(m && rpc_stdout_is(&m->via.array.ptr[3], "rc=-4 answer="));
+    rpc_raw_close(&w);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    CU_ASSERT(rpc_log_has(&s, "runs on the front's own thread"));
+    rpc_srv_free(&s);
+}
+
 /* ---- access control: two users' views --------------------------------- */
 
 /* What a session of uid/gid sees: the Python client's --view run as that
@@ -1153,6 +1288,7 @@ void th_suite_rpc(void)
     CU_add_test(s, "client_cancel", test_client_cancel);
     CU_add_test(s, "pipelining", test_pipelining);
     CU_add_test(s, "permission", test_permission);
+    CU_add_test(s, "client_ask", test_client_ask);
     CU_add_test(s, "access_control", test_access_control);
     CU_add_test(s, "disconnect_mid_call", test_disconnect_mid_call);
     CU_add_test(s, "sigterm_in_flight", test_sigterm_in_flight);
