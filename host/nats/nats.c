@@ -52,6 +52,7 @@
 
 #include "front/nats.h"
 #include "th/codec.h"
+#include "th/json.h"
 #include "th/log.h"
 #include "th/tool.h"
 
@@ -146,6 +147,8 @@ struct th_nats {
     int kv_state;
     const char *kv_bucket;
     uint64_t kv_ttl_ms;
+    struct nt_ask *client_asks; /* (mu) tools' asks sent to their callers,
+                                   waiting for an answer (on_answer) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     /* quiesced: no new calls (th_nats_quiesce, at SIGTERM: the tool
@@ -182,6 +185,8 @@ struct th_nats {
 
 static int on_ask(void *ud, uint64_t call_id, const char *tool,
                   const uint8_t *args, size_t args_len, const char *reason);
+static int on_ask_client(void *ud, uint64_t call_id, uint64_t ask_id,
+                         int kind, const char *request, size_t len);
 
 typedef struct nt_call {
     th_nats *f;
@@ -195,6 +200,7 @@ typedef struct nt_call {
     /* `ask` rules (docs/scale.md): the caller said it answers asks
      * (Toolhost-Ask: 1); while one is open, `nonce` names it */
     bool can_ask, asking;
+    uint8_t asks; /* Toolhost-Client-Asks: 1 << TOOLHOST_ASK_* */
     uint64_t id; /* the core's call id, once known (under f->mu) */
     char nonce[17];
     struct nt_call *prev, *next; /* f->live_calls, under f->mu */
@@ -760,6 +766,7 @@ static th_session *user_session(th_nats *f, nt_ts *ts, const char *user)
         memset(&ops, 0, sizeof ops);
         ops.front = "nats";
         ops.ask_permission = on_ask;
+        ops.ask_client = on_ask_client;
         x->ts = ts;
         x->user = user;
         x->s = th_session_open(f->h, &who, &ops, ts);
@@ -870,10 +877,38 @@ static void tasks_free(th_nats *f)
         }
 }
 
+/* A tool's ask_client() sent to its caller (client_ask), until answered
+ * or its call ends. */
+typedef struct nt_ask {
+    uint64_t ask_id, call_id;
+    const char *user;   /* the caller (the config's string) */
+    char nonce[17];
+    struct nt_ask *next;
+} nt_ask;
+
+/* (mu held) Drops the asks of call `call_id` (0: all, answering each
+ * `cancelled`: the front is stopping). */
+static void asks_drop_locked(th_nats *f, uint64_t call_id)
+{
+    for (nt_ask **p = &f->client_asks; *p;) {
+        nt_ask *a = *p;
+        if (call_id && a->call_id != call_id) {
+            p = &a->next;
+            continue;
+        }
+        *p = a->next;
+        if (!call_id)
+            th_call_client_answer(a->ask_id, TOOLHOST_ECANCELLED, NULL, 0);
+        free(a);
+    }
+}
+
 static void call_end(nt_call *c)
 {
     th_nats *f = c->f;
     pthread_mutex_lock(&f->mu);
+    if (f->client_asks)
+        asks_drop_locked(f, c->id);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -1094,6 +1129,12 @@ static void handle_request(th_nats *f, nt_ep *ep, natsMsg *msg,
         o.traceparent = v;
     bool can_ask = natsMsgHeader_Get(msg, TH_NATS_H_ASK, &v) == NATS_OK &&
                    v && strcmp(v, "1") == 0;
+    /* what the caller answers when the tool asks it (client_ask) */
+    uint8_t asks = 0;
+    if (natsMsgHeader_Get(msg, TH_NATS_H_CLIENT_ASKS, &v) == NATS_OK && v) {
+        asks |= strstr(v, "sampling") ? 1u << TOOLHOST_ASK_SAMPLING : 0;
+        asks |= strstr(v, "form") ? 1u << TOOLHOST_ASK_FORM : 0;
+    }
     size_t rlen = strlen(reply);
     nt_call *c = malloc(sizeof *c + rlen + 1);
     if (!c) {
@@ -1107,6 +1148,7 @@ static void handle_request(th_nats *f, nt_ep *ep, natsMsg *msg,
     c->ep = ep;
     c->user = user;
     c->can_ask = can_ask;
+    c->asks = asks;
     clock_gettime(CLOCK_MONOTONIC, &c->t0);
     const uint8_t *data = (const uint8_t *)natsMsg_GetData(msg);
     size_t len = (size_t)natsMsg_GetDataLength(msg);
@@ -1283,6 +1325,171 @@ static int on_ask(void *ud, uint64_t call_id, const char *tool,
 }
 
 /* <prefix>.host.<id>.permit.<call_id>.<nonce>: a caller's answer. */
+/* th_front_ops.ask_client: a tool's sampling or form, to a caller that
+ * said it answers that kind (Toolhost-Client-Asks): a `client_ask`
+ * message on its reply subject (header Toolhost-Ask-Kind, body the
+ * request as msgpack), NATS reply subject
+ * <prefix>[.u.<user>].host.<id>.answer.<ask_id>.<nonce>, where the caller
+ * publishes its answer (on_answer).  Any other caller: the tool hears it
+ * cannot ask (nonzero). */
+static int on_ask_client(void *ud, uint64_t call_id, uint64_t ask_id,
+                         int kind, const char *request, size_t len)
+{
+    nt_ts *ts = ud;
+    th_nats *f = ts->f;
+    json_t *j = json_loadb(request, len, 0, NULL);
+    th_buf b = TH_BUF_INIT;
+    int bad = !j || th_json_to_msgpack(j, &b) != 0;
+    json_decref(j);
+    nt_ask *a = bad ? NULL : calloc(1, sizeof *a);
+    uint8_t rnd[8];
+    if (!a || getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
+        free(a);
+        th_buf_destroy(&b);
+        return -1;
+    }
+    base16_encode_update(a->nonce, sizeof rnd, rnd);
+    a->nonce[2 * sizeof rnd] = '\0';
+    a->ask_id = ask_id;
+    char reply[256] = "", answer[320] = "";
+    natsConnection *cnc = NULL;
+    pthread_mutex_lock(&f->mu);
+    nt_call *c = f->live_calls;
+    uint64_t root = 0;
+    for (; c && c->id != call_id; c = c->next)
+        ;
+    if (!c) { /* a call a tool made: its outermost call's caller */
+        pthread_mutex_unlock(&f->mu);
+        root = ts->s ? th_call_origin(ts->s, call_id) : 0;
+        pthread_mutex_lock(&f->mu);
+        for (c = f->live_calls; c && root && c->id != root; c = c->next)
+            ;
+        if (!root)
+            c = NULL;
+    }
+    bool can = c && (c->asks & (1u << kind));
+    if (can) {
+        a->call_id = c->id;
+        a->user = c->user;
+        a->next = f->client_asks;
+        f->client_asks = a;
+        snprintf(reply, sizeof reply, "%s", c->reply);
+        cnc = c->nc;
+        if (f->per_user)
+            snprintf(answer, sizeof answer,
+                     "%s.u.%s.host.%s.answer.%" PRIu64 ".%s",
+                     f->nc_cfg->prefix, c->user, f->id, ask_id, a->nonce);
+        else
+            snprintf(answer, sizeof answer,
+                     "%s.host.%s.answer.%" PRIu64 ".%s", f->nc_cfg->prefix,
+                     f->id, ask_id, a->nonce);
+    }
+    pthread_mutex_unlock(&f->mu);
+    if (!can) {
+        free(a);
+        th_buf_destroy(&b);
+        return -1;
+    }
+    natsMsg *m = NULL;
+    natsStatus st = natsMsg_Create(&m, reply, answer, (const char *)b.data,
+                                   (int)b.len);
+    if (st == NATS_OK)
+        st = natsMsgHeader_Set(m, TH_NATS_H_KIND, "client_ask");
+    if (st == NATS_OK)
+        st = natsMsgHeader_Set(m, TH_NATS_H_HOST, f->id);
+    if (st == NATS_OK)
+        st = natsMsgHeader_Set(m, TH_NATS_H_ASK_KIND,
+                               kind == TOOLHOST_ASK_SAMPLING ? "sampling"
+                                                             : "form");
+    if (st == NATS_OK)
+        st = natsConnection_PublishMsg(cnc, m);
+    natsMsg_Destroy(m);
+    th_buf_destroy(&b);
+    if (st != NATS_OK) {
+        th_log_warn("nats: a tool's ask to its caller was lost: %s",
+                    natsStatus_GetText(st));
+        /* (the entry goes with its call; the tool hears nothing: fail
+         * it now) */
+        th_call_client_answer(ask_id, TOOLHOST_ECANCELLED, NULL, 0);
+    }
+    return 0;
+}
+
+/* <prefix>[.u.<user>].host.<id>.answer.<ask_id>.<nonce>: a caller's
+ * answer to a client_ask (body: the answer as msgpack; header
+ * Toolhost-Error: 1 for an error).  Only the caller that was asked. */
+static void on_answer(natsConnection *nc, natsSubscription *sub,
+                      natsMsg *msg, void *closure)
+{
+    (void)nc;
+    (void)sub;
+    th_nats *f = closure;
+    const char *user = caller_of(f, msg, false);
+    if (!user || !handler_enter(f)) {
+        natsMsg_Destroy(msg);
+        return;
+    }
+    const char *subj = natsMsg_GetSubject(msg);
+    const char *reply = natsMsg_GetReply(msg);
+    const char *nonce = strrchr(subj, '.');
+    const char *p = nonce;
+    while (p && p > subj && p[-1] != '.')
+        p--;
+    uint64_t id = p ? strtoull(p, NULL, 10) : 0;
+    pthread_mutex_lock(&f->mu);
+    nt_ask **pp = &f->client_asks;
+    while (*pp && !((*pp)->ask_id == id && nonce &&
+                    strcmp((*pp)->nonce, nonce + 1) == 0))
+        pp = &(*pp)->next;
+    nt_ask *a = *pp;
+    bool theirs = a && strcmp(a->user, user) != 0;
+    if (a && !theirs)
+        *pp = a->next;
+    else
+        a = NULL;
+    pthread_mutex_unlock(&f->mu);
+    int rc = theirs ? TH_EPERM : !a ? TH_ENOTFOUND : 0;
+    if (a) {
+        const char *ev = NULL;
+        bool error = natsMsgHeader_Get(msg, TH_NATS_H_ERROR, &ev) ==
+                         NATS_OK && ev && strcmp(ev, "1") == 0;
+        th_error err;
+        json_t *j = th_json_from_msgpack_lossy(
+            (const uint8_t *)natsMsg_GetData(msg),
+            (size_t)natsMsg_GetDataLength(msg), &err);
+        char *txt = j ? json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+        json_decref(j);
+        if (!txt)
+            rc = TH_EINVAL;
+        th_call_client_answer(a->ask_id,
+                              !txt    ? TOOLHOST_FAILED
+                              : error ? TOOLHOST_FAILED
+                                      : 0,
+                              txt ? txt : "\"the answer was not msgpack\"",
+                              txt ? strlen(txt) : 27);
+        free(txt);
+        free(a);
+    }
+    if (theirs)
+        note_refusal(f, user, "it answered an ask sent to another user");
+    if (reply && *reply) {
+        if (rc == 0) {
+            static const uint8_t ok[] = {0x81, 0xa2, 'o', 'k', 0xc3};
+            publish(f, f->nc, reply, "answer", NULL, ok, sizeof ok);
+        } else {
+            publish_error(f, f->nc, reply, rc,
+                          rc == TH_EINVAL ? "the answer must be msgpack"
+                          : rc == TH_EPERM
+                              ? "this ask was sent to another caller: only "
+                                "its caller may answer it"
+                              : "no tool waits for this answer (answered, "
+                                "or its call ended)");
+        }
+    }
+    natsMsg_Destroy(msg);
+    handler_leave(f);
+}
+
 static void on_permit(natsConnection *nc, natsSubscription *sub,
                       natsMsg *msg, void *closure)
 {
@@ -2066,6 +2273,9 @@ static void nats_free(th_nats *f)
         f->sess = x->next;
         free(x);
     }
+    pthread_mutex_lock(&f->mu);
+    asks_drop_locked(f, 0);
+    pthread_mutex_unlock(&f->mu);
     tasks_free(f);
     memset(f->rkey, 0, sizeof f->rkey);
     if (f->nc_bulk)
@@ -2387,6 +2597,7 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
         /* a reload that adds or removes tools (un)subscribes them */
         ops.tools_changed = on_tools_changed;
         ops.ask_permission = on_ask;
+        ops.ask_client = on_ask_client;
         ts->s = th_session_open(h, &who, &ops, ts);
         if (!ts->s)
             rc = th_error_set(err, TH_ENOMEM, "out of memory");
@@ -2433,6 +2644,12 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
         snprintf(subj, sizeof subj, "%s%s.host.%s.permit.>",
                  cfg->nats.prefix, f->per_user ? ".u.*" : "", f->id);
         rc = sub_plain(f, subj, NULL, on_permit, err);
+    }
+    if (rc == 0) { /* callers' answers to a tool's ask_client() */
+        char subj[256];
+        snprintf(subj, sizeof subj, "%s%s.host.%s.answer.>",
+                 f->nc_cfg->prefix, f->per_user ? ".u.*" : "", f->id);
+        rc = sub_plain(f, subj, NULL, on_answer, err);
     }
     if (rc == 0) { /* calls addressed to this host (a caller's retry) */
         char subj[256];

@@ -30,6 +30,14 @@ typedef struct th_nats th_nats;
 #define TH_NATS_H_HOST "Toolhost-Host"  /* reply: the host's id            */
 #define TH_NATS_H_ASK "Toolhost-Ask"    /* request: "1": the caller answers
                                            `ask` messages (docs/scale.md)  */
+#define TH_NATS_H_CLIENT_ASKS "Toolhost-Client-Asks" /* request: what the
+                                           caller answers when the tool
+                                           asks it: "sampling", "form" or
+                                           both, comma-separated          */
+#define TH_NATS_H_ASK_KIND "Toolhost-Ask-Kind" /* client_ask: sampling or
+                                           form                            */
+#define TH_NATS_H_ERROR "Toolhost-Error" /* an answer to client_ask: "1",
+                                           the body is the error           */
 #define TH_NATS_H_START_BY "Toolhost-Start-By" /* request: Unix ms by which
                                            a host must take the call: it
                                            answers `took` at once, and
