@@ -125,11 +125,11 @@ struct th_nats {
      * replies never wait in the buffer of one that is down (call_nc). */
     natsOptions *opts_bulk;
     _Atomic(natsConnection *) nc_bulk;
-    pthread_mutex_t bulk_mu; /* making one; bulk_all, bulk_stopped */
+    pthread_mutex_t bulk_mu; /* making one; bulk_all */
     natsConnection **bulk_all; /* every one made: destroyed at free (a
                                   call may still name a closed one) */
     size_t n_bulk_all;
-    bool bulk_stopped;
+    atomic_bool bulk_stopped;
     int bulk_open; /* (mu) made, their closed callback still to come */
     nt_ts *ts;
     size_t n_ts;
@@ -2239,7 +2239,8 @@ static void bulk_open(th_nats *f, bool say)
         return;
     pthread_mutex_lock(&f->bulk_mu);
     natsConnection *cur = atomic_load(&f->nc_bulk);
-    if (f->bulk_stopped || (cur && !natsConnection_IsClosed(cur))) {
+    if (atomic_load(&f->bulk_stopped) ||
+        (cur && !natsConnection_IsClosed(cur))) {
         pthread_mutex_unlock(&f->bulk_mu);
         return;
     }
@@ -2281,8 +2282,18 @@ static void bulk_open(th_nats *f, bool say)
  * connection made: false when one did not come (f must not be freed). */
 static bool bulk_close(th_nats *f)
 {
-    pthread_mutex_lock(&f->bulk_mu);
-    f->bulk_stopped = true; /* none made any more */
+    atomic_store(&f->bulk_stopped, true); /* none made any more */
+    /* bounded: one being made (bulk_open, on the library's callback
+     * thread) against a server that never answers its handshake */
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += 5;
+    if (pthread_mutex_timedlock(&f->bulk_mu, &dl) != 0) {
+        th_log_error("nats: stopping: the reply batching connection is "
+                     "still being made after 5 s (the server does not "
+                     "answer it)");
+        return false;
+    }
     natsConnection *b = atomic_load(&f->nc_bulk);
     pthread_mutex_unlock(&f->bulk_mu);
     if (b) {
@@ -2295,7 +2306,6 @@ static bool bulk_close(th_nats *f)
                         "lost", tf(st));
         natsConnection_Close(b);
     }
-    struct timespec dl;
     clock_gettime(CLOCK_REALTIME, &dl);
     dl.tv_sec += 5;
     pthread_mutex_lock(&f->mu);

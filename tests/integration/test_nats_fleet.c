@@ -37,8 +37,11 @@ static int suite_init(void)
     return 0;
 }
 
+static void relay_cleanup(void);
+
 static int suite_clean(void)
 {
+    relay_cleanup();
     if (G.dir)
         gnatsd_free(&G);
     nats_CloseAndWait(2000);
@@ -190,7 +193,12 @@ typedef struct relay {
     int c[16], s[16];
     int kind[16]; /* 0 not known yet, 1 the host's own, 2 replies */
     int n;
+    bool running;
 } relay;
+
+/* (static: a failed assertion leaves its thread running until
+ * suite_clean) */
+static relay RL;
 
 static void relay_drop(relay *r, int i)
 {
@@ -286,14 +294,23 @@ static int relay_start(relay *r, int dport)
         getsockname(r->lfd, (struct sockaddr *)&sa, &sl) != 0)
         return -1;
     r->port = ntohs(sa.sin_port);
-    return pthread_create(&r->th, NULL, relay_main, r) == 0 ? 0 : -1;
+    r->running = pthread_create(&r->th, NULL, relay_main, r) == 0;
+    return r->running ? 0 : -1;
 }
 
 static void relay_stop(relay *r)
 {
+    if (!r->running)
+        return;
     atomic_store(&r->stop, true);
     pthread_join(r->th, NULL);
     close(r->lfd);
+    r->running = false;
+}
+
+static void relay_cleanup(void)
+{
+    relay_stop(&RL);
 }
 
 /* The reply batching connection lost while the host's own stays up, and
@@ -304,10 +321,11 @@ static void relay_stop(relay *r)
 static void test_reply_batching_conn_lost(void)
 {
     NEED_SERVER();
-    relay rl;
-    CU_ASSERT_FATAL(relay_start(&rl, G.port) == 0);
+    relay_stop(&RL);
+    relay *rl = &RL;
+    CU_ASSERT_FATAL(relay_start(rl, G.port) == 0);
     char url[64];
-    snprintf(url, sizeof url, "nats://127.0.0.1:%d", rl.port);
+    snprintf(url, sizeof url, "nats://127.0.0.1:%d", rl->port);
     rpc_srv h;
     char id[40];
     CU_ASSERT_FATAL(host_start(&h, id, url, "rk", "rk", "echo, echo_async",
@@ -341,8 +359,8 @@ static void test_reply_batching_conn_lost(void)
     while (done < N && rpc_now_ms() < end) {
         if (!broke && acked > 0) {
             early = done;
-            atomic_store(&rl.refuse_replies, true);
-            atomic_store(&rl.kill_replies, true);
+            atomic_store(&rl->refuse_replies, true);
+            atomic_store(&rl->kill_replies, true);
             broke = true;
         }
         natsMsg *m = NULL;
@@ -377,7 +395,7 @@ static void test_reply_batching_conn_lost(void)
     natsConnection_Destroy(nc);
     CU_ASSERT_EQUAL(rpc_srv_stop(&h, SIGTERM), 0);
     rpc_srv_free(&h);
-    relay_stop(&rl);
+    relay_stop(rl);
 }
 
 /* 1. A reload that adds a tool subscribes it (callable, in $SRV.INFO); one
