@@ -119,10 +119,19 @@ struct th_nats {
      * every reply of its own go there, and the library writes them out
      * together within about a millisecond: under load one write carries
      * many replies; a call alone is answered at once on nc.  NULL: off,
-     * or it could not connect (said in the log). */
+     * or it could not connect (said in the log).  It is made only while
+     * nc is up and never reconnects by itself: it is made again when nc
+     * reconnects (bulk_open), so that it never takes the place of nc on a
+     * server that allows the host's user one connection, and a call's
+     * replies never wait in the buffer of one that is down (call_nc). */
     natsOptions *opts_bulk;
-    natsConnection *nc_bulk;
-    bool bulk_closed; /* (mu) its closed callback ran */
+    _Atomic(natsConnection *) nc_bulk;
+    pthread_mutex_t bulk_mu; /* making one; bulk_all */
+    natsConnection **bulk_all; /* every one made: destroyed at free (a
+                                  call may still name a closed one) */
+    size_t n_bulk_all;
+    atomic_bool bulk_stopped;
+    int bulk_open; /* (mu) made, their closed callback still to come */
     nt_ts *ts;
     size_t n_ts;
     /* Every endpoint ever served, live or removed by a reload (a call in
@@ -196,7 +205,8 @@ typedef struct nt_call {
     char tok[NT_TOK_LEN + 1]; /* its task's name on NATS, once acked */
     struct timespec t0;
     bool acked;
-    natsConnection *nc; /* where each of its replies goes, in order */
+    /* where each of its replies goes, in order (call_nc) */
+    _Atomic(natsConnection *) nc;
     /* `ask` rules (docs/scale.md): the caller said it answers asks
      * (Toolhost-Ask: 1); while one is open, `nonce` names it */
     bool can_ask, asking;
@@ -609,8 +619,11 @@ static void publish_st(th_nats *f, natsConnection *nc, const char *subj,
     }
     if (st == NATS_OK && stored >= 0)
         st = natsMsgHeader_Set(m, TH_NATS_H_STORED, stored ? "1" : "0");
-    if (st == NATS_OK)
+    if (st == NATS_OK) {
         st = natsConnection_PublishMsg(nc, m);
+        if (st != NATS_OK && nc != f->nc) /* the batching one, just lost */
+            st = natsConnection_PublishMsg(f->nc, m);
+    }
     if (st != NATS_OK)
         th_log_warn("nats: reply to %s lost: %s", subj,
                     natsStatus_GetText(st));
@@ -937,6 +950,20 @@ static void count(nt_call *c, const th_result *r)
     }
 }
 
+/* The connection for a call's next reply: the one it got, unless that is
+ * a reply batching connection that is no longer up (it closes when lost):
+ * then the host's own, for this reply and the rest of the call's. */
+static natsConnection *call_nc(nt_call *c)
+{
+    natsConnection *nc = atomic_load(&c->nc);
+    if (nc != c->f->nc &&
+        natsConnection_Status(nc) != NATS_CONN_STATUS_CONNECTED) {
+        nc = c->f->nc;
+        atomic_store(&c->nc, nc);
+    }
+    return nc;
+}
+
 static void on_event(const th_event *ev, void *ud)
 {
     nt_call *c = ud;
@@ -947,12 +974,13 @@ static void on_event(const th_event *ev, void *ud)
             c->acked = true;
             if (ev->result->task_id && !c->tok[0])
                 task_add(f, c, ev->result->task_id);
-            publish_result_ex(f, c->nc, c->reply, "ack", ev->result, c->tok, NULL);
+            publish_result_ex(f, call_nc(c), c->reply, "ack", ev->result,
+                              c->tok, NULL);
             return;
         }
         count(c, ev->result);
-        publish_result_ex(f, c->nc, c->reply, "result", ev->result, c->tok,
-                          c->acked ? c : NULL);
+        publish_result_ex(f, call_nc(c), c->reply, "result", ev->result,
+                          c->tok, c->acked ? c : NULL);
         task_ended(f, c->tok);
         call_end(c);
         return;
@@ -969,14 +997,15 @@ static void on_event(const th_event *ev, void *ud)
         msgpack_packer pk;
         msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
         if (th_codec_pack_progress(&pk, &p) == 0)
-            publish(f, c->nc, c->reply, "progress", c->tok, b.data, b.len);
+            publish(f, call_nc(c), c->reply, "progress", c->tok, b.data,
+                    b.len);
         th_buf_destroy(&b);
         return;
     }
     case TH_EV_DONE:
         count(c, ev->result);
-        publish_result_ex(f, c->nc, c->reply, "result", ev->result, c->tok,
-                          c->acked ? c : NULL);
+        publish_result_ex(f, call_nc(c), c->reply, "result", ev->result,
+                          c->tok, c->acked ? c : NULL);
         task_ended(f, c->tok);
         call_end(c);
         return;
@@ -1193,10 +1222,10 @@ out:
 static natsConnection *reply_conn(th_nats *f, natsSubscription *sub)
 {
     int msgs = 0, bytes = 0;
-    if (f->nc_bulk && natsSubscription_GetPending(sub, &msgs, &bytes) ==
-                          NATS_OK && msgs > 0 &&
-        natsConnection_Status(f->nc_bulk) == NATS_CONN_STATUS_CONNECTED)
-        return f->nc_bulk;
+    natsConnection *b = atomic_load(&f->nc_bulk);
+    if (b && natsSubscription_GetPending(sub, &msgs, &bytes) == NATS_OK &&
+        msgs > 0 && natsConnection_Status(b) == NATS_CONN_STATUS_CONNECTED)
+        return b;
     return f->nc;
 }
 
@@ -1263,7 +1292,7 @@ static int on_ask(void *ud, uint64_t call_id, const char *tool,
         ;
     bool can = c && c->can_ask && !c->asking;
     char reply[256] = "", permit[300] = "";
-    natsConnection *cnc = c ? c->nc : f->nc; /* after the call's `took` */
+    natsConnection *cnc = c ? call_nc(c) : f->nc; /* after its `took` */
     if (can) {
         uint8_t rnd[8];
         if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
@@ -1862,46 +1891,36 @@ out:
 
 /* ---- Connection events -------------------------------------------------- */
 
-/* A connection lost, said unless the host is stopping. */
-static void say_disconnected(th_nats *f, const char *what)
-{
-    pthread_mutex_lock(&f->mu);
-    bool stopping = f->stopping;
-    pthread_mutex_unlock(&f->mu);
-    if (!stopping)
-        th_log_warn("nats: %s; reconnecting", what);
-}
-
 static void on_disconnected(natsConnection *nc, void *ud)
-{
-    (void)nc;
-    say_disconnected(ud, "disconnected from the server");
-}
-
-static void on_bulk_disconnected(natsConnection *nc, void *ud)
-{
-    (void)nc;
-    say_disconnected(ud, "the reply batching connection was disconnected "
-                         "(its replies wait in the client's buffer)");
-}
-
-/* (a callback makes the library connect in the background: without one
- * natsConnection_Connect would block until the server is up) */
-static void on_bulk_connected(natsConnection *nc, void *ud)
-{
-    (void)nc;
-    (void)ud;
-    th_log_debug("nats: the reply batching connection is up");
-}
-
-static void on_bulk_closed(natsConnection *nc, void *ud)
 {
     (void)nc;
     th_nats *f = ud;
     pthread_mutex_lock(&f->mu);
-    f->bulk_closed = true;
+    bool stopping = f->stopping;
+    pthread_mutex_unlock(&f->mu);
+    if (!stopping)
+        th_log_warn("nats: disconnected from the server; reconnecting");
+}
+
+/* A reply batching connection's last callback: lost (it does not
+ * reconnect by itself: bulk_open makes another when nc reconnects), refused
+ * by the server after it connected (its connection limit), or closed at
+ * stop. */
+static void on_bulk_closed(natsConnection *nc, void *ud)
+{
+    th_nats *f = ud;
+    const char *why = NULL;
+    natsStatus st = natsConnection_GetLastError(nc, &why);
+    pthread_mutex_lock(&f->mu);
+    bool stopping = f->stopping;
+    f->bulk_open--;
     pthread_cond_broadcast(&f->cv);
     pthread_mutex_unlock(&f->mu);
+    if (!stopping)
+        th_log_warn("nats: reply batching off: its connection closed (%s); "
+                    "every reply goes on the host's connection until that "
+                    "one reconnects",
+                    st != NATS_OK && why && *why ? why : "disconnected");
 }
 
 /* The connection's last callback: after it the library's callback thread
@@ -1916,22 +1935,24 @@ static void on_closed(natsConnection *nc, void *ud)
     pthread_mutex_unlock(&f->mu);
 }
 
+static void bulk_open(th_nats *f, bool say);
+
 static void on_reconnected(natsConnection *nc, void *ud)
 {
-    (void)ud;
     char url[256] = "";
     natsConnection_GetConnectedUrl(nc, url, sizeof url);
     th_log_info("nats: reconnected to %s; subscriptions restored", url);
+    bulk_open(ud, true); /* after nc: never in its place */
 }
 
 /* The first connect, made in the background (the server was not up when
  * the host started); the subscriptions made meanwhile are sent now. */
 static void on_late_connect(natsConnection *nc, void *ud)
 {
-    (void)ud;
     char url[256] = "";
     natsConnection_GetConnectedUrl(nc, url, sizeof url);
     th_log_info("nats: connected to %s", url);
+    bulk_open(ud, true);
 }
 
 /* The NATS client says "slow consumer" each time a subscription starts
@@ -2278,8 +2299,9 @@ static void nats_free(th_nats *f)
     pthread_mutex_unlock(&f->mu);
     tasks_free(f);
     memset(f->rkey, 0, sizeof f->rkey);
-    if (f->nc_bulk)
-        natsConnection_Destroy(f->nc_bulk);
+    for (size_t i = 0; i < f->n_bulk_all; i++)
+        natsConnection_Destroy(f->bulk_all[i]);
+    free(f->bulk_all);
     natsOptions_Destroy(f->opts_bulk);
     if (f->nc)
         natsConnection_Destroy(f->nc);
@@ -2295,6 +2317,7 @@ static void nats_free(th_nats *f)
     pthread_mutex_destroy(&f->sess_mu);
     pthread_mutex_destroy(&f->tasks_mu);
     pthread_mutex_destroy(&f->note_mu);
+    pthread_mutex_destroy(&f->bulk_mu);
     pthread_cond_destroy(&f->cv);
     free(f);
 }
@@ -2390,8 +2413,8 @@ static natsStatus set_options(th_nats *f, natsOptions *o, bool replies)
          * with whatever else was published meanwhile */
         if (st == NATS_OK)
             st = natsOptions_SetSendAsap(o, false);
-        if (st == NATS_OK)
-            st = natsOptions_SetDisconnectedCB(o, on_bulk_disconnected, f);
+        if (st == NATS_OK) /* lost: closed; made again after nc */
+            st = natsOptions_SetAllowReconnect(o, false);
         if (st == NATS_OK)
             st = natsOptions_SetClosedCB(o, on_bulk_closed, f);
         return st;
@@ -2413,54 +2436,93 @@ static natsStatus set_options(th_nats *f, natsOptions *o, bool replies)
     return st;
 }
 
-/* The reply batching connection (nats.reply_batching): made after the
- * host's own, in the background when the server is not up yet (replies
- * published meanwhile wait in the library's buffer).  One that cannot be
- * made (the server's connection limit for this user) leaves batching off:
- * every reply on the host's connection. */
-static void bulk_connect(th_nats *f)
+/* The reply batching connection (nats.reply_batching): made while the
+ * host's own connection is up - at start, and again each time that one
+ * (re)connects after this one was lost - never before it (a server that
+ * allows the host's user one connection gives it to nc).  One that cannot
+ * be made, or that the server closes, leaves batching off until then: every
+ * reply on the host's connection (said in the log).  `say`: log when it is
+ * on (the serving line says so at start). */
+static void bulk_open(th_nats *f, bool say)
 {
     if (f->nc_cfg->no_reply_batching)
         return;
-    natsStatus st = natsOptions_Create(&f->opts_bulk);
-    if (st == NATS_OK)
-        st = set_options(f, f->opts_bulk, true);
-    if (st == NATS_OK)
-        st = natsOptions_SetRetryOnFailedConnect(f->opts_bulk, true,
-                                                 on_bulk_connected, f);
-    if (st == NATS_OK) {
-        st = natsConnection_Connect(&f->nc_bulk, f->opts_bulk);
-        if (st == NATS_NOT_YET_CONNECTED)
-            st = NATS_OK;
-    }
-    if (st != NATS_OK) {
-        th_log_warn("nats: no reply batching: its second connection "
-                    "failed (%s); every reply goes on the host's "
-                    "connection", tf(st));
-        natsConnection_Destroy(f->nc_bulk);
-        f->nc_bulk = NULL;
+    pthread_mutex_lock(&f->bulk_mu);
+    natsConnection *cur = atomic_load(&f->nc_bulk);
+    if (atomic_load(&f->bulk_stopped) ||
+        (cur && !natsConnection_IsClosed(cur))) {
+        pthread_mutex_unlock(&f->bulk_mu);
         return;
     }
+    natsStatus st = NATS_OK;
+    natsConnection **all =
+        realloc(f->bulk_all, (f->n_bulk_all + 1) * sizeof *all);
+    if (!all)
+        st = NATS_NO_MEMORY;
+    else
+        f->bulk_all = all;
+    if (st == NATS_OK && !f->opts_bulk) {
+        st = natsOptions_Create(&f->opts_bulk);
+        if (st == NATS_OK)
+            st = set_options(f, f->opts_bulk, true);
+    }
+    natsConnection *nc = NULL;
+    if (st == NATS_OK)
+        st = natsConnection_Connect(&nc, f->opts_bulk);
+    if (st != NATS_OK) {
+        const char *why = nats_GetLastError(NULL);
+        th_log_warn("nats: reply batching off: its second connection "
+                    "failed (%s%s%s); every reply goes on the host's "
+                    "connection until that one reconnects",
+                    tf(st), why && *why ? ": " : "", why ? why : "");
+    } else {
+        pthread_mutex_lock(&f->mu);
+        f->bulk_open++;
+        pthread_mutex_unlock(&f->mu);
+        f->bulk_all[f->n_bulk_all++] = nc;
+        atomic_store(&f->nc_bulk, nc);
+        if (say)
+            th_log_info("nats: reply batching on");
+    }
+    pthread_mutex_unlock(&f->bulk_mu);
 }
 
 /* Flushes and closes nc_bulk: after every reply of th_nats_stop() was
- * published.  Waits (bounded) for its closed callback: false when it did
- * not come (f must not be freed). */
+ * published.  Waits (bounded) for the closed callback of every batching
+ * connection made: false when one did not come (f must not be freed). */
 static bool bulk_close(th_nats *f)
 {
-    if (!f->nc_bulk)
-        return true;
-    if (natsConnection_Status(f->nc_bulk) == NATS_CONN_STATUS_CONNECTED)
-        natsConnection_FlushTimeout(f->nc_bulk, 1000);
-    natsConnection_Close(f->nc_bulk);
+    atomic_store(&f->bulk_stopped, true); /* none made any more */
+    /* bounded: one being made (bulk_open, on the library's callback
+     * thread) against a server that never answers its handshake */
     struct timespec dl;
     clock_gettime(CLOCK_REALTIME, &dl);
     dl.tv_sec += 5;
+    if (pthread_mutex_timedlock(&f->bulk_mu, &dl) != 0) {
+        th_log_error("nats: stopping: the reply batching connection is "
+                     "still being made after 5 s (the server does not "
+                     "answer it)");
+        return false;
+    }
+    natsConnection *b = atomic_load(&f->nc_bulk);
+    pthread_mutex_unlock(&f->bulk_mu);
+    if (b) {
+        natsStatus st = NATS_OK;
+        if (natsConnection_Status(b) == NATS_CONN_STATUS_CONNECTED)
+            st = natsConnection_FlushTimeout(b, 1000);
+        if (st != NATS_OK)
+            th_log_warn("nats: stopping: the reply batching connection did "
+                        "not flush (%s): replies still in its buffer are "
+                        "lost", tf(st));
+        natsConnection_Close(b);
+    }
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += 5;
     pthread_mutex_lock(&f->mu);
-    while (!f->bulk_closed &&
+    while (f->bulk_open > 0 &&
            pthread_cond_timedwait(&f->cv, &f->mu, &dl) == 0)
         ;
-    bool closed = f->bulk_closed;
+    bool closed = f->bulk_open <= 0;
     pthread_mutex_unlock(&f->mu);
     return closed;
 }
@@ -2552,6 +2614,7 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
     pthread_mutex_init(&f->sess_mu, NULL);
     pthread_mutex_init(&f->tasks_mu, NULL);
     pthread_mutex_init(&f->note_mu, NULL);
+    pthread_mutex_init(&f->bulk_mu, NULL);
     pthread_cond_init(&f->cv, NULL);
     f->per_user = cfg->nats.n_users > 0;
     make_id(f);
@@ -2614,8 +2677,9 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
     natsConnection *nc = NULL;
     if (rc == 0)
         rc = connect_first(f, &nc, err);
-    if (rc == 0 && nc)
-        bulk_connect(f); /* before any subscription delivers */
+    if (rc == 0 && nc &&
+        natsConnection_Status(nc) == NATS_CONN_STATUS_CONNECTED)
+        bulk_open(f, false); /* else once nc is (on_late_connect) */
     pthread_mutex_lock(&f->eps_mu);
     f->nc = nc;
     for (size_t i = 0; rc == 0 && i < f->n_ts; i++)
@@ -2688,7 +2752,7 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
                 f->per_user ? ", callers told apart by nats.users"
                             : "; no nats.users: every caller runs as "
                               "nats.as_user",
-                f->nc_bulk ? "on" : "off");
+                atomic_load(&f->nc_bulk) ? "on" : "off");
     *out = f;
     return 0;
 }
@@ -2769,7 +2833,7 @@ void th_nats_stop(th_nats *f)
     pthread_mutex_unlock(&f->mu);
     for (nt_call *c = left, *next; c; c = next) {
         next = c->next;
-        publish_error(f, c->nc, c->reply, TH_ECANCELLED,
+        publish_error(f, call_nc(c), c->reply, TH_ECANCELLED,
                       "the host is stopping: the call was cancelled");
         free(c);
     }

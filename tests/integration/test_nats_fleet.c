@@ -5,11 +5,14 @@
  * cluster with routes survives losing the server a host was connected to;
  * TLS and passwords, a wrong one refused at start; `toolhost call
  * --connect nats://` retries an idempotent tool once on another host and
- * not a tool that is not.  Skipped when nats-server is not installed. */
+ * not a tool that is not; reply batching's second connection on a server
+ * that allows one connection, and lost alone.  Skipped when nats-server
+ * is not installed. */
 #include "test_nats_harness.h"
 
 #include <CUnit/CUnit.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 /* One nats-server with JetStream, no auth, for the suite. */
 static gnatsd G;
@@ -34,8 +37,11 @@ static int suite_init(void)
     return 0;
 }
 
+static void relay_cleanup(void);
+
 static int suite_clean(void)
 {
+    relay_cleanup();
     if (G.dir)
         gnatsd_free(&G);
     nats_CloseAndWait(2000);
@@ -111,6 +117,285 @@ static void test_late_server(void)
     CU_ASSERT_EQUAL(rpc_srv_stop(&h, SIGTERM), 0);
     rpc_srv_free(&h);
     gnatsd_free(&s);
+}
+
+/* An operator's NATS server that lets the hosts' account hold one
+ * connection (docs/scale.md: a host with reply batching needs two).  The
+ * host starts before the server and the server restarts under it: each
+ * time the host's own connection - the one that serves - must be the one
+ * that gets in, never the reply batching connection (which would hold the
+ * account's only slot while the host serves nothing), and the host says
+ * that batching is off.  Callers are in another account that imports the
+ * hosts' subjects. */
+static void test_reply_batching_conn_limit(void)
+{
+    NEED_SERVER();
+    gnatsd s;
+    gnatsd_files(&s,
+                 "accounts {\n"
+                 "  H: {users: [{user: host, password: hostpw}],\n"
+                 "      limits: {max_connections: 1},\n"
+                 "      exports: [{service: \"rl.>\", response: stream}]}\n"
+                 "  A: {users: [{user: alice, password: alicepw}],\n"
+                 "      imports: [{service: {account: H, subject: "
+                 "\"rl.>\"}}]}\n"
+                 "}\n");
+    s.port = free_port();
+    char url[64];
+    snprintf(url, sizeof url, "nats://127.0.0.1:%d", s.port);
+    rpc_srv h;
+    char id[40];
+    CU_ASSERT_FATAL(host_start(&h, id, url, "rl", "rl", "echo",
+                               "  user: host\n  password: hostpw\n") == 0);
+    natsConnection *nc = NULL;
+    int served = 0;
+    enum { ROUNDS = 4 };
+    for (int round = 0; round < ROUNDS; round++) {
+        CU_ASSERT_FATAL(gnatsd_start(&s) == 0); /* that port */
+        if (!nc)
+            nc = nats_connect(url, "alice", "alicepw");
+        CU_ASSERT_FATAL(nc != NULL);
+        bool ok = false;
+        int64_t end = rpc_now_ms() + rpc_wait_ms();
+        while (!ok && rpc_now_ms() < end) {
+            natsMsg *r = NULL;
+            ok = request(nc, &r, "rl.public.echo", "{\"text\":\"hi\"}",
+                         500) == NATS_OK &&
+                 reply_ok(r, "hi");
+            natsMsg_Destroy(r);
+            if (!ok)
+                usleep(50000);
+        }
+        served += ok;
+        if (!ok)
+            break;
+        gnatsd_kill(&s, SIGTERM);
+    }
+    fprintf(stderr, "\n  one connection allowed: served after %d of %d "
+            "server starts\n", served, ROUNDS);
+    CU_ASSERT_EQUAL(served, ROUNDS);
+    CU_ASSERT(rpc_log_wait(&h, "reply batching off", rpc_wait_ms()));
+    if (nc)
+        natsConnection_Destroy(nc);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&h, SIGTERM), 0);
+    rpc_srv_free(&h);
+    gnatsd_free(&s);
+}
+
+/* A TCP relay between a host and the suite's server that can break the
+ * host's reply batching connection alone (its CONNECT names it
+ * toolhost-<id>-replies) and refuse it when it comes back: a server that
+ * closes that one connection, its connection limit reached meanwhile. */
+typedef struct relay {
+    int lfd, port, dport;
+    pthread_t th;
+    atomic_bool stop, kill_replies, refuse_replies;
+    int c[16], s[16];
+    int kind[16]; /* 0 not known yet, 1 the host's own, 2 replies */
+    int n;
+    bool running;
+} relay;
+
+/* (static: a failed assertion leaves its thread running until
+ * suite_clean) */
+static relay RL;
+
+static void relay_drop(relay *r, int i)
+{
+    close(r->c[i]);
+    close(r->s[i]);
+    r->n--;
+    r->c[i] = r->c[r->n];
+    r->s[i] = r->s[r->n];
+    r->kind[i] = r->kind[r->n];
+}
+
+static void *relay_main(void *ud)
+{
+    relay *r = ud;
+    char buf[65536];
+    while (!atomic_load(&r->stop)) {
+        if (atomic_exchange(&r->kill_replies, false))
+            for (int i = r->n - 1; i >= 0; i--)
+                if (r->kind[i] == 2)
+                    relay_drop(r, i);
+        struct pollfd p[33];
+        int np = 0;
+        p[np++] = (struct pollfd){.fd = r->lfd, .events = POLLIN};
+        for (int i = 0; i < r->n; i++) {
+            p[np++] = (struct pollfd){.fd = r->c[i], .events = POLLIN};
+            p[np++] = (struct pollfd){.fd = r->s[i], .events = POLLIN};
+        }
+        if (poll(p, (nfds_t)np, 20) <= 0)
+            continue;
+        for (int i = r->n - 1; i >= 0; i--) {
+            for (int dir = 0; dir < 2; dir++) {
+                struct pollfd *q = &p[1 + 2 * i + dir];
+                if (!(q->revents & (POLLIN | POLLHUP | POLLERR)))
+                    continue;
+                ssize_t k = read(q->fd, buf, sizeof buf);
+                bool bad = k <= 0;
+                if (!bad && dir == 0 && r->kind[i] == 0) {
+                    r->kind[i] = memmem(buf, (size_t)k, "-replies\"", 9)
+                                     ? 2
+                                     : 1;
+                    bad = r->kind[i] == 2 &&
+                          atomic_load(&r->refuse_replies);
+                }
+                if (!bad) {
+                    int to = dir == 0 ? r->s[i] : r->c[i];
+                    for (ssize_t off = 0; off < k && !bad;) {
+                        ssize_t w = write(to, buf + off, (size_t)(k - off));
+                        bad = w <= 0;
+                        off += w > 0 ? w : 0;
+                    }
+                }
+                if (bad) {
+                    relay_drop(r, i);
+                    break;
+                }
+            }
+        }
+        if ((p[0].revents & POLLIN) && r->n < 16) {
+            int c = accept4(r->lfd, NULL, NULL, SOCK_CLOEXEC);
+            int sfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            struct sockaddr_in sa = {.sin_family = AF_INET};
+            sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+            sa.sin_port = htons((uint16_t)r->dport);
+            if (c >= 0 && sfd >= 0 &&
+                connect(sfd, (struct sockaddr *)&sa, sizeof sa) == 0) {
+                r->c[r->n] = c;
+                r->s[r->n] = sfd;
+                r->kind[r->n] = 0;
+                r->n++;
+            } else {
+                if (c >= 0)
+                    close(c);
+                if (sfd >= 0)
+                    close(sfd);
+            }
+        }
+    }
+    while (r->n)
+        relay_drop(r, 0);
+    return NULL;
+}
+
+static int relay_start(relay *r, int dport)
+{
+    memset(r, 0, sizeof *r);
+    r->dport = dport;
+    r->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t sl = sizeof sa;
+    if (r->lfd < 0 || bind(r->lfd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+        listen(r->lfd, 16) != 0 ||
+        getsockname(r->lfd, (struct sockaddr *)&sa, &sl) != 0)
+        return -1;
+    r->port = ntohs(sa.sin_port);
+    r->running = pthread_create(&r->th, NULL, relay_main, r) == 0;
+    return r->running ? 0 : -1;
+}
+
+static void relay_stop(relay *r)
+{
+    if (!r->running)
+        return;
+    atomic_store(&r->stop, true);
+    pthread_join(r->th, NULL);
+    close(r->lfd);
+    r->running = false;
+}
+
+static void relay_cleanup(void)
+{
+    relay_stop(&RL);
+}
+
+/* The reply batching connection lost while the host's own stays up, and
+ * refused when it comes back: the calls whose replies went on it (they
+ * came in a burst) still get their results - on the host's connection -
+ * rather than waiting in a buffer that is never sent, and the log says
+ * batching is off. */
+static void test_reply_batching_conn_lost(void)
+{
+    NEED_SERVER();
+    relay_stop(&RL);
+    relay *rl = &RL;
+    CU_ASSERT_FATAL(relay_start(rl, G.port) == 0);
+    char url[64];
+    snprintf(url, sizeof url, "nats://127.0.0.1:%d", rl->port);
+    rpc_srv h;
+    char id[40];
+    CU_ASSERT_FATAL(host_start(&h, id, url, "rk", "rk", "echo, echo_async",
+                               NULL) == 0);
+    CU_ASSERT(rpc_log_wait(&h, "reply batching on", rpc_wait_ms()));
+    natsConnection *nc = nats_connect(G_url, NULL, NULL);
+    CU_ASSERT_FATAL(nc != NULL);
+    natsSubscription *sub = NULL;
+    CU_ASSERT_FATAL(natsConnection_SubscribeSync(&sub, nc, "_INBOX.rk.*") ==
+                    NATS_OK);
+    natsSubscription_SetPendingLimits(sub, -1, -1);
+    natsConnection_Flush(nc);
+    enum { N = 6 };
+    int state[N] = {0}; /* 1 acked, 2 result */
+    th_buf a = TH_BUF_INIT;
+    /* each call runs 1 s at least: no result before the break below, at
+     * the first ack (the first call had the others waiting behind it: its
+     * replies go on the batching connection) */
+    rpc_pack_json(&a, "{\"text\":\"k\",\"steps\":2,\"delay_ms\":500}");
+    for (int i = 0; i < N; i++) {
+        char inbox[64];
+        snprintf(inbox, sizeof inbox, "_INBOX.rk.%d", i);
+        natsConnection_PublishRequest(nc, "rk.public.echo_async", inbox,
+                                      a.data, (int)a.len);
+    }
+    natsConnection_Flush(nc);
+    th_buf_destroy(&a);
+    int acked = 0, done = 0, early = 0, bad = 0;
+    bool broke = false;
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    while (done < N && rpc_now_ms() < end) {
+        if (!broke && acked > 0) {
+            early = done;
+            atomic_store(&rl->refuse_replies, true);
+            atomic_store(&rl->kill_replies, true);
+            broke = true;
+        }
+        natsMsg *m = NULL;
+        if (natsSubscription_NextMsg(&m, sub, 100) != NATS_OK)
+            continue;
+        int i = atoi(natsMsg_GetSubject(m) + strlen("_INBOX.rk."));
+        CU_ASSERT_FATAL(i >= 0 && i < N);
+        const char *k = reply_kind(m);
+        /* (a reply in flight when the connection broke may be lost - NATS
+         * delivers at most once - but none comes after the result) */
+        if (strcmp(k, "ack") == 0) {
+            bad += state[i] != 0;
+            state[i] = 1;
+            acked++;
+        } else if (strcmp(k, "result") == 0) {
+            bad += state[i] == 2 || !reply_ok(m, "k");
+            state[i] = 2;
+            done++;
+        } else if (strcmp(k, "progress") != 0 || state[i] == 2)
+            bad++;
+        natsMsg_Destroy(m);
+    }
+    fprintf(stderr, "\n  batching connection lost: %d acked, %d results "
+            "(%d before the break), %d out of order\n", acked, done, early,
+            bad);
+    CU_ASSERT(broke);
+    CU_ASSERT_EQUAL(early, 0);
+    CU_ASSERT_EQUAL(done, N);
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT(rpc_log_wait(&h, "reply batching off", rpc_wait_ms()));
+    natsSubscription_Destroy(sub);
+    natsConnection_Destroy(nc);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&h, SIGTERM), 0);
+    rpc_srv_free(&h);
+    relay_stop(rl);
 }
 
 /* 1. A reload that adds a tool subscribes it (callable, in $SRV.INFO); one
@@ -1497,6 +1782,10 @@ void th_suite_nats_fleet(void)
 {
     CU_pSuite s = CU_add_suite("nats_fleet", suite_init, suite_clean);
     CU_add_test(s, "late_server", test_late_server);
+    CU_add_test(s, "reply_batching_conn_limit",
+                test_reply_batching_conn_limit);
+    CU_add_test(s, "reply_batching_conn_lost",
+                test_reply_batching_conn_lost);
     CU_add_test(s, "reload_endpoints", test_reload_endpoints);
     CU_add_test(s, "result_after_host_gone", test_result_after_host_gone);
     CU_add_test(s, "result_not_stored", test_result_not_stored);
