@@ -1403,7 +1403,7 @@ static int on_ask_client(void *ud, uint64_t call_id, uint64_t ask_id,
         a->next = f->client_asks;
         f->client_asks = a;
         snprintf(reply, sizeof reply, "%s", c->reply);
-        cnc = c->nc;
+        cnc = atomic_load(&c->nc);
         if (f->per_user)
             snprintf(answer, sizeof answer,
                      "%s.u.%s.host.%s.answer.%" PRIu64 ".%s",
@@ -1419,6 +1419,10 @@ static int on_ask_client(void *ud, uint64_t call_id, uint64_t ask_id,
         th_buf_destroy(&b);
         return -1;
     }
+    /* (as call_nc, without the call: it may end meanwhile) */
+    if (cnc != f->nc &&
+        natsConnection_Status(cnc) != NATS_CONN_STATUS_CONNECTED)
+        cnc = f->nc;
     natsMsg *m = NULL;
     natsStatus st = natsMsg_Create(&m, reply, answer, (const char *)b.data,
                                    (int)b.len);

@@ -23,6 +23,8 @@ static const char nats_conf[] =
     "                           \"id.u.*.tasks.result toolhost\",\n"
     "                           \"id.u.*.host.*.tasks.*\",\n"
     "                           \"id.u.*.host.*.permit.>\",\n"
+    "                           \"id.u.*.host.*.answer.>\",\n"
+    "                           \"id.u.*.askers.* toolhost\",\n"
     "                           \"id.u.*.host.*.call.>\",\n"
     "                           \"$SRV.>\", \"_INBOX.>\"]}\n"
     "       publish: {allow: [\"_INBOX.>\", \"$JS.API.>\", "
@@ -76,9 +78,14 @@ static int suite_init(void)
              "plugins:\n"
              "  - name: echo\n"
              "    path: @BUILD@/plugins/echo.so\n"
+             "  - name: conform_tools\n"
+             "    path: @BUILD@/fixtures/conform_tools.so\n"
              "toolsets:\n"
              "  - name: public\n"
              "    tools: [echo, echo_async]\n"
+             "    allow_users: [alice, bob]\n"
+             "  - name: askers\n"
+             "    tools: [test_elicitation, test_sampling]\n"
              "    allow_users: [alice, bob]\n"
              "  - name: asked\n"
              "    tools: [echo]\n"
@@ -90,7 +97,7 @@ static int suite_init(void)
              "nats:\n"
              "  prefix: id\n"
              "  name: idsvc\n"
-             "  toolsets: [public, asked]\n"
+             "  toolsets: [public, asked, askers]\n"
              "  users: [alice, bob]\n"
              "  user: host\n"
              "  password: hostpw\n"
@@ -551,6 +558,100 @@ static void test_ask_bound(void)
     client_close(&b);
 }
 
+/* A tool's ask_client() over NATS: a client_ask on the caller's inbox,
+ * answered on the subject it names (in the caller's own tree: the server
+ * refuses bob there, the host refuses his forgery in his tree); a call
+ * without Toolhost-Client-Asks: the tool is told it cannot ask. */
+static void test_client_ask(void)
+{
+    NEED_UP();
+    client a, b;
+    CU_ASSERT_FATAL(client_open(&a, "alice", "alicepw"));
+    CU_ASSERT_FATAL(client_open(&b, "bob", "bobpw"));
+    char ib[128];
+    inbox_of("alice", ib, sizeof ib);
+    natsSubscription *sub = NULL;
+    CU_ASSERT_FATAL(natsConnection_SubscribeSync(&sub, a.nc, ib) == NATS_OK);
+    th_buf args = TH_BUF_INIT;
+    rpc_pack_json(&args, "{\"message\":\"Name?\"}");
+    natsMsg *q = NULL;
+    natsMsg_Create(&q, "id.u.alice.askers.test_elicitation", ib,
+                   (const char *)args.data, (int)args.len);
+    natsMsgHeader_Set(q, "Toolhost-Client-Asks", "form");
+    natsConnection_PublishMsg(a.nc, q);
+    natsMsg_Destroy(q);
+    natsMsg *m = next_msg(sub);
+    CU_ASSERT_FATAL(m != NULL && strcmp(reply_kind(m), "client_ask") == 0);
+    const char *k = NULL;
+    CU_ASSERT(natsMsgHeader_Get(m, "Toolhost-Ask-Kind", &k) == NATS_OK && k &&
+              strcmp(k, "form") == 0);
+    json_t *body = th_json_from_msgpack((const uint8_t *)natsMsg_GetData(m),
+                                        (size_t)natsMsg_GetDataLength(m),
+                                        NULL);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(body,
+                                                             "message")),
+                           "Name?");
+    CU_ASSERT(json_is_object(json_object_get(body, "requestedSchema")));
+    json_decref(body);
+    char to[256];
+    snprintf(to, sizeof to, "%s", natsMsg_GetReply(m));
+    natsMsg_Destroy(m);
+    char want[160];
+    snprintf(want, sizeof want, "id.u.alice.host.%s.answer.", H_id);
+    CU_ASSERT(strncmp(to, want, strlen(want)) == 0);
+    th_buf ans = TH_BUF_INIT;
+    rpc_pack_json(&ans, "{\"action\":\"accept\",\"content\":"
+                        "{\"username\":\"ada\"}}");
+    /* bob on alice's subject: the server refuses */
+    natsConnection_Publish(b.nc, to, ans.data, (int)ans.len);
+    natsConnection_Flush(b.nc);
+    CU_ASSERT(client_violation(&b, "Publish"));
+    /* bob on his own tree, with the nonce: the host refuses */
+    char forged[256];
+    snprintf(forged, sizeof forged, "id.u.bob.%s", to + strlen("id.u.alice."));
+    natsMsg *r = NULL;
+    CU_ASSERT_FATAL(natsConnection_Request(&r, b.nc, forged, ans.data,
+                                           (int)ans.len,
+                                           th_test_ms(3000)) == NATS_OK);
+    CU_ASSERT(error_says(r, "permission_denied", "another caller"));
+    natsMsg_Destroy(r);
+    /* alice's answer reaches the tool */
+    r = NULL;
+    CU_ASSERT_FATAL(natsConnection_Request(&r, a.nc, to, ans.data,
+                                           (int)ans.len,
+                                           th_test_ms(3000)) == NATS_OK);
+    CU_ASSERT(strcmp(reply_kind(r), "answer") == 0);
+    natsMsg_Destroy(r);
+    m = next_msg(sub);
+    CU_ASSERT_FATAL(m != NULL);
+    CU_ASSERT(strcmp(reply_kind(m), "result") == 0 &&
+              reply_ok(m, NULL) &&
+              memmem(natsMsg_GetData(m), (size_t)natsMsg_GetDataLength(m),
+                     "\"username\":\"ada\"", 16) != NULL);
+    natsMsg_Destroy(m);
+    /* answered already: the same answer again finds no tool */
+    r = NULL;
+    CU_ASSERT_FATAL(natsConnection_Request(&r, a.nc, to, ans.data,
+                                           (int)ans.len,
+                                           th_test_ms(3000)) == NATS_OK);
+    CU_ASSERT(error_says(r, "not_found", "no tool waits"));
+    natsMsg_Destroy(r);
+    /* without Toolhost-Client-Asks: the tool cannot ask */
+    send_call(&a, "id.u.alice.askers.test_sampling", ib,
+              "{\"prompt\":\"p\"}", false);
+    m = next_msg(sub);
+    CU_ASSERT_FATAL(m != NULL);
+    CU_ASSERT(strcmp(reply_kind(m), "result") == 0 && !reply_ok(m, NULL) &&
+              memmem(natsMsg_GetData(m), (size_t)natsMsg_GetDataLength(m),
+                     "cannot answer sampling", 22) != NULL);
+    natsMsg_Destroy(m);
+    th_buf_destroy(&args);
+    th_buf_destroy(&ans);
+    natsSubscription_Destroy(sub);
+    client_close(&a);
+    client_close(&b);
+}
+
 /* Entries of the results bucket that a host with the key did not write
  * (written here by the admin, who may publish anywhere) are refused. */
 static void test_forged_result(void)
@@ -806,6 +907,7 @@ void th_suite_nats_id(void)
     CU_add_test(s, "took_bound", test_took_bound);
     CU_add_test(s, "task_bound", test_task_bound);
     CU_add_test(s, "ask_bound", test_ask_bound);
+    CU_add_test(s, "client_ask", test_client_ask);
     CU_add_test(s, "forged_result", test_forged_result);
     CU_add_test(s, "impostor_queue", test_impostor_queue);
     CU_add_test(s, "unknown_user", test_unknown_user);
