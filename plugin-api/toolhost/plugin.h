@@ -613,7 +613,9 @@ typedef struct toolhost_host_api {
      * is not one JSON object, an unknown kind); TOOLHOST_ENOTSUP (the
      * front cannot carry it, or the client did not declare it: MCP's
      * `sampling` or `elicitation` capability); TOOLHOST_ESTATE (the call
-     * made host.max_client_asks asks already, or the tool is declared
+     * made host.max_client_asks asks already; the host has no spare
+     * worker slot (host.max_lost_workers) to serve in place of the
+     * waiting one; or the tool is declared
      * TOOLHOST_TOOL_SHORT and runs on the front's own thread, which
      * could not read the answer: a tool that asks must not set that
      * flag); TOOLHOST_FAILED (the
