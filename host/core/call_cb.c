@@ -680,6 +680,18 @@ static int cb_ask_client(toolhost_call *call, int kind, const char *request,
                     max);
     if (over)
         return TOOLHOST_ESTATE;
+    /* The wait lasts as long as the client takes (a person filling a
+     * form: minutes): a worker waiting for it is lent and a replacement
+     * serves meanwhile, else a few callers that never answer would hold
+     * every worker of the host, every session's calls queued behind. */
+    if (th_mgr_lend(c->h) != 0) {
+        th_log_warn("tool=%s call=%llu: ask_client() refused: every "
+                    "spare worker slot (host.max_lost_workers) is taken "
+                    "by calls waiting for their clients or lost workers",
+                    c->x ? c->x->tname : "?",
+                    (unsigned long long)c->base.pub.call_id);
+        return TOOLHOST_ESTATE;
+    }
     ask_wait w = {.rc = TOOLHOST_ECANCELLED};
     pthread_cond_init(&w.cv, NULL);
     pthread_mutex_lock(&g_ask_mu);

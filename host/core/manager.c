@@ -17,6 +17,7 @@
 #include "manager.h"
 
 __thread bool th_mgr_tl_worker;
+static __thread th_wslot *tl_wslot;   /* this worker's slot */
 static __thread bool tl_async;         /* this worker holds an async slot */
 
 bool th_mgr_tl_async_get(void)
@@ -261,6 +262,7 @@ static void *worker_main(void *arg)
     th_host *h = sl->h;
     th_mgr *m = &h->mgr;
     th_mgr_tl_worker = true;
+    tl_wslot = sl;
     bool spun = false;
     pthread_mutex_lock(&m->mu);
     for (;;) {
@@ -291,6 +293,14 @@ static void *worker_main(void *arg)
                 m->async_running--;
                 if (m->q[1][0] && m->idle)
                     pthread_cond_signal(&m->cv);
+            }
+            if (sl->lent) {
+                /* back from waiting on its client (th_mgr_lend) */
+                sl->lent = false;
+                m->lent_now--;
+                if (m->active >= m->nworkers || m->stop)
+                    break; /* its replacement stays */
+                m->active++;
             }
             if (sl->lost && lost_back_locked(m, sl))
                 break;
@@ -1026,8 +1036,8 @@ static void check_lost(th_host *h, th_mcall *c)
     th_wslot *sl = NULL;
     for (uint32_t i = 0; i < m->nslots && !sl; i++)
         if (m->slots[i].state == TH_SLOT_RUN && m->slots[i].cur == c &&
-            !m->slots[i].lost)
-            sl = &m->slots[i];
+            !m->slots[i].lost && !m->slots[i].lent)
+            sl = &m->slots[i]; /* (a lent one has its replacement) */
     if (!sl || m->stop) {
         pthread_mutex_unlock(&m->mu);
         return;
@@ -1092,6 +1102,42 @@ static void check_lost(th_host *h, th_mcall *c)
                  (unsigned)m->nworkers);
         m->ops->never_run(x, TH_EBUSY, msg);
     }
+}
+
+int th_mgr_lend(th_host *h)
+{
+    th_mgr *m = &h->mgr;
+    th_wslot *sl = tl_wslot;
+    if (!th_mgr_tl_worker || !sl || sl->h != h)
+        return 0; /* a caller's own thread: no worker to lend */
+    pthread_mutex_lock(&m->mu);
+    if (sl->lent || sl->lost || m->stop) {
+        pthread_mutex_unlock(&m->mu);
+        return 0;
+    }
+    bool join = false;
+    th_wslot *ns = free_slot_locked(m, &join);
+    if (!ns) {
+        pthread_mutex_unlock(&m->mu);
+        return TH_EBUSY;
+    }
+    sl->lent = true;
+    m->lent_now++;
+    pthread_t old = ns->thread;
+    ns->state = TH_SLOT_RUN;
+    ns->cur = NULL;
+    ns->lost = false;
+    ns->lent = false;
+    /* m->active unchanged: this thread leaves the count, ns joins it */
+    pthread_mutex_unlock(&m->mu);
+    if (join)
+        pthread_join(old, NULL);
+    if (spawn_worker(h, ns) != 0) {
+        th_log_error("ask_client: cannot start a worker in place of one "
+                     "that waits for its client");
+        return 0; /* spawn_worker took ns back; this one still waits */
+    }
+    return 0;
 }
 
 void th_mgr_lost(th_host *h, uint64_t *total, uint32_t *now)

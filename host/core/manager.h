@@ -594,6 +594,8 @@ typedef struct th_wslot {
     th_mcall *cur;              /* the call it runs; compared only */
     int64_t cur_since_ns;       /* when it took cur */
     bool lost;
+    bool lent;                  /* its call waits for its client
+                                   (th_mgr_lend): a replacement serves */
 } th_wslot;
 
 /* Inline call slots (th_mgr.islot): how many, how often the deadline
@@ -634,6 +636,8 @@ typedef struct th_mgr {
                                    reused): keys per-thread caches */
     uint32_t lost_cap;          /* host.max_lost_workers */
     uint32_t lost_now;          /* lost workers still in execute() */
+    uint32_t lent_now;          /* workers whose call waits for its
+                                   client (th_mgr_lend) */
     uint64_t lost_total;        /* workers ever counted lost */
     int64_t lost_grace_ns;      /* host.lost_worker_grace */
     pthread_cond_t exit_cv;     /* a worker returned (th_mgr_destroy) */
@@ -981,6 +985,15 @@ int th_mock_execute(th_mcall *c);
 /* call.c */
 extern const th_call_vtbl th_mcall_vtbl;
 extern __thread bool th_mgr_tl_worker; /* manager.c: a pool worker */
+/* A call on this thread is about to wait for its client (ask_client):
+ * when the thread is one of h's workers, it leaves the pool's count and a
+ * replacement starts in a free slot (the workers + host.max_lost_workers
+ * slots lost workers use), so callers that wait on their clients cannot
+ * take every worker; the thread serves again, or ends when the pool is
+ * full, once its call returns.  0 (lent, or not a worker: nothing to
+ * lend), TH_EBUSY (no free slot: the wait would take a worker for good;
+ * the caller refuses it). */
+int th_mgr_lend(struct th_host *h);
 /* manager.c: whether this worker holds an async slot for the call it runs. */
 bool th_mgr_tl_async_get(void);
 void th_mgr_tl_async_set(bool v);

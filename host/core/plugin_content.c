@@ -60,12 +60,24 @@ void th_content_free(th_content *c)
     c->n = c->cap = c->bytes = 0;
 }
 
+/* What the plugin called: write_block() fills a call's result. */
+static const char *api_name(const th_content *c)
+{
+    return c->mode == TH_CONTENT_RESULT ? "write_block" : "content_add";
+}
+
+/* One line per sink: write_block() clears `bad` for each block (a refused
+ * block does not fail the call), so a tool that keeps writing refused
+ * blocks would otherwise log one line each. */
 static int refuse(th_content *c, const char *why, uint32_t kind)
 {
-    if (!c->bad) {
+    if (!c->bad)
         snprintf(c->why, sizeof c->why, "%s (block kind %u)", why, kind);
-        th_log(TOOLHOST_LOG_WARN, "plugin %s: content_add: %s",
-               c->plugin ? c->plugin : "?", c->why);
+    if (!c->logged) {
+        c->logged = true;
+        th_log(TOOLHOST_LOG_WARN, "plugin %s: %s: %s (later refusals are "
+               "not logged)", c->plugin ? c->plugin : "?", api_name(c),
+               c->why);
     }
     c->bad = true;
     return TOOLHOST_EINVAL;
@@ -143,14 +155,19 @@ static char *dup_or_null(const char *s, bool *oom)
 
 static int over_budget(th_content *c)
 {
-    th_log(TOOLHOST_LOG_WARN,
-           "plugin %s: content_add: the content passes %zu bytes "
-           "(mcp.max_message): refused",
-           c->plugin ? c->plugin : "?", c->max_bytes);
+    const char *limit = c->mode == TH_CONTENT_RESULT
+                            ? "what the call's stdout may hold"
+                            : "mcp.max_message";
+    if (!c->logged) {
+        c->logged = true;
+        th_log(TOOLHOST_LOG_WARN,
+               "plugin %s: %s: the content passes %zu bytes (%s): refused "
+               "(later refusals are not logged)",
+               c->plugin ? c->plugin : "?", api_name(c), c->max_bytes, limit);
+    }
     if (!c->bad)
-        snprintf(c->why, sizeof c->why,
-                 "the content passes %zu bytes (mcp.max_message)",
-                 c->max_bytes);
+        snprintf(c->why, sizeof c->why, "the content passes %zu bytes (%s)",
+                 c->max_bytes, limit);
     c->bad = true;
     return TOOLHOST_ENOMEM;
 }

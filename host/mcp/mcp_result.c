@@ -272,6 +272,10 @@ json_t *mcp_tool_result(const th_result *r, const char *tool,
             json_object_del(thm, "content");
             if (json_object_size(thm) == 0)
                 json_object_del(meta, "toolhost");
+            if (json_object_size(meta) == 0) { /* nothing else to say */
+                json_decref(meta);
+                meta = NULL;
+            }
         }
     }
     if (!r->ok && json_array_size(content) == 0) {

@@ -214,7 +214,8 @@ typedef enum toolhost_semantic {
  * that has not returned after host.short_call_stuck (100 ms) is logged
  * while it runs and the tool is sent to workers at once; that run itself
  * cannot be moved or preempted (it holds the thread until execute()
- * returns), so a tool that may hang must not set this flag.  Ignored
+ * returns), so a tool that may hang must not set this flag, nor a tool
+ * that asks its client (ask_client(), refused there).  Ignored
  * for TOOLHOST_TOOL_ASYNC tools and for isolated plugins. */
 #define TOOLHOST_TOOL_SHORT (1u << 16)
 
@@ -611,7 +612,13 @@ typedef struct toolhost_host_api {
      * until the call ends.  Returns 0; TOOLHOST_EINVAL (a request that
      * is not one JSON object, an unknown kind); TOOLHOST_ENOTSUP (the
      * front cannot carry it, or the client did not declare it: MCP's
-     * `sampling` or `elicitation` capability); TOOLHOST_FAILED (the
+     * `sampling` or `elicitation` capability); TOOLHOST_ESTATE (the call
+     * made host.max_client_asks asks already; the host has no spare
+     * worker slot (host.max_lost_workers) to serve in place of the
+     * waiting one; or the tool is declared
+     * TOOLHOST_TOOL_SHORT and runs on the front's own thread, which
+     * could not read the answer: a tool that asks must not set that
+     * flag); TOOLHOST_FAILED (the
      * client answered with an error: *answer is that error's JSON);
      * TOOLHOST_ECANCELLED (the call was cancelled or timed out while it
      * waited, or the client went away). */

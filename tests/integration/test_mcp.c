@@ -715,6 +715,78 @@ static void test_raw_failure_blocks(void)
     json_decref(out);
 }
 
+/* ABI 1.4 blocks and asks over stdio (fixture abi14_calls.so):
+ *  - a tool declared TOOLHOST_TOOL_SHORT runs on the input thread, the
+ *    one that would read the client's answer: its ask_client() is refused
+ *    at once (TOOLHOST_ESTATE, -4), never a wait that could only end at
+ *    the call's deadline with the session frozen;
+ *  - a tool that writes blocks past its budget in a loop gets each one
+ *    refused (ENOMEM, -2) but the host log has one line of it, not one a
+ *    block. */
+static void test_raw_abi14_short_ask_and_refusals(void)
+{
+    char *dir = th_test_tmpdir();
+    char text[1024];
+    snprintf(text, sizeof text,
+             "host:\n"
+             "  reload: off\n"
+             "  default_timeout: 3s\n"
+             "plugins:\n"
+             "  - name: abi14_calls\n"
+             "    path: %s\n",
+             th_test_build_path("fixtures/abi14_calls.so"));
+    char *cfg = th_test_write_file(dir, "c.yaml", text, (size_t)-1);
+    const char *input =
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{"
+        "\"protocolVersion\":\"2025-06-18\",\"capabilities\":{\"sampling\":{}},"
+        "\"clientInfo\":{\"name\":\"raw\",\"version\":\"1\"}}}\n"
+        "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n"
+        "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":"
+        "{\"name\":\"abi14_calls_short\",\"arguments\":{\"kind\":1,"
+        "\"request\":\"{\\\"messages\\\":[],\\\"maxTokens\\\":5}\"}}}\n"
+        "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":"
+        "{\"name\":\"abi14_calls_many\",\"arguments\":{\"n\":500,"
+        "\"size\":0}}}\n";
+    th_test_run r;
+    char *argv[] = {(char *)th_test_build_path("toolhost"), "mcp", "-c", cfg,
+                    NULL};
+    CU_ASSERT_EQUAL_FATAL(th_test_run_argv(argv, input, 30, 1, &r), 0);
+    CU_ASSERT_EQUAL(r.status, 0);
+    json_t *out = json_array();
+    char *save = NULL;
+    for (char *line = strtok_r(r.out, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save)) {
+        json_t *j = json_loads(line, 0, NULL);
+        if (j)
+            json_array_append_new(out, j);
+    }
+    json_t *r2 = json_object_get(by_id(out, 2), "result");
+    const char *t2 = json_string_value(json_object_get(
+        json_array_get(json_object_get(r2, "content"), 0), "text"));
+    CU_ASSERT_PTR_NOT_NULL(t2);
+    if (t2 && strcmp(t2, "rc=-4 answer=") != 0)
+        fprintf(stderr, "the short tool's ask: %s\n", t2);
+    CU_ASSERT(t2 && strcmp(t2, "rc=-4 answer=") == 0);
+    CU_ASSERT(json_is_false(json_object_get(r2, "isError")));
+    CU_ASSERT(strstr(r.err, "ask_client() refused: a short tool") != NULL);
+    /* the budget (text: 8,000 bytes) holds some empty blocks, not 500 */
+    json_t *r3 = json_object_get(by_id(out, 3), "result");
+    const char *t3 = json_string_value(json_object_get(
+        json_array_get(json_object_get(r3, "content"), 0), "text"));
+    CU_ASSERT(t3 && strstr(t3, " last=-2") != NULL);
+    int lines = 0;
+    for (const char *p = r.err; (p = strstr(p, "write_block: the content "
+                                               "passes")) != NULL;
+         p++)
+        lines++;
+    CU_ASSERT_EQUAL(lines, 1);
+    json_decref(out);
+    th_test_run_free(&r);
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
 /* A plugin printing to stdout (init and execute, printf and write(1)):
  * nothing of it reaches the protocol stream (run_raw fails on any line
  * that is not JSON), it lands on stderr. */
@@ -904,6 +976,8 @@ void th_suite_mcp(void)
     CU_add_test(s, "raw_dup_id", test_raw_dup_id);
     CU_add_test(s, "raw_binary_and_bad_utf8", test_raw_binary_and_bad_utf8);
     CU_add_test(s, "raw_failure_blocks", test_raw_failure_blocks);
+    CU_add_test(s, "raw_abi14_short_ask_and_refusals",
+                test_raw_abi14_short_ask_and_refusals);
     CU_add_test(s, "raw_stray_printf", test_raw_stray_printf);
     CU_add_test(s, "raw_file_stdin", test_raw_file_stdin);
     CU_add_test(s, "sigterm", test_sigterm);

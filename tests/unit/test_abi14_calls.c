@@ -18,6 +18,7 @@
 
 #include "common/host_session.h"
 #include "common/th_test.h"
+#include "th/buf.h"
 #include "th/host.h"
 #include "th/json.h"
 #include "toolhost/plugin.h"
@@ -29,8 +30,13 @@ static th_session *asker;  /* a front whose ask_client answers */
 /* What the fake front does with an ask: answer at once (in the op, before
  * the tool waits), from a thread of its own a little later, with an
  * error, or never. */
-enum { ANSWER_NOW, ANSWER_LATER, ANSWER_ERROR, ANSWER_NEVER };
+enum { ANSWER_NOW, ANSWER_LATER, ANSWER_ERROR, ANSWER_NEVER, ANSWER_HOLD };
 static int how;
+/* ANSWER_HOLD: the asks kept (answered by the test when it is done) */
+static pthread_mutex_t held_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t held_cv = PTHREAD_COND_INITIALIZER;
+static uint64_t held[8];
+static int n_held;
 static char last_request[512];
 static int last_kind;
 
@@ -68,6 +74,12 @@ static int front_ask(void *ud, uint64_t call_id, uint64_t ask_id, int kind,
             return -1;
         }
         pthread_detach(t);
+    } else if (how == ANSWER_HOLD) {
+        pthread_mutex_lock(&held_mu);
+        if (n_held < 8)
+            held[n_held++] = ask_id;
+        pthread_cond_broadcast(&held_cv);
+        pthread_mutex_unlock(&held_mu);
     } else if (how == ANSWER_ERROR) {
         static const char e[] = "{\"code\":-1,\"message\":\"no model\"}";
         th_call_client_answer(ask_id, TOOLHOST_FAILED, e, sizeof e - 1);
@@ -81,6 +93,8 @@ static int suite_init(void)
     snprintf(yaml, sizeof yaml,
              "host:\n"
              "  max_client_asks: 3\n"
+             "  workers: 2\n"
+             "  max_lost_workers: 2\n"
              "plugins:\n"
              "  - name: abi14_calls\n"
              "    path: %s\n"
@@ -286,6 +300,103 @@ static void ask_unanswered_times_out(void)
     th_result_copy_destroy(&r);
 }
 
+/* th_test_call_json, but the call runs on a worker as a front's does
+ * (keep_thread: not on the waiting thread). */
+static int call_on_worker(th_session *se, const char *tool, const char *json,
+                          int64_t timeout_ms, th_result_copy *r)
+{
+    json_t *j = json_loads(json, 0, NULL);
+    th_buf a = TH_BUF_INIT;
+    th_json_to_msgpack(j, &a);
+    json_decref(j);
+    th_call_opts o;
+    memset(&o, 0, sizeof o);
+    o.timeout_ms = timeout_ms;
+    o.keep_thread = true;
+    memset(r, 0, sizeof *r);
+    int rc = th_call_sync(se, tool, a.data, a.len, &o, NULL, NULL, NULL, r);
+    th_buf_destroy(&a);
+    return rc;
+}
+
+static void *ask_thread(void *arg)
+{
+    th_result_copy *r = arg;
+    if (call_on_worker(asker, "abi14_calls_ask",
+                       "{\"kind\":2,\"request\":\"{}\"}",
+                       th_test_ms(20000), r) != 0)
+        r->kind = TH_RESULT_ERROR;
+    return NULL;
+}
+
+/* Callers that never answer cannot take every worker: a call waiting for
+ * its client lends its worker and a replacement serves (workers 2 here),
+ * so another session's call runs at once; once the spare slots
+ * (max_lost_workers 2) are all taken, a further ask is refused
+ * (TOOLHOST_ESTATE) rather than holding a worker. */
+static void asks_do_not_take_every_worker(void)
+{
+    how = ANSWER_HOLD;
+    n_held = 0;
+    th_result_copy ra[2];
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) {
+        memset(&ra[i], 0, sizeof ra[i]);
+        CU_ASSERT_EQUAL_FATAL(pthread_create(&t[i], NULL, ask_thread, &ra[i]),
+                              0);
+    }
+    /* both asks out: each of the two workers waits for its client */
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += th_test_ms(10000) / 1000;
+    pthread_mutex_lock(&held_mu);
+    while (n_held < 2 &&
+           pthread_cond_timedwait(&held_cv, &held_mu, &dl) == 0)
+        ;
+    int asked = n_held;
+    pthread_mutex_unlock(&held_mu);
+    CU_ASSERT_EQUAL(asked, 2);
+    /* another session's plain call gets a worker (before: it waited in
+     * the queue until its own deadline) */
+    th_result_copy r;
+    CU_ASSERT_EQUAL_FATAL(call_on_worker(s, "abi14_calls_flag", "{}",
+                                         th_test_ms(2000), &r),
+                          0);
+    CU_ASSERT_EQUAL(r.kind, TH_RESULT_DONE);
+    th_result_copy_destroy(&r);
+    /* the spare slots are taken: a third ask is refused at once */
+    CU_ASSERT_EQUAL_FATAL(
+        call_on_worker(asker, "abi14_calls_ask",
+                       "{\"kind\":2,\"request\":\"{}\"}",
+                       th_test_ms(2000), &r),
+        0);
+    CU_ASSERT_EQUAL(r.kind, TH_RESULT_DONE);
+    if (r.kind == TH_RESULT_DONE)
+        CU_ASSERT_STRING_EQUAL(th_test_out(&r), "rc=-4 answer=");
+    th_result_copy_destroy(&r);
+    /* answered: the waiting calls end, their workers go back */
+    pthread_mutex_lock(&held_mu);
+    for (int i = 0; i < n_held; i++) {
+        static const char a[] = "{\"action\":\"decline\"}";
+        th_call_client_answer(held[i], 0, a, sizeof a - 1);
+    }
+    pthread_mutex_unlock(&held_mu);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(t[i], NULL);
+        CU_ASSERT_EQUAL(ra[i].kind, TH_RESULT_DONE);
+        if (ra[i].kind == TH_RESULT_DONE)
+            CU_ASSERT_STRING_EQUAL(th_test_out(&ra[i]),
+                                   "rc=0 answer={\"action\":\"decline\"}");
+        th_result_copy_destroy(&ra[i]);
+    }
+    /* and the pool serves as before */
+    CU_ASSERT_EQUAL_FATAL(call_on_worker(s, "abi14_calls_flag", "{}",
+                                         th_test_ms(5000), &r),
+                          0);
+    CU_ASSERT_EQUAL(r.kind, TH_RESULT_DONE);
+    th_result_copy_destroy(&r);
+}
+
 void th_suite_abi14_calls(void)
 {
     CU_pSuite su = CU_add_suite("abi14_calls", suite_init, suite_clean);
@@ -296,4 +407,6 @@ void th_suite_abi14_calls(void)
     CU_add_test(su, "ask_bad_requests", ask_bad_requests);
     CU_add_test(su, "asks_bounded_per_call", asks_bounded_per_call);
     CU_add_test(su, "ask_unanswered_times_out", ask_unanswered_times_out);
+    CU_add_test(su, "asks_do_not_take_every_worker",
+                asks_do_not_take_every_worker);
 }

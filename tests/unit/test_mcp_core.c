@@ -407,6 +407,32 @@ static void test_result_binary_blocks(void)
     }
 }
 
+/* A result whose meta holds only the tool's blocks (meta.toolhost.content,
+ * what write_block() leaves): they become content blocks after stdout's,
+ * and _meta has no "toolhost/meta" left over (an empty object before). */
+static void test_result_blocks_only_meta(void)
+{
+    /* {"toolhost": {"content": [{"type": "text", "text": "b"}]}} */
+    static const uint8_t meta[] = {
+        0x81, 0xa8, 't', 'o', 'o', 'l', 'h', 'o', 's', 't', 0x81, 0xa7, 'c',
+        'o', 'n', 't', 'e', 'n', 't', 0x91, 0x82, 0xa4, 't', 'y', 'p', 'e',
+        0xa4, 't', 'e', 'x', 't', 0xa4, 't', 'e', 'x', 't', 0xa1, 'b'};
+    static const uint8_t out[] = "a";
+    th_result r = {.kind = TH_RESULT_DONE, .ok = true, .out = out,
+                   .out_len = 1, .meta = meta, .meta_len = sizeof meta};
+    json_t *res = mcp_tool_result(&r, "t", 9, TOOLHOST_SEM_TEXT, false, false,
+                                  true, true);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(res);
+    json_t *c = json_object_get(res, "content");
+    CU_ASSERT_EQUAL(json_array_size(c), 2);
+    CU_ASSERT_STRING_EQUAL(
+        json_string_value(json_object_get(json_array_get(c, 1), "text")), "b");
+    json_t *m = json_object_get(res, "_meta");
+    CU_ASSERT_PTR_NOT_NULL(json_object_get(m, "toolhost/call_id"));
+    CU_ASSERT_PTR_NULL(json_object_get(m, "toolhost/meta"));
+    json_decref(res);
+}
+
 /* The text answer of a plain result (mcp_tool_result_text) is the text of
  * the tree answer (mcp_tool_result wrapped as mcp_send_result does); a
  * result that is not plain is refused (1). */
@@ -584,6 +610,7 @@ void th_suite_mcp_core(void)
                 test_json_text_same_as_jansson);
     CU_add_test(s, "result_text_same_as_tree", test_result_text_same_as_tree);
     CU_add_test(s, "result_binary_blocks", test_result_binary_blocks);
+    CU_add_test(s, "result_blocks_only_meta", test_result_blocks_only_meta);
     CU_add_test(s, "msgpack_text_same_as_tree",
                 test_msgpack_text_same_as_tree);
 }

@@ -60,6 +60,8 @@ typedef struct th_content {
     size_t dropped;           /* completion values past 100 */
     const char *plugin;       /* for log lines */
     bool bad;                 /* a block was refused: the request fails */
+    bool logged;              /* a refusal was logged: no more lines (a
+                                 plugin refused in a loop floods nothing) */
     char why[256];            /* the first refusal */
 } th_content;
 
