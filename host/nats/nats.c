@@ -1448,6 +1448,18 @@ static int on_ask_client(void *ud, uint64_t call_id, uint64_t ask_id,
     return 0;
 }
 
+/* The last two tokens of an answer subject (...permit.<call_id>.<nonce>,
+ * ...answer.<ask_id>.<nonce>): the number, and *nonce at the '.' before
+ * the nonce (NULL when there is none). */
+static uint64_t subject_id_nonce(const char *subj, const char **nonce)
+{
+    *nonce = strrchr(subj, '.');
+    const char *p = *nonce;
+    while (p && p > subj && p[-1] != '.')
+        p--;
+    return p ? strtoull(p, NULL, 10) : 0;
+}
+
 /* <prefix>[.u.<user>].host.<id>.answer.<ask_id>.<nonce>: a caller's
  * answer to a client_ask (body: the answer as msgpack; header
  * Toolhost-Error: 1 for an error).  Only the caller that was asked. */
@@ -1462,13 +1474,9 @@ static void on_answer(natsConnection *nc, natsSubscription *sub,
         natsMsg_Destroy(msg);
         return;
     }
-    const char *subj = natsMsg_GetSubject(msg);
     const char *reply = natsMsg_GetReply(msg);
-    const char *nonce = strrchr(subj, '.');
-    const char *p = nonce;
-    while (p && p > subj && p[-1] != '.')
-        p--;
-    uint64_t id = p ? strtoull(p, NULL, 10) : 0;
+    const char *nonce = NULL;
+    uint64_t id = subject_id_nonce(natsMsg_GetSubject(msg), &nonce);
     pthread_mutex_lock(&f->mu);
     nt_ask **pp = &f->client_asks;
     while (*pp && !((*pp)->ask_id == id && nonce &&
@@ -1534,13 +1542,9 @@ static void on_permit(natsConnection *nc, natsSubscription *sub,
         natsMsg_Destroy(msg);
         return;
     }
-    const char *subj = natsMsg_GetSubject(msg);
     const char *reply = natsMsg_GetReply(msg);
-    const char *nonce = strrchr(subj, '.');
-    const char *p = nonce;
-    while (p && p > subj && p[-1] != '.')
-        p--;
-    uint64_t id = p ? strtoull(p, NULL, 10) : 0;
+    const char *nonce = NULL;
+    uint64_t id = subject_id_nonce(natsMsg_GetSubject(msg), &nonce);
     char body[16] = "";
     int len = natsMsg_GetDataLength(msg);
     if (len > 0 && len < (int)sizeof body)

@@ -917,6 +917,25 @@ static void handle_tools_event(rpc_ev *ev)
     th_buf_destroy(&p);
 }
 
+/* The origin of a host request (permission.request, client.ask): the
+ * tools.call of this connection it belongs to, {msgid, tool, task_id?},
+ * or {} when unknown.  Nonzero when out of memory. */
+static int pack_origin(msgpack_packer *pk, const rpc_call *origin)
+{
+    if (!origin)
+        return msgpack_pack_map(pk, 0);
+    int e = msgpack_pack_map(pk, origin->task_id ? 3 : 2);
+    e |= th_pack_cstr(pk, "msgid");
+    e |= msgpack_pack_uint64(pk, origin->msgid);
+    e |= th_pack_cstr(pk, "tool");
+    e |= th_pack_cstr(pk, origin->tool);
+    if (origin->task_id) {
+        e |= th_pack_cstr(pk, "task_id");
+        e |= msgpack_pack_uint64(pk, origin->task_id);
+    }
+    return e;
+}
+
 static void handle_perm_event(rpc_ev *ev)
 {
     rpc_conn *c = ev->conn;
@@ -946,19 +965,7 @@ static void handle_perm_event(rpc_ev *ev)
         else
             e |= msgpack_pack_map(&pk, 0);
         e |= th_pack_cstr(&pk, ev->reason);
-        if (!origin) {
-            e |= msgpack_pack_map(&pk, 0); /* unknown here: none */
-        } else {
-            e |= msgpack_pack_map(&pk, origin->task_id ? 3 : 2);
-            e |= th_pack_cstr(&pk, "msgid");
-            e |= msgpack_pack_uint64(&pk, origin->msgid);
-            e |= th_pack_cstr(&pk, "tool");
-            e |= th_pack_cstr(&pk, origin->tool);
-            if (origin->task_id) {
-                e |= th_pack_cstr(&pk, "task_id");
-                e |= msgpack_pack_uint64(&pk, origin->task_id);
-            }
-        }
+        e |= pack_origin(&pk, origin);
     }
     if (!e) {
         p->msgid = c->next_msgid++ & 0xffffffffu;
@@ -1016,15 +1023,7 @@ static void handle_ask_event(rpc_ev *ev)
                                    ? "sampling"
                                    : "form");
         e |= th_json_pack(req, &pk) != 0;
-        e |= msgpack_pack_map(&pk, origin->task_id ? 3 : 2);
-        e |= th_pack_cstr(&pk, "msgid");
-        e |= msgpack_pack_uint64(&pk, origin->msgid);
-        e |= th_pack_cstr(&pk, "tool");
-        e |= th_pack_cstr(&pk, origin->tool);
-        if (origin->task_id) {
-            e |= th_pack_cstr(&pk, "task_id");
-            e |= msgpack_pack_uint64(&pk, origin->task_id);
-        }
+        e |= pack_origin(&pk, origin);
     }
     json_decref(req);
     if (!e) {

@@ -68,21 +68,27 @@ void th_test_host_session_close(th_host *h, th_session *s)
         th_host_close(h);
 }
 
-int th_test_call_json(th_session *s, const char *tool, const char *json,
-                      int64_t timeout_ms, bool may_block, th_result_copy *r)
+int th_test_call_json_opts(th_session *s, const char *tool, const char *json,
+                           const th_call_opts *o, th_result_copy *r)
 {
     json_t *j = json_loads(json, 0, NULL);
     th_buf a = TH_BUF_INIT;
     th_json_to_msgpack(j, &a);
     json_decref(j);
+    memset(r, 0, sizeof *r);
+    int rc = th_call_sync(s, tool, a.data, a.len, o, NULL, NULL, NULL, r);
+    th_buf_destroy(&a);
+    return rc;
+}
+
+int th_test_call_json(th_session *s, const char *tool, const char *json,
+                      int64_t timeout_ms, bool may_block, th_result_copy *r)
+{
     th_call_opts o;
     memset(&o, 0, sizeof o);
     o.timeout_ms = timeout_ms;
     o.may_block = may_block;
-    memset(r, 0, sizeof *r);
-    int rc = th_call_sync(s, tool, a.data, a.len, &o, NULL, NULL, NULL, r);
-    th_buf_destroy(&a);
-    return rc;
+    return th_test_call_json_opts(s, tool, json, &o, r);
 }
 
 const char *th_test_out(const th_result_copy *r)

@@ -25,6 +25,9 @@ int th_test_host_session_open(const char *name, const char *yaml,
  * caller destroys it).  The call's return code. */
 int th_test_call_json(th_session *s, const char *tool, const char *json,
                       int64_t timeout_ms, bool may_block, th_result_copy *r);
+/* The same with the options given whole. */
+int th_test_call_json_opts(th_session *s, const char *tool, const char *json,
+                           const th_call_opts *o, th_result_copy *r);
 /* The stdout of a result as a C string ("" when empty). */
 const char *th_test_out(const th_result_copy *r);
 /* Closes what th_test_host_session_open() opened (either may be NULL). */

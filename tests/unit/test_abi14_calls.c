@@ -305,18 +305,11 @@ static void ask_unanswered_times_out(void)
 static int call_on_worker(th_session *se, const char *tool, const char *json,
                           int64_t timeout_ms, th_result_copy *r)
 {
-    json_t *j = json_loads(json, 0, NULL);
-    th_buf a = TH_BUF_INIT;
-    th_json_to_msgpack(j, &a);
-    json_decref(j);
     th_call_opts o;
     memset(&o, 0, sizeof o);
     o.timeout_ms = timeout_ms;
     o.keep_thread = true;
-    memset(r, 0, sizeof *r);
-    int rc = th_call_sync(se, tool, a.data, a.len, &o, NULL, NULL, NULL, r);
-    th_buf_destroy(&a);
-    return rc;
+    return th_test_call_json_opts(se, tool, json, &o, r);
 }
 
 static void *ask_thread(void *arg)
