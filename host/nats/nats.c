@@ -1460,6 +1460,31 @@ static uint64_t subject_id_nonce(const char *subj, const char **nonce)
     return p ? strtoull(p, NULL, 10) : 0;
 }
 
+/* The end of an answer handler (on_answer, on_permit): {ok: true} with
+ * Toolhost-Kind `kind` to a request's reply subject, or the error of rc
+ * (`bad`: TH_EINVAL's text, `gone`: TH_ENOTFOUND's); then msg is freed
+ * and the handler left. */
+static void answered(th_nats *f, natsMsg *msg, int rc, const char *kind,
+                     const char *bad, const char *gone)
+{
+    const char *reply = natsMsg_GetReply(msg);
+    if (reply && *reply) {
+        if (rc == 0) {
+            static const uint8_t ok[] = {0x81, 0xa2, 'o', 'k', 0xc3};
+            publish(f, f->nc, reply, kind, NULL, ok, sizeof ok);
+        } else {
+            publish_error(f, f->nc, reply, rc,
+                          rc == TH_EINVAL  ? bad
+                          : rc == TH_EPERM ? "this ask was sent to another "
+                                             "caller: only its caller may "
+                                             "answer it"
+                                           : gone);
+        }
+    }
+    natsMsg_Destroy(msg);
+    handler_leave(f);
+}
+
 /* <prefix>[.u.<user>].host.<id>.answer.<ask_id>.<nonce>: a caller's
  * answer to a client_ask (body: the answer as msgpack; header
  * Toolhost-Error: 1 for an error).  Only the caller that was asked. */
@@ -1474,7 +1499,6 @@ static void on_answer(natsConnection *nc, natsSubscription *sub,
         natsMsg_Destroy(msg);
         return;
     }
-    const char *reply = natsMsg_GetReply(msg);
     const char *nonce = NULL;
     uint64_t id = subject_id_nonce(natsMsg_GetSubject(msg), &nonce);
     pthread_mutex_lock(&f->mu);
@@ -1513,22 +1537,8 @@ static void on_answer(natsConnection *nc, natsSubscription *sub,
     }
     if (theirs)
         note_refusal(f, user, "it answered an ask sent to another user");
-    if (reply && *reply) {
-        if (rc == 0) {
-            static const uint8_t ok[] = {0x81, 0xa2, 'o', 'k', 0xc3};
-            publish(f, f->nc, reply, "answer", NULL, ok, sizeof ok);
-        } else {
-            publish_error(f, f->nc, reply, rc,
-                          rc == TH_EINVAL ? "the answer must be msgpack"
-                          : rc == TH_EPERM
-                              ? "this ask was sent to another caller: only "
-                                "its caller may answer it"
-                              : "no tool waits for this answer (answered, "
-                                "or its call ended)");
-        }
-    }
-    natsMsg_Destroy(msg);
-    handler_leave(f);
+    answered(f, msg, rc, "answer", "the answer must be msgpack",
+             "no tool waits for this answer (answered, or its call ended)");
 }
 
 static void on_permit(natsConnection *nc, natsSubscription *sub,
@@ -1542,7 +1552,6 @@ static void on_permit(natsConnection *nc, natsSubscription *sub,
         natsMsg_Destroy(msg);
         return;
     }
-    const char *reply = natsMsg_GetReply(msg);
     const char *nonce = NULL;
     uint64_t id = subject_id_nonce(natsMsg_GetSubject(msg), &nonce);
     char body[16] = "";
@@ -1572,22 +1581,8 @@ static void on_permit(natsConnection *nc, natsSubscription *sub,
                       : th_permission_answer(s, id, allow);
     if (theirs)
         note_refusal(f, user, "it answered an ask sent to another user");
-    if (reply && *reply) {
-        if (rc == 0) {
-            static const uint8_t ok[] = {0x81, 0xa2, 'o', 'k', 0xc3};
-            publish(f, f->nc, reply, "permit", NULL, ok, sizeof ok);
-        } else {
-            publish_error(f, f->nc, reply, rc,
-                          rc == TH_EINVAL ? "the body must be allow or deny"
-                          : rc == TH_EPERM
-                              ? "this ask was sent to another caller: only "
-                                "its caller may answer it"
-                              : "no call waits for this answer "
-                                "(answered, timed out or ended)");
-        }
-    }
-    natsMsg_Destroy(msg);
-    handler_leave(f);
+    answered(f, msg, rc, "permit", "the body must be allow or deny",
+             "no call waits for this answer (answered, timed out or ended)");
 }
 
 /* ---- Discovery ($SRV) --------------------------------------------------- */
