@@ -105,7 +105,7 @@ FIX_C := $(sort $(wildcard tests/fixtures/*.c))
 FIX_CXX := $(sort $(wildcard tests/fixtures/*.cpp))
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 INTEG_SRC := $(sort $(wildcard tests/integration/test_*.c))
-TCOMMON_SRC := $(sort $(wildcard tests/common/*.c))
+TCOMMON_SRC := $(sort $(wildcard tests/common/*.c) $(wildcard tests/fronts/*.c))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))

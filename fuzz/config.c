@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "fuzz.h"
+#include "front/fronts.h"
 #include "th/buf.h"
 #include "th/config.h"
 #include "th/err.h"
@@ -57,6 +58,7 @@ static int fuzz_config(const uint8_t *data, size_t size)
     th_config *cfg = (th_config *)1;
     th_error err;
     th_error_clear(&err);
+    th_fronts_register_builtin(); /* the fronts' config sections */
     int rc = th_config_parse("fuzz.yaml", "/nonexistent-th-fuzz", (const char *)data,
                              size, &cfg, &err);
     if (rc < 0) {

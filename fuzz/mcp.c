@@ -24,6 +24,7 @@
 
 #include "../host/mcp/mcp.h"
 #include "fuzz.h"
+#include "front/fronts.h"
 #include "th/config.h"
 #include "th/err.h"
 #include "th/host.h"
@@ -54,6 +55,7 @@ static void mc_open_host(void)
     th_config *cfg = NULL;
     th_error err;
     th_error_clear(&err);
+    th_fronts_register_builtin(); /* the fronts' config sections */
     if (th_config_parse("fuzz.yaml", "/", yaml, strlen(yaml), &cfg, &err) < 0 ||
         th_host_open(cfg, &mc_host, &err) < 0) {
         fprintf(stderr, "mcp: cannot open the host: %s\n", err.msg);

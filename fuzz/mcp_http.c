@@ -73,6 +73,7 @@
 #include <unistd.h>
 
 #include "fuzz.h"
+#include "front/fronts.h"
 #include "front/mcp_http.h"
 #include "th/config.h"
 #include "th/err.h"
@@ -463,13 +464,14 @@ static void mh_open_host(void)
     th_config *cfg = NULL;
     th_error err;
     th_error_clear(&err);
+    th_fronts_register_builtin(); /* the fronts' config sections */
     if (th_config_parse("fuzz.yaml", "/", yaml, strlen(yaml), &cfg, &err) <
         0) {
         fprintf(stderr, "mcp_http: bad config: %s\n", err.msg);
         abort();
     }
     /* under the config's floor (100 ms): a quiet stream costs 2 ms */
-    cfg->mcp.keepalive_ms = 2;
+    ((th_mcp_cfg *)th_mcp_config(cfg))->keepalive_ms = 2;
     if (th_host_open(cfg, &mh_host, &err) < 0 ||
         th_mcp_http_start(mh_host, cfg, &mh_front, &err) < 0 || !mh_front ||
         !mh_daemon) {

@@ -54,6 +54,7 @@
 #include <unistd.h>
 
 #include "fuzz.h"
+#include "front/fronts.h"
 #include "front/nats.h"
 #include "th/buf.h"
 #include "th/config.h"
@@ -358,6 +359,7 @@ static void nf_open_host(void)
     th_config *cfg = NULL;
     th_error err;
     th_error_clear(&err);
+    th_fronts_register_builtin(); /* the fronts' config sections */
     if (th_config_parse("fuzz.yaml", "/", yaml, strlen(yaml), &cfg, &err) <
             0 ||
         th_host_open(cfg, &nf_host, &err) < 0 ||

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "fuzz.h"
+#include "front/fronts.h"
 #include "th/buf.h"
 #include "th/config.h"
 #include "th/err.h"
@@ -56,6 +57,7 @@ static void rs_open_host(void)
     th_config *cfg = NULL;
     th_error err;
     th_error_clear(&err);
+    th_fronts_register_builtin(); /* the fronts' config sections */
     if (th_config_parse("fuzz.yaml", "/", yaml, strlen(yaml), &cfg, &err) < 0 ||
         th_host_open(cfg, &rs_host, &err) < 0) {
         fprintf(stderr, "rpc_serve: cannot open the host: %s\n", err.msg);

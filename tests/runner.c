@@ -51,6 +51,7 @@
 #include <unistd.h>
 
 #include "common/th_test.h"
+#include "front/fronts.h"
 
 #define TH_SUITE(name) void th_suite_##name(void);
 #include TH_SUITES_H
@@ -796,6 +797,7 @@ static void read_settings(void)
 int main(int argc, char **argv)
 {
     read_settings();
+    th_fronts_register_builtin(); /* the fronts' config sections */
     signal(SIGPIPE, SIG_IGN);
     setvbuf(stdout, NULL, _IONBF, 0);
 

@@ -1,5 +1,6 @@
 /* main.c - the toolhost command line: global options and subcommands. */
 #include <errno.h>
+#include "front/fronts.h"
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -91,6 +92,7 @@ static int take_allow_unknown_users(int argc, char **argv)
 int main(int argc, char **argv)
 {
     std_fds();
+    th_fronts_register_builtin(); /* before any config is read */
     argc = take_allow_unknown_users(argc, argv);
     if (argc < 2) {
         usage(stderr);

@@ -14,11 +14,10 @@
 #include "th/log.h"
 #include "front/rpc.h"
 #include "front/sockpath.h"
-#include "front/mcp_http.h"
-#include "front/metrics.h"
+#include "front/rpc_config.h"
 #include "front/sd.h"
-#include "th/http.h"
-#include "front/nats.h"
+#include "th/front.h"
+#include "front/http.h"
 
 /* ---- Signals ----------------------------------------------------------------
  * The server stops on the first SIGTERM/SIGINT (its own handlers: grace,
@@ -33,20 +32,71 @@ static atomic_bool serving;
 /* What the first stop signal starts beside the server's own shutdown
  * leaves from a thread (the signal handler only writes a byte to this
  * pipe; -1 when there is nothing to do): STOPPING=1 to the service
- * manager, and the NATS front takes no new calls from then on (the
- * server's grace is for the calls in flight, not for new ones). */
+ * manager, and the fronts that can take no new calls from then on (NATS)
+ * stop taking them (the server's grace is for the calls in flight, not
+ * for new ones). */
 static int stop_pipe[2] = {-1, -1};
+
+/* ---- The fronts ------------------------------------------------------------
+ * Every registered front with an open hook, opened in registration order
+ * and closed in reverse; a failure closes those already open. */
+static const th_front *open_front[TH_FRONTS_MAX];
+static void *open_state[TH_FRONTS_MAX];
+static size_t n_open;
+
+static void fronts_close(void)
+{
+    while (n_open > 0) {
+        n_open--;
+        open_front[n_open]->close(open_state[n_open]);
+    }
+}
+
+static int fronts_open(th_host *h, th_error *err)
+{
+    const th_front *f;
+    for (size_t i = 0; (f = th_front_at(i)) != NULL; i++) {
+        if (!f->open)
+            continue;
+        void *state = NULL;
+        if (f->open(h, &state, err) != 0) {
+            fronts_close();
+            return err->code ? err->code : TH_EINTERNAL;
+        }
+        if (!state)
+            continue; /* nothing of it in the config */
+        open_front[n_open] = f;
+        open_state[n_open++] = state;
+    }
+    return 0;
+}
+
+/* The first stop signal: the open fronts take no new calls. */
+static void fronts_stop(void)
+{
+    for (size_t i = 0; i < n_open; i++)
+        if (open_front[i]->stop)
+            open_front[i]->stop(open_state[i]);
+}
+
+static bool fronts_stoppable(void)
+{
+    for (size_t i = 0; i < n_open; i++)
+        if (open_front[i]->stop)
+            return true;
+    return false;
+}
 
 static void *stop_notifier(void *ud)
 {
-    th_nats *nats = ud;
+    (void)ud;
     char b;
     ssize_t n;
     do
         n = read(stop_pipe[0], &b, 1);
     while (n < 0 && errno == EINTR);
     if (n == 1) {
-        th_nats_quiesce(nats);
+        fronts_stop();
         th_sd_stopping();
     }
     return NULL;
@@ -199,7 +249,7 @@ int cli_serve(int argc, char **argv)
     /* The socket's folder first: a bad address fails before the plugins
      * load, with a message that says which folder and why. */
     char def[128];
-    const char *addr = listen ? listen : cfg->host.listen;
+    const char *addr = listen ? listen : th_rpc_config(cfg)->listen;
     bool strict = !addr;
     if (!stdio && !addr) {
         if (th_sock_default_addr(def, sizeof def, &err) != 0) {
@@ -221,7 +271,7 @@ int cli_serve(int argc, char **argv)
         th_http_set_listen_fds(fds, n);
     }
     if (!stdio && act_unix < 0 &&
-        th_sock_prepare(addr, strict, cfg->host.socket_mode, &err) != 0) {
+        th_sock_prepare(addr, strict, th_rpc_config(cfg)->socket_mode, &err) != 0) {
         cli_error("serve: %s", err.msg);
         th_config_free(cfg);
         return err.code == TH_ECONFIG ? CLI_USAGE : CLI_FAILED;
@@ -236,36 +286,16 @@ int cli_serve(int argc, char **argv)
         th_host_close(h);
         return CLI_FAILED;
     }
-    /* The http:// entries of listen: MCP over Streamable HTTP, served by
-     * threads of their own while the RPC loop runs on this one. */
-    th_mcp_http *web = NULL;
-    if (!stdio && th_mcp_http_start(h, th_host_config(h), &web, &err) != 0) {
+    /* The registered fronts (front/fronts.h), each serving what the config
+     * asks of it on threads of its own while the RPC loop runs on this
+     * one; none on stdio. */
+    if (!stdio && fronts_open(h, &err) != 0) {
         cli_error("serve: %s", err.msg);
         th_host_close(h);
         return err.code == TH_ECONFIG || err.code == TH_EINVAL ||
                        err.code == TH_EPERM
                    ? CLI_USAGE
                    : CLI_FAILED;
-    }
-    /* The /metrics entries of listen: Prometheus text, no token. */
-    th_metrics *metrics = NULL;
-    if (!stdio && th_metrics_start(h, th_host_config(h), &metrics, &err) != 0) {
-        cli_error("serve: %s", err.msg);
-        th_mcp_http_stop(web);
-        th_host_close(h);
-        return err.code == TH_ECONFIG || err.code == TH_EINVAL ||
-                       err.code == TH_EPERM
-                   ? CLI_USAGE
-                   : CLI_FAILED;
-    }
-    /* The nats:// entry of listen: the NATS front (docs/scale.md). */
-    th_nats *nats = NULL;
-    if (!stdio && th_nats_start(h, th_host_config(h), &nats, &err) != 0) {
-        cli_error("serve: %s", err.msg);
-        th_metrics_stop(metrics);
-        th_mcp_http_stop(web);
-        th_host_close(h);
-        return err.code == TH_ECONFIG ? CLI_USAGE : CLI_FAILED;
     }
     th_rpc_serve_opts so;
     memset(&so, 0, sizeof so);
@@ -278,8 +308,9 @@ int cli_serve(int argc, char **argv)
     th_http_close_unused_listen_fds();
     pthread_t stopper;
     bool have_stopper = false;
-    if ((getenv("NOTIFY_SOCKET") || nats) && pipe2(stop_pipe, O_CLOEXEC) == 0) {
-        have_stopper = pthread_create(&stopper, NULL, stop_notifier, nats) == 0;
+    if ((getenv("NOTIFY_SOCKET") || fronts_stoppable()) &&
+        pipe2(stop_pipe, O_CLOEXEC) == 0) {
+        have_stopper = pthread_create(&stopper, NULL, stop_notifier, NULL) == 0;
         if (!have_stopper) {
             close(stop_pipe[0]);
             close(stop_pipe[1]);
@@ -299,9 +330,7 @@ int cli_serve(int argc, char **argv)
      * host closes, a signal means "now". */
     atomic_store(&serving, false);
     stop_signals_ours();
-    th_metrics_stop(metrics);
-    th_nats_stop(nats);
-    th_mcp_http_stop(web);
+    fronts_close();
     th_host_close(h);
     if (rc != 0) {
         cli_error("serve: %s", err.msg);

@@ -887,7 +887,7 @@ static void ask_fallback(th_session *s, th_mcall *c, const th_tool *t,
         snprintf(m, sizeof m,
                  "tool %s needs the user's permission (%s asks) and this "
                  "client cannot be asked: use a client that answers "
-                 "permission asks (MCP elicitation), or change the "
+                 "permission asks (elicitation), or change the "
                  "toolset's ask_fallback",
                  t->name, rule);
         th_call_answer_error(c, TH_ESTATE, m);

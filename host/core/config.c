@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "th/buf.h"
-#include "th/http.h"
+#include "th/section.h"
 #include <nettle/base16.h>
 #include <nettle/sha2.h>
 #include "toolhost/plugin.h"
@@ -221,7 +221,7 @@ void th_limits_defaults(th_limits *l)
 
 /* ---- loading context and errors ---------------------------------------- */
 
-typedef struct cfctx {
+struct th_cfctx {
     const char *file; /* names the file in messages */
     const char *dir;  /* absolute folder for relative paths */
     th_config *cfg;
@@ -238,7 +238,8 @@ typedef struct cfctx {
     unsigned n_errs;
     bool capped;
     th_error first;
-} cfctx;
+    /* the sections of th/section.h, for th_cf_config */
+};
 
 /* Returned up the walk once an error went to report(): the callers go on
  * (cf_more) without reporting it again. */
@@ -246,7 +247,7 @@ typedef struct cfctx {
 
 /* After a key, list item or section failed with rc: true when the walk
  * goes on with the next one (the error reported), false when rc ends it. */
-static bool cf_more(cfctx *c, int rc)
+static bool cf_more(th_cfctx *c, int rc)
 {
     if (rc == CF_REPORTED)
         return !c->capped;
@@ -264,7 +265,7 @@ static bool cf_more(cfctx *c, int rc)
 }
 
 /* A name seen before in `set` (at index *first), 0 when new, TH_ENOMEM. */
-static int cf_seen(cfctx *c, th_strset *set, const char *name, size_t idx,
+static int cf_seen(th_cfctx *c, th_strset *set, const char *name, size_t idx,
                    size_t *first)
 {
     int rc = th_strset_add(set, name, strlen(name), idx, first);
@@ -273,10 +274,7 @@ static int cf_seen(cfctx *c, th_strset *set, const char *name, size_t idx,
                   : rc;
 }
 
-static int cf_err(cfctx *c, const th_ynode *at, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int cf_err(cfctx *c, const th_ynode *at, const char *fmt, ...)
+int th_cf_err(th_cfctx *c, const th_ynode *at, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -287,7 +285,7 @@ static int cf_err(cfctx *c, const th_ynode *at, const char *fmt, ...)
     return TH_ECONFIG;
 }
 
-static int cf_nomem(cfctx *c)
+int th_cf_nomem(th_cfctx *c)
 {
     return th_error_set(c->err, TH_ENOMEM, "%s: out of memory", c->file);
 }
@@ -359,43 +357,21 @@ static const char *closest(const char *word, const char *const *cands,
 
 /* ---- the key table ------------------------------------------------------ */
 
-typedef struct cfkey cfkey;
-typedef int (*cfset_fn)(cfctx *c, const cfkey *k, th_ynode *v, void *base);
 
-#define CF_REQUIRED 1u
-#define CF_PATH 2u /* strings: resolve against the config's folder */
-#define CF_NOT 4u  /* booleans: stored negated (a key whose default is
-                      true, in a field whose zero is that default) */
-
-struct cfkey {
-    const char *name;
-    cfset_fn set;
-    size_t off;               /* the field in the struct at `base` */
-    size_t off2;              /* its count, for lists */
-    uint64_t min, max;        /* numbers, sizes, durations (ms) */
-    const char *const *names; /* enum values, NULL-terminated, = 0, 1, ... */
-    const cfkey *sub;         /* keys of a nested map or of list items */
-    size_t elem_size;         /* list items */
-    void (*init)(cfctx *c, void *elem);
-    int (*check)(cfctx *c, th_ynode *n, void *elem);
-    unsigned flags;
-    const char *what;         /* names a list item or section in messages */
-};
-
-static int apply_map(cfctx *c, th_ynode *node, const cfkey *table,
+static int apply_map(th_cfctx *c, th_ynode *node, const th_cfkey *table,
                      void *base, const char *what);
 
-static int want_scalar(cfctx *c, const cfkey *k, const th_ynode *v,
+static int want_scalar(th_cfctx *c, const th_cfkey *k, const th_ynode *v,
                        const char *kind)
 {
     if (v->kind == TH_Y_SCALAR)
         return 0;
     char b[64];
-    return cf_err(c, v, "'%s' must be %s, got %s", k->name, kind,
+    return th_cf_err(c, v, "'%s' must be %s, got %s", k->name, kind,
                   describe(v, b, sizeof b));
 }
 
-static char *resolve_path(cfctx *c, const char *s)
+char *th_cf_resolve_path(th_cfctx *c, const char *s)
 {
     if (s[0] == '/')
         return strdup(s);
@@ -415,7 +391,7 @@ static char *resolve_path(cfctx *c, const char *s)
     return (char *)th_buf_take(&b, NULL);
 }
 
-static int set_str(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+int th_cf_str(th_cfctx *c, const th_cfkey *k, th_ynode *v, void *base)
 {
     char **f = (char **)((char *)base + k->off);
     if (th_ynode_is_null(v))
@@ -423,24 +399,24 @@ static int set_str(cfctx *c, const cfkey *k, th_ynode *v, void *base)
     int rc = want_scalar(c, k, v, "a string");
     if (rc < 0)
         return rc;
-    if ((k->flags & CF_PATH) && v->len == 0)
-        return cf_err(c, v, "'%s' must not be empty", k->name);
+    if ((k->flags & TH_CF_PATH) && v->len == 0)
+        return th_cf_err(c, v, "'%s' must not be empty", k->name);
     free(*f);
-    *f = (k->flags & CF_PATH) ? resolve_path(c, v->str) : strdup(v->str);
-    return *f ? 0 : cf_nomem(c);
+    *f = (k->flags & TH_CF_PATH) ? th_cf_resolve_path(c, v->str) : strdup(v->str);
+    return *f ? 0 : th_cf_nomem(c);
 }
 
-static int set_bool(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+int th_cf_bool(th_cfctx *c, const th_cfkey *k, th_ynode *v, void *base)
 {
     int b = th_ynode_bool(v);
     if (b < 0) {
         char d[64];
-        return cf_err(c, v, "'%s' must be true or false, got %s", k->name,
+        return th_cf_err(c, v, "'%s' must be true or false, got %s", k->name,
                       v->kind == TH_Y_SCALAR && !v->plain
                           ? "a quoted string"
                           : describe(v, d, sizeof d));
     }
-    *(bool *)((char *)base + k->off) = (b == 1) != !!(k->flags & CF_NOT);
+    *(bool *)((char *)base + k->off) = (b == 1) != !!(k->flags & TH_CF_NOT);
     return 0;
 }
 
@@ -464,14 +440,14 @@ static int parse_uint(const th_ynode *v, int base, uint64_t *out)
     return 0;
 }
 
-static int range_err(cfctx *c, const cfkey *k, const th_ynode *v,
+static int range_err(th_cfctx *c, const th_cfkey *k, const th_ynode *v,
                      const char *lo, const char *hi)
 {
-    return cf_err(c, v, "'%s' is out of range: %s is not between %s and %s",
+    return th_cf_err(c, v, "'%s' is out of range: %s is not between %s and %s",
                   k->name, v->str, lo, hi);
 }
 
-static int set_u32(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+int th_cf_u32(th_cfctx *c, const th_cfkey *k, th_ynode *v, void *base)
 {
     uint64_t x;
     int rc = want_scalar(c, k, v, "a whole number");
@@ -479,7 +455,7 @@ static int set_u32(cfctx *c, const cfkey *k, th_ynode *v, void *base)
         return rc;
     if (parse_uint(v, 10, &x) < 0) {
         char d[64];
-        return cf_err(c, v, "'%s' must be a whole number, got %s", k->name,
+        return th_cf_err(c, v, "'%s' must be a whole number, got %s", k->name,
                       describe(v, d, sizeof d));
     }
     if (x < k->min || x > k->max) {
@@ -493,7 +469,7 @@ static int set_u32(cfctx *c, const cfkey *k, th_ynode *v, void *base)
 }
 
 /* File modes are octal whether written 0600, 600 or 0o600. */
-static int set_mode(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+int th_cf_mode(th_cfctx *c, const th_cfkey *k, th_ynode *v, void *base)
 {
     uint64_t x;
     int rc = want_scalar(c, k, v, "an octal file mode");
@@ -501,7 +477,7 @@ static int set_mode(cfctx *c, const cfkey *k, th_ynode *v, void *base)
         return rc;
     if (parse_uint(v, 8, &x) < 0 || x > 0777) {
         char d[64];
-        return cf_err(c, v,
+        return th_cf_err(c, v,
                       "'%s' must be an octal file mode such as 0600 "
                       "(at most 0777), got %s",
                       k->name, describe(v, d, sizeof d));
@@ -536,7 +512,7 @@ static void fmt_duration(uint64_t ms, char *buf, size_t size)
         snprintf(buf, size, "%llums", (unsigned long long)ms);
 }
 
-static int set_size(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+int th_cf_size(th_cfctx *c, const th_cfkey *k, th_ynode *v, void *base)
 {
     uint64_t x;
     int rc = want_scalar(c, k, v, "a size");
@@ -544,7 +520,7 @@ static int set_size(cfctx *c, const cfkey *k, th_ynode *v, void *base)
         return rc;
     if (th_parse_size(v->str, &x) < 0) {
         char d[64];
-        return cf_err(c, v,
+        return th_cf_err(c, v,
                       "'%s' must be a size such as 512, 64KiB or 1.5MiB, "
                       "got %s",
                       k->name, describe(v, d, sizeof d));
@@ -559,7 +535,7 @@ static int set_size(cfctx *c, const cfkey *k, th_ynode *v, void *base)
     return 0;
 }
 
-static int set_duration(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+int th_cf_duration(th_cfctx *c, const th_cfkey *k, th_ynode *v, void *base)
 {
     uint64_t x;
     int rc = want_scalar(c, k, v, "a duration");
@@ -567,7 +543,7 @@ static int set_duration(cfctx *c, const cfkey *k, th_ynode *v, void *base)
         return rc;
     if (th_parse_duration_ms(v->str, &x) < 0) {
         char d[64];
-        return cf_err(c, v,
+        return th_cf_err(c, v,
                       "'%s' must be a duration such as 500ms, 30s, 2m or 1h, "
                       "got %s",
                       k->name, describe(v, d, sizeof d));
@@ -582,7 +558,7 @@ static int set_duration(cfctx *c, const cfkey *k, th_ynode *v, void *base)
     return 0;
 }
 
-static int enum_err(cfctx *c, const char *key, const th_ynode *v,
+static int enum_err(th_cfctx *c, const char *key, const th_ynode *v,
                     const char *const *names)
 {
     char allowed[256] = "";
@@ -595,7 +571,7 @@ static int enum_err(cfctx *c, const char *key, const th_ynode *v,
         used += (size_t)n;
     }
     char d[64];
-    return cf_err(c, v, "invalid value %s for '%s' (allowed: %s)",
+    return th_cf_err(c, v, "invalid value %s for '%s' (allowed: %s)",
                   describe(v, d, sizeof d), key, allowed);
 }
 
@@ -609,7 +585,7 @@ static int enum_index(const th_ynode *v, const char *const *names)
     return -1;
 }
 
-static int set_enum(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+int th_cf_enum(th_cfctx *c, const th_cfkey *k, th_ynode *v, void *base)
 {
     int i = enum_index(v, k->names);
     if (i < 0)
@@ -629,12 +605,12 @@ static bool scalar_number(const th_ynode *v, double *d)
     return end && !*end && !errno;
 }
 
-static int set_fraction(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+static int set_fraction(th_cfctx *c, const th_cfkey *k, th_ynode *v, void *base)
 {
     double d = -1;
     if (!scalar_number(v, &d) || !(d >= 0.0 && d <= 1.0)) {
         char b[64];
-        return cf_err(c, v, "'%s' must be a number from 0 to 1, got %s",
+        return th_cf_err(c, v, "'%s' must be a number from 0 to 1, got %s",
                       k->name, describe(v, b, sizeof b));
     }
     *(double *)((char *)base + k->off) = d;
@@ -642,7 +618,7 @@ static int set_fraction(cfctx *c, const cfkey *k, th_ynode *v, void *base)
 }
 
 /* A nested map whose keys are fields of the struct at base + off. */
-static int set_section(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+int th_cf_section(th_cfctx *c, const th_cfkey *k, th_ynode *v, void *base)
 {
     void *sub = (char *)base + k->off;
     int rc = apply_map(c, v, k->sub, sub, k->what ? k->what : k->name);
@@ -652,7 +628,7 @@ static int set_section(cfctx *c, const cfkey *k, th_ynode *v, void *base)
 }
 
 /* A list of maps: an array of elem_size items at off, its count at off2. */
-static int set_list(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+int th_cf_list(th_cfctx *c, const th_cfkey *k, th_ynode *v, void *base)
 {
     void **arr = (void **)((char *)base + k->off);
     size_t *cnt = (size_t *)((char *)base + k->off2);
@@ -660,14 +636,14 @@ static int set_list(cfctx *c, const cfkey *k, th_ynode *v, void *base)
         return 0;
     if (v->kind != TH_Y_SEQ) {
         char d[64];
-        return cf_err(c, v, "'%s' must be a list of %ss, got %s", k->name,
+        return th_cf_err(c, v, "'%s' must be a list of %ss, got %s", k->name,
                       k->what, describe(v, d, sizeof d));
     }
     if (v->n == 0)
         return 0;
     *arr = calloc(v->n, k->elem_size);
     if (!*arr)
-        return cf_nomem(c);
+        return th_cf_nomem(c);
     bool failed = false;
     for (size_t i = 0; i < v->n; i++) {
         void *el = (char *)*arr + i * k->elem_size;
@@ -677,7 +653,7 @@ static int set_list(cfctx *c, const cfkey *k, th_ynode *v, void *base)
         *cnt = i + 1;
         if (item->kind != TH_Y_MAP) {
             char d[64];
-            int rc = cf_err(c, item, "each item of '%s' must be a map (a "
+            int rc = th_cf_err(c, item, "each item of '%s' must be a map (a "
                             "%s), got %s", k->name, k->what,
                             describe(item, d, sizeof d));
             if (!cf_more(c, rc))
@@ -698,7 +674,7 @@ static int set_list(cfctx *c, const cfkey *k, th_ynode *v, void *base)
 }
 
 /* A list of strings (one scalar counts as a list of one). */
-static int strlist(cfctx *c, const cfkey *k, th_ynode *v, char ***out,
+static int strlist(th_cfctx *c, const th_cfkey *k, th_ynode *v, char ***out,
                    size_t *n_out, th_mark **marks)
 {
     if (th_ynode_is_null(v))
@@ -707,24 +683,24 @@ static int strlist(cfctx *c, const cfkey *k, th_ynode *v, char ***out,
     th_ynode **items = v->kind == TH_Y_SEQ ? v->kids : one;
     size_t n = v->kind == TH_Y_SEQ ? v->n : 1;
     if (v->kind == TH_Y_MAP)
-        return cf_err(c, v, "'%s' must be a list of names, got a map",
+        return th_cf_err(c, v, "'%s' must be a list of names, got a map",
                       k->name);
     if (n == 0)
         return 0;
     *out = calloc(n, sizeof **out);
     if (!*out)
-        return cf_nomem(c);
+        return th_cf_nomem(c);
     if (marks && !(*marks = calloc(n, sizeof **marks)))
-        return cf_nomem(c);
+        return th_cf_nomem(c);
     for (size_t i = 0; i < n; i++) {
         if (items[i]->kind != TH_Y_SCALAR || th_ynode_is_null(items[i])) {
             char d[64];
-            return cf_err(c, items[i],
+            return th_cf_err(c, items[i],
                           "each item of '%s' must be a name, got %s", k->name,
                           describe(items[i], d, sizeof d));
         }
         if (!((*out)[i] = strdup(items[i]->str)))
-            return cf_nomem(c);
+            return th_cf_nomem(c);
         *n_out = i + 1;
         if (marks) {
             (*marks)[i].line = items[i]->line;
@@ -734,21 +710,21 @@ static int strlist(cfctx *c, const cfkey *k, th_ynode *v, char ***out,
     return 0;
 }
 
-static int set_strlist(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+int th_cf_strlist(th_cfctx *c, const th_cfkey *k, th_ynode *v, void *base)
 {
     return strlist(c, k, v, (char ***)((char *)base + k->off),
                    (size_t *)((char *)base + k->off2), NULL);
 }
 
 /* Per-semantic-type sizes into the th_limits at base + off. */
-static int set_limits(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+static int set_limits(th_cfctx *c, const th_cfkey *k, th_ynode *v, void *base)
 {
     th_limits *l = (th_limits *)((char *)base + k->off);
     if (th_ynode_is_null(v))
         return 0;
     if (v->kind != TH_Y_MAP) {
         char d[64];
-        return cf_err(c, v, "'%s' must be a map of semantic type to size, "
+        return th_cf_err(c, v, "'%s' must be a map of semantic type to size, "
                       "got %s", k->name, describe(v, d, sizeof d));
     }
     for (size_t i = 0; i + 1 < v->n; i += 2) {
@@ -762,21 +738,21 @@ static int set_limits(cfctx *c, const cfkey *k, th_ynode *v, void *base)
                                              TH_SEM_COUNT - 1)
                                    : NULL;
             if (near)
-                return cf_err(c, key,
+                return th_cf_err(c, key,
                               "unknown semantic type %s in '%s' (did you "
                               "mean '%s'?)",
                               describe(key, d, sizeof d), k->name, near);
-            return cf_err(c, key,
+            return th_cf_err(c, key,
                           "unknown semantic type %s in '%s' (known: text, "
                           "status, error, file_content, file_view, "
                           "command_output, search_results, knowledge, "
                           "structured, log, diff, binary)",
                           describe(key, d, sizeof d), k->name);
         }
-        cfkey one = {.name = key->str, .min = 1, .max = 1024 * GIB,
+        th_cfkey one = {.name = key->str, .min = 1, .max = 1024 * GIB,
                      .off = offsetof(th_limits, bytes) +
                             sem * sizeof l->bytes[0]};
-        int rc = set_size(c, &one, val, l);
+        int rc = th_cf_size(c, &one, val, l);
         if (rc < 0)
             return rc;
     }
@@ -797,83 +773,193 @@ static const char *const perm_actions[] = {"deny", "allow", "ask", NULL};
 static const char *const ask_fallbacks[] = {"deny", "allow_read_only",
                                             "error", NULL};
 
-static int expand_scalar(cfctx *c, th_ynode *n, const char *where, bool path);
+static int expand_scalar(th_cfctx *c, th_ynode *n, const char *where, bool path);
+
+/* ---- sections of modules (th/section.h) ------------------------------------ */
+
+static const th_section *g_sections[TH_SECTIONS_MAX];
+static size_t g_n_sections;
+
+static bool core_key(const char *name);
+
+int th_section_register(const th_section *s)
+{
+    for (size_t i = 0; i < g_n_sections; i++) {
+        if (g_sections[i] == s)
+            return 0;
+        if (strcmp(g_sections[i]->name, s->name) == 0)
+            return TH_ESTATE;
+    }
+    if (core_key(s->name))
+        return TH_ESTATE;
+    if (g_n_sections == TH_SECTIONS_MAX)
+        return TH_ELIMIT;
+    g_sections[g_n_sections++] = s;
+    return 0;
+}
+
+void *th_config_section(const th_config *cfg, const th_section *s)
+{
+    for (size_t i = 0; cfg && i < cfg->n_sec; i++)
+        if (cfg->sec_desc[i] == s)
+            return cfg->sec[i];
+    return NULL;
+}
+
+void th_config_sections_each(const th_config *cfg,
+                             void (*fn)(const th_section *s, void *sec,
+                                        void *ud),
+                             void *ud)
+{
+    for (size_t i = 0; cfg && i < cfg->n_sec; i++)
+        fn(cfg->sec_desc[i], cfg->sec[i], ud);
+}
+
+th_config *th_cf_config(th_cfctx *c)
+{
+    return c->cfg;
+}
+
+/* The struct of the section that claims a listen entry, or NULL. */
+static void *listen_section(th_cfctx *c, const char *addr,
+                            const th_section **out)
+{
+    th_config *cfg = c->cfg;
+    for (size_t i = 0; i < cfg->n_sec; i++) {
+        const th_section *s = cfg->sec_desc[i];
+        for (const char *const *p = s->schemes; p && *p && s->listen; p++)
+            if (strncmp(addr, *p, strlen(*p)) == 0) {
+                *out = s;
+                return cfg->sec[i];
+            }
+    }
+    return NULL;
+}
+
+/* "unix:PATH (a Unix socket), http://HOST:PORT/PATH (MCP) or
+ * nats://HOST:PORT (NATS)": the forms of listen entries, for the message
+ * of an entry nobody takes. */
+static void listen_forms(const th_config *cfg, char *buf, size_t size)
+{
+    const char *forms[TH_SECTIONS_MAX];
+    size_t n = 0;
+    for (size_t i = 0; i < cfg->n_sec; i++)
+        if (cfg->sec_desc[i]->listen && cfg->sec_desc[i]->listen_form)
+            forms[n++] = cfg->sec_desc[i]->listen_form;
+    size_t used = 0;
+    if (!n)
+        snprintf(buf, size, "the address of a front (no front that takes "
+                 "addresses is registered)");
+    for (size_t i = 0; i < n; i++) {
+        int w = snprintf(buf + used, size - used, "%s%s",
+                         i == 0 ? "" : i + 1 == n ? " or " : ", ", forms[i]);
+        if (w < 0 || (size_t)w >= size - used)
+            return;
+        used += (size_t)w;
+    }
+}
+
+/* Whether a registered section declares `name` as a user of the host. */
+static bool section_user(th_cfctx *c, const char *name)
+{
+    th_config *cfg = c->cfg;
+    for (size_t i = 0; i < cfg->n_sec; i++) {
+        const th_section *s = cfg->sec_desc[i];
+        const th_ynode *n = cfg->root ? th_ynode_get(cfg->root, s->name)
+                                      : NULL;
+        if (s->names_user && n && s->names_user(n, name))
+            return true;
+    }
+    return false;
+}
+
+/* A section of a module, read like a core section. */
+static int set_module_section(th_cfctx *c, const th_cfkey *k, th_ynode *v,
+                              void *base)
+{
+    th_config *cfg = base;
+    const th_section *s = cfg->sec_desc[k->off];
+    void *sec = cfg->sec[k->off];
+    int rc = apply_map(c, v, s->keys, sec, s->name);
+    if (rc == 0 && s->check)
+        rc = s->check(c, v, sec);
+    return rc;
+}
+
+/* A key a section adds to `host:` (th_section.host_keys): `sub` is the
+ * section's own key, `off` the section's index in cfg. */
+static int set_host_ext(th_cfctx *c, const th_cfkey *k, th_ynode *v,
+                        void *base)
+{
+    (void)base;
+    return k->sub->set(c, k->sub, v, c->cfg->sec[k->off]);
+}
+
+/* Gives cfg a struct, with its defaults, for every registered section. */
+static int sections_init(th_cfctx *c, th_config *cfg)
+{
+    for (size_t i = 0; i < g_n_sections; i++) {
+        const th_section *s = g_sections[i];
+        void *sec = calloc(1, s->size ? s->size : 1);
+        if (!sec)
+            return th_cf_nomem(c);
+        cfg->sec_desc[i] = s;
+        cfg->sec[i] = sec;
+        cfg->n_sec = i + 1;
+        if (s->init)
+            s->init(sec);
+    }
+    return 0;
+}
+
+static int sections_finish(th_cfctx *c, th_config *cfg)
+{
+    for (size_t i = 0; i < cfg->n_sec; i++) {
+        const th_section *s = cfg->sec_desc[i];
+        const th_ynode *n = cfg->root ? th_ynode_get(cfg->root, s->name)
+                                      : NULL;
+        int rc = s->finish ? s->finish(c, n, cfg->sec[i]) : 0;
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static void sections_free(th_config *cfg)
+{
+    for (size_t i = 0; i < cfg->n_sec; i++) {
+        if (cfg->sec_desc[i]->free)
+            cfg->sec_desc[i]->free(cfg->sec[i]);
+        free(cfg->sec[i]);
+    }
+}
 
 /* listen: one address or a list; each ${VAR} expanded like a plugin path.
  * At most one unix: entry (none, or "unix:" alone: the default address of
- * th/sockpath.h when serving); http:// and https:// entries go to
- * listen_http (the MCP front, docs/mcp.md). */
-static int listen_item(cfctx *c, th_ynode *v, th_host_cfg *h, bool *unix_seen)
+ * th/sockpath.h when serving); an entry whose scheme a registered section
+ * claims (th_section.schemes) goes to that section's listen hook. */
+static int listen_item(th_cfctx *c, th_ynode *v)
 {
     if (v->kind != TH_Y_SCALAR || th_ynode_is_null(v)) {
         char d[64];
-        return cf_err(c, v, "each item of 'listen' must be an address, got "
+        return th_cf_err(c, v, "each item of 'listen' must be an address, got "
                       "%s", describe(v, d, sizeof d));
     }
     int rc = expand_scalar(c, v, "'listen'", true);
     if (rc < 0)
         return rc;
-    if (strncmp(v->str, "http://", 7) == 0 ||
-        strncmp(v->str, "https://", 8) == 0) {
-        th_http_url u;
-        th_error e;
-        th_error_clear(&e);
-        if (th_http_parse_url(v->str, &u, &e) < 0)
-            return cf_err(c, v, "'listen': %s", e.msg);
-        if (strcmp(u.path, "/metrics") == 0) { /* Prometheus, not MCP */
-            char **mv = realloc(h->listen_metrics,
-                                (h->n_listen_metrics + 1) * sizeof *mv);
-            if (!mv)
-                return cf_nomem(c);
-            h->listen_metrics = mv;
-            if (!(mv[h->n_listen_metrics] = strdup(v->str)))
-                return cf_nomem(c);
-            h->n_listen_metrics++;
-            return 0;
-        }
-        char **nv = realloc(h->listen_http,
-                            (h->n_listen_http + 1) * sizeof *nv);
-        if (!nv)
-            return cf_nomem(c);
-        h->listen_http = nv;
-        if (!(nv[h->n_listen_http] = strdup(v->str)))
-            return cf_nomem(c);
-        h->n_listen_http++;
-        return 0;
-    }
-    if (strncmp(v->str, "nats://", 7) == 0 ||
-        strncmp(v->str, "tls://", 6) == 0) {
-        if (h->listen_nats)
-            return cf_err(c, v, "'listen' has more than one nats:// entry; "
-                          "list more servers of one cluster in one entry, "
-                          "comma-separated");
-        const char *hp = v->str + (v->str[0] == 'n' ? 7 : 6);
-        if (!*hp || !strchr(hp, ':'))
-            return cf_err(c, v, "'listen': '%s' must be nats://HOST:PORT",
-                          v->str);
-        h->listen_nats = strdup(v->str);
-        return h->listen_nats ? 0 : cf_nomem(c);
-    }
-    if (strncmp(v->str, "unix:", 5) != 0)
-        return cf_err(c, v,
-                      "'listen' must be unix:PATH (a Unix socket), "
-                      "http://HOST:PORT/PATH (MCP) or nats://HOST:PORT "
-                      "(NATS), got '%s'",
-                      v->str);
-    if (*unix_seen)
-        return cf_err(c, v, "'listen' has more than one unix: entry; the "
-                      "host serves one socket");
-    *unix_seen = true;
-    if (!v->str[5])
-        return 0; /* the default socket */
-    free(h->listen);
-    h->listen = strdup(v->str);
-    return h->listen ? 0 : cf_nomem(c);
+    const th_section *sec;
+    void *sv = listen_section(c, v->str, &sec);
+    if (sv)
+        return sec->listen(c, v, sv);
+    char forms[512];
+    listen_forms(c->cfg, forms, sizeof forms);
+    return th_cf_err(c, v, "'listen' must be %s, got '%s'", forms, v->str);
 }
 
 /* host.audit: "journald", or a file (relative paths against the config's
  * folder), docs/ops.md "Audit log". */
-static int set_audit(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+static int set_audit(th_cfctx *c, const th_cfkey *k, th_ynode *v, void *base)
 {
     th_host_cfg *h = base;
     if (th_ynode_is_null(v))
@@ -882,33 +968,31 @@ static int set_audit(cfctx *c, const cfkey *k, th_ynode *v, void *base)
     if (rc < 0)
         return rc;
     if (v->len == 0)
-        return cf_err(c, v, "'audit' must be a file path or 'journald', "
+        return th_cf_err(c, v, "'audit' must be a file path or 'journald', "
                       "not empty");
     if (v->str[v->len - 1] == '/')
-        return cf_err(c, v, "'audit' must name a file, not a folder: '%s'",
+        return th_cf_err(c, v, "'audit' must name a file, not a folder: '%s'",
                       v->str);
     free(h->audit);
     h->audit = strcmp(v->str, "journald") == 0 ? strdup(v->str)
-                                               : resolve_path(c, v->str);
-    return h->audit ? 0 : cf_nomem(c);
+                                               : th_cf_resolve_path(c, v->str);
+    return h->audit ? 0 : th_cf_nomem(c);
 }
 
-static int set_listen(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+static int set_listen(th_cfctx *c, const th_cfkey *k, th_ynode *v, void *base)
 {
-    (void)k;
-    th_host_cfg *h = base;
+    (void)k, (void)base;
     if (th_ynode_is_null(v))
         return 0;
-    bool unix_seen = false;
     if (v->kind == TH_Y_SCALAR)
-        return listen_item(c, v, h, &unix_seen);
+        return listen_item(c, v);
     if (v->kind != TH_Y_SEQ) {
         char d[64];
-        return cf_err(c, v, "'listen' must be an address or a list of "
+        return th_cf_err(c, v, "'listen' must be an address or a list of "
                       "addresses, got %s", describe(v, d, sizeof d));
     }
     for (size_t i = 0; i < v->n; i++) {
-        int rc = listen_item(c, v->kids[i], h, &unix_seen);
+        int rc = listen_item(c, v->kids[i]);
         if (rc < 0)
             return rc;
     }
@@ -916,83 +1000,59 @@ static int set_listen(cfctx *c, const cfkey *k, th_ynode *v, void *base)
 }
 
 #define H(f) offsetof(th_host_cfg, f)
-static const cfkey host_keys[] = {
-    {.name = "workers", .set = set_u32, .off = H(workers), .min = 1,
+static const th_cfkey host_keys[] = {
+    {.name = "workers", .set = th_cf_u32, .off = H(workers), .min = 1,
      .max = 1024},
-    {.name = "async_workers", .set = set_u32, .off = H(async_workers),
+    {.name = "async_workers", .set = th_cf_u32, .off = H(async_workers),
      .min = 1, .max = 1024},
-    {.name = "queue_size", .set = set_u32, .off = H(queue_size), .min = 1,
+    {.name = "queue_size", .set = th_cf_u32, .off = H(queue_size), .min = 1,
      .max = 1000000},
-    {.name = "log_level", .set = set_enum, .off = H(log_level),
+    {.name = "log_level", .set = th_cf_enum, .off = H(log_level),
      .names = log_levels},
     {.name = "listen", .set = set_listen, .off = 0},
-    {.name = "socket_mode", .set = set_mode, .off = H(socket_mode)},
-    {.name = "socket_group", .set = set_str, .off = H(socket_group)},
-    {.name = "max_frame", .set = set_size, .off = H(max_frame), .min = KIB,
-     .max = GIB},
-    {.name = "mcp_max_message", .set = set_size, .off = H(mcp_max_message),
-     .min = KIB, .max = GIB},
-    {.name = "max_inflight", .set = set_u32, .off = H(max_inflight),
-     .min = 1, .max = 65536},
-    {.name = "max_outbuf", .set = set_size, .off = H(max_outbuf),
-     .min = 64 * KIB, .max = 64 * GIB},
-    {.name = "shutdown_grace", .set = set_duration,
+    {.name = "shutdown_grace", .set = th_cf_duration,
      .off = H(shutdown_grace_ms), .min = 0, .max = HOUR},
-    {.name = "default_timeout", .set = set_duration,
+    {.name = "default_timeout", .set = th_cf_duration,
      .off = H(default_timeout_ms), .min = 1, .max = 7 * DAY},
-    {.name = "max_timeout", .set = set_duration, .off = H(max_timeout_ms),
+    {.name = "max_timeout", .set = th_cf_duration, .off = H(max_timeout_ms),
      .min = 1, .max = 7 * DAY},
-    {.name = "session_grace", .set = set_duration,
+    {.name = "session_grace", .set = th_cf_duration,
      .off = H(session_grace_ms), .min = 0, .max = HOUR},
-    {.name = "result_ttl", .set = set_duration, .off = H(result_ttl_ms),
+    {.name = "result_ttl", .set = th_cf_duration, .off = H(result_ttl_ms),
      .min = 0, .max = 7 * DAY},
-    {.name = "permission_timeout", .set = set_duration,
+    {.name = "permission_timeout", .set = th_cf_duration,
      .off = H(permission_timeout_ms), .min = 1, .max = DAY},
-    {.name = "max_client_asks", .set = set_u32, .off = H(max_client_asks),
+    {.name = "max_client_asks", .set = th_cf_u32, .off = H(max_client_asks),
      .min = 1, .max = 100000},
-    {.name = "expose_task_tools", .set = set_bool,
+    {.name = "expose_task_tools", .set = th_cf_bool,
      .off = H(expose_task_tools)},
-    {.name = "reload", .set = set_enum, .off = H(reload),
+    {.name = "reload", .set = th_cf_enum, .off = H(reload),
      .names = reload_modes},
-    {.name = "reload_debounce", .set = set_duration,
+    {.name = "reload_debounce", .set = th_cf_duration,
      .off = H(reload_debounce_ms), .min = 0, .max = MINUTE},
-    {.name = "reload_drain_timeout", .set = set_duration,
+    {.name = "reload_drain_timeout", .set = th_cf_duration,
      .off = H(reload_drain_timeout_ms), .min = 0, .max = HOUR},
-    {.name = "state_dir", .set = set_str, .off = H(state_dir),
-     .flags = CF_PATH},
-    {.name = "spill_dir", .set = set_str, .off = H(spill_dir),
-     .flags = CF_PATH},
-    {.name = "spill_max_bytes", .set = set_size, .off = H(spill_max_bytes),
+    {.name = "state_dir", .set = th_cf_str, .off = H(state_dir),
+     .flags = TH_CF_PATH},
+    {.name = "spill_dir", .set = th_cf_str, .off = H(spill_dir),
+     .flags = TH_CF_PATH},
+    {.name = "spill_max_bytes", .set = th_cf_size, .off = H(spill_max_bytes),
      .min = 1, .max = 1024 * GIB},
-    {.name = "spill_max_age", .set = set_duration,
+    {.name = "spill_max_age", .set = th_cf_duration,
      .off = H(spill_max_age_ms), .min = SEC, .max = 30 * DAY},
-    {.name = "max_connections", .set = set_u32, .off = H(max_connections),
-     .min = 1, .max = 1000000},
-    {.name = "max_connections_per_uid", .set = set_u32,
-     .off = H(max_connections_per_uid), .min = 1, .max = 1000000},
-    {.name = "idle_timeout", .set = set_duration, .off = H(idle_timeout_ms),
-     .min = 0, .max = 30 * DAY},
-    {.name = "frame_timeout", .set = set_duration,
-     .off = H(frame_timeout_ms), .min = 0, .max = DAY},
-    {.name = "max_buffered", .set = set_size, .off = H(max_buffered),
-     .min = 64 * KIB, .max = 1024 * GIB},
-    {.name = "max_protocol_errors", .set = set_u32,
-     .off = H(max_protocol_errors), .min = 1, .max = 1000000},
-    {.name = "max_conn_log_lines", .set = set_u32,
-     .off = H(max_conn_log_lines), .min = 1, .max = 1000000},
-    {.name = "lost_worker_grace", .set = set_duration,
+    {.name = "lost_worker_grace", .set = th_cf_duration,
      .off = H(lost_worker_grace_ms), .min = 1, .max = HOUR},
-    {.name = "max_lost_workers", .set = set_u32, .off = H(max_lost_workers),
+    {.name = "max_lost_workers", .set = th_cf_u32, .off = H(max_lost_workers),
      .min = 1, .max = 1024},
-    {.name = "task_keep", .set = set_u32, .off = H(task_keep), .min = 1,
+    {.name = "task_keep", .set = th_cf_u32, .off = H(task_keep), .min = 1,
      .max = 1000000},
-    {.name = "log_format", .set = set_enum, .off = H(log_format),
+    {.name = "log_format", .set = th_cf_enum, .off = H(log_format),
      .names = log_formats},
-    {.name = "allow_unknown_users", .set = set_bool,
+    {.name = "allow_unknown_users", .set = th_cf_bool,
      .off = H(allow_unknown_users)},
-    {.name = "short_call_max", .set = set_duration,
+    {.name = "short_call_max", .set = th_cf_duration,
      .off = H(short_call_max_ms), .min = 0, .max = MINUTE},
-    {.name = "short_call_stuck", .set = set_duration,
+    {.name = "short_call_stuck", .set = th_cf_duration,
      .off = H(short_call_stuck_ms), .min = 0, .max = MINUTE},
     {.name = "audit", .set = set_audit, .off = 0},
     {.name = NULL}};
@@ -1010,11 +1070,6 @@ static void host_init(th_host_cfg *h)
     h->async_workers = 0; /* computed after loading */
     h->queue_size = 1024;
     h->log_level = TOOLHOST_LOG_INFO;
-    h->socket_mode = 0600;
-    h->max_frame = 16 * MIB;
-    h->mcp_max_message = 16 * MIB;
-    h->max_inflight = 256;
-    h->max_outbuf = 64 * MIB;
     h->shutdown_grace_ms = 5 * SEC;
     h->default_timeout_ms = 60 * SEC;
     h->max_timeout_ms = HOUR;
@@ -1030,18 +1085,11 @@ static void host_init(th_host_cfg *h)
     h->reload_drain_timeout_ms = 10 * SEC;
     h->spill_max_bytes = 64 * MIB;
     h->spill_max_age_ms = HOUR;
-    h->max_connections = 1024;
-    h->max_connections_per_uid = 256;
-    h->idle_timeout_ms = HOUR;
-    h->frame_timeout_ms = 30 * SEC;
-    h->max_buffered = 256 * MIB;
-    h->max_protocol_errors = 8;
-    h->max_conn_log_lines = 20;
     h->lost_worker_grace_ms = 3 * SEC;
     h->max_lost_workers = 0; /* = workers */
 }
 
-static int host_check(cfctx *c, th_ynode *n, void *el)
+static int host_check(th_cfctx *c, th_ynode *n, void *el)
 {
     th_host_cfg *h = el;
     if (n && n->kind == TH_Y_MAP) {
@@ -1053,7 +1101,7 @@ static int host_check(cfctx *c, th_ynode *n, void *el)
         h->async_workers = h->workers / 2 ? h->workers / 2 : 1;
     } else if (h->async_workers > h->workers) {
         v = th_ynode_get(n, "async_workers");
-        return cf_err(c, v,
+        return th_cf_err(c, v,
                       "'async_workers' (%u) must not exceed 'workers' (%u)",
                       h->async_workers, h->workers);
     }
@@ -1064,39 +1112,10 @@ static int host_check(cfctx *c, th_ynode *n, void *el)
         char a[32], b[32];
         fmt_duration(h->default_timeout_ms, a, sizeof a);
         fmt_duration(h->max_timeout_ms, b, sizeof b);
-        return cf_err(c, v,
+        return th_cf_err(c, v,
                       "'default_timeout' (%s) must not exceed 'max_timeout' "
                       "(%s)",
                       a, b);
-    }
-    if (h->listen) {
-        v = th_ynode_get(n, "listen");
-        if (strncmp(h->listen, "unix:", 5) != 0 || !h->listen[5])
-            return cf_err(c, v,
-                          "'listen' must be unix:PATH (a Unix socket), got "
-                          "'%s'",
-                          h->listen);
-        if (h->listen[5] != '/') {
-            char *p = resolve_path(c, h->listen + 5);
-            if (!p)
-                return cf_nomem(c);
-            size_t len = strlen(p);
-            char *s = malloc(len + 6);
-            if (!s) {
-                free(p);
-                return cf_nomem(c);
-            }
-            memcpy(s, "unix:", 5);
-            memcpy(s + 5, p, len + 1);
-            free(p);
-            free(h->listen);
-            h->listen = s;
-        }
-        if (strlen(h->listen + 5) > 107)
-            return cf_err(c, v,
-                          "'listen': the socket path is %zu bytes long; a "
-                          "Unix socket path holds at most 107",
-                          strlen(h->listen + 5));
     }
     return 0;
 }
@@ -1131,7 +1150,7 @@ static th_ynode mark_at(const th_ynode *n, size_t off)
  * path (`path`: the value names a file or folder) and, anywhere, at the
  * start of a value when a '/' follows: "${DIR}/x" would become the
  * absolute "/x".  ${NAME:-} says an empty value is intended. */
-static int expand_scalar(cfctx *c, th_ynode *n, const char *where, bool path)
+static int expand_scalar(th_cfctx *c, th_ynode *n, const char *where, bool path)
 {
     if (!memchr(n->str, '$', n->len))
         return 0;
@@ -1154,7 +1173,7 @@ static int expand_scalar(cfctx *c, th_ynode *n, const char *where, bool path)
         const char *close = strchr(s + 2, '}');
         if (!close) {
             th_ynode at = mark_at(n, (size_t)(s - n->str));
-            rc = cf_err(c, &at, "unterminated ${ in %s", where);
+            rc = th_cf_err(c, &at, "unterminated ${ in %s", where);
             goto out;
         }
         char name[256];
@@ -1172,7 +1191,7 @@ static int expand_scalar(cfctx *c, th_ynode *n, const char *where, bool path)
             ok = isalnum((unsigned char)s[2 + i]) || s[2 + i] == '_';
         if (!ok) {
             th_ynode at = mark_at(n, (size_t)(s - n->str));
-            rc = cf_err(c, &at, "invalid variable name '${%.*s}' in %s",
+            rc = th_cf_err(c, &at, "invalid variable name '${%.*s}' in %s",
                         (int)(len > 64 ? 64 : len), s + 2, where);
             goto out;
         }
@@ -1186,14 +1205,14 @@ static int expand_scalar(cfctx *c, th_ynode *n, const char *where, bool path)
         } else if (val && !*val &&
                    (path || (s == n->str && close[1] == '/'))) {
             th_ynode at = mark_at(n, (size_t)(s - n->str));
-            rc = cf_err(c, &at,
+            rc = th_cf_err(c, &at,
                         "${%s} is empty; write ${%s:-} if an empty value is "
                         "intended (in %s)",
                         name, name, where);
             goto out;
         } else if (!val) {
             th_ynode at = mark_at(n, (size_t)(s - n->str));
-            rc = cf_err(c, &at,
+            rc = th_cf_err(c, &at,
                         "environment variable '%s' is not set (used in %s; "
                         "write ${%s:-default} for a fallback)",
                         name, where, name);
@@ -1209,7 +1228,7 @@ static int expand_scalar(cfctx *c, th_ynode *n, const char *where, bool path)
     n->str = (char *)th_buf_take(&b, &n->len);
     return 0;
 nomem:
-    rc = cf_nomem(c);
+    rc = th_cf_nomem(c);
 out:
     th_buf_destroy(&b);
     return rc;
@@ -1245,7 +1264,7 @@ static bool path_key(const char *key)
 
 /* Expands every scalar value under `n` (not the keys); `path` as for
  * expand_scalar, and set for everything under a path_key(). */
-static int expand_tree(cfctx *c, th_ynode *n, const char *where, bool path)
+static int expand_tree(th_cfctx *c, th_ynode *n, const char *where, bool path)
 {
     if (n->kind == TH_Y_SCALAR)
         return expand_scalar(c, n, where, path);
@@ -1262,17 +1281,17 @@ static int expand_tree(cfctx *c, th_ynode *n, const char *where, bool path)
 }
 
 /* The plugin's `path` is expanded before it is resolved. */
-static int set_plugin_path(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+static int set_plugin_path(th_cfctx *c, const th_cfkey *k, th_ynode *v, void *base)
 {
     if (th_ynode_is_null(v))
-        return cf_err(c, v, "'%s' must not be empty", k->name);
+        return th_cf_err(c, v, "'%s' must not be empty", k->name);
     int rc = want_scalar(c, k, v, "a file path");
     if (rc == 0)
         rc = expand_scalar(c, v, "a plugin path", true);
-    return rc < 0 ? rc : set_str(c, k, v, base);
+    return rc < 0 ? rc : th_cf_str(c, k, v, base);
 }
 
-static int set_plugin_config(cfctx *c, const cfkey *k, th_ynode *v,
+static int set_plugin_config(th_cfctx *c, const th_cfkey *k, th_ynode *v,
                              void *base)
 {
     th_plugin_cfg *pc = base;
@@ -1281,7 +1300,7 @@ static int set_plugin_config(cfctx *c, const cfkey *k, th_ynode *v,
         return 0;
     if (v->kind != TH_Y_MAP) {
         char d[64];
-        return cf_err(c, v, "'config' must be a map of the plugin's keys, "
+        return th_cf_err(c, v, "'config' must be a map of the plugin's keys, "
                       "got %s", describe(v, d, sizeof d));
     }
     pc->config = v;
@@ -1292,7 +1311,7 @@ static const char *const iso_names[] = {"in-process", "process", NULL};
 
 /* `env: [NAME, ...]`: names of variables the workers get from the host's
  * environment.  Never the host's own TOOLHOST_* (tokens, secrets). */
-static int set_plugin_env(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+static int set_plugin_env(th_cfctx *c, const th_cfkey *k, th_ynode *v, void *base)
 {
     th_plugin_cfg *pc = base;
     int rc = strlist(c, k, v, &pc->env, &pc->n_env, NULL);
@@ -1307,11 +1326,11 @@ static int set_plugin_env(cfctx *c, const cfkey *k, th_ynode *v, void *base)
             ok = (*q >= 'A' && *q <= 'Z') || (*q >= 'a' && *q <= 'z') ||
                  (*q >= '0' && *q <= '9') || *q == '_';
         if (!ok)
-            return cf_err(c, at, "'env' lists names of environment "
+            return th_cf_err(c, at, "'env' lists names of environment "
                           "variables ('%s' is not one: letters, digits and "
                           "'_', not a digit first)", e);
         if (strncmp(e, "TOOLHOST_", 9) == 0)
-            return cf_err(c, at, "'env' must not pass the host's own "
+            return th_cf_err(c, at, "'env' must not pass the host's own "
                           "variable '%s' to a plugin's workers (TOOLHOST_* "
                           "hold the host's tokens and secrets)", e);
     }
@@ -1319,7 +1338,7 @@ static int set_plugin_env(cfctx *c, const cfkey *k, th_ynode *v, void *base)
 }
 
 /* `isolation_uid_range: LO-HI`: the uids `user: auto` takes from. */
-static int set_uid_range(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+static int set_uid_range(th_cfctx *c, const th_cfkey *k, th_ynode *v, void *base)
 {
     th_plugin_cfg *pc = base;
     (void)k;
@@ -1328,10 +1347,10 @@ static int set_uid_range(cfctx *c, const cfkey *k, th_ynode *v, void *base)
     if (v->kind != TH_Y_SCALAR ||
         sscanf(v->str, "%lu-%lu%n", &lo, &hi, &end) != 2 ||
         v->str[end] != '\0' || !(v->str[0] >= '0' && v->str[0] <= '9'))
-        return cf_err(c, v, "'isolation_uid_range' must be two uids, "
+        return th_cf_err(c, v, "'isolation_uid_range' must be two uids, "
                       "LOW-HIGH (e.g. 61184-65519)");
     if (lo < 1000 || hi < lo || hi >= 4294967295ul)
-        return cf_err(c, v, "'isolation_uid_range' %lu-%lu: want "
+        return th_cf_err(c, v, "'isolation_uid_range' %lu-%lu: want "
                       "1000 <= LOW <= HIGH < 4294967295", lo, hi);
     pc->uid_lo = (uint32_t)lo;
     pc->uid_hi = (uint32_t)hi;
@@ -1339,53 +1358,53 @@ static int set_uid_range(cfctx *c, const cfkey *k, th_ynode *v, void *base)
 }
 
 #define PL(f) offsetof(th_proc_limits, f)
-static const cfkey proc_limit_keys[] = {
-    {.name = "memory", .set = set_size, .off = PL(memory), .min = 16 * MIB,
+static const th_cfkey proc_limit_keys[] = {
+    {.name = "memory", .set = th_cf_size, .off = PL(memory), .min = 16 * MIB,
      .max = 1024 * GIB},
-    {.name = "cpu_seconds", .set = set_u32, .off = PL(cpu_seconds), .min = 1,
+    {.name = "cpu_seconds", .set = th_cf_u32, .off = PL(cpu_seconds), .min = 1,
      .max = 1000000},
-    {.name = "open_files", .set = set_u32, .off = PL(open_files), .min = 16,
+    {.name = "open_files", .set = th_cf_u32, .off = PL(open_files), .min = 16,
      .max = 1048576},
-    {.name = "processes", .set = set_u32, .off = PL(processes), .min = 1,
+    {.name = "processes", .set = th_cf_u32, .off = PL(processes), .min = 1,
      .max = 100000},
     {.name = NULL}};
 #undef PL
 
 #define P(f) offsetof(th_plugin_cfg, f)
-static const cfkey plugin_keys[] = {
-    {.name = "name", .set = set_str, .off = P(name), .flags = CF_REQUIRED},
+static const th_cfkey plugin_keys[] = {
+    {.name = "name", .set = th_cf_str, .off = P(name), .flags = TH_CF_REQUIRED},
     {.name = "path", .set = set_plugin_path, .off = P(path),
-     .flags = CF_REQUIRED | CF_PATH},
-    {.name = "optional", .set = set_bool, .off = P(optional)},
-    {.name = "allow_insecure", .set = set_bool, .off = P(allow_insecure)},
+     .flags = TH_CF_REQUIRED | TH_CF_PATH},
+    {.name = "optional", .set = th_cf_bool, .off = P(optional)},
+    {.name = "allow_insecure", .set = th_cf_bool, .off = P(allow_insecure)},
     {.name = "config", .set = set_plugin_config},
     /* Isolation (docs/isolation.md). */
-    {.name = "isolation", .set = set_enum, .off = P(isolation),
+    {.name = "isolation", .set = th_cf_enum, .off = P(isolation),
      .names = iso_names},
-    {.name = "workers", .set = set_u32, .off = P(workers), .min = 1,
+    {.name = "workers", .set = th_cf_u32, .off = P(workers), .min = 1,
      .max = 64},
-    {.name = "process_limits", .set = set_section, .off = P(process_limits),
+    {.name = "process_limits", .set = th_cf_section, .off = P(process_limits),
      .sub = proc_limit_keys, .what = "process_limits"},
-    {.name = "network", .set = set_bool, .off = P(network)},
-    {.name = "user", .set = set_str, .off = P(user)},
+    {.name = "network", .set = th_cf_bool, .off = P(network)},
+    {.name = "user", .set = th_cf_str, .off = P(user)},
     {.name = "env", .set = set_plugin_env},
     {.name = "isolation_uid_range", .set = set_uid_range},
-    {.name = "kill_grace", .set = set_duration, .off = P(kill_grace_ms),
+    {.name = "kill_grace", .set = th_cf_duration, .off = P(kill_grace_ms),
      .min = 1, .max = 60000},
-    {.name = "crash_loop", .set = set_u32, .off = P(crash_loop), .min = 1,
+    {.name = "crash_loop", .set = th_cf_u32, .off = P(crash_loop), .min = 1,
      .max = 1000},
-    {.name = "unhealthy_retry", .set = set_duration,
+    {.name = "unhealthy_retry", .set = th_cf_duration,
      .off = P(unhealthy_retry_ms), .min = 100, .max = DAY},
     {.name = NULL}};
 #undef P
 
-static void plugin_init(cfctx *c, void *el)
+static void plugin_init(th_cfctx *c, void *el)
 {
     (void)c;
     ((th_plugin_cfg *)el)->network = true;
 }
 
-static int plugin_check(cfctx *c, th_ynode *n, void *el)
+static int plugin_check(th_cfctx *c, th_ynode *n, void *el)
 {
     th_plugin_cfg *pc = el;
     th_config *cfg = c->cfg;
@@ -1393,7 +1412,7 @@ static int plugin_check(cfctx *c, th_ynode *n, void *el)
     pc->col = n->col;
     const th_ynode *nv = th_ynode_get(n, "name");
     if (!pc->name || !name_valid(pc->name))
-        return cf_err(c, nv,
+        return th_cf_err(c, nv,
                       "invalid plugin name '%s' (use 1 to 64 letters, digits, "
                       "'_' or '-')",
                       pc->name ? pc->name : "");
@@ -1403,7 +1422,7 @@ static int plugin_check(cfctx *c, th_ynode *n, void *el)
     if (rc < 0)
         return rc;
     if (rc == 1)
-        return cf_err(c, nv,
+        return th_cf_err(c, nv,
                       "duplicate plugin name '%s' (first at line %d, "
                       "column %d)",
                       pc->name, cfg->plugins[first].line,
@@ -1416,7 +1435,7 @@ static int plugin_check(cfctx *c, th_ynode *n, void *el)
         for (size_t i = 0; only[i]; i++) {
             const th_ynode *k = th_ynode_get_key(n, only[i]);
             if (k)
-                return cf_err(c, k,
+                return th_cf_err(c, k,
                               "'%s' applies only to a plugin with "
                               "'isolation: process' (plugin '%s' runs "
                               "in-process)",
@@ -1425,7 +1444,7 @@ static int plugin_check(cfctx *c, th_ynode *n, void *el)
     }
     const th_ynode *ur = th_ynode_get_key(n, "isolation_uid_range");
     if (ur && !(pc->user && strcmp(pc->user, "auto") == 0))
-        return cf_err(c, ur, "'isolation_uid_range' applies only with "
+        return th_cf_err(c, ur, "'isolation_uid_range' applies only with "
                       "'user: auto' (plugin '%s')", pc->name);
     if (pc->config) {
         char where[128];
@@ -1437,11 +1456,11 @@ static int plugin_check(cfctx *c, th_ynode *n, void *el)
 
 /* ---- toolsets -------------------------------------------------------------- */
 
-static int set_tools(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+static int set_tools(th_cfctx *c, const th_cfkey *k, th_ynode *v, void *base)
 {
     th_toolset_cfg *ts = base;
     if (th_ynode_is_null(v) || (v->kind == TH_Y_SEQ && v->n == 0))
-        return cf_err(c, v,
+        return th_cf_err(c, v,
                       "'tools' must list at least one tool name (or \"*\" "
                       "for every tool)");
     int rc = strlist(c, k, v, &ts->tools, &ts->n_tools, &ts->tool_marks);
@@ -1453,13 +1472,13 @@ static int set_tools(cfctx *c, const cfkey *k, th_ynode *v, void *base)
         const th_ynode *item = v->kind == TH_Y_SEQ ? v->kids[i] : v;
         size_t j = 0;
         if (strcmp(ts->tools[i], "*") != 0 && !name_valid(ts->tools[i]))
-            rc = cf_err(c, item,
+            rc = th_cf_err(c, item,
                         "invalid tool name '%s' (tool names are 1 to 64 "
                         "letters, digits, '_' or '-'; \"*\" means every "
                         "tool)",
                         ts->tools[i]);
         else if ((rc = cf_seen(c, &seen, ts->tools[i], i, &j)) == 1)
-            rc = cf_err(c, item,
+            rc = th_cf_err(c, item,
                         "tool '%s' is listed twice (first at line %d, "
                         "column %d)",
                         ts->tools[i], ts->tool_marks[j].line,
@@ -1481,7 +1500,7 @@ static const struct {
                   {"needs_permission", TH_PERM_FLAG_NEEDS}};
 #define N_PERM_FLAGS (sizeof perm_flags / sizeof perm_flags[0])
 
-static int set_flags(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+static int set_flags(th_cfctx *c, const th_cfkey *k, th_ynode *v, void *base)
 {
     uint32_t *bits = (uint32_t *)((char *)base + k->off);
     th_ynode *one[1] = {v};
@@ -1500,73 +1519,73 @@ static int set_flags(cfctx *c, const cfkey *k, th_ynode *v, void *base)
 }
 
 #define R(f) offsetof(th_perm_rule, f)
-static const cfkey rule_keys[] = {
-    {.name = "match", .set = set_str, .off = R(match)},
+static const th_cfkey rule_keys[] = {
+    {.name = "match", .set = th_cf_str, .off = R(match)},
     {.name = "flag", .set = set_flags, .off = R(flags)},
     {.name = "flags", .set = set_flags, .off = R(flags)},
-    {.name = "action", .set = set_enum, .off = R(action),
-     .names = perm_actions, .flags = CF_REQUIRED},
+    {.name = "action", .set = th_cf_enum, .off = R(action),
+     .names = perm_actions, .flags = TH_CF_REQUIRED},
     {.name = NULL}};
 #undef R
 
-static int rule_check(cfctx *c, th_ynode *n, void *el)
+static int rule_check(th_cfctx *c, th_ynode *n, void *el)
 {
     th_perm_rule *r = el;
     r->line = n->line;
     r->col = n->col;
     if (th_ynode_get(n, "flag") && th_ynode_get(n, "flags"))
-        return cf_err(c, th_ynode_get_key(n, "flags"),
+        return th_cf_err(c, th_ynode_get_key(n, "flags"),
                       "give either 'flag' or 'flags', not both");
     return 0;
 }
 
 #define T(f) offsetof(th_toolset_cfg, f)
-static const cfkey perm_keys[] = {
-    {.name = "default", .set = set_enum, .off = T(perm_default),
+static const th_cfkey perm_keys[] = {
+    {.name = "default", .set = th_cf_enum, .off = T(perm_default),
      .names = perm_actions},
-    {.name = "rules", .set = set_list, .off = T(rules), .off2 = T(n_rules),
+    {.name = "rules", .set = th_cf_list, .off = T(rules), .off2 = T(n_rules),
      .sub = rule_keys, .elem_size = sizeof(th_perm_rule),
      .check = rule_check, .what = "rule"},
     {.name = NULL}};
 
 #define RC(f) offsetof(th_run_code_cfg, f)
-static const cfkey run_code_keys[] = {
-    {.name = "enabled", .set = set_bool, .off = RC(enabled)},
-    {.name = "timeout", .set = set_duration, .off = RC(timeout_ms), .min = 1,
+static const th_cfkey run_code_keys[] = {
+    {.name = "enabled", .set = th_cf_bool, .off = RC(enabled)},
+    {.name = "timeout", .set = th_cf_duration, .off = RC(timeout_ms), .min = 1,
      .max = DAY},
-    {.name = "memory", .set = set_size, .off = RC(memory), .min = MIB,
+    {.name = "memory", .set = th_cf_size, .off = RC(memory), .min = MIB,
      .max = 64 * GIB},
-    {.name = "max_calls", .set = set_u32, .off = RC(max_calls), .min = 1,
+    {.name = "max_calls", .set = th_cf_u32, .off = RC(max_calls), .min = 1,
      .max = 10000000},
-    {.name = "output_limit", .set = set_size, .off = RC(output_limit),
+    {.name = "output_limit", .set = th_cf_size, .off = RC(output_limit),
      .min = 1, .max = GIB},
     {.name = NULL}};
 #undef RC
 
 #define O(f) offsetof(th_tool_override, f)
-static const cfkey override_keys[] = {
-    {.name = "timeout", .set = set_duration, .off = O(timeout_ms), .min = 1,
+static const th_cfkey override_keys[] = {
+    {.name = "timeout", .set = th_cf_duration, .off = O(timeout_ms), .min = 1,
      .max = 7 * DAY},
-    {.name = "max_concurrency", .set = set_u32, .off = O(max_concurrency),
+    {.name = "max_concurrency", .set = th_cf_u32, .off = O(max_concurrency),
      .min = 1, .max = 65536},
-    {.name = "on_duplicate_call", .set = set_enum,
+    {.name = "on_duplicate_call", .set = th_cf_enum,
      .off = O(on_duplicate_call), .names = dup_policies},
-    {.name = "duplicate_scope", .set = set_enum, .off = O(duplicate_scope),
+    {.name = "duplicate_scope", .set = th_cf_enum, .off = O(duplicate_scope),
      .names = dup_scopes},
     {.name = "limits", .set = set_limits, .off = O(limits)},
-    {.name = "sensitive", .set = set_strlist, .off = O(sensitive),
+    {.name = "sensitive", .set = th_cf_strlist, .off = O(sensitive),
      .off2 = O(n_sensitive)},
     {.name = NULL}};
 #undef O
 
-static int set_overrides(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+static int set_overrides(th_cfctx *c, const th_cfkey *k, th_ynode *v, void *base)
 {
     th_toolset_cfg *ts = base;
     if (th_ynode_is_null(v))
         return 0;
     if (v->kind != TH_Y_MAP) {
         char d[64];
-        return cf_err(c, v, "'%s' must be a map of tool name to settings, "
+        return th_cf_err(c, v, "'%s' must be a map of tool name to settings, "
                       "got %s", k->name, describe(v, d, sizeof d));
     }
     size_t n = v->n / 2;
@@ -1574,7 +1593,7 @@ static int set_overrides(cfctx *c, const cfkey *k, th_ynode *v, void *base)
         return 0;
     ts->overrides = calloc(n, sizeof *ts->overrides);
     if (!ts->overrides)
-        return cf_nomem(c);
+        return th_cf_nomem(c);
     for (size_t i = 0; i < n; i++) {
         th_ynode *key = v->kids[2 * i], *val = v->kids[2 * i + 1];
         th_tool_override *o = &ts->overrides[i];
@@ -1585,11 +1604,11 @@ static int set_overrides(cfctx *c, const cfkey *k, th_ynode *v, void *base)
         ts->n_overrides = i + 1;
         if (key->kind != TH_Y_SCALAR || !name_valid(key->str)) {
             char d[64];
-            return cf_err(c, key, "invalid tool name %s in '%s'",
+            return th_cf_err(c, key, "invalid tool name %s in '%s'",
                           describe(key, d, sizeof d), k->name);
         }
         if (!(o->tool = strdup(key->str)))
-            return cf_nomem(c);
+            return th_cf_nomem(c);
         char what[96];
         snprintf(what, sizeof what, "the override of '%s'", o->tool);
         int rc = apply_map(c, val, override_keys, o, what);
@@ -1599,35 +1618,35 @@ static int set_overrides(cfctx *c, const cfkey *k, th_ynode *v, void *base)
     return 0;
 }
 
-static const cfkey toolset_keys[] = {
-    {.name = "name", .set = set_str, .off = T(name), .flags = CF_REQUIRED},
-    {.name = "tools", .set = set_tools, .flags = CF_REQUIRED},
-    {.name = "timeout", .set = set_duration, .off = T(timeout_ms), .min = 1,
+static const th_cfkey toolset_keys[] = {
+    {.name = "name", .set = th_cf_str, .off = T(name), .flags = TH_CF_REQUIRED},
+    {.name = "tools", .set = set_tools, .flags = TH_CF_REQUIRED},
+    {.name = "timeout", .set = th_cf_duration, .off = T(timeout_ms), .min = 1,
      .max = 7 * DAY},
-    {.name = "max_concurrency", .set = set_u32, .off = T(max_concurrency),
+    {.name = "max_concurrency", .set = th_cf_u32, .off = T(max_concurrency),
      .min = 0, .max = 65536},
-    {.name = "on_duplicate_call", .set = set_enum,
+    {.name = "on_duplicate_call", .set = th_cf_enum,
      .off = T(on_duplicate_call), .names = dup_policies},
-    {.name = "duplicate_scope", .set = set_enum, .off = T(duplicate_scope),
+    {.name = "duplicate_scope", .set = th_cf_enum, .off = T(duplicate_scope),
      .names = dup_scopes},
-    {.name = "scope", .set = set_enum, .off = T(scope), .names = task_scopes},
-    {.name = "ask_fallback", .set = set_enum, .off = T(ask_fallback),
+    {.name = "scope", .set = th_cf_enum, .off = T(scope), .names = task_scopes},
+    {.name = "ask_fallback", .set = th_cf_enum, .off = T(ask_fallback),
      .names = ask_fallbacks},
-    {.name = "allow_users", .set = set_strlist, .off = T(allow_users),
+    {.name = "allow_users", .set = th_cf_strlist, .off = T(allow_users),
      .off2 = T(n_allow_users)},
-    {.name = "allow_groups", .set = set_strlist, .off = T(allow_groups),
+    {.name = "allow_groups", .set = th_cf_strlist, .off = T(allow_groups),
      .off2 = T(n_allow_groups)},
-    {.name = "permissions", .set = set_section, .off = 0, .sub = perm_keys,
+    {.name = "permissions", .set = th_cf_section, .off = 0, .sub = perm_keys,
      .what = "permissions"},
     {.name = "limits", .set = set_limits, .off = T(limits)},
     {.name = "tool_overrides", .set = set_overrides,
      .sub = override_keys}, /* .sub: for th_config_each_key */
-    {.name = "run_code", .set = set_section, .off = T(run_code),
+    {.name = "run_code", .set = th_cf_section, .off = T(run_code),
      .sub = run_code_keys, .what = "run_code"},
     {.name = NULL}};
 #undef T
 
-static void toolset_init(cfctx *c, void *el)
+static void toolset_init(th_cfctx *c, void *el)
 {
     (void)c;
     th_toolset_cfg *ts = el;
@@ -1646,46 +1665,24 @@ static void toolset_init(cfctx *c, void *el)
  * this system: a name that does not would silently never match.  Numeric
  * ids are taken as they are; host.allow_unknown_users turns the check off
  * (images built before their users exist). */
-/* Whether `name` is the user of a token under mcp.tokens (read from the
- * document: the mcp section may come after the toolsets).  Such a user
- * exists for the host without an account on the system. */
-static bool token_user(cfctx *c, const char *name)
+/* The sections' hints on where else a user may be declared. */
+static const char *user_hints(const th_config *cfg, char *buf, size_t size)
 {
-    const th_ynode *m = c->cfg->root ? th_ynode_get(c->cfg->root, "mcp") : NULL;
-    const th_ynode *t = m && m->kind == TH_Y_MAP ? th_ynode_get(m, "tokens") : NULL;
-    if (!t || t->kind != TH_Y_SEQ)
-        return false;
-    for (size_t i = 0; i < t->n; i++) {
-        const th_ynode *e = t->kids[i];
-        const th_ynode *u = e->kind == TH_Y_MAP ? th_ynode_get(e, "user") : NULL;
-        if (u && u->kind == TH_Y_SCALAR && strcmp(u->str, name) == 0)
-            return true;
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < cfg->n_sec; i++) {
+        const char *h = cfg->sec_desc[i]->user_hint;
+        int w = h ? snprintf(buf + used, size - used, "%s", h) : 0;
+        if (w < 0 || (size_t)w >= size - used)
+            break;
+        used += (size_t)w;
     }
-    return false;
+    return buf;
 }
 
-/* Whether `name` is the user NATS calls run as (nats.as_user, default
- * "nats") or one of nats.users (docs/scale.md): a user of the host, not
- * of the system. */
-static bool nats_user(cfctx *c, const char *name)
+static int check_names(th_cfctx *c, const th_ynode *v, bool group)
 {
-    const th_ynode *m = c->cfg->root ? th_ynode_get(c->cfg->root, "nats") : NULL;
-    const th_ynode *u = m && m->kind == TH_Y_MAP ? th_ynode_get(m, "as_user") : NULL;
-    if (u && u->kind == TH_Y_SCALAR && strcmp(u->str, name) == 0)
-        return true;
-    const th_ynode *us = m && m->kind == TH_Y_MAP ? th_ynode_get(m, "users")
-                                                  : NULL;
-    for (size_t i = 0; us && us->kind == TH_Y_SEQ && i < us->n; i++)
-        if (us->kids[i]->kind == TH_Y_SCALAR &&
-            strcmp(us->kids[i]->str, name) == 0)
-            return true;
-    if (u && u->kind == TH_Y_SCALAR)
-        return false;
-    return m && strcmp(name, "nats") == 0;
-}
-
-static int check_names(cfctx *c, const th_ynode *v, bool group)
-{
+    char hint[512];
     const char *esc = getenv("TOOLHOST_ALLOW_UNKNOWN_USERS");
     if (!v || th_ynode_is_null(v) || c->cfg->host.allow_unknown_users ||
         (esc && strcmp(esc, "1") == 0))
@@ -1703,7 +1700,7 @@ static int check_names(cfctx *c, const th_ynode *v, bool group)
         unsigned long id = strtoul(it->str, &end, 10);
         if (!*end && errno == 0 && id <= UINT32_MAX && isdigit((unsigned char)it->str[0]))
             continue;
-        if (!group && (token_user(c, it->str) || nats_user(c, it->str)))
+        if (!group && section_user(c, it->str))
             continue;
         char buf[16384];
         int e;
@@ -1718,7 +1715,7 @@ static int check_names(cfctx *c, const th_ynode *v, bool group)
             if (res)
                 continue;
         }
-        return cf_err(c, it,
+        return th_cf_err(c, it,
                       "no %s named '%s' on this system%s%s%s (a name that "
                       "does not exist never matches;%s set "
                       "host.allow_unknown_users: true (or pass "
@@ -1726,12 +1723,12 @@ static int check_names(cfctx *c, const th_ynode *v, bool group)
                       "written before its users exist)",
                       group ? "group" : "user", it->str, e ? " (" : "",
                       e ? strerror(e) : "", e ? ")" : "",
-                      group ? "" : " an mcp.tokens entry may declare a user;");
+                      group ? "" : user_hints(c->cfg, hint, sizeof hint));
     }
     return 0;
 }
 
-static int toolset_check(cfctx *c, th_ynode *n, void *el)
+static int toolset_check(th_cfctx *c, th_ynode *n, void *el)
 {
     th_toolset_cfg *ts = el;
     th_config *cfg = c->cfg;
@@ -1740,7 +1737,7 @@ static int toolset_check(cfctx *c, th_ynode *n, void *el)
     ts->col = n->col;
     const th_ynode *nv = th_ynode_get(n, "name");
     if (!ts->name || !name_valid(ts->name))
-        return cf_err(c, nv,
+        return th_cf_err(c, nv,
                       "invalid toolset name '%s' (use 1 to 64 letters, "
                       "digits, '_' or '-')",
                       ts->name ? ts->name : "");
@@ -1750,7 +1747,7 @@ static int toolset_check(cfctx *c, th_ynode *n, void *el)
     if (rc < 0)
         return rc;
     if (rc == 1)
-        return cf_err(c, nv,
+        return th_cf_err(c, nv,
                       "duplicate toolset name '%s' (first at line %d, "
                       "column %d)",
                       ts->name, cfg->toolsets[first].line,
@@ -1759,7 +1756,7 @@ static int toolset_check(cfctx *c, th_ynode *n, void *el)
     fmt_duration(h->max_timeout_ms, b, sizeof b);
     if (ts->timeout_ms > h->max_timeout_ms) {
         fmt_duration(ts->timeout_ms, a, sizeof a);
-        return cf_err(c, th_ynode_get(n, "timeout"),
+        return th_cf_err(c, th_ynode_get(n, "timeout"),
                       "'timeout' (%s) exceeds host.max_timeout (%s)", a, b);
     }
     if ((rc = check_names(c, th_ynode_get(n, "allow_users"), false)) < 0 ||
@@ -1779,12 +1776,12 @@ static int toolset_check(cfctx *c, th_ynode *n, void *el)
         const th_ynode *key = ov->kids[2 * i];
         if (o->timeout_ms > h->max_timeout_ms) {
             fmt_duration(o->timeout_ms, a, sizeof a);
-            rc = cf_err(c, th_ynode_get(ov->kids[2 * i + 1], "timeout"),
+            rc = th_cf_err(c, th_ynode_get(ov->kids[2 * i + 1], "timeout"),
                         "'timeout' (%s) exceeds host.max_timeout (%s)", a, b);
         } else if (!all &&
                    (rc = cf_seen(c, &tools, o->tool, ts->n_tools, NULL)) ==
                        0) {
-            rc = cf_err(c, key,
+            rc = th_cf_err(c, key,
                         "'tool_overrides' names '%s', which is not in the "
                         "tools of toolset '%s'",
                         o->tool, ts->name);
@@ -1796,14 +1793,14 @@ static int toolset_check(cfctx *c, th_ynode *n, void *el)
 
 /* ---- mocks ----------------------------------------------------------------- */
 
-static int set_meta(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+static int set_meta(th_cfctx *c, const th_cfkey *k, th_ynode *v, void *base)
 {
     th_mock_cfg *m = base;
     if (th_ynode_is_null(v))
         return 0;
     if (v->kind != TH_Y_MAP) {
         char d[64];
-        return cf_err(c, v, "'%s' must be a map, got %s", k->name,
+        return th_cf_err(c, v, "'%s' must be a map, got %s", k->name,
                       describe(v, d, sizeof d));
     }
     th_buf b = TH_BUF_INIT;
@@ -1811,63 +1808,63 @@ static int set_meta(cfctx *c, const cfkey *k, th_ynode *v, void *base)
     msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
     if (th_ynode_pack(v, &pk) < 0) {
         th_buf_destroy(&b);
-        return cf_nomem(c);
+        return th_cf_nomem(c);
     }
     m->meta = th_buf_take(&b, &m->meta_len);
     return 0;
 }
 
 #define MP(f) offsetof(th_mock_progress, f)
-static const cfkey progress_keys[] = {
-    {.name = "message", .set = set_str, .off = MP(message)},
+static const th_cfkey progress_keys[] = {
+    {.name = "message", .set = th_cf_str, .off = MP(message)},
     {.name = "progress", .set = set_fraction, .off = MP(fraction)},
-    {.name = "delay", .set = set_duration, .off = MP(delay_ms), .min = 0,
+    {.name = "delay", .set = th_cf_duration, .off = MP(delay_ms), .min = 0,
      .max = HOUR},
     {.name = NULL}};
 #undef MP
 
-static void progress_init(cfctx *c, void *el)
+static void progress_init(th_cfctx *c, void *el)
 {
     (void)c;
     ((th_mock_progress *)el)->fraction = -1;
 }
 
 #define M(f) offsetof(th_mock_cfg, f)
-static const cfkey mock_keys[] = {
-    {.name = "tool", .set = set_str, .off = M(tool), .flags = CF_REQUIRED},
-    {.name = "ok", .set = set_bool, .off = M(ok)},
-    {.name = "stdout", .set = set_str, .off = M(stdout_text)},
-    {.name = "stderr", .set = set_str, .off = M(stderr_text)},
+static const th_cfkey mock_keys[] = {
+    {.name = "tool", .set = th_cf_str, .off = M(tool), .flags = TH_CF_REQUIRED},
+    {.name = "ok", .set = th_cf_bool, .off = M(ok)},
+    {.name = "stdout", .set = th_cf_str, .off = M(stdout_text)},
+    {.name = "stderr", .set = th_cf_str, .off = M(stderr_text)},
     {.name = "meta", .set = set_meta},
-    {.name = "progress", .set = set_list, .off = M(progress),
+    {.name = "progress", .set = th_cf_list, .off = M(progress),
      .off2 = M(n_progress), .sub = progress_keys,
      .elem_size = sizeof(th_mock_progress), .init = progress_init,
      .what = "progress update"},
-    {.name = "delay", .set = set_duration, .off = M(delay_ms), .min = 0,
+    {.name = "delay", .set = th_cf_duration, .off = M(delay_ms), .min = 0,
      .max = HOUR},
     {.name = NULL}};
 #undef M
 
-static void mock_init(cfctx *c, void *el)
+static void mock_init(th_cfctx *c, void *el)
 {
     (void)c;
     ((th_mock_cfg *)el)->ok = true;
 }
 
-static int mock_check(cfctx *c, th_ynode *n, void *el)
+static int mock_check(th_cfctx *c, th_ynode *n, void *el)
 {
     th_mock_cfg *m = el;
     const th_ynode *tv = th_ynode_get(n, "tool");
     m->line = tv->line;
     m->col = tv->col;
     if (!m->tool || !name_valid(m->tool))
-        return cf_err(c, tv, "invalid tool name '%s' in a mock",
+        return th_cf_err(c, tv, "invalid tool name '%s' in a mock",
                       m->tool ? m->tool : "");
     size_t first = 0;
     int rc = cf_seen(c, &c->mock_tools, m->tool,
                      (size_t)(m - c->cfg->mocks), &first);
     if (rc == 1)
-        return cf_err(c, tv,
+        return th_cf_err(c, tv,
                       "duplicate mock of tool '%s' (first at line %d, "
                       "column %d)",
                       m->tool, c->cfg->mocks[first].line,
@@ -1878,12 +1875,12 @@ static int mock_check(cfctx *c, th_ynode *n, void *el)
 /* ---- rate_limits (rate.c) -------------------------------------------------- */
 
 /* A number of calls per second: > 0, at most 1e6, decimals allowed. */
-static int set_rate(cfctx *c, const cfkey *k, th_ynode *v, void *base)
+static int set_rate(th_cfctx *c, const th_cfkey *k, th_ynode *v, void *base)
 {
     double d = -1;
     if (!scalar_number(v, &d) || !(d > 0.0 && d <= 1e6)) {
         char b[64];
-        return cf_err(c, v,
+        return th_cf_err(c, v,
                       "'%s' must be a number of calls per second above 0 "
                       "and at most 1000000 (e.g. 5 or 0.5), got %s",
                       k->name, describe(v, b, sizeof b));
@@ -1896,35 +1893,35 @@ static const char *const rate_per_names[] = {"caller", "caller_tool", "all",
                                              NULL};
 
 #define RL(f) offsetof(th_rate_cfg, f)
-static const cfkey rate_keys[] = {
-    {.name = "name", .set = set_str, .off = RL(name)},
-    {.name = "users", .set = set_strlist, .off = RL(users),
+static const th_cfkey rate_keys[] = {
+    {.name = "name", .set = th_cf_str, .off = RL(name)},
+    {.name = "users", .set = th_cf_strlist, .off = RL(users),
      .off2 = RL(n_users)},
-    {.name = "tools", .set = set_strlist, .off = RL(tools),
+    {.name = "tools", .set = th_cf_strlist, .off = RL(tools),
      .off2 = RL(n_tools)},
-    {.name = "per", .set = set_enum, .off = RL(per), .names = rate_per_names},
+    {.name = "per", .set = th_cf_enum, .off = RL(per), .names = rate_per_names},
     {.name = "rate", .set = set_rate, .off = RL(rate)},
-    {.name = "burst", .set = set_u32, .off = RL(burst), .min = 1,
+    {.name = "burst", .set = th_cf_u32, .off = RL(burst), .min = 1,
      .max = 1000000},
-    {.name = "concurrent", .set = set_u32, .off = RL(concurrent), .min = 1,
+    {.name = "concurrent", .set = th_cf_u32, .off = RL(concurrent), .min = 1,
      .max = 1000000},
-    {.name = "daily", .set = set_u32, .off = RL(daily), .min = 1,
+    {.name = "daily", .set = th_cf_u32, .off = RL(daily), .min = 1,
      .max = UINT32_MAX},
     {.name = NULL}};
 #undef RL
 
-static int rate_check(cfctx *c, th_ynode *n, void *el)
+static int rate_check(th_cfctx *c, th_ynode *n, void *el)
 {
     th_rate_cfg *r = el;
     size_t idx = (size_t)(r - c->cfg->rate_limits);
     r->line = n->line;
     r->col = n->col;
     if (r->burst && r->rate == 0)
-        return cf_err(c, th_ynode_get(n, "burst"),
+        return th_cf_err(c, th_ynode_get(n, "burst"),
                       "'burst' is the size of the 'rate' bucket: set 'rate' "
                       "too");
     if (r->rate == 0 && !r->concurrent && !r->daily)
-        return cf_err(c, n,
+        return th_cf_err(c, n,
                       "a rate limit needs at least one of 'rate' (calls per "
                       "second), 'concurrent' or 'daily'");
     if (r->rate > 0 && !r->burst)
@@ -1935,7 +1932,7 @@ static int rate_check(cfctx *c, th_ynode *n, void *el)
         if (!*t || strlen(t) > 64 || strspn(t, "abcdefghijklmnopqrstuvwxyz"
                                                "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                                "0123456789_-*?[]!") != strlen(t))
-            return cf_err(c, tv && tv->kind == TH_Y_SEQ ? tv->kids[i] : tv,
+            return th_cf_err(c, tv && tv->kind == TH_Y_SEQ ? tv->kids[i] : tv,
                           "invalid tool name or pattern '%s' in a rate limit "
                           "(tool names, or patterns with * ? [...])",
                           t);
@@ -1944,16 +1941,16 @@ static int rate_check(cfctx *c, th_ynode *n, void *el)
         char nm[32];
         snprintf(nm, sizeof nm, "rate_limits[%zu]", idx);
         if (!(r->name = strdup(nm)))
-            return cf_nomem(c);
+            return th_cf_nomem(c);
     } else if (!name_valid(r->name)) {
-        return cf_err(c, th_ynode_get(n, "name"),
+        return th_cf_err(c, th_ynode_get(n, "name"),
                       "invalid rate limit name '%s' (1 to 64 letters, "
                       "digits, '_' or '-')",
                       r->name);
     }
     for (size_t i = 0; i < idx; i++)
         if (strcmp(c->cfg->rate_limits[i].name, r->name) == 0)
-            return cf_err(c, n,
+            return th_cf_err(c, n,
                           "duplicate rate limit name '%s' (first at line %d, "
                           "column %d)",
                           r->name, c->cfg->rate_limits[i].line,
@@ -1961,263 +1958,18 @@ static int rate_check(cfctx *c, th_ynode *n, void *el)
     return 0;
 }
 
-/* ---- mcp (the Streamable HTTP front) ----------------------------------------- */
-
-static void sha256_of(const char *s, size_t len, uint8_t out[32])
-{
-    struct sha256_ctx ctx;
-    sha256_init(&ctx);
-    sha256_update(&ctx, len, (const uint8_t *)s);
-    sha256_digest(&ctx, 32, out);
-}
-
-/* A token's text: no surrounding white space, at least 16 bytes, printable
- * ASCII without spaces (what a Bearer header can carry). */
-static int token_text(cfctx *c, const th_ynode *at, const char *what,
-                      const char *s, size_t len, uint8_t out[32])
-{
-    while (len && (s[len - 1] == '\n' || s[len - 1] == '\r' ||
-                   s[len - 1] == ' ' || s[len - 1] == '\t'))
-        len--;
-    while (len && (*s == ' ' || *s == '\t')) {
-        s++;
-        len--;
-    }
-    if (len < 16)
-        return cf_err(c, at, "the token %s is %s (a token has at least 16 "
-                      "characters)", what, len ? "too short" : "empty");
-    for (size_t i = 0; i < len; i++)
-        if (s[i] <= ' ' || s[i] > '~')
-            return cf_err(c, at, "the token %s has a character a bearer "
-                          "token cannot carry (at byte %zu)", what, i);
-    sha256_of(s, len, out);
-    return 0;
-}
-
-static const cfkey token_keys[] = {
-    {.name = "user", .set = set_str, .off = offsetof(th_mcp_token_cfg, user),
-     .flags = CF_REQUIRED},
-    {.name = "sha256", .set = set_str,
-     .off = offsetof(th_mcp_token_cfg, sha256_hex)},
-    {.name = "file", .set = set_str, .off = offsetof(th_mcp_token_cfg, file),
-     .flags = CF_PATH},
-    {.name = "env", .set = set_str, .off = offsetof(th_mcp_token_cfg, env)},
-    {.name = "uid", .set = set_u32, .off = offsetof(th_mcp_token_cfg, uid),
-     .min = 0, .max = 4294967294u},
-    {.name = NULL}};
-
-static int token_check(cfctx *c, th_ynode *n, void *el)
-{
-    th_mcp_token_cfg *t = el;
-    t->line = n->line;
-    t->col = n->col;
-    if (!t->user || !*t->user)
-        return cf_err(c, n, "a token needs a 'user' (the name toolsets' "
-                      "allow_users match)");
-    t->has_uid = th_ynode_get(n, "uid") != NULL;
-    int ways = (t->sha256_hex != NULL) + (t->file != NULL) + (t->env != NULL);
-    if (ways != 1)
-        return cf_err(c, n, "the token of user '%s' needs exactly one of "
-                      "'sha256' (the token's SHA-256 in hex), 'file' or "
-                      "'env'", t->user);
-    int rc = 0;
-    if (t->sha256_hex) {
-        const th_ynode *v = th_ynode_get(n, "sha256");
-        if (strlen(t->sha256_hex) != 64)
-            return cf_err(c, v, "'sha256' must be 64 hex digits (sha256sum "
-                          "of the token), got %zu characters",
-                          strlen(t->sha256_hex));
-        struct base16_decode_ctx hx;
-        size_t got = sizeof t->sha256;
-        base16_decode_init(&hx);
-        if (!base16_decode_update(&hx, &got, t->sha256, 64,
-                                  t->sha256_hex) ||
-            !base16_decode_final(&hx) || got != sizeof t->sha256)
-            return cf_err(c, v, "'sha256' must be 64 hex digits");
-    } else if (t->env) {
-        const th_ynode *v = th_ynode_get(n, "env");
-        const char *val = getenv(t->env);
-        if (!val || !*val) {
-            /* Fails closed: the entry matches no token; `serve` warns. A
-             * config shared by commands that never serve HTTP loads. */
-            t->disabled = true;
-            return 0;
-        }
-        char what[300];
-        snprintf(what, sizeof what, "in $%.200s", t->env);
-        rc = token_text(c, v, what, val, strlen(val), t->sha256);
-    } else {
-        const th_ynode *v = th_ynode_get(n, "file");
-        int fd = open(t->file, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-        struct stat st;
-        if (fd < 0)
-            return cf_err(c, v, "the token of user '%s': cannot open '%s': "
-                          "%s", t->user, t->file, strerror(errno));
-        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
-            st.st_size > 4096) {
-            close(fd);
-            return cf_err(c, v, "the token of user '%s': '%s' is not a "
-                          "regular file of at most 4KiB", t->user, t->file);
-        }
-        char buf[4097];
-        ssize_t got = read(fd, buf, sizeof buf - 1);
-        close(fd);
-        if (got < 0)
-            return cf_err(c, v, "the token of user '%s': cannot read '%s': "
-                          "%s", t->user, t->file, strerror(errno));
-        char what[300];
-        snprintf(what, sizeof what, "in %.200s", t->file);
-        rc = token_text(c, v, what, buf, (size_t)got, t->sha256);
-        memset(buf, 0, sizeof buf);
-    }
-    if (rc < 0)
-        return rc;
-    for (th_mcp_token_cfg *o = c->cfg->mcp.tokens; o < t; o++)
-        if (!o->disabled && memcmp(o->sha256, t->sha256, 32) == 0)
-            return cf_err(c, n, "the token of user '%s' is the token of "
-                          "user '%s' (line %d) too", t->user, o->user,
-                          o->line);
-    return 0;
-}
-
-#define M(f) offsetof(th_mcp_cfg, f)
-static const cfkey mcp_keys[] = {
-    {.name = "tokens", .set = set_list, .off = M(tokens),
-     .off2 = M(n_tokens), .sub = token_keys,
-     .elem_size = sizeof(th_mcp_token_cfg), .check = token_check,
-     .what = "token"},
-    {.name = "allow_origins", .set = set_strlist, .off = M(allow_origins),
-     .off2 = M(n_allow_origins)},
-    {.name = "allow_remote", .set = set_bool, .off = M(allow_remote)},
-    {.name = "tls_cert", .set = set_str, .off = M(tls_cert),
-     .flags = CF_PATH},
-    {.name = "tls_key", .set = set_str, .off = M(tls_key), .flags = CF_PATH},
-    {.name = "max_body", .set = set_size, .off = M(max_body), .min = KIB,
-     .max = GIB},
-    {.name = "max_sessions", .set = set_u32, .off = M(max_sessions),
-     .min = 1, .max = 100000},
-    {.name = "max_sessions_per_user", .set = set_u32,
-     .off = M(max_sessions_per_user), .min = 1, .max = 100000},
-    {.name = "max_streams", .set = set_u32, .off = M(max_streams), .min = 1,
-     .max = 64},
-    {.name = "max_connections", .set = set_u32, .off = M(max_connections),
-     .min = 2, .max = 100000},
-    {.name = "session_idle", .set = set_duration, .off = M(session_idle_ms),
-     .min = 100, .max = 7 * DAY},
-    {.name = "max_queued", .set = set_size, .off = M(max_queued),
-     .min = 4 * KIB, .max = GIB},
-    {.name = "client_timeout", .set = set_duration,
-     .off = M(client_timeout_ms), .min = 0, .max = DAY},
-    {.name = "keepalive", .set = set_duration, .off = M(keepalive_ms),
-     .min = 100, .max = HOUR},
-    {.name = "header_timeout", .set = set_duration,
-     .off = M(header_timeout_ms), .min = 100, .max = HOUR},
-    {.name = "body_timeout", .set = set_duration, .off = M(body_timeout_ms),
-     .min = 100, .max = DAY},
-    {.name = "max_connections_per_address", .set = set_u32,
-     .off = M(max_connections_per_address), .min = 1, .max = 100000},
-    {.name = "http_threads", .set = set_u32, .off = M(http_threads),
-     .min = 1, .max = 64},
-    {.name = "max_json_depth", .set = set_u32, .off = M(max_json_depth),
-     .min = 2, .max = 1000},
-    {.name = "max_json_elements", .set = set_u32,
-     .off = M(max_json_elements), .min = 16, .max = 100000000},
-    {.name = "tls_priorities", .set = set_str, .off = M(tls_priorities)},
-    {.name = "sse_poll", .set = set_duration, .off = M(sse_poll_ms),
-     .min = 0, .max = HOUR},
-    {.name = "sse_replay_events", .set = set_u32,
-     .off = M(sse_replay_events), .min = 1, .max = 100000},
-    {.name = "sse_replay_time", .set = set_duration,
-     .off = M(sse_replay_ms), .min = 100, .max = DAY},
-    {.name = "max_subscriptions", .set = set_u32,
-     .off = M(max_subscriptions), .min = 1, .max = 1000000},
-    {.name = NULL}};
-#undef M
-
-static void mcp_init(th_mcp_cfg *m)
-{
-    memset(m, 0, sizeof *m);
-    m->max_body = 4 * MIB;
-    m->max_sessions = 64;
-    m->max_sessions_per_user = 16;
-    m->max_streams = 2;
-    m->max_connections = 256;
-    m->session_idle_ms = 30 * MINUTE;
-    m->max_queued = 8 * MIB;
-    m->client_timeout_ms = 60 * SEC;
-    m->keepalive_ms = 15 * SEC;
-    m->header_timeout_ms = 10 * SEC;
-    m->body_timeout_ms = 60 * SEC;
-    m->max_connections_per_address = 64;
-    m->http_threads = 2;
-    m->max_json_depth = 64;
-    m->max_json_elements = 100000;
-    m->sse_poll_ms = 0;
-    m->sse_replay_events = 64;
-    m->sse_replay_ms = 60 * SEC;
-    m->max_subscriptions = 256;
-}
-
-static int mcp_check(cfctx *c, th_ynode *n, void *el)
-{
-    th_mcp_cfg *m = el;
-    if (n && n->kind == TH_Y_MAP) {
-        m->line = n->line;
-        m->col = n->col;
-    }
-    if ((m->tls_cert != NULL) != (m->tls_key != NULL))
-        return cf_err(c, n, "'tls_cert' and 'tls_key' go together");
-    return 0;
-}
-
-/* What the listen entries need of the mcp section. */
-static int listen_http_check(cfctx *c, th_config *cfg)
-{
-    const th_host_cfg *h = &cfg->host;
-    const th_ynode *hn = th_ynode_get(cfg->root, "host");
-    const th_ynode *at = hn ? th_ynode_get(hn, "listen") : NULL;
-    for (size_t i = 0; i < h->n_listen_http; i++) {
-        th_http_url u;
-        if (th_http_parse_url(h->listen_http[i], &u, NULL) < 0)
-            continue;
-        if (!u.loopback && !cfg->mcp.allow_remote)
-            return cf_err(c, at, "'listen': %s is not a loopback address; "
-                          "set mcp.allow_remote: true to serve MCP on it",
-                          h->listen_http[i]);
-        if (u.tls && !cfg->mcp.tls_cert)
-            return cf_err(c, at, "'listen': %s needs mcp.tls_cert and "
-                          "mcp.tls_key", h->listen_http[i]);
-    }
-    for (size_t i = 0; i < h->n_listen_metrics; i++) {
-        th_http_url u;
-        if (th_http_parse_url(h->listen_metrics[i], &u, NULL) < 0)
-            continue;
-        if (!u.loopback && !cfg->mcp.allow_remote)
-            return cf_err(c, at, "'listen': %s is not a loopback address; "
-                          "set mcp.allow_remote: true to serve metrics on it",
-                          h->listen_metrics[i]);
-        if (u.tls && !cfg->mcp.tls_cert)
-            return cf_err(c, at, "'listen': %s needs mcp.tls_cert and "
-                          "mcp.tls_key", h->listen_metrics[i]);
-    }
-    if (h->n_listen_http && cfg->mcp.n_tokens == 0)
-        return cf_err(c, at, "'listen' has an http:// entry but mcp.tokens "
-                      "declares no token (every request would be refused)");
-    return 0;
-}
-
 /* ---- admin ----------------------------------------------------------------- */
 
 #define A(f) offsetof(th_admin_cfg, f)
-static const cfkey admin_keys[] = {
-    {.name = "users", .set = set_strlist, .off = A(users),
+static const th_cfkey admin_keys[] = {
+    {.name = "users", .set = th_cf_strlist, .off = A(users),
      .off2 = A(n_users)},
-    {.name = "groups", .set = set_strlist, .off = A(groups),
+    {.name = "groups", .set = th_cf_strlist, .off = A(groups),
      .off2 = A(n_groups)},
     {.name = NULL}};
 #undef A
 
-static int admin_check(cfctx *c, th_ynode *n, void *el)
+static int admin_check(th_cfctx *c, th_ynode *n, void *el)
 {
     th_admin_cfg *a = el;
     a->present = true;
@@ -2230,176 +1982,90 @@ static int admin_check(cfctx *c, th_ynode *n, void *el)
     return rc;
 }
 
-/* ---- nats ------------------------------------------------------------------ */
-
-#define N(f) offsetof(th_nats_cfg, f)
-static const cfkey nats_keys[] = {
-    {.name = "prefix", .set = set_str, .off = N(prefix)},
-    {.name = "name", .set = set_str, .off = N(name)},
-    {.name = "user", .set = set_str, .off = N(user)},
-    {.name = "password", .set = set_str, .off = N(password)},
-    {.name = "token", .set = set_str, .off = N(token)},
-    {.name = "creds", .set = set_str, .off = N(creds), .flags = CF_PATH},
-    {.name = "tls_ca", .set = set_str, .off = N(tls_ca), .flags = CF_PATH},
-    {.name = "tls_cert", .set = set_str, .off = N(tls_cert),
-     .flags = CF_PATH},
-    {.name = "tls_key", .set = set_str, .off = N(tls_key), .flags = CF_PATH},
-    {.name = "toolsets", .set = set_strlist, .off = N(toolsets),
-     .off2 = N(n_toolsets)},
-    {.name = "as_user", .set = set_str, .off = N(as_user)},
-    {.name = "reconnect_wait", .set = set_duration,
-     .off = N(reconnect_wait_ms), .min = 10, .max = MINUTE},
-    {.name = "max_pending", .set = set_u32, .off = N(max_pending),
-     .min = 16, .max = 10000000},
-    {.name = "results_bucket", .set = set_str, .off = N(results_bucket)},
-    {.name = "results_ttl", .set = set_duration, .off = N(results_ttl_ms),
-     .min = SEC, .max = 7 * DAY},
-    {.name = "users", .set = set_strlist, .off = N(users),
-     .off2 = N(n_users)},
-    {.name = "results_key_file", .set = set_str, .off = N(results_key_file),
-     .flags = CF_PATH},
-    {.name = "results_replicas", .set = set_u32, .off = N(results_replicas),
-     .min = 1, .max = 5},
-    {.name = "reply_batching", .set = set_bool, .off = N(no_reply_batching),
-     .flags = CF_NOT},
-    {.name = NULL}};
-#undef N
-
-/* A subject token: letters, digits, '-', '_' (no '.', '*', '>', spaces). */
-static bool nats_token_ok(const char *s, bool dots)
-{
-    if (!s || !*s)
-        return false;
-    for (; *s; s++)
-        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
-              (*s >= '0' && *s <= '9') || *s == '-' || *s == '_' ||
-              (dots && *s == '.')))
-            return false;
-    return true;
-}
-
-static int nats_check(cfctx *c, th_ynode *n, void *el)
-{
-    th_nats_cfg *m = el;
-    if (n && n->kind == TH_Y_MAP) {
-        m->line = n->line;
-        m->col = n->col;
-    }
-    if (m->prefix && !nats_token_ok(m->prefix, true))
-        return cf_err(c, th_ynode_get(n, "prefix"), "'prefix' must be "
-                      "subject tokens (letters, digits, '-', '_', '.'), got "
-                      "'%s'", m->prefix);
-    if (m->name && !nats_token_ok(m->name, false))
-        return cf_err(c, th_ynode_get(n, "name"), "'name' must be letters, "
-                      "digits, '-' or '_', got '%s'", m->name);
-    if ((m->tls_cert != NULL) != (m->tls_key != NULL))
-        return cf_err(c, n, "'tls_cert' and 'tls_key' go together");
-    if ((m->user != NULL) != (m->password != NULL))
-        return cf_err(c, n, "'user' and 'password' go together");
-    if ((m->user != NULL) + (m->token != NULL) + (m->creds != NULL) > 1)
-        return cf_err(c, n, "give one of 'user'/'password', 'token' or "
-                      "'creds'");
-    for (size_t i = 0; i < m->n_users; i++) {
-        const th_ynode *ul = th_ynode_get(n, "users");
-        if (!nats_token_ok(m->users[i], false))
-            return cf_err(c, ul && ul->kind == TH_Y_SEQ && i < ul->n
-                                 ? ul->kids[i] : ul,
-                          "nats.users: '%s' cannot be a subject token "
-                          "(letters, digits, '-', '_')", m->users[i]);
-    }
-    if (m->results_bucket && !nats_token_ok(m->results_bucket, false))
-        return cf_err(c, th_ynode_get(n, "results_bucket"),
-                      "'results_bucket' must be a bucket name (letters, "
-                      "digits, '-', '_') or off, got '%s'",
-                      m->results_bucket);
-    return 0;
-}
-
-/* What a nats:// listen entry needs: the toolsets named in nats.toolsets
- * exist (a host serves on NATS only toolsets the config names). */
-static int listen_nats_check(cfctx *c, th_config *cfg)
-{
-    th_nats_cfg *m = &cfg->nats;
-    if (!m->prefix && !(m->prefix = strdup("toolhost")))
-        return cf_nomem(c);
-    if (!m->name && !(m->name = strdup("toolhost")))
-        return cf_nomem(c);
-    if (!m->as_user && !(m->as_user = strdup("nats")))
-        return cf_nomem(c);
-    if (!m->reconnect_wait_ms)
-        m->reconnect_wait_ms = 250;
-    if (!m->max_pending)
-        m->max_pending = 65536;
-    if (!m->results_bucket && !(m->results_bucket = strdup("toolhost_results")))
-        return cf_nomem(c);
-    const th_ynode *nn = th_ynode_get(cfg->root, "nats");
-    const th_ynode *tl = nn ? th_ynode_get(nn, "toolsets") : NULL;
-    for (size_t i = 0; i < m->n_toolsets; i++) {
-        const th_ynode *at = tl && tl->kind == TH_Y_SEQ && i < tl->n
-                                 ? tl->kids[i] : tl;
-        size_t j;
-        for (j = 0; j < cfg->n_toolsets; j++)
-            if (strcmp(cfg->toolsets[j].name, m->toolsets[i]) == 0)
-                break;
-        if (j == cfg->n_toolsets)
-            return cf_err(c, at, "nats.toolsets: no toolset '%s'",
-                          m->toolsets[i]);
-        if (!nats_token_ok(m->toolsets[i], false))
-            return cf_err(c, at, "nats.toolsets: '%s' cannot be a subject "
-                          "token (letters, digits, '-', '_')",
-                          m->toolsets[i]);
-    }
-    if (cfg->host.listen_nats && m->n_toolsets == 0) {
-        const th_ynode *hn = th_ynode_get(cfg->root, "host");
-        return cf_err(c, hn ? th_ynode_get(hn, "listen") : NULL,
-                      "'listen' has a nats:// entry but nats.toolsets names "
-                      "no toolset (a host serves on NATS only the toolsets "
-                      "listed there)");
-    }
-    return 0;
-}
-
 /* ---- the document ---------------------------------------------------------- */
 
 #define C(f) offsetof(th_config, f)
-static const cfkey top_keys[] = {
-    {.name = "host", .set = set_section, .off = C(host), .sub = host_keys,
+static const th_cfkey top_keys[] = {
+    {.name = "host", .set = th_cf_section, .off = C(host), .sub = host_keys,
      .check = host_check, .what = "host"},
     {.name = "limits", .set = set_limits, .off = C(limits)},
-    {.name = "plugins", .set = set_list, .off = C(plugins),
+    {.name = "plugins", .set = th_cf_list, .off = C(plugins),
      .off2 = C(n_plugins), .sub = plugin_keys,
      .elem_size = sizeof(th_plugin_cfg), .check = plugin_check,
      .init = plugin_init, .what = "plugin"},
-    {.name = "toolsets", .set = set_list, .off = C(toolsets),
+    {.name = "toolsets", .set = th_cf_list, .off = C(toolsets),
      .off2 = C(n_toolsets), .sub = toolset_keys,
      .elem_size = sizeof(th_toolset_cfg), .init = toolset_init,
      .check = toolset_check, .what = "toolset"},
-    {.name = "mcp", .set = set_section, .off = C(mcp), .sub = mcp_keys,
-     .check = mcp_check, .what = "mcp"},
-    {.name = "mocks", .set = set_list, .off = C(mocks), .off2 = C(n_mocks),
+    {.name = "mocks", .set = th_cf_list, .off = C(mocks), .off2 = C(n_mocks),
      .sub = mock_keys, .elem_size = sizeof(th_mock_cfg), .init = mock_init,
      .check = mock_check, .what = "mock"},
-    {.name = "admin", .set = set_section, .off = C(admin), .sub = admin_keys,
+    {.name = "admin", .set = th_cf_section, .off = C(admin), .sub = admin_keys,
      .check = admin_check, .what = "admin"},
-    {.name = "nats", .set = set_section, .off = C(nats), .sub = nats_keys,
-     .check = nats_check, .what = "nats"},
-    {.name = "rate_limits", .set = set_list, .off = C(rate_limits),
+    {.name = "rate_limits", .set = th_cf_list, .off = C(rate_limits),
      .off2 = C(n_rate_limits), .sub = rate_keys,
      .elem_size = sizeof(th_rate_cfg), .check = rate_check,
      .what = "rate limit"},
     {.name = NULL}};
 #undef C
 
-static int unknown_key(cfctx *c, const th_ynode *key, const cfkey *table,
+#define N_TOP_KEYS (sizeof top_keys / sizeof top_keys[0] - 1)
+
+static bool core_key(const char *name)
+{
+    for (size_t i = 0; i < N_TOP_KEYS; i++)
+        if (strcmp(top_keys[i].name, name) == 0)
+            return true;
+    return false;
+}
+
+/* The document's keys: the core's, then one per section of cfg (its
+ * index in .off). */
+#define N_HOST_KEYS (sizeof host_keys / sizeof host_keys[0] - 1)
+#define N_HOST_ALL (N_HOST_KEYS + 64)
+
+/* The keys of `host:`: the core's, then those the sections of cfg add
+ * (at most 64 in all). */
+static void host_table(const th_config *cfg, th_cfkey out[N_HOST_ALL + 1])
+{
+    memcpy(out, host_keys, N_HOST_KEYS * sizeof *out);
+    size_t n = N_HOST_KEYS;
+    for (size_t i = 0; cfg && i < cfg->n_sec; i++)
+        for (const th_cfkey *k = cfg->sec_desc[i]->host_keys; k && k->name &&
+                                                              n < N_HOST_ALL;
+             k++)
+            out[n++] = (th_cfkey){.name = k->name, .set = set_host_ext,
+                                  .off = i, .sub = k};
+    out[n] = (th_cfkey){.name = NULL};
+}
+
+static void top_table(const th_config *cfg,
+                      th_cfkey out[N_TOP_KEYS + TH_SECTIONS_MAX + 1],
+                      const th_cfkey *host)
+{
+    memcpy(out, top_keys, N_TOP_KEYS * sizeof *out);
+    for (size_t i = 0; i < N_TOP_KEYS; i++)
+        if (out[i].sub == host_keys)
+            out[i].sub = host;
+    size_t n = N_TOP_KEYS;
+    for (size_t i = 0; cfg && i < cfg->n_sec; i++)
+        if (cfg->sec_desc[i]->keys) /* else its keys are elsewhere */
+            out[n++] = (th_cfkey){.name = cfg->sec_desc[i]->name,
+                              .set = set_module_section, .off = i,
+                              .what = cfg->sec_desc[i]->name};
+    out[n] = (th_cfkey){.name = NULL};
+}
+
+static int unknown_key(th_cfctx *c, const th_ynode *key, const th_cfkey *table,
                        const char *what)
 {
     const char *names[64] = {NULL};
     size_t n = 0;
-    for (const cfkey *k = table; k->name && n < 64; k++)
+    for (const th_cfkey *k = table; k->name && n < 64; k++)
         names[n++] = k->name;
     const char *near = closest(key->str, names, n);
     if (near)
-        return cf_err(c, key, "unknown key '%s' in %s (did you mean '%s'?)",
+        return th_cf_err(c, key, "unknown key '%s' in %s (did you mean '%s'?)",
                       key->str, what, near);
     char known[900] = "";
     size_t used = 0;
@@ -2410,7 +2076,7 @@ static int unknown_key(cfctx *c, const th_ynode *key, const cfkey *table,
             break;
         used += (size_t)w;
     }
-    return cf_err(c, key, "unknown key '%s' in %s (known keys: %s)",
+    return th_cf_err(c, key, "unknown key '%s' in %s (known keys: %s)",
                   key->str, what, known);
 }
 
@@ -2418,12 +2084,12 @@ static int unknown_key(cfctx *c, const th_ynode *key, const cfkey *table,
  * `table`: unknown keys first (in file order), then each known key in
  * table order (so a section may rely on an earlier one), then the
  * required keys that are missing. */
-static int apply_map(cfctx *c, th_ynode *node, const cfkey *table,
+static int apply_map(th_cfctx *c, th_ynode *node, const th_cfkey *table,
                      void *base, const char *what)
 {
     if (node && !th_ynode_is_null(node) && node->kind != TH_Y_MAP) {
         char d[64];
-        return cf_err(c, node, "%s must be a map of keys, got %s", what,
+        return th_cf_err(c, node, "%s must be a map of keys, got %s", what,
                       describe(node, d, sizeof d));
     }
     size_t n = node && node->kind == TH_Y_MAP ? node->n : 0;
@@ -2435,13 +2101,13 @@ static int apply_map(cfctx *c, th_ynode *node, const cfkey *table,
     for (size_t i = 0; i + 1 < n; i += 2) {
         const th_ynode *key = node->kids[i];
         if (key->kind != TH_Y_SCALAR) {
-            rc = cf_err(c, key, "keys in %s must be plain names", what);
+            rc = th_cf_err(c, key, "keys in %s must be plain names", what);
             if (!cf_more(c, rc))
                 return rc;
             failed = true;
             continue;
         }
-        const cfkey *k = table;
+        const th_cfkey *k = table;
         while (k->name && strcmp(k->name, key->str) != 0)
             k++;
         if (!k->name) {
@@ -2451,7 +2117,7 @@ static int apply_map(cfctx *c, th_ynode *node, const cfkey *table,
             failed = true;
         }
     }
-    for (const cfkey *k = table; k->name; k++) {
+    for (const th_cfkey *k = table; k->name; k++) {
         for (size_t i = 0; i + 1 < n; i += 2) {
             if (node->kids[i]->kind != TH_Y_SCALAR ||
                 strcmp(node->kids[i]->str, k->name) != 0)
@@ -2464,9 +2130,9 @@ static int apply_map(cfctx *c, th_ynode *node, const cfkey *table,
             }
         }
     }
-    for (const cfkey *k = table; k->name; k++)
-        if ((k->flags & CF_REQUIRED) && !th_ynode_get(node, k->name)) {
-            rc = cf_err(c, node, "missing required key '%s' in %s", k->name,
+    for (const th_cfkey *k = table; k->name; k++)
+        if ((k->flags & TH_CF_REQUIRED) && !th_ynode_get(node, k->name)) {
+            rc = th_cf_err(c, node, "missing required key '%s' in %s", k->name,
                         what);
             if (!cf_more(c, rc))
                 return rc;
@@ -2477,10 +2143,10 @@ static int apply_map(cfctx *c, th_ynode *node, const cfkey *table,
 
 /* ---- the list of keys ------------------------------------------------------ */
 
-static void each_key(const cfkey *table, char *path, size_t len,
+static void each_key(const th_cfkey *table, char *path, size_t len,
                      void (*fn)(const char *path, void *ud), void *ud)
 {
-    for (const cfkey *k = table; k->name; k++) {
+    for (const th_cfkey *k = table; k->name; k++) {
         int n = snprintf(path + len, 256 - len, "%s%s", len ? "." : "",
                          k->name);
         if (n < 0 || (size_t)n >= 256 - len)
@@ -2502,6 +2168,18 @@ void th_config_each_key(void (*fn)(const char *path, void *ud), void *ud)
 {
     char path[256] = "";
     each_key(top_keys, path, 0, fn, ud);
+    for (size_t i = 0; i < g_n_sections; i++)
+        for (const th_cfkey *k = g_sections[i]->host_keys; k && k->name; k++) {
+            snprintf(path, sizeof path, "host.%s", k->name);
+            fn(path, ud);
+        }
+    for (size_t i = 0; i < g_n_sections; i++) {
+        if (!g_sections[i]->keys)
+            continue;
+        int n = snprintf(path, sizeof path, "%s", g_sections[i]->name);
+        fn(path, ud);
+        each_key(g_sections[i]->keys, path, (size_t)n, fn, ud);
+    }
 }
 
 /* ---- free --------------------------------------------------------------------- */
@@ -2533,38 +2211,6 @@ void th_config_free(th_config *cfg)
     free(cfg->path);
     free(cfg->dir);
     th_host_cfg *h = &cfg->host;
-    free(h->listen);
-    free_strv(h->listen_http, h->n_listen_http);
-    free_strv(h->listen_metrics, h->n_listen_metrics);
-    free(h->listen_nats);
-    th_nats_cfg *nc = &cfg->nats;
-    free(nc->prefix);
-    free(nc->name);
-    free(nc->user);
-    free(nc->password);
-    free(nc->token);
-    free(nc->creds);
-    free(nc->tls_ca);
-    free(nc->tls_cert);
-    free(nc->tls_key);
-    free_strv(nc->toolsets, nc->n_toolsets);
-    free(nc->as_user);
-    free(nc->results_bucket);
-    free_strv(nc->users, nc->n_users);
-    free(nc->results_key_file);
-    th_mcp_cfg *mc = &cfg->mcp;
-    for (size_t i = 0; i < mc->n_tokens; i++) {
-        free(mc->tokens[i].user);
-        free(mc->tokens[i].sha256_hex);
-        free(mc->tokens[i].file);
-        free(mc->tokens[i].env);
-    }
-    free(mc->tokens);
-    free_strv(mc->allow_origins, mc->n_allow_origins);
-    free(mc->tls_cert);
-    free(mc->tls_key);
-    free(mc->tls_priorities);
-    free(h->socket_group);
     free(h->audit);
     free(h->state_dir);
     free(h->spill_dir);
@@ -2614,17 +2260,18 @@ void th_config_free(th_config *cfg)
     free(cfg->rate_limits);
     free_strv(cfg->admin.users, cfg->admin.n_users);
     free_strv(cfg->admin.groups, cfg->admin.n_groups);
+    sections_free(cfg);
     th_ynode_free(cfg->root);
     free(cfg);
 }
 
 /* ---- load ----------------------------------------------------------------------- */
 
-static int default_toolset(cfctx *c, th_config *cfg)
+static int default_toolset(th_cfctx *c, th_config *cfg)
 {
     cfg->toolsets = calloc(1, sizeof *cfg->toolsets);
     if (!cfg->toolsets)
-        return cf_nomem(c);
+        return th_cf_nomem(c);
     th_toolset_cfg *ts = cfg->toolsets;
     cfg->n_toolsets = 1;
     toolset_init(c, ts);
@@ -2632,9 +2279,9 @@ static int default_toolset(cfctx *c, th_config *cfg)
     ts->tools = calloc(1, sizeof *ts->tools);
     ts->tool_marks = calloc(1, sizeof *ts->tool_marks);
     if (!ts->name || !ts->tools || !ts->tool_marks)
-        return cf_nomem(c);
+        return th_cf_nomem(c);
     if (!(ts->tools[0] = strdup("*")))
-        return cf_nomem(c);
+        return th_cf_nomem(c);
     ts->n_tools = 1;
     return 0;
 }
@@ -2716,7 +2363,7 @@ static int parse_report(const char *name, const char *dir, const char *text,
     th_config *cfg = calloc(1, sizeof *cfg);
     if (!cfg)
         return th_error_set(err, TH_ENOMEM, "%s: out of memory", name);
-    cfctx c = {.file = name, .cfg = cfg, .err = err,
+    th_cfctx c = {.file = name, .cfg = cfg, .err = err,
                .stats = stats ? stats : &scratch, .report = report,
                .report_ud = ud};
     th_strset_init(&c.plugin_names, &c.stats->key_probes);
@@ -2726,12 +2373,13 @@ static int parse_report(const char *name, const char *dir, const char *text,
     cfg->path = strdup(name);
     cfg->dir = abs_dir(dir);
     if (!cfg->path || !cfg->dir) {
-        rc = cf_nomem(&c);
+        rc = th_cf_nomem(&c);
         goto fail;
     }
     c.dir = cfg->dir;
     host_init(&cfg->host);
-    mcp_init(&cfg->mcp);
+    if ((rc = sections_init(&c, cfg)) < 0)
+        goto fail;
     th_limits_defaults(&cfg->limits);
     if ((rc = th_ynode_parse_ex(name, text, len, lim, c.stats, &cfg->root,
                                 err)) < 0)
@@ -2739,13 +2387,16 @@ static int parse_report(const char *name, const char *dir, const char *text,
     if (cfg->root && !th_ynode_is_null(cfg->root) &&
         cfg->root->kind != TH_Y_MAP) {
         char d[64];
-        rc = cf_err(&c, cfg->root,
+        rc = th_cf_err(&c, cfg->root,
                     "the config must be a map with keys such as host, "
                     "plugins, toolsets; got %s",
                     describe(cfg->root, d, sizeof d));
         goto fail;
     }
-    if ((rc = apply_map(&c, cfg->root, top_keys, cfg, "the config")) < 0) {
+    th_cfkey host[N_HOST_ALL + 1], top[N_TOP_KEYS + TH_SECTIONS_MAX + 1];
+    host_table(cfg, host);
+    top_table(cfg, top, host);
+    if ((rc = apply_map(&c, cfg->root, top, cfg, "the config")) < 0) {
         if (c.n_errs) { /* reported: *err is the first */
             *err = c.first;
             rc = TH_ECONFIG;
@@ -2757,9 +2408,7 @@ static int parse_report(const char *name, const char *dir, const char *text,
         goto fail;
     if (cfg->n_toolsets == 0 && (rc = default_toolset(&c, cfg)) < 0)
         goto fail;
-    if ((rc = listen_nats_check(&c, cfg)) < 0)
-        goto fail;
-    if ((rc = listen_http_check(&c, cfg)) < 0)
+    if ((rc = sections_finish(&c, cfg)) < 0)
         goto fail;
     *out = cfg;
     rc = 0;

@@ -115,8 +115,10 @@ typedef struct th_stat {
                                    (call_fast.c) */
 } th_stat;
 
-/* Sessions by front: cli, rpc, mcp, code, then any other or unnamed. */
-#define TH_FRONT_KINDS 5
+/* Sessions by front: each name in the order first seen (stats.c), then
+ * "other": a front that gave no name, or one past the table. */
+#define TH_FRONT_KINDS 13
+#define TH_FRONT_EVS 24 /* TH_FRONT_EVENTS_MAX (th/front.h) */
 unsigned th_stat_front_kind(const char *front);
 /* Counts a session opened (session.c). */
 void th_stat_session_opened(th_host *h, const char *front);
@@ -871,7 +873,7 @@ struct th_host {
     _Atomic(th_mcall *) tomb_ring[TH_CALL_TOMBS];
     atomic_size_t tomb_at;
     atomic_ulong sess_opened[TH_FRONT_KINDS]; /* per front (stats.c) */
-    atomic_ulong front_ev[TH_FRONT_KINDS][TH_FEV_N]; /* per front, reason
+    atomic_ulong front_ev[TH_FRONT_KINDS][TH_FRONT_EVS]; /* per front, reason
                                                   (stats.c) */
 
     /* Hot reload (reload_host.c).  `reloader` is set at open (NULL with

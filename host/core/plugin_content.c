@@ -157,7 +157,7 @@ static int over_budget(th_content *c)
 {
     const char *limit = c->mode == TH_CONTENT_RESULT
                             ? "what the call's stdout may hold"
-                            : "mcp.max_message";
+                            : "the largest message its front carries";
     if (!c->logged) {
         c->logged = true;
         th_log(TOOLHOST_LOG_WARN,

@@ -19,6 +19,7 @@
 #include "reloader.h"
 #include "th/audit.h"
 #include "th/log.h"
+#include "th/section.h"
 
 /* Set at open, before any other thread sees the host; freed at close. */
 th_reloader *th_host_reloader(th_host *h)
@@ -102,23 +103,16 @@ static int check_config(void *ud, const th_config *nc, th_error *err)
         a->queue_size != b->queue_size)
         th_log_warn("reload: host.workers, async_workers and queue_size keep "
                     "their values until the host restarts");
-    if ((a->listen || b->listen) &&
-        (!a->listen || !b->listen || strcmp(a->listen, b->listen) != 0))
-        th_log_warn("reload: host.listen changes at the next restart");
-    /* The HTTP front keeps the entries, tokens and limits it started with. */
-    bool web_same = a->n_listen_http == b->n_listen_http &&
-                    oc->mcp.n_tokens == nc->mcp.n_tokens;
-    for (size_t i = 0; web_same && i < a->n_listen_http; i++)
-        web_same = strcmp(a->listen_http[i], b->listen_http[i]) == 0;
-    web_same = web_same && a->n_listen_metrics == b->n_listen_metrics;
-    for (size_t i = 0; web_same && i < a->n_listen_metrics; i++)
-        web_same = strcmp(a->listen_metrics[i], b->listen_metrics[i]) == 0;
-    for (size_t i = 0; web_same && i < oc->mcp.n_tokens; i++)
-        web_same = strcmp(oc->mcp.tokens[i].user, nc->mcp.tokens[i].user) == 0 &&
-                   memcmp(oc->mcp.tokens[i].sha256, nc->mcp.tokens[i].sha256, 32) == 0;
-    if (!web_same)
-        th_log_warn("reload: host.listen's http:// entries and mcp.tokens "
-                    "change at the next restart");
+    /* What a module's section says only changes at the next restart. */
+    for (size_t i = 0; i < nc->n_sec; i++) {
+        const th_section *sd = nc->sec_desc[i];
+        const void *old = th_config_section(oc, sd);
+        const char *note = old && sd->reload_note
+                               ? sd->reload_note(old, nc->sec[i])
+                               : NULL;
+        if (note)
+            th_log_warn("%s", note);
+    }
     if ((a->state_dir || b->state_dir) &&
         (!a->state_dir || !b->state_dir || strcmp(a->state_dir, b->state_dir) != 0))
         th_log_warn("reload: host.state_dir changes at the next restart");

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "manager.h"
+#include "th/front.h"
 #include "th/clock.h"
 
 static th_stat *stat_get_in(th_host *h, _Atomic(th_stat *) *table,
@@ -466,16 +467,40 @@ void th_host_mgr_stats(th_host *h, th_mgr_stats *out)
 
 /* ---- Sessions per front -------------------------------------------------- */
 
-static const char *const front_names[TH_FRONT_KINDS] = {
-    TOOLHOST_FRONT_CLI, TOOLHOST_FRONT_RPC, TOOLHOST_FRONT_MCP,
-    TOOLHOST_FRONT_CODE, "other"};
+/* The front names seen, in that order: a name is added once (under
+ * kinds_mu) and never removed; readers load the count (acquire) and read
+ * the names below it without a lock.  The last kind is "other". */
+static _Atomic(const char *) kind_names[TH_FRONT_KINDS - 1];
+static atomic_uint n_kinds;
+static pthread_mutex_t kinds_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static unsigned kind_find(const char *front, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        if (strcmp(front, atomic_load_explicit(&kind_names[i],
+                                               memory_order_relaxed)) == 0)
+            return i;
+    return TH_FRONT_KINDS;
+}
 
 unsigned th_stat_front_kind(const char *front)
 {
-    for (unsigned i = 0; front && i + 1 < TH_FRONT_KINDS; i++)
-        if (strcmp(front, front_names[i]) == 0)
-            return i;
-    return TH_FRONT_KINDS - 1;
+    if (!front)
+        return TH_FRONT_KINDS - 1;
+    unsigned n = atomic_load_explicit(&n_kinds, memory_order_acquire);
+    unsigned k = kind_find(front, n);
+    if (k < TH_FRONT_KINDS)
+        return k;
+    pthread_mutex_lock(&kinds_mu);
+    n = atomic_load_explicit(&n_kinds, memory_order_relaxed);
+    k = kind_find(front, n);
+    if (k == TH_FRONT_KINDS && n < TH_FRONT_KINDS - 1) {
+        atomic_store_explicit(&kind_names[n], front, memory_order_relaxed);
+        atomic_store_explicit(&n_kinds, n + 1, memory_order_release);
+        k = n;
+    }
+    pthread_mutex_unlock(&kinds_mu);
+    return k < TH_FRONT_KINDS ? k : TH_FRONT_KINDS - 1;
 }
 
 void th_stat_session_opened(th_host *h, const char *front)
@@ -492,8 +517,14 @@ size_t th_host_front_stats(th_host *h, th_front_stats *out, size_t max)
         open[th_stat_front_kind(s->ops.front)]++;
     pthread_mutex_unlock(&h->mu);
     size_t n = 0;
+    unsigned nk = atomic_load_explicit(&n_kinds, memory_order_acquire);
     for (unsigned i = 0; i < TH_FRONT_KINDS && n < max; i++) {
-        out[n].front = front_names[i];
+        if (i >= nk && i != TH_FRONT_KINDS - 1)
+            continue;
+        out[n].front = i == TH_FRONT_KINDS - 1
+                           ? "other"
+                           : atomic_load_explicit(&kind_names[i],
+                                                  memory_order_relaxed);
         out[n].opened = atomic_load(&h->sess_opened[i]);
         out[n].open = open[i];
         n++;
@@ -503,71 +534,70 @@ size_t th_host_front_stats(th_host *h, th_front_stats *out, size_t max)
 
 /* ---- Connection events per front ------------------------------------------ */
 
-static const struct {
-    const char *reason;
-    th_front_event_class cls;
-    const char *front; /* the front that raises it */
-} fev[TH_FEV_N] = {
-    [TH_FEV_REFUSED_FD_LIMIT] = {"fd_limit", TH_FEV_REFUSED, "rpc"},
-    [TH_FEV_REFUSED_MAX_CONNECTIONS] = {"max_connections", TH_FEV_REFUSED,
-                                        "rpc"},
-    [TH_FEV_REFUSED_MAX_PER_UID] = {"max_connections_per_uid",
-                                    TH_FEV_REFUSED, "rpc"},
-    [TH_FEV_REFUSED_ACCEPT] = {"accept_failed", TH_FEV_REFUSED, "rpc"},
-    [TH_FEV_REFUSED_UNAUTHORIZED] = {"unauthorized", TH_FEV_REFUSED, "mcp"},
-    [TH_FEV_REFUSED_FORBIDDEN] = {"forbidden", TH_FEV_REFUSED, "mcp"},
-    [TH_FEV_REFUSED_TOO_LARGE] = {"body_too_large", TH_FEV_REFUSED, "mcp"},
-    [TH_FEV_REFUSED_MAX_STREAMS] = {"max_streams", TH_FEV_REFUSED, "mcp"},
-    [TH_FEV_REFUSED_MAX_SESSIONS] = {"max_sessions", TH_FEV_REFUSED, "mcp"},
-    [TH_FEV_REFUSED_SHUTDOWN] = {"shutting_down", TH_FEV_REFUSED, "mcp"},
-    [TH_FEV_CLOSED_IDLE] = {"idle_timeout", TH_FEV_CLOSED, "rpc"},
-    [TH_FEV_CLOSED_FRAME] = {"frame_timeout", TH_FEV_CLOSED, "rpc"},
-    [TH_FEV_CLOSED_BUDGET] = {"max_buffered", TH_FEV_CLOSED, "rpc"},
-    [TH_FEV_CLOSED_PROTOCOL] = {"max_protocol_errors", TH_FEV_CLOSED, "rpc"},
-    [TH_FEV_CLOSED_INFLIGHT] = {"max_inflight", TH_FEV_CLOSED, "rpc"},
-    [TH_FEV_CLOSED_SLOW_READER] = {"slow_reader", TH_FEV_CLOSED, "mcp"},
-    [TH_FEV_PROTOCOL_ERROR] = {"protocol_error", TH_FEV_PROTOCOL, NULL},
-};
+_Static_assert(TH_FRONT_EVS == TH_FRONT_EVENTS_MAX, "one bound");
+_Static_assert(TH_FRONT_KINDS == TH_FRONTS_MAX + 1, "the fronts and other");
 
-void th_stat_front_event(th_host *h, const char *front, th_front_event ev)
+void th_stat_front_event(th_host *h, const char *front, unsigned ev)
 {
-    if (h && (unsigned)ev < TH_FEV_N)
+    if (h && ev < TH_FRONT_EVS)
         atomic_fetch_add_explicit(&h->front_ev[th_stat_front_kind(front)][ev],
                                   1, memory_order_relaxed);
 }
 
-const char *th_front_event_reason(th_front_event ev)
-{
-    return (unsigned)ev < TH_FEV_N ? fev[ev].reason : "unknown";
-}
-
-th_front_event_class th_front_event_class_of(th_front_event ev)
-{
-    return (unsigned)ev < TH_FEV_N ? fev[ev].cls : TH_FEV_PROTOCOL;
-}
-
 int th_host_front_events_foreach(th_host *h,
                                  int (*fn)(const char *front,
-                                           th_front_event ev, uint64_t n,
-                                           void *ud),
+                                           const char *reason,
+                                           th_front_event_class cls,
+                                           uint64_t n, void *ud),
                                  void *ud)
 {
-    for (unsigned k = 0; k < TH_FRONT_KINDS; k++) {
-        bool raises = k == th_stat_front_kind(TOOLHOST_FRONT_RPC) ||
-                      k == th_stat_front_kind(TOOLHOST_FRONT_MCP);
-        for (unsigned e = 0; e < TH_FEV_N; e++) {
+    const th_front *f;
+    for (size_t i = 0; (f = th_front_at(i)) != NULL; i++) {
+        unsigned k = th_stat_front_kind(f->name);
+        for (size_t e = 0; e < f->n_events && e < TH_FRONT_EVS; e++) {
             uint64_t n = atomic_load_explicit(&h->front_ev[k][e],
                                               memory_order_relaxed);
-            bool own = raises && (!fev[e].front ||
-                                  strcmp(fev[e].front, front_names[k]) == 0);
-            if (!n && !own)
-                continue;
-            int rc = fn(front_names[k], (th_front_event)e, n, ud);
+            int rc = fn(f->name, f->events[e].reason, f->events[e].cls, n,
+                        ud);
             if (rc)
                 return rc;
         }
     }
     return 0;
+}
+
+/* ---- The table of fronts (th/front.h) ------------------------------------- */
+
+static _Atomic(const th_front *) g_fronts[TH_FRONTS_MAX];
+static atomic_size_t g_n_fronts;
+
+int th_front_register(const th_front *f)
+{
+    size_t n = atomic_load(&g_n_fronts);
+    for (size_t i = 0; i < n; i++) {
+        const th_front *o = atomic_load(&g_fronts[i]);
+        if (o == f)
+            return 0;
+        if (strcmp(o->name, f->name) == 0)
+            return TH_ESTATE;
+    }
+    if (n == TH_FRONTS_MAX || f->n_events > TH_FRONT_EVENTS_MAX)
+        return TH_ELIMIT;
+    if (f->section) {
+        int rc = th_section_register(f->section);
+        if (rc < 0)
+            return rc;
+    }
+    if (f->n_events) /* its counters, in registration order */
+        th_stat_front_kind(f->name);
+    atomic_store(&g_fronts[n], f);
+    atomic_store(&g_n_fronts, n + 1);
+    return 0;
+}
+
+const th_front *th_front_at(size_t i)
+{
+    return i < atomic_load(&g_n_fronts) ? atomic_load(&g_fronts[i]) : NULL;
 }
 
 /* ---- Per toolset and per front ------------------------------------------- */

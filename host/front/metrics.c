@@ -13,9 +13,12 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "front/fronts.h"
 #include "front/metrics.h"
 #include "th/audit.h"
-#include "th/http.h"
+#include "th/front.h"
+#include "front/mcp_config.h"
+#include "front/http.h"
 #include "th/log.h"
 #include "th/reload.h"
 
@@ -223,17 +226,16 @@ typedef struct evwalk {
     int e;
 } evwalk;
 
-static int event_fn(const char *front, th_front_event ev, uint64_t n,
-                    void *ud)
+static int event_fn(const char *front, const char *reason,
+                    th_front_event_class cls, uint64_t n, void *ud)
 {
     evwalk *w = ud;
-    if (th_front_event_class_of(ev) != w->cls)
+    if (cls != w->cls)
         return 0;
     w->e |= th_buf_printf(w->b, "%s{front=\"", w->name);
     w->e |= th_metrics_label(w->b, front);
     if (w->cls != TH_FEV_PROTOCOL)
-        w->e |= th_buf_printf(w->b, "\",reason=\"%s",
-                              th_front_event_reason(ev));
+        w->e |= th_buf_printf(w->b, "\",reason=\"%s", reason);
     w->e |= th_buf_printf(w->b, "\"} %llu\n", (unsigned long long)n);
     return w->e ? -1 : 0;
 }
@@ -441,8 +443,8 @@ int th_metrics_render(th_host *h, th_buf *b)
                "Short calls found still holding a front's thread past "
                "host.short_call_stuck.",
                (double)ms.short_stuck);
-    th_front_stats fs[8];
-    size_t nf = th_host_front_stats(h, fs, 8);
+    th_front_stats fs[TH_FRONTS_MAX + 1];
+    size_t nf = th_host_front_stats(h, fs, TH_FRONTS_MAX + 1);
     e |= family(b, "toolhost_sessions_opened_total", "counter",
                 "Sessions (connections) opened, per front.");
     for (size_t i = 0; i < nf; i++)
@@ -537,7 +539,8 @@ int th_metrics_start(th_host *h, const th_config *cfg, th_metrics **out,
                      th_error *err)
 {
     *out = NULL;
-    size_t n = cfg->host.n_listen_metrics;
+    const th_mcp_cfg *mc = th_mcp_config(cfg);
+    size_t n = mc ? mc->n_listen_metrics : 0;
     if (n == 0)
         return 0;
     th_metrics *m = calloc(1, sizeof *m);
@@ -549,7 +552,7 @@ int th_metrics_start(th_host *h, const th_config *cfg, th_metrics **out,
     m->h = h;
     for (size_t i = 0; i < n; i++) {
         th_http_url u;
-        int rc = th_http_parse_url(cfg->host.listen_metrics[i], &u, err);
+        int rc = th_http_parse_url(mc->listen_metrics[i], &u, err);
         if (rc < 0) {
             th_metrics_stop(m);
             return rc;
@@ -559,16 +562,16 @@ int th_metrics_start(th_host *h, const th_config *cfg, th_metrics **out,
                            .ud = m};
         th_http_opts o;
         memset(&o, 0, sizeof o);
-        o.url = cfg->host.listen_metrics[i];
-        o.allow_remote = cfg->mcp.allow_remote;
-        o.tls_cert = cfg->mcp.tls_cert;
-        o.tls_key = cfg->mcp.tls_key;
+        o.url = mc->listen_metrics[i];
+        o.allow_remote = mc->allow_remote;
+        o.tls_cert = mc->tls_cert;
+        o.tls_key = mc->tls_key;
         o.max_connections = 16;
         o.client_timeout_s = 30;
-        o.header_timeout_ms = (unsigned)cfg->mcp.header_timeout_ms;
-        o.body_timeout_ms = (unsigned)cfg->mcp.body_timeout_ms;
-        o.max_per_address = cfg->mcp.max_connections_per_address;
-        o.tls_priorities = cfg->mcp.tls_priorities;
+        o.header_timeout_ms = (unsigned)mc->header_timeout_ms;
+        o.body_timeout_ms = (unsigned)mc->body_timeout_ms;
+        o.max_per_address = mc->max_connections_per_address;
+        o.tls_priorities = mc->tls_priorities;
         rc = th_http_start(&o, &r, 1, &m->srv[i], err);
         if (rc < 0) {
             th_metrics_stop(m);
@@ -597,3 +600,26 @@ void th_metrics_stop(th_metrics *m)
     free(m->paths);
     free(m);
 }
+
+/* ---- The descriptor (th/front.h) ----------------------------------------- */
+
+static int metrics_open(th_host *h, void **state, th_error *err)
+{
+    th_metrics *m = NULL;
+    int rc = th_metrics_start(h, th_host_config(h), &m, err);
+    *state = m;
+    return rc;
+}
+
+static void metrics_close(void *state)
+{
+    th_metrics_stop(state);
+}
+
+/* The /metrics entries of host.listen (taken by the mcp section, whose
+ * allow_remote and TLS keys they share): Prometheus text, no token. */
+const th_front th_metrics_front = {
+    .name = "metrics",
+    .open = metrics_open,
+    .close = metrics_close,
+};

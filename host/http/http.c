@@ -48,7 +48,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "th/http.h"
+#include "front/http.h"
 #include "th/log.h"
 
 enum { PH_HEAD, PH_BODY, PH_REPLY };

@@ -33,8 +33,9 @@
 #include <time.h>
 
 #include "mcp.h"
-#include "th/http.h"
+#include "front/http.h"
 #include "th/log.h"
+#include "front/mcp_config.h"
 #include "front/mcp_http.h"
 
 #define SID_LEN 64 /* hex characters of a session id (32 random bytes) */
@@ -221,7 +222,7 @@ static void queue_put(stream *st, const char *text, size_t len, bool sse)
                     st->s->id, st->queued, st->kind == ST_GET ? "GET"
                                                               : "POST");
         st->dead = true;
-        th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_CLOSED_SLOW_READER);
+        th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_MCP_EV_SLOW_READER);
         queue_clear(st);
         return;
     }
@@ -725,7 +726,7 @@ static hsess *sess_new(th_mcp_http *f, const char *user, unsigned *status)
     }
     if (full) {
         *status = 503;
-        th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_REFUSED_MAX_SESSIONS);
+        th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_MCP_EV_MAX_SESSIONS);
         pthread_mutex_destroy(&s->in_mu);
         free(s->user);
         free(s);
@@ -747,7 +748,7 @@ static hsess *sess_new(th_mcp_http *f, const char *user, unsigned *status)
                     err.msg);
         *status = err.code == TH_EPERM ? 403 : 500;
         if (err.code == TH_EPERM)
-            th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_REFUSED_FORBIDDEN);
+            th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_MCP_EV_FORBIDDEN);
         pthread_mutex_destroy(&s->in_mu);
         free(s->user);
         free(s);
@@ -1307,7 +1308,7 @@ static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
             th_log_warn("mcp http: a POST body of %zu bytes of '%s' "
                         "refused: %s",
                         q->len, q->user, m + 17);
-        th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_REFUSED_TOO_LARGE);
+        th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_MCP_EV_TOO_LARGE);
         return reply_rpc_error(c, 400, -32600, m);
     }
     json_error_t je;
@@ -1317,7 +1318,7 @@ static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
         msg = json_loadb(q->body ? q->body : "", q->len, JSON_ALLOW_NUL,
                          &je);
     if (!msg || !json_is_object(msg))
-        th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_PROTOCOL_ERROR);
+        th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_MCP_EV_PROTOCOL);
     if (!msg)
         return reply_rpc_error(c, 400, -32700, "Parse error: not JSON");
     if (!json_is_object(msg)) {
@@ -1346,7 +1347,7 @@ static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
      * waiting on a stream keyed by it. */
     if (id && !rpc_id_ok(id)) {
         json_decref(msg);
-        th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_PROTOCOL_ERROR);
+        th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_MCP_EV_PROTOCOL);
         return reply_rpc_error(c, 400, -32600,
                                "Invalid Request: id must be an integer "
                                "or a string of at most 128 bytes");
@@ -1549,7 +1550,7 @@ static enum MHD_Result post_wait(th_mcp_http *f, struct MHD_Connection *c,
             rc = reply_rpc_error(c, 500, -32603, "Internal error: out of "
                                  "memory; the response is lost");
         } else if (f->closing || stopping) {
-            th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_REFUSED_SHUTDOWN);
+            th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_MCP_EV_SHUTDOWN);
             rc = reply_rpc_error(c, 503, -32603, "Server shutting down");
         } else {
             /* Over without a response (cancelled). */
@@ -1579,7 +1580,7 @@ static enum MHD_Result do_resume(th_mcp_http *f, struct MHD_Connection *c,
             ? strtoull(last + tl + 1, &end, 10)
             : 0;
     if (!end || *end || errno) {
-        th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_PROTOCOL_ERROR);
+        th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_MCP_EV_PROTOCOL);
         return reply_rpc_error(c, 400, -32600,
                                "Bad Request: Last-Event-ID is not an event "
                                "id of this server");
@@ -1682,7 +1683,7 @@ static enum MHD_Result do_get(th_mcp_http *f, struct MHD_Connection *c,
         th_log_warn("mcp http: session %.8s: a GET stream refused: %u open "
                     "(mcp.max_streams)",
                     s->id, f->mc->max_streams);
-        th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_REFUSED_MAX_STREAMS);
+        th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_MCP_EV_MAX_STREAMS);
         rc = th_http_reply(c, 429, "text/plain",
                            "too many event streams on this session\n", NULL,
                            NULL);
@@ -1744,7 +1745,7 @@ static enum MHD_Result on_request(void *ud, struct MHD_Connection *c,
             th_log_info("mcp http: a request from Origin '%.100s' refused "
                         "(not loopback, not in mcp.allow_origins)",
                         origin);
-            th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_REFUSED_FORBIDDEN);
+            th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_MCP_EV_FORBIDDEN);
             return th_http_reply(c, MHD_HTTP_FORBIDDEN, "text/plain",
                                  "origin not allowed\n", NULL, NULL);
         }
@@ -1757,7 +1758,7 @@ static enum MHD_Result on_request(void *ud, struct MHD_Connection *c,
                             "mcp.allow_origins; DNS rebinding?)",
                             host);
             th_stat_front_event(f->h, TOOLHOST_FRONT_MCP,
-                                TH_FEV_REFUSED_FORBIDDEN);
+                                TH_MCP_EV_FORBIDDEN);
             return reply_rpc_error(c, 403, -32600,
                                    "Forbidden: the Host header names "
                                    "neither this server nor a host of "
@@ -1768,7 +1769,7 @@ static enum MHD_Result on_request(void *ud, struct MHD_Connection *c,
         if (!q->user) {
             th_log_debug("mcp http: a request %s bearer token refused",
                          given ? "with an unknown" : "without a");
-            th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_REFUSED_UNAUTHORIZED);
+            th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_MCP_EV_UNAUTHORIZED);
             return th_http_reply(
                 c, MHD_HTTP_UNAUTHORIZED, "text/plain",
                 given ? "invalid token\n" : "a bearer token is required\n",
@@ -1779,7 +1780,7 @@ static enum MHD_Result on_request(void *ud, struct MHD_Connection *c,
             th_log_info("mcp http: the token of '%s' refused: no toolset "
                         "allows that user",
                         q->user);
-            th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_REFUSED_FORBIDDEN);
+            th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_MCP_EV_FORBIDDEN);
             return th_http_reply(c, MHD_HTTP_FORBIDDEN, "text/plain",
                                  "no toolset allows this user\n", NULL,
                                  NULL);
@@ -1803,7 +1804,7 @@ static enum MHD_Result on_request(void *ud, struct MHD_Connection *c,
                 th_log_warn("mcp http: a POST body of %s bytes refused "
                             "(over %" PRIu64 ", mcp.max_body)",
                             cl, f->mc->max_body);
-                th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_REFUSED_TOO_LARGE);
+                th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_MCP_EV_TOO_LARGE);
                 return reply_rpc_error(c, 413, -32600,
                                        "Request too large (mcp.max_body)");
             }
@@ -1849,7 +1850,7 @@ static enum MHD_Result on_request(void *ud, struct MHD_Connection *c,
             th_log_warn("mcp http: a POST body over %" PRIu64
                         " bytes refused (mcp.max_body)",
                         f->mc->max_body);
-            th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_FEV_REFUSED_TOO_LARGE);
+            th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_MCP_EV_TOO_LARGE);
             return reply_rpc_error(c, 413, -32600,
                                    "Request too large (mcp.max_body)");
         }
@@ -1931,6 +1932,8 @@ static int mcfg_copy(th_mcp_cfg *d, const th_mcp_cfg *s)
     d->allow_origins = NULL;
     d->n_allow_origins = 0;
     d->tls_cert = d->tls_key = d->tls_priorities = NULL;
+    d->listen_http = d->listen_metrics = NULL; /* the config's, at start */
+    d->n_listen_http = d->n_listen_metrics = 0;
     if (s->n_tokens &&
         !(d->tokens = calloc(s->n_tokens, sizeof *d->tokens)))
         return -1;
@@ -1970,7 +1973,8 @@ int th_mcp_http_start(th_host *h, const th_config *cfg, th_mcp_http **out,
                       th_error *err)
 {
     *out = NULL;
-    if (cfg->host.n_listen_http == 0)
+    const th_mcp_cfg *mc = th_mcp_config(cfg);
+    if (!mc || mc->n_listen_http == 0)
         return 0;
     th_mcp_http *f = calloc(1, sizeof *f);
     if (!f)
@@ -1986,9 +1990,9 @@ int th_mcp_http_start(th_host *h, const th_config *cfg, th_mcp_http **out,
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&f->reaper_cv, &ca);
     pthread_condattr_destroy(&ca);
-    f->srv = calloc(cfg->host.n_listen_http, sizeof *f->srv);
-    f->paths = calloc(cfg->host.n_listen_http, sizeof *f->paths);
-    if (!f->srv || !f->paths || mcfg_copy(&f->mcfg, &cfg->mcp) < 0) {
+    f->srv = calloc(mc->n_listen_http, sizeof *f->srv);
+    f->paths = calloc(mc->n_listen_http, sizeof *f->paths);
+    if (!f->srv || !f->paths || mcfg_copy(&f->mcfg, mc) < 0) {
         th_mcp_http_stop(f);
         return th_error_set(err, TH_ENOMEM, "out of memory");
     }
@@ -1997,9 +2001,9 @@ int th_mcp_http_start(th_host *h, const th_config *cfg, th_mcp_http **out,
         return th_error_set(err, TH_EIO, "cannot start a thread");
     }
     f->reaper_started = true;
-    for (size_t i = 0; i < cfg->host.n_listen_http; i++) {
+    for (size_t i = 0; i < mc->n_listen_http; i++) {
         th_http_url u;
-        int rc = th_http_parse_url(cfg->host.listen_http[i], &u, err);
+        int rc = th_http_parse_url(mc->listen_http[i], &u, err);
         if (rc < 0) {
             th_mcp_http_stop(f);
             return rc;
@@ -2010,7 +2014,7 @@ int th_mcp_http_start(th_host *h, const th_config *cfg, th_mcp_http **out,
         r.path = f->paths[i];
         th_http_opts o;
         memset(&o, 0, sizeof o);
-        o.url = cfg->host.listen_http[i];
+        o.url = mc->listen_http[i];
         o.allow_remote = f->mc->allow_remote;
         o.tls_cert = f->mc->tls_cert;
         o.tls_key = f->mc->tls_key;

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "mcp_int.h"
+#include "front/mcp_config.h"
 #include "th/content.h"
 #include "th/json.h"
 #include "th/log.h"
@@ -1343,7 +1344,8 @@ th_mcp_session *th_mcp_session_new(th_host *h, const th_principal *who,
         }
         p.toolset = o->toolset;
     }
-    size_t cfg_max_message = (size_t)cfg->host.mcp_max_message;
+    const th_mcp_cfg *mcfg = th_mcp_config(cfg);
+    size_t cfg_max_message = mcfg ? (size_t)mcfg->max_message : 0;
     th_config_unref(cfg);
     th_mcp_session *m = calloc(1, sizeof *m);
     if (!m) {

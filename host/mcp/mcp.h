@@ -24,6 +24,20 @@
 #include "th/err.h"
 #include "th/host.h"
 
+/* The outcomes the Streamable HTTP front counts (th_stat_front_event;
+ * their names in th_mcp_front's table, mcp_front.c). */
+enum {
+    TH_MCP_EV_UNAUTHORIZED, /* refused: "unauthorized", HTTP 401   */
+    TH_MCP_EV_FORBIDDEN,    /* refused: "forbidden", HTTP 403      */
+    TH_MCP_EV_TOO_LARGE,    /* refused: "body_too_large", HTTP 413 */
+    TH_MCP_EV_MAX_STREAMS,  /* refused: "max_streams", HTTP 429    */
+    TH_MCP_EV_MAX_SESSIONS, /* refused: "max_sessions", HTTP 503   */
+    TH_MCP_EV_SHUTDOWN,     /* refused: "shutting_down", HTTP 503  */
+    TH_MCP_EV_SLOW_READER,  /* closed: "slow_reader" (max_queued)  */
+    TH_MCP_EV_PROTOCOL,     /* a message that broke the protocol   */
+    TH_MCP_EV_N
+};
+
 typedef struct th_mcp_session th_mcp_session;
 
 typedef struct th_mcp_transport {

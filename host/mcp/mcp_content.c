@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "mcp_int.h"
+#include "front/mcp_config.h"
 #include "th/config.h"
 #include "th/content.h"
 #include "th/json.h"
@@ -279,7 +280,7 @@ void mcp_resources_subscribe(th_mcp_session *m, const json_t *id,
         return;
     }
     th_config *cfg = th_host_config_get(m->h);
-    size_t max = cfg->mcp.max_subscriptions;
+    size_t max = th_mcp_config(cfg)->max_subscriptions;
     th_config_unref(cfg);
     pthread_mutex_lock(&m->mu);
     size_t at = m->n_subs;

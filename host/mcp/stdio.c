@@ -32,6 +32,7 @@
 #include <uv.h>
 
 #include "mcp.h"
+#include "front/mcp_config.h"
 #include "th/buf.h"
 #include "th/log.h"
 #include "front/reload_watch.h"
@@ -485,8 +486,9 @@ int th_mcp_stdio_run(th_host *h, const th_principal *who,
                       ? (int64_t)cfg->host.shutdown_grace_ms
                       : 5000;
     x->max = o && o->max_message ? o->max_message
-             : cfg->host.mcp_max_message ? (size_t)cfg->host.mcp_max_message
-                                         : TH_MCP_MAX_MESSAGE_DEFAULT;
+             : th_mcp_config(cfg) && th_mcp_config(cfg)->max_message
+                 ? (size_t)th_mcp_config(cfg)->max_message
+                 : TH_MCP_MAX_MESSAGE_DEFAULT;
     /* begin_stop() closes these handles: all of them are made (none of
      * these inits allocates but the first signal's, which the guard
      * covers), and a failure to start one stops the session at once. */

@@ -51,6 +51,7 @@
 #include <unistd.h>
 
 #include "front/nats.h"
+#include "front/nats_config.h"
 #include "th/codec.h"
 #include "th/json.h"
 #include "th/log.h"
@@ -2386,7 +2387,7 @@ natsStatus th_nats_set_urls(natsOptions *o, const char *list)
 static natsStatus set_options(th_nats *f, natsOptions *o, bool replies)
 {
     const th_nats_cfg *m = f->nc_cfg;
-    natsStatus st = th_nats_set_urls(o, f->cfg->host.listen_nats);
+    natsStatus st = th_nats_set_urls(o, f->nc_cfg->listen);
     char name[96];
     snprintf(name, sizeof name, "toolhost-%s%s", f->id,
              replies ? "-replies" : "");
@@ -2399,7 +2400,7 @@ static natsStatus set_options(th_nats *f, natsOptions *o, bool replies)
     if (st == NATS_OK && m->creds)
         st = natsOptions_SetUserCredentialsFromFiles(o, m->creds, NULL);
     if (st == NATS_OK && (m->tls_ca || m->tls_cert ||
-                          strncmp(f->cfg->host.listen_nats, "tls://", 6) == 0))
+                          strncmp(f->nc_cfg->listen, "tls://", 6) == 0))
         st = natsOptions_SetSecure(o, true);
     if (st == NATS_OK && m->tls_ca)
         st = natsOptions_LoadCATrustedCertificates(o, m->tls_ca);
@@ -2563,7 +2564,7 @@ static bool fatal_connect(natsStatus st)
  * background (the subscriptions are made now and sent when it comes). */
 static int connect_first(th_nats *f, natsConnection **nc, th_error *err)
 {
-    const char *url = f->cfg->host.listen_nats;
+    const char *url = f->nc_cfg->listen;
     natsStatus st = natsConnection_Connect(nc, f->opts);
     if (st == NATS_OK)
         return 0;
@@ -2599,7 +2600,8 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
                   th_error *err)
 {
     *out = NULL;
-    if (!cfg->host.listen_nats)
+    const th_nats_cfg *ncfg = th_nats_config(cfg);
+    if (!ncfg || !ncfg->listen)
         return 0;
     th_nats *f = calloc(1, sizeof *f);
     if (!f)
@@ -2610,7 +2612,7 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
     f->cfg_ref = th_host_config_get(h);
     cfg = f->cfg_ref;
     f->cfg = cfg;
-    f->nc_cfg = &cfg->nats;
+    f->nc_cfg = th_nats_config(cfg);
     pthread_mutex_init(&f->mu, NULL);
     pthread_mutex_init(&f->eps_mu, NULL);
     pthread_mutex_init(&f->slow_mu, NULL);
@@ -2619,7 +2621,7 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
     pthread_mutex_init(&f->note_mu, NULL);
     pthread_mutex_init(&f->bulk_mu, NULL);
     pthread_cond_init(&f->cv, NULL);
-    f->per_user = cfg->nats.n_users > 0;
+    f->per_user = f->nc_cfg->n_users > 0;
     make_id(f);
     int krc = rkey_load(f, err);
     if (krc != 0) {
@@ -2628,16 +2630,16 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
         return krc;
     }
     kv_init_cfg(f);
-    f->ts = calloc(cfg->nats.n_toolsets, sizeof *f->ts);
+    f->ts = calloc(f->nc_cfg->n_toolsets, sizeof *f->ts);
     if (!f->ts) {
         nats_free(f);
         return th_error_set(err, TH_ENOMEM, "out of memory");
     }
     int rc = 0;
-    for (size_t i = 0; i < cfg->nats.n_toolsets && rc == 0; i++) {
+    for (size_t i = 0; i < f->nc_cfg->n_toolsets && rc == 0; i++) {
         const th_toolset_cfg *tc = NULL;
         for (size_t j = 0; j < cfg->n_toolsets; j++)
-            if (strcmp(cfg->toolsets[j].name, cfg->nats.toolsets[i]) == 0)
+            if (strcmp(cfg->toolsets[j].name, f->nc_cfg->toolsets[i]) == 0)
                 tc = &cfg->toolsets[j];
         if (!tc)
             continue; /* the config check names it */
@@ -2648,7 +2650,7 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
         memset(&who, 0, sizeof who);
         who.uid = (uint32_t)-1;
         who.gid = (uint32_t)-1;
-        who.user = cfg->nats.as_user;
+        who.user = f->nc_cfg->as_user;
         who.toolset = tc->name;
         /* with nats.users this session only lists the toolset's tools
          * (each user's calls run in a session of its own, which the
@@ -2675,7 +2677,7 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
             st = set_options(f, f->opts, false);
         if (st != NATS_OK)
             rc = th_error_set(err, TH_ECONFIG, "nats: %s: %s",
-                              cfg->host.listen_nats, tf(st));
+                              f->nc_cfg->listen, tf(st));
     }
     natsConnection *nc = NULL;
     if (rc == 0)
@@ -2693,9 +2695,9 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
         char subj[3][200];
         snprintf(subj[0], sizeof subj[0], "$SRV.%s", verbs[v]);
         snprintf(subj[1], sizeof subj[1], "$SRV.%s.%s", verbs[v],
-                 cfg->nats.name);
+                 f->nc_cfg->name);
         snprintf(subj[2], sizeof subj[2], "$SRV.%s.%s.%s", verbs[v],
-                 cfg->nats.name, f->id);
+                 f->nc_cfg->name, f->id);
         for (size_t k = 0; rc == 0 && k < 3; k++)
             rc = sub_plain(f, subj[k], NULL, on_srv, err);
     }
@@ -2703,13 +2705,13 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
         static const char *const ops[] = {"get", "result", "cancel"};
         char subj[256];
         snprintf(subj, sizeof subj, "%s%s.host.%s.tasks.%s",
-                 cfg->nats.prefix, f->per_user ? ".u.*" : "", f->id, ops[k]);
+                 f->nc_cfg->prefix, f->per_user ? ".u.*" : "", f->id, ops[k]);
         rc = sub_plain(f, subj, NULL, on_task, err);
     }
     if (rc == 0) { /* callers' answers to `ask` */
         char subj[256];
         snprintf(subj, sizeof subj, "%s%s.host.%s.permit.>",
-                 cfg->nats.prefix, f->per_user ? ".u.*" : "", f->id);
+                 f->nc_cfg->prefix, f->per_user ? ".u.*" : "", f->id);
         rc = sub_plain(f, subj, NULL, on_permit, err);
     }
     if (rc == 0) { /* callers' answers to a tool's ask_client() */
@@ -2720,13 +2722,13 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
     }
     if (rc == 0) { /* calls addressed to this host (a caller's retry) */
         char subj[256];
-        snprintf(subj, sizeof subj, "%s%s.host.%s.call.>", cfg->nats.prefix,
+        snprintf(subj, sizeof subj, "%s%s.host.%s.call.>", f->nc_cfg->prefix,
                  f->per_user ? ".u.*" : "", f->id);
         rc = sub_plain(f, subj, NULL, on_direct, err);
     }
     if (rc == 0) { /* any host answers a finished task's result */
         char subj[256];
-        snprintf(subj, sizeof subj, "%s%s.tasks.result", cfg->nats.prefix,
+        snprintf(subj, sizeof subj, "%s%s.tasks.result", f->nc_cfg->prefix,
                  f->per_user ? ".u.*" : "");
         rc = sub_plain(f, subj, QUEUE, on_any_result, err);
     }
@@ -2750,8 +2752,8 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
     th_log_info("nats: serving %zu tool(s) of %zu toolset(s) on %s as "
                 "service %s id %s (subjects %s%s.<toolset>.<tool>%s; "
                 "reply batching %s)",
-                n_live, f->n_ts, cfg->host.listen_nats, cfg->nats.name,
-                f->id, cfg->nats.prefix, f->per_user ? ".u.<user>" : "",
+                n_live, f->n_ts, f->nc_cfg->listen, f->nc_cfg->name,
+                f->id, f->nc_cfg->prefix, f->per_user ? ".u.<user>" : "",
                 f->per_user ? ", callers told apart by nats.users"
                             : "; no nats.users: every caller runs as "
                               "nats.as_user",

@@ -16,6 +16,23 @@
 #include <uv.h>
 
 #include "front/reload_watch.h"
+#include "front/rpc_config.h"
+
+/* The outcomes the RPC front counts (th_stat_front_event; their names in
+ * th_rpc_front's table, rpc_front.c). */
+enum {
+    TH_RPC_EV_FD_LIMIT,        /* refused: "fd_limit"                  */
+    TH_RPC_EV_MAX_CONNECTIONS, /* refused: "max_connections"           */
+    TH_RPC_EV_MAX_PER_UID,     /* refused: "max_connections_per_uid"   */
+    TH_RPC_EV_ACCEPT,          /* refused: "accept_failed" (EMFILE...) */
+    TH_RPC_EV_IDLE,            /* closed: "idle_timeout"               */
+    TH_RPC_EV_FRAME,           /* closed: "frame_timeout"              */
+    TH_RPC_EV_BUDGET,          /* closed: "max_buffered"               */
+    TH_RPC_EV_MAX_PROTOCOL,    /* closed: "max_protocol_errors"        */
+    TH_RPC_EV_INFLIGHT,        /* closed: "max_inflight"               */
+    TH_RPC_EV_PROTOCOL,        /* a frame that broke the protocol      */
+    TH_RPC_EV_N
+};
 
 typedef struct rpc_conn rpc_conn;
 typedef struct rpc_call rpc_call;
@@ -138,7 +155,7 @@ struct th_rpc_server {
     th_host *host;
     msgpack_unpacked msg;       /* the frame being dispatched; its zone is
                                    cleared after each frame, kept between */
-    const th_host_cfg *cfg; /* borrowed: the start's only (NULL after) */
+    const th_rpc_cfg *cfg; /* borrowed: the start's only (NULL after) */
     uint64_t max_frame, max_outbuf, grace_ms;
     uint32_t max_inflight;
     bool stdio;

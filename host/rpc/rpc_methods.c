@@ -537,7 +537,7 @@ static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
         send_error(c, msgid, TH_ELIMIT, "more than %u calls in flight "
                    "(host.max_inflight): the connection is closed",
                    (unsigned)srv->max_inflight);
-        th_stat_front_event(srv->host, TOOLHOST_FRONT_RPC, TH_FEV_CLOSED_INFLIGHT);
+        th_stat_front_event(srv->host, TOOLHOST_FRONT_RPC, TH_RPC_EV_INFLIGHT);
         conn_kill(c, TH_ELIMIT, "more than %u calls in flight "
                   "(host.max_inflight)", (unsigned)srv->max_inflight);
         return;
@@ -850,11 +850,11 @@ static const struct {
 static void conn_protocol_error(rpc_conn *c, const char *what)
 {
     th_rpc_server *srv = c->srv;
-    th_stat_front_event(srv->host, TOOLHOST_FRONT_RPC, TH_FEV_PROTOCOL_ERROR);
+    th_stat_front_event(srv->host, TOOLHOST_FRONT_RPC, TH_RPC_EV_PROTOCOL);
     if (++c->proto_errors < srv->max_proto_errors)
         return;
     srv->closed_proto++;
-    th_stat_front_event(srv->host, TOOLHOST_FRONT_RPC, TH_FEV_CLOSED_PROTOCOL);
+    th_stat_front_event(srv->host, TOOLHOST_FRONT_RPC, TH_RPC_EV_MAX_PROTOCOL);
     conn_kill(c, TH_EPROTO,
               "%u protocol errors (max_protocol_errors), the last: %s",
               (unsigned)c->proto_errors, what);

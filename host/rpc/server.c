@@ -416,7 +416,7 @@ static void check_budget(th_rpc_server *srv)
         if (!big || total <= srv->max_buffered)
             break;
         srv->closed_budget++;
-        th_stat_front_event(srv->host, TOOLHOST_FRONT_RPC, TH_FEV_CLOSED_BUDGET);
+        th_stat_front_event(srv->host, TOOLHOST_FRONT_RPC, TH_RPC_EV_BUDGET);
         srv_log(srv, &srv->rl_budget, TOOLHOST_LOG_WARN,
                 "max_buffered: %llu bytes buffered over %u connections, "
                 "over the budget of %llu: closing session=%llu uid=%u, "
@@ -1483,7 +1483,7 @@ static void on_connection(uv_stream_t *server, int status)
         /* EMFILE/ENFILE: libuv accepted and closed the client with its
          * spare fd; say so (not once per client) and go on serving. */
         srv->refused++;
-        th_stat_front_event(srv->host, TOOLHOST_FRONT_RPC, TH_FEV_REFUSED_ACCEPT);
+        th_stat_front_event(srv->host, TOOLHOST_FRONT_RPC, TH_RPC_EV_ACCEPT);
         srv_log(srv, &srv->rl_accept, TOOLHOST_LOG_WARN,
                 "accept failed: %s (%u connections open, max_connections "
                 "%u): the new client was dropped",
@@ -1520,7 +1520,7 @@ static void on_connection(uv_stream_t *server, int status)
      * without a word). */
     if (srv->fd_limit && uv_fileno((uv_handle_t *)&c->in, &fd) == 0 &&
         (uint64_t)fd + FD_RESERVE / 2 >= srv->fd_limit) {
-        th_stat_front_event(srv->host, TOOLHOST_FRONT_RPC, TH_FEV_REFUSED_FD_LIMIT);
+        th_stat_front_event(srv->host, TOOLHOST_FRONT_RPC, TH_RPC_EV_FD_LIMIT);
         conn_refuse(c, "the host is near its fd limit (%llu): fd %d",
                     (unsigned long long)srv->fd_limit, (int)fd);
         return;
@@ -1530,14 +1530,14 @@ static void on_connection(uv_stream_t *server, int status)
     if (open >= srv->max_conns || mine >= srv->max_conns_uid)
         count_open(srv, c, true, &open, &mine);
     if (open >= srv->max_conns) {
-        th_stat_front_event(srv->host, TOOLHOST_FRONT_RPC, TH_FEV_REFUSED_MAX_CONNECTIONS);
+        th_stat_front_event(srv->host, TOOLHOST_FRONT_RPC, TH_RPC_EV_MAX_CONNECTIONS);
         conn_refuse(c, "too many connections: %u open, max_connections is "
                        "%u",
                     (unsigned)open, (unsigned)srv->max_conns);
         return;
     }
     if (mine >= srv->max_conns_uid) {
-        th_stat_front_event(srv->host, TOOLHOST_FRONT_RPC, TH_FEV_REFUSED_MAX_PER_UID);
+        th_stat_front_event(srv->host, TOOLHOST_FRONT_RPC, TH_RPC_EV_MAX_PER_UID);
         conn_refuse(c, "too many connections of uid %u: %u open, "
                        "max_connections_per_uid is %u",
                     (unsigned)c->who.uid, (unsigned)mine,
@@ -1566,7 +1566,7 @@ static void on_sweep(uv_timer_t *t)
         if (srv->frame_ms && c->frame_t0 &&
             now - c->frame_t0 >= srv->frame_ms) {
             srv->closed_frame++;
-            th_stat_front_event(srv->host, TOOLHOST_FRONT_RPC, TH_FEV_CLOSED_FRAME);
+            th_stat_front_event(srv->host, TOOLHOST_FRONT_RPC, TH_RPC_EV_FRAME);
             srv_log(srv, &srv->rl_timeout, TOOLHOST_LOG_WARN,
                     "frame_timeout: session=%llu uid=%u holds %zu bytes of "
                     "a frame begun %llu ms ago",
@@ -1584,7 +1584,7 @@ static void on_sweep(uv_timer_t *t)
             c->last_active = now;
         } else if (srv->idle_ms && now - c->last_active >= srv->idle_ms) {
             srv->closed_idle++;
-            th_stat_front_event(srv->host, TOOLHOST_FRONT_RPC, TH_FEV_CLOSED_IDLE);
+            th_stat_front_event(srv->host, TOOLHOST_FRONT_RPC, TH_RPC_EV_IDLE);
             srv_log(srv, &srv->rl_timeout, TOOLHOST_LOG_INFO,
                     "idle_timeout: session=%llu uid=%u idle for %llu ms",
                     (unsigned long long)c->id, (unsigned)c->who.uid,
@@ -1999,7 +1999,8 @@ int th_rpc_serve(th_host *h, const th_rpc_serve_opts *o, th_error *err)
     if (!o)
         o = &def;
     th_error_clear(err);
-    const th_host_cfg *cfg = &th_host_config(h)->host;
+    const th_host_cfg *hcfg = &th_host_config(h)->host;
+    const th_rpc_cfg *cfg = th_rpc_config(th_host_config(h));
     const char *addr = o->listen ? o->listen : cfg->listen;
     if (!o->stdio && !addr)
         return th_error_set(err, TH_ECONFIG,
@@ -2016,8 +2017,8 @@ int th_rpc_serve(th_host *h, const th_rpc_serve_opts *o, th_error *err)
     srv->max_inflight = cfg->max_inflight ? cfg->max_inflight
                                           : DEF_MAX_INFLIGHT;
     srv->max_outbuf = cfg->max_outbuf ? cfg->max_outbuf : DEF_MAX_OUTBUF;
-    srv->grace_ms = cfg->shutdown_grace_ms ? cfg->shutdown_grace_ms
-                                           : DEF_GRACE_MS;
+    srv->grace_ms = hcfg->shutdown_grace_ms ? hcfg->shutdown_grace_ms
+                                            : DEF_GRACE_MS;
     /* Limits: a zeroed config (an embedding program) gets the defaults
      * of host_init() in config.c. */
     srv->max_conns = cfg->max_connections ? cfg->max_connections : 1024;
@@ -2105,8 +2106,8 @@ int th_rpc_serve(th_host *h, const th_rpc_serve_opts *o, th_error *err)
     srv->cfg = NULL;
     th_reloader *rl = th_host_reloader(h);
     if (rl) {
-        th_reload_watch_opts wo = {.mode = cfg->reload,
-                                   .debounce_ms = cfg->reload_debounce_ms,
+        th_reload_watch_opts wo = {.mode = hcfg->reload,
+                                   .debounce_ms = hcfg->reload_debounce_ms,
                                    .no_sighup = o->no_signals};
         th_error we;
         if (th_reload_watch_start(rl, &srv->loop, &wo, &srv->reload, &we) != 0)

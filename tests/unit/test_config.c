@@ -15,6 +15,8 @@
 #include "common/th_test.h"
 #include "th/buf.h"
 #include "th/config.h"
+#include "front/rpc_config.h"
+#include "front/nats_config.h"
 #include "th/err.h"
 #include "th/log.h"
 #include "th/tool.h"
@@ -177,19 +179,19 @@ static void test_defaults(void)
     CU_ASSERT_EQUAL(h->async_workers, h->workers / 2 ? h->workers / 2 : 1);
     CU_ASSERT_EQUAL(h->queue_size, 1024);
     CU_ASSERT_EQUAL(h->log_level, TOOLHOST_LOG_INFO);
-    CU_ASSERT_PTR_NULL(h->listen);
-    CU_ASSERT_EQUAL(h->socket_mode, 0600);
-    CU_ASSERT_PTR_NULL(h->socket_group);
-    CU_ASSERT_EQUAL(h->max_frame, 16u << 20);
-    CU_ASSERT_EQUAL(h->max_inflight, 256);
-    CU_ASSERT_EQUAL(h->max_outbuf, 64u << 20);
-    CU_ASSERT_EQUAL(h->max_connections, 1024);
-    CU_ASSERT_EQUAL(h->max_connections_per_uid, 256);
-    CU_ASSERT_EQUAL(h->idle_timeout_ms, 3600000);
-    CU_ASSERT_EQUAL(h->frame_timeout_ms, 30000);
-    CU_ASSERT_EQUAL(h->max_buffered, 256u << 20);
-    CU_ASSERT_EQUAL(h->max_protocol_errors, 8);
-    CU_ASSERT_EQUAL(h->max_conn_log_lines, 20);
+    CU_ASSERT_PTR_NULL(th_rpc_config(cfg)->listen);
+    CU_ASSERT_EQUAL(th_rpc_config(cfg)->socket_mode, 0600);
+    CU_ASSERT_PTR_NULL(th_rpc_config(cfg)->socket_group);
+    CU_ASSERT_EQUAL(th_rpc_config(cfg)->max_frame, 16u << 20);
+    CU_ASSERT_EQUAL(th_rpc_config(cfg)->max_inflight, 256);
+    CU_ASSERT_EQUAL(th_rpc_config(cfg)->max_outbuf, 64u << 20);
+    CU_ASSERT_EQUAL(th_rpc_config(cfg)->max_connections, 1024);
+    CU_ASSERT_EQUAL(th_rpc_config(cfg)->max_connections_per_uid, 256);
+    CU_ASSERT_EQUAL(th_rpc_config(cfg)->idle_timeout_ms, 3600000);
+    CU_ASSERT_EQUAL(th_rpc_config(cfg)->frame_timeout_ms, 30000);
+    CU_ASSERT_EQUAL(th_rpc_config(cfg)->max_buffered, 256u << 20);
+    CU_ASSERT_EQUAL(th_rpc_config(cfg)->max_protocol_errors, 8);
+    CU_ASSERT_EQUAL(th_rpc_config(cfg)->max_conn_log_lines, 20);
     CU_ASSERT_EQUAL(h->shutdown_grace_ms, 5000);
     CU_ASSERT_EQUAL(h->default_timeout_ms, 60000);
     CU_ASSERT_EQUAL(h->max_timeout_ms, 3600000);
@@ -302,12 +304,12 @@ static void test_host_keys(void)
     CU_ASSERT_EQUAL(h->async_workers, 2);
     CU_ASSERT_EQUAL(h->queue_size, 50);
     CU_ASSERT_EQUAL(h->log_level, TOOLHOST_LOG_DEBUG);
-    CU_ASSERT_STRING_EQUAL(h->listen, "unix:/run/th.sock");
-    CU_ASSERT_EQUAL(h->socket_mode, 0660);
-    CU_ASSERT_STRING_EQUAL(h->socket_group, "tools");
-    CU_ASSERT_EQUAL(h->max_frame, 1u << 20);
-    CU_ASSERT_EQUAL(h->max_inflight, 8);
-    CU_ASSERT_EQUAL(h->max_outbuf, 2u << 20);
+    CU_ASSERT_STRING_EQUAL(th_rpc_config(cfg)->listen, "unix:/run/th.sock");
+    CU_ASSERT_EQUAL(th_rpc_config(cfg)->socket_mode, 0660);
+    CU_ASSERT_STRING_EQUAL(th_rpc_config(cfg)->socket_group, "tools");
+    CU_ASSERT_EQUAL(th_rpc_config(cfg)->max_frame, 1u << 20);
+    CU_ASSERT_EQUAL(th_rpc_config(cfg)->max_inflight, 8);
+    CU_ASSERT_EQUAL(th_rpc_config(cfg)->max_outbuf, 2u << 20);
     CU_ASSERT_EQUAL(h->shutdown_grace_ms, 1000);
     CU_ASSERT_EQUAL(h->default_timeout_ms, 30000);
     CU_ASSERT_EQUAL(h->max_timeout_ms, 7200000);
@@ -329,12 +331,12 @@ static void test_host_keys(void)
      * resolved like any other path */
     cfg = parse("host: {socket_mode: 660, listen: 'unix:run/th.sock'}\n");
     CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
-    CU_ASSERT_EQUAL(cfg->host.socket_mode, 0660);
-    CU_ASSERT_STRING_EQUAL(cfg->host.listen, "unix:/cfg/run/th.sock");
+    CU_ASSERT_EQUAL(th_rpc_config(cfg)->socket_mode, 0660);
+    CU_ASSERT_STRING_EQUAL(th_rpc_config(cfg)->listen, "unix:/cfg/run/th.sock");
     th_config_free(cfg);
     cfg = parse("host: {socket_mode: 0o600, log_level: error}\n");
     CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
-    CU_ASSERT_EQUAL(cfg->host.socket_mode, 0600);
+    CU_ASSERT_EQUAL(th_rpc_config(cfg)->socket_mode, 0600);
     CU_ASSERT_EQUAL(cfg->host.log_level, TOOLHOST_LOG_ERROR);
     th_config_free(cfg);
 }
@@ -345,11 +347,11 @@ static void test_nats_results_replicas(void)
 {
     th_config *cfg = parse("nats: {results_bucket: rb}\n");
     CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
-    CU_ASSERT_EQUAL(cfg->nats.results_replicas, 0);
+    CU_ASSERT_EQUAL(th_nats_config(cfg)->results_replicas, 0);
     th_config_free(cfg);
     cfg = parse("nats: {results_replicas: 3}\n");
     CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
-    CU_ASSERT_EQUAL(cfg->nats.results_replicas, 3);
+    CU_ASSERT_EQUAL(th_nats_config(cfg)->results_replicas, 3);
     th_config_free(cfg);
     EXPECT_ERR("nats: {results_replicas: 0}\n", "t.yaml:1:26: 'results_replicas' is out of range: 0 is not "
                "between 1 and 5");
@@ -365,15 +367,15 @@ static void test_nats_reply_batching(void)
 {
     th_config *cfg = parse("nats: {results_bucket: rb}\n");
     CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
-    CU_ASSERT_FALSE(cfg->nats.no_reply_batching);
+    CU_ASSERT_FALSE(th_nats_config(cfg)->no_reply_batching);
     th_config_free(cfg);
     cfg = parse("nats: {reply_batching: false}\n");
     CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
-    CU_ASSERT_TRUE(cfg->nats.no_reply_batching);
+    CU_ASSERT_TRUE(th_nats_config(cfg)->no_reply_batching);
     th_config_free(cfg);
     cfg = parse("nats: {reply_batching: true}\n");
     CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
-    CU_ASSERT_FALSE(cfg->nats.no_reply_batching);
+    CU_ASSERT_FALSE(th_nats_config(cfg)->no_reply_batching);
     th_config_free(cfg);
     EXPECT_ERR("nats: {reply_batching: sometimes}\n",
                "t.yaml:1:24: 'reply_batching' must be true or false, got "
@@ -395,8 +397,8 @@ static void test_unknown_keys(void)
                "'toolsets'?)");
     EXPECT_ERR("host: {}\nbananas: 3\n",
                "t.yaml:2:1: unknown key 'bananas' in the config (known keys: "
-               "host, limits, plugins, toolsets, mcp, mocks, admin, nats, "
-               "rate_limits)");
+               "host, limits, plugins, toolsets, mocks, admin, rate_limits, "
+               "mcp, nats)");
     EXPECT_ERR("plugins:\n  - name: a\n    path: a.so\n    optinal: true\n",
                "t.yaml:4:5: unknown key 'optinal' in plugin (did you mean "
                "'optional'?)");
@@ -426,16 +428,17 @@ static void test_unknown_keys(void)
     /* an unknown key is reported before other errors in its map */
     EXPECT_ERR("host:\n  workers: 0\n  zzz: 1\n",
                "t.yaml:3:3: unknown key 'zzz' in host (known keys: workers, "
-               "async_workers, queue_size, log_level, listen, socket_mode, "
-               "socket_group, max_frame, mcp_max_message, max_inflight, max_outbuf, "
-               "shutdown_grace, default_timeout, max_timeout, session_grace, "
-               "result_ttl, permission_timeout, max_client_asks, expose_task_tools, reload, "
-               "reload_debounce, reload_drain_timeout, state_dir, spill_dir, spill_max_bytes, "
-               "spill_max_age, max_connections, max_connections_per_uid, "
-               "idle_timeout, frame_timeout, max_buffered, "
-               "max_protocol_errors, max_conn_log_lines, lost_worker_grace, "
+               "async_workers, queue_size, log_level, listen, shutdown_grace, "
+               "default_timeout, max_timeout, session_grace, result_ttl, "
+               "permission_timeout, max_client_asks, expose_task_tools, "
+               "reload, reload_debounce, reload_drain_timeout, state_dir, "
+               "spill_dir, spill_max_bytes, spill_max_age, lost_worker_grace, "
                "max_lost_workers, task_keep, log_format, allow_unknown_users, "
-               "short_call_max, short_call_stuck, audit)");
+               "short_call_max, short_call_stuck, audit, socket_mode, "
+               "socket_group, max_frame, max_inflight, max_outbuf, "
+               "max_connections, max_connections_per_uid, idle_timeout, "
+               "frame_timeout, max_buffered, max_protocol_errors, "
+               "max_conn_log_lines, mcp_max_message)");
 }
 
 static void test_wrong_types(void)
@@ -1524,7 +1527,7 @@ static void check_bundled(const th_config *cfg, size_t n_plugins)
     CU_ASSERT_STRING_EQUAL(cfg->toolsets[0].tools[0], "*");
     CU_ASSERT_TRUE(cfg->toolsets[0].run_code.enabled);
     /* no listen: serve takes the private default folder (th/sockpath.h) */
-    CU_ASSERT_PTR_NULL(cfg->host.listen);
+    CU_ASSERT_PTR_NULL(th_rpc_config(cfg)->listen);
 }
 
 static void test_shipped_configs(void)
@@ -1549,7 +1552,7 @@ static void test_shipped_configs(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
     CU_ASSERT_EQUAL(cfg->host.workers, 8);
     CU_ASSERT_EQUAL(cfg->host.async_workers, 4);
-    CU_ASSERT_EQUAL(cfg->host.socket_mode, 0600);
+    CU_ASSERT_EQUAL(th_rpc_config(cfg)->socket_mode, 0600);
     CU_ASSERT_EQUAL(cfg->host.spill_max_age_ms, 3600000);
     th_limits d;
     th_limits_defaults(&d);

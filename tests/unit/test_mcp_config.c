@@ -9,7 +9,9 @@
 
 #include "common/th_test.h"
 #include "th/config.h"
-#include "th/http.h"
+#include "front/rpc_config.h"
+#include "front/mcp_config.h"
+#include "front/http.h"
 
 static th_config *parse_ok(const char *yaml)
 {
@@ -57,44 +59,44 @@ static void test_listen_list(void)
                               "mcp:\n" TOK0);
     if (!cfg)
         return;
-    CU_ASSERT_STRING_EQUAL(cfg->host.listen, "unix:/run/th/th.sock");
-    CU_ASSERT_EQUAL(cfg->host.n_listen_http, 2);
-    CU_ASSERT_STRING_EQUAL(cfg->host.listen_http[0],
+    CU_ASSERT_STRING_EQUAL(th_rpc_config(cfg)->listen, "unix:/run/th/th.sock");
+    CU_ASSERT_EQUAL(th_mcp_config(cfg)->n_listen_http, 2);
+    CU_ASSERT_STRING_EQUAL(th_mcp_config(cfg)->listen_http[0],
                            "http://127.0.0.1:8765/mcp");
-    CU_ASSERT_EQUAL(cfg->mcp.tokens[0].sha256[31], 0xff);
+    CU_ASSERT_EQUAL(th_mcp_config(cfg)->tokens[0].sha256[31], 0xff);
     /* The defaults. */
-    CU_ASSERT_EQUAL(cfg->mcp.max_body, 4u << 20);
-    CU_ASSERT_EQUAL(cfg->mcp.max_sessions, 64);
-    CU_ASSERT_EQUAL(cfg->mcp.max_streams, 2);
-    CU_ASSERT_EQUAL(cfg->mcp.max_sessions_per_user, 16);
-    CU_ASSERT_EQUAL(cfg->mcp.session_idle_ms, 30 * 60 * 1000);
-    CU_ASSERT_EQUAL(cfg->mcp.max_queued, 8u << 20);
-    CU_ASSERT_EQUAL(cfg->mcp.client_timeout_ms, 60000);
-    CU_ASSERT_EQUAL(cfg->mcp.keepalive_ms, 15000);
-    CU_ASSERT_EQUAL(cfg->mcp.header_timeout_ms, 10000);
-    CU_ASSERT_EQUAL(cfg->mcp.body_timeout_ms, 60000);
-    CU_ASSERT_EQUAL(cfg->mcp.max_connections_per_address, 64);
-    CU_ASSERT_EQUAL(cfg->mcp.max_json_depth, 64);
-    CU_ASSERT_EQUAL(cfg->mcp.http_threads, 2);
-    CU_ASSERT_EQUAL(cfg->mcp.sse_poll_ms, 0);
-    CU_ASSERT_EQUAL(cfg->mcp.sse_replay_events, 64);
-    CU_ASSERT_EQUAL(cfg->mcp.sse_replay_ms, 60000);
-    CU_ASSERT_EQUAL(cfg->mcp.max_json_elements, 100000);
-    CU_ASSERT_PTR_NULL(cfg->mcp.tls_priorities);
-    CU_ASSERT_FALSE(cfg->mcp.allow_remote);
+    CU_ASSERT_EQUAL(th_mcp_config(cfg)->max_body, 4u << 20);
+    CU_ASSERT_EQUAL(th_mcp_config(cfg)->max_sessions, 64);
+    CU_ASSERT_EQUAL(th_mcp_config(cfg)->max_streams, 2);
+    CU_ASSERT_EQUAL(th_mcp_config(cfg)->max_sessions_per_user, 16);
+    CU_ASSERT_EQUAL(th_mcp_config(cfg)->session_idle_ms, 30 * 60 * 1000);
+    CU_ASSERT_EQUAL(th_mcp_config(cfg)->max_queued, 8u << 20);
+    CU_ASSERT_EQUAL(th_mcp_config(cfg)->client_timeout_ms, 60000);
+    CU_ASSERT_EQUAL(th_mcp_config(cfg)->keepalive_ms, 15000);
+    CU_ASSERT_EQUAL(th_mcp_config(cfg)->header_timeout_ms, 10000);
+    CU_ASSERT_EQUAL(th_mcp_config(cfg)->body_timeout_ms, 60000);
+    CU_ASSERT_EQUAL(th_mcp_config(cfg)->max_connections_per_address, 64);
+    CU_ASSERT_EQUAL(th_mcp_config(cfg)->max_json_depth, 64);
+    CU_ASSERT_EQUAL(th_mcp_config(cfg)->http_threads, 2);
+    CU_ASSERT_EQUAL(th_mcp_config(cfg)->sse_poll_ms, 0);
+    CU_ASSERT_EQUAL(th_mcp_config(cfg)->sse_replay_events, 64);
+    CU_ASSERT_EQUAL(th_mcp_config(cfg)->sse_replay_ms, 60000);
+    CU_ASSERT_EQUAL(th_mcp_config(cfg)->max_json_elements, 100000);
+    CU_ASSERT_PTR_NULL(th_mcp_config(cfg)->tls_priorities);
+    CU_ASSERT_FALSE(th_mcp_config(cfg)->allow_remote);
     th_config_free(cfg);
     /* A single string stays valid; "unix:" alone is the default socket. */
     cfg = parse_ok("host: {listen: unix:/a.sock}\n");
     if (cfg) {
-        CU_ASSERT_STRING_EQUAL(cfg->host.listen, "unix:/a.sock");
-        CU_ASSERT_EQUAL(cfg->host.n_listen_http, 0);
+        CU_ASSERT_STRING_EQUAL(th_rpc_config(cfg)->listen, "unix:/a.sock");
+        CU_ASSERT_EQUAL(th_mcp_config(cfg)->n_listen_http, 0);
         th_config_free(cfg);
     }
     cfg = parse_ok("host:\n  listen: [\"unix:\", \"http://localhost:0\"]\n"
                    "mcp:\n" TOK0);
     if (cfg) {
-        CU_ASSERT_PTR_NULL(cfg->host.listen);
-        CU_ASSERT_EQUAL(cfg->host.n_listen_http, 1);
+        CU_ASSERT_PTR_NULL(th_rpc_config(cfg)->listen);
+        CU_ASSERT_EQUAL(th_mcp_config(cfg)->n_listen_http, 1);
         th_config_free(cfg);
     }
 }
@@ -137,18 +139,18 @@ static void test_tokens(void)
              tf);
     th_config *cfg = parse_ok(y);
     if (cfg) {
-        CU_ASSERT_EQUAL(cfg->mcp.n_tokens, 2);
+        CU_ASSERT_EQUAL(th_mcp_config(cfg)->n_tokens, 2);
         uint8_t d[32];
         struct sha256_ctx ctx;
         sha256_init(&ctx);
         sha256_update(&ctx, 21, (const uint8_t *)"file-token-0123456789");
         sha256_digest(&ctx, 32, d);
-        CU_ASSERT(memcmp(d, cfg->mcp.tokens[0].sha256, 32) == 0);
+        CU_ASSERT(memcmp(d, th_mcp_config(cfg)->tokens[0].sha256, 32) == 0);
         sha256_init(&ctx);
         sha256_update(&ctx, 20, (const uint8_t *)"env-token-0123456789");
         sha256_digest(&ctx, 32, d);
-        CU_ASSERT(memcmp(d, cfg->mcp.tokens[1].sha256, 32) == 0);
-        CU_ASSERT_STRING_EQUAL(cfg->mcp.tokens[1].user, "e");
+        CU_ASSERT(memcmp(d, th_mcp_config(cfg)->tokens[1].sha256, 32) == 0);
+        CU_ASSERT_STRING_EQUAL(th_mcp_config(cfg)->tokens[1].user, "e");
         th_config_free(cfg);
     }
     snprintf(y, sizeof y, "mcp:\n  tokens: [{user: f, file: %s}]\n", bad);
@@ -158,7 +160,7 @@ static void test_tokens(void)
     /* An unset variable: the token is off (matches nothing). */
     cfg = parse_ok("mcp:\n  tokens: [{user: e, env: TH_TEST_MCP_UNSET_X}]\n");
     if (cfg) {
-        CU_ASSERT_TRUE(cfg->mcp.tokens[0].disabled);
+        CU_ASSERT_TRUE(th_mcp_config(cfg)->tokens[0].disabled);
         th_config_free(cfg);
     }
     expect_err("mcp:\n  tokens: [{user: e, sha256: abc}]\n",
@@ -185,7 +187,7 @@ static void test_tokens(void)
     expect_err("mcp:\n  http_threads: 65\n", "'http_threads' is out of range");
     cfg = parse_ok("mcp:\n  http_threads: 4\n");
     if (cfg) {
-        CU_ASSERT_EQUAL(cfg->mcp.http_threads, 4);
+        CU_ASSERT_EQUAL(th_mcp_config(cfg)->http_threads, 4);
         th_config_free(cfg);
     }
     expect_err("mcp:\n  header_timeout: 10ms\n",

@@ -11,6 +11,7 @@
 
 #include "common/th_test.h"
 #include "th/config.h"
+#include "front/rpc_config.h"
 #include "th/log.h"
 #include "front/sockpath.h"
 
@@ -230,14 +231,14 @@ static void test_config_listen(void)
     const char *y = "host:\n  listen: unix:${TH_TEST_SOCKDIR}/toolhost/th.sock\n";
     CU_ASSERT_EQUAL_FATAL(
         th_config_parse("t.yaml", "/cfg", y, strlen(y), &cfg, &err), 0);
-    CU_ASSERT_STRING_EQUAL(cfg->host.listen,
+    CU_ASSERT_STRING_EQUAL(th_rpc_config(cfg)->listen,
                            "unix:/run/user/77/toolhost/th.sock");
     th_config_free(cfg);
     cfg = NULL;
     y = "host:\n  listen: unix:${TH_TEST_NO_SUCH_VAR_X:-run}/th.sock\n";
     CU_ASSERT_EQUAL_FATAL(
         th_config_parse("t.yaml", "/cfg", y, strlen(y), &cfg, &err), 0);
-    CU_ASSERT_STRING_EQUAL(cfg->host.listen, "unix:/cfg/run/th.sock");
+    CU_ASSERT_STRING_EQUAL(th_rpc_config(cfg)->listen, "unix:/cfg/run/th.sock");
     th_config_free(cfg);
     cfg = NULL;
     y = "host:\n  listen: unix:${TH_TEST_NO_SUCH_VAR_X}/th.sock\n";

@@ -179,13 +179,6 @@ typedef struct th_host_cfg {
                                   tasks; default workers / 2, at least 1 */
     uint32_t queue_size;       /* bounded call queue; default 1024       */
     int log_level;             /* TOOLHOST_LOG_*; default info           */
-    char *listen;              /* "unix:/path" or NULL (the default
-                                  socket): the one unix: entry of listen */
-    uint32_t socket_mode;      /* default 0600                           */
-    char *socket_group;        /* NULL: the host's group                 */
-    uint64_t max_frame;        /* bytes; default 16 MiB                  */
-    uint32_t max_inflight;     /* per connection; default 256            */
-    uint64_t max_outbuf;       /* per connection; default 64 MiB         */
     uint64_t shutdown_grace_ms;/* default 5000                           */
     uint64_t default_timeout_ms; /* default 60000                        */
     uint64_t max_timeout_ms;   /* cap on per-call timeouts; 3600000      */
@@ -201,28 +194,10 @@ typedef struct th_host_cfg {
     uint64_t spill_max_bytes;  /* per file; default 64 MiB               */
     uint64_t spill_max_age_ms; /* default 1 h                            */
     /* Limits of the RPC server against its clients (docs/config.md). */
-    uint32_t max_connections;  /* open at once; default 1024             */
-    uint32_t max_connections_per_uid; /* default 256                     */
-    uint64_t idle_timeout_ms;  /* nothing in flight, nothing read: close;
-                                  default 1 h, 0 off                     */
-    uint64_t frame_timeout_ms; /* a started frame completes within;
-                                  default 30 s, 0 off                    */
-    uint64_t max_buffered;     /* input + output buffered over every
-                                  connection; default 256 MiB            */
-    uint32_t max_protocol_errors; /* per connection; default 8          */
-    uint32_t max_conn_log_lines;  /* warnings per connection; default 20 */
     uint64_t lost_worker_grace_ms; /* a worker still in execute() this long
                                   after its call's deadline is lost and
                                   replaced; 0: 3000                      */
     uint32_t max_lost_workers; /* replacements alive at once; 0: workers */
-    uint64_t mcp_max_message;  /* one MCP message at most; 16 MiB        */
-    char **listen_http;        /* the http:// and https:// entries of
-                                  listen, as written (docs/mcp.md)       */
-    size_t n_listen_http;
-    char **listen_metrics;     /* the http:// entries whose path is
-                                  /metrics: the Prometheus endpoint
-                                  (docs/ops.md), not MCP                 */
-    size_t n_listen_metrics;
     int log_format;            /* TH_LOG_FORMAT_TEXT (default) or _JSON  */
     char *audit;               /* the audit log: a file (absolute), or
                                   "journald"; NULL: none (docs/ops.md)   */
@@ -234,8 +209,6 @@ typedef struct th_host_cfg {
     uint64_t reload_drain_timeout_ms; /* TOOLHOST_PLUGIN_EXCLUSIVE_RELOAD:
                                   the old generation's calls end within
                                   this or the reload fails; 10 s        */
-    char *listen_nats;         /* the nats:// entry of listen, or NULL
-                                  (docs/scale.md)                        */
     uint64_t short_call_max_ms; /* a TOOLHOST_TOOL_SHORT call may hold the
                                   RPC loop this long; longer: the tool
                                   runs on workers from then on; 10 ms,
@@ -249,69 +222,6 @@ typedef struct th_host_cfg {
                                   make (each answer is kept until the
                                   call ends); 32                       */
 } th_host_cfg;
-
-/* A bearer token of the MCP HTTP front, known by its SHA-256 only. */
-typedef struct th_mcp_token_cfg {
-    char *user;            /* the name toolsets' allow_users match       */
-    uint8_t sha256[32];    /* of the token's text                        */
-    char *sha256_hex;      /* the key as written (or NULL)               */
-    char *file;            /* read the token from this file (or NULL)    */
-    char *env;             /* read it from this variable (or NULL)       */
-    bool disabled;         /* env: the variable is unset or empty; the
-                              token matches nothing (serve warns)       */
-    int line, col;
-    uint32_t uid;          /* `uid`: the local uid the token acts as for
-                              task ownership (tasks.list over RPC of that
-                              uid sees its toolset tasks) and caller.uid */
-    bool has_uid;          /* else the token's sessions have no uid      */
-} th_mcp_token_cfg;
-
-/* The `mcp:` section: the Streamable HTTP front (docs/mcp.md). */
-typedef struct th_mcp_cfg {
-    th_mcp_token_cfg *tokens;
-    size_t n_tokens;
-    char **allow_origins;  /* Origin values accepted besides loopback ones */
-    size_t n_allow_origins;
-    bool allow_remote;     /* an http:// entry may bind a non-loopback
-                              address; default false                    */
-    char *tls_cert, *tls_key; /* PEM files for https:// entries         */
-    uint64_t max_body;     /* bytes of one POST body; default 4 MiB      */
-    uint32_t max_sessions; /* MCP sessions at once; default 64           */
-    uint32_t max_sessions_per_user; /* of them, one token's user; 16     */
-    uint32_t max_streams;  /* GET SSE streams per session; default 2     */
-    uint32_t max_connections; /* HTTP connections at once; default 256  */
-    uint64_t session_idle_ms; /* a session unused this long ends; 30 m  */
-    uint64_t max_queued;   /* bytes waiting for one slow client; 8 MiB   */
-    uint64_t client_timeout_ms; /* a client that reads nothing this long
-                                  is dropped; default 60 s             */
-    uint64_t keepalive_ms; /* SSE comment when a stream is quiet; 15 s   */
-    uint64_t header_timeout_ms; /* the request line and headers must be
-                                  in within this of the connection (or of
-                                  the previous response); bytes do not
-                                  extend it; default 10 s              */
-    uint64_t body_timeout_ms; /* the whole body within this of the
-                                  headers; default 60 s                */
-    uint32_t max_connections_per_address; /* of max_connections, from one
-                                  client address; default 64           */
-    uint32_t http_threads; /* libmicrohttpd's thread pool of each
-                              http:// entry (poll); default 2        */
-    uint32_t max_json_depth; /* nesting of a POST body; default 64      */
-    uint32_t max_json_elements; /* values in a POST body; 100000        */
-    char *tls_priorities;  /* GnuTLS priority string of https:// entries;
-                              NULL: TH_HTTP_TLS_PRIORITIES              */
-    uint64_t sse_poll_ms;  /* a POST still unanswered this long becomes a
-                              resumable event stream, whose connection
-                              ends after this long again (the client
-                              resumes with GET + Last-Event-ID); 0: off,
-                              the default                               */
-    uint32_t sse_replay_events; /* events of one resumable stream kept
-                              for replay; default 64                    */
-    uint64_t sse_replay_ms; /* a resumable stream without a connection
-                              waits this long for its client; 60 s     */
-    uint32_t max_subscriptions; /* resources/subscribe URIs one session
-                              may hold at once; 256                    */
-    int line, col;
-} th_mcp_cfg;
 
 /* Where a plugin runs (th_plugin_cfg.isolation). */
 #define TH_ISO_IN_PROCESS 0
@@ -451,43 +361,6 @@ typedef struct th_admin_cfg {
     int line, col;         /* the `admin:` key */
 } th_admin_cfg;
 
-/* The `nats:` section: the NATS front (docs/scale.md). */
-typedef struct th_nats_cfg {
-    char *prefix;          /* subjects <prefix>.<toolset>.<tool>; "toolhost" */
-    char *name;            /* the service name of $SRV; "toolhost"       */
-    char *user, *password; /* NATS user credentials, or NULL            */
-    char *token;           /* a NATS token, or NULL                     */
-    char *creds;           /* a .creds file (JWT + NKey), or NULL       */
-    char *tls_ca, *tls_cert, *tls_key; /* PEM files; tls:// or tls_ca:
-                                  TLS to the NATS server                */
-    char **toolsets;       /* the toolsets served on NATS (only these)  */
-    size_t n_toolsets;
-    char *as_user;         /* the user name NATS calls run as (the one
-                              allow_users must list); default "nats"    */
-    uint64_t reconnect_wait_ms; /* between reconnect attempts; 250 ms   */
-    uint32_t max_pending;  /* messages queued per subscription before
-                              the host is a slow consumer; 65536        */
-    char *results_bucket;  /* JetStream KV bucket of finished task
-                              results; "toolhost_results"; "off": none  */
-    uint64_t results_ttl_ms; /* their TTL; 0: host.result_ttl           */
-    int line, col;
-    /* Appended.  The NATS users that may call (docs/scale.md, "Caller
-     * identity"): with any, each calls on <prefix>.u.<user>.… and its
-     * replies go to _INBOX.<user>.…, the NATS server's permissions tie
-     * the subject to the user, and the call runs as the host user of
-     * that name (allow_users lists it); none: the anonymous layout, every
-     * call as as_user. */
-    char **users;
-    size_t n_users;
-    char *results_key_file; /* the HMAC-SHA256 key that signs results
-                               bucket entries; NULL: no bucket         */
-    uint32_t results_replicas; /* the bucket's stream replicas when this
-                                  host creates it (1..5); 0: min(3, the
-                                  JetStream cluster's size)            */
-    bool no_reply_batching; /* reply_batching: false - every reply on
-                               the host's one connection, at once      */
-} th_nats_cfg;
-
 /* Who shares one bucket of a rate limit (th_rate_cfg.per). */
 #define TH_RATE_PER_CALLER 0      /* each caller its own (the default) */
 #define TH_RATE_PER_CALLER_TOOL 1 /* each caller and tool              */
@@ -514,6 +387,8 @@ typedef struct th_rate_cfg {
     int line, col;
 } th_rate_cfg;
 
+#define TH_SECTIONS_MAX 16
+
 typedef struct th_config {
     char *path;            /* the file as given */
     char *dir;             /* its folder, absolute */
@@ -526,11 +401,9 @@ typedef struct th_config {
     size_t n_toolsets;
     th_mock_cfg *mocks;
     size_t n_mocks;
-    th_mcp_cfg mcp;        /* the `mcp:` section                          */
     th_ynode *root;        /* the whole document */
     int extra_refs;        /* th_config_ref()s not yet dropped (atomic) */
     th_admin_cfg admin;
-    th_nats_cfg nats;      /* the `nats:` section                         */
     /* Appended: this config's serial, unique in the process and never
      * reused, given on first use (call_start.c's decision cache keys on
      * it with the pointer: a config freed and another made at the same
@@ -538,6 +411,11 @@ typedef struct th_config {
     uint64_t serial;
     th_rate_cfg *rate_limits; /* `rate_limits:` (rate.c)               */
     size_t n_rate_limits;
+    /* The sections of modules (th/section.h: a front's own), registered
+     * when this config was read: descriptor and struct, n_sec of each. */
+    const struct th_section *sec_desc[TH_SECTIONS_MAX];
+    void *sec[TH_SECTIONS_MAX];
+    size_t n_sec;
 } th_config;
 
 /* Reads and checks `path`.  On success *out is a new config (free with

@@ -552,8 +552,8 @@ int th_host_group_stats_foreach(th_host *h,
 
 /* Sessions (connections) per front: the front's name (th_front_ops.front;
  * "other" for a front that gave none), opened since the start, open now.
- * Fills at most max entries, one per kind (cli, rpc, mcp, code, other);
- * returns how many. */
+ * Fills at most max entries, one per front seen so far (in the order
+ * first seen) and "other"; returns how many. */
 typedef struct th_front_stats {
     const char *front;
     uint64_t opened, open;
@@ -561,49 +561,24 @@ typedef struct th_front_stats {
 size_t th_host_front_stats(th_host *h, th_front_stats *out, size_t max);
 
 /* Connections refused, connections closed by a limit and protocol errors,
- * per front ("rpc", "mcp", ...) and reason: counted by the fronts with
- * th_stat_front_event (any thread, lock-free), read by /metrics. */
-typedef enum th_front_event {
-    /* refused before a session opened */
-    TH_FEV_REFUSED_FD_LIMIT,        /* "fd_limit" */
-    TH_FEV_REFUSED_MAX_CONNECTIONS, /* "max_connections" */
-    TH_FEV_REFUSED_MAX_PER_UID,     /* "max_connections_per_uid" */
-    TH_FEV_REFUSED_ACCEPT,          /* "accept_failed" (EMFILE...) */
-    TH_FEV_REFUSED_UNAUTHORIZED,    /* "unauthorized": HTTP 401 */
-    TH_FEV_REFUSED_FORBIDDEN,       /* "forbidden": HTTP 403 */
-    TH_FEV_REFUSED_TOO_LARGE,       /* "body_too_large": HTTP 413 */
-    TH_FEV_REFUSED_MAX_STREAMS,     /* "max_streams": HTTP 429 */
-    TH_FEV_REFUSED_MAX_SESSIONS,    /* "max_sessions": HTTP 503 */
-    TH_FEV_REFUSED_SHUTDOWN,        /* "shutting_down": HTTP 503 */
-    /* an open connection (or stream) closed by a limit */
-    TH_FEV_CLOSED_IDLE,             /* "idle_timeout" */
-    TH_FEV_CLOSED_FRAME,            /* "frame_timeout" */
-    TH_FEV_CLOSED_BUDGET,           /* "max_buffered" */
-    TH_FEV_CLOSED_PROTOCOL,         /* "max_protocol_errors" */
-    TH_FEV_CLOSED_INFLIGHT,         /* "max_inflight" */
-    TH_FEV_CLOSED_SLOW_READER,      /* "slow_reader" (max_queued) */
-    /* a message that broke the protocol */
-    TH_FEV_PROTOCOL_ERROR,
-    TH_FEV_N
-} th_front_event;
-
+ * per front and reason: each front lists the outcomes it counts in its
+ * descriptor (th/front.h) and counts them with th_stat_front_event (any
+ * thread, lock-free), `ev` an index into that list; read by /metrics. */
 typedef enum th_front_event_class {
-    TH_FEV_REFUSED,
-    TH_FEV_CLOSED,
-    TH_FEV_PROTOCOL
+    TH_FEV_REFUSED,  /* refused before a session opened   */
+    TH_FEV_CLOSED,   /* an open connection closed by a limit */
+    TH_FEV_PROTOCOL  /* a message that broke the protocol */
 } th_front_event_class;
 
-void th_stat_front_event(th_host *h, const char *front, th_front_event ev);
-/* The reason label of ev, and its class. */
-const char *th_front_event_reason(th_front_event ev);
-th_front_event_class th_front_event_class_of(th_front_event ev);
-/* Calls fn for every (front, event) that counted something, and for the
- * events a front raises (rpc's and mcp's, so their series exist at 0);
- * stops when fn returns nonzero and returns that. */
+void th_stat_front_event(th_host *h, const char *front, unsigned ev);
+/* Calls fn for every event of every registered front (zeros included, so
+ * the series exist) in registration order; stops when fn returns nonzero
+ * and returns that. */
 int th_host_front_events_foreach(th_host *h,
                                  int (*fn)(const char *front,
-                                           th_front_event ev, uint64_t n,
-                                           void *ud),
+                                           const char *reason,
+                                           th_front_event_class cls,
+                                           uint64_t n, void *ud),
                                  void *ud);
 
 #endif

@@ -1,4 +1,4 @@
-/* th/http.h - a small HTTP server layer over libmicrohttpd: one daemon per
+/* front/http.h - a small HTTP server layer over libmicrohttpd: one daemon per
  * http:// (or https://) listen entry, requests routed by exact path to a
  * handler.  The MCP Streamable HTTP front (host/mcp/http.c) mounts on it;
  * other endpoints (metrics) can mount beside it.

@@ -1,0 +1,97 @@
+/* front/mcp_config.h - the `mcp:` config section (host/mcp/mcp_config.c):
+ * the Streamable HTTP front's tokens and limits, and the http:// and
+ * https:// entries of host.listen, which this section claims (th/section.h).
+ * docs/config.md lists the keys. */
+#ifndef TH_MCP_CONFIG_H
+#define TH_MCP_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "th/config.h"
+#include "th/section.h"
+
+/* A bearer token of the MCP HTTP front, known by its SHA-256 only. */
+typedef struct th_mcp_token_cfg {
+    char *user;            /* the name toolsets' allow_users match       */
+    uint8_t sha256[32];    /* of the token's text                        */
+    char *sha256_hex;      /* the key as written (or NULL)               */
+    char *file;            /* read the token from this file (or NULL)    */
+    char *env;             /* read it from this variable (or NULL)       */
+    bool disabled;         /* env: the variable is unset or empty; the
+                              token matches nothing (serve warns)       */
+    int line, col;
+    uint32_t uid;          /* `uid`: the local uid the token acts as for
+                              task ownership (tasks.list over RPC of that
+                              uid sees its toolset tasks) and caller.uid */
+    bool has_uid;          /* else the token's sessions have no uid      */
+} th_mcp_token_cfg;
+
+/* The `mcp:` section: the Streamable HTTP front (docs/mcp.md). */
+typedef struct th_mcp_cfg {
+    th_mcp_token_cfg *tokens;
+    size_t n_tokens;
+    char **allow_origins;  /* Origin values accepted besides loopback ones */
+    size_t n_allow_origins;
+    bool allow_remote;     /* an http:// entry may bind a non-loopback
+                              address; default false                    */
+    char *tls_cert, *tls_key; /* PEM files for https:// entries         */
+    uint64_t max_body;     /* bytes of one POST body; default 4 MiB      */
+    uint32_t max_sessions; /* MCP sessions at once; default 64           */
+    uint32_t max_sessions_per_user; /* of them, one token's user; 16     */
+    uint32_t max_streams;  /* GET SSE streams per session; default 2     */
+    uint32_t max_connections; /* HTTP connections at once; default 256  */
+    uint64_t session_idle_ms; /* a session unused this long ends; 30 m  */
+    uint64_t max_queued;   /* bytes waiting for one slow client; 8 MiB   */
+    uint64_t client_timeout_ms; /* a client that reads nothing this long
+                                  is dropped; default 60 s             */
+    uint64_t keepalive_ms; /* SSE comment when a stream is quiet; 15 s   */
+    uint64_t header_timeout_ms; /* the request line and headers must be
+                                  in within this of the connection (or of
+                                  the previous response); bytes do not
+                                  extend it; default 10 s              */
+    uint64_t body_timeout_ms; /* the whole body within this of the
+                                  headers; default 60 s                */
+    uint32_t max_connections_per_address; /* of max_connections, from one
+                                  client address; default 64           */
+    uint32_t http_threads; /* libmicrohttpd's thread pool of each
+                              http:// entry (poll); default 2        */
+    uint32_t max_json_depth; /* nesting of a POST body; default 64      */
+    uint32_t max_json_elements; /* values in a POST body; 100000        */
+    char *tls_priorities;  /* GnuTLS priority string of https:// entries;
+                              NULL: TH_HTTP_TLS_PRIORITIES              */
+    uint64_t sse_poll_ms;  /* a POST still unanswered this long becomes a
+                              resumable event stream, whose connection
+                              ends after this long again (the client
+                              resumes with GET + Last-Event-ID); 0: off,
+                              the default                               */
+    uint32_t sse_replay_events; /* events of one resumable stream kept
+                              for replay; default 64                    */
+    uint64_t sse_replay_ms; /* a resumable stream without a connection
+                              waits this long for its client; 60 s     */
+    uint32_t max_subscriptions; /* resources/subscribe URIs one session
+                              may hold at once; 256                    */
+    int line, col;
+    char **listen_http;    /* the http:// and https:// entries of
+                              host.listen, as written (docs/mcp.md)     */
+    size_t n_listen_http;
+    char **listen_metrics; /* the http:// entries whose path is /metrics:
+                              the Prometheus endpoint (docs/ops.md), not
+                              MCP                                       */
+    size_t n_listen_metrics;
+    uint64_t max_message;  /* host.mcp_max_message: one MCP message at
+                              most (stdio and HTTP); 16 MiB             */
+} th_mcp_cfg;
+
+extern const th_section th_mcp_section;
+
+/* The `mcp:` section of cfg (defaults when the file has none).  cfg must
+ * have been read with th_mcp_section registered (th_front_register of the
+ * MCP front); NULL otherwise. */
+static inline const th_mcp_cfg *th_mcp_config(const th_config *cfg)
+{
+    return (const th_mcp_cfg *)th_config_section(cfg, &th_mcp_section);
+}
+
+#endif
