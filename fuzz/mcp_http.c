@@ -74,6 +74,7 @@
 
 #include "fuzz.h"
 #include "front/fronts.h"
+#include "front/mcp_config.h"
 #include "front/mcp_http.h"
 #include "th/config.h"
 #include "th/err.h"
