@@ -20,7 +20,7 @@
 #include "rate.h"
 #include "th/perm.h"
 
-static __thread th_mcall *tl_cur;      /* the call this thread executes */
+static _Thread_local th_mcall *tl_cur;      /* the call this thread executes */
 
 
 th_mcall *th_mcall_current(void)
@@ -59,8 +59,8 @@ typedef struct call_pool {
     int n;
 } call_pool;
 
-static __thread call_pool tl_pool;
-static __thread bool tl_pool_keyed;    /* pool_key set for this thread */
+static _Thread_local call_pool tl_pool;
+static _Thread_local bool tl_pool_keyed;    /* pool_key set for this thread */
 static pthread_key_t pool_key;
 static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 static bool pool_key_ok;

@@ -138,7 +138,7 @@ typedef struct plan_entry {
 } plan_entry;
 
 #define PLAN_WAYS 8 /* a power of two */
-static __thread plan_entry tl_plan[PLAN_WAYS];
+static _Thread_local plan_entry tl_plan[PLAN_WAYS];
 
 static _Atomic uint64_t serial_next;
 

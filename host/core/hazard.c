@@ -16,7 +16,7 @@
 
 #include "hazard.h"
 
-__thread th_hz_rec *th_hz_tl;
+_Thread_local th_hz_rec *th_hz_tl;
 int th_hz_light;
 
 static th_hz_rec *rec_head; /* atomic */

@@ -58,7 +58,7 @@ typedef struct th_hz_rec {
     } tools[TH_HZ_TOOL_CACHE];
 } __attribute__((aligned(64))) th_hz_rec;
 
-extern __thread th_hz_rec *th_hz_tl;
+extern _Thread_local th_hz_rec *th_hz_tl;
 
 /* This thread's record, taken on first use; NULL when out of memory (the
  * caller then reads under its lock, as before). */

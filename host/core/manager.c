@@ -16,9 +16,9 @@
 #include "th/log.h"
 #include "manager.h"
 
-__thread bool th_mgr_tl_worker;
-static __thread th_wslot *tl_wslot;   /* this worker's slot */
-static __thread bool tl_async;         /* this worker holds an async slot */
+_Thread_local bool th_mgr_tl_worker;
+static _Thread_local th_wslot *tl_wslot;   /* this worker's slot */
+static _Thread_local bool tl_async;         /* this worker holds an async slot */
 
 bool th_mgr_tl_async_get(void)
 {
@@ -471,7 +471,7 @@ int th_mgr_own_args(th_mcall *c)
 
 /* ---- Inline slots (th_mgr.islot) ------------------------------------------ */
 
-static __thread unsigned tl_islot;     /* this thread's slot + 1; 0: none yet */
+static _Thread_local unsigned tl_islot;     /* this thread's slot + 1; 0: none yet */
 static atomic_uint islot_count;
 
 /* An inline call about to run on this thread: published in the thread's

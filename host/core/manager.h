@@ -126,7 +126,7 @@ void th_stat_session_opened(th_host *h, const char *front);
 /* The entry of `tool`, created on first use; NULL when out of memory. */
 th_stat *th_stat_get(th_host *h, const char *tool);
 /* This thread's shard slot + 1 (stats.c), <= 0: none (yet). */
-extern __thread int th_stat_tl_slot;
+extern _Thread_local int th_stat_tl_slot;
 /* n more (modulo 2^64) on a counter only this thread writes (its stats
  * shard's, its part of a th_mgr counter): a plain load and store, no lock
  * prefix.  Readers load it relaxed and add the parts. */
@@ -986,7 +986,7 @@ int th_mock_execute(th_mcall *c);
 
 /* call.c */
 extern const th_call_vtbl th_mcall_vtbl;
-extern __thread bool th_mgr_tl_worker; /* manager.c: a pool worker */
+extern _Thread_local bool th_mgr_tl_worker; /* manager.c: a pool worker */
 /* A call on this thread is about to wait for its client (ask_client):
  * when the thread is one of h's workers, it leaves the pool's count and a
  * replacement starts in a free slot (the workers + host.max_lost_workers

@@ -139,9 +139,9 @@ static const char *fmt_num(uint64_t v, char buf[32])
  * (a key's destructor) and th_out_spare_drop() free it. */
 #define TH_OUT_SPARE_MIN 256
 #define TH_OUT_SPARE_MAX 4096
-static __thread uint8_t *tl_spare;
-static __thread size_t tl_spare_cap;
-static __thread bool tl_spare_keyed;
+static _Thread_local uint8_t *tl_spare;
+static _Thread_local size_t tl_spare_cap;
+static _Thread_local bool tl_spare_keyed;
 static pthread_key_t spare_key;
 static pthread_once_t spare_once = PTHREAD_ONCE_INIT;
 static bool spare_key_ok;

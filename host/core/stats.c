@@ -20,7 +20,7 @@ typedef struct stat_cache {
     uint64_t serial;
     th_stat *st;
 } stat_cache;
-static __thread stat_cache tl_stat;
+static _Thread_local stat_cache tl_stat;
 
 th_stat *th_stat_get(th_host *h, const char *tool)
 {
@@ -105,7 +105,7 @@ static pthread_once_t slot_once = PTHREAD_ONCE_INIT;
 static bool slot_key_ok;
 /* 0: no slot yet; i + 1: slot i; below 0: none free, counts up to 0
  * (read by manager.h's inline counters) */
-__thread int th_stat_tl_slot;
+_Thread_local int th_stat_tl_slot;
 #define tl_slot th_stat_tl_slot
 
 _Static_assert(TH_STAT_SHARDS <= 32, "slot_used has 32 bits");
@@ -619,7 +619,7 @@ typedef struct grp_cache {
     uint64_t k1, k2;
     th_stat *g;
 } grp_cache;
-static __thread grp_cache tl_grp[2];
+static _Thread_local grp_cache tl_grp[2];
 
 static __attribute__((noinline)) th_stat *group_find(th_host *h, char kind,
                                                      const char *name,

@@ -82,7 +82,7 @@ static int64_t now_ns(void)
 
 /* The session whose input the loop thread is handling now: its lines wait
  * in x->out for the end of the read. */
-static __thread mcp_stdio *tl_feeding;
+static _Thread_local mcp_stdio *tl_feeding;
 
 /* Whether the client is done sending (end of input seen, or its end of
  * the input pipe or socket closed: seen even while the loop is stuck in a
