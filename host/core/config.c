@@ -782,16 +782,34 @@ static size_t g_n_sections;
 
 static bool core_key(const char *name);
 
+static bool host_key_taken(const char *name);
+
+/* Whether two sections claim a listen scheme one of them would shadow
+ * ("unix:" and "unix:x" both match "unix:x..."). */
+static bool schemes_clash(const th_section *a, const th_section *b)
+{
+    for (const char *const *p = a->schemes; p && *p; p++)
+        for (const char *const *q = b->schemes; q && *q; q++)
+            if (strncmp(*p, *q, strlen(*p) < strlen(*q) ? strlen(*p)
+                                                        : strlen(*q)) == 0)
+                return true;
+    return false;
+}
+
 int th_section_register(const th_section *s)
 {
-    for (size_t i = 0; i < g_n_sections; i++) {
+    for (size_t i = 0; i < g_n_sections; i++)
         if (g_sections[i] == s)
             return 0;
-        if (strcmp(g_sections[i]->name, s->name) == 0)
-            return TH_ESTATE;
-    }
-    if (core_key(s->name))
+    if (!s->name || !*s->name || core_key(s->name))
         return TH_ESTATE;
+    for (size_t i = 0; i < g_n_sections; i++)
+        if (strcmp(g_sections[i]->name, s->name) == 0 ||
+            schemes_clash(g_sections[i], s))
+            return TH_ESTATE;
+    for (const th_cfkey *k = s->host_keys; k && k->name; k++)
+        if (host_key_taken(k->name))
+            return TH_ESTATE;
     if (g_n_sections == TH_SECTIONS_MAX)
         return TH_ELIMIT;
     g_sections[g_n_sections++] = s;
@@ -2023,6 +2041,22 @@ static bool core_key(const char *name)
  * index in .off). */
 #define N_HOST_KEYS (sizeof host_keys / sizeof host_keys[0] - 1)
 #define N_HOST_ALL (N_HOST_KEYS + 64)
+
+/* A key of host: the core has, or a registered section adds; and the
+ * room for one more (N_HOST_ALL in all). */
+static bool host_key_taken(const char *name)
+{
+    size_t n = N_HOST_KEYS;
+    for (size_t i = 0; i < N_HOST_KEYS; i++)
+        if (strcmp(host_keys[i].name, name) == 0)
+            return true;
+    for (size_t i = 0; i < g_n_sections; i++)
+        for (const th_cfkey *k = g_sections[i]->host_keys; k && k->name;
+             k++, n++)
+            if (strcmp(k->name, name) == 0)
+                return true;
+    return n >= N_HOST_ALL;
+}
 
 /* The keys of `host:`: the core's, then those the sections of cfg add
  * (at most 64 in all). */

@@ -17,6 +17,7 @@
 #include "th/config.h"
 #include "front/rpc_config.h"
 #include "front/nats_config.h"
+#include "th/section.h"
 #include "th/err.h"
 #include "th/log.h"
 #include "th/tool.h"
@@ -2104,10 +2105,48 @@ static void test_plugin_load_error(void)
     th_config_free(cfg);
 }
 
+/* Sections of modules (th/section.h): a registration that would make the
+ * reading ambiguous is refused, and nothing of it is registered (the
+ * sections here never are: the suites after this one read configs). */
+static void test_section_register(void)
+{
+    static const th_cfkey none[] = {{.name = NULL}};
+    static const th_cfkey workers[] = {{.name = "workers", .set = th_cf_u32},
+                                       {.name = NULL}};
+    static const th_cfkey frame[] = {{.name = "max_frame", .set = th_cf_u32},
+                                     {.name = NULL}};
+    static const char *const unix_x[] = {"unix:x", NULL};
+    static const char *const web[] = {"http", NULL};
+    const th_section core_name = {.name = "toolsets", .keys = none};
+    const th_section same_name = {.name = "mcp", .keys = none};
+    const th_section host_core = {.name = "t1", .keys = none,
+                                  .host_keys = workers};
+    const th_section host_rpc = {.name = "t2", .keys = none,
+                                 .host_keys = frame};
+    const th_section scheme = {.name = "t3", .keys = none, .schemes = unix_x};
+    const th_section prefix = {.name = "t4", .keys = none, .schemes = web};
+    const th_section unnamed = {.name = "", .keys = none};
+    CU_ASSERT_EQUAL(th_section_register(&core_name), TH_ESTATE);
+    CU_ASSERT_EQUAL(th_section_register(&same_name), TH_ESTATE);
+    CU_ASSERT_EQUAL(th_section_register(&host_core), TH_ESTATE);
+    CU_ASSERT_EQUAL(th_section_register(&host_rpc), TH_ESTATE);
+    CU_ASSERT_EQUAL(th_section_register(&scheme), TH_ESTATE);
+    CU_ASSERT_EQUAL(th_section_register(&prefix), TH_ESTATE);
+    CU_ASSERT_EQUAL(th_section_register(&unnamed), TH_ESTATE);
+    /* registered already (the runner's th_fronts_register_builtin) */
+    CU_ASSERT_EQUAL(th_section_register(&th_nats_section), 0);
+    th_config *cfg = NULL;
+    th_error e;
+    CU_ASSERT_EQUAL(th_config_parse("t.yaml", "/", "t1: {}\n", 7, &cfg, &e),
+                    TH_ECONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "unknown key 't1'"));
+}
+
 void th_suite_config(void)
 {
     CU_pSuite s = CU_add_suite("config", NULL, NULL);
     CU_add_test(s, "tree_marks", test_tree_marks);
+    CU_add_test(s, "section_register", test_section_register);
     CU_add_test(s, "syntax_errors", test_syntax_errors);
     CU_add_test(s, "duplicate_key", test_duplicate_key);
     CU_add_test(s, "defaults", test_defaults);

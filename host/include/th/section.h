@@ -134,9 +134,11 @@ typedef struct th_section {
     const char *user_hint;
 } th_section;
 
-/* Registers a section for every config read from now on.  0; TH_EEXIST
- * when a section (or core key) of that name exists (the same descriptor
- * again is 0); TH_ELIMIT past TH_SECTIONS_MAX. */
+/* Registers a section for every config read from now on.  0 (the same
+ * descriptor again too); TH_ESTATE when a core key or another section has
+ * its name, another section claims a listen scheme that overlaps one of
+ * its own, or a key of its host_keys is taken (the core's, another
+ * section's, or past 64 added keys); TH_ELIMIT past TH_SECTIONS_MAX. */
 int th_section_register(const th_section *s);
 
 /* The struct of section `s` in `cfg` (never NULL for a section that was
