@@ -97,7 +97,8 @@ LIBS_ALL = $(PKG_LIBS) -lpthread -ldl -lm
 
 # ---- sources -------------------------------------------------------------
 
-HOST_SRC := $(sort $(filter-out host/cli/%,$(wildcard host/*/*.c)))
+# The core's sources sit in its rooms, host/core/<room>/ (host/core/ROOMS).
+HOST_SRC := $(sort $(filter-out host/cli/%,$(wildcard host/*/*.c host/core/*/*.c)))
 CLI_SRC := $(sort $(wildcard host/cli/*.c))
 SDK_SRC := $(sort $(wildcard sdk/*.c))
 PLUGINS := $(sort $(notdir $(patsubst %/,%,$(dir $(wildcard plugins/*/*.c)))))
@@ -143,10 +144,15 @@ all: $(TOOLHOST) $(LIBSDK) $(PLUGIN_SO) $(FIX_SO) $(UNIT_BIN) $(INTEG_BIN) examp
 
 # ---- compile rules ---------------------------------------------------------
 
-# Host, CLI and tests: position-dependent code, full warnings.
+# Host, CLI and tests: position-dependent code, full warnings.  A core
+# file includes a private header of its own room by its name ("manager.h"
+# beside call/manager.c) and one of a room below as "room/x.h"
+# (-Ihost/core, for the core's objects only: a front sees no private
+# header; host/core/ROOMS).
+$(BUILD)/obj/host/core/%.o: CORE_INC := -Ihost/core
 $(BUILD)/obj/host/%.o: host/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(LTO) -MMD -MP -c $< -o $@
+	$(CC) $(CFLAGS_ALL) $(CORE_INC) $(LTO) -MMD -MP -c $< -o $@
 
 # SDK and plugins go into shared objects: PIC, hidden symbols.
 $(BUILD)/obj/sdk/%.o: sdk/%.c
