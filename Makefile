@@ -328,9 +328,13 @@ check-parallel: $(UNIT_BIN) $(INTEG_BIN) $(PLUGIN_SO) $(FIX_SO) $(TOOLHOST)
 # The layers hold (docs/architecture.md): a plugin cannot include a host
 # header; the binary exports no symbol a plugin could bind to; the fronts
 # include no private core header and the core no front header (nor libuv);
-# and the core's objects have no call cycle (LAYERS_CYCLE_KNOWN is empty:
+# the core's objects have no call cycle (LAYERS_CYCLE_KNOWN is empty:
 # any cycle fails; the call layer's files call*.c count as one object,
-# scripts/layers-graph).
+# scripts/layers-graph); and the core's rooms (host/core/ROOMS) neither
+# include a private header of a room above (scripts/check-includes) nor
+# call one (scripts/layers-graph -r, on the objects' symbols); each check
+# is itself run on a tree that breaks it (tests/layers/includes,
+# tests/layers/rooms).
 LAYERS_CYCLE_KNOWN ?=
 check-layers: $(TOOLHOST)
 	@scripts/check-includes
@@ -342,8 +346,25 @@ check-layers: $(TOOLHOST)
 	  for f in th/code.h th/projection.h; do \
 	    echo "$$out" | grep -q "host/core/c.c:.*$$f.*the core names the code runtime" || { echo "check-layers: check-includes missed the core including $$f" >&2; exit 1; }; done; \
 	  for d in cli front http lua mcp nats rpc; do \
-	    echo "$$out" | grep -q "host/$$d/.*a front includes a private" || { echo "check-layers: check-includes missed a private core header included from host/$$d" >&2; exit 1; }; done
+	    echo "$$out" | grep -q "host/$$d/.*a front includes a private" || { echo "check-layers: check-includes missed a private core header included from host/$$d" >&2; exit 1; }; done; \
+	  echo "$$out" | grep -q 'host/core/low/up.c:.*a room includes a private header of a room above it' || { \
+	    echo "check-layers: check-includes missed a room including the header of a room above it" >&2; exit 1; }; \
+	  echo "$$out" | grep -q 'host/core/a.c  <- a core file outside the rooms' || { \
+	    echo "check-layers: check-includes missed a core file outside the rooms" >&2; exit 1; }; \
+	  if echo "$$out" | grep -q 'host/core/high/'; then \
+	    echo "check-layers: check-includes refused a room including its own or a lower room's header" >&2; exit 1; fi
 	@scripts/layers-graph -k '$(LAYERS_CYCLE_KNOWN)' $(CORE_OBJ) >/dev/null
+	@scripts/layers-graph -r host/core/ROOMS $(CORE_OBJ)
+	@mkdir -p $(BUILD)/layers/rooms/low $(BUILD)/layers/rooms/high
+	@$(CC) -std=c11 $(WARN) -c tests/layers/rooms/low/low.c -o $(BUILD)/layers/rooms/low/low.o
+	@$(CC) -std=c11 $(WARN) -c tests/layers/rooms/high/high.c -o $(BUILD)/layers/rooms/high/high.o
+	@out=$$(scripts/layers-graph -r tests/layers/rooms/ROOMS $(BUILD)/layers/rooms/low/low.o \
+	    $(BUILD)/layers/rooms/high/high.o 2>&1) && { \
+	  echo "check-layers: scripts/layers-graph -r passed tests/layers/rooms, whose low room calls the high one" >&2; exit 1; }; \
+	  echo "$$out" | grep -q 'low/low -> high/high calls upward' || { \
+	    echo "check-layers: layers-graph -r missed the upward call of tests/layers/rooms: $$out" >&2; exit 1; }; \
+	  if echo "$$out" | grep -q 'high/high -> low/low'; then \
+	    echo "check-layers: layers-graph -r refused a downward call (tests/layers/rooms)" >&2; exit 1; fi
 	@$(CC) $(CFLAGS_PLUGIN) -fsyntax-only tests/layers/plugin_sdk_only.c
 	@if $(CC) $(CFLAGS_PLUGIN) -fsyntax-only tests/layers/plugin_includes_host.c 2>/dev/null; then \
 	  echo "check-layers: a plugin compiled with a host header (th/tool.h)" >&2; exit 1; fi
