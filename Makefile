@@ -57,8 +57,8 @@ WARN := -Wall -Wextra -Werror -Wno-missing-field-initializers
 # Physical layers (docs/architecture.md): the host, the CLI, tests and
 # benchmarks see the host's API headers (host/include: th/ the core's,
 # front/ the fronts'); the core's private headers sit beside its sources in
-# host/core/, which only the core itself and the white-box tests and fuzz
-# targets (-Ihost/core) see; the SDK, the bundled plugins and the fixture
+# its rooms, host/core/<room>/, which only the core itself and the
+# white-box tests and fuzz targets (-Ihost/core: "room/x.h") see; the SDK, the bundled plugins and the fixture
 # plugins see only the ABI and the SDK (plugin-api, sdk), so a plugin that
 # includes a th/ header does not compile.
 # GCC on x86-64 zeroes a block of 128 bytes or more (a struct cleared, a
