@@ -57,8 +57,8 @@ WARN := -Wall -Wextra -Werror -Wno-missing-field-initializers
 # Physical layers (docs/architecture.md): the host, the CLI, tests and
 # benchmarks see the host's API headers (host/include: th/ the core's,
 # front/ the fronts'); the core's private headers sit beside its sources in
-# host/core/, which only the core itself and the white-box tests and fuzz
-# targets (-Ihost/core) see; the SDK, the bundled plugins and the fixture
+# its rooms, host/core/<room>/, which only the core itself and the
+# white-box tests and fuzz targets (-Ihost/core: "room/x.h") see; the SDK, the bundled plugins and the fixture
 # plugins see only the ABI and the SDK (plugin-api, sdk), so a plugin that
 # includes a th/ header does not compile.
 # GCC on x86-64 zeroes a block of 128 bytes or more (a struct cleared, a
@@ -97,7 +97,8 @@ LIBS_ALL = $(PKG_LIBS) -lpthread -ldl -lm
 
 # ---- sources -------------------------------------------------------------
 
-HOST_SRC := $(sort $(filter-out host/cli/%,$(wildcard host/*/*.c)))
+# The core's sources sit in its rooms, host/core/<room>/ (host/core/ROOMS).
+HOST_SRC := $(sort $(filter-out host/cli/%,$(wildcard host/*/*.c host/core/*/*.c)))
 CLI_SRC := $(sort $(wildcard host/cli/*.c))
 SDK_SRC := $(sort $(wildcard sdk/*.c))
 PLUGINS := $(sort $(notdir $(patsubst %/,%,$(dir $(wildcard plugins/*/*.c)))))
@@ -143,10 +144,15 @@ all: $(TOOLHOST) $(LIBSDK) $(PLUGIN_SO) $(FIX_SO) $(UNIT_BIN) $(INTEG_BIN) examp
 
 # ---- compile rules ---------------------------------------------------------
 
-# Host, CLI and tests: position-dependent code, full warnings.
+# Host, CLI and tests: position-dependent code, full warnings.  A core
+# file includes a private header of its own room by its name ("manager.h"
+# beside call/manager.c) and one of a room below as "room/x.h"
+# (-Ihost/core, for the core's objects only: a front sees no private
+# header; host/core/ROOMS).
+$(BUILD)/obj/host/core/%.o: CORE_INC := -Ihost/core
 $(BUILD)/obj/host/%.o: host/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(LTO) -MMD -MP -c $< -o $@
+	$(CC) $(CFLAGS_ALL) $(CORE_INC) $(LTO) -MMD -MP -c $< -o $@
 
 # SDK and plugins go into shared objects: PIC, hidden symbols.
 $(BUILD)/obj/sdk/%.o: sdk/%.c
@@ -322,9 +328,13 @@ check-parallel: $(UNIT_BIN) $(INTEG_BIN) $(PLUGIN_SO) $(FIX_SO) $(TOOLHOST)
 # The layers hold (docs/architecture.md): a plugin cannot include a host
 # header; the binary exports no symbol a plugin could bind to; the fronts
 # include no private core header and the core no front header (nor libuv);
-# and the core's objects have no call cycle (LAYERS_CYCLE_KNOWN is empty:
+# the core's objects have no call cycle (LAYERS_CYCLE_KNOWN is empty:
 # any cycle fails; the call layer's files call*.c count as one object,
-# scripts/layers-graph).
+# scripts/layers-graph); and the core's rooms (host/core/ROOMS) neither
+# include a private header of a room above (scripts/check-includes) nor
+# call one (scripts/layers-graph -r, on the objects' symbols); each check
+# is itself run on a tree that breaks it (tests/layers/includes,
+# tests/layers/rooms).
 LAYERS_CYCLE_KNOWN ?=
 check-layers: $(TOOLHOST)
 	@scripts/check-includes
@@ -333,10 +343,28 @@ check-layers: $(TOOLHOST)
 	  for why in 'a front includes a private' 'a front reaches into' 'the core includes a front' \
 	             'the core uses libuv' "the core's API" 'the core names the code runtime'; do \
 	    echo "$$out" | grep -q "$$why" || { echo "check-layers: check-includes missed: $$why" >&2; exit 1; }; done; \
-	  echo "$$out" | grep -q 'host/core/code_x.c' || { echo "check-layers: check-includes missed the code runtime's include" >&2; exit 1; }; \
-	  for d in cli front http mcp nats rpc; do \
-	    echo "$$out" | grep -q "host/$$d/.*a front includes a private" || { echo "check-layers: check-includes missed a private core header included from host/$$d" >&2; exit 1; }; done
+	  for f in th/code.h th/projection.h; do \
+	    echo "$$out" | grep -q "host/core/c.c:.*$$f.*the core names the code runtime" || { echo "check-layers: check-includes missed the core including $$f" >&2; exit 1; }; done; \
+	  for d in cli front http lua mcp nats rpc; do \
+	    echo "$$out" | grep -q "host/$$d/.*a front includes a private" || { echo "check-layers: check-includes missed a private core header included from host/$$d" >&2; exit 1; }; done; \
+	  echo "$$out" | grep -q 'host/core/low/up.c:.*a room includes a private header of a room above it' || { \
+	    echo "check-layers: check-includes missed a room including the header of a room above it" >&2; exit 1; }; \
+	  echo "$$out" | grep -q 'host/core/a.c  <- a core file outside the rooms' || { \
+	    echo "check-layers: check-includes missed a core file outside the rooms" >&2; exit 1; }; \
+	  if echo "$$out" | grep -q 'host/core/high/'; then \
+	    echo "check-layers: check-includes refused a room including its own or a lower room's header" >&2; exit 1; fi
 	@scripts/layers-graph -k '$(LAYERS_CYCLE_KNOWN)' $(CORE_OBJ) >/dev/null
+	@scripts/layers-graph -r host/core/ROOMS $(CORE_OBJ)
+	@mkdir -p $(BUILD)/layers/rooms/low $(BUILD)/layers/rooms/high
+	@$(CC) -std=c11 $(WARN) -c tests/layers/rooms/low/low.c -o $(BUILD)/layers/rooms/low/low.o
+	@$(CC) -std=c11 $(WARN) -c tests/layers/rooms/high/high.c -o $(BUILD)/layers/rooms/high/high.o
+	@out=$$(scripts/layers-graph -r tests/layers/rooms/ROOMS $(BUILD)/layers/rooms/low/low.o \
+	    $(BUILD)/layers/rooms/high/high.o 2>&1) && { \
+	  echo "check-layers: scripts/layers-graph -r passed tests/layers/rooms, whose low room calls the high one" >&2; exit 1; }; \
+	  echo "$$out" | grep -q 'low/low -> high/high calls upward' || { \
+	    echo "check-layers: layers-graph -r missed the upward call of tests/layers/rooms: $$out" >&2; exit 1; }; \
+	  if echo "$$out" | grep -q 'high/high -> low/low'; then \
+	    echo "check-layers: layers-graph -r refused a downward call (tests/layers/rooms)" >&2; exit 1; fi
 	@$(CC) $(CFLAGS_PLUGIN) -fsyntax-only tests/layers/plugin_sdk_only.c
 	@if $(CC) $(CFLAGS_PLUGIN) -fsyntax-only tests/layers/plugin_includes_host.c 2>/dev/null; then \
 	  echo "check-layers: a plugin compiled with a host header (th/tool.h)" >&2; exit 1; fi

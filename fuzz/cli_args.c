@@ -1,5 +1,5 @@
 /* fuzz/cli_args.c - libFuzzer target: the typing of key=value words and
- * --json text (th_kv_args in host/core/kvargs.c), what a human types
+ * --json text (th_kv_args in host/core/config/kvargs.c), what a human types
  * after `toolhost call TOOL`.
  *
  * Input: lines; a first line starting with '{' is the --json text, every

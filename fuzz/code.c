@@ -13,7 +13,7 @@
  *     NaN, deep tables, huge strings);
  *   - kept output stays within the limit plus its marker line.
  *
- * needs: host/core/code_lua.c
+ * needs: host/lua/code_lua.c
  */
 #include <msgpack.h>
 #include <string.h>

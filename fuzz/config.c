@@ -12,7 +12,7 @@
  * Plugin paths are resolved against a folder that does not exist: parsing
  * must not need the files.
  *
- * needs: host/core/config.c
+ * needs: host/core/config/config.c
  */
 #include <msgpack.h>
 #include <string.h>

@@ -6,7 +6,7 @@
 # objects under build/ are not used): host/*/*.c except the CLI go into
 # $(FUZZ_BUILD)/libtoolhost-fuzz.a, from which the linker takes only what a
 # target calls.  No target needs CLI code: parsers of outside input live in
-# the core (the key=value typing is host/core/kvargs.c).
+# the core (the key=value typing is host/core/config/kvargs.c).
 
 MAKEFLAGS += -r
 .SECONDARY:
@@ -29,7 +29,7 @@ HOST_CFLAGS := $(BASE) -Wall -Wextra -fsanitize=fuzzer-no-link
 # Targets, like the unit tests, may see the core's private headers.
 TARGET_CFLAGS := $(BASE) -Ihost/core -Wall -Wextra -Werror -fsanitize=fuzzer-no-link
 
-HOST_SRC := $(sort $(filter-out host/cli/%,$(wildcard host/*/*.c)))
+HOST_SRC := $(sort $(filter-out host/cli/%,$(wildcard host/*/*.c host/core/*/*.c)))
 TARGET_SRC := $(sort $(wildcard fuzz/*.c))
 TARGETS := $(patsubst fuzz/%.c,$(FUZZ_BUILD)/%,$(TARGET_SRC))
 
@@ -41,10 +41,12 @@ all: $(TARGETS)
 
 -include $(shell find $(FUZZ_BUILD)/obj -name '*.d' 2>/dev/null)
 
+# a core file includes a lower room's private header as "room/x.h"
+$(FUZZ_BUILD)/obj/host/core/%.o: CORE_INC := -Ihost/core
 $(FUZZ_BUILD)/obj/host/%.o: host/%.c
 	@mkdir -p $(dir $@)
 	@echo "  CLANG $<"
-	@$(CLANG) $(HOST_CFLAGS) -MMD -MP -c $< -o $@
+	@$(CLANG) $(HOST_CFLAGS) $(CORE_INC) -MMD -MP -c $< -o $@
 
 $(FUZZ_BUILD)/obj/fuzz/%.o: fuzz/%.c
 	@mkdir -p $(dir $@)

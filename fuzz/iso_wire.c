@@ -1,5 +1,5 @@
 /* fuzz/iso_wire.c - libFuzzer target: what an isolated plugin's worker
- * process sends the host (host/core/iso_host.c).  A worker runs code that
+ * process sends the host (host/core/iso/iso_host.c).  A worker runs code that
  * is not trusted at all, so every frame it sends is outside input: the
  * HELLO descriptor (names, parameters, enum lists, defaults, flags), and
  * WRITE, META, PROGRESS, DONE, LOG, READY, FAIL and ANSWER messages.
@@ -18,7 +18,7 @@
  * killed.)
  */
 #include "fuzz.h"
-#include "iso_wire.h"
+#include "iso/iso_wire.h"
 
 static int fuzz_iso_wire(const uint8_t *data, size_t size)
 {

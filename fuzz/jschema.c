@@ -1,5 +1,5 @@
 /* fuzz/jschema.c - libFuzzer target: JSON Schema 2020-12 compile and check
- * (host/core/jschema.c), the validator every tool's parameters and output
+ * (host/core/values/jschema.c), the validator every tool's parameters and output
  * go through, on schemas a plugin (or, through the gateway, a remote
  * server) declares and values a caller sends.
  *
@@ -19,7 +19,7 @@
  * (Fixed, in fuzz/corpus/jschema/leak-pattern-properties-names: the
  * names of patternProperties were allocated twice, one list leaked.)
  *
- * needs: host/core/jschema.c host/core/json.c
+ * needs: host/core/values/jschema.c host/core/values/json.c
  */
 #include <jansson.h>
 #include <string.h>

@@ -17,7 +17,7 @@
  * that are not UTF-8.  (A map key holding NUL bytes converts both ways;
  * jansson's json_equal cannot compare such keys, hence the byte check.)
  *
- * needs: host/core/json.c
+ * needs: host/core/values/json.c
  */
 #include <jansson.h>
 #include <math.h>

@@ -14,7 +14,7 @@
  *     error;
  *   - no transport callback runs after th_mcp_session_free() returned.
  *
- * needs: host/mcp/mcp.c host/core/host.c
+ * needs: host/mcp/mcp.c host/core/host/host.c
  */
 #define _GNU_SOURCE 1
 #include <pthread.h>

@@ -12,7 +12,7 @@
  * from input to input, as in the host, so a state left over from one
  * input would show in the next.
  *
- * needs: host/mcp/mcp_fast.c host/core/json.c
+ * needs: host/mcp/mcp_fast.c host/core/values/json.c
  */
 #include <jansson.h>
 #include <string.h>

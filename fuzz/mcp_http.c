@@ -56,7 +56,7 @@
  *     keepalive comments; an initialize answered 200 carries a 64-hex
  *     Mcp-Session-Id; no response header holds CR or LF.
  *
- * needs: host/mcp/http.c host/http/http.c host/core/host.c
+ * needs: host/mcp/http.c host/http/http.c host/core/host/host.c
  */
 #define _GNU_SOURCE 1
 #include <ctype.h>

@@ -40,7 +40,7 @@
  *     its body is one whole msgpack map ([TASKID, map] for progress);
  *     $SRV answers are JSON objects.
  *
- * needs: host/nats/nats.c host/core/host.c
+ * needs: host/nats/nats.c host/core/host/host.c
  */
 #define _GNU_SOURCE 1
 #include <inttypes.h>

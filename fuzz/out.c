@@ -16,7 +16,7 @@
  *   - th_utf8_cut never grows and drops at most 3 bytes;
  *   - th_out_pack_info packs one complete msgpack value.
  *
- * needs: host/core/out.c
+ * needs: host/core/call/out.c
  */
 #include <jansson.h>
 #include <msgpack.h>
@@ -25,7 +25,7 @@
 #include "fuzz.h"
 #include "th/buf.h"
 #include "th/err.h"
-#include "out.h"
+#include "call/out.h"
 #include "toolhost/plugin.h"
 
 static int out_utf8_valid(const uint8_t *s, size_t n)

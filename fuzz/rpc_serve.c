@@ -14,7 +14,7 @@
  *   - what the server wrote is whole msgpack-RPC messages, each of a shape
  *     th_rpc_msg_parse accepts, nothing else.
  *
- * needs: host/rpc/server.c host/core/host.c
+ * needs: host/rpc/server.c host/core/host/host.c
  */
 #define _GNU_SOURCE 1
 #include <fcntl.h>

@@ -24,7 +24,7 @@
  * bytes to msgpack_unpack() without walking them first, so 10 bytes
  * announcing a map of 2^24 entries made it ask for 2 GiB.)
  *
- * needs: host/core/validate.c host/core/canonical.c
+ * needs: host/core/values/validate.c host/core/values/canonical.c
  */
 #include <msgpack.h>
 #include <string.h>

@@ -11,7 +11,7 @@
  *     it is 1024 times that, with "s" 1000 times that as a duration, with
  *     "m" 60,000 times and with "ms" itself (when nothing overflows).
  *
- * needs: host/core/config.c
+ * needs: host/core/config/config.c
  */
 #include <string.h>
 

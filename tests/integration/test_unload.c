@@ -2,7 +2,7 @@
  * fini() (tests/fixtures/detached_a.c: a detached thread that completes
  * its call, sleeps, then runs a few ms of the plugin's code) across a hot
  * reload of the real `toolhost serve`: the old generation's object stays
- * mapped until the thread has left it (host/core/dl_guard.c), the host
+ * mapped until the thread has left it (host/core/plugins/dl_guard.c), the host
  * does not crash, and the object is unloaded afterwards. */
 #include <CUnit/CUnit.h>
 #include <sys/stat.h>

@@ -36,7 +36,7 @@
 #include "th/host.h"
 #include "th/log.h"
 #include "th/reload.h"
-#include "manager.h" /* white-box: th_host_config_swap */
+#include "call/manager.h" /* white-box: th_host_config_swap */
 
 /* ---- files ------------------------------------------------------------------ */
 

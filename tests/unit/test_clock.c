@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "common/th_test.h"
-#include "manager.h"
+#include "call/manager.h"
 #include "th/clock.h"
 #include "th/log.h"
 #include "unit/test_manager_fx.h"

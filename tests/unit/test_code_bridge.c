@@ -1,5 +1,5 @@
 /* test_code_bridge.c - the code runtime's msgpack -> Lua bridge
- * (host/core/code_bridge.c): a tool's result becomes the Lua table of its
+ * (host/lua/code_bridge.c): a tool's result becomes the Lua table of its
  * codec form with each part converted once (the meta map read from its
  * bytes, no unpacker), and that table is the one the unpack-based
  * converter makes of the same bytes, for thousands of random values.
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "code_int.h"
+#include "../../host/lua/code_int.h"
 #include "th/mpwalk.h"
 #include "common/th_test.h"
 

@@ -1,4 +1,4 @@
-/* test_dl_go.c - the loader's one-Go-runtime rules (host/core/dl_go.c),
+/* test_dl_go.c - the loader's one-Go-runtime rules (host/core/plugins/dl_go.c),
  * white-box and without running Go code: a Go object is told from its
  * file (the Go build-id note, kept when the section table is gone; the
  * .go.buildinfo section), a C object is not; the claim lets one object in
@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "common/th_test.h"
-#include "dl_go.h"
+#include "plugins/dl_go.h"
 
 static const char *go_so(void)
 {

@@ -1,4 +1,4 @@
-/* test_dl_guard.c - th_dl_close_guarded() (host/core/dl_guard.c) when the
+/* test_dl_guard.c - th_dl_close_guarded() (host/core/plugins/dl_guard.c) when the
  * stacks of threads cannot be read: a child process installs a seccomp
  * filter that makes process_vm_readv() fail with EPERM (as a hardened
  * container may), then closes an object one of its threads blocks in.
@@ -32,7 +32,7 @@
 #include <unistd.h>
 
 #include "common/th_test.h"
-#include "dl_guard.h"
+#include "plugins/dl_guard.h"
 #include "th/log.h"
 
 /* Under valgrind dl_guard counts every later thread as inside (its

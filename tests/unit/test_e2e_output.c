@@ -19,7 +19,7 @@
 #include "th/config.h"
 #include "th/host.h"
 #include "th/log.h"
-#include "manager.h"
+#include "call/manager.h"
 
 typedef struct ofx {
     int log_level;

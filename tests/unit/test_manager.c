@@ -9,7 +9,7 @@
 
 #include "common/th_test.h"
 #include "unit/test_manager_fx.h"
-#include "call_int.h"
+#include "call/call_int.h"
 
 static th_host *H;
 static th_session *S;

@@ -17,7 +17,7 @@
 #include "common/th_test.h"
 #include "th/host.h"
 #include "th/log.h"
-#include "manager.h"
+#include "call/manager.h"
 
 #pragma GCC diagnostic ignored "-Wunused-function" /* each suite uses a part */
 

@@ -3,7 +3,7 @@
  * with every long option of its getopt table (host/cli/<file>.c, the
  * remote options of cli.h included) and every "--option" it compares by
  * hand; every key the config reader knows (th_config_each_key, from the
- * key tables of host/core/config.c) is named in bold in its section of
+ * key tables of host/core/config/config.c) is named in bold in its section of
  * toolhost.yaml(5).  The lists come from the source, never from a hand
  * list here: a new option or key without an entry fails. */
 #include <CUnit/CUnit.h>

@@ -16,7 +16,7 @@
 #include "th/config.h"
 #include "th/host.h"
 #include "th/log.h"
-#include "reloader.h" /* white-box: th_copydir_open */
+#include "reload/reloader.h" /* white-box: th_copydir_open */
 
 static th_host *open_text(const char *text)
 {

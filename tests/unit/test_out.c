@@ -18,7 +18,7 @@
 #include "common/th_test.h"
 #include "th/config.h"
 #include "th/err.h"
-#include "out.h"
+#include "call/out.h"
 #include "toolhost/plugin.h"
 
 /* ---- helpers ------------------------------------------------------------- */

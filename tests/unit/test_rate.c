@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "rate.h"
+#include "call/rate.h"
 #include "th/err.h"
 
 #define SEC 1000000000LL

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "th/tool.h"
-#include "hazard.h" /* white-box: a lookup held inside its section */
+#include "base/hazard.h" /* white-box: a lookup held inside its section */
 
 static atomic_int inits, finis;
 

@@ -30,9 +30,9 @@
 #include "th/host.h"
 #include "th/log.h"
 #include "front/reload_watch.h"
-#include "reloader.h" /* white-box: private copies, th_reloader_new */
-#include "hazard.h"   /* white-box: th_hz_count, slots */
-#include "manager.h"  /* white-box: th_host.cfg */
+#include "reload/reloader.h" /* white-box: private copies, th_reloader_new */
+#include "base/hazard.h"   /* white-box: th_hz_count, slots */
+#include "call/manager.h"  /* white-box: th_host.cfg */
 #include <uv.h>
 
 /* ---- helpers ------------------------------------------------------------------- */

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "manager.h"
+#include "call/manager.h"
 
 #define MS 1000000LL
 #define T0 (1000LL * 1000000000LL) /* a fake monotonic clock */

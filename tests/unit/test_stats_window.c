@@ -5,7 +5,7 @@
 #include <CUnit/CUnit.h>
 #include <stdlib.h>
 
-#include "manager.h"
+#include "call/manager.h"
 
 #define S 1000000000LL
 

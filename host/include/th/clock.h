@@ -1,4 +1,4 @@
-/* th/clock.h - the host core's one clock (host/core/clock.c): every time
+/* th/clock.h - the host core's one clock (host/core/base/clock.c): every time
  * the core reads comes from here, so a test or a port changes one file. */
 #ifndef TH_CLOCK_H
 #define TH_CLOCK_H

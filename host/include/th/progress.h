@@ -1,5 +1,5 @@
 /* th/progress.h - the one progress path's coalescing slot
- * (host/core/progress.c).
+ * (host/core/call/progress.c).
  *
  * A producer (a tool's progress() callback, a call's event callback on
  * another thread) puts updates into a slot; the slot keeps only the latest

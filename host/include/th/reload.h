@@ -2,7 +2,7 @@
  * without dropping a call.  This is what the fronts use (host.reload,
  * host.stats, tests): the host's reloader, reloads on demand, results and
  * counters.  The reloader's insides (private copies, the target it drives,
- * the host glue) are host/core/reloader.h; the libuv watcher that triggers
+ * the host glue) are host/core/reload/reloader.h; the libuv watcher that triggers
  * reloads is front support (front/reload_watch.h).
  *
  * Three layers (docs/reload.md is the picture in words):

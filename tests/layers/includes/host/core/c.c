@@ -1,2 +1,3 @@
-/* check-includes fixture: a core file naming the code runtime. */
+/* check-includes fixture: a core file naming the code runtime (host/lua). */
 #include "th/code.h"
+#include "th/projection.h"

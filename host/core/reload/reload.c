@@ -27,8 +27,8 @@
 #include "th/buf.h"
 #include "th/clock.h"
 #include "th/log.h"
-#include "dl_go.h"
-#include "iso_wire.h"
+#include "plugins/dl_go.h"
+#include "iso/iso_wire.h"
 #include "reloader.h"
 
 /* One generation the reloader knows, from load (or adoption) to close. */

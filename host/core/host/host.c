@@ -11,11 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hazard.h"
-#include "manager.h"
-#include "rate.h"
-#include "out.h"
-#include "reloader.h"
+#include "base/hazard.h"
+#include "call/manager.h"
+#include "call/rate.h"
+#include "call/out.h"
+#include "reload/reloader.h"
 #include "th/audit.h"
 #include "th/log.h"
 

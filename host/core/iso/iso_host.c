@@ -55,9 +55,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "iso_cgroup.h"
+#include "cage/iso_cgroup.h"
 #include "iso_wire.h"
-#include "manager.h"
+#include "call/manager.h"
 #include "th/iso.h"
 #include "th/log.h"
 #include "th/mpwalk.h"

@@ -33,7 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hazard.h"
+#include "base/hazard.h"
 #include "th/content.h"
 #include "th/tool.h"
 

@@ -20,7 +20,7 @@
  * never with another lock. */
 #include <pthread.h>
 
-#include "hazard.h"
+#include "base/hazard.h"
 #include "manager.h"
 
 static pthread_mutex_t cfg_mu = PTHREAD_MUTEX_INITIALIZER;

@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "call_fast.h"
-#include "iso_wire.h"
-#include "manager.h"
+#include "call/call_fast.h"
+#include "iso/iso_wire.h"
+#include "call/manager.h"
 #include "reloader.h"
 #include "th/audit.h"
 #include "th/log.h"

@@ -1,0 +1,1 @@
+/* A private header of the lower room (check-includes fixture). */
