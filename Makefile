@@ -8,6 +8,7 @@
 #                        again under ASan+UBSan, the manager suites under
 #                        TSan, and the integration suite under valgrind
 #   make check           run the unit and integration suites of this build
+#   make fn-shape        list the host's functions over 100 lines or complexity 30
 #   make bench | fuzz | install PREFIX=... | uninstall PREFIX=... | clean
 #   make deb             a Debian package in build/ (debhelper)
 #   SANITIZER=address|undefined|thread (or a comma list) builds into
@@ -134,7 +135,7 @@ BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 TEST_DEFS = -Ihost/core -DTH_BUILD_DIR='"$(abspath $(BUILD))"' -DTH_SOURCE_DIR='"$(abspath .)"' -Itests \
 	-DTH_SANITIZER='"$(SANITIZER)"' -DTH_SDK_CACHE='"$(SDK_CACHE)"'
 
-.PHONY: all examples deps run deb test test-stress check check-unit check-integration check-parallel unit-build check-tsan soak check-layers layers-graph \
+.PHONY: all examples deps run deb test test-stress check check-unit check-integration check-parallel unit-build check-tsan soak check-layers layers-graph fn-shape \
 	valgrind bench fuzz fuzz-long fuzz-replay install uninstall clean
 .DEFAULT_GOAL := all
 
@@ -371,6 +372,12 @@ check-layers: $(TOOLHOST)
 	@n=$$(nm -D --defined-only $(TOOLHOST) | awk '$$2 ~ /^[TDB]$$/ && $$3 ~ /^th_/' | wc -l); \
 	  if [ "$$n" -ne 0 ]; then echo "check-layers: $(TOOLHOST) exports $$n th_* symbols" >&2; exit 1; fi
 	@echo "check-layers: plugins see only plugin-api/ and sdk/; $(TOOLHOST) exports no th_* symbol"
+
+# The host's functions over 100 lines or over cyclomatic complexity 30
+# (pmccabe, traditional McCabe), the call path's marked (scripts/fn-shape).
+# Not part of `make test`.
+fn-shape:
+	@scripts/fn-shape
 
 # The call graph between the core's objects and its cycles
 # (docs/architecture.md).

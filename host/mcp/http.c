@@ -1278,120 +1278,141 @@ static enum MHD_Result do_post(th_mcp_http *f, struct MHD_Connection *c,
     return rc;
 }
 
-static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
-                                   hreq *q, th_mcp_plain *fc)
+/* do_post_msg: the body's shape before any tree is made of it: a body of
+ * 4 MiB of empty arrays would cost jansson some 180 MB.  True when it is
+ * refused (answered in *rc). */
+static bool post_refuse_shape(th_mcp_http *f, struct MHD_Connection *c,
+                              const hreq *q, enum MHD_Result *rc)
 {
-    /* A session named in the header is looked up before the body is
-     * parsed: a client without one of its own pays no parse. */
-    const char *sid0 = hdr(c, "Mcp-Session-Id");
-    if (sid0) {
-        hsess *s0 = sess_get(f, sid0, q->user);
-        if (!s0)
-            return reply_rpc_error(c, 404, -32001, "Session not found");
-        sess_unref(s0);
-    }
-    /* The body's shape before any tree is made of it: a body of 4 MiB
-     * of empty arrays would cost jansson some 180 MB. */
     int shape = mcp_json_measure(q->body ? q->body : "", q->len,
                                  f->mc->max_json_depth,
                                  f->mc->max_json_elements);
-    if (shape) {
-        bool deep = shape == MCP_JSON_TOO_DEEP;
-        char m[160];
-        snprintf(m, sizeof m,
-                 deep ? "Invalid Request: the body nests deeper than %u "
-                        "(mcp.max_json_depth)"
-                      : "Invalid Request: the body holds more than %u "
-                        "elements (mcp.max_json_elements)",
-                 deep ? f->mc->max_json_depth : f->mc->max_json_elements);
-        if (log_due(f, deep ? 0 : 1))
-            th_log_warn("mcp http: a POST body of %zu bytes of '%s' "
-                        "refused: %s",
-                        q->len, q->user, m + 17);
-        th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_MCP_EV_TOO_LARGE);
-        return reply_rpc_error(c, 400, -32600, m);
-    }
+    if (!shape)
+        return false;
+    bool deep = shape == MCP_JSON_TOO_DEEP;
+    char m[160];
+    snprintf(m, sizeof m,
+             deep ? "Invalid Request: the body nests deeper than %u "
+                    "(mcp.max_json_depth)"
+                  : "Invalid Request: the body holds more than %u "
+                    "elements (mcp.max_json_elements)",
+             deep ? f->mc->max_json_depth : f->mc->max_json_elements);
+    if (log_due(f, deep ? 0 : 1))
+        th_log_warn("mcp http: a POST body of %zu bytes of '%s' "
+                    "refused: %s",
+                    q->len, q->user, m + 17);
+    th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_MCP_EV_TOO_LARGE);
+    *rc = reply_rpc_error(c, 400, -32600, m);
+    return true;
+}
+
+/* do_post_msg: the body as one JSON-RPC object (a plain call read without
+ * a tree: *plain); NULL when refused (answered in *rc). */
+static json_t *post_parse(th_mcp_http *f, struct MHD_Connection *c,
+                          const hreq *q, th_mcp_plain *fc, bool *plain,
+                          enum MHD_Result *rc)
+{
     json_error_t je;
     json_t *msg = plain_msg(q, fc);
-    bool plain = msg != NULL;
+    *plain = msg != NULL;
     if (!msg)
         msg = json_loadb(q->body ? q->body : "", q->len, JSON_ALLOW_NUL,
                          &je);
     if (!msg || !json_is_object(msg))
         th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_MCP_EV_PROTOCOL);
-    if (!msg)
-        return reply_rpc_error(c, 400, -32700, "Parse error: not JSON");
+    if (!msg) {
+        *rc = reply_rpc_error(c, 400, -32700, "Parse error: not JSON");
+        return NULL;
+    }
     if (!json_is_object(msg)) {
         json_decref(msg);
-        return reply_rpc_error(c, 400, -32600,
-                               "Invalid Request: one JSON-RPC message per "
-                               "POST (batches are not supported)");
+        *rc = reply_rpc_error(c, 400, -32600,
+                              "Invalid Request: one JSON-RPC message per "
+                              "POST (batches are not supported)");
+        return NULL;
     }
+    return msg;
+}
+
+/* do_post_msg: what the message is (*is_request: a request, with an id;
+ * *is_init: initialize).  False when refused (answered in *rc; msg kept:
+ * the caller's). */
+static bool post_classify(th_mcp_http *f, struct MHD_Connection *c,
+                          json_t *msg, bool *is_request, bool *is_init,
+                          enum MHD_Result *rc)
+{
     json_t *method = json_object_get(msg, "method");
     json_t *id = json_object_get(msg, "id");
-    bool is_request = json_is_string(method) && id && !json_is_null(id);
-    bool is_init = is_request &&
-                   strcmp(json_string_value(method), "initialize") == 0;
+    *is_request = json_is_string(method) && id && !json_is_null(id);
+    *is_init = *is_request &&
+               strcmp(json_string_value(method), "initialize") == 0;
     bool is_reply = !method && id &&
                     (json_object_get(msg, "result") ||
                      json_object_get(msg, "error"));
     if (!method && !is_reply) {
-        json_decref(msg);
-        return reply_rpc_error(c, 400, -32600,
-                               "Invalid Request: not a request, a "
-                               "notification or a response");
+        *rc = reply_rpc_error(c, 400, -32600,
+                              "Invalid Request: not a request, a "
+                              "notification or a response");
+        return false;
     }
     /* An id is a string or an integer (MCP: never null), checked before
      * any session or stream exists: the core answers another id with id
      * null and never ends the request, which would leave this handler
      * waiting on a stream keyed by it. */
     if (id && !rpc_id_ok(id)) {
-        json_decref(msg);
         th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_MCP_EV_PROTOCOL);
-        return reply_rpc_error(c, 400, -32600,
-                               "Invalid Request: id must be an integer "
-                               "or a string of at most 128 bytes");
+        *rc = reply_rpc_error(c, 400, -32600,
+                              "Invalid Request: id must be an integer "
+                              "or a string of at most 128 bytes");
+        return false;
     }
+    return true;
+}
+
+/* do_post_msg: the POST's session, opened by initialize or named by its
+ * header (a reference); NULL when refused (answered in *rc). */
+static hsess *post_session(th_mcp_http *f, struct MHD_Connection *c,
+                           const hreq *q, bool is_init, enum MHD_Result *rc)
+{
     const char *sid = hdr(c, "Mcp-Session-Id");
     hsess *s = NULL;
     if (is_init) {
         if (sid) {
-            json_decref(msg);
-            return reply_rpc_error(c, 400, -32600,
-                                   "Bad Request: initialize starts a "
-                                   "session; send it without "
-                                   "Mcp-Session-Id");
+            *rc = reply_rpc_error(c, 400, -32600,
+                                  "Bad Request: initialize starts a "
+                                  "session; send it without "
+                                  "Mcp-Session-Id");
+            return NULL;
         }
         unsigned status;
         s = sess_new(f, q->user, &status);
-        if (!s) {
-            json_decref(msg);
-            return reply_rpc_error(c, status, -32603,
-                                   status == 503
-                                       ? "Server busy: too many sessions"
-                                       : "Cannot open a session");
-        }
-    } else {
-        if (!sid) {
-            json_decref(msg);
-            return reply_rpc_error(c, 400, -32600,
-                                   "Bad Request: Mcp-Session-Id header is "
-                                   "required");
-        }
-        s = sess_get(f, sid, q->user);
-        if (!s) {
-            json_decref(msg);
-            return reply_rpc_error(c, 404, -32001, "Session not found");
-        }
+        if (!s)
+            *rc = reply_rpc_error(c, status, -32603,
+                                  status == 503
+                                      ? "Server busy: too many sessions"
+                                      : "Cannot open a session");
+        return s;
     }
-    enum MHD_Result rc;
-    if (!is_request) {
-        input_value(s, msg);
-        json_decref(msg);
-        rc = th_http_reply(c, MHD_HTTP_ACCEPTED, NULL, "", NULL, NULL);
-        sess_unref(s);
-        return rc;
+    if (!sid) {
+        *rc = reply_rpc_error(c, 400, -32600,
+                              "Bad Request: Mcp-Session-Id header is "
+                              "required");
+        return NULL;
     }
+    s = sess_get(f, sid, q->user);
+    if (!s)
+        *rc = reply_rpc_error(c, 404, -32001, "Session not found");
+    return s;
+}
+
+/* do_post_msg: a request (msg, its id; the session's reference s and msg
+ * are taken): its stream keyed by the id, the message to the session,
+ * then the wait for its first message (post_wait). */
+static enum MHD_Result post_request(th_mcp_http *f, struct MHD_Connection *c,
+                                    hreq *q, hsess *s, json_t *msg,
+                                    th_mcp_plain *fc, bool plain, bool is_init)
+{
+    json_t *id = json_object_get(msg, "id");
     char *key = json_dumps(id, JSON_COMPACT | JSON_ENCODE_ANY);
     pthread_mutex_lock(&f->mu);
     stream *st = key && !find_post(s, key) ? stream_new(s, ST_POST, key)
@@ -1431,6 +1452,41 @@ static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
     return post_wait(f, c, q);
 }
 
+static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
+                                   hreq *q, th_mcp_plain *fc)
+{
+    /* A session named in the header is looked up before the body is
+     * parsed: a client without one of its own pays no parse. */
+    const char *sid0 = hdr(c, "Mcp-Session-Id");
+    if (sid0) {
+        hsess *s0 = sess_get(f, sid0, q->user);
+        if (!s0)
+            return reply_rpc_error(c, 404, -32001, "Session not found");
+        sess_unref(s0);
+    }
+    enum MHD_Result rc;
+    if (post_refuse_shape(f, c, q, &rc))
+        return rc;
+    bool plain, is_request, is_init;
+    json_t *msg = post_parse(f, c, q, fc, &plain, &rc);
+    if (!msg)
+        return rc;
+    hsess *s = NULL;
+    if (!post_classify(f, c, msg, &is_request, &is_init, &rc) ||
+        !(s = post_session(f, c, q, is_init, &rc))) {
+        json_decref(msg);
+        return rc;
+    }
+    if (!is_request) {
+        input_value(s, msg);
+        json_decref(msg);
+        rc = th_http_reply(c, MHD_HTTP_ACCEPTED, NULL, "", NULL, NULL);
+        sess_unref(s);
+        return rc;
+    }
+    return post_request(f, c, q, s, msg, fc, plain, is_init);
+}
+
 /* The notifications/cancelled of a POST's request whose client hung up,
  * in note (its length, or 0); logged.  f->mu held. */
 static int hangup_note(hsess *s, stream *st, char *note, size_t cap)
@@ -1445,6 +1501,55 @@ static int hangup_note(hsess *s, stream *st, char *note, size_t cap)
                 "cancelled",
                 s->id, st->key);
     return k > 0 && (size_t)k < cap ? k : 0;
+}
+
+/* post_wait: the response as application/json (*body handed to
+ * libmicrohttpd: NULL then). */
+static enum MHD_Result reply_json(struct MHD_Connection *c, char **body,
+                                  size_t blen, const char *sid_out)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        blen, *body, MHD_RESPMEM_MUST_FREE);
+    if (!r)
+        return MHD_NO;
+    *body = NULL;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            "application/json");
+    if (sid_out)
+        MHD_add_response_header(r, "Mcp-Session-Id", sid_out);
+    enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+/* post_wait: a POST whose request is over without a response to send
+ * (lost without memory, the front stopping, or cancelled). */
+static enum MHD_Result reply_unanswered(th_mcp_http *f,
+                                        struct MHD_Connection *c, bool lost,
+                                        bool stopping)
+{
+    if (lost)
+        return reply_rpc_error(c, 500, -32603, "Internal error: out of "
+                               "memory; the response is lost");
+    if (f->closing || stopping) {
+        th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_MCP_EV_SHUTDOWN);
+        return reply_rpc_error(c, 503, -32603, "Server shutting down");
+    }
+    /* Over without a response (cancelled). */
+    return th_http_reply(c, MHD_HTTP_ACCEPTED, NULL, "", NULL, NULL);
+}
+
+/* post_wait, f->mu held: a copy of the stream's first message (the
+ * response, sent as JSON), NULL without memory. */
+static char *first_copy(const stream *st, size_t *blen)
+{
+    const chunk *ch = st->head;
+    char *body = malloc(ch->len + 1);
+    if (body) {
+        memcpy(body, ch->data, ch->len);
+        *blen = ch->len;
+    }
+    return body;
 }
 
 /* A POST's wait for its first message (JSON when it is the response, SSE
@@ -1502,16 +1607,8 @@ static enum MHD_Result post_wait(th_mcp_http *f, struct MHD_Connection *c,
     bool json = st->first_seen && st->first_is_response && st->head;
     bool lost = st->lost && !json;
     bool sse = st->first_seen && st->sse && !st->dead;
-    char *body = NULL;
     size_t blen = 0;
-    if (json) {
-        chunk *ch = st->head;
-        body = malloc(ch->len + 1);
-        if (body) {
-            memcpy(body, ch->data, ch->len);
-            blen = ch->len;
-        }
-    }
+    char *body = json ? first_copy(st, &blen) : NULL;
     th_http_conn *drop = NULL;
     if (left) {
         /* Logged under f->mu: request_done() may free the orphan. */
@@ -1532,30 +1629,10 @@ static enum MHD_Result post_wait(th_mcp_http *f, struct MHD_Connection *c,
     if (sse) {
         rc = reply_sse(c, st, sid_out, true);
     } else {
-        if (json && body) {
-            struct MHD_Response *r = MHD_create_response_from_buffer(
-                blen, body, MHD_RESPMEM_MUST_FREE);
-            if (r) {
-                body = NULL;
-                MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
-                                        "application/json");
-                if (sid_out)
-                    MHD_add_response_header(r, "Mcp-Session-Id", sid_out);
-                rc = MHD_queue_response(c, MHD_HTTP_OK, r);
-                MHD_destroy_response(r);
-            } else {
-                rc = MHD_NO;
-            }
-        } else if (lost) {
-            rc = reply_rpc_error(c, 500, -32603, "Internal error: out of "
-                                 "memory; the response is lost");
-        } else if (f->closing || stopping) {
-            th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_MCP_EV_SHUTDOWN);
-            rc = reply_rpc_error(c, 503, -32603, "Server shutting down");
-        } else {
-            /* Over without a response (cancelled). */
-            rc = th_http_reply(c, MHD_HTTP_ACCEPTED, NULL, "", NULL, NULL);
-        }
+        if (json && body)
+            rc = reply_json(c, &body, blen, sid_out);
+        else
+            rc = reply_unanswered(f, c, lost, stopping);
         free(body);
         stream_free(st);
     }
@@ -1722,6 +1799,122 @@ static enum MHD_Result do_delete(th_mcp_http *f, struct MHD_Connection *c,
     return rc;
 }
 
+/* on_request, a request's first call: who may ask (Origin, Host, the
+ * bearer token and its toolsets; q->user set).  True when refused
+ * (answered in *rc). */
+static bool refuse_access(th_mcp_http *f, struct MHD_Connection *c, hreq *q,
+                          enum MHD_Result *rc)
+{
+    const char *origin = hdr(c, "Origin");
+    if (!origin_ok(f, origin)) {
+        th_log_info("mcp http: a request from Origin '%.100s' refused "
+                    "(not loopback, not in mcp.allow_origins)",
+                    origin);
+        th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_MCP_EV_FORBIDDEN);
+        *rc = th_http_reply(c, MHD_HTTP_FORBIDDEN, "text/plain",
+                            "origin not allowed\n", NULL, NULL);
+        return true;
+    }
+    const char *host = hdr(c, MHD_HTTP_HEADER_HOST);
+    if (!origin && !host_ok(f, c, host)) {
+        if (log_due(f, 2))
+            th_log_warn("mcp http: a request with Host '%.100s' and no "
+                        "Origin refused (not loopback, not the "
+                        "listening address, not a host of "
+                        "mcp.allow_origins; DNS rebinding?)",
+                        host);
+        th_stat_front_event(f->h, TOOLHOST_FRONT_MCP,
+                            TH_MCP_EV_FORBIDDEN);
+        *rc = reply_rpc_error(c, 403, -32600,
+                              "Forbidden: the Host header names "
+                              "neither this server nor a host of "
+                              "mcp.allow_origins");
+        return true;
+    }
+    bool given;
+    q->user = token_user(f, c, &given);
+    if (!q->user) {
+        th_log_debug("mcp http: a request %s bearer token refused",
+                     given ? "with an unknown" : "without a");
+        th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_MCP_EV_UNAUTHORIZED);
+        *rc = th_http_reply(
+            c, MHD_HTTP_UNAUTHORIZED, "text/plain",
+            given ? "invalid token\n" : "a bearer token is required\n",
+            MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+            given ? "Bearer error=\"invalid_token\"" : "Bearer");
+        return true;
+    }
+    if (!user_has_toolset(f, q->user)) {
+        th_log_info("mcp http: the token of '%s' refused: no toolset "
+                    "allows that user",
+                    q->user);
+        th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_MCP_EV_FORBIDDEN);
+        *rc = th_http_reply(c, MHD_HTTP_FORBIDDEN, "text/plain",
+                            "no toolset allows this user\n", NULL,
+                            NULL);
+        return true;
+    }
+    return false;
+}
+
+/* on_request, a POST's first call: its media type and declared length,
+ * before any body is read.  True when refused (answered in *rc). */
+static bool refuse_post_headers(th_mcp_http *f, struct MHD_Connection *c,
+                                enum MHD_Result *rc)
+{
+    const char *ct = hdr(c, MHD_HTTP_HEADER_CONTENT_TYPE);
+    if (!json_media_type(ct)) {
+        *rc = th_http_reply(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE,
+                            "text/plain",
+                            "POST a JSON-RPC message as "
+                            "application/json\n",
+                            NULL, NULL);
+        return true;
+    }
+    const char *cl = hdr(c, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl && strtoull(cl, NULL, 10) > f->mc->max_body) {
+        /* Answered before the body is read (the connection then
+         * closes). */
+        th_log_warn("mcp http: a POST body of %s bytes refused "
+                    "(over %" PRIu64 ", mcp.max_body)",
+                    cl, f->mc->max_body);
+        th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_MCP_EV_TOO_LARGE);
+        *rc = reply_rpc_error(c, 413, -32600,
+                              "Request too large (mcp.max_body)");
+        return true;
+    }
+    return false;
+}
+
+/* on_request: a piece of a POST's body (n bytes at upload) appended; past
+ * mcp.max_body only remembered as too big. */
+static enum MHD_Result take_upload(th_mcp_http *f, struct MHD_Connection *c,
+                                   hreq *q, const char *upload, size_t n)
+{
+    if (q->too_big || q->len + n > f->mc->max_body) {
+        q->too_big = true;
+        return MHD_YES;
+    }
+    if (q->len + n + 1 > q->cap) {
+        /* The declared length at once (it was checked against
+         * max_body), else doubling. */
+        const char *cl = hdr(c, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        size_t want = cl && !q->cap ? (size_t)strtoull(cl, NULL, 10) + 1
+                                    : 0;
+        size_t cap = want > q->len + n ? want : q->cap ? q->cap : 4096;
+        while (cap < q->len + n + 1)
+            cap *= 2;
+        char *b = realloc(q->body, cap);
+        if (!b)
+            return MHD_NO;
+        q->body = b;
+        q->cap = cap;
+    }
+    memcpy(q->body + q->len, upload, n);
+    q->len += n;
+    return MHD_YES;
+}
+
 static enum MHD_Result on_request(void *ud, struct MHD_Connection *c,
                                   const char *method, const char *upload,
                                   size_t *upload_size, void **req_cls)
@@ -1740,75 +1933,15 @@ static enum MHD_Result on_request(void *ud, struct MHD_Connection *c,
             return th_http_reply(c, MHD_HTTP_METHOD_NOT_ALLOWED,
                                  "text/plain", "use POST, GET or DELETE\n",
                                  MHD_HTTP_HEADER_ALLOW, "GET, POST, DELETE");
-        const char *origin = hdr(c, "Origin");
-        if (!origin_ok(f, origin)) {
-            th_log_info("mcp http: a request from Origin '%.100s' refused "
-                        "(not loopback, not in mcp.allow_origins)",
-                        origin);
-            th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_MCP_EV_FORBIDDEN);
-            return th_http_reply(c, MHD_HTTP_FORBIDDEN, "text/plain",
-                                 "origin not allowed\n", NULL, NULL);
-        }
-        const char *host = hdr(c, MHD_HTTP_HEADER_HOST);
-        if (!origin && !host_ok(f, c, host)) {
-            if (log_due(f, 2))
-                th_log_warn("mcp http: a request with Host '%.100s' and no "
-                            "Origin refused (not loopback, not the "
-                            "listening address, not a host of "
-                            "mcp.allow_origins; DNS rebinding?)",
-                            host);
-            th_stat_front_event(f->h, TOOLHOST_FRONT_MCP,
-                                TH_MCP_EV_FORBIDDEN);
-            return reply_rpc_error(c, 403, -32600,
-                                   "Forbidden: the Host header names "
-                                   "neither this server nor a host of "
-                                   "mcp.allow_origins");
-        }
-        bool given;
-        q->user = token_user(f, c, &given);
-        if (!q->user) {
-            th_log_debug("mcp http: a request %s bearer token refused",
-                         given ? "with an unknown" : "without a");
-            th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_MCP_EV_UNAUTHORIZED);
-            return th_http_reply(
-                c, MHD_HTTP_UNAUTHORIZED, "text/plain",
-                given ? "invalid token\n" : "a bearer token is required\n",
-                MHD_HTTP_HEADER_WWW_AUTHENTICATE,
-                given ? "Bearer error=\"invalid_token\"" : "Bearer");
-        }
-        if (!user_has_toolset(f, q->user)) {
-            th_log_info("mcp http: the token of '%s' refused: no toolset "
-                        "allows that user",
-                        q->user);
-            th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_MCP_EV_FORBIDDEN);
-            return th_http_reply(c, MHD_HTTP_FORBIDDEN, "text/plain",
-                                 "no toolset allows this user\n", NULL,
-                                 NULL);
-        }
+        enum MHD_Result rc;
+        if (refuse_access(f, c, q, &rc))
+            return rc;
         if (!version_ok(hdr(c, "MCP-Protocol-Version")))
             return reply_rpc_error(c, 400, -32600,
                                    "Bad Request: unsupported "
                                    "MCP-Protocol-Version");
-        if (post) {
-            const char *ct = hdr(c, MHD_HTTP_HEADER_CONTENT_TYPE);
-            if (!json_media_type(ct))
-                return th_http_reply(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE,
-                                     "text/plain",
-                                     "POST a JSON-RPC message as "
-                                     "application/json\n",
-                                     NULL, NULL);
-            const char *cl = hdr(c, MHD_HTTP_HEADER_CONTENT_LENGTH);
-            if (cl && strtoull(cl, NULL, 10) > f->mc->max_body) {
-                /* Answered before the body is read (the connection then
-                 * closes). */
-                th_log_warn("mcp http: a POST body of %s bytes refused "
-                            "(over %" PRIu64 ", mcp.max_body)",
-                            cl, f->mc->max_body);
-                th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_MCP_EV_TOO_LARGE);
-                return reply_rpc_error(c, 413, -32600,
-                                       "Request too large (mcp.max_body)");
-            }
-        }
+        if (post && refuse_post_headers(f, c, &rc))
+            return rc;
         q->checked = true;
         return MHD_YES;
     }
@@ -1821,28 +1954,7 @@ static enum MHD_Result on_request(void *ud, struct MHD_Connection *c,
     if (*upload_size) {
         size_t n = *upload_size;
         *upload_size = 0;
-        if (q->too_big || q->len + n > f->mc->max_body) {
-            q->too_big = true;
-            return MHD_YES;
-        }
-        if (q->len + n + 1 > q->cap) {
-            /* The declared length at once (it was checked against
-             * max_body), else doubling. */
-            const char *cl = hdr(c, MHD_HTTP_HEADER_CONTENT_LENGTH);
-            size_t want = cl && !q->cap ? (size_t)strtoull(cl, NULL, 10) + 1
-                                        : 0;
-            size_t cap = want > q->len + n ? want : q->cap ? q->cap : 4096;
-            while (cap < q->len + n + 1)
-                cap *= 2;
-            char *b = realloc(q->body, cap);
-            if (!b)
-                return MHD_NO;
-            q->body = b;
-            q->cap = cap;
-        }
-        memcpy(q->body + q->len, upload, n);
-        q->len += n;
-        return MHD_YES;
+        return take_upload(f, c, q, upload, n);
     }
     q->checked = false; /* answered once */
     if (strcmp(method, "POST") == 0) {

@@ -523,40 +523,114 @@ static void send_progress(th_mcp_session *m, mcp_call *c, const th_event *e)
                       c->task ? NULL : c->id);
 }
 
+/* on_event, m->mu held: a progress update (to the client when it gave a
+ * token; a task's status message). */
+static void event_progress_locked(th_mcp_session *m, mcp_call *c,
+                                  const th_event *e)
+{
+    if (c->token && !c->finished && !c->client_cancelled)
+        send_progress(m, c, e);
+    if (c->task && e->message) {
+        free(c->status_msg);
+        c->status_msg = strdup(e->message);
+        c->updated_ms = mcp_wall_ms();
+    }
+}
+
+/* on_event, m->mu held: the acknowledgement (r, RUNNING) or an event
+ * without a result. */
+static void event_ack_locked(th_mcp_session *m, mcp_call *c,
+                             const th_result *r)
+{
+    if (c->task)
+        c->updated_ms = mcp_wall_ms();
+    if (r && c->task) {
+        c->acked = true;
+        if (c->announce_pending)
+            mcp_task_announce_locked(m, c, true);
+    }
+    if (r && c->token && !c->client_cancelled) {
+        /* The acknowledgement carries the first progress update:
+         * its message and, when it gave one, its fraction. */
+        th_event pe = {.kind = TH_EV_PROGRESS,
+                       .fraction = r->ack_has_fraction ? r->ack_fraction
+                                                       : -1,
+                       .message = r->message};
+        send_progress(m, c, &pe);
+    }
+}
+
+/* on_event, m->mu held: a plain answer goes out as text, without a JSON
+ * tree, built in the session's buffer: no allocation per call
+ * (c->no_response once sent). */
+static void final_text_locked(th_mcp_session *m, mcp_call *c,
+                              const th_result *r)
+{
+    th_buf *txt = &m->txt;
+    th_buf_reset(txt);
+    if (mcp_tool_result_text(txt, c->id, r, c->call_id, c->out_type,
+                             c->structured) == 0) {
+        m->t.send_text(m->ud, (const char *)txt->data, txt->len, c->id);
+        c->no_response = true;
+    }
+    if (txt->cap > ((size_t)64 << 10)) { /* a big answer: not kept */
+        th_buf_destroy(txt);
+        th_buf_init(txt);
+    }
+}
+
+/* on_event, m->mu held: a task's final result (res, taken; NULL when the
+ * core keeps it) and its status. */
+static void final_task_locked(th_mcp_session *m, mcp_call *c,
+                              const th_result *r, json_t *res)
+{
+    c->updated_ms = mcp_wall_ms();
+    c->status = r->kind == TH_RESULT_ERROR && r->error == TH_ECANCELLED
+                    ? MCP_TASK_CANCELLED
+                : r->kind == TH_RESULT_DONE && r->ok ? MCP_TASK_COMPLETED
+                                                     : MCP_TASK_FAILED;
+    /* An acknowledged task's result is the core's (th_task_get,
+     * th_task_wait); one that failed before has only this one. */
+    json_decref(c->result);
+    c->result = res;
+    if (c->announce_pending)
+        mcp_task_announce_locked(m, c, true);
+    else if (c->announced)
+        mcp_task_ended_locked(m, c);
+}
+
+/* on_event, m->mu held: a request's final result (res, taken) sent unless
+ * sent already or cancelled by the client; the request is over. */
+static void final_request_locked(th_mcp_session *m, mcp_call *c,
+                                 const th_result *r, json_t *res)
+{
+    if (!c->client_cancelled && !c->no_response)
+        mcp_send_result(m, c->id, res);
+    else
+        json_decref(res);
+    c->no_response = true;
+    mcp_request_done(m, c->id);
+    if (r->kind == TH_RESULT_ERROR && r->error == TH_ECANCELLED)
+        th_log_info("mcp session=%llu call=%llu %s cancelled",
+                    (unsigned long long)th_session_id(m->s),
+                    (unsigned long long)c->call_id, c->tool);
+    unlink_call(m, c);
+    mcp_call_unref_locked(m, c);
+}
+
 static void on_event(const th_event *e, void *ud)
 {
     mcp_call *c = ud;
     th_mcp_session *m = c->m;
     pthread_mutex_lock(&m->mu); /* (c->call_id: set before th_call_submit) */
     if (e->kind == TH_EV_PROGRESS) {
-        if (c->token && !c->finished && !c->client_cancelled)
-            send_progress(m, c, e);
-        if (c->task && e->message) {
-            free(c->status_msg);
-            c->status_msg = strdup(e->message);
-            c->updated_ms = mcp_wall_ms();
-        }
+        event_progress_locked(m, c, e);
         pthread_mutex_unlock(&m->mu);
         return;
     }
     const th_result *r = e->result;
     if (!r || r->kind == TH_RESULT_RUNNING) {
-        if (c->task)
-            c->updated_ms = mcp_wall_ms();
-        if (r && c->task) {
-            c->acked = true;
-            if (c->announce_pending)
-                mcp_task_announce_locked(m, c, true);
-        }
-        if (r && c->token && !c->client_cancelled) {
-            /* The acknowledgement carries the first progress update:
-             * its message and, when it gave one, its fraction. */
-            th_event pe = {.kind = TH_EV_PROGRESS,
-                           .fraction = r->ack_has_fraction ? r->ack_fraction
-                                                           : -1,
-                           .message = r->message};
-            send_progress(m, c, &pe);
-        }
+        event_ack_locked(m, c, r);
         pthread_mutex_unlock(&m->mu);
         return;
     }
@@ -569,55 +643,18 @@ static void on_event(const th_event *e, void *ud)
     if (m->drain_waiters)
         pthread_cond_broadcast(&m->cv);
     if (!c->task && !c->client_cancelled && !c->no_response &&
-        m->t.send_text) {
-        /* A plain answer goes out as text, without a JSON tree, built in
-         * the session's buffer (m->mu is held): no allocation per call. */
-        th_buf *txt = &m->txt;
-        th_buf_reset(txt);
-        if (mcp_tool_result_text(txt, c->id, r, c->call_id, c->out_type,
-                                 c->structured) == 0) {
-            m->t.send_text(m->ud, (const char *)txt->data, txt->len, c->id);
-            c->no_response = true;
-        }
-        if (txt->cap > ((size_t)64 << 10)) { /* a big answer: not kept */
-            th_buf_destroy(txt);
-            th_buf_init(txt);
-        }
-    }
+        m->t.send_text)
+        final_text_locked(m, c, r);
     json_t *res = (c->task && c->acked) || (!c->task && c->no_response)
                       ? NULL
                       : mcp_tool_result(r, c->tool, c->call_id,
                                         c->out_type, c->structured,
                                         m->elicitation, mcp_has_audio(m),
                                         mcp_has_links(m));
-    if (c->task) {
-        c->updated_ms = mcp_wall_ms();
-        c->status = r->kind == TH_RESULT_ERROR && r->error == TH_ECANCELLED
-                        ? MCP_TASK_CANCELLED
-                    : r->kind == TH_RESULT_DONE && r->ok ? MCP_TASK_COMPLETED
-                                                         : MCP_TASK_FAILED;
-        /* An acknowledged task's result is the core's (th_task_get,
-         * th_task_wait); one that failed before has only this one. */
-        json_decref(c->result);
-        c->result = res;
-        if (c->announce_pending)
-            mcp_task_announce_locked(m, c, true);
-        else if (c->announced)
-            mcp_task_ended_locked(m, c);
-    } else {
-        if (!c->client_cancelled && !c->no_response)
-            mcp_send_result(m, c->id, res);
-        else
-            json_decref(res);
-        c->no_response = true;
-        mcp_request_done(m, c->id);
-        if (r->kind == TH_RESULT_ERROR && r->error == TH_ECANCELLED)
-            th_log_info("mcp session=%llu call=%llu %s cancelled",
-                        (unsigned long long)th_session_id(m->s),
-                        (unsigned long long)c->call_id, c->tool);
-        unlink_call(m, c);
-        mcp_call_unref_locked(m, c);
-    }
+    if (c->task)
+        final_task_locked(m, c, r, res);
+    else
+        final_request_locked(m, c, r, res);
     mcp_call_unref_locked(m, c); /* the event's reference */
     pthread_mutex_unlock(&m->mu);
 }
@@ -912,30 +949,38 @@ static void m_tools_list(th_mcp_session *m, const json_t *id,
     mcp_send_result(m, id, res);
 }
 
-/* fc: the request as th_mcp_plain_scan() read it (its name and its
- * arguments as msgpack, taken), else NULL and params says. */
-static void m_tools_call(th_mcp_session *m, const json_t *id,
-                         const json_t *params, th_mcp_plain *fc)
+/* m_tools_call: params' shape (fc: read by the plain scan, which checked
+ * it).  False when refused (answered). */
+static bool call_params_ok(th_mcp_session *m, const json_t *id,
+                           const json_t *params, const th_mcp_plain *fc,
+                           const char *name, const json_t *args,
+                           const json_t *task)
 {
-    const char *name = fc ? fc->name
-                          : json_string_value(json_object_get(params, "name"));
-    json_t *args = json_object_get(params, "arguments");
-    json_t *task = json_object_get(params, "task");
     if ((!fc && !json_is_object(params)) || !name) {
         mcp_send_error(m, id, MCP_INVALID_PARAMS,
                        "tools/call needs params.name (a string)");
-        return;
+        return false;
     }
     if (args && !json_is_object(args) && !json_is_null(args)) {
         mcp_send_error(m, id, MCP_INVALID_PARAMS,
                        "params.arguments must be an object");
-        return;
+        return false;
     }
     if (task && !json_is_object(task)) {
         mcp_send_error(m, id, MCP_INVALID_PARAMS,
                        "params.task must be an object");
-        return;
+        return false;
     }
+    return true;
+}
+
+/* m_tools_call: what the answer needs of the tool (its stdout type,
+ * whether its output schema is an object); false when it is unknown to
+ * this session or asked as a task without being one (answered). */
+static bool call_tool_facts(th_mcp_session *m, const json_t *id,
+                            const char *name, bool task, uint32_t *out_type,
+                            bool *structured)
+{
     const th_tool *t = is_task_tool(name) ? NULL
                                           : th_session_acquire(m->s, name);
     if (!t) {
@@ -943,12 +988,12 @@ static void m_tools_call(th_mcp_session *m, const json_t *id,
                        "Unknown tool: %s (tools/list has the tools of this "
                        "server)",
                        name);
-        return;
+        return false;
     }
     bool async = (t->flags & TOOLHOST_TOOL_ASYNC) != 0;
-    uint32_t out_type = t->stdout_type;
+    *out_type = t->stdout_type;
     json_t *os = th_schema_output(t);
-    bool structured = th_schema_output_is_object(os);
+    *structured = th_schema_output_is_object(os);
     json_decref(os);
     th_tool_release(t);
     if (task && !async) {
@@ -957,34 +1002,50 @@ static void m_tools_call(th_mcp_session *m, const json_t *id,
                        "(execution.taskSupport is forbidden): call it "
                        "without params.task",
                        name);
-        return;
+        return false;
     }
-    th_buf mp;
-    th_buf_init(&mp);
+    return true;
+}
+
+/* m_tools_call: the arguments as msgpack in *mp (fc's, taken; else
+ * params.arguments converted).  False when they cannot be (answered as a
+ * tool error). */
+static bool call_args_msgpack(th_mcp_session *m, const json_t *id,
+                              const char *name, th_mcp_plain *fc,
+                              json_t *args, th_buf *mp)
+{
     json_t *empty = NULL;
     if (fc) {
-        mp = fc->args; /* the scan's msgpack: taken */
+        *mp = fc->args; /* the scan's msgpack: taken */
         th_buf_init(&fc->args);
     } else if (!args || json_is_null(args))
         args = empty = json_object();
-    if (!fc && (!args || th_json_to_msgpack(args, &mp) != 0)) {
+    if (!fc && (!args || th_json_to_msgpack(args, mp) != 0)) {
         json_decref(empty);
-        th_buf_destroy(&mp);
+        th_buf_destroy(mp);
         /* Not representable (an integer past int64): a tool error. */
         json_t *res = mcp_tool_error(
             name, TH_EARGS,
             "the arguments cannot be converted (integers must fit in 64 "
             "bits)");
         mcp_send_result(m, id, res);
-        return;
+        return false;
     }
     json_decref(empty);
+    return true;
+}
+
+/* m_tools_call: the call's record (3 references: the list, the event,
+ * m_tools_call), NULL without memory. */
+static mcp_call *call_new(th_mcp_session *m, const json_t *id,
+                          const char *name, const json_t *params,
+                          const json_t *task, uint32_t out_type,
+                          bool structured)
+{
     mcp_call *c = calloc(1, sizeof *c);
     if (!c || !(c->tool = strdup(name))) {
         free(c);
-        th_buf_destroy(&mp);
-        mcp_send_error(m, id, MCP_INTERNAL_ERROR, "out of memory");
-        return;
+        return NULL;
     }
     c->m = m;
     c->out_type = out_type;
@@ -1002,6 +1063,58 @@ static void m_tools_call(th_mcp_session *m, const json_t *id,
         c->task = true;
         c->created_ms = c->updated_ms = mcp_wall_ms();
         c->ttl_ms = mcp_task_ttl(m, task);
+    }
+    return c;
+}
+
+/* m_tools_call, m->mu held: the call submitted (its on_event may have
+ * come already).  A task is announced now when the core knows it, else
+ * at its acknowledgement. */
+static void call_started_locked(th_mcp_session *m, mcp_call *c)
+{
+    uint64_t call_id = c->call_id;
+    c->started = true;
+    if (!c->task)
+        m->deferred = true; /* on_event answers and ends the request */
+    if (c->task) {
+        snprintf(c->task_id, sizeof c->task_id, "%llu",
+                 (unsigned long long)call_id);
+        if (c->acked || c->finished) {
+            mcp_task_announce_locked(m, c, false);
+        } else {
+            /* The core knows the task from its acknowledgement on: the
+             * CreateTaskResult waits for it (on_event), so tasks/get right
+             * after it finds the task. */
+            c->announce_pending = true;
+            m->deferred = true;
+        }
+    }
+}
+
+/* fc: the request as th_mcp_plain_scan() read it (its name and its
+ * arguments as msgpack, taken), else NULL and params says. */
+static void m_tools_call(th_mcp_session *m, const json_t *id,
+                         const json_t *params, th_mcp_plain *fc)
+{
+    const char *name = fc ? fc->name
+                          : json_string_value(json_object_get(params, "name"));
+    json_t *args = json_object_get(params, "arguments");
+    json_t *task = json_object_get(params, "task");
+    if (!call_params_ok(m, id, params, fc, name, args, task))
+        return;
+    uint32_t out_type;
+    bool structured;
+    if (!call_tool_facts(m, id, name, task != NULL, &out_type, &structured))
+        return;
+    th_buf mp;
+    th_buf_init(&mp);
+    if (!call_args_msgpack(m, id, name, fc, args, &mp))
+        return;
+    mcp_call *c = call_new(m, id, name, params, task, out_type, structured);
+    if (!c) {
+        th_buf_destroy(&mp);
+        mcp_send_error(m, id, MCP_INTERNAL_ERROR, "out of memory");
+        return;
     }
     th_call_opts o = {.as_task = task != NULL};
     pthread_mutex_lock(&m->mu);
@@ -1055,23 +1168,7 @@ static void m_tools_call(th_mcp_session *m, const json_t *id,
                                        "the host is shutting down"));
         return;
     }
-    uint64_t call_id = c->call_id;
-    c->started = true;
-    if (!c->task)
-        m->deferred = true; /* on_event answers and ends the request */
-    if (c->task) {
-        snprintf(c->task_id, sizeof c->task_id, "%llu",
-                 (unsigned long long)call_id);
-        if (c->acked || c->finished) {
-            mcp_task_announce_locked(m, c, false);
-        } else {
-            /* The core knows the task from its acknowledgement on: the
-             * CreateTaskResult waits for it (on_event), so tasks/get right
-             * after it finds the task. */
-            c->announce_pending = true;
-            m->deferred = true;
-        }
-    }
+    call_started_locked(m, c);
     mcp_call_unref_locked(m, c);
     pthread_mutex_unlock(&m->mu);
 }

@@ -1033,6 +1033,170 @@ static void handler_leave(th_nats *f)
     pthread_mutex_unlock(&f->mu);
 }
 
+/* handle_request: Toolhost-Start-By (Unix ms): the caller waits that long
+ * for a host to take the call (the `took` below) and then retries
+ * elsewhere or gives up - so a host that gets it later (it was stopped,
+ * frozen, backed up) never starts it, and one that gets it in time says
+ * so at once, before the call runs.  -1: answered, not started. */
+static int req_start_by(th_nats *f, nt_ep *ep, natsMsg *msg,
+                        natsConnection *rnc, const char *reply)
+{
+    const char *v = NULL;
+    if (natsMsgHeader_Get(msg, TH_NATS_H_START_BY, &v) != NATS_OK || !v)
+        return 0;
+    char *end;
+    long long sb = strtoll(v, &end, 10);
+    if (*end || sb <= 0 || end == v) {
+        publish_error(f, rnc, reply, TH_EINVAL, "Toolhost-Start-By must be "
+                      "a Unix time in milliseconds");
+        count_error(ep, TH_EINVAL);
+        return -1;
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    long long late = (long long)now.tv_sec * 1000 +
+                     now.tv_nsec / 1000000 - sb;
+    if (late > 0) {
+        char why[200];
+        snprintf(why, sizeof why, "this host got the call %lld ms after "
+                 "its Toolhost-Start-By (the caller has moved on): not "
+                 "started", late);
+        publish_error(f, rnc, reply, TH_ETIMEOUT, why);
+        count_error(ep, TH_ETIMEOUT);
+        th_log_info("nats: %s: a request %lld ms past its "
+                    "Toolhost-Start-By: not started", ep->subject, late);
+        return -1;
+    }
+    publish(f, rnc, reply, "took", NULL, NULL, 0);
+    return 0;
+}
+
+/* handle_request: the caller's absolute deadline (Unix ms) as the time
+ * left in *left_ms (0: none): a request that waited past it (in the
+ * server, the socket, a stopped or busy host) is not started - its
+ * caller has given up - and the rest of the time left bounds the call,
+ * its wait for a worker included.  -1: answered, not started. */
+static int req_deadline(th_nats *f, nt_ep *ep, natsMsg *msg,
+                        natsConnection *rnc, const char *reply,
+                        int64_t *left_ms)
+{
+    const char *v = NULL;
+    *left_ms = 0;
+    if (natsMsgHeader_Get(msg, TH_NATS_H_DEADLINE, &v) != NATS_OK || !v)
+        return 0;
+    char *end;
+    long long dl = strtoll(v, &end, 10);
+    if (*end || dl <= 0 || end == v) {
+        publish_error(f, rnc, reply, TH_EINVAL, "Toolhost-Deadline must be a "
+                      "Unix time in milliseconds");
+        count_error(ep, TH_EINVAL);
+        return -1;
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    *left_ms = dl - ((int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000);
+    if (*left_ms <= 0) {
+        char why[160];
+        snprintf(why, sizeof why, "the caller's deadline had passed "
+                 "(%lld ms ago) when this host took the call: not "
+                 "started", (long long)-*left_ms);
+        publish_error(f, rnc, reply, TH_ETIMEOUT, why);
+        count_error(ep, TH_ETIMEOUT);
+        th_log_info("nats: %s: a request past its caller's deadline "
+                    "(%lld ms): not started", ep->subject,
+                    (long long)-*left_ms);
+        return -1;
+    }
+    return 0;
+}
+
+/* handle_request: the call's options from the request's headers (its
+ * timeout, bounded by the caller's deadline: left_ms; progress, output
+ * info, trace context; *can_ask and *asks: what the caller answers when
+ * the tool asks it).  -1: answered, not started. */
+static int req_opts(th_nats *f, nt_ep *ep, natsMsg *msg, natsConnection *rnc,
+                    const char *reply, int64_t left_ms, th_call_opts *o,
+                    bool *can_ask, uint8_t *asks)
+{
+    const char *v = NULL;
+    if (natsMsgHeader_Get(msg, TH_NATS_H_TIMEOUT, &v) == NATS_OK && v) {
+        char *end;
+        long long ms = strtoll(v, &end, 10);
+        if (*end || ms < 0) {
+            publish_error(f, rnc, reply, TH_EINVAL, "Toolhost-Timeout-Ms must "
+                          "be a number of milliseconds");
+            count_error(ep, TH_EINVAL);
+            return -1;
+        }
+        o->timeout_ms = ms;
+    }
+    if (left_ms > 0 && (o->timeout_ms <= 0 || o->timeout_ms > left_ms))
+        o->timeout_ms = left_ms;
+    /* the delivery threads are shared by every caller, as the RPC
+     * server's loop is by its clients: a tool declared short runs inline
+     * here (the core times it and sends one that holds the thread too
+     * long to the workers), any other goes to a worker */
+    o->short_inline = true;
+    if (natsMsgHeader_Get(msg, TH_NATS_H_PROGRESS, &v) == NATS_OK && v &&
+        strcmp(v, "0") == 0)
+        o->no_progress = true;
+    if (natsMsgHeader_Get(msg, TH_NATS_H_OUTPUT_INFO, &v) == NATS_OK && v &&
+        strcmp(v, "1") == 0)
+        o->output_info = true;
+    /* W3C trace context for the audit log; msg outlives th_call_start */
+    if (natsMsgHeader_Get(msg, "traceparent", &v) == NATS_OK && v)
+        o->traceparent = v;
+    *can_ask = natsMsgHeader_Get(msg, TH_NATS_H_ASK, &v) == NATS_OK &&
+               v && strcmp(v, "1") == 0;
+    /* what the caller answers when the tool asks it (client_ask) */
+    *asks = 0;
+    if (natsMsgHeader_Get(msg, TH_NATS_H_CLIENT_ASKS, &v) == NATS_OK && v) {
+        *asks |= strstr(v, "sampling") ? 1u << TOOLHOST_ASK_SAMPLING : 0;
+        *asks |= strstr(v, "form") ? 1u << TOOLHOST_ASK_FORM : 0;
+    }
+    return 0;
+}
+
+/* handle_request: the call started (c: its record, not yet listed; the
+ * request's body its arguments), or answered on rnc to reply and ended. */
+static void req_start(th_nats *f, nt_call *c, natsMsg *msg,
+                      natsConnection *rnc, const char *reply,
+                      const th_call_opts *o)
+{
+    nt_ep *ep = c->ep;
+    const uint8_t *data = (const uint8_t *)natsMsg_GetData(msg);
+    size_t len = (size_t)natsMsg_GetDataLength(msg);
+    static const uint8_t empty_map = 0x80;
+    if (!len) { /* no body: no arguments */
+        data = &empty_map;
+        len = 1;
+    }
+    c->s = user_session(f, ep->ts, c->user);
+    /* the call's id before it starts, and the call in live_calls under
+     * it: an ask (on_ask, from this thread or a pool worker) finds it */
+    th_call_req req;
+    if (c->s)
+        c->id = th_call_create(&req, c->s, ep->tool, data, len, o,
+                               on_event, c);
+    pthread_mutex_lock(&f->mu);
+    f->calls++;
+    c->next = f->live_calls;
+    if (c->next)
+        c->next->prev = c;
+    f->live_calls = c;
+    pthread_mutex_unlock(&f->mu);
+    if (!c->s) {
+        publish_error(f, rnc, reply, TH_ENOMEM, "out of memory");
+        call_end(c);
+        return;
+    }
+    int started = th_call_submit(&req);
+    if (started != 0) { /* the session closing: the host is stopping */
+        publish_error(f, rnc, reply, TH_EBUSY, "the host is stopping");
+        call_end(c);
+    }
+}
+
 /* A request for endpoint ep: on its queue subject (on_request) or on the
  * host's own call subject (on_direct).  Takes msg. */
 static void handle_request(th_nats *f, nt_ep *ep, natsMsg *msg,
@@ -1068,103 +1232,13 @@ static void handle_request(th_nats *f, nt_ep *ep, natsMsg *msg,
     atomic_fetch_add(&ep->requests, 1);
     th_call_opts o;
     memset(&o, 0, sizeof o);
-    const char *v = NULL;
-    /* Toolhost-Start-By (Unix ms): the caller waits that long for a host
-     * to take the call (the `took` below) and then retries elsewhere or
-     * gives up - so a host that gets it later (it was stopped, frozen,
-     * backed up) never starts it, and one that gets it in time says so at
-     * once, before the call runs */
-    if (natsMsgHeader_Get(msg, TH_NATS_H_START_BY, &v) == NATS_OK && v) {
-        char *end;
-        long long sb = strtoll(v, &end, 10);
-        if (*end || sb <= 0 || end == v) {
-            publish_error(f, rnc, reply, TH_EINVAL, "Toolhost-Start-By must be "
-                          "a Unix time in milliseconds");
-            count_error(ep, TH_EINVAL);
-            goto out;
-        }
-        struct timespec now;
-        clock_gettime(CLOCK_REALTIME, &now);
-        long long late = (long long)now.tv_sec * 1000 +
-                         now.tv_nsec / 1000000 - sb;
-        if (late > 0) {
-            char why[200];
-            snprintf(why, sizeof why, "this host got the call %lld ms after "
-                     "its Toolhost-Start-By (the caller has moved on): not "
-                     "started", late);
-            publish_error(f, rnc, reply, TH_ETIMEOUT, why);
-            count_error(ep, TH_ETIMEOUT);
-            th_log_info("nats: %s: a request %lld ms past its "
-                        "Toolhost-Start-By: not started", ep->subject, late);
-            goto out;
-        }
-        publish(f, rnc, reply, "took", NULL, NULL, 0);
-    }
-    /* the caller's absolute deadline (Unix ms): a request that waited past
-     * it (in the server, the socket, a stopped or busy host) is not
-     * started - its caller has given up - and the rest of the time left
-     * bounds the call, its wait for a worker included */
     int64_t left_ms = 0;
-    if (natsMsgHeader_Get(msg, TH_NATS_H_DEADLINE, &v) == NATS_OK && v) {
-        char *end;
-        long long dl = strtoll(v, &end, 10);
-        if (*end || dl <= 0 || end == v) {
-            publish_error(f, rnc, reply, TH_EINVAL, "Toolhost-Deadline must be a "
-                          "Unix time in milliseconds");
-            count_error(ep, TH_EINVAL);
-            goto out;
-        }
-        struct timespec now;
-        clock_gettime(CLOCK_REALTIME, &now);
-        left_ms = dl - ((int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000);
-        if (left_ms <= 0) {
-            char why[160];
-            snprintf(why, sizeof why, "the caller's deadline had passed "
-                     "(%lld ms ago) when this host took the call: not "
-                     "started", (long long)-left_ms);
-            publish_error(f, rnc, reply, TH_ETIMEOUT, why);
-            count_error(ep, TH_ETIMEOUT);
-            th_log_info("nats: %s: a request past its caller's deadline "
-                        "(%lld ms): not started", ep->subject,
-                        (long long)-left_ms);
-            goto out;
-        }
-    }
-    if (natsMsgHeader_Get(msg, TH_NATS_H_TIMEOUT, &v) == NATS_OK && v) {
-        char *end;
-        long long ms = strtoll(v, &end, 10);
-        if (*end || ms < 0) {
-            publish_error(f, rnc, reply, TH_EINVAL, "Toolhost-Timeout-Ms must "
-                          "be a number of milliseconds");
-            count_error(ep, TH_EINVAL);
-            goto out;
-        }
-        o.timeout_ms = ms;
-    }
-    if (left_ms > 0 && (o.timeout_ms <= 0 || o.timeout_ms > left_ms))
-        o.timeout_ms = left_ms;
-    /* the delivery threads are shared by every caller, as the RPC
-     * server's loop is by its clients: a tool declared short runs inline
-     * here (the core times it and sends one that holds the thread too
-     * long to the workers), any other goes to a worker */
-    o.short_inline = true;
-    if (natsMsgHeader_Get(msg, TH_NATS_H_PROGRESS, &v) == NATS_OK && v &&
-        strcmp(v, "0") == 0)
-        o.no_progress = true;
-    if (natsMsgHeader_Get(msg, TH_NATS_H_OUTPUT_INFO, &v) == NATS_OK && v &&
-        strcmp(v, "1") == 0)
-        o.output_info = true;
-    /* W3C trace context for the audit log; msg outlives th_call_start */
-    if (natsMsgHeader_Get(msg, "traceparent", &v) == NATS_OK && v)
-        o.traceparent = v;
-    bool can_ask = natsMsgHeader_Get(msg, TH_NATS_H_ASK, &v) == NATS_OK &&
-                   v && strcmp(v, "1") == 0;
-    /* what the caller answers when the tool asks it (client_ask) */
+    bool can_ask = false;
     uint8_t asks = 0;
-    if (natsMsgHeader_Get(msg, TH_NATS_H_CLIENT_ASKS, &v) == NATS_OK && v) {
-        asks |= strstr(v, "sampling") ? 1u << TOOLHOST_ASK_SAMPLING : 0;
-        asks |= strstr(v, "form") ? 1u << TOOLHOST_ASK_FORM : 0;
-    }
+    if (req_start_by(f, ep, msg, rnc, reply) != 0 ||
+        req_deadline(f, ep, msg, rnc, reply, &left_ms) != 0 ||
+        req_opts(f, ep, msg, rnc, reply, left_ms, &o, &can_ask, &asks) != 0)
+        goto out;
     size_t rlen = strlen(reply);
     nt_call *c = malloc(sizeof *c + rlen + 1);
     if (!c) {
@@ -1180,37 +1254,7 @@ static void handle_request(th_nats *f, nt_ep *ep, natsMsg *msg,
     c->can_ask = can_ask;
     c->asks = asks;
     clock_gettime(CLOCK_MONOTONIC, &c->t0);
-    const uint8_t *data = (const uint8_t *)natsMsg_GetData(msg);
-    size_t len = (size_t)natsMsg_GetDataLength(msg);
-    static const uint8_t empty_map = 0x80;
-    if (!len) { /* no body: no arguments */
-        data = &empty_map;
-        len = 1;
-    }
-    c->s = user_session(f, ep->ts, user);
-    /* the call's id before it starts, and the call in live_calls under
-     * it: an ask (on_ask, from this thread or a pool worker) finds it */
-    th_call_req req;
-    if (c->s)
-        c->id = th_call_create(&req, c->s, ep->tool, data, len, &o,
-                               on_event, c);
-    pthread_mutex_lock(&f->mu);
-    f->calls++;
-    c->next = f->live_calls;
-    if (c->next)
-        c->next->prev = c;
-    f->live_calls = c;
-    pthread_mutex_unlock(&f->mu);
-    if (!c->s) {
-        publish_error(f, rnc, reply, TH_ENOMEM, "out of memory");
-        call_end(c);
-        goto out;
-    }
-    int started = th_call_submit(&req);
-    if (started != 0) { /* the session closing: the host is stopping */
-        publish_error(f, rnc, reply, TH_EBUSY, "the host is stopping");
-        call_end(c);
-    }
+    req_start(f, c, msg, rnc, reply, &o);
 out:
     natsMsg_Destroy(msg);
     handler_leave(f);
@@ -2596,45 +2640,12 @@ static int connect_first(th_nats *f, natsConnection **nc, th_error *err)
                         tf(s2));
 }
 
-int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
-                  th_error *err)
+/* th_nats_start: a session per toolset of nats.toolsets (one the config
+ * does not define is skipped: the config check names it).  0, or the
+ * error set. */
+static int open_sessions(th_nats *f, th_host *h, const th_config *cfg,
+                         th_error *err)
 {
-    *out = NULL;
-    const th_nats_cfg *ncfg = th_nats_config(cfg);
-    if (!ncfg || !ncfg->listen)
-        return 0;
-    th_nats *f = calloc(1, sizeof *f);
-    if (!f)
-        return th_error_set(err, TH_ENOMEM, "out of memory");
-    f->h = h;
-    /* the host's current config, referenced: it outlives reloads (the
-     * credentials, names and toolsets are those of the start) */
-    f->cfg_ref = th_host_config_get(h);
-    cfg = f->cfg_ref;
-    f->cfg = cfg;
-    f->nc_cfg = th_nats_config(cfg);
-    pthread_mutex_init(&f->mu, NULL);
-    pthread_mutex_init(&f->eps_mu, NULL);
-    pthread_mutex_init(&f->slow_mu, NULL);
-    pthread_mutex_init(&f->sess_mu, NULL);
-    pthread_mutex_init(&f->tasks_mu, NULL);
-    pthread_mutex_init(&f->note_mu, NULL);
-    pthread_mutex_init(&f->bulk_mu, NULL);
-    pthread_cond_init(&f->cv, NULL);
-    f->per_user = f->nc_cfg->n_users > 0;
-    make_id(f);
-    int krc = rkey_load(f, err);
-    if (krc != 0) {
-        pthread_mutex_init(&f->kv_mu, NULL); /* kv_close destroys it */
-        nats_free(f);
-        return krc;
-    }
-    kv_init_cfg(f);
-    f->ts = calloc(f->nc_cfg->n_toolsets, sizeof *f->ts);
-    if (!f->ts) {
-        nats_free(f);
-        return th_error_set(err, TH_ENOMEM, "out of memory");
-    }
     int rc = 0;
     for (size_t i = 0; i < f->nc_cfg->n_toolsets && rc == 0; i++) {
         const th_toolset_cfg *tc = NULL;
@@ -2670,26 +2681,15 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
         if (!ts->s)
             rc = th_error_set(err, TH_ENOMEM, "out of memory");
     }
-    natsStatus st = NATS_OK;
-    if (rc == 0) {
-        st = natsOptions_Create(&f->opts);
-        if (st == NATS_OK)
-            st = set_options(f, f->opts, false);
-        if (st != NATS_OK)
-            rc = th_error_set(err, TH_ECONFIG, "nats: %s: %s",
-                              f->nc_cfg->listen, tf(st));
-    }
-    natsConnection *nc = NULL;
-    if (rc == 0)
-        rc = connect_first(f, &nc, err);
-    if (rc == 0 && nc &&
-        natsConnection_Status(nc) == NATS_CONN_STATUS_CONNECTED)
-        bulk_open(f, false); /* else once nc is (on_late_connect) */
-    pthread_mutex_lock(&f->eps_mu);
-    f->nc = nc;
-    for (size_t i = 0; rc == 0 && i < f->n_ts; i++)
-        rc = resync_locked(f, &f->ts[i], false, err);
-    pthread_mutex_unlock(&f->eps_mu);
+    return rc;
+}
+
+/* th_nats_start: the host's own subjects ($SRV verbs, its tasks, the
+ * answers to its asks, calls addressed to it, finished tasks' results).
+ * 0, or the error set. */
+static int subscribe_host(th_nats *f, th_error *err)
+{
+    int rc = 0;
     static const char *const verbs[] = {"PING", "INFO", "STATS"};
     for (size_t v = 0; rc == 0 && v < 3; v++) {
         char subj[3][200];
@@ -2732,6 +2732,71 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
                  f->per_user ? ".u.*" : "");
         rc = sub_plain(f, subj, QUEUE, on_any_result, err);
     }
+    return rc;
+}
+
+int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
+                  th_error *err)
+{
+    *out = NULL;
+    const th_nats_cfg *ncfg = th_nats_config(cfg);
+    if (!ncfg || !ncfg->listen)
+        return 0;
+    th_nats *f = calloc(1, sizeof *f);
+    if (!f)
+        return th_error_set(err, TH_ENOMEM, "out of memory");
+    f->h = h;
+    /* the host's current config, referenced: it outlives reloads (the
+     * credentials, names and toolsets are those of the start) */
+    f->cfg_ref = th_host_config_get(h);
+    cfg = f->cfg_ref;
+    f->cfg = cfg;
+    f->nc_cfg = th_nats_config(cfg);
+    pthread_mutex_init(&f->mu, NULL);
+    pthread_mutex_init(&f->eps_mu, NULL);
+    pthread_mutex_init(&f->slow_mu, NULL);
+    pthread_mutex_init(&f->sess_mu, NULL);
+    pthread_mutex_init(&f->tasks_mu, NULL);
+    pthread_mutex_init(&f->note_mu, NULL);
+    pthread_mutex_init(&f->bulk_mu, NULL);
+    pthread_cond_init(&f->cv, NULL);
+    f->per_user = f->nc_cfg->n_users > 0;
+    make_id(f);
+    int krc = rkey_load(f, err);
+    if (krc != 0) {
+        pthread_mutex_init(&f->kv_mu, NULL); /* kv_close destroys it */
+        nats_free(f);
+        return krc;
+    }
+    kv_init_cfg(f);
+    f->ts = calloc(f->nc_cfg->n_toolsets, sizeof *f->ts);
+    if (!f->ts) {
+        nats_free(f);
+        return th_error_set(err, TH_ENOMEM, "out of memory");
+    }
+    int rc = open_sessions(f, h, cfg, err);
+    natsStatus st = NATS_OK;
+    if (rc == 0) {
+        st = natsOptions_Create(&f->opts);
+        if (st == NATS_OK)
+            st = set_options(f, f->opts, false);
+        if (st != NATS_OK)
+            rc = th_error_set(err, TH_ECONFIG, "nats: %s: %s",
+                              f->nc_cfg->listen, tf(st));
+    }
+    natsConnection *nc = NULL;
+    if (rc == 0)
+        rc = connect_first(f, &nc, err);
+    if (rc == 0 && nc &&
+        natsConnection_Status(nc) == NATS_CONN_STATUS_CONNECTED)
+        bulk_open(f, false); /* else once nc is (on_late_connect) */
+    pthread_mutex_lock(&f->eps_mu);
+    f->nc = nc;
+    for (size_t i = 0; rc == 0 && i < f->n_ts; i++)
+        rc = resync_locked(f, &f->ts[i], false, err);
+    pthread_mutex_unlock(&f->eps_mu);
+    if (rc == 0)
+        rc = subscribe_host(f, err);
     if (rc == 0 && natsConnection_Status(f->nc) ==
                        NATS_CONN_STATUS_CONNECTED) {
         natsConnection_FlushTimeout(f->nc, 2000);

@@ -162,6 +162,59 @@ static int stats_one(const th_tool_stats *st, void *ud)
     return 0;
 }
 
+/* m_stats: "connections": the RPC server's connections and how many
+ * each limit closed (docs/config.md, "Connection limits").  Nonzero
+ * when packing failed. */
+static int pack_conn_stats(msgpack_packer *pk, const th_rpc_server *srv)
+{
+    int e = 0;
+    e |= th_pack_cstr(pk, "connections");
+    e |= msgpack_pack_map(pk, 7);
+    e |= th_pack_cstr(pk, "current");
+    e |= msgpack_pack_uint32(pk, srv->n_conns);
+    e |= th_pack_cstr(pk, "total");
+    e |= msgpack_pack_uint64(pk, srv->conns_total);
+    /* how often each limit bit (docs/config.md, "Connection limits") */
+    e |= th_pack_cstr(pk, "refused");
+    e |= msgpack_pack_uint64(pk, srv->refused);
+    e |= th_pack_cstr(pk, "closed_idle");
+    e |= msgpack_pack_uint64(pk, srv->closed_idle);
+    e |= th_pack_cstr(pk, "closed_frame_timeout");
+    e |= msgpack_pack_uint64(pk, srv->closed_frame);
+    e |= th_pack_cstr(pk, "closed_buffer_budget");
+    e |= msgpack_pack_uint64(pk, srv->closed_budget);
+    e |= th_pack_cstr(pk, "closed_protocol_errors");
+    e |= msgpack_pack_uint64(pk, srv->closed_proto);
+    return e;
+}
+
+/* m_stats: "manager": the async manager's workers, queue and calls. */
+static int pack_mgr_stats(msgpack_packer *pk, const th_mgr_stats *ms)
+{
+    int e = 0;
+    e |= th_pack_cstr(pk, "manager");
+    e |= msgpack_pack_map(pk, 9);
+    e |= th_pack_cstr(pk, "workers");
+    e |= msgpack_pack_uint32(pk, ms->workers);
+    e |= th_pack_cstr(pk, "async_workers");
+    e |= msgpack_pack_uint32(pk, ms->async_workers);
+    e |= th_pack_cstr(pk, "queued");
+    e |= msgpack_pack_uint64(pk, ms->queued);
+    e |= th_pack_cstr(pk, "running");
+    e |= msgpack_pack_uint64(pk, ms->running);
+    e |= th_pack_cstr(pk, "live_tasks");
+    e |= msgpack_pack_uint64(pk, ms->live_tasks);
+    e |= th_pack_cstr(pk, "calls_total");
+    e |= msgpack_pack_uint64(pk, ms->calls_total);
+    e |= th_pack_cstr(pk, "inline_calls");
+    e |= msgpack_pack_uint64(pk, ms->inline_calls);
+    e |= th_pack_cstr(pk, "lost_workers");
+    e |= msgpack_pack_uint64(pk, ms->lost_workers);
+    e |= th_pack_cstr(pk, "lost_workers_now");
+    e |= msgpack_pack_uint32(pk, ms->lost_workers_now);
+    return e;
+}
+
 static void m_stats(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
 {
     (void)params;
@@ -207,23 +260,7 @@ static void m_stats(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
     e |= th_pack_cstr(&pk, TOOLHOST_VERSION);
     e |= th_pack_cstr(&pk, "uptime_ms");
     e |= msgpack_pack_uint64(&pk, (uv_hrtime() - srv->start) / 1000000u);
-    e |= th_pack_cstr(&pk, "connections");
-    e |= msgpack_pack_map(&pk, 7);
-    e |= th_pack_cstr(&pk, "current");
-    e |= msgpack_pack_uint32(&pk, srv->n_conns);
-    e |= th_pack_cstr(&pk, "total");
-    e |= msgpack_pack_uint64(&pk, srv->conns_total);
-    /* how often each limit bit (docs/config.md, "Connection limits") */
-    e |= th_pack_cstr(&pk, "refused");
-    e |= msgpack_pack_uint64(&pk, srv->refused);
-    e |= th_pack_cstr(&pk, "closed_idle");
-    e |= msgpack_pack_uint64(&pk, srv->closed_idle);
-    e |= th_pack_cstr(&pk, "closed_frame_timeout");
-    e |= msgpack_pack_uint64(&pk, srv->closed_frame);
-    e |= th_pack_cstr(&pk, "closed_buffer_budget");
-    e |= msgpack_pack_uint64(&pk, srv->closed_budget);
-    e |= th_pack_cstr(&pk, "closed_protocol_errors");
-    e |= msgpack_pack_uint64(&pk, srv->closed_proto);
+    e |= pack_conn_stats(&pk, srv);
     e |= th_pack_cstr(&pk, "calls");
     e |= msgpack_pack_map(&pk, 6);
     e |= th_pack_cstr(&pk, "total");
@@ -243,26 +280,7 @@ static void m_stats(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
     e |= msgpack_pack_map(&pk, 1);
     e |= th_pack_cstr(&pk, "rss_bytes");
     e |= msgpack_pack_uint64(&pk, rss_bytes());
-    e |= th_pack_cstr(&pk, "manager");
-    e |= msgpack_pack_map(&pk, 9);
-    e |= th_pack_cstr(&pk, "workers");
-    e |= msgpack_pack_uint32(&pk, ms.workers);
-    e |= th_pack_cstr(&pk, "async_workers");
-    e |= msgpack_pack_uint32(&pk, ms.async_workers);
-    e |= th_pack_cstr(&pk, "queued");
-    e |= msgpack_pack_uint64(&pk, ms.queued);
-    e |= th_pack_cstr(&pk, "running");
-    e |= msgpack_pack_uint64(&pk, ms.running);
-    e |= th_pack_cstr(&pk, "live_tasks");
-    e |= msgpack_pack_uint64(&pk, ms.live_tasks);
-    e |= th_pack_cstr(&pk, "calls_total");
-    e |= msgpack_pack_uint64(&pk, ms.calls_total);
-    e |= th_pack_cstr(&pk, "inline_calls");
-    e |= msgpack_pack_uint64(&pk, ms.inline_calls);
-    e |= th_pack_cstr(&pk, "lost_workers");
-    e |= msgpack_pack_uint64(&pk, ms.lost_workers);
-    e |= th_pack_cstr(&pk, "lost_workers_now");
-    e |= msgpack_pack_uint32(&pk, ms.lost_workers_now);
+    e |= pack_mgr_stats(&pk, &ms);
     e |= th_pack_cstr(&pk, "tools");
     e |= msgpack_pack_map(&pk, sc.n);
     e |= th_buf_append(&r, tools.data, tools.len);
@@ -427,6 +445,112 @@ static bool frame_args(rpc_conn *c, const msgpack_object *params,
     return true;
 }
 
+/* m_call: client_asks, what this client answers when the tool asks it
+ * (client.ask, docs/protocol.md): an array of "sampling" and "form".
+ * False when it is not. */
+static bool client_asks_of(const msgpack_object *v, uint8_t *asks)
+{
+    bool good = v->type == MSGPACK_OBJECT_ARRAY;
+    for (uint32_t j = 0; good && j < v->via.array.size; j++) {
+        const msgpack_object *e = &v->via.array.ptr[j];
+        if (th_rpc_obj_streq(e, "sampling"))
+            *asks |= 1u << TOOLHOST_ASK_SAMPLING;
+        else if (th_rpc_obj_streq(e, "form"))
+            *asks |= 1u << TOOLHOST_ASK_FORM;
+        else
+            good = false;
+    }
+    return good;
+}
+
+/* m_call: one of tools.call's options (k: v) into opts, asks, or tp (the
+ * traceparent, NUL-terminated: opts->traceparent points there).  False
+ * when refused (answered). */
+static bool call_option(rpc_conn *c, uint64_t msgid, const msgpack_object *k,
+                        const msgpack_object *v, th_call_opts *opts,
+                        uint8_t *asks, char tp[64])
+{
+    if (th_rpc_obj_streq(k, "timeout_ms")) {
+        if (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
+            v->via.u64 > INT64_MAX) {
+            send_error(c, msgid, TH_EINVAL,
+                       "tools.call: timeout_ms must be a positive "
+                       "integer");
+            return false;
+        }
+        opts->timeout_ms = (int64_t)v->via.u64;
+    } else if (th_rpc_obj_streq(k, "progress")) {
+        if (v->type != MSGPACK_OBJECT_BOOLEAN) {
+            send_error(c, msgid, TH_EINVAL,
+                       "tools.call: progress must be a boolean");
+            return false;
+        }
+        opts->no_progress = !v->via.boolean;
+    } else if (th_rpc_obj_streq(k, "output_info")) {
+        if (v->type != MSGPACK_OBJECT_BOOLEAN) {
+            send_error(c, msgid, TH_EINVAL,
+                       "tools.call: output_info must be a boolean");
+            return false;
+        }
+        opts->output_info = v->via.boolean;
+    } else if (th_rpc_obj_streq(k, "client_asks")) {
+        if (!client_asks_of(v, asks)) {
+            send_error(c, msgid, TH_EINVAL,
+                       "tools.call: client_asks must be an array "
+                       "of \"sampling\" and \"form\"");
+            return false;
+        }
+    } else if (th_rpc_obj_streq(k, "traceparent")) {
+        /* W3C trace context, for the audit log (docs/ops.md) */
+        const char *tv = NULL;
+        size_t tn = 0;
+        if (!th_rpc_obj_str(v, &tv, &tn) || tn >= 64) {
+            send_error(c, msgid, TH_EINVAL,
+                       "tools.call: traceparent must be a string "
+                       "(W3C trace context)");
+            return false;
+        }
+        memcpy(tp, tv, tn);
+        tp[tn] = '\0';
+        opts->traceparent = tp;
+    } else {
+        const char *kp = "?";
+        size_t kn = 1;
+        th_rpc_obj_str(k, &kp, &kn);
+        send_error(c, msgid, TH_EINVAL,
+                   "tools.call: unknown option '%.*s' (known: "
+                   "timeout_ms, progress, output_info, "
+                   "traceparent, client_asks)",
+                   (int)(kn > 64 ? 64 : kn), kp);
+        return false;
+    }
+    return true;
+}
+
+/* m_call: the call's record, listed in its connection's calls and
+ * counted (name: at most 127 bytes); NULL without memory. */
+static rpc_call *call_listed(rpc_conn *c, const char *name, uint64_t msgid,
+                             uint8_t asks)
+{
+    th_rpc_server *srv = c->srv;
+    rpc_call *call = call_new(srv);
+    if (!call)
+        return NULL;
+    memcpy(call->tool, name, strlen(name) + 1); /* name[] is 128 bytes */
+    call->conn = c;
+    call->msgid = msgid;
+    call->asks = asks;
+    /* only the info line of its outcome reads it (log_outcome) */
+    call->t0 = th_log_get_level() >= TOOLHOST_LOG_INFO ? uv_hrtime() : 0;
+    call->next = c->calls;
+    if (c->calls)
+        c->calls->prev = call;
+    c->calls = call;
+    c->inflight++;
+    srv->calls_total++;
+    return call;
+}
+
 static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
 {
     th_rpc_server *srv = c->srv;
@@ -461,76 +585,10 @@ static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
                        th_rpc_obj_kind(o));
             return;
         }
-        for (uint32_t i = 0; i < o->via.map.size; i++) {
-            const msgpack_object *k = &o->via.map.ptr[i].key;
-            const msgpack_object *v = &o->via.map.ptr[i].val;
-            if (th_rpc_obj_streq(k, "timeout_ms")) {
-                if (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
-                    v->via.u64 > INT64_MAX) {
-                    send_error(c, msgid, TH_EINVAL,
-                               "tools.call: timeout_ms must be a positive "
-                               "integer");
-                    return;
-                }
-                opts.timeout_ms = (int64_t)v->via.u64;
-            } else if (th_rpc_obj_streq(k, "progress")) {
-                if (v->type != MSGPACK_OBJECT_BOOLEAN) {
-                    send_error(c, msgid, TH_EINVAL,
-                               "tools.call: progress must be a boolean");
-                    return;
-                }
-                opts.no_progress = !v->via.boolean;
-            } else if (th_rpc_obj_streq(k, "output_info")) {
-                if (v->type != MSGPACK_OBJECT_BOOLEAN) {
-                    send_error(c, msgid, TH_EINVAL,
-                               "tools.call: output_info must be a boolean");
-                    return;
-                }
-                opts.output_info = v->via.boolean;
-            } else if (th_rpc_obj_streq(k, "client_asks")) {
-                /* what this client answers when the tool asks it
-                 * (client.ask, docs/protocol.md) */
-                bool good = v->type == MSGPACK_OBJECT_ARRAY;
-                for (uint32_t j = 0; good && j < v->via.array.size; j++) {
-                    const msgpack_object *e = &v->via.array.ptr[j];
-                    if (th_rpc_obj_streq(e, "sampling"))
-                        asks |= 1u << TOOLHOST_ASK_SAMPLING;
-                    else if (th_rpc_obj_streq(e, "form"))
-                        asks |= 1u << TOOLHOST_ASK_FORM;
-                    else
-                        good = false;
-                }
-                if (!good) {
-                    send_error(c, msgid, TH_EINVAL,
-                               "tools.call: client_asks must be an array "
-                               "of \"sampling\" and \"form\"");
-                    return;
-                }
-            } else if (th_rpc_obj_streq(k, "traceparent")) {
-                /* W3C trace context, for the audit log (docs/ops.md) */
-                const char *tv = NULL;
-                size_t tn = 0;
-                if (!th_rpc_obj_str(v, &tv, &tn) || tn >= sizeof tp) {
-                    send_error(c, msgid, TH_EINVAL,
-                               "tools.call: traceparent must be a string "
-                               "(W3C trace context)");
-                    return;
-                }
-                memcpy(tp, tv, tn);
-                tp[tn] = '\0';
-                opts.traceparent = tp;
-            } else {
-                const char *kp = "?";
-                size_t kn = 1;
-                th_rpc_obj_str(k, &kp, &kn);
-                send_error(c, msgid, TH_EINVAL,
-                           "tools.call: unknown option '%.*s' (known: "
-                           "timeout_ms, progress, output_info, "
-                           "traceparent, client_asks)",
-                           (int)(kn > 64 ? 64 : kn), kp);
+        for (uint32_t i = 0; i < o->via.map.size; i++)
+            if (!call_option(c, msgid, &o->via.map.ptr[i].key,
+                             &o->via.map.ptr[i].val, &opts, &asks, tp))
                 return;
-            }
-        }
     }
     if (c->inflight >= srv->max_inflight) {
         /* The call is answered, then the client is told why it goes. */
@@ -558,24 +616,12 @@ static void m_call(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
         ap = ab.data;
         alen = ab.len;
     }
-    rpc_call *call = prc ? NULL : call_new(srv);
+    rpc_call *call = prc ? NULL : call_listed(c, name, msgid, asks);
     if (!call) {
         th_buf_destroy(&ab);
         send_error(c, msgid, TH_ENOMEM, "out of memory");
         return;
     }
-    memcpy(call->tool, name, strlen(name) + 1); /* name[] is 128 bytes */
-    call->conn = c;
-    call->msgid = msgid;
-    call->asks = asks;
-    /* only the info line of its outcome reads it (log_outcome) */
-    call->t0 = th_log_get_level() >= TOOLHOST_LOG_INFO ? uv_hrtime() : 0;
-    call->next = c->calls;
-    if (c->calls)
-        c->calls->prev = call;
-    c->calls = call;
-    c->inflight++;
-    srv->calls_total++;
     /* The loop is shared by every client: a tool declared short runs
      * right here (the core's policy, call_fast.c: host.short_call_max,
      * demotion); its result is answered from inside th_call_submit

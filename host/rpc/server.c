@@ -1993,22 +1993,13 @@ static void abort_start(th_rpc_server *srv)
     uv_run(&srv->loop, UV_RUN_DEFAULT);
 }
 
-int th_rpc_serve(th_host *h, const th_rpc_serve_opts *o, th_error *err)
+/* th_rpc_serve: the server's settings from the host's config (hcfg) and
+ * the RPC section (cfg), and the options (limits: a zeroed config, an
+ * embedding program's, gets the defaults of rpc_config.c). */
+static void server_settings(th_rpc_server *srv, th_host *h,
+                            const th_host_cfg *hcfg, const th_rpc_cfg *cfg,
+                            const th_rpc_serve_opts *o)
 {
-    th_rpc_serve_opts def = {0};
-    if (!o)
-        o = &def;
-    th_error_clear(err);
-    const th_host_cfg *hcfg = &th_host_config(h)->host;
-    const th_rpc_cfg *cfg = th_rpc_config(th_host_config(h));
-    const char *addr = o->listen ? o->listen : cfg->listen;
-    if (!o->stdio && !addr)
-        return th_error_set(err, TH_ECONFIG,
-                            "no listen address: give --listen unix:PATH or "
-                            "set host.listen in the config");
-    th_rpc_server *srv = calloc(1, sizeof *srv);
-    if (!srv)
-        return th_error_set(err, TH_ENOMEM, "out of memory");
     srv->host = h;
     msgpack_unpacked_init(&srv->msg);
     srv->cfg = cfg;
@@ -2019,8 +2010,6 @@ int th_rpc_serve(th_host *h, const th_rpc_serve_opts *o, th_error *err)
     srv->max_outbuf = cfg->max_outbuf ? cfg->max_outbuf : DEF_MAX_OUTBUF;
     srv->grace_ms = hcfg->shutdown_grace_ms ? hcfg->shutdown_grace_ms
                                             : DEF_GRACE_MS;
-    /* Limits: a zeroed config (an embedding program) gets the defaults
-     * of host_init() in config.c. */
     srv->max_conns = cfg->max_connections ? cfg->max_connections : 1024;
     srv->max_conns_uid = cfg->max_connections_per_uid
                              ? cfg->max_connections_per_uid
@@ -2044,6 +2033,47 @@ int th_rpc_serve(th_host *h, const th_rpc_serve_opts *o, th_error *err)
     srv->listen_fd = o->listen_fd;
     srv->ready_ud = o->ready_ud;
     srv->start = uv_hrtime();
+}
+
+/* th_rpc_serve: SIGTERM and SIGINT handled on the loop.  0, or the
+ * error set. */
+static int server_signals(th_rpc_server *srv, th_error *err)
+{
+    int rc;
+    /* sigterm and sigint close together (server_check_drained) */
+    if ((rc = uv_signal_init(&srv->loop, &srv->sigterm)) == 0 &&
+        (rc = uv_signal_init(&srv->loop, &srv->sigint)) != 0)
+        uv_close((uv_handle_t *)&srv->sigterm, NULL);
+    if (rc == 0) {
+        srv->signals = true;
+        srv->sigterm.data = srv->sigint.data = srv;
+        if ((rc = uv_signal_start(&srv->sigterm, on_signal, SIGTERM)) ==
+            0)
+            rc = uv_signal_start(&srv->sigint, on_signal, SIGINT);
+    }
+    if (rc != 0)
+        rc = th_error_set(err, TH_EIO, "signal handlers: %s",
+                          uv_strerror(rc));
+    return rc;
+}
+
+int th_rpc_serve(th_host *h, const th_rpc_serve_opts *o, th_error *err)
+{
+    th_rpc_serve_opts def = {0};
+    if (!o)
+        o = &def;
+    th_error_clear(err);
+    const th_host_cfg *hcfg = &th_host_config(h)->host;
+    const th_rpc_cfg *cfg = th_rpc_config(th_host_config(h));
+    const char *addr = o->listen ? o->listen : cfg->listen;
+    if (!o->stdio && !addr)
+        return th_error_set(err, TH_ECONFIG,
+                            "no listen address: give --listen unix:PATH or "
+                            "set host.listen in the config");
+    th_rpc_server *srv = calloc(1, sizeof *srv);
+    if (!srv)
+        return th_error_set(err, TH_ENOMEM, "out of memory");
+    server_settings(srv, h, hcfg, cfg, o);
     if (pthread_mutex_init(&srv->mu, NULL) != 0) {
         free(srv);
         return th_error_set(err, TH_ENOMEM, "mutex");
@@ -2071,23 +2101,7 @@ int th_rpc_serve(th_host *h, const th_rpc_serve_opts *o, th_error *err)
     srv->flush.data = srv;
     uv_prepare_start(&srv->flush, flush_pending);
     uv_unref((uv_handle_t *)&srv->flush); /* never keeps the loop alive */
-    rc = 0;
-    if (!o->no_signals) {
-        /* sigterm and sigint close together (server_check_drained) */
-        if ((rc = uv_signal_init(&srv->loop, &srv->sigterm)) == 0 &&
-            (rc = uv_signal_init(&srv->loop, &srv->sigint)) != 0)
-            uv_close((uv_handle_t *)&srv->sigterm, NULL);
-        if (rc == 0) {
-            srv->signals = true;
-            srv->sigterm.data = srv->sigint.data = srv;
-            if ((rc = uv_signal_start(&srv->sigterm, on_signal, SIGTERM)) ==
-                0)
-                rc = uv_signal_start(&srv->sigint, on_signal, SIGINT);
-        }
-        if (rc != 0)
-            rc = th_error_set(err, TH_EIO, "signal handlers: %s",
-                              uv_strerror(rc));
-    }
+    rc = o->no_signals ? 0 : server_signals(srv, err);
     /* A client that goes away must not kill the host. */
     signal(SIGPIPE, SIG_IGN);
 

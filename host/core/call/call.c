@@ -406,6 +406,75 @@ static void owed_paid(th_session *s)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* deliver(), with c->mu held: the acknowledgement's event (RUNNING) in
+ * ev and r; returns its message, which the caller frees after the
+ * callback. */
+static char *ack_event(th_mcall *c, th_mcall_x *x, th_event *ev, th_result *r)
+{
+    memset(r, 0, sizeof *r);
+    c->pend_ack = false;
+    char *msg = x->ack_msg;
+    x->ack_msg = NULL;
+    r->kind = TH_RESULT_RUNNING;
+    r->message = msg ? msg : "task started";
+    r->task_id = c->base.pub.call_id;
+    r->ack_has_fraction = x->ack_frac >= 0;
+    r->ack_fraction = x->ack_frac;
+    ev->kind = TH_EV_RESULT;
+    ev->task_id = r->task_id;
+    ev->result = r;
+    return msg;
+}
+
+/* deliver(), with c->mu held: the final event in ev and r; *owed: counted
+ * in the session's finals_owed.  Returns x->final when the result is
+ * viewed there (its buffers freed after the callback), else NULL. */
+static th_result_copy *final_event(th_mcall *c, th_mcall_x *x, th_event *ev,
+                                   th_result *r, bool *owed)
+{
+    th_result_copy *fin = NULL;
+    c->pend_final = false;
+    *owed = c->final_owed;
+    c->final_owed = false;
+    if (x) {
+        /* Viewed in place: x->final is written once, by the
+         * answer (answer_locked, before pend_final was set), and
+         * read after that only by this deliverer (at most one at
+         * a time, and pend_final is taken once) and by call_free
+         * after the last reference, which this thread's caller
+         * holds: no copy, and its buffers are freed below
+         * without the lock. */
+        fin = &x->final;
+        result_view(fin, r); /* sets every member of r */
+    } else {
+        /* answered without memory for its x: the error alone */
+        memset(r, 0, sizeof *r);
+        r->kind = TH_RESULT_ERROR;
+        r->error = c->fin_oom;
+        r->message = th_strerror(c->fin_oom);
+    }
+    ev->kind = c->acked ? TH_EV_DONE : TH_EV_RESULT;
+    ev->task_id = c->acked ? c->base.pub.call_id : 0;
+    ev->result = r;
+    return fin;
+}
+
+/* deliver(), without the lock, once an event's callback returned: what
+ * the event held (pu: a progress update taken, or NULL). */
+static void delivered_free(char *msg, th_progress_update *pu,
+                           th_result_copy *fin)
+{
+    if (msg)
+        free(msg);
+    if (pu)
+        th_progress_update_destroy(pu);
+    if (fin) {
+        th_out_spare_put(&fin->out); /* the next call's output block */
+        if (fin->out.data || fin->err.data || fin->meta.data || fin->message)
+            th_result_copy_destroy(fin); /* (usually nothing left) */
+    }
+}
+
 /* With c->mu held: delivers every pending slot (ack, then progress, then
  * the final result) unless another thread is delivering, in which case that
  * thread will pick them up.  Callbacks run with mu released; returns with
@@ -446,45 +515,12 @@ static bool deliver(th_mcall *c, bool own)
         bool owed = false; /* counted in the session's finals_owed */
         ev.call_id = c->base.pub.call_id;
         if (c->pend_ack) { /* set by a running call: x exists */
-            memset(&r, 0, sizeof r);
-            c->pend_ack = false;
-            msg = x->ack_msg;
-            x->ack_msg = NULL;
-            r.kind = TH_RESULT_RUNNING;
-            r.message = msg ? msg : "task started";
-            r.task_id = c->base.pub.call_id;
-            r.ack_has_fraction = x->ack_frac >= 0;
-            r.ack_fraction = x->ack_frac;
-            ev.kind = TH_EV_RESULT;
-            ev.task_id = r.task_id;
-            ev.result = &r;
+            msg = ack_event(c, x, &ev, &r);
         } else if (x && x->prog.pending && th_progress_take(&x->prog, &pu)) {
             have_pu = true;
             th_progress_event(&pu, c->base.pub.call_id, &ev);
         } else if (c->pend_final) {
-            c->pend_final = false;
-            owed = c->final_owed;
-            c->final_owed = false;
-            if (x) {
-                /* Viewed in place: x->final is written once, by the
-                 * answer (answer_locked, before pend_final was set), and
-                 * read after that only by this deliverer (at most one at
-                 * a time, and pend_final is taken once) and by call_free
-                 * after the last reference, which this thread's caller
-                 * holds: no copy, and its buffers are freed below
-                 * without the lock. */
-                fin = &x->final;
-                result_view(fin, &r); /* sets every member of r */
-            } else {
-                /* answered without memory for its x: the error alone */
-                memset(&r, 0, sizeof r);
-                r.kind = TH_RESULT_ERROR;
-                r.error = c->fin_oom;
-                r.message = th_strerror(c->fin_oom);
-            }
-            ev.kind = c->acked ? TH_EV_DONE : TH_EV_RESULT;
-            ev.task_id = c->acked ? c->base.pub.call_id : 0;
-            ev.result = &r;
+            fin = final_event(c, x, &ev, &r, &owed);
         } else {
             break;
         }
@@ -498,15 +534,7 @@ static bool deliver(th_mcall *c, bool own)
             fn(&ev, ud);
         if (owed)
             owed_paid(c->s); /* the session's last callback for it returned */
-        if (msg)
-            free(msg);
-        if (have_pu)
-            th_progress_update_destroy(&pu);
-        if (fin) {
-            th_out_spare_put(&fin->out); /* the next call's output block */
-            if (fin->out.data || fin->err.data || fin->meta.data || fin->message)
-                th_result_copy_destroy(fin); /* (usually nothing left) */
-        }
+        delivered_free(msg, have_pu ? &pu : NULL, fin);
         if (own && fin) {
             /* answered and delivered: out of the call slot now (see
              * above); seen there, the delivery ends under mu.  Armed
@@ -822,6 +850,42 @@ static size_t info_bound(const th_out_info *i)
            (i->note ? strlen(i->note) : 0);
 }
 
+/* build_meta: the tool's own meta map, its "toolhost" key dropped. */
+static int pack_tool_meta(msgpack_packer *pk, const msgpack_object_map *m)
+{
+    int rc = 0;
+    for (uint32_t i = 0; i < m->size && rc == 0; i++) {
+        if (is_toolhost_key(&m->ptr[i].key))
+            continue;
+        rc = msgpack_pack_object(pk, m->ptr[i].key);
+        if (rc == 0)
+            rc = msgpack_pack_object(pk, m->ptr[i].val);
+    }
+    return rc;
+}
+
+/* build_meta: "toolhost": {"output": {...}, "content": [...]}, each part
+ * present when there is something to say (so/se: the streams' info, bl:
+ * the blocks write_block() added, docs/protocol.md). */
+static int pack_toolhost_meta(msgpack_packer *pk, const th_out_info *so,
+                              const th_out_info *se, const th_content *bl)
+{
+    int rc = msgpack_pack_str_with_body(pk, "toolhost", 8);
+    if (rc == 0)
+        rc = msgpack_pack_map(pk, (so || se) + !!bl);
+    if (rc == 0 && (so || se)) {
+        rc = msgpack_pack_str_with_body(pk, "output", 6);
+        if (rc == 0)
+            rc = th_out_pack_info(pk, so, se);
+    }
+    if (rc == 0 && bl) {
+        rc = msgpack_pack_str_with_body(pk, "content", 7);
+        if (rc == 0)
+            rc = th_content_pack(bl, pk);
+    }
+    return rc;
+}
+
 /* meta = the tool's own map (its "toolhost" key dropped) + "toolhost":
  * {"output": {...}} when a stream was cut or spilled or the caller asked
  * (docs/limits.md); nothing at all when there is nothing to say.  The
@@ -866,31 +930,10 @@ static int build_meta(th_mcall *c, const th_out_info *oi, const th_out_info *ei,
     msgpack_packer pk;
     msgpack_packer_init(&pk, dst, th_buf_msgpack_write);
     int rc = msgpack_pack_map(&pk, keep + (say ? 1 : 0));
-    if (m)
-        for (uint32_t i = 0; i < m->size && rc == 0; i++) {
-            if (is_toolhost_key(&m->ptr[i].key))
-                continue;
-            rc = msgpack_pack_object(&pk, m->ptr[i].key);
-            if (rc == 0)
-                rc = msgpack_pack_object(&pk, m->ptr[i].val);
-        }
-    if (say) {
-        if (rc == 0)
-            rc = msgpack_pack_str_with_body(&pk, "toolhost", 8);
-        if (rc == 0)
-            rc = msgpack_pack_map(&pk, (so || se) + !!bl);
-        if (rc == 0 && (so || se)) {
-            rc = msgpack_pack_str_with_body(&pk, "output", 6);
-            if (rc == 0)
-                rc = th_out_pack_info(&pk, so, se);
-        }
-        /* the blocks write_block() added (docs/protocol.md) */
-        if (rc == 0 && bl) {
-            rc = msgpack_pack_str_with_body(&pk, "content", 7);
-            if (rc == 0)
-                rc = th_content_pack(bl, &pk);
-        }
-    }
+    if (m && rc == 0)
+        rc = pack_tool_meta(&pk, m);
+    if (say && rc == 0)
+        rc = pack_toolhost_meta(&pk, so, se, bl);
     msgpack_unpacked_destroy(&u);
     return rc ? TH_ENOMEM : 0;
 }
@@ -1109,23 +1152,18 @@ static int x_open(th_mcall *c)
     return 0;
 }
 
-void th_mcall_run(th_mcall *c)
+/* The run's start (th_mcall_run): the execution's state opened, then the
+ * phase swapped to RUNNING.  False when the call does not run: it was
+ * answered and its reference dropped here. */
+static bool run_begin(th_mcall *c)
 {
-    if (c->prep) {
-        /* A pool worker runs the stages that call plugin code (the
-         * plugin's argument check and permission question) for a caller
-         * that must not wait for them; they submit the call again. */
-        c->prep = false;
-        th_call_prepare(c);
-        return;
-    }
     if (x_open(c) != 0) {
         if (c->islot)
             (void)th_mgr_islot_clear(c->h, c); /* armed or not: disarmed */
         th_call_answer_error(c, TH_ENOMEM, "out of memory");
         th_mcall_exec_end(c, TOOLHOST_FAILED, false);
         th_mcall_unref(c);
-        return;
+        return false;
     }
     /* The run's start, without the call's lock: one compare-and-swap of
      * the phase, NEW (inline) or QUEUED (a worker's) -> RUNNING.  An
@@ -1148,8 +1186,16 @@ void th_mcall_run(th_mcall *c)
             th_mgr_disarm(c->h, c);
         th_mcall_exec_end(c, TOOLHOST_FAILED, false);
         th_mcall_unref(c);
-        return;
+        return false;
     }
+    return true;
+}
+
+/* The plugin's execute() (or the mock's), on this thread, with the call
+ * as this thread's current one; returns its status.  Inlined: the hot
+ * path keeps one frame, as before the split. */
+static inline __attribute__((always_inline)) int run_execute(th_mcall *c)
+{
     th_mgr_own_add(&c->h->mgr, run, running, 1);
     th_mcall *prev = tl_cur;
     tl_cur = c;
@@ -1176,78 +1222,32 @@ void th_mcall_run(th_mcall *c)
                      : t->desc->execute(t->plugin->state, t->desc, &c->base.pub,
                                         c->args, c->args_len);
     tl_cur = prev;
-    /* An inline call in its thread's slot (manager.c): out of it now,
-     * before anyone answers it from here; `heapless` when the deadline
-     * thread never armed it. */
-    bool had_islot = c->islot != 0; /* (th_mgr_islot_clear zeroes it) */
-    /* run inline by its owner, in its call slot (c->cslot is the owner's:
-     * read only on an inline run) */
-    bool own = c->inline_run && c->cslot != 0;
-    bool heapless = had_islot && !th_mgr_islot_clear(c->h, c);
-    /* its deadline armed from its call slot (th_mgr_cslot_deadline): the
-     * deadline thread may arm it until the slot is emptied, which says
-     * whether it did (deliver, th_call_start) */
-    bool slot_dl = th_mgr_cslot_deadline(c, own);
-    pthread_mutex_lock(&c->mu);
-    c->in_execute = false;
-    c->base.pub.args_view = NULL; /* on this stack frame, or the caller's */
-    bool susp = c->suspended;
-    /* suspend() then anything but PENDING: the worker finishes the call
-     * unless complete() already did (its suspend reference is ours). */
-    bool take = susp && st != TOOLHOST_PENDING && !c->completed;
-    if (take)
-        c->completed = true;
-    /* the usual end (no suspend, ok or failed): ended now, and answered
-     * in this same turn of the lock (exec_end) */
-    bool end_now = !susp && (st == TOOLHOST_OK || st == TOOLHOST_FAILED);
-    if (end_now)
-        th_mcall_set_ended(c);
-    if (heapless || slot_dl) {
-        if (susp && st == TOOLHOST_PENDING) {
-            /* it lives on: its deadline goes to the heap now */
-            if (!c->answered)
-                th_mgr_arm(c->h, c);
-        } else {
-            c->no_heap = true; /* the answer skips the heap's lock (armed
-                                  from the call slot: disarmed when the
-                                  slot is emptied) */
-        }
+    return st;
+}
+
+/* After execute(), under c->mu: where the call's deadline lives now.
+ * Deadline armed from its thread's or its call slot (heapless, slot_dl):
+ * a call that lives on (suspended, pending) goes to the heap; any other
+ * skips the heap's lock when answered. */
+static void run_deadline_locked(th_mcall *c, bool pending)
+{
+    if (pending) {
+        /* it lives on: its deadline goes to the heap now */
+        if (!c->answered)
+            th_mgr_arm(c->h, c);
+    } else {
+        c->no_heap = true; /* the answer skips the heap's lock (armed
+                              from the call slot: disarmed when the
+                              slot is emptied) */
     }
-    /* Armed by the deadline thread while it ran but answered already (a
-     * cancel: its answer found it not yet in the heap): out of the heap
-     * now, not at its deadline. */
-    bool drop = had_islot && !heapless && c->answered;
-    /* Suspended, it outlives its inline run: out of its call slot into
-     * the session's map (closing: cancelled below, still in the slot). */
-    int enter_rc = susp && st == TOOLHOST_PENDING
-                       ? th_call_session_enter_locked(c) : 0;
-    if (c->args_borrowed && susp && st == TOOLHOST_PENDING &&
-        th_mgr_own_args(c) != 0) {
-        /* A suspended task lists its arguments (tasks.list) after the
-         * caller's buffer is gone: without memory it lists none.  (Had
-         * complete() ended it already, exec_end dropped them.) */
-        c->args = NULL;
-        c->args_len = 0;
-        c->args_borrowed = false;
-    }
-    if (end_now && (!c->has_slots || c->n_groups == 0)) {
-        /* the usual end: result and answer in this turn of the lock
-         * (th_mgr_disarm under c->mu: in the lock order; a call holding
-         * a group's slot gives it back under mgr->mu, which th_mgr_submit
-         * holds while it takes a call's mu: not here, but below) */
-        if (drop)
-            th_mgr_disarm(c->h, c);
-        exec_end(c, st, true, true, own); /* releases c->mu */
-        th_mcall_unref(c);
-        return;
-    }
-    pthread_mutex_unlock(&c->mu);
-    if (drop)
-        th_mgr_disarm(c->h, c);
-    if (enter_rc != 0)
-        th_mcall_abort(c, enter_rc == TH_ESTATE ? TH_ECANCELLED : TH_ENOMEM,
-                       "%s", enter_rc == TH_ESTATE ? "the session ended"
-                                                   : "out of memory");
+}
+
+/* After execute() and c->mu: the ends other than the usual one (a
+ * suspended call, a status execute() may not return). */
+static void run_end_unusual(th_mcall *c, int st, bool susp, bool take,
+                            bool end_now)
+{
+    const th_tool *t = c->tool;
     unsigned long long id = (unsigned long long)c->base.pub.call_id;
     if (susp && st == TOOLHOST_PENDING) {
         /* complete() finishes it (or already did). */
@@ -1273,6 +1273,84 @@ void th_mcall_run(th_mcall *c)
         th_mcall_set_error(&c->base.pub, TH_ETOOL, m);
         th_mcall_exec_end(c, TOOLHOST_FAILED, true);
     }
+}
+
+void th_mcall_run(th_mcall *c)
+{
+    if (c->prep) {
+        /* A pool worker runs the stages that call plugin code (the
+         * plugin's argument check and permission question) for a caller
+         * that must not wait for them; they submit the call again. */
+        c->prep = false;
+        th_call_prepare(c);
+        return;
+    }
+    if (!run_begin(c))
+        return;
+    int st = run_execute(c);
+    /* An inline call in its thread's slot (manager.c): out of it now,
+     * before anyone answers it from here; `heapless` when the deadline
+     * thread never armed it. */
+    bool had_islot = c->islot != 0; /* (th_mgr_islot_clear zeroes it) */
+    /* run inline by its owner, in its call slot (c->cslot is the owner's:
+     * read only on an inline run) */
+    bool own = c->inline_run && c->cslot != 0;
+    bool heapless = had_islot && !th_mgr_islot_clear(c->h, c);
+    /* its deadline armed from its call slot (th_mgr_cslot_deadline): the
+     * deadline thread may arm it until the slot is emptied, which says
+     * whether it did (deliver, th_call_start) */
+    bool slot_dl = th_mgr_cslot_deadline(c, own);
+    pthread_mutex_lock(&c->mu);
+    c->in_execute = false;
+    c->base.pub.args_view = NULL; /* on this stack frame, or the caller's */
+    bool susp = c->suspended;
+    bool pending = susp && st == TOOLHOST_PENDING;
+    /* suspend() then anything but PENDING: the worker finishes the call
+     * unless complete() already did (its suspend reference is ours). */
+    bool take = susp && st != TOOLHOST_PENDING && !c->completed;
+    if (take)
+        c->completed = true;
+    /* the usual end (no suspend, ok or failed): ended now, and answered
+     * in this same turn of the lock (exec_end) */
+    bool end_now = !susp && (st == TOOLHOST_OK || st == TOOLHOST_FAILED);
+    if (end_now)
+        th_mcall_set_ended(c);
+    if (heapless || slot_dl)
+        run_deadline_locked(c, pending);
+    /* Armed by the deadline thread while it ran but answered already (a
+     * cancel: its answer found it not yet in the heap): out of the heap
+     * now, not at its deadline. */
+    bool drop = had_islot && !heapless && c->answered;
+    /* Suspended, it outlives its inline run: out of its call slot into
+     * the session's map (closing: cancelled below, still in the slot). */
+    int enter_rc = pending ? th_call_session_enter_locked(c) : 0;
+    if (c->args_borrowed && pending && th_mgr_own_args(c) != 0) {
+        /* A suspended task lists its arguments (tasks.list) after the
+         * caller's buffer is gone: without memory it lists none.  (Had
+         * complete() ended it already, exec_end dropped them.) */
+        c->args = NULL;
+        c->args_len = 0;
+        c->args_borrowed = false;
+    }
+    if (end_now && (!c->has_slots || c->n_groups == 0)) {
+        /* the usual end: result and answer in this turn of the lock
+         * (th_mgr_disarm under c->mu: in the lock order; a call holding
+         * a group's slot gives it back under mgr->mu, which th_mgr_submit
+         * holds while it takes a call's mu: not here, but below) */
+        if (drop)
+            th_mgr_disarm(c->h, c);
+        exec_end(c, st, true, true, own); /* releases c->mu */
+        th_mcall_unref(c);
+        return;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (drop)
+        th_mgr_disarm(c->h, c);
+    if (enter_rc != 0)
+        th_mcall_abort(c, enter_rc == TH_ESTATE ? TH_ECANCELLED : TH_ENOMEM,
+                       "%s", enter_rc == TH_ESTATE ? "the session ended"
+                                                   : "out of memory");
+    run_end_unusual(c, st, susp, take, end_now);
     th_mcall_unref(c);
 }
 

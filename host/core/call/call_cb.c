@@ -630,6 +630,124 @@ void th_call_client_answer(uint64_t ask_id, int rc, const char *json,
     free(copy); /* nobody waits for it any more */
 }
 
+/* cb_ask_client: a short call on a front's own thread (it, or the inline
+ * ancestor it runs under): that thread is the one the answer would come
+ * in on (the stdio reader, the RPC loop), so it may not wait for it. */
+static bool ask_on_front(th_mcall *c)
+{
+    for (th_mcall *k = c; k;
+         k = __atomic_load_n(&k->inline_run, __ATOMIC_RELAXED)
+                 ? __atomic_load_n(&k->parent, __ATOMIC_RELAXED)
+                 : NULL)
+        if (__atomic_load_n(&k->on_front, __ATOMIC_RELAXED)) {
+            th_log_warn("tool=%s call=%llu: ask_client() refused: a short "
+                        "tool (TOOLHOST_TOOL_SHORT) runs on the front's own "
+                        "thread and cannot wait for its client; do not "
+                        "declare a tool that asks short",
+                        c->x ? c->x->tname : "?",
+                        (unsigned long long)c->base.pub.call_id);
+            return true;
+        }
+    return false;
+}
+
+/* cb_ask_client: one more ask counted; true when the call made its
+ * host.max_client_asks already (each answer is kept until the call ends:
+ * a bounded number). */
+static bool ask_over(th_mcall *c)
+{
+    pthread_mutex_lock(&c->mu);
+    uint32_t max = c->cfg ? c->cfg->host.max_client_asks : 32;
+    bool over = c->x && c->x->n_asks >= max;
+    bool first_over = over && c->x->n_asks == max; /* logged once */
+    if (c->x && c->x->n_asks <= max)
+        c->x->n_asks++;
+    pthread_mutex_unlock(&c->mu);
+    if (first_over)
+        th_log_warn("tool=%s call=%llu: ask_client() refused: the call "
+                    "made its %u asks (host.max_client_asks; later ones "
+                    "are refused without a line)",
+                    c->x->tname, (unsigned long long)c->base.pub.call_id,
+                    max);
+    return over;
+}
+
+/* cb_ask_client: the question sent through the session's front (w
+ * listed in g_asks, taken out here), then the wait until it is answered
+ * or the call cancelled.  The front's result (0: sent). */
+static int ask_send_wait(th_mcall *c, th_session *s, ask_wait *w, int kind,
+                         const char *request, size_t len)
+{
+    pthread_cond_init(&w->cv, NULL);
+    pthread_mutex_lock(&g_ask_mu);
+    w->id = ++g_ask_next;
+    w->next = g_asks;
+    g_asks = w;
+    pthread_mutex_unlock(&g_ask_mu);
+    /* the front op, as log_call's: not once the session is closing */
+    pthread_mutex_lock(&s->mu);
+    bool go = !s->closing;
+    if (go)
+        s->ops_inflight++;
+    pthread_mutex_unlock(&s->mu);
+    int sent = go ? s->ops.ask_client(s->front_ud, c->base.pub.call_id, w->id,
+                                      kind, request, len)
+                  : -1;
+    if (go) {
+        pthread_mutex_lock(&s->mu);
+        s->ops_inflight--;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+    }
+    /* until answered or cancelled (the deadline's timer cancels the call
+     * as timed out); cancellation is looked at every 50 ms (it sets a
+     * flag and wakes no one) */
+    pthread_mutex_lock(&g_ask_mu);
+    while (sent == 0 && !w->done && !cancelled(c)) {
+        int64_t step = 50000000;
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        t.tv_nsec += step;
+        t.tv_sec += t.tv_nsec / 1000000000;
+        t.tv_nsec %= 1000000000;
+        pthread_cond_timedwait(&w->cv, &g_ask_mu, &t);
+    }
+    for (ask_wait **p = &g_asks; *p; p = &(*p)->next)
+        if (*p == w) {
+            *p = w->next;
+            break;
+        }
+    pthread_mutex_unlock(&g_ask_mu);
+    pthread_cond_destroy(&w->cv);
+    return sent;
+}
+
+/* cb_ask_client: the answer's text (w->json, taken) kept with the call
+ * until it ends, where *answer points. */
+static int ask_keep(th_mcall *c, ask_wait *w, const char **answer,
+                    size_t *answer_len)
+{
+    th_ask_answer *a = malloc(sizeof *a + w->len + 1);
+    if (!a) {
+        free(w->json);
+        return TOOLHOST_ENOMEM;
+    }
+    memcpy(a->json, w->json, w->len + 1);
+    free(w->json);
+    pthread_mutex_lock(&c->mu);
+    if (c->ended || !c->x) {
+        pthread_mutex_unlock(&c->mu);
+        free(a);
+        return TOOLHOST_ESTATE;
+    }
+    a->next = c->x->answers;
+    c->x->answers = a;
+    pthread_mutex_unlock(&c->mu);
+    *answer = a->json;
+    *answer_len = w->len;
+    return w->rc;
+}
+
 static int cb_ask_client(toolhost_call *call, int kind, const char *request,
                          size_t len, const char **answer, size_t *answer_len)
 {
@@ -649,36 +767,7 @@ static int cb_ask_client(toolhost_call *call, int kind, const char *request,
         return TOOLHOST_ENOTSUP;
     if (cancelled(c))
         return TOOLHOST_ECANCELLED;
-    /* a short call on a front's own thread: that thread is the one the
-     * answer would come in on (the stdio reader, the RPC loop) */
-    for (th_mcall *k = c; k;
-         k = __atomic_load_n(&k->inline_run, __ATOMIC_RELAXED)
-                 ? __atomic_load_n(&k->parent, __ATOMIC_RELAXED)
-                 : NULL)
-        if (__atomic_load_n(&k->on_front, __ATOMIC_RELAXED)) {
-            th_log_warn("tool=%s call=%llu: ask_client() refused: a short "
-                        "tool (TOOLHOST_TOOL_SHORT) runs on the front's own "
-                        "thread and cannot wait for its client; do not "
-                        "declare a tool that asks short",
-                        c->x ? c->x->tname : "?",
-                        (unsigned long long)c->base.pub.call_id);
-            return TOOLHOST_ESTATE;
-        }
-    /* each answer is kept until the call ends: a bounded number */
-    pthread_mutex_lock(&c->mu);
-    uint32_t max = c->cfg ? c->cfg->host.max_client_asks : 32;
-    bool over = c->x && c->x->n_asks >= max;
-    bool first_over = over && c->x->n_asks == max; /* logged once */
-    if (c->x && c->x->n_asks <= max)
-        c->x->n_asks++;
-    pthread_mutex_unlock(&c->mu);
-    if (first_over)
-        th_log_warn("tool=%s call=%llu: ask_client() refused: the call "
-                    "made its %u asks (host.max_client_asks; later ones "
-                    "are refused without a line)",
-                    c->x->tname, (unsigned long long)c->base.pub.call_id,
-                    max);
-    if (over)
+    if (ask_on_front(c) || ask_over(c))
         return TOOLHOST_ESTATE;
     /* The wait lasts as long as the client takes (a person filling a
      * form: minutes): a worker waiting for it is lent and a replacement
@@ -693,72 +782,13 @@ static int cb_ask_client(toolhost_call *call, int kind, const char *request,
         return TOOLHOST_ESTATE;
     }
     ask_wait w = {.rc = TOOLHOST_ECANCELLED};
-    pthread_cond_init(&w.cv, NULL);
-    pthread_mutex_lock(&g_ask_mu);
-    w.id = ++g_ask_next;
-    w.next = g_asks;
-    g_asks = &w;
-    pthread_mutex_unlock(&g_ask_mu);
-    /* the front op, as log_call's: not once the session is closing */
-    pthread_mutex_lock(&s->mu);
-    bool go = !s->closing;
-    if (go)
-        s->ops_inflight++;
-    pthread_mutex_unlock(&s->mu);
-    int sent = go ? s->ops.ask_client(s->front_ud, c->base.pub.call_id, w.id,
-                                      kind, request, len)
-                  : -1;
-    if (go) {
-        pthread_mutex_lock(&s->mu);
-        s->ops_inflight--;
-        pthread_cond_broadcast(&s->cv);
-        pthread_mutex_unlock(&s->mu);
-    }
-    /* until answered or cancelled (the deadline's timer cancels the call
-     * as timed out); cancellation is looked at every 50 ms (it sets a
-     * flag and wakes no one) */
-    pthread_mutex_lock(&g_ask_mu);
-    while (sent == 0 && !w.done && !cancelled(c)) {
-        int64_t step = 50000000;
-        struct timespec t;
-        clock_gettime(CLOCK_REALTIME, &t);
-        t.tv_nsec += step;
-        t.tv_sec += t.tv_nsec / 1000000000;
-        t.tv_nsec %= 1000000000;
-        pthread_cond_timedwait(&w.cv, &g_ask_mu, &t);
-    }
-    for (ask_wait **p = &g_asks; *p; p = &(*p)->next)
-        if (*p == &w) {
-            *p = w.next;
-            break;
-        }
-    pthread_mutex_unlock(&g_ask_mu);
-    pthread_cond_destroy(&w.cv);
-    if (sent != 0)
+    if (ask_send_wait(c, s, &w, kind, request, len) != 0)
         return TOOLHOST_ENOTSUP;
     if (!w.done)
         return TOOLHOST_ECANCELLED;
     if (!w.json)
         return w.rc == 0 ? TOOLHOST_ENOMEM : w.rc;
-    th_ask_answer *a = malloc(sizeof *a + w.len + 1);
-    if (!a) {
-        free(w.json);
-        return TOOLHOST_ENOMEM;
-    }
-    memcpy(a->json, w.json, w.len + 1);
-    free(w.json);
-    pthread_mutex_lock(&c->mu);
-    if (c->ended || !c->x) {
-        pthread_mutex_unlock(&c->mu);
-        free(a);
-        return TOOLHOST_ESTATE;
-    }
-    a->next = c->x->answers;
-    c->x->answers = a;
-    pthread_mutex_unlock(&c->mu);
-    *answer = a->json;
-    *answer_len = w.len;
-    return w.rc;
+    return ask_keep(c, &w, answer, answer_len);
 }
 
 const th_call_vtbl th_mcall_vtbl = {

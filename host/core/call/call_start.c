@@ -302,6 +302,43 @@ static int stage_lookup(th_session *s, const char *name, uint64_t id,
 
 /* ---- 2. The call record ---------------------------------------------------- */
 
+/* stage_record: the new call published where others find it.  A call
+ * that runs inline here with nothing of the pool to take is published in
+ * this thread's call slot, not the session's map (no lock); th_call_start
+ * takes it out.  Closing: the seq_cst pair with th_session_close (it sets
+ * closing, then looks at the slots; we filled the slot, then read
+ * closing) means one of us sees the other.  Returns as stage_record. */
+static int record_publish(th_host *h, th_session *s, th_mcall *c,
+                          th_mcall **out)
+{
+    /* The slot's reference (dropped when it is cleared) counted before
+     * the slot's compare-and-swap publishes c: no one else sees c yet,
+     * so plain stores, no locked increment. */
+    atomic_store_explicit(&c->refs, 2, memory_order_relaxed);
+    if (th_mgr_cslot_put(h, c)) {
+        *out = c;
+        if (__atomic_load_n(&s->closing, __ATOMIC_SEQ_CST)) {
+            /* The close may have found it in the slot already: answered
+             * as the close answers its calls (fn gets one answer,
+             * whoever gives it). */
+            th_mcall_never_run(c, TH_ECANCELLED, "the session ended");
+            return 1;
+        }
+        return 0;
+    }
+    atomic_store_explicit(&c->refs, 1, memory_order_relaxed); /* not published */
+    pthread_mutex_lock(&s->mu);
+    int rc = th_call_session_put_locked(c);
+    pthread_mutex_unlock(&s->mu);
+    if (rc != 0) {
+        c->fn = NULL;
+        th_mcall_unref(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
 /* Makes the call object from the plan (whose references it takes, also on
  * failure) and registers it in its session (its map, or this thread's
  * call slot: then *out keeps the slot's reference, and 1 says the call
@@ -381,40 +418,36 @@ static int stage_record(th_session *s, call_plan *p, const uint8_t *args,
     else
         atomic_fetch_add(&h->live_calls, 1);
 
-    /* A call that runs inline here with nothing of the pool to take is
-     * published in this thread's call slot, not the session's map (no
-     * lock); th_call_start takes it out.  Closing: the seq_cst pair with
-     * th_session_close (it sets closing, then looks at the slots; we
-     * filled the slot, then read closing) means one of us sees the other. */
-    /* The slot's reference (dropped when it is cleared) counted before
-     * the slot's compare-and-swap publishes c: no one else sees c yet,
-     * so plain stores, no locked increment. */
-    atomic_store_explicit(&c->refs, 2, memory_order_relaxed);
-    if (th_mgr_cslot_put(h, c)) {
-        *out = c;
-        if (__atomic_load_n(&s->closing, __ATOMIC_SEQ_CST)) {
-            /* The close may have found it in the slot already: answered
-             * as the close answers its calls (fn gets one answer,
-             * whoever gives it). */
-            th_mcall_never_run(c, TH_ECANCELLED, "the session ended");
-            return 1;
-        }
-        return 0;
-    }
-    atomic_store_explicit(&c->refs, 1, memory_order_relaxed); /* not published */
-    pthread_mutex_lock(&s->mu);
-    int rc = th_call_session_put_locked(c);
-    pthread_mutex_unlock(&s->mu);
-    if (rc != 0) {
-        c->fn = NULL;
-        th_mcall_unref(c);
-        return rc;
-    }
-    *out = c;
-    return 0;
+    return record_publish(h, s, c, out);
 }
 
 /* ---- 3. Arguments ------------------------------------------------------------ */
+
+/* stage_args, a tool whose duplicates are confirmed: the host's own
+ * parameter confirm_duplicate taken out of (*a, *al) into stripped
+ * (then *a, *al point there) and into c->confirm.  0, or the call is
+ * answered and its execution reference dropped (nonzero). */
+static int args_strip_confirm(th_mcall *c, th_buf *stripped,
+                              const uint8_t **a, size_t *al)
+{
+    char e[160];
+    bool confirm = false, found = false;
+    int rc = strip_confirm(*a, *al, stripped, &confirm, &found, e, sizeof e);
+    if (rc != 0) {
+        th_buf_destroy(stripped);
+        char m[400];
+        snprintf(m, sizeof m, "Error parsing arguments for %s: %s",
+                 c->tool->name, e);
+        th_mcall_never_run(c, rc, rc == TH_ENOMEM ? "out of memory" : m);
+        return -1;
+    }
+    c->confirm = confirm;
+    if (found) {
+        *a = stripped->data;
+        *al = stripped->len;
+    }
+    return 0;
+}
 
 /* Validates (raw, raw_len) — c->args, or the caller's buffer — into
  * c->args.  With `borrow` (raw is the caller's buffer, and the caller is
@@ -432,23 +465,8 @@ static int stage_args(th_mcall *c, const uint8_t *raw, size_t raw_len,
     th_buf stripped = TH_BUF_INIT;
     const uint8_t *a = raw;
     size_t al = raw_len;
-    if (pol == TH_DUP_CONFIRM) {
-        char e[160];
-        bool confirm = false, found = false;
-        int rc = strip_confirm(a, al, &stripped, &confirm, &found, e, sizeof e);
-        if (rc != 0) {
-            th_buf_destroy(&stripped);
-            char m[400];
-            snprintf(m, sizeof m, "Error parsing arguments for %s: %s", t->name, e);
-            th_mcall_never_run(c, rc, rc == TH_ENOMEM ? "out of memory" : m);
-            return -1;
-        }
-        c->confirm = confirm;
-        if (found) {
-            a = stripped.data;
-            al = stripped.len;
-        }
-    }
+    if (pol == TH_DUP_CONFIRM && args_strip_confirm(c, &stripped, &a, &al) != 0)
+        return -1;
 
     /* Validation: the one place. */
     th_buf vb = TH_BUF_INIT;

@@ -732,126 +732,102 @@ th_mcall *th_mgr_session_call(th_session *s, uint64_t id)
     return c;
 }
 
-void th_mgr_submit(th_mcall *c)
+/* th_mgr_submit: the call runs on this thread now (inline).  Inlined
+ * into each caller, as the three lines were before. */
+static inline __attribute__((always_inline)) void run_inline(th_mgr *m,
+                                                             th_mcall *c)
 {
-    th_host *h = c->h;
-    th_mgr *m = &h->mgr;
-    /* c->timeout_ms: set when the call was recorded (call_start.c).  A
-     * release store (a seq_cst one is a locked `xchg`): the deadline
-     * thread reads it only after the call is published to it, by
-     * islot_put's compare-and-swap or th_mgr_arm's tmu, both after this
-     * store; another thread's relaxed read (call_cb.c) needs no order. */
-    if (c->timeout_ms > 0)
-        atomic_store_explicit(&c->deadline_ns,
-                              c->start_ns + c->timeout_ms * 1000000,
-                              memory_order_release);
+    th_mgr_own_add(m, inl, inline_calls, 1);
+    c->inline_run = true;
+    m->ops->run(c);
+}
 
-    th_mcall *cur = m->ops->current();
-    bool nested = c->may_block && cur != NULL;
-    bool try_inline = c->may_block &&
-                      (nested || (!c->is_async && !has_delays(c->mock)));
-    /* (a call in a call slot was found quick when it was recorded, by
-     * the same test on the same call; unless the host stops meanwhile it
-     * is: then it is answered `busy` below, on this thread, but a nested
-     * one runs all the same, as the nested path below would run it.  A
-     * call the front allowed (th_permission_answer) may still be in its
-     * owner's slot, but no longer may block: it goes to a worker, and
-     * c->cslot, its owner's, is not read from the answering thread) */
-    bool quick = c->may_block && (c->cslot || quick_call(c)) &&
-                 (nested || !__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE));
-    /* An inline call with a timeout long enough enters its thread's slot;
-     * the deadline thread arms it if it runs past TH_ISLOT_SCAN_NS. */
-    /* One in its call slot has it there already (th_mgr_cslot_deadline:
-     * the deadline thread's scan arms it from the call slot). */
-    if (c->timeout_ms > 0 && quick && th_mgr_cslot_deadline(c, c->cslot != 0))
+/* th_mgr_submit: where the deadline of a call with a timeout is kept.  An
+ * inline call with a timeout long enough enters its thread's slot; the
+ * deadline thread arms it if it runs past TH_ISLOT_SCAN_NS.  One in its
+ * call slot has it there already (th_mgr_cslot_deadline: the deadline
+ * thread's scan arms it from the call slot). */
+static void submit_deadline(th_host *h, th_mgr *m, th_mcall *c, bool quick)
+{
+    if (quick && th_mgr_cslot_deadline(c, c->cslot != 0))
         islot_wake(m, c);
-    else if (c->timeout_ms > 0 &&
-             !(quick && c->timeout_ms >= TH_ISLOT_MIN_TIMEOUT_MS &&
+    else if (!(quick && c->timeout_ms >= TH_ISLOT_MIN_TIMEOUT_MS &&
                islot_put(m, c)))
         th_mgr_arm(h, c);
-    /* A queued call outlives th_call_start: it needs its own arguments. */
-    if (!try_inline && th_mgr_own_args(c) != 0) {
-        m->ops->never_run(c, TH_ENOMEM, "out of memory");
-        return;
+}
+
+/* submit_nested_locked: the groups a nested call must take itself (in
+ * take[], *n_take of them: those no ancestor holds); the refusal when it
+ * would wait for a one-slot group its own ancestor holds, else NULL. */
+static const char *nested_groups(th_mcall *c, th_group **take, int *n_take)
+{
+    *n_take = 0;
+    for (int i = 0; i < c->n_groups; i++) {
+        th_group *g = c->groups[i];
+        bool held = false;
+        for (th_mcall *p = c->parent; p && !held; p = p->parent)
+            for (int k = 0; p->has_slots && k < p->n_groups; k++)
+                held = held || p->groups[k] == g;
+        if (!held) {
+            take[(*n_take)++] = g;
+            continue;
+        }
+        if (g->limit == 1 && g->kind != TH_GROUP_TOOLSET)
+            return g->kind == TH_GROUP_SERIAL
+                       ? "serial tool called from its own call: refused"
+                   : g->kind == TH_GROUP_PLUGIN
+                       ? "tool of a serial plugin called from a call of "
+                         "the same plugin: refused"
+                       : "tool with max_concurrency 1 called from its "
+                         "own call: refused";
     }
-    if (quick) {
-        /* No concurrency limit applies: nothing of the pool to take, so
-         * not its lock either (the common inline call). */
-        c->n_groups = 0;
-        c->has_slots = false;
-        th_mgr_own_add(m, inl, inline_calls, 1);
-        c->inline_run = true;
-        m->ops->run(c);
-        return;
-    }
-    pthread_mutex_lock(&m->mu);
-    groups_of(h, c);
-    if (try_inline && nested) {
-        /* A call made by a running call on its own thread: run it here so
-         * the pool can never deadlock (one worker running code that calls
-         * tools).  A group an ancestor holds (its toolset's
-         * max_concurrency) lends the ancestor's slot; the tool's own limits
-         * (serial, tool_overrides max_concurrency) are waited for, until
-         * the call's deadline or cancellation; a tool calling itself
-         * through a one-slot group is refused. */
-        th_group *take[4];
-        int n_take = 0;
-        for (int i = 0; i < c->n_groups; i++) {
-            th_group *g = c->groups[i];
-            bool held = false;
-            for (th_mcall *p = c->parent; p && !held; p = p->parent)
-                for (int k = 0; p->has_slots && k < p->n_groups; k++)
-                    held = held || p->groups[k] == g;
-            if (!held) {
-                take[n_take++] = g;
-                continue;
-            }
-            if (g->limit == 1 && g->kind != TH_GROUP_TOOLSET) {
-                pthread_mutex_unlock(&m->mu);
-                m->ops->never_run(c, TH_EBUSY,
-                                   g->kind == TH_GROUP_SERIAL
-                                       ? "serial tool called from its own call: refused"
-                                   : g->kind == TH_GROUP_PLUGIN
-                                       ? "tool of a serial plugin called from a call of "
-                                         "the same plugin: refused"
-                                       : "tool with max_concurrency 1 called from its "
-                                         "own call: refused");
-                return;
-            }
-        }
-        for (;;) {
-            th_group *full = NULL;
-            for (int i = 0; i < n_take && !full; i++)
-                if (take[i]->limit && take[i]->running >= take[i]->limit)
-                    full = take[i];
-            if (!full || atomic_load(&c->abort_code) != 0)
-                break;
-            /* woken by th_mgr_release; the slices notice an abort
-             * (deadline, cancel) that releases nothing */
-            struct timespec ts;
-            th_deadline_rt(&ts, 20);
-            pthread_cond_timedwait(&m->slot_cv, &m->mu, &ts);
-        }
-        c->n_groups = 0;
-        if (atomic_load(&c->abort_code) == 0) {
-            for (int i = 0; i < n_take; i++)
-                c->groups[c->n_groups++] = take[i];
-            take_slots(c); /* has_slots: released by th_mgr_release */
-        }
+    return NULL;
+}
+
+/* With m->mu held (released here): a call made by a running call on its
+ * own thread: run it here so the pool can never deadlock (one worker
+ * running code that calls tools).  A group an ancestor holds (its
+ * toolset's max_concurrency) lends the ancestor's slot; the tool's own
+ * limits (serial, tool_overrides max_concurrency) are waited for, until
+ * the call's deadline or cancellation; a tool calling itself through a
+ * one-slot group is refused. */
+static void submit_nested_locked(th_mgr *m, th_mcall *c)
+{
+    th_group *take[4];
+    int n_take;
+    const char *refused = nested_groups(c, take, &n_take);
+    if (refused) {
         pthread_mutex_unlock(&m->mu);
-        th_mgr_own_add(m, inl, inline_calls, 1);
-        c->inline_run = true;
-        m->ops->run(c);
+        m->ops->never_run(c, TH_EBUSY, refused);
         return;
     }
-    if (try_inline && !group_full(c) && !m->stop) {
-        take_slots(c);
-        pthread_mutex_unlock(&m->mu);
-        th_mgr_own_add(m, inl, inline_calls, 1);
-        c->inline_run = true;
-        m->ops->run(c);
-        return;
+    for (;;) {
+        th_group *full = NULL;
+        for (int i = 0; i < n_take && !full; i++)
+            if (take[i]->limit && take[i]->running >= take[i]->limit)
+                full = take[i];
+        if (!full || atomic_load(&c->abort_code) != 0)
+            break;
+        /* woken by th_mgr_release; the slices notice an abort
+         * (deadline, cancel) that releases nothing */
+        struct timespec ts;
+        th_deadline_rt(&ts, 20);
+        pthread_cond_timedwait(&m->slot_cv, &m->mu, &ts);
     }
+    c->n_groups = 0;
+    if (atomic_load(&c->abort_code) == 0) {
+        for (int i = 0; i < n_take; i++)
+            c->groups[c->n_groups++] = take[i];
+        take_slots(c); /* has_slots: released by th_mgr_release */
+    }
+    pthread_mutex_unlock(&m->mu);
+    run_inline(m, c);
+}
+
+/* With m->mu held (released here): the call waits in the pool's queue,
+ * or is answered `busy`, or (aborted before it got here) ends unrun. */
+static void submit_queue_locked(th_mgr *m, th_mcall *c)
+{
     if (c->args_borrowed) {
         /* meant to run inline, but its group is full: it waits queued */
         pthread_mutex_unlock(&m->mu);
@@ -880,6 +856,63 @@ void th_mgr_submit(th_mcall *c)
     pthread_mutex_unlock(&c->mu);
     enqueue_locked(m, c, c->is_async ? 1 : 0);
     pthread_mutex_unlock(&m->mu);
+}
+
+void th_mgr_submit(th_mcall *c)
+{
+    th_host *h = c->h;
+    th_mgr *m = &h->mgr;
+    /* c->timeout_ms: set when the call was recorded (call_start.c).  A
+     * release store (a seq_cst one is a locked `xchg`): the deadline
+     * thread reads it only after the call is published to it, by
+     * islot_put's compare-and-swap or th_mgr_arm's tmu, both after this
+     * store; another thread's relaxed read (call_cb.c) needs no order. */
+    if (c->timeout_ms > 0)
+        atomic_store_explicit(&c->deadline_ns,
+                              c->start_ns + c->timeout_ms * 1000000,
+                              memory_order_release);
+
+    th_mcall *cur = m->ops->current();
+    bool nested = c->may_block && cur != NULL;
+    bool try_inline = c->may_block &&
+                      (nested || (!c->is_async && !has_delays(c->mock)));
+    /* (a call in a call slot was found quick when it was recorded, by
+     * the same test on the same call; unless the host stops meanwhile it
+     * is: then it is answered `busy` below, on this thread, but a nested
+     * one runs all the same, as the nested path below would run it.  A
+     * call the front allowed (th_permission_answer) may still be in its
+     * owner's slot, but no longer may block: it goes to a worker, and
+     * c->cslot, its owner's, is not read from the answering thread) */
+    bool quick = c->may_block && (c->cslot || quick_call(c)) &&
+                 (nested || !__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE));
+    if (c->timeout_ms > 0)
+        submit_deadline(h, m, c, quick);
+    /* A queued call outlives th_call_start: it needs its own arguments. */
+    if (!try_inline && th_mgr_own_args(c) != 0) {
+        m->ops->never_run(c, TH_ENOMEM, "out of memory");
+        return;
+    }
+    if (quick) {
+        /* No concurrency limit applies: nothing of the pool to take, so
+         * not its lock either (the common inline call). */
+        c->n_groups = 0;
+        c->has_slots = false;
+        run_inline(m, c);
+        return;
+    }
+    pthread_mutex_lock(&m->mu);
+    groups_of(h, c);
+    if (try_inline && nested) {
+        submit_nested_locked(m, c);
+        return;
+    }
+    if (try_inline && !group_full(c) && !m->stop) {
+        take_slots(c);
+        pthread_mutex_unlock(&m->mu);
+        run_inline(m, c);
+        return;
+    }
+    submit_queue_locked(m, c);
 }
 
 /* ---- Deadline heap ------------------------------------------------------------- */

@@ -409,190 +409,233 @@ static void join(char *buf, size_t cap, const char *where, const char *name)
     buf[n + m] = '\0';
 }
 
-int th_plugin_file_open(const char *path, const char *shown, bool check,
-                        int *fd_out, th_error *err)
+/* th_plugin_file_open without the check: the file opened as it is. */
+static int open_unchecked(const char *path, const char *shown, int *fd_out,
+                          th_error *err)
 {
-    *fd_out = -1;
-    if (!shown)
-        shown = path;
     struct stat st;
-    if (!check) {
-        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-        if (fd < 0)
-            return th_error_set(err, TH_ELOAD, "%s: cannot open: %s", shown,
-                                strerror(errno));
-        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-            close(fd);
-            return th_error_set(err, TH_ELOAD, "%s: cannot open: not a "
-                                "regular file", shown);
-        }
-        *fd_out = fd;
-        return 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return th_error_set(err, TH_ELOAD, "%s: cannot open: %s", shown,
+                            strerror(errno));
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return th_error_set(err, TH_ELOAD, "%s: cannot open: not a "
+                            "regular file", shown);
     }
-    walk *w = calloc(1, sizeof *w);
-    if (!w)
-        return th_error_set(err, TH_ENOMEM, "%s: out of memory", shown);
-    w->shown = shown;
-    w->dir = -1;
-    int rc = 0, fd = -1;
+    *fd_out = fd;
+    return 0;
+}
+
+/* The walk's path (absolute: the current folder before a relative one)
+ * in w->todo, and the walk at /. */
+static int walk_start(walk *w, const char *path, th_error *err)
+{
     if (path[0] == '/') {
         snprintf(w->todo, sizeof w->todo, "%s", path);
     } else {
         char cwd[PATH_MAX];
-        if (!getcwd(cwd, sizeof cwd)) {
-            rc = th_error_set(err, TH_ELOAD, "%s: cannot open: the current "
-                              "folder: %s", shown, strerror(errno));
-            goto out;
-        }
+        if (!getcwd(cwd, sizeof cwd))
+            return th_error_set(err, TH_ELOAD, "%s: cannot open: the current "
+                                "folder: %s", w->shown, strerror(errno));
         join(w->todo, sizeof w->todo, cwd, path);
     }
-    if (strlen(w->todo) >= PATH_MAX) {
-        rc = th_error_set(err, TH_ELOAD, "%s: cannot open: %s", shown,
-                          strerror(ENAMETOOLONG));
-        goto out;
+    if (strlen(w->todo) >= PATH_MAX)
+        return th_error_set(err, TH_ELOAD, "%s: cannot open: %s", w->shown,
+                            strerror(ENAMETOOLONG));
+    return walk_root(w, err);
+}
+
+/* The walk's next name at *p into name (*p moved past it and the
+ * slashes after it; *last: nothing follows). */
+static int walk_name(walk *w, char **p, char name[NAME_MAX + 1], bool *last,
+                     th_error *err)
+{
+    char *q = *p;
+    while (*q == '/')
+        q++;
+    if (!*q)
+        return th_error_set(err, TH_ELOAD, "%s: cannot open: %s", w->shown,
+                            strerror(EISDIR));
+    size_t len = strcspn(q, "/");
+    if (len > NAME_MAX)
+        return th_error_set(err, TH_ELOAD, "%s: cannot open: %s", w->shown,
+                            strerror(ENAMETOOLONG));
+    memcpy(name, q, len);
+    name[len] = '\0';
+    q += len;
+    while (*q == '/')
+        q++;
+    *last = *q == '\0';
+    *p = q;
+    return 0;
+}
+
+/* The path the walk reaches through name (for messages and the next
+ * folder's own): ".." is the folder above. */
+static void walk_next(const walk *w, const char *name, char next[PATH_MAX])
+{
+    if (strcmp(name, "..") == 0) {
+        snprintf(next, PATH_MAX, "%s", w->where);
+        char *slash = strrchr(next, '/');
+        if (slash == next)
+            slash[1] = '\0';
+        else if (slash)
+            *slash = '\0';
+    } else {
+        join(next, PATH_MAX, w->where, name);
     }
-    if ((rc = walk_root(w, err)))
-        goto out;
+}
+
+/* A symlink met on the walk (c: opened O_PATH, closed here; st its
+ * stat): its target takes its place in w->todo, *p at its start. */
+static int walk_link(walk *w, int c, const struct stat *st, const char *next,
+                     char **p, th_error *err)
+{
+    /* Its folder was checked when the walk entered it; the link
+     * itself must be ours or root's (in a sticky folder anyone
+     * may own one). */
+    if (st->st_uid != 0 && st->st_uid != geteuid()) {
+        close(c);
+        return th_error_set(err, TH_ELOAD,
+                            "%s: refused: the symlink %s belongs to "
+                            "another user (uid %u), who could point it "
+                            "at other code; give it to root or to uid "
+                            "%u, or set 'allow_insecure: true' for this "
+                            "plugin",
+                            w->shown, next, (unsigned)st->st_uid,
+                            (unsigned)geteuid());
+    }
+    if (++w->links > MAX_LINKS) {
+        close(c);
+        return th_error_set(err, TH_ELOAD, "%s: cannot open: %s", w->shown,
+                            strerror(ELOOP));
+    }
+    char target[PATH_MAX];
+    ssize_t n = readlinkat(c, "", target, sizeof target - 1);
+    int e = errno;
+    close(c);
+    if (n <= 0 || (size_t)n >= sizeof target - 1)
+        return th_error_set(err, TH_ELOAD, "%s: cannot read the symlink "
+                            "%s: %s", w->shown, next,
+                            strerror(n < 0 ? e : ENAMETOOLONG));
+    /* target, then what is left of the path (*p, inside w->todo) */
+    size_t rl = strlen(*p), sl = **p ? 1 : 0;
+    if ((size_t)n + sl + rl >= PATH_MAX)
+        return th_error_set(err, TH_ELOAD, "%s: cannot open: %s", w->shown,
+                            strerror(ENAMETOOLONG));
+    char rest[PATH_MAX];
+    memcpy(rest, target, (size_t)n);
+    if (sl)
+        rest[n] = '/';
+    memcpy(rest + n + sl, *p, rl + 1);
+    memcpy(w->todo, rest, (size_t)n + sl + rl + 1);
+    *p = w->todo;
+    if (target[0] == '/')
+        return walk_root(w, err);
+    return 0;
+}
+
+/* The walk's last name, not a folder nor a link (st: its stat, taken
+ * O_PATH): a regular file whose owner and mode are checked, opened, and
+ * compared with what was checked. */
+static int walk_open_file(walk *w, const char *name, const char *next,
+                          const struct stat *st, int *fd_out, th_error *err)
+{
+    if (!S_ISREG(st->st_mode))
+        return th_error_set(err, TH_ELOAD, "%s: cannot open: not a regular "
+                            "file", w->shown);
+    int rc = check_owner_mode(w->shown, "file", next, st, err);
+    if (rc)
+        return rc;
+    /* The folder is one only root or we may change: the name still
+     * means the file just checked; compare to be sure. */
+    int fd = openat(w->dir, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    struct stat st2;
+    if (fd < 0 || fstat(fd, &st2) != 0) {
+        rc = th_error_set(err, TH_ELOAD, "%s: cannot open: %s", w->shown,
+                          strerror(errno));
+    } else if (st2.st_dev != st->st_dev || st2.st_ino != st->st_ino) {
+        rc = th_error_set(err, TH_ELOAD, "%s: refused: the file %s was "
+                          "replaced while it was checked", w->shown, next);
+    } else {
+        *fd_out = fd;
+        return 0;
+    }
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
+/* th_plugin_file_open with the check: the path walked one name at a time
+ * from /, each folder and link checked as it is entered (walk_set_dir,
+ * walk_link), the file last (walk_open_file). */
+static int open_checked(walk *w, const char *path, int *fd_out, th_error *err)
+{
+    const char *shown = w->shown;
+    int rc = walk_start(w, path, err);
+    if (rc)
+        return rc;
     char *p = w->todo;
     for (;;) {
-        while (*p == '/')
-            p++;
-        if (!*p) {
-            rc = th_error_set(err, TH_ELOAD, "%s: cannot open: %s", shown,
-                              strerror(EISDIR));
-            goto out;
-        }
         char name[NAME_MAX + 1];
-        size_t len = strcspn(p, "/");
-        if (len > NAME_MAX) {
-            rc = th_error_set(err, TH_ELOAD, "%s: cannot open: %s", shown,
-                              strerror(ENAMETOOLONG));
-            goto out;
-        }
-        memcpy(name, p, len);
-        name[len] = '\0';
-        p += len;
-        while (*p == '/')
-            p++;
-        bool last = *p == '\0';
+        bool last = false;
+        if ((rc = walk_name(w, &p, name, &last, err)))
+            return rc;
         if (strcmp(name, ".") == 0) {
-            if (last) {
-                rc = th_error_set(err, TH_ELOAD, "%s: cannot open: %s", shown,
-                                  strerror(EISDIR));
-                goto out;
-            }
+            if (last)
+                return th_error_set(err, TH_ELOAD, "%s: cannot open: %s",
+                                    shown, strerror(EISDIR));
             continue;
         }
         char next[PATH_MAX];
-        if (strcmp(name, "..") == 0) {
-            snprintf(next, sizeof next, "%s", w->where);
-            char *slash = strrchr(next, '/');
-            if (slash == next)
-                slash[1] = '\0';
-            else if (slash)
-                *slash = '\0';
-        } else {
-            join(next, sizeof next, w->where, name);
-        }
+        walk_next(w, name, next);
+        struct stat st;
         int c = openat(w->dir, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
         if (c < 0 || fstat(c, &st) != 0) {
             rc = th_error_set(err, TH_ELOAD, "%s: cannot open: %s", shown,
                               strerror(errno));
             if (c >= 0)
                 close(c);
-            goto out;
+            return rc;
         }
         if (S_ISLNK(st.st_mode)) {
-            /* Its folder was checked when the walk entered it; the link
-             * itself must be ours or root's (in a sticky folder anyone
-             * may own one). */
-            if (st.st_uid != 0 && st.st_uid != geteuid()) {
-                close(c);
-                rc = th_error_set(err, TH_ELOAD,
-                                  "%s: refused: the symlink %s belongs to "
-                                  "another user (uid %u), who could point it "
-                                  "at other code; give it to root or to uid "
-                                  "%u, or set 'allow_insecure: true' for this "
-                                  "plugin",
-                                  shown, next, (unsigned)st.st_uid,
-                                  (unsigned)geteuid());
-                goto out;
-            }
-            if (++w->links > MAX_LINKS) {
-                close(c);
-                rc = th_error_set(err, TH_ELOAD, "%s: cannot open: %s", shown,
-                                  strerror(ELOOP));
-                goto out;
-            }
-            char target[PATH_MAX];
-            ssize_t n = readlinkat(c, "", target, sizeof target - 1);
-            int e = errno;
-            close(c);
-            if (n <= 0 || (size_t)n >= sizeof target - 1) {
-                rc = th_error_set(err, TH_ELOAD, "%s: cannot read the symlink "
-                                  "%s: %s", shown, next,
-                                  strerror(n < 0 ? e : ENAMETOOLONG));
-                goto out;
-            }
-            target[n] = '\0';
-            char rest[2 * PATH_MAX];
-            snprintf(rest, sizeof rest, "%s%s%s", target, *p ? "/" : "", p);
-            if (strlen(rest) >= PATH_MAX) {
-                rc = th_error_set(err, TH_ELOAD, "%s: cannot open: %s", shown,
-                                  strerror(ENAMETOOLONG));
-                goto out;
-            }
-            memcpy(w->todo, rest, strlen(rest) + 1);
-            p = w->todo;
-            if (target[0] == '/' && (rc = walk_root(w, err)))
-                goto out;
+            if ((rc = walk_link(w, c, &st, next, &p, err)))
+                return rc;
             continue;
         }
         if (S_ISDIR(st.st_mode)) {
             if (last) {
                 close(c);
-                rc = th_error_set(err, TH_ELOAD, "%s: cannot open: %s", shown,
-                                  strerror(EISDIR));
-                goto out;
+                return th_error_set(err, TH_ELOAD, "%s: cannot open: %s",
+                                    shown, strerror(EISDIR));
             }
             if ((rc = walk_set_dir(w, c, next, &st, err)))
-                goto out;
+                return rc;
             continue;
         }
         close(c);
-        if (!last) {
-            rc = th_error_set(err, TH_ELOAD, "%s: cannot open: %s", shown,
-                              strerror(ENOTDIR));
-            goto out;
-        }
-        if (!S_ISREG(st.st_mode)) {
-            rc = th_error_set(err, TH_ELOAD, "%s: cannot open: not a regular "
-                              "file", shown);
-            goto out;
-        }
-        if ((rc = check_owner_mode(shown, "file", next, &st, err)))
-            goto out;
-        /* The folder is one only root or we may change: the name still
-         * means the file just checked; compare to be sure. */
-        fd = openat(w->dir, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-        struct stat st2;
-        if (fd < 0 || fstat(fd, &st2) != 0) {
-            rc = th_error_set(err, TH_ELOAD, "%s: cannot open: %s", shown,
-                              strerror(errno));
-            goto out;
-        }
-        if (st2.st_dev != st.st_dev || st2.st_ino != st.st_ino) {
-            rc = th_error_set(err, TH_ELOAD, "%s: refused: the file %s was "
-                              "replaced while it was checked", shown, next);
-            goto out;
-        }
-        *fd_out = fd;
-        fd = -1;
-        break;
+        if (!last)
+            return th_error_set(err, TH_ELOAD, "%s: cannot open: %s", shown,
+                                strerror(ENOTDIR));
+        return walk_open_file(w, name, next, &st, fd_out, err);
     }
-out:
-    if (fd >= 0)
-        close(fd);
+}
+
+int th_plugin_file_open(const char *path, const char *shown, bool check,
+                        int *fd_out, th_error *err)
+{
+    *fd_out = -1;
+    if (!shown)
+        shown = path;
+    if (!check)
+        return open_unchecked(path, shown, fd_out, err);
+    walk *w = calloc(1, sizeof *w);
+    if (!w)
+        return th_error_set(err, TH_ENOMEM, "%s: out of memory", shown);
+    w->shown = shown;
+    w->dir = -1;
+    int rc = open_checked(w, path, fd_out, err);
     if (w->dir >= 0)
         close(w->dir);
     free(w);

@@ -774,6 +774,142 @@ static void finish(th_reloader *r, th_reload_result *res, int64_t t0)
                 (double)res->swap_ns / 1e6, (double)res->total_ns / 1e6);
 }
 
+/* do_reload's plan for one plugin of the new config: its running
+ * generation (s->old) and whether it changed; unchanged when its entry
+ * is equal and its file is the same (or was rebuilt with the same
+ * bytes: s->refresh_id). */
+static void plan_action(th_reloader *r, const th_config *oc, step *s)
+{
+    const th_plugin_cfg *pc = s->pc;
+    pthread_mutex_lock(&r->mu);
+    s->old = current_gen(r, pc->name);
+    pthread_mutex_unlock(&r->mu);
+    const th_plugin_cfg *opc = cfg_entry(oc, pc->name);
+    s->action = s->old ? TH_RL_CHANGED : TH_RL_ADDED;
+    if (!s->old || !opc || !th_plugin_cfg_equal(opc, pc))
+        return;
+    th_file_id now;
+    if (th_file_id_of(pc->path, &now, NULL) != 0)
+        return;
+    if (th_file_id_equal(&now, &s->old->id)) {
+        s->action = TH_RL_UNCHANGED;
+    } else if (s->old->copy && th_file_same_content(pc->path, s->old->copy)) {
+        s->action = TH_RL_UNCHANGED; /* rebuilt, same bytes */
+        s->refresh_id = true;
+        s->id = now;
+    }
+}
+
+/* do_reload: a new generation prepared for a step that is not unchanged.
+ * An optional plugin that fails is skipped (0); any other failure is
+ * the reload's (res->err, res->incomplete). */
+static int plan_prepare(th_reloader *r, th_config *nc, step *s,
+                        th_reload_result *res)
+{
+    const th_plugin_cfg *pc = s->pc;
+    bool incomplete = false;
+    th_error e;
+    th_error_clear(&e);
+    uint64_t gen = s->old ? s->old->generation + 1 : 1;
+    int rc = prepare(r, nc, pc, gen, s->old, &s->np, &s->ng, &s->deferred,
+                     &incomplete, &e);
+    if (rc == 0)
+        return 0;
+    th_plugin_load_error(nc, pc, &e);
+    if (incomplete) {
+        res->incomplete = true;
+        th_error_set(&res->err, rc, "%s (the file looks half-written; "
+                     "trying again after the debounce)", e.msg);
+    } else if (pc->optional) {
+        th_log_warn("reload: optional plugin %s skipped%s: %s", pc->name,
+                    s->old ? ", its running generation stays" : "", e.msg);
+        s->action = TH_RL_SKIPPED;
+        return 0;
+    } else {
+        res->err = e;
+    }
+    return rc;
+}
+
+/* do_reload: the steps of the plugins the new config no longer names. */
+static size_t plan_removed(th_reloader *r, const th_config *oc,
+                           const th_config *nc, step *steps, size_t n)
+{
+    pthread_mutex_lock(&r->mu);
+    for (th_gen *g = r->gens; g; g = g->next)
+        if (g->current && cfg_entry(oc, g->name) && !cfg_entry(nc, g->name)) {
+            step *s = &steps[n++];
+            s->old = g;
+            s->action = TH_RL_REMOVED;
+        }
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+/* do_reload, once applied or not (rc): generations prepared but not
+ * applied are discarded (no call saw them); unchanged plugins rebuilt
+ * with the same bytes get their new identity. */
+static void steps_settle(th_reloader *r, step *steps, size_t n, int rc)
+{
+    for (size_t i = 0; i < n; i++) {
+        step *s = &steps[i];
+        if (s->np && !s->applied) {
+            discard(r, s->np, s->ng);
+            s->np = NULL;
+        }
+        if (rc == 0 && s->refresh_id) {
+            pthread_mutex_lock(&r->mu);
+            s->old->id = s->id;
+            pthread_mutex_unlock(&r->mu);
+        }
+    }
+}
+
+/* do_reload, applied: every step in res->items; true when one changed
+ * the tools. */
+static bool steps_report(th_reload_result *res, const step *steps, size_t n)
+{
+    bool changed = false;
+    for (size_t i = 0; i < n; i++) {
+        const step *s = &steps[i];
+        const char *name = s->pc ? s->pc->name : s->old->name;
+        uint64_t g = s->np ? s->np->generation : s->old ? s->old->generation : 0;
+        add_item(res, name, s->action, g);
+        if (s->action != TH_RL_UNCHANGED && s->action != TH_RL_SKIPPED)
+            changed = true;
+    }
+    return changed;
+}
+
+/* do_reload, applied with a changed config: nc becomes the current one
+ * (handed to the host's swap_config, or kept in r->owned); without memory
+ * to keep it, the old one stays and nc is freed. */
+static void config_take(th_reloader *r, const th_config *oc, th_config *nc,
+                        th_reload_result *res)
+{
+    pthread_mutex_lock(&r->mu);
+    r->cfg = nc;
+    th_config **ow = NULL;
+    if (!r->t.swap_config &&
+        (ow = realloc(r->owned, (r->n_owned + 1) * sizeof *ow)) != NULL) {
+        r->owned = ow;
+        r->owned[r->n_owned++] = nc;
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (r->t.swap_config) {
+        r->t.swap_config(r->t.ud, nc);
+    } else if (!ow) {
+        /* Cannot keep it: go on with the old config (plugins are
+         * swapped already; toolsets stay as they were). */
+        pthread_mutex_lock(&r->mu);
+        r->cfg = oc;
+        pthread_mutex_unlock(&r->mu);
+        th_config_free(nc);
+        res->config_changed = false;
+        th_log_error("reload: out of memory keeping the new config");
+    }
+}
+
 static int do_reload(th_reloader *r, th_reload_result *res)
 {
     memset(res, 0, sizeof *res);
@@ -803,63 +939,14 @@ static int do_reload(th_reloader *r, th_reload_result *res)
 
     /* Plan, and prepare every new generation. */
     for (size_t i = 0; rc == 0 && i < nc->n_plugins; i++) {
-        const th_plugin_cfg *pc = &nc->plugins[i];
         step *s = &steps[n++];
-        s->pc = pc;
-        pthread_mutex_lock(&r->mu);
-        s->old = current_gen(r, pc->name);
-        pthread_mutex_unlock(&r->mu);
-        const th_plugin_cfg *opc = cfg_entry(oc, pc->name);
-        s->action = s->old ? TH_RL_CHANGED : TH_RL_ADDED;
-        if (s->old && opc && th_plugin_cfg_equal(opc, pc)) {
-            th_file_id now;
-            if (th_file_id_of(pc->path, &now, NULL) == 0) {
-                if (th_file_id_equal(&now, &s->old->id)) {
-                    s->action = TH_RL_UNCHANGED;
-                } else if (s->old->copy &&
-                           th_file_same_content(pc->path, s->old->copy)) {
-                    s->action = TH_RL_UNCHANGED; /* rebuilt, same bytes */
-                    s->refresh_id = true;
-                    s->id = now;
-                }
-            }
-        }
-        if (s->action == TH_RL_UNCHANGED)
-            continue;
-        bool incomplete = false;
-        th_error e;
-        th_error_clear(&e);
-        uint64_t gen = s->old ? s->old->generation + 1 : 1;
-        rc = prepare(r, nc, pc, gen, s->old, &s->np, &s->ng, &s->deferred,
-                     &incomplete, &e);
-        if (rc == 0)
-            continue;
-        th_plugin_load_error(nc, pc, &e);
-        if (incomplete) {
-            res->incomplete = true;
-            th_error_set(&res->err, rc, "%s (the file looks half-written; "
-                         "trying again after the debounce)", e.msg);
-        } else if (pc->optional) {
-            th_log_warn("reload: optional plugin %s skipped%s: %s", pc->name,
-                        s->old ? ", its running generation stays" : "", e.msg);
-            s->action = TH_RL_SKIPPED;
-            rc = 0;
-            continue;
-        } else {
-            res->err = e;
-        }
+        s->pc = &nc->plugins[i];
+        plan_action(r, oc, s);
+        if (s->action != TH_RL_UNCHANGED)
+            rc = plan_prepare(r, nc, s, res);
     }
-    /* Removed plugins. */
-    if (rc == 0) {
-        pthread_mutex_lock(&r->mu);
-        for (th_gen *g = r->gens; g; g = g->next)
-            if (g->current && cfg_entry(oc, g->name) && !cfg_entry(nc, g->name)) {
-                step *s = &steps[n++];
-                s->old = g;
-                s->action = TH_RL_REMOVED;
-            }
-        pthread_mutex_unlock(&r->mu);
-    }
+    if (rc == 0)
+        n = plan_removed(r, oc, nc, steps, n);
     if (rc == 0)
         rc = check_future(r, nc, steps, n, &res->err);
     if (rc == 0 && r->t.check_config)
@@ -873,56 +960,15 @@ static int do_reload(th_reloader *r, th_reload_result *res)
         rc = apply(r, steps, n, &res->err);
         res->swap_ns = now_ns() - s0;
     }
-    /* Generations prepared but not applied are discarded (no call saw
-     * them); unchanged plugins rebuilt with the same bytes get their new
-     * identity. */
-    for (size_t i = 0; i < n; i++) {
-        step *s = &steps[i];
-        if (s->np && !s->applied) {
-            discard(r, s->np, s->ng);
-            s->np = NULL;
-        }
-        if (rc == 0 && s->refresh_id) {
-            pthread_mutex_lock(&r->mu);
-            s->old->id = s->id;
-            pthread_mutex_unlock(&r->mu);
-        }
-    }
+    steps_settle(r, steps, n, rc);
     bool changed = false;
     if (rc == 0) {
-        for (size_t i = 0; i < n; i++) {
-            step *s = &steps[i];
-            const char *name = s->pc ? s->pc->name : s->old->name;
-            uint64_t g = s->np ? s->np->generation : s->old ? s->old->generation : 0;
-            add_item(res, name, s->action, g);
-            if (s->action != TH_RL_UNCHANGED && s->action != TH_RL_SKIPPED)
-                changed = true;
-        }
+        changed = steps_report(res, steps, n);
         res->config_changed = !th_ynode_equal(oc->root, nc->root);
     }
     free(steps);
     if (rc == 0 && res->config_changed) {
-        pthread_mutex_lock(&r->mu);
-        r->cfg = nc;
-        th_config **ow = NULL;
-        if (!r->t.swap_config &&
-            (ow = realloc(r->owned, (r->n_owned + 1) * sizeof *ow)) != NULL) {
-            r->owned = ow;
-            r->owned[r->n_owned++] = nc;
-        }
-        pthread_mutex_unlock(&r->mu);
-        if (r->t.swap_config) {
-            r->t.swap_config(r->t.ud, nc);
-        } else if (!ow) {
-            /* Cannot keep it: go on with the old config (plugins are
-             * swapped already; toolsets stay as they were). */
-            pthread_mutex_lock(&r->mu);
-            r->cfg = oc;
-            pthread_mutex_unlock(&r->mu);
-            th_config_free(nc);
-            res->config_changed = false;
-            th_log_error("reload: out of memory keeping the new config");
-        }
+        config_take(r, oc, nc, res);
         nc = NULL;
     }
     if (nc)

@@ -1,6 +1,9 @@
 /* mpwalk.c - walking msgpack bytes without unpacking them (th/mpwalk.h). */
 #include "th/mpwalk.h"
 
+/* fn-shape: one switch over the msgpack type byte (the format's table:
+ * each case a header length and what follows), read for every value of
+ * every call's arguments; its complexity is the format's case count. */
 int th_mp_head_read(const uint8_t *p, size_t n, th_mp_head *h)
 {
     if (n == 0)

@@ -494,6 +494,48 @@ static bool view_object(const toolhost_arg *a, msgpack_object *o)
     }
 }
 
+/* validate_view_quick: a scalar of the parameter's type (0: any type
+ * but nil and bin); containers are left to the full check. */
+static inline bool quick_type_ok(uint32_t ptype, uint32_t atype)
+{
+    bool ok;
+    switch (ptype) {
+    case 0:
+        ok = atype != TOOLHOST_VALUE_NIL && atype != TOOLHOST_VALUE_BIN;
+        break;
+    case TOOLHOST_TYPE_STRING:
+        ok = atype == TOOLHOST_VALUE_STR;
+        break;
+    case TOOLHOST_TYPE_INTEGER:
+        ok = atype == TOOLHOST_VALUE_UINT || atype == TOOLHOST_VALUE_INT;
+        break;
+    case TOOLHOST_TYPE_NUMBER:
+        ok = atype == TOOLHOST_VALUE_UINT ||
+             atype == TOOLHOST_VALUE_INT ||
+             atype == TOOLHOST_VALUE_FLOAT;
+        break;
+    case TOOLHOST_TYPE_BOOLEAN:
+        ok = atype == TOOLHOST_VALUE_BOOL;
+        break;
+    default: /* containers: the full check */
+        ok = false;
+        break;
+    }
+    return ok;
+}
+
+/* validate_view_quick: a string among the parameter's enum values. */
+static inline bool quick_enum_has(const th_param *p, const toolhost_arg *a)
+{
+    if (a->type != TOOLHOST_VALUE_STR)
+        return false;
+    for (size_t e = 0; e < p->n_enum; e++)
+        if (strlen(p->enum_values[e]) == a->len &&
+            memcmp(p->enum_values[e], a->bytes, a->len) == 0)
+            return true;
+    return false;
+}
+
 /* The usual valid call in one pass over the decoded view, without the
  * msgpack objects validate_map() reads: every key a parameter (once),
  * every value a non-nil scalar of the parameter's type (an enum's value
@@ -525,43 +567,12 @@ static int validate_view_quick(const th_param *params, size_t n,
         const th_param *p = &params[j];
         if (p->cons)
             return 1;
-        bool ok;
-        switch ((uint32_t)p->type) {
-        case 0:
-            ok = a->type != TOOLHOST_VALUE_NIL && a->type != TOOLHOST_VALUE_BIN;
-            break;
-        case TOOLHOST_TYPE_STRING:
-            ok = a->type == TOOLHOST_VALUE_STR;
-            break;
-        case TOOLHOST_TYPE_INTEGER:
-            ok = a->type == TOOLHOST_VALUE_UINT || a->type == TOOLHOST_VALUE_INT;
-            break;
-        case TOOLHOST_TYPE_NUMBER:
-            ok = a->type == TOOLHOST_VALUE_UINT ||
-                 a->type == TOOLHOST_VALUE_INT ||
-                 a->type == TOOLHOST_VALUE_FLOAT;
-            break;
-        case TOOLHOST_TYPE_BOOLEAN:
-            ok = a->type == TOOLHOST_VALUE_BOOL;
-            break;
-        default: /* containers: the full check */
-            ok = false;
-            break;
-        }
+        bool ok = quick_type_ok(p->type, a->type);
         if (!ok || a->type == TOOLHOST_VALUE_ARRAY ||
             a->type == TOOLHOST_VALUE_MAP)
             return 1;
-        if (p->n_enum) {
-            if (a->type != TOOLHOST_VALUE_STR)
-                return 1;
-            size_t e;
-            for (e = 0; e < p->n_enum; e++)
-                if (strlen(p->enum_values[e]) == a->len &&
-                    memcmp(p->enum_values[e], a->bytes, a->len) == 0)
-                    break;
-            if (e == p->n_enum)
-                return 1;
-        }
+        if (p->n_enum && !quick_enum_has(p, a))
+            return 1;
     }
     for (size_t j = 0; j < n; j++)
         if (!(seen >> j & 1) && (params[j].required || params[j].default_mp))
