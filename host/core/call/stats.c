@@ -12,29 +12,11 @@
 static th_stat *stat_get_in(th_host *h, _Atomic(th_stat *) *table,
                             size_t mask, const char *tool);
 
-/* The entry a thread looked up last: a thread calling one tool again and
- * again finds it without hashing the name.  Keyed like the group cache
- * below: the host's serial (entries live until their host closes; serials
- * are never reused) and the name, checked against the entry's own. */
-typedef struct stat_cache {
-    uint64_t serial;
-    th_stat *st;
-} stat_cache;
-static _Thread_local stat_cache tl_stat;
-
+/* (A per-thread cache of the last entry looked up stood here: it bought
+ * under 5% of an inline call in make bench, docs/fn-shape.md, and went.) */
 th_stat *th_stat_get(th_host *h, const char *tool)
 {
-    stat_cache *e = &tl_stat;
-    if (e->st && e->serial == h->mgr.serial && strcmp(e->st->tool, tool) == 0)
-        return e->st;
-    th_stat *st = stat_get_in(h, h->stat_b, 255, tool);
-    /* not a group entry (they have their own cache); serial 0: the
-     * manager is not set up yet, nothing to key on */
-    if (st && tool[0] != '\001' && h->mgr.serial != 0) {
-        e->serial = h->mgr.serial;
-        e->st = st;
-    }
-    return st;
+    return stat_get_in(h, h->stat_b, 255, tool);
 }
 
 static th_stat *stat_get_in(th_host *h, _Atomic(th_stat *) *table,
