@@ -449,6 +449,10 @@ typedef struct jscan {
     yajl_handle h;
     /* the last such cut point at each depth, SIZE_MAX when none */
     size_t at[JSON_MAX_DEPTH + 1];
+    /* the closers as they were at the last cut point (see jcandidate);
+     * frozen: copied into kept, else still those of stack */
+    bool frozen;
+    char kept[JSON_MAX_DEPTH];
 } jscan;
 
 /* A cut point: right after the token yajl just read. */
@@ -460,6 +464,18 @@ static int jcandidate(void *ud)
         st->best = i;
         st->have = true;
         st->at[st->depth] = i;
+    } else if (!st->frozen) {
+        /* The first point past the budget: no later one comes within it
+         * (i only grows, and a closing bracket gives back one level for
+         * the byte it takes), so the closers of the last kept point are
+         * those of the stack now, up to one level more when this token
+         * closed a container.  jchoose's cut has no closer changed since
+         * (to change one, the depth must drop below the cut's, which
+         * makes a later, shallower point that jchoose takes first). */
+        size_t d = st->depth < JSON_MAX_DEPTH ? st->depth + 1
+                                              : JSON_MAX_DEPTH;
+        memcpy(st->kept, st->stack, d);
+        st->frozen = true;
     }
     return 1;
 }
@@ -467,11 +483,14 @@ static int jcandidate(void *ud)
 /* The cut to use: the shallowest boundary that keeps at least half of what
  * the last boundary would, so whole records of an array (or whole lines of
  * NDJSON) are preferred to a record cut in its middle. */
-static size_t jchoose(const jscan *st)
+static size_t jchoose(const jscan *st, size_t *depth)
 {
     for (size_t d = 0; d <= JSON_MAX_DEPTH; d++)
-        if (st->at[d] != SIZE_MAX && st->at[d] >= st->best / 2)
+        if (st->at[d] != SIZE_MAX && st->at[d] >= st->best / 2) {
+            *depth = d;
             return st->at[d];
+        }
+    *depth = 0; /* not reached: at[best's depth] is best */
     return st->best;
 }
 
@@ -529,7 +548,7 @@ static const yajl_callbacks jscan_cb = {
 static int json_scan(const uint8_t *s, size_t n, size_t budget, jscan *st)
 {
     st->depth = 0;
-    st->err = st->have = false;
+    st->err = st->have = st->frozen = false;
     st->best = 0;
     st->budget = budget;
     for (size_t d = 0; d <= JSON_MAX_DEPTH; d++)
@@ -694,17 +713,14 @@ static int finish_json(th_out *o, th_out_info *info)
         info->kept_bytes = info->kept_lines = 0;
         return 0;
     }
-    size_t cut = jchoose(st);
-    /* the containers open there */
-    if (json_scan(o->head.data, cut, cut, st) != 0) {
-        free(st);
-        return TH_ENOMEM;
-    }
+    size_t depth, cut = jchoose(st, &depth);
+    /* the containers open there, innermost first: one scan, no second
+     * over the kept text (jcandidate says why the closers are known) */
+    const char *open = st->frozen ? st->kept : st->stack;
     o->head.len = cut;
     char close[JSON_MAX_DEPTH];
-    for (size_t i = 0; i < st->depth; i++)
-        close[i] = st->stack[st->depth - 1 - i];
-    size_t depth = st->depth;
+    for (size_t i = 0; i < depth; i++)
+        close[i] = open[depth - 1 - i];
     free(st);
     if (head_add_marker(o, close, depth) != 0)
         return TH_ENOMEM;
