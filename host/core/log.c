@@ -329,6 +329,8 @@ static size_t event_name(const char *msg, size_t len, char out[64])
  * as \u00XX, any other byte one). */
 static size_t json_fit(const char *s, size_t n, size_t room)
 {
+    if (n <= room / 6)
+        return n; /* fits even if every byte took six */
     size_t used = 0, fit = 0;
     for (size_t i = 0; i < n;) {
         unsigned char ch = (unsigned char)s[i];
@@ -384,9 +386,15 @@ static void ar_free(void *ctx, void *p)
     (void)ctx, (void)p; /* the arena goes with the stack frame */
 }
 
+/* yajl's output: a byte at a time for its brackets, quotes, commas and
+ * colons, so that case goes first. */
 static void lb_print(void *ctx, const char *s, size_t len)
 {
-    lb_raw(ctx, s, len);
+    lbuf *b = ctx;
+    if (len == 1 && !b->full && b->n < b->cap)
+        b->p[b->n++] = s[0];
+    else
+        lb_raw(b, s, len);
 }
 
 static void gen_str(yajl_gen g, const char *s, size_t n)
