@@ -357,6 +357,8 @@ static void test_json_cut_yajl_fails(void)
                        "[\"flood_json\", {\"size\": 200000, "
                        "\"pattern\": \"json\"}]",
                        &r) == 0);
+    /* the call failed with out of memory: a tool error */
+    CU_ASSERT(r.res && rpc_tool_error_is(r.res, "internal"));
     rpc_res_free(&r);
     CU_ASSERT(file_wait(fire, "fired=1", (int)th_test_ms(1000)));
     CU_ASSERT(running(&s));
