@@ -160,8 +160,8 @@ static void put_num(char *p, int64_t v, int w)
  * second. */
 static void put_time(char *p)
 {
-    static __thread int64_t tl_sec = -1;
-    static __thread char tl_text[20]; /* "2026-11-25T21:30:00" + NUL */
+    static _Thread_local int64_t tl_sec = -1;
+    static _Thread_local char tl_text[20]; /* "2026-11-25T21:30:00" + NUL */
     int64_t wall = th_wall_ns();
     int64_t sec = wall / 1000000000, ms = wall % 1000000000 / 1000000;
     if (sec != tl_sec) {
