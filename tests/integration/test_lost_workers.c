@@ -191,14 +191,17 @@ static void test_stuck_call_sigterm(void)
     rpc_srv_free(&s);
 }
 
-/* A second SIGTERM while the host waits for calls exits at once. */
-static void test_second_signal(void)
+/* A second SIGTERM while the host waits for calls exits at once; its
+ * line comes from the signal handler (th_log_raw), as JSON in the JSON
+ * format. */
+static void second_signal(bool json)
 {
     /* a grace far beyond the bound on the exit below */
     char grace[32];
     snprintf(grace, sizeof grace, "%ums", th_test_ms(20000));
     rpc_srv s;
-    lw_opts o = {.grace = grace};
+    lw_opts o = {.grace = grace,
+                 .host_extra = json ? "  log_format: json\n" : NULL};
     CU_ASSERT_FATAL(lw_start(&s, &o) == 0);
     rpc_raw w;
     CU_ASSERT_FATAL(rpc_raw_open(&w, &s) == 0);
@@ -221,8 +224,39 @@ static void test_second_signal(void)
                 (long long)took);
     CU_ASSERT(took < th_test_ms(2500));
     CU_ASSERT(rpc_log_has(&s, "shutdown: SIGTERM while stopping: exiting now"));
+    if (json) { /* the handler's line: one whole JSON object */
+        char *log = th_test_read_file(s.log, NULL);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(log);
+        char *at = strstr(log, "while stopping: exiting now");
+        char *start = at;
+        while (start && start > log && start[-1] != '\n')
+            start--;
+        char *end = at ? strchr(at, '\n') : NULL;
+        json_t *line = start && end ? json_loadb(start, (size_t)(end - start),
+                                                 0, NULL)
+                                    : NULL;
+        CU_ASSERT_PTR_NOT_NULL(line);
+        const char *ev = json_string_value(json_object_get(line, "event"));
+        const char *lv = json_string_value(json_object_get(line, "level"));
+        const char *ts = json_string_value(json_object_get(line, "ts"));
+        CU_ASSERT(ev && strcmp(ev, "shutdown") == 0);
+        CU_ASSERT(lv && strcmp(lv, "warn") == 0);
+        CU_ASSERT(ts && strlen(ts) == 24 && ts[10] == 'T' && ts[23] == 'Z');
+        json_decref(line);
+        free(log);
+    }
     rpc_raw_close(&w);
     rpc_srv_free(&s);
+}
+
+static void test_second_signal(void)
+{
+    second_signal(false);
+}
+
+static void test_second_signal_json(void)
+{
+    second_signal(true);
 }
 
 /* Sends `n` echo calls on a raw connection and reads every byte that comes
@@ -328,6 +362,7 @@ void th_suite_lost_workers(void)
     CU_add_test(s, "lost_workers_serve", test_lost_workers_serve);
     CU_add_test(s, "stuck_call_sigterm", test_stuck_call_sigterm);
     CU_add_test(s, "second_signal", test_second_signal);
+    CU_add_test(s, "second_signal_json", test_second_signal_json);
     CU_add_test(s, "plugin_closes_stdio", test_plugin_closes_stdio);
     CU_add_test(s, "started_without_stdio", test_started_without_stdio);
 }

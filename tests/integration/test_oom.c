@@ -321,6 +321,55 @@ static void test_fd_limit_small(void)
     rpc_srv_free(&s);
 }
 
+/* The JSON cut of a structured result over its limit (out.c,
+ * finish_json) reads the head with yajl, which uses what its allocator
+ * returns without a check.  Here the first allocation made inside
+ * yajl_parse fails: the call ends (an answer, not a crash) and the host
+ * goes on serving.  Before the fix serve died of SIGSEGV in yajl. */
+static void test_json_cut_yajl_fails(void)
+{
+    const char *why;
+    if (!shim_usable(&why))
+        TH_SKIP(why);
+    char *dir = th_test_tmpdir();
+    char fire[512];
+    snprintf(fire, sizeof fire, "%s/fire", dir);
+    static const char *const kv[] = {"FAILMALLOC_IN=yajl_parse",
+                                     "FAILMALLOC_NTH=1", NULL};
+    oom_env(fire, kv);
+    rpc_srv s;
+    rpc_opts o = {.config = "host:\n"
+                            "  log_level: debug\n"
+                            "plugins:\n"
+                            "  - name: flood\n"
+                            "    path: @BUILD@/fixtures/flood.so\n"
+                            "toolsets:\n"
+                            "  - name: public\n"
+                            "    tools: [\"*\"]\n"};
+    int rc = rpc_srv_start(&s, &o);
+    oom_env_clear();
+    CU_ASSERT_FATAL(rc == 0);
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_FATAL(c != NULL);
+    /* 200,000 bytes of JSON against structured's 60,000 */
+    rpc_res r;
+    CU_ASSERT(rpc_call(c, "tools.call",
+                       "[\"flood_json\", {\"size\": 200000, "
+                       "\"pattern\": \"json\"}]",
+                       &r) == 0);
+    /* the call failed with out of memory: a tool error */
+    CU_ASSERT(r.res && rpc_tool_error_is(r.res, "internal"));
+    rpc_res_free(&r);
+    CU_ASSERT(file_wait(fire, "fired=1", (int)th_test_ms(1000)));
+    CU_ASSERT(running(&s));
+    CU_ASSERT(fresh_client_answered(&s));
+    th_rpc_client_close(c);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
 void th_suite_oom(void)
 {
     CU_pSuite s = CU_add_suite("oom", NULL, NULL);
@@ -329,4 +378,5 @@ void th_suite_oom(void)
     CU_add_test(s, "disconnect_no_thread", test_disconnect_no_thread);
     CU_add_test(s, "fd_limit_too_low", test_fd_limit_too_low);
     CU_add_test(s, "fd_limit_small", test_fd_limit_small);
+    CU_add_test(s, "json_cut_yajl_fails", test_json_cut_yajl_fails);
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/th_test.h"
@@ -238,6 +239,52 @@ static void test_escape(void)
     }
 }
 
+/* The seconds since the epoch that a line's "2026-11-25T21:30:00.123Z"
+ * says, or -1 when it is not that form. */
+static time_t ts_secs(const char *t)
+{
+    struct tm tm;
+    memset(&tm, 0, sizeof tm);
+    const char *end = strptime(t, "%Y-%m-%dT%H:%M:%S", &tm);
+    if (!end || end != t + 19 || t[19] != '.' || t[23] != 'Z' ||
+        strspn(t + 20, "0123456789") != 3)
+        return -1;
+    return timegm(&tm);
+}
+
+/* Both clocks of a line tell UTC now: th_log's (gmtime_r + strftime) and
+ * th_log_raw's (the signal-safe civil date), in the text and the JSON
+ * form. */
+static void test_time(void)
+{
+    fx_open();
+    time_t before = time(NULL);
+    th_log_info("one");
+    th_log_raw(TOOLHOST_LOG_INFO, "two");
+    th_log_set_format(1);
+    th_log_info("three");
+    th_log_raw(TOOLHOST_LOG_INFO, "four");
+    time_t after = time(NULL);
+    char *s = fx_text();
+    char *l2 = strchr(s, '\n');
+    CU_ASSERT_PTR_NOT_NULL_FATAL(l2);
+    char *l3 = strchr(l2 + 1, '\n');
+    CU_ASSERT_PTR_NOT_NULL_FATAL(l3);
+    time_t t1 = ts_secs(s), t2 = ts_secs(l2 + 1);
+    CU_ASSERT(t1 >= before && t1 <= after);
+    CU_ASSERT(t2 >= t1 && t2 <= after);
+    json_t *o[2];
+    CU_ASSERT_EQUAL_FATAL(json_lines(l3 + 1, o, 2), 2);
+    for (size_t i = 0; i < 2; i++) {
+        const char *t = json_string_value(json_object_get(o[i], "ts"));
+        time_t ti = t ? ts_secs(t) : -1;
+        CU_ASSERT(t && strlen(t) == 24 && ti >= t1 && ti <= after);
+        json_decref(o[i]);
+    }
+    free(s);
+    fx_close();
+}
+
 static void test_journal(void)
 {
     fx_open();
@@ -295,6 +342,7 @@ void th_suite_log(void)
     CU_add_test(s, "event_text", test_event_text);
     CU_add_test(s, "json_long", test_json_long);
     CU_add_test(s, "escape", test_escape);
+    CU_add_test(s, "time", test_time);
     CU_add_test(s, "journal", test_journal);
     CU_add_test(s, "journal_detect", test_journal_detect);
 }

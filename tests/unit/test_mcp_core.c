@@ -7,6 +7,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <msgpack.h>
+#include <nettle/base64.h>
 #include <pthread.h>
 #include <string.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include "common/host_session.h"
 #include "common/th_test.h"
 #include "th/config.h"
+#include "th/content.h"
 #include "th/json.h"
 #include "th/log.h"
 
@@ -599,6 +601,93 @@ static void test_msgpack_text_same_as_tree(void)
     }
 }
 
+/* Decodes a base64 text with nettle's decoder; the bytes' count, or -1
+ * when it is not base64 with its padding. */
+static long b64_decode(const char *text, uint8_t *out, size_t cap)
+{
+    struct base64_decode_ctx ctx;
+    base64_decode_init(&ctx);
+    size_t n = cap;
+    if (!base64_decode_update(&ctx, &n, out, strlen(text), text) ||
+        !base64_decode_final(&ctx))
+        return -1;
+    return (long)n;
+}
+
+/* mcp_base64 (nettle's base64_encode_raw): RFC 4648's vectors with their
+ * padding, nothing for nothing, and random bytes of every length to 300
+ * decoding back to themselves, alone and inside image and resource
+ * blocks. */
+static void test_base64_round_trip(void)
+{
+    static const char *const rfc[][2] = {
+        {"", ""},         {"f", "Zg=="},         {"fo", "Zm8="},
+        {"foo", "Zm9v"},  {"foob", "Zm9vYg=="},  {"fooba", "Zm9vYmE="},
+        {"foobar", "Zm9vYmFy"}};
+    for (size_t i = 0; i < sizeof rfc / sizeof *rfc; i++) {
+        char *e = mcp_base64((const uint8_t *)rfc[i][0], strlen(rfc[i][0]));
+        CU_ASSERT(e && strcmp(e, rfc[i][1]) == 0);
+        free(e);
+    }
+    char *e = mcp_base64(NULL, 0);
+    CU_ASSERT(e && e[0] == '\0');
+    free(e);
+    /* every byte value, in every position of a 3-byte group */
+    uint8_t all[256 + 2], back[sizeof all];
+    for (size_t i = 0; i < sizeof all; i++)
+        all[i] = (uint8_t)i;
+    for (size_t off = 0; off < 3; off++) {
+        e = mcp_base64(all + off, 256);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+        CU_ASSERT_EQUAL(b64_decode(e, back, sizeof back), 256);
+        CU_ASSERT_EQUAL(memcmp(back, all + off, 256), 0);
+        free(e);
+    }
+    uint32_t seed = 0x9e3779b9u;
+    uint8_t in[300], out[300];
+    for (size_t n = 0; n <= sizeof in; n++) {
+        for (size_t i = 0; i < n; i++) {
+            seed ^= seed << 13, seed ^= seed >> 17, seed ^= seed << 5;
+            in[i] = (uint8_t)seed;
+        }
+        e = mcp_base64(in, n);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+        size_t el = strlen(e);
+        CU_ASSERT_EQUAL(el, (n + 2) / 3 * 4);
+        size_t pad = n % 3 ? 3 - n % 3 : 0;
+        CU_ASSERT(strspn(e, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuv"
+                            "wxyz0123456789+/") == el - pad);
+        CU_ASSERT(strspn(e + el - pad, "=") == pad);
+        long got = b64_decode(e, out, sizeof out);
+        CU_ASSERT(got == (long)n && memcmp(in, out, n) == 0);
+        free(e);
+        if (n % 50 != 7)
+            continue;
+        /* the same bytes in an image block and in an embedded resource */
+        th_block img = {.kind = TOOLHOST_BLOCK_IMAGE, .mime_type = "image/png",
+                        .data = in, .len = n};
+        json_t *j = mcp_block_json(&img, true, true);
+        const char *d = json_string_value(json_object_get(j, "data"));
+        CU_ASSERT(d && b64_decode(d, out, sizeof out) == (long)n &&
+                  memcmp(in, out, n) == 0);
+        json_decref(j);
+        th_block res = {.kind = TOOLHOST_BLOCK_RESOURCE,
+                        .mime_type = "application/octet-stream",
+                        .uri = "toolhost://x", .data = in, .len = n};
+        j = mcp_block_json(&res, true, true);
+        d = json_string_value(
+            json_object_get(json_object_get(j, "resource"), "blob"));
+        CU_ASSERT(d && b64_decode(d, out, sizeof out) == (long)n &&
+                  memcmp(in, out, n) == 0);
+        json_decref(j);
+    }
+    /* what the decoder used here refuses, so that the checks above mean
+     * something: a bad character, a cut group, padding in the middle */
+    CU_ASSERT_EQUAL(b64_decode("Zm9v!A==", out, sizeof out), -1);
+    CU_ASSERT_EQUAL(b64_decode("Zm9vY", out, sizeof out), -1);
+    CU_ASSERT_EQUAL(b64_decode("Zg==Zm8=", out, sizeof out), -1);
+}
+
 void th_suite_mcp_core(void)
 {
     CU_pSuite s = CU_add_suite("mcp_core", NULL, NULL);
@@ -611,6 +700,7 @@ void th_suite_mcp_core(void)
     CU_add_test(s, "result_text_same_as_tree", test_result_text_same_as_tree);
     CU_add_test(s, "result_binary_blocks", test_result_binary_blocks);
     CU_add_test(s, "result_blocks_only_meta", test_result_blocks_only_meta);
+    CU_add_test(s, "base64_round_trip", test_base64_round_trip);
     CU_add_test(s, "msgpack_text_same_as_tree",
                 test_msgpack_text_same_as_tree);
 }

@@ -11,8 +11,9 @@
 #include "th/clock.h"
 
 #include <errno.h>
-#include <nettle/base16.h>
 #include <fcntl.h>
+#include <nettle/base16.h>
+#include <stdalign.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -23,6 +24,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <yajl/yajl_gen.h>
 
 #define OWN_FD_MIN 64 /* out of the way of the numbers files usually get */
 
@@ -130,7 +132,17 @@ const char *th_log_level_name(int level)
     return level >= 0 && level < 4 ? level_names[level] : "info";
 }
 
-/* ---- one line, text or JSON (async-signal-safe from here on) ------------ */
+/* ---- one line, text or JSON ------------------------------------------------ */
+
+/* th_log_raw() is called from a signal handler (serve.c, on_stop_signal:
+ * a second SIGTERM while stopping), so the line is made with no lock, no
+ * heap, no stdio and no locale: the JSON object by yajl's generator with
+ * its handle in an arena on the stack and its output printed straight
+ * into the line buffer (json_line), the escapes by log_escape.  Only the
+ * time differs by caller: th_log() and th_log_event() take it from
+ * gmtime_r + strftime (put_time), th_log_raw() from put_time_safe. */
+
+#define TS_LEN 24 /* "2026-11-25T21:30:00.123Z" */
 
 /* Writes v as `w` decimal digits at p. */
 static void put_num(char *p, int64_t v, int w)
@@ -141,30 +153,55 @@ static void put_num(char *p, int64_t v, int w)
     }
 }
 
-/* "2026-11-25T21:30:00.123Z" (24 bytes) at p: no locks, no locale.  Not
- * gmtime_r + strftime: those take the time zone lock and read the
- * locale, and this runs from crash paths (async-signal-safe). */
+/* The time of a line (TS_LEN bytes at p, no NUL) by the C library:
+ * gmtime_r + strftime for the second, the milliseconds after it.  Each
+ * thread keeps the second it formatted last, so that a burst of lines
+ * asks gmtime_r (which takes the C library's time zone lock) once a
+ * second. */
 static void put_time(char *p)
 {
+    static _Thread_local int64_t tl_sec = -1;
+    static _Thread_local char tl_text[20]; /* "2026-11-25T21:30:00" + NUL */
     int64_t wall = th_wall_ns();
-    struct timespec ts = {.tv_sec = (time_t)(wall / 1000000000),
-                          .tv_nsec = (long)(wall % 1000000000)};
-    /* days to civil date (proleptic Gregorian), no locks, no locale */
-    int64_t secs = ts.tv_sec, days = secs / 86400, sod = secs % 86400;
+    int64_t sec = wall / 1000000000, ms = wall % 1000000000 / 1000000;
+    if (sec != tl_sec) {
+        time_t t = (time_t)sec;
+        struct tm tm;
+        if (!gmtime_r(&t, &tm) ||
+            strftime(tl_text, sizeof tl_text, "%Y-%m-%dT%H:%M:%S", &tm) !=
+                sizeof tl_text - 1)
+            memcpy(tl_text, "0000-00-00T00:00:00", sizeof tl_text);
+        tl_sec = sec;
+    }
+    memcpy(p, tl_text, sizeof tl_text - 1);
+    p[19] = '.';
+    put_num(p + 20, ms, 3);
+    p[23] = 'Z';
+}
+
+/* The same time for th_log_raw(), which runs in signal handlers: not
+ * gmtime_r + strftime, since glibc's gmtime_r takes the time zone lock
+ * (a handler that interrupts a thread holding it would wait forever) and
+ * strftime reads the locale; the civil date from the day count by
+ * arithmetic alone (proleptic Gregorian). */
+static void put_time_safe(char *p)
+{
+    int64_t wall = th_wall_ns();
+    int64_t secs = wall / 1000000000, days = secs / 86400, sod = secs % 86400;
     int64_t z = days + 719468, era = (z >= 0 ? z : z - 146096) / 146097;
     int64_t doe = z - era * 146097;
     int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
     int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
     int64_t mp = (5 * doy + 2) / 153, d = doy - (153 * mp + 2) / 5 + 1;
     int64_t mo = mp < 10 ? mp + 3 : mp - 9, y = yoe + era * 400 + (mo <= 2);
-    memcpy(p, "0000-00-00T00:00:00.000Z", 24);
+    memcpy(p, "0000-00-00T00:00:00.000Z", TS_LEN);
     put_num(p, y, 4);
     put_num(p + 5, mo, 2);
     put_num(p + 8, d, 2);
     put_num(p + 11, sod / 3600, 2);
     put_num(p + 14, sod / 60 % 60, 2);
     put_num(p + 17, sod % 60, 2);
-    put_num(p + 20, ts.tv_nsec / 1000000, 3);
+    put_num(p + 20, wall % 1000000000 / 1000000, 3);
 }
 
 typedef struct lbuf {
@@ -183,40 +220,6 @@ static void lb_raw(lbuf *b, const char *s, size_t len)
     b->n += len;
 }
 
-static void lb_str(lbuf *b, const char *s)
-{
-    lb_raw(b, s, strlen(s));
-}
-
-/* s as the inside of a JSON string; stops (the string cut short but
- * well-formed) where less than 16 bytes would be left for what closes the
- * line. */
-static void lb_json(lbuf *b, const char *s, size_t len)
-{
-    for (size_t i = 0; i < len && b->n + 6 + 16 <= b->cap; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        char e[6];
-        size_t k = 0;
-        if (ch == '"' || ch == '\\') {
-            e[k++] = '\\';
-            e[k++] = (char)ch;
-        } else if (ch == '\n') {
-            e[k++] = '\\';
-            e[k++] = 'n';
-        } else if (ch == '\t') {
-            e[k++] = '\\';
-            e[k++] = 't';
-        } else if (ch < 0x20 || ch == 0x7f) {
-            memcpy(e, "\\u00", 4);
-            base16_encode_single(e + 4, ch);
-            k = 6;
-        } else {
-            e[k++] = (char)ch;
-        }
-        lb_raw(b, e, k);
-    }
-}
-
 static bool key_char(char ch, bool first)
 {
     return (ch >= 'a' && ch <= 'z') || ch == '_' ||
@@ -224,7 +227,7 @@ static bool key_char(char ch, bool first)
 }
 
 /* The word at s[0..n): "key=value" with a key of [a-z_][a-z0-9_]*; the
- * key's length in *kl, or 0. */
+ * key's length, or 0. */
 static size_t kv_key(const char *s, size_t n)
 {
     size_t k = 0;
@@ -277,11 +280,12 @@ static bool ev_char(char ch)
            ch == '_' || ch == '.';
 }
 
-/* Writes the event's name: the value of the message's first event= word
- * (th_log_event), else its first word that is not key=value, lowercased,
- * cut at the first byte outside [a-z0-9_.] ("reload:" -> "reload"), else
- * "log".  Always ^[a-z0-9_.]{1,64}$ (docs/ops.md, "Log lines"). */
-static void put_event(lbuf *b, const char *msg, size_t len)
+/* The event's name into out[0..64), its length: the value of the
+ * message's first event= word (th_log_event), else its first word that
+ * is not key=value, lowercased, cut at the first byte outside [a-z0-9_.]
+ * ("reload:" -> "reload"), else "log".  Always ^[a-z0-9_.]{1,64}$
+ * (docs/ops.md, "Log lines"). */
+static size_t event_name(const char *msg, size_t len, char out[64])
 {
     const char *ev = NULL;
     size_t evn = 0;
@@ -303,9 +307,8 @@ static void put_event(lbuf *b, const char *msg, size_t len)
         }
         i = j;
     }
-    char out[64];
     size_t n = 0;
-    for (size_t i = 0; ev && i < evn && n < sizeof out; i++) {
+    for (size_t i = 0; ev && i < evn && n < 64; i++) {
         char ch = ev[i];
         if (ch >= 'A' && ch <= 'Z')
             ch = (char)(ch - 'A' + 'a');
@@ -313,27 +316,119 @@ static void put_event(lbuf *b, const char *msg, size_t len)
             break;
         out[n++] = ch;
     }
-    if (n == 0)
-        lb_str(b, "log");
-    else
-        lb_raw(b, out, n);
+    if (n == 0) {
+        memcpy(out, "log", 3);
+        n = 3;
+    }
+    return n;
 }
 
-/* {"ts":..., "level":..., "event":..., KEY: VALUE..., "msg": ...}: the
- * message's key=value words become keys (integers and decimals as
- * numbers; the first of a repeated key wins); put_event names the
- * event. */
-static void json_line(lbuf *b, int level, const char *msg, size_t len)
+/* The longest prefix of s[0..n) (ending at a character's end) whose JSON
+ * string form takes at most `room` bytes: the bytes yajl's generator
+ * writes for it (\" and \\ two, \b \f \n \r \t two, other controls six
+ * as \u00XX, any other byte one). */
+static size_t json_fit(const char *s, size_t n, size_t room)
 {
-    char t[24];
-    put_time(t);
-    lb_str(b, "{\"ts\":\"");
-    lb_raw(b, t, sizeof t);
-    lb_str(b, "\",\"level\":\"");
-    lb_str(b, th_log_level_name(level));
-    lb_str(b, "\",\"event\":\"");
-    put_event(b, msg, len);
-    lb_str(b, "\"");
+    if (n <= room / 6)
+        return n; /* fits even if every byte took six */
+    size_t used = 0, fit = 0;
+    for (size_t i = 0; i < n;) {
+        unsigned char ch = (unsigned char)s[i];
+        size_t w = ch == '"' || ch == '\\' ? 2
+                   : ch >= 0x20            ? 1
+                   : ch == '\b' || ch == '\f' || ch == '\n' || ch == '\r' ||
+                           ch == '\t'
+                       ? 2
+                       : 6;
+        if (w > room - used)
+            break;
+        used += w;
+        i++;
+        if (i == n || ((unsigned char)s[i] & 0xC0) != 0x80)
+            fit = i; /* not inside a UTF-8 sequence */
+    }
+    return fit;
+}
+
+/* yajl's generator without the heap: its handle comes from an arena on
+ * json_line()'s stack (yajl_gen_alloc takes two blocks: the handle, then
+ * a small buffer header it uses without checking for NULL, so the first
+ * block must leave room for the second), and its output goes through
+ * yajl_gen_print_callback into the line buffer, so yajl never grows a
+ * buffer (ar_realloc is never called). */
+typedef struct arena {
+    unsigned char *p;
+    size_t n, cap;
+} arena;
+
+#define ARENA_SECOND 64 /* the second block: yajl's buffer header */
+
+static void *ar_malloc(void *ctx, size_t size)
+{
+    arena *a = ctx;
+    size_t need = (size + 15) & ~(size_t)15;
+    size_t keep = a->n == 0 ? ARENA_SECOND : 0;
+    if (need < size || need + keep > a->cap - a->n)
+        return NULL;
+    void *r = a->p + a->n;
+    a->n += need;
+    return r;
+}
+
+static void *ar_realloc(void *ctx, void *p, size_t size)
+{
+    (void)ctx, (void)p, (void)size;
+    return NULL;
+}
+
+static void ar_free(void *ctx, void *p)
+{
+    (void)ctx, (void)p; /* the arena goes with the stack frame */
+}
+
+/* yajl's output: a byte at a time for its brackets, quotes, commas and
+ * colons, so that case goes first. */
+static void lb_print(void *ctx, const char *s, size_t len)
+{
+    lbuf *b = ctx;
+    if (len == 1 && !b->full && b->n < b->cap)
+        b->p[b->n++] = s[0];
+    else
+        lb_raw(b, s, len);
+}
+
+static void gen_str(yajl_gen g, const char *s, size_t n)
+{
+    yajl_gen_string(g, (const unsigned char *)s, n);
+}
+
+/* {"ts":..., "level":..., "event":..., KEY: VALUE..., "msg": ...} by
+ * yajl's generator: the message's key=value words become keys (integers
+ * and decimals as numbers, their text as it is; the first of a repeated
+ * key wins; at most 32); event_name() names the event.  A line that
+ * would not fit the buffer keeps fewer keys and a shorter msg, but stays
+ * one well-formed object.  false: yajl could not be set up (its handle
+ * outgrew the arena), nothing written. */
+static bool json_line(lbuf *b, const char *ts, int level, const char *msg,
+                      size_t len)
+{
+    alignas(16) unsigned char mem[1024];
+    arena a = {.p = mem, .cap = sizeof mem};
+    yajl_alloc_funcs af = {ar_malloc, ar_realloc, ar_free, &a};
+    yajl_gen g = yajl_gen_alloc(&af);
+    if (!g)
+        return false;
+    yajl_gen_config(g, yajl_gen_print_callback, lb_print, b);
+    yajl_gen_map_open(g);
+    gen_str(g, "ts", 2);
+    gen_str(g, ts, TS_LEN);
+    const char *lv = th_log_level_name(level);
+    gen_str(g, "level", 5);
+    gen_str(g, lv, strlen(lv));
+    char ev[64];
+    size_t evn = event_name(msg, len, ev);
+    gen_str(g, "event", 5);
+    gen_str(g, ev, evn);
     /* key=value words, each key once */
     const char *seen[32];
     size_t seen_n[32], n_seen = 0;
@@ -362,23 +457,20 @@ static void json_line(lbuf *b, int level, const char *msg, size_t len)
         while (vn > 1 && (v[vn - 1] == ',' || v[vn - 1] == ';' ||
                           v[vn - 1] == ':'))
             vn--;
-        lb_str(b, ",\"");
-        lb_raw(b, w, k);
-        lb_str(b, "\":");
-        if (is_int(v, vn) || is_dec(v, vn)) {
-            lb_raw(b, v, vn);
-        } else {
-            lb_str(b, "\"");
-            lb_json(b, v, vn);
-            lb_str(b, "\"");
-        }
+        gen_str(g, w, k);
+        if (is_int(v, vn) || is_dec(v, vn))
+            yajl_gen_number(g, v, vn);
+        else
+            gen_str(g, v, vn);
     }
+    /* ,"msg":"..."} : 9 bytes around the text, and a margin */
     if (b->cap - b->n >= 16 + 10) {
-        lb_str(b, ",\"msg\":\"");
-        lb_json(b, msg, len);
-        lb_str(b, "\"");
+        gen_str(g, "msg", 3);
+        gen_str(g, msg, json_fit(msg, len, b->cap - b->n - 16));
     }
-    lb_str(b, "}");
+    yajl_gen_map_close(g);
+    yajl_gen_free(g);
+    return true;
 }
 
 /* The one escaping rule for what reaches the log (docs/security.md, "Log
@@ -419,8 +511,10 @@ static size_t log_escape(char *dst, size_t cap, const char *src, size_t n)
     return o;
 }
 
-/* One line to the log's descriptor with one write(2). */
-static void emit(int level, const char *raw, size_t raw_len)
+/* One line to the log's descriptor with one write(2).  in_signal: the
+ * caller may be a signal handler (th_log_raw), the time comes from
+ * put_time_safe. */
+static void emit(int level, const char *raw, size_t raw_len, bool in_signal)
 {
     int fd = atomic_load(&log_fd);
     if (level > atomic_load(&log_level) || fd < 0 || !fd_ok(fd))
@@ -436,13 +530,16 @@ static void emit(int level, const char *raw, size_t raw_len)
         char p[3] = {'<', pri[level >= 0 && level < 4 ? level : 2], '>'};
         lb_raw(&b, p, 3);
     }
-    if (atomic_load(&log_json)) {
-        json_line(&b, level, msg, len);
-    } else {
+    size_t start = b.n;
+    char t[TS_LEN + 1];
+    if (in_signal)
+        put_time_safe(t);
+    else
+        put_time(t);
+    if (!atomic_load(&log_json) || !json_line(&b, t, level, msg, len)) {
+        b.n = start;
         if (!atomic_load(&log_journal)) {
-            char t[25];
-            put_time(t);
-            t[24] = ' ';
+            t[TS_LEN] = ' ';
             lb_raw(&b, t, sizeof t);
         }
         const char *lv = th_log_level_name(level);
@@ -466,7 +563,8 @@ void th_log(int level, const char *fmt, ...)
     va_end(ap);
     if (m < 0)
         return;
-    emit(level, msg, (size_t)m < sizeof msg ? (size_t)m : sizeof msg - 1);
+    emit(level, msg, (size_t)m < sizeof msg ? (size_t)m : sizeof msg - 1,
+         false);
 }
 
 void th_log_event(int level, const char *event, const char *fmt, ...)
@@ -484,11 +582,11 @@ void th_log_event(int level, const char *event, const char *fmt, ...)
     if (m < 0)
         return;
     size_t n = (size_t)p + (size_t)m;
-    emit(level, msg, n < sizeof msg ? n : sizeof msg - 1);
+    emit(level, msg, n < sizeof msg ? n : sizeof msg - 1, false);
 }
 
 void th_log_raw(int level, const char *msg)
 {
     size_t n = strlen(msg);
-    emit(level, msg, n < 480 ? n : 480);
+    emit(level, msg, n < 480 ? n : 480, true);
 }

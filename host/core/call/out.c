@@ -9,6 +9,7 @@
 #include <msgpack.h>
 #include <pthread.h>
 #include <sched.h>
+#include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -439,6 +440,11 @@ void th_out_claim(th_out *o)
 
 /* ---- JSON element boundaries --------------------------------------------- */
 
+/* A block yajl allocated, on the scan's list (see json_scan). */
+typedef struct jblk {
+    struct jblk *prev, *next; /* 16 bytes: the payload stays aligned */
+} jblk;
+
 typedef struct jscan {
     char stack[JSON_MAX_DEPTH]; /* closers of the open containers */
     size_t depth;
@@ -449,6 +455,13 @@ typedef struct jscan {
     yajl_handle h;
     /* the last such cut point at each depth, SIZE_MAX when none */
     size_t at[JSON_MAX_DEPTH + 1];
+    /* the closers as they were at the last cut point (see jcandidate);
+     * frozen: copied into kept, else still those of stack */
+    bool frozen;
+    char kept[JSON_MAX_DEPTH];
+    /* yajl's blocks, and where an allocation that fails jumps to */
+    jblk *blocks;
+    jmp_buf oom;
 } jscan;
 
 /* A cut point: right after the token yajl just read. */
@@ -460,6 +473,18 @@ static int jcandidate(void *ud)
         st->best = i;
         st->have = true;
         st->at[st->depth] = i;
+    } else if (!st->frozen) {
+        /* The first point past the budget: no later one comes within it
+         * (i only grows, and a closing bracket gives back one level for
+         * the byte it takes), so the closers of the last kept point are
+         * those of the stack now, up to one level more when this token
+         * closed a container.  jchoose's cut has no closer changed since
+         * (to change one, the depth must drop below the cut's, which
+         * makes a later, shallower point that jchoose takes first). */
+        size_t d = st->depth < JSON_MAX_DEPTH ? st->depth + 1
+                                              : JSON_MAX_DEPTH;
+        memcpy(st->kept, st->stack, d);
+        st->frozen = true;
     }
     return 1;
 }
@@ -467,11 +492,14 @@ static int jcandidate(void *ud)
 /* The cut to use: the shallowest boundary that keeps at least half of what
  * the last boundary would, so whole records of an array (or whole lines of
  * NDJSON) are preferred to a record cut in its middle. */
-static size_t jchoose(const jscan *st)
+static size_t jchoose(const jscan *st, size_t *depth)
 {
     for (size_t d = 0; d <= JSON_MAX_DEPTH; d++)
-        if (st->at[d] != SIZE_MAX && st->at[d] >= st->best / 2)
+        if (st->at[d] != SIZE_MAX && st->at[d] >= st->best / 2) {
+            *depth = d;
             return st->at[d];
+        }
+    *depth = 0; /* not reached: at[best's depth] is best */
     return st->best;
 }
 
@@ -520,6 +548,77 @@ static const yajl_callbacks jscan_cb = {
     .yajl_end_array = j_close,
 };
 
+/* yajl's allocator.  yajl uses what its allocator returns without a
+ * check (a NULL from malloc crashes it, in yajl_alloc already), so a
+ * failed allocation does not return: it jumps back to json_scan, which
+ * frees every block yajl holds (they are on st->blocks) and reports the
+ * failure.  Nothing else of yajl's outlives the jump: it takes no lock and
+ * owns no other resource. */
+static void jblk_link(jscan *st, jblk *b)
+{
+    b->prev = NULL;
+    b->next = st->blocks;
+    if (st->blocks)
+        st->blocks->prev = b;
+    st->blocks = b;
+}
+
+static void jblk_unlink(jscan *st, jblk *b)
+{
+    if (b->prev)
+        b->prev->next = b->next;
+    else
+        st->blocks = b->next;
+    if (b->next)
+        b->next->prev = b->prev;
+}
+
+static void *j_malloc(void *ud, size_t n)
+{
+    jscan *st = ud;
+    jblk *b = n <= SIZE_MAX - sizeof *b ? malloc(sizeof *b + n) : NULL;
+    if (!b)
+        longjmp(st->oom, 1);
+    jblk_link(st, b);
+    return b + 1;
+}
+
+static void *j_realloc(void *ud, void *p, size_t n)
+{
+    jscan *st = ud;
+    if (!p)
+        return j_malloc(ud, n);
+    jblk *b = (jblk *)p - 1;
+    jblk_unlink(st, b);
+    jblk *nb = n <= SIZE_MAX - sizeof *b ? realloc(b, sizeof *b + n) : NULL;
+    if (!nb) {
+        jblk_link(st, b); /* still yajl's: freed after the jump */
+        longjmp(st->oom, 1);
+    }
+    jblk_link(st, nb);
+    return nb + 1;
+}
+
+static void j_free(void *ud, void *p)
+{
+    if (!p)
+        return;
+    jblk *b = (jblk *)p - 1;
+    jblk_unlink(ud, b);
+    free(b);
+}
+
+static void json_parse(const uint8_t *s, size_t n, jscan *st)
+{
+    yajl_alloc_funcs af = {j_malloc, j_realloc, j_free, st};
+    st->h = yajl_alloc(&jscan_cb, &af, st);
+    yajl_config(st->h, yajl_allow_multiple_values, 1);
+    yajl_config(st->h, yajl_dont_validate_strings, 1);
+    st->err = yajl_parse(st->h, s, n) != yajl_status_ok;
+    yajl_free(st->h);
+    st->h = NULL;
+}
+
 /* Parses s[0..n) with yajl and notes every place where the text can be cut
  * and closed: right after '{' or '[', right after a complete value inside a
  * container, and right after a complete top-level value (several may
@@ -529,18 +628,22 @@ static const yajl_callbacks jscan_cb = {
 static int json_scan(const uint8_t *s, size_t n, size_t budget, jscan *st)
 {
     st->depth = 0;
-    st->err = st->have = false;
+    st->err = st->have = st->frozen = false;
     st->best = 0;
     st->budget = budget;
     for (size_t d = 0; d <= JSON_MAX_DEPTH; d++)
         st->at[d] = SIZE_MAX;
-    if (!(st->h = yajl_alloc(&jscan_cb, NULL, st)))
+    st->blocks = NULL;
+    if (setjmp(st->oom) != 0) { /* out of memory inside yajl */
+        while (st->blocks) {
+            jblk *b = st->blocks;
+            st->blocks = b->next;
+            free(b);
+        }
+        st->h = NULL;
         return -1;
-    yajl_config(st->h, yajl_allow_multiple_values, 1);
-    yajl_config(st->h, yajl_dont_validate_strings, 1);
-    st->err = yajl_parse(st->h, s, n) != yajl_status_ok;
-    yajl_free(st->h);
-    st->h = NULL;
+    }
+    json_parse(s, n, st);
     return 0;
 }
 
@@ -694,17 +797,14 @@ static int finish_json(th_out *o, th_out_info *info)
         info->kept_bytes = info->kept_lines = 0;
         return 0;
     }
-    size_t cut = jchoose(st);
-    /* the containers open there */
-    if (json_scan(o->head.data, cut, cut, st) != 0) {
-        free(st);
-        return TH_ENOMEM;
-    }
+    size_t depth, cut = jchoose(st, &depth);
+    /* the containers open there, innermost first: one scan, no second
+     * over the kept text (jcandidate says why the closers are known) */
+    const char *open = st->frozen ? st->kept : st->stack;
     o->head.len = cut;
     char close[JSON_MAX_DEPTH];
-    for (size_t i = 0; i < st->depth; i++)
-        close[i] = st->stack[st->depth - 1 - i];
-    size_t depth = st->depth;
+    for (size_t i = 0; i < depth; i++)
+        close[i] = open[depth - 1 - i];
     free(st);
     if (head_add_marker(o, close, depth) != 0)
         return TH_ENOMEM;
