@@ -21,11 +21,7 @@
 #include <yajl/yajl_parse.h>
 
 #include "bench.h"
-#if __has_include("call/out.h") /* the core in rooms: host/core/call/ */
 #include "call/out.h"
-#else
-#include "out.h"
-#endif
 #include "toolhost/plugin.h"
 
 #define ROUNDS 5
