@@ -909,6 +909,25 @@ static void test_cluster_replicas(void)
     CU_ASSERT_FATAL(natsConnection_JetStream(&js, nc, NULL) == NATS_OK);
     CU_ASSERT_FATAL(js_CreateKeyValue(&kv, js, &kc) == NATS_OK);
     kvStore_Destroy(kv);
+    /* every peer current: a meta leader can be elected before the third
+     * server may hold a replica, and a host that asks for 3 then (rightly)
+     * settles for 2.  The cluster is ready when a 3-replica bucket can be
+     * made. */
+    bool three = false;
+    for (int64_t e = rpc_now_ms() + th_test_ms(20000); !three &&
+                                                     rpc_now_ms() < e;) {
+        kvConfig probe;
+        kvConfig_Init(&probe);
+        probe.Bucket = "probe3";
+        probe.Replicas = 3;
+        kv = NULL;
+        three = js_CreateKeyValue(&kv, js, &probe) == NATS_OK;
+        kvStore_Destroy(kv);
+        if (!three)
+            usleep(100000);
+    }
+    CU_ASSERT_FATAL(three);
+    CU_ASSERT_FATAL(js_DeleteKeyValue(js, "probe3") == NATS_OK);
     jsCtx_Destroy(js);
     char *key = nats_key_file(s[0].dir);
     rpc_srv h[2];
