@@ -123,6 +123,39 @@ static void test_serves(void)
     free(dir);
 }
 
+/* The stats keep a front's name past the session that gave it: a session
+ * whose th_front_ops.front lives in a buffer of its opener's (freed or
+ * reused once the session is gone) still counts under the name it had,
+ * and the buffer's new text is not taken for it. */
+static void test_stats_name_copied(void)
+{
+    th_error e;
+    th_config *cfg = parse("host:\n  log_level: error\n", &e);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
+    th_host *h = NULL;
+    CU_ASSERT_EQUAL_FATAL(th_host_open(cfg, &h, &e), 0);
+    char name[16] = "zfront_a";
+    th_front_ops ops = {.front = name};
+    th_principal who = {(uint32_t)getuid(), (uint32_t)getgid(), true};
+    th_session *s = th_session_open(h, &who, &ops, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    th_session_close(s);
+    memcpy(name, "zfront_b", 9); /* the opener reuses its buffer */
+    th_front_stats fs[TH_FRONTS_MAX + 1];
+    size_t nf = th_host_front_stats(h, fs, TH_FRONTS_MAX + 1);
+    uint64_t a = 0, b = 0;
+    for (size_t i = 0; i < nf; i++) {
+        CU_ASSERT_PTR_NOT_EQUAL(fs[i].front, name);
+        if (strcmp(fs[i].front, "zfront_a") == 0)
+            a = fs[i].opened;
+        if (strcmp(fs[i].front, "zfront_b") == 0)
+            b = fs[i].opened;
+    }
+    CU_ASSERT_EQUAL(a, 1);
+    CU_ASSERT_EQUAL(b, 0);
+    th_host_close(h);
+}
+
 static void expect_err(const char *yaml, const char *want)
 {
     th_error e;
@@ -166,4 +199,5 @@ void th_suite_front_line(void)
     CU_pSuite s = CU_add_suite("front_line", NULL, NULL);
     CU_add_test(s, "serves", test_serves);
     CU_add_test(s, "config", test_config);
+    CU_add_test(s, "stats_name_copied", test_stats_name_copied);
 }
