@@ -574,13 +574,16 @@ int th_front_register(const th_front *f)
     }
     if (n == TH_FRONTS_MAX || f->n_events > TH_FRONT_EVENTS_MAX)
         return TH_ELIMIT;
+    /* Its counters, in registration order; none left (the table is full
+     * of names sessions gave before it): its events would be counted under
+     * "other" with those of every other such front, and reported as its. */
+    if (f->n_events && th_stat_front_kind(f->name) == TH_FRONT_KINDS - 1)
+        return TH_ELIMIT;
     if (f->section) {
         int rc = th_section_register(f->section);
         if (rc < 0)
             return rc;
     }
-    if (f->n_events) /* its counters, in registration order */
-        th_stat_front_kind(f->name);
     atomic_store(&g_fronts[n], f);
     atomic_store(&g_n_fronts, n + 1);
     return 0;
