@@ -345,7 +345,44 @@ static bool same_list(char *const *a, size_t na, char *const *b, size_t nb)
     return true;
 }
 
-/* The HTTP daemons and their tokens are made once, at start. */
+static bool same_str(const char *a, const char *b)
+{
+    return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+/* The keys the HTTP front copies at start (http.c, mcfg_copy) besides
+ * the listen entries and the tokens; max_subscriptions and max_message
+ * are read per session from the current config. */
+static bool same_http(const th_mcp_cfg *a, const th_mcp_cfg *b)
+{
+    return same_list(a->allow_origins, a->n_allow_origins, b->allow_origins,
+                     b->n_allow_origins) &&
+           a->allow_remote == b->allow_remote &&
+           same_str(a->tls_cert, b->tls_cert) &&
+           same_str(a->tls_key, b->tls_key) &&
+           same_str(a->tls_priorities, b->tls_priorities) &&
+           a->max_body == b->max_body && a->max_sessions == b->max_sessions &&
+           a->max_sessions_per_user == b->max_sessions_per_user &&
+           a->max_streams == b->max_streams &&
+           a->max_connections == b->max_connections &&
+           a->session_idle_ms == b->session_idle_ms &&
+           a->max_queued == b->max_queued &&
+           a->client_timeout_ms == b->client_timeout_ms &&
+           a->keepalive_ms == b->keepalive_ms &&
+           a->header_timeout_ms == b->header_timeout_ms &&
+           a->body_timeout_ms == b->body_timeout_ms &&
+           a->max_connections_per_address ==
+               b->max_connections_per_address &&
+           a->http_threads == b->http_threads &&
+           a->max_json_depth == b->max_json_depth &&
+           a->max_json_elements == b->max_json_elements &&
+           a->sse_poll_ms == b->sse_poll_ms &&
+           a->sse_replay_events == b->sse_replay_events &&
+           a->sse_replay_ms == b->sse_replay_ms;
+}
+
+/* The HTTP daemons, their tokens and their settings are made once, at
+ * start. */
 static const char *mcp_reload_note(const void *old, const void *cur)
 {
     const th_mcp_cfg *a = old, *b = cur;
@@ -357,9 +394,13 @@ static const char *mcp_reload_note(const void *old, const void *cur)
     for (size_t i = 0; same && i < a->n_tokens; i++)
         same = strcmp(a->tokens[i].user, b->tokens[i].user) == 0 &&
                memcmp(a->tokens[i].sha256, b->tokens[i].sha256, 32) == 0;
-    return same ? NULL
-                : "reload: host.listen's http:// entries and mcp.tokens "
-                  "change at the next restart";
+    if (!same)
+        return "reload: host.listen's http:// entries and mcp.tokens "
+               "change at the next restart";
+    if ((a->n_listen_http || b->n_listen_http) && !same_http(a, b))
+        return "reload: the MCP HTTP front's mcp: settings (max_body, "
+               "max_sessions, allow_origins, ...) change at the next restart";
+    return NULL;
 }
 
 static const char *const mcp_schemes[] = {"http://", "https://", NULL};

@@ -201,6 +201,53 @@ static void nats_free(void *sec)
     free(nc->listen);
 }
 
+static bool same_str(const char *a, const char *b)
+{
+    return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+static bool same_strv(char *const *a, size_t na, char *const *b, size_t nb)
+{
+    if (na != nb)
+        return false;
+    for (size_t i = 0; i < na; i++)
+        if (!same_str(a[i], b[i]))
+            return false;
+    return true;
+}
+
+/* The NATS front keeps the config it started with (th_nats_start takes a
+ * reference): its connection, subjects, users and toolsets are those of
+ * the start, so any change to the section, the nats:// entry included,
+ * waits for the next restart.  Nothing to say when neither config serves
+ * on NATS. */
+static const char *nats_reload_note(const void *old, const void *cur)
+{
+    const th_nats_cfg *a = old, *b = cur;
+    if (!a->listen && !b->listen)
+        return NULL;
+    bool same =
+        same_str(a->listen, b->listen) && same_str(a->prefix, b->prefix) &&
+        same_str(a->name, b->name) && same_str(a->user, b->user) &&
+        same_str(a->password, b->password) && same_str(a->token, b->token) &&
+        same_str(a->creds, b->creds) && same_str(a->tls_ca, b->tls_ca) &&
+        same_str(a->tls_cert, b->tls_cert) &&
+        same_str(a->tls_key, b->tls_key) &&
+        same_strv(a->toolsets, a->n_toolsets, b->toolsets, b->n_toolsets) &&
+        same_str(a->as_user, b->as_user) &&
+        a->reconnect_wait_ms == b->reconnect_wait_ms &&
+        a->max_pending == b->max_pending &&
+        same_str(a->results_bucket, b->results_bucket) &&
+        a->results_ttl_ms == b->results_ttl_ms &&
+        same_strv(a->users, a->n_users, b->users, b->n_users) &&
+        same_str(a->results_key_file, b->results_key_file) &&
+        a->results_replicas == b->results_replicas &&
+        a->no_reply_batching == b->no_reply_batching;
+    return same ? NULL
+                : "reload: host.listen's nats:// entry and the nats: section "
+                  "change at the next restart";
+}
+
 static const char *const nats_schemes[] = {"nats://", "tls://", NULL};
 
 const th_section th_nats_section = {
@@ -214,4 +261,5 @@ const th_section th_nats_section = {
     .listen_form = "nats://HOST:PORT (NATS)",
     .listen = nats_listen,
     .names_user = nats_names_user,
+    .reload_note = nats_reload_note,
 };

@@ -7,6 +7,7 @@
  */
 #include "front/rpc_config.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -93,12 +94,37 @@ static void rpc_free(void *sec)
     free(r->socket_group);
 }
 
+/* The socket is bound, and its limits set, once when the server starts
+ * (th_rpc_serve): every key of the section waits for the next restart. */
 static const char *rpc_reload_note(const void *old, const void *cur)
 {
     const th_rpc_cfg *a = old, *b = cur;
-    if ((a->listen || b->listen) &&
-        (!a->listen || !b->listen || strcmp(a->listen, b->listen) != 0))
+    bool listen = (a->listen || b->listen) &&
+                  (!a->listen || !b->listen ||
+                   strcmp(a->listen, b->listen) != 0);
+    bool group = (a->socket_group || b->socket_group) &&
+                 (!a->socket_group || !b->socket_group ||
+                  strcmp(a->socket_group, b->socket_group) != 0);
+    bool limits =
+        group || a->socket_mode != b->socket_mode ||
+        a->max_frame != b->max_frame || a->max_inflight != b->max_inflight ||
+        a->max_outbuf != b->max_outbuf ||
+        a->max_connections != b->max_connections ||
+        a->max_connections_per_uid != b->max_connections_per_uid ||
+        a->idle_timeout_ms != b->idle_timeout_ms ||
+        a->frame_timeout_ms != b->frame_timeout_ms ||
+        a->max_buffered != b->max_buffered ||
+        a->max_protocol_errors != b->max_protocol_errors ||
+        a->max_conn_log_lines != b->max_conn_log_lines;
+    if (listen && limits)
+        return "reload: host.listen and the RPC socket's host.socket_* and "
+               "limits (max_frame, max_connections, ...) change at the next "
+               "restart";
+    if (listen)
         return "reload: host.listen changes at the next restart";
+    if (limits)
+        return "reload: the RPC socket's host.socket_* and limits "
+               "(max_frame, max_connections, ...) change at the next restart";
     return NULL;
 }
 

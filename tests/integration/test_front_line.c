@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/th_test.h"
@@ -123,6 +124,102 @@ static void test_serves(void)
     free(dir);
 }
 
+/* The stats keep a front's name past the session that gave it: a session
+ * whose th_front_ops.front lives in a buffer of its opener's (freed or
+ * reused once the session is gone) still counts under the name it had,
+ * and the buffer's new text is not taken for it. */
+static void test_stats_name_copied(void)
+{
+    th_error e;
+    th_config *cfg = parse("host:\n  log_level: error\n", &e);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
+    th_host *h = NULL;
+    CU_ASSERT_EQUAL_FATAL(th_host_open(cfg, &h, &e), 0);
+    char name[16] = "zfront_a";
+    th_front_ops ops = {.front = name};
+    th_principal who = {(uint32_t)getuid(), (uint32_t)getgid(), true};
+    th_session *s = th_session_open(h, &who, &ops, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    th_session_close(s);
+    memcpy(name, "zfront_b", 9); /* the opener reuses its buffer */
+    th_front_stats fs[TH_FRONTS_MAX + 1];
+    size_t nf = th_host_front_stats(h, fs, TH_FRONTS_MAX + 1);
+    uint64_t a = 0, b = 0;
+    for (size_t i = 0; i < nf; i++) {
+        CU_ASSERT_PTR_NOT_EQUAL(fs[i].front, name);
+        if (strcmp(fs[i].front, "zfront_a") == 0)
+            a = fs[i].opened;
+        if (strcmp(fs[i].front, "zfront_b") == 0)
+            b = fs[i].opened;
+    }
+    CU_ASSERT_EQUAL(a, 1);
+    CU_ASSERT_EQUAL(b, 0);
+    th_host_close(h);
+}
+
+/* A front registered when the stats' table of front names is full (more
+ * than TH_FRONTS_MAX names given by sessions before it) has no counters
+ * of its own: its events would land in "other", shared with every other
+ * such front, and each would report the others' counts as its own.  Run
+ * in a child process: the table is the process's. */
+static int late_count(const char *front, const char *reason,
+                      th_front_event_class cls, uint64_t n, void *ud)
+{
+    (void)reason, (void)cls;
+    if (strcmp(front, "late_b") == 0)
+        *(uint64_t *)ud += n;
+    return 0;
+}
+
+static int late_fronts_child(void)
+{
+    th_error e;
+    th_config *cfg = NULL;
+    static const char yaml[] = "host:\n  log_level: error\n";
+    if (th_config_parse("t.yaml", "/", yaml, strlen(yaml), &cfg, &e) != 0)
+        return 10;
+    th_host *h = NULL;
+    if (th_host_open(cfg, &h, &e) != 0)
+        return 11;
+    static char names[TH_FRONTS_MAX + 2][16];
+    th_principal who = {(uint32_t)getuid(), (uint32_t)getgid(), true};
+    for (int i = 0; i < TH_FRONTS_MAX + 2; i++) {
+        snprintf(names[i], sizeof names[i], "fill%d", i);
+        th_front_ops ops = {.front = names[i]};
+        th_session *s = th_session_open(h, &who, &ops, NULL);
+        if (!s)
+            return 12;
+        th_session_close(s);
+    }
+    static const th_front_event_desc ev[1] = {{"boom", TH_FEV_CLOSED}};
+    static const th_front a = {.name = "late_a", .events = ev, .n_events = 1};
+    static const th_front b = {.name = "late_b", .events = ev, .n_events = 1};
+    int ra = th_front_register(&a), rb = th_front_register(&b);
+    th_stat_front_event(h, "late_a", 0); /* one event, of late_a */
+    uint64_t nb = 0;
+    th_host_front_events_foreach(h, late_count, &nb);
+    th_host_close(h);
+    if (nb != 0)
+        return 13; /* late_b reported late_a's event */
+    if (ra != TH_ELIMIT || rb != TH_ELIMIT)
+        return 14;
+    return 0;
+}
+
+static void test_stats_late_fronts(void)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    CU_ASSERT_FATAL(pid >= 0);
+    if (pid == 0)
+        _exit(late_fronts_child());
+    int st = 0;
+    CU_ASSERT_EQUAL(waitpid(pid, &st, 0), pid);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fprintf(stderr, "\n  child: status %d\n", st);
+    CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
 static void expect_err(const char *yaml, const char *want)
 {
     th_error e;
@@ -166,4 +263,6 @@ void th_suite_front_line(void)
     CU_pSuite s = CU_add_suite("front_line", NULL, NULL);
     CU_add_test(s, "serves", test_serves);
     CU_add_test(s, "config", test_config);
+    CU_add_test(s, "stats_name_copied", test_stats_name_copied);
+    CU_add_test(s, "stats_late_fronts", test_stats_late_fronts);
 }

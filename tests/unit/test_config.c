@@ -383,6 +383,74 @@ static void test_nats_reply_batching(void)
                "'sometimes'");
 }
 
+/* A reload that changes what the NATS front started with says that it
+ * waits for the next restart (the front keeps its start's config), like
+ * the RPC socket's and the MCP HTTP front's; nothing when neither config
+ * serves on NATS, or when the section is the same. */
+static void test_nats_reload_note(void)
+{
+    static const char base[] =
+        "host:\n  listen: \"nats://127.0.0.1:4222\"\n"
+        "nats: {toolsets: [default], prefix: %s}\n";
+    char y1[256], y2[256];
+    snprintf(y1, sizeof y1, base, "p1");
+    snprintf(y2, sizeof y2, base, "p2");
+    th_config *a = parse(y1), *a2 = parse(y1), *b = parse(y2);
+    th_config *off1 = parse("nats: {prefix: p1}\n");
+    th_config *off2 = parse("nats: {prefix: p2}\n");
+    CU_ASSERT_FATAL(a && a2 && b && off1 && off2);
+    const th_section *s = &th_nats_section;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s->reload_note);
+    const char *note = s->reload_note(th_nats_config(a), th_nats_config(b));
+    CU_ASSERT_PTR_NOT_NULL(note);
+    CU_ASSERT(note && strstr(note, "nats:") && strstr(note, "next restart"));
+    CU_ASSERT_PTR_NOT_NULL(
+        s->reload_note(th_nats_config(off1), th_nats_config(a)));
+    CU_ASSERT_PTR_NULL(s->reload_note(th_nats_config(a), th_nats_config(a2)));
+    CU_ASSERT_PTR_NULL(
+        s->reload_note(th_nats_config(off1), th_nats_config(off2)));
+    th_config_free(a);
+    th_config_free(a2);
+    th_config_free(b);
+    th_config_free(off1);
+    th_config_free(off2);
+}
+
+/* The RPC socket's keys under host: are read once, when the server
+ * starts: a reload that changes host.socket_mode, socket_group or a limit
+ * says so (docs/reload.md), not only one that changes host.listen. */
+static void test_rpc_reload_note(void)
+{
+    th_config *a = parse("host: {listen: \"unix:/s\"}\n");
+    th_config *a2 = parse("host: {listen: \"unix:/s\"}\n");
+    th_config *mode = parse("host: {listen: \"unix:/s\", socket_mode: "
+                            "\"0660\"}\n");
+    th_config *grp = parse("host: {listen: \"unix:/s\", socket_group: "
+                           "wheel}\n");
+    th_config *frame = parse("host: {listen: \"unix:/s\", max_frame: "
+                             "1MiB}\n");
+    th_config *moved = parse("host: {listen: \"unix:/t\"}\n");
+    CU_ASSERT_FATAL(a && a2 && mode && grp && frame && moved);
+    const th_section *s = &th_rpc_section;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s->reload_note);
+    CU_ASSERT_PTR_NULL(s->reload_note(th_rpc_config(a), th_rpc_config(a2)));
+    const char *n;
+    n = s->reload_note(th_rpc_config(a), th_rpc_config(mode));
+    CU_ASSERT(n && strstr(n, "socket_*"));
+    n = s->reload_note(th_rpc_config(a), th_rpc_config(grp));
+    CU_ASSERT(n && strstr(n, "socket_*"));
+    n = s->reload_note(th_rpc_config(a), th_rpc_config(frame));
+    CU_ASSERT(n && strstr(n, "max_frame"));
+    n = s->reload_note(th_rpc_config(a), th_rpc_config(moved));
+    CU_ASSERT(n && strstr(n, "host.listen"));
+    th_config_free(a);
+    th_config_free(a2);
+    th_config_free(mode);
+    th_config_free(grp);
+    th_config_free(frame);
+    th_config_free(moved);
+}
+
 /* ---- errors ------------------------------------------------------------ */
 
 static void test_unknown_keys(void)
@@ -2187,4 +2255,6 @@ void th_suite_config(void)
     CU_add_test(s, "plugin_load_error", test_plugin_load_error);
     CU_add_test(s, "nats_results_replicas", test_nats_results_replicas);
     CU_add_test(s, "nats_reply_batching", test_nats_reply_batching);
+    CU_add_test(s, "nats_reload_note", test_nats_reload_note);
+    CU_add_test(s, "rpc_reload_note", test_rpc_reload_note);
 }

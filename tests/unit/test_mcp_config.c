@@ -226,6 +226,46 @@ static void test_parse_url(void)
     CU_ASSERT_EQUAL(th_http_parse_url("http://:80/", &u, &e), TH_EINVAL);
 }
 
+/* The HTTP front copies its mcp: settings at start (max_body,
+ * max_sessions, allow_origins, ...): a reload that changes one says that
+ * it waits for the next restart, as one that changes the listen entries
+ * or the tokens does; nothing without an http:// entry. */
+static void test_reload_note(void)
+{
+    static const char base[] =
+        "host: {listen: \"http://127.0.0.1:8080/mcp\"}\n"
+        "mcp:\n  tokens: [{user: a, sha256: \"%064d\"}]\n%s";
+    char y[6][512];
+    snprintf(y[0], sizeof y[0], base, 1, "");
+    snprintf(y[1], sizeof y[1], base, 1, "");
+    snprintf(y[2], sizeof y[2], base, 1, "  max_body: 1MiB\n");
+    snprintf(y[3], sizeof y[3], base, 1, "  allow_origins: [a]\n");
+    snprintf(y[4], sizeof y[4], base, 2, "");
+    th_config *c[5];
+    for (int i = 0; i < 5; i++)
+        c[i] = parse_ok(y[i]);
+    th_config *off1 = parse_ok("mcp: {max_body: 1MiB}\n");
+    th_config *off2 = parse_ok("mcp: {max_body: 2MiB}\n");
+    CU_ASSERT_FATAL(c[0] && c[1] && c[2] && c[3] && c[4] && off1 && off2);
+    const th_section *s = &th_mcp_section;
+    const th_mcp_cfg *m[5];
+    for (int i = 0; i < 5; i++)
+        m[i] = th_mcp_config(c[i]);
+    CU_ASSERT_PTR_NULL(s->reload_note(m[0], m[1]));
+    const char *n = s->reload_note(m[0], m[2]);
+    CU_ASSERT(n && strstr(n, "max_body"));
+    n = s->reload_note(m[0], m[3]);
+    CU_ASSERT(n && strstr(n, "next restart"));
+    n = s->reload_note(m[0], m[4]);
+    CU_ASSERT(n && strstr(n, "mcp.tokens"));
+    CU_ASSERT_PTR_NULL(
+        s->reload_note(th_mcp_config(off1), th_mcp_config(off2)));
+    for (int i = 0; i < 5; i++)
+        th_config_free(c[i]);
+    th_config_free(off1);
+    th_config_free(off2);
+}
+
 void th_suite_mcp_config(void)
 {
     CU_pSuite s = CU_add_suite("mcp_config", NULL, NULL);
@@ -233,4 +273,5 @@ void th_suite_mcp_config(void)
     CU_add_test(s, "listen_errors", test_listen_errors);
     CU_add_test(s, "tokens", test_tokens);
     CU_add_test(s, "parse_url", test_parse_url);
+    CU_add_test(s, "reload_note", test_reload_note);
 }

@@ -451,7 +451,12 @@ void th_host_mgr_stats(th_host *h, th_mgr_stats *out)
 
 /* The front names seen, in that order: a name is added once (under
  * kinds_mu) and never removed; readers load the count (acquire) and read
- * the names below it without a lock.  The last kind is "other". */
+ * the names below it without a lock.  The last kind is "other".  Each
+ * name is a copy in kind_text: the table outlives the sessions and hosts
+ * that gave the names (th_front_ops.front need only live as long as its
+ * session); a name of KIND_NAME_MAX bytes or more counts as "other". */
+#define KIND_NAME_MAX 64
+static char kind_text[TH_FRONT_KINDS - 1][KIND_NAME_MAX];
 static _Atomic(const char *) kind_names[TH_FRONT_KINDS - 1];
 static atomic_uint n_kinds;
 static pthread_mutex_t kinds_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -476,8 +481,12 @@ unsigned th_stat_front_kind(const char *front)
     pthread_mutex_lock(&kinds_mu);
     n = atomic_load_explicit(&n_kinds, memory_order_relaxed);
     k = kind_find(front, n);
-    if (k == TH_FRONT_KINDS && n < TH_FRONT_KINDS - 1) {
-        atomic_store_explicit(&kind_names[n], front, memory_order_relaxed);
+    size_t len = strnlen(front, KIND_NAME_MAX);
+    if (k == TH_FRONT_KINDS && n < TH_FRONT_KINDS - 1 &&
+        len < KIND_NAME_MAX) {
+        memcpy(kind_text[n], front, len + 1);
+        atomic_store_explicit(&kind_names[n], kind_text[n],
+                              memory_order_relaxed);
         atomic_store_explicit(&n_kinds, n + 1, memory_order_release);
         k = n;
     }
@@ -565,13 +574,16 @@ int th_front_register(const th_front *f)
     }
     if (n == TH_FRONTS_MAX || f->n_events > TH_FRONT_EVENTS_MAX)
         return TH_ELIMIT;
+    /* Its counters, in registration order; none left (the table is full
+     * of names sessions gave before it): its events would be counted under
+     * "other" with those of every other such front, and reported as its. */
+    if (f->n_events && th_stat_front_kind(f->name) == TH_FRONT_KINDS - 1)
+        return TH_ELIMIT;
     if (f->section) {
         int rc = th_section_register(f->section);
         if (rc < 0)
             return rc;
     }
-    if (f->n_events) /* its counters, in registration order */
-        th_stat_front_kind(f->name);
     atomic_store(&g_fronts[n], f);
     atomic_store(&g_n_fronts, n + 1);
     return 0;

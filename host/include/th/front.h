@@ -50,7 +50,9 @@ typedef struct th_front {
 
 /* Registers f (and its section).  0 (again for the same descriptor);
  * TH_ESTATE when another front or section has its name; TH_ELIMIT past
- * TH_FRONTS_MAX or when f has more than TH_FRONT_EVENTS_MAX events. */
+ * TH_FRONTS_MAX, when f has more than TH_FRONT_EVENTS_MAX events, or when
+ * f has events and the stats have no room left for its counters (sessions
+ * gave TH_FRONTS_MAX other front names first). */
 int th_front_register(const th_front *f);
 /* The registered fronts, in registration order (NULL past the end). */
 const th_front *th_front_at(size_t i);
