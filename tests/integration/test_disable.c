@@ -1,7 +1,8 @@
 /* test_disable.c - tools taken out of service at run time, with the real
  * binary: host.disable / host.enable / host.disabled over msgpack-RPC
  * (admins only), a disabled tool's callers told why, patterns, the
- * limits of the set, reloads keeping it, and `toolhost disable|enable`. */
+ * limits of the set, reloads keeping it, `toolhost disable|enable`, and
+ * tags: toolsets selecting by them, a tag disabled at once. */
 #include <CUnit/CUnit.h>
 #include <pwd.h>
 #include <stdlib.h>
@@ -226,10 +227,75 @@ static void test_not_admin(void)
     rpc_srv_free(&s);
 }
 
+/* tags: a toolset that selects by tag gets the tagged tools (a pattern
+ * too) and no other; "tag:NAME" disables every tool of the tag. */
+static const char tags_config[] =
+    "host:\n"
+    "  log_level: debug\n"
+    "  shutdown_grace: 1s\n"
+    "plugins:\n"
+    "  - name: echo\n"
+    "    path: @BUILD@/plugins/echo.so\n"
+    "  - name: text\n"
+    "    path: @BUILD@/plugins/text.so\n"
+    "    config:\n"
+    "      root: @DIR@\n"
+    "tags:\n"
+    "  - name: talk\n"
+    "    tools: [\"echo*\"]\n"
+    "  - name: counting\n"
+    "    tools: [text_count]\n"
+    "toolsets:\n"
+    "  - name: chat\n"
+    "    tags: [talk]\n";
+
+static bool listed(th_rpc_client *c, const char *tool)
+{
+    rpc_res r;
+    bool has = rpc_call(c, "tools.list", "[]", &r) == 0 && r.res &&
+               rpc_find_tool(r.res, tool) != NULL;
+    rpc_res_free(&r);
+    return has;
+}
+
+static void test_tags(void)
+{
+    rpc_srv s;
+    rpc_opts o = {.config = tags_config};
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_FATAL(c != NULL);
+    CU_ASSERT(listed(c, "echo"));
+    CU_ASSERT(listed(c, "echo_async"));
+    CU_ASSERT(!listed(c, "text_count")); /* tagged, but not "talk" */
+    rpc_res r;
+    CU_ASSERT(rpc_call(c, "tools.call", "[\"text_count\", {\"path\": "
+                       "\"x\"}]", &r) == 0 && r.res &&
+              rpc_tool_error_is(r.res, "unknown_tool"));
+    rpc_res_free(&r);
+    CU_ASSERT(echo_ok(c));
+    CU_ASSERT(rpc_call(c, "host.disable", "[\"tag:talk\", \"quiet hours\"]",
+                       &r) == 0 && r.err == NULL);
+    rpc_res_free(&r);
+    CU_ASSERT(echo_disabled(c, "tool 'echo' is disabled (tag 'talk'): "
+                               "quiet hours"));
+    CU_ASSERT(rpc_call(c, "host.disable", "[\"tag:\", \"x\"]", &r) == 0 &&
+              rpc_is_error(&r, TH_EINVAL));
+    rpc_res_free(&r);
+    CU_ASSERT(rpc_call(c, "host.enable", "[\"tag:talk\"]", &r) == 0 &&
+              r.err == NULL);
+    rpc_res_free(&r);
+    CU_ASSERT(echo_ok(c));
+    th_rpc_client_close(c);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+}
+
 void th_suite_disable(void)
 {
     CU_pSuite s = CU_add_suite("disable", NULL, NULL);
     CU_add_test(s, "rpc", test_rpc);
     CU_add_test(s, "cli", test_cli);
     CU_add_test(s, "not_admin", test_not_admin);
+    CU_add_test(s, "tags", test_tags);
 }

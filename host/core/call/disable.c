@@ -65,19 +65,24 @@ bool th_disabled_any(const th_disabled *d)
     return d && atomic_load_explicit(&d->n, memory_order_relaxed) != 0;
 }
 
-static bool matches(const dis_entry *e, const char *tool)
+/* "tag:NAME": the tools that carry the tag in the call's config; else a
+ * name or an fnmatch pattern. */
+static bool matches(const dis_entry *e, const th_config *cfg,
+                    const char *tool)
 {
+    if (strncmp(e->pattern, "tag:", 4) == 0)
+        return th_config_tool_has_tag(cfg, e->pattern + 4, tool);
     return strcmp(e->pattern, tool) == 0 || fnmatch(e->pattern, tool, 0) == 0;
 }
 
-bool th_disabled_check(th_disabled *d, const char *tool, char *msg,
-                       size_t cap)
+bool th_disabled_check(th_disabled *d, const th_config *cfg,
+                       const char *tool, char *msg, size_t cap)
 {
     bool hit = false;
     pthread_mutex_lock(&d->mu);
     for (unsigned i = 0; i < atomic_load(&d->n) && !hit; i++) {
         const dis_entry *e = &d->e[i];
-        if (!matches(e, tool))
+        if (!matches(e, cfg, tool))
             continue;
         hit = true;
         char date[32] = "";
@@ -85,8 +90,10 @@ bool th_disabled_check(th_disabled *d, const char *tool, char *msg,
         struct tm tm;
         if (gmtime_r(&t, &tm))
             strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
-        snprintf(msg, cap, "tool '%s' is disabled: %s (since %s, by %s)",
-                 tool, e->reason, date, e->by);
+        bool tag = strncmp(e->pattern, "tag:", 4) == 0;
+        snprintf(msg, cap, "tool '%s' is disabled%s%s%s: %s (since %s, by "
+                 "%s)", tool, tag ? " (tag '" : "", tag ? e->pattern + 4 : "",
+                 tag ? "')" : "", e->reason, date, e->by);
     }
     pthread_mutex_unlock(&d->mu);
     return hit;
@@ -111,6 +118,9 @@ int th_host_disable(th_host *h, const char *pattern, const char *reason,
     if (!pattern || !*pattern || strlen(pattern) > 256)
         return th_error_set(err, TH_EINVAL, "disable: give a tool name or "
                             "pattern of 1 to 256 bytes");
+    if (strncmp(pattern, "tag:", 4) == 0 && !pattern[4])
+        return th_error_set(err, TH_EINVAL, "disable: 'tag:' needs a tag "
+                            "name (tag:NAME, a name of the config's tags:)");
     if (!reason || !*reason)
         return th_error_set(err, TH_EINVAL, "disable: give a reason (it is "
                             "what a caller of the tool is told)");

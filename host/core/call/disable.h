@@ -18,9 +18,10 @@ th_disabled *th_disabled_new(void);
 void th_disabled_free(th_disabled *d);
 /* Whether anything is disabled: a relaxed read, for the call path. */
 bool th_disabled_any(const th_disabled *d);
-/* When `tool` is disabled: true, with "tool 'x' is disabled: REASON
+/* When `tool` is disabled (a "tag:NAME" entry: by the tags of cfg, the
+ * call's config): true, with "tool 'x' is disabled: REASON
  * (since DATE, by USER)" in msg (cap bytes). */
-bool th_disabled_check(th_disabled *d, const char *tool, char *msg,
-                       size_t cap);
+bool th_disabled_check(th_disabled *d, const th_config *cfg,
+                       const char *tool, char *msg, size_t cap);
 
 #endif
