@@ -33,6 +33,8 @@ int cli_config(int argc, char **argv);
 int cli_export(int argc, char **argv);
 int cli_new(int argc, char **argv);
 int cli_reload(int argc, char **argv);
+/* toolhost disable | enable (argv[0]): host.disable/enable/disabled. */
+int cli_disable(int argc, char **argv);
 int cli_mcp(int argc, char **argv);
 
 /* Prints "toolhost: <message>" to stderr. */

@@ -25,6 +25,9 @@ static const cli_command commands[] = {
     {"new", "create a plugin project from the template", cli_new},
     {"reload", "ask a running host to reload its plugins and config",
      cli_reload},
+    {"disable", "take a tool out of service on a running host, with a "
+     "reason", cli_disable},
+    {"enable", "put a disabled tool back in service", cli_disable},
     {"mcp", "run the host as an MCP server on stdio", cli_mcp},
 };
 

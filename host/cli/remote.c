@@ -264,8 +264,18 @@ int cli_call_remote(const cli_remote *remote, const char *tool, char **kv,
 /* Connects, sends `method` with no params and waits for its answer.  On
  * CLI_OK *reply holds the result (free it with th_rpc_reply_destroy); any
  * other status was already explained on stderr. */
+static int params_request(const cli_remote *remote, const char *method,
+                          const th_buf *params, th_rpc_reply *reply);
+
 static int simple_request(const cli_remote *remote, const char *method,
                           th_rpc_reply *reply)
+{
+    return params_request(remote, method, NULL, reply);
+}
+
+/* A request with params (a msgpack array, or NULL for none). */
+static int params_request(const cli_remote *remote, const char *method,
+                          const th_buf *params, th_rpc_reply *reply)
 {
     memset(reply, 0, sizeof *reply);
     th_rpc_client *c = connect_or_say(remote);
@@ -273,7 +283,9 @@ static int simple_request(const cli_remote *remote, const char *method,
         return CLI_FAILED;
     th_error err;
     int rc = CLI_OK;
-    if (th_rpc_client_call(c, method, NULL, 0, NULL, NULL, reply, &err) != 0) {
+    if (th_rpc_client_call(c, method, params ? params->data : NULL,
+                           params ? params->len : 0, NULL, NULL, reply,
+                           &err) != 0) {
         cli_error("%s: %s", method, err.msg);
         rc = CLI_FAILED;
     } else if (reply->error) {
@@ -402,4 +414,100 @@ int cli_reload(int argc, char **argv)
     json_decref(j);
     th_rpc_reply_destroy(&reply);
     return rc;
+}
+
+/* ---- disable, enable ------------------------------------------------------- */
+
+static const char disable_usage[] =
+    "usage: toolhost disable TOOL --reason TEXT --connect [unix:PATH]\n"
+    "       toolhost enable TOOL --connect [unix:PATH]\n"
+    "       toolhost disable --list --connect [unix:PATH]\n"
+    "\n"
+    "Takes a tool out of service on a running host, without a reload, or\n"
+    "puts it back. TOOL is a tool name or an fnmatch pattern (\"fs_*\");\n"
+    "a caller of a tool it matches is answered tool_disabled with the\n"
+    "reason, the date and who disabled it (\"uid N\"). A pattern disabled\n"
+    "again gets the new reason; enable takes the pattern as it was given.\n"
+    "The host keeps the entries across reloads, not across a restart, at\n"
+    "most 64. Admins only (the config's admin: section, see\n"
+    "docs/security.md). --list prints the entries as JSON.\n"
+    "\n"
+    "Options:\n"
+    "  -r, --reason TEXT     why (one line, at most 512 bytes): what the\n"
+    "                        callers of the tool are told\n"
+    "  -l, --list            print what is disabled\n" CLI_REMOTE_HELP
+    "  -h, --help            this help\n";
+
+/* toolhost disable / toolhost enable (argv[0] says which). */
+int cli_disable(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        CLI_REMOTE_OPTIONS,
+        {"reason", required_argument, NULL, 'r'},
+        {"list", no_argument, NULL, 'l'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    bool enable = strcmp(argv[0], "enable") == 0, list = false;
+    const char *reason = NULL;
+    cli_remote remote;
+    memset(&remote, 0, sizeof remote);
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "r:lh", opts, NULL)) != -1) {
+        if (c == 'h') {
+            fputs(disable_usage, stdout);
+            return CLI_OK;
+        }
+        if (c == 'r' && !enable) {
+            reason = optarg;
+        } else if (c == 'l' && !enable) {
+            list = true;
+        } else if ((c != 'C' && c != 'U' && c != 'A') ||
+                   cli_remote_opt(&remote, c, argc, argv) != CLI_OK) {
+            fputs(disable_usage, stderr);
+            return CLI_USAGE;
+        }
+    }
+    int want = list ? 0 : 1;
+    if (argc - optind != want || !remote.connect || (!enable && !list &&
+                                                     !reason)) {
+        cli_error("%s: %s", argv[0],
+                  !remote.connect ? "give --connect (a running host)"
+                  : argc - optind != want
+                      ? (want ? "give one TOOL (a name or a pattern)"
+                              : "--list takes no TOOL")
+                      : "give --reason TEXT (what callers are told)");
+        fputs(disable_usage, stderr);
+        return CLI_USAGE;
+    }
+    if (cli_remote_check(&remote, argv[0]) != CLI_OK)
+        return CLI_USAGE;
+    th_buf params = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &params, th_buf_msgpack_write);
+    msgpack_pack_array(&pk, list ? 0 : enable ? 1 : 2);
+    if (!list)
+        th_pack_cstr(&pk, argv[optind]);
+    if (!list && !enable)
+        th_pack_cstr(&pk, reason);
+    const char *method = list ? "host.disabled"
+                         : enable ? "host.enable" : "host.disable";
+    th_rpc_reply reply;
+    int rc = params_request(&remote, method, &params, &reply);
+    th_buf_destroy(&params);
+    if (rc != CLI_OK)
+        return CLI_FAILED;
+    if (list) {
+        th_error err;
+        json_t *j = th_json_from_msgpack(reply.result, reply.result_len,
+                                         &err);
+        char *s = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
+        printf("%s\n", s ? s : "[]");
+        free(s);
+        json_decref(j);
+    } else {
+        printf("%s %s\n", argv[optind], enable ? "enabled" : "disabled");
+    }
+    th_rpc_reply_destroy(&reply);
+    return CLI_OK;
 }

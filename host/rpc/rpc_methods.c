@@ -870,6 +870,126 @@ static void m_reload(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
     }
 }
 
+/* host.disable [pattern, reason], host.enable [pattern], host.disabled []:
+ * tools taken out of service at run time (th/host.h th_host_disable),
+ * admins only; the entry records the caller as "uid N". */
+static bool admin_or_refuse(rpc_conn *c, uint64_t msgid, const char *method)
+{
+    if (is_admin(c))
+        return true;
+    char rule[512];
+    th_host_admin_rule(c->srv->host, rule, sizeof rule);
+    conn_log(c, TOOLHOST_LOG_WARN, "session=%llu uid=%u %s refused: not an "
+             "admin", (unsigned long long)c->id, (unsigned)c->who.uid,
+             method);
+    send_error(c, msgid, TH_EPERM, "%s needs an admin (%s); uid %u is not "
+               "one", method, rule, (unsigned)c->who.uid);
+    return false;
+}
+
+static void m_disable(rpc_conn *c, uint64_t msgid,
+                      const msgpack_object *params)
+{
+    char pattern[257], reason[513], by[64];
+    if (!admin_or_refuse(c, msgid, "host.disable"))
+        return;
+    if (params->via.array.size != 2 ||
+        !param_str(params, 0, pattern, sizeof pattern) ||
+        !param_str(params, 1, reason, sizeof reason)) {
+        send_error(c, msgid, TH_EINVAL, "host.disable takes [pattern, "
+                   "reason]: a tool name or fnmatch pattern (at most 256 "
+                   "bytes) and the reason callers are told (at most 512)");
+        return;
+    }
+    snprintf(by, sizeof by, "uid %u", (unsigned)c->who.uid);
+    th_error e;
+    th_error_clear(&e);
+    int rc = th_host_disable(c->srv->host, pattern, reason, by, &e);
+    if (rc) {
+        send_error(c, msgid, rc, "%s", e.msg);
+        return;
+    }
+    th_buf r = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &r, th_buf_msgpack_write);
+    msgpack_pack_true(&pk);
+    send_result(c, msgid, &r);
+    th_buf_destroy(&r);
+}
+
+static void m_enable(rpc_conn *c, uint64_t msgid,
+                     const msgpack_object *params)
+{
+    char pattern[257];
+    if (!admin_or_refuse(c, msgid, "host.enable"))
+        return;
+    if (params->via.array.size != 1 ||
+        !param_str(params, 0, pattern, sizeof pattern)) {
+        send_error(c, msgid, TH_EINVAL, "host.enable takes [pattern]: the "
+                   "pattern as host.disable was given it");
+        return;
+    }
+    if (th_host_enable(c->srv->host, pattern) != 0) {
+        send_error(c, msgid, TH_ENOTFOUND, "nothing is disabled under '%s' "
+                   "(host.disabled lists what is)", pattern);
+        return;
+    }
+    th_buf r = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &r, th_buf_msgpack_write);
+    msgpack_pack_true(&pk);
+    send_result(c, msgid, &r);
+    th_buf_destroy(&r);
+}
+
+typedef struct disabled_walk {
+    msgpack_packer pk; /* into the entries' bytes */
+    uint32_t n;
+} disabled_walk;
+
+static int pack_disabled(const th_disabled_view *v, void *ud)
+{
+    disabled_walk *w = ud;
+    msgpack_packer *pk = &w->pk;
+    int e = msgpack_pack_map(pk, 4);
+    e |= th_pack_cstr(pk, "pattern");
+    e |= th_pack_cstr(pk, v->pattern);
+    e |= th_pack_cstr(pk, "reason");
+    e |= th_pack_cstr(pk, v->reason);
+    e |= th_pack_cstr(pk, "by");
+    e |= th_pack_cstr(pk, v->by);
+    e |= th_pack_cstr(pk, "since_ms");
+    e |= msgpack_pack_int64(pk, v->since_ms);
+    w->n++;
+    return e ? -1 : 0;
+}
+
+/* host.disabled: [{pattern, reason, by, since_ms}, ...], in the order
+ * they were disabled (one walk under the set's lock). */
+static void m_disabled(rpc_conn *c, uint64_t msgid,
+                       const msgpack_object *params)
+{
+    (void)params;
+    if (!admin_or_refuse(c, msgid, "host.disabled"))
+        return;
+    th_buf items = TH_BUF_INIT, r = TH_BUF_INIT;
+    disabled_walk w = {.n = 0};
+    msgpack_packer_init(&w.pk, &items, th_buf_msgpack_write);
+    int rc = th_host_disabled_foreach(c->srv->host, pack_disabled, &w);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &r, th_buf_msgpack_write);
+    if (rc == 0)
+        rc = msgpack_pack_array(&pk, w.n);
+    if (rc == 0 && items.len)
+        rc = th_buf_append(&r, items.data, items.len);
+    if (rc)
+        send_error(c, msgid, TH_ENOMEM, "out of memory");
+    else
+        send_result(c, msgid, &r);
+    th_buf_destroy(&items);
+    th_buf_destroy(&r);
+}
+
 /* The methods, tools.call first (nearly every frame is one); the name's
  * length is compared before its bytes. */
 #define METHOD(name, fn) {name, sizeof name - 1, fn}
@@ -888,6 +1008,9 @@ static const struct {
     METHOD("host.ping", m_ping),
     METHOD("host.stats", m_stats),
     METHOD("host.reload", m_reload),
+    METHOD("host.disable", m_disable),
+    METHOD("host.enable", m_enable),
+    METHOD("host.disabled", m_disabled),
 };
 #undef METHOD
 

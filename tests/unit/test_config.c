@@ -466,8 +466,8 @@ static void test_unknown_keys(void)
                "'toolsets'?)");
     EXPECT_ERR("host: {}\nbananas: 3\n",
                "t.yaml:2:1: unknown key 'bananas' in the config (known keys: "
-               "host, limits, plugins, toolsets, mocks, admin, rate_limits, "
-               "mcp, nats)");
+               "host, limits, plugins, tags, toolsets, mocks, admin, "
+               "rate_limits, mcp, nats)");
     EXPECT_ERR("plugins:\n  - name: a\n    path: a.so\n    optinal: true\n",
                "t.yaml:4:5: unknown key 'optinal' in plugin (did you mean "
                "'optional'?)");
@@ -2210,11 +2210,68 @@ static void test_section_register(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "unknown key 't1'"));
 }
 
+/* tags: entries of tools by name or pattern, toolsets that select by
+ * them, and what is refused. */
+static void test_tags(void)
+{
+    static const char ok[] =
+        "tags:\n"
+        "  - name: files\n"
+        "    tools: [fs_read, \"fs_[lw]*\"]\n"
+        "  - name: net\n"
+        "    tools: [fetch]\n"
+        "toolsets:\n"
+        "  - name: readers\n"
+        "    tags: [files]\n"
+        "    tool_overrides:\n"
+        "      fs_read: {timeout: 1s}\n"
+        "  - name: both\n"
+        "    tools: [echo]\n"
+        "    tags: [files, net]\n";
+    th_config *cfg = NULL;
+    th_error e;
+    CU_ASSERT_EQUAL_FATAL(th_config_parse("t.yaml", "/", ok, strlen(ok),
+                                          &cfg, &e), 0);
+    CU_ASSERT_EQUAL(cfg->n_tags, 2);
+    CU_ASSERT_EQUAL(cfg->toolsets[0].n_tools, 0);
+    CU_ASSERT_EQUAL(cfg->toolsets[0].n_tags, 1);
+    CU_ASSERT_PTR_EQUAL(cfg->toolsets[0].tag_refs[0], &cfg->tags[0]);
+    CU_ASSERT_PTR_EQUAL(cfg->toolsets[1].tag_refs[1], &cfg->tags[1]);
+    CU_ASSERT_TRUE(th_config_tool_has_tag(cfg, "files", "fs_read"));
+    CU_ASSERT_TRUE(th_config_tool_has_tag(cfg, "files", "fs_write"));
+    CU_ASSERT_TRUE(th_config_tool_has_tag(cfg, "files", "fs_list"));
+    CU_ASSERT_FALSE(th_config_tool_has_tag(cfg, "files", "fs_stat"));
+    CU_ASSERT_FALSE(th_config_tool_has_tag(cfg, "net", "fs_read"));
+    CU_ASSERT_FALSE(th_config_tool_has_tag(cfg, "nope", "fetch"));
+    th_config_free(cfg);
+    EXPECT_ERR("tags:\n  - name: a\n    tools: [x]\n"
+               "toolsets:\n  - name: t\n    tags: [a, b]\n",
+               "t.yaml:6:15: toolset 't' selects tag 'b', which no entry of "
+               "'tags:' declares");
+    EXPECT_ERR("tags:\n  - name: a\n    tools: [x]\n"
+               "  - name: a\n    tools: [y]\n",
+               "t.yaml:4:11: duplicate tag 'a' (first at line 2; list all "
+               "its tools in one entry)");
+    EXPECT_ERR("tags:\n  - name: a\n    tools: [\"x y\"]\n",
+               "t.yaml:3:13: invalid tool name or pattern 'x y' (tool names "
+               "are letters, digits, '_' or '-'; a pattern adds *, ? and "
+               "[...])");
+    EXPECT_ERR("tags:\n  - name: a\n    tools: []\n",
+               "t.yaml:3:12: 'tools' must list at least one tool name or "
+               "pattern");
+    EXPECT_ERR("tags:\n  - tools: [x]\n",
+               "t.yaml:2:5: missing required key 'name' in tag");
+    EXPECT_ERR("tags:\n  - name: \"a b\"\n    tools: [x]\n",
+               "t.yaml:2:11: invalid tag name 'a b' (use 1 to 64 letters, "
+               "digits, '_' or '-')");
+}
+
 void th_suite_config(void)
 {
     CU_pSuite s = CU_add_suite("config", NULL, NULL);
     CU_add_test(s, "tree_marks", test_tree_marks);
     CU_add_test(s, "section_register", test_section_register);
+    CU_add_test(s, "tags", test_tags);
     CU_add_test(s, "syntax_errors", test_syntax_errors);
     CU_add_test(s, "duplicate_key", test_duplicate_key);
     CU_add_test(s, "defaults", test_defaults);

@@ -29,6 +29,7 @@
 
 #include "call_fast.h"
 #include "call_int.h"
+#include "disable.h"
 #include "rate.h"
 #include "th/audit.h"
 #include "th/log.h"
@@ -717,6 +718,18 @@ static void audit_refused(th_session *s, const char *name,
     th_audit_write(s->h->audit, &a);
 }
 
+/* A tool an operator disabled (disable.c): answered tool_disabled with
+ * the reason; true when it was. */
+static bool disabled_refused(th_session *s, th_mcall *c)
+{
+    char m[1024];
+    if (!th_disabled_check(s->h->disabled, c->cfg, c->tool->name, m,
+                           sizeof m))
+        return false;
+    th_mcall_never_run(c, TH_EDISABLED, m);
+    return true;
+}
+
 /* The rate limits (rate.c) admit the call, or answer it rate_limited:
  * true when they did (the execution reference is gone with the answer).
  * Admitted, the call holds its concurrent-call slots until exec_end. */
@@ -818,6 +831,8 @@ int th_call_submit(th_call_req *r)
     bool slot = c->cslot != 0; /* c stays valid: the slot's reference */
     if (rc > 0) {
         /* answered by stage_record */
+    } else if (th_disabled_any(h->disabled) && disabled_refused(s, c)) {
+        /* answered tool_disabled (never ran) */
     } else if (p.cfg->n_rate_limits && rate_refused(s, c)) {
         /* answered rate_limited (never ran) */
     } else if (on_worker) {

@@ -835,6 +835,8 @@ struct th_host {
     th_config *cfg;
     struct th_audit *audit;     /* host.audit, or NULL (audit.c) */
     struct th_rate *rate;       /* the rate limits' buckets (rate.c) */
+    struct th_disabled *disabled; /* tools disabled at run time
+                                   (disable.c) */
     th_registry *reg;
     th_plugin *task_plugin;
     th_builtin *builtins;

@@ -48,6 +48,9 @@ bool th_host_toolset_has(th_host *h, const th_toolset_cfg *ts,
         if ((ts->tools[i][0] == '*' && ts->tools[i][1] == '\0') ||
             strcmp(ts->tools[i], tool->name) == 0)
             return true;
+    for (size_t i = 0; i < ts->n_tags; i++) /* `tags:` of the toolset */
+        if (th_tag_has_tool(ts->tag_refs[i], tool->name))
+            return true;
     return false;
 }
 

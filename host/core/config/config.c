@@ -18,6 +18,7 @@
 #include <string.h>
 #include <strings.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <grp.h>
 #include <pwd.h>
 #include <sys/stat.h>
@@ -1638,7 +1639,8 @@ static int set_overrides(th_cfctx *c, const th_cfkey *k, th_ynode *v, void *base
 
 static const th_cfkey toolset_keys[] = {
     {.name = "name", .set = th_cf_str, .off = T(name), .flags = TH_CF_REQUIRED},
-    {.name = "tools", .set = set_tools, .flags = TH_CF_REQUIRED},
+    {.name = "tools", .set = set_tools},
+    {.name = "tags", .set = th_cf_strlist, .off = T(tags), .off2 = T(n_tags)},
     {.name = "timeout", .set = th_cf_duration, .off = T(timeout_ms), .min = 1,
      .max = 7 * DAY},
     {.name = "max_concurrency", .set = th_cf_u32, .off = T(max_concurrency),
@@ -1746,6 +1748,29 @@ static int check_names(th_cfctx *c, const th_ynode *v, bool group)
     return 0;
 }
 
+/* A toolset's `tags:`, each resolved to its entry of `tags:` (read before
+ * the toolsets). */
+static int toolset_tags(th_cfctx *c, const th_ynode *n, th_toolset_cfg *ts)
+{
+    if (!ts->n_tags)
+        return 0;
+    ts->tag_refs = calloc(ts->n_tags, sizeof *ts->tag_refs);
+    if (!ts->tag_refs)
+        return th_cf_nomem(c);
+    const th_ynode *tl = th_ynode_get(n, "tags");
+    for (size_t i = 0; i < ts->n_tags; i++) {
+        for (size_t j = 0; j < c->cfg->n_tags && !ts->tag_refs[i]; j++)
+            if (strcmp(c->cfg->tags[j].name, ts->tags[i]) == 0)
+                ts->tag_refs[i] = &c->cfg->tags[j];
+        if (!ts->tag_refs[i])
+            return th_cf_err(c, tl && tl->kind == TH_Y_SEQ && i < tl->n
+                                    ? tl->kids[i] : tl,
+                             "toolset '%s' selects tag '%s', which no entry "
+                             "of 'tags:' declares", ts->name, ts->tags[i]);
+    }
+    return 0;
+}
+
 static int toolset_check(th_cfctx *c, th_ynode *n, void *el)
 {
     th_toolset_cfg *ts = el;
@@ -1780,8 +1805,12 @@ static int toolset_check(th_cfctx *c, th_ynode *n, void *el)
     if ((rc = check_names(c, th_ynode_get(n, "allow_users"), false)) < 0 ||
         (rc = check_names(c, th_ynode_get(n, "allow_groups"), true)) < 0)
         return rc;
+    if (ts->n_tools == 0 && ts->n_tags == 0)
+        return th_cf_err(c, n, "missing required key 'tools' in toolset");
+    if ((rc = toolset_tags(c, n, ts)) < 0)
+        return rc;
     const th_ynode *ov = th_ynode_get(n, "tool_overrides");
-    bool all = false;
+    bool all = ts->n_tags > 0; /* tagged tools are known once loaded */
     for (size_t i = 0; i < ts->n_tools; i++)
         all |= strcmp(ts->tools[i], "*") == 0;
     th_strset tools; /* looked up by each override */
@@ -1910,6 +1939,76 @@ static int set_rate(th_cfctx *c, const th_cfkey *k, th_ynode *v, void *base)
 static const char *const rate_per_names[] = {"caller", "caller_tool", "all",
                                              NULL};
 
+/* ---- tags ------------------------------------------------------------------ */
+
+/* A tag's tools: names or fnmatch patterns ("fs_*"), each once. */
+static int set_tag_tools(th_cfctx *c, const th_cfkey *k, th_ynode *v,
+                         void *base)
+{
+    th_tag_cfg *t = base;
+    if (th_ynode_is_null(v) || (v->kind == TH_Y_SEQ && v->n == 0))
+        return th_cf_err(c, v, "'tools' must list at least one tool name or "
+                         "pattern");
+    int rc = strlist(c, k, v, &t->tools, &t->n_tools, &t->tool_marks);
+    for (size_t i = 0; i < t->n_tools && rc == 0; i++) {
+        const th_ynode *item = v->kind == TH_Y_SEQ ? v->kids[i] : v;
+        size_t len = strlen(t->tools[i]);
+        bool ok = len > 0 && len <= 128;
+        for (size_t j = 0; j < len && ok; j++)
+            ok = isalnum((unsigned char)t->tools[i][j]) ||
+                 strchr("_-*?[]!", t->tools[i][j]);
+        if (!ok)
+            rc = th_cf_err(c, item, "invalid tool name or pattern '%s' (tool "
+                           "names are letters, digits, '_' or '-'; a "
+                           "pattern adds *, ? and [...])", t->tools[i]);
+    }
+    return rc;
+}
+
+#define TG(f) offsetof(th_tag_cfg, f)
+static const th_cfkey tag_keys[] = {
+    {.name = "name", .set = th_cf_str, .off = TG(name),
+     .flags = TH_CF_REQUIRED},
+    {.name = "tools", .set = set_tag_tools, .flags = TH_CF_REQUIRED},
+    {.name = NULL}};
+#undef TG
+
+static int tag_check(th_cfctx *c, th_ynode *n, void *el)
+{
+    th_tag_cfg *t = el;
+    t->line = n->line;
+    t->col = n->col;
+    const th_ynode *nv = th_ynode_get(n, "name");
+    if (!t->name || !name_valid(t->name))
+        return th_cf_err(c, nv, "invalid tag name '%s' (use 1 to 64 "
+                         "letters, digits, '_' or '-')",
+                         t->name ? t->name : "");
+    for (const th_tag_cfg *o = c->cfg->tags; o < t; o++)
+        if (strcmp(o->name, t->name) == 0)
+            return th_cf_err(c, nv, "duplicate tag '%s' (first at line %d; "
+                             "list all its tools in one entry)", t->name,
+                             o->line);
+    return 0;
+}
+
+bool th_tag_has_tool(const th_tag_cfg *t, const char *tool)
+{
+    for (size_t i = 0; i < t->n_tools; i++)
+        if (strcmp(t->tools[i], tool) == 0 ||
+            fnmatch(t->tools[i], tool, 0) == 0)
+            return true;
+    return false;
+}
+
+bool th_config_tool_has_tag(const th_config *cfg, const char *tag,
+                            const char *tool)
+{
+    for (size_t i = 0; cfg && i < cfg->n_tags; i++)
+        if (strcmp(cfg->tags[i].name, tag) == 0)
+            return th_tag_has_tool(&cfg->tags[i], tool);
+    return false;
+}
+
 #define RL(f) offsetof(th_rate_cfg, f)
 static const th_cfkey rate_keys[] = {
     {.name = "name", .set = th_cf_str, .off = RL(name)},
@@ -2011,6 +2110,9 @@ static const th_cfkey top_keys[] = {
      .off2 = C(n_plugins), .sub = plugin_keys,
      .elem_size = sizeof(th_plugin_cfg), .check = plugin_check,
      .init = plugin_init, .what = "plugin"},
+    {.name = "tags", .set = th_cf_list, .off = C(tags), .off2 = C(n_tags),
+     .sub = tag_keys, .elem_size = sizeof(th_tag_cfg), .check = tag_check,
+     .what = "tag"},
     {.name = "toolsets", .set = th_cf_list, .off = C(toolsets),
      .off2 = C(n_toolsets), .sub = toolset_keys,
      .elem_size = sizeof(th_toolset_cfg), .init = toolset_init,
@@ -2272,8 +2374,16 @@ void th_config_free(th_config *cfg)
             free_strv(ts->overrides[j].sensitive, ts->overrides[j].n_sensitive);
         }
         free(ts->overrides);
+        free_strv(ts->tags, ts->n_tags);
+        free(ts->tag_refs);
     }
     free(cfg->toolsets);
+    for (size_t i = 0; i < cfg->n_tags; i++) {
+        free(cfg->tags[i].name);
+        free_strv(cfg->tags[i].tools, cfg->tags[i].n_tools);
+        free(cfg->tags[i].tool_marks);
+    }
+    free(cfg->tags);
     for (size_t i = 0; i < cfg->n_mocks; i++) {
         th_mock_cfg *m = &cfg->mocks[i];
         free(m->tool);
@@ -2652,6 +2762,20 @@ int th_config_check_tools_all(const th_config *cfg,
                          "%s:%d:%d: 'tool_overrides' of toolset '%s' names "
                          "tool '%s', which no plugin provides",
                          f, o->line, o->col, ts->name, o->tool);
+            if (tool_miss(&first, &e, report, rud))
+                goto out;
+        }
+    }
+    for (size_t i = 0; i < cfg->n_tags; i++) {
+        const th_tag_cfg *t = &cfg->tags[i];
+        for (size_t j = 0; j < t->n_tools; j++) {
+            if (strpbrk(t->tools[j], "*?[") || has_tool(ud, t->tools[j]))
+                continue; /* a pattern may match nothing yet */
+            th_error_set(&e, TH_ECONFIG,
+                         "%s:%d:%d: tag '%s' names tool '%s', which no "
+                         "plugin provides",
+                         f, t->tool_marks[j].line, t->tool_marks[j].col,
+                         t->name, t->tools[j]);
             if (tool_miss(&first, &e, report, rud))
                 goto out;
         }

@@ -13,6 +13,7 @@
 
 #include "base/hazard.h"
 #include "call/manager.h"
+#include "call/disable.h"
 #include "call/rate.h"
 #include "call/out.h"
 #include "reload/reloader.h"
@@ -228,6 +229,7 @@ static void host_free(th_host *h)
     pthread_mutex_destroy(&h->stmu);
     th_audit_close(h->audit); /* after the last call's line */
     th_rate_free(h->rate);    /* after the last call's end */
+    th_disabled_free(h->disabled);
     th_config_unref(h->cfg); /* the host's reference */
     free(h);
 }
@@ -264,7 +266,7 @@ int th_host_open_ex(th_config *cfg, const th_host_opts *opts, th_host **out,
         th_log_set_level(cfg->host.log_level);
 
     int rc;
-    if (!(h->rate = th_rate_new())) {
+    if (!(h->rate = th_rate_new()) || !(h->disabled = th_disabled_new())) {
         host_free(h);
         return th_error_set(err, TH_ENOMEM, "out of memory");
     }

@@ -328,7 +328,24 @@ typedef struct th_toolset_cfg {
     th_run_code_cfg run_code;
     int line, col;
     th_mark *tool_marks;   /* n_tools marks, parallel to `tools` */
+    /* Appended: `tags:` - every tool a tag of these names has is in the
+     * toolset too (besides `tools`); each resolved to its entry of the
+     * config's `tags:` (tag_refs, n_tags of them). */
+    char **tags;
+    size_t n_tags;
+    const struct th_tag_cfg **tag_refs;
 } th_toolset_cfg;
+
+/* One entry of `tags:`: the tools (names or fnmatch patterns) that carry
+ * the tag `name`; toolsets select by it, an operator disables by it
+ * (host.disable "tag:NAME"). */
+typedef struct th_tag_cfg {
+    char *name;
+    char **tools;
+    size_t n_tools;
+    th_mark *tool_marks;   /* n_tools marks */
+    int line, col;
+} th_tag_cfg;
 
 typedef struct th_mock_progress {
     char *message;
@@ -411,6 +428,8 @@ typedef struct th_config {
     uint64_t serial;
     th_rate_cfg *rate_limits; /* `rate_limits:` (rate.c)               */
     size_t n_rate_limits;
+    th_tag_cfg *tags;      /* `tags:`                                    */
+    size_t n_tags;
     /* The sections of modules (th/section.h: a front's own), registered
      * when this config was read: descriptor and struct, n_sec of each. */
     const struct th_section *sec_desc[TH_SECTIONS_MAX];
@@ -486,6 +505,13 @@ int th_config_plugin_block(const th_config *cfg, const th_plugin_cfg *pc,
  * at a place in the config (its config: block) stay as they are. */
 void th_plugin_load_error(const th_config *cfg, const th_plugin_cfg *pc,
                           th_error *err);
+
+/* Whether tool `tool` carries tag `tag` (an entry of `tags:` of that name
+ * lists it, by name or pattern). */
+bool th_config_tool_has_tag(const th_config *cfg, const char *tag,
+                            const char *tool);
+/* Whether the tag entry `t` lists `tool`. */
+bool th_tag_has_tool(const th_tag_cfg *t, const char *tool);
 
 /* The toolset called `name`, or NULL. */
 const th_toolset_cfg *th_config_toolset(const th_config *cfg,

@@ -34,7 +34,9 @@
     XX(PLUGIN_CRASHED, -20, "plugin_crashed",                                 \
        "the plugin's worker process died during the call")                  \
     XX(RATE_LIMITED, -21, "rate_limited",                                     \
-       "a rate limit or quota of the caller was reached")
+       "a rate limit or quota of the caller was reached")                    \
+    XX(DISABLED, -22, "tool_disabled",                                        \
+       "an operator disabled the tool (the message says why)")
 
 enum {
     TH_OK = 0,

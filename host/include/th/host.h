@@ -560,6 +560,33 @@ typedef struct th_front_stats {
 } th_front_stats;
 size_t th_host_front_stats(th_host *h, th_front_stats *out, size_t max);
 
+/* ---- Tools disabled at run time ------------------------------------------- */
+
+/* An operator takes tools out of service without a reload: a call of a
+ * tool that an entry matches (its name, an fnmatch pattern over tool
+ * names, or "tag:NAME": the tools of that tag in `tags:`) is answered TH_EDISABLED ("tool_disabled") with "tool 'x' is
+ * disabled: REASON (since DATE, by WHO)" and never runs (nor counts
+ * against a rate limit).  The entries belong to the running host (reloads keep them,
+ * a restart does not); at most TH_DISABLED_MAX.  Any thread. */
+#define TH_DISABLED_MAX 64
+typedef struct th_disabled_view {
+    const char *pattern, *reason, *by;
+    int64_t since_ms; /* wall clock */
+} th_disabled_view;
+/* Adds an entry, or gives an existing pattern its new reason.  `reason`
+ * and `pattern` are one line of printable text (at most 512 and 256
+ * bytes); `by` names who (a user name, "uid 1000").  0, TH_EINVAL,
+ * TH_ELIMIT or TH_ENOMEM with a sentence in err. */
+int th_host_disable(th_host *h, const char *pattern, const char *reason,
+                    const char *by, th_error *err);
+/* Removes the entry of exactly this pattern: 0 or TH_ENOTFOUND. */
+int th_host_enable(th_host *h, const char *pattern);
+/* Calls fn for each entry, in order (under the set's lock: fn must not
+ * call th_host_disable/enable); stops at fn's nonzero and returns it. */
+int th_host_disabled_foreach(th_host *h,
+                             int (*fn)(const th_disabled_view *v, void *ud),
+                             void *ud);
+
 /* Connections refused, connections closed by a limit and protocol errors,
  * per front and reason: each front lists the outcomes it counts in its
  * descriptor (th/front.h) and counts them with th_stat_front_event (any
