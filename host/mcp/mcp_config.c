@@ -239,6 +239,21 @@ static int mcp_listen(th_cfctx *c, const th_ynode *v, void *sec)
     th_error_clear(&e);
     if (th_http_parse_url(v->str, &u, &e) < 0)
         return th_cf_err(c, v, "'listen': %s", e.msg);
+    /* one daemon per entry: two entries cannot share an address (port 0,
+     * a port of the kernel's choosing, may repeat) */
+    for (int k = 0; k < 2 && u.port; k++) {
+        char **l = k ? m->listen_metrics : m->listen_http;
+        size_t ln = k ? m->n_listen_metrics : m->n_listen_http;
+        for (size_t i = 0; i < ln; i++) {
+            th_http_url o;
+            if (th_http_parse_url(l[i], &o, NULL) == 0 && o.port == u.port &&
+                strcmp(o.host, u.host) == 0)
+                return th_cf_err(c, v, "'listen': %s takes the address of "
+                                 "%s (an http:// entry is a server of its "
+                                 "own: give each its own port)", v->str,
+                                 l[i]);
+        }
+    }
     bool metrics = strcmp(u.path, "/metrics") == 0;
     char ***list = metrics ? &m->listen_metrics : &m->listen_http;
     size_t *n = metrics ? &m->n_listen_metrics : &m->n_listen_http;

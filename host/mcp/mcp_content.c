@@ -280,7 +280,8 @@ void mcp_resources_subscribe(th_mcp_session *m, const json_t *id,
         return;
     }
     th_config *cfg = th_host_config_get(m->h);
-    size_t max = th_mcp_config(cfg)->max_subscriptions;
+    const th_mcp_cfg *mc = th_mcp_config(cfg);
+    size_t max = mc ? mc->max_subscriptions : 256; /* the section's default */
     th_config_unref(cfg);
     pthread_mutex_lock(&m->mu);
     size_t at = m->n_subs;

@@ -2194,6 +2194,9 @@ static void test_section_register(void)
     const th_section scheme = {.name = "t3", .keys = none, .schemes = unix_x};
     const th_section prefix = {.name = "t4", .keys = none, .schemes = web};
     const th_section unnamed = {.name = "", .keys = none};
+    static const char *const everything[] = {"", NULL};
+    const th_section greedy = {.name = "t5", .keys = none,
+                               .schemes = everything};
     CU_ASSERT_EQUAL(th_section_register(&core_name), TH_ESTATE);
     CU_ASSERT_EQUAL(th_section_register(&same_name), TH_ESTATE);
     CU_ASSERT_EQUAL(th_section_register(&host_core), TH_ESTATE);
@@ -2201,6 +2204,7 @@ static void test_section_register(void)
     CU_ASSERT_EQUAL(th_section_register(&scheme), TH_ESTATE);
     CU_ASSERT_EQUAL(th_section_register(&prefix), TH_ESTATE);
     CU_ASSERT_EQUAL(th_section_register(&unnamed), TH_ESTATE);
+    CU_ASSERT_EQUAL(th_section_register(&greedy), TH_ESTATE);
     /* registered already (the runner's th_fronts_register_builtin) */
     CU_ASSERT_EQUAL(th_section_register(&th_nats_section), 0);
     th_config *cfg = NULL;

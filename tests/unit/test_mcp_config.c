@@ -118,6 +118,14 @@ static void test_listen_errors(void)
                "from 0 to 65535");
     expect_err("host:\n  listen: [[1]]\n",
                "each item of 'listen' must be an address");
+    /* each http:// entry is a daemon of its own: one address each */
+    expect_err("host:\n  listen: [\"http://127.0.0.1:8080/mcp\", "
+               "\"http://127.0.0.1:8080/metrics\"]\nmcp:\n" TOK0,
+               "t.yaml:2:41: 'listen': http://127.0.0.1:8080/metrics takes "
+               "the address of http://127.0.0.1:8080/mcp");
+    /* port 0 twice: two ports of the kernel's choosing, fine */
+    th_config_free(parse_ok("host:\n  listen: [\"http://127.0.0.1:0/mcp\", "
+                            "\"http://127.0.0.1:0/metrics\"]\nmcp:\n" TOK0));
     /* Non-loopback with the key: fine. */
     th_config *cfg = parse_ok("host:\n  listen: [\"http://0.0.0.0:0/mcp\"]\n"
                               "mcp:\n  allow_remote: true\n" TOK0);

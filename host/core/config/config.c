@@ -804,6 +804,9 @@ int th_section_register(const th_section *s)
             return 0;
     if (!s->name || !*s->name || core_key(s->name))
         return TH_ESTATE;
+    for (const char *const *p = s->schemes; p && *p; p++)
+        if (!**p) /* would claim every entry */
+            return TH_ESTATE;
     for (size_t i = 0; i < g_n_sections; i++)
         if (strcmp(g_sections[i]->name, s->name) == 0 ||
             schemes_clash(g_sections[i], s))
@@ -2195,15 +2198,15 @@ static void top_table(const th_config *cfg,
 static int unknown_key(th_cfctx *c, const th_ynode *key, const th_cfkey *table,
                        const char *what)
 {
-    const char *names[64] = {NULL};
+    const char *names[160] = {NULL}; /* host: has 28 + up to 64 added */
     size_t n = 0;
-    for (const th_cfkey *k = table; k->name && n < 64; k++)
+    for (const th_cfkey *k = table; k->name && n < 160; k++)
         names[n++] = k->name;
     const char *near = closest(key->str, names, n);
     if (near)
         return th_cf_err(c, key, "unknown key '%s' in %s (did you mean '%s'?)",
                       key->str, what, near);
-    char known[900] = "";
+    char known[2048] = "";
     size_t used = 0;
     for (size_t i = 0; i < n; i++) {
         int w = snprintf(known + used, sizeof known - used, "%s%s",
