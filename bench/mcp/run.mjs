@@ -72,7 +72,15 @@ const httpServers = [
         'host:', '  log_level: warn',
         `  listen: ["unix:${dir}/th.sock", "http://127.0.0.1:${port}/mcp"]`,
         'plugins:', '  - name: echo', `    path: ${build}/plugins/echo.so`,
-        'mcp:', '  tokens:', '    - {user: bench, env: TH_BENCH_MCP_TOKEN}',
+        // The official client (node's fetch) opens about two connections
+        // per call in flight: a connection goes back to its pool only after
+        // the caller has sent its next call, which then opens another.  With
+        // 32 in flight and the event stream that makes 65 connections from
+        // 127.0.0.1, one over the default per-address cap (64): toolhost
+        // closed the 65th at accept and the run died with "other side
+        // closed".  The floor servers have no such cap.
+        'mcp:', '  max_connections_per_address: 256',
+        '  tokens:', '    - {user: bench, env: TH_BENCH_MCP_TOKEN}',
         'toolsets:', '  - name: default', '    tools: ["*"]', ''].join('\n'));
       return [bin, ['serve', '-c', cfg, '--log-level', 'warn']];
     } },
@@ -117,8 +125,13 @@ async function oneHttp(s) {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'th-mcp-bench-'));
   const port = await freePort();
   const [cmd, args] = s.start(port, dir);
-  const child = spawn(cmd, args, { stdio: 'ignore',
+  // The server's stderr is kept (its last 8 KiB) and printed if the run
+  // fails: a refusal or a crash shows there, not in the client's error.
+  const child = spawn(cmd, args, { stdio: ['ignore', 'ignore', 'pipe'],
                                    env: { ...process.env, TH_BENCH_MCP_TOKEN: TOKEN } });
+  let stderr = '';
+  child.stderr.setEncoding('utf8');
+  child.stderr.on('data', (d) => { stderr = (stderr + d).slice(-8192); });
   try {
     await waitPort(port, child, s.name);
     const headers = s.token ? { Authorization: `Bearer ${s.token}` } : {};
@@ -128,6 +141,9 @@ async function oneHttp(s) {
     const r = await measure(s.name, client);
     await client.close();
     return r;
+  } catch (e) {
+    console.error(`${s.name} failed; its stderr:\n${stderr || '(empty)'}`);
+    throw e;
   } finally {
     child.kill('SIGTERM');
     await new Promise((resolve) => {
