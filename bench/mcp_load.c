@@ -833,7 +833,12 @@ int main(int argc, char **argv)
             "plugins:\n"
             "  - name: echo\n"
             "    path: %s/plugins/echo.so\n"
+            /* INFLIGHT (64) connections is the default per-address cap
+             * itself: one more from 127.0.0.1 (the readiness probe, should
+             * the server not have seen its close yet) and the last is
+             * closed at accept */
             "mcp:\n"
+            "  max_connections_per_address: 256\n"
             "  tokens:\n"
             "    - {user: bench, env: TH_BENCH_MCP_TOKEN}\n"
             "toolsets:\n"
