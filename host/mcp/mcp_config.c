@@ -309,13 +309,6 @@ static int mcp_finish(th_cfctx *c, const th_ynode *n, void *sec)
     return rc;
 }
 
-static void free_strv(char **v, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        free(v[i]);
-    free(v);
-}
-
 static void mcp_free(void *sec)
 {
     th_mcp_cfg *m = sec;
@@ -326,12 +319,12 @@ static void mcp_free(void *sec)
         free(m->tokens[i].env);
     }
     free(m->tokens);
-    free_strv(m->allow_origins, m->n_allow_origins);
+    th_strv_free(m->allow_origins, m->n_allow_origins);
     free(m->tls_cert);
     free(m->tls_key);
     free(m->tls_priorities);
-    free_strv(m->listen_http, m->n_listen_http);
-    free_strv(m->listen_metrics, m->n_listen_metrics);
+    th_strv_free(m->listen_http, m->n_listen_http);
+    th_strv_free(m->listen_metrics, m->n_listen_metrics);
 }
 
 /* Whether `name` is the user of a token under mcp.tokens: such a user

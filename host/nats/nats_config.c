@@ -174,13 +174,6 @@ static int nats_listen(th_cfctx *c, const th_ynode *v, void *sec)
     return m->listen ? 0 : th_cf_nomem(c);
 }
 
-static void free_strv(char **v, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        free(v[i]);
-    free(v);
-}
-
 static void nats_free(void *sec)
 {
     th_nats_cfg *nc = sec;
@@ -193,10 +186,10 @@ static void nats_free(void *sec)
     free(nc->tls_ca);
     free(nc->tls_cert);
     free(nc->tls_key);
-    free_strv(nc->toolsets, nc->n_toolsets);
+    th_strv_free(nc->toolsets, nc->n_toolsets);
     free(nc->as_user);
     free(nc->results_bucket);
-    free_strv(nc->users, nc->n_users);
+    th_strv_free(nc->users, nc->n_users);
     free(nc->results_key_file);
     free(nc->listen);
 }

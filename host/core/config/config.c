@@ -2323,7 +2323,7 @@ void th_config_each_key(void (*fn)(const char *path, void *ud), void *ud)
 
 /* ---- free --------------------------------------------------------------------- */
 
-static void free_strv(char **v, size_t n)
+void th_strv_free(char **v, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         free(v[i]);
@@ -2365,25 +2365,25 @@ void th_config_free(th_config *cfg)
     for (size_t i = 0; i < cfg->n_toolsets; i++) {
         th_toolset_cfg *ts = &cfg->toolsets[i];
         free(ts->name);
-        free_strv(ts->tools, ts->n_tools);
+        th_strv_free(ts->tools, ts->n_tools);
         free(ts->tool_marks);
-        free_strv(ts->allow_users, ts->n_allow_users);
-        free_strv(ts->allow_groups, ts->n_allow_groups);
+        th_strv_free(ts->allow_users, ts->n_allow_users);
+        th_strv_free(ts->allow_groups, ts->n_allow_groups);
         for (size_t j = 0; j < ts->n_rules; j++)
             free(ts->rules[j].match);
         free(ts->rules);
         for (size_t j = 0; j < ts->n_overrides; j++) {
             free(ts->overrides[j].tool);
-            free_strv(ts->overrides[j].sensitive, ts->overrides[j].n_sensitive);
+            th_strv_free(ts->overrides[j].sensitive, ts->overrides[j].n_sensitive);
         }
         free(ts->overrides);
-        free_strv(ts->tags, ts->n_tags);
+        th_strv_free(ts->tags, ts->n_tags);
         free(ts->tag_refs);
     }
     free(cfg->toolsets);
     for (size_t i = 0; i < cfg->n_tags; i++) {
         free(cfg->tags[i].name);
-        free_strv(cfg->tags[i].tools, cfg->tags[i].n_tools);
+        th_strv_free(cfg->tags[i].tools, cfg->tags[i].n_tools);
         free(cfg->tags[i].tool_marks);
     }
     free(cfg->tags);
@@ -2401,12 +2401,12 @@ void th_config_free(th_config *cfg)
     for (size_t i = 0; i < cfg->n_rate_limits; i++) {
         th_rate_cfg *r = &cfg->rate_limits[i];
         free(r->name);
-        free_strv(r->users, r->n_users);
-        free_strv(r->tools, r->n_tools);
+        th_strv_free(r->users, r->n_users);
+        th_strv_free(r->tools, r->n_tools);
     }
     free(cfg->rate_limits);
-    free_strv(cfg->admin.users, cfg->admin.n_users);
-    free_strv(cfg->admin.groups, cfg->admin.n_groups);
+    th_strv_free(cfg->admin.users, cfg->admin.n_users);
+    th_strv_free(cfg->admin.groups, cfg->admin.n_groups);
     sections_free(cfg);
     th_ynode_free(cfg->root);
     free(cfg);

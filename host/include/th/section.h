@@ -89,6 +89,9 @@ int th_cf_list(th_cfctx *c, const th_cfkey *k, th_ynode *v, void *base);
 int th_cf_err(th_cfctx *c, const th_ynode *at, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int th_cf_nomem(th_cfctx *c);
+/* Frees n strings and the array that holds them (a section's string
+ * lists, such as th_cf_strlist fills). */
+void th_strv_free(char **v, size_t n);
 /* A path of the config resolved against the config file's folder (an
  * absolute one as it is), malloc'd; NULL when out of memory. */
 char *th_cf_resolve_path(th_cfctx *c, const char *path);
