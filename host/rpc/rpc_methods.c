@@ -808,6 +808,22 @@ static void m_tasks_result(rpc_conn *c, uint64_t msgid,
     th_buf_destroy(&r);
 }
 
+/* The admin methods (host.reload, host.disable, ...): true for an admin,
+ * else the refusal is answered (naming the rule) and logged. */
+static bool admin_or_refuse(rpc_conn *c, uint64_t msgid, const char *method)
+{
+    if (is_admin(c))
+        return true;
+    char rule[512];
+    th_host_admin_rule(c->srv->host, rule, sizeof rule);
+    conn_log(c, TOOLHOST_LOG_WARN, "session=%llu uid=%u %s refused: not an "
+             "admin", (unsigned long long)c->id, (unsigned)c->who.uid,
+             method);
+    send_error(c, msgid, TH_EPERM, "%s needs an admin (%s); uid %u is not "
+               "one", method, rule, (unsigned)c->who.uid);
+    return false;
+}
+
 /* host.reload: a reload on the reloader's thread; the answer (the
  * th_reload_result_pack map) goes to the connection if it is still there
  * (looked up by id: it may have closed meanwhile).  tools.changed reaches
@@ -840,17 +856,8 @@ static void m_reload(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
 {
     (void)params;
     th_rpc_server *srv = c->srv;
-    if (!is_admin(c)) {
-        char rule[512];
-        th_host_admin_rule(srv->host, rule, sizeof rule);
-        conn_log(c, TOOLHOST_LOG_WARN,
-                 "session=%llu uid=%u host.reload refused: not an admin",
-                 (unsigned long long)c->id, (unsigned)c->who.uid);
-        send_error(c, msgid, TH_EPERM,
-                   "host.reload needs an admin (%s); uid %u is not one",
-                   rule, (unsigned)c->who.uid);
+    if (!admin_or_refuse(c, msgid, "host.reload"))
         return;
-    }
     if (!srv->reload) {
         send_error(c, msgid, TH_ESTATE,
                    "reloads are off on this host (host.reload: off)");
@@ -873,19 +880,6 @@ static void m_reload(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
 /* host.disable [pattern, reason], host.enable [pattern], host.disabled []:
  * tools taken out of service at run time (th/host.h th_host_disable),
  * admins only; the entry records the caller as "uid N". */
-static bool admin_or_refuse(rpc_conn *c, uint64_t msgid, const char *method)
-{
-    if (is_admin(c))
-        return true;
-    char rule[512];
-    th_host_admin_rule(c->srv->host, rule, sizeof rule);
-    conn_log(c, TOOLHOST_LOG_WARN, "session=%llu uid=%u %s refused: not an "
-             "admin", (unsigned long long)c->id, (unsigned)c->who.uid,
-             method);
-    send_error(c, msgid, TH_EPERM, "%s needs an admin (%s); uid %u is not "
-               "one", method, rule, (unsigned)c->who.uid);
-    return false;
-}
 
 static void m_disable(rpc_conn *c, uint64_t msgid,
                       const msgpack_object *params)
@@ -909,12 +903,7 @@ static void m_disable(rpc_conn *c, uint64_t msgid,
         send_error(c, msgid, rc, "%s", e.msg);
         return;
     }
-    th_buf r = TH_BUF_INIT;
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &r, th_buf_msgpack_write);
-    msgpack_pack_true(&pk);
-    send_result(c, msgid, &r);
-    th_buf_destroy(&r);
+    send_true(c, msgid);
 }
 
 static void m_enable(rpc_conn *c, uint64_t msgid,
@@ -934,12 +923,7 @@ static void m_enable(rpc_conn *c, uint64_t msgid,
                    "(host.disabled lists what is)", pattern);
         return;
     }
-    th_buf r = TH_BUF_INIT;
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &r, th_buf_msgpack_write);
-    msgpack_pack_true(&pk);
-    send_result(c, msgid, &r);
-    th_buf_destroy(&r);
+    send_true(c, msgid);
 }
 
 typedef struct disabled_walk {
