@@ -266,7 +266,13 @@ static void test_rpc_grep(void)
                 g[i].answered ? (g[i].ok ? "ok" : "error") : "no answer",
                 g[i].text);
         CU_ASSERT(g[i].answered && !g[i].ok);
-        CU_ASSERT(g[i].ms < deadline_ms() + (int64_t)th_test_ms(1000));
+        /* Under valgrind the four greps and the manager's timer share one
+         * running thread at a time: how late the timer gets its turn is
+         * valgrind's scheduler (4.1 s past the deadline seen with the
+         * other suites beside it), not the host; the bound is shown by the
+         * plain and sanitizer builds. */
+        if (!rpc_valgrind())
+            CU_ASSERT(g[i].ms < deadline_ms() + (int64_t)th_test_ms(1000));
     }
     /* which error: the step limit (under valgrind, busy, its 1,000,000
      * steps may take as long as the deadline: then a timeout) */
