@@ -50,6 +50,8 @@ VERSION := 0.1.0
 include scripts/pkgs.mk
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(SD_DEFS)
 PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+PLUGIN_PKG_CFLAGS = $(shell pkg-config --cflags $(PLUGIN_PKGS) 2>/dev/null)
+PLUGIN_PKG_LIBS = $(shell pkg-config --libs $(PLUGIN_PKGS) 2>/dev/null)
 
 # -Wno-missing-field-initializers: the ABI structs grow by appending members
 # (plugin.h); a table written for an older minor, positionally, leaves the new
@@ -92,7 +94,7 @@ endif
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) $(STRINGOP) -g $(SAN_FLAGS) \
 	$(PKG_CFLAGS) -DTOOLHOST_VERSION='"$(VERSION)"' $(CFLAGS)
 CFLAGS_ALL = $(CFLAGS_BASE) -Iplugin-api -Isdk -Ihost/include
-CFLAGS_PLUGIN = $(CFLAGS_BASE) -Iplugin-api -Isdk -fPIC -fvisibility=hidden
+CFLAGS_PLUGIN = $(CFLAGS_BASE) $(PLUGIN_PKG_CFLAGS) -Iplugin-api -Isdk -fPIC -fvisibility=hidden
 LDFLAGS_ALL = $(SAN_FLAGS) $(LTO) $(LDFLAGS)
 LIBS_ALL = $(PKG_LIBS) -lpthread -ldl -lm
 
@@ -218,7 +220,7 @@ $(TOOLHOST): $(CLI_OBJ) $(LIBTH)
 .SECONDEXPANSION:
 $(BUILD)/plugins/%.so: $$(call obj,$$(wildcard plugins/%/*.c)) $(LIBSDK)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_ALL) -shared -fvisibility=hidden -o $@ $(filter %.o,$^) $(LIBSDK) $(PKG_LIBS)
+	$(CC) $(LDFLAGS_ALL) -shared -fvisibility=hidden -o $@ $(filter %.o,$^) $(LIBSDK) $(PKG_LIBS) $(PLUGIN_PKG_LIBS)
 
 $(BUILD)/fixtures/%.so: $(BUILD)/obj/tests/fixtures/%.o $(LIBSDK)
 	@mkdir -p $(dir $@)

@@ -2,6 +2,9 @@
 # for the Makefile, fuzz/fuzz.mk and the installed toolhost.pc.
 PKGS := msgpack yaml-0.1 libuv jansson yajl lua5.4 libpcre2-8 libmicrohttpd nettle \
 	libseccomp libnats
+# The libraries only the bundled plugins link (never the host): libcurl
+# (GnuTLS flavour) for the HTTP tool sources.
+PLUGIN_PKGS := libcurl
 # libsystemd (optional): sd_notify, the watchdog, socket activation
 # (host/front/sd.c); without it those are no-ops.
 ifeq ($(shell pkg-config --exists libsystemd 2>/dev/null && echo y),y)
