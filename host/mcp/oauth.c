@@ -653,11 +653,16 @@ static void *refresher(void *arg)
         pthread_mutex_unlock(&o->mu);
         th_error e;
         th_error_clear(&e);
-        if (reload_keys(o, &e) < 0)
+        int rc = reload_keys(o, &e);
+        if (rc < 0)
             th_log_warn("mcp oauth: cannot re-read the JWKS from %s: %s; "
                         "the %zu key(s) of before stay in use",
                         source(o), e.msg, had);
         pthread_mutex_lock(&o->mu);
+        /* No document read yet (the issuer was down at start): try again
+         * after jwks_min_interval, not jwks_refresh. */
+        if (rc < 0 && !o->have_digest)
+            o->want = true;
     }
     pthread_mutex_unlock(&o->mu);
     return NULL;

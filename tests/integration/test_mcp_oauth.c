@@ -676,12 +676,14 @@ static enum MHD_Result jwks_handler(void *cls, struct MHD_Connection *c,
     return rc;
 }
 
-static int jsrv_start(jsrv *s, char *doc)
+/* Serves doc (taken) on 127.0.0.1:port (0: a port of the kernel's). */
+static int jsrv_start_at(jsrv *s, char *doc, unsigned port)
 {
     memset(s, 0, sizeof *s);
     pthread_mutex_init(&s->mu, NULL);
     s->doc = doc;
     struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD |
                                 MHD_USE_ERROR_LOG,
@@ -693,6 +695,11 @@ static int jsrv_start(jsrv *s, char *doc)
         MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = i ? i->port : 0;
     return s->port ? 0 : -1;
+}
+
+static int jsrv_start(jsrv *s, char *doc)
+{
+    return jsrv_start_at(s, doc, 0);
 }
 
 static void jsrv_set(jsrv *s, char *doc)
@@ -802,6 +809,39 @@ static void test_refetch_budget(void)
     jsrv_free(&js);
 }
 
+/* The issuer is down when the host starts: logged, OAuth tokens refused;
+ * the host tries again every jwks_min_interval and takes the keys once
+ * the issuer answers. */
+static void test_issuer_late(void)
+{
+    jsrv js;
+    CU_ASSERT_FATAL(jsrv_start(&js, jwks_of(0, &k_ec1, NULL)) == 0);
+    unsigned port = js.port;
+    jsrv_free(&js);
+    char oauth[512];
+    snprintf(oauth, sizeof oauth,
+             "    jwks_url: http://127.0.0.1:%u/jwks.json\n"
+             "    jwks_refresh: 1h\n"
+             "    jwks_min_interval: 100ms\n",
+             port);
+    osrv o;
+    CU_ASSERT_FATAL(o_start(&o, oauth) == 0);
+    CU_ASSERT(rpc_log_has(&o.rs, "cannot fetch the JWKS from http://"));
+    char *t = tok_for(&o, &k_ec1, "alice");
+    expect_invalid(&o, t, "unknown key id");
+    if (jsrv_start_at(&js, jwks_of(0, &k_ec1, NULL), port) != 0) {
+        rpc_srv_free(&o.rs);
+        free(t);
+        CU_FAIL_FATAL("the port was taken meanwhile");
+    }
+    CU_ASSERT(rpc_log_wait(&o.rs, "ec1 (ES256)", rpc_wait_ms()));
+    char sid[80];
+    CU_ASSERT(expect_session(&o, t, sid));
+    free(t);
+    rpc_srv_free(&o.rs);
+    jsrv_free(&js);
+}
+
 void th_suite_mcp_oauth(void)
 {
     CU_pSuite s = CU_add_suite("mcp_oauth", suite_init, suite_clean);
@@ -810,4 +850,5 @@ void th_suite_mcp_oauth(void)
     CU_add_test(s, "rotation_file", test_rotation_file);
     CU_add_test(s, "rotation_url", test_rotation_url);
     CU_add_test(s, "refetch_budget", test_refetch_budget);
+    CU_add_test(s, "issuer_late", test_issuer_late);
 }
