@@ -162,6 +162,8 @@ static int oauth_user_check(th_cfctx *c, th_ynode *n, void *el)
 static int url_check(th_cfctx *c, const th_ynode *at, const char *key,
                      const char *url, bool loopback_http)
 {
+    if (strlen(url) > 255)
+        return th_cf_err(c, at, "'%s' is longer than 255 bytes", key);
     for (const char *p = url; *p; p++)
         if ((unsigned char)*p <= ' ' || (unsigned char)*p >= 0x7f ||
             *p == '"' || *p == '\\')

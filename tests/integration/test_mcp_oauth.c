@@ -17,7 +17,9 @@
 #include <microhttpd.h>
 #include <nettle/base64.h>
 #include <pthread.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/th_http.h"
 #include "integration/test_rpc_harness.h"
@@ -842,6 +844,50 @@ static void test_issuer_late(void)
     jsrv_free(&js);
 }
 
+/* The official MCP TypeScript SDK client (tests/mcp/http_client.mjs)
+ * with an OAuth access token: list, call, progress, cancel, close. */
+static void test_sdk_client(void)
+{
+    static const char *const nodes[] = {"/usr/bin/node",
+                                        "/usr/local/bin/node", NULL};
+    const char *node = NULL;
+    for (int i = 0; nodes[i] && !node; i++)
+        if (access(nodes[i], X_OK) == 0)
+            node = nodes[i];
+    struct stat st;
+    if (!node ||
+        stat(th_test_source_path("tests/mcp/node_modules/"
+                                 "@modelcontextprotocol/sdk/package.json"),
+             &st) != 0)
+        TH_SKIP("node or the MCP SDK is missing (install nodejs, run npm "
+                "ci in tests/mcp)");
+    char *j = jwks_of(0, &k_rsa1, &k_ec1, NULL);
+    char *path = write_jwks("sdk.json", j);
+    free(j);
+    char oauth[512];
+    snprintf(oauth, sizeof oauth, OAUTH_FILE(""), path);
+    osrv o;
+    CU_ASSERT_FATAL(o_start(&o, oauth) == 0);
+    char *t = tok_for(&o, &k_ec1, "alice");
+    char script[1024];
+    snprintf(script, sizeof script, "%s",
+             th_test_source_path("tests/mcp/http_client.mjs"));
+    char *argv[] = {(char *)node, script, "full", o.aud, t, NULL};
+    th_test_run r;
+    memset(&r, 0, sizeof r);
+    th_test_run_argv(argv, NULL, 40, 0, &r);
+    CU_ASSERT(has(r.out, "{\"step\":\"connect\",\"ok\":true,"
+                         "\"session\":true"));
+    CU_ASSERT(has(r.out, "{\"step\":\"call\",\"ok\":true,\"text\":"
+                         "\"hello over http\"}"));
+    CU_ASSERT(has(r.out, "{\"step\":\"progress\",\"ok\":true"));
+    CU_ASSERT(has(r.out, "{\"step\":\"close\",\"ok\":true}"));
+    th_test_run_free(&r);
+    free(t);
+    rpc_srv_free(&o.rs);
+    free(path);
+}
+
 void th_suite_mcp_oauth(void)
 {
     CU_pSuite s = CU_add_suite("mcp_oauth", suite_init, suite_clean);
@@ -851,4 +897,5 @@ void th_suite_mcp_oauth(void)
     CU_add_test(s, "rotation_url", test_rotation_url);
     CU_add_test(s, "refetch_budget", test_refetch_budget);
     CU_add_test(s, "issuer_late", test_issuer_late);
+    CU_add_test(s, "sdk_client", test_sdk_client);
 }

@@ -358,6 +358,13 @@ static void test_config(void)
     expect_cfg_err(LISTEN "mcp:\n  oauth: {issuer: https://i.example, "
                    "jwks_file: k, resource: \"https://m.example/#x\"}\n",
                    "fragment");
+    {
+        char y[1024];
+        snprintf(y, sizeof y, LISTEN "mcp:\n  oauth: {issuer: "
+                 "https://i.example, jwks_file: k, resource: "
+                 "https://m.example/%0300d}\n", 0);
+        expect_cfg_err(y, "'resource' is longer than 255 bytes");
+    }
     expect_cfg_err(LISTEN "mcp:\n  oauth: {issuer: https://i.example, "
                    "jwks_file: k, required_scope: \"a b\"}\n",
                    "one scope");
