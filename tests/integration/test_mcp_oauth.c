@@ -610,7 +610,8 @@ static void test_rotation_file(void)
     char *path = write_jwks("rot.json", j);
     free(j);
     char oauth[512];
-    snprintf(oauth, sizeof oauth, OAUTH_FILE("    jwks_refresh: 1h\n"), path);
+    snprintf(oauth, sizeof oauth,
+             OAUTH_FILE("    jwks_refresh: 1h\n    max_keys: 2\n"), path);
     osrv o;
     CU_ASSERT_FATAL(o_start(&o, oauth) == 0);
     char sid[80];
@@ -638,6 +639,16 @@ static void test_rotation_file(void)
     expect_invalid(&o, t3, "unknown key id");
     CU_ASSERT(rpc_log_wait(&o.rs, "cannot re-read the JWKS", rpc_wait_ms()));
     CU_ASSERT(expect_session(&o, t2, sid));
+    /* more signing keys than mcp.oauth.max_keys: not used either */
+    j = jwks_of(0, &k_rsa1, &k_ec1, &k_rsa2, NULL);
+    th_test_replace_file(path, j, strlen(j), 0644);
+    free(j);
+    char *t4 = sign(&k_rsa1, "nope2", 0, NULL, NULL);
+    expect_invalid(&o, t4, "unknown key id");
+    free(t4);
+    CU_ASSERT(rpc_log_wait(&o.rs, "(mcp.oauth.max_keys)", rpc_wait_ms()));
+    expect_invalid(&o, t1, "unknown key id");
+    CU_ASSERT(expect_session(&o, t2, sid));
     free(t1);
     free(t2);
     free(t3);
@@ -650,6 +661,8 @@ static void test_rotation_file(void)
 typedef struct jsrv {
     struct MHD_Daemon *d;
     pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool stall;     /* answers wait until it is cleared (a slow issuer) */
     char *doc;
     unsigned hits;
     unsigned port;
@@ -669,6 +682,8 @@ static enum MHD_Result jwks_handler(void *cls, struct MHD_Connection *c,
     jsrv *s = cls;
     pthread_mutex_lock(&s->mu);
     s->hits++;
+    while (s->stall)
+        pthread_cond_wait(&s->cv, &s->mu);
     struct MHD_Response *r = MHD_create_response_from_buffer(
         strlen(s->doc), s->doc, MHD_RESPMEM_MUST_COPY);
     pthread_mutex_unlock(&s->mu);
@@ -683,6 +698,7 @@ static int jsrv_start_at(jsrv *s, char *doc, unsigned port)
 {
     memset(s, 0, sizeof *s);
     pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
     s->doc = doc;
     struct sockaddr_in sa = {.sin_family = AF_INET,
                              .sin_port = htons((uint16_t)port),
@@ -720,6 +736,14 @@ static unsigned jsrv_hits(jsrv *s)
     return n;
 }
 
+static void jsrv_stall(jsrv *s, bool on)
+{
+    pthread_mutex_lock(&s->mu);
+    s->stall = on;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
 static void jsrv_stop(jsrv *s)
 {
     if (s->d)
@@ -731,6 +755,7 @@ static void jsrv_free(jsrv *s)
 {
     jsrv_stop(s);
     free(s->doc);
+    pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
 }
 
@@ -743,6 +768,7 @@ static void test_rotation_url(void)
              "    jwks_url: http://127.0.0.1:%u/jwks.json\n"
              "    jwks_refresh: 200ms\n"
              "    jwks_min_interval: 100ms\n"
+             "    jwks_timeout: 1s\n"
              "    max_jwks: 4KiB\n",
              js.port);
     osrv o;
@@ -763,6 +789,12 @@ static void test_rotation_url(void)
     jsrv_set(&js, jwks_of(5000, &k_rsa1, NULL));
     CU_ASSERT(rpc_log_wait(&o.rs, "mcp.oauth.max_jwks", rpc_wait_ms()));
     CU_ASSERT(expect_session(&o, t2, sid));
+    /* an issuer that does not answer within mcp.oauth.jwks_timeout: the
+     * fetch gives up, the keys stay, requests never wait for it */
+    jsrv_stall(&js, true);
+    CU_ASSERT(rpc_log_wait(&o.rs, "timed out", rpc_wait_ms()));
+    CU_ASSERT(expect_session(&o, t2, sid));
+    jsrv_stall(&js, false);
     /* the issuer's server goes away: logged, the keys stay */
     jsrv_stop(&js);
     CU_ASSERT(rpc_log_wait(&o.rs, "cannot re-read the JWKS from http://",
