@@ -2241,7 +2241,7 @@ static void meta_routes(entry *e, const th_mcp_oauth_cfg *oc)
 }
 
 /* Entry e's resource URL, metadata URL and document, once it listens. */
-static int meta_fill(th_mcp_http *f, entry *e, const th_http_server *srv,
+static int meta_fill(entry *e, const th_http_server *srv,
                      const th_mcp_oauth_cfg *oc)
 {
     const char *res = oc->resource ? oc->resource : th_http_url_of(srv);
@@ -2273,7 +2273,6 @@ static int meta_fill(th_mcp_http *f, entry *e, const th_http_server *srv,
     json_decref(sc);
     e->meta_doc = doc ? json_dumps(doc, JSON_INDENT(2)) : NULL;
     json_decref(doc);
-    (void)f;
     return e->meta_url && e->meta_doc ? 0 : -1;
 }
 
@@ -2286,7 +2285,7 @@ static int oauth_start(th_mcp_http *f, const th_mcp_cfg *mc, th_error *err)
     if (!aud)
         return th_error_set(err, TH_ENOMEM, "out of memory");
     for (size_t i = 0; i < f->n_srv; i++) {
-        if (meta_fill(f, &f->ents[i], f->srv[i], &mc->oauth) < 0) {
+        if (meta_fill(&f->ents[i], f->srv[i], &mc->oauth) < 0) {
             free(aud);
             return th_error_set(err, TH_ENOMEM, "out of memory");
         }
