@@ -265,8 +265,10 @@ typedef struct osrv {
 } osrv;
 
 /* Starts the host with mcp.oauth (`oauth`: its keys, indented 4) and a
- * static token for "stat". */
-static int o_start(osrv *o, const char *oauth)
+ * static token for "stat"; `users`: the mcp.oauth.users line (NULL: alice
+ * and mallory without uid), `pub`: more lines of the toolset "public". */
+static int o_start_ex(osrv *o, const char *oauth, const char *users,
+                      const char *pub)
 {
     memset(o, 0, sizeof *o);
     setenv(STAT_ENV, STAT_TOKEN, 1);
@@ -277,12 +279,20 @@ static int o_start(osrv *o, const char *oauth)
              "    - {user: stat, env: " STAT_ENV "}\n"
              "  oauth:\n"
              "    issuer: " ISS "\n"
-             "    users: [{name: alice}, {name: mallory}]\n"
+             "%s\n"
              "%s",
+             users ? users
+                   : "    users: [{name: alice}, {name: mallory}, {name: bob}]",
              oauth);
+    char pubx[256];
+    /* the test's own uid too: its msgpack-RPC session (test
+     * principal_uid) */
+    snprintf(pubx, sizeof pubx,
+             "    allow_users: [alice, bob, stat, \"%u\"]\n%s",
+             (unsigned)getuid(), pub ? pub : "");
     rpc_opts ro = {.host_extra = "  listen: [\"http://127.0.0.1:0/mcp\"]\n",
                    .plugins_extra = mcp,
-                   .public_extra = "    allow_users: [alice, stat]\n"};
+                   .public_extra = pubx};
     if (rpc_srv_start(&o->rs, &ro) != 0) {
         rpc_dump_log(&o->rs);
         return -1;
@@ -292,6 +302,11 @@ static int o_start(osrv *o, const char *oauth)
         rpc_dump_log(&o->rs);
     snprintf(o->aud, sizeof o->aud, "http://127.0.0.1:%u/mcp", o->port);
     return o->port ? 0 : -1;
+}
+
+static int o_start(osrv *o, const char *oauth)
+{
+    return o_start_ex(o, oauth, NULL, NULL);
 }
 
 #define INIT_BODY                                                             \
@@ -920,6 +935,95 @@ static void test_sdk_client(void)
     free(path);
 }
 
+/* Opens an MCP session (protocol 2025-11-25) for token t: its request
+ * headers in h. */
+static bool uid_session(osrv *o, const char *t, char *h, size_t cap)
+{
+    char *out = NULL;
+    snprintf(h, cap, "Authorization: Bearer %s\r\n", t);
+    int st = th_test_http(o->port, "POST", "/mcp", h,
+                          "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":"
+                          "\"initialize\",\"params\":{\"protocolVersion\":"
+                          "\"2025-11-25\",\"capabilities\":{},\"clientInfo\":"
+                          "{\"name\":\"raw\",\"version\":\"1\"}}}",
+                          rpc_wait_ms(), &out);
+    char sid[80] = "";
+    const char *p = out ? strcasestr(out, "Mcp-Session-Id: ") : NULL;
+    if (st == 200 && p)
+        sscanf(p + 16, "%79[0-9a-f]", sid);
+    free(out);
+    if (!sid[0])
+        return false;
+    snprintf(h, cap, "Authorization: Bearer %s\r\nMcp-Session-Id: %s\r\n"
+             "MCP-Protocol-Version: 2025-11-25\r\n", t, sid);
+    th_test_http(o->port, "POST", "/mcp", h,
+                 "{\"jsonrpc\":\"2.0\",\"method\":"
+                 "\"notifications/initialized\"}", rpc_wait_ms(), &out);
+    free(out);
+    return true;
+}
+
+/* Starts echo_async as a task in the session of headers h: its id. */
+static unsigned long long uid_task(osrv *o, const char *h)
+{
+    char *out = NULL;
+    th_test_http(o->port, "POST", "/mcp", h,
+                 "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":"
+                 "\"tools/call\",\"params\":{\"name\":\"echo_async\","
+                 "\"arguments\":{\"text\":\"as-uid\",\"steps\":3,"
+                 "\"delay_ms\":50},\"task\":{\"ttl\":60000}}}",
+                 rpc_wait_ms(), &out);
+    const char *p = out ? strstr(out, "\"taskId\":\"") : NULL;
+    unsigned long long t = p ? strtoull(p + 10, NULL, 10) : 0;
+    if (!t)
+        fprintf(stderr, "\nno taskId:\n%.2000s\n", out ? out : "");
+    free(out);
+    return t;
+}
+
+/* An OAuth principal with a uid in mcp.oauth.users acts as that local
+ * user, as a static token's `uid` does (docs/mcp.md "Tokens"): alice (uid
+ * 4242) reads, from a second session, the toolset task her first one
+ * started; bob (no uid) cannot: without a uid the core tells its
+ * sessions apart by session only. */
+static void test_principal_uid(void)
+{
+    char *j = jwks_of(0, &k_rsa1, NULL);
+    char *path = write_jwks("uid.json", j);
+    free(j);
+    char oauth[512];
+    snprintf(oauth, sizeof oauth, OAUTH_FILE(""), path);
+    osrv o;
+    CU_ASSERT_FATAL(o_start_ex(&o, oauth,
+                               "    users: [{name: alice, uid: 4242}, "
+                               "{name: bob}]",
+                               "    scope: toolset\n") == 0);
+    const char *who[2] = {"alice", "bob"};
+    for (int i = 0; i < 2; i++) {
+        char *t = tok_for(&o, &k_rsa1, who[i]);
+        char h1[4096], h2[4096];
+        CU_ASSERT_FATAL(uid_session(&o, t, h1, sizeof h1));
+        CU_ASSERT_FATAL(uid_session(&o, t, h2, sizeof h2));
+        unsigned long long task = uid_task(&o, h1);
+        CU_ASSERT_FATAL(task != 0);
+        char body[256], *out = NULL;
+        snprintf(body, sizeof body, "{\"jsonrpc\":\"2.0\",\"id\":3,"
+                 "\"method\":\"tasks/result\",\"params\":{\"taskId\":"
+                 "\"%llu\"}}", task);
+        int st = th_test_http(o.port, "POST", "/mcp", h2, body,
+                              rpc_wait_ms(), &out);
+        if (i == 0) {
+            CU_ASSERT(st == 200 && has(out, "as-uid"));
+        } else {
+            CU_ASSERT(has(out, "unknown taskId"));
+        }
+        free(out);
+        free(t);
+    }
+    rpc_srv_free(&o.rs);
+    free(path);
+}
+
 void th_suite_mcp_oauth(void)
 {
     CU_pSuite s = CU_add_suite("mcp_oauth", suite_init, suite_clean);
@@ -930,4 +1034,5 @@ void th_suite_mcp_oauth(void)
     CU_add_test(s, "refetch_budget", test_refetch_budget);
     CU_add_test(s, "issuer_late", test_issuer_late);
     CU_add_test(s, "sdk_client", test_sdk_client);
+    CU_add_test(s, "principal_uid", test_principal_uid);
 }
