@@ -3,11 +3,14 @@
  * selects by a plugin tag and by a config tag at once, tools.list's
  * "tags" (absent for an untagged tool), `toolhost disable tag:NAME` of a
  * plugin tag, MCP tools/list's "_meta": {"toolhost/tags": [...]} under
- * --toolset, and `config check` telling a declared tag from an undeclared
- * one. */
+ * --toolset, `config check` telling a declared tag from an undeclared
+ * one, the tags of an isolated plugin, and a reload refused for a toolset
+ * tag nobody declares. */
 #include <CUnit/CUnit.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "integration/test_rpc_harness.h"
 
@@ -207,10 +210,77 @@ static void test_config_check(void)
     free(dir);
 }
 
+/* The plugin under isolation: process: the tags cross the worker's wire
+ * and select as in process.  Then a reload to a config whose toolset
+ * names a tag nobody declares fails, naming it, and changes nothing. */
+static void test_isolated_reload(void)
+{
+    char plugins[512];
+    snprintf(plugins, sizeof plugins,
+             "host:\n"
+             "  log_level: debug\n"
+             "  shutdown_grace: 1s\n"
+             "plugins:\n"
+             "  - name: tagged\n"
+             "    path: @BUILD@/fixtures/tagged_tools.so\n"
+             "    isolation: process\n"
+             "%s"
+             "toolsets:\n"
+             "  - name: w\n"
+             "    tags: [writes]\n",
+             geteuid() == 0 ? "    user: nobody\n" : "");
+    rpc_srv s;
+    rpc_opts o = {.config = plugins};
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_FATAL(c != NULL);
+    rpc_res r;
+    CU_ASSERT_FATAL(rpc_call(c, "tools.list", "[]", &r) == 0 && r.res);
+    static const char *const write_tags[] = {"files", "writes", NULL};
+    CU_ASSERT(tags_are(rpc_find_tool(r.res, "tag_write"), write_tags));
+    CU_ASSERT_PTR_NULL(rpc_find_tool(r.res, "tag_read"));
+    rpc_res_free(&r);
+    CU_ASSERT(says(c, "tag_write"));
+    /* the same file with the toolset's tag misspelt */
+    char *text = th_test_read_file(s.cfg, NULL);
+    CU_ASSERT_FATAL(text != NULL);
+    char *at = strstr(text, "tags: [writes]");
+    CU_ASSERT_FATAL(at != NULL);
+    memcpy(at, "tags: [wrytes]", 14);
+    FILE *f = fopen(s.cfg, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fputs(text, f);
+    fclose(f);
+    free(text);
+    /* answered {ok: false, error: {code, message}} */
+    CU_ASSERT(rpc_call(c, "host.reload", "[]", &r) == 0 && r.res);
+    const msgpack_object *ok = r.res ? th_rpc_map_get(r.res, "ok") : NULL;
+    CU_ASSERT(ok && ok->type == MSGPACK_OBJECT_BOOLEAN && !ok->via.boolean);
+    const msgpack_object *m =
+        r.res ? th_rpc_map_get(th_rpc_map_get(r.res, "error"), "message")
+              : NULL;
+    const char *p = NULL;
+    size_t n = 0;
+    char msg[512] = "";
+    if (m && th_rpc_obj_str(m, &p, &n))
+        snprintf(msg, sizeof msg, "%.*s", (int)n, p);
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "toolset 'w' selects tag 'wrytes', "
+                                       "which neither an entry of 'tags:' "
+                                       "nor a plugin's tool declares"));
+    if (!strstr(msg, "wrytes"))
+        fprintf(stderr, "\n  reload answered: %s\n", msg);
+    rpc_res_free(&r);
+    CU_ASSERT(says(c, "tag_write")); /* nothing changed */
+    th_rpc_client_close(c);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+}
+
 void th_suite_plugin_tags(void)
 {
     CU_pSuite s = CU_add_suite("plugin_tags", NULL, NULL);
     CU_add_test(s, "rpc", test_rpc);
     CU_add_test(s, "mcp", test_mcp);
     CU_add_test(s, "config_check", test_config_check);
+    CU_add_test(s, "isolated_reload", test_isolated_reload);
 }
