@@ -150,6 +150,12 @@ static void test_refused(void)
     const toolhost_tool t5[] = {TAGGED("a", unterminated)};
     expect_refused(t5, "built-in plugin 'tg': tool 'a' declares more than 16 "
                        "tags (or its tags list is not NULL-terminated)");
+    /* a line break (or any control byte) does not reach the log as is */
+    static const char *const nl[] = {"ok\nfake log line", NULL};
+    const toolhost_tool t7[] = {TAGGED("a", nl)};
+    expect_refused(t7, "built-in plugin 'tg': tool 'a' has an invalid tag "
+                       "'ok?fake log line' (allowed: "
+                       "^[a-z0-9][a-z0-9_-]{0,31}$)");
     /* a long bad tag is cut in the message */
     static const char *const longtag[] = {
         "abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz", NULL};

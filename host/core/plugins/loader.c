@@ -777,11 +777,19 @@ static int check_tool_15(const char *shown, const toolhost_tool *d,
         return th_error_set(err, TH_ENOMEM, "%s: out of memory", shown);
     for (size_t i = 0; i < n; i++) {
         const char *g = d->tags[i];
-        if (!th_tag_name_valid(g))
+        if (!th_tag_name_valid(g)) {
+            /* shown cut to 40 bytes, anything unprintable as '?': the
+             * message is one log line whatever an isolated worker sent */
+            char cut[41];
+            size_t k = 0;
+            for (; k < sizeof cut - 1 && g[k]; k++)
+                cut[k] = g[k] >= 0x20 && g[k] < 0x7f ? g[k] : '?';
+            cut[k] = '\0';
             return th_error_set(err, TH_ELOAD,
-                                "%s: tool '%s' has an invalid tag '%.40s' "
+                                "%s: tool '%s' has an invalid tag '%s' "
                                 "(allowed: ^[a-z0-9][a-z0-9_-]{0,31}$)",
-                                shown, d->name, g);
+                                shown, d->name, cut);
+        }
         if (th_tool_has_tag(t, g))
             return th_error_set(err, TH_ELOAD,
                                 "%s: tool '%s' declares the tag '%s' twice",
