@@ -80,7 +80,8 @@ int cli_describe(int argc, char **argv)
                                   "detailed_description", text, "parameters",
                                   params);
             json_t *tags = o ? th_schema_tags(t) : NULL; /* ABI 1.5 */
-            if (o && tags && json_object_set_new(o, "tags", tags) != 0) {
+            if (o && t->n_tags &&
+                (!tags || json_object_set_new(o, "tags", tags) != 0)) {
                 json_decref(o);
                 o = NULL;
             }

@@ -454,12 +454,11 @@ static json_t *export_one(const th_tool *t, th_export_format fmt)
             }
             /* The plugin's tags (ABI 1.5) ride along as an annotation
              * too, only when it declares some. */
-            json_t *tg = th_schema_tags(t);
-            if (r && tg && json_object_set_new(r, "x-toolhost-tags", tg)) {
+            json_t *tg = r && t->n_tags ? th_schema_tags(t) : NULL;
+            if (r && t->n_tags &&
+                (!tg || json_object_set_new(r, "x-toolhost-tags", tg))) {
                 json_decref(r);
                 r = NULL;
-            } else if (!r) {
-                json_decref(tg);
             }
             /* The output schema rides along as an annotation (an unknown
              * keyword to validators), for generators and MCP fronts. */
@@ -664,10 +663,12 @@ json_t *th_schema_mcp_tool(const th_tool *tool)
     /* _meta (ABI 1.5): the plugin's tags under our own prefix (MCP
      * reserves the modelcontextprotocol and mcp prefixes), only when it
      * declares some, so an untagged tool's entry is as before. */
-    json_t *tg = th_schema_tags(tool);
-    if (tg)
-        e |= json_object_set_new(o, "_meta", json_pack("{s:o}",
-                                                       "toolhost/tags", tg));
+    if (tool->n_tags) {
+        json_t *tg = th_schema_tags(tool);
+        e |= tg ? json_object_set_new(o, "_meta",
+                                      json_pack("{s:o}", "toolhost/tags", tg))
+                : -1;
+    }
     free(desc);
     if (e) {
         json_decref(o);
