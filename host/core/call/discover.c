@@ -381,7 +381,11 @@ static const toolhost_tool search_tools[] = {
      .n_params = 2,
      .stdout_type = TOOLHOST_SEM_STRUCTURED,
      .stderr_type = TOOLHOST_SEM_ERROR,
-     .flags = TOOLHOST_TOOL_READ_ONLY | TOOLHOST_TOOL_IDEMPOTENT,
+     /* short: a search is tens of microseconds and never waits (h->discmu
+      * and s->mu are leaves held for a copy), so it runs on the caller's
+      * thread */
+     .flags = TOOLHOST_TOOL_READ_ONLY | TOOLHOST_TOOL_IDEMPOTENT |
+              TOOLHOST_TOOL_SHORT,
      .execute = exec_search,
      .title = "Search tools",
      .output_schema = search_output_schema},
