@@ -237,8 +237,9 @@ static void test_rpc(void)
     char *nt = malloc(len + 64);
     snprintf(nt, len + 64, "%.*sconfig: {count: 1000, extra: coffee_order}%s",
              (int)(at - text), text, at + strlen("config: {count: 1000}"));
-    CU_ASSERT_FATAL(th_test_write_file(s.dir, "rpc.yaml", nt, (size_t)-1) !=
-                    NULL);
+    char *written = th_test_write_file(s.dir, "rpc.yaml", nt, (size_t)-1);
+    CU_ASSERT_FATAL(written != NULL);
+    free(written);
     free(nt);
     free(text);
     CU_ASSERT(rpc_call(c, "host.reload", "[]", &r) == 0 && r.err == NULL);
