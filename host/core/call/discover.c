@@ -303,7 +303,9 @@ static int exec_search(void *state, const toolhost_tool *tool,
         e = json_object_set_new(out, "tools", arr);
         arr = NULL;
     }
-    char *text = e ? NULL : json_dumps(out, JSON_COMPACT);
+    /* 15 digits: a score reads 4.0146, not 4.0145999999999997 */
+    char *text = e ? NULL
+                   : json_dumps(out, JSON_COMPACT | JSON_REAL_PRECISION(15));
     json_decref(arr);
     json_decref(out);
     if (!text) {
@@ -395,7 +397,7 @@ const toolhost_plugin th_search_tools_plugin = {
     .struct_size = sizeof(toolhost_plugin),
     .abi_major = TOOLHOST_ABI_MAJOR,
     .abi_minor = TOOLHOST_ABI_MINOR,
-    .name = "toolhost-discovery",
+    .name = "builtin-search",
     .version = TOOLHOST_VERSION,
     .description = "The host's tool search (deferred tools).",
     .tools = search_tools,
