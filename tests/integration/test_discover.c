@@ -264,7 +264,8 @@ static void test_rpc(void)
     rpc_srv_free(&s);
 }
 
-/* A config with nothing deferred: no search_tools at all. */
+/* A config with nothing deferred: no search_tools at all, and a reload
+ * that defers a tool hides nothing until a restart. */
 static void test_none_deferred(void)
 {
     rpc_srv s;
@@ -280,6 +281,26 @@ static void test_none_deferred(void)
     CU_ASSERT(rpc_call(c, "tools.call", "[\"search_tools\", {\"query\": "
                        "\"echo\"}]", &r) == 0 && r.res &&
               rpc_tool_error_is(r.res, "unknown_tool"));
+    rpc_res_free(&r);
+    /* a reload that defers a tool: no search_tools before a restart, so
+     * nothing is hidden, and the log says so */
+    size_t len = 0;
+    char *text = th_test_read_file(s.cfg, &len);
+    CU_ASSERT_FATAL(text != NULL);
+    char *nt = malloc(len + 32);
+    snprintf(nt, len + 32, "%sdefer_tools: [echo]\n", text);
+    char *written = th_test_write_file(s.dir, "rpc.yaml", nt, (size_t)-1);
+    CU_ASSERT_FATAL(written != NULL);
+    free(written);
+    free(nt);
+    free(text);
+    CU_ASSERT(rpc_call(c, "host.reload", "[]", &r) == 0 && r.err == NULL);
+    rpc_res_free(&r);
+    CU_ASSERT(rpc_log_wait(&s, "defer and defer_tools take effect at the "
+                           "next restart", rpc_wait_ms()));
+    CU_ASSERT(rpc_call(c, "tools.list", "[]", &r) == 0 && r.res &&
+              rpc_find_tool(r.res, "echo") &&
+              !rpc_find_tool(r.res, "search_tools"));
     rpc_res_free(&r);
     th_rpc_client_close(c);
     CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);

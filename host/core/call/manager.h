@@ -891,11 +891,16 @@ struct th_host {
     struct th_at_close *at_close;
 
     /* Discovery (discover.c): the current search index, swapped whole by
-     * th_discover_rebuild; discmu is a leaf lock.  any_deferred: the
-     * index holds a deferred tool (search_tools is listed then). */
+     * th_discover_rebuild; discmu is a leaf lock.  `discovery` false for
+     * good when the host opened without search_tools (its config
+     * deferred nothing, or a plugin has a tool of that name): nothing is
+     * deferred then.
+     * any_deferred: the index holds a deferred tool (search_tools is
+     * listed then). */
     pthread_mutex_t discmu;
     th_discovery *disc;
     atomic_bool any_deferred;
+    bool discovery;             /* disc is set: written at open only */
 };
 
 struct th_session {

@@ -80,10 +80,11 @@ bool th_host_is_builtin(const th_host *h, const th_tool *t)
 }
 
 /* Deferred (discover.c, docs/gateway.md): by its plugin entry or
- * defer_tools; a built-in never. */
+ * defer_tools, in a host with search_tools (h->discovery); a built-in
+ * never. */
 bool th_host_tool_deferred(const th_host *h, const th_config *cfg,
                            const th_tool *t)
 {
-    return !th_host_is_builtin(h, t) &&
+    return h->discovery && !th_host_is_builtin(h, t) &&
            th_config_tool_deferred(cfg, t->plugin->name, t->name);
 }

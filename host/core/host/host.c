@@ -327,19 +327,25 @@ int th_host_open_ex(th_config *cfg, const th_host_opts *opts, th_host **out,
                 host_free(h);
                 return rc;
             }
-    /* search_tools (discover.c), unless a plugin took the name */
+    /* search_tools (discover.c) when the config defers a tool, unless a
+     * plugin took the name: then nothing is deferred (a tool no search
+     * could find would be lost) */
     const th_tool *taken = th_registry_acquire(h->reg, TH_SEARCH_TOOL_NAME);
-    if (taken) {
+    if (taken && th_config_defers(cfg)) {
         th_tool_release(taken);
         th_log_warn("a plugin provides a tool named search_tools: the "
-                    "built-in tool search (deferred tools) is off");
-    } else if ((rc = th_host_add_builtin_ex(h, &th_search_tools_plugin,
-                                            th_search_tools_member, h,
-                                            err)) != 0 ||
-               (rc = th_discover_rebuild(h, cfg, err)) != 0) {
+                    "built-in search is off and no tool is deferred");
+    } else if (taken) {
+        th_tool_release(taken);
+    } else if (th_config_defers(cfg) &&
+               ((rc = th_host_add_builtin_ex(h, &th_search_tools_plugin,
+                                             th_search_tools_member, h,
+                                             err)) != 0 ||
+                (rc = th_discover_rebuild(h, cfg, err)) != 0)) {
         host_free(h);
         return rc;
     }
+    h->discovery = h->disc != NULL;
     if ((rc = th_config_check_tools_all(cfg, has_tool, h,
                                         go_on ? opts->on_error : NULL,
                                         go_on ? opts->error_ud : NULL,
