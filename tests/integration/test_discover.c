@@ -8,6 +8,7 @@
  * (tests/mcp/discover.mjs). */
 #include <CUnit/CUnit.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -264,6 +265,81 @@ static void test_rpc(void)
     rpc_srv_free(&s);
 }
 
+/* Rewrites the many plugin's config block of s's config to `block`. */
+static void set_many_config(rpc_srv *s, const char *block)
+{
+    size_t len = 0;
+    char *text = th_test_read_file(s->cfg, &len);
+    CU_ASSERT_FATAL(text != NULL);
+    char *at = strstr(text, "    config: {count: 1000");
+    CU_ASSERT_FATAL(at != NULL);
+    char *end = strchr(at, '\n');
+    CU_ASSERT_FATAL(end != NULL);
+    char *nt = malloc(len + 128);
+    snprintf(nt, len + 128, "%.*s    config: %s%s", (int)(at - text), text,
+             block, end);
+    char *written = th_test_write_file(s->dir, "rpc.yaml", nt, (size_t)-1);
+    CU_ASSERT_FATAL(written != NULL);
+    free(written);
+    free(nt);
+    free(text);
+}
+
+typedef struct searcher {
+    rpc_srv *s;
+    int rounds, good;
+} searcher;
+
+static void *search_loop(void *ud)
+{
+    searcher *w = ud;
+    th_rpc_client *c = rpc_connect(w->s);
+    for (int i = 0; c && i < w->rounds; i++) {
+        json_t *res = search(c, "create a jira issue", 3, NULL, 0);
+        w->good += res && hits(res) == 3 &&
+                   strcmp(hit_name(res, 0), "jira_create_issue") == 0;
+        json_decref(res);
+    }
+    if (c)
+        th_rpc_client_close(c);
+    return NULL;
+}
+
+/* Searches from four connections while reloads swap the index under
+ * them: every answer is whole and right (the index is reference
+ * counted; ASan and valgrind watch the swaps). */
+static void test_reload_race(void)
+{
+    rpc_srv s;
+    rpc_opts o = {.config = discover_config};
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
+    enum { W = 4 };
+    searcher w[W];
+    pthread_t th[W];
+    for (int i = 0; i < W; i++) {
+        w[i] = (searcher){&s, rpc_scale(60), 0};
+        CU_ASSERT_FATAL(pthread_create(&th[i], NULL, search_loop, &w[i]) ==
+                        0);
+    }
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_FATAL(c != NULL);
+    for (int i = 0; i < 6; i++) {
+        set_many_config(&s, i % 2 ? "{count: 1000, extra: coffee_a}"
+                                  : "{count: 1000, extra: coffee_b}");
+        rpc_res r;
+        CU_ASSERT(rpc_call(c, "host.reload", "[]", &r) == 0 && r.err == NULL);
+        rpc_res_free(&r);
+    }
+    for (int i = 0; i < W; i++) {
+        pthread_join(th[i], NULL);
+        CU_ASSERT_EQUAL(w[i].good, w[i].rounds);
+    }
+    CU_ASSERT(finds_first(c, "café au lait", "coffee_a"));
+    th_rpc_client_close(c);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+}
+
 /* A config with nothing deferred: no search_tools at all, and a reload
  * that defers a tool hides nothing until a restart. */
 static void test_none_deferred(void)
@@ -366,6 +442,7 @@ void th_suite_discover(void)
 {
     CU_pSuite s = CU_add_suite("discover", NULL, NULL);
     CU_add_test(s, "rpc", test_rpc);
+    CU_add_test(s, "reload_race", test_reload_race);
     CU_add_test(s, "none_deferred", test_none_deferred);
     CU_add_test(s, "mcp", test_mcp);
 }

@@ -295,6 +295,30 @@ static void test_random_model(void)
     th_sindex_free(x);
 }
 
+/* An attacker's query of many distinct words costs at most
+ * TH_SINDEX_QUERY_TERMS terms: the words after them are not looked up. */
+static void test_query_terms_cap(void)
+{
+    th_sindex *x = th_sindex_new();
+    char name[16], text[16], q[2048] = "";
+    for (int i = 0; i < 100; i++) {
+        snprintf(name, sizeof name, "t%d", i);
+        snprintf(text, sizeof text, "w%d", i);
+        CU_ASSERT_EQUAL_FATAL(th_sindex_add(x, name, text, strlen(text)), 0);
+        strcat(q, text);
+        strcat(q, i % 2 ? " " : " w0 "); /* repeats do not count */
+    }
+    CU_ASSERT_EQUAL_FATAL(th_sindex_finish(x), 0);
+    th_sindex_hit h[100];
+    size_t n = 0;
+    CU_ASSERT_EQUAL(th_sindex_search(x, q, strlen(q), 100, NULL, NULL, h,
+                                     &n), 0);
+    CU_ASSERT_EQUAL(n, TH_SINDEX_QUERY_TERMS);
+    for (size_t i = 0; i < n; i++)
+        CU_ASSERT(h[i].doc < TH_SINDEX_QUERY_TERMS);
+    th_sindex_free(x);
+}
+
 /* Many documents: ids, names and find() stay consistent past the first
  * growth of every table. */
 static void test_many(void)
@@ -329,4 +353,5 @@ void th_suite_search_index(void)
     CU_add_test(s, "unicode", test_unicode);
     CU_add_test(s, "random_model", test_random_model);
     CU_add_test(s, "many", test_many);
+    CU_add_test(s, "query_terms_cap", test_query_terms_cap);
 }
