@@ -72,3 +72,23 @@ int th_host_pick_toolset(th_host *h, const th_config *cfg, th_session *s,
     }
     return idx;
 }
+
+bool th_host_is_builtin(const th_host *h, const th_tool *t)
+{
+    if (t->plugin == h->task_plugin)
+        return true;
+    for (size_t i = 0; i < h->n_builtins; i++)
+        if (h->builtins[i].p == t->plugin)
+            return true;
+    return false;
+}
+
+/* Deferred (discover.c, docs/gateway.md): by its plugin entry or
+ * defer_tools, in a host with search_tools (h->discovery); a built-in
+ * never. */
+bool th_host_tool_deferred(const th_host *h, const th_config *cfg,
+                           const th_tool *t)
+{
+    return h->discovery && !th_host_is_builtin(h, t) &&
+           th_config_tool_deferred(cfg, t->plugin->name, t->name);
+}

@@ -23,7 +23,7 @@
 /* Names a toolset may list before their tool exists: the task tools (added
  * below) and the built-in a front may add after open (run_code). */
 static const char *const reserved[] = {"get_running_tasks", "cancel_task",
-                                       "run_code", NULL};
+                                       "run_code", "search_tools", NULL};
 
 typedef struct th_at_close {
     void (*fn)(void *ud);
@@ -239,6 +239,8 @@ static void host_free(th_host *h)
     pthread_mutex_destroy(&h->dmu);
     pthread_mutex_destroy(&h->tmu);
     pthread_mutex_destroy(&h->stmu);
+    th_discover_close(h);
+    pthread_mutex_destroy(&h->discmu);
     th_audit_close(h->audit); /* after the last call's line */
     th_rate_free(h->rate);    /* after the last call's end */
     th_disabled_free(h->disabled);
@@ -263,6 +265,7 @@ int th_host_open_ex(th_config *cfg, const th_host_opts *opts, th_host **out,
     pthread_mutex_init(&h->dmu, NULL);
     pthread_mutex_init(&h->tmu, NULL);
     pthread_mutex_init(&h->stmu, NULL);
+    pthread_mutex_init(&h->discmu, NULL);
     th_u64map_init(&h->tasks);
     th_u64map_init(&h->kept);
     atomic_init(&h->next_id, 1);
@@ -336,6 +339,25 @@ int th_host_open_ex(th_config *cfg, const th_host_opts *opts, th_host **out,
                 host_free(h);
                 return rc;
             }
+    /* search_tools (discover.c) when the config defers a tool, unless a
+     * plugin took the name: then nothing is deferred (a tool no search
+     * could find would be lost) */
+    const th_tool *taken = th_registry_acquire(h->reg, TH_SEARCH_TOOL_NAME);
+    if (taken && th_config_defers(cfg)) {
+        th_tool_release(taken);
+        th_log_warn("a plugin provides a tool named search_tools: the "
+                    "built-in search is off and no tool is deferred");
+    } else if (taken) {
+        th_tool_release(taken);
+    } else if (th_config_defers(cfg) &&
+               ((rc = th_host_add_builtin_ex(h, &th_search_tools_plugin,
+                                             th_search_tools_member, h,
+                                             err)) != 0 ||
+                (rc = th_discover_rebuild(h, cfg, err)) != 0)) {
+        host_free(h);
+        return rc;
+    }
+    h->discovery = h->disc != NULL;
     rc = th_config_check_tools_all(cfg, has_tool, h,
                                    go_on ? opts->on_error : NULL,
                                    go_on ? opts->error_ud : NULL, err);

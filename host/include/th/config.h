@@ -262,6 +262,9 @@ typedef struct th_plugin_cfg {
     size_t n_env;
     uint32_t uid_lo, uid_hi; /* isolation_uid_range (user: auto); 0: the
                                 default 61184-65519                     */
+    /* Appended (discovery, docs/gateway.md): every tool of this plugin is
+     * deferred: left out of tool lists, found by search_tools. */
+    bool defer;
 } th_plugin_cfg;
 
 typedef struct th_perm_rule {
@@ -433,6 +436,12 @@ typedef struct th_config {
     size_t n_rate_limits;
     th_tag_cfg *tags;      /* `tags:`                                    */
     size_t n_tags;
+    /* `defer_tools:` (docs/gateway.md, "Discovery"): tool names or fnmatch
+     * patterns of deferred tools, besides the tools of plugins with
+     * `defer: true`. */
+    char **defer_tools;
+    size_t n_defer_tools;
+    th_mark *defer_marks;  /* n_defer_tools marks */
     /* The sections of modules (th/section.h: a front's own), registered
      * when this config was read: descriptor and struct, n_sec of each. */
     const struct th_section *sec_desc[TH_SECTIONS_MAX];
@@ -515,6 +524,14 @@ bool th_config_tool_has_tag(const th_config *cfg, const char *tag,
                             const char *tool);
 /* Whether the tag entry `t` lists `tool`. */
 bool th_tag_has_tool(const th_tag_cfg *t, const char *tool);
+
+/* Whether tool `tool` of the plugin entry named `plugin` (NULL: none, a
+ * built-in) is deferred: its plugin entry says `defer: true`, or
+ * `defer_tools:` names it (by name or pattern).  Reads cfg only. */
+bool th_config_tool_deferred(const th_config *cfg, const char *plugin,
+                             const char *tool);
+/* Whether the config defers anything at all. */
+bool th_config_defers(const th_config *cfg);
 
 /* The toolset called `name`, or NULL. */
 const th_toolset_cfg *th_config_toolset(const th_config *cfg,
