@@ -5,7 +5,7 @@
  * plugin tag, MCP tools/list's "_meta": {"toolhost/tags": [...]} under
  * --toolset, `config check` telling a declared tag from an undeclared
  * one, the tags of an isolated plugin, and a reload refused for a toolset
- * tag nobody declares. */
+ * tag nobody declares; search_tools finding tools by a plugin's tags. */
 #include <CUnit/CUnit.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,6 +117,42 @@ static void test_rpc(void)
     rpc_res_free(&r);
     CU_ASSERT(refused_with(c, "tag_plain", "tool_disabled", "(tag 'extra')"));
     CU_ASSERT(says(c, "tag_read"));
+    th_rpc_client_close(c);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+}
+
+/* search_tools ranks by the tags a plugin declares: with the plugin
+ * deferred, "files" (a word of no name or description, only of the tags
+ * of tag_read and tag_write) finds those two and not tag_plain. */
+static void test_search(void)
+{
+    static const char cfg[] =
+        "host:\n"
+        "  shutdown_grace: 1s\n"
+        "plugins:\n"
+        "  - name: tagged\n"
+        "    path: @BUILD@/fixtures/tagged_tools.so\n"
+        "    defer: true\n";
+    rpc_srv s;
+    rpc_opts o = {.config = cfg};
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_FATAL(c != NULL);
+    rpc_res r;
+    CU_ASSERT_FATAL(rpc_call(c, "tools.call",
+                             "[\"search_tools\", {\"query\": \"files\"}]",
+                             &r) == 0 && r.res);
+    const msgpack_object *out = th_rpc_map_get(r.res, "stdout");
+    const char *p = NULL;
+    size_t n = 0;
+    char buf[8192] = "";
+    if (out && th_rpc_obj_str(out, &p, &n))
+        snprintf(buf, sizeof buf, "%.*s", (int)n, p);
+    CU_ASSERT_PTR_NOT_NULL(strstr(buf, "\"tag_read\""));
+    CU_ASSERT_PTR_NOT_NULL(strstr(buf, "\"tag_write\""));
+    CU_ASSERT_PTR_NULL(strstr(buf, "\"tag_plain\""));
+    rpc_res_free(&r);
     th_rpc_client_close(c);
     CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
     rpc_srv_free(&s);
@@ -280,6 +316,7 @@ void th_suite_plugin_tags(void)
 {
     CU_pSuite s = CU_add_suite("plugin_tags", NULL, NULL);
     CU_add_test(s, "rpc", test_rpc);
+    CU_add_test(s, "search", test_search);
     CU_add_test(s, "mcp", test_mcp);
     CU_add_test(s, "config_check", test_config_check);
     CU_add_test(s, "isolated_reload", test_isolated_reload);
