@@ -22,6 +22,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <nettle/base64.h>
 #include <nettle/sha2.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -667,8 +668,10 @@ static unsigned user_sessions(th_mcp_http *f, const char *user)
 }
 
 /* A new session for `user` in the table, with a reference for the caller;
- * NULL with *status (503: too many sessions, 500). */
-static hsess *sess_new(th_mcp_http *f, const char *user, unsigned *status)
+ * NULL with *status (503: too many sessions, 500).  `one_request`: it
+ * serves one 2026-07-28 request (its opening is logged at debug). */
+static hsess *sess_new(th_mcp_http *f, const char *user, unsigned *status,
+                       bool one_request)
 {
     *status = 500;
     hsess *s = calloc(1, sizeof *s);
@@ -760,7 +763,9 @@ static hsess *sess_new(th_mcp_http *f, const char *user, unsigned *status)
     s->next = f->sessions;
     f->sessions = s;
     pthread_mutex_unlock(&f->mu);
-    th_log_info("mcp http: session %.8s opened for '%s'", s->id, user);
+    th_log(one_request ? TOOLHOST_LOG_DEBUG : TOOLHOST_LOG_INFO,
+           "mcp http: session %.8s opened for '%s'%s", s->id, user,
+           one_request ? " (one 2026-07-28 request)" : "");
     return s;
 }
 
@@ -1049,12 +1054,7 @@ static bool user_has_toolset(th_mcp_http *f, const char *user)
 
 static bool version_ok(const char *v)
 {
-    if (!v)
-        return true;
-    for (size_t i = 0; mcp_versions[i]; i++)
-        if (strcmp(v, mcp_versions[i]) == 0)
-            return true;
-    return false;
+    return !v || mcp_version_served(v);
 }
 
 static enum MHD_Result reply_rpc_error(struct MHD_Connection *c,
@@ -1385,7 +1385,7 @@ static hsess *post_session(th_mcp_http *f, struct MHD_Connection *c,
             return NULL;
         }
         unsigned status;
-        s = sess_new(f, q->user, &status);
+        s = sess_new(f, q->user, &status, false);
         if (!s)
             *rc = reply_rpc_error(c, status, -32603,
                                   status == 503
@@ -1419,6 +1419,9 @@ static enum MHD_Result post_request(th_mcp_http *f, struct MHD_Connection *c,
                                            : NULL;
     if (st)
         st->id = json_incref(id);
+    /* A 2026-07-28 request's session is no one's to come back to: its
+     * stream cannot be resumed. */
+    bool listed = s->in_table;
     pthread_mutex_unlock(&f->mu);
     if (!st) {
         bool dup = key != NULL;
@@ -1433,7 +1436,7 @@ static enum MHD_Result post_request(th_mcp_http *f, struct MHD_Connection *c,
     const char *acc = hdr(c, MHD_HTTP_HEADER_ACCEPT);
     char tag[sizeof st->tag] = "";
     if (f->mc->sse_poll_ms && acc && strstr(acc, "text/event-stream") &&
-        !is_init && random_hex(tag, sizeof tag) == 0)
+        !is_init && listed && random_hex(tag, sizeof tag) == 0)
         q->prime_at = now_ms() + (int64_t)f->mc->sse_poll_ms;
     th_http_conn *hc = th_http_conn_ref(c);
     pthread_mutex_lock(&f->mu);
@@ -1450,6 +1453,124 @@ static enum MHD_Result post_request(th_mcp_http *f, struct MHD_Connection *c,
                MHD_lookup_connection_value(c, MHD_HEADER_KIND, "traceparent"));
     json_decref(msg);
     return post_wait(f, c, q);
+}
+
+/* ---- 2026-07-28: a request without a session ---------------------------- */
+
+/* The revision a message's _meta envelope names (params._meta
+ * ["io.modelcontextprotocol/protocolVersion"]), or NULL. */
+static const char *envelope_version(const json_t *msg)
+{
+    json_t *meta = json_object_get(json_object_get(msg, "params"), "_meta");
+    return json_string_value(
+        json_object_get(meta, "io.modelcontextprotocol/protocolVersion"));
+}
+
+static bool version_modern(const char *v)
+{
+    for (size_t i = 0; v && mcp_modern_versions[i]; i++)
+        if (strcmp(v, mcp_modern_versions[i]) == 0)
+            return true;
+    /* Revisions are dates: a later one is of the same era. */
+    return v && strcmp(v, mcp_modern_versions[0]) > 0;
+}
+
+/* Whether the Mcp-Name header h names `want`: as it is, or as
+ * =?base64?...?= (what a client sends for a value that is not printable
+ * ASCII without spaces at its ends). */
+static bool name_header_is(const char *h, const char *want)
+{
+    size_t n = strlen(h);
+    if (n < 11 || strncmp(h, "=?base64?", 9) != 0 ||
+        strcmp(h + n - 2, "?=") != 0)
+        return strcmp(h, want) == 0;
+    size_t in = n - 11, cap = BASE64_DECODE_LENGTH(in) + 1, out = 0;
+    uint8_t *d = malloc(cap);
+    struct base64_decode_ctx ctx;
+    base64_decode_init(&ctx);
+    bool ok = d && base64_decode_update(&ctx, &out, d, in, h + 9) &&
+              base64_decode_final(&ctx) && out == strlen(want) &&
+              memcmp(d, want, out) == 0;
+    free(d);
+    return ok;
+}
+
+/* The headers of a 2026-07-28 request against its body (the revision's
+ * HTTP binding: MCP-Protocol-Version and Mcp-Method on every request,
+ * Mcp-Name for tools/call, prompts/get, resources/read): a proxy routes
+ * on them, so a header that says something else than the body is
+ * refused, 400 with -32020.  True when refused (answered in *rc). */
+static bool refuse_modern_headers(th_mcp_http *f, struct MHD_Connection *c,
+                                  const json_t *msg, enum MHD_Result *rc)
+{
+    const char *ev = envelope_version(msg);
+    const char *hv = hdr(c, "MCP-Protocol-Version");
+    const char *method = json_string_value(json_object_get(msg, "method"));
+    const char *hm = hdr(c, "Mcp-Method");
+    json_t *params = json_object_get(msg, "params");
+    const char *field = strcmp(method, "tools/call") == 0 ||
+                                strcmp(method, "prompts/get") == 0
+                            ? "name"
+                        : strcmp(method, "resources/read") == 0 ? "uri"
+                                                                : NULL;
+    const char *want =
+        field ? json_string_value(json_object_get(params, field)) : NULL;
+    const char *hn = hdr(c, "Mcp-Name");
+    const char *why = NULL;
+    int code = -32020;
+    if (!ev) {
+        why = "Invalid params: MCP-Protocol-Version names a 2026-07-28 "
+              "revision but params._meta has no "
+              "io.modelcontextprotocol/protocolVersion";
+        code = -32602;
+    } else if (!hv) {
+        why = "Header mismatch: a 2026-07-28 request needs the "
+              "MCP-Protocol-Version header";
+    } else if (strcmp(hv, ev) != 0) {
+        why = "Header mismatch: MCP-Protocol-Version differs from "
+              "params._meta's io.modelcontextprotocol/protocolVersion";
+    } else if (!hm || strcmp(hm, method) != 0) {
+        why = hm ? "Header mismatch: Mcp-Method differs from the body's "
+                   "method"
+                 : "Header mismatch: a 2026-07-28 request needs the "
+                   "Mcp-Method header";
+    } else if (want && (!hn || !name_header_is(hn, want))) {
+        why = hn ? "Header mismatch: Mcp-Name differs from the body's "
+                   "params.name or params.uri"
+                 : "Header mismatch: this request needs the Mcp-Name "
+                   "header";
+    }
+    if (!why)
+        return false;
+    th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_MCP_EV_PROTOCOL);
+    th_log_info("mcp http: a 2026-07-28 request refused: %s", why);
+    *rc = reply_rpc_error(c, 400, code, why);
+    return true;
+}
+
+/* A session for one 2026-07-28 request (a reference): opened under the
+ * same budgets as any (mcp.max_sessions, max_sessions_per_user), then
+ * taken out of the table at once: no id names it, the request's stream
+ * holds it, and it ends with the request.  NULL when refused (answered
+ * in *rc). */
+static hsess *sess_for_request(th_mcp_http *f, struct MHD_Connection *c,
+                               const hreq *q, enum MHD_Result *rc)
+{
+    unsigned status;
+    hsess *s = sess_new(f, q->user, &status, true);
+    if (!s) {
+        *rc = reply_rpc_error(c, status, -32603,
+                              status == 503
+                                  ? "Server busy: too many sessions"
+                                  : "Cannot open a session");
+        return NULL;
+    }
+    pthread_mutex_lock(&f->mu);
+    if (s->in_table)
+        sess_unlist(s);
+    pthread_mutex_unlock(&f->mu);
+    sess_unref(s); /* the table's */
+    return s;
 }
 
 static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
@@ -1472,8 +1593,24 @@ static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
     if (!msg)
         return rc;
     hsess *s = NULL;
-    if (!post_classify(f, c, msg, &is_request, &is_init, &rc) ||
-        !(s = post_session(f, c, q, is_init, &rc))) {
+    if (!post_classify(f, c, msg, &is_request, &is_init, &rc)) {
+        json_decref(msg);
+        return rc;
+    }
+    /* 2026-07-28 (docs/mcp.md, "Protocol revisions"): a message without
+     * Mcp-Session-Id whose envelope (or header) names that era is served
+     * on a session of its own. */
+    bool modern = !sid0 && (envelope_version(msg) ||
+                            version_modern(hdr(c, "MCP-Protocol-Version")));
+    if (modern && !is_request) {
+        /* Nothing to tell: no session, no call of its (a hang-up
+         * cancels a 2026-07-28 call). */
+        json_decref(msg);
+        return th_http_reply(c, MHD_HTTP_ACCEPTED, NULL, "", NULL, NULL);
+    }
+    if (modern ? refuse_modern_headers(f, c, msg, &rc) ||
+                     !(s = sess_for_request(f, c, q, &rc))
+               : !(s = post_session(f, c, q, is_init, &rc))) {
         json_decref(msg);
         return rc;
     }
