@@ -120,6 +120,9 @@ struct hsess {
     pthread_mutex_t in_mu; /* th_mcp_session_input one at a time */
     int refs;              /* table + handlers + streams; under f->mu */
     bool in_table;
+    bool one_request;      /* serves one 2026-07-28 request: listed in
+                              f->one_req, not the table (no id names it),
+                              counted in f->n_sessions until freed */
     stream *streams;
     unsigned n_get;
     int64_t last_used_ms;
@@ -141,7 +144,8 @@ struct th_mcp_http {
     pthread_mutex_t mu;
     pthread_cond_t reaper_cv;
     hsess *sessions;
-    unsigned n_sessions;
+    hsess *one_req;          /* sessions of one 2026-07-28 request each */
+    unsigned n_sessions;     /* both lists' */
     struct opening *opening; /* sessions reserved, not yet listed */
     bool closing;
     pthread_t reaper;
@@ -601,6 +605,16 @@ static void sess_unref(hsess *s)
         return;
     if (s->m)
         th_mcp_session_free(s->m);
+    if (s->one_request) {
+        pthread_mutex_lock(&f->mu);
+        for (hsess **pp = &f->one_req; *pp; pp = &(*pp)->next)
+            if (*pp == s) {
+                *pp = s->next;
+                break;
+            }
+        f->n_sessions--;
+        pthread_mutex_unlock(&f->mu);
+    }
     /* Only orphans are left: every other stream holds a reference. */
     while (s->streams)
         stream_unlink_free(s->streams);
@@ -659,6 +673,9 @@ static unsigned user_sessions(th_mcp_http *f, const char *user)
 {
     unsigned n = 0;
     for (hsess *s = f->sessions; s; s = s->next)
+        if (strcmp(s->user, user) == 0)
+            n++;
+    for (hsess *s = f->one_req; s; s = s->next)
         if (strcmp(s->user, user) == 0)
             n++;
     for (opening *o = f->opening; o; o = o->next)
@@ -1549,10 +1566,10 @@ static bool refuse_modern_headers(th_mcp_http *f, struct MHD_Connection *c,
 }
 
 /* A session for one 2026-07-28 request (a reference): opened under the
- * same budgets as any (mcp.max_sessions, max_sessions_per_user), then
- * taken out of the table at once: no id names it, the request's stream
- * holds it, and it ends with the request.  NULL when refused (answered
- * in *rc). */
+ * same budgets as any (mcp.max_sessions, max_sessions_per_user, counted
+ * until it ends), then moved from the table to f->one_req at once: no id
+ * names it, the request's stream holds it, and it ends with the request.
+ * NULL when refused (answered in *rc). */
 static hsess *sess_for_request(th_mcp_http *f, struct MHD_Connection *c,
                                const hreq *q, enum MHD_Result *rc)
 {
@@ -1566,10 +1583,17 @@ static hsess *sess_for_request(th_mcp_http *f, struct MHD_Connection *c,
         return NULL;
     }
     pthread_mutex_lock(&f->mu);
-    if (s->in_table)
-        sess_unlist(s);
+    for (hsess **pp = &f->sessions; *pp; pp = &(*pp)->next)
+        if (*pp == s) {
+            *pp = s->next;
+            break;
+        }
+    s->in_table = false;
+    s->one_request = true;
+    s->refs--; /* the table's (the caller's is left) */
+    s->next = f->one_req;
+    f->one_req = s;
     pthread_mutex_unlock(&f->mu);
-    sess_unref(s); /* the table's */
     return s;
 }
 
@@ -2302,11 +2326,12 @@ void th_mcp_http_stop(th_mcp_http *f)
         th_http_quiesce(f->srv[i]);
     pthread_mutex_lock(&f->mu);
     f->closing = true;
-    for (hsess *s = f->sessions; s; s = s->next)
-        for (stream *st = s->streams; st; st = st->next) {
-            st->done = true;
-            wake(st);
-        }
+    for (int l = 0; l < 2; l++)
+        for (hsess *s = l ? f->one_req : f->sessions; s; s = s->next)
+            for (stream *st = s->streams; st; st = st->next) {
+                st->done = true;
+                wake(st);
+            }
     pthread_cond_broadcast(&f->reaper_cv);
     pthread_mutex_unlock(&f->mu);
     if (f->reaper_started)

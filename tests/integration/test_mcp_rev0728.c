@@ -347,17 +347,28 @@ typedef struct rv_srv {
     unsigned port;
 } rv_srv;
 
-static int rv_start(rv_srv *v)
+/* `mcp`: more lines in the mcp: section. */
+static int rv_start_ex(rv_srv *v, const char *mcp)
 {
     memset(v, 0, sizeof *v);
     setenv(TOKEN_ENV, TOKEN, 1);
-    rpc_opts o = {.config = config_text(true)};
+    char text[2048];
+    const char *base = config_text(true);
+    const char *at = strstr(base, "  tokens:\n");
+    snprintf(text, sizeof text, "%.*s%s%s", (int)(at - base), base,
+             mcp ? mcp : "", at);
+    rpc_opts o = {.config = text};
     if (rpc_srv_start(&v->rs, &o) != 0)
         return -1;
     v->port = th_test_log_port(v->rs.log, "(Streamable HTTP) on http");
     if (!v->port)
         rpc_dump_log(&v->rs);
     return v->port ? 0 : -1;
+}
+
+static int rv_start(rv_srv *v)
+{
+    return rv_start_ex(v, NULL);
 }
 
 static void rv_free(rv_srv *v)
@@ -505,6 +516,47 @@ static void test_http_raw(void)
     rv_free(&v);
 }
 
+/* A 2026-07-28 request's session counts against mcp.max_sessions while
+ * its request runs, and its slot is free again when it ends. */
+static void test_http_session_budget(void)
+{
+    rv_srv v;
+    CU_ASSERT_FATAL(rv_start_ex(&v, "  max_sessions: 1\n") == 0);
+    /* A long call on a connection of its own, left running. */
+    int fd = th_test_tcp_connect(v.port, 0);
+    CU_ASSERT_FATAL(fd >= 0);
+    CU_ASSERT(th_test_http_send(
+                  fd, "POST", "/mcp",
+                  "Authorization: Bearer " TOKEN "\r\n" H_V("2026-07-28")
+                      H_M("tools/call") H_N("echo_async"),
+                  B(1, "tools/call",
+                    "\"name\":\"echo_async\",\"arguments\":{\"text\":"
+                    "\"x\",\"steps\":100000,\"delay_ms\":50},"
+                    ENV("2026-07-28"))) == 0);
+    CU_ASSERT(rpc_log_wait(&v.rs, "protocol 2026-07-28 (no initialize)",
+                           rpc_wait_ms()));
+    char *t = NULL;
+    CU_ASSERT_EQUAL(post(v.port, H_V("2026-07-28") H_M("server/discover"),
+                         B(2, "server/discover", ENV("2026-07-28")), &t),
+                    503);
+    CU_ASSERT(has(t, "too many sessions"));
+    free(t);
+    CU_ASSERT(rpc_log_has(&v.rs, "sessions open (mcp.max_sessions)"));
+    /* The client hangs up: its call is cancelled, its session ends. */
+    close(fd);
+    int st = 0;
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    while (st != 200 && rpc_now_ms() < end) {
+        st = post(v.port, H_V("2026-07-28") H_M("server/discover"),
+                  B(3, "server/discover", ENV("2026-07-28")), &t);
+        free(t);
+        if (st != 200)
+            rpc_log_wait(&v.rs, "echo_async cancelled", 100);
+    }
+    CU_ASSERT_EQUAL(st, 200);
+    rv_free(&v);
+}
+
 /* ---- the v2 client -------------------------------------------------------- */
 
 static bool client_ready(void)
@@ -574,6 +626,7 @@ void th_suite_mcp_rev0728(void)
     CU_add_test(s, "stdio_refusals", test_stdio_refusals);
     CU_add_test(s, "stdio_legacy_unchanged", test_stdio_legacy_unchanged);
     CU_add_test(s, "http_raw", test_http_raw);
+    CU_add_test(s, "http_session_budget", test_http_session_budget);
     CU_add_test(s, "sdk_v2_stdio", test_sdk_v2_stdio);
     CU_add_test(s, "sdk_v2_http", test_sdk_v2_http);
 }
