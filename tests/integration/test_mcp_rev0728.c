@@ -122,6 +122,15 @@ static json_t *run_stdio(const char *cfg, const char *input, int *status)
     "{\"jsonrpc\":\"2.0\",\"id\":" #id ",\"method\":\"" method               \
     "\",\"params\":{" params "}}\n"
 
+/* a equals b, a NULL (a missing field) failing, not crashing. */
+static bool str_eq(const char *a, const char *b)
+{
+    if (!a || strcmp(a, b) != 0)
+        fprintf(stderr, "\n'%s' where '%s' was due\n", a ? a : "(none)", b);
+    return a && strcmp(a, b) == 0;
+}
+#define ASSERT_STR(a, b) CU_ASSERT(str_eq((a), (b)))
+
 static int err_code(json_t *by, const char *id)
 {
     return (int)json_integer_value(json_object_get(
@@ -143,7 +152,8 @@ static bool has_version(json_t *arr, const char *v)
 {
     size_t i;
     json_t *e;
-    json_array_foreach(arr, i, e) if (strcmp(json_string_value(e), v) == 0)
+    json_array_foreach(arr, i, e) if (json_is_string(e) &&
+                                      strcmp(json_string_value(e), v) == 0)
         return true;
     return false;
 }
@@ -170,10 +180,10 @@ static void test_stdio_discover(void)
     CU_ASSERT_EQUAL(status, 0);
 
     json_t *d = result_of(by, "1");
-    CU_ASSERT_STRING_EQUAL(
+    ASSERT_STR(
         json_string_value(json_object_get(d, "resultType")), "complete");
     json_t *sv = json_object_get(d, "supportedVersions");
-    CU_ASSERT_STRING_EQUAL(json_string_value(json_array_get(sv, 0)),
+    ASSERT_STR(json_string_value(json_array_get(sv, 0)),
                            "2026-07-28");
     CU_ASSERT(has_version(sv, "2025-11-25") && has_version(sv, "2024-11-05"));
     json_t *caps = json_object_get(d, "capabilities");
@@ -184,7 +194,7 @@ static void test_stdio_discover(void)
               json_is_object(json_object_get(caps, "logging")));
     CU_ASSERT_PTR_NULL(json_object_get(caps, "tasks"));
     CU_ASSERT(json_is_string(json_object_get(d, "instructions")));
-    CU_ASSERT_STRING_EQUAL(
+    ASSERT_STR(
         json_string_value(json_object_get(
             json_object_get(json_object_get(d, "_meta"),
                             "io.modelcontextprotocol/serverInfo"),
@@ -192,10 +202,10 @@ static void test_stdio_discover(void)
         "toolhost");
 
     json_t *tl = result_of(by, "2");
-    CU_ASSERT_STRING_EQUAL(
+    ASSERT_STR(
         json_string_value(json_object_get(tl, "resultType")), "complete");
     CU_ASSERT(json_is_integer(json_object_get(tl, "ttlMs")));
-    CU_ASSERT_STRING_EQUAL(
+    ASSERT_STR(
         json_string_value(json_object_get(tl, "cacheScope")), "private");
     json_t *tools = json_object_get(tl, "tools");
     CU_ASSERT(json_array_size(tools) > 3);
@@ -205,9 +215,9 @@ static void test_stdio_discover(void)
         CU_ASSERT_PTR_NULL(json_object_get(t, "execution"));
 
     json_t *call = result_of(by, "3");
-    CU_ASSERT_STRING_EQUAL(
+    ASSERT_STR(
         json_string_value(json_object_get(call, "resultType")), "complete");
-    CU_ASSERT_STRING_EQUAL(
+    ASSERT_STR(
         json_string_value(json_object_get(
             json_array_get(json_object_get(call, "content"), 0), "text")),
         "hi");
@@ -217,7 +227,7 @@ static void test_stdio_discover(void)
               json_array_size(json_object_get(rd, "contents")) == 1);
     CU_ASSERT(json_is_integer(json_object_get(result_of(by, "5"), "ttlMs")));
     json_t *cp = result_of(by, "6");
-    CU_ASSERT_STRING_EQUAL(
+    ASSERT_STR(
         json_string_value(json_object_get(cp, "resultType")), "complete");
     CU_ASSERT_EQUAL(json_array_size(json_object_get(
                         json_object_get(cp, "completion"), "values")),
@@ -267,7 +277,7 @@ static void test_stdio_refusals(void)
         json_object_get(json_object_get(json_object_get(by, "1"), "error"),
                         "data");
     CU_ASSERT(has_version(json_object_get(data, "supported"), "2026-07-28"));
-    CU_ASSERT_STRING_EQUAL(
+    ASSERT_STR(
         json_string_value(json_object_get(data, "requested")), "2027-01-01");
     CU_ASSERT_PTR_NOT_NULL(result_of(by, "2"));
     CU_ASSERT_EQUAL(err_code(by, "3"), -32602);
@@ -314,7 +324,7 @@ static void test_stdio_legacy_unchanged(void)
         json_t *by = run_stdio(cfg, in, &status);
         CU_ASSERT_EQUAL(status, 0);
         json_t *init = result_of(by, "1");
-        CU_ASSERT_STRING_EQUAL(
+        ASSERT_STR(
             json_string_value(json_object_get(init, "protocolVersion")),
             versions[k]);
         CU_ASSERT_PTR_NULL(json_object_get(init, "resultType"));
