@@ -920,12 +920,17 @@ static void on_response(th_mcp_session *m, const json_t *msg)
 
 /* ---- Methods -------------------------------------------------------------------- */
 
+/* initialize's words (as they always were), and server/discover's (no
+ * tasks in 2026-07-28). */
+#define INSTRUCTIONS_LEGACY                                                 \
+    "Tools of a toolhost host. A tool error comes back as a result with "  \
+    "isError true and a message saying what to change; long-running "      \
+    "tools (execution.taskSupport optional) report progress and may run "  \
+    "as tasks."
 #define INSTRUCTIONS                                                        \
     "Tools of a toolhost host. A tool error comes back as a result with "  \
     "isError true and a message saying what to change; long-running "      \
     "tools report progress"
-#define INSTRUCTIONS_LEGACY                                                 \
-    INSTRUCTIONS " and may run as tasks (execution.taskSupport optional)."
 
 static void m_initialize(th_mcp_session *m, const json_t *id,
                          const json_t *params)
@@ -1330,7 +1335,7 @@ fail:
 static void m_discover(th_mcp_session *m, const json_t *id)
 {
     json_t *res = json_pack(
-        "{s:o?, s:{s:{}, s:{}, s:{}, s:{}, s:{}}, s:s, s:i, s:s}",
+        "{s:o*, s:{s:{}, s:{}, s:{}, s:{}, s:{}}, s:s, s:i, s:s}",
         "supportedVersions", versions_json(), "capabilities", "tools",
         "logging", "resources", "prompts", "completions", "instructions",
         INSTRUCTIONS ".", "ttlMs", 0, "cacheScope", "private");
@@ -1382,15 +1387,19 @@ static bool envelope_check(th_mcp_session *m, const json_t *id,
     for (size_t i = 0; v && mcp_modern_versions[i]; i++)
         known |= strcmp(v, mcp_modern_versions[i]) == 0;
     if (!known) {
-        json_t *data = json_pack("{s:o?, s:s?}", "supported",
-                                 versions_json(), "requested", v);
+        /* Said back only when it can be a revision (a date): a client
+         * does not get its megabyte back twice. */
+        const char *shown = v && strlen(v) <= 32 ? v : NULL;
+        json_t *data = json_pack("{s:o*, s:s*}", "supported",
+                                 versions_json(), "requested", shown);
         json_t *msg = json_pack(
-            "{s:s, s:O, s:{s:i, s:s+, s:o?}}", "jsonrpc", "2.0", "id", id,
+            "{s:s, s:O, s:{s:i, s:s+, s:o*}}", "jsonrpc", "2.0", "id", id,
             "error", "code", MCP_UNSUPPORTED_VERSION, "message",
             "unsupported protocol version in params._meta: this server "
             "serves 2026-07-28 (server/discover) and 2025-11-25, "
             "2025-06-18, 2025-03-26, 2024-11-05 (initialize); asked: ",
-            v ? v : "(not a string)", "data", data);
+            shown ? shown : v ? "(not a revision)" : "(not a string)",
+            "data", data);
         mcp_send(m, msg, id);
         return false;
     }

@@ -268,7 +268,13 @@ static void test_stdio_refusals(void)
                                         ENV("2026-07-28"))
         "{\"jsonrpc\":\"2.0\",\"id\":12,\"method\":\"tools/call\","
         "\"params\":{\"name\":\"echo\",\"arguments\":{\"text\":\"x\"}}}\n"
-        REQ(13, "ping", ENV("2026-07-28"));
+        REQ(13, "ping", ENV("2026-07-28"))
+        REQ(14, "tools/list", "\"_meta\":{\"io.modelcontextprotocol/"
+                              "protocolVersion\":20260728,"
+                              "\"io.modelcontextprotocol/clientCapabilities\""
+                              ":{}}")
+        REQ(15, "tools/list", ENV("2026-07-28-and-a-long-tail-beyond-"
+                                  "any-revision-name"));
     int status;
     json_t *by = run_stdio(cfg, in, &status);
     CU_ASSERT_EQUAL(status, 0);
@@ -291,6 +297,14 @@ static void test_stdio_refusals(void)
     CU_ASSERT_EQUAL(err_code(by, "11"), -32601);
     CU_ASSERT_EQUAL(err_code(by, "12"), -32602); /* the plain fast path */
     CU_ASSERT_EQUAL(err_code(by, "13"), -32601);
+    /* Not a string, or too long to be a revision: -32022, not echoed. */
+    CU_ASSERT_EQUAL(err_code(by, "14"), -32022);
+    CU_ASSERT_EQUAL(err_code(by, "15"), -32022);
+    json_t *e15 = json_object_get(json_object_get(by, "15"), "error");
+    CU_ASSERT_PTR_NULL(
+        json_object_get(json_object_get(e15, "data"), "requested"));
+    CU_ASSERT(!strstr(json_string_value(json_object_get(e15, "message")),
+                      "long-tail"));
     json_decref(by);
     free(cfg);
     th_test_rmtree(dir);
@@ -328,6 +342,13 @@ static void test_stdio_legacy_unchanged(void)
             json_string_value(json_object_get(init, "protocolVersion")),
             versions[k]);
         CU_ASSERT_PTR_NULL(json_object_get(init, "resultType"));
+        /* initialize's words as before 2026-07-28 was served */
+        const char *ins =
+            json_string_value(json_object_get(init, "instructions"));
+        CU_ASSERT(ins && strstr(ins, "long-running tools "
+                                     "(execution.taskSupport optional) "
+                                     "report progress and may run as "
+                                     "tasks."));
         json_t *tl = result_of(by, "2");
         CU_ASSERT_PTR_NULL(json_object_get(tl, "resultType"));
         CU_ASSERT_PTR_NULL(json_object_get(tl, "ttlMs"));
