@@ -103,9 +103,16 @@ static json_t *run_stdio(const char *cfg, const char *input, int *status)
         else
             snprintf(key, sizeof key, "%s",
                      json_is_string(id) ? json_string_value(id) : "null");
-        if (json_object_get(j, "method"))
-            json_decref(j); /* notifications: not looked at here */
-        else
+        const char *method = json_string_value(json_object_get(j, "method"));
+        if (method) {
+            /* notifications: counted by method, under "#METHOD" */
+            char k[128];
+            snprintf(k, sizeof k, "#%s", method);
+            json_object_set_new(
+                by, k,
+                json_integer(json_integer_value(json_object_get(by, k)) + 1));
+            json_decref(j);
+        } else
             json_object_set_new(by, key, j);
     }
     th_test_run_free(&r);
@@ -364,6 +371,37 @@ static void test_stdio_legacy_unchanged(void)
         CU_ASSERT_EQUAL(err_code(by, "4"), -32600);
         CU_ASSERT_EQUAL(err_code(by, "5"), -32002);
         CU_ASSERT_PTR_NOT_NULL(result_of(by, "6"));
+        json_decref(by);
+    }
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+/* Logging in 2026-07-28: the envelope's logLevel asks for the request's
+ * log messages; without it there are none. */
+static void test_stdio_log_level(void)
+{
+    char *dir = th_test_tmpdir();
+    char *cfg = stdio_config(dir);
+    for (int with = 0; with < 2; with++) {
+        const char *in =
+            with ? REQ(1, "tools/call",
+                       "\"name\":\"test_tool_with_logging\",\"arguments\":"
+                       "{},\"_meta\":{\"io.modelcontextprotocol/"
+                       "protocolVersion\":\"2026-07-28\","
+                       "\"io.modelcontextprotocol/clientCapabilities\":{},"
+                       "\"io.modelcontextprotocol/logLevel\":\"info\"}")
+                 : REQ(1, "tools/call",
+                       "\"name\":\"test_tool_with_logging\",\"arguments\":"
+                       "{}," ENV("2026-07-28"));
+        int status;
+        json_t *by = run_stdio(cfg, in, &status);
+        CU_ASSERT_EQUAL(status, 0);
+        CU_ASSERT_PTR_NOT_NULL(result_of(by, "1"));
+        json_int_t n = json_integer_value(
+            json_object_get(by, "#notifications/message"));
+        CU_ASSERT(with ? n >= 3 : n == 0);
         json_decref(by);
     }
     free(cfg);
@@ -656,6 +694,7 @@ void th_suite_mcp_rev0728(void)
     CU_add_test(s, "stdio_discover", test_stdio_discover);
     CU_add_test(s, "stdio_refusals", test_stdio_refusals);
     CU_add_test(s, "stdio_legacy_unchanged", test_stdio_legacy_unchanged);
+    CU_add_test(s, "stdio_log_level", test_stdio_log_level);
     CU_add_test(s, "http_raw", test_http_raw);
     CU_add_test(s, "http_session_budget", test_http_session_budget);
     CU_add_test(s, "sdk_v2_stdio", test_sdk_v2_stdio);
