@@ -1074,6 +1074,13 @@ static bool version_ok(const char *v)
     return !v || mcp_version_served(v);
 }
 
+/* v is of the 2026-07-28 era: that revision or a later one (revisions
+ * are dates). */
+static bool version_modern(const char *v)
+{
+    return v && strcmp(v, mcp_modern_versions[0]) >= 0;
+}
+
 static enum MHD_Result reply_rpc_error(struct MHD_Connection *c,
                                        unsigned status, int code,
                                        const char *msg)
@@ -1483,13 +1490,32 @@ static const char *envelope_version(const json_t *msg)
         json_object_get(meta, "io.modelcontextprotocol/protocolVersion"));
 }
 
-static bool version_modern(const char *v)
+/* A 2026-07-28-era request whose envelope names a revision not served:
+ * 400 with -32022 and what is served, from which the client picks
+ * (the core says the same on stdio). */
+static enum MHD_Result reply_unsupported(struct MHD_Connection *c,
+                                         const json_t *msg, const char *ev)
 {
-    for (size_t i = 0; v && mcp_modern_versions[i]; i++)
-        if (strcmp(v, mcp_modern_versions[i]) == 0)
-            return true;
-    /* Revisions are dates: a later one is of the same era. */
-    return v && strcmp(v, mcp_modern_versions[0]) > 0;
+    json_t *sv = json_array();
+    for (size_t i = 0; sv && mcp_modern_versions[i]; i++)
+        json_array_append_new(sv, json_string(mcp_modern_versions[i]));
+    for (size_t i = 0; sv && mcp_versions[i]; i++)
+        json_array_append_new(sv, json_string(mcp_versions[i]));
+    json_t *id = json_object_get(msg, "id");
+    json_t *e = json_pack(
+        "{s:s, s:O, s:{s:i, s:s, s:{s:o*, s:s*}}}", "jsonrpc", "2.0", "id",
+        id ? id : json_null(), "error", "code", -32022, "message",
+        "Unsupported protocol version: see error.data.supported",
+        "data", "supported", sv, "requested",
+        strlen(ev) <= 32 ? ev : NULL);
+    char *body = e ? json_dumps(e, JSON_COMPACT) : NULL;
+    json_decref(e);
+    if (!body)
+        return MHD_NO;
+    enum MHD_Result rc =
+        th_http_reply(c, 400, "application/json", body, NULL, NULL);
+    free(body);
+    return rc;
 }
 
 /* Whether the Mcp-Name header h names `want`: as it is, or as
@@ -1632,9 +1658,16 @@ static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
         json_decref(msg);
         return th_http_reply(c, MHD_HTTP_ACCEPTED, NULL, "", NULL, NULL);
     }
-    if (modern ? refuse_modern_headers(f, c, msg, &rc) ||
-                     !(s = sess_for_request(f, c, q, &rc))
-               : !(s = post_session(f, c, q, is_init, &rc))) {
+    if (modern && !refuse_modern_headers(f, c, msg, &rc)) {
+        const char *ev = envelope_version(msg); /* there: checked */
+        if (!version_modern(ev) || !mcp_version_served(ev))
+            rc = reply_unsupported(c, msg, ev);
+        else
+            s = sess_for_request(f, c, q, &rc);
+    } else if (!modern) {
+        s = post_session(f, c, q, is_init, &rc);
+    }
+    if (!s) {
         json_decref(msg);
         return rc;
     }
@@ -2097,7 +2130,10 @@ static enum MHD_Result on_request(void *ud, struct MHD_Connection *c,
         enum MHD_Result rc;
         if (refuse_access(f, c, q, &rc))
             return rc;
-        if (!version_ok(hdr(c, "MCP-Protocol-Version")))
+        /* A later revision than those served is the envelope's to say
+         * (-32022 with the list, do_post_msg): a client picks again. */
+        const char *pv = hdr(c, "MCP-Protocol-Version");
+        if (!version_ok(pv) && !version_modern(pv))
             return reply_rpc_error(c, 400, -32600,
                                    "Bad Request: unsupported "
                                    "MCP-Protocol-Version");

@@ -537,6 +537,8 @@ static void test_http_raw(void)
                              "\"x\"}," ENV("2026-07-28")),
          400, "-32020"},
         {H_V("2027-01-01") H_M("tools/list"), B(12, "tools/list", ""), 400,
+         "-32602"},
+        {H_V("2025-99-99") H_M("tools/list"), B(12, "tools/list", ""), 400,
          "unsupported MCP-Protocol-Version"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -545,10 +547,21 @@ static void test_http_raw(void)
         CU_ASSERT(has(t, bad[i].code));
         free(t);
     }
-    /* An unknown revision in the envelope: -32022 and the list. */
+    /* A later revision in the envelope and the header: 400, -32022 and
+     * the list, from which the client picks again; an older one in an
+     * envelope: the same. */
     CU_ASSERT_EQUAL(post(v.port, H_V("2027-01-01") H_M("server/discover"),
                          B(13, "server/discover", ENV("2027-01-01")), &t),
                     400);
+    CU_ASSERT(has(t, "\"code\":-32022"));
+    CU_ASSERT(has(t, "\"supported\":[\"2026-07-28\""));
+    CU_ASSERT(has(t, "\"requested\":\"2027-01-01\""));
+    CU_ASSERT(has(t, "\"id\":13"));
+    free(t);
+    CU_ASSERT_EQUAL(post(v.port, H_V("2025-11-25") H_M("tools/list"),
+                         B(13, "tools/list", ENV("2025-11-25")), &t),
+                    400);
+    CU_ASSERT(has(t, "\"code\":-32022"));
     free(t);
     CU_ASSERT_EQUAL(post(v.port, H_M("server/discover"),
                          B(14, "server/discover", ENV("2027-01-01")), &t),
