@@ -589,6 +589,28 @@ static void test_http_raw(void)
     CU_ASSERT(has(t, "\"protocolVersion\":\"2025-11-25\""));
     CU_ASSERT(!strstr(t, "resultType"));
     free(t);
+    /* DNS rebinding: no Origin, a Host naming another site: refused
+     * before any session, for this revision as for the others. */
+    {
+        static const char body[] = B(16, "server/discover", ENV("2026-07-28"));
+        char req[1024];
+        int n = snprintf(req, sizeof req,
+                         "POST /mcp HTTP/1.1\r\nHost: evil.example\r\n"
+                         "Connection: close\r\n"
+                         "Authorization: Bearer " TOKEN "\r\n"
+                         H_V("2026-07-28") H_M("server/discover")
+                         "Content-Type: application/json\r\n"
+                         "Accept: application/json, text/event-stream\r\n"
+                         "Content-Length: %zu\r\n\r\n%s",
+                         strlen(body), body);
+        int fd = th_test_tcp_connect(v.port, 0);
+        CU_ASSERT_FATAL(fd >= 0);
+        CU_ASSERT(th_test_send_all(fd, req, (size_t)n) == 0);
+        CU_ASSERT_EQUAL(th_test_http_read(fd, NULL, rpc_wait_ms(), &t), 403);
+        CU_ASSERT(!strstr(t, "supportedVersions"));
+        free(t);
+        close(fd);
+    }
     /* Still serving after all that. */
     CU_ASSERT_EQUAL(post(v.port, H_V("2026-07-28") H_M("tools/list"),
                          B(15, "tools/list", ENV("2026-07-28")), &t),
