@@ -663,10 +663,21 @@ static void test_http_session_budget(void)
 
 /* ---- the v2 client -------------------------------------------------------- */
 
+/* Node (the client needs 20 or later: Debian's). */
+static const char *node_bin(void)
+{
+    static const char *const c[] = {"/usr/bin/node", "/usr/local/bin/node",
+                                    NULL};
+    for (int i = 0; c[i]; i++)
+        if (access(c[i], X_OK) == 0)
+            return c[i];
+    return NULL;
+}
+
 static bool client_ready(void)
 {
     struct stat st;
-    return access("/usr/bin/node", X_OK) == 0 &&
+    return node_bin() &&
            stat(th_test_source_path("tests/mcp/node_modules/"
                                     "@modelcontextprotocol/client/"
                                     "package.json"),
@@ -678,7 +689,7 @@ static void run_v2(const char *mode, const char *a, const char *b)
     char script[1024];
     snprintf(script, sizeof script, "%s",
              th_test_source_path("tests/mcp/v2.mjs"));
-    char *argv[] = {"/usr/bin/node", script, (char *)mode, (char *)a,
+    char *argv[] = {(char *)node_bin(), script, (char *)mode, (char *)a,
                     (char *)b, NULL};
     th_test_run r;
     CU_ASSERT_EQUAL(th_test_run_argv(argv, NULL, 120, 0, &r), 0);
