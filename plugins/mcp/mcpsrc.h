@@ -1,0 +1,148 @@
+/* mcpsrc.h - the mcp plugin: other MCP servers as a tool source
+ * (docs/mcp-source.md).  Shared by its files.
+ *
+ * Each server declared in the config block is a stdio command.  A
+ * supervisor thread per server starts it (in a cage of the host where it
+ * gives one, its own session and process group, killed with the host),
+ * does the MCP handshake and tools/list, and restarts it with exponential
+ * back-off when it exits; a reader thread per process routes what the
+ * server writes: responses to the waiting call by id, progress to the
+ * call whose token it names, pings answered, everything else dropped and
+ * counted.  Calls (mcp_call.c) block their worker: one tools/call line,
+ * then a wait on the server's lock for the answer, progress, the call's
+ * cancellation or its deadline.
+ *
+ * Lock order: srv->mu, then srv->wmu (the writer of the server's stdin).
+ * The host's callbacks are never called with srv->mu held, except
+ * log(), which is Any and does not call back. */
+#ifndef TH_PLUGIN_MCPSRC_H
+#define TH_PLUGIN_MCPSRC_H
+
+#include <jansson.h>
+#include <msgpack.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "toolhost/plugin.h"
+
+#define MCPSRC_PROTOCOL "2025-06-18"
+
+typedef struct mcp_state mcp_state;
+typedef struct mcp_srv mcp_srv;
+
+/* One request in flight to a server (a call's tools/call, or the
+ * supervisor's handshake).  Lives on the waiter's stack; linked in
+ * srv->pending while it waits; every member below `next` is written under
+ * srv->mu. */
+typedef struct mcp_pend {
+    int64_t id;
+    struct mcp_pend *next;
+    pthread_cond_t cv;
+    json_t *msg;        /* the response (result or error), owned      */
+    const char *gone;   /* the server went away (a static reason)     */
+    bool cancel;        /* the call's on_cancel hook fired            */
+    bool has_progress;  /* a progress update not yet handed on        */
+    double progress, total;
+    char pmsg[256];
+    uint64_t n_progress; /* updates received (coalesced ones too)     */
+} mcp_pend;
+
+enum { SRV_STARTING = 0, SRV_UP = 1, SRV_DOWN = 2 };
+
+/* One imported tool: the server and the tool's name there. */
+typedef struct mcp_tool {
+    mcp_srv *srv;
+    char *remote;        /* the tool's name on the server            */
+    bool structured;     /* declared with an output schema we kept   */
+} mcp_tool;
+
+struct mcp_srv {
+    mcp_state *st;
+    /* config (read-only after init) */
+    char *name;
+    char *prefix;
+    char **argv;        /* NULL-terminated, argv[0] a path           */
+    char **envp;        /* NULL-terminated NAME=VALUE                */
+    char *cwd;
+    bool has_user;
+    uid_t uid;
+    gid_t gid;
+    int64_t timeout_ms; /* 0: the call's deadline only               */
+    int64_t max_concurrency;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;  /* state changes, a slot freed, stop         */
+    int state;          /* SRV_*                                     */
+    bool stop;
+    bool first_done;    /* the first start ended (up or failed)      */
+    char why[256];      /* why the last start failed or it exited    */
+    int64_t next_try;   /* monotonic ms of the next start (DOWN)     */
+    unsigned attempt;   /* starts that failed or died in a row       */
+    uint64_t generation; /* starts so far                           */
+    pid_t pid;          /* the running server, or -1                 */
+    int in_fd;          /* its stdin (our end), or -1                */
+    int out_fd;         /* its stdout (our end), or -1               */
+    int err_fd;         /* its stderr (read end), or -1              */
+    toolhost_cage *cage;
+    int64_t next_id;
+    mcp_pend *pending;
+    int64_t in_flight;
+    json_t *tools;      /* the last tools/list (array), owned        */
+    bool list_changed;  /* the server said its tools changed         */
+    /* counters for rate-limited log lines (reader thread only) */
+    uint64_t n_dropped, n_unknown_id, n_bad_json, n_stderr;
+
+    pthread_mutex_t wmu; /* one writer of in_fd at a time           */
+    int pid_fd;          /* a pidfd of the server (-1: none), read by
+                            the reader: the leader's exit ends it even
+                            when a descendant holds its stdout      */
+    pthread_t sup;
+    bool sup_started;
+};
+
+struct mcp_state {
+    /* What init_tools() returns. */
+    const toolhost_tool *tools;
+    uint32_t n_tools;
+    /* Private. */
+    toolhost_tool *tools_rw;
+    mcp_tool *mtools;
+    const toolhost_host_api *host;
+    mcp_srv *srv;
+    size_t n_srv;
+    int64_t restart_initial_ms, restart_max_ms, start_timeout_ms;
+    int64_t max_message;
+    int64_t write_timeout_ms;
+    char *path;         /* PATH to look commands up in */
+};
+
+/* mcp_conf.c */
+int mcpsrc_config(mcp_state *st, const uint8_t *config, size_t len,
+                  char *err, size_t err_size);
+int mcpsrc_build_tools(mcp_state *st, char *err, size_t err_size);
+void mcpsrc_state_free(mcp_state *st);
+/* A JSON value of a msgpack object (NULL when out of memory, too deep or
+ * not representable: a map key that is not a string). */
+json_t *mcpsrc_json_of(const msgpack_object *o, int depth);
+int64_t mcpsrc_now_ms(void);
+
+/* mcp_server.c */
+int mcpsrc_servers_start(mcp_state *st, char *err, size_t err_size);
+void mcpsrc_servers_stop(mcp_state *st);
+/* Writes one JSON message (a line) to the server's stdin; the caller
+ * holds no lock.  0, or -1 (the server is not up, or did not read within
+ * write_timeout: then it is killed). */
+int mcpsrc_send(mcp_srv *s, json_t *msg);
+/* Links p (with a fresh id) into the server's pending list; s->mu held. */
+void mcpsrc_pend_add(mcp_srv *s, mcp_pend *p);
+/* Unlinks p; s->mu held. */
+void mcpsrc_pend_del(mcp_srv *s, mcp_pend *p);
+
+/* mcp_call.c */
+int mcpsrc_execute(void *state, const toolhost_tool *tool,
+                   toolhost_call *call, const uint8_t *args, size_t args_len);
+
+#endif
