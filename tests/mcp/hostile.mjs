@@ -1,0 +1,64 @@
+// hostile.mjs - the mcp plugin against tests/mcp/hostile_server.mjs (a
+// server that floods, lies, never answers and sends a message over
+// max_message), through toolhost's MCP front: each attack costs only its
+// own call, and the server's other tools keep answering.
+// Usage: node hostile.mjs TOOLHOST CONFIG
+import { check, connect, deadline, fail } from './common.mjs';
+
+deadline(90000);
+const { client } = await connect();
+const txt = (r) => r.content.filter((c) => c.type === 'text').map((c) => c.text).join('');
+const ok = async (what) => {
+  const r = await client.callTool({ name: 'h_ok', arguments: {} });
+  check(!r.isError && /^ok \d+$/.test(txt(r)), `h_ok after ${what}: ${JSON.stringify(r)}`);
+};
+
+// both pages listed; the lying schema left out, the bad name renamed
+const { tools } = await client.listTools();
+const names = tools.map((t) => t.name);
+for (const n of ['h_ok', 'h_flood', 'h_junk', 'h_huge', 'h_silent', 'h_wrongid',
+                 'h_request', 'h_bad_name_'])
+  check(names.includes(n), `tools/list lacks ${n}: ${names}`);
+check(!names.includes('h_badschema'), `the lying schema was imported: ${names}`);
+await ok('listing');
+
+let r = await client.callTool({ name: 'h_flood', arguments: {} });
+check(!r.isError && txt(r) === 'flooded', `flood: ${JSON.stringify(r)}`);
+await ok('a flood');
+
+r = await client.callTool({ name: 'h_junk', arguments: {} });
+check(!r.isError && txt(r) === 'junk sent', `junk: ${JSON.stringify(r)}`);
+await ok('junk lines');
+
+r = await client.callTool({ name: 'h_wrongid', arguments: {} });
+check(!r.isError && txt(r) === 'right id', `wrong id: ${JSON.stringify(r)}`);
+
+r = await client.callTool({ name: 'h_request', arguments: {} });
+check(!r.isError && txt(r) === 'asked', `server requests: ${JSON.stringify(r)}`);
+await ok('server requests');
+
+// never answers: the server's timeout (2s in the config) ends the call,
+// and other calls are served meanwhile
+const silent = client.callTool({ name: 'h_silent', arguments: {} }, undefined,
+                               { timeout: 30000 });
+await ok('a silent call started');
+r = await silent;
+check(r.isError && /did not answer 'silent' within its timeout/.test(txt(r)),
+      `silent: ${JSON.stringify(r)}`);
+
+// a message over max_message: the server is killed and restarted
+r = await client.callTool({ name: 'h_huge', arguments: {} }, undefined, { timeout: 30000 });
+check(r.isError && /went away/.test(txt(r)), `huge: ${JSON.stringify(r)}`);
+let back = false;
+for (let i = 0; i < 3000 && !back; i++) {
+  r = await client.callTool({ name: 'h_ok', arguments: {} });
+  if (!r.isError) back = true;
+  else {
+    check(/unavailable|went away|could not send/.test(txt(r)), `while restarting: ${txt(r)}`);
+    await new Promise((ok) => setTimeout(ok, 10));
+  }
+}
+check(back, 'the server did not come back after the huge message');
+console.log('ok: hostile server survived');
+await client.close();
+process.exit(0);
