@@ -10,7 +10,9 @@ const { client } = await connect();
 const txt = (r) => r.content.filter((c) => c.type === 'text').map((c) => c.text).join('');
 const ok = async (what) => {
   const r = await client.callTool({ name: 'h_ok', arguments: {} });
-  check(!r.isError && /^ok \d+$/.test(txt(r)), `h_ok after ${what}: ${JSON.stringify(r)}`);
+  check(!r.isError && /^ok \d+ cancelled \d+$/.test(txt(r)),
+        `h_ok after ${what}: ${JSON.stringify(r)}`);
+  return txt(r);
 };
 
 // both pages listed; the lying schema left out, the bad name renamed
@@ -45,6 +47,9 @@ await ok('a silent call started');
 r = await silent;
 check(r.isError && /did not answer 'silent' within its timeout/.test(txt(r)),
       `silent: ${JSON.stringify(r)}`);
+// the server was told: notifications/cancelled with the call's id
+const after = await ok('a timed-out call');
+check(/cancelled 1$/.test(after), `the server was not told of the timeout: ${after}`);
 
 // a message over max_message: the server is killed and restarted
 r = await client.callTool({ name: 'h_huge', arguments: {} }, undefined, { timeout: 30000 });

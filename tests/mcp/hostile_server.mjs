@@ -1,7 +1,8 @@
 // hostile_server.mjs - an MCP server (stdio, newline-delimited JSON-RPC,
 // no SDK) that misbehaves on purpose, for the mcp plugin's tests
 // (tests/integration/test_mcp_source.c, tests/mcp/hostile.mjs).  Its tools:
-//   ok         answers {text: "ok <n>"} (n: calls so far)
+//   ok         answers "ok <n> cancelled <m>" (n: calls so far, m: the
+//              notifications/cancelled received for calls it had)
 //   flood      sends 20000 progress and log notifications, some for
 //              unknown tokens, then answers
 //   junk       writes lines that are not JSON-RPC, then answers
@@ -14,7 +15,8 @@
 // and 'bad name!' (a name toolhost cannot carry as is).
 import { createInterface } from 'node:readline';
 
-let calls = 0;
+let calls = 0, cancelled = 0;
+const open = new Set(); // ids of calls not answered
 const out = (m) => process.stdout.write(JSON.stringify(m) + '\n');
 const text = (id, t) => out({ jsonrpc: '2.0', id,
                               result: { content: [{ type: 'text', text: t }] } });
@@ -42,11 +44,15 @@ rl.on('line', (line) => {
                    result: { tools: tools.slice(0, 4), nextCursor: 'p2' } });
     return out({ jsonrpc: '2.0', id: m.id, result: { tools: tools.slice(4) } });
   }
+  if (m.method === 'notifications/cancelled') {
+    if (open.delete(m.params.requestId)) cancelled++;
+    return;
+  }
   if (m.method !== 'tools/call' || m.id === undefined) return;
   calls++;
   const token = m.params._meta && m.params._meta.progressToken;
   switch (m.params.name) {
-  case 'ok': return text(m.id, `ok ${calls}`);
+  case 'ok': return text(m.id, `ok ${calls} cancelled ${cancelled}`);
   case 'flood': {
     for (let i = 0; i < 20000; i++) {
       out({ jsonrpc: '2.0', method: 'notifications/progress',
@@ -65,7 +71,7 @@ rl.on('line', (line) => {
                          ',"result":{"content":[{"type":"text","text":"' +
                          'y'.repeat(2 * 1024 * 1024) + '"}]}}\n');
     return;
-  case 'silent': return;
+  case 'silent': open.add(m.id); return;
   case 'wrongid':
     text(m.id + 100000, 'not for you');
     return text(m.id, 'right id');
