@@ -47,8 +47,9 @@ static bool have_node_modules(void)
                     "scripts/install-deps");                                  \
     } while (0)
 
-/* The config of the hostile server (tests/mcp/hostile_server.mjs). */
-static char *hostile_config(const char *dir)
+/* The config of the hostile server (tests/mcp/hostile_server.mjs), with
+ * `extra` lines of its server entry. */
+static char *hostile_config_x(const char *dir, const char *extra)
 {
     char text[2048];
     snprintf(text, sizeof text,
@@ -62,12 +63,19 @@ static char *hostile_config(const char *dir)
              "        - name: h\n"
              "          command: [node, %s]\n"
              "          timeout: 2s\n"
+             "%s"
              "toolsets:\n"
              "  - name: t\n"
              "    tools: [\"*\"]\n",
              th_test_build_path("plugins/mcp.so"),
-             th_test_source_path("tests/mcp/hostile_server.mjs"));
+             th_test_source_path("tests/mcp/hostile_server.mjs"),
+             extra ? extra : "");
     return th_test_write_file(dir, "hostile.yaml", text, (size_t)-1);
+}
+
+static char *hostile_config(const char *dir)
+{
+    return hostile_config_x(dir, NULL);
 }
 
 static void run_script(const char *script, const char *config,
@@ -188,6 +196,39 @@ static void test_cli_call(void)
     free(dir);
 }
 
+/* What a server gets: the environment of `env` and PATH only (not the
+ * host's), its cwd, and, when the host runs as root, the uid of `user`. */
+static void test_containment(void)
+{
+    NEED_NODE();
+    th_test_timeout(60);
+    char *dir = th_test_tmpdir();
+    bool root = geteuid() == 0;
+    char extra[256];
+    snprintf(extra, sizeof extra,
+             "          env: {FIXED: \"1\"}\n"
+             "          cwd: /tmp\n"
+             "%s",
+             root ? "          user: nobody\n" : "");
+    char *cfg = hostile_config_x(dir, extra);
+    setenv("MCPSRC_SECRET", "must-not-leak", 1);
+    th_test_run r;
+    CU_ASSERT_EQUAL(th_test_toolhost(&r, "call", "-c", cfg, "h_whoami", NULL),
+                    0);
+    unsetenv("MCPSRC_SECRET");
+    CU_ASSERT_EQUAL(r.status, 0);
+    if (r.status != 0)
+        fprintf(stderr, "\nstdout: %s\nstderr: %s\n", r.out, r.err);
+    CU_ASSERT_PTR_NOT_NULL(r.out && strstr(r.out, "env FIXED,PATH"));
+    CU_ASSERT_PTR_NOT_NULL(r.out && strstr(r.out, "cwd /tmp "));
+    if (root)
+        CU_ASSERT_PTR_NOT_NULL(r.out && strstr(r.out, "uid 65534 "));
+    th_test_run_free(&r);
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
 /* Config and start errors name the server and the key. */
 static void test_config_errors(void)
 {
@@ -262,6 +303,7 @@ void th_suite_mcp_source(void)
     CU_pSuite s = CU_add_suite("mcp_source", NULL, NULL);
     CU_add_test(s, "config_errors", test_config_errors);
     CU_add_test(s, "cli_call", test_cli_call);
+    CU_add_test(s, "containment", test_containment);
     CU_add_test(s, "sdk_reference_servers", test_sdk_reference_servers);
     CU_add_test(s, "sdk_hostile", test_sdk_hostile);
 }

@@ -11,6 +11,7 @@
 //   wrongid    answers an id nobody asked for first, then the right one
 //   request    asks the host for sampling/createMessage and a ping, then
 //              answers
+//   whoami     "uid <uid> cwd <folder> env <names of its environment>"
 // and two it lies about: 'badschema' (a keyword that is not JSON Schema)
 // and 'bad name!' (a name toolhost cannot carry as is).
 import { createInterface } from 'node:readline';
@@ -21,7 +22,8 @@ const out = (m) => process.stdout.write(JSON.stringify(m) + '\n');
 const text = (id, t) => out({ jsonrpc: '2.0', id,
                               result: { content: [{ type: 'text', text: t }] } });
 const obj = { type: 'object', properties: {} };
-const tools = ['ok', 'flood', 'junk', 'huge', 'silent', 'wrongid', 'request']
+const tools = ['ok', 'flood', 'junk', 'huge', 'silent', 'wrongid', 'request',
+               'whoami']
   .map((name) => ({ name, description: `hostile ${name}`, inputSchema: obj }));
 tools.push({ name: 'badschema', description: 'lies about its schema',
              inputSchema: { type: 'object',
@@ -72,6 +74,9 @@ rl.on('line', (line) => {
                          'y'.repeat(2 * 1024 * 1024) + '"}]}}\n');
     return;
   case 'silent': open.add(m.id); return;
+  case 'whoami':
+    return text(m.id, `uid ${process.getuid()} cwd ${process.cwd()} env ` +
+                      Object.keys(process.env).sort().join(','));
   case 'wrongid':
     text(m.id + 100000, 'not for you');
     return text(m.id, 'right id');
