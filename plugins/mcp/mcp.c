@@ -12,7 +12,8 @@
 static const toolhost_param mcp_config[] = {
     TH_SDK_PARAM("servers", ARRAY,
                  "The MCP servers to import tools from: a list of {name, "
-                 "command, env, cwd, prefix, timeout, max_concurrency, user}",
+                 "command, env, cwd, user | url, headers; prefix, timeout, "
+                 "max_concurrency}",
                  TH_SDK_DEFAULT("[]"), TH_SDK_ITEMS(OBJECT)),
     TH_SDK_PARAM("restart_initial", STRING,
                  "Wait this long before restarting a server that exited "
@@ -48,11 +49,17 @@ static int mcp_init(const toolhost_host_api *host, const uint8_t *config,
         return -1;
     }
     st->host = host;
+    if (mcpsrc_http_global(true) != 0) {
+        snprintf(err, err_size, "libcurl could not be initialised");
+        free(st);
+        return -1;
+    }
     if (mcpsrc_config(st, config, config_len, err, err_size) != 0 ||
         mcpsrc_servers_start(st, err, err_size) != 0 ||
         mcpsrc_build_tools(st, err, err_size) != 0) {
         mcpsrc_servers_stop(st);
         mcpsrc_state_free(st);
+        mcpsrc_http_global(false);
         return -1;
     }
     th_sdk_log(host, TOOLHOST_LOG_INFO, "%u tool%s from %zu MCP server%s",
@@ -73,6 +80,7 @@ static void mcp_fini(void *state)
 {
     mcpsrc_servers_stop(state);
     mcpsrc_state_free(state);
+    mcpsrc_http_global(false);
 }
 
 static const toolhost_tool mcp_no_tools[1];
@@ -86,8 +94,8 @@ TOOLHOST_EXPORT const toolhost_plugin *toolhost_plugin_v1(void)
         .abi_minor = TOOLHOST_ABI_MINOR,
         .name = "mcp",
         .version = "0.1.0",
-        .description = "The tools of other MCP servers (stdio commands), "
-                       "imported as toolhost tools",
+        .description = "The tools of other MCP servers (stdio commands or "
+                       "Streamable HTTP), imported as toolhost tools",
         TH_SDK_CONFIG(mcp_config),
         .init = mcp_init,
         .fini = mcp_fini,

@@ -333,9 +333,10 @@ int mcpsrc_execute(void *state, const toolhost_tool *tool,
     if (error && !strcmp(error, "unavailable")) {
         int64_t in = next_try - mcpsrc_now_ms();
         rc = th_sdk_fail(call, "mcp: server '%s' is unavailable: %s%s; "
-                         "restart #%u %s%lldms",
+                         "%s #%u %s%lldms",
                          s->name, why[0] ? "it " : "",
-                         why[0] ? why : "it is starting", attempt,
+                         why[0] ? why : "it is starting",
+                         s->url ? "new session" : "restart", attempt,
                          in > 0 ? "in " : "under way, started ",
                          (long long)(in > 0 ? in : -in));
         goto out;
@@ -350,6 +351,40 @@ int mcpsrc_execute(void *state, const toolhost_tool *tool,
         goto out;
     }
 
+    if (s->url) {
+        /* HTTP: this thread makes the request and reads its answer */
+        json_t *answer = NULL;
+        char hwhy[256] = "";
+        uint64_t np = 0;
+        if (hooked) {
+            th_sdk_on_cancel(call, NULL, NULL);
+            hooked = false;
+        }
+        pthread_mutex_lock(&s->mu);
+        mcpsrc_pend_del(s, &p);
+        pthread_mutex_unlock(&s->mu);
+        int hrc = mcpsrc_http_call(s, mt->remote, call, p.id, jargs,
+                                   deadline, &answer, &np, &error, hwhy,
+                                   sizeof hwhy);
+        p.n_progress = np;
+        if (answer && (hrc == 0 || json_object_get(answer, "error"))) {
+            rc = map_result(call, tool, mt, answer);
+            error = json_object_get(answer, "error") ? "server_error" : NULL;
+        } else if (error && !strcmp(error, "timeout")) {
+            rc = th_sdk_fail(call, "mcp: server '%s' did not answer '%s' "
+                             "within its timeout of %lldms; the call is "
+                             "cancelled on the server",
+                             s->name, mt->remote, (long long)s->timeout_ms);
+        } else if (error && !strcmp(error, "cancelled")) {
+            rc = TOOLHOST_FAILED; /* dropped by the host */
+        } else {
+            rc = th_sdk_fail(call, "mcp: server '%s' (%s) failed the call of "
+                             "'%s': %s",
+                             s->name, s->url, mt->remote, hwhy);
+        }
+        json_decref(answer);
+        goto out;
+    }
     json_t *msg = json_pack("{s:s, s:I, s:s, s:{s:s, s:O, s:{s:I}}}",
                             "jsonrpc", "2.0", "id", (json_int_t)p.id,
                             "method", "tools/call", "params", "name",

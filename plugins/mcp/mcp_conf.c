@@ -7,6 +7,7 @@
  * is (a name outside ^[a-zA-Z0-9_-]{1,64}$, a schema keyword the host's
  * validator does not know) is renamed or left out with a log line naming
  * it: one odd tool does not cost the server's others. */
+#include <curl/curl.h>
 #include <errno.h>
 #include <grp.h>
 #include <pwd.h>
@@ -182,7 +183,63 @@ static char *find_command(const char *cmd, const char *path)
 
 static const char *const server_keys[] = {
     "name",    "command",         "env",  "cwd", "prefix",
-    "timeout", "max_concurrency", "user", NULL};
+    "timeout", "max_concurrency", "user", "url", "headers", NULL};
+
+static int http_parse(mcp_srv *s, const json_t *o, const char *who,
+                      char *err, size_t es)
+{
+    const char *url = json_string_value(json_object_get(o, "url"));
+    if (!url || (strncmp(url, "http://", 7) && strncmp(url, "https://", 8)))
+        return fail(err, es, "%s: 'url' must be an http:// or https:// URL",
+                    who);
+    static const char *const stdio_only[] = {"command", "env", "cwd", "user",
+                                             NULL};
+    for (const char *const *k = stdio_only; *k; k++)
+        if (json_object_get(o, *k))
+            return fail(err, es,
+                        "%s: '%s' is for a stdio server (command:), not one "
+                        "with url:",
+                        who, *k);
+    if (!(s->url = strdup(url)))
+        return fail(err, es, "out of memory");
+    const json_t *h = json_object_get(o, "headers");
+    if (h && !json_is_object(h))
+        return fail(err, es, "%s: 'headers' must be a map of header names "
+                    "to values", who);
+    const char *k;
+    const json_t *v;
+    json_object_foreach((json_t *)h, k, v)
+    {
+        bool ok = k[0] && strlen(k) < 128;
+        for (const char *c = k; ok && *c; c++)
+            ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+                 (*c >= '0' && *c <= '9') || *c == '-' || *c == '_';
+        if (!ok || !json_is_string(v))
+            return fail(err, es,
+                        "%s: headers: '%.64s' must be a header name "
+                        "(letters, digits, -) with a string value",
+                        who, k);
+        /* ${NAME} in the value: the host's config reader has put the
+         * environment's value there already */
+        const char *val = json_string_value(v);
+        if (strpbrk(val, "\r\n") || strlen(val) != json_string_length(v))
+            return fail(err, es,
+                        "%s: headers: %s: its value holds a line break or a "
+                        "NUL byte",
+                        who, k);
+        size_t n = strlen(k) + strlen(val) + 3;
+        char *line = malloc(n);
+        if (line)
+            snprintf(line, n, "%s: %s", k, val);
+        struct curl_slist *l = line ? curl_slist_append(s->headers, line)
+                                    : NULL;
+        free(line);
+        if (!l)
+            return fail(err, es, "out of memory");
+        s->headers = l;
+    }
+    return 0;
+}
 
 static int server_parse(mcp_state *st, mcp_srv *s, const json_t *o,
                         size_t idx, char *err, size_t es)
@@ -214,18 +271,26 @@ static int server_parse(mcp_state *st, mcp_srv *s, const json_t *o,
         if (!known)
             return fail(err, es,
                         "%s: unknown key '%.64s' (known: name, command, env, "
-                        "cwd, prefix, timeout, max_concurrency, user)",
+                        "cwd, prefix, timeout, max_concurrency, user, url, "
+                        "headers)",
                         who, k);
     }
     if (!(s->name = strdup(name)))
         return fail(err, es, "out of memory");
-    /* command */
     const json_t *cmd = json_object_get(o, "command");
+    if (json_object_get(o, "url")) {
+        if (http_parse(s, o, who, err, es) != 0)
+            return -1;
+        goto common;
+    }
+    if (json_object_get(o, "headers"))
+        return fail(err, es, "%s: 'headers' is for a server with url:", who);
+    /* command */
     if (!json_is_array(cmd) || json_array_size(cmd) == 0 ||
         json_array_size(cmd) > MAX_ARGV)
         return fail(err, es,
-                    "%s: 'command' is required: a list of 1 to %d strings "
-                    "(the program, then its arguments)",
+                    "%s: 'command' (a list of 1 to %d strings: the "
+                    "program, then its arguments) or 'url' is required",
                     who, MAX_ARGV);
     if (!(s->argv = calloc(json_array_size(cmd) + 1, sizeof *s->argv)))
         return fail(err, es, "out of memory");
@@ -312,6 +377,7 @@ static int server_parse(mcp_state *st, mcp_srv *s, const json_t *o,
         if (!(s->cwd = strdup(c)))
             return fail(err, es, "out of memory");
     }
+common:;
     /* prefix */
     const json_t *pre = json_object_get(o, "prefix");
     if (pre) {
@@ -730,6 +796,8 @@ void mcpsrc_state_free(mcp_state *st)
                 free(*a);
         free(s->envp);
         free(s->cwd);
+        free(s->url);
+        curl_slist_free_all(s->headers);
         json_decref(s->tools);
         pthread_mutex_destroy(&s->mu);
         pthread_mutex_destroy(&s->wmu);

@@ -676,6 +676,8 @@ static int request(mcp_srv *s, const char *method, json_t *params,
     return 0;
 }
 
+static void tools_update(mcp_srv *s, json_t *all);
+
 /* initialize, initialized, tools/list (every page). */
 static int handshake(mcp_srv *s, char *why, size_t ws)
 {
@@ -758,6 +760,32 @@ static int handshake(mcp_srv *s, char *why, size_t ws)
                    s->name, MAX_PAGES);
         free(cursor);
     }
+    tools_update(s, all);
+    return 0;
+}
+
+/* ---- the supervisor -------------------------------------------------------- */
+
+/* After a start that failed or a server that went down (s->mu held):
+ * the next wait, doubled per failure in a row. */
+static int64_t backoff(mcp_srv *s, bool was_up, int64_t started)
+{
+    mcp_state *st = s->st;
+    if (was_up && mcpsrc_now_ms() - started > st->restart_max_ms)
+        s->attempt = 0;
+    s->attempt++;
+    int64_t delay = st->restart_initial_ms;
+    for (unsigned i = 1; i < s->attempt && delay < st->restart_max_ms; i++)
+        delay *= 2;
+    if (delay > st->restart_max_ms)
+        delay = st->restart_max_ms;
+    s->next_try = mcpsrc_now_ms() + delay;
+    return delay;
+}
+
+/* Keeps the tools' list of the old start and logs a change. */
+static void tools_update(mcp_srv *s, json_t *all)
+{
     pthread_mutex_lock(&s->mu);
     bool changed = s->tools && !json_equal(s->tools, all);
     json_decref(s->tools);
@@ -769,16 +797,78 @@ static int handshake(mcp_srv *s, char *why, size_t ws)
                    "toolhost keeps serving the tools it imported (a reload of "
                    "the config imports the new list)",
                    s->name);
-    return 0;
 }
 
-/* ---- the supervisor -------------------------------------------------------- */
+/* A server with url: a session (initialize, tools/list), kept until a
+ * call finds it gone (http_down), then a new one after the back-off. */
+static void *supervise_http(mcp_srv *s)
+{
+    const toolhost_host_api *h = s->st->host;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        if (s->stop) {
+            pthread_mutex_unlock(&s->mu);
+            break;
+        }
+        s->state = SRV_STARTING;
+        s->generation++;
+        s->http_down = false;
+        pthread_mutex_unlock(&s->mu);
+        char why[256] = "";
+        json_t *tools = NULL;
+        int64_t started = mcpsrc_now_ms();
+        bool up = mcpsrc_http_handshake(s, &tools, why, sizeof why) == 0;
+        if (up) {
+            tools_update(s, tools);
+            th_sdk_log(h, TOOLHOST_LOG_INFO,
+                       "server '%s' is up (%s, session #%llu, %zu tool%s "
+                       "listed)",
+                       s->name, s->url, (unsigned long long)s->generation,
+                       json_array_size(tools),
+                       json_array_size(tools) == 1 ? "" : "s");
+            pthread_mutex_lock(&s->mu);
+            s->state = SRV_UP;
+            s->first_done = true;
+            pthread_cond_broadcast(&s->cv);
+            while (!s->stop && !s->http_down)
+                pthread_cond_wait(&s->cv, &s->mu);
+            snprintf(why, sizeof why, "%s", s->why);
+            pthread_mutex_unlock(&s->mu);
+        }
+        pthread_mutex_lock(&s->mu);
+        s->state = SRV_DOWN;
+        snprintf(s->why, sizeof s->why, "%s", why);
+        int64_t delay = backoff(s, up, started);
+        bool first = !s->first_done;
+        s->first_done = true;
+        pthread_cond_broadcast(&s->cv);
+        bool stop = s->stop;
+        pthread_mutex_unlock(&s->mu);
+        if (stop || first)
+            break;
+        th_sdk_log(h, TOOLHOST_LOG_WARN,
+                   "server '%s' %s %s; its tools answer 'unavailable' until "
+                   "it is back: new session #%u in %lldms",
+                   s->name, up ? "went away:" : "did not start:", why,
+                   s->attempt, (long long)delay);
+        struct timespec dl;
+        abs_deadline(&dl, delay);
+        pthread_mutex_lock(&s->mu);
+        while (!s->stop)
+            if (pthread_cond_timedwait(&s->cv, &s->mu, &dl) == ETIMEDOUT)
+                break;
+        pthread_mutex_unlock(&s->mu);
+    }
+    return NULL;
+}
 
 static void *supervise(void *arg)
 {
     mcp_srv *s = arg;
     mcp_state *st = s->st;
     const toolhost_host_api *h = st->host;
+    if (s->url)
+        return supervise_http(s);
     for (;;) {
         pthread_mutex_lock(&s->mu);
         if (s->stop) {
@@ -790,7 +880,7 @@ static void *supervise(void *arg)
         s->list_changed = false;
         s->n_stderr = 0;
         pthread_mutex_unlock(&s->mu);
-        char why[256] = "", rwhy[160] = "";
+        char why[400] = "", rwhy[160] = "";
         int64_t started = mcpsrc_now_ms();
         bool was_up = false;
         if (spawn(s, why, sizeof why) == 0) {
@@ -841,20 +931,12 @@ static void *supervise(void *arg)
         }
         pthread_mutex_lock(&s->mu);
         s->state = SRV_DOWN;
-        snprintf(s->why, sizeof s->why, "%s", why);
+        snprintf(s->why, sizeof s->why, "%.255s", why);
         for (mcp_pend *p = s->pending; p; p = p->next) {
             p->gone = "exited";
             pthread_cond_signal(&p->cv);
         }
-        if (was_up && mcpsrc_now_ms() - started > st->restart_max_ms)
-            s->attempt = 0;
-        s->attempt++;
-        int64_t delay = st->restart_initial_ms;
-        for (unsigned i = 1; i < s->attempt && delay < st->restart_max_ms; i++)
-            delay *= 2;
-        if (delay > st->restart_max_ms)
-            delay = st->restart_max_ms;
-        s->next_try = mcpsrc_now_ms() + delay;
+        int64_t delay = backoff(s, was_up, started);
         bool first = !s->first_done;
         s->first_done = true;
         pthread_cond_broadcast(&s->cv);
@@ -902,7 +984,7 @@ int mcpsrc_servers_start(mcp_state *st, char *err, size_t es)
         pthread_mutex_unlock(&s->mu);
         if (!up) {
             snprintf(err, es, "server '%s' (%s) did not start: %s", s->name,
-                     s->argv[0], s->why);
+                     s->url ? s->url : s->argv[0], s->why);
             return -1;
         }
     }

@@ -30,6 +30,7 @@
 
 #define MCPSRC_PROTOCOL "2025-06-18"
 
+struct curl_slist;
 typedef struct mcp_state mcp_state;
 typedef struct mcp_srv mcp_srv;
 
@@ -64,7 +65,9 @@ struct mcp_srv {
     /* config (read-only after init) */
     char *name;
     char *prefix;
-    char **argv;        /* NULL-terminated, argv[0] a path           */
+    char *url;          /* Streamable HTTP: the endpoint (NULL: stdio) */
+    struct curl_slist *headers; /* HTTP: "Name: value" lines           */
+    char **argv;        /* NULL-terminated, argv[0] a path (stdio)   */
     char **envp;        /* NULL-terminated NAME=VALUE                */
     char *cwd;
     bool has_user;
@@ -92,6 +95,8 @@ struct mcp_srv {
     int64_t in_flight;
     json_t *tools;      /* the last tools/list (array), owned        */
     bool list_changed;  /* the server said its tools changed         */
+    char session[160];  /* HTTP: Mcp-Session-Id ("" before initialize) */
+    bool http_down;     /* HTTP: a call found the server gone        */
     /* counters for rate-limited log lines (reader thread only) */
     uint64_t n_dropped, n_unknown_id, n_bad_json, n_stderr;
 
@@ -140,6 +145,18 @@ int mcpsrc_send(mcp_srv *s, json_t *msg);
 void mcpsrc_pend_add(mcp_srv *s, mcp_pend *p);
 /* Unlinks p; s->mu held. */
 void mcpsrc_pend_del(mcp_srv *s, mcp_pend *p);
+
+/* mcp_http.c (servers with url:) */
+int mcpsrc_http_global(bool init);
+/* initialize, initialized, tools/list: 0 with *tools (owned), or -1. */
+int mcpsrc_http_handshake(mcp_srv *s, json_t **tools, char *why, size_t ws);
+/* One tools/call: 0 with *answer (owned), or -1 with *error (a meta
+ * error name) and why; *answer may be set then too (an HTTP error with a
+ * JSON-RPC body). */
+int mcpsrc_http_call(mcp_srv *s, const char *remote, toolhost_call *call,
+                     int64_t id, json_t *args, int64_t deadline,
+                     json_t **answer, uint64_t *n_progress,
+                     const char **error, char *why, size_t ws);
 
 /* mcp_call.c */
 int mcpsrc_execute(void *state, const toolhost_tool *tool,

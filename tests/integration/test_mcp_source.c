@@ -81,14 +81,15 @@ static char *hostile_config(const char *dir)
 static void run_script(const char *script, const char *config,
                        const char *arg)
 {
-    th_test_timeout(200);
+    th_test_timeout(getenv("TH_VALGRIND") ? 600 : 200);
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "cd '%s' && exec node '%s' '%s' '%s' '%s'",
              th_test_source_path("tests/mcp"), script,
              th_test_build_path("toolhost"), config, arg ? arg : "");
     char *argv[] = {"/bin/sh", "-c", cmd, NULL};
     th_test_run r;
-    int rc = th_test_run_argv(argv, NULL, 180, 0, &r);
+    int rc = th_test_run_argv(argv, NULL, getenv("TH_VALGRIND") ? 550 : 180,
+                              0, &r);
     CU_ASSERT_EQUAL(rc, 0);
     if (r.status != 0)
         fprintf(stderr, "\n%s exited %d\nstdout:\n%s\nstderr (tail):\n%s\n",
@@ -96,6 +97,18 @@ static void run_script(const char *script, const char *config,
                 r.err && r.err_len > 6000 ? r.err + r.err_len - 6000
                                           : r.err ? r.err : "");
     CU_ASSERT_EQUAL(r.status, 0);
+    /* under valgrind (TH_VALGRIND), the host's report: "==PID== ..." */
+    bool report = false;
+    for (const char *e = r.err; e && (e = strstr(e, "==")); e += 2) {
+        const char *d = e + 2;
+        while (*d >= '0' && *d <= '9')
+            d++;
+        if (d > e + 2 && d[0] == '=' && d[1] == '=')
+            report = true;
+    }
+    if (report)
+        fprintf(stderr, "\nvalgrind reported:\n%s\n", r.err);
+    CU_ASSERT_FALSE(report);
     th_test_run_free(&r);
 }
 
@@ -156,6 +169,14 @@ static void test_sdk_hostile(void)
     free(cfg);
     th_test_rmtree(dir);
     free(dir);
+}
+
+/* A server over Streamable HTTP: toolhost's own HTTP front, killed and
+ * started again (tests/mcp/source_http.mjs). */
+static void test_sdk_http(void)
+{
+    NEED_NODE();
+    run_script("source_http.mjs", "-", NULL);
 }
 
 /* `toolhost call` through the plugin: load, one call, unload (the whole
@@ -267,6 +288,24 @@ static void test_config_errors(void)
         {"        - name: a\n          command: [/bin/true]\n"
          "          cwd: /no/such/folder\n",
          "cannot enter its working folder"},
+        /* Streamable HTTP */
+        {"        - name: w\n          url: ftp://127.0.0.1/mcp\n",
+         "server 'w': 'url' must be an http:// or https:// URL"},
+        {"        - name: w\n          url: http://127.0.0.1:9/mcp\n"
+         "          command: [/bin/true]\n",
+         "'command' is for a stdio server"},
+        {"        - name: w\n          url: http://127.0.0.1:9/mcp\n"
+         "          headers: {Authorization: \"Bearer ${MCPSRC_UNSET_VAR}\"}\n",
+         "environment variable 'MCPSRC_UNSET_VAR' is not set"},
+        {"        - name: w\n          url: http://127.0.0.1:9/mcp\n"
+         "          headers: {X-A: \"a\\nInjected: b\"}\n",
+         "headers: X-A: its value holds a line break"},
+        {"        - name: w\n          command: [/bin/true]\n"
+         "          headers: {X-A: b}\n",
+         "'headers' is for a server with url:"},
+        /* nothing listens there (port 9, discard): the start fails */
+        {"        - name: w\n          url: http://127.0.0.1:9/mcp\n",
+         "server 'w' (http://127.0.0.1:9/mcp) did not start: initialize:"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char text[2048];
@@ -306,4 +345,5 @@ void th_suite_mcp_source(void)
     CU_add_test(s, "containment", test_containment);
     CU_add_test(s, "sdk_reference_servers", test_sdk_reference_servers);
     CU_add_test(s, "sdk_hostile", test_sdk_hostile);
+    CU_add_test(s, "sdk_http", test_sdk_http);
 }

@@ -6,9 +6,26 @@
 // a long-running tool with progress, cancels one, reads and lists files,
 // then kills server-everything and sees its tools answer 'unavailable'
 // until it is back.  Usage: node source.mjs TOOLHOST CONFIG DIR
-import { check, connect, deadline, fail } from './common.mjs';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { check, deadline, fail } from './common.mjs';
 
-deadline(100000);
+// `toolhost mcp -c CONFIG`, under valgrind when TH_VALGRIND holds its
+// command line (make valgrind; the test reads valgrind's report on stderr)
+async function connect() {
+  const [bin, config] = process.argv.slice(2);
+  if (!bin || !config) fail('usage: node script.mjs TOOLHOST CONFIG ...');
+  const vg = process.env.TH_VALGRIND;
+  const transport = new StdioClientTransport(vg
+    ? { command: '/bin/sh', args: ['-c', `exec ${vg} "$0" "$@"`, bin, 'mcp', '-c', config],
+        stderr: 'inherit' }
+    : { command: bin, args: ['mcp', '-c', config], stderr: 'inherit' });
+  const client = new Client({ name: 'toolhost-tests', version: '1.0.0' }, { capabilities: {} });
+  await client.connect(transport);
+  return { client, transport };
+}
+
+deadline(process.env.TH_VALGRIND ? 400000 : 100000);
 const dir = process.argv[4];
 if (!dir) fail('usage: node source.mjs TOOLHOST CONFIG DIR');
 const { client } = await connect();
