@@ -13,7 +13,7 @@
  * read; requests a server makes inside a call's stream are not answered.
  *
  * Budgets: one message (an event or the body) at most max_message bytes,
- * else the request fails and the server is marked down; the call's
+ * else the transfer ends and that call fails (logged); the call's
  * deadline and the server's `timeout` abort the transfer (libcurl's
  * progress callback, every second at least, sooner on data) and send
  * notifications/cancelled.  A transport failure or a 404 (the session is
@@ -420,6 +420,14 @@ int mcpsrc_http_call(mcp_srv *s, const char *remote, toolhost_call *call,
             post(s, n, &nrx, w, sizeof w);
         json_decref(n);
         json_decref(nrx.answer);
+        return -1;
+    }
+    if (rx.too_big) { /* this answer only: the session is fine */
+        snprintf(why, ws, "sent a message over max_message (%lld bytes)",
+                 (long long)s->st->max_message);
+        th_sdk_log_call(call, TOOLHOST_LOG_WARN, "server '%s' %s: the call "
+                        "fails", s->name, why);
+        *error = "server_error";
         return -1;
     }
     if (st < 0 || st == 404) {

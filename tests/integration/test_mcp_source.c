@@ -8,6 +8,8 @@
  * progress, cancel, a killed server answering 'unavailable' and coming
  * back.  tests/mcp/hostile.mjs does the same against a server that
  * floods, lies, never answers and sends a message over max_message.
+ * Over Streamable HTTP: toolhost's own HTTP front (source_http.mjs) and a
+ * hostile HTTP server (hostile_http.mjs).
  * Skipped when node or the npm packages are not installed.
  *
  * CLI: `toolhost call` through the plugin (these run under valgrind with
@@ -179,6 +181,15 @@ static void test_sdk_http(void)
     run_script("source_http.mjs", "-", NULL);
 }
 
+/* A hostile Streamable HTTP server (tests/mcp/hostile_http.mjs serves
+ * it): an event-stream flood, a body over max_message, no answer, a lost
+ * session. */
+static void test_sdk_hostile_http(void)
+{
+    NEED_NODE();
+    run_script("hostile_http.mjs", "-", NULL);
+}
+
 /* `toolhost call` through the plugin: load, one call, unload (the whole
  * plugin's life, under valgrind with make valgrind). */
 static void test_cli_call(void)
@@ -346,4 +357,5 @@ void th_suite_mcp_source(void)
     CU_add_test(s, "sdk_reference_servers", test_sdk_reference_servers);
     CU_add_test(s, "sdk_hostile", test_sdk_hostile);
     CU_add_test(s, "sdk_http", test_sdk_http);
+    CU_add_test(s, "sdk_hostile_http", test_sdk_hostile_http);
 }
