@@ -479,6 +479,7 @@ out:
         th_sdk_on_cancel(call, NULL, NULL);
     if (slot) {
         pthread_mutex_lock(&s->mu);
+        mcpsrc_pend_del(s, &p); /* every way out: p is on this stack */
         s->in_flight--;
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
