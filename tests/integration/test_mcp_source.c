@@ -51,7 +51,8 @@ static bool have_node_modules(void)
 
 /* The config of the hostile server (tests/mcp/hostile_server.mjs), with
  * `extra` lines of its server entry. */
-static char *hostile_config_x(const char *dir, const char *extra)
+static char *hostile_config_x(const char *dir, const char *timeout,
+                              const char *extra)
 {
     char text[2048];
     snprintf(text, sizeof text,
@@ -64,20 +65,22 @@ static char *hostile_config_x(const char *dir, const char *extra)
              "      servers:\n"
              "        - name: h\n"
              "          command: [node, %s]\n"
-             "          timeout: 2s\n"
+             "          timeout: %s\n"
              "%s"
              "toolsets:\n"
              "  - name: t\n"
              "    tools: [\"*\"]\n",
              th_test_build_path("plugins/mcp.so"),
-             th_test_source_path("tests/mcp/hostile_server.mjs"),
+             th_test_source_path("tests/mcp/hostile_server.mjs"), timeout,
              extra ? extra : "");
     return th_test_write_file(dir, "hostile.yaml", text, (size_t)-1);
 }
 
+/* `silent` waits for the server's timeout: 2s, or 20s under valgrind
+ * (where the flood of 40000 lines takes longer than 2s to read). */
 static char *hostile_config(const char *dir)
 {
-    return hostile_config_x(dir, NULL);
+    return hostile_config_x(dir, getenv("TH_VALGRIND") ? "20s" : "2s", NULL);
 }
 
 static void run_script(const char *script, const char *config,
@@ -85,8 +88,11 @@ static void run_script(const char *script, const char *config,
 {
     th_test_timeout(getenv("TH_VALGRIND") ? 600 : 200);
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "cd '%s' && exec node '%s' '%s' '%s' '%s'",
-             th_test_source_path("tests/mcp"), script,
+    /* from the source root: TH_VALGRIND names its suppressions file
+     * relative to it (node finds the SDK from the script's folder) */
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && exec node 'tests/mcp/%s' '%s' '%s' '%s'",
+             th_test_source_path("."), script,
              th_test_build_path("toolhost"), config, arg ? arg : "");
     char *argv[] = {"/bin/sh", "-c", cmd, NULL};
     th_test_run r;
@@ -197,7 +203,7 @@ static void test_cli_call(void)
     NEED_NODE();
     th_test_timeout(120);
     char *dir = th_test_tmpdir();
-    char *cfg = hostile_config(dir);
+    char *cfg = hostile_config_x(dir, "60s", NULL);
     th_test_run r;
     CU_ASSERT_EQUAL(th_test_toolhost(&r, "call", "-c", cfg, "h_ok", NULL), 0);
     CU_ASSERT_EQUAL(r.status, 0);
@@ -242,7 +248,7 @@ static void test_containment(void)
              "          cwd: /tmp\n"
              "%s",
              root ? "          user: nobody\n" : "");
-    char *cfg = hostile_config_x(dir, extra);
+    char *cfg = hostile_config_x(dir, "60s", extra);
     setenv("MCPSRC_SECRET", "must-not-leak", 1);
     th_test_run r;
     CU_ASSERT_EQUAL(th_test_toolhost(&r, "call", "-c", cfg, "h_whoami", NULL),

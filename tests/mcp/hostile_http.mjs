@@ -84,7 +84,7 @@ writeFileSync(path.join(dir, 'c.yaml'), `plugins:
       servers:
         - name: hh
           url: http://127.0.0.1:${port}/mcp
-          timeout: 2s
+          timeout: ${vg ? '20s' : '2s'}
 toolsets:
   - name: t
     tools: ["*"]
