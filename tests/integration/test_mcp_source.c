@@ -296,6 +296,9 @@ static void test_config_errors(void)
         {"        - name: a\n          command: [/bin/true]\n"
          "        - name: a\n          command: [/bin/true]\n",
          "is taken"},
+        {"        - name: a\n          command: [/bin/true]\n"
+         "          user: root\n",
+         "server 'a': 'user: root'"},
         /* exits at once: the start fails, naming the server */
         {"        - name: quits\n          command: [/bin/true]\n",
          "server 'quits' (/bin/true) did not start"},

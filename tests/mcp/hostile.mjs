@@ -27,7 +27,7 @@ const { client } = await connect();
 const txt = (r) => r.content.filter((c) => c.type === 'text').map((c) => c.text).join('');
 const ok = async (what) => {
   const r = await client.callTool({ name: 'h_ok', arguments: {} });
-  check(!r.isError && /^ok \d+ cancelled \d+$/.test(txt(r)),
+  check(!r.isError && /^ok \d+ cancelled \d+ open \d+$/.test(txt(r)),
         `h_ok after ${what}: ${JSON.stringify(r)}`);
   return txt(r);
 };
@@ -66,7 +66,23 @@ check(r.isError && /did not answer 'silent' within its timeout/.test(txt(r)),
       `silent: ${JSON.stringify(r)}`);
 // the server was told: notifications/cancelled with the call's id
 const after = await ok('a timed-out call');
-check(/cancelled 1$/.test(after), `the server was not told of the timeout: ${after}`);
+check(/cancelled 1 open 0$/.test(after), `the server was not told of the timeout: ${after}`);
+
+// the caller cancels: the server is told too
+const ac = new AbortController();
+const aborted = client.callTool({ name: 'h_silent', arguments: {} }, undefined,
+                                { signal: ac.signal, timeout: 60000 })
+  .then(() => 'answered', () => 'rejected');
+let state = '';
+for (let i = 0; i < 2000 && !/open 1$/.test(state); i++) state = await ok('a silent call');
+check(/open 1$/.test(state), `the silent call never reached the server: ${state}`);
+ac.abort('test');
+check(await aborted === 'rejected', 'the aborted call answered');
+for (let i = 0; i < 2000 && !/cancelled 2 open 0$/.test(state); i++) {
+  state = await ok('a cancel');
+  if (!/cancelled 2/.test(state)) await new Promise((r) => setTimeout(r, 10));
+}
+check(/cancelled 2 open 0$/.test(state), `the server was not told of the cancel: ${state}`);
 
 // a message over max_message: the server is killed and restarted
 r = await client.callTool({ name: 'h_huge', arguments: {} }, undefined, { timeout: 30000 });

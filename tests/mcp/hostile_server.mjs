@@ -1,8 +1,9 @@
 // hostile_server.mjs - an MCP server (stdio, newline-delimited JSON-RPC,
 // no SDK) that misbehaves on purpose, for the mcp plugin's tests
 // (tests/integration/test_mcp_source.c, tests/mcp/hostile.mjs).  Its tools:
-//   ok         answers "ok <n> cancelled <m>" (n: calls so far, m: the
-//              notifications/cancelled received for calls it had)
+//   ok         answers "ok <n> cancelled <m> open <k>" (n: calls so far,
+//              m: notifications/cancelled received for calls it had, k:
+//              calls of 'silent' not cancelled yet)
 //   flood      sends 20000 progress and log notifications, some for
 //              unknown tokens, then answers
 //   junk       writes lines that are not JSON-RPC, then answers
@@ -54,7 +55,7 @@ rl.on('line', (line) => {
   calls++;
   const token = m.params._meta && m.params._meta.progressToken;
   switch (m.params.name) {
-  case 'ok': return text(m.id, `ok ${calls} cancelled ${cancelled}`);
+  case 'ok': return text(m.id, `ok ${calls} cancelled ${cancelled} open ${open.size}`);
   case 'flood': {
     for (let i = 0; i < 20000; i++) {
       out({ jsonrpc: '2.0', method: 'notifications/progress',
