@@ -1,15 +1,17 @@
 /* mcp_call.c - one call of an imported tool: a tools/call to its server,
  * the answer mapped back onto the toolhost result.
  *
- * The call holds its worker while it waits (the host's own limits on
- * workers and the server's max_concurrency bound how many wait): it takes
- * a slot of the server (waiting for one while max_concurrency calls are
- * in flight), sends one tools/call line with a progress token, and waits
- * on the server's lock for the answer, a progress update (handed to the
- * host from this thread: progress() is an Owner callback), its
- * cancellation (the on_cancel hook wakes it), the server's timeout or the
- * server going away.  A call cancelled or timed out sends
- * notifications/cancelled with its request id.
+ * execute() takes a slot of the server (waiting, on its worker, while
+ * max_concurrency calls are in flight), then for a stdio server suspends
+ * the call (ABI suspend()) and hands it to the server's reader thread
+ * (mcp_server.c) before it writes the tools/call line with a progress
+ * token: the worker is free at once.  The reader owns the call from then
+ * on: it hands progress on, ends the call with the server's answer, or
+ * ends it when the on_cancel hook flags it (cancelled, or past the call's
+ * deadline), when the server's timeout passes (both also send
+ * notifications/cancelled), or when the server goes away
+ * (mcpsrc_call_finish()).  A server with url: is called from the worker
+ * itself, which waits (mcp_http.c).
  *
  * The result: JSON-RPC error -> a tool failure with the server's message;
  * isError -> a tool failure with the text of its content; else the content
@@ -25,27 +27,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "mcpsrc.h"
 #include "toolhost/sdk.h"
 
-#define SLICE_MS 1000   /* longest wait between two looks at the call */
 #define POLL_SLICE_MS 50 /* without an on_cancel hook */
-
-typedef struct hook_ctx {
-    mcp_srv *s;
-    mcp_pend *p;
-} hook_ctx;
-
-static void cancel_hook(void *ud)
-{
-    hook_ctx *h = ud;
-    pthread_mutex_lock(&h->s->mu);
-    h->p->cancel = true;
-    pthread_cond_signal(&h->p->cv);
-    pthread_cond_broadcast(&h->s->cv);
-    pthread_mutex_unlock(&h->s->mu);
-}
 
 static void wait_slice(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms)
 {
@@ -253,14 +240,57 @@ static int map_result(toolhost_call *call, const toolhost_tool *tool,
     return TOOLHOST_OK;
 }
 
-static void send_cancelled(mcp_srv *s, int64_t id, const char *reason)
+/* The on_cancel hook of a suspended call: flags it and wakes the reader
+ * (a host thread that must not block: one lock, one write). */
+static void async_cancel_hook(void *ud)
 {
-    json_t *n = json_pack("{s:s, s:s, s:{s:I, s:s}}", "jsonrpc", "2.0",
-                          "method", "notifications/cancelled", "params",
-                          "requestId", (json_int_t)id, "reason", reason);
-    if (n)
-        mcpsrc_send(s, n);
-    json_decref(n);
+    mcp_pend *p = ud;
+    mcp_srv *s = p->mt->srv;
+    pthread_mutex_lock(&s->mu);
+    p->cancel = true;
+    uint64_t one = 1;
+    if (write(s->wake_fd, &one, sizeof one) < 0) {
+        /* the counter is full: the reader is awake already */
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+void mcpsrc_call_finish(mcp_pend *p, json_t *answer, const char *error,
+                        const char *why)
+{
+    toolhost_call *call = p->call;
+    const mcp_tool *mt = p->mt;
+    mcp_srv *s = mt->srv;
+    if (p->hooked)
+        th_sdk_on_cancel(call, NULL, NULL); /* waits for a running hook */
+    int rc;
+    if (answer) {
+        rc = map_result(call, p->tool, mt, answer);
+        error = json_object_get(answer, "error") ? "server_error" : NULL;
+    } else if (error && !strcmp(error, "cancelled")) {
+        rc = TOOLHOST_FAILED; /* dropped by the host */
+    } else if (error && !strcmp(error, "timeout")) {
+        th_sdk_log_call(call, TOOLHOST_LOG_WARN,
+                        "server '%s': '%s' did not answer within %lldms: "
+                        "cancelled on the server",
+                        s->name, mt->remote, (long long)s->timeout_ms);
+        rc = th_sdk_fail(call, "mcp: server '%s' did not answer '%s' within "
+                         "its timeout of %lldms; the call is cancelled on "
+                         "the server",
+                         s->name, mt->remote, (long long)s->timeout_ms);
+    } else {
+        rc = th_sdk_fail(call, "mcp: server '%s' went away during the call "
+                         "of '%s'%s%s; it restarts",
+                         s->name, mt->remote, why && why[0] ? ": it " : "",
+                         why ? why : "");
+    }
+    meta_put(call, s, p->pid, p->id, p->t0, p->n_progress, error);
+    pthread_mutex_lock(&s->mu);
+    s->in_flight--;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    call->host->complete(call, rc);
+    free(p);
 }
 
 int mcpsrc_execute(void *state, const toolhost_tool *tool,
@@ -285,36 +315,28 @@ int mcpsrc_execute(void *state, const toolhost_tool *tool,
         return th_sdk_fail(call, "mcp: the arguments are not a JSON object");
     }
 
-    mcp_pend p;
-    memset(&p, 0, sizeof p);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&p.cv, &ca);
-    pthread_condattr_destroy(&ca);
-    hook_ctx hc = {s, &p};
-    bool hooked = th_sdk_on_cancel(call, cancel_hook, &hc) == 0;
-    int64_t slice = hooked ? SLICE_MS : POLL_SLICE_MS;
     const char *error = NULL;
     int rc = TOOLHOST_FAILED;
     bool slot = false;
     pid_t pid = -1;
+    int64_t id = 0;
 
-    /* a slot of the server's max_concurrency, while it is up */
+    /* a slot of the server's max_concurrency, while it is up (this wait
+     * holds the worker: max_concurrency calls are in flight already) */
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        if (s->state != SRV_UP) {
+        if (s->state != SRV_UP || (!s->url && s->reader_done)) {
             error = "unavailable";
             break;
         }
         if (s->in_flight < s->max_concurrency) {
             s->in_flight++;
             slot = true;
-            mcpsrc_pend_add(s, &p);
             pid = s->pid;
+            id = s->next_id++;
             break;
         }
-        if (p.cancel || th_sdk_cancelled(call)) {
+        if (th_sdk_cancelled(call)) {
             error = "cancelled";
             break;
         }
@@ -322,7 +344,7 @@ int mcpsrc_execute(void *state, const toolhost_tool *tool,
             error = "timeout";
             break;
         }
-        wait_slice(&s->cv, &s->mu, slice);
+        wait_slice(&s->cv, &s->mu, POLL_SLICE_MS);
     }
     char why[256];
     snprintf(why, sizeof why, "%s", s->why);
@@ -356,17 +378,8 @@ int mcpsrc_execute(void *state, const toolhost_tool *tool,
         json_t *answer = NULL;
         char hwhy[256] = "";
         uint64_t np = 0;
-        if (hooked) {
-            th_sdk_on_cancel(call, NULL, NULL);
-            hooked = false;
-        }
-        pthread_mutex_lock(&s->mu);
-        mcpsrc_pend_del(s, &p);
-        pthread_mutex_unlock(&s->mu);
-        int hrc = mcpsrc_http_call(s, mt->remote, call, p.id, jargs,
-                                   deadline, &answer, &np, &error, hwhy,
-                                   sizeof hwhy);
-        p.n_progress = np;
+        int hrc = mcpsrc_http_call(s, mt->remote, call, id, jargs, deadline,
+                                   &answer, &np, &error, hwhy, sizeof hwhy);
         if (answer && (hrc == 0 || json_object_get(answer, "error"))) {
             rc = map_result(call, tool, mt, answer);
             error = json_object_get(answer, "error") ? "server_error" : NULL;
@@ -383,109 +396,81 @@ int mcpsrc_execute(void *state, const toolhost_tool *tool,
                              s->name, s->url, mt->remote, hwhy);
         }
         json_decref(answer);
+        meta_put(call, s, -1, id, t0, np, error);
         goto out;
     }
+
+    /* stdio: the call is suspended and handed to the server's reader,
+     * which finishes it (answer, progress, cancel, timeout, the server's
+     * end); this worker is free as soon as the request is written */
     json_t *msg = json_pack("{s:s, s:I, s:s, s:{s:s, s:O, s:{s:I}}}",
-                            "jsonrpc", "2.0", "id", (json_int_t)p.id,
-                            "method", "tools/call", "params", "name",
-                            mt->remote, "arguments", jargs, "_meta",
-                            "progressToken", (json_int_t)p.id);
-    if (!msg || mcpsrc_send(s, msg) != 0) {
+                            "jsonrpc", "2.0", "id", (json_int_t)id, "method",
+                            "tools/call", "params", "name", mt->remote,
+                            "arguments", jargs, "_meta", "progressToken",
+                            (json_int_t)id);
+    mcp_pend *p = msg ? calloc(1, sizeof *p) : NULL;
+    if (!p || call->host->suspend(call) != 0) {
         json_decref(msg);
-        error = "server_exited";
-        rc = th_sdk_fail(call, "mcp: could not send the call to server "
-                         "'%s' (it is not reading or has exited)",
-                         s->name);
+        free(p);
+        rc = th_sdk_fail(call, "mcp: out of memory");
         goto out;
+    }
+    p->id = id;
+    p->call = call;
+    p->tool = tool;
+    p->mt = mt;
+    p->t0 = t0;
+    p->deadline = deadline;
+    p->pid = pid;
+    p->hooked = th_sdk_on_cancel(call, async_cancel_hook, p) == 0;
+    pthread_mutex_lock(&s->mu);
+    if (s->state != SRV_UP || s->reader_done) {
+        /* not handed off: this thread still owns the call */
+        pthread_mutex_unlock(&s->mu);
+        json_decref(msg);
+        json_decref(jargs);
+        if (p->hooked)
+            th_sdk_on_cancel(call, NULL, NULL);
+        free(p);
+        rc = th_sdk_fail(call, "mcp: server '%s' went away before the call "
+                         "of '%s' was sent; it restarts",
+                         s->name, mt->remote);
+        meta_put(call, s, pid, id, t0, 0, "server_exited");
+        pthread_mutex_lock(&s->mu);
+        s->in_flight--;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        call->host->complete(call, rc);
+        return TOOLHOST_PENDING;
+    }
+    mcpsrc_pend_add(s, p); /* the hand-off: p and the call are the reader's */
+    pthread_mutex_unlock(&s->mu);
+    json_decref(jargs);
+    if (mcpsrc_send(s, msg) != 0) {
+        /* the reader ends it (p may be gone already: found by id) */
+        pthread_mutex_lock(&s->mu);
+        for (mcp_pend *q = s->pending; q; q = q->next)
+            if (q->id == id && q->call) {
+                q->fail = "could not be sent (the server is not reading or "
+                          "has exited)";
+                uint64_t one = 1;
+                if (write(s->wake_fd, &one, sizeof one) < 0) {
+                    /* full: the reader is awake already */
+                }
+            }
+        pthread_mutex_unlock(&s->mu);
     }
     json_decref(msg);
-
-    /* wait: the answer, progress, cancellation, the timeout, the end */
-    for (;;) {
-        pthread_mutex_lock(&s->mu);
-        while (!p.msg && !p.gone && !p.cancel && !p.has_progress &&
-               !(deadline >= 0 && mcpsrc_now_ms() >= deadline)) {
-            int64_t w = slice;
-            if (deadline >= 0 && deadline - mcpsrc_now_ms() < w)
-                w = deadline - mcpsrc_now_ms();
-            if (w <= 0)
-                break;
-            wait_slice(&p.cv, &s->mu, w);
-            if (!hooked)
-                break; /* look at is_cancelled() */
-        }
-        bool prog = p.has_progress;
-        double pv = p.progress, total = p.total;
-        char pmsg[256];
-        snprintf(pmsg, sizeof pmsg, "%s", p.pmsg);
-        p.has_progress = false;
-        bool done = p.msg || p.gone;
-        pthread_mutex_unlock(&s->mu);
-        if (prog && !done)
-            call->host->progress(call,
-                                 total > 0 && pv >= 0 && pv <= total
-                                     ? pv / total
-                                     : -1,
-                                 pmsg[0] ? pmsg : NULL, NULL, 0);
-        if (done)
-            break;
-        if (p.cancel || th_sdk_cancelled(call)) {
-            error = "cancelled";
-            break;
-        }
-        if (deadline >= 0 && mcpsrc_now_ms() >= deadline) {
-            error = "timeout";
-            break;
-        }
-    }
-    /* off the server's list before mapping, hook gone before p is */
-    if (hooked) {
-        th_sdk_on_cancel(call, NULL, NULL);
-        hooked = false;
-    }
-    pthread_mutex_lock(&s->mu);
-    mcpsrc_pend_del(s, &p);
-    json_t *answer = p.msg;
-    p.msg = NULL;
-    bool gone = p.gone != NULL;
-    snprintf(why, sizeof why, "%s", s->why);
-    pthread_mutex_unlock(&s->mu);
-    if (answer) {
-        rc = map_result(call, tool, mt, answer);
-        if (json_object_get(answer, "error"))
-            error = "server_error";
-        json_decref(answer);
-    } else if (gone) {
-        error = "server_exited";
-        rc = th_sdk_fail(call, "mcp: server '%s' went away during the call "
-                         "of '%s'%s%s; it restarts",
-                         s->name, mt->remote, why[0] ? ": it " : "", why);
-    } else if (error && !strcmp(error, "timeout")) {
-        send_cancelled(s, p.id, "timed out");
-        th_sdk_log_call(call, TOOLHOST_LOG_WARN,
-                        "server '%s': '%s' did not answer within %lldms: "
-                        "cancelled on the server",
-                        s->name, mt->remote, (long long)s->timeout_ms);
-        rc = th_sdk_fail(call, "mcp: server '%s' did not answer '%s' within "
-                         "its timeout of %lldms; the call is cancelled on "
-                         "the server",
-                         s->name, mt->remote, (long long)s->timeout_ms);
-    } else {
-        send_cancelled(s, p.id, "cancelled by the caller");
-        rc = TOOLHOST_FAILED; /* dropped by the host */
-    }
+    return TOOLHOST_PENDING;
 out:
-    if (hooked)
-        th_sdk_on_cancel(call, NULL, NULL);
     if (slot) {
         pthread_mutex_lock(&s->mu);
-        mcpsrc_pend_del(s, &p); /* every way out: p is on this stack */
         s->in_flight--;
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
     }
-    meta_put(call, s, pid, slot ? p.id : 0, t0, p.n_progress, error);
-    pthread_cond_destroy(&p.cv);
+    if (!s->url || !slot)
+        meta_put(call, s, pid, slot ? id : 0, t0, 0, error);
     json_decref(jargs);
     return rc;
 }

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -502,6 +503,7 @@ int mcpsrc_config(mcp_state *st, const uint8_t *config, size_t len,
         s->pid = -1;
         s->in_fd = s->out_fd = s->err_fd = -1;
         s->pid_fd = -1;
+        s->reader_done = true;
         s->next_id = 1;
         pthread_mutex_init(&s->mu, NULL);
         pthread_mutex_init(&s->wmu, NULL);
@@ -511,6 +513,11 @@ int mcpsrc_config(mcp_state *st, const uint8_t *config, size_t len,
         pthread_cond_init(&s->cv, &ca);
         pthread_condattr_destroy(&ca);
         st->n_srv = i + 1;
+        s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (s->wake_fd < 0) {
+            fail(err, es, "cannot make an eventfd: %s", strerror(errno));
+            goto out;
+        }
         if (server_parse(st, s, json_array_get(servers, i), i, err, es) != 0)
             goto out;
         for (size_t j = 0; j < i; j++)
@@ -799,6 +806,8 @@ void mcpsrc_state_free(mcp_state *st)
         free(s->url);
         curl_slist_free_all(s->headers);
         json_decref(s->tools);
+        if (s->wake_fd >= 0)
+            close(s->wake_fd);
         pthread_mutex_destroy(&s->mu);
         pthread_mutex_destroy(&s->wmu);
         pthread_cond_destroy(&s->cv);

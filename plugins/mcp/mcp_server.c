@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <stdint.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -72,7 +73,8 @@ static void abs_deadline(struct timespec *ts, int64_t ms_from_now)
 
 void mcpsrc_pend_add(mcp_srv *s, mcp_pend *p)
 {
-    p->id = s->next_id++;
+    if (!p->id)
+        p->id = s->next_id++;
     p->next = s->pending;
     s->pending = p;
 }
@@ -377,6 +379,62 @@ static void reap(mcp_srv *s, bool gently, char *why, size_t ws)
 
 /* ---- the reader -------------------------------------------------------- */
 
+static void send_cancelled(mcp_srv *s, int64_t id, const char *reason)
+{
+    json_t *n = json_pack("{s:s, s:s, s:{s:I, s:s}}", "jsonrpc", "2.0",
+                          "method", "notifications/cancelled", "params",
+                          "requestId", (json_int_t)id, "reason", reason);
+    if (n)
+        mcpsrc_send(s, n);
+    json_decref(n);
+}
+
+/* The reader's look at its suspended calls: those cancelled, past their
+ * deadline or not sent are ended (the server told of the first two).
+ * Returns the ms until the next deadline (-1: none; at most 100 when a
+ * call has no cancel hook and is polled). */
+static int sweep(mcp_srv *s)
+{
+    mcp_pend *ended = NULL;
+    int64_t now = mcpsrc_now_ms(), next = -1;
+    pthread_mutex_lock(&s->mu);
+    for (mcp_pend **pp = &s->pending; *pp;) {
+        mcp_pend *p = *pp;
+        if (!p->call) {
+            pp = &p->next;
+            continue;
+        }
+        if (!p->hooked && !p->cancel && th_sdk_cancelled(p->call))
+            p->cancel = true;
+        bool late = p->deadline >= 0 && now >= p->deadline;
+        if (p->cancel || p->fail || late) {
+            p->gone = p->cancel ? "cancelled" : p->fail ? "fail" : "timeout";
+            *pp = p->next;
+            p->next = ended;
+            ended = p;
+            continue;
+        }
+        if (p->deadline >= 0 && (next < 0 || p->deadline - now < next))
+            next = p->deadline - now;
+        if (!p->hooked && (next < 0 || next > 100))
+            next = 100;
+        pp = &p->next;
+    }
+    pthread_mutex_unlock(&s->mu);
+    while (ended) {
+        mcp_pend *p = ended;
+        ended = p->next;
+        if (!strcmp(p->gone, "fail")) {
+            mcpsrc_call_finish(p, NULL, "server_exited", p->fail);
+            continue;
+        }
+        send_cancelled(s, p->id, p->gone[0] == 'c' ? "cancelled by the caller"
+                                                   : "timed out");
+        mcpsrc_call_finish(p, NULL, p->gone, NULL);
+    }
+    return next > INT32_MAX ? INT32_MAX : (int)next;
+}
+
 typedef struct reader_ctx {
     mcp_srv *s;
     int out_fd, err_fd, pid_fd;
@@ -402,21 +460,23 @@ static void answer_request(mcp_srv *s, const json_t *id, const char *method)
 static void on_progress(mcp_srv *s, const json_t *params)
 {
     const json_t *tok = json_object_get(params, "progressToken");
+    const json_t *pr = json_object_get(params, "progress");
+    const json_t *tt = json_object_get(params, "total");
+    const char *m = json_string_value(json_object_get(params, "message"));
+    double v = json_is_number(pr) ? json_number_value(pr) : 0;
+    double t = json_is_number(tt) ? json_number_value(tt) : -1;
     pthread_mutex_lock(&s->mu);
     mcp_pend *p = pend_find(s, tok);
+    toolhost_call *call = NULL;
     if (p) {
-        const json_t *pr = json_object_get(params, "progress");
-        const json_t *tt = json_object_get(params, "total");
-        const char *m = json_string_value(json_object_get(params, "message"));
-        p->progress = json_is_number(pr) ? json_number_value(pr) : 0;
-        p->total = json_is_number(tt) ? json_number_value(tt) : -1;
-        snprintf(p->pmsg, sizeof p->pmsg, "%s", m ? m : "");
-        p->has_progress = true;
         p->n_progress++;
-        pthread_cond_signal(&p->cv);
+        call = p->call; /* this thread owns it: it stays until we end it */
     }
     bool log = !p && worth_logging(&s->n_unknown_id);
     pthread_mutex_unlock(&s->mu);
+    if (call)
+        call->host->progress(call, t > 0 && v >= 0 && v <= t ? v / t : -1,
+                             m, NULL, 0);
     if (log)
         th_sdk_log(s->st->host, TOOLHOST_LOG_WARN,
                    "server '%s' sent progress for no request of ours "
@@ -443,14 +503,19 @@ static void on_line(mcp_srv *s, const char *line, size_t len)
     const json_t *id = json_object_get(m, "id");
     if (!method && id) { /* a response */
         pthread_mutex_lock(&s->mu);
-        mcp_pend *p = pend_find(s, id);
-        if (p && !p->msg) {
+        mcp_pend *p = pend_find(s, id), *done = NULL;
+        if (p && p->call) {
+            mcpsrc_pend_del(s, p);
+            done = p;
+        } else if (p && !p->msg) {
             p->msg = m;
             m = NULL;
             pthread_cond_signal(&p->cv);
         }
         bool log = !p && worth_logging(&s->n_unknown_id);
         pthread_mutex_unlock(&s->mu);
+        if (done)
+            mcpsrc_call_finish(done, m, NULL, NULL);
         if (log)
             th_sdk_log(h, TOOLHOST_LOG_WARN,
                        "server '%s' answered a request id toolhost is not "
@@ -498,14 +563,22 @@ static void *reader(void *arg)
         goto kill;
     }
     while (out >= 0) {
-        struct pollfd pf[3] = {{.fd = out, .events = POLLIN},
+        struct pollfd pf[4] = {{.fd = out, .events = POLLIN},
                                {.fd = rc->pid_fd, .events = POLLIN},
-                               {.fd = err, .events = POLLIN}};
+                               {.fd = err, .events = POLLIN},
+                               {.fd = s->wake_fd, .events = POLLIN}};
+        int wait = sweep(s);
         /* once the leader is gone: what is buffered, then the end */
-        if (poll(pf, 3, leader_gone ? 0 : -1) < 0) {
+        if (poll(pf, 4, leader_gone ? 0 : wait) < 0) {
             if (errno == EINTR)
                 continue;
             break;
+        }
+        if (pf[3].revents) {
+            uint64_t n;
+            if (read(s->wake_fd, &n, sizeof n) < 0) {
+                /* EAGAIN: another reader of a past start drained it */
+            }
         }
         if (pf[1].revents)
             leader_gone = true;
@@ -605,13 +678,31 @@ kill:
     pthread_mutex_unlock(&s->mu);
 out:
     /* nothing more will be answered: fail what waits now (the
-     * supervisor's handshake too) rather than at its timeout */
+     * supervisor's handshake too) rather than at its timeout; the calls
+     * this thread owns end here, and no call is handed to it any more */
     pthread_mutex_lock(&s->mu);
-    for (mcp_pend *p = s->pending; p; p = p->next) {
+    s->reader_done = true;
+    mcp_pend *calls = NULL;
+    for (mcp_pend **pp = &s->pending; *pp;) {
+        mcp_pend *p = *pp;
+        if (p->call) {
+            *pp = p->next;
+            p->next = calls;
+            calls = p;
+            continue;
+        }
         p->gone = "exited";
         pthread_cond_signal(&p->cv);
+        pp = &p->next;
     }
     pthread_mutex_unlock(&s->mu);
+    while (calls) {
+        mcp_pend *p = calls;
+        calls = p->next;
+        mcpsrc_call_finish(p, NULL, "server_exited",
+                           rc->why[0] ? rc->why
+                                      : "closed its output or exited");
+    }
     return NULL;
 }
 
@@ -887,7 +978,15 @@ static void *supervise(void *arg)
             reader_ctx rc = {s, s->out_fd, s->err_fd, s->pid_fd, rwhy,
                              sizeof rwhy};
             pthread_t rt;
+            pthread_mutex_lock(&s->mu);
+            s->reader_done = false;
+            pthread_mutex_unlock(&s->mu);
             bool reading = pthread_create(&rt, NULL, reader, &rc) == 0;
+            if (!reading) {
+                pthread_mutex_lock(&s->mu);
+                s->reader_done = true;
+                pthread_mutex_unlock(&s->mu);
+            }
             if (!reading)
                 snprintf(why, sizeof why, "cannot start its reader thread");
             else if (handshake(s, why, sizeof why) == 0) {

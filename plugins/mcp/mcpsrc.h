@@ -34,13 +34,24 @@ struct curl_slist;
 typedef struct mcp_state mcp_state;
 typedef struct mcp_srv mcp_srv;
 
-/* One request in flight to a server (a call's tools/call, or the
- * supervisor's handshake).  Lives on the waiter's stack; linked in
- * srv->pending while it waits; every member below `next` is written under
- * srv->mu. */
+struct mcp_tool;
+
+/* One request in flight to a server: the supervisor's handshake (on its
+ * stack, waiting on cv) or a call of a stdio server (`call` set: on the
+ * heap, the call suspended and owned by the server's reader thread, which
+ * finishes it and frees this).  Linked in srv->pending while it waits;
+ * every member below `next` is written under srv->mu. */
 typedef struct mcp_pend {
     int64_t id;
     struct mcp_pend *next;
+    /* a suspended call (NULL for the handshake's requests) */
+    toolhost_call *call;
+    const toolhost_tool *tool;
+    const struct mcp_tool *mt;
+    int64_t t0, deadline;  /* monotonic ms; deadline -1: none */
+    pid_t pid;
+    bool hooked;           /* on_cancel registered */
+    const char *fail;      /* the request could not be sent */
     pthread_cond_t cv;
     json_t *msg;        /* the response (result or error), owned      */
     const char *gone;   /* the server went away (a static reason)     */
@@ -100,6 +111,10 @@ struct mcp_srv {
     /* counters for rate-limited log lines (reader thread only) */
     uint64_t n_dropped, n_unknown_id, n_bad_json, n_stderr;
 
+    int wake_fd;        /* eventfd: wakes the reader (a call cancelled,
+                           a request that could not be sent)         */
+    bool reader_done;   /* the reader of this start has ended: no call
+                           may be handed to it                       */
     pthread_mutex_t wmu; /* one writer of in_fd at a time           */
     int pid_fd;          /* a pidfd of the server (-1: none), read by
                             the reader: the leader's exit ends it even
@@ -159,6 +174,11 @@ int mcpsrc_http_call(mcp_srv *s, const char *remote, toolhost_call *call,
                      const char **error, char *why, size_t ws);
 
 /* mcp_call.c */
+/* The reader thread (the call's owner) ends a suspended call: with the
+ * server's answer (owned by the caller), or failed with `error` (a meta
+ * error name) and `why`; frees p. */
+void mcpsrc_call_finish(mcp_pend *p, json_t *answer, const char *error,
+                        const char *why);
 int mcpsrc_execute(void *state, const toolhost_tool *tool,
                    toolhost_call *call, const uint8_t *args, size_t args_len);
 
