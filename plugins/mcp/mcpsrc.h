@@ -1,16 +1,18 @@
 /* mcpsrc.h - the mcp plugin: other MCP servers as a tool source
  * (docs/mcp-source.md).  Shared by its files.
  *
- * Each server declared in the config block is a stdio command.  A
+ * Each server declared in the config block is a stdio command (or a
+ * Streamable HTTP endpoint, below).  A
  * supervisor thread per server starts it (in a cage of the host where it
  * gives one, its own session and process group, killed with the host),
  * does the MCP handshake and tools/list, and restarts it with exponential
  * back-off when it exits; a reader thread per process routes what the
  * server writes: responses to the waiting call by id, progress to the
  * call whose token it names, pings answered, everything else dropped and
- * counted.  Calls (mcp_call.c) block their worker: one tools/call line,
- * then a wait on the server's lock for the answer, progress, the call's
- * cancellation or its deadline.
+ * counted.  A call of a stdio server (mcp_call.c) is suspended and handed
+ * to the server's reader, which ends it: with the answer, or cancelled,
+ * timed out, or failed when the server goes away.  A server with url:
+ * (mcp_http.c) has a supervisor too, but no process and no reader.
  *
  * Lock order: srv->mu, then srv->wmu (the writer of the server's stdin).
  * The host's callbacks are never called with srv->mu held, except
