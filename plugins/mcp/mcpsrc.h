@@ -58,10 +58,7 @@ typedef struct mcp_pend {
     json_t *msg;        /* the response (result or error), owned      */
     const char *gone;   /* the server went away (a static reason)     */
     bool cancel;        /* the call's on_cancel hook fired            */
-    bool has_progress;  /* a progress update not yet handed on        */
-    double progress, total;
-    char pmsg[256];
-    uint64_t n_progress; /* updates received (coalesced ones too)     */
+    uint64_t n_progress; /* progress updates handed on                */
 } mcp_pend;
 
 enum { SRV_STARTING = 0, SRV_UP = 1, SRV_DOWN = 2 };
