@@ -71,6 +71,8 @@ function serve() {
   });
 }
 let srv = await serve();
+// fail() exits at once: the HTTP server goes with this script whatever ends it
+process.on('exit', () => { try { srv.kill('SIGKILL'); } catch { /* gone */ } });
 const transport = new StdioClientTransport(vg
   ? { command: '/bin/sh', args: ['-c', `exec ${vg} "$0" "$@"`, bin, 'mcp', '-c',
                                  path.join(dir, 'client.yaml')], env, stderr: 'inherit' }
