@@ -426,7 +426,7 @@ valgrind: $(INTEG_BIN)
 	TH_VALGRIND="$(VALGRIND)" $(if $(PARALLEL),TH_RUN_WRAP="$(VALGRIND)" $(RUN_SUITES),$(VALGRIND)) $(INTEG_BIN) $(SUITES)
 
 bench: all $(BENCH_BIN)
-	@scripts/run-bench $(BUILD) $(BENCH_BIN) bench/mcp/bench-mcp
+	@scripts/run-bench $(BUILD) $(BENCH_BIN) bench/mcp/bench-mcp bench/mcp/bench-mcp-source
 
 FUZZ_SECONDS ?= 30
 fuzz: deps
