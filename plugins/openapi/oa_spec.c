@@ -38,6 +38,7 @@ typedef struct cv {
     int n_inlining;
     bool v30;       /* OpenAPI 3.0 (nullable, boolean exclusive bounds) */
     bool unfit;     /* output mode: outside the output_schema subset */
+    size_t nodes;   /* schema nodes made for this tool (OA_MAX_NODES) */
     char *err;
     size_t es;
     const char *where;
@@ -358,6 +359,17 @@ static json_t *schema(cv *c, const json_t *s, int depth)
             OA_MAX_DEPTH);
         return NULL;
     }
+    if (++c->nodes > OA_MAX_NODES) {
+        /* inlining a schema that uses another twice, that one another
+         * twice, ... doubles at each level */
+        if (!c->defs) {
+            c->unfit = true;
+            return NULL;
+        }
+        bad(c, "a schema of more than %d nodes once its references are "
+               "inlined", OA_MAX_NODES);
+        return NULL;
+    }
     if (json_is_boolean(s))
         return json_incref((json_t *)s);
     if (!json_is_object(s)) {
@@ -663,6 +675,7 @@ static int output_schema(opctx *o, char **out)
     oc.defs = oc.names = NULL;
     oc.n_inlining = 0;
     oc.unfit = false;
+    oc.nodes = 0;
     json_t *conv = schema(&oc, s, 0);
     if (!conv) {
         if (oc.unfit)
@@ -760,6 +773,7 @@ static int build_op(opctx *o)
     o->c.defs = json_object();
     o->c.names = json_object();
     o->c.n_inlining = 0;
+    o->c.nodes = 0;
     int rc = -1;
     const json_t *lists[2] = {json_object_get(o->op, "parameters"),
                               json_object_get(o->item, "parameters")};

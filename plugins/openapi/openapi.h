@@ -22,6 +22,7 @@
 #define OA_MAX_REF_HOPS 64     /* a chain of $ref before it is a loop     */
 #define OA_MAX_OPS 1024        /* operations per document                 */
 #define OA_MAX_PARAMS 128      /* parameters per operation                */
+#define OA_MAX_NODES 100000    /* schema nodes of one tool, refs inlined  */
 
 enum oa_in { OA_IN_PATH = 1, OA_IN_QUERY, OA_IN_HEADER };
 

@@ -236,6 +236,57 @@ static void test_attacks(void)
         w += (size_t)snprintf(deep + w, sizeof deep - w, "}");
     snprintf(deep + w, sizeof deep - w, "\n");
     refused(deep, NULL, "nested deeper than 32 levels");
+    /* a reference bomb: each schema uses the next four times, 12 levels:
+     * 4^12 nodes once inlined.  In a response schema: no output schema (and a
+     * bounded load); through references the input inlines (not to
+     * #/components/schemas): refused. */
+    char bomb[16384];
+    w = (size_t)snprintf(bomb, sizeof bomb,
+                         HEAD "  /a:\n    get:\n      operationId: a\n"
+                              "      responses:\n        '200':\n"
+                              "          description: x\n          content:\n"
+                              "            application/json:\n"
+                              "              schema: {$ref: '#/components/"
+                              "schemas/S0'}\ncomponents:\n  schemas:\n");
+    for (int i = 0; i < 12; i++)
+        w += (size_t)snprintf(bomb + w, sizeof bomb - w,
+                              "    S%d: {type: object, properties: {a: {$ref: "
+                              "'#/components/schemas/S%d'}, b: {$ref: "
+                              "'#/components/schemas/S%d'}, c: {$ref: "
+                              "'#/components/schemas/S%d'}, d: {$ref: "
+                              "'#/components/schemas/S%d'}}}\n",
+                              i, i + 1, i + 1, i + 1, i + 1);
+    snprintf(bomb + w, sizeof bomb - w, "    S12: {type: string}\n");
+    char *dir = th_test_tmpdir();
+    char *spec = th_test_write_file(dir, "bomb.yaml", bomb, (size_t)-1);
+    char err[1024] = "";
+    th_harness *h = load_spec(spec, NULL, err, sizeof err);
+    if (!h)
+        fprintf(stderr, "\n%s\n", err);
+    CU_ASSERT_PTR_NOT_NULL(h);
+    if (h) {
+        CU_ASSERT_PTR_NULL(th_harness_tool(h, "a")->output_schema);
+        /* the input keeps each component once, in $defs */
+        th_harness_unload(h);
+    }
+    free(spec);
+    th_test_rmtree(dir);
+    free(dir);
+    w = (size_t)snprintf(bomb, sizeof bomb,
+                         HEAD "  /a:\n    post:\n      operationId: a\n"
+                              "      requestBody:\n        content:\n"
+                              "          application/json:\n"
+                              "            schema: {$ref: '#/x-s/S0'}\n"
+                              "x-s:\n");
+    for (int i = 0; i < 12; i++)
+        w += (size_t)snprintf(bomb + w, sizeof bomb - w,
+                              "  S%d: {type: object, properties: {a: {$ref: "
+                              "'#/x-s/S%d'}, b: {$ref: '#/x-s/S%d'}, c: {$ref: "
+                              "'#/x-s/S%d'}, d: {$ref: '#/x-s/S%d'}}}\n",
+                              i, i + 1, i + 1, i + 1, i + 1);
+    snprintf(bomb + w, sizeof bomb - w, "  S12: {type: string}\n");
+    refused(bomb, NULL, "a schema of more than 100000 nodes once its "
+                        "references are inlined");
     /* the alias bomb */
     refused("openapi: 3.1.0\na: &a [x, x, x, x]\nb: &b [*a, *a, *a, *a]\n"
             "paths: {}\n", NULL, "spec.yaml:3:8: YAML aliases");
