@@ -657,7 +657,7 @@ static int output_schema(opctx *o, char **out)
     if (!json_is_object(responses))
         return 0;
     const json_t *r = NULL;
-    char code[8];
+    char code[16];
     for (int i = 200; i < 300 && !r; i++) {
         snprintf(code, sizeof code, "%d", i);
         r = json_object_get(responses, code);
@@ -959,7 +959,12 @@ out:
 int oa_spec_tools(oa_state *st, oa_api *api, const json_t *doc, char *err,
                   size_t err_size)
 {
-    const char *ver = json_string_value(json_object_get(doc, "openapi"));
+    /* (an unquoted `openapi: 3.1` in YAML is a number) */
+    const json_t *vj = json_object_get(doc, "openapi");
+    char vbuf[32];
+    if (json_is_real(vj))
+        snprintf(vbuf, sizeof vbuf, "%g", json_real_value(vj));
+    const char *ver = json_is_real(vj) ? vbuf : json_string_value(vj);
     if (!ver) {
         if (json_object_get(doc, "swagger"))
             snprintf(err, err_size, "api '%s': %s is Swagger 2.0; convert it "

@@ -164,6 +164,10 @@ static enum MHD_Result route(petsrv *p, struct MHD_Connection *c,
             rc = answer(c, 204, "", NULL);
         } else
             rc = answer(c, 405, "{}", NULL);
+    } else if (!strncmp(url, "/v1/store/orders/", 17) && get) {
+        /* lies: the document says an Order (integers, petId and
+         * quantity required) */
+        rc = answer(c, 200, "{\"id\": \"not-a-number\"}", NULL);
     } else if (!strcmp(url, "/v1/store/inventory") && get) {
         rc = answer(c, 200, "{\"dog\": 2, \"cat\": 1}", NULL);
     } else if (!strcmp(url, "/v1/categories") && post && in) {
@@ -501,6 +505,19 @@ static void test_crud(void)
     res = call(&f, "createCategory",
                "{\"body\": {\"name\": \"a\", \"children\": [{\"children\": "
                "[]}]}}", &r);
+    CU_ASSERT(res && rpc_tool_error_is(res, "invalid_arguments"));
+    rpc_res_free(&r);
+
+    /* an answer that does not match the document's response schema */
+    res = call(&f, "getOrder", "{\"orderId\": 7}", &r);
+    CU_ASSERT(res && rpc_tool_error_is(res, "tool_error"));
+    const char *m;
+    size_t mn;
+    CU_ASSERT(res && th_rpc_obj_str(th_rpc_map_get(th_rpc_map_get(res, "error"),
+                                                   "message"), &m, &mn) &&
+              memmem(m, mn, "does not match its output_schema", 32));
+    rpc_res_free(&r);
+    res = call(&f, "getOrder", "{\"orderId\": 0}", &r);
     CU_ASSERT(res && rpc_tool_error_is(res, "invalid_arguments"));
     rpc_res_free(&r);
 
