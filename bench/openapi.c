@@ -6,7 +6,9 @@
  *   - toolhost: tools.call over msgpack-RPC (Unix socket) to `toolhost
  *     serve` with the openapi plugin, which makes that request.
  * Reported: p50/p99 and mean of each, the overhead (toolhost - direct) in
- * microseconds and the ratio.  The server is libmicrohttpd on 127.0.0.1
+ * microseconds and the ratio; beside them, a tools.call of `echo` on the
+ * same connection (the RPC round trip alone, with no HTTP) to show how
+ * much of the overhead is the front and how much the plugin.  The server is libmicrohttpd on 127.0.0.1
  * (port 0), one thread per connection; each request opens a connection,
  * in both columns.
  *
@@ -143,6 +145,8 @@ static th_rpc_client *start_server(const char *build, const char *spec,
             "host:\n"
             "  log_level: warn\n"
             "plugins:\n"
+            "  - name: echo\n"
+            "    path: %s/plugins/echo.so\n"
             "  - name: openapi\n"
             "    path: %s/plugins/openapi.so\n"
             "    config:\n"
@@ -159,7 +163,7 @@ static th_rpc_client *start_server(const char *build, const char *spec,
             "    permissions:\n"
             "      rules:\n"
             "        - {flag: open_world, action: allow}\n",
-            build, spec, url);
+            build, build, spec, url);
     fclose(f);
     setenv("TH_BENCH_OPENAPI_TOKEN", TOKEN, 1);
     char exe[4200];
@@ -201,6 +205,28 @@ typedef struct via {
     uint8_t params[64];
     size_t len;
 } via;
+
+/* ["TOOL", {KEY: VALUE}] (no key: {}) as msgpack into v->params. */
+static void via_args(via *v, const char *tool, const char *key,
+                     const char *value)
+{
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_array(&pk, 2);
+    msgpack_pack_str_with_body(&pk, tool, strlen(tool));
+    msgpack_pack_map(&pk, key ? 1 : 0);
+    if (key) {
+        msgpack_pack_str_with_body(&pk, key, strlen(key));
+        msgpack_pack_str_with_body(&pk, value, strlen(value));
+    }
+    if (sb.size > sizeof v->params)
+        bench_die("arguments too long");
+    memcpy(v->params, sb.data, sb.size);
+    v->len = sb.size;
+    msgpack_sbuffer_destroy(&sb);
+}
 
 static uint64_t via_one(void *ud)
 {
@@ -273,16 +299,10 @@ int main(int argc, char **argv)
     bench_rounds(n, direct_one, &dr, samples, &sd);
 
     via v = {.c = start_server(build, spec_abs, base)};
-    msgpack_sbuffer sb;
-    msgpack_sbuffer_init(&sb);
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_pack_array(&pk, 2);
-    msgpack_pack_str_with_body(&pk, "getInventory", 12);
-    msgpack_pack_map(&pk, 0);
-    memcpy(v.params, sb.data, sb.size);
-    v.len = sb.size;
-    msgpack_sbuffer_destroy(&sb);
+    bench_stats se;
+    via_args(&v, "echo", "text", "hello");
+    bench_rounds(n, via_one, &v, samples, &se);
+    via_args(&v, "getInventory", NULL, NULL);
     bench_rounds(n, via_one, &v, samples, &sv);
     th_rpc_client_close(v.c);
     stop_server();
@@ -295,6 +315,8 @@ int main(int argc, char **argv)
            sd.p50_ns / 1e3, sd.p99_ns / 1e3, sd.mean_ns / 1e3);
     printf("%-34s %10.1f %10.1f %10.1f\n", "tools.call -> openapi plugin",
            sv.p50_ns / 1e3, sv.p99_ns / 1e3, sv.mean_ns / 1e3);
+    printf("%-34s %10.1f %10.1f %10.1f\n", "(tools.call of echo: RPC alone)",
+           se.p50_ns / 1e3, se.p99_ns / 1e3, se.mean_ns / 1e3);
     printf("overhead of the OpenAPI path: %.1f us at p50 (%.2fx the direct "
            "request), %d calls each\n", over_us, ratio, (int)n);
     bench_json j;
@@ -304,6 +326,7 @@ int main(int argc, char **argv)
     bench_json_num(&j, "direct_p99_us", sd.p99_ns / 1e3);
     bench_json_num(&j, "toolhost_p50_us", sv.p50_ns / 1e3);
     bench_json_num(&j, "toolhost_p99_us", sv.p99_ns / 1e3);
+    bench_json_num(&j, "rpc_echo_p50_us", se.p50_ns / 1e3);
     bench_json_num(&j, "overhead_p50_us", over_us);
     bench_json_num(&j, "ratio_p50", ratio);
     bench_json_end(&j);

@@ -1,8 +1,9 @@
 /* oa_http.c - one call of an OpenAPI operation: the request built from
  * the validated arguments and sent through libcurl.
  *
- * One easy handle per request (no state shared between calls).  Each
- * request: http and https only, TLS verification on, no proxy from the
+ * One easy handle per call (no state shared between calls), reset before
+ * each request of the call (a redirect hop, a retry).  Each request:
+ * http and https only, TLS verification on, no proxy from the
  * environment, the API's timeouts bounded by the call's deadline, the
  * answer cut at max_response (CURLOPT_MAXFILESIZE and the write callback),
  * cancellation through the progress callback.
@@ -173,15 +174,13 @@ typedef struct hop {
     char errbuf[CURL_ERROR_SIZE];
 } hop;
 
-static void one_hop(xfer *x, const req *r, const char *url, bool creds,
-                    int64_t timeout_ms, hop *h)
+/* One request on `e` (reset first: nothing of an earlier hop carries
+ * over but libcurl's connection and DNS caches). */
+static void one_hop(CURL *e, xfer *x, const req *r, const char *url,
+                    bool creds, int64_t timeout_ms, hop *h)
 {
     memset(h, 0, sizeof *h);
-    CURL *e = curl_easy_init();
-    if (!e) {
-        h->rc = CURLE_OUT_OF_MEMORY;
-        return;
-    }
+    curl_easy_reset(e);
     x->body.len = 0;
     x->too_big = false;
     x->refused[0] = '\0';
@@ -234,7 +233,6 @@ static void one_hop(xfer *x, const req *r, const char *url, bool creds,
     if (h->rc == CURLE_OK && h->status >= 300 && h->status < 400 &&
         curl_easy_getinfo(e, CURLINFO_REDIRECT_URL, &loc) == CURLE_OK && loc)
         h->location = strdup(loc);
-    curl_easy_cleanup(e);
 }
 
 /* The host and port of an absolute URL (host lower case); -1 when it is
@@ -351,15 +349,10 @@ static int header(struct curl_slist **l, const char *name, const char *value)
 }
 
 /* Fills b from the arguments; 0, or -1 with a message for the caller. */
-static int build(const oa_op *op, const json_t *args, built *b, char *err,
-                 size_t es)
+static int build(CURL *esc, const oa_op *op, const json_t *args, built *b,
+                 char *err, size_t es)
 {
     const oa_api *api = op->api;
-    CURL *esc = curl_easy_init();
-    if (!esc) {
-        snprintf(err, es, "out of memory");
-        return -1;
-    }
     int rc = -1;
     if (puts_(&b->url, api->base_url) || puts_(&b->shown, op->method) ||
         puts_(&b->shown, " "))
@@ -515,7 +508,6 @@ static int build(const oa_op *op, const json_t *args, built *b, char *err,
 oom:
     snprintf(err, es, "out of memory");
 out:
-    curl_easy_cleanup(esc);
     return rc;
 }
 
@@ -589,11 +581,14 @@ int oa_execute(void *state, const toolhost_tool *tool, toolhost_call *call,
         return th_sdk_fail(call, "the arguments are not a map");
     }
     built b = {0};
-    int rc = build(op, a, &b, err, sizeof err);
+    CURL *e = curl_easy_init();
+    int rc = e ? build(e, op, a, &b, err, sizeof err) : -1;
     json_decref(a);
     if (rc != 0) {
         built_free(&b);
-        return th_sdk_fail(call, "%s", err);
+        if (e)
+            curl_easy_cleanup(e);
+        return th_sdk_fail(call, "%s", e ? err : "out of memory");
     }
     int64_t start = now_ms();
     int64_t left = call->host->time_left_ms(call);
@@ -627,7 +622,7 @@ int oa_execute(void *state, const toolhost_tool *tool, toolhost_call *call,
                 break;
             }
             free(h.location);
-            one_hop(&x, &r, url, creds, t, &h);
+            one_hop(e, &x, &r, url, creds, t, &h);
             if (!h.location)
                 break;
             if (hops >= api->max_redirects) {
@@ -706,6 +701,7 @@ int oa_execute(void *state, const toolhost_tool *tool, toolhost_call *call,
         rc = th_sdk_printf(call, "{\"status\": %ld}", h.status);
     rc = rc == 0 ? TOOLHOST_OK : TOOLHOST_FAILED;
 done:
+    curl_easy_cleanup(e);
     free(url);
     free(h.location);
     free(x.body.p);
