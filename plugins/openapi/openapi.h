@@ -90,7 +90,7 @@ typedef struct oa_state {
     bool curl_ready;      /* curl_global_init() succeeded */
 } oa_state;
 
-/* Config parsing (openapi.c).  0, or -1 with a message in err. */
+/* Frees everything init() made (oa_state.c); NULL is fine. */
 void oa_state_free(oa_state *st);
 
 /* Document loading (oa_spec.c). */
