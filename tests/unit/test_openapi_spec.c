@@ -78,8 +78,7 @@ static void test_petstore(void)
     CU_ASSERT(str_at(in, "properties/petId/pattern", "^[^/]*$"));
     CU_ASSERT(str_at(in, "properties/petId/description", "the pet's id"));
     CU_ASSERT_EQUAL(json_array_size(at(in, "required")), 1);
-    CU_ASSERT_STRING_EQUAL(
-        json_string_value(json_array_get(at(in, "required"), 0)), "petId");
+    CU_ASSERT(str_at(json_array_get(at(in, "required"), 0), "", "petId"));
     CU_ASSERT(json_is_false(at(in, "additionalProperties")));
     json_decref(in);
     json_t *out = schema_of(h, "getPet", true);
@@ -104,8 +103,7 @@ static void test_petstore(void)
     CU_ASSERT_PTR_NULL(at(in, "$defs/NewPet/properties/name/example"));
     json_t *tag_type = at(in, "$defs/NewPet/properties/tag/type");
     CU_ASSERT_EQUAL(json_array_size(tag_type), 2);
-    CU_ASSERT_STRING_EQUAL(json_string_value(json_array_get(tag_type, 1)),
-                           "null");
+    CU_ASSERT(str_at(json_array_get(tag_type, 1), "", "null"));
     json_decref(in);
 
     /* placeOrder: 3.0's boolean exclusiveMinimum; xml dropped */
