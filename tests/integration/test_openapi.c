@@ -94,7 +94,16 @@ static enum MHD_Result route(petsrv *p, struct MHD_Connection *c,
     }
     const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                    "Authorization");
-    if (!auth || strcmp(auth, "Bearer " TOKEN)) {
+    const char *hkey = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                   "X-Api-Key");
+    const char *qkey = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND,
+                                                   "api_key");
+    /* the bearer token; basic ann / "open sesame"; an API key */
+    bool authorized = (auth && (!strcmp(auth, "Bearer " TOKEN) ||
+                                !strcmp(auth, "Basic YW5uOm9wZW4gc2VzYW1l"))) ||
+                      (hkey && !strcmp(hkey, "k-123")) ||
+                      (qkey && !strcmp(qkey, "k-123"));
+    if (!authorized) {
         p->unauthorized++;
         return answer(c, 401, "{\"code\": 401, \"message\": \"bad or no "
                               "bearer token\"}", NULL);
@@ -322,7 +331,8 @@ typedef struct fx {
 /* The pet store, then `toolhost serve` with the first API "pets" (all
  * operations, the token in OA_TEST_TOKEN, allow_private) with
  * `pets_extra` lines, and `more` APIs after it. */
-static int fx_start(fx *f, const char *pets_extra, const char *more)
+static int fx_start_with(fx *f, const char *pets_extra, const char *more,
+                         const char *toolset_extra)
 {
     memset(f, 0, sizeof *f);
     if (petsrv_start(&f->srv) != 0)
@@ -332,6 +342,9 @@ static int fx_start(fx *f, const char *pets_extra, const char *more)
     setenv("OA_TEST_URL", url, 1);
     setenv("OA_TEST_TOKEN", TOKEN, 1);
     setenv("OA_TEST_WRONG", "not-the-token", 1);
+    setenv("OA_TEST_USER", "ann", 1);
+    setenv("OA_TEST_PASSWORD", "open sesame", 1);
+    setenv("OA_TEST_KEY", "k-123", 1);
     unsetenv("OA_TEST_MISSING");
     const char *spec = th_test_source_path("tests/openapi/petstore.yaml");
     char apis[3000] = "";
@@ -368,13 +381,20 @@ static int fx_start(fx *f, const char *pets_extra, const char *more)
              "    tools: [\"*\"]\n"
              "    permissions:\n"
              "      rules:\n"
-             "        - {flag: open_world, action: allow}\n",
-             spec, pets_extra ? pets_extra : "", apis);
+             "        - {flag: open_world, action: allow}\n"
+             "%s",
+             spec, pets_extra ? pets_extra : "", apis,
+             toolset_extra ? toolset_extra : "");
     rpc_opts o = {.config = cfg};
     if (rpc_srv_start(&f->s, &o) != 0)
         return -1;
     f->c = rpc_connect(&f->s);
     return f->c ? 0 : -1;
+}
+
+static int fx_start(fx *f, const char *pets_extra, const char *more)
+{
+    return fx_start_with(f, pets_extra, more, NULL);
 }
 
 static void fx_stop(fx *f)
@@ -762,6 +782,82 @@ static void test_hostile_values(void)
     fx_stop(&f);
 }
 
+/* Basic credentials and an API key in a header or in the query, each
+ * from the environment; a key in the query is not shown in messages. */
+static void test_auth_kinds(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(
+        fx_start(&f, NULL,
+                 "        - name: basic\n"
+                 "          spec: @SPEC@\n"
+                 "          base_url: ${OA_TEST_URL}\n"
+                 "          prefix: b_\n"
+                 "          include: [getInventory]\n"
+                 "          allow_private: true\n"
+                 "          auth: {basic_user_env: OA_TEST_USER, "
+                 "basic_password_env: OA_TEST_PASSWORD}\n"
+                 "        - name: keyh\n"
+                 "          spec: @SPEC@\n"
+                 "          base_url: ${OA_TEST_URL}\n"
+                 "          prefix: h_\n"
+                 "          include: [getInventory]\n"
+                 "          allow_private: true\n"
+                 "          auth: {api_key_env: OA_TEST_KEY, api_key_header: "
+                 "X-Api-Key}\n"
+                 "        - name: keyq\n"
+                 "          spec: @SPEC@\n"
+                 "          base_url: ${OA_TEST_URL}\n"
+                 "          prefix: q_\n"
+                 "          include: [getInventory, getPet]\n"
+                 "          allow_private: true\n"
+                 "          auth: {api_key_env: OA_TEST_KEY, api_key_query: "
+                 "api_key}\n") == 0);
+    rpc_res r;
+    const char *tools[] = {"b_getInventory", "h_getInventory",
+                           "q_getInventory"};
+    for (size_t i = 0; i < 3; i++) {
+        const msgpack_object *res = call(&f, tools[i], "{}", &r);
+        CU_ASSERT(res && rpc_ok(res) && stream_has(res, "stdout", "\"dog\""));
+        rpc_res_free(&r);
+    }
+    const msgpack_object *res = call(&f, "q_getPet", "{\"petId\": \"9\"}", &r);
+    CU_ASSERT(res && stream_has(res, "stderr", "HTTP 404 from GET /pets/9:"));
+    CU_ASSERT(res && !stream_contains(res, "stderr", "k-123", false));
+    rpc_res_free(&r);
+    CU_ASSERT_EQUAL(counter(&f.srv, &f.srv.unauthorized), 0);
+    CU_ASSERT_EQUAL(rpc_log_count(&f.s, "k-123"), 0);
+    CU_ASSERT_EQUAL(rpc_log_count(&f.s, "open sesame"), 0);
+    fx_stop(&f);
+}
+
+/* A call the host ends (its toolset's timeout, shorter than the API's)
+ * stops its request: the worker is free again long before the API's
+ * timeout, through libcurl's progress callback and is_cancelled(). */
+static void test_cancel(void)
+{
+    fx f;
+    char extra[200];
+    snprintf(extra, sizeof extra,
+             "    tool_overrides:\n"
+             "      slowPing: {timeout: %ums}\n",
+             th_test_ms(500));
+    CU_ASSERT_FATAL(fx_start_with(&f, "          timeout: 120s\n", NULL,
+                                  extra) == 0);
+    rpc_res r;
+    const msgpack_object *res = call(&f, "slowPing", "{}", &r);
+    CU_ASSERT(res && rpc_tool_error_is(res, "timeout"));
+    rpc_res_free(&r);
+    /* no call left running: the request was abandoned, not waited out */
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    uint64_t running;
+    while ((running = rpc_mgr_stat(f.c, "running")) != 0 &&
+           rpc_now_ms() < end)
+        usleep(5000);
+    CU_ASSERT_EQUAL(running, 0);
+    fx_stop(&f);
+}
+
 /* Bad documents stop the load with a message naming the problem. */
 static void test_bad_specs(void)
 {
@@ -842,5 +938,7 @@ void th_suite_openapi(void)
     CU_add_test(s, "retry", test_retry);
     CU_add_test(s, "filters", test_filters);
     CU_add_test(s, "hostile_values", test_hostile_values);
+    CU_add_test(s, "auth_kinds", test_auth_kinds);
+    CU_add_test(s, "cancel", test_cancel);
     CU_add_test(s, "bad_specs", test_bad_specs);
 }
