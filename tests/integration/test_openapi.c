@@ -37,6 +37,7 @@ typedef struct petsrv {
     json_t *pets;    /* array of {id, name, tag} */
     int next_id;
     int flaky_get, flaky_post, canary, unauthorized;
+    int slow_waiting; /* requests inside the slow endpoint now */
     char last_id[256], last_tag[256], last_reqid[256];
 } petsrv;
 
@@ -192,9 +193,11 @@ static enum MHD_Result route(petsrv *p, struct MHD_Connection *c,
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_sec += 60;
         pthread_mutex_lock(&p->mu);
+        p->slow_waiting++;
         while (!p->released &&
                pthread_cond_timedwait(&p->cv, &p->mu, &ts) == 0)
             ;
+        p->slow_waiting--;
         pthread_mutex_unlock(&p->mu);
         rc = answer(c, 200, "\"pong\"", NULL);
     } else if (!strcmp(url, "/v1/huge")) {
@@ -831,30 +834,37 @@ static void test_auth_kinds(void)
     fx_stop(&f);
 }
 
-/* A call the host ends (its toolset's timeout, shorter than the API's)
- * stops its request: the worker is free again long before the API's
- * timeout, through libcurl's progress callback and is_cancelled(). */
+/* A call cancelled by its caller (tools.cancel) stops its request at
+ * once: the worker is free again while the API's timeout (20 minutes)
+ * and the call's (10) are far away, through libcurl's progress callback
+ * and is_cancelled(). */
 static void test_cancel(void)
 {
     fx f;
-    char extra[200];
-    snprintf(extra, sizeof extra,
-             "    tool_overrides:\n"
-             "      slowPing: {timeout: %ums}\n",
-             th_test_ms(500));
-    CU_ASSERT_FATAL(fx_start_with(&f, "          timeout: 120s\n", NULL,
-                                  extra) == 0);
-    rpc_res r;
-    const msgpack_object *res = call(&f, "slowPing", "{}", &r);
-    CU_ASSERT(res && rpc_tool_error_is(res, "timeout"));
-    rpc_res_free(&r);
-    /* no call left running: the request was abandoned, not waited out */
+    CU_ASSERT_FATAL(fx_start_with(&f, "          timeout: 20m\n", NULL,
+                                  "    tool_overrides:\n"
+                                  "      slowPing: {timeout: 10m}\n") == 0);
+    rpc_raw w;
+    CU_ASSERT_FATAL(rpc_raw_open(&w, &f.s) == 0);
+    rpc_raw_request(&w, 1, "tools.call", "[\"slowPing\", {}]");
+    /* the request has reached the API */
     int64_t end = rpc_now_ms() + rpc_wait_ms();
+    while (counter(&f.srv, &f.srv.slow_waiting) == 0 && rpc_now_ms() < end)
+        usleep(5000);
+    CU_ASSERT_FATAL(counter(&f.srv, &f.srv.slow_waiting) == 1);
+    rpc_raw_request(&w, 2, "tools.cancel", "[1]");
+    const msgpack_object *m = rpc_raw_response(&w, 1, rpc_wait_ms());
+    const msgpack_object *res =
+        m && m->via.array.size == 4 ? &m->via.array.ptr[3] : NULL;
+    CU_ASSERT(res && rpc_tool_error_is(res, "cancelled"));
+    /* no call left running: the request was abandoned, not waited out */
+    end = rpc_now_ms() + rpc_wait_ms();
     uint64_t running;
     while ((running = rpc_mgr_stat(f.c, "running")) != 0 &&
            rpc_now_ms() < end)
         usleep(5000);
     CU_ASSERT_EQUAL(running, 0);
+    rpc_raw_close(&w);
     fx_stop(&f);
 }
 
