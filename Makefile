@@ -185,6 +185,11 @@ $(BUILD)/obj/tests/fixtures/abi13f_%.o: tests/fixtures/abi13f_%.c tests/abi13/to
 	@mkdir -p $(dir $@)
 	$(CC) -Itests/abi13 $(CFLAGS_PLUGIN) -MMD -MP -c $< -o $@
 
+# A fixture of the ABI 1.4 era: built against the frozen 1.4 header.
+$(BUILD)/obj/tests/fixtures/abi14f_%.o: tests/fixtures/abi14f_%.c tests/abi14/toolhost/plugin.h
+	@mkdir -p $(dir $@)
+	$(CC) -Itests/abi14 $(CFLAGS_PLUGIN) -MMD -MP -c $< -o $@
+
 $(BUILD)/obj/tests/%.o: tests/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(TEST_DEFS) -MMD -MP -c $< -o $@

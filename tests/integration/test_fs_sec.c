@@ -217,8 +217,9 @@ static void test_serve(void)
     int64_t ms = rpc_now_ms() - t0;
     fprintf(stderr, "\n  %d special-file calls: %d refused in %lld ms ", n,
             refused, (long long)ms);
+    /* each answer says "refused": none waited for the 3 s call timeout
+     * (that answer says "timed out"), whatever the machine's load */
     CU_ASSERT_EQUAL(refused, n);
-    CU_ASSERT_TRUE(ms < 2500); /* under the 3 s call timeout */
 
     /* every worker is free: a normal call answers */
     rpc_raw_request(&w, 100, "tools.call",

@@ -1752,24 +1752,25 @@ static int check_names(th_cfctx *c, const th_ynode *v, bool group)
 }
 
 /* A toolset's `tags:`, each resolved to its entry of `tags:` (read before
- * the toolsets). */
+ * the toolsets), or NULL for a tag only plugins declare (ABI 1.5): that
+ * one is checked once the plugins are loaded (th_config_check_tags). */
 static int toolset_tags(th_cfctx *c, const th_ynode *n, th_toolset_cfg *ts)
 {
     if (!ts->n_tags)
         return 0;
     ts->tag_refs = calloc(ts->n_tags, sizeof *ts->tag_refs);
-    if (!ts->tag_refs)
+    ts->tag_marks = calloc(ts->n_tags, sizeof *ts->tag_marks);
+    if (!ts->tag_refs || !ts->tag_marks)
         return th_cf_nomem(c);
     const th_ynode *tl = th_ynode_get(n, "tags");
     for (size_t i = 0; i < ts->n_tags; i++) {
+        const th_ynode *at = tl && tl->kind == TH_Y_SEQ && i < tl->n
+                                 ? tl->kids[i] : tl;
+        if (at)
+            ts->tag_marks[i] = (th_mark){at->line, at->col};
         for (size_t j = 0; j < c->cfg->n_tags && !ts->tag_refs[i]; j++)
             if (strcmp(c->cfg->tags[j].name, ts->tags[i]) == 0)
                 ts->tag_refs[i] = &c->cfg->tags[j];
-        if (!ts->tag_refs[i])
-            return th_cf_err(c, tl && tl->kind == TH_Y_SEQ && i < tl->n
-                                    ? tl->kids[i] : tl,
-                             "toolset '%s' selects tag '%s', which no entry "
-                             "of 'tags:' declares", ts->name, ts->tags[i]);
     }
     return 0;
 }
@@ -2379,6 +2380,7 @@ void th_config_free(th_config *cfg)
         free(ts->overrides);
         th_strv_free(ts->tags, ts->n_tags);
         free(ts->tag_refs);
+        free(ts->tag_marks);
     }
     free(cfg->toolsets);
     for (size_t i = 0; i < cfg->n_tags; i++) {
@@ -2805,4 +2807,32 @@ int th_config_check_tools(const th_config *cfg,
                           void *ud, th_error *err)
 {
     return th_config_check_tools_all(cfg, has_tool, ud, NULL, NULL, err);
+}
+
+int th_config_check_tags(const th_config *cfg,
+                         bool (*has_tag)(void *ud, const char *tag), void *ud,
+                         void (*report)(void *rud, const th_error *e),
+                         void *rud, th_error *err)
+{
+    th_error first, e;
+    th_error_clear(&first);
+    for (size_t i = 0; i < cfg->n_toolsets; i++) {
+        const th_toolset_cfg *ts = &cfg->toolsets[i];
+        for (size_t j = 0; j < ts->n_tags; j++) {
+            if (ts->tag_refs[j] || has_tag(ud, ts->tags[j]))
+                continue;
+            th_error_set(&e, TH_ECONFIG,
+                         "%s:%d:%d: toolset '%s' selects tag '%s', which "
+                         "neither an entry of 'tags:' nor a plugin's tool "
+                         "declares",
+                         cfg->path, ts->tag_marks[j].line,
+                         ts->tag_marks[j].col, ts->name, ts->tags[j]);
+            if (tool_miss(&first, &e, report, rud))
+                goto out;
+        }
+    }
+out:
+    if (err && first.code)
+        *err = first;
+    return first.code;
 }

@@ -172,6 +172,18 @@ static bool has_tool(void *ud, const char *name)
     return t != NULL;
 }
 
+static int tag_hit(const th_tool *t, void *ud)
+{
+    return th_tool_has_tag(t, ud);
+}
+
+/* Whether a loaded tool declares `tag` (ABI 1.5). */
+static bool has_tag(void *ud, const char *tag)
+{
+    th_host *h = ud;
+    return th_registry_foreach(h->reg, tag_hit, (void *)tag) != 0;
+}
+
 /* From a private copy when the host reloads (th/reload.h). */
 static int load_plugin(th_host *h, const th_plugin_cfg *pc, th_error *err)
 {
@@ -324,10 +336,17 @@ int th_host_open_ex(th_config *cfg, const th_host_opts *opts, th_host **out,
                 host_free(h);
                 return rc;
             }
-    if ((rc = th_config_check_tools_all(cfg, has_tool, h,
-                                        go_on ? opts->on_error : NULL,
-                                        go_on ? opts->error_ud : NULL,
-                                        err)) != 0) {
+    rc = th_config_check_tools_all(cfg, has_tool, h,
+                                   go_on ? opts->on_error : NULL,
+                                   go_on ? opts->error_ud : NULL, err);
+    if (rc == 0 || go_on) {
+        int rt = th_config_check_tags(cfg, has_tag, h,
+                                      go_on ? opts->on_error : NULL,
+                                      go_on ? opts->error_ud : NULL,
+                                      rc ? NULL : err);
+        rc = rc ? rc : rt;
+    }
+    if (rc != 0) {
         host_free(h);
         return rc;
     }

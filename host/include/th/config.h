@@ -333,7 +333,10 @@ typedef struct th_toolset_cfg {
      * config's `tags:` (tag_refs, n_tags of them). */
     char **tags;
     size_t n_tags;
-    const struct th_tag_cfg **tag_refs;
+    const struct th_tag_cfg **tag_refs; /* NULL: no entry of `tags:` has
+                                           that name (plugins may declare
+                                           it, ABI 1.5) */
+    th_mark *tag_marks;    /* n_tags marks, parallel to `tags` */
 } th_toolset_cfg;
 
 /* One entry of `tags:`: the tools (names or fnmatch patterns) that carry
@@ -537,6 +540,17 @@ int th_config_check_tools_all(const th_config *cfg,
                               void *ud,
                               void (*report)(void *rud, const th_error *e),
                               void *rud, th_error *err);
+
+/* Checks, once the plugins are loaded, that every tag a toolset selects
+ * is an entry of `tags:` or declared by a loaded tool (`has_tag`, on this
+ * thread only): "FILE:LINE:COL: toolset 'x' selects tag 'y', which
+ * neither an entry of 'tags:' nor a plugin's tool declares" (TH_ECONFIG).
+ * Each miss goes to report (when not NULL) and the checks go on; the
+ * result (and *err) is the first. */
+int th_config_check_tags(const th_config *cfg,
+                         bool (*has_tag)(void *ud, const char *tag), void *ud,
+                         void (*report)(void *rud, const th_error *e),
+                         void *rud, th_error *err);
 
 /* Parsers of the value forms, shared with the CLI: "64KiB", "1MiB", "512"
  * and "500ms", "30s", "2m", "1h".  0 or TH_EINVAL.  Sizes: B, KiB, MiB,
