@@ -844,6 +844,12 @@ static int build_op(opctx *o)
         bad(&o->c, "out of memory");
         goto done;
     }
+    /* The API's name as the tool's tag (ABI 1.5), so that a toolset can
+     * take a whole API by `tags: [NAME]`.  The document's own tags serve
+     * include/exclude only: a vendor's document does not choose which
+     * toolsets its operations join. */
+    if (api->tags[0])
+        t->tags = (const char *const *)api->tags;
     t->flags = TOOLHOST_TOOL_OPEN_WORLD;
     if (!strcmp(o->method, "get") || !strcmp(o->method, "head") ||
         !strcmp(o->method, "options"))
@@ -956,9 +962,29 @@ out:
     return rc;
 }
 
+/* The API's name as a tag: lower case, [a-z0-9_-], '-' for anything
+ * else, at most 32 characters, starting with a letter or digit. */
+static char *api_tag(const char *name)
+{
+    char t[33];
+    size_t n = 0;
+    for (const char *p = name; *p && n < 32; p++) {
+        char c = *p >= 'A' && *p <= 'Z' ? (char)(*p - 'A' + 'a') : *p;
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
+              c == '-'))
+            c = '-';
+        if (n == 0 && (c == '-' || c == '_'))
+            continue;
+        t[n++] = c;
+    }
+    t[n] = '\0';
+    return n ? strdup(t) : NULL;
+}
+
 int oa_spec_tools(oa_state *st, oa_api *api, const json_t *doc, char *err,
                   size_t err_size)
 {
+    api->tags[0] = api_tag(api->name);
     /* (an unquoted `openapi: 3.1` in YAML is a number) */
     const json_t *vj = json_object_get(doc, "openapi");
     char vbuf[32];

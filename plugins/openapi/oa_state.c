@@ -30,6 +30,7 @@ static void api_free(oa_api *a)
     free(a->key_header);
     free(a->key_query);
     strv_free(a->headers);
+    free(a->tags[0]);
 }
 
 void oa_state_free(oa_state *st)

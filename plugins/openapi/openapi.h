@@ -74,6 +74,9 @@ typedef struct oa_api {
     bool allow_private;
     long retries;
     char **headers;       /* "Name: value", NULL-terminated, or NULL */
+    /* The tag every tool of the API declares (ABI 1.5): the API's name
+     * made a tag, or NULL when nothing of it is left.  tags[1] is NULL. */
+    char *tags[2];
 } oa_api;
 
 typedef struct oa_state {

@@ -138,6 +138,10 @@ static void test_petstore(void)
     /* no response body: no output schema */
     CU_ASSERT_PTR_NULL(th_harness_tool(h, "deletePet")->output_schema);
 
+    /* every tool carries the API's name as its tag (ABI 1.5) */
+    const char *const *tags = th_harness_tool(h, "getPet")->tags;
+    CU_ASSERT(tags && tags[0] && !strcmp(tags[0], "t") && !tags[1]);
+
     /* no operationId: method and path */
     const toolhost_tool *owner = th_harness_tool(h, "get_pets_petId_owner");
     CU_ASSERT_PTR_NOT_NULL_FATAL(owner);
