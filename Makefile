@@ -185,6 +185,11 @@ $(BUILD)/obj/tests/fixtures/abi13f_%.o: tests/fixtures/abi13f_%.c tests/abi13/to
 	@mkdir -p $(dir $@)
 	$(CC) -Itests/abi13 $(CFLAGS_PLUGIN) -MMD -MP -c $< -o $@
 
+# A fixture of the ABI 1.4 era: built against the frozen 1.4 header.
+$(BUILD)/obj/tests/fixtures/abi14f_%.o: tests/fixtures/abi14f_%.c tests/abi14/toolhost/plugin.h
+	@mkdir -p $(dir $@)
+	$(CC) -Itests/abi14 $(CFLAGS_PLUGIN) -MMD -MP -c $< -o $@
+
 $(BUILD)/obj/tests/%.o: tests/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(TEST_DEFS) -MMD -MP -c $< -o $@
@@ -273,6 +278,9 @@ $(INTEG_BIN): $(BUILD)/obj/tests/runner-integration.o $(call obj,$(INTEG_SRC)) $
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBTH) | $(TOOLHOST) $(PLUGIN_SO)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_ALL) -o $@ $< $(LIBTH) $(LIBS_ALL)
+# The OpenAPI bench makes the same request directly with libcurl (the
+# floor): it links what the bundled plugins link.
+$(BUILD)/bench/openapi: LIBS_ALL += $(PLUGIN_PKG_LIBS)
 
 # ---- the two commands -------------------------------------------------------
 
@@ -421,7 +429,7 @@ valgrind: $(INTEG_BIN)
 	TH_VALGRIND="$(VALGRIND)" $(if $(PARALLEL),TH_RUN_WRAP="$(VALGRIND)" $(RUN_SUITES),$(VALGRIND)) $(INTEG_BIN) $(SUITES)
 
 bench: all $(BENCH_BIN)
-	@scripts/run-bench $(BUILD) $(BENCH_BIN) bench/mcp/bench-mcp
+	@scripts/run-bench $(BUILD) $(BENCH_BIN) bench/mcp/bench-mcp bench/mcp/bench-mcp-source
 
 FUZZ_SECONDS ?= 30
 fuzz: deps

@@ -57,6 +57,10 @@ $(LIB): $(HOST_OBJ)
 	@mkdir -p $(dir $@)
 	@rm -f $@ && ar rcs $@ $^
 
+# The openapi target includes the plugin's sources, which use libcurl.
+$(FUZZ_BUILD)/openapi: PKG_LIBS += $(shell pkg-config --libs libcurl 2>/dev/null)
+$(FUZZ_BUILD)/obj/fuzz/openapi.o: TARGET_CFLAGS += -Iplugins/openapi
+
 $(FUZZ_BUILD)/%: $(FUZZ_BUILD)/obj/fuzz/%.o $(LIB)
 	@echo "  LINK  $@"
 	@$(CLANG) -fsanitize=fuzzer $(SAN) -o $@ $< $(LIB) $(PKG_LIBS) -lpthread -ldl -lm

@@ -14,8 +14,9 @@ static const char describe_usage[] =
     "\n"
     "Prints the tool's detailed description as a model sees it (summary,\n"
     "long description with its sections, parameters, output types and\n"
-    "flags), then the JSON Schema of its parameters. --json prints\n"
-    "{name, description, detailed_description, parameters}.\n"
+    "flags, tags), then the JSON Schema of its parameters. --json prints\n"
+    "{name, description, detailed_description, parameters} (and tags when\n"
+    "the plugin declares some).\n"
     "\n"
     "Options:\n"
     "  -c, --config FILE   load the plugins of this config\n"
@@ -78,6 +79,12 @@ int cli_describe(int argc, char **argv)
                                   "description", t->description,
                                   "detailed_description", text, "parameters",
                                   params);
+            json_t *tags = o ? th_schema_tags(t) : NULL; /* ABI 1.5 */
+            if (o && t->n_tags &&
+                (!tags || json_object_set_new(o, "tags", tags) != 0)) {
+                json_decref(o);
+                o = NULL;
+            }
             char *s = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
             if (s) {
                 printf("%s\n", s);

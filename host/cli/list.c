@@ -39,6 +39,12 @@ static int print_row(const th_tool *t, void *ud)
                               "stdout_type", th_sem_name(t->stdout_type),
                               "stderr_type", th_sem_name(t->stderr_type),
                               "parameters", th_schema_params(t));
+        json_t *tags = j ? th_schema_tags(t) : NULL; /* ABI 1.5 */
+        if (j && t->n_tags &&
+            (!tags || json_object_set_new(j, "tags", tags) != 0)) {
+            json_decref(j);
+            j = NULL;
+        }
         if (!j || json_array_append_new(lc->arr, j) != 0) {
             lc->rc = CLI_FAILED;
             return 1;

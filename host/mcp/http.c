@@ -23,6 +23,7 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <nettle/base64.h>
 #include <nettle/sha2.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -121,6 +122,9 @@ struct hsess {
     pthread_mutex_t in_mu; /* th_mcp_session_input one at a time */
     int refs;              /* table + handlers + streams; under f->mu */
     bool in_table;
+    bool one_request;      /* serves one 2026-07-28 request: listed in
+                              f->one_req, not the table (no id names it),
+                              counted in f->n_sessions until freed */
     stream *streams;
     unsigned n_get;
     int64_t last_used_ms;
@@ -157,7 +161,8 @@ struct th_mcp_http {
     pthread_mutex_t mu;
     pthread_cond_t reaper_cv;
     hsess *sessions;
-    unsigned n_sessions;
+    hsess *one_req;          /* sessions of one 2026-07-28 request each */
+    unsigned n_sessions;     /* both lists' */
     struct opening *opening; /* sessions reserved, not yet listed */
     bool closing;
     pthread_t reaper;
@@ -618,6 +623,16 @@ static void sess_unref(hsess *s)
         return;
     if (s->m)
         th_mcp_session_free(s->m);
+    if (s->one_request) {
+        pthread_mutex_lock(&f->mu);
+        for (hsess **pp = &f->one_req; *pp; pp = &(*pp)->next)
+            if (*pp == s) {
+                *pp = s->next;
+                break;
+            }
+        f->n_sessions--;
+        pthread_mutex_unlock(&f->mu);
+    }
     /* Only orphans are left: every other stream holds a reference. */
     while (s->streams)
         stream_unlink_free(s->streams);
@@ -678,6 +693,9 @@ static unsigned user_sessions(th_mcp_http *f, const char *user)
     for (hsess *s = f->sessions; s; s = s->next)
         if (strcmp(s->user, user) == 0)
             n++;
+    for (hsess *s = f->one_req; s; s = s->next)
+        if (strcmp(s->user, user) == 0)
+            n++;
     for (opening *o = f->opening; o; o = o->next)
         if (strcmp(o->user, user) == 0)
             n++;
@@ -685,8 +703,10 @@ static unsigned user_sessions(th_mcp_http *f, const char *user)
 }
 
 /* A new session for `user` in the table, with a reference for the caller;
- * NULL with *status (503: too many sessions, 500). */
-static hsess *sess_new(th_mcp_http *f, const char *user, unsigned *status)
+ * NULL with *status (503: too many sessions, 500).  `one_request`: it
+ * serves one 2026-07-28 request (its opening is logged at debug). */
+static hsess *sess_new(th_mcp_http *f, const char *user, unsigned *status,
+                       bool one_request)
 {
     *status = 500;
     hsess *s = calloc(1, sizeof *s);
@@ -781,7 +801,9 @@ static hsess *sess_new(th_mcp_http *f, const char *user, unsigned *status)
     s->next = f->sessions;
     f->sessions = s;
     pthread_mutex_unlock(&f->mu);
-    th_log_info("mcp http: session %.8s opened for '%s'", s->id, user);
+    th_log(one_request ? TOOLHOST_LOG_DEBUG : TOOLHOST_LOG_INFO,
+           "mcp http: session %.8s opened for '%s'%s", s->id, user,
+           one_request ? " (one 2026-07-28 request)" : "");
     return s;
 }
 
@@ -1107,12 +1129,14 @@ static bool user_has_toolset(th_mcp_http *f, const char *user)
 
 static bool version_ok(const char *v)
 {
-    if (!v)
-        return true;
-    for (size_t i = 0; mcp_versions[i]; i++)
-        if (strcmp(v, mcp_versions[i]) == 0)
-            return true;
-    return false;
+    return !v || mcp_version_served(v);
+}
+
+/* v is of the 2026-07-28 era: that revision or a later one (revisions
+ * are dates). */
+static bool version_modern(const char *v)
+{
+    return v && strcmp(v, mcp_modern_versions[0]) >= 0;
 }
 
 static enum MHD_Result reply_rpc_error(struct MHD_Connection *c,
@@ -1445,7 +1469,7 @@ static hsess *post_session(th_mcp_http *f, struct MHD_Connection *c,
             return NULL;
         }
         unsigned status;
-        s = sess_new(f, q->user, &status);
+        s = sess_new(f, q->user, &status, false);
         if (!s)
             *rc = reply_rpc_error(c, status, -32603,
                                   status == 503
@@ -1479,6 +1503,9 @@ static enum MHD_Result post_request(th_mcp_http *f, struct MHD_Connection *c,
                                            : NULL;
     if (st)
         st->id = json_incref(id);
+    /* A 2026-07-28 request's session is no one's to come back to: its
+     * stream cannot be resumed. */
+    bool listed = s->in_table;
     pthread_mutex_unlock(&f->mu);
     if (!st) {
         bool dup = key != NULL;
@@ -1493,7 +1520,7 @@ static enum MHD_Result post_request(th_mcp_http *f, struct MHD_Connection *c,
     const char *acc = hdr(c, MHD_HTTP_HEADER_ACCEPT);
     char tag[sizeof st->tag] = "";
     if (f->mc->sse_poll_ms && acc && strstr(acc, "text/event-stream") &&
-        !is_init && random_hex(tag, sizeof tag) == 0)
+        !is_init && listed && random_hex(tag, sizeof tag) == 0)
         q->prime_at = now_ms() + (int64_t)f->mc->sse_poll_ms;
     th_http_conn *hc = th_http_conn_ref(c);
     pthread_mutex_lock(&f->mu);
@@ -1510,6 +1537,150 @@ static enum MHD_Result post_request(th_mcp_http *f, struct MHD_Connection *c,
                MHD_lookup_connection_value(c, MHD_HEADER_KIND, "traceparent"));
     json_decref(msg);
     return post_wait(f, c, q);
+}
+
+/* ---- 2026-07-28: a request without a session ---------------------------- */
+
+/* The revision a message's _meta envelope names (params._meta
+ * ["io.modelcontextprotocol/protocolVersion"]), or NULL. */
+static const char *envelope_version(const json_t *msg)
+{
+    json_t *meta = json_object_get(json_object_get(msg, "params"), "_meta");
+    return json_string_value(
+        json_object_get(meta, "io.modelcontextprotocol/protocolVersion"));
+}
+
+/* A 2026-07-28-era request whose envelope names a revision not served:
+ * 400 with -32022 and what is served, from which the client picks
+ * (the core says the same on stdio). */
+static enum MHD_Result reply_unsupported(struct MHD_Connection *c,
+                                         const json_t *msg, const char *ev)
+{
+    json_t *sv = json_array();
+    for (size_t i = 0; sv && mcp_modern_versions[i]; i++)
+        json_array_append_new(sv, json_string(mcp_modern_versions[i]));
+    for (size_t i = 0; sv && mcp_versions[i]; i++)
+        json_array_append_new(sv, json_string(mcp_versions[i]));
+    json_t *id = json_object_get(msg, "id");
+    json_t *e = json_pack(
+        "{s:s, s:O, s:{s:i, s:s, s:{s:o*, s:s*}}}", "jsonrpc", "2.0", "id",
+        id ? id : json_null(), "error", "code", -32022, "message",
+        "Unsupported protocol version: see error.data.supported",
+        "data", "supported", sv, "requested",
+        strlen(ev) <= 32 ? ev : NULL);
+    char *body = e ? json_dumps(e, JSON_COMPACT) : NULL;
+    json_decref(e);
+    if (!body)
+        return MHD_NO;
+    enum MHD_Result rc =
+        th_http_reply(c, 400, "application/json", body, NULL, NULL);
+    free(body);
+    return rc;
+}
+
+/* Whether the Mcp-Name header h names `want`: as it is, or as
+ * =?base64?...?= (what a client sends for a value that is not printable
+ * ASCII without spaces at its ends). */
+static bool name_header_is(const char *h, const char *want)
+{
+    size_t n = strlen(h);
+    if (n < 11 || strncmp(h, "=?base64?", 9) != 0 ||
+        strcmp(h + n - 2, "?=") != 0)
+        return strcmp(h, want) == 0;
+    size_t in = n - 11, cap = BASE64_DECODE_LENGTH(in) + 1, out = 0;
+    uint8_t *d = malloc(cap);
+    struct base64_decode_ctx ctx;
+    base64_decode_init(&ctx);
+    bool ok = d && base64_decode_update(&ctx, &out, d, in, h + 9) &&
+              base64_decode_final(&ctx) && out == strlen(want) &&
+              memcmp(d, want, out) == 0;
+    free(d);
+    return ok;
+}
+
+/* The headers of a 2026-07-28 request against its body (the revision's
+ * HTTP binding: MCP-Protocol-Version and Mcp-Method on every request,
+ * Mcp-Name for tools/call, prompts/get, resources/read): a proxy routes
+ * on them, so a header that says something else than the body is
+ * refused, 400 with -32020.  True when refused (answered in *rc). */
+static bool refuse_modern_headers(th_mcp_http *f, struct MHD_Connection *c,
+                                  const json_t *msg, enum MHD_Result *rc)
+{
+    const char *ev = envelope_version(msg);
+    const char *hv = hdr(c, "MCP-Protocol-Version");
+    const char *method = json_string_value(json_object_get(msg, "method"));
+    const char *hm = hdr(c, "Mcp-Method");
+    json_t *params = json_object_get(msg, "params");
+    const char *field = strcmp(method, "tools/call") == 0 ||
+                                strcmp(method, "prompts/get") == 0
+                            ? "name"
+                        : strcmp(method, "resources/read") == 0 ? "uri"
+                                                                : NULL;
+    const char *want =
+        field ? json_string_value(json_object_get(params, field)) : NULL;
+    const char *hn = hdr(c, "Mcp-Name");
+    const char *why = NULL;
+    int code = -32020;
+    if (!ev) {
+        why = "Invalid params: MCP-Protocol-Version names a 2026-07-28 "
+              "revision but params._meta has no "
+              "io.modelcontextprotocol/protocolVersion";
+        code = -32602;
+    } else if (!hv) {
+        why = "Header mismatch: a 2026-07-28 request needs the "
+              "MCP-Protocol-Version header";
+    } else if (strcmp(hv, ev) != 0) {
+        why = "Header mismatch: MCP-Protocol-Version differs from "
+              "params._meta's io.modelcontextprotocol/protocolVersion";
+    } else if (!hm || strcmp(hm, method) != 0) {
+        why = hm ? "Header mismatch: Mcp-Method differs from the body's "
+                   "method"
+                 : "Header mismatch: a 2026-07-28 request needs the "
+                   "Mcp-Method header";
+    } else if (want && (!hn || !name_header_is(hn, want))) {
+        why = hn ? "Header mismatch: Mcp-Name differs from the body's "
+                   "params.name or params.uri"
+                 : "Header mismatch: this request needs the Mcp-Name "
+                   "header";
+    }
+    if (!why)
+        return false;
+    th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_MCP_EV_PROTOCOL);
+    th_log_info("mcp http: a 2026-07-28 request refused: %s", why);
+    *rc = reply_rpc_error(c, 400, code, why);
+    return true;
+}
+
+/* A session for one 2026-07-28 request (a reference): opened under the
+ * same budgets as any (mcp.max_sessions, max_sessions_per_user, counted
+ * until it ends), then moved from the table to f->one_req at once: no id
+ * names it, the request's stream holds it, and it ends with the request.
+ * NULL when refused (answered in *rc). */
+static hsess *sess_for_request(th_mcp_http *f, struct MHD_Connection *c,
+                               const hreq *q, enum MHD_Result *rc)
+{
+    unsigned status;
+    hsess *s = sess_new(f, q->user, &status, true);
+    if (!s) {
+        *rc = reply_rpc_error(c, status, -32603,
+                              status == 503
+                                  ? "Server busy: too many sessions"
+                                  : "Cannot open a session");
+        return NULL;
+    }
+    pthread_mutex_lock(&f->mu);
+    for (hsess **pp = &f->sessions; *pp; pp = &(*pp)->next)
+        if (*pp == s) {
+            *pp = s->next;
+            break;
+        }
+    s->in_table = false;
+    s->one_request = true;
+    s->refs--; /* the table's (the caller's is left) */
+    s->next = f->one_req;
+    f->one_req = s;
+    pthread_mutex_unlock(&f->mu);
+    return s;
 }
 
 static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
@@ -1532,8 +1703,31 @@ static enum MHD_Result do_post_msg(th_mcp_http *f, struct MHD_Connection *c,
     if (!msg)
         return rc;
     hsess *s = NULL;
-    if (!post_classify(f, c, msg, &is_request, &is_init, &rc) ||
-        !(s = post_session(f, c, q, is_init, &rc))) {
+    if (!post_classify(f, c, msg, &is_request, &is_init, &rc)) {
+        json_decref(msg);
+        return rc;
+    }
+    /* 2026-07-28 (docs/mcp.md, "Protocol revisions"): a message without
+     * Mcp-Session-Id whose envelope (or header) names that era is served
+     * on a session of its own. */
+    bool modern = !sid0 && (envelope_version(msg) ||
+                            version_modern(hdr(c, "MCP-Protocol-Version")));
+    if (modern && !is_request) {
+        /* Nothing to tell: no session, no call of its (a hang-up
+         * cancels a 2026-07-28 call). */
+        json_decref(msg);
+        return th_http_reply(c, MHD_HTTP_ACCEPTED, NULL, "", NULL, NULL);
+    }
+    if (modern && !refuse_modern_headers(f, c, msg, &rc)) {
+        const char *ev = envelope_version(msg); /* there: checked */
+        if (!version_modern(ev) || !mcp_version_served(ev))
+            rc = reply_unsupported(c, msg, ev);
+        else
+            s = sess_for_request(f, c, q, &rc);
+    } else if (!modern) {
+        s = post_session(f, c, q, is_init, &rc);
+    }
+    if (!s) {
         json_decref(msg);
         return rc;
     }
@@ -2016,7 +2210,10 @@ static enum MHD_Result on_request(void *ud, struct MHD_Connection *c,
         enum MHD_Result rc;
         if (refuse_access(f, c, q, &rc))
             return rc;
-        if (!version_ok(hdr(c, "MCP-Protocol-Version")))
+        /* A later revision than those served is the envelope's to say
+         * (-32022 with the list, do_post_msg): a client picks again. */
+        const char *pv = hdr(c, "MCP-Protocol-Version");
+        if (!version_ok(pv) && !version_modern(pv))
             return reply_rpc_error(c, 400, -32600,
                                    "Bad Request: unsupported "
                                    "MCP-Protocol-Version");
@@ -2404,11 +2601,12 @@ void th_mcp_http_stop(th_mcp_http *f)
         th_http_quiesce(f->srv[i]);
     pthread_mutex_lock(&f->mu);
     f->closing = true;
-    for (hsess *s = f->sessions; s; s = s->next)
-        for (stream *st = s->streams; st; st = st->next) {
-            st->done = true;
-            wake(st);
-        }
+    for (int l = 0; l < 2; l++)
+        for (hsess *s = l ? f->one_req : f->sessions; s; s = s->next)
+            for (stream *st = s->streams; st; st = st->next) {
+                st->done = true;
+                wake(st);
+            }
     pthread_cond_broadcast(&f->reaper_cv);
     pthread_mutex_unlock(&f->mu);
     if (f->reaper_started)

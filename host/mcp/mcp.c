@@ -27,6 +27,27 @@
  * its clients ignore. */
 const char *const mcp_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26",
                                     "2024-11-05", NULL};
+/* 2026-07-28 is served per request: a request whose params._meta names it
+ * (the envelope) is answered in its terms, with no initialize before it
+ * (envelope_check below). */
+const char *const mcp_modern_versions[] = {"2026-07-28", NULL};
+
+bool mcp_version_served(const char *v)
+{
+    for (size_t i = 0; mcp_versions[i]; i++)
+        if (strcmp(v, mcp_versions[i]) == 0)
+            return true;
+    for (size_t i = 0; mcp_modern_versions[i]; i++)
+        if (strcmp(v, mcp_modern_versions[i]) == 0)
+            return true;
+    return false;
+}
+
+static bool is_modern(const th_mcp_session *m)
+{
+    return atomic_load_explicit(&((th_mcp_session *)m)->modern,
+                                memory_order_acquire);
+}
 
 int64_t mcp_wall_ms(void)
 {
@@ -63,8 +84,35 @@ void mcp_request_done(th_mcp_session *m, const json_t *id)
         m->t.request_done(m->ud, id);
 }
 
+/* What a 2026-07-28 result carries besides its own fields: resultType
+ * (required: a result without it is refused by the client) and the
+ * server's identity in _meta.  -1: no memory. */
+static int modern_stamp(json_t *result)
+{
+    if (!json_is_object(result))
+        return 0;
+    if (!json_object_get(result, "resultType") &&
+        json_object_set_new(result, "resultType", json_string("complete")))
+        return -1;
+    json_t *meta = json_object_get(result, "_meta");
+    if (!meta) {
+        meta = json_object();
+        if (json_object_set_new(result, "_meta", meta) != 0)
+            return -1;
+    }
+    if (!json_is_object(meta) || json_object_get(meta, MCP_META_SERVER_INFO))
+        return 0;
+    return json_object_set_new(meta, MCP_META_SERVER_INFO,
+                               json_pack("{s:s, s:s}", "name", "toolhost",
+                                         "version", TOOLHOST_VERSION));
+}
+
 void mcp_send_result(th_mcp_session *m, const json_t *id, json_t *result)
 {
+    if (result && is_modern(m) && modern_stamp(result) != 0) {
+        json_decref(result);
+        result = NULL;
+    }
     if (!result) {
         mcp_send_error(m, id, MCP_INTERNAL_ERROR,
                        "out of memory building the result");
@@ -75,6 +123,18 @@ void mcp_send_result(th_mcp_session *m, const json_t *id, json_t *result)
     mcp_send(m, msg, id);
 }
 
+void mcp_send_cacheable(th_mcp_session *m, const json_t *id, json_t *result)
+{
+    if (result && is_modern(m) &&
+        (json_object_set_new(result, "ttlMs", json_integer(0)) != 0 ||
+         json_object_set_new(result, "cacheScope",
+                             json_string("private")) != 0)) {
+        json_decref(result);
+        result = NULL;
+    }
+    mcp_send_result(m, id, result);
+}
+
 void mcp_send_error(th_mcp_session *m, const json_t *id, int code,
                     const char *fmt, ...)
 {
@@ -83,6 +143,10 @@ void mcp_send_error(th_mcp_session *m, const json_t *id, int code,
     va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
+    /* 2026-07-28 has no code of its own for a resource not found: it is
+     * invalid params there. */
+    if (code == MCP_RESOURCE_NOT_FOUND && is_modern(m))
+        code = MCP_INVALID_PARAMS;
     json_t *msg = json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0",
                             "id", id ? id : json_null(), "error", "code",
                             code, "message", text);
@@ -278,7 +342,9 @@ static void front_tools_changed(void *ud)
     bool changed = m->list_known && h != m->list_hash;
     m->list_hash = h;
     m->list_known = true;
-    bool send = changed && m->initialized;
+    /* 2026-07-28 sends nothing unasked (subscriptions/listen, its
+     * channel for changes, is not served). */
+    bool send = changed && m->initialized && !is_modern(m);
     if (send)
         list_changed_locked(m);
     pthread_mutex_unlock(&m->mu);
@@ -390,7 +456,8 @@ static void on_resource_updated(const char *uri)
     pthread_mutex_lock(&g_tm.mu);
     for (th_mcp_session *m = g_tm.list; m; m = m->tnext) {
         pthread_mutex_lock(&m->mu);
-        any |= m->initialized && mcp_subs_mark_locked(m, uri);
+        any |= m->initialized && !is_modern(m) &&
+               mcp_subs_mark_locked(m, uri);
         pthread_mutex_unlock(&m->mu);
     }
     pthread_mutex_unlock(&g_tm.mu);
@@ -643,7 +710,7 @@ static void on_event(const th_event *e, void *ud)
     if (m->drain_waiters)
         pthread_cond_broadcast(&m->cv);
     if (!c->task && !c->client_cancelled && !c->no_response &&
-        m->t.send_text)
+        m->t.send_text && !is_modern(m))
         final_text_locked(m, c, r);
     json_t *res = (c->task && c->acked) || (!c->task && c->no_response)
                       ? NULL
@@ -853,6 +920,18 @@ static void on_response(th_mcp_session *m, const json_t *msg)
 
 /* ---- Methods -------------------------------------------------------------------- */
 
+/* initialize's words (as they always were), and server/discover's (no
+ * tasks in 2026-07-28). */
+#define INSTRUCTIONS_LEGACY                                                 \
+    "Tools of a toolhost host. A tool error comes back as a result with "  \
+    "isError true and a message saying what to change; long-running "      \
+    "tools (execution.taskSupport optional) report progress and may run "  \
+    "as tasks."
+#define INSTRUCTIONS                                                        \
+    "Tools of a toolhost host. A tool error comes back as a result with "  \
+    "isError true and a message saying what to change; long-running "      \
+    "tools report progress"
+
 static void m_initialize(th_mcp_session *m, const json_t *id,
                          const json_t *params)
 {
@@ -879,11 +958,7 @@ static void m_initialize(th_mcp_session *m, const json_t *id,
         "resources", "subscribe", 1, "listChanged", 0, "prompts",
         "listChanged", 0, "completions",
         "serverInfo", "name", "toolhost", "title", "toolhost", "version",
-        TOOLHOST_VERSION, "instructions",
-        "Tools of a toolhost host. A tool error comes back as a result with "
-        "isError true and a message saying what to change; long-running "
-        "tools (execution.taskSupport optional) report progress and may run "
-        "as tasks.");
+        TOOLHOST_VERSION, "instructions", INSTRUCTIONS_LEGACY);
     if (res && strcmp(v, "2025-11-25") != 0)
         json_object_del(json_object_get(res, "capabilities"), "tasks");
     pthread_mutex_lock(&m->mu);
@@ -939,6 +1014,11 @@ static void m_tools_list(th_mcp_session *m, const json_t *id,
     json_t *page = json_array();
     for (size_t i = off; page && i < n && i < off + LIST_PAGE; i++)
         json_array_append(page, json_array_get(all, i));
+    /* 2026-07-28 has no execution (tasks are not in it); the page's
+     * entries are this call's own. */
+    bool modern = is_modern(m);
+    for (size_t i = 0; modern && page && i < json_array_size(page); i++)
+        json_object_del(json_array_get(page, i), "execution");
     json_t *res = json_pack("{s:o}", "tools", page);
     if (res && off + LIST_PAGE < n) {
         char next[32];
@@ -946,7 +1026,7 @@ static void m_tools_list(th_mcp_session *m, const json_t *id,
         json_object_set_new(res, "nextCursor", json_string(next));
     }
     json_decref(all);
-    mcp_send_result(m, id, res);
+    mcp_send_cacheable(m, id, res);
 }
 
 /* m_tools_call: params' shape (fc: read by the plain scan, which checked
@@ -1100,6 +1180,12 @@ static void m_tools_call(th_mcp_session *m, const json_t *id,
                           : json_string_value(json_object_get(params, "name"));
     json_t *args = json_object_get(params, "arguments");
     json_t *task = json_object_get(params, "task");
+    if (task && is_modern(m)) {
+        mcp_send_error(m, id, MCP_INVALID_PARAMS,
+                       "params.task: tasks are not part of protocol "
+                       "2026-07-28 (call the tool without it)");
+        return;
+    }
     if (!call_params_ok(m, id, params, fc, name, args, task))
         return;
     uint32_t out_type;
@@ -1226,12 +1312,169 @@ static bool initialized_or_say(th_mcp_session *m, const json_t *id)
     return init;
 }
 
+/* The protocol revisions served, newest first: the 2026-07-28 era's,
+ * then initialize's.  NULL: no memory. */
+static json_t *versions_json(void)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a && mcp_modern_versions[i]; i++)
+        if (json_array_append_new(a, json_string(mcp_modern_versions[i])))
+            goto fail;
+    for (size_t i = 0; a && mcp_versions[i]; i++)
+        if (json_array_append_new(a, json_string(mcp_versions[i])))
+            goto fail;
+    return a;
+fail:
+    json_decref(a);
+    return NULL;
+}
+
+/* server/discover (2026-07-28): what this server serves, asked before
+ * (and instead of) initialize.  Answered in the 2026-07-28 shape whatever
+ * the session's era: only that revision's clients ask. */
+static void m_discover(th_mcp_session *m, const json_t *id)
+{
+    json_t *res = json_pack(
+        "{s:o*, s:{s:{}, s:{}, s:{}, s:{}, s:{}}, s:s, s:i, s:s}",
+        "supportedVersions", versions_json(), "capabilities", "tools",
+        "logging", "resources", "prompts", "completions", "instructions",
+        INSTRUCTIONS ".", "ttlMs", 0, "cacheScope", "private");
+    if (res && (!json_object_get(res, "supportedVersions") ||
+                modern_stamp(res) != 0)) {
+        json_decref(res);
+        res = NULL;
+    }
+    mcp_send_result(m, id, res);
+}
+
+/* The requests of protocol 2026-07-28 this server answers
+ * (subscriptions/listen is not served: no method). */
+static bool modern_method(const char *method)
+{
+    static const char *const served[] = {
+        "server/discover",   "tools/list",     "tools/call",
+        "prompts/list",      "prompts/get",    "resources/list",
+        "resources/read",    "resources/templates/list",
+        "completion/complete", NULL};
+    for (size_t i = 0; served[i]; i++)
+        if (strcmp(method, served[i]) == 0)
+            return true;
+    return false;
+}
+
+/* The 2026-07-28 envelope of a request (params._meta): the revision, the
+ * client's capabilities, its log level.  A request with one makes the
+ * session a 2026-07-28 one (it needs no initialize); in such a session
+ * every request needs one.  False when the request is refused
+ * (answered). */
+static bool envelope_check(th_mcp_session *m, const json_t *id,
+                           const json_t *params)
+{
+    json_t *meta = json_object_get(params, "_meta");
+    json_t *pv = json_object_get(meta, MCP_META_PROTOCOL);
+    if (!pv) {
+        if (!is_modern(m))
+            return true;
+        mcp_send_error(m, id, MCP_INVALID_PARAMS,
+                       "this session speaks protocol 2026-07-28: every "
+                       "request needs params._meta[\"%s\"] and "
+                       "params._meta[\"%s\"]",
+                       MCP_META_PROTOCOL, MCP_META_CLIENT_CAPS);
+        return false;
+    }
+    const char *v = json_string_value(pv);
+    bool known = false;
+    for (size_t i = 0; v && mcp_modern_versions[i]; i++)
+        known |= strcmp(v, mcp_modern_versions[i]) == 0;
+    if (!known) {
+        /* Said back only when it can be a revision (a date): a client
+         * does not get its megabyte back twice. */
+        const char *shown = v && strlen(v) <= 32 ? v : NULL;
+        json_t *data = json_pack("{s:o*, s:s*}", "supported",
+                                 versions_json(), "requested", shown);
+        json_t *msg = json_pack(
+            "{s:s, s:O, s:{s:i, s:s+, s:o*}}", "jsonrpc", "2.0", "id", id,
+            "error", "code", MCP_UNSUPPORTED_VERSION, "message",
+            "unsupported protocol version in params._meta: this server "
+            "serves 2026-07-28 (server/discover) and 2025-11-25, "
+            "2025-06-18, 2025-03-26, 2024-11-05 (initialize); asked: ",
+            shown ? shown : v ? "(not a revision)" : "(not a string)",
+            "data", data);
+        mcp_send(m, msg, id);
+        return false;
+    }
+    json_t *ci = json_object_get(meta, MCP_META_CLIENT_INFO);
+    json_t *lv = json_object_get(meta, MCP_META_LOG_LEVEL);
+    int level = lv && json_is_string(lv)
+                    ? mcp_level_from_name(json_string_value(lv))
+                    : -1;
+    const char *bad =
+        !json_is_object(json_object_get(meta, MCP_META_CLIENT_CAPS))
+            ? MCP_META_CLIENT_CAPS " (an object) is required"
+        : ci && !json_is_object(ci) ? MCP_META_CLIENT_INFO
+                                      " must be an object"
+        : lv && level < 0 ? MCP_META_LOG_LEVEL
+                            " must be one of debug, info, notice, warning, "
+                            "error, critical, alert, emergency"
+                          : NULL;
+    if (bad) {
+        mcp_send_error(m, id, MCP_INVALID_PARAMS, "params._meta: %s", bad);
+        return false;
+    }
+    pthread_mutex_lock(&m->mu);
+    bool legacy = m->initialized && !is_modern(m);
+    bool first = !legacy && !is_modern(m);
+    char had[sizeof m->version];
+    memcpy(had, m->version, sizeof had);
+    if (!legacy) {
+        snprintf(m->version, sizeof m->version, "%s", v);
+        m->initialized = true;
+        /* No request of ours to the client in this revision (it asks
+         * in-band, input_required): no elicitation, no sampling. */
+        m->elicitation = false;
+        m->sampling = false;
+        m->log_level = level; /* the request's own: absent is none */
+        atomic_store_explicit(&m->modern, true, memory_order_release);
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (legacy) {
+        mcp_send_error(m, id, MCP_INVALID_REQUEST,
+                       "this session negotiated protocol %s with "
+                       "initialize: a request in protocol %s needs a "
+                       "connection of its own",
+                       had, v);
+        return false;
+    }
+    if (first) {
+        const char *cname =
+            json_string_value(json_object_get(ci, "name"));
+        /* Over HTTP each request is a session: not one info line each. */
+        th_log(m->http ? TOOLHOST_LOG_DEBUG : TOOLHOST_LOG_INFO,
+               "mcp session=%llu protocol %s (no initialize), client %s",
+               (unsigned long long)th_session_id(m->s), v,
+               cname ? cname : "(unnamed)");
+    }
+    return true;
+}
+
 static void dispatch_request(th_mcp_session *m, const json_t *id,
                              const char *method, const json_t *params)
 {
     if (params && !json_is_object(params) && !json_is_array(params)) {
         mcp_send_error(m, id, MCP_INVALID_REQUEST,
                        "params must be an object");
+        return;
+    }
+    if (!envelope_check(m, id, params))
+        return;
+    if (strcmp(method, "server/discover") == 0) {
+        m_discover(m, id);
+        return;
+    }
+    if (is_modern(m) && !modern_method(method)) {
+        mcp_send_error(m, id, MCP_METHOD_NOT_FOUND,
+                       "method not found in protocol %s: %.200s",
+                       mcp_modern_versions[0], method);
         return;
     }
     if (strcmp(method, "ping") == 0) {
@@ -1303,7 +1546,8 @@ void th_mcp_session_input_plain(th_mcp_session *m, th_mcp_plain *fc,
                                 const json_t *id)
 {
     m->deferred = false;
-    if (initialized_or_say(m, id))
+    /* No _meta: refused in a 2026-07-28 session (envelope_check). */
+    if (envelope_check(m, id, NULL) && initialized_or_say(m, id))
         m_tools_call(m, id, NULL, fc);
     if (!m->deferred)
         mcp_request_done(m, id);

@@ -2,8 +2,9 @@
  * host/mcp/stdio.c, Streamable HTTP: host/mcp/http.c).
  *
  * A session speaks MCP (JSON-RPC 2.0, protocol versions 2025-11-25,
- * 2025-06-18, 2025-03-26) for one client over one host session: lifecycle
- * and version negotiation, tools/list, tools/call (progress, cancellation,
+ * 2025-06-18, 2025-03-26, 2024-11-05 after initialize; 2026-07-28 per
+ * request, with server/discover) for one client over one host session:
+ * lifecycle and version negotiation, tools/list, tools/call (progress, cancellation,
  * permission asks through elicitation), tasks/..., logging, list_changed.
  * The transport frames messages and hands each one in with
  * th_mcp_session_input(); the session answers through the transport's
@@ -172,5 +173,11 @@ int th_mcp_stdio_run(th_host *h, const th_principal *who,
 /* The protocol revisions served, newest first, NULL-terminated: what
  * initialize agrees to and what MCP-Protocol-Version may name. */
 extern const char *const mcp_versions[];
+/* The revisions of the 2026-07-28 era served, newest first,
+ * NULL-terminated: no initialize, a _meta envelope on every request,
+ * server/discover (docs/mcp.md, "Protocol revisions"). */
+extern const char *const mcp_modern_versions[];
+/* Whether v is one of mcp_versions or mcp_modern_versions. */
+bool mcp_version_served(const char *v);
 
 #endif

@@ -119,7 +119,7 @@ void mcp_content_list(th_mcp_session *m, const json_t *id,
     } else {
         json_decref(l.arr);
     }
-    mcp_send_result(m, id, res);
+    mcp_send_cacheable(m, id, res);
 }
 
 /* ---- Blocks ------------------------------------------------------------------ */
@@ -247,7 +247,7 @@ void mcp_resources_read(th_mcp_session *m, const json_t *id,
         }
     }
     th_content_free(&out);
-    mcp_send_result(m, id, arr ? json_pack("{s:o}", "contents", arr) : NULL);
+    mcp_send_cacheable(m, id, arr ? json_pack("{s:o}", "contents", arr) : NULL);
 }
 
 /* ---- resources/subscribe, resources/unsubscribe ------------------------------ */

@@ -4,6 +4,7 @@
 #define TH_MCP_INT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -17,6 +18,18 @@
 #define MCP_METHOD_NOT_FOUND (-32601)
 #define MCP_INVALID_PARAMS (-32602)
 #define MCP_INTERNAL_ERROR (-32603)
+#define MCP_RESOURCE_NOT_FOUND (-32002)
+/* 2026-07-28: the envelope names a revision this server does not serve
+ * (data: {supported, requested}). */
+#define MCP_UNSUPPORTED_VERSION (-32022)
+
+/* The keys of the per-request _meta envelope of 2026-07-28, and of the
+ * server's identity in a result's _meta. */
+#define MCP_META_PROTOCOL "io.modelcontextprotocol/protocolVersion"
+#define MCP_META_CLIENT_CAPS "io.modelcontextprotocol/clientCapabilities"
+#define MCP_META_CLIENT_INFO "io.modelcontextprotocol/clientInfo"
+#define MCP_META_LOG_LEVEL "io.modelcontextprotocol/logLevel"
+#define MCP_META_SERVER_INFO "io.modelcontextprotocol/serverInfo"
 
 typedef enum mcp_task_status {
     MCP_TASK_WORKING = 0,
@@ -92,7 +105,12 @@ struct th_mcp_session {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     char version[16];
-    bool initialized;        /* initialize answered */
+    bool initialized;        /* initialize answered, or a 2026-07-28
+                                request served */
+    atomic_bool modern;      /* the session speaks 2026-07-28 (set once,
+                                by its first enveloped request; never
+                                cleared): results carry resultType and
+                                serverInfo, lists their cache hints */
     bool elicitation;        /* the client declared elicitation */
     bool sampling;           /* the client declared sampling */
     int log_level;           /* syslog-ish: 0 debug .. 7 emergency; -1 off */
@@ -153,6 +171,11 @@ void mcp_request_done(struct th_mcp_session *m, const json_t *id);
 /* The index that a list request's "cursor" (a nextCursor handed out by an
  * earlier `method`) names, in *off; 0 without a cursor.  false, with the
  * invalid-params error sent, when it is not one. */
+/* A result of a list or a read: under 2026-07-28 it carries the cache
+ * hints (ttlMs 0: a reload may change it at once; cacheScope private: it
+ * is the principal's), then goes as mcp_send_result(). */
+void mcp_send_cacheable(struct th_mcp_session *m, const json_t *id,
+                        json_t *result);
 bool mcp_list_cursor(struct th_mcp_session *m, const json_t *id,
                      const json_t *params, const char *method, size_t *off);
 

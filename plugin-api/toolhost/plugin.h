@@ -1,4 +1,4 @@
-/* toolhost/plugin.h - the toolhost plugin ABI, version 1.4.
+/* toolhost/plugin.h - the toolhost plugin ABI, version 1.5.
  *
  * This header is the whole contract between the toolhost host process and a
  * tool plugin (a shared object).  If a type, constant or function does not
@@ -115,7 +115,7 @@ extern "C" {
 #endif
 
 #define TOOLHOST_ABI_MAJOR 1
-#define TOOLHOST_ABI_MINOR 4
+#define TOOLHOST_ABI_MINOR 5
 
 /* Whether the struct at `p` (with its struct_size) holds `member` of `type`. */
 #define TOOLHOST_HAS_MEMBER(type, p, member)                                  \
@@ -738,7 +738,23 @@ typedef struct toolhost_tool {
      * call's arguments against the schema instead, fills in no defaults,
      * and then calls validate_args() as usual. */
     const char *input_schema;
+
+    /* ---- ABI 1.5 ---- */
+
+    /* NULL, or a NULL-terminated list of tags: names an operator's
+     * toolsets select the tool by (a toolset's `tags:`) and disable it by
+     * (`toolhost disable tag:NAME`), beside the tags the config gives it.
+     * Each is ^[a-z0-9][a-z0-9_-]{0,31}$, none repeated, at most
+     * TOOLHOST_MAX_TAGS of them; the host refuses a tool with a bad one
+     * at load, naming the plugin, the tool and the tag.  Clients see them
+     * in the tool's description (tools.list "tags", MCP tools/list
+     * "_meta": {"toolhost/tags": [...]}).  A host older than 1.5 does not
+     * see them (the tool is then selected by the config's tags only). */
+    const char *const *tags;
 } toolhost_tool;
+
+/* The most tags one tool may declare (toolhost_tool.tags, ABI 1.5). */
+#define TOOLHOST_MAX_TAGS 16
 
 /* A resource (ABI 1.4): data a client may read by URI, such as a file,
  * a record or a schema; or, when `uri` holds "{name}" variables, a family

@@ -33,6 +33,7 @@ typedef struct exec_tool {
     char *cwd;           /* NULL: "/" */
     int64_t timeout_ms;  /* 0: only the call's deadline */
     int64_t grace_ms;    /* SIGTERM to SIGKILL */
+    char **tags;         /* NULL-terminated, or NULL (toolhost_tool.tags) */
 } exec_tool;
 
 typedef struct exec_state {

@@ -165,6 +165,9 @@ void exec_state_free(exec_state *st)
         for (size_t k = 0; k < x->n_env_allow; k++)
             free(x->env_allow[k]);
         free(x->env_allow);
+        for (size_t k = 0; x->tags && x->tags[k]; k++)
+            free(x->tags[k]);
+        free(x->tags);
         free(x->cwd);
     }
     free(st->tools_rw);
@@ -396,7 +399,7 @@ static const char *const tool_keys[] = {
     "name",      "description", "long_description", "params",     "argv",
     "env",       "env_allow",   "cwd",              "timeout",    "stdout",
     "stderr",    "read_only",   "destructive",      "idempotent", "open_world",
-    "serial",    NULL};
+    "serial",    "tags",        NULL};
 
 static int parse_sem(const char *tool, const char *key,
                      const msgpack_object *v, uint32_t def, uint32_t *out,
@@ -459,7 +462,7 @@ static int parse_tool(exec_state *st, uint32_t idx, const msgpack_object *o,
                         "tool '%s': unknown key '%.*s' (allowed: name, "
                         "description, long_description, params, argv, env, "
                         "env_allow, cwd, timeout, stdout, stderr, read_only, "
-                        "destructive, idempotent, open_world, serial)",
+                        "destructive, idempotent, open_world, serial, tags)",
                         name,
                         k->type == MSGPACK_OBJECT_STR ? (int)k->via.str.size
                                                       : 1,
@@ -586,6 +589,27 @@ static int parse_tool(exec_state *st, uint32_t idx, const msgpack_object *o,
                             "variable name",
                             name, i + 1);
         }
+    }
+
+    /* tags (ABI 1.5): strings, NULL-terminated; the host checks the
+     * names (and refuses more than TOOLHOST_MAX_TAGS) as for any plugin */
+    v = get(o, "tags");
+    if (v) {
+        if (v->type != MSGPACK_OBJECT_ARRAY ||
+            v->via.array.size > TOOLHOST_MAX_TAGS)
+            return fail(err, es,
+                        "tool '%s': key 'tags' must be a list of at most %d "
+                        "tag names",
+                        name, TOOLHOST_MAX_TAGS);
+        if (!(x->tags = calloc(v->via.array.size + 1, sizeof *x->tags)))
+            return fail(err, es, "out of memory");
+        for (uint32_t i = 0; i < v->via.array.size; i++)
+            if (!(x->tags[i] = dup_str(&v->via.array.ptr[i])))
+                return fail(err, es,
+                            "tool '%s': key 'tags': element %u is not a "
+                            "string",
+                            name, i + 1);
+        t->tags = (const char *const *)x->tags;
     }
 
     /* every parameter goes somewhere */

@@ -326,6 +326,7 @@ static const toolhost_tool fs_tools[] = {
     TH_SDK_TOOL("fs_read", fs_read, "Reads a text file, or a range of its lines.",
                 TH_SDK_PARAMS(read_params), TH_SDK_OUTPUT(FILE_CONTENT, ERROR),
                 .flags = TOOLHOST_TOOL_READ_ONLY | TOOLHOST_TOOL_IDEMPOTENT,
+                TH_SDK_TAGS("files", "read-only"),
                 .validate_args = fs_read_check,
                 .long_description =
                     "Returns the file's bytes as they are, from line "
@@ -342,6 +343,7 @@ static const toolhost_tool fs_tools[] = {
     TH_SDK_TOOL("fs_list", fs_list, "Lists a folder, one entry per line.",
                 TH_SDK_PARAMS(list_params), TH_SDK_OUTPUT(TEXT, ERROR),
                 .flags = TOOLHOST_TOOL_READ_ONLY | TOOLHOST_TOOL_IDEMPOTENT,
+                TH_SDK_TAGS("files", "read-only"),
                 .long_description =
                     "Entries come sorted by name, folders with a trailing "
                     "\"/\". `glob` filters names with shell patterns "
@@ -350,6 +352,7 @@ static const toolhost_tool fs_tools[] = {
                 "Size, type, mode and modification time of a file, as JSON.",
                 TH_SDK_PARAMS(stat_params), TH_SDK_OUTPUT(STRUCTURED, ERROR),
                 .flags = TOOLHOST_TOOL_READ_ONLY | TOOLHOST_TOOL_IDEMPOTENT,
+                TH_SDK_TAGS("files", "read-only"),
                 .long_description =
                     "Prints one JSON object: {\"path\", \"type\" (file, "
                     "directory, fifo, socket, device, other), \"size\" in "

@@ -988,6 +988,14 @@ class Tool {
         stdout_type_ = Sem::Structured;
         return *this;
     }
+    // ABI 1.5: a tag operators' toolsets select the tool by (and disable
+    // it by), ^[a-z0-9][a-z0-9_-]{0,31}$; call once per tag, at most
+    // TOOLHOST_MAX_TAGS.  .tag("files").tag("read-only")
+    Tool &tag(std::string name)
+    {
+        tags_.push_back(std::move(name));
+        return *this;
+    }
     // TOOLHOST_TOOL_* bits: th::ReadOnly | th::Idempotent ...
     Tool &flags(uint32_t f)
     {
@@ -1020,6 +1028,7 @@ class Tool {
     std::string name_, description_, title_, long_description_,
         output_schema_;
     std::vector<Param> params_;
+    std::vector<std::string> tags_;
     Sem stdout_type_ = Sem::Text, stderr_type_ = Sem::Error;
     uint32_t flags_ = 0;
     Handler handler_;
@@ -1201,6 +1210,7 @@ class Built {
         params_.resize(p.tools_.size());
         enums_.resize(p.tools_.size());
         tools_.resize(p.tools_.size());
+        tags_.resize(p.tools_.size());
         for (size_t i = 0; i < p.tools_.size(); i++) {
             Tool &t = p.tools_[i];
             std::vector<toolhost_param> &ps = params_[i];
@@ -1221,6 +1231,13 @@ class Built {
             d.user_data = &t;
             d.title = cstr_or_null(t.title_);
             d.output_schema = cstr_or_null(t.output_schema_);
+            // ABI 1.5: the tags, NULL-terminated (none: NULL)
+            std::vector<const char *> &tg = tags_[i];
+            tg.clear();
+            for (const std::string &g : t.tags_)
+                tg.push_back(g.c_str());
+            tg.push_back(nullptr);
+            d.tags = t.tags_.empty() ? nullptr : tg.data();
         }
         plugin_ = toolhost_plugin{};
         plugin_.struct_size = sizeof plugin_;
@@ -1242,6 +1259,7 @@ class Built {
     std::optional<Plugin> p_;
     std::vector<std::vector<toolhost_param>> params_;
     std::vector<std::vector<std::vector<const char *>>> enums_;
+    std::vector<std::vector<const char *>> tags_;
     std::vector<toolhost_tool> tools_;
     std::vector<toolhost_param> config_;
     std::vector<std::vector<const char *>> config_enums_;

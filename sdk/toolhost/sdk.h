@@ -141,6 +141,12 @@ const char *th_sdk_strerror(int code);
  * tool needs TH_SDK_OUTPUT(STRUCTURED, ...)). */
 #define TH_SDK_TITLE(t) .title = (t)
 #define TH_SDK_OUTPUT_SCHEMA(json) .output_schema = (json)
+/* ABI 1.5: tags an operator's toolsets select the tool by (and disable
+ * it by): TH_SDK_TAGS("files", "read-only").  Each is
+ * ^[a-z0-9][a-z0-9_-]{0,31}$, at most TOOLHOST_MAX_TAGS; a host older
+ * than 1.5 does not see them. */
+#define TH_SDK_TAGS(...)                                                     \
+    .tags = (const char *const[]) { __VA_ARGS__, NULL }
 /* Semantic types of stdout and stderr: TH_SDK_OUTPUT(FILE_CONTENT, ERROR).
  * Names are the TOOLHOST_SEM_* suffixes. */
 #define TH_SDK_OUTPUT(out, err)                                              \

@@ -335,6 +335,9 @@ static void test_mcp(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "\"exclusiveMinimum\":0"));
     CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "\"pattern\":\"^[A-Za-z]"));
     CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "\"outputSchema\""));
+    /* the tags of .tag() (ABI 1.5), in the tool's _meta */
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.out, "\"_meta\":{\"toolhost/tags\":"
+                                         "[\"geometry\",\"read-only\"]}"));
     CU_ASSERT_PTR_NOT_NULL(
         strstr(r.out, "{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"content\":"
                       "[{\"type\":\"text\",\"text\":\"hi\"}],\"isError\":"

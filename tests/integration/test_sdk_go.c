@@ -845,6 +845,9 @@ static void test_mcp_stdio(void)
     CU_ASSERT_PTR_NOT_NULL(list && strstr(list, "\"name\":\"gotools_stats\""));
     CU_ASSERT_PTR_NOT_NULL(list && strstr(list, "\"maximum\":6"));
     CU_ASSERT_PTR_NOT_NULL(list && strstr(list, "\"outputSchema\""));
+    /* Tool.Tags (ABI 1.5), in the tool's _meta */
+    CU_ASSERT_PTR_NOT_NULL(list && strstr(list, "\"_meta\":{\"toolhost/tags\":"
+                                                "[\"math\",\"read-only\"]}"));
     free(list);
     const char *t = first_text(by_id(out, 3));
     CU_ASSERT_STRING_EQUAL(t ? t : "", "over mcp");

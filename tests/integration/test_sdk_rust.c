@@ -350,6 +350,9 @@ static void test_mcp(void)
               strstr(a, "\"pattern\":\"^[a-z]+$\"") &&
               strstr(a, "\"enum\":[\"left\",\"right\",\"center\"]") &&
               strstr(a, "\"title\":\"Pad a word\""));
+    /* tags = [...] of #[tool] (ABI 1.5), in the tool's _meta */
+    CU_ASSERT(a && strstr(a, "\"_meta\":{\"toolhost/tags\":[\"text\","
+                             "\"read-only\"]}"));
     a = mcp_answer(r.out, 3, buf, sizeof buf);
     CU_ASSERT(a && strstr(a, "\"text\":\"over MCP\"") &&
               strstr(a, "\"isError\":false"));

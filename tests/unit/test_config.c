@@ -466,8 +466,8 @@ static void test_unknown_keys(void)
                "'toolsets'?)");
     EXPECT_ERR("host: {}\nbananas: 3\n",
                "t.yaml:2:1: unknown key 'bananas' in the config (known keys: "
-               "host, limits, plugins, tags, toolsets, mocks, admin, "
-               "rate_limits, mcp, nats)");
+               "host, limits, plugins, tags, defer_tools, toolsets, mocks, "
+               "admin, rate_limits, mcp, nats)");
     EXPECT_ERR("plugins:\n  - name: a\n    path: a.so\n    optinal: true\n",
                "t.yaml:4:5: unknown key 'optinal' in plugin (did you mean "
                "'optional'?)");
@@ -2216,8 +2216,62 @@ static void test_section_register(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "unknown key 't1'"));
 }
 
+/* Discovery: `defer: true` on a plugin, `defer_tools:` by name or
+ * pattern, th_config_tool_deferred, and the refusals. */
+static void test_defer(void)
+{
+    static const char ok[] =
+        "plugins:\n"
+        "  - name: saas\n"
+        "    path: /x/saas.so\n"
+        "    defer: true\n"
+        "  - name: fs\n"
+        "    path: /x/fs.so\n"
+        "defer_tools: [\"fs_write*\", fs_delete]\n";
+    th_config *cfg = NULL;
+    th_error e;
+    CU_ASSERT_EQUAL_FATAL(th_config_parse("t.yaml", "/", ok, strlen(ok),
+                                          &cfg, &e), 0);
+    CU_ASSERT(cfg->plugins[0].defer);
+    CU_ASSERT(!cfg->plugins[1].defer);
+    CU_ASSERT_EQUAL(cfg->n_defer_tools, 2);
+    CU_ASSERT_EQUAL(cfg->defer_marks[1].line, 7);
+    CU_ASSERT(th_config_defers(cfg));
+    CU_ASSERT(th_config_tool_deferred(cfg, "saas", "anything"));
+    CU_ASSERT(th_config_tool_deferred(cfg, "fs", "fs_write_file"));
+    CU_ASSERT(th_config_tool_deferred(cfg, "fs", "fs_delete"));
+    CU_ASSERT(!th_config_tool_deferred(cfg, "fs", "fs_read"));
+    CU_ASSERT(!th_config_tool_deferred(cfg, NULL, "fs_read"));
+    CU_ASSERT(th_config_tool_deferred(cfg, NULL, "fs_writer"));
+    th_config_free(cfg);
+    static const char none[] = "plugins:\n  - name: a\n    path: /a.so\n";
+    CU_ASSERT_EQUAL_FATAL(th_config_parse("t.yaml", "/", none, strlen(none),
+                                          &cfg, &e), 0);
+    CU_ASSERT(!th_config_defers(cfg));
+    CU_ASSERT(!th_config_tool_deferred(cfg, "a", "x"));
+    th_config_free(cfg);
+    EXPECT_ERR("defer_tools: []\n",
+               "t.yaml:1:14: 'defer_tools' must list at least one tool name "
+               "or pattern");
+    EXPECT_ERR("defer_tools: [\"a b\"]\n",
+               "t.yaml:1:15: invalid tool name or pattern 'a b' (tool names "
+               "are letters, digits, '_' or '-'; a pattern adds *, ? and "
+               "[...])");
+    EXPECT_ERR("defer_tools: {a: 1}\n",
+               "t.yaml:1:14: 'defer_tools' must be a list of names, got a "
+               "map");
+    EXPECT_ERR("plugins:\n  - name: a\n    path: /a.so\n    defer: maybe\n",
+               "t.yaml:4:12: 'defer' must be true or false, got 'maybe'");
+}
+
 /* tags: entries of tools by name or pattern, toolsets that select by
  * them, and what is refused. */
+/* has_tag of th_config_check_tags: plugins declare the one tag `ud`. */
+static bool tag_is(void *ud, const char *tag)
+{
+    return strcmp(ud, tag) == 0;
+}
+
 static void test_tags(void)
 {
     static const char ok[] =
@@ -2250,10 +2304,26 @@ static void test_tags(void)
     CU_ASSERT_FALSE(th_config_tool_has_tag(cfg, "net", "fs_read"));
     CU_ASSERT_FALSE(th_config_tool_has_tag(cfg, "nope", "fetch"));
     th_config_free(cfg);
-    EXPECT_ERR("tags:\n  - name: a\n    tools: [x]\n"
-               "toolsets:\n  - name: t\n    tags: [a, b]\n",
-               "t.yaml:6:15: toolset 't' selects tag 'b', which no entry of "
-               "'tags:' declares");
+    /* A toolset tag no entry of `tags:` has: a plugin may declare it
+     * (ABI 1.5), so it is checked once the plugins are loaded. */
+    const char *pl = "tags:\n  - name: a\n    tools: [x]\n"
+                     "toolsets:\n  - name: t\n    tags: [a, b]\n";
+    CU_ASSERT_EQUAL_FATAL(th_config_parse("t.yaml", "/", pl, strlen(pl),
+                                          &cfg, &e), 0);
+    CU_ASSERT_PTR_EQUAL(cfg->toolsets[0].tag_refs[0], &cfg->tags[0]);
+    CU_ASSERT_PTR_NULL(cfg->toolsets[0].tag_refs[1]);
+    CU_ASSERT_EQUAL(cfg->toolsets[0].tag_marks[1].line, 6);
+    CU_ASSERT_EQUAL(cfg->toolsets[0].tag_marks[1].col, 15);
+    const char *declared = "b";
+    CU_ASSERT_EQUAL(th_config_check_tags(cfg, tag_is, (void *)declared,
+                                         NULL, NULL, &e), 0);
+    declared = "c";
+    CU_ASSERT_EQUAL(th_config_check_tags(cfg, tag_is, (void *)declared,
+                                         NULL, NULL, &e), TH_ECONFIG);
+    CU_ASSERT_STRING_EQUAL(e.msg, "t.yaml:6:15: toolset 't' selects tag "
+                                  "'b', which neither an entry of 'tags:' "
+                                  "nor a plugin's tool declares");
+    th_config_free(cfg);
     EXPECT_ERR("tags:\n  - name: a\n    tools: [x]\n"
                "  - name: a\n    tools: [y]\n",
                "t.yaml:4:11: duplicate tag 'a' (first at line 2; list all "
@@ -2278,6 +2348,7 @@ void th_suite_config(void)
     CU_add_test(s, "tree_marks", test_tree_marks);
     CU_add_test(s, "section_register", test_section_register);
     CU_add_test(s, "tags", test_tags);
+    CU_add_test(s, "defer", test_defer);
     CU_add_test(s, "syntax_errors", test_syntax_errors);
     CU_add_test(s, "duplicate_key", test_duplicate_key);
     CU_add_test(s, "defaults", test_defaults);

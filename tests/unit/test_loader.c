@@ -850,7 +850,8 @@ static void newer_minor(void)
                                         bi_run);
         tools[i].v1.struct_size = sizeof(tool_v2);
     }
-    d.v1 = (toolhost_plugin){sizeof(plugin_v2), TOOLHOST_ABI_MAJOR, 5,
+    d.v1 = (toolhost_plugin){sizeof(plugin_v2), TOOLHOST_ABI_MAJOR,
+                             TOOLHOST_ABI_MINOR + 1,
                              "newer", "2", "From the future", NULL, 0, NULL,
                              NULL, &tools[0].v1, 2};
     th_plugin *p;

@@ -180,6 +180,34 @@ static th_harness *args_tool(void)
     return h;
 }
 
+/* tags: of a declaration (ABI 1.5): on the tool as declared; the host
+ * checks the names as for any plugin. */
+static void test_tags(void)
+{
+    char buf[1024], err[1024] = "";
+    snprintf(buf, sizeof buf,
+             "[{\"name\": \"tg\", \"description\": \"d\", \"argv\": "
+             "[\"/bin/true\"], \"tags\": [\"commands\", \"read-only\"]}]");
+    th_harness *h = load(buf, NULL, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(h);
+    const toolhost_tool *t = th_harness_tool(h, "tg");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t->tags);
+    CU_ASSERT_STRING_EQUAL(t->tags[0], "commands");
+    CU_ASSERT_STRING_EQUAL(t->tags[1], "read-only");
+    CU_ASSERT_PTR_NULL(t->tags[2]);
+    th_harness_unload(h);
+    bad("[{\"name\": \"tg\", \"description\": \"d\", \"argv\": "
+        "[\"/bin/true\"], \"tags\": \"commands\"}]",
+        "tool 'tg'", "key 'tags' must be a list of at most 16 tag names");
+    bad("[{\"name\": \"tg\", \"description\": \"d\", \"argv\": "
+        "[\"/bin/true\"], \"tags\": [1]}]",
+        "tool 'tg'", "key 'tags': element 1 is not a string");
+    bad("[{\"name\": \"tg\", \"description\": \"d\", \"argv\": "
+        "[\"/bin/true\"], \"tags\": [\"Not Ok\"]}]",
+        "tool 'tg'", "invalid tag 'Not Ok'");
+}
+
 static void test_script_tool(void)
 {
     th_harness *h = args_tool();
@@ -777,6 +805,7 @@ void th_suite_plugin_exec(void)
     CU_pSuite s = CU_add_suite("plugin_exec", NULL, NULL);
     CU_add_test(s, "config_errors", test_config_errors);
     CU_add_test(s, "script_tool", test_script_tool);
+    CU_add_test(s, "tags", test_tags);
     CU_add_test(s, "hostile_arguments", test_hostile_arguments);
     CU_add_test(s, "exit_status_and_signal", test_exit_status_and_signal);
     CU_add_test(s, "env_allowlist", test_env_allowlist);

@@ -723,7 +723,7 @@ static void audit_refused(th_session *s, const char *name,
 static bool disabled_refused(th_session *s, th_mcall *c)
 {
     char m[1024];
-    if (!th_disabled_check(s->h->disabled, c->cfg, c->tool->name, m,
+    if (!th_disabled_check(s->h->disabled, c->cfg, c->tool, m,
                            sizeof m))
         return false;
     th_mcall_never_run(c, TH_EDISABLED, m);

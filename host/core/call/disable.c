@@ -65,24 +65,28 @@ bool th_disabled_any(const th_disabled *d)
     return d && atomic_load_explicit(&d->n, memory_order_relaxed) != 0;
 }
 
-/* "tag:NAME": the tools that carry the tag in the call's config; else a
- * name or an fnmatch pattern. */
+/* "tag:NAME": the tools that carry the tag in the call's config or
+ * whose plugin declares it (ABI 1.5); else a name or an fnmatch
+ * pattern. */
 static bool matches(const dis_entry *e, const th_config *cfg,
-                    const char *tool)
+                    const th_tool *t)
 {
+    const char *tool = t->name;
     if (strncmp(e->pattern, "tag:", 4) == 0)
-        return th_config_tool_has_tag(cfg, e->pattern + 4, tool);
+        return th_config_tool_has_tag(cfg, e->pattern + 4, tool) ||
+               th_tool_has_tag(t, e->pattern + 4);
     return strcmp(e->pattern, tool) == 0 || fnmatch(e->pattern, tool, 0) == 0;
 }
 
 bool th_disabled_check(th_disabled *d, const th_config *cfg,
-                       const char *tool, char *msg, size_t cap)
+                       const th_tool *t, char *msg, size_t cap)
 {
+    const char *tool = t->name;
     bool hit = false;
     pthread_mutex_lock(&d->mu);
     for (unsigned i = 0; i < atomic_load(&d->n) && !hit; i++) {
         const dis_entry *e = &d->e[i];
-        if (!matches(e, cfg, tool))
+        if (!matches(e, cfg, t))
             continue;
         hit = true;
         char date[32] = "";
@@ -120,7 +124,8 @@ int th_host_disable(th_host *h, const char *pattern, const char *reason,
                             "pattern of 1 to 256 bytes");
     if (strncmp(pattern, "tag:", 4) == 0 && !pattern[4])
         return th_error_set(err, TH_EINVAL, "disable: 'tag:' needs a tag "
-                            "name (tag:NAME, a name of the config's tags:)");
+                            "name (tag:NAME: a name of the config's tags: "
+                            "or a tag a plugin declares)");
     if (!reason || !*reason)
         return th_error_set(err, TH_EINVAL, "disable: give a reason (it is "
                             "what a caller of the tool is told)");

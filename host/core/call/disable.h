@@ -19,9 +19,9 @@ void th_disabled_free(th_disabled *d);
 /* Whether anything is disabled: a relaxed read, for the call path. */
 bool th_disabled_any(const th_disabled *d);
 /* When `tool` is disabled (a "tag:NAME" entry: by the tags of cfg, the
- * call's config): true, with "tool 'x' is disabled: REASON
- * (since DATE, by USER)" in msg (cap bytes). */
+ * call's config, and those its plugin declares): true, with "tool 'x' is
+ * disabled: REASON (since DATE, by USER)" in msg (cap bytes). */
 bool th_disabled_check(th_disabled *d, const th_config *cfg,
-                       const char *tool, char *msg, size_t cap);
+                       const th_tool *tool, char *msg, size_t cap);
 
 #endif

@@ -831,6 +831,9 @@ typedef struct th_kept {
 
 struct th_task_waiter;
 
+/* discover.c: the search_tools index of one registry generation. */
+typedef struct th_discovery th_discovery;
+
 struct th_host {
     th_config *cfg;
     struct th_audit *audit;     /* host.audit, or NULL (audit.c) */
@@ -886,6 +889,18 @@ struct th_host {
     /* What the fronts asked to run at close, after every plugin is
      * closed (th_host_at_close), newest first. */
     struct th_at_close *at_close;
+
+    /* Discovery (discover.c): the current search index, swapped whole by
+     * th_discover_rebuild; discmu is a leaf lock.  `discovery` false for
+     * good when the host opened without search_tools (its config
+     * deferred nothing, or a plugin has a tool of that name): nothing is
+     * deferred then.
+     * any_deferred: the index holds a deferred tool (search_tools is
+     * listed then). */
+    pthread_mutex_t discmu;
+    th_discovery *disc;
+    atomic_bool any_deferred;
+    bool discovery;             /* disc is set: written at open only */
 };
 
 struct th_session {
@@ -909,6 +924,14 @@ struct th_session {
                                    not returned yet (th_mcall.final_owed):
                                    th_session_close waits for them */
     th_session *prev, *next;
+    /* The deferred tools search_tools found for this session (listed
+     * from then on), under mu; gen: the index they were checked against
+     * (discover.c). */
+    struct {
+        char **names;
+        size_t n, cap;
+        uint64_t gen;
+    } found;
 };
 
 static inline void th_stat_call_started(th_host *h, th_stat *st)
@@ -953,6 +976,34 @@ const th_tool_override *th_host_override(const th_toolset_cfg *ts,
 
 /* task_tools.c: the task tools (get_running_tasks, cancel_task). */
 extern const toolhost_plugin th_task_tools_plugin;
+
+/* discover.c: deferred tools and search_tools (docs/gateway.md). */
+#define TH_SEARCH_TOOL_NAME "search_tools"
+extern const toolhost_plugin th_search_tools_plugin;
+bool th_search_tools_member(const th_toolset_cfg *ts, const char *tool,
+                            void *ud);
+/* Builds the index of the registry's plugin tools under cfg and makes it
+ * the current one.  From the thread that opens the host or reloads it.
+ * 0 or TH_ENOMEM (the previous index stays). */
+int th_discover_rebuild(th_host *h, const th_config *cfg, th_error *err);
+/* Drops the index; at host_free. */
+void th_discover_close(th_host *h);
+/* toolsets.c: whether t is a built-in (task tools, search_tools,
+ * run_code), and whether it is deferred under cfg (never a built-in). */
+bool th_host_is_builtin(const th_host *h, const th_tool *t);
+bool th_host_tool_deferred(const th_host *h, const th_config *cfg,
+                           const th_tool *t);
+/* session.c: whether session s lists t (not deferred, or found by its
+ * search); any thread. */
+bool th_session_tool_listed(th_session *s, const th_config *cfg,
+                            const th_tool *t);
+/* session.c: adds names (deferred tools search_tools found) to the
+ * session's list; *added when one was new.  When gen differs from the
+ * generation of the names it holds, those keep() refuses are dropped
+ * first.  0 or TH_ENOMEM (what was added stays). */
+int th_session_found_add(th_session *s, uint64_t gen,
+                         bool (*keep)(void *ud, const char *name), void *ud,
+                         const char *const *names, size_t n, bool *added);
 /* tasks.c: the task store. */
 /* Kept for call.c (it calls it for toolset-scoped tasks with host->tmu
  * held): a no-op now, the store records every task in th_dup_remove(). */

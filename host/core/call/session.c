@@ -165,6 +165,9 @@ void th_session_unref(th_session *s)
     if (atomic_fetch_sub(&s->refs, 1) != 1)
         return;
     th_u64map_destroy_unowned(&s->calls); /* empty: every call left it */
+    for (size_t i = 0; i < s->found.n; i++)
+        free(s->found.names[i]);
+    free(s->found.names);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s->usable);
@@ -273,7 +276,8 @@ int th_session_tools(th_session *s, int (*fn)(const th_tool *t, void *ud),
     for (size_t i = 0; i < p.n && rc == 0; i++) {
         const th_tool *t = p.v[i];
         int ts_idx;
-        if (!visible(s, cfg, t, &ts_idx))
+        if (!visible(s, cfg, t, &ts_idx) ||
+            !th_session_tool_listed(s, cfg, t)) /* deferred, not found */
             continue;
         const th_toolset_cfg *ts = ts_idx >= 0 ? &cfg->toolsets[ts_idx] : NULL;
         const th_tool_override *ov = ts ? th_host_override(ts, t->name) : NULL;
@@ -305,6 +309,69 @@ int th_session_tools(th_session *s, int (*fn)(const th_tool *t, void *ud),
     for (size_t i = 0; i < p.n; i++)
         th_tool_release(p.v[i]);
     free(p.v);
+    return rc;
+}
+
+/* ---- Found deferred tools (discover.c) ------------------------------------------- */
+
+static bool found_has_locked(const th_session *s, const char *name)
+{
+    for (size_t i = 0; i < s->found.n; i++)
+        if (strcmp(s->found.names[i], name) == 0)
+            return true;
+    return false;
+}
+
+bool th_session_tool_listed(th_session *s, const th_config *cfg,
+                            const th_tool *t)
+{
+    if (!th_host_tool_deferred(s->h, cfg, t))
+        return true;
+    pthread_mutex_lock(&s->mu);
+    bool v = found_has_locked(s, t->name);
+    pthread_mutex_unlock(&s->mu);
+    return v;
+}
+
+int th_session_found_add(th_session *s, uint64_t gen,
+                         bool (*keep)(void *ud, const char *name), void *ud,
+                         const char *const *names, size_t n, bool *added)
+{
+    *added = false;
+    int rc = 0;
+    pthread_mutex_lock(&s->mu);
+    if (s->found.gen != gen) { /* drop what the new index no longer defers */
+        size_t k = 0;
+        for (size_t i = 0; i < s->found.n; i++) {
+            if (keep(ud, s->found.names[i]))
+                s->found.names[k++] = s->found.names[i];
+            else
+                free(s->found.names[i]);
+        }
+        s->found.n = k;
+        s->found.gen = gen;
+    }
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (found_has_locked(s, names[i]))
+            continue;
+        if (s->found.n == s->found.cap) {
+            size_t cap = s->found.cap ? s->found.cap * 2 : 8;
+            char **v = realloc(s->found.names, cap * sizeof *v);
+            if (!v) {
+                rc = TH_ENOMEM;
+                break;
+            }
+            s->found.names = v;
+            s->found.cap = cap;
+        }
+        if (!(s->found.names[s->found.n] = strdup(names[i]))) {
+            rc = TH_ENOMEM;
+            break;
+        }
+        s->found.n++;
+        *added = true;
+    }
+    pthread_mutex_unlock(&s->mu);
     return rc;
 }
 

@@ -48,8 +48,12 @@ bool th_host_toolset_has(th_host *h, const th_toolset_cfg *ts,
         if ((ts->tools[i][0] == '*' && ts->tools[i][1] == '\0') ||
             strcmp(ts->tools[i], tool->name) == 0)
             return true;
-    for (size_t i = 0; i < ts->n_tags; i++) /* `tags:` of the toolset */
-        if (th_tag_has_tool(ts->tag_refs[i], tool->name))
+    /* `tags:` of the toolset: a tag the config's `tags:` gives the tool
+     * (tag_refs[i], NULL when no entry has that name) or its plugin
+     * declares (ABI 1.5) */
+    for (size_t i = 0; i < ts->n_tags; i++)
+        if ((ts->tag_refs[i] && th_tag_has_tool(ts->tag_refs[i], tool->name)) ||
+            th_tool_has_tag(tool, ts->tags[i]))
             return true;
     return false;
 }
@@ -67,4 +71,24 @@ int th_host_pick_toolset(th_host *h, const th_config *cfg, th_session *s,
             idx = (int)i;
     }
     return idx;
+}
+
+bool th_host_is_builtin(const th_host *h, const th_tool *t)
+{
+    if (t->plugin == h->task_plugin)
+        return true;
+    for (size_t i = 0; i < h->n_builtins; i++)
+        if (h->builtins[i].p == t->plugin)
+            return true;
+    return false;
+}
+
+/* Deferred (discover.c, docs/gateway.md): by its plugin entry or
+ * defer_tools, in a host with search_tools (h->discovery); a built-in
+ * never. */
+bool th_host_tool_deferred(const th_host *h, const th_config *cfg,
+                           const th_tool *t)
+{
+    return h->discovery && !th_host_is_builtin(h, t) &&
+           th_config_tool_deferred(cfg, t->plugin->name, t->name);
 }

@@ -99,6 +99,19 @@ json_t *th_schema_output(const th_tool *tool)
     return json_loads(tool->output_schema, JSON_DECODE_ANY, NULL);
 }
 
+json_t *th_schema_tags(const th_tool *tool)
+{
+    if (!tool->n_tags)
+        return NULL;
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < tool->n_tags; i++)
+        if (json_array_append_new(a, json_string(tool->tags[i])) != 0) {
+            json_decref(a);
+            return NULL;
+        }
+    return a;
+}
+
 bool th_schema_output_is_object(const json_t *schema)
 {
     const char *t = json_string_value(json_object_get(schema, "type"));
@@ -384,6 +397,9 @@ char *th_schema_describe(const th_tool *tool)
         }
         rc |= th_buf_puts(&b, ".\n");
     }
+    for (size_t i = 0; i < tool->n_tags; i++) /* ABI 1.5 */
+        rc |= th_buf_printf(&b, "%s%s%s", i ? ", " : "Tags: ", tool->tags[i],
+                            i + 1 == tool->n_tags ? ".\n" : "");
     if (rc) {
         th_buf_destroy(&b);
         return NULL;
@@ -433,6 +449,14 @@ static json_t *export_one(const th_tool *t, th_export_format fmt)
                           "title", t->title ? t->title : t->name,
                           "description", desc);
             if (r && json_object_update(r, params) != 0) {
+                json_decref(r);
+                r = NULL;
+            }
+            /* The plugin's tags (ABI 1.5) ride along as an annotation
+             * too, only when it declares some. */
+            json_t *tg = r && t->n_tags ? th_schema_tags(t) : NULL;
+            if (r && t->n_tags &&
+                (!tg || json_object_set_new(r, "x-toolhost-tags", tg))) {
                 json_decref(r);
                 r = NULL;
             }
@@ -532,7 +556,7 @@ int th_schema_pack_tool(struct msgpack_packer *pk, const th_tool *tool)
     json_t *os = th_schema_output(tool);
     bool plugin = tool->plugin && tool->plugin->name;
     int rc = msgpack_pack_map(pk, 7 + (tool->title != NULL) + (os != NULL) +
-                                      plugin);
+                                      plugin + (tool->n_tags != 0));
     /* the plugin's config name (`toolhost list --connect` shows it) */
     if (plugin) {
         rc |= PACK_KEY(pk, "plugin");
@@ -548,6 +572,13 @@ int th_schema_pack_tool(struct msgpack_packer *pk, const th_tool *tool)
         if (rc == 0)
             rc = th_json_pack(os, pk);
         json_decref(os);
+    }
+    /* ABI 1.5: the plugin's tags, only when it declares some. */
+    if (tool->n_tags) {
+        rc |= PACK_KEY(pk, "tags");
+        rc |= msgpack_pack_array(pk, tool->n_tags);
+        for (size_t i = 0; i < tool->n_tags; i++)
+            rc |= th_pack_cstr(pk, tool->tags[i]);
     }
     rc |= PACK_KEY(pk, "name");
     rc |= th_pack_cstr(pk, tool->name);
@@ -629,6 +660,15 @@ json_t *th_schema_mcp_tool(const th_tool *tool)
         json_string((f & TOOLHOST_TOOL_ASYNC) ? "optional" : "forbidden"));
     e |= json_object_set_new(o, "execution", exe);
     exe = NULL;
+    /* _meta (ABI 1.5): the plugin's tags under our own prefix (MCP
+     * reserves the modelcontextprotocol and mcp prefixes), only when it
+     * declares some, so an untagged tool's entry is as before. */
+    if (tool->n_tags) {
+        json_t *tg = th_schema_tags(tool);
+        e |= tg ? json_object_set_new(o, "_meta",
+                                      json_pack("{s:o}", "toolhost/tags", tg))
+                : -1;
+    }
     free(desc);
     if (e) {
         json_decref(o);

@@ -1417,6 +1417,8 @@ static const th_cfkey plugin_keys[] = {
      .max = 1000},
     {.name = "unhealthy_retry", .set = th_cf_duration,
      .off = P(unhealthy_retry_ms), .min = 100, .max = DAY},
+    /* Discovery (docs/gateway.md): its tools are found by search_tools */
+    {.name = "defer", .set = th_cf_bool, .off = P(defer)},
     {.name = NULL}};
 #undef P
 
@@ -1752,24 +1754,25 @@ static int check_names(th_cfctx *c, const th_ynode *v, bool group)
 }
 
 /* A toolset's `tags:`, each resolved to its entry of `tags:` (read before
- * the toolsets). */
+ * the toolsets), or NULL for a tag only plugins declare (ABI 1.5): that
+ * one is checked once the plugins are loaded (th_config_check_tags). */
 static int toolset_tags(th_cfctx *c, const th_ynode *n, th_toolset_cfg *ts)
 {
     if (!ts->n_tags)
         return 0;
     ts->tag_refs = calloc(ts->n_tags, sizeof *ts->tag_refs);
-    if (!ts->tag_refs)
+    ts->tag_marks = calloc(ts->n_tags, sizeof *ts->tag_marks);
+    if (!ts->tag_refs || !ts->tag_marks)
         return th_cf_nomem(c);
     const th_ynode *tl = th_ynode_get(n, "tags");
     for (size_t i = 0; i < ts->n_tags; i++) {
+        const th_ynode *at = tl && tl->kind == TH_Y_SEQ && i < tl->n
+                                 ? tl->kids[i] : tl;
+        if (at)
+            ts->tag_marks[i] = (th_mark){at->line, at->col};
         for (size_t j = 0; j < c->cfg->n_tags && !ts->tag_refs[i]; j++)
             if (strcmp(c->cfg->tags[j].name, ts->tags[i]) == 0)
                 ts->tag_refs[i] = &c->cfg->tags[j];
-        if (!ts->tag_refs[i])
-            return th_cf_err(c, tl && tl->kind == TH_Y_SEQ && i < tl->n
-                                    ? tl->kids[i] : tl,
-                             "toolset '%s' selects tag '%s', which no entry "
-                             "of 'tags:' declares", ts->name, ts->tags[i]);
     }
     return 0;
 }
@@ -1944,28 +1947,44 @@ static const char *const rate_per_names[] = {"caller", "caller_tool", "all",
 
 /* ---- tags ------------------------------------------------------------------ */
 
+/* A list of tool names or fnmatch patterns ("fs_*"), at least one. */
+static int tool_patterns(th_cfctx *c, const th_cfkey *k, th_ynode *v,
+                         char ***out, size_t *n_out, th_mark **marks)
+{
+    if (th_ynode_is_null(v) || (v->kind == TH_Y_SEQ && v->n == 0))
+        return th_cf_err(c, v, "'%s' must list at least one tool name or "
+                         "pattern", k->name);
+    int rc = strlist(c, k, v, out, n_out, marks);
+    for (size_t i = 0; i < *n_out && rc == 0; i++) {
+        const th_ynode *item = v->kind == TH_Y_SEQ ? v->kids[i] : v;
+        const char *name = (*out)[i];
+        size_t len = strlen(name);
+        bool ok = len > 0 && len <= 128;
+        for (size_t j = 0; j < len && ok; j++)
+            ok = isalnum((unsigned char)name[j]) || strchr("_-*?[]!", name[j]);
+        if (!ok)
+            rc = th_cf_err(c, item, "invalid tool name or pattern '%s' (tool "
+                           "names are letters, digits, '_' or '-'; a "
+                           "pattern adds *, ? and [...])", name);
+    }
+    return rc;
+}
+
 /* A tag's tools: names or fnmatch patterns ("fs_*"), each once. */
 static int set_tag_tools(th_cfctx *c, const th_cfkey *k, th_ynode *v,
                          void *base)
 {
     th_tag_cfg *t = base;
-    if (th_ynode_is_null(v) || (v->kind == TH_Y_SEQ && v->n == 0))
-        return th_cf_err(c, v, "'tools' must list at least one tool name or "
-                         "pattern");
-    int rc = strlist(c, k, v, &t->tools, &t->n_tools, &t->tool_marks);
-    for (size_t i = 0; i < t->n_tools && rc == 0; i++) {
-        const th_ynode *item = v->kind == TH_Y_SEQ ? v->kids[i] : v;
-        size_t len = strlen(t->tools[i]);
-        bool ok = len > 0 && len <= 128;
-        for (size_t j = 0; j < len && ok; j++)
-            ok = isalnum((unsigned char)t->tools[i][j]) ||
-                 strchr("_-*?[]!", t->tools[i][j]);
-        if (!ok)
-            rc = th_cf_err(c, item, "invalid tool name or pattern '%s' (tool "
-                           "names are letters, digits, '_' or '-'; a "
-                           "pattern adds *, ? and [...])", t->tools[i]);
-    }
-    return rc;
+    return tool_patterns(c, k, v, &t->tools, &t->n_tools, &t->tool_marks);
+}
+
+/* `defer_tools:` - the deferred tools by name or pattern. */
+static int set_defer_tools(th_cfctx *c, const th_cfkey *k, th_ynode *v,
+                           void *base)
+{
+    th_config *cfg = base;
+    return tool_patterns(c, k, v, &cfg->defer_tools, &cfg->n_defer_tools,
+                         &cfg->defer_marks);
 }
 
 #define TG(f) offsetof(th_tag_cfg, f)
@@ -2010,6 +2029,27 @@ bool th_config_tool_has_tag(const th_config *cfg, const char *tag,
         if (strcmp(cfg->tags[i].name, tag) == 0)
             return th_tag_has_tool(&cfg->tags[i], tool);
     return false;
+}
+
+bool th_config_tool_deferred(const th_config *cfg, const char *plugin,
+                             const char *tool)
+{
+    for (size_t i = 0; plugin && i < cfg->n_plugins; i++)
+        if (cfg->plugins[i].defer && strcmp(cfg->plugins[i].name, plugin) == 0)
+            return true;
+    for (size_t i = 0; i < cfg->n_defer_tools; i++)
+        if (strcmp(cfg->defer_tools[i], tool) == 0 ||
+            fnmatch(cfg->defer_tools[i], tool, 0) == 0)
+            return true;
+    return false;
+}
+
+bool th_config_defers(const th_config *cfg)
+{
+    for (size_t i = 0; i < cfg->n_plugins; i++)
+        if (cfg->plugins[i].defer)
+            return true;
+    return cfg->n_defer_tools > 0;
 }
 
 #define RL(f) offsetof(th_rate_cfg, f)
@@ -2116,6 +2156,7 @@ static const th_cfkey top_keys[] = {
     {.name = "tags", .set = th_cf_list, .off = C(tags), .off2 = C(n_tags),
      .sub = tag_keys, .elem_size = sizeof(th_tag_cfg), .check = tag_check,
      .what = "tag"},
+    {.name = "defer_tools", .set = set_defer_tools},
     {.name = "toolsets", .set = th_cf_list, .off = C(toolsets),
      .off2 = C(n_toolsets), .sub = toolset_keys,
      .elem_size = sizeof(th_toolset_cfg), .init = toolset_init,
@@ -2379,6 +2420,7 @@ void th_config_free(th_config *cfg)
         free(ts->overrides);
         th_strv_free(ts->tags, ts->n_tags);
         free(ts->tag_refs);
+        free(ts->tag_marks);
     }
     free(cfg->toolsets);
     for (size_t i = 0; i < cfg->n_tags; i++) {
@@ -2387,6 +2429,8 @@ void th_config_free(th_config *cfg)
         free(cfg->tags[i].tool_marks);
     }
     free(cfg->tags);
+    th_strv_free(cfg->defer_tools, cfg->n_defer_tools);
+    free(cfg->defer_marks);
     for (size_t i = 0; i < cfg->n_mocks; i++) {
         th_mock_cfg *m = &cfg->mocks[i];
         free(m->tool);
@@ -2783,6 +2827,17 @@ int th_config_check_tools_all(const th_config *cfg,
                 goto out;
         }
     }
+    for (size_t j = 0; j < cfg->n_defer_tools; j++) {
+        const char *t = cfg->defer_tools[j];
+        if (strpbrk(t, "*?[") || has_tool(ud, t))
+            continue; /* a pattern may match nothing yet */
+        th_error_set(&e, TH_ECONFIG,
+                     "%s:%d:%d: 'defer_tools' names tool '%s', which no "
+                     "plugin provides",
+                     f, cfg->defer_marks[j].line, cfg->defer_marks[j].col, t);
+        if (tool_miss(&first, &e, report, rud))
+            goto out;
+    }
     for (size_t i = 0; i < cfg->n_mocks; i++) {
         const th_mock_cfg *m = &cfg->mocks[i];
         if (has_tool(ud, m->tool))
@@ -2805,4 +2860,32 @@ int th_config_check_tools(const th_config *cfg,
                           void *ud, th_error *err)
 {
     return th_config_check_tools_all(cfg, has_tool, ud, NULL, NULL, err);
+}
+
+int th_config_check_tags(const th_config *cfg,
+                         bool (*has_tag)(void *ud, const char *tag), void *ud,
+                         void (*report)(void *rud, const th_error *e),
+                         void *rud, th_error *err)
+{
+    th_error first, e;
+    th_error_clear(&first);
+    for (size_t i = 0; i < cfg->n_toolsets; i++) {
+        const th_toolset_cfg *ts = &cfg->toolsets[i];
+        for (size_t j = 0; j < ts->n_tags; j++) {
+            if (ts->tag_refs[j] || has_tag(ud, ts->tags[j]))
+                continue;
+            th_error_set(&e, TH_ECONFIG,
+                         "%s:%d:%d: toolset '%s' selects tag '%s', which "
+                         "neither an entry of 'tags:' nor a plugin's tool "
+                         "declares",
+                         cfg->path, ts->tag_marks[j].line,
+                         ts->tag_marks[j].col, ts->name, ts->tags[j]);
+            if (tool_miss(&first, &e, report, rud))
+                goto out;
+        }
+    }
+out:
+    if (err && first.code)
+        *err = first;
+    return first.code;
 }

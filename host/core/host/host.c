@@ -23,7 +23,7 @@
 /* Names a toolset may list before their tool exists: the task tools (added
  * below) and the built-in a front may add after open (run_code). */
 static const char *const reserved[] = {"get_running_tasks", "cancel_task",
-                                       "run_code", NULL};
+                                       "run_code", "search_tools", NULL};
 
 typedef struct th_at_close {
     void (*fn)(void *ud);
@@ -172,6 +172,18 @@ static bool has_tool(void *ud, const char *name)
     return t != NULL;
 }
 
+static int tag_hit(const th_tool *t, void *ud)
+{
+    return th_tool_has_tag(t, ud);
+}
+
+/* Whether a loaded tool declares `tag` (ABI 1.5). */
+static bool has_tag(void *ud, const char *tag)
+{
+    th_host *h = ud;
+    return th_registry_foreach(h->reg, tag_hit, (void *)tag) != 0;
+}
+
 /* From a private copy when the host reloads (th/reload.h). */
 static int load_plugin(th_host *h, const th_plugin_cfg *pc, th_error *err)
 {
@@ -227,6 +239,8 @@ static void host_free(th_host *h)
     pthread_mutex_destroy(&h->dmu);
     pthread_mutex_destroy(&h->tmu);
     pthread_mutex_destroy(&h->stmu);
+    th_discover_close(h);
+    pthread_mutex_destroy(&h->discmu);
     th_audit_close(h->audit); /* after the last call's line */
     th_rate_free(h->rate);    /* after the last call's end */
     th_disabled_free(h->disabled);
@@ -251,6 +265,7 @@ int th_host_open_ex(th_config *cfg, const th_host_opts *opts, th_host **out,
     pthread_mutex_init(&h->dmu, NULL);
     pthread_mutex_init(&h->tmu, NULL);
     pthread_mutex_init(&h->stmu, NULL);
+    pthread_mutex_init(&h->discmu, NULL);
     th_u64map_init(&h->tasks);
     th_u64map_init(&h->kept);
     atomic_init(&h->next_id, 1);
@@ -324,10 +339,36 @@ int th_host_open_ex(th_config *cfg, const th_host_opts *opts, th_host **out,
                 host_free(h);
                 return rc;
             }
-    if ((rc = th_config_check_tools_all(cfg, has_tool, h,
-                                        go_on ? opts->on_error : NULL,
-                                        go_on ? opts->error_ud : NULL,
-                                        err)) != 0) {
+    /* search_tools (discover.c) when the config defers a tool, unless a
+     * plugin took the name: then nothing is deferred (a tool no search
+     * could find would be lost) */
+    const th_tool *taken = th_registry_acquire(h->reg, TH_SEARCH_TOOL_NAME);
+    if (taken && th_config_defers(cfg)) {
+        th_tool_release(taken);
+        th_log_warn("a plugin provides a tool named search_tools: the "
+                    "built-in search is off and no tool is deferred");
+    } else if (taken) {
+        th_tool_release(taken);
+    } else if (th_config_defers(cfg) &&
+               ((rc = th_host_add_builtin_ex(h, &th_search_tools_plugin,
+                                             th_search_tools_member, h,
+                                             err)) != 0 ||
+                (rc = th_discover_rebuild(h, cfg, err)) != 0)) {
+        host_free(h);
+        return rc;
+    }
+    h->discovery = h->disc != NULL;
+    rc = th_config_check_tools_all(cfg, has_tool, h,
+                                   go_on ? opts->on_error : NULL,
+                                   go_on ? opts->error_ud : NULL, err);
+    if (rc == 0 || go_on) {
+        int rt = th_config_check_tags(cfg, has_tag, h,
+                                      go_on ? opts->on_error : NULL,
+                                      go_on ? opts->error_ud : NULL,
+                                      rc ? NULL : err);
+        rc = rc ? rc : rt;
+    }
+    if (rc != 0) {
         host_free(h);
         return rc;
     }

@@ -1588,6 +1588,26 @@ static int build_tool(pool *P, const msgpack_object *e, toolhost_tool *t)
     }
     if (a->size >= 12)
         t->input_schema = keep(P, th_iso_strdup(a, 11));
+    if (a->size >= 13 && a->ptr[12].type == MSGPACK_OBJECT_ARRAY) {
+        /* the tags (ABI 1.5), NULL-terminated; the loader checks them */
+        const msgpack_object_array *g = &a->ptr[12].via.array;
+        uint32_t ng = g->size > TOOLHOST_MAX_TAGS + 1 ? TOOLHOST_MAX_TAGS + 1
+                                                      : g->size;
+        const char **tv = calloc(ng + 1, sizeof *tv);
+        const char ***ta = realloc(P->enum_arrays,
+                                   (P->n_enum_arrays + 1) * sizeof *ta);
+        if (ta)
+            P->enum_arrays = ta;
+        if (!tv || !ta) {
+            free(tv);
+            return -1;
+        }
+        P->enum_arrays[P->n_enum_arrays++] = tv;
+        for (uint32_t k = 0; k < ng; k++)
+            if (!(tv[k] = keep(P, th_iso_strdup(g, k))))
+                return -1;
+        t->tags = tv;
+    }
     return 0;
 }
 

@@ -219,13 +219,28 @@ static int pack_params(msgpack_packer *pk, const toolhost_param *ps,
     return e;
 }
 
+/* A tool's tags (ABI 1.5) as [tag...] (at most TOOLHOST_MAX_TAGS + 1:
+ * the host refuses more anyway), or nil. */
+static int pack_tags(msgpack_packer *pk, const toolhost_tool *t)
+{
+    if (!TOOLHOST_HAS_MEMBER(toolhost_tool, t, tags) || !t->tags)
+        return msgpack_pack_nil(pk);
+    uint32_t n = 0;
+    while (n <= TOOLHOST_MAX_TAGS && t->tags[n])
+        n++;
+    int e = msgpack_pack_array(pk, n);
+    for (uint32_t i = 0; i < n; i++)
+        e |= th_pack_cstr(pk, t->tags[i]);
+    return e;
+}
+
 /* One tool as [name, description, long_description, params, stdout_type,
  * stderr_type, flags, has_needs_permission, has_validate_args, title,
- * output_schema, input_schema], from the plugin's own descriptor (the host
- * checks it again as it checks an in-process plugin's). */
+ * output_schema, input_schema, tags], from the plugin's own descriptor
+ * (the host checks it again as it checks an in-process plugin's). */
 static int pack_tool(msgpack_packer *pk, const toolhost_tool *t)
 {
-    int e = msgpack_pack_array(pk, 12);
+    int e = msgpack_pack_array(pk, 13);
     e |= th_pack_cstr(pk, t->name);
     e |= th_pack_cstr(pk, t->description);
     e |= th_pack_cstr(pk, t->long_description);
@@ -240,6 +255,7 @@ static int pack_tool(msgpack_packer *pk, const toolhost_tool *t)
     e |= th_pack_cstr(pk, v11 ? t->output_schema : NULL);
     bool v14 = TOOLHOST_HAS_MEMBER(toolhost_tool, t, input_schema);
     e |= th_pack_cstr(pk, v14 ? t->input_schema : NULL);
+    e |= pack_tags(pk, t);
     return e;
 }
 

@@ -96,7 +96,7 @@ char *th_iso_strdup(const msgpack_object_array *a, uint32_t i);
  * [name, version, description, config_params, [tool...], plugin_flags],
  * each tool [name, description, long_description, params, stdout_type,
  * stderr_type, flags, has_needs_permission, has_validate_args, title,
- * output_schema]. */
+ * output_schema, input_schema, tags (nil or [tag...])]. */
 int th_iso_pack_desc(msgpack_packer *pk, const th_plugin *p);
 /* The tools p->tools[from..] (after init: what init_tools() gave) as an
  * array of tools packed as in HELLO. */

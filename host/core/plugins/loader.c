@@ -249,6 +249,9 @@ static void free_tool_range(th_tool *tools, size_t from, size_t n)
         th_jschema_free(tools[i].out_schema);
         free(tools[i].input_schema);
         th_jschema_free(tools[i].in_schema);
+        for (size_t k = 0; k < tools[i].n_tags; k++)
+            free(tools[i].tags[k]);
+        free(tools[i].tags);
         th_params_free(tools[i].params, tools[i].n_params);
         memset(&tools[i], 0, sizeof tools[i]);
     }
@@ -751,6 +754,53 @@ static int check_tool_14(const char *shown, const toolhost_tool *d,
     return th_jschema_compile(what, d->input_schema, &t->in_schema, err);
 }
 
+/* The ABI 1.5 member of a tool: tags, each checked and copied.  The
+ * list is walked to at most TOOLHOST_MAX_TAGS + 1 entries, so a missing
+ * NULL terminator is "too many", never a read past the end of a short
+ * array the plugin meant. */
+static int check_tool_15(const char *shown, const toolhost_tool *d,
+                         th_tool *t, th_error *err)
+{
+    if (!TOOLHOST_HAS_MEMBER(toolhost_tool, d, tags) || !d->tags)
+        return 0;
+    size_t n = 0;
+    while (n <= TOOLHOST_MAX_TAGS && d->tags[n])
+        n++;
+    if (n > TOOLHOST_MAX_TAGS)
+        return th_error_set(err, TH_ELOAD,
+                            "%s: tool '%s' declares more than %d tags (or "
+                            "its tags list is not NULL-terminated)",
+                            shown, d->name, TOOLHOST_MAX_TAGS);
+    if (n == 0)
+        return 0;
+    if (!(t->tags = calloc(n, sizeof *t->tags)))
+        return th_error_set(err, TH_ENOMEM, "%s: out of memory", shown);
+    for (size_t i = 0; i < n; i++) {
+        const char *g = d->tags[i];
+        if (!th_tag_name_valid(g)) {
+            /* shown cut to 40 bytes, anything unprintable as '?': the
+             * message is one log line whatever an isolated worker sent */
+            char cut[41];
+            size_t k = 0;
+            for (; k < sizeof cut - 1 && g[k]; k++)
+                cut[k] = g[k] >= 0x20 && g[k] < 0x7f ? g[k] : '?';
+            cut[k] = '\0';
+            return th_error_set(err, TH_ELOAD,
+                                "%s: tool '%s' has an invalid tag '%s' "
+                                "(allowed: ^[a-z0-9][a-z0-9_-]{0,31}$)",
+                                shown, d->name, cut);
+        }
+        if (th_tool_has_tag(t, g))
+            return th_error_set(err, TH_ELOAD,
+                                "%s: tool '%s' declares the tag '%s' twice",
+                                shown, d->name, g);
+        if (!(t->tags[i] = strdup(g)))
+            return th_error_set(err, TH_ENOMEM, "%s: out of memory", shown);
+        t->n_tags = i + 1;
+    }
+    return 0;
+}
+
 /* Where problems go in "report every problem" mode (th_load_opts.on_problem):
  * a problem that does not stop the checks is reported and counted, and
  * the checks go on; the first one is returned at the end. */
@@ -851,6 +901,7 @@ static int check_tool(const char *shown, const toolhost_tool *d, uint32_t idx,
     t->desc = d;
     GO_ON(check_tool_11(shown, d, t, err));
     GO_ON(check_tool_14(shown, d, t, err));
+    GO_ON(check_tool_15(shown, d, t, err));
 #undef GO_ON
     (void)bad; /* reported: the load fails at the end */
     return 0;

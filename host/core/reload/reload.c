@@ -370,6 +370,7 @@ typedef struct name_ref {
     const char *tool;
     const char *plugin;
     const char *path;
+    const th_tool *t; /* its tags (ABI 1.5) */
 } name_ref;
 
 typedef struct collect_ud {
@@ -380,7 +381,7 @@ typedef struct collect_ud {
     int rc;
 } collect_ud;
 
-static int push_name(collect_ud *c, const char *tool, const char *plugin,
+static int push_name(collect_ud *c, const th_tool *t, const char *plugin,
                      const char *path)
 {
     if (c->n == c->cap) {
@@ -391,7 +392,7 @@ static int push_name(collect_ud *c, const char *tool, const char *plugin,
         c->v = v;
         c->cap = cap;
     }
-    c->v[c->n++] = (name_ref){tool, plugin, path};
+    c->v[c->n++] = (name_ref){t->name, plugin, path, t};
     return 0;
 }
 
@@ -403,7 +404,7 @@ static int collect_kept(const th_tool *t, void *ud)
         if (c->steps[i].old && c->steps[i].old->p == t->plugin &&
             (c->steps[i].action == TH_RL_CHANGED || c->steps[i].action == TH_RL_REMOVED))
             return 0;
-    return (c->rc = push_name(c, t->name, t->plugin->name, t->plugin->path));
+    return (c->rc = push_name(c, t, t->plugin->name, t->plugin->path));
 }
 
 static int name_cmp(const void *a, const void *b)
@@ -420,10 +421,20 @@ typedef struct future {
 static bool future_has(void *ud, const char *name)
 {
     future *f = ud;
-    name_ref key = {name, NULL, NULL};
+    name_ref key = {name, NULL, NULL, NULL};
     if (bsearch(&key, f->v, f->n, sizeof key, name_cmp))
         return true;
     return f->r->t.reserved && f->r->t.reserved(f->r->t.ud, name);
+}
+
+/* Whether a tool of the set after the reload declares `tag`. */
+static bool future_has_tag(void *ud, const char *tag)
+{
+    future *f = ud;
+    for (size_t i = 0; i < f->n; i++)
+        if (th_tool_has_tag(f->v[i].t, tag))
+            return true;
+    return false;
 }
 
 /* The tool set after the reload: no name twice, nothing reserved taken,
@@ -444,7 +455,7 @@ static int check_future(th_reloader *r, const th_config *nc, step *steps,
                                   p->name);
                 break;
             }
-            rc = push_name(&c, p->tools[k].name, p->name, p->path);
+            rc = push_name(&c, &p->tools[k], p->name, p->path);
         }
     }
     if (rc == TH_ENOMEM)
@@ -465,6 +476,9 @@ static int check_future(th_reloader *r, const th_config *nc, step *steps,
     if (rc == 0) {
         future f = {r, c.v, c.n};
         rc = th_config_check_tools(nc, future_has, &f, err);
+        if (rc == 0)
+            rc = th_config_check_tags(nc, future_has_tag, &f, NULL, NULL,
+                                      err);
     }
     free(c.v);
     return rc;

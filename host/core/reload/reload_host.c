@@ -33,13 +33,24 @@ static bool reserved(void *ud, const char *name)
 {
     (void)ud;
     return strcmp(name, "get_running_tasks") == 0 ||
-           strcmp(name, "cancel_task") == 0 || strcmp(name, "run_code") == 0;
+           strcmp(name, "cancel_task") == 0 || strcmp(name, "run_code") == 0 ||
+           strcmp(name, TH_SEARCH_TOOL_NAME) == 0;
 }
 
 /* Every open session: its tool list changed. */
 static void tools_changed(void *ud)
 {
     th_host *h = ud;
+    /* The search index of the new tools and config, before anyone is
+     * told (discover.c); on failure the old one answers. */
+    th_error e;
+    if (h->discovery && th_discover_rebuild(h, h->cfg, &e) != 0)
+        th_log_error("reload: %s; search_tools answers from the tools "
+                     "before the reload", e.msg);
+    else if (!h->discovery && th_config_defers(h->cfg))
+        th_log_warn("reload: the host started with no deferred tool, so "
+                    "it has no search_tools: defer and defer_tools take "
+                    "effect at the next restart");
     pthread_mutex_lock(&h->mu);
     size_t n = 0;
     for (th_session *s = h->sessions; s; s = s->next)

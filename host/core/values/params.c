@@ -32,6 +32,30 @@ bool th_tool_name_valid(const char *name)
     return n >= 1;
 }
 
+/* ^[a-z0-9][a-z0-9_-]{0,31}$ (a tag a plugin declares, ABI 1.5) */
+bool th_tag_name_valid(const char *name)
+{
+    if (!name || !name[0] || name[0] == '_' || name[0] == '-')
+        return false;
+    size_t n = 0;
+    for (const char *s = name; *s; s++, n++) {
+        char c = *s;
+        bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                  c == '_' || c == '-';
+        if (!ok || n >= 32)
+            return false;
+    }
+    return true;
+}
+
+bool th_tool_has_tag(const th_tool *t, const char *tag)
+{
+    for (size_t i = 0; i < t->n_tags; i++)
+        if (strcmp(t->tags[i], tag) == 0)
+            return true;
+    return false;
+}
+
 /* ^[a-zA-Z_][a-zA-Z0-9_]{0,63}$ */
 bool th_param_name_valid(const char *name)
 {

@@ -262,6 +262,9 @@ typedef struct th_plugin_cfg {
     size_t n_env;
     uint32_t uid_lo, uid_hi; /* isolation_uid_range (user: auto); 0: the
                                 default 61184-65519                     */
+    /* Appended (discovery, docs/gateway.md): every tool of this plugin is
+     * deferred: left out of tool lists, found by search_tools. */
+    bool defer;
 } th_plugin_cfg;
 
 typedef struct th_perm_rule {
@@ -333,7 +336,10 @@ typedef struct th_toolset_cfg {
      * config's `tags:` (tag_refs, n_tags of them). */
     char **tags;
     size_t n_tags;
-    const struct th_tag_cfg **tag_refs;
+    const struct th_tag_cfg **tag_refs; /* NULL: no entry of `tags:` has
+                                           that name (plugins may declare
+                                           it, ABI 1.5) */
+    th_mark *tag_marks;    /* n_tags marks, parallel to `tags` */
 } th_toolset_cfg;
 
 /* One entry of `tags:`: the tools (names or fnmatch patterns) that carry
@@ -430,6 +436,12 @@ typedef struct th_config {
     size_t n_rate_limits;
     th_tag_cfg *tags;      /* `tags:`                                    */
     size_t n_tags;
+    /* `defer_tools:` (docs/gateway.md, "Discovery"): tool names or fnmatch
+     * patterns of deferred tools, besides the tools of plugins with
+     * `defer: true`. */
+    char **defer_tools;
+    size_t n_defer_tools;
+    th_mark *defer_marks;  /* n_defer_tools marks */
     /* The sections of modules (th/section.h: a front's own), registered
      * when this config was read: descriptor and struct, n_sec of each. */
     const struct th_section *sec_desc[TH_SECTIONS_MAX];
@@ -513,6 +525,14 @@ bool th_config_tool_has_tag(const th_config *cfg, const char *tag,
 /* Whether the tag entry `t` lists `tool`. */
 bool th_tag_has_tool(const th_tag_cfg *t, const char *tool);
 
+/* Whether tool `tool` of the plugin entry named `plugin` (NULL: none, a
+ * built-in) is deferred: its plugin entry says `defer: true`, or
+ * `defer_tools:` names it (by name or pattern).  Reads cfg only. */
+bool th_config_tool_deferred(const th_config *cfg, const char *plugin,
+                             const char *tool);
+/* Whether the config defers anything at all. */
+bool th_config_defers(const th_config *cfg);
+
 /* The toolset called `name`, or NULL. */
 const th_toolset_cfg *th_config_toolset(const th_config *cfg,
                                         const char *name);
@@ -537,6 +557,17 @@ int th_config_check_tools_all(const th_config *cfg,
                               void *ud,
                               void (*report)(void *rud, const th_error *e),
                               void *rud, th_error *err);
+
+/* Checks, once the plugins are loaded, that every tag a toolset selects
+ * is an entry of `tags:` or declared by a loaded tool (`has_tag`, on this
+ * thread only): "FILE:LINE:COL: toolset 'x' selects tag 'y', which
+ * neither an entry of 'tags:' nor a plugin's tool declares" (TH_ECONFIG).
+ * Each miss goes to report (when not NULL) and the checks go on; the
+ * result (and *err) is the first. */
+int th_config_check_tags(const th_config *cfg,
+                         bool (*has_tag)(void *ud, const char *tag), void *ud,
+                         void (*report)(void *rud, const th_error *e),
+                         void *rud, th_error *err);
 
 /* Parsers of the value forms, shared with the CLI: "64KiB", "1MiB", "512"
  * and "500ms", "30s", "2m", "1h".  0 or TH_EINVAL.  Sizes: B, KiB, MiB,

@@ -564,7 +564,7 @@ size_t th_host_front_stats(th_host *h, th_front_stats *out, size_t max);
 
 /* An operator takes tools out of service without a reload: a call of a
  * tool that an entry matches (its name, an fnmatch pattern over tool
- * names, or "tag:NAME": the tools of that tag in `tags:`) is answered TH_EDISABLED ("tool_disabled") with "tool 'x' is
+ * names, or "tag:NAME": the tools of that tag in `tags:` or that their plugin declares) is answered TH_EDISABLED ("tool_disabled") with "tool 'x' is
  * disabled: REASON (since DATE, by WHO)" and never runs (nor counts
  * against a rate limit).  The entries belong to the running host (reloads keep them,
  * a restart does not); at most TH_DISABLED_MAX.  Any thread. */

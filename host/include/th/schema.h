@@ -59,6 +59,11 @@ json_t *th_schema_params(const th_tool *tool);
 /* The tool's output_schema (ABI 1.1) as JSON (caller json_decref()s), or
  * NULL when it has none: MCP's outputSchema. */
 json_t *th_schema_output(const th_tool *tool);
+/* The tags the tool's plugin declares (ABI 1.5) as a JSON array of
+ * strings (caller json_decref()s), or NULL when it declares none (or out
+ * of memory): tools.list "tags", MCP _meta "toolhost/tags", the
+ * jsonschema export's "x-toolhost-tags". */
+json_t *th_schema_tags(const th_tool *tool);
 /* Whether an output schema (th_schema_output) describes an object
  * ({"type":"object",...}): MCP lists outputSchema, and returns
  * structuredContent, only for those. */

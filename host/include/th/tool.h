@@ -63,6 +63,12 @@ typedef struct th_tool {
      * and its compiled form, or NULL: the params describe the input. */
     char *input_schema;
     struct th_jschema *in_schema;
+    /* Appended (ABI 1.5): the tags the plugin declares (copied, checked:
+     * th_tag_name_valid, unique, at most TOOLHOST_MAX_TAGS), in its
+     * order; NULL and 0 when none.  The config's `tags:` add to them
+     * where they are read (toolsets, disable), not here. */
+    char **tags;
+    size_t n_tags;
 } th_tool;
 
 /* One loaded generation of a plugin. */
@@ -295,6 +301,11 @@ int th_plugin_builtin(const toolhost_plugin *desc, th_plugin **out,
 
 /* Checks that `name` matches ^[a-zA-Z0-9_-]{1,64}$. */
 bool th_tool_name_valid(const char *name);
+/* Checks that `name` matches ^[a-z0-9][a-z0-9_-]{0,31}$ (a tag a plugin
+ * declares, toolhost_tool.tags). */
+bool th_tag_name_valid(const char *name);
+/* Whether the plugin of `t` declares the tag `tag` on it (ABI 1.5). */
+bool th_tool_has_tag(const th_tool *t, const char *tag);
 /* Checks that `name` matches ^[a-zA-Z_][a-zA-Z0-9_]{0,63}$. */
 bool th_param_name_valid(const char *name);
 /* "string", "integer", ... for a toolhost_type; "unknown" otherwise. */

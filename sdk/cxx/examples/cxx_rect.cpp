@@ -60,5 +60,7 @@ TOOLHOST_PLUGIN(
                              .pattern("^[A-Za-z][A-Za-z0-9_-]*$")
                              .length(1, 32))
                   .output_schema(output_schema)
+                  .tag("geometry")
+                  .tag("read-only")
                   .flags(th::ReadOnly | th::Idempotent)
                   .run(measure)))

@@ -128,6 +128,14 @@ func build() *C.toolhost_plugin {
 			c.stderr_type = C.uint32_t(errs)
 			c.flags = C.uint32_t(t.Flags)
 			c.output_schema = cstr(t.OutputSchema)
+			// ABI 1.5: the tags, NULL-terminated (the host checks them)
+			if len(t.Tags) > 0 {
+				tv := (*[1 << 16]*C.char)(calloc(len(t.Tags)+1, unsafe.Sizeof((*C.char)(nil))))[: len(t.Tags)+1 : len(t.Tags)+1]
+				for k, v := range t.Tags {
+					tv[k] = C.CString(v)
+				}
+				c.tags = &tv[0]
+			}
 			c.execute = (*[0]byte)(C.thgo_c_execute)
 			if t.Validate != nil {
 				c.validate_args = (*[0]byte)(C.thgo_c_validate)

@@ -130,6 +130,10 @@ type Tool struct {
 	// call succeeds; Stdout must then be SemStructured (the default
 	// when OutputSchema is set).  The host checks it at the call's end.
 	OutputSchema string
+	// Tags (ABI 1.5): names operators' toolsets select the tool by (and
+	// disable it by), each ^[a-z0-9][a-z0-9_-]{0,31}$, at most 16; the
+	// host refuses the plugin at load when one is not.
+	Tags []string
 	// Run runs one call (on a host worker thread, concurrently with
 	// other calls unless Serial).  A nil error is success; an error is
 	// written to stderr and the call fails.  Return c.Go(...) to go on

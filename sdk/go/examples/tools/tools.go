@@ -115,6 +115,7 @@ func init() {
 					Pattern: "^[a-z][a-z0-9_]*$", Description: "A name for the series (lowercase, digits, _)."},
 			},
 			OutputSchema: statsSchema,
+			Tags:         []string{"math", "read-only"},
 			Flags:        toolhost.ReadOnly | toolhost.Idempotent,
 			Run:          summarize,
 			Validate:     noNaN,

@@ -312,7 +312,9 @@ fn params_impl(input: &DeriveInput) -> syn::Result<TokenStream2> {
 /// stdout and stderr (names of `toolhost::semantic`; default TEXT and
 /// ERROR), output_schema (JSON Schema text of stdout; makes stdout
 /// STRUCTURED), validate (a `fn(&Args) -> Result<(), String>` run before
-/// execute: the host's validate_args).
+/// execute: the host's validate_args), tags (ABI 1.5: `tags = ["files",
+/// "read-only"]`, names operators' toolsets select the tool by, each
+/// ^[a-z0-9][a-z0-9_-]{0,31}$, at most 16, checked at compile time).
 #[proc_macro_attribute]
 pub fn tool(attr: TokenStream, item: TokenStream) -> TokenStream {
     let args = syn::parse_macro_input!(attr as Args);
@@ -333,6 +335,7 @@ fn tool_impl(args: Args, f: ItemFn) -> syn::Result<TokenStream2> {
     let mut stderr = quote!(::toolhost::semantic::ERROR);
     let mut schema = None;
     let mut validate = None;
+    let mut tags: Option<Vec<String>> = None;
     let mut stdout_set = false;
     for (k, v) in &args.0 {
         match k.to_string().as_str() {
@@ -351,6 +354,33 @@ fn tool_impl(args: Args, f: ItemFn) -> syn::Result<TokenStream2> {
             "stderr" => stderr = bits(v, "semantic"),
             "output_schema" => schema = Some(lit_str(v)?),
             "validate" => validate = Some(v.clone()),
+            "tags" => {
+                let arr = match v {
+                    Expr::Array(a) => a,
+                    _ => return Err(err(v.span(), "tags = [\"a\", \"b\"]")),
+                };
+                let mut names: Vec<String> = Vec::new();
+                for e in &arr.elems {
+                    let t = lit_str(e)?;
+                    let b = t.as_bytes();
+                    let ok = (1..=32).contains(&b.len())
+                        && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
+                        && b.iter().all(|&c| {
+                            c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_' || c == b'-'
+                        });
+                    if !ok {
+                        return Err(err(e.span(), "a tag is ^[a-z0-9][a-z0-9_-]{0,31}$"));
+                    }
+                    if names.contains(&t) {
+                        return Err(err(e.span(), "this tag is declared twice"));
+                    }
+                    names.push(t);
+                }
+                if names.len() > 16 {
+                    return Err(err(v.span(), "at most 16 tags (TOOLHOST_MAX_TAGS)"));
+                }
+                tags = Some(names);
+            }
             _ => return Err(err(k.span(), "unknown #[tool] key")),
         }
     }
@@ -422,6 +452,19 @@ fn tool_impl(args: Args, f: ItemFn) -> syn::Result<TokenStream2> {
     let clong = cstr_opt(&long)?;
     let ctitle = cstr_opt(&title)?;
     let cschema = cstr_opt(&schema)?;
+    let ctags = match &tags {
+        Some(v) if !v.is_empty() => {
+            let mut items = Vec::new();
+            for t in v {
+                items.push(cstr(t)?);
+            }
+            quote!({
+                const V: &[*const ::std::os::raw::c_char] = &[#(#items,)* ::core::ptr::null()];
+                V.as_ptr()
+            })
+        }
+        _ => quote!(::core::ptr::null()),
+    };
     Ok(quote! {
         #f
 
@@ -458,6 +501,7 @@ fn tool_impl(args: Args, f: ItemFn) -> syn::Result<TokenStream2> {
             user_data: ::core::ptr::null(),
             title: #ctitle,
             output_schema: #cschema,
+            tags: #ctags,
             ..::toolhost::__rt::ZERO_TOOL
         };
     })

@@ -49,6 +49,7 @@ fn fill_not_a_letter(a: &PadArgs) -> Result<(), String> {
     title = "Pad a word",
     flags = READ_ONLY | IDEMPOTENT | SHORT,
     validate = fill_not_a_letter,
+    tags = ["text", "read-only"],
     output_schema = r#"{"type": "object",
         "properties": {"text": {"type": "string"},
                        "width": {"type": "integer", "minimum": 1},

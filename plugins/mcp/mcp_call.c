@@ -1,0 +1,476 @@
+/* mcp_call.c - one call of an imported tool: a tools/call to its server,
+ * the answer mapped back onto the toolhost result.
+ *
+ * execute() takes a slot of the server (waiting, on its worker, while
+ * max_concurrency calls are in flight), then for a stdio server suspends
+ * the call (ABI suspend()) and hands it to the server's reader thread
+ * (mcp_server.c) before it writes the tools/call line with a progress
+ * token: the worker is free at once.  The reader owns the call from then
+ * on: it hands progress on, ends the call with the server's answer, or
+ * ends it when the on_cancel hook flags it (cancelled, or past the call's
+ * deadline), when the server's timeout passes (both also send
+ * notifications/cancelled), or when the server goes away
+ * (mcpsrc_call_finish()).  A server with url: is called from the worker
+ * itself, which waits (mcp_http.c).
+ *
+ * The result: JSON-RPC error -> a tool failure with the server's message;
+ * isError -> a tool failure with the text of its content; else the content
+ * blocks in order (the first, when it is text and the tool has no output
+ * schema, as stdout; the others through write_block(): text, image,
+ * audio, embedded resource, resource link) and, for a tool imported with
+ * its output schema, structuredContent as the structured stdout the host
+ * checks.  Meta: server, server_pid, request_id, duration_ms, progress
+ * and error (unavailable, timeout, server_error, server_exited). */
+#include <errno.h>
+#include <nettle/base64.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mcpsrc.h"
+#include "toolhost/sdk.h"
+
+#define POLL_SLICE_MS 50 /* without an on_cancel hook */
+
+static void wait_slice(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000;
+    if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
+static void meta_put(toolhost_call *call, mcp_srv *s, pid_t pid,
+                     int64_t id, int64_t t0, uint64_t n_progress,
+                     const char *error)
+{
+    th_sdk_meta m;
+    th_sdk_meta_init(&m);
+    th_sdk_meta_str(&m, "server", s->name);
+    if (pid > 0)
+        th_sdk_meta_int(&m, "server_pid", pid);
+    if (id > 0)
+        th_sdk_meta_int(&m, "request_id", id);
+    th_sdk_meta_int(&m, "duration_ms", mcpsrc_now_ms() - t0);
+    th_sdk_meta_int(&m, "progress_updates", (int64_t)n_progress);
+    if (error)
+        th_sdk_meta_str(&m, "error", error);
+    th_sdk_meta_set(&m, call);
+    th_sdk_meta_destroy(&m);
+}
+
+/* base64 text to bytes (malloc()ed, *n bytes); NULL when not base64. */
+static uint8_t *unbase64(const char *text, size_t len, size_t *n)
+{
+    uint8_t *out = malloc(BASE64_DECODE_LENGTH(len) + 1);
+    if (!out)
+        return NULL;
+    struct base64_decode_ctx ctx;
+    base64_decode_init(&ctx);
+    size_t done = 0;
+    if (!base64_decode_update(&ctx, &done, out, len, text) ||
+        !base64_decode_final(&ctx)) {
+        free(out);
+        return NULL;
+    }
+    *n = done;
+    return out;
+}
+
+/* One content block of the result through write_block(); 0, or a note
+ * of why it was not carried in `why`. */
+static int put_block(toolhost_call *call, const json_t *b, char *why,
+                     size_t ws)
+{
+    const char *type = json_string_value(json_object_get(b, "type"));
+    toolhost_block blk;
+    memset(&blk, 0, sizeof blk);
+    blk.struct_size = sizeof blk;
+    uint8_t *bytes = NULL;
+    if (!type) {
+        snprintf(why, ws, "a content block without a type");
+        return -1;
+    }
+    if (strcmp(type, "text") == 0) {
+        const json_t *t = json_object_get(b, "text");
+        if (!json_is_string(t)) {
+            snprintf(why, ws, "a text block without text");
+            return -1;
+        }
+        blk.kind = TOOLHOST_BLOCK_TEXT;
+        blk.data = json_string_value(t);
+        blk.len = json_string_length(t);
+    } else if (strcmp(type, "image") == 0 || strcmp(type, "audio") == 0) {
+        const json_t *d = json_object_get(b, "data");
+        blk.kind = type[0] == 'i' ? TOOLHOST_BLOCK_IMAGE : TOOLHOST_BLOCK_AUDIO;
+        blk.mime_type = json_string_value(json_object_get(b, "mimeType"));
+        size_t n = 0;
+        if (!json_is_string(d) ||
+            !(bytes = unbase64(json_string_value(d), json_string_length(d),
+                               &n))) {
+            snprintf(why, ws, "an %s block whose data is not base64", type);
+            return -1;
+        }
+        blk.data = bytes;
+        blk.len = n;
+    } else if (strcmp(type, "resource_link") == 0) {
+        blk.kind = TOOLHOST_BLOCK_LINK;
+        blk.uri = json_string_value(json_object_get(b, "uri"));
+        blk.name = json_string_value(json_object_get(b, "name"));
+        blk.mime_type = json_string_value(json_object_get(b, "mimeType"));
+    } else if (strcmp(type, "resource") == 0) {
+        const json_t *r = json_object_get(b, "resource");
+        const json_t *text = json_object_get(r, "text");
+        const json_t *blob = json_object_get(r, "blob");
+        blk.kind = TOOLHOST_BLOCK_RESOURCE;
+        blk.uri = json_string_value(json_object_get(r, "uri"));
+        blk.mime_type = json_string_value(json_object_get(r, "mimeType"));
+        if (json_is_string(text)) {
+            blk.data = json_string_value(text);
+            blk.len = json_string_length(text);
+            if (!blk.mime_type)
+                blk.mime_type = "text/plain";
+        } else {
+            size_t n = 0;
+            if (!json_is_string(blob) ||
+                !(bytes = unbase64(json_string_value(blob),
+                                   json_string_length(blob), &n))) {
+                snprintf(why, ws,
+                         "an embedded resource with neither text nor a "
+                         "base64 blob");
+                return -1;
+            }
+            blk.data = bytes;
+            blk.len = n;
+        }
+    } else {
+        snprintf(why, ws, "a content block of type '%.40s', which toolhost "
+                 "does not know", type);
+        return -1;
+    }
+    int rc = call->host->write_block(call, &blk);
+    free(bytes);
+    if (rc != 0) {
+        snprintf(why, ws, "a %s block refused by the host (%s)", type,
+                 th_sdk_strerror(rc));
+        return -1;
+    }
+    return 0;
+}
+
+/* Maps a tools/call answer onto the call. */
+static int map_result(toolhost_call *call, const toolhost_tool *tool,
+                      const mcp_tool *mt, const json_t *msg)
+{
+    mcp_srv *s = mt->srv;
+    const json_t *e = json_object_get(msg, "error");
+    const json_t *r = json_object_get(msg, "result");
+    if (e || !json_is_object(r)) {
+        const char *m = json_string_value(json_object_get(e, "message"));
+        const json_t *code = json_object_get(e, "code");
+        return th_sdk_fail(call, "mcp: server '%s' refused the call of "
+                           "'%s'%s%.2000s (JSON-RPC error %lld)",
+                           s->name, mt->remote, m ? ": " : "",
+                           m ? m : "",
+                           (long long)(json_is_integer(code)
+                                           ? json_integer_value(code)
+                                           : 0));
+    }
+    const json_t *content = json_object_get(r, "content");
+    size_t i;
+    const json_t *b;
+    if (json_is_true(json_object_get(r, "isError"))) {
+        size_t n = 0;
+        json_array_foreach(content, i, b)
+        {
+            const char *t = json_string_value(json_object_get(b, "text"));
+            if (t) {
+                th_sdk_write(call, TOOLHOST_STDERR, t, strlen(t));
+                n++;
+            }
+        }
+        if (!n)
+            th_sdk_eprintf(call, "mcp: %s failed on server '%s' without "
+                           "saying why", mt->remote, s->name);
+        (void)tool;
+        return TOOLHOST_FAILED;
+    }
+    if (mt->structured) {
+        const json_t *sc = json_object_get(r, "structuredContent");
+        if (!json_is_object(sc))
+            return th_sdk_fail(call, "mcp: server '%s': '%s' declares an "
+                               "outputSchema but its result has no "
+                               "structuredContent object",
+                               s->name, mt->remote);
+        char *text = json_dumps(sc, JSON_COMPACT);
+        if (!text)
+            return th_sdk_fail(call, "mcp: out of memory");
+        th_sdk_write(call, TOOLHOST_STDOUT, text, strlen(text));
+        free(text);
+    }
+    size_t refused = 0;
+    char why[160] = "";
+    json_array_foreach(content, i, b)
+    {
+        const char *type = json_string_value(json_object_get(b, "type"));
+        const json_t *t = json_object_get(b, "text");
+        if (i == 0 && !mt->structured && type && !strcmp(type, "text") &&
+            json_is_string(t)) {
+            th_sdk_write(call, TOOLHOST_STDOUT, json_string_value(t),
+                         json_string_length(t));
+            continue;
+        }
+        char w[160];
+        if (put_block(call, b, w, sizeof w) != 0 && refused++ == 0)
+            snprintf(why, sizeof why, "%s", w);
+    }
+    if (refused)
+        th_sdk_log_call(call, TOOLHOST_LOG_WARN,
+                        "server '%s': %zu content block%s of the result of "
+                        "'%s' not carried; the first: %s",
+                        s->name, refused, refused == 1 ? "" : "s",
+                        mt->remote, why);
+    return TOOLHOST_OK;
+}
+
+/* The on_cancel hook of a suspended call: flags it and wakes the reader
+ * (a host thread that must not block: one lock, one write). */
+static void async_cancel_hook(void *ud)
+{
+    mcp_pend *p = ud;
+    mcp_srv *s = p->mt->srv;
+    pthread_mutex_lock(&s->mu);
+    p->cancel = true;
+    uint64_t one = 1;
+    if (write(s->wake_fd, &one, sizeof one) < 0) {
+        /* the counter is full: the reader is awake already */
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+void mcpsrc_call_finish(mcp_pend *p, json_t *answer, const char *error,
+                        const char *why)
+{
+    toolhost_call *call = p->call;
+    const mcp_tool *mt = p->mt;
+    mcp_srv *s = mt->srv;
+    if (p->hooked)
+        th_sdk_on_cancel(call, NULL, NULL); /* waits for a running hook */
+    int rc;
+    if (answer) {
+        rc = map_result(call, p->tool, mt, answer);
+        error = json_object_get(answer, "error") ? "server_error" : NULL;
+    } else if (error && !strcmp(error, "cancelled")) {
+        rc = TOOLHOST_FAILED; /* dropped by the host */
+    } else if (error && !strcmp(error, "timeout")) {
+        th_sdk_log_call(call, TOOLHOST_LOG_WARN,
+                        "server '%s': '%s' did not answer within %lldms: "
+                        "cancelled on the server",
+                        s->name, mt->remote, (long long)s->timeout_ms);
+        rc = th_sdk_fail(call, "mcp: server '%s' did not answer '%s' within "
+                         "its timeout of %lldms; the call is cancelled on "
+                         "the server",
+                         s->name, mt->remote, (long long)s->timeout_ms);
+    } else {
+        rc = th_sdk_fail(call, "mcp: server '%s' went away during the call "
+                         "of '%s'%s%s; it restarts",
+                         s->name, mt->remote, why && why[0] ? ": it " : "",
+                         why ? why : "");
+    }
+    meta_put(call, s, p->pid, p->id, p->t0, p->n_progress, error);
+    pthread_mutex_lock(&s->mu);
+    s->in_flight--;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    call->host->complete(call, rc);
+    free(p);
+}
+
+int mcpsrc_execute(void *state, const toolhost_tool *tool,
+                   toolhost_call *call, const uint8_t *args, size_t args_len)
+{
+    (void)state;
+    const mcp_tool *mt = tool->user_data;
+    mcp_srv *s = mt->srv;
+    int64_t t0 = mcpsrc_now_ms();
+    int64_t deadline = s->timeout_ms > 0 ? t0 + s->timeout_ms : -1;
+
+    /* the arguments as JSON (the host checked them against the schema) */
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    json_t *jargs = NULL;
+    if (msgpack_unpack_next(&u, (const char *)args, args_len, NULL) ==
+        MSGPACK_UNPACK_SUCCESS)
+        jargs = mcpsrc_json_of(&u.data, 0);
+    msgpack_unpacked_destroy(&u);
+    if (!json_is_object(jargs)) {
+        json_decref(jargs);
+        return th_sdk_fail(call, "mcp: the arguments are not a JSON object");
+    }
+
+    const char *error = NULL;
+    int rc = TOOLHOST_FAILED;
+    bool slot = false;
+    pid_t pid = -1;
+    int64_t id = 0;
+
+    /* a slot of the server's max_concurrency, while it is up (this wait
+     * holds the worker: max_concurrency calls are in flight already) */
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        if (s->state != SRV_UP || (!s->url && s->reader_done)) {
+            error = "unavailable";
+            break;
+        }
+        if (s->in_flight < s->max_concurrency) {
+            s->in_flight++;
+            slot = true;
+            pid = s->pid;
+            id = s->next_id++;
+            break;
+        }
+        if (th_sdk_cancelled(call)) {
+            error = "cancelled";
+            break;
+        }
+        if (deadline >= 0 && mcpsrc_now_ms() >= deadline) {
+            error = "timeout";
+            break;
+        }
+        wait_slice(&s->cv, &s->mu, POLL_SLICE_MS);
+    }
+    char why[256];
+    snprintf(why, sizeof why, "%s", s->why);
+    int64_t next_try = s->next_try;
+    unsigned attempt = s->attempt;
+    pthread_mutex_unlock(&s->mu);
+
+    if (error && !strcmp(error, "unavailable")) {
+        int64_t in = next_try - mcpsrc_now_ms();
+        rc = th_sdk_fail(call, "mcp: server '%s' is unavailable: %s%s; "
+                         "%s #%u %s%lldms",
+                         s->name, why[0] ? "it " : "",
+                         why[0] ? why : "it is starting",
+                         s->url ? "new session" : "restart", attempt,
+                         in > 0 ? "in " : "under way, started ",
+                         (long long)(in > 0 ? in : -in));
+        goto out;
+    }
+    if (error) {
+        if (!strcmp(error, "timeout"))
+            rc = th_sdk_fail(call, "mcp: server '%s' had no free slot "
+                             "(max_concurrency %lld) within its timeout "
+                             "of %lldms",
+                             s->name, (long long)s->max_concurrency,
+                             (long long)s->timeout_ms);
+        goto out;
+    }
+
+    if (s->url) {
+        /* HTTP: this thread makes the request and reads its answer */
+        json_t *answer = NULL;
+        char hwhy[256] = "";
+        uint64_t np = 0;
+        int hrc = mcpsrc_http_call(s, mt->remote, call, id, jargs, deadline,
+                                   &answer, &np, &error, hwhy, sizeof hwhy);
+        if (answer && (hrc == 0 || json_object_get(answer, "error"))) {
+            rc = map_result(call, tool, mt, answer);
+            error = json_object_get(answer, "error") ? "server_error" : NULL;
+        } else if (error && !strcmp(error, "timeout")) {
+            rc = th_sdk_fail(call, "mcp: server '%s' did not answer '%s' "
+                             "within its timeout of %lldms; the call is "
+                             "cancelled on the server",
+                             s->name, mt->remote, (long long)s->timeout_ms);
+        } else if (error && !strcmp(error, "cancelled")) {
+            rc = TOOLHOST_FAILED; /* dropped by the host */
+        } else {
+            rc = th_sdk_fail(call, "mcp: server '%s' (%s) failed the call of "
+                             "'%s': %s",
+                             s->name, s->url, mt->remote, hwhy);
+        }
+        json_decref(answer);
+        meta_put(call, s, -1, id, t0, np, error);
+        goto out;
+    }
+
+    /* stdio: the call is suspended and handed to the server's reader,
+     * which finishes it (answer, progress, cancel, timeout, the server's
+     * end); this worker is free as soon as the request is written */
+    json_t *msg = json_pack("{s:s, s:I, s:s, s:{s:s, s:O, s:{s:I}}}",
+                            "jsonrpc", "2.0", "id", (json_int_t)id, "method",
+                            "tools/call", "params", "name", mt->remote,
+                            "arguments", jargs, "_meta", "progressToken",
+                            (json_int_t)id);
+    mcp_pend *p = msg ? calloc(1, sizeof *p) : NULL;
+    if (!p || call->host->suspend(call) != 0) {
+        json_decref(msg);
+        free(p);
+        rc = th_sdk_fail(call, "mcp: out of memory");
+        goto out;
+    }
+    p->id = id;
+    p->call = call;
+    p->tool = tool;
+    p->mt = mt;
+    p->t0 = t0;
+    p->deadline = deadline;
+    p->pid = pid;
+    p->hooked = th_sdk_on_cancel(call, async_cancel_hook, p) == 0;
+    pthread_mutex_lock(&s->mu);
+    if (s->state != SRV_UP || s->reader_done) {
+        /* not handed off: this thread still owns the call */
+        pthread_mutex_unlock(&s->mu);
+        json_decref(msg);
+        json_decref(jargs);
+        if (p->hooked)
+            th_sdk_on_cancel(call, NULL, NULL);
+        free(p);
+        rc = th_sdk_fail(call, "mcp: server '%s' went away before the call "
+                         "of '%s' was sent; it restarts",
+                         s->name, mt->remote);
+        meta_put(call, s, pid, id, t0, 0, "server_exited");
+        pthread_mutex_lock(&s->mu);
+        s->in_flight--;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        call->host->complete(call, rc);
+        return TOOLHOST_PENDING;
+    }
+    mcpsrc_pend_add(s, p); /* the hand-off: p and the call are the reader's */
+    pthread_mutex_unlock(&s->mu);
+    json_decref(jargs);
+    if (mcpsrc_send(s, msg) != 0) {
+        /* the reader ends it (p may be gone already: found by id) */
+        pthread_mutex_lock(&s->mu);
+        for (mcp_pend *q = s->pending; q; q = q->next)
+            if (q->id == id && q->call) {
+                q->fail = "could not be sent (the server is not reading or "
+                          "has exited)";
+                uint64_t one = 1;
+                if (write(s->wake_fd, &one, sizeof one) < 0) {
+                    /* full: the reader is awake already */
+                }
+            }
+        pthread_mutex_unlock(&s->mu);
+    }
+    json_decref(msg);
+    return TOOLHOST_PENDING;
+out:
+    if (slot) {
+        pthread_mutex_lock(&s->mu);
+        s->in_flight--;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+    }
+    if (!s->url || !slot)
+        meta_put(call, s, pid, slot ? id : 0, t0, 0, error);
+    json_decref(jargs);
+    return rc;
+}

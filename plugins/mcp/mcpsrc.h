@@ -1,0 +1,184 @@
+/* mcpsrc.h - the mcp plugin: other MCP servers as a tool source
+ * (docs/mcp-source.md).  Shared by its files.
+ *
+ * Each server declared in the config block is a stdio command (or a
+ * Streamable HTTP endpoint, below).  A
+ * supervisor thread per server starts it (in a cage of the host where it
+ * gives one, its own session and process group, killed with the host),
+ * does the MCP handshake and tools/list, and restarts it with exponential
+ * back-off when it exits; a reader thread per process routes what the
+ * server writes: responses to the waiting call by id, progress to the
+ * call whose token it names, pings answered, everything else dropped and
+ * counted.  A call of a stdio server (mcp_call.c) is suspended and handed
+ * to the server's reader, which ends it: with the answer, or cancelled,
+ * timed out, or failed when the server goes away.  A server with url:
+ * (mcp_http.c) has a supervisor too, but no process and no reader.
+ *
+ * Lock order: srv->mu, then srv->wmu (the writer of the server's stdin).
+ * The host's callbacks are never called with srv->mu held, except
+ * log(), which is Any and does not call back. */
+#ifndef TH_PLUGIN_MCPSRC_H
+#define TH_PLUGIN_MCPSRC_H
+
+#include <jansson.h>
+#include <msgpack.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "toolhost/plugin.h"
+
+#define MCPSRC_PROTOCOL "2025-06-18"
+
+struct curl_slist;
+typedef struct mcp_state mcp_state;
+typedef struct mcp_srv mcp_srv;
+
+struct mcp_tool;
+
+/* One request in flight to a server: the supervisor's handshake (on its
+ * stack, waiting on cv) or a call of a stdio server (`call` set: on the
+ * heap, the call suspended and owned by the server's reader thread, which
+ * finishes it and frees this).  Linked in srv->pending while it waits;
+ * every member below `next` is written under srv->mu. */
+typedef struct mcp_pend {
+    int64_t id;
+    struct mcp_pend *next;
+    /* a suspended call (NULL for the handshake's requests) */
+    toolhost_call *call;
+    const toolhost_tool *tool;
+    const struct mcp_tool *mt;
+    int64_t t0, deadline;  /* monotonic ms; deadline -1: none */
+    pid_t pid;
+    bool hooked;           /* on_cancel registered */
+    const char *fail;      /* the request could not be sent */
+    pthread_cond_t cv;
+    json_t *msg;        /* the response (result or error), owned      */
+    const char *gone;   /* the server went away (a static reason)     */
+    bool cancel;        /* the call's on_cancel hook fired            */
+    uint64_t n_progress; /* progress updates handed on                */
+} mcp_pend;
+
+enum { SRV_STARTING = 0, SRV_UP = 1, SRV_DOWN = 2 };
+
+/* One imported tool: the server and the tool's name there. */
+typedef struct mcp_tool {
+    mcp_srv *srv;
+    char *remote;        /* the tool's name on the server            */
+    bool structured;     /* declared with an output schema we kept   */
+} mcp_tool;
+
+struct mcp_srv {
+    mcp_state *st;
+    /* config (read-only after init) */
+    char *name;
+    char *prefix;
+    char *url;          /* Streamable HTTP: the endpoint (NULL: stdio) */
+    struct curl_slist *headers; /* HTTP: "Name: value" lines           */
+    char **argv;        /* NULL-terminated, argv[0] a path (stdio)   */
+    char **envp;        /* NULL-terminated NAME=VALUE                */
+    char *cwd;
+    bool has_user;
+    uid_t uid;
+    gid_t gid;
+    int64_t timeout_ms; /* 0: the call's deadline only               */
+    int64_t max_concurrency;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;  /* state changes, a slot freed, stop         */
+    int state;          /* SRV_*                                     */
+    bool stop;
+    bool first_done;    /* the first start ended (up or failed)      */
+    char why[256];      /* why the last start failed or it exited    */
+    int64_t next_try;   /* monotonic ms of the next start (DOWN)     */
+    unsigned attempt;   /* starts that failed or died in a row       */
+    uint64_t generation; /* starts so far                           */
+    pid_t pid;          /* the running server, or -1                 */
+    int in_fd;          /* its stdin (our end), or -1                */
+    int out_fd;         /* its stdout (our end), or -1               */
+    int err_fd;         /* its stderr (read end), or -1              */
+    toolhost_cage *cage;
+    int64_t next_id;
+    mcp_pend *pending;
+    int64_t in_flight;
+    json_t *tools;      /* the last tools/list (array), owned        */
+    bool list_changed;  /* the server said its tools changed         */
+    char session[160];  /* HTTP: Mcp-Session-Id ("" before initialize) */
+    bool http_down;     /* HTTP: a call found the server gone        */
+    /* counters for rate-limited log lines (reader thread only) */
+    uint64_t n_dropped, n_unknown_id, n_bad_json, n_stderr;
+
+    int wake_fd;        /* eventfd: wakes the reader (a call cancelled,
+                           a request that could not be sent)         */
+    bool reader_done;   /* the reader of this start has ended: no call
+                           may be handed to it                       */
+    pthread_mutex_t wmu; /* one writer of in_fd at a time           */
+    int pid_fd;          /* a pidfd of the server (-1: none), read by
+                            the reader: the leader's exit ends it even
+                            when a descendant holds its stdout      */
+    pthread_t sup;
+    bool sup_started;
+};
+
+struct mcp_state {
+    /* What init_tools() returns. */
+    const toolhost_tool *tools;
+    uint32_t n_tools;
+    /* Private. */
+    toolhost_tool *tools_rw;
+    mcp_tool *mtools;
+    const toolhost_host_api *host;
+    mcp_srv *srv;
+    size_t n_srv;
+    int64_t restart_initial_ms, restart_max_ms, start_timeout_ms;
+    int64_t max_message;
+    int64_t write_timeout_ms;
+    char *path;         /* PATH to look commands up in */
+};
+
+/* mcp_conf.c */
+int mcpsrc_config(mcp_state *st, const uint8_t *config, size_t len,
+                  char *err, size_t err_size);
+int mcpsrc_build_tools(mcp_state *st, char *err, size_t err_size);
+void mcpsrc_state_free(mcp_state *st);
+/* A JSON value of a msgpack object (NULL when out of memory, too deep or
+ * not representable: a map key that is not a string). */
+json_t *mcpsrc_json_of(const msgpack_object *o, int depth);
+int64_t mcpsrc_now_ms(void);
+
+/* mcp_server.c */
+int mcpsrc_servers_start(mcp_state *st, char *err, size_t err_size);
+void mcpsrc_servers_stop(mcp_state *st);
+/* Writes one JSON message (a line) to the server's stdin; the caller
+ * holds no lock.  0, or -1 (the server is not up, or did not read within
+ * write_timeout: then it is killed). */
+int mcpsrc_send(mcp_srv *s, json_t *msg);
+/* Links p (with a fresh id) into the server's pending list; s->mu held. */
+void mcpsrc_pend_add(mcp_srv *s, mcp_pend *p);
+/* Unlinks p; s->mu held. */
+void mcpsrc_pend_del(mcp_srv *s, mcp_pend *p);
+
+/* mcp_http.c (servers with url:) */
+int mcpsrc_http_global(bool init);
+/* initialize, initialized, tools/list: 0 with *tools (owned), or -1. */
+int mcpsrc_http_handshake(mcp_srv *s, json_t **tools, char *why, size_t ws);
+/* One tools/call: 0 with *answer (owned), or -1 with *error (a meta
+ * error name) and why; *answer may be set then too (an HTTP error with a
+ * JSON-RPC body). */
+int mcpsrc_http_call(mcp_srv *s, const char *remote, toolhost_call *call,
+                     int64_t id, json_t *args, int64_t deadline,
+                     json_t **answer, uint64_t *n_progress,
+                     const char **error, char *why, size_t ws);
+
+/* mcp_call.c */
+/* The reader thread (the call's owner) ends a suspended call: with the
+ * server's answer (owned by the caller), or failed with `error` (a meta
+ * error name) and `why`; frees p. */
+void mcpsrc_call_finish(mcp_pend *p, json_t *answer, const char *error,
+                        const char *why);
+int mcpsrc_execute(void *state, const toolhost_tool *tool,
+                   toolhost_call *call, const uint8_t *args, size_t args_len);
+
+#endif

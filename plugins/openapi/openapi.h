@@ -1,0 +1,122 @@
+/* openapi.h - the state of the openapi plugin, shared by its files.
+ *
+ * The openapi plugin turns OpenAPI 3.0/3.1 documents named in its config
+ * block into tools, one per operation (docs/gateway.md, "OpenAPI
+ * documents as a tool source").  init() reads the config (openapi.c),
+ * loads each document and converts its operations (oa_spec.c); execute()
+ * makes the HTTP request through libcurl (oa_http.c).  Everything here is
+ * built once in init() and read-only until fini(), so concurrent calls
+ * share it without locks. */
+#ifndef TH_PLUGIN_OPENAPI_H
+#define TH_PLUGIN_OPENAPI_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "toolhost/plugin.h"
+
+/* Bounds of what a document may ask for. */
+#define OA_MAX_DEPTH 32        /* schema nesting (the host's own bound)   */
+#define OA_MAX_REF_HOPS 64     /* a chain of $ref before it is a loop     */
+#define OA_MAX_OPS 1024        /* operations per document                 */
+#define OA_MAX_PARAMS 128      /* parameters per operation                */
+#define OA_MAX_NODES 100000    /* schema nodes of one tool, refs inlined  */
+
+enum oa_in { OA_IN_PATH = 1, OA_IN_QUERY, OA_IN_HEADER };
+
+enum oa_auth {
+    OA_AUTH_NONE = 0,
+    OA_AUTH_BEARER,
+    OA_AUTH_BASIC,
+    OA_AUTH_API_KEY
+};
+
+typedef struct oa_param {
+    char *name;
+    int in;          /* OA_IN_* */
+} oa_param;
+
+struct oa_api;
+
+/* One operation: what execute() needs to build its request. */
+typedef struct oa_op {
+    const struct oa_api *api;
+    char *method;    /* "GET", "POST", ... */
+    char *path;      /* the template, "/pets/{petId}" */
+    oa_param *params;
+    size_t n_params;
+    bool has_body;   /* the input has a `body` (JSON request body) */
+    bool structured; /* an output schema: stdout is TOOLHOST_SEM_STRUCTURED */
+    bool idempotent; /* GET, HEAD, PUT, DELETE, OPTIONS: may be retried */
+} oa_op;
+
+/* One entry of `apis:`. */
+typedef struct oa_api {
+    char *name;
+    char *spec;           /* the document's path */
+    char *base_url;       /* no trailing '/' */
+    char *base_host;      /* the base URL's host (lower case) and port, */
+    long base_port;       /* the one host allow_private lets through   */
+    char *prefix;
+    char **include, **exclude; /* NULL-terminated, or NULL */
+    int auth;             /* OA_AUTH_* */
+    char *auth_env;       /* bearer_env, basic_user_env or api_key_env */
+    char *auth_env2;      /* basic_password_env */
+    char *key_header;     /* api_key_header (or NULL) */
+    char *key_query;      /* api_key_query (or NULL) */
+    int64_t timeout_ms;
+    int64_t connect_timeout_ms;
+    int64_t max_response; /* bytes */
+    int64_t max_spec;     /* bytes of the document */
+    long max_redirects;
+    bool allow_private;
+    long retries;
+    char **headers;       /* "Name: value", NULL-terminated, or NULL */
+    /* The tag every tool of the API declares (ABI 1.5): the API's name
+     * made a tag, or NULL when nothing of it is left.  tags[1] is NULL. */
+    char *tags[2];
+} oa_api;
+
+typedef struct oa_state {
+    /* What init_tools() returns; the first two members. */
+    const toolhost_tool *tools;
+    uint32_t n_tools;
+    /* Private. */
+    toolhost_tool *tools_rw;
+    oa_op *ops;           /* n_tools entries, user_data of each tool */
+    uint32_t cap_tools;
+    oa_api *apis;
+    size_t n_apis;
+    const toolhost_host_api *host;
+    bool curl_ready;      /* curl_global_init() succeeded */
+} oa_state;
+
+/* Frees everything init() made (oa_state.c); NULL is fine. */
+void oa_state_free(oa_state *st);
+
+/* Document loading (oa_spec.c). */
+
+/* Reads a JSON or YAML document of at most max_bytes into a JSON tree.
+ * NULL with a message naming the file (and line:col for YAML) in err. */
+json_t *oa_load_document(const char *path, int64_t max_bytes, char *err,
+                         size_t err_size);
+/* Adds the tools of one API's document to st.  0, or -1 with a message
+ * naming the API, the operation and the place in err. */
+int oa_spec_tools(oa_state *st, oa_api *api, const json_t *doc, char *err,
+                  size_t err_size);
+
+/* Requests (oa_http.c). */
+int oa_execute(void *state, const toolhost_tool *tool, toolhost_call *call,
+               const uint8_t *args, size_t args_len);
+/* Whether an address (sockaddr_in or sockaddr_in6) is loopback, private,
+ * link-local, unique-local, CGNAT, multicast or unspecified. */
+struct sockaddr;
+bool oa_addr_private(const struct sockaddr *sa);
+
+/* The msgpack value of args or config as a JSON tree (msgpack-c
+ * unpacked); NULL when it is not valid msgpack or too deep. */
+json_t *oa_msgpack_to_json(const uint8_t *data, size_t len);
+
+#endif

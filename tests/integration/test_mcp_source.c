@@ -1,0 +1,370 @@
+/* test_mcp_source.c - the mcp plugin: other MCP servers as a tool source.
+ *
+ * Interop: the official MCP TypeScript SDK client (tests/mcp/source.mjs)
+ * drives `toolhost mcp` configured with the mcp plugin importing the
+ * pinned reference servers server-everything and server-filesystem (from
+ * tests/mcp/node_modules) and toolhost's own MCP front (`toolhost mcp` of
+ * a second config with echo.so): schemas, calls, content of every kind,
+ * progress, cancel, a killed server answering 'unavailable' and coming
+ * back.  tests/mcp/hostile.mjs does the same against a server that
+ * floods, lies, never answers and sends a message over max_message.
+ * Over Streamable HTTP: toolhost's own HTTP front (source_http.mjs) and a
+ * hostile HTTP server (hostile_http.mjs).
+ * Skipped when node or the npm packages are not installed.
+ *
+ * CLI: `toolhost call` through the plugin (these run under valgrind with
+ * make valgrind), and config and start errors that name the server. */
+#include <CUnit/CUnit.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/th_test.h"
+
+static bool have_node_modules(void)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "command -v node >/dev/null 2>&1 && "
+             "test -d '%s/node_modules/@modelcontextprotocol/sdk' && "
+             "test -x '%s/node_modules/.bin/mcp-server-everything' && "
+             "test -x '%s/node_modules/.bin/mcp-server-filesystem'",
+             th_test_source_path("tests/mcp"), th_test_source_path("tests/mcp"),
+             th_test_source_path("tests/mcp"));
+    char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+    th_test_run r;
+    int rc = th_test_run_argv(argv, NULL, 20, 0, &r);
+    bool ok = rc == 0 && r.status == 0;
+    th_test_run_free(&r);
+    return ok;
+}
+
+#define NEED_NODE()                                                           \
+    do {                                                                      \
+        if (!have_node_modules())                                             \
+            TH_SKIP("node or tests/mcp/node_modules (server-everything, "    \
+                    "server-filesystem, the SDK) is not installed: run "      \
+                    "scripts/install-deps");                                  \
+    } while (0)
+
+/* The config of the hostile server (tests/mcp/hostile_server.mjs), with
+ * `extra` lines of its server entry. */
+static char *hostile_config_x(const char *dir, const char *timeout,
+                              const char *extra)
+{
+    char text[2048];
+    snprintf(text, sizeof text,
+             "plugins:\n"
+             "  - name: mcp\n"
+             "    path: %s\n"
+             "    config:\n"
+             "      restart_initial: 50ms\n"
+             "      max_message: 1048576\n"
+             "      servers:\n"
+             "        - name: h\n"
+             "          command: [node, %s]\n"
+             "          timeout: %s\n"
+             "%s"
+             "toolsets:\n"
+             "  - name: t\n"
+             "    tools: [\"*\"]\n",
+             th_test_build_path("plugins/mcp.so"),
+             th_test_source_path("tests/mcp/hostile_server.mjs"), timeout,
+             extra ? extra : "");
+    return th_test_write_file(dir, "hostile.yaml", text, (size_t)-1);
+}
+
+/* `silent` waits for the server's timeout: 2s, or 20s under valgrind
+ * (where the flood of 40000 lines takes longer than 2s to read). */
+static char *hostile_config(const char *dir)
+{
+    return hostile_config_x(dir, getenv("TH_VALGRIND") ? "20s" : "2s", NULL);
+}
+
+static void run_script(const char *script, const char *config,
+                       const char *arg)
+{
+    th_test_timeout(getenv("TH_VALGRIND") ? 600 : 200);
+    char cmd[4096];
+    /* from the source root: TH_VALGRIND names its suppressions file
+     * relative to it (node finds the SDK from the script's folder) */
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && exec node 'tests/mcp/%s' '%s' '%s' '%s'",
+             th_test_source_path("."), script,
+             th_test_build_path("toolhost"), config, arg ? arg : "");
+    char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+    th_test_run r;
+    int rc = th_test_run_argv(argv, NULL, getenv("TH_VALGRIND") ? 550 : 180,
+                              0, &r);
+    CU_ASSERT_EQUAL(rc, 0);
+    if (r.status != 0)
+        fprintf(stderr, "\n%s exited %d\nstdout:\n%s\nstderr (tail):\n%s\n",
+                script, r.status, r.out ? r.out : "",
+                r.err && r.err_len > 6000 ? r.err + r.err_len - 6000
+                                          : r.err ? r.err : "");
+    CU_ASSERT_EQUAL(r.status, 0);
+    /* under valgrind (TH_VALGRIND), the host's report: "==PID== ..." */
+    bool report = false;
+    for (const char *e = r.err; e && (e = strstr(e, "==")); e += 2) {
+        const char *d = e + 2;
+        while (*d >= '0' && *d <= '9')
+            d++;
+        if (d > e + 2 && d[0] == '=' && d[1] == '=')
+            report = true;
+    }
+    if (report)
+        fprintf(stderr, "\nvalgrind reported:\n%s\n", r.err);
+    CU_ASSERT_FALSE(report);
+    th_test_run_free(&r);
+}
+
+static void test_sdk_reference_servers(void)
+{
+    NEED_NODE();
+    char *dir = th_test_tmpdir();
+    free(th_test_write_file(dir, "hello.txt", "hello from toolhost\n",
+                            (size_t)-1));
+    char inner[1024];
+    snprintf(inner, sizeof inner,
+             "plugins:\n"
+             "  - name: echo\n"
+             "    path: %s\n"
+             "toolsets:\n"
+             "  - name: t\n"
+             "    tools: [echo]\n",
+             th_test_build_path("plugins/echo.so"));
+    char *inner_cfg = th_test_write_file(dir, "inner.yaml", inner, (size_t)-1);
+    const char *nm = th_test_source_path("tests/mcp/node_modules/.bin");
+    char text[4096];
+    snprintf(text, sizeof text,
+             "plugins:\n"
+             "  - name: mcp\n"
+             "    path: %s\n"
+             "    config:\n"
+             "      restart_initial: 1s\n"
+             "      servers:\n"
+             "        - name: ev\n"
+             "          command: [%s/mcp-server-everything, stdio]\n"
+             "          env: [HOME]\n"
+             "          timeout: 60s\n"
+             "        - name: fs\n"
+             "          command: [%s/mcp-server-filesystem, %s]\n"
+             "          cwd: %s\n"
+             "          max_concurrency: 4\n"
+             "        - name: th\n"
+             "          command: [%s, mcp, -c, %s]\n"
+             "toolsets:\n"
+             "  - name: t\n"
+             "    tools: [\"*\"]\n",
+             th_test_build_path("plugins/mcp.so"), nm, nm, dir, dir,
+             th_test_build_path("toolhost"), inner_cfg);
+    char *cfg = th_test_write_file(dir, "c.yaml", text, (size_t)-1);
+    run_script("source.mjs", cfg, dir);
+    free(cfg);
+    free(inner_cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+static void test_sdk_hostile(void)
+{
+    NEED_NODE();
+    char *dir = th_test_tmpdir();
+    char *cfg = hostile_config(dir);
+    run_script("hostile.mjs", cfg, NULL);
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+/* A server over Streamable HTTP: toolhost's own HTTP front, killed and
+ * started again (tests/mcp/source_http.mjs). */
+static void test_sdk_http(void)
+{
+    NEED_NODE();
+    run_script("source_http.mjs", "-", NULL);
+}
+
+/* A hostile Streamable HTTP server (tests/mcp/hostile_http.mjs serves
+ * it): an event-stream flood, a body over max_message, no answer, a lost
+ * session. */
+static void test_sdk_hostile_http(void)
+{
+    NEED_NODE();
+    run_script("hostile_http.mjs", "-", NULL);
+}
+
+/* `toolhost call` through the plugin: load, one call, unload (the whole
+ * plugin's life, under valgrind with make valgrind). */
+static void test_cli_call(void)
+{
+    NEED_NODE();
+    th_test_timeout(120);
+    char *dir = th_test_tmpdir();
+    char *cfg = hostile_config_x(dir, "60s", NULL);
+    th_test_run r;
+    CU_ASSERT_EQUAL(th_test_toolhost(&r, "call", "-c", cfg, "h_ok", NULL), 0);
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_PTR_NOT_NULL(r.out && strstr(r.out, "ok 1"));
+    if (r.status != 0)
+        fprintf(stderr, "\nstdout: %s\nstderr: %s\n", r.out, r.err);
+    /* the log names what was left out and renamed */
+    CU_ASSERT_PTR_NOT_NULL(r.err && strstr(r.err, "'badschema'") &&
+                           strstr(r.err, "frobnicate"));
+    CU_ASSERT_PTR_NOT_NULL(r.err && strstr(r.err, "named 'h_bad_name_'"));
+    th_test_run_free(&r);
+    /* a flood of notifications: memory stays bounded, the call answers */
+    CU_ASSERT_EQUAL(th_test_toolhost(&r, "call", "-c", cfg, "h_flood", NULL),
+                    0);
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_PTR_NOT_NULL(r.out && strstr(r.out, "flooded"));
+    th_test_run_free(&r);
+    /* over max_message: the call fails naming it, the server is killed */
+    CU_ASSERT_EQUAL(th_test_toolhost(&r, "call", "-c", cfg, "h_huge", NULL),
+                    0);
+    CU_ASSERT_NOT_EQUAL(r.status, 0);
+    CU_ASSERT_PTR_NOT_NULL(r.err && strstr(r.err, "over max_message"));
+    CU_ASSERT_PTR_NOT_NULL((r.out && strstr(r.out, "went away")) ||
+                           (r.err && strstr(r.err, "went away")));
+    th_test_run_free(&r);
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+/* What a server gets: the environment of `env` and PATH only (not the
+ * host's), its cwd, and, when the host runs as root, the uid of `user`. */
+static void test_containment(void)
+{
+    NEED_NODE();
+    th_test_timeout(60);
+    char *dir = th_test_tmpdir();
+    bool root = geteuid() == 0;
+    char extra[256];
+    snprintf(extra, sizeof extra,
+             "          env: {FIXED: \"1\"}\n"
+             "          cwd: /tmp\n"
+             "%s",
+             root ? "          user: nobody\n" : "");
+    char *cfg = hostile_config_x(dir, "60s", extra);
+    setenv("MCPSRC_SECRET", "must-not-leak", 1);
+    th_test_run r;
+    CU_ASSERT_EQUAL(th_test_toolhost(&r, "call", "-c", cfg, "h_whoami", NULL),
+                    0);
+    unsetenv("MCPSRC_SECRET");
+    CU_ASSERT_EQUAL(r.status, 0);
+    if (r.status != 0)
+        fprintf(stderr, "\nstdout: %s\nstderr: %s\n", r.out, r.err);
+    CU_ASSERT_PTR_NOT_NULL(r.out && strstr(r.out, "env FIXED,PATH"));
+    CU_ASSERT_PTR_NOT_NULL(r.out && strstr(r.out, "cwd /tmp "));
+    if (root)
+        CU_ASSERT_PTR_NOT_NULL(r.out && strstr(r.out, "uid 65534 "));
+    th_test_run_free(&r);
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+/* Config and start errors name the server and the key. */
+static void test_config_errors(void)
+{
+    th_test_timeout(60);
+    char *dir = th_test_tmpdir();
+    static const struct {
+        const char *servers;
+        const char *want;
+    } cases[] = {
+        {"        - name: a\n", "server 'a'"},
+        {"        - name: a\n          command: [/bin/true]\n"
+         "          colour: red\n",
+         "unknown key 'colour'"},
+        {"        - name: 'bad name'\n          command: [/bin/true]\n",
+         "must be 1 to 32 letters"},
+        {"        - name: a\n          command: [no-such-program-here]\n",
+         "is not found in path"},
+        {"        - name: a\n          command: [/bin/true]\n"
+         "          timeout: soon\n",
+         "'timeout' must be a duration"},
+        {"        - name: a\n          command: [/bin/true]\n"
+         "          max_concurrency: 0\n",
+         "'max_concurrency' must be an integer"},
+        {"        - name: a\n          command: [/bin/true]\n"
+         "          env: [\"A-B\"]\n",
+         "env[0] must be a variable name"},
+        {"        - name: a\n          command: [/bin/true]\n"
+         "        - name: a\n          command: [/bin/true]\n",
+         "is taken"},
+        {"        - name: a\n          command: [/bin/true]\n"
+         "          user: root\n",
+         "server 'a': 'user: root'"},
+        /* exits at once: the start fails, naming the server */
+        {"        - name: quits\n          command: [/bin/true]\n",
+         "server 'quits' (/bin/true) did not start"},
+        /* never answers initialize */
+        {"        - name: mute\n          command: [/bin/sleep, '30']\n",
+         "initialize: did not answer in time"},
+        {"        - name: a\n          command: [/bin/true]\n"
+         "          cwd: /no/such/folder\n",
+         "cannot enter its working folder"},
+        /* Streamable HTTP */
+        {"        - name: w\n          url: ftp://127.0.0.1/mcp\n",
+         "server 'w': 'url' must be an http:// or https:// URL"},
+        {"        - name: w\n          url: http://127.0.0.1:9/mcp\n"
+         "          command: [/bin/true]\n",
+         "'command' is for a stdio server"},
+        {"        - name: w\n          url: http://127.0.0.1:9/mcp\n"
+         "          headers: {Authorization: \"Bearer ${MCPSRC_UNSET_VAR}\"}\n",
+         "environment variable 'MCPSRC_UNSET_VAR' is not set"},
+        {"        - name: w\n          url: http://127.0.0.1:9/mcp\n"
+         "          headers: {X-A: \"a\\nInjected: b\"}\n",
+         "headers: X-A: its value holds a line break"},
+        {"        - name: w\n          command: [/bin/true]\n"
+         "          headers: {X-A: b}\n",
+         "'headers' is for a server with url:"},
+        /* nothing listens there (port 9, discard): the start fails */
+        {"        - name: w\n          url: http://127.0.0.1:9/mcp\n",
+         "server 'w' (http://127.0.0.1:9/mcp) did not start: initialize:"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[2048];
+        snprintf(text, sizeof text,
+                 "plugins:\n"
+                 "  - name: mcp\n"
+                 "    path: %s\n"
+                 "    config:\n"
+                 "      start_timeout: 300ms\n"
+                 "      servers:\n"
+                 "%s"
+                 "toolsets:\n"
+                 "  - name: t\n"
+                 "    tools: [\"*\"]\n",
+                 th_test_build_path("plugins/mcp.so"), cases[i].servers);
+        char *cfg = th_test_write_file(dir, "c.yaml", text, (size_t)-1);
+        th_test_run r;
+        CU_ASSERT_EQUAL(th_test_toolhost(&r, "list", "-c", cfg, NULL), 0);
+        CU_ASSERT_NOT_EQUAL(r.status, 0);
+        bool found = r.err && strstr(r.err, cases[i].want);
+        if (!found)
+            fprintf(stderr, "\ncase %zu: want '%s' in:\n%s\n", i,
+                    cases[i].want, r.err ? r.err : "");
+        CU_ASSERT(found);
+        th_test_run_free(&r);
+        free(cfg);
+    }
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+void th_suite_mcp_source(void)
+{
+    CU_pSuite s = CU_add_suite("mcp_source", NULL, NULL);
+    CU_add_test(s, "config_errors", test_config_errors);
+    CU_add_test(s, "cli_call", test_cli_call);
+    CU_add_test(s, "containment", test_containment);
+    CU_add_test(s, "sdk_reference_servers", test_sdk_reference_servers);
+    CU_add_test(s, "sdk_hostile", test_sdk_hostile);
+    CU_add_test(s, "sdk_http", test_sdk_http);
+    CU_add_test(s, "sdk_hostile_http", test_sdk_hostile_http);
+}

@@ -1,0 +1,954 @@
+/* test_openapi.c - the openapi plugin in the real binary: the pet store
+ * of tests/openapi/petstore.yaml served by this process (libmicrohttpd on
+ * 127.0.0.1, port 0, pets in memory, a bearer token required), and
+ * `toolhost serve` with the plugin pointed at it (the base URL through
+ * ${OA_TEST_URL} in the config), called over msgpack-RPC.
+ *
+ * What it shows: the pets listed, created, read, replaced and deleted;
+ * a missing or wrong credential as a clear error; a redirect refused by
+ * default, followed on the same host when allowed, refused to another
+ * host on a private address (the server's canary never hit); a slow
+ * answer ended by the timeout; a huge one by max_response; a flaky one
+ * retried for GET but not for POST; include/exclude by operationId and
+ * tag; path, query and header values that try to escape their place;
+ * bad documents refused at load, naming the problem. */
+#include <CUnit/CUnit.h>
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/th_test.h"
+#include "test_rpc_harness.h"
+
+#define TOKEN "s3cret-token"
+
+/* ---- the pet store ----------------------------------------------------- */
+
+typedef struct petsrv {
+    struct MHD_Daemon *d;
+    int port;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool released;   /* the slow endpoint may answer */
+    json_t *pets;    /* array of {id, name, tag} */
+    int next_id;
+    int flaky_get, flaky_post, canary, unauthorized;
+    int slow_waiting; /* requests inside the slow endpoint now */
+    char last_id[256], last_tag[256], last_reqid[256];
+} petsrv;
+
+typedef struct upload {
+    char *data;
+    size_t len;
+} upload;
+
+static enum MHD_Result answer(struct MHD_Connection *c, unsigned status,
+                              const char *body, const char *location)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        strlen(body), (void *)body, MHD_RESPMEM_MUST_COPY);
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    if (location)
+        MHD_add_response_header(r, "Location", location);
+    enum MHD_Result rc = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+static enum MHD_Result answer_json(struct MHD_Connection *c, unsigned status,
+                                   json_t *j)
+{
+    char *s = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
+    enum MHD_Result rc = answer(c, status, s ? s : "null", NULL);
+    free(s);
+    return rc;
+}
+
+static json_t *find_pet(petsrv *p, const char *id, size_t *at)
+{
+    size_t i;
+    json_t *e;
+    json_array_foreach(p->pets, i, e)
+    {
+        char buf[32];
+        snprintf(buf, sizeof buf, "%" JSON_INTEGER_FORMAT,
+                 json_integer_value(json_object_get(e, "id")));
+        if (!strcmp(buf, id)) {
+            *at = i;
+            return e;
+        }
+    }
+    return NULL;
+}
+
+static enum MHD_Result route(petsrv *p, struct MHD_Connection *c,
+                             const char *method, const char *url,
+                             const upload *up)
+{
+    if (!strcmp(url, "/v1/canary")) {
+        p->canary++;
+        return answer(c, 200, "{}", NULL);
+    }
+    const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                   "Authorization");
+    const char *hkey = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                   "X-Api-Key");
+    const char *qkey = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND,
+                                                   "api_key");
+    /* the bearer token; basic ann / "open sesame"; an API key */
+    bool authorized = (auth && (!strcmp(auth, "Bearer " TOKEN) ||
+                                !strcmp(auth, "Basic YW5uOm9wZW4gc2VzYW1l"))) ||
+                      (hkey && !strcmp(hkey, "k-123")) ||
+                      (qkey && !strcmp(qkey, "k-123"));
+    if (!authorized) {
+        p->unauthorized++;
+        return answer(c, 401, "{\"code\": 401, \"message\": \"bad or no "
+                              "bearer token\"}", NULL);
+    }
+    bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    json_error_t je;
+    json_t *in = up->len ? json_loadb(up->data, up->len, 0, &je) : NULL;
+    enum MHD_Result rc;
+    if (!strcmp(url, "/v1/pets") && get) {
+        const char *lim = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND,
+                                                      "limit");
+        const char *tag = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND,
+                                                      "tag");
+        const char *rid = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                      "X-Request-Id");
+        snprintf(p->last_tag, sizeof p->last_tag, "%s", tag ? tag : "");
+        snprintf(p->last_reqid, sizeof p->last_reqid, "%s", rid ? rid : "");
+        json_t *out = json_array();
+        size_t i;
+        json_t *e;
+        json_array_foreach(p->pets, i, e)
+        {
+            const char *t = json_string_value(json_object_get(e, "tag"));
+            if (lim && json_array_size(out) >= strtoul(lim, NULL, 10))
+                break;
+            if (!tag || (t && !strcmp(t, tag)))
+                json_array_append(out, e);
+        }
+        rc = answer_json(c, 200, out);
+        json_decref(out);
+    } else if (!strcmp(url, "/v1/pets") && post) {
+        if (!json_is_string(json_object_get(in, "name"))) {
+            rc = answer(c, 400, "{\"code\": 400, \"message\": \"name?\"}",
+                        NULL);
+        } else {
+            json_t *pet = json_pack("{s:i, s:O, s:O}", "id", p->next_id++,
+                                    "name", json_object_get(in, "name"),
+                                    "tag",
+                                    json_object_get(in, "tag")
+                                        ? json_object_get(in, "tag")
+                                        : json_null());
+            json_array_append(p->pets, pet);
+            rc = answer_json(c, 201, pet);
+            json_decref(pet);
+        }
+    } else if (!strncmp(url, "/v1/pets/", 9) && strstr(url, "/owner")) {
+        rc = answer(c, 200, "{\"name\": \"Ada\", \"email\": \"ada@example\"}",
+                    NULL);
+    } else if (!strncmp(url, "/v1/pets/", 9)) {
+        const char *id = url + 9;
+        snprintf(p->last_id, sizeof p->last_id, "%s", id);
+        size_t at;
+        json_t *pet = find_pet(p, id, &at);
+        if (!pet)
+            rc = answer(c, 404, "{\"code\": 404, \"message\": \"no such "
+                                "pet\"}", NULL);
+        else if (get)
+            rc = answer_json(c, 200, pet);
+        else if (!strcmp(method, "PUT") && json_is_object(in)) {
+            json_object_set(pet, "name", json_object_get(in, "name"));
+            json_object_set(pet, "tag", json_object_get(in, "tag")
+                                            ? json_object_get(in, "tag")
+                                            : json_null());
+            rc = answer_json(c, 200, pet);
+        } else if (!strcmp(method, "DELETE")) {
+            json_array_remove(p->pets, at);
+            rc = answer(c, 204, "", NULL);
+        } else
+            rc = answer(c, 405, "{}", NULL);
+    } else if (!strncmp(url, "/v1/store/orders/", 17) && get) {
+        /* lies: the document says an Order (integers, petId and
+         * quantity required) */
+        rc = answer(c, 200, "{\"id\": \"not-a-number\"}", NULL);
+    } else if (!strcmp(url, "/v1/store/inventory") && get) {
+        rc = answer(c, 200, "{\"dog\": 2, \"cat\": 1}", NULL);
+    } else if (!strcmp(url, "/v1/categories") && post && in) {
+        rc = answer_json(c, 201, in);
+    } else if (!strcmp(url, "/v1/old-pets")) {
+        rc = answer(c, 301, "", "/v1/pets");
+    } else if (!strcmp(url, "/v1/elsewhere")) {
+        char loc[128];
+        snprintf(loc, sizeof loc, "http://localhost:%d/v1/canary", p->port);
+        rc = answer(c, 302, "", loc);
+    } else if (!strcmp(url, "/v1/slow")) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 60;
+        pthread_mutex_lock(&p->mu);
+        p->slow_waiting++;
+        while (!p->released &&
+               pthread_cond_timedwait(&p->cv, &p->mu, &ts) == 0)
+            ;
+        p->slow_waiting--;
+        pthread_mutex_unlock(&p->mu);
+        rc = answer(c, 200, "\"pong\"", NULL);
+    } else if (!strcmp(url, "/v1/huge")) {
+        size_t n = 4 * 1024 * 1024;
+        char *big = malloc(n);
+        memset(big, 'x', n);
+        big[0] = big[n - 1] = '"';
+        struct MHD_Response *r =
+            MHD_create_response_from_buffer(n, big, MHD_RESPMEM_MUST_FREE);
+        rc = MHD_queue_response(c, 200, r);
+        MHD_destroy_response(r);
+    } else if (!strcmp(url, "/v1/flaky")) {
+        int n = get ? p->flaky_get++ : p->flaky_post++;
+        rc = n == 0 ? answer(c, 503, "{\"message\": \"try again\"}", NULL)
+                    : answer(c, 200, "{\"ok\": true}", NULL);
+    } else {
+        rc = answer(c, 404, "{\"message\": \"no route\"}", NULL);
+    }
+    json_decref(in);
+    return rc;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
+                                  const char *url, const char *method,
+                                  const char *version, const char *data,
+                                  size_t *data_size, void **con_cls)
+{
+    (void)version;
+    petsrv *p = cls;
+    upload *up = *con_cls;
+    if (!up) {
+        *con_cls = up = calloc(1, sizeof *up);
+        return up ? MHD_YES : MHD_NO;
+    }
+    if (*data_size) {
+        char *n = realloc(up->data, up->len + *data_size);
+        if (!n)
+            return MHD_NO;
+        memcpy(n + up->len, data, *data_size);
+        up->data = n;
+        up->len += *data_size;
+        *data_size = 0;
+        return MHD_YES;
+    }
+    pthread_mutex_lock(&p->mu);
+    bool slow = !strcmp(url, "/v1/slow");
+    if (slow)
+        pthread_mutex_unlock(&p->mu); /* route() waits on p->cv itself */
+    enum MHD_Result rc = route(p, c, method, url, up);
+    if (!slow)
+        pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+static void on_done(void *cls, struct MHD_Connection *c, void **con_cls,
+                    enum MHD_RequestTerminationCode toe)
+{
+    (void)cls, (void)c, (void)toe;
+    upload *up = *con_cls;
+    if (up)
+        free(up->data);
+    free(up);
+    *con_cls = NULL;
+}
+
+static int petsrv_start(petsrv *p)
+{
+    memset(p, 0, sizeof *p);
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    p->pets = json_array();
+    p->next_id = 1;
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    p->d = MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0,
+        NULL, NULL, on_request, p, MHD_OPTION_SOCK_ADDR, &sa,
+        MHD_OPTION_NOTIFY_COMPLETED, on_done, p, MHD_OPTION_END);
+    if (!p->d)
+        return -1;
+    const union MHD_DaemonInfo *i =
+        MHD_get_daemon_info(p->d, MHD_DAEMON_INFO_BIND_PORT);
+    p->port = i ? i->port : 0;
+    return p->port ? 0 : -1;
+}
+
+static void petsrv_stop(petsrv *p)
+{
+    pthread_mutex_lock(&p->mu);
+    p->released = true;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    if (p->d)
+        MHD_stop_daemon(p->d);
+    json_decref(p->pets);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+}
+
+static int counter(petsrv *p, int *what)
+{
+    pthread_mutex_lock(&p->mu);
+    int n = *what;
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
+/* One of the server's last_* strings, read under its lock, equals want. */
+static bool seen(petsrv *p, const char *last, const char *want)
+{
+    char copy[256];
+    pthread_mutex_lock(&p->mu);
+    snprintf(copy, sizeof copy, "%s", last);
+    pthread_mutex_unlock(&p->mu);
+    if (strcmp(copy, want))
+        fprintf(stderr, "\nthe server saw [%s], wanted [%s]\n", copy, want);
+    return !strcmp(copy, want);
+}
+
+/* a and b are the same string (a may be NULL). */
+static bool same(const char *a, const char *b)
+{
+    return a && !strcmp(a, b);
+}
+
+/* ---- toolhost pointed at it ------------------------------------------- */
+
+typedef struct fx {
+    petsrv srv;
+    rpc_srv s;
+    th_rpc_client *c;
+} fx;
+
+/* The pet store, then `toolhost serve` with the first API "pets" (all
+ * operations, the token in OA_TEST_TOKEN, allow_private) with
+ * `pets_extra` lines, and `more` APIs after it. */
+static int fx_start_with(fx *f, const char *pets_extra, const char *more,
+                         const char *toolset_extra)
+{
+    memset(f, 0, sizeof *f);
+    if (petsrv_start(&f->srv) != 0)
+        return -1;
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1", f->srv.port);
+    setenv("OA_TEST_URL", url, 1);
+    setenv("OA_TEST_TOKEN", TOKEN, 1);
+    setenv("OA_TEST_WRONG", "not-the-token", 1);
+    setenv("OA_TEST_USER", "ann", 1);
+    setenv("OA_TEST_PASSWORD", "open sesame", 1);
+    setenv("OA_TEST_KEY", "k-123", 1);
+    unsetenv("OA_TEST_MISSING");
+    const char *spec = th_test_source_path("tests/openapi/petstore.yaml");
+    char apis[3000] = "";
+    for (const char *m = more ? more : ""; *m;) {
+        size_t w = strlen(apis);
+        if (!strncmp(m, "@SPEC@", 6)) {
+            snprintf(apis + w, sizeof apis - w, "%s", spec);
+            m += 6;
+        } else if (w + 1 < sizeof apis) {
+            apis[w] = *m++;
+            apis[w + 1] = '\0';
+        } else {
+            return -1;
+        }
+    }
+    char cfg[4000];
+    snprintf(cfg, sizeof cfg,
+             "host:\n"
+             "  log_level: debug\n"
+             "  shutdown_grace: 1s\n"
+             "plugins:\n"
+             "  - name: openapi\n"
+             "    path: @BUILD@/plugins/openapi.so\n"
+             "    config:\n"
+             "      apis:\n"
+             "        - name: pets\n"
+             "          spec: %s\n"
+             "          base_url: ${OA_TEST_URL}\n"
+             "          allow_private: true\n"
+             "          auth: {bearer_env: OA_TEST_TOKEN}\n"
+             "%s%s"
+             "toolsets:\n"
+             "  - name: public\n"
+             "    tools: [\"*\"]\n"
+             "    permissions:\n"
+             "      rules:\n"
+             "        - {flag: open_world, action: allow}\n"
+             "%s",
+             spec, pets_extra ? pets_extra : "", apis,
+             toolset_extra ? toolset_extra : "");
+    rpc_opts o = {.config = cfg};
+    if (rpc_srv_start(&f->s, &o) != 0)
+        return -1;
+    f->c = rpc_connect(&f->s);
+    return f->c ? 0 : -1;
+}
+
+static int fx_start(fx *f, const char *pets_extra, const char *more)
+{
+    return fx_start_with(f, pets_extra, more, NULL);
+}
+
+static void fx_stop(fx *f)
+{
+    if (f->c)
+        th_rpc_client_close(f->c);
+    if (f->s.pid > 0) {
+        /* 0: a clean exit (under valgrind: no error, no leak) */
+        CU_ASSERT_EQUAL(rpc_srv_stop(&f->s, SIGTERM), 0);
+        rpc_srv_free(&f->s);
+    }
+    petsrv_stop(&f->srv);
+}
+
+/* tools.call; the result map (r->res) or NULL. */
+static const msgpack_object *call(fx *f, const char *tool, const char *args,
+                                  rpc_res *r)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "[\"%s\", %s]", tool, args);
+    if (rpc_call(f->c, "tools.call", p, r) != 0)
+        return NULL;
+    return r->res;
+}
+
+static bool stream_contains(const msgpack_object *res, const char *stream,
+                            const char *needle, bool say)
+{
+    const char *p;
+    size_t n;
+    if (!res || !th_rpc_obj_str(th_rpc_map_get(res, stream), &p, &n))
+        return false;
+    char *s = strndup(p, n);
+    bool has = s && strstr(s, needle);
+    if (!has && say)
+        fprintf(stderr, "\n%s is [%s], wanted [%s]\n", stream, s, needle);
+    free(s);
+    return has;
+}
+
+static bool stream_has(const msgpack_object *res, const char *stream,
+                       const char *needle)
+{
+    return stream_contains(res, stream, needle, true);
+}
+
+static json_t *stdout_json(const msgpack_object *res)
+{
+    const char *p;
+    size_t n;
+    if (!res || !th_rpc_obj_str(th_rpc_map_get(res, "stdout"), &p, &n))
+        return NULL;
+    json_error_t je;
+    return json_loadb(p, n, JSON_DECODE_ANY, &je);
+}
+
+static int64_t meta_int(const msgpack_object *res, const char *key)
+{
+    const msgpack_object *v = th_rpc_map_get(th_rpc_map_get(res, "meta"), key);
+    return v && v->type == MSGPACK_OBJECT_POSITIVE_INTEGER ? (int64_t)v->via.u64
+                                                           : -1;
+}
+
+/* ---- tests ------------------------------------------------------------- */
+
+static void test_crud(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(fx_start(&f, NULL, NULL) == 0);
+    rpc_res r;
+    /* the tool list: one per operation, schemas from the document */
+    CU_ASSERT(rpc_call(f.c, "tools.list", "[]", &r) == 0 && r.res);
+    const char *names[] = {"listPets", "createPet", "getPet", "updatePet",
+                           "deletePet", "get_pets_petId_owner",
+                           "getInventory", "placeOrder", "getOrder",
+                           "createCategory", "legacyPets", "redirectAway",
+                           "slowPing", "hugeDump", "flakyGet", "flakyPost"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const msgpack_object *t = rpc_find_tool(r.res, names[i]);
+        if (!t)
+            fprintf(stderr, "\nno tool %s\n", names[i]);
+        CU_ASSERT_PTR_NOT_NULL(t);
+    }
+    CU_ASSERT(rpc_has_flag(rpc_find_tool(r.res, "deletePet"), "destructive"));
+    CU_ASSERT(rpc_has_flag(rpc_find_tool(r.res, "getPet"), "read_only"));
+    rpc_res_free(&r);
+
+    const msgpack_object *res;
+    res = call(&f, "createPet", "{\"body\": {\"name\": \"Rex\", \"tag\": "
+                                "\"dog\"}}", &r);
+    CU_ASSERT(res && rpc_ok(res));
+    json_t *pet = stdout_json(res);
+    if (!pet)
+        rpc_dump_log(&f.s);
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(pet, "id")), 1);
+    CU_ASSERT(same(json_string_value(json_object_get(pet, "name")), "Rex"));
+    CU_ASSERT_EQUAL(meta_int(res, "http_status"), 201);
+    json_decref(pet);
+    rpc_res_free(&r);
+    res = call(&f, "createPet", "{\"body\": {\"name\": \"Tom\", \"tag\": "
+                                "\"cat\"}}", &r);
+    CU_ASSERT(res && rpc_ok(res));
+    rpc_res_free(&r);
+    /* the input schema is enforced by the host before any request */
+    res = call(&f, "createPet", "{\"body\": {\"tag\": \"dog\"}}", &r);
+    CU_ASSERT(res && rpc_tool_error_is(res, "invalid_arguments"));
+    rpc_res_free(&r);
+    res = call(&f, "listPets", "{\"limit\": 1000}", &r);
+    CU_ASSERT(res && rpc_tool_error_is(res, "invalid_arguments"));
+    rpc_res_free(&r);
+
+    res = call(&f, "listPets", "{\"tag\": \"cat\", \"X-Request-Id\": "
+                               "\"abc-1\"}", &r);
+    CU_ASSERT(res && rpc_ok(res));
+    json_t *list = stdout_json(res);
+    CU_ASSERT_EQUAL(json_array_size(list), 1);
+    CU_ASSERT(same(json_string_value(json_object_get(json_array_get(list, 0),
+                                                     "name")),
+                   "Tom"));
+    CU_ASSERT(seen(&f.srv, f.srv.last_reqid, "abc-1"));
+    json_decref(list);
+    rpc_res_free(&r);
+
+    res = call(&f, "updatePet", "{\"petId\": \"1\", \"body\": {\"name\": "
+                                "\"Rex II\"}}", &r);
+    CU_ASSERT(res && stream_has(res, "stdout", "\"Rex II\""));
+    rpc_res_free(&r);
+    res = call(&f, "getPet", "{\"petId\": \"1\"}", &r);
+    CU_ASSERT(res && rpc_ok(res) && stream_has(res, "stdout", "Rex II"));
+    rpc_res_free(&r);
+    res = call(&f, "get_pets_petId_owner", "{\"petId\": \"1\"}", &r);
+    CU_ASSERT(res && stream_has(res, "stdout", "Ada"));
+    rpc_res_free(&r);
+    res = call(&f, "getInventory", "{}", &r);
+    CU_ASSERT(res && rpc_ok(res) && stream_has(res, "stdout", "\"dog\""));
+    rpc_res_free(&r);
+    /* a recursive body schema ($defs with a $ref to itself) */
+    res = call(&f, "createCategory",
+               "{\"body\": {\"name\": \"a\", \"children\": [{\"name\": "
+               "\"b\", \"children\": [{\"name\": \"c\"}]}]}}", &r);
+    CU_ASSERT(res && rpc_ok(res) && stream_has(res, "stdout", "\"c\""));
+    rpc_res_free(&r);
+    res = call(&f, "createCategory",
+               "{\"body\": {\"name\": \"a\", \"children\": [{\"children\": "
+               "[]}]}}", &r);
+    CU_ASSERT(res && rpc_tool_error_is(res, "invalid_arguments"));
+    rpc_res_free(&r);
+
+    /* an answer that does not match the document's response schema */
+    res = call(&f, "getOrder", "{\"orderId\": 7}", &r);
+    CU_ASSERT(res && rpc_tool_error_is(res, "tool_error"));
+    const char *m;
+    size_t mn;
+    CU_ASSERT(res && th_rpc_obj_str(th_rpc_map_get(th_rpc_map_get(res, "error"),
+                                                   "message"), &m, &mn) &&
+              memmem(m, mn, "does not match its output_schema", 32));
+    rpc_res_free(&r);
+    res = call(&f, "getOrder", "{\"orderId\": 0}", &r);
+    CU_ASSERT(res && rpc_tool_error_is(res, "invalid_arguments"));
+    rpc_res_free(&r);
+
+    res = call(&f, "deletePet", "{\"petId\": \"1\"}", &r);
+    CU_ASSERT(res && rpc_ok(res) && stream_has(res, "stdout", "204"));
+    rpc_res_free(&r);
+    res = call(&f, "getPet", "{\"petId\": \"1\"}", &r);
+    CU_ASSERT(res && !rpc_ok(res));
+    CU_ASSERT(stream_has(res, "stderr", "HTTP 404 from GET /pets/1"));
+    CU_ASSERT(stream_has(res, "stderr", "no such pet"));
+    rpc_res_free(&r);
+    fx_stop(&f);
+}
+
+static void test_auth(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(
+        fx_start(&f, NULL,
+                 "        - name: wrong\n"
+                 "          spec: @SPEC@\n"
+                 "          base_url: ${OA_TEST_URL}\n"
+                 "          prefix: wrong_\n"
+                 "          include: [getPet]\n"
+                 "          allow_private: true\n"
+                 "          auth: {bearer_env: OA_TEST_WRONG}\n"
+                 "        - name: nokey\n"
+                 "          spec: @SPEC@\n"
+                 "          base_url: ${OA_TEST_URL}\n"
+                 "          prefix: nokey_\n"
+                 "          include: [getPet]\n"
+                 "          allow_private: true\n"
+                 "          auth: {bearer_env: OA_TEST_MISSING}\n") == 0);
+    rpc_res r;
+    const msgpack_object *res = call(&f, "wrong_getPet", "{\"petId\": \"1\"}",
+                                     &r);
+    CU_ASSERT(res && !rpc_ok(res) && stream_has(res, "stderr", "HTTP 401"));
+    /* the secret is neither shown nor logged */
+    CU_ASSERT(!stream_contains(res, "stderr", "not-the-token", false));
+    rpc_res_free(&r);
+    res = call(&f, "nokey_getPet", "{\"petId\": \"1\"}", &r);
+    CU_ASSERT(res && !rpc_ok(res) &&
+              stream_has(res, "stderr", "environment variable "
+                                        "OA_TEST_MISSING is not set"));
+    rpc_res_free(&r);
+    CU_ASSERT(rpc_log_has(&f.s, "OA_TEST_MISSING is not set"));
+    CU_ASSERT_EQUAL(counter(&f.srv, &f.srv.unauthorized), 1);
+    CU_ASSERT_EQUAL(rpc_log_count(&f.s, TOKEN), 0);
+    CU_ASSERT_EQUAL(rpc_log_count(&f.s, "not-the-token"), 0);
+    fx_stop(&f);
+}
+
+/* Redirects: refused by default; followed on the base URL's host when
+ * max_redirects allows; refused to another host on a private address
+ * ("localhost" resolves to loopback: the address checked is the one
+ * connected, so no name gets around the rule) before any request. */
+static void test_redirect(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(
+        fx_start(&f, NULL,
+                 "        - name: follow\n"
+                 "          spec: @SPEC@\n"
+                 "          base_url: ${OA_TEST_URL}\n"
+                 "          prefix: r2_\n"
+                 "          include: [tag:diagnostics]\n"
+                 "          exclude: [slowPing, hugeDump]\n"
+                 "          max_redirects: 2\n"
+                 "          allow_private: true\n"
+                 "          auth: {bearer_env: OA_TEST_TOKEN}\n") == 0);
+    rpc_res r;
+    const msgpack_object *res = call(&f, "legacyPets", "{}", &r);
+    CU_ASSERT(res && !rpc_ok(res) &&
+              stream_has(res, "stderr", "the API redirected (HTTP 301); "
+                                        "redirects are refused past "
+                                        "max_redirects (0)"));
+    rpc_res_free(&r);
+    CU_ASSERT(rpc_log_has(&f.s, "redirect (HTTP 301) refused"));
+    res = call(&f, "r2_legacyPets", "{}", &r);
+    CU_ASSERT(res && rpc_ok(res) && stream_has(res, "stdout", "["));
+    rpc_res_free(&r);
+    res = call(&f, "r2_redirectAway", "{}", &r);
+    CU_ASSERT(res && !rpc_ok(res) &&
+              stream_has(res, "stderr", "refused to connect to ") &&
+              stream_has(res, "stderr", " for GET /elsewhere: a private"));
+    rpc_res_free(&r);
+    CU_ASSERT(rpc_log_has(&f.s, "refused (a private address)"));
+    CU_ASSERT_EQUAL(counter(&f.srv, &f.srv.canary), 0);
+    fx_stop(&f);
+}
+
+/* Without allow_private, even the base URL on loopback is refused. */
+static void test_private_default(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(
+        fx_start(&f, NULL,
+                 "        - name: strict\n"
+                 "          spec: @SPEC@\n"
+                 "          base_url: ${OA_TEST_URL}\n"
+                 "          prefix: strict_\n"
+                 "          include: [getInventory]\n"
+                 "          auth: {bearer_env: OA_TEST_TOKEN}\n") == 0);
+    rpc_res r;
+    const msgpack_object *res = call(&f, "strict_getInventory", "{}", &r);
+    CU_ASSERT(res && !rpc_ok(res) &&
+              stream_has(res, "stderr", "refused to connect to 127.0.0.1"));
+    rpc_res_free(&r);
+    res = call(&f, "getInventory", "{}", &r);
+    CU_ASSERT(res && rpc_ok(res));
+    rpc_res_free(&r);
+    fx_stop(&f);
+}
+
+/* A slow answer ends at the API's timeout; a huge one at max_response. */
+static void test_slow_and_huge(void)
+{
+    char more[1024];
+    snprintf(more, sizeof more,
+             "        - name: tight\n"
+             "          spec: @SPEC@\n"
+             "          base_url: ${OA_TEST_URL}\n"
+             "          prefix: t_\n"
+             "          include: [slowPing, hugeDump, getInventory]\n"
+             "          allow_private: true\n"
+             "          timeout: %ums\n"
+             "          max_response: 64KiB\n"
+             "          auth: {bearer_env: OA_TEST_TOKEN}\n",
+             th_test_ms(600));
+    fx f;
+    CU_ASSERT_FATAL(fx_start(&f, NULL, more) == 0);
+    rpc_res r;
+    const msgpack_object *res = call(&f, "t_slowPing", "{}", &r);
+    CU_ASSERT(res && !rpc_ok(res) &&
+              stream_has(res, "stderr", "GET /slow: no answer within"));
+    rpc_res_free(&r);
+    CU_ASSERT(rpc_log_has(&f.s, "GET /slow: no answer within"));
+    res = call(&f, "t_hugeDump", "{}", &r);
+    CU_ASSERT(res && !rpc_ok(res) &&
+              stream_has(res, "stderr", "larger than max_response (65536 "
+                                        "bytes)"));
+    rpc_res_free(&r);
+    CU_ASSERT(rpc_log_has(&f.s, "answer larger than max_response"));
+    /* the default (1 MiB) stops it too; the API still serves */
+    res = call(&f, "hugeDump", "{}", &r);
+    CU_ASSERT(res && !rpc_ok(res) &&
+              stream_has(res, "stderr", "larger than max_response (1048576"));
+    rpc_res_free(&r);
+    res = call(&f, "t_getInventory", "{}", &r);
+    CU_ASSERT(res && rpc_ok(res));
+    rpc_res_free(&r);
+    fx_stop(&f);
+}
+
+/* retries: 2 retries a GET that failed with 503, never a POST. */
+static void test_retry(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(fx_start(&f, "          retries: 2\n", NULL) == 0);
+    rpc_res r;
+    const msgpack_object *res = call(&f, "flakyGet", "{}", &r);
+    CU_ASSERT(res && rpc_ok(res) && stream_has(res, "stdout", "\"ok\""));
+    CU_ASSERT_EQUAL(meta_int(res, "attempts"), 2);
+    rpc_res_free(&r);
+    CU_ASSERT_EQUAL(counter(&f.srv, &f.srv.flaky_get), 2);
+    res = call(&f, "flakyPost", "{}", &r);
+    CU_ASSERT(res && !rpc_ok(res) && stream_has(res, "stderr", "HTTP 503"));
+    CU_ASSERT_EQUAL(meta_int(res, "attempts"), 1);
+    rpc_res_free(&r);
+    CU_ASSERT_EQUAL(counter(&f.srv, &f.srv.flaky_post), 1);
+    fx_stop(&f);
+}
+
+/* include by tag, exclude by operationId. */
+static void test_filters(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(fx_start(&f, "          include: [\"tag:store\", getPet]\n"
+                                 "          exclude: [placeOrder]\n",
+                             NULL) == 0);
+    rpc_res r;
+    CU_ASSERT(rpc_call(f.c, "tools.list", "[]", &r) == 0 && r.res);
+    CU_ASSERT_PTR_NOT_NULL(rpc_find_tool(r.res, "getInventory"));
+    CU_ASSERT_PTR_NOT_NULL(rpc_find_tool(r.res, "getOrder"));
+    CU_ASSERT_PTR_NOT_NULL(rpc_find_tool(r.res, "createCategory"));
+    CU_ASSERT_PTR_NOT_NULL(rpc_find_tool(r.res, "getPet"));
+    CU_ASSERT_PTR_NULL(rpc_find_tool(r.res, "placeOrder"));
+    CU_ASSERT_PTR_NULL(rpc_find_tool(r.res, "listPets"));
+    CU_ASSERT_PTR_NULL(rpc_find_tool(r.res, "get_pets_petId_owner"));
+    rpc_res_free(&r);
+    fx_stop(&f);
+}
+
+/* Values that try to leave their place: a path value with '/' and '..'
+ * stays one escaped segment; '..' alone is refused; a query value cannot
+ * add parameters; a header value cannot add headers. */
+static void test_hostile_values(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(fx_start(&f, NULL, NULL) == 0);
+    rpc_res r;
+    const msgpack_object *res =
+        call(&f, "getPet", "{\"petId\": \"..%2F..\\\\admin?x=1#f\"}", &r);
+    CU_ASSERT(res && !rpc_ok(res) && stream_has(res, "stderr", "HTTP 404"));
+    CU_ASSERT(seen(&f.srv, f.srv.last_id, "..%2F..\\admin?x=1#f"));
+    rpc_res_free(&r);
+    res = call(&f, "get_pets_petId_owner", "{\"petId\": \"..\"}", &r);
+    CU_ASSERT(res && !rpc_ok(res) &&
+              stream_has(res, "stderr", "path parameter 'petId' must be a "
+                                        "non-empty value other than '.' and "
+                                        "'..'"));
+    rpc_res_free(&r);
+    res = call(&f, "listPets", "{\"tag\": \"dog&limit=1\"}", &r);
+    CU_ASSERT(res && rpc_ok(res));
+    CU_ASSERT(seen(&f.srv, f.srv.last_tag, "dog&limit=1"));
+    rpc_res_free(&r);
+    res = call(&f, "listPets", "{\"X-Request-Id\": \"a\\r\\nX-Admin: 1\"}",
+               &r);
+    CU_ASSERT(res && !rpc_ok(res) &&
+              stream_has(res, "stderr", "header parameter 'X-Request-Id' "
+                                        "must be one line"));
+    rpc_res_free(&r);
+    /* unknown arguments are refused by the host (additionalProperties) */
+    res = call(&f, "getInventory", "{\"Authorization\": \"x\"}", &r);
+    CU_ASSERT(res && rpc_tool_error_is(res, "invalid_arguments"));
+    rpc_res_free(&r);
+    fx_stop(&f);
+}
+
+/* Basic credentials and an API key in a header or in the query, each
+ * from the environment; a key in the query is not shown in messages. */
+static void test_auth_kinds(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(
+        fx_start(&f, NULL,
+                 "        - name: basic\n"
+                 "          spec: @SPEC@\n"
+                 "          base_url: ${OA_TEST_URL}\n"
+                 "          prefix: b_\n"
+                 "          include: [getInventory]\n"
+                 "          allow_private: true\n"
+                 "          auth: {basic_user_env: OA_TEST_USER, "
+                 "basic_password_env: OA_TEST_PASSWORD}\n"
+                 "        - name: keyh\n"
+                 "          spec: @SPEC@\n"
+                 "          base_url: ${OA_TEST_URL}\n"
+                 "          prefix: h_\n"
+                 "          include: [getInventory]\n"
+                 "          allow_private: true\n"
+                 "          auth: {api_key_env: OA_TEST_KEY, api_key_header: "
+                 "X-Api-Key}\n"
+                 "        - name: keyq\n"
+                 "          spec: @SPEC@\n"
+                 "          base_url: ${OA_TEST_URL}\n"
+                 "          prefix: q_\n"
+                 "          include: [getInventory, getPet]\n"
+                 "          allow_private: true\n"
+                 "          auth: {api_key_env: OA_TEST_KEY, api_key_query: "
+                 "api_key}\n") == 0);
+    rpc_res r;
+    const char *tools[] = {"b_getInventory", "h_getInventory",
+                           "q_getInventory"};
+    for (size_t i = 0; i < 3; i++) {
+        const msgpack_object *res = call(&f, tools[i], "{}", &r);
+        CU_ASSERT(res && rpc_ok(res) && stream_has(res, "stdout", "\"dog\""));
+        rpc_res_free(&r);
+    }
+    const msgpack_object *res = call(&f, "q_getPet", "{\"petId\": \"9\"}", &r);
+    CU_ASSERT(res && stream_has(res, "stderr", "HTTP 404 from GET /pets/9:"));
+    CU_ASSERT(res && !stream_contains(res, "stderr", "k-123", false));
+    rpc_res_free(&r);
+    CU_ASSERT_EQUAL(counter(&f.srv, &f.srv.unauthorized), 0);
+    CU_ASSERT_EQUAL(rpc_log_count(&f.s, "k-123"), 0);
+    CU_ASSERT_EQUAL(rpc_log_count(&f.s, "open sesame"), 0);
+    fx_stop(&f);
+}
+
+/* A call cancelled by its caller (tools.cancel) stops its request at
+ * once: the worker is free again while the API's timeout (20 minutes)
+ * and the call's (10) are far away, through libcurl's progress callback
+ * and is_cancelled(). */
+static void test_cancel(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(fx_start_with(&f, "          timeout: 20m\n", NULL,
+                                  "    tool_overrides:\n"
+                                  "      slowPing: {timeout: 10m}\n") == 0);
+    rpc_raw w;
+    CU_ASSERT_FATAL(rpc_raw_open(&w, &f.s) == 0);
+    rpc_raw_request(&w, 1, "tools.call", "[\"slowPing\", {}]");
+    /* the request has reached the API */
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    while (counter(&f.srv, &f.srv.slow_waiting) == 0 && rpc_now_ms() < end)
+        usleep(5000);
+    CU_ASSERT_FATAL(counter(&f.srv, &f.srv.slow_waiting) == 1);
+    rpc_raw_request(&w, 2, "tools.cancel", "[1]");
+    const msgpack_object *m = rpc_raw_response(&w, 1, rpc_wait_ms());
+    const msgpack_object *res =
+        m && m->via.array.size == 4 ? &m->via.array.ptr[3] : NULL;
+    CU_ASSERT(res && rpc_tool_error_is(res, "cancelled"));
+    /* no call left running: the request was abandoned, not waited out */
+    end = rpc_now_ms() + rpc_wait_ms();
+    uint64_t running;
+    while ((running = rpc_mgr_stat(f.c, "running")) != 0 &&
+           rpc_now_ms() < end)
+        usleep(5000);
+    CU_ASSERT_EQUAL(running, 0);
+    rpc_raw_close(&w);
+    fx_stop(&f);
+}
+
+/* Bad documents stop the load with a message naming the problem. */
+static void test_bad_specs(void)
+{
+    char *dir = th_test_tmpdir();
+    static const struct {
+        const char *file, *text, *extra, *want;
+    } cases[] = {
+        {"broken.json", "{\"openapi\": \"3.0.0\", \"paths\": {", "",
+         "broken.json:1:"},
+        {"v2.yaml", "swagger: '2.0'\npaths: {}\n", "",
+         "is Swagger 2.0; convert it to OpenAPI 3"},
+        {"v4.yaml", "openapi: 4.0.0\npaths: {}\n", "",
+         "OpenAPI version '4.0.0' is not supported"},
+        {"cycle.yaml",
+         "openapi: 3.1.0\nservers: [{url: 'http://x.example'}]\n"
+         "paths:\n  /a:\n    get:\n      operationId: a\n"
+         "      parameters: [{name: q, in: query, schema: {$ref: "
+         "'#/components/schemas/A'}}]\n      responses: {}\n"
+         "components:\n  schemas:\n    A: {$ref: '#/components/schemas/B'}\n"
+         "    B: {$ref: '#/components/schemas/A'}\n",
+         "", "$ref cycle: #/components/schemas/A -> #/components/schemas/B "
+             "-> #/components/schemas/A"},
+        {"alias.yaml",
+         "openapi: 3.0.0\nservers: [{url: 'http://x.example'}]\n"
+         "x-a: &a [1, 2]\nx-b: [*a, *a]\npaths: {}\n",
+         "", "alias.yaml:4:7: YAML aliases (*name) are not accepted"},
+        {"big.yaml",
+         "openapi: 3.0.0\nservers: [{url: 'http://x.example'}]\npaths: {}\n",
+         "          max_spec: 16B\n", "more than max_spec (16)"},
+        {"relative.yaml", "openapi: 3.0.0\nservers: [{url: /v1}]\npaths: {}\n",
+         "", "is not an absolute http(s) URL"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0] + 1; i++) {
+        bool missing = i == sizeof cases / sizeof cases[0];
+        char *spec = missing ? strdup("/nonexistent/petstore.yaml")
+                             : th_test_write_file(dir, cases[i].file,
+                                                  cases[i].text, (size_t)-1);
+        char text[2048];
+        snprintf(text, sizeof text,
+                 "plugins:\n"
+                 "  - name: openapi\n"
+                 "    path: %s\n"
+                 "    config:\n"
+                 "      apis:\n"
+                 "        - name: bad\n"
+                 "          spec: %s\n%s",
+                 th_test_build_path("plugins/openapi.so"), spec,
+                 missing ? "" : cases[i].extra);
+        char *cfg = th_test_write_file(dir, "cfg.yaml", text, (size_t)-1);
+        const char *want = missing ? "/nonexistent/petstore.yaml: No such "
+                                     "file or directory"
+                                   : cases[i].want;
+        th_test_run r;
+        th_test_toolhost(&r, "config", "check", cfg, NULL);
+        CU_ASSERT_NOT_EQUAL(r.status, 0);
+        bool has = strstr(r.err, want) || strstr(r.out, want);
+        if (!has)
+            fprintf(stderr, "\ncase %zu: want %s\nout: %s\nerr: %s\n", i,
+                    want, r.out, r.err);
+        CU_ASSERT(has);
+        CU_ASSERT(strstr(r.err, "api 'bad'") || strstr(r.out, "api 'bad'"));
+        th_test_run_free(&r);
+        free(cfg);
+        free(spec);
+    }
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+void th_suite_openapi(void)
+{
+    CU_pSuite s = CU_add_suite("openapi", NULL, NULL);
+    CU_add_test(s, "crud", test_crud);
+    CU_add_test(s, "auth", test_auth);
+    CU_add_test(s, "redirect", test_redirect);
+    CU_add_test(s, "private_default", test_private_default);
+    CU_add_test(s, "slow_and_huge", test_slow_and_huge);
+    CU_add_test(s, "retry", test_retry);
+    CU_add_test(s, "filters", test_filters);
+    CU_add_test(s, "hostile_values", test_hostile_values);
+    CU_add_test(s, "auth_kinds", test_auth_kinds);
+    CU_add_test(s, "cancel", test_cancel);
+    CU_add_test(s, "bad_specs", test_bad_specs);
+}
