@@ -20,6 +20,7 @@
  *
  * Lock order: f->mu, then the HTTP layer's (th_http_wake under f->mu). */
 #include <arpa/inet.h>
+#include <curl/curl.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <nettle/base64.h>
@@ -34,6 +35,7 @@
 #include <time.h>
 
 #include "mcp.h"
+#include "oauth.h"
 #include "front/http.h"
 #include "th/log.h"
 #include "front/mcp_config.h"
@@ -128,6 +130,19 @@ struct hsess {
     int64_t last_used_ms;
 };
 
+/* One http:// entry: its routes' ud.  With mcp.oauth, its resource URL,
+ * the URL of its metadata document (RFC 9728) and the document, set once
+ * the entry listens (its port known) and published by f->ready. */
+typedef struct entry {
+    th_mcp_http *f;
+    char path[256];        /* the MCP route's path                      */
+    char meta_paths[3][300]; /* the metadata document's routes         */
+    size_t n_meta;
+    char *resource;
+    char *meta_url;
+    char *meta_doc;
+} entry;
+
 /* A session being opened (sess_new): counted for its user meanwhile. */
 typedef struct opening {
     struct opening *next;
@@ -140,7 +155,9 @@ struct th_mcp_http {
     th_mcp_cfg mcfg;      /* a copy: a reload does not change it */
     th_http_server **srv;
     size_t n_srv;
-    char (*paths)[256]; /* the routes' paths */
+    entry *ents;        /* one per server */
+    th_oauth *oauth;    /* mcp.oauth, or NULL */
+    atomic_bool ready;  /* the entries' OAuth fields and f->oauth are set */
     pthread_mutex_t mu;
     pthread_cond_t reaper_cv;
     hsess *sessions;
@@ -150,7 +167,8 @@ struct th_mcp_http {
     bool closing;
     pthread_t reaper;
     bool reaper_started;
-    atomic_llong refused_logged_ms[3]; /* log_due(): deep, too many, Host */
+    atomic_llong refused_logged_ms[4]; /* log_due(): deep, too many, Host,
+                                          OAuth token */
 };
 
 static int64_t now_ms(void);
@@ -715,6 +733,9 @@ static hsess *sess_new(th_mcp_http *f, const char *user, unsigned *status,
             who.uid = f->mc->tokens[i].uid;
             break;
         }
+    /* ... and so does a principal of mcp.oauth.users with a uid. */
+    if (who.uid == (uint32_t)-1 && f->oauth)
+        th_oauth_user_uid(f->oauth, user, &who.uid);
     who.user = s->user;
     th_mcp_opts o;
     memset(&o, 0, sizeof o);
@@ -1020,12 +1041,17 @@ static bool host_ok(th_mcp_http *f, struct MHD_Connection *c, const char *h)
            host_allowed_origin(f, name) || host_is_local(c, name);
 }
 
-/* The user of the request's bearer token, or NULL. */
+/* The user of the request's bearer token, or NULL: a static token of
+ * mcp.tokens, else a JWT mcp.oauth accepts (into ubuf[ucap]); *orc
+ * says why an OAuth token was refused (TH_OAUTH_*, *why). */
 static const char *token_user(th_mcp_http *f, struct MHD_Connection *c,
-                              bool *given)
+                              char *ubuf, size_t ucap, bool *given, int *orc,
+                              const char **why)
 {
     const char *a = hdr(c, MHD_HTTP_HEADER_AUTHORIZATION);
     *given = a != NULL;
+    *orc = TH_OAUTH_INVALID;
+    *why = "the token is not known";
     if (!a || strncasecmp(a, "Bearer ", 7) != 0)
         return NULL;
     a += 7;
@@ -1049,7 +1075,39 @@ static const char *token_user(th_mcp_http *f, struct MHD_Connection *c,
         if (diff == 0 && !user)
             user = f->mc->tokens[i].user;
     }
+    if (!user && f->mc->oauth.on) {
+        if (!atomic_load(&f->ready)) {
+            *why = "the server is starting";
+            return NULL;
+        }
+        *orc = th_oauth_check(f->oauth, a, len, ubuf, ucap, why);
+        if (*orc == TH_OAUTH_OK)
+            user = ubuf;
+    }
     return user;
+}
+
+/* The WWW-Authenticate of a refusal (RFC 6750, RFC 9728): the metadata
+ * document's URL with mcp.oauth; `why` and the scope are constant or
+ * checked text (no byte of the request). */
+static void www_auth(th_mcp_http *f, const entry *e, bool given, int orc,
+                     const char *why, char *buf, size_t cap)
+{
+    if (!f->mc->oauth.on || !atomic_load(&f->ready)) {
+        snprintf(buf, cap, "%s", given ? "Bearer error=\"invalid_token\""
+                                       : "Bearer");
+        return;
+    }
+    if (!given)
+        snprintf(buf, cap, "Bearer resource_metadata=\"%s\"", e->meta_url);
+    else if (orc == TH_OAUTH_SCOPE)
+        snprintf(buf, cap, "Bearer error=\"insufficient_scope\", "
+                 "scope=\"%s\", resource_metadata=\"%s\"",
+                 f->mc->oauth.required_scope, e->meta_url);
+    else
+        snprintf(buf, cap, "Bearer error=\"invalid_token\", "
+                 "error_description=\"%s\", resource_metadata=\"%s\"",
+                 why, e->meta_url);
 }
 
 /* A toolset lets `user` in (the rule of session.c for token users). */
@@ -1097,6 +1155,8 @@ static enum MHD_Result reply_rpc_error(struct MHD_Connection *c,
 
 typedef struct hreq {
     const char *user;
+    entry *e;                /* the http:// entry asked */
+    char oauth_user[256];    /* the user of an OAuth token (q->user) */
     char *body;
     size_t len, cap;
     bool too_big;
@@ -2026,16 +2086,34 @@ static bool refuse_access(th_mcp_http *f, struct MHD_Connection *c, hreq *q,
         return true;
     }
     bool given;
-    q->user = token_user(f, c, &given);
+    int orc;
+    const char *why;
+    q->user = token_user(f, c, q->oauth_user, sizeof q->oauth_user, &given,
+                         &orc, &why);
     if (!q->user) {
-        th_log_debug("mcp http: a request %s bearer token refused",
-                     given ? "with an unknown" : "without a");
-        th_stat_front_event(f->h, TOOLHOST_FRONT_MCP, TH_MCP_EV_UNAUTHORIZED);
-        *rc = th_http_reply(
-            c, MHD_HTTP_UNAUTHORIZED, "text/plain",
-            given ? "invalid token\n" : "a bearer token is required\n",
-            MHD_HTTP_HEADER_WWW_AUTHENTICATE,
-            given ? "Bearer error=\"invalid_token\"" : "Bearer");
+        char wa[1400], body[160];
+        www_auth(f, q->e, given, orc, why, wa, sizeof wa);
+        if (given && f->mc->oauth.on) {
+            if (log_due(f, 3))
+                th_log_info("mcp http: a bearer token refused: %s", why);
+            snprintf(body, sizeof body, "%s: %s\n",
+                     orc == TH_OAUTH_SCOPE ? "insufficient scope"
+                                           : "invalid token", why);
+        } else {
+            th_log_debug("mcp http: a request %s bearer token refused",
+                         given ? "with an unknown" : "without a");
+            snprintf(body, sizeof body, "%s",
+                     given ? "invalid token\n"
+                           : "a bearer token is required\n");
+        }
+        bool scope = given && orc == TH_OAUTH_SCOPE;
+        th_stat_front_event(f->h, TOOLHOST_FRONT_MCP,
+                            scope ? TH_MCP_EV_FORBIDDEN
+                                  : TH_MCP_EV_UNAUTHORIZED);
+        *rc = th_http_reply(c, scope ? MHD_HTTP_FORBIDDEN
+                                     : MHD_HTTP_UNAUTHORIZED,
+                            "text/plain", body,
+                            MHD_HTTP_HEADER_WWW_AUTHENTICATE, wa);
         return true;
     }
     if (!user_has_toolset(f, q->user)) {
@@ -2113,12 +2191,14 @@ static enum MHD_Result on_request(void *ud, struct MHD_Connection *c,
                                   const char *method, const char *upload,
                                   size_t *upload_size, void **req_cls)
 {
-    th_mcp_http *f = ud;
+    entry *e = ud;
+    th_mcp_http *f = e->f;
     hreq *q = *req_cls;
     if (!q) {
         q = calloc(1, sizeof *q);
         if (!q)
             return MHD_NO;
+        q->e = e;
         *req_cls = q;
         /* The checks, in order, before any body is read. */
         bool post = strcmp(method, "POST") == 0;
@@ -2173,7 +2253,7 @@ static enum MHD_Result on_request(void *ud, struct MHD_Connection *c,
 static void on_completed(void *ud, struct MHD_Connection *c, void **req_cls,
                          enum MHD_RequestTerminationCode why)
 {
-    th_mcp_http *f = ud;
+    th_mcp_http *f = ((entry *)ud)->f;
     (void)c;
     if (why == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED)
         th_log_warn("mcp http: a client took in nothing for %" PRIu64
@@ -2229,6 +2309,7 @@ static void mcfg_free(th_mcp_cfg *m)
     free(m->tls_cert);
     free(m->tls_key);
     free(m->tls_priorities);
+    free(m->oauth.required_scope);
     memset(m, 0, sizeof *m);
 }
 
@@ -2242,6 +2323,11 @@ static int mcfg_copy(th_mcp_cfg *d, const th_mcp_cfg *s)
     d->n_allow_origins = 0;
     d->tls_cert = d->tls_key = d->tls_priorities = NULL;
     d->listen_http = d->listen_metrics = NULL; /* the config's, at start */
+    memset(&d->oauth, 0, sizeof d->oauth); /* th_oauth_new copies it */
+    d->oauth.on = s->oauth.on;
+    if (s->oauth.required_scope &&
+        !(d->oauth.required_scope = strdup(s->oauth.required_scope)))
+        return -1;
     d->n_listen_http = d->n_listen_metrics = 0;
     if (s->n_tokens &&
         !(d->tokens = calloc(s->n_tokens, sizeof *d->tokens)))
@@ -2278,6 +2364,141 @@ static int mcfg_copy(th_mcp_cfg *d, const th_mcp_cfg *s)
     return 0;
 }
 
+/* ---- OAuth: the protected resource's metadata (RFC 9728) ------------------- */
+
+#define WELL_KNOWN "/.well-known/oauth-protected-resource"
+
+/* GET of an entry's metadata document: public, no token. */
+static enum MHD_Result on_metadata(void *ud, struct MHD_Connection *c,
+                                   const char *method, const char *upload,
+                                   size_t *upload_size, void **req_cls)
+{
+    entry *e = ud;
+    (void)upload;
+    (void)upload_size;
+    (void)req_cls;
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+        return th_http_reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain",
+                             "use GET\n", MHD_HTTP_HEADER_ALLOW, "GET");
+    if (!atomic_load(&e->f->ready))
+        return th_http_reply(c, MHD_HTTP_SERVICE_UNAVAILABLE, "text/plain",
+                             "starting\n", NULL, NULL);
+    /* Public metadata: a browser-based client may read it from anywhere. */
+    return th_http_reply(c, MHD_HTTP_OK, "application/json", e->meta_doc,
+                         "Access-Control-Allow-Origin", "*");
+}
+
+/* The path of the metadata document of a resource whose path is `path`
+ * (RFC 9728 section 3.1: the well-known prefix, then the resource's
+ * path unless it is "/"). */
+static void meta_path(const char *path, char *out, size_t cap)
+{
+    snprintf(out, cap, WELL_KNOWN "%s",
+             !path[0] || strcmp(path, "/") == 0 ? "" : path);
+}
+
+/* The path of URL `url` (curl's parser), or -1. */
+static int url_path(const char *url, char *out, size_t cap)
+{
+    CURLU *u = curl_url();
+    char *p = NULL;
+    int rc = -1;
+    if (u && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
+        curl_url_get(u, CURLUPART_PATH, &p, 0) == CURLUE_OK &&
+        strlen(p) < cap) {
+        snprintf(out, cap, "%s", p);
+        rc = 0;
+    }
+    curl_free(p);
+    curl_url_cleanup(u);
+    return rc;
+}
+
+/* The metadata routes of entry e, whose MCP path is e->path: the
+ * path-suffixed document of the listen path and of mcp.oauth.resource's
+ * path, and the bare well-known path. */
+static void meta_routes(entry *e, const th_mcp_oauth_cfg *oc)
+{
+    char p[300];
+    const char *cand[3] = {e->path, NULL, "/"};
+    char rp[256];
+    if (oc->resource && url_path(oc->resource, rp, sizeof rp) == 0)
+        cand[1] = rp;
+    for (int i = 0; i < 3; i++) {
+        if (!cand[i])
+            continue;
+        meta_path(cand[i], p, sizeof p);
+        bool dup = false;
+        for (size_t j = 0; j < e->n_meta; j++)
+            dup |= strcmp(e->meta_paths[j], p) == 0;
+        if (!dup)
+            snprintf(e->meta_paths[e->n_meta++], sizeof e->meta_paths[0],
+                     "%s", p);
+    }
+}
+
+/* Entry e's resource URL, metadata URL and document, once it listens. */
+static int meta_fill(entry *e, const th_http_server *srv,
+                     const th_mcp_oauth_cfg *oc)
+{
+    const char *res = oc->resource ? oc->resource : th_http_url_of(srv);
+    char path[256], mp[300];
+    if (!(e->resource = strdup(res)) || url_path(res, path, sizeof path) < 0)
+        return -1;
+    meta_path(path, mp, sizeof mp);
+    CURLU *u = curl_url();
+    char *url = NULL;
+    if (u && curl_url_set(u, CURLUPART_URL, res, 0) == CURLUE_OK &&
+        curl_url_set(u, CURLUPART_PATH, mp, 0) == CURLUE_OK &&
+        curl_url_set(u, CURLUPART_QUERY, NULL, 0) == CURLUE_OK &&
+        curl_url_get(u, CURLUPART_URL, &url, 0) == CURLUE_OK)
+        e->meta_url = strdup(url);
+    curl_free(url);
+    curl_url_cleanup(u);
+    json_t *as = json_array(), *sc = json_array();
+    for (size_t i = 0; as && i < oc->n_authorization_servers; i++)
+        json_array_append_new(as, json_string(oc->authorization_servers[i]));
+    if (as && !oc->n_authorization_servers)
+        json_array_append_new(as, json_string(oc->issuer));
+    for (size_t i = 0; sc && i < oc->n_scopes_supported; i++)
+        json_array_append_new(sc, json_string(oc->scopes_supported[i]));
+    json_t *doc = json_pack("{s:s, s:o, s:[s]}", "resource", e->resource,
+                            "authorization_servers", as,
+                            "bearer_methods_supported", "header");
+    if (doc && oc->n_scopes_supported)
+        json_object_set(doc, "scopes_supported", sc);
+    json_decref(sc);
+    e->meta_doc = doc ? json_dumps(doc, JSON_INDENT(2)) : NULL;
+    json_decref(doc);
+    return e->meta_url && e->meta_doc ? 0 : -1;
+}
+
+/* mcp.oauth once every entry listens: the entries' documents and the
+ * validator, whose audiences are the entries' resource URLs unless
+ * mcp.oauth.audience names one. */
+static int oauth_start(th_mcp_http *f, const th_mcp_cfg *mc, th_error *err)
+{
+    const char **aud = calloc(f->n_srv ? f->n_srv : 1, sizeof *aud);
+    if (!aud)
+        return th_error_set(err, TH_ENOMEM, "out of memory");
+    for (size_t i = 0; i < f->n_srv; i++) {
+        if (meta_fill(&f->ents[i], f->srv[i], &mc->oauth) < 0) {
+            free(aud);
+            return th_error_set(err, TH_ENOMEM, "out of memory");
+        }
+        aud[i] = f->ents[i].resource;
+    }
+    f->oauth = th_oauth_new(&mc->oauth, aud, f->n_srv, err);
+    free(aud);
+    if (!f->oauth)
+        return err ? err->code : TH_EINVAL;
+    for (size_t i = 0; i < f->n_srv; i++)
+        th_log_info("mcp http: OAuth resource %s (issuer %s), metadata at "
+                    "%s", f->ents[i].resource, mc->oauth.issuer,
+                    f->ents[i].meta_url);
+    return 0;
+}
+
 int th_mcp_http_start(th_host *h, const th_config *cfg, th_mcp_http **out,
                       th_error *err)
 {
@@ -2292,6 +2513,8 @@ int th_mcp_http_start(th_host *h, const th_config *cfg, th_mcp_http **out,
     atomic_init(&f->refused_logged_ms[0], -1000000);
     atomic_init(&f->refused_logged_ms[1], -1000000);
     atomic_init(&f->refused_logged_ms[2], -1000000);
+    atomic_init(&f->refused_logged_ms[3], -1000000);
+    atomic_init(&f->ready, false);
     f->mc = &f->mcfg;
     pthread_mutex_init(&f->mu, NULL);
     pthread_condattr_t ca;
@@ -2300,8 +2523,8 @@ int th_mcp_http_start(th_host *h, const th_config *cfg, th_mcp_http **out,
     pthread_cond_init(&f->reaper_cv, &ca);
     pthread_condattr_destroy(&ca);
     f->srv = calloc(mc->n_listen_http, sizeof *f->srv);
-    f->paths = calloc(mc->n_listen_http, sizeof *f->paths);
-    if (!f->srv || !f->paths || mcfg_copy(&f->mcfg, mc) < 0) {
+    f->ents = calloc(mc->n_listen_http, sizeof *f->ents);
+    if (!f->srv || !f->ents || mcfg_copy(&f->mcfg, mc) < 0) {
         th_mcp_http_stop(f);
         return th_error_set(err, TH_ENOMEM, "out of memory");
     }
@@ -2317,10 +2540,18 @@ int th_mcp_http_start(th_host *h, const th_config *cfg, th_mcp_http **out,
             th_mcp_http_stop(f);
             return rc;
         }
-        th_http_route r = {.path = NULL, .handle = on_request,
-                           .completed = on_completed, .ud = f};
-        memcpy(f->paths[i], u.path, sizeof u.path);
-        r.path = f->paths[i];
+        entry *e = &f->ents[i];
+        e->f = f;
+        memcpy(e->path, u.path, sizeof u.path);
+        th_http_route r[4] = {{.path = e->path, .handle = on_request,
+                               .completed = on_completed, .ud = e}};
+        size_t nr = 1;
+        if (mc->oauth.on)
+            meta_routes(e, &mc->oauth);
+        for (size_t j = 0; j < e->n_meta; j++)
+            if (strcmp(e->meta_paths[j], e->path) != 0)
+                r[nr++] = (th_http_route){.path = e->meta_paths[j],
+                                          .handle = on_metadata, .ud = e};
         th_http_opts o;
         memset(&o, 0, sizeof o);
         o.url = mc->listen_http[i];
@@ -2336,7 +2567,7 @@ int th_mcp_http_start(th_host *h, const th_config *cfg, th_mcp_http **out,
         o.max_per_address = f->mc->max_connections_per_address;
         o.tls_priorities = f->mc->tls_priorities;
         o.threads = f->mc->http_threads;
-        rc = th_http_start(&o, &r, 1, &f->srv[i], err);
+        rc = th_http_start(&o, r, nr, &f->srv[i], err);
         if (rc < 0) {
             th_mcp_http_stop(f);
             return rc;
@@ -2345,6 +2576,14 @@ int th_mcp_http_start(th_host *h, const th_config *cfg, th_mcp_http **out,
         th_log_info("mcp http: serving MCP (Streamable HTTP) on %s",
                     th_http_url_of(f->srv[i]));
     }
+    if (mc->oauth.on) {
+        int rc = oauth_start(f, mc, err);
+        if (rc < 0) {
+            th_mcp_http_stop(f);
+            return rc;
+        }
+    }
+    atomic_store(&f->ready, true);
     *out = f;
     return 0;
 }
@@ -2387,7 +2626,13 @@ void th_mcp_http_stop(th_mcp_http *f)
     for (size_t i = 0; i < f->n_srv; i++)
         th_http_stop(f->srv[i]);
     free(f->srv);
-    free(f->paths);
+    th_oauth_free(f->oauth);
+    for (size_t i = 0; f->ents && i < f->n_srv; i++) {
+        free(f->ents[i].resource);
+        free(f->ents[i].meta_url);
+        free(f->ents[i].meta_doc);
+    }
+    free(f->ents);
     mcfg_free(&f->mcfg);
     pthread_cond_destroy(&f->reaper_cv);
     pthread_mutex_destroy(&f->mu);

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <curl/curl.h>
 #include <nettle/base16.h>
 #include <nettle/sha2.h>
 
@@ -138,8 +139,138 @@ static int token_check(th_cfctx *c, th_ynode *n, void *el)
     return 0;
 }
 
+static const th_cfkey oauth_user_keys[] = {
+    {.name = "name", .set = th_cf_str,
+     .off = offsetof(th_mcp_oauth_user, name), .flags = TH_CF_REQUIRED},
+    {.name = "uid", .set = th_cf_u32, .off = offsetof(th_mcp_oauth_user, uid),
+     .min = 0, .max = 4294967294u},
+    {.name = NULL}};
+
+static int oauth_user_check(th_cfctx *c, th_ynode *n, void *el)
+{
+    th_mcp_oauth_user *u = el;
+    if (!u->name || !*u->name)
+        return th_cf_err(c, n, "an mcp.oauth.users entry needs a 'name' (a "
+                         "value of the tokens' user_claim)");
+    u->has_uid = th_ynode_get(n, "uid") != NULL;
+    return 0;
+}
+
+/* An absolute http(s) URL without a fragment (RFC 9728's resource and
+ * authorization server identifiers); with `loopback_http`, http:// only
+ * for a loopback host. */
+static int url_check(th_cfctx *c, const th_ynode *at, const char *key,
+                     const char *url, bool loopback_http)
+{
+    if (strlen(url) > 255)
+        return th_cf_err(c, at, "'%s' is longer than 255 bytes", key);
+    for (const char *p = url; *p; p++)
+        if ((unsigned char)*p <= ' ' || (unsigned char)*p >= 0x7f ||
+            *p == '"' || *p == '\\')
+            return th_cf_err(c, at, "'%s': '%s' has a character a URL does "
+                             "not carry unescaped", key, url);
+    CURLU *u = curl_url();
+    if (!u)
+        return th_cf_nomem(c);
+    char *scheme = NULL, *host = NULL, *frag = NULL;
+    int rc = 0;
+    if (curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK ||
+        curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+        curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK ||
+        (strcmp(scheme, "https") != 0 && strcmp(scheme, "http") != 0))
+        rc = th_cf_err(c, at, "'%s': '%s' is not an absolute http:// or "
+                       "https:// URL", key, url);
+    else if (curl_url_get(u, CURLUPART_FRAGMENT, &frag, 0) == CURLUE_OK)
+        rc = th_cf_err(c, at, "'%s': '%s' has a fragment", key, url);
+    else if (loopback_http && strcmp(scheme, "http") == 0 &&
+             strcmp(host, "127.0.0.1") != 0 && strcmp(host, "[::1]") != 0 &&
+             strcmp(host, "localhost") != 0)
+        rc = th_cf_err(c, at, "'%s': '%s' is plain http on a host that is "
+                       "not loopback (use https://)", key, url);
+    curl_free(scheme);
+    curl_free(host);
+    curl_free(frag);
+    curl_url_cleanup(u);
+    return rc;
+}
+
+#define O(f) offsetof(th_mcp_oauth_cfg, f)
+static const th_cfkey oauth_keys[] = {
+    {.name = "issuer", .set = th_cf_str, .off = O(issuer),
+     .flags = TH_CF_REQUIRED},
+    {.name = "audience", .set = th_cf_str, .off = O(audience)},
+    {.name = "resource", .set = th_cf_str, .off = O(resource)},
+    {.name = "jwks_file", .set = th_cf_str, .off = O(jwks_file),
+     .flags = TH_CF_PATH},
+    {.name = "jwks_url", .set = th_cf_str, .off = O(jwks_url)},
+    {.name = "authorization_servers", .set = th_cf_strlist,
+     .off = O(authorization_servers), .off2 = O(n_authorization_servers)},
+    {.name = "scopes_supported", .set = th_cf_strlist,
+     .off = O(scopes_supported), .off2 = O(n_scopes_supported)},
+    {.name = "user_claim", .set = th_cf_str, .off = O(user_claim)},
+    {.name = "required_scope", .set = th_cf_str, .off = O(required_scope)},
+    {.name = "jwks_refresh", .set = th_cf_duration, .off = O(jwks_refresh_ms),
+     .min = 100, .max = TH_DAY_MS},
+    {.name = "jwks_min_interval", .set = th_cf_duration,
+     .off = O(jwks_min_interval_ms), .min = 10, .max = TH_DAY_MS},
+    {.name = "jwks_timeout", .set = th_cf_duration, .off = O(jwks_timeout_ms),
+     .min = 100, .max = 10 * TH_MINUTE_MS},
+    {.name = "leeway", .set = th_cf_duration, .off = O(leeway_ms), .min = 0,
+     .max = TH_HOUR_MS},
+    {.name = "max_token", .set = th_cf_size, .off = O(max_token), .min = 256,
+     .max = TH_MIB},
+    {.name = "max_jwks", .set = th_cf_size, .off = O(max_jwks), .min = 256,
+     .max = 16 * TH_MIB},
+    {.name = "max_keys", .set = th_cf_u32, .off = O(max_keys), .min = 1,
+     .max = 1000},
+    {.name = "users", .set = th_cf_list, .off = O(users), .off2 = O(n_users),
+     .sub = oauth_user_keys, .elem_size = sizeof(th_mcp_oauth_user),
+     .check = oauth_user_check, .what = "user"},
+    {.name = NULL}};
+#undef O
+
+static int oauth_check(th_cfctx *c, th_ynode *n, void *el)
+{
+    th_mcp_oauth_cfg *o = el;
+    o->on = true;
+    o->line = n->line;
+    o->col = n->col;
+    if ((o->jwks_file != NULL) == (o->jwks_url != NULL))
+        return th_cf_err(c, n, "mcp.oauth needs exactly one of 'jwks_file' "
+                         "and 'jwks_url' (the issuer's signing keys)");
+    int rc = url_check(c, th_ynode_get(n, "issuer"), "issuer", o->issuer,
+                       false);
+    if (rc == 0 && o->jwks_url)
+        rc = url_check(c, th_ynode_get(n, "jwks_url"), "jwks_url",
+                       o->jwks_url, true);
+    if (rc == 0 && o->resource)
+        rc = url_check(c, th_ynode_get(n, "resource"), "resource",
+                       o->resource, false);
+    for (size_t i = 0; rc == 0 && i < o->n_authorization_servers; i++)
+        rc = url_check(c, th_ynode_get(n, "authorization_servers"),
+                       "authorization_servers",
+                       o->authorization_servers[i], false);
+    if (rc == 0 && o->user_claim && !*o->user_claim)
+        rc = th_cf_err(c, th_ynode_get(n, "user_claim"), "'user_claim' is "
+                       "empty");
+    for (const char *p = o->required_scope; rc == 0 && p && *p; p++)
+        if (*p <= ' ' || *p == '"' || *p == '\\' || *p >= 0x7f)
+            rc = th_cf_err(c, th_ynode_get(n, "required_scope"), "'"
+                           "required_scope' is one scope: printable ASCII "
+                           "without spaces, quotes or backslashes");
+    if (rc == 0 && o->required_scope && !*o->required_scope)
+        rc = th_cf_err(c, th_ynode_get(n, "required_scope"), "'"
+                       "required_scope' is empty");
+    if (rc == 0 && o->audience && !*o->audience)
+        rc = th_cf_err(c, th_ynode_get(n, "audience"), "'audience' is "
+                       "empty");
+    return rc;
+}
+
 #define M(f) offsetof(th_mcp_cfg, f)
 static const th_cfkey mcp_keys[] = {
+    {.name = "oauth", .set = th_cf_section, .off = M(oauth),
+     .sub = oauth_keys, .check = oauth_check, .what = "mcp.oauth"},
     {.name = "tokens", .set = th_cf_list, .off = M(tokens),
      .off2 = M(n_tokens), .sub = token_keys,
      .elem_size = sizeof(th_mcp_token_cfg), .check = token_check,
@@ -215,6 +346,13 @@ static void mcp_init(void *sec)
     m->sse_replay_ms = 60 * TH_SEC_MS;
     m->max_subscriptions = 256;
     m->max_message = 16 * TH_MIB;
+    m->oauth.jwks_refresh_ms = 10 * TH_MINUTE_MS;
+    m->oauth.jwks_min_interval_ms = 30 * TH_SEC_MS;
+    m->oauth.jwks_timeout_ms = 10 * TH_SEC_MS;
+    m->oauth.leeway_ms = 30 * TH_SEC_MS;
+    m->oauth.max_token = 8 * TH_KIB;
+    m->oauth.max_jwks = 256 * TH_KIB;
+    m->oauth.max_keys = 32;
 }
 
 static int mcp_check(th_cfctx *c, th_ynode *n, void *el)
@@ -299,12 +437,12 @@ static int mcp_finish(th_cfctx *c, const th_ynode *n, void *sec)
     if (rc == 0)
         rc = listen_entries_check(c, m, m->listen_metrics,
                                   m->n_listen_metrics, "metrics");
-    if (rc == 0 && m->n_listen_http && m->n_tokens == 0) {
+    if (rc == 0 && m->n_listen_http && m->n_tokens == 0 && !m->oauth.on) {
         const th_ynode *hn = th_ynode_get(th_cf_config(c)->root, "host");
         return th_cf_err(c, hn ? th_ynode_get(hn, "listen") : NULL,
                          "'listen' has an http:// entry but mcp.tokens "
-                         "declares no token (every request would be "
-                         "refused)");
+                         "declares no token and there is no mcp.oauth "
+                         "(every request would be refused)");
     }
     return rc;
 }
@@ -325,22 +463,46 @@ static void mcp_free(void *sec)
     free(m->tls_priorities);
     th_strv_free(m->listen_http, m->n_listen_http);
     th_strv_free(m->listen_metrics, m->n_listen_metrics);
+    th_mcp_oauth_cfg *o = &m->oauth;
+    free(o->issuer);
+    free(o->audience);
+    free(o->resource);
+    free(o->jwks_file);
+    free(o->jwks_url);
+    th_strv_free(o->authorization_servers, o->n_authorization_servers);
+    th_strv_free(o->scopes_supported, o->n_scopes_supported);
+    free(o->user_claim);
+    free(o->required_scope);
+    for (size_t i = 0; i < o->n_users; i++)
+        free(o->users[i].name);
+    free(o->users);
 }
 
-/* Whether `name` is the user of a token under mcp.tokens: such a user
- * exists for the host without an account on the system. */
-static bool mcp_names_user(const th_ynode *m, const char *name)
+/* Whether the list `t` has a map whose `key` is name. */
+static bool list_names(const th_ynode *t, const char *key, const char *name)
 {
-    const th_ynode *t = m->kind == TH_Y_MAP ? th_ynode_get(m, "tokens") : NULL;
     if (!t || t->kind != TH_Y_SEQ)
         return false;
     for (size_t i = 0; i < t->n; i++) {
         const th_ynode *e = t->kids[i];
-        const th_ynode *u = e->kind == TH_Y_MAP ? th_ynode_get(e, "user") : NULL;
+        const th_ynode *u = e->kind == TH_Y_MAP ? th_ynode_get(e, key) : NULL;
         if (u && u->kind == TH_Y_SCALAR && strcmp(u->str, name) == 0)
             return true;
     }
     return false;
+}
+
+/* Whether `name` is the user of a token under mcp.tokens or a principal
+ * of mcp.oauth.users: such a user exists for the host without an account
+ * on the system. */
+static bool mcp_names_user(const th_ynode *m, const char *name)
+{
+    if (m->kind != TH_Y_MAP)
+        return false;
+    const th_ynode *o = th_ynode_get(m, "oauth");
+    return list_names(th_ynode_get(m, "tokens"), "user", name) ||
+           (o && o->kind == TH_Y_MAP &&
+            list_names(th_ynode_get(o, "users"), "name", name));
 }
 
 static bool same_list(char *const *a, size_t na, char *const *b, size_t nb)
@@ -389,6 +551,34 @@ static bool same_http(const th_mcp_cfg *a, const th_mcp_cfg *b)
            a->sse_replay_ms == b->sse_replay_ms;
 }
 
+static bool same_oauth(const th_mcp_oauth_cfg *a, const th_mcp_oauth_cfg *b)
+{
+    bool same = a->on == b->on && same_str(a->issuer, b->issuer) &&
+                same_str(a->audience, b->audience) &&
+                same_str(a->resource, b->resource) &&
+                same_str(a->jwks_file, b->jwks_file) &&
+                same_str(a->jwks_url, b->jwks_url) &&
+                same_list(a->authorization_servers,
+                          a->n_authorization_servers,
+                          b->authorization_servers,
+                          b->n_authorization_servers) &&
+                same_list(a->scopes_supported, a->n_scopes_supported,
+                          b->scopes_supported, b->n_scopes_supported) &&
+                same_str(a->user_claim, b->user_claim) &&
+                same_str(a->required_scope, b->required_scope) &&
+                a->jwks_refresh_ms == b->jwks_refresh_ms &&
+                a->jwks_min_interval_ms == b->jwks_min_interval_ms &&
+                a->jwks_timeout_ms == b->jwks_timeout_ms &&
+                a->leeway_ms == b->leeway_ms &&
+                a->max_token == b->max_token && a->max_jwks == b->max_jwks &&
+                a->max_keys == b->max_keys && a->n_users == b->n_users;
+    for (size_t i = 0; same && i < a->n_users; i++)
+        same = strcmp(a->users[i].name, b->users[i].name) == 0 &&
+               a->users[i].has_uid == b->users[i].has_uid &&
+               a->users[i].uid == b->users[i].uid;
+    return same;
+}
+
 /* The HTTP daemons, their tokens and their settings are made once, at
  * start. */
 static const char *mcp_reload_note(const void *old, const void *cur)
@@ -405,6 +595,8 @@ static const char *mcp_reload_note(const void *old, const void *cur)
     if (!same)
         return "reload: host.listen's http:// entries and mcp.tokens "
                "change at the next restart";
+    if ((a->oauth.on || b->oauth.on) && !same_oauth(&a->oauth, &b->oauth))
+        return "reload: mcp.oauth changes at the next restart";
     if ((a->n_listen_http || b->n_listen_http) && !same_http(a, b))
         return "reload: the MCP HTTP front's mcp: settings (max_body, "
                "max_sessions, allow_origins, ...) change at the next restart";
@@ -432,5 +624,6 @@ const th_section th_mcp_section = {
     .listen = mcp_listen,
     .names_user = mcp_names_user,
     .reload_note = mcp_reload_note,
-    .user_hint = " an mcp.tokens entry may declare a user;",
+    .user_hint = " an mcp.tokens entry or mcp.oauth.users may declare a "
+                 "user;",
 };

@@ -2075,7 +2075,8 @@ static void test_unknown_user_names(void)
                "    allow_users: [root, no-such-user-x1]\n",
                "t.yaml:4:25: no user named 'no-such-user-x1' on this "
                "system (a name that does not exist never matches; an "
-               "mcp.tokens entry may declare a user; set "
+               "mcp.tokens entry or mcp.oauth.users may declare a user; "
+               "set "
                "host.allow_unknown_users: true (or pass --allow-unknown-users) when the config is written "
                "before its users exist)");
     EXPECT_ERR("toolsets:\n  - name: a\n    tools: ['*']\n"
@@ -2087,7 +2088,8 @@ static void test_unknown_user_names(void)
     EXPECT_ERR("admin:\n  users: [\"1000\", no-such-user-x1]\n",
                "t.yaml:2:19: no user named 'no-such-user-x1' on this "
                "system (a name that does not exist never matches; an "
-               "mcp.tokens entry may declare a user; set "
+               "mcp.tokens entry or mcp.oauth.users may declare a user; "
+               "set "
                "host.allow_unknown_users: true (or pass --allow-unknown-users) when the config is written "
                "before its users exist)");
     EXPECT_ERR("admin:\n  groups: [no-such-group-x1]\n",

@@ -44,6 +44,7 @@ static const char *fr_input = "?"; /* the input being replayed */
 #include "../../fuzz/jschema.c"
 #include "../../fuzz/mcp.c"
 #include "../../fuzz/mcp_fast.c"
+#include "../../fuzz/oauth.c"
 #include "../../fuzz/out.c"
 #include "../../fuzz/rpc_frames.c"
 #include "../../fuzz/rpc_serve.c"
@@ -65,6 +66,7 @@ static const fr_target fr_targets[] = {
     {"jschema", fuzz_jschema, NULL},
     {"mcp", fuzz_mcp, mc_close},
     {"mcp_fast", fuzz_mcp_fast, NULL},
+    {"oauth", fuzz_oauth, oa_close},
     {"out", fuzz_out, NULL},
     {"rpc_frames", fuzz_rpc_frames, NULL},
     {"rpc_serve", fuzz_rpc_serve, rs_close},

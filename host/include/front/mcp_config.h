@@ -28,6 +28,44 @@ typedef struct th_mcp_token_cfg {
     bool has_uid;          /* else the token's sessions have no uid      */
 } th_mcp_token_cfg;
 
+/* A principal of mcp.oauth.users: a value of the tokens' user_claim that
+ * toolsets' allow_users may name, and the local uid it acts as. */
+typedef struct th_mcp_oauth_user {
+    char *name;
+    uint32_t uid;
+    bool has_uid;
+} th_mcp_oauth_user;
+
+/* mcp.oauth: the HTTP front as an OAuth 2.1 resource server (docs/mcp.md,
+ * "Authorization"; host/mcp/oauth.h checks the tokens). */
+typedef struct th_mcp_oauth_cfg {
+    bool on;               /* the section has an `oauth:` map            */
+    char *issuer;          /* the tokens' `iss`, exactly                 */
+    char *audience;        /* the tokens' `aud` must hold it; NULL: the
+                              resource URL (each http:// entry's)      */
+    char *resource;        /* the resource URL advertised; NULL: the
+                              http:// entry's own URL                  */
+    char *jwks_file;       /* the issuer's keys: a JWKS file ...         */
+    char *jwks_url;        /* ... or its https:// URL (one of the two)  */
+    char **authorization_servers; /* NULL: [issuer]                     */
+    size_t n_authorization_servers;
+    char **scopes_supported;
+    size_t n_scopes_supported;
+    char *user_claim;      /* the claim naming the principal; "sub"      */
+    char *required_scope;  /* a scope every token must carry, or NULL   */
+    uint64_t jwks_refresh_ms; /* the keys re-read this often; 10 m      */
+    uint64_t jwks_min_interval_ms; /* a token of an unknown kid asks for
+                              a re-read at most this often; 30 s      */
+    uint64_t jwks_timeout_ms; /* one fetch of jwks_url at most; 10 s    */
+    uint64_t leeway_ms;    /* clock skew allowed on exp and nbf; 30 s    */
+    uint64_t max_token;    /* bytes of a token; 8 KiB                    */
+    uint64_t max_jwks;     /* bytes of the JWKS document; 256 KiB        */
+    uint32_t max_keys;     /* keys of the JWKS used; 32                  */
+    th_mcp_oauth_user *users;
+    size_t n_users;
+    int line, col;
+} th_mcp_oauth_cfg;
+
 /* The `mcp:` section: the Streamable HTTP front (docs/mcp.md). */
 typedef struct th_mcp_cfg {
     th_mcp_token_cfg *tokens;
@@ -80,6 +118,7 @@ typedef struct th_mcp_cfg {
                               the Prometheus endpoint (docs/ops.md), not
                               MCP                                       */
     size_t n_listen_metrics;
+    th_mcp_oauth_cfg oauth; /* mcp.oauth                              */
     uint64_t max_message;  /* host.mcp_max_message: one MCP message at
                               most (stdio and HTTP); 16 MiB             */
 } th_mcp_cfg;
