@@ -233,6 +233,11 @@ static void test_as_written(void)
 
     setenv("PATH", saved_path, 1);
     free(saved_path);
+    const char *vars[] = {"TOOLHOST_PLUGINS", "MCP_FILESYSTEM", "GW_FILES",
+                          "PETSTORE_SPEC", "PETSTORE_URL", "PETSTORE_TOKEN",
+                          "GW_SOCKET"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+        unsetenv(vars[i]);
     if (s.pid > 0) {
         CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
         rpc_srv_free(&s);
