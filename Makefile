@@ -132,6 +132,7 @@ FIX_SO := $(patsubst tests/fixtures/%.c,$(BUILD)/fixtures/%.so,$(FIX_C)) \
 	$(patsubst tests/fixtures/%.cpp,$(BUILD)/fixtures/%.so,$(FIX_CXX))
 UNIT_BIN := $(BUILD)/tests/unit-tests
 INTEG_BIN := $(BUILD)/tests/integration-tests
+PETSTORE_BIN := $(BUILD)/tests/petstore
 BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
 TEST_DEFS = -Ihost/core -DTH_BUILD_DIR='"$(abspath $(BUILD))"' -DTH_SOURCE_DIR='"$(abspath .)"' -Itests \
@@ -141,7 +142,7 @@ TEST_DEFS = -Ihost/core -DTH_BUILD_DIR='"$(abspath $(BUILD))"' -DTH_SOURCE_DIR='
 	valgrind bench fuzz fuzz-long fuzz-replay install uninstall clean
 .DEFAULT_GOAL := all
 
-all: $(TOOLHOST) $(LIBSDK) $(PLUGIN_SO) $(FIX_SO) $(UNIT_BIN) $(INTEG_BIN) examples
+all: $(TOOLHOST) $(LIBSDK) $(PLUGIN_SO) $(FIX_SO) $(UNIT_BIN) $(INTEG_BIN) $(PETSTORE_BIN) examples
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
@@ -271,9 +272,14 @@ $(UNIT_BIN): $(BUILD)/obj/tests/runner-unit.o $(call obj,$(UNIT_SRC)) $(TCOMMON_
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(LIBTH) $(LIBSDK) $(LIBS_ALL) -lcunit
 
-$(INTEG_BIN): $(BUILD)/obj/tests/runner-integration.o $(call obj,$(INTEG_SRC)) $(TCOMMON_OBJ) $(LIBTH) $(LIBSDK) | $(TOOLHOST) $(PLUGIN_SO) $(FIX_SO)
+$(INTEG_BIN): $(BUILD)/obj/tests/runner-integration.o $(call obj,$(INTEG_SRC)) $(TCOMMON_OBJ) $(LIBTH) $(LIBSDK) | $(TOOLHOST) $(PLUGIN_SO) $(FIX_SO) $(PETSTORE_BIN)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(LIBTH) $(LIBSDK) $(LIBS_ALL) -lcunit
+
+# The test pet store as a program, for docs/gateway.md's worked example.
+$(PETSTORE_BIN): $(BUILD)/obj/tests/tools/petstore.o $(BUILD)/obj/tests/common/petstore.o
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_ALL)
 
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBTH) | $(TOOLHOST) $(PLUGIN_SO)
 	@mkdir -p $(dir $@)

@@ -1,5 +1,6 @@
 /* test_openapi.c - the openapi plugin in the real binary: the pet store
- * of tests/openapi/petstore.yaml served by this process (libmicrohttpd on
+ * of tests/openapi/petstore.yaml served by this process (tests/common/
+ * petstore.c: libmicrohttpd on
  * 127.0.0.1, port 0, pets in memory, a bearer token required), and
  * `toolhost serve` with the plugin pointed at it (the base URL through
  * ${OA_TEST_URL} in the config), called over msgpack-RPC.
@@ -13,9 +14,6 @@
  * tag; path, query and header values that try to escape their place;
  * bad documents refused at load, naming the problem. */
 #include <CUnit/CUnit.h>
-#include <arpa/inet.h>
-#include <microhttpd.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,278 +22,11 @@
 #include "common/th_test.h"
 #include "test_rpc_harness.h"
 
-#define TOKEN "s3cret-token"
+#include "common/petstore.h"
 
-/* ---- the pet store ----------------------------------------------------- */
+#define TOKEN PETSRV_TOKEN
 
-typedef struct petsrv {
-    struct MHD_Daemon *d;
-    int port;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool released;   /* the slow endpoint may answer */
-    json_t *pets;    /* array of {id, name, tag} */
-    int next_id;
-    int flaky_get, flaky_post, canary, unauthorized;
-    int slow_waiting; /* requests inside the slow endpoint now */
-    char last_id[256], last_tag[256], last_reqid[256];
-} petsrv;
-
-typedef struct upload {
-    char *data;
-    size_t len;
-} upload;
-
-static enum MHD_Result answer(struct MHD_Connection *c, unsigned status,
-                              const char *body, const char *location)
-{
-    struct MHD_Response *r = MHD_create_response_from_buffer(
-        strlen(body), (void *)body, MHD_RESPMEM_MUST_COPY);
-    MHD_add_response_header(r, "Content-Type", "application/json");
-    if (location)
-        MHD_add_response_header(r, "Location", location);
-    enum MHD_Result rc = MHD_queue_response(c, status, r);
-    MHD_destroy_response(r);
-    return rc;
-}
-
-static enum MHD_Result answer_json(struct MHD_Connection *c, unsigned status,
-                                   json_t *j)
-{
-    char *s = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
-    enum MHD_Result rc = answer(c, status, s ? s : "null", NULL);
-    free(s);
-    return rc;
-}
-
-static json_t *find_pet(petsrv *p, const char *id, size_t *at)
-{
-    size_t i;
-    json_t *e;
-    json_array_foreach(p->pets, i, e)
-    {
-        char buf[32];
-        snprintf(buf, sizeof buf, "%" JSON_INTEGER_FORMAT,
-                 json_integer_value(json_object_get(e, "id")));
-        if (!strcmp(buf, id)) {
-            *at = i;
-            return e;
-        }
-    }
-    return NULL;
-}
-
-static enum MHD_Result route(petsrv *p, struct MHD_Connection *c,
-                             const char *method, const char *url,
-                             const upload *up)
-{
-    if (!strcmp(url, "/v1/canary")) {
-        p->canary++;
-        return answer(c, 200, "{}", NULL);
-    }
-    const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-                                                   "Authorization");
-    const char *hkey = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-                                                   "X-Api-Key");
-    const char *qkey = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND,
-                                                   "api_key");
-    /* the bearer token; basic ann / "open sesame"; an API key */
-    bool authorized = (auth && (!strcmp(auth, "Bearer " TOKEN) ||
-                                !strcmp(auth, "Basic YW5uOm9wZW4gc2VzYW1l"))) ||
-                      (hkey && !strcmp(hkey, "k-123")) ||
-                      (qkey && !strcmp(qkey, "k-123"));
-    if (!authorized) {
-        p->unauthorized++;
-        return answer(c, 401, "{\"code\": 401, \"message\": \"bad or no "
-                              "bearer token\"}", NULL);
-    }
-    bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
-    json_error_t je;
-    json_t *in = up->len ? json_loadb(up->data, up->len, 0, &je) : NULL;
-    enum MHD_Result rc;
-    if (!strcmp(url, "/v1/pets") && get) {
-        const char *lim = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND,
-                                                      "limit");
-        const char *tag = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND,
-                                                      "tag");
-        const char *rid = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-                                                      "X-Request-Id");
-        snprintf(p->last_tag, sizeof p->last_tag, "%s", tag ? tag : "");
-        snprintf(p->last_reqid, sizeof p->last_reqid, "%s", rid ? rid : "");
-        json_t *out = json_array();
-        size_t i;
-        json_t *e;
-        json_array_foreach(p->pets, i, e)
-        {
-            const char *t = json_string_value(json_object_get(e, "tag"));
-            if (lim && json_array_size(out) >= strtoul(lim, NULL, 10))
-                break;
-            if (!tag || (t && !strcmp(t, tag)))
-                json_array_append(out, e);
-        }
-        rc = answer_json(c, 200, out);
-        json_decref(out);
-    } else if (!strcmp(url, "/v1/pets") && post) {
-        if (!json_is_string(json_object_get(in, "name"))) {
-            rc = answer(c, 400, "{\"code\": 400, \"message\": \"name?\"}",
-                        NULL);
-        } else {
-            json_t *pet = json_pack("{s:i, s:O, s:O}", "id", p->next_id++,
-                                    "name", json_object_get(in, "name"),
-                                    "tag",
-                                    json_object_get(in, "tag")
-                                        ? json_object_get(in, "tag")
-                                        : json_null());
-            json_array_append(p->pets, pet);
-            rc = answer_json(c, 201, pet);
-            json_decref(pet);
-        }
-    } else if (!strncmp(url, "/v1/pets/", 9) && strstr(url, "/owner")) {
-        rc = answer(c, 200, "{\"name\": \"Ada\", \"email\": \"ada@example\"}",
-                    NULL);
-    } else if (!strncmp(url, "/v1/pets/", 9)) {
-        const char *id = url + 9;
-        snprintf(p->last_id, sizeof p->last_id, "%s", id);
-        size_t at;
-        json_t *pet = find_pet(p, id, &at);
-        if (!pet)
-            rc = answer(c, 404, "{\"code\": 404, \"message\": \"no such "
-                                "pet\"}", NULL);
-        else if (get)
-            rc = answer_json(c, 200, pet);
-        else if (!strcmp(method, "PUT") && json_is_object(in)) {
-            json_object_set(pet, "name", json_object_get(in, "name"));
-            json_object_set(pet, "tag", json_object_get(in, "tag")
-                                            ? json_object_get(in, "tag")
-                                            : json_null());
-            rc = answer_json(c, 200, pet);
-        } else if (!strcmp(method, "DELETE")) {
-            json_array_remove(p->pets, at);
-            rc = answer(c, 204, "", NULL);
-        } else
-            rc = answer(c, 405, "{}", NULL);
-    } else if (!strncmp(url, "/v1/store/orders/", 17) && get) {
-        /* lies: the document says an Order (integers, petId and
-         * quantity required) */
-        rc = answer(c, 200, "{\"id\": \"not-a-number\"}", NULL);
-    } else if (!strcmp(url, "/v1/store/inventory") && get) {
-        rc = answer(c, 200, "{\"dog\": 2, \"cat\": 1}", NULL);
-    } else if (!strcmp(url, "/v1/categories") && post && in) {
-        rc = answer_json(c, 201, in);
-    } else if (!strcmp(url, "/v1/old-pets")) {
-        rc = answer(c, 301, "", "/v1/pets");
-    } else if (!strcmp(url, "/v1/elsewhere")) {
-        char loc[128];
-        snprintf(loc, sizeof loc, "http://localhost:%d/v1/canary", p->port);
-        rc = answer(c, 302, "", loc);
-    } else if (!strcmp(url, "/v1/slow")) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 60;
-        pthread_mutex_lock(&p->mu);
-        p->slow_waiting++;
-        while (!p->released &&
-               pthread_cond_timedwait(&p->cv, &p->mu, &ts) == 0)
-            ;
-        p->slow_waiting--;
-        pthread_mutex_unlock(&p->mu);
-        rc = answer(c, 200, "\"pong\"", NULL);
-    } else if (!strcmp(url, "/v1/huge")) {
-        size_t n = 4 * 1024 * 1024;
-        char *big = malloc(n);
-        memset(big, 'x', n);
-        big[0] = big[n - 1] = '"';
-        struct MHD_Response *r =
-            MHD_create_response_from_buffer(n, big, MHD_RESPMEM_MUST_FREE);
-        rc = MHD_queue_response(c, 200, r);
-        MHD_destroy_response(r);
-    } else if (!strcmp(url, "/v1/flaky")) {
-        int n = get ? p->flaky_get++ : p->flaky_post++;
-        rc = n == 0 ? answer(c, 503, "{\"message\": \"try again\"}", NULL)
-                    : answer(c, 200, "{\"ok\": true}", NULL);
-    } else {
-        rc = answer(c, 404, "{\"message\": \"no route\"}", NULL);
-    }
-    json_decref(in);
-    return rc;
-}
-
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
-                                  const char *url, const char *method,
-                                  const char *version, const char *data,
-                                  size_t *data_size, void **con_cls)
-{
-    (void)version;
-    petsrv *p = cls;
-    upload *up = *con_cls;
-    if (!up) {
-        *con_cls = up = calloc(1, sizeof *up);
-        return up ? MHD_YES : MHD_NO;
-    }
-    if (*data_size) {
-        char *n = realloc(up->data, up->len + *data_size);
-        if (!n)
-            return MHD_NO;
-        memcpy(n + up->len, data, *data_size);
-        up->data = n;
-        up->len += *data_size;
-        *data_size = 0;
-        return MHD_YES;
-    }
-    pthread_mutex_lock(&p->mu);
-    bool slow = !strcmp(url, "/v1/slow");
-    if (slow)
-        pthread_mutex_unlock(&p->mu); /* route() waits on p->cv itself */
-    enum MHD_Result rc = route(p, c, method, url, up);
-    if (!slow)
-        pthread_mutex_unlock(&p->mu);
-    return rc;
-}
-
-static void on_done(void *cls, struct MHD_Connection *c, void **con_cls,
-                    enum MHD_RequestTerminationCode toe)
-{
-    (void)cls, (void)c, (void)toe;
-    upload *up = *con_cls;
-    if (up)
-        free(up->data);
-    free(up);
-    *con_cls = NULL;
-}
-
-static int petsrv_start(petsrv *p)
-{
-    memset(p, 0, sizeof *p);
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv, NULL);
-    p->pets = json_array();
-    p->next_id = 1;
-    struct sockaddr_in sa = {.sin_family = AF_INET,
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    p->d = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0,
-        NULL, NULL, on_request, p, MHD_OPTION_SOCK_ADDR, &sa,
-        MHD_OPTION_NOTIFY_COMPLETED, on_done, p, MHD_OPTION_END);
-    if (!p->d)
-        return -1;
-    const union MHD_DaemonInfo *i =
-        MHD_get_daemon_info(p->d, MHD_DAEMON_INFO_BIND_PORT);
-    p->port = i ? i->port : 0;
-    return p->port ? 0 : -1;
-}
-
-static void petsrv_stop(petsrv *p)
-{
-    pthread_mutex_lock(&p->mu);
-    p->released = true;
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
-    if (p->d)
-        MHD_stop_daemon(p->d);
-    json_decref(p->pets);
-    pthread_mutex_destroy(&p->mu);
-    pthread_cond_destroy(&p->cv);
-}
+/* ---- the pet store (tests/common/petstore.c) ------------------------- */
 
 static int counter(petsrv *p, int *what)
 {
@@ -338,7 +69,7 @@ static int fx_start_with(fx *f, const char *pets_extra, const char *more,
                          const char *toolset_extra)
 {
     memset(f, 0, sizeof *f);
-    if (petsrv_start(&f->srv) != 0)
+    if (petsrv_start(&f->srv, 0) != 0)
         return -1;
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d/v1", f->srv.port);
