@@ -104,7 +104,10 @@ LIBS_ALL = $(PKG_LIBS) -lpthread -ldl -lm
 HOST_SRC := $(sort $(filter-out host/cli/%,$(wildcard host/*/*.c host/core/*/*.c)))
 CLI_SRC := $(sort $(wildcard host/cli/*.c))
 SDK_SRC := $(sort $(wildcard sdk/*.c))
-PLUGINS := $(sort $(notdir $(patsubst %/,%,$(dir $(wildcard plugins/*/*.c)))))
+# plugins/shared/ is not a plugin: code the bundled plugins share (msgpack
+# to JSON for mcp and openapi), linked into each of them.
+PLUGINS := $(filter-out shared,$(sort $(notdir $(patsubst %/,%,$(dir $(wildcard plugins/*/*.c))))))
+PLUGIN_SHARED_SRC := $(sort $(wildcard plugins/shared/*.c))
 FIX_C := $(sort $(wildcard tests/fixtures/*.c))
 FIX_CXX := $(sort $(wildcard tests/fixtures/*.cpp))
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
@@ -224,7 +227,7 @@ $(TOOLHOST): $(CLI_OBJ) $(LIBTH)
 
 .SECONDARY:
 .SECONDEXPANSION:
-$(BUILD)/plugins/%.so: $$(call obj,$$(wildcard plugins/%/*.c)) $(LIBSDK)
+$(BUILD)/plugins/%.so: $$(call obj,$$(wildcard plugins/%/*.c)) $(call obj,$(PLUGIN_SHARED_SRC)) $(LIBSDK)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_ALL) -shared -fvisibility=hidden -o $@ $(filter %.o,$^) $(LIBSDK) $(PKG_LIBS) $(PLUGIN_PKG_LIBS)
 

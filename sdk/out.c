@@ -96,6 +96,17 @@ int th_sdk_fail(toolhost_call *call, const char *fmt, ...)
     return TOOLHOST_FAILED;
 }
 
+int th_sdk_errf(char *err, size_t err_size, const char *fmt, ...)
+{
+    if (err && err_size) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_size, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
 int th_sdk_progress(toolhost_call *call, double fraction, const char *fmt,
                     ...)
 {

@@ -22,16 +22,6 @@
 #define MAX_PARAMS 64
 #define MAX_ARGV 256
 
-static int fail(char *err, size_t size, const char *fmt, ...)
-    TH_SDK_PRINTF(3, 4);
-static int fail(char *err, size_t size, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, size, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 static bool key_is(const msgpack_object *k, const char *s)
 {
@@ -242,16 +232,16 @@ static int parse_param(const char *tool, uint32_t idx, const msgpack_object *o,
 {
     p->struct_size = sizeof *p;
     if (o->type != MSGPACK_OBJECT_MAP)
-        return fail(err, es, "tool '%s': params[%u] is not a mapping", tool,
+        return th_sdk_errf(err, es, "tool '%s': params[%u] is not a mapping", tool,
                     idx);
     const msgpack_object *v = get(o, "name");
     char *name = v ? dup_str(v) : NULL;
     if (!name)
-        return fail(err, es, "tool '%s': params[%u]: key 'name' %s", tool,
+        return th_sdk_errf(err, es, "tool '%s': params[%u]: key 'name' %s", tool,
                     idx, !v ? "is missing" : "must be a string");
     p->name = name;
     if (!ident_ok(name, false))
-        return fail(err, es,
+        return th_sdk_errf(err, es,
                     "tool '%s': parameter '%.64s': key 'name': allowed are "
                     "letters, digits and _, not starting with a digit, 1 to "
                     "64",
@@ -261,7 +251,7 @@ static int parse_param(const char *tool, uint32_t idx, const msgpack_object *o,
         if (!key_is(k, "name") && !key_is(k, "type") &&
             !key_is(k, "description") && !key_is(k, "required") &&
             !key_is(k, "enum") && !key_is(k, "default"))
-            return fail(err, es,
+            return th_sdk_errf(err, es,
                         "tool '%s': parameter '%s': unknown key '%.*s' "
                         "(allowed: name, type, description, required, enum, "
                         "default)",
@@ -278,14 +268,14 @@ static int parse_param(const char *tool, uint32_t idx, const msgpack_object *o,
             if (key_is(v, type_names[t]))
                 p->type = t;
         if (!p->type)
-            return fail(err, es,
+            return th_sdk_errf(err, es,
                         "tool '%s': parameter '%s': key 'type' must be one "
                         "of string, integer, number, boolean",
                         tool, name);
     }
     v = get(o, "description");
     if (!v || !(p->description = dup_str(v)) || !p->description[0])
-        return fail(err, es,
+        return th_sdk_errf(err, es,
                     "tool '%s': parameter '%s': key 'description' %s", tool,
                     name,
                     !v ? "is missing (a model needs one line on what to pass)"
@@ -293,7 +283,7 @@ static int parse_param(const char *tool, uint32_t idx, const msgpack_object *o,
     v = get(o, "required");
     if (v) {
         if (v->type != MSGPACK_OBJECT_BOOLEAN)
-            return fail(err, es,
+            return th_sdk_errf(err, es,
                         "tool '%s': parameter '%s': key 'required' must be "
                         "true or false",
                         tool, name);
@@ -303,17 +293,17 @@ static int parse_param(const char *tool, uint32_t idx, const msgpack_object *o,
     if (v) {
         if (p->type != TOOLHOST_TYPE_STRING || v->type != MSGPACK_OBJECT_ARRAY ||
             v->via.array.size == 0 || v->via.array.size > 1024)
-            return fail(err, es,
+            return th_sdk_errf(err, es,
                         "tool '%s': parameter '%s': key 'enum' must be a "
                         "non-empty list of strings, on a string parameter",
                         tool, name);
         const char **e = calloc(v->via.array.size + 1, sizeof *e);
         if (!e)
-            return fail(err, es, "out of memory");
+            return th_sdk_errf(err, es, "out of memory");
         p->enum_values = e;
         for (uint32_t i = 0; i < v->via.array.size; i++)
             if (!(e[i] = dup_str(&v->via.array.ptr[i])))
-                return fail(err, es,
+                return th_sdk_errf(err, es,
                             "tool '%s': parameter '%s': key 'enum': element "
                             "%u must be a string",
                             tool, name, i + 1);
@@ -321,12 +311,12 @@ static int parse_param(const char *tool, uint32_t idx, const msgpack_object *o,
     v = get(o, "default");
     if (v) {
         if (p->required)
-            return fail(err, es,
+            return th_sdk_errf(err, es,
                         "tool '%s': parameter '%s': key 'default' is not "
                         "allowed with required: true",
                         tool, name);
         if (!(p->default_json = default_json(v, p->type)))
-            return fail(err, es,
+            return th_sdk_errf(err, es,
                         "tool '%s': parameter '%s': key 'default' must be a "
                         "%s",
                         tool, name, type_names[p->type]);
@@ -353,14 +343,14 @@ static int parse_slot(const char *tool, const char *where,
 {
     s->param = -1;
     if (!(s->text = dup_str(o)))
-        return fail(err, es, "tool '%s': %s must be a string without NUL",
+        return th_sdk_errf(err, es, "tool '%s': %s must be a string without NUL",
                     tool, where);
     size_t n = strlen(s->text);
     if (n >= 3 && s->text[0] == '{' && s->text[n - 1] == '}' &&
         !memchr(s->text + 1, '{', n - 2) && !memchr(s->text + 1, '}', n - 2)) {
         int k = param_index(t, s->text + 1, n - 2);
         if (k < 0)
-            return fail(err, es,
+            return th_sdk_errf(err, es,
                         "tool '%s': %s: '%s' names no declared parameter",
                         tool, where, s->text);
         s->param = k;
@@ -381,7 +371,7 @@ static int parse_slot(const char *tool, const char *where,
         id[len] = '\0';
         if (!ident_ok(id, false))
             continue;
-        return fail(err, es,
+        return th_sdk_errf(err, es,
                     "tool '%s': %s: placeholder '{%s}' must be a whole "
                     "element (\"%s\"): arguments are never spliced into a "
                     "string%s",
@@ -413,7 +403,7 @@ static int parse_sem(const char *tool, const char *key,
             *out = i;
             return 0;
         }
-    return fail(err, es,
+    return th_sdk_errf(err, es,
                 "tool '%s': key '%s' must be a semantic type: text, status, "
                 "error, file_content, file_view, command_output, "
                 "search_results, knowledge, structured, log, diff, binary",
@@ -431,11 +421,11 @@ static int parse_tool(exec_state *st, uint32_t idx, const msgpack_object *o,
     t->validate_args = exec_validate_args;
     x->grace_ms = grace_ms;
     if (o->type != MSGPACK_OBJECT_MAP)
-        return fail(err, es, "tools[%u] is not a mapping", idx);
+        return th_sdk_errf(err, es, "tools[%u] is not a mapping", idx);
     const msgpack_object *v = get(o, "name");
     char *name = v ? dup_str(v) : NULL;
     if (!name)
-        return fail(err, es, "tools[%u]: key 'name' %s", idx,
+        return th_sdk_errf(err, es, "tools[%u]: key 'name' %s", idx,
                     !v ? "is missing" : "must be a string");
     t->name = name;
     size_t nl = strlen(name);
@@ -445,20 +435,20 @@ static int parse_tool(exec_state *st, uint32_t idx, const msgpack_object *o,
               (*c >= '0' && *c <= '9') || *c == '_' || *c == '-'))
             name_ok = false;
     if (!name_ok)
-        return fail(err, es,
+        return th_sdk_errf(err, es,
                     "tools[%u]: tool name '%.64s' is invalid (allowed: "
                     "letters, digits, _ and -, 1 to 64)",
                     idx, name);
     for (uint32_t k = 0; k < idx; k++)
         if (strcmp(st->tools_rw[k].name, name) == 0)
-            return fail(err, es, "tool '%s' is declared twice", name);
+            return th_sdk_errf(err, es, "tool '%s' is declared twice", name);
     for (uint32_t i = 0; i < o->via.map.size; i++) {
         const msgpack_object *k = &o->via.map.ptr[i].key;
         bool known = false;
         for (const char *const *tk = tool_keys; *tk; tk++)
             known = known || key_is(k, *tk);
         if (!known)
-            return fail(err, es,
+            return th_sdk_errf(err, es,
                         "tool '%s': unknown key '%.*s' (allowed: name, "
                         "description, long_description, params, argv, env, "
                         "env_allow, cwd, timeout, stdout, stderr, read_only, "
@@ -470,12 +460,12 @@ static int parse_tool(exec_state *st, uint32_t idx, const msgpack_object *o,
     }
     v = get(o, "description");
     if (!v || !(t->description = dup_str(v)) || !t->description[0])
-        return fail(err, es, "tool '%s': key 'description' %s", name,
+        return th_sdk_errf(err, es, "tool '%s': key 'description' %s", name,
                     !v ? "is missing (one line a model can act on)"
                        : "must be a non-empty string");
     if ((v = get(o, "long_description")) &&
         !(t->long_description = dup_str(v)))
-        return fail(err, es, "tool '%s': key 'long_description' must be a "
+        return th_sdk_errf(err, es, "tool '%s': key 'long_description' must be a "
                     "string", name);
 
     /* params */
@@ -483,14 +473,14 @@ static int parse_tool(exec_state *st, uint32_t idx, const msgpack_object *o,
     if (v) {
         if (v->type != MSGPACK_OBJECT_ARRAY ||
             v->via.array.size > MAX_PARAMS)
-            return fail(err, es,
+            return th_sdk_errf(err, es,
                         "tool '%s': key 'params' must be a list of at most "
                         "%d parameters",
                         name, MAX_PARAMS);
         if (v->via.array.size) {
             st->params[idx] = calloc(v->via.array.size, sizeof(toolhost_param));
             if (!st->params[idx])
-                return fail(err, es, "out of memory");
+                return th_sdk_errf(err, es, "out of memory");
         }
         t->params = st->params[idx];
         for (uint32_t i = 0; i < v->via.array.size; i++) {
@@ -501,7 +491,7 @@ static int parse_tool(exec_state *st, uint32_t idx, const msgpack_object *o,
             for (uint32_t k = 0; k < i; k++)
                 if (strcmp(st->params[idx][k].name, st->params[idx][i].name) ==
                     0)
-                    return fail(err, es,
+                    return th_sdk_errf(err, es,
                                 "tool '%s': parameter '%s' is declared twice",
                                 name, st->params[idx][i].name);
         }
@@ -511,14 +501,14 @@ static int parse_tool(exec_state *st, uint32_t idx, const msgpack_object *o,
     v = get(o, "argv");
     if (!v || v->type != MSGPACK_OBJECT_ARRAY || v->via.array.size == 0 ||
         v->via.array.size > MAX_ARGV)
-        return fail(err, es,
+        return th_sdk_errf(err, es,
                     "tool '%s': key 'argv' %s", name,
                     !v ? "is missing (the command as a list: [\"/usr/bin/grep\", "
                          "\"-n\", \"{pattern}\"])"
                        : "must be a list of 1 to 256 strings");
     x->argv = calloc(v->via.array.size, sizeof *x->argv);
     if (!x->argv)
-        return fail(err, es, "out of memory");
+        return th_sdk_errf(err, es, "out of memory");
     for (uint32_t i = 0; i < v->via.array.size; i++) {
         char where[48];
         snprintf(where, sizeof where, "key 'argv': element %u", i + 1);
@@ -528,12 +518,12 @@ static int parse_tool(exec_state *st, uint32_t idx, const msgpack_object *o,
             return -1;
     }
     if (x->argv[0].param >= 0 || x->argv[0].text[0] != '/')
-        return fail(err, es,
+        return th_sdk_errf(err, es,
                     "tool '%s': key 'argv': the program '%s' must be an "
                     "absolute path (no placeholder, no PATH search)",
                     name, x->argv[0].text ? x->argv[0].text : "{...}");
     if (access(x->argv[0].text, X_OK) != 0)
-        return fail(err, es,
+        return th_sdk_errf(err, es,
                     "tool '%s': key 'argv': the program '%s' cannot be run: "
                     "%s",
                     name, x->argv[0].text, strerror(errno));
@@ -542,13 +532,13 @@ static int parse_tool(exec_state *st, uint32_t idx, const msgpack_object *o,
     v = get(o, "env");
     if (v) {
         if (v->type != MSGPACK_OBJECT_MAP)
-            return fail(err, es,
+            return th_sdk_errf(err, es,
                         "tool '%s': key 'env' must be a mapping NAME: value",
                         name);
         if (v->via.map.size) {
             x->env = calloc(v->via.map.size, sizeof *x->env);
             if (!x->env)
-                return fail(err, es, "out of memory");
+                return th_sdk_errf(err, es, "out of memory");
         }
         for (uint32_t i = 0; i < v->via.map.size; i++) {
             exec_env *e = &x->env[i];
@@ -556,7 +546,7 @@ static int parse_tool(exec_state *st, uint32_t idx, const msgpack_object *o,
             e->value.param = -1;
             if (!(e->name = dup_str(&v->via.map.ptr[i].key)) ||
                 !ident_ok(e->name, true) || strcmp(e->name, "PATH") == 0)
-                return fail(err, es,
+                return th_sdk_errf(err, es,
                             "tool '%s': key 'env': '%s' is not a variable "
                             "name this plugin sets (letters, digits, _; "
                             "not PATH, which is the plugin's 'path' key)",
@@ -571,20 +561,20 @@ static int parse_tool(exec_state *st, uint32_t idx, const msgpack_object *o,
     v = get(o, "env_allow");
     if (v) {
         if (v->type != MSGPACK_OBJECT_ARRAY)
-            return fail(err, es,
+            return th_sdk_errf(err, es,
                         "tool '%s': key 'env_allow' must be a list of "
                         "variable names",
                         name);
         if (v->via.array.size) {
             x->env_allow = calloc(v->via.array.size, sizeof *x->env_allow);
             if (!x->env_allow)
-                return fail(err, es, "out of memory");
+                return th_sdk_errf(err, es, "out of memory");
         }
         for (uint32_t i = 0; i < v->via.array.size; i++) {
             x->n_env_allow = i + 1;
             if (!(x->env_allow[i] = dup_str(&v->via.array.ptr[i])) ||
                 !ident_ok(x->env_allow[i], true))
-                return fail(err, es,
+                return th_sdk_errf(err, es,
                             "tool '%s': key 'env_allow': element %u is not a "
                             "variable name",
                             name, i + 1);
@@ -597,15 +587,15 @@ static int parse_tool(exec_state *st, uint32_t idx, const msgpack_object *o,
     if (v) {
         if (v->type != MSGPACK_OBJECT_ARRAY ||
             v->via.array.size > TOOLHOST_MAX_TAGS)
-            return fail(err, es,
+            return th_sdk_errf(err, es,
                         "tool '%s': key 'tags' must be a list of at most %d "
                         "tag names",
                         name, TOOLHOST_MAX_TAGS);
         if (!(x->tags = calloc(v->via.array.size + 1, sizeof *x->tags)))
-            return fail(err, es, "out of memory");
+            return th_sdk_errf(err, es, "out of memory");
         for (uint32_t i = 0; i < v->via.array.size; i++)
             if (!(x->tags[i] = dup_str(&v->via.array.ptr[i])))
-                return fail(err, es,
+                return th_sdk_errf(err, es,
                             "tool '%s': key 'tags': element %u is not a "
                             "string",
                             name, i + 1);
@@ -620,7 +610,7 @@ static int parse_tool(exec_state *st, uint32_t idx, const msgpack_object *o,
         for (size_t i = 0; i < x->n_env; i++)
             used = used || x->env[i].value.param == (int)p;
         if (!used)
-            return fail(err, es,
+            return th_sdk_errf(err, es,
                         "tool '%s': parameter '%s' is used neither in 'argv' "
                         "nor in 'env' (write \"{%s}\" where it goes)",
                         name, t->params[p].name, t->params[p].name);
@@ -630,15 +620,15 @@ static int parse_tool(exec_state *st, uint32_t idx, const msgpack_object *o,
     if ((v = get(o, "cwd"))) {
         struct stat sb;
         if (!(x->cwd = dup_str(v)) || x->cwd[0] != '/')
-            return fail(err, es,
+            return th_sdk_errf(err, es,
                         "tool '%s': key 'cwd' must be an absolute path", name);
         if (stat(x->cwd, &sb) != 0 || !S_ISDIR(sb.st_mode))
-            return fail(err, es, "tool '%s': key 'cwd': '%s' is not a folder%s%s",
+            return th_sdk_errf(err, es, "tool '%s': key 'cwd': '%s' is not a folder%s%s",
                         name, x->cwd, errno ? ": " : "",
                         errno ? strerror(errno) : "");
     }
     if ((v = get(o, "timeout")) && (x->timeout_ms = parse_duration(v)) < 0)
-        return fail(err, es,
+        return th_sdk_errf(err, es,
                     "tool '%s': key 'timeout' must be a duration such as "
                     "500ms, 30s, 2m, 1h (or whole seconds)",
                     name);
@@ -661,14 +651,14 @@ static int parse_tool(exec_state *st, uint32_t idx, const msgpack_object *o,
         if (!(v = get(o, flags[i].key)))
             continue;
         if (v->type != MSGPACK_OBJECT_BOOLEAN)
-            return fail(err, es, "tool '%s': key '%s' must be true or false",
+            return th_sdk_errf(err, es, "tool '%s': key '%s' must be true or false",
                         name, flags[i].key);
         if (v->via.boolean)
             t->flags |= flags[i].bit;
     }
     if ((t->flags & TOOLHOST_TOOL_READ_ONLY) &&
         (t->flags & TOOLHOST_TOOL_DESTRUCTIVE))
-        return fail(err, es,
+        return th_sdk_errf(err, es,
                     "tool '%s': read_only and destructive contradict each "
                     "other",
                     name);
@@ -684,18 +674,18 @@ int exec_config_parse(exec_state *st, const uint8_t *config, size_t len,
     int rc = th_sdk_args_init(&a, config, len);
     if (rc) {
         th_sdk_args_destroy(&a);
-        return fail(err, es, "the config block is not a msgpack map");
+        return th_sdk_errf(err, es, "the config block is not a msgpack map");
     }
     rc = -1;
     const msgpack_object *tools = NULL;
     const char *grace = "2s", *path = NULL;
     th_sdk_arg_object(&a, "tools", &tools);
     if (!tools || tools->type != MSGPACK_OBJECT_ARRAY) {
-        fail(err, es, "key 'tools' must be a list of tool declarations");
+        th_sdk_errf(err, es, "key 'tools' must be a list of tool declarations");
         goto out;
     }
     if (tools->via.array.size > MAX_TOOLS) {
-        fail(err, es, "key 'tools': %u tools, at most %d", tools->via.array.size,
+        th_sdk_errf(err, es, "key 'tools': %u tools, at most %d", tools->via.array.size,
              MAX_TOOLS);
         goto out;
     }
@@ -705,7 +695,7 @@ int exec_config_parse(exec_state *st, const uint8_t *config, size_t len,
                         .via.str = {(uint32_t)strlen(grace), grace}};
     int64_t grace_ms = parse_duration(&g);
     if (grace_ms < 0 || grace_ms > 60000) {
-        fail(err, es,
+        th_sdk_errf(err, es,
              "key 'kill_grace': '%s' is not a duration from 0 to 60s (such "
              "as 500ms, 2s)",
              grace);
@@ -715,7 +705,7 @@ int exec_config_parse(exec_state *st, const uint8_t *config, size_t len,
     if (!path || !pl)
         path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
     if (!(st->path_env = malloc(strlen(path) + 6))) {
-        fail(err, es, "out of memory");
+        th_sdk_errf(err, es, "out of memory");
         goto out;
     }
     sprintf(st->path_env, "PATH=%s", path);
@@ -725,7 +715,7 @@ int exec_config_parse(exec_state *st, const uint8_t *config, size_t len,
         st->exec = calloc(n, sizeof *st->exec);
         st->params = calloc(n, sizeof *st->params);
         if (!st->tools_rw || !st->exec || !st->params) {
-            fail(err, es, "out of memory");
+            th_sdk_errf(err, es, "out of memory");
             goto out;
         }
     }

@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../shared/mp_json.h"
 #include "mcpsrc.h"
 #include "toolhost/sdk.h"
 
@@ -308,7 +309,7 @@ int mcpsrc_execute(void *state, const toolhost_tool *tool,
     json_t *jargs = NULL;
     if (msgpack_unpack_next(&u, (const char *)args, args_len, NULL) ==
         MSGPACK_UNPACK_SUCCESS)
-        jargs = mcpsrc_json_of(&u.data, 0);
+        jargs = mp_json_of(&u.data);
     msgpack_unpacked_destroy(&u);
     if (!json_is_object(jargs)) {
         json_decref(jargs);

@@ -19,13 +19,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../shared/mp_json.h"
 #include "mcpsrc.h"
 #include "toolhost/sdk.h"
 
 #define MAX_SERVERS 64
 #define MAX_ARGV 256
 #define MAX_ENV 256
-#define MAX_JSON_DEPTH 64
 
 extern char **environ;
 
@@ -36,69 +36,6 @@ int64_t mcpsrc_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int fail(char *err, size_t size, const char *fmt, ...)
-    TH_SDK_PRINTF(3, 4);
-static int fail(char *err, size_t size, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, size, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-json_t *mcpsrc_json_of(const msgpack_object *o, int depth)
-{
-    if (depth > MAX_JSON_DEPTH)
-        return NULL;
-    switch (o->type) {
-    case MSGPACK_OBJECT_NIL:
-        return json_null();
-    case MSGPACK_OBJECT_BOOLEAN:
-        return json_boolean(o->via.boolean);
-    case MSGPACK_OBJECT_POSITIVE_INTEGER:
-        if (o->via.u64 > (uint64_t)INT64_MAX)
-            return json_real((double)o->via.u64);
-        return json_integer((json_int_t)o->via.u64);
-    case MSGPACK_OBJECT_NEGATIVE_INTEGER:
-        return json_integer((json_int_t)o->via.i64);
-    case MSGPACK_OBJECT_FLOAT32:
-    case MSGPACK_OBJECT_FLOAT64:
-        return json_real(o->via.f64);
-    case MSGPACK_OBJECT_STR:
-        return json_stringn_nocheck(o->via.str.ptr, o->via.str.size);
-    case MSGPACK_OBJECT_ARRAY: {
-        json_t *a = json_array();
-        for (uint32_t i = 0; a && i < o->via.array.size; i++) {
-            json_t *v = mcpsrc_json_of(&o->via.array.ptr[i], depth + 1);
-            if (!v || json_array_append_new(a, v) != 0) {
-                json_decref(a);
-                return NULL;
-            }
-        }
-        return a;
-    }
-    case MSGPACK_OBJECT_MAP: {
-        json_t *m = json_object();
-        for (uint32_t i = 0; m && i < o->via.map.size; i++) {
-            const msgpack_object *k = &o->via.map.ptr[i].key;
-            if (k->type != MSGPACK_OBJECT_STR) {
-                json_decref(m);
-                return NULL;
-            }
-            json_t *v = mcpsrc_json_of(&o->via.map.ptr[i].val, depth + 1);
-            if (!v || json_object_setn_new_nocheck(m, k->via.str.ptr,
-                                                   k->via.str.size, v) != 0) {
-                json_decref(m);
-                return NULL;
-            }
-        }
-        return m;
-    }
-    default:
-        return NULL; /* bin, ext: not in a JSON-born config or argument */
-    }
-}
 
 /* "500ms", "30s", "2m", "1h", "0", or a whole number of seconds; -1 when
  * bad. */
@@ -191,21 +128,21 @@ static int http_parse(mcp_srv *s, const json_t *o, const char *who,
 {
     const char *url = json_string_value(json_object_get(o, "url"));
     if (!url || (strncmp(url, "http://", 7) && strncmp(url, "https://", 8)))
-        return fail(err, es, "%s: 'url' must be an http:// or https:// URL",
+        return th_sdk_errf(err, es, "%s: 'url' must be an http:// or https:// URL",
                     who);
     static const char *const stdio_only[] = {"command", "env", "cwd", "user",
                                              NULL};
     for (const char *const *k = stdio_only; *k; k++)
         if (json_object_get(o, *k))
-            return fail(err, es,
+            return th_sdk_errf(err, es,
                         "%s: '%s' is for a stdio server (command:), not one "
                         "with url:",
                         who, *k);
     if (!(s->url = strdup(url)))
-        return fail(err, es, "out of memory");
+        return th_sdk_errf(err, es, "out of memory");
     const json_t *h = json_object_get(o, "headers");
     if (h && !json_is_object(h))
-        return fail(err, es, "%s: 'headers' must be a map of header names "
+        return th_sdk_errf(err, es, "%s: 'headers' must be a map of header names "
                     "to values", who);
     const char *k;
     const json_t *v;
@@ -216,7 +153,7 @@ static int http_parse(mcp_srv *s, const json_t *o, const char *who,
             ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
                  (*c >= '0' && *c <= '9') || *c == '-' || *c == '_';
         if (!ok || !json_is_string(v))
-            return fail(err, es,
+            return th_sdk_errf(err, es,
                         "%s: headers: '%.64s' must be a header name "
                         "(letters, digits, -) with a string value",
                         who, k);
@@ -224,7 +161,7 @@ static int http_parse(mcp_srv *s, const json_t *o, const char *who,
          * environment's value there already */
         const char *val = json_string_value(v);
         if (strpbrk(val, "\r\n") || strlen(val) != json_string_length(v))
-            return fail(err, es,
+            return th_sdk_errf(err, es,
                         "%s: headers: %s: its value holds a line break or a "
                         "NUL byte",
                         who, k);
@@ -236,7 +173,7 @@ static int http_parse(mcp_srv *s, const json_t *o, const char *who,
                                     : NULL;
         free(line);
         if (!l)
-            return fail(err, es, "out of memory");
+            return th_sdk_errf(err, es, "out of memory");
         s->headers = l;
     }
     return 0;
@@ -247,17 +184,17 @@ static int server_parse(mcp_state *st, mcp_srv *s, const json_t *o,
 {
     char who[96];
     if (!json_is_object(o))
-        return fail(err, es, "servers[%zu]: must be a map", idx);
+        return th_sdk_errf(err, es, "servers[%zu]: must be a map", idx);
     const char *name = json_string_value(json_object_get(o, "name"));
     if (!name)
-        return fail(err, es, "servers[%zu]: 'name' is required (a string)",
+        return th_sdk_errf(err, es, "servers[%zu]: 'name' is required (a string)",
                     idx);
     size_t nl = strlen(name);
     bool ok = nl >= 1 && nl <= 32;
     for (size_t i = 0; ok && i < nl; i++)
         ok = name_char(name[i]);
     if (!ok)
-        return fail(err, es,
+        return th_sdk_errf(err, es,
                     "servers[%zu]: name '%.64s' must be 1 to 32 letters, "
                     "digits, _ or -",
                     idx, name);
@@ -270,14 +207,14 @@ static int server_parse(mcp_state *st, mcp_srv *s, const json_t *o,
         for (const char *const *kk = server_keys; *kk; kk++)
             known = known || strcmp(*kk, k) == 0;
         if (!known)
-            return fail(err, es,
+            return th_sdk_errf(err, es,
                         "%s: unknown key '%.64s' (known: name, command, env, "
                         "cwd, prefix, timeout, max_concurrency, user, url, "
                         "headers)",
                         who, k);
     }
     if (!(s->name = strdup(name)))
-        return fail(err, es, "out of memory");
+        return th_sdk_errf(err, es, "out of memory");
     const json_t *cmd = json_object_get(o, "command");
     if (json_object_get(o, "url")) {
         if (http_parse(s, o, who, err, es) != 0)
@@ -285,33 +222,33 @@ static int server_parse(mcp_state *st, mcp_srv *s, const json_t *o,
         goto common;
     }
     if (json_object_get(o, "headers"))
-        return fail(err, es, "%s: 'headers' is for a server with url:", who);
+        return th_sdk_errf(err, es, "%s: 'headers' is for a server with url:", who);
     /* command */
     if (!json_is_array(cmd) || json_array_size(cmd) == 0 ||
         json_array_size(cmd) > MAX_ARGV)
-        return fail(err, es,
+        return th_sdk_errf(err, es,
                     "%s: 'command' (a list of 1 to %d strings: the "
                     "program, then its arguments) or 'url' is required",
                     who, MAX_ARGV);
     if (!(s->argv = calloc(json_array_size(cmd) + 1, sizeof *s->argv)))
-        return fail(err, es, "out of memory");
+        return th_sdk_errf(err, es, "out of memory");
     size_t i;
     json_array_foreach(cmd, i, v)
     {
         const char *a = json_string_value(v);
         if (!a || strlen(a) != json_string_length(v))
-            return fail(err, es,
+            return th_sdk_errf(err, es,
                         "%s: command[%zu] must be a string without NUL bytes",
                         who, i);
         if (i == 0) {
             if (!a[0])
-                return fail(err, es, "%s: command[0] is empty", who);
+                return th_sdk_errf(err, es, "%s: command[0] is empty", who);
             if (!(s->argv[0] = find_command(a, st->path)))
-                return fail(err, es,
+                return th_sdk_errf(err, es,
                             "%s: command '%.200s' is not found in path %.200s",
                             who, a, st->path);
         } else if (!(s->argv[i] = strdup(a))) {
-            return fail(err, es, "out of memory");
+            return th_sdk_errf(err, es, "out of memory");
         }
     }
     /* env: a list of names passed through from the host's environment, or
@@ -321,16 +258,16 @@ static int server_parse(mcp_state *st, mcp_srv *s, const json_t *o,
                    : json_is_object(env) ? json_object_size(env)
                                          : 0;
     if (env && !json_is_array(env) && !json_is_object(env))
-        return fail(err, es,
+        return th_sdk_errf(err, es,
                     "%s: 'env' must be a list of variable names (passed "
                     "through from the host's environment) or a map of "
                     "fixed values",
                     who);
     if (n_env > MAX_ENV)
-        return fail(err, es, "%s: 'env' has more than %d entries", who,
+        return th_sdk_errf(err, es, "%s: 'env' has more than %d entries", who,
                     MAX_ENV);
     if (!(s->envp = calloc(n_env + 2, sizeof *s->envp)))
-        return fail(err, es, "out of memory");
+        return th_sdk_errf(err, es, "out of memory");
     size_t ne = 0;
     bool has_path = false;
     if (json_is_array(env)) {
@@ -338,7 +275,7 @@ static int server_parse(mcp_state *st, mcp_srv *s, const json_t *o,
         {
             const char *n = json_string_value(v);
             if (!n || !env_name_ok(n))
-                return fail(err, es,
+                return th_sdk_errf(err, es,
                             "%s: env[%zu] must be a variable name "
                             "(letters, digits, _)",
                             who, i);
@@ -347,36 +284,36 @@ static int server_parse(mcp_state *st, mcp_srv *s, const json_t *o,
                 continue; /* not set in the host: not set for the server */
             has_path = has_path || strcmp(n, "PATH") == 0;
             if (!(s->envp[ne++] = pair(n, val)))
-                return fail(err, es, "out of memory");
+                return th_sdk_errf(err, es, "out of memory");
         }
     } else if (env) {
         json_object_foreach((json_t *)env, k, v)
         {
             const char *val = json_string_value(v);
             if (!env_name_ok(k))
-                return fail(err, es,
+                return th_sdk_errf(err, es,
                             "%s: env key '%.64s' is not a variable name", who,
                             k);
             if (!val || strlen(val) != json_string_length(v))
-                return fail(err, es,
+                return th_sdk_errf(err, es,
                             "%s: env '%.64s' must be a string without NUL "
                             "bytes",
                             who, k);
             has_path = has_path || strcmp(k, "PATH") == 0;
             if (!(s->envp[ne++] = pair(k, val)))
-                return fail(err, es, "out of memory");
+                return th_sdk_errf(err, es, "out of memory");
         }
     }
     if (!has_path && !(s->envp[ne++] = pair("PATH", st->path)))
-        return fail(err, es, "out of memory");
+        return th_sdk_errf(err, es, "out of memory");
     /* cwd */
     const json_t *cwd = json_object_get(o, "cwd");
     if (cwd) {
         const char *c = json_string_value(cwd);
         if (!c || c[0] != '/')
-            return fail(err, es, "%s: 'cwd' must be an absolute path", who);
+            return th_sdk_errf(err, es, "%s: 'cwd' must be an absolute path", who);
         if (!(s->cwd = strdup(c)))
-            return fail(err, es, "out of memory");
+            return th_sdk_errf(err, es, "out of memory");
     }
 common:;
     /* prefix */
@@ -387,7 +324,7 @@ common:;
         for (size_t j = 0; good && p[j]; j++)
             good = name_char(p[j]);
         if (!good)
-            return fail(err, es,
+            return th_sdk_errf(err, es,
                         "%s: 'prefix' must be at most 32 letters, digits, _ "
                         "or - (\"\" for none)",
                         who);
@@ -398,11 +335,11 @@ common:;
             s->prefix[nl] = '_';
     }
     if (!s->prefix)
-        return fail(err, es, "out of memory");
+        return th_sdk_errf(err, es, "out of memory");
     /* timeout, max_concurrency */
     const json_t *to = json_object_get(o, "timeout");
     if (to && (s->timeout_ms = duration_of(to)) < 0)
-        return fail(err, es,
+        return th_sdk_errf(err, es,
                     "%s: 'timeout' must be a duration (\"500ms\", \"30s\", "
                     "\"2m\", \"1h\", or 0 for the call's deadline only)",
                     who);
@@ -411,7 +348,7 @@ common:;
     if (mc) {
         if (!json_is_integer(mc) || json_integer_value(mc) < 1 ||
             json_integer_value(mc) > 4096)
-            return fail(err, es,
+            return th_sdk_errf(err, es,
                         "%s: 'max_concurrency' must be an integer from 1 to "
                         "4096",
                         who);
@@ -422,18 +359,18 @@ common:;
     if (user) {
         const char *u = json_string_value(user);
         if (!u || !u[0])
-            return fail(err, es, "%s: 'user' must be a user name", who);
+            return th_sdk_errf(err, es, "%s: 'user' must be a user name", who);
         if (geteuid() != 0)
-            return fail(err, es,
+            return th_sdk_errf(err, es,
                         "%s: 'user: %.64s' needs the host to run as root "
                         "(it runs as uid %u)",
                         who, u, (unsigned)geteuid());
         struct passwd pw, *r = NULL;
         char buf[4096];
         if (getpwnam_r(u, &pw, buf, sizeof buf, &r) != 0 || !r)
-            return fail(err, es, "%s: no user named '%.64s'", who, u);
+            return th_sdk_errf(err, es, "%s: no user named '%.64s'", who, u);
         if (r->pw_uid == 0)
-            return fail(err, es,
+            return th_sdk_errf(err, es,
                         "%s: 'user: %.64s' is root: name an unprivileged "
                         "user",
                         who, u);
@@ -453,8 +390,8 @@ int mcpsrc_config(mcp_state *st, const uint8_t *config, size_t len,
     int rc = -1;
     if (msgpack_unpack_next(&u, (const char *)config, len, NULL) !=
             MSGPACK_UNPACK_SUCCESS ||
-        !(c = mcpsrc_json_of(&u.data, 0)) || !json_is_object(c)) {
-        fail(err, es, "the config block is not a map");
+        !(c = mp_json_of(&u.data)) || !json_is_object(c)) {
+        th_sdk_errf(err, es, "the config block is not a map");
         goto out;
     }
     static const struct {
@@ -470,7 +407,7 @@ int mcpsrc_config(mcp_state *st, const uint8_t *config, size_t len,
     for (size_t i = 0; i < sizeof durs / sizeof durs[0]; i++) {
         int64_t v = duration_of(json_object_get(c, durs[i].key));
         if (v < durs[i].min || v > durs[i].max) {
-            fail(err, es,
+            th_sdk_errf(err, es,
                  "'%s' must be a duration from 1ms to %lldh (\"500ms\", "
                  "\"30s\", \"2m\")",
                  durs[i].key, (long long)durs[i].max / 3600000);
@@ -483,18 +420,18 @@ int mcpsrc_config(mcp_state *st, const uint8_t *config, size_t len,
     st->max_message = json_integer_value(json_object_get(c, "max_message"));
     const char *path = json_string_value(json_object_get(c, "path"));
     if (!(st->path = strdup(path ? path : "/usr/bin:/bin"))) {
-        fail(err, es, "out of memory");
+        th_sdk_errf(err, es, "out of memory");
         goto out;
     }
     const json_t *servers = json_object_get(c, "servers");
     size_t n = json_array_size(servers);
     if (n > MAX_SERVERS) {
-        fail(err, es, "'servers' lists %zu servers, more than %d", n,
+        th_sdk_errf(err, es, "'servers' lists %zu servers, more than %d", n,
              MAX_SERVERS);
         goto out;
     }
     if (n && !(st->srv = calloc(n, sizeof *st->srv))) {
-        fail(err, es, "out of memory");
+        th_sdk_errf(err, es, "out of memory");
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
@@ -515,14 +452,14 @@ int mcpsrc_config(mcp_state *st, const uint8_t *config, size_t len,
         st->n_srv = i + 1;
         s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         if (s->wake_fd < 0) {
-            fail(err, es, "cannot make an eventfd: %s", strerror(errno));
+            th_sdk_errf(err, es, "cannot make an eventfd: %s", strerror(errno));
             goto out;
         }
         if (server_parse(st, s, json_array_get(servers, i), i, err, es) != 0)
             goto out;
         for (size_t j = 0; j < i; j++)
             if (strcmp(st->srv[j].name, s->name) == 0) {
-                fail(err, es, "servers[%zu]: the name '%s' is taken by "
+                th_sdk_errf(err, es, "servers[%zu]: the name '%s' is taken by "
                      "servers[%zu]", i, s->name, j);
                 goto out;
             }
@@ -754,12 +691,12 @@ int mcpsrc_build_tools(mcp_state *st, char *err, size_t es)
     if (total == 0)
         return 0;
     if (total > 4096)
-        return fail(err, es, "the servers list %zu tools, more than 4096",
+        return th_sdk_errf(err, es, "the servers list %zu tools, more than 4096",
                     total);
     st->tools_rw = calloc(total, sizeof *st->tools_rw);
     st->mtools = calloc(total, sizeof *st->mtools);
     if (!st->tools_rw || !st->mtools)
-        return fail(err, es, "out of memory");
+        return th_sdk_errf(err, es, "out of memory");
     for (size_t i = 0; i < st->n_srv; i++) {
         mcp_srv *s = &st->srv[i];
         size_t k, before = st->n_tools;
@@ -769,7 +706,7 @@ int mcpsrc_build_tools(mcp_state *st, char *err, size_t es)
             int rc = tool_build(st, s, d, &st->tools_rw[st->n_tools],
                                 &st->mtools[st->n_tools]);
             if (rc < 0)
-                return fail(err, es, "out of memory");
+                return th_sdk_errf(err, es, "out of memory");
             if (rc == 0)
                 st->n_tools++;
         }

@@ -143,9 +143,7 @@ int mcpsrc_config(mcp_state *st, const uint8_t *config, size_t len,
                   char *err, size_t err_size);
 int mcpsrc_build_tools(mcp_state *st, char *err, size_t err_size);
 void mcpsrc_state_free(mcp_state *st);
-/* A JSON value of a msgpack object (NULL when out of memory, too deep or
- * not representable: a map key that is not a string). */
-json_t *mcpsrc_json_of(const msgpack_object *o, int depth);
+
 int64_t mcpsrc_now_ms(void);
 
 /* mcp_server.c */

@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../shared/mp_json.h"
 #include "openapi.h"
 #include "toolhost/sdk.h"
 
@@ -575,7 +576,7 @@ int oa_execute(void *state, const toolhost_tool *tool, toolhost_call *call,
     const oa_op *op = tool->user_data;
     const oa_api *api = op->api;
     char err[512];
-    json_t *a = oa_msgpack_to_json(args, args_len);
+    json_t *a = mp_json_parse(args, args_len);
     if (!json_is_object(a)) {
         json_decref(a);
         return th_sdk_fail(call, "the arguments are not a map");

@@ -1,9 +1,8 @@
 /* openapi.c - the openapi plugin: OpenAPI 3.0/3.1 documents as a tool
  * source (docs/gateway.md, "OpenAPI documents as a tool source").
  *
- * This file has the descriptor, the config block (`apis:`, checked here
- * key by key with messages naming the API and the key) and the msgpack to
- * JSON conversion the config and the calls share.  The documents become
+ * This file has the descriptor and the config block (`apis:`, checked here
+ * key by key with messages naming the API and the key).  The documents become
  * tools in oa_spec.c; calls go out through libcurl in oa_http.c. */
 #include <curl/curl.h>
 #include <errno.h>
@@ -14,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../shared/mp_json.h"
 #include "openapi.h"
 #include "toolhost/sdk.h"
 
@@ -28,86 +28,8 @@ static const toolhost_param oa_config[] = {
                  TH_SDK_DEFAULT("[]"), TH_SDK_ITEMS(OBJECT)),
 };
 
-/* ---- msgpack to JSON --------------------------------------------------- */
-
-static json_t *mp_obj(const msgpack_object *o, int depth)
-{
-    if (depth > 64)
-        return NULL;
-    switch (o->type) {
-    case MSGPACK_OBJECT_NIL:
-        return json_null();
-    case MSGPACK_OBJECT_BOOLEAN:
-        return json_boolean(o->via.boolean);
-    case MSGPACK_OBJECT_POSITIVE_INTEGER:
-        if (o->via.u64 > (uint64_t)INT64_MAX)
-            return json_real((double)o->via.u64);
-        return json_integer((json_int_t)o->via.u64);
-    case MSGPACK_OBJECT_NEGATIVE_INTEGER:
-        return json_integer((json_int_t)o->via.i64);
-    case MSGPACK_OBJECT_FLOAT32:
-    case MSGPACK_OBJECT_FLOAT64:
-        return json_real(o->via.f64);
-    case MSGPACK_OBJECT_STR:
-        return json_stringn(o->via.str.ptr, o->via.str.size);
-    case MSGPACK_OBJECT_ARRAY: {
-        json_t *a = json_array();
-        for (uint32_t i = 0; a && i < o->via.array.size; i++) {
-            json_t *e = mp_obj(&o->via.array.ptr[i], depth + 1);
-            if (!e || json_array_append_new(a, e) != 0) {
-                json_decref(a);
-                return NULL;
-            }
-        }
-        return a;
-    }
-    case MSGPACK_OBJECT_MAP: {
-        json_t *m = json_object();
-        for (uint32_t i = 0; m && i < o->via.map.size; i++) {
-            const msgpack_object *k = &o->via.map.ptr[i].key;
-            if (k->type != MSGPACK_OBJECT_STR) {
-                json_decref(m);
-                return NULL;
-            }
-            json_t *v = mp_obj(&o->via.map.ptr[i].val, depth + 1);
-            if (!v || json_object_setn_new(m, k->via.str.ptr, k->via.str.size,
-                                           v) != 0) {
-                json_decref(m);
-                return NULL;
-            }
-        }
-        return m;
-    }
-    default:
-        return NULL; /* bin, ext: not JSON */
-    }
-}
-
-json_t *oa_msgpack_to_json(const uint8_t *data, size_t len)
-{
-    msgpack_unpacked u;
-    msgpack_unpacked_init(&u);
-    size_t off = 0;
-    json_t *j = NULL;
-    if (msgpack_unpack_next(&u, (const char *)data, len, &off) ==
-        MSGPACK_UNPACK_SUCCESS)
-        j = mp_obj(&u.data, 0);
-    msgpack_unpacked_destroy(&u);
-    return j;
-}
-
 /* ---- config ------------------------------------------------------------ */
 
-static int fail(char *err, size_t size, const char *fmt, ...)
-    TH_SDK_PRINTF(3, 4);
-static int fail(char *err, size_t size, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, size, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 static bool env_name_ok(const char *s)
 {
@@ -198,10 +120,10 @@ static int str_key(const json_t *o, const char *api, const char *key,
         return 0;
     const char *s = json_string_value(v);
     if (!s || !*s || !line_ok(s))
-        return fail(err, es, "api '%s': %s must be a non-empty one-line "
+        return th_sdk_errf(err, es, "api '%s': %s must be a non-empty one-line "
                              "string", api, key);
     if (!(*out = strdup(s)))
-        return fail(err, es, "out of memory");
+        return th_sdk_errf(err, es, "out of memory");
     return 0;
 }
 
@@ -211,7 +133,7 @@ static int env_key(const json_t *o, const char *api, const char *key,
     if (str_key(o, api, key, out, err, es) != 0)
         return -1;
     if (*out && !env_name_ok(*out))
-        return fail(err, es, "api '%s': auth.%s: '%s' is not an environment "
+        return th_sdk_errf(err, es, "api '%s': auth.%s: '%s' is not an environment "
                              "variable name", api, key, *out);
     return 0;
 }
@@ -223,11 +145,11 @@ static int strv_key(const json_t *o, const char *api, const char *key,
     if (!v)
         return 0;
     if (!json_is_array(v) || json_array_size(v) > 4096)
-        return fail(err, es, "api '%s': %s must be a list of strings", api,
+        return th_sdk_errf(err, es, "api '%s': %s must be a list of strings", api,
                     key);
     char **s = calloc(json_array_size(v) + 1, sizeof *s);
     if (!s)
-        return fail(err, es, "out of memory");
+        return th_sdk_errf(err, es, "out of memory");
     *out = s;
     size_t i;
     json_t *e;
@@ -235,10 +157,10 @@ static int strv_key(const json_t *o, const char *api, const char *key,
     {
         const char *t = json_string_value(e);
         if (!t || !*t || !line_ok(t))
-            return fail(err, es, "api '%s': %s[%zu] must be a non-empty "
+            return th_sdk_errf(err, es, "api '%s': %s[%zu] must be a non-empty "
                                  "string", api, key, i);
         if (!(s[i] = strdup(t)))
-            return fail(err, es, "out of memory");
+            return th_sdk_errf(err, es, "out of memory");
     }
     return 0;
 }
@@ -249,7 +171,7 @@ static int parse_auth(const json_t *a, oa_api *api, char *err, size_t es)
         "bearer_env", "basic_user_env", "basic_password_env", "api_key_env",
         "api_key_header", "api_key_query", NULL};
     if (!json_is_object(a))
-        return fail(err, es, "api '%s': auth must be a map", api->name);
+        return th_sdk_errf(err, es, "api '%s': auth must be a map", api->name);
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)a, k, v)
@@ -258,7 +180,7 @@ static int parse_auth(const json_t *a, oa_api *api, char *err, size_t es)
         for (int i = 0; keys[i]; i++)
             known |= !strcmp(k, keys[i]);
         if (!known)
-            return fail(err, es, "api '%s': auth: unknown key '%s' (known: "
+            return th_sdk_errf(err, es, "api '%s': auth: unknown key '%s' (known: "
                                  "bearer_env, basic_user_env + "
                                  "basic_password_env, api_key_env + "
                                  "api_key_header or api_key_query)",
@@ -277,7 +199,7 @@ static int parse_auth(const json_t *a, oa_api *api, char *err, size_t es)
     int kinds = !!bearer + !!(user || pass) + !!key;
     if (kinds != 1) {
         free(bearer), free(user), free(pass), free(key);
-        return fail(err, es, "api '%s': auth needs exactly one of "
+        return th_sdk_errf(err, es, "api '%s': auth needs exactly one of "
                              "bearer_env, basic_user_env + "
                              "basic_password_env, api_key_env",
                     api->name);
@@ -290,7 +212,7 @@ static int parse_auth(const json_t *a, oa_api *api, char *err, size_t es)
         api->auth_env = user;
         api->auth_env2 = pass;
         if (!user || !pass)
-            return fail(err, es, "api '%s': auth: basic_user_env and "
+            return th_sdk_errf(err, es, "api '%s': auth: basic_user_env and "
                                  "basic_password_env go together",
                         api->name);
     } else {
@@ -298,13 +220,13 @@ static int parse_auth(const json_t *a, oa_api *api, char *err, size_t es)
         api->auth_env = key;
     }
     if ((api->key_header || api->key_query) && api->auth != OA_AUTH_API_KEY)
-        return fail(err, es, "api '%s': auth: api_key_header and "
+        return th_sdk_errf(err, es, "api '%s': auth: api_key_header and "
                              "api_key_query go with api_key_env", api->name);
     if (api->auth == OA_AUTH_API_KEY && !api->key_header == !api->key_query)
-        return fail(err, es, "api '%s': auth: api_key_env needs one of "
+        return th_sdk_errf(err, es, "api '%s': auth: api_key_env needs one of "
                              "api_key_header or api_key_query", api->name);
     if (api->key_header && !token_ok(api->key_header))
-        return fail(err, es, "api '%s': auth: api_key_header '%s' is not a "
+        return th_sdk_errf(err, es, "api '%s': auth: api_key_header '%s' is not a "
                              "header name", api->name, api->key_header);
     return 0;
 }
@@ -312,11 +234,11 @@ static int parse_auth(const json_t *a, oa_api *api, char *err, size_t es)
 static int parse_headers(const json_t *h, oa_api *api, char *err, size_t es)
 {
     if (!json_is_object(h) || json_object_size(h) > 64)
-        return fail(err, es, "api '%s': headers must be a map of at most 64 "
+        return th_sdk_errf(err, es, "api '%s': headers must be a map of at most 64 "
                              "names to values", api->name);
     api->headers = calloc(json_object_size(h) + 1, sizeof *api->headers);
     if (!api->headers)
-        return fail(err, es, "out of memory");
+        return th_sdk_errf(err, es, "out of memory");
     size_t n = 0;
     const char *k;
     json_t *v;
@@ -324,14 +246,14 @@ static int parse_headers(const json_t *h, oa_api *api, char *err, size_t es)
     {
         const char *s = json_string_value(v);
         if (!token_ok(k))
-            return fail(err, es, "api '%s': headers: '%s' is not a header "
+            return th_sdk_errf(err, es, "api '%s': headers: '%s' is not a header "
                                  "name", api->name, k);
         if (!s || !line_ok(s))
-            return fail(err, es, "api '%s': headers: %s must be a one-line "
+            return th_sdk_errf(err, es, "api '%s': headers: %s must be a one-line "
                                  "string", api->name, k);
         size_t len = strlen(k) + strlen(s) + 3;
         if (!(api->headers[n] = malloc(len)))
-            return fail(err, es, "out of memory");
+            return th_sdk_errf(err, es, "out of memory");
         snprintf(api->headers[n++], len, "%s: %s", k, s);
     }
     return 0;
@@ -347,13 +269,13 @@ static int parse_api(const json_t *o, size_t idx, oa_api *api, char *err,
                      size_t es)
 {
     if (!json_is_object(o))
-        return fail(err, es, "apis[%zu] must be a map", idx);
+        return th_sdk_errf(err, es, "apis[%zu] must be a map", idx);
     const char *name = json_string_value(json_object_get(o, "name"));
     if (!name || !*name || strlen(name) > 64 || !line_ok(name))
-        return fail(err, es, "apis[%zu]: name is required (a one-line "
+        return th_sdk_errf(err, es, "apis[%zu]: name is required (a one-line "
                              "string of at most 64 bytes)", idx);
     if (!(api->name = strdup(name)))
-        return fail(err, es, "out of memory");
+        return th_sdk_errf(err, es, "out of memory");
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)o, k, v)
@@ -362,7 +284,7 @@ static int parse_api(const json_t *o, size_t idx, oa_api *api, char *err,
         for (int i = 0; api_keys[i]; i++)
             known |= !strcmp(k, api_keys[i]);
         if (!known)
-            return fail(err, es, "api '%s': unknown key '%s'", name, k);
+            return th_sdk_errf(err, es, "api '%s': unknown key '%s'", name, k);
     }
     if (str_key(o, name, "spec", &api->spec, err, es) ||
         str_key(o, name, "base_url", &api->base_url, err, es) ||
@@ -370,21 +292,21 @@ static int parse_api(const json_t *o, size_t idx, oa_api *api, char *err,
         strv_key(o, name, "exclude", &api->exclude, err, es))
         return -1;
     if (!api->spec)
-        return fail(err, es, "api '%s': spec is required (the path of an "
+        return th_sdk_errf(err, es, "api '%s': spec is required (the path of an "
                              "OpenAPI 3.0 or 3.1 document, JSON or YAML)",
                     name);
     if (api->spec[0] != '/')
-        return fail(err, es, "api '%s': spec '%s' must be an absolute path "
+        return th_sdk_errf(err, es, "api '%s': spec '%s' must be an absolute path "
                              "(use ${CONFIG_DIR}/...)", name, api->spec);
     if ((v = json_object_get(o, "prefix"))) {
         const char *p = json_string_value(v);
         if (!p || strlen(p) > 32 || strspn(p, "abcdefghijklmnopqrstuvwxyz"
                                               "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                               "0123456789_-") != strlen(p))
-            return fail(err, es, "api '%s': prefix must match "
+            return th_sdk_errf(err, es, "api '%s': prefix must match "
                                  "^[a-zA-Z0-9_-]{0,32}$", name);
         if (!(api->prefix = strdup(p)))
-            return fail(err, es, "out of memory");
+            return th_sdk_errf(err, es, "out of memory");
     }
     if ((v = json_object_get(o, "auth")) && parse_auth(v, api, err, es))
         return -1;
@@ -401,7 +323,7 @@ static int parse_api(const json_t *o, size_t idx, oa_api *api, char *err,
         *durations[i].slot = durations[i].def;
         if ((v = json_object_get(o, durations[i].key)) &&
             (*durations[i].slot = duration_ms(v)) < durations[i].min)
-            return fail(err, es, "api '%s': %s must be a duration from 1ms "
+            return th_sdk_errf(err, es, "api '%s': %s must be a duration from 1ms "
                                  "to 24h (\"500ms\", \"30s\", \"2m\")",
                         name, durations[i].key);
     }
@@ -409,31 +331,31 @@ static int parse_api(const json_t *o, size_t idx, oa_api *api, char *err,
     if ((v = json_object_get(o, "max_response")) &&
         ((api->max_response = size_bytes(v)) < 1 ||
          api->max_response > 256 * 1024 * 1024))
-        return fail(err, es, "api '%s': max_response must be a size from 1B "
+        return th_sdk_errf(err, es, "api '%s': max_response must be a size from 1B "
                              "to 256MiB (\"4MiB\")", name);
     api->max_spec = 8 * 1024 * 1024;
     if ((v = json_object_get(o, "max_spec")) &&
         ((api->max_spec = size_bytes(v)) < 1 ||
          api->max_spec > 256 * 1024 * 1024))
-        return fail(err, es, "api '%s': max_spec must be a size from 1B to "
+        return th_sdk_errf(err, es, "api '%s': max_spec must be a size from 1B to "
                              "256MiB (\"8MiB\")", name);
     if ((v = json_object_get(o, "max_redirects"))) {
         if (!json_is_integer(v) || json_integer_value(v) < 0 ||
             json_integer_value(v) > 10)
-            return fail(err, es, "api '%s': max_redirects must be an integer "
+            return th_sdk_errf(err, es, "api '%s': max_redirects must be an integer "
                                  "from 0 to 10", name);
         api->max_redirects = (long)json_integer_value(v);
     }
     if ((v = json_object_get(o, "retries"))) {
         if (!json_is_integer(v) || json_integer_value(v) < 0 ||
             json_integer_value(v) > 5)
-            return fail(err, es, "api '%s': retries must be an integer from "
+            return th_sdk_errf(err, es, "api '%s': retries must be an integer from "
                                  "0 to 5", name);
         api->retries = (long)json_integer_value(v);
     }
     if ((v = json_object_get(o, "allow_private"))) {
         if (!json_is_boolean(v))
-            return fail(err, es, "api '%s': allow_private must be true or "
+            return th_sdk_errf(err, es, "api '%s': allow_private must be true or "
                                  "false", name);
         api->allow_private = json_is_true(v);
     }
@@ -449,26 +371,26 @@ static int oa_init(const toolhost_host_api *host, const uint8_t *config,
     oa_state *st = calloc(1, sizeof *st);
     json_t *cfg = NULL;
     if (!st)
-        return fail(err, err_size, "out of memory");
+        return th_sdk_errf(err, err_size, "out of memory");
     st->host = host;
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-        fail(err, err_size, "libcurl failed to initialise");
+        th_sdk_errf(err, err_size, "libcurl failed to initialise");
         goto bad;
     }
     st->curl_ready = true;
-    cfg = oa_msgpack_to_json(config, config_len);
+    cfg = mp_json_parse(config, config_len);
     const json_t *apis = json_object_get(cfg, "apis");
     if (!json_is_array(apis)) {
-        fail(err, err_size, "apis must be a list");
+        th_sdk_errf(err, err_size, "apis must be a list");
         goto bad;
     }
     if (json_array_size(apis) > MAX_APIS) {
-        fail(err, err_size, "apis: at most %d entries", MAX_APIS);
+        th_sdk_errf(err, err_size, "apis: at most %d entries", MAX_APIS);
         goto bad;
     }
     st->apis = calloc(json_array_size(apis) + 1, sizeof *st->apis);
     if (!st->apis) {
-        fail(err, err_size, "out of memory");
+        th_sdk_errf(err, err_size, "out of memory");
         goto bad;
     }
     for (size_t i = 0; i < json_array_size(apis); i++) {
@@ -477,7 +399,7 @@ static int oa_init(const toolhost_host_api *host, const uint8_t *config,
             goto bad;
         for (size_t j = 0; j < i; j++)
             if (!strcmp(st->apis[j].name, api->name)) {
-                fail(err, err_size, "api '%s' is declared twice", api->name);
+                th_sdk_errf(err, err_size, "api '%s' is declared twice", api->name);
                 goto bad;
             }
         json_t *doc = oa_load_document(api->spec, api->max_spec, err,
@@ -485,7 +407,7 @@ static int oa_init(const toolhost_host_api *host, const uint8_t *config,
         if (!doc) {
             char tmp[1024];
             snprintf(tmp, sizeof tmp, "%s", err);
-            fail(err, err_size, "api '%s': %s", api->name, tmp);
+            th_sdk_errf(err, err_size, "api '%s': %s", api->name, tmp);
             goto bad;
         }
         uint32_t before = st->n_tools;

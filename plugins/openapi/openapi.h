@@ -115,8 +115,5 @@ int oa_execute(void *state, const toolhost_tool *tool, toolhost_call *call,
 struct sockaddr;
 bool oa_addr_private(const struct sockaddr *sa);
 
-/* The msgpack value of args or config as a JSON tree (msgpack-c
- * unpacked); NULL when it is not valid msgpack or too deep. */
-json_t *oa_msgpack_to_json(const uint8_t *data, size_t len);
 
 #endif

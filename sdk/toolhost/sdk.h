@@ -300,6 +300,12 @@ int th_sdk_vprintf(toolhost_call *call, int stream, const char *fmt,
  * so a tool can `return th_sdk_fail(call, "no such file: %s", path);`. */
 int th_sdk_fail(toolhost_call *call, const char *fmt, ...)
     TH_SDK_PRINTF(2, 3);
+/* Writes the message into err (at most err_size bytes, NUL-terminated;
+ * nothing when err is NULL or err_size 0) and returns -1: the error
+ * buffer init(), validate_args() and needs_permission() get, so a plugin
+ * can `return th_sdk_errf(err, err_size, "'%s' is not a folder", dir);`. */
+int th_sdk_errf(char *err, size_t err_size, const char *fmt, ...)
+    TH_SDK_PRINTF(3, 4);
 
 /* ---- Meta -------------------------------------------------------------------
  *
