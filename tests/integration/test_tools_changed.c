@@ -1,0 +1,168 @@
+/* test_tools_changed.c - a plugin changes its tools at run time (ABI 1.5
+ * tools_changed(), fixture grow_tools.so) with the real binary: the host
+ * loads it again as a new generation, tools.list shows the new tool and
+ * it answers, the session gets tools.changed, a call in flight finishes
+ * on the old generation, the limit host.plugin_reload_min_interval bites
+ * and says so, a burst of 100 requests is one reload, and a hostile
+ * reason (a newline, 300 bytes, NULL) stays one line of the log. */
+#include <CUnit/CUnit.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "integration/test_rpc_harness.h"
+
+static const char *config =
+    "host:\n"
+    "  log_level: debug\n"
+    "  shutdown_grace: 1s\n"
+    "  plugin_reload_min_interval: 1s\n"
+    "plugins:\n"
+    "  - name: grow\n"
+    "    path: @BUILD@/fixtures/grow_tools.so\n"
+    "    config:\n"
+    "      state: @DIR@/count\n"
+    "toolsets:\n"
+    "  - name: public\n"
+    "    tools: [\"*\"]\n";
+
+static bool listed(th_rpc_client *c, const char *tool)
+{
+    rpc_res r;
+    bool ok = rpc_call(c, "tools.list", "[]", &r) == 0 && r.res &&
+              rpc_find_tool(r.res, tool) != NULL;
+    rpc_res_free(&r);
+    return ok;
+}
+
+static bool call_says(th_rpc_client *c, const char *json, const char *out)
+{
+    rpc_res r;
+    bool ok = rpc_call(c, "tools.call", json, &r) == 0 && r.res &&
+              rpc_stdout_is(r.res, out);
+    rpc_res_free(&r);
+    return ok;
+}
+
+static uint64_t reload_stat(th_rpc_client *c, const char *key)
+{
+    rpc_res r;
+    uint64_t v = UINT64_MAX;
+    if (rpc_call(c, "host.stats", "[]", &r) == 0 && r.res) {
+        const msgpack_object *o =
+            th_rpc_map_get(th_rpc_map_get(r.res, "reload"), key);
+        if (o && o->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+            v = o->via.u64;
+    }
+    rpc_res_free(&r);
+    return v;
+}
+
+static void test_grow(void)
+{
+    rpc_srv s;
+    rpc_opts o = {.config = config};
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_FATAL(c != NULL);
+    CU_ASSERT(listed(c, "grow_add"));
+    CU_ASSERT(!listed(c, "grown_1"));
+
+    /* a call in flight on generation 1, and a session that listens */
+    rpc_raw w;
+    CU_ASSERT_FATAL(rpc_raw_open(&w, &s) == 0);
+    rpc_raw_request(&w, 1, "tools.list", "[]");
+    CU_ASSERT(rpc_raw_response(&w, 1, rpc_wait_ms()) != NULL);
+    rpc_raw_request(&w, 2, "tools.call", "[\"grow_hold\", {}]");
+    CU_ASSERT(rpc_wait_running(&s, 1));
+
+    CU_ASSERT(call_says(c, "[\"grow_add\", {}]", "count=1 rc=0"));
+    CU_ASSERT(rpc_log_wait(&s, "plugin 'grow' asked for its tools to be "
+                               "listed again: grew", rpc_wait_ms()));
+    CU_ASSERT(rpc_log_wait(&s, "grow g2 changed", rpc_wait_ms()));
+    CU_ASSERT(rpc_raw_notification(&w, "tools.changed", rpc_wait_ms()) !=
+              NULL);
+    CU_ASSERT(listed(c, "grown_1"));
+    CU_ASSERT(call_says(c, "[\"grown_1\", {}]", "grown_1"));
+
+    /* the call in flight finishes, on the old generation (count 0) */
+    char rel[4096];
+    snprintf(rel, sizeof rel, "%s/count.release", s.dir);
+    free(th_test_write_file(s.dir, "count.release", "", 0));
+    const msgpack_object *m = rpc_raw_response(&w, 2, rpc_wait_ms());
+    CU_ASSERT(m && m->via.array.size == 4 &&
+              rpc_stdout_is(&m->via.array.ptr[3], "released g0"));
+    unlink(rel);
+
+    /* at once again: the interval bites, logged; a hostile reason is one
+     * line, cut */
+    char json[1024];
+    char junk[301];
+    memset(junk, 'x', 300);
+    junk[300] = '\0';
+    snprintf(json, sizeof json,
+             "[\"grow_add\", {\"reason\": \"evil\\nline %s\"}]", junk);
+    CU_ASSERT(call_says(c, json, "count=2 rc=0"));
+    CU_ASSERT(rpc_log_wait(&s, "(host.plugin_reload_min_interval)",
+                           rpc_wait_ms()));
+    CU_ASSERT(rpc_log_wait(&s, "listed again: evil line xxx", rpc_wait_ms()));
+    CU_ASSERT(rpc_log_wait(&s, "xxx [cut]", rpc_wait_ms()));
+    CU_ASSERT(rpc_log_wait(&s, "grow g3 changed", rpc_wait_ms()));
+    CU_ASSERT(listed(c, "grown_2"));
+
+    /* a burst: 100 requests, one reload */
+    uint64_t req0 = reload_stat(c, "plugin_requests");
+    uint64_t rl0 = reload_stat(c, "plugin_reloads");
+    CU_ASSERT(req0 == 2 && rl0 == 2);
+    CU_ASSERT(call_says(c, "[\"grow_add\", {\"times\": 100, "
+                           "\"null_reason\": true}]", "count=3 rc=0"));
+    CU_ASSERT(rpc_log_wait(&s, "grow g4 changed", rpc_wait_ms()));
+    CU_ASSERT(rpc_log_wait(&s, "listed again: (no reason given)",
+                           rpc_wait_ms()));
+    CU_ASSERT(listed(c, "grown_3"));
+    CU_ASSERT_EQUAL(reload_stat(c, "plugin_requests"), req0 + 100);
+    CU_ASSERT_EQUAL(reload_stat(c, "plugin_reloads"), rl0 + 1);
+    CU_ASSERT_EQUAL(rpc_log_count(&s, "listed again: (no reason given)"), 1);
+    CU_ASSERT(!rpc_log_has(&s, "grow g5"));
+    CU_ASSERT(call_says(c, "[\"grown_3\", {}]", "grown_3"));
+
+    rpc_raw_close(&w);
+    th_rpc_client_close(c);
+    rpc_srv_stop(&s, SIGTERM);
+    rpc_srv_free(&s);
+}
+
+/* tools_changed() from init() is refused (the generation is not serving
+ * yet) and the plugin loads all the same. */
+static void test_early(void)
+{
+    rpc_srv s;
+    rpc_opts o = {.config = "host:\n"
+                            "  log_level: debug\n"
+                            "  shutdown_grace: 1s\n"
+                            "plugins:\n"
+                            "  - name: grow\n"
+                            "    path: @BUILD@/fixtures/grow_tools.so\n"
+                            "    config:\n"
+                            "      state: @DIR@/count\n"
+                            "      early: true\n"
+                            "toolsets:\n"
+                            "  - name: public\n"
+                            "    tools: [\"*\"]\n"};
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
+    CU_ASSERT(rpc_log_wait(&s, "tools_changed() from init: -4",
+                           rpc_wait_ms()));
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_FATAL(c != NULL);
+    CU_ASSERT(listed(c, "grow_add"));
+    th_rpc_client_close(c);
+    rpc_srv_stop(&s, SIGTERM);
+    rpc_srv_free(&s);
+}
+
+void th_suite_tools_changed(void)
+{
+    CU_pSuite s = CU_add_suite("tools_changed", NULL, NULL);
+    CU_add_test(s, "grow", test_grow);
+    CU_add_test(s, "early", test_early);
+}
