@@ -160,9 +160,70 @@ static void test_early(void)
     rpc_srv_free(&s);
 }
 
+/* The mcp source: a server's list_changed makes the plugin list again;
+ * a different list asks for a new generation, which imports the new tool
+ * (callable); the same list (the server's list_changed at start, or
+ * `same`) asks nothing. */
+static void test_mcp_source(void)
+{
+    if (access("/usr/bin/node", X_OK) != 0)
+        TH_SKIP("node is not installed");
+    char cfg[2048];
+    snprintf(cfg, sizeof cfg,
+             "host:\n"
+             "  log_level: debug\n"
+             "  shutdown_grace: 1s\n"
+             "  plugin_reload_min_interval: 0s\n"
+             "plugins:\n"
+             "  - name: mcp\n"
+             "    path: @BUILD@/plugins/mcp.so\n"
+             "    config:\n"
+             "      servers:\n"
+             "        - name: g\n"
+             "          command: [node, %s, @DIR@/srvcount]\n"
+             "toolsets:\n"
+             "  - name: public\n"
+             "    tools: [\"*\"]\n",
+             th_test_source_path("tests/mcp/grow_server.mjs"));
+    rpc_srv s;
+    rpc_opts o = {.config = cfg};
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_FATAL(c != NULL);
+    CU_ASSERT(listed(c, "g_grow"));
+    /* list_changed with the same list: listed again, nothing asked (the
+     * server's list_changed at its start asks nothing either: counted
+     * below) */
+    CU_ASSERT(call_says(c, "[\"g_same\", {}]", "same"));
+    CU_ASSERT(rpc_log_wait(&s, "tools/list after its list_changed lists "
+                               "the tools toolhost serves", rpc_wait_ms()));
+    CU_ASSERT(!listed(c, "g_grown_1"));
+
+    CU_ASSERT(call_says(c, "[\"g_grow\", {}]", "grew 1"));
+    CU_ASSERT(rpc_log_wait(&s, "plugin 'mcp' asked for its tools to be "
+                               "listed again: server 'g': tools/list after "
+                               "its list_changed lists other tools",
+                           rpc_wait_ms()));
+    CU_ASSERT(rpc_log_wait(&s, "mcp g2 changed", rpc_wait_ms()));
+    CU_ASSERT(listed(c, "g_grown_1"));
+    CU_ASSERT(call_says(c, "[\"g_grown_1\", {}]", "grown 1"));
+    /* the new generation's server says list_changed at its start too:
+     * the same list, so no third generation */
+    CU_ASSERT(call_says(c, "[\"g_same\", {}]", "same"));
+    CU_ASSERT(rpc_log_wait(&s, "reload: plugin mcp generation 1 closed",
+                           rpc_wait_ms()));
+    CU_ASSERT_EQUAL(reload_stat(c, "plugin_reloads"), 1);
+    CU_ASSERT_EQUAL(rpc_log_count(&s, "plugin 'mcp' asked for its tools"),
+                    1);
+    th_rpc_client_close(c);
+    rpc_srv_stop(&s, SIGTERM);
+    rpc_srv_free(&s);
+}
+
 void th_suite_tools_changed(void)
 {
     CU_pSuite s = CU_add_suite("tools_changed", NULL, NULL);
     CU_add_test(s, "grow", test_grow);
     CU_add_test(s, "early", test_early);
+    CU_add_test(s, "mcp_source", test_mcp_source);
 }
