@@ -1226,11 +1226,11 @@ static int asked_hook(th_plugin *p, const char *reason)
     if (r->n_asked == 0) /* a burst folds into one reload */
         r->asked_due_ns = now_ns() +
             (int64_t)r->cfg->host.reload_debounce_ms * 1000000;
-    r->asked[r->n_asked++] = name;
+    r->asked[r->n_asked++] = name; /* the thread may free it once mu goes */
     pthread_cond_signal(&r->cv);
     pthread_mutex_unlock(&r->mu);
     th_log_info("plugin '%s' asked for its tools to be listed again: %s",
-                name, reason);
+                g->name, reason); /* g lives while its plugin is loaded */
     return 0;
 }
 
