@@ -6,7 +6,10 @@
  * and says so, a burst of 100 requests is one reload, and a hostile
  * reason (a newline, 300 bytes, NULL) stays one line of the log. */
 #include <CUnit/CUnit.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -224,10 +227,91 @@ static void test_mcp_source(void)
     rpc_srv_free(&s);
 }
 
+/* An MCP session over stdio (`toolhost mcp`): grow_add's reload reaches
+ * it as notifications/tools/list_changed, and tools/list then has the
+ * new tool. */
+static bool read_until(int fd, char *buf, size_t cap, size_t *len,
+                       const char *needle)
+{
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    while (!strstr(buf, needle)) {
+        int64_t left = end - rpc_now_ms();
+        struct pollfd pf = {fd, POLLIN, 0};
+        if (left <= 0 || poll(&pf, 1, (int)left) != 1 || *len + 1 >= cap)
+            return false;
+        ssize_t n = read(fd, buf + *len, cap - 1 - *len);
+        if (n <= 0)
+            return false;
+        *len += (size_t)n;
+        buf[*len] = '\0';
+    }
+    return true;
+}
+
+static void test_mcp_session(void)
+{
+    char *dir = th_test_tmpdir();
+    char text[1024];
+    snprintf(text, sizeof text,
+             "host:\n"
+             "  reload: signal\n"
+             "plugins:\n"
+             "  - name: grow\n"
+             "    path: %s\n"
+             "    config:\n"
+             "      state: %s/count\n"
+             "toolsets:\n"
+             "  - name: t\n"
+             "    tools: [\"*\"]\n",
+             th_test_build_path("fixtures/grow_tools.so"), dir);
+    char *cfg = th_test_write_file(dir, "m.yaml", text, (size_t)-1);
+    int in[2], out[2];
+    CU_ASSERT_FATAL(pipe(in) == 0 && pipe(out) == 0);
+    pid_t pid = fork();
+    CU_ASSERT_FATAL(pid >= 0);
+    if (pid == 0) {
+        dup2(in[0], 0);
+        dup2(out[1], 1);
+        close(in[1]);
+        close(out[0]);
+        execl(th_test_build_path("toolhost"), "toolhost", "mcp", "-c", cfg,
+              (char *)NULL);
+        _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    static const char req[] =
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\","
+        "\"params\":{\"protocolVersion\":\"2025-11-25\",\"capabilities\":"
+        "{},\"clientInfo\":{\"name\":\"raw\",\"version\":\"1\"}}}\n"
+        "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n"
+        "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\","
+        "\"params\":{\"name\":\"grow_add\",\"arguments\":{}}}\n";
+    CU_ASSERT(write(in[1], req, sizeof req - 1) == (ssize_t)(sizeof req - 1));
+    static char buf[1 << 16];
+    size_t len = 0;
+    buf[0] = '\0';
+    CU_ASSERT(read_until(out[0], buf, sizeof buf, &len,
+                         "notifications/tools/list_changed"));
+    static const char list[] =
+        "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/list\"}\n";
+    CU_ASSERT(write(in[1], list, sizeof list - 1) == (ssize_t)(sizeof list - 1));
+    CU_ASSERT(read_until(out[0], buf, sizeof buf, &len, "\"grown_1\""));
+    close(in[1]); /* end of input: the host drains and exits */
+    int st = 0;
+    CU_ASSERT(waitpid(pid, &st, 0) == pid && WIFEXITED(st) &&
+              WEXITSTATUS(st) == 0);
+    close(out[0]);
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
 void th_suite_tools_changed(void)
 {
     CU_pSuite s = CU_add_suite("tools_changed", NULL, NULL);
     CU_add_test(s, "grow", test_grow);
     CU_add_test(s, "early", test_early);
     CU_add_test(s, "mcp_source", test_mcp_source);
+    CU_add_test(s, "mcp_session", test_mcp_session);
 }
