@@ -307,6 +307,47 @@ static void test_mcp_session(void)
     free(dir);
 }
 
+/* isolation: process: the worker does not carry the request, so the
+ * plugin hears TOOLHOST_ENOTSUP and nothing reloads. */
+static void test_isolated(void)
+{
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg,
+             "host:\n"
+             "  log_level: debug\n"
+             "  shutdown_grace: 1s\n"
+             "plugins:\n"
+             "  - name: grow\n"
+             "    path: @BUILD@/fixtures/grow_tools.so\n"
+             "    isolation: process\n"
+             "%s"
+             "    config:\n"
+             "      state: @DIR@/count\n"
+             "toolsets:\n"
+             "  - name: public\n"
+             "    tools: [\"*\"]\n",
+             geteuid() == 0 ? "    user: auto\n" : "");
+    rpc_srv s;
+    rpc_opts o = {.config = cfg};
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_FATAL(c != NULL);
+    rpc_res r;
+    CU_ASSERT(rpc_call(c, "tools.call", "[\"grow_add\", {}]", &r) == 0);
+    /* count=0 where the worker's own user may not write the folder */
+    bool ok = r.res && (rpc_stdout_is(r.res, "count=1 rc=-5") ||
+                        rpc_stdout_is(r.res, "count=0 rc=-5"));
+    CU_ASSERT(ok);
+    if (!ok)
+        rpc_dump_log(&s);
+    rpc_res_free(&r);
+    CU_ASSERT_EQUAL(reload_stat(c, "plugin_requests"), 0);
+    CU_ASSERT(!listed(c, "grown_1"));
+    th_rpc_client_close(c);
+    rpc_srv_stop(&s, SIGTERM);
+    rpc_srv_free(&s);
+}
+
 void th_suite_tools_changed(void)
 {
     CU_pSuite s = CU_add_suite("tools_changed", NULL, NULL);
@@ -314,4 +355,5 @@ void th_suite_tools_changed(void)
     CU_add_test(s, "early", test_early);
     CU_add_test(s, "mcp_source", test_mcp_source);
     CU_add_test(s, "mcp_session", test_mcp_session);
+    CU_add_test(s, "isolated", test_isolated);
 }
