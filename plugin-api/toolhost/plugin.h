@@ -624,6 +624,34 @@ typedef struct toolhost_host_api {
      * waited, or the client went away). */
     int (*ask_client)(toolhost_call *call, int kind, const char *request,
                       size_t len, const char **answer, size_t *answer_len);
+
+    /* ---- ABI 1.5 (check with TH_SDK_HOST_HAS before use) ---- */
+
+    /* Any, after init() returned 0 and until fini() (any plugin thread,
+     * a reader thread while calls run, or execute()); never waits.  The
+     * plugin's tool list is no longer what init_tools() returned: the
+     * host loads the plugin again as a new generation (init(),
+     * init_tools(), from the same file and config block), the way a hot
+     * reload of a rebuilt .so does, and swaps it in when that load
+     * succeeds: calls in flight finish on this generation, which is then
+     * finalized (fini()).  Sessions whose list changed are told
+     * (MCP notifications/tools/list_changed).  The new generation is a
+     * new dlopen() of a private copy: its static data starts afresh, so
+     * what it must know (the new list) it reads again itself.
+     * The request is queued, never served inline: requests that arrive
+     * before the reload starts fold into one; reloads asked this way
+     * start at most once per host.plugin_reload_min_interval (default
+     * 1 s; a request inside that waits for it, logged).  `reason` (one
+     * line, may be NULL; copied, cut at 200 bytes) goes to the host's
+     * log: "plugin 'P' asked for its tools to be listed again: REASON".
+     * A failing reload leaves this generation serving (logged).
+     * Returns 0 (queued); TOOLHOST_ESTATE from init() or after fini()
+     * began, or while the host stops; TOOLHOST_ENOTSUP where the host
+     * cannot reload the plugin: host.reload off, `toolhost check` or
+     * `toolhost call` without a host, or a plugin run with isolation:
+     * process (its worker does not carry the request). */
+    int (*tools_changed)(const struct toolhost_host_api *host,
+                         const char *reason);
 } toolhost_host_api;
 
 /* ---- What the plugin declares ------------------------------------------ */

@@ -701,6 +701,9 @@ int mcpsrc_build_tools(mcp_state *st, char *err, size_t es)
         mcp_srv *s = &st->srv[i];
         size_t k, before = st->n_tools;
         const json_t *d;
+        pthread_mutex_lock(&s->mu); /* what a changed list compares to */
+        s->served = s->tools ? json_incref(s->tools) : json_array();
+        pthread_mutex_unlock(&s->mu);
         json_array_foreach(s->tools, k, d)
         {
             int rc = tool_build(st, s, d, &st->tools_rw[st->n_tools],
@@ -743,6 +746,7 @@ void mcpsrc_state_free(mcp_state *st)
         free(s->url);
         curl_slist_free_all(s->headers);
         json_decref(s->tools);
+        json_decref(s->served);
         if (s->wake_fd >= 0)
             close(s->wake_fd);
         pthread_mutex_destroy(&s->mu);

@@ -527,16 +527,16 @@ static void on_line(mcp_srv *s, const char *line, size_t len)
         on_progress(s, json_object_get(m, "params"));
     } else if (method &&
                strcmp(method, "notifications/tools/list_changed") == 0) {
+        /* the supervisor lists again (this thread must go on reading
+         * the answers); many in a row fold into one listing */
         pthread_mutex_lock(&s->mu);
-        bool first = !s->list_changed;
         s->list_changed = true;
+        s->relist = true;
+        pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
-        if (first)
-            th_sdk_log(h, TOOLHOST_LOG_INFO,
-                       "server '%s' says its tool list changed: toolhost "
-                       "keeps the list it imported (a reload of the config "
-                       "imports the new one)",
-                       s->name);
+        th_sdk_log(h, TOOLHOST_LOG_DEBUG,
+                   "server '%s' says its tool list changed: listing it again",
+                   s->name);
     } else if (worth_logging(&s->n_dropped)) {
         th_sdk_log(h, TOOLHOST_LOG_DEBUG,
                    "server '%s': %s dropped (%llu messages dropped so far)",
@@ -682,6 +682,7 @@ out:
      * this thread owns end here, and no call is handed to it any more */
     pthread_mutex_lock(&s->mu);
     s->reader_done = true;
+    pthread_cond_broadcast(&s->cv); /* the supervisor's relist wait */
     mcp_pend *calls = NULL;
     for (mcp_pend **pp = &s->pending; *pp;) {
         mcp_pend *p = *pp;
@@ -768,6 +769,8 @@ static int request(mcp_srv *s, const char *method, json_t *params,
 }
 
 static void tools_update(mcp_srv *s, json_t *all);
+static int list_tools(mcp_srv *s, bool has_tools, int64_t end, json_t **out,
+                      char *why, size_t ws);
 
 /* initialize, initialized, tools/list (every page). */
 static int handshake(mcp_srv *s, char *why, size_t ws)
@@ -799,6 +802,21 @@ static int handshake(mcp_srv *s, char *why, size_t ws)
         snprintf(why, ws, "could not send notifications/initialized");
         return -1;
     }
+    json_t *all = NULL;
+    if (list_tools(s, has_tools, end, &all, why, ws) != 0)
+        return -1;
+    tools_update(s, all);
+    return 0;
+}
+
+/* tools/list, every page (none when !has_tools), before `end`
+ * (monotonic ms): 0 with *out (an array, owned), or -1 with why. */
+static int list_tools(mcp_srv *s, bool has_tools, int64_t end, json_t **out,
+                      char *why, size_t ws)
+{
+    json_t *res = NULL;
+    char w[200];
+    *out = NULL;
     json_t *all = json_array();
     if (!all) {
         snprintf(why, ws, "out of memory");
@@ -851,7 +869,7 @@ static int handshake(mcp_srv *s, char *why, size_t ws)
                    s->name, MAX_PAGES);
         free(cursor);
     }
-    tools_update(s, all);
+    *out = all;
     return 0;
 }
 
@@ -874,20 +892,94 @@ static int64_t backoff(mcp_srv *s, bool was_up, int64_t started)
     return delay;
 }
 
-/* Keeps the tools' list of the old start and logs a change. */
-static void tools_update(mcp_srv *s, json_t *all)
+/* Keeps the list (`all`, stolen) as the server's latest; when it
+ * differs from what this generation serves (names, descriptions,
+ * schemas: the whole entries), asks the host to load the plugin again
+ * (ABI 1.5 tools_changed(), once per generation), whose init_tools()
+ * imports the new list.  `what` says where the list came from.  Before
+ * init_tools() built the tools (no `served` yet) the build takes the
+ * handshake's list: nothing to ask. */
+static void tools_update_ex(mcp_srv *s, json_t *all, const char *what,
+                            bool start)
 {
+    const toolhost_host_api *h = s->st->host;
     pthread_mutex_lock(&s->mu);
-    bool changed = s->tools && !json_equal(s->tools, all);
+    if (!s->served) {
+        /* init_tools() not built yet: a start's list is the one it
+         * builds from; a relisting leaves it alone (init() reads it) */
+        if (start) {
+            json_decref(s->tools);
+            s->tools = all;
+        } else {
+            json_decref(all);
+        }
+        pthread_mutex_unlock(&s->mu);
+        return;
+    }
+    bool differs = !json_equal(s->served, all);
+    bool ask = differs && !s->asked;
+    if (ask)
+        s->asked = true;
     json_decref(s->tools);
     s->tools = all;
     pthread_mutex_unlock(&s->mu);
-    if (changed)
-        th_sdk_log(s->st->host, TOOLHOST_LOG_WARN,
-                   "server '%s': its tool list differs since the last start: "
-                   "toolhost keeps serving the tools it imported (a reload of "
-                   "the config imports the new list)",
-                   s->name);
+    if (!differs) {
+        th_sdk_log(h, TOOLHOST_LOG_DEBUG,
+                   "server '%s': %s lists the tools toolhost serves: nothing "
+                   "to import", s->name, what);
+        return;
+    }
+    if (!ask)
+        return; /* asked already: the next generation lists again */
+    char reason[200];
+    snprintf(reason, sizeof reason, "server '%s': %s lists other tools",
+             s->name, what);
+    int rc = TH_SDK_HOST_HAS(h, tools_changed) ? h->tools_changed(h, reason)
+                                               : TOOLHOST_ENOTSUP;
+    if (rc != 0) {
+        th_sdk_log(h, TOOLHOST_LOG_WARN,
+                   "server '%s': its tool list changed and this host cannot "
+                   "load the plugin again (tools_changed() returned %d): "
+                   "toolhost keeps serving the tools it imported (a reload "
+                   "of the config imports the new list)",
+                   s->name, rc);
+        pthread_mutex_lock(&s->mu);
+        s->asked = rc != TOOLHOST_ESTATE; /* not now: a later change asks */
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+static void tools_update(mcp_srv *s, json_t *all)
+{
+    tools_update_ex(s, all, "its new start", true);
+}
+
+/* While a stdio server's reader runs: each list_changed it reported
+ * (s->relist) is one tools/list (every page) by this thread, the
+ * supervisor, compared with what the generation serves. */
+static void relist_while_up(mcp_srv *s)
+{
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->stop && !s->reader_done && !s->relist)
+            pthread_cond_wait(&s->cv, &s->mu);
+        if (s->stop || s->reader_done)
+            break;
+        s->relist = false;
+        pthread_mutex_unlock(&s->mu);
+        json_t *all = NULL;
+        char why[256];
+        if (list_tools(s, true, mcpsrc_now_ms() + s->st->start_timeout_ms,
+                       &all, why, sizeof why) == 0)
+            tools_update_ex(s, all, "tools/list after its list_changed",
+                            false);
+        else
+            th_sdk_log(s->st->host, TOOLHOST_LOG_WARN,
+                       "server '%s' said its tool list changed; listing it "
+                       "again failed: %s", s->name, why);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
 }
 
 /* A server with url: a session (initialize, tools/list), kept until a
@@ -1012,6 +1104,8 @@ static void *supervise(void *arg)
                 kill_group(s);
                 pthread_mutex_unlock(&s->mu);
             }
+            if (reading && was_up)
+                relist_while_up(s);
             if (reading)
                 pthread_join(rt, NULL);
             char ewhy[96] = "";

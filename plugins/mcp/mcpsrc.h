@@ -105,6 +105,12 @@ struct mcp_srv {
     int64_t in_flight;
     json_t *tools;      /* the last tools/list (array), owned        */
     bool list_changed;  /* the server said its tools changed         */
+    json_t *served;     /* the list this generation's init_tools()
+                           built from, owned; NULL before           */
+    bool relist;        /* list_changed came: the supervisor lists
+                           the tools again                          */
+    bool asked;         /* tools_changed() called (once per
+                           generation of the plugin)                */
     char session[160];  /* HTTP: Mcp-Session-Id ("" before initialize) */
     bool http_down;     /* HTTP: a call found the server gone        */
     /* counters for rate-limited log lines (reader thread only) */

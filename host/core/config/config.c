@@ -1054,6 +1054,8 @@ static const th_cfkey host_keys[] = {
      .off = H(reload_debounce_ms), .min = 0, .max = MINUTE},
     {.name = "reload_drain_timeout", .set = th_cf_duration,
      .off = H(reload_drain_timeout_ms), .min = 0, .max = HOUR},
+    {.name = "plugin_reload_min_interval", .set = th_cf_duration,
+     .off = H(plugin_reload_min_interval_ms), .min = 0, .max = HOUR},
     {.name = "state_dir", .set = th_cf_str, .off = H(state_dir),
      .flags = TH_CF_PATH},
     {.name = "spill_dir", .set = th_cf_str, .off = H(spill_dir),
@@ -1105,6 +1107,7 @@ static void host_init(th_host_cfg *h)
     h->short_call_max_ms = 10;
     h->short_call_stuck_ms = 100;
     h->reload_drain_timeout_ms = 10 * SEC;
+    h->plugin_reload_min_interval_ms = SEC;
     h->spill_max_bytes = 64 * MIB;
     h->spill_max_age_ms = HOUR;
     h->lost_worker_grace_ms = 3 * SEC;

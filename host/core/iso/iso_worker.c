@@ -1629,6 +1629,8 @@ int th_iso_worker_main(int argc, char **argv)
     if (th_plugin_open(o.shown, &lo, &g_p, &err) != 0)
         return fail("%s", err.msg);
     g_p->api.log = w_log;
+    /* not carried over the wire (docs/isolation.md): refused here */
+    th_plugin_set_tools_changed_hook(NULL);
     g_n_static = g_p->n_tools;
     {
         th_buf b = TH_BUF_INIT;

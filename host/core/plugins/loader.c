@@ -212,6 +212,48 @@ static int api_ask_client(toolhost_call *call, int kind, const char *request,
                           : TOOLHOST_ENOTSUP;
 }
 
+/* ---- ABI 1.5 ---- */
+
+static int (*tools_changed_hook)(th_plugin *p, const char *reason);
+
+void th_plugin_set_tools_changed_hook(int (*fn)(th_plugin *p,
+                                                const char *reason))
+{
+    __atomic_store_n(&tools_changed_hook, fn, __ATOMIC_RELEASE);
+}
+
+/* Any thread, never waits: the reason made one printable line (control
+ * characters become spaces, cut at TH_TOOLS_CHANGED_REASON_MAX bytes with
+ * a marker), then handed to the reloader's hook. */
+static int api_tools_changed(const toolhost_host_api *host, const char *reason)
+{
+    if (!host)
+        return TOOLHOST_EINVAL;
+    th_plugin *p = th_plugin_from_api(host);
+    int (*fn)(th_plugin *, const char *) =
+        __atomic_load_n(&tools_changed_hook, __ATOMIC_ACQUIRE);
+    if (!fn) {
+        th_log(TOOLHOST_LOG_DEBUG, "plugin %s: tools_changed() where no "
+               "reloader runs (host.reload off, an isolated worker, "
+               "toolhost check or call): not supported", p->name);
+        return TOOLHOST_ENOTSUP;
+    }
+    char line[TH_TOOLS_CHANGED_REASON_MAX + 8];
+    size_t n = 0, i = 0;
+    if (!reason)
+        reason = "(no reason given)";
+    for (; reason[i] && n < TH_TOOLS_CHANGED_REASON_MAX; i++) {
+        unsigned char c = (unsigned char)reason[i];
+        line[n++] = (c < 0x20 || c == 0x7f) ? ' ' : (char)c;
+    }
+    if (reason[i]) {
+        memcpy(line + n, " [cut]", 6);
+        n += 6;
+    }
+    line[n] = '\0';
+    return fn(p, line);
+}
+
 void th_host_api_fill(toolhost_host_api *api)
 {
     memset(api, 0, sizeof *api);
@@ -234,6 +276,7 @@ void th_host_api_fill(toolhost_host_api *api)
     api->ask_client = api_ask_client;
     th_iso_cage_api_fill(api); /* ABI 1.3: iso_cage_api.c */
     th_content_api_fill(api);  /* ABI 1.4: content.c */
+    api->tools_changed = api_tools_changed; /* ABI 1.5 */
 }
 
 /* ---- lifetime ----------------------------------------------------------------- */

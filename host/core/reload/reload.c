@@ -8,6 +8,13 @@
  * removal): never a worker mid-call.  th_reload_now() runs a reload on the
  * caller's thread instead.  Reloads are serialized by run_mu.
  *
+ * Reloads a plugin asks for (tools_changed(), ABI 1.5) are names queued in
+ * `asked` (mu): the thread runs them as one reload that keeps the running
+ * config and loads those plugins again, at most once per
+ * host.plugin_reload_min_interval (it waits on cv, a CLOCK_MONOTONIC
+ * condition, until then).  A full reload that runs meanwhile takes the
+ * queued names with it.
+ *
  * Locks: run_mu (held for a whole reload) -> mu (the generation list, the
  * queues, the stats, the current config pointer).  mu is never held while
  * calling into the registry, a plugin or a target callback.  The
@@ -76,6 +83,11 @@ struct th_reloader {
     bool closing_batch;       /* the thread is closing a batch */
     waiter *want;             /* requests for the next reload */
     bool want_any;
+    char **asked;             /* plugins that asked to be loaded again */
+    size_t n_asked, cap_asked;
+    int64_t asked_next_ns;    /* the next such reload starts no earlier */
+    int64_t asked_due_ns;     /* the first queued name + reload_debounce */
+    bool asked_logged;        /* the wait for it was logged */
     bool stop;
     uint64_t seq;
     th_reload_stats st;
@@ -344,7 +356,7 @@ static int prepare(th_reloader *r, const th_config *cfg, const th_plugin_cfg *pc
         return rc;
     }
     free(copy);
-    p->user = g;
+    __atomic_store_n((th_gen **)&p->user, g, __ATOMIC_RELEASE);
     p->on_last_unref = on_last_unref;
     *pout = p;
     *gout = g;
@@ -792,7 +804,8 @@ static void finish(th_reloader *r, th_reload_result *res, int64_t t0)
  * generation (s->old) and whether it changed; unchanged when its entry
  * is equal and its file is the same (or was rebuilt with the same
  * bytes: s->refresh_id). */
-static void plan_action(th_reloader *r, const th_config *oc, step *s)
+static void plan_action(th_reloader *r, const th_config *oc, step *s,
+                        bool asked)
 {
     const th_plugin_cfg *pc = s->pc;
     pthread_mutex_lock(&r->mu);
@@ -800,8 +813,8 @@ static void plan_action(th_reloader *r, const th_config *oc, step *s)
     pthread_mutex_unlock(&r->mu);
     const th_plugin_cfg *opc = cfg_entry(oc, pc->name);
     s->action = s->old ? TH_RL_CHANGED : TH_RL_ADDED;
-    if (!s->old || !opc || !th_plugin_cfg_equal(opc, pc))
-        return;
+    if (!s->old || !opc || !th_plugin_cfg_equal(opc, pc) || asked)
+        return; /* asked: the plugin's tools changed (tools_changed()) */
     th_file_id now;
     if (th_file_id_of(pc->path, &now, NULL) != 0)
         return;
@@ -924,7 +937,28 @@ static void config_take(th_reloader *r, const th_config *oc, th_config *nc,
     }
 }
 
-static int do_reload(th_reloader *r, th_reload_result *res)
+static bool names_have(char *const *v, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(v[i], name) == 0)
+            return true;
+    return false;
+}
+
+static void names_free(char **v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+/* One reload.  `asked` (n_asked names): plugins that asked to be loaded
+ * again (tools_changed()), loaded anew even when unchanged (requests
+ * that come within host.reload_debounce of the first fold into it).  `full`: read
+ * the config file again; otherwise the running config stays (only the
+ * asked plugins are loaded again). */
+static int do_reload(th_reloader *r, th_reload_result *res, bool full,
+                     char *const *asked, size_t n_asked)
 {
     memset(res, 0, sizeof *res);
     int64_t t0 = now_ns();
@@ -934,7 +968,11 @@ static int do_reload(th_reloader *r, th_reload_result *res)
     pthread_mutex_unlock(&r->mu);
 
     th_config *nc = NULL;
-    int rc = th_config_load(oc->path, &nc, &res->err);
+    int rc = 0;
+    if (full)
+        rc = th_config_load(oc->path, &nc, &res->err);
+    else
+        nc = (th_config *)oc; /* kept as is: never freed nor taken here */
     if (rc) {
         res->rc = rc;
         finish(r, res, t0);
@@ -955,7 +993,7 @@ static int do_reload(th_reloader *r, th_reload_result *res)
     for (size_t i = 0; rc == 0 && i < nc->n_plugins; i++) {
         step *s = &steps[n++];
         s->pc = &nc->plugins[i];
-        plan_action(r, oc, s);
+        plan_action(r, oc, s, names_have(asked, n_asked, s->pc->name));
         if (s->action != TH_RL_UNCHANGED)
             rc = plan_prepare(r, nc, s, res);
     }
@@ -981,11 +1019,11 @@ static int do_reload(th_reloader *r, th_reload_result *res)
         res->config_changed = !th_ynode_equal(oc->root, nc->root);
     }
     free(steps);
-    if (rc == 0 && res->config_changed) {
+    if (rc == 0 && res->config_changed && nc != oc) {
         config_take(r, oc, nc, res);
         nc = NULL;
     }
-    if (nc)
+    if (nc && nc != oc)
         th_config_free(nc);
     res->tools_changed = rc == 0 && (changed || res->config_changed);
     res->rc = rc;
@@ -998,7 +1036,7 @@ static int do_reload(th_reloader *r, th_reload_result *res)
 int th_reload_now(th_reloader *r, th_reload_result *res)
 {
     pthread_mutex_lock(&r->run_mu);
-    int rc = do_reload(r, res);
+    int rc = do_reload(r, res, true, NULL, 0);
     pthread_mutex_unlock(&r->run_mu);
     return rc;
 }
@@ -1041,12 +1079,66 @@ static void *reload_thread(void *arg)
                 pthread_cond_broadcast(&r->idle_cv);
             continue;
         }
+        if (r->n_asked && !r->want_any && !r->stop) {
+            /* only plugins asked: host.plugin_reload_min_interval */
+            int64_t now = now_ns();
+            int64_t due = r->asked_due_ns > r->asked_next_ns ? r->asked_due_ns
+                                                             : r->asked_next_ns;
+            if (now < due) {
+                if (!r->asked_logged && r->asked_next_ns > r->asked_due_ns) {
+                    r->asked_logged = true;
+                    r->st.asked_waits++;
+                    th_log_info("reload: plugin %s%s waits %lld ms for its "
+                                "reload (host.plugin_reload_min_interval)",
+                                r->asked[0], r->n_asked > 1 ? " and others" : "",
+                                (long long)((r->asked_next_ns - now) / 1000000));
+                }
+                struct timespec ts = {.tv_sec = (time_t)(due / 1000000000),
+                                      .tv_nsec = (long)(due % 1000000000)};
+                pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+                continue;
+            }
+        }
+        if (r->n_asked && !r->want_any && !r->stop) {
+            char **asked = r->asked;
+            size_t n_asked = r->n_asked;
+            r->asked = NULL;
+            r->n_asked = r->cap_asked = 0;
+            r->asked_logged = false;
+            r->st.asked_reloads++;
+            pthread_mutex_unlock(&r->mu);
+            if (res) {
+                pthread_mutex_lock(&r->run_mu);
+                do_reload(r, res, false, asked, n_asked);
+                pthread_mutex_unlock(&r->run_mu);
+            }
+            names_free(asked, n_asked);
+            pthread_mutex_lock(&r->mu);
+            r->asked_next_ns = now_ns() +
+                (int64_t)r->cfg->host.plugin_reload_min_interval_ms * 1000000;
+            continue;
+        }
         if (r->want_any) {
             waiter *w = r->want;
             r->want = NULL;
             r->want_any = false;
             bool stop = r->stop;
+            char **asked = r->asked; /* a full reload takes them along */
+            size_t n_asked = r->n_asked;
+            r->asked = NULL;
+            r->n_asked = r->cap_asked = 0;
+            r->asked_logged = false;
             pthread_mutex_unlock(&r->mu);
+            if (res && !stop && n_asked) {
+                pthread_mutex_lock(&r->run_mu);
+                do_reload(r, res, true, asked, n_asked);
+                pthread_mutex_unlock(&r->run_mu);
+                answer(w, res);
+                names_free(asked, n_asked);
+                pthread_mutex_lock(&r->mu);
+                continue;
+            }
+            names_free(asked, n_asked);
             if (!res || stop) {
                 th_reload_result tmp;
                 memset(&tmp, 0, sizeof tmp);
@@ -1094,6 +1186,51 @@ int th_reload_request(th_reloader *r, th_reload_done_fn done, void *ud)
     r->want_any = true;
     pthread_cond_signal(&r->cv);
     pthread_mutex_unlock(&r->mu);
+    return 0;
+}
+
+/* tools_changed() of a generation (th_plugin_set_tools_changed_hook):
+ * queue its plugin's name for a reload of the thread.  Any thread, no
+ * wait: one lock, at most one allocation. */
+static int asked_hook(th_plugin *p, const char *reason)
+{
+    th_gen *g = __atomic_load_n((th_gen **)&p->user, __ATOMIC_ACQUIRE);
+    if (!g)
+        return TOOLHOST_ESTATE; /* in init(), or not one of a reloader's */
+    th_reloader *r = g->r;
+    pthread_mutex_lock(&r->mu);
+    if (r->stop) {
+        pthread_mutex_unlock(&r->mu);
+        return TOOLHOST_ESTATE;
+    }
+    r->st.asked_requests++;
+    if (names_have(r->asked, r->n_asked, g->name)) { /* folded */
+        pthread_mutex_unlock(&r->mu);
+        return 0;
+    }
+    if (r->n_asked == r->cap_asked) {
+        size_t cap = r->cap_asked ? 2 * r->cap_asked : 4;
+        char **v = realloc(r->asked, cap * sizeof *v);
+        if (!v) {
+            pthread_mutex_unlock(&r->mu);
+            return TOOLHOST_ENOMEM;
+        }
+        r->asked = v;
+        r->cap_asked = cap;
+    }
+    char *name = strdup(g->name);
+    if (!name) {
+        pthread_mutex_unlock(&r->mu);
+        return TOOLHOST_ENOMEM;
+    }
+    if (r->n_asked == 0) /* a burst folds into one reload */
+        r->asked_due_ns = now_ns() +
+            (int64_t)r->cfg->host.reload_debounce_ms * 1000000;
+    r->asked[r->n_asked++] = name; /* the thread may free it once mu goes */
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    th_log_info("plugin '%s' asked for its tools to be listed again: %s",
+                g->name, reason); /* g lives while its plugin is loaded */
     return 0;
 }
 
@@ -1162,7 +1299,7 @@ static int adopt(th_reloader *r, const th_config *cfg, th_error *err)
         if (!g)
             return th_error_set(err, TH_ENOMEM, "out of memory");
         g->current = true;
-        p->user = g;
+        __atomic_store_n((th_gen **)&p->user, g, __ATOMIC_RELEASE);
         p->on_last_unref = on_last_unref;
         pthread_mutex_lock(&r->mu);
         link_gen(r, g);
@@ -1182,7 +1319,11 @@ int th_reloader_new(const th_reload_target *target, const th_config *cfg,
     r->cfg = cfg;
     pthread_mutex_init(&r->run_mu, NULL);
     pthread_mutex_init(&r->mu, NULL);
-    pthread_cond_init(&r->cv, NULL);
+    pthread_condattr_t ca; /* cv's timed wait counts on now_ns()'s clock */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&r->cv, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_cond_init(&r->idle_cv, NULL);
     pthread_cond_init(&r->excl_cv, NULL);
     int rc = th_copydir_open_ex(cfg->host.state_dir, true, &r->dir, err);
@@ -1197,6 +1338,7 @@ int th_reloader_new(const th_reload_target *target, const th_config *cfg,
         th_reloader_free(r);
         return rc;
     }
+    th_plugin_set_tools_changed_hook(asked_hook);
     *out = r;
     return 0;
 }
@@ -1255,6 +1397,7 @@ void th_reloader_free(th_reloader *r)
         }
         gen_free(g);
     }
+    names_free(r->asked, r->n_asked);
     for (size_t i = 0; i < r->n_owned; i++)
         th_config_free(r->owned[i]);
     free(r->owned);
@@ -1527,7 +1670,7 @@ int th_reload_stats_pack(th_reloader *r, msgpack_packer *pk)
     th_buf_init(&c.buf);
     msgpack_packer_init(&c.pk, &c.buf, th_buf_msgpack_write);
     int fe = th_reload_foreach(r, pack_gen, &c);
-    int e = msgpack_pack_map(pk, 15);
+    int e = msgpack_pack_map(pk, 18);
     e |= th_pack_cstr(pk, "reloads");
     e |= msgpack_pack_uint64(pk, st.reloads);
     e |= th_pack_cstr(pk, "ok");
@@ -1538,6 +1681,12 @@ int th_reload_stats_pack(th_reloader *r, msgpack_packer *pk)
     e |= msgpack_pack_uint64(pk, st.requests);
     e |= th_pack_cstr(pk, "retries");
     e |= msgpack_pack_uint64(pk, st.retries);
+    e |= th_pack_cstr(pk, "plugin_requests");
+    e |= msgpack_pack_uint64(pk, st.asked_requests);
+    e |= th_pack_cstr(pk, "plugin_reloads");
+    e |= msgpack_pack_uint64(pk, st.asked_reloads);
+    e |= th_pack_cstr(pk, "plugin_waits");
+    e |= msgpack_pack_uint64(pk, st.asked_waits);
     e |= th_pack_cstr(pk, "last_ok");
     e |= st.reloads == 0 ? msgpack_pack_nil(pk)
                          : st.last_rc == 0 ? msgpack_pack_true(pk)

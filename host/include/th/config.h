@@ -221,6 +221,9 @@ typedef struct th_host_cfg {
     uint32_t max_client_asks; /* ask_client() calls one tool call may
                                   make (each answer is kept until the
                                   call ends); 32                       */
+    uint64_t plugin_reload_min_interval_ms; /* reloads a plugin asks for
+                                  (tools_changed, ABI 1.5) start at most
+                                  this often; 1 s, 0: no limit          */
 } th_host_cfg;
 
 /* Where a plugin runs (th_plugin_cfg.isolation). */

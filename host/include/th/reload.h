@@ -105,6 +105,10 @@ typedef struct th_reload_stats {
      * those of at most th_reload_le_s(i) seconds (cumulative). */
     uint64_t dur_le[TH_RELOAD_LE];
     double dur_sum_s;
+    /* Reloads plugins asked for (tools_changed(), ABI 1.5): requests
+     * (before folding), reloads run for them alone, and the times one
+     * waited for host.plugin_reload_min_interval. */
+    uint64_t asked_requests, asked_reloads, asked_waits;
 } th_reload_stats;
 
 /* The upper bound, in seconds, of the i-th bucket of dur_le. */
@@ -164,7 +168,8 @@ bool th_reload_quiesce(th_reloader *r, int64_t timeout_ms);
  *   result: {ok, seq, error: {code, message} (when not ok), incomplete,
  *            config_changed, tools_changed, plugins: [{name, action,
  *            generation}], unchanged, prepare_ms, swap_ms, total_ms}
- *   stats:  {reloads, ok, failed, requests, retries, last_ok, last_error,
+ *   stats:  {reloads, ok, failed, requests, retries, plugin_requests,
+ *            plugin_reloads, plugin_waits, last_ok, last_error,
  *            last_at_ms, last_swap_ms, max_swap_ms, draining, closed,
  *            unloaded, still_mapped, plugins: {NAME: {generation, path,
  *            loaded_from}}}

@@ -293,6 +293,16 @@ typedef struct th_call_base {
  * logs under the plugin's name, found with th_plugin_from_api). */
 void th_host_api_fill(toolhost_host_api *api);
 
+/* ABI 1.5 tools_changed(): the host api member checks its arguments and
+ * makes `reason` one printable line of at most this many bytes (then
+ * " [cut]"), and calls the hook with the plugin generation whose api it
+ * was (the reloader's, reload.c; any thread; must not wait).  No hook:
+ * TOOLHOST_ENOTSUP.  Process-wide; set it before plugins run, NULL to
+ * remove. */
+#define TH_TOOLS_CHANGED_REASON_MAX 200
+void th_plugin_set_tools_changed_hook(int (*fn)(th_plugin *p,
+                                                const char *reason));
+
 /* Builds a plugin generation from a descriptor linked into the host (the
  * built-in tools: task tools, run_code, mocks): the same checks as
  * th_plugin_open(), no dlopen, refs = 1.  init() is not called. */
