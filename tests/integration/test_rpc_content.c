@@ -5,6 +5,7 @@
  * completion, what a caller whose toolsets lack the plugin sees (nothing),
  * and bad params of every kind, after which the host still serves. */
 #include <CUnit/CUnit.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -153,6 +154,8 @@ static void test_resources(void)
     rpc_res_free(&r);
     th_rpc_client_close(c);
     CU_ASSERT(rpc_alive(&s));
+    /* a clean exit: no leak (valgrind, LeakSanitizer) nor error */
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
     rpc_srv_free(&s);
 }
 
@@ -255,6 +258,8 @@ static void test_prompts(void)
               err_has(&r, "no_such_prompt"));
     rpc_res_free(&r);
     th_rpc_client_close(c);
+    /* a clean exit: no leak (valgrind, LeakSanitizer) nor error */
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
     rpc_srv_free(&s);
 }
 
@@ -339,6 +344,8 @@ static void test_complete(void)
         rpc_res_free(&r);
     }
     th_rpc_client_close(c);
+    /* a clean exit: no leak (valgrind, LeakSanitizer) nor error */
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
     rpc_srv_free(&s);
 }
 
@@ -382,6 +389,8 @@ static void test_acl(void)
         rpc_res_free(&r);
     }
     th_rpc_client_close(c);
+    /* a clean exit: no leak (valgrind, LeakSanitizer) nor error */
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
     rpc_srv_free(&s);
 }
 
@@ -482,6 +491,8 @@ static void test_bad_params(void)
     rpc_res_free(&r);
     th_rpc_client_close(c);
     CU_ASSERT(rpc_alive(&s));
+    /* a clean exit: no leak (valgrind, LeakSanitizer) nor error */
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
     rpc_srv_free(&s);
 }
 
