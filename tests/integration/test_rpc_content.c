@@ -11,23 +11,32 @@
 
 #include "integration/test_rpc_harness.h"
 
-/* conform_tools and echo; `toolsets` follows. */
-static void start(rpc_srv *s, const char *toolsets)
+/* conform_tools, big_resource and echo; `host` (more host: keys) and
+ * `toolsets` follow. */
+static void start_with(rpc_srv *s, const char *host, const char *toolsets)
 {
     char cfg[2048];
     snprintf(cfg, sizeof cfg,
              "host:\n"
              "  log_level: debug\n"
              "  shutdown_grace: 1s\n"
+             "%s"
              "plugins:\n"
              "  - name: echo\n"
              "    path: @BUILD@/plugins/echo.so\n"
              "  - name: conform_tools\n"
              "    path: @BUILD@/fixtures/conform_tools.so\n"
+             "  - name: big_resource\n"
+             "    path: @BUILD@/fixtures/big_resource.so\n"
              "toolsets:\n%s",
-             toolsets);
+             host, toolsets);
     rpc_opts o = {.config = cfg};
     CU_ASSERT_FATAL(rpc_srv_start(s, &o) == 0);
+}
+
+static void start(rpc_srv *s, const char *toolsets)
+{
+    start_with(s, "", toolsets);
 }
 
 static const char all_tools[] = "  - name: public\n"
@@ -90,7 +99,7 @@ static void test_resources(void)
     CU_ASSERT_FATAL(rpc_call(c, "resources.templates", "[]", &r) == 0 &&
                     r.res);
     CU_ASSERT(r.res->type == MSGPACK_OBJECT_ARRAY &&
-              r.res->via.array.size == 1);
+              r.res->via.array.size == 2); /* and big_resource's size://{n} */
     e = find_by(r.res, "uri_template", "test://template/{id}/data");
     CU_ASSERT(e && is_str(th_rpc_map_get(e, "name"), "template-data") &&
               is_str(th_rpc_map_get(e, "mime_type"), "application/json"));
@@ -496,6 +505,41 @@ static void test_bad_params(void)
     rpc_srv_free(&s);
 }
 
+/* The blocks of one answer hold at most 16 MiB or half of
+ * host.max_outbuf: with 64 KiB (the least it may be), 32 KiB.  20000
+ * bytes fit; 40000 are refused as tool_error naming the limit, logged;
+ * the connection goes on. */
+static void test_budget(void)
+{
+    rpc_srv s;
+    start_with(&s, "  max_outbuf: 64KiB\n", all_tools);
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_FATAL(c != NULL);
+    rpc_res r;
+    CU_ASSERT_FATAL(rpc_call(c, "resources.read", "[\"size://20000\"]",
+                             &r) == 0 && r.res);
+    const msgpack_object *ct = th_rpc_map_get(r.res, "contents");
+    const msgpack_object *t =
+        ct && ct->type == MSGPACK_OBJECT_ARRAY && ct->via.array.size == 1
+            ? th_rpc_map_get(&ct->via.array.ptr[0], "text")
+            : NULL;
+    CU_ASSERT(t && t->type == MSGPACK_OBJECT_STR &&
+              t->via.str.size == 20000);
+    rpc_res_free(&r);
+    CU_ASSERT(rpc_call(c, "resources.read", "[\"size://40000\"]", &r) == 0 &&
+              rpc_is_error(&r, TH_ETOOL) &&
+              err_has(&r, "the content passes 32768 bytes"));
+    rpc_res_free(&r);
+    CU_ASSERT(rpc_log_wait(&s, "the content passes 32768 bytes",
+                           rpc_wait_ms()));
+    CU_ASSERT(rpc_call(c, "resources.read", "[\"size://10\"]", &r) == 0 &&
+              r.res);
+    rpc_res_free(&r);
+    th_rpc_client_close(c);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+}
+
 void th_suite_rpc_content(void)
 {
     CU_pSuite s = CU_add_suite("rpc_content", NULL, NULL);
@@ -504,4 +548,5 @@ void th_suite_rpc_content(void)
     CU_add_test(s, "complete", test_complete);
     CU_add_test(s, "acl", test_acl);
     CU_add_test(s, "bad_params", test_bad_params);
+    CU_add_test(s, "budget", test_budget);
 }
