@@ -249,4 +249,18 @@ void on_call_event(const th_event *e, void *ud);
  * to one of our requests (permission.request). */
 void rpc_dispatch(rpc_conn *c, const msgpack_object *o);
 
+/* ---- rpc_content.c: resources, prompts, completion ------------------------- */
+
+void rpc_m_resources_list(rpc_conn *c, uint64_t msgid,
+                          const msgpack_object *params);
+void rpc_m_resources_templates(rpc_conn *c, uint64_t msgid,
+                               const msgpack_object *params);
+void rpc_m_resources_read(rpc_conn *c, uint64_t msgid,
+                          const msgpack_object *params);
+void rpc_m_prompts_list(rpc_conn *c, uint64_t msgid,
+                        const msgpack_object *params);
+void rpc_m_prompts_get(rpc_conn *c, uint64_t msgid,
+                       const msgpack_object *params);
+void rpc_m_complete(rpc_conn *c, uint64_t msgid, const msgpack_object *params);
+
 #endif

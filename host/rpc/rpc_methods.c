@@ -1,6 +1,7 @@
 /* rpc_methods.c - the msgpack-RPC methods: host.ping, host.stats,
  * tools.list/describe/call/cancel, tasks.list/cancel/result, host.reload,
- * and the client's answers to permission.request (docs/protocol.md).
+ * the dispatch of resources.*, prompts.* and completion.complete (their
+ * code is in rpc_content.c), and the client's answers to permission.request (docs/protocol.md).
  *
  * Threads.  Everything here runs on the loop thread, called from
  * rpc_dispatch() for one parsed frame; the core's callbacks that come from
@@ -995,6 +996,12 @@ static const struct {
     METHOD("host.disable", m_disable),
     METHOD("host.enable", m_enable),
     METHOD("host.disabled", m_disabled),
+    METHOD("resources.list", rpc_m_resources_list),
+    METHOD("resources.templates", rpc_m_resources_templates),
+    METHOD("resources.read", rpc_m_resources_read),
+    METHOD("prompts.list", rpc_m_prompts_list),
+    METHOD("prompts.get", rpc_m_prompts_get),
+    METHOD("completion.complete", rpc_m_complete),
 };
 #undef METHOD
 
