@@ -50,6 +50,7 @@
 
 #include <msgpack.h>
 
+#include "../shared/write_all.h"
 #include "exec.h"
 #include "toolhost/sdk.h"
 
@@ -203,21 +204,6 @@ typedef struct spawn_err {
                   enter the cage (not fatal: it goes on without) */
     int err;
 } spawn_err;
-
-/* (keeper/command, after fork: system calls only) */
-static void write_all(int fd, const void *p, size_t n)
-{
-    const char *c = p;
-    while (n > 0) {
-        ssize_t w = write(fd, c, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return;
-        c += w;
-        n -= (size_t)w;
-    }
-}
 
 /* (command) becomes the command: never returns. */
 static void command_main(const exec_tool *x, char **argv, char **envp,

@@ -43,6 +43,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../shared/write_all.h"
 #include "mcpsrc.h"
 #include "toolhost/sdk.h"
 
@@ -162,20 +163,6 @@ typedef struct spawn_err {
     int stage; /* 1 chdir, 2 user, 3 exec */
     int err;
 } spawn_err;
-
-static void write_all(int fd, const void *p, size_t n)
-{
-    const char *c = p;
-    while (n > 0) {
-        ssize_t w = write(fd, c, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return;
-        c += w;
-        n -= (size_t)w;
-    }
-}
 
 /* (the child, after fork: system calls only) never returns. */
 static void child_main(mcp_srv *s, toolhost_cage *cage, int in, int out,
