@@ -8,9 +8,16 @@
  * (progress for the call handed to the host at once: the worker owns the
  * call) until the response.  `Mcp-Session-Id` from initialize goes with
  * every later request, `MCP-Protocol-Version` too, and the server's
- * `headers:` (their ${NAME}s taken from the host's environment at load).
- * No GET stream is opened: the server's unsolicited messages are not
- * read; requests a server makes inside a call's stream are not answered.
+ * `headers:` (their ${NAME}s taken from the host's environment at load),
+ * and with `oauth:` the token of mcp_oauth.c (a 401 fetches a new one
+ * and the request goes again, once).  Requests a server makes inside a
+ * call's stream are not answered.
+ *
+ * The GET stream (mcpsrc_http_listen): the supervisor's thread, while
+ * the session is up, reads the server's own messages through libcurl's
+ * multi interface (so stop and mark_down wake it at once through
+ * curl_multi_wakeup, s->get_multi set and woken under s->mu); a
+ * list_changed there re-lists the tools in that same thread.
  *
  * Budgets: one message (an event or the body) at most max_message bytes,
  * else the transfer ends and that call fails (logged); the call's

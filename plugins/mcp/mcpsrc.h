@@ -12,7 +12,9 @@
  * counted.  A call of a stdio server (mcp_call.c) is suspended and handed
  * to the server's reader, which ends it: with the answer, or cancelled,
  * timed out, or failed when the server goes away.  A server with url:
- * (mcp_http.c) has a supervisor too, but no process and no reader.
+ * (mcp_http.c) has a supervisor too, but no process and no reader: the
+ * supervisor reads the session's GET stream itself; with `oauth:`
+ * (mcp_oauth.c) its requests carry a client-credentials token.
  *
  * Lock order: srv->mu, then srv->wmu (the writer of the server's stdin).
  * The host's callbacks are never called with srv->mu held, except
