@@ -132,7 +132,9 @@ typedef struct asrv {
     const char *md_token;  /* its token_endpoint (NULL: its own) */
     long exp_s;            /* the token's exp: now + this */
     long expires_in;       /* what it says (0: nothing) */
+    bool bad_token;        /* the token holds a line break */
     /* what it saw */
+    unsigned asked;        /* token requests come in */
     unsigned tokens;       /* tokens given */
     unsigned refused;      /* token requests refused */
     char resource[256];    /* the last resource= */
@@ -237,6 +239,8 @@ static enum MHD_Result as_handler(void *cls, struct MHD_Connection *c,
     pthread_mutex_lock(&a->mu);
     snprintf(a->grant, sizeof a->grant, "%s", q->grant);
     snprintf(a->resource, sizeof a->resource, "%s", q->resource);
+    a->asked++;
+    pthread_cond_broadcast(&a->cv);
     while (a->stall)
         pthread_cond_wait(&a->cv, &a->mu);
     if (!ok || strcmp(q->grant, "client_credentials")) {
@@ -248,8 +252,12 @@ static enum MHD_Result as_handler(void *cls, struct MHD_Connection *c,
     }
     a->tokens++;
     char *t = mint(a, q->resource);
-    json_t *body = json_pack("{s:s, s:s}", "access_token", t ? t : "",
-                             "token_type", "Bearer");
+    char *bad = NULL;
+    if (a->bad_token && asprintf(&bad, "%s\r\nX-Injected: 1", t) < 0)
+        bad = NULL;
+    json_t *body = json_pack("{s:s, s:s}", "access_token",
+                             bad ? bad : t ? t : "", "token_type", "Bearer");
+    free(bad);
     if (a->expires_in)
         json_object_set_new(body, "expires_in",
                             json_integer(a->expires_in));
@@ -304,6 +312,26 @@ static void as_stall(asrv *a, bool on)
     a->stall = on;
     pthread_cond_broadcast(&a->cv);
     pthread_mutex_unlock(&a->mu);
+}
+
+/* Waits until n token requests came in. */
+static bool as_wait_asked(asrv *a, unsigned n)
+{
+    int64_t end = now_ms() + rpc_wait_ms();
+    pthread_mutex_lock(&a->mu);
+    while (a->asked < n && now_ms() < end) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&a->cv, &a->mu, &ts);
+    }
+    bool ok = a->asked >= n;
+    pthread_mutex_unlock(&a->mu);
+    return ok;
 }
 
 static unsigned as_tokens(asrv *a)
@@ -372,6 +400,7 @@ static char *outer_config(char *buf, size_t cap, unsigned port,
              "  log_level: debug\n"
              "  shutdown_grace: 1s\n"
              "  plugin_reload_min_interval: 0s\n"
+             "  workers: 8\n"
              "plugins:\n"
              "  - name: mcp\n"
              "    path: @BUILD@/plugins/mcp.so\n"
@@ -453,6 +482,10 @@ static void test_flow(void)
     /* the inner host's tools change (grow_add reloads grow_tools): the
      * outer host hears it on the GET stream and imports the new list */
     CU_ASSERT(!listed(c, "in_grown_1"));
+    rpc_raw w;
+    CU_ASSERT_FATAL(rpc_raw_open(&w, &out) == 0);
+    rpc_raw_request(&w, 1, "tools.list", "[]");
+    CU_ASSERT(rpc_raw_response(&w, 1, rpc_wait_ms()) != NULL);
     CU_ASSERT(call_says(c, "[\"in_grow_add\", {}]", "count=1 rc=0"));
     CU_ASSERT(rpc_log_wait(&out, "plugin 'mcp' asked for its tools to be "
                                  "listed again: server 'in': tools/list "
@@ -465,6 +498,10 @@ static void test_flow(void)
             rpc_log_wait(&out, "mcp g2 changed", 100);
     CU_ASSERT(grown);
     CU_ASSERT(call_says(c, "[\"in_grown_1\", {}]", "grown_1"));
+    /* the outer host's session was told */
+    CU_ASSERT(rpc_raw_notification(&w, "tools.changed", rpc_wait_ms()) !=
+              NULL);
+    rpc_raw_close(&w);
 
     CU_ASSERT(log_lacks_secret(&out));
     CU_ASSERT(log_lacks_secret(&in));
@@ -505,7 +542,24 @@ static void test_expiry(void)
         rpc_log_wait(&out, "no such line", 100); /* the clock, bounded */
     int refusals = rpc_log_count(&out, "answered 401 to a request with a "
                                        "token");
-    CU_ASSERT(call_says(c, "[\"in_echo\", {\"text\": \"two\"}]", "two"));
+    /* four calls at once while the token endpoint is slow: one fetch,
+     * which all four wait for */
+    as_stall(&a, true);
+    rpc_raw w;
+    CU_ASSERT_FATAL(rpc_raw_open(&w, &out) == 0);
+    for (uint64_t id = 1; id <= 4; id++)
+        rpc_raw_request(&w, id, "tools.call",
+                        "[\"in_echo\", {\"text\": \"two\"}]");
+    CU_ASSERT(as_wait_asked(&a, 2));
+    CU_ASSERT(rpc_wait_running(&out, 4));
+    as_stall(&a, false);
+    for (uint64_t id = 1; id <= 4; id++) {
+        const msgpack_object *m = rpc_raw_response(&w, id, rpc_wait_ms());
+        CU_ASSERT(m && m->via.array.ptr[2].type == MSGPACK_OBJECT_NIL &&
+                  rpc_stdout_is(&m->via.array.ptr[3], "two"));
+    }
+    rpc_raw_close(&w);
+    CU_ASSERT_EQUAL(a.asked, 2);
     CU_ASSERT_EQUAL(as_tokens(&a), 2);
     CU_ASSERT_EQUAL(rpc_log_count(&out, "answered 401 to a request with a "
                                         "token"),
@@ -611,7 +665,13 @@ static void test_refusals(void)
                             "is not on the issuer's origin: refused");
     a.md_token = NULL;
 
-    /* nothing above had a token */
+    /* a token with a line break (header injection): refused */
+    a.bad_token = true;
+    expect_fail(port, NULL, "the answer holds no Bearer access_token of "
+                            "printable characters");
+    a.bad_token = false;
+    /* nothing above had a token (the one with a line break is not one) */
+    a.tokens = 0;
     CU_ASSERT_EQUAL(as_tokens(&a), 0);
     /* a token endpoint that hangs: oauth.timeout ends the wait */
     as_stall(&a, true);
