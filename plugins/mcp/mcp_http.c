@@ -589,8 +589,8 @@ static bool listen_wait(mcp_srv *s, int64_t ms)
         int64_t left = end - mcpsrc_now_ms();
         if (left <= 0)
             break;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
+        struct timespec ts; /* s->cv runs on CLOCK_MONOTONIC */
+        clock_gettime(CLOCK_MONOTONIC, &ts);
         ts.tv_sec += left / 1000;
         ts.tv_nsec += (left % 1000) * 1000000;
         if (ts.tv_nsec >= 1000000000) {

@@ -12,7 +12,9 @@
  * the server refuses early (fetched again on its 401), a token endpoint
  * that hangs (oauth.timeout), AS metadata with a foreign issuer or a
  * token endpoint on another origin, and the inner host's list_changed on
- * the GET stream re-listing the outer's tools. */
+ * the GET stream re-listing the outer's tools.  Then the GET stream
+ * against a small server of the test's: a stream that ends is opened
+ * again with Last-Event-ID, and a server without one (405). */
 #include <CUnit/CUnit.h>
 #include <gnutls/abstract.h>
 #include <gnutls/gnutls.h>
@@ -699,10 +701,294 @@ static void test_refusals(void)
     as_stop(&a);
 }
 
+/* ---- a plain MCP server for the GET stream ----------------------------------- */
+
+/* Speaks just enough Streamable HTTP: initialize (session "s1"),
+ * notifications (202), tools/list (t1, and t2 once grown), tools/call
+ * ("ok").  Its GET: 405 when `no_get`; else the first GET sends an event
+ * with id e1 and ends (the plugin connects again), the second (whose
+ * Last-Event-ID is kept) grows the list and sends list_changed (id e2),
+ * then stays open until the server stops. */
+typedef struct fsrv {
+    struct MHD_Daemon *d;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    unsigned port;
+    bool no_get, grown, stop;
+    unsigned gets;
+    char last_id[4][64]; /* Last-Event-ID of each GET ("" none) */
+} fsrv;
+
+typedef struct freq {
+    fsrv *f;
+    char *body;
+    size_t len;
+    unsigned get; /* the GET's number (1-based), 0: a POST */
+    int sent;     /* events sent on that GET */
+} freq;
+
+static ssize_t get_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    freq *q = cls;
+    fsrv *f = q->f;
+    const char *ev = NULL;
+    if (q->sent == 0 && q->get == 1)
+        ev = "id: e1\ndata: {\"jsonrpc\":\"2.0\",\"method\":"
+             "\"notifications/message\",\"params\":{\"level\":\"info\","
+             "\"data\":\"hi\"}}\n\n";
+    else if (q->sent == 0 && q->get == 2)
+        ev = "id: e2\ndata: {\"jsonrpc\":\"2.0\",\"method\":"
+             "\"notifications/tools/list_changed\"}\n\n";
+    if (ev && strlen(ev) <= max) {
+        q->sent++;
+        memcpy(buf, ev, strlen(ev));
+        return (ssize_t)strlen(ev);
+    }
+    if (q->get == 1)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    /* stay open: wait (bounded) for the stop, then end */
+    pthread_mutex_lock(&f->mu);
+    if (!f->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&f->cv, &f->mu, &ts);
+    }
+    bool stop = f->stop;
+    pthread_mutex_unlock(&f->mu);
+    if (stop)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    memcpy(buf, ": quiet\n\n", 9);
+    return 9;
+}
+
+static enum MHD_Result f_handler(void *cls, struct MHD_Connection *c,
+                                 const char *url, const char *method,
+                                 const char *version, const char *upload,
+                                 size_t *upload_size, void **req_cls)
+{
+    (void)url, (void)version;
+    fsrv *f = cls;
+    freq *q = *req_cls;
+    if (!q) {
+        q = calloc(1, sizeof *q);
+        q->f = f;
+        *req_cls = q;
+        return MHD_YES;
+    }
+    if (!strcmp(method, "GET")) {
+        pthread_mutex_lock(&f->mu);
+        bool no = f->no_get;
+        q->get = ++f->gets;
+        const char *li = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                     "Last-Event-ID");
+        if (q->get <= 4)
+            snprintf(f->last_id[q->get - 1], 64, "%s", li ? li : "");
+        if (q->get == 2)
+            f->grown = true;
+        pthread_mutex_unlock(&f->mu);
+        if (no)
+            return reply(c, 405, "");
+        struct MHD_Response *r = MHD_create_response_from_callback(
+            MHD_SIZE_UNKNOWN, 1024, get_reader, q, NULL);
+        MHD_add_response_header(r, "Content-Type", "text/event-stream");
+        enum MHD_Result rc = MHD_queue_response(c, 200, r);
+        MHD_destroy_response(r);
+        return rc;
+    }
+    if (*upload_size) {
+        char *b = realloc(q->body, q->len + *upload_size + 1);
+        if (b) {
+            memcpy(b + q->len, upload, *upload_size);
+            q->len += *upload_size;
+            b[q->len] = 0;
+            q->body = b;
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    json_t *m = q->body ? json_loads(q->body, 0, NULL) : NULL;
+    const char *meth = json_string_value(json_object_get(m, "method"));
+    json_t *id = json_object_get(m, "id");
+    enum MHD_Result rc;
+    if (!meth || !id) {
+        rc = reply(c, 202, "");
+    } else {
+        json_t *res;
+        if (!strcmp(meth, "initialize")) {
+            res = json_pack("{s:s, s:{s:{}}, s:{s:s, s:s}}",
+                            "protocolVersion", "2025-06-18", "capabilities",
+                            "tools", "serverInfo", "name", "f", "version",
+                            "1");
+        } else if (!strcmp(meth, "tools/list")) {
+            pthread_mutex_lock(&f->mu);
+            bool grown = f->grown;
+            pthread_mutex_unlock(&f->mu);
+            res = json_pack("{s:[{s:s, s:{s:s}}]}", "tools", "name", "t1",
+                            "inputSchema", "type", "object");
+            if (grown)
+                json_array_append_new(
+                    json_object_get(res, "tools"),
+                    json_pack("{s:s, s:{s:s}}", "name", "t2", "inputSchema",
+                              "type", "object"));
+        } else {
+            res = json_pack("{s:[{s:s, s:s}]}", "content", "type", "text",
+                            "text", "ok");
+        }
+        json_t *ans = json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id",
+                                id, "result", res);
+        char *text = json_dumps(ans, 0);
+        json_decref(ans);
+        struct MHD_Response *r = MHD_create_response_from_buffer(
+            strlen(text), text, MHD_RESPMEM_MUST_FREE);
+        MHD_add_response_header(r, "Content-Type", "application/json");
+        MHD_add_response_header(r, "Mcp-Session-Id", "s1");
+        rc = MHD_queue_response(c, 200, r);
+        MHD_destroy_response(r);
+    }
+    json_decref(m);
+    return rc;
+}
+
+static void f_done(void *cls, struct MHD_Connection *c, void **req_cls,
+                   enum MHD_RequestTerminationCode toe)
+{
+    (void)cls, (void)c, (void)toe;
+    freq *q = *req_cls;
+    if (q)
+        free(q->body);
+    free(q);
+    *req_cls = NULL;
+}
+
+static int f_start(fsrv *f, bool no_get)
+{
+    memset(f, 0, sizeof *f);
+    pthread_mutex_init(&f->mu, NULL);
+    pthread_cond_init(&f->cv, NULL);
+    f->no_get = no_get;
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    f->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD |
+                                MHD_USE_THREAD_PER_CONNECTION |
+                                MHD_USE_ERROR_LOG,
+                            0, NULL, NULL, f_handler, f,
+                            MHD_OPTION_SOCK_ADDR, &sa,
+                            MHD_OPTION_NOTIFY_COMPLETED, f_done, f,
+                            MHD_OPTION_END);
+    const union MHD_DaemonInfo *i =
+        f->d ? MHD_get_daemon_info(f->d, MHD_DAEMON_INFO_BIND_PORT) : NULL;
+    f->port = i ? i->port : 0;
+    return f->port ? 0 : -1;
+}
+
+static void f_stop(fsrv *f)
+{
+    pthread_mutex_lock(&f->mu);
+    f->stop = true;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+    if (f->d)
+        MHD_stop_daemon(f->d);
+    pthread_cond_destroy(&f->cv);
+    pthread_mutex_destroy(&f->mu);
+}
+
+static int f_outer(rpc_srv *out, fsrv *f)
+{
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg,
+             "host:\n"
+             "  log_level: debug\n"
+             "  shutdown_grace: 1s\n"
+             "  plugin_reload_min_interval: 0s\n"
+             "plugins:\n"
+             "  - name: mcp\n"
+             "    path: @BUILD@/plugins/mcp.so\n"
+             "    config:\n"
+             "      restart_initial: 50ms\n"
+             "      servers:\n"
+             "        - name: f\n"
+             "          url: http://127.0.0.1:%u/mcp\n"
+             "toolsets:\n"
+             "  - name: public\n"
+             "    tools: [\"*\"]\n",
+             f->port);
+    rpc_opts o = {.config = cfg};
+    return rpc_srv_start(out, &o);
+}
+
+/* A GET stream that ends is opened again with Last-Event-ID; its
+ * list_changed re-lists the tools. */
+static void test_get_stream(void)
+{
+    th_test_timeout(120);
+    fsrv f;
+    CU_ASSERT_FATAL(f_start(&f, false) == 0);
+    rpc_srv out;
+    CU_ASSERT_FATAL(f_outer(&out, &f) == 0);
+    th_rpc_client *c = rpc_connect(&out);
+    CU_ASSERT_FATAL(c != NULL);
+    CU_ASSERT(rpc_log_wait(&out, "server 'f': its GET stream ended (HTTP "
+                                 "status 200): again in 50ms (from its last "
+                                 "event id)",
+                           rpc_wait_ms()));
+    CU_ASSERT(rpc_log_wait(&out, "plugin 'mcp' asked for its tools to be "
+                                 "listed again: server 'f': tools/list "
+                                 "after its list_changed lists other tools",
+                           rpc_wait_ms()));
+    bool grown = false;
+    for (int64_t end = now_ms() + rpc_wait_ms(); !grown && now_ms() < end;)
+        if (!(grown = listed(c, "f_t2")))
+            rpc_log_wait(&out, "mcp g2 changed", 100);
+    CU_ASSERT(grown);
+    pthread_mutex_lock(&f.mu);
+    CU_ASSERT_STRING_EQUAL(f.last_id[0], "");
+    CU_ASSERT_STRING_EQUAL(f.last_id[1], "e1");
+    if (strcmp(f.last_id[1], "e1")) {
+        fprintf(stderr, "\nGETs %u, Last-Event-IDs '%s' '%s'\n", f.gets,
+                f.last_id[0], f.last_id[1]);
+        rpc_dump_log(&out);
+    }
+    pthread_mutex_unlock(&f.mu);
+    th_rpc_client_close(c);
+    /* fini closes the open stream: the host stops in time */
+    CU_ASSERT_EQUAL(rpc_srv_stop(&out, SIGTERM), 0);
+    rpc_srv_free(&out);
+    f_stop(&f);
+}
+
+/* A server without a GET stream (405): logged once, the session lives. */
+static void test_get_405(void)
+{
+    th_test_timeout(60);
+    fsrv f;
+    CU_ASSERT_FATAL(f_start(&f, true) == 0);
+    rpc_srv out;
+    CU_ASSERT_FATAL(f_outer(&out, &f) == 0);
+    th_rpc_client *c = rpc_connect(&out);
+    CU_ASSERT_FATAL(c != NULL);
+    CU_ASSERT(rpc_log_wait(&out, "server 'f' offers no GET stream (HTTP "
+                                 "405)",
+                           rpc_wait_ms()));
+    CU_ASSERT(call_says(c, "[\"f_t1\", {}]", "ok"));
+    CU_ASSERT_EQUAL(rpc_log_count(&out, "offers no GET stream"), 1);
+    pthread_mutex_lock(&f.mu);
+    CU_ASSERT_EQUAL(f.gets, 1);
+    pthread_mutex_unlock(&f.mu);
+    th_rpc_client_close(c);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&out, SIGTERM), 0);
+    rpc_srv_free(&out);
+    f_stop(&f);
+}
+
 void th_suite_mcp_source_oauth(void)
 {
     CU_pSuite s = CU_add_suite("mcp_source_oauth", suite_init, suite_clean);
     CU_add_test(s, "flow", test_flow);
     CU_add_test(s, "expiry", test_expiry);
     CU_add_test(s, "refusals", test_refusals);
+    CU_add_test(s, "get_stream", test_get_stream);
+    CU_add_test(s, "get_405", test_get_405);
 }
