@@ -128,8 +128,12 @@ int mcpsrc_oauth_parse(mcp_srv *s, const json_t *o, const char *who,
                            "%s: oauth: 'scope' must be a string of "
                            "space-separated scopes (at most 1024 bytes)",
                            who);
-    const char *tu = json_string_value(json_object_get(o, "token_url"));
     char w[200];
+    /* the token goes to the server with every request */
+    if (!url_allowed(s->url, w, sizeof w))
+        return th_sdk_errf(err, es, "%s: oauth: the server's url: %s", who,
+                           w);
+    const char *tu = json_string_value(json_object_get(o, "token_url"));
     if (json_object_get(o, "token_url") && (!tu || !url_allowed(tu, w,
                                                                 sizeof w)))
         return th_sdk_errf(err, es, "%s: oauth: 'token_url': %s", who,

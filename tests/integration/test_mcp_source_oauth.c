@@ -704,6 +704,40 @@ static void test_refusals(void)
     as_stop(&a);
 }
 
+/* The server's own url plain http off loopback: the token would cross
+ * the network in the clear, refused at load. */
+static void test_plain_url(void)
+{
+    setenv(SECRET_ENV, SECRET, 1);
+    char *dir = th_test_tmpdir();
+    char text[1024];
+    snprintf(text, sizeof text,
+             "plugins:\n"
+             "  - name: mcp\n"
+             "    path: %s/plugins/mcp.so\n"
+             "    config:\n"
+             "      servers:\n"
+             "        - name: in\n"
+             "          url: http://tools.example/mcp\n"
+             "          oauth: {client_id: " CLIENT ", client_secret_env: "
+             SECRET_ENV "}\n"
+             "toolsets:\n"
+             "  - name: public\n"
+             "    tools: [\"*\"]\n",
+             TH_BUILD_DIR);
+    char *cfg = th_test_write_file(dir, "plain.yaml", text, (size_t)-1);
+    th_test_run r;
+    CU_ASSERT_EQUAL(th_test_toolhost(&r, "list", "-c", cfg, NULL), 0);
+    CU_ASSERT_NOT_EQUAL(r.status, 0);
+    CU_ASSERT(r.err && strstr(r.err, "server 'in': oauth: the server's url: "
+                                     "'http://tools.example/mcp' is plain "
+                                     "http to a host that is not loopback"));
+    th_test_run_free(&r);
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
 /* ---- a plain MCP server for the GET stream ----------------------------------- */
 
 /* Speaks just enough Streamable HTTP: initialize (session "s1"),
@@ -992,6 +1026,7 @@ void th_suite_mcp_source_oauth(void)
     CU_add_test(s, "flow", test_flow);
     CU_add_test(s, "expiry", test_expiry);
     CU_add_test(s, "refusals", test_refusals);
+    CU_add_test(s, "plain_url", test_plain_url);
     CU_add_test(s, "get_stream", test_get_stream);
     CU_add_test(s, "get_405", test_get_405);
 }
