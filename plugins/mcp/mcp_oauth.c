@@ -22,7 +22,8 @@
  * The secret is read from the environment at load and never written to
  * a log or an error.
  *
- * Lock: o->mu, a leaf (never held across a transfer). */
+ * Lock: mcp_oauth.mu, a leaf (never held across a transfer); only the
+ * one fetcher (fetching set) writes the discovered endpoint and resource. */
 #include <curl/curl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -637,7 +638,6 @@ static int fetch(mcp_srv *s, mcp_oauth *a, const char *rm, char *why,
                        ? (int64_t)json_integer_value(ei) * 1000
                        : -1;
     char *t = strdup(tok);
-    memset((char *)tok, 0, strlen(tok));
     json_decref(doc);
     if (!t) {
         snprintf(why, ws, "out of memory");
