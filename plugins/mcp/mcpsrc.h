@@ -191,8 +191,8 @@ int mcpsrc_http_global(bool init);
 /* The supervisor's thread, while the session is up: reads the server's
  * GET stream (server-initiated messages) until stop or http_down; each
  * notifications/tools/list_changed calls relist(s).  Reconnects with
- * back-off when it drops; returns at once after a 405 (logged once per
- * plugin load) only when stop or http_down. */
+ * back-off when it drops; after a 405 (logged once per session) it only
+ * waits.  Returns on stop or http_down. */
 void mcpsrc_http_listen(mcp_srv *s, void (*relist)(mcp_srv *s));
 /* Every page of tools/list: 0 with *tools (owned), or -1. */
 int mcpsrc_http_list(mcp_srv *s, json_t **tools, char *why, size_t ws);
