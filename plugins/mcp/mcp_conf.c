@@ -66,6 +66,11 @@ static int64_t duration_of(const json_t *v)
     return -1;
 }
 
+int64_t mcpsrc_duration(const json_t *v)
+{
+    return duration_of(v);
+}
+
 static bool name_char(char c)
 {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
@@ -121,7 +126,7 @@ static char *find_command(const char *cmd, const char *path)
 
 static const char *const server_keys[] = {
     "name",    "command",         "env",  "cwd", "prefix",
-    "timeout", "max_concurrency", "user", "url", "headers", NULL};
+    "timeout", "max_concurrency", "user", "url", "headers", "oauth", NULL};
 
 static int http_parse(mcp_srv *s, const json_t *o, const char *who,
                       char *err, size_t es)
@@ -176,6 +181,9 @@ static int http_parse(mcp_srv *s, const json_t *o, const char *who,
             return th_sdk_errf(err, es, "out of memory");
         s->headers = l;
     }
+    const json_t *oa = json_object_get(o, "oauth");
+    if (oa && mcpsrc_oauth_parse(s, oa, who, err, es) != 0)
+        return -1;
     return 0;
 }
 
@@ -210,7 +218,7 @@ static int server_parse(mcp_state *st, mcp_srv *s, const json_t *o,
             return th_sdk_errf(err, es,
                         "%s: unknown key '%.64s' (known: name, command, env, "
                         "cwd, prefix, timeout, max_concurrency, user, url, "
-                        "headers)",
+                        "headers, oauth)",
                         who, k);
     }
     if (!(s->name = strdup(name)))
@@ -221,8 +229,10 @@ static int server_parse(mcp_state *st, mcp_srv *s, const json_t *o,
             return -1;
         goto common;
     }
-    if (json_object_get(o, "headers"))
-        return th_sdk_errf(err, es, "%s: 'headers' is for a server with url:", who);
+    if (json_object_get(o, "headers") || json_object_get(o, "oauth"))
+        return th_sdk_errf(err, es, "%s: '%s' is for a server with url:", who,
+                           json_object_get(o, "headers") ? "headers"
+                                                         : "oauth");
     /* command */
     if (!json_is_array(cmd) || json_array_size(cmd) == 0 ||
         json_array_size(cmd) > MAX_ARGV)
@@ -745,6 +755,7 @@ void mcpsrc_state_free(mcp_state *st)
         free(s->cwd);
         free(s->url);
         curl_slist_free_all(s->headers);
+        mcpsrc_oauth_free(s->oauth);
         json_decref(s->tools);
         json_decref(s->served);
         if (s->wake_fd >= 0)

@@ -8,9 +8,16 @@
  * (progress for the call handed to the host at once: the worker owns the
  * call) until the response.  `Mcp-Session-Id` from initialize goes with
  * every later request, `MCP-Protocol-Version` too, and the server's
- * `headers:` (their ${NAME}s taken from the host's environment at load).
- * No GET stream is opened: the server's unsolicited messages are not
- * read; requests a server makes inside a call's stream are not answered.
+ * `headers:` (their ${NAME}s taken from the host's environment at load),
+ * and with `oauth:` the token of mcp_oauth.c (a 401 fetches a new one
+ * and the request goes again, once).  Requests a server makes inside a
+ * call's stream are not answered.
+ *
+ * The GET stream (mcpsrc_http_listen): the supervisor's thread, while
+ * the session is up, reads the server's own messages through libcurl's
+ * multi interface (so stop and mark_down wake it at once through
+ * curl_multi_wakeup, s->get_multi set and woken under s->mu); a
+ * list_changed there re-lists the tools in that same thread.
  *
  * Budgets: one message (an event or the body) at most max_message bytes,
  * else the transfer ends and that call fails (logged); the call's
@@ -41,6 +48,12 @@ typedef struct http_rx {
     size_t len, cap;
     bool sse;
     char session[160];     /* Mcp-Session-Id seen, "" if none */
+    char rm[512];          /* a 401's resource_metadata URL, "" if none */
+    bool listen;           /* the GET stream: list_changed is noted */
+    bool relist;           /* it said notifications/tools/list_changed */
+    uint64_t n_events;     /* events read (the GET stream) */
+    char last_id[128];     /* the last event id ("" none) */
+    bool auth_failed;      /* no OAuth token could be had (why says) */
 } http_rx;
 
 static void dispatch(http_rx *rx, const char *text, size_t len)
@@ -61,6 +74,12 @@ static void dispatch(http_rx *rx, const char *text, size_t len)
     if (!method && json_is_integer(id) &&
         json_integer_value(id) == rx->want_id && !rx->answer) {
         rx->answer = m;
+        return;
+    }
+    if (method && rx->listen &&
+        !strcmp(method, "notifications/tools/list_changed")) {
+        rx->relist = true;
+        json_decref(m);
         return;
     }
     if (method && !strcmp(method, "notifications/progress") && rx->call) {
@@ -111,7 +130,16 @@ static void parse_sse(http_rx *rx)
             size_t n = (size_t)(le - r);
             if (n && r[n - 1] == '\r')
                 n--;
-            if (n >= 5 && !memcmp(r, "data:", 5)) {
+            if (n >= 3 && !memcmp(r, "id:", 3)) {
+                size_t off = (n > 3 && r[3] == ' ') ? 4 : 3;
+                bool ok = n - off < sizeof rx->last_id;
+                for (size_t i = off; ok && i < n; i++)
+                    ok = r[i] > 0x20 && r[i] < 0x7f;
+                if (ok) {
+                    memcpy(rx->last_id, r + off, n - off);
+                    rx->last_id[n - off] = '\0';
+                }
+            } else if (n >= 5 && !memcmp(r, "data:", 5)) {
                 size_t off = (n > 5 && r[5] == ' ') ? 6 : 5;
                 if (any)
                     *w++ = '\n';
@@ -121,8 +149,10 @@ static void parse_sse(http_rx *rx)
             }
             r = nl ? nl + 1 : end;
         }
-        if (any)
+        if (any) {
+            rx->n_events++;
             dispatch(rx, data, (size_t)(w - data));
+        }
         start = (size_t)(end - rx->buf) + skip;
     }
     if (start) {
@@ -161,8 +191,18 @@ static size_t on_header(char *ptr, size_t size, size_t n, void *ud)
 {
     http_rx *rx = ud;
     size_t len = size * n;
-    static const char sid[] = "mcp-session-id:", ct[] = "content-type:";
-    if (len > sizeof sid - 1 && !strncasecmp(ptr, sid, sizeof sid - 1)) {
+    static const char sid[] = "mcp-session-id:", ct[] = "content-type:",
+                      wa[] = "www-authenticate:";
+    if (len > sizeof wa - 1 && !strncasecmp(ptr, wa, sizeof wa - 1)) {
+        /* resource_metadata="URL" (RFC 9728 5.1) */
+        const char *p = memmem(ptr, len, "resource_metadata=\"", 19);
+        const char *e = p ? memchr(p + 19, '"', len - (size_t)(p + 19 - ptr))
+                          : NULL;
+        if (e && (size_t)(e - p - 19) < sizeof rx->rm) {
+            memcpy(rx->rm, p + 19, (size_t)(e - p - 19));
+            rx->rm[e - p - 19] = '\0';
+        }
+    } else if (len > sizeof sid - 1 && !strncasecmp(ptr, sid, sizeof sid - 1)) {
         const char *v = ptr + sizeof sid - 1;
         size_t vl = len - (sizeof sid - 1);
         while (vl && (*v == ' ' || *v == '\t'))
@@ -196,21 +236,18 @@ static int on_xfer(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut,
     return 0;
 }
 
-/* POSTs `msg`; the HTTP status, or -1 with why (a transport failure, a
- * budget, the call's end).  rx->answer holds the response to want_id. */
-static long post(mcp_srv *s, json_t *msg, http_rx *rx, char *why, size_t ws)
+/* The request's headers: Content-Type for a POST, `accept`, the
+ * session's, the server's `headers:`, the OAuth token line `auth` and
+ * `extra` (NULL: none). */
+static struct curl_slist *headers_for(mcp_srv *s, bool post_,
+                                      const char *accept, const char *auth,
+                                      const char *extra)
 {
-    char *body = json_dumps(msg, JSON_COMPACT);
-    CURL *c = curl_easy_init();
-    struct curl_slist *h = NULL;
-    long status = -1;
-    if (!body || !c) {
-        snprintf(why, ws, "out of memory");
-        goto out;
-    }
     char line[256];
-    h = curl_slist_append(h, "Content-Type: application/json");
-    h = curl_slist_append(h, "Accept: application/json, text/event-stream");
+    struct curl_slist *h = NULL;
+    if (post_)
+        h = curl_slist_append(h, "Content-Type: application/json");
+    h = curl_slist_append(h, accept);
     pthread_mutex_lock(&s->mu);
     if (s->session[0]) {
         snprintf(line, sizeof line, "Mcp-Session-Id: %s", s->session);
@@ -220,9 +257,45 @@ static long post(mcp_srv *s, json_t *msg, http_rx *rx, char *why, size_t ws)
     pthread_mutex_unlock(&s->mu);
     for (struct curl_slist *e = s->headers; e; e = e->next)
         h = curl_slist_append(h, e->data);
+    if (auth)
+        h = curl_slist_append(h, auth);
+    if (extra)
+        h = curl_slist_append(h, extra);
+    return h;
+}
+
+/* The answer of a try that got 401 is forgotten before the next. */
+static void rx_reset(http_rx *rx)
+{
+    json_decref(rx->answer);
+    rx->answer = NULL;
+    rx->len = 0;
+    rx->sse = false;
+}
+
+/* POSTs `msg`; the HTTP status, or -1 with why (a transport failure, a
+ * budget, the call's end, no OAuth token).  rx->answer holds the
+ * response to want_id.  With oauth: a 401 fetches a new token and the
+ * request is sent again, once. */
+static long post(mcp_srv *s, json_t *msg, http_rx *rx, char *why, size_t ws)
+{
+    char *body = json_dumps(msg, JSON_COMPACT);
+    CURL *c = curl_easy_init();
+    struct curl_slist *h = NULL;
+    char *auth = NULL;
+    uint64_t gen = 0;
+    long status = -1;
+    if (!body || !c) {
+        snprintf(why, ws, "out of memory");
+        goto out;
+    }
+    if (s->oauth &&
+        mcpsrc_oauth_auth(s, false, &gen, NULL, &auth, why, ws) != 0) {
+        rx->auth_failed = true;
+        goto out;
+    }
     curl_easy_setopt(c, CURLOPT_URL, s->url);
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, rx);
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
@@ -237,17 +310,40 @@ static long post(mcp_srv *s, json_t *msg, http_rx *rx, char *why, size_t ws)
                      (long)s->st->start_timeout_ms);
     char ebuf[CURL_ERROR_SIZE] = "";
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, ebuf);
-    CURLcode rc = curl_easy_perform(c);
-    if (rc != CURLE_OK) {
-        snprintf(why, ws, "%s",
-                 rx->too_big     ? "sent a message over max_message"
-                 : rx->cancelled ? "cancelled"
-                 : rx->timed_out ? "did not answer in time"
-                 : ebuf[0]       ? ebuf
-                                 : curl_easy_strerror(rc));
-        goto out;
+    for (int attempt = 0;; attempt++) {
+        h = headers_for(s, true,
+                        "Accept: application/json, text/event-stream", auth,
+                        NULL);
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+        CURLcode rc = curl_easy_perform(c);
+        if (rc != CURLE_OK) {
+            snprintf(why, ws, "%s",
+                     rx->too_big     ? "sent a message over max_message"
+                     : rx->cancelled ? "cancelled"
+                     : rx->timed_out ? "did not answer in time"
+                     : ebuf[0]       ? ebuf
+                                     : curl_easy_strerror(rc));
+            goto out;
+        }
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+        if (status != 401 || !s->oauth || attempt > 0)
+            break;
+        /* the token (or its absence) refused: a new one, then once more */
+        th_sdk_log(s->st->host, TOOLHOST_LOG_DEBUG,
+                   "server '%s' answered 401 to a request %s: fetching a "
+                   "token", s->name, auth ? "with a token" : "without one");
+        rx_reset(rx);
+        curl_slist_free_all(h);
+        h = NULL;
+        free(auth);
+        auth = NULL;
+        if (mcpsrc_oauth_auth(s, true, &gen, rx->rm, &auth, why, ws) != 0) {
+            rx->auth_failed = true;
+            status = -1;
+            goto out;
+        }
+        status = -1;
     }
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
     if (!rx->sse && rx->len)
         dispatch(rx, rx->buf, rx->len);
     else if (rx->sse && rx->len) {
@@ -265,6 +361,7 @@ out:
     curl_slist_free_all(h);
     if (c)
         curl_easy_cleanup(c);
+    free(auth);
     free(body);
     free(rx->buf);
     rx->buf = NULL;
@@ -281,6 +378,7 @@ static void mark_down(mcp_srv *s, const char *why)
         s->http_down = true;
         snprintf(s->why, sizeof s->why, "%.200s", why);
         pthread_cond_broadcast(&s->cv);
+        mcpsrc_http_wake(s);
     }
     pthread_mutex_unlock(&s->mu);
 }
@@ -304,7 +402,10 @@ static int hs_request(mcp_srv *s, const char *method, json_t *params,
     if (st < 0 || st != 200 || !rx.answer) {
         if (st >= 0)
             snprintf(w, sizeof w, "HTTP status %ld%s", st,
-                     rx.answer ? "" : " without a response");
+                     st == 401 && s->oauth
+                         ? " (the server refused a fresh OAuth token too)"
+                     : rx.answer ? ""
+                                 : " without a response");
         snprintf(why, ws, "%s: %s", method, w);
         json_decref(rx.answer);
         return -1;
@@ -355,9 +456,16 @@ int mcpsrc_http_handshake(mcp_srv *s, json_t **tools, char *why, size_t ws)
                  st < 0 ? w : "refused");
         return -1;
     }
+    return has_tools ? mcpsrc_http_list(s, tools, why, ws)
+                     : (*tools = json_array()) ? 0 : -1;
+}
+
+int mcpsrc_http_list(mcp_srv *s, json_t **tools, char *why, size_t ws)
+{
+    json_t *res;
     json_t *all = json_array();
     char *cursor = NULL;
-    for (int page = 0; all && has_tools && page < 100; page++) {
+    for (int page = 0; all && page < 100; page++) {
         json_t *p = cursor ? json_pack("{s:s}", "cursor", cursor)
                            : json_object();
         free(cursor);
@@ -430,6 +538,10 @@ int mcpsrc_http_call(mcp_srv *s, const char *remote, toolhost_call *call,
         *error = "server_error";
         return -1;
     }
+    if (rx.auth_failed) { /* the session is fine; no token now */
+        *error = "server_error";
+        return -1;
+    }
     if (st < 0 || st == 404) {
         char down[300];
         if (st == 404)
@@ -441,8 +553,200 @@ int mcpsrc_http_call(mcp_srv *s, const char *remote, toolhost_call *call,
     }
     *error = "server_error";
     if (!rx.answer)
-        snprintf(why, ws, "HTTP status %ld without a response", st);
+        snprintf(why, ws, "HTTP status %ld without a response%s", st,
+                 st == 401 && s->oauth
+                     ? " (the server refused a fresh OAuth token too)"
+                     : "");
     return -1;
+}
+
+/* ---- the GET stream -------------------------------------------------------- */
+
+void mcpsrc_http_wake(mcp_srv *s)
+{
+    if (s->get_multi)
+        curl_multi_wakeup(s->get_multi);
+}
+
+static bool listen_over(mcp_srv *s)
+{
+    pthread_mutex_lock(&s->mu);
+    bool over = s->stop || s->http_down;
+    pthread_mutex_unlock(&s->mu);
+    return over;
+}
+
+/* Waits up to ms for stop or http_down: true when one came. */
+static bool listen_wait(mcp_srv *s, int64_t ms)
+{
+    int64_t end = ms < 0 ? -1 : mcpsrc_now_ms() + ms;
+    pthread_mutex_lock(&s->mu);
+    while (!s->stop && !s->http_down) {
+        if (end < 0) {
+            pthread_cond_wait(&s->cv, &s->mu);
+            continue;
+        }
+        int64_t left = end - mcpsrc_now_ms();
+        if (left <= 0)
+            break;
+        struct timespec ts; /* s->cv runs on CLOCK_MONOTONIC */
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += left / 1000;
+        ts.tv_nsec += (left % 1000) * 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    }
+    bool over = s->stop || s->http_down;
+    pthread_mutex_unlock(&s->mu);
+    return over;
+}
+
+/* One GET stream until it ends, stop or http_down: its HTTP status (-1:
+ * a transport failure, why says).  Each list_changed calls relist(). */
+static long listen_once(mcp_srv *s, http_rx *rx, const char *auth,
+                        void (*relist)(mcp_srv *), char *why, size_t ws)
+{
+    CURL *c = curl_easy_init();
+    CURLM *m = curl_multi_init();
+    char last[160] = "";
+    if (rx->last_id[0])
+        snprintf(last, sizeof last, "Last-Event-ID: %s", rx->last_id);
+    struct curl_slist *h = headers_for(s, false, "Accept: text/event-stream",
+                                       auth, last[0] ? last : NULL);
+    long status = -1;
+    if (!c || !m) {
+        snprintf(why, ws, "out of memory");
+        goto out;
+    }
+    curl_easy_setopt(c, CURLOPT_URL, s->url);
+    curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, rx);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, rx);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
+                     (long)s->st->start_timeout_ms);
+    char ebuf[CURL_ERROR_SIZE] = "";
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, ebuf);
+    curl_multi_add_handle(m, c);
+    pthread_mutex_lock(&s->mu);
+    s->get_multi = m;
+    pthread_mutex_unlock(&s->mu);
+    CURLcode res = CURLE_OK;
+    bool done = false;
+    while (!done && !listen_over(s)) {
+        int running = 0;
+        if (curl_multi_perform(m, &running) != CURLM_OK)
+            break;
+        int q;
+        CURLMsg *msg;
+        while ((msg = curl_multi_info_read(m, &q)))
+            if (msg->msg == CURLMSG_DONE) {
+                res = msg->data.result;
+                done = true;
+            }
+        if (rx->relist) {
+            rx->relist = false;
+            relist(s);
+        }
+        if (!done && !running)
+            done = true;
+        if (!done)
+            curl_multi_poll(m, NULL, 0, 1000, NULL);
+    }
+    pthread_mutex_lock(&s->mu);
+    s->get_multi = NULL;
+    pthread_mutex_unlock(&s->mu);
+    if (done && res == CURLE_OK)
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    else if (done)
+        snprintf(why, ws, "%s",
+                 rx->too_big ? "an event over max_message"
+                 : ebuf[0]   ? ebuf
+                             : curl_easy_strerror(res));
+    else
+        snprintf(why, ws, "closed");
+    curl_multi_remove_handle(m, c);
+out:
+    curl_slist_free_all(h);
+    if (c)
+        curl_easy_cleanup(c);
+    if (m)
+        curl_multi_cleanup(m);
+    free(rx->buf);
+    rx->buf = NULL;
+    rx->len = rx->cap = 0;
+    return status;
+}
+
+void mcpsrc_http_listen(mcp_srv *s, void (*relist)(mcp_srv *s))
+{
+    const toolhost_host_api *host = s->st->host;
+    int64_t delay = s->st->restart_initial_ms;
+    char *auth = NULL;
+    uint64_t gen = 0;
+    bool refused = false;
+    char rm[512] = "", last_id[128] = "";
+    while (!listen_over(s)) {
+        char why[256] = "";
+        free(auth);
+        auth = NULL;
+        if (s->oauth && mcpsrc_oauth_auth(s, refused, &gen, rm, &auth, why,
+                                          sizeof why) != 0) {
+            /* logged by mcp_oauth.c; the next try after the back-off */
+            if (listen_wait(s, delay))
+                break;
+            delay = delay * 2 < s->st->restart_max_ms ? delay * 2
+                                                      : s->st->restart_max_ms;
+            continue;
+        }
+        http_rx rx = {.s = s, .want_id = -1, .deadline = -1, .listen = true};
+        snprintf(rx.last_id, sizeof rx.last_id, "%s", last_id);
+        int64_t t0 = mcpsrc_now_ms();
+        long st = listen_once(s, &rx, auth, relist, why, sizeof why);
+        snprintf(last_id, sizeof last_id, "%s", rx.last_id);
+        json_decref(rx.answer);
+        if (listen_over(s))
+            break;
+        refused = st == 401 && s->oauth && !refused;
+        if (refused) {
+            snprintf(rm, sizeof rm, "%s", rx.rm);
+            continue; /* a new token, at once, once */
+        }
+        if (st == 405) {
+            th_sdk_log(host, TOOLHOST_LOG_INFO,
+                       "server '%s' offers no GET stream (HTTP 405): its "
+                       "list_changed is not seen (a reload of the config "
+                       "lists its tools again)",
+                       s->name);
+            listen_wait(s, -1);
+            break;
+        }
+        if (st == 404) {
+            mark_down(s, "its session is gone (HTTP 404 on the GET stream)");
+            break;
+        }
+        if (rx.n_events || mcpsrc_now_ms() - t0 > s->st->restart_max_ms)
+            delay = s->st->restart_initial_ms; /* it worked for a while */
+        if (st >= 0)
+            snprintf(why, sizeof why, "HTTP status %ld", st);
+        th_sdk_log(host, TOOLHOST_LOG_INFO,
+                   "server '%s': its GET stream ended (%s): again in %lldms%s",
+                   s->name, why, (long long)delay,
+                   last_id[0] ? " (from its last event id)" : "");
+        if (listen_wait(s, delay))
+            break;
+        delay = delay * 2 < s->st->restart_max_ms ? delay * 2
+                                                  : s->st->restart_max_ms;
+    }
+    free(auth);
 }
 
 int mcpsrc_http_global(bool init)

@@ -969,6 +969,20 @@ static void relist_while_up(mcp_srv *s)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* An HTTP server said list_changed on its GET stream: every page of
+ * tools/list, compared with what the generation serves. */
+static void relist_http(mcp_srv *s)
+{
+    json_t *all = NULL;
+    char why[256];
+    if (mcpsrc_http_list(s, &all, why, sizeof why) == 0)
+        tools_update_ex(s, all, "tools/list after its list_changed", false);
+    else
+        th_sdk_log(s->st->host, TOOLHOST_LOG_WARN,
+                   "server '%s' said its tool list changed; listing it "
+                   "again failed: %s", s->name, why);
+}
+
 /* A server with url: a session (initialize, tools/list), kept until a
  * call finds it gone (http_down), then a new one after the back-off. */
 static void *supervise_http(mcp_srv *s)
@@ -1000,6 +1014,11 @@ static void *supervise_http(mcp_srv *s)
             s->state = SRV_UP;
             s->first_done = true;
             pthread_cond_broadcast(&s->cv);
+            pthread_mutex_unlock(&s->mu);
+            /* the server's own messages, until stop or a call finds the
+             * session gone */
+            mcpsrc_http_listen(s, relist_http);
+            pthread_mutex_lock(&s->mu);
             while (!s->stop && !s->http_down)
                 pthread_cond_wait(&s->cv, &s->mu);
             snprintf(why, sizeof why, "%s", s->why);
@@ -1182,6 +1201,7 @@ void mcpsrc_servers_stop(mcp_state *st)
         pthread_mutex_lock(&s->mu);
         s->stop = true;
         pthread_cond_broadcast(&s->cv);
+        mcpsrc_http_wake(s);
         for (mcp_pend *p = s->pending; p; p = p->next)
             pthread_cond_signal(&p->cv);
         pthread_mutex_unlock(&s->mu);

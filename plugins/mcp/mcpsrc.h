@@ -12,7 +12,9 @@
  * counted.  A call of a stdio server (mcp_call.c) is suspended and handed
  * to the server's reader, which ends it: with the answer, or cancelled,
  * timed out, or failed when the server goes away.  A server with url:
- * (mcp_http.c) has a supervisor too, but no process and no reader.
+ * (mcp_http.c) has a supervisor too, but no process and no reader: the
+ * supervisor reads the session's GET stream itself; with `oauth:`
+ * (mcp_oauth.c) its requests carry a client-credentials token.
  *
  * Lock order: srv->mu, then srv->wmu (the writer of the server's stdin).
  * The host's callbacks are never called with srv->mu held, except
@@ -34,6 +36,7 @@
 
 struct curl_slist;
 typedef struct mcp_state mcp_state;
+typedef struct mcp_oauth mcp_oauth;
 typedef struct mcp_srv mcp_srv;
 
 struct mcp_tool;
@@ -77,6 +80,7 @@ struct mcp_srv {
     char *prefix;
     char *url;          /* Streamable HTTP: the endpoint (NULL: stdio) */
     struct curl_slist *headers; /* HTTP: "Name: value" lines           */
+    mcp_oauth *oauth;   /* HTTP: client credentials (NULL: none)     */
     char **argv;        /* NULL-terminated, argv[0] a path (stdio)   */
     char **envp;        /* NULL-terminated NAME=VALUE                */
     char *cwd;
@@ -113,6 +117,8 @@ struct mcp_srv {
                            generation of the plugin)                */
     char session[160];  /* HTTP: Mcp-Session-Id ("" before initialize) */
     bool http_down;     /* HTTP: a call found the server gone        */
+    void *get_multi;    /* HTTP: the GET stream's CURLM while it is
+                           open (woken by stop and by mark_down)     */
     /* counters for rate-limited log lines (reader thread only) */
     uint64_t n_dropped, n_unknown_id, n_bad_json, n_stderr;
 
@@ -151,6 +157,22 @@ int mcpsrc_build_tools(mcp_state *st, char *err, size_t err_size);
 void mcpsrc_state_free(mcp_state *st);
 
 int64_t mcpsrc_now_ms(void);
+/* "500ms", "30s", "2m", "1h", "0", or whole seconds: ms, or -1. */
+int64_t mcpsrc_duration(const json_t *v);
+
+/* mcp_oauth.c (a server with url: and oauth:) */
+int mcpsrc_oauth_parse(mcp_srv *s, const json_t *o, const char *who,
+                       char *err, size_t es);
+void mcpsrc_oauth_free(mcp_oauth *a);
+/* The Authorization header line for the next request: 0 with *line
+ * (malloc'd; NULL: send none yet, the server's 401 starts the flow) and
+ * *gen (the token's generation), or -1 with why (which step failed).
+ * `refused`: the server answered 401 to the token of generation *gen (0:
+ * none sent), `rm` the resource_metadata URL that 401 named ("" none): a
+ * new token is fetched, or taken from a fetch of another thread.  Any
+ * thread; may block for one fetch (oauth.timeout per transfer). */
+int mcpsrc_oauth_auth(mcp_srv *s, bool refused, uint64_t *gen,
+                      const char *rm, char **line, char *why, size_t ws);
 
 /* mcp_server.c */
 int mcpsrc_servers_start(mcp_state *st, char *err, size_t err_size);
@@ -166,6 +188,16 @@ void mcpsrc_pend_del(mcp_srv *s, mcp_pend *p);
 
 /* mcp_http.c (servers with url:) */
 int mcpsrc_http_global(bool init);
+/* The supervisor's thread, while the session is up: reads the server's
+ * GET stream (server-initiated messages) until stop or http_down; each
+ * notifications/tools/list_changed calls relist(s).  Reconnects with
+ * back-off when it drops; after a 405 (logged once per session) it only
+ * waits.  Returns on stop or http_down. */
+void mcpsrc_http_listen(mcp_srv *s, void (*relist)(mcp_srv *s));
+/* Every page of tools/list: 0 with *tools (owned), or -1. */
+int mcpsrc_http_list(mcp_srv *s, json_t **tools, char *why, size_t ws);
+/* Wakes the GET stream's wait (s->mu held). */
+void mcpsrc_http_wake(mcp_srv *s);
 /* initialize, initialized, tools/list: 0 with *tools (owned), or -1. */
 int mcpsrc_http_handshake(mcp_srv *s, json_t **tools, char *why, size_t ws);
 /* One tools/call: 0 with *answer (owned), or -1 with *error (a meta
