@@ -332,7 +332,7 @@ test-stress: deps
 # TEST_JOBS, or with SUITES=..., one runner per kind as before.
 TEST_JOBS ?=
 SLOW_SUITES ?= deb cli exec cli_perm isolation nats_fleet mcp_source nats rpc mcp_http manager code mcp check_child rpc_limits \
-	hostile_input sdk_cxx mcp_http_limits iso_init_tools openapi mcp_oauth
+	hostile_input sdk_cxx mcp_http_limits iso_init_tools openapi mcp_oauth mcp_source_oauth
 # Suites that must run first, alone (scripts/run-suites): none.  The NATS
 # suites once did; they now wait on events with budgets scaled by
 # th_test_ms() and run beside the others (20 of 20 beside rpc and a hog).
