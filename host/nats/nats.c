@@ -2481,7 +2481,8 @@ static void nats_free(th_nats *f)
         natsSubscription_Destroy(f->srv[i]);
     for (size_t i = 0; f->ts && i < f->n_ts; i++)
         for (int m = 0; m < TH_FC_N; m++)
-            natsSubscription_Destroy(f->ts[i].csub[m]);
+            if (f->ts[i].csub[m])
+                natsSubscription_Destroy(f->ts[i].csub[m]);
     while (f->sess) {
         nt_sess *x = f->sess;
         f->sess = x->next;
