@@ -29,6 +29,9 @@
  * the replies of calls that arrived with others waiting behind them
  * (reply_conn), written together by the client's flusher; each call's
  * replies stay on the connection it got (nt_call.nc), in order.
+ * What the toolsets' plugins offer besides tools (resources, prompts,
+ * completion) is answered on <prefix>[.u.<user>].<toolset>.<method>
+ * (on_content), by th_front_content() as on the RPC front.
  * Lock order: eps_mu, then mu; kv_mu alone; slow_mu,
  * then eps_mu only tried; sess_mu alone; tasks_mu alone; note_mu alone. */
 #include <errno.h>
