@@ -29,6 +29,9 @@
  * the replies of calls that arrived with others waiting behind them
  * (reply_conn), written together by the client's flusher; each call's
  * replies stay on the connection it got (nt_call.nc), in order.
+ * What the toolsets' plugins offer besides tools (resources, prompts,
+ * completion) is answered on <prefix>[.u.<user>].<toolset>.<method>
+ * (on_content), by th_front_content() as on the RPC front.
  * Lock order: eps_mu, then mu; kv_mu alone; slow_mu,
  * then eps_mu only tried; sess_mu alone; tasks_mu alone; note_mu alone. */
 #include <errno.h>
@@ -50,8 +53,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "front/content.h"
 #include "front/nats.h"
 #include "front/nats_config.h"
+#include "front/rpc.h"
 #include "th/codec.h"
 #include "th/json.h"
 #include "th/log.h"
@@ -59,12 +64,23 @@
 
 #define QUEUE "toolhost"
 
-typedef struct nt_ts {
+typedef struct nt_ts nt_ts;
+
+/* One content subject of a toolset: <prefix>[.u.*].<toolset>.<method>
+ * (on_content). */
+typedef struct nt_cref {
+    nt_ts *ts;
+    th_fc_method m;
+} nt_cref;
+
+struct nt_ts {
     struct th_nats *f;
     const th_toolset_cfg *cfg;
     th_session *s; /* lists the tools; the calls' session when no
                       nats.users (every call as nats.as_user) */
-} nt_ts;
+    nt_cref cref[TH_FC_N];
+    natsSubscription *csub[TH_FC_N]; /* NULL: not subscribed */
+};
 
 /* A NATS user's session in one toolset (nats.users), opened at its first
  * call and closed at stop; under sess_mu. */
@@ -1318,6 +1334,135 @@ static void on_direct(natsConnection *nc, natsSubscription *sub,
     natsMsg_Destroy(msg);
 }
 
+/* ---- Resources, prompts and completion --------------------------------- */
+
+/* <prefix>[.u.<user>].<toolset>.{resources.list, resources.templates,
+ * resources.read, prompts.list, prompts.get, completion.complete} in the
+ * queue group: what the plugins of the toolset offer besides tools
+ * (docs/scale.md, "Resources, prompts and completion").  The body is the
+ * msgpack-RPC method's params array (empty: []); the reply, on the
+ * caller's inbox, is its result with Toolhost-Kind: content, or
+ * {ok: false, error: {code, message}} with Toolhost-Kind: result, as a
+ * refused call's.  Served in the caller's session of the toolset
+ * (user_session), so it sees the plugins of the toolsets it may use and
+ * nothing else; the plugin's read(), get() or complete() runs on this
+ * delivery thread (plugin.h: they never block).  An answer past the
+ * server's max_payload could not be delivered: it is refused
+ * (limit_exceeded) and logged instead. */
+
+static void sub_track(th_nats *f, natsSubscription *sub);
+static const char *tf(natsStatus st);
+
+/* Room left in a message for its headers and the error form's keys. */
+#define NT_CONTENT_HEADROOM 256
+
+static void on_content(natsConnection *nc, natsSubscription *sub,
+                       natsMsg *msg, void *closure)
+{
+    (void)sub;
+    nt_cref *cr = closure;
+    nt_ts *ts = cr->ts;
+    th_nats *f = ts->f;
+    const char *method = th_fc_names[cr->m];
+    const char *reply = natsMsg_GetReply(msg);
+    if (!reply || !*reply) { /* nowhere to answer: nothing to do */
+        natsMsg_Destroy(msg);
+        return;
+    }
+    /* who asks (the user token, which only that user may publish on),
+     * and a reply subject of theirs: else not answered (caller_of) */
+    const char *user = caller_of(f, msg, true);
+    if (!user) {
+        natsMsg_Destroy(msg);
+        return;
+    }
+    bool entered = handler_enter(f);
+    if (!entered || atomic_load(&f->quiesced)) {
+        if (entered)
+            handler_leave(f);
+        publish_error(f, nc, reply, TH_ECANCELLED,
+                      "the host is stopping: the request was not served");
+        natsMsg_Destroy(msg);
+        return;
+    }
+    const char *data = natsMsg_GetData(msg);
+    size_t len = (size_t)natsMsg_GetDataLength(msg);
+    int64_t maxp = natsConnection_GetMaxPayload(nc);
+    msgpack_unpacked up;
+    msgpack_unpacked_init(&up);
+    static const char empty_array = (char)0x90;
+    if (!len) { /* no body: no params */
+        data = &empty_array;
+        len = 1;
+    }
+    size_t off = 0;
+    th_buf r = TH_BUF_INIT;
+    th_error err;
+    th_error_clear(&err);
+    int rc;
+    if (msgpack_unpack_next(&up, data, len, &off) != MSGPACK_UNPACK_SUCCESS ||
+        off != len) {
+        rc = th_error_set(&err, TH_EINVAL, "%s: the body must be one msgpack "
+                          "value, the params array (%zu bytes that are not)",
+                          method, len);
+    } else if (up.data.type != MSGPACK_OBJECT_ARRAY) {
+        rc = th_error_set(&err, TH_EINVAL, "%s: the body must be the params "
+                          "array (as msgpack-RPC's), got %s", method,
+                          th_rpc_obj_kind(&up.data));
+    } else {
+        th_session *s = user_session(f, ts, user);
+        /* the blocks may fill half a message, as on the RPC front half
+         * of a client's output budget */
+        size_t budget = maxp > 1 ? (size_t)maxp / 2 : 0;
+        rc = s ? th_front_content(s, cr->m, &up.data, budget, &r, &err)
+               : th_error_set(&err, TH_ENOMEM, "out of memory");
+    }
+    msgpack_unpacked_destroy(&up);
+    if (rc == 0 && maxp > 0 &&
+        r.len + NT_CONTENT_HEADROOM > (uint64_t)maxp) {
+        char why[200];
+        snprintf(why, sizeof why, "its answer to %s on toolset %s (%zu "
+                 "bytes) is past the NATS server's max_payload (%lld "
+                 "bytes)", method, ts->cfg->name, r.len, (long long)maxp);
+        note_refusal(f, user, why);
+        rc = th_error_set(&err, TH_ELIMIT, "the answer (%zu bytes) is past "
+                          "the NATS server's max_payload (%lld bytes): "
+                          "refused", r.len, (long long)maxp);
+    }
+    if (rc == 0)
+        publish(f, nc, reply, "content", NULL, r.data, r.len);
+    else
+        publish_error(f, nc, reply, rc, err.msg);
+    th_buf_destroy(&r);
+    natsMsg_Destroy(msg);
+    handler_leave(f);
+}
+
+/* th_nats_start: the content subjects of toolset ts.  0, or the error
+ * set. */
+static int subscribe_content(th_nats *f, nt_ts *ts, th_error *err)
+{
+    for (int m = 0; m < TH_FC_N; m++) {
+        char subj[512];
+        int n = snprintf(subj, sizeof subj, "%s%s.%s.%s", f->nc_cfg->prefix,
+                         f->per_user ? ".u.*" : "", ts->cfg->name,
+                         th_fc_names[m]);
+        if (n < 0 || (size_t)n >= sizeof subj)
+            return th_error_set(err, TH_ECONFIG, "nats: the subject of "
+                                "toolset %s is too long", ts->cfg->name);
+        ts->cref[m] = (nt_cref){.ts = ts, .m = (th_fc_method)m};
+        natsStatus st = natsConnection_QueueSubscribe(
+            &ts->csub[m], f->nc, subj, QUEUE, on_content, &ts->cref[m]);
+        if (st != NATS_OK) {
+            ts->csub[m] = NULL;
+            return th_error_set(err, TH_EIO, "nats: cannot subscribe to %s: "
+                                "%s", subj, tf(st));
+        }
+        sub_track(f, ts->csub[m]);
+    }
+    return 0;
+}
+
 /* ---- `ask` rules ------------------------------------------------------- */
 
 /* th_front_ops.ask_permission of a toolset's session.  A caller that sent
@@ -2337,6 +2482,10 @@ static void nats_free(th_nats *f)
         ep_free(f->eps[i]);
     for (size_t i = 0; i < f->n_srv; i++)
         natsSubscription_Destroy(f->srv[i]);
+    for (size_t i = 0; f->ts && i < f->n_ts; i++)
+        for (int m = 0; m < TH_FC_N; m++)
+            if (f->ts[i].csub[m])
+                natsSubscription_Destroy(f->ts[i].csub[m]);
     while (f->sess) {
         nt_sess *x = f->sess;
         f->sess = x->next;
@@ -2795,6 +2944,8 @@ int th_nats_start(th_host *h, const th_config *cfg, th_nats **out,
     for (size_t i = 0; rc == 0 && i < f->n_ts; i++)
         rc = resync_locked(f, &f->ts[i], false, err);
     pthread_mutex_unlock(&f->eps_mu);
+    for (size_t i = 0; rc == 0 && i < f->n_ts; i++)
+        rc = subscribe_content(f, &f->ts[i], err);
     if (rc == 0)
         rc = subscribe_host(f, err);
     if (rc == 0 && natsConnection_Status(f->nc) ==
@@ -2840,6 +2991,10 @@ void th_nats_quiesce(th_nats *f)
     for (size_t i = 0; i < f->n_eps; i++)
         if (f->eps[i]->live)
             sub_drain(f->eps[i]->sub);
+    for (size_t i = 0; i < f->n_ts; i++) /* and the content subjects */
+        for (int m = 0; m < TH_FC_N; m++)
+            if (f->ts[i].csub[m])
+                sub_drain(f->ts[i].csub[m]);
     pthread_mutex_unlock(&f->eps_mu);
     flush_now(f);
     if (f->nc) /* (not for a start that failed) */
