@@ -158,6 +158,24 @@ static void rpc_round(bool isolated)
                              "\"down\", \"raw\": true}", &r);
     CU_ASSERT(res && message_is(res, "down tail?"));
     rpc_res_free(&r);
+    /* a long stderr: the message is its first 2000 bytes */
+    {
+        char *a = malloc(6000);
+        int w = snprintf(a, 6000, "{\"status\": \"unavailable\", "
+                                  "\"message\": \"");
+        memset(a + w, 'x', 5000);
+        snprintf(a + w + 5000, 6000 - (size_t)w - 5000, "\"}");
+        char p[6100];
+        snprintf(p, sizeof p, "[\"ec_status\", %s]", a);
+        free(a);
+        CU_ASSERT(rpc_call(c, "tools.call", p, &r) == 0 && r.res);
+        const char *m;
+        size_t n = 0;
+        CU_ASSERT(r.res && rpc_tool_error_is(r.res, "unavailable") &&
+                  th_rpc_obj_str(err_key(r.res, "message"), &m, &n) &&
+                  n == 2000 && m[0] == 'x' && m[1999] == 'x');
+        rpc_res_free(&r);
+    }
     /* set_retry_after() after complete(): refused, logged */
     res = ec(c, "ec_status", "{\"status\": \"unavailable\", \"suspended\": "
                              "true, \"late\": true}", &r);
