@@ -96,6 +96,33 @@ int th_sdk_fail(toolhost_call *call, const char *fmt, ...)
     return TOOLHOST_FAILED;
 }
 
+int th_sdk_set_retry_after(toolhost_call *call, uint64_t ms)
+{
+    if (!call || !TH_SDK_HOST_HAS(call->host, set_retry_after))
+        return TH_SDK_ESTATE;
+    return call->host->set_retry_after(call, ms);
+}
+
+int th_sdk_fail_backend(toolhost_call *call, int status,
+                        uint64_t retry_after_ms, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = th_sdk_vprintf(call, TOOLHOST_STDERR, fmt, ap);
+    va_end(ap);
+    if (rc == 0)
+        (void)th_sdk_write(call, TOOLHOST_STDERR, "\n", 1);
+    bool known = status == TOOLHOST_UNAVAILABLE ||
+                 status == TOOLHOST_TIMEOUT ||
+                 status == TOOLHOST_RATE_LIMITED;
+    /* a host older than 1.5 reads these as a misuse: plain failure */
+    if (!known || !call || !call->host || call->host->abi_minor < 5)
+        return TOOLHOST_FAILED;
+    if (retry_after_ms)
+        (void)th_sdk_set_retry_after(call, retry_after_ms);
+    return status;
+}
+
 int th_sdk_errf(char *err, size_t err_size, const char *fmt, ...)
 {
     if (err && err_size) {

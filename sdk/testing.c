@@ -95,10 +95,23 @@ static int t_complete(toolhost_call *call, int status)
         pthread_mutex_unlock(&c->mu);
         return TOOLHOST_ESTATE;
     }
-    c->status = status == TOOLHOST_OK ? TOOLHOST_OK : TOOLHOST_FAILED;
+    c->status = status == TOOLHOST_OK || status == TOOLHOST_UNAVAILABLE ||
+                        status == TOOLHOST_TIMEOUT ||
+                        status == TOOLHOST_RATE_LIMITED
+                    ? status
+                    : TOOLHOST_FAILED;
     c->completed = true;
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
+    return 0;
+}
+
+static int t_set_retry_after(toolhost_call *call, uint64_t ms)
+{
+    th_sdk_test_call *c = of(call);
+    c->retry_after_ms = ms < TOOLHOST_MAX_RETRY_AFTER_MS
+                            ? ms
+                            : TOOLHOST_MAX_RETRY_AFTER_MS;
     return 0;
 }
 
@@ -155,6 +168,7 @@ int th_sdk_test_load(th_sdk_test *t, const toolhost_plugin *plugin,
     t->api.time_left_ms = t_time_left_ms;
     t->api.suspend = t_suspend;
     t->api.complete = t_complete;
+    t->api.set_retry_after = t_set_retry_after; /* ABI 1.5 */
     t->api.log = t_log;
     t->api.caller = t_caller;
     t->api.log_call = t_log_call;

@@ -200,9 +200,13 @@ int cli_print_result(const th_result_copy *r, bool show_meta,
             print_meta(r);
         return r->ok ? CLI_OK : CLI_FAILED;
     case TH_RESULT_ERROR:
-        fprintf(stderr, "%s: %s (%s)\n", tool,
+        fprintf(stderr, "%s: %s (%s", tool,
                 r->message ? r->message : th_strerror(r->error),
                 th_err_name(r->error));
+        if (r->retry_after_ms) /* a backend's or the rate limits' hint */
+            fprintf(stderr, "; retry after %llu ms",
+                    (unsigned long long)r->retry_after_ms);
+        fputs(")\n", stderr);
         if (r->error == TH_EARGS || r->error == TH_EUNKNOWN_TOOL)
             return CLI_USAGE;
         if (r->error == TH_ECANCELLED && cli_interrupted)

@@ -85,6 +85,15 @@ static const char *hint(int code)
         return "The call was cancelled before it finished.";
     case TH_EUNKNOWN_TOOL:
         return "Use one of the tools listed by tools/list.";
+    case TH_EUNAVAILABLE:
+        return "What the tool depends on is down; try again later (after "
+               "_meta toolhost/retry_after_ms when given).";
+    case TH_EBACKEND_TIMEOUT:
+        return "What the tool depends on did not answer in time; try again "
+               "later or with a smaller request.";
+    case TH_ERATE_LIMITED:
+        return "Calls are limited for now; wait before trying again (_meta "
+               "toolhost/retry_after_ms when given).";
     default:
         return NULL;
     }
@@ -224,7 +233,16 @@ json_t *mcp_tool_result(const th_result *r, const char *tool,
                      r->message, tool);
             return mcp_tool_error(tool, r->error, m);
         }
-        return mcp_tool_error(tool, r->error, r->message);
+        json_t *res = mcp_tool_error(tool, r->error, r->message);
+        /* when to try again (ABI 1.5: a backend's, or the rate limits') */
+        json_t *meta = json_object_get(res, "_meta");
+        if (res && r->retry_after_ms &&
+            json_object_set_new(meta, "toolhost/retry_after_ms",
+                                json_integer((json_int_t)r->retry_after_ms)) != 0) {
+            json_decref(res);
+            return NULL;
+        }
+        return res;
     }
     json_t *content = json_array();
     json_t *res = json_object();

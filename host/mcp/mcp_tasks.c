@@ -252,7 +252,8 @@ static json_t *task_result_json(th_mcp_session *m, uint64_t id,
                    .meta_len = rc->meta.len,
                    .error = rc->error,
                    .message = rc->message,
-                   .task_id = id};
+                   .task_id = id,
+                   .retry_after_ms = rc->retry_after_ms};
     json_t *res = mcp_tool_result(&r, tool ? tool : "?", id, out_type,
                                   structured, m->elicitation,
                                   mcp_has_audio(m), mcp_has_links(m));

@@ -72,7 +72,9 @@
  * complete(): TOOLHOST_ESTATE; is_cancelled() answers 1), suspend()
  * followed by a return other than TOOLHOST_PENDING (the call ends as a
  * tool error), an unknown status from execute() or complete() (a tool
- * error; complete() returns TOOLHOST_EINVAL).  The host keeps the memory
+ * error; complete() returns TOOLHOST_EINVAL; TOOLHOST_UNAVAILABLE,
+ * TOOLHOST_TIMEOUT and TOOLHOST_RATE_LIMITED are unknown from a plugin
+ * built against a minor older than 1.5).  The host keeps the memory
  * of the most recent ended calls for that; a handle used long after its
  * call ended (thousands of calls later) is undefined behaviour.
  *
@@ -141,6 +143,29 @@ extern "C" {
 #define TOOLHOST_NOT_FOUND 3 /* (1.4) a resource read: no such resource
                                 at this URI (a template matched, the
                                 plugin has none)                          */
+/* (1.5) The tool could not do its work because something it depends on
+ * (a server, a service, a remote API: its backend) failed; not the
+ * caller's fault, and worth trying again later.  execute() and complete()
+ * may return these; the call ends as a tool error of the matching code
+ * (docs/protocol.md), whose message is what the tool wrote to stderr (the
+ * code's own words when it wrote nothing; stdout and meta are not kept).
+ * A hint of when to try again goes through set_retry_after() (ABI 1.5)
+ * before the call ends.  A host older than 1.5 treats them as an unknown
+ * status (a tool error, logged): use them only when the host api's
+ * abi_minor is 5 or more (the SDK's th_sdk_fail_backend() does that), and
+ * a host treats them as unknown for a plugin built against a minor older
+ * than 1.5. */
+#define TOOLHOST_UNAVAILABLE 4  /* the backend is down or refuses work now
+                                   (a server that died and restarts, a
+                                   connection refused, an HTTP 502/503):
+                                   code "unavailable"                     */
+#define TOOLHOST_TIMEOUT 5      /* the backend did not answer in the time
+                                   the tool allows it (its own timeout,
+                                   not the call's deadline, which the host
+                                   enforces itself): code
+                                   "backend_timeout"                      */
+#define TOOLHOST_RATE_LIMITED 6 /* the backend said "slow down" (an HTTP
+                                   429, a quota): code "rate_limited"     */
 
 /* Host callbacks return 0 or one of these negative codes. */
 #define TOOLHOST_EINVAL (-1)     /* a bad argument (NULL, bad msgpack, ...) */
@@ -443,7 +468,8 @@ typedef struct toolhost_host_api {
     int (*suspend)(toolhost_call *call);
 
     /* Owner, after suspend().  Finishes a suspended call with `status`
-     * (TOOLHOST_OK or TOOLHOST_FAILED).  The call pointer is invalid once
+     * (TOOLHOST_OK or TOOLHOST_FAILED; from a 1.5 plugin on a 1.5 host
+     * also TOOLHOST_UNAVAILABLE, TOOLHOST_TIMEOUT, TOOLHOST_RATE_LIMITED).  The call pointer is invalid once
      * complete() returns (whatever it returns, except TOOLHOST_ESTATE for a
      * call not suspended).  Returns 0; TOOLHOST_EINVAL for another status
      * (the call ends as a tool error, logged); TOOLHOST_ESTATE when the
@@ -652,7 +678,24 @@ typedef struct toolhost_host_api {
      * process (its worker does not carry the request). */
     int (*tools_changed)(const struct toolhost_host_api *host,
                          const char *reason);
+
+    /* Owner.  When the caller may try the call again, in milliseconds
+     * from the call's end: a hint carried with the tool error of a call
+     * that ends TOOLHOST_UNAVAILABLE or TOOLHOST_RATE_LIMITED (RPC and
+     * NATS: error.retry_after_ms; MCP: _meta "toolhost/retry_after_ms"),
+     * ignored for any other end.  A later call replaces an earlier one;
+     * 0 removes it; a value above TOOLHOST_MAX_RETRY_AFTER_MS is cut to
+     * it.  Returns 0, TOOLHOST_EINVAL (no call), TOOLHOST_ESTATE (the
+     * call has ended: logged as a misuse) or TOOLHOST_ENOTSUP (a call
+     * that cannot carry it: `toolhost check`'s own runs).  Not there on a
+     * host older than 1.5 (check with TH_SDK_HOST_HAS).  In an isolated
+     * worker the hint travels with the call's end. */
+    int (*set_retry_after)(toolhost_call *call, uint64_t ms);
 } toolhost_host_api;
+
+/* The longest retry-after the host carries (set_retry_after, ABI 1.5):
+ * one day. */
+#define TOOLHOST_MAX_RETRY_AFTER_MS 86400000u
 
 /* ---- What the plugin declares ------------------------------------------ */
 
@@ -718,7 +761,8 @@ typedef struct toolhost_tool {
      * msgpack map, already validated against `params` with defaults filled
      * in; it and `call` are valid until execute() returns (for a suspended
      * call: `args` until execute() returns, `call` until complete()).
-     * Returns TOOLHOST_OK, TOOLHOST_FAILED or (after suspend())
+     * Returns TOOLHOST_OK, TOOLHOST_FAILED, (1.5) TOOLHOST_UNAVAILABLE,
+     * TOOLHOST_TIMEOUT or TOOLHOST_RATE_LIMITED, or (after suspend())
      * TOOLHOST_PENDING.  Output goes through call->host->write().
      * A 1.2 host may also hand the same arguments decoded in
      * call->args_view (see toolhost_call). */

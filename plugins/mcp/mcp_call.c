@@ -20,7 +20,10 @@
  * audio, embedded resource, resource link) and, for a tool imported with
  * its output schema, structuredContent as the structured stdout the host
  * checks.  Meta: server, server_pid, request_id, duration_ms, progress
- * and error (unavailable, timeout, server_error, server_exited). */
+ * and error (unavailable, timeout, server_error, server_exited).  A
+ * server that is down or went away ends the call TOOLHOST_UNAVAILABLE
+ * (retry-after: the time to its next restart, when known), one that did
+ * not answer within its timeout TOOLHOST_TIMEOUT (ABI 1.5). */
 #include <errno.h>
 #include <nettle/base64.h>
 #include <stdio.h>
@@ -275,12 +278,16 @@ void mcpsrc_call_finish(mcp_pend *p, json_t *answer, const char *error,
                         "server '%s': '%s' did not answer within %lldms: "
                         "cancelled on the server",
                         s->name, mt->remote, (long long)s->timeout_ms);
-        rc = th_sdk_fail(call, "mcp: server '%s' did not answer '%s' within "
-                         "its timeout of %lldms; the call is cancelled on "
-                         "the server",
-                         s->name, mt->remote, (long long)s->timeout_ms);
+        rc = th_sdk_fail_backend(call, TOOLHOST_TIMEOUT, 0,
+                                 "mcp: server '%s' did not answer '%s' "
+                                 "within its timeout of %lldms; the call is "
+                                 "cancelled on the server",
+                                 s->name, mt->remote, (long long)s->timeout_ms);
     } else {
-        rc = th_sdk_fail(call, "mcp: server '%s' went away during the call "
+        /* unavailable: when it is back is not known yet (the supervisor
+         * has not seen the end): no retry-after */
+        rc = th_sdk_fail_backend(call, TOOLHOST_UNAVAILABLE, 0,
+                         "mcp: server '%s' went away during the call "
                          "of '%s'%s%s; it restarts",
                          s->name, mt->remote, why && why[0] ? ": it " : "",
                          why ? why : "");
@@ -355,7 +362,10 @@ int mcpsrc_execute(void *state, const toolhost_tool *tool,
 
     if (error && !strcmp(error, "unavailable")) {
         int64_t in = next_try - mcpsrc_now_ms();
-        rc = th_sdk_fail(call, "mcp: server '%s' is unavailable: %s%s; "
+        /* retry after the next restart (none when it is under way) */
+        rc = th_sdk_fail_backend(call, TOOLHOST_UNAVAILABLE,
+                         in > 0 ? (uint64_t)in : 0,
+                         "mcp: server '%s' is unavailable: %s%s; "
                          "%s #%u %s%lldms",
                          s->name, why[0] ? "it " : "",
                          why[0] ? why : "it is starting",
@@ -366,7 +376,8 @@ int mcpsrc_execute(void *state, const toolhost_tool *tool,
     }
     if (error) {
         if (!strcmp(error, "timeout"))
-            rc = th_sdk_fail(call, "mcp: server '%s' had no free slot "
+            rc = th_sdk_fail_backend(call, TOOLHOST_TIMEOUT, 0,
+                             "mcp: server '%s' had no free slot "
                              "(max_concurrency %lld) within its timeout "
                              "of %lldms",
                              s->name, (long long)s->max_concurrency,
@@ -385,14 +396,22 @@ int mcpsrc_execute(void *state, const toolhost_tool *tool,
             rc = map_result(call, tool, mt, answer);
             error = json_object_get(answer, "error") ? "server_error" : NULL;
         } else if (error && !strcmp(error, "timeout")) {
-            rc = th_sdk_fail(call, "mcp: server '%s' did not answer '%s' "
+            rc = th_sdk_fail_backend(call, TOOLHOST_TIMEOUT, 0,
+                             "mcp: server '%s' did not answer '%s' "
                              "within its timeout of %lldms; the call is "
                              "cancelled on the server",
                              s->name, mt->remote, (long long)s->timeout_ms);
         } else if (error && !strcmp(error, "cancelled")) {
             rc = TOOLHOST_FAILED; /* dropped by the host */
         } else {
-            rc = th_sdk_fail(call, "mcp: server '%s' (%s) failed the call of "
+            /* not reached (or its session gone): unavailable; a bad
+             * answer stays the tool's failure */
+            rc = th_sdk_fail_backend(call,
+                             error && !strcmp(error, "server_exited")
+                                 ? TOOLHOST_UNAVAILABLE
+                                 : TOOLHOST_FAILED,
+                             0,
+                             "mcp: server '%s' (%s) failed the call of "
                              "'%s': %s",
                              s->name, s->url, mt->remote, hwhy);
         }

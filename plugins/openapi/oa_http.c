@@ -22,7 +22,11 @@
  * Retries (retries: N) only for idempotent methods (GET, HEAD, PUT,
  * DELETE, OPTIONS), after a failed connection, an empty answer or a 502,
  * 503 or 504, with a back-off of 100 ms doubling, all within the call's
- * timeout.  Secrets (from the environment) are never logged nor shown:
+ * timeout.  What is left failing ends the call as the API's fault (ABI
+ * 1.5): no connection, an empty answer or HTTP 502/503 unavailable, a
+ * timeout or HTTP 504 backend_timeout, HTTP 429 rate_limited, with the
+ * answer's Retry-After (seconds or an HTTP date) as the retry-after hint,
+ * at most a day.  Secrets (from the environment) are never logged nor shown:
  * messages name the variable, and show the path without the query. */
 #include <arpa/inet.h>
 #include <curl/curl.h>
@@ -172,6 +176,9 @@ typedef struct hop {
     CURLcode rc;
     long status;
     char *location;  /* a redirect's target (malloc), or NULL */
+    uint64_t retry_after_ms; /* the answer's Retry-After (seconds or an
+                                HTTP date, parsed by libcurl), bounded;
+                                0: none */
     char errbuf[CURL_ERROR_SIZE];
 } hop;
 
@@ -230,6 +237,12 @@ static void one_hop(CURL *e, xfer *x, const req *r, const char *url,
     }
     h->rc = curl_easy_perform(e);
     curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &h->status);
+    curl_off_t ra = 0; /* a date in the past, or garbage: 0 */
+    if (h->rc == CURLE_OK &&
+        curl_easy_getinfo(e, CURLINFO_RETRY_AFTER, &ra) == CURLE_OK && ra > 0)
+        h->retry_after_ms = ra < TOOLHOST_MAX_RETRY_AFTER_MS / 1000
+                                ? (uint64_t)ra * 1000
+                                : TOOLHOST_MAX_RETRY_AFTER_MS;
     char *loc = NULL;
     if (h->rc == CURLE_OK && h->status >= 300 && h->status < 400 &&
         curl_easy_getinfo(e, CURLINFO_REDIRECT_URL, &loc) == CURLE_OK && loc)
@@ -559,14 +572,22 @@ static int fail_hop(toolhost_call *call, const oa_api *api, const built *b,
         th_sdk_log_call(call, TOOLHOST_LOG_WARN,
                         "api '%s': %s: no answer within %lld ms", api->name,
                         b->shown.p, (long long)timeout_ms);
-        return th_sdk_fail(call, "%s: no answer within %lld ms (timeout)",
-                           b->shown.p, (long long)timeout_ms);
+        return th_sdk_fail_backend(call, TOOLHOST_TIMEOUT, 0,
+                                   "%s: no answer within %lld ms (timeout)",
+                                   b->shown.p, (long long)timeout_ms);
     }
     if (h->rc == CURLE_ABORTED_BY_CALLBACK)
         return th_sdk_fail(call, "%s: cancelled", b->shown.p);
-    return th_sdk_fail(call, "%s: %s%s%s", b->shown.p,
-                       curl_easy_strerror(h->rc), h->errbuf[0] ? ": " : "",
-                       h->errbuf);
+    /* the API could not be reached or hung up: unavailable (ABI 1.5) */
+    bool down = h->rc == CURLE_COULDNT_CONNECT ||
+                h->rc == CURLE_COULDNT_RESOLVE_HOST ||
+                h->rc == CURLE_GOT_NOTHING || h->rc == CURLE_RECV_ERROR ||
+                h->rc == CURLE_SEND_ERROR;
+    return th_sdk_fail_backend(call, down ? TOOLHOST_UNAVAILABLE
+                                          : TOOLHOST_FAILED,
+                               0, "%s: %s%s%s", b->shown.p,
+                               curl_easy_strerror(h->rc),
+                               h->errbuf[0] ? ": " : "", h->errbuf);
 }
 
 int oa_execute(void *state, const toolhost_tool *tool, toolhost_call *call,
@@ -679,9 +700,18 @@ int oa_execute(void *state, const toolhost_tool *tool, toolhost_call *call,
     if (h.status < 200 || h.status > 299) {
         char ex[EXCERPT + 1];
         excerpt(&x.body, ex, sizeof ex);
-        rc = th_sdk_fail(call, "HTTP %ld from %s%s%s%s", h.status, b.shown.p,
-                         ex[0] ? ": " : "", ex,
-                         x.body.len > EXCERPT ? " [...]" : "");
+        /* ABI 1.5: 429 rate_limited, 502 and 503 unavailable, 504
+         * backend_timeout (a Retry-After kept for the first two);
+         * any other status is the API's answer: failed */
+        int st = h.status == 429   ? TOOLHOST_RATE_LIMITED
+                 : h.status == 502 ? TOOLHOST_UNAVAILABLE
+                 : h.status == 503 ? TOOLHOST_UNAVAILABLE
+                 : h.status == 504 ? TOOLHOST_TIMEOUT
+                                   : TOOLHOST_FAILED;
+        rc = th_sdk_fail_backend(call, st, h.retry_after_ms,
+                                 "HTTP %ld from %s%s%s%s", h.status,
+                                 b.shown.p, ex[0] ? ": " : "", ex,
+                                 x.body.len > EXCERPT ? " [...]" : "");
         goto done;
     }
     if (op->structured) {

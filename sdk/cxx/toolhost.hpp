@@ -473,6 +473,17 @@ class Pending : public Output {
         write_reason(why);
         finish(TOOLHOST_FAILED);
     }
+    // ABI 1.5: finishes the call as its backend's fault: `status` is
+    // TOOLHOST_UNAVAILABLE, TOOLHOST_TIMEOUT or TOOLHOST_RATE_LIMITED,
+    // with a retry-after hint in ms (0: none); plain failed on a host
+    // older than 1.5 (th_sdk_fail_backend).
+    void fail_backend(int status, std::string_view why,
+                      uint64_t retry_after_ms = 0)
+    {
+        toolhost_call *c = need();
+        finish(th_sdk_fail_backend(c, status, retry_after_ms, "%.*s",
+                                   static_cast<int>(why.size()), why.data()));
+    }
     // Whether it still holds a call.
     explicit operator bool() const { return call_ != nullptr; }
 
@@ -596,6 +607,23 @@ class Call : public Output, public Args {
         need();
         write_reason(why);
         failed_ = true;
+        fail_status_ = TOOLHOST_FAILED;
+    }
+
+    // ABI 1.5: marks the call failed by its backend (what the tool
+    // depends on is down, too slow, or limiting it): `status` is
+    // TOOLHOST_UNAVAILABLE, TOOLHOST_TIMEOUT or TOOLHOST_RATE_LIMITED,
+    // the reason goes to stderr, `retry_after_ms` (0: none) is the hint
+    // of when to try again.  A host older than 1.5 gets a plain failure
+    // (th_sdk_fail_backend).  The handler then returns (normally).
+    void fail_backend(int status, std::string_view why,
+                      uint64_t retry_after_ms = 0)
+    {
+        toolhost_call *c = need();
+        fail_status_ = th_sdk_fail_backend(c, status, retry_after_ms, "%.*s",
+                                           static_cast<int>(why.size()),
+                                           why.data());
+        failed_ = true;
     }
 
     // Detaches the call from the host's worker (plugin.h suspend()): the
@@ -632,6 +660,7 @@ class Call : public Output, public Args {
 
     detail::Runtime *rt_;
     bool failed_ = false;
+    int fail_status_ = TOOLHOST_FAILED; // fail_backend()'s status
     bool suspended_ = false;
 };
 
@@ -1098,7 +1127,7 @@ inline int execute(void *state, const toolhost_tool *tool, toolhost_call *call,
     }
     if (c.suspended_)
         return TOOLHOST_PENDING;
-    return c.failed_ ? TOOLHOST_FAILED : TOOLHOST_OK;
+    return c.failed_ ? c.fail_status_ : TOOLHOST_OK;
 }
 
 inline int validate(void *, const toolhost_tool *tool, const uint8_t *args,

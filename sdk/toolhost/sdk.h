@@ -300,6 +300,22 @@ int th_sdk_vprintf(toolhost_call *call, int stream, const char *fmt,
  * so a tool can `return th_sdk_fail(call, "no such file: %s", path);`. */
 int th_sdk_fail(toolhost_call *call, const char *fmt, ...)
     TH_SDK_PRINTF(2, 3);
+/* ABI 1.5: fails the call as its backend's fault (what the tool depends
+ * on is down, too slow, or limiting it).  Writes the message and a
+ * newline to stderr (the tool error's message), sets the retry-after
+ * hint when `retry_after_ms` is nonzero (th_sdk_set_retry_after), and
+ * returns `status` (TOOLHOST_UNAVAILABLE, TOOLHOST_TIMEOUT or
+ * TOOLHOST_RATE_LIMITED) for execute() to return or complete() to pass:
+ *   return th_sdk_fail_backend(call, TOOLHOST_UNAVAILABLE, 2000,
+ *                              "server %s is restarting", name);
+ * On a host older than 1.5 (or with any other `status`) it returns
+ * TOOLHOST_FAILED, which every host knows: the message says it all. */
+int th_sdk_fail_backend(toolhost_call *call, int status,
+                        uint64_t retry_after_ms, const char *fmt, ...)
+    TH_SDK_PRINTF(4, 5);
+/* ABI 1.5, Owner: call->host->set_retry_after() (see plugin.h); returns
+ * its code, or TH_SDK_ESTATE on a host without it. */
+int th_sdk_set_retry_after(toolhost_call *call, uint64_t ms);
 /* Writes the message into err (at most err_size bytes, NUL-terminated;
  * nothing when err is NULL or err_size 0) and returns -1: the error
  * buffer init(), validate_args() and needs_permission() get, so a plugin

@@ -70,6 +70,7 @@ typedef struct th_sdk_test_call {
     pthread_cond_t cv;
     bool suspended, completed;
     int status;
+    uint64_t retry_after_ms; /* ABI 1.5: the last set_retry_after(), 0 */
 } th_sdk_test_call;
 
 /* Calls init() (when the plugin has one).  0, or nonzero with a message. */
@@ -80,8 +81,9 @@ int th_sdk_test_load(th_sdk_test *t, const toolhost_plugin *plugin,
 void th_sdk_test_unload(th_sdk_test *t);
 
 /* Runs `tool` with msgpack `args` (NULL: an empty map).  Returns the
- * tool's status (TOOLHOST_OK or TOOLHOST_FAILED; a suspended call's status
- * from complete()), -1 for an unknown tool, -2 when a suspended call did
+ * tool's status (TOOLHOST_OK, TOOLHOST_FAILED, or (1.5) a backend's
+ * TOOLHOST_UNAVAILABLE, TOOLHOST_TIMEOUT, TOOLHOST_RATE_LIMITED; a
+ * suspended call's status from complete()), -1 for an unknown tool, -2 when a suspended call did
  * not complete within timeout_ms.  Free c with th_sdk_test_call_free()
  * in every case (after a -2 the tool may still hold the call: free it only
  * once the tool is done with it). */

@@ -182,6 +182,21 @@ static enum MHD_Result route(petsrv *p, struct MHD_Connection *c,
         int n = get ? p->flaky_get++ : p->flaky_post++;
         rc = n == 0 ? answer(c, 503, "{\"message\": \"try again\"}", NULL)
                     : answer(c, 200, "{\"ok\": true}", NULL);
+    } else if (!strcmp(url, "/v1/limited") || !strcmp(url, "/v1/down")) {
+        /* 429 with Retry-After in seconds (GET) or as an HTTP date far
+         * ahead (POST); /down: 503 with Retry-After 3 */
+        bool down = url[4] == 'd';
+        const char *body = down ? "{\"message\": \"maintenance\"}"
+                                : "{\"message\": \"slow down\"}";
+        struct MHD_Response *r = MHD_create_response_from_buffer(
+            strlen(body), (void *)body, MHD_RESPMEM_PERSISTENT);
+        MHD_add_response_header(r, "Content-Type", "application/json");
+        MHD_add_response_header(r, "Retry-After",
+                                down  ? "3"
+                                : get ? "7"
+                                      : "Fri, 31 Dec 2100 23:59:59 GMT");
+        rc = MHD_queue_response(c, down ? 503 : 429, r);
+        MHD_destroy_response(r);
     } else {
         rc = answer(c, 404, "{\"message\": \"no route\"}", NULL);
     }

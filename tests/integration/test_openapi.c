@@ -175,6 +175,31 @@ static bool stream_has(const msgpack_object *res, const char *stream,
     return stream_contains(res, stream, needle, true);
 }
 
+/* The tool error's message holds `needle`. */
+static bool error_has(const msgpack_object *res, const char *needle)
+{
+    const char *p;
+    size_t n;
+    if (!th_rpc_obj_str(th_rpc_map_get(th_rpc_map_get(res, "error"),
+                                       "message"), &p, &n))
+        return false;
+    char buf[2048];
+    snprintf(buf, sizeof buf, "%.*s", (int)n, p);
+    if (!strstr(buf, needle))
+        fprintf(stderr, "\nerror message '%s' lacks '%s'\n", buf, needle);
+    return strstr(buf, needle) != NULL;
+}
+
+/* error.retry_after_ms, -1 when absent. */
+static int64_t retry_after(const msgpack_object *res)
+{
+    const msgpack_object *v =
+        th_rpc_map_get(th_rpc_map_get(res, "error"), "retry_after_ms");
+    return !v ? -1
+           : v->type == MSGPACK_OBJECT_POSITIVE_INTEGER ? (int64_t)v->via.u64
+                                                        : -2;
+}
+
 static json_t *stdout_json(const msgpack_object *res)
 {
     const char *p;
@@ -205,7 +230,8 @@ static void test_crud(void)
                            "deletePet", "get_pets_petId_owner",
                            "getInventory", "placeOrder", "getOrder",
                            "createCategory", "legacyPets", "redirectAway",
-                           "slowPing", "hugeDump", "flakyGet", "flakyPost"};
+                           "slowPing", "hugeDump", "flakyGet", "flakyPost",
+                           "limitedGet", "limitedPost", "downGet"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const msgpack_object *t = rpc_find_tool(r.res, names[i]);
         if (!t)
@@ -420,8 +446,9 @@ static void test_slow_and_huge(void)
     CU_ASSERT_FATAL(fx_start(&f, NULL, more) == 0);
     rpc_res r;
     const msgpack_object *res = call(&f, "t_slowPing", "{}", &r);
-    CU_ASSERT(res && !rpc_ok(res) &&
-              stream_has(res, "stderr", "GET /slow: no answer within"));
+    CU_ASSERT(res && rpc_tool_error_is(res, "backend_timeout") &&
+              error_has(res, "GET /slow: no answer within") &&
+              retry_after(res) == -1);
     rpc_res_free(&r);
     CU_ASSERT(rpc_log_has(&f.s, "GET /slow: no answer within"));
     res = call(&f, "t_hugeDump", "{}", &r);
@@ -453,10 +480,92 @@ static void test_retry(void)
     rpc_res_free(&r);
     CU_ASSERT_EQUAL(counter(&f.srv, &f.srv.flaky_get), 2);
     res = call(&f, "flakyPost", "{}", &r);
-    CU_ASSERT(res && !rpc_ok(res) && stream_has(res, "stderr", "HTTP 503"));
-    CU_ASSERT_EQUAL(meta_int(res, "attempts"), 1);
+    /* a 503 is the API being unavailable (ABI 1.5), no Retry-After */
+    CU_ASSERT(res && rpc_tool_error_is(res, "unavailable") &&
+              error_has(res, "HTTP 503 from POST /flaky: {\"message\": "
+                             "\"try again\"}") &&
+              retry_after(res) == -1);
     rpc_res_free(&r);
     CU_ASSERT_EQUAL(counter(&f.srv, &f.srv.flaky_post), 1);
+    fx_stop(&f);
+}
+
+/* The API's own "not now" answers as the host's codes (ABI 1.5): 429
+ * rate_limited with its Retry-After (seconds; an HTTP date, cut at a
+ * day), 503 unavailable with its Retry-After, a refused connection
+ * unavailable; over RPC and MCP. */
+static void test_backend_codes(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(fx_start(&f, NULL,
+                             "        - name: gone\n"
+                             "          spec: @SPEC@\n"
+                             "          base_url: http://127.0.0.1:1/v1\n"
+                             "          prefix: gone_\n"
+                             "          include: [getInventory]\n"
+                             "          allow_private: true\n") == 0);
+    rpc_res r;
+    const msgpack_object *res = call(&f, "limitedGet", "{}", &r);
+    CU_ASSERT(res && rpc_tool_error_is(res, "rate_limited") &&
+              error_has(res, "HTTP 429 from GET /limited: {\"message\": "
+                             "\"slow down\"}"));
+    CU_ASSERT(res && retry_after(res) == 7000);
+    rpc_res_free(&r);
+    res = call(&f, "limitedPost", "{}", &r);
+    CU_ASSERT(res && rpc_tool_error_is(res, "rate_limited"));
+    CU_ASSERT(res && retry_after(res) == 86400000);
+    rpc_res_free(&r);
+    res = call(&f, "downGet", "{}", &r);
+    CU_ASSERT(res && rpc_tool_error_is(res, "unavailable") &&
+              error_has(res, "HTTP 503 from GET /down"));
+    CU_ASSERT(res && retry_after(res) == 3000);
+    rpc_res_free(&r);
+    res = call(&f, "gone_getInventory", "{}", &r);
+    CU_ASSERT(res && rpc_tool_error_is(res, "unavailable") &&
+              error_has(res, "GET /store/inventory: Couldn't connect"));
+    rpc_res_free(&r);
+    /* a 404 stays the API's answer: a failed call with its stderr */
+    res = call(&f, "getPet", "{\"petId\": \"nope\"}", &r);
+    CU_ASSERT(res && !rpc_ok(res) && stream_has(res, "stderr", "HTTP 404"));
+    rpc_res_free(&r);
+
+    /* MCP (stdio) with the same config: isError, _meta code and hint */
+    const char *input =
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\","
+        "\"params\":{\"protocolVersion\":\"2025-11-25\",\"capabilities\":{},"
+        "\"clientInfo\":{\"name\":\"raw\",\"version\":\"1\"}}}\n"
+        "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n"
+        "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\","
+        "\"params\":{\"name\":\"limitedGet\",\"arguments\":{}}}\n"
+        "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\","
+        "\"params\":{\"name\":\"downGet\",\"arguments\":{}}}\n";
+    th_test_run run;
+    char *argv[] = {(char *)th_test_build_path("toolhost"), "mcp", "-c",
+                    f.s.cfg, NULL};
+    CU_ASSERT_EQUAL(th_test_run_argv(argv, input, 60, 1, &run), 0);
+    int seen = 0;
+    char *save = NULL;
+    for (char *l = run.out ? strtok_r(run.out, "\n", &save) : NULL; l;
+         l = strtok_r(NULL, "\n", &save)) {
+        json_t *j = json_loads(l, 0, NULL);
+        json_int_t id = json_integer_value(json_object_get(j, "id"));
+        json_t *res_j = json_object_get(j, "result");
+        json_t *meta = json_object_get(res_j, "_meta");
+        if (id == 2 || id == 3) {
+            seen++;
+            CU_ASSERT(json_is_true(json_object_get(res_j, "isError")));
+            const char *code = json_string_value(
+                json_object_get(meta, "toolhost/error"));
+            CU_ASSERT_STRING_EQUAL(code ? code : "",
+                                   id == 2 ? "rate_limited" : "unavailable");
+            CU_ASSERT_EQUAL(json_integer_value(json_object_get(
+                                meta, "toolhost/retry_after_ms")),
+                            id == 2 ? 7000 : 3000);
+        }
+        json_decref(j);
+    }
+    CU_ASSERT_EQUAL(seen, 2);
+    th_test_run_free(&run);
     fx_stop(&f);
 }
 
@@ -676,6 +785,7 @@ void th_suite_openapi(void)
     CU_add_test(s, "redirect", test_redirect);
     CU_add_test(s, "private_default", test_private_default);
     CU_add_test(s, "slow_and_huge", test_slow_and_huge);
+    CU_add_test(s, "backend_codes", test_backend_codes);
     CU_add_test(s, "retry", test_retry);
     CU_add_test(s, "filters", test_filters);
     CU_add_test(s, "hostile_values", test_hostile_values);

@@ -83,6 +83,21 @@ static void test_burst(void)
     two_then_limited(c, "echo", msg);
     CU_ASSERT_PTR_NOT_NULL(strstr(msg, "rate limit 'slow_echo'"));
     CU_ASSERT_PTR_NOT_NULL(strstr(msg, "retry after"));
+    {
+        /* the wait also as a number: error.retry_after_ms (1 token at
+         * 0.001/s: about 1000 s) */
+        rpc_res rr;
+        CU_ASSERT_EQUAL_FATAL(rpc_call(c, "tools.call",
+                                       "[\"echo\", {\"text\": \"hi\"}]",
+                                       &rr), 0);
+        const msgpack_object *ra = rr.res ? th_rpc_map_get(th_rpc_map_get(
+                                                rr.res, "error"),
+                                                "retry_after_ms")
+                                          : NULL;
+        CU_ASSERT(ra && ra->type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
+                  ra->via.u64 > 900000 && ra->via.u64 <= 1000000);
+        rpc_res_free(&rr);
+    }
     /* another tool: no rule matches it */
     call_echo(c, "echo_async", code, msg);
     CU_ASSERT_STRING_EQUAL(code, "");
@@ -97,8 +112,9 @@ static void test_burst(void)
     const msgpack_object *tools = r.res ? th_rpc_map_get(r.res, "tools") : NULL;
     const msgpack_object *echo = tools ? th_rpc_map_get(tools, "echo") : NULL;
     const msgpack_object *rl = echo ? th_rpc_map_get(echo, "rate_limited") : NULL;
+    /* the third call, the one that read retry_after_ms, and five more */
     CU_ASSERT(rl && rl->type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
-              rl->via.u64 == 6);
+              rl->via.u64 == 7);
     rpc_res_free(&r);
     th_rpc_client_close(c);
     CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);

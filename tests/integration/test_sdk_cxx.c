@@ -441,6 +441,12 @@ static void test_boundary(void)
         {"cxx_boundary_unknown", 1, "",
          "internal error: an unknown exception\n"},
         {"cxx_boundary_fail", 1, "partial", "bad input\n"},
+        /* ABI 1.5: the backend's codes, with the hint */
+        {"cxx_boundary_backend", 1, "",
+         "cxx_boundary_backend: slow down (rate_limited; retry after 7000 "
+         "ms)\n"},
+        {"cxx_boundary_backend_async", 1, "",
+         "cxx_boundary_backend_async: down (unavailable)\n"},
         /* a Pending that nobody completed: failed by its destructor */
         {"cxx_boundary_forget", 1, "",
          "the tool ended without completing the call\n"},

@@ -739,6 +739,13 @@ static void test_crash_reports(void)
                                          "memory address or nil pointer "
                                          "dereference"));
     th_test_run_free(&r);
+    /* ABI 1.5: a *BackendError is the backend's code, with the hint */
+    toolhost_plain(&r, "call", (char *)fx, "gocrash_backend", NULL, NULL);
+    CU_ASSERT_EQUAL(r.status, 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.err, "gocrash_backend: slow down "
+                                         "(rate_limited; retry after 7000 "
+                                         "ms)"));
+    th_test_run_free(&r);
 
     srv s;
     srv_init(&s);

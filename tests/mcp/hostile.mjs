@@ -65,6 +65,9 @@ await ok('a silent call started');
 r = await silent;
 check(r.isError && /did not answer 'silent' within its timeout/.test(txt(r)),
       `silent: ${JSON.stringify(r)}`);
+// ABI 1.5: the server's timeout is the backend's, not the call's deadline
+check(r._meta && r._meta['toolhost/error'] === 'backend_timeout',
+      `silent, not backend_timeout: ${JSON.stringify(r._meta)}`);
 // the server was told: notifications/cancelled with the call's id
 const after = await ok('a timed-out call');
 check(/cancelled 1 open 0$/.test(after), `the server was not told of the timeout: ${after}`);

@@ -127,12 +127,23 @@ check(!r.isError && txt(r) === 'inner', `th_echo: ${JSON.stringify(r)}`);
 // crash: kill server-everything; its tools answer 'unavailable' until
 // the restart (restart_initial in the config), then work again
 process.kill(pid1, 'SIGKILL');
-let unavailable = null, back = null;
+let unavailable = null, back = null, retryHint = null;
 for (let i = 0; i < 4000 && !back; i++) {
   r = await client.callTool({ name: 'ev_echo', arguments: { message: 'again' } });
   if (r.isError) {
-    if (/unavailable/.test(txt(r))) unavailable = txt(r);
-    else check(/went away|could not send/.test(txt(r)), `after kill: ${txt(r)}`);
+    // ABI 1.5: the host's code, not the tool's failure (down, or went
+    // away during the call: both 'unavailable')
+    check(r._meta && r._meta['toolhost/error'] === 'unavailable',
+          `after kill, not the code 'unavailable': ${JSON.stringify(r)}`);
+    if (/is unavailable/.test(txt(r))) {
+      unavailable = txt(r);
+      // the time to the restart (restart_initial: 1s), when it is
+      // scheduled and not under way
+      const ra = r._meta['toolhost/retry_after_ms'];
+      check(ra === undefined || (Number.isInteger(ra) && ra > 0 && ra <= 1000),
+            `retry_after_ms: ${JSON.stringify(r._meta)}`);
+      if (ra !== undefined) retryHint = ra;
+    } else check(/went away|could not send/.test(txt(r)), `after kill: ${txt(r)}`);
   } else if (unavailable) {
     back = r;
   } else {
@@ -142,6 +153,7 @@ for (let i = 0; i < 4000 && !back; i++) {
 }
 check(unavailable && /server 'ev' is unavailable/.test(unavailable),
       `never unavailable: ${unavailable}`);
+check(retryHint !== null, 'no retry_after_ms while the restart was scheduled');
 check(back && txt(back) === 'Echo: again' && meta(back).server_pid !== pid1,
       `no recovery: ${JSON.stringify(back)}`);
 // the other servers were not disturbed

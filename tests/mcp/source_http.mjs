@@ -120,6 +120,9 @@ try {
   for (let i = 0; i < 2000 && !unavailable; i++) {
     r = await client.callTool({ name: 'th_echo', arguments: { text: 'gone?' } });
     check(r.isError, `answered with the server gone: ${JSON.stringify(r)}`);
+    // ABI 1.5: not reached, or its session gone: the code 'unavailable'
+    check(r._meta && r._meta['toolhost/error'] === 'unavailable',
+          `server gone, not 'unavailable': ${JSON.stringify(r._meta)}`);
     if (/is unavailable/.test(txt(r))) unavailable = txt(r);
     else await new Promise((ok) => setTimeout(ok, 10));
   }

@@ -1248,6 +1248,55 @@ static void test_host_11(void)
     fake_free(&f);
 }
 
+static uint64_t ra_seen;
+static int c_set_retry_after(toolhost_call *c, uint64_t ms)
+{
+    (void)c;
+    ra_seen = ms;
+    return 0;
+}
+
+/* ABI 1.5: th_sdk_fail_backend gives a 1.5 host the status and the hint,
+ * an older host TOOLHOST_FAILED (it would read 4-6 as a misuse); the
+ * message goes to stderr either way. */
+static void test_fail_backend(void)
+{
+    toolhost_host_api api15 = fake_api;
+    api15.abi_minor = 5;
+    api15.set_retry_after = c_set_retry_after;
+    fake f;
+    fake_init(&f);
+    f.call.host = &api15;
+    ra_seen = 0;
+    CU_ASSERT_EQUAL(th_sdk_fail_backend(&f.call, TOOLHOST_RATE_LIMITED, 7000,
+                                        "HTTP %d", 429),
+                    TOOLHOST_RATE_LIMITED);
+    CU_ASSERT_EQUAL(ra_seen, 7000);
+    CU_ASSERT(f.err.len == 9 && !memcmp(f.err.data, "HTTP 429\n", 9));
+    ra_seen = 0;
+    CU_ASSERT_EQUAL(th_sdk_fail_backend(&f.call, TOOLHOST_TIMEOUT, 0, "slow"),
+                    TOOLHOST_TIMEOUT);
+    CU_ASSERT_EQUAL(ra_seen, 0); /* no hint: not asked */
+    CU_ASSERT_EQUAL(th_sdk_fail_backend(&f.call, TOOLHOST_UNAVAILABLE, 5,
+                                        "down"),
+                    TOOLHOST_UNAVAILABLE);
+    CU_ASSERT_EQUAL(ra_seen, 5);
+    /* not a backend's status: failed */
+    CU_ASSERT_EQUAL(th_sdk_fail_backend(&f.call, 42, 5, "x"), TOOLHOST_FAILED);
+    CU_ASSERT_EQUAL(th_sdk_set_retry_after(&f.call, 9), 0);
+    CU_ASSERT_EQUAL(ra_seen, 9);
+    /* a 1.4 host: no set_retry_after member, statuses unknown to it */
+    api15.abi_minor = 4;
+    api15.struct_size = (uint32_t)offsetof(toolhost_host_api, tools_changed);
+    ra_seen = 0;
+    CU_ASSERT_EQUAL(th_sdk_fail_backend(&f.call, TOOLHOST_UNAVAILABLE, 5,
+                                        "down"),
+                    TOOLHOST_FAILED);
+    CU_ASSERT_EQUAL(ra_seen, 0);
+    CU_ASSERT_EQUAL(th_sdk_set_retry_after(&f.call, 9), TH_SDK_ESTATE);
+    fake_free(&f);
+}
+
 /* The 1.1 declaration macros fill the new members. */
 static const toolhost_param p11[] = {
     TH_SDK_PARAM("limit", INTEGER, "Rows.", TH_SDK_RANGE(1, 1000),
@@ -1360,6 +1409,7 @@ void th_suite_sdk(void)
     CU_add_test(s, "rooted_open", test_rooted_open);
     CU_add_test(s, "lines", test_lines);
     CU_add_test(s, "suspend_complete", test_suspend_complete);
+    CU_add_test(s, "fail_backend", test_fail_backend);
     CU_add_test(s, "template", test_template);
     CU_add_test(s, "json_writer", test_json_writer);
     CU_add_test(s, "host_11", test_host_11);

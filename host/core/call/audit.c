@@ -393,6 +393,8 @@ static const char *outcome_of(const th_result_copy *f)
     case TH_EBUSY: return "busy";
     case TH_EPERM: return "denied";
     case TH_ERATE_LIMITED: return "rate_limited";
+    case TH_EUNAVAILABLE: return "unavailable";         /* a backend's (1.5) */
+    case TH_EBACKEND_TIMEOUT: return "backend_timeout"; /* a backend's (1.5) */
     default: return "error";
     }
 }

@@ -15,6 +15,7 @@
 
 #include "call_int.h"
 #include "th/content.h"
+#include "th/utf8.h"
 #include "th/log.h"
 #include "manager.h"
 #include "rate.h"
@@ -375,6 +376,7 @@ static void result_view(const th_result_copy *c, th_result *r)
                                                             : NULL),
         .task_id = c->task_id,
         .structured = c->structured,
+        .retry_after_ms = c->retry_after_ms,
     };
 }
 
@@ -759,10 +761,17 @@ static void count_error(th_stat *st, int code)
 /* Answers with a tool error unless already answered.  No lock held. */
 bool th_call_answer_error(th_mcall *c, int code, const char *msg)
 {
+    return th_call_answer_error_retry(c, code, msg, 0);
+}
+
+bool th_call_answer_error_retry(th_mcall *c, int code, const char *msg,
+                                uint64_t retry_after_ms)
+{
     th_result_copy res;
     zero_result(&res);
     res.kind = TH_RESULT_ERROR;
     res.error = code;
+    res.retry_after_ms = retry_after_ms;
     res.message = strdup(msg); /* NULL: the default message is shown */
     pthread_mutex_lock(&c->mu);
     if (c->answered) {
@@ -816,7 +825,13 @@ bool th_mcall_abort(th_mcall *c, int code, const char *fmt, ...)
 
 void th_mcall_never_run(th_mcall *c, int code, const char *msg)
 {
-    th_call_answer_error(c, code, msg);
+    th_mcall_never_run_retry(c, code, msg, 0);
+}
+
+void th_mcall_never_run_retry(th_mcall *c, int code, const char *msg,
+                              uint64_t retry_after_ms)
+{
+    th_call_answer_error_retry(c, code, msg, retry_after_ms);
     th_mcall_exec_end(c, TOOLHOST_FAILED, false);
     th_mcall_unref(c);
 }
@@ -938,6 +953,78 @@ static int build_meta(th_mcall *c, const th_out_info *oi, const th_out_info *ei,
     return rc ? TH_ENOMEM : 0;
 }
 
+int th_mcall_backend_status(const th_mcall *c, int status)
+{
+    if (status != TOOLHOST_UNAVAILABLE && status != TOOLHOST_TIMEOUT &&
+        status != TOOLHOST_RATE_LIMITED)
+        return 0;
+    /* a plugin of an older minor did not mean these (an unknown status) */
+    if (!c->tool || !c->tool->plugin || c->tool->plugin->abi_minor < 5)
+        return 0;
+    return status == TOOLHOST_UNAVAILABLE ? TH_EUNAVAILABLE
+           : status == TOOLHOST_TIMEOUT   ? TH_EBACKEND_TIMEOUT
+                                          : TH_ERATE_LIMITED;
+}
+
+/* The longest message of a backend's error: the head of the tool's
+ * stderr (its limit by semantic type applies first). */
+#define BACKEND_MSG_MAX 2000
+
+/* A backend's error (ABI 1.5): the tool error `code` whose message is
+ * the tool's stderr, one line per line, valid UTF-8 (bad bytes and
+ * control characters become '?', cut at BACKEND_MSG_MAX bytes), or the
+ * code's own words when it wrote none; stdout and meta are dropped. */
+static int backend_result(th_mcall *c, int code, th_result_copy *res)
+{
+    th_mcall_x *x = c->x;
+    th_buf err = TH_BUF_INIT;
+    th_out_info ei;
+    if (th_out_finish(&x->err, &err, &ei) != 0) {
+        th_buf_destroy(&err);
+        res->kind = TH_RESULT_ERROR;
+        res->error = TH_ENOMEM;
+        return TH_ENOMEM;
+    }
+    size_t n = err.len;
+    while (n && (err.data[n - 1] == '\n' || err.data[n - 1] == '\r' ||
+                 err.data[n - 1] == ' '))
+        n--;
+    char *m = NULL;
+    if (n) {
+        size_t cap = n < BACKEND_MSG_MAX ? n : BACKEND_MSG_MAX;
+        m = malloc(cap + 1);
+        size_t k = 0;
+        for (size_t i = 0; m && i < n && k < cap;) {
+            size_t bad = 1;
+            size_t sl = th_utf8_seq(err.data + i, n - i, &bad);
+            if (sl == 0) { /* bad: the ill-formed bytes, at least 1 */
+                m[k++] = '?';
+                i += bad;
+            } else if (sl == 1 && (err.data[i] < 0x20 || err.data[i] == 0x7f)) {
+                m[k++] = err.data[i] == '\n' ? '\n' : ' ';
+                i++;
+            } else if (k + sl <= cap) {
+                memcpy(m + k, err.data + i, sl);
+                k += sl;
+                i += sl;
+            } else {
+                break;
+            }
+        }
+        if (m)
+            m[k] = '\0';
+    }
+    th_buf_destroy(&err);
+    res->kind = TH_RESULT_ERROR;
+    res->error = code;
+    res->message = m; /* NULL: the code's default message */
+    /* (written under mu before the call ended, read after: the end was
+     * set under mu, which this thread holds or took since) */
+    if (code == TH_EUNAVAILABLE || code == TH_ERATE_LIMITED)
+        res->retry_after_ms = x->retry_after_ms;
+    return 0;
+}
+
 static int build_result(th_mcall *c, int status, th_result_copy *res)
 {
     zero_result(res);
@@ -949,6 +1036,9 @@ static int build_result(th_mcall *c, int status, th_result_copy *res)
         x->set_error_msg = NULL;
         return 0;
     }
+    int bcode = th_mcall_backend_status(c, status);
+    if (bcode)
+        return backend_result(c, bcode, res);
     res->kind = TH_RESULT_DONE;
     res->ok = status == TOOLHOST_OK;
     th_out_info oi, ei;
@@ -1312,7 +1402,8 @@ void th_mcall_run(th_mcall *c)
         c->completed = true;
     /* the usual end (no suspend, ok or failed): ended now, and answered
      * in this same turn of the lock (exec_end) */
-    bool end_now = !susp && (st == TOOLHOST_OK || st == TOOLHOST_FAILED);
+    bool end_now = !susp && (st == TOOLHOST_OK || st == TOOLHOST_FAILED ||
+                             th_mcall_backend_status(c, st) != 0);
     if (end_now)
         th_mcall_set_ended(c);
     if (heapless || slot_dl)

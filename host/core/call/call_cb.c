@@ -304,6 +304,24 @@ static int cb_set_meta(toolhost_call *call, const uint8_t *map, size_t len)
     return 0;
 }
 
+/* ABI 1.5: the retry-after hint of a call that ends as a backend's
+ * error (build_result, call.c, reads it). */
+static int cb_set_retry_after(toolhost_call *call, uint64_t ms)
+{
+    th_mcall *c = (th_mcall *)call;
+    if (ms > TOOLHOST_MAX_RETRY_AFTER_MS)
+        ms = TOOLHOST_MAX_RETRY_AFTER_MS;
+    pthread_mutex_lock(&c->mu);
+    if (c->ended) {
+        misuse_locked(c, "set_retry_after() after the call ended");
+        pthread_mutex_unlock(&c->mu);
+        return TOOLHOST_ESTATE;
+    }
+    c->x->retry_after_ms = ms;
+    pthread_mutex_unlock(&c->mu);
+    return 0;
+}
+
 /* True when `c` runs inline on this thread: it is the thread's call, or
  * an ancestor of it through inline calls (run_code forwarding an update of
  * a tool it called).  Its caller then waits on this very thread (inside
@@ -485,7 +503,8 @@ static int cb_complete(toolhost_call *call, int status)
     c->completed = true;
     pthread_mutex_unlock(&c->mu);
     int rc = 0;
-    if (status != TOOLHOST_OK && status != TOOLHOST_FAILED) {
+    if (status != TOOLHOST_OK && status != TOOLHOST_FAILED &&
+        !th_mcall_backend_status(c, status)) {
         char m[200];
         snprintf(m, sizeof m, "tool %s completed its call with unknown status %d "
                  "(expected ok or failed; contract misuse)", c->tool->name, status);
@@ -805,5 +824,6 @@ const th_call_vtbl th_mcall_vtbl = {
     .log = cb_log,
     .write_block = cb_write_block,
     .ask_client = cb_ask_client,
+    .set_retry_after = cb_set_retry_after,
 };
 

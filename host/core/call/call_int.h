@@ -20,6 +20,9 @@ void th_call_deliver_locked(th_mcall *c);
 /* Answers with a tool error unless already answered; true when this
  * answer won.  No lock held. */
 bool th_call_answer_error(th_mcall *c, int code, const char *msg);
+/* The same with a retry-after hint in the answer (0: none). */
+bool th_call_answer_error_retry(th_mcall *c, int code, const char *msg,
+                                uint64_t retry_after_ms);
 
 /* A call waiting for permission that got answered meanwhile: whoever moves
  * it out of PERM_WAIT drops its execution reference. */

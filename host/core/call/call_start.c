@@ -750,7 +750,13 @@ static bool rate_refused(th_session *s, th_mcall *c)
         }
         return false;
     }
-    th_mcall_never_run(c, rc, rc == TH_ENOMEM ? "out of memory" : m);
+    /* the wait the limit asks for reaches the caller as a hint too
+     * (RPC error.retry_after_ms, MCP _meta toolhost/retry_after_ms) */
+    th_mcall_never_run_retry(c, rc, rc == TH_ENOMEM ? "out of memory" : m,
+                             rc != TH_ERATE_LIMITED ? 0
+                             : retry_ms < TOOLHOST_MAX_RETRY_AFTER_MS
+                                 ? retry_ms
+                                 : TOOLHOST_MAX_RETRY_AFTER_MS);
     return true;
 }
 

@@ -209,6 +209,7 @@ typedef struct th_mcall_x {
     size_t meta_len;
     int set_error;              /* built-ins: a tool error instead */
     char *set_error_msg;
+    uint64_t retry_after_ms;    /* ABI 1.5 set_retry_after() (under mu) */
     char *caller_user;
     char caller_session[24];
     char tname[72];             /* the tool's name, set before execute()
@@ -514,6 +515,11 @@ bool th_mcall_abort(th_mcall *c, int code, const char *fmt, ...)
 
 /* Built-in tools: finish with a tool error instead of a result. */
 void th_mcall_set_error(toolhost_call *call, int code, const char *msg);
+/* The TH_E* code of a backend's status (ABI 1.5: TOOLHOST_UNAVAILABLE,
+ * TOOLHOST_TIMEOUT, TOOLHOST_RATE_LIMITED) returned by `c`'s tool, or 0:
+ * any other status, or a plugin built against a minor older than 1.5
+ * (for which they are unknown statuses). */
+int th_mcall_backend_status(const th_mcall *c, int status);
 
 /* Submits a policy-checked call, already in the duplicate table
  * (th_dup_register), to the manager (deadline, inline or queue).
@@ -1062,6 +1068,10 @@ void th_mcall_detach(th_mcall *c);
 void th_mcall_perm_expired(th_mcall *c);
 /* Answers a call that never runs and drops the execution reference. */
 void th_mcall_never_run(th_mcall *c, int code, const char *msg);
+/* The same with a retry-after hint in the answer (th_result.retry_after_ms;
+ * the rate limits' wait). */
+void th_mcall_never_run_retry(th_mcall *c, int code, const char *msg,
+                              uint64_t retry_after_ms);
 /* Finishes execution with `status` (TOOLHOST_OK / FAILED), answering the
  * call unless it is already answered.  Owner thread. */
 void th_mcall_exec_end(th_mcall *c, int status, bool ran);

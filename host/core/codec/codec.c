@@ -122,11 +122,15 @@ int th_codec_pack_result(msgpack_packer *pk, const th_result_copy *r)
         e |= th_pack_cstr(pk, "ok");
         e |= msgpack_pack_false(pk);
         e |= th_pack_cstr(pk, "error");
-        e |= msgpack_pack_map(pk, 2);
+        e |= msgpack_pack_map(pk, 2 + (r->retry_after_ms != 0));
         e |= th_pack_cstr(pk, "code");
         e |= th_pack_cstr(pk, th_err_name(r->error));
         e |= th_pack_cstr(pk, "message");
         e |= th_pack_cstr(pk, r->message ? r->message : th_strerror(r->error));
+        if (r->retry_after_ms) { /* when to try again (ABI 1.5) */
+            e |= th_pack_cstr(pk, "retry_after_ms");
+            e |= msgpack_pack_uint64(pk, r->retry_after_ms);
+        }
     }
     return e ? TH_ENOMEM : 0;
 }
@@ -185,6 +189,11 @@ int th_codec_unpack_result(const msgpack_object *o, th_result_copy *r)
         if (code && obj_bytes(code, &p, &n))
             snprintf(name, sizeof name, "%.*s", (int)(n < 63 ? n : 63), p);
         r->error = th_err_from_name(name);
+        const msgpack_object *ra = map_get(error, "retry_after_ms");
+        if (ra && ra->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+            r->retry_after_ms = ra->via.u64 < TOOLHOST_MAX_RETRY_AFTER_MS
+                                    ? ra->via.u64
+                                    : TOOLHOST_MAX_RETRY_AFTER_MS;
         return dup_cstr(&r->message, map_get(error, "message"));
     }
     if (!ok || ok->type != MSGPACK_OBJECT_BOOLEAN)
@@ -239,6 +248,7 @@ int th_result_copy_dup(th_result_copy *dst, const th_result_copy *src)
     dst->error = src->error;
     dst->task_id = src->task_id;
     dst->structured = src->structured;
+    dst->retry_after_ms = src->retry_after_ms;
     if ((src->out.len && th_buf_append(&dst->out, src->out.data, src->out.len)) ||
         (src->err.len && th_buf_append(&dst->err, src->err.data, src->err.len)) ||
         (src->meta.len && th_buf_append(&dst->meta, src->meta.data, src->meta.len)) ||

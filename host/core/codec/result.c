@@ -32,6 +32,7 @@ int th_result_copy_from(th_result_copy *dst, const th_result *src)
     dst->error = src->error;
     dst->task_id = src->task_id;
     dst->structured = src->structured;
+    dst->retry_after_ms = src->retry_after_ms;
     if ((src->out_len && th_buf_append(&dst->out, src->out, src->out_len)) ||
         (src->err_len && th_buf_append(&dst->err, src->err, src->err_len)) ||
         (src->meta && th_buf_append(&dst->meta, src->meta, src->meta_len)) ||

@@ -85,6 +85,7 @@ typedef struct pend {
     size_t queued;
     bool done;
     int status;           /* DONE status or ANSWER rc */
+    uint64_t retry_after_ms; /* DONE: the plugin's set_retry_after() */
     char *answer;         /* ANSWER message */
     char *death;          /* the worker died: why */
     int death_code;
@@ -559,6 +560,10 @@ static void route(pool *P, worker *w, const uint8_t *f, size_t n, pend *self)
         if (!p)
             break;
         p->status = (int)th_iso_int(a, 2);
+        if (type == ISO_DONE) { /* (a negative one reads as none) */
+            int64_t ra = th_iso_int(a, 3);
+            p->retry_after_ms = ra > 0 ? (uint64_t)ra : 0;
+        }
         if (type == ISO_ANSWER)
             p->answer = th_iso_strdup(a, 3);
         p->done = true;
@@ -2498,6 +2503,7 @@ static int run(pool *P, uint32_t tool_idx, int ask, toolhost_call *call,
     }
     release_socket(w, &p);
     int status = p.status;
+    uint64_t retry_after_ms = p.retry_after_ms;
     char *death = p.death;
     p.death = NULL;
     if (ask && ans && p.answer)
@@ -2522,6 +2528,14 @@ static int run(pool *P, uint32_t tool_idx, int ask, toolhost_call *call,
     }
     if (ask)
         return status;
+    if (status == TOOLHOST_UNAVAILABLE || status == TOOLHOST_TIMEOUT ||
+        status == TOOLHOST_RATE_LIMITED) {
+        /* a backend's (ABI 1.5; the worker passes them only from a 1.5
+         * plugin), with its hint: this proxy is a 1.5 plugin */
+        if (retry_after_ms && call && call->host->set_retry_after)
+            call->host->set_retry_after(call, retry_after_ms);
+        return status;
+    }
     return status == TOOLHOST_OK ? TOOLHOST_OK : TOOLHOST_FAILED;
 }
 

@@ -67,6 +67,7 @@ typedef struct wcall {
     atomic_bool misuse_said; /* a late callback was logged */
     uint32_t tool;
     int ask; /* 0 call, else ISO_ASK_* */
+    uint64_t retry_after_ms; /* ABI 1.5 set_retry_after(), sent with DONE */
     struct wcall *next;
     struct wcall *qnext; /* waiting for a thread; in the ended queue */
     /* kept when the record is reused (new_call clears what is above) */
@@ -200,16 +201,33 @@ static int ob_end(wcall *c, size_t at, int e, bool flush)
     return 0;
 }
 
+/* The status a call of the worker's plugin ends with, as the host reads
+ * it: a backend's status (ABI 1.5) passes from a plugin of 1.5 or later,
+ * every other failure is TOOLHOST_FAILED. */
+static int done_status(int st)
+{
+    if (st == TOOLHOST_OK)
+        return TOOLHOST_OK;
+    if ((st == TOOLHOST_UNAVAILABLE || st == TOOLHOST_TIMEOUT ||
+         st == TOOLHOST_RATE_LIMITED) && g_p->abi_minor >= 5)
+        return st;
+    return TOOLHOST_FAILED;
+}
+
+/* [DONE, id, status] or, with a retry-after hint (ABI 1.5),
+ * [DONE, id, status, retry_after_ms]. */
 static int send_done_c(wcall *c, int status)
 {
     msgpack_packer pk;
     size_t at = ob_begin(c, &pk);
     int e = 0;
     if (at != SIZE_MAX) {
-        e |= msgpack_pack_array(&pk, 3);
+        e |= msgpack_pack_array(&pk, c->retry_after_ms ? 4 : 3);
         e |= msgpack_pack_int(&pk, ISO_DONE);
         e |= msgpack_pack_uint64(&pk, c->id);
         e |= msgpack_pack_int(&pk, status);
+        if (c->retry_after_ms)
+            e |= msgpack_pack_uint64(&pk, c->retry_after_ms);
     }
     int rc = ob_end(c, at, e, true);
     if (rc != 0) { /* no room for DONE: what was queued, then DONE alone */
@@ -467,17 +485,31 @@ static int w_complete(toolhost_call *call, int status)
         pthread_mutex_unlock(&c->mu);
         return ended ? late(c, "complete") : TOOLHOST_ESTATE;
     }
-    send_done_c(c, status == TOOLHOST_OK ? TOOLHOST_OK : TOOLHOST_FAILED);
+    send_done_c(c, done_status(status));
     mark_ended(c);
     pthread_mutex_unlock(&c->mu);
     call_unref(c);
     return 0;
 }
 
+static int w_set_retry_after(toolhost_call *call, uint64_t ms)
+{
+    wcall *c = (wcall *)call;
+    pthread_mutex_lock(&c->mu);
+    bool ended = atomic_load(&c->ended);
+    if (!ended)
+        c->retry_after_ms = ms < TOOLHOST_MAX_RETRY_AFTER_MS
+                                ? ms
+                                : TOOLHOST_MAX_RETRY_AFTER_MS;
+    pthread_mutex_unlock(&c->mu);
+    return ended ? late(c, "set_retry_after") : 0;
+}
+
 static const th_call_vtbl w_vtbl = {
     .write = w_write, .set_meta = w_set_meta, .progress = w_progress,
     .is_cancelled = w_is_cancelled, .time_left_ms = w_time_left_ms,
-    .suspend = w_suspend, .complete = w_complete};
+    .suspend = w_suspend, .complete = w_complete,
+    .set_retry_after = w_set_retry_after};
 
 static void w_log(const toolhost_host_api *host, int level,
                   const char *message)
@@ -536,7 +568,7 @@ static void *run_call(void *arg)
             write_locked(c, TOOLHOST_STDERR, m, sizeof m - 1);
             st = TOOLHOST_FAILED;
         }
-        send_done_c(c, st == TOOLHOST_OK ? TOOLHOST_OK : TOOLHOST_FAILED);
+        send_done_c(c, done_status(st));
         mark_ended(c);
     }
     pthread_mutex_unlock(&c->mu);

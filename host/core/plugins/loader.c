@@ -201,6 +201,15 @@ static int api_write_block(toolhost_call *call, const toolhost_block *block)
     return vt->write_block ? vt->write_block(call, block) : TOOLHOST_ENOTSUP;
 }
 
+static int api_set_retry_after(toolhost_call *call, uint64_t ms)
+{
+    const th_call_vtbl *vt = vt_of(call);
+    if (!vt)
+        return TOOLHOST_EINVAL;
+    return vt->set_retry_after ? vt->set_retry_after(call, ms)
+                               : TOOLHOST_ENOTSUP;
+}
+
 static int api_ask_client(toolhost_call *call, int kind, const char *request,
                           size_t len, const char **answer, size_t *answer_len)
 {
@@ -277,6 +286,7 @@ void th_host_api_fill(toolhost_host_api *api)
     th_iso_cage_api_fill(api); /* ABI 1.3: iso_cage_api.c */
     th_content_api_fill(api);  /* ABI 1.4: content.c */
     api->tools_changed = api_tools_changed; /* ABI 1.5 */
+    api->set_retry_after = api_set_retry_after;
 }
 
 /* ---- lifetime ----------------------------------------------------------------- */

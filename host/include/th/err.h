@@ -36,7 +36,11 @@
     XX(RATE_LIMITED, -21, "rate_limited",                                     \
        "a rate limit or quota of the caller was reached")                    \
     XX(DISABLED, -22, "tool_disabled",                                        \
-       "an operator disabled the tool (the message says why)")
+       "an operator disabled the tool (the message says why)")               \
+    XX(UNAVAILABLE, -23, "unavailable",                                       \
+       "the tool's backend is unavailable, try again later")                 \
+    XX(BACKEND_TIMEOUT, -24, "backend_timeout",                               \
+       "the tool's backend did not answer in time")
 
 enum {
     TH_OK = 0,

@@ -261,6 +261,11 @@ typedef struct th_result {
     bool structured;          /* DONE, ok: stdout is one JSON value the
                                  host checked (TOOLHOST_SEM_STRUCTURED,
                                  output_schema); fronts send it decoded */
+    uint64_t retry_after_ms;  /* ERROR: when the caller may try again
+                                 (a plugin's set_retry_after(), the host's
+                                 rate limits), 0: no hint; fronts carry
+                                 it (RPC, NATS error.retry_after_ms; MCP
+                                 _meta "toolhost/retry_after_ms") */
 } th_result;
 
 typedef enum th_event_kind {
@@ -365,6 +370,7 @@ typedef struct th_result_copy {
     char *message;
     uint64_t task_id;
     bool structured;          /* as in th_result */
+    uint64_t retry_after_ms;  /* as in th_result */
 } th_result_copy;
 void th_result_copy_destroy(th_result_copy *r);
 int th_result_copy_from(th_result_copy *dst, const th_result *src);
@@ -384,6 +390,7 @@ static inline th_result_copy th_result_view(const th_result *src)
         .message = (char *)src->message,
         .task_id = src->task_id,
         .structured = src->structured,
+        .retry_after_ms = src->retry_after_ms,
     };
 }
 

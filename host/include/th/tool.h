@@ -281,6 +281,8 @@ typedef struct th_call_vtbl {
     int (*write_block)(toolhost_call *call, const toolhost_block *block);
     int (*ask_client)(toolhost_call *call, int kind, const char *request,
                       size_t len, const char **answer, size_t *answer_len);
+    /* Appended (ABI 1.5), optional (NULL: TOOLHOST_ENOTSUP). */
+    int (*set_retry_after)(toolhost_call *call, uint64_t ms);
 } th_call_vtbl;
 
 typedef struct th_call_base {

@@ -45,6 +45,19 @@ TOOLHOST_PLUGIN(
         .tool(tool("cxx_boundary_std",
                    [](th::Call &) { throw std::out_of_range("index 7"); }))
         .tool(tool("cxx_boundary_unknown", [](th::Call &) { throw 42; }))
+        .tool(tool("cxx_boundary_backend",
+                   [](th::Call &call) {
+                       call.out("dropped");
+                       call.fail_backend(TOOLHOST_RATE_LIMITED, "slow down",
+                                         7000);
+                   }))
+        .tool(tool("cxx_boundary_backend_async",
+                   [](th::Call &call) {
+                       call.spawn([](th::Pending &p) {
+                           p.fail_backend(TOOLHOST_UNAVAILABLE, "down");
+                       });
+                   },
+                   th::Async))
         .tool(tool("cxx_boundary_fail",
                    [](th::Call &call) {
                        call.out("partial");

@@ -29,6 +29,34 @@ import (
 var ErrCancelled = errors.New("toolhost: the call was cancelled or timed out")
 
 // errPending is what Call.Go returns for Run to return: the call goes on.
+// BackendStatus says whose fault a failure is when a tool's backend
+// (a server, a service, a remote API) failed (ABI 1.5).
+type BackendStatus int
+
+const (
+	// Unavailable: the backend is down, restarting or refusing work
+	// (code "unavailable").
+	Unavailable BackendStatus = C.TOOLHOST_UNAVAILABLE
+	// BackendTimeout: it did not answer within the tool's own timeout
+	// (code "backend_timeout").
+	BackendTimeout BackendStatus = C.TOOLHOST_TIMEOUT
+	// RateLimited: it said slow down, e.g. HTTP 429 (code "rate_limited").
+	RateLimited BackendStatus = C.TOOLHOST_RATE_LIMITED
+)
+
+// BackendError, returned from Run (or from the function of Call.Go),
+// fails the call as its backend's fault (ABI 1.5): the caller sees the
+// code of Status, Message, and RetryAfter (0: no hint; cut at a day) as
+// the hint of when to try again.  A host older than 1.5 gets a plain
+// failure with the message.
+type BackendError struct {
+	Status     BackendStatus
+	Message    string
+	RetryAfter time.Duration
+}
+
+func (e *BackendError) Error() string { return e.Message }
+
 var errPending = errors.New("toolhost: the call goes on in a goroutine (return the error of Call.Go from Run)")
 
 // Call is one call of a tool.  It is owned by the goroutine that runs Run,
@@ -260,6 +288,14 @@ func (c *Call) run(f func() error) (st C.int) {
 		msg += "\n"
 	}
 	io.WriteString(c.err, msg)
+	var be *BackendError
+	if errors.As(err, &be) {
+		ms := be.RetryAfter.Milliseconds()
+		if ms < 0 {
+			ms = 0
+		}
+		return C.thgo_backend(c.c, C.int(be.Status), C.uint64_t(ms))
+	}
 	return C.TOOLHOST_FAILED
 }
 

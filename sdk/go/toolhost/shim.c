@@ -82,6 +82,20 @@ int thgo_complete(toolhost_call *call, int status)
     return call->host->complete(call, status);
 }
 
+int thgo_backend(toolhost_call *call, int status, uint64_t retry_after_ms)
+{
+    const toolhost_host_api *h = call->host;
+    if ((status != TOOLHOST_UNAVAILABLE && status != TOOLHOST_TIMEOUT &&
+         status != TOOLHOST_RATE_LIMITED) ||
+        h->abi_minor < 5)
+        return TOOLHOST_FAILED;
+    if (retry_after_ms &&
+        TOOLHOST_HAS_MEMBER(toolhost_host_api, h, set_retry_after) &&
+        h->set_retry_after)
+        h->set_retry_after(call, retry_after_ms);
+    return status;
+}
+
 void thgo_log(const toolhost_host_api *host, int level, const char *message)
 {
     if (host && host->log)

@@ -33,6 +33,11 @@ int64_t thgo_time_left_ms(toolhost_call *call);
 int thgo_suspend(toolhost_call *call);
 int thgo_complete(toolhost_call *call, int status);
 void thgo_log(const toolhost_host_api *host, int level, const char *message);
+/* ABI 1.5: what execute() or complete() returns for a backend's failure:
+ * `status` (TOOLHOST_UNAVAILABLE, TOOLHOST_TIMEOUT, TOOLHOST_RATE_LIMITED)
+ * after set_retry_after(retry_after_ms) when nonzero, on a 1.5 host;
+ * TOOLHOST_FAILED on an older one or for another status. */
+int thgo_backend(toolhost_call *call, int status, uint64_t retry_after_ms);
 void thgo_log_call(toolhost_call *call, int level, const char *message);
 
 /* on_cancel(call, thgo_cancel_cb, id) (ABI 1.1); TOOLHOST_ESTATE when the

@@ -1,5 +1,5 @@
 // crash - a test fixture of the Go SDK (not an example): tools that fail
-// the three ways a Go plugin can crash, for tests/integration/test_sdk_go.c
+// the three ways a Go plugin can crash (and one its backend fails), for tests/integration/test_sdk_go.c
 // (crash reporting with the Go runtime in the process).
 package main
 
@@ -22,7 +22,11 @@ static void crash_on_c_thread(void)
 */
 import "C"
 
-import "toolhost"
+import (
+	"time"
+
+	"toolhost"
+)
 
 func init() {
 	toolhost.Register(toolhost.Plugin{
@@ -46,6 +50,13 @@ func init() {
 			Description: "Faults on a C thread of its own (forwarded to the host's handler).",
 			Flags:       toolhost.ReadOnly, // run by check --strict
 			Run:         func(c *toolhost.Call, a *toolhost.Args) error { C.crash_on_c_thread(); return nil },
+		}, {
+			Name:        "gocrash_backend",
+			Description: "Fails as its backend's fault, not a crash (ABI 1.5): rate_limited, retry after 7 s.",
+			Run: func(c *toolhost.Call, a *toolhost.Args) error {
+				return &toolhost.BackendError{Status: toolhost.RateLimited,
+					Message: "slow down", RetryAfter: 7 * time.Second}
+			},
 		}},
 	})
 }

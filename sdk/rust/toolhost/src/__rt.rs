@@ -103,7 +103,7 @@ fn finish(
         Ok(true) => sys::TOOLHOST_PENDING as c_int,
         Err(e) => {
             write_error(call, &e);
-            sys::TOOLHOST_FAILED as c_int
+            crate::call::failure_status(call, &e)
         }
     }
 }

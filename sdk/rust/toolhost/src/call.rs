@@ -360,7 +360,7 @@ impl AsyncCall {
             Ok(()) => sys::TOOLHOST_OK as c_int,
             Err(e) => {
                 let _ = self.h.err(format!("{}\n", e.message()));
-                sys::TOOLHOST_FAILED as c_int
+                failure_status(self.h.raw, &e)
             }
         };
         if let Some(f) = self.h.api().complete {
@@ -406,4 +406,28 @@ impl Outcome for Result<Pending, Error> {
     fn outcome(self) -> Result<bool, Error> {
         self.map(|_| true)
     }
+}
+
+/// What a failed call ends with (ABI 1.5): a backend's status, its
+/// retry-after hint given to the host first, on a 1.5 host; else
+/// TOOLHOST_FAILED.  `call` is a live call of the host.
+pub(crate) fn failure_status(call: *mut sys::toolhost_call, e: &Error) -> c_int {
+    let (kind, ms) = match e.backend_kind() {
+        Some(b) => b,
+        None => return sys::TOOLHOST_FAILED as c_int,
+    };
+    let api = unsafe { &*(*call).host };
+    if api.abi_minor < 5 {
+        return sys::TOOLHOST_FAILED as c_int;
+    }
+    if ms > 0 && host_has!(api, set_retry_after) {
+        if let Some(f) = api.set_retry_after {
+            unsafe { f(call, ms) };
+        }
+    }
+    (match kind {
+        crate::error::Backend::Unavailable => sys::TOOLHOST_UNAVAILABLE,
+        crate::error::Backend::Timeout => sys::TOOLHOST_TIMEOUT,
+        crate::error::Backend::RateLimited => sys::TOOLHOST_RATE_LIMITED,
+    }) as c_int
 }

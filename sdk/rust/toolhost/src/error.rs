@@ -7,6 +7,20 @@ use std::fmt;
 pub struct Error {
     msg: String,
     cancelled: bool,
+    /// ABI 1.5: the backend's status and the retry-after hint (ms, 0 none)
+    backend: Option<(Backend, u64)>,
+}
+
+/// Whose fault a failure is when the tool's backend (a server, a service,
+/// a remote API) failed (ABI 1.5): the code the caller sees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// down, restarting, refusing work: "unavailable"
+    Unavailable,
+    /// no answer within the tool's own timeout: "backend_timeout"
+    Timeout,
+    /// said slow down (HTTP 429, a quota): "rate_limited"
+    RateLimited,
 }
 
 /// What a tool returns.
@@ -15,11 +29,23 @@ pub type ToolResult<T = ()> = Result<T, Error>;
 impl Error {
     /// An error with this message (one line a model can act on).
     pub fn new(msg: impl Into<String>) -> Self {
-        Error { msg: msg.into(), cancelled: false }
+        Error { msg: msg.into(), cancelled: false, backend: None }
     }
     /// The call was cancelled or passed its deadline.
     pub fn cancelled() -> Self {
-        Error { msg: "cancelled".into(), cancelled: true }
+        Error { msg: "cancelled".into(), cancelled: true, backend: None }
+    }
+    /// ABI 1.5: the tool's backend failed (`kind`), with a hint of when
+    /// to try again (`None`: no hint; cut at a day by the host).  A host
+    /// older than 1.5 gets a plain failure with the message.
+    pub fn backend(kind: Backend, msg: impl Into<String>,
+                   retry_after: Option<std::time::Duration>) -> Self {
+        let ms = retry_after.map_or(0, |d| d.as_millis().min(u64::MAX as u128) as u64);
+        Error { msg: msg.into(), cancelled: false, backend: Some((kind, ms)) }
+    }
+    /// The backend's status and hint (ms, 0: none), if any.
+    pub fn backend_kind(&self) -> Option<(Backend, u64)> {
+        self.backend
     }
     pub fn is_cancelled(&self) -> bool {
         self.cancelled

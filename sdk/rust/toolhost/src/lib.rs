@@ -47,7 +47,7 @@ mod threads;
 pub mod __rt;
 
 pub use call::{AsyncCall, Call, Caller, Handle, Level, Outcome, Pending, Stream, Writer};
-pub use error::{Error, ToolResult};
+pub use error::{Backend, Error, ToolResult};
 pub use params::{ParamType, Params};
 pub use threads::spawn;
 pub use toolhost_macros::{plugin, tool, Params};
