@@ -668,6 +668,11 @@ static int tool_build(mcp_state *st, mcp_srv *s, const json_t *d,
         t->flags |= TOOLHOST_TOOL_IDEMPOTENT;
     if (json_is_true(json_object_get(ann, "openWorldHint")))
         t->flags |= TOOLHOST_TOOL_OPEN_WORLD;
+    /* a call of a stdio server never waits in execute() (mcp_call.c,
+     * stdio_call): a front's own thread may run it.  HTTP calls wait
+     * for their answer on the thread that runs them. */
+    if (!s->url)
+        t->flags |= TOOLHOST_TOOL_SHORT;
     t->execute = mcpsrc_execute;
     m->srv = s;
     m->remote = strdup(rname);
@@ -749,6 +754,7 @@ void mcpsrc_state_free(mcp_state *st)
         json_decref(s->served);
         if (s->wake_fd >= 0)
             close(s->wake_fd);
+        free(s->wrest);
         pthread_mutex_destroy(&s->mu);
         pthread_mutex_destroy(&s->wmu);
         pthread_cond_destroy(&s->cv);
