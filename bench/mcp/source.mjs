@@ -6,6 +6,9 @@
 // the same machine.  Sequential calls: latency p50/p99/mean; 16 in flight:
 // calls/s.  Target (issue 32): via toolhost <= 1.3x the direct mean
 // latency.  Prints a table, a "target:" line and one JSON line.
+// With TH_BENCH_RELAY naming bench/mcp/relay.c built (bench-mcp-source
+// builds it), a third peer in the same rounds: the same client calling the
+// same server through that minimal C relay, the floor of any extra hop.
 // Usage: node bench/mcp/source.mjs [TOOLHOST] (TH_BENCH_QUICK=1: short).
 import os from 'node:os';
 import path from 'node:path';
@@ -71,8 +74,12 @@ async function par(client, tool, n) {
 
 const direct = await open(everything, ['stdio']);
 const via = await open(bin, ['mcp', '-c', cfg]);
-const runs = [{ name: 'direct', client: direct, tool: 'echo', lat: [], cps: [] },
-              { name: 'via toolhost', client: via, tool: 'ev_echo', lat: [], cps: [] }];
+const relayBin = process.env.TH_BENCH_RELAY;
+const relay = relayBin ? await open(relayBin, [everything, 'stdio']) : null;
+const runs = [{ name: 'direct', key: 'direct', client: direct, tool: 'echo', lat: [], cps: [] },
+              { name: 'via toolhost', key: 'via', client: via, tool: 'ev_echo', lat: [], cps: [] }];
+if (relay)
+  runs.push({ name: 'via C relay', key: 'relay', client: relay, tool: 'echo', lat: [], cps: [] });
 for (const r of runs) await seq(r.client, r.tool, 100, []); // warm up
 for (let round = 0; round < ROUNDS; round++)
   for (const r of runs) {
@@ -81,6 +88,7 @@ for (let round = 0; round < ROUNDS; round++)
   }
 await direct.close();
 await via.close();
+if (relay) await relay.close();
 rmSync(tmp, { recursive: true, force: true });
 
 const cpu = (os.cpus()[0] || {}).model;
@@ -94,7 +102,7 @@ for (const r of runs) {
   r.lat.sort((a, b) => a - b);
   const mean = r.lat.reduce((a, b) => a + b, 0) / r.lat.length;
   const cps = r.cps.reduce((a, b) => a + b, 0) / r.cps.length;
-  out[r.name === 'direct' ? 'direct' : 'via'] =
+  out[r.key] =
     { p50_us: pct(r.lat, 0.5), p99_us: pct(r.lat, 0.99), mean_us: mean, calls_s: cps };
   console.log(`${r.name.padEnd(14)} ${pct(r.lat, 0.5).toFixed(0).padStart(7)} ` +
               `${pct(r.lat, 0.99).toFixed(0).padStart(8)} ${mean.toFixed(0).padStart(8)} ` +
@@ -107,6 +115,11 @@ const p50ratio = out.via.p50_us / out.direct.p50_us;
 console.log(`p50 via toolhost over direct: ${p50ratio.toFixed(2)}x; calls/s direct over ` +
             `via toolhost: ${cratio.toFixed(2)}x (the mean carries the machine's outliers: ` +
             `compare the p50 on a busy machine)`);
+if (out.relay)
+  console.log(`the hop alone: C relay over direct ${(out.relay.mean_us / out.direct.mean_us).toFixed(2)}x ` +
+              `mean, ${(out.relay.p50_us / out.direct.p50_us).toFixed(2)}x p50; via toolhost over the C relay ` +
+              `${(out.via.mean_us / out.relay.mean_us).toFixed(2)}x mean, ` +
+              `${(out.via.p50_us / out.relay.p50_us).toFixed(2)}x p50`);
 console.log(`target: mcp source, a call through toolhost to a stdio server over the same client ` +
             `calling it directly (mean latency): ${met ? 'met' : 'NOT met'} ` +
             `(ratio ${ratio.toFixed(2)}x, target <= 1.3x)`);
