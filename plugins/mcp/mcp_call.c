@@ -375,24 +375,50 @@ static int stdio_call(mcp_srv *s, const toolhost_tool *tool,
     p->pid = pid;
     p->hooked = th_sdk_on_cancel(call, async_cancel_hook, p) == 0;
     pthread_mutex_lock(&s->mu);
-    if (s->state != SRV_UP || s->reader_done) {
+    bool gone = s->state != SRV_UP || s->reader_done;
+    bool slot = !s->waitq && s->in_flight < s->max_concurrency;
+    bool full = !gone && !slot && s->n_waiting >= s->max_waiting;
+    uint64_t refused = full ? ++s->n_refused : 0;
+    bool log = full && (refused & (refused - 1)) == 0;
+    if (gone || full) {
         /* not handed off: this thread still owns the call */
         pthread_mutex_unlock(&s->mu);
         if (p->hooked)
             th_sdk_on_cancel(call, NULL, NULL);
         free(p->line);
         free(p);
-        int rc = th_sdk_fail(call, "mcp: server '%s' went away before the "
+        int rc;
+        if (full) {
+            if (log) /* the 1st, 2nd, 4th, 8th, ... */
+                th_sdk_log(s->st->host, TOOLHOST_LOG_WARN,
+                           "server '%s': a call of '%s' refused: "
+                           "max_concurrency (%lld) calls in flight and "
+                           "max_waiting (%lld) waiting for a slot (%llu "
+                           "refused so far)",
+                           s->name, mt->remote,
+                           (long long)s->max_concurrency,
+                           (long long)s->max_waiting,
+                           (unsigned long long)refused);
+            rc = th_sdk_fail(call, "mcp: server '%s' is busy: "
+                             "max_concurrency (%lld) calls in flight and "
+                             "max_waiting (%lld) waiting for a slot; try "
+                             "again later",
+                             s->name, (long long)s->max_concurrency,
+                             (long long)s->max_waiting);
+            meta_put(call, s, pid, 0, t0, 0, "busy");
+        } else {
+            rc = th_sdk_fail(call, "mcp: server '%s' went away before the "
                              "call of '%s' was sent; it restarts",
                              s->name, mt->remote);
-        meta_put(call, s, pid, id, t0, 0, "server_exited");
+            meta_put(call, s, pid, id, t0, 0, "server_exited");
+        }
         call->host->complete(call, rc);
         return TOOLHOST_PENDING;
     }
     /* the hand-off: p and the call are the reader's from here on (s->mu
      * held until the end, so the reader cannot end it under our feet) */
     bool wake;
-    if (!s->waitq && s->in_flight < s->max_concurrency) {
+    if (slot) {
         s->in_flight++;
         p->slot = true;
         mcpsrc_pend_add(s, p);
@@ -408,6 +434,7 @@ static int stdio_call(mcp_srv *s, const toolhost_tool *tool,
         else
             s->waitq = p;
         s->waitq_tail = p;
+        s->n_waiting++;
         wake = true;
     }
     if (wake) {

@@ -121,7 +121,8 @@ static char *find_command(const char *cmd, const char *path)
 
 static const char *const server_keys[] = {
     "name",    "command",         "env",  "cwd", "prefix",
-    "timeout", "max_concurrency", "user", "url", "headers", NULL};
+    "timeout", "max_concurrency", "max_waiting", "user", "url", "headers",
+    NULL};
 
 static int http_parse(mcp_srv *s, const json_t *o, const char *who,
                       char *err, size_t es)
@@ -209,8 +210,8 @@ static int server_parse(mcp_state *st, mcp_srv *s, const json_t *o,
         if (!known)
             return th_sdk_errf(err, es,
                         "%s: unknown key '%.64s' (known: name, command, env, "
-                        "cwd, prefix, timeout, max_concurrency, user, url, "
-                        "headers)",
+                        "cwd, prefix, timeout, max_concurrency, max_waiting, "
+                        "user, url, headers)",
                         who, k);
     }
     if (!(s->name = strdup(name)))
@@ -353,6 +354,19 @@ common:;
                         "4096",
                         who);
         s->max_concurrency = json_integer_value(mc);
+    }
+    /* max_waiting: calls of a stdio server past max_concurrency, held by
+     * no thread (mcp_call.c): a bound, or a client could pile them up */
+    const json_t *mw = json_object_get(o, "max_waiting");
+    s->max_waiting = 256;
+    if (mw) {
+        if (!json_is_integer(mw) || json_integer_value(mw) < 0 ||
+            json_integer_value(mw) > 65536)
+            return th_sdk_errf(err, es,
+                        "%s: 'max_waiting' must be an integer from 0 to "
+                        "65536",
+                        who);
+        s->max_waiting = json_integer_value(mw);
     }
     /* user */
     const json_t *user = json_object_get(o, "user");

@@ -491,6 +491,7 @@ static int sweep(mcp_srv *s)
         }
         /* never sent: no notifications/cancelled */
         p->gone = !strcmp(why, "timeout") ? "noslot" : why;
+        s->n_waiting--;
         *pp = p->next;
         p->next = ended;
         ended = p;
@@ -528,6 +529,7 @@ static bool pump(mcp_srv *s)
         s->waitq = p->next;
         if (!s->waitq)
             s->waitq_tail = NULL;
+        s->n_waiting--;
         p->next = NULL;
         s->in_flight++;
         p->slot = true;
@@ -828,6 +830,7 @@ out:
     pthread_cond_broadcast(&s->cv); /* the supervisor's relist wait */
     mcp_pend *calls = s->waitq;
     s->waitq = s->waitq_tail = NULL;
+    s->n_waiting = 0;
     s->n_unsent = 0;
     for (mcp_pend **pp = &s->pending; *pp;) {
         mcp_pend *p = *pp;

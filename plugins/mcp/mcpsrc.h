@@ -92,6 +92,7 @@ struct mcp_srv {
     gid_t gid;
     int64_t timeout_ms; /* 0: the call's deadline only               */
     int64_t max_concurrency;
+    int64_t max_waiting; /* stdio: calls waiting for a slot, at most */
 
     pthread_mutex_t mu;
     pthread_cond_t cv;  /* state changes, a slot freed, stop         */
@@ -113,6 +114,8 @@ struct mcp_srv {
     /* calls of a stdio server waiting for a slot, first in first out
      * (never in pending); the reader gives them slots as calls end */
     mcp_pend *waitq, *waitq_tail;
+    int64_t n_waiting;  /* in waitq                                  */
+    uint64_t n_refused; /* calls refused by max_waiting (log lines)  */
     size_t n_unsent;    /* calls in pending with `unsent`            */
     bool flush;         /* wrest holds bytes: the reader writes them  */
     json_t *tools;      /* the last tools/list (array), owned        */

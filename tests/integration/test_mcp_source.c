@@ -188,12 +188,15 @@ static void test_sdk_hostile(void)
 
 /* max_concurrency 1: a call waits for the slot with the server's reader
  * and is sent when the one before it ends (cancelled by its client); one
- * cancelled while it waits never reaches the server. */
+ * cancelled while it waits never reaches the server; past max_waiting (2)
+ * a call is refused at once. */
 static void test_queue(void)
 {
     NEED_NODE();
     char *dir = th_test_tmpdir();
-    char *cfg = hostile_config_x(dir, "10m", "          max_concurrency: 1\n");
+    char *cfg = hostile_config_x(dir, "10m",
+                                 "          max_concurrency: 1\n"
+                                 "          max_waiting: 2\n");
     run_script("source_queue.mjs", cfg, "queue");
     free(cfg);
     th_test_rmtree(dir);
@@ -418,6 +421,9 @@ static void test_config_errors(void)
          "must be 1 to 32 letters"},
         {"        - name: a\n          command: [no-such-program-here]\n",
          "is not found in path"},
+        {"        - name: a\n          command: [/bin/true]\n"
+         "          max_waiting: -1\n",
+         "'max_waiting' must be an integer from 0 to 65536"},
         {"        - name: a\n          command: [/bin/true]\n"
          "          timeout: soon\n",
          "'timeout' must be a duration"},

@@ -1,7 +1,8 @@
 // source_queue.mjs - the mcp plugin's calls of a stdio server never wait
 // in execute() (the front's own thread may run them): a call past
-// max_concurrency waits for a slot with the server's reader, in order, and
-// one cancelled there never reaches the server; a server that stops
+// max_concurrency waits for a slot with the server's reader, in order (at
+// most max_waiting of them, the next refused), and one cancelled there
+// never reaches the server; a server that stops
 // reading its stdin holds neither the front nor the other calls' answers
 // until write_timeout kills it.  Against tests/mcp/hostile_server.mjs.
 // Usage: node source_queue.mjs TOOLHOST CONFIG queue|deaf
@@ -31,6 +32,10 @@ if (phase === 'queue') {
   const ac = new AbortController();
   const c = client.callTool({ name: 'h_ok', arguments: {} }, undefined,
                             { ...LONG, signal: ac.signal });
+  // max_waiting 2: B and C wait, E is refused at once
+  const re = await client.callTool({ name: 'h_ok', arguments: {} }, undefined, LONG);
+  check(re.isError && /server 'h' is busy: max_concurrency \(1\) calls in flight and max_waiting \(2\) waiting/.test(txt(re)),
+        `past max_waiting: ${JSON.stringify(re)}`);
   // the front reads requests in order: once the ping is answered, A, B and
   // C have been started (B and C wait for the slot)
   await client.ping();
