@@ -223,8 +223,10 @@ typedef enum toolhost_semantic {
  * worker): execute(), validate_args() and needs_permission() of this sync
  * tool return within about a millisecond (well under host.short_call_max)
  * and never block or wait: no sleeping, no waiting on locks others hold for
- * long, no network or slow disk I/O, no calls of other tools, no
- * suspend().  A front's own thread may then run them itself instead of
+ * long, no network or slow disk I/O, no calls of other tools.  suspend()
+ * is allowed when execute() hands the call to a plugin thread at once and
+ * returns TOOLHOST_PENDING without waiting (the mcp plugin's calls of a
+ * stdio server).  A front's own thread may then run them itself instead of
  * handing the call to a worker and back, which saves two thread hand-offs
  * per call: the msgpack-RPC server's event loop (shared by every client:
  * only tools with this flag run there) and an MCP session's input thread

@@ -273,6 +273,14 @@ void mcpsrc_call_finish(mcp_pend *p, json_t *answer, const char *error,
         error = json_object_get(answer, "error") ? "server_error" : NULL;
     } else if (error && !strcmp(error, "cancelled")) {
         rc = TOOLHOST_FAILED; /* dropped by the host */
+    } else if (error && !strcmp(error, "noslot")) {
+        rc = th_sdk_fail_backend(call, TOOLHOST_TIMEOUT, 0,
+                         "mcp: server '%s' had no free slot "
+                         "(max_concurrency %lld) within its timeout "
+                         "of %lldms",
+                         s->name, (long long)s->max_concurrency,
+                         (long long)s->timeout_ms);
+        error = "timeout";
     } else if (error && !strcmp(error, "timeout")) {
         th_sdk_log_call(call, TOOLHOST_LOG_WARN,
                         "server '%s': '%s' did not answer within %lldms: "
@@ -293,12 +301,162 @@ void mcpsrc_call_finish(mcp_pend *p, json_t *answer, const char *error,
                          why ? why : "");
     }
     meta_put(call, s, p->pid, p->id, p->t0, p->n_progress, error);
-    pthread_mutex_lock(&s->mu);
-    s->in_flight--;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    if (p->slot) {
+        /* the reader gives it to a waiting call (pump): nobody waits on
+         * s->cv for a slot of a stdio server */
+        pthread_mutex_lock(&s->mu);
+        s->in_flight--;
+        pthread_mutex_unlock(&s->mu);
+    }
     call->host->complete(call, rc);
+    free(p->line);
     free(p);
+}
+
+/* "unavailable": the call fails with the server's state in words. */
+static int fail_unavailable(toolhost_call *call, mcp_srv *s)
+{
+    pthread_mutex_lock(&s->mu);
+    char why[256];
+    snprintf(why, sizeof why, "%s", s->why);
+    int64_t next_try = s->next_try;
+    unsigned attempt = s->attempt;
+    pthread_mutex_unlock(&s->mu);
+    int64_t in = next_try - mcpsrc_now_ms();
+    /* retry after the next restart (none when it is under way) */
+    return th_sdk_fail_backend(call, TOOLHOST_UNAVAILABLE,
+                       in > 0 ? (uint64_t)in : 0,
+                       "mcp: server '%s' is unavailable: %s%s; "
+                       "%s #%u %s%lldms",
+                       s->name, why[0] ? "it " : "",
+                       why[0] ? why : "it is starting",
+                       s->url ? "new session" : "restart", attempt,
+                       in > 0 ? "in " : "under way, started ",
+                       (long long)(in > 0 ? in : -in));
+}
+
+/* A call of a stdio server, which never waits (so that a front's own
+ * thread may run it: TOOLHOST_TOOL_SHORT): the call is suspended and
+ * handed to the server's reader at once.  With a slot free and room in
+ * the server's stdin, its line is written here with one send(); else the
+ * call waits for a slot in s->waitq, or its line for room, and the
+ * reader sends it (pump).  The reader ends it (answer, progress, cancel,
+ * timeout, the server's end). */
+static int stdio_call(mcp_srv *s, const toolhost_tool *tool,
+                      const mcp_tool *mt, toolhost_call *call, json_t *jargs,
+                      int64_t t0, int64_t deadline)
+{
+    pthread_mutex_lock(&s->mu);
+    bool up = s->state == SRV_UP && !s->reader_done;
+    int64_t id = up ? s->next_id++ : 0;
+    pid_t pid = s->pid;
+    pthread_mutex_unlock(&s->mu);
+    if (!up) {
+        json_decref(jargs);
+        int rc = fail_unavailable(call, s);
+        meta_put(call, s, pid, 0, t0, 0, "unavailable");
+        return rc;
+    }
+    json_t *msg = json_pack("{s:s, s:I, s:s, s:{s:s, s:o, s:{s:I}}}",
+                            "jsonrpc", "2.0", "id", (json_int_t)id, "method",
+                            "tools/call", "params", "name", mt->remote,
+                            "arguments", jargs, "_meta", "progressToken",
+                            (json_int_t)id); /* jargs stolen */
+    char *text = msg ? json_dumps(msg, JSON_COMPACT | JSON_ENSURE_ASCII)
+                     : NULL;
+    json_decref(msg);
+    mcp_pend *p = text ? calloc(1, sizeof *p) : NULL;
+    if (!p || call->host->suspend(call) != 0) {
+        free(text);
+        free(p);
+        int rc = th_sdk_fail(call, "mcp: out of memory");
+        meta_put(call, s, pid, id, t0, 0, NULL);
+        return rc;
+    }
+    size_t n = strlen(text);
+    text[n] = '\n'; /* json_dumps' NUL becomes the line's end */
+    p->line = text;
+    p->line_len = n + 1;
+    p->id = id;
+    p->call = call;
+    p->tool = tool;
+    p->mt = mt;
+    p->t0 = t0;
+    p->deadline = deadline;
+    p->pid = pid;
+    p->hooked = th_sdk_on_cancel(call, async_cancel_hook, p) == 0;
+    pthread_mutex_lock(&s->mu);
+    bool gone = s->state != SRV_UP || s->reader_done;
+    bool slot = !s->waitq && s->in_flight < s->max_concurrency;
+    bool full = !gone && !slot && s->n_waiting >= s->max_waiting;
+    uint64_t refused = full ? ++s->n_refused : 0;
+    bool log = full && (refused & (refused - 1)) == 0;
+    if (gone || full) {
+        /* not handed off: this thread still owns the call */
+        pthread_mutex_unlock(&s->mu);
+        if (p->hooked)
+            th_sdk_on_cancel(call, NULL, NULL);
+        free(p->line);
+        free(p);
+        int rc;
+        if (full) {
+            if (log) /* the 1st, 2nd, 4th, 8th, ... */
+                th_sdk_log(s->st->host, TOOLHOST_LOG_WARN,
+                           "server '%s': a call of '%s' refused: "
+                           "max_concurrency (%lld) calls in flight and "
+                           "max_waiting (%lld) waiting for a slot (%llu "
+                           "refused so far)",
+                           s->name, mt->remote,
+                           (long long)s->max_concurrency,
+                           (long long)s->max_waiting,
+                           (unsigned long long)refused);
+            rc = th_sdk_fail(call, "mcp: server '%s' is busy: "
+                             "max_concurrency (%lld) calls in flight and "
+                             "max_waiting (%lld) waiting for a slot; try "
+                             "again later",
+                             s->name, (long long)s->max_concurrency,
+                             (long long)s->max_waiting);
+            meta_put(call, s, pid, 0, t0, 0, "busy");
+        } else {
+            rc = th_sdk_fail_backend(call, TOOLHOST_UNAVAILABLE, 0,
+                             "mcp: server '%s' went away before the "
+                             "call of '%s' was sent; it restarts",
+                             s->name, mt->remote);
+            meta_put(call, s, pid, id, t0, 0, "server_exited");
+        }
+        call->host->complete(call, rc);
+        return TOOLHOST_PENDING;
+    }
+    /* the hand-off: p and the call are the reader's from here on (s->mu
+     * held until the end, so the reader cannot end it under our feet) */
+    bool wake;
+    if (slot) {
+        s->in_flight++;
+        p->slot = true;
+        mcpsrc_pend_add(s, p);
+        wake = !mcpsrc_try_send_locked(s, p) || s->flush;
+        if (p->line) {
+            p->unsent = true;
+            s->n_unsent++;
+        }
+    } else {
+        /* max_concurrency calls are in flight: it waits for a slot */
+        if (s->waitq_tail)
+            s->waitq_tail->next = p;
+        else
+            s->waitq = p;
+        s->waitq_tail = p;
+        s->n_waiting++;
+        wake = true;
+    }
+    if (wake) {
+        uint64_t one = 1;
+        if (write(s->wake_fd, &one, sizeof one) < 0) {
+            /* the counter is full: the reader is awake already */
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return TOOLHOST_PENDING;
 }
 
 int mcpsrc_execute(void *state, const toolhost_tool *tool,
@@ -322,25 +480,26 @@ int mcpsrc_execute(void *state, const toolhost_tool *tool,
         json_decref(jargs);
         return th_sdk_fail(call, "mcp: the arguments are not a JSON object");
     }
+    if (!s->url)
+        return stdio_call(s, tool, mt, call, jargs, t0, deadline);
 
+    /* HTTP: this thread makes the request and reads its answer */
     const char *error = NULL;
     int rc = TOOLHOST_FAILED;
     bool slot = false;
-    pid_t pid = -1;
     int64_t id = 0;
 
     /* a slot of the server's max_concurrency, while it is up (this wait
      * holds the worker: max_concurrency calls are in flight already) */
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        if (s->state != SRV_UP || (!s->url && s->reader_done)) {
+        if (s->state != SRV_UP) {
             error = "unavailable";
             break;
         }
         if (s->in_flight < s->max_concurrency) {
             s->in_flight++;
             slot = true;
-            pid = s->pid;
             id = s->next_id++;
             break;
         }
@@ -354,24 +513,10 @@ int mcpsrc_execute(void *state, const toolhost_tool *tool,
         }
         wait_slice(&s->cv, &s->mu, POLL_SLICE_MS);
     }
-    char why[256];
-    snprintf(why, sizeof why, "%s", s->why);
-    int64_t next_try = s->next_try;
-    unsigned attempt = s->attempt;
     pthread_mutex_unlock(&s->mu);
 
     if (error && !strcmp(error, "unavailable")) {
-        int64_t in = next_try - mcpsrc_now_ms();
-        /* retry after the next restart (none when it is under way) */
-        rc = th_sdk_fail_backend(call, TOOLHOST_UNAVAILABLE,
-                         in > 0 ? (uint64_t)in : 0,
-                         "mcp: server '%s' is unavailable: %s%s; "
-                         "%s #%u %s%lldms",
-                         s->name, why[0] ? "it " : "",
-                         why[0] ? why : "it is starting",
-                         s->url ? "new session" : "restart", attempt,
-                         in > 0 ? "in " : "under way, started ",
-                         (long long)(in > 0 ? in : -in));
+        rc = fail_unavailable(call, s);
         goto out;
     }
     if (error) {
@@ -385,112 +530,47 @@ int mcpsrc_execute(void *state, const toolhost_tool *tool,
         goto out;
     }
 
-    if (s->url) {
-        /* HTTP: this thread makes the request and reads its answer */
-        json_t *answer = NULL;
-        char hwhy[256] = "";
-        uint64_t np = 0;
-        int hrc = mcpsrc_http_call(s, mt->remote, call, id, jargs, deadline,
-                                   &answer, &np, &error, hwhy, sizeof hwhy);
-        if (answer && (hrc == 0 || json_object_get(answer, "error"))) {
-            rc = map_result(call, tool, mt, answer);
-            error = json_object_get(answer, "error") ? "server_error" : NULL;
-        } else if (error && !strcmp(error, "timeout")) {
-            rc = th_sdk_fail_backend(call, TOOLHOST_TIMEOUT, 0,
-                             "mcp: server '%s' did not answer '%s' "
-                             "within its timeout of %lldms; the call is "
-                             "cancelled on the server",
-                             s->name, mt->remote, (long long)s->timeout_ms);
-        } else if (error && !strcmp(error, "cancelled")) {
-            rc = TOOLHOST_FAILED; /* dropped by the host */
-        } else {
-            /* not reached (or its session gone): unavailable; a bad
-             * answer stays the tool's failure */
-            rc = th_sdk_fail_backend(call,
-                             error && !strcmp(error, "server_exited")
-                                 ? TOOLHOST_UNAVAILABLE
-                                 : TOOLHOST_FAILED,
-                             0,
-                             "mcp: server '%s' (%s) failed the call of "
-                             "'%s': %s",
-                             s->name, s->url, mt->remote, hwhy);
-        }
-        json_decref(answer);
-        meta_put(call, s, -1, id, t0, np, error);
-        goto out;
+    json_t *answer = NULL;
+    char hwhy[256] = "";
+    uint64_t np = 0;
+    int hrc = mcpsrc_http_call(s, mt->remote, call, id, jargs, deadline,
+                               &answer, &np, &error, hwhy, sizeof hwhy);
+    if (answer && (hrc == 0 || json_object_get(answer, "error"))) {
+        rc = map_result(call, tool, mt, answer);
+        error = json_object_get(answer, "error") ? "server_error" : NULL;
+    } else if (error && !strcmp(error, "timeout")) {
+        rc = th_sdk_fail_backend(call, TOOLHOST_TIMEOUT, 0,
+                                 "mcp: server '%s' did not answer '%s' "
+                                 "within its timeout of %lldms; the call is "
+                                 "cancelled on the server",
+                                 s->name, mt->remote,
+                                 (long long)s->timeout_ms);
+    } else if (error && !strcmp(error, "cancelled")) {
+        rc = TOOLHOST_FAILED; /* dropped by the host */
+    } else {
+        /* not reached (or its session gone): unavailable; a bad answer
+         * stays the tool's failure */
+        rc = th_sdk_fail_backend(call,
+                                 error && !strcmp(error, "server_exited")
+                                     ? TOOLHOST_UNAVAILABLE
+                                     : TOOLHOST_FAILED,
+                                 0,
+                                 "mcp: server '%s' (%s) failed the call of "
+                                 "'%s': %s",
+                                 s->name, s->url, mt->remote, hwhy);
     }
-
-    /* stdio: the call is suspended and handed to the server's reader,
-     * which finishes it (answer, progress, cancel, timeout, the server's
-     * end); this worker is free as soon as the request is written */
-    json_t *msg = json_pack("{s:s, s:I, s:s, s:{s:s, s:O, s:{s:I}}}",
-                            "jsonrpc", "2.0", "id", (json_int_t)id, "method",
-                            "tools/call", "params", "name", mt->remote,
-                            "arguments", jargs, "_meta", "progressToken",
-                            (json_int_t)id);
-    mcp_pend *p = msg ? calloc(1, sizeof *p) : NULL;
-    if (!p || call->host->suspend(call) != 0) {
-        json_decref(msg);
-        free(p);
-        rc = th_sdk_fail(call, "mcp: out of memory");
-        goto out;
-    }
-    p->id = id;
-    p->call = call;
-    p->tool = tool;
-    p->mt = mt;
-    p->t0 = t0;
-    p->deadline = deadline;
-    p->pid = pid;
-    p->hooked = th_sdk_on_cancel(call, async_cancel_hook, p) == 0;
-    pthread_mutex_lock(&s->mu);
-    if (s->state != SRV_UP || s->reader_done) {
-        /* not handed off: this thread still owns the call */
-        pthread_mutex_unlock(&s->mu);
-        json_decref(msg);
-        json_decref(jargs);
-        if (p->hooked)
-            th_sdk_on_cancel(call, NULL, NULL);
-        free(p);
-        rc = th_sdk_fail(call, "mcp: server '%s' went away before the call "
-                         "of '%s' was sent; it restarts",
-                         s->name, mt->remote);
-        meta_put(call, s, pid, id, t0, 0, "server_exited");
-        pthread_mutex_lock(&s->mu);
-        s->in_flight--;
-        pthread_cond_broadcast(&s->cv);
-        pthread_mutex_unlock(&s->mu);
-        call->host->complete(call, rc);
-        return TOOLHOST_PENDING;
-    }
-    mcpsrc_pend_add(s, p); /* the hand-off: p and the call are the reader's */
-    pthread_mutex_unlock(&s->mu);
-    json_decref(jargs);
-    if (mcpsrc_send(s, msg) != 0) {
-        /* the reader ends it (p may be gone already: found by id) */
-        pthread_mutex_lock(&s->mu);
-        for (mcp_pend *q = s->pending; q; q = q->next)
-            if (q->id == id && q->call) {
-                q->fail = "could not be sent (the server is not reading or "
-                          "has exited)";
-                uint64_t one = 1;
-                if (write(s->wake_fd, &one, sizeof one) < 0) {
-                    /* full: the reader is awake already */
-                }
-            }
-        pthread_mutex_unlock(&s->mu);
-    }
-    json_decref(msg);
-    return TOOLHOST_PENDING;
+    json_decref(answer);
+    meta_put(call, s, -1, id, t0, np, error);
+    goto done;
 out:
+    meta_put(call, s, -1, 0, t0, 0, error);
+done:
     if (slot) {
         pthread_mutex_lock(&s->mu);
         s->in_flight--;
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
     }
-    if (!s->url || !slot)
-        meta_put(call, s, pid, slot ? id : 0, t0, 0, error);
     json_decref(jargs);
     return rc;
 }

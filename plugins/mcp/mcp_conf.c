@@ -126,7 +126,8 @@ static char *find_command(const char *cmd, const char *path)
 
 static const char *const server_keys[] = {
     "name",    "command",         "env",  "cwd", "prefix",
-    "timeout", "max_concurrency", "user", "url", "headers", "oauth", NULL};
+    "timeout", "max_concurrency", "max_waiting", "user", "url", "headers",
+    "oauth",   NULL};
 
 static int http_parse(mcp_srv *s, const json_t *o, const char *who,
                       char *err, size_t es)
@@ -217,8 +218,8 @@ static int server_parse(mcp_state *st, mcp_srv *s, const json_t *o,
         if (!known)
             return th_sdk_errf(err, es,
                         "%s: unknown key '%.64s' (known: name, command, env, "
-                        "cwd, prefix, timeout, max_concurrency, user, url, "
-                        "headers, oauth)",
+                        "cwd, prefix, timeout, max_concurrency, max_waiting, "
+                        "user, url, headers, oauth)",
                         who, k);
     }
     if (!(s->name = strdup(name)))
@@ -363,6 +364,19 @@ common:;
                         "4096",
                         who);
         s->max_concurrency = json_integer_value(mc);
+    }
+    /* max_waiting: calls of a stdio server past max_concurrency, held by
+     * no thread (mcp_call.c): a bound, or a client could pile them up */
+    const json_t *mw = json_object_get(o, "max_waiting");
+    s->max_waiting = 256;
+    if (mw) {
+        if (!json_is_integer(mw) || json_integer_value(mw) < 0 ||
+            json_integer_value(mw) > 65536)
+            return th_sdk_errf(err, es,
+                        "%s: 'max_waiting' must be an integer from 0 to "
+                        "65536",
+                        who);
+        s->max_waiting = json_integer_value(mw);
     }
     /* user */
     const json_t *user = json_object_get(o, "user");
@@ -678,6 +692,11 @@ static int tool_build(mcp_state *st, mcp_srv *s, const json_t *d,
         t->flags |= TOOLHOST_TOOL_IDEMPOTENT;
     if (json_is_true(json_object_get(ann, "openWorldHint")))
         t->flags |= TOOLHOST_TOOL_OPEN_WORLD;
+    /* a call of a stdio server never waits in execute() (mcp_call.c,
+     * stdio_call): a front's own thread may run it.  HTTP calls wait
+     * for their answer on the thread that runs them. */
+    if (!s->url)
+        t->flags |= TOOLHOST_TOOL_SHORT;
     t->execute = mcpsrc_execute;
     m->srv = s;
     m->remote = strdup(rname);
@@ -760,6 +779,7 @@ void mcpsrc_state_free(mcp_state *st)
         json_decref(s->served);
         if (s->wake_fd >= 0)
             close(s->wake_fd);
+        free(s->wrest);
         pthread_mutex_destroy(&s->mu);
         pthread_mutex_destroy(&s->wmu);
         pthread_cond_destroy(&s->cv);

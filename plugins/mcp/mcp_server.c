@@ -86,6 +86,10 @@ void mcpsrc_pend_del(mcp_srv *s, mcp_pend *p)
         if (*pp == p) {
             *pp = p->next;
             p->next = NULL;
+            if (p->unsent) {
+                p->unsent = false;
+                s->n_unsent--;
+            }
             return;
         }
 }
@@ -111,20 +115,14 @@ static void kill_group(mcp_srv *s)
         shutdown(s->out_fd, SHUT_RDWR);
 }
 
-int mcpsrc_send(mcp_srv *s, json_t *msg)
+/* Writes n bytes to fd (wmu held), waiting for room until `end`
+ * (monotonic ms): 0; -1 the server is going away (EPIPE and the like);
+ * -2 it did not read before `end`. */
+static int write_wait(int fd, const char *p, size_t n, int64_t end)
 {
-    char *text = json_dumps(msg, JSON_COMPACT | JSON_ENSURE_ASCII);
-    if (!text)
-        return -1;
-    size_t n = strlen(text);
-    text[n] = '\n'; /* json_dumps' NUL becomes the line's end */
-    int rc = 0;
-    pthread_mutex_lock(&s->wmu);
-    int fd = s->in_fd;
-    int64_t end = mcpsrc_now_ms() + s->st->write_timeout_ms;
     size_t off = 0;
-    while (fd >= 0 && off < n + 1) {
-        ssize_t w = send(fd, text + off, n + 1 - off, MSG_NOSIGNAL);
+    while (off < n) {
+        ssize_t w = send(fd, p + off, n - off, MSG_NOSIGNAL);
         if (w > 0) {
             off += (size_t)w;
             continue;
@@ -136,25 +134,83 @@ int mcpsrc_send(mcp_srv *s, json_t *msg)
             struct pollfd pf = {.fd = fd, .events = POLLOUT};
             if (left > 0 && poll(&pf, 1, (int)left) >= 0)
                 continue;
-            th_sdk_log(s->st->host, TOOLHOST_LOG_WARN,
-                       "server '%s' did not read its stdin for %lldms: "
-                       "killing it (it restarts)",
-                       s->name, (long long)s->st->write_timeout_ms);
-            pthread_mutex_unlock(&s->wmu);
-            pthread_mutex_lock(&s->mu);
-            kill_group(s);
-            pthread_mutex_unlock(&s->mu);
-            free(text);
-            return -1;
+            return -2;
         }
-        rc = -1; /* EPIPE and the like: the server is going away */
-        break;
+        return -1;
     }
-    if (fd < 0)
-        rc = -1;
+    return 0;
+}
+
+/* Writes the rest of a line execute() began (if any), then `text`
+ * (may be NULL), waiting at most write_timeout: 0 or -1, and a server
+ * that did not read is killed.  The caller holds no lock. */
+static int send_bytes(mcp_srv *s, const char *text, size_t n)
+{
+    pthread_mutex_lock(&s->wmu);
+    int fd = s->in_fd;
+    int64_t end = mcpsrc_now_ms() + s->st->write_timeout_ms;
+    int rc = fd >= 0 ? 0 : -1;
+    if (rc == 0 && s->wrest) {
+        rc = write_wait(fd, s->wrest + s->wrest_off,
+                        s->wrest_len - s->wrest_off, end);
+        free(s->wrest);
+        s->wrest = NULL;
+    }
+    if (rc == 0 && text)
+        rc = write_wait(fd, text, n, end);
     pthread_mutex_unlock(&s->wmu);
+    if (rc == -2) {
+        th_sdk_log(s->st->host, TOOLHOST_LOG_WARN,
+                   "server '%s' did not read its stdin for %lldms: "
+                   "killing it (it restarts)",
+                   s->name, (long long)s->st->write_timeout_ms);
+        pthread_mutex_lock(&s->mu);
+        kill_group(s);
+        pthread_mutex_unlock(&s->mu);
+    }
+    return rc == 0 ? 0 : -1;
+}
+
+int mcpsrc_send(mcp_srv *s, json_t *msg)
+{
+    char *text = json_dumps(msg, JSON_COMPACT | JSON_ENSURE_ASCII);
+    if (!text)
+        return -1;
+    size_t n = strlen(text);
+    text[n] = '\n'; /* json_dumps' NUL becomes the line's end */
+    int rc = send_bytes(s, text, n + 1);
     free(text);
     return rc;
+}
+
+/* The fast way of a call (execute() on whatever thread runs it, maybe a
+ * front's own): one send() that does not wait, or nothing at all. */
+bool mcpsrc_try_send_locked(mcp_srv *s, mcp_pend *p)
+{
+    if (pthread_mutex_trylock(&s->wmu) != 0)
+        return false; /* another writer: the reader writes it */
+    bool sent = false;
+    if (s->in_fd >= 0 && !s->wrest) {
+        ssize_t w = send(s->in_fd, p->line, p->line_len,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w == (ssize_t)p->line_len) {
+            free(p->line);
+            sent = true;
+        } else if (w > 0) {
+            /* a part: the rest goes before any other byte (send_bytes) */
+            s->wrest = p->line;
+            s->wrest_off = (size_t)w;
+            s->wrest_len = p->line_len;
+            s->flush = true;
+            sent = true;
+        }
+        /* nothing written (full, or the server going away): the reader
+         * writes it, waiting at most write_timeout, or fails the call */
+    }
+    pthread_mutex_unlock(&s->wmu);
+    if (sent)
+        p->line = NULL;
+    return sent;
 }
 
 /* ---- the process ------------------------------------------------------ */
@@ -319,6 +375,8 @@ static void reap(mcp_srv *s, bool gently, char *why, size_t ws)
     if (s->in_fd >= 0)
         close(s->in_fd); /* a polite server exits at the end of its input */
     s->in_fd = -1;
+    free(s->wrest); /* the rest of a line to the process that is gone */
+    s->wrest = NULL;
     pthread_mutex_unlock(&s->wmu);
     pid_t pid = s->pid;
     if (pid > 0) {
@@ -376,10 +434,31 @@ static void send_cancelled(mcp_srv *s, int64_t id, const char *reason)
     json_decref(n);
 }
 
-/* The reader's look at its suspended calls: those cancelled, past their
- * deadline or not sent are ended (the server told of the first two).
- * Returns the ms until the next deadline (-1: none; at most 100 when a
- * call has no cancel hook and is polled). */
+/* (s->mu held) why a suspended call ends now (NULL: it goes on); the
+ * ms to its deadline lowers *next (at most 100 when it has no cancel
+ * hook and is polled). */
+static const char *pend_ends(mcp_pend *p, int64_t now, int64_t *next)
+{
+    if (!p->hooked && !p->cancel && th_sdk_cancelled(p->call))
+        p->cancel = true;
+    if (p->cancel)
+        return "cancelled";
+    if (p->fail)
+        return "fail";
+    if (p->deadline >= 0 && now >= p->deadline)
+        return "timeout";
+    if (p->deadline >= 0 && (*next < 0 || p->deadline - now < *next))
+        *next = p->deadline - now;
+    if (!p->hooked && (*next < 0 || *next > 100))
+        *next = 100;
+    return NULL;
+}
+
+/* The reader's look at its suspended calls, in pending and waiting for a
+ * slot: those cancelled, past their deadline or not sent are ended (the
+ * server told of the first two when it has their request).  Returns the
+ * ms until the next deadline (-1: none; at most 100 when a call has no
+ * cancel hook and is polled). */
 static int sweep(mcp_srv *s)
 {
     mcp_pend *ended = NULL;
@@ -387,26 +466,37 @@ static int sweep(mcp_srv *s)
     pthread_mutex_lock(&s->mu);
     for (mcp_pend **pp = &s->pending; *pp;) {
         mcp_pend *p = *pp;
-        if (!p->call) {
+        const char *why = p->call ? pend_ends(p, now, &next) : NULL;
+        if (!why) {
             pp = &p->next;
             continue;
         }
-        if (!p->hooked && !p->cancel && th_sdk_cancelled(p->call))
-            p->cancel = true;
-        bool late = p->deadline >= 0 && now >= p->deadline;
-        if (p->cancel || p->fail || late) {
-            p->gone = p->cancel ? "cancelled" : p->fail ? "fail" : "timeout";
-            *pp = p->next;
-            p->next = ended;
-            ended = p;
+        p->gone = why;
+        if (p->unsent) {
+            p->unsent = false;
+            s->n_unsent--;
+        }
+        *pp = p->next;
+        p->next = ended;
+        ended = p;
+    }
+    mcp_pend *last = NULL;
+    for (mcp_pend **pp = &s->waitq; *pp;) {
+        mcp_pend *p = *pp;
+        const char *why = pend_ends(p, now, &next);
+        if (!why) {
+            last = p;
+            pp = &p->next;
             continue;
         }
-        if (p->deadline >= 0 && (next < 0 || p->deadline - now < next))
-            next = p->deadline - now;
-        if (!p->hooked && (next < 0 || next > 100))
-            next = 100;
-        pp = &p->next;
+        /* never sent: no notifications/cancelled */
+        p->gone = !strcmp(why, "timeout") ? "noslot" : why;
+        s->n_waiting--;
+        *pp = p->next;
+        p->next = ended;
+        ended = p;
     }
+    s->waitq_tail = last;
     pthread_mutex_unlock(&s->mu);
     while (ended) {
         mcp_pend *p = ended;
@@ -415,11 +505,70 @@ static int sweep(mcp_srv *s)
             mcpsrc_call_finish(p, NULL, "server_exited", p->fail);
             continue;
         }
-        send_cancelled(s, p->id, p->gone[0] == 'c' ? "cancelled by the caller"
-                                                   : "timed out");
+        if (p->slot && !p->line) /* the server has the request */
+            send_cancelled(s, p->id,
+                           p->gone[0] == 'c' ? "cancelled by the caller"
+                                             : "timed out");
         mcpsrc_call_finish(p, NULL, p->gone, NULL);
     }
     return next > INT32_MAX ? INT32_MAX : (int)next;
+}
+
+/* The reader's share of sending, after each sweep: calls waiting for a
+ * slot get the slots calls freed (first come, first served), then what
+ * execute() could not write without waiting is written here, where a
+ * wait (at most write_timeout) holds only this thread.  A request that
+ * cannot be written fails its call (p->fail: the next sweep ends it);
+ * true then. */
+static bool pump(mcp_srv *s)
+{
+    bool failed = false;
+    pthread_mutex_lock(&s->mu);
+    while (s->waitq && s->in_flight < s->max_concurrency) {
+        mcp_pend *p = s->waitq;
+        s->waitq = p->next;
+        if (!s->waitq)
+            s->waitq_tail = NULL;
+        s->n_waiting--;
+        p->next = NULL;
+        s->in_flight++;
+        p->slot = true;
+        p->unsent = true;
+        s->n_unsent++;
+        mcpsrc_pend_add(s, p);
+    }
+    bool flush = s->flush;
+    s->flush = false;
+    pthread_mutex_unlock(&s->mu);
+    if (flush)
+        send_bytes(s, NULL, 0);
+    for (;;) {
+        /* one at a time: the list may change while this thread writes
+         * (only this thread takes a call out of it) */
+        pthread_mutex_lock(&s->mu);
+        mcp_pend *p = NULL;
+        if (s->n_unsent)
+            for (p = s->pending; p && !(p->call && p->unsent); p = p->next)
+                ;
+        if (p) {
+            p->unsent = false;
+            s->n_unsent--;
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (!p)
+            break;
+        /* p stays in pending and this thread's until it ends it */
+        if (send_bytes(s, p->line, p->line_len) != 0) {
+            pthread_mutex_lock(&s->mu);
+            p->fail = "could not be sent (the server is not reading or "
+                      "has exited)";
+            pthread_mutex_unlock(&s->mu);
+            failed = true;
+        }
+        free(p->line);
+        p->line = NULL;
+    }
+    return failed;
 }
 
 typedef struct reader_ctx {
@@ -555,6 +704,11 @@ static void *reader(void *arg)
                                {.fd = err, .events = POLLIN},
                                {.fd = s->wake_fd, .events = POLLIN}};
         int wait = sweep(s);
+        /* after the sweep: the slots it freed go to waiting calls at
+         * once; a request that could not be written is ended by a sweep
+         * right away */
+        if (pump(s))
+            wait = 0;
         /* once the leader is gone: what is buffered, then the end */
         if (poll(pf, 4, leader_gone ? 0 : wait) < 0) {
             if (errno == EINTR)
@@ -654,6 +808,10 @@ static void *reader(void *arg)
                     cap = READ_CHUNK;
                 }
             }
+            /* less than asked: nothing more for now (poll says when),
+             * without a read() that would only answer EAGAIN */
+            if ((size_t)r < room)
+                break;
         }
     }
     free(buf);
@@ -670,7 +828,10 @@ out:
     pthread_mutex_lock(&s->mu);
     s->reader_done = true;
     pthread_cond_broadcast(&s->cv); /* the supervisor's relist wait */
-    mcp_pend *calls = NULL;
+    mcp_pend *calls = s->waitq;
+    s->waitq = s->waitq_tail = NULL;
+    s->n_waiting = 0;
+    s->n_unsent = 0;
     for (mcp_pend **pp = &s->pending; *pp;) {
         mcp_pend *p = *pp;
         if (p->call) {

@@ -62,6 +62,13 @@ typedef struct mcp_pend {
     const char *gone;   /* the server went away (a static reason)     */
     bool cancel;        /* the call's on_cancel hook fired            */
     uint64_t n_progress; /* progress updates handed on                */
+    /* a call of a stdio server: its tools/call line (ending in '\n'),
+     * malloc()ed, until written; NULL once written */
+    char *line;
+    size_t line_len;
+    bool slot;          /* holds one of the server's max_concurrency  */
+    bool unsent;        /* in pending, line not written yet: the reader
+                           writes it (mcpsrc_pump)                   */
 } mcp_pend;
 
 enum { SRV_STARTING = 0, SRV_UP = 1, SRV_DOWN = 2 };
@@ -89,6 +96,7 @@ struct mcp_srv {
     gid_t gid;
     int64_t timeout_ms; /* 0: the call's deadline only               */
     int64_t max_concurrency;
+    int64_t max_waiting; /* stdio: calls waiting for a slot, at most */
 
     pthread_mutex_t mu;
     pthread_cond_t cv;  /* state changes, a slot freed, stop         */
@@ -107,6 +115,13 @@ struct mcp_srv {
     int64_t next_id;
     mcp_pend *pending;
     int64_t in_flight;
+    /* calls of a stdio server waiting for a slot, first in first out
+     * (never in pending); the reader gives them slots as calls end */
+    mcp_pend *waitq, *waitq_tail;
+    int64_t n_waiting;  /* in waitq                                  */
+    uint64_t n_refused; /* calls refused by max_waiting (log lines)  */
+    size_t n_unsent;    /* calls in pending with `unsent`            */
+    bool flush;         /* wrest holds bytes: the reader writes them  */
     json_t *tools;      /* the last tools/list (array), owned        */
     bool list_changed;  /* the server said its tools changed         */
     json_t *served;     /* the list this generation's init_tools()
@@ -127,6 +142,10 @@ struct mcp_srv {
     bool reader_done;   /* the reader of this start has ended: no call
                            may be handed to it                       */
     pthread_mutex_t wmu; /* one writer of in_fd at a time           */
+    /* (wmu) the rest of a line execute() began to write without
+     * waiting: written before any other byte (mcpsrc_send, the reader) */
+    char *wrest;
+    size_t wrest_off, wrest_len;
     int pid_fd;          /* a pidfd of the server (-1: none), read by
                             the reader: the leader's exit ends it even
                             when a descendant holds its stdout      */
@@ -181,6 +200,11 @@ void mcpsrc_servers_stop(mcp_state *st);
  * holds no lock.  0, or -1 (the server is not up, or did not read within
  * write_timeout: then it is killed). */
 int mcpsrc_send(mcp_srv *s, json_t *msg);
+/* execute() of a stdio call, s->mu held: writes p's line to the server
+ * when that needs no wait (wmu free, the socket has room): true, the line
+ * is gone (a part of it may be left in wrest for the reader); false: the
+ * reader must write it. */
+bool mcpsrc_try_send_locked(mcp_srv *s, mcp_pend *p);
 /* Links p (with a fresh id) into the server's pending list; s->mu held. */
 void mcpsrc_pend_add(mcp_srv *s, mcp_pend *p);
 /* Unlinks p; s->mu held. */

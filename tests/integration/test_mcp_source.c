@@ -13,7 +13,13 @@
  * Skipped when node or the npm packages are not installed.
  *
  * CLI: `toolhost call` through the plugin (these run under valgrind with
- * make valgrind), and config and start errors that name the server. */
+ * make valgrind), and config and start errors that name the server.
+ *
+ * A call of a stdio server never waits in execute(), so its tools are
+ * declared short and run on a front's own thread: on the RPC loop
+ * (rpc_loop), past max_concurrency in order with the server's reader
+ * (queue, tests/mcp/source_queue.mjs), and with a server that stops
+ * reading its stdin (deaf). */
 #include <CUnit/CUnit.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -22,6 +28,7 @@
 #include <unistd.h>
 
 #include "common/th_test.h"
+#include "integration/test_rpc_harness.h"
 
 static bool have_node_modules(void)
 {
@@ -183,6 +190,136 @@ static void test_sdk_hostile(void)
     free(dir);
 }
 
+/* max_concurrency 1: a call waits for the slot with the server's reader
+ * and is sent when the one before it ends (cancelled by its client); one
+ * cancelled while it waits never reaches the server; past max_waiting (2)
+ * a call is refused at once. */
+static void test_queue(void)
+{
+    NEED_NODE();
+    char *dir = th_test_tmpdir();
+    char *cfg = hostile_config_x(dir, "10m",
+                                 "          max_concurrency: 1\n"
+                                 "          max_waiting: 2\n");
+    run_script("source_queue.mjs", cfg, "queue");
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+/* A server that stops reading its stdin while 2 MB of requests are on
+ * their way to it: the front answers a ping before any of those calls
+ * ends (nothing waits on its thread), write_timeout kills the server, its
+ * calls fail, and it comes back. */
+static void test_deaf(void)
+{
+    NEED_NODE();
+    char *dir = th_test_tmpdir();
+    char text[2048];
+    snprintf(text, sizeof text,
+             "plugins:\n"
+             "  - name: mcp\n"
+             "    path: %s\n"
+             "    config:\n"
+             "      restart_initial: 50ms\n"
+             "      write_timeout: %s\n"
+             "      servers:\n"
+             "        - name: h\n"
+             "          command: [node, %s]\n"
+             "          timeout: 10m\n"
+             "toolsets:\n"
+             "  - name: t\n"
+             "    tools: [\"*\"]\n",
+             th_test_build_path("plugins/mcp.so"),
+             getenv("TH_VALGRIND") ? "30s" : "3s",
+             th_test_source_path("tests/mcp/hostile_server.mjs"));
+    char *cfg = th_test_write_file(dir, "deaf.yaml", text, (size_t)-1);
+    run_script("source_queue.mjs", cfg, "deaf");
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+/* manager.inline_calls of host.stats */
+static uint64_t inline_calls(rpc_raw *w, uint64_t id)
+{
+    rpc_raw_request(w, id, "host.stats", "[]");
+    const msgpack_object *m = rpc_raw_response(w, id, rpc_wait_ms());
+    CU_ASSERT_FATAL(m != NULL);
+    const msgpack_object *i = th_rpc_map_get(
+        th_rpc_map_get(&m->via.array.ptr[3], "manager"), "inline_calls");
+    CU_ASSERT_FATAL(i != NULL);
+    return i->via.u64;
+}
+
+/* The RPC server's loop runs the calls of a stdio server itself (they
+ * are declared short): 24 pipelined calls, 16 of them past
+ * max_concurrency, each answered once, by the server's 1st to 24th call,
+ * and every one counted as run on the loop. */
+static void test_rpc_loop(void)
+{
+    NEED_NODE();
+    enum { N = 24 };
+    char plugins[1024];
+    snprintf(plugins, sizeof plugins,
+             "  - name: mcp\n"
+             "    path: %s/plugins/mcp.so\n"
+             "    config:\n"
+             "      servers:\n"
+             "        - name: h\n"
+             "          command: [node, %s]\n"
+             "          max_concurrency: 8\n",
+             TH_BUILD_DIR,
+             th_test_source_path("tests/mcp/hostile_server.mjs"));
+    rpc_opts o = {.plugins_extra = plugins,
+                  .host_extra = "  short_call_max: 1m\n",
+                  .public_extra = "  - name: src\n"
+                                  "    tools: [h_ok]\n"};
+    rpc_srv s;
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
+    rpc_raw w;
+    CU_ASSERT_FATAL(rpc_raw_open(&w, &s) == 0);
+    uint64_t inl0 = inline_calls(&w, 1000);
+    th_buf all = TH_BUF_INIT;
+    for (int i = 0; i < N; i++) {
+        th_buf p = TH_BUF_INIT;
+        rpc_pack_json(&p, "[\"h_ok\", {}]");
+        th_rpc_pack_request(&all, (uint64_t)(i + 1), "tools.call", p.data,
+                            p.len);
+        th_buf_destroy(&p);
+    }
+    CU_ASSERT(rpc_raw_send(&w, all.data, all.len)); /* one write */
+    th_buf_destroy(&all);
+    bool seen_id[N] = {false}, seen_n[N] = {false};
+    int got = 0;
+    for (int k = 0; k < N; k++) {
+        const msgpack_object *m = rpc_raw_next(&w, rpc_wait_ms());
+        if (!m)
+            break;
+        uint64_t id = m->via.array.ptr[1].via.u64;
+        CU_ASSERT_FATAL(id >= 1 && id <= N && !seen_id[id - 1]);
+        seen_id[id - 1] = true;
+        const msgpack_object *res = &m->via.array.ptr[3];
+        CU_ASSERT_FATAL(m->via.array.ptr[2].type == MSGPACK_OBJECT_NIL &&
+                        rpc_ok(res));
+        const msgpack_object *out = th_rpc_map_get(res, "stdout");
+        CU_ASSERT_FATAL(out && out->type == MSGPACK_OBJECT_STR);
+        char text[64];
+        snprintf(text, sizeof text, "%.*s", (int)out->via.str.size,
+                 out->via.str.ptr);
+        unsigned n = 0;
+        CU_ASSERT_FATAL(sscanf(text, "ok %u cancelled 0 open 0", &n) == 1);
+        CU_ASSERT_FATAL(n >= 1 && n <= N && !seen_n[n - 1]);
+        seen_n[n - 1] = true;
+        got++;
+    }
+    CU_ASSERT_EQUAL(got, N);
+    CU_ASSERT(inline_calls(&w, 1001) - inl0 >= N);
+    rpc_raw_close(&w);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+}
+
 /* A server over Streamable HTTP: toolhost's own HTTP front, killed and
  * started again (tests/mcp/source_http.mjs). */
 static void test_sdk_http(void)
@@ -289,6 +426,9 @@ static void test_config_errors(void)
         {"        - name: a\n          command: [no-such-program-here]\n",
          "is not found in path"},
         {"        - name: a\n          command: [/bin/true]\n"
+         "          max_waiting: -1\n",
+         "'max_waiting' must be an integer from 0 to 65536"},
+        {"        - name: a\n          command: [/bin/true]\n"
          "          timeout: soon\n",
          "'timeout' must be a duration"},
         {"        - name: a\n          command: [/bin/true]\n"
@@ -371,4 +511,7 @@ void th_suite_mcp_source(void)
     CU_add_test(s, "sdk_hostile", test_sdk_hostile);
     CU_add_test(s, "sdk_http", test_sdk_http);
     CU_add_test(s, "sdk_hostile_http", test_sdk_hostile_http);
+    CU_add_test(s, "queue", test_queue);
+    CU_add_test(s, "deaf", test_deaf);
+    CU_add_test(s, "rpc_loop", test_rpc_loop);
 }

@@ -13,6 +13,7 @@
 //   request    asks the host for sampling/createMessage and a ping, then
 //              answers
 //   whoami     "uid <uid> cwd <folder> env <names of its environment>"
+//   deaf       never answers, and stops reading its stdin
 // and two it lies about: 'badschema' (a keyword that is not JSON Schema)
 // and 'bad name!' (a name toolhost cannot carry as is).
 import { createInterface } from 'node:readline';
@@ -24,7 +25,7 @@ const text = (id, t) => out({ jsonrpc: '2.0', id,
                               result: { content: [{ type: 'text', text: t }] } });
 const obj = { type: 'object', properties: {} };
 const tools = ['ok', 'flood', 'junk', 'huge', 'silent', 'wrongid', 'request',
-               'whoami']
+               'whoami', 'deaf']
   .map((name) => ({ name, description: `hostile ${name}`, inputSchema: obj }));
 tools.push({ name: 'badschema', description: 'lies about its schema',
              inputSchema: { type: 'object',
@@ -75,6 +76,8 @@ rl.on('line', (line) => {
                          'y'.repeat(2 * 1024 * 1024) + '"}]}}\n');
     return;
   case 'silent': open.add(m.id); return;
+  case 'deaf': // stays alive with nothing to read
+    open.add(m.id); rl.pause(); process.stdin.pause(); setInterval(() => {}, 1 << 30); return;
   case 'whoami':
     return text(m.id, `uid ${process.getuid()} cwd ${process.cwd()} env ` +
                       Object.keys(process.env).sort().join(','));
