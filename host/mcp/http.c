@@ -126,6 +126,7 @@ struct hsess {
                               f->one_req, not the table (no id names it),
                               counted in f->n_sessions until freed */
     stream *streams;
+    bool listens_closed;   /* th_mcp_http_stop: close_listens done */
     unsigned n_get;
     int64_t last_used_ms;
 };
@@ -2593,12 +2594,37 @@ unsigned th_mcp_http_port(const th_mcp_http *f, size_t i)
     return f && i < f->n_srv ? th_http_port(f->srv[i]) : 0;
 }
 
+/* th_mcp_http_stop: every session's open subscriptions/listen gets its
+ * closing result (queued on its stream, which then ends), before the
+ * streams are told to end. */
+static void close_listens(th_mcp_http *f)
+{
+    for (;;) {
+        hsess *s = NULL;
+        pthread_mutex_lock(&f->mu);
+        for (int l = 0; l < 2 && !s; l++)
+            for (hsess *t = l ? f->one_req : f->sessions; t && !s;
+                 t = t->next)
+                if (t->m && !t->listens_closed) {
+                    t->listens_closed = true;
+                    t->refs++;
+                    s = t;
+                }
+        pthread_mutex_unlock(&f->mu);
+        if (!s)
+            return;
+        th_mcp_session_close_listens(s->m);
+        sess_unref(s);
+    }
+}
+
 void th_mcp_http_stop(th_mcp_http *f)
 {
     if (!f)
         return;
     for (size_t i = 0; i < f->n_srv; i++)
         th_http_quiesce(f->srv[i]);
+    close_listens(f);
     pthread_mutex_lock(&f->mu);
     f->closing = true;
     for (int l = 0; l < 2; l++)
@@ -2625,6 +2651,7 @@ void th_mcp_http_stop(th_mcp_http *f)
     }
     for (size_t i = 0; i < f->n_srv; i++)
         th_http_stop(f->srv[i]);
+    th_mcp_inputs_clear();
     free(f->srv);
     th_oauth_free(f->oauth);
     for (size_t i = 0; f->ents && i < f->n_srv; i++) {
