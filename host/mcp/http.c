@@ -2605,7 +2605,8 @@ static void close_listens(th_mcp_http *f)
         for (int l = 0; l < 2 && !s; l++)
             for (hsess *t = l ? f->one_req : f->sessions; t && !s;
                  t = t->next)
-                if (t->m && !t->listens_closed) {
+                if (t->m && t->refs > 0 && !t->listens_closed) {
+                    /* (refs 0: sess_unref is freeing it) */
                     t->listens_closed = true;
                     t->refs++;
                     s = t;

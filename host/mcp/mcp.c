@@ -975,7 +975,10 @@ static int ask_in_band_locked(th_mcp_session *m, mcp_call *c,
                             "method", method, "params", params,
                             "requestState", state);
     mcp_send_result(m, c->id, res);
-    c->no_response = true; /* the run's own end says nothing more */
+    /* the run's own end (its result, its later log lines) says nothing
+     * more to this request */
+    c->no_response = true;
+    c->client_cancelled = true;
     th_log_info("mcp session=%llu call=%llu %s: input_required (%s %s)",
                 (unsigned long long)th_session_id(m->s),
                 (unsigned long long)c->call_id, c->tool, key, method);
