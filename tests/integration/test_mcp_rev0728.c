@@ -481,7 +481,7 @@ static void test_stdio_listen(void)
     json_t *by = run_stdio(cfg, in, &status);
     CU_ASSERT_EQUAL(status, 0);
     for (int i = 1; i <= 4; i++) {
-        char k[8];
+        char k[16];
         snprintf(k, sizeof k, "%d", i);
         CU_ASSERT_EQUAL(err_code(by, k), -32602);
     }
