@@ -814,7 +814,8 @@ typedef struct mcp_input {
     char *owner, *tool;
     uint64_t args_hash;
     json_t *answers;          /* the answers to asks 1..N-1 */
-    json_t *asked;            /* the methods of asks 1..N */
+    json_t *asked;            /* what asks 1..N asked: "METHOD HASH" of
+                                 each (ask_sig) */
     int64_t expires_ms;
     struct mcp_input *next;
 } mcp_input;
@@ -889,11 +890,11 @@ static json_t *array_head(const json_t *a, size_t n)
     return r;
 }
 
-/* m->mu held: a new state for c's ask number k (0-based) of `method`,
- * listed; its requestState in state[33].  False when refused (full: logged;
- * no memory). */
+/* m->mu held: a new state for c's ask number k (0-based), `sig` (what it
+ * asks), listed; its requestState in state[33].  False when refused (full:
+ * logged; no memory). */
 static bool input_put(th_mcp_session *m, mcp_call *c, size_t k,
-                      const char *method, char state[33])
+                      const char *sig, char state[33])
 {
     th_config *cfg = th_host_config_get(m->h);
     const th_mcp_cfg *mc = th_mcp_config(cfg);
@@ -906,7 +907,7 @@ static bool input_put(th_mcp_session *m, mcp_call *c, size_t k,
         !(in->owner = strdup(m->owner)) || !(in->tool = strdup(c->tool)) ||
         !(in->answers = array_head(c->answers, k)) ||
         !(in->asked = array_head(c->asked, k)) ||
-        json_array_append_new(in->asked, json_string(method)) != 0) {
+        json_array_append_new(in->asked, json_string(sig)) != 0) {
         if (in)
             input_free(in);
         return false;
@@ -948,10 +949,16 @@ static int ask_in_band_locked(th_mcp_session *m, mcp_call *c,
     const char *method = kind == TOOLHOST_ASK_SAMPLING
                              ? "sampling/createMessage"
                              : "elicitation/create";
+    /* What is asked: its method and the hash of its params (keys
+     * sorted), so that an answer is given again to the same question
+     * only. */
+    char sig[64];
+    snprintf(sig, sizeof sig, "%s %016llx", method,
+             (unsigned long long)args_hash(params));
     size_t k = c->n_asked++;
     json_t *prev = json_array_get(c->answers, k);
     const char *was = json_string_value(json_array_get(c->asked, k));
-    if (prev && was && strcmp(was, method) == 0) {
+    if (prev && was && strcmp(was, sig) == 0) {
         char *txt = json_dumps(prev, JSON_COMPACT);
         th_call_client_answer(ask_id, txt ? 0 : TOOLHOST_ENOMEM, txt,
                               txt ? strlen(txt) : 0);
@@ -959,12 +966,12 @@ static int ask_in_band_locked(th_mcp_session *m, mcp_call *c,
         json_decref(params);
         return 0;
     }
-    /* (an earlier round's answers past k no longer fit: the tool asks
+    /* (an earlier round's answers from k on no longer fit: the tool asks
      * something else this time; input_put keeps 1..k only) */
     bool can = kind == TOOLHOST_ASK_SAMPLING ? c->can_sample : c->can_elicit;
     char state[33];
     if (!can || c->no_response || c->client_cancelled ||
-        !input_put(m, c, k, method, state)) {
+        !input_put(m, c, k, sig, state)) {
         json_decref(params);
         return -1;
     }
