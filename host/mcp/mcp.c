@@ -899,6 +899,7 @@ static bool input_put(th_mcp_session *m, mcp_call *c, size_t k,
     th_config *cfg = th_host_config_get(m->h);
     const th_mcp_cfg *mc = th_mcp_config(cfg);
     size_t max = mc ? mc->max_pending_inputs : 1024; /* the defaults */
+    size_t max_user = mc ? mc->max_pending_inputs_per_user : 64;
     int64_t ttl = mc ? (int64_t)mc->input_ttl_ms : 600000;
     th_config_unref(cfg);
     uint8_t rnd[16];
@@ -919,7 +920,11 @@ static bool input_put(th_mcp_session *m, mcp_call *c, size_t k,
     in->expires_ms = now + ttl;
     pthread_mutex_lock(&g_in.mu);
     inputs_expire_locked(now);
-    bool full = g_in.n >= max;
+    size_t mine = 0;
+    for (mcp_input *o = g_in.list; o; o = o->next)
+        mine += strcmp(o->owner, m->owner) == 0;
+    size_t total = g_in.n;
+    bool full = total >= max || mine >= max_user;
     if (!full) {
         in->next = g_in.list;
         g_in.list = in;
@@ -928,11 +933,14 @@ static bool input_put(th_mcp_session *m, mcp_call *c, size_t k,
     }
     pthread_mutex_unlock(&g_in.mu);
     if (full) {
+        bool user = mine >= max_user;
         th_log_warn("mcp session=%llu call=%llu %s: input_required refused: "
-                    "%zu states wait for their retry "
-                    "(mcp.max_pending_inputs)",
+                    "%zu states %swait for their retry (%s)",
                     (unsigned long long)th_session_id(m->s),
-                    (unsigned long long)c->call_id, c->tool, max);
+                    (unsigned long long)c->call_id, c->tool,
+                    user ? mine : total, user ? "of this caller " : "",
+                    user ? "mcp.max_pending_inputs_per_user"
+                         : "mcp.max_pending_inputs");
         input_free(in);
     }
     return !full;

@@ -26,6 +26,8 @@
 #define TOKEN_ENV "TH_REV0728_TOKEN"
 #define TOKEN_B "rev0728-token-bob-0123456789abcd"
 #define TOKEN_B_ENV "TH_REV0728_TOKEN_B"
+#define TOKEN_C "rev0728-token-carol-0123456789ab"
+#define TOKEN_C_ENV "TH_REV0728_TOKEN_C"
 
 /* The config: echo.so, conform_tools.so (resources, prompts, completion,
  * sampling and forms), abi11_tools.so (structured results) and
@@ -50,10 +52,11 @@ static const char *config_text(bool http)
                   "  tokens:\n"
                   "    - {user: alice, env: " TOKEN_ENV "}\n"
                   "    - {user: bob, env: " TOKEN_B_ENV "}\n"
+                  "    - {user: carol, env: " TOKEN_C_ENV "}\n"
                   "toolsets:\n"
                   "  - name: all\n"
                   "    tools: [\"*\"]\n"
-                  "    allow_users: [alice, bob]\n"
+                  "    allow_users: [alice, bob, carol]\n"
                 : "host:\n"
                   "  reload: signal\n"
                   "plugins:\n"
@@ -574,6 +577,7 @@ static int rv_start_ex(rv_srv *v, const char *mcp)
     memset(v, 0, sizeof *v);
     setenv(TOKEN_ENV, TOKEN, 1);
     setenv(TOKEN_B_ENV, TOKEN_B, 1);
+    setenv(TOKEN_C_ENV, TOKEN_C, 1);
     char text[4096];
     const char *base = config_text(true);
     const char *at = strstr(base, "  tokens:\n");
@@ -598,6 +602,7 @@ static void rv_free(rv_srv *v)
     rpc_srv_free(&v->rs);
     unsetenv(TOKEN_ENV);
     unsetenv(TOKEN_B_ENV);
+    unsetenv(TOKEN_C_ENV);
 }
 
 /* One POST; the status, the whole answer in *text (malloc'ed). */
@@ -816,14 +821,20 @@ static void test_http_session_budget(void)
 }
 
 
-/* One POST with bob's token. */
+/* One POST with `token`. */
+static int post_tok(unsigned port, const char *token, const char *hdrs,
+                    const char *body, char **text)
+{
+    char h[1024];
+    snprintf(h, sizeof h, "Authorization: Bearer %s\r\n%s", token,
+             hdrs ? hdrs : "");
+    return th_test_http(port, "POST", "/mcp", h, body, rpc_wait_ms(), text);
+}
+
 static int post_bob(unsigned port, const char *hdrs, const char *body,
                     char **text)
 {
-    char h[1024];
-    snprintf(h, sizeof h, "Authorization: Bearer " TOKEN_B "\r\n%s",
-             hdrs ? hdrs : "");
-    return th_test_http(port, "POST", "/mcp", h, body, rpc_wait_ms(), text);
+    return post_tok(port, TOKEN_B, hdrs, body, text);
 }
 
 /* The requestState of an input_required answer in text, into st[33]. */
@@ -863,12 +874,16 @@ static int retry(unsigned port, bool bob, const char *args,
  * the state outlives the first request's session; a retry by another
  * user, for other arguments, or answering a question not asked is
  * refused and leaves the state; the owner's retry runs the tool again with
- * the answer; the state answers once.  mcp.max_pending_inputs: 1, so a
- * second tool asking meanwhile is refused (ENOTSUP) and it is logged. */
+ * the answer; the state answers once.  The caps, while alice's state
+ * waits: mcp.max_pending_inputs_per_user 1 refuses alice's second ask
+ * (the tool hears ENOTSUP) but not bob's; mcp.max_pending_inputs 2 then
+ * refuses carol's; each logged. */
 static void test_http_input_required(void)
 {
     rv_srv v;
-    CU_ASSERT_FATAL(rv_start_ex(&v, "  max_pending_inputs: 1\n") == 0);
+    CU_ASSERT_FATAL(rv_start_ex(&v, "  max_pending_inputs: 2\n"
+                                    "  max_pending_inputs_per_user: 1\n") ==
+                    0);
     char *t = NULL;
     CU_ASSERT_EQUAL(post(v.port, H_ASK, B(1, "tools/call", ASK_FORM CAPS_FORM),
                          &t), 200);
@@ -877,10 +892,22 @@ static void test_http_input_required(void)
               has(t, "\"ask-1\":{\"method\":\"elicitation/create\""));
     CU_ASSERT_FATAL(state_of(t, st));
     free(t);
-    /* the cap: one state waits already */
+    /* the caps: alice has one state waiting already */
     CU_ASSERT_EQUAL(post(v.port, H_ASK, B(2, "tools/call", ASK_FORM CAPS_FORM),
                          &t), 200);
     CU_ASSERT(has(t, "rc=-5") && has(t, "\"resultType\":\"complete\""));
+    free(t);
+    CU_ASSERT(rpc_log_wait(&v.rs, "(mcp.max_pending_inputs_per_user)",
+                           rpc_wait_ms()));
+    CU_ASSERT_EQUAL(post_bob(v.port, H_ASK,
+                             B(3, "tools/call", ASK_FORM CAPS_FORM), &t),
+                    200);
+    CU_ASSERT(has(t, "\"resultType\":\"input_required\""));
+    free(t);
+    CU_ASSERT_EQUAL(post_tok(v.port, TOKEN_C, H_ASK,
+                             B(4, "tools/call", ASK_FORM CAPS_FORM), &t),
+                    200);
+    CU_ASSERT(has(t, "rc=-5"));
     free(t);
     CU_ASSERT(rpc_log_wait(&v.rs, "(mcp.max_pending_inputs)", rpc_wait_ms()));
     /* another user's retry */

@@ -115,6 +115,8 @@ typedef struct th_mcp_cfg {
                               this long for its retry; 10 min          */
     uint32_t max_pending_inputs; /* such states kept at once (the
                               process); 1024                           */
+    uint32_t max_pending_inputs_per_user; /* of them, one principal's
+                              (uid, token user); 64                    */
     int line, col;
     char **listen_http;    /* the http:// and https:// entries of
                               host.listen, as written (docs/mcp.md)     */
