@@ -45,6 +45,9 @@
 /* How long a POST's handler waits, after its client hung up, for the
  * cancelled request to end before it leaves it behind. */
 #define HANGUP_GRACE_MS 2000
+/* How long th_mcp_http_stop waits for the closing results of open
+ * subscriptions/listen streams to go out before the connections close. */
+#define LISTEN_FLUSH_MS 1000
 /* Bytes of a string request id at most. */
 #define MAX_ID_LEN 128
 /* A stream key at most: an id of MAX_ID_LEN bytes, each escaped as
@@ -126,6 +129,7 @@ struct hsess {
                               f->one_req, not the table (no id names it),
                               counted in f->n_sessions until freed */
     stream *streams;
+    bool listens_closed;   /* th_mcp_http_stop: close_listens done */
     unsigned n_get;
     int64_t last_used_ms;
 };
@@ -412,6 +416,7 @@ static void stream_free(stream *st)
         s->n_get--;
     s->last_used_ms = now_ms();
     stream_unlink_free(st);
+    pthread_cond_broadcast(&f->reaper_cv); /* (flush_listens waits) */
     pthread_mutex_unlock(&f->mu);
     sess_unref(s);
 }
@@ -1197,8 +1202,11 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
             st->queued -= k;
             if (c->off == c->len) {
                 st->head = c->next;
-                if (!st->head)
+                if (!st->head) {
                     st->tail = NULL;
+                    if (st->done) /* (flush_listens may wait for it) */
+                        pthread_cond_broadcast(&f->reaper_cv);
+                }
                 if (c->seq)
                     kept_put(st, c);
                 else
@@ -2593,12 +2601,68 @@ unsigned th_mcp_http_port(const th_mcp_http *f, size_t i)
     return f && i < f->n_srv ? th_http_port(f->srv[i]) : 0;
 }
 
+/* th_mcp_http_stop: every session's open subscriptions/listen gets its
+ * closing result (queued on its stream, which then ends), before the
+ * streams are told to end. */
+static void close_listens(th_mcp_http *f)
+{
+    for (;;) {
+        hsess *s = NULL;
+        pthread_mutex_lock(&f->mu);
+        for (int l = 0; l < 2 && !s; l++)
+            for (hsess *t = l ? f->one_req : f->sessions; t && !s;
+                 t = t->next)
+                if (t->m && t->refs > 0 && !t->listens_closed) {
+                    /* (refs 0: sess_unref is freeing it) */
+                    t->listens_closed = true;
+                    t->refs++;
+                    s = t;
+                }
+        pthread_mutex_unlock(&f->mu);
+        if (!s)
+            return;
+        th_mcp_session_close_listens(s->m);
+        sess_unref(s);
+    }
+}
+
+/* f->mu held: POST streams that ended but whose connection has not yet
+ * taken all (the closing results of close_listens). */
+static size_t unflushed_locked(th_mcp_http *f)
+{
+    size_t n = 0;
+    for (int l = 0; l < 2; l++)
+        for (hsess *s = l ? f->one_req : f->sessions; s; s = s->next)
+            for (stream *st = s->streams; st; st = st->next)
+                n += st->kind == ST_POST && st->done && st->hc &&
+                     !st->dead && !st->orphan;
+    return n;
+}
+
+/* th_mcp_http_stop: up to LISTEN_FLUSH_MS for those streams to end (each
+ * stream's end wakes this wait). */
+static void flush_listens(th_mcp_http *f)
+{
+    int64_t end = now_ms() + LISTEN_FLUSH_MS;
+    pthread_mutex_lock(&f->mu);
+    size_t n;
+    while ((n = unflushed_locked(f)) > 0 && now_ms() < end)
+        cv_wait_on(f, &f->reaper_cv, 50);
+    pthread_mutex_unlock(&f->mu);
+    if (n)
+        th_log_warn("mcp http: %zu closing subscriptions/listen results not "
+                    "sent within %d ms: their connections close",
+                    n, LISTEN_FLUSH_MS);
+}
+
 void th_mcp_http_stop(th_mcp_http *f)
 {
     if (!f)
         return;
     for (size_t i = 0; i < f->n_srv; i++)
         th_http_quiesce(f->srv[i]);
+    close_listens(f);
+    flush_listens(f);
     pthread_mutex_lock(&f->mu);
     f->closing = true;
     for (int l = 0; l < 2; l++)
@@ -2625,6 +2689,7 @@ void th_mcp_http_stop(th_mcp_http *f)
     }
     for (size_t i = 0; i < f->n_srv; i++)
         th_http_stop(f->srv[i]);
+    th_mcp_inputs_clear();
     free(f->srv);
     th_oauth_free(f->oauth);
     for (size_t i = 0; f->ents && i < f->n_srv; i++) {

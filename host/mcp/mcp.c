@@ -3,11 +3,13 @@
  * asks through elicitation), logging, list_changed.  Tasks are in
  * mcp_tasks.c, results in mcp_result.c.  docs/mcp.md is the picture. */
 #include <errno.h>
+#include <nettle/base16.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 #include "mcp_int.h"
@@ -317,8 +319,52 @@ static uint64_t list_hash(th_mcp_session *m)
 
 static void timer_wake(void);
 
+/* ---- subscriptions/listen (2026-07-28) --------------------------------------- */
+
+/* m->mu held: whether an open listen wants tools list_changed. */
+static bool listens_tools_locked(const th_mcp_session *m)
+{
+    for (const mcp_listen *l = m->listens; l; l = l->next)
+        if (l->tools)
+            return true;
+    return false;
+}
+
+/* m->mu held: `method` to every listen that asked for it, on its own
+ * stream, stamped with its subscription id. */
+static void listen_notify_locked(th_mcp_session *m, const char *method)
+{
+    for (mcp_listen *l = m->listens; l; l = l->next)
+        if (l->tools)
+            send_notification(m, method,
+                              json_pack("{s:{s:O}}", "_meta",
+                                        MCP_META_SUBSCRIPTION, l->id),
+                              l->id);
+}
+
+/* m->mu held: the listen of request `id`, taken out of the list; NULL
+ * when none. */
+static mcp_listen *listen_take_locked(th_mcp_session *m, const json_t *id)
+{
+    for (mcp_listen **p = &m->listens; *p; p = &(*p)->next)
+        if (json_equal((*p)->id, (json_t *)id)) {
+            mcp_listen *l = *p;
+            *p = l->next;
+            m->n_listens--;
+            return l;
+        }
+    return NULL;
+}
+
+static void listen_free(mcp_listen *l)
+{
+    json_decref(l->id);
+    free(l);
+}
+
 /* Sends notifications/tools/list_changed now, or marks it for the timer
- * when one went out less than a second ago.  m->mu held. */
+ * when one went out less than a second ago.  m->mu held.  A 2026-07-28
+ * session sends it on its listens only. */
 static void list_changed_locked(th_mcp_session *m)
 {
     int64_t now = mono_ms();
@@ -329,7 +375,10 @@ static void list_changed_locked(th_mcp_session *m)
     }
     m->list_pending = false;
     m->list_sent_ms = now;
-    send_notification(m, "notifications/tools/list_changed", NULL, NULL);
+    if (is_modern(m))
+        listen_notify_locked(m, "notifications/tools/list_changed");
+    else
+        send_notification(m, "notifications/tools/list_changed", NULL, NULL);
 }
 
 static void front_tools_changed(void *ud)
@@ -342,9 +391,10 @@ static void front_tools_changed(void *ud)
     bool changed = m->list_known && h != m->list_hash;
     m->list_hash = h;
     m->list_known = true;
-    /* 2026-07-28 sends nothing unasked (subscriptions/listen, its
-     * channel for changes, is not served). */
-    bool send = changed && m->initialized && !is_modern(m);
+    /* 2026-07-28 sends nothing unasked: only on a subscriptions/listen
+     * that asked for it. */
+    bool send = changed && m->initialized &&
+                (!is_modern(m) || listens_tools_locked(m));
     if (send)
         list_changed_locked(m);
     pthread_mutex_unlock(&m->mu);
@@ -522,6 +572,8 @@ static void timer_remove(th_mcp_session *m)
 
 static void call_free(mcp_call *c)
 {
+    json_decref(c->answers);
+    json_decref(c->asked);
     json_decref(c->id);
     json_decref(c->token);
     json_decref(c->result);
@@ -741,6 +793,288 @@ static mcp_call *find_call_locked(th_mcp_session *m, uint64_t call_id)
     return root && root != call_id ? find_call_id(m, root) : NULL;
 }
 
+/* ---- Input required (2026-07-28) ----------------------------------------------
+
+ * The revision has no request of ours to the client: a tool's ask_client()
+ * in a 2026-07-28 tools/call answers that request with an input_required
+ * result (inputRequests {"ask-N": {method, params}} and an opaque
+ * requestState) and the call is cancelled.  The client answers the
+ * questions and sends the same tools/call again with inputResponses and
+ * requestState: the tool runs again from the start, and its asks 1..N are
+ * answered at once from the answers kept so far, in order; the N+1th goes
+ * to the client the same way.  So a tool that acts before it asks acts
+ * once per round (docs/mcp.md, "Input required").
+ *
+ * The states live here, in the process, not in a session (over HTTP each
+ * request is a session of its own): at most mcp.max_pending_inputs, each
+ * for mcp.input_ttl, answered once, and only by a request of the same
+ * principal for the same tool and arguments. */
+typedef struct mcp_input {
+    char state[33];           /* 128 random bits in hex */
+    char *owner, *tool;
+    uint64_t args_hash;
+    json_t *answers;          /* the answers to asks 1..N-1 */
+    json_t *asked;            /* what asks 1..N asked: "METHOD HASH" of
+                                 each (ask_sig) */
+    int64_t expires_ms;
+    struct mcp_input *next;
+} mcp_input;
+
+static struct {
+    pthread_mutex_t mu;       /* leaf */
+    mcp_input *list;
+    size_t n;
+} g_in = {PTHREAD_MUTEX_INITIALIZER, NULL, 0};
+
+static void input_free(mcp_input *in)
+{
+    free(in->owner);
+    free(in->tool);
+    json_decref(in->answers);
+    json_decref(in->asked);
+    free(in);
+}
+
+/* g_in.mu held: drops the states past their time. */
+static void inputs_expire_locked(int64_t now)
+{
+    for (mcp_input **p = &g_in.list; *p;) {
+        mcp_input *in = *p;
+        if (in->expires_ms > now) {
+            p = &in->next;
+            continue;
+        }
+        *p = in->next;
+        g_in.n--;
+        th_log_info("mcp: input_required state of %s expired unanswered "
+                    "(mcp.input_ttl)",
+                    in->tool);
+        input_free(in);
+    }
+}
+
+void th_mcp_inputs_clear(void)
+{
+    pthread_mutex_lock(&g_in.mu);
+    while (g_in.list) {
+        mcp_input *in = g_in.list;
+        g_in.list = in->next;
+        input_free(in);
+    }
+    g_in.n = 0;
+    pthread_mutex_unlock(&g_in.mu);
+}
+
+/* The hash of a call's arguments (keys sorted): a state answers the
+ * request it was made for. */
+static uint64_t args_hash(const json_t *args)
+{
+    json_t *empty = json_object();
+    char *t = json_dumps(json_is_object(args) ? args : empty,
+                         JSON_COMPACT | JSON_SORT_KEYS);
+    uint64_t h = t ? fnv1a(t) : 0;
+    free(t);
+    json_decref(empty);
+    return h;
+}
+
+/* The first n items of a (NULL: none) in a new array; NULL: no memory. */
+static json_t *array_head(const json_t *a, size_t n)
+{
+    json_t *r = json_array();
+    for (size_t i = 0; r && i < n && i < json_array_size(a); i++)
+        if (json_array_append(r, json_array_get(a, i)) != 0) {
+            json_decref(r);
+            return NULL;
+        }
+    return r;
+}
+
+/* m->mu held: a new state for c's ask number k (0-based), `sig` (what it
+ * asks), listed; its requestState in state[33].  False when refused (full:
+ * logged; no memory). */
+static bool input_put(th_mcp_session *m, mcp_call *c, size_t k,
+                      const char *sig, char state[33])
+{
+    th_config *cfg = th_host_config_get(m->h);
+    const th_mcp_cfg *mc = th_mcp_config(cfg);
+    size_t max = mc ? mc->max_pending_inputs : 1024; /* the defaults */
+    size_t max_user = mc ? mc->max_pending_inputs_per_user : 64;
+    int64_t ttl = mc ? (int64_t)mc->input_ttl_ms : 600000;
+    th_config_unref(cfg);
+    uint8_t rnd[16];
+    mcp_input *in = calloc(1, sizeof *in);
+    if (!in || getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd ||
+        !(in->owner = strdup(m->owner)) || !(in->tool = strdup(c->tool)) ||
+        !(in->answers = array_head(c->answers, k)) ||
+        !(in->asked = array_head(c->asked, k)) ||
+        json_array_append_new(in->asked, json_string(sig)) != 0) {
+        if (in)
+            input_free(in);
+        return false;
+    }
+    base16_encode_update(in->state, sizeof rnd, rnd);
+    in->state[32] = '\0';
+    in->args_hash = c->args_hash;
+    int64_t now = mono_ms();
+    in->expires_ms = now + ttl;
+    pthread_mutex_lock(&g_in.mu);
+    inputs_expire_locked(now);
+    size_t mine = 0;
+    for (mcp_input *o = g_in.list; o; o = o->next)
+        mine += strcmp(o->owner, m->owner) == 0;
+    size_t total = g_in.n;
+    bool full = total >= max || mine >= max_user;
+    if (!full) {
+        in->next = g_in.list;
+        g_in.list = in;
+        g_in.n++;
+        memcpy(state, in->state, 33);
+    }
+    pthread_mutex_unlock(&g_in.mu);
+    if (full) {
+        bool user = mine >= max_user;
+        th_log_warn("mcp session=%llu call=%llu %s: input_required refused: "
+                    "%zu states %swait for their retry (%s)",
+                    (unsigned long long)th_session_id(m->s),
+                    (unsigned long long)c->call_id, c->tool,
+                    user ? mine : total, user ? "of this caller " : "",
+                    user ? "mcp.max_pending_inputs_per_user"
+                         : "mcp.max_pending_inputs");
+        input_free(in);
+    }
+    return !full;
+}
+
+/* m->mu held (c a 2026-07-28 request's call, not a task): the tool's ask
+ * number c->n_asked.  Answered at once from an earlier round's answer;
+ * else the request gets its input_required result.  0: answered; 1: the
+ * request was answered (the caller cancels the call, the tool hears
+ * ENOTSUP); -1: cannot be asked (ENOTSUP). */
+static int ask_in_band_locked(th_mcp_session *m, mcp_call *c,
+                              uint64_t ask_id, int kind, json_t *params)
+{
+    const char *method = kind == TOOLHOST_ASK_SAMPLING
+                             ? "sampling/createMessage"
+                             : "elicitation/create";
+    /* What is asked: its method and the hash of its params (keys
+     * sorted), so that an answer is given again to the same question
+     * only. */
+    char sig[64];
+    snprintf(sig, sizeof sig, "%s %016llx", method,
+             (unsigned long long)args_hash(params));
+    size_t k = c->n_asked++;
+    json_t *prev = json_array_get(c->answers, k);
+    const char *was = json_string_value(json_array_get(c->asked, k));
+    if (prev && was && strcmp(was, sig) == 0) {
+        char *txt = json_dumps(prev, JSON_COMPACT);
+        th_call_client_answer(ask_id, txt ? 0 : TOOLHOST_ENOMEM, txt,
+                              txt ? strlen(txt) : 0);
+        free(txt);
+        json_decref(params);
+        return 0;
+    }
+    /* (an earlier round's answers from k on no longer fit: the tool asks
+     * something else this time; input_put keeps 1..k only) */
+    bool can = kind == TOOLHOST_ASK_SAMPLING ? c->can_sample : c->can_elicit;
+    char state[33];
+    if (!can || c->no_response || c->client_cancelled ||
+        !input_put(m, c, k, sig, state)) {
+        json_decref(params);
+        return -1;
+    }
+    char key[32];
+    snprintf(key, sizeof key, "ask-%zu", k + 1);
+    json_t *res = json_pack("{s:s, s:{s:{s:s, s:o}}, s:s}", "resultType",
+                            "input_required", "inputRequests", key,
+                            "method", method, "params", params,
+                            "requestState", state);
+    mcp_send_result(m, c->id, res);
+    /* the run's own end (its result, its later log lines) says nothing
+     * more to this request */
+    c->no_response = true;
+    c->client_cancelled = true;
+    th_log_info("mcp session=%llu call=%llu %s: input_required (%s %s)",
+                (unsigned long long)th_session_id(m->s),
+                (unsigned long long)c->call_id, c->tool, key, method);
+    return 1;
+}
+
+/* m_tools_call of 2026-07-28: a retry's requestState and inputResponses
+ * checked against the state kept, which is taken (answered once); c gets
+ * the answers of every round so far.  True when the request goes on
+ * (a first round too); false when refused (answered). */
+static bool input_resume(th_mcp_session *m, const json_t *id,
+                         const json_t *params, mcp_call *c)
+{
+    json_t *rs = json_object_get(params, "requestState");
+    json_t *ir = json_object_get(params, "inputResponses");
+    if (!rs && !ir)
+        return true;
+    if (!json_is_string(rs) || (ir && !json_is_object(ir))) {
+        mcp_send_error(m, id, MCP_INVALID_PARAMS,
+                       "params.requestState must be the string of an "
+                       "input_required result, and params.inputResponses "
+                       "an object");
+        return false;
+    }
+    const char *why = NULL;
+    char key[32] = "";
+    json_t *answer = NULL;
+    pthread_mutex_lock(&g_in.mu);
+    inputs_expire_locked(mono_ms());
+    mcp_input **p = &g_in.list;
+    while (*p && strcmp((*p)->state, json_string_value(rs)) != 0)
+        p = &(*p)->next;
+    mcp_input *in = *p;
+    if (!in) {
+        why = "params.requestState is unknown, expired or answered already "
+              "(a state waits mcp.input_ttl and is answered once): call "
+              "the tool again without it";
+    } else if (strcmp(in->owner, m->owner) != 0 ||
+               strcmp(in->tool, c->tool) != 0 ||
+               in->args_hash != c->args_hash) {
+        why = "params.requestState belongs to another request (the same "
+              "caller, tool and arguments must send it back)";
+        in = NULL;
+    } else {
+        snprintf(key, sizeof key, "ask-%zu", json_array_size(in->asked));
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *)ir, k, v) if (strcmp(k, key) != 0)
+        {
+            why = "params.inputResponses answers a question this request "
+                  "was not asked";
+        }
+        answer = json_object_get(ir, key);
+        if (!why && !json_is_object(answer))
+            why = "params.inputResponses lacks the answer (an object) to "
+                  "the question asked";
+        if (why)
+            in = NULL;
+        else {
+            *p = in->next; /* taken: answered once */
+            g_in.n--;
+        }
+    }
+    pthread_mutex_unlock(&g_in.mu);
+    if (why) {
+        th_log_info("mcp session=%llu tools/call %s refused: %s",
+                    (unsigned long long)th_session_id(m->s), c->tool, why);
+        mcp_send_error(m, id, MCP_INVALID_PARAMS, "%s", why);
+        return false;
+    }
+    c->answers = in->answers;
+    c->asked = in->asked;
+    in->answers = in->asked = NULL;
+    input_free(in);
+    if (json_array_append(c->answers, answer) != 0) {
+        mcp_send_error(m, id, MCP_INTERNAL_ERROR, "out of memory");
+        return false;
+    }
+    return true;
+}
+
 static int front_ask_permission(void *ud, uint64_t call_id, const char *tool,
                                 const uint8_t *args, size_t args_len,
                                 const char *reason)
@@ -809,6 +1143,19 @@ static int front_ask_client(void *ud, uint64_t call_id, uint64_t ask_id,
         return -1;
     }
     pthread_mutex_lock(&m->mu);
+    if (is_modern(m)) {
+        /* In-band (input_required) for a request's call; a task's cannot
+         * be (the revision has none). */
+        mcp_call *c = find_call_locked(m, call_id);
+        int rc = c && !c->task
+                     ? ask_in_band_locked(m, c, ask_id, kind, params)
+                     : (json_decref(params), -1);
+        uint64_t cid = c ? c->call_id : 0;
+        pthread_mutex_unlock(&m->mu);
+        if (rc == 1)
+            th_call_cancel(m->s, cid); /* asked: this run is over */
+        return rc == 0 ? 0 : -1;
+    }
     bool can = kind == TOOLHOST_ASK_SAMPLING ? m->sampling : m->elicitation;
     mcp_ask *a = can ? calloc(1, sizeof *a) : NULL;
     if (!a) {
@@ -1202,16 +1549,27 @@ static void m_tools_call(th_mcp_session *m, const json_t *id,
         mcp_send_error(m, id, MCP_INTERNAL_ERROR, "out of memory");
         return;
     }
+    if (is_modern(m)) {
+        /* What this request's client can answer in-band, and a retry's
+         * answers (input_required). */
+        json_t *caps = json_object_get(json_object_get(params, "_meta"),
+                                       MCP_META_CLIENT_CAPS);
+        c->can_sample = json_is_object(json_object_get(caps, "sampling"));
+        c->can_elicit = json_is_object(json_object_get(caps, "elicitation"));
+        c->args_hash = args_hash(args);
+        if (!input_resume(m, id, params, c)) {
+            call_free(c);
+            th_buf_destroy(&mp);
+            return;
+        }
+    }
     th_call_opts o = {.as_task = task != NULL};
     pthread_mutex_lock(&m->mu);
     if (!task && find_call(m, id)) {
         /* Two calls in flight under one id: the second is refused (a
          * cancel or a response could not tell them apart). */
         pthread_mutex_unlock(&m->mu);
-        json_decref(c->id);
-        json_decref(c->token);
-        free(c->tool);
-        free(c);
+        call_free(c);
         th_buf_destroy(&mp);
         mcp_send_error(m, id, MCP_INVALID_REQUEST,
                        "Invalid Request: a request with this id is in "
@@ -1265,6 +1623,16 @@ static void n_cancelled(th_mcp_session *m, const json_t *params)
     if (!rid)
         return;
     pthread_mutex_lock(&m->mu);
+    mcp_listen *l = listen_take_locked(m, rid);
+    pthread_mutex_unlock(&m->mu);
+    if (l) {
+        /* The client closes its subscriptions/listen: no answer. */
+        mcp_request_done(m, l->id);
+        mcp_log(m, 1, "subscriptions/listen closed by the client");
+        listen_free(l);
+        return;
+    }
+    pthread_mutex_lock(&m->mu);
     mcp_call *c = find_call(m, rid);
     uint64_t cid = 0;
     if (c && c->started && !c->client_cancelled) {
@@ -1295,6 +1663,115 @@ static void m_set_level(th_mcp_session *m, const json_t *id,
     m->log_level = lv;
     pthread_mutex_unlock(&m->mu);
     mcp_send_result(m, id, json_object());
+}
+
+/* subscriptions/listen (2026-07-28): a request answered only when the
+ * server closes it; its first message is the acknowledgement (with what
+ * is honoured: tools list_changed here), then the changes asked for, each
+ * stamped with its id.  At most mcp.max_subscriptions open per session
+ * (over HTTP each is a session of its own, under mcp.max_sessions). */
+static void m_listen(th_mcp_session *m, const json_t *id,
+                     const json_t *params)
+{
+    json_t *f = json_object_get(params, "notifications");
+    static const char *const flags[] = {"toolsListChanged",
+                                        "promptsListChanged",
+                                        "resourcesListChanged", NULL};
+    const char *bad = json_is_object(f) ? NULL : "notifications";
+    for (size_t i = 0; !bad && flags[i]; i++) {
+        json_t *v = json_object_get(f, flags[i]);
+        if (v && !json_is_boolean(v))
+            bad = flags[i];
+    }
+    json_t *rs = json_object_get(f, "resourceSubscriptions");
+    if (!bad && rs && !json_is_array(rs))
+        bad = "resourceSubscriptions";
+    for (size_t i = 0; !bad && i < json_array_size(rs); i++)
+        if (!json_is_string(json_array_get(rs, i)))
+            bad = "resourceSubscriptions";
+    if (bad) {
+        mcp_send_error(m, id, MCP_INVALID_PARAMS,
+                       "subscriptions/listen: params.notifications%s%s is "
+                       "not of its type (an object of booleans "
+                       "toolsListChanged, promptsListChanged, "
+                       "resourcesListChanged and a string array "
+                       "resourceSubscriptions)",
+                       strcmp(bad, "notifications") ? "." : "",
+                       strcmp(bad, "notifications") ? bad : "");
+        return;
+    }
+    bool tools = json_is_true(json_object_get(f, "toolsListChanged"));
+    th_config *cfg = th_host_config_get(m->h);
+    const th_mcp_cfg *mc = th_mcp_config(cfg);
+    size_t max = mc ? mc->max_subscriptions : 256; /* the default */
+    th_config_unref(cfg);
+    mcp_listen *l = calloc(1, sizeof *l);
+    if (!l) {
+        mcp_send_error(m, id, MCP_INTERNAL_ERROR, "out of memory");
+        return;
+    }
+    pthread_mutex_lock(&m->mu);
+    bool dup = false;
+    for (mcp_listen *o = m->listens; o; o = o->next)
+        dup |= json_equal(o->id, (json_t *)id);
+    dup |= find_call(m, id) != NULL;
+    size_t n = m->n_listens;
+    if (dup || n >= max) {
+        pthread_mutex_unlock(&m->mu);
+        free(l);
+        if (dup) {
+            mcp_send_error(m, id, MCP_INVALID_REQUEST,
+                           "Invalid Request: a request with this id is in "
+                           "flight");
+            return;
+        }
+        mcp_log(m, 3, "subscriptions/listen refused: %zu open "
+                      "(mcp.max_subscriptions)", n);
+        mcp_send_error(m, id, MCP_INVALID_REQUEST,
+                       "subscriptions/listen: this session holds %zu, as "
+                       "many as it may (mcp.max_subscriptions): close one "
+                       "first", n);
+        return;
+    }
+    l->id = json_incref((json_t *)id);
+    l->tools = tools;
+    l->next = m->listens;
+    m->listens = l;
+    m->n_listens++;
+    m->deferred = true; /* answered when the server closes it */
+    /* (under mu: no change goes out before the acknowledgement) */
+    send_notification(m, "notifications/subscriptions/acknowledged",
+                      json_pack("{s:{s:O}, s:{s:b}}", "_meta",
+                                MCP_META_SUBSCRIPTION, id, "notifications",
+                                "toolsListChanged", tools),
+                      id);
+    pthread_mutex_unlock(&m->mu);
+    th_log(m->http ? TOOLHOST_LOG_DEBUG : TOOLHOST_LOG_INFO,
+           "mcp session=%llu subscriptions/listen open%s",
+           (unsigned long long)th_session_id(m->s),
+           tools ? ": tools list_changed" : " (nothing it asked is served)");
+}
+
+void th_mcp_session_close_listens(th_mcp_session *m)
+{
+    pthread_mutex_lock(&m->mu);
+    mcp_listen *l = m->listens;
+    m->listens = NULL;
+    m->n_listens = 0;
+    pthread_mutex_unlock(&m->mu);
+    while (l) {
+        mcp_listen *next = l->next;
+        /* The revision's graceful end: the listen's (empty) result. */
+        mcp_send_result(m, l->id,
+                        json_pack("{s:{s:O}}", "_meta",
+                                  MCP_META_SUBSCRIPTION, l->id));
+        mcp_request_done(m, l->id);
+        th_log_info("mcp session=%llu subscriptions/listen closed: the "
+                    "server stops",
+                    (unsigned long long)th_session_id(m->s));
+        listen_free(l);
+        l = next;
+    }
 }
 
 /* ---- Dispatch ------------------------------------------------------------------- */
@@ -1335,9 +1812,9 @@ fail:
 static void m_discover(th_mcp_session *m, const json_t *id)
 {
     json_t *res = json_pack(
-        "{s:o*, s:{s:{}, s:{}, s:{}, s:{}, s:{}}, s:s, s:i, s:s}",
+        "{s:o*, s:{s:{s:b}, s:{}, s:{}, s:{}, s:{}}, s:s, s:i, s:s}",
         "supportedVersions", versions_json(), "capabilities", "tools",
-        "logging", "resources", "prompts", "completions", "instructions",
+        "listChanged", 1, "logging", "resources", "prompts", "completions", "instructions",
         INSTRUCTIONS ".", "ttlMs", 0, "cacheScope", "private");
     if (res && (!json_object_get(res, "supportedVersions") ||
                 modern_stamp(res) != 0)) {
@@ -1347,15 +1824,14 @@ static void m_discover(th_mcp_session *m, const json_t *id)
     mcp_send_result(m, id, res);
 }
 
-/* The requests of protocol 2026-07-28 this server answers
- * (subscriptions/listen is not served: no method). */
+/* The requests of protocol 2026-07-28 this server answers. */
 static bool modern_method(const char *method)
 {
     static const char *const served[] = {
         "server/discover",   "tools/list",     "tools/call",
         "prompts/list",      "prompts/get",    "resources/list",
         "resources/read",    "resources/templates/list",
-        "completion/complete", NULL};
+        "completion/complete", "subscriptions/listen", NULL};
     for (size_t i = 0; served[i]; i++)
         if (strcmp(method, served[i]) == 0)
             return true;
@@ -1526,6 +2002,8 @@ static void dispatch_request(th_mcp_session *m, const json_t *id,
         mcp_prompts_get(m, id, params);
     else if (strcmp(method, "completion/complete") == 0)
         mcp_complete(m, id, params);
+    else if (strcmp(method, "subscriptions/listen") == 0 && is_modern(m))
+        m_listen(m, id, params);
     else
         mcp_send_error(m, id, MCP_METHOD_NOT_FOUND,
                        "method not found: %.200s", method);
@@ -1705,6 +2183,15 @@ th_mcp_session *th_mcp_session_new(th_host *h, const th_principal *who,
     m->max_message = o->max_message ? o->max_message
                      : cfg_max_message ? cfg_max_message
                                        : TH_MCP_MAX_MESSAGE_DEFAULT;
+    char owner[512];
+    snprintf(owner, sizeof owner, "uid=%u gid=%u user=%s toolset=%s",
+             (unsigned)p.uid, (unsigned)p.gid, p.user ? p.user : "",
+             p.toolset ? p.toolset : "");
+    if (!(m->owner = strdup(owner))) {
+        free(m);
+        th_error_set(err, TH_ENOMEM, "out of memory");
+        return NULL;
+    }
     pthread_mutex_init(&m->mu, NULL);
     pthread_cond_init(&m->cv, NULL);
     th_front_ops ops = {.ask_permission = front_ask_permission,
@@ -1748,6 +2235,7 @@ th_mcp_session *th_mcp_session_new(th_host *h, const th_principal *who,
 fail:
     pthread_mutex_destroy(&m->mu);
     pthread_cond_destroy(&m->cv);
+    free(m->owner);
     free(m);
     return NULL;
 }
@@ -1831,6 +2319,13 @@ void th_mcp_session_free(th_mcp_session *m)
                                   0);
         free(a);
     }
+    while (m->listens) {
+        mcp_listen *l = m->listens;
+        m->listens = l->next;
+        mcp_request_done(m, l->id);
+        listen_free(l);
+    }
+    free(m->owner);
     th_buf_destroy(&m->txt);
     mcp_subs_free(m);
     pthread_mutex_destroy(&m->mu);

@@ -138,6 +138,12 @@ size_t th_mcp_session_inflight(th_mcp_session *m);
 /* Waits until no call is in flight, at most timeout_ms: true when none
  * is left.  Not from a transport callback. */
 bool th_mcp_session_drain(th_mcp_session *m, int64_t timeout_ms);
+/* The server stops: each open subscriptions/listen (2026-07-28) gets its
+ * closing result and ends (request_done).  Any thread but a callback's. */
+void th_mcp_session_close_listens(th_mcp_session *m);
+/* Drops every 2026-07-28 input_required state of the process (the
+ * front stops). */
+void th_mcp_inputs_clear(void);
 /* Ends the session: cancels its calls, waits within the host's grace; no
  * transport callback runs after it returns. */
 void th_mcp_session_free(th_mcp_session *m);

@@ -320,6 +320,12 @@ static const th_cfkey mcp_keys[] = {
      .off = M(sse_replay_ms), .min = 100, .max = TH_DAY_MS},
     {.name = "max_subscriptions", .set = th_cf_u32,
      .off = M(max_subscriptions), .min = 1, .max = 1000000},
+    {.name = "input_ttl", .set = th_cf_duration, .off = M(input_ttl_ms),
+     .min = 100, .max = TH_DAY_MS},
+    {.name = "max_pending_inputs", .set = th_cf_u32,
+     .off = M(max_pending_inputs), .min = 1, .max = 1000000},
+    {.name = "max_pending_inputs_per_user", .set = th_cf_u32,
+     .off = M(max_pending_inputs_per_user), .min = 1, .max = 1000000},
     {.name = NULL}};
 #undef M
 
@@ -345,6 +351,9 @@ static void mcp_init(void *sec)
     m->sse_replay_events = 64;
     m->sse_replay_ms = 60 * TH_SEC_MS;
     m->max_subscriptions = 256;
+    m->input_ttl_ms = 10 * TH_MINUTE_MS;
+    m->max_pending_inputs = 1024;
+    m->max_pending_inputs_per_user = 64;
     m->max_message = 16 * TH_MIB;
     m->oauth.jwks_refresh_ms = 10 * TH_MINUTE_MS;
     m->oauth.jwks_min_interval_ms = 30 * TH_SEC_MS;
@@ -521,8 +530,9 @@ static bool same_str(const char *a, const char *b)
 }
 
 /* The keys the HTTP front copies at start (http.c, mcfg_copy) besides
- * the listen entries and the tokens; max_subscriptions and max_message
- * are read per session from the current config. */
+ * the listen entries and the tokens; max_subscriptions, input_ttl,
+ * max_pending_inputs(_per_user) and max_message are read per session
+ * from the current config. */
 static bool same_http(const th_mcp_cfg *a, const th_mcp_cfg *b)
 {
     return same_list(a->allow_origins, a->n_allow_origins, b->allow_origins,

@@ -30,6 +30,9 @@
 #define MCP_META_CLIENT_INFO "io.modelcontextprotocol/clientInfo"
 #define MCP_META_LOG_LEVEL "io.modelcontextprotocol/logLevel"
 #define MCP_META_SERVER_INFO "io.modelcontextprotocol/serverInfo"
+/* subscriptions/listen (2026-07-28): the listen request's id, on its
+ * acknowledgement, its notifications and its closing result. */
+#define MCP_META_SUBSCRIPTION "io.modelcontextprotocol/subscriptionId"
 
 typedef enum mcp_task_status {
     MCP_TASK_WORKING = 0,
@@ -89,6 +92,14 @@ typedef struct mcp_call {
     json_t *result;          /* never acknowledged (it failed first): its
                                 CallToolResult, as the core has no task */
     char task_id[32];
+    /* 2026-07-28 input_required (mcp.c, "Input required"): */
+    bool can_sample, can_elicit; /* the request's clientCapabilities */
+    json_t *answers;         /* the inputResponses of the earlier rounds,
+                                in the order the tool asked (owned), or
+                                NULL: a first round */
+    json_t *asked;           /* the methods asked in those rounds */
+    size_t n_asked;          /* ask_client() calls of this run */
+    uint64_t args_hash;      /* of the request's arguments */
     mcp_task_status status;
     char *status_msg;
     int64_t created_ms, updated_ms, ttl_ms;
@@ -145,6 +156,10 @@ struct th_mcp_session {
                                 or NULL */
     bool run_short;          /* th_mcp_opts.run_short: calls pass
                                 th_call_opts.short_client */
+    struct mcp_listen *listens; /* [mu] open subscriptions/listen */
+    size_t n_listens;
+    char *owner;             /* the principal, as text: an input_required
+                                state is answered by its owner only */
     struct mcp_sub *subs;    /* [mu] resources/subscribe URIs */
     size_t n_subs;
     bool subs_pending;       /* [mu] one of them has an update to send */
@@ -152,6 +167,14 @@ struct th_mcp_session {
                                 of a call wakes cv only for them, not the
                                 timer on every call) */
 };
+
+/* An open subscriptions/listen (2026-07-28): its request, answered only
+ * when the server closes it. */
+typedef struct mcp_listen {
+    json_t *id;              /* the listen request's id (a reference) */
+    bool tools;              /* toolsListChanged honoured */
+    struct mcp_listen *next;
+} mcp_listen;
 
 typedef struct mcp_ask {     /* a request we sent the client */
     char id[32];

@@ -576,6 +576,8 @@ int th_mcp_stdio_run(th_host *h, const th_principal *who,
                 o && o->toolset ? ", toolset " : "",
                 o && o->toolset ? o->toolset : "");
     uv_run(&x->loop, UV_RUN_DEFAULT);
+    /* Open subscriptions/listen requests get their closing result. */
+    th_mcp_session_close_listens(x->m);
     /* Calls in flight finish within the grace (their answers go out),
      * then the rest are cancelled by th_mcp_session_free. */
     int64_t grace = cfg->host.shutdown_grace_ms
@@ -591,6 +593,7 @@ int th_mcp_stdio_run(th_host *h, const th_principal *who,
                         th_mcp_session_inflight(x->m));
     }
     th_mcp_session_free(x->m);
+    th_mcp_inputs_clear();
     rc = uv_loop_close(&x->loop);
     if (x->relay_started)
         pthread_join(x->relay, NULL);

@@ -11,6 +11,7 @@
  * (tests/mcp/v2.mjs, @modelcontextprotocol/client) over both transports. */
 #include <CUnit/CUnit.h>
 #include <jansson.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,9 +24,14 @@
 
 #define TOKEN "rev0728-token-0123456789abcdef"
 #define TOKEN_ENV "TH_REV0728_TOKEN"
+#define TOKEN_B "rev0728-token-bob-0123456789abcd"
+#define TOKEN_B_ENV "TH_REV0728_TOKEN_B"
+#define TOKEN_C "rev0728-token-carol-0123456789ab"
+#define TOKEN_C_ENV "TH_REV0728_TOKEN_C"
 
-/* The config: echo.so, conform_tools.so (resources, prompts, completion)
- * and abi11_tools.so (structured results); `http`: an http:// entry and a
+/* The config: echo.so, conform_tools.so (resources, prompts, completion,
+ * sampling and forms), abi11_tools.so (structured results) and
+ * abi14_calls.so (asks); reload on SIGHUP; `http`: an http:// entry and a
  * token for it. */
 static const char *config_text(bool http)
 {
@@ -40,30 +46,40 @@ static const char *config_text(bool http)
                   "    path: @BUILD@/fixtures/conform_tools.so\n"
                   "  - name: abi11_tools\n"
                   "    path: @BUILD@/fixtures/abi11_tools.so\n"
+                  "  - name: abi14_calls\n"
+                  "    path: @BUILD@/fixtures/abi14_calls.so\n"
                   "mcp:\n"
                   "  tokens:\n"
                   "    - {user: alice, env: " TOKEN_ENV "}\n"
+                  "    - {user: bob, env: " TOKEN_B_ENV "}\n"
+                  "    - {user: carol, env: " TOKEN_C_ENV "}\n"
                   "toolsets:\n"
                   "  - name: all\n"
                   "    tools: [\"*\"]\n"
-                  "    allow_users: [alice]\n"
+                  "    allow_users: [alice, bob, carol]\n"
                 : "host:\n"
-                  "  reload: off\n"
+                  "  reload: signal\n"
                   "plugins:\n"
                   "  - name: echo\n"
                   "    path: @BUILD@/plugins/echo.so\n"
                   "  - name: conform_tools\n"
                   "    path: @BUILD@/fixtures/conform_tools.so\n"
                   "  - name: abi11_tools\n"
-                  "    path: @BUILD@/fixtures/abi11_tools.so\n";
+                  "    path: @BUILD@/fixtures/abi11_tools.so\n"
+                  "  - name: abi14_calls\n"
+                  "    path: @BUILD@/fixtures/abi14_calls.so\n";
 }
 
-/* The stdio config in dir (malloc'ed path). */
-static char *stdio_config(const char *dir)
+/* The stdio config in dir (malloc'ed path), `extra` (NULL: none) after
+ * it. */
+static char *stdio_config_ex(const char *dir, const char *extra)
 {
-    const char *t = config_text(false);
+    char all[4096];
+    snprintf(all, sizeof all, "%s%s", config_text(false),
+             extra ? extra : "");
+    const char *t = all;
     const char *b = TH_BUILD_DIR;
-    char text[2048];
+    char text[4096];
     size_t n = 0;
     while (*t && n + 1 < sizeof text) {
         if (strncmp(t, "@BUILD@", 7) == 0) {
@@ -75,6 +91,11 @@ static char *stdio_config(const char *dir)
     }
     text[n < sizeof text ? n : sizeof text - 1] = '\0';
     return th_test_write_file(dir, "c.yaml", text, (size_t)-1);
+}
+
+static char *stdio_config(const char *dir)
+{
+    return stdio_config_ex(dir, NULL);
 }
 
 /* `toolhost mcp -c cfg` with `input` on stdin, then end of input: the
@@ -301,7 +322,10 @@ static void test_stdio_refusals(void)
     CU_ASSERT_EQUAL(err_code(by, "8"), -32602); /* not -32002 */
     CU_ASSERT_EQUAL(err_code(by, "9"), -32602);
     CU_ASSERT_EQUAL(err_code(by, "10"), -32602);
-    CU_ASSERT_EQUAL(err_code(by, "11"), -32601);
+    /* subscriptions/listen is served: acknowledged, closed at the end */
+    CU_ASSERT_PTR_NOT_NULL(json_object_get(
+        json_object_get(result_of(by, "11"), "_meta"),
+        "io.modelcontextprotocol/subscriptionId"));
     CU_ASSERT_EQUAL(err_code(by, "12"), -32602); /* the plain fast path */
     CU_ASSERT_EQUAL(err_code(by, "13"), -32601);
     /* Not a string, or too long to be a revision: -32022, not echoed. */
@@ -409,6 +433,137 @@ static void test_stdio_log_level(void)
     free(dir);
 }
 
+
+/* The envelope with the client's capabilities `caps` (JSON text). */
+#define ENVC(caps)                                                            \
+    "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\"," \
+    "\"io.modelcontextprotocol/clientCapabilities\":" caps ","               \
+    "\"io.modelcontextprotocol/clientInfo\":{\"name\":\"raw\","              \
+    "\"version\":\"1\"}}"
+/* abi14_calls_ask's arguments: one form */
+#define ASK_FORM                                                              \
+    "\"name\":\"abi14_calls_ask\",\"arguments\":{\"kind\":2,\"request\":"    \
+    "\"{\\\"message\\\":\\\"m\\\",\\\"requestedSchema\\\":{\\\"type\\\":"    \
+    "\\\"object\\\",\\\"properties\\\":{}}}\"},"
+
+/* subscriptions/listen over stdio: filters of the wrong type are refused
+ * (-32602) and the session goes on; at most mcp.max_subscriptions open
+ * (one more refused and logged, a slot freed by notifications/cancelled);
+ * each acknowledged with what is honoured, and the open ones closed with
+ * their result (stamped with their id) at the end of input. */
+static void test_stdio_listen(void)
+{
+    char *dir = th_test_tmpdir();
+    char *cfg = stdio_config_ex(dir, "mcp:\n  max_subscriptions: 2\n");
+    const char *in =
+        REQ(1, "subscriptions/listen", "\"notifications\":\"all\","
+                                       ENV("2026-07-28"))
+        REQ(2, "subscriptions/listen", "\"notifications\":{"
+                                       "\"toolsListChanged\":\"yes\"},"
+                                       ENV("2026-07-28"))
+        REQ(3, "subscriptions/listen", "\"notifications\":{"
+                                       "\"resourceSubscriptions\":[1]},"
+                                       ENV("2026-07-28"))
+        REQ(4, "subscriptions/listen", ENV("2026-07-28"))
+        REQ("la", "subscriptions/listen", "\"notifications\":{"
+                                          "\"toolsListChanged\":true},"
+                                          ENV("2026-07-28"))
+        REQ("lb", "subscriptions/listen", "\"notifications\":{"
+                                          "\"promptsListChanged\":true,"
+                                          "\"x-junk\":[1,2]},"
+                                          ENV("2026-07-28"))
+        REQ("lc", "subscriptions/listen", "\"notifications\":{},"
+                                          ENV("2026-07-28"))
+        "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\","
+        "\"params\":{\"requestId\":\"lb\"," ENV("2026-07-28") "}}\n"
+        REQ("ld", "subscriptions/listen", "\"notifications\":{},"
+                                          ENV("2026-07-28"))
+        REQ(5, "tools/call", "\"name\":\"echo\",\"arguments\":{\"text\":"
+                             "\"still\"}," ENV("2026-07-28"));
+    int status;
+    json_t *by = run_stdio(cfg, in, &status);
+    CU_ASSERT_EQUAL(status, 0);
+    for (int i = 1; i <= 4; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "%d", i);
+        CU_ASSERT_EQUAL(err_code(by, k), -32602);
+    }
+    CU_ASSERT_EQUAL(err_code(by, "lc"), -32600);
+    const char *lc = json_string_value(json_object_get(
+        json_object_get(json_object_get(by, "lc"), "error"), "message"));
+    CU_ASSERT(lc && strstr(lc, "mcp.max_subscriptions"));
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(
+                        by, "#notifications/subscriptions/acknowledged")),
+                    3);
+    ASSERT_STR(json_string_value(json_object_get(
+                   json_object_get(result_of(by, "la"), "_meta"),
+                   "io.modelcontextprotocol/subscriptionId")),
+               "la");
+    ASSERT_STR(json_string_value(json_object_get(result_of(by, "la"),
+                                                 "resultType")),
+               "complete");
+    CU_ASSERT_PTR_NOT_NULL(result_of(by, "ld"));
+    CU_ASSERT_PTR_NULL(json_object_get(by, "lb")); /* closed by the client */
+    ASSERT_STR(json_string_value(json_object_get(
+                   json_array_get(json_object_get(result_of(by, "5"),
+                                                  "content"),
+                                  0),
+                   "text")),
+               "still");
+    json_decref(by);
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
+/* input_required over stdio: a tool's form comes back as the result of
+ * its request (inputRequests ask-1, a requestState); a retry with a state
+ * nobody made or of the wrong type is refused; a client that declared no
+ * sampling is not asked (the tool hears ENOTSUP, -5). */
+static void test_stdio_input_required(void)
+{
+    char *dir = th_test_tmpdir();
+    char *cfg = stdio_config(dir);
+    const char *in =
+        REQ(1, "tools/call", ASK_FORM ENVC("{\"elicitation\":{}}"))
+        REQ(2, "tools/call", ASK_FORM
+            "\"requestState\":\"00000000000000000000000000000000\","
+            "\"inputResponses\":{\"ask-1\":{\"action\":\"accept\"}},"
+            ENVC("{\"elicitation\":{}}"))
+        REQ(3, "tools/call", ASK_FORM "\"requestState\":5,"
+            "\"inputResponses\":[]," ENVC("{\"elicitation\":{}}"))
+        REQ(4, "tools/call", "\"name\":\"abi14_calls_ask\",\"arguments\":{"
+            "\"kind\":1,\"request\":\"{}\"}," ENVC("{}"));
+    int status;
+    json_t *by = run_stdio(cfg, in, &status);
+    CU_ASSERT_EQUAL(status, 0);
+    json_t *r1 = result_of(by, "1");
+    ASSERT_STR(json_string_value(json_object_get(r1, "resultType")),
+               "input_required");
+    json_t *q = json_object_get(json_object_get(r1, "inputRequests"),
+                                "ask-1");
+    ASSERT_STR(json_string_value(json_object_get(q, "method")),
+               "elicitation/create");
+    ASSERT_STR(json_string_value(json_object_get(
+                   json_object_get(q, "params"), "message")),
+               "m");
+    const char *st = json_string_value(json_object_get(r1, "requestState"));
+    CU_ASSERT(st && strlen(st) == 32);
+    CU_ASSERT_PTR_NULL(json_object_get(r1, "content"));
+    CU_ASSERT_EQUAL(err_code(by, "2"), -32602);
+    CU_ASSERT_EQUAL(err_code(by, "3"), -32602);
+    json_t *r4 = result_of(by, "4");
+    ASSERT_STR(json_string_value(json_object_get(r4, "resultType")),
+               "complete");
+    const char *t4 = json_string_value(json_object_get(
+        json_array_get(json_object_get(r4, "content"), 0), "text"));
+    CU_ASSERT(t4 && strstr(t4, "rc=-5"));
+    json_decref(by);
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
 /* ---- Streamable HTTP ----------------------------------------------------- */
 
 typedef struct rv_srv {
@@ -421,7 +576,9 @@ static int rv_start_ex(rv_srv *v, const char *mcp)
 {
     memset(v, 0, sizeof *v);
     setenv(TOKEN_ENV, TOKEN, 1);
-    char text[2048];
+    setenv(TOKEN_B_ENV, TOKEN_B, 1);
+    setenv(TOKEN_C_ENV, TOKEN_C, 1);
+    char text[4096];
     const char *base = config_text(true);
     const char *at = strstr(base, "  tokens:\n");
     snprintf(text, sizeof text, "%.*s%s%s", (int)(at - base), base,
@@ -444,6 +601,8 @@ static void rv_free(rv_srv *v)
 {
     rpc_srv_free(&v->rs);
     unsetenv(TOKEN_ENV);
+    unsetenv(TOKEN_B_ENV);
+    unsetenv(TOKEN_C_ENV);
 }
 
 /* One POST; the status, the whole answer in *text (malloc'ed). */
@@ -661,6 +820,234 @@ static void test_http_session_budget(void)
     rv_free(&v);
 }
 
+
+/* One POST with `token`. */
+static int post_tok(unsigned port, const char *token, const char *hdrs,
+                    const char *body, char **text)
+{
+    char h[1024];
+    snprintf(h, sizeof h, "Authorization: Bearer %s\r\n%s", token,
+             hdrs ? hdrs : "");
+    return th_test_http(port, "POST", "/mcp", h, body, rpc_wait_ms(), text);
+}
+
+static int post_bob(unsigned port, const char *hdrs, const char *body,
+                    char **text)
+{
+    return post_tok(port, TOKEN_B, hdrs, body, text);
+}
+
+/* The requestState of an input_required answer in text, into st[33]. */
+static bool state_of(const char *text, char st[33])
+{
+    const char *p = text ? strstr(text, "\"requestState\":\"") : NULL;
+    if (!p || strlen(p + 16) < 33 || p[16 + 32] != '"')
+        return false;
+    memcpy(st, p + 16, 32);
+    st[32] = '\0';
+    return true;
+}
+
+#define H_ASK H_V("2026-07-28") H_M("tools/call") H_N("abi14_calls_ask")
+#define CAPS_FORM ENVC("{\"elicitation\":{}}")
+
+/* A retry of ASK_FORM with `state` and `responses` (JSON text); its
+ * answer's text in *t. */
+static int retry(unsigned port, bool bob, const char *args,
+                 const char *state, const char *responses, char **t)
+{
+    char body[2048];
+    snprintf(body, sizeof body,
+             "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/call\","
+             "\"params\":{\"name\":\"abi14_calls_ask\",\"arguments\":%s,"
+             "\"requestState\":\"%s\",\"inputResponses\":%s," CAPS_FORM "}}",
+             args, state, responses);
+    return bob ? post_bob(port, H_ASK, body, t) : post(port, H_ASK, body, t);
+}
+
+#define ARGS_FORM                                                             \
+    "{\"kind\":2,\"request\":\"{\\\"message\\\":\\\"m\\\",\\\"requested"     \
+    "Schema\\\":{\\\"type\\\":\\\"object\\\",\\\"properties\\\":{}}}\"}"
+#define ANSWER "{\"ask-1\":{\"action\":\"accept\",\"content\":{\"who\":\"al\"}}}"
+
+/* input_required over HTTP, where each request is a session of its own:
+ * the state outlives the first request's session; a retry by another
+ * user, for other arguments, or answering a question not asked is
+ * refused and leaves the state; the owner's retry runs the tool again with
+ * the answer; the state answers once.  The caps, while alice's state
+ * waits: mcp.max_pending_inputs_per_user 1 refuses alice's second ask
+ * (the tool hears ENOTSUP) but not bob's; mcp.max_pending_inputs 2 then
+ * refuses carol's; each logged. */
+static void test_http_input_required(void)
+{
+    rv_srv v;
+    CU_ASSERT_FATAL(rv_start_ex(&v, "  max_pending_inputs: 2\n"
+                                    "  max_pending_inputs_per_user: 1\n") ==
+                    0);
+    char *t = NULL;
+    CU_ASSERT_EQUAL(post(v.port, H_ASK, B(1, "tools/call", ASK_FORM CAPS_FORM),
+                         &t), 200);
+    char st[33] = "";
+    CU_ASSERT(has(t, "\"resultType\":\"input_required\"") &&
+              has(t, "\"ask-1\":{\"method\":\"elicitation/create\""));
+    CU_ASSERT_FATAL(state_of(t, st));
+    free(t);
+    /* the caps: alice has one state waiting already */
+    CU_ASSERT_EQUAL(post(v.port, H_ASK, B(2, "tools/call", ASK_FORM CAPS_FORM),
+                         &t), 200);
+    CU_ASSERT(has(t, "rc=-5") && has(t, "\"resultType\":\"complete\""));
+    free(t);
+    CU_ASSERT(rpc_log_wait(&v.rs, "(mcp.max_pending_inputs_per_user)",
+                           rpc_wait_ms()));
+    CU_ASSERT_EQUAL(post_bob(v.port, H_ASK,
+                             B(3, "tools/call", ASK_FORM CAPS_FORM), &t),
+                    200);
+    CU_ASSERT(has(t, "\"resultType\":\"input_required\""));
+    free(t);
+    CU_ASSERT_EQUAL(post_tok(v.port, TOKEN_C, H_ASK,
+                             B(4, "tools/call", ASK_FORM CAPS_FORM), &t),
+                    200);
+    CU_ASSERT(has(t, "rc=-5"));
+    free(t);
+    CU_ASSERT(rpc_log_wait(&v.rs, "(mcp.max_pending_inputs)", rpc_wait_ms()));
+    /* another user's retry */
+    CU_ASSERT_EQUAL(retry(v.port, true, ARGS_FORM, st, ANSWER, &t), 200);
+    CU_ASSERT(has(t, "-32602") && has(t, "belongs to another request"));
+    free(t);
+    /* other arguments */
+    CU_ASSERT_EQUAL(retry(v.port, false, "{\"kind\":2,\"request\":\"{}\"}",
+                          st, ANSWER, &t), 200);
+    CU_ASSERT(has(t, "belongs to another request"));
+    free(t);
+    /* an answer to a question not asked; no answer */
+    CU_ASSERT_EQUAL(retry(v.port, false, ARGS_FORM, st,
+                          "{\"ask-1\":{\"action\":\"accept\"},\"ask-7\":{}}",
+                          &t), 200);
+    CU_ASSERT(has(t, "was not asked"));
+    free(t);
+    CU_ASSERT_EQUAL(retry(v.port, false, ARGS_FORM, st, "{}", &t), 200);
+    CU_ASSERT(has(t, "lacks the answer"));
+    free(t);
+    /* the owner's retry: the tool runs again and gets the answer */
+    CU_ASSERT_EQUAL(retry(v.port, false, ARGS_FORM, st, ANSWER, &t), 200);
+    CU_ASSERT(has(t, "\"resultType\":\"complete\"") && has(t, "rc=0") &&
+              has(t, "\\\"who\\\":\\\"al\\\""));
+    free(t);
+    /* answered once */
+    CU_ASSERT_EQUAL(retry(v.port, false, ARGS_FORM, st, ANSWER, &t), 200);
+    CU_ASSERT(has(t, "-32602") && has(t, "answered already"));
+    free(t);
+    rv_free(&v);
+}
+
+/* A state past mcp.input_ttl is dropped: the owner's retry is refused,
+ * and the expiry is logged.  The wait is for the state to go (a retry
+ * for other arguments, which leaves a live state alone, is refused as
+ * unknown from then on). */
+static void test_http_input_expiry(void)
+{
+    rv_srv v;
+    CU_ASSERT_FATAL(rv_start_ex(&v, "  input_ttl: 100ms\n") == 0);
+    char *t = NULL;
+    CU_ASSERT_EQUAL(post(v.port, H_ASK, B(1, "tools/call", ASK_FORM CAPS_FORM),
+                         &t), 200);
+    char st[33] = "";
+    CU_ASSERT_FATAL(state_of(t, st));
+    free(t);
+    bool gone = false;
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    while (!gone && rpc_now_ms() < end) {
+        CU_ASSERT_EQUAL(retry(v.port, false, "{\"kind\":2,\"request\":\"x\"}",
+                              st, ANSWER, &t), 200);
+        gone = t && strstr(t, "expired") != NULL;
+        free(t);
+        if (!gone)
+            rpc_log_wait(&v.rs, "expired unanswered", 50);
+    }
+    CU_ASSERT(gone);
+    CU_ASSERT_EQUAL(retry(v.port, false, ARGS_FORM, st, ANSWER, &t), 200);
+    CU_ASSERT(has(t, "-32602") && has(t, "expired"));
+    free(t);
+    CU_ASSERT(rpc_log_has(&v.rs, "expired unanswered (mcp.input_ttl)"));
+    rv_free(&v);
+}
+
+/* subscriptions/listen over HTTP: each listen is a session of its own
+ * (mcp.max_sessions: 2, the third refused 503); a reload that changes the
+ * tools reaches both as notifications/tools/list_changed stamped with
+ * their ids; SIGTERM closes them with their result and the host exits 0. */
+static void test_http_listen(void)
+{
+    rv_srv v;
+    CU_ASSERT_FATAL(rv_start_ex(&v, "  max_sessions: 2\n") == 0);
+    int fd[2];
+    char *t = NULL;
+    for (int i = 0; i < 2; i++) {
+        char body[512];
+        snprintf(body, sizeof body,
+                 "{\"jsonrpc\":\"2.0\",\"id\":\"l%d\",\"method\":"
+                 "\"subscriptions/listen\",\"params\":{\"notifications\":"
+                 "{\"toolsListChanged\":true}," ENV("2026-07-28") "}}",
+                 i);
+        fd[i] = th_test_tcp_connect(v.port, 0);
+        CU_ASSERT_FATAL(fd[i] >= 0);
+        CU_ASSERT(th_test_http_send(fd[i], "POST", "/mcp",
+                                    "Authorization: Bearer " TOKEN "\r\n"
+                                    H_V("2026-07-28")
+                                    H_M("subscriptions/listen"),
+                                    body) == 0);
+        CU_ASSERT_EQUAL(th_test_http_read(fd[i], "acknowledged",
+                                          rpc_wait_ms(), &t), 200);
+        CU_ASSERT(has(t, "text/event-stream") &&
+                  has(t, "\"toolsListChanged\":true"));
+        free(t);
+    }
+    CU_ASSERT_EQUAL(post(v.port, H_V("2026-07-28") H_M("subscriptions/listen"),
+                         B(3, "subscriptions/listen",
+                           "\"notifications\":{}," ENV("2026-07-28")),
+                         &t), 503);
+    free(t);
+    /* the change: abi11_tools leaves the config, and the host reloads */
+    FILE *f = fopen(v.rs.cfg, "r");
+    CU_ASSERT_FATAL(f != NULL);
+    char text[8192];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    char *cut = strstr(text, "  - name: abi11_tools\n");
+    CU_ASSERT_FATAL(cut != NULL);
+    char *nl = strchr(strchr(cut, '\n') + 1, '\n');
+    memmove(cut, nl + 1, strlen(nl + 1) + 1);
+    f = fopen(v.rs.cfg, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fputs(text, f);
+    fclose(f);
+    kill(v.rs.pid, SIGHUP);
+    for (int i = 0; i < 2; i++) {
+        char want[96];
+        snprintf(want, sizeof want,
+                 "\"io.modelcontextprotocol/subscriptionId\":\"l%d\"}}", i);
+        th_test_http_read(fd[i], want, rpc_wait_ms(), &t);
+        CU_ASSERT(has(t, "notifications/tools/list_changed"));
+        CU_ASSERT(has(t, want));
+        free(t);
+    }
+    /* the server stops: each listen gets its closing result */
+    kill(v.rs.pid, SIGTERM);
+    for (int i = 0; i < 2; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "\"id\":\"l%d\",\"result\"", i);
+        th_test_http_read(fd[i], NULL, rpc_wait_ms(), &t);
+        CU_ASSERT(has(t, want));
+        free(t);
+        close(fd[i]);
+    }
+    CU_ASSERT_EQUAL(rpc_srv_wait(&v.rs), 0);
+    CU_ASSERT(rpc_log_has(&v.rs, "subscriptions/listen closed: the server "
+                                 "stops"));
+    rv_free(&v);
+}
+
 /* ---- the v2 client -------------------------------------------------------- */
 
 /* Node (the client needs 20 or later: Debian's). */
@@ -684,13 +1071,14 @@ static bool client_ready(void)
                 &st) == 0;
 }
 
-static void run_v2(const char *mode, const char *a, const char *b)
+static void run_v2(const char *mode, const char *a, const char *b,
+                   const char *c, const char *d)
 {
     char script[1024];
     snprintf(script, sizeof script, "%s",
              th_test_source_path("tests/mcp/v2.mjs"));
     char *argv[] = {(char *)node_bin(), script, (char *)mode, (char *)a,
-                    (char *)b, NULL};
+                    (char *)b, (char *)c, (char *)d, NULL};
     th_test_run r;
     CU_ASSERT_EQUAL(th_test_run_argv(argv, NULL, 120, 0, &r), 0);
     if (r.status != 0)
@@ -712,7 +1100,7 @@ static void test_sdk_v2_stdio(void)
     th_test_timeout(150);
     char *dir = th_test_tmpdir();
     char *cfg = stdio_config(dir);
-    run_v2("stdio", th_test_build_path("toolhost"), cfg);
+    run_v2("stdio", th_test_build_path("toolhost"), cfg, NULL, NULL);
     free(cfg);
     th_test_rmtree(dir);
     free(dir);
@@ -728,7 +1116,9 @@ static void test_sdk_v2_http(void)
     CU_ASSERT_FATAL(rv_start(&v) == 0);
     char url[128];
     snprintf(url, sizeof url, "http://127.0.0.1:%u/mcp", v.port);
-    run_v2("http", url, TOKEN);
+    char pid[32];
+    snprintf(pid, sizeof pid, "%d", (int)v.rs.pid);
+    run_v2("http", url, TOKEN, v.rs.cfg, pid);
     /* Every request was a session of its own, closed with it. */
     CU_ASSERT(rpc_log_has(&v.rs, "protocol 2026-07-28 (no initialize)"));
     rv_free(&v);
@@ -743,6 +1133,11 @@ void th_suite_mcp_rev0728(void)
     CU_add_test(s, "stdio_log_level", test_stdio_log_level);
     CU_add_test(s, "http_raw", test_http_raw);
     CU_add_test(s, "http_session_budget", test_http_session_budget);
+    CU_add_test(s, "stdio_listen", test_stdio_listen);
+    CU_add_test(s, "stdio_input_required", test_stdio_input_required);
+    CU_add_test(s, "http_input_required", test_http_input_required);
+    CU_add_test(s, "http_input_expiry", test_http_input_expiry);
+    CU_add_test(s, "http_listen", test_http_listen);
     CU_add_test(s, "sdk_v2_stdio", test_sdk_v2_stdio);
     CU_add_test(s, "sdk_v2_http", test_sdk_v2_http);
 }

@@ -5,15 +5,22 @@
 // tests/integration/test_mcp_rev0728.c:
 //
 //   node v2.mjs stdio TOOLHOST CONFIG    `toolhost mcp -c CONFIG`
-//   node v2.mjs http URL TOKEN           `toolhost serve`'s http:// entry
+//   node v2.mjs http URL TOKEN CONFIG PID  `toolhost serve`'s http:// entry
+//                                        (CONFIG and PID: its config file
+//                                        and process, for the reload)
 //
-// The config serves echo.so, conform_tools.so and abi11_tools.so.  The
-// script checks discover, tools/list, a text and a structured call,
-// progress, a cancel, a resource read, a prompt, a completion, then an
-// `auto` client (discover, then 2026-07-28 as well); exits 0 when all
-// passed, 1 with FAIL: ... on stderr.
+// The config serves echo.so, conform_tools.so, abi11_tools.so and
+// abi14_calls.so, and reloads on SIGHUP.  The script checks discover,
+// tools/list, a text and a structured call, progress, a cancel, a resource
+// read, a prompt, a completion, then an `auto` client (discover, then
+// 2026-07-28 as well), then input_required (a tool asking sampling, a
+// form, and a form twice: two rounds) answered by the client's handlers,
+// then subscriptions/listen: abi11_tools leaves CONFIG, SIGHUP, and the
+// listen hears notifications/tools/list_changed.  The script edits CONFIG.
+// Exits 0 when all passed, 1 with FAIL: ... on stderr.
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
+import { readFileSync, writeFileSync } from 'node:fs';
 
 function fail(msg) {
   console.error(`FAIL: ${msg}`);
@@ -22,18 +29,24 @@ function fail(msg) {
 function check(cond, msg) {
   if (!cond) fail(msg);
 }
-const [mode, a, b] = process.argv.slice(2);
-if (!['stdio', 'http'].includes(mode) || !a || !b) {
-  console.error('usage: node v2.mjs stdio TOOLHOST CONFIG | http URL TOKEN');
+const [mode, a, b, httpConfig, httpPid] = process.argv.slice(2);
+if (!['stdio', 'http'].includes(mode) || !a || !b ||
+    (mode === 'http' && (!httpConfig || !httpPid))) {
+  console.error('usage: node v2.mjs stdio TOOLHOST CONFIG | http URL TOKEN CONFIG PID');
   process.exit(2);
 }
 const budget = 60000 * Number(process.env.TH_TEST_SCALE || 1);
 setTimeout(() => fail(`timed out after ${budget} ms`), budget).unref();
 
+let stdioPid;
 function transport() {
-  if (mode === 'stdio')
-    return new StdioClientTransport({ command: a, args: ['mcp', '-c', b],
-                                      stderr: 'inherit' });
+  if (mode === 'stdio') {
+    const t = new StdioClientTransport({ command: a, args: ['mcp', '-c', b],
+                                         stderr: 'inherit' });
+    const start = t.start.bind(t);
+    t.start = async () => { await start(); stdioPid = t.pid; };
+    return t;
+  }
   return new StreamableHTTPClientTransport(new URL(a), {
     requestInit: { headers: { Authorization: `Bearer ${b}` } },
     reconnectionOptions: { maxRetries: 0, initialReconnectionDelay: 100,
@@ -126,6 +139,10 @@ const c = await client.complete({ ref: { type: 'ref/prompt', name: 'test_prompt_
                                   argument: { name: 'arg1', value: 'par' } });
 check(JSON.stringify(c.completion.values) === '["paris","park","party"]',
       `complete: ${JSON.stringify(c)}`);
+// A client that declares neither sampling nor forms is not asked.
+r = await client.callTool({ name: 'test_sampling', arguments: { prompt: 'x' } });
+check(r.isError === true && /cannot answer sampling/.test(r.content[0].text),
+      `sampling without the capability: ${JSON.stringify(r)}`);
 await client.close();
 
 // An `auto` client: server/discover finds 2026-07-28 here too.
@@ -134,6 +151,68 @@ check(auto.getProtocolEra() === 'modern', `auto: era ${auto.getProtocolEra()}`);
 r = await auto.callTool({ name: 'echo', arguments: { text: 'auto' } });
 check(r.content[0].text === 'auto', `auto echo: ${JSON.stringify(r)}`);
 await auto.close();
+
+// input_required: the tool's questions come back in the result; the
+// client's handlers answer them and the client sends the call again.
+const asks = [];
+const asker = new Client({ name: 'toolhost-v2-asker', version: '1.0.0' },
+                         { capabilities: { sampling: {}, elicitation: { form: {} } },
+                           versionNegotiation: { mode: { pin: '2026-07-28' } } });
+asker.onerror = () => {};
+asker.setRequestHandler('sampling/createMessage', async (req) => {
+  const text = req.params.messages[0].content.text;
+  asks.push(`sampling:${text}`);
+  return { role: 'assistant', model: 'v2-test-model',
+           content: { type: 'text', text: `sampled ${text}` } };
+});
+asker.setRequestHandler('elicitation/create', async (req) => {
+  asks.push(`form:${req.params.message}`);
+  return { action: 'accept', content: { username: 'ada', email: 'ada@example.org' } };
+});
+await asker.connect(transport());
+r = await asker.callTool({ name: 'test_sampling', arguments: { prompt: 'two and two?' } });
+check(!r.isError && /^LLM response: .*sampled two and two\?/.test(r.content[0].text) &&
+      /v2-test-model/.test(r.content[0].text), `sampling: ${JSON.stringify(r)}`);
+r = await asker.callTool({ name: 'test_elicitation', arguments: { message: 'who?' } });
+check(!r.isError && /^User response: .*"username":"ada"/.test(r.content[0].text),
+      `form: ${JSON.stringify(r)}`);
+// Two asks in one call: two rounds, the first answer kept for the second.
+const form = JSON.stringify({ message: 'again?', requestedSchema: {
+  type: 'object', properties: { username: { type: 'string' } } } });
+r = await asker.callTool({ name: 'abi14_calls_ask',
+                           arguments: { kind: 2, request: form, times: 2 } });
+check(!r.isError && /^ok=2 rc=0 answer=.*ada/.test(r.content[0].text),
+      `two asks: ${JSON.stringify(r)}`);
+check(JSON.stringify(asks) === JSON.stringify(
+  ['sampling:two and two?', 'form:who?', 'form:again?', 'form:again?']),
+      `asks: ${JSON.stringify(asks)}`);
+
+// subscriptions/listen: a reload that changes the tools reaches it.
+const changed = [];
+asker.setNotificationHandler('notifications/tools/list_changed',
+                             (n) => changed.push(n));
+const sub = await asker.listen({ toolsListChanged: true, promptsListChanged: true });
+check(sub.honoredFilter.toolsListChanged === true && !sub.honoredFilter.promptsListChanged,
+      `honoured: ${JSON.stringify(sub.honoredFilter)}`);
+const cfgPath = mode === 'stdio' ? b : httpConfig;
+const pid = mode === 'stdio' ? stdioPid : Number(httpPid);
+check(pid > 0, `no server pid (${pid})`);
+const cfgText = readFileSync(cfgPath, 'utf8');
+const cut = cfgText.replace(/ *- name: abi11_tools\n *path: [^\n]*\n/, '');
+check(cut !== cfgText, 'the config has no abi11_tools to take out');
+writeFileSync(cfgPath, cut);
+process.kill(pid, 'SIGHUP');
+await new Promise((resolve) => {
+  const poll = () => (changed.length ? resolve() : setTimeout(poll, 20));
+  poll();
+});
+const left = (await asker.listTools()).tools.map((t) => t.name);
+check(!left.includes('abi11_tools_rows') && left.includes('echo'),
+      `tools after the reload: ${left}`);
+await sub.close();
+r = await asker.callTool({ name: 'echo', arguments: { text: 'after listen' } });
+check(r.content[0].text === 'after listen', `echo after listen: ${JSON.stringify(r)}`);
+await asker.close();
 
 console.log(`v2 ${mode}: ok`);
 process.exit(0);

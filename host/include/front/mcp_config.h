@@ -109,7 +109,14 @@ typedef struct th_mcp_cfg {
     uint64_t sse_replay_ms; /* a resumable stream without a connection
                               waits this long for its client; 60 s     */
     uint32_t max_subscriptions; /* resources/subscribe URIs one session
-                              may hold at once; 256                    */
+                              may hold at once, and of 2026-07-28
+                              subscriptions/listen streams; 256        */
+    uint64_t input_ttl_ms; /* a 2026-07-28 input_required state waits
+                              this long for its retry; 10 min          */
+    uint32_t max_pending_inputs; /* such states kept at once (the
+                              process); 1024                           */
+    uint32_t max_pending_inputs_per_user; /* of them, one principal's
+                              (uid, token user); 64                    */
     int line, col;
     char **listen_http;    /* the http:// and https:// entries of
                               host.listen, as written (docs/mcp.md)     */
