@@ -160,6 +160,34 @@ static void list(rpc_conn *c, uint64_t msgid, const msgpack_object *params,
     th_buf_destroy(&r);
 }
 
+/* ---- Digests (resources.changed, prompts.changed) ------------------------- */
+
+uint64_t rpc_resources_digest(th_session *s, void *ud)
+{
+    (void)ud;
+    th_buf items = TH_BUF_INIT;
+    lister l = {.n = 0};
+    msgpack_packer_init(&l.pk, &items, th_buf_msgpack_write);
+    int rc = th_session_resources(s, false, list_resource, &l);
+    if (rc == 0)
+        rc = th_session_resources(s, true, list_resource, &l);
+    uint64_t d = rc == 0 ? th_view_digest(items.data, items.len) : 0;
+    th_buf_destroy(&items);
+    return d;
+}
+
+uint64_t rpc_prompts_digest(th_session *s, void *ud)
+{
+    (void)ud;
+    th_buf items = TH_BUF_INIT;
+    lister l = {.n = 0};
+    msgpack_packer_init(&l.pk, &items, th_buf_msgpack_write);
+    int rc = th_session_prompts(s, list_prompt, &l);
+    uint64_t d = rc == 0 ? th_view_digest(items.data, items.len) : 0;
+    th_buf_destroy(&items);
+    return d;
+}
+
 void rpc_m_resources_list(rpc_conn *c, uint64_t msgid,
                           const msgpack_object *params)
 {
