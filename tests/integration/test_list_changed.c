@@ -6,8 +6,10 @@
  * session was told).  Only the session that sees "lc" hears of it, and
  * only of the list that changed; the same build again and a config change
  * in the other toolset tell it nothing; its resources/subscribe still
- * works across the reloads.  The lists' digests are computed once per
- * view, not once per session (the reload's log line counts them). */
+ * works across the reloads.  An RPC client (in both toolsets) hears
+ * tools.changed, resources.changed and prompts.changed the same way.  The
+ * lists' digests are computed once per view, not once per session (the
+ * reload's log line counts them). */
 #include <CUnit/CUnit.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,9 +24,26 @@
 #define ALPHA_ENV "TH_TEST_LC_ALPHA"
 #define BETA_ENV "TH_TEST_LC_BETA"
 
+/* The notifications an RPC client got, by method, in order. */
+typedef struct notes {
+    char text[512]; /* "tools.changed resources.changed " ... */
+} notes;
+
+static int note_rec(const char *method, size_t n, const msgpack_object *p,
+                    void *ud)
+{
+    (void)p;
+    notes *o = ud;
+    size_t at = strlen(o->text);
+    snprintf(o->text + at, sizeof o->text - at, "%.*s ", (int)n, method);
+    return 0;
+}
+
 typedef struct lc_srv {
     rpc_srv rs;
-    th_rpc_client *c;
+    th_rpc_client *c; /* admin and listener: the RPC session (the test's
+                         uid, in both toolsets) */
+    notes heard;      /* what it heard by the last lc_reload */
     char *dir;  /* where lc.so is swapped */
     char so[512];
     unsigned port;
@@ -111,18 +130,47 @@ static void lc_stop(lc_srv *l)
     unsetenv(BETA_ENV);
 }
 
-/* host.reload; true when it succeeded.  Every session was told of the
- * change before the answer (reload_host.c tells them on the reload's
- * thread, then the answer goes). */
+/* host.reload on the RPC client; true when it succeeded.  Every session
+ * was told of the change before the answer (reload_host.c tells them on
+ * the reload's thread, then the answer goes); the RPC session's own
+ * notifications, which its loop thread sends, are all out before the
+ * answer to a host.ping after it.  l->heard: what the RPC client heard
+ * meanwhile. */
 static bool lc_reload(lc_srv *l)
 {
-    rpc_res r;
-    bool ok = rpc_call(l->c, "host.reload", "[]", &r) == 0 && r.res;
-    const msgpack_object *v = ok ? th_rpc_map_get(r.res, "ok") : NULL;
-    ok = v && v->type == MSGPACK_OBJECT_BOOLEAN && v->via.boolean;
+    memset(&l->heard, 0, sizeof l->heard);
+    th_rpc_reply r;
+    memset(&r, 0, sizeof r);
+    th_error e;
+    bool ok = false;
+    if (th_rpc_client_call(l->c, "host.reload", NULL, 0, note_rec, &l->heard,
+                           &r, &e) == 0 &&
+        !r.error) {
+        msgpack_unpacked u;
+        msgpack_unpacked_init(&u);
+        if (msgpack_unpack_next(&u, (const char *)r.result, r.result_len,
+                                NULL) == MSGPACK_UNPACK_SUCCESS) {
+            const msgpack_object *v = th_rpc_map_get(&u.data, "ok");
+            ok = v && v->type == MSGPACK_OBJECT_BOOLEAN && v->via.boolean;
+        }
+        msgpack_unpacked_destroy(&u);
+    }
+    th_rpc_reply_destroy(&r);
+    memset(&r, 0, sizeof r);
+    ok = ok && th_rpc_client_call(l->c, "host.ping", NULL, 0, note_rec,
+                                  &l->heard, &r, &e) == 0 && !r.error;
+    th_rpc_reply_destroy(&r);
     if (!ok)
         rpc_dump_log(&l->rs);
-    rpc_res_free(&r);
+    return ok;
+}
+
+static bool heard(lc_srv *l, const char *want)
+{
+    bool ok = strcmp(l->heard.text, want) == 0;
+    if (!ok)
+        fprintf(stderr, "\nthe RPC client heard '%s', expected '%s'\n",
+                l->heard.text, want);
     return ok;
 }
 
@@ -277,6 +325,7 @@ static void test_per_session(void)
     /* one tool more: tools only */
     put_so("tools", l.so);
     CU_ASSERT_FATAL(lc_reload(&l));
+    CU_ASSERT(heard(&l, "tools.changed "));
     CU_ASSERT(told_counts(&l, &a, 1, 0, 0));
     CU_ASSERT(told_counts(&l, &b, 0, 0, 0));
     CU_ASSERT(stream_until(&a, "notifications/tools/list_changed"));
@@ -287,6 +336,7 @@ static void test_per_session(void)
     /* one resource more: resources only */
     put_so("res", l.so);
     CU_ASSERT_FATAL(lc_reload(&l));
+    CU_ASSERT(heard(&l, "resources.changed "));
     CU_ASSERT(told_counts(&l, &a, 1, 1, 0));
     CU_ASSERT(told_counts(&l, &b, 0, 0, 0));
     CU_ASSERT(stream_until(&a, "notifications/resources/list_changed"));
@@ -297,6 +347,7 @@ static void test_per_session(void)
     /* one prompt more: prompts only */
     put_so("prompts", l.so);
     CU_ASSERT_FATAL(lc_reload(&l));
+    CU_ASSERT(heard(&l, "prompts.changed "));
     CU_ASSERT(told_counts(&l, &a, 1, 1, 1));
     CU_ASSERT(told_counts(&l, &b, 0, 0, 0));
     CU_ASSERT(stream_until(&a, "notifications/prompts/list_changed"));
@@ -309,6 +360,7 @@ static void test_per_session(void)
     put_so("again", l.so);
     int told_before = rpc_log_count(&l.rs, "reload: 3 sessions told");
     CU_ASSERT_FATAL(lc_reload(&l));
+    CU_ASSERT(heard(&l, ""));
     CU_ASSERT_EQUAL(rpc_log_count(&l.rs, "reload: 3 sessions told"),
                     told_before + 1);
     CU_ASSERT(told_counts(&l, &a, 1, 1, 1));
@@ -337,6 +389,7 @@ static void test_per_session(void)
     rpc_write_config(&l.rs, &o);
     free(cfg);
     CU_ASSERT_FATAL(lc_reload(&l));
+    CU_ASSERT(heard(&l, "tools.changed ")); /* the test's uid is in tb */
     CU_ASSERT(told_counts(&l, &a, 1, 1, 1));
     CU_ASSERT(told_counts(&l, &b, 1, 0, 0));
     CU_ASSERT(stream_until(&b, "notifications/tools/list_changed"));
