@@ -1004,16 +1004,16 @@ void th_discover_close(th_host *h);
 bool th_host_is_builtin(const th_host *h, const th_tool *t);
 bool th_host_tool_deferred(const th_host *h, const th_config *cfg,
                            const th_tool *t);
-/* session.c: whether session s lists t (not deferred, or found by its
- * search); any thread. */
-/* Drops every kept view (th_session_view_digest): a reload changed the
- * tools or the config.  Called after the swap, before the sessions are
- * told. */
+/* session.c: drops every kept view (th_session_view_digest): a reload
+ * changed the tools or the config.  Called after the swap, before the
+ * sessions are told. */
 void th_host_views_reset(th_host *h);
-/* What th_session_view_digest did so far on the calling thread: digests
- * computed, digests shared. */
+/* session.c: what th_session_view_digest did so far on the calling
+ * thread: digests computed, digests shared. */
 void th_host_views_counts(uint64_t *computed, uint64_t *shared);
 
+/* session.c: whether session s lists t (not deferred, or found by its
+ * search); any thread. */
 bool th_session_tool_listed(th_session *s, const th_config *cfg,
                             const th_tool *t);
 /* session.c: adds names (deferred tools search_tools found) to the
