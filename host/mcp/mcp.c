@@ -284,13 +284,13 @@ static int list_one(const th_tool *t, void *ud)
     return 0;
 }
 
-/* Every tool the client sees, in name order; NULL when out of memory. */
-static json_t *visible_tools(th_mcp_session *m)
+/* Every tool session s shows, in name order; NULL when out of memory. */
+static json_t *visible_tools(th_session *s)
 {
     list_ctx x = {json_array(), 0};
     if (!x.arr)
         return NULL;
-    th_session_tools(m->s, list_one, &x);
+    th_session_tools(s, list_one, &x);
     if (x.err) {
         json_decref(x.arr);
         return NULL;
@@ -298,24 +298,38 @@ static json_t *visible_tools(th_mcp_session *m)
     return x.arr;
 }
 
-static uint64_t fnv1a(const char *s)
+uint64_t mcp_json_digest(const json_t *v)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    char *txt = v ? json_dumps(v, JSON_COMPACT) : NULL;
+    uint64_t h = txt ? th_view_digest(txt, strlen(txt)) : 0;
+    free(txt);
     return h;
 }
 
-/* The hash of the visible list, or 0 when out of memory. */
-static uint64_t list_hash(th_mcp_session *m)
+/* The digest of the tools s is shown (a th_view_fn), or 0 when out of
+ * memory. */
+static uint64_t tools_digest(th_session *s, void *ud)
 {
-    json_t *arr = visible_tools(m);
-    char *txt = arr ? json_dumps(arr, JSON_COMPACT) : NULL;
-    uint64_t h = txt ? fnv1a(txt) | 1 : 0;
-    free(txt);
+    (void)ud;
+    json_t *arr = visible_tools(s);
+    uint64_t h = mcp_json_digest(arr);
     json_decref(arr);
     return h;
 }
+
+static const struct {
+    th_view_fn digest;
+    const char *method; /* the notification */
+    const char *what;   /* in the log line */
+} lists[MCP_LISTS] = {
+    [MCP_LIST_TOOLS] = {tools_digest, "notifications/tools/list_changed",
+                        "tools"},
+    [MCP_LIST_RESOURCES] = {mcp_resources_digest,
+                            "notifications/resources/list_changed",
+                            "resources"},
+    [MCP_LIST_PROMPTS] = {mcp_prompts_digest,
+                          "notifications/prompts/list_changed", "prompts"},
+};
 
 static void timer_wake(void);
 
@@ -362,45 +376,59 @@ static void listen_free(mcp_listen *l)
     free(l);
 }
 
-/* Sends notifications/tools/list_changed now, or marks it for the timer
- * when one went out less than a second ago.  m->mu held.  A 2026-07-28
- * session sends it on its listens only. */
-static void list_changed_locked(th_mcp_session *m)
+/* Sends the list_changed of list k now, or marks it for the timer when
+ * one for that list went out less than a second ago.  m->mu held.  A
+ * 2026-07-28 session sends it on its listens only. */
+static void lists_changed_locked(th_mcp_session *m, mcp_list_kind k)
 {
+    mcp_list_state *l = &m->lists[k];
     int64_t now = mono_ms();
-    if (m->list_sent_ms && now - m->list_sent_ms < LIST_CHANGED_MIN_MS) {
-        m->list_pending = true;
+    if (l->sent_ms && now - l->sent_ms < LIST_CHANGED_MIN_MS) {
+        l->pending = true;
         timer_wake();
         return;
     }
-    m->list_pending = false;
-    m->list_sent_ms = now;
+    l->pending = false;
+    l->sent_ms = now;
     if (is_modern(m))
-        listen_notify_locked(m, "notifications/tools/list_changed");
+        listen_notify_locked(m, lists[k].method);
     else
-        send_notification(m, "notifications/tools/list_changed", NULL, NULL);
+        send_notification(m, lists[k].method, NULL, NULL);
 }
 
+/* th_front_ops.tools_changed: a reload (or a tool search_tools found, or
+ * a task) may have changed what the session sees.  Each list's digest,
+ * shared by the sessions that see the same lists (th_session_view_digest),
+ * is compared with the one the client was last shown; a list_changed goes
+ * out for each list that differs. */
 static void front_tools_changed(void *ud)
 {
     th_mcp_session *m = ud;
-    uint64_t h = list_hash(m);
-    if (!h)
-        return;
+    uint64_t h[MCP_LISTS];
+    for (int k = 0; k < MCP_LISTS; k++)
+        h[k] = th_session_view_digest(m->s, lists[k].digest, NULL);
+    bool sent[MCP_LISTS] = {false};
     pthread_mutex_lock(&m->mu);
-    bool changed = m->list_known && h != m->list_hash;
-    m->list_hash = h;
-    m->list_known = true;
-    /* 2026-07-28 sends nothing unasked: only on a subscriptions/listen
-     * that asked for it. */
-    bool send = changed && m->initialized &&
-                (!is_modern(m) || listens_tools_locked(m));
-    if (send)
-        list_changed_locked(m);
+    /* 2026-07-28 sends nothing unasked: only the tools' list_changed, on
+     * a subscriptions/listen that asked for it (the revision's resources
+     * and prompts filters are not honoured). */
+    bool may = m->initialized;
+    for (int k = 0; k < MCP_LISTS; k++) {
+        if (!h[k]) /* out of memory: as before */
+            continue;
+        bool changed = m->lists[k].hash && h[k] != m->lists[k].hash;
+        m->lists[k].hash = h[k];
+        bool want = may && (!is_modern(m) || (k == MCP_LIST_TOOLS &&
+                                              listens_tools_locked(m)));
+        if ((sent[k] = changed && want))
+            lists_changed_locked(m, (mcp_list_kind)k);
+    }
     pthread_mutex_unlock(&m->mu);
-    if (send)
-        th_log_info("mcp session=%llu tools changed: list_changed",
-                    (unsigned long long)th_session_id(m->s));
+    for (int k = 0; k < MCP_LISTS; k++)
+        if (sent[k])
+            th_log_info("mcp session=%llu %s changed: list_changed",
+                        (unsigned long long)th_session_id(m->s),
+                        lists[k].what);
 }
 
 /* ---- The timer thread --------------------------------------------------------- */
@@ -412,7 +440,7 @@ static void front_tools_changed(void *ud)
  * and ends with the last (th_mcp_session_free joins it).
  *
  * Locks: g_tm.mu (the list) before a session's mu; g_tm.wmu (the wake-up)
- * is a leaf, taken by list_changed_locked under a session's mu. */
+ * is a leaf, taken by lists_changed_locked under a session's mu. */
 typedef struct timer_run {
     pthread_t th;
     atomic_bool stop;
@@ -441,13 +469,17 @@ static void timer_wake(void)
  * again, at most 1000 ms. */
 static int64_t timer_turn_locked(th_mcp_session *m, int64_t now)
 {
-    if (m->list_pending && now - m->list_sent_ms >= LIST_CHANGED_MIN_MS)
-        list_changed_locked(m);
+    for (int k = 0; k < MCP_LISTS; k++)
+        if (m->lists[k].pending &&
+            now - m->lists[k].sent_ms >= LIST_CHANGED_MIN_MS)
+            lists_changed_locked(m, (mcp_list_kind)k);
     mcp_subs_send_locked(m);
     mcp_tasks_expire_locked(m, mcp_wall_ms());
     int64_t wait = 1000;
-    if (m->list_pending) {
-        int64_t left = LIST_CHANGED_MIN_MS - (now - m->list_sent_ms);
+    for (int k = 0; k < MCP_LISTS; k++) {
+        if (!m->lists[k].pending)
+            continue;
+        int64_t left = LIST_CHANGED_MIN_MS - (now - m->lists[k].sent_ms);
         wait = left < 1 ? 1 : left < wait ? left : wait;
     }
     return wait;
@@ -872,7 +904,7 @@ static uint64_t args_hash(const json_t *args)
     json_t *empty = json_object();
     char *t = json_dumps(json_is_object(args) ? args : empty,
                          JSON_COMPACT | JSON_SORT_KEYS);
-    uint64_t h = t ? fnv1a(t) : 0;
+    uint64_t h = t ? th_view_digest(t, strlen(t)) : 0;
     free(t);
     json_decref(empty);
     return h;
@@ -1302,8 +1334,8 @@ static void m_initialize(th_mcp_session *m, const json_t *id,
         "s:{s:s, s:s, s:s}, s:s}",
         "protocolVersion", v, "capabilities", "tools", "listChanged", 1,
         "logging", "tasks", "list", "cancel", "requests", "tools", "call",
-        "resources", "subscribe", 1, "listChanged", 0, "prompts",
-        "listChanged", 0, "completions",
+        "resources", "subscribe", 1, "listChanged", 1, "prompts",
+        "listChanged", 1, "completions",
         "serverInfo", "name", "toolhost", "title", "toolhost", "version",
         TOOLHOST_VERSION, "instructions", INSTRUCTIONS_LEGACY);
     if (res && strcmp(v, "2025-11-25") != 0)
@@ -1352,7 +1384,7 @@ static void m_tools_list(th_mcp_session *m, const json_t *id,
     size_t off;
     if (!mcp_list_cursor(m, id, params, "tools/list", &off))
         return;
-    json_t *all = visible_tools(m);
+    json_t *all = visible_tools(m->s);
     if (!all) {
         mcp_send_error(m, id, MCP_INTERNAL_ERROR, "out of memory");
         return;
@@ -2223,8 +2255,8 @@ th_mcp_session *th_mcp_session_new(th_host *h, const th_principal *who,
             goto fail;
         }
     }
-    m->list_hash = list_hash(m);
-    m->list_known = m->list_hash != 0;
+    for (int k = 0; k < MCP_LISTS; k++)
+        m->lists[k].hash = th_session_view_digest(m->s, lists[k].digest, NULL);
     th_content_set_update_hook(on_resource_updated);
     if (timer_add(m) != 0) {
         th_error_set(err, TH_ENOMEM, "cannot start a thread");

@@ -29,10 +29,13 @@ typedef struct lister {
     json_t *arr;
     size_t skip, n;     /* entries to skip (the cursor); seen so far */
     bool more;
+    bool whole;         /* every entry, no page (a digest) */
 } lister;
 
 static bool list_take(lister *l)
 {
+    if (l->whole)
+        return true;
     size_t i = l->n++;
     if (i < l->skip)
         return false;
@@ -83,6 +86,38 @@ static int list_prompt(const th_prompt *q, void *ud)
     json_object_set_new(o, "arguments", args);
     json_array_append_new(l->arr, o);
     return 0;
+}
+
+/* ---- Digests (list_changed) ------------------------------------------------ */
+
+uint64_t mcp_resources_digest(th_session *s, void *ud)
+{
+    (void)ud;
+    lister fixed = {.arr = json_array(), .whole = true};
+    lister tmpl = {.arr = json_array(), .whole = true};
+    json_t *both = json_array();
+    uint64_t d = 0;
+    if (fixed.arr && tmpl.arr && both &&
+        th_session_resources(s, false, list_resource, &fixed) == 0 &&
+        th_session_resources(s, true, list_resource, &tmpl) == 0 &&
+        json_array_append(both, fixed.arr) == 0 &&
+        json_array_append(both, tmpl.arr) == 0)
+        d = mcp_json_digest(both);
+    json_decref(fixed.arr);
+    json_decref(tmpl.arr);
+    json_decref(both);
+    return d;
+}
+
+uint64_t mcp_prompts_digest(th_session *s, void *ud)
+{
+    (void)ud;
+    lister l = {.arr = json_array(), .whole = true};
+    uint64_t d = l.arr && th_session_prompts(s, list_prompt, &l) == 0
+                     ? mcp_json_digest(l.arr)
+                     : 0;
+    json_decref(l.arr);
+    return d;
 }
 
 /* resources/list, resources/templates/list, prompts/list. */

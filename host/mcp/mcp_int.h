@@ -106,6 +106,23 @@ typedef struct mcp_call {
     struct mcp_call *next;
 } mcp_call;
 
+/* The lists a client is told changed (notifications/<list>/list_changed,
+ * mcp.c front_tools_changed). */
+typedef enum mcp_list_kind {
+    MCP_LIST_TOOLS,
+    MCP_LIST_RESOURCES,     /* resources and resource templates */
+    MCP_LIST_PROMPTS,
+    MCP_LISTS
+} mcp_list_kind;
+
+typedef struct mcp_list_state {
+    uint64_t hash;           /* the digest of the list the client was last
+                                shown (th_session_view_digest); 0: unknown
+                                (out of memory) */
+    bool pending;            /* a list_changed waits for its second */
+    int64_t sent_ms;         /* when the last one went out */
+} mcp_list_state;
+
 struct th_mcp_session {
     th_host *h;
     th_session *s;
@@ -133,10 +150,8 @@ struct th_mcp_session {
     size_t inflight;         /* calls not yet finished */
     uint64_t next_out_id;    /* ids of our requests (elicitation) */
     struct mcp_ask *asks;
-    /* list_changed */
-    uint64_t list_hash;
-    bool list_known, list_pending;
-    int64_t list_sent_ms;
+    /* list_changed, per list (mcp.c) */
+    mcp_list_state lists[MCP_LISTS];
     /* in the timer's list (deferred list_changed, task expiry: one
      * thread for every session of the process, mcp.c) */
     struct th_mcp_session *tprev, *tnext;
@@ -244,6 +259,15 @@ void mcp_prompts_get(struct th_mcp_session *m, const json_t *id,
                      const json_t *params);
 void mcp_complete(struct th_mcp_session *m, const json_t *id,
                   const json_t *params);
+/* The digests of the resources (with the templates) and of the prompts
+ * session s is shown, as resources/list, resources/templates/list and
+ * prompts/list render them whole (th_view_fn: ud unused); 0 when out of
+ * memory. */
+uint64_t mcp_resources_digest(th_session *s, void *ud);
+uint64_t mcp_prompts_digest(th_session *s, void *ud);
+/* mcp.c: the digest of a JSON value's compact text (nonzero), 0 when out
+ * of memory. */
+uint64_t mcp_json_digest(const json_t *v);
 /* A subscription: its URI, and whether an update waits to be sent. */
 typedef struct mcp_sub {
     char *uri;

@@ -38,6 +38,38 @@ static void answer(rpc_conn *c, uint64_t msgid, const msgpack_object *params,
     th_buf_destroy(&r);
 }
 
+/* ---- Digests (resources.changed, prompts.changed) ------------------------- */
+
+/* The digest of what the lists methods answer session s (their msgpack
+ * bytes, appended one after the other); 0 when one failed. */
+static uint64_t lists_digest(th_session *s, const th_fc_method *ms, int n)
+{
+    msgpack_object none = {.type = MSGPACK_OBJECT_ARRAY};
+    th_buf items = TH_BUF_INIT;
+    th_error err;
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++)
+        rc = th_front_content(s, ms[i], &none, 0, &items, &err);
+    uint64_t d = rc == 0 ? th_view_digest(items.data, items.len) : 0;
+    th_buf_destroy(&items);
+    return d;
+}
+
+uint64_t rpc_resources_digest(th_session *s, void *ud)
+{
+    (void)ud;
+    static const th_fc_method ms[] = {TH_FC_RESOURCES_LIST,
+                                      TH_FC_RESOURCES_TEMPLATES};
+    return lists_digest(s, ms, 2);
+}
+
+uint64_t rpc_prompts_digest(th_session *s, void *ud)
+{
+    (void)ud;
+    static const th_fc_method ms[] = {TH_FC_PROMPTS_LIST};
+    return lists_digest(s, ms, 1);
+}
+
 void rpc_m_resources_list(rpc_conn *c, uint64_t msgid,
                           const msgpack_object *params)
 {

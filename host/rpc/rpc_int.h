@@ -93,6 +93,11 @@ struct rpc_conn {
     rpc_perm *perms;
     bool task_tools_listed;     /* what the client was last told (or saw at
                                    connect): get_running_tasks is listed */
+    /* The digests of the lists the client was last shown (at connect, or
+     * with the last tools.changed, resources.changed, prompts.changed):
+     * tools (without the task tools), resources with templates, prompts;
+     * 0: unknown (out of memory).  Loop thread. */
+    uint64_t list_digest[3];
     bool reading;
     bool closing;               /* no more reads or writes */
     bool flush_close;           /* close once outbuf drains */
@@ -248,6 +253,10 @@ void on_call_event(const th_event *e, void *ud);
 /* One parsed frame of the client: a request, a notification or a response
  * to one of our requests (permission.request). */
 void rpc_dispatch(rpc_conn *c, const msgpack_object *o);
+/* The digest of what session s is shown by tools.list, the task tools
+ * left out (they have tools.changed of their own); a th_view_fn, ud
+ * unused; 0 when out of memory. */
+uint64_t rpc_tools_digest(th_session *s, void *ud);
 
 /* ---- rpc_content.c: resources, prompts, completion ------------------------- */
 
@@ -262,5 +271,10 @@ void rpc_m_prompts_list(rpc_conn *c, uint64_t msgid,
 void rpc_m_prompts_get(rpc_conn *c, uint64_t msgid,
                        const msgpack_object *params);
 void rpc_m_complete(rpc_conn *c, uint64_t msgid, const msgpack_object *params);
+/* The digests of what session s is shown by resources.list with
+ * resources.templates, and by prompts.list (th_view_fn: ud unused); 0 when
+ * out of memory. */
+uint64_t rpc_resources_digest(th_session *s, void *ud);
+uint64_t rpc_prompts_digest(th_session *s, void *ud);
 
 #endif

@@ -309,6 +309,24 @@ static int list_one(const th_tool *t, void *ud)
     return lc->rc;
 }
 
+static int digest_one(const th_tool *t, void *ud)
+{
+    return th_host_is_task_tool(t->name) ? 0 : list_one(t, ud);
+}
+
+uint64_t rpc_tools_digest(th_session *s, void *ud)
+{
+    (void)ud;
+    th_buf tools = TH_BUF_INIT;
+    list_ctx lc = {.out = &tools};
+    msgpack_packer_init(&lc.pk, &tools, th_buf_msgpack_write);
+    int rc = th_session_tools(s, digest_one, &lc);
+    uint64_t d = rc == 0 && lc.rc == 0 ? th_view_digest(tools.data, tools.len)
+                                       : 0;
+    th_buf_destroy(&tools);
+    return d;
+}
+
 static void m_list(rpc_conn *c, uint64_t msgid, const msgpack_object *params)
 {
     (void)params;

@@ -885,33 +885,74 @@ static bool task_tools_listed(rpc_conn *c)
     return t != NULL;
 }
 
-/* tools.changed: [] after a reload (list again); for the task tools alone
- * [{task_tools_only: true, task_tools: LISTED}], sent only when LISTED
- * differs from what the client was last told, so a task that ends before
- * its events are handled costs nothing (docs/protocol.md, notifications). */
+/* The lists a client is told changed, and the notification of each. */
+static const struct {
+    th_view_fn digest;
+    const char *method;
+} rpc_lists[3] = {
+    {rpc_tools_digest, "tools.changed"},
+    {rpc_resources_digest, "resources.changed"},
+    {rpc_prompts_digest, "prompts.changed"},
+};
+
+/* The digests of the session's lists now (th_session_view_digest: shared
+ * by the sessions that see the same lists). */
+static void list_digests(rpc_conn *c, uint64_t d[3])
+{
+    for (int k = 0; k < 3; k++)
+        d[k] = th_session_view_digest(c->session, rpc_lists[k].digest, NULL);
+}
+
+/* After a reload (or a tool search_tools found): tools.changed [],
+ * resources.changed [] and prompts.changed [] for each list the client
+ * sees that differs from the one it was last shown (an unknown digest,
+ * out of memory, counts as changed). */
+static void handle_lists_event(rpc_conn *c)
+{
+    uint64_t d[3];
+    list_digests(c, d);
+    for (int k = 0; k < 3; k++) {
+        if (d[k] && d[k] == c->list_digest[k])
+            continue;
+        c->list_digest[k] = d[k];
+        if (k == 0)
+            c->task_tools_listed = task_tools_listed(c);
+        th_buf p = TH_BUF_INIT;
+        send_notify(c, rpc_lists[k].method, &p);
+        th_buf_destroy(&p);
+    }
+}
+
+/* tools.changed: [] when the tool list changed (handle_lists_event); for
+ * the task tools alone [{task_tools_only: true, task_tools: LISTED}], sent
+ * only when LISTED differs from what the client was last told, so a task
+ * that ends before its events are handled costs nothing (docs/protocol.md,
+ * notifications). */
 static void handle_tools_event(rpc_ev *ev)
 {
     rpc_conn *c = ev->conn;
     if (c->closing || !c->session)
         return;
+    if (ev->type == EV_TOOLS_CHANGED) {
+        handle_lists_event(c);
+        return;
+    }
     bool listed = task_tools_listed(c);
-    if (ev->type == EV_TASK_TOOLS && listed == c->task_tools_listed)
+    if (listed == c->task_tools_listed)
         return;
     c->task_tools_listed = listed;
     th_buf p = TH_BUF_INIT;
-    if (ev->type == EV_TASK_TOOLS) {
-        msgpack_packer pk;
-        msgpack_packer_init(&pk, &p, th_buf_msgpack_write);
-        if (msgpack_pack_array(&pk, 1) || msgpack_pack_map(&pk, 2) ||
-            th_pack_cstr(&pk, "task_tools_only") || msgpack_pack_true(&pk) ||
-            th_pack_cstr(&pk, "task_tools") ||
-            (listed ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk))) {
-            th_buf_destroy(&p);
-            conn_log(c, TOOLHOST_LOG_ERROR,
-                     "session=%llu out of memory: tools.changed lost",
-                     (unsigned long long)c->id);
-            return;
-        }
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &p, th_buf_msgpack_write);
+    if (msgpack_pack_array(&pk, 1) || msgpack_pack_map(&pk, 2) ||
+        th_pack_cstr(&pk, "task_tools_only") || msgpack_pack_true(&pk) ||
+        th_pack_cstr(&pk, "task_tools") ||
+        (listed ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk))) {
+        th_buf_destroy(&p);
+        conn_log(c, TOOLHOST_LOG_ERROR,
+                 "session=%llu out of memory: tools.changed lost",
+                 (unsigned long long)c->id);
+        return;
     }
     send_notify(c, "tools.changed", &p);
     th_buf_destroy(&p);
@@ -1371,6 +1412,7 @@ static void conn_start(rpc_conn *c)
     c->session_closed = false;
     c->id = th_session_id(c->session);
     c->task_tools_listed = task_tools_listed(c); /* expose_task_tools */
+    list_digests(c, c->list_digest);
     th_log_event(TOOLHOST_LOG_DEBUG, "session.open",
                  "session=%llu connect uid=%u gid=%u",
                 (unsigned long long)c->id, (unsigned)c->who.uid,

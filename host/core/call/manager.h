@@ -907,6 +907,18 @@ struct th_host {
     th_discovery *disc;
     atomic_bool any_deferred;
     bool discovery;             /* disc is set: written at open only */
+
+    /* Views (session.c, th_session_view_digest): the digest of a list a
+     * front renders, kept once for every session that sees the same
+     * lists (the same usable toolsets), until the next reload that
+     * changes tools (th_host_views_reset, reload_host.c).  The digest is
+     * computed under viewmu, so viewmu comes before the registry's lock,
+     * the config's and every session's mu; nothing takes it while holding
+     * one of those.  At most one entry per (digest function, view): the
+     * views are the sets of toolsets the configured principals may use,
+     * and a reload drops them all. */
+    pthread_mutex_t viewmu;
+    struct th_view *views;
 };
 
 struct th_session {
@@ -976,7 +988,6 @@ int th_host_pick_toolset(th_host *h, const th_config *cfg, th_session *s,
                          const th_tool *tool, bool *any);
 bool th_host_toolset_has(th_host *h, const th_toolset_cfg *ts,
                          const th_tool *tool);
-bool th_host_is_task_tool(const char *name);
 const th_tool_override *th_host_override(const th_toolset_cfg *ts,
                                          const char *tool);
 
@@ -999,6 +1010,14 @@ void th_discover_close(th_host *h);
 bool th_host_is_builtin(const th_host *h, const th_tool *t);
 bool th_host_tool_deferred(const th_host *h, const th_config *cfg,
                            const th_tool *t);
+/* session.c: drops every kept view (th_session_view_digest): a reload
+ * changed the tools or the config.  Called after the swap, before the
+ * sessions are told. */
+void th_host_views_reset(th_host *h);
+/* session.c: what th_session_view_digest did so far on the calling
+ * thread: digests computed, digests shared. */
+void th_host_views_counts(uint64_t *computed, uint64_t *shared);
+
 /* session.c: whether session s lists t (not deferred, or found by its
  * search); any thread. */
 bool th_session_tool_listed(th_session *s, const th_config *cfg,

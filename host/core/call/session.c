@@ -3,6 +3,7 @@
  * is the manager's business: th_session_close() is in host.c, above the
  * manager, so this file calls nothing of the call path (call.c calls it). */
 #include <grp.h>
+#include <nettle/sha2.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -389,6 +390,94 @@ const th_tool *th_session_acquire(th_session *s, const char *name)
         return NULL;
     }
     return t;
+}
+
+/* ---- Views: digests shared by the sessions that see the same lists --------- */
+
+/* One kept digest: fn's over the sessions whose usable toolsets are
+ * `usable` (as many as the config has toolsets, which a reload cannot
+ * change). */
+typedef struct th_view {
+    struct th_view *next;
+    th_view_fn fn;
+    uint64_t digest;
+    bool usable[];
+} th_view;
+
+/* What th_session_view_digest did on this thread (th_host_views_counts):
+ * a reload's telling counts its own work, not the fronts' threads'. */
+static _Thread_local uint64_t views_computed, views_shared;
+
+static bool has_found(th_session *s)
+{
+    pthread_mutex_lock(&s->mu);
+    bool v = s->found.n > 0;
+    pthread_mutex_unlock(&s->mu);
+    return v;
+}
+
+uint64_t th_session_view_digest(th_session *s, th_view_fn fn, void *ud)
+{
+    th_host *h = s->h;
+    if (has_found(s)) { /* its own list: deferred tools it found */
+        views_computed++;
+        return fn(s, ud);
+    }
+    size_t n = th_host_config(h)->n_toolsets;
+    pthread_mutex_lock(&h->viewmu);
+    for (th_view *v = h->views; v; v = v->next)
+        if (v->fn == fn && memcmp(v->usable, s->usable, n) == 0) {
+            uint64_t d = v->digest;
+            views_shared++;
+            pthread_mutex_unlock(&h->viewmu);
+            return d;
+        }
+    uint64_t d = fn(s, ud);
+    views_computed++;
+    /* Kept only when s still has no list of its own (search_tools may
+     * have found a tool for it meanwhile). */
+    th_view *v = d && !has_found(s) ? malloc(sizeof *v + (n ? n : 1)) : NULL;
+    if (v) {
+        v->fn = fn;
+        v->digest = d;
+        if (n)
+            memcpy(v->usable, s->usable, n);
+        v->next = h->views;
+        h->views = v;
+    }
+    pthread_mutex_unlock(&h->viewmu);
+    return d;
+}
+
+uint64_t th_view_digest(const void *p, size_t n)
+{
+    struct sha256_ctx c;
+    uint8_t d[SHA256_DIGEST_SIZE];
+    sha256_init(&c);
+    sha256_update(&c, n, p);
+    sha256_digest(&c, sizeof d, d);
+    uint64_t v;
+    memcpy(&v, d, sizeof v);
+    return v | 1;
+}
+
+void th_host_views_reset(th_host *h)
+{
+    pthread_mutex_lock(&h->viewmu);
+    th_view *v = h->views;
+    h->views = NULL;
+    pthread_mutex_unlock(&h->viewmu);
+    while (v) {
+        th_view *next = v->next;
+        free(v);
+        v = next;
+    }
+}
+
+void th_host_views_counts(uint64_t *computed, uint64_t *shared)
+{
+    *computed = views_computed;
+    *shared = views_shared;
 }
 
 /* ---- Calls' origin ------------------------------------------------------------------ */

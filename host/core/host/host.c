@@ -241,6 +241,8 @@ static void host_free(th_host *h)
     pthread_mutex_destroy(&h->stmu);
     th_discover_close(h);
     pthread_mutex_destroy(&h->discmu);
+    th_host_views_reset(h);
+    pthread_mutex_destroy(&h->viewmu);
     th_audit_close(h->audit); /* after the last call's line */
     th_rate_free(h->rate);    /* after the last call's end */
     th_disabled_free(h->disabled);
@@ -266,6 +268,7 @@ int th_host_open_ex(th_config *cfg, const th_host_opts *opts, th_host **out,
     pthread_mutex_init(&h->tmu, NULL);
     pthread_mutex_init(&h->stmu, NULL);
     pthread_mutex_init(&h->discmu, NULL);
+    pthread_mutex_init(&h->viewmu, NULL);
     th_u64map_init(&h->tasks);
     th_u64map_init(&h->kept);
     atomic_init(&h->next_id, 1);

@@ -51,6 +51,10 @@ static void tools_changed(void *ud)
         th_log_warn("reload: the host started with no deferred tool, so "
                     "it has no search_tools: defer and defer_tools take "
                     "effect at the next restart");
+    /* The lists kept per view were of the tools before (session.c). */
+    th_host_views_reset(h);
+    uint64_t c0, s0, c1, s1;
+    th_host_views_counts(&c0, &s0);
     pthread_mutex_lock(&h->mu);
     size_t n = 0;
     for (th_session *s = h->sessions; s; s = s->next)
@@ -72,6 +76,11 @@ static void tools_changed(void *ud)
         th_session_unref(v[i]);
     }
     free(v);
+    th_host_views_counts(&c1, &s1);
+    th_log_info("reload: %zu sessions told that the tools changed (list "
+                "digests made here: %llu computed, %llu shared)",
+                k, (unsigned long long)(c1 - c0),
+                (unsigned long long)(s1 - s0));
 }
 
 /* What a running host cannot take without a restart. */

@@ -188,6 +188,29 @@ int th_session_tools(th_session *s, int (*fn)(const th_tool *t, void *ud),
 /* A tool the session may call, pinned (th_tool_release()), or NULL. */
 const th_tool *th_session_acquire(th_session *s, const char *name);
 
+/* Whether `name` is a built-in task tool (get_running_tasks,
+ * cancel_task), listed only while the session has a live task. */
+bool th_host_is_task_tool(const char *name);
+
+/* A digest of one list session s is shown (its tools, resources or
+ * prompts, as a front renders them), for telling a client that the list
+ * changed only when it did.  fn(s, ud) computes it from what s sees (the
+ * th_session_* listings) and returns nonzero, or 0 when out of memory
+ * (then nothing is kept).  The digest is kept for every session that sees
+ * the same lists (the same usable toolsets) until the next reload that
+ * changes tools or config, so N such sessions cost one computation per
+ * reload; a session that found deferred tools with search_tools has lists
+ * of its own and is computed alone.  fn runs under the host's view lock:
+ * it must depend only on what s's view sees -- never on front state that
+ * differs between its sessions, nor on the task tools, which come and go
+ * with each session's own tasks (skip th_host_is_task_tool names) -- and
+ * must not call back into this function.  Any thread, no lock held. */
+typedef uint64_t (*th_view_fn)(th_session *s, void *ud);
+uint64_t th_session_view_digest(th_session *s, th_view_fn fn, void *ud);
+/* The digest a th_view_fn returns for its rendering p[0..n) of a list
+ * (the first 64 bits of its SHA-256, never 0). */
+uint64_t th_view_digest(const void *p, size_t n);
+
 /* ---- Calls ---------------------------------------------------------------- */
 
 typedef struct th_call_opts {
