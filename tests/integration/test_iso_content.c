@@ -245,7 +245,7 @@ static void test_hostile(void)
     CU_ASSERT(rpc_log_wait(&s, "which it was not running: ignored",
                            rpc_wait_ms()));
     still_serves(c);
-    /* 64 answers of 2 MiB each: the first refused unread; those that
+    /* 64 answers of 48 KiB each: the first refused unread; those that
      * come after may answer (and fail) the next reads, which is the
      * worker's own plugin's loss alone: still_serves() reads until one
      * is fine */
@@ -270,6 +270,7 @@ static void test_hostile(void)
  * as in process), so a worker cannot announce another plugin's. */
 static void test_updates(void)
 {
+    th_test_timeout(90); /* the script gives up after 30 s */
     char *argv0[] = {"/bin/sh", "-c", "command -v node >/dev/null 2>&1",
                      NULL};
     th_test_run r;

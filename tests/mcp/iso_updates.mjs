@@ -9,7 +9,7 @@ import { ResourceUpdatedNotificationSchema } from
   '@modelcontextprotocol/sdk/types.js';
 import { check, connect, deadline } from './common.mjs';
 
-deadline(60000);
+deadline(30000);
 const { client } = await connect(['--log-level', 'debug']);
 const updated = [];
 let wake = null;
