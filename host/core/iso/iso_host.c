@@ -155,6 +155,11 @@ typedef struct pool {
     toolhost_prompt *prm;
     uint32_t n_prm;
     int64_t content_timeout_ms;
+    /* Between a successful init() and fini() (under mu): only then is a
+     * worker's UPDATED passed on.  fini() joins the reader threads and
+     * runs after the last call, and the loader frees the resources only
+     * after it, so a passed-on update never reads freed ones. */
+    bool serving;
     /* The tools init_tools() gave in the first worker (p_init), served
      * after the static ones; itools_raw is that worker's tools_bin, which
      * every later worker's must equal (same_tools).  Set once in p_init,
@@ -577,13 +582,18 @@ static bool route(pool *P, worker *w, const uint8_t *f, size_t n, pend *self)
         /* resource_updated() in the worker: the proxy's api checks that
          * the URI is one of this plugin's (a worker cannot speak for
          * another plugin's resources) before anyone hears of it */
+        bool serving = P->serving;
         pthread_mutex_unlock(&P->mu);
         size_t ul = 0;
         const uint8_t *ub = th_iso_bytes(a, 1, &ul);
-        if (ub && ul && ul <= 2048 && !memchr(ub, 0, ul) &&
+        if (!serving) {
+            th_log_debug("plugin %s: worker %d announced an update while "
+                         "the plugin is not serving: ignored", P->name,
+                         (int)w->pid);
+        } else if (ub && ul && ul <= 2048 && !memchr(ub, 0, ul) &&
             th_utf8_valid(ub, ul)) {
             char *uri = th_iso_strdup(a, 1);
-            if (uri && P->plugin) /* (none in th_iso_fuzz_frame) */
+            if (uri && P->plugin)
                 P->plugin->api.resource_updated(&P->plugin->api, uri);
             free(uri);
         } else {
@@ -2311,12 +2321,18 @@ static int p_init(const toolhost_host_api *host, const uint8_t *config,
     }
     th_log_info("plugin %s: %u worker process%s started (isolation: process)",
                 P->name, P->n_workers, P->n_workers == 1 ? "" : "es");
+    pthread_mutex_lock(&P->mu);
+    P->serving = true;
+    pthread_mutex_unlock(&P->mu);
     return 0;
 }
 
 static void p_fini(void *state)
 {
     pool *P = state;
+    pthread_mutex_lock(&P->mu);
+    P->serving = false;
+    pthread_mutex_unlock(&P->mu);
     /* The last call ended: the workers drain (nothing) and exit. */
     stop_workers(P, 2000);
 }
