@@ -139,6 +139,8 @@ typedef struct worker {
     uint64_t ends;        /* DONE and ANSWER frames routed */
     bool sock_eof;        /* the socket ended under a call, or the pool
                              closes: the reader thread takes it, reaps */
+    bool malformed;       /* it sent a malformed frame: killed, and
+                             nothing it sent after is routed (under mu) */
 } worker;
 
 enum { RD_FREE, RD_THREAD, RD_CALLER };
@@ -463,14 +465,24 @@ static bool route(pool *P, worker *w, const uint8_t *f, size_t n, pend *self)
         u.data.type != MSGPACK_OBJECT_ARRAY || u.data.via.array.size < 1) {
         msgpack_unpacked_destroy(&u);
         /* Not what a worker of ours sends: it is broken or hostile. */
-        th_log_warn("plugin %s: worker %d sent a malformed frame: killed",
-                    P->name, (int)w->pid);
+        pthread_mutex_lock(&P->mu);
+        bool said = w->malformed;
+        w->malformed = true;
+        pthread_mutex_unlock(&P->mu);
+        if (!said)
+            th_log_warn("plugin %s: worker %d sent a malformed frame: "
+                        "killed", P->name, (int)w->pid);
         worker_kill(w);
         return false;
     }
     const msgpack_object_array *a = &u.data.via.array;
     int type = (int)th_iso_int(a, 0);
     pthread_mutex_lock(&P->mu);
+    if (w->malformed) { /* whoever reads on: nothing more of it counts */
+        pthread_mutex_unlock(&P->mu);
+        msgpack_unpacked_destroy(&u);
+        return false;
+    }
     switch (type) {
     case ISO_HELLO:
         free(w->hello);
