@@ -960,8 +960,9 @@ typedef struct toolhost_plugin {
      * does not see them).  Prompt names and resource URIs are unique
      * across the host, as tool names are (the host refuses a plugin that
      * repeats another's).  A toolset offers those of the plugins it has a
-     * tool of (every plugin's for tools: ["*"]).  Not served for a plugin
-     * run with isolation: process (its worker does not carry them yet). */
+     * tool of (every plugin's for tools: ["*"]).  Under isolation:
+     * process the worker serves them, each request bounded by the
+     * plugin's content_timeout (docs/isolation.md). */
     const toolhost_resource *resources;
     uint32_t n_resources;
     const toolhost_prompt *prompts;

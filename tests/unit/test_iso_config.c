@@ -47,6 +47,7 @@ static void test_defaults(void)
     CU_ASSERT_PTR_NULL(pc->user);
     CU_ASSERT_EQUAL(pc->process_limits.memory, 0);
     CU_ASSERT_EQUAL(pc->kill_grace_ms, 0);
+    CU_ASSERT_EQUAL(pc->content_timeout_ms, 0); /* 5 s (iso_host.c) */
     th_config_free(c);
 }
 
@@ -63,7 +64,8 @@ static void test_values(void)
                               "    user: nobody\n"
                               "    kill_grace: 250ms\n"
                               "    crash_loop: 3\n"
-                              "    unhealthy_retry: 2s\n");
+                              "    unhealthy_retry: 2s\n"
+                              "    content_timeout: 750ms\n");
     CU_ASSERT_PTR_NOT_NULL_FATAL(c);
     const th_plugin_cfg *pc = &c->plugins[0];
     CU_ASSERT_EQUAL(pc->isolation, TH_ISO_PROCESS);
@@ -77,6 +79,7 @@ static void test_values(void)
     CU_ASSERT_EQUAL(pc->kill_grace_ms, 250);
     CU_ASSERT_EQUAL(pc->crash_loop, 3);
     CU_ASSERT_EQUAL(pc->unhealthy_retry_ms, 2000);
+    CU_ASSERT_EQUAL(pc->content_timeout_ms, 750);
     th_config_free(c);
 }
 
@@ -101,6 +104,10 @@ static void test_errors(void)
                "'crash_loop' is out of range");
     expect_err(HEAD "    isolation: process\n    network: maybe\n",
                "'network' must be true or false");
+    expect_err(HEAD "    isolation: process\n    content_timeout: 0s\n",
+               "'content_timeout' is out of range");
+    expect_err(HEAD "    content_timeout: 1s\n",
+               "'content_timeout' applies only to a plugin with");
 }
 
 /* A reload restarts the plugin when any isolation key changes. */
@@ -113,7 +120,11 @@ static void test_equal(void)
     th_config *e = parse(HEAD "    isolation: process\n"
                               "    process_limits: {memory: 64MiB}\n");
     th_config *f = parse(HEAD "    isolation: process\n    user: nobody\n");
-    CU_ASSERT_FATAL(a && b && c && d && e && f);
+    th_config *g = parse(HEAD "    isolation: process\n"
+                              "    content_timeout: 2s\n");
+    CU_ASSERT_FATAL(a && b && c && d && e && f && g);
+    CU_ASSERT_FALSE(th_plugin_cfg_equal(&a->plugins[0], &g->plugins[0]));
+    th_config_free(g);
     CU_ASSERT_TRUE(th_plugin_cfg_equal(&a->plugins[0], &b->plugins[0]));
     CU_ASSERT_FALSE(th_plugin_cfg_equal(&a->plugins[0], &c->plugins[0]));
     CU_ASSERT_FALSE(th_plugin_cfg_equal(&a->plugins[0], &d->plugins[0]));

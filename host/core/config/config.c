@@ -1420,6 +1420,8 @@ static const th_cfkey plugin_keys[] = {
      .max = 1000},
     {.name = "unhealthy_retry", .set = th_cf_duration,
      .off = P(unhealthy_retry_ms), .min = 100, .max = DAY},
+    {.name = "content_timeout", .set = th_cf_duration,
+     .off = P(content_timeout_ms), .min = 1, .max = 600000},
     /* Discovery (docs/gateway.md): its tools are found by search_tools */
     {.name = "defer", .set = th_cf_bool, .off = P(defer)},
     {.name = NULL}};
@@ -1458,7 +1460,7 @@ static int plugin_check(th_cfctx *c, th_ynode *n, void *el)
         static const char *const only[] = {
             "workers", "process_limits", "network", "user", "kill_grace",
             "crash_loop", "unhealthy_retry", "env", "isolation_uid_range",
-            NULL};
+            "content_timeout", NULL};
         for (size_t i = 0; only[i]; i++) {
             const th_ynode *k = th_ynode_get_key(n, only[i]);
             if (k)
@@ -2763,6 +2765,7 @@ bool th_plugin_cfg_equal(const th_plugin_cfg *a, const th_plugin_cfg *b)
            a->network == b->network && a->kill_grace_ms == b->kill_grace_ms &&
            a->crash_loop == b->crash_loop &&
            a->unhealthy_retry_ms == b->unhealthy_retry_ms &&
+           a->content_timeout_ms == b->content_timeout_ms &&
            (a->user ? b->user && strcmp(a->user, b->user) == 0 : !b->user) &&
            a->uid_lo == b->uid_lo && a->uid_hi == b->uid_hi &&
            env_equal(a, b);

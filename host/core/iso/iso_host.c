@@ -58,13 +58,16 @@
 #include "cage/iso_cgroup.h"
 #include "iso_wire.h"
 #include "call/manager.h"
+#include "th/content.h"
 #include "th/iso.h"
 #include "th/log.h"
 #include "th/mpwalk.h"
+#include "th/utf8.h"
 
 #define ISO_START_TIMEOUT_MS 10000
 #define ISO_QUEUE_MAX (8u * 1024 * 1024)
 #define ISO_ASK_TIMEOUT_MS 10000 /* validate_args, needs_permission */
+#define ISO_CONTENT_TIMEOUT_MS 5000 /* content_timeout's default */
 
 
 typedef struct msg {
@@ -91,6 +94,13 @@ typedef struct pend {
     int death_code;
     pthread_cond_t cv;
     toolhost_call *call;  /* NULL for an ASK */
+    /* A content ask (ISO_ASK_READ on): its ANSWER's blocks_bin, copied
+     * when it is at most blob_max bytes (else blob_over, nothing kept),
+     * and the completion values the worker dropped. */
+    uint8_t *blob;
+    size_t blob_len, blob_max;
+    bool blob_over;
+    uint64_t dropped;
     struct pend *next;
 } pend;
 
@@ -130,6 +140,8 @@ typedef struct worker {
     uint64_t ends;        /* DONE and ANSWER frames routed */
     bool sock_eof;        /* the socket ended under a call, or the pool
                              closes: the reader thread takes it, reaps */
+    bool malformed;       /* it sent a malformed frame: killed, and
+                             nothing it sent after is routed (under mu) */
 } worker;
 
 enum { RD_FREE, RD_THREAD, RD_CALLER };
@@ -139,6 +151,18 @@ typedef struct pool {
     toolhost_plugin desc; /* the proxy's descriptor; first (container_of) */
     toolhost_tool *tools;
     uint32_t n_tools;
+    /* Resources and prompts (ABI 1.4) from HELLO, whose read, get and
+     * complete ask a worker (content_ask); the loader checks them. */
+    toolhost_resource *res;
+    uint32_t n_res;
+    toolhost_prompt *prm;
+    uint32_t n_prm;
+    int64_t content_timeout_ms;
+    /* Between a successful init() and fini() (under mu): only then is a
+     * worker's UPDATED passed on.  fini() joins the reader threads and
+     * runs after the last call, and the loader frees the resources only
+     * after it, so a passed-on update never reads freed ones. */
+    bool serving;
     /* The tools init_tools() gave in the first worker (p_init), served
      * after the static ones; itools_raw is that worker's tools_bin, which
      * every later worker's must equal (same_tools).  Set once in p_init,
@@ -428,7 +452,10 @@ static void worker_kill(worker *w)
         kill(w->pid, w->reaper ? SIGTERM : SIGKILL);
 }
 
-static void route(pool *P, worker *w, const uint8_t *f, size_t n, pend *self)
+/* false when the frame is not one of ours: the worker is killed, and
+ * nothing it sent after is routed (a request it would still answer
+ * fails with its death instead). */
+static bool route(pool *P, worker *w, const uint8_t *f, size_t n, pend *self)
 {
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
@@ -439,14 +466,24 @@ static void route(pool *P, worker *w, const uint8_t *f, size_t n, pend *self)
         u.data.type != MSGPACK_OBJECT_ARRAY || u.data.via.array.size < 1) {
         msgpack_unpacked_destroy(&u);
         /* Not what a worker of ours sends: it is broken or hostile. */
-        th_log_warn("plugin %s: worker %d sent a malformed frame: killed",
-                    P->name, (int)w->pid);
+        pthread_mutex_lock(&P->mu);
+        bool said = w->malformed;
+        w->malformed = true;
+        pthread_mutex_unlock(&P->mu);
+        if (!said)
+            th_log_warn("plugin %s: worker %d sent a malformed frame: "
+                        "killed", P->name, (int)w->pid);
         worker_kill(w);
-        return;
+        return false;
     }
     const msgpack_object_array *a = &u.data.via.array;
     int type = (int)th_iso_int(a, 0);
     pthread_mutex_lock(&P->mu);
+    if (w->malformed) { /* whoever reads on: nothing more of it counts */
+        pthread_mutex_unlock(&P->mu);
+        msgpack_unpacked_destroy(&u);
+        return false;
+    }
     switch (type) {
     case ISO_HELLO:
         free(w->hello);
@@ -500,7 +537,7 @@ static void route(pool *P, worker *w, const uint8_t *f, size_t n, pend *self)
         }
         free(t);
         msgpack_unpacked_destroy(&u);
-        return;
+        return true;
     }
     case ISO_WRITE:
     case ISO_META:
@@ -512,7 +549,7 @@ static void route(pool *P, worker *w, const uint8_t *f, size_t n, pend *self)
             pthread_mutex_unlock(&P->mu);
             deliver(self->call, type, a);
             msgpack_unpacked_destroy(&u);
-            return;
+            return true;
         }
         msg *m = calloc(1, sizeof *m);
         if (!m)
@@ -554,11 +591,44 @@ static void route(pool *P, worker *w, const uint8_t *f, size_t n, pend *self)
         }
         break;
     }
+    case ISO_UPDATED: {
+        /* resource_updated() in the worker: the proxy's api checks that
+         * the URI is one of this plugin's (a worker cannot speak for
+         * another plugin's resources) before anyone hears of it */
+        bool serving = P->serving;
+        pthread_mutex_unlock(&P->mu);
+        size_t ul = 0;
+        const uint8_t *ub = th_iso_bytes(a, 1, &ul);
+        if (!serving) {
+            th_log_debug("plugin %s: worker %d announced an update while "
+                         "the plugin is not serving: ignored", P->name,
+                         (int)w->pid);
+        } else if (ub && ul && ul <= 2048 && !memchr(ub, 0, ul) &&
+            th_utf8_valid(ub, ul)) {
+            char *uri = th_iso_strdup(a, 1);
+            if (uri && P->plugin)
+                P->plugin->api.resource_updated(&P->plugin->api, uri);
+            free(uri);
+        } else {
+            th_log_debug("plugin %s: worker %d announced an update of a "
+                         "malformed URI: ignored", P->name, (int)w->pid);
+        }
+        msgpack_unpacked_destroy(&u);
+        return true;
+    }
     case ISO_DONE:
     case ISO_ANSWER: {
+        /* Only the first end of a request counts, and only of its kind: a
+         * DONE ends a call, an ANSWER an ask; an end of an id never sent,
+         * a second end, the wrong kind: ignored (logged).  */
         pend *p = find_pend(w, (uint64_t)th_iso_int(a, 1));
-        if (!p)
+        if (!p || p->done || (type == ISO_DONE) != (p->ask == 0)) {
+            th_log_debug("plugin %s: worker %d ended request %llu, which "
+                         "it was not running: ignored", P->name,
+                         (int)w->pid,
+                         (unsigned long long)th_iso_int(a, 1));
             break;
+        }
         p->status = (int)th_iso_int(a, 2);
         if (type == ISO_DONE) { /* (a negative one reads as none) */
             int64_t ra = th_iso_int(a, 3);
@@ -566,6 +636,20 @@ static void route(pool *P, worker *w, const uint8_t *f, size_t n, pend *self)
         }
         if (type == ISO_ANSWER)
             p->answer = th_iso_strdup(a, 3);
+        if (type == ISO_ANSWER && p->ask >= ISO_ASK_READ) {
+            size_t bl = 0;
+            const uint8_t *bb = th_iso_bytes(a, 4, &bl);
+            p->blob_len = bl;
+            p->dropped = a->size > 5 && a->ptr[5].type ==
+                         MSGPACK_OBJECT_POSITIVE_INTEGER
+                             ? a->ptr[5].via.u64 : 0;
+            if (bl > p->blob_max)
+                p->blob_over = true;
+            else if (bb && bl && (p->blob = malloc(bl)))
+                memcpy(p->blob, bb, bl);
+            else if (bb && bl)
+                p->blob_over = true; /* out of memory: refused too */
+        }
         p->done = true;
         w->ends++;
         if (type == ISO_DONE)
@@ -585,6 +669,7 @@ static void route(pool *P, worker *w, const uint8_t *f, size_t n, pend *self)
     }
     pthread_mutex_unlock(&P->mu);
     msgpack_unpacked_destroy(&u);
+    return true;
 }
 
 /* Reading.  The socket of a worker has one reader at a time (w->rd):
@@ -619,7 +704,10 @@ static bool reader_read(pool *P, worker *w, bool *bad)
     size_t len;
     int t;
     while ((t = th_iso_take(&w->rx, &f, &len)) == 1)
-        route(P, w, f, len, NULL);
+        if (!route(P, w, f, len, NULL)) {
+            *bad = true;
+            return false;
+        }
     if (t < 0) {
         *bad = true;
         return false;
@@ -1564,6 +1652,17 @@ static int p_validate(void *state, const toolhost_tool *tool,
                       const uint8_t *args, size_t len, char *err, size_t size);
 
 static const toolhost_tool *p_init_tools(void *state, uint32_t *n_tools);
+static int p_read(void *state, const toolhost_resource *res, const char *uri,
+                  toolhost_content *out, char *err, size_t err_size);
+static int p_rcomplete(void *state, const toolhost_resource *res,
+                       const char *var, const char *value,
+                       toolhost_content *out);
+static int p_get(void *state, const toolhost_prompt *prompt,
+                 const uint8_t *args, size_t args_len, toolhost_content *out,
+                 char *err, size_t err_size);
+static int p_pcomplete(void *state, const toolhost_prompt *prompt,
+                       const char *arg, const char *value,
+                       toolhost_content *out);
 
 /* One tool of HELLO or READY (iso_wire.h) into *t, its strings kept by P.
  * -1 when it is not a tool. */
@@ -1613,6 +1712,64 @@ static int build_tool(pool *P, const msgpack_object *e, toolhost_tool *t)
                 return -1;
         t->tags = tv;
     }
+    return 0;
+}
+
+/* HELLO's resources and prompts (ABI 1.4; absent from an older
+ * worker's) into P->res and P->prm.  -1 when they are not of that form;
+ * the loader (th_content_load) checks what they say, as an in-process
+ * plugin's: URIs and templates, names, UTF-8, duplicates, arguments. */
+static int build_content(pool *P, const msgpack_object_array *d)
+{
+    if (d->size < 8)
+        return 0;
+    const msgpack_object *ro = &d->ptr[6], *po = &d->ptr[7];
+    if (ro->type != MSGPACK_OBJECT_ARRAY || po->type != MSGPACK_OBJECT_ARRAY)
+        return -1;
+    uint32_t nr = ro->via.array.size, np = po->via.array.size;
+    if ((nr && !(P->res = calloc(nr, sizeof *P->res))) ||
+        (np && !(P->prm = calloc(np, sizeof *P->prm))))
+        return -1;
+    for (uint32_t i = 0; i < nr; i++) {
+        const msgpack_object *e = &ro->via.array.ptr[i];
+        if (e->type != MSGPACK_OBJECT_ARRAY || e->via.array.size < 6)
+            return -1;
+        const msgpack_object_array *a = &e->via.array;
+        toolhost_resource *r = &P->res[i];
+        r->struct_size = sizeof *r;
+        r->uri = keep(P, th_iso_strdup(a, 0));
+        r->name = keep(P, th_iso_strdup(a, 1));
+        r->title = keep(P, th_iso_strdup(a, 2));
+        r->description = keep(P, th_iso_strdup(a, 3));
+        r->mime_type = keep(P, th_iso_strdup(a, 4));
+        r->read = p_read;
+        if (th_iso_int(a, 5))
+            r->complete = p_rcomplete;
+        r->user_data = P;
+        P->n_res = i + 1;
+    }
+    for (uint32_t i = 0; i < np; i++) {
+        const msgpack_object *e = &po->via.array.ptr[i];
+        if (e->type != MSGPACK_OBJECT_ARRAY || e->via.array.size < 5)
+            return -1;
+        const msgpack_object_array *a = &e->via.array;
+        toolhost_prompt *q = &P->prm[i];
+        q->struct_size = sizeof *q;
+        q->name = keep(P, th_iso_strdup(a, 0));
+        q->title = keep(P, th_iso_strdup(a, 1));
+        q->description = keep(P, th_iso_strdup(a, 2));
+        if (build_params(P, &a->ptr[3], &q->args, &q->n_args))
+            return -1;
+        q->get = p_get;
+        if (th_iso_int(a, 4))
+            q->complete = p_pcomplete;
+        q->user_data = P;
+        P->n_prm = i + 1;
+    }
+    P->desc.resources = P->res;
+    P->desc.n_resources = P->n_res;
+    P->desc.prompts = P->prm;
+    P->desc.n_prompts = P->n_prm;
     return 0;
 }
 
@@ -1673,6 +1830,8 @@ static int build_desc(pool *P, const uint8_t *f, size_t n)
     P->n_tools = nt;
     D->tools = P->tools;
     D->n_tools = nt;
+    if (build_content(P, d))
+        goto out;
     rc = 0;
 out:
     msgpack_unpacked_destroy(&u);
@@ -1766,6 +1925,8 @@ static void pool_free(pool *P)
         free((void *)P->enum_arrays[i]);
     free(P->enum_arrays);
     free(P->tools);
+    free(P->res);
+    free(P->prm);
     free(P->itools);
     free(P->itools_raw);
     free(P->name);
@@ -2027,6 +2188,9 @@ int th_iso_open(const th_plugin_cfg *pc, const char *file, bool check,
     P->lim = pc->process_limits;
     P->network = pc->network;
     P->kill_grace_ms = pc->kill_grace_ms ? pc->kill_grace_ms : 1000;
+    P->content_timeout_ms = pc->content_timeout_ms
+                                ? (int64_t)pc->content_timeout_ms
+                                : ISO_CONTENT_TIMEOUT_MS;
     P->crash_loop = pc->crash_loop ? pc->crash_loop : 5;
     P->retry_ms = pc->unhealthy_retry_ms ? (int64_t)pc->unhealthy_retry_ms
                                          : 30000;
@@ -2174,19 +2338,26 @@ static int p_init(const toolhost_host_api *host, const uint8_t *config,
     }
     th_log_info("plugin %s: %u worker process%s started (isolation: process)",
                 P->name, P->n_workers, P->n_workers == 1 ? "" : "es");
+    pthread_mutex_lock(&P->mu);
+    P->serving = true;
+    pthread_mutex_unlock(&P->mu);
     return 0;
 }
 
 static void p_fini(void *state)
 {
     pool *P = state;
+    pthread_mutex_lock(&P->mu);
+    P->serving = false;
+    pthread_mutex_unlock(&P->mu);
     /* The last call ended: the workers drain (nothing) and exit. */
     stop_workers(P, 2000);
 }
 
 /* A live worker for a call, starting one if a slot is free and the
  * backoff allows.  mu held; may drop it while starting. */
-static worker *pick(pool *P, const toolhost_call *call, char *why, size_t cap)
+static worker *pick(pool *P, const toolhost_call *call, int64_t until,
+                    char *why, size_t cap)
 {
     for (;;) {
         if (P->closing) {
@@ -2276,7 +2447,8 @@ static worker *pick(pool *P, const toolhost_call *call, char *why, size_t cap)
         /* Wait for the backoff or the start in progress, within the
          * call's time. */
         int64_t left = call ? call->host->time_left_ms(call) : -1;
-        if ((call && call->host->is_cancelled(call)) || left == 0) {
+        if ((call && call->host->is_cancelled(call)) || left == 0 ||
+            (until && now_ms() >= until)) {
             snprintf(why, cap, "plugin '%s' has no worker (restarting)",
                      P->name);
             return NULL;
@@ -2301,6 +2473,7 @@ static void pend_unlink(worker *w, pend *p) /* mu held */
     }
     free(p->answer);
     free(p->death);
+    free(p->blob);
     pthread_cond_destroy(&p->cv);
 }
 
@@ -2339,7 +2512,8 @@ static int caller_read(pool *P, worker *w, pend *self)
     size_t len;
     int t;
     while ((t = th_iso_take(&w->rx, &f, &len)) == 1)
-        route(P, w, f, len, self);
+        if (!route(P, w, f, len, self))
+            return -1; /* killed: the reader thread reaps */
     if (t < 0) {
         th_log_warn("plugin %s: worker %d sent a malformed frame: killed",
                     P->name, (int)w->pid);
@@ -2365,15 +2539,31 @@ static void release_socket(worker *w, pend *p)
         w->rd = RD_FREE;
 }
 
+/* What a content ask (ISO_ASK_READ on) sends and gets besides the
+ * answer: the budget of its blocks, and the ANSWER's blocks_bin (the
+ * caller frees blob). */
+typedef struct ask_io {
+    size_t max;        /* what the blocks may cost (the sink's room) */
+    const char *what;  /* "read of 'URI'", for the log */
+    uint8_t *blob;
+    size_t len;
+    bool over;         /* blocks_bin passed max: not kept */
+    bool killed;       /* no answer within content_timeout */
+    uint64_t dropped;
+} ask_io;
+
 static int run(pool *P, uint32_t tool_idx, int ask, toolhost_call *call,
-               const uint8_t *args, size_t len, char *ans, size_t ans_cap)
+               const uint8_t *args, size_t len, char *ans, size_t ans_cap,
+               ask_io *io)
 {
     char why[400];
     pend p;
     memset(&p, 0, sizeof p);
     pthread_cond_init(&p.cv, NULL);
+    int64_t ask_ms = ask >= ISO_ASK_READ ? P->content_timeout_ms
+                                         : ISO_ASK_TIMEOUT_MS;
     pthread_mutex_lock(&P->mu);
-    worker *w = pick(P, call, why, sizeof why);
+    worker *w = pick(P, call, ask ? now_ms() + ask_ms : 0, why, sizeof why);
     if (!w) {
         pthread_mutex_unlock(&P->mu);
         pthread_cond_destroy(&p.cv);
@@ -2385,6 +2575,8 @@ static int run(pool *P, uint32_t tool_idx, int ask, toolhost_call *call,
     }
     p.id = ++P->next_id;
     p.ask = ask;
+    /* the blocks' framing costs less than the sink counts for each */
+    p.blob_max = io ? io->max + 64 : 0;
     p.w = w;
     p.call = call;
     p.next = w->calls;
@@ -2401,7 +2593,7 @@ static int run(pool *P, uint32_t tool_idx, int ask, toolhost_call *call,
     th_iso_small head = {.n = 0}, tail = {.n = 0};
     msgpack_packer pk;
     msgpack_packer_init(&pk, &head, th_iso_small_write);
-    int e = msgpack_pack_array(&pk, 5);
+    int e = msgpack_pack_array(&pk, ask >= ISO_ASK_READ ? 6 : 5);
     e |= msgpack_pack_int(&pk, ask ? ISO_ASK : ISO_CALL);
     e |= msgpack_pack_uint64(&pk, p.id);
     if (ask)
@@ -2411,6 +2603,8 @@ static int run(pool *P, uint32_t tool_idx, int ask, toolhost_call *call,
     msgpack_packer_init(&pk, &tail, th_iso_small_write);
     if (!ask)
         e |= msgpack_pack_int64(&pk, call ? call->host->time_left_ms(call) : -1);
+    else if (ask >= ISO_ASK_READ)
+        e |= msgpack_pack_uint64(&pk, io ? io->max : 0);
     struct iovec parts[3] = {{head.b, head.n},
                              {(void *)args, len},
                              {tail.b, tail.n}};
@@ -2469,15 +2663,21 @@ static int run(pool *P, uint32_t tool_idx, int ask, toolhost_call *call,
                 worker_kill(w);
             }
         }
-        if (ask && !killed && now_ms() - t_start >= ISO_ASK_TIMEOUT_MS) {
+        if (ask && !killed && now_ms() - t_start >= ask_ms) {
             killed = true;
             w->reaped = true;
-            th_log_warn("plugin %s: %s did not answer within %ds: worker %d "
-                        "killed",
-                        P->name,
-                        ask == ISO_ASK_VALIDATE ? "validate_args"
-                                                : "needs_permission",
-                        ISO_ASK_TIMEOUT_MS / 1000, (int)w->pid);
+            if (ask >= ISO_ASK_READ)
+                th_log_warn("plugin %s: %s did not answer within %lld ms "
+                            "(content_timeout): worker %d killed",
+                            P->name, io && io->what ? io->what : "content",
+                            (long long)ask_ms, (int)w->pid);
+            else
+                th_log_warn("plugin %s: %s did not answer within %ds: "
+                            "worker %d killed",
+                            P->name,
+                            ask == ISO_ASK_VALIDATE ? "validate_args"
+                                                    : "needs_permission",
+                            ISO_ASK_TIMEOUT_MS / 1000, (int)w->pid);
             worker_kill(w);
         }
         if (w->rd == RD_FREE && !w->sock_eof) {
@@ -2508,6 +2708,14 @@ static int run(pool *P, uint32_t tool_idx, int ask, toolhost_call *call,
     p.death = NULL;
     if (ask && ans && p.answer)
         snprintf(ans, ans_cap, "%s", p.answer);
+    if (io) {
+        io->blob = p.blob;
+        io->len = p.blob_len;
+        io->over = p.blob_over;
+        io->dropped = p.dropped;
+        io->killed = killed;
+        p.blob = NULL;
+    }
     pend_unlink(w, &p);
     pthread_cond_broadcast(&P->cv);
     pthread_mutex_unlock(&P->mu);
@@ -2554,7 +2762,7 @@ static int p_execute(void *state, const toolhost_tool *tool,
                      toolhost_call *call, const uint8_t *args, size_t len)
 {
     pool *P = state;
-    return run(P, tool_index(P, tool), 0, call, args, len, NULL, 0);
+    return run(P, tool_index(P, tool), 0, call, args, len, NULL, 0, NULL);
 }
 
 static int p_needs(void *state, const toolhost_tool *tool, const uint8_t *args,
@@ -2562,7 +2770,7 @@ static int p_needs(void *state, const toolhost_tool *tool, const uint8_t *args,
 {
     pool *P = state;
     int rc = run(P, tool_index(P, tool), ISO_ASK_PERMISSION, NULL, args, len,
-                 reason, size);
+                 reason, size, NULL);
     return rc ? 1 : 0;
 }
 
@@ -2571,7 +2779,216 @@ static int p_validate(void *state, const toolhost_tool *tool,
 {
     pool *P = state;
     return run(P, tool_index(P, tool), ISO_ASK_VALIDATE, NULL, args, len, err,
-               size);
+               size, NULL);
+}
+
+/* ---- resources, prompts and completion (ABI 1.4) ------------------------------------ */
+
+/* A string of a block from the worker: NULL (nil or missing), or a copy
+ * with no NUL inside (*bad otherwise: a str that hides a shorter one). */
+static char *block_str(const msgpack_object_array *a, uint32_t i, bool *bad)
+{
+    if (i >= a->size || a->ptr[i].type == MSGPACK_OBJECT_NIL)
+        return NULL;
+    if (a->ptr[i].type != MSGPACK_OBJECT_STR ||
+        memchr(a->ptr[i].via.str.ptr, 0, a->ptr[i].via.str.size)) {
+        *bad = true;
+        return NULL;
+    }
+    char *s = th_iso_strdup(a, i);
+    if (!s)
+        *bad = true;
+    return s;
+}
+
+/* The worker's blocks_bin into `out`, each block through content_add():
+ * the same checks (kind, UTF-8, MIME type and URI lengths, the budget)
+ * as an in-process plugin's blocks get.  0, or the first refusal (the
+ * sink says why). */
+static int replay_blocks(pool *P, const uint8_t *b, size_t n,
+                         toolhost_content *out)
+{
+    th_content *c = (th_content *)out;
+    if (!b || !n)
+        return 0;
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0, vlen = 0;
+    int rc = 0;
+    if (th_mp_check(b, n, TH_MP_MAX_DEPTH, &vlen, NULL) != 0 || vlen != n ||
+        msgpack_unpack_next(&u, (const char *)b, n, &off) !=
+            MSGPACK_UNPACK_SUCCESS ||
+        u.data.type != MSGPACK_OBJECT_ARRAY) {
+        th_log_warn("plugin %s: a worker's content is not well-formed: "
+                    "refused", P->name);
+        snprintf(c->why, sizeof c->why, "its worker's answer is malformed");
+        c->bad = true;
+        msgpack_unpacked_destroy(&u);
+        return TOOLHOST_EINVAL;
+    }
+    for (uint32_t i = 0; rc == 0 && i < u.data.via.array.size; i++) {
+        const msgpack_object *e = &u.data.via.array.ptr[i];
+        bool bad = e->type != MSGPACK_OBJECT_ARRAY || e->via.array.size != 6;
+        toolhost_block blk = {.struct_size = sizeof blk};
+        char *role = NULL, *mime = NULL, *uri = NULL, *name = NULL;
+        if (!bad) {
+            const msgpack_object_array *a = &e->via.array;
+            bad = a->ptr[0].type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
+                  a->ptr[0].via.u64 > UINT32_MAX ||
+                  (a->ptr[3].type != MSGPACK_OBJECT_BIN &&
+                   a->ptr[3].type != MSGPACK_OBJECT_NIL);
+            blk.kind = bad ? 0 : (uint32_t)a->ptr[0].via.u64;
+            role = block_str(a, 1, &bad);
+            mime = block_str(a, 2, &bad);
+            uri = block_str(a, 4, &bad);
+            name = block_str(a, 5, &bad);
+            blk.data = th_iso_bytes(a, 3, &blk.len);
+        }
+        if (bad) {
+            th_log_warn("plugin %s: a worker's content block %u is "
+                        "malformed: refused", P->name, i);
+            snprintf(c->why, sizeof c->why, "its worker's block %u is "
+                     "malformed", i);
+            c->bad = true;
+            rc = TOOLHOST_EINVAL;
+        } else {
+            blk.role = role;
+            blk.mime_type = mime;
+            blk.uri = uri;
+            blk.name = name;
+            rc = out->host->content_add(out, &blk);
+        }
+        free(role);
+        free(mime);
+        free(uri);
+        free(name);
+    }
+    msgpack_unpacked_destroy(&u);
+    return rc;
+}
+
+/* The worker's reason, safe to show: at most err_size bytes, UTF-8 (each
+ * byte of a bad sequence or a control character becomes '?'). */
+static void copy_reason(char *err, size_t err_size, const char *m)
+{
+    if (!err || !err_size)
+        return;
+    snprintf(err, err_size, "%s", m ? m : "");
+    size_t n = strlen(err);
+    if (!th_utf8_valid(err, n))
+        for (size_t i = 0; i < n; i++)
+            if ((unsigned char)err[i] >= 0x80)
+                err[i] = '?';
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)err[i] < 0x20)
+            err[i] = ' ';
+}
+
+/* One content ask: sent to a worker as a call is (the budget of what
+ * `out` may still hold goes with it), waited for at most content_timeout
+ * (then the worker is killed), and its answer taken as untrusted: a
+ * blocks_bin larger than the budget is refused unread, every block goes
+ * through content_add().  Returns what the plugin's callback returns. */
+static int content_ask(pool *P, int kind, uint32_t idx, const uint8_t *arg,
+                       size_t arg_len, const char *what, toolhost_content *out,
+                       char *err, size_t err_size)
+{
+    th_content *c = (th_content *)out;
+    char ans[512] = "";
+    ask_io io = {.max = c->max_bytes > c->bytes ? c->max_bytes - c->bytes : 0,
+                 .what = what};
+    int rc = run(P, idx, kind, NULL, arg, arg_len, ans, sizeof ans, &io);
+    if (io.killed) {
+        snprintf(ans, sizeof ans, "its worker did not answer within %lld ms "
+                 "(content_timeout) and was killed",
+                 (long long)P->content_timeout_ms);
+        rc = TOOLHOST_FAILED;
+    } else if (io.over) {
+        th_log_warn("plugin %s: %s: the worker's answer of %zu bytes passes "
+                    "the content budget (%zu bytes left of the largest "
+                    "message the front carries): refused",
+                    P->name, what, io.len, io.max);
+        snprintf(c->why, sizeof c->why, "the content passes %zu bytes (the "
+                 "largest message its front carries)", c->max_bytes);
+        c->bad = true;
+        rc = TOOLHOST_ENOMEM;
+    } else if (rc == TOOLHOST_EINVAL) {
+        /* the worker's own sink refused a block: the same words */
+        copy_reason(c->why, sizeof c->why, ans);
+        c->bad = true;
+    } else if (replay_blocks(P, io.blob, io.len, out) != 0) {
+        rc = TOOLHOST_EINVAL;
+    } else if (rc != TOOLHOST_OK && rc != TOOLHOST_NOT_FOUND) {
+        rc = TOOLHOST_FAILED;
+    }
+    if (io.dropped && c->mode == TH_CONTENT_COMPLETE)
+        c->dropped += io.dropped;
+    free(io.blob);
+    copy_reason(err, err_size, ans);
+    return rc;
+}
+
+static int p_read(void *state, const toolhost_resource *res, const char *uri,
+                  toolhost_content *out, char *err, size_t err_size)
+{
+    pool *P = state;
+    char what[160];
+    snprintf(what, sizeof what, "read of '%.120s'", uri);
+    return content_ask(P, ISO_ASK_READ, (uint32_t)(res - P->res),
+                       (const uint8_t *)uri, strlen(uri), what, out, err,
+                       err_size);
+}
+
+static int p_get(void *state, const toolhost_prompt *prompt,
+                 const uint8_t *args, size_t args_len, toolhost_content *out,
+                 char *err, size_t err_size)
+{
+    pool *P = state;
+    char what[120];
+    snprintf(what, sizeof what, "get of prompt '%.64s'", prompt->name);
+    return content_ask(P, ISO_ASK_GET, (uint32_t)(prompt - P->prm), args,
+                       args_len, what, out, err, err_size);
+}
+
+/* A completion's [name, value] and its ask. */
+static int complete_ask(pool *P, int kind, uint32_t idx, const char *ref,
+                        const char *name, const char *value,
+                        toolhost_content *out)
+{
+    th_buf b = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
+    int e = msgpack_pack_array(&pk, 2);
+    e |= th_pack_cstr(&pk, name);
+    e |= th_pack_cstr(&pk, value);
+    if (e) {
+        th_buf_destroy(&b);
+        return TOOLHOST_ENOMEM;
+    }
+    char what[200];
+    snprintf(what, sizeof what, "completion of '%.150s'", ref);
+    int rc = content_ask(P, kind, idx, b.data, b.len, what, out, NULL, 0);
+    th_buf_destroy(&b);
+    return rc;
+}
+
+static int p_rcomplete(void *state, const toolhost_resource *res,
+                       const char *var, const char *value,
+                       toolhost_content *out)
+{
+    pool *P = state;
+    return complete_ask(P, ISO_ASK_COMPLETE_RES, (uint32_t)(res - P->res),
+                        res->uri, var, value, out);
+}
+
+static int p_pcomplete(void *state, const toolhost_prompt *prompt,
+                       const char *arg, const char *value,
+                       toolhost_content *out)
+{
+    pool *P = state;
+    return complete_ask(P, ISO_ASK_COMPLETE_PROMPT,
+                        (uint32_t)(prompt - P->prm), prompt->name, arg, value,
+                        out);
 }
 
 /* ---- stats -------------------------------------------------------------------------- */

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "iso_wire.h"
+#include "th/content.h"
 
 int th_iso_sendv(int fd, const struct iovec *parts, int n)
 {
@@ -259,10 +260,38 @@ static int pack_tool(msgpack_packer *pk, const toolhost_tool *t)
     return e;
 }
 
+/* The resources and prompts of p (ABI 1.4, checked by its loader), as
+ * HELLO carries them (iso_wire.h). */
+static int pack_content(msgpack_packer *pk, const th_plugin *p)
+{
+    int e = msgpack_pack_array(pk, (uint32_t)p->n_resources);
+    for (size_t i = 0; i < p->n_resources && !e; i++) {
+        const th_resource *r = &p->resources[i];
+        e |= msgpack_pack_array(pk, 6);
+        e |= th_pack_cstr(pk, r->uri);
+        e |= th_pack_cstr(pk, r->name);
+        e |= th_pack_cstr(pk, r->title);
+        e |= th_pack_cstr(pk, r->description);
+        e |= th_pack_cstr(pk, r->mime_type);
+        e |= msgpack_pack_uint32(pk, r->desc->complete ? 1 : 0);
+    }
+    e |= msgpack_pack_array(pk, (uint32_t)p->n_prompts);
+    for (size_t i = 0; i < p->n_prompts && !e; i++) {
+        const th_prompt *q = &p->prompts[i];
+        e |= msgpack_pack_array(pk, 5);
+        e |= th_pack_cstr(pk, q->name);
+        e |= th_pack_cstr(pk, q->title);
+        e |= th_pack_cstr(pk, q->description);
+        e |= pack_params(pk, q->desc->args, q->desc->n_args);
+        e |= msgpack_pack_uint32(pk, q->desc->complete ? 1 : 0);
+    }
+    return e;
+}
+
 int th_iso_pack_desc(msgpack_packer *pk, const th_plugin *p)
 {
     const toolhost_plugin *d = p->desc;
-    int e = msgpack_pack_array(pk, 6);
+    int e = msgpack_pack_array(pk, 8);
     e |= th_pack_cstr(pk, d->name);
     e |= th_pack_cstr(pk, d->version);
     e |= th_pack_cstr(pk, d->description);
@@ -273,6 +302,7 @@ int th_iso_pack_desc(msgpack_packer *pk, const th_plugin *p)
         e |= pack_tool(pk, (const toolhost_tool *)((const char *)d->tools +
                                                    stride * i));
     e |= msgpack_pack_uint64(pk, p->flags);
+    e |= pack_content(pk, p);
     return e;
 }
 

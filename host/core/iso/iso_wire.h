@@ -8,6 +8,13 @@
  *   [CALL, id, tool_idx, args_bin, left_ms] left_ms -1: no deadline
  *   [CANCEL, id]
  *   [ASK, id, kind, tool_idx, args_bin]    kind ASK_VALIDATE|ASK_PERMISSION
+ *   [ASK, id, kind, idx, arg_bin, max]     content (ABI 1.4): kind
+ *                                          ASK_READ (idx: a resource,
+ *                                          arg_bin: the URI), ASK_GET (a
+ *                                          prompt, its args map),
+ *                                          ASK_COMPLETE_RES / _PROMPT
+ *                                          (arg_bin: [name, value]); max:
+ *                                          the bytes the blocks may cost
  *   [EXIT]                                 drain the calls, fini(), exit
  * Worker -> host:
  *   [HELLO, descriptor_map]                after dlopen and the ABI checks
@@ -21,6 +28,19 @@
  *   [DONE, id, status]                     the call ended (execute/complete)
  *   [LOG, level, message]
  *   [ANSWER, id, rc, message]              answer to an ASK
+ *   [ANSWER, id, rc, message, blocks_bin, dropped]
+ *                                          answer to a content ASK:
+ *                                          blocks_bin an array of blocks
+ *                                          [kind, role, mime_type, data,
+ *                                          uri, name] (strings or nil,
+ *                                          data bin); dropped: completion
+ *                                          values past the 100 kept
+ *   [UPDATED, uri]                         resource_updated() (ABI 1.4)
+ *
+ * HELLO's descriptor also carries (ABI 1.4) the resources [[uri, name,
+ * title, description, mime_type, has_complete]...] and the prompts
+ * [[name, title, description, args, has_complete]...] (args as a tool's
+ * params); the host checks them as an in-process plugin's.
  */
 #ifndef TH_ISO_WIRE_H
 #define TH_ISO_WIRE_H
@@ -37,9 +57,14 @@
 enum { ISO_INIT = 1, ISO_CALL, ISO_CANCEL, ISO_ASK, ISO_EXIT };
 enum {
     ISO_HELLO = 1, ISO_FAIL, ISO_READY, ISO_WRITE, ISO_META, ISO_PROGRESS,
-    ISO_DONE, ISO_LOG, ISO_ANSWER
+    ISO_DONE, ISO_LOG, ISO_ANSWER, ISO_UPDATED
 };
-enum { ISO_ASK_VALIDATE = 1, ISO_ASK_PERMISSION = 2 };
+enum {
+    ISO_ASK_VALIDATE = 1, ISO_ASK_PERMISSION = 2,
+    /* content (ABI 1.4): every kind from ISO_ASK_READ on */
+    ISO_ASK_READ = 3, ISO_ASK_GET = 4, ISO_ASK_COMPLETE_RES = 5,
+    ISO_ASK_COMPLETE_PROMPT = 6
+};
 
 /* The fds a worker is started with. */
 #define ISO_FD_SOCK 3   /* the socketpair                                  */
@@ -93,7 +118,8 @@ char *th_iso_strdup(const msgpack_object_array *a, uint32_t i);
 
 /* The descriptor a worker sends in HELLO, from a loaded plugin, and back:
  * the host builds a toolhost_plugin (with its own strings) from it:
- * [name, version, description, config_params, [tool...], plugin_flags],
+ * [name, version, description, config_params, [tool...], plugin_flags,
+ * [resource...], [prompt...]],
  * each tool [name, description, long_description, params, stdout_type,
  * stderr_type, flags, has_needs_permission, has_validate_args, title,
  * output_schema, input_schema, tags (nil or [tag...])]. */

@@ -43,6 +43,7 @@
 #include <dirent.h>
 
 #include "iso_wire.h"
+#include "th/content.h"
 #include "th/iso.h"
 #include "th/log.h"
 
@@ -68,6 +69,7 @@ typedef struct wcall {
     uint32_t tool;
     int ask; /* 0 call, else ISO_ASK_* */
     uint64_t retry_after_ms; /* ABI 1.5 set_retry_after(), sent with DONE */
+    uint64_t max_bytes; /* a content ask: what its blocks may cost */
     struct wcall *next;
     struct wcall *qnext; /* waiting for a thread; in the ended queue */
     /* kept when the record is reused (new_call clears what is above) */
@@ -526,10 +528,116 @@ static const th_tool *tool_at(uint32_t i)
     return i < g_p->n_tools ? &g_p->tools[i] : NULL;
 }
 
+/* [ANSWER, id, rc, message, blocks_bin, dropped]: what a content ask
+ * gave.  The blocks are those the plugin's content_add() took here (the
+ * same sink and checks as in-process); the host checks them again. */
+static int send_content(uint64_t id, int rc, const char *msg,
+                        const th_content *out)
+{
+    th_buf bb = TH_BUF_INIT;
+    msgpack_packer bp;
+    msgpack_packer_init(&bp, &bb, th_buf_msgpack_write);
+    int be = msgpack_pack_array(&bp, (uint32_t)out->n);
+    for (size_t i = 0; i < out->n && !be; i++) {
+        const th_block *b = &out->v[i];
+        be |= msgpack_pack_array(&bp, 6);
+        be |= msgpack_pack_uint32(&bp, b->kind);
+        be |= th_pack_cstr(&bp, b->role);
+        be |= th_pack_cstr(&bp, b->mime_type);
+        be |= msgpack_pack_bin_with_body(&bp, b->data, b->len);
+        be |= th_pack_cstr(&bp, b->uri);
+        be |= th_pack_cstr(&bp, b->name);
+    }
+    if (be) {
+        th_buf_destroy(&bb);
+        return send_answer(id, TOOLHOST_FAILED, "worker out of memory");
+    }
+    PK_BEGIN(6);
+    e |= msgpack_pack_int(&pk, ISO_ANSWER);
+    e |= msgpack_pack_uint64(&pk, id);
+    e |= msgpack_pack_int(&pk, rc);
+    e |= th_pack_cstr(&pk, msg);
+    e |= msgpack_pack_bin_with_body(&pk, bb.data, bb.len);
+    e |= msgpack_pack_uint64(&pk, out->dropped);
+    th_buf_destroy(&bb);
+    PK_END();
+}
+
+/* A read, a prompt get or a completion (ABI 1.4) of the plugin's, as
+ * the host's content.c runs it in process. */
+static void run_content(wcall *c)
+{
+    static const th_content_mode modes[] = {
+        [ISO_ASK_READ] = TH_CONTENT_READ, [ISO_ASK_GET] = TH_CONTENT_PROMPT,
+        [ISO_ASK_COMPLETE_RES] = TH_CONTENT_COMPLETE,
+        [ISO_ASK_COMPLETE_PROMPT] = TH_CONTENT_COMPLETE};
+    th_content out;
+    th_content_init(&out, modes[c->ask], (size_t)c->max_bytes);
+    out.plugin = g_p->name;
+    out.pub.host = &g_p->api;
+    char reason[512] = "";
+    int rc = TOOLHOST_FAILED;
+    bool is_res = c->ask == ISO_ASK_READ || c->ask == ISO_ASK_COMPLETE_RES;
+    const th_resource *r =
+        is_res && c->tool < g_p->n_resources ? &g_p->resources[c->tool] : NULL;
+    const th_prompt *q =
+        !is_res && c->tool < g_p->n_prompts ? &g_p->prompts[c->tool] : NULL;
+    /* arg_bin: the URI (a read), the args map (a get), [name, value] */
+    char *a1 = NULL, *a2 = NULL;
+    if (c->ask == ISO_ASK_COMPLETE_RES || c->ask == ISO_ASK_COMPLETE_PROMPT) {
+        msgpack_unpacked u;
+        msgpack_unpacked_init(&u);
+        size_t off = 0;
+        if (msgpack_unpack_next(&u, (const char *)c->args.data, c->args.len,
+                                &off) == MSGPACK_UNPACK_SUCCESS &&
+            u.data.type == MSGPACK_OBJECT_ARRAY && u.data.via.array.size == 2) {
+            a1 = th_iso_strdup(&u.data.via.array, 0);
+            a2 = th_iso_strdup(&u.data.via.array, 1);
+        }
+        msgpack_unpacked_destroy(&u);
+    } else if (c->ask == ISO_ASK_READ && (a1 = malloc(c->args.len + 1))) {
+        memcpy(a1, c->args.data, c->args.len);
+        a1[c->args.len] = '\0';
+    }
+    th_content_enter(&out);
+    if (c->ask == ISO_ASK_READ && r && a1)
+        rc = r->desc->read(g_p->state, r->desc, a1, &out.pub, reason,
+                           sizeof reason);
+    else if (c->ask == ISO_ASK_GET && q)
+        rc = q->desc->get(g_p->state, q->desc, c->args.data, c->args.len,
+                          &out.pub, reason, sizeof reason);
+    else if (c->ask == ISO_ASK_COMPLETE_RES && r && r->desc->complete && a1 &&
+             a2)
+        rc = r->desc->complete(g_p->state, r->desc, a1, a2, &out.pub);
+    else if (c->ask == ISO_ASK_COMPLETE_PROMPT && q && q->desc->complete &&
+             a1 && a2)
+        rc = q->desc->complete(g_p->state, q->desc, a1, a2, &out.pub);
+    else
+        snprintf(reason, sizeof reason, "no such resource or prompt in the "
+                 "worker");
+    th_content_leave();
+    reason[sizeof reason - 1] = '\0';
+    if (out.bad) { /* refused here: the host says why, as in process */
+        rc = TOOLHOST_EINVAL;
+        snprintf(reason, sizeof reason, "%s", out.why);
+        th_content_free(&out);
+    }
+    send_content(c->id, rc, reason, &out);
+    th_content_free(&out);
+    free(a1);
+    free(a2);
+}
+
 static void *run_call(void *arg)
 {
     wcall *c = arg;
     const th_tool *t = tool_at(c->tool);
+    if (c->ask >= ISO_ASK_READ) {
+        run_content(c);
+        atomic_store(&c->ended, true); /* (never handed to the plugin) */
+        call_unref(c);
+        return NULL;
+    }
     if (c->ask) {
         char msg[1024] = "";
         int rc = 0;
@@ -650,6 +758,10 @@ static int hand_off_locked(wcall *c)
 /* The worker cannot run the call: it says why and ends it. */
 static void refuse(uint64_t id, int ask, const char *why)
 {
+    if (ask >= ISO_ASK_READ) {
+        send_answer(id, TOOLHOST_FAILED, why);
+        return;
+    }
     if (ask) {
         send_answer(id, 1, why);
         return;
@@ -702,6 +814,10 @@ static wcall *new_call(const msgpack_object_array *a, int ask, int *active)
     if (ask) {
         c->tool = (uint32_t)th_iso_int(a, 3);
         args_p = th_iso_bytes(a, 4, &n);
+        if (ask >= ISO_ASK_READ) {
+            int64_t m = th_iso_int(a, 5);
+            c->max_bytes = m > 0 ? (uint64_t)m : 0;
+        }
     } else {
         c->tool = (uint32_t)th_iso_int(a, 2);
         args_p = th_iso_bytes(a, 3, &n);
@@ -794,8 +910,10 @@ static bool take_frame(const uint8_t *f, size_t len, bool last)
             send_text(ISO_READY, 0, err.msg);
         g_ready = rc == 0;
     } else if ((type == ISO_CALL || type == ISO_ASK) && g_ready) {
-        c = new_call(a, type == ISO_ASK ? (int)th_iso_int(a, 2) : 0,
-                     &active);
+        int ask = type == ISO_ASK ? (int)th_iso_int(a, 2) : 0;
+        if (ask < 0 || ask > ISO_ASK_COMPLETE_PROMPT)
+            _exit(3); /* not from our host */
+        c = new_call(a, ask, &active);
     } else if (type == ISO_CANCEL) {
         cancel_call((uint64_t)th_iso_int(a, 1));
     } else if (type == ISO_EXIT) {
@@ -1613,6 +1731,22 @@ static int become_init(bool reaper)
     }
 }
 
+/* [UPDATED, uri]: the plugin's resource_updated(), from any of its
+ * threads. */
+static void w_updated(const char *uri)
+{
+    th_buf b = TH_BUF_INIT;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &b, th_buf_msgpack_write);
+    int e = msgpack_pack_array(&pk, 2);
+    e |= msgpack_pack_int(&pk, ISO_UPDATED);
+    e |= th_pack_cstr(&pk, uri);
+    if (e)
+        th_buf_destroy(&b);
+    else
+        send_buf(&b);
+}
+
 int th_iso_worker_main(int argc, char **argv)
 {
     wopts o;
@@ -1663,6 +1797,9 @@ int th_iso_worker_main(int argc, char **argv)
     g_p->api.log = w_log;
     /* not carried over the wire (docs/isolation.md): refused here */
     th_plugin_set_tools_changed_hook(NULL);
+    /* resource_updated() of the plugin's own resources (the loader's
+     * check) goes to the host, which checks the URI again */
+    th_content_set_update_hook(w_updated);
     g_n_static = g_p->n_tools;
     {
         th_buf b = TH_BUF_INIT;

@@ -268,6 +268,10 @@ typedef struct th_plugin_cfg {
     /* Appended (discovery, docs/gateway.md): every tool of this plugin is
      * deferred: left out of tool lists, found by search_tools. */
     bool defer;
+    /* Appended (isolation, docs/isolation.md): a resource read, prompt
+     * get or completion of an isolated plugin not answered within this
+     * kills its worker and fails; 0: 5000                              */
+    uint64_t content_timeout_ms;
 } th_plugin_cfg;
 
 typedef struct th_perm_rule {
