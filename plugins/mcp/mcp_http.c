@@ -46,6 +46,8 @@ typedef struct http_rx {
     uint64_t n_progress;
     char *buf;             /* bytes not parsed yet */
     size_t len, cap;
+    size_t scanned;        /* buf[0, scanned) was searched for an event's
+                              end already (parse_sse) */
     bool sse;
     char session[160];     /* Mcp-Session-Id seen, "" if none */
     char rm[512];          /* a 401's resource_metadata URL, "" if none */
@@ -103,10 +105,15 @@ static void dispatch(http_rx *rx, const char *text, size_t len)
 static void parse_sse(http_rx *rx)
 {
     size_t start = 0;
+    /* Resume the search where the last one stopped (less the 3 bytes an
+     * end split across reads may begin in): scanning the whole pending
+     * event again after each read made one event of max_message bytes,
+     * sent in small writes, cost its size squared in compares. */
+    size_t from = rx->scanned > 3 ? rx->scanned - 3 : 0;
     for (;;) {
         char *end = NULL;
         size_t skip = 0;
-        for (size_t i = start; i + 1 < rx->len; i++) {
+        for (size_t i = start > from ? start : from; i + 1 < rx->len; i++) {
             if (rx->buf[i] == '\n' && rx->buf[i + 1] == '\n') {
                 end = rx->buf + i;
                 skip = 2;
@@ -155,6 +162,7 @@ static void parse_sse(http_rx *rx)
         }
         start = (size_t)(end - rx->buf) + skip;
     }
+    rx->scanned = rx->len - start; /* no end in what is left */
     if (start) {
         memmove(rx->buf, rx->buf + start, rx->len - start);
         rx->len -= start;
@@ -270,6 +278,7 @@ static void rx_reset(http_rx *rx)
     json_decref(rx->answer);
     rx->answer = NULL;
     rx->len = 0;
+    rx->scanned = 0;
     rx->sse = false;
 }
 
@@ -365,7 +374,7 @@ out:
     free(body);
     free(rx->buf);
     rx->buf = NULL;
-    rx->len = rx->cap = 0;
+    rx->len = rx->cap = rx->scanned = 0;
     return status;
 }
 
@@ -682,7 +691,7 @@ out:
         curl_multi_cleanup(m);
     free(rx->buf);
     rx->buf = NULL;
-    rx->len = rx->cap = 0;
+    rx->len = rx->cap = rx->scanned = 0;
     return status;
 }
 
