@@ -24,6 +24,7 @@
  *
  * Lock: mcp_oauth.mu, a leaf (never held across a transfer); only the
  * one fetcher (fetching set) writes the discovered endpoint and resource. */
+#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -231,6 +232,17 @@ static bool same_origin(const char *a, const char *b)
     return same;
 }
 
+/* Whether host is an IPv4 address in 127.0.0.0/8: the address itself,
+ * not a name that merely begins "127." (127.attacker.example resolves
+ * wherever its owner likes; a prefix test let such a plain http URL
+ * carry the secret or the token across a network). */
+static bool is_loopback_v4(const char *host)
+{
+    struct in_addr a;
+    return inet_pton(AF_INET, host, &a) == 1 &&
+           (ntohl(a.s_addr) >> 24) == 127;
+}
+
 /* https, or http on a loopback host (127.0.0.0/8, ::1, localhost): a
  * secret or a token never crosses a network in the clear. */
 static bool url_allowed(const char *url, char *why, size_t ws)
@@ -246,7 +258,7 @@ static bool url_allowed(const char *url, char *why, size_t ws)
         ok = true;
     else if (strcasecmp(sch, "http"))
         snprintf(why, ws, "'%.120s' is not an https URL", url);
-    else if (!strncmp(host, "127.", 4) || !strcmp(host, "[::1]") ||
+    else if (is_loopback_v4(host) || !strcmp(host, "[::1]") ||
              !strcasecmp(host, "localhost"))
         ok = true;
     else
