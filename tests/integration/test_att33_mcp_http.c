@@ -7,7 +7,9 @@
  * pending buffer again for the blank line after every read (quadratic in
  * the event's size: seconds of CPU per event, ~12 GiB of compares); it
  * now resumes where the last scan stopped, so the answer comes well within
- * the call's budget.  The same stream carries "retry: 0" (ignored). */
+ * the call's budget.  The same stream carries "retry: 0" (ignored).
+ * event_ids: ids with a control byte or past 127 bytes are not sent back
+ * as Last-Event-ID on the GET stream's reconnect (held). */
 #include <CUnit/CUnit.h>
 #include <jansson.h>
 #include <microhttpd.h>
@@ -29,6 +31,9 @@ typedef struct hsrv {
     pthread_mutex_t mu;
     unsigned port;
     unsigned calls; /* tools/call answered */
+    unsigned gets;  /* GET streams asked for */
+    char last_id[2][256]; /* Last-Event-ID of GETs 1 and 2 ("-": none) */
+    char get1[1024];      /* GET 1's events */
 } hsrv;
 
 typedef struct hreq {
@@ -85,9 +90,26 @@ static enum MHD_Result h_handler(void *cls, struct MHD_Connection *c,
         return MHD_YES;
     }
     if (!strcmp(method, "GET")) {
+        /* GET 1: a good id, then one with a control byte and one of 200
+         * bytes (neither may be sent back), then the end; GET 2 is
+         * refused (405: the plugin stops asking) */
+        const char *li = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                     "Last-Event-ID");
+        pthread_mutex_lock(&h->mu);
+        unsigned g = ++h->gets;
+        if (g <= 2)
+            snprintf(h->last_id[g - 1], sizeof h->last_id[0], "%s",
+                     li ? li : "-");
+        pthread_mutex_unlock(&h->mu);
+        char *ev = h->get1;
         struct MHD_Response *r =
-            MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
-        enum MHD_Result rc = MHD_queue_response(c, 405, r);
+            g == 1 ? MHD_create_response_from_buffer(strlen(ev), ev,
+                                                      MHD_RESPMEM_PERSISTENT)
+                   : MHD_create_response_from_buffer(0, "",
+                                                     MHD_RESPMEM_PERSISTENT);
+        if (g == 1)
+            MHD_add_response_header(r, "Content-Type", "text/event-stream");
+        enum MHD_Result rc = MHD_queue_response(c, g == 1 ? 200 : 405, r);
         MHD_destroy_response(r);
         return rc;
     }
@@ -166,6 +188,15 @@ static int h_start(hsrv *h)
 {
     memset(h, 0, sizeof *h);
     pthread_mutex_init(&h->mu, NULL);
+    static const char note[] = "data: {\"jsonrpc\":\"2.0\",\"method\":"
+                               "\"notifications/message\",\"params\":"
+                               "{\"level\":\"info\",\"data\":\"x\"}}\n\n";
+    char longid[201];
+    memset(longid, 'L', 200);
+    longid[200] = 0;
+    snprintf(h->get1, sizeof h->get1,
+             "id: ok1\n%sid: bad\x01id\n%sid: %s\n%s", note, note, longid,
+             note);
     struct sockaddr_in sa = {.sin_family = AF_INET,
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD |
@@ -234,8 +265,49 @@ static void test_big_sse_event(void)
     h_stop(&h);
 }
 
+/* Event ids the plugin must not send back as Last-Event-ID: one with a
+ * control byte (header injection toward the server) and one of 200
+ * bytes (past its 127); the last good one goes instead. */
+static void test_event_ids(void)
+{
+    th_test_timeout(120);
+    hsrv h;
+    CU_ASSERT_FATAL(h_start(&h) == 0);
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg,
+             "host:\n"
+             "  shutdown_grace: 1s\n"
+             "plugins:\n"
+             "  - name: mcp\n"
+             "    path: @BUILD@/plugins/mcp.so\n"
+             "    config:\n"
+             "      restart_initial: 50ms\n"
+             "      servers:\n"
+             "        - name: h\n"
+             "          url: http://127.0.0.1:%u/mcp\n"
+             "toolsets:\n"
+             "  - name: public\n"
+             "    tools: [\"*\"]\n",
+             h.port);
+    rpc_opts o = {.config = cfg};
+    rpc_srv out;
+    CU_ASSERT_FATAL(rpc_srv_start(&out, &o) == 0);
+    CU_ASSERT(rpc_log_wait(&out, "server 'h' offers no GET stream (HTTP "
+                                 "405)",
+                           rpc_wait_ms()));
+    pthread_mutex_lock(&h.mu);
+    CU_ASSERT_EQUAL(h.gets, 2);
+    CU_ASSERT_STRING_EQUAL(h.last_id[0], "-");
+    CU_ASSERT_STRING_EQUAL(h.last_id[1], "ok1");
+    pthread_mutex_unlock(&h.mu);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&out, SIGTERM), 0);
+    rpc_srv_free(&out);
+    h_stop(&h);
+}
+
 void th_suite_att33_mcp_http(void)
 {
     CU_pSuite s = CU_add_suite("att33_mcp_http", NULL, NULL);
     CU_add_test(s, "big_sse_event", test_big_sse_event);
+    CU_add_test(s, "event_ids", test_event_ids);
 }
