@@ -848,6 +848,8 @@ typedef struct mcp_input {
     json_t *answers;          /* the answers to asks 1..N-1 */
     json_t *asked;            /* what asks 1..N asked: "METHOD HASH" of
                                  each (ask_sig) */
+    size_t bytes;             /* the answers' size, counted against
+                                 mcp.max_pending_input_bytes */
     int64_t expires_ms;
     struct mcp_input *next;
 } mcp_input;
@@ -856,7 +858,8 @@ static struct {
     pthread_mutex_t mu;       /* leaf */
     mcp_input *list;
     size_t n;
-} g_in = {PTHREAD_MUTEX_INITIALIZER, NULL, 0};
+    size_t bytes; /* the sum of the states' bytes */
+} g_in = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0};
 
 static void input_free(mcp_input *in)
 {
@@ -878,6 +881,7 @@ static void inputs_expire_locked(int64_t now)
         }
         *p = in->next;
         g_in.n--;
+        g_in.bytes -= in->bytes;
         th_log_info("mcp: input_required state of %s expired unanswered "
                     "(mcp.input_ttl)",
                     in->tool);
@@ -894,6 +898,7 @@ void th_mcp_inputs_clear(void)
         input_free(in);
     }
     g_in.n = 0;
+    g_in.bytes = 0;
     pthread_mutex_unlock(&g_in.mu);
 }
 
@@ -932,6 +937,8 @@ static bool input_put(th_mcp_session *m, mcp_call *c, size_t k,
     const th_mcp_cfg *mc = th_mcp_config(cfg);
     size_t max = mc ? mc->max_pending_inputs : 1024; /* the defaults */
     size_t max_user = mc ? mc->max_pending_inputs_per_user : 64;
+    /* the answers kept: one principal's states hold a quarter at most */
+    size_t max_bytes = mc ? mc->max_pending_input_bytes : 64u << 20;
     int64_t ttl = mc ? (int64_t)mc->input_ttl_ms : 600000;
     th_config_unref(cfg);
     uint8_t rnd[16];
@@ -948,34 +955,45 @@ static bool input_put(th_mcp_session *m, mcp_call *c, size_t k,
     base16_encode_update(in->state, sizeof rnd, rnd);
     in->state[32] = '\0';
     in->args_hash = c->args_hash;
+    /* what the answers cost kept (their JSON text, plus the record) */
+    in->bytes = sizeof *in + json_dumpb(in->answers, NULL, 0, JSON_COMPACT);
     int64_t now = mono_ms();
     in->expires_ms = now + ttl;
     pthread_mutex_lock(&g_in.mu);
     inputs_expire_locked(now);
-    size_t mine = 0;
+    size_t mine = 0, mine_bytes = 0;
     for (mcp_input *o = g_in.list; o; o = o->next)
-        mine += strcmp(o->owner, m->owner) == 0;
-    size_t total = g_in.n;
-    bool full = total >= max || mine >= max_user;
-    if (!full) {
+        if (strcmp(o->owner, m->owner) == 0) {
+            mine++;
+            mine_bytes += o->bytes;
+        }
+    size_t total = g_in.n, total_bytes = g_in.bytes;
+    const char *key = total >= max               ? "mcp.max_pending_inputs"
+                      : mine >= max_user         ? "mcp.max_pending_inputs_per_user"
+                      : total_bytes + in->bytes > max_bytes
+                          ? "mcp.max_pending_input_bytes"
+                      : mine_bytes + in->bytes > max_bytes / 4
+                          ? "mcp.max_pending_input_bytes (a quarter of it "
+                            "for one caller)"
+                          : NULL;
+    if (!key) {
         in->next = g_in.list;
         g_in.list = in;
         g_in.n++;
+        g_in.bytes += in->bytes;
         memcpy(state, in->state, 33);
     }
     pthread_mutex_unlock(&g_in.mu);
-    if (full) {
-        bool user = mine >= max_user;
+    if (key) {
         th_log_warn("mcp session=%llu call=%llu %s: input_required refused: "
-                    "%zu states %swait for their retry (%s)",
+                    "%zu states of %zu bytes wait for their retry, %zu of "
+                    "%zu bytes this caller's; this one %zu bytes (%s)",
                     (unsigned long long)th_session_id(m->s),
-                    (unsigned long long)c->call_id, c->tool,
-                    user ? mine : total, user ? "of this caller " : "",
-                    user ? "mcp.max_pending_inputs_per_user"
-                         : "mcp.max_pending_inputs");
+                    (unsigned long long)c->call_id, c->tool, total,
+                    total_bytes, mine, mine_bytes, in->bytes, key);
         input_free(in);
     }
-    return !full;
+    return !key;
 }
 
 /* m->mu held (c a 2026-07-28 request's call, not a task): the tool's ask
@@ -1087,6 +1105,7 @@ static bool input_resume(th_mcp_session *m, const json_t *id,
         else {
             *p = in->next; /* taken: answered once */
             g_in.n--;
+            g_in.bytes -= in->bytes;
         }
     }
     pthread_mutex_unlock(&g_in.mu);

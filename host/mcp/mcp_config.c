@@ -326,6 +326,8 @@ static const th_cfkey mcp_keys[] = {
      .off = M(max_pending_inputs), .min = 1, .max = 1000000},
     {.name = "max_pending_inputs_per_user", .set = th_cf_u32,
      .off = M(max_pending_inputs_per_user), .min = 1, .max = 1000000},
+    {.name = "max_pending_input_bytes", .set = th_cf_size,
+     .off = M(max_pending_input_bytes), .min = 4096, .max = 1ull << 40},
     {.name = NULL}};
 #undef M
 
@@ -354,6 +356,7 @@ static void mcp_init(void *sec)
     m->input_ttl_ms = 10 * TH_MINUTE_MS;
     m->max_pending_inputs = 1024;
     m->max_pending_inputs_per_user = 64;
+    m->max_pending_input_bytes = 64 * TH_MIB;
     m->max_message = 16 * TH_MIB;
     m->oauth.jwks_refresh_ms = 10 * TH_MINUTE_MS;
     m->oauth.jwks_min_interval_ms = 30 * TH_SEC_MS;

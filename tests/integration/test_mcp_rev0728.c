@@ -940,6 +940,41 @@ static void test_http_input_required(void)
     rv_free(&v);
 }
 
+/* The bytes the waiting states keep (mcp.max_pending_input_bytes, one
+ * caller a quarter of it): with 4 KiB, alice's states fill her 1 KiB
+ * after a few asks and her next is refused, logged naming the key, while
+ * bob's ask still gets its state. */
+static void test_http_input_bytes(void)
+{
+    rv_srv v;
+    CU_ASSERT_FATAL(rv_start_ex(&v, "  max_pending_input_bytes: 4096\n") ==
+                    0);
+    char *t = NULL;
+    int kept = 0;
+    bool refused = false;
+    for (int i = 0; i < 100 && !refused; i++) {
+        CU_ASSERT_EQUAL(post(v.port, H_ASK,
+                             B(1, "tools/call", ASK_FORM CAPS_FORM), &t),
+                        200);
+        if (has(t, "\"resultType\":\"input_required\""))
+            kept++;
+        else
+            refused = has(t, "rc=-5");
+        free(t);
+    }
+    CU_ASSERT(refused);
+    CU_ASSERT(kept >= 1 && kept < 100);
+    CU_ASSERT(rpc_log_wait(&v.rs, "(mcp.max_pending_input_bytes (a quarter "
+                                  "of it for one caller))",
+                           rpc_wait_ms()));
+    CU_ASSERT_EQUAL(post_bob(v.port, H_ASK,
+                             B(2, "tools/call", ASK_FORM CAPS_FORM), &t),
+                    200);
+    CU_ASSERT(has(t, "\"resultType\":\"input_required\""));
+    free(t);
+    rv_free(&v);
+}
+
 /* A state past mcp.input_ttl is dropped: the owner's retry is refused,
  * and the expiry is logged.  The wait is for the state to go (a retry
  * for other arguments, which leaves a live state alone, is refused as
@@ -1136,6 +1171,7 @@ void th_suite_mcp_rev0728(void)
     CU_add_test(s, "stdio_listen", test_stdio_listen);
     CU_add_test(s, "stdio_input_required", test_stdio_input_required);
     CU_add_test(s, "http_input_required", test_http_input_required);
+    CU_add_test(s, "http_input_bytes", test_http_input_bytes);
     CU_add_test(s, "http_input_expiry", test_http_input_expiry);
     CU_add_test(s, "http_listen", test_http_listen);
     CU_add_test(s, "sdk_v2_stdio", test_sdk_v2_stdio);

@@ -117,6 +117,8 @@ typedef struct th_mcp_cfg {
                               process); 1024                           */
     uint32_t max_pending_inputs_per_user; /* of them, one principal's
                               (uid, token user); 64                    */
+    uint64_t max_pending_input_bytes; /* the answers such states keep, in
+                              all (one principal's: a quarter); 64 MiB */
     int line, col;
     char **listen_http;    /* the http:// and https:// entries of
                               host.listen, as written (docs/mcp.md)     */
