@@ -282,6 +282,24 @@ static void rx_reset(http_rx *rx)
     rx->sse = false;
 }
 
+/* What every request to server s sets: its URL, the answer into rx (body
+ * and headers), http and https only, no redirect followed, no signals,
+ * the connect timeout of a start, curl's error text into ebuf. */
+static void easy_common(CURL *c, mcp_srv *s, http_rx *rx, char *ebuf)
+{
+    curl_easy_setopt(c, CURLOPT_URL, s->url);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, rx);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, rx);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
+                     (long)s->st->start_timeout_ms);
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, ebuf);
+}
+
 /* POSTs `msg`; the HTTP status, or -1 with why (a transport failure, a
  * budget, the call's end, no OAuth token).  rx->answer holds the
  * response to want_id.  With oauth: a 401 fetches a new token and the
@@ -303,22 +321,12 @@ static long post(mcp_srv *s, json_t *msg, http_rx *rx, char *why, size_t ws)
         rx->auth_failed = true;
         goto out;
     }
-    curl_easy_setopt(c, CURLOPT_URL, s->url);
+    char ebuf[CURL_ERROR_SIZE] = "";
+    easy_common(c, s, rx, ebuf);
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, rx);
-    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(c, CURLOPT_HEADERDATA, rx);
     curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_xfer);
     curl_easy_setopt(c, CURLOPT_XFERINFODATA, rx);
     curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
-                     (long)s->st->start_timeout_ms);
-    char ebuf[CURL_ERROR_SIZE] = "";
-    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, ebuf);
     for (int attempt = 0;; attempt++) {
         h = headers_for(s, true,
                         "Accept: application/json, text/event-stream", auth,
@@ -630,20 +638,10 @@ static long listen_once(mcp_srv *s, http_rx *rx, const char *auth,
         snprintf(why, ws, "out of memory");
         goto out;
     }
-    curl_easy_setopt(c, CURLOPT_URL, s->url);
+    char ebuf[CURL_ERROR_SIZE] = "";
+    easy_common(c, s, rx, ebuf);
     curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, rx);
-    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(c, CURLOPT_HEADERDATA, rx);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
-                     (long)s->st->start_timeout_ms);
-    char ebuf[CURL_ERROR_SIZE] = "";
-    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, ebuf);
     curl_multi_add_handle(m, c);
     pthread_mutex_lock(&s->mu);
     s->get_multi = m;
