@@ -404,9 +404,15 @@ static void lists_changed_locked(th_mcp_session *m, mcp_list_kind k)
 static void front_tools_changed(void *ud)
 {
     th_mcp_session *m = ud;
+    /* A reload tells every session of the host, this one too from the
+     * moment th_session_open() lists it, before m->s is set: nothing to
+     * compare yet (the digests are taken right after). */
+    th_session *s = __atomic_load_n(&m->s, __ATOMIC_ACQUIRE);
+    if (!s)
+        return;
     uint64_t h[MCP_LISTS];
     for (int k = 0; k < MCP_LISTS; k++)
-        h[k] = th_session_view_digest(m->s, lists[k].digest, NULL);
+        h[k] = th_session_view_digest(s, lists[k].digest, NULL);
     bool sent[MCP_LISTS] = {false};
     pthread_mutex_lock(&m->mu);
     /* 2026-07-28 sends nothing unasked: only the tools' list_changed, on
@@ -2250,7 +2256,8 @@ th_mcp_session *th_mcp_session_new(th_host *h, const th_principal *who,
                         .front = "mcp",
                         .log_call = front_log_call,
                         .ask_client = front_ask_client};
-    m->s = th_session_open(h, &p, &ops, m);
+    __atomic_store_n(&m->s, th_session_open(h, &p, &ops, m),
+                     __ATOMIC_RELEASE);
     if (!m->s) {
         th_error_set(err, TH_ENOMEM, "cannot open a session (out of memory "
                                      "or the host is closing)");
