@@ -469,13 +469,7 @@ int mcpsrc_execute(void *state, const toolhost_tool *tool,
     int64_t deadline = s->timeout_ms > 0 ? t0 + s->timeout_ms : -1;
 
     /* the arguments as JSON (the host checked them against the schema) */
-    msgpack_unpacked u;
-    msgpack_unpacked_init(&u);
-    json_t *jargs = NULL;
-    if (msgpack_unpack_next(&u, (const char *)args, args_len, NULL) ==
-        MSGPACK_UNPACK_SUCCESS)
-        jargs = mp_json_of(&u.data);
-    msgpack_unpacked_destroy(&u);
+    json_t *jargs = mp_json_parse(args, args_len);
     if (!json_is_object(jargs)) {
         json_decref(jargs);
         return th_sdk_fail(call, "mcp: the arguments are not a JSON object");

@@ -39,7 +39,7 @@ int64_t mcpsrc_now_ms(void)
 
 /* "500ms", "30s", "2m", "1h", "0", or a whole number of seconds; -1 when
  * bad. */
-static int64_t duration_of(const json_t *v)
+int64_t mcpsrc_duration(const json_t *v)
 {
     if (json_is_integer(v)) {
         json_int_t n = json_integer_value(v);
@@ -64,11 +64,6 @@ static int64_t duration_of(const json_t *v)
     if (strcmp(end, "h") == 0)
         return (int64_t)n * 3600000;
     return -1;
-}
-
-int64_t mcpsrc_duration(const json_t *v)
-{
-    return duration_of(v);
 }
 
 static bool name_char(char c)
@@ -349,7 +344,7 @@ common:;
         return th_sdk_errf(err, es, "out of memory");
     /* timeout, max_concurrency */
     const json_t *to = json_object_get(o, "timeout");
-    if (to && (s->timeout_ms = duration_of(to)) < 0)
+    if (to && (s->timeout_ms = mcpsrc_duration(to)) < 0)
         return th_sdk_errf(err, es,
                     "%s: 'timeout' must be a duration (\"500ms\", \"30s\", "
                     "\"2m\", \"1h\", or 0 for the call's deadline only)",
@@ -408,13 +403,9 @@ common:;
 int mcpsrc_config(mcp_state *st, const uint8_t *config, size_t len,
                   char *err, size_t es)
 {
-    msgpack_unpacked u;
-    msgpack_unpacked_init(&u);
-    json_t *c = NULL;
+    json_t *c = mp_json_parse(config, len);
     int rc = -1;
-    if (msgpack_unpack_next(&u, (const char *)config, len, NULL) !=
-            MSGPACK_UNPACK_SUCCESS ||
-        !(c = mp_json_of(&u.data)) || !json_is_object(c)) {
+    if (!json_is_object(c)) {
         th_sdk_errf(err, es, "the config block is not a map");
         goto out;
     }
@@ -429,7 +420,7 @@ int mcpsrc_config(mcp_state *st, const uint8_t *config, size_t len,
         {"write_timeout", 1, 3600000, offsetof(mcp_state, write_timeout_ms)},
     };
     for (size_t i = 0; i < sizeof durs / sizeof durs[0]; i++) {
-        int64_t v = duration_of(json_object_get(c, durs[i].key));
+        int64_t v = mcpsrc_duration(json_object_get(c, durs[i].key));
         if (v < durs[i].min || v > durs[i].max) {
             th_sdk_errf(err, es,
                  "'%s' must be a duration from 1ms to %lldh (\"500ms\", "
@@ -491,7 +482,6 @@ int mcpsrc_config(mcp_state *st, const uint8_t *config, size_t len,
     rc = 0;
 out:
     json_decref(c);
-    msgpack_unpacked_destroy(&u);
     return rc;
 }
 

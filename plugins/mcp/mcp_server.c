@@ -666,7 +666,6 @@ static void on_line(mcp_srv *s, const char *line, size_t len)
         /* the supervisor lists again (this thread must go on reading
          * the answers); many in a row fold into one listing */
         pthread_mutex_lock(&s->mu);
-        s->list_changed = true;
         s->relist = true;
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
@@ -1227,7 +1226,6 @@ static void *supervise(void *arg)
         }
         s->state = SRV_STARTING;
         s->generation++;
-        s->list_changed = false;
         s->n_stderr = 0;
         pthread_mutex_unlock(&s->mu);
         char why[400] = "", rwhy[160] = "";

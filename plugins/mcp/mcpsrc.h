@@ -123,7 +123,6 @@ struct mcp_srv {
     size_t n_unsent;    /* calls in pending with `unsent`            */
     bool flush;         /* wrest holds bytes: the reader writes them  */
     json_t *tools;      /* the last tools/list (array), owned        */
-    bool list_changed;  /* the server said its tools changed         */
     json_t *served;     /* the list this generation's init_tools()
                            built from, owned; NULL before           */
     bool relist;        /* list_changed came: the supervisor lists

@@ -62,11 +62,6 @@ static json_t *of(const msgpack_object *o, int depth)
     }
 }
 
-json_t *mp_json_of(const msgpack_object *o)
-{
-    return of(o, 0);
-}
-
 json_t *mp_json_parse(const uint8_t *data, size_t len)
 {
     msgpack_unpacked u;

@@ -14,13 +14,11 @@
 /* Deepest nesting converted; deeper is refused (NULL). */
 #define MP_JSON_MAX_DEPTH 64
 
-/* The value o as a new JSON tree, or NULL when it is not JSON (a bin or
- * ext value, a map key that is not a string, a string that is not UTF-8,
- * nesting past MP_JSON_MAX_DEPTH) or memory ran out.  An integer over
- * INT64_MAX becomes a real. */
-json_t *mp_json_of(const msgpack_object *o);
-
-/* The first msgpack value of data[0..len) as a JSON tree, or NULL. */
+/* The first msgpack value of data[0..len) as a new JSON tree, or NULL
+ * when there is none or it is not JSON (a bin or ext value, a map key
+ * that is not a string, a string that is not UTF-8, nesting past
+ * MP_JSON_MAX_DEPTH) or memory ran out.  An integer over INT64_MAX
+ * becomes a real. */
 json_t *mp_json_parse(const uint8_t *data, size_t len);
 
 #endif
