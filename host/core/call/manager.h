@@ -928,6 +928,8 @@ struct th_session {
     th_front_ops ops;
     void *front_ud;
     bool *usable;               /* per toolset */
+    size_t n_usable;            /* its length: the toolsets of the config
+                                   at open (a reload cannot change it) */
     atomic_int refs;
     pthread_mutex_t mu;
     pthread_cond_t cv;

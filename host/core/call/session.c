@@ -101,6 +101,7 @@ th_session *th_session_open(th_host *h, const th_principal *who,
     th_config *cfg = th_host_config_get(h);
     size_t n = cfg->n_toolsets;
     s->usable = calloc(n ? n : 1, sizeof *s->usable);
+    s->n_usable = n;
     if (!s->usable) {
         th_config_unref(cfg);
         free(s);
@@ -408,10 +409,13 @@ typedef struct th_view {
  * a reload's telling counts its own work, not the fronts' threads'. */
 static _Thread_local uint64_t views_computed, views_shared;
 
-static bool has_found(th_session *s)
+/* Whether s sees lists of its own, which no other session of its view
+ * shares: deferred tools it found, or the task tools while it has live
+ * tasks (visible()). */
+static bool own_lists(th_session *s)
 {
     pthread_mutex_lock(&s->mu);
-    bool v = s->found.n > 0;
+    bool v = s->found.n > 0 || s->live_tasks > 0;
     pthread_mutex_unlock(&s->mu);
     return v;
 }
@@ -419,11 +423,11 @@ static bool has_found(th_session *s)
 uint64_t th_session_view_digest(th_session *s, th_view_fn fn, void *ud)
 {
     th_host *h = s->h;
-    if (has_found(s)) { /* its own list: deferred tools it found */
+    if (own_lists(s)) {
         views_computed++;
         return fn(s, ud);
     }
-    size_t n = th_host_config(h)->n_toolsets;
+    size_t n = s->n_usable;
     pthread_mutex_lock(&h->viewmu);
     for (th_view *v = h->views; v; v = v->next)
         if (v->fn == fn && memcmp(v->usable, s->usable, n) == 0) {
@@ -436,7 +440,7 @@ uint64_t th_session_view_digest(th_session *s, th_view_fn fn, void *ud)
     views_computed++;
     /* Kept only when s still has no list of its own (search_tools may
      * have found a tool for it meanwhile). */
-    th_view *v = d && !has_found(s) ? malloc(sizeof *v + (n ? n : 1)) : NULL;
+    th_view *v = d && !own_lists(s) ? malloc(sizeof *v + (n ? n : 1)) : NULL;
     if (v) {
         v->fn = fn;
         v->digest = d;
