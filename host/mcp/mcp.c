@@ -300,7 +300,7 @@ static json_t *visible_tools(th_session *s)
 
 uint64_t mcp_json_digest(const json_t *v)
 {
-    char *txt = v ? json_dumps(v, JSON_COMPACT) : NULL;
+    char *txt = v ? json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     uint64_t h = txt ? th_view_digest(txt, strlen(txt)) : 0;
     free(txt);
     return h;
@@ -644,6 +644,17 @@ static mcp_call *find_call(th_mcp_session *m, const json_t *id)
     return NULL;
 }
 
+/* m->mu held: whether a request under `id` is in flight (a call or a
+ * subscriptions/listen): a second one is refused, since a cancel or a
+ * response could not tell them apart. */
+static bool id_in_flight_locked(th_mcp_session *m, const json_t *id)
+{
+    for (const mcp_listen *l = m->listens; l; l = l->next)
+        if (json_equal(l->id, (json_t *)id))
+            return true;
+    return find_call(m, id) != NULL;
+}
+
 static mcp_call *find_call_id(th_mcp_session *m, uint64_t call_id)
 {
     for (mcp_call *c = m->calls; c; c = c->next)
@@ -912,13 +923,9 @@ void th_mcp_inputs_clear(void)
  * request it was made for. */
 static uint64_t args_hash(const json_t *args)
 {
-    json_t *empty = json_object();
-    char *t = json_dumps(json_is_object(args) ? args : empty,
-                         JSON_COMPACT | JSON_SORT_KEYS);
-    uint64_t h = t ? th_view_digest(t, strlen(t)) : 0;
-    free(t);
-    json_decref(empty);
-    return h;
+    /* no arguments are {} */
+    return json_is_object(args) ? mcp_json_digest(args)
+                                : th_view_digest("{}", 2);
 }
 
 /* The first n items of a (NULL: none) in a new array; NULL: no memory. */
@@ -1622,9 +1629,7 @@ static void m_tools_call(th_mcp_session *m, const json_t *id,
     }
     th_call_opts o = {.as_task = task != NULL};
     pthread_mutex_lock(&m->mu);
-    if (!task && find_call(m, id)) {
-        /* Two calls in flight under one id: the second is refused (a
-         * cancel or a response could not tell them apart). */
+    if (!task && id_in_flight_locked(m, id)) {
         pthread_mutex_unlock(&m->mu);
         call_free(c);
         th_buf_destroy(&mp);
@@ -1768,10 +1773,7 @@ static void m_listen(th_mcp_session *m, const json_t *id,
         return;
     }
     pthread_mutex_lock(&m->mu);
-    bool dup = false;
-    for (mcp_listen *o = m->listens; o; o = o->next)
-        dup |= json_equal(o->id, (json_t *)id);
-    dup |= find_call(m, id) != NULL;
+    bool dup = id_in_flight_locked(m, id);
     size_t n = m->n_listens;
     if (dup || n >= max) {
         pthread_mutex_unlock(&m->mu);

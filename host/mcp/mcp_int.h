@@ -265,7 +265,7 @@ void mcp_complete(struct th_mcp_session *m, const json_t *id,
  * memory. */
 uint64_t mcp_resources_digest(th_session *s, void *ud);
 uint64_t mcp_prompts_digest(th_session *s, void *ud);
-/* mcp.c: the digest of a JSON value's compact text (nonzero), 0 when out
+/* mcp.c: the digest of a JSON value's compact text, keys sorted (nonzero), 0 when out
  * of memory. */
 uint64_t mcp_json_digest(const json_t *v);
 /* A subscription: its URI, and whether an update waits to be sent. */
