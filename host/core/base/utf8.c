@@ -1,6 +1,8 @@
 /* utf8.c - UTF-8 well-formedness (th/utf8.h). */
 #include "th/utf8.h"
 
+#include <string.h>
+
 /* The length of the well-formed UTF-8 sequence at s[0..n) (1..4), or 0
  * when it is not one; *bad is then the length of its maximal subpart (the
  * bytes that a replacement character stands for, at least 1).  Overlongs,
@@ -51,4 +53,30 @@ bool th_utf8_valid(const void *p, size_t n)
         i += l;
     }
     return true;
+}
+
+size_t th_utf8_scrub(char *dst, size_t cap, const void *src, size_t n,
+                     bool keep_newlines)
+{
+    const unsigned char *s = src;
+    size_t k = 0;
+    for (size_t i = 0; i < n && k < cap;) {
+        size_t bad = 1;
+        size_t sl = th_utf8_seq(s + i, n - i, &bad);
+        if (sl == 0) { /* the ill-formed bytes, at least 1 */
+            dst[k++] = '?';
+            i += bad;
+        } else if (sl == 1 && (s[i] < 0x20 || s[i] == 0x7f)) {
+            dst[k++] = keep_newlines && s[i] == '\n' ? '\n' : ' ';
+            i++;
+        } else if (k + sl <= cap) {
+            memcpy(dst + k, s + i, sl);
+            k += sl;
+            i += sl;
+        } else {
+            break;
+        }
+    }
+    dst[k] = '\0';
+    return k;
 }

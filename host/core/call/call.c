@@ -971,8 +971,9 @@ int th_mcall_backend_status(const th_mcall *c, int status)
 #define BACKEND_MSG_MAX 2000
 
 /* A backend's error (ABI 1.5): the tool error `code` whose message is
- * the tool's stderr, one line per line, valid UTF-8 (bad bytes and
- * control characters become '?', cut at BACKEND_MSG_MAX bytes), or the
+ * the tool's stderr, one line per line, valid UTF-8 (th_utf8_scrub: bad
+ * bytes become '?', other control characters spaces, cut at
+ * BACKEND_MSG_MAX bytes), or the
  * code's own words when it wrote none; stdout and meta are dropped. */
 static int backend_result(th_mcall *c, int code, th_result_copy *res)
 {
@@ -993,26 +994,8 @@ static int backend_result(th_mcall *c, int code, th_result_copy *res)
     if (n) {
         size_t cap = n < BACKEND_MSG_MAX ? n : BACKEND_MSG_MAX;
         m = malloc(cap + 1);
-        size_t k = 0;
-        for (size_t i = 0; m && i < n && k < cap;) {
-            size_t bad = 1;
-            size_t sl = th_utf8_seq(err.data + i, n - i, &bad);
-            if (sl == 0) { /* bad: the ill-formed bytes, at least 1 */
-                m[k++] = '?';
-                i += bad;
-            } else if (sl == 1 && (err.data[i] < 0x20 || err.data[i] == 0x7f)) {
-                m[k++] = err.data[i] == '\n' ? '\n' : ' ';
-                i++;
-            } else if (k + sl <= cap) {
-                memcpy(m + k, err.data + i, sl);
-                k += sl;
-                i += sl;
-            } else {
-                break;
-            }
-        }
         if (m)
-            m[k] = '\0';
+            th_utf8_scrub(m, cap, err.data, n, true);
     }
     th_buf_destroy(&err);
     res->kind = TH_RESULT_ERROR;

@@ -640,9 +640,13 @@ static bool route(pool *P, worker *w, const uint8_t *f, size_t n, pend *self)
             size_t bl = 0;
             const uint8_t *bb = th_iso_bytes(a, 4, &bl);
             p->blob_len = bl;
+            /* the worker's word: capped, so that a count added to it
+             * (the answer's total) cannot wrap */
             p->dropped = a->size > 5 && a->ptr[5].type ==
                          MSGPACK_OBJECT_POSITIVE_INTEGER
                              ? a->ptr[5].via.u64 : 0;
+            if (p->dropped > UINT32_MAX)
+                p->dropped = UINT32_MAX;
             if (bl > p->blob_max)
                 p->blob_over = true;
             else if (bb && bl && (p->blob = malloc(bl)))
@@ -2867,21 +2871,13 @@ static int replay_blocks(pool *P, const uint8_t *b, size_t n,
     return rc;
 }
 
-/* The worker's reason, safe to show: at most err_size bytes, UTF-8 (each
- * byte of a bad sequence or a control character becomes '?'). */
+/* The worker's reason, safe to show: at most err_size bytes with the
+ * NUL, UTF-8, on one line (th_utf8_scrub). */
 static void copy_reason(char *err, size_t err_size, const char *m)
 {
     if (!err || !err_size)
         return;
-    snprintf(err, err_size, "%s", m ? m : "");
-    size_t n = strlen(err);
-    if (!th_utf8_valid(err, n))
-        for (size_t i = 0; i < n; i++)
-            if ((unsigned char)err[i] >= 0x80)
-                err[i] = '?';
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)err[i] < 0x20)
-            err[i] = ' ';
+    th_utf8_scrub(err, err_size - 1, m ? m : "", m ? strlen(m) : 0, false);
 }
 
 /* One content ask: sent to a worker as a call is (the budget of what

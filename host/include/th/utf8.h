@@ -15,4 +15,12 @@ size_t th_utf8_seq(const unsigned char *s, size_t n, size_t *bad);
 /* True when s[0..n) is well-formed UTF-8 (n == 0 included). */
 bool th_utf8_valid(const void *s, size_t n);
 
+/* Text from untrusted bytes src[0..n), safe to show: into dst, at most
+ * cap bytes and a NUL (dst holds cap + 1), each ill-formed subpart
+ * becoming '?', each control character (and DEL) a space, or kept when
+ * it is '\n' and keep_newlines; cut at a whole sequence, never inside
+ * one.  Returns the bytes written (not counting the NUL). */
+size_t th_utf8_scrub(char *dst, size_t cap, const void *src, size_t n,
+                     bool keep_newlines);
+
 #endif
