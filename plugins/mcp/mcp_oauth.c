@@ -11,7 +11,9 @@
  * `grant_type=client_credentials`, `resource` (RFC 8707) and `scope`,
  * the client authenticated with `client_secret_basic` or
  * `client_secret_post` as the metadata allows.  With `token_url` set no
- * document is read.
+ * document is read; with `issuer` set, the server's document must name
+ * that authorization server (else a hostile server could name its own
+ * and be sent the secret).
  *
  * The token is kept until shortly before `expires_in`; a 401 to a request
  * that carried it fetches a new one, once (mcp_http.c retries that
@@ -41,6 +43,7 @@ struct mcp_oauth {
     char *secret_env;   /* its variable's name (for errors) */
     char *scope;        /* NULL: none sent */
     char *token_url;    /* NULL: discovered */
+    char *issuer;       /* NULL: the one the server names */
     int auth_method;    /* AUTH_*: AUTH_AUTO from the metadata */
     int64_t timeout_ms;
     int64_t max_response;
@@ -67,7 +70,8 @@ enum { AUTH_AUTO = 0, AUTH_BASIC = 1, AUTH_POST = 2 };
 
 static const char *const oauth_keys[] = {
     "client_id",   "client_secret_env", "scope",        "token_url",
-    "auth_method", "timeout",           "max_response", NULL};
+    "issuer",      "auth_method",       "timeout",      "max_response",
+    NULL};
 
 static bool url_allowed(const char *url, char *why, size_t ws);
 
@@ -77,7 +81,7 @@ int mcpsrc_oauth_parse(mcp_srv *s, const json_t *o, const char *who,
     if (!json_is_object(o))
         return th_sdk_errf(err, es,
                            "%s: 'oauth' must be a map (client_id, "
-                           "client_secret_env, scope, token_url, "
+                           "client_secret_env, scope, token_url, issuer, "
                            "auth_method, timeout, max_response)",
                            who);
     const char *k;
@@ -91,7 +95,7 @@ int mcpsrc_oauth_parse(mcp_srv *s, const json_t *o, const char *who,
             return th_sdk_errf(err, es,
                                "%s: oauth: unknown key '%.64s' (known: "
                                "client_id, client_secret_env, scope, "
-                               "token_url, auth_method, timeout, "
+                               "token_url, issuer, auth_method, timeout, "
                                "max_response)",
                                who, k);
     }
@@ -140,6 +144,11 @@ int mcpsrc_oauth_parse(mcp_srv *s, const json_t *o, const char *who,
                                                                 sizeof w)))
         return th_sdk_errf(err, es, "%s: oauth: 'token_url': %s", who,
                            tu ? w : "must be a URL");
+    const char *iss = json_string_value(json_object_get(o, "issuer"));
+    if (json_object_get(o, "issuer") && (!iss || !url_allowed(iss, w,
+                                                              sizeof w)))
+        return th_sdk_errf(err, es, "%s: oauth: 'issuer': %s", who,
+                           iss ? w : "must be a URL");
     const char *am = json_string_value(json_object_get(o, "auth_method"));
     if (json_object_get(o, "auth_method") &&
         (!am || (strcmp(am, "client_secret_basic") &&
@@ -172,7 +181,8 @@ int mcpsrc_oauth_parse(mcp_srv *s, const json_t *o, const char *who,
     if (!(a->client_id = strdup(id)) || !(a->secret = strdup(sec)) ||
         !(a->secret_env = strdup(env)) ||
         (scope && !(a->scope = strdup(scope))) ||
-        (tu && !(a->token_url = strdup(tu))))
+        (tu && !(a->token_url = strdup(tu))) ||
+        (iss && !(a->issuer = strdup(iss))))
         return th_sdk_errf(err, es, "out of memory");
     return 0;
 }
@@ -188,6 +198,7 @@ void mcpsrc_oauth_free(mcp_oauth *a)
     free(a->secret_env);
     free(a->scope);
     free(a->token_url);
+    free(a->issuer);
     free(a->token);
     free(a->endpoint);
     free(a->resource);
@@ -465,14 +476,32 @@ static int discover(mcp_srv *s, mcp_oauth *a, const char *rm, char *why,
     if (!prm)
         return -1;
     const char *res = json_string_value(json_object_get(prm, "resource"));
-    const char *as = json_string_value(
-        json_array_get(json_object_get(prm, "authorization_servers"), 0));
+    /* the first authorization server named, or the configured one */
+    const json_t *ases = json_object_get(prm, "authorization_servers");
+    const char *as = json_string_value(json_array_get(ases, 0));
+    for (size_t i = 0; a->issuer && i < json_array_size(ases); i++) {
+        as = json_string_value(json_array_get(ases, i));
+        if (as && !strcmp(as, a->issuer))
+            break;
+        as = NULL;
+    }
     if (!res || !same_origin(res, s->url)) {
         char c[170];
         clean(c, sizeof c, res ? res : "(none)");
         snprintf(why, ws,
                  "protected resource metadata: its resource '%s' is not on "
                  "the server's origin",
+                 c);
+        json_decref(prm);
+        return -1;
+    }
+    if (!as && a->issuer) {
+        char c[170];
+        clean(c, sizeof c, a->issuer);
+        snprintf(why, ws,
+                 "protected resource metadata does not name the "
+                 "configured oauth.issuer '%s' among its "
+                 "authorization_servers: refused",
                  c);
         json_decref(prm);
         return -1;

@@ -599,8 +599,10 @@ static void test_expiry(void)
 }
 
 /* `toolhost call` through the plugin with the config `oauth` lines: the
- * run fails with stderr holding `want`, and never the secret. */
-static void expect_fail(unsigned port, const char *oauth, const char *want)
+ * run fails (ok: succeeds) with stderr (ok: stdout) holding `want`, and
+ * never the secret. */
+static void expect_run(unsigned port, const char *oauth, const char *want,
+                       bool ok)
 {
     char *dir = th_test_tmpdir();
     char text[2048], cfgtext[4096];
@@ -622,17 +624,23 @@ static void expect_fail(unsigned port, const char *oauth, const char *want)
     CU_ASSERT_EQUAL(th_test_toolhost(&r, "call", "-c", cfg, "in_echo",
                                      "text=x", NULL),
                     0);
-    CU_ASSERT_NOT_EQUAL(r.status, 0);
-    bool has = r.err && strstr(r.err, want);
+    CU_ASSERT_EQUAL(r.status != 0, !ok);
+    const char *in = ok ? r.out : r.err;
+    bool has = in && strstr(in, want);
     CU_ASSERT(has);
     if (!has)
-        fprintf(stderr, "\nwant '%s' in:\n%s\n", want, r.err);
+        fprintf(stderr, "\nwant '%s' in:\n%s\n%s\n", want, r.out, r.err);
     CU_ASSERT(!(r.err && strstr(r.err, SECRET)));
     CU_ASSERT(!(r.out && strstr(r.out, SECRET)));
     th_test_run_free(&r);
     free(cfg);
     th_test_rmtree(dir);
     free(dir);
+}
+
+static void expect_fail(unsigned port, const char *oauth, const char *want)
+{
+    expect_run(port, oauth, want, false);
 }
 
 static void test_refusals(void)
@@ -670,6 +678,13 @@ static void test_refusals(void)
                             "is not on the issuer's origin: refused");
     a.md_token = NULL;
 
+    /* an issuer pinned to another authorization server than the one the
+     * server names: nothing is asked of the named one (no token below) */
+    expect_fail(port, "            issuer: http://127.0.0.1:1\n",
+                "protected resource metadata does not name the configured "
+                "oauth.issuer 'http://127.0.0.1:1' among its "
+                "authorization_servers: refused");
+
     /* a token with a line break (header injection): refused */
     a.bad_token = true;
     expect_fail(port, NULL, "the answer holds no Bearer access_token of "
@@ -678,6 +693,10 @@ static void test_refusals(void)
     /* nothing above had a token (the one with a line break is not one) */
     a.tokens = 0;
     CU_ASSERT_EQUAL(as_tokens(&a), 0);
+    /* pinned to the one the server names: the flow goes on */
+    char pin[256];
+    snprintf(pin, sizeof pin, "            issuer: %s\n", a.issuer);
+    expect_run(port, pin, "x", true);
     /* a token endpoint that hangs: oauth.timeout ends the wait */
     as_stall(&a, true);
     int64_t t0 = now_ms();
