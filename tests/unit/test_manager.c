@@ -165,6 +165,39 @@ static void test_async_ack_progress_done(void)
     close_all();
 }
 
+/* A digest that tells whether s lists the task tools. */
+static uint64_t task_tools_digest(th_session *s, void *ud)
+{
+    (void)ud;
+    return 1 + 2 * (uint64_t)th_session_tools(s, find_tool,
+                                              "get_running_tasks");
+}
+
+/* Views (th_session_view_digest): a session with a live task lists the
+ * task tools, so it never takes the digest its peers (same toolsets, no
+ * task) made, nor gives them its own. */
+static void test_view_digest_live_tasks(void)
+{
+    open_default(2, 1, 64);
+    th_principal p = {.uid = 1000, .gid = 1000, .trusted = true};
+    th_session *peer = th_session_open(H, &p, NULL, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(peer);
+    CU_ASSERT_EQUAL(th_session_view_digest(peer, task_tools_digest, NULL), 1);
+    rec r;
+    rec_init(&r);
+    start(S, "t_async",
+          A(3, "text", 's', "fin", "steps", 'i', 2LL, "delay_ms", 'i', 1000LL),
+          NULL, &r);
+    CU_ASSERT_TRUE(rec_wait_running(&r, 5000));
+    if (th_session_live_tasks(S) == 1) /* (not ended meanwhile) */
+        CU_ASSERT_EQUAL(th_session_view_digest(S, task_tools_digest, NULL), 3);
+    CU_ASSERT_EQUAL(th_session_view_digest(peer, task_tools_digest, NULL), 1);
+    CU_ASSERT_TRUE(rec_wait(&r, 20000));
+    rec_free(&r);
+    th_session_close(peer);
+    close_all();
+}
+
 static void test_async_finishing_first_is_sync(void)
 {
     open_default(2, 1, 64);
@@ -3420,6 +3453,7 @@ void th_suite_manager(void)
     CU_add_test(s, "args_outlive_caller", test_args_outlive_caller);
     CU_add_test(s, "errors_before_run", test_errors_before_run);
     CU_add_test(s, "async_ack_progress_done", test_async_ack_progress_done);
+    CU_add_test(s, "view_digest_live_tasks", test_view_digest_live_tasks);
     CU_add_test(s, "async_finishing_first_is_sync", test_async_finishing_first_is_sync);
     CU_add_test(s, "coalescing_slow_consumer", test_coalescing_slow_consumer);
     CU_add_test(s, "no_progress_option", test_no_progress_option);
