@@ -234,11 +234,11 @@ static void test_hostile(void)
     CU_ASSERT_FATAL(c != NULL);
     CU_ASSERT(read_is_fine(c));
     /* a crash fails that read; the worker restarts */
-    read_fails(c, "bad://crash", TH_EFAILED, SEGV_WORDS);
+    read_fails(c, "bad://crash", TH_EPLUGIN_CRASHED, SEGV_WORDS);
     CU_ASSERT(rpc_log_wait(&s, SEGV_LOG, rpc_wait_ms()));
     still_serves(c);
     /* a read that never returns: killed at content_timeout */
-    read_fails(c, "bad://hang", TH_EFAILED, "content_timeout");
+    read_fails(c, "bad://hang", TH_ETIMEOUT, "content_timeout");
     CU_ASSERT(rpc_log_wait(&s, "read of 'bad://hang' did not answer within",
                            rpc_wait_ms()));
     still_serves(c);
@@ -260,7 +260,8 @@ static void test_hostile(void)
     CU_ASSERT(rpc_log_wait(&s, "passes the content budget", rpc_wait_ms()));
     still_serves(c);
     /* a frame that is not msgpack: the worker is killed */
-    read_fails(c, "bad://forge/frame", TH_EFAILED, "failed");
+    read_fails(c, "bad://forge/frame", TH_EPLUGIN_CRASHED,
+               "plugin_crashed (SIGKILL)");
     CU_ASSERT(rpc_log_wait(&s, "sent a malformed frame: killed",
                            rpc_wait_ms()));
     still_serves(c);

@@ -131,10 +131,10 @@ static int plugin_said(int rc, const char *reason, const th_content *out,
                             "content: %s", what, name, out->why);
     if (rc == TOOLHOST_OK)
         return 0;
-    if (rc == TOOLHOST_NOT_FOUND)
+    if (rc == TOOLHOST_NOT_FOUND && !out->fail_code)
         return th_error_set(err, TH_ENOTFOUND, "%s '%s': not found", what,
                             name);
-    return th_error_set(err, TH_EFAILED, "%s '%s' failed: %s", what, name,
+    return th_error_set(err, out->fail_code ? out->fail_code : TH_EFAILED, "%s '%s' failed: %s", what, name,
                         reason[0] ? reason : "(no reason given)");
 }
 

@@ -2553,6 +2553,7 @@ typedef struct ask_io {
     size_t len;
     bool over;         /* blocks_bin passed max: not kept */
     bool killed;       /* no answer within content_timeout */
+    bool died;         /* no worker, or it died during the ask */
     uint64_t dropped;
 } ask_io;
 
@@ -2573,6 +2574,8 @@ static int run(pool *P, uint32_t tool_idx, int ask, toolhost_call *call,
         pthread_cond_destroy(&p.cv);
         if (ask) {
             snprintf(ans, ans_cap, "%s", why);
+            if (io)
+                io->died = true;
             return 1;
         }
         return fail_call(call, TH_EPLUGIN_CRASHED, why);
@@ -2727,6 +2730,8 @@ static int run(pool *P, uint32_t tool_idx, int ask, toolhost_call *call,
         int rc;
         if (ask) {
             snprintf(ans, ans_cap, "%s", death);
+            if (io)
+                io->died = true;
             rc = 1;
         } else if (killed) {
             rc = fail_call(call, TH_ETIMEOUT,
@@ -2898,6 +2903,11 @@ static int content_ask(pool *P, int kind, uint32_t idx, const uint8_t *arg,
         snprintf(ans, sizeof ans, "its worker did not answer within %lld ms "
                  "(content_timeout) and was killed",
                  (long long)P->content_timeout_ms);
+        c->fail_code = TH_ETIMEOUT;
+        rc = TOOLHOST_FAILED;
+    } else if (io.died) {
+        /* the words are the death's: "plugin_crashed (SIGSEGV): ..." */
+        c->fail_code = TH_EPLUGIN_CRASHED;
         rc = TOOLHOST_FAILED;
     } else if (io.over) {
         th_log_warn("plugin %s: %s: the worker's answer of %zu bytes passes "

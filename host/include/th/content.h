@@ -63,6 +63,11 @@ typedef struct th_content {
     bool logged;              /* a refusal was logged: no more lines (a
                                  plugin refused in a loop floods nothing) */
     char why[256];            /* the first refusal */
+    int fail_code;            /* set by an isolated plugin's proxy when
+                                 its worker died (TH_EPLUGIN_CRASHED) or
+                                 was killed past content_timeout
+                                 (TH_ETIMEOUT): the request's error code;
+                                 0: the callback's status says */
 } th_content;
 
 /* The sink the plugin callback about to run on this thread is given;
