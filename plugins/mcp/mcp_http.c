@@ -56,6 +56,8 @@ typedef struct http_rx {
     uint64_t n_events;     /* events read (the GET stream) */
     char last_id[128];     /* the last event id ("" none) */
     bool auth_failed;      /* no OAuth token could be had (why says) */
+    bool unsent;           /* the call ended while its token was fetched:
+                              the server never took the request */
 } http_rx;
 
 static void dispatch(http_rx *rx, const char *text, size_t len)
@@ -300,6 +302,21 @@ static void easy_common(CURL *c, mcp_srv *s, http_rx *rx, char *ebuf)
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, ebuf);
 }
 
+/* The token line for a request of rx (its call's life bounds the wait):
+ * true, or false with rx flagged (no token, or the call ended: a 401, or
+ * no request, so the server never took it). */
+static bool auth_for(mcp_srv *s, http_rx *rx, bool refused, uint64_t *gen,
+                     const char *rm, char **auth, char *why, size_t ws)
+{
+    int rc = mcpsrc_oauth_auth(s, refused, gen, rm, rx->call, rx->deadline,
+                               auth, why, ws);
+    rx->cancelled = rc == MCPSRC_OAUTH_CANCELLED;
+    rx->timed_out = rc == MCPSRC_OAUTH_TIMEDOUT;
+    rx->unsent = rx->cancelled || rx->timed_out;
+    rx->auth_failed = rc != 0 && !rx->unsent;
+    return rc == 0;
+}
+
 /* POSTs `msg`; the HTTP status, or -1 with why (a transport failure, a
  * budget, the call's end, no OAuth token).  rx->answer holds the
  * response to want_id.  With oauth: a 401 fetches a new token and the
@@ -316,11 +333,8 @@ static long post(mcp_srv *s, json_t *msg, http_rx *rx, char *why, size_t ws)
         snprintf(why, ws, "out of memory");
         goto out;
     }
-    if (s->oauth &&
-        mcpsrc_oauth_auth(s, false, &gen, NULL, &auth, why, ws) != 0) {
-        rx->auth_failed = true;
+    if (s->oauth && !auth_for(s, rx, false, &gen, NULL, &auth, why, ws))
         goto out;
-    }
     char ebuf[CURL_ERROR_SIZE] = "";
     easy_common(c, s, rx, ebuf);
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
@@ -354,8 +368,7 @@ static long post(mcp_srv *s, json_t *msg, http_rx *rx, char *why, size_t ws)
         h = NULL;
         free(auth);
         auth = NULL;
-        if (mcpsrc_oauth_auth(s, true, &gen, rx->rm, &auth, why, ws) != 0) {
-            rx->auth_failed = true;
+        if (!auth_for(s, rx, true, &gen, rx->rm, &auth, why, ws)) {
             status = -1;
             goto out;
         }
@@ -531,6 +544,10 @@ int mcpsrc_http_call(mcp_srv *s, const char *remote, toolhost_call *call,
     *n_progress = rx.n_progress;
     if (rx.answer && st == 200)
         return 0;
+    if (rx.unsent) {
+        *error = rx.cancelled ? "cancelled" : "timeout";
+        return -1;
+    }
     if (rx.cancelled || rx.timed_out) {
         *error = rx.cancelled ? "cancelled" : "timeout";
         json_t *n = json_pack("{s:s, s:s, s:{s:I, s:s}}", "jsonrpc", "2.0",
@@ -705,8 +722,8 @@ void mcpsrc_http_listen(mcp_srv *s, void (*relist)(mcp_srv *s))
         char why[256] = "";
         free(auth);
         auth = NULL;
-        if (s->oauth && mcpsrc_oauth_auth(s, refused, &gen, rm, &auth, why,
-                                          sizeof why) != 0) {
+        if (s->oauth && mcpsrc_oauth_auth(s, refused, &gen, rm, NULL, -1,
+                                          &auth, why, sizeof why) != 0) {
             /* logged by mcp_oauth.c; the next try after the back-off */
             if (listen_wait(s, delay))
                 break;

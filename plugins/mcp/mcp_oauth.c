@@ -56,6 +56,12 @@ struct mcp_oauth {
     uint64_t gen;       /* its generation (0: none yet) */
     int64_t fresh_until; /* monotonic ms; INT64_MAX: no expires_in */
     char err[1024];     /* why the last fetch failed */
+    bool abandoned;     /* the last fetch ended with its caller's call */
+    /* the fetcher's call and deadline (written by it before its fetch;
+     * read by its own transfers) */
+    toolhost_call *f_call;
+    int64_t f_deadline;
+    int f_ended;        /* 0, or MCPSRC_OAUTH_CANCELLED/_TIMEDOUT */
     /* discovered (under mu; written by the fetcher) */
     char *endpoint;     /* the token endpoint */
     char *resource;     /* the RFC 8707 resource */
@@ -104,6 +110,7 @@ int mcpsrc_oauth_parse(mcp_srv *s, const json_t *o, const char *who,
         return th_sdk_errf(err, es, "out of memory");
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->cv, NULL);
+    a->f_deadline = -1;
     s->oauth = a;
     const char *id = json_string_value(json_object_get(o, "client_id"));
     if (!id || !id[0] || strlen(id) > 255 ||
@@ -310,7 +317,22 @@ typedef struct xfer {
     char *buf;
     size_t len, cap, max;
     bool too_big;
+    mcp_oauth *a;
 } xfer;
+
+/* The fetcher's call ended (cancelled, or past its deadline): the
+ * transfer stops (libcurl calls this at least once a second). */
+static int on_progress(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut,
+                       curl_off_t un)
+{
+    (void)dt, (void)dn, (void)ut, (void)un;
+    mcp_oauth *a = ((xfer *)ud)->a;
+    if (a->f_call && th_sdk_cancelled(a->f_call))
+        a->f_ended = MCPSRC_OAUTH_CANCELLED;
+    else if (a->f_deadline >= 0 && mcpsrc_now_ms() >= a->f_deadline)
+        a->f_ended = MCPSRC_OAUTH_TIMEDOUT;
+    return a->f_ended != 0;
+}
 
 static size_t on_data(char *p, size_t size, size_t n, void *ud)
 {
@@ -349,7 +371,7 @@ static long transfer(mcp_oauth *a, const char *url, const char *form,
         snprintf(why, ws, "out of memory");
         return -1;
     }
-    xfer x = {.max = (size_t)a->max_response};
+    xfer x = {.max = (size_t)a->max_response, .a = a};
     struct curl_slist *h = curl_slist_append(NULL, "Accept: application/json");
     char *user = NULL, *pass = NULL;
     curl_easy_setopt(c, CURLOPT_URL, url);
@@ -363,6 +385,11 @@ static long transfer(mcp_oauth *a, const char *url, const char *form,
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)a->timeout_ms);
     if (form)
         curl_easy_setopt(c, CURLOPT_POSTFIELDS, form);
+    if (a->f_call || a->f_deadline >= 0) {
+        curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+        curl_easy_setopt(c, CURLOPT_XFERINFODATA, &x);
+        curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+    }
     if (basic) {
         /* RFC 6749 2.3.1: id and secret form-encoded, then base64 (by
          * libcurl) */
@@ -380,6 +407,8 @@ static long transfer(mcp_oauth *a, const char *url, const char *form,
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
         if (x.len)
             *doc = json_loadb(x.buf, x.len, 0, NULL);
+    } else if (a->f_ended) {
+        snprintf(why, ws, "%.120s: the call ended during the transfer", url);
     } else if (x.too_big) {
         snprintf(why, ws, "%.120s: the answer is larger than %lld bytes "
                  "(oauth.max_response)", url, (long long)a->max_response);
@@ -708,8 +737,43 @@ static int fetch(mcp_srv *s, mcp_oauth *a, const char *rm, char *why,
     return 0;
 }
 
+/* A waiter's slice: the fetch's end, or 50 ms (its call is looked at
+ * between slices). */
+static void wait_fetch(mcp_oauth *a)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 50 * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&a->cv, &a->mu, &ts);
+}
+
+/* `end` (MCPSRC_OAUTH_*) with its words in why. */
+static int ended(int end, char *why, size_t ws)
+{
+    snprintf(why, ws, "%s", end == MCPSRC_OAUTH_CANCELLED
+                                ? "cancelled while an OAuth token was fetched"
+                                : "no OAuth token before the call's deadline");
+    return end;
+}
+
+/* 0, or how the caller's call ended (MCPSRC_OAUTH_*, with why). */
+static int call_ended(toolhost_call *call, int64_t deadline, char *why,
+                      size_t ws)
+{
+    if (call && th_sdk_cancelled(call))
+        return ended(MCPSRC_OAUTH_CANCELLED, why, ws);
+    if (deadline >= 0 && mcpsrc_now_ms() >= deadline)
+        return ended(MCPSRC_OAUTH_TIMEDOUT, why, ws);
+    return 0;
+}
+
 int mcpsrc_oauth_auth(mcp_srv *s, bool refused, uint64_t *gen,
-                      const char *rm, char **line, char *why, size_t ws)
+                      const char *rm, toolhost_call *call, int64_t deadline,
+                      char **line, char *why, size_t ws)
 {
     mcp_oauth *a = s->oauth;
     *line = NULL;
@@ -736,26 +800,47 @@ int mcpsrc_oauth_auth(mcp_srv *s, bool refused, uint64_t *gen,
         }
         if (!a->fetching)
             break;
-        /* one fetch at a time: wait for it and take its result */
+        /* one fetch at a time: wait for it and take its result, while
+         * this call lives */
         uint64_t seen = a->fetches;
-        while (a->fetching)
-            pthread_cond_wait(&a->cv, &a->mu);
-        if (a->fetches != seen &&
+        int end = 0;
+        while (a->fetching && !(end = call_ended(call, deadline, why, ws)))
+            wait_fetch(a);
+        if (end) {
+            pthread_mutex_unlock(&a->mu);
+            return end;
+        }
+        if (a->fetches != seen && !a->abandoned &&
             !(a->token && mcpsrc_now_ms() < a->fresh_until)) {
             snprintf(why, ws, "OAuth: %s", a->err);
             pthread_mutex_unlock(&a->mu);
             return -1;
         }
-        refused = false; /* a fresh token came: take it */
+        /* a fresh token came: take it; its fetcher's call ended: the
+         * same question again (a fetch of our own) */
+        if (!a->abandoned)
+            refused = false;
+    }
+    int end = call_ended(call, deadline, why, ws);
+    if (end) {
+        pthread_mutex_unlock(&a->mu);
+        return end;
     }
     a->fetching = true;
+    a->f_call = call;
+    a->f_deadline = deadline;
+    a->f_ended = 0;
     pthread_mutex_unlock(&a->mu);
     char w[1024] = "";
     int rc = fetch(s, a, rm, w, sizeof w);
     pthread_mutex_lock(&a->mu);
+    end = rc != 0 ? a->f_ended : 0;
     a->fetching = false;
+    a->f_call = NULL;
+    a->f_deadline = -1;
     a->fetches++;
-    if (rc != 0)
+    a->abandoned = end != 0;
+    if (rc != 0 && !end)
         snprintf(a->err, sizeof a->err, "%s", w);
     pthread_cond_broadcast(&a->cv);
     if (rc == 0 && asprintf(line, "Authorization: Bearer %s", a->token) < 0) {
@@ -766,6 +851,8 @@ int mcpsrc_oauth_auth(mcp_srv *s, bool refused, uint64_t *gen,
     if (rc == 0)
         *gen = a->gen;
     pthread_mutex_unlock(&a->mu);
+    if (end)
+        return ended(end, why, ws);
     if (rc != 0) {
         th_sdk_log(s->st->host, TOOLHOST_LOG_WARN,
                    "server '%s': OAuth: %s", s->name, w);

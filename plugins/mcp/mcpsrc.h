@@ -188,9 +188,16 @@ void mcpsrc_oauth_free(mcp_oauth *a);
  * `refused`: the server answered 401 to the token of generation *gen (0:
  * none sent), `rm` the resource_metadata URL that 401 named ("" none): a
  * new token is fetched, or taken from a fetch of another thread.  Any
- * thread; may block for one fetch (oauth.timeout per transfer). */
+ * thread; may block for one fetch (oauth.timeout per transfer), but no
+ * longer than `call` lives (NULL: no call) or past `deadline` (monotonic
+ * ms, -1: none): then MCPSRC_OAUTH_CANCELLED or MCPSRC_OAUTH_TIMEDOUT.
+ * A fetch its own call ends is abandoned: the calls that waited for it
+ * fetch again rather than take its failure. */
+#define MCPSRC_OAUTH_CANCELLED (-2)
+#define MCPSRC_OAUTH_TIMEDOUT (-3)
 int mcpsrc_oauth_auth(mcp_srv *s, bool refused, uint64_t *gen,
-                      const char *rm, char **line, char *why, size_t ws);
+                      const char *rm, toolhost_call *call, int64_t deadline,
+                      char **line, char *why, size_t ws);
 
 /* mcp_server.c */
 int mcpsrc_servers_start(mcp_state *st, char *err, size_t err_size);

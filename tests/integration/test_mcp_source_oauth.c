@@ -518,6 +518,20 @@ static void test_flow(void)
 /* expires_in: a token is fetched again before it ends; a token the server
  * refuses before its expires_in says (its exp sooner): fetched again on
  * the 401, the call sent again and answered. */
+/* Waits until exactly n calls run (host.stats manager.running). */
+static bool running_is(rpc_srv *s, uint64_t n)
+{
+    th_rpc_client *c = rpc_connect(s);
+    if (!c)
+        return false;
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    uint64_t v;
+    while ((v = rpc_mgr_stat(c, "running")) != n && rpc_now_ms() < end)
+        rpc_log_wait(s, "no such line", 5); /* the clock, bounded */
+    th_rpc_client_close(c);
+    return v == n;
+}
+
 static void test_expiry(void)
 {
     th_test_timeout(120);
@@ -589,6 +603,44 @@ static void test_expiry(void)
     CU_ASSERT(call_says(c, "[\"in_echo\", {\"text\": \"four\"}]", "four"));
     CU_ASSERT_EQUAL(as_tokens(&a), n3 + 1);
     CU_ASSERT(rpc_log_has(&out, "answered 401 to a request with a token"));
+
+    /* A token endpoint that hangs holds no call past its end: past that
+     * token's exp, call 5 fetches (hung), call 6 waits for its fetch.
+     * Cancelling 5 abandons its fetch (6 fetches again, not taking 5's
+     * failure); cancelling 8, a waiter, ends it too.  Each ends while
+     * the endpoint still hangs (the run is over: `running` drops); 6
+     * gets its token once the endpoint answers. */
+    minted = time(NULL);
+    while (time(NULL) < minted + a.exp_s + 1)
+        rpc_log_wait(&out, "no such line", 100);
+    pthread_mutex_lock(&a.mu);
+    unsigned asked0 = a.asked;
+    pthread_mutex_unlock(&a.mu);
+    as_stall(&a, true);
+    CU_ASSERT_FATAL(rpc_raw_open(&w, &out) == 0);
+    rpc_raw_request(&w, 5, "tools.call", "[\"in_echo\", {\"text\": \"five\"}]");
+    CU_ASSERT(as_wait_asked(&a, asked0 + 1));
+    rpc_raw_request(&w, 6, "tools.call", "[\"in_echo\", {\"text\": \"six\"}]");
+    CU_ASSERT(rpc_wait_running(&out, 2));
+    rpc_raw_request(&w, 7, "tools.cancel", "[5]");
+    const msgpack_object *m5 = rpc_raw_response(&w, 5, rpc_wait_ms());
+    CU_ASSERT(m5 && m5->via.array.size == 4 &&
+              rpc_tool_error_is(&m5->via.array.ptr[3], "cancelled"));
+    CU_ASSERT(as_wait_asked(&a, asked0 + 2)); /* 6 fetches again */
+    CU_ASSERT(running_is(&out, 1));
+    rpc_raw_request(&w, 8, "tools.call", "[\"in_echo\", {\"text\": \"8\"}]");
+    CU_ASSERT(rpc_wait_running(&out, 2));
+    rpc_raw_request(&w, 9, "tools.cancel", "[8]");
+    const msgpack_object *m8 = rpc_raw_response(&w, 8, rpc_wait_ms());
+    CU_ASSERT(m8 && m8->via.array.size == 4 &&
+              rpc_tool_error_is(&m8->via.array.ptr[3], "cancelled"));
+    CU_ASSERT(running_is(&out, 1));
+    as_stall(&a, false);
+    const msgpack_object *m6 = rpc_raw_response(&w, 6, rpc_wait_ms());
+    CU_ASSERT(m6 && m6->via.array.size == 4 &&
+              m6->via.array.ptr[2].type == MSGPACK_OBJECT_NIL &&
+              rpc_stdout_is(&m6->via.array.ptr[3], "six"));
+    rpc_raw_close(&w);
     CU_ASSERT(log_lacks_secret(&out));
     th_rpc_client_close(c);
     CU_ASSERT_EQUAL(rpc_srv_stop(&out, SIGTERM), 0);
