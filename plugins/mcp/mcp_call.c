@@ -539,6 +539,15 @@ int mcpsrc_execute(void *state, const toolhost_tool *tool,
                                  "cancelled on the server",
                                  s->name, mt->remote,
                                  (long long)s->timeout_ms);
+    } else if (error && !strcmp(error, "token_timeout")) {
+        rc = th_sdk_fail_backend(call, TOOLHOST_TIMEOUT, 0,
+                                 "mcp: server '%s': no OAuth token for '%s' "
+                                 "within its timeout of %lldms (the token "
+                                 "endpoint did not answer); the request was "
+                                 "not sent",
+                                 s->name, mt->remote,
+                                 (long long)s->timeout_ms);
+        error = "timeout";
     } else if (error && !strcmp(error, "cancelled")) {
         rc = TOOLHOST_FAILED; /* dropped by the host */
     } else {

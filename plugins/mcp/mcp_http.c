@@ -545,7 +545,7 @@ int mcpsrc_http_call(mcp_srv *s, const char *remote, toolhost_call *call,
     if (rx.answer && st == 200)
         return 0;
     if (rx.unsent) {
-        *error = rx.cancelled ? "cancelled" : "timeout";
+        *error = rx.cancelled ? "cancelled" : "token_timeout";
         return -1;
     }
     if (rx.cancelled || rx.timed_out) {
