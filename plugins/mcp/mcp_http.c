@@ -53,7 +53,6 @@ typedef struct http_rx {
     char rm[512];          /* a 401's resource_metadata URL, "" if none */
     bool listen;           /* the GET stream: list_changed is noted */
     bool relist;           /* it said notifications/tools/list_changed */
-    uint64_t n_events;     /* events read (the GET stream) */
     char last_id[128];     /* the last event id ("" none) */
     bool auth_failed;      /* no OAuth token could be had (why says) */
     bool unsent;           /* the call ended while its token was fetched:
@@ -158,10 +157,8 @@ static void parse_sse(http_rx *rx)
             }
             r = nl ? nl + 1 : end;
         }
-        if (any) {
-            rx->n_events++;
+        if (any)
             dispatch(rx, data, (size_t)(w - data));
-        }
         start = (size_t)(end - rx->buf) + skip;
     }
     rx->scanned = rx->len - start; /* no end in what is left */
@@ -757,8 +754,11 @@ void mcpsrc_http_listen(mcp_srv *s, void (*relist)(mcp_srv *s))
             mark_down(s, "its session is gone (HTTP 404 on the GET stream)");
             break;
         }
-        if (rx.n_events || mcpsrc_now_ms() - t0 > s->st->restart_max_ms)
-            delay = s->st->restart_initial_ms; /* it worked for a while */
+        /* it worked for a while: from the start again.  Events alone do
+         * not say so: a stream that gives one and drops, again and again,
+         * backs off as any other */
+        if (mcpsrc_now_ms() - t0 > s->st->restart_max_ms)
+            delay = s->st->restart_initial_ms;
         if (st >= 0)
             snprintf(why, sizeof why, "HTTP status %ld", st);
         th_sdk_log(host, TOOLHOST_LOG_INFO,

@@ -823,6 +823,7 @@ typedef struct fsrv {
     pthread_cond_t cv;
     unsigned port;
     bool no_get, grown, stop;
+    bool flap;           /* every GET: one event, then the end */
     unsigned gets;
     char last_id[4][64]; /* Last-Event-ID of each GET ("" none) */
 } fsrv;
@@ -841,7 +842,16 @@ static ssize_t get_reader(void *cls, uint64_t pos, char *buf, size_t max)
     freq *q = cls;
     fsrv *f = q->f;
     const char *ev = NULL;
-    if (q->sent == 0 && q->get == 1)
+    pthread_mutex_lock(&f->mu);
+    bool flap = f->flap;
+    pthread_mutex_unlock(&f->mu);
+    if (flap) {
+        if (q->sent)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        ev = "id: f1\ndata: {\"jsonrpc\":\"2.0\",\"method\":"
+             "\"notifications/message\",\"params\":{\"level\":\"info\","
+             "\"data\":\"flap\"}}\n\n";
+    } else if (q->sent == 0 && q->get == 1)
         ev = "id: e1\ndata: {\"jsonrpc\":\"2.0\",\"method\":"
              "\"notifications/message\",\"params\":{\"level\":\"info\","
              "\"data\":\"hi\"}}\n\n";
@@ -1067,6 +1077,38 @@ static void test_get_stream(void)
     f_stop(&f);
 }
 
+/* A GET stream that gives one event and drops, again and again, backs
+ * off as one that gives none: restart_initial doubled each time (an
+ * event is no sign that it works), the session still serving calls. */
+static void test_get_flap(void)
+{
+    th_test_timeout(60);
+    fsrv f;
+    CU_ASSERT_FATAL(f_start(&f, false) == 0);
+    pthread_mutex_lock(&f.mu);
+    f.flap = true;
+    pthread_mutex_unlock(&f.mu);
+    rpc_srv out;
+    CU_ASSERT_FATAL(f_outer(&out, &f) == 0);
+    th_rpc_client *c = rpc_connect(&out);
+    CU_ASSERT_FATAL(c != NULL);
+    static const char *const waits[] = {"50ms", "100ms", "200ms", "400ms"};
+    for (size_t i = 0; i < sizeof waits / sizeof *waits; i++) {
+        char want[160];
+        snprintf(want, sizeof want, "server 'f': its GET stream ended (HTTP "
+                 "status 200): again in %s", waits[i]);
+        bool seen = rpc_log_wait(&out, want, rpc_wait_ms());
+        CU_ASSERT(seen);
+        if (!seen)
+            rpc_dump_log(&out);
+    }
+    CU_ASSERT(call_says(c, "[\"f_t1\", {}]", "ok"));
+    th_rpc_client_close(c);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&out, SIGTERM), 0);
+    rpc_srv_free(&out);
+    f_stop(&f);
+}
+
 /* A server without a GET stream (405): logged once, the session lives. */
 static void test_get_405(void)
 {
@@ -1095,6 +1137,7 @@ void th_suite_mcp_source_oauth(void)
 {
     CU_pSuite s = CU_add_suite("mcp_source_oauth", suite_init, suite_clean);
     CU_add_test(s, "flow", test_flow);
+    CU_add_test(s, "get_flap", test_get_flap);
     CU_add_test(s, "expiry", test_expiry);
     CU_add_test(s, "refusals", test_refusals);
     CU_add_test(s, "plain_url", test_plain_url);
