@@ -239,6 +239,42 @@ static void test_serve(void)
     CU_ASSERT(rpc_alive(&s));
     CU_ASSERT(rpc_log_wait(&s, "panicked at 'boom'", rpc_wait_ms()));
 
+    /* ABI 1.5: a backend's failure is its code with its hint, from the
+     * call's thread and from the tool's own */
+    static const struct {
+        const char *args, *code;
+        uint64_t retry_ms;
+    } be[] = {
+        {"{\"kind\": \"rate_limited\", \"retry_after_ms\": 7000}",
+         "rate_limited", 7000},
+        {"{\"kind\": \"unavailable\", \"later\": true}", "unavailable", 0},
+        {"{\"kind\": \"unavailable\", \"retry_after_ms\": 1500, "
+         "\"later\": true}",
+         "unavailable", 1500},
+        /* a timeout carries no hint (docs/protocol.md) */
+        {"{\"kind\": \"timeout\", \"retry_after_ms\": 1500}",
+         "backend_timeout", 0},
+    };
+    for (size_t i = 0; i < sizeof be / sizeof be[0]; i++) {
+        CU_ASSERT_EQUAL(rust_call_tool(&s, "rust_async_backend", be[i].args,
+                                       &rc),
+                        0);
+        bool code = rpc_tool_error_is(rc.res, be[i].code);
+        const msgpack_object *ra =
+            th_rpc_map_get(th_rpc_map_get(rc.res, "error"), "retry_after_ms");
+        bool hint = be[i].retry_ms
+                        ? ra && ra->type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
+                              ra->via.u64 == be[i].retry_ms
+                        : !ra;
+        if (!code || !hint)
+            fprintf(stderr, "\n  rust_async_backend %s: %s\n", be[i].args,
+                    rc.text);
+        CU_ASSERT(code);
+        CU_ASSERT(hint);
+        CU_ASSERT_PTR_NOT_NULL(strstr(rc.text, "the service said"));
+        rust_call_free(&rc);
+    }
+
     /* async: progress from the tool's own thread, then its text */
     CU_ASSERT_EQUAL(rust_call_tool(&s, "rust_async_countdown",
                                    "{\"steps\": 3, \"delay_ms\": 5, "

@@ -3,10 +3,12 @@
 //! (toolhost::spawn, joined at fini) that reports one progress update per
 //! step, sleeps between steps (woken early by a cancellation, which then
 //! ends the call) and completes it.  `rust_async_panic` panics, to show a panic
-//! answered as the tool's error.
+//! answered as the tool's error.  `rust_async_backend` fails the way a tool
+//! in front of a remote service does (ABI 1.5): the backend's code and a
+//! retry-after hint, from the call's thread or from a thread of its own.
 use serde::Deserialize;
 use std::time::Duration;
-use toolhost::{AsyncCall, Call, Error, Level, Params, Pending, ToolResult};
+use toolhost::{AsyncCall, Backend, Call, Error, Level, Params, Pending, ToolResult};
 
 #[derive(Params, Deserialize)]
 struct CountdownArgs {
@@ -67,4 +69,43 @@ fn rust_async_panic(_call: Call, args: PanicArgs) -> ToolResult {
     panic!("{}", args.message)
 }
 
-toolhost::plugin!(tools = [rust_async_countdown, rust_async_panic]);
+#[derive(Params, Deserialize)]
+struct BackendArgs {
+    /// The backend's status to end with.
+    #[param(enum_values = ["unavailable", "timeout", "rate_limited"])]
+    kind: String,
+    /// When to try again, in milliseconds (0: no hint).
+    #[param(default = 0, minimum = 0, maximum = 86400000)]
+    retry_after_ms: u64,
+    /// End from a thread of its own (the call suspended first).
+    #[param(default = false)]
+    later: bool,
+}
+
+fn backend_error(a: &BackendArgs) -> Error {
+    let kind = match a.kind.as_str() {
+        "unavailable" => Backend::Unavailable,
+        "timeout" => Backend::Timeout,
+        _ => Backend::RateLimited,
+    };
+    let hint = (a.retry_after_ms > 0).then(|| Duration::from_millis(a.retry_after_ms));
+    Error::backend(kind, format!("the service said {}", a.kind), hint)
+}
+
+/// Fails as its backend would: unavailable, timeout or rate_limited.
+///
+/// A test aid: the call ends with the backend's code (the caller sees
+/// `unavailable`, `backend_timeout` or `rate_limited`) and, when
+/// `retry_after_ms` is set, that hint; with `later` the failure comes
+/// from a thread of its own after the call was suspended.
+#[toolhost::tool(flags = ASYNC | READ_ONLY)]
+fn rust_async_backend(call: Call, args: BackendArgs) -> Result<Pending, Error> {
+    if !args.later {
+        return Err(backend_error(&args));
+    }
+    let (c, pending) = call.suspend()?;
+    toolhost::spawn(move || c.complete(Err(backend_error(&args))))?;
+    Ok(pending)
+}
+
+toolhost::plugin!(tools = [rust_async_countdown, rust_async_panic, rust_async_backend]);
