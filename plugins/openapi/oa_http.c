@@ -197,6 +197,9 @@ static void one_hop(CURL *e, xfer *x, const req *r, const char *url,
     curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(e, CURLOPT_PROXY, "");
+    /* a handle kept idle (keep_alive) holds the base URL's connection and
+     * at most one more (a redirect's) */
+    curl_easy_setopt(e, CURLOPT_MAXCONNECTS, 2L);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L);
     curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
@@ -590,6 +593,47 @@ static int fail_hop(toolhost_call *call, const oa_api *api, const built *b,
                                h->errbuf[0] ? ": " : "", h->errbuf);
 }
 
+/* A handle for a call of api: an idle one of its pool (its connections
+ * open), else a new one. */
+static CURL *handle_take(const oa_api *api)
+{
+    oa_pool *p = api->pool;
+    CURL *e = NULL;
+    pthread_mutex_lock(&p->mu);
+    if (p->n > 0)
+        e = p->idle[--p->n];
+    pthread_mutex_unlock(&p->mu);
+    return e ? e : curl_easy_init();
+}
+
+/* The call is over: its handle back to the pool while fewer than
+ * keep_alive are idle (the connections it opened stay open for the next
+ * calls), else closed (logged the 1st, 2nd, 4th, 8th... time). */
+static void handle_give(const oa_api *api, CURL *e,
+                        const toolhost_host_api *host)
+{
+    if (!e)
+        return;
+    oa_pool *p = api->pool;
+    pthread_mutex_lock(&p->mu);
+    bool kept = p->n < api->keep_alive;
+    uint64_t dropped = 0;
+    if (kept)
+        p->idle[p->n++] = e;
+    else
+        dropped = ++p->dropped;
+    pthread_mutex_unlock(&p->mu);
+    if (kept)
+        return;
+    curl_easy_cleanup(e);
+    if (api->keep_alive > 0 && (dropped & (dropped - 1)) == 0)
+        th_sdk_log(host, TOOLHOST_LOG_DEBUG,
+                   "api '%s': %ld connections idle already (keep_alive): "
+                   "one more closed (%llu so far)",
+                   api->name, api->keep_alive,
+                   (unsigned long long)dropped);
+}
+
 int oa_execute(void *state, const toolhost_tool *tool, toolhost_call *call,
                const uint8_t *args, size_t args_len)
 {
@@ -603,13 +647,12 @@ int oa_execute(void *state, const toolhost_tool *tool, toolhost_call *call,
         return th_sdk_fail(call, "the arguments are not a map");
     }
     built b = {0};
-    CURL *e = curl_easy_init();
+    CURL *e = handle_take(api);
     int rc = e ? build(e, op, a, &b, err, sizeof err) : -1;
     json_decref(a);
     if (rc != 0) {
         built_free(&b);
-        if (e)
-            curl_easy_cleanup(e);
+        handle_give(api, e, call->host);
         return th_sdk_fail(call, "%s", e ? err : "out of memory");
     }
     int64_t start = now_ms();
@@ -732,7 +775,7 @@ int oa_execute(void *state, const toolhost_tool *tool, toolhost_call *call,
         rc = th_sdk_printf(call, "{\"status\": %ld}", h.status);
     rc = rc == 0 ? TOOLHOST_OK : TOOLHOST_FAILED;
 done:
-    curl_easy_cleanup(e);
+    handle_give(api, e, call->host);
     free(url);
     free(h.location);
     free(x.body.p);

@@ -31,6 +31,12 @@ static void api_free(oa_api *a)
     free(a->key_query);
     strv_free(a->headers);
     free(a->tags[0]);
+    if (a->pool) {
+        for (long i = 0; i < a->pool->n; i++)
+            curl_easy_cleanup(a->pool->idle[i]);
+        pthread_mutex_destroy(&a->pool->mu);
+        free(a->pool);
+    }
 }
 
 void oa_state_free(oa_state *st)

@@ -24,7 +24,7 @@ static const toolhost_param oa_config[] = {
                  "The APIs: a list of {name, spec, base_url, prefix, "
                  "include, exclude, auth, timeout, connect_timeout, "
                  "max_response, max_spec, max_redirects, allow_private, "
-                 "retries, headers}",
+                 "retries, headers, keep_alive}",
                  TH_SDK_DEFAULT("[]"), TH_SDK_ITEMS(OBJECT)),
 };
 
@@ -263,7 +263,8 @@ static const char *const api_keys[] = {
     "name",          "spec",         "base_url",      "prefix",
     "include",       "exclude",      "auth",          "timeout",
     "connect_timeout", "max_response", "max_spec",    "max_redirects",
-    "allow_private", "retries",      "headers",       NULL};
+    "allow_private", "retries",      "headers",       "keep_alive",
+    NULL};
 
 static int parse_api(const json_t *o, size_t idx, oa_api *api, char *err,
                      size_t es)
@@ -359,6 +360,20 @@ static int parse_api(const json_t *o, size_t idx, oa_api *api, char *err,
                                  "false", name);
         api->allow_private = json_is_true(v);
     }
+    api->keep_alive = 4;
+    if ((v = json_object_get(o, "keep_alive"))) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+            json_integer_value(v) > OA_MAX_KEEP)
+            return th_sdk_errf(err, es, "api '%s': keep_alive must be an "
+                                 "integer from 0 to %d", name, OA_MAX_KEEP);
+        api->keep_alive = (long)json_integer_value(v);
+    }
+    oa_pool *pool = calloc(1, sizeof *pool);
+    if (!pool || pthread_mutex_init(&pool->mu, NULL) != 0) {
+        free(pool);
+        return th_sdk_errf(err, es, "api '%s': out of memory", name);
+    }
+    api->pool = pool;
     return 0;
 }
 

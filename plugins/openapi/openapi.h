@@ -6,11 +6,13 @@
  * loads each document and converts its operations (oa_spec.c); execute()
  * makes the HTTP request through libcurl (oa_http.c).  Everything here is
  * built once in init() and read-only until fini(), so concurrent calls
- * share it without locks. */
+ * share it without locks; the one exception is each API's pool of idle
+ * libcurl handles (keep_alive), under its own mutex. */
 #ifndef TH_PLUGIN_OPENAPI_H
 #define TH_PLUGIN_OPENAPI_H
 
 #include <jansson.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -23,6 +25,7 @@
 #define OA_MAX_OPS 1024        /* operations per document                 */
 #define OA_MAX_PARAMS 128      /* parameters per operation                */
 #define OA_MAX_NODES 100000    /* schema nodes of one tool, refs inlined  */
+#define OA_MAX_KEEP 64         /* keep_alive's bound                      */
 
 enum oa_in { OA_IN_PATH = 1, OA_IN_QUERY, OA_IN_HEADER };
 
@@ -52,6 +55,18 @@ typedef struct oa_op {
     bool idempotent; /* GET, HEAD, PUT, DELETE, OPTIONS: may be retried */
 } oa_op;
 
+/* The libcurl handles of an API's ended calls, kept for its next calls
+ * with their open connections (a handle keeps its own: libcurl does not
+ * share connections between threads).  Per API, never shared with
+ * another: a connection was opened under this API's address rules
+ * (allow_private), and only this API's requests reuse it. */
+typedef struct oa_pool {
+    pthread_mutex_t mu;
+    void *idle[OA_MAX_KEEP]; /* CURL handles, n of them */
+    long n;
+    uint64_t dropped;        /* handles closed: keep_alive were idle */
+} oa_pool;
+
 /* One entry of `apis:`. */
 typedef struct oa_api {
     char *name;
@@ -74,6 +89,8 @@ typedef struct oa_api {
     bool allow_private;
     long retries;
     char **headers;       /* "Name: value", NULL-terminated, or NULL */
+    long keep_alive;      /* idle handles kept (with their connections) */
+    struct oa_pool *pool; /* the API's idle handles (oa_http.c) */
     /* The tag every tool of the API declares (ABI 1.5): the API's name
      * made a tag, or NULL when nothing of it is left.  tags[1] is NULL. */
     char *tags[2];

@@ -247,6 +247,18 @@ static void on_done(void *cls, struct MHD_Connection *c, void **con_cls,
     *con_cls = NULL;
 }
 
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    (void)c, (void)socket_ctx;
+    petsrv *p = cls;
+    if (toe != MHD_CONNECTION_NOTIFY_STARTED)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->connections++;
+    pthread_mutex_unlock(&p->mu);
+}
+
 int petsrv_start(petsrv *p, int port)
 {
     memset(p, 0, sizeof *p);
@@ -260,7 +272,8 @@ int petsrv_start(petsrv *p, int port)
     p->d = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0,
         NULL, NULL, on_request, p, MHD_OPTION_SOCK_ADDR, &sa,
-        MHD_OPTION_NOTIFY_COMPLETED, on_done, p, MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_COMPLETED, on_done, p,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, p, MHD_OPTION_END);
     if (!p->d)
         return -1;
     const union MHD_DaemonInfo *i =

@@ -27,6 +27,7 @@ typedef struct petsrv {
     int next_id;
     int flaky_get, flaky_post, canary, unauthorized;
     int slow_waiting; /* requests inside the slow endpoint now */
+    int connections;  /* TCP connections accepted */
     char last_id[256], last_tag[256], last_reqid[256];
 } petsrv;
 

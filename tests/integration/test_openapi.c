@@ -708,6 +708,42 @@ static void test_cancel(void)
     fx_stop(&f);
 }
 
+/* Calls of an API reuse its connections (keep_alive idle handles, 4 by
+ * default): eight calls in a row open one connection; with keep_alive 0
+ * each call opens its own.  An out-of-range keep_alive is refused at
+ * load, naming the key. */
+static void test_keep_alive(void)
+{
+    static const struct {
+        const char *extra;
+        int calls, connections;
+    } runs[] = {{NULL, 8, 1}, {"          keep_alive: 0\n", 3, 3}};
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+        fx f;
+        CU_ASSERT_FATAL(fx_start(&f, runs[i].extra, NULL) == 0);
+        for (int k = 0; k < runs[i].calls; k++) {
+            rpc_res r;
+            const msgpack_object *res = call(&f, "listPets", "{}", &r);
+            CU_ASSERT(res && rpc_ok(res));
+            rpc_res_free(&r);
+        }
+        CU_ASSERT_EQUAL(counter(&f.srv, &f.srv.connections),
+                        runs[i].connections);
+        fx_stop(&f);
+    }
+    char *argv[] = {(char *)th_test_build_path("toolhost"), "check",
+                    "--config",
+                    "{\"apis\": [{\"name\": \"pets\", \"spec\": "
+                    "\"/nonexistent.yaml\", \"keep_alive\": 65}]}",
+                    (char *)th_test_build_path("plugins/openapi.so"), NULL};
+    th_test_run r;
+    CU_ASSERT_EQUAL_FATAL(th_test_run_argv(argv, NULL, 60, 0, &r), 0);
+    CU_ASSERT(r.status != 0);
+    const char *want = "api 'pets': keep_alive must be an integer from 0 to 64";
+    CU_ASSERT((r.out && strstr(r.out, want)) || (r.err && strstr(r.err, want)));
+    th_test_run_free(&r);
+}
+
 /* Bad documents stop the load with a message naming the problem. */
 static void test_bad_specs(void)
 {
@@ -791,5 +827,6 @@ void th_suite_openapi(void)
     CU_add_test(s, "hostile_values", test_hostile_values);
     CU_add_test(s, "auth_kinds", test_auth_kinds);
     CU_add_test(s, "cancel", test_cancel);
+    CU_add_test(s, "keep_alive", test_keep_alive);
     CU_add_test(s, "bad_specs", test_bad_specs);
 }
