@@ -1,16 +1,17 @@
 /* bench/openapi.c - the OpenAPI tool source's overhead: the same GET
  * (getInventory of tests/openapi/petstore.yaml, a bearer token, a small
  * JSON answer) made two ways against one local HTTP server in one run:
- *   - direct: a libcurl easy handle per request, as the plugin makes
- *     them (the floor);
+ *   - direct: libcurl easy handles as the plugin uses them (the floor);
  *   - toolhost: tools.call over msgpack-RPC (Unix socket) to `toolhost
- *     serve` with the openapi plugin, which makes that request.
+ *     serve` with the openapi plugin, which makes that request;
+ * each twice: a new connection per request (direct: a new handle each;
+ * toolhost: the API with keep_alive 0), and the connection reused (direct:
+ * one handle kept; toolhost: keep_alive's default).
  * Reported: p50/p99 and mean of each, the overhead (toolhost - direct) in
  * microseconds and the ratio; beside them, a tools.call of `echo` on the
  * same connection (the RPC round trip alone, with no HTTP) to show how
- * much of the overhead is the front and how much the plugin.  The server is libmicrohttpd on 127.0.0.1
- * (port 0), one thread per connection; each request opens a connection,
- * in both columns.
+ * much of the overhead is the front and how much the plugin.  The server
+ * is libmicrohttpd on 127.0.0.1 (port 0), one thread per connection.
  *
  *   build/bench/openapi build      (TH_BENCH_QUICK=1: a short run) */
 #include <arpa/inet.h>
@@ -61,6 +62,7 @@ typedef struct direct {
     struct curl_slist *h;
     char buf[256];
     size_t len;
+    CURL *kept; /* reused (its connection with it), or NULL: one each */
 } direct;
 
 static size_t on_data(char *p, size_t s, size_t n, void *ud)
@@ -78,7 +80,9 @@ static uint64_t direct_one(void *ud)
 {
     direct *d = ud;
     uint64_t t0 = bench_now_ns();
-    CURL *e = curl_easy_init();
+    CURL *e = d->kept ? d->kept : curl_easy_init();
+    if (d->kept)
+        curl_easy_reset(e);
     d->len = 0;
     curl_easy_setopt(e, CURLOPT_URL, d->url);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, d->h);
@@ -91,7 +95,8 @@ static uint64_t direct_one(void *ud)
         curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status) != CURLE_OK ||
         status != 200)
         bench_die("direct request failed (HTTP %ld)", status);
-    curl_easy_cleanup(e);
+    if (!d->kept)
+        curl_easy_cleanup(e);
     return bench_now_ns() - t0;
 }
 
@@ -157,13 +162,21 @@ static th_rpc_client *start_server(const char *build, const char *spec,
             "          include: [getInventory]\n"
             "          allow_private: true\n"
             "          auth: {bearer_env: TH_BENCH_OPENAPI_TOKEN}\n"
+            "        - name: fresh\n"
+            "          prefix: fresh_\n"
+            "          keep_alive: 0\n"
+            "          spec: %s\n"
+            "          base_url: %s\n"
+            "          include: [getInventory]\n"
+            "          allow_private: true\n"
+            "          auth: {bearer_env: TH_BENCH_OPENAPI_TOKEN}\n"
             "toolsets:\n"
             "  - name: default\n"
             "    tools: [\"*\"]\n"
             "    permissions:\n"
             "      rules:\n"
             "        - {flag: open_world, action: allow}\n",
-            build, build, spec, url);
+            build, build, spec, url, spec, url);
     fclose(f);
     setenv("TH_BENCH_OPENAPI_TOKEN", TOKEN, 1);
     char exe[4200];
@@ -295,30 +308,49 @@ int main(int argc, char **argv)
     direct dr = {.url = url};
     dr.h = curl_slist_append(NULL, "Authorization: Bearer " TOKEN);
     dr.h = curl_slist_append(dr.h, "Accept: application/json");
-    bench_stats sd, sv;
+    bench_stats sd, sv, sdk, svk;
     bench_rounds(n, direct_one, &dr, samples, &sd);
+    dr.kept = curl_easy_init();
+    if (!dr.kept)
+        bench_die("out of memory");
+    bench_rounds(n, direct_one, &dr, samples, &sdk);
+    curl_easy_cleanup(dr.kept);
 
     via v = {.c = start_server(build, spec_abs, base)};
     bench_stats se;
     via_args(&v, "echo", "text", "hello");
     bench_rounds(n, via_one, &v, samples, &se);
-    via_args(&v, "getInventory", NULL, NULL);
+    via_args(&v, "fresh_getInventory", NULL, NULL);
     bench_rounds(n, via_one, &v, samples, &sv);
+    via_args(&v, "getInventory", NULL, NULL);
+    bench_rounds(n, via_one, &v, samples, &svk);
     th_rpc_client_close(v.c);
     stop_server();
 
     double over_us = ((double)sv.p50_ns - (double)sd.p50_ns) / 1000.0;
     double ratio = sd.p50_ns ? (double)sv.p50_ns / (double)sd.p50_ns : 0;
-    printf("%-34s %10s %10s %10s\n", "one GET, a new connection each",
-           "p50 us", "p99 us", "mean us");
-    printf("%-34s %10.1f %10.1f %10.1f\n", "direct libcurl request",
-           sd.p50_ns / 1e3, sd.p99_ns / 1e3, sd.mean_ns / 1e3);
-    printf("%-34s %10.1f %10.1f %10.1f\n", "tools.call -> openapi plugin",
-           sv.p50_ns / 1e3, sv.p99_ns / 1e3, sv.mean_ns / 1e3);
-    printf("%-34s %10.1f %10.1f %10.1f\n", "(tools.call of echo: RPC alone)",
+    double over_k = ((double)svk.p50_ns - (double)sdk.p50_ns) / 1000.0;
+    double ratio_k = sdk.p50_ns ? (double)svk.p50_ns / (double)sdk.p50_ns : 0;
+    printf("%-40s %10s %10s %10s\n", "one GET", "p50 us", "p99 us",
+           "mean us");
+    printf("%-40s %10.1f %10.1f %10.1f\n",
+           "direct libcurl, a new connection each", sd.p50_ns / 1e3,
+           sd.p99_ns / 1e3, sd.mean_ns / 1e3);
+    printf("%-40s %10.1f %10.1f %10.1f\n",
+           "tools.call -> openapi, keep_alive 0", sv.p50_ns / 1e3,
+           sv.p99_ns / 1e3, sv.mean_ns / 1e3);
+    printf("%-40s %10.1f %10.1f %10.1f\n",
+           "direct libcurl, connection reused", sdk.p50_ns / 1e3,
+           sdk.p99_ns / 1e3, sdk.mean_ns / 1e3);
+    printf("%-40s %10.1f %10.1f %10.1f\n",
+           "tools.call -> openapi (keep_alive 4)", svk.p50_ns / 1e3,
+           svk.p99_ns / 1e3, svk.mean_ns / 1e3);
+    printf("%-40s %10.1f %10.1f %10.1f\n", "(tools.call of echo: RPC alone)",
            se.p50_ns / 1e3, se.p99_ns / 1e3, se.mean_ns / 1e3);
-    printf("overhead of the OpenAPI path: %.1f us at p50 (%.2fx the direct "
-           "request), %d calls each\n", over_us, ratio, (int)n);
+    printf("overhead of the OpenAPI path at p50: a new connection each "
+           "%.1f us (%.2fx the direct request); connection reused %.1f us "
+           "(%.2fx); %d calls each\n",
+           over_us, ratio, over_k, ratio_k, (int)n);
     bench_json j;
     bench_json_begin(&j, "openapi", &m);
     bench_json_num(&j, "calls", (double)n);
@@ -326,9 +358,13 @@ int main(int argc, char **argv)
     bench_json_num(&j, "direct_p99_us", sd.p99_ns / 1e3);
     bench_json_num(&j, "toolhost_p50_us", sv.p50_ns / 1e3);
     bench_json_num(&j, "toolhost_p99_us", sv.p99_ns / 1e3);
+    bench_json_num(&j, "direct_reused_p50_us", sdk.p50_ns / 1e3);
+    bench_json_num(&j, "toolhost_reused_p50_us", svk.p50_ns / 1e3);
     bench_json_num(&j, "rpc_echo_p50_us", se.p50_ns / 1e3);
     bench_json_num(&j, "overhead_p50_us", over_us);
     bench_json_num(&j, "ratio_p50", ratio);
+    bench_json_num(&j, "overhead_reused_p50_us", over_k);
+    bench_json_num(&j, "ratio_reused_p50", ratio_k);
     bench_json_end(&j);
     curl_slist_free_all(dr.h);
     free(samples);
