@@ -341,6 +341,19 @@ static void built_free(built *b)
     free(b->secret2);
 }
 
+/* RFC 6265 cookie-octet: no control character, space, DQUOTE, comma,
+ * semicolon or backslash (and no byte past ASCII). */
+static bool cookie_value_ok(const char *s)
+{
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c <= 0x20 || c >= 0x7f || c == '"' || c == ',' || c == ';' ||
+            c == '\\')
+            return false;
+    }
+    return true;
+}
+
 static bool one_line_value(const char *s)
 {
     for (; *s; s++)
@@ -403,8 +416,8 @@ static int build(CURL *esc, const oa_op *op, const json_t *args, built *b,
             goto oom;
         p = e + 1;
     }
-    /* query and header parameters */
-    buf q = {0};
+    /* query, header and cookie parameters */
+    buf q = {0}, ck = {0};
     for (size_t i = 0; i < op->n_params; i++) {
         const oa_param *pa = &op->params[i];
         const json_t *v = json_object_get(args, pa->name);
@@ -420,7 +433,7 @@ static int build(CURL *esc, const oa_op *op, const json_t *args, built *b,
                 free(t);
                 if (bad) {
                     free(q.p);
-                    goto oom;
+                    goto oom_ck;
                 }
             }
             continue;
@@ -428,17 +441,29 @@ static int build(CURL *esc, const oa_op *op, const json_t *args, built *b,
         char *t = arg_text(v);
         if (!t) {
             free(q.p);
-            goto oom;
+            goto oom_ck;
         }
         int bad;
         if (pa->in == OA_IN_QUERY) {
             bad = add_query(esc, &q, pa->name, t);
+        } else if (pa->in == OA_IN_COOKIE) {
+            if (!cookie_value_ok(t)) {
+                snprintf(err, es, "cookie parameter '%s' must be printable "
+                                  "ASCII without spaces, quotes, commas, "
+                                  "semicolons or backslashes",
+                         pa->name);
+                free(t);
+                free(q.p);
+                goto out_ck;
+            }
+            bad = puts_(&ck, ck.len ? "; " : "") || puts_(&ck, pa->name) ||
+                  puts_(&ck, "=") || puts_(&ck, t);
         } else if (!one_line_value(t)) {
             snprintf(err, es, "header parameter '%s' must be one line (no "
                               "CR or LF)", pa->name);
             free(t);
             free(q.p);
-            goto out;
+            goto out_ck;
         } else {
             bad = header(&b->r.hdrs, pa->name, t) ||
                   header(&b->r.plain, pa->name, t);
@@ -446,8 +471,17 @@ static int build(CURL *esc, const oa_op *op, const json_t *args, built *b,
         free(t);
         if (bad) {
             free(q.p);
-            goto oom;
+            goto oom_ck;
         }
+    }
+    /* the cookies, one Cookie header, sent to the API's own origin only
+     * (as the credentials: a redirect elsewhere gets none) */
+    int cbad = ck.len && header(&b->r.hdrs, "Cookie", ck.p);
+    free(ck.p);
+    ck.p = NULL;
+    if (cbad) {
+        free(q.p);
+        goto oom;
     }
     /* credentials from the environment */
     if (api->auth) {
@@ -522,9 +556,14 @@ static int build(CURL *esc, const oa_op *op, const json_t *args, built *b,
     b->r.body = b->body;
     rc = 0;
     goto out;
+oom_ck:
+    free(ck.p);
 oom:
     snprintf(err, es, "out of memory");
 out:
+    return rc;
+out_ck:
+    free(ck.p);
     return rc;
 }
 

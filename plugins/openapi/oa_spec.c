@@ -521,6 +521,29 @@ static bool header_reserved(const char *name)
            !strcasecmp(name, "content-length") || !strcasecmp(name, "cookie");
 }
 
+/* A cookie's name is an RFC 6265 token: visible ASCII but separators. */
+static bool cookie_name_ok(const char *name)
+{
+    for (const char *q = name; *q; q++)
+        if ((unsigned char)*q <= 0x20 || (unsigned char)*q >= 0x7f ||
+            strchr("()<>@,;:\\\"/[]?={}", *q))
+            return false;
+    return true;
+}
+
+/* A parameter schema whose values are one scalar (a string, a number, a
+ * boolean): what a cookie can carry as name=value. */
+static bool scalar_schema(const json_t *s)
+{
+    const json_t *t = json_object_get(s, "type");
+    const char *ts = json_string_value(t);
+    if (!t)
+        return !json_object_get(s, "properties") &&
+               !json_object_get(s, "items");
+    return ts && (!strcmp(ts, "string") || !strcmp(ts, "integer") ||
+                  !strcmp(ts, "number") || !strcmp(ts, "boolean"));
+}
+
 static int add_param(opctx *o, const json_t *pnode, oa_op *op,
                      json_t *props, json_t *required)
 {
@@ -538,12 +561,21 @@ static int add_param(opctx *o, const json_t *pnode, oa_op *op,
     int where = !strcmp(in, "path")     ? OA_IN_PATH
                 : !strcmp(in, "query")  ? OA_IN_QUERY
                 : !strcmp(in, "header") ? OA_IN_HEADER
-                : !strcmp(in, "cookie") ? 0
+                : !strcmp(in, "cookie") ? OA_IN_COOKIE
                                         : -1;
     if (where < 0)
         return bad(&o->c, "parameter '%s': unknown `in` '%.40s'", name, in);
     bool req = where == OA_IN_PATH || json_is_true(json_object_get(p, "required"));
-    if (where == 0 || (where == OA_IN_HEADER && header_reserved(name))) {
+    /* a cookie is offered when its name is a token and its value one
+     * scalar (no style/explode forms of arrays and objects) */
+    const json_t *cs = where == OA_IN_COOKIE ? json_object_get(p, "schema")
+                                             : NULL;
+    if (cs && !(cs = follow(&o->c, cs, &last)))
+        return -1;
+    bool cookie_bad = where == OA_IN_COOKIE &&
+                      (!cookie_name_ok(name) || (cs && !scalar_schema(cs)) ||
+                       json_object_get(p, "content"));
+    if (cookie_bad || (where == OA_IN_HEADER && header_reserved(name))) {
         if (req)
             return bad(&o->c, "required %s parameter '%s' cannot be given "
                               "through toolhost (exclude the operation)",

@@ -27,7 +27,7 @@
 #define OA_MAX_NODES 100000    /* schema nodes of one tool, refs inlined  */
 #define OA_MAX_KEEP 64         /* keep_alive's bound                      */
 
-enum oa_in { OA_IN_PATH = 1, OA_IN_QUERY, OA_IN_HEADER };
+enum oa_in { OA_IN_PATH = 1, OA_IN_QUERY, OA_IN_HEADER, OA_IN_COOKIE };
 
 enum oa_auth {
     OA_AUTH_NONE = 0,

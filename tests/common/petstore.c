@@ -91,6 +91,9 @@ static enum MHD_Result route(petsrv *p, struct MHD_Connection *c,
                                                       "X-Request-Id");
         snprintf(p->last_tag, sizeof p->last_tag, "%s", tag ? tag : "");
         snprintf(p->last_reqid, sizeof p->last_reqid, "%s", rid ? rid : "");
+        const char *ck = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                     "Cookie");
+        snprintf(p->last_cookie, sizeof p->last_cookie, "%s", ck ? ck : "");
         json_t *out = json_array();
         size_t i;
         json_t *e;

@@ -29,6 +29,7 @@ typedef struct petsrv {
     int slow_waiting; /* requests inside the slow endpoint now */
     int connections;  /* TCP connections accepted */
     char last_id[256], last_tag[256], last_reqid[256];
+    char last_cookie[256]; /* the Cookie header of the last GET /v1/pets */
 } petsrv;
 
 /* Serves on 127.0.0.1:port (0: a free port, then in p->port) from a

@@ -275,7 +275,13 @@ static void test_crud(void)
                                                      "name")),
                    "Tom"));
     CU_ASSERT(seen(&f.srv, f.srv.last_reqid, "abc-1"));
+    CU_ASSERT(seen(&f.srv, f.srv.last_cookie, "")); /* none given: none */
     json_decref(list);
+    rpc_res_free(&r);
+    /* a cookie parameter: the Cookie header */
+    res = call(&f, "listPets", "{\"view\": \"compact\"}", &r);
+    CU_ASSERT(res && rpc_ok(res));
+    CU_ASSERT(seen(&f.srv, f.srv.last_cookie, "view=compact"));
     rpc_res_free(&r);
 
     res = call(&f, "updatePet", "{\"petId\": \"1\", \"body\": {\"name\": "
@@ -617,6 +623,12 @@ static void test_hostile_values(void)
     CU_ASSERT(res && !rpc_ok(res) &&
               stream_has(res, "stderr", "header parameter 'X-Request-Id' "
                                         "must be one line"));
+    rpc_res_free(&r);
+    /* a cookie value that would add a cookie of its own */
+    res = call(&f, "listPets", "{\"view\": \"x; admin=1\"}", &r);
+    CU_ASSERT(res && !rpc_ok(res) &&
+              stream_has(res, "stderr", "cookie parameter 'view' must be "
+                                        "printable ASCII without spaces"));
     rpc_res_free(&r);
     /* unknown arguments are refused by the host (additionalProperties) */
     res = call(&f, "getInventory", "{\"Authorization\": \"x\"}", &r);

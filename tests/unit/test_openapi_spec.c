@@ -120,6 +120,11 @@ static void test_petstore(void)
     CU_ASSERT(str_at(in, "properties/limit/type", "integer"));
     CU_ASSERT_EQUAL(json_integer_value(at(in, "properties/limit/maximum")), 100);
     CU_ASSERT(str_at(in, "properties/X-Request-Id/type", "string"));
+    /* a cookie of one scalar is offered; one whose name is no token, or
+     * whose value is an object, is not */
+    CU_ASSERT(str_at(in, "properties/view/type", "string"));
+    CU_ASSERT_PTR_NULL(at(in, "properties/list;all"));
+    CU_ASSERT_PTR_NULL(at(in, "properties/prefs"));
     CU_ASSERT_PTR_NULL(at(in, "required"));
     json_decref(in);
     out = schema_of(h, "listPets", true);
