@@ -204,6 +204,64 @@ static void still_serves(th_rpc_client *c)
     CU_ASSERT(fine);
 }
 
+/* Blocks a tool writes during its call (write_block(), ABI 1.4) reach
+ * the caller from an isolated plugin as from one in process: the same
+ * result, meta.toolhost.content included, for the conformance fixture's
+ * tool that writes an image and an embedded resource after its stdout,
+ * and for those that give a typed stdout (an image, an audio clip, an
+ * embedded resource). */
+static void test_call_blocks(void)
+{
+    static const char *const tools[] = {
+        "test_image_content", "test_audio_content", "test_embedded_resource",
+        "test_multiple_content_types"};
+    rpc_srv in, iso;
+    start_conform(&in, false);
+    start_conform(&iso, true);
+    th_rpc_client *ci = rpc_connect(&in), *cs = rpc_connect(&iso);
+    CU_ASSERT_FATAL(ci && cs);
+    for (size_t i = 0; i < sizeof tools / sizeof *tools; i++) {
+        char p[200];
+        snprintf(p, sizeof p, "[\"%s\", {}]", tools[i]);
+        rpc_res a, b;
+        CU_ASSERT_FATAL(rpc_call(ci, "tools.call", p, &a) == 0);
+        CU_ASSERT_FATAL(rpc_call(cs, "tools.call", p, &b) == 0);
+        const msgpack_object *ca = th_rpc_map_get(
+            th_rpc_map_get(th_rpc_map_get(a.res, "meta"), "toolhost"),
+            "content");
+        const msgpack_object *cb = th_rpc_map_get(
+            th_rpc_map_get(th_rpc_map_get(b.res, "meta"), "toolhost"),
+            "content");
+        const msgpack_object *oa = th_rpc_map_get(a.res, "stdout");
+        const msgpack_object *ob = th_rpc_map_get(b.res, "stdout");
+        /* the last writes its blocks; the others a typed stdout */
+        bool blocks = i == sizeof tools / sizeof *tools - 1;
+        bool same = a.res && b.res && rpc_ok(a.res) && rpc_ok(b.res) &&
+                    msgpack_object_equal(*a.res, *b.res) && !!ca == !!cb &&
+                    (!blocks || (ca && ca->type == MSGPACK_OBJECT_ARRAY &&
+                                 ca->via.array.size == 2)) &&
+                    !!oa == !!ob;
+        if (!same) {
+            char ta[600] = "", tb[600] = "";
+            if (a.res)
+                msgpack_object_print_buffer(ta, sizeof ta, *a.res);
+            if (b.res)
+                msgpack_object_print_buffer(tb, sizeof tb, *b.res);
+            fprintf(stderr, "iso_content: %s differs:\n in process %s\n "
+                    "isolated   %s\n", tools[i], ta, tb);
+        }
+        CU_ASSERT(same);
+        rpc_res_free(&a);
+        rpc_res_free(&b);
+    }
+    th_rpc_client_close(ci);
+    th_rpc_client_close(cs);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&in, SIGTERM), 0);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&iso, SIGTERM), 0);
+    rpc_srv_free(&in);
+    rpc_srv_free(&iso);
+}
+
 static void read_fails(th_rpc_client *c, const char *uri, int code,
                        const char *needle)
 {
@@ -263,6 +321,12 @@ static void test_hostile(void)
     read_fails(c, "bad://forge/frame", TH_EPLUGIN_CRASHED,
                "plugin_crashed (SIGKILL)");
     CU_ASSERT(rpc_log_wait(&s, "sent a malformed frame: killed",
+                           rpc_wait_ms()));
+    still_serves(c);
+    /* a write_block() frame of the wrong shape: the same */
+    read_fails(c, "bad://forge/block", TH_EPLUGIN_CRASHED,
+               "plugin_crashed (SIGKILL)");
+    CU_ASSERT(rpc_log_wait(&s, "sent a malformed block: killed",
                            rpc_wait_ms()));
     still_serves(c);
     th_rpc_client_close(c);
@@ -327,6 +391,7 @@ void th_suite_iso_content(void)
 {
     CU_pSuite s = CU_add_suite("iso_content", NULL, NULL);
     CU_add_test(s, "same_as_in_process", test_same_as_in_process);
+    CU_add_test(s, "call_blocks", test_call_blocks);
     CU_add_test(s, "hostile", test_hostile);
     CU_add_test(s, "updates", test_updates);
 }

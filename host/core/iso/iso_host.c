@@ -416,6 +416,54 @@ static bool frame_ok(const uint8_t *f, size_t n)
     return th_mp_check(f, n, TH_MP_MAX_DEPTH, &vlen, NULL) == 0 && vlen == n;
 }
 
+static char *block_str(const msgpack_object_array *a, uint32_t i, bool *bad)
+{
+    if (i >= a->size || a->ptr[i].type == MSGPACK_OBJECT_NIL)
+        return NULL;
+    if (a->ptr[i].type != MSGPACK_OBJECT_STR ||
+        memchr(a->ptr[i].via.str.ptr, 0, a->ptr[i].via.str.size)) {
+        *bad = true;
+        return NULL;
+    }
+    char *s = th_iso_strdup(a, i);
+    if (!s)
+        *bad = true;
+    return s;
+}
+
+/* The six fields of a block at a->ptr[at..at+5] (kind, role, mime_type,
+ * data, uri, name: as a content answer's blocks_bin and a BLOCK frame
+ * carry them) into blk, its strings copied into str[0..3] (the caller
+ * frees them).  False when they are not of that shape. */
+static bool block_decode(const msgpack_object_array *a, uint32_t at,
+                         toolhost_block *blk, char *str[4])
+{
+    memset(blk, 0, sizeof *blk);
+    blk->struct_size = sizeof *blk;
+    str[0] = str[1] = str[2] = str[3] = NULL;
+    if (a->size < at + 6)
+        return false;
+    bool bad = a->ptr[at].type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
+               a->ptr[at].via.u64 > UINT32_MAX ||
+               (a->ptr[at + 3].type != MSGPACK_OBJECT_BIN &&
+                a->ptr[at + 3].type != MSGPACK_OBJECT_NIL);
+    if (bad)
+        return false;
+    blk->kind = (uint32_t)a->ptr[at].via.u64;
+    blk->role = str[0] = block_str(a, at + 1, &bad);
+    blk->mime_type = str[1] = block_str(a, at + 2, &bad);
+    blk->uri = str[2] = block_str(a, at + 4, &bad);
+    blk->name = str[3] = block_str(a, at + 5, &bad);
+    blk->data = th_iso_bytes(a, at + 3, &blk->len);
+    return !bad;
+}
+
+static void block_strs_free(char *str[4])
+{
+    for (int i = 0; i < 4; i++)
+        free(str[i]);
+}
+
 /* A message of the call whose thread read it: to the call's callbacks
  * at once, no queue, no copy. */
 static void deliver(toolhost_call *call, int type, const msgpack_object_array *a)
@@ -430,12 +478,33 @@ static void deliver(toolhost_call *call, int type, const msgpack_object_array *a
     } else if (type == ISO_META) {
         d = th_iso_bytes(a, 2, &len);
         call->host->set_meta(call, d, len);
+    } else if (type == ISO_BLOCK) {
+        /* the shape was checked when it came (route); the host's own
+         * write_block() checks the rest and the call's budget */
+        toolhost_block blk;
+        char *str[4];
+        if (block_decode(a, 2, &blk, str))
+            call->host->write_block(call, &blk);
+        block_strs_free(str);
     } else {
         char *t = th_iso_strdup(a, 3);
         d = th_iso_bytes(a, 4, &len);
         call->host->progress(call, th_iso_num(a, 2), t, d, len);
         free(t);
     }
+}
+
+/* A queued BLOCK frame (kept whole) delivered to the call. */
+static void deliver_frame(toolhost_call *call, const uint8_t *f, size_t n)
+{
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    if (msgpack_unpack_next(&u, (const char *)f, n, &off) ==
+            MSGPACK_UNPACK_SUCCESS &&
+        u.data.type == MSGPACK_OBJECT_ARRAY)
+        deliver(call, ISO_BLOCK, &u.data.via.array);
+    msgpack_unpacked_destroy(&u);
 }
 
 /* One frame from a worker, read by the reader thread (self NULL) or by
@@ -539,9 +608,27 @@ static bool route(pool *P, worker *w, const uint8_t *f, size_t n, pend *self)
         msgpack_unpacked_destroy(&u);
         return true;
     }
+    case ISO_BLOCK:
     case ISO_WRITE:
     case ISO_META:
     case ISO_PROGRESS: {
+        if (type == ISO_BLOCK) {
+            toolhost_block blk;
+            char *str[4] = {NULL, NULL, NULL, NULL};
+            bool ok = a->size == 8 && block_decode(a, 2, &blk, str);
+            block_strs_free(str);
+            if (!ok) { /* not what a worker of ours sends */
+                bool said = w->malformed;
+                w->malformed = true;
+                pthread_mutex_unlock(&P->mu);
+                msgpack_unpacked_destroy(&u);
+                if (!said)
+                    th_log_warn("plugin %s: worker %d sent a malformed "
+                                "block: killed", P->name, (int)w->pid);
+                worker_kill(w);
+                return false;
+            }
+        }
         pend *p = find_pend(w, (uint64_t)th_iso_int(a, 1));
         if (!p || p->done)
             break;
@@ -560,6 +647,9 @@ static bool route(pool *P, worker *w, const uint8_t *f, size_t n, pend *self)
         if (type == ISO_WRITE) {
             m->stream = (int)th_iso_int(a, 2);
             d = th_iso_bytes(a, 3, &len);
+        } else if (type == ISO_BLOCK) {
+            d = f; /* the whole frame, decoded again when delivered */
+            len = n;
         } else if (type == ISO_META) {
             d = th_iso_bytes(a, 2, &len);
         } else {
@@ -2638,6 +2728,8 @@ static int run(pool *P, uint32_t tool_idx, int ask, toolhost_call *call,
             pthread_mutex_unlock(&P->mu);
             if (m->type == ISO_WRITE)
                 call->host->write(call, m->stream, m->data, m->len);
+            else if (m->type == ISO_BLOCK)
+                deliver_frame(call, m->data, m->len);
             else if (m->type == ISO_META)
                 call->host->set_meta(call, m->data, m->len);
             else
@@ -2795,21 +2887,6 @@ static int p_validate(void *state, const toolhost_tool *tool,
 
 /* A string of a block from the worker: NULL (nil or missing), or a copy
  * with no NUL inside (*bad otherwise: a str that hides a shorter one). */
-static char *block_str(const msgpack_object_array *a, uint32_t i, bool *bad)
-{
-    if (i >= a->size || a->ptr[i].type == MSGPACK_OBJECT_NIL)
-        return NULL;
-    if (a->ptr[i].type != MSGPACK_OBJECT_STR ||
-        memchr(a->ptr[i].via.str.ptr, 0, a->ptr[i].via.str.size)) {
-        *bad = true;
-        return NULL;
-    }
-    char *s = th_iso_strdup(a, i);
-    if (!s)
-        *bad = true;
-    return s;
-}
-
 /* The worker's blocks_bin into `out`, each block through content_add():
  * the same checks (kind, UTF-8, MIME type and URI lengths, the budget)
  * as an in-process plugin's blocks get.  0, or the first refusal (the
@@ -2837,22 +2914,10 @@ static int replay_blocks(pool *P, const uint8_t *b, size_t n,
     }
     for (uint32_t i = 0; rc == 0 && i < u.data.via.array.size; i++) {
         const msgpack_object *e = &u.data.via.array.ptr[i];
-        bool bad = e->type != MSGPACK_OBJECT_ARRAY || e->via.array.size != 6;
-        toolhost_block blk = {.struct_size = sizeof blk};
-        char *role = NULL, *mime = NULL, *uri = NULL, *name = NULL;
-        if (!bad) {
-            const msgpack_object_array *a = &e->via.array;
-            bad = a->ptr[0].type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
-                  a->ptr[0].via.u64 > UINT32_MAX ||
-                  (a->ptr[3].type != MSGPACK_OBJECT_BIN &&
-                   a->ptr[3].type != MSGPACK_OBJECT_NIL);
-            blk.kind = bad ? 0 : (uint32_t)a->ptr[0].via.u64;
-            role = block_str(a, 1, &bad);
-            mime = block_str(a, 2, &bad);
-            uri = block_str(a, 4, &bad);
-            name = block_str(a, 5, &bad);
-            blk.data = th_iso_bytes(a, 3, &blk.len);
-        }
+        toolhost_block blk;
+        char *str[4] = {NULL, NULL, NULL, NULL};
+        bool bad = e->type != MSGPACK_OBJECT_ARRAY || e->via.array.size != 6 ||
+                   !block_decode(&e->via.array, 0, &blk, str);
         if (bad) {
             th_log_warn("plugin %s: a worker's content block %u is "
                         "malformed: refused", P->name, i);
@@ -2861,16 +2926,9 @@ static int replay_blocks(pool *P, const uint8_t *b, size_t n,
             c->bad = true;
             rc = TOOLHOST_EINVAL;
         } else {
-            blk.role = role;
-            blk.mime_type = mime;
-            blk.uri = uri;
-            blk.name = name;
             rc = out->host->content_add(out, &blk);
         }
-        free(role);
-        free(mime);
-        free(uri);
-        free(name);
+        block_strs_free(str);
     }
     msgpack_unpacked_destroy(&u);
     return rc;

@@ -36,6 +36,11 @@
  *                                          data bin); dropped: completion
  *                                          values past the 100 kept
  *   [UPDATED, uri]                         resource_updated() (ABI 1.4)
+ *   [BLOCK, id, kind, role, mime_type, data, uri, name]
+ *                                          write_block() (ABI 1.4): one
+ *                                          block of the call's result,
+ *                                          checked by the worker's sink
+ *                                          and again by the host
  *
  * HELLO's descriptor also carries (ABI 1.4) the resources [[uri, name,
  * title, description, mime_type, has_complete]...] and the prompts
@@ -57,7 +62,7 @@
 enum { ISO_INIT = 1, ISO_CALL, ISO_CANCEL, ISO_ASK, ISO_EXIT };
 enum {
     ISO_HELLO = 1, ISO_FAIL, ISO_READY, ISO_WRITE, ISO_META, ISO_PROGRESS,
-    ISO_DONE, ISO_LOG, ISO_ANSWER, ISO_UPDATED
+    ISO_DONE, ISO_LOG, ISO_ANSWER, ISO_UPDATED, ISO_BLOCK
 };
 enum {
     ISO_ASK_VALIDATE = 1, ISO_ASK_PERMISSION = 2,

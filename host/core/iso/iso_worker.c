@@ -348,6 +348,50 @@ static int w_write(toolhost_call *call, int stream, const void *data,
     return rc == TOOLHOST_ESTATE ? late(c, "write") : rc;
 }
 
+/* [BLOCK, id, kind, role, mime_type, data, uri, name]: b as this
+ * worker's own sink kept it (checked, its strings copied). */
+static int block_locked(wcall *c, const th_block *b)
+{
+    if (cancelled(c))
+        return TOOLHOST_ECANCELLED;
+    msgpack_packer pk;
+    size_t at = ob_begin(c, &pk);
+    int e = 0;
+    if (at != SIZE_MAX) {
+        e |= msgpack_pack_array(&pk, 8);
+        e |= msgpack_pack_int(&pk, ISO_BLOCK);
+        e |= msgpack_pack_uint64(&pk, c->id);
+        e |= msgpack_pack_uint32(&pk, b->kind);
+        e |= th_pack_cstr(&pk, b->role);
+        e |= th_pack_cstr(&pk, b->mime_type);
+        e |= msgpack_pack_bin_with_body(&pk, b->data, b->len);
+        e |= th_pack_cstr(&pk, b->uri);
+        e |= th_pack_cstr(&pk, b->name);
+    }
+    return ob_end(c, at, e, false);
+}
+
+/* write_block() (ABI 1.4): the block is checked here as in process (the
+ * same sink code: kind, MIME type, URI, UTF-8), so a bad one is refused
+ * to the plugin at once; the host checks it again and holds it to the
+ * call's budget (a block past it is refused there and logged). */
+static int w_write_block(toolhost_call *call, const toolhost_block *block)
+{
+    wcall *c = (wcall *)call;
+    th_content one;
+    th_content_init(&one, TH_CONTENT_RESULT, 0);
+    one.plugin = g_p->name;
+    int rc = th_content_add(&one, block);
+    if (rc == 0) {
+        pthread_mutex_lock(&c->mu);
+        rc = atomic_load(&c->ended) ? TOOLHOST_ESTATE
+                                    : block_locked(c, &one.v[0]);
+        pthread_mutex_unlock(&c->mu);
+    }
+    th_content_free(&one);
+    return rc == TOOLHOST_ESTATE ? late(c, "write_block") : rc;
+}
+
 static int w_set_meta(toolhost_call *call, const uint8_t *map, size_t len)
 {
     wcall *c = (wcall *)call;
@@ -511,7 +555,7 @@ static const th_call_vtbl w_vtbl = {
     .write = w_write, .set_meta = w_set_meta, .progress = w_progress,
     .is_cancelled = w_is_cancelled, .time_left_ms = w_time_left_ms,
     .suspend = w_suspend, .complete = w_complete,
-    .set_retry_after = w_set_retry_after};
+    .set_retry_after = w_set_retry_after, .write_block = w_write_block};
 
 static void w_log(const toolhost_host_api *host, int level,
                   const char *message)
