@@ -56,6 +56,33 @@ static void start_conform(rpc_srv *s, bool iso)
     CU_ASSERT_FATAL(rpc_srv_start(s, &o) == 0);
 }
 
+/* conform_tools in process (in) and isolated (iso), a client of each. */
+typedef struct conform_pair {
+    rpc_srv in, iso;
+    th_rpc_client *ci, *cs;
+} conform_pair;
+
+static void pair_start(conform_pair *p)
+{
+    start_conform(&p->in, false);
+    start_conform(&p->iso, true);
+    CU_ASSERT(rpc_log_wait(&p->iso, "started (isolation: process)",
+                           rpc_wait_ms()));
+    p->ci = rpc_connect(&p->in);
+    p->cs = rpc_connect(&p->iso);
+    CU_ASSERT_FATAL(p->ci && p->cs);
+}
+
+static void pair_stop(conform_pair *p)
+{
+    th_rpc_client_close(p->ci);
+    th_rpc_client_close(p->cs);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&p->in, SIGTERM), 0);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&p->iso, SIGTERM), 0);
+    rpc_srv_free(&p->in);
+    rpc_srv_free(&p->iso);
+}
+
 static bool str_has(const msgpack_object *o, const char *needle)
 {
     const char *p;
@@ -119,13 +146,9 @@ static void test_same_as_in_process(void)
          "\"test_prompt_with_embedded_resource\"}, \"argument\": "
          "{\"name\": \"resourceUri\", \"value\": \"x\"}}]"},
     };
-    rpc_srv in, iso;
-    start_conform(&in, false);
-    start_conform(&iso, true);
-    CU_ASSERT(rpc_log_wait(&iso, "started (isolation: process)",
-                           rpc_wait_ms()));
-    th_rpc_client *ci = rpc_connect(&in), *cs = rpc_connect(&iso);
-    CU_ASSERT_FATAL(ci && cs);
+    conform_pair pr;
+    pair_start(&pr);
+    th_rpc_client *ci = pr.ci, *cs = pr.cs;
     size_t nres = 0;
     for (size_t i = 0; i < sizeof req / sizeof *req; i++) {
         rpc_res a, b;
@@ -141,12 +164,7 @@ static void test_same_as_in_process(void)
         rpc_res_free(&b);
     }
     CU_ASSERT(nres >= 14); /* most of them are answers, not errors */
-    th_rpc_client_close(ci);
-    th_rpc_client_close(cs);
-    CU_ASSERT_EQUAL(rpc_srv_stop(&in, SIGTERM), 0);
-    CU_ASSERT_EQUAL(rpc_srv_stop(&iso, SIGTERM), 0);
-    rpc_srv_free(&in);
-    rpc_srv_free(&iso);
+    pair_stop(&pr);
 }
 
 /* iso_content_bad isolated (content_timeout `ms`), echo in process. */
@@ -215,11 +233,9 @@ static void test_call_blocks(void)
     static const char *const tools[] = {
         "test_image_content", "test_audio_content", "test_embedded_resource",
         "test_multiple_content_types"};
-    rpc_srv in, iso;
-    start_conform(&in, false);
-    start_conform(&iso, true);
-    th_rpc_client *ci = rpc_connect(&in), *cs = rpc_connect(&iso);
-    CU_ASSERT_FATAL(ci && cs);
+    conform_pair pr;
+    pair_start(&pr);
+    th_rpc_client *ci = pr.ci, *cs = pr.cs;
     for (size_t i = 0; i < sizeof tools / sizeof *tools; i++) {
         char p[200];
         snprintf(p, sizeof p, "[\"%s\", {}]", tools[i]);
@@ -254,12 +270,7 @@ static void test_call_blocks(void)
         rpc_res_free(&a);
         rpc_res_free(&b);
     }
-    th_rpc_client_close(ci);
-    th_rpc_client_close(cs);
-    CU_ASSERT_EQUAL(rpc_srv_stop(&in, SIGTERM), 0);
-    CU_ASSERT_EQUAL(rpc_srv_stop(&iso, SIGTERM), 0);
-    rpc_srv_free(&in);
-    rpc_srv_free(&iso);
+    pair_stop(&pr);
 }
 
 static void read_fails(th_rpc_client *c, const char *uri, int code,

@@ -518,20 +518,6 @@ static void test_flow(void)
 /* expires_in: a token is fetched again before it ends; a token the server
  * refuses before its expires_in says (its exp sooner): fetched again on
  * the 401, the call sent again and answered. */
-/* Waits until exactly n calls run (host.stats manager.running). */
-static bool running_is(rpc_srv *s, uint64_t n)
-{
-    th_rpc_client *c = rpc_connect(s);
-    if (!c)
-        return false;
-    int64_t end = rpc_now_ms() + rpc_wait_ms();
-    uint64_t v;
-    while ((v = rpc_mgr_stat(c, "running")) != n && rpc_now_ms() < end)
-        rpc_log_wait(s, "no such line", 5); /* the clock, bounded */
-    th_rpc_client_close(c);
-    return v == n;
-}
-
 static void test_expiry(void)
 {
     th_test_timeout(120);
@@ -627,14 +613,14 @@ static void test_expiry(void)
     CU_ASSERT(m5 && m5->via.array.size == 4 &&
               rpc_tool_error_is(&m5->via.array.ptr[3], "cancelled"));
     CU_ASSERT(as_wait_asked(&a, asked0 + 2)); /* 6 fetches again */
-    CU_ASSERT(running_is(&out, 1));
+    CU_ASSERT(rpc_wait_running_as(&out, 1, true));
     rpc_raw_request(&w, 8, "tools.call", "[\"in_echo\", {\"text\": \"8\"}]");
     CU_ASSERT(rpc_wait_running(&out, 2));
     rpc_raw_request(&w, 9, "tools.cancel", "[8]");
     const msgpack_object *m8 = rpc_raw_response(&w, 8, rpc_wait_ms());
     CU_ASSERT(m8 && m8->via.array.size == 4 &&
               rpc_tool_error_is(&m8->via.array.ptr[3], "cancelled"));
-    CU_ASSERT(running_is(&out, 1));
+    CU_ASSERT(rpc_wait_running_as(&out, 1, true));
     as_stall(&a, false);
     const msgpack_object *m6 = rpc_raw_response(&w, 6, rpc_wait_ms());
     CU_ASSERT(m6 && m6->via.array.size == 4 &&

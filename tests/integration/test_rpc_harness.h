@@ -652,19 +652,26 @@ RPC_H uint64_t rpc_mgr_stat(th_rpc_client *c, const char *key)
 
 /* Waits until `n` calls run in a tool (host.stats manager.running, counted
  * as the tool's run begins): the event a test waits on instead of a sleep
- * "to let the call start".  False after rpc_wait_ms(). */
-RPC_H bool rpc_wait_running(rpc_srv *s, uint64_t n)
+ * "to let the call start"; `exactly`: until n and no more run (the others
+ * let go).  False after rpc_wait_ms(). */
+RPC_H bool rpc_wait_running_as(rpc_srv *s, uint64_t n, bool exactly)
 {
     th_rpc_client *c = rpc_connect(s);
     if (!c)
         return false;
     int64_t end = rpc_now_ms() + rpc_wait_ms();
     uint64_t v;
-    while (((v = rpc_mgr_stat(c, "running")) == UINT64_MAX || v < n) &&
+    while (((v = rpc_mgr_stat(c, "running")) == UINT64_MAX ||
+            (exactly ? v != n : v < n)) &&
            rpc_now_ms() < end)
         usleep(5000);
     th_rpc_client_close(c);
-    return v != UINT64_MAX && v >= n;
+    return v != UINT64_MAX && (exactly ? v == n : v >= n);
+}
+
+RPC_H bool rpc_wait_running(rpc_srv *s, uint64_t n)
+{
+    return rpc_wait_running_as(s, n, false);
 }
 
 /* ---- raw frames -------------------------------------------------------------- */
