@@ -82,11 +82,9 @@ static int meta_write(void *ud, const char *buf, size_t n)
     return 0;
 }
 
-static void pack_key(msgpack_packer *pk, const char *k, size_t n)
-{
-    msgpack_pack_str_with_body(pk, k, n);
-}
-#define META_KEY(pk, lit) pack_key((pk), (lit), sizeof(lit) - 1)
+/* a key of meta_put(): a string literal, its length known */
+#define META_KEY(pk, lit)                                                     \
+    msgpack_pack_str_with_body((pk), (lit), sizeof(lit) - 1)
 
 /* The call's meta: the map th_sdk_meta would build (same keys, order and
  * packing), packed at once into a stack buffer: no allocation per call. */

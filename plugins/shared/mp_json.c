@@ -82,7 +82,7 @@ json_t *mp_json_parse(const uint8_t *data, size_t len)
     return j;
 }
 
-/* ---- straight to text ------------------------------------------------------- */
+/* ---- straight to text ---------------------------------------------------- */
 
 int mp_json_reserve(mp_json_text *t, size_t n)
 {
