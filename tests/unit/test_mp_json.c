@@ -3,10 +3,14 @@
  * JSON_ENSURE_ASCII) of mp_json_parse()'s tree, byte for byte: the same
  * values accepted, the same refused, the same text.  Examples of every
  * kind and every refusal, then thousands of random values (random bytes
- * in strings, twin keys, a bin or an ext here and there).
+ * in strings, twin keys, a bin or an ext here and there), then every
+ * input of fuzz/corpus/mp_json/ through the fuzz target's own check.
  *
- * The plugin's source is included: its symbols are hidden in the .so. */
+ * The plugin's source is included (its symbols are hidden in the .so),
+ * through the fuzz target (fuzz/mp_json.c) with no libFuzzer entry and
+ * its check as a CUnit assertion. */
 #include <CUnit/CUnit.h>
+#include <dirent.h>
 #include <jansson.h>
 #include <math.h>
 #include <msgpack.h>
@@ -14,7 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../plugins/shared/mp_json.c"
+#include "common/th_test.h"
+
+#define TH_FUZZ_NO_ENTRY
+#define TH_FUZZ_CHECK(cond) CU_ASSERT(cond)
+#include "../../fuzz/mp_json.c"
 
 /* Packs one value with a packer into a fresh buffer. */
 typedef struct {
@@ -421,6 +429,33 @@ static void test_random(void)
     CU_ASSERT_TRUE(refused > 100);
 }
 
+/* The fuzz target's seeds and past findings, replayed. */
+static void test_corpus(void)
+{
+    DIR *d = opendir(th_test_source_path("fuzz/corpus/mp_json"));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(d);
+    unsigned n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s",
+                 th_test_source_path("fuzz/corpus/mp_json"), e->d_name);
+        FILE *f = fopen(path, "rb");
+        CU_ASSERT_PTR_NOT_NULL(f);
+        if (!f)
+            continue;
+        uint8_t buf[65536];
+        size_t len = fread(buf, 1, sizeof buf, f);
+        fclose(f);
+        fuzz_mp_json(buf, len);
+        n++;
+    }
+    closedir(d);
+    CU_ASSERT(n >= 5);
+}
+
 void th_suite_mp_json(void)
 {
     CU_pSuite s = CU_add_suite("mp_json", NULL, NULL);
@@ -431,4 +466,5 @@ void th_suite_mp_json(void)
     CU_add_test(s, "depth", test_depth);
     CU_add_test(s, "twins", test_twins);
     CU_add_test(s, "random", test_random);
+    CU_add_test(s, "corpus", test_corpus);
 }
