@@ -51,23 +51,74 @@ static void wait_slice(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms)
     pthread_cond_timedwait(cv, mu, &ts);
 }
 
+/* The packer's sink for meta_put(): a buffer on the caller's stack,
+ * moved to the heap only when a long server name overflows it. */
+typedef struct {
+    char *data;
+    size_t len, cap;
+    bool heap, oom;
+} meta_buf;
+
+static int meta_write(void *ud, const char *buf, size_t n)
+{
+    meta_buf *b = ud;
+    if (b->oom)
+        return -1;
+    if (n > b->cap - b->len) {
+        size_t cap = b->cap * 2 + n;
+        char *d = b->heap ? realloc(b->data, cap) : malloc(cap);
+        if (!d) {
+            b->oom = true;
+            return -1;
+        }
+        if (!b->heap)
+            memcpy(d, b->data, b->len);
+        b->data = d;
+        b->cap = cap;
+        b->heap = true;
+    }
+    memcpy(b->data + b->len, buf, n);
+    b->len += n;
+    return 0;
+}
+
+/* a key of meta_put(): a string literal, its length known */
+#define META_KEY(pk, lit)                                                     \
+    msgpack_pack_str_with_body((pk), (lit), sizeof(lit) - 1)
+
+/* The call's meta: the map th_sdk_meta would build (same keys, order and
+ * packing), packed at once into a stack buffer: no allocation per call. */
 static void meta_put(toolhost_call *call, mcp_srv *s, pid_t pid,
                      int64_t id, int64_t t0, uint64_t n_progress,
                      const char *error)
 {
-    th_sdk_meta m;
-    th_sdk_meta_init(&m);
-    th_sdk_meta_str(&m, "server", s->name);
-    if (pid > 0)
-        th_sdk_meta_int(&m, "server_pid", pid);
-    if (id > 0)
-        th_sdk_meta_int(&m, "request_id", id);
-    th_sdk_meta_int(&m, "duration_ms", mcpsrc_now_ms() - t0);
-    th_sdk_meta_int(&m, "progress_updates", (int64_t)n_progress);
-    if (error)
-        th_sdk_meta_str(&m, "error", error);
-    th_sdk_meta_set(&m, call);
-    th_sdk_meta_destroy(&m);
+    char stack[256];
+    meta_buf b = {.data = stack, .cap = sizeof stack};
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &b, meta_write);
+    msgpack_pack_map(&pk, 3 + (pid > 0) + (id > 0) + (error != NULL));
+    META_KEY(&pk, "server");
+    msgpack_pack_str_with_body(&pk, s->name, strlen(s->name));
+    if (pid > 0) {
+        META_KEY(&pk, "server_pid");
+        msgpack_pack_int64(&pk, pid);
+    }
+    if (id > 0) {
+        META_KEY(&pk, "request_id");
+        msgpack_pack_int64(&pk, id);
+    }
+    META_KEY(&pk, "duration_ms");
+    msgpack_pack_int64(&pk, mcpsrc_now_ms() - t0);
+    META_KEY(&pk, "progress_updates");
+    msgpack_pack_int64(&pk, (int64_t)n_progress);
+    if (error) {
+        META_KEY(&pk, "error");
+        msgpack_pack_str_with_body(&pk, error, strlen(error));
+    }
+    if (!b.oom)
+        call->host->set_meta(call, (const uint8_t *)b.data, b.len);
+    if (b.heap)
+        free(b.data);
 }
 
 /* base64 text to bytes (malloc()ed, *n bytes); NULL when not base64. */
@@ -194,9 +245,10 @@ static int map_result(toolhost_call *call, const toolhost_tool *tool,
         size_t n = 0;
         json_array_foreach(content, i, b)
         {
-            const char *t = json_string_value(json_object_get(b, "text"));
-            if (t) {
-                th_sdk_write(call, TOOLHOST_STDERR, t, strlen(t));
+            const json_t *t = json_object_get(b, "text");
+            if (json_is_string(t)) {
+                th_sdk_write(call, TOOLHOST_STDERR, json_string_value(t),
+                             json_string_length(t));
                 n++;
             }
         }
@@ -343,28 +395,47 @@ static int fail_unavailable(toolhost_call *call, mcp_srv *s)
  * reader sends it (pump).  The reader ends it (answer, progress, cancel,
  * timeout, the server's end). */
 static int stdio_call(mcp_srv *s, const toolhost_tool *tool,
-                      const mcp_tool *mt, toolhost_call *call, json_t *jargs,
-                      int64_t t0, int64_t deadline)
+                      const mcp_tool *mt, toolhost_call *call,
+                      const uint8_t *args, size_t args_len, int64_t t0,
+                      int64_t deadline)
 {
     pthread_mutex_lock(&s->mu);
     bool up = s->state == SRV_UP && !s->reader_done;
     int64_t id = up ? s->next_id++ : 0;
     pid_t pid = s->pid;
     pthread_mutex_unlock(&s->mu);
+    /* the tools/call line, written straight into one buffer (no JSON
+     * tree): the arguments converted from msgpack as they are read */
+    mp_json_text t = {0};
+    static const char head[] = "{\"jsonrpc\":\"2.0\",\"id\":";
+    static const char method[] =
+        ",\"method\":\"tools/call\",\"params\":{\"name\":";
+    static const char arguments[] = ",\"arguments\":";
+    static const char meta[] = ",\"_meta\":{\"progressToken\":";
+    static const char tail[] = "}}}\n";
+    bool oom = mp_json_reserve(&t, 192 + args_len + args_len / 2 +
+                                       6 * strlen(mt->remote)) != 0 ||
+               mp_json_put(&t, head, sizeof head - 1) != 0 ||
+               mp_json_put_int(&t, id) != 0 ||
+               mp_json_put(&t, method, sizeof method - 1) != 0 ||
+               mp_json_put_str(&t, mt->remote, strlen(mt->remote)) != 0 ||
+               mp_json_put(&t, arguments, sizeof arguments - 1) != 0;
+    if (!oom && mp_json_dump(args, args_len, true, &t) != 0) {
+        free(t.data);
+        return th_sdk_fail(call, "mcp: the arguments are not a JSON object");
+    }
+    oom = oom || mp_json_put(&t, meta, sizeof meta - 1) != 0 ||
+          mp_json_put_int(&t, id) != 0 ||
+          mp_json_put(&t, tail, sizeof tail - 1) != 0;
     if (!up) {
-        json_decref(jargs);
+        free(t.data);
         int rc = fail_unavailable(call, s);
         meta_put(call, s, pid, 0, t0, 0, "unavailable");
         return rc;
     }
-    json_t *msg = json_pack("{s:s, s:I, s:s, s:{s:s, s:o, s:{s:I}}}",
-                            "jsonrpc", "2.0", "id", (json_int_t)id, "method",
-                            "tools/call", "params", "name", mt->remote,
-                            "arguments", jargs, "_meta", "progressToken",
-                            (json_int_t)id); /* jargs stolen */
-    char *text = msg ? json_dumps(msg, JSON_COMPACT | JSON_ENSURE_ASCII)
-                     : NULL;
-    json_decref(msg);
+    char *text = oom ? NULL : t.data;
+    if (oom)
+        free(t.data);
     mcp_pend *p = text ? calloc(1, sizeof *p) : NULL;
     if (!p || call->host->suspend(call) != 0) {
         free(text);
@@ -373,10 +444,8 @@ static int stdio_call(mcp_srv *s, const toolhost_tool *tool,
         meta_put(call, s, pid, id, t0, 0, NULL);
         return rc;
     }
-    size_t n = strlen(text);
-    text[n] = '\n'; /* json_dumps' NUL becomes the line's end */
     p->line = text;
-    p->line_len = n + 1;
+    p->line_len = t.len;
     p->id = id;
     p->call = call;
     p->tool = tool;
@@ -469,13 +538,13 @@ int mcpsrc_execute(void *state, const toolhost_tool *tool,
     int64_t deadline = s->timeout_ms > 0 ? t0 + s->timeout_ms : -1;
 
     /* the arguments as JSON (the host checked them against the schema) */
+    if (!s->url)
+        return stdio_call(s, tool, mt, call, args, args_len, t0, deadline);
     json_t *jargs = mp_json_parse(args, args_len);
     if (!json_is_object(jargs)) {
         json_decref(jargs);
         return th_sdk_fail(call, "mcp: the arguments are not a JSON object");
     }
-    if (!s->url)
-        return stdio_call(s, tool, mt, call, jargs, t0, deadline);
 
     /* HTTP: this thread makes the request and reads its answer */
     const char *error = NULL;

@@ -586,6 +586,12 @@ static int tool_build(mcp_state *st, mcp_srv *s, const json_t *d,
                    "server '%s': a tool without a name: left out", s->name);
         return 1;
     }
+    if (strlen(rname) != json_string_length(json_object_get(d, "name"))) {
+        th_sdk_log(h, TOOLHOST_LOG_WARN,
+                   "server '%s': tool '%.100s': its name holds a NUL "
+                   "character: left out", s->name, rname);
+        return 1;
+    }
     char name[128];
     size_t pl = strlen(s->prefix), rl = strlen(rname);
     if (pl + rl > 64) {

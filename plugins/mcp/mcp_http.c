@@ -62,7 +62,7 @@ typedef struct http_rx {
 static void dispatch(http_rx *rx, const char *text, size_t len)
 {
     mcp_srv *s = rx->s;
-    json_t *m = json_loadb(text, len, 0, NULL);
+    json_t *m = json_loadb(text, len, JSON_ALLOW_NUL, NULL); /* as on_line */
     if (!json_is_object(m)) {
         if (__atomic_add_fetch(&s->n_bad_json, 1, __ATOMIC_RELAXED) == 1)
             th_sdk_log(s->st->host, TOOLHOST_LOG_WARN,

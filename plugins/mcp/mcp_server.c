@@ -624,7 +624,9 @@ static void on_line(mcp_srv *s, const char *line, size_t len)
 {
     const toolhost_host_api *h = s->st->host;
     json_error_t je;
-    json_t *m = json_loadb(line, len, 0, &je);
+    /* a NUL in a string is JSON (\u0000): refused, a call whose answer
+     * holds one would wait for its timeout */
+    json_t *m = json_loadb(line, len, JSON_ALLOW_NUL, &je);
     if (!json_is_object(m)) {
         if (worth_logging(&s->n_bad_json))
             th_sdk_log(h, TOOLHOST_LOG_WARN,

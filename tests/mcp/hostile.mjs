@@ -32,13 +32,16 @@ const ok = async (what) => {
   return txt(r);
 };
 
-// both pages listed; the lying schema left out, the bad name renamed
+// both pages listed; the lying schema left out, the bad name renamed;
 const { tools } = await client.listTools();
 const names = tools.map((t) => t.name);
 for (const n of ['h_ok', 'h_flood', 'h_junk', 'h_huge', 'h_silent', 'h_wrongid',
                  'h_request', 'h_bad_name_'])
   check(names.includes(n), `tools/list lacks ${n}: ${names}`);
 check(!names.includes('h_badschema'), `the lying schema was imported: ${names}`);
+// a NUL in a name: the page is read (\u0000 is JSON), the tool left out
+// (its name would be cut to 'nul')
+check(!names.some((n) => n.startsWith('h_nul')), `a name with a NUL was imported: ${names}`);
 await ok('listing');
 
 let r = await client.callTool({ name: 'h_flood', arguments: {} });

@@ -32,6 +32,8 @@ tools.push({ name: 'badschema', description: 'lies about its schema',
                             properties: { x: { type: 'string', frobnicate: 3 } } } });
 tools.push({ name: 'bad name!', description: 'a name with a space',
              inputSchema: obj });
+tools.push({ name: 'nul\u0000name', description: 'a NUL in its name',
+             inputSchema: obj });
 
 const rl = createInterface({ input: process.stdin });
 rl.on('line', (line) => {

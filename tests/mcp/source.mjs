@@ -62,6 +62,17 @@ check(Number.isInteger(pid1) && pid1 > 0, `no server_pid in meta: ${JSON.stringi
 r = await client.callTool({ name: 'ev_get-sum', arguments: { a: 2, b: 40 } });
 check(!r.isError && /42/.test(txt(r)), `ev_get-sum: ${JSON.stringify(r)}`);
 
+// the arguments reach the server as they were sent (the tools/call line
+// is written straight from msgpack: every escape, code points past the
+// BMP, an empty string, reals and large integers)
+const odd = 'q"b\\s/\n\t\r\u0001\u001f\u007f\u0000 é ✓ 😀 \u2028 end';
+r = await client.callTool({ name: 'ev_echo', arguments: { message: odd } });
+check(!r.isError && txt(r) === `Echo: ${odd}`, `ev_echo of odd text: ${JSON.stringify(r)}`);
+r = await client.callTool({ name: 'ev_echo', arguments: { message: '' } });
+check(!r.isError && txt(r) === 'Echo: ', `ev_echo of '': ${JSON.stringify(r)}`);
+r = await client.callTool({ name: 'ev_get-sum', arguments: { a: 0.25, b: -1234567890123 } });
+check(!r.isError && /-1234567890122\.75/.test(txt(r)), `ev_get-sum of a real: ${JSON.stringify(r)}`);
+
 // the host validates against the imported schema: a missing argument
 r = await client.callTool({ name: 'ev_get-sum', arguments: { a: 2 } });
 check(r.isError && /b/.test(txt(r)), `missing b: ${JSON.stringify(r)}`);
