@@ -220,6 +220,45 @@ static int put_block(toolhost_call *call, const json_t *b, char *why,
     return 0;
 }
 
+/* The log line of content blocks not carried (the first one's why). */
+static void log_refused(toolhost_call *call, const mcp_tool *mt,
+                        size_t refused, const char *why)
+{
+    if (refused)
+        th_sdk_log_call(call, TOOLHOST_LOG_WARN,
+                        "server '%s': %zu content block%s of the result of "
+                        "'%s' not carried; the first: %s",
+                        mt->srv->name, refused, refused == 1 ? "" : "s",
+                        mt->remote, why);
+}
+
+/* map_result() of an answer of text blocks only (mcp_answer.c) for a
+ * tool without an output schema: the first text as stdout, the others
+ * as TEXT blocks. */
+static int map_texts(toolhost_call *call, const mcp_tool *mt,
+                     const mcpsrc_fast_answer *a)
+{
+    size_t refused = 0;
+    char why[160] = "";
+    for (size_t i = 0; i < a->n; i++) {
+        const char *t = a->buf + a->off[i];
+        if (i == 0) {
+            th_sdk_write(call, TOOLHOST_STDOUT, t, a->len[i]);
+            continue;
+        }
+        toolhost_block blk = {.struct_size = sizeof blk,
+                              .kind = TOOLHOST_BLOCK_TEXT,
+                              .data = t,
+                              .len = a->len[i]};
+        int rc = call->host->write_block(call, &blk);
+        if (rc != 0 && refused++ == 0)
+            snprintf(why, sizeof why, "a text block refused by the host (%s)",
+                     th_sdk_strerror(rc));
+    }
+    log_refused(call, mt, refused, why);
+    return TOOLHOST_OK;
+}
+
 /* Maps a tools/call answer onto the call. */
 static int map_result(toolhost_call *call, const toolhost_tool *tool,
                       const mcp_tool *mt, const json_t *msg)
@@ -287,12 +326,7 @@ static int map_result(toolhost_call *call, const toolhost_tool *tool,
         if (put_block(call, b, w, sizeof w) != 0 && refused++ == 0)
             snprintf(why, sizeof why, "%s", w);
     }
-    if (refused)
-        th_sdk_log_call(call, TOOLHOST_LOG_WARN,
-                        "server '%s': %zu content block%s of the result of "
-                        "'%s' not carried; the first: %s",
-                        s->name, refused, refused == 1 ? "" : "s",
-                        mt->remote, why);
+    log_refused(call, mt, refused, why);
     return TOOLHOST_OK;
 }
 
@@ -314,13 +348,23 @@ static void async_cancel_hook(void *ud)
 void mcpsrc_call_finish(mcp_pend *p, json_t *answer, const char *error,
                         const char *why)
 {
+    mcpsrc_call_finish_as(p, answer, NULL, error, why);
+}
+
+void mcpsrc_call_finish_as(mcp_pend *p, json_t *answer,
+                           const mcpsrc_fast_answer *texts, const char *error,
+                           const char *why)
+{
     toolhost_call *call = p->call;
     const mcp_tool *mt = p->mt;
     mcp_srv *s = mt->srv;
     if (p->hooked)
         th_sdk_on_cancel(call, NULL, NULL); /* waits for a running hook */
     int rc;
-    if (answer) {
+    if (texts) {
+        rc = map_texts(call, mt, texts);
+        error = NULL;
+    } else if (answer) {
         rc = map_result(call, p->tool, mt, answer);
         error = json_object_get(answer, "error") ? "server_error" : NULL;
     } else if (error && !strcmp(error, "cancelled")) {

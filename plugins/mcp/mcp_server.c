@@ -620,9 +620,36 @@ static void on_progress(mcp_srv *s, const json_t *params)
                    s->name, (unsigned long long)s->n_unknown_id);
 }
 
-static void on_line(mcp_srv *s, const char *line, size_t len)
+/* The usual answer, read without a tree (mcp_answer.c) and handed to
+ * its call: true when done; false for the tree path (another shape, a
+ * tool with an output schema, an id nobody waits on, the handshake's). */
+static bool fast_line(mcp_srv *s, const char *line, size_t len,
+                      mcpsrc_fast_answer *fa)
+{
+    if (mcpsrc_read_answer(line, len, fa) != 1)
+        return false;
+    pthread_mutex_lock(&s->mu);
+    mcp_pend *p = NULL;
+    for (mcp_pend *q = s->pending; q; q = q->next)
+        if (q->id == fa->id) {
+            p = q;
+            break;
+        }
+    bool mine = p && p->call && !p->mt->structured;
+    if (mine)
+        mcpsrc_pend_del(s, p);
+    pthread_mutex_unlock(&s->mu);
+    if (mine)
+        mcpsrc_call_finish_as(p, NULL, fa, NULL, NULL);
+    return mine;
+}
+
+static void on_line(mcp_srv *s, const char *line, size_t len,
+                    mcpsrc_fast_answer *fa)
 {
     const toolhost_host_api *h = s->st->host;
+    if (fast_line(s, line, len, fa))
+        return;
     json_error_t je;
     /* a NUL in a string is JSON (\u0000): refused, a call whose answer
      * holds one would wait for its timeout */
@@ -695,6 +722,7 @@ static void *reader(void *arg)
     unsigned elines = 0;
     int out = rc->out_fd, err = rc->err_fd;
     bool leader_gone = false;
+    mcpsrc_fast_answer fa = {0}; /* its buffer reused from line to line */
     if (!buf) {
         snprintf(rc->why, rc->why_size, "out of memory");
         goto kill;
@@ -785,7 +813,7 @@ static void *reader(void *arg)
                 if (n && buf[start + n - 1] == '\r')
                     n--;
                 if (n)
-                    on_line(s, buf + start, n);
+                    on_line(s, buf + start, n, &fa);
                 start = i + 1;
             }
             if (start) {
@@ -823,6 +851,7 @@ kill:
     kill_group(s);
     pthread_mutex_unlock(&s->mu);
 out:
+    mcpsrc_fast_answer_free(&fa);
     /* nothing more will be answered: fail what waits now (the
      * supervisor's handshake too) rather than at its timeout; the calls
      * this thread owns end here, and no call is handed to it any more */

@@ -199,6 +199,23 @@ int mcpsrc_oauth_auth(mcp_srv *s, bool refused, uint64_t *gen,
                       const char *rm, toolhost_call *call, int64_t deadline,
                       char **line, char *why, size_t ws);
 
+/* mcp_answer.c: the usual answer (text blocks only) without a tree. */
+#define MCPSRC_FAST_TEXTS 16
+typedef struct mcpsrc_fast_answer {
+    int64_t id;
+    size_t n;                       /* text blocks */
+    size_t off[MCPSRC_FAST_TEXTS];  /* each text in buf (NUL after it) */
+    size_t len[MCPSRC_FAST_TEXTS];
+    char *buf;                      /* reused from answer to answer */
+    size_t used, cap;
+} mcpsrc_fast_answer;
+/* 1: line[0..len) is exactly {"jsonrpc":"2.0","id":N,"result":
+ * {"content":[{"type":"text","text":...}...],"isError":false}} (keys in
+ * any order; jsonrpc and isError may be left out) and *a holds its id and
+ * texts; 0: it is not (read it with jansson); -1: out of memory. */
+int mcpsrc_read_answer(const char *line, size_t len, mcpsrc_fast_answer *a);
+void mcpsrc_fast_answer_free(mcpsrc_fast_answer *a);
+
 /* mcp_server.c */
 int mcpsrc_servers_start(mcp_state *st, char *err, size_t err_size);
 void mcpsrc_servers_stop(mcp_state *st);
@@ -244,6 +261,11 @@ int mcpsrc_http_call(mcp_srv *s, const char *remote, toolhost_call *call,
  * error name) and `why`; frees p. */
 void mcpsrc_call_finish(mcp_pend *p, json_t *answer, const char *error,
                         const char *why);
+/* The same with the answer read by mcpsrc_read_answer() (`texts`, for a
+ * tool without an output schema) instead of a tree. */
+void mcpsrc_call_finish_as(mcp_pend *p, json_t *answer,
+                           const mcpsrc_fast_answer *texts, const char *error,
+                           const char *why);
 int mcpsrc_execute(void *state, const toolhost_tool *tool,
                    toolhost_call *call, const uint8_t *args, size_t args_len);
 

@@ -163,6 +163,18 @@ static int32_t utf8_next(const unsigned char *s, size_t n, size_t *len)
     return v;
 }
 
+bool mp_json_utf8_valid(const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        size_t k = 1;
+        if (u[i] >= 0x80 && utf8_next(u + i, n - i, &k) < 0)
+            return false;
+        i += k;
+    }
+    return true;
+}
+
 static const char hex[] = "0123456789ABCDEF";
 
 static char *put_u(char *o, unsigned v)

@@ -26,6 +26,11 @@
  * becomes a real. */
 json_t *mp_json_parse(const uint8_t *data, size_t len);
 
+/* Whether s[0..n) is UTF-8 as jansson reads it: no overlong form, no
+ * surrogate, nothing past U+10FFFF (NUL and control bytes are not its
+ * concern). */
+bool mp_json_utf8_valid(const char *s, size_t n);
+
 /* JSON text being built: data[0..len) (NUL-terminated once anything was
  * put), malloc()ed, the caller's to free(); zero it to start. */
 typedef struct mp_json_text {
