@@ -1,0 +1,681 @@
+/* test_att34.c - attacks on what landed after 06073d6: isolated
+ * write_block() (BLOCK frames), the openapi plugin's keep_alive pool and
+ * its cookie parameters.  Through the real `toolhost serve` over
+ * msgpack-RPC.
+ *
+ * iso_blocks: an isolated plugin (tests/fixtures/att34_blocks.c) floods
+ *   blocks far past the call's budget and past the host's per-call queue
+ *   (ISO_QUEUE_MAX), forges well-formed BLOCK frames for a call id the
+ *   host never gave (small, and 20 MiB), and dies in the middle of its
+ *   blocks: the budget holds (logged), the forged blocks reach no call,
+ *   the death fails its call plugin_crashed, and the host keeps serving.
+ * oa_pool_per_api: two APIs on the same host and port, one allowed a
+ *   private address and one not: a connection the first keeps is never
+ *   used by the second (its calls are still refused).
+ * oa_server_restart: the API's server goes away with the kept connection
+ *   and comes back on the same port: the next call still succeeds.
+ * oa_concurrent: calls from many clients at once with keep_alive 2: all
+ *   succeed, the extra handles are closed (logged).
+ * oa_cookie_values: cookie values that try to add a cookie or a header
+ *   (semicolon, CR LF, space, quote, non-ASCII) fail the call naming the
+ *   parameter; the server never sees them; a plain value is sent.
+ * oa_redirect_scheme: a redirect from the http base URL to https on the
+ *   same host and port is another origin (RFC 6454): no credentials or
+ *   cookies, and the private-address rule of a foreign hop applies.
+ * oauth_fini_hung: the mcp plugin's OAuth token endpoint hangs (oauth
+ *   timeout 5 minutes) while the host is told to stop: it exits at once. */
+#include <CUnit/CUnit.h>
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/petstore.h"
+#include "common/th_test.h"
+#include "test_rpc_harness.h"
+
+/* ---- isolated write_block() ------------------------------------------- */
+
+static const char *user_line(void)
+{
+    return geteuid() == 0 ? "    user: auto\n" : "";
+}
+
+static const msgpack_object *content_of(const msgpack_object *res)
+{
+    return th_rpc_map_get(
+        th_rpc_map_get(th_rpc_map_get(res, "meta"), "toolhost"), "content");
+}
+
+static size_t n_blocks(const msgpack_object *res)
+{
+    const msgpack_object *c = content_of(res);
+    return c && c->type == MSGPACK_OBJECT_ARRAY ? c->via.array.size : 0;
+}
+
+static void test_iso_blocks(void)
+{
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg,
+             "host:\n"
+             "  log_level: debug\n"
+             "  shutdown_grace: 1s\n"
+             "plugins:\n"
+             "  - name: echo\n"
+             "    path: @BUILD@/plugins/echo.so\n"
+             "  - name: att34_blocks\n"
+             "    path: @BUILD@/fixtures/att34_blocks.so\n"
+             "    isolation: process\n"
+             "%s"
+             "toolsets:\n"
+             "  - name: public\n"
+             "    tools: [\"*\"]\n",
+             user_line());
+    rpc_srv s;
+    rpc_opts o = {.config = cfg};
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_FATAL(c != NULL);
+    rpc_res r;
+
+    /* 2000 blocks of 1000 bytes: the worker's sink takes each (its own
+     * budget is the sink's 16 MiB); the host keeps what the call's
+     * stdout may hold (text: 8000 bytes), refuses the rest, logs it */
+    CU_ASSERT_FATAL(rpc_call(c, "tools.call",
+                             "[\"ab_flood\", {\"n\": 2000, \"size\": 1000}]",
+                             &r) == 0);
+    CU_ASSERT(r.res && rpc_ok(r.res) &&
+              rpc_stdout_is(r.res, "sent 2000 refused 0"));
+    size_t kept = r.res ? n_blocks(r.res) : 0;
+    CU_ASSERT(kept >= 1 && kept <= 8);
+    rpc_res_free(&r);
+    CU_ASSERT(rpc_log_wait(&s, "the content passes 8000 bytes",
+                           rpc_wait_ms()));
+
+    /* 300 blocks of 64 KiB (19 MiB): past the host's per-call queue of
+     * 8 MiB as well; every one past the budget, none kept */
+    CU_ASSERT_FATAL(rpc_call(c, "tools.call",
+                             "[\"ab_flood\", {\"n\": 300, \"size\": 65536}]",
+                             &r) == 0);
+    CU_ASSERT(r.res && rpc_ok(r.res) &&
+              rpc_stdout_is(r.res, "sent 300 refused 0"));
+    CU_ASSERT(r.res && n_blocks(r.res) == 0);
+    rpc_res_free(&r);
+
+    /* the budget is the call's: the next call's blocks are taken */
+    CU_ASSERT_FATAL(rpc_call(c, "tools.call",
+                             "[\"ab_flood\", {\"n\": 2, \"size\": 16}]",
+                             &r) == 0);
+    CU_ASSERT(r.res && rpc_ok(r.res) && n_blocks(r.res) == 2);
+    rpc_res_free(&r);
+
+    /* a well-formed BLOCK for a call the host never gave: no call gets
+     * it (nor this one); a 20 MiB one the same */
+    static const char *const forged[] = {
+        "[\"ab_forge\", {\"id\": 999999, \"size\": 16}]",
+        "[\"ab_forge\", {\"id\": 0, \"size\": 16}]",
+        "[\"ab_forge\", {\"id\": 123456789, \"size\": 20971520}]"};
+    for (size_t i = 0; i < sizeof forged / sizeof *forged; i++) {
+        CU_ASSERT_FATAL(rpc_call(c, "tools.call", forged[i], &r) == 0);
+        CU_ASSERT(r.res && rpc_ok(r.res) && rpc_stdout_is(r.res, "forged"));
+        CU_ASSERT(r.res && n_blocks(r.res) == 0);
+        rpc_res_free(&r);
+    }
+
+    /* a worker that dies between its blocks: the call fails
+     * plugin_crashed, the next call gets a new worker */
+    CU_ASSERT_FATAL(rpc_call(c, "tools.call", "[\"ab_die\", {\"n\": 50}]",
+                             &r) == 0);
+    CU_ASSERT(r.res && !rpc_ok(r.res) &&
+              rpc_tool_error_is(r.res, "plugin_crashed"));
+    rpc_res_free(&r);
+    CU_ASSERT_FATAL(rpc_call(c, "tools.call",
+                             "[\"ab_flood\", {\"n\": 1, \"size\": 16}]",
+                             &r) == 0);
+    CU_ASSERT(r.res && rpc_ok(r.res) && n_blocks(r.res) == 1);
+    rpc_res_free(&r);
+
+    th_rpc_client_close(c);
+    CU_ASSERT(rpc_alive(&s));
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+}
+
+/* ---- the openapi plugin ----------------------------------------------- */
+
+typedef struct fx {
+    petsrv srv;
+    rpc_srv s;
+    th_rpc_client *c;
+} fx;
+
+static int counter(petsrv *p, int *what)
+{
+    pthread_mutex_lock(&p->mu);
+    int n = *what;
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
+static void last_cookie(petsrv *p, char *out, size_t n)
+{
+    pthread_mutex_lock(&p->mu);
+    snprintf(out, n, "%s", p->last_cookie);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* The pet store, then the openapi plugin with `apis` (its base URL
+ * ${OA_TEST_URL}, the document @SPEC@). */
+static int fx_start(fx *f, const char *apis_fmt)
+{
+    memset(f, 0, sizeof *f);
+    if (petsrv_start(&f->srv, 0) != 0)
+        return -1;
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1", f->srv.port);
+    setenv("OA_TEST_URL", url, 1);
+    setenv("OA_TEST_TOKEN", PETSRV_TOKEN, 1);
+    const char *spec = th_test_source_path("tests/openapi/petstore.yaml");
+    char apis[3000];
+    snprintf(apis, sizeof apis, apis_fmt, spec, spec);
+    char cfg[4000];
+    snprintf(cfg, sizeof cfg,
+             "host:\n"
+             "  log_level: debug\n"
+             "  shutdown_grace: 1s\n"
+             "plugins:\n"
+             "  - name: openapi\n"
+             "    path: @BUILD@/plugins/openapi.so\n"
+             "    config:\n"
+             "      apis:\n"
+             "%s"
+             "toolsets:\n"
+             "  - name: public\n"
+             "    tools: [\"*\"]\n"
+             "    permissions:\n"
+             "      rules:\n"
+             "        - {flag: open_world, action: allow}\n",
+             apis);
+    rpc_opts o = {.config = cfg};
+    if (rpc_srv_start(&f->s, &o) != 0)
+        return -1;
+    f->c = rpc_connect(&f->s);
+    return f->c ? 0 : -1;
+}
+
+static void fx_stop(fx *f)
+{
+    if (f->c)
+        th_rpc_client_close(f->c);
+    if (f->s.pid > 0) {
+        CU_ASSERT_EQUAL(rpc_srv_stop(&f->s, SIGTERM), 0);
+        rpc_srv_free(&f->s);
+    }
+    petsrv_stop(&f->srv);
+}
+
+static const msgpack_object *call(th_rpc_client *c, const char *tool,
+                                  const char *args, rpc_res *r)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "[\"%s\", %s]", tool, args);
+    if (rpc_call(c, "tools.call", p, r) != 0)
+        return NULL;
+    return r->res;
+}
+
+static bool stderr_has(const msgpack_object *res, const char *needle)
+{
+    const msgpack_object *o = th_rpc_map_get(res, "stderr");
+    const char *p;
+    size_t n;
+    return o && th_rpc_obj_str(o, &p, &n) &&
+           memmem(p, n, needle, strlen(needle)) != NULL;
+}
+
+#define PETS_API                                                           \
+    "        - name: pets\n"                                               \
+    "          spec: %s\n"                                                 \
+    "          base_url: ${OA_TEST_URL}\n"                                 \
+    "          allow_private: true\n"                                      \
+    "          include: [listPets, getInventory]\n"                        \
+    "          auth: {bearer_env: OA_TEST_TOKEN}\n"
+
+static void test_oa_pool_per_api(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(fx_start(&f, PETS_API
+                             "        - name: strict\n"
+                             "          spec: %s\n"
+                             "          base_url: ${OA_TEST_URL}\n"
+                             "          prefix: strict_\n"
+                             "          include: [getInventory]\n"
+                             "          auth: {bearer_env: OA_TEST_TOKEN}\n")
+                    == 0);
+    for (int i = 0; i < 3; i++) {
+        rpc_res r;
+        /* the first API's call leaves a connection to 127.0.0.1 kept */
+        const msgpack_object *res = call(f.c, "getInventory", "{}", &r);
+        CU_ASSERT(res && rpc_ok(res));
+        rpc_res_free(&r);
+        /* the second may not use it: refused as ever */
+        res = call(f.c, "strict_getInventory", "{}", &r);
+        CU_ASSERT(res && !rpc_ok(res) &&
+                  stderr_has(res, "refused to connect to 127.0.0.1"));
+        rpc_res_free(&r);
+    }
+    CU_ASSERT_EQUAL(counter(&f.srv, &f.srv.connections), 1);
+    fx_stop(&f);
+}
+
+static void test_oa_server_restart(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(fx_start(&f, PETS_API) == 0);
+    rpc_res r;
+    const msgpack_object *res = call(f.c, "getInventory", "{}", &r);
+    CU_ASSERT(res && rpc_ok(res));
+    rpc_res_free(&r);
+    /* the server goes, closing the kept connection, and comes back on
+     * the same port */
+    int port = f.srv.port;
+    petsrv_stop(&f.srv);
+    CU_ASSERT_FATAL(petsrv_start(&f.srv, port) == 0);
+    for (int i = 0; i < 3; i++) {
+        res = call(f.c, "getInventory", "{}", &r);
+        CU_ASSERT(res && rpc_ok(res));
+        rpc_res_free(&r);
+    }
+    CU_ASSERT_EQUAL(counter(&f.srv, &f.srv.connections), 1);
+    fx_stop(&f);
+}
+
+typedef struct conc {
+    rpc_srv *s;
+    int ok;
+} conc;
+
+static void *conc_main(void *arg)
+{
+    conc *k = arg;
+    th_rpc_client *c = rpc_connect(k->s);
+    for (int i = 0; c && i < 4; i++) {
+        rpc_res r;
+        const msgpack_object *res = call(c, "listPets", "{}", &r);
+        if (res && rpc_ok(res))
+            k->ok++;
+        rpc_res_free(&r);
+    }
+    if (c)
+        th_rpc_client_close(c);
+    return NULL;
+}
+
+static void test_oa_concurrent(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(fx_start(&f, PETS_API "          keep_alive: 2\n") == 0);
+    enum { N = 8 };
+    conc k[N];
+    pthread_t t[N];
+    for (int i = 0; i < N; i++) {
+        k[i] = (conc){.s = &f.s};
+        CU_ASSERT_FATAL(pthread_create(&t[i], NULL, conc_main, &k[i]) == 0);
+    }
+    int ok = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(t[i], NULL);
+        ok += k[i].ok;
+    }
+    CU_ASSERT_EQUAL(ok, N * 4);
+    /* at most N connections (one per call running at once) */
+    CU_ASSERT(counter(&f.srv, &f.srv.connections) <= N);
+    /* and the pool still serves, from a kept handle */
+    rpc_res r;
+    const msgpack_object *res = call(f.c, "listPets", "{}", &r);
+    CU_ASSERT(res && rpc_ok(res));
+    rpc_res_free(&r);
+    fx_stop(&f);
+}
+
+static void test_oa_cookie_values(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(fx_start(&f, PETS_API) == 0);
+    static const char *const bad[] = {
+        "a;admin=1", "a\\r\\nX-Evil: 1", "a b", "\\\"q\\\"", "caf\\u00e9",
+        "a,b", "a\\\\b"};
+    rpc_res r;
+    const msgpack_object *res = call(f.c, "listPets", "{\"view\": \"dark\"}",
+                                     &r);
+    CU_ASSERT(res && rpc_ok(res));
+    rpc_res_free(&r);
+    char ck[256];
+    last_cookie(&f.srv, ck, sizeof ck);
+    CU_ASSERT_STRING_EQUAL(ck, "view=dark");
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char args[128];
+        snprintf(args, sizeof args, "{\"view\": \"%s\"}", bad[i]);
+        res = call(f.c, "listPets", args, &r);
+        /* refused by the plugin, naming the parameter */
+        CU_ASSERT(res && !rpc_ok(res));
+        if (res)
+            CU_ASSERT(stderr_has(res, "cookie parameter 'view' must be "
+                                      "printable ASCII"));
+        rpc_res_free(&r);
+        last_cookie(&f.srv, ck, sizeof ck);
+        CU_ASSERT_STRING_EQUAL(ck, "view=dark");
+    }
+    /* the cookie parameters the document could not offer are not there */
+    res = call(f.c, "listPets", "{\"list;all\": \"x\"}", &r);
+    CU_ASSERT(!res || !rpc_ok(res));
+    rpc_res_free(&r);
+    fx_stop(&f);
+}
+
+/* ---- a redirect to https on the base URL's host and port -------------- */
+
+typedef struct rsrv {
+    struct MHD_Daemon *d;
+    int port;
+    pthread_mutex_t mu;
+    int secure_hits;
+} rsrv;
+
+static enum MHD_Result rs_req(void *cls, struct MHD_Connection *c,
+                              const char *url, const char *method,
+                              const char *version, const char *upload,
+                              size_t *upload_size, void **con_cls)
+{
+    (void)method, (void)version, (void)upload, (void)upload_size,
+        (void)con_cls;
+    rsrv *s = cls;
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(2, (void *)"{}", MHD_RESPMEM_PERSISTENT);
+    unsigned code = 200;
+    if (!strcmp(url, "/v1/up")) {
+        char loc[128];
+        snprintf(loc, sizeof loc, "https://127.0.0.1:%d/v1/secure", s->port);
+        MHD_add_response_header(r, "Location", loc);
+        code = 302;
+    } else {
+        pthread_mutex_lock(&s->mu);
+        s->secure_hits++;
+        pthread_mutex_unlock(&s->mu);
+    }
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    enum MHD_Result rc = MHD_queue_response(c, code, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+static void test_oa_redirect_scheme(void)
+{
+    rsrv s = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    s.d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL,
+                           rs_req, &s, MHD_OPTION_SOCK_ADDR, &sa,
+                           MHD_OPTION_END);
+    CU_ASSERT_FATAL(s.d != NULL);
+    s.port = MHD_get_daemon_info(s.d, MHD_DAEMON_INFO_BIND_PORT)->port;
+    char dir[] = "/tmp/att34-XXXXXX";
+    CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
+    char spec[64];
+    snprintf(spec, sizeof spec, "%s/up.yaml", dir);
+    FILE *fp = fopen(spec, "w");
+    CU_ASSERT_FATAL(fp != NULL);
+    fputs("openapi: 3.0.3\n"
+          "info: {title: up, version: '1'}\n"
+          "paths:\n"
+          "  /up:\n"
+          "    get:\n"
+          "      operationId: goUp\n"
+          "      responses:\n"
+          "        '200': {description: ok}\n",
+          fp);
+    fclose(fp);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1", s.port);
+    char cfg[2048];
+    snprintf(cfg, sizeof cfg,
+             "host:\n"
+             "  log_level: debug\n"
+             "  shutdown_grace: 1s\n"
+             "plugins:\n"
+             "  - name: openapi\n"
+             "    path: @BUILD@/plugins/openapi.so\n"
+             "    config:\n"
+             "      apis:\n"
+             "        - name: up\n"
+             "          spec: %s\n"
+             "          base_url: %s\n"
+             "          allow_private: true\n"
+             "          max_redirects: 2\n"
+             "toolsets:\n"
+             "  - name: public\n"
+             "    tools: [\"*\"]\n"
+             "    permissions:\n"
+             "      rules:\n"
+             "        - {flag: open_world, action: allow}\n",
+             spec, url);
+    rpc_srv srv;
+    rpc_opts o = {.config = cfg};
+    CU_ASSERT_FATAL(rpc_srv_start(&srv, &o) == 0);
+    th_rpc_client *c = rpc_connect(&srv);
+    CU_ASSERT_FATAL(c != NULL);
+    rpc_res r;
+    const msgpack_object *res = call(c, "goUp", "{}", &r);
+    /* another origin on a private address: refused before connecting
+     * (not a TLS handshake with the base URL's server) */
+    CU_ASSERT(res && !rpc_ok(res) &&
+              stderr_has(res, "refused to connect to 127.0.0.1"));
+    rpc_res_free(&r);
+    pthread_mutex_lock(&s.mu);
+    CU_ASSERT_EQUAL(s.secure_hits, 0);
+    pthread_mutex_unlock(&s.mu);
+    th_rpc_client_close(c);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&srv, SIGTERM), 0);
+    rpc_srv_free(&srv);
+    MHD_stop_daemon(s.d);
+    unlink(spec);
+    rmdir(dir);
+}
+
+/* ---- the mcp plugin: shutdown while its token endpoint hangs ---------- */
+
+/* A Streamable HTTP MCP server wanting the bearer token "t1" (no tools,
+ * list_changed offered, its GET stream always 401), and the token
+ * endpoint: the first ask gets t1, every later one hangs. */
+typedef struct hsrv {
+    struct MHD_Daemon *d;
+    int port;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int token_asks;  /* requests that reached the token endpoint */
+    int get_asks;    /* GET /mcp */
+    bool released;   /* the hung token asks may end */
+} hsrv;
+
+typedef struct hbody {
+    char b[8192];
+    size_t n;
+} hbody;
+
+static enum MHD_Result hs_answer(struct MHD_Connection *c, unsigned code,
+                                 const char *body, bool bearer)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        strlen(body), (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (body[0])
+        MHD_add_response_header(r, "Content-Type", "application/json");
+    if (bearer)
+        MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    enum MHD_Result rc = MHD_queue_response(c, code, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+static enum MHD_Result hs_req(void *cls, struct MHD_Connection *c,
+                              const char *url, const char *method,
+                              const char *version, const char *upload,
+                              size_t *upload_size, void **con_cls)
+{
+    (void)version;
+    hsrv *s = cls;
+    if (!*con_cls) { /* the headers: the body comes next */
+        if (!(*con_cls = calloc(1, sizeof(hbody))))
+            return MHD_NO;
+        return MHD_YES;
+    }
+    hbody *hb = *con_cls;
+    if (*upload_size) {
+        size_t k = *upload_size < sizeof hb->b - 1 - hb->n
+                       ? *upload_size
+                       : sizeof hb->b - 1 - hb->n;
+        memcpy(hb->b + hb->n, upload, k);
+        hb->n += k;
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (!strcmp(url, "/token")) {
+        pthread_mutex_lock(&s->mu);
+        int n = ++s->token_asks;
+        pthread_cond_broadcast(&s->cv);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 120;
+        while (n > 1 && !s->released &&
+               pthread_cond_timedwait(&s->cv, &s->mu, &ts) == 0)
+            ;
+        pthread_mutex_unlock(&s->mu);
+        return hs_answer(c, n > 1 ? 503 : 200,
+                         n > 1 ? "{}"
+                               : "{\"access_token\": \"t1\", \"token_type\": "
+                                 "\"Bearer\", \"expires_in\": 3600}",
+                         false);
+    }
+    const char *au =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!strcmp(method, "GET")) {
+        pthread_mutex_lock(&s->mu);
+        s->get_asks++;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        return hs_answer(c, 401, "", true);
+    }
+    if (!au || strcmp(au, "Bearer t1"))
+        return hs_answer(c, 401, "", true);
+    json_t *m = json_loadb(hb->b, hb->n, 0, NULL);
+    const char *meth = json_string_value(json_object_get(m, "method"));
+    json_t *id = json_object_get(m, "id");
+    char out[1024] = "";
+    if (id && meth && !strcmp(meth, "initialize"))
+        snprintf(out, sizeof out,
+                 "{\"jsonrpc\": \"2.0\", \"id\": %lld, \"result\": "
+                 "{\"protocolVersion\": \"2025-06-18\", \"capabilities\": "
+                 "{\"tools\": {\"listChanged\": true}}, \"serverInfo\": "
+                 "{\"name\": \"hung\", \"version\": \"1\"}}}",
+                 (long long)json_integer_value(id));
+    else if (id)
+        snprintf(out, sizeof out,
+                 "{\"jsonrpc\": \"2.0\", \"id\": %lld, \"result\": "
+                 "{\"tools\": []}}",
+                 (long long)json_integer_value(id));
+    json_decref(m);
+    return hs_answer(c, out[0] ? 200 : 202, out, false);
+}
+
+static void hs_done(void *cls, struct MHD_Connection *c, void **con_cls,
+                    enum MHD_RequestTerminationCode toe)
+{
+    (void)cls, (void)c, (void)toe;
+    free(*con_cls);
+    *con_cls = NULL;
+}
+
+static bool hs_wait_asked(hsrv *s, int n)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += rpc_wait_ms() / 1000 + 1;
+    pthread_mutex_lock(&s->mu);
+    while (s->token_asks < n &&
+           pthread_cond_timedwait(&s->cv, &s->mu, &ts) == 0)
+        ;
+    bool ok = s->token_asks >= n;
+    pthread_mutex_unlock(&s->mu);
+    return ok;
+}
+
+/* The server's GET stream is refused (401): the plugin's listener
+ * fetches a token again, and the token endpoint hangs (oauth.timeout 5
+ * minutes).  The host told to stop then exits at once, not when that
+ * fetch's timeout ends it (rpc_srv_stop kills it after 24 s: -1). */
+static void test_oauth_fini_hung(void)
+{
+    hsrv s = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    s.d = MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0,
+        NULL, NULL, hs_req, &s, MHD_OPTION_SOCK_ADDR, &sa,
+        MHD_OPTION_NOTIFY_COMPLETED, hs_done, NULL, MHD_OPTION_END);
+    CU_ASSERT_FATAL(s.d != NULL);
+    s.port = MHD_get_daemon_info(s.d, MHD_DAEMON_INFO_BIND_PORT)->port;
+    setenv("ATT34_SECRET", "att34-secret", 1);
+    char cfg[2048];
+    snprintf(cfg, sizeof cfg,
+             "host:\n"
+             "  log_level: debug\n"
+             "  shutdown_grace: 1s\n"
+             "plugins:\n"
+             "  - name: echo\n"
+             "    path: @BUILD@/plugins/echo.so\n"
+             "  - name: mcp\n"
+             "    path: @BUILD@/plugins/mcp.so\n"
+             "    config:\n"
+             "      servers:\n"
+             "        - name: hung\n"
+             "          url: http://127.0.0.1:%d/mcp\n"
+             "          oauth:\n"
+             "            client_id: att34\n"
+             "            client_secret_env: ATT34_SECRET\n"
+             "            token_url: http://127.0.0.1:%d/token\n"
+             "            timeout: 5m\n"
+             "toolsets:\n"
+             "  - name: public\n"
+             "    tools: [\"*\"]\n",
+             s.port, s.port);
+    rpc_srv srv;
+    rpc_opts o = {.config = cfg};
+    CU_ASSERT_FATAL(rpc_srv_start(&srv, &o) == 0);
+    /* the listener's fetch is in the token endpoint */
+    CU_ASSERT(hs_wait_asked(&s, 2));
+    CU_ASSERT(rpc_alive(&srv));
+    CU_ASSERT_EQUAL(rpc_srv_stop(&srv, SIGTERM), 0);
+    rpc_srv_free(&srv);
+    pthread_mutex_lock(&s.mu);
+    s.released = true;
+    pthread_cond_broadcast(&s.cv);
+    pthread_mutex_unlock(&s.mu);
+    MHD_stop_daemon(s.d);
+}
+
+void th_suite_att34(void)
+{
+    CU_pSuite s = CU_add_suite("att34", NULL, NULL);
+    CU_add_test(s, "iso_blocks", test_iso_blocks);
+    CU_add_test(s, "oa_pool_per_api", test_oa_pool_per_api);
+    CU_add_test(s, "oa_server_restart", test_oa_server_restart);
+    CU_add_test(s, "oa_concurrent", test_oa_concurrent);
+    CU_add_test(s, "oa_cookie_values", test_oa_cookie_values);
+    CU_add_test(s, "oa_redirect_scheme", test_oa_redirect_scheme);
+    CU_add_test(s, "oauth_fini_hung", test_oauth_fini_hung);
+}
