@@ -9,6 +9,9 @@
  *   host never gave (small, and 20 MiB), and dies in the middle of its
  *   blocks: the budget holds (logged), the forged blocks reach no call,
  *   the death fails its call plugin_crashed, and the host keeps serving.
+ * iso_content_mcp: an isolated plugin's resource read that crashes or
+ *   hangs, over MCP stdio: a JSON-RPC error naming plugin_crashed or the
+ *   content_timeout.
  * oa_pool_per_api: two APIs on the same host and port, one allowed a
  *   private address and one not: a connection the first keeps is never
  *   used by the second (its calls are still refused).
@@ -25,6 +28,7 @@
  * oauth_fini_hung: the mcp plugin's OAuth token endpoint hangs (oauth
  *   timeout 5 minutes) while the host is told to stop: it exits at once. */
 #include <CUnit/CUnit.h>
+#include <jansson.h>
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
@@ -145,6 +149,73 @@ static void test_iso_blocks(void)
     CU_ASSERT(rpc_alive(&s));
     CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
     rpc_srv_free(&s);
+}
+
+/* ---- isolated content errors over MCP --------------------------------- */
+
+/* `toolhost mcp` (stdio) with an isolated plugin whose reads crash and
+ * hang: each resources/read fails with a JSON-RPC error (-32603, the one
+ * MCP code for both) whose message names what happened. */
+static void test_iso_content_mcp(void)
+{
+    char *dir = th_test_tmpdir();
+    char text[2048];
+    snprintf(text, sizeof text,
+             "host:\n"
+             "  log_level: debug\n"
+             "  shutdown_grace: 1s\n"
+             "plugins:\n"
+             "  - name: bad\n"
+             "    path: %s/fixtures/iso_content_bad.so\n"
+             "    isolation: process\n"
+             "    crash_loop: 1000\n"
+             "    content_timeout: %lldms\n"
+             "%s"
+             "toolsets:\n"
+             "  - name: public\n"
+             "    tools: [\"*\"]\n",
+             TH_BUILD_DIR, (long long)th_test_ms(1000), user_line());
+    char *cfg = th_test_write_file(dir, "c.yaml", text, (size_t)-1);
+    /* the answers come in the order the reads end: told apart by id */
+    const char *in =
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":"
+        "{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{},"
+        "\"clientInfo\":{\"name\":\"att34\",\"version\":\"1\"}}}\n"
+        "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n"
+        "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"resources/read\","
+        "\"params\":{\"uri\":\"bad://crash\"}}\n"
+        "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"resources/read\","
+        "\"params\":{\"uri\":\"bad://hang\"}}\n";
+    th_test_run r;
+    char *argv[] = {(char *)th_test_build_path("toolhost"), "mcp", "-c", cfg,
+                    NULL};
+    CU_ASSERT_EQUAL_FATAL(th_test_run_argv(argv, in, 60, 1, &r), 0);
+    CU_ASSERT_EQUAL(r.status, 0);
+    int seen = 0;
+    char *save = NULL;
+    for (char *line = r.out ? strtok_r(r.out, "\n", &save) : NULL; line;
+         line = strtok_r(NULL, "\n", &save)) {
+        json_t *j = json_loads(line, 0, NULL);
+        json_int_t id = json_integer_value(json_object_get(j, "id"));
+        json_t *e = json_object_get(j, "error");
+        const char *msg = json_string_value(json_object_get(e, "message"));
+        json_int_t code = json_integer_value(json_object_get(e, "code"));
+        if (id == 2) {
+            seen++;
+            CU_ASSERT(code == -32603 && msg &&
+                      strstr(msg, "failed: plugin_crashed ("));
+        } else if (id == 3) {
+            seen++;
+            CU_ASSERT(code == -32603 && msg &&
+                      strstr(msg, "(content_timeout)"));
+        }
+        json_decref(j);
+    }
+    CU_ASSERT_EQUAL(seen, 2);
+    th_test_run_free(&r);
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
 }
 
 /* ---- the openapi plugin ----------------------------------------------- */
@@ -672,6 +743,7 @@ void th_suite_att34(void)
 {
     CU_pSuite s = CU_add_suite("att34", NULL, NULL);
     CU_add_test(s, "iso_blocks", test_iso_blocks);
+    CU_add_test(s, "iso_content_mcp", test_iso_content_mcp);
     CU_add_test(s, "oa_pool_per_api", test_oa_pool_per_api);
     CU_add_test(s, "oa_server_restart", test_oa_server_restart);
     CU_add_test(s, "oa_concurrent", test_oa_concurrent);
