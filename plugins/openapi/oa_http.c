@@ -655,6 +655,11 @@ static void handle_give(const oa_api *api, CURL *e,
 {
     if (!e)
         return;
+    /* its options point into the call that ends (the headers, the body,
+     * the error buffer and callback data on its stack): cleared, so an
+     * idle handle, and the cleanup of one at fini, holds none of them
+     * (its connections stay) */
+    curl_easy_reset(e);
     oa_pool *p = api->pool;
     pthread_mutex_lock(&p->mu);
     bool kept = p->n < api->keep_alive;
