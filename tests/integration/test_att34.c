@@ -8,7 +8,9 @@
  *   (ISO_QUEUE_MAX), forges well-formed BLOCK frames for a call id the
  *   host never gave (small, and 20 MiB), and dies in the middle of its
  *   blocks: the budget holds (logged), the forged blocks reach no call,
- *   the death fails its call plugin_crashed, and the host keeps serving.
+ *   the death fails its call plugin_crashed, and the host keeps serving;
+ *   a resource read whose worker forges a call's frames (BLOCK, WRITE,
+ *   META, PROGRESS) for its own ask's id is answered, the frames dropped.
  * iso_content_mcp: an isolated plugin's resource read that crashes or
  *   hangs, over MCP stdio: a JSON-RPC error naming plugin_crashed or the
  *   content_timeout.
@@ -144,6 +146,28 @@ static void test_iso_blocks(void)
                              &r) == 0);
     CU_ASSERT(r.res && rpc_ok(r.res) && n_blocks(r.res) == 1);
     rpc_res_free(&r);
+
+    /* a resource read (an ask: no call behind it) whose worker forges
+     * the frames only a call has (BLOCK, WRITE, META, PROGRESS) for
+     * every id, its own among them: dropped, the read answers, the host
+     * lives */
+    for (int i = 0; i < 2; i++) {
+        CU_ASSERT_FATAL(rpc_call(c, "resources.read", "[\"ab://forge\"]",
+                                 &r) == 0);
+        const msgpack_object *ct =
+            r.res ? th_rpc_map_get(r.res, "contents") : NULL;
+        const msgpack_object *t =
+            ct && ct->type == MSGPACK_OBJECT_ARRAY && ct->via.array.size == 1
+                ? th_rpc_map_get(&ct->via.array.ptr[0], "text")
+                : NULL;
+        const char *tp = NULL;
+        size_t tn = 0;
+        CU_ASSERT(t && th_rpc_obj_str(t, &tp, &tn) && tn == 4 &&
+                  !memcmp(tp, "fine", 4));
+        rpc_res_free(&r);
+    }
+    CU_ASSERT(rpc_log_wait(&s, "sent a call's output for a request that is "
+                               "not a call: dropped", rpc_wait_ms()));
 
     th_rpc_client_close(c);
     CU_ASSERT(rpc_alive(&s));
