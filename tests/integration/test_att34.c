@@ -9,6 +9,7 @@
  *   host never gave (small, and 20 MiB), and dies in the middle of its
  *   blocks: the budget holds (logged), the forged blocks reach no call,
  *   the death fails its call plugin_crashed, and the host keeps serving;
+ *   blocks written after a cancel are refused to the plugin (ECANCELLED);
  *   a resource read whose worker forges a call's frames (BLOCK, WRITE,
  *   META, PROGRESS) for its own ask's id is answered, the frames dropped.
  * iso_content_mcp: an isolated plugin's resource read that crashes or
@@ -146,6 +147,19 @@ static void test_iso_blocks(void)
                              &r) == 0);
     CU_ASSERT(r.res && rpc_ok(r.res) && n_blocks(r.res) == 1);
     rpc_res_free(&r);
+
+    /* blocks written while the call is cancelled: write_block()
+     * refuses them in the worker (ECANCELLED), the call ends cancelled */
+    rpc_raw w;
+    CU_ASSERT_FATAL(rpc_raw_open(&w, &s) == 0);
+    rpc_raw_request(&w, 1, "tools.call", "[\"ab_until_cancel\", {}]");
+    CU_ASSERT(rpc_wait_running(&s, 1));
+    rpc_raw_request(&w, 2, "tools.cancel", "[1]");
+    const msgpack_object *m1 = rpc_raw_response(&w, 1, rpc_wait_ms());
+    CU_ASSERT(m1 && m1->via.array.size == 4 &&
+              rpc_tool_error_is(&m1->via.array.ptr[3], "cancelled"));
+    rpc_raw_close(&w);
+    CU_ASSERT(rpc_log_wait(&s, "blocks refused: -3 after", rpc_wait_ms()));
 
     /* a resource read (an ask: no call behind it) whose worker forges
      * the frames only a call has (BLOCK, WRITE, META, PROGRESS) for
