@@ -29,7 +29,8 @@
  *   same host and port is another origin (RFC 6454): no credentials or
  *   cookies, and the private-address rule of a foreign hop applies.
  * oauth_fini_hung: the mcp plugin's OAuth token endpoint hangs (oauth
- *   timeout 5 minutes) while the host is told to stop: it exits at once. */
+ *   timeout 5 minutes): eight calls waiting for that fetch, cancelled at
+ *   once, end cancelled; the host told to stop exits at once. */
 #include <CUnit/CUnit.h>
 #include <jansson.h>
 #include <arpa/inet.h>
@@ -603,9 +604,10 @@ static void test_oa_redirect_scheme(void)
 
 /* ---- the mcp plugin: shutdown while its token endpoint hangs ---------- */
 
-/* A Streamable HTTP MCP server wanting the bearer token "t1" (no tools,
- * list_changed offered, its GET stream always 401), and the token
- * endpoint: the first ask gets t1, every later one hangs. */
+/* A Streamable HTTP MCP server wanting the bearer token "t1" (one tool,
+ * t, whose calls it refuses with 401; list_changed offered, its GET
+ * stream always 401), and the token endpoint: the first ask gets t1,
+ * every later one hangs. */
 typedef struct hsrv {
     struct MHD_Daemon *d;
     int port;
@@ -613,6 +615,7 @@ typedef struct hsrv {
     pthread_cond_t cv;
     int token_asks;  /* requests that reached the token endpoint */
     int get_asks;    /* GET /mcp */
+    int calls_refused; /* tools/call answered 401 */
     bool released;   /* the hung token asks may end */
 } hsrv;
 
@@ -696,10 +699,18 @@ static enum MHD_Result hs_req(void *cls, struct MHD_Connection *c,
                  "{\"tools\": {\"listChanged\": true}}, \"serverInfo\": "
                  "{\"name\": \"hung\", \"version\": \"1\"}}}",
                  (long long)json_integer_value(id));
-    else if (id)
+    else if (id && meth && !strcmp(meth, "tools/call")) {
+        /* the token is refused: the call fetches a new one */
+        pthread_mutex_lock(&s->mu);
+        s->calls_refused++;
+        pthread_mutex_unlock(&s->mu);
+        json_decref(m);
+        return hs_answer(c, 401, "", true);
+    } else if (id)
         snprintf(out, sizeof out,
                  "{\"jsonrpc\": \"2.0\", \"id\": %lld, \"result\": "
-                 "{\"tools\": []}}",
+                 "{\"tools\": [{\"name\": \"t\", \"description\": "
+                 "\"waits\", \"inputSchema\": {\"type\": \"object\"}}]}}",
                  (long long)json_integer_value(id));
     json_decref(m);
     return hs_answer(c, out[0] ? 200 : 202, out, false);
@@ -711,6 +722,20 @@ static void hs_done(void *cls, struct MHD_Connection *c, void **con_cls,
     (void)cls, (void)c, (void)toe;
     free(*con_cls);
     *con_cls = NULL;
+}
+
+/* host.stats manager.running is n (within rpc_wait_ms()). */
+static bool running_is(rpc_srv *s, uint64_t n)
+{
+    th_rpc_client *c = rpc_connect(s);
+    if (!c)
+        return false;
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    uint64_t v;
+    while ((v = rpc_mgr_stat(c, "running")) != n && rpc_now_ms() < end)
+        rpc_log_wait(s, "no such line", 5); /* the clock, bounded */
+    th_rpc_client_close(c);
+    return v == n;
 }
 
 static bool hs_wait_asked(hsrv *s, int n)
@@ -748,6 +773,7 @@ static void test_oauth_fini_hung(void)
              "host:\n"
              "  log_level: debug\n"
              "  shutdown_grace: 1s\n"
+             "  workers: 16\n"
              "plugins:\n"
              "  - name: echo\n"
              "    path: @BUILD@/plugins/echo.so\n"
@@ -771,6 +797,34 @@ static void test_oauth_fini_hung(void)
     CU_ASSERT_FATAL(rpc_srv_start(&srv, &o) == 0);
     /* the listener's fetch is in the token endpoint */
     CU_ASSERT(hs_wait_asked(&s, 2));
+    CU_ASSERT(rpc_alive(&srv));
+    /* eight calls refused 401 wait for that fetch (one at a time per
+     * server); all cancelled at once, each ends cancelled while the
+     * endpoint still hangs, no new fetch started for them */
+    enum { N = 8 };
+    rpc_raw w;
+    CU_ASSERT_FATAL(rpc_raw_open(&w, &srv) == 0);
+    for (uint64_t id = 1; id <= N; id++)
+        rpc_raw_request(&w, id, "tools.call", "[\"hung_t\", {}]");
+    CU_ASSERT(rpc_wait_running(&srv, N));
+    for (uint64_t id = 1; id <= N; id++) {
+        char p[32];
+        snprintf(p, sizeof p, "[%llu]", (unsigned long long)id);
+        rpc_raw_request(&w, 100 + id, "tools.cancel", p);
+    }
+    for (uint64_t id = 1; id <= N; id++) {
+        const msgpack_object *m = rpc_raw_response(&w, id, rpc_wait_ms());
+        CU_ASSERT(m && m->via.array.size == 4 &&
+                  rpc_tool_error_is(&m->via.array.ptr[3], "cancelled"));
+    }
+    rpc_raw_close(&w);
+    /* the plugin gave every call back (its run is over), the endpoint
+     * still hanging */
+    CU_ASSERT(running_is(&srv, 0));
+    pthread_mutex_lock(&s.mu);
+    CU_ASSERT_EQUAL(s.calls_refused, N);
+    CU_ASSERT_EQUAL(s.token_asks, 2);
+    pthread_mutex_unlock(&s.mu);
     CU_ASSERT(rpc_alive(&srv));
     CU_ASSERT_EQUAL(rpc_srv_stop(&srv, SIGTERM), 0);
     rpc_srv_free(&srv);
