@@ -1,7 +1,9 @@
 /* test_att34.c - attacks on what landed after 06073d6: isolated
- * write_block() (BLOCK frames), the openapi plugin's keep_alive pool and
- * its cookie parameters.  Through the real `toolhost serve` over
- * msgpack-RPC.
+ * write_block() (BLOCK frames) and content errors, the openapi plugin's
+ * keep_alive pool, cookie parameters and redirects, the mcp plugin's
+ * OAuth waits.  Through the real `toolhost serve` over msgpack-RPC (and
+ * `toolhost mcp` over stdio); the HTTP servers are libmicrohttpd on
+ * 127.0.0.1, port 0.
  *
  * iso_blocks: an isolated plugin (tests/fixtures/att34_blocks.c) floods
  *   blocks far past the call's budget and past the host's per-call queue
@@ -32,8 +34,8 @@
  *   timeout 5 minutes): eight calls waiting for that fetch, cancelled at
  *   once, end cancelled; the host told to stop exits at once. */
 #include <CUnit/CUnit.h>
-#include <jansson.h>
 #include <arpa/inet.h>
+#include <jansson.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <pthread.h>
