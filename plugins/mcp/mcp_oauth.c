@@ -62,6 +62,8 @@ struct mcp_oauth {
     toolhost_call *f_call;
     int64_t f_deadline;
     int f_ended;        /* 0, or MCPSRC_OAUTH_CANCELLED/_TIMEDOUT */
+    bool f_stopped;     /* f_ended because the plugin stops (s->stop) */
+    mcp_srv *srv;       /* the server it is for: its stop ends a fetch */
     /* discovered (under mu; written by the fetcher) */
     char *endpoint;     /* the token endpoint */
     char *resource;     /* the RFC 8707 resource */
@@ -112,6 +114,7 @@ int mcpsrc_oauth_parse(mcp_srv *s, const json_t *o, const char *who,
     pthread_cond_init(&a->cv, NULL);
     a->f_deadline = -1;
     s->oauth = a;
+    a->srv = s;
     const char *id = json_string_value(json_object_get(o, "client_id"));
     if (!id || !id[0] || strlen(id) > 255 ||
         strlen(id) != json_string_length(json_object_get(o, "client_id")))
@@ -320,14 +323,28 @@ typedef struct xfer {
     mcp_oauth *a;
 } xfer;
 
-/* The fetcher's call ended (cancelled, or past its deadline): the
- * transfer stops (libcurl calls this at least once a second). */
+/* The plugin stops (fini: mcpsrc_servers_stop() set s->stop). */
+static bool srv_stopping(mcp_oauth *a)
+{
+    pthread_mutex_lock(&a->srv->mu);
+    bool stop = a->srv->stop;
+    pthread_mutex_unlock(&a->srv->mu);
+    return stop;
+}
+
+/* The fetcher's call ended (cancelled, or past its deadline), or the
+ * plugin stops (a fetch of the GET stream's has no call, and fini must
+ * not wait for oauth.timeout): the transfer stops (libcurl calls this
+ * at least once a second). */
 static int on_progress(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut,
                        curl_off_t un)
 {
     (void)dt, (void)dn, (void)ut, (void)un;
     mcp_oauth *a = ((xfer *)ud)->a;
-    if (a->f_call && th_sdk_cancelled(a->f_call))
+    if (srv_stopping(a)) {
+        a->f_ended = MCPSRC_OAUTH_CANCELLED;
+        a->f_stopped = true;
+    } else if (a->f_call && th_sdk_cancelled(a->f_call))
         a->f_ended = MCPSRC_OAUTH_CANCELLED;
     else if (a->f_deadline >= 0 && mcpsrc_now_ms() >= a->f_deadline)
         a->f_ended = MCPSRC_OAUTH_TIMEDOUT;
@@ -385,11 +402,9 @@ static long transfer(mcp_oauth *a, const char *url, const char *form,
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)a->timeout_ms);
     if (form)
         curl_easy_setopt(c, CURLOPT_POSTFIELDS, form);
-    if (a->f_call || a->f_deadline >= 0) {
-        curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
-        curl_easy_setopt(c, CURLOPT_XFERINFODATA, &x);
-        curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
-    }
+    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(c, CURLOPT_XFERINFODATA, &x);
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
     if (basic) {
         /* RFC 6749 2.3.1: id and secret form-encoded, then base64 (by
          * libcurl) */
@@ -408,7 +423,8 @@ static long transfer(mcp_oauth *a, const char *url, const char *form,
         if (x.len)
             *doc = json_loadb(x.buf, x.len, 0, NULL);
     } else if (a->f_ended) {
-        snprintf(why, ws, "%.120s: the call ended during the transfer", url);
+        snprintf(why, ws, "%.120s: %s during the transfer", url,
+                 a->f_stopped ? "the plugin stopped" : "the call ended");
     } else if (x.too_big) {
         snprintf(why, ws, "%.120s: the answer is larger than %lld bytes "
                  "(oauth.max_response)", url, (long long)a->max_response);
@@ -830,6 +846,7 @@ int mcpsrc_oauth_auth(mcp_srv *s, bool refused, uint64_t *gen,
     a->f_call = call;
     a->f_deadline = deadline;
     a->f_ended = 0;
+    a->f_stopped = false;
     pthread_mutex_unlock(&a->mu);
     char w[1024] = "";
     int rc = fetch(s, a, rm, w, sizeof w);

@@ -252,9 +252,10 @@ static void one_hop(CURL *e, xfer *x, const req *r, const char *url,
         h->location = strdup(loc);
 }
 
-/* The host and port of an absolute URL (host lower case); -1 when it is
- * not an http(s) URL. */
-static int url_origin(const char *url, char *host, size_t hs, long *port)
+/* The scheme (*https), host and port of an absolute URL (host lower
+ * case); -1 when it is not an http(s) URL. */
+static int url_origin(const char *url, bool *https, char *host, size_t hs,
+                      long *port)
 {
     CURLU *u = curl_url();
     char *scheme = NULL, *h = NULL, *p = NULL;
@@ -269,6 +270,7 @@ static int url_origin(const char *url, char *host, size_t hs, long *port)
             if (*c >= 'A' && *c <= 'Z')
                 *c = (char)(*c - 'A' + 'a');
         *port = strtol(p, NULL, 10);
+        *https = !strcasecmp(scheme, "https");
         rc = 0;
     }
     curl_free(scheme);
@@ -653,6 +655,11 @@ static void handle_give(const oa_api *api, CURL *e,
 {
     if (!e)
         return;
+    /* its options point into the call that ends (the headers, the body,
+     * the error buffer and callback data on its stack): cleared, so an
+     * idle handle, and the cleanup of one at fini, holds none of them
+     * (its connections stay) */
+    curl_easy_reset(e);
     oa_pool *p = api->pool;
     pthread_mutex_lock(&p->mu);
     bool kept = p->n < api->keep_alive;
@@ -712,12 +719,17 @@ int oa_execute(void *state, const toolhost_tool *tool, toolhost_call *call,
         for (long hops = 0; url; hops++) {
             char host[256];
             long port = 0;
-            if (url_origin(url, host, sizeof host, &port) != 0) {
+            bool https = false;
+            if (url_origin(url, &https, host, sizeof host, &port) != 0) {
                 rc = th_sdk_fail(call, "%s: redirected to a URL that is not "
                                        "http(s)", b.shown.p);
                 goto done;
             }
-            bool same = !strcmp(host, api->base_host) && port == api->base_port;
+            /* the same origin (RFC 6454): scheme, host and port; an
+             * https base redirected to http on its own port is another
+             * (the credentials and cookies are not sent in clear) */
+            bool same = https == api->base_https &&
+                        !strcmp(host, api->base_host) && port == api->base_port;
             creds = creds && same;
             x.private_ok = same && api->allow_private;
             int64_t t = deadline - now_ms();

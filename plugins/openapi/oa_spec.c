@@ -984,6 +984,7 @@ static int base_url(oa_api *api, const json_t *doc, char *err, size_t es)
         goto out;
     }
     api->base_port = strtol(port, NULL, 10);
+    api->base_https = !strcasecmp(scheme, "https");
     rc = 0;
 out:
     curl_free(scheme);

@@ -74,6 +74,7 @@ typedef struct oa_api {
     char *base_url;       /* no trailing '/' */
     char *base_host;      /* the base URL's host (lower case) and port, */
     long base_port;       /* the one host allow_private lets through   */
+    bool base_https;      /* its scheme: the origin is scheme, host, port */
     char *prefix;
     char **include, **exclude; /* NULL-terminated, or NULL */
     int auth;             /* OA_AUTH_* */

@@ -142,6 +142,7 @@ typedef struct worker {
                              closes: the reader thread takes it, reaps */
     bool malformed;       /* it sent a malformed frame: killed, and
                              nothing it sent after is routed (under mu) */
+    bool stray_said;      /* a call's frame for an ask was logged */
 } worker;
 
 enum { RD_FREE, RD_THREAD, RD_CALLER };
@@ -632,6 +633,22 @@ static bool route(pool *P, worker *w, const uint8_t *f, size_t n, pend *self)
         pend *p = find_pend(w, (uint64_t)th_iso_int(a, 1));
         if (!p || p->done)
             break;
+        if (p->ask) {
+            /* output, a block, meta or progress for an ask (a validate,
+             * a permission, a content read): no call is behind it to
+             * take them, and a worker of ours never sends them: dropped
+             * (the read answers as it will) */
+            bool said = w->stray_said;
+            w->stray_said = true;
+            pthread_mutex_unlock(&P->mu);
+            msgpack_unpacked_destroy(&u);
+            if (!said)
+                th_log_warn("plugin %s: worker %d sent a call's output for "
+                            "a request that is not a call: dropped (later "
+                            "ones are not logged)",
+                            P->name, (int)w->pid);
+            return true;
+        }
         if (p == self) {
             pthread_mutex_unlock(&P->mu);
             deliver(self->call, type, a);
