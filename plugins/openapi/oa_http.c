@@ -535,14 +535,13 @@ static int build(CURL *esc, const oa_op *op, const json_t *args, built *b,
         goto oom;
     }
     free(q.p);
+    /* the config's headers go where the credentials go: to the API's
+     * own origin only (an operator may put a key or a cookie there) */
     for (char **h = api->headers; h && *h; h++) {
         struct curl_slist *a = curl_slist_append(b->r.hdrs, *h);
-        if (a)
-            b->r.hdrs = a;
-        struct curl_slist *c = a ? curl_slist_append(b->r.plain, *h) : NULL;
-        if (!c)
+        if (!a)
             goto oom;
-        b->r.plain = c;
+        b->r.hdrs = a;
     }
     if (header(&b->r.hdrs, "Accept", "application/json") ||
         header(&b->r.plain, "Accept", "application/json"))
