@@ -70,6 +70,11 @@
 #define ISO_CONTENT_TIMEOUT_MS 5000 /* content_timeout's default */
 
 
+/* What a queued message costs beyond its bytes and its text (its struct,
+ * the allocator's headers), counted toward ISO_QUEUE_MAX so that a flood
+ * of empty frames is held back as one of full ones. */
+#define MSG_COST 128
+
 typedef struct msg {
     int type;
     int stream;
@@ -77,6 +82,7 @@ typedef struct msg {
     char *text;
     uint8_t *data;
     size_t len;
+    size_t cost;          /* counted in its pend's queued */
     struct msg *next;
 } msg;
 
@@ -681,12 +687,13 @@ static bool route(pool *P, worker *w, const uint8_t *f, size_t n, pend *self)
         if (d && len)
             memcpy(m->data, d, len);
         m->len = len;
+        m->cost = len + (m->text ? strlen(m->text) : 0) + MSG_COST;
         if (p->tail)
             p->tail->next = m;
         else
             p->head = m;
         p->tail = m;
-        p->queued += len;
+        p->queued += m->cost; /* a frame without bytes costs too */
         pthread_cond_signal(&p->cv);
         /* Back pressure: the call's owner drains; the worker waits. */
         while (p->queued > ISO_QUEUE_MAX && !p->done && !P->closing) {
@@ -2740,7 +2747,7 @@ static int run(pool *P, uint32_t tool_idx, int ask, toolhost_call *call,
             p.head = m->next;
             if (!p.head)
                 p.tail = NULL;
-            p.queued -= m->len;
+            p.queued -= m->cost;
             pthread_cond_broadcast(&P->cv); /* the reader may wait */
             pthread_mutex_unlock(&P->mu);
             if (m->type == ISO_WRITE)
