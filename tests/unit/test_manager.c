@@ -1399,7 +1399,14 @@ static void *run_close(void *p)
 
 static void test_cslot_close_while_suspending(void)
 {
-    open_default(1, 1, 64);
+    /* the close must wait the tool's thread out, however late it gets a
+     * core: the fixture's 2 s (unscaled) ran out before a complete()
+     * delayed 2 s more, and the close returned with the call running */
+    th_config *c = cfg_new(1, 1, 64);
+    cfg_toolset(c, "default", all_tools);
+    c->host.session_grace_ms = th_test_ms(30000);
+    H = host_new(c);
+    S = open_trusted(H);
     th_session_ref(S); /* the runner's, past the close */
     gate_runner g = {0};
     pthread_t rt;
