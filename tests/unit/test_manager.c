@@ -2466,16 +2466,17 @@ static char *lw_log_release(void)
     return s;
 }
 
-/* One t_spin call with a 200 ms timeout: answered `timeout` in time. */
+/* One t_spin call with a 200 ms timeout: answered `timeout` while the
+ * tool still spins (it ends only when the test releases it, or after
+ * 20 s: rec_wait's scaled 3 s tells the two apart; the unscaled bound of
+ * 1.5 s this had failed when the deadline thread was 2 s late). */
 static void spin_times_out(void)
 {
     rec r;
     rec_init(&r);
     th_call_opts o = {.timeout_ms = 200};
-    int64_t t0 = mono_ms();
     start(S, "t_spin", A(0), &o, &r);
     CU_ASSERT_TRUE(rec_wait(&r, 3000));
-    CU_ASSERT_TRUE(mono_ms() - t0 < 1500);
     CU_ASSERT_EQUAL(r.final.kind, TH_RESULT_ERROR);
     CU_ASSERT_EQUAL(r.final.error, TH_ETIMEOUT);
     rec_free(&r);
@@ -2493,7 +2494,7 @@ static bool echo_ok(const char *text, int ms)
 
 static void wait_lost(uint64_t total, int ms)
 {
-    int64_t until = mono_ms() + ms;
+    int64_t until = mono_ms() + th_test_ms((unsigned)ms);
     th_mgr_stats st;
     do {
         nap_ms(5);
@@ -2583,12 +2584,11 @@ static void test_lost_workers_cap(void)
     int64_t until = mono_ms() + th_test_ms(2000);
     while (atomic_load(&fx_spin_running) == spin0 && mono_ms() < until)
         nap_ms(1); /* the last worker took it */
-    int64_t tq = mono_ms();
     start(S, "t_echo", A(1, "text", 's', "queued"), NULL, &q);
     CU_ASSERT_TRUE(rec_wait(&sp, 2000));
     CU_ASSERT_EQUAL(sp.final.error, TH_ETIMEOUT);
+    /* busy, not the deadline's timeout: the code says which */
     CU_ASSERT_TRUE(rec_wait(&q, 2000));
-    CU_ASSERT_TRUE(mono_ms() - tq < 1500);
     CU_ASSERT_EQUAL(q.final.kind, TH_RESULT_ERROR);
     CU_ASSERT_EQUAL(q.final.error, TH_EBUSY);
     rec_free(&sp);
@@ -2599,12 +2599,10 @@ static void test_lost_workers_cap(void)
     CU_ASSERT_EQUAL(st.lost_workers, 3);
     rec r;
     rec_init(&r);
-    int64_t t0 = mono_ms();
     start(S, "t_echo", A(1, "text", 's', "x"), NULL, &r);
     CU_ASSERT_TRUE(rec_wait(&r, 2000));
-    CU_ASSERT_TRUE(mono_ms() - t0 < 500);
     CU_ASSERT_EQUAL(r.final.kind, TH_RESULT_ERROR);
-    CU_ASSERT_EQUAL(r.final.error, TH_EBUSY);
+    CU_ASSERT_EQUAL(r.final.error, TH_EBUSY); /* at once: not a timeout */
     rec_free(&r);
     spin_release_all();
     CU_ASSERT_TRUE(echo_ok("back", 3000));
