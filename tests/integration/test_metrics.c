@@ -193,12 +193,18 @@ static void test_connection_events(void)
     char mcp[512];
     snprintf(mcp, sizeof mcp, "mcp:\n  tokens:\n    - {user: alice, file: %s}\n",
              tf);
+    /* idle_timeout: the two connections must stay until the third is
+     * refused (with 1 s, a test thread 1.2 s late between the opens saw
+     * the first closed idle and the third let in), then close idle */
+    char host[256];
+    snprintf(host, sizeof host,
+             "  listen: [\"http://127.0.0.1:0/metrics\", "
+             "\"http://127.0.0.1:0/mcp\"]\n"
+             "  max_connections: 2\n"
+             "  idle_timeout: %ums\n",
+             th_test_ms(3000));
     rpc_srv s;
-    rpc_opts o = {.host_extra = "  listen: [\"http://127.0.0.1:0/metrics\", "
-                                "\"http://127.0.0.1:0/mcp\"]\n"
-                                "  max_connections: 2\n"
-                                "  idle_timeout: 1s\n",
-                  .plugins_extra = mcp};
+    rpc_opts o = {.host_extra = host, .plugins_extra = mcp};
     CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
     unsigned port = metrics_port(&s), mport = mcp_port(&s);
     CU_ASSERT_FATAL(port != 0 && mport != 0);
@@ -220,7 +226,7 @@ static void test_connection_events(void)
     rpc_raw_close(&w[0]);
 
     /* max_connections 2: the third is refused; the two others are closed
-     * idle after 1 s. */
+     * idle after 3 s (scaled). */
     for (int i = 0; i < 3; i++)
         CU_ASSERT_FATAL(rpc_raw_open(&w[i], &s) == 0);
     CU_ASSERT(rpc_raw_eof(&w[2], rpc_wait_ms()));

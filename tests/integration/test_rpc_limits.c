@@ -303,26 +303,36 @@ static void test_frame_timeout(void)
     rpc_srv_free(&s);
 }
 
+/* Times in units of idle_timeout (1.5 s, scaled): a task of 3 keeps its
+ * connection busy, a connection that talks every 250 ms for 2 stays, the
+ * silent one is closed.  The chatty one must talk again within the idle
+ * timeout, however late this thread wakes up: with 1 s and 300 ms naps a
+ * wake-up 900 ms late had it closed (the margin is 1.25 s now, scaled). */
 static void test_idle_timeout(void)
 {
+    const int64_t idle_ms = th_test_ms(1500);
+    char extra[64];
+    snprintf(extra, sizeof extra, "  idle_timeout: %lldms\n", (long long)idle_ms);
     rpc_srv s;
-    rpc_opts o = {.host_extra = "  idle_timeout: 1s\n"};
+    rpc_opts o = {.host_extra = extra};
     CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
     rpc_raw idle, task, chatty;
     CU_ASSERT_FATAL(rpc_raw_open(&idle, &s) == 0);
     CU_ASSERT_FATAL(rpc_raw_open(&task, &s) == 0);
     CU_ASSERT_FATAL(rpc_raw_open(&chatty, &s) == 0);
     CU_ASSERT(ping(&idle, 1));
-    /* A task of 3 s: its connection is busy, not idle, meanwhile. */
-    rpc_raw_request(&task, 1, "tools.call",
-                    "[\"echo_async\", {\"text\": \"t\", \"steps\": 30, "
-                    "\"delay_ms\": 100}]");
+    /* A task of 3 idle_timeouts: its connection is busy, not idle. */
+    char call[160];
+    snprintf(call, sizeof call,
+             "[\"echo_async\", {\"text\": \"t\", \"steps\": 30, "
+             "\"delay_ms\": %lld}]", (long long)idle_ms / 10);
+    rpc_raw_request(&task, 1, "tools.call", call);
     int64_t t0 = rpc_now_ms();
-    /* One that talks every 300 ms for 2 s stays. */
+    /* One that talks every 250 ms for 2 idle_timeouts stays. */
     bool chatty_ok = true;
-    for (uint64_t id = 1; rpc_now_ms() - t0 < 2000; id++) {
+    for (uint64_t id = 1; rpc_now_ms() - t0 < 2 * idle_ms; id++) {
         chatty_ok &= ping(&chatty, id);
-        usleep(300000);
+        usleep(250000);
     }
     CU_ASSERT(chatty_ok);
     CU_ASSERT(told_and_closed(&idle, TH_ETIMEOUT, "idle_timeout",
@@ -330,7 +340,7 @@ static void test_idle_timeout(void)
     rpc_raw_close(&idle);
     CU_ASSERT(rpc_raw_notification(&task, "task.done", rpc_wait_ms()) !=
               NULL);
-    CU_ASSERT(rpc_now_ms() - t0 >= 2500);
+    CU_ASSERT(rpc_now_ms() - t0 >= idle_ms * 5 / 2);
     /* Once its task is over, it is idle too. */
     CU_ASSERT(told_and_closed(&task, TH_ETIMEOUT, "idle_timeout",
                               rpc_wait_ms()));

@@ -198,27 +198,34 @@ static int ask_cb(void *ud, uint64_t call_id, const char *tool, const uint8_t *a
     return 0;
 }
 
+/* Each mode on a host of its own: mode 2 waits for the ask to expire
+ * (permission_timeout 100 ms); the others answer from ask_permission (or
+ * cannot ask), and the answer must win however late this thread gets its
+ * core back on a loaded machine, so their ask has 30 s (scaled).  With
+ * 100 ms for all, an answer delayed 150 ms was refused (TH_ESTATE) and
+ * the call denied. */
 static void test_permissions(void)
 {
-    th_host *h = must_open("host: {log_level: error, permission_timeout: 100ms}\n"
-                           "toolsets:\n"
-                           "  - name: p\n    tools: [\"*\"]\n"
-                           "    permissions:\n      default: deny\n      rules:\n"
-                           "        - match: t_fail\n          action: deny\n"
-                           "        - match: t_guarded\n          action: ask\n");
-    asker k = {0};
-    th_front_ops ops = {.ask_permission = ask_cb};
-    th_principal p = {.uid = 1, .gid = 1, .trusted = true};
-    k.s = th_session_open(h, &p, &ops, &k);
-    th_result_copy r;
-    CU_ASSERT_EQUAL(th_call_sync(k.s, "t_fail", NULL, 0, NULL, NULL, NULL, NULL, &r), 0);
-    CU_ASSERT_EQUAL(r.error, TH_EPERM);
-    CU_ASSERT_PTR_NOT_NULL(r.message ? strstr(r.message, "rule") : NULL);
-    th_result_copy_destroy(&r);
     th_buf a = A(1, "text", 's', "ok");
     for (int mode = 0; mode < 4; mode++) {
+        unsigned ask_ms = mode == 2 ? 100 : th_test_ms(30000);
+        th_host *h = must_open("host: {log_level: error, permission_timeout: %ums}\n"
+                               "toolsets:\n"
+                               "  - name: p\n    tools: [\"*\"]\n"
+                               "    permissions:\n      default: deny\n      rules:\n"
+                               "        - match: t_fail\n          action: deny\n"
+                               "        - match: t_guarded\n          action: ask\n",
+                               ask_ms);
+        asker k = {0};
+        th_front_ops ops = {.ask_permission = ask_cb};
+        th_principal p = {.uid = 1, .gid = 1, .trusted = true};
+        k.s = th_session_open(h, &p, &ops, &k);
+        th_result_copy r;
+        CU_ASSERT_EQUAL(th_call_sync(k.s, "t_fail", NULL, 0, NULL, NULL, NULL, NULL, &r), 0);
+        CU_ASSERT_EQUAL(r.error, TH_EPERM);
+        CU_ASSERT_PTR_NOT_NULL(r.message ? strstr(r.message, "rule") : NULL);
+        th_result_copy_destroy(&r);
         k.mode = mode;
-        k.asked = 0;
         int64_t t0 = mono_ms();
         CU_ASSERT_EQUAL(th_call_sync(k.s, "t_guarded", a.data, a.len, NULL, NULL, NULL, NULL, &r), 0);
         CU_ASSERT_EQUAL(k.asked, 1);
@@ -232,10 +239,10 @@ static void test_permissions(void)
         if (mode == 2)
             CU_ASSERT_TRUE(mono_ms() - t0 >= 90);
         th_result_copy_destroy(&r);
+        th_session_close(k.s);
+        th_host_close(h);
     }
     th_buf_destroy(&a);
-    th_session_close(k.s);
-    th_host_close(h);
 }
 
 /* ---- Built-ins ---------------------------------------------------------------------- */

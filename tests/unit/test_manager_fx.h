@@ -167,12 +167,22 @@ static int fx_sleep(void *st, const toolhost_tool *t, toolhost_call *c, const ui
     return TOOLHOST_OK;
 }
 
-/* Ignores cancellation: sleeps the whole `ms`, then writes. */
+/* Ignores cancellation: sleeps the whole `ms`, then writes.  With ms -1
+ * it runs until the test sets fx_cancel_deaf_release (bounded: 20 s), so
+ * a test that needs it still running at some event need not race a nap. */
+static atomic_int fx_cancel_deaf_release;
 static int fx_cancel_deaf(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
 {
     (void)st;
     (void)t;
-    nap_ms((long)arg_int(a, l, "ms", 100));
+    long ms = (long)arg_int(a, l, "ms", 100);
+    if (ms >= 0) {
+        nap_ms(ms);
+    } else {
+        int64_t until = mono_ms() + 20000;
+        while (!atomic_load(&fx_cancel_deaf_release) && mono_ms() < until)
+            nap_ms(1);
+    }
     c->host->write(c, TOOLHOST_STDOUT, "late", 4);
     atomic_fetch_add(&fx_cancel_deaf_done, 1);
     return TOOLHOST_OK;
