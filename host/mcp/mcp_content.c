@@ -243,8 +243,15 @@ static void send_failure(th_mcp_session *m, const json_t *id, int rc,
         mcp_send_error(m, id, MCP_INTERNAL_ERROR, "out of memory");
     else if (rc == TH_EARGS)
         mcp_send_error(m, id, MCP_INVALID_PARAMS, "%s", err->msg);
-    else
-        mcp_send_error(m, id, MCP_INTERNAL_ERROR, "%s", err->msg);
+    else /* -32603, and toolhost's own code in data (plugin_crashed,
+          * timeout, tool_failed, tool_error...): what RPC's error.code
+          * says, so a client need not read the message */
+        mcp_send(m,
+                 json_pack("{s:s, s:O, s:{s:i, s:s, s:{s:s}}}", "jsonrpc",
+                           "2.0", "id", id ? id : json_null(), "error",
+                           "code", MCP_INTERNAL_ERROR, "message", err->msg,
+                           "data", "code", th_err_name(rc)),
+                 id);
 }
 
 static size_t budget(th_mcp_session *m)

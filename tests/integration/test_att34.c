@@ -196,7 +196,8 @@ static void test_iso_blocks(void)
 
 /* `toolhost mcp` (stdio) with an isolated plugin whose reads crash and
  * hang: each resources/read fails with a JSON-RPC error (-32603, the one
- * MCP code for both) whose message names what happened. */
+ * MCP code for both) whose message names what happened and whose
+ * data.code is toolhost's code (plugin_crashed, timeout). */
 static void test_iso_content_mcp(void)
 {
     char *dir = th_test_tmpdir();
@@ -241,14 +242,18 @@ static void test_iso_content_mcp(void)
         json_t *e = json_object_get(j, "error");
         const char *msg = json_string_value(json_object_get(e, "message"));
         json_int_t code = json_integer_value(json_object_get(e, "code"));
+        const char *dc = json_string_value(
+            json_object_get(json_object_get(e, "data"), "code"));
         if (id == 2) {
             seen++;
             CU_ASSERT(code == -32603 && msg &&
                       strstr(msg, "failed: plugin_crashed ("));
+            CU_ASSERT(dc && strcmp(dc, "plugin_crashed") == 0);
         } else if (id == 3) {
             seen++;
             CU_ASSERT(code == -32603 && msg &&
                       strstr(msg, "(content_timeout)"));
+            CU_ASSERT(dc && strcmp(dc, "timeout") == 0);
         }
         json_decref(j);
     }
