@@ -2197,6 +2197,77 @@ static void test_rec_reuse_zeroed(void)
     th_call_rec_free(d);
 }
 
+/* Records made on one thread and freed on another (a front's loop
+ * records a call, a plugin's reader thread ends it): the freeing thread's
+ * full pool hands blocks to the depot, and a thread whose pool is empty
+ * takes them from there instead of calling calloc. */
+#define XFER_N 12
+typedef struct rec_xfer {
+    th_mcall *blk[XFER_N];
+    th_mcall *got;
+} rec_xfer;
+
+static void *xfer_make(void *v)
+{
+    rec_xfer *t = v;
+    for (int i = 0; i < XFER_N; i++) {
+        t->blk[i] = th_call_rec_new(true);
+        if (t->blk[i]) {
+            t->blk[i]->x_room = true;
+            /* kept by a pooled block (th_call_rec_new clears only the
+             * first byte), zero in one from calloc */
+            ((th_mcall_x *)(t->blk[i] + 1))->tname[1] = 'Z';
+        }
+    }
+    return NULL;
+}
+
+static void *xfer_free(void *v)
+{
+    rec_xfer *t = v;
+    for (int i = 0; i < XFER_N; i++)
+        if (t->blk[i])
+            th_call_rec_free(t->blk[i]);
+    return NULL; /* its pool is freed as it exits; the depot's stay */
+}
+
+static void *xfer_take(void *v)
+{
+    rec_xfer *t = v;
+    t->got = th_call_rec_new(true);
+    return NULL;
+}
+
+static void run_on_thread(void *(*fn)(void *), void *arg)
+{
+    pthread_t th;
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, fn, arg), 0);
+    pthread_join(th, NULL);
+}
+
+static void test_rec_reuse_across_threads(void)
+{
+    rec_xfer t = {0};
+    run_on_thread(xfer_make, &t);
+    for (int i = 0; i < XFER_N; i++)
+        CU_ASSERT_PTR_NOT_NULL_FATAL(t.blk[i]);
+    run_on_thread(xfer_free, &t);
+    run_on_thread(xfer_take, &t); /* a new thread: its pool is empty */
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t.got);
+    bool reused = false;
+    for (int i = 0; i < XFER_N; i++)
+        reused |= t.got == t.blk[i];
+    CU_ASSERT_TRUE(reused);
+    CU_ASSERT_EQUAL(t.got->x->tname[1], 'Z'); /* from the depot, not calloc */
+    CU_ASSERT_EQUAL(t.got->x, (th_mcall_x *)(t.got + 1));
+    CU_ASSERT_EQUAL(t.got->x->cancel_efd, -1);
+    th_call_rec_free(t.got);
+    /* what the depot and this thread's pool hold goes with a host's
+     * close: the same call here */
+    open_default(1, 1, 4);
+    close_all();
+}
+
 static void test_cancel_running_task(void)
 {
     open_default(2, 1, 64);
@@ -3506,6 +3577,7 @@ void th_suite_manager(void)
     CU_add_test(s, "cslot_nested_stress", test_cslot_nested_stress);
     CU_add_test(s, "queued_call_is_small", test_queued_call_is_small);
     CU_add_test(s, "rec_reuse_zeroed", test_rec_reuse_zeroed);
+    CU_add_test(s, "rec_reuse_across_threads", test_rec_reuse_across_threads);
     CU_add_test(s, "cancel_running_task", test_cancel_running_task);
     CU_add_test(s, "busy_refusal", test_busy_refusal);
     CU_add_test(s, "toolset_concurrency", test_toolset_concurrency);

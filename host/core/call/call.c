@@ -51,8 +51,19 @@ static void ref_drop_nonlast(th_mcall *c)
  * a free per call.  Smaller blocks (output buffers, the result) already
  * come from malloc's per-thread cache.  A thread's pool is freed when the
  * thread exits (the key's destructor) and, for the thread that closes a
- * host, at th_host_close (th_call_tombs_destroy). */
+ * host, at th_host_close (th_call_tombs_destroy).
+ *
+ * A record is often freed on another thread than the one that made it (a
+ * front's loop records the call, a plugin's reader thread ends it and
+ * drops the last reference): the freeing thread's pool fills while the
+ * recording thread's stays empty.  So a full pool hands half its blocks
+ * to the process's depot (g_depot, at most TH_CALL_DEPOT blocks, one
+ * mutex: a leaf) and an empty one takes up to half a pool from there,
+ * each in one turn of the depot's lock for TH_CALL_POOL / 2 calls.  The
+ * depot is emptied when a host closes (th_call_tombs_destroy); blocks
+ * another host's threads give it later wait for that host's close. */
 #define TH_CALL_POOL 8
+#define TH_CALL_DEPOT 64
 #define CALL_REC_FULL (sizeof(th_mcall) + sizeof(th_mcall_x))
 
 typedef struct call_pool {
@@ -65,6 +76,12 @@ static _Thread_local bool tl_pool_keyed;    /* pool_key set for this thread */
 static pthread_key_t pool_key;
 static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 static bool pool_key_ok;
+
+static struct {
+    pthread_mutex_t mu; /* leaf: no other lock is taken under it */
+    void *blk[TH_CALL_DEPOT];
+    int n;
+} g_depot = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* A pooled block keeps its mutex and its x's condition variable set up
  * (an unlocked mutex and a condition variable nobody waits on, reused as
@@ -84,6 +101,37 @@ static void pool_drain(call_pool *p)
         rec_release(p->blk[--p->n]);
 }
 
+/* An empty pool takes up to half a pool of blocks from the depot. */
+static void pool_refill(call_pool *p)
+{
+    pthread_mutex_lock(&g_depot.mu);
+    while (g_depot.n > 0 && p->n < TH_CALL_POOL / 2)
+        p->blk[p->n++] = g_depot.blk[--g_depot.n];
+    pthread_mutex_unlock(&g_depot.mu);
+}
+
+/* A full pool gives half its blocks to the depot, as many as it has room
+ * for; false when it had none (the pool is still full). */
+static bool pool_spill(call_pool *p)
+{
+    int moved = 0;
+    pthread_mutex_lock(&g_depot.mu);
+    while (g_depot.n < TH_CALL_DEPOT && moved < TH_CALL_POOL / 2) {
+        g_depot.blk[g_depot.n++] = p->blk[--p->n];
+        moved++;
+    }
+    pthread_mutex_unlock(&g_depot.mu);
+    return moved > 0;
+}
+
+static void depot_drain(void)
+{
+    pthread_mutex_lock(&g_depot.mu);
+    while (g_depot.n > 0)
+        rec_release(g_depot.blk[--g_depot.n]);
+    pthread_mutex_unlock(&g_depot.mu);
+}
+
 static void pool_exit(void *v)
 {
     pool_drain(v);
@@ -93,6 +141,19 @@ static void pool_exit(void *v)
 static void pool_key_make(void)
 {
     pool_key_ok = pthread_key_create(&pool_key, pool_exit) == 0;
+}
+
+/* Whether this thread's pool is freed when the thread exits (the key's
+ * value stays set while the thread lives: set once a thread). */
+static bool pool_keyed(void)
+{
+    if (tl_pool_keyed)
+        return true;
+    pthread_once(&pool_once, pool_key_make);
+    if (!pool_key_ok || pthread_setspecific(pool_key, &tl_pool) != 0)
+        return false;
+    tl_pool_keyed = true;
+    return true;
 }
 
 /* Zeroes [from, to) of an object: what lies around a kept member. */
@@ -105,6 +166,8 @@ th_mcall *th_call_rec_new(bool room)
 {
     th_mcall *c;
     th_mcall_x *x;
+    if (room && tl_pool.n == 0 && pool_keyed())
+        pool_refill(&tl_pool); /* (kept: the thread's exit frees them) */
     if (room && tl_pool.n > 0) {
         /* Everything zeroed but the kept mutex and condition variable
          * and what no code reads before the call writes it whole (so a
@@ -188,23 +251,14 @@ void th_call_wake_locked(th_mcall *c)
 
 void th_call_rec_free(th_mcall *c)
 {
-    if (!c->x_room || tl_pool.n >= TH_CALL_POOL) {
+    if (!c->x_room || !pool_keyed() ||
+        (tl_pool.n >= TH_CALL_POOL && !pool_spill(&tl_pool))) {
         if (c->x && !c->x_room) {
             pthread_cond_destroy(&c->x->cv);
             free(c->x);
         }
         rec_release(c);
         return;
-    }
-    if (!tl_pool_keyed) {
-        /* the first block: the thread's exit frees the pool (the key's
-         * value stays set while the thread lives: once a thread) */
-        pthread_once(&pool_once, pool_key_make);
-        if (!pool_key_ok || pthread_setspecific(pool_key, &tl_pool) != 0) {
-            rec_release(c);
-            return;
-        }
-        tl_pool_keyed = true;
     }
     tl_pool.blk[tl_pool.n++] = c; /* mu and x->cv stay set up */
 }
@@ -230,6 +284,7 @@ void th_call_tombs_destroy(th_host *h)
     }
     atomic_store(&h->tomb_at, 0);
     pool_drain(&tl_pool); /* this thread's pool goes with the host */
+    depot_drain();        /* and the process's spare blocks */
     th_out_spare_drop();  /* and its spare output buffer */
 }
 
