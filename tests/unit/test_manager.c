@@ -93,6 +93,73 @@ static void test_sync_result(void)
     close_all();
 }
 
+/* The tool's meta as the result carries it: its own entries as it wrote
+ * them, its "toolhost" key (any string encoding) dropped, the host's
+ * "toolhost" record added when there is something to say; and what
+ * set_meta() refuses (not one whole map msgpack-c can unpack). */
+static void meta_call(const char *which, bool info, rec *r)
+{
+    rec_init(r);
+    th_call_opts o = {.output_info = info};
+    start(S, "t_meta", A(1, "text", 's', which), &o, r);
+    CU_ASSERT_TRUE(rec_wait(r, 2000));
+    CU_ASSERT_EQUAL(r->final.kind, TH_RESULT_DONE);
+}
+
+static void test_meta_merge(void)
+{
+    open_default(2, 1, 64);
+    rec r;
+    meta_call("mix", false, &r);
+    CU_ASSERT_TRUE(out_is(&r.final, "0"));
+    static const uint8_t want[] = {0x82, 0xa1, 'a', 0x92, 0x01, 0x81, 0xa1, 'k',
+                                   0xc0, 0xa1, 'b', 0xa2, 'y', 'z'};
+    CU_ASSERT_EQUAL(r.final.meta.len, sizeof want);
+    CU_ASSERT_TRUE(r.final.meta.len == sizeof want &&
+                   memcmp(r.final.meta.data, want, sizeof want) == 0);
+    rec_free(&r);
+
+    meta_call("mix", true, &r);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    CU_ASSERT_EQUAL_FATAL(msgpack_unpack_next(&u, (const char *)r.final.meta.data,
+                                              r.final.meta.len, &off),
+                          MSGPACK_UNPACK_SUCCESS);
+    CU_ASSERT_EQUAL(off, r.final.meta.len);
+    CU_ASSERT_EQUAL_FATAL(u.data.type, MSGPACK_OBJECT_MAP);
+    const msgpack_object_map *m = &u.data.via.map;
+    CU_ASSERT_EQUAL_FATAL(m->size, 3);
+    CU_ASSERT_TRUE(m->ptr[0].key.via.str.size == 1 && m->ptr[0].key.via.str.ptr[0] == 'a');
+    CU_ASSERT_EQUAL(m->ptr[0].val.type, MSGPACK_OBJECT_ARRAY);
+    CU_ASSERT_TRUE(m->ptr[1].key.via.str.size == 1 && m->ptr[1].key.via.str.ptr[0] == 'b');
+    CU_ASSERT_TRUE(m->ptr[2].key.via.str.size == 8 &&
+                   memcmp(m->ptr[2].key.via.str.ptr, "toolhost", 8) == 0);
+    /* the host's record, not the tool's {"x": 1} */
+    CU_ASSERT_PTR_NOT_NULL(memmem(r.final.meta.data, r.final.meta.len, "output", 6));
+    msgpack_unpacked_destroy(&u);
+    rec_free(&r);
+
+    meta_call("only", false, &r); /* nothing of the tool's is left */
+    CU_ASSERT_TRUE(out_is(&r.final, "0"));
+    CU_ASSERT_EQUAL(r.final.meta.len, 0);
+    rec_free(&r);
+
+    meta_call("deep32", false, &r); /* msgpack-c's nesting: accepted */
+    CU_ASSERT_TRUE(out_is(&r.final, "0"));
+    CU_ASSERT_EQUAL(r.final.meta.len, 3 * 31 + 1);
+    rec_free(&r);
+
+    const char *bad[] = {"deep33", "array", "cut", "tail", "none"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        meta_call(bad[i], false, &r);
+        CU_ASSERT_TRUE(out_is(&r.final, "-1")); /* TOOLHOST_EINVAL */
+        CU_ASSERT_EQUAL(r.final.meta.len, 0);
+        rec_free(&r);
+    }
+    close_all();
+}
+
 static void test_errors_before_run(void)
 {
     open_default(2, 1, 64);
@@ -3577,6 +3644,7 @@ void th_suite_manager(void)
     CU_add_test(s, "cslot_nested_stress", test_cslot_nested_stress);
     CU_add_test(s, "queued_call_is_small", test_queued_call_is_small);
     CU_add_test(s, "rec_reuse_zeroed", test_rec_reuse_zeroed);
+    CU_add_test(s, "meta_merge", test_meta_merge);
     CU_add_test(s, "rec_reuse_across_threads", test_rec_reuse_across_threads);
     CU_add_test(s, "cancel_running_task", test_cancel_running_task);
     CU_add_test(s, "busy_refusal", test_busy_refusal);

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "call_int.h"
+#include "th/mpwalk.h"
 #include "th/content.h"
 #include "th/utf8.h"
 #include "th/log.h"
@@ -899,10 +900,13 @@ void th_mcall_set_error(toolhost_call *call, int code, const char *msg)
     c->x->set_error_msg = msg ? strdup(msg) : NULL;
 }
 
-static bool is_toolhost_key(const msgpack_object *k)
+/* The key at p (n bytes, one whole value) is the string "toolhost". */
+static bool is_toolhost_key(const uint8_t *p, size_t n)
 {
-    return k->type == MSGPACK_OBJECT_STR && k->via.str.size == 8 &&
-           memcmp(k->via.str.ptr, "toolhost", 8) == 0;
+    th_mp_head h;
+    bool str = (p[0] >= 0xa0 && p[0] <= 0xbf) || (p[0] >= 0xd9 && p[0] <= 0xdb);
+    return str && th_mp_head_read(p, n, &h) == 1 && h.payload == 8 &&
+           h.hdr + 8 == n && memcmp(p + h.hdr, "toolhost", 8) == 0;
 }
 
 /* Whether a stream's info goes into meta: it was cut or spilled, or the
@@ -920,18 +924,67 @@ static size_t info_bound(const th_out_info *i)
            (i->note ? strlen(i->note) : 0);
 }
 
-/* build_meta: the tool's own meta map, its "toolhost" key dropped. */
-static int pack_tool_meta(msgpack_packer *pk, const msgpack_object_map *m)
+/* build_meta: the tool's meta map (tm, tm_len: one whole map, checked by
+ * set_meta) walked entry by entry, not unpacked: no zone, and the kept
+ * entries are copied as the tool wrote them.  first: where the entries
+ * start (after the map's header); n: entries; keep: those whose key is
+ * not "toolhost".  meta_scan: 0, or -1 when the bytes do not walk. */
+typedef struct meta_walk {
+    size_t first;
+    uint32_t n;
+    uint32_t keep;
+} meta_walk;
+
+/* The entry at *pos: *keep set, *pos moved past its value. */
+static int meta_entry(const uint8_t *tm, size_t tm_len, size_t *pos,
+                      bool *keep)
 {
-    int rc = 0;
-    for (uint32_t i = 0; i < m->size && rc == 0; i++) {
-        if (is_toolhost_key(&m->ptr[i].key))
-            continue;
-        rc = msgpack_pack_object(pk, m->ptr[i].key);
-        if (rc == 0)
-            rc = msgpack_pack_object(pk, m->ptr[i].val);
+    size_t kl = 0, vl = 0;
+    if (th_mp_check(tm + *pos, tm_len - *pos, TH_MP_MAX_DEPTH, &kl, NULL) != 0)
+        return -1;
+    *keep = !is_toolhost_key(tm + *pos, kl);
+    if (th_mp_check(tm + *pos + kl, tm_len - *pos - kl, TH_MP_MAX_DEPTH, &vl,
+                    NULL) != 0)
+        return -1;
+    *pos += kl + vl;
+    return 0;
+}
+
+static int meta_scan(const uint8_t *tm, size_t tm_len, meta_walk *w)
+{
+    th_mp_head h;
+    if (th_mp_head_read(tm, tm_len, &h) != 1 || !h.container ||
+        (tm[0] > 0x8f && tm[0] < 0xde) || h.kids / 2 > UINT32_MAX)
+        return -1;
+    w->first = h.hdr;
+    w->n = (uint32_t)(h.kids / 2);
+    w->keep = 0;
+    size_t pos = h.hdr;
+    for (uint32_t i = 0; i < w->n; i++) {
+        bool keep;
+        if (meta_entry(tm, tm_len, &pos, &keep) != 0)
+            return -1;
+        w->keep += keep;
     }
-    return rc;
+    return 0;
+}
+
+/* build_meta: the kept entries of the tool's map, copied. */
+static int copy_tool_meta(th_buf *dst, const uint8_t *tm, size_t tm_len,
+                          const meta_walk *w)
+{
+    size_t pos = w->first;
+    if (w->keep == w->n) /* (the usual case: no "toolhost" key) */
+        return th_buf_append(dst, tm + pos, tm_len - pos);
+    for (uint32_t i = 0; i < w->n; i++) {
+        size_t at = pos;
+        bool keep;
+        if (meta_entry(tm, tm_len, &pos, &keep) != 0)
+            return TH_EINVAL;
+        if (keep && th_buf_append(dst, tm + at, pos - at) != 0)
+            return TH_ENOMEM;
+    }
+    return 0;
 }
 
 /* build_meta: "toolhost": {"output": {...}, "content": [...]}, each part
@@ -971,40 +1024,24 @@ static int build_meta(th_mcall *c, const th_out_info *oi, const th_out_info *ei,
                                                             : NULL;
     if (!tm && !so && !se && !bl)
         return 0; /* the common case: no meta */
-    msgpack_unpacked u;
-    msgpack_unpacked_init(&u);
-    const msgpack_object_map *m = NULL;
-    uint32_t keep = 0;
-    if (tm) {
-        size_t off = 0;
-        if (msgpack_unpack_next(&u, (const char *)tm, tm_len, &off) ==
-                MSGPACK_UNPACK_SUCCESS &&
-            u.data.type == MSGPACK_OBJECT_MAP)
-            m = &u.data.via.map;
-    }
-    if (m)
-        for (uint32_t i = 0; i < m->size; i++)
-            keep += !is_toolhost_key(&m->ptr[i].key);
+    meta_walk w = {0};
+    bool m = tm && meta_scan(tm, tm_len, &w) == 0;
+    uint32_t keep = m ? w.keep : 0;
     bool say = so || se || bl;
-    if (!say && keep == 0) {
-        msgpack_unpacked_destroy(&u);
+    if (!say && keep == 0)
         return 0; /* a tool map that held only "toolhost" (or no map) */
-    }
     size_t bound = (tm ? tm_len : 0) + 64 +
                    (so ? info_bound(so) : 0) + (se ? info_bound(se) : 0) +
                    (bl ? bl->bytes : 0);
-    if (th_buf_reserve(dst, bound) != 0) {
-        msgpack_unpacked_destroy(&u);
+    if (th_buf_reserve(dst, bound) != 0)
         return TH_ENOMEM;
-    }
     msgpack_packer pk;
     msgpack_packer_init(&pk, dst, th_buf_msgpack_write);
     int rc = msgpack_pack_map(&pk, keep + (say ? 1 : 0));
-    if (m && rc == 0)
-        rc = pack_tool_meta(&pk, m);
+    if (keep && rc == 0)
+        rc = copy_tool_meta(dst, tm, tm_len, &w);
     if (say && rc == 0)
         rc = pack_toolhost_meta(&pk, so, se, bl);
-    msgpack_unpacked_destroy(&u);
     return rc ? TH_ENOMEM : 0;
 }
 
