@@ -290,20 +290,27 @@ static int put_object(th_buf *b, const msgpack_object *o)
     }
 }
 
+int mcp_json_append_mpobject(th_buf *b, const msgpack_object *o)
+{
+    size_t at = b->len;
+    int rc = put_object(b, o);
+    if (rc)
+        b->len = at;
+    return rc;
+}
+
 int mcp_json_append_msgpack(th_buf *b, const uint8_t *data, size_t len)
 {
     if (th_mp_check(data, len, TH_MP_MAX_DEPTH, NULL, NULL) != 0)
         return 1;
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
-    size_t off = 0, at = b->len;
+    size_t off = 0;
     int rc = 1;
     if (msgpack_unpack_next(&u, (const char *)data, len, &off) ==
         MSGPACK_UNPACK_SUCCESS)
-        rc = put_object(b, &u.data);
+        rc = mcp_json_append_mpobject(b, &u.data);
     msgpack_unpacked_destroy(&u);
-    if (rc)
-        b->len = at;
     return rc;
 }
 
