@@ -72,7 +72,8 @@ typedef struct mcp_call {
     int refs;
     json_t *id;              /* the request id (owned) */
     json_t *token;           /* _meta.progressToken, or NULL */
-    char *tool;
+    char *tool;              /* tool_buf, or (a long name) its own */
+    char tool_buf[64];
     uint32_t out_type;       /* the tool's stdout semantic type */
     bool structured;         /* the tool declares an object output schema:
                                 structuredContent */
