@@ -900,13 +900,30 @@ void th_mcall_set_error(toolhost_call *call, int code, const char *msg)
     c->x->set_error_msg = msg ? strdup(msg) : NULL;
 }
 
-/* The key at p (n bytes, one whole value) is the string "toolhost". */
+/* The key at p (n bytes, one whole value) is the string "toolhost"
+ * (in any of the str encodings: 9 to 13 bytes). */
 static bool is_toolhost_key(const uint8_t *p, size_t n)
 {
     th_mp_head h;
     bool str = (p[0] >= 0xa0 && p[0] <= 0xbf) || (p[0] >= 0xd9 && p[0] <= 0xdb);
-    return str && th_mp_head_read(p, n, &h) == 1 && h.payload == 8 &&
-           h.hdr + 8 == n && memcmp(p + h.hdr, "toolhost", 8) == 0;
+    return str && n >= 9 && n <= 13 && th_mp_head_read(p, n, &h) == 1 &&
+           h.payload == 8 && h.hdr + 8 == n &&
+           memcmp(p + h.hdr, "toolhost", 8) == 0;
+}
+
+/* The length of the value at p (n bytes): a scalar's from its header, a
+ * container's by walking it.  -1 when it does not walk. */
+static int mp_value_len(const uint8_t *p, size_t n, size_t *len)
+{
+    th_mp_head h;
+    if (th_mp_head_read(p, n, &h) != 1)
+        return -1;
+    if (h.container)
+        return th_mp_check(p, n, TH_MP_MAX_DEPTH, len, NULL) == 0 ? 0 : -1;
+    if (h.payload > n - h.hdr)
+        return -1;
+    *len = h.hdr + (size_t)h.payload;
+    return 0;
 }
 
 /* Whether a stream's info goes into meta: it was cut or spilled, or the
@@ -940,11 +957,10 @@ static int meta_entry(const uint8_t *tm, size_t tm_len, size_t *pos,
                       bool *keep)
 {
     size_t kl = 0, vl = 0;
-    if (th_mp_check(tm + *pos, tm_len - *pos, TH_MP_MAX_DEPTH, &kl, NULL) != 0)
+    if (mp_value_len(tm + *pos, tm_len - *pos, &kl) != 0)
         return -1;
     *keep = !is_toolhost_key(tm + *pos, kl);
-    if (th_mp_check(tm + *pos + kl, tm_len - *pos - kl, TH_MP_MAX_DEPTH, &vl,
-                    NULL) != 0)
+    if (mp_value_len(tm + *pos + kl, tm_len - *pos - kl, &vl) != 0)
         return -1;
     *pos += kl + vl;
     return 0;
