@@ -1683,6 +1683,40 @@ static void test_islot_inline_timeout(void)
     close_all();
 }
 
+/* A steady stream of quick inline calls (paced: the deadline thread's
+ * scans find their slot empty between two calls) does not wake the
+ * deadline thread per call: it scans on for TH_ISLOT_LINGER ticks after
+ * the last call it saw instead of going idle at the first empty scan. */
+static void test_islot_stream_no_wakes(void)
+{
+    open_default(1, 1, 64);
+    th_call_opts o = {.timeout_ms = 300, .may_block = true};
+    unsigned long w0 = atomic_load(&H->mgr.islot_wakes);
+    unsigned long s0 = atomic_load(&H->mgr.islot_scans);
+    int64_t until = mono_ms() + th_test_ms(5000);
+    int calls = 0;
+    while (atomic_load(&H->mgr.islot_scans) - s0 < TH_ISLOT_LINGER / 2 + 3 &&
+           mono_ms() < until) {
+        rec e;
+        rec_init(&e);
+        start(S, "t_echo", A(1, "text", 's', "x"), &o, &e);
+        CU_ASSERT_TRUE(rec_wait(&e, 2000));
+        rec_free(&e);
+        calls++;
+        nap_ms(1); /* the client's pace: the slot is empty most of the time */
+    }
+    unsigned long scans = atomic_load(&H->mgr.islot_scans) - s0;
+    unsigned long wakes = atomic_load(&H->mgr.islot_wakes) - w0;
+    CU_ASSERT_TRUE(scans >= TH_ISLOT_LINGER / 2 + 3);
+    CU_ASSERT_TRUE(calls > 0);
+    /* the first call of the stream (the thread was idle), nothing after */
+    CU_ASSERT_TRUE(wakes <= 1);
+    if (wakes > 1)
+        fprintf(stderr, "\n%lu wake-ups for %d calls over %lu scans\n", wakes,
+                calls, scans);
+    close_all();
+}
+
 /* An inline call that suspends leaves its slot unarmed when execute()
  * returns: it enters the heap then, and its deadline still holds. */
 static void test_islot_inline_suspend_deadline(void)
@@ -3644,6 +3678,7 @@ void th_suite_manager(void)
     CU_add_test(s, "cslot_nested_stress", test_cslot_nested_stress);
     CU_add_test(s, "queued_call_is_small", test_queued_call_is_small);
     CU_add_test(s, "rec_reuse_zeroed", test_rec_reuse_zeroed);
+    CU_add_test(s, "islot_stream_no_wakes", test_islot_stream_no_wakes);
     CU_add_test(s, "meta_merge", test_meta_merge);
     CU_add_test(s, "rec_reuse_across_threads", test_rec_reuse_across_threads);
     CU_add_test(s, "cancel_running_task", test_cancel_running_task);
