@@ -616,7 +616,8 @@ static void call_free(mcp_call *c)
     json_decref(c->token);
     json_decref(c->result);
     free(c->status_msg);
-    free(c->tool);
+    if (c->tool != c->tool_buf)
+        free(c->tool);
     free(c);
 }
 
@@ -1534,7 +1535,12 @@ static mcp_call *call_new(th_mcp_session *m, const json_t *id,
                           bool structured)
 {
     mcp_call *c = calloc(1, sizeof *c);
-    if (!c || !(c->tool = strdup(name))) {
+    if (!c)
+        return NULL;
+    size_t nl = strlen(name);
+    c->tool = nl < sizeof c->tool_buf ? memcpy(c->tool_buf, name, nl + 1)
+                                      : strdup(name);
+    if (!c->tool) {
         free(c);
         return NULL;
     }
@@ -1546,8 +1552,9 @@ static mcp_call *call_new(th_mcp_session *m, const json_t *id,
      * does. */
     c->id = json_incref((json_t *)id);
     c->last_progress = -1; /* none sent: a first fraction of 0 is 0 */
-    json_t *tok = json_object_get(json_object_get(params, "_meta"),
-                                  "progressToken");
+    json_t *tok = params ? json_object_get(json_object_get(params, "_meta"),
+                                           "progressToken")
+                         : NULL;
     if (json_is_string(tok) || json_is_integer(tok))
         c->token = json_deep_copy(tok);
     if (task) {
@@ -1589,8 +1596,9 @@ static void m_tools_call(th_mcp_session *m, const json_t *id,
 {
     const char *name = fc ? fc->name
                           : json_string_value(json_object_get(params, "name"));
-    json_t *args = json_object_get(params, "arguments");
-    json_t *task = json_object_get(params, "task");
+    /* (fc: params is NULL, and so are these) */
+    json_t *args = params ? json_object_get(params, "arguments") : NULL;
+    json_t *task = params ? json_object_get(params, "task") : NULL;
     if (task && is_modern(m)) {
         mcp_send_error(m, id, MCP_INVALID_PARAMS,
                        "params.task: tasks are not part of protocol "
@@ -1645,8 +1653,10 @@ static void m_tools_call(th_mcp_session *m, const json_t *id,
     o.short_client = m->run_short && !c->task;
     /* W3C trace context for the audit log: _meta.traceparent, else the
      * transport's (an HTTP header); both live past th_call_submit */
-    const char *tp = json_string_value(json_object_get(
-        json_object_get(params, "_meta"), "traceparent"));
+    const char *tp = params ? json_string_value(json_object_get(
+                                  json_object_get(params, "_meta"),
+                                  "traceparent"))
+                            : NULL;
     o.traceparent = tp ? tp : m->traceparent;
     /* filed under its id before it starts: the front ops (ask, log) and
      * cancels find it by that id from any thread */
@@ -1905,8 +1915,9 @@ static bool modern_method(const char *method)
 static bool envelope_check(th_mcp_session *m, const json_t *id,
                            const json_t *params)
 {
-    json_t *meta = json_object_get(params, "_meta");
-    json_t *pv = json_object_get(meta, MCP_META_PROTOCOL);
+    /* (no params: a plain tools/call, th_mcp_session_input_plain) */
+    json_t *meta = params ? json_object_get(params, "_meta") : NULL;
+    json_t *pv = meta ? json_object_get(meta, MCP_META_PROTOCOL) : NULL;
     if (!pv) {
         if (!is_modern(m))
             return true;

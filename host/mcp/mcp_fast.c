@@ -436,6 +436,10 @@ typedef struct fast_tls {
     fast_read r;
 } fast_tls;
 
+/* This thread's state once made: read without pthread_once() and
+ * pthread_getspecific() per message (the key stays for its destructor). */
+static _Thread_local fast_tls *tl_fast;
+
 static pthread_key_t fast_key;
 static pthread_once_t fast_once = PTHREAD_ONCE_INIT;
 static bool fast_key_ok;
@@ -443,6 +447,7 @@ static bool fast_key_ok;
 static void fast_tls_free(void *p)
 {
     fast_tls *t = p;
+    tl_fast = NULL;
     if (t && t->y)
         yajl_free(t->y);
     free(t);
@@ -476,10 +481,13 @@ static yajl_alloc_funcs guard_funcs = {guard_malloc, guard_realloc,
 
 static fast_tls *fast_tls_get(void)
 {
+    fast_tls *t = tl_fast;
+    if (t && t->y)
+        return t;
     pthread_once(&fast_once, fast_key_init);
     if (!fast_key_ok)
         return NULL;
-    fast_tls *t = pthread_getspecific(fast_key);
+    t = pthread_getspecific(fast_key);
     if (!t) {
         t = malloc(sizeof *t);
         if (!t)
@@ -489,6 +497,7 @@ static fast_tls *fast_tls_get(void)
             free(t);
             return NULL;
         }
+        tl_fast = t;
     }
     if (!t->y) {
         /* yajl uses what its allocator returns without a check (a NULL

@@ -72,7 +72,8 @@ typedef struct mcp_call {
     int refs;
     json_t *id;              /* the request id (owned) */
     json_t *token;           /* _meta.progressToken, or NULL */
-    char *tool;
+    char *tool;              /* tool_buf, or (a long name) its own */
+    char tool_buf[64];
     uint32_t out_type;       /* the tool's stdout semantic type */
     bool structured;         /* the tool declares an object output schema:
                                 structuredContent */
@@ -295,6 +296,9 @@ int mcp_tool_result_text(th_buf *b, const json_t *id, const th_result *r,
  * 0; 1: a value the tree treats in its own way (use the tree); -1: no
  * memory.  b is as it was unless 0. */
 int mcp_json_append_msgpack(th_buf *b, const uint8_t *data, size_t len);
+/* The same for a value already unpacked (from bytes th_mp_check passed). */
+struct msgpack_object;
+int mcp_json_append_mpobject(th_buf *b, const struct msgpack_object *o);
 
 /* mcp_tasks.c: the tasks/... methods over the session's task records. */
 json_t *mcp_task_json(const mcp_call *c);

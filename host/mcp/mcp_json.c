@@ -13,6 +13,7 @@
 
 #include "mcp_int.h"
 #include "th/mpwalk.h"
+#include "th/mpzone.h"
 #include "th/utf8.h"
 
 /* 1: the byte needs an escape in a JSON string. */
@@ -290,20 +291,30 @@ static int put_object(th_buf *b, const msgpack_object *o)
     }
 }
 
+int mcp_json_append_mpobject(th_buf *b, const msgpack_object *o)
+{
+    size_t at = b->len;
+    int rc = put_object(b, o);
+    if (rc)
+        b->len = at;
+    return rc;
+}
+
 int mcp_json_append_msgpack(th_buf *b, const uint8_t *data, size_t len)
 {
     if (th_mp_check(data, len, TH_MP_MAX_DEPTH, NULL, NULL) != 0)
         return 1;
-    msgpack_unpacked u;
-    msgpack_unpacked_init(&u);
-    size_t off = 0, at = b->len;
-    int rc = 1;
-    if (msgpack_unpack_next(&u, (const char *)data, len, &off) ==
-        MSGPACK_UNPACK_SUCCESS)
-        rc = put_object(b, &u.data);
-    msgpack_unpacked_destroy(&u);
-    if (rc)
-        b->len = at;
+    bool cached;
+    msgpack_zone *zone = th_mp_zone_get(&cached);
+    if (!zone)
+        return -1;
+    msgpack_object o;
+    msgpack_unpack_return ur =
+        msgpack_unpack((const char *)data, len, NULL, zone, &o);
+    int rc = ur == MSGPACK_UNPACK_SUCCESS || ur == MSGPACK_UNPACK_EXTRA_BYTES
+                 ? mcp_json_append_mpobject(b, &o)
+                 : 1;
+    th_mp_zone_put(zone, cached);
     return rc;
 }
 

@@ -15,6 +15,8 @@
 #include "mcp_int.h"
 #include "th/content.h"
 #include "th/json.h"
+#include "th/mpwalk.h"
+#include "th/mpzone.h"
 #include "th/utf8.h"
 #include "toolhost/plugin.h"
 
@@ -367,24 +369,35 @@ int mcp_tool_result_text(th_buf *b, const json_t *id, const th_result *r,
     if (r->kind != TH_RESULT_DONE || out_type == TOOLHOST_SEM_BINARY ||
         (structured && r->ok && r->out_len) || (!r->ok && !r->out_len))
         return 1; /* a failure without stdout: the tree's way */
-    if (r->meta) { /* blocks: the tree's way */
-        msgpack_unpacked u;
-        msgpack_unpacked_init(&u);
-        bool blocks = msgpack_unpack_next(&u, (const char *)r->meta,
-                                          r->meta_len, NULL) ==
-                          MSGPACK_UNPACK_SUCCESS &&
-                      blocks_of(&u.data);
-        msgpack_unpacked_destroy(&u);
-        if (blocks)
-            return 1;
+    /* The meta checked and unpacked once, into this thread's zone: for
+     * its blocks (then the tree's way) and for its JSON below. */
+    bool cached = false;
+    msgpack_zone *zone = NULL;
+    msgpack_object mo;
+    bool meta_ok = false;
+    if (r->meta &&
+        th_mp_check(r->meta, r->meta_len, TH_MP_MAX_DEPTH, NULL, NULL) == 0) {
+        if (!(zone = th_mp_zone_get(&cached)))
+            return -1;
+        msgpack_unpack_return ur = msgpack_unpack(
+            (const char *)r->meta, r->meta_len, NULL, zone, &mo);
+        meta_ok = ur == MSGPACK_UNPACK_SUCCESS ||
+                  ur == MSGPACK_UNPACK_EXTRA_BYTES; /* (as unpack_next) */
     }
     bool err_block = !r->ok && r->err_len;
-    if ((r->out_len && !text_ok(r->out, r->out_len)) ||
+    int rc = 0;
+    if ((meta_ok && blocks_of(&mo)) ||
+        (r->out_len && !text_ok(r->out, r->out_len)) ||
         (err_block && !text_ok(r->err, r->err_len)))
-        return 1;
-    if (th_buf_reserve(b, 160 + r->out_len + r->err_len) != 0)
-        return -1;
-    int rc = th_buf_puts(b, "{\"jsonrpc\":\"2.0\",\"id\":");
+        rc = 1;
+    else if (th_buf_reserve(b, 160 + r->out_len + r->err_len) != 0)
+        rc = -1;
+    if (rc) {
+        if (zone)
+            th_mp_zone_put(zone, cached);
+        return rc;
+    }
+    rc = th_buf_puts(b, "{\"jsonrpc\":\"2.0\",\"id\":");
     rc |= mcp_json_append(b, id ? id : json_null());
     rc |= th_buf_puts(b, ",\"result\":{\"content\":[");
     if (r->out_len) {
@@ -412,7 +425,7 @@ int mcp_tool_result_text(th_buf *b, const json_t *id, const th_result *r,
     if (r->meta) {
         size_t at = b->len;
         rc |= th_buf_puts(b, ",\"toolhost/meta\":");
-        int m = rc ? -1 : mcp_json_append_msgpack(b, r->meta, r->meta_len);
+        int m = rc ? -1 : meta_ok ? mcp_json_append_mpobject(b, &mo) : 1;
         if (m < 0)
             rc = -1;
         if (m == 1) { /* the tree's own way */
@@ -427,6 +440,8 @@ int mcp_tool_result_text(th_buf *b, const json_t *id, const th_result *r,
             }
         }
     }
+    if (zone)
+        th_mp_zone_put(zone, cached);
     rc |= th_buf_puts(b, "}}}");
     return rc ? -1 : 0;
 }

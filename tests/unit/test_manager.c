@@ -93,6 +93,73 @@ static void test_sync_result(void)
     close_all();
 }
 
+/* The tool's meta as the result carries it: its own entries as it wrote
+ * them, its "toolhost" key (any string encoding) dropped, the host's
+ * "toolhost" record added when there is something to say; and what
+ * set_meta() refuses (not one whole map msgpack-c can unpack). */
+static void meta_call(const char *which, bool info, rec *r)
+{
+    rec_init(r);
+    th_call_opts o = {.output_info = info};
+    start(S, "t_meta", A(1, "text", 's', which), &o, r);
+    CU_ASSERT_TRUE(rec_wait(r, 2000));
+    CU_ASSERT_EQUAL(r->final.kind, TH_RESULT_DONE);
+}
+
+static void test_meta_merge(void)
+{
+    open_default(2, 1, 64);
+    rec r;
+    meta_call("mix", false, &r);
+    CU_ASSERT_TRUE(out_is(&r.final, "0"));
+    static const uint8_t want[] = {0x82, 0xa1, 'a', 0x92, 0x01, 0x81, 0xa1, 'k',
+                                   0xc0, 0xa1, 'b', 0xa2, 'y', 'z'};
+    CU_ASSERT_EQUAL(r.final.meta.len, sizeof want);
+    CU_ASSERT_TRUE(r.final.meta.len == sizeof want &&
+                   memcmp(r.final.meta.data, want, sizeof want) == 0);
+    rec_free(&r);
+
+    meta_call("mix", true, &r);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    CU_ASSERT_EQUAL_FATAL(msgpack_unpack_next(&u, (const char *)r.final.meta.data,
+                                              r.final.meta.len, &off),
+                          MSGPACK_UNPACK_SUCCESS);
+    CU_ASSERT_EQUAL(off, r.final.meta.len);
+    CU_ASSERT_EQUAL_FATAL(u.data.type, MSGPACK_OBJECT_MAP);
+    const msgpack_object_map *m = &u.data.via.map;
+    CU_ASSERT_EQUAL_FATAL(m->size, 3);
+    CU_ASSERT_TRUE(m->ptr[0].key.via.str.size == 1 && m->ptr[0].key.via.str.ptr[0] == 'a');
+    CU_ASSERT_EQUAL(m->ptr[0].val.type, MSGPACK_OBJECT_ARRAY);
+    CU_ASSERT_TRUE(m->ptr[1].key.via.str.size == 1 && m->ptr[1].key.via.str.ptr[0] == 'b');
+    CU_ASSERT_TRUE(m->ptr[2].key.via.str.size == 8 &&
+                   memcmp(m->ptr[2].key.via.str.ptr, "toolhost", 8) == 0);
+    /* the host's record, not the tool's {"x": 1} */
+    CU_ASSERT_PTR_NOT_NULL(memmem(r.final.meta.data, r.final.meta.len, "output", 6));
+    msgpack_unpacked_destroy(&u);
+    rec_free(&r);
+
+    meta_call("only", false, &r); /* nothing of the tool's is left */
+    CU_ASSERT_TRUE(out_is(&r.final, "0"));
+    CU_ASSERT_EQUAL(r.final.meta.len, 0);
+    rec_free(&r);
+
+    meta_call("deep32", false, &r); /* msgpack-c's nesting: accepted */
+    CU_ASSERT_TRUE(out_is(&r.final, "0"));
+    CU_ASSERT_EQUAL(r.final.meta.len, 3 * 31 + 1);
+    rec_free(&r);
+
+    const char *bad[] = {"deep33", "array", "cut", "tail", "none"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        meta_call(bad[i], false, &r);
+        CU_ASSERT_TRUE(out_is(&r.final, "-1")); /* TOOLHOST_EINVAL */
+        CU_ASSERT_EQUAL(r.final.meta.len, 0);
+        rec_free(&r);
+    }
+    close_all();
+}
+
 static void test_errors_before_run(void)
 {
     open_default(2, 1, 64);
@@ -1632,6 +1699,40 @@ static void test_islot_inline_timeout(void)
     close_all();
 }
 
+/* A steady stream of quick inline calls (paced: the deadline thread's
+ * scans find their slot empty between two calls) does not wake the
+ * deadline thread per call: it scans on for TH_ISLOT_LINGER ticks after
+ * the last call it saw instead of going idle at the first empty scan. */
+static void test_islot_stream_no_wakes(void)
+{
+    open_default(1, 1, 64);
+    th_call_opts o = {.timeout_ms = 300, .may_block = true};
+    unsigned long w0 = atomic_load(&H->mgr.islot_wakes);
+    unsigned long s0 = atomic_load(&H->mgr.islot_scans);
+    int64_t until = mono_ms() + th_test_ms(5000);
+    int calls = 0;
+    while (atomic_load(&H->mgr.islot_scans) - s0 < TH_ISLOT_LINGER / 2 + 3 &&
+           mono_ms() < until) {
+        rec e;
+        rec_init(&e);
+        start(S, "t_echo", A(1, "text", 's', "x"), &o, &e);
+        CU_ASSERT_TRUE(rec_wait(&e, 2000));
+        rec_free(&e);
+        calls++;
+        nap_ms(1); /* the client's pace: the slot is empty most of the time */
+    }
+    unsigned long scans = atomic_load(&H->mgr.islot_scans) - s0;
+    unsigned long wakes = atomic_load(&H->mgr.islot_wakes) - w0;
+    CU_ASSERT_TRUE(scans >= TH_ISLOT_LINGER / 2 + 3);
+    CU_ASSERT_TRUE(calls > 0);
+    /* the first call of the stream (the thread was idle), nothing after */
+    CU_ASSERT_TRUE(wakes <= 1);
+    if (wakes > 1)
+        fprintf(stderr, "\n%lu wake-ups for %d calls over %lu scans\n", wakes,
+                calls, scans);
+    close_all();
+}
+
 /* An inline call that suspends leaves its slot unarmed when execute()
  * returns: it enters the heap then, and its deadline still holds.  The
  * tool's thread completes only once the test opens the gate, after the
@@ -2224,6 +2325,77 @@ static void test_rec_reuse_zeroed(void)
     CU_ASSERT_PTR_EQUAL(d, c); /* (else the check above proved little) */
     free(want);
     th_call_rec_free(d);
+}
+
+/* Records made on one thread and freed on another (a front's loop
+ * records a call, a plugin's reader thread ends it): the freeing thread's
+ * full pool hands blocks to the depot, and a thread whose pool is empty
+ * takes them from there instead of calling calloc. */
+#define XFER_N 12
+typedef struct rec_xfer {
+    th_mcall *blk[XFER_N];
+    th_mcall *got;
+} rec_xfer;
+
+static void *xfer_make(void *v)
+{
+    rec_xfer *t = v;
+    for (int i = 0; i < XFER_N; i++) {
+        t->blk[i] = th_call_rec_new(true);
+        if (t->blk[i]) {
+            t->blk[i]->x_room = true;
+            /* kept by a pooled block (th_call_rec_new clears only the
+             * first byte), zero in one from calloc */
+            ((th_mcall_x *)(t->blk[i] + 1))->tname[1] = 'Z';
+        }
+    }
+    return NULL;
+}
+
+static void *xfer_free(void *v)
+{
+    rec_xfer *t = v;
+    for (int i = 0; i < XFER_N; i++)
+        if (t->blk[i])
+            th_call_rec_free(t->blk[i]);
+    return NULL; /* its pool is freed as it exits; the depot's stay */
+}
+
+static void *xfer_take(void *v)
+{
+    rec_xfer *t = v;
+    t->got = th_call_rec_new(true);
+    return NULL;
+}
+
+static void run_on_thread(void *(*fn)(void *), void *arg)
+{
+    pthread_t th;
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, fn, arg), 0);
+    pthread_join(th, NULL);
+}
+
+static void test_rec_reuse_across_threads(void)
+{
+    rec_xfer t = {0};
+    run_on_thread(xfer_make, &t);
+    for (int i = 0; i < XFER_N; i++)
+        CU_ASSERT_PTR_NOT_NULL_FATAL(t.blk[i]);
+    run_on_thread(xfer_free, &t);
+    run_on_thread(xfer_take, &t); /* a new thread: its pool is empty */
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t.got);
+    bool reused = false;
+    for (int i = 0; i < XFER_N; i++)
+        reused |= t.got == t.blk[i];
+    CU_ASSERT_TRUE(reused);
+    CU_ASSERT_EQUAL(t.got->x->tname[1], 'Z'); /* from the depot, not calloc */
+    CU_ASSERT_EQUAL(t.got->x, (th_mcall_x *)(t.got + 1));
+    CU_ASSERT_EQUAL(t.got->x->cancel_efd, -1);
+    th_call_rec_free(t.got);
+    /* what the depot and this thread's pool hold goes with a host's
+     * close: the same call here */
+    open_default(1, 1, 4);
+    close_all();
 }
 
 static void test_cancel_running_task(void)
@@ -3533,6 +3705,9 @@ void th_suite_manager(void)
     CU_add_test(s, "cslot_nested_stress", test_cslot_nested_stress);
     CU_add_test(s, "queued_call_is_small", test_queued_call_is_small);
     CU_add_test(s, "rec_reuse_zeroed", test_rec_reuse_zeroed);
+    CU_add_test(s, "islot_stream_no_wakes", test_islot_stream_no_wakes);
+    CU_add_test(s, "meta_merge", test_meta_merge);
+    CU_add_test(s, "rec_reuse_across_threads", test_rec_reuse_across_threads);
     CU_add_test(s, "cancel_running_task", test_cancel_running_task);
     CU_add_test(s, "busy_refusal", test_busy_refusal);
     CU_add_test(s, "toolset_concurrency", test_toolset_concurrency);

@@ -243,6 +243,54 @@ static int fx_fail(void *st, const toolhost_tool *t, toolhost_call *c, const uin
     return TOOLHOST_FAILED;
 }
 
+/* Sets the meta its `text` names (fx_metas) and writes set_meta()'s
+ * return code: the tool's map merged with the host's "toolhost" key
+ * (build_meta), and what set_meta() refuses. */
+static const uint8_t fx_meta_mix[] = {
+    0x83, 0xa1, 'a', 0x92, 0x01, 0x81, 0xa1, 'k', 0xc0,         /* a: [1, {k: nil}] */
+    0xd9, 0x08, 't', 'o', 'o', 'l', 'h', 'o', 's', 't', 0x81, 0xa1, 'x', 0x01, /* str8 */
+    0xa1, 'b', 0xa2, 'y', 'z'};                                 /* b: "yz" */
+static const uint8_t fx_meta_only[] = {0x81, 0xa8, 't', 'o', 'o', 'l', 'h', 'o', 's', 't', 0x01};
+static const uint8_t fx_meta_array[] = {0x91, 0x01};
+static const uint8_t fx_meta_cut[] = {0x82, 0xa1, 'x', 0x01, 0xa1};
+static const uint8_t fx_meta_tail[] = {0x80, 0x00};
+static uint8_t fx_meta_deep[3 * 40 + 1]; /* n nested maps: 3 (n - 1) + 1 bytes */
+
+static size_t fx_meta_nest(int n)
+{
+    size_t k = 0;
+    for (int i = 0; i < n - 1; i++) {
+        fx_meta_deep[k++] = 0x81;
+        fx_meta_deep[k++] = 0xa1;
+        fx_meta_deep[k++] = 'a';
+    }
+    fx_meta_deep[k++] = 0x80;
+    return k;
+}
+
+static int fx_meta(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
+{
+    (void)st;
+    (void)t;
+    char text[32];
+    arg_str(a, l, "text", text, sizeof text);
+    const uint8_t *m = NULL;
+    size_t n = 0;
+#define FX_META(name, arr) else if (strcmp(text, name) == 0) m = arr, n = sizeof arr
+    if (strcmp(text, "deep32") == 0 || strcmp(text, "deep33") == 0)
+        m = fx_meta_deep, n = fx_meta_nest(text[5] == '2' ? 32 : 33);
+    FX_META("mix", fx_meta_mix);
+    FX_META("only", fx_meta_only);
+    FX_META("array", fx_meta_array);
+    FX_META("cut", fx_meta_cut);
+    FX_META("tail", fx_meta_tail);
+#undef FX_META
+    char out[16];
+    int k = snprintf(out, sizeof out, "%d", c->host->set_meta(c, m, n));
+    c->host->write(c, TOOLHOST_STDOUT, out, (size_t)k);
+    return TOOLHOST_OK;
+}
+
 /* t_suspend's thread: complete() calls begun.  Counted before the call,
  * since the execution ends inside it: whoever waited for that end (a
  * session close) sees the count; counted after, it might not yet. */
@@ -491,6 +539,7 @@ static const toolhost_tool fx_tools[] = {
      .stdout_type = TOOLHOST_SEM_TEXT, .stderr_type = TOOLHOST_SEM_ERROR,
      .execute = fx_where, .needs_permission = fx_needs},
     T("t_gate_susp", p_ms, 2, 0, fx_gate_suspend),
+    T("t_meta", p_text, 1, 0, fx_meta),
 };
 
 static const toolhost_plugin fx_plugin = {

@@ -441,6 +441,9 @@ static void test_result_blocks_only_meta(void)
 static void test_result_text_same_as_tree(void)
 {
     static const uint8_t meta[] = {0x81, 0xa1, 'k', 0x92, 0x01, 0xc3};
+    /* an integer key and a uint64 past INT64_MAX: the lossy tree's way */
+    static const uint8_t odd_meta[] = {0x82, 0x01, 0x02, 0xa1, 'u', 0xcf, 0xff,
+                                       0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
     th_result rs[] = {
         {.kind = TH_RESULT_DONE, .ok = true, .out = (const uint8_t *)"hi",
          .out_len = 2},
@@ -452,9 +455,11 @@ static void test_result_text_same_as_tree(void)
         {.kind = TH_RESULT_DONE, .ok = true,
          .out = (const uint8_t *)"\x01\x1f\\", .out_len = 3,
          .meta = meta, .meta_len = sizeof meta},
+        {.kind = TH_RESULT_DONE, .ok = true, .out = (const uint8_t *)"x",
+         .out_len = 1, .meta = odd_meta, .meta_len = sizeof odd_meta},
     };
     json_t *ids[] = {json_integer(7), json_string("a\"b"), json_integer(-3),
-                     json_string("")};
+                     json_string(""), json_integer(0)};
     for (size_t i = 0; i < sizeof rs / sizeof *rs; i++) {
         th_buf b;
         th_buf_init(&b);
@@ -489,6 +494,15 @@ static void test_result_text_same_as_tree(void)
     th_result bad = {.kind = TH_RESULT_DONE, .ok = true,
                      .out = (const uint8_t *)"\xff", .out_len = 1};
     CU_ASSERT_EQUAL(mcp_tool_result_text(&b, ids[0], &bad, 1,
+                                         TOOLHOST_SEM_TEXT, false),
+                    1);
+    static const uint8_t blocks[] = {0x81, 0xa8, 't', 'o', 'o', 'l', 'h', 'o',
+                                     's', 't', 0x81, 0xa7, 'c', 'o', 'n', 't',
+                                     'e', 'n', 't', 0x90};
+    th_result bl = {.kind = TH_RESULT_DONE, .ok = true,
+                    .out = (const uint8_t *)"x", .out_len = 1,
+                    .meta = blocks, .meta_len = sizeof blocks};
+    CU_ASSERT_EQUAL(mcp_tool_result_text(&b, ids[0], &bl, 1,
                                          TOOLHOST_SEM_TEXT, false),
                     1);
     th_result er = {.kind = TH_RESULT_ERROR, .error = TH_EARGS,

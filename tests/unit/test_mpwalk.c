@@ -8,6 +8,7 @@
 
 #include "th/json.h"
 #include "th/mpwalk.h"
+#include "th/mpzone.h"
 #include "front/rpc.h"
 #include "th/tool.h"
 
@@ -113,10 +114,36 @@ static void test_callers(void)
     th_rpc_reader_destroy(&r);
 }
 
+/* th_mp_zone_get: this thread's zone, kept and cleared between uses; a
+ * nested use gets a zone of its own. */
+static void test_zone_reused(void)
+{
+    bool c1, c2, c3;
+    msgpack_zone *z1 = th_mp_zone_get(&c1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(z1);
+    CU_ASSERT_TRUE(c1);
+    msgpack_object o;
+    static const char map[] = "\x81\xa1k\x92\x01\xa2hi";
+    CU_ASSERT_EQUAL(msgpack_unpack(map, sizeof map - 1, NULL, z1, &o),
+                    MSGPACK_UNPACK_SUCCESS);
+    CU_ASSERT_EQUAL(o.type, MSGPACK_OBJECT_MAP);
+    msgpack_zone *z2 = th_mp_zone_get(&c2); /* z1 is taken */
+    CU_ASSERT_PTR_NOT_NULL_FATAL(z2);
+    CU_ASSERT_FALSE(c2);
+    CU_ASSERT_PTR_NOT_EQUAL(z1, z2);
+    th_mp_zone_put(z2, c2);
+    th_mp_zone_put(z1, c1);
+    msgpack_zone *z3 = th_mp_zone_get(&c3);
+    CU_ASSERT_PTR_EQUAL(z3, z1); /* kept, not made again */
+    CU_ASSERT_TRUE(c3);
+    th_mp_zone_put(z3, c3);
+}
+
 void th_suite_mpwalk(void)
 {
     CU_pSuite s = CU_add_suite("mpwalk", NULL, NULL);
     CU_add_test(s, "depth_matches_msgpack_c", test_depth_matches_msgpack_c);
     CU_add_test(s, "counts_bounded", test_counts_bounded);
+    CU_add_test(s, "zone_reused", test_zone_reused);
     CU_add_test(s, "callers", test_callers);
 }

@@ -59,11 +59,6 @@ int th_buf_append(th_buf *b, const void *data, size_t len)
     return 0;
 }
 
-int th_buf_puts(th_buf *b, const char *s)
-{
-    return th_buf_append(b, s, strlen(s));
-}
-
 int th_buf_printf(th_buf *b, const char *fmt, ...)
 {
     va_list ap;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "call_int.h"
+#include "th/mpwalk.h"
 #include "th/content.h"
 #include "th/utf8.h"
 #include "th/log.h"
@@ -51,8 +52,19 @@ static void ref_drop_nonlast(th_mcall *c)
  * a free per call.  Smaller blocks (output buffers, the result) already
  * come from malloc's per-thread cache.  A thread's pool is freed when the
  * thread exits (the key's destructor) and, for the thread that closes a
- * host, at th_host_close (th_call_tombs_destroy). */
+ * host, at th_host_close (th_call_tombs_destroy).
+ *
+ * A record is often freed on another thread than the one that made it (a
+ * front's loop records the call, a plugin's reader thread ends it and
+ * drops the last reference): the freeing thread's pool fills while the
+ * recording thread's stays empty.  So a full pool hands half its blocks
+ * to the process's depot (g_depot, at most TH_CALL_DEPOT blocks, one
+ * mutex: a leaf) and an empty one takes up to half a pool from there,
+ * each in one turn of the depot's lock for TH_CALL_POOL / 2 calls.  The
+ * depot is emptied when a host closes (th_call_tombs_destroy); blocks
+ * another host's threads give it later wait for that host's close. */
 #define TH_CALL_POOL 8
+#define TH_CALL_DEPOT 64
 #define CALL_REC_FULL (sizeof(th_mcall) + sizeof(th_mcall_x))
 
 typedef struct call_pool {
@@ -65,6 +77,12 @@ static _Thread_local bool tl_pool_keyed;    /* pool_key set for this thread */
 static pthread_key_t pool_key;
 static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 static bool pool_key_ok;
+
+static struct {
+    pthread_mutex_t mu; /* leaf: no other lock is taken under it */
+    void *blk[TH_CALL_DEPOT];
+    int n;
+} g_depot = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* A pooled block keeps its mutex and its x's condition variable set up
  * (an unlocked mutex and a condition variable nobody waits on, reused as
@@ -84,6 +102,37 @@ static void pool_drain(call_pool *p)
         rec_release(p->blk[--p->n]);
 }
 
+/* An empty pool takes up to half a pool of blocks from the depot. */
+static void pool_refill(call_pool *p)
+{
+    pthread_mutex_lock(&g_depot.mu);
+    while (g_depot.n > 0 && p->n < TH_CALL_POOL / 2)
+        p->blk[p->n++] = g_depot.blk[--g_depot.n];
+    pthread_mutex_unlock(&g_depot.mu);
+}
+
+/* A full pool gives half its blocks to the depot, as many as it has room
+ * for; false when it had none (the pool is still full). */
+static bool pool_spill(call_pool *p)
+{
+    int moved = 0;
+    pthread_mutex_lock(&g_depot.mu);
+    while (g_depot.n < TH_CALL_DEPOT && moved < TH_CALL_POOL / 2) {
+        g_depot.blk[g_depot.n++] = p->blk[--p->n];
+        moved++;
+    }
+    pthread_mutex_unlock(&g_depot.mu);
+    return moved > 0;
+}
+
+static void depot_drain(void)
+{
+    pthread_mutex_lock(&g_depot.mu);
+    while (g_depot.n > 0)
+        rec_release(g_depot.blk[--g_depot.n]);
+    pthread_mutex_unlock(&g_depot.mu);
+}
+
 static void pool_exit(void *v)
 {
     pool_drain(v);
@@ -93,6 +142,19 @@ static void pool_exit(void *v)
 static void pool_key_make(void)
 {
     pool_key_ok = pthread_key_create(&pool_key, pool_exit) == 0;
+}
+
+/* Whether this thread's pool is freed when the thread exits (the key's
+ * value stays set while the thread lives: set once a thread). */
+static bool pool_keyed(void)
+{
+    if (tl_pool_keyed)
+        return true;
+    pthread_once(&pool_once, pool_key_make);
+    if (!pool_key_ok || pthread_setspecific(pool_key, &tl_pool) != 0)
+        return false;
+    tl_pool_keyed = true;
+    return true;
 }
 
 /* Zeroes [from, to) of an object: what lies around a kept member. */
@@ -105,6 +167,8 @@ th_mcall *th_call_rec_new(bool room)
 {
     th_mcall *c;
     th_mcall_x *x;
+    if (room && tl_pool.n == 0 && pool_keyed())
+        pool_refill(&tl_pool); /* (kept: the thread's exit frees them) */
     if (room && tl_pool.n > 0) {
         /* Everything zeroed but the kept mutex and condition variable
          * and what no code reads before the call writes it whole (so a
@@ -188,23 +252,14 @@ void th_call_wake_locked(th_mcall *c)
 
 void th_call_rec_free(th_mcall *c)
 {
-    if (!c->x_room || tl_pool.n >= TH_CALL_POOL) {
+    if (!c->x_room || !pool_keyed() ||
+        (tl_pool.n >= TH_CALL_POOL && !pool_spill(&tl_pool))) {
         if (c->x && !c->x_room) {
             pthread_cond_destroy(&c->x->cv);
             free(c->x);
         }
         rec_release(c);
         return;
-    }
-    if (!tl_pool_keyed) {
-        /* the first block: the thread's exit frees the pool (the key's
-         * value stays set while the thread lives: once a thread) */
-        pthread_once(&pool_once, pool_key_make);
-        if (!pool_key_ok || pthread_setspecific(pool_key, &tl_pool) != 0) {
-            rec_release(c);
-            return;
-        }
-        tl_pool_keyed = true;
     }
     tl_pool.blk[tl_pool.n++] = c; /* mu and x->cv stay set up */
 }
@@ -230,6 +285,7 @@ void th_call_tombs_destroy(th_host *h)
     }
     atomic_store(&h->tomb_at, 0);
     pool_drain(&tl_pool); /* this thread's pool goes with the host */
+    depot_drain();        /* and the process's spare blocks */
     th_out_spare_drop();  /* and its spare output buffer */
 }
 
@@ -844,10 +900,30 @@ void th_mcall_set_error(toolhost_call *call, int code, const char *msg)
     c->x->set_error_msg = msg ? strdup(msg) : NULL;
 }
 
-static bool is_toolhost_key(const msgpack_object *k)
+/* The key at p (n bytes, one whole value) is the string "toolhost"
+ * (in any of the str encodings: 9 to 13 bytes). */
+static bool is_toolhost_key(const uint8_t *p, size_t n)
 {
-    return k->type == MSGPACK_OBJECT_STR && k->via.str.size == 8 &&
-           memcmp(k->via.str.ptr, "toolhost", 8) == 0;
+    th_mp_head h;
+    bool str = (p[0] >= 0xa0 && p[0] <= 0xbf) || (p[0] >= 0xd9 && p[0] <= 0xdb);
+    return str && n >= 9 && n <= 13 && th_mp_head_read(p, n, &h) == 1 &&
+           h.payload == 8 && h.hdr + 8 == n &&
+           memcmp(p + h.hdr, "toolhost", 8) == 0;
+}
+
+/* The length of the value at p (n bytes): a scalar's from its header, a
+ * container's by walking it.  -1 when it does not walk. */
+static int mp_value_len(const uint8_t *p, size_t n, size_t *len)
+{
+    th_mp_head h;
+    if (th_mp_head_read(p, n, &h) != 1)
+        return -1;
+    if (h.container)
+        return th_mp_check(p, n, TH_MP_MAX_DEPTH, len, NULL) == 0 ? 0 : -1;
+    if (h.payload > n - h.hdr)
+        return -1;
+    *len = h.hdr + (size_t)h.payload;
+    return 0;
 }
 
 /* Whether a stream's info goes into meta: it was cut or spilled, or the
@@ -865,18 +941,66 @@ static size_t info_bound(const th_out_info *i)
            (i->note ? strlen(i->note) : 0);
 }
 
-/* build_meta: the tool's own meta map, its "toolhost" key dropped. */
-static int pack_tool_meta(msgpack_packer *pk, const msgpack_object_map *m)
+/* build_meta: the tool's meta map (tm, tm_len: one whole map, checked by
+ * set_meta) walked entry by entry, not unpacked: no zone, and the kept
+ * entries are copied as the tool wrote them.  first: where the entries
+ * start (after the map's header); n: entries; keep: those whose key is
+ * not "toolhost".  meta_scan: 0, or -1 when the bytes do not walk. */
+typedef struct meta_walk {
+    size_t first;
+    uint32_t n;
+    uint32_t keep;
+} meta_walk;
+
+/* The entry at *pos: *keep set, *pos moved past its value. */
+static int meta_entry(const uint8_t *tm, size_t tm_len, size_t *pos,
+                      bool *keep)
 {
-    int rc = 0;
-    for (uint32_t i = 0; i < m->size && rc == 0; i++) {
-        if (is_toolhost_key(&m->ptr[i].key))
-            continue;
-        rc = msgpack_pack_object(pk, m->ptr[i].key);
-        if (rc == 0)
-            rc = msgpack_pack_object(pk, m->ptr[i].val);
+    size_t kl = 0, vl = 0;
+    if (mp_value_len(tm + *pos, tm_len - *pos, &kl) != 0)
+        return -1;
+    *keep = !is_toolhost_key(tm + *pos, kl);
+    if (mp_value_len(tm + *pos + kl, tm_len - *pos - kl, &vl) != 0)
+        return -1;
+    *pos += kl + vl;
+    return 0;
+}
+
+static int meta_scan(const uint8_t *tm, size_t tm_len, meta_walk *w)
+{
+    th_mp_head h;
+    if (th_mp_head_read(tm, tm_len, &h) != 1 || !h.container ||
+        (tm[0] > 0x8f && tm[0] < 0xde) || h.kids / 2 > UINT32_MAX)
+        return -1;
+    w->first = h.hdr;
+    w->n = (uint32_t)(h.kids / 2);
+    w->keep = 0;
+    size_t pos = h.hdr;
+    for (uint32_t i = 0; i < w->n; i++) {
+        bool keep;
+        if (meta_entry(tm, tm_len, &pos, &keep) != 0)
+            return -1;
+        w->keep += keep;
     }
-    return rc;
+    return 0;
+}
+
+/* build_meta: the kept entries of the tool's map, copied. */
+static int copy_tool_meta(th_buf *dst, const uint8_t *tm, size_t tm_len,
+                          const meta_walk *w)
+{
+    size_t pos = w->first;
+    if (w->keep == w->n) /* (the usual case: no "toolhost" key) */
+        return th_buf_append(dst, tm + pos, tm_len - pos);
+    for (uint32_t i = 0; i < w->n; i++) {
+        size_t at = pos;
+        bool keep;
+        if (meta_entry(tm, tm_len, &pos, &keep) != 0)
+            return TH_EINVAL;
+        if (keep && th_buf_append(dst, tm + at, pos - at) != 0)
+            return TH_ENOMEM;
+    }
+    return 0;
 }
 
 /* build_meta: "toolhost": {"output": {...}, "content": [...]}, each part
@@ -916,40 +1040,24 @@ static int build_meta(th_mcall *c, const th_out_info *oi, const th_out_info *ei,
                                                             : NULL;
     if (!tm && !so && !se && !bl)
         return 0; /* the common case: no meta */
-    msgpack_unpacked u;
-    msgpack_unpacked_init(&u);
-    const msgpack_object_map *m = NULL;
-    uint32_t keep = 0;
-    if (tm) {
-        size_t off = 0;
-        if (msgpack_unpack_next(&u, (const char *)tm, tm_len, &off) ==
-                MSGPACK_UNPACK_SUCCESS &&
-            u.data.type == MSGPACK_OBJECT_MAP)
-            m = &u.data.via.map;
-    }
-    if (m)
-        for (uint32_t i = 0; i < m->size; i++)
-            keep += !is_toolhost_key(&m->ptr[i].key);
+    meta_walk w = {0};
+    bool m = tm && meta_scan(tm, tm_len, &w) == 0;
+    uint32_t keep = m ? w.keep : 0;
     bool say = so || se || bl;
-    if (!say && keep == 0) {
-        msgpack_unpacked_destroy(&u);
+    if (!say && keep == 0)
         return 0; /* a tool map that held only "toolhost" (or no map) */
-    }
     size_t bound = (tm ? tm_len : 0) + 64 +
                    (so ? info_bound(so) : 0) + (se ? info_bound(se) : 0) +
                    (bl ? bl->bytes : 0);
-    if (th_buf_reserve(dst, bound) != 0) {
-        msgpack_unpacked_destroy(&u);
+    if (th_buf_reserve(dst, bound) != 0)
         return TH_ENOMEM;
-    }
     msgpack_packer pk;
     msgpack_packer_init(&pk, dst, th_buf_msgpack_write);
     int rc = msgpack_pack_map(&pk, keep + (say ? 1 : 0));
-    if (m && rc == 0)
-        rc = pack_tool_meta(&pk, m);
+    if (keep && rc == 0)
+        rc = copy_tool_meta(dst, tm, tm_len, &w);
     if (say && rc == 0)
         rc = pack_toolhost_meta(&pk, so, se, bl);
-    msgpack_unpacked_destroy(&u);
     return rc ? TH_ENOMEM : 0;
 }
 

@@ -14,6 +14,7 @@
 #include <jansson.h>
 
 #include "call_int.h"
+#include "th/mpwalk.h"
 #include "th/clock.h"
 #include "th/content.h"
 #include "th/log.h"
@@ -277,14 +278,14 @@ static int cb_set_meta(toolhost_call *call, const uint8_t *map, size_t len)
     th_mcall *c = (th_mcall *)call;
     if (!map || !len)
         return TOOLHOST_EINVAL;
-    msgpack_unpacked u;
-    msgpack_unpacked_init(&u);
-    size_t off = 0;
-    bool ok = msgpack_unpack_next(&u, (const char *)map, len, &off) ==
-                  MSGPACK_UNPACK_SUCCESS &&
-              u.data.type == MSGPACK_OBJECT_MAP && off == len;
-    msgpack_unpacked_destroy(&u);
-    if (!ok)
+    /* One whole map that msgpack-c's unpacker can build (build_meta and
+     * the fronts unpack it), checked by walking the bytes: no zone. */
+    th_mp_head h;
+    size_t vlen = 0;
+    if (th_mp_head_read(map, len, &h) != 1 || !h.container ||
+        !(map[0] <= 0x8f || map[0] >= 0xde) ||
+        th_mp_check(map, len, TH_MP_MAX_DEPTH, &vlen, NULL) != 0 ||
+        vlen != len)
         return TOOLHOST_EINVAL;
     uint8_t *m = malloc(len);
     if (!m)

@@ -514,6 +514,8 @@ static void islot_wake(th_mgr *m, th_mcall *c)
     if (atomic_load(&m->islot_idle)) {
         pthread_mutex_lock(&m->tmu);
         atomic_store(&m->islot_idle, false);
+        m->islot_quiet = 0;
+        atomic_fetch_add_explicit(&m->islot_wakes, 1, memory_order_relaxed);
         int64_t at = c->start_ns + TH_ISLOT_SCAN_NS;
         if (at < m->islot_next_ns)
             m->islot_next_ns = at;
@@ -1212,12 +1214,19 @@ static void *timer_main(void *arg)
         if (now >= m->islot_next_ns) {
             pthread_mutex_unlock(&m->tmu);
             bool any = islot_scan(h, now);
+            atomic_fetch_add_explicit(&m->islot_scans, 1, memory_order_relaxed);
             pthread_mutex_lock(&m->tmu);
-            if (!any) {
+            if (any) {
+                m->islot_quiet = 0;
+            } else if (++m->islot_quiet < TH_ISLOT_LINGER) {
+                any = true; /* scans on a while: no wake-up to pay */
+            } else {
                 /* sleep unless a call came meanwhile (see islot_put) */
                 atomic_store(&m->islot_idle, true);
-                if ((any = islot_any(m)))
+                if ((any = islot_any(m))) {
                     atomic_store(&m->islot_idle, false);
+                    m->islot_quiet = 0;
+                }
             }
             m->islot_next_ns = any ? now + TH_ISLOT_SCAN_NS : INT64_MAX;
             continue;

@@ -615,6 +615,11 @@ typedef struct th_wslot {
 #define TH_CSLOTS (2 * TH_ISLOTS)
 #define TH_ISLOT_SCAN_NS 10000000LL
 #define TH_ISLOT_MIN_TIMEOUT_MS 100
+/* Scans in a row that find no call before the deadline thread stops
+ * scanning (and a publisher must wake it): a steady stream of quick calls,
+ * which a scan mostly finds between two calls, then costs the callers no
+ * wake-up; an idle host, TH_ISLOT_LINGER more ticks. */
+#define TH_ISLOT_LINGER 10
 
 /* One slot a cache line (64 bytes apart: no two threads' slots share
  * one, whatever the host's alignment). */
@@ -687,11 +692,15 @@ typedef struct th_mgr {
      * deadline thread looks at the call (the owner waits for it to go)
      * and bit 1 once it is armed.  islot_idle (set under tmu) says the
      * deadline thread sleeps without a scan due: a publisher then wakes
-     * it.  islot_next_ns [tmu]: the next scan. */
+     * it.  islot_next_ns [tmu]: the next scan; islot_quiet [tmu]: the
+     * scans in a row that found no call (TH_ISLOT_LINGER). */
     th_islot islot[TH_ISLOTS];
     atomic_bool islot_idle;
     int64_t islot_next_ns;
+    unsigned islot_quiet;
     atomic_ulong islot_armed;   /* inline calls the deadline thread armed */
+    atomic_ulong islot_scans;   /* its scans of the slots */
+    atomic_ulong islot_wakes;   /* times a publisher woke it (islot_wake) */
 
     /* Call slots (th_mgr_cslot_put): an inline call that nothing of the
      * pool limits is published in its thread's slot from its record to

@@ -5,7 +5,8 @@
  * Speed: this runs on every call.  A map of at most TH_ARGS_VIEW_MAX
  * scalar values is read through the decoded view (argview.c: one walk, no
  * unpacking, nothing allocated).  Any other map is unpacked with msgpack_unpack()
- * into a zone that each thread keeps and clears after use (strings are not
+ * into a zone that each thread keeps and clears after use (th/mpzone.h;
+ * strings are not
  * copied: objects point into the caller's bytes), so a call whose arguments
  * need no default allocates nothing once its thread has validated before.
  * The zone of a thread is freed when the thread exits (pthread key
@@ -22,61 +23,9 @@
 
 #include "th/jschema.h"
 #include "th/mpwalk.h"
+#include "th/mpzone.h"
 #include "th/tool.h"
 #include "th/utf8.h"
-
-#define ZONE_CHUNK 4096
-
-/* ---- the per-thread zone --------------------------------------------------- */
-
-static pthread_key_t zone_key;
-static pthread_once_t zone_once = PTHREAD_ONCE_INIT;
-static int zone_key_ok;
-static _Thread_local int zone_busy;
-
-static void zone_destroy(void *z)
-{
-    msgpack_zone_free(z);
-}
-
-static void zone_key_make(void)
-{
-    zone_key_ok = pthread_key_create(&zone_key, zone_destroy) == 0;
-}
-
-/* A cleared zone for this thread (*cached = true), or a new one when the
- * thread's zone is in use or cannot be kept.  NULL when out of memory. */
-static msgpack_zone *zone_get(bool *cached)
-{
-    *cached = false;
-    pthread_once(&zone_once, zone_key_make);
-    if (zone_key_ok && !zone_busy) {
-        msgpack_zone *z = pthread_getspecific(zone_key);
-        if (!z) {
-            z = msgpack_zone_new(ZONE_CHUNK);
-            if (z && pthread_setspecific(zone_key, z) != 0) {
-                msgpack_zone_free(z);
-                z = NULL;
-            }
-        }
-        if (z) {
-            zone_busy = 1;
-            *cached = true;
-            return z;
-        }
-    }
-    return msgpack_zone_new(ZONE_CHUNK);
-}
-
-static void zone_put(msgpack_zone *z, bool cached)
-{
-    if (cached) {
-        msgpack_zone_clear(z);
-        zone_busy = 0;
-    } else {
-        msgpack_zone_free(z);
-    }
-}
 
 /* ---- messages ---------------------------------------------------------------- */
 
@@ -669,7 +618,7 @@ static int validate_params(const char *what, const th_param *params,
                                 "out of memory");
     }
     bool cached;
-    msgpack_zone *zone = zone_get(&cached);
+    msgpack_zone *zone = th_mp_zone_get(&cached);
     int rc;
     if (!zone) {
         rc = th_error_set(err ? &err->e : NULL, TH_ENOMEM, "out of memory");
@@ -698,7 +647,7 @@ static int validate_params(const char *what, const th_param *params,
                       "malformed, or nested too deeply)");
         break;
     }
-    zone_put(zone, cached);
+    th_mp_zone_put(zone, cached);
 out:
     if (seen != seen_stack)
         free(seen);
@@ -724,7 +673,7 @@ static int check_input_schema(const th_tool *tool, const uint8_t *args,
         len = 1;
     }
     bool cached;
-    msgpack_zone *zone = zone_get(&cached);
+    msgpack_zone *zone = th_mp_zone_get(&cached);
     if (!zone)
         return th_error_set(err, TH_ENOMEM, "out of memory");
     msgpack_object obj;
@@ -744,7 +693,7 @@ static int check_input_schema(const th_tool *tool, const uint8_t *args,
         rc = th_error_set(err, rc < 0 ? TH_ENOMEM : TH_EARGS,
                           "Error parsing arguments for %s: the arguments %s",
                           tool->name, msg);
-    zone_put(zone, cached);
+    th_mp_zone_put(zone, cached);
     return rc;
 }
 

@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef struct th_buf {
     uint8_t *data; /* NULL while empty; always NUL-terminated when not NULL
@@ -24,7 +25,12 @@ void th_buf_reset(th_buf *b); /* len = 0, keeps the memory */
 /* Ensures room for `extra` more bytes. 0 or TH_ENOMEM. */
 int th_buf_reserve(th_buf *b, size_t extra);
 int th_buf_append(th_buf *b, const void *data, size_t len);
-int th_buf_puts(th_buf *b, const char *s);
+/* Inline, so that the length of a string literal is known where it is
+ * written (no strlen per call). */
+static inline int th_buf_puts(th_buf *b, const char *s)
+{
+    return th_buf_append(b, s, strlen(s));
+}
 int th_buf_printf(th_buf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Returns the data (caller frees) and leaves `b` empty. */
