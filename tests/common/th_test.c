@@ -1,6 +1,7 @@
 /* th_test.c - helpers shared by the test suites (see th_test.h). */
 #include "common/th_test.h"
 
+#include <dirent.h>
 #include <CUnit/CUnit.h>
 
 #include <errno.h>
@@ -126,6 +127,33 @@ char *th_test_read_file(const char *path, size_t *len)
     if (len)
         *len = n;
     return b;
+}
+
+int th_test_each_file(const char *rel,
+                      void (*fn)(const char *data, size_t len, void *ud),
+                      void *ud)
+{
+    const char *dir = th_test_source_path(rel);
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        size_t len = 0;
+        char *data = th_test_read_file(path, &len);
+        if (!data)
+            continue;
+        fn(data, len, ud);
+        free(data);
+        n++;
+    }
+    closedir(d);
+    return n;
 }
 
 static void append(char **buf, size_t *len, size_t *cap, const char *d,

@@ -34,6 +34,14 @@ void th_test_replace_file(const char *dst, const void *data, size_t n,
  * may be NULL), malloc()ed; NULL when it cannot be opened. */
 char *th_test_read_file(const char *path, size_t *len);
 
+/* Calls fn with the bytes of every file of the source tree's folder
+ * `rel` (a fuzz target's corpus: fuzz/corpus/NAME), names starting with
+ * '.' left out; the number of files, or -1 when the folder cannot be
+ * read. */
+int th_test_each_file(const char *rel,
+                      void (*fn)(const char *data, size_t len, void *ud),
+                      void *ud);
+
 /* The output of a finished program. */
 typedef struct th_test_run {
     int status;  /* exit status, or 128 + signal number */

@@ -6,7 +6,6 @@
  * corpus).  mp_json_utf8_valid() comes from plugins/shared/mp_json.c,
  * which test_mp_json.c's fuzz target brings into this binary. */
 #include <CUnit/CUnit.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,30 +166,16 @@ static void test_random(void)
 }
 
 /* The fuzz target's seeds and past findings, replayed. */
+static void corpus_one(const char *data, size_t len, void *ud)
+{
+    *(unsigned *)ud += (unsigned)mcp_answer_check(data, len);
+}
+
 static void test_corpus(void)
 {
-    const char *dir = th_test_source_path("fuzz/corpus/mcp_answer");
-    DIR *d = opendir(dir);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(d);
-    unsigned n = 0, taken = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue;
-        char path[1024];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        FILE *f = fopen(path, "rb");
-        CU_ASSERT_PTR_NOT_NULL(f);
-        if (!f)
-            continue;
-        char buf[65536];
-        size_t len = fread(buf, 1, sizeof buf, f);
-        fclose(f);
-        taken += (unsigned)mcp_answer_check(buf, len);
-        n++;
-    }
-    closedir(d);
-    CU_ASSERT(n >= 5);
+    unsigned taken = 0;
+    CU_ASSERT(th_test_each_file("fuzz/corpus/mcp_answer", corpus_one,
+                                &taken) >= 5);
     CU_ASSERT(taken >= 2);
 }
 
