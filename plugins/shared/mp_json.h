@@ -44,7 +44,7 @@ int mp_json_reserve(mp_json_text *t, size_t n);
 int mp_json_put(mp_json_text *t, const char *s, size_t n);
 /* Appends s[0..n) as a JSON string, escaped as JSON_ENSURE_ASCII does
  * (\" \\ \b \f \n \r \t, other controls and every non-ASCII code point as
- * \uXXXX, a surrogate pair past U+FFFF): 0, or -1 when s is not UTF-8
+ * a \u escape of four hex digits, a surrogate pair past U+FFFF): 0, or -1 when s is not UTF-8
  * (or memory ran out), with t as it was. */
 int mp_json_put_str(mp_json_text *t, const char *s, size_t n);
 /* Appends v in decimal: 0 or -1. */

@@ -546,22 +546,17 @@ static void test_oa_redirect_scheme(void)
                            MHD_OPTION_END);
     CU_ASSERT_FATAL(s.d != NULL);
     s.port = MHD_get_daemon_info(s.d, MHD_DAEMON_INFO_BIND_PORT)->port;
-    char dir[] = "/tmp/att34-XXXXXX";
-    CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
-    char spec[64];
-    snprintf(spec, sizeof spec, "%s/up.yaml", dir);
-    FILE *fp = fopen(spec, "w");
-    CU_ASSERT_FATAL(fp != NULL);
-    fputs("openapi: 3.0.3\n"
-          "info: {title: up, version: '1'}\n"
-          "paths:\n"
-          "  /up:\n"
-          "    get:\n"
-          "      operationId: goUp\n"
-          "      responses:\n"
-          "        '200': {description: ok}\n",
-          fp);
-    fclose(fp);
+    char *dir = th_test_tmpdir();
+    char *spec = th_test_write_file(dir, "up.yaml",
+                                    "openapi: 3.0.3\n"
+                                    "info: {title: up, version: '1'}\n"
+                                    "paths:\n"
+                                    "  /up:\n"
+                                    "    get:\n"
+                                    "      operationId: goUp\n"
+                                    "      responses:\n"
+                                    "        '200': {description: ok}\n",
+                                    (size_t)-1);
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d/v1", s.port);
     char cfg[2048];
@@ -605,8 +600,9 @@ static void test_oa_redirect_scheme(void)
     CU_ASSERT_EQUAL(rpc_srv_stop(&srv, SIGTERM), 0);
     rpc_srv_free(&srv);
     MHD_stop_daemon(s.d);
-    unlink(spec);
-    rmdir(dir);
+    free(spec);
+    th_test_rmtree(dir);
+    free(dir);
 }
 
 /* ---- the mcp plugin: shutdown while its token endpoint hangs ---------- */
