@@ -94,15 +94,18 @@ void mcpsrc_pend_del(mcp_srv *s, mcp_pend *p)
         }
 }
 
-static mcp_pend *pend_find(mcp_srv *s, const json_t *id)
+static mcp_pend *pend_find_id(mcp_srv *s, int64_t id)
 {
-    if (!json_is_integer(id))
-        return NULL;
-    json_int_t v = json_integer_value(id);
     for (mcp_pend *p = s->pending; p; p = p->next)
-        if (p->id == v)
+        if (p->id == id)
             return p;
     return NULL;
+}
+
+static mcp_pend *pend_find(mcp_srv *s, const json_t *id)
+{
+    return json_is_integer(id) ? pend_find_id(s, json_integer_value(id))
+                               : NULL;
 }
 
 /* Kills the server's process group at once, and ends its reader (s->mu
@@ -629,12 +632,7 @@ static bool fast_line(mcp_srv *s, const char *line, size_t len,
     if (mcpsrc_read_answer(line, len, fa) != 1)
         return false;
     pthread_mutex_lock(&s->mu);
-    mcp_pend *p = NULL;
-    for (mcp_pend *q = s->pending; q; q = q->next)
-        if (q->id == fa->id) {
-            p = q;
-            break;
-        }
+    mcp_pend *p = pend_find_id(s, fa->id);
     bool mine = p && p->call && !p->mt->structured;
     if (mine)
         mcpsrc_pend_del(s, p);
