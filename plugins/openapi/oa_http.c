@@ -307,17 +307,70 @@ static char *arg_text(const json_t *v)
     }
 }
 
-static int add_query(CURL *esc, buf *q, const char *name, const char *value)
+/* name=value, both percent-encoded, after `first` (the first pair) or
+ * "&" (the others) */
+static int add_pair(CURL *esc, buf *q, const char *first, const char *name,
+                    const char *value)
 {
     char *k = curl_easy_escape(esc, name, 0);
     char *v = curl_easy_escape(esc, value, 0);
     int rc = -1;
-    if (k && v && !puts_(q, q->len ? "&" : "?") && !puts_(q, k) &&
+    if (k && v && !puts_(q, q->len ? "&" : first) && !puts_(q, k) &&
         !puts_(q, "=") && !puts_(q, v))
         rc = 0;
     curl_free(k);
     curl_free(v);
     return rc;
+}
+
+static int add_query(CURL *esc, buf *q, const char *name, const char *value)
+{
+    return add_pair(esc, q, "?", name, value);
+}
+
+/* A value of a query parameter or a form field: one pair, or one per
+ * element of an array (the name repeated); null adds nothing.  An
+ * object, or an array in an array, goes as its JSON text. */
+static int add_value(CURL *esc, buf *q, const char *first, const char *name,
+                     const json_t *v)
+{
+    if (json_is_null(v))
+        return 0;
+    if (json_is_array(v)) {
+        size_t k;
+        const json_t *e;
+        json_array_foreach(v, k, e)
+        {
+            char *t = arg_text(e);
+            int bad = !t || add_pair(esc, q, first, name, t);
+            free(t);
+            if (bad)
+                return -1;
+        }
+        return 0;
+    }
+    char *t = arg_text(v);
+    int bad = !t || add_pair(esc, q, first, name, t);
+    free(t);
+    return bad ? -1 : 0;
+}
+
+/* An object's members as an application/x-www-form-urlencoded body
+ * (malloc()ed; "" for an object without fields); NULL when out of
+ * memory. */
+static char *form_body(CURL *esc, const json_t *obj)
+{
+    buf f = {0};
+    const char *k;
+    const json_t *v;
+    json_object_foreach((json_t *)obj, k, v)
+    {
+        if (add_value(esc, &f, "", k, v) != 0) {
+            free(f.p);
+            return NULL;
+        }
+    }
+    return f.p ? f.p : strdup("");
 }
 
 typedef struct built {
@@ -425,18 +478,10 @@ static int build(CURL *esc, const oa_op *op, const json_t *args, built *b,
         const json_t *v = json_object_get(args, pa->name);
         if (!v || pa->in == OA_IN_PATH || json_is_null(v))
             continue;
-        if (pa->in == OA_IN_QUERY && json_is_array(v)) {
-            size_t k;
-            const json_t *e;
-            json_array_foreach(v, k, e)
-            {
-                char *t = arg_text(e);
-                int bad = !t || add_query(esc, &q, pa->name, t);
-                free(t);
-                if (bad) {
-                    free(q.p);
-                    goto oom_ck;
-                }
+        if (pa->in == OA_IN_QUERY) {
+            if (add_value(esc, &q, "?", pa->name, v) != 0) {
+                free(q.p);
+                goto oom_ck;
             }
             continue;
         }
@@ -446,9 +491,7 @@ static int build(CURL *esc, const oa_op *op, const json_t *args, built *b,
             goto oom_ck;
         }
         int bad;
-        if (pa->in == OA_IN_QUERY) {
-            bad = add_query(esc, &q, pa->name, t);
-        } else if (pa->in == OA_IN_COOKIE) {
+        if (pa->in == OA_IN_COOKIE) {
             if (!cookie_value_ok(t)) {
                 snprintf(err, es, "cookie parameter '%s' must be printable "
                                   "ASCII without spaces, quotes, commas, "
@@ -547,10 +590,16 @@ static int build(CURL *esc, const oa_op *op, const json_t *args, built *b,
         header(&b->r.plain, "Accept", "application/json"))
         goto oom;
     const json_t *body = json_object_get(args, "body");
-    if (op->has_body && body) {
-        b->body = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
-        if (!b->body || header(&b->r.hdrs, "Content-Type", "application/json") ||
-            header(&b->r.plain, "Content-Type", "application/json"))
+    if (op->body != OA_BODY_NONE && body) {
+        bool form = op->body == OA_BODY_FORM;
+        const char *type =
+            form ? "application/x-www-form-urlencoded" : "application/json";
+        /* a form's fields: the input schema made the body an object */
+        b->body = form ? (json_is_object(body) ? form_body(esc, body)
+                                               : strdup(""))
+                       : json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
+        if (!b->body || header(&b->r.hdrs, "Content-Type", type) ||
+            header(&b->r.plain, "Content-Type", type))
             goto oom;
     }
     b->r.method = op->method;

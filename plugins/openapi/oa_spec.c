@@ -484,6 +484,13 @@ static char *one_line(const char *s, size_t max)
     return o;
 }
 
+/* The content's media type of `len` bytes (before any parameters) is
+ * `want` (case-insensitive). */
+static bool media_is(const char *type, size_t len, const char *want)
+{
+    return len == strlen(want) && !strncasecmp(type, want, len);
+}
+
 static const char *media_schema_json(const json_t *content, const json_t **schema)
 {
     const char *type;
@@ -495,8 +502,28 @@ static const char *media_schema_json(const json_t *content, const json_t **schem
         const char *semi = strchr(type, ';');
         if (semi)
             n = (size_t)(semi - type);
-        if ((n == 16 && !strncasecmp(type, "application/json", 16)) ||
+        if (media_is(type, n, "application/json") ||
             (n > 5 && !strncasecmp(type + n - 5, "+json", 5))) {
+            *schema = json_object_get(m, "schema");
+            return type;
+        }
+    }
+    return NULL;
+}
+
+/* A request body of the form media type: its schema in *schema (NULL
+ * when it has none); NULL when the content has no such type. */
+static const char *media_schema_form(const json_t *content,
+                                     const json_t **schema)
+{
+    const char *type;
+    const json_t *m;
+    *schema = NULL;
+    json_object_foreach((json_t *)content, type, m)
+    {
+        const char *semi = strchr(type, ';');
+        size_t n = semi ? (size_t)(semi - type) : strlen(type);
+        if (media_is(type, n, "application/x-www-form-urlencoded")) {
             *schema = json_object_get(m, "schema");
             return type;
         }
@@ -654,17 +681,37 @@ static int add_body(opctx *o, oa_op *op, json_t *props, json_t *required)
     bool req = json_is_true(json_object_get(rb, "required"));
     const json_t *content = json_object_get(rb, "content");
     const json_t *s = NULL;
-    if (!json_is_object(content) || !media_schema_json(content, &s)) {
+    const char *mt =
+        json_is_object(content) ? media_schema_json(content, &s) : NULL;
+    int kind = OA_BODY_JSON;
+    if (!mt && json_is_object(content) &&
+        (mt = media_schema_form(content, &s))) {
+        /* a form: the fields of one object (its schema's own type, when
+         * it says one, must be that) */
+        kind = OA_BODY_FORM;
+        const json_t *fs = s ? follow(&o->c, s, &last) : NULL;
+        if (s && !fs)
+            return -1;
+        const json_t *ty = fs ? json_object_get(fs, "type") : NULL;
+        if (ty && !(json_is_string(ty) &&
+                    !strcmp(json_string_value(ty), "object")))
+            return bad(&o->c, "the form request body's schema is not an "
+                              "object (exclude the operation)");
+    }
+    if (!mt) {
         if (req)
-            return bad(&o->c, "the request body has no JSON media type "
-                              "(only application/json bodies are sent; "
-                              "exclude the operation)");
+            return bad(&o->c, "the request body has no JSON or form media "
+                              "type (application/json, +json, "
+                              "application/x-www-form-urlencoded; exclude "
+                              "the operation)");
         return 0;
     }
     if (json_object_get(props, "body"))
         return bad(&o->c, "a parameter named 'body' and a request body "
                           "(exclude the operation)");
-    json_t *conv = s ? schema(&o->c, s, 1) : json_true();
+    json_t *conv = s ? schema(&o->c, s, 1)
+                     : kind == OA_BODY_FORM ? json_pack("{s:s}", "type", "object")
+                                            : json_true();
     if (!conv)
         return -1;
     const char *desc = json_string_value(json_object_get(rb, "description"));
@@ -676,7 +723,7 @@ static int add_body(opctx *o, oa_op *op, json_t *props, json_t *required)
     json_object_set_new(props, "body", conv);
     if (req)
         json_array_append_new(required, json_string("body"));
-    op->has_body = true;
+    op->body = kind;
     return 0;
 }
 

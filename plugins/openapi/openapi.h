@@ -29,6 +29,10 @@
 
 enum oa_in { OA_IN_PATH = 1, OA_IN_QUERY, OA_IN_HEADER, OA_IN_COOKIE };
 
+/* How an operation's request body is sent: none (no `body` in its
+ * input), JSON, or the fields of an object as a form. */
+enum oa_body { OA_BODY_NONE = 0, OA_BODY_JSON, OA_BODY_FORM };
+
 enum oa_auth {
     OA_AUTH_NONE = 0,
     OA_AUTH_BEARER,
@@ -50,7 +54,7 @@ typedef struct oa_op {
     char *path;      /* the template, "/pets/{petId}" */
     oa_param *params;
     size_t n_params;
-    bool has_body;   /* the input has a `body` (JSON request body) */
+    int body;        /* OA_BODY_*: the input's `body` and how it is sent */
     bool structured; /* an output schema: stdout is TOOLHOST_SEM_STRUCTURED */
     bool idempotent; /* GET, HEAD, PUT, DELETE, OPTIONS: may be retried */
 } oa_op;

@@ -54,6 +54,54 @@ static json_t *find_pet(petsrv *p, const char *id, size_t *at)
     return NULL;
 }
 
+/* The value of the first field `name` of a form body, percent-decoded
+ * (libmicrohttpd's unescape) into out; false when there is none. */
+static bool form_field(const char *body, const char *name, char *out,
+                       size_t size)
+{
+    size_t nl = strlen(name);
+    for (const char *f = body; f && *f; f = strchr(f, '&'), f = f ? f + 1 : f) {
+        if (strncmp(f, name, nl) || f[nl] != '=')
+            continue;
+        const char *v = f + nl + 1, *e = strchr(v, '&');
+        size_t n = e ? (size_t)(e - v) : strlen(v);
+        if (n >= size)
+            return false;
+        memcpy(out, v, n);
+        out[n] = '\0';
+        MHD_http_unescape(out);
+        return true;
+    }
+    return false;
+}
+
+/* POST /v1/pets/ID with a form (updatePetWithForm): its Content-Type
+ * and body kept as sent (last_form_type, last_form), the pet renamed
+ * (and retagged when the form has a tag). */
+static enum MHD_Result form_update(petsrv *p, struct MHD_Connection *c,
+                                   json_t *pet, const upload *up)
+{
+    const char *type = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                   "Content-Type");
+    snprintf(p->last_form_type, sizeof p->last_form_type, "%s",
+             type ? type : "");
+    size_t n = up->len < sizeof p->last_form - 1 ? up->len
+                                                 : sizeof p->last_form - 1;
+    memcpy(p->last_form, up->data ? up->data : "", n);
+    p->last_form[n] = '\0';
+    if (!type || strcmp(type, "application/x-www-form-urlencoded"))
+        return answer(c, 415, "{\"code\": 415, \"message\": \"a form, "
+                              "please\"}", NULL);
+    char name[256], tag[256];
+    if (!form_field(p->last_form, "name", name, sizeof name))
+        return answer(c, 400, "{\"code\": 400, \"message\": \"no name\"}",
+                      NULL);
+    json_object_set_new(pet, "name", json_string(name));
+    if (form_field(p->last_form, "tag", tag, sizeof tag))
+        json_object_set_new(pet, "tag", json_string(tag));
+    return answer_json(c, 200, pet);
+}
+
 static enum MHD_Result route(petsrv *p, struct MHD_Connection *c,
                              const char *method, const char *url,
                              const upload *up)
@@ -135,6 +183,8 @@ static enum MHD_Result route(petsrv *p, struct MHD_Connection *c,
                                 "pet\"}", NULL);
         else if (get)
             rc = answer_json(c, 200, pet);
+        else if (post)
+            rc = form_update(p, c, pet, up);
         else if (!strcmp(method, "PUT") && json_is_object(in)) {
             json_object_set(pet, "name", json_object_get(in, "name"));
             json_object_set(pet, "tag", json_object_get(in, "tag")

@@ -30,6 +30,8 @@ typedef struct petsrv {
     int connections;  /* TCP connections accepted */
     char last_id[256], last_tag[256], last_reqid[256];
     char last_cookie[256]; /* the Cookie header of the last GET /v1/pets */
+    char last_form[512];     /* the body of the last form POST /v1/pets/ID */
+    char last_form_type[128]; /* and its Content-Type */
 } petsrv;
 
 /* Serves on 127.0.0.1:port (0: a free port, then in p->port) from a

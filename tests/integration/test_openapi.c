@@ -227,7 +227,7 @@ static void test_crud(void)
     /* the tool list: one per operation, schemas from the document */
     CU_ASSERT(rpc_call(f.c, "tools.list", "[]", &r) == 0 && r.res);
     const char *names[] = {"listPets", "createPet", "getPet", "updatePet",
-                           "deletePet", "get_pets_petId_owner",
+                           "updatePetWithForm", "deletePet", "get_pets_petId_owner",
                            "getInventory", "placeOrder", "getOrder",
                            "createCategory", "legacyPets", "redirectAway",
                            "slowPing", "hugeDump", "flakyGet", "flakyPost",
@@ -290,6 +290,29 @@ static void test_crud(void)
     rpc_res_free(&r);
     res = call(&f, "getPet", "{\"petId\": \"1\"}", &r);
     CU_ASSERT(res && rpc_ok(res) && stream_has(res, "stdout", "Rex II"));
+    rpc_res_free(&r);
+    /* a form body: the fields percent-encoded in the order given, an
+     * array repeating its field, null left out, the form's media type */
+    res = call(&f, "updatePetWithForm",
+               "{\"petId\": \"1\", \"body\": {\"name\": \"Rex & co=1\", "
+               "\"tag\": null, \"vaccines\": [\"rabies\", \"flu shot\"]}}",
+               &r);
+    CU_ASSERT(res && rpc_ok(res) && stream_has(res, "stdout", "Rex & co=1"));
+    CU_ASSERT(seen(&f.srv, f.srv.last_form,
+                   "name=Rex%20%26%20co%3D1&vaccines=rabies&vaccines=flu%20shot"));
+    CU_ASSERT(seen(&f.srv, f.srv.last_form_type,
+                   "application/x-www-form-urlencoded"));
+    rpc_res_free(&r);
+    /* its schema: the form's fields are the body's properties */
+    res = call(&f, "updatePetWithForm",
+               "{\"petId\": \"1\", \"body\": {\"tag\": \"dog\"}}", &r);
+    CU_ASSERT(res && rpc_tool_error_is(res, "invalid_arguments"));
+    rpc_res_free(&r);
+    res = call(&f, "updatePetWithForm",
+               "{\"petId\": \"1\", \"body\": {\"name\": \"Rex II\", "
+               "\"tag\": \"dog\"}}", &r);
+    CU_ASSERT(res && rpc_ok(res) && stream_has(res, "stdout", "Rex II"));
+    CU_ASSERT(seen(&f.srv, f.srv.last_form, "name=Rex%20II&tag=dog"));
     rpc_res_free(&r);
     res = call(&f, "get_pets_petId_owner", "{\"petId\": \"1\"}", &r);
     CU_ASSERT(res && stream_has(res, "stdout", "Ada"));

@@ -69,7 +69,7 @@ static void test_petstore(void)
     if (!h)
         fprintf(stderr, "\n%s\n", err);
     CU_ASSERT_PTR_NOT_NULL_FATAL(h);
-    CU_ASSERT_EQUAL(th_harness_n_tools(h), 19);
+    CU_ASSERT_EQUAL(th_harness_n_tools(h), 20);
 
     /* getPet: the path-level parameter, its pattern and description */
     json_t *in = schema_of(h, "getPet", false);
@@ -147,6 +147,17 @@ static void test_petstore(void)
     const char *const *tags = th_harness_tool(h, "getPet")->tags;
     CU_ASSERT(tags && tags[0] && !strcmp(tags[0], "t") && !tags[1]);
 
+    /* a form body: its object schema is the body's, nullable kept */
+    in = schema_of(h, "updatePetWithForm", false);
+    CU_ASSERT(str_at(in, "properties/body/type", "object"));
+    CU_ASSERT(str_at(in, "properties/body/properties/vaccines/type", "array"));
+    CU_ASSERT(str_at(in, "properties/body/properties/vaccines/items/type",
+                     "string"));
+    CU_ASSERT_EQUAL(json_array_size(at(in, "properties/body/properties/tag/type")),
+                    2);
+    CU_ASSERT_EQUAL(json_array_size(at(in, "required")), 2); /* petId, body */
+    json_decref(in);
+
     /* no operationId: method and path */
     const toolhost_tool *owner = th_harness_tool(h, "get_pets_petId_owner");
     CU_ASSERT_PTR_NOT_NULL_FATAL(owner);
@@ -217,6 +228,20 @@ static void test_lies(void)
                  "        - {name: id, in: query}\n"
                  "        - {name: id, in: header}\n",
             NULL, "parameter 'id' is declared twice");
+    /* request bodies: a form must be an object; neither JSON nor a
+     * form, when required, stops the load */
+    refused(HEAD "  /a:\n    post:\n      operationId: a\n"
+                 "      requestBody:\n        content:\n"
+                 "          application/x-www-form-urlencoded:\n"
+                 "            schema: {type: string}\n",
+            NULL, "api 't': post /a (a): the form request body's schema is "
+                  "not an object");
+    refused(HEAD "  /a:\n    post:\n      operationId: a\n"
+                 "      requestBody:\n        required: true\n"
+                 "        content:\n"
+                 "          multipart/form-data:\n"
+                 "            schema: {type: object}\n",
+            NULL, "the request body has no JSON or form media type");
     refused(HEAD "  /a:\n    get: {operationId: same}\n"
                  "  /b:\n    get: {operationId: same}\n",
             NULL, "tool name 'same' is already taken");
