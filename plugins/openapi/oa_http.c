@@ -728,6 +728,75 @@ static void handle_give(const oa_api *api, CURL *e,
                    (unsigned long long)dropped);
 }
 
+/* The answer's media type (libcurl's Content-Type of the last hop), lower
+ * case, without parameters or spaces, into out ("" when it has none or
+ * an odd one: a control byte, over the ABI's 255 bytes). */
+static void media_type(CURL *e, CURLcode rc, char *out, size_t size)
+{
+    const char *ct = NULL;
+    out[0] = '\0';
+    if (rc != CURLE_OK ||
+        curl_easy_getinfo(e, CURLINFO_CONTENT_TYPE, &ct) != CURLE_OK || !ct)
+        return;
+    while (*ct == ' ' || *ct == '\t')
+        ct++;
+    size_t n = strcspn(ct, "; \t");
+    if (!n || n >= size || n > 255)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)ct[i];
+        if (c <= 0x20 || c >= 0x7f)
+            return (void)(out[0] = '\0');
+        out[i] = (char)(c >= 'A' && c <= 'Z' ? c + 32 : c);
+    }
+    out[n] = '\0';
+}
+
+/* How a 2xx body without an output schema is carried: 0 as stdout's
+ * text (UTF-8 of any type but image and audio), else the content block
+ * kind of an image, an audio clip or other bytes. */
+static uint32_t binary_kind(const char *mt, const buf *body)
+{
+    if (!strncmp(mt, "image/", 6) && mt[6])
+        return TOOLHOST_BLOCK_IMAGE;
+    if (!strncmp(mt, "audio/", 6) && mt[6])
+        return TOOLHOST_BLOCK_AUDIO;
+    return mp_json_utf8_valid(body->p, body->len) ? 0
+                                                   : TOOLHOST_BLOCK_RESOURCE;
+}
+
+/* A body that is not text: one content block (an image, an audio clip,
+ * or an embedded resource of other bytes whose URI is the URL answered,
+ * its query left out: it may hold a key), and one line on stdout naming
+ * it for a caller that reads text only. */
+static int binary_answer(toolhost_call *call, const built *b, const char *url,
+                         const char *mt, const buf *body)
+{
+    uint32_t kind = binary_kind(mt, body);
+    const char *type = mt[0] ? mt : "application/octet-stream";
+    char *uri = NULL;
+    if (kind == TOOLHOST_BLOCK_RESOURCE) {
+        uri = strndup(url, strcspn(url, "?#"));
+        if (!uri)
+            return th_sdk_fail(call, "out of memory");
+    }
+    toolhost_block blk = {.struct_size = sizeof blk,
+                          .kind = kind,
+                          .mime_type = type,
+                          .data = body->p,
+                          .len = body->len,
+                          .uri = uri};
+    int wr = call->host->write_block(call, &blk);
+    free(uri);
+    if (wr != 0)
+        return th_sdk_fail(call, "%s: the answer (%s, %zu bytes) is not "
+                                 "text and cannot be carried as a content "
+                                 "block: %s",
+                           b->shown.p, type, body->len, th_sdk_strerror(wr));
+    th_sdk_printf(call, "%s, %zu bytes (a content block)", type, body->len);
+    return TOOLHOST_OK;
+}
+
 int oa_execute(void *state, const toolhost_tool *tool, toolhost_call *call,
                const uint8_t *args, size_t args_len)
 {
@@ -829,10 +898,14 @@ int oa_execute(void *state, const toolhost_tool *tool, toolhost_call *call,
     }
     if (attempt > tries)
         attempt = tries;
+    char mt[256];
+    media_type(e, h.rc, mt, sizeof mt);
     th_sdk_meta m;
     th_sdk_meta_init(&m);
     th_sdk_meta_int(&m, "http_status", h.status);
     th_sdk_meta_int(&m, "attempts", attempt);
+    if (mt[0])
+        th_sdk_meta_str(&m, "content_type", mt);
     th_sdk_meta_set(&m, call);
     th_sdk_meta_destroy(&m);
     if (h.rc != CURLE_OK) {
@@ -867,6 +940,10 @@ int oa_execute(void *state, const toolhost_tool *tool, toolhost_call *call,
                                    "JSON", h.status, b.shown.p);
             goto done;
         }
+    }
+    if (x.body.len && !op->structured && binary_kind(mt, &x.body)) {
+        rc = binary_answer(call, &b, url, mt, &x.body);
+        goto done;
     }
     if (x.body.len)
         rc = th_sdk_write(call, TOOLHOST_STDOUT, x.body.p, x.body.len);

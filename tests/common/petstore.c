@@ -28,6 +28,19 @@ static enum MHD_Result answer(struct MHD_Connection *c, unsigned status,
     return rc;
 }
 
+/* n bytes of the given Content-Type */
+static enum MHD_Result answer_bytes(struct MHD_Connection *c, unsigned status,
+                                    const char *body, size_t n,
+                                    const char *type)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        n, (void *)body, MHD_RESPMEM_MUST_COPY);
+    MHD_add_response_header(r, "Content-Type", type);
+    enum MHD_Result rc = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
 static enum MHD_Result answer_json(struct MHD_Connection *c, unsigned status,
                                    json_t *j)
 {
@@ -170,6 +183,18 @@ static enum MHD_Result route(petsrv *p, struct MHD_Connection *c,
             rc = answer_json(c, 201, pet);
             json_decref(pet);
         }
+    } else if (!strncmp(url, "/v1/pets/", 9) && strstr(url, "/photo") && get) {
+        /* bytes that are not UTF-8, of the type the document says */
+        static const char png[] = "\x89PNG\r\n\x1a\n\0\0\0\rIHDR";
+        rc = answer_bytes(c, 200, png, sizeof png - 1, "image/png");
+    } else if (!strcmp(url, "/v1/export") && get) {
+        /* the document says JSON; the API sends bytes of its own type */
+        static const char blob[] = "\xff\xfe\0export\x80";
+        rc = answer_bytes(c, 200, blob, sizeof blob - 1,
+                          "Application/Octet-Stream; q=1");
+    } else if (!strcmp(url, "/v1/notes") && get) {
+        rc = answer_bytes(c, 200, "caf\xc3\xa9 notes", 11,
+                          "text/plain; charset=utf-8");
     } else if (!strncmp(url, "/v1/pets/", 9) && strstr(url, "/owner")) {
         rc = answer(c, 200, "{\"name\": \"Ada\", \"email\": \"ada@example\"}",
                     NULL);

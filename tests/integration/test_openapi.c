@@ -219,6 +219,87 @@ static int64_t meta_int(const msgpack_object *res, const char *key)
 
 /* ---- tests ------------------------------------------------------------- */
 
+/* meta.toolhost.content[i]'s `key`: a string or bytes, into *p, *n */
+static bool block_field(const msgpack_object *res, uint32_t i,
+                        const char *key, const char **p, size_t *n)
+{
+    const msgpack_object *c = th_rpc_map_get(
+        th_rpc_map_get(th_rpc_map_get(res, "meta"), "toolhost"), "content");
+    if (!c || c->type != MSGPACK_OBJECT_ARRAY || i >= c->via.array.size)
+        return false;
+    const msgpack_object *v = th_rpc_map_get(&c->via.array.ptr[i], key);
+    if (v && v->type == MSGPACK_OBJECT_BIN) {
+        *p = v->via.bin.ptr;
+        *n = v->via.bin.size;
+        return true;
+    }
+    return v && th_rpc_obj_str(v, p, n);
+}
+
+static bool block_is(const msgpack_object *res, uint32_t i, const char *key,
+                     const void *want, size_t wn)
+{
+    const char *p;
+    size_t n;
+    bool ok = block_field(res, i, key, &p, &n) && n == wn &&
+              !memcmp(p, want, n);
+    if (!ok)
+        fprintf(stderr, "\ncontent block %u: %s is not the one wanted\n", i,
+                key);
+    return ok;
+}
+
+static bool meta_str_is(const msgpack_object *res, const char *key,
+                        const char *want)
+{
+    const char *p;
+    size_t n;
+    return th_rpc_obj_str(th_rpc_map_get(th_rpc_map_get(res, "meta"), key),
+                          &p, &n) &&
+           n == strlen(want) && !memcmp(p, want, n);
+}
+
+/* A 2xx body that is not text, or whose type says image or audio: one
+ * content block of its media type (an embedded resource, whose URI is
+ * the URL answered, for other bytes) and a line on stdout naming it;
+ * UTF-8 text of any other type stays stdout's text. */
+static void test_binary_answers(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(fx_start(&f, NULL, NULL) == 0);
+    rpc_res r;
+    const msgpack_object *res =
+        call(&f, "getPetPhoto", "{\"petId\": \"1\"}", &r);
+    static const char png[] = "\x89PNG\r\n\x1a\n\0\0\0\rIHDR";
+    CU_ASSERT(res && rpc_ok(res));
+    CU_ASSERT(stream_has(res, "stdout", "image/png, 16 bytes"));
+    CU_ASSERT(block_is(res, 0, "type", "image", 5));
+    CU_ASSERT(block_is(res, 0, "mime_type", "image/png", 9));
+    CU_ASSERT(block_is(res, 0, "data", png, sizeof png - 1));
+    CU_ASSERT(meta_str_is(res, "content_type", "image/png"));
+    rpc_res_free(&r);
+
+    res = call(&f, "exportAll", "{}", &r);
+    static const char blob[] = "\xff\xfe\0export\x80";
+    char uri[80];
+    snprintf(uri, sizeof uri, "http://127.0.0.1:%d/v1/export", f.srv.port);
+    CU_ASSERT(res && rpc_ok(res));
+    CU_ASSERT(block_is(res, 0, "type", "resource", 8));
+    CU_ASSERT(block_is(res, 0, "mime_type", "application/octet-stream", 24));
+    CU_ASSERT(block_is(res, 0, "uri", uri, strlen(uri)));
+    CU_ASSERT(block_is(res, 0, "data", blob, sizeof blob - 1));
+    rpc_res_free(&r);
+
+    res = call(&f, "getNotes", "{}", &r);
+    const char *p;
+    size_t n;
+    CU_ASSERT(res && rpc_ok(res) && stream_has(res, "stdout", "caf\xc3\xa9 notes"));
+    CU_ASSERT_FALSE(block_field(res, 0, "type", &p, &n));
+    CU_ASSERT(meta_str_is(res, "content_type", "text/plain"));
+    rpc_res_free(&r);
+    fx_stop(&f);
+}
+
 static void test_crud(void)
 {
     fx f;
@@ -227,7 +308,8 @@ static void test_crud(void)
     /* the tool list: one per operation, schemas from the document */
     CU_ASSERT(rpc_call(f.c, "tools.list", "[]", &r) == 0 && r.res);
     const char *names[] = {"listPets", "createPet", "getPet", "updatePet",
-                           "updatePetWithForm", "deletePet", "get_pets_petId_owner",
+                           "updatePetWithForm", "deletePet", "getPetPhoto",
+                           "exportAll", "getNotes", "get_pets_petId_owner",
                            "getInventory", "placeOrder", "getOrder",
                            "createCategory", "legacyPets", "redirectAway",
                            "slowPing", "hugeDump", "flakyGet", "flakyPost",
@@ -852,6 +934,7 @@ void th_suite_openapi(void)
 {
     CU_pSuite s = CU_add_suite("openapi", NULL, NULL);
     CU_add_test(s, "crud", test_crud);
+    CU_add_test(s, "binary_answers", test_binary_answers);
     CU_add_test(s, "auth", test_auth);
     CU_add_test(s, "redirect", test_redirect);
     CU_add_test(s, "private_default", test_private_default);
