@@ -1484,9 +1484,7 @@ static bool call_tool_facts(th_mcp_session *m, const json_t *id,
     }
     bool async = (t->flags & TOOLHOST_TOOL_ASYNC) != 0;
     *out_type = t->stdout_type;
-    json_t *os = th_schema_output(t);
-    *structured = th_schema_output_is_object(os);
-    json_decref(os);
+    *structured = th_schema_tool_output_object(t);
     th_tool_release(t);
     if (task && !async) {
         mcp_send_error(m, id, MCP_METHOD_NOT_FOUND,

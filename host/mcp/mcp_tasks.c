@@ -231,9 +231,7 @@ static void render_kind(th_mcp_session *m, uint64_t id, const char *tool,
     if (!t)
         return;
     *out_type = t->stdout_type;
-    json_t *os = th_schema_output(t);
-    *structured = th_schema_output_is_object(os);
-    json_decref(os);
+    *structured = th_schema_tool_output_object(t);
     th_tool_release(t);
 }
 

@@ -118,6 +118,23 @@ bool th_schema_output_is_object(const json_t *schema)
     return json_is_object(schema) && t && strcmp(t, "object") == 0;
 }
 
+bool th_schema_tool_output_object(const th_tool *tool)
+{
+    if (!tool->output_schema)
+        return false;
+    /* the cache is the one member of a shared, read-only th_tool written
+     * after it is built: an atomic, and the same value from any thread */
+    _Atomic int *k = (_Atomic int *)&tool->output_object;
+    int v = atomic_load_explicit(k, memory_order_relaxed);
+    if (!v) {
+        json_t *os = th_schema_output(tool);
+        v = th_schema_output_is_object(os) ? 1 : 2;
+        json_decref(os);
+        atomic_store_explicit(k, v, memory_order_relaxed);
+    }
+    return v == 1;
+}
+
 static json_t *param_schema(const th_param *p)
 {
     /* schema_json (ABI 1.1) is exported as is, with the parameter's own

@@ -68,6 +68,9 @@ json_t *th_schema_tags(const th_tool *tool);
  * ({"type":"object",...}): MCP lists outputSchema, and returns
  * structuredContent, only for those. */
 bool th_schema_output_is_object(const json_t *schema);
+/* The same for a tool's own output schema (false when it has none),
+ * parsed once per tool: what a call (MCP tools/call) asks. */
+bool th_schema_tool_output_object(const th_tool *tool);
 
 /* A bound as JSON: an integer for an integer parameter when exact. */
 json_t *th_schema_number(uint32_t type, double v);

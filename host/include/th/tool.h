@@ -69,6 +69,11 @@ typedef struct th_tool {
      * where they are read (toolsets, disable), not here. */
     char **tags;
     size_t n_tags;
+    /* Whether output_schema describes an object (MCP's outputSchema and
+     * structuredContent): 0 not yet known, 1 yes, 2 no.  A cache that
+     * th_schema_tool_output_object() fills on first use, so that a call
+     * does not parse the schema again; it never changes after. */
+    _Atomic int output_object;
 } th_tool;
 
 /* One loaded generation of a plugin. */
