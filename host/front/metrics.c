@@ -188,6 +188,12 @@ static int group_fn(const th_group_stats *g, void *ud)
 
 /* The HELP text of a calls_total family: "Calls ended, per KIND and
  * outcome (ok, failed, ...)." with every label of TH_OUTCOMES; `buf`. */
+#define OUTCOME_HELP_MAX 256
+#define OUTCOME_WORD(label, member) ", " label
+_Static_assert(sizeof("Calls ended, per toolset and outcome ()."
+                      TH_OUTCOMES(OUTCOME_WORD)) <= OUTCOME_HELP_MAX,
+               "the longest HELP text of a calls_total family fits");
+#undef OUTCOME_WORD
 static const char *outcome_help(char *buf, size_t n, const char *kind)
 {
     size_t at = (size_t)snprintf(buf, n, "Calls ended, per %s and outcome (",
@@ -205,7 +211,7 @@ static int groups(th_host *h, th_buf *b)
     int e = 0;
     static const char *const kinds[] = {"toolset", "front"};
     for (int k = 0; k < 2; k++) {
-        char name[96], help[256];
+        char name[96], help[OUTCOME_HELP_MAX];
         snprintf(name, sizeof name, "toolhost_%s_calls_total", kinds[k]);
         e |= family(b, name, "counter",
                     outcome_help(help, sizeof help, kinds[k]));
@@ -418,7 +424,7 @@ int th_metrics_render(th_host *h, th_buf *b)
                        TOOLHOST_VERSION, TOOLHOST_ABI_MAJOR,
                        TOOLHOST_ABI_MINOR);
     for (int i = 0; i < W_N && !e; i++) {
-        char help[256];
+        char help[OUTCOME_HELP_MAX];
         e |= family(b, fams[i].name, fams[i].type,
                     fams[i].help ? fams[i].help
                                  : outcome_help(help, sizeof help, "tool"));
