@@ -73,6 +73,15 @@ static int sample(th_buf *b, const char *name, const char *tool,
     return e;
 }
 
+/* The label values of `outcome`, in TH_OUTCOMES' order (th/host.h), and
+ * the counts of a th_tool_stats `st` or a th_group_stats `g` in it. */
+#define OUTCOME_LABEL(label, member) label,
+static const char *const outcome_names[TH_OUTCOMES_N] = {
+    TH_OUTCOMES(OUTCOME_LABEL)};
+#undef OUTCOME_LABEL
+#define OUTCOME_OF_ST(label, member) st->member,
+#define OUTCOME_OF_G(label, member) g->member,
+
 static int tool_fn(const th_tool_stats *st, void *ud)
 {
     walk *w = ud;
@@ -84,15 +93,10 @@ static int tool_fn(const th_tool_stats *st, void *ud)
                     NULL, st->calls);
         break;
     case W_OUTCOME: {
-        static const char *const names[] = {
-            "ok", "failed", "error", "timeout", "cancelled",
-            "duplicate", "busy", "denied", "rate_limited"};
-        const uint64_t v[] = {st->ok, st->failed, st->errors, st->timeouts,
-                              st->cancels, st->duplicates_rejected, st->busy,
-                              st->permission_denied, st->rate_limited};
-        for (size_t i = 0; i < sizeof v / sizeof *v; i++)
+        const uint64_t v[] = {TH_OUTCOMES(OUTCOME_OF_ST)};
+        for (size_t i = 0; i < TH_OUTCOMES_N; i++)
             e |= sample(b, "toolhost_tool_calls_total", st->tool, "outcome",
-                        names[i], v[i]);
+                        outcome_names[i], v[i]);
         break;
     }
     case W_LATE:
@@ -151,15 +155,11 @@ static int group_fn(const th_group_stats *g, void *ud)
     char name[96];
     int e = 0;
     if (!w->hist) {
-        static const char *const names[] = {
-            "ok", "failed", "error", "timeout", "cancelled",
-            "duplicate", "busy", "denied", "rate_limited"};
-        const uint64_t v[] = {g->ok, g->failed, g->errors, g->timeouts,
-                              g->cancels, g->duplicates_rejected, g->busy,
-                              g->permission_denied, g->rate_limited};
+        const uint64_t v[] = {TH_OUTCOMES(OUTCOME_OF_G)};
         snprintf(name, sizeof name, "toolhost_%s_calls_total", w->kind);
-        for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
-            e |= glabel(b, name, w->kind, g->name, "outcome", names[i]);
+        for (size_t i = 0; i < TH_OUTCOMES_N; i++) {
+            e |= glabel(b, name, w->kind, g->name, "outcome",
+                        outcome_names[i]);
             e |= th_buf_printf(b, "%llu\n", (unsigned long long)v[i]);
         }
     } else {
@@ -186,16 +186,35 @@ static int group_fn(const th_group_stats *g, void *ud)
     return e ? -1 : 0;
 }
 
+/* The HELP text of a calls_total family: "Calls ended, per KIND and
+ * outcome (ok, failed, ...)." with every label of TH_OUTCOMES; `buf`. */
+#define OUTCOME_HELP_MAX 256
+#define OUTCOME_WORD(label, member) ", " label
+_Static_assert(sizeof("Calls ended, per toolset and outcome ()."
+                      TH_OUTCOMES(OUTCOME_WORD)) <= OUTCOME_HELP_MAX,
+               "the longest HELP text of a calls_total family fits");
+#undef OUTCOME_WORD
+static const char *outcome_help(char *buf, size_t n, const char *kind)
+{
+    size_t at = (size_t)snprintf(buf, n, "Calls ended, per %s and outcome (",
+                                 kind);
+    for (size_t i = 0; i < TH_OUTCOMES_N && at < n; i++)
+        at += (size_t)snprintf(buf + at, n - at, "%s%s", i ? ", " : "",
+                               outcome_names[i]);
+    if (at < n)
+        snprintf(buf + at, n - at, ").");
+    return buf;
+}
+
 static int groups(th_host *h, th_buf *b)
 {
     int e = 0;
     static const char *const kinds[] = {"toolset", "front"};
     for (int k = 0; k < 2; k++) {
-        char name[96], help[160];
+        char name[96], help[OUTCOME_HELP_MAX];
         snprintf(name, sizeof name, "toolhost_%s_calls_total", kinds[k]);
-        snprintf(help, sizeof help, "Calls ended, per %s and outcome.",
-                 kinds[k]);
-        e |= family(b, name, "counter", help);
+        e |= family(b, name, "counter",
+                    outcome_help(help, sizeof help, kinds[k]));
         gwalk w = {.b = b, .kind = kinds[k]};
         th_host_group_stats_foreach(h, group_fn, &w);
         snprintf(name, sizeof name, "toolhost_%s_call_duration_seconds",
@@ -391,9 +410,7 @@ int th_metrics_render(th_host *h, th_buf *b)
     } fams[W_N] = {
         {"toolhost_tool_calls_started_total", "counter",
          "Calls started, per tool."},
-        {"toolhost_tool_calls_total", "counter",
-         "Calls ended, per tool and outcome (ok, failed, error, timeout, "
-         "cancelled, duplicate, busy, denied, rate_limited)."},
+        {"toolhost_tool_calls_total", "counter", NULL /* outcome_help */},
         {"toolhost_tool_late_results_total", "counter",
          "Results discarded after a timeout or cancel, per tool."},
         {"toolhost_tool_permission_asks_total", "counter",
@@ -407,7 +424,10 @@ int th_metrics_render(th_host *h, th_buf *b)
                        TOOLHOST_VERSION, TOOLHOST_ABI_MAJOR,
                        TOOLHOST_ABI_MINOR);
     for (int i = 0; i < W_N && !e; i++) {
-        e |= family(b, fams[i].name, fams[i].type, fams[i].help);
+        char help[OUTCOME_HELP_MAX];
+        e |= family(b, fams[i].name, fams[i].type,
+                    fams[i].help ? fams[i].help
+                                 : outcome_help(help, sizeof help, "tool"));
         walk w = {.b = b, .which = i};
         th_host_stats_foreach(h, tool_fn, &w);
         e |= w.e;

@@ -124,27 +124,16 @@ static int stats_one(const th_tool_stats *st, void *ud)
         return 0;
     sc->n++;
     e |= th_pack_cstr(pk, st->tool);
-    e |= msgpack_pack_map(pk, 17);
+    /* calls, the outcomes (th/host.h TH_OUTCOMES: keyed by their member's
+     * name), late_results and the six latencies */
+    e |= msgpack_pack_map(pk, 1 + TH_OUTCOMES_N + 1 + 6);
     e |= th_pack_cstr(pk, "calls");
     e |= msgpack_pack_uint64(pk, st->calls);
-    e |= th_pack_cstr(pk, "ok");
-    e |= msgpack_pack_uint64(pk, st->ok);
-    e |= th_pack_cstr(pk, "failed");
-    e |= msgpack_pack_uint64(pk, st->failed);
-    e |= th_pack_cstr(pk, "errors");
-    e |= msgpack_pack_uint64(pk, st->errors);
-    e |= th_pack_cstr(pk, "timeouts");
-    e |= msgpack_pack_uint64(pk, st->timeouts);
-    e |= th_pack_cstr(pk, "cancels");
-    e |= msgpack_pack_uint64(pk, st->cancels);
-    e |= th_pack_cstr(pk, "duplicates_rejected");
-    e |= msgpack_pack_uint64(pk, st->duplicates_rejected);
-    e |= th_pack_cstr(pk, "busy");
-    e |= msgpack_pack_uint64(pk, st->busy);
-    e |= th_pack_cstr(pk, "permission_denied");
-    e |= msgpack_pack_uint64(pk, st->permission_denied);
-    e |= th_pack_cstr(pk, "rate_limited");
-    e |= msgpack_pack_uint64(pk, st->rate_limited);
+#define PACK_OUTCOME(label, member)                                           \
+    e |= th_pack_cstr(pk, #member);                                           \
+    e |= msgpack_pack_uint64(pk, st->member);
+    TH_OUTCOMES(PACK_OUTCOME)
+#undef PACK_OUTCOME
     e |= th_pack_cstr(pk, "late_results");
     e |= msgpack_pack_uint64(pk, st->late_results);
     e |= th_pack_cstr(pk, "p50_ms");

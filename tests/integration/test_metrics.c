@@ -3,7 +3,9 @@
  * scrape parsed by the Prometheus client's own parser (python3
  * prometheus_client), whose per-tool histogram moves after a call; label
  * escaping; no token needed; only GET; `promtool check metrics` clean on a
- * real scrape, with toolhost_build_info and the process_* families. */
+ * real scrape, with toolhost_build_info and the process_* families; a
+ * backend's unavailable and backend_timeout and an isolated plugin's
+ * crash counted as outcomes of their own (and in host.stats). */
 #include <CUnit/CUnit.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -340,6 +342,197 @@ static void test_promtool(void)
     free(dir);
 }
 
+/* ---- outcomes of their own: unavailable, backend_timeout, plugin_crashed */
+
+/* The errcodes fixture (ABI 1.5: a backend's unavailable or timeout)
+ * in process, and the crash fixture isolated: one toolset "public", the
+ * socket the one front. */
+static const char *outcomes_config(void)
+{
+    static char text[2048];
+    snprintf(text, sizeof text,
+             "host:\n"
+             "  log_level: debug\n"
+             "  shutdown_grace: 1s\n"
+             "  listen: [\"http://127.0.0.1:0/metrics\"]\n"
+             "  audit: @DIR@/audit.log\n"
+             "plugins:\n"
+             "  - name: errcodes\n"
+             "    path: @BUILD@/fixtures/errcodes.so\n"
+             "  - name: crash\n"
+             "    path: @BUILD@/fixtures/iso_crash.so\n"
+             "    isolation: process\n"
+             "    workers: 1\n"
+             "    kill_grace: 300ms\n"
+             "%s"
+             "toolsets:\n"
+             "  - name: public\n"
+             "    tools: [ec_status, segv_tool]\n",
+             geteuid() == 0 ? "    user: nobody\n" : "");
+    return text;
+}
+
+/* tools.call of `tool` with `args` (JSON): the call answered a tool
+ * error `code` (NULL: ok true; "failed": ok false). */
+static bool call_ends(th_rpc_client *c, const char *tool, const char *args,
+                      const char *code)
+{
+    char p[512];
+    snprintf(p, sizeof p, "[\"%s\", %s]", tool, args);
+    rpc_res r;
+    bool ok = false;
+    if (rpc_call(c, "tools.call", p, &r) == 0 && r.res && !r.err) {
+        const msgpack_object *okv = th_rpc_map_get(r.res, "ok");
+        if (!code)
+            ok = okv && okv->type == MSGPACK_OBJECT_BOOLEAN && okv->via.boolean;
+        else if (!strcmp(code, "failed"))
+            ok = okv && okv->type == MSGPACK_OBJECT_BOOLEAN &&
+                 !okv->via.boolean && !th_rpc_map_get(r.res, "error");
+        else
+            ok = rpc_tool_error_is(r.res, code);
+    }
+    if (!ok)
+        fprintf(stderr, "\n%s %s: not %s\n", tool, args, code ? code : "ok");
+    rpc_res_free(&r);
+    return ok;
+}
+
+/* host.stats tools.TOOL.KEY, or -1 when absent. */
+static int64_t stat_of(const msgpack_object *stats, const char *tool,
+                       const char *key)
+{
+    const msgpack_object *v = th_rpc_map_get(
+        th_rpc_map_get(th_rpc_map_get(stats, "tools"), tool), key);
+    return v && v->type == MSGPACK_OBJECT_POSITIVE_INTEGER ? (int64_t)v->via.u64
+                                                           : -1;
+}
+
+/* A backend unavailable (twice: from execute() and through suspend() +
+ * complete()), a backend timeout and an isolated worker's death each
+ * count under their own outcome per tool, per toolset and per front,
+ * and `error` counts none of them (only the call refused for its
+ * arguments, per tool); `timeout` stays the host's own deadline.  The
+ * same numbers in host.stats, the same words in the audit log; the
+ * labels in TH_OUTCOMES' order. */
+static void test_backend_outcomes(void)
+{
+    if (!have_parser()) {
+        TH_SKIP("needs python3-prometheus-client (scripts/install-deps)");
+        return;
+    }
+    rpc_srv s;
+    rpc_opts o = {.config = outcomes_config()};
+    CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
+    unsigned port = metrics_port(&s);
+    CU_ASSERT_FATAL(port != 0);
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_FATAL(c != NULL);
+    CU_ASSERT(call_ends(c, "ec_status", "{\"status\": \"ok\"}", NULL));
+    CU_ASSERT(call_ends(c, "ec_status", "{\"status\": \"failed\"}", "failed"));
+    CU_ASSERT(call_ends(c, "ec_status", "{\"status\": \"unavailable\"}",
+                        "unavailable"));
+    CU_ASSERT(call_ends(c, "ec_status",
+                        "{\"status\": \"unavailable\", \"suspended\": true}",
+                        "unavailable"));
+    CU_ASSERT(call_ends(c, "ec_status", "{\"status\": \"timeout\"}",
+                        "backend_timeout"));
+    CU_ASSERT(call_ends(c, "ec_status", "{\"status\": \"no such status\"}",
+                        "invalid_arguments"));
+    CU_ASSERT(call_ends(c, "segv_tool", "{}", "plugin_crashed"));
+
+    static const char *const expect[] = {
+        "toolhost_tool_calls_total{tool=ec_status,outcome=unavailable}==2",
+        "toolhost_tool_calls_total{tool=ec_status,outcome=backend_timeout}==1",
+        "toolhost_tool_calls_total{tool=ec_status,outcome=timeout}==0",
+        "toolhost_tool_calls_total{tool=ec_status,outcome=error}==1",
+        "toolhost_tool_calls_total{tool=ec_status,outcome=failed}==1",
+        "toolhost_tool_calls_total{tool=ec_status,outcome=plugin_crashed}==0",
+        "toolhost_tool_calls_total{tool=segv_tool,outcome=plugin_crashed}==1",
+        "toolhost_tool_calls_total{tool=segv_tool,outcome=error}==0",
+        "toolhost_toolset_calls_total{toolset=public,outcome=unavailable}==2",
+        "toolhost_toolset_calls_total{toolset=public,outcome=backend_timeout}==1",
+        "toolhost_toolset_calls_total{toolset=public,outcome=plugin_crashed}==1",
+        "toolhost_toolset_calls_total{toolset=public,outcome=timeout}==0",
+        "toolhost_toolset_calls_total{toolset=public,outcome=error}==0",
+        "toolhost_toolset_calls_total{toolset=public,outcome=ok}==1",
+        "toolhost_front_calls_total{front=rpc,outcome=unavailable}==2",
+        "toolhost_front_calls_total{front=rpc,outcome=backend_timeout}==1",
+        "toolhost_front_calls_total{front=rpc,outcome=plugin_crashed}==1",
+        "toolhost_front_calls_total{front=rpc,outcome=error}==0",
+        "toolhost_front_calls_total{front=rpc,outcome=failed}==1",
+        NULL};
+    CU_ASSERT_EQUAL(parse_scrape_x(&s, port, "ec_status", 1, expect), 0);
+
+    /* the labels in their documented order, each family's HELP naming
+     * the new ones */
+    char *ans = NULL;
+    CU_ASSERT_EQUAL(http_get(port, "GET", &ans), 200);
+    static const char *const order[] = {
+        "ok", "failed", "error", "timeout", "cancelled", "duplicate", "busy",
+        "denied", "rate_limited", "unavailable", "backend_timeout",
+        "plugin_crashed"};
+    const char *at = ans;
+    for (size_t i = 0; at && i < sizeof order / sizeof *order; i++) {
+        char line[128];
+        snprintf(line, sizeof line,
+                 "toolhost_tool_calls_total{tool=\"ec_status\",outcome=\"%s\"}",
+                 order[i]);
+        at = strstr(at, line);
+        if (!at)
+            fprintf(stderr, "\nnot in order: %s\n", line);
+    }
+    CU_ASSERT_PTR_NOT_NULL(at);
+    static const char *const helps[] = {
+        "# HELP toolhost_tool_calls_total Calls ended, per tool and outcome "
+        "(ok, failed, error, timeout, cancelled, duplicate, busy, denied, "
+        "rate_limited, unavailable, backend_timeout, plugin_crashed).\n",
+        "# HELP toolhost_toolset_calls_total Calls ended, per toolset and "
+        "outcome (ok, failed, error, timeout, cancelled, duplicate, busy, "
+        "denied, rate_limited, unavailable, backend_timeout, plugin_crashed).\n",
+        "# HELP toolhost_front_calls_total Calls ended, per front and outcome "
+        "(ok, failed, error, timeout, cancelled, duplicate, busy, denied, "
+        "rate_limited, unavailable, backend_timeout, plugin_crashed).\n"};
+    for (size_t i = 0; i < sizeof helps / sizeof *helps; i++) {
+        CU_ASSERT_PTR_NOT_NULL(ans ? strstr(ans, helps[i]) : NULL);
+        if (ans && !strstr(ans, helps[i]))
+            fprintf(stderr, "\nno HELP line: %s", helps[i]);
+    }
+    free(ans);
+
+    /* host.stats: the same numbers under the members' names */
+    rpc_res r;
+    CU_ASSERT_FATAL(rpc_call(c, "host.stats", "[]", &r) == 0 && r.res);
+    CU_ASSERT_EQUAL(stat_of(r.res, "ec_status", "unavailable"), 2);
+    CU_ASSERT_EQUAL(stat_of(r.res, "ec_status", "backend_timeouts"), 1);
+    CU_ASSERT_EQUAL(stat_of(r.res, "ec_status", "plugin_crashed"), 0);
+    CU_ASSERT_EQUAL(stat_of(r.res, "ec_status", "errors"), 1);
+    CU_ASSERT_EQUAL(stat_of(r.res, "ec_status", "timeouts"), 0);
+    CU_ASSERT_EQUAL(stat_of(r.res, "ec_status", "ok"), 1);
+    CU_ASSERT_EQUAL(stat_of(r.res, "ec_status", "failed"), 1);
+    CU_ASSERT_EQUAL(stat_of(r.res, "ec_status", "calls"), 6);
+    CU_ASSERT_EQUAL(stat_of(r.res, "segv_tool", "plugin_crashed"), 1);
+    CU_ASSERT_EQUAL(stat_of(r.res, "segv_tool", "errors"), 0);
+    CU_ASSERT_EQUAL(stat_of(r.res, "segv_tool", "unavailable"), 0);
+    CU_ASSERT_EQUAL(stat_of(r.res, "segv_tool", "backend_timeouts"), 0);
+    rpc_res_free(&r);
+    th_rpc_client_close(c);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    /* the audit log names the outcomes the same way (read once the host
+     * is gone: every line written) */
+    char path[1024];
+    snprintf(path, sizeof path, "%s/audit.log", s.dir);
+    size_t n = 0;
+    char *log = th_test_read_file(path, &n);
+    CU_ASSERT(log && strstr(log, "\"outcome\":\"plugin_crashed\","
+                                 "\"error\":\"plugin_crashed\""));
+    CU_ASSERT(log && strstr(log, "\"outcome\":\"unavailable\","
+                                 "\"error\":\"unavailable\""));
+    CU_ASSERT(log && strstr(log, "\"outcome\":\"backend_timeout\","
+                                 "\"error\":\"backend_timeout\""));
+    free(log);
+    rpc_srv_free(&s);
+}
+
 void th_suite_metrics(void)
 {
     CU_pSuite s = CU_add_suite("metrics", NULL, NULL);
@@ -348,4 +541,5 @@ void th_suite_metrics(void)
     CU_add_test(s, "label_escaping", test_label_escaping);
     CU_add_test(s, "connection_events", test_connection_events);
     CU_add_test(s, "promtool", test_promtool);
+    CU_add_test(s, "backend_outcomes", test_backend_outcomes);
 }

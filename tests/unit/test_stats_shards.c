@@ -3,7 +3,8 @@
  * with atomics on the entry), some threads exiting mid-way and their slots
  * taken over by new threads, add up to exactly what one thread counting the
  * same calls on the entry itself gets: per tool (latency histogram, sum,
- * p50/p99, the window) and per toolset and front (outcomes, histogram). */
+ * p50/p99, the window) and per toolset and front (outcomes, those of a
+ * backend and an isolated plugin's crash included, histogram). */
 #include <CUnit/CUnit.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -42,11 +43,14 @@ static const char *call_ts(int id) { return id % 2 ? "ts_a" : "ts_b"; }
 static void call_fin(int id, int k, th_result_copy *r)
 {
     memset(r, 0, sizeof *r);
-    switch ((id + k) % 7) {
+    switch ((id + k) % 10) {
     case 0: case 1: case 2: r->kind = TH_RESULT_DONE; r->ok = true; break;
     case 3: r->kind = TH_RESULT_DONE; r->ok = false; break;
     case 4: r->kind = TH_RESULT_ERROR; r->error = TH_ETIMEOUT; break;
     case 5: r->kind = TH_RESULT_ERROR; r->error = TH_ECANCELLED; break;
+    case 6: r->kind = TH_RESULT_ERROR; r->error = TH_EUNAVAILABLE; break;
+    case 7: r->kind = TH_RESULT_ERROR; r->error = TH_EBACKEND_TIMEOUT; break;
+    case 8: r->kind = TH_RESULT_ERROR; r->error = TH_EPLUGIN_CRASHED; break;
     default: r->kind = TH_RESULT_RUNNING; break; /* not final: tool only */
     }
 }
@@ -125,7 +129,8 @@ static void test_many_threads_exact(void)
 
     /* what they should add up to */
     uint64_t n_ok[2] = {0}, n_failed[2] = {0}, n_to[2] = {0}, n_cancel[2] = {0},
-             n_fin[2] = {0}, sum_fin[2] = {0}, total = 0;
+             n_un[2] = {0}, n_bt[2] = {0}, n_pc[2] = {0}, n_fin[2] = {0},
+             sum_fin[2] = {0}, total = 0;
     for (int i = 0; i < WAVE1 + WAVE2; i++)
         for (int k = 0; k < runs[i].calls; k++) {
             th_result_copy fin;
@@ -141,6 +146,12 @@ static void test_many_threads_exact(void)
                 (fin.ok ? n_ok : n_failed)[t]++;
             else if (fin.error == TH_ETIMEOUT)
                 n_to[t]++;
+            else if (fin.error == TH_EUNAVAILABLE)
+                n_un[t]++;
+            else if (fin.error == TH_EBACKEND_TIMEOUT)
+                n_bt[t]++;
+            else if (fin.error == TH_EPLUGIN_CRASHED)
+                n_pc[t]++;
             else
                 n_cancel[t]++;
         }
@@ -200,6 +211,10 @@ static void test_many_threads_exact(void)
             CU_ASSERT_EQUAL(g->failed, n_failed[0] + n_failed[1]);
             CU_ASSERT_EQUAL(g->timeouts, n_to[0] + n_to[1]);
             CU_ASSERT_EQUAL(g->cancels, n_cancel[0] + n_cancel[1]);
+            CU_ASSERT_EQUAL(g->unavailable, n_un[0] + n_un[1]);
+            CU_ASSERT_EQUAL(g->backend_timeouts, n_bt[0] + n_bt[1]);
+            CU_ASSERT_EQUAL(g->plugin_crashed, n_pc[0] + n_pc[1]);
+            CU_ASSERT_EQUAL(g->errors, 0);
             CU_ASSERT_EQUAL(g->lat_count, n_fin[0] + n_fin[1]);
             lat = sum_fin[0] + sum_fin[1];
             seen |= 1;
@@ -211,12 +226,17 @@ static void test_many_threads_exact(void)
             CU_ASSERT_EQUAL(g->failed, n_failed[t]);
             CU_ASSERT_EQUAL(g->timeouts, n_to[t]);
             CU_ASSERT_EQUAL(g->cancels, n_cancel[t]);
+            CU_ASSERT_EQUAL(g->unavailable, n_un[t]);
+            CU_ASSERT_EQUAL(g->backend_timeouts, n_bt[t]);
+            CU_ASSERT_EQUAL(g->plugin_crashed, n_pc[t]);
             CU_ASSERT_EQUAL(g->errors, 0);
             CU_ASSERT_EQUAL(g->lat_count, n_fin[t]);
             lat = sum_fin[t];
             seen |= 2 << t;
         }
-        CU_ASSERT_EQUAL(g->calls, g->ok + g->failed + g->timeouts + g->cancels);
+        CU_ASSERT_EQUAL(g->calls, g->ok + g->failed + g->timeouts + g->cancels +
+                                      g->unavailable + g->backend_timeouts +
+                                      g->plugin_crashed);
         CU_ASSERT_DOUBLE_EQUAL(g->lat_sum_s, (double)lat / 1e9, 1e-9);
         CU_ASSERT_EQUAL(g->lat_le[TH_STATS_LE - 1], g->lat_count); /* < 40 ms */
     }

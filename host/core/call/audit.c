@@ -382,6 +382,8 @@ void th_audit_call_begin(th_mcall *c, const uint8_t *args, size_t len,
         free(r); /* the line is written without a digest */
 }
 
+/* The outcome in words: the labels of /metrics (TH_OUTCOMES, th/host.h),
+ * for the codes TH_STAT_ERR_COUNTER (manager.h) counts apart. */
 static const char *outcome_of(const th_result_copy *f)
 {
     if (f->kind == TH_RESULT_DONE)
@@ -395,6 +397,7 @@ static const char *outcome_of(const th_result_copy *f)
     case TH_ERATE_LIMITED: return "rate_limited";
     case TH_EUNAVAILABLE: return "unavailable";         /* a backend's (1.5) */
     case TH_EBACKEND_TIMEOUT: return "backend_timeout"; /* a backend's (1.5) */
+    case TH_EPLUGIN_CRASHED: return "plugin_crashed";   /* isolation's */
     default: return "error";
     }
 }

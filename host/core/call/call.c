@@ -803,15 +803,7 @@ static void count_error(th_stat *st, int code)
 {
     if (!st)
         return;
-    switch (code) {
-    case TH_ETIMEOUT: atomic_fetch_add(&st->timeouts, 1); break;
-    case TH_ECANCELLED: atomic_fetch_add(&st->cancels, 1); break;
-    case TH_EDUPLICATE: atomic_fetch_add(&st->dup_rejected, 1); break;
-    case TH_EBUSY: atomic_fetch_add(&st->busy, 1); break;
-    case TH_EPERM: atomic_fetch_add(&st->perm_denied, 1); break;
-    case TH_ERATE_LIMITED: atomic_fetch_add(&st->rate_limited, 1); break;
-    default: atomic_fetch_add(&st->errors, 1); break;
-    }
+    atomic_fetch_add(TH_STAT_ERR_COUNTER(st, code), 1); /* manager.h */
 }
 
 /* Answers with a tool error unless already answered.  No lock held. */

@@ -97,7 +97,8 @@ typedef struct th_stat_slot {
 #define TH_STAT_SHARDS 32
 typedef struct th_stat_shard {
     atomic_ulong calls, ok, failed, errors, timeouts, cancels, dup_rejected,
-        busy, perm_denied, rate_limited;
+        busy, perm_denied, rate_limited, unavailable, backend_timeouts,
+        plugin_crashed;
     atomic_ulong hist[TH_HIST_BUCKETS];
     atomic_ullong sum_ns;
 } th_stat_shard;
@@ -105,7 +106,8 @@ typedef struct th_stat_shard {
 typedef struct th_stat {
     char *tool;
     atomic_ulong calls, ok, failed, errors, timeouts, cancels, dup_rejected,
-        busy, perm_denied, late, perm_asks, rate_limited;
+        busy, perm_denied, late, perm_asks, rate_limited, unavailable,
+        backend_timeouts, plugin_crashed;
     atomic_ulong hist[TH_HIST_BUCKETS];
     atomic_ullong sum_ns;       /* of the latencies in hist */
     th_stat_slot win[TH_WIN_SLOTS]; /* the last 5 minutes, 10 s a slot */
@@ -114,6 +116,24 @@ typedef struct th_stat {
     th_fast fast;               /* short calls on a front's thread
                                    (call_fast.c) */
 } th_stat;
+
+/* The counter of a call that ended with the tool error `code`, in `p` (a
+ * th_stat or a th_stat_shard: the same member names).  The one mapping
+ * of error codes to counted outcomes (count_error in call.c, OUTCOME in
+ * stats.c; the audit log's outcome_of in audit.c says the same in words,
+ * and TH_OUTCOMES in th/host.h gives each its /metrics label): a code not
+ * named here is an `error`. */
+#define TH_STAT_ERR_COUNTER(p, code)                                          \
+    ((code) == TH_ETIMEOUT           ? &(p)->timeouts                         \
+     : (code) == TH_ECANCELLED       ? &(p)->cancels                          \
+     : (code) == TH_EDUPLICATE       ? &(p)->dup_rejected                     \
+     : (code) == TH_EBUSY            ? &(p)->busy                             \
+     : (code) == TH_EPERM            ? &(p)->perm_denied                      \
+     : (code) == TH_ERATE_LIMITED    ? &(p)->rate_limited                     \
+     : (code) == TH_EUNAVAILABLE     ? &(p)->unavailable                      \
+     : (code) == TH_EBACKEND_TIMEOUT ? &(p)->backend_timeouts                 \
+     : (code) == TH_EPLUGIN_CRASHED  ? &(p)->plugin_crashed                   \
+                                     : &(p)->errors)
 
 /* Sessions by front: each name in the order first seen (stats.c), then
  * "other": a front that gave no name, or one past the table. */

@@ -213,7 +213,8 @@ shard_latency(th_stat *st, th_stat_shard *sh, unsigned b, int64_t ns,
 /* An entry's numbers: its own atomics plus every shard's. */
 typedef struct stat_sum {
     uint64_t calls, ok, failed, errors, timeouts, cancels, dup_rejected, busy,
-        perm_denied, late, perm_asks, rate_limited, sum_ns;
+        perm_denied, late, perm_asks, rate_limited, unavailable,
+        backend_timeouts, plugin_crashed, sum_ns;
     uint64_t hist[TH_HIST_BUCKETS];
 } stat_sum;
 
@@ -230,6 +231,9 @@ static void stat_read(th_stat *s, stat_sum *o)
     o->busy = LD(s->busy);
     o->perm_denied = LD(s->perm_denied);
     o->rate_limited = LD(s->rate_limited);
+    o->unavailable = LD(s->unavailable);
+    o->backend_timeouts = LD(s->backend_timeouts);
+    o->plugin_crashed = LD(s->plugin_crashed);
     o->late = LD(s->late);
     o->perm_asks = LD(s->perm_asks);
     o->sum_ns = LD(s->sum_ns);
@@ -249,6 +253,9 @@ static void stat_read(th_stat *s, stat_sum *o)
         o->busy += LD(sh->busy);
         o->perm_denied += LD(sh->perm_denied);
         o->rate_limited += LD(sh->rate_limited);
+        o->unavailable += LD(sh->unavailable);
+        o->backend_timeouts += LD(sh->backend_timeouts);
+        o->plugin_crashed += LD(sh->plugin_crashed);
         o->sum_ns += LD(sh->sum_ns);
         for (unsigned i = 0; i < TH_HIST_BUCKETS; i++)
             o->hist[i] += LD(sh->hist[i]);
@@ -269,6 +276,9 @@ static void stat_read(th_stat *s, stat_sum *o)
         (d).busy = (v).busy;                                                  \
         (d).permission_denied = (v).perm_denied;                              \
         (d).rate_limited = (v).rate_limited;                                  \
+        (d).unavailable = (v).unavailable;                                    \
+        (d).backend_timeouts = (v).backend_timeouts;                          \
+        (d).plugin_crashed = (v).plugin_crashed;                              \
     } while (0)
 
 /* Adds the window slots of the last `slots` slices as of epoch `ep`. */
@@ -647,13 +657,7 @@ static inline th_stat *group_get(th_host *h, char kind, const char *name)
 /* The counter of a final result's outcome in `p` (an entry or a shard). */
 #define OUTCOME(p, r)                                                          \
     ((r)->kind != TH_RESULT_ERROR ? ((r)->ok ? &(p)->ok : &(p)->failed)       \
-     : (r)->error == TH_ETIMEOUT  ? &(p)->timeouts                            \
-     : (r)->error == TH_ECANCELLED ? &(p)->cancels                            \
-     : (r)->error == TH_EDUPLICATE ? &(p)->dup_rejected                       \
-     : (r)->error == TH_EBUSY     ? &(p)->busy                                \
-     : (r)->error == TH_EPERM     ? &(p)->perm_denied                         \
-     : (r)->error == TH_ERATE_LIMITED ? &(p)->rate_limited                    \
-                                  : &(p)->errors)
+                                  : TH_STAT_ERR_COUNTER(p, (r)->error))
 
 /* group_get for a caller that has a key for the name (k1 != 0, see
  * grp_cache): the thread's entry with that key is the name's entry, no

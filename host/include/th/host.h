@@ -510,14 +510,23 @@ typedef struct th_tool_stats {
     const char *tool;
     uint64_t calls;               /* every th_call_start that named it */
     uint64_t ok, failed;          /* the tool ran: ok / reported failure */
-    uint64_t errors;              /* other tool errors (arguments, ...) */
+    uint64_t errors;              /* other tool errors (arguments, ...):
+                                     every code without an outcome of
+                                     its own in TH_OUTCOMES */
     uint64_t timeouts, cancels;
     uint64_t duplicates_rejected;
     uint64_t busy;                /* refused: queue full */
     uint64_t permission_denied;
     uint64_t late_results;        /* results discarded after timeout or
                                      cancel */
-    uint64_t rate_limited;        /* refused by rate_limits (rate.c) */
+    uint64_t rate_limited;        /* refused by rate_limits (rate.c), or
+                                     a backend said slow down (ABI 1.5) */
+    uint64_t unavailable;         /* a backend was unavailable (ABI 1.5) */
+    uint64_t backend_timeouts;    /* a backend did not answer in time
+                                     (ABI 1.5; `timeouts` are the host's
+                                     own deadlines) */
+    uint64_t plugin_crashed;      /* an isolated plugin's worker died, or
+                                     its plugin was unhealthy */
     double p50_ms, p99_ms;        /* 0 when no call finished */
     /* The same over the last minute and the last 5 minutes (10-second
      * slices: the window is 50-60 s and 290-300 s long). */
@@ -529,6 +538,28 @@ typedef struct th_tool_stats {
     uint64_t lat_le[TH_STATS_LE];
     uint64_t permission_asks;     /* `ask` rules that sent a request */
 } th_tool_stats;
+
+/* The outcomes a call ends with, in the order /metrics lists them
+ * (toolhost_{tool,toolset,front}_calls_total): XX(label, member), the
+ * label value `outcome` and the member of th_tool_stats and
+ * th_group_stats that counts it (also its key in host.stats).  Append
+ * only: dashboards and alert rules name these labels. */
+#define TH_OUTCOMES(XX)                                                       \
+    XX("ok", ok)                                                              \
+    XX("failed", failed)                                                      \
+    XX("error", errors)                                                       \
+    XX("timeout", timeouts)                                                   \
+    XX("cancelled", cancels)                                                  \
+    XX("duplicate", duplicates_rejected)                                      \
+    XX("busy", busy)                                                          \
+    XX("denied", permission_denied)                                           \
+    XX("rate_limited", rate_limited)                                          \
+    XX("unavailable", unavailable)                                            \
+    XX("backend_timeout", backend_timeouts)                                   \
+    XX("plugin_crashed", plugin_crashed)
+#define TH_OUTCOME_COUNT_(label, member) +1
+enum { TH_OUTCOMES_N = 0 TH_OUTCOMES(TH_OUTCOME_COUNT_) };
+#undef TH_OUTCOME_COUNT_
 
 /* The upper bound, in seconds, of the i-th bucket of lat_le. */
 double th_stats_le_s(unsigned i);
@@ -571,7 +602,8 @@ typedef struct th_group_stats {
     const char *kind;             /* "toolset" or "front" */
     const char *name;
     uint64_t calls, ok, failed, errors, timeouts, cancels,
-        duplicates_rejected, busy, permission_denied, rate_limited;
+        duplicates_rejected, busy, permission_denied, rate_limited,
+        unavailable, backend_timeouts, plugin_crashed;
     uint64_t lat_count;
     double lat_sum_s;
     uint64_t lat_le[TH_STATS_LE];
