@@ -16,8 +16,10 @@
  *   toolset's output limit) come back whole or cut as the limit says.
  * lowered: worker_max_frame: 256KiB refuses a frame of 300,000 bytes
  *   (which the default takes); a block past what the worker may send is
- *   refused to the plugin in words (the worker lives); a resource read is
- *   asked for no more than fits in a frame. */
+ *   refused to the plugin in words (the worker lives), and so is a
+ *   set_meta() past it; a resource read is asked for no more than fits in
+ *   a frame; a plugin whose descriptor (300,000 bytes) passes it fails to
+ *   start in words (it loads under the default cap). */
 #include <CUnit/CUnit.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -56,12 +58,18 @@ static void start(rpc_srv *s, const char *cap_line)
              "    path: @BUILD@/fixtures/iso_content_bad.so\n"
              "    isolation: process\n"
              "%s%s"
+             "  - name: desc\n"
+             "    path: @BUILD@/fixtures/iso_cap_desc.so\n"
+             "    isolation: process\n"
+             "    optional: true\n"
+             "%s%s"
              "toolsets:\n"
              "  - name: public\n"
              "    tools: [\"*\"]\n"
              "    timeout: 10m\n"
              "    limits: {text: 1MiB}\n",
-             cap_line, user_line(), cap_line, user_line());
+             cap_line, user_line(), cap_line, user_line(), cap_line,
+             user_line());
     rpc_opts o = {.config = cfg};
     CU_ASSERT_FATAL(rpc_srv_start(s, &o) == 0);
 }
@@ -235,6 +243,10 @@ static void test_legitimate(void)
                    &r) == 0);
     CU_ASSERT(r.res && rpc_ok(r.res));
     rpc_res_free(&r);
+    /* a descriptor of 300,000 bytes: under the default cap */
+    CU_ASSERT(call(c, "desc_ping", NULL, &r) == 0);
+    CU_ASSERT(r.res && rpc_stdout_is(r.res, "pong"));
+    rpc_res_free(&r);
     CU_ASSERT_EQUAL(rpc_log_count(&s, "declared a frame of"), 0);
     CU_ASSERT_EQUAL(rpc_log_count(&s, "died ("), 0);
     still_serves(c);
@@ -279,6 +291,17 @@ static void test_lowered(void)
     CU_ASSERT(call(c, "cap_block", "{\"size\": 300000}", &r) == 0);
     CU_ASSERT(r.res && rpc_stdout_is(r.res, "write_block: -2"));
     rpc_res_free(&r);
+    /* set_meta() within a frame: taken; past it: TOOLHOST_EINVAL */
+    CU_ASSERT(call(c, "cap_meta", "{\"size\": 150000}", &r) == 0);
+    CU_ASSERT(r.res && rpc_stdout_is(r.res, "set_meta: 0"));
+    rpc_res_free(&r);
+    CU_ASSERT(call(c, "cap_meta", "{\"size\": 300000}", &r) == 0);
+    CU_ASSERT(r.res && rpc_stdout_is(r.res, "set_meta: -1"));
+    rpc_res_free(&r);
+    /* the descriptor past the cap: not sent, the start fails in words */
+    CU_ASSERT(rpc_log_wait(&s, "descriptor takes ", rpc_wait_ms()));
+    CU_ASSERT(rpc_log_has(&s, "more than the host reads in one frame "
+                              "(worker_max_frame 262144 bytes)"));
     /* a read is asked for no more than a frame holds (256 KiB less
      * 64 KiB): the worker's sink refuses the 4 MiB block in words */
     CU_ASSERT(rpc_call(c, "resources.read", "[\"bad://huge\"]", &r) == 0);
@@ -288,7 +311,7 @@ static void test_lowered(void)
                       "the content passes 196608 bytes"));
     rpc_res_free(&r);
     CU_ASSERT_EQUAL(rpc_log_count(&s, "declared a frame of"), 1);
-    CU_ASSERT_EQUAL(rpc_log_count(&s, "died ("), 1);
+    CU_ASSERT_EQUAL(rpc_log_count(&s, "died (a frame of"), 1);
     still_serves(c);
     th_rpc_client_close(c);
     CU_ASSERT(rpc_alive(&s));
