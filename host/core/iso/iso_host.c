@@ -2349,8 +2349,13 @@ int th_iso_open(const th_plugin_cfg *pc, const char *file, bool check,
     P->content_timeout_ms = pc->content_timeout_ms
                                 ? (int64_t)pc->content_timeout_ms
                                 : ISO_CONTENT_TIMEOUT_MS;
-    P->max_frame = pc->worker_max_frame ? (size_t)pc->worker_max_frame
-                                        : ISO_FRAME_DEFAULT;
+    /* (the config keeps it within these; a caller of th_iso_open() that
+     * did not read one is held to them too) */
+    P->max_frame = !pc->worker_max_frame ? ISO_FRAME_DEFAULT
+                   : pc->worker_max_frame < ISO_FRAME_MIN ? ISO_FRAME_MIN
+                   : pc->worker_max_frame > ISO_MAX_FRAME
+                       ? ISO_MAX_FRAME
+                       : (size_t)pc->worker_max_frame;
     P->crash_loop = pc->crash_loop ? pc->crash_loop : 5;
     P->retry_ms = pc->unhealthy_retry_ms ? (int64_t)pc->unhealthy_retry_ms
                                          : 30000;
