@@ -19,7 +19,11 @@
  *   refused to the plugin in words (the worker lives), and so is a
  *   set_meta() past it; a resource read is asked for no more than fits in
  *   a frame; a plugin whose descriptor (300,000 bytes) passes it fails to
- *   start in words (it loads under the default cap). */
+ *   start in words (it loads under the default cap).
+ * big_args: the other way, a call whose arguments make a frame longer
+ *   than a worker reads (256 MiB) fails at once with limit_exceeded,
+ *   nothing sent, and the worker serves the next call (a host opened in
+ *   this process: no front carries that much by default). */
 #include <CUnit/CUnit.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -27,6 +31,9 @@
 #include <unistd.h>
 
 #include "integration/test_rpc_harness.h"
+#include "th/config.h"
+#include "th/host.h"
+#include "th/iso.h"
 
 #define DEFAULT_CAP ((16u << 20) + (64u << 10)) /* ISO_FRAME_DEFAULT */
 
@@ -319,6 +326,95 @@ static void test_lowered(void)
     rpc_srv_free(&s);
 }
 
+/* {"blob": n bytes of 'a'} as msgpack (str32), into *out (malloc). */
+static size_t blob_args(size_t n, uint8_t **out)
+{
+    size_t k = 1 + 5 + 5 + n;
+    uint8_t *b = malloc(k);
+    *out = b;
+    if (!b)
+        return 0;
+    memcpy(b, "\x81\xa4" "blob\xdb", 7);
+    b[7] = (uint8_t)(n >> 24);
+    b[8] = (uint8_t)(n >> 16);
+    b[9] = (uint8_t)(n >> 8);
+    b[10] = (uint8_t)n;
+    memset(b + 11, 'a', n);
+    return k;
+}
+
+/* One call of cap_args with a blob of n bytes. */
+static int call_blob(th_session *s, size_t n, th_result_copy *r)
+{
+    uint8_t *args;
+    size_t len = blob_args(n, &args);
+    memset(r, 0, sizeof *r);
+    if (!len)
+        return -1;
+    th_call_opts o = {.timeout_ms = 600000};
+    int rc = th_call_sync(s, "cap_args", args, len, &o, NULL, NULL, NULL, r);
+    free(args);
+    return rc;
+}
+
+static bool out_is(const th_result_copy *r, const char *want)
+{
+    size_t n = r->out.len;
+    if (n && r->out.data[n - 1] == '\n')
+        n--;
+    return n == strlen(want) && memcmp(r->out.data, want, n) == 0;
+}
+
+static void test_big_args(void)
+{
+    th_test_timeout(240); /* 256 MiB through the validator (valgrind) */
+    char *dir = th_test_tmpdir();
+    CU_ASSERT_FATAL(dir != NULL);
+    th_iso_set_worker_exe(th_test_build_path("toolhost"));
+    char yaml[2048];
+    snprintf(yaml, sizeof yaml,
+             "host:\n"
+             "  log_level: warn\n"
+             "  state_dir: %s/state\n"
+             "plugins:\n"
+             "  - name: cap\n"
+             "    path: %s\n"
+             "    isolation: process\n"
+             "%s",
+             dir, th_test_build_path("fixtures/iso_cap.so"), user_line());
+    th_config *cfg = NULL;
+    th_host *h = NULL;
+    th_error err;
+    th_error_clear(&err);
+    if (th_config_parse("iso_cap.yaml", dir, yaml, strlen(yaml), &cfg,
+                        &err) < 0 ||
+        th_host_open(cfg, &h, &err) < 0)
+        fprintf(stderr, "iso_cap: %s\n", err.msg);
+    CU_ASSERT_FATAL(h != NULL);
+    th_principal who = {.uid = getuid(), .gid = getgid(), .trusted = true};
+    th_session *s = th_session_open(h, &who, NULL, NULL);
+    CU_ASSERT_FATAL(s != NULL);
+    th_result_copy r;
+    CU_ASSERT(call_blob(s, 100, &r) == 0 && r.ok && out_is(&r, "blob: 100"));
+    th_result_copy_destroy(&r);
+    /* the args alone are more than 256 MiB with their frame */
+    CU_ASSERT(call_blob(s, 256u << 20, &r) == 0);
+    CU_ASSERT(!r.ok && r.error == TH_ELIMIT && r.message &&
+              strstr(r.message, "are more than a worker of plugin 'cap' "
+                                "reads in one frame (256MiB)"));
+    if (r.message && r.error != TH_ELIMIT)
+        fprintf(stderr, "\n  big args: %d %s\n", r.error, r.message);
+    th_result_copy_destroy(&r);
+    /* the same worker serves on */
+    CU_ASSERT(call_blob(s, 100, &r) == 0 && r.ok && out_is(&r, "blob: 100"));
+    th_result_copy_destroy(&r);
+    th_session_close(s);
+    th_host_close(h);
+    th_iso_set_worker_exe(NULL);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
 void th_suite_iso_cap(void)
 {
     CU_pSuite s = CU_add_suite("iso_cap", NULL, NULL);
@@ -326,4 +422,5 @@ void th_suite_iso_cap(void)
     CU_add_test(s, "stream", test_stream);
     CU_add_test(s, "legitimate", test_legitimate);
     CU_add_test(s, "lowered", test_lowered);
+    CU_add_test(s, "big_args", test_big_args);
 }
