@@ -8,9 +8,11 @@
  * iso_blocks: an isolated plugin (tests/fixtures/att34_blocks.c) floods
  *   blocks far past the call's budget and past the host's per-call queue
  *   (ISO_QUEUE_MAX), forges well-formed BLOCK frames for a call id the
- *   host never gave (small, and 20 MiB), and dies in the middle of its
- *   blocks: the budget holds (logged), the forged blocks reach no call,
- *   the death fails its call plugin_crashed, and the host keeps serving;
+ *   host never gave (small, and 1 MiB; one of 20 MiB passes
+ *   worker_max_frame and gets its worker killed), and dies in the middle
+ *   of its blocks: the budget holds (logged), the forged blocks reach no
+ *   call, the death fails its call plugin_crashed, and the host keeps
+ *   serving;
  *   blocks written after a cancel are refused to the plugin (ECANCELLED);
  *   a resource read whose worker forges a call's frames (BLOCK, WRITE,
  *   META, PROGRESS) for its own ask's id is answered, the frames dropped.
@@ -126,17 +128,27 @@ static void test_iso_blocks(void)
     rpc_res_free(&r);
 
     /* a well-formed BLOCK for a call the host never gave: no call gets
-     * it (nor this one); a 20 MiB one the same */
+     * it (nor this one); a 1 MiB one the same */
     static const char *const forged[] = {
         "[\"ab_forge\", {\"id\": 999999, \"size\": 16}]",
         "[\"ab_forge\", {\"id\": 0, \"size\": 16}]",
-        "[\"ab_forge\", {\"id\": 123456789, \"size\": 20971520}]"};
+        "[\"ab_forge\", {\"id\": 123456789, \"size\": 1048576}]"};
     for (size_t i = 0; i < sizeof forged / sizeof *forged; i++) {
         CU_ASSERT_FATAL(rpc_call(c, "tools.call", forged[i], &r) == 0);
         CU_ASSERT(r.res && rpc_ok(r.res) && rpc_stdout_is(r.res, "forged"));
         CU_ASSERT(r.res && n_blocks(r.res) == 0);
         rpc_res_free(&r);
     }
+    /* a 20 MiB one passes worker_max_frame (16 MiB + 64 KiB; a worker's
+     * own blocks are at most 16 MiB): killed on its header, before the
+     * host reads the body (docs/isolation.md, "Frames from a worker") */
+    CU_ASSERT_FATAL(rpc_call(c, "tools.call",
+                             "[\"ab_forge\", {\"id\": 123456789, "
+                             "\"size\": 20971520}]",
+                             &r) == 0);
+    CU_ASSERT(r.res && rpc_tool_error_is(r.res, "plugin_crashed"));
+    rpc_res_free(&r);
+    CU_ASSERT(rpc_log_wait(&s, "more than worker_max_frame", rpc_wait_ms()));
 
     /* a worker that dies between its blocks: the call fails
      * plugin_crashed, the next call gets a new worker */

@@ -1,6 +1,6 @@
 /* test_iso_config.c - the isolation keys of a plugin entry (isolation,
  * workers, process_limits, network, user, kill_grace, env,
- * isolation_uid_range): defaults, values,
+ * isolation_uid_range, content_timeout, worker_max_frame): defaults, values,
  * errors, and that a change to any of them counts as a changed entry for
  * a reload (th_plugin_cfg_equal). */
 #include <CUnit/CUnit.h>
@@ -48,6 +48,7 @@ static void test_defaults(void)
     CU_ASSERT_EQUAL(pc->process_limits.memory, 0);
     CU_ASSERT_EQUAL(pc->kill_grace_ms, 0);
     CU_ASSERT_EQUAL(pc->content_timeout_ms, 0); /* 5 s (iso_host.c) */
+    CU_ASSERT_EQUAL(pc->worker_max_frame, 0); /* ISO_FRAME_DEFAULT */
     th_config_free(c);
 }
 
@@ -65,7 +66,8 @@ static void test_values(void)
                               "    kill_grace: 250ms\n"
                               "    crash_loop: 3\n"
                               "    unhealthy_retry: 2s\n"
-                              "    content_timeout: 750ms\n");
+                              "    content_timeout: 750ms\n"
+                              "    worker_max_frame: 1MiB\n");
     CU_ASSERT_PTR_NOT_NULL_FATAL(c);
     const th_plugin_cfg *pc = &c->plugins[0];
     CU_ASSERT_EQUAL(pc->isolation, TH_ISO_PROCESS);
@@ -80,6 +82,7 @@ static void test_values(void)
     CU_ASSERT_EQUAL(pc->crash_loop, 3);
     CU_ASSERT_EQUAL(pc->unhealthy_retry_ms, 2000);
     CU_ASSERT_EQUAL(pc->content_timeout_ms, 750);
+    CU_ASSERT_EQUAL(pc->worker_max_frame, 1u << 20);
     th_config_free(c);
 }
 
@@ -108,6 +111,15 @@ static void test_errors(void)
                "'content_timeout' is out of range");
     expect_err(HEAD "    content_timeout: 1s\n",
                "'content_timeout' applies only to a plugin with");
+    expect_err(HEAD "    isolation: process\n    worker_max_frame: 255KiB\n",
+               "'worker_max_frame' is out of range: 255KiB is not between "
+               "256KiB and 256MiB");
+    expect_err(HEAD "    isolation: process\n    worker_max_frame: 257MiB\n",
+               "'worker_max_frame' is out of range");
+    expect_err(HEAD "    isolation: process\n    worker_max_frame: lots\n",
+               "'worker_max_frame' must be a size");
+    expect_err(HEAD "    worker_max_frame: 1MiB\n",
+               "'worker_max_frame' applies only to a plugin with");
 }
 
 /* A reload restarts the plugin when any isolation key changes. */
@@ -123,6 +135,10 @@ static void test_equal(void)
     th_config *g = parse(HEAD "    isolation: process\n"
                               "    content_timeout: 2s\n");
     CU_ASSERT_FATAL(a && b && c && d && e && f && g);
+    CU_ASSERT_FALSE(th_plugin_cfg_equal(&a->plugins[0], &g->plugins[0]));
+    th_config_free(g);
+    g = parse(HEAD "    isolation: process\n    worker_max_frame: 1MiB\n");
+    CU_ASSERT_FATAL(g != NULL);
     CU_ASSERT_FALSE(th_plugin_cfg_equal(&a->plugins[0], &g->plugins[0]));
     th_config_free(g);
     CU_ASSERT_TRUE(th_plugin_cfg_equal(&a->plugins[0], &b->plugins[0]));

@@ -1422,6 +1422,9 @@ static const th_cfkey plugin_keys[] = {
      .off = P(unhealthy_retry_ms), .min = 100, .max = DAY},
     {.name = "content_timeout", .set = th_cf_duration,
      .off = P(content_timeout_ms), .min = 1, .max = 600000},
+    /* the bounds of ISO_FRAME_MIN and ISO_MAX_FRAME (iso_wire.h) */
+    {.name = "worker_max_frame", .set = th_cf_size,
+     .off = P(worker_max_frame), .min = 256 * KIB, .max = 256 * MIB},
     /* Discovery (docs/gateway.md): its tools are found by search_tools */
     {.name = "defer", .set = th_cf_bool, .off = P(defer)},
     {.name = NULL}};
@@ -1460,7 +1463,7 @@ static int plugin_check(th_cfctx *c, th_ynode *n, void *el)
         static const char *const only[] = {
             "workers", "process_limits", "network", "user", "kill_grace",
             "crash_loop", "unhealthy_retry", "env", "isolation_uid_range",
-            "content_timeout", NULL};
+            "content_timeout", "worker_max_frame", NULL};
         for (size_t i = 0; only[i]; i++) {
             const th_ynode *k = th_ynode_get_key(n, only[i]);
             if (k)
@@ -2766,6 +2769,7 @@ bool th_plugin_cfg_equal(const th_plugin_cfg *a, const th_plugin_cfg *b)
            a->crash_loop == b->crash_loop &&
            a->unhealthy_retry_ms == b->unhealthy_retry_ms &&
            a->content_timeout_ms == b->content_timeout_ms &&
+           a->worker_max_frame == b->worker_max_frame &&
            (a->user ? b->user && strcmp(a->user, b->user) == 0 : !b->user) &&
            a->uid_lo == b->uid_lo && a->uid_hi == b->uid_hi &&
            env_equal(a, b);

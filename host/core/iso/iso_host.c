@@ -149,6 +149,8 @@ typedef struct worker {
     bool malformed;       /* it sent a malformed frame: killed, and
                              nothing it sent after is routed (under mu) */
     bool stray_said;      /* a call's frame for an ask was logged */
+    char kill_why[128];   /* killed by us for what it sent: the words its
+                             calls' plugin_crashed gives (under mu) */
 } worker;
 
 enum { RD_FREE, RD_THREAD, RD_CALLER };
@@ -165,6 +167,8 @@ typedef struct pool {
     toolhost_prompt *prm;
     uint32_t n_prm;
     int64_t content_timeout_ms;
+    size_t max_frame;     /* worker_max_frame: the largest frame body read
+                             from a worker (each worker's rx.max) */
     /* Between a successful init() and fini() (under mu): only then is a
      * worker's UPDATED passed on.  fini() joins the reader threads and
      * runs after the last call, and the loader frees the resources only
@@ -266,7 +270,9 @@ static void msg_free(msg *m)
 static int wsend(worker *w, th_buf *b)
 {
     pthread_mutex_lock(&w->send_mu);
-    int rc = w->sock >= 0 ? th_iso_send(w->sock, b->data, b->len) : -1;
+    int rc = w->sock >= 0
+                 ? th_iso_send(w->sock, b->data, b->len, ISO_MAX_FRAME)
+                 : -1;
     pthread_mutex_unlock(&w->send_mu);
     th_buf_destroy(b);
     return rc;
@@ -321,10 +327,13 @@ static void fmt_size(uint64_t n, char *b, size_t cap)
 
 /* What killed the worker, in the words calls and the log get. */
 static void death_words(pool *P, int status, bool mem_note, bool killed_by_us,
-                        char *out, size_t cap, char *shortw, size_t scap)
+                        const char *kill_why, char *out, size_t cap,
+                        char *shortw, size_t scap)
 {
     char sz[32];
-    if (mem_note && P->lim.memory) {
+    if (kill_why && kill_why[0]) {
+        snprintf(shortw, scap, "%s", kill_why);
+    } else if (mem_note && P->lim.memory) {
         fmt_size(P->lim.memory, sz, sizeof sz);
         snprintf(shortw, scap, "memory limit %s exceeded", sz);
     } else if (WIFSIGNALED(status) && WTERMSIG(status) == SIGXCPU) {
@@ -526,6 +535,30 @@ static void worker_kill(worker *w)
     th_iso_cg_kill(&w->cg); /* all of it at once, where it has one */
     if (w->pid > 0)
         kill(w->pid, w->reaper ? SIGTERM : SIGKILL);
+}
+
+/* th_iso_take() refused a header: the worker declared a frame longer
+ * than worker_max_frame.  It is killed at once, before any of the body
+ * is read (the host never holds more than the cap for it); its calls
+ * fail with plugin_crashed in these words, and nothing it sent after is
+ * routed. */
+static void frame_refused(pool *P, worker *w)
+{
+    char cap[32];
+    fmt_size(P->max_frame, cap, sizeof cap);
+    pthread_mutex_lock(&P->mu);
+    bool said = w->malformed;
+    w->malformed = true;
+    if (!said)
+        snprintf(w->kill_why, sizeof w->kill_why,
+                 "a frame of %zu bytes passes worker_max_frame %s",
+                 w->rx.refused, cap);
+    pthread_mutex_unlock(&P->mu);
+    if (!said)
+        th_log_warn("plugin %s: worker %d declared a frame of %zu bytes, "
+                    "more than worker_max_frame (%zu bytes): killed",
+                    P->name, (int)w->pid, w->rx.refused, P->max_frame);
+    worker_kill(w);
 }
 
 /* false when the frame is not one of ours: the worker is killed, and
@@ -827,6 +860,7 @@ static bool reader_read(pool *P, worker *w, bool *bad)
             return false;
         }
     if (t < 0) {
+        frame_refused(P, w);
         *bad = true;
         return false;
     }
@@ -913,8 +947,10 @@ static void *reader_main(void *arg)
     }
     /* Dead or misbehaving: make sure it is gone, then reap it. */
     bool killed_by_us = false;
+    char kill_why[sizeof w->kill_why];
     pthread_mutex_lock(&P->mu);
     killed_by_us = w->reaped; /* reused as "we sent SIGKILL" before reap */
+    memcpy(kill_why, w->kill_why, sizeof kill_why);
     pthread_mutex_unlock(&P->mu);
     int status = 0;
     pid_t r;
@@ -1000,7 +1036,7 @@ static void *reader_main(void *arg)
         status = atoi(st + 7);
     char words[512], shortw[128];
     death_words(P, status, strstr(note, "memory") != NULL, killed_by_us,
-                words, sizeof words, shortw, sizeof shortw);
+                kill_why, words, sizeof words, shortw, sizeof shortw);
     pthread_mutex_lock(&P->mu);
     w->alive = false;
     bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
@@ -1397,6 +1433,7 @@ static int spawn(pool *P, worker **out, th_error *err)
     w->sock = w->errfd = w->notefd = w->pidfd = -1;
     w->cg.procs_fd = w->cg.dir_fd = -1;
     w->rd = RD_THREAD; /* HELLO, READY */
+    w->rx.max = P->max_frame;
     pthread_mutex_init(&w->send_mu, NULL);
     if ((w->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ||
         socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0 ||
@@ -1413,12 +1450,13 @@ static int spawn(pool *P, worker **out, th_error *err)
                          P->path, strerror(errno));
             goto fail;
         }
-    char a_mem[24], a_cpu[24], a_files[24], a_procs[24];
+    char a_mem[24], a_cpu[24], a_files[24], a_procs[24], a_frame[24];
     snprintf(a_mem, sizeof a_mem, "%llu", (unsigned long long)P->lim.memory);
     snprintf(a_cpu, sizeof a_cpu, "%u", P->lim.cpu_seconds);
     snprintf(a_files, sizeof a_files, "%u", P->lim.open_files);
     snprintf(a_procs, sizeof a_procs, "%u", P->lim.processes);
-    char *argv[24];
+    snprintf(a_frame, sizeof a_frame, "%zu", P->max_frame);
+    char *argv[32];
     int k = 0;
     argv[k++] = "toolhost";
     argv[k++] = "worker";
@@ -1434,6 +1472,8 @@ static int spawn(pool *P, worker **out, th_error *err)
     argv[k++] = a_files;
     argv[k++] = "--procs";
     argv[k++] = a_procs;
+    argv[k++] = "--max-frame"; /* it sends nothing longer */
+    argv[k++] = a_frame;
     argv[k++] = "--network";
     argv[k++] = P->network ? "1" : "0";
     char a_uid[24];
@@ -2309,6 +2349,13 @@ int th_iso_open(const th_plugin_cfg *pc, const char *file, bool check,
     P->content_timeout_ms = pc->content_timeout_ms
                                 ? (int64_t)pc->content_timeout_ms
                                 : ISO_CONTENT_TIMEOUT_MS;
+    /* (the config keeps it within these; a caller of th_iso_open() that
+     * did not read one is held to them too) */
+    P->max_frame = !pc->worker_max_frame ? ISO_FRAME_DEFAULT
+                   : pc->worker_max_frame < ISO_FRAME_MIN ? ISO_FRAME_MIN
+                   : pc->worker_max_frame > ISO_MAX_FRAME
+                       ? ISO_MAX_FRAME
+                       : (size_t)pc->worker_max_frame;
     P->crash_loop = pc->crash_loop ? pc->crash_loop : 5;
     P->retry_ms = pc->unhealthy_retry_ms ? (int64_t)pc->unhealthy_retry_ms
                                          : 30000;
@@ -2633,9 +2680,7 @@ static int caller_read(pool *P, worker *w, pend *self)
         if (!route(P, w, f, len, self))
             return -1; /* killed: the reader thread reaps */
     if (t < 0) {
-        th_log_warn("plugin %s: worker %d sent a malformed frame: killed",
-                    P->name, (int)w->pid);
-        worker_kill(w);
+        frame_refused(P, w);
         return -1;
     }
     return 0;
@@ -2729,14 +2774,35 @@ static int run(pool *P, uint32_t tool_idx, int ask, toolhost_call *call,
     struct iovec parts[3] = {{head.b, head.n},
                              {(void *)args, len},
                              {tail.b, tail.n}};
+    int sent = 0, serr = 0;
     if (!e) {
         pthread_mutex_lock(&w->send_mu);
-        if (w->sock >= 0)
-            th_iso_sendv(w->sock, parts, 3);
+        if (w->sock >= 0 &&
+            (sent = th_iso_sendv(w->sock, parts, 3, ISO_MAX_FRAME)) != 0)
+            serr = errno;
         pthread_mutex_unlock(&w->send_mu);
     }
     /* A dead socket: the call sees its end below, or the reader fails
-     * the call shortly. */
+     * the call shortly.  Arguments longer than a worker reads (a front
+     * that carries more than ISO_MAX_FRAME): nothing was sent, the
+     * request fails at once and the worker serves on. */
+    if (sent != 0 && serr == EMSGSIZE) {
+        pthread_mutex_lock(&P->mu);
+        release_socket(w, &p);
+        pend_unlink(w, &p);
+        pthread_cond_broadcast(&P->cv);
+        pthread_mutex_unlock(&P->mu);
+        char m[300], sz[32];
+        fmt_size(ISO_MAX_FRAME, sz, sizeof sz);
+        snprintf(m, sizeof m, "the arguments (%zu bytes) are more than a "
+                 "worker of plugin '%s' reads in one frame (%s)", len,
+                 P->name, sz);
+        th_log_warn("plugin %s: %s: refused", P->name, m);
+        if (!ask)
+            return fail_call(call, TH_ELIMIT, m);
+        snprintf(ans, ans_cap, "%s", m);
+        return 1;
+    }
 
     int64_t cancel_at = 0, t_start = now_ms();
     bool killed = false;
@@ -2980,6 +3046,10 @@ static int content_ask(pool *P, int kind, uint32_t idx, const uint8_t *arg,
     char ans[512] = "";
     ask_io io = {.max = c->max_bytes > c->bytes ? c->max_bytes - c->bytes : 0,
                  .what = what};
+    /* no more than the worker may send in one frame: past that its own
+     * sink refuses, in words, and the worker lives */
+    if (io.max > P->max_frame - ISO_FRAME_SLACK)
+        io.max = P->max_frame - ISO_FRAME_SLACK;
     int rc = run(P, idx, kind, NULL, arg, arg_len, ans, sizeof ans, &io);
     if (io.killed) {
         snprintf(ans, sizeof ans, "its worker did not answer within %lld ms "

@@ -10,12 +10,18 @@
 #include "iso_wire.h"
 #include "th/content.h"
 
-int th_iso_sendv(int fd, const struct iovec *parts, int n)
+int th_iso_sendv(int fd, const struct iovec *parts, int n, size_t max)
 {
     size_t len = 0;
-    for (int i = 0; i < n; i++)
-        len += parts[i].iov_len;
-    if (len > ISO_MAX_FRAME || n > 7) {
+    bool over = false;
+    if (max == 0 || max > ISO_MAX_FRAME)
+        max = ISO_MAX_FRAME;
+    for (int i = 0; i < n; i++) {
+        over |= parts[i].iov_len > max - len;
+        if (!over)
+            len += parts[i].iov_len;
+    }
+    if (over || n > 7) {
         errno = EMSGSIZE;
         return -1;
     }
@@ -52,28 +58,62 @@ int th_iso_sendv(int fd, const struct iovec *parts, int n)
     return 0;
 }
 
-int th_iso_send(int fd, const void *data, size_t len)
+int th_iso_send(int fd, const void *data, size_t len, size_t max)
 {
     struct iovec one = {(void *)data, len};
-    return th_iso_sendv(fd, &one, 1);
+    return th_iso_sendv(fd, &one, 1, max);
+}
+
+static size_t rx_max(const th_iso_rx *rx)
+{
+    return rx->max && rx->max < ISO_MAX_FRAME ? rx->max : ISO_MAX_FRAME;
+}
+
+/* The length the header at rx->off declares (4 bytes are there). */
+static size_t rx_declared(const th_iso_rx *rx)
+{
+    const uint8_t *h = rx->b.data + rx->off;
+    return ((size_t)h[0] << 24) | ((size_t)h[1] << 16) | ((size_t)h[2] << 8) |
+           h[3];
 }
 
 int th_iso_rx_fill(th_iso_rx *rx, int fd)
 {
+    size_t have = rx->b.len - rx->off;
+    /* The frame under way, when its header is in and its length allowed:
+     * the buffer grows once to hold it whole, not by doubling to twice
+     * its size. */
+    size_t whole = have >= 4 && rx_declared(rx) <= rx_max(rx)
+                       ? 4 + rx_declared(rx)
+                       : 0;
     if (rx->off && rx->off == rx->b.len) {
         th_buf_reset(&rx->b);
         rx->off = 0;
-    } else if (rx->off > 65536 && rx->off * 2 > rx->b.len) {
-        memmove(rx->b.data, rx->b.data + rx->off, rx->b.len - rx->off);
-        rx->b.len -= rx->off;
+    } else if (rx->off && ((rx->off > 65536 && rx->off * 2 > rx->b.len) ||
+                           (whole > 65536 && rx->off + whole >= rx->b.cap))) {
+        memmove(rx->b.data, rx->b.data + rx->off, have);
+        rx->b.len = have;
         rx->off = 0;
     }
-    if (th_buf_reserve(&rx->b, 65536) != 0) {
+    if (whole > 65536 && whole > have &&
+        rx->off + whole + 1 > rx->b.cap) {
+        uint8_t *p = realloc(rx->b.data, rx->off + whole + 1);
+        if (!p) {
+            errno = ENOMEM;
+            return -1;
+        }
+        rx->b.data = p;
+        rx->b.cap = rx->off + whole + 1;
+    }
+    /* a large frame is read up to its end, into the room made for it */
+    size_t room = whole > 65536 && whole - have < 65536 ? whole - have
+                                                         : 65536;
+    if (th_buf_reserve(&rx->b, room) != 0) {
         errno = ENOMEM;
         return -1;
     }
     for (;;) {
-        ssize_t n = read(fd, rx->b.data + rx->b.len, 65536);
+        ssize_t n = read(fd, rx->b.data + rx->b.len, room);
         if (n < 0 && errno == EINTR)
             continue;
         if (n > 0)
@@ -82,19 +122,40 @@ int th_iso_rx_fill(th_iso_rx *rx, int fd)
     }
 }
 
+/* No whole frame is there and no frame handed out is in use (the
+ * contract of th_iso_take): a buffer grown past ISO_RX_KEEP is given
+ * back when what it holds is small, kept as it is otherwise (on failure
+ * too: nothing is lost). */
+static void rx_trim(th_iso_rx *rx)
+{
+    size_t have = rx->b.len - rx->off;
+    if (rx->b.cap <= ISO_RX_KEEP || have > ISO_RX_KEEP / 4)
+        return;
+    th_buf nb = TH_BUF_INIT;
+    if (have && th_buf_append(&nb, rx->b.data + rx->off, have) != 0)
+        return;
+    th_buf_destroy(&rx->b);
+    rx->b = nb;
+    rx->off = 0;
+}
+
 int th_iso_take(th_iso_rx *rx, const uint8_t **frame, size_t *len)
 {
     size_t have = rx->b.len - rx->off;
-    if (have < 4)
+    if (have < 4) {
+        rx_trim(rx);
         return 0;
-    const uint8_t *h = rx->b.data + rx->off;
-    size_t n = ((size_t)h[0] << 24) | ((size_t)h[1] << 16) |
-               ((size_t)h[2] << 8) | h[3];
-    if (n > ISO_MAX_FRAME)
+    }
+    size_t n = rx_declared(rx);
+    if (n > rx_max(rx)) {
+        rx->refused = n;
         return -1;
-    if (have < 4 + n)
+    }
+    if (have - 4 < n) {
+        rx_trim(rx);
         return 0;
-    *frame = h + 4;
+    }
+    *frame = rx->b.data + rx->off + 4;
     *len = n;
     rx->off += 4 + n;
     return 1;
@@ -104,6 +165,7 @@ void th_iso_rx_destroy(th_iso_rx *rx)
 {
     th_buf_destroy(&rx->b);
     rx->off = 0;
+    rx->refused = 0;
 }
 
 int th_iso_recv(int fd, th_iso_rx *rx, th_buf *out)

@@ -76,24 +76,60 @@ enum {
 #define ISO_FD_PLUGIN 4 /* the plugin file, opened and checked by the host */
 #define ISO_FD_NOTE 5   /* death notes (a pipe): "memory\n" or "cpu\n"     */
 
+/* The largest frame body the worker reads from the host (a CALL's args:
+ * what a front let in), and the most worker_max_frame may be. */
 #define ISO_MAX_FRAME (256u * 1024 * 1024)
+/* What a frame carries beyond the bytes a budget counts (msgpack
+ * framing, the id, the kind, a block's strings, an answer's message). */
+#define ISO_FRAME_SLACK (64u * 1024)
+/* worker_max_frame's default, the largest frame body the host reads from
+ * a worker: the largest budget a legitimate worker fills in one frame -
+ * a content answer (a front asks for at most 16 MiB: TH_FC_CONTENT_MAX,
+ * the MCP front's default max_message) and a block of a call's result
+ * (the worker's sink holds at most 16 MiB: th_content_init's default) -
+ * plus ISO_FRAME_SLACK.  A call's writes go in chunks of ISO_WRITE_CHUNK
+ * whatever the output limits, so they never come near it. */
+#define ISO_FRAME_DEFAULT ((16u << 20) + ISO_FRAME_SLACK)
+/* The least worker_max_frame may be (a descriptor, a log line, an
+ * answer's message must fit). */
+#define ISO_FRAME_MIN (256u * 1024)
+/* A call's write() goes to the host in frames of at most this many of
+ * its bytes. */
+#define ISO_WRITE_CHUNK (64u * 1024)
+/* An empty receive buffer larger than this is given back: an idle
+ * worker's buffer does not keep the size of its largest frame. */
+#define ISO_RX_KEEP (256u * 1024)
 
 /* Writes one frame (len bytes of msgpack) with the length in front to a
  * socket (send() with MSG_NOSIGNAL: a dead peer is -1/EPIPE, not
- * SIGPIPE).  Blocking; EINTR retried.  0 or -1 (errno). */
-int th_iso_send(int fd, const void *data, size_t len);
+ * SIGPIPE).  Blocking; EINTR retried.  0 or -1 (errno).  `max`: the
+ * largest frame body the peer reads (ISO_MAX_FRAME towards a worker,
+ * the pool's worker_max_frame towards the host); a longer frame is not
+ * sent, -1 with errno EMSGSIZE, so that a peer never gets a frame it
+ * refuses (and a legitimate worker is never killed for one). */
+int th_iso_send(int fd, const void *data, size_t len, size_t max);
 /* The same for a frame whose body is the `n` (at most 7) parts in order:
- * one sendmsg(), no copy.  0 or -1 (errno). */
+ * one sendmsg(), no copy.  0 or -1 (errno; EMSGSIZE as above). */
 struct iovec;
-int th_iso_sendv(int fd, const struct iovec *parts, int n);
+int th_iso_sendv(int fd, const struct iovec *parts, int n, size_t max);
 
 /* Frame reassembly from a stream: append what read() gave, then take
  * whole frames.  th_iso_take returns 1 and points *frame and *len into the
  * buffer (valid until the next append/take), 0 when no whole frame is
- * there, -1 when the length is bad. */
+ * there, -1 when the length is bad: more than `max`, refused as soon as
+ * the 4-byte length is there, before any of the body is waited for
+ * (`refused` then holds the length it declared).  A take that finds no
+ * whole frame gives back a buffer grown past ISO_RX_KEEP when what is
+ * left in it is small.
+ *
+ * `max` (0: ISO_MAX_FRAME, never more) is set by the owner before the
+ * first fill: the host reads a worker with the pool's worker_max_frame,
+ * the worker reads the host with ISO_MAX_FRAME. */
 typedef struct th_iso_rx {
     th_buf b;
-    size_t off; /* start of the unread part */
+    size_t off;     /* start of the unread part */
+    size_t max;     /* the largest frame body taken; 0: ISO_MAX_FRAME */
+    size_t refused; /* the length of the header th_iso_take refused */
 } th_iso_rx;
 /* read() once: >0, 0 at EOF, -1. */
 int th_iso_rx_fill(th_iso_rx *rx, int fd);

@@ -96,6 +96,10 @@ static int g_n_ended;
 #define ISO_TOMBS 1024
 #define ISO_KEEP_BUF 4096
 static uint64_t g_mem_limit;
+/* The largest frame body the host reads from this worker (its pool's
+ * worker_max_frame, --max-frame): nothing longer is sent, so a plugin
+ * that asks for more gets an error, never its worker killed. */
+static size_t g_max_frame = ISO_FRAME_DEFAULT;
 
 static int64_t now_ns(void)
 {
@@ -106,12 +110,17 @@ static int64_t now_ns(void)
 
 /* ---- sending ------------------------------------------------------------------ */
 
+/* 0, or TOOLHOST_EINVAL for a frame longer than g_max_frame (not
+ * sent: the host would kill this worker for it). */
 static int send_buf(th_buf *b)
 {
     pthread_mutex_lock(&g_send_mu);
-    int rc = th_iso_send(ISO_FD_SOCK, b->data, b->len);
+    int rc = th_iso_send(ISO_FD_SOCK, b->data, b->len, g_max_frame);
+    int e = errno;
     pthread_mutex_unlock(&g_send_mu);
     th_buf_destroy(b);
+    if (rc != 0 && e == EMSGSIZE)
+        return TOOLHOST_EINVAL;
     if (rc != 0)
         _exit(0); /* the host is gone */
     return 0;
@@ -143,7 +152,7 @@ static int send_done(uint64_t id, int status)
     e |= msgpack_pack_uint64(&pk, id);
     e |= msgpack_pack_int(&pk, status);
     pthread_mutex_lock(&g_send_mu);
-    int rc = e ? 0 : th_iso_send(ISO_FD_SOCK, f.b, f.n);
+    int rc = e ? 0 : th_iso_send(ISO_FD_SOCK, f.b, f.n, g_max_frame);
     pthread_mutex_unlock(&g_send_mu);
     if (rc != 0)
         _exit(0); /* the host is gone */
@@ -188,7 +197,7 @@ static int ob_end(wcall *c, size_t at, int e, bool flush)
     if (at == SIZE_MAX)
         return TOOLHOST_ENOMEM;
     size_t n = c->ob.len - at - 4;
-    if (e || n > ISO_MAX_FRAME) {
+    if (e || n > g_max_frame) {
         c->ob.len = at; /* the frame is dropped whole */
         c->ob.data[at] = '\0';
         return e ? TOOLHOST_ENOMEM : TOOLHOST_EINVAL;
@@ -283,8 +292,20 @@ static int send_ready(void)
     e |= msgpack_pack_int(&pk, 1);
     e |= msgpack_pack_nil(&pk);
     e |= msgpack_pack_bin_with_body(&pk, tb.data, tb.len);
+    size_t tl = tb.len;
     th_buf_destroy(&tb);
-    PK_END();
+    if (e) {
+        th_buf_destroy(&b);
+        return TOOLHOST_ENOMEM;
+    }
+    if (send_buf(&b) != 0) {
+        char m[300];
+        snprintf(m, sizeof m, "the tools init_tools() gave take %zu bytes, "
+                 "more than the host reads in one frame (worker_max_frame "
+                 "%zu bytes)", tl, g_max_frame);
+        return send_text(ISO_READY, 0, m);
+    }
+    return 0;
 }
 
 /* ---- the call callbacks --------------------------------------------------------- */
@@ -315,23 +336,34 @@ static void mark_ended(wcall *c)
     atomic_store(&c->ended, true);
 }
 
+/* One write() of the plugin as WRITE frames of at most ISO_WRITE_CHUNK
+ * of its bytes each: the host's frame cap (worker_max_frame) bounds what
+ * one frame may hold, never what a call may write (the host's output
+ * limits cut that, as in process). */
 static int write_locked(wcall *c, int stream, const void *data, size_t len)
 {
     if (cancelled(c))
         return TOOLHOST_ECANCELLED;
-    if (len == 0)
-        return 0;
-    msgpack_packer pk;
-    size_t at = ob_begin(c, &pk);
-    int e = 0;
-    if (at != SIZE_MAX) {
-        e |= msgpack_pack_array(&pk, 4);
-        e |= msgpack_pack_int(&pk, ISO_WRITE);
-        e |= msgpack_pack_uint64(&pk, c->id);
-        e |= msgpack_pack_int(&pk, stream);
-        e |= msgpack_pack_bin_with_body(&pk, data, len);
+    const uint8_t *d = data;
+    while (len) {
+        size_t k = len < ISO_WRITE_CHUNK ? len : ISO_WRITE_CHUNK;
+        msgpack_packer pk;
+        size_t at = ob_begin(c, &pk);
+        int e = 0;
+        if (at != SIZE_MAX) {
+            e |= msgpack_pack_array(&pk, 4);
+            e |= msgpack_pack_int(&pk, ISO_WRITE);
+            e |= msgpack_pack_uint64(&pk, c->id);
+            e |= msgpack_pack_int(&pk, stream);
+            e |= msgpack_pack_bin_with_body(&pk, d, k);
+        }
+        int rc = ob_end(c, at, e, false);
+        if (rc != 0)
+            return rc;
+        d += k;
+        len -= k;
     }
-    return ob_end(c, at, e, false);
+    return 0;
 }
 
 static int w_write(toolhost_call *call, int stream, const void *data,
@@ -379,7 +411,10 @@ static int w_write_block(toolhost_call *call, const toolhost_block *block)
 {
     wcall *c = (wcall *)call;
     th_content one;
-    th_content_init(&one, TH_CONTENT_RESULT, 0);
+    /* the sink's own 16 MiB, less when the host reads less in a frame */
+    size_t room = g_max_frame - ISO_FRAME_SLACK;
+    th_content_init(&one, TH_CONTENT_RESULT,
+                    room < ((size_t)16 << 20) ? room : 0);
     one.plugin = g_p->name;
     int rc = th_content_add(&one, block);
     if (rc == 0) {
@@ -603,8 +638,20 @@ static int send_content(uint64_t id, int rc, const char *msg,
     e |= th_pack_cstr(&pk, msg);
     e |= msgpack_pack_bin_with_body(&pk, bb.data, bb.len);
     e |= msgpack_pack_uint64(&pk, out->dropped);
+    size_t bl = bb.len;
     th_buf_destroy(&bb);
-    PK_END();
+    if (e) {
+        th_buf_destroy(&b);
+        return send_answer(id, TOOLHOST_FAILED, "worker out of memory");
+    }
+    if (send_buf(&b) != 0) { /* (the host's budget keeps it below) */
+        char m[300];
+        snprintf(m, sizeof m, "the answer's blocks take %zu bytes, more "
+                 "than the host reads in one frame (worker_max_frame %zu "
+                 "bytes)", bl, g_max_frame);
+        return send_answer(id, TOOLHOST_EINVAL, m);
+    }
+    return 0;
 }
 
 /* A read, a prompt get or a completion (ABI 1.4) of the plugin's, as
@@ -1426,6 +1473,7 @@ typedef struct wopts {
     uint64_t uid; /* user: auto; 0: none */
     uint64_t memory;
     uint64_t cpu, files, procs;
+    uint64_t max_frame; /* worker_max_frame; 0: ISO_FRAME_DEFAULT */
     bool no_network;
     bool reaper; /* not in a PID namespace: a subreaper init forks it */
     bool userns; /* in a user namespace: wait for the host's byte first */
@@ -1605,6 +1653,8 @@ static int parse(int argc, char **argv, wopts *o)
             o->files = n;
         else if (strcmp(k, "--procs") == 0)
             o->procs = n;
+        else if (strcmp(k, "--max-frame") == 0)
+            o->max_frame = n;
         else if (strcmp(k, "--network") == 0)
             o->no_network = strcmp(v, "0") == 0;
         else if (strcmp(k, "--reaper") == 0)
@@ -1810,6 +1860,8 @@ int th_iso_worker_main(int argc, char **argv)
         if (r != 1)
             return 0; /* the host is gone */
     }
+    if (o.max_frame >= ISO_FRAME_MIN && o.max_frame <= ISO_MAX_FRAME)
+        g_max_frame = (size_t)o.max_frame;
     if (getpid() == 1 || o.reaper)
         become_init(getpid() != 1);
     signal(SIGPIPE, SIG_IGN);
@@ -1856,7 +1908,14 @@ int th_iso_worker_main(int argc, char **argv)
             th_buf_destroy(&b);
             return fail("%s: worker out of memory", o.shown);
         }
-        send_buf(&b);
+        size_t n = b.len;
+        if (send_buf(&b) != 0) {
+            char m[600];
+            snprintf(m, sizeof m, "%s: the plugin's descriptor takes %zu "
+                     "bytes, more than the host reads in one frame "
+                     "(worker_max_frame %zu bytes)", o.shown, n, g_max_frame);
+            return fail("%s", m);
+        }
     }
     /* This thread reads first; the others come when calls need them. */
     pthread_condattr_t ca;

@@ -272,6 +272,11 @@ typedef struct th_plugin_cfg {
      * get or completion of an isolated plugin not answered within this
      * kills its worker and fails; 0: 5000                              */
     uint64_t content_timeout_ms;
+    /* Appended (isolation, docs/isolation.md, "Frames"): the largest
+     * frame the host reads from one of this plugin's workers; a longer
+     * one declared kills the worker; 0: ISO_FRAME_DEFAULT (16 MiB +
+     * 64 KiB), 256 KiB..256 MiB */
+    uint64_t worker_max_frame;
 } th_plugin_cfg;
 
 typedef struct th_perm_rule {
