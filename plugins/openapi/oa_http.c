@@ -30,6 +30,7 @@
  * messages name the variable, and show the path without the query. */
 #include <arpa/inet.h>
 #include <curl/curl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -282,57 +283,80 @@ static int url_origin(const char *url, bool *https, char *host, size_t hs,
 
 /* ---- the request from the arguments --------------------------------- */
 
-/* A scalar argument as text (JSON text for an object or array). */
-static char *arg_text(const json_t *v)
+/* A scalar argument as text (JSON text for an object or array), its
+ * length in *len: a string's NUL bytes (msgpack carries them) are kept,
+ * not where the text ends. */
+static char *arg_text(const json_t *v, size_t *len)
 {
     char tmp[64];
+    char *t;
     switch (json_typeof(v)) {
     case JSON_STRING:
-        return strdup(json_string_value(v));
+        *len = json_string_length(v);
+        t = malloc(*len + 1);
+        if (t) {
+            memcpy(t, json_string_value(v), *len);
+            t[*len] = '\0';
+        }
+        return t;
     case JSON_INTEGER:
         snprintf(tmp, sizeof tmp, "%" JSON_INTEGER_FORMAT,
                  json_integer_value(v));
-        return strdup(tmp);
+        t = strdup(tmp);
+        break;
     case JSON_REAL:
         snprintf(tmp, sizeof tmp, "%.17g", json_real_value(v));
-        return strdup(tmp);
+        t = strdup(tmp);
+        break;
     case JSON_TRUE:
-        return strdup("true");
+        t = strdup("true");
+        break;
     case JSON_FALSE:
-        return strdup("false");
+        t = strdup("false");
+        break;
     case JSON_NULL:
-        return strdup("");
+        t = strdup("");
+        break;
     default:
-        return json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+        t = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+        break;
     }
+    *len = t ? strlen(t) : 0;
+    return t;
 }
 
-/* name=value, both percent-encoded, after `first` (the first pair) or
- * "&" (the others) */
-static int add_pair(CURL *esc, buf *q, const char *first, const char *name,
-                    const char *value)
+/* n bytes percent-encoded (NUL as %00), appended to q */
+static int put_escaped(CURL *esc, buf *q, const char *s, size_t n)
 {
-    char *k = curl_easy_escape(esc, name, 0);
-    char *v = curl_easy_escape(esc, value, 0);
-    int rc = -1;
-    if (k && v && !puts_(q, q->len ? "&" : first) && !puts_(q, k) &&
-        !puts_(q, "=") && !puts_(q, v))
-        rc = 0;
-    curl_free(k);
-    curl_free(v);
+    if (n > INT_MAX)
+        return -1;
+    char *x = curl_easy_escape(esc, n ? s : "", (int)n);
+    int rc = x ? puts_(q, x) : -1;
+    curl_free(x);
     return rc;
+}
+
+/* name=value (nl and vl bytes), both percent-encoded, after `first`
+ * (the first pair) or "&" (the others) */
+static int add_pair(CURL *esc, buf *q, const char *first, const char *name,
+                    size_t nl, const char *value, size_t vl)
+{
+    return puts_(q, q->len ? "&" : first) || put_escaped(esc, q, name, nl) ||
+                   puts_(q, "=") || put_escaped(esc, q, value, vl)
+               ? -1
+               : 0;
 }
 
 static int add_query(CURL *esc, buf *q, const char *name, const char *value)
 {
-    return add_pair(esc, q, "?", name, value);
+    return add_pair(esc, q, "?", name, strlen(name), value, strlen(value));
 }
 
 /* A value of a query parameter or a form field: one pair, or one per
  * element of an array (the name repeated); null adds nothing.  An
  * object, or an array in an array, goes as its JSON text. */
 static int add_value(CURL *esc, buf *q, const char *first, const char *name,
-                     const json_t *v)
+                     size_t nl, const json_t *v)
 {
     if (json_is_null(v))
         return 0;
@@ -341,16 +365,18 @@ static int add_value(CURL *esc, buf *q, const char *first, const char *name,
         const json_t *e;
         json_array_foreach(v, k, e)
         {
-            char *t = arg_text(e);
-            int bad = !t || add_pair(esc, q, first, name, t);
+            size_t tl;
+            char *t = arg_text(e, &tl);
+            int bad = !t || add_pair(esc, q, first, name, nl, t, tl);
             free(t);
             if (bad)
                 return -1;
         }
         return 0;
     }
-    char *t = arg_text(v);
-    int bad = !t || add_pair(esc, q, first, name, t);
+    size_t tl;
+    char *t = arg_text(v, &tl);
+    int bad = !t || add_pair(esc, q, first, name, nl, t, tl);
     free(t);
     return bad ? -1 : 0;
 }
@@ -362,10 +388,11 @@ static char *form_body(CURL *esc, const json_t *obj)
 {
     buf f = {0};
     const char *k;
+    size_t kl;
     const json_t *v;
-    json_object_foreach((json_t *)obj, k, v)
+    json_object_keylen_foreach((json_t *)obj, k, kl, v)
     {
-        if (add_value(esc, &f, "", k, v) != 0) {
+        if (add_value(esc, &f, "", k, kl, v) != 0) {
             free(f.p);
             return NULL;
         }
@@ -396,12 +423,12 @@ static void built_free(built *b)
     free(b->secret2);
 }
 
-/* RFC 6265 cookie-octet: no control character, space, DQUOTE, comma,
- * semicolon or backslash (and no byte past ASCII). */
-static bool cookie_value_ok(const char *s)
+/* RFC 6265 cookie-octet: no control character (NUL included), space,
+ * DQUOTE, comma, semicolon or backslash (and no byte past ASCII). */
+static bool cookie_value_ok(const char *s, size_t n)
 {
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
         if (c <= 0x20 || c >= 0x7f || c == '"' || c == ',' || c == ';' ||
             c == '\\')
             return false;
@@ -409,10 +436,11 @@ static bool cookie_value_ok(const char *s)
     return true;
 }
 
-static bool one_line_value(const char *s)
+/* n bytes without CR, LF or NUL */
+static bool one_line_value(const char *s, size_t n)
 {
-    for (; *s; s++)
-        if (*s == '\r' || *s == '\n' || *s == '\0')
+    for (size_t i = 0; i < n; i++)
+        if (s[i] == '\r' || s[i] == '\n' || s[i] == '\0')
             return false;
     return true;
 }
@@ -454,19 +482,18 @@ static int build(CURL *esc, const oa_op *op, const json_t *args, built *b,
         char name[160];
         snprintf(name, sizeof name, "%.*s", (int)(e - p - 1), p + 1);
         const json_t *v = json_object_get(args, name);
-        char *text = v ? arg_text(v) : NULL;
-        if (!text || !*text || !strcmp(text, ".") || !strcmp(text, "..")) {
+        size_t tl = 0;
+        char *text = v ? arg_text(v, &tl) : NULL;
+        if (!text || !tl || !strcmp(text, ".") || !strcmp(text, "..")) {
             snprintf(err, es, "path parameter '%s' must be a non-empty "
                               "value other than '.' and '..'", name);
             free(text);
             goto out;
         }
-        char *x = curl_easy_escape(esc, text, 0);
+        size_t at = b->url.len;
+        int bad = put_escaped(esc, &b->url, text, tl) ||
+                  put(&b->shown, b->url.p + at, b->url.len - at);
         free(text);
-        if (!x)
-            goto oom;
-        int bad = puts_(&b->url, x) || puts_(&b->shown, x);
-        curl_free(x);
         if (bad)
             goto oom;
         p = e + 1;
@@ -479,20 +506,22 @@ static int build(CURL *esc, const oa_op *op, const json_t *args, built *b,
         if (!v || pa->in == OA_IN_PATH || json_is_null(v))
             continue;
         if (pa->in == OA_IN_QUERY) {
-            if (add_value(esc, &q, "?", pa->name, v) != 0) {
+            if (add_value(esc, &q, "?", pa->name, strlen(pa->name), v) !=
+                0) {
                 free(q.p);
                 goto oom_ck;
             }
             continue;
         }
-        char *t = arg_text(v);
+        size_t tl;
+        char *t = arg_text(v, &tl);
         if (!t) {
             free(q.p);
             goto oom_ck;
         }
         int bad;
         if (pa->in == OA_IN_COOKIE) {
-            if (!cookie_value_ok(t)) {
+            if (!cookie_value_ok(t, tl)) {
                 snprintf(err, es, "cookie parameter '%s' must be printable "
                                   "ASCII without spaces, quotes, commas, "
                                   "semicolons or backslashes",
@@ -503,9 +532,9 @@ static int build(CURL *esc, const oa_op *op, const json_t *args, built *b,
             }
             bad = puts_(&ck, ck.len ? "; " : "") || puts_(&ck, pa->name) ||
                   puts_(&ck, "=") || puts_(&ck, t);
-        } else if (!one_line_value(t)) {
+        } else if (!one_line_value(t, tl)) {
             snprintf(err, es, "header parameter '%s' must be one line (no "
-                              "CR or LF)", pa->name);
+                              "CR, LF or NUL)", pa->name);
             free(t);
             free(q.p);
             goto out_ck;
@@ -539,7 +568,7 @@ static int build(CURL *esc, const oa_op *op, const json_t *args, built *b,
             free(q.p);
             goto out;
         }
-        if (!one_line_value(s) || !one_line_value(s2)) {
+        if (!one_line_value(s, strlen(s)) || !one_line_value(s2, strlen(s2))) {
             snprintf(err, es, "api '%s': auth: %s holds a line break",
                      api->name, api->auth_env);
             free(q.p);
