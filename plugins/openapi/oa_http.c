@@ -168,6 +168,7 @@ static curl_socket_t on_open(void *ud, curlsocktype purpose,
 typedef struct req {
     const char *method;
     const char *body;          /* NULL: none */
+    const char *type;          /* the body's media type */
     struct curl_slist *hdrs;   /* with credentials */
     struct curl_slist *plain;  /* without (a hop to another host) */
     const char *user, *pass;   /* basic auth, or NULL */
@@ -219,7 +220,17 @@ static void one_hop(CURL *e, xfer *x, const req *r, const char *url,
     curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, on_open);
     curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, x);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, h->errbuf);
-    curl_easy_setopt(e, CURLOPT_HTTPHEADER, creds ? r->hdrs : r->plain);
+    /* the body's Content-Type goes before the other headers, on this hop
+     * only: a hop without a body (none given, or a 303) has none, and an
+     * empty "Content-Type:" keeps libcurl from adding its form type to a
+     * POST of no fields.  The node lives until the request ends; libcurl
+     * only reads the list. */
+    char ct[96];
+    snprintf(ct, sizeof ct, "Content-Type:%s%s", r->body ? " " : "",
+             r->body ? r->type : "");
+    struct curl_slist ct_node = {.data = ct,
+                                 .next = creds ? r->hdrs : r->plain};
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, &ct_node);
     curl_easy_setopt(e, CURLOPT_USERAGENT, "toolhost-openapi/0.1");
     if (creds && r->user) {
         curl_easy_setopt(e, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
@@ -619,16 +630,24 @@ static int build(CURL *esc, const oa_op *op, const json_t *args, built *b,
         header(&b->r.plain, "Accept", "application/json"))
         goto oom;
     const json_t *body = json_object_get(args, "body");
-    if (op->body != OA_BODY_NONE && body) {
-        bool form = op->body == OA_BODY_FORM;
-        const char *type =
+    bool form = op->body == OA_BODY_FORM;
+    /* a form is the fields of an object: null is no form (as left out);
+     * a document whose schema lets anything else through (oneOf, no
+     * type) does not get it sent as an empty form */
+    if (form && body && !json_is_null(body) && !json_is_object(body)) {
+        snprintf(err, es, "the form body must be an object of fields, not "
+                          "%s",
+                 json_is_string(body)  ? "a string"
+                 : json_is_array(body) ? "an array"
+                                       : "a number or boolean");
+        goto out;
+    }
+    if (op->body != OA_BODY_NONE && body && !(form && json_is_null(body))) {
+        b->r.type =
             form ? "application/x-www-form-urlencoded" : "application/json";
-        /* a form's fields: the input schema made the body an object */
-        b->body = form ? (json_is_object(body) ? form_body(esc, body)
-                                               : strdup(""))
+        b->body = form ? form_body(esc, body)
                        : json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
-        if (!b->body || header(&b->r.hdrs, "Content-Type", type) ||
-            header(&b->r.plain, "Content-Type", type))
+        if (!b->body)
             goto oom;
     }
     b->r.method = op->method;
