@@ -776,9 +776,17 @@ static void handle_give(const oa_api *api, CURL *e,
                    (unsigned long long)dropped);
 }
 
+/* A byte of an RFC 9110 token (tchar) */
+static bool tchar(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c >= '0' && c <= '9') || (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
 /* The answer's media type (libcurl's Content-Type of the last hop), lower
  * case, without parameters or spaces, into out ("" when it has none or
- * an odd one: a control byte, over the ABI's 255 bytes). */
+ * an odd one: not type/subtype of tokens (a control byte, "image/",
+ * "a/b/c"), over the ABI's 255 bytes). */
 static void media_type(CURL *e, CURLcode rc, char *out, size_t size)
 {
     const char *ct = NULL;
@@ -791,26 +799,33 @@ static void media_type(CURL *e, CURLcode rc, char *out, size_t size)
     size_t n = strcspn(ct, "; \t");
     if (!n || n >= size || n > 255)
         return;
+    size_t slash = 0; /* where the one '/' is */
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)ct[i];
-        if (c <= 0x20 || c >= 0x7f)
+        if (c == '/' && !slash && i > 0 && i + 1 < n)
+            slash = i;
+        else if (!tchar(c))
             return (void)(out[0] = '\0');
         out[i] = (char)(c >= 'A' && c <= 'Z' ? c + 32 : c);
     }
-    out[n] = '\0';
+    out[slash ? n : 0] = '\0';
 }
 
 /* How a 2xx body without an output schema is carried: 0 as stdout's
- * text (UTF-8 of any type but image and audio), else the content block
- * kind of an image, an audio clip or other bytes. */
+ * text (UTF-8 of any type but image and audio, and an image in XML, such
+ * as image/svg+xml: a document, with any script it holds, not a picture
+ * for a client to render), else the content block kind of an image, an
+ * audio clip or other bytes. */
 static uint32_t binary_kind(const char *mt, const buf *body)
 {
-    if (!strncmp(mt, "image/", 6) && mt[6])
-        return TOOLHOST_BLOCK_IMAGE;
-    if (!strncmp(mt, "audio/", 6) && mt[6])
+    bool utf8 = mp_json_utf8_valid(body->p, body->len);
+    size_t n = strlen(mt);
+    bool xml = n > 4 && !strcmp(mt + n - 4, "+xml");
+    if (!strncmp(mt, "image/", 6) && !(xml && utf8))
+        return xml ? TOOLHOST_BLOCK_RESOURCE : TOOLHOST_BLOCK_IMAGE;
+    if (!strncmp(mt, "audio/", 6))
         return TOOLHOST_BLOCK_AUDIO;
-    return mp_json_utf8_valid(body->p, body->len) ? 0
-                                                   : TOOLHOST_BLOCK_RESOURCE;
+    return utf8 ? 0 : TOOLHOST_BLOCK_RESOURCE;
 }
 
 /* A body that is not text: one content block (an image, an audio clip,
