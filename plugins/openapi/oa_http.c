@@ -828,21 +828,40 @@ static uint32_t binary_kind(const char *mt, const buf *body)
     return utf8 ? 0 : TOOLHOST_BLOCK_RESOURCE;
 }
 
+/* The URI of an answer's embedded resource: the URL that answered
+ * without what may be secret in it (user info, the query, the
+ * fragment); malloc()ed, NULL when out of memory. */
+static char *resource_uri(const char *url)
+{
+    CURLU *u = curl_url();
+    char *s = NULL, *r = NULL;
+    if (u && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
+        curl_url_set(u, CURLUPART_USER, NULL, 0) == CURLUE_OK &&
+        curl_url_set(u, CURLUPART_PASSWORD, NULL, 0) == CURLUE_OK &&
+        curl_url_set(u, CURLUPART_OPTIONS, NULL, 0) == CURLUE_OK &&
+        curl_url_set(u, CURLUPART_QUERY, NULL, 0) == CURLUE_OK &&
+        curl_url_set(u, CURLUPART_FRAGMENT, NULL, 0) == CURLUE_OK &&
+        curl_url_get(u, CURLUPART_URL, &s, 0) == CURLUE_OK)
+        r = strdup(s);
+    else if (u) /* every URL here went through libcurl: not reached */
+        r = strdup("");
+    curl_free(s);
+    curl_url_cleanup(u);
+    return r;
+}
+
 /* A body that is not text: one content block (an image, an audio clip,
  * or an embedded resource of other bytes whose URI is the URL answered,
- * its query left out: it may hold a key), and one line on stdout naming
- * it for a caller that reads text only. */
+ * its user info and query left out: they may hold a secret), and one
+ * line on stdout naming it for a caller that reads text only. */
 static int binary_answer(toolhost_call *call, const built *b, const char *url,
                          const char *mt, const buf *body)
 {
     uint32_t kind = binary_kind(mt, body);
     const char *type = mt[0] ? mt : "application/octet-stream";
     char *uri = NULL;
-    if (kind == TOOLHOST_BLOCK_RESOURCE) {
-        uri = strndup(url, strcspn(url, "?#"));
-        if (!uri)
-            return th_sdk_fail(call, "out of memory");
-    }
+    if (kind == TOOLHOST_BLOCK_RESOURCE && !(uri = resource_uri(url)))
+        return th_sdk_fail(call, "out of memory");
     toolhost_block blk = {.struct_size = sizeof blk,
                           .kind = kind,
                           .mime_type = type,
