@@ -675,13 +675,28 @@ static bool transient(const hop *h)
             (h->status == 502 || h->status == 503 || h->status == 504));
 }
 
-/* A bounded, printable excerpt of an answer's body. */
+/* A bounded, printable excerpt of an answer's body, valid UTF-8 (the
+ * message goes into msgpack strings and JSON): a control byte is a
+ * space, a byte that does not begin a whole UTF-8 character within the
+ * bound is '?'. */
 static void excerpt(const buf *b, char *out, size_t size)
 {
     size_t n = b->len < size - 1 ? b->len : size - 1;
-    for (size_t i = 0; i < n; i++) {
+    size_t i = 0;
+    while (i < n) {
         unsigned char c = (unsigned char)b->p[i];
-        out[i] = c < 0x20 || c == 0x7f ? ' ' : (char)c;
+        size_t w = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2
+                              : c >= 0xe0 && c <= 0xef   ? 3
+                              : c >= 0xf0 && c <= 0xf4   ? 4
+                                                         : 0;
+        if (w == 1) {
+            out[i++] = c < 0x20 || c == 0x7f ? ' ' : (char)c;
+        } else if (w && i + w <= n && mp_json_utf8_valid(b->p + i, w)) {
+            memcpy(out + i, b->p + i, w);
+            i += w;
+        } else {
+            out[i++] = '?';
+        }
     }
     out[n] = '\0';
 }
