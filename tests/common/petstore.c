@@ -109,10 +109,13 @@ static enum MHD_Result att_echo(petsrv *p, struct MHD_Connection *c,
 }
 
 /* GET /v1/att/bin... (suite att35): n bytes (query n, default 16) that
- * are not UTF-8 (0x80 | i), or 'a's with text=1, of the Content-Type in
- * query ct (none at all when ct is absent) */
+ * are not UTF-8 (0x80 | i), or 'a's with text=true, of the Content-Type
+ * in query ct (none at all when ct is absent), with the HTTP status in
+ * query status (default 200) */
 static enum MHD_Result att_bin(struct MHD_Connection *c)
 {
+    const char *st = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND,
+                                                 "status");
     const char *ct = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND,
                                                  "ct");
     const char *ns = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND,
@@ -131,7 +134,8 @@ static enum MHD_Result att_bin(struct MHD_Connection *c)
         MHD_create_response_from_buffer(n, b, MHD_RESPMEM_MUST_FREE);
     if (ct)
         MHD_add_response_header(r, "Content-Type", ct);
-    enum MHD_Result rc = MHD_queue_response(c, 200, r);
+    enum MHD_Result rc =
+        MHD_queue_response(c, st ? (unsigned)strtoul(st, NULL, 10) : 200, r);
     MHD_destroy_response(r);
     return rc;
 }
@@ -288,6 +292,14 @@ static enum MHD_Result route(petsrv *p, struct MHD_Connection *c,
     } else if (!strcmp(url, "/v1/att/binredir") && get) {
         rc = answer(c, 302, "", "/v1/att/bin/moved?ct=application/x-att&n=5"
                                  "&api_key=k-123");
+    } else if (!strcmp(url, "/v1/att/binuser") && get) {
+        /* to the same origin, with user info in the URL */
+        char loc[160];
+        snprintf(loc, sizeof loc,
+                 "http://ann:open%%20sesame@127.0.0.1:%d/v1/att/bin/u?"
+                 "ct=application/x-att&n=5&api_key=k-123",
+                 p->port);
+        rc = answer(c, 302, "", loc);
     } else if (!strncmp(url, "/v1/att/bin", 11) && get) {
         rc = att_bin(c);
     } else if (!strcmp(url, "/v1/old-pets")) {

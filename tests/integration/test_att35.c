@@ -677,6 +677,14 @@ static void test_bin_uri(void)
     CU_ASSERT(block_is(res, 0, "mime_type", "application/x-att"));
     CU_ASSERT(res && result_lacks(res, KEY));
     rpc_res_free(&r);
+    /* a Location with user info: the URI has none */
+    snprintf(uri, sizeof uri, "http://127.0.0.1:%d/v1/att/bin/u", f.srv.port);
+    res = call(&f, "getBinUserinfo", "{}", &r);
+    CU_ASSERT(res && rpc_ok(res));
+    CU_ASSERT(block_is(res, 0, "uri", uri));
+    CU_ASSERT(res && result_lacks(res, "sesame"));
+    CU_ASSERT(res && result_lacks(res, KEY));
+    rpc_res_free(&r);
     /* a structured operation answered with a PNG: not JSON, no block */
     res = get_bin(&f, "getBinStructured", "image/png", 8, false, &r);
     CU_ASSERT(res && !rpc_ok(res) &&
@@ -689,6 +697,86 @@ static void test_bin_uri(void)
     rpc_res_free(&r);
     CU_ASSERT_FALSE(rpc_log_has(&f.s, KEY));
     fx_stop(&f);
+}
+
+/* A string of the result that is valid UTF-8 (jansson takes it). */
+static bool utf8_str(const msgpack_object *res, const char *key)
+{
+    const char *p;
+    size_t n;
+    if (!res || !th_rpc_obj_str(th_rpc_map_get(res, key), &p, &n))
+        return false;
+    json_t *j = json_stringn(p, n);
+    json_decref(j);
+    return j != NULL;
+}
+
+/* An error answer of bytes that are not UTF-8: the call's message
+ * quotes it as valid UTF-8 (RPC carries it as a string; MCP in JSON). */
+static void test_bin_error_body(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(fx_start(&f, NULL, NULL, NULL) == 0);
+    rpc_res r;
+    const msgpack_object *res =
+        call(&f, "getBin", "{\"status\": 500, \"n\": 600, \"ct\": "
+                           "\"image/png\"}", &r);
+    CU_ASSERT(res && !rpc_ok(res) && stream_has(res, "stderr", "HTTP 500"));
+    CU_ASSERT(utf8_str(res, "stderr"));
+    const msgpack_object *em =
+        th_rpc_map_get(th_rpc_map_get(res, "error"), "message");
+    CU_ASSERT(!em || utf8_str(th_rpc_map_get(res, "error"), "message"));
+    CU_ASSERT_EQUAL(n_blocks(res), 0);
+    rpc_res_free(&r);
+    /* 503: the backend's code, error.message */
+    res = call(&f, "getBin", "{\"status\": 503, \"n\": 600}", &r);
+    CU_ASSERT(res && !rpc_ok(res) && rpc_tool_error_is(res, "unavailable"));
+    CU_ASSERT(utf8_str(th_rpc_map_get(res, "error"), "message"));
+    rpc_res_free(&r);
+    /* text stays as it is */
+    res = call(&f, "getBin", "{\"status\": 404, \"n\": 600, \"text\": "
+                             "true}", &r);
+    CU_ASSERT(res && !rpc_ok(res) && stream_has(res, "stderr", "HTTP 404"));
+    CU_ASSERT(utf8_str(res, "stderr"));
+    rpc_res_free(&r);
+    CU_ASSERT(alive(&f));
+    fx_stop(&f);
+}
+
+/* A base URL (config or document) with user info is refused at load:
+ * it would be logged, sent, and shown in resource URIs. */
+static void test_base_url_userinfo(void)
+{
+    char *dir = th_test_tmpdir();
+    static const char *const urls[] = {"http://ann:pw@127.0.0.1:9/v1",
+                                       "http://ann@127.0.0.1:9/v1"};
+    for (size_t i = 0; i < 2; i++) {
+        char text[1024];
+        snprintf(text, sizeof text,
+                 "plugins:\n"
+                 "  - name: openapi\n"
+                 "    path: %s\n"
+                 "    config:\n"
+                 "      apis:\n"
+                 "        - name: bad\n"
+                 "          spec: %s\n"
+                 "          base_url: %s\n",
+                 th_test_build_path("plugins/openapi.so"),
+                 th_test_source_path("tests/openapi/att35.yaml"), urls[i]);
+        char *cfg = th_test_write_file(dir, "cfg.yaml", text, (size_t)-1);
+        th_test_run r;
+        th_test_toolhost(&r, "config", "check", cfg, NULL);
+        CU_ASSERT_NOT_EQUAL(r.status, 0);
+        bool has = strstr(r.err, "has user info") || strstr(r.out, "has user info");
+        if (!has)
+            fprintf(stderr, "\nout: %s\nerr: %s\n", r.out, r.err);
+        CU_ASSERT(has);
+        CU_ASSERT(!strstr(r.err, ":pw@") && !strstr(r.out, ":pw@"));
+        th_test_run_free(&r);
+        free(cfg);
+    }
+    th_test_rmtree(dir);
+    free(dir);
 }
 
 static const char *user_line(void)
@@ -992,6 +1080,8 @@ void th_suite_att35(void)
     CU_add_test(s, "bin_types", test_bin_types);
     CU_add_test(s, "bin_budgets", test_bin_budgets);
     CU_add_test(s, "bin_uri", test_bin_uri);
+    CU_add_test(s, "bin_error_body", test_bin_error_body);
+    CU_add_test(s, "base_url_userinfo", test_base_url_userinfo);
     CU_add_test(s, "bin_iso", test_bin_iso);
     CU_add_test(s, "bin_mcp", test_bin_mcp);
     CU_add_test(s, "cache_mcp", test_cache_mcp);
