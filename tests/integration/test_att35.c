@@ -847,7 +847,9 @@ static void test_bin_mcp(void)
         "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":"
         "{\"name\":\"getBin\",\"arguments\":{\"n\":4}}}\n"
         "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/call\",\"params\":"
-        "{\"name\":\"structEcho\",\"arguments\":{}}}\n";
+        "{\"name\":\"structEcho\",\"arguments\":{}}}\n"
+        "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/call\",\"params\":"
+        "{\"name\":\"getBin\",\"arguments\":{\"status\":500,\"n\":40}}}\n";
     th_test_run r;
     char *argv[] = {(char *)th_test_build_path("toolhost"), "mcp", "-c", cfg,
                     NULL};
@@ -891,6 +893,14 @@ static void test_bin_mcp(void)
             const char *b = json_string_value(json_object_get(rr, "blob"));
             CU_ASSERT(u && !strcmp(u, uri));
             CU_ASSERT(b && !strcmp(b, "gIGCgw=="));
+        } else if (id == 5) {
+            /* an error answer of bytes: a tool error whose text is JSON
+             * (json_loads took the line), naming the status */
+            seen++;
+            json_t *t0 = json_array_get(content, 0);
+            const char *tx = json_string_value(json_object_get(t0, "text"));
+            CU_ASSERT(json_is_true(json_object_get(res, "isError")));
+            CU_ASSERT(tx && strstr(tx, "HTTP 500"));
         } else if (id == 4) {
             seen++;
             CU_ASSERT(json_is_true(json_object_get(
@@ -898,7 +908,7 @@ static void test_bin_mcp(void)
         }
         json_decref(j);
     }
-    CU_ASSERT_EQUAL(seen, 3);
+    CU_ASSERT_EQUAL(seen, 4);
     CU_ASSERT(!r.out || !strstr(r.out, KEY));
     CU_ASSERT(!r.err || !strstr(r.err, KEY));
     th_test_run_free(&r);
