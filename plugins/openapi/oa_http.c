@@ -237,9 +237,12 @@ static void one_hop(CURL *e, xfer *x, const req *r, const char *url,
         curl_easy_setopt(e, CURLOPT_USERNAME, r->user);
         curl_easy_setopt(e, CURLOPT_PASSWORD, r->pass);
     }
+    /* the method by name whenever there is a body: POSTFIELDS alone
+     * makes libcurl send a POST, and a GET with a body (a document may
+     * give one a requestBody) must not become one */
     if (!strcmp(r->method, "HEAD"))
         curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
-    else if (strcmp(r->method, "GET"))
+    else if (strcmp(r->method, "GET") || r->body)
         curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, r->method);
     if (r->body) {
         curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->body);
