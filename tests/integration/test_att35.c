@@ -393,6 +393,24 @@ static void test_form_media(void)
     CU_ASSERT(res && rpc_ok(res));
     CU_ASSERT(echo_was(&f.srv, "POST", FORM, "k=v"));
     rpc_res_free(&r);
+    /* a GET (and a DELETE) with a body stays a GET: libcurl turns a
+     * request with POSTFIELDS into a POST unless told the method */
+    res = call(&f, "getWithForm", "{\"body\": {\"q\": \"1\"}}", &r);
+    CU_ASSERT(res && rpc_ok(res));
+    CU_ASSERT(echo_was(&f.srv, "GET", FORM, "q=1"));
+    rpc_res_free(&r);
+    res = call(&f, "deleteWithJson", "{\"body\": {\"q\": \"1\"}}", &r);
+    CU_ASSERT(res && rpc_ok(res));
+    CU_ASSERT(echo_was(&f.srv, "DELETE", "application/json", "{\"q\":\"1\"}"));
+    rpc_res_free(&r);
+    res = call(&f, "headWithJson", "{\"body\": {\"q\": \"1\"}}", &r);
+    CU_ASSERT(res && rpc_ok(res));
+    CU_ASSERT(echo_was(&f.srv, "HEAD", NULL, NULL));
+    rpc_res_free(&r);
+    res = call(&f, "getWithForm", "{}", &r);
+    CU_ASSERT(res && rpc_ok(res));
+    CU_ASSERT(echo_was(&f.srv, "GET", "-", ""));
+    rpc_res_free(&r);
     /* the host's own schema check: a field the document does not name
      * is fine (no additionalProperties: false), one of the wrong type not */
     res = call(&f, "formEcho", "{\"body\": {\"name\": 5}}", &r);
