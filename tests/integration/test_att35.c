@@ -880,7 +880,10 @@ static void test_bin_mcp(void)
         "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/call\",\"params\":"
         "{\"name\":\"structEcho\",\"arguments\":{}}}\n"
         "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/call\",\"params\":"
-        "{\"name\":\"getBin\",\"arguments\":{\"status\":500,\"n\":40}}}\n";
+        "{\"name\":\"getBin\",\"arguments\":{\"status\":500,\"n\":40}}}\n"
+        "{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"tools/call\",\"params\":"
+        "{\"name\":\"formEcho\",\"arguments\":{\"body\":{\"name\":"
+        "\"x\\u0000y\"}}}}\n";
     th_test_run r;
     char *argv[] = {(char *)th_test_build_path("toolhost"), "mcp", "-c", cfg,
                     NULL};
@@ -940,6 +943,9 @@ static void test_bin_mcp(void)
         json_decref(j);
     }
     CU_ASSERT_EQUAL(seen, 4);
+    /* JSON's \u0000 through MCP reaches the form whole (id 6 came
+     * last to the echo) */
+    CU_ASSERT(echo_was(&f.srv, "POST", FORM, "name=x%00y"));
     CU_ASSERT(!r.out || !strstr(r.out, KEY));
     CU_ASSERT(!r.err || !strstr(r.err, KEY));
     th_test_run_free(&r);
