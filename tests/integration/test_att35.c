@@ -9,10 +9,11 @@
  *   nested objects, arrays of arrays, 2,000 fields) stay inside their
  *   pair: percent-encoded, in the call's order.
  * form_nul: a field name or value with a NUL byte (msgpack carries it)
- *   is not cut at the NUL.
+ *   is not cut at the NUL; a header or cookie value with one fails.
  * form_media: JSON wins over a form in one requestBody; a form media type
  *   in odd case with a parameter is a form; an optional form left out
- *   sends no Content-Type; a schema that lists `body` as a field.
+ *   sends no Content-Type; a GET, DELETE or HEAD with a body keeps its
+ *   method.
  * form_not_object: a form whose schema allows a string (oneOf) given a
  *   string fails the call naming the problem, not an empty form sent;
  *   a null form (nullable) sends no body.
@@ -27,13 +28,18 @@
  *   fails; a block larger than the toolset's output limit fails the call
  *   with a clear message and a log line, and the host serves the next.
  * bin_uri: an API key in the query is in no URI, result or log; after a
- *   redirect the URI is the final URL; a structured operation answered
- *   with a PNG fails as "not JSON".
+ *   redirect the URI is the final URL, without user info; a structured
+ *   operation answered with a PNG fails as "not JSON".
+ * bin_error_body: a 500 or 503 of bytes: the message is valid UTF-8.
+ * base_url_userinfo: a base URL with user info stops the load, the URL
+ *   not shown.
  * bin_iso: the same answers through an isolated worker (BLOCK frames).
- * bin_mcp: over MCP stdio the answers are image and resource contents.
+ * bin_mcp: over MCP stdio the answers are image and resource contents,
+ *   an error answer of bytes a tool error, a \u0000 of a form sent whole.
  * cache_mcp: many MCP sessions calling a structured tool at once all get
- *   structuredContent; a reload that gives the tool a non-object output
- *   (no output schema) is not served from the old tool's cache. */
+ *   structuredContent; reloads that turn its output schema from an
+ *   array to an object and back are not served from another tool's
+ *   cache. */
 #include <CUnit/CUnit.h>
 #include <jansson.h>
 #include <pthread.h>
