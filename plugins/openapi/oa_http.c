@@ -30,6 +30,7 @@
  * messages name the variable, and show the path without the query. */
 #include <arpa/inet.h>
 #include <curl/curl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -167,6 +168,7 @@ static curl_socket_t on_open(void *ud, curlsocktype purpose,
 typedef struct req {
     const char *method;
     const char *body;          /* NULL: none */
+    const char *type;          /* the body's media type */
     struct curl_slist *hdrs;   /* with credentials */
     struct curl_slist *plain;  /* without (a hop to another host) */
     const char *user, *pass;   /* basic auth, or NULL */
@@ -218,16 +220,29 @@ static void one_hop(CURL *e, xfer *x, const req *r, const char *url,
     curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, on_open);
     curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, x);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, h->errbuf);
-    curl_easy_setopt(e, CURLOPT_HTTPHEADER, creds ? r->hdrs : r->plain);
+    /* the body's Content-Type goes before the other headers, on this hop
+     * only: a hop without a body (none given, or a 303) has none, and an
+     * empty "Content-Type:" keeps libcurl from adding its form type to a
+     * POST of no fields.  The node lives until the request ends; libcurl
+     * only reads the list. */
+    char ct[96];
+    snprintf(ct, sizeof ct, "Content-Type:%s%s", r->body ? " " : "",
+             r->body ? r->type : "");
+    struct curl_slist ct_node = {.data = ct,
+                                 .next = creds ? r->hdrs : r->plain};
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, &ct_node);
     curl_easy_setopt(e, CURLOPT_USERAGENT, "toolhost-openapi/0.1");
     if (creds && r->user) {
         curl_easy_setopt(e, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
         curl_easy_setopt(e, CURLOPT_USERNAME, r->user);
         curl_easy_setopt(e, CURLOPT_PASSWORD, r->pass);
     }
+    /* the method by name whenever there is a body: POSTFIELDS alone
+     * makes libcurl send a POST, and a GET with a body (a document may
+     * give one a requestBody) must not become one */
     if (!strcmp(r->method, "HEAD"))
         curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
-    else if (strcmp(r->method, "GET"))
+    else if (strcmp(r->method, "GET") || r->body)
         curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, r->method);
     if (r->body) {
         curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->body);
@@ -282,57 +297,80 @@ static int url_origin(const char *url, bool *https, char *host, size_t hs,
 
 /* ---- the request from the arguments --------------------------------- */
 
-/* A scalar argument as text (JSON text for an object or array). */
-static char *arg_text(const json_t *v)
+/* A scalar argument as text (JSON text for an object or array), its
+ * length in *len: a string's NUL bytes (msgpack carries them) are kept,
+ * not where the text ends. */
+static char *arg_text(const json_t *v, size_t *len)
 {
     char tmp[64];
+    char *t;
     switch (json_typeof(v)) {
     case JSON_STRING:
-        return strdup(json_string_value(v));
+        *len = json_string_length(v);
+        t = malloc(*len + 1);
+        if (t) {
+            memcpy(t, json_string_value(v), *len);
+            t[*len] = '\0';
+        }
+        return t;
     case JSON_INTEGER:
         snprintf(tmp, sizeof tmp, "%" JSON_INTEGER_FORMAT,
                  json_integer_value(v));
-        return strdup(tmp);
+        t = strdup(tmp);
+        break;
     case JSON_REAL:
         snprintf(tmp, sizeof tmp, "%.17g", json_real_value(v));
-        return strdup(tmp);
+        t = strdup(tmp);
+        break;
     case JSON_TRUE:
-        return strdup("true");
+        t = strdup("true");
+        break;
     case JSON_FALSE:
-        return strdup("false");
+        t = strdup("false");
+        break;
     case JSON_NULL:
-        return strdup("");
+        t = strdup("");
+        break;
     default:
-        return json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+        t = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+        break;
     }
+    *len = t ? strlen(t) : 0;
+    return t;
 }
 
-/* name=value, both percent-encoded, after `first` (the first pair) or
- * "&" (the others) */
-static int add_pair(CURL *esc, buf *q, const char *first, const char *name,
-                    const char *value)
+/* n bytes percent-encoded (NUL as %00), appended to q */
+static int put_escaped(CURL *esc, buf *q, const char *s, size_t n)
 {
-    char *k = curl_easy_escape(esc, name, 0);
-    char *v = curl_easy_escape(esc, value, 0);
-    int rc = -1;
-    if (k && v && !puts_(q, q->len ? "&" : first) && !puts_(q, k) &&
-        !puts_(q, "=") && !puts_(q, v))
-        rc = 0;
-    curl_free(k);
-    curl_free(v);
+    if (n > INT_MAX)
+        return -1;
+    char *x = curl_easy_escape(esc, n ? s : "", (int)n);
+    int rc = x ? puts_(q, x) : -1;
+    curl_free(x);
     return rc;
+}
+
+/* name=value (nl and vl bytes), both percent-encoded, after `first`
+ * (the first pair) or "&" (the others) */
+static int add_pair(CURL *esc, buf *q, const char *first, const char *name,
+                    size_t nl, const char *value, size_t vl)
+{
+    return puts_(q, q->len ? "&" : first) || put_escaped(esc, q, name, nl) ||
+                   puts_(q, "=") || put_escaped(esc, q, value, vl)
+               ? -1
+               : 0;
 }
 
 static int add_query(CURL *esc, buf *q, const char *name, const char *value)
 {
-    return add_pair(esc, q, "?", name, value);
+    return add_pair(esc, q, "?", name, strlen(name), value, strlen(value));
 }
 
 /* A value of a query parameter or a form field: one pair, or one per
  * element of an array (the name repeated); null adds nothing.  An
  * object, or an array in an array, goes as its JSON text. */
 static int add_value(CURL *esc, buf *q, const char *first, const char *name,
-                     const json_t *v)
+                     size_t nl, const json_t *v)
 {
     if (json_is_null(v))
         return 0;
@@ -341,16 +379,18 @@ static int add_value(CURL *esc, buf *q, const char *first, const char *name,
         const json_t *e;
         json_array_foreach(v, k, e)
         {
-            char *t = arg_text(e);
-            int bad = !t || add_pair(esc, q, first, name, t);
+            size_t tl;
+            char *t = arg_text(e, &tl);
+            int bad = !t || add_pair(esc, q, first, name, nl, t, tl);
             free(t);
             if (bad)
                 return -1;
         }
         return 0;
     }
-    char *t = arg_text(v);
-    int bad = !t || add_pair(esc, q, first, name, t);
+    size_t tl;
+    char *t = arg_text(v, &tl);
+    int bad = !t || add_pair(esc, q, first, name, nl, t, tl);
     free(t);
     return bad ? -1 : 0;
 }
@@ -362,10 +402,11 @@ static char *form_body(CURL *esc, const json_t *obj)
 {
     buf f = {0};
     const char *k;
+    size_t kl;
     const json_t *v;
-    json_object_foreach((json_t *)obj, k, v)
+    json_object_keylen_foreach((json_t *)obj, k, kl, v)
     {
-        if (add_value(esc, &f, "", k, v) != 0) {
+        if (add_value(esc, &f, "", k, kl, v) != 0) {
             free(f.p);
             return NULL;
         }
@@ -396,12 +437,12 @@ static void built_free(built *b)
     free(b->secret2);
 }
 
-/* RFC 6265 cookie-octet: no control character, space, DQUOTE, comma,
- * semicolon or backslash (and no byte past ASCII). */
-static bool cookie_value_ok(const char *s)
+/* RFC 6265 cookie-octet: no control character (NUL included), space,
+ * DQUOTE, comma, semicolon or backslash (and no byte past ASCII). */
+static bool cookie_value_ok(const char *s, size_t n)
 {
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
         if (c <= 0x20 || c >= 0x7f || c == '"' || c == ',' || c == ';' ||
             c == '\\')
             return false;
@@ -409,10 +450,11 @@ static bool cookie_value_ok(const char *s)
     return true;
 }
 
-static bool one_line_value(const char *s)
+/* n bytes without CR, LF or NUL */
+static bool one_line_value(const char *s, size_t n)
 {
-    for (; *s; s++)
-        if (*s == '\r' || *s == '\n' || *s == '\0')
+    for (size_t i = 0; i < n; i++)
+        if (s[i] == '\r' || s[i] == '\n' || s[i] == '\0')
             return false;
     return true;
 }
@@ -454,19 +496,18 @@ static int build(CURL *esc, const oa_op *op, const json_t *args, built *b,
         char name[160];
         snprintf(name, sizeof name, "%.*s", (int)(e - p - 1), p + 1);
         const json_t *v = json_object_get(args, name);
-        char *text = v ? arg_text(v) : NULL;
-        if (!text || !*text || !strcmp(text, ".") || !strcmp(text, "..")) {
+        size_t tl = 0;
+        char *text = v ? arg_text(v, &tl) : NULL;
+        if (!text || !tl || !strcmp(text, ".") || !strcmp(text, "..")) {
             snprintf(err, es, "path parameter '%s' must be a non-empty "
                               "value other than '.' and '..'", name);
             free(text);
             goto out;
         }
-        char *x = curl_easy_escape(esc, text, 0);
+        size_t at = b->url.len;
+        int bad = put_escaped(esc, &b->url, text, tl) ||
+                  put(&b->shown, b->url.p + at, b->url.len - at);
         free(text);
-        if (!x)
-            goto oom;
-        int bad = puts_(&b->url, x) || puts_(&b->shown, x);
-        curl_free(x);
         if (bad)
             goto oom;
         p = e + 1;
@@ -479,20 +520,22 @@ static int build(CURL *esc, const oa_op *op, const json_t *args, built *b,
         if (!v || pa->in == OA_IN_PATH || json_is_null(v))
             continue;
         if (pa->in == OA_IN_QUERY) {
-            if (add_value(esc, &q, "?", pa->name, v) != 0) {
+            if (add_value(esc, &q, "?", pa->name, strlen(pa->name), v) !=
+                0) {
                 free(q.p);
                 goto oom_ck;
             }
             continue;
         }
-        char *t = arg_text(v);
+        size_t tl;
+        char *t = arg_text(v, &tl);
         if (!t) {
             free(q.p);
             goto oom_ck;
         }
         int bad;
         if (pa->in == OA_IN_COOKIE) {
-            if (!cookie_value_ok(t)) {
+            if (!cookie_value_ok(t, tl)) {
                 snprintf(err, es, "cookie parameter '%s' must be printable "
                                   "ASCII without spaces, quotes, commas, "
                                   "semicolons or backslashes",
@@ -503,9 +546,9 @@ static int build(CURL *esc, const oa_op *op, const json_t *args, built *b,
             }
             bad = puts_(&ck, ck.len ? "; " : "") || puts_(&ck, pa->name) ||
                   puts_(&ck, "=") || puts_(&ck, t);
-        } else if (!one_line_value(t)) {
+        } else if (!one_line_value(t, tl)) {
             snprintf(err, es, "header parameter '%s' must be one line (no "
-                              "CR or LF)", pa->name);
+                              "CR, LF or NUL)", pa->name);
             free(t);
             free(q.p);
             goto out_ck;
@@ -539,7 +582,7 @@ static int build(CURL *esc, const oa_op *op, const json_t *args, built *b,
             free(q.p);
             goto out;
         }
-        if (!one_line_value(s) || !one_line_value(s2)) {
+        if (!one_line_value(s, strlen(s)) || !one_line_value(s2, strlen(s2))) {
             snprintf(err, es, "api '%s': auth: %s holds a line break",
                      api->name, api->auth_env);
             free(q.p);
@@ -590,16 +633,24 @@ static int build(CURL *esc, const oa_op *op, const json_t *args, built *b,
         header(&b->r.plain, "Accept", "application/json"))
         goto oom;
     const json_t *body = json_object_get(args, "body");
-    if (op->body != OA_BODY_NONE && body) {
-        bool form = op->body == OA_BODY_FORM;
-        const char *type =
+    bool form = op->body == OA_BODY_FORM;
+    /* a form is the fields of an object: null is no form (as left out);
+     * a document whose schema lets anything else through (oneOf, no
+     * type) does not get it sent as an empty form */
+    if (form && body && !json_is_null(body) && !json_is_object(body)) {
+        snprintf(err, es, "the form body must be an object of fields, not "
+                          "%s",
+                 json_is_string(body)  ? "a string"
+                 : json_is_array(body) ? "an array"
+                                       : "a number or boolean");
+        goto out;
+    }
+    if (op->body != OA_BODY_NONE && body && !(form && json_is_null(body))) {
+        b->r.type =
             form ? "application/x-www-form-urlencoded" : "application/json";
-        /* a form's fields: the input schema made the body an object */
-        b->body = form ? (json_is_object(body) ? form_body(esc, body)
-                                               : strdup(""))
+        b->body = form ? form_body(esc, body)
                        : json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
-        if (!b->body || header(&b->r.hdrs, "Content-Type", type) ||
-            header(&b->r.plain, "Content-Type", type))
+        if (!b->body)
             goto oom;
     }
     b->r.method = op->method;
@@ -627,13 +678,28 @@ static bool transient(const hop *h)
             (h->status == 502 || h->status == 503 || h->status == 504));
 }
 
-/* A bounded, printable excerpt of an answer's body. */
+/* A bounded, printable excerpt of an answer's body, valid UTF-8 (the
+ * message goes into msgpack strings and JSON): a control byte is a
+ * space, a byte that does not begin a whole UTF-8 character within the
+ * bound is '?'. */
 static void excerpt(const buf *b, char *out, size_t size)
 {
     size_t n = b->len < size - 1 ? b->len : size - 1;
-    for (size_t i = 0; i < n; i++) {
+    size_t i = 0;
+    while (i < n) {
         unsigned char c = (unsigned char)b->p[i];
-        out[i] = c < 0x20 || c == 0x7f ? ' ' : (char)c;
+        size_t w = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2
+                              : c >= 0xe0 && c <= 0xef   ? 3
+                              : c >= 0xf0 && c <= 0xf4   ? 4
+                                                         : 0;
+        if (w == 1) {
+            out[i++] = c < 0x20 || c == 0x7f ? ' ' : (char)c;
+        } else if (w && i + w <= n && mp_json_utf8_valid(b->p + i, w)) {
+            memcpy(out + i, b->p + i, w);
+            i += w;
+        } else {
+            out[i++] = '?';
+        }
     }
     out[n] = '\0';
 }
@@ -728,9 +794,17 @@ static void handle_give(const oa_api *api, CURL *e,
                    (unsigned long long)dropped);
 }
 
+/* A byte of an RFC 9110 token (tchar) */
+static bool tchar(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c >= '0' && c <= '9') || (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
 /* The answer's media type (libcurl's Content-Type of the last hop), lower
  * case, without parameters or spaces, into out ("" when it has none or
- * an odd one: a control byte, over the ABI's 255 bytes). */
+ * an odd one: not type/subtype of tokens (a control byte, "image/",
+ * "a/b/c"), over the ABI's 255 bytes). */
 static void media_type(CURL *e, CURLcode rc, char *out, size_t size)
 {
     const char *ct = NULL;
@@ -743,43 +817,69 @@ static void media_type(CURL *e, CURLcode rc, char *out, size_t size)
     size_t n = strcspn(ct, "; \t");
     if (!n || n >= size || n > 255)
         return;
+    size_t slash = 0; /* where the one '/' is */
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)ct[i];
-        if (c <= 0x20 || c >= 0x7f)
+        if (c == '/' && !slash && i > 0 && i + 1 < n)
+            slash = i;
+        else if (!tchar(c))
             return (void)(out[0] = '\0');
         out[i] = (char)(c >= 'A' && c <= 'Z' ? c + 32 : c);
     }
-    out[n] = '\0';
+    out[slash ? n : 0] = '\0';
 }
 
 /* How a 2xx body without an output schema is carried: 0 as stdout's
- * text (UTF-8 of any type but image and audio), else the content block
- * kind of an image, an audio clip or other bytes. */
+ * text (UTF-8 of any type but image and audio, and an image in XML, such
+ * as image/svg+xml: a document, with any script it holds, not a picture
+ * for a client to render), else the content block kind of an image, an
+ * audio clip or other bytes. */
 static uint32_t binary_kind(const char *mt, const buf *body)
 {
-    if (!strncmp(mt, "image/", 6) && mt[6])
-        return TOOLHOST_BLOCK_IMAGE;
-    if (!strncmp(mt, "audio/", 6) && mt[6])
+    bool utf8 = mp_json_utf8_valid(body->p, body->len);
+    size_t n = strlen(mt);
+    bool xml = n > 4 && !strcmp(mt + n - 4, "+xml");
+    if (!strncmp(mt, "image/", 6) && !(xml && utf8))
+        return xml ? TOOLHOST_BLOCK_RESOURCE : TOOLHOST_BLOCK_IMAGE;
+    if (!strncmp(mt, "audio/", 6))
         return TOOLHOST_BLOCK_AUDIO;
-    return mp_json_utf8_valid(body->p, body->len) ? 0
-                                                   : TOOLHOST_BLOCK_RESOURCE;
+    return utf8 ? 0 : TOOLHOST_BLOCK_RESOURCE;
+}
+
+/* The URI of an answer's embedded resource: the URL that answered
+ * without what may be secret in it (user info, the query, the
+ * fragment); malloc()ed, NULL when out of memory. */
+static char *resource_uri(const char *url)
+{
+    CURLU *u = curl_url();
+    char *s = NULL, *r = NULL;
+    if (u && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
+        curl_url_set(u, CURLUPART_USER, NULL, 0) == CURLUE_OK &&
+        curl_url_set(u, CURLUPART_PASSWORD, NULL, 0) == CURLUE_OK &&
+        curl_url_set(u, CURLUPART_OPTIONS, NULL, 0) == CURLUE_OK &&
+        curl_url_set(u, CURLUPART_QUERY, NULL, 0) == CURLUE_OK &&
+        curl_url_set(u, CURLUPART_FRAGMENT, NULL, 0) == CURLUE_OK &&
+        curl_url_get(u, CURLUPART_URL, &s, 0) == CURLUE_OK)
+        r = strdup(s);
+    else if (u) /* every URL here went through libcurl: not reached */
+        r = strdup("");
+    curl_free(s);
+    curl_url_cleanup(u);
+    return r;
 }
 
 /* A body that is not text: one content block (an image, an audio clip,
  * or an embedded resource of other bytes whose URI is the URL answered,
- * its query left out: it may hold a key), and one line on stdout naming
- * it for a caller that reads text only. */
+ * its user info and query left out: they may hold a secret), and one
+ * line on stdout naming it for a caller that reads text only. */
 static int binary_answer(toolhost_call *call, const built *b, const char *url,
                          const char *mt, const buf *body)
 {
     uint32_t kind = binary_kind(mt, body);
     const char *type = mt[0] ? mt : "application/octet-stream";
     char *uri = NULL;
-    if (kind == TOOLHOST_BLOCK_RESOURCE) {
-        uri = strndup(url, strcspn(url, "?#"));
-        if (!uri)
-            return th_sdk_fail(call, "out of memory");
-    }
+    if (kind == TOOLHOST_BLOCK_RESOURCE && !(uri = resource_uri(url)))
+        return th_sdk_fail(call, "out of memory");
     toolhost_block blk = {.struct_size = sizeof blk,
                           .kind = kind,
                           .mime_type = type,

@@ -1018,6 +1018,18 @@ static int base_url(oa_api *api, const json_t *doc, char *err, size_t es)
                  api->name, api->base_url);
         goto out;
     }
+    /* a secret in the URL would be logged (the load's info line), sent
+     * by libcurl and shown in resource URIs: credentials go in auth:,
+     * from the environment.  The URL is not shown: it holds one. */
+    char *user = NULL;
+    bool has_user = curl_url_get(u, CURLUPART_USER, &user, 0) == CURLUE_OK;
+    curl_free(user);
+    if (has_user) {
+        snprintf(err, es, "api '%s': the base URL has user info "
+                          "(user:password@); credentials go in auth:, read "
+                          "from the environment", api->name);
+        goto out;
+    }
     if (curl_url_get(u, CURLUPART_QUERY, &query, 0) == CURLUE_OK) {
         snprintf(err, es, "api '%s': base URL '%.200s' has a query",
                  api->name, api->base_url);

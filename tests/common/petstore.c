@@ -88,6 +88,58 @@ static bool form_field(const char *body, const char *name, char *out,
     return false;
 }
 
+/* /v1/att/echo... (suite att35), any method: what came kept (the
+ * method, the Content-Type or "-", the whole body), {"ok": true} */
+static enum MHD_Result att_echo(petsrv *p, struct MHD_Connection *c,
+                                const char *method, const upload *up)
+{
+    const char *type = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                   "Content-Type");
+    snprintf(p->att_method, sizeof p->att_method, "%s", method);
+    snprintf(p->att_type, sizeof p->att_type, "%s", type ? type : "-");
+    free(p->att_body);
+    p->att_body = malloc(up->len + 1);
+    p->att_body_len = p->att_body ? up->len : 0;
+    if (p->att_body) {
+        memcpy(p->att_body, up->data ? up->data : "", up->len);
+        p->att_body[up->len] = '\0';
+    }
+    p->att_hits++;
+    return answer(c, 200, "{\"ok\": true}", NULL);
+}
+
+/* GET /v1/att/bin... (suite att35): n bytes (query n, default 16) that
+ * are not UTF-8 (0x80 | i), or 'a's with text=true, of the Content-Type
+ * in query ct (none at all when ct is absent), with the HTTP status in
+ * query status (default 200) */
+static enum MHD_Result att_bin(struct MHD_Connection *c)
+{
+    const char *st = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND,
+                                                 "status");
+    const char *ct = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND,
+                                                 "ct");
+    const char *ns = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND,
+                                                 "n");
+    const char *text = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND,
+                                                   "text");
+    size_t n = ns ? strtoul(ns, NULL, 10) : 16;
+    if (n > 8 * 1024 * 1024)
+        n = 8 * 1024 * 1024;
+    char *b = malloc(n ? n : 1);
+    if (!b)
+        return MHD_NO;
+    for (size_t i = 0; i < n; i++)
+        b[i] = text && !strcmp(text, "true") ? 'a' : (char)(0x80 | (i & 0x3f));
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(n, b, MHD_RESPMEM_MUST_FREE);
+    if (ct)
+        MHD_add_response_header(r, "Content-Type", ct);
+    enum MHD_Result rc =
+        MHD_queue_response(c, st ? (unsigned)strtoul(st, NULL, 10) : 200, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
 /* POST /v1/pets/ID with a form (updatePetWithForm): its Content-Type
  * and body kept as sent (last_form_type, last_form), the pet renamed
  * (and retagged when the form has a tag). */
@@ -229,6 +281,27 @@ static enum MHD_Result route(petsrv *p, struct MHD_Connection *c,
         rc = answer(c, 200, "{\"dog\": 2, \"cat\": 1}", NULL);
     } else if (!strcmp(url, "/v1/categories") && post && in) {
         rc = answer_json(c, 201, in);
+    } else if (!strncmp(url, "/v1/att/echo", 12)) {
+        rc = att_echo(p, c, method, up);
+    } else if (!strcmp(url, "/v1/att/list") && get) {
+        rc = answer(c, 200, "[true]", NULL);
+    } else if (!strncmp(url, "/v1/att/go/", 11)) {
+        /* a redirect of the status in the path to /v1/att/echo */
+        rc = answer(c, (unsigned)strtoul(url + 11, NULL, 10), "{}",
+                    "/v1/att/echo/landed?api_key=" "k-123");
+    } else if (!strcmp(url, "/v1/att/binredir") && get) {
+        rc = answer(c, 302, "", "/v1/att/bin/moved?ct=application/x-att&n=5"
+                                 "&api_key=k-123");
+    } else if (!strcmp(url, "/v1/att/binuser") && get) {
+        /* to the same origin, with user info in the URL */
+        char loc[160];
+        snprintf(loc, sizeof loc,
+                 "http://ann:open%%20sesame@127.0.0.1:%d/v1/att/bin/u?"
+                 "ct=application/x-att&n=5&api_key=k-123",
+                 p->port);
+        rc = answer(c, 302, "", loc);
+    } else if (!strncmp(url, "/v1/att/bin", 11) && get) {
+        rc = att_bin(c);
     } else if (!strcmp(url, "/v1/old-pets")) {
         rc = answer(c, 301, "", "/v1/pets");
     } else if (!strcmp(url, "/v1/elsewhere")) {
@@ -369,6 +442,7 @@ void petsrv_stop(petsrv *p)
     if (p->d)
         MHD_stop_daemon(p->d);
     json_decref(p->pets);
+    free(p->att_body);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
 }

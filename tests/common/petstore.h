@@ -32,6 +32,14 @@ typedef struct petsrv {
     char last_cookie[256]; /* the Cookie header of the last GET /v1/pets */
     char last_form[512];     /* the body of the last form POST /v1/pets/ID */
     char last_form_type[128]; /* and its Content-Type */
+    /* the last request to /v1/att/echo... (suite att35): its method,
+     * Content-Type ("-" when none was sent) and body (malloc), and how
+     * many came */
+    char att_method[16];
+    char att_type[160];
+    char *att_body;
+    size_t att_body_len;
+    int att_hits;
 } petsrv;
 
 /* Serves on 127.0.0.1:port (0: a free port, then in p->port) from a

@@ -128,6 +128,10 @@ bool th_schema_tool_output_object(const th_tool *tool)
     int v = atomic_load_explicit(k, memory_order_relaxed);
     if (!v) {
         json_t *os = th_schema_output(tool);
+        /* the schema was checked at load: one that does not parse now
+         * is memory short for this call, not the tool's answer */
+        if (!os)
+            return false;
         v = th_schema_output_is_object(os) ? 1 : 2;
         json_decref(os);
         atomic_store_explicit(k, v, memory_order_relaxed);
