@@ -847,13 +847,13 @@ static void test_bin_iso(void)
     CU_ASSERT(block_is(res, 0, "uri", uri));
     CU_ASSERT(res && result_lacks(res, KEY));
     rpc_res_free(&r);
-    /* over the toolset's limit: no block reaches the caller, the host
-     * says so in its log.  (In process the call fails; here the worker's
-     * write_block() does not know the call's budget and returns 0, so
-     * the call ends ok with a stdout naming a block that is not there:
-     * a gap of host/core/iso, left to its owners.) */
+    /* over the toolset's limit: the worker's write_block() knows the
+     * call's budget (sent with the call) and refuses, so the call fails
+     * as in process, and no block reaches the caller */
     res = get_bin(&f, "getBin", "image/png", 3001, false, &r);
-    CU_ASSERT(res != NULL);
+    CU_ASSERT(res && !rpc_ok(res) &&
+              stream_has(res, "stderr", "(image/png, 3001 bytes) is not text "
+                                        "and cannot be carried"));
     CU_ASSERT_EQUAL(n_blocks(res), 0);
     rpc_res_free(&r);
     CU_ASSERT(rpc_log_wait(&f.s, "the content passes 4000 bytes",

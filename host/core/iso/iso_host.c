@@ -2759,7 +2759,7 @@ static int run(pool *P, uint32_t tool_idx, int ask, toolhost_call *call,
     th_iso_small head = {.n = 0}, tail = {.n = 0};
     msgpack_packer pk;
     msgpack_packer_init(&pk, &head, th_iso_small_write);
-    int e = msgpack_pack_array(&pk, ask >= ISO_ASK_READ ? 6 : 5);
+    int e = msgpack_pack_array(&pk, !ask || ask >= ISO_ASK_READ ? 6 : 5);
     e |= msgpack_pack_int(&pk, ask ? ISO_ASK : ISO_CALL);
     e |= msgpack_pack_uint64(&pk, p.id);
     if (ask)
@@ -2767,9 +2767,12 @@ static int run(pool *P, uint32_t tool_idx, int ask, toolhost_call *call,
     e |= msgpack_pack_uint32(&pk, tool_idx);
     e |= msgpack_pack_bin(&pk, (uint32_t)len);
     msgpack_packer_init(&pk, &tail, th_iso_small_write);
-    if (!ask)
+    if (!ask) {
+        /* the time left, and what the call's blocks may hold together
+         * (the worker's write_block() refuses past it, as in process) */
         e |= msgpack_pack_int64(&pk, call ? call->host->time_left_ms(call) : -1);
-    else if (ask >= ISO_ASK_READ)
+        e |= msgpack_pack_uint64(&pk, call ? th_call_blocks_limit(call) : 0);
+    } else if (ask >= ISO_ASK_READ)
         e |= msgpack_pack_uint64(&pk, io ? io->max : 0);
     struct iovec parts[3] = {{head.b, head.n},
                              {(void *)args, len},

@@ -69,7 +69,9 @@ typedef struct wcall {
     uint32_t tool;
     int ask; /* 0 call, else ISO_ASK_* */
     uint64_t retry_after_ms; /* ABI 1.5 set_retry_after(), sent with DONE */
-    uint64_t max_bytes; /* a content ask: what its blocks may cost */
+    uint64_t max_bytes; /* what its blocks may cost (a call's together,
+                           as in process; 0: the sink's own 16 MiB) */
+    size_t block_bytes; /* what a call's blocks cost so far (under mu) */
     struct wcall *next;
     struct wcall *qnext; /* waiting for a thread; in the ended queue */
     /* kept when the record is reused (new_call clears what is above) */
@@ -411,18 +413,25 @@ static int w_write_block(toolhost_call *call, const toolhost_block *block)
 {
     wcall *c = (wcall *)call;
     th_content one;
-    /* the sink's own 16 MiB, less when the host reads less in a frame */
+    /* The blocks together hold what the call's stdout may (the host sent
+     * it with the call; 0: the sink's own 16 MiB), counted as in process
+     * from what the earlier ones cost; and one block no more than the
+     * host reads in a frame. */
     size_t room = g_max_frame - ISO_FRAME_SLACK;
+    size_t max = c->max_bytes && c->max_bytes < ((uint64_t)16 << 20)
+                     ? (size_t)c->max_bytes
+                     : (size_t)16 << 20;
+    pthread_mutex_lock(&c->mu);
+    size_t before = c->block_bytes < max ? c->block_bytes : max;
     th_content_init(&one, TH_CONTENT_RESULT,
-                    room < ((size_t)16 << 20) ? room : 0);
+                    max - before > room ? before + room : max);
+    one.bytes = before;
     one.plugin = g_p->name;
-    int rc = th_content_add(&one, block);
-    if (rc == 0) {
-        pthread_mutex_lock(&c->mu);
-        rc = atomic_load(&c->ended) ? TOOLHOST_ESTATE
-                                    : block_locked(c, &one.v[0]);
-        pthread_mutex_unlock(&c->mu);
-    }
+    int rc = atomic_load(&c->ended) ? TOOLHOST_ESTATE
+                                    : th_content_add(&one, block);
+    if (rc == 0 && (rc = block_locked(c, &one.v[0])) == 0)
+        c->block_bytes = one.bytes;
+    pthread_mutex_unlock(&c->mu);
     th_content_free(&one);
     return rc == TOOLHOST_ESTATE ? late(c, "write_block") : rc;
 }
@@ -915,6 +924,8 @@ static wcall *new_call(const msgpack_object_array *a, int ask, int *active)
         int64_t left = th_iso_int(a, 4);
         if (left >= 0)
             c->deadline_ns = now_ns() + left * 1000000;
+        int64_t m = a->size > 5 ? th_iso_int(a, 5) : 0;
+        c->max_bytes = m > 0 ? (uint64_t)m : 0;
     }
     /* A copy: the frame is in the reader's buffer, which the next reader
      * refills while this call may still run.  Never NULL for a plugin. */
