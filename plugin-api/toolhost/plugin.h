@@ -626,8 +626,8 @@ typedef struct toolhost_host_api {
      * a block past that is refused.  Returns 0; TOOLHOST_EINVAL for a bad
      * block (named in the host log); TOOLHOST_ENOMEM past the budget or
      * out of memory; TOOLHOST_ECANCELLED once the call is cancelled;
-     * TOOLHOST_ENOTSUP where the call's host cannot carry blocks (an
-     * isolated worker, `toolhost check`'s strict mode). */
+     * TOOLHOST_ENOTSUP where the call's host cannot carry blocks
+     * (`toolhost check`'s strict mode). */
     int (*write_block)(toolhost_call *call, const toolhost_block *block);
 
     /* Owner, and it waits: from the call's own thread (execute(), or the

@@ -709,21 +709,27 @@ static void test_permission(void)
  * call's origin; the client's answer (or error) reaches the tool; any
  * other call's tool hears it cannot ask; a result's blocks come in
  * meta.toolhost.content. */
-static void test_client_ask(void)
+static void client_ask_run(bool isolated)
 {
     rpc_srv s;
-    char cfg[1024];
+    char cfg[1024], iso[128] = "";
+    if (isolated)
+        snprintf(iso, sizeof iso, "    isolation: process\n%s",
+                 geteuid() == 0 ? "    user: auto\n" : "");
     snprintf(cfg, sizeof cfg,
              "host:\n"
              "  log_level: debug\n"
              "plugins:\n"
              "  - name: conform_tools\n"
              "    path: @BUILD@/fixtures/conform_tools.so\n"
+             "%s"
              "  - name: abi14_calls\n"
              "    path: @BUILD@/fixtures/abi14_calls.so\n"
+             "%s"
              "toolsets:\n"
              "  - name: public\n"
-             "    tools: [\"*\"]\n");
+             "    tools: [\"*\"]\n",
+             iso, iso);
     rpc_opts o = {.config = cfg};
     CU_ASSERT_FATAL(rpc_srv_start(&s, &o) == 0);
     rpc_raw w;
@@ -824,6 +830,47 @@ static void test_client_ask(void)
     CU_ASSERT(th_rpc_obj_streq(th_rpc_map_get(&content->via.array.ptr[1],
                                               "uri"),
                                "test://mixed-content-resource"));
+    if (isolated) {
+        /* from a worker: the ask crosses its socket both ways; a call
+         * that asks twice gets both answers */
+        rpc_raw_request(&w, 7, "tools.call",
+                        "[\"abi14_calls_ask\", {\"kind\": 2, \"request\": "
+                        "\"{\\\"message\\\": \\\"Twice?\\\", "
+                        "\\\"requestedSchema\\\": {\\\"type\\\": "
+                        "\\\"object\\\", \\\"properties\\\": {}}}\", "
+                        "\"times\": 2}, {\"client_asks\": [\"form\"]}]");
+        for (int i = 0; i < 2; i++) {
+            m = rpc_raw_host_request(&w, "client.ask", rpc_wait_ms());
+            CU_ASSERT_FATAL(m != NULL);
+            rpc_pack_json(&ans, i ? "{\"action\": \"decline\"}"
+                                  : "{\"action\": \"cancel\"}");
+            th_rpc_pack_response(&f, m->via.array.ptr[1].via.u64, NULL, 0,
+                                 ans.data, ans.len);
+            rpc_raw_send(&w, f.data, f.len);
+            th_buf_destroy(&f);
+            th_buf_destroy(&ans);
+        }
+        m = rpc_raw_response(&w, 7, rpc_wait_ms());
+        CU_ASSERT_FATAL(m != NULL);
+        out = th_rpc_map_get(&m->via.array.ptr[3], "stdout");
+        /* "ok=2 rc=0 answer=" and the last answer */
+        bool both = out && out->type == MSGPACK_OBJECT_STR &&
+                    memmem(out->via.str.ptr, out->via.str.size,
+                           "ok=2 rc=0 answer=", 17) &&
+                    memmem(out->via.str.ptr, out->via.str.size, "decline",
+                           7);
+        if (!both)
+            fprintf(stderr, "\nclient_ask_isolated: %.*s\n",
+                    out && out->type == MSGPACK_OBJECT_STR
+                        ? (int)out->via.str.size : 0,
+                    out && out->type == MSGPACK_OBJECT_STR ? out->via.str.ptr
+                                                           : "");
+        CU_ASSERT(rpc_ok(&m->via.array.ptr[3]) && both);
+        rpc_raw_close(&w);
+        CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+        rpc_srv_free(&s);
+        return;
+    }
     /* a short tool runs on the loop, which cannot wait for the client:
      * its ask is refused at once (ESTATE), logged */
     rpc_raw_request(&w, 6, "tools.call",
@@ -835,6 +882,19 @@ static void test_client_ask(void)
     CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
     CU_ASSERT(rpc_log_has(&s, "runs on the front's own thread"));
     rpc_srv_free(&s);
+}
+
+static void test_client_ask(void)
+{
+    client_ask_run(false);
+}
+
+/* The same asks from plugins run with isolation: process: a worker's
+ * ask_client() goes to the host, which asks the client on the call's
+ * own thread and sends the answer back (docs/isolation.md). */
+static void test_client_ask_isolated(void)
+{
+    client_ask_run(true);
 }
 
 /* ---- access control: two users' views --------------------------------- */
@@ -1289,6 +1349,7 @@ void th_suite_rpc(void)
     CU_add_test(s, "pipelining", test_pipelining);
     CU_add_test(s, "permission", test_permission);
     CU_add_test(s, "client_ask", test_client_ask);
+    CU_add_test(s, "client_ask_isolated", test_client_ask_isolated);
     CU_add_test(s, "access_control", test_access_control);
     CU_add_test(s, "disconnect_mid_call", test_disconnect_mid_call);
     CU_add_test(s, "sigterm_in_flight", test_sigterm_in_flight);

@@ -107,6 +107,7 @@ typedef struct pend {
     size_t blob_len, blob_max;
     bool blob_over;
     uint64_t dropped;
+    bool client_ask;      /* an ISO_CLIENT_ASK queued or being asked */
     struct pend *next;
 } pend;
 
@@ -651,7 +652,31 @@ static bool route(pool *P, worker *w, const uint8_t *f, size_t n, pend *self)
     case ISO_BLOCK:
     case ISO_WRITE:
     case ISO_META:
-    case ISO_PROGRESS: {
+    case ISO_PROGRESS:
+    case ISO_CLIENT_ASK: {
+        if (type == ISO_CLIENT_ASK) {
+            /* [type, id, kind, request]: one at a time per call (the
+             * plugin's ask_client() waits for its answer); a second
+             * while one is asked is not what a worker of ours sends */
+            pend *q = a->size == 4 && a->ptr[3].type == MSGPACK_OBJECT_BIN
+                          ? find_pend(w, (uint64_t)th_iso_int(a, 1))
+                          : NULL;
+            bool bad = a->size != 4 || a->ptr[3].type != MSGPACK_OBJECT_BIN ||
+                       (q && !q->ask && q->client_ask);
+            if (bad) {
+                bool said = w->malformed;
+                w->malformed = true;
+                pthread_mutex_unlock(&P->mu);
+                msgpack_unpacked_destroy(&u);
+                if (!said)
+                    th_log_warn("plugin %s: worker %d sent a malformed "
+                                "ask_client() (or a second one while its "
+                                "call's first waits): killed",
+                                P->name, (int)w->pid);
+                worker_kill(w);
+                return false;
+            }
+        }
         if (type == ISO_BLOCK) {
             toolhost_block blk;
             char *str[4] = {NULL, NULL, NULL, NULL};
@@ -688,7 +713,9 @@ static bool route(pool *P, worker *w, const uint8_t *f, size_t n, pend *self)
                             P->name, (int)w->pid);
             return true;
         }
-        if (p == self) {
+        if (p == self && type != ISO_CLIENT_ASK) {
+            /* (an ask waits for the client: the call's thread asks it
+             * from its loop, never here, where it reads for others) */
             pthread_mutex_unlock(&P->mu);
             deliver(self->call, type, a);
             msgpack_unpacked_destroy(&u);
@@ -708,6 +735,10 @@ static bool route(pool *P, worker *w, const uint8_t *f, size_t n, pend *self)
             len = n;
         } else if (type == ISO_META) {
             d = th_iso_bytes(a, 2, &len);
+        } else if (type == ISO_CLIENT_ASK) {
+            m->stream = (int)th_iso_int(a, 2); /* the kind */
+            d = th_iso_bytes(a, 3, &len);
+            p->client_ask = true;
         } else {
             m->fraction = th_iso_num(a, 2);
             m->text = th_iso_strdup(a, 3);
@@ -2702,6 +2733,49 @@ static void release_socket(worker *w, pend *p)
         w->rd = RD_FREE;
 }
 
+/* A call's ask_client() in its worker (an ISO_CLIENT_ASK), asked on the
+ * call's own thread, as in process (the host's ask_client() waits for
+ * the client: its deadline and cancellation end the wait), the worker's
+ * socket first handed on so that other calls' frames are read
+ * meanwhile; the answer, or the error, goes back as ISO_CLIENT_ANSWER.
+ * No lock held. */
+static void client_ask(pool *P, worker *w, pend *p, toolhost_call *call,
+                       const msg *m)
+{
+    pthread_mutex_lock(&P->mu);
+    release_socket(w, p);
+    pthread_mutex_unlock(&P->mu);
+    const char *ans = NULL;
+    size_t alen = 0;
+    int rc = call->host->ask_client(call, m->stream,
+                                    m->data ? (const char *)m->data : "",
+                                    m->len, &ans, &alen);
+    if (!ans) /* (an error's answer is its JSON: TOOLHOST_FAILED) */
+        alen = 0;
+    th_iso_small head = {.n = 0};
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &head, th_iso_small_write);
+    int e = msgpack_pack_array(&pk, 4);
+    e |= msgpack_pack_int(&pk, ISO_CLIENT_ANSWER);
+    e |= msgpack_pack_uint64(&pk, p->id);
+    e |= msgpack_pack_int(&pk, rc);
+    e |= ans ? msgpack_pack_bin(&pk, (uint32_t)alen) : msgpack_pack_nil(&pk);
+    struct iovec parts[2] = {{head.b, head.n}, {(void *)ans, alen}};
+    if (!e) {
+        pthread_mutex_lock(&w->send_mu);
+        if (w->sock >= 0 && th_iso_sendv(w->sock, parts, alen ? 2 : 1,
+                                         ISO_MAX_FRAME) != 0)
+            th_log_debug("plugin %s: the answer to call %llu's "
+                         "ask_client() did not reach worker %d: %s",
+                         P->name, (unsigned long long)p->id, (int)w->pid,
+                         strerror(errno));
+        pthread_mutex_unlock(&w->send_mu);
+    }
+    pthread_mutex_lock(&P->mu);
+    p->client_ask = false;
+    pthread_mutex_unlock(&P->mu);
+}
+
 /* What a content ask (ISO_ASK_READ on) sends and gets besides the
  * answer: the budget of its blocks, and the ANSWER's blocks_bin (the
  * caller frees blob). */
@@ -2825,6 +2899,8 @@ static int run(pool *P, uint32_t tool_idx, int ask, toolhost_call *call,
                 deliver_frame(call, m->data, m->len);
             else if (m->type == ISO_META)
                 call->host->set_meta(call, m->data, m->len);
+            else if (m->type == ISO_CLIENT_ASK)
+                client_ask(P, w, &p, call, m);
             else
                 call->host->progress(call, m->fraction, m->text, m->data,
                                      m->len);

@@ -59,10 +59,15 @@
 #include "th/config.h"
 #include "th/tool.h"
 
-enum { ISO_INIT = 1, ISO_CALL, ISO_CANCEL, ISO_ASK, ISO_EXIT };
+/* Host to worker; ISO_CLIENT_ANSWER: [type, call id, rc, answer bin or
+ * nil], the answer to the call's ISO_CLIENT_ASK. */
+enum { ISO_INIT = 1, ISO_CALL, ISO_CANCEL, ISO_ASK, ISO_EXIT,
+       ISO_CLIENT_ANSWER };
+/* Worker to host; ISO_CLIENT_ASK: [type, call id, kind, request bin], a
+ * call's ask_client() (ABI 1.4), at most one in flight per call. */
 enum {
     ISO_HELLO = 1, ISO_FAIL, ISO_READY, ISO_WRITE, ISO_META, ISO_PROGRESS,
-    ISO_DONE, ISO_LOG, ISO_ANSWER, ISO_UPDATED, ISO_BLOCK
+    ISO_DONE, ISO_LOG, ISO_ANSWER, ISO_UPDATED, ISO_BLOCK, ISO_CLIENT_ASK
 };
 enum {
     ISO_ASK_VALIDATE = 1, ISO_ASK_PERMISSION = 2,

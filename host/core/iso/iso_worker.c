@@ -72,13 +72,29 @@ typedef struct wcall {
     uint64_t max_bytes; /* what its blocks may cost (a call's together,
                            as in process; 0: the sink's own 16 MiB) */
     size_t block_bytes; /* what a call's blocks cost so far (under mu) */
+    /* ask_client() (under mu): one in flight, its answer when it came;
+     * the answers stay until the call's record is freed (plugin.h: valid
+     * until the call ends) */
+    bool asking, answered;
+    int ask_rc;
+    uint32_t ask_seq;    /* which ask_client() of the call waits */
+    struct wanswer *answers;
     struct wcall *next;
     struct wcall *qnext; /* waiting for a thread; in the ended queue */
     /* kept when the record is reused (new_call clears what is above) */
     th_buf args;
     th_buf ob;           /* frames not sent yet (under mu) */
     pthread_mutex_t mu;
+    pthread_cond_t ask_cv; /* an ask_client() waits on it (with mu) */
 } wcall;
+
+/* One answer of ask_client(), NUL-terminated. */
+typedef struct wanswer {
+    struct wanswer *next;
+    uint32_t ask_seq;   /* the ask it answers */
+    size_t len;
+    char text[];
+} wanswer;
 
 static th_plugin *g_p;
 static size_t g_n_static; /* g_p's tools in HELLO; init_tools() adds more */
@@ -536,6 +552,11 @@ static void call_unref(wcall *c)
         pthread_cond_broadcast(&g_cv); /* the drain waits for g_active */
     /* (the plugin may still hold it: no callback reaches it again
      * before ISO_TOMBS more calls ended) */
+    for (wanswer *a = c->answers, *n; a; a = n) {
+        n = a->next;
+        free(a);
+    }
+    c->answers = NULL;
     if (c->ob.cap > ISO_KEEP_BUF)
         th_buf_destroy(&c->ob);
     if (c->args.cap > ISO_KEEP_BUF)
@@ -595,11 +616,129 @@ static int w_set_retry_after(toolhost_call *call, uint64_t ms)
     return ended ? late(c, "set_retry_after") : 0;
 }
 
+/* ask_client() (ABI 1.4): the request goes to the host as an
+ * ISO_CLIENT_ASK frame, and the host asks the call's client on the
+ * call's own thread there, as in process; this thread waits for the
+ * ISO_CLIENT_ANSWER (take_frame), at most until the call is cancelled or
+ * past its deadline.  The reader's role is this thread's only while a
+ * call runs inline, and the sentinel takes it over within ISO_INLINE_MS,
+ * so the answer is read while this waits. */
+static int w_ask_client(toolhost_call *call, int kind, const char *request,
+                        size_t len, const char **answer, size_t *answer_len)
+{
+    wcall *c = (wcall *)call;
+    if (!answer || !answer_len || (len && !request))
+        return TOOLHOST_EINVAL;
+    pthread_mutex_lock(&c->mu);
+    if (atomic_load(&c->ended)) {
+        pthread_mutex_unlock(&c->mu);
+        return late(c, "ask_client");
+    }
+    if (c->ask || c->asking) { /* one at a time, from the call's thread */
+        pthread_mutex_unlock(&c->mu);
+        return TOOLHOST_ESTATE;
+    }
+    if (cancelled(c)) {
+        pthread_mutex_unlock(&c->mu);
+        return TOOLHOST_ECANCELLED;
+    }
+    msgpack_packer pk;
+    size_t at = ob_begin(c, &pk);
+    int e = 0;
+    if (at != SIZE_MAX) {
+        e |= msgpack_pack_array(&pk, 4);
+        e |= msgpack_pack_int(&pk, ISO_CLIENT_ASK);
+        e |= msgpack_pack_uint64(&pk, c->id);
+        e |= msgpack_pack_int(&pk, kind);
+        e |= msgpack_pack_bin_with_body(&pk, request ? request : "", len);
+    }
+    int rc = ob_end(c, at, e, true);
+    if (rc != 0) {
+        pthread_mutex_unlock(&c->mu);
+        return rc;
+    }
+    c->asking = true;
+    c->answered = false;
+    c->ask_seq++;
+    while (!c->answered && !cancelled(c)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += 20 * 1000000; /* a CANCEL frame only sets a flag */
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&c->ask_cv, &c->mu, &ts);
+    }
+    c->asking = false;
+    if (!c->answered) {
+        pthread_mutex_unlock(&c->mu);
+        return TOOLHOST_ECANCELLED;
+    }
+    rc = c->ask_rc;
+    if (c->answers && c->answers->ask_seq == c->ask_seq) {
+        *answer = c->answers->text;
+        *answer_len = c->answers->len;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* ISO_CLIENT_ANSWER from the host: [type, id, rc, answer bin or nil],
+ * to the call of that id when its ask_client() still waits. */
+static void client_answer(const msgpack_object_array *a)
+{
+    uint64_t id = (uint64_t)th_iso_int(a, 1);
+    wcall *c = NULL;
+    pthread_mutex_lock(&g_mu);
+    for (wcall *q = g_calls; q && !c; q = q->next) {
+        if (q->id != id || q->ask)
+            continue;
+        /* a reference, unless the call is on its way out */
+        int r = atomic_load(&q->refs);
+        while (r > 0 && !atomic_compare_exchange_weak(&q->refs, &r, r + 1))
+            ;
+        if (r > 0)
+            c = q;
+    }
+    pthread_mutex_unlock(&g_mu);
+    if (!c)
+        return;
+    int rc = (int)th_iso_int(a, 2);
+    size_t n = 0;
+    const uint8_t *b = th_iso_bytes(a, 3, &n);
+    bool has = a->size > 3 && a->ptr[3].type == MSGPACK_OBJECT_BIN;
+    /* an answer, or a client's error (TOOLHOST_FAILED: its JSON) */
+    wanswer *w = has ? malloc(sizeof *w + n + 1) : NULL;
+    if (w) {
+        if (n)
+            memcpy(w->text, b, n);
+        w->text[n] = '\0';
+        w->len = n;
+    }
+    pthread_mutex_lock(&c->mu);
+    if (c->asking && !c->answered) {
+        c->answered = true;
+        c->ask_rc = has && !w ? TOOLHOST_ENOMEM : rc;
+        if (w) {
+            w->ask_seq = c->ask_seq;
+            w->next = c->answers;
+            c->answers = w;
+            w = NULL;
+        }
+        pthread_cond_broadcast(&c->ask_cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+    free(w);
+    call_unref(c);
+}
+
 static const th_call_vtbl w_vtbl = {
     .write = w_write, .set_meta = w_set_meta, .progress = w_progress,
     .is_cancelled = w_is_cancelled, .time_left_ms = w_time_left_ms,
     .suspend = w_suspend, .complete = w_complete,
-    .set_retry_after = w_set_retry_after, .write_block = w_write_block};
+    .set_retry_after = w_set_retry_after, .write_block = w_write_block,
+    .ask_client = w_ask_client};
 
 static void w_log(const toolhost_host_api *host, int level,
                   const char *message)
@@ -899,6 +1038,11 @@ static wcall *new_call(const msgpack_object_array *a, int ask, int *active)
         if (!(c = calloc(1, sizeof *c)))
             goto oom;
         pthread_mutex_init(&c->mu, NULL);
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&c->ask_cv, &ca);
+        pthread_condattr_destroy(&ca);
     }
     memset(c, 0, offsetof(wcall, args));
     th_buf_reset(&c->args);
@@ -934,6 +1078,7 @@ static wcall *new_call(const msgpack_object_array *a, int ask, int *active)
         th_buf_destroy(&c->args);
         th_buf_destroy(&c->ob);
         pthread_mutex_destroy(&c->mu);
+        pthread_cond_destroy(&c->ask_cv);
         free(c);
         goto oom;
     }
@@ -1018,6 +1163,8 @@ static bool take_frame(const uint8_t *f, size_t len, bool last)
         c = new_call(a, ask, &active);
     } else if (type == ISO_CANCEL) {
         cancel_call((uint64_t)th_iso_int(a, 1));
+    } else if (type == ISO_CLIENT_ANSWER) {
+        client_answer(a);
     } else if (type == ISO_EXIT) {
         pthread_mutex_lock(&g_tp_mu);
         g_tp_exit = true;
