@@ -423,10 +423,15 @@ static void test_shared_digests(void)
     put_so("tools", l.so);
     CU_ASSERT_FATAL(lc_reload(&l));
     /* 8 MCP sessions and the RPC client's (whose digests its own loop
-     * thread makes); 2 views x 3 lists computed, (5 + 1) x 3 shared */
-    bool ok = rpc_log_has(&l.rs, "reload: 9 sessions told that the tools "
-                                 "changed (list digests made here: 6 "
-                                 "computed, 18 shared)");
+     * thread makes); 2 views x 3 lists computed, (5 + 1) x 3 shared.
+     * The count of sessions told is 9, or 10 when the server has not
+     * yet read the end of the harness's readiness probe (a connection
+     * made and closed at once, an RPC session too: no digest here) */
+    bool ok = rpc_log_has(&l.rs, "sessions told that the tools changed "
+                                 "(list digests made here: 6 computed, 18 "
+                                 "shared)") &&
+              (rpc_log_has(&l.rs, "reload: 9 sessions told") ||
+               rpc_log_has(&l.rs, "reload: 10 sessions told"));
     CU_ASSERT(ok);
     if (!ok)
         rpc_dump_log(&l.rs);
