@@ -562,6 +562,23 @@ static void frame_refused(pool *P, worker *w)
     worker_kill(w);
 }
 
+/* route()'s end for a frame of a known type but the wrong shape, P->mu
+ * held (released here): the worker is killed, logged once ("sent a
+ * malformed WHAT: killed"), nothing more of it is used.  false. */
+static bool kill_malformed(pool *P, worker *w, msgpack_unpacked *u,
+                           const char *what)
+{
+    bool said = w->malformed;
+    w->malformed = true;
+    pthread_mutex_unlock(&P->mu);
+    msgpack_unpacked_destroy(u);
+    if (!said)
+        th_log_warn("plugin %s: worker %d sent a malformed %s: killed",
+                    P->name, (int)w->pid, what);
+    worker_kill(w);
+    return false;
+}
+
 /* false when the frame is not one of ours: the worker is killed, and
  * nothing it sent after is routed (a request it would still answer
  * fails with its death instead). */
@@ -663,36 +680,18 @@ static bool route(pool *P, worker *w, const uint8_t *f, size_t n, pend *self)
                           : NULL;
             bool bad = a->size != 4 || a->ptr[3].type != MSGPACK_OBJECT_BIN ||
                        (q && !q->ask && q->client_ask);
-            if (bad) {
-                bool said = w->malformed;
-                w->malformed = true;
-                pthread_mutex_unlock(&P->mu);
-                msgpack_unpacked_destroy(&u);
-                if (!said)
-                    th_log_warn("plugin %s: worker %d sent a malformed "
-                                "ask_client() (or a second one while its "
-                                "call's first waits): killed",
-                                P->name, (int)w->pid);
-                worker_kill(w);
-                return false;
-            }
+            if (bad)
+                return kill_malformed(P, w, &u,
+                                      "ask_client() (or a second one while "
+                                      "its call's first waits)");
         }
         if (type == ISO_BLOCK) {
             toolhost_block blk;
             char *str[4] = {NULL, NULL, NULL, NULL};
             bool ok = a->size == 8 && block_decode(a, 2, &blk, str);
             block_strs_free(str);
-            if (!ok) { /* not what a worker of ours sends */
-                bool said = w->malformed;
-                w->malformed = true;
-                pthread_mutex_unlock(&P->mu);
-                msgpack_unpacked_destroy(&u);
-                if (!said)
-                    th_log_warn("plugin %s: worker %d sent a malformed "
-                                "block: killed", P->name, (int)w->pid);
-                worker_kill(w);
-                return false;
-            }
+            if (!ok) /* not what a worker of ours sends */
+                return kill_malformed(P, w, &u, "block");
         }
         pend *p = find_pend(w, (uint64_t)th_iso_int(a, 1));
         if (!p || p->done)
