@@ -1566,6 +1566,15 @@ const th_toolset_cfg *th_call_toolset(const toolhost_call *call)
     return ((const th_mcall *)call)->ts;
 }
 
+uint64_t th_call_blocks_limit(const toolhost_call *call)
+{
+    const th_call_base *b = (const th_call_base *)call;
+    if (!call || b->vt != &th_mcall_vtbl)
+        return 0;
+    const th_mcall *c = (const th_mcall *)call;
+    return c->x ? c->x->out.limit : 0; /* cb_write_block's budget */
+}
+
 /* ---- The manager's view of the call layer ------------------------------------ */
 
 static bool abort_msg(th_mcall *c, int code, const char *msg)

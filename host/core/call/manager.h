@@ -510,16 +510,6 @@ static inline th_dup_scope th_call_dup_scope(const th_mcall *c)
                ? (th_dup_scope)c->ov->duplicate_scope
                : c->ts->duplicate_scope;
 }
-/* What the content blocks of the call (`&c->base.pub` of a th_mcall, as
- * every plugin's execute() is given) may hold together: what its stdout
- * may (cb_write_block); 0 when no limit (the sink's own 16 MiB).  For an
- * isolated plugin's worker, whose write_block() counts as in process. */
-static inline uint64_t th_call_blocks_limit(const toolhost_call *call)
-{
-    const th_mcall *c = (const th_mcall *)call;
-    return c->x ? c->x->out.limit : 0;
-}
-
 /* The byte limit of the call's `sem` stream (th_out_limit_ov's rule),
  * read through c->ov: no name lookup. */
 static inline uint64_t th_call_out_limit(const th_mcall *c, uint32_t sem)

@@ -366,6 +366,11 @@ th_host *th_session_host(th_session *s);
  * manager did not make and for the task tools (they run under none).  Pure;
  * any thread. */
 const th_toolset_cfg *th_call_toolset(const toolhost_call *call);
+/* What a call's content blocks (write_block()) may hold together: what
+ * its stdout may (0: no limit, the sink's own 16 MiB); 0 for calls the
+ * manager did not make.  An isolated plugin's worker counts its blocks
+ * against it, as the host does.  Pure; any thread while the call runs. */
+uint64_t th_call_blocks_limit(const toolhost_call *call);
 
 /* The call a front started that call `call_id` runs under: call_id
  * itself, or for a call a tool made (run_code calling tools, nested any
