@@ -38,13 +38,7 @@ static void answer_ask(rpc_raw *w, const char *json)
     const msgpack_object *m = rpc_raw_host_request(w, "client.ask",
                                                    rpc_wait_ms());
     CU_ASSERT_FATAL(m != NULL);
-    th_buf ans = TH_BUF_INIT, f = TH_BUF_INIT;
-    rpc_pack_json(&ans, json);
-    th_rpc_pack_response(&f, m->via.array.ptr[1].via.u64, NULL, 0, ans.data,
-                         ans.len);
-    rpc_raw_send(w, f.data, f.len);
-    th_buf_destroy(&f);
-    th_buf_destroy(&ans);
+    rpc_raw_answer(w, m, json);
 }
 
 static bool stdout_has(const msgpack_object *res, const char *needle)

@@ -754,14 +754,8 @@ static void client_ask_run(bool isolated)
                                                "msgid");
     CU_ASSERT(mid && mid->type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
               mid->via.u64 == 1);
-    th_buf ans = TH_BUF_INIT, f = TH_BUF_INIT;
-    rpc_pack_json(&ans, "{\"action\": \"accept\", \"content\": "
-                        "{\"username\": \"ada\", \"email\": \"a@b\"}}");
-    th_rpc_pack_response(&f, m->via.array.ptr[1].via.u64, NULL, 0, ans.data,
-                         ans.len);
-    rpc_raw_send(&w, f.data, f.len);
-    th_buf_destroy(&f);
-    th_buf_destroy(&ans);
+    rpc_raw_answer(&w, m, "{\"action\": \"accept\", \"content\": "
+                          "{\"username\": \"ada\", \"email\": \"a@b\"}}");
     m = rpc_raw_response(&w, 1, rpc_wait_ms());
     CU_ASSERT_FATAL(m != NULL);
     const msgpack_object *out = th_rpc_map_get(&m->via.array.ptr[3],
@@ -790,7 +784,7 @@ static void client_ask_run(bool isolated)
     CU_ASSERT_FATAL(m != NULL);
     pa = &m->via.array.ptr[3];
     CU_ASSERT(th_rpc_obj_streq(&pa->via.array.ptr[1], "sampling"));
-    th_buf e = TH_BUF_INIT;
+    th_buf e = TH_BUF_INIT, f = TH_BUF_INIT;
     rpc_pack_json(&e, "\"no model here\"");
     th_rpc_pack_response(&f, m->via.array.ptr[1].via.u64, e.data, e.len,
                          NULL, 0);
@@ -842,13 +836,8 @@ static void client_ask_run(bool isolated)
         for (int i = 0; i < 2; i++) {
             m = rpc_raw_host_request(&w, "client.ask", rpc_wait_ms());
             CU_ASSERT_FATAL(m != NULL);
-            rpc_pack_json(&ans, i ? "{\"action\": \"decline\"}"
-                                  : "{\"action\": \"cancel\"}");
-            th_rpc_pack_response(&f, m->via.array.ptr[1].via.u64, NULL, 0,
-                                 ans.data, ans.len);
-            rpc_raw_send(&w, f.data, f.len);
-            th_buf_destroy(&f);
-            th_buf_destroy(&ans);
+            rpc_raw_answer(&w, m, i ? "{\"action\": \"decline\"}"
+                                    : "{\"action\": \"cancel\"}");
         }
         m = rpc_raw_response(&w, 7, rpc_wait_ms());
         CU_ASSERT_FATAL(m != NULL);

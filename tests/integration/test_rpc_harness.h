@@ -909,6 +909,20 @@ RPC_H const msgpack_object *rpc_raw_host_request(rpc_raw *w,
     return NULL;
 }
 
+/* Answers the host's request `req` (from rpc_raw_host_request, e.g. a
+ * client.ask) with the result `json`. */
+RPC_H void rpc_raw_answer(rpc_raw *w, const msgpack_object *req,
+                          const char *json)
+{
+    th_buf ans = TH_BUF_INIT, f = TH_BUF_INIT;
+    rpc_pack_json(&ans, json);
+    th_rpc_pack_response(&f, req->via.array.ptr[1].via.u64, NULL, 0,
+                         ans.data, ans.len);
+    rpc_raw_send(w, f.data, f.len);
+    th_buf_destroy(&f);
+    th_buf_destroy(&ans);
+}
+
 /* True when the server closes the connection within timeout_ms (whatever
  * it sends before is read and dropped). */
 RPC_H bool rpc_raw_eof(rpc_raw *w, int timeout_ms)
