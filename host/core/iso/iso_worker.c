@@ -422,9 +422,8 @@ static int block_locked(wcall *c, const th_block *b)
 }
 
 /* write_block() (ABI 1.4): the block is checked here as in process (the
- * same sink code: kind, MIME type, URI, UTF-8), so a bad one is refused
- * to the plugin at once; the host checks it again and holds it to the
- * call's budget (a block past it is refused there and logged). */
+ * same sink code: kind, MIME type, URI, UTF-8, the call's budget), so a
+ * bad one is refused to the plugin at once; the host checks it again. */
 static int w_write_block(toolhost_call *call, const toolhost_block *block)
 {
     wcall *c = (wcall *)call;
@@ -443,7 +442,10 @@ static int w_write_block(toolhost_call *call, const toolhost_block *block)
                     max - before > room ? before + room : max);
     one.bytes = before;
     one.plugin = g_p->name;
+    /* a cancelled call first, as in process (cb_write_block): a plugin
+     * past its budget still hears that it should stop */
     int rc = atomic_load(&c->ended) ? TOOLHOST_ESTATE
+             : cancelled(c)         ? TOOLHOST_ECANCELLED
                                     : th_content_add(&one, block);
     if (rc == 0 && (rc = block_locked(c, &one.v[0])) == 0)
         c->block_bytes = one.bytes;
