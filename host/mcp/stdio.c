@@ -67,6 +67,8 @@ typedef struct mcp_stdio {
     th_buf out;             /* under wmu: lines of the loop thread not yet
                                written (see the top of the file) */
     int64_t out_t0;         /* under wmu: when out became non-empty */
+    int64_t spin_ns;        /* host.busy_poll_us */
+    bool got_input;         /* on_read() read something (run_loop) */
     char rbuf[65536];
 } mcp_stdio;
 
@@ -380,6 +382,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     mcp_stdio *x = s->data;
     if (nread > 0) {
+        x->got_input = true;
         tl_feeding = x;
         feed(x, buf->base, (size_t)nread);
         tl_feeding = NULL;
@@ -403,6 +406,42 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
  * process when it fails).  It ends at the end of the input or when the
  * read end is gone (EPIPE; SIGPIPE is ignored); reading a file never
  * blocks, so th_mcp_stdio_run() joins it once the loop is over. */
+/* The loop, busy polling (host.busy_poll_us): after input it keeps
+ * looking for more, without sleeping, for spin_ns, so that a client that
+ * sends its next message that soon (or a worker that ends a call) wakes
+ * no thread.  A look that finds nothing makes the next ones rarer: 1, 2,
+ * 4 ... 64 inputs go without, until a look finds input again. */
+static void run_loop(mcp_stdio *x)
+{
+    unsigned skip = 0, backoff = 0;
+    x->got_input = false;
+    for (;;) {
+        if (x->spin_ns > 0 && x->got_input && !x->stopping) {
+            x->got_input = false;
+            if (skip) {
+                skip--;
+            } else {
+                int64_t end = now_ns() + x->spin_ns;
+                do {
+                    if (!uv_run(&x->loop, UV_RUN_NOWAIT))
+                        return;
+                } while (!x->got_input && !x->stopping && now_ns() < end);
+                if (x->got_input) {
+                    backoff = 0;
+                } else {
+                    backoff = backoff ? backoff * 2 : 1;
+                    if (backoff > 64)
+                        backoff = 64;
+                    skip = backoff;
+                }
+                continue;
+            }
+        }
+        if (!uv_run(&x->loop, UV_RUN_ONCE))
+            return;
+    }
+}
+
 static void *relay_main(void *arg)
 {
     mcp_stdio *x = arg;
@@ -482,6 +521,7 @@ int th_mcp_stdio_run(th_host *h, const th_principal *who,
         return rc ? rc : TH_ENOMEM;
     }
     const th_config *cfg = th_host_config(h);
+    x->spin_ns = (int64_t)cfg->host.busy_poll_us * 1000;
     x->grace_ms = cfg->host.shutdown_grace_ms
                       ? (int64_t)cfg->host.shutdown_grace_ms
                       : 5000;
@@ -575,7 +615,7 @@ int th_mcp_stdio_run(th_host *h, const th_principal *who,
     th_log_info("mcp: serving on stdio (uid %u%s%s)", (unsigned)who->uid,
                 o && o->toolset ? ", toolset " : "",
                 o && o->toolset ? o->toolset : "");
-    uv_run(&x->loop, UV_RUN_DEFAULT);
+    run_loop(x);
     /* Open subscriptions/listen requests get their closing result. */
     th_mcp_session_close_listens(x->m);
     /* Calls in flight finish within the grace (their answers go out),

@@ -202,6 +202,7 @@ static void test_defaults(void)
     CU_ASSERT_FALSE(h->expose_task_tools);
     CU_ASSERT_EQUAL(h->reload, TH_RELOAD_SIGNAL);
     CU_ASSERT_EQUAL(h->reload_debounce_ms, 200);
+    CU_ASSERT_EQUAL(h->busy_poll_us, 300);
     CU_ASSERT_PTR_NULL(h->state_dir);
     CU_ASSERT_PTR_NULL(h->spill_dir);
     CU_ASSERT_EQUAL(h->spill_max_bytes, 64u << 20);
@@ -504,7 +505,8 @@ static void test_unknown_keys(void)
                "plugin_reload_min_interval, state_dir, "
                "spill_dir, spill_max_bytes, spill_max_age, lost_worker_grace, "
                "max_lost_workers, task_keep, log_format, allow_unknown_users, "
-               "short_call_max, short_call_stuck, audit, socket_mode, "
+               "short_call_max, short_call_stuck, busy_poll_us, audit, "
+               "socket_mode, "
                "socket_group, max_frame, max_inflight, max_outbuf, "
                "max_connections, max_connections_per_uid, idle_timeout, "
                "frame_timeout, max_buffered, max_protocol_errors, "
@@ -612,6 +614,9 @@ static void test_out_of_range(void)
     EXPECT_ERR("host:\n  max_frame: 100\n",
                "t.yaml:2:14: 'max_frame' is out of range: 100 is not between "
                "1KiB and 1GiB");
+    EXPECT_ERR("host:\n  busy_poll_us: 20000\n",
+               "t.yaml:2:17: 'busy_poll_us' is out of range: 20000 is not "
+               "between 0 and 10000");
     EXPECT_ERR("host:\n  reload_debounce: 2m\n",
                "t.yaml:2:20: 'reload_debounce' is out of range: 2m is not "
                "between 0ms and 1m");

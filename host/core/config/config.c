@@ -1078,6 +1078,8 @@ static const th_cfkey host_keys[] = {
      .off = H(short_call_max_ms), .min = 0, .max = MINUTE},
     {.name = "short_call_stuck", .set = th_cf_duration,
      .off = H(short_call_stuck_ms), .min = 0, .max = MINUTE},
+    {.name = "busy_poll_us", .set = th_cf_u32, .off = H(busy_poll_us),
+     .min = 0, .max = 10000},
     {.name = "audit", .set = set_audit, .off = 0},
     {.name = NULL}};
 #undef H
@@ -1106,6 +1108,7 @@ static void host_init(th_host_cfg *h)
     h->reload_debounce_ms = 200;
     h->short_call_max_ms = 10;
     h->short_call_stuck_ms = 100;
+    h->busy_poll_us = 300;
     h->reload_drain_timeout_ms = 10 * SEC;
     h->plugin_reload_min_interval_ms = SEC;
     h->spill_max_bytes = 64 * MIB;

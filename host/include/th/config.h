@@ -224,6 +224,9 @@ typedef struct th_host_cfg {
     uint64_t plugin_reload_min_interval_ms; /* reloads a plugin asks for
                                   (tools_changed, ABI 1.5) start at most
                                   this often; 1 s, 0: no limit          */
+    uint32_t busy_poll_us;     /* the MCP stdio front looks for the next
+                                  message this long after one, without
+                                  sleeping; 300, 0: off                  */
 } th_host_cfg;
 
 /* Where a plugin runs (th_plugin_cfg.isolation). */
