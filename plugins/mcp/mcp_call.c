@@ -96,7 +96,11 @@ static void meta_put(toolhost_call *call, mcp_srv *s, pid_t pid,
     meta_buf b = {.data = stack, .cap = sizeof stack};
     msgpack_packer pk;
     msgpack_packer_init(&pk, &b, meta_write);
-    msgpack_pack_map(&pk, 3 + (pid > 0) + (id > 0) + (error != NULL));
+    /* the answer was read by the thread that sent the call (busy
+     * polling), not by the reader: said only when so */
+    bool polled = mcpsrc_busy_polling == s;
+    msgpack_pack_map(&pk, 3 + (pid > 0) + (id > 0) + (error != NULL) +
+                              polled);
     META_KEY(&pk, "server");
     msgpack_pack_str_with_body(&pk, s->name, strlen(s->name));
     if (pid > 0) {
@@ -114,6 +118,10 @@ static void meta_put(toolhost_call *call, mcp_srv *s, pid_t pid,
     if (error) {
         META_KEY(&pk, "error");
         msgpack_pack_str_with_body(&pk, error, strlen(error));
+    }
+    if (polled) {
+        META_KEY(&pk, "busy_polled");
+        msgpack_pack_true(&pk);
     }
     if (!b.oom)
         call->host->set_meta(call, (const uint8_t *)b.data, b.len);
@@ -542,7 +550,7 @@ static int stdio_call(mcp_srv *s, const toolhost_tool *tool,
     }
     /* the hand-off: p and the call are the reader's from here on (s->mu
      * held until the end, so the reader cannot end it under our feet) */
-    bool wake;
+    bool wake, spin = false;
     if (slot) {
         s->in_flight++;
         p->slot = true;
@@ -552,6 +560,18 @@ static int stdio_call(mcp_srv *s, const toolhost_tool *tool,
             p->unsent = true;
             s->n_unsent++;
         }
+        /* alone in flight and sent: this thread may wait for the answer
+         * a moment (mcpsrc_busy_poll) */
+        if (!wake && s->in_flight == 1 && s->busy_poll_us > 0) {
+            if (s->spin_skip)
+                s->spin_skip--;
+            else
+                spin = true;
+        }
+        if (spin)
+            s->spin_last_ms = t0;
+        else if (s->rd_parked)
+            wake = true; /* not busy-polled: the reader reads it */
     } else {
         /* max_concurrency calls are in flight: it waits for a slot */
         if (s->waitq_tail)
@@ -569,6 +589,8 @@ static int stdio_call(mcp_srv *s, const toolhost_tool *tool,
         }
     }
     pthread_mutex_unlock(&s->mu);
+    if (spin)
+        mcpsrc_busy_poll(s);
     return TOOLHOST_PENDING;
 }
 

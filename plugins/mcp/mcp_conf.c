@@ -122,7 +122,7 @@ static char *find_command(const char *cmd, const char *path)
 static const char *const server_keys[] = {
     "name",    "command",         "env",  "cwd", "prefix",
     "timeout", "max_concurrency", "max_waiting", "user", "url", "headers",
-    "oauth",   NULL};
+    "oauth",   "busy_poll_us", NULL};
 
 static int http_parse(mcp_srv *s, const json_t *o, const char *who,
                       char *err, size_t es)
@@ -132,7 +132,7 @@ static int http_parse(mcp_srv *s, const json_t *o, const char *who,
         return th_sdk_errf(err, es, "%s: 'url' must be an http:// or https:// URL",
                     who);
     static const char *const stdio_only[] = {"command", "env", "cwd", "user",
-                                             NULL};
+                                             "busy_poll_us", NULL};
     for (const char *const *k = stdio_only; *k; k++)
         if (json_object_get(o, *k))
             return th_sdk_errf(err, es,
@@ -214,7 +214,7 @@ static int server_parse(mcp_state *st, mcp_srv *s, const json_t *o,
             return th_sdk_errf(err, es,
                         "%s: unknown key '%.64s' (known: name, command, env, "
                         "cwd, prefix, timeout, max_concurrency, max_waiting, "
-                        "user, url, headers, oauth)",
+                        "busy_poll_us, user, url, headers, oauth)",
                         who, k);
     }
     if (!(s->name = strdup(name)))
@@ -373,6 +373,19 @@ common:;
                         who);
         s->max_waiting = json_integer_value(mw);
     }
+    /* busy_poll_us: how long the thread that sends a call alone in
+     * flight reads the answer itself (mcpsrc_busy_poll) */
+    const json_t *bp = json_object_get(o, "busy_poll_us");
+    s->busy_poll_us = 300;
+    if (bp) {
+        if (!json_is_integer(bp) || json_integer_value(bp) < 0 ||
+            json_integer_value(bp) > 10000)
+            return th_sdk_errf(err, es,
+                        "%s: 'busy_poll_us' must be an integer from 0 (off) "
+                        "to 10000 (microseconds)",
+                        who);
+        s->busy_poll_us = json_integer_value(bp);
+    }
     /* user */
     const json_t *user = json_object_get(o, "user");
     if (user) {
@@ -459,6 +472,8 @@ int mcpsrc_config(mcp_state *st, const uint8_t *config, size_t len,
         s->next_id = 1;
         pthread_mutex_init(&s->mu, NULL);
         pthread_mutex_init(&s->wmu, NULL);
+        pthread_mutex_init(&s->rd_mu, NULL);
+        s->rd_fd = -1;
         pthread_condattr_t ca;
         pthread_condattr_init(&ca);
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -778,6 +793,7 @@ void mcpsrc_state_free(mcp_state *st)
         free(s->wrest);
         pthread_mutex_destroy(&s->mu);
         pthread_mutex_destroy(&s->wmu);
+        pthread_mutex_destroy(&s->rd_mu);
         pthread_cond_destroy(&s->cv);
     }
     free(st->srv);

@@ -51,6 +51,11 @@
 #define MAX_PAGES 100    /* tools/list pages */
 #define MAX_TOOLS 4096
 #define READ_CHUNK 65536
+/* busy polling (mcpsrc_busy_poll): the reader leaves the server's output
+ * to callers for PARK_MS after a busy-polled call, looking at it every
+ * PARK_LOOK_MS */
+#define PARK_MS 200
+#define PARK_LOOK_MS 10
 #define TERM_GRACE_MS 1000
 #define CAGE_KILL_MS 5000
 
@@ -708,23 +713,152 @@ static void on_line(mcp_srv *s, const char *line, size_t len,
     json_decref(m);
 }
 
+/* Reads what the server wrote (its stdout, non-blocking) and handles
+ * each whole line: up to 16 reads, fewer when a read answers less than
+ * it asked.  Under rd_mu: the reader's, or for a moment a caller's
+ * (mcpsrc_busy_poll).  DRAIN_KILL with s->rd_kill set when the server
+ * must be killed. */
+enum { DRAIN_MORE = 0, DRAIN_EOF = 1, DRAIN_KILL = 2 };
+
+static int drain(mcp_srv *s, int out)
+{
+    size_t max = (size_t)s->st->max_message;
+    /* a bounded number of reads per turn: stderr is served too */
+    for (int turn = 0; turn < 16; turn++) {
+        if (s->rd_cap - s->rd_len < READ_CHUNK && s->rd_cap < max + 1) {
+            size_t ncap = s->rd_cap * 2 > max + 1 ? max + 1 : s->rd_cap * 2;
+            if (ncap < READ_CHUNK)
+                ncap = READ_CHUNK;
+            if (ncap < s->rd_len + 1)
+                ncap = s->rd_len + 1;
+            char *nb = realloc(s->rd_buf, ncap);
+            if (!nb) {
+                s->rd_kill = "out of memory";
+                return DRAIN_KILL;
+            }
+            s->rd_buf = nb;
+            s->rd_cap = ncap;
+        }
+        char *buf = s->rd_buf;
+        size_t room = s->rd_cap - s->rd_len, len = s->rd_len;
+        ssize_t r = read(out, buf + len, room);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return DRAIN_MORE;
+        if (r <= 0)
+            return DRAIN_EOF; /* end of its output: it is going away */
+        size_t start = 0, scan = len;
+        len += (size_t)r;
+        for (size_t i = scan; i < len; i++) {
+            if (buf[i] != '\n')
+                continue;
+            size_t n = i - start;
+            if (n && buf[start + n - 1] == '\r')
+                n--;
+            if (n)
+                on_line(s, buf + start, n, &s->rd_fa);
+            start = i + 1;
+        }
+        if (start) {
+            memmove(buf, buf + start, len - start);
+            len -= start;
+        }
+        s->rd_len = len;
+        if (len > max) {
+            s->rd_kill = "sent a message over max_message";
+            return DRAIN_KILL;
+        }
+        /* shrink back after a large message */
+        if (len == 0 && s->rd_cap > 4 * READ_CHUNK) {
+            char *nb = realloc(s->rd_buf, READ_CHUNK);
+            if (nb) {
+                s->rd_buf = nb;
+                s->rd_cap = READ_CHUNK;
+            }
+        }
+        /* less than asked: nothing more for now (poll says when),
+         * without a read() that would only answer EAGAIN */
+        if ((size_t)r < room)
+            return DRAIN_MORE;
+    }
+    return DRAIN_MORE;
+}
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+__thread const mcp_srv *mcpsrc_busy_polling;
+
+void mcpsrc_busy_poll(mcp_srv *s)
+{
+    int64_t end = now_us() + s->busy_poll_us;
+    bool answered = false, stop = false, wake = false;
+    do {
+        /* taken by the reader (woken by the same bytes): it reads */
+        if (pthread_mutex_trylock(&s->rd_mu) == 0) {
+            int d = DRAIN_MORE;
+            if (s->rd_fd >= 0 && !s->rd_kill) {
+                mcpsrc_busy_polling = s;
+                d = drain(s, s->rd_fd);
+                mcpsrc_busy_polling = NULL;
+            } else
+                stop = true;
+            pthread_mutex_unlock(&s->rd_mu);
+            /* the end of its output stays readable: the reader sees it;
+             * a reason to kill it is the reader's to act on */
+            if (d != DRAIN_MORE) {
+                stop = true;
+                wake = d == DRAIN_KILL;
+            }
+        }
+        pthread_mutex_lock(&s->mu);
+        answered = s->in_flight == 0;
+        pthread_mutex_unlock(&s->mu);
+    } while (!answered && !stop && now_us() < end);
+    pthread_mutex_lock(&s->mu);
+    /* not answered: the reader reads it (a parked reader is woken) */
+    wake = wake || (!answered && s->rd_parked);
+    if (answered) {
+        s->spin_backoff = 0;
+    } else if (!stop) {
+        /* it outlasted the poll: the next calls go without, more of
+         * them each time in a row (1, 2, 4 ... 64) */
+        s->spin_backoff = s->spin_backoff ? s->spin_backoff * 2 : 1;
+        if (s->spin_backoff > 64)
+            s->spin_backoff = 64;
+        s->spin_skip = s->spin_backoff;
+    }
+    /* a slot this thread freed goes to a waiting call: the reader's */
+    wake = wake || s->waitq || s->n_unsent || s->flush;
+    pthread_mutex_unlock(&s->mu);
+    if (wake) {
+        uint64_t one = 1;
+        if (write(s->wake_fd, &one, sizeof one) < 0) {
+            /* the counter is full: the reader is awake already */
+        }
+    }
+}
+
 static void *reader(void *arg)
 {
     reader_ctx *rc = arg;
     mcp_srv *s = rc->s;
     const toolhost_host_api *h = s->st->host;
-    size_t cap = READ_CHUNK, len = 0, max = (size_t)s->st->max_message;
-    char *buf = malloc(cap);
     char ebuf[512];
     size_t elen = 0;
     unsigned elines = 0;
     int out = rc->out_fd, err = rc->err_fd;
     bool leader_gone = false;
-    mcpsrc_fast_answer fa = {0}; /* its buffer reused from line to line */
-    if (!buf) {
-        snprintf(rc->why, rc->why_size, "out of memory");
-        goto kill;
-    }
+    pthread_mutex_lock(&s->rd_mu);
+    s->rd_len = 0;
+    s->rd_kill = NULL;
+    s->rd_fd = out;
+    pthread_mutex_unlock(&s->rd_mu);
     while (out >= 0) {
         struct pollfd pf[4] = {{.fd = out, .events = POLLIN},
                                {.fd = rc->pid_fd, .events = POLLIN},
@@ -736,8 +870,36 @@ static void *reader(void *arg)
          * right away */
         if (pump(s))
             wait = 0;
+        /* Parked: while callers busy-poll (a call in the last PARK_MS,
+         * none in flight now), this thread leaves the server's output to
+         * them, so that an answer wakes no thread; it looks at it every
+         * PARK_LOOK_MS for what comes unasked (notifications), and a
+         * call that is not busy-polled wakes it (wake_fd). */
+        bool park = false;
+        if (s->busy_poll_us > 0 && !leader_gone) {
+            pthread_mutex_lock(&s->rd_mu);
+            pthread_mutex_lock(&s->mu);
+            park = s->in_flight == 0 && !s->waitq && !s->n_unsent &&
+                   s->rd_len == 0 &&
+                   mcpsrc_now_ms() - s->spin_last_ms < PARK_MS;
+            s->rd_parked = park;
+            pthread_mutex_unlock(&s->mu);
+            pthread_mutex_unlock(&s->rd_mu);
+            if (park) {
+                pf[0].fd = -1; /* poll() skips it */
+                if (wait < 0 || wait > PARK_LOOK_MS)
+                    wait = PARK_LOOK_MS;
+            }
+        }
         /* once the leader is gone: what is buffered, then the end */
-        if (poll(pf, 4, leader_gone ? 0 : wait) < 0) {
+        int pr = poll(pf, 4, leader_gone ? 0 : wait);
+        if (park) {
+            pthread_mutex_lock(&s->mu);
+            s->rd_parked = false;
+            pthread_mutex_unlock(&s->mu);
+            pf[0].revents = POLLIN; /* a look: read() answers EAGAIN */
+        }
+        if (pr < 0) {
             if (errno == EINTR)
                 continue;
             break;
@@ -776,80 +938,44 @@ static void *reader(void *arg)
                 elen = 0;
             }
         }
-        if (!pf[0].revents)
-            continue;
-        /* a bounded number of reads per turn: stderr is served too */
-        for (int turn = 0; turn < 16; turn++) {
-            if (cap - len < READ_CHUNK && cap < max + 1) {
-                size_t ncap = cap * 2 > max + 1 ? max + 1 : cap * 2;
-                if (ncap < len + 1)
-                    ncap = len + 1;
-                char *nb = realloc(buf, ncap);
-                if (!nb) {
-                    snprintf(rc->why, rc->why_size, "out of memory");
-                    goto kill;
-                }
-                buf = nb;
-                cap = ncap;
-            }
-            size_t room = cap - len;
-            ssize_t r = read(out, buf + len, room);
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-                break;
-            if (r <= 0) {
-                out = -1; /* end of its output: it is going away */
-                break;
-            }
-            size_t start = 0, scan = len;
-            len += (size_t)r;
-            for (size_t i = scan; i < len; i++) {
-                if (buf[i] != '\n')
-                    continue;
-                size_t n = i - start;
-                if (n && buf[start + n - 1] == '\r')
-                    n--;
-                if (n)
-                    on_line(s, buf + start, n, &fa);
-                start = i + 1;
-            }
-            if (start) {
-                memmove(buf, buf + start, len - start);
-                len -= start;
-            }
-            if (len > max) {
-                snprintf(rc->why, rc->why_size,
-                         "sent a message over max_message (%lld bytes)",
-                         (long long)max);
+        /* a caller that read for a moment (mcpsrc_busy_poll) may have
+         * found a reason to kill the server: it woke this thread */
+        pthread_mutex_lock(&s->rd_mu);
+        int d = s->rd_kill ? DRAIN_KILL
+                : pf[0].revents ? drain(s, out) : DRAIN_MORE;
+        const char *kill = s->rd_kill;
+        pthread_mutex_unlock(&s->rd_mu);
+        if (d == DRAIN_EOF)
+            out = -1;
+        if (d == DRAIN_KILL) {
+            if (strcmp(kill, "out of memory") == 0)
+                snprintf(rc->why, rc->why_size, "%s", kill);
+            else
+                snprintf(rc->why, rc->why_size, "%s (%lld bytes)", kill,
+                         (long long)s->st->max_message);
+            if (strcmp(kill, "out of memory") != 0)
                 th_sdk_log(h, TOOLHOST_LOG_WARN,
                            "server '%s' %s: killing it (it restarts)",
                            s->name, rc->why);
-                goto kill;
-            }
-            /* shrink back after a large message */
-            if (len == 0 && cap > 4 * READ_CHUNK) {
-                char *nb = realloc(buf, READ_CHUNK);
-                if (nb) {
-                    buf = nb;
-                    cap = READ_CHUNK;
-                }
-            }
-            /* less than asked: nothing more for now (poll says when),
-             * without a read() that would only answer EAGAIN */
-            if ((size_t)r < room)
-                break;
+            goto kill;
         }
     }
-    free(buf);
     goto out;
 kill:
-    free(buf);
     pthread_mutex_lock(&s->mu);
     kill_group(s);
     pthread_mutex_unlock(&s->mu);
 out:
-    mcpsrc_fast_answer_free(&fa);
+    /* no caller reads any more: the buffer goes (a start allocates
+     * again as it reads) */
+    pthread_mutex_lock(&s->rd_mu);
+    s->rd_fd = -1;
+    free(s->rd_buf);
+    s->rd_buf = NULL;
+    s->rd_cap = s->rd_len = 0;
+    mcpsrc_fast_answer_free(&s->rd_fa);
+    memset(&s->rd_fa, 0, sizeof s->rd_fa);
+    pthread_mutex_unlock(&s->rd_mu);
     /* nothing more will be answered: fail what waits now (the
      * supervisor's handshake too) rather than at its timeout; the calls
      * this thread owns end here, and no call is handed to it any more */

@@ -80,6 +80,17 @@ typedef struct mcp_tool {
     bool structured;     /* declared with an output schema we kept   */
 } mcp_tool;
 
+/* mcp_answer.c: the usual answer (text blocks only) without a tree. */
+#define MCPSRC_FAST_TEXTS 16
+typedef struct mcpsrc_fast_answer {
+    int64_t id;
+    size_t n;                       /* text blocks */
+    size_t off[MCPSRC_FAST_TEXTS];  /* each text in buf (NUL after it) */
+    size_t len[MCPSRC_FAST_TEXTS];
+    char *buf;                      /* reused from answer to answer */
+    size_t used, cap;
+} mcpsrc_fast_answer;
+
 struct mcp_srv {
     mcp_state *st;
     /* config (read-only after init) */
@@ -150,6 +161,23 @@ struct mcp_srv {
                             when a descendant holds its stdout      */
     pthread_t sup;
     bool sup_started;
+
+    /* What the server wrote and no line has taken yet (its stdout).  The
+     * reader's; a caller reads for a moment in mcpsrc_busy_poll().  All
+     * under rd_mu, taken after mu never (mu may be taken under it). */
+    pthread_mutex_t rd_mu;
+    int rd_fd;           /* this start's stdout, -1 between starts   */
+    char *rd_buf;
+    size_t rd_cap, rd_len;
+    const char *rd_kill; /* a read found it must be killed (why)     */
+    mcpsrc_fast_answer rd_fa;
+    /* busy polling (stdio): at most busy_poll_us of a caller's time for
+     * the answer of a call alone in flight; spin_skip calls go without
+     * after a poll the answer outlasted (under mu) */
+    int64_t busy_poll_us;
+    unsigned spin_skip, spin_backoff;
+    int64_t spin_last_ms; /* (mu) when a call was last busy-polled     */
+    bool rd_parked;       /* (mu) the reader is not watching rd_fd     */
 };
 
 struct mcp_state {
@@ -167,6 +195,16 @@ struct mcp_state {
     int64_t write_timeout_ms;
     char *path;         /* PATH to look commands up in */
 };
+
+/* mcp_server.c: the thread that has just written the request of a
+ * call alone in flight to a stdio server reads the server's output
+ * itself for up to busy_poll_us, instead of leaving it to the reader
+ * thread and sleeping: an answer that comes that soon costs no wake-up
+ * of a thread.  Any answer it reads ends its call here.  Without mu. */
+void mcpsrc_busy_poll(mcp_srv *s);
+/* The server whose output this thread reads in mcpsrc_busy_poll() right
+ * now (NULL: none): the calls it ends say so in their meta. */
+extern __thread const mcp_srv *mcpsrc_busy_polling;
 
 /* mcp_conf.c */
 int mcpsrc_config(mcp_state *st, const uint8_t *config, size_t len,
@@ -199,16 +237,7 @@ int mcpsrc_oauth_auth(mcp_srv *s, bool refused, uint64_t *gen,
                       const char *rm, toolhost_call *call, int64_t deadline,
                       char **line, char *why, size_t ws);
 
-/* mcp_answer.c: the usual answer (text blocks only) without a tree. */
-#define MCPSRC_FAST_TEXTS 16
-typedef struct mcpsrc_fast_answer {
-    int64_t id;
-    size_t n;                       /* text blocks */
-    size_t off[MCPSRC_FAST_TEXTS];  /* each text in buf (NUL after it) */
-    size_t len[MCPSRC_FAST_TEXTS];
-    char *buf;                      /* reused from answer to answer */
-    size_t used, cap;
-} mcpsrc_fast_answer;
+/* mcp_answer.c: the usual answer, mcpsrc_read_answer() below. */
 /* 1: line[0..len) is exactly {"jsonrpc":"2.0","id":N,"result":
  * {"content":[{"type":"text","text":...}...],"isError":false}} (keys in
  * any order; jsonrpc and isError may be left out) and *a holds its id and

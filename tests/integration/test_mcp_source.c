@@ -19,7 +19,9 @@
  * declared short and run on a front's own thread: on the RPC loop
  * (rpc_loop), past max_concurrency in order with the server's reader
  * (queue, tests/mcp/source_queue.mjs), and with a server that stops
- * reading its stdin (deaf). */
+ * reading its stdin (deaf); busy polling of a call's answer by the thread
+ * that sent it, and the reader's look at what comes unasked meanwhile
+ * (busy_poll, busy_poll_off). */
 #include <CUnit/CUnit.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -320,6 +322,115 @@ static void test_rpc_loop(void)
     rpc_srv_free(&s);
 }
 
+/* The hostile server behind the RPC front, with `busy_poll_us`. */
+static int hostile_rpc_start(rpc_srv *s, const char *busy_poll_us)
+{
+    static char plugins[1024];
+    snprintf(plugins, sizeof plugins,
+             "  - name: mcp\n"
+             "    path: %s/plugins/mcp.so\n"
+             "    config:\n"
+             "      restart_initial: 50ms\n"
+             "      max_message: 1048576\n"
+             "      servers:\n"
+             "        - name: h\n"
+             "          command: [node, %s]\n"
+             "          busy_poll_us: %s\n",
+             TH_BUILD_DIR,
+             th_test_source_path("tests/mcp/hostile_server.mjs"),
+             busy_poll_us);
+    rpc_opts o = {.plugins_extra = plugins,
+                  .public_extra = "  - name: src\n"
+                                  "    tools: [h_ok, h_later, h_huge]\n"};
+    return rpc_srv_start(s, &o);
+}
+
+/* The call's meta says its answer was read by the thread that sent it. */
+static bool busy_polled(const msgpack_object *res)
+{
+    const msgpack_object *b =
+        th_rpc_map_get(th_rpc_map_get(res, "meta"), "busy_polled");
+    return b && b->type == MSGPACK_OBJECT_BOOLEAN && b->via.boolean;
+}
+
+/* Calls h_ok up to `n` times, until one is busy-polled (want) or n are
+ * done; how many were busy-polled. */
+static int ok_calls(th_rpc_client *c, int n, bool until_polled)
+{
+    int polled = 0;
+    for (int i = 0; i < n && !(until_polled && polled); i++) {
+        rpc_res r;
+        CU_ASSERT_FATAL(rpc_call(c, "tools.call", "[\"h_ok\", {}]", &r) == 0);
+        CU_ASSERT_FATAL(r.res && rpc_ok(r.res));
+        polled += busy_polled(r.res);
+        rpc_res_free(&r);
+    }
+    return polled;
+}
+
+/* Busy polling (docs/mcp-source.md): a call alone in flight is answered
+ * on the thread that sent it (meta busy_polled; 5 ms of polling, so that
+ * one of up to 200 calls is caught however loaded the machine).  The
+ * reader then leaves the server's output to callers, and must still read
+ * what comes unasked: h_later asks the host for a ping 20 ms after its
+ * answer, with no call in flight, and the host's answer makes the server
+ * log a pong.  A message over max_message read while busy polling kills
+ * the server (the reader's to do) and fails the call; it comes back. */
+static void test_busy_poll(void)
+{
+    NEED_NODE();
+    rpc_srv s;
+    CU_ASSERT_FATAL(hostile_rpc_start(&s, "5000") == 0);
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_FATAL(c != NULL);
+    CU_ASSERT(ok_calls(c, 200, true) == 1);
+    rpc_res r;
+    CU_ASSERT_FATAL(rpc_call(c, "tools.call", "[\"h_later\", {}]", &r) == 0);
+    CU_ASSERT(r.res && rpc_stdout_is(r.res, "later"));
+    rpc_res_free(&r);
+    CU_ASSERT(rpc_log_wait(&s, "pong late", rpc_wait_ms()));
+
+    CU_ASSERT_FATAL(rpc_call(c, "tools.call", "[\"h_huge\", {}]", &r) == 0);
+    CU_ASSERT(r.res && !rpc_ok(r.res));
+    rpc_res_free(&r);
+    CU_ASSERT(rpc_log_wait(&s, "over max_message", rpc_wait_ms()));
+    /* back after its restart (50 ms; unavailable meanwhile) */
+    bool back = false;
+    for (int64_t end = rpc_now_ms() + rpc_wait_ms();
+         !back && rpc_now_ms() < end;) {
+        CU_ASSERT_FATAL(rpc_call(c, "tools.call", "[\"h_ok\", {}]", &r) ==
+                        0);
+        back = r.res && rpc_ok(r.res);
+        rpc_res_free(&r);
+        if (!back)
+            usleep(20000);
+    }
+    CU_ASSERT(back);
+    th_rpc_client_close(c);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+}
+
+/* busy_poll_us: 0: every answer is the reader's (none busy_polled), and
+ * what comes unasked is read as before. */
+static void test_busy_poll_off(void)
+{
+    NEED_NODE();
+    rpc_srv s;
+    CU_ASSERT_FATAL(hostile_rpc_start(&s, "0") == 0);
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_FATAL(c != NULL);
+    CU_ASSERT_EQUAL(ok_calls(c, 20, false), 0);
+    rpc_res r;
+    CU_ASSERT_FATAL(rpc_call(c, "tools.call", "[\"h_later\", {}]", &r) == 0);
+    CU_ASSERT(r.res && rpc_stdout_is(r.res, "later"));
+    rpc_res_free(&r);
+    CU_ASSERT(rpc_log_wait(&s, "pong late", rpc_wait_ms()));
+    th_rpc_client_close(c);
+    CU_ASSERT_EQUAL(rpc_srv_stop(&s, SIGTERM), 0);
+    rpc_srv_free(&s);
+}
+
 /* A server over Streamable HTTP: toolhost's own HTTP front, killed and
  * started again (tests/mcp/source_http.mjs). */
 static void test_sdk_http(void)
@@ -514,4 +625,6 @@ void th_suite_mcp_source(void)
     CU_add_test(s, "queue", test_queue);
     CU_add_test(s, "deaf", test_deaf);
     CU_add_test(s, "rpc_loop", test_rpc_loop);
+    CU_add_test(s, "busy_poll", test_busy_poll);
+    CU_add_test(s, "busy_poll_off", test_busy_poll_off);
 }

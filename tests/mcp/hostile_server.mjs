@@ -14,6 +14,9 @@
 //              answers
 //   whoami     "uid <uid> cwd <folder> env <names of its environment>"
 //   deaf       never answers, and stops reading its stdin
+//   later      answers "later", then 20 ms later asks the host for a ping
+//              unasked (id "late<n>"); the host's answer makes it write
+//              "pong late<n>" on its stderr (the host logs that line)
 // and two it lies about: 'badschema' (a keyword that is not JSON Schema)
 // and 'bad name!' (a name toolhost cannot carry as is).
 import { createInterface } from 'node:readline';
@@ -25,7 +28,7 @@ const text = (id, t) => out({ jsonrpc: '2.0', id,
                               result: { content: [{ type: 'text', text: t }] } });
 const obj = { type: 'object', properties: {} };
 const tools = ['ok', 'flood', 'junk', 'huge', 'silent', 'wrongid', 'request',
-               'whoami', 'deaf']
+               'whoami', 'deaf', 'later']
   .map((name) => ({ name, description: `hostile ${name}`, inputSchema: obj }));
 tools.push({ name: 'badschema', description: 'lies about its schema',
              inputSchema: { type: 'object',
@@ -49,6 +52,11 @@ rl.on('line', (line) => {
       return out({ jsonrpc: '2.0', id: m.id,
                    result: { tools: tools.slice(0, 4), nextCursor: 'p2' } });
     return out({ jsonrpc: '2.0', id: m.id, result: { tools: tools.slice(4) } });
+  }
+  if (m.method === undefined && typeof m.id === 'string' &&
+      m.id.startsWith('late')) {
+    process.stderr.write(`pong ${m.id}\n`);
+    return;
   }
   if (m.method === 'notifications/cancelled') {
     if (open.delete(m.params.requestId)) cancelled++;
@@ -91,6 +99,10 @@ rl.on('line', (line) => {
           params: { messages: [], maxTokens: 1 } });
     out({ jsonrpc: '2.0', id: 'r2', method: 'ping' });
     return text(m.id, 'asked');
+  case 'later':
+    setTimeout(() => out({ jsonrpc: '2.0', id: `late${m.id}`,
+                           method: 'ping' }), 20);
+    return text(m.id, 'later');
   default:
     return out({ jsonrpc: '2.0', id: m.id,
                  error: { code: -32602, message: `unknown tool ${m.params.name}` } });
