@@ -409,16 +409,26 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 /* The loop, busy polling (host.busy_poll_us): after input it keeps
  * looking for more, without sleeping, for spin_ns, so that a client that
  * sends its next message that soon (or a worker that ends a call) wakes
- * no thread.  A look that finds nothing makes the next ones rarer: 1, 2,
- * 4 ... 64 inputs go without, until a look finds input again. */
+ * no thread.  Only for a client that has had at most one call in flight
+ * for ALONE_NS: one with more keeps the loop busy anyway, and a spinning
+ * loop would take a CPU from the threads that answer them.  A look that
+ * finds nothing makes the next ones rarer: 1, 2, 4 ... 64 inputs go
+ * without, until a look finds input again. */
+#define ALONE_NS (100 * 1000000LL)
 static void run_loop(mcp_stdio *x)
 {
     unsigned skip = 0, backoff = 0;
+    int64_t concurrent = 0; /* when more than one call was last in flight */
     x->got_input = false;
     for (;;) {
         if (x->spin_ns > 0 && x->got_input && !x->stopping) {
             x->got_input = false;
-            if (skip) {
+            int64_t now = now_ns();
+            if (th_mcp_session_inflight(x->m) > 1)
+                concurrent = now;
+            if (now - concurrent < ALONE_NS) {
+                /* calls overlap: the loop is busy anyway */
+            } else if (skip) {
                 skip--;
             } else {
                 int64_t end = now_ns() + x->spin_ns;

@@ -561,8 +561,14 @@ static int stdio_call(mcp_srv *s, const toolhost_tool *tool,
             s->n_unsent++;
         }
         /* alone in flight and sent: this thread may wait for the answer
-         * a moment (mcpsrc_busy_poll) */
-        if (!wake && s->in_flight == 1 && s->busy_poll_us > 0) {
+         * a moment (mcpsrc_busy_poll), unless calls of this server were
+         * lately sent while others were in flight: then more are on
+         * their way, to be read and sent by this very thread, and a
+         * spinning thread takes a CPU from those that answer them */
+        if (s->in_flight > 1)
+            s->concurrent_ms = t0;
+        if (!wake && s->in_flight == 1 && s->busy_poll_us > 0 &&
+            t0 - s->concurrent_ms >= MCPSRC_ALONE_MS) {
             if (s->spin_skip)
                 s->spin_skip--;
             else

@@ -177,6 +177,9 @@ struct mcp_srv {
     int64_t busy_poll_us;
     unsigned spin_skip, spin_backoff;
     int64_t spin_last_ms; /* (mu) when a call was last busy-polled     */
+    int64_t concurrent_ms; /* (mu) when a call was last sent with others
+                              in flight: no busy polling for
+                              MCPSRC_ALONE_MS after                      */
     bool rd_parked;       /* (mu) the reader is not watching rd_fd     */
 };
 
@@ -202,6 +205,7 @@ struct mcp_state {
  * thread and sleeping: an answer that comes that soon costs no wake-up
  * of a thread.  Any answer it reads ends its call here.  Without mu. */
 void mcpsrc_busy_poll(mcp_srv *s);
+#define MCPSRC_ALONE_MS 100
 /* The server whose output this thread reads in mcpsrc_busy_poll() right
  * now (NULL: none): the calls it ends say so in their meta. */
 extern __thread const mcp_srv *mcpsrc_busy_polling;
