@@ -809,11 +809,11 @@ void mcpsrc_busy_poll(mcp_srv *s)
             } else
                 stop = true;
             pthread_mutex_unlock(&s->rd_mu);
-            /* the end of its output stays readable: the reader sees it;
-             * a reason to kill it is the reader's to act on */
+            /* the end of its output, or a reason to kill it: the
+             * reader's to act on (a parked one is woken) */
             if (d != DRAIN_MORE) {
                 stop = true;
-                wake = d == DRAIN_KILL;
+                wake = true;
             }
         }
         pthread_mutex_lock(&s->mu);
