@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "../shared/mp_json.h"
 #include "openapi.h"
@@ -251,6 +252,25 @@ static int parse_headers(const json_t *h, oa_api *api, char *err, size_t es)
         if (!s || !line_ok(s))
             return th_sdk_errf(err, es, "api '%s': headers: %s must be a one-line "
                                  "string", api->name, k);
+        /* what each request sets itself: a second one would be sent
+         * beside it, and which the API reads is its choice */
+        static const char *const own[] = {"Content-Type", "Content-Length",
+                                          "Transfer-Encoding", "Host", NULL};
+        for (const char *const *o = own; *o; o++)
+            if (!strcasecmp(k, *o))
+                return th_sdk_errf(err, es, "api '%s': headers: '%s' is set "
+                                     "by each request (its body, its URL); "
+                                     "it cannot be configured", api->name, k);
+        if ((api->auth == OA_AUTH_BEARER || api->auth == OA_AUTH_BASIC) &&
+            !strcasecmp(k, "Authorization"))
+            return th_sdk_errf(err, es, "api '%s': headers: 'Authorization' "
+                                 "is set by auth:; give one or the other",
+                                 api->name);
+        if (api->auth == OA_AUTH_API_KEY && api->key_header &&
+            !strcasecmp(k, api->key_header))
+            return th_sdk_errf(err, es, "api '%s': headers: '%s' is "
+                                 "auth.api_key_header's; give one or the "
+                                 "other", api->name, k);
         size_t len = strlen(k) + strlen(s) + 3;
         if (!(api->headers[n] = malloc(len)))
             return th_sdk_errf(err, es, "out of memory");

@@ -892,6 +892,21 @@ static void test_bad_specs(void)
          "          max_spec: 16B\n", "more than max_spec (16)"},
         {"relative.yaml", "openapi: 3.0.0\nservers: [{url: /v1}]\npaths: {}\n",
          "", "is not an absolute http(s) URL"},
+        /* headers each request sets itself, or auth: does */
+        {"ct.yaml",
+         "openapi: 3.0.0\nservers: [{url: 'http://x.example'}]\npaths: {}\n",
+         "          headers: {content-type: text/plain}\n",
+         "headers: 'content-type' is set by each request"},
+        {"authz.yaml",
+         "openapi: 3.0.0\nservers: [{url: 'http://x.example'}]\npaths: {}\n",
+         "          auth: {bearer_env: T}\n"
+         "          headers: {Authorization: Bearer x}\n",
+         "headers: 'Authorization' is set by auth:"},
+        {"key.yaml",
+         "openapi: 3.0.0\nservers: [{url: 'http://x.example'}]\npaths: {}\n",
+         "          auth: {api_key_env: K, api_key_header: X-Key}\n"
+         "          headers: {x-key: k}\n",
+         "headers: 'x-key' is auth.api_key_header's"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0] + 1; i++) {
         bool missing = i == sizeof cases / sizeof cases[0];
