@@ -578,6 +578,15 @@ static int stdio_call(mcp_srv *s, const toolhost_tool *tool,
             s->spin_last_ms = t0;
         else if (s->rd_parked)
             wake = true; /* not busy-polled: the reader reads it */
+        /* its deadline (or, without a cancel hook, its next look at
+         * whether it was cancelled: 100 ms) is the reader's to keep: a
+         * reader that would sleep past it is woken to sweep (a request
+         * sent here, the reader may have gone to sleep with no call) */
+        int64_t due = p->deadline;
+        if (!p->hooked && (due < 0 || due > t0 + 100))
+            due = t0 + 100;
+        if (due >= 0 && (s->rd_until < 0 || s->rd_until > due))
+            wake = true;
     } else {
         /* max_concurrency calls are in flight: it waits for a slot */
         if (s->waitq_tail)

@@ -505,6 +505,9 @@ static int sweep(mcp_srv *s)
         ended = p;
     }
     s->waitq_tail = last;
+    /* a call handed off from now on wakes this thread if it is due
+     * before that (mcp_call.c) */
+    s->rd_until = next < 0 ? -1 : now + next;
     pthread_mutex_unlock(&s->mu);
     while (ended) {
         mcp_pend *p = ended;
@@ -883,6 +886,9 @@ static void *reader(void *arg)
                    s->rd_len == 0 &&
                    mcpsrc_now_ms() - s->spin_last_ms < PARK_MS;
             s->rd_parked = park;
+            if (park && (s->rd_until < 0 ||
+                         s->rd_until > mcpsrc_now_ms() + PARK_LOOK_MS))
+                s->rd_until = mcpsrc_now_ms() + PARK_LOOK_MS;
             pthread_mutex_unlock(&s->mu);
             pthread_mutex_unlock(&s->rd_mu);
             if (park) {

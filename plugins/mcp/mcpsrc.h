@@ -181,6 +181,9 @@ struct mcp_srv {
                               in flight: no busy polling for
                               MCPSRC_ALONE_MS after                      */
     bool rd_parked;       /* (mu) the reader is not watching rd_fd     */
+    int64_t rd_until;     /* (mu) when the reader looks at its calls
+                             next (monotonic ms; -1: not until woken): a
+                             call due before must wake it              */
 };
 
 struct mcp_state {
