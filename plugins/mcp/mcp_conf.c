@@ -792,6 +792,7 @@ void mcpsrc_state_free(mcp_state *st)
         if (s->wake_fd >= 0)
             close(s->wake_fd);
         free(s->wrest);
+        free(s->dout);
         pthread_mutex_destroy(&s->mu);
         pthread_mutex_destroy(&s->wmu);
         pthread_mutex_destroy(&s->rd_mu);
