@@ -35,6 +35,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -406,6 +407,78 @@ static void test_sigterm(void)
     att_stop(&s);
 }
 
+typedef struct steady {
+    rpc_srv *s;
+    volatile int stop;
+    int calls, ok, answered;
+    char last[64];
+} steady;
+
+/* One call after another (a_ok, busy-polled) until told to stop. */
+static void *steady_main(void *arg)
+{
+    steady *st = arg;
+    th_rpc_client *c = rpc_connect(st->s);
+    if (!c)
+        return NULL;
+    while (!__atomic_load_n(&st->stop, __ATOMIC_ACQUIRE)) {
+        rpc_res r;
+        st->calls++;
+        if (rpc_call(c, "tools.call", "[\"a_ok\", {}]", &r) != 0)
+            break;
+        st->answered++;
+        bool ok = r.res && rpc_ok(r.res);
+        st->ok += ok;
+        const msgpack_object *e =
+            r.res ? th_rpc_map_get(r.res, "error") : NULL;
+        snprintf(st->last, sizeof st->last, "%s",
+                 ok ? "ok" : e && e->type == MSGPACK_OBJECT_STR ? "error"
+                                                                : "?");
+        rpc_res_free(&r);
+    }
+    th_rpc_client_close(c);
+    return NULL;
+}
+
+/* The mcp plugin loaded again (its server listed a new tool) while a
+ * client calls it one call after another: every call is answered, and
+ * the calls after the reload are fine. */
+static void test_reload_steady(void)
+{
+    NEED_NODE();
+    rpc_srv s;
+    CU_ASSERT_FATAL(att_start(&s, NULL) == 0);
+    th_rpc_client *c = rpc_connect(&s);
+    CU_ASSERT_FATAL(c != NULL);
+    steady st = {.s = &s};
+    pthread_t t;
+    CU_ASSERT_FATAL(pthread_create(&t, NULL, steady_main, &st) == 0);
+    CU_ASSERT(call_is(c, "a_changed", NULL, "changed"));
+    bool added = false;
+    for (int64_t end = rpc_now_ms() + rpc_wait_ms();
+         !added && rpc_now_ms() < end;) {
+        added = listed(c, "a_added");
+        if (!added)
+            usleep(20000); /* the re-listing and the reload it asks */
+    }
+    CU_ASSERT(added);
+    /* 20 more calls of the thread after the reload */
+    int64_t end = rpc_now_ms() + rpc_wait_ms();
+    int after = __atomic_load_n(&st.answered, __ATOMIC_ACQUIRE);
+    while (__atomic_load_n(&st.answered, __ATOMIC_ACQUIRE) < after + 20 &&
+           rpc_now_ms() < end)
+        usleep(10000); /* polls the thread's count, within the budget */
+    __atomic_store_n(&st.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(t, NULL);
+    CU_ASSERT(st.answered >= after + 20);
+    CU_ASSERT_EQUAL(st.answered, st.calls);
+    CU_ASSERT_STRING_EQUAL(st.last, "ok");
+    fprintf(stderr, "\n(reload_steady: %d calls, %d ok)\n", st.calls, st.ok);
+    CU_ASSERT(call_is(c, "a_added", NULL, "added"));
+    th_rpc_client_close(c);
+    att_stop(&s);
+}
+
 /* ---- the MCP stdio front --------------------------------------------- */
 
 static char *stdio_config(const char *dir, const char *host_bp,
@@ -524,6 +597,30 @@ static void test_stdio_front(void)
         th_test_run_free(&r);
         free(cfg);
     }
+    /* busy_poll_us on an HTTP server: refused, named */
+    char text[1024];
+    snprintf(text, sizeof text,
+             "plugins:\n"
+             "  - name: mcp\n"
+             "    path: %s\n"
+             "    config:\n"
+             "      servers:\n"
+             "        - name: h\n"
+             "          url: http://127.0.0.1:9/mcp\n"
+             "          busy_poll_us: 300\n"
+             "toolsets:\n"
+             "  - name: t\n"
+             "    tools: [\"*\"]\n",
+             th_test_build_path("plugins/mcp.so"));
+    char *cfg = th_test_write_file(dir, "h.yaml", text, (size_t)-1);
+    th_test_run r;
+    char *argv[] = {(char *)th_test_build_path("toolhost"), "mcp", "-c", cfg,
+                    NULL};
+    CU_ASSERT_EQUAL(th_test_run_argv(argv, in, 60, 1, &r), 0);
+    CU_ASSERT_NOT_EQUAL(r.status, 0);
+    CU_ASSERT_PTR_NOT_NULL(r.err ? strstr(r.err, "busy_poll_us") : NULL);
+    th_test_run_free(&r);
+    free(cfg);
     free(file);
     free(in);
     th_test_rmtree(dir);
@@ -661,6 +758,7 @@ void th_suite_att36(void)
     CU_add_test(s, "lifecycle", test_lifecycle);
     CU_add_test(s, "concurrency", test_concurrency);
     CU_add_test(s, "sigterm", test_sigterm);
+    CU_add_test(s, "reload_steady", test_reload_steady);
     CU_add_test(s, "stdio_front", test_stdio_front);
     CU_add_test(s, "stdio_paced", test_stdio_paced);
 }
