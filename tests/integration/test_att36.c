@@ -432,7 +432,7 @@ static void *steady_main(void *arg)
         st->calls++;
         if (rpc_call(c, "tools.call", "[\"a_ok\", {}]", &r) != 0)
             break;
-        st->answered++;
+        __atomic_add_fetch(&st->answered, 1, __ATOMIC_RELEASE);
         bool ok = r.res && rpc_ok(r.res);
         st->ok += ok;
         const msgpack_object *e =
