@@ -29,7 +29,9 @@
  *   call answered, exit 0 at the end of input; out-of-range values (and
  *   busy_poll_us on an HTTP server) are config errors naming the key.
  * stdio_paced: a client that sends one message per 250 us: every call
- *   answered; SIGTERM half way: exit 0. */
+ *   answered; SIGTERM half way: exit 0.
+ * stdio_cancel: notifications/cancelled for a call just busy-polled ends
+ *   it (the server told), nothing left for the shutdown grace. */
 #include <CUnit/CUnit.h>
 #include <jansson.h>
 #include <signal.h>
@@ -755,6 +757,36 @@ static void test_stdio_paced(void)
     free(dir);
 }
 
+/* MCP notifications/cancelled for a call that the front's thread has
+ * just busy-polled (a_silent, no answer): it ends at once, the server is
+ * told, the next call is answered, and the end of input finds no call
+ * left for the shutdown grace. */
+static void test_stdio_cancel(void)
+{
+    NEED_NODE();
+    char *dir = th_test_tmpdir();
+    char *cfg = stdio_config(dir, "10000", "10000");
+    const char *in =
+        INIT "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\","
+             "\"params\":{\"name\":\"a_silent\",\"arguments\":{}}}\n"
+             "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\","
+             "\"params\":{\"requestId\":1}}\n"
+             "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\","
+             "\"params\":{\"name\":\"a_ok\",\"arguments\":{}}}\n";
+    th_test_run r;
+    char *argv[] = {(char *)th_test_build_path("toolhost"), "mcp", "-c", cfg,
+                    NULL};
+    CU_ASSERT_EQUAL(th_test_run_argv(argv, in, 60, 1, &r), 0);
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_PTR_NOT_NULL(r.out ? strstr(r.out, "\"text\":\"ok 2\"") : NULL);
+    CU_ASSERT_PTR_NOT_NULL(r.err ? strstr(r.err, "stderr: cancelled") : NULL);
+    CU_ASSERT_PTR_NULL(r.err ? strstr(r.err, "shutdown grace over") : NULL);
+    th_test_run_free(&r);
+    free(cfg);
+    th_test_rmtree(dir);
+    free(dir);
+}
+
 void th_suite_att36(void)
 {
     CU_pSuite s = CU_add_suite("att36", NULL, NULL);
@@ -767,4 +799,5 @@ void th_suite_att36(void)
     CU_add_test(s, "reload_steady", test_reload_steady);
     CU_add_test(s, "stdio_front", test_stdio_front);
     CU_add_test(s, "stdio_paced", test_stdio_paced);
+    CU_add_test(s, "stdio_cancel", test_stdio_cancel);
 }
