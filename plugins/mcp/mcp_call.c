@@ -564,11 +564,13 @@ static int stdio_call(mcp_srv *s, const toolhost_tool *tool,
          * a moment (mcpsrc_busy_poll), unless calls of this server were
          * lately sent while others were in flight: then more are on
          * their way, to be read and sent by this very thread, and a
-         * spinning thread takes a CPU from those that answer them */
+         * spinning thread takes a CPU from those that answer them; nor
+         * while answers a poll read wait for the reader (s->dout: what
+         * waits stays within one poll's reading) */
         if (s->in_flight > 1)
             s->concurrent_ms = t0;
         if (!wake && s->in_flight == 1 && s->busy_poll_us > 0 &&
-            t0 - s->concurrent_ms >= MCPSRC_ALONE_MS) {
+            !s->dout && t0 - s->concurrent_ms >= MCPSRC_ALONE_MS) {
             if (s->spin_skip)
                 s->spin_skip--;
             else
