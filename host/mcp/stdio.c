@@ -400,12 +400,6 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
 }
 
-/* Input from a regular file or /dev/null (epoll refuses them): this
- * thread copies it into a pipe whose other end is `in`, so reading stays
- * that of a pipe (not libuv's thread pool, whose creation aborts the
- * process when it fails).  It ends at the end of the input or when the
- * read end is gone (EPIPE; SIGPIPE is ignored); reading a file never
- * blocks, so th_mcp_stdio_run() joins it once the loop is over. */
 /* The loop, busy polling (host.busy_poll_us): after input it keeps
  * looking for more, without sleeping, for spin_ns, so that a client that
  * sends its next message that soon (or a worker that ends a call) wakes
@@ -452,6 +446,12 @@ static void run_loop(mcp_stdio *x)
     }
 }
 
+/* Input from a regular file or /dev/null (epoll refuses them): this
+ * thread copies it into a pipe whose other end is `in`, so reading stays
+ * that of a pipe (not libuv's thread pool, whose creation aborts the
+ * process when it fails).  It ends at the end of the input or when the
+ * read end is gone (EPIPE; SIGPIPE is ignored); reading a file never
+ * blocks, so th_mcp_stdio_run() joins it once the loop is over. */
 static void *relay_main(void *arg)
 {
     mcp_stdio *x = arg;

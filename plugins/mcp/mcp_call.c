@@ -564,11 +564,13 @@ static int stdio_call(mcp_srv *s, const toolhost_tool *tool,
          * a moment (mcpsrc_busy_poll), unless calls of this server were
          * lately sent while others were in flight: then more are on
          * their way, to be read and sent by this very thread, and a
-         * spinning thread takes a CPU from those that answer them */
+         * spinning thread takes a CPU from those that answer them; nor
+         * while answers a poll read wait for the reader (s->dout: what
+         * waits stays within one poll's reading) */
         if (s->in_flight > 1)
             s->concurrent_ms = t0;
         if (!wake && s->in_flight == 1 && s->busy_poll_us > 0 &&
-            t0 - s->concurrent_ms >= MCPSRC_ALONE_MS) {
+            !s->dout && t0 - s->concurrent_ms >= MCPSRC_ALONE_MS) {
             if (s->spin_skip)
                 s->spin_skip--;
             else
@@ -578,6 +580,15 @@ static int stdio_call(mcp_srv *s, const toolhost_tool *tool,
             s->spin_last_ms = t0;
         else if (s->rd_parked)
             wake = true; /* not busy-polled: the reader reads it */
+        /* its deadline (or, without a cancel hook, its next look at
+         * whether it was cancelled: 100 ms) is the reader's to keep: a
+         * reader that would sleep past it is woken to sweep (a request
+         * sent here, the reader may have gone to sleep with no call) */
+        int64_t due = p->deadline;
+        if (!p->hooked && (due < 0 || due > t0 + 100))
+            due = t0 + 100;
+        if (due >= 0 && (s->rd_until < 0 || s->rd_until > due))
+            wake = true;
     } else {
         /* max_concurrency calls are in flight: it waits for a slot */
         if (s->waitq_tail)

@@ -474,6 +474,7 @@ int mcpsrc_config(mcp_state *st, const uint8_t *config, size_t len,
         pthread_mutex_init(&s->wmu, NULL);
         pthread_mutex_init(&s->rd_mu, NULL);
         s->rd_fd = -1;
+        s->rd_until = -1;
         pthread_condattr_t ca;
         pthread_condattr_init(&ca);
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -791,6 +792,7 @@ void mcpsrc_state_free(mcp_state *st)
         if (s->wake_fd >= 0)
             close(s->wake_fd);
         free(s->wrest);
+        free(s->dout);
         pthread_mutex_destroy(&s->mu);
         pthread_mutex_destroy(&s->wmu);
         pthread_mutex_destroy(&s->rd_mu);

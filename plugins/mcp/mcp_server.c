@@ -505,6 +505,9 @@ static int sweep(mcp_srv *s)
         ended = p;
     }
     s->waitq_tail = last;
+    /* a call handed off from now on wakes this thread if it is due
+     * before that (mcp_call.c) */
+    s->rd_until = next < 0 ? -1 : now + next;
     pthread_mutex_unlock(&s->mu);
     while (ended) {
         mcp_pend *p = ended;
@@ -547,9 +550,17 @@ static bool pump(mcp_srv *s)
     }
     bool flush = s->flush;
     s->flush = false;
+    char *dout = s->dout;
+    size_t dout_len = s->dout_len;
+    s->dout = NULL;
+    s->dout_len = 0;
     pthread_mutex_unlock(&s->mu);
     if (flush)
         send_bytes(s, NULL, 0);
+    /* answers to the server's requests a caller read (answer_request) */
+    if (dout)
+        send_bytes(s, dout, dout_len);
+    free(dout);
     for (;;) {
         /* one at a time: the list may change while this thread writes
          * (only this thread takes a call out of it) */
@@ -586,6 +597,11 @@ typedef struct reader_ctx {
     size_t why_size;
 } reader_ctx;
 
+/* A request of the server: a ping answered, any other refused.  The
+ * reader writes the answer itself (waiting at most write_timeout); a
+ * caller reading for a moment (mcpsrc_busy_poll) leaves it in s->dout
+ * for the reader, and stops polling: a server that asks and does not
+ * read its stdin must not hold the thread of a front. */
 static void answer_request(mcp_srv *s, const json_t *id, const char *method)
 {
     json_t *r;
@@ -596,8 +612,23 @@ static void answer_request(mcp_srv *s, const json_t *id, const char *method)
         r = json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", id,
                       "error", "code", -32601, "message",
                       "toolhost does not serve this request");
-    if (r)
+    if (r && mcpsrc_busy_polling == s) {
+        char *text = json_dumps(r, JSON_COMPACT | JSON_ENSURE_ASCII);
+        size_t n = text ? strlen(text) : 0;
+        pthread_mutex_lock(&s->mu);
+        char *nb = text ? realloc(s->dout, s->dout_len + n + 1) : NULL;
+        if (nb) {
+            memcpy(nb + s->dout_len, text, n);
+            nb[s->dout_len + n] = '\n';
+            s->dout = nb;
+            s->dout_len += n + 1;
+        }
+        pthread_mutex_unlock(&s->mu);
+        /* out of memory: unanswered, as a server's lost line */
+        free(text);
+    } else if (r) {
         mcpsrc_send(s, r);
+    }
     json_decref(r);
 }
 
@@ -818,6 +849,9 @@ void mcpsrc_busy_poll(mcp_srv *s)
         }
         pthread_mutex_lock(&s->mu);
         answered = s->in_flight == 0;
+        /* answers to the server's requests wait: the reader's to write */
+        if (s->dout)
+            stop = true;
         pthread_mutex_unlock(&s->mu);
     } while (!answered && !stop && now_us() < end);
     pthread_mutex_lock(&s->mu);
@@ -834,7 +868,7 @@ void mcpsrc_busy_poll(mcp_srv *s)
         s->spin_skip = s->spin_backoff;
     }
     /* a slot this thread freed goes to a waiting call: the reader's */
-    wake = wake || s->waitq || s->n_unsent || s->flush;
+    wake = wake || s->waitq || s->n_unsent || s->flush || s->dout;
     pthread_mutex_unlock(&s->mu);
     if (wake) {
         uint64_t one = 1;
@@ -880,9 +914,12 @@ static void *reader(void *arg)
             pthread_mutex_lock(&s->rd_mu);
             pthread_mutex_lock(&s->mu);
             park = s->in_flight == 0 && !s->waitq && !s->n_unsent &&
-                   s->rd_len == 0 &&
+                   !s->dout && s->rd_len == 0 &&
                    mcpsrc_now_ms() - s->spin_last_ms < PARK_MS;
             s->rd_parked = park;
+            if (park && (s->rd_until < 0 ||
+                         s->rd_until > mcpsrc_now_ms() + PARK_LOOK_MS))
+                s->rd_until = mcpsrc_now_ms() + PARK_LOOK_MS;
             pthread_mutex_unlock(&s->mu);
             pthread_mutex_unlock(&s->rd_mu);
             if (park) {
@@ -981,6 +1018,9 @@ out:
      * this thread owns end here, and no call is handed to it any more */
     pthread_mutex_lock(&s->mu);
     s->reader_done = true;
+    free(s->dout); /* answers for the process that is gone */
+    s->dout = NULL;
+    s->dout_len = 0;
     pthread_cond_broadcast(&s->cv); /* the supervisor's relist wait */
     mcp_pend *calls = s->waitq;
     s->waitq = s->waitq_tail = NULL;

@@ -181,6 +181,14 @@ struct mcp_srv {
                               in flight: no busy polling for
                               MCPSRC_ALONE_MS after                      */
     bool rd_parked;       /* (mu) the reader is not watching rd_fd     */
+    char *dout;           /* (mu) answers to the server's requests read
+                             by a caller (busy polling), for the reader
+                             to write: a caller never waits for room in
+                             the server's stdin                         */
+    size_t dout_len;
+    int64_t rd_until;     /* (mu) when the reader looks at its calls
+                             next (monotonic ms; -1: not until woken): a
+                             call due before must wake it              */
 };
 
 struct mcp_state {
