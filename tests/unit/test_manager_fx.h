@@ -171,10 +171,12 @@ static int fx_sleep(void *st, const toolhost_tool *t, toolhost_call *c, const ui
  * it runs until the test sets fx_cancel_deaf_release (bounded: 20 s), so
  * a test that needs it still running at some event need not race a nap. */
 static atomic_int fx_cancel_deaf_release;
+static atomic_int fx_cancel_deaf_started;
 static int fx_cancel_deaf(void *st, const toolhost_tool *t, toolhost_call *c, const uint8_t *a, size_t l)
 {
     (void)st;
     (void)t;
+    atomic_fetch_add(&fx_cancel_deaf_started, 1);
     long ms = (long)arg_int(a, l, "ms", 100);
     if (ms >= 0) {
         nap_ms(ms);
