@@ -281,6 +281,16 @@ int th_test_run_argv(char *const argv[], const char *input, int timeout_s,
     return 0;
 }
 
+bool th_test_shell_ok(const char *cmd)
+{
+    char *argv[] = {"/bin/sh", "-c", (char *)cmd, NULL};
+    th_test_run r;
+    int rc = th_test_run_argv(argv, NULL, 20, 0, &r);
+    bool ok = rc == 0 && r.status == 0;
+    th_test_run_free(&r);
+    return ok;
+}
+
 int th_test_toolhost(th_test_run *out, const char *first, ...)
 {
     char *argv[64];

@@ -5,6 +5,7 @@
 #ifndef TH_TEST_H
 #define TH_TEST_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -58,6 +59,9 @@ typedef struct th_test_run {
  * nonzero, the program runs under that valgrind command line. */
 int th_test_run_argv(char *const argv[], const char *input, int timeout_s,
                      int wrap, th_test_run *out);
+/* `/bin/sh -c cmd` exits 0 within 20 s (what a suite needs is there:
+ * "command -v node >/dev/null 2>&1"). */
+bool th_test_shell_ok(const char *cmd);
 /* The same, with a toolhost command line: th_test_toolhost(&r, "call",
  * "-c", cfg, "echo", "text=hi", NULL). */
 int th_test_toolhost(th_test_run *out, const char *first, ...);

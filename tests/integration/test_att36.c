@@ -51,12 +51,7 @@
 
 static bool have_node(void)
 {
-    char *argv[] = {"/bin/sh", "-c", "command -v node >/dev/null 2>&1", NULL};
-    th_test_run r;
-    int rc = th_test_run_argv(argv, NULL, 20, 0, &r);
-    bool ok = rc == 0 && r.status == 0;
-    th_test_run_free(&r);
-    return ok;
+    return th_test_shell_ok("command -v node >/dev/null 2>&1");
 }
 
 #define NEED_NODE()                                                           \

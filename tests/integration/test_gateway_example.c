@@ -37,12 +37,7 @@ static bool have_node_modules(void)
              "command -v node >/dev/null 2>&1 && "
              "test -x '%s/node_modules/.bin/mcp-server-filesystem'",
              th_test_source_path("tests/mcp"));
-    char *argv[] = {"/bin/sh", "-c", cmd, NULL};
-    th_test_run r;
-    int rc = th_test_run_argv(argv, NULL, 20, 0, &r);
-    bool ok = rc == 0 && r.status == 0;
-    th_test_run_free(&r);
-    return ok;
+    return th_test_shell_ok(cmd);
 }
 
 /* The body of the first block opened by `fence` (e.g. "```lua\n") at or

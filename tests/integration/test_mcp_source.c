@@ -42,12 +42,7 @@ static bool have_node_modules(void)
              "test -x '%s/node_modules/.bin/mcp-server-filesystem'",
              th_test_source_path("tests/mcp"), th_test_source_path("tests/mcp"),
              th_test_source_path("tests/mcp"));
-    char *argv[] = {"/bin/sh", "-c", cmd, NULL};
-    th_test_run r;
-    int rc = th_test_run_argv(argv, NULL, 20, 0, &r);
-    bool ok = rc == 0 && r.status == 0;
-    th_test_run_free(&r);
-    return ok;
+    return th_test_shell_ok(cmd);
 }
 
 #define NEED_NODE()                                                           \
