@@ -29,11 +29,16 @@
 
 extern char **environ;
 
-int64_t mcpsrc_now_ms(void)
+int64_t mcpsrc_now_us(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t mcpsrc_now_ms(void)
+{
+    return mcpsrc_now_us() / 1000;
 }
 
 

@@ -816,18 +816,11 @@ static int drain(mcp_srv *s, int out)
     return DRAIN_MORE;
 }
 
-static int64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 __thread const mcp_srv *mcpsrc_busy_polling;
 
 void mcpsrc_busy_poll(mcp_srv *s)
 {
-    int64_t end = now_us() + s->busy_poll_us;
+    int64_t end = mcpsrc_now_us() + s->busy_poll_us;
     bool answered = false, stop = false, wake = false;
     do {
         /* taken by the reader (woken by the same bytes): it reads */
@@ -853,7 +846,7 @@ void mcpsrc_busy_poll(mcp_srv *s)
         if (s->dout)
             stop = true;
         pthread_mutex_unlock(&s->mu);
-    } while (!answered && !stop && now_us() < end);
+    } while (!answered && !stop && mcpsrc_now_us() < end);
     pthread_mutex_lock(&s->mu);
     /* not answered: the reader reads it (a parked reader is woken) */
     wake = wake || (!answered && s->rd_parked);

@@ -225,6 +225,7 @@ int mcpsrc_build_tools(mcp_state *st, char *err, size_t err_size);
 void mcpsrc_state_free(mcp_state *st);
 
 int64_t mcpsrc_now_ms(void);
+int64_t mcpsrc_now_us(void); /* monotonic, microseconds */
 /* "500ms", "30s", "2m", "1h", "0", or whole seconds: ms, or -1. */
 int64_t mcpsrc_duration(const json_t *v);
 
