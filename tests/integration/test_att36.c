@@ -273,7 +273,11 @@ static void test_stall_holds_no_front(void)
     rpc_raw_request(&a, 1, "tools.call", args);
     /* the host's pongs fill the server's stdin: the thread answering its
      * pings waits (write_timeout, 60s); the RPC front serves b meanwhile */
-    usleep(100000); /* (not an assertion: lets the pings come) */
+    char pinged[620];
+    snprintf(pinged, sizeof pinged, "%s.pinged", flag);
+    for (int64_t end = rpc_now_ms() + rpc_wait_ms();
+         access(pinged, F_OK) != 0 && rpc_now_ms() < end;)
+        usleep(5000); /* polls the server's mark (pings written) */
     for (uint64_t id = 1; id <= 3; id++) {
         rpc_raw_request(&b, id, "tools.call", "[\"echo\", {\"text\": \"b\"}]");
         const msgpack_object *m = rpc_raw_response(&b, id, rpc_wait_ms());

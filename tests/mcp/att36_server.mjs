@@ -8,8 +8,9 @@
 //   crlf       answers with a line that ends in CR LF
 //   progress   5,000 progress notifications for the call, then answers
 //   pingstall  stops reading its stdin, asks the host for 3,000 pings
-//              (whose answers fill its stdin), waits until the file
-//              named by its argument 'flag' exists, then reads again and
+//              (whose answers fill its stdin), creates 'flag'.pinged,
+//              waits until the file named by its argument 'flag'
+//              exists, then reads again and
 //              answers "stalled <pongs so far>"
 //   changed    answers, then (10 ms later) lists one tool more ('added')
 //              and says so (notifications/tools/list_changed); the
@@ -124,6 +125,7 @@ rl.on('line', (line) => {
     process.stdin.pause();
     raw(stallPings); // one write: read in one go
     const flag = m.params.arguments && m.params.arguments.flag;
+    if (flag) writeFileSync(`${flag}.pinged`, ''); // the test waits for it
     const t = setInterval(() => {
       if (!flag || !existsSync(flag)) return;
       clearInterval(t);
